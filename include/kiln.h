@@ -1,0 +1,243 @@
+/* kiln: an ONNX inference runtime.
+ *
+ * This is the only header a user includes. Conventions:
+ *  - Every fallible call returns kiln_status; KILN_OK is 0. Results come back through a trailing
+ *    *_out argument, which is set to NULL (or 0) on failure.
+ *  - After a failure, kiln_last_error() returns a message for the calling thread that says what
+ *    failed, where (file offset, node name, operator, shapes) and why.
+ *  - Handles are opaque and come in create/destroy pairs; destroy(NULL) does nothing.
+ *  - Ownership is stated on every pointer: "copied" (kiln keeps its own copy; the caller may free
+ *    it after the call), "borrowed" (read during the call only), "must outlive X" (kiln keeps
+ *    the pointer), or "owned by kiln" (valid until the named handle is destroyed).
+ *  - Status values are never renumbered.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define KILN_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------ status */
+
+typedef enum kiln_status {
+    KILN_OK = 0,
+    KILN_ERR_INVALID_ARGUMENT = 1, /* a NULL or out-of-range argument, a wrong input name/type/shape */
+    KILN_ERR_INVALID_MODEL = 2,    /* the model file or graph is malformed */
+    KILN_ERR_UNSUPPORTED = 3,      /* an operator, opset, type or attribute kiln does not handle */
+    KILN_ERR_IO = 4,               /* a file could not be opened, read or written */
+    KILN_ERR_OUT_OF_MEMORY = 5,
+    KILN_ERR_SHAPE = 6,            /* shapes that do not fit together (inference or run time) */
+    KILN_ERR_NOT_FOUND = 7,        /* a named input/output/provider does not exist */
+    KILN_ERR_NO_DEVICE = 8,        /* a provider was asked for but no device is usable */
+    KILN_ERR_RUNTIME = 9,          /* a kernel failed while running */
+    KILN_ERR_CACHE = 10,           /* a compiled-cache file is invalid or does not match (strict mode) */
+    KILN_ERR_INTERNAL = 11,        /* a broken internal invariant: a kiln bug; the message has file:line */
+    KILN_STATUS_COUNT_
+} kiln_status;
+
+/* The message of the last failed call on this thread. Owned by kiln: valid until the next kiln
+ * call on this thread. Never NULL (empty when there was no failure). */
+KILN_API const char *kiln_last_error(void);
+/* A constant name for a status, e.g. "KILN_ERR_SHAPE". Never NULL. */
+KILN_API const char *kiln_status_name(kiln_status status);
+/* "MAJOR.MINOR.PATCH" (static storage). */
+KILN_API const char *kiln_version(void);
+
+/* ------------------------------------------------------------------ element types */
+
+/* Element types, numbered as ONNX TensorProto.DataType. */
+typedef enum kiln_dtype {
+    KILN_DTYPE_UNDEFINED = 0,
+    KILN_DTYPE_FLOAT = 1,
+    KILN_DTYPE_UINT8 = 2,
+    KILN_DTYPE_INT8 = 3,
+    KILN_DTYPE_UINT16 = 4,
+    KILN_DTYPE_INT16 = 5,
+    KILN_DTYPE_INT32 = 6,
+    KILN_DTYPE_INT64 = 7,
+    KILN_DTYPE_STRING = 8,
+    KILN_DTYPE_BOOL = 9,
+    KILN_DTYPE_FLOAT16 = 10,
+    KILN_DTYPE_DOUBLE = 11,
+    KILN_DTYPE_UINT32 = 12,
+    KILN_DTYPE_UINT64 = 13,
+    KILN_DTYPE_COMPLEX64 = 14,
+    KILN_DTYPE_COMPLEX128 = 15,
+    KILN_DTYPE_BFLOAT16 = 16,
+    KILN_DTYPE_FLOAT8E4M3FN = 17,
+    KILN_DTYPE_FLOAT8E4M3FNUZ = 18,
+    KILN_DTYPE_FLOAT8E5M2 = 19,
+    KILN_DTYPE_FLOAT8E5M2FNUZ = 20,
+    KILN_DTYPE_UINT4 = 21,
+    KILN_DTYPE_INT4 = 22,
+    KILN_DTYPE_FLOAT4E2M1 = 23,
+    KILN_DTYPE_COUNT_
+} kiln_dtype;
+
+/* "float", "int64", ... (static storage); "?" for an unknown value. */
+KILN_API const char *kiln_dtype_name(kiln_dtype dtype);
+/* Bytes per element (sizeof(char*) for STRING); 0 for sub-byte and unknown types. */
+KILN_API size_t kiln_dtype_size(kiln_dtype dtype);
+
+/* ------------------------------------------------------------------ tensors */
+
+#define KILN_MAX_RANK 12
+
+/* A dense tensor on the host. Elements are row-major. STRING tensors hold `const char *` elements
+ * (NUL-terminated UTF-8). */
+typedef struct kiln_tensor kiln_tensor;
+
+/* A tensor that owns zero-initialised memory for its elements. dims: borrowed. */
+KILN_API kiln_status kiln_tensor_create(kiln_dtype dtype, const int64_t *dims, int rank,
+                                        kiln_tensor **tensor_out);
+/* A tensor that wraps caller memory without copying it. data: must outlive the tensor and hold
+ * `bytes` >= elements * kiln_dtype_size(dtype) bytes. dims: borrowed. Not for STRING. */
+KILN_API kiln_status kiln_tensor_wrap(kiln_dtype dtype, const int64_t *dims, int rank, void *data,
+                                      size_t bytes, kiln_tensor **tensor_out);
+KILN_API void kiln_tensor_destroy(kiln_tensor *tensor);
+KILN_API kiln_dtype kiln_tensor_dtype(const kiln_tensor *tensor);
+KILN_API int kiln_tensor_rank(const kiln_tensor *tensor);
+/* The dims array (rank entries). Owned by the tensor. */
+KILN_API const int64_t *kiln_tensor_dims(const kiln_tensor *tensor);
+KILN_API int64_t kiln_tensor_element_count(const kiln_tensor *tensor);
+/* The element memory: owned by the tensor (or the caller's, for a wrapped tensor). */
+KILN_API void *kiln_tensor_data(kiln_tensor *tensor);
+KILN_API size_t kiln_tensor_bytes(const kiln_tensor *tensor);
+
+/* ------------------------------------------------------------------ session options */
+
+typedef enum kiln_log_level {
+    KILN_LOG_ERROR = 0,
+    KILN_LOG_WARNING = 1,
+    KILN_LOG_INFO = 2,
+    KILN_LOG_DEBUG = 3
+} kiln_log_level;
+
+typedef enum kiln_opt_level {
+    KILN_OPT_NONE = 0,     /* run the graph as written */
+    KILN_OPT_BASIC = 1,    /* backend-independent clean-ups and constant folding */
+    KILN_OPT_EXTENDED = 2, /* fusions into kiln's own operators */
+    KILN_OPT_ALL = 3       /* layout and precision rewrites for the chosen backend (default) */
+} kiln_opt_level;
+
+typedef struct kiln_session_options kiln_session_options;
+
+KILN_API kiln_status kiln_session_options_create(kiln_session_options **options_out);
+KILN_API void kiln_session_options_destroy(kiln_session_options *options);
+
+/* Appends an execution provider; providers are tried in the order they were appended, and each
+ * node runs on the first one that supports it. With none appended, "cpu" is used.
+ * name: "cpu" or "cuda" (copied). keys/values: n provider options as strings (copied), e.g.
+ *   cpu:  none yet
+ *   cuda: "device_id"="0", "precision"="fp32|tf32|fp16|bf16", "strict"="0|1",
+ *         "workspace_mb"="N", "tuning"="heuristic|exhaustive"
+ * An unknown provider name is KILN_ERR_NOT_FOUND; an unknown key or a bad value is
+ * KILN_ERR_INVALID_ARGUMENT naming the key. */
+KILN_API kiln_status kiln_session_options_append_provider(kiln_session_options *options,
+                                                          const char *name,
+                                                          const char *const *keys,
+                                                          const char *const *values, size_t n);
+/* 0..3, default 3. */
+KILN_API kiln_status kiln_session_options_set_opt_level(kiln_session_options *options, int level);
+/* Threads for work inside one operator; 0 = one per core (default). */
+KILN_API kiln_status kiln_session_options_set_intra_op_threads(kiln_session_options *options,
+                                                               int threads);
+/* Messages at this level and more severe go to stderr. Default KILN_LOG_WARNING. */
+KILN_API kiln_status kiln_session_options_set_log_level(kiln_session_options *options,
+                                                        kiln_log_level level);
+/* Disables an optimisation pass by name (copied); may be called several times. */
+KILN_API kiln_status kiln_session_options_disable_pass(kiln_session_options *options,
+                                                       const char *pass_name);
+/* Writes the optimised graph to this .onnx path when the session is created (copied).
+ * NULL or "" unsets it. */
+KILN_API kiln_status kiln_session_options_set_dump_path(kiln_session_options *options,
+                                                        const char *path);
+/* Compiled-model cache. dir: directory for the automatic cache (copied; NULL or "" = default
+ * $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln). enabled: 0 turns it off. */
+KILN_API kiln_status kiln_session_options_set_cache(kiln_session_options *options, int enabled,
+                                                    const char *dir);
+/* Explicit compiled-file paths (copied); NULL or "" unsets. */
+KILN_API kiln_status kiln_session_options_set_compiled_paths(kiln_session_options *options,
+                                                             const char *save_path,
+                                                             const char *load_path);
+/* Fixes a symbolic input dimension (by name) to a value for compilation. name: copied. */
+KILN_API kiln_status kiln_session_options_set_dim(kiln_session_options *options, const char *name,
+                                                  int64_t value);
+
+/* ------------------------------------------------------------------ sessions */
+
+typedef struct kiln_session kiln_session;
+
+/* path: borrowed. options: borrowed (may be NULL for defaults); the session keeps a copy. */
+KILN_API kiln_status kiln_session_create(const char *path, const kiln_session_options *options,
+                                         kiln_session **session_out);
+/* data: borrowed; kiln copies what it needs (external data is not allowed from memory unless
+ * base_dir is given: borrowed, may be NULL). */
+KILN_API kiln_status kiln_session_create_from_memory(const void *data, size_t size,
+                                                     const char *base_dir,
+                                                     const kiln_session_options *options,
+                                                     kiln_session **session_out);
+KILN_API void kiln_session_destroy(kiln_session *session);
+
+/* Description of a graph input or output. All pointers are owned by the session. */
+typedef struct kiln_value_info {
+    const char *name;
+    kiln_dtype dtype;
+    int rank;                      /* -1 when the rank is unknown */
+    const int64_t *dims;           /* rank entries; -1 for a symbolic or unknown dimension */
+    const char *const *dim_names;  /* rank entries; the symbol of a symbolic dimension, else NULL */
+} kiln_value_info;
+
+KILN_API size_t kiln_session_input_count(const kiln_session *session);
+KILN_API size_t kiln_session_output_count(const kiln_session *session);
+KILN_API kiln_status kiln_session_input_info(const kiln_session *session, size_t index,
+                                             kiln_value_info *info_out);
+KILN_API kiln_status kiln_session_output_info(const kiln_session *session, size_t index,
+                                              kiln_value_info *info_out);
+
+/* Runs the model.
+ * input_names/inputs: n_inputs pairs, borrowed for the call; every graph input without a default
+ *   must be given.
+ * output_names: n_outputs names, borrowed; NULL means every output in graph order (then n_outputs
+ *   must equal kiln_session_output_count).
+ * outputs_out: an array of n_outputs slots the caller provides; each receives a new tensor owned
+ *   by the caller (free with kiln_tensor_destroy). On failure every slot is NULL.
+ * A session runs one call at a time; use one session per thread for concurrency. */
+KILN_API kiln_status kiln_session_run(kiln_session *session, const char *const *input_names,
+                                      kiln_tensor *const *inputs, size_t n_inputs,
+                                      const char *const *output_names, size_t n_outputs,
+                                      kiln_tensor **outputs_out);
+
+/* ------------------------------------------------------------------ build and devices */
+
+/* How many providers this build has, and their names ("cpu", "cuda"); static storage. */
+KILN_API size_t kiln_provider_count(void);
+KILN_API const char *kiln_provider_name(size_t index);
+/* Whether a provider can be used on this machine now; when not, *reason_out (static or thread
+ * storage, may be NULL) says why, e.g. "no CUDA device: cudaGetDeviceCount: no driver". */
+KILN_API int kiln_provider_available(const char *name, const char **reason_out);
+/* Devices seen by a provider: a one-line description each, e.g. "cpu: 2 cores, avx512f". */
+KILN_API size_t kiln_device_count(const char *provider);
+KILN_API const char *kiln_device_description(const char *provider, size_t index);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_H */

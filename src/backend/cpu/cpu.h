@@ -1,0 +1,29 @@
+/* The CPU backend's kernel tables. Each family file (src/backend/cpu/<family>.c) exports
+ * `const kn_cpu_kernel kn_cpu_<family>[]`, ended by an entry with op_type NULL. */
+#ifndef KN_CPU_H
+#define KN_CPU_H
+
+#include "exec/kernel.h"
+#include "ops/families.h"
+#include "ops/op.h"
+
+#include <stdbool.h>
+
+typedef struct kn_cpu_kernel {
+    const char *domain;  /* "" for ai.onnx */
+    const char *op_type; /* NULL ends a table */
+    kn_kernel_fn run;
+    /* Optional: whether this kernel handles the node with these input types (NULL = all the
+     * schema allows). On false it writes the reason, e.g. "element type int8 not supported". */
+    bool (*supports)(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap);
+} kn_cpu_kernel;
+
+/* The kernel for a node, or NULL (with the reason in why). */
+const kn_cpu_kernel *kn_cpu_find(const kn_node *node, const kn_type *const *in, int n_in,
+                                 char *why, size_t cap);
+
+#define KN_FAMILY(name) extern const kn_cpu_kernel kn_cpu_##name[];
+KN_OP_FAMILIES
+#undef KN_FAMILY
+
+#endif

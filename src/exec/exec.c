@@ -1,0 +1,272 @@
+#include "exec/exec.h"
+
+#include "backend/cpu/cpu.h"
+#include "ops/op.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ resolve and assign */
+
+static kiln_status for_each_subgraph(kn_graph *g, kiln_status (*fn)(kn_graph *)) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        kn_node *n = &g->nodes[i];
+        for (int a = 0; a < n->n_attrs; a++) {
+            kn_attr *at = &n->attrs[a];
+            if (at->type == KN_ATTR_GRAPH && at->g) KN_TRY(fn(at->g));
+            if (at->type == KN_ATTR_GRAPHS)
+                for (int k = 0; k < at->n; k++) KN_TRY(fn(at->graphs[k]));
+        }
+    }
+    return KILN_OK;
+}
+
+kiln_status kn_graph_resolve(kn_graph *g) {
+    char lbl[256];
+    for (int i = 0; i < g->n_nodes; i++) {
+        kn_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        const kn_op_schema *near = NULL;
+        n->schema = kn_op_find(n->domain, n->op_type, n->opset, &near);
+        if (!n->schema) {
+            const char *dom = *n->domain ? n->domain : "ai.onnx";
+            if (near)
+                return kn_error(KILN_ERR_UNSUPPORTED,
+                                "%s: operator %s of domain %s is not supported at opset %d (kiln has it for opset %d%s)",
+                                kn_node_label(n, lbl, sizeof lbl), n->op_type, dom, n->opset, near->since,
+                                near->until ? " up to a later limit" : " and later");
+            if (n->opset <= 0)
+                return kn_error(KILN_ERR_INVALID_MODEL, "%s: the model imports no opset for domain %s",
+                                kn_node_label(n, lbl, sizeof lbl), dom);
+            return kn_error(KILN_ERR_UNSUPPORTED, "%s: operator %s of domain %s is not supported by kiln",
+                            kn_node_label(n, lbl, sizeof lbl), n->op_type, dom);
+        }
+        int ni = 0;
+        for (int k = 0; k < n->n_inputs; k++) ni = k + 1; /* count incl. trailing omitted */
+        if (ni < n->schema->min_inputs || (n->schema->max_inputs >= 0 && ni > n->schema->max_inputs))
+            return kn_error(KILN_ERR_INVALID_MODEL, "%s: has %d inputs, the operator takes %d to %d",
+                            kn_node_label(n, lbl, sizeof lbl), ni, n->schema->min_inputs,
+                            n->schema->max_inputs);
+        if (n->n_outputs < n->schema->min_outputs ||
+            (n->schema->max_outputs >= 0 && n->n_outputs > n->schema->max_outputs))
+            return kn_error(KILN_ERR_INVALID_MODEL, "%s: has %d outputs, the operator gives %d to %d",
+                            kn_node_label(n, lbl, sizeof lbl), n->n_outputs, n->schema->min_outputs,
+                            n->schema->max_outputs);
+    }
+    return for_each_subgraph(g, kn_graph_resolve);
+}
+
+kiln_status kn_graph_assign_cpu(kn_graph *g) {
+    char lbl[256], why[512];
+    for (int i = 0; i < g->n_nodes; i++) {
+        kn_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        const kn_type *in[64] = {0};
+        int ni = n->n_inputs < 64 ? n->n_inputs : 64;
+        for (int k = 0; k < ni; k++) in[k] = n->inputs[k] >= 0 ? &g->values[n->inputs[k]].type : NULL;
+        why[0] = 0;
+        const kn_cpu_kernel *k = kn_cpu_find(n, in, ni, why, sizeof why);
+        if (!k)
+            return kn_error(KILN_ERR_UNSUPPORTED, "%s: %s", kn_node_label(n, lbl, sizeof lbl), why);
+        n->kernel = (void *)k;
+        n->provider = 0;
+    }
+    return for_each_subgraph(g, kn_graph_assign_cpu);
+}
+
+/* ------------------------------------------------------------------ runtime */
+
+void kn_type_of_tensor(const kn_tensor *t, kn_type *out) {
+    kn_type_init(out);
+    if (t->kind == KN_VALUE_TENSOR) {
+        kn_type_set_tensor(out, t->dtype, t->rank, t->dims);
+        return;
+    }
+    out->kind = t->kind == KN_VALUE_SEQUENCE ? KN_TYPE_SEQUENCE : KN_TYPE_OPTIONAL;
+    out->dtype = t->dtype;
+    const kn_tensor *e = t->n_items ? t->items[0] : NULL;
+    if (t->kind == KN_VALUE_OPTIONAL) out->elem_kind = e && e->kind == KN_VALUE_SEQUENCE ? KN_TYPE_SEQUENCE : KN_TYPE_TENSOR;
+    if (e && e->kind == KN_VALUE_TENSOR) {
+        out->rank = e->rank;
+        for (int i = 0; i < e->rank; i++) out->dims[i].value = e->dims[i];
+    }
+}
+
+static kn_tensor *lookup_outer(const kn_exec *x, const char *name) {
+    for (const kn_exec *p = x->parent; p; p = p->parent) {
+        int id = kn_graph_find_value(p->graph, name);
+        if (id < 0) continue;
+        if (p->slots[id]) return p->slots[id];
+        if (p->graph->values[id].constant) return p->graph->values[id].constant;
+        if (!p->graph->values[id].is_outer) return NULL;
+    }
+    return NULL;
+}
+
+static void release(kn_exec *x, int v) {
+    if (v < 0 || !x->owned[v]) return;
+    if (--x->remaining[v] > 0) return;
+    kn_tensor_free(x->slots[v]);
+    x->slots[v] = NULL;
+    x->owned[v] = 0;
+}
+
+#define KN_MAX_IO 1024
+
+static kiln_status run_node(kn_exec *x, const kn_node *n) {
+    const kn_graph *g = x->graph;
+    char lbl[256];
+    int ni = n->n_inputs, no = n->n_outputs;
+    if (ni > KN_MAX_IO || no > KN_MAX_IO)
+        return kn_error(KILN_ERR_UNSUPPORTED, "%s: more than %d inputs or outputs",
+                        kn_node_label(n, lbl, sizeof lbl), KN_MAX_IO);
+    kn_tensor *in[KN_MAX_IO];
+    kn_type in_types[KN_MAX_IO > 64 ? 64 : KN_MAX_IO];
+    const kn_type *in_tp[KN_MAX_IO];
+    const kn_tensor *in_val[KN_MAX_IO];
+    kn_type out_types[KN_MAX_IO > 64 ? 64 : KN_MAX_IO];
+    kn_tensor *out[KN_MAX_IO];
+    kn_type *types_in = ni <= 64 ? in_types : calloc((size_t)ni, sizeof(kn_type));
+    kn_type *types_out = no <= 64 ? out_types : calloc((size_t)no, sizeof(kn_type));
+    kiln_status st = KILN_OK;
+    if (!types_in || !types_out) {
+        st = KN_OOM();
+        goto done;
+    }
+    for (int i = 0; i < ni; i++) {
+        int v = n->inputs[i];
+        in[i] = NULL;
+        if (v >= 0) {
+            in[i] = x->slots[v];
+            if (!in[i]) in[i] = g->values[v].constant;
+            if (!in[i] && g->values[v].is_outer) in[i] = lookup_outer(x, g->values[v].name);
+            if (!in[i]) {
+                st = kn_error(KILN_ERR_INTERNAL, "%s: input '%s' has no value at run time (at %s:%d)",
+                              kn_node_label(n, lbl, sizeof lbl), g->values[v].name, __FILE__, __LINE__);
+                goto done;
+            }
+        }
+        if (in[i]) {
+            kn_type_of_tensor(in[i], &types_in[i]);
+            in_tp[i] = &types_in[i];
+        } else {
+            in_tp[i] = NULL;
+        }
+        in_val[i] = in[i];
+    }
+    for (int o = 0; o < no; o++) {
+        kn_type_init(&types_out[o]);
+        out[o] = NULL;
+    }
+    kn_infer_ctx ic = {n, ni, in_tp, in_val, no, types_out, &g->model->arena};
+    if (n->schema->infer) {
+        st = n->schema->infer(&ic);
+        if (st != KILN_OK) goto done;
+    }
+    for (int o = 0; o < no; o++) {
+        if (n->outputs[o] < 0 && !(n->schema->flags & KN_OP_HAS_SUBGRAPH)) continue;
+        if (kn_type_is_static(&types_out[o])) {
+            int64_t dims[KILN_MAX_RANK];
+            for (int d = 0; d < types_out[o].rank; d++) dims[d] = types_out[o].dims[d].value;
+            st = kn_tensor_new(types_out[o].dtype, types_out[o].rank, dims, &out[o]);
+            if (st != KILN_OK) {
+                kn_error_prefix(st, "%s: output %d: ", kn_node_label(n, lbl, sizeof lbl), o);
+                goto done;
+            }
+        }
+    }
+    const kn_cpu_kernel *k = n->kernel;
+    kn_kernel_ctx kc = {n, g, ni, in, no, out, x->pool, x};
+    st = k->run(&kc);
+    if (st != KILN_OK) goto done;
+    for (int o = 0; o < no; o++) {
+        int v = n->outputs[o];
+        if (v < 0) continue;
+        if (!out[o]) {
+            st = kn_error(KILN_ERR_INTERNAL, "%s: the kernel produced no output %d (at %s:%d)",
+                          kn_node_label(n, lbl, sizeof lbl), o, __FILE__, __LINE__);
+            goto done;
+        }
+        x->slots[v] = out[o];
+        x->owned[v] = 1;
+        x->remaining[v] = g->values[v].uses;
+        out[o] = NULL;
+    }
+done:
+    for (int o = 0; o < no; o++) kn_tensor_free(out[o]);
+    if (types_in != in_types) free(types_in);
+    if (types_out != out_types) free(types_out);
+    if (st == KILN_OK)
+        for (int i = 0; i < ni; i++) release(x, n->inputs[i]);
+    return st;
+}
+
+kiln_status kn_exec_graph(const kn_graph *g, kn_threadpool *pool, kn_exec *parent,
+                          kn_tensor *const *inputs, kn_tensor **outputs) {
+    kn_exec x = {g, NULL, NULL, NULL, pool, parent};
+    size_t nv = (size_t)(g->n_values ? g->n_values : 1);
+    x.slots = calloc(nv, sizeof *x.slots);
+    x.owned = calloc(nv, 1);
+    x.remaining = calloc(nv, sizeof *x.remaining);
+    kiln_status st = KILN_OK;
+    char lbl[256];
+    for (int i = 0; i < g->n_outputs; i++) outputs[i] = NULL;
+    if (!x.slots || !x.owned || !x.remaining) {
+        st = KN_OOM();
+        goto done;
+    }
+    for (int i = 0; i < g->n_inputs; i++) {
+        int v = g->inputs[i];
+        x.slots[v] = inputs[i] ? inputs[i] : g->values[v].constant;
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        st = run_node(&x, n);
+        if (st != KILN_OK) goto done;
+    }
+    for (int i = 0; i < g->n_outputs; i++) {
+        int v = g->outputs[i];
+        kn_tensor *t = x.slots[v];
+        if (!t) t = g->values[v].constant;
+        if (!t && g->values[v].is_outer) t = lookup_outer(&x, g->values[v].name);
+        if (!t) {
+            st = kn_error(KILN_ERR_INVALID_MODEL, "graph '%s': output '%s' was not computed", g->name,
+                          g->values[v].name);
+            goto done;
+        }
+        /* hand over the run's own value when this is its last reader; copy otherwise */
+        if (x.owned[v] && x.remaining[v] <= 1) {
+            outputs[i] = t;
+            x.slots[v] = NULL;
+            x.owned[v] = 0;
+        } else {
+            st = kn_tensor_clone(t, &outputs[i]);
+            if (st != KILN_OK) goto done;
+            if (x.owned[v]) x.remaining[v]--;
+        }
+    }
+done:
+    (void)lbl;
+    if (st != KILN_OK)
+        for (int i = 0; i < g->n_outputs; i++) {
+            kn_tensor_free(outputs[i]);
+            outputs[i] = NULL;
+        }
+    if (x.slots)
+        for (int i = 0; i < g->n_values; i++)
+            if (x.owned[i]) kn_tensor_free(x.slots[i]);
+    free(x.slots);
+    free(x.owned);
+    free(x.remaining);
+    return st;
+}
+
+kiln_status kn_exec_subgraph(kn_kernel_ctx *c, const kn_graph *body, kn_tensor *const *inputs,
+                             int n_inputs, kn_tensor **outputs, int n_outputs) {
+    if (n_inputs != body->n_inputs || n_outputs != body->n_outputs)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL,
+                               "subgraph '%s' has %d inputs and %d outputs; the operator passes %d and expects %d",
+                               body->name, body->n_inputs, body->n_outputs, n_inputs, n_outputs);
+    return kn_exec_graph(body, c->pool, c->exec, inputs, outputs);
+}

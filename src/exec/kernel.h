@@ -1,0 +1,35 @@
+/* The kernel interface shared by backends: what a kernel receives when a node runs. */
+#ifndef KN_KERNEL_H
+#define KN_KERNEL_H
+
+#include "ir/graph.h"
+#include "util/status.h"
+#include "util/threadpool.h"
+
+struct kn_exec;
+
+typedef struct kn_kernel_ctx {
+    const kn_node *node;
+    const kn_graph *graph;
+    int n_inputs;
+    kn_tensor *const *in; /* in[i] NULL for an omitted optional input */
+    int n_outputs;
+    /* out[i] is allocated by the executor (zeroed, with the shape the op's infer function gave)
+     * before the kernel runs, when that shape is static. It is NULL when infer could not know it
+     * (data-dependent shapes, sequences): the kernel then calls kn_ctx_output. */
+    kn_tensor **out;
+    kn_threadpool *pool;  /* intra-op threads */
+    struct kn_exec *exec; /* for subgraphs (If/Loop/Scan) */
+} kn_kernel_ctx;
+
+typedef kiln_status (*kn_kernel_fn)(kn_kernel_ctx *c);
+
+/* Output i with this dtype and shape: returns the preallocated tensor when it matches, otherwise
+ * (re)allocates it. For sequences/optionals a kernel builds the value itself and stores it in
+ * c->out[i] (freeing any previous one). */
+kiln_status kn_ctx_output(kn_kernel_ctx *c, int i, kiln_dtype dtype, int rank, const int64_t *dims,
+                          kn_tensor **out);
+/* An error prefixed with the node label and the input shapes. */
+kiln_status kn_kernel_error(const kn_kernel_ctx *c, kiln_status status, const char *fmt, ...) KN_PRINTF(3, 4);
+
+#endif

@@ -1,0 +1,353 @@
+#include "exec/session.h"
+
+#include "exec/exec.h"
+#include "onnx/loader.h"
+#include "util/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *dup_or_null(const char *s) { return s && *s ? strdup(s) : NULL; }
+
+void kn_session_options_defaults(kiln_session_options *o) {
+    memset(o, 0, sizeof *o);
+    o->opt_level = KILN_OPT_ALL;
+    o->log_level = KILN_LOG_WARNING;
+    o->cache_enabled = 1;
+}
+
+void kn_session_options_clear(kiln_session_options *o) {
+    for (int i = 0; i < o->n_providers; i++) {
+        free(o->providers[i].name);
+        for (int k = 0; k < o->providers[i].n_options; k++) {
+            free(o->providers[i].keys[k]);
+            free(o->providers[i].values[k]);
+        }
+    }
+    for (int i = 0; i < o->n_disabled_passes; i++) free(o->disabled_passes[i]);
+    free(o->disabled_passes);
+    free(o->dump_path);
+    free(o->cache_dir);
+    free(o->save_path);
+    free(o->load_path);
+    for (int i = 0; i < o->n_dims; i++) free(o->dims[i].name);
+    free(o->dims);
+    memset(o, 0, sizeof *o);
+}
+
+kiln_status kn_session_options_copy(const kiln_session_options *src, kiln_session_options *dst) {
+    kn_session_options_defaults(dst);
+    if (!src) return KILN_OK;
+    *dst = *src;
+    /* deep-copy every owned string */
+    dst->disabled_passes = NULL;
+    dst->dims = NULL;
+    for (int i = 0; i < src->n_providers; i++) {
+        dst->providers[i].name = strdup(src->providers[i].name);
+        for (int k = 0; k < src->providers[i].n_options; k++) {
+            dst->providers[i].keys[k] = strdup(src->providers[i].keys[k]);
+            dst->providers[i].values[k] = strdup(src->providers[i].values[k]);
+        }
+    }
+    if (src->n_disabled_passes) {
+        dst->disabled_passes = calloc((size_t)src->n_disabled_passes, sizeof(char *));
+        if (!dst->disabled_passes) return KN_OOM();
+        for (int i = 0; i < src->n_disabled_passes; i++)
+            dst->disabled_passes[i] = strdup(src->disabled_passes[i]);
+    }
+    if (src->n_dims) {
+        dst->dims = calloc((size_t)src->n_dims, sizeof *dst->dims);
+        if (!dst->dims) return KN_OOM();
+        for (int i = 0; i < src->n_dims; i++) {
+            dst->dims[i].name = strdup(src->dims[i].name);
+            dst->dims[i].value = src->dims[i].value;
+        }
+    }
+    dst->dump_path = dup_or_null(src->dump_path);
+    dst->cache_dir = dup_or_null(src->cache_dir);
+    dst->save_path = dup_or_null(src->save_path);
+    dst->load_path = dup_or_null(src->load_path);
+    return KILN_OK;
+}
+
+static void session_free(kiln_session *s) {
+    if (!s) return;
+    kn_threadpool_destroy(s->pool);
+    kn_model_free(s->model);
+    free(s->inputs);
+    free(s->outputs);
+    kn_session_options_clear(&s->opts);
+    free(s);
+}
+
+void kiln_session_destroy(kiln_session *s) { session_free(s); }
+
+/* Fixes symbolic input dims the caller pinned with kiln_session_options_set_dim. */
+static void apply_dim_overrides(kn_graph *g, const kiln_session_options *o) {
+    for (int i = 0; i < g->n_inputs; i++) {
+        kn_type *t = &g->values[g->inputs[i]].type;
+        for (int d = 0; d < t->rank; d++)
+            for (int k = 0; k < o->n_dims; k++)
+                if (t->dims[d].symbol && !strcmp(t->dims[d].symbol, o->dims[k].name))
+                    t->dims[d].value = o->dims[k].value;
+    }
+}
+
+/* Which providers this session uses: the requested ones this build has and this machine can
+ * run, in order. Today only the CPU backend exists. */
+static kiln_status choose_providers(const kiln_session_options *o) {
+    if (o->n_providers == 0) return KILN_OK;
+    const char *reason = NULL;
+    for (int i = 0; i < o->n_providers; i++) {
+        if (!strcmp(o->providers[i].name, "cpu")) return KILN_OK;
+        if (!kiln_provider_available(o->providers[i].name, &reason)) {
+            kn_log(KILN_LOG_INFO, "provider '%s' is not usable: %s", o->providers[i].name, reason);
+            continue;
+        }
+    }
+    if (!strcmp(o->providers[0].name, "cuda"))
+        return kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: %s (list 'cpu' after 'cuda' to fall back)",
+                        reason ? reason : "this build has no CUDA backend");
+    return kn_error(KILN_ERR_NO_DEVICE, "none of the requested providers can run here: %s",
+                    reason ? reason : "unknown reason");
+}
+
+static kiln_status fill_io(kiln_session *s) {
+    kn_graph *g = s->model->graph;
+    s->n_inputs = g->n_inputs;
+    s->n_outputs = g->n_outputs;
+    s->inputs = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof *s->inputs);
+    s->outputs = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *s->outputs);
+    if (!s->inputs || !s->outputs) return KN_OOM();
+    for (int pass = 0; pass < 2; pass++) {
+        kn_io_info *io = pass ? s->outputs : s->inputs;
+        int n = pass ? g->n_outputs : g->n_inputs;
+        const int *ids = pass ? g->outputs : g->inputs;
+        for (int i = 0; i < n; i++) {
+            io[i].value = ids[i];
+            const kn_type *t = &g->values[ids[i]].type;
+            for (int d = 0; d < t->rank && d < KILN_MAX_RANK; d++) {
+                io[i].dims[d] = t->dims[d].value;
+                io[i].dim_names[d] = t->dims[d].symbol;
+            }
+        }
+    }
+    return KILN_OK;
+}
+
+kiln_status kn_session_from_model(kn_model *model, const kiln_session_options *options,
+                                  kiln_session **out) {
+    *out = NULL;
+    kiln_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        kn_model_free(model);
+        return KN_OOM();
+    }
+    s->model = model;
+    kiln_status st = kn_session_options_copy(options, &s->opts);
+    if (st == KILN_OK) {
+        kn_log_set_level(s->opts.log_level);
+        st = choose_providers(&s->opts);
+    }
+    if (st == KILN_OK) {
+        apply_dim_overrides(model->graph, &s->opts);
+        st = kn_graph_resolve(model->graph);
+    }
+    if (st == KILN_OK) st = kn_graph_infer(model->graph);
+    if (st == KILN_OK) st = kn_graph_assign_cpu(model->graph);
+    if (st == KILN_OK) st = kn_threadpool_create(s->opts.intra_op_threads, &s->pool);
+    if (st == KILN_OK) st = fill_io(s);
+    if (st != KILN_OK) {
+        session_free(s);
+        return st;
+    }
+    *out = s;
+    return KILN_OK;
+}
+
+kiln_status kiln_session_create(const char *path, const kiln_session_options *options,
+                                kiln_session **session_out) {
+    if (session_out) *session_out = NULL;
+    if (!path || !session_out)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_create: %s is NULL",
+                        !path ? "path" : "session_out");
+    if (!*path) return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_create: path is empty");
+    kn_model *m;
+    kiln_status st = kn_onnx_load_file(path, &m);
+    if (st != KILN_OK) return kn_error_prefix(st, "%s: ", path);
+    st = kn_session_from_model(m, options, session_out);
+    if (st != KILN_OK) return kn_error_prefix(st, "%s: ", path);
+    return KILN_OK;
+}
+
+kiln_status kiln_session_create_from_memory(const void *data, size_t size, const char *base_dir,
+                                            const kiln_session_options *options,
+                                            kiln_session **session_out) {
+    if (session_out) *session_out = NULL;
+    if (!data || !session_out)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_create_from_memory: %s is NULL",
+                        !data ? "data" : "session_out");
+    kn_model *m;
+    KN_TRY(kn_onnx_load_memory(data, size, base_dir && *base_dir ? base_dir : NULL, &m));
+    return kn_session_from_model(m, options, session_out);
+}
+
+size_t kiln_session_input_count(const kiln_session *s) { return s ? (size_t)s->n_inputs : 0; }
+size_t kiln_session_output_count(const kiln_session *s) { return s ? (size_t)s->n_outputs : 0; }
+
+static kiln_status io_info(const kiln_session *s, size_t index, kiln_value_info *info, int outputs) {
+    if (!s || !info) return kn_error(KILN_ERR_INVALID_ARGUMENT, "session or info_out is NULL");
+    size_t n = outputs ? (size_t)s->n_outputs : (size_t)s->n_inputs;
+    if (index >= n)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s index %zu is out of range (the model has %zu)",
+                        outputs ? "output" : "input", index, n);
+    const kn_io_info *io = outputs ? &s->outputs[index] : &s->inputs[index];
+    const kn_value *v = &s->model->graph->values[io->value];
+    info->name = v->name;
+    info->dtype = v->type.dtype;
+    info->rank = v->type.rank;
+    info->dims = io->dims;
+    info->dim_names = io->dim_names;
+    return KILN_OK;
+}
+
+kiln_status kiln_session_input_info(const kiln_session *s, size_t i, kiln_value_info *out) {
+    return io_info(s, i, out, 0);
+}
+kiln_status kiln_session_output_info(const kiln_session *s, size_t i, kiln_value_info *out) {
+    return io_info(s, i, out, 1);
+}
+
+/* Checks a caller's tensor against the declared input type. */
+static kiln_status check_input(const kn_value *v, const kn_tensor *t) {
+    char want[256], got[256];
+    const kn_type *ty = &v->type;
+    if (ty->kind == KN_TYPE_TENSOR && t->kind != KN_VALUE_TENSOR)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "input '%s': expected a tensor %s, got %s", v->name,
+                        kn_type_str(ty, want, sizeof want), kn_tensor_describe(t, got, sizeof got));
+    if (ty->dtype != KILN_DTYPE_UNDEFINED && t->dtype != ty->dtype)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "input '%s': element type is %s, the model expects %s (%s)",
+                        v->name, kiln_dtype_name(t->dtype), kiln_dtype_name(ty->dtype),
+                        kn_type_str(ty, want, sizeof want));
+    if (ty->kind == KN_TYPE_TENSOR && ty->rank >= 0) {
+        if (t->rank != ty->rank)
+            return kn_error(KILN_ERR_INVALID_ARGUMENT, "input '%s': rank %d (%s), the model expects rank %d (%s)",
+                            v->name, t->rank, kn_tensor_describe(t, got, sizeof got), ty->rank,
+                            kn_type_str(ty, want, sizeof want));
+        for (int d = 0; d < ty->rank; d++)
+            if (ty->dims[d].value >= 0 && t->dims[d] != ty->dims[d].value)
+                return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                                "input '%s': dimension %d is %lld (%s), the model expects %s", v->name, d,
+                                (long long)t->dims[d], kn_tensor_describe(t, got, sizeof got),
+                                kn_type_str(ty, want, sizeof want));
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_session_run(kiln_session *s, const char *const *input_names,
+                             kiln_tensor *const *inputs, size_t n_inputs,
+                             const char *const *output_names, size_t n_outputs,
+                             kiln_tensor **outputs_out) {
+    if (outputs_out)
+        for (size_t i = 0; i < n_outputs; i++) outputs_out[i] = NULL;
+    if (!s) return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_run: session is NULL");
+    if (n_inputs && (!input_names || !inputs))
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_run: input_names or inputs is NULL");
+    if (n_outputs && !outputs_out)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_run: outputs_out is NULL");
+    const kn_graph *g = s->model->graph;
+    if (!output_names && n_outputs != (size_t)g->n_outputs)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                        "kiln_session_run: output_names is NULL, so n_outputs must be %d (all outputs), not %zu",
+                        g->n_outputs, n_outputs);
+    kn_tensor **bound = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof *bound);
+    kn_tensor **all_out = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *all_out);
+    int *want = calloc(n_outputs ? n_outputs : 1, sizeof *want);
+    kiln_status st = KILN_OK;
+    if (!bound || !all_out || !want) {
+        st = KN_OOM();
+        goto done;
+    }
+    for (size_t i = 0; i < n_inputs; i++) {
+        if (!input_names[i] || !inputs[i]) {
+            st = kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_run: input %zu has a NULL name or tensor", i);
+            goto done;
+        }
+        int k = 0;
+        for (; k < g->n_inputs; k++)
+            if (!strcmp(g->values[g->inputs[k]].name, input_names[i])) break;
+        if (k == g->n_inputs) {
+            char names[1024];
+            size_t used = 0;
+            names[0] = 0;
+            for (int j = 0; j < g->n_inputs && used < sizeof names; j++)
+                used += (size_t)snprintf(names + used, sizeof names - used, "%s'%s'", j ? ", " : "",
+                                         g->values[g->inputs[j]].name);
+            st = kn_error(KILN_ERR_NOT_FOUND, "kiln_session_run: the model has no input '%s' (its inputs: %s)",
+                          input_names[i], names);
+            goto done;
+        }
+        if (bound[k]) {
+            st = kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_run: input '%s' is given twice", input_names[i]);
+            goto done;
+        }
+        st = check_input(&g->values[g->inputs[k]], inputs[i]);
+        if (st != KILN_OK) goto done;
+        bound[k] = inputs[i];
+    }
+    for (int k = 0; k < g->n_inputs; k++)
+        if (!bound[k] && !g->values[g->inputs[k]].constant) {
+            char ty[256];
+            st = kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_run: input '%s' (%s) is not given",
+                          g->values[g->inputs[k]].name,
+                          kn_type_str(&g->values[g->inputs[k]].type, ty, sizeof ty));
+            goto done;
+        }
+    for (size_t i = 0; i < n_outputs; i++) {
+        if (!output_names) {
+            want[i] = (int)i;
+            continue;
+        }
+        int k = 0;
+        for (; output_names[i] && k < g->n_outputs; k++)
+            if (!strcmp(g->values[g->outputs[k]].name, output_names[i])) break;
+        if (!output_names[i] || k == g->n_outputs) {
+            st = kn_error(KILN_ERR_NOT_FOUND, "kiln_session_run: the model has no output '%s'",
+                          output_names[i] ? output_names[i] : "(NULL)");
+            goto done;
+        }
+        want[i] = k;
+    }
+    st = kn_exec_graph(g, s->pool, NULL, bound, all_out);
+    if (st != KILN_OK) goto done;
+    for (size_t i = 0; i < n_outputs; i++) {
+        int k = want[i];
+        if (all_out[k]) {
+            outputs_out[i] = all_out[k];
+            all_out[k] = NULL;
+        } else {
+            /* the same output asked for twice: copy the first one handed out */
+            size_t j = 0;
+            while (j < i && want[j] != k) j++;
+            if (j == i) {
+                st = KN_INTERNAL("output slot already taken");
+                goto done;
+            }
+            st = kn_tensor_clone(outputs_out[j], &outputs_out[i]);
+            if (st != KILN_OK) goto done;
+        }
+    }
+done:
+    if (st != KILN_OK && outputs_out)
+        for (size_t i = 0; i < n_outputs; i++) {
+            kn_tensor_free(outputs_out[i]);
+            outputs_out[i] = NULL;
+        }
+    if (all_out)
+        for (int k = 0; k < g->n_outputs; k++) kn_tensor_free(all_out[k]);
+    free(all_out);
+    free(bound);
+    free(want);
+    return st;
+}

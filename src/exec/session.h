@@ -1,0 +1,62 @@
+/* Sessions: a model loaded, checked, inferred, optimised and bound to kernels, ready to run. */
+#ifndef KN_SESSION_H
+#define KN_SESSION_H
+
+#include "ir/graph.h"
+#include "util/threadpool.h"
+
+#define KN_MAX_PROVIDERS 4
+#define KN_MAX_PROVIDER_OPTIONS 16
+
+typedef struct kn_provider_request {
+    char *name;
+    int n_options;
+    char *keys[KN_MAX_PROVIDER_OPTIONS];
+    char *values[KN_MAX_PROVIDER_OPTIONS];
+} kn_provider_request;
+
+typedef struct kn_dim_override {
+    char *name;
+    int64_t value;
+} kn_dim_override;
+
+struct kiln_session_options {
+    kn_provider_request providers[KN_MAX_PROVIDERS];
+    int n_providers;
+    int opt_level;
+    int intra_op_threads;
+    kiln_log_level log_level;
+    char **disabled_passes;
+    int n_disabled_passes;
+    char *dump_path;
+    int cache_enabled;
+    char *cache_dir;
+    char *save_path, *load_path;
+    kn_dim_override *dims;
+    int n_dims;
+};
+
+typedef struct kn_io_info {
+    int value;      /* value id in the main graph */
+    int64_t dims[KILN_MAX_RANK];
+    const char *dim_names[KILN_MAX_RANK];
+} kn_io_info;
+
+struct kiln_session {
+    kiln_session_options opts;
+    kn_model *model;
+    kn_threadpool *pool;
+    kn_io_info *inputs;
+    int n_inputs;
+    kn_io_info *outputs;
+    int n_outputs;
+};
+
+kiln_status kn_session_options_copy(const kiln_session_options *src, kiln_session_options *dst);
+void kn_session_options_clear(kiln_session_options *o);
+void kn_session_options_defaults(kiln_session_options *o);
+/* Builds a session around a loaded model (takes ownership of it, also on failure). */
+kiln_status kn_session_from_model(kn_model *model, const kiln_session_options *options,
+                                  kiln_session **out);
+
+#endif

@@ -1,0 +1,381 @@
+#include "ir/tensor.h"
+
+#include "util/status.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    size_t size;
+} kn_dtypes[] = {
+    [KILN_DTYPE_UNDEFINED] = {"undefined", 0}, [KILN_DTYPE_FLOAT] = {"float", 4},
+    [KILN_DTYPE_UINT8] = {"uint8", 1},         [KILN_DTYPE_INT8] = {"int8", 1},
+    [KILN_DTYPE_UINT16] = {"uint16", 2},       [KILN_DTYPE_INT16] = {"int16", 2},
+    [KILN_DTYPE_INT32] = {"int32", 4},         [KILN_DTYPE_INT64] = {"int64", 8},
+    [KILN_DTYPE_STRING] = {"string", sizeof(char *)}, [KILN_DTYPE_BOOL] = {"bool", 1},
+    [KILN_DTYPE_FLOAT16] = {"float16", 2},     [KILN_DTYPE_DOUBLE] = {"double", 8},
+    [KILN_DTYPE_UINT32] = {"uint32", 4},       [KILN_DTYPE_UINT64] = {"uint64", 8},
+    [KILN_DTYPE_COMPLEX64] = {"complex64", 8}, [KILN_DTYPE_COMPLEX128] = {"complex128", 16},
+    [KILN_DTYPE_BFLOAT16] = {"bfloat16", 2},   [KILN_DTYPE_FLOAT8E4M3FN] = {"float8e4m3fn", 1},
+    [KILN_DTYPE_FLOAT8E4M3FNUZ] = {"float8e4m3fnuz", 1},
+    [KILN_DTYPE_FLOAT8E5M2] = {"float8e5m2", 1}, [KILN_DTYPE_FLOAT8E5M2FNUZ] = {"float8e5m2fnuz", 1},
+    [KILN_DTYPE_UINT4] = {"uint4", 0},         [KILN_DTYPE_INT4] = {"int4", 0},
+    [KILN_DTYPE_FLOAT4E2M1] = {"float4e2m1", 0},
+};
+_Static_assert(sizeof kn_dtypes / sizeof kn_dtypes[0] == KILN_DTYPE_COUNT_, "one entry per dtype");
+
+bool kn_dtype_is_valid(int t) { return t > 0 && t < KILN_DTYPE_COUNT_; }
+
+const char *kiln_dtype_name(kiln_dtype t) {
+    return ((int)t >= 0 && t < KILN_DTYPE_COUNT_) ? kn_dtypes[t].name : "?";
+}
+
+/* STRING elements are stored as char* pointers, so their size is a pointer's. */
+size_t kiln_dtype_size(kiln_dtype t) {
+    return ((int)t >= 0 && t < KILN_DTYPE_COUNT_) ? kn_dtypes[t].size : 0;
+}
+
+bool kn_dtype_is_float(kiln_dtype t) {
+    return t == KILN_DTYPE_FLOAT || t == KILN_DTYPE_DOUBLE || t == KILN_DTYPE_FLOAT16 ||
+           t == KILN_DTYPE_BFLOAT16;
+}
+bool kn_dtype_is_signed_int(kiln_dtype t) {
+    return t == KILN_DTYPE_INT8 || t == KILN_DTYPE_INT16 || t == KILN_DTYPE_INT32 ||
+           t == KILN_DTYPE_INT64;
+}
+bool kn_dtype_is_int(kiln_dtype t) {
+    return kn_dtype_is_signed_int(t) || t == KILN_DTYPE_UINT8 || t == KILN_DTYPE_UINT16 ||
+           t == KILN_DTYPE_UINT32 || t == KILN_DTYPE_UINT64;
+}
+
+int64_t kn_shape_count(const int64_t *dims, int rank) {
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] < 0) return -1;
+        if (dims[i] != 0 && n > INT64_MAX / dims[i]) return -1;
+        n *= dims[i];
+    }
+    return n;
+}
+
+int64_t kn_tensor_count(const kn_tensor *t) { return kn_shape_count(t->dims, t->rank); }
+
+const char *kn_dims_str(const int64_t *dims, int rank, char *buf, size_t cap) {
+    size_t used = 0;
+    if (cap == 0) return buf;
+    buf[0] = 0;
+    used += (size_t)snprintf(buf + used, cap - used, "[");
+    for (int i = 0; i < rank && used < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, i ? ",%lld" : "%lld", (long long)dims[i]);
+    if (used < cap) snprintf(buf + used, cap - used, "]");
+    return buf;
+}
+
+const char *kn_tensor_describe(const kn_tensor *t, char *buf, size_t cap) {
+    char d[256];
+    if (t->kind == KN_VALUE_SEQUENCE)
+        snprintf(buf, cap, "sequence<%s> of %d", kiln_dtype_name(t->dtype), t->n_items);
+    else if (t->kind == KN_VALUE_OPTIONAL)
+        snprintf(buf, cap, "optional<%s>%s", kiln_dtype_name(t->dtype), t->n_items ? "" : " (none)");
+    else
+        snprintf(buf, cap, "%s%s", kiln_dtype_name(t->dtype), kn_dims_str(t->dims, t->rank, d, sizeof d));
+    return buf;
+}
+
+static kiln_status check_shape(kiln_dtype dtype, int rank, const int64_t *dims, int64_t *count) {
+    char d[256];
+    if (!kn_dtype_is_valid((int)dtype))
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "invalid element type %d", (int)dtype);
+    if (rank < 0 || rank > KILN_MAX_RANK)
+        return kn_error(KILN_ERR_UNSUPPORTED, "rank %d is outside 0..%d", rank, KILN_MAX_RANK);
+    if (rank > 0 && !dims) return kn_error(KILN_ERR_INVALID_ARGUMENT, "dims is NULL for rank %d", rank);
+    int64_t n = kn_shape_count(dims, rank);
+    if (n < 0)
+        return kn_error(KILN_ERR_SHAPE, "shape %s has a negative dimension or too many elements",
+                        kn_dims_str(dims, rank, d, sizeof d));
+    size_t es = kiln_dtype_size(dtype);
+    if (es == 0)
+        return kn_error(KILN_ERR_UNSUPPORTED, "element type %s has no byte size kiln supports",
+                        kiln_dtype_name(dtype));
+    if ((uint64_t)n > (uint64_t)(INT64_MAX / 2) / es)
+        return kn_error(KILN_ERR_SHAPE, "shape %s of %s is too large",
+                        kn_dims_str(dims, rank, d, sizeof d), kiln_dtype_name(dtype));
+    *count = n;
+    return KILN_OK;
+}
+
+static kn_tensor *alloc_header(kiln_dtype dtype, int rank, const int64_t *dims) {
+    kn_tensor *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->kind = KN_VALUE_TENSOR;
+    t->dtype = dtype;
+    t->rank = rank;
+    for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
+    return t;
+}
+
+kiln_status kn_tensor_new(kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out) {
+    int64_t n;
+    *out = NULL;
+    KN_TRY(check_shape(dtype, rank, dims, &n));
+    kn_tensor *t = alloc_header(dtype, rank, dims);
+    if (!t) return KN_OOM();
+    t->nbytes = (size_t)n * kiln_dtype_size(dtype);
+    /* at least one byte so data is never NULL; 64-byte aligned for vector kernels */
+    size_t cap = (t->nbytes + 63) & ~(size_t)63;
+    if (cap == 0) cap = 64;
+    t->data = aligned_alloc(64, cap);
+    if (!t->data) {
+        size_t want = t->nbytes;
+        free(t);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory allocating %zu bytes", want);
+    }
+    memset(t->data, 0, cap);
+    t->owns_data = true;
+    *out = t;
+    return KILN_OK;
+}
+
+kiln_status kn_tensor_new_view(kiln_dtype dtype, int rank, const int64_t *dims, void *data,
+                               size_t nbytes, kn_tensor **out) {
+    int64_t n;
+    *out = NULL;
+    KN_TRY(check_shape(dtype, rank, dims, &n));
+    size_t need = (size_t)n * kiln_dtype_size(dtype);
+    if (nbytes < need)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "buffer of %zu bytes is smaller than the %zu a %s tensor needs",
+                        nbytes, need, kiln_dtype_name(dtype));
+    kn_tensor *t = alloc_header(dtype, rank, dims);
+    if (!t) return KN_OOM();
+    t->data = data;
+    t->nbytes = need;
+    t->owns_data = false;
+    *out = t;
+    return KILN_OK;
+}
+
+kiln_status kn_tensor_new_sequence(kiln_dtype elem_dtype, kn_tensor **out) {
+    kn_tensor *t = calloc(1, sizeof *t);
+    if (!t) return KN_OOM();
+    t->kind = KN_VALUE_SEQUENCE;
+    t->dtype = elem_dtype;
+    *out = t;
+    return KILN_OK;
+}
+
+kiln_status kn_tensor_new_optional(kiln_dtype elem_dtype, kn_tensor *item, kn_tensor **out) {
+    kn_tensor *t = calloc(1, sizeof *t);
+    if (!t) return KN_OOM();
+    t->kind = KN_VALUE_OPTIONAL;
+    t->dtype = elem_dtype;
+    if (item) {
+        t->items = malloc(sizeof *t->items);
+        if (!t->items) {
+            free(t);
+            return KN_OOM();
+        }
+        t->items[0] = item;
+        t->n_items = 1;
+    }
+    *out = t;
+    return KILN_OK;
+}
+
+kiln_status kn_sequence_append(kn_tensor *seq, kn_tensor *item) {
+    kn_tensor **items = realloc(seq->items, (size_t)(seq->n_items + 1) * sizeof *items);
+    if (!items) return KN_OOM();
+    seq->items = items;
+    seq->items[seq->n_items++] = item;
+    return KILN_OK;
+}
+
+kiln_status kn_tensor_clone(const kn_tensor *src, kn_tensor **out) {
+    *out = NULL;
+    if (src->kind != KN_VALUE_TENSOR) {
+        kn_tensor *c = calloc(1, sizeof *c);
+        if (!c) return KN_OOM();
+        c->kind = src->kind;
+        c->dtype = src->dtype;
+        for (int i = 0; i < src->n_items; i++) {
+            kn_tensor *it;
+            kiln_status s = kn_tensor_clone(src->items[i], &it);
+            if (s == KILN_OK) s = kn_sequence_append(c, it);
+            if (s != KILN_OK) {
+                kn_tensor_free(c);
+                return s;
+            }
+        }
+        *out = c;
+        return KILN_OK;
+    }
+    KN_TRY(kn_tensor_new(src->dtype, src->rank, src->dims, out));
+    if (src->dtype == KILN_DTYPE_STRING) {
+        int64_t n = kn_tensor_count(src);
+        char **d = (*out)->data, **s = src->data;
+        for (int64_t i = 0; i < n; i++) {
+            d[i] = strdup(s[i] ? s[i] : "");
+            if (!d[i]) {
+                kn_tensor_free(*out);
+                *out = NULL;
+                return KN_OOM();
+            }
+        }
+    } else if (src->nbytes) {
+        memcpy((*out)->data, src->data, src->nbytes);
+    }
+    return KILN_OK;
+}
+
+void kn_tensor_free(kn_tensor *t) {
+    if (!t) return;
+    for (int i = 0; i < t->n_items; i++) kn_tensor_free(t->items[i]);
+    free(t->items);
+    if (t->owns_data && t->data) {
+        if (t->dtype == KILN_DTYPE_STRING && t->kind == KN_VALUE_TENSOR) {
+            int64_t n = kn_tensor_count(t);
+            char **s = t->data;
+            for (int64_t i = 0; i < n; i++) free(s[i]);
+        }
+        free(t->data);
+    }
+    free(t);
+}
+
+/* ---- half precision ---- */
+
+float kn_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t kn_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t absx = x & 0x7fffffff;
+    if (absx >= 0x7f800000u) /* inf or nan */
+        return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 | ((absx >> 13) & 0x3ff) : 0));
+    if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* overflow after rounding */
+    if (absx < 0x38800000u) {                                 /* subnormal or zero in half */
+        if (absx < 0x33000000u) return (uint16_t)sign;        /* rounds to zero */
+        uint32_t e = absx >> 23, m = (absx & 0x7fffff) | 0x800000;
+        uint32_t shift = 126 - e; /* value / 2^-24, the half subnormal step */
+        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ((absx - 0x38000000u) >> 13);
+    uint32_t rem = absx & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+    return (uint16_t)(sign | r);
+}
+
+float kn_bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t kn_f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffff) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
+    uint32_t lsb = (x >> 16) & 1;
+    x += 0x7fff + lsb;
+    return (uint16_t)(x >> 16);
+}
+
+/* ---- generic element access (slow path: shape arithmetic, constant folding, tests) ---- */
+
+double kn_tensor_get_f64(const kn_tensor *t, int64_t i) {
+    const void *p = t->data;
+    switch (t->dtype) {
+    case KILN_DTYPE_FLOAT: return ((const float *)p)[i];
+    case KILN_DTYPE_DOUBLE: return ((const double *)p)[i];
+    case KILN_DTYPE_FLOAT16: return kn_f16_to_f32(((const uint16_t *)p)[i]);
+    case KILN_DTYPE_BFLOAT16: return kn_bf16_to_f32(((const uint16_t *)p)[i]);
+    case KILN_DTYPE_INT8: return ((const int8_t *)p)[i];
+    case KILN_DTYPE_INT16: return ((const int16_t *)p)[i];
+    case KILN_DTYPE_INT32: return ((const int32_t *)p)[i];
+    case KILN_DTYPE_INT64: return (double)((const int64_t *)p)[i];
+    case KILN_DTYPE_UINT8: return ((const uint8_t *)p)[i];
+    case KILN_DTYPE_UINT16: return ((const uint16_t *)p)[i];
+    case KILN_DTYPE_UINT32: return ((const uint32_t *)p)[i];
+    case KILN_DTYPE_UINT64: return (double)((const uint64_t *)p)[i];
+    case KILN_DTYPE_BOOL: return ((const uint8_t *)p)[i] ? 1.0 : 0.0;
+    default: return NAN;
+    }
+}
+
+int64_t kn_tensor_get_i64(const kn_tensor *t, int64_t i) {
+    const void *p = t->data;
+    switch (t->dtype) {
+    case KILN_DTYPE_INT8: return ((const int8_t *)p)[i];
+    case KILN_DTYPE_INT16: return ((const int16_t *)p)[i];
+    case KILN_DTYPE_INT32: return ((const int32_t *)p)[i];
+    case KILN_DTYPE_INT64: return ((const int64_t *)p)[i];
+    case KILN_DTYPE_UINT8: return ((const uint8_t *)p)[i];
+    case KILN_DTYPE_UINT16: return ((const uint16_t *)p)[i];
+    case KILN_DTYPE_UINT32: return ((const uint32_t *)p)[i];
+    case KILN_DTYPE_UINT64: return (int64_t)((const uint64_t *)p)[i];
+    case KILN_DTYPE_BOOL: return ((const uint8_t *)p)[i] ? 1 : 0;
+    default: {
+        double v = kn_tensor_get_f64(t, i);
+        if (!(v == v)) return 0;
+        if (v >= 9.2e18) return INT64_MAX;
+        if (v <= -9.2e18) return INT64_MIN;
+        return (int64_t)v;
+    }
+    }
+}
+
+void kn_tensor_set_f64(kn_tensor *t, int64_t i, double v) {
+    void *p = t->data;
+    switch (t->dtype) {
+    case KILN_DTYPE_FLOAT: ((float *)p)[i] = (float)v; break;
+    case KILN_DTYPE_DOUBLE: ((double *)p)[i] = v; break;
+    case KILN_DTYPE_FLOAT16: ((uint16_t *)p)[i] = kn_f32_to_f16((float)v); break;
+    case KILN_DTYPE_BFLOAT16: ((uint16_t *)p)[i] = kn_f32_to_bf16((float)v); break;
+    case KILN_DTYPE_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    default: kn_tensor_set_i64(t, i, (int64_t)v); break;
+    }
+}
+
+void kn_tensor_set_i64(kn_tensor *t, int64_t i, int64_t v) {
+    void *p = t->data;
+    switch (t->dtype) {
+    case KILN_DTYPE_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
+    case KILN_DTYPE_INT16: ((int16_t *)p)[i] = (int16_t)v; break;
+    case KILN_DTYPE_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case KILN_DTYPE_INT64: ((int64_t *)p)[i] = v; break;
+    case KILN_DTYPE_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case KILN_DTYPE_UINT16: ((uint16_t *)p)[i] = (uint16_t)v; break;
+    case KILN_DTYPE_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+    case KILN_DTYPE_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
+    case KILN_DTYPE_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    default: kn_tensor_set_f64(t, i, (double)v); break;
+    }
+}

@@ -1,0 +1,77 @@
+/* Tensors: the runtime value type shared by the loader, the kernels and the API.
+ *
+ * A kiln_tensor is a dense host tensor (kind KN_VALUE_TENSOR), or, for the ONNX sequence and
+ * optional types, a container of tensors (KN_VALUE_SEQUENCE, KN_VALUE_OPTIONAL). */
+#ifndef KN_TENSOR_H
+#define KN_TENSOR_H
+
+#include "kiln.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum kn_value_kind {
+    KN_VALUE_TENSOR = 0,
+    KN_VALUE_SEQUENCE = 1,
+    KN_VALUE_OPTIONAL = 2, /* n_items is 0 (none) or 1 */
+} kn_value_kind;
+
+struct kiln_tensor {
+    kn_value_kind kind;
+    kiln_dtype dtype; /* element type; for a sequence/optional, that of its elements */
+    int rank;
+    int64_t dims[KILN_MAX_RANK];
+    void *data;     /* elements; for STRING an array of char* each malloc'ed and owned */
+    size_t nbytes;  /* bytes of `data` (for STRING: count * sizeof(char*)) */
+    bool owns_data; /* free `data` (and the strings) on destroy */
+    void *keepalive; /* optional owner to release with the tensor (e.g. a mapped file); unused yet */
+    /* containers */
+    struct kiln_tensor **items;
+    int n_items;
+};
+
+typedef struct kiln_tensor kn_tensor;
+
+int64_t kn_shape_count(const int64_t *dims, int rank); /* product; -1 on overflow or negative */
+int64_t kn_tensor_count(const kn_tensor *t);
+
+/* New owning tensor with zeroed memory; dims borrowed. Fails on negative dims, rank > max,
+ * or an overflowing size (message names the shape). */
+kiln_status kn_tensor_new(kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out);
+/* New tensor that borrows `data` (not freed). */
+kiln_status kn_tensor_new_view(kiln_dtype dtype, int rank, const int64_t *dims, void *data,
+                               size_t nbytes, kn_tensor **out);
+kiln_status kn_tensor_new_sequence(kiln_dtype elem_dtype, kn_tensor **out);
+kiln_status kn_tensor_new_optional(kiln_dtype elem_dtype, kn_tensor *item /* owned, may be NULL */,
+                                   kn_tensor **out);
+/* Appends (takes ownership of) item to a sequence. */
+kiln_status kn_sequence_append(kn_tensor *seq, kn_tensor *item);
+/* Deep copy (data copied, owning). */
+kiln_status kn_tensor_clone(const kn_tensor *src, kn_tensor **out);
+void kn_tensor_free(kn_tensor *t);
+
+/* "float[1,3,224,224]" into buf; returns buf. */
+const char *kn_tensor_describe(const kn_tensor *t, char *buf, size_t cap);
+/* "[1,3,224,224]" into buf; returns buf. */
+const char *kn_dims_str(const int64_t *dims, int rank, char *buf, size_t cap);
+
+/* Reads element i of a numeric tensor as double / int64 (any numeric or bool dtype). */
+double kn_tensor_get_f64(const kn_tensor *t, int64_t i);
+int64_t kn_tensor_get_i64(const kn_tensor *t, int64_t i);
+/* Writes element i of a numeric tensor from a double / int64 (converted to its dtype). */
+void kn_tensor_set_f64(kn_tensor *t, int64_t i, double v);
+void kn_tensor_set_i64(kn_tensor *t, int64_t i, int64_t v);
+
+/* Half-precision conversions (round to nearest even). */
+float kn_f16_to_f32(uint16_t h);
+uint16_t kn_f32_to_f16(float f);
+float kn_bf16_to_f32(uint16_t h);
+uint16_t kn_f32_to_bf16(float f);
+
+bool kn_dtype_is_float(kiln_dtype t); /* float, double, float16, bfloat16 (not float8) */
+bool kn_dtype_is_int(kiln_dtype t);   /* signed or unsigned integers of 8..64 bits */
+bool kn_dtype_is_signed_int(kiln_dtype t);
+bool kn_dtype_is_valid(int t);
+
+#endif

@@ -1,0 +1,27 @@
+/* ONNX model loading: the protobuf wire format read directly, with a bounds check on every
+ * length, index and offset. A malformed file is an error naming the byte offset and the field,
+ * never a crash or a read outside the buffer. */
+#ifndef KN_LOADER_H
+#define KN_LOADER_H
+
+#include "ir/graph.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Loads a model file. The file is memory-mapped; little-endian raw_data initializers point into
+ * the mapping instead of being copied (the model keeps the mapping until kn_model_free).
+ * External data is resolved relative to the model's folder; a location that escapes that folder
+ * (absolute, or with ".."), a missing file or one shorter than offset+length is an error. */
+kiln_status kn_onnx_load_file(const char *path, kn_model **out);
+/* Loads from memory; the bytes are copied where needed (data is borrowed for the call only).
+ * base_dir: folder for external data, or NULL (then external data is an error). */
+kiln_status kn_onnx_load_memory(const void *data, size_t size, const char *base_dir, kn_model **out);
+
+/* Parses a serialized TensorProto (or SequenceProto / OptionalProto, for test data) into a new
+ * owning tensor. The name field, if any, goes to *name_out (malloc'ed; may be NULL). */
+kiln_status kn_onnx_parse_value(const uint8_t *data, size_t size, kn_tensor **out, char **name_out);
+/* Reads a .pb file holding a TensorProto / SequenceProto / OptionalProto. */
+kiln_status kn_onnx_read_value_file(const char *path, kn_tensor **out, char **name_out);
+
+#endif

@@ -1,0 +1,19 @@
+/* The operator families: one schema table per file in src/ops/, one kernel table per file in
+ * src/backend/cpu/. A new family is added here once. */
+#ifndef KN_FAMILIES_H
+#define KN_FAMILIES_H
+
+#include "ops/op.h"
+
+#define KN_OP_FAMILIES                                                                             \
+    KN_FAMILY(elementwise) /* unary/binary math, comparison, logic, activations, Cast, Where */    \
+    KN_FAMILY(linalg)      /* MatMul, Gemm, Conv, ConvTranspose, pooling */                       \
+    KN_FAMILY(tensor)      /* shape and data movement: Reshape, Transpose, Gather, Slice, ... */  \
+    KN_FAMILY(nn)          /* reductions, Softmax, normalisations, RNN/LSTM/GRU, TopK, ArgMax */  \
+    KN_FAMILY(control)     /* If, Loop, Scan, sequences, optionals */
+
+#define KN_FAMILY(name) extern const kn_op_schema kn_ops_##name[];
+KN_OP_FAMILIES
+#undef KN_FAMILY
+
+#endif

@@ -1,0 +1,55 @@
+#include "kiln.h"
+#include "unit.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+
+static kn_unit_test *kn_tests, **kn_tail = &kn_tests;
+static int kn_failed_now, kn_skipped_now;
+
+void kn_unit_register(kn_unit_test *t) {
+    *kn_tail = t;
+    kn_tail = &t->next;
+}
+
+void kn_unit_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stdout, "    %s:%d: ", file, line);
+    vfprintf(stdout, fmt, ap);
+    fprintf(stdout, "\n");
+    va_end(ap);
+    kn_failed_now = 1;
+}
+
+void kn_unit_skip(const char *reason) {
+    fprintf(stdout, "    skipped: %s\n", reason);
+    kn_skipped_now = 1;
+}
+
+const char *kn_unit_root(void) {
+    const char *r = getenv("KILN_SOURCE_DIR");
+    return r && *r ? r : ".";
+}
+
+int main(int argc, char **argv) {
+    int passed = 0, failed = 0, skipped = 0;
+    for (kn_unit_test *t = kn_tests; t; t = t->next) {
+        if (argc > 1 && !strstr(t->name, argv[1])) continue;
+        kn_failed_now = kn_skipped_now = 0;
+        t->fn();
+        if (kn_failed_now) {
+            printf("FAIL %s\n", t->name);
+            failed++;
+        } else if (kn_skipped_now) {
+            printf("SKIP %s\n", t->name);
+            skipped++;
+        } else {
+            printf("ok   %s\n", t->name);
+            passed++;
+        }
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,31 @@
+/* Shared pieces of the kiln command's subcommands. */
+#ifndef KN_CLI_H
+#define KN_CLI_H
+
+#include "kiln.h"
+#include "ir/tensor.h"
+#include "util/status.h"
+
+#include <stdbool.h>
+
+typedef struct cli_common {
+    const char *providers; /* "cpu" or "cuda,cpu" */
+    int opt_level;
+    int threads;
+    int log_level;
+} cli_common;
+
+/* Builds session options from the common flags; prints the error and returns NULL on failure. */
+kiln_session_options *cli_make_options(const cli_common *c);
+/* Parses one of the common flags at argv[*i]; returns true when it was one (advancing *i). */
+bool cli_parse_common(cli_common *c, int argc, char **argv, int *i, int *error);
+void cli_common_defaults(cli_common *c);
+
+/* Reads an input from .npy or a TensorProto .pb file. */
+kiln_status cli_read_tensor(const char *path, kn_tensor **out);
+
+int cmd_run(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_test(int argc, char **argv);
+
+#endif

@@ -1,0 +1,222 @@
+/* kiln run: one model, given or random inputs, a summary of each output. */
+#include "cli.h"
+
+#include "util/npy.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define MAX_ITEMS 64
+
+typedef struct named {
+    char *name;
+    char *value;
+} named;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static double rng_uniform(void) { /* xorshift64*: reproducible random inputs */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
+/* A random input for a declared type: floats in [-1, 1), integers in [0, 10) (safe as indices
+ * and token ids for small vocabularies), bools random. */
+static kiln_status random_input(const kiln_value_info *info, const named *dims, int n_dims, kn_tensor **out) {
+    int64_t shape[KILN_MAX_RANK];
+    if (info->rank < 0)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "input '%s' has unknown rank: give it with --input", info->name);
+    for (int d = 0; d < info->rank; d++) {
+        shape[d] = info->dims[d];
+        if (shape[d] >= 0) continue;
+        const char *sym = info->dim_names[d];
+        for (int k = 0; sym && k < n_dims; k++)
+            if (!strcmp(dims[k].name, sym)) shape[d] = atoll(dims[k].value);
+        if (shape[d] < 0)
+            return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                            "input '%s' dimension %d is symbolic ('%s'): give its size with --dim %s=VALUE",
+                            info->name, d, sym ? sym : "?", sym ? sym : "NAME");
+    }
+    KN_TRY(kn_tensor_new(info->dtype, info->rank, shape, out));
+    int64_t n = kn_tensor_count(*out);
+    for (int64_t i = 0; i < n; i++) {
+        if (kn_dtype_is_float(info->dtype)) kn_tensor_set_f64(*out, i, rng_uniform() * 2 - 1);
+        else if (info->dtype == KILN_DTYPE_BOOL) kn_tensor_set_i64(*out, i, rng_uniform() < 0.5);
+        else if (info->dtype != KILN_DTYPE_STRING) kn_tensor_set_i64(*out, i, (int64_t)(rng_uniform() * 10));
+    }
+    return KILN_OK;
+}
+
+static void summarise(const char *name, const kn_tensor *t) {
+    char desc[256];
+    printf("%s: %s", name, kn_tensor_describe(t, desc, sizeof desc));
+    if (t->kind != KN_VALUE_TENSOR || t->dtype == KILN_DTYPE_STRING) {
+        printf("\n");
+        return;
+    }
+    int64_t n = kn_tensor_count(t);
+    double lo = INFINITY, hi = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = kn_tensor_get_f64(t, i);
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+        sum += v;
+    }
+    if (n) printf("  min %.6g  max %.6g  mean %.6g", lo, hi, sum / (double)n);
+    printf("  first [");
+    for (int64_t i = 0; i < n && i < 5; i++) printf("%s%.6g", i ? ", " : "", kn_tensor_get_f64(t, i));
+    printf("%s]\n", n > 5 ? ", ..." : "");
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int cmd_run(int argc, char **argv) {
+    cli_common common;
+    cli_common_defaults(&common);
+    const char *model = NULL, *out_dir = NULL;
+    named inputs[MAX_ITEMS], dims[MAX_ITEMS];
+    int n_inputs = 0, n_dims = 0, repeat = 1, err = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (cli_parse_common(&common, argc, argv, &i, &err)) {
+            if (err) return 2;
+            continue;
+        }
+        if ((!strcmp(a, "--input") || !strcmp(a, "--dim")) && i + 1 < argc) {
+            char *kv = argv[++i], *eq = strchr(kv, '=');
+            named *list = a[2] == 'i' ? inputs : dims;
+            int *count = a[2] == 'i' ? &n_inputs : &n_dims;
+            if (!eq || *count >= MAX_ITEMS) {
+                fprintf(stderr, "kiln run: %s takes NAME=VALUE\n", a);
+                return 2;
+            }
+            *eq = 0;
+            list[*count].name = kv;
+            list[*count].value = eq + 1;
+            (*count)++;
+        } else if (!strcmp(a, "--output-dir") && i + 1 < argc) {
+            out_dir = argv[++i];
+        } else if (!strcmp(a, "--repeat") && i + 1 < argc) {
+            repeat = atoi(argv[++i]);
+            if (repeat < 1) repeat = 1;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "kiln run: unknown option '%s'\n", a);
+            return 2;
+        } else if (!model) {
+            model = a;
+        } else {
+            fprintf(stderr, "kiln run: one model at a time ('%s' and '%s')\n", model, a);
+            return 2;
+        }
+    }
+    if (!model) {
+        fprintf(stderr, "usage: kiln run MODEL [--input NAME=FILE ...] [--dim NAME=VALUE ...] [--output-dir DIR]\n");
+        return 2;
+    }
+    kiln_session_options *opts = cli_make_options(&common);
+    if (!opts) return 1;
+    for (int k = 0; k < n_dims; k++) kiln_session_options_set_dim(opts, dims[k].name, atoll(dims[k].value));
+    kiln_session *s = NULL;
+    double t0 = now_ms();
+    kiln_status st = kiln_session_create(model, opts, &s);
+    double t_create = now_ms() - t0;
+    kiln_session_options_destroy(opts);
+    if (st != KILN_OK) {
+        fprintf(stderr, "kiln run: %s\n", kiln_last_error());
+        return 1;
+    }
+    size_t ni = kiln_session_input_count(s), no = kiln_session_output_count(s);
+    const char **in_names = calloc(ni + 1, sizeof *in_names);
+    kn_tensor **in_tensors = calloc(ni + 1, sizeof *in_tensors);
+    kn_tensor **outs = calloc(no + 1, sizeof *outs);
+    int rc = 1;
+    size_t bound = 0;
+    for (int k = 0; k < n_inputs; k++) {
+        size_t j = 0;
+        kiln_value_info info;
+        for (; j < ni; j++) {
+            kiln_session_input_info(s, j, &info);
+            if (!strcmp(info.name, inputs[k].name)) break;
+        }
+        if (j == ni) {
+            fprintf(stderr, "kiln run: the model has no input '%s'\n", inputs[k].name);
+            goto done;
+        }
+    }
+    for (size_t j = 0; j < ni; j++) {
+        kiln_value_info info;
+        kiln_session_input_info(s, j, &info);
+        kn_tensor *t = NULL;
+        const char *file = NULL;
+        for (int k = 0; k < n_inputs; k++)
+            if (!strcmp(inputs[k].name, info.name)) file = inputs[k].value;
+        st = file ? cli_read_tensor(file, &t) : random_input(&info, dims, n_dims, &t);
+        if (st != KILN_OK) {
+            fprintf(stderr, "kiln run: input '%s': %s\n", info.name, kiln_last_error());
+            goto done;
+        }
+        in_names[bound] = info.name;
+        in_tensors[bound++] = t;
+    }
+    double *times = calloc((size_t)repeat, sizeof *times);
+    for (int r = 0; r < repeat; r++) {
+        for (size_t j = 0; j < no; j++) {
+            kn_tensor_free(outs[j]);
+            outs[j] = NULL;
+        }
+        double t1 = now_ms();
+        st = kiln_session_run(s, in_names, in_tensors, bound, NULL, no, outs);
+        times[r] = now_ms() - t1;
+        if (st != KILN_OK) {
+            fprintf(stderr, "kiln run: %s\n", kiln_last_error());
+            free(times);
+            goto done;
+        }
+    }
+    for (size_t j = 0; j < no; j++) {
+        kiln_value_info info;
+        kiln_session_output_info(s, j, &info);
+        summarise(info.name, outs[j]);
+        if (out_dir) {
+            char path[4096];
+            mkdir(out_dir, 0777);
+            snprintf(path, sizeof path, "%s/%s.npy", out_dir, info.name);
+            for (char *c = path + strlen(out_dir) + 1; *c; c++)
+                if (*c == '/' || *c == ':') *c = '_';
+            if (kn_npy_write(path, outs[j]) != KILN_OK) {
+                fprintf(stderr, "kiln run: %s\n", kiln_last_error());
+                free(times);
+                goto done;
+            }
+        }
+    }
+    qsort(times, (size_t)repeat, sizeof *times, cmp_double);
+    printf("session created in %.1f ms; run %.3f ms", t_create, times[repeat / 2]);
+    if (repeat > 1) printf(" (median of %d, min %.3f ms)", repeat, times[0]);
+    printf("\n");
+    free(times);
+    rc = 0;
+done:
+    for (size_t j = 0; j < bound; j++) kn_tensor_free(in_tensors[j]);
+    for (size_t j = 0; j < no; j++) kn_tensor_free(outs[j]);
+    free(in_names);
+    free(in_tensors);
+    free(outs);
+    kiln_session_destroy(s);
+    return rc;
+}
