@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Builds kiln and runs every test: unit tests, the ONNX node tests against the expected-failures
+# list, the model zoo, a sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer) and the
+# loader fuzzer. Ends with one line: N passed, N failed, N skipped (the sum over all parts).
+#
+#   bash scripts/test.sh            everything (what CI runs)
+#   KILN_TEST_QUICK=1 bash ...      skip the sanitizer build and the fuzzer
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+jobs=$(nproc 2>/dev/null || echo 2)
+zoo="${KILN_ZOO:-$root/../shared/models}"
+fuzz_seconds="${KILN_FUZZ_SECONDS:-60}"
+
+total_pass=0 total_fail=0 total_skip=0
+failed_parts=()
+
+# Runs a command, echoes its output, and adds its closing "N passed, N failed, N skipped".
+part() {
+  local name="$1"; shift
+  echo "=== $name: $*"
+  local log; log=$(mktemp)
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$log" | tail -1)
+  rm -f "$log"
+  if [ -z "$line" ]; then
+    echo "=== $name: no result line (exit status $rc): counted as 1 failure"
+    total_fail=$((total_fail + 1)); failed_parts+=("$name"); return
+  fi
+  local p f s
+  read -r p _ f _ s _ <<<"$(echo "$line" | tr ',' ' ')"
+  total_pass=$((total_pass + p)); total_fail=$((total_fail + f)); total_skip=$((total_skip + s))
+  if [ "$f" -gt 0 ] || [ "$rc" -ne 0 ]; then
+    failed_parts+=("$name")
+    [ "$f" -gt 0 ] || total_fail=$((total_fail + 1))
+  fi
+}
+
+build() { # build DIR [cmake args]
+  local dir="$1"; shift
+  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null &&
+    cmake --build "$dir" -j"$jobs" 2>&1 | grep -E "warning|error" ; test "${PIPESTATUS[0]}" -eq 0
+}
+
+echo "=== build"
+if ! build build; then echo "build failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; fi
+
+part "unit tests" env KILN_SOURCE_DIR="$root" build/kiln_unit_tests
+
+node_dir=build/nodetests
+if [ ! -f "$node_dir/.complete" ]; then
+  rm -rf "$node_dir"
+  python3 tests/conformance/write_node_tests.py "$node_dir" 2>/dev/null && touch "$node_dir/.complete"
+fi
+part "ONNX node tests (cpu)" build/kiln test --expected-failures tests/conformance/expected_failures.txt "$node_dir"
+
+if [ -d "$zoo" ]; then
+  part "model zoo (cpu)" build/kiln test --threads 0 "$zoo"
+else
+  echo "=== model zoo: $zoo not found; using the project's own models"
+fi
+if [ ! -f build/models/.complete ]; then
+  python3 tests/models/make_models.py build/models && touch build/models/.complete
+fi
+part "project models (cpu)" build/kiln test --threads 0 build/models
+
+if [ -z "${KILN_TEST_QUICK:-}" ]; then
+  echo "=== sanitizer build"
+  if build build-asan -DKILN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    part "unit tests (asan+ubsan)" env KILN_SOURCE_DIR="$root" build-asan/kiln_unit_tests
+    part "ONNX node tests (asan+ubsan)" build-asan/kiln test --expected-failures tests/conformance/expected_failures.txt "$node_dir"
+    part "project models (asan+ubsan)" build-asan/kiln test build/models
+    if [ -d "$zoo" ]; then
+      part "model zoo (asan+ubsan)" build-asan/kiln test --threads 0 "$zoo/field_conv1d_gemm" "$zoo/lstm_gru" "$zoo/bert_mini"
+    fi
+  else
+    echo "sanitizer build failed"; total_fail=$((total_fail + 1)); failed_parts+=("sanitizer build")
+  fi
+  if command -v clang >/dev/null; then
+    echo "=== fuzz build"
+    if CC=clang build build-fuzz -DKILN_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
+      part "fuzz loader (${fuzz_seconds}s)" bash scripts/fuzz.sh build-fuzz "$fuzz_seconds"
+    else
+      echo "fuzz build failed"; total_fail=$((total_fail + 1)); failed_parts+=("fuzz build")
+    fi
+  else
+    echo "=== fuzz: clang not installed"; total_skip=$((total_skip + 1))
+  fi
+fi
+
+if [ ${#failed_parts[@]} -gt 0 ]; then echo "failed parts: ${failed_parts[*]}"; fi
+echo "$total_pass passed, $total_fail failed, $total_skip skipped"
+[ "$total_fail" -eq 0 ]

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Builds kiln's own small test networks in the ONNX backend-test layout, with reference outputs
+from ONNX Runtime (CPU, fp32), for machines that lack the shared model zoo.
+
+    make_models.py OUT_DIR
+
+Each network follows the graph patterns real exporters emit (Conv stacks with depthwise and 1x1
+convolutions and a Gemm head; attention with shape arithmetic Shape/Gather/Concat -> Reshape,
+LayerNormalization and Erf GELU; LSTM/GRU). Weights are seeded random values. OUT_DIR/zoo.json
+gives each model's tolerance, as in the shared zoo.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+RNG = np.random.default_rng(20261130)
+
+
+def w(name, *shape, scale=None):
+    fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+    scale = scale if scale is not None else 1.0 / np.sqrt(max(fan_in, 1))
+    return numpy_helper.from_array((RNG.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def const_i64(name, values):
+    return numpy_helper.from_array(np.array(values, dtype=np.int64), name)
+
+
+def tiny_cnn():
+    inits = [w("c1_w", 16, 3, 3, 3), w("c1_b", 16, scale=0.1), w("dw_w", 16, 1, 3, 3), w("dw_b", 16, scale=0.1),
+             w("pw_w", 16, 16, 1, 1), w("pw_b", 16, scale=0.1), w("fc_w", 10, 16), w("fc_b", 10, scale=0.1)]
+    nodes = [
+        helper.make_node("Conv", ["x", "c1_w", "c1_b"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "dw_w", "dw_b"], ["dw"], pads=[1, 1, 1, 1], group=16),
+        helper.make_node("HardSwish", ["dw"], ["hs"]),
+        helper.make_node("Conv", ["hs", "pw_w", "pw_b"], ["pw"]),
+        helper.make_node("Add", ["pw", "r1"], ["res"]),
+        helper.make_node("MaxPool", ["res"], ["mp"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["mp"], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["flat"], axis=1),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1),
+    ]
+    g = helper.make_graph(nodes, "tiny_cnn",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 32, 32])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
+    data = [[RNG.standard_normal((n, 3, 32, 32)).astype(np.float32)] for n in (1, 3)]
+    return m, data
+
+
+def tiny_transformer():
+    d, heads = 64, 4
+    hd = d // heads
+    inits = [w("ln_s", d, scale=0.1), w("ln_b", d, scale=0.1), w("qkv_w", d, 3 * d), w("qkv_b", 3 * d, scale=0.1),
+             w("o_w", d, d), w("fc1_w", d, 4 * d), w("fc1_b", 4 * d, scale=0.1), w("fc2_w", 4 * d, d),
+             const_i64("idx0", 0), const_i64("idx1", 1), const_i64("heads", [heads]), const_i64("hd", [hd]),
+             const_i64("d", [d]), const_i64("ax0", [0]),
+             numpy_helper.from_array(np.array(np.sqrt(hd), dtype=np.float32), "scale"),
+             numpy_helper.from_array(np.array(np.sqrt(0.5), dtype=np.float32), "inv_sqrt2"),
+             numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, dtype=np.float32), "half")]
+    nodes = [
+        # batch and sequence length from the input, as exporters do
+        helper.make_node("Shape", ["x"], ["xs"]),
+        helper.make_node("Gather", ["xs", "idx0"], ["n"], axis=0),
+        helper.make_node("Gather", ["xs", "idx1"], ["s"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+        helper.make_node("Unsqueeze", ["s", "ax0"], ["s1"]),
+        helper.make_node("Concat", ["n1", "s1", "heads", "hd"], ["split_shape"], axis=0),
+        helper.make_node("Concat", ["n1", "s1", "d"], ["merge_shape"], axis=0),
+        helper.make_node("LayerNormalization", ["x", "ln_s", "ln_b"], ["ln"], axis=-1, epsilon=1e-5),
+        helper.make_node("MatMul", ["ln", "qkv_w"], ["qkv0"]),
+        helper.make_node("Add", ["qkv0", "qkv_b"], ["qkv"]),
+        helper.make_node("Split", ["qkv"], ["q0", "k0", "v0"], axis=-1, num_outputs=3),
+        helper.make_node("Reshape", ["q0", "split_shape"], ["q1"]),
+        helper.make_node("Reshape", ["k0", "split_shape"], ["k1"]),
+        helper.make_node("Reshape", ["v0", "split_shape"], ["v1"]),
+        helper.make_node("Transpose", ["q1"], ["q"], perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["k1"], ["kt"], perm=[0, 2, 3, 1]),
+        helper.make_node("Transpose", ["v1"], ["v"], perm=[0, 2, 1, 3]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores0"]),
+        helper.make_node("Div", ["scores0", "scale"], ["scores"]),
+        helper.make_node("Softmax", ["scores"], ["probs"], axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], ["ctx0"]),
+        helper.make_node("Transpose", ["ctx0"], ["ctx1"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["ctx1", "merge_shape"], ["ctx"]),
+        helper.make_node("MatMul", ["ctx", "o_w"], ["attn"]),
+        helper.make_node("Add", ["x", "attn"], ["h1"]),
+        # MLP with the Erf form of GELU
+        helper.make_node("MatMul", ["h1", "fc1_w"], ["f0"]),
+        helper.make_node("Add", ["f0", "fc1_b"], ["f1"]),
+        helper.make_node("Mul", ["f1", "inv_sqrt2"], ["g0"]),
+        helper.make_node("Erf", ["g0"], ["g1"]),
+        helper.make_node("Add", ["g1", "one"], ["g2"]),
+        helper.make_node("Mul", ["f1", "g2"], ["g3"]),
+        helper.make_node("Mul", ["g3", "half"], ["gelu"]),
+        helper.make_node("MatMul", ["gelu", "fc2_w"], ["f2"]),
+        helper.make_node("Add", ["h1", "f2"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "tiny_transformer",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", d])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], producer_name="kiln-tests")
+    data = [[RNG.standard_normal((n, s, d)).astype(np.float32)] for n, s in ((1, 7), (2, 16))]
+    return m, data
+
+
+def tiny_rnn():
+    hid, inp = 24, 12
+    inits = [w("lw", 1, 4 * hid, inp), w("lr", 1, 4 * hid, hid), w("lb", 1, 8 * hid, scale=0.1),
+             w("gw", 2, 3 * hid, hid), w("gr", 2, 3 * hid, hid), w("gb", 2, 6 * hid, scale=0.1)]
+    nodes = [
+        helper.make_node("LSTM", ["x", "lw", "lr", "lb"], ["ly", "lh", "lc"], hidden_size=hid),
+        helper.make_node("Squeeze", ["ly", "one_ax"], ["ly2"]),
+        helper.make_node("GRU", ["ly2", "gw", "gr", "gb"], ["gy", "gh"], hidden_size=hid,
+                         direction="bidirectional", linear_before_reset=1),
+    ]
+    inits.append(const_i64("one_ax", [1]))
+    g = helper.make_graph(nodes, "tiny_rnn",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["time", "batch", inp])],
+                          [helper.make_tensor_value_info("gy", TensorProto.FLOAT, ["time", 2, "batch", hid]),
+                           helper.make_tensor_value_info("gh", TensorProto.FLOAT, [2, "batch", hid])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
+    data = [[RNG.standard_normal((t, b, inp)).astype(np.float32)] for t, b in ((5, 1), (9, 3))]
+    return m, data
+
+
+def write(out, name, model, data):
+    import onnxruntime as ort
+    onnx.checker.check_model(model)
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    onnx.save(model, os.path.join(d, "model.onnx"))
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    in_names = [i.name for i in sess.get_inputs()]
+    out_names = [o.name for o in sess.get_outputs()]
+    for k, inputs in enumerate(data):
+        ds = os.path.join(d, f"test_data_set_{k}")
+        os.makedirs(ds, exist_ok=True)
+        outs = sess.run(None, dict(zip(in_names, inputs)))
+        for i, (n, v) in enumerate(zip(in_names, inputs)):
+            with open(os.path.join(ds, f"input_{i}.pb"), "wb") as f:
+                f.write(numpy_helper.from_array(v, n).SerializeToString())
+        for i, (n, v) in enumerate(zip(out_names, outs)):
+            with open(os.path.join(ds, f"output_{i}.pb"), "wb") as f:
+                f.write(numpy_helper.from_array(v, n).SerializeToString())
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.stderr.write(__doc__)
+        return 2
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    zoo = {}
+    for name, build in (("tiny_cnn", tiny_cnn), ("tiny_transformer", tiny_transformer), ("tiny_rnn", tiny_rnn)):
+        model, data = build()
+        write(out, name, model, data)
+        zoo[name] = {"rtol": 1e-3, "atol": 1e-4, "data_sets": len(data),
+                     "ops": sorted({n.op_type for n in model.graph.node})}
+    with open(os.path.join(out, "zoo.json"), "w") as f:
+        json.dump(zoo, f, indent=1, sort_keys=True)
+    print(f"wrote {len(zoo)} models to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
