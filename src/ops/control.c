@@ -1,0 +1,215 @@
+/* Control flow (If, Loop, Scan), sequences and optionals: schemas and shape inference. */
+#include "ops/op.h"
+
+#include <string.h>
+
+static const kn_graph *graph_attr(const kn_node *n, const char *name) {
+    const kn_attr *a = kn_node_attr(n, name);
+    return a && a->type == KN_ATTR_GRAPH ? a->g : NULL;
+}
+
+/* Joins two types: what both agree on stays known. */
+static kn_type join_types(const kn_type *a, const kn_type *b) {
+    kn_type r = *a;
+    r.n_shape_value = -1;
+    if (a->kind != b->kind || a->dtype != b->dtype) {
+        if (a->dtype != b->dtype) r.dtype = KILN_DTYPE_UNDEFINED;
+    }
+    if (a->rank != b->rank) {
+        r.rank = -1;
+        return r;
+    }
+    for (int i = 0; i < r.rank; i++)
+        if (a->dims[i].value != b->dims[i].value ||
+            (a->dims[i].value < 0 && (!a->dims[i].symbol || !b->dims[i].symbol ||
+                                      strcmp(a->dims[i].symbol, b->dims[i].symbol))))
+            r.dims[i] = (kn_dim){-1, NULL};
+    return r;
+}
+
+static kiln_status infer_if(kn_infer_ctx *c) {
+    const kn_graph *t = graph_attr(c->node, "then_branch"), *e = graph_attr(c->node, "else_branch");
+    if (!t || !e) return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "then_branch and else_branch graphs are required");
+    if (t->n_outputs != c->n_outputs || e->n_outputs != c->n_outputs)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "the branches give %d and %d outputs; the node has %d",
+                              t->n_outputs, e->n_outputs, c->n_outputs);
+    for (int o = 0; o < c->n_outputs; o++) {
+        const kn_type *tt = &t->values[t->outputs[o]].type, *et = &e->values[e->outputs[o]].type;
+        /* at run time only the taken branch matters: the kernel allocates its outputs */
+        c->out[o] = join_types(tt, et);
+        if (c->in_value[0]) c->out[o].kind = KN_TYPE_UNKNOWN; /* kernel allocates */
+    }
+    return KILN_OK;
+}
+
+static kiln_status infer_loop(kn_infer_ctx *c) {
+    const kn_graph *body = graph_attr(c->node, "body");
+    if (!body) return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "the body graph is required");
+    int n_carried = c->n_inputs - 2;
+    if (n_carried < 0 || body->n_inputs != n_carried + 2 || body->n_outputs < n_carried + 1)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL,
+                              "the body takes %d inputs and gives %d outputs; with %d loop-carried values it must take %d and give at least %d",
+                              body->n_inputs, body->n_outputs, n_carried, n_carried + 2, n_carried + 1);
+    if (c->n_outputs > body->n_outputs - 1)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "the node has %d outputs; the body gives only %d values",
+                              c->n_outputs, body->n_outputs - 1);
+    /* static types only; at run time the kernel allocates every output (shapes may change per iteration) */
+    int runtime = 1;
+    for (int i = 0; i < c->n_inputs; i++) runtime &= !c->in[i] || c->in_value[i] != NULL;
+    if (runtime) return KILN_OK;
+    for (int o = 0; o < c->n_outputs; o++) {
+        const kn_type *bt = &body->values[body->outputs[o + 1]].type;
+        if (o < n_carried) {
+            c->out[o] = c->in[o + 2] ? join_types(c->in[o + 2], bt) : *bt;
+        } else {
+            kn_type t = *bt;
+            t.n_shape_value = -1;
+            if (t.rank >= 0 && t.rank < KILN_MAX_RANK) {
+                memmove(&t.dims[1], &t.dims[0], sizeof(kn_dim) * (size_t)t.rank);
+                t.dims[0] = (kn_dim){-1, NULL};
+                t.rank++;
+            } else {
+                t.rank = -1;
+            }
+            c->out[o] = t;
+        }
+    }
+    return KILN_OK;
+}
+
+static kiln_status infer_scan(kn_infer_ctx *c) {
+    const kn_graph *body = graph_attr(c->node, "body");
+    if (!body) return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "the body graph is required");
+    int64_t m = kn_attr_int(c->node, "num_scan_inputs", -1);
+    int n_state = c->n_inputs - (int)m;
+    if (m < 1 || n_state < 0 || body->n_inputs != c->n_inputs || body->n_outputs != c->n_outputs)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL,
+                              "num_scan_inputs=%lld with %d inputs; the body takes %d inputs and gives %d outputs, the node %d",
+                              (long long)m, c->n_inputs, body->n_inputs, body->n_outputs, c->n_outputs);
+    int runtime = 1;
+    for (int i = 0; i < c->n_inputs; i++) runtime &= !c->in[i] || c->in_value[i] != NULL;
+    if (runtime) return KILN_OK;
+    for (int o = 0; o < c->n_outputs; o++) {
+        const kn_type *bt = &body->values[body->outputs[o]].type;
+        kn_type t = *bt;
+        t.n_shape_value = -1;
+        if (o >= n_state) { /* scan outputs gain the iteration axis */
+            if (t.rank >= 0 && t.rank < KILN_MAX_RANK) {
+                memmove(&t.dims[1], &t.dims[0], sizeof(kn_dim) * (size_t)t.rank);
+                t.dims[0] = (kn_dim){-1, NULL};
+                t.rank++;
+            } else {
+                t.rank = -1;
+            }
+        }
+        c->out[o] = t;
+    }
+    return KILN_OK;
+}
+
+static void set_sequence(kn_infer_ctx *c, int o, kiln_dtype dtype) {
+    kn_type_init(&c->out[o]);
+    c->out[o].kind = KN_TYPE_SEQUENCE;
+    c->out[o].dtype = dtype;
+}
+
+static kiln_status infer_sequence_empty(kn_infer_ctx *c) {
+    set_sequence(c, 0, (kiln_dtype)kn_attr_int(c->node, "dtype", KILN_DTYPE_FLOAT));
+    return KILN_OK;
+}
+
+static kiln_status infer_sequence_construct(kn_infer_ctx *c) {
+    set_sequence(c, 0, c->in[0] ? c->in[0]->dtype : KILN_DTYPE_UNDEFINED);
+    return KILN_OK;
+}
+
+static kiln_status infer_same_sequence(kn_infer_ctx *c) {
+    set_sequence(c, 0, c->in[0] ? c->in[0]->dtype : KILN_DTYPE_UNDEFINED);
+    return KILN_OK;
+}
+
+static kiln_status infer_sequence_at(kn_infer_ctx *c) {
+    /* element shapes vary: the kernel allocates the output */
+    kn_type_init(&c->out[0]);
+    c->out[0].kind = KN_TYPE_TENSOR;
+    c->out[0].dtype = c->in[0] ? c->in[0]->dtype : KILN_DTYPE_UNDEFINED;
+    return KILN_OK;
+}
+
+static kiln_status infer_sequence_length(kn_infer_ctx *c) {
+    kn_infer_set(c, 0, KILN_DTYPE_INT64, 0, NULL);
+    return KILN_OK;
+}
+
+static kiln_status infer_concat_from_sequence(kn_infer_ctx *c) {
+    kn_type_init(&c->out[0]);
+    c->out[0].kind = KN_TYPE_TENSOR;
+    c->out[0].dtype = c->in[0] ? c->in[0]->dtype : KILN_DTYPE_UNDEFINED;
+    return KILN_OK;
+}
+
+static kiln_status infer_optional(kn_infer_ctx *c) {
+    kn_type_init(&c->out[0]);
+    c->out[0].kind = KN_TYPE_OPTIONAL;
+    if (c->n_inputs > 0 && c->in[0]) {
+        c->out[0].elem_kind = c->in[0]->kind == KN_TYPE_SEQUENCE ? KN_TYPE_SEQUENCE : KN_TYPE_TENSOR;
+        c->out[0].dtype = c->in[0]->dtype;
+    } else {
+        const kn_attr *a = kn_node_attr(c->node, "type");
+        if (a && a->type == KN_ATTR_TYPE_PROTO && a->type_protos) {
+            c->out[0].elem_kind = a->type_protos[0].kind;
+            c->out[0].dtype = a->type_protos[0].dtype;
+        }
+    }
+    return KILN_OK;
+}
+
+static kiln_status infer_optional_has_element(kn_infer_ctx *c) {
+    kn_infer_set(c, 0, KILN_DTYPE_BOOL, 0, NULL);
+    return KILN_OK;
+}
+
+static kiln_status infer_optional_get_element(kn_infer_ctx *c) {
+    kn_type_init(&c->out[0]);
+    if (!c->in[0]) return KILN_OK;
+    const kn_type *t = c->in[0];
+    if (t->kind == KN_TYPE_OPTIONAL) {
+        c->out[0].kind = t->elem_kind == KN_TYPE_SEQUENCE ? KN_TYPE_SEQUENCE : KN_TYPE_TENSOR;
+        c->out[0].dtype = t->dtype;
+        if (c->out[0].kind == KN_TYPE_TENSOR) c->out[0].rank = -1;
+    } else {
+        c->out[0] = *t;
+        c->out[0].n_shape_value = -1;
+        if (t->kind == KN_TYPE_TENSOR) c->out[0].kind = KN_TYPE_UNKNOWN; /* kernel copies */
+    }
+    return KILN_OK;
+}
+
+static kiln_status infer_sequence_map(kn_infer_ctx *c) {
+    const kn_graph *body = graph_attr(c->node, "body");
+    if (!body) return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "the body graph is required");
+    for (int o = 0; o < c->n_outputs; o++) {
+        kiln_dtype dt = o < body->n_outputs ? body->values[body->outputs[o]].type.dtype : KILN_DTYPE_UNDEFINED;
+        set_sequence(c, o, dt);
+    }
+    return KILN_OK;
+}
+
+const kn_op_schema kn_ops_control[] = {
+    {"", "If", 1, 0, 1, 1, 1, -1, infer_if, KN_OP_HAS_SUBGRAPH},
+    {"", "Loop", 1, 0, 2, -1, 1, -1, infer_loop, KN_OP_HAS_SUBGRAPH},
+    {"", "Scan", 9, 0, 1, -1, 1, -1, infer_scan, KN_OP_HAS_SUBGRAPH},
+    {"", "SequenceEmpty", 11, 0, 0, 0, 1, 1, infer_sequence_empty, 0},
+    {"", "SequenceConstruct", 11, 0, 1, -1, 1, 1, infer_sequence_construct, 0},
+    {"", "SequenceInsert", 11, 0, 2, 3, 1, 1, infer_same_sequence, 0},
+    {"", "SequenceErase", 11, 0, 1, 2, 1, 1, infer_same_sequence, 0},
+    {"", "SequenceAt", 11, 0, 2, 2, 1, 1, infer_sequence_at, 0},
+    {"", "SequenceLength", 11, 0, 1, 1, 1, 1, infer_sequence_length, 0},
+    {"", "SplitToSequence", 11, 0, 1, 2, 1, 1, infer_same_sequence, 0},
+    {"", "ConcatFromSequence", 11, 0, 1, 1, 1, 1, infer_concat_from_sequence, 0},
+    {"", "SequenceMap", 17, 0, 1, -1, 1, -1, infer_sequence_map, KN_OP_HAS_SUBGRAPH},
+    {"", "Optional", 15, 0, 0, 1, 1, 1, infer_optional, 0},
+    {"", "OptionalHasElement", 15, 0, 0, 1, 1, 1, infer_optional_has_element, 0},
+    {"", "OptionalGetElement", 15, 0, 1, 1, 1, 1, infer_optional_get_element, 0},
+    {0},
+};
