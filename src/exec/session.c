@@ -2,6 +2,7 @@
 
 #include "exec/exec.h"
 #include "onnx/loader.h"
+#include "opt/opt.h"
 #include "util/log.h"
 
 #include <stdio.h>
@@ -155,6 +156,10 @@ kiln_status kn_session_from_model(kn_model *model, const kiln_session_options *o
         st = kn_graph_resolve(model->graph);
     }
     if (st == KILN_OK) st = kn_graph_infer(model->graph);
+    if (st == KILN_OK && s->opts.opt_level > 0) {
+        st = kn_optimize(model, &s->opts, NULL, NULL);
+        if (st == KILN_OK) st = kn_graph_infer(model->graph);
+    }
     if (st == KILN_OK) st = kn_graph_assign_cpu(model->graph);
     if (st == KILN_OK) st = kn_threadpool_create(s->opts.intra_op_threads, &s->pool);
     if (st == KILN_OK) st = fill_io(s);

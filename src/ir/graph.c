@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 kiln_status kn_model_new(kn_model **out) {
     kn_model *m = calloc(1, sizeof *m);
@@ -34,6 +35,8 @@ void kn_model_free(kn_model *m) {
     for (int i = 0; i < m->n_owned_graphs; i++) graph_free(m->owned_graphs[i]);
     free(m->owned_graphs);
     kn_arena_free(&m->arena);
+    /* the loader's mapping of the model file, which view initializers point into */
+    if (m->mapping) munmap(m->mapping, m->mapping_size);
     free(m);
 }
 

@@ -24,4 +24,13 @@ kiln_status kn_onnx_parse_value(const uint8_t *data, size_t size, kn_tensor **ou
 /* Reads a .pb file holding a TensorProto / SequenceProto / OptionalProto. */
 kiln_status kn_onnx_read_value_file(const char *path, kn_tensor **out, char **name_out);
 
+/* As above, for a caller that knows which message the bytes hold (the ONNX test runner takes it
+ * from the model's input/output type): kind is KN_VALUE_TENSOR (TensorProto), KN_VALUE_SEQUENCE
+ * (SequenceProto) or KN_VALUE_OPTIONAL (OptionalProto), or -1 to guess as the functions above do:
+ * a TensorProto when the bytes parse as one; otherwise an OptionalProto when elem_type is
+ * UNDEFINED (an empty optional) or it holds exactly one sequence_value; otherwise a
+ * SequenceProto. The guess cannot tell an optional tensor from a one-element sequence. */
+kiln_status kn_onnx_parse_value_as(const uint8_t *data, size_t size, int kind, kn_tensor **out, char **name_out);
+kiln_status kn_onnx_read_value_file_as(const char *path, int kind, kn_tensor **out, char **name_out);
+
 #endif

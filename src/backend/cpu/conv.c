@@ -1,0 +1,684 @@
+/* Convolutions on the CPU: Conv, ConvTranspose, ConvInteger, QLinearConv and Col2Im.
+ *
+ * float Conv takes one of three paths:
+ *  - depthwise (one input channel per group): direct loops, vectorised along the output row;
+ *  - pointwise (1x1 kernel, stride 1, no pads): the input planes are already the GEMM's B;
+ *  - everything else: implicit GEMM. W_g [M/g, C/g*k] times the im2col matrix of the input,
+ *    whose panels the GEMM asks for through a pack callback that gathers them straight from the
+ *    input (contiguous masked loads where the window row is contiguous, gathers otherwise), so no
+ *    im2col buffer is ever built.
+ * ConvTranspose is a GEMM (W_g^T x_g) into a column buffer followed by col2im.
+ * float16/bfloat16 are converted to float around the float path; double and the integer convs
+ * run direct loops. */
+#include "backend/cpu/linalg_impl.h"
+#include "backend/cpu/sgemm.h"
+#include "ops/linalg_util.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* ------------------------------------------------------------------ geometry */
+
+typedef struct conv_shape {
+    int64_t N, C, M, G, Cg, Mg;
+    int nsp;
+    kn_window w;
+    int64_t in_plane, out_plane, kk;
+} conv_shape;
+
+static kiln_status conv_shape_make(kn_kernel_ctx *c, const kn_tensor *X, const kn_tensor *W, bool transpose,
+                                   conv_shape *s) {
+    memset(s, 0, sizeof *s);
+    if (X->rank < 3 || W->rank != X->rank)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "X must have rank >= 3 and W the same rank");
+    s->nsp = X->rank - 2;
+    s->N = X->dims[0];
+    s->C = X->dims[1];
+    s->G = kn_attr_int(c->node, "group", 1);
+    if (s->G < 1 || s->C % s->G) return kn_kernel_error(c, KILN_ERR_SHAPE, "group %lld does not divide the %lld channels", (long long)s->G, (long long)s->C);
+    s->Cg = s->C / s->G;
+    if (!transpose) {
+        s->M = W->dims[0];
+        if (W->dims[1] != s->Cg || s->M % s->G)
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "weight does not match the input channels and group=%lld",
+                                   (long long)s->G);
+        s->Mg = s->M / s->G;
+    } else {
+        if (W->dims[0] != s->C)
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "weight's first dim must equal the input channels");
+        s->Mg = W->dims[1];
+        s->M = s->Mg * s->G;
+    }
+    char why[512];
+    kiln_status st = kn_window_plan(c->node, transpose ? KN_WINDOW_CONV_TRANSPOSE : KN_WINDOW_CONV, s->nsp, X->dims + 2,
+                                    W->dims + 2, &s->w, why, sizeof why);
+    if (st) return kn_kernel_error(c, st, "%s", why);
+    s->in_plane = s->out_plane = s->kk = 1;
+    for (int i = 0; i < s->nsp; i++) {
+        s->in_plane *= s->w.in[i];
+        s->out_plane *= s->w.out[i];
+        s->kk *= s->w.kernel[i];
+    }
+    return KILN_OK;
+}
+
+/* 2-D view of a window of rank <= 2 (1-D as height 1). */
+typedef struct win2 {
+    int64_t H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw;
+} win2;
+
+static win2 win2_of(const kn_window *w) {
+    win2 v;
+    if (w->nsp == 1) {
+        v = (win2){1, w->in[0], 1, w->out[0], 1, w->kernel[0], 1, w->stride[0], 1, w->dilation[0], 0, w->pad_begin[0]};
+    } else {
+        v = (win2){w->in[0], w->in[1], w->out[0], w->out[1], w->kernel[0], w->kernel[1], w->stride[0],
+                   w->stride[1], w->dilation[0], w->dilation[1], w->pad_begin[0], w->pad_begin[1]};
+    }
+    return v;
+}
+
+/* ------------------------------------------------------------------ implicit GEMM packing */
+
+typedef struct conv_pack_ctx {
+    const float *x;
+    const conv_shape *s;
+    win2 v;
+    bool vec_ok; /* int32 index arithmetic is safe */
+} conv_pack_ctx;
+
+#define MAX_NR 64
+
+#define PACK_COLS 1024 /* columns whose coordinates are precomputed at once (a multiple of NR) */
+
+/* The im2col block rows k0..k0+kc, columns n0..n0+nc of image n, group g, for windows of rank
+ * <= 2, in the GEMM's packed-B layout. Column coordinates are computed once per block; rows
+ * walk (channel, kh, kw) incrementally. Each group of 16 columns whose input addresses are
+ * consecutive (stride 1 within a row, or whole rows when the output is as wide as the input)
+ * is one masked load; stride 2 is two loads and a permute; anything else a masked gather. */
+static void pack_conv2d(const conv_pack_ctx *cc, const float *xg, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                        float *dst) {
+    const win2 *v = &cc->v;
+    const int NRv = kn_sgemm_nr();
+    const int64_t in_plane = cc->s->in_plane;
+    int64_t hb[PACK_COLS], wb[PACK_COLS];
+    for (int64_t c0 = 0; c0 < nc; c0 += PACK_COLS) {
+        const int64_t cn = min64(PACK_COLS, nc - c0);
+        const int64_t lanes = (cn + NRv - 1) / NRv * NRv;
+        float *d0 = dst + c0 * kc;
+        int64_t oh = (n0 + c0) / v->OW, ow = (n0 + c0) % v->OW;
+        for (int64_t j = 0; j < lanes; j++) {
+            if (j < cn) {
+                hb[j] = oh * v->sh - v->ph;
+                wb[j] = ow * v->sw - v->pw;
+                if (++ow == v->OW) ow = 0, oh++;
+            } else {
+                hb[j] = -((int64_t)1 << 40); /* never valid */
+                wb[j] = 0;
+            }
+        }
+        int64_t ci = k0 / (v->KH * v->KW), r = k0 % (v->KH * v->KW), kh = r / v->KW, kw = r % v->KW;
+#if defined(__AVX512F__)
+        if (cc->vec_ok && NRv % 16 == 0) {
+            int32_t hb32[PACK_COLS], wb32[PACK_COLS];
+            int8_t kind[PACK_COLS / 16]; /* 0 gather, 1 consecutive, 2 stride 2 */
+            int64_t base0[PACK_COLS / 16];
+            const int64_t groups = lanes / 16, gpp = NRv / 16;
+            for (int64_t j = 0; j < lanes; j++) {
+                hb32[j] = j < cn ? (int32_t)hb[j] : INT32_MIN / 2;
+                wb32[j] = (int32_t)wb[j];
+            }
+            for (int64_t gi = 0; gi < groups; gi++) {
+                int64_t cnt = max64(0, min64(16, cn - gi * 16)), j0 = gi * 16;
+                base0[gi] = cnt ? hb[j0] * v->W + wb[j0] : 0;
+                kind[gi] = 0;
+                for (int step = 1; step <= 2 && !kind[gi] && cnt; step++) {
+                    bool ok = true;
+                    for (int64_t l = 1; l < cnt && ok; l++) ok = hb[j0 + l] * v->W + wb[j0 + l] == base0[gi] + step * l;
+                    if (ok) kind[gi] = (int8_t)step;
+                }
+            }
+            const __m512i vH = _mm512_set1_epi32((int32_t)v->H), vW = _mm512_set1_epi32((int32_t)v->W);
+            const __m512i zero = _mm512_setzero_si512();
+            const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            for (int64_t k = 0; k < kc; k++) {
+                const float *src = xg + ci * in_plane;
+                const __m512i voh = _mm512_set1_epi32((int32_t)(kh * v->dh)), vow = _mm512_set1_epi32((int32_t)(kw * v->dw));
+                const int64_t koff = kh * v->dh * v->W + kw * v->dw;
+                for (int64_t gi = 0; gi < groups; gi++) {
+                    float *row = d0 + (gi / gpp) * NRv * kc + k * NRv + (gi % gpp) * 16;
+                    __m512i ih = _mm512_add_epi32(_mm512_loadu_si512(hb32 + gi * 16), voh);
+                    __m512i iw = _mm512_add_epi32(_mm512_loadu_si512(wb32 + gi * 16), vow);
+                    __mmask16 m = _mm512_cmpge_epi32_mask(ih, zero) & _mm512_cmplt_epi32_mask(ih, vH) &
+                                  _mm512_cmpge_epi32_mask(iw, zero) & _mm512_cmplt_epi32_mask(iw, vW);
+                    __m512 val;
+                    if (!m) val = _mm512_setzero_ps();
+                    else if (kind[gi] == 1) val = _mm512_maskz_loadu_ps(m, src + base0[gi] + koff);
+                    else if (kind[gi] == 2 && m == 0xFFFF) {
+                        const float *p = src + base0[gi] + koff;
+                        val = _mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_maskz_loadu_ps(0x7FFF, p + 16));
+                    } else
+                        val = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m,
+                                                       _mm512_add_epi32(_mm512_mullo_epi32(ih, vW), iw), src, 4);
+                    _mm512_storeu_ps(row, val);
+                }
+                if (++kw == v->KW) {
+                    kw = 0;
+                    if (++kh == v->KH) kh = 0, ci++;
+                }
+            }
+            continue;
+        }
+#endif
+        for (int64_t k = 0; k < kc; k++) {
+            const float *src = xg + ci * in_plane;
+            for (int64_t j = 0; j < lanes; j++) {
+                int64_t ih = hb[j] + kh * v->dh, iw = wb[j] + kw * v->dw;
+                d0[(j / NRv) * NRv * kc + k * NRv + j % NRv] =
+                    ih >= 0 && ih < v->H && iw >= 0 && iw < v->W ? src[ih * v->W + iw] : 0.0f;
+            }
+            if (++kw == v->KW) {
+                kw = 0;
+                if (++kh == v->KH) kh = 0, ci++;
+            }
+        }
+    }
+}
+
+/* Any rank: per element, slow but general (3-D convs and beyond). */
+static void pack_conv_nd(const conv_pack_ctx *cc, const float *xg, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                         float *dst) {
+    const kn_window *w = &cc->s->w;
+    const int nsp = w->nsp, NRv = kn_sgemm_nr();
+    const int64_t kk = cc->s->kk;
+    for (int64_t jr = 0; jr < nc; jr += NRv) {
+        int nr = (int)min64(NRv, nc - jr);
+        float *d = dst + jr * kc;
+        int64_t base[MAX_NR][KN_MAX_SPATIAL];
+        for (int j = 0; j < nr; j++) {
+            int64_t col = n0 + jr + j;
+            for (int i = nsp - 1; i >= 0; i--) {
+                int64_t o = col % w->out[i];
+                col /= w->out[i];
+                base[j][i] = o * w->stride[i] - w->pad_begin[i];
+            }
+        }
+        for (int64_t k = k0; k < k0 + kc; k++) {
+            int64_t ci = k / kk, r = k % kk, off[KN_MAX_SPATIAL];
+            for (int i = nsp - 1; i >= 0; i--) {
+                off[i] = (r % w->kernel[i]) * w->dilation[i];
+                r /= w->kernel[i];
+            }
+            const float *src = xg + ci * cc->s->in_plane;
+            float *row = d + (k - k0) * NRv;
+            for (int j = 0; j < NRv; j++) {
+                float val = 0.0f;
+                if (j < nr) {
+                    int64_t idx = 0;
+                    bool ok = true;
+                    for (int i = 0; i < nsp && ok; i++) {
+                        int64_t p = base[j][i] + off[i];
+                        ok = p >= 0 && p < w->in[i];
+                        idx = idx * w->in[i] + p;
+                    }
+                    if (ok) val = src[idx];
+                }
+                row[j] = val;
+            }
+        }
+    }
+}
+
+static void conv_pack_b(const void *ctx, int64_t op, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
+    const conv_pack_ctx *cc = ctx;
+    const conv_shape *s = cc->s;
+    int64_t n = op / s->G, g = op % s->G;
+    const float *xg = cc->x + (n * s->C + g * s->Cg) * s->in_plane;
+    if (s->nsp <= 2) pack_conv2d(cc, xg, k0, kc, n0, nc, dst);
+    else pack_conv_nd(cc, xg, k0, kc, n0, nc, dst);
+}
+
+/* ------------------------------------------------------------------ depthwise */
+
+typedef struct dw_job {
+    const conv_shape *s;
+    win2 v;
+    const float *x, *w;
+    float *y;
+} dw_job;
+
+static void dw_range(void *arg, int64_t begin, int64_t end) {
+    const dw_job *j = arg;
+    const conv_shape *s = j->s;
+    const win2 *v = &j->v;
+    for (int64_t p = begin; p < end; p++) {
+        int64_t n = p / s->M, m = p % s->M, g = m / s->Mg;
+        const float *xs = j->x + (n * s->C + g) * s->in_plane;
+        const float *ws = j->w + m * s->kk;
+        float *ys = j->y + p * s->out_plane;
+        for (int64_t oh = 0; oh < v->OH; oh++) {
+            float *yrow = ys + oh * v->OW;
+            for (int64_t kh = 0; kh < v->KH; kh++) {
+                int64_t ih = oh * v->sh - v->ph + kh * v->dh;
+                if (ih < 0 || ih >= v->H) continue;
+                const float *xrow = xs + ih * v->W;
+                for (int64_t kw = 0; kw < v->KW; kw++) {
+                    const float wv = ws[kh * v->KW + kw];
+                    const int64_t off = kw * v->dw - v->pw;
+                    /* ow with 0 <= ow*sw + off < W */
+                    int64_t lo = off >= 0 ? 0 : (-off + v->sw - 1) / v->sw;
+                    int64_t hi = v->W - 1 - off < 0 ? 0 : min64(v->OW, (v->W - 1 - off) / v->sw + 1);
+                    if (v->sw == 1) {
+                        const float *xr = xrow + off;
+                        for (int64_t ow = lo; ow < hi; ow++) yrow[ow] += wv * xr[ow];
+                    } else {
+                        for (int64_t ow = lo; ow < hi; ow++) yrow[ow] += wv * xrow[ow * v->sw + off];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ float Conv */
+
+static void fill_bias(float *y, const float *bias, int64_t N, int64_t M, int64_t plane) {
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t m = 0; m < M; m++) {
+            float *p = y + (n * M + m) * plane, b = bias[m];
+            for (int64_t i = 0; i < plane; i++) p[i] = b;
+        }
+}
+
+static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w,
+                            const float *bias, float *y) {
+    if (s->N == 0 || s->M == 0 || s->out_plane == 0) return KILN_OK;
+    if (bias) fill_bias(y, bias, s->N, s->M, s->out_plane);
+    else memset(y, 0, sizeof(float) * (size_t)(s->N * s->M * s->out_plane));
+    if (s->Cg == 0 || s->kk == 0) return KILN_OK;
+
+    if (s->Cg == 1 && s->nsp <= 2) {
+        dw_job j = {s, win2_of(&s->w), x, w, y};
+        int64_t work = s->out_plane * s->kk;
+        kn_parallel_for(c->pool, s->N * s->M, work > 16384 ? 1 : 16384 / (work + 1) + 1, dw_range, &j);
+        return KILN_OK;
+    }
+
+    bool pointwise = true;
+    for (int i = 0; i < s->nsp; i++)
+        pointwise &= s->w.kernel[i] == 1 && s->w.stride[i] == 1 && s->w.pad_begin[i] == 0 && s->w.pad_end[i] == 0;
+    int64_t count = s->N * s->G, K = s->Cg * s->kk;
+    const float **ap = malloc(sizeof(float *) * (size_t)count * 2);
+    float **cp = malloc(sizeof(float *) * (size_t)count);
+    if (!ap || !cp) {
+        free(ap);
+        free(cp);
+        return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    const float **bp = ap + count;
+    for (int64_t op = 0; op < count; op++) {
+        int64_t n = op / s->G, g = op % s->G;
+        ap[op] = w + g * s->Mg * K;
+        bp[op] = x + (n * s->C + g * s->Cg) * s->in_plane;
+        cp[op] = y + (n * s->M + g * s->Mg) * s->out_plane;
+    }
+    conv_pack_ctx pc = {x, s, {0}, false};
+    if (s->nsp <= 2) {
+        pc.v = win2_of(&s->w);
+        /* int32 lane arithmetic: input plane and coordinates must fit */
+        pc.vec_ok = s->in_plane < (INT32_MAX / 4) && pc.v.OH * pc.v.sh + pc.v.KH * pc.v.dh < (INT32_MAX / 4) &&
+                    pc.v.OW * pc.v.sw + pc.v.KW * pc.v.dw < (INT32_MAX / 4);
+    }
+    kn_sgemm_batch g = {.count = count, .M = s->Mg, .N = s->out_plane, .K = K, .alpha = 1.0f,
+                        .beta = bias ? 1.0f : 0.0f, .a = ap, .lda = K, .c = cp, .ldc = s->out_plane};
+    if (pointwise) {
+        g.b = bp;
+        g.ldb = s->in_plane;
+    } else {
+        g.pack_b = conv_pack_b;
+        g.pack_ctx = &pc;
+    }
+    kiln_status st = kn_sgemm_run(c->pool, &g);
+    free(ap);
+    free(cp);
+    return st ? kn_kernel_error(c, st, "out of memory in the GEMM") : KILN_OK;
+}
+
+/* ------------------------------------------------------------------ direct loops (double, integers) */
+
+/* y[n][m][o] += sum_{c, r} x[n][g*Cg + c][o*s - p + r*d] * w[m][c][r] over any rank. */
+#define DEF_DIRECT_CONV(NAME, T, ACC)                                                              \
+    static void NAME(const conv_shape *s, const T *x, const T *w, T *y) {                          \
+        const kn_window *win = &s->w;                                                              \
+        const int nsp = s->nsp;                                                                    \
+        for (int64_t n = 0; n < s->N; n++)                                                         \
+            for (int64_t m = 0; m < s->M; m++) {                                                   \
+                int64_t g = m / s->Mg;                                                             \
+                T *yp = y + (n * s->M + m) * s->out_plane;                                         \
+                for (int64_t o = 0; o < s->out_plane; o++) {                                       \
+                    int64_t base[KN_MAX_SPATIAL], t = o;                                           \
+                    for (int i = nsp - 1; i >= 0; i--) {                                           \
+                        base[i] = (t % win->out[i]) * win->stride[i] - win->pad_begin[i];          \
+                        t /= win->out[i];                                                          \
+                    }                                                                              \
+                    ACC acc = 0;                                                                   \
+                    for (int64_t r = 0; r < s->kk; r++) {                                          \
+                        int64_t idx = 0, q = r, pos[KN_MAX_SPATIAL];                               \
+                        bool ok = true;                                                            \
+                        for (int i = nsp - 1; i >= 0; i--) {                                       \
+                            pos[i] = base[i] + (q % win->kernel[i]) * win->dilation[i];            \
+                            q /= win->kernel[i];                                                   \
+                            ok &= pos[i] >= 0 && pos[i] < win->in[i];                              \
+                        }                                                                          \
+                        if (!ok) continue;                                                         \
+                        for (int i = 0; i < nsp; i++) idx = idx * win->in[i] + pos[i];             \
+                        for (int64_t ci = 0; ci < s->Cg; ci++)                                     \
+                            acc += (ACC)x[(n * s->C + g * s->Cg + ci) * s->in_plane + idx] *       \
+                                   (ACC)w[(m * s->Cg + ci) * s->kk + r];                           \
+                    }                                                                              \
+                    yp[o] = (T)(yp[o] + acc);                                                      \
+                }                                                                                  \
+            }                                                                                      \
+    }
+
+DEF_DIRECT_CONV(direct_conv_f64, double, double)
+DEF_DIRECT_CONV(direct_conv_i32, int32_t, int64_t)
+
+kiln_status kn_cpu_conv(kn_kernel_ctx *c) {
+    const kn_tensor *X = c->in[0], *W = c->in[1], *B = c->n_inputs > 2 ? c->in[2] : NULL;
+    kn_tensor *Y = c->out[0];
+    conv_shape s;
+    KN_TRY(conv_shape_make(c, X, W, false, &s));
+    if (B && kn_tensor_count(B) != s.M)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output channels",
+                               (long long)kn_tensor_count(B), (long long)s.M);
+    if (X->dtype == KILN_DTYPE_DOUBLE) {
+        double *y = Y->data;
+        for (int64_t n = 0; n < s.N; n++)
+            for (int64_t m = 0; m < s.M; m++)
+                for (int64_t i = 0; i < s.out_plane; i++)
+                    y[(n * s.M + m) * s.out_plane + i] = B ? ((const double *)B->data)[m] : 0.0;
+        direct_conv_f64(&s, X->data, W->data, y);
+        return KILN_OK;
+    }
+    bool ox = false, ow = false, ob = false;
+    const float *x = kn_linalg_f32_in(X, &ox), *w = kn_linalg_f32_in(W, &ow);
+    const float *b = B ? kn_linalg_f32_in(B, &ob) : NULL;
+    int64_t ny = kn_tensor_count(Y);
+    float *y = Y->dtype == KILN_DTYPE_FLOAT ? Y->data : malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1));
+    kiln_status st;
+    if (!x || !w || (B && !b) || !y) st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    else if ((st = conv_f32(c, &s, x, w, b, y)) == KILN_OK && y != Y->data) kn_linalg_f32_out(y, Y, ny);
+    if (ox) free((void *)x);
+    if (ow) free((void *)w);
+    if (ob) free((void *)b);
+    if (y && y != Y->data) free(y);
+    return st;
+}
+
+/* ------------------------------------------------------------------ quantised convs */
+
+/* x - x_zero_point and w - w_zero_point (per output channel) as int32, conv, into acc. */
+static kiln_status int_conv(kn_kernel_ctx *c, const kn_tensor *X, const kn_tensor *xz, const kn_tensor *W,
+                            const kn_tensor *wz, const kn_tensor *bias, conv_shape *s, int32_t **acc_out) {
+    *acc_out = NULL;
+    KN_TRY(conv_shape_make(c, X, W, false, s));
+    int64_t nx = kn_tensor_count(X), nw = kn_tensor_count(W), ny = s->N * s->M * s->out_plane;
+    int64_t nwz = wz ? kn_tensor_count(wz) : 0;
+    if (nwz > 1 && nwz != s->M)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "w_zero_point has %lld values for %lld output channels",
+                               (long long)nwz, (long long)s->M);
+    int32_t *xi = malloc(sizeof(int32_t) * (size_t)(nx + nw + ny + 1));
+    if (!xi) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    int32_t *wi = xi + nx, *acc = wi + nw;
+    int32_t zx = xz && kn_tensor_count(xz) ? (int32_t)kn_tensor_get_i64(xz, 0) : 0;
+    for (int64_t i = 0; i < nx; i++) xi[i] = (int32_t)kn_tensor_get_i64(X, i) - zx;
+    int64_t per_m = nw / (s->M ? s->M : 1);
+    for (int64_t i = 0; i < nw; i++) {
+        int32_t z = nwz ? (int32_t)kn_tensor_get_i64(wz, nwz == 1 ? 0 : i / per_m) : 0;
+        wi[i] = (int32_t)kn_tensor_get_i64(W, i) - z;
+    }
+    for (int64_t n = 0; n < s->N; n++)
+        for (int64_t m = 0; m < s->M; m++)
+            for (int64_t o = 0; o < s->out_plane; o++)
+                acc[(n * s->M + m) * s->out_plane + o] = bias ? (int32_t)kn_tensor_get_i64(bias, m) : 0;
+    direct_conv_i32(s, xi, wi, acc);
+    *acc_out = xi; /* acc lives inside this allocation */
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_conv_integer(kn_kernel_ctx *c) {
+    const kn_tensor *xz = c->n_inputs > 2 ? c->in[2] : NULL, *wz = c->n_inputs > 3 ? c->in[3] : NULL;
+    conv_shape s;
+    int32_t *buf;
+    KN_TRY(int_conv(c, c->in[0], xz, c->in[1], wz, NULL, &s, &buf));
+    int64_t ny = s.N * s.M * s.out_plane;
+    memcpy(c->out[0]->data, buf + kn_tensor_count(c->in[0]) + kn_tensor_count(c->in[1]), sizeof(int32_t) * (size_t)ny);
+    free(buf);
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0], *xs = c->in[1], *xz = c->in[2], *w = c->in[3], *ws = c->in[4], *wz = c->in[5];
+    const kn_tensor *ys = c->in[6], *yz = c->n_inputs > 7 ? c->in[7] : NULL, *b = c->n_inputs > 8 ? c->in[8] : NULL;
+    kn_tensor *Y = c->out[0];
+    if (Y->dtype != KILN_DTYPE_INT8 && Y->dtype != KILN_DTYPE_UINT8)
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "output type %s", kiln_dtype_name(Y->dtype));
+    conv_shape s;
+    int32_t *buf;
+    KN_TRY(int_conv(c, x, xz, w, wz, b, &s, &buf));
+    const int32_t *acc = buf + kn_tensor_count(x) + kn_tensor_count(w);
+    int64_t nws = kn_tensor_count(ws);
+    double lo = Y->dtype == KILN_DTYPE_INT8 ? -128 : 0, hi = Y->dtype == KILN_DTYPE_INT8 ? 127 : 255;
+    double zy = yz ? kn_linalg_qparam(yz, 0) : 0;
+    for (int64_t n = 0; n < s.N; n++)
+        for (int64_t m = 0; m < s.M; m++) {
+            /* x_scale * w_scale / y_scale in float, as the reference computes it */
+            float r = (float)((float)kn_linalg_qparam(xs, 0) * (float)kn_linalg_qparam(ws, nws > 1 ? m : 0)) /
+                      (float)kn_linalg_qparam(ys, 0);
+            for (int64_t o = 0; o < s.out_plane; o++) {
+                int64_t e = (n * s.M + m) * s.out_plane + o;
+                double v = (double)acc[e] * (double)r + zy;
+                v = v < lo ? lo : v > hi ? hi : v;
+                v = nearbyint(v);
+                if (Y->dtype == KILN_DTYPE_INT8) ((int8_t *)Y->data)[e] = (int8_t)v;
+                else ((uint8_t *)Y->data)[e] = (uint8_t)v;
+            }
+        }
+    free(buf);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ col2im */
+
+typedef struct col2im_job {
+    const float *col;
+    int nsp;
+    const int64_t *image, *grid, *kernel, *stride, *dilation, *pad;
+    int64_t kk, gplane, iplane;
+    float *out;
+} col2im_job;
+
+static void col2im_range(void *arg, int64_t begin, int64_t end) {
+    const col2im_job *j = arg;
+    const int nsp = j->nsp;
+    for (int64_t ch = begin; ch < end; ch++) {
+        float *img = j->out + ch * j->iplane;
+        for (int64_t r = 0; r < j->kk; r++) {
+            const float *src = j->col + (ch * j->kk + r) * j->gplane;
+            int64_t off[KN_MAX_SPATIAL], q = r;
+            for (int i = nsp - 1; i >= 0; i--) {
+                off[i] = (q % j->kernel[i]) * j->dilation[i] - j->pad[i];
+                q /= j->kernel[i];
+            }
+            if (nsp <= 2) {
+                int64_t GH = nsp == 2 ? j->grid[0] : 1, GW = j->grid[nsp - 1];
+                int64_t IH = nsp == 2 ? j->image[0] : 1, IW = j->image[nsp - 1];
+                int64_t sh = nsp == 2 ? j->stride[0] : 1, sw = j->stride[nsp - 1];
+                int64_t oh0 = nsp == 2 ? off[0] : 0, ow0 = off[nsp - 1];
+                int64_t lo = ow0 >= 0 ? 0 : (-ow0 + sw - 1) / sw;
+                int64_t hi = IW - 1 - ow0 < 0 ? 0 : min64(GW, (IW - 1 - ow0) / sw + 1);
+                for (int64_t gh = 0; gh < GH; gh++) {
+                    int64_t ih = gh * sh + oh0;
+                    if (ih < 0 || ih >= IH) continue;
+                    float *irow = img + ih * IW + ow0;
+                    const float *srow = src + gh * GW;
+                    if (sw == 1)
+                        for (int64_t gw = lo; gw < hi; gw++) irow[gw] += srow[gw];
+                    else
+                        for (int64_t gw = lo; gw < hi; gw++) irow[gw * sw] += srow[gw];
+                }
+                continue;
+            }
+            for (int64_t gidx = 0; gidx < j->gplane; gidx++) {
+                int64_t t = gidx, idx = 0, pos[KN_MAX_SPATIAL];
+                bool ok = true;
+                for (int i = nsp - 1; i >= 0; i--) {
+                    pos[i] = (t % j->grid[i]) * j->stride[i] + off[i];
+                    t /= j->grid[i];
+                    ok &= pos[i] >= 0 && pos[i] < j->image[i];
+                }
+                if (!ok) continue;
+                for (int i = 0; i < nsp; i++) idx = idx * j->image[i] + pos[i];
+                img[idx] += src[gidx];
+            }
+        }
+    }
+}
+
+void kn_linalg_col2im(kn_threadpool *pool, const float *col, int64_t channels, int nsp, const int64_t *image,
+                      const int64_t *grid, const int64_t *kernel, const int64_t *stride, const int64_t *dilation,
+                      const int64_t *pad_begin, float *out) {
+    col2im_job j = {col, nsp, image, grid, kernel, stride, dilation, pad_begin, 1, 1, 1, out};
+    for (int i = 0; i < nsp; i++) {
+        j.kk *= kernel[i];
+        j.gplane *= grid[i];
+        j.iplane *= image[i];
+    }
+    int64_t work = j.kk * j.gplane;
+    kn_parallel_for(pool, channels, work > 16384 ? 1 : 16384 / (work + 1) + 1, col2im_range, &j);
+}
+
+/* ------------------------------------------------------------------ ConvTranspose */
+
+static kiln_status conv_transpose_f32(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w,
+                                      const float *bias, float *y) {
+    int64_t ny = s->N * s->M * s->out_plane;
+    if (bias) fill_bias(y, bias, s->N, s->M, s->out_plane);
+    else memset(y, 0, sizeof(float) * (size_t)ny);
+    if (ny == 0 || s->in_plane == 0 || s->Cg == 0) return KILN_OK;
+    int64_t rows = s->Mg * s->kk; /* col rows per group */
+    float *col = malloc(sizeof(float) * (size_t)(s->G * rows * s->in_plane));
+    const float **ap = malloc(sizeof(float *) * (size_t)s->G * 2);
+    float **cp = malloc(sizeof(float *) * (size_t)s->G);
+    if (!col || !ap || !cp) {
+        free(col);
+        free(ap);
+        free(cp);
+        return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory for a %lld x %lld column buffer",
+                               (long long)(s->G * rows), (long long)s->in_plane);
+    }
+    const float **bp = ap + s->G;
+    kiln_status st = KILN_OK;
+    for (int64_t n = 0; n < s->N && st == KILN_OK; n++) {
+        for (int64_t g = 0; g < s->G; g++) {
+            ap[g] = w + g * s->Cg * rows;
+            bp[g] = x + (n * s->C + g * s->Cg) * s->in_plane;
+            cp[g] = col + g * rows * s->in_plane;
+        }
+        kn_sgemm_batch gb = {.count = s->G, .M = rows, .N = s->in_plane, .K = s->Cg, .trans_a = true,
+                             .alpha = 1.0f, .beta = 0.0f, .a = ap, .lda = rows, .b = bp, .ldb = s->in_plane,
+                             .c = cp, .ldc = s->in_plane};
+        st = kn_sgemm_run(c->pool, &gb);
+        if (st) {
+            st = kn_kernel_error(c, st, "out of memory in the GEMM");
+            break;
+        }
+        kn_linalg_col2im(c->pool, col, s->M, s->nsp, s->w.out, s->w.in, s->w.kernel, s->w.stride, s->w.dilation,
+                         s->w.pad_begin, y + n * s->M * s->out_plane);
+    }
+    free(col);
+    free(ap);
+    free(cp);
+    return st;
+}
+
+kiln_status kn_cpu_conv_transpose(kn_kernel_ctx *c) {
+    const kn_tensor *X = c->in[0], *W = c->in[1], *B = c->n_inputs > 2 ? c->in[2] : NULL;
+    kn_tensor *Y = c->out[0];
+    conv_shape s;
+    KN_TRY(conv_shape_make(c, X, W, true, &s));
+    if (B && kn_tensor_count(B) != s.M)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output channels",
+                               (long long)kn_tensor_count(B), (long long)s.M);
+    if (kn_tensor_count(Y) != s.N * s.M * s.out_plane)
+        return kn_kernel_error(c, KILN_ERR_INTERNAL, "output size does not match the computed geometry");
+    /* double is computed in float here: ConvTranspose on doubles is rare */
+    bool ox = false, ow = false, ob = false;
+    const float *x = kn_linalg_f32_in(X, &ox), *w = kn_linalg_f32_in(W, &ow);
+    const float *b = B ? kn_linalg_f32_in(B, &ob) : NULL;
+    int64_t ny = kn_tensor_count(Y);
+    float *y = Y->dtype == KILN_DTYPE_FLOAT ? Y->data : malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1));
+    kiln_status st;
+    if (!x || !w || (B && !b) || !y) st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    else if ((st = conv_transpose_f32(c, &s, x, w, b, y)) == KILN_OK && y != Y->data) kn_linalg_f32_out(y, Y, ny);
+    if (ox) free((void *)x);
+    if (ow) free((void *)w);
+    if (ob) free((void *)b);
+    if (y && y != Y->data) free(y);
+    return st;
+}
+
+/* ------------------------------------------------------------------ Col2Im */
+
+kiln_status kn_cpu_col2im(kn_kernel_ctx *c) {
+    const kn_tensor *X = c->in[0], *img = c->in[1], *blk = c->in[2];
+    kn_tensor *Y = c->out[0];
+    int64_t nsp = kn_tensor_count(img);
+    if (X->rank != 3 || nsp < 1 || nsp > KN_MAX_SPATIAL || kn_tensor_count(blk) != nsp)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "input must be 3-D and image_shape/block_shape of equal length");
+    int64_t image[KN_MAX_SPATIAL], kernel[KN_MAX_SPATIAL], grid[KN_MAX_SPATIAL];
+    for (int i = 0; i < nsp; i++) {
+        image[i] = kn_tensor_get_i64(img, i);
+        kernel[i] = kn_tensor_get_i64(blk, i);
+    }
+    /* the block grid is the output of a convolution of the image with the block */
+    kn_window w;
+    char why[512];
+    kiln_status st = kn_window_plan(c->node, KN_WINDOW_CONV, (int)nsp, image, kernel, &w, why, sizeof why);
+    if (st) return kn_kernel_error(c, st, "%s", why);
+    int64_t L = 1, kk = 1;
+    for (int i = 0; i < nsp; i++) {
+        grid[i] = w.out[i];
+        L *= grid[i];
+        kk *= kernel[i];
+    }
+    if (L != X->dims[2] || X->dims[1] % kk)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "the input has %lld blocks but image and block shapes give %lld",
+                               (long long)X->dims[2], (long long)L);
+    int64_t C = X->dims[1] / kk, iplane = kn_tensor_count(Y) / (X->dims[0] * C > 0 ? X->dims[0] * C : 1);
+    bool ox = false;
+    const float *x = kn_linalg_f32_in(X, &ox);
+    int64_t ny = kn_tensor_count(Y);
+    float *y = Y->dtype == KILN_DTYPE_FLOAT ? Y->data : calloc((size_t)(ny > 0 ? ny : 1), sizeof(float));
+    if (!x || !y) st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    else {
+        memset(y, 0, sizeof(float) * (size_t)ny);
+        for (int64_t n = 0; n < X->dims[0]; n++)
+            kn_linalg_col2im(c->pool, x + n * X->dims[1] * L, C, (int)nsp, image, grid, kernel, w.stride, w.dilation,
+                             w.pad_begin, y + n * C * iplane);
+        if (y != Y->data) kn_linalg_f32_out(y, Y, ny);
+    }
+    if (ox) free((void *)x);
+    if (y && y != Y->data) free(y);
+    return st;
+}

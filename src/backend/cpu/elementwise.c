@@ -1,0 +1,11 @@
+/* The CPU elementwise family's kernel table. The kernels live in elementwise_unary.c,
+ * elementwise_binary.c and elementwise_cast.c (broadcast iteration in elementwise_bcast.c). */
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/elementwise_impl.h"
+
+const kn_cpu_kernel kn_cpu_elementwise[] = {
+#define KN_EW_ENTRY(op) {"", #op, kn_cpu_ew_##op, NULL},
+    KN_EW_KERNELS(KN_EW_ENTRY)
+#undef KN_EW_ENTRY
+    {0},
+};

@@ -1,0 +1,663 @@
+/* Binary, variadic and ternary elementwise kernels with numpy broadcasting: arithmetic,
+ * comparison, logic, bitwise ops, Pow, Mod, PRelu, Sum/Mean/Max/Min and Where.
+ *
+ * Every operator has a table of inner-loop functions indexed by element type. An inner loop
+ * gets a run of n output elements and two inputs that each either advance (step 1) or repeat one
+ * element (step 0); the four cases are separate loops so each vectorises. float16/bfloat16 go
+ * through the float32 loop in chunks. */
+#include "backend/cpu/elementwise_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef void (*bin_fn)(int64_t n, void *restrict o, const void *restrict a, const void *restrict b,
+                       int64_t sa, int64_t sb);
+
+typedef struct bin_op {
+    bin_fn fn[KILN_DTYPE_COUNT_];
+    bool bool_out; /* comparisons and logic: the output is bool */
+} bin_op;
+
+/* EXPR may name the types T and U: they are local typedefs, since a macro argument's tokens are
+ * not themselves substituted. */
+#define BIN_FN(name, sfx, TY, TOY, UY, EXPR)                                                       \
+    static void name##_##sfx(int64_t n, void *restrict o_, const void *restrict a_,               \
+                             const void *restrict b_, int64_t sa, int64_t sb) {                   \
+        typedef TY T;                                                                              \
+        typedef UY U;                                                                              \
+        typedef TOY TO;                                                                            \
+        (void)sizeof(U);                                                                           \
+        TO *restrict o = o_;                                                                       \
+        const T *restrict a = a_;                                                                  \
+        const T *restrict b = b_;                                                                  \
+        if (sa && sb) {                                                                            \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                const T x = a[i], y = b[i];                                                        \
+                (void)y;                                                                           \
+                o[i] = (TO)(EXPR);                                                                 \
+            }                                                                                      \
+        } else if (sa) {                                                                           \
+            const T y = b[0];                                                                      \
+            (void)y;                                                                               \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                const T x = a[i];                                                                  \
+                o[i] = (TO)(EXPR);                                                                 \
+            }                                                                                      \
+        } else if (sb) {                                                                           \
+            const T x = a[0];                                                                      \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                const T y = b[i];                                                                  \
+                (void)y;                                                                           \
+                o[i] = (TO)(EXPR);                                                                 \
+            }                                                                                      \
+        } else {                                                                                   \
+            const T x = a[0], y = b[0];                                                            \
+            (void)y;                                                                               \
+            const TO v = (TO)(EXPR);                                                               \
+            for (int64_t i = 0; i < n; i++) o[i] = v;                                              \
+        }                                                                                          \
+    }
+
+/* U: a type to compute in (unsigned for integers, so overflow wraps instead of being undefined;
+ * 8/16-bit types use uint32_t so integer promotion cannot overflow an int). */
+#define BIN_F(name, TO, EXPR)                                                                      \
+    BIN_FN(name, f32, float, TO, float, EXPR)                                                      \
+    BIN_FN(name, f64, double, TO, double, EXPR)
+#define BIN_S(name, TO, EXPR)                                                                      \
+    BIN_FN(name, i8, int8_t, TO, uint32_t, EXPR)                                                   \
+    BIN_FN(name, i16, int16_t, TO, uint32_t, EXPR)                                                 \
+    BIN_FN(name, i32, int32_t, TO, uint32_t, EXPR)                                                 \
+    BIN_FN(name, i64, int64_t, TO, uint64_t, EXPR)
+#define BIN_U(name, TO, EXPR)                                                                      \
+    BIN_FN(name, u8, uint8_t, TO, uint32_t, EXPR)                                                  \
+    BIN_FN(name, u16, uint16_t, TO, uint32_t, EXPR)                                                \
+    BIN_FN(name, u32, uint32_t, TO, uint32_t, EXPR)                                                \
+    BIN_FN(name, u64, uint64_t, TO, uint64_t, EXPR)
+/* same expression for every numeric type, output of the input's type */
+#define BIN_NUM(name, EXPR)                                                                        \
+    BIN_FN(name, f32, float, float, float, EXPR)                                                   \
+    BIN_FN(name, f64, double, double, double, EXPR)                                                \
+    BIN_FN(name, i8, int8_t, int8_t, uint32_t, EXPR)                                               \
+    BIN_FN(name, i16, int16_t, int16_t, uint32_t, EXPR)                                            \
+    BIN_FN(name, i32, int32_t, int32_t, uint32_t, EXPR)                                            \
+    BIN_FN(name, i64, int64_t, int64_t, uint64_t, EXPR)                                            \
+    BIN_FN(name, u8, uint8_t, uint8_t, uint32_t, EXPR)                                             \
+    BIN_FN(name, u16, uint16_t, uint16_t, uint32_t, EXPR)                                          \
+    BIN_FN(name, u32, uint32_t, uint32_t, uint32_t, EXPR)                                          \
+    BIN_FN(name, u64, uint64_t, uint64_t, uint64_t, EXPR)
+
+#define T_F(name) [KILN_DTYPE_FLOAT] = name##_f32, [KILN_DTYPE_DOUBLE] = name##_f64
+#define T_S(name)                                                                                  \
+    [KILN_DTYPE_INT8] = name##_i8, [KILN_DTYPE_INT16] = name##_i16, [KILN_DTYPE_INT32] = name##_i32, \
+    [KILN_DTYPE_INT64] = name##_i64
+#define T_U(name)                                                                                  \
+    [KILN_DTYPE_UINT8] = name##_u8, [KILN_DTYPE_UINT16] = name##_u16,                              \
+    [KILN_DTYPE_UINT32] = name##_u32, [KILN_DTYPE_UINT64] = name##_u64
+#define T_NUM(name) T_F(name), T_S(name), T_U(name)
+
+/* ------------------------------------------------------------------ arithmetic */
+
+BIN_NUM(Add, (U)x + (U)y)
+BIN_NUM(Sub, (U)x - (U)y)
+BIN_NUM(Mul, (U)x * (U)y)
+static const bin_op op_Add = {{T_NUM(Add)}, false};
+static const bin_op op_Sub = {{T_NUM(Sub)}, false};
+static const bin_op op_Mul = {{T_NUM(Mul)}, false};
+
+/* integer division truncates toward zero; x/0 gives 0 and MIN/-1 wraps (instead of trapping) */
+BIN_F(Div, T, x / y)
+BIN_S(Div, T, y == 0 ? (T)0 : (y == -1 ? (T)((U)0 - (U)x) : (T)(x / y)))
+BIN_U(Div, T, y == 0 ? (T)0 : (T)(x / y))
+static const bin_op op_Div = {{T_F(Div), T_S(Div), T_U(Div)}, false};
+
+/* Mod with fmod=1: the remainder has the dividend's sign (C's fmod and %). */
+BIN_FN(ModC, f32, float, float, float, fmodf(x, y))
+BIN_FN(ModC, f64, double, double, double, fmod(x, y))
+BIN_S(ModC, T, (y == 0 || y == -1) ? (T)0 : (T)(x % y))
+BIN_U(ModC, T, y == 0 ? (T)0 : (T)(x % y))
+static const bin_op op_ModC = {{T_F(ModC), T_S(ModC), T_U(ModC)}, false};
+
+/* Mod with fmod=0: the remainder has the divisor's sign (Python's %); x % 0 is NaN for floats,
+ * 0 for integers. */
+static inline float kn_pymodf(float x, float y) {
+    float r = fmodf(x, y);
+    if (r != 0.0f) {
+        if ((r < 0.0f) != (y < 0.0f)) r += y;
+    } else {
+        r = copysignf(0.0f, y);
+    }
+    return r;
+}
+static inline double kn_pymod(double x, double y) {
+    double r = fmod(x, y);
+    if (r != 0.0) {
+        if ((r < 0.0) != (y < 0.0)) r += y;
+    } else {
+        r = copysign(0.0, y);
+    }
+    return r;
+}
+#define KN_PYMOD_INT(T, x, y)                                                                      \
+    ((y) == 0 || (y) == -1 ? (T)0 : (T)((x) % (y) != 0 && (((x) % (y) < 0) != ((y) < 0)) ? (x) % (y) + (y) : (x) % (y)))
+BIN_FN(ModPy, f32, float, float, float, kn_pymodf(x, y))
+BIN_FN(ModPy, f64, double, double, double, kn_pymod(x, y))
+BIN_S(ModPy, T, KN_PYMOD_INT(T, x, y))
+BIN_U(ModPy, T, y == 0 ? (T)0 : (T)(x % y))
+static const bin_op op_ModPy = {{T_F(ModPy), T_S(ModPy), T_U(ModPy)}, false};
+
+/* Max/Min propagate NaN like numpy's maximum/minimum */
+BIN_F(Max, T, x != x ? x : (x > y ? x : y))
+BIN_S(Max, T, x > y ? x : y)
+BIN_U(Max, T, x > y ? x : y)
+BIN_F(Min, T, x != x ? x : (x < y ? x : y))
+BIN_S(Min, T, x < y ? x : y)
+BIN_U(Min, T, x < y ? x : y)
+static const bin_op op_Max = {{T_NUM(Max)}, false};
+static const bin_op op_Min = {{T_NUM(Min)}, false};
+
+/* PRelu: b is the slope */
+BIN_F(PRelu, T, x < 0 ? y * x : x)
+BIN_S(PRelu, T, x < 0 ? (U)y * (U)x : (U)x)
+BIN_U(PRelu, T, x)
+static const bin_op op_PRelu = {{T_NUM(PRelu)}, false};
+
+/* ------------------------------------------------------------------ comparison and logic */
+
+#define BIN_CMP(name, EXPR)                                                                        \
+    BIN_F(name, uint8_t, EXPR)                                                                     \
+    BIN_S(name, uint8_t, EXPR)                                                                     \
+    BIN_U(name, uint8_t, EXPR)                                                                     \
+    BIN_FN(name, b, uint8_t, uint8_t, uint32_t, EXPR)                                              \
+    static const bin_op op_##name = {{T_NUM(name), [KILN_DTYPE_BOOL] = name##_b}, true};
+BIN_CMP(Equal, x == y)
+BIN_CMP(Less, x < y)
+BIN_CMP(LessOrEqual, x <= y)
+BIN_CMP(Greater, x > y)
+BIN_CMP(GreaterOrEqual, x >= y)
+
+BIN_FN(And, b, uint8_t, uint8_t, uint32_t, (x != 0) & (y != 0))
+BIN_FN(Or, b, uint8_t, uint8_t, uint32_t, (x != 0) | (y != 0))
+BIN_FN(Xor, b, uint8_t, uint8_t, uint32_t, (x != 0) ^ (y != 0))
+static const bin_op op_And = {{[KILN_DTYPE_BOOL] = And_b}, true};
+static const bin_op op_Or = {{[KILN_DTYPE_BOOL] = Or_b}, true};
+static const bin_op op_Xor = {{[KILN_DTYPE_BOOL] = Xor_b}, true};
+
+BIN_S(BitwiseAnd, T, (U)x & (U)y)
+BIN_U(BitwiseAnd, T, (U)x & (U)y)
+BIN_S(BitwiseOr, T, (U)x | (U)y)
+BIN_U(BitwiseOr, T, (U)x | (U)y)
+BIN_S(BitwiseXor, T, (U)x ^ (U)y)
+BIN_U(BitwiseXor, T, (U)x ^ (U)y)
+static const bin_op op_BitwiseAnd = {{T_S(BitwiseAnd), T_U(BitwiseAnd)}, false};
+static const bin_op op_BitwiseOr = {{T_S(BitwiseOr), T_U(BitwiseOr)}, false};
+static const bin_op op_BitwiseXor = {{T_S(BitwiseXor), T_U(BitwiseXor)}, false};
+
+/* BitShift: a shift outside [0, bits) gives 0 (left, or right of a non-negative value) or -1
+ * (right shift of a negative value), as the ONNX reference defines it */
+#define KN_BITS(T) ((int)(sizeof(T) * 8))
+BIN_S(ShiftL, T, (y < 0 || y >= KN_BITS(T)) ? (U)0 : (U)x << y)
+BIN_U(ShiftL, T, y >= (T)KN_BITS(T) ? (U)0 : (U)x << y)
+BIN_S(ShiftR, T, (y < 0 || y >= KN_BITS(T)) ? (T)(x < 0 ? -1 : 0) : (T)(x >> y))
+BIN_U(ShiftR, T, y >= (T)KN_BITS(T) ? (T)0 : (T)(x >> y))
+static const bin_op op_ShiftL = {{T_S(ShiftL), T_U(ShiftL)}, false};
+static const bin_op op_ShiftR = {{T_S(ShiftR), T_U(ShiftR)}, false};
+
+/* ------------------------------------------------------------------ driver */
+
+typedef struct bin_ctx {
+    bin_fn fn;
+    kiln_dtype dtype; /* input element type */
+    bool half;        /* half inputs through the float32 loop */
+    bool bool_out;
+} bin_ctx;
+
+static void bin_row(void *arg, int64_t n, char *const *ptr, const int64_t *step) {
+    const bin_ctx *b = arg;
+    if (!b->half) {
+        b->fn(n, ptr[0], ptr[1], ptr[2], step[1], step[2]);
+        return;
+    }
+    float fa[KN_EW_CHUNK], fb[KN_EW_CHUNK], fo[KN_EW_CHUNK];
+    if (!step[1]) kn_ew_half_to_f32(b->dtype, ptr[1], fa, 1);
+    if (!step[2]) kn_ew_half_to_f32(b->dtype, ptr[2], fb, 1);
+    for (int64_t s = 0; s < n; s += KN_EW_CHUNK) {
+        int64_t m = n - s < KN_EW_CHUNK ? n - s : KN_EW_CHUNK;
+        if (step[1]) kn_ew_half_to_f32(b->dtype, (const uint16_t *)ptr[1] + s, fa, m);
+        if (step[2]) kn_ew_half_to_f32(b->dtype, (const uint16_t *)ptr[2] + s, fb, m);
+        if (b->bool_out) {
+            b->fn(m, (uint8_t *)ptr[0] + s, fa, fb, step[1], step[2]);
+        } else {
+            b->fn(m, fo, fa, fb, step[1], step[2]);
+            kn_ew_f32_to_half(b->dtype, fo, (uint16_t *)ptr[0] + s, m);
+        }
+    }
+}
+
+/* The row function for dtype, or NULL. */
+static bin_fn bin_pick(const bin_op *op, kiln_dtype dt, bool *half) {
+    *half = false;
+    if ((int)dt <= 0 || (int)dt >= KILN_DTYPE_COUNT_) return NULL;
+    if (op->fn[dt]) return op->fn[dt];
+    if (kn_ew_is_half(dt) && op->fn[KILN_DTYPE_FLOAT]) {
+        *half = true;
+        return op->fn[KILN_DTYPE_FLOAT];
+    }
+    return NULL;
+}
+
+/* Opset < 7 binary ops broadcast only with broadcast=1, placing B's dims at `axis` of A's
+ * (default: trailing). Rewrites B's dims into A's rank. */
+static kiln_status legacy_dims(kn_kernel_ctx *c, const kn_tensor *a, const kn_tensor *b, int *rank_b,
+                               int64_t *dims_b) {
+    char sa[256], sb[256];
+    *rank_b = b->rank;
+    memcpy(dims_b, b->dims, sizeof(int64_t) * (size_t)b->rank);
+    if (!kn_attr_int(c->node, "broadcast", 0)) {
+        if (a->rank != b->rank || memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank))
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "shapes %s and %s differ and broadcast=0",
+                                   kn_dims_str(a->dims, a->rank, sa, sizeof sa),
+                                   kn_dims_str(b->dims, b->rank, sb, sizeof sb));
+        return KILN_OK;
+    }
+    int64_t axis = kn_attr_int(c->node, "axis", a->rank - b->rank);
+    if (axis < 0) axis += a->rank;
+    if (b->rank > a->rank || axis < 0 || axis + b->rank > a->rank)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "B %s does not fit into A %s at axis %lld",
+                               kn_dims_str(b->dims, b->rank, sb, sizeof sb),
+                               kn_dims_str(a->dims, a->rank, sa, sizeof sa), (long long)axis);
+    for (int d = 0; d < a->rank; d++) dims_b[d] = 1;
+    for (int d = 0; d < b->rank; d++) dims_b[axis + d] = b->dims[d];
+    *rank_b = a->rank;
+    return KILN_OK;
+}
+
+/* Broadcasts a and b into the output and plans the loop. */
+static kiln_status bin_prepare(kn_kernel_ctx *c, const kn_tensor *a, const kn_tensor *b,
+                               kiln_dtype out_dtype, bool legacy, kn_tensor **out, kn_ew_plan *plan) {
+    int rb = b->rank, rank;
+    int64_t db[KILN_MAX_RANK], dims[KILN_MAX_RANK];
+    memcpy(db, b->dims, sizeof(int64_t) * (size_t)b->rank);
+    if (legacy && c->node->opset < 7) KN_TRY(legacy_dims(c, a, b, &rb, db));
+    int ranks[2] = {a->rank, rb};
+    const int64_t *dd[2] = {a->dims, db};
+    kiln_status s = kn_ew_broadcast_shape(2, ranks, dd, &rank, dims);
+    if (s != KILN_OK) return kn_kernel_error(c, s, "%s", kn_last_error());
+    KN_TRY(kn_ctx_output(c, 0, out_dtype, rank, dims, out));
+    s = kn_ew_plan_init(plan, rank, dims, 2, ranks, dd);
+    if (s != KILN_OK) return kn_kernel_error(c, s, "%s", kn_last_error());
+    return KILN_OK;
+}
+
+static kiln_status check_inputs(kn_kernel_ctx *c, int n) {
+    if (c->n_inputs < n) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "needs %d inputs", n);
+    for (int i = 0; i < n; i++)
+        if (!c->in[i] || c->in[i]->kind != KN_VALUE_TENSOR)
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "input %d must be a tensor", i);
+    return KILN_OK;
+}
+
+static kiln_status bin_run(kn_kernel_ctx *c, const bin_op *op, bool legacy) {
+    KN_TRY(check_inputs(c, 2));
+    const kn_tensor *a = c->in[0], *b = c->in[1];
+    if (a->dtype != b->dtype)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "inputs have different element types (%s and %s)",
+                               kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
+    bin_ctx bc = {NULL, a->dtype, false, op->bool_out};
+    bc.fn = bin_pick(op, a->dtype, &bc.half);
+    if (!bc.fn)
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "element type %s is not supported",
+                               kiln_dtype_name(a->dtype));
+    kiln_dtype ot = op->bool_out ? KILN_DTYPE_BOOL : a->dtype;
+    kn_tensor *o;
+    kn_ew_plan plan;
+    KN_TRY(bin_prepare(c, a, b, ot, legacy, &o, &plan));
+    char *base[3] = {o->data, a->data, b->data};
+    size_t es[3] = {kiln_dtype_size(ot), kiln_dtype_size(a->dtype), kiln_dtype_size(b->dtype)};
+    kn_ew_plan_run(&plan, c->pool, base, es, bin_row, &bc);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ string Equal */
+
+static void str_eq_row(void *arg, int64_t n, char *const *ptr, const int64_t *step) {
+    (void)arg;
+    uint8_t *o = (uint8_t *)ptr[0];
+    char *const *a = (char *const *)ptr[1], *const *b = (char *const *)ptr[2];
+    for (int64_t i = 0; i < n; i++) {
+        const char *x = a[i * step[1]], *y = b[i * step[2]];
+        o[i] = !strcmp(x ? x : "", y ? y : "");
+    }
+}
+
+static kiln_status string_equal(kn_kernel_ctx *c) {
+    const kn_tensor *a = c->in[0], *b = c->in[1];
+    kn_tensor *o;
+    kn_ew_plan plan;
+    KN_TRY(bin_prepare(c, a, b, KILN_DTYPE_BOOL, false, &o, &plan));
+    char *base[3] = {o->data, a->data, b->data};
+    size_t es[3] = {1, sizeof(char *), sizeof(char *)};
+    kn_ew_plan_run(&plan, c->pool, base, es, str_eq_row, NULL);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ entry points */
+
+#define BIN_KERNEL(name, table, legacy)                                                            \
+    kiln_status kn_cpu_ew_##name(kn_kernel_ctx *c) { return bin_run(c, &table, legacy); }
+BIN_KERNEL(Add, op_Add, true)
+BIN_KERNEL(Sub, op_Sub, true)
+BIN_KERNEL(Mul, op_Mul, true)
+BIN_KERNEL(Div, op_Div, true)
+BIN_KERNEL(Less, op_Less, true)
+BIN_KERNEL(Greater, op_Greater, true)
+BIN_KERNEL(LessOrEqual, op_LessOrEqual, false)
+BIN_KERNEL(GreaterOrEqual, op_GreaterOrEqual, false)
+BIN_KERNEL(And, op_And, true)
+BIN_KERNEL(Or, op_Or, true)
+BIN_KERNEL(Xor, op_Xor, true)
+BIN_KERNEL(BitwiseAnd, op_BitwiseAnd, false)
+BIN_KERNEL(BitwiseOr, op_BitwiseOr, false)
+BIN_KERNEL(BitwiseXor, op_BitwiseXor, false)
+BIN_KERNEL(PRelu, op_PRelu, false)
+
+kiln_status kn_cpu_ew_Equal(kn_kernel_ctx *c) {
+    KN_TRY(check_inputs(c, 2));
+    if (c->in[0]->dtype == KILN_DTYPE_STRING && c->in[1]->dtype == KILN_DTYPE_STRING) return string_equal(c);
+    return bin_run(c, &op_Equal, true);
+}
+
+kiln_status kn_cpu_ew_Mod(kn_kernel_ctx *c) {
+    int64_t fmod_attr = kn_attr_int(c->node, "fmod", 0);
+    return bin_run(c, fmod_attr ? &op_ModC : &op_ModPy, false);
+}
+
+kiln_status kn_cpu_ew_BitShift(kn_kernel_ctx *c) {
+    const char *dir = kn_attr_string(c->node, "direction", "");
+    if (!strcmp(dir, "LEFT")) return bin_run(c, &op_ShiftL, false);
+    if (!strcmp(dir, "RIGHT")) return bin_run(c, &op_ShiftR, false);
+    return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "direction='%s' is not LEFT or RIGHT", dir);
+}
+
+/* ------------------------------------------------------------------ Pow */
+
+/* Integer power by squaring, wrapping like numpy's integer power; negative exponents truncate
+ * the real result (1, -1 or 0). */
+static int64_t kn_ipow(int64_t x, int64_t e) {
+    if (e < 0) return x == 1 ? 1 : (x == -1 ? ((e & 1) ? -1 : 1) : 0);
+    uint64_t r = 1, b = (uint64_t)x;
+    while (e) {
+        if (e & 1) r *= b;
+        b *= b;
+        e >>= 1;
+    }
+    return (int64_t)r;
+}
+
+typedef struct pow_ctx {
+    kiln_dtype ta, tb, to;
+    bool ints; /* integer base and integer exponent: exact integer power */
+} pow_ctx;
+
+/* General Pow: both operands converted (in chunks) to double, or int64 for integer powers. */
+static void pow_row(void *arg, int64_t n, char *const *ptr, const int64_t *step) {
+    const pow_ctx *p = arg;
+    size_t sa = kiln_dtype_size(p->ta), sb = kiln_dtype_size(p->tb), so = kiln_dtype_size(p->to);
+    kiln_dtype ct = p->ints ? KILN_DTYPE_INT64 : KILN_DTYPE_DOUBLE;
+    union {
+        double d[KN_EW_CHUNK];
+        int64_t i[KN_EW_CHUNK];
+    } ba, bb, bo;
+    for (int64_t s = 0; s < n; s += KN_EW_CHUNK) {
+        int64_t m = n - s < KN_EW_CHUNK ? n - s : KN_EW_CHUNK;
+        kn_ew_cast_n(p->ta, ptr[1] + (step[1] ? s : 0) * (int64_t)sa, ct, &ba, step[1] ? m : 1, 1);
+        kn_ew_cast_n(p->tb, ptr[2] + (step[2] ? s : 0) * (int64_t)sb, ct, &bb, step[2] ? m : 1, 1);
+        for (int64_t i = 0; i < m; i++) {
+            int64_t ia = step[1] ? i : 0, ib = step[2] ? i : 0;
+            if (p->ints) bo.i[i] = kn_ipow(ba.i[ia], bb.i[ib]);
+            else bo.d[i] = pow(ba.d[ia], bb.d[ib]);
+        }
+        kn_ew_cast_n(ct, &bo, p->to, ptr[0] + s * (int64_t)so, m, 1);
+    }
+}
+
+/* float32 base with one exponent value: the common x^2 of decomposed LayerNorm and friends. */
+typedef struct pow_scalar_job {
+    const float *x;
+    float *o;
+    float e;
+} pow_scalar_job;
+
+static void pow_scalar_range(void *arg, int64_t b, int64_t e) {
+    const pow_scalar_job *j = arg;
+    const float *restrict x = j->x;
+    float *restrict o = j->o;
+    const float ex = j->e;
+    if (ex == 2.0f) {
+        for (int64_t i = b; i < e; i++) o[i] = x[i] * x[i];
+    } else if (ex == 3.0f) {
+        for (int64_t i = b; i < e; i++) o[i] = x[i] * x[i] * x[i];
+    } else if (ex == 1.0f) {
+        for (int64_t i = b; i < e; i++) o[i] = x[i];
+    } else if (ex == 0.5f) {
+        kn_ew_sqrt_f32(e - b, o + b, x + b);
+    } else if (ex == -1.0f) {
+        for (int64_t i = b; i < e; i++) o[i] = 1.0f / x[i];
+    } else {
+        for (int64_t i = b; i < e; i++) o[i] = powf(x[i], ex);
+    }
+}
+
+kiln_status kn_cpu_ew_Pow(kn_kernel_ctx *c) {
+    KN_TRY(check_inputs(c, 2));
+    const kn_tensor *a = c->in[0], *b = c->in[1];
+    kiln_dtype ta = a->dtype, tb = b->dtype;
+    bool a_int = kn_dtype_is_int(ta), b_int = kn_dtype_is_int(tb);
+    if (!(a_int || kn_dtype_is_float(ta)) || !(b_int || kn_dtype_is_float(tb)))
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "Pow of %s by %s is not supported",
+                               kiln_dtype_name(ta), kiln_dtype_name(tb));
+    kn_tensor *o;
+    kn_ew_plan plan;
+    KN_TRY(bin_prepare(c, a, b, ta, true, &o, &plan));
+    if (ta == KILN_DTYPE_FLOAT && kn_tensor_count(b) == 1 && kn_tensor_count(a) == plan.count) {
+        double e = kn_tensor_get_f64(b, 0);
+        /* an integer-typed or double exponent rounds through double in the reference; only
+         * exponents exact in float take the float path */
+        if ((double)(float)e == e) {
+            pow_scalar_job j = {a->data, o->data, (float)e};
+            kn_parallel_for(c->pool, plan.count, KN_EW_GRAIN, pow_scalar_range, &j);
+            return KILN_OK;
+        }
+    }
+    pow_ctx pc = {ta, tb, ta, a_int && b_int};
+    char *base[3] = {o->data, a->data, b->data};
+    size_t es[3] = {kiln_dtype_size(ta), kiln_dtype_size(ta), kiln_dtype_size(tb)};
+    kn_ew_plan_run(&plan, c->pool, base, es, pow_row, &pc);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ Sum, Mean, Max, Min */
+
+typedef struct scale_job {
+    kiln_dtype dt;
+    void *data;
+    int64_t n_inputs;
+} scale_job;
+
+/* Divides in place by the input count (Mean). */
+static void mean_range(void *arg, int64_t b, int64_t e) {
+    const scale_job *j = arg;
+    switch (j->dt) {
+    case KILN_DTYPE_FLOAT: {
+        float *x = j->data;
+        const float d = (float)j->n_inputs;
+        for (int64_t i = b; i < e; i++) x[i] /= d;
+        break;
+    }
+    case KILN_DTYPE_DOUBLE: {
+        double *x = j->data;
+        for (int64_t i = b; i < e; i++) x[i] /= (double)j->n_inputs;
+        break;
+    }
+    case KILN_DTYPE_FLOAT16:
+    case KILN_DTYPE_BFLOAT16: {
+        float buf[KN_EW_CHUNK];
+        uint16_t *x = j->data;
+        for (int64_t s = b; s < e; s += KN_EW_CHUNK) {
+            int64_t m = e - s < KN_EW_CHUNK ? e - s : KN_EW_CHUNK;
+            kn_ew_half_to_f32(j->dt, x + s, buf, m);
+            for (int64_t i = 0; i < m; i++) buf[i] /= (float)j->n_inputs;
+            kn_ew_f32_to_half(j->dt, buf, x + s, m);
+        }
+        break;
+    }
+    default: {
+        /* integers: truncating division through int64 (uint64 values above 2^63 are rare) */
+        kn_tensor t;
+        memset(&t, 0, sizeof t);
+        t.dtype = j->dt;
+        t.data = j->data;
+        for (int64_t i = b; i < e; i++) kn_tensor_set_i64(&t, i, kn_tensor_get_i64(&t, i) / j->n_inputs);
+        break;
+    }
+    }
+}
+
+static kiln_status variadic_run(kn_kernel_ctx *c, const bin_op *op, bool mean) {
+    int n = c->n_inputs;
+    if (n < 1) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "needs at least one input");
+    KN_TRY(check_inputs(c, n));
+    kiln_dtype dt = c->in[0]->dtype;
+    int ranks[64];
+    const int64_t *dd[64];
+    if (n > 64) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%d inputs; at most 64 supported", n);
+    for (int i = 0; i < n; i++) {
+        if (c->in[i]->dtype != dt)
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "input %d is %s but input 0 is %s", i,
+                                   kiln_dtype_name(c->in[i]->dtype), kiln_dtype_name(dt));
+        ranks[i] = c->in[i]->rank;
+        dd[i] = c->in[i]->dims;
+    }
+    bin_ctx bc = {NULL, dt, false, false};
+    bc.fn = bin_pick(op, dt, &bc.half);
+    if (!bc.fn)
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "element type %s is not supported", kiln_dtype_name(dt));
+    int rank;
+    int64_t dims[KILN_MAX_RANK];
+    kiln_status s = kn_ew_broadcast_shape(n, ranks, dd, &rank, dims);
+    if (s != KILN_OK) return kn_kernel_error(c, s, "%s", kn_last_error());
+    kn_tensor *o;
+    KN_TRY(kn_ctx_output(c, 0, dt, rank, dims, &o));
+    size_t es = kiln_dtype_size(dt);
+    if (n == 1) {
+        if (o->nbytes) memcpy(o->data, c->in[0]->data, o->nbytes);
+        return KILN_OK;
+    }
+    for (int k = 1; k < n; k++) {
+        /* out = op(in0, in1), then out = op(out, in_k): same-index loops, safe in place */
+        const kn_tensor *a = k == 1 ? c->in[0] : o;
+        const kn_tensor *b = c->in[k];
+        int pr[2] = {a->rank, b->rank};
+        const int64_t *pd[2] = {a->dims, b->dims};
+        kn_ew_plan plan;
+        s = kn_ew_plan_init(&plan, rank, dims, 2, pr, pd);
+        if (s != KILN_OK) return kn_kernel_error(c, s, "%s", kn_last_error());
+        char *base[3] = {o->data, a->data, b->data};
+        size_t ess[3] = {es, es, es};
+        kn_ew_plan_run(&plan, c->pool, base, ess, bin_row, &bc);
+    }
+    if (mean) {
+        scale_job j = {dt, o->data, n};
+        kn_parallel_for(c->pool, kn_tensor_count(o), KN_EW_GRAIN, mean_range, &j);
+    }
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_ew_Sum(kn_kernel_ctx *c) { return variadic_run(c, &op_Add, false); }
+kiln_status kn_cpu_ew_Mean(kn_kernel_ctx *c) { return variadic_run(c, &op_Add, true); }
+kiln_status kn_cpu_ew_Max(kn_kernel_ctx *c) { return variadic_run(c, &op_Max, false); }
+kiln_status kn_cpu_ew_Min(kn_kernel_ctx *c) { return variadic_run(c, &op_Min, false); }
+
+/* ------------------------------------------------------------------ Where */
+
+typedef struct where_ctx {
+    size_t es;
+    bool failed; /* string copy ran out of memory */
+} where_ctx;
+
+#define WHERE_LOOP(T)                                                                              \
+    do {                                                                                           \
+        T *restrict o = (T *)ptr[0];                                                               \
+        const uint8_t *restrict cd = (const uint8_t *)ptr[1];                                      \
+        const T *restrict x = (const T *)ptr[2];                                                   \
+        const T *restrict y = (const T *)ptr[3];                                                   \
+        if (step[1] && step[2] && step[3]) {                                                       \
+            for (int64_t i = 0; i < n; i++) o[i] = cd[i] ? x[i] : y[i];                            \
+        } else {                                                                                   \
+            const int64_t s1 = step[1], s2 = step[2], s3 = step[3];                                \
+            for (int64_t i = 0; i < n; i++) o[i] = cd[i * s1] ? x[i * s2] : y[i * s3];             \
+        }                                                                                          \
+    } while (0)
+
+static void where_row(void *arg, int64_t n, char *const *ptr, const int64_t *step) {
+    where_ctx *w = arg;
+    switch (w->es) {
+    case 1: WHERE_LOOP(uint8_t); break;
+    case 2: WHERE_LOOP(uint16_t); break;
+    case 4: WHERE_LOOP(uint32_t); break;
+    case 8: WHERE_LOOP(uint64_t); break;
+    default:
+        for (int64_t i = 0; i < n; i++) {
+            const char *src = ptr[1][i * step[1]] ? ptr[2] + i * step[2] * (int64_t)w->es
+                                                  : ptr[3] + i * step[3] * (int64_t)w->es;
+            memcpy(ptr[0] + i * (int64_t)w->es, src, w->es);
+        }
+        break;
+    }
+}
+
+static void where_row_string(void *arg, int64_t n, char *const *ptr, const int64_t *step) {
+    where_ctx *w = arg;
+    char **o = (char **)ptr[0];
+    const uint8_t *cd = (const uint8_t *)ptr[1];
+    char *const *x = (char *const *)ptr[2], *const *y = (char *const *)ptr[3];
+    for (int64_t i = 0; i < n; i++) {
+        const char *s = cd[i * step[1]] ? x[i * step[2]] : y[i * step[3]];
+        free(o[i]);
+        o[i] = strdup(s ? s : "");
+        if (!o[i]) w->failed = true;
+    }
+}
+
+kiln_status kn_cpu_ew_Where(kn_kernel_ctx *c) {
+    KN_TRY(check_inputs(c, 3));
+    const kn_tensor *cd = c->in[0], *x = c->in[1], *y = c->in[2];
+    if (cd->dtype != KILN_DTYPE_BOOL)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "condition is %s, not bool", kiln_dtype_name(cd->dtype));
+    if (x->dtype != y->dtype)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "X is %s but Y is %s", kiln_dtype_name(x->dtype),
+                               kiln_dtype_name(y->dtype));
+    size_t es = kiln_dtype_size(x->dtype);
+    if (es == 0)
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "element type %s is not supported", kiln_dtype_name(x->dtype));
+    int ranks[3] = {cd->rank, x->rank, y->rank}, rank;
+    const int64_t *dd[3] = {cd->dims, x->dims, y->dims};
+    int64_t dims[KILN_MAX_RANK];
+    kiln_status s = kn_ew_broadcast_shape(3, ranks, dd, &rank, dims);
+    if (s != KILN_OK) return kn_kernel_error(c, s, "%s", kn_last_error());
+    kn_tensor *o;
+    KN_TRY(kn_ctx_output(c, 0, x->dtype, rank, dims, &o));
+    kn_ew_plan plan;
+    s = kn_ew_plan_init(&plan, rank, dims, 3, ranks, dd);
+    if (s != KILN_OK) return kn_kernel_error(c, s, "%s", kn_last_error());
+    char *base[4] = {o->data, cd->data, x->data, y->data};
+    size_t ess[4] = {es, 1, es, es};
+    where_ctx w = {es, false};
+    if (x->dtype == KILN_DTYPE_STRING) {
+        /* strdup per element: single-threaded keeps the failure flag simple */
+        kn_ew_plan_run(&plan, NULL, base, ess, where_row_string, &w);
+        if (w.failed) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory copying strings");
+        return KILN_OK;
+    }
+    kn_ew_plan_run(&plan, c->pool, base, ess, where_row, &w);
+    return KILN_OK;
+}

@@ -1,0 +1,500 @@
+/* Cast and CastLike: conversions among the numeric types, bool, float16/bfloat16, the four
+ * float8 types and strings.
+ *
+ * Semantics (numpy's astype, which the ONNX reference uses): float -> integer truncates toward
+ * zero and wraps into narrow types; values outside int64 (and NaN) become INT64_MIN's bits (the
+ * x86 "integer indefinite" result; the spec leaves them undefined). Anything -> bool is != 0
+ * (NaN is true). float8 targets round to nearest even; with saturate=1 out-of-range values
+ * (and infinities) clamp to the largest finite value, else they become inf or NaN as the format
+ * allows. */
+#include "backend/cpu/elementwise_impl.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+
+/* ------------------------------------------------------------------ float8 */
+
+typedef struct f8_fmt {
+    int mbits;   /* mantissa bits */
+    int bias;
+    double max;  /* largest finite value */
+    bool fnuz;   /* no -0 and no inf; 0x80 is the only NaN */
+    bool inf;    /* has infinities (E5M2) */
+} f8_fmt;
+
+static const f8_fmt *f8_format(kiln_dtype t) {
+    static const f8_fmt e4m3fn = {3, 7, 448.0, false, false};
+    static const f8_fmt e4m3fnuz = {3, 8, 240.0, true, false};
+    static const f8_fmt e5m2 = {2, 15, 57344.0, false, true};
+    static const f8_fmt e5m2fnuz = {2, 16, 57344.0, true, false};
+    switch (t) {
+    case KILN_DTYPE_FLOAT8E4M3FN: return &e4m3fn;
+    case KILN_DTYPE_FLOAT8E4M3FNUZ: return &e4m3fnuz;
+    case KILN_DTYPE_FLOAT8E5M2: return &e5m2;
+    case KILN_DTYPE_FLOAT8E5M2FNUZ: return &e5m2fnuz;
+    default: return NULL;
+    }
+}
+
+static bool is_f8(kiln_dtype t) { return f8_format(t) != NULL; }
+
+static uint8_t f8_nan(const f8_fmt *f, unsigned s) {
+    if (f->fnuz) return 0x80;
+    return (uint8_t)((f->inf ? 0x7e : 0x7f) | s);
+}
+
+static uint8_t f8_overflow(const f8_fmt *f, unsigned s) {
+    if (f->inf) return (uint8_t)(0x7c | s);
+    return f8_nan(f, s);
+}
+
+static uint8_t f32_to_f8(float v, const f8_fmt *f, int saturate) {
+    unsigned s = signbit(v) ? 0x80u : 0u;
+    if (isnan(v)) return f8_nan(f, s);
+    double a = fabs((double)v);
+    if (saturate && a > f->max) a = f->max;
+    if (isinf(a)) return f8_overflow(f, s);
+    if (a == 0.0) return f->fnuz ? 0 : (uint8_t)s;
+    int e;
+    frexp(a, &e);
+    int E = e - 1; /* a = 1.m * 2^E */
+    int emin = 1 - f->bias;
+    if (E < emin) E = emin; /* subnormal: fixed scale */
+    double q = nearbyint(ldexp(a, f->mbits - E)); /* in units of the last mantissa bit, half to even */
+    double val = ldexp(q, E - f->mbits);
+    if (val > f->max) return f8_overflow(f, s); /* with saturate, a <= max already */
+    int m = (int)q, one = 1 << f->mbits;
+    if (m >= 2 * one) { /* the rounding carried into the next binade */
+        m >>= 1;
+        E++;
+    }
+    unsigned code;
+    if (m < one) code = (unsigned)m; /* subnormal (or zero) */
+    else code = ((unsigned)(E + f->bias) << f->mbits) | (unsigned)(m - one);
+    code |= s;
+    if (f->fnuz && code == 0x80) code = 0; /* no negative zero */
+    return (uint8_t)code;
+}
+
+static float f8_to_f32(uint8_t b, const f8_fmt *f) {
+    unsigned s = b & 0x80u, ebits = 7 - (unsigned)f->mbits;
+    unsigned ex = (b >> f->mbits) & ((1u << ebits) - 1), m = b & ((1u << f->mbits) - 1);
+    if (f->fnuz) {
+        if (b == 0x80) return NAN;
+    } else if (f->inf) {
+        if (ex == (1u << ebits) - 1) return m ? NAN : (s ? -INFINITY : INFINITY);
+    } else if ((b & 0x7f) == 0x7f) {
+        return NAN;
+    }
+    double v = ex == 0 ? ldexp((double)m, 1 - f->bias - f->mbits)
+                       : ldexp((double)(m + (1u << f->mbits)), (int)ex - f->bias - f->mbits);
+    return (float)(s ? -v : v);
+}
+
+/* ------------------------------------------------------------------ loads and stores */
+
+/* Reads n elements of a numeric/bool/half/float8 type as double. */
+static void load_f64(kiln_dtype t, const void *src, double *d, int64_t n) {
+#define LOAD(T)                                                                                    \
+    do {                                                                                           \
+        const T *s = src;                                                                          \
+        for (int64_t i = 0; i < n; i++) d[i] = (double)s[i];                                       \
+    } while (0)
+    switch (t) {
+    case KILN_DTYPE_FLOAT: LOAD(float); break;
+    case KILN_DTYPE_DOUBLE: LOAD(double); break;
+    case KILN_DTYPE_INT8: LOAD(int8_t); break;
+    case KILN_DTYPE_INT16: LOAD(int16_t); break;
+    case KILN_DTYPE_INT32: LOAD(int32_t); break;
+    case KILN_DTYPE_INT64: LOAD(int64_t); break;
+    case KILN_DTYPE_UINT8: LOAD(uint8_t); break;
+    case KILN_DTYPE_UINT16: LOAD(uint16_t); break;
+    case KILN_DTYPE_UINT32: LOAD(uint32_t); break;
+    case KILN_DTYPE_UINT64: LOAD(uint64_t); break;
+    case KILN_DTYPE_BOOL: {
+        const uint8_t *s = src;
+        for (int64_t i = 0; i < n; i++) d[i] = s[i] ? 1.0 : 0.0;
+        break;
+    }
+    case KILN_DTYPE_FLOAT16:
+    case KILN_DTYPE_BFLOAT16: {
+        float buf[KN_EW_CHUNK];
+        for (int64_t b = 0; b < n; b += KN_EW_CHUNK) {
+            int64_t m = n - b < KN_EW_CHUNK ? n - b : KN_EW_CHUNK;
+            kn_ew_half_to_f32(t, (const uint16_t *)src + b, buf, m);
+            for (int64_t i = 0; i < m; i++) d[b + i] = buf[i];
+        }
+        break;
+    }
+    default: {
+        const f8_fmt *f = f8_format(t);
+        const uint8_t *s = src;
+        for (int64_t i = 0; i < n; i++) d[i] = f ? f8_to_f32(s[i], f) : NAN;
+        break;
+    }
+    }
+#undef LOAD
+}
+
+/* Reads n elements of an integer/bool type as int64 (uint64 keeps its bits). */
+static void load_i64(kiln_dtype t, const void *src, int64_t *d, int64_t n) {
+#define LOAD(T)                                                                                    \
+    do {                                                                                           \
+        const T *s = src;                                                                          \
+        for (int64_t i = 0; i < n; i++) d[i] = (int64_t)s[i];                                      \
+    } while (0)
+    switch (t) {
+    case KILN_DTYPE_INT8: LOAD(int8_t); break;
+    case KILN_DTYPE_INT16: LOAD(int16_t); break;
+    case KILN_DTYPE_INT32: LOAD(int32_t); break;
+    case KILN_DTYPE_INT64: LOAD(int64_t); break;
+    case KILN_DTYPE_UINT8: LOAD(uint8_t); break;
+    case KILN_DTYPE_UINT16: LOAD(uint16_t); break;
+    case KILN_DTYPE_UINT32: LOAD(uint32_t); break;
+    case KILN_DTYPE_UINT64: LOAD(uint64_t); break;
+    case KILN_DTYPE_BOOL: {
+        const uint8_t *s = src;
+        for (int64_t i = 0; i < n; i++) d[i] = s[i] != 0;
+        break;
+    }
+    default: break;
+    }
+#undef LOAD
+}
+
+/* Writes n int64 values (wrapping into narrow types). */
+static void store_i64(kiln_dtype t, const int64_t *d, void *dst, int64_t n) {
+#define STORE(T)                                                                                   \
+    do {                                                                                           \
+        T *o = dst;                                                                                \
+        for (int64_t i = 0; i < n; i++) o[i] = (T)(uint64_t)d[i];                                  \
+    } while (0)
+    switch (t) {
+    case KILN_DTYPE_INT8: STORE(int8_t); break;
+    case KILN_DTYPE_INT16: STORE(int16_t); break;
+    case KILN_DTYPE_INT32: STORE(int32_t); break;
+    case KILN_DTYPE_INT64: STORE(int64_t); break;
+    case KILN_DTYPE_UINT8: STORE(uint8_t); break;
+    case KILN_DTYPE_UINT16: STORE(uint16_t); break;
+    case KILN_DTYPE_UINT32: STORE(uint32_t); break;
+    case KILN_DTYPE_UINT64: STORE(uint64_t); break;
+    case KILN_DTYPE_BOOL: {
+        uint8_t *o = dst;
+        for (int64_t i = 0; i < n; i++) o[i] = d[i] != 0;
+        break;
+    }
+    default: break;
+    }
+#undef STORE
+}
+
+/* double -> int64 without undefined behaviour: truncation, INT64_MIN outside the range */
+static inline int64_t d2i64(double v) {
+    if (v > -9223372036854775808.0 && v < 9223372036854775808.0) return (int64_t)v;
+    return INT64_MIN;
+}
+static inline uint64_t d2u64(double v) {
+    if (v >= 9223372036854775808.0 && v < 18446744073709551616.0) return (uint64_t)v;
+    return (uint64_t)d2i64(v);
+}
+
+/* Writes n doubles to a numeric/bool/half/float8 type. */
+static void store_f64(kiln_dtype t, const double *d, void *dst, int64_t n, int saturate) {
+#define STORE_INT(T)                                                                               \
+    do {                                                                                           \
+        T *o = dst;                                                                                \
+        for (int64_t i = 0; i < n; i++) o[i] = (T)(uint64_t)d2i64(d[i]);                           \
+    } while (0)
+    switch (t) {
+    case KILN_DTYPE_FLOAT: {
+        float *o = dst;
+        for (int64_t i = 0; i < n; i++) o[i] = (float)d[i];
+        break;
+    }
+    case KILN_DTYPE_DOUBLE: memcpy(dst, d, (size_t)n * sizeof(double)); break;
+    case KILN_DTYPE_INT8: STORE_INT(int8_t); break;
+    case KILN_DTYPE_INT16: STORE_INT(int16_t); break;
+    case KILN_DTYPE_INT32: STORE_INT(int32_t); break;
+    case KILN_DTYPE_INT64: STORE_INT(int64_t); break;
+    case KILN_DTYPE_UINT8: STORE_INT(uint8_t); break;
+    case KILN_DTYPE_UINT16: STORE_INT(uint16_t); break;
+    case KILN_DTYPE_UINT32: STORE_INT(uint32_t); break;
+    case KILN_DTYPE_UINT64: {
+        uint64_t *o = dst;
+        for (int64_t i = 0; i < n; i++) o[i] = d2u64(d[i]);
+        break;
+    }
+    case KILN_DTYPE_BOOL: {
+        uint8_t *o = dst;
+        for (int64_t i = 0; i < n; i++) o[i] = d[i] != 0.0;
+        break;
+    }
+    case KILN_DTYPE_FLOAT16:
+    case KILN_DTYPE_BFLOAT16: {
+        float buf[KN_EW_CHUNK];
+        for (int64_t b = 0; b < n; b += KN_EW_CHUNK) {
+            int64_t m = n - b < KN_EW_CHUNK ? n - b : KN_EW_CHUNK;
+            for (int64_t i = 0; i < m; i++) buf[i] = (float)d[b + i];
+            kn_ew_f32_to_half(t, buf, (uint16_t *)dst + b, m);
+        }
+        break;
+    }
+    default: {
+        const f8_fmt *f = f8_format(t);
+        uint8_t *o = dst;
+        if (f)
+            for (int64_t i = 0; i < n; i++) o[i] = f32_to_f8((float)d[i], f, saturate);
+        break;
+    }
+    }
+#undef STORE_INT
+}
+
+/* ------------------------------------------------------------------ strings */
+
+/* Shortest text that reads back to the same float/double, numpy-like ("1.0", "0.1", "nan"). */
+static void format_real(double v, bool single, char *buf, size_t cap) {
+    if (isnan(v)) {
+        snprintf(buf, cap, "nan");
+        return;
+    }
+    if (isinf(v)) {
+        snprintf(buf, cap, v < 0 ? "-inf" : "inf");
+        return;
+    }
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, cap, "%.*g", p, v);
+        if (single ? strtof(buf, NULL) == (float)v : strtod(buf, NULL) == v) break;
+    }
+    if (!strpbrk(buf, ".e")) {
+        size_t l = strlen(buf);
+        if (l + 2 < cap) memcpy(buf + l, ".0", 3);
+    }
+}
+
+static kiln_status to_string(kiln_dtype from, const void *src, char **dst, int64_t n) {
+    char buf[64];
+    for (int64_t i = 0; i < n; i++) {
+        switch (from) {
+        case KILN_DTYPE_FLOAT: format_real(((const float *)src)[i], true, buf, sizeof buf); break;
+        case KILN_DTYPE_DOUBLE: format_real(((const double *)src)[i], false, buf, sizeof buf); break;
+        case KILN_DTYPE_FLOAT16:
+        case KILN_DTYPE_BFLOAT16: {
+            float f;
+            kn_ew_half_to_f32(from, (const uint16_t *)src + i, &f, 1);
+            format_real(f, true, buf, sizeof buf);
+            break;
+        }
+        case KILN_DTYPE_BOOL: snprintf(buf, sizeof buf, "%s", ((const uint8_t *)src)[i] ? "True" : "False"); break;
+        case KILN_DTYPE_UINT64: snprintf(buf, sizeof buf, "%llu", (unsigned long long)((const uint64_t *)src)[i]); break;
+        default:
+            if (kn_dtype_is_int(from)) {
+                int64_t v = 0;
+                load_i64(from, (const char *)src + i * (int64_t)kiln_dtype_size(from), &v, 1);
+                snprintf(buf, sizeof buf, "%lld", (long long)v);
+            } else {
+                double v = 0;
+                load_f64(from, (const char *)src + i * (int64_t)kiln_dtype_size(from), &v, 1);
+                format_real(v, true, buf, sizeof buf);
+            }
+            break;
+        }
+        char *s = strdup(buf);
+        if (!s) return KN_OOM();
+        free(dst[i]);
+        dst[i] = s;
+    }
+    return KILN_OK;
+}
+
+static kiln_status from_string(char *const *src, kiln_dtype to, void *dst, int64_t n, int saturate) {
+    size_t es = kiln_dtype_size(to);
+    for (int64_t i = 0; i < n; i++) {
+        const char *s = src[i] ? src[i] : "";
+        while (isspace((unsigned char)*s)) s++;
+        char *end;
+        void *o = (char *)dst + i * (int64_t)es;
+        if (to == KILN_DTYPE_BOOL) {
+            /* "True"/"False" as numpy prints them, else a number */
+            uint8_t v;
+            if (!strcasecmp(s, "true")) v = 1;
+            else if (!strcasecmp(s, "false")) v = 0;
+            else v = strtod(s, NULL) != 0.0;
+            *(uint8_t *)o = v;
+        } else if (kn_dtype_is_int(to)) {
+            errno = 0;
+            int64_t v;
+            if (to == KILN_DTYPE_UINT64 && *s != '-') v = (int64_t)strtoull(s, &end, 10);
+            else v = strtoll(s, &end, 10);
+            if (end == s || *end == '.' || *end == 'e' || *end == 'E') v = d2i64(strtod(s, NULL));
+            store_i64(to, &v, o, 1);
+        } else {
+            double v = strtod(s, &end);
+            if (end == s) v = NAN;
+            store_f64(to, &v, o, 1, saturate);
+        }
+    }
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ the conversion */
+
+static bool castable(kiln_dtype t) {
+    return t == KILN_DTYPE_BOOL || t == KILN_DTYPE_STRING || kn_dtype_is_int(t) || kn_dtype_is_float(t) ||
+           is_f8(t);
+}
+
+int kn_ew_cast_supported(kiln_dtype from, kiln_dtype to) { return castable(from) && castable(to); }
+
+kiln_status kn_ew_cast_n(kiln_dtype from, const void *src, kiln_dtype to, void *dst, int64_t n,
+                         int saturate) {
+    if (n <= 0) return KILN_OK;
+    if (!kn_ew_cast_supported(from, to))
+        return kn_error(KILN_ERR_UNSUPPORTED, "cast from %s to %s is not supported", kiln_dtype_name(from),
+                        kiln_dtype_name(to));
+    if (to == KILN_DTYPE_STRING) {
+        if (from == KILN_DTYPE_STRING) {
+            char *const *s = src;
+            char **d = dst;
+            for (int64_t i = 0; i < n; i++) {
+                char *c = strdup(s[i] ? s[i] : "");
+                if (!c) return KN_OOM();
+                free(d[i]);
+                d[i] = c;
+            }
+            return KILN_OK;
+        }
+        return to_string(from, src, dst, n);
+    }
+    if (from == KILN_DTYPE_STRING) return from_string(src, to, dst, n, saturate);
+    if (from == to) {
+        memcpy(dst, src, (size_t)n * kiln_dtype_size(from));
+        return KILN_OK;
+    }
+    /* direct paths for the common float conversions */
+    if (from == KILN_DTYPE_FLOAT && kn_ew_is_half(to)) {
+        kn_ew_f32_to_half(to, src, dst, n);
+        return KILN_OK;
+    }
+    if (kn_ew_is_half(from) && to == KILN_DTYPE_FLOAT) {
+        kn_ew_half_to_f32(from, src, dst, n);
+        return KILN_OK;
+    }
+    if (from == KILN_DTYPE_FLOAT && to == KILN_DTYPE_DOUBLE) {
+        const float *s = src;
+        double *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i] = s[i];
+        return KILN_OK;
+    }
+    if (from == KILN_DTYPE_DOUBLE && to == KILN_DTYPE_FLOAT) {
+        const double *s = src;
+        float *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i] = (float)s[i];
+        return KILN_OK;
+    }
+    if (from == KILN_DTYPE_INT64 && to == KILN_DTYPE_FLOAT) { /* one rounding, not two */
+        const int64_t *s = src;
+        float *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i] = (float)s[i];
+        return KILN_OK;
+    }
+    if (is_f8(to) && (from == KILN_DTYPE_FLOAT || kn_ew_is_half(from))) {
+        /* float8 from a float: one rounding from the float value */
+        const f8_fmt *f = f8_format(to);
+        float buf[KN_EW_CHUNK];
+        uint8_t *d = dst;
+        for (int64_t b = 0; b < n; b += KN_EW_CHUNK) {
+            int64_t m = n - b < KN_EW_CHUNK ? n - b : KN_EW_CHUNK;
+            if (from == KILN_DTYPE_FLOAT) memcpy(buf, (const float *)src + b, (size_t)m * sizeof(float));
+            else kn_ew_half_to_f32(from, (const uint16_t *)src + b, buf, m);
+            for (int64_t i = 0; i < m; i++) d[b + i] = f32_to_f8(buf[i], f, saturate);
+        }
+        return KILN_OK;
+    }
+    bool int_in = from == KILN_DTYPE_BOOL || kn_dtype_is_int(from);
+    bool int_out = to == KILN_DTYPE_BOOL || kn_dtype_is_int(to);
+    size_t si = kiln_dtype_size(from), so = kiln_dtype_size(to);
+    for (int64_t b = 0; b < n; b += KN_EW_CHUNK) {
+        int64_t m = n - b < KN_EW_CHUNK ? n - b : KN_EW_CHUNK;
+        const char *s = (const char *)src + b * (int64_t)si;
+        char *d = (char *)dst + b * (int64_t)so;
+        if (int_in && int_out) { /* exact through int64 */
+            int64_t buf[KN_EW_CHUNK];
+            load_i64(from, s, buf, m);
+            store_i64(to, buf, d, m);
+        } else {
+            double buf[KN_EW_CHUNK];
+            load_f64(from, s, buf, m);
+            store_f64(to, buf, d, m, saturate);
+        }
+    }
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+typedef struct cast_job {
+    kiln_dtype from, to;
+    const char *src;
+    char *dst;
+    int saturate;
+} cast_job;
+
+static void cast_range(void *arg, int64_t b, int64_t e) {
+    const cast_job *j = arg;
+    kn_ew_cast_n(j->from, j->src + b * (int64_t)kiln_dtype_size(j->from), j->to,
+                 j->dst + b * (int64_t)kiln_dtype_size(j->to), e - b, j->saturate);
+}
+
+static kiln_status cast_run(kn_kernel_ctx *c, kiln_dtype to) {
+    const kn_tensor *x = c->n_inputs > 0 ? c->in[0] : NULL;
+    if (!x || x->kind != KN_VALUE_TENSOR) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "input 0 must be a tensor");
+    if (!kn_ew_cast_supported(x->dtype, to))
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "cast from %s to %s is not supported",
+                               kiln_dtype_name(x->dtype), kiln_dtype_name(to));
+    kn_tensor *o;
+    KN_TRY(kn_ctx_output(c, 0, to, x->rank, x->dims, &o));
+    int saturate = (int)kn_attr_int(c->node, "saturate", 1);
+    cast_job j = {x->dtype, to, x->data, o->data, saturate};
+    int64_t n = kn_tensor_count(x);
+    if (x->dtype == KILN_DTYPE_STRING || to == KILN_DTYPE_STRING) {
+        /* allocation can fail: one thread, status checked */
+        kiln_status s = kn_ew_cast_n(x->dtype, x->data, to, o->data, n, saturate);
+        if (s != KILN_OK) return kn_kernel_error(c, s, "%s", kn_last_error());
+        return KILN_OK;
+    }
+    kn_parallel_for(c->pool, n, KN_EW_GRAIN, cast_range, &j);
+    return KILN_OK;
+}
+
+/* The `to` attribute: an element type number, or (opset < 6) its name such as "FLOAT". */
+static kiln_status cast_target(kn_kernel_ctx *c, kiln_dtype *to) {
+    const kn_attr *a = kn_node_attr(c->node, "to");
+    if (!a) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "attribute 'to' is missing");
+    if (a->type == KN_ATTR_STRING) {
+        for (int t = 1; t < KILN_DTYPE_COUNT_; t++)
+            if (!strcasecmp(a->s, kiln_dtype_name((kiln_dtype)t))) {
+                *to = (kiln_dtype)t;
+                return KILN_OK;
+            }
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "to='%s' is not an element type", a->s);
+    }
+    if (!kn_dtype_is_valid((int)a->i))
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "to=%lld is not an element type kiln knows", (long long)a->i);
+    *to = (kiln_dtype)a->i;
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_ew_Cast(kn_kernel_ctx *c) {
+    kiln_dtype to = KILN_DTYPE_UNDEFINED;
+    KN_TRY(cast_target(c, &to));
+    return cast_run(c, to);
+}
+
+kiln_status kn_cpu_ew_CastLike(kn_kernel_ctx *c) {
+    if (c->n_inputs < 2 || !c->in[1]) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "input 'target_type' is missing");
+    return cast_run(c, c->in[1]->dtype);
+}

@@ -1,0 +1,475 @@
+/* Unary elementwise kernels: math functions, activations, logical/bitwise not, IsNaN/IsInf, Clip.
+ *
+ * Each operator has a table of row functions indexed by element type. float16/bfloat16 run
+ * through the float32 function in chunks; integer types an operator allows but has no exact
+ * kernel for go through the double function. */
+#include "backend/cpu/elementwise_impl.h"
+
+#include <float.h>
+#include <stdio.h>
+
+typedef struct un_prm {
+    float alpha, beta, gamma;
+    double lo_d, hi_d;     /* Clip bounds for float types */
+    int64_t lo_i, hi_i;    /* ... signed integers */
+    uint64_t lo_u, hi_u;   /* ... unsigned integers */
+} un_prm;
+
+typedef void (*un_fn)(int64_t n, void *restrict o, const void *restrict x, const un_prm *p);
+
+typedef struct un_op {
+    un_fn fn[KILN_DTYPE_COUNT_];
+    kiln_dtype out;  /* UNDEFINED: the input's type */
+    bool via_double; /* integer inputs without a kernel of their own use fn[DOUBLE] */
+} un_op;
+
+/* ------------------------------------------------------------------ row function generators */
+
+#define UN_F32(name, EXPR)                                                                         \
+    static void name##_f32(int64_t n, void *restrict o_, const void *restrict x_, const un_prm *p) { \
+        float *restrict o = o_;                                                                    \
+        const float *restrict xs = x_;                                                             \
+        const float alpha = p->alpha, beta = p->beta, gamma = p->gamma;                            \
+        (void)alpha, (void)beta, (void)gamma;                                                      \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            const float x = xs[i];                                                                 \
+            o[i] = (EXPR);                                                                         \
+        }                                                                                          \
+    }
+#define UN_F64(name, EXPR)                                                                         \
+    static void name##_f64(int64_t n, void *restrict o_, const void *restrict x_, const un_prm *p) { \
+        double *restrict o = o_;                                                                   \
+        const double *restrict xs = x_;                                                            \
+        const double alpha = p->alpha, beta = p->beta, gamma = p->gamma;                           \
+        (void)alpha, (void)beta, (void)gamma;                                                      \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            const double x = xs[i];                                                                \
+            o[i] = (EXPR);                                                                         \
+        }                                                                                          \
+    }
+/* float -> bool (IsNaN, IsInf) */
+#define UN_FB(name, sfx, T, EXPR)                                                                  \
+    static void name##_##sfx(int64_t n, void *restrict o_, const void *restrict x_, const un_prm *p) { \
+        uint8_t *restrict o = o_;                                                                  \
+        const T *restrict xs = x_;                                                                 \
+        const T alpha = (T)p->alpha, beta = (T)p->beta;                                           \
+        (void)alpha, (void)beta;                                                                   \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            const T x = xs[i];                                                                     \
+            o[i] = (uint8_t)(EXPR);                                                                \
+        }                                                                                          \
+    }
+/* integers: T the type, U an unsigned type at least as wide (for wrapping arithmetic) */
+/* EXPR may name T and U: local typedefs, since a macro argument's tokens are not substituted */
+#define UN_INT(name, sfx, TY, UY, EXPR)                                                            \
+    static void name##_##sfx(int64_t n, void *restrict o_, const void *restrict x_, const un_prm *p) { \
+        typedef TY T;                                                                              \
+        typedef UY U;                                                                              \
+        (void)sizeof(U);                                                                           \
+        T *restrict o = o_;                                                                        \
+        const T *restrict xs = x_;                                                                 \
+        (void)p;                                                                                   \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            const T x = xs[i];                                                                     \
+            o[i] = (T)(EXPR);                                                                      \
+        }                                                                                          \
+    }
+#define UN_SINTS(name, EXPR)                                                                       \
+    UN_INT(name, i8, int8_t, uint32_t, EXPR)                                                       \
+    UN_INT(name, i16, int16_t, uint32_t, EXPR)                                                     \
+    UN_INT(name, i32, int32_t, uint32_t, EXPR)                                                     \
+    UN_INT(name, i64, int64_t, uint64_t, EXPR)
+#define UN_UINTS(name, EXPR)                                                                       \
+    UN_INT(name, u8, uint8_t, uint32_t, EXPR)                                                      \
+    UN_INT(name, u16, uint16_t, uint32_t, EXPR)                                                    \
+    UN_INT(name, u32, uint32_t, uint32_t, EXPR)                                                    \
+    UN_INT(name, u64, uint64_t, uint64_t, EXPR)
+
+#define T_FLOATS(name) [KILN_DTYPE_FLOAT] = name##_f32, [KILN_DTYPE_DOUBLE] = name##_f64
+#define T_SINTS(name)                                                                              \
+    [KILN_DTYPE_INT8] = name##_i8, [KILN_DTYPE_INT16] = name##_i16, [KILN_DTYPE_INT32] = name##_i32, \
+    [KILN_DTYPE_INT64] = name##_i64
+#define T_UINTS(name)                                                                              \
+    [KILN_DTYPE_UINT8] = name##_u8, [KILN_DTYPE_UINT16] = name##_u16,                              \
+    [KILN_DTYPE_UINT32] = name##_u32, [KILN_DTYPE_UINT64] = name##_u64
+
+/* float-only operators: one line each */
+#define UN_FLOAT_OP(name, EXPR_F, EXPR_D)                                                          \
+    UN_F32(name, EXPR_F)                                                                           \
+    UN_F64(name, EXPR_D)                                                                           \
+    static const un_op op_##name = {{T_FLOATS(name)}, KILN_DTYPE_UNDEFINED, false};
+/* float operators that integer types may use through double */
+#define UN_NUM_OP(name, EXPR_F, EXPR_D)                                                            \
+    UN_F32(name, EXPR_F)                                                                           \
+    UN_F64(name, EXPR_D)                                                                           \
+    static const un_op op_##name = {{T_FLOATS(name)}, KILN_DTYPE_UNDEFINED, true};
+
+/* floor/ceil through rint (which the compiler vectorises without -fno-trapping-math) */
+static inline float kn_floorf_v(float x) {
+    float r = rintf(x);
+    return r > x ? r - 1.0f : r;
+}
+static inline float kn_ceilf_v(float x) {
+    float r = rintf(x);
+    return r < x ? r + 1.0f : r;
+}
+
+/* ------------------------------------------------------------------ math */
+
+UN_F32(Abs, fabsf(x))
+UN_F64(Abs, fabs(x))
+UN_SINTS(Abs, x < 0 ? (U)0 - (U)x : (U)x)
+UN_UINTS(Abs, x)
+static const un_op op_Abs = {{T_FLOATS(Abs), T_SINTS(Abs), T_UINTS(Abs)}, 0, false};
+
+UN_F32(Neg, -x)
+UN_F64(Neg, -x)
+UN_SINTS(Neg, (U)0 - (U)x)
+UN_UINTS(Neg, (U)0 - (U)x)
+static const un_op op_Neg = {{T_FLOATS(Neg), T_SINTS(Neg), T_UINTS(Neg)}, 0, false};
+
+UN_F32(Sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x))
+UN_F64(Sign, x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x))
+UN_SINTS(Sign, x > 0 ? 1 : (x < 0 ? -1 : 0))
+UN_UINTS(Sign, x > 0 ? 1 : 0)
+static const un_op op_Sign = {{T_FLOATS(Sign), T_SINTS(Sign), T_UINTS(Sign)}, 0, false};
+
+UN_FLOAT_OP(Reciprocal, 1.0f / x, 1.0 / x)
+static void Sqrt_f32(int64_t n, void *restrict o, const void *restrict x, const un_prm *p) {
+    kn_ew_sqrt_f32(n, o, x);
+}
+UN_F64(Sqrt, sqrt(x))
+static const un_op op_Sqrt = {{T_FLOATS(Sqrt)}, 0, false};
+UN_FLOAT_OP(Exp, kn_ew_expf(x), exp(x))
+UN_FLOAT_OP(Log, kn_ew_logf(x), log(x))
+UN_FLOAT_OP(Ceil, kn_ceilf_v(x), ceil(x))
+UN_FLOAT_OP(Floor, kn_floorf_v(x), floor(x))
+UN_FLOAT_OP(Round, rintf(x), nearbyint(x)) /* the default rounding mode: half to even */
+UN_FLOAT_OP(Sin, sinf(x), sin(x))
+UN_FLOAT_OP(Cos, cosf(x), cos(x))
+UN_FLOAT_OP(Tan, tanf(x), tan(x))
+UN_FLOAT_OP(Asin, asinf(x), asin(x))
+UN_FLOAT_OP(Acos, acosf(x), acos(x))
+UN_FLOAT_OP(Atan, atanf(x), atan(x))
+UN_FLOAT_OP(Sinh, sinhf(x), sinh(x))
+UN_FLOAT_OP(Cosh, coshf(x), cosh(x))
+UN_FLOAT_OP(Asinh, asinhf(x), asinh(x))
+UN_FLOAT_OP(Acosh, acoshf(x), acosh(x))
+UN_FLOAT_OP(Atanh, atanhf(x), atanh(x))
+UN_NUM_OP(Erf, kn_ew_erff(x), erf(x))
+
+UN_FB(IsNaN, f32, float, x != x)
+UN_FB(IsNaN, f64, double, x != x)
+static const un_op op_IsNaN = {{T_FLOATS(IsNaN)}, KILN_DTYPE_BOOL, false};
+/* alpha: detect_positive, beta: detect_negative */
+UN_FB(IsInf, f32, float, (x == INFINITY && alpha != 0) || (x == -INFINITY && beta != 0))
+UN_FB(IsInf, f64, double, (x == INFINITY && alpha != 0) || (x == -INFINITY && beta != 0))
+static const un_op op_IsInf = {{T_FLOATS(IsInf)}, KILN_DTYPE_BOOL, false};
+
+UN_INT(Not, b, uint8_t, uint32_t, x == 0)
+static const un_op op_Not = {{[KILN_DTYPE_BOOL] = Not_b}, 0, false};
+
+UN_SINTS(BitwiseNot, ~(U)x)
+UN_UINTS(BitwiseNot, ~(U)x)
+static const un_op op_BitwiseNot = {{T_SINTS(BitwiseNot), T_UINTS(BitwiseNot)}, 0, false};
+
+/* ------------------------------------------------------------------ activations */
+
+UN_F32(Relu, x < 0.0f ? 0.0f : x)
+UN_F64(Relu, x < 0.0 ? 0.0 : x)
+UN_SINTS(Relu, x < 0 ? 0 : x)
+UN_UINTS(Relu, x)
+static const un_op op_Relu = {{T_FLOATS(Relu), T_SINTS(Relu), T_UINTS(Relu)}, 0, false};
+
+UN_FLOAT_OP(LeakyRelu, x < 0.0f ? alpha * x : x, x < 0.0 ? alpha * x : x)
+UN_FLOAT_OP(Sigmoid, kn_ew_sigmoidf(x), 1.0 / (1.0 + exp(-x)))
+UN_FLOAT_OP(Tanh, kn_ew_tanhf(x), tanh(x))
+
+static inline float kn_clamp01f(float v) {
+    v = v < 0.0f ? 0.0f : v;
+    return v > 1.0f ? 1.0f : v;
+}
+static inline double kn_clamp01(double v) {
+    v = v < 0.0 ? 0.0 : v;
+    return v > 1.0 ? 1.0 : v;
+}
+UN_FLOAT_OP(HardSigmoid, kn_clamp01f(alpha * x + beta), kn_clamp01(alpha * x + beta))
+UN_FLOAT_OP(HardSwish, x * kn_clamp01f(x * (1.0f / 6.0f) + 0.5f), x * kn_clamp01(x / 6.0 + 0.5))
+UN_FLOAT_OP(Elu, x < 0.0f ? alpha * kn_ew_expm1f(x) : x, x < 0.0 ? alpha * expm1(x) : x)
+UN_FLOAT_OP(Selu, gamma * (x > 0.0f ? x : alpha * kn_ew_expm1f(x)),
+            gamma * (x > 0.0 ? x : alpha * expm1(x)))
+static inline float kn_celuf(float x, float a) {
+    float neg = a * kn_ew_expm1f(x / a);
+    return (x > 0.0f ? x : 0.0f) + (neg < 0.0f ? neg : 0.0f);
+}
+static inline double kn_celu(double x, double a) {
+    double neg = a * expm1(x / a);
+    return (x > 0.0 ? x : 0.0) + (neg < 0.0 ? neg : 0.0);
+}
+UN_FLOAT_OP(Celu, kn_celuf(x, alpha), kn_celu(x, alpha))
+/* log(1+e^x) without overflow: max(x,0) + log1p(e^-|x|) */
+UN_FLOAT_OP(Softplus, (x > 0.0f ? x : 0.0f) + kn_ew_log1p_pos(kn_ew_expf(-fabsf(x))),
+            (x > 0.0 ? x : 0.0) + log1p(exp(-fabs(x))))
+UN_FLOAT_OP(Softsign, x / (1.0f + fabsf(x)), x / (1.0 + fabs(x)))
+UN_FLOAT_OP(ThresholdedRelu, x > alpha ? x : 0.0f, x > alpha ? x : 0.0)
+/* alpha: lambd, beta: bias */
+UN_NUM_OP(Shrink, x < -alpha ? x + beta : (x > alpha ? x - beta : 0.0f),
+          x < -alpha ? x + beta : (x > alpha ? x - beta : 0.0))
+
+/* x * tanh(softplus(x)) = x * m / (m + 2) with m = e^x (e^x + 2): no log, no cancellation */
+static inline float kn_mishf(float x) {
+    float e = kn_ew_expf(x < 20.0f ? x : 20.0f);
+    float m = e * (e + 2.0f);
+    return x < 20.0f ? x * m / (m + 2.0f) : x;
+}
+UN_FLOAT_OP(Mish, kn_mishf(x), x * tanh(log1p(exp(x))))
+
+/* 0.5 x (1 + erf(x/sqrt2)); below x/sqrt2 = -1 as 0.5 x erfc(-x/sqrt2), keeping relative
+ * accuracy where 1 + erf cancels */
+static inline float kn_gelu_erff(float x) {
+    float z = x * 0.70710678118654752f;
+    float a = fabsf(z);
+    float ec = kn_ew_erfc_big(a < 1.0f ? 1.0f : (a > 10.0f ? 10.0f : a)); /* erfc(|z|), |z| >= 1 */
+    float es = kn_ew_erf_small(a < 1.0f ? z : 0.0f);                       /* erf(z), |z| < 1 */
+    float one_plus_erf = a < 1.0f ? 1.0f + es : (z > 0.0f ? 2.0f - ec : ec);
+    return 0.5f * x * one_plus_erf;
+}
+/* 0.5 x (1 + tanh(u)) = x * sigmoid(2u) */
+static inline float kn_gelu_tanhf(float x) {
+    float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+    return x / (1.0f + kn_ew_expf(-2.0f * u));
+}
+UN_F32(GeluErf, kn_gelu_erff(x))
+UN_F64(GeluErf, x < -1.4142135623730951 ? 0.5 * x * erfc(-x * 0.70710678118654752)
+                                          : 0.5 * x * (1.0 + erf(x * 0.70710678118654752)))
+UN_F32(GeluTanh, kn_gelu_tanhf(x))
+UN_F64(GeluTanh, 0.5 * x * (1.0 + tanh(0.79788456080286536 * (x + 0.044715 * x * x * x))))
+static const un_op op_GeluErf = {{T_FLOATS(GeluErf)}, 0, false};
+static const un_op op_GeluTanh = {{T_FLOATS(GeluTanh)}, 0, false};
+
+UN_FLOAT_OP(Swish, x / (1.0f + kn_ew_expf(-alpha * x)), x / (1.0 + exp(-alpha * x)))
+
+/* Clip: bounds come per type in the parameters */
+static void Clip_f32(int64_t n, void *restrict o_, const void *restrict x_, const un_prm *p) {
+    float *restrict o = o_;
+    const float *restrict xs = x_;
+    const float lo = (float)p->lo_d, hi = (float)p->hi_d;
+    for (int64_t i = 0; i < n; i++) {
+        float v = xs[i];
+        v = v < lo ? lo : v;
+        o[i] = v > hi ? hi : v;
+    }
+}
+static void Clip_f64(int64_t n, void *restrict o_, const void *restrict x_, const un_prm *p) {
+    double *restrict o = o_;
+    const double *restrict xs = x_;
+    const double lo = p->lo_d, hi = p->hi_d;
+    for (int64_t i = 0; i < n; i++) {
+        double v = xs[i];
+        v = v < lo ? lo : v;
+        o[i] = v > hi ? hi : v;
+    }
+}
+#define CLIP_INT(sfx, T, LO, HI)                                                                   \
+    static void Clip_##sfx(int64_t n, void *restrict o_, const void *restrict x_, const un_prm *p) { \
+        T *restrict o = o_;                                                                        \
+        const T *restrict xs = x_;                                                                 \
+        const T lo = (T)p->LO, hi = (T)p->HI;                                                      \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            T v = xs[i];                                                                           \
+            v = v < lo ? lo : v;                                                                   \
+            o[i] = v > hi ? hi : v;                                                                \
+        }                                                                                          \
+    }
+CLIP_INT(i8, int8_t, lo_i, hi_i)
+CLIP_INT(i16, int16_t, lo_i, hi_i)
+CLIP_INT(i32, int32_t, lo_i, hi_i)
+CLIP_INT(i64, int64_t, lo_i, hi_i)
+CLIP_INT(u8, uint8_t, lo_u, hi_u)
+CLIP_INT(u16, uint16_t, lo_u, hi_u)
+CLIP_INT(u32, uint32_t, lo_u, hi_u)
+CLIP_INT(u64, uint64_t, lo_u, hi_u)
+static const un_op op_Clip = {{T_FLOATS(Clip), T_SINTS(Clip), T_UINTS(Clip)}, 0, false};
+
+/* ------------------------------------------------------------------ driver */
+
+typedef struct un_job {
+    un_fn fn;
+    kiln_dtype in_t, out_t, via;
+    const char *x;
+    char *o;
+    size_t isz, osz;
+    const un_prm *p;
+} un_job;
+
+static void un_range(void *arg, int64_t b, int64_t e) {
+    const un_job *j = arg;
+    if (j->via == j->in_t) {
+        j->fn(e - b, j->o + b * (int64_t)j->osz, j->x + b * (int64_t)j->isz, j->p);
+        return;
+    }
+    /* convert a chunk to the kernel's type, run, convert back (or write bools directly) */
+    double bin[KN_EW_CHUNK], bout[KN_EW_CHUNK];
+    for (int64_t s = b; s < e; s += KN_EW_CHUNK) {
+        int64_t n = e - s < KN_EW_CHUNK ? e - s : KN_EW_CHUNK;
+        kn_ew_cast_n(j->in_t, j->x + s * (int64_t)j->isz, j->via, bin, n, 1);
+        if (j->out_t == j->in_t) {
+            j->fn(n, bout, bin, j->p);
+            kn_ew_cast_n(j->via, bout, j->out_t, j->o + s * (int64_t)j->osz, n, 1);
+        } else {
+            j->fn(n, j->o + s * (int64_t)j->osz, bin, j->p);
+        }
+    }
+}
+
+static kiln_status un_run(kn_kernel_ctx *c, const un_op *op, const un_prm *p) {
+    const kn_tensor *x = c->n_inputs > 0 ? c->in[0] : NULL;
+    if (!x || x->kind != KN_VALUE_TENSOR)
+        return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "input 0 must be a tensor");
+    kiln_dtype it = x->dtype, ot = op->out ? op->out : it, via = it;
+    un_fn fn = (int)it < KILN_DTYPE_COUNT_ ? op->fn[it] : NULL;
+    if (!fn && kn_ew_is_half(it) && op->fn[KILN_DTYPE_FLOAT]) {
+        fn = op->fn[KILN_DTYPE_FLOAT];
+        via = KILN_DTYPE_FLOAT;
+    } else if (!fn && op->via_double && kn_dtype_is_int(it)) {
+        fn = op->fn[KILN_DTYPE_DOUBLE];
+        via = KILN_DTYPE_DOUBLE;
+    }
+    if (!fn)
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "element type %s is not supported",
+                               kiln_dtype_name(it));
+    kn_tensor *o;
+    KN_TRY(kn_ctx_output(c, 0, ot, x->rank, x->dims, &o));
+    un_job j = {fn, it, ot, via, x->data, o->data, kiln_dtype_size(it), kiln_dtype_size(ot), p};
+    kn_parallel_for(c->pool, kn_tensor_count(x), KN_EW_GRAIN, un_range, &j);
+    return KILN_OK;
+}
+
+static un_prm prm_attrs(const kn_node *n, float alpha, float beta, float gamma) {
+    un_prm p;
+    memset(&p, 0, sizeof p);
+    p.alpha = kn_attr_float(n, "alpha", alpha);
+    p.beta = kn_attr_float(n, "beta", beta);
+    p.gamma = kn_attr_float(n, "gamma", gamma);
+    return p;
+}
+
+/* Operators without attributes. */
+#define UN_PLAIN(op)                                                                               \
+    kiln_status kn_cpu_ew_##op(kn_kernel_ctx *c) {                                                 \
+        un_prm p;                                                                                  \
+        memset(&p, 0, sizeof p);                                                                   \
+        return un_run(c, &op_##op, &p);                                                            \
+    }
+UN_PLAIN(Abs)
+UN_PLAIN(Neg)
+UN_PLAIN(Reciprocal)
+UN_PLAIN(Sqrt)
+UN_PLAIN(Exp)
+UN_PLAIN(Log)
+UN_PLAIN(Ceil)
+UN_PLAIN(Floor)
+UN_PLAIN(Round)
+UN_PLAIN(Sign)
+UN_PLAIN(Sin)
+UN_PLAIN(Cos)
+UN_PLAIN(Tan)
+UN_PLAIN(Asin)
+UN_PLAIN(Acos)
+UN_PLAIN(Atan)
+UN_PLAIN(Sinh)
+UN_PLAIN(Cosh)
+UN_PLAIN(Asinh)
+UN_PLAIN(Acosh)
+UN_PLAIN(Atanh)
+UN_PLAIN(Erf)
+UN_PLAIN(IsNaN)
+UN_PLAIN(Not)
+UN_PLAIN(BitwiseNot)
+UN_PLAIN(Relu)
+UN_PLAIN(Sigmoid)
+UN_PLAIN(Tanh)
+UN_PLAIN(HardSwish)
+UN_PLAIN(Softplus)
+UN_PLAIN(Softsign)
+UN_PLAIN(Mish)
+
+/* Operators whose attributes are alpha/beta/gamma with these defaults. */
+#define UN_ATTRS(op, a, b, g)                                                                      \
+    kiln_status kn_cpu_ew_##op(kn_kernel_ctx *c) {                                                 \
+        un_prm p = prm_attrs(c->node, (a), (b), (g));                                              \
+        return un_run(c, &op_##op, &p);                                                            \
+    }
+UN_ATTRS(LeakyRelu, 0.01f, 0.0f, 0.0f)
+UN_ATTRS(HardSigmoid, 0.2f, 0.5f, 0.0f)
+UN_ATTRS(Elu, 1.0f, 0.0f, 0.0f)
+UN_ATTRS(Selu, 1.67326319217681884765625f, 0.0f, 1.05070102214813232421875f)
+UN_ATTRS(Celu, 1.0f, 0.0f, 0.0f)
+UN_ATTRS(ThresholdedRelu, 1.0f, 0.0f, 0.0f)
+UN_ATTRS(Swish, 1.0f, 0.0f, 0.0f)
+
+kiln_status kn_cpu_ew_IsInf(kn_kernel_ctx *c) {
+    un_prm p;
+    memset(&p, 0, sizeof p);
+    p.alpha = kn_attr_int(c->node, "detect_positive", 1) ? 1.0f : 0.0f;
+    p.beta = kn_attr_int(c->node, "detect_negative", 1) ? 1.0f : 0.0f;
+    return un_run(c, &op_IsInf, &p);
+}
+
+kiln_status kn_cpu_ew_Shrink(kn_kernel_ctx *c) {
+    un_prm p;
+    memset(&p, 0, sizeof p);
+    p.alpha = kn_attr_float(c->node, "lambd", 0.5f);
+    p.beta = kn_attr_float(c->node, "bias", 0.0f);
+    return un_run(c, &op_Shrink, &p);
+}
+
+kiln_status kn_cpu_ew_Gelu(kn_kernel_ctx *c) {
+    const char *mode = kn_attr_string(c->node, "approximate", "none");
+    un_prm p;
+    memset(&p, 0, sizeof p);
+    if (!strcmp(mode, "tanh")) return un_run(c, &op_GeluTanh, &p);
+    if (!strcmp(mode, "none")) return un_run(c, &op_GeluErf, &p);
+    return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "approximate='%s' is not 'none' or 'tanh'", mode);
+}
+
+/* Clip: bounds from attributes (opset < 11) or optional scalar inputs of the input's type. */
+kiln_status kn_cpu_ew_Clip(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->n_inputs > 0 ? c->in[0] : NULL;
+    if (!x) return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "input 0 is missing");
+    kiln_dtype t = x->dtype;
+    un_prm p;
+    memset(&p, 0, sizeof p);
+    p.lo_d = -INFINITY;
+    p.hi_d = INFINITY;
+    switch (t) {
+    case KILN_DTYPE_INT8: p.lo_i = INT8_MIN, p.hi_i = INT8_MAX; break;
+    case KILN_DTYPE_INT16: p.lo_i = INT16_MIN, p.hi_i = INT16_MAX; break;
+    case KILN_DTYPE_INT32: p.lo_i = INT32_MIN, p.hi_i = INT32_MAX; break;
+    case KILN_DTYPE_INT64: p.lo_i = INT64_MIN, p.hi_i = INT64_MAX; break;
+    case KILN_DTYPE_UINT8: p.hi_u = UINT8_MAX; break;
+    case KILN_DTYPE_UINT16: p.hi_u = UINT16_MAX; break;
+    case KILN_DTYPE_UINT32: p.hi_u = UINT32_MAX; break;
+    case KILN_DTYPE_UINT64: p.hi_u = UINT64_MAX; break;
+    default: break;
+    }
+    if (c->node->opset < 11) {
+        p.lo_d = kn_attr_float(c->node, "min", -FLT_MAX);
+        p.hi_d = kn_attr_float(c->node, "max", FLT_MAX);
+    } else {
+        for (int k = 1; k <= 2 && k < c->n_inputs; k++) {
+            const kn_tensor *b = c->in[k];
+            if (!b) continue;
+            if (b->dtype != t)
+                return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s is %s but the input is %s",
+                                       k == 1 ? "min" : "max", kiln_dtype_name(b->dtype), kiln_dtype_name(t));
+            if (kn_tensor_count(b) != 1)
+                return kn_kernel_error(c, KILN_ERR_SHAPE, "%s must hold one element", k == 1 ? "min" : "max");
+            double d = kn_tensor_get_f64(b, 0);
+            int64_t i = kn_tensor_get_i64(b, 0);
+            if (k == 1) p.lo_d = d, p.lo_i = i, p.lo_u = (uint64_t)i;
+            else p.hi_d = d, p.hi_i = i, p.hi_u = (uint64_t)i;
+        }
+    }
+    return un_run(c, &op_Clip, &p);
+}

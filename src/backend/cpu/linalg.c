@@ -1,0 +1,414 @@
+/* CPU kernels of the linalg family: MatMul, Gemm, MatMulInteger, QLinearMatMul here; the
+ * convolutions, pools and Einsum in conv.c, pool.c and einsum.c; the float GEMM in sgemm.c.
+ *
+ * float32 runs through kn_sgemm without copying operands; float16/bfloat16 are converted to
+ * float32 around it; double and the integer types use plain loops (rare in models). */
+#include "backend/cpu/linalg_impl.h"
+#include "backend/cpu/sgemm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ shared helpers */
+
+const float *kn_linalg_f32_in(const kn_tensor *t, bool *owned) {
+    *owned = false;
+    if (t->dtype == KILN_DTYPE_FLOAT) return t->data;
+    int64_t n = kn_tensor_count(t);
+    float *f = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    if (!f) return NULL;
+    *owned = true;
+    switch (t->dtype) {
+    case KILN_DTYPE_FLOAT16:
+        for (int64_t i = 0; i < n; i++) f[i] = kn_f16_to_f32(((const uint16_t *)t->data)[i]);
+        break;
+    case KILN_DTYPE_BFLOAT16:
+        for (int64_t i = 0; i < n; i++) f[i] = kn_bf16_to_f32(((const uint16_t *)t->data)[i]);
+        break;
+    case KILN_DTYPE_DOUBLE:
+        for (int64_t i = 0; i < n; i++) f[i] = (float)((const double *)t->data)[i];
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++) f[i] = (float)kn_tensor_get_f64(t, i);
+        break;
+    }
+    return f;
+}
+
+void kn_linalg_f32_out(const float *src, kn_tensor *t, int64_t n) {
+    switch (t->dtype) {
+    case KILN_DTYPE_FLOAT:
+        if (src != t->data) memcpy(t->data, src, sizeof(float) * (size_t)n);
+        break;
+    case KILN_DTYPE_FLOAT16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)t->data)[i] = kn_f32_to_f16(src[i]);
+        break;
+    case KILN_DTYPE_BFLOAT16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)t->data)[i] = kn_f32_to_bf16(src[i]);
+        break;
+    case KILN_DTYPE_DOUBLE:
+        for (int64_t i = 0; i < n; i++) ((double *)t->data)[i] = src[i];
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++) kn_tensor_set_f64(t, i, src[i]);
+        break;
+    }
+}
+
+double kn_linalg_qparam(const kn_tensor *t, int64_t i) {
+    if (!t) return 0;
+    int64_t n = kn_tensor_count(t);
+    if (n <= 0) return 0;
+    return kn_tensor_get_f64(t, n == 1 ? 0 : i < n ? i : n - 1);
+}
+
+/* ------------------------------------------------------------------ batched matmul geometry */
+
+/* numpy matmul: 1-D operands are promoted (and the unit dim dropped from the result); the batch
+ * dims broadcast. Offsets are in elements. */
+typedef struct mm_plan {
+    int64_t M, N, K, batch;
+    int nb;                                     /* output batch rank */
+    int64_t ob[KILN_MAX_RANK];                  /* output batch dims */
+    int64_t sa[KILN_MAX_RANK], sb[KILN_MAX_RANK]; /* per output batch dim: element stride (0: broadcast) */
+    bool b_batched;                             /* B has batch dims of its own */
+} mm_plan;
+
+static kiln_status mm_plan_make(const kn_kernel_ctx *c, const kn_tensor *A, const kn_tensor *B, mm_plan *p) {
+    memset(p, 0, sizeof *p);
+    int ra = A->rank, rb = B->rank;
+    if (ra < 1 || rb < 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "MatMul does not take scalars");
+    p->M = ra >= 2 ? A->dims[ra - 2] : 1;
+    p->K = A->dims[ra - 1];
+    p->N = rb >= 2 ? B->dims[rb - 1] : 1;
+    int64_t kb = rb >= 2 ? B->dims[rb - 2] : B->dims[0];
+    if (kb != p->K)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "the inner dimensions differ (A's last dim %lld, B's %lld)",
+                               (long long)p->K, (long long)kb);
+    int na = ra > 2 ? ra - 2 : 0, nbb = rb > 2 ? rb - 2 : 0;
+    p->nb = na > nbb ? na : nbb;
+    p->b_batched = nbb > 0;
+    int64_t stra = p->M * p->K, strb = p->K * p->N;
+    p->batch = 1;
+    for (int d = p->nb - 1; d >= 0; d--) {
+        int ia = d - (p->nb - na), ib = d - (p->nb - nbb);
+        int64_t da = ia >= 0 ? A->dims[ia] : 1, db = ib >= 0 ? B->dims[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "batch dims do not broadcast (%lld vs %lld)", (long long)da,
+                                   (long long)db);
+        p->ob[d] = da > db ? da : db;
+        if (da == 0 || db == 0) p->ob[d] = 0;
+        p->sa[d] = da == 1 ? 0 : stra;
+        p->sb[d] = db == 1 ? 0 : strb;
+        stra *= da;
+        strb *= db;
+        p->batch *= p->ob[d];
+    }
+    return KILN_OK;
+}
+
+static void mm_offsets(const mm_plan *p, int64_t bi, int64_t *ao, int64_t *bo) {
+    int64_t a = 0, b = 0;
+    for (int d = p->nb - 1; d >= 0; d--) {
+        int64_t i = bi % p->ob[d];
+        bi /= p->ob[d];
+        a += i * p->sa[d];
+        b += i * p->sb[d];
+    }
+    *ao = a;
+    *bo = b;
+}
+
+/* float32 MatMul through the GEMM; A/B/C may be converted copies. */
+static kiln_status mm_float(kn_kernel_ctx *c, const mm_plan *p, const float *A, const float *B, float *C) {
+    if (p->batch == 0 || p->M == 0 || p->N == 0) return KILN_OK;
+    int64_t ldb = p->N;
+    if (!p->b_batched) {
+        /* B is one matrix: stack every batch of A into one tall GEMM (A is dense) */
+        kiln_status s = kn_sgemm(c->pool, false, false, p->M * p->batch, p->N, p->K, 1.0f, A, p->K, B, ldb, 0.0f, C, p->N);
+        return s ? kn_kernel_error(c, s, "out of memory in the GEMM") : KILN_OK;
+    }
+    const float **ap = malloc(sizeof(float *) * (size_t)p->batch * 2);
+    float **cp = malloc(sizeof(float *) * (size_t)p->batch);
+    if (!ap || !cp) {
+        free(ap);
+        free(cp);
+        return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    const float **bp = ap + p->batch;
+    for (int64_t i = 0; i < p->batch; i++) {
+        int64_t ao, bo;
+        mm_offsets(p, i, &ao, &bo);
+        ap[i] = A + ao;
+        bp[i] = B + bo;
+        cp[i] = C + i * p->M * p->N;
+    }
+    kn_sgemm_batch g = {.count = p->batch, .M = p->M, .N = p->N, .K = p->K, .alpha = 1.0f, .beta = 0.0f,
+                        .a = ap, .lda = p->K, .b = bp, .ldb = ldb, .c = cp, .ldc = p->N};
+    kiln_status s = kn_sgemm_run(c->pool, &g);
+    free(ap);
+    free(cp);
+    return s ? kn_kernel_error(c, s, "out of memory in the GEMM") : KILN_OK;
+}
+
+/* Plain loops for the rare types. Element (i,k) of op(A) is A[i*sai + k*sak], (k,j) of op(B) is
+ * B[k*sbk + j*sbj]; C is dense M x N. C = alpha*AB + beta*C. ACC accumulates (wrapping for ints);
+ * TOD converts an accumulator to double. */
+#define DEF_SLOW_GEMM(NAME, T, ACC, TOD)                                                            \
+    static void NAME(const void *A_, int64_t sai, int64_t sak, const void *B_, int64_t sbk, int64_t sbj, \
+                     void *C_, int64_t M, int64_t N, int64_t K, double alpha, double beta) {        \
+        const T *A = A_;                                                                           \
+        const T *B = B_;                                                                           \
+        T *C = C_;                                                                                 \
+        for (int64_t i = 0; i < M; i++)                                                            \
+            for (int64_t j = 0; j < N; j++) {                                                      \
+                ACC s = 0;                                                                         \
+                for (int64_t k = 0; k < K; k++) s += (ACC)A[i * sai + k * sak] * (ACC)B[k * sbk + j * sbj]; \
+                T *y = &C[i * N + j];                                                              \
+                if (alpha == 1.0 && beta == 0.0) *y = (T)s;                                        \
+                else *y = (T)(alpha * TOD(s) + (beta == 0.0 ? 0.0 : beta * (double)*y));          \
+            }                                                                                      \
+    }
+
+#define TOD_F(s) ((double)(s))
+#define TOD_S(s) ((double)(int64_t)(s))
+DEF_SLOW_GEMM(slow_gemm_f64, double, double, TOD_F)
+DEF_SLOW_GEMM(slow_gemm_i32, int32_t, uint64_t, TOD_S)
+DEF_SLOW_GEMM(slow_gemm_i64, int64_t, uint64_t, TOD_S)
+DEF_SLOW_GEMM(slow_gemm_u32, uint32_t, uint64_t, TOD_F)
+DEF_SLOW_GEMM(slow_gemm_u64, uint64_t, uint64_t, TOD_F)
+
+typedef void (*slow_gemm_fn)(const void *, int64_t, int64_t, const void *, int64_t, int64_t, void *, int64_t,
+                             int64_t, int64_t, double, double);
+
+static slow_gemm_fn slow_gemm_for(kiln_dtype t) {
+    switch (t) {
+    case KILN_DTYPE_DOUBLE: return slow_gemm_f64;
+    case KILN_DTYPE_INT32: return slow_gemm_i32;
+    case KILN_DTYPE_INT64: return slow_gemm_i64;
+    case KILN_DTYPE_UINT32: return slow_gemm_u32;
+    case KILN_DTYPE_UINT64: return slow_gemm_u64;
+    default: return NULL;
+    }
+}
+
+static bool is_half(kiln_dtype t) { return t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16; }
+
+/* ------------------------------------------------------------------ MatMul */
+
+static kiln_status run_matmul(kn_kernel_ctx *c) {
+    const kn_tensor *A = c->in[0], *B = c->in[1];
+    kn_tensor *Y = c->out[0];
+    if (A->dtype != B->dtype)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "A is %s but B is %s", kiln_dtype_name(A->dtype),
+                               kiln_dtype_name(B->dtype));
+    mm_plan p;
+    KN_TRY(mm_plan_make(c, A, B, &p));
+    if (kn_tensor_count(Y) != p.batch * p.M * p.N)
+        return kn_kernel_error(c, KILN_ERR_INTERNAL, "output has %lld elements, expected %lld",
+                               (long long)kn_tensor_count(Y), (long long)(p.batch * p.M * p.N));
+    if (A->dtype == KILN_DTYPE_FLOAT) return mm_float(c, &p, A->data, B->data, Y->data);
+    if (is_half(A->dtype)) {
+        bool oa, ob;
+        const float *fa = kn_linalg_f32_in(A, &oa), *fb = kn_linalg_f32_in(B, &ob);
+        int64_t ny = kn_tensor_count(Y);
+        float *fy = malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1));
+        kiln_status s = KILN_OK;
+        if (!fa || !fb || !fy) s = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        else if ((s = mm_float(c, &p, fa, fb, fy)) == KILN_OK) kn_linalg_f32_out(fy, Y, ny);
+        if (oa) free((void *)fa);
+        if (ob) free((void *)fb);
+        free(fy);
+        return s;
+    }
+    slow_gemm_fn fn = slow_gemm_for(A->dtype);
+    if (!fn) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "element type %s", kiln_dtype_name(A->dtype));
+    size_t es = kiln_dtype_size(A->dtype);
+    for (int64_t i = 0; i < p.batch; i++) {
+        int64_t ao, bo;
+        mm_offsets(&p, i, &ao, &bo);
+        fn((const char *)A->data + ao * es, p.K, 1, (const char *)B->data + bo * es, p.N, 1,
+           (char *)Y->data + i * p.M * p.N * es, p.M, p.N, p.K, 1.0, 0.0);
+    }
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ Gemm */
+
+/* Y[M,N] = C broadcast (C of rank <= 2, unidirectional), element size es. */
+static void fill_broadcast(const kn_tensor *C, void *Y, int64_t M, int64_t N, size_t es) {
+    int64_t cm = C->rank == 2 ? C->dims[0] : 1;
+    int64_t cn = C->rank >= 1 ? C->dims[C->rank - 1] : 1;
+    for (int64_t i = 0; i < M; i++) {
+        const char *crow = (const char *)C->data + (size_t)((cm == 1 ? 0 : i) * cn) * es;
+        char *yrow = (char *)Y + (size_t)(i * N) * es;
+        if (cn == N) memcpy(yrow, crow, (size_t)N * es);
+        else
+            for (int64_t j = 0; j < N; j++) memcpy(yrow + (size_t)j * es, crow, es);
+    }
+}
+
+static kiln_status run_gemm(kn_kernel_ctx *c) {
+    const kn_tensor *A = c->in[0], *B = c->in[1];
+    const kn_tensor *C = c->n_inputs > 2 ? c->in[2] : NULL;
+    kn_tensor *Y = c->out[0];
+    bool ta = kn_attr_int(c->node, "transA", 0) != 0, tb = kn_attr_int(c->node, "transB", 0) != 0;
+    float alpha = kn_attr_float(c->node, "alpha", 1.0f), beta = kn_attr_float(c->node, "beta", 1.0f);
+    if (A->rank != 2 || B->rank != 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "A and B must be 2-D");
+    int64_t M = ta ? A->dims[1] : A->dims[0], K = ta ? A->dims[0] : A->dims[1];
+    int64_t kb = tb ? B->dims[1] : B->dims[0], N = tb ? B->dims[0] : B->dims[1];
+    if (K != kb)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "K=%lld after transA=%d but K=%lld after transB=%d", (long long)K,
+                               (int)ta, (long long)kb, (int)tb);
+    if (Y->rank != 2 || Y->dims[0] != M || Y->dims[1] != N)
+        return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape does not match [M,N]");
+    if (C && C->rank > 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "C must be at most 2-D");
+    if (C && C->dtype != A->dtype)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "C is %s but A is %s", kiln_dtype_name(C->dtype),
+                               kiln_dtype_name(A->dtype));
+    bool use_c = C && beta != 0.0f && kn_tensor_count(C) > 0;
+    if (M == 0 || N == 0) return KILN_OK;
+
+    if (A->dtype == KILN_DTYPE_FLOAT || is_half(A->dtype)) {
+        bool oa = false, ob = false, oc = false;
+        const float *fa = kn_linalg_f32_in(A, &oa), *fb = kn_linalg_f32_in(B, &ob);
+        const float *fc = use_c ? kn_linalg_f32_in(C, &oc) : NULL;
+        float *fy = A->dtype == KILN_DTYPE_FLOAT ? Y->data : malloc(sizeof(float) * (size_t)(M * N));
+        kiln_status s = KILN_OK;
+        if (!fa || !fb || (use_c && !fc) || !fy) s = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        else {
+            if (use_c) {
+                kn_tensor cv = *C;
+                cv.data = (void *)fc;
+                fill_broadcast(&cv, fy, M, N, sizeof(float));
+            }
+            s = kn_sgemm(c->pool, ta, tb, M, N, K, alpha, fa, A->dims[1], fb, B->dims[1], use_c ? beta : 0.0f, fy, N);
+            if (s) s = kn_kernel_error(c, s, "out of memory in the GEMM");
+            else if (fy != Y->data) kn_linalg_f32_out(fy, Y, M * N);
+        }
+        if (oa) free((void *)fa);
+        if (ob) free((void *)fb);
+        if (oc) free((void *)fc);
+        if (fy && fy != Y->data) free(fy);
+        return s;
+    }
+    slow_gemm_fn fn = slow_gemm_for(A->dtype);
+    if (!fn) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "element type %s", kiln_dtype_name(A->dtype));
+    if (use_c) fill_broadcast(C, Y->data, M, N, kiln_dtype_size(A->dtype));
+    int64_t lda = A->dims[1], ldb = B->dims[1];
+    fn(A->data, ta ? 1 : lda, ta ? lda : 1, B->data, tb ? 1 : ldb, tb ? ldb : 1, Y->data, M, N, K, alpha,
+       use_c ? beta : 0.0);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ integer matmuls */
+
+static int32_t qget(const kn_tensor *t, int64_t i) {
+    return t->dtype == KILN_DTYPE_INT8 ? ((const int8_t *)t->data)[i] : ((const uint8_t *)t->data)[i];
+}
+
+/* acc[b][i][j] = sum_k (A - za[i]) (B - zb[j]) with numpy batch broadcasting, into int32. */
+static kiln_status int_matmul(kn_kernel_ctx *c, const kn_tensor *A, const kn_tensor *B, const kn_tensor *za,
+                              const kn_tensor *zb, int32_t *acc, mm_plan *p) {
+    KN_TRY(mm_plan_make(c, A, B, p));
+    int64_t nza = za ? kn_tensor_count(za) : 0, nzb = zb ? kn_tensor_count(zb) : 0;
+    if (nza > 1 && nza != p->M)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "a_zero_point has %lld values; expected 1 or M=%lld", (long long)nza,
+                               (long long)p->M);
+    if (nzb > 1 && nzb != p->N)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "b_zero_point has %lld values; expected 1 or N=%lld", (long long)nzb,
+                               (long long)p->N);
+    int64_t *row = malloc(sizeof(int64_t) * (size_t)(p->N > 0 ? p->N : 1));
+    if (!row) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int64_t bi = 0; bi < p->batch; bi++) {
+        int64_t ao, bo;
+        mm_offsets(p, bi, &ao, &bo);
+        for (int64_t i = 0; i < p->M; i++) {
+            int32_t zai = za && nza ? qget(za, nza == 1 ? 0 : i) : 0;
+            for (int64_t j = 0; j < p->N; j++) row[j] = 0;
+            for (int64_t k = 0; k < p->K; k++) {
+                int64_t a = qget(A, ao + i * p->K + k) - zai;
+                if (!a) continue;
+                for (int64_t j = 0; j < p->N; j++) {
+                    int32_t zbj = zb && nzb ? qget(zb, nzb == 1 ? 0 : j) : 0;
+                    row[j] += a * (qget(B, bo + k * p->N + j) - zbj);
+                }
+            }
+            for (int64_t j = 0; j < p->N; j++) acc[(bi * p->M + i) * p->N + j] = (int32_t)row[j];
+        }
+    }
+    free(row);
+    return KILN_OK;
+}
+
+static kiln_status run_matmul_integer(kn_kernel_ctx *c) {
+    const kn_tensor *za = c->n_inputs > 2 ? c->in[2] : NULL, *zb = c->n_inputs > 3 ? c->in[3] : NULL;
+    mm_plan p;
+    return int_matmul(c, c->in[0], c->in[1], za, zb, c->out[0]->data, &p);
+}
+
+/* a_scale * b_scale / y_scale in the scales' own precision (numpy computes it that way) */
+static double scale_ratio(const kn_tensor *sa, int64_t ia, const kn_tensor *sb, int64_t ib, const kn_tensor *sy) {
+    double a = kn_linalg_qparam(sa, ia), b = kn_linalg_qparam(sb, ib), y = kn_linalg_qparam(sy, 0);
+    if (sa->dtype == KILN_DTYPE_FLOAT16) {
+        float ab = kn_f16_to_f32(kn_f32_to_f16((float)a * (float)b));
+        return kn_f16_to_f32(kn_f32_to_f16(ab / (float)y));
+    }
+    if (sa->dtype == KILN_DTYPE_DOUBLE) return a * b / y;
+    return (double)((float)((float)a * (float)b) / (float)y);
+}
+
+static double saturate_q(double v, kiln_dtype t) {
+    double lo = t == KILN_DTYPE_INT8 ? -128 : 0, hi = t == KILN_DTYPE_INT8 ? 127 : 255;
+    v = nearbyint(v);
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+static kiln_status run_qlinear_matmul(kn_kernel_ctx *c) {
+    const kn_tensor *a = c->in[0], *sa = c->in[1], *za = c->in[2], *b = c->in[3], *sb = c->in[4], *zb = c->in[5];
+    const kn_tensor *sy = c->in[6], *zy = c->in[7];
+    kn_tensor *Y = c->out[0];
+    if (Y->dtype != KILN_DTYPE_INT8 && Y->dtype != KILN_DTYPE_UINT8)
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "output type %s", kiln_dtype_name(Y->dtype));
+    int64_t n = kn_tensor_count(Y);
+    int32_t *acc = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    if (!acc) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    mm_plan p;
+    kiln_status s = int_matmul(c, a, b, za, zb, acc, &p);
+    if (s == KILN_OK) {
+        int64_t nsa = kn_tensor_count(sa), nsb = kn_tensor_count(sb);
+        for (int64_t e = 0; e < n; e++) {
+            int64_t j = e % p.N, i = (e / p.N) % p.M;
+            double r = scale_ratio(sa, nsa > 1 ? i : 0, sb, nsb > 1 ? j : 0, sy);
+            double v = saturate_q((double)acc[e] * r + kn_linalg_qparam(zy, 0), Y->dtype);
+            if (Y->dtype == KILN_DTYPE_INT8) ((int8_t *)Y->data)[e] = (int8_t)v;
+            else ((uint8_t *)Y->data)[e] = (uint8_t)v;
+        }
+    }
+    free(acc);
+    return s;
+}
+
+/* ------------------------------------------------------------------ table */
+
+const kn_cpu_kernel kn_cpu_linalg[] = {
+    {"", "MatMul", run_matmul, NULL},
+    {"", "MatMulInteger", run_matmul_integer, NULL},
+    {"", "QLinearMatMul", run_qlinear_matmul, NULL},
+    {"", "Gemm", run_gemm, NULL},
+    {"", "Einsum", kn_cpu_einsum, NULL},
+    {"", "Conv", kn_cpu_conv, NULL},
+    {"", "ConvInteger", kn_cpu_conv_integer, NULL},
+    {"", "QLinearConv", kn_cpu_qlinear_conv, NULL},
+    {"", "ConvTranspose", kn_cpu_conv_transpose, NULL},
+    {"", "Col2Im", kn_cpu_col2im, NULL},
+    {"", "MaxPool", kn_cpu_max_pool, NULL},
+    {"", "AveragePool", kn_cpu_average_pool, NULL},
+    {"", "LpPool", kn_cpu_lp_pool, NULL},
+    {"", "GlobalAveragePool", kn_cpu_global_average_pool, NULL},
+    {"", "GlobalMaxPool", kn_cpu_global_max_pool, NULL},
+    {"", "GlobalLpPool", kn_cpu_global_lp_pool, NULL},
+    {"", "MaxUnpool", kn_cpu_max_unpool, NULL},
+    {0},
+};

@@ -1,0 +1,47 @@
+/* Internal interface of the CPU linalg family: the kernels defined in conv.c, pool.c and
+ * einsum.c (listed in linalg.c's table) and helpers they share. */
+#ifndef KN_CPU_LINALG_IMPL_H
+#define KN_CPU_LINALG_IMPL_H
+
+#include "backend/cpu/cpu.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* conv.c */
+kiln_status kn_cpu_conv(kn_kernel_ctx *c);
+kiln_status kn_cpu_conv_transpose(kn_kernel_ctx *c);
+kiln_status kn_cpu_conv_integer(kn_kernel_ctx *c);
+kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c);
+kiln_status kn_cpu_col2im(kn_kernel_ctx *c);
+
+/* pool.c */
+kiln_status kn_cpu_max_pool(kn_kernel_ctx *c);
+kiln_status kn_cpu_average_pool(kn_kernel_ctx *c);
+kiln_status kn_cpu_lp_pool(kn_kernel_ctx *c);
+kiln_status kn_cpu_global_average_pool(kn_kernel_ctx *c);
+kiln_status kn_cpu_global_max_pool(kn_kernel_ctx *c);
+kiln_status kn_cpu_global_lp_pool(kn_kernel_ctx *c);
+kiln_status kn_cpu_max_unpool(kn_kernel_ctx *c);
+
+/* einsum.c */
+kiln_status kn_cpu_einsum(kn_kernel_ctx *c);
+
+/* linalg.c: float working copies of float16/bfloat16/double tensors.
+ * kn_linalg_f32_in returns the tensor's own data for FLOAT (*owned false) or a converted copy
+ * (*owned true; free it); NULL when out of memory. */
+const float *kn_linalg_f32_in(const kn_tensor *t, bool *owned);
+/* Writes n floats into t (any float element type), converting. */
+void kn_linalg_f32_out(const float *src, kn_tensor *t, int64_t n);
+/* A quantisation parameter (scale or zero point) as float: element i of a per-axis tensor, or
+ * its single element when it has one; 0 when t is NULL. */
+double kn_linalg_qparam(const kn_tensor *t, int64_t i);
+
+/* col2im, shared by ConvTranspose and Col2Im: for each of `channels` planes, adds
+ * col[(ch*kk + k) * grid + g] into the image at position g*stride - pad_begin + k*dilation
+ * (per spatial dim; positions outside the image are dropped). Runs on the pool. */
+void kn_linalg_col2im(kn_threadpool *pool, const float *col, int64_t channels, int nsp, const int64_t *image,
+                      const int64_t *grid, const int64_t *kernel, const int64_t *stride, const int64_t *dilation,
+                      const int64_t *pad_begin, float *out);
+
+#endif

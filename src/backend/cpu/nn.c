@@ -1,0 +1,56 @@
+/* The CPU kernel table of the nn family; the kernels live in nn_reduce.c, nn_softmax.c,
+ * nn_norm.c and nn_rnn.c. */
+#include "backend/cpu/nn_internal.h"
+
+#include <stdio.h>
+
+static bool type_known(const kn_type *const *in, int n_in) { return n_in > 0 && in[0] && in[0]->dtype; }
+
+/* numbers and bool: float, double, float16, bfloat16, the integers */
+static bool supports_numeric(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap) {
+    if (!type_known(in, n_in)) return true;
+    if (kn_nn_compute_type(in[0]->dtype) != KILN_DTYPE_UNDEFINED) return true;
+    snprintf(why, cap, "%s on the CPU does not support element type %s", node->op_type, kiln_dtype_name(in[0]->dtype));
+    return false;
+}
+
+/* float, double, float16, bfloat16 */
+static bool supports_float(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap) {
+    if (!type_known(in, n_in)) return true;
+    if (kn_dtype_is_float(in[0]->dtype)) return true;
+    snprintf(why, cap, "%s on the CPU does not support element type %s", node->op_type, kiln_dtype_name(in[0]->dtype));
+    return false;
+}
+
+const kn_cpu_kernel kn_cpu_nn[] = {
+    {"", "ReduceSum", kn_cpu_reduce, supports_numeric},
+    {"", "ReduceMean", kn_cpu_reduce, supports_numeric},
+    {"", "ReduceMax", kn_cpu_reduce, supports_numeric},
+    {"", "ReduceMin", kn_cpu_reduce, supports_numeric},
+    {"", "ReduceProd", kn_cpu_reduce, supports_numeric},
+    {"", "ReduceL1", kn_cpu_reduce, supports_numeric},
+    {"", "ReduceL2", kn_cpu_reduce, supports_numeric},
+    {"", "ReduceLogSum", kn_cpu_reduce, supports_numeric},
+    {"", "ReduceLogSumExp", kn_cpu_reduce, supports_numeric},
+    {"", "ReduceSumSquare", kn_cpu_reduce, supports_numeric},
+    {"", "ArgMax", kn_cpu_argminmax, supports_numeric},
+    {"", "ArgMin", kn_cpu_argminmax, supports_numeric},
+    {"", "TopK", kn_cpu_topk, supports_numeric},
+    {"", "Softmax", kn_cpu_softmax, supports_float},
+    {"", "LogSoftmax", kn_cpu_softmax, supports_float},
+    {"", "Hardmax", kn_cpu_hardmax, supports_numeric},
+    {"", "LayerNormalization", kn_cpu_layernorm, supports_float},
+    {"", "RMSNormalization", kn_cpu_rmsnorm, supports_float},
+    {"", "BatchNormalization", kn_cpu_batchnorm, supports_float},
+    {"", "InstanceNormalization", kn_cpu_instancenorm, supports_float},
+    {"", "GroupNormalization", kn_cpu_groupnorm, supports_float},
+    {"", "LpNormalization", kn_cpu_lpnorm, supports_float},
+    {"", "MeanVarianceNormalization", kn_cpu_mvn, supports_float},
+    {"", "LRN", kn_cpu_lrn, supports_float},
+    {"", "RNN", kn_cpu_rnn, supports_float},
+    {"", "GRU", kn_cpu_rnn, supports_float},
+    {"", "LSTM", kn_cpu_rnn, supports_float},
+    {"", "NegativeLogLikelihoodLoss", kn_cpu_nll_loss, supports_float},
+    {"", "SoftmaxCrossEntropyLoss", kn_cpu_sce_loss, supports_float},
+    {0},
+};

@@ -1,0 +1,182 @@
+/* Element conversion helpers of the CPU nn family (see nn_internal.h). */
+#include "backend/cpu/nn_internal.h"
+
+#include <stdlib.h>
+
+#define CONVERT_LOOP(DST, SRC_T, EXPR)                                                             \
+    do {                                                                                           \
+        const SRC_T *s_ = (const SRC_T *)t->data;                                                  \
+        for (int64_t i = 0; i < n; i++) DST[i] = EXPR(s_[i]);                                      \
+    } while (0)
+#define ID(v) (v)
+#define BOOLV(v) ((v) ? 1 : 0)
+
+#define TO_IMPL(NAME, D)                                                                           \
+    void NAME(const kn_tensor *t, D *dst) {                                                        \
+        int64_t n = kn_tensor_count(t);                                                            \
+        switch (t->dtype) {                                                                        \
+        case KILN_DTYPE_FLOAT: CONVERT_LOOP(dst, float, (D)); break;                              \
+        case KILN_DTYPE_DOUBLE: CONVERT_LOOP(dst, double, (D)); break;                            \
+        case KILN_DTYPE_FLOAT16: CONVERT_LOOP(dst, uint16_t, (D)kn_f16_to_f32); break;            \
+        case KILN_DTYPE_BFLOAT16: CONVERT_LOOP(dst, uint16_t, (D)kn_bf16_to_f32); break;          \
+        case KILN_DTYPE_INT8: CONVERT_LOOP(dst, int8_t, (D)); break;                              \
+        case KILN_DTYPE_INT16: CONVERT_LOOP(dst, int16_t, (D)); break;                            \
+        case KILN_DTYPE_INT32: CONVERT_LOOP(dst, int32_t, (D)); break;                            \
+        case KILN_DTYPE_INT64: CONVERT_LOOP(dst, int64_t, (D)); break;                            \
+        case KILN_DTYPE_UINT8: CONVERT_LOOP(dst, uint8_t, (D)); break;                            \
+        case KILN_DTYPE_UINT16: CONVERT_LOOP(dst, uint16_t, (D)); break;                          \
+        case KILN_DTYPE_UINT32: CONVERT_LOOP(dst, uint32_t, (D)); break;                          \
+        case KILN_DTYPE_UINT64: CONVERT_LOOP(dst, uint64_t, (D)); break;                          \
+        case KILN_DTYPE_BOOL: CONVERT_LOOP(dst, uint8_t, (D)BOOLV); break;                        \
+        default:                                                                                   \
+            for (int64_t i = 0; i < n; i++) dst[i] = (D)kn_tensor_get_f64(t, i);                  \
+        }                                                                                          \
+    }
+
+TO_IMPL(kn_nn_to_f32, float)
+TO_IMPL(kn_nn_to_f64, double)
+TO_IMPL(kn_nn_to_i64, int64_t)
+
+/* Float to integer conversions saturate and map NaN to 0 so that no input is undefined
+ * behaviour; truncation toward zero matches numpy's astype. */
+static int64_t f2i(double v) {
+    if (!(v == v)) return 0;
+    if (v >= 9.2233720368547758e18) return INT64_MAX;
+    if (v <= -9.2233720368547758e18) return INT64_MIN;
+    return (int64_t)v;
+}
+
+#define STORE_LOOP(DST_T, EXPR)                                                                    \
+    do {                                                                                           \
+        DST_T *d_ = (DST_T *)t->data;                                                              \
+        for (int64_t i = 0; i < n; i++) d_[i] = EXPR;                                              \
+    } while (0)
+
+#define FROM_FLOAT_IMPL(NAME, S)                                                                   \
+    void NAME(kn_tensor *t, const S *src) {                                                        \
+        int64_t n = kn_tensor_count(t);                                                            \
+        switch (t->dtype) {                                                                        \
+        case KILN_DTYPE_FLOAT: STORE_LOOP(float, (float)src[i]); break;                           \
+        case KILN_DTYPE_DOUBLE: STORE_LOOP(double, (double)src[i]); break;                        \
+        case KILN_DTYPE_FLOAT16: STORE_LOOP(uint16_t, kn_f32_to_f16((float)src[i])); break;       \
+        case KILN_DTYPE_BFLOAT16: STORE_LOOP(uint16_t, kn_f32_to_bf16((float)src[i])); break;     \
+        case KILN_DTYPE_BOOL: STORE_LOOP(uint8_t, src[i] != 0); break;                            \
+        case KILN_DTYPE_UINT64: STORE_LOOP(uint64_t, src[i] >= 9.2233720368547758e18 ? (uint64_t)(src[i] - 9.2233720368547758e18) + (UINT64_C(1) << 63) : (uint64_t)f2i(src[i])); break; \
+        default:                                                                                   \
+            for (int64_t i = 0; i < n; i++) kn_tensor_set_i64(t, i, f2i(src[i]));                 \
+        }                                                                                          \
+    }
+
+FROM_FLOAT_IMPL(kn_nn_from_f32, float)
+FROM_FLOAT_IMPL(kn_nn_from_f64, double)
+
+void kn_nn_from_i64(kn_tensor *t, const int64_t *src) {
+    int64_t n = kn_tensor_count(t);
+    switch (t->dtype) {
+    case KILN_DTYPE_INT64: memcpy(t->data, src, (size_t)n * 8); break;
+    case KILN_DTYPE_INT32: STORE_LOOP(int32_t, (int32_t)src[i]); break;
+    case KILN_DTYPE_FLOAT: STORE_LOOP(float, (float)src[i]); break;
+    case KILN_DTYPE_DOUBLE: STORE_LOOP(double, (double)src[i]); break;
+    default:
+        for (int64_t i = 0; i < n; i++) kn_tensor_set_i64(t, i, src[i]);
+    }
+}
+
+kiln_dtype kn_nn_compute_type(kiln_dtype t) {
+    switch (t) {
+    case KILN_DTYPE_FLOAT:
+    case KILN_DTYPE_FLOAT16:
+    case KILN_DTYPE_BFLOAT16: return KILN_DTYPE_FLOAT;
+    case KILN_DTYPE_DOUBLE: return KILN_DTYPE_DOUBLE;
+    default: return (kn_dtype_is_int(t) || t == KILN_DTYPE_BOOL) ? KILN_DTYPE_INT64 : KILN_DTYPE_UNDEFINED;
+    }
+}
+
+float *kn_nn_f32_view(const kn_tensor *t) {
+    if (t->dtype == KILN_DTYPE_FLOAT) return (float *)t->data;
+    int64_t n = kn_tensor_count(t);
+    float *b = malloc(((size_t)n + 1) * sizeof *b);
+    if (b) kn_nn_to_f32(t, b);
+    return b;
+}
+
+void kn_nn_release(const kn_tensor *t, const void *view) {
+    if (view && view != t->data) free((void *)view);
+}
+
+float *kn_nn_f32_out(kn_tensor *t) {
+    if (t->dtype == KILN_DTYPE_FLOAT) return (float *)t->data;
+    int64_t n = kn_tensor_count(t);
+    return calloc((size_t)n + 1, sizeof(float));
+}
+
+void kn_nn_f32_commit(kn_tensor *t, float *buf) {
+    if (!buf || buf == t->data) return;
+    kn_nn_from_f32(t, buf);
+    free(buf);
+}
+
+/* ---- row max/min ----
+ * GCC and Clang vector extensions: the scalar-lane form with ?: does not vectorise as a
+ * reduction. Macros, not functions, so no vector crosses a call (no -Wpsabi notes). */
+typedef float kn_v16f __attribute__((vector_size(64)));
+typedef int32_t kn_v16i __attribute__((vector_size(64)));
+
+#define V16_LOAD(dst, ptr) memcpy(&(dst), (ptr), sizeof(dst))
+/* acc = v OP acc ? v : acc, lane-wise (NaN is tracked apart, so this is a plain max/min) */
+#define V16_PICK(acc, v, OP)                                                                       \
+    do {                                                                                           \
+        kn_v16i m_ = (v)OP(acc);                                                                   \
+        (acc) = (kn_v16f)((m_ & (kn_v16i)(v)) | (~m_ & (kn_v16i)(acc)));                           \
+    } while (0)
+
+/* four independent accumulators hide the compare/blend latency; NaN lanes are or-ed apart */
+#define ROW_PICK(NAME, OP)                                                                         \
+    float NAME(const float *p, int64_t n) {                                                        \
+        int64_t i = 0;                                                                             \
+        float m = p[0];                                                                            \
+        int nan = 0;                                                                               \
+        if (n >= 64) {                                                                             \
+            kn_v16f a0, a1, a2, a3, v;                                                             \
+            V16_LOAD(a0, p);                                                                       \
+            V16_LOAD(a1, p + 16);                                                                  \
+            V16_LOAD(a2, p + 32);                                                                  \
+            V16_LOAD(a3, p + 48);                                                                  \
+            kn_v16i bad = (a0 != a0) | (a1 != a1) | (a2 != a2) | (a3 != a3);                       \
+            for (i = 64; i + 64 <= n; i += 64) {                                                   \
+                V16_LOAD(v, p + i);                                                                \
+                V16_PICK(a0, v, OP);                                                               \
+                bad |= v != v;                                                                     \
+                V16_LOAD(v, p + i + 16);                                                           \
+                V16_PICK(a1, v, OP);                                                               \
+                bad |= v != v;                                                                     \
+                V16_LOAD(v, p + i + 32);                                                           \
+                V16_PICK(a2, v, OP);                                                               \
+                bad |= v != v;                                                                     \
+                V16_LOAD(v, p + i + 48);                                                           \
+                V16_PICK(a3, v, OP);                                                               \
+                bad |= v != v;                                                                     \
+            }                                                                                      \
+            for (; i + 16 <= n; i += 16) {                                                         \
+                V16_LOAD(v, p + i);                                                                \
+                V16_PICK(a0, v, OP);                                                               \
+                bad |= v != v;                                                                     \
+            }                                                                                      \
+            V16_PICK(a0, a1, OP);                                                                  \
+            V16_PICK(a2, a3, OP);                                                                  \
+            V16_PICK(a0, a2, OP);                                                                  \
+            m = a0[0];                                                                             \
+            for (int l = 0; l < 16; l++) {                                                         \
+                m = a0[l] OP m ? a0[l] : m;                                                        \
+                nan |= bad[l];                                                                     \
+            }                                                                                      \
+        }                                                                                          \
+        for (; i < n; i++) {                                                                       \
+            m = p[i] OP m ? p[i] : m;                                                              \
+            nan |= p[i] != p[i];                                                                   \
+        }                                                                                          \
+        return nan ? NAN : m;                                                                      \
+    }
+
+ROW_PICK(kn_nn_row_maxf, >)
+ROW_PICK(kn_nn_row_minf, <)

@@ -1,0 +1,117 @@
+/* Internals of the CPU nn family: kernel entry points (one file each group) and the small math
+ * and element-conversion helpers they share. */
+#ifndef KN_CPU_NN_INTERNAL_H
+#define KN_CPU_NN_INTERNAL_H
+
+#include "backend/cpu/cpu.h"
+#include "ops/nn.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- kernels ---- */
+kiln_status kn_cpu_reduce(kn_kernel_ctx *c);      /* every Reduce* op */
+kiln_status kn_cpu_argminmax(kn_kernel_ctx *c);   /* ArgMax, ArgMin */
+kiln_status kn_cpu_topk(kn_kernel_ctx *c);
+kiln_status kn_cpu_softmax(kn_kernel_ctx *c);     /* Softmax, LogSoftmax */
+kiln_status kn_cpu_hardmax(kn_kernel_ctx *c);
+kiln_status kn_cpu_nll_loss(kn_kernel_ctx *c);
+kiln_status kn_cpu_sce_loss(kn_kernel_ctx *c);
+kiln_status kn_cpu_layernorm(kn_kernel_ctx *c);
+kiln_status kn_cpu_rmsnorm(kn_kernel_ctx *c);
+kiln_status kn_cpu_batchnorm(kn_kernel_ctx *c);
+kiln_status kn_cpu_instancenorm(kn_kernel_ctx *c);
+kiln_status kn_cpu_groupnorm(kn_kernel_ctx *c);
+kiln_status kn_cpu_lpnorm(kn_kernel_ctx *c);
+kiln_status kn_cpu_mvn(kn_kernel_ctx *c);
+kiln_status kn_cpu_lrn(kn_kernel_ctx *c);
+kiln_status kn_cpu_rnn(kn_kernel_ctx *c);         /* RNN, GRU, LSTM */
+
+/* ---- element conversion (any numeric or bool dtype) ---- */
+void kn_nn_to_f32(const kn_tensor *t, float *dst);
+void kn_nn_from_f32(kn_tensor *t, const float *src);
+void kn_nn_to_f64(const kn_tensor *t, double *dst);
+void kn_nn_from_f64(kn_tensor *t, const double *src);
+void kn_nn_to_i64(const kn_tensor *t, int64_t *dst);
+void kn_nn_from_i64(kn_tensor *t, const int64_t *src);
+
+/* A float view of a tensor: the tensor's own memory when it is float, else a converted copy
+ * (free with kn_nn_release). NULL on out-of-memory. */
+float *kn_nn_f32_view(const kn_tensor *t);
+void kn_nn_release(const kn_tensor *t, const void *view);
+/* Float scratch for an output: its own memory when float, else malloc'ed (commit then release). */
+float *kn_nn_f32_out(kn_tensor *t);
+void kn_nn_f32_commit(kn_tensor *t, float *buf); /* converts back and frees when not the tensor's */
+
+/* The compute type of a dtype: FLOAT (float, float16, bfloat16), DOUBLE, or INT64 (integers
+ * and bool); UNDEFINED for anything else. */
+kiln_dtype kn_nn_compute_type(kiln_dtype t);
+
+/* Maximum / minimum of n >= 1 floats; a NaN element makes the result NaN (like numpy). */
+float kn_nn_row_maxf(const float *p, int64_t n);
+float kn_nn_row_minf(const float *p, int64_t n);
+
+/* a*b+c as one fused operation where the target has FMA (ISO C mode does not contract) */
+#if defined(__FMA__)
+#define KN_FMAF(a, b, c) fmaf((a), (b), (c))
+#else
+#define KN_FMAF(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* ---- vectorisable math ----
+ * Branch-free so that loops calling them vectorise (-O3). expf: Cephes-style range reduction
+ * (x = n ln2 + r) and a degree-6 polynomial, about 2 ulp; exact 0 below the underflow limit,
+ * NaN kept. Above x = 88.376 it returns exp(88.376) = 2.4e38 rather than inf: the callers
+ * (softmax with x - max <= 0, sigmoid, tanh, ELU, log-sum-exp) never need the overflow, and
+ * dropping that select keeps the loop to plain min/max clamps. */
+static inline float kn_nn_expf(float x) {
+    const float hi = 88.3762626647949f, lo = -87.3365447505531f;
+    /* written so they become minps/maxps (a NaN x clamps to a number; restored at the end) */
+    float xc = x < hi ? x : hi;
+    xc = xc > lo ? xc : lo;
+    /* n = round(x / ln2) by the 1.5*2^23 trick (no float->int conversion, so NaN is no UB) */
+    const float magic = 12582912.0f;
+    float t = KN_FMAF(xc, 1.44269504088896341f, magic);
+    float fn = t - magic;
+    uint32_t tb, mb;
+    memcpy(&tb, &t, 4);
+    memcpy(&mb, &magic, 4);
+    int32_t n = (int32_t)(tb - mb);
+    float r = KN_FMAF(fn, -0.693359375f, xc);
+    r = KN_FMAF(fn, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = KN_FMAF(p, r, 1.3981999507e-3f);
+    p = KN_FMAF(p, r, 8.3334519073e-3f);
+    p = KN_FMAF(p, r, 4.1665795894e-2f);
+    p = KN_FMAF(p, r, 1.6666665459e-1f);
+    p = KN_FMAF(p, r, 5.0000001201e-1f);
+    float e = KN_FMAF(p * r, r, r) + 1.0f;
+    uint32_t eb;
+    memcpy(&eb, &e, 4);
+    eb += (uint32_t)n << 23;
+    memcpy(&e, &eb, 4);
+    e = x < lo ? 0.0f : e;
+    return x != x ? x : e;
+}
+
+static inline float kn_nn_sigmoidf(float x) { return 1.0f / (1.0f + kn_nn_expf(-x)); }
+
+/* tanh: an odd polynomial near 0 (where 1 - 2/(e^2x + 1) would cancel), the exp form elsewhere. */
+static inline float kn_nn_tanhf(float x) {
+    float ax = x < 0 ? -x : x;
+    float z = x * x;
+    float ps = -5.70498872745e-3f;
+    ps = KN_FMAF(ps, z, 2.06390887954e-2f);
+    ps = KN_FMAF(ps, z, -5.37397155531e-2f);
+    ps = KN_FMAF(ps, z, 1.33314422036e-1f);
+    ps = KN_FMAF(ps, z, -3.33332819422e-1f);
+    float small = KN_FMAF(x * z, ps, x);
+    float axc = ax > 10.0f ? 10.0f : ax; /* tanh(10) rounds to 1 */
+    float big = 1.0f - 2.0f / (kn_nn_expf(2.0f * axc) + 1.0f);
+    big = x < 0 ? -big : big;
+    float r = ax < 0.625f ? small : big;
+    return x != x ? x : r;
+}
+
+#endif

@@ -1,0 +1,517 @@
+/* CPU kernels: LayerNormalization, RMSNormalization, BatchNormalization, InstanceNormalization,
+ * GroupNormalization, LpNormalization, MeanVarianceNormalization, LRN.
+ *
+ * LayerNormalization and RMSNormalization are hot in transformers: their float rows accumulate in
+ * 16 float lanes and run threaded over rows; double inputs compute in double. The others compute
+ * statistics in double (float data is converted on the fly). */
+#include "backend/cpu/nn_internal.h"
+
+#include <stdlib.h>
+
+/* Expands a parameter that broadcasts (numpy-style, right-aligned) to the normalised shape
+ * dims[0..r) into n = prod(dims) doubles. Fails when it does not broadcast. */
+static bool expand_param(const kn_tensor *p, const int64_t *dims, int r, double *out) {
+    int64_t n = kn_shape_count(dims, r);
+    if (kn_tensor_count(p) == n) {
+        kn_nn_to_f64(p, out);
+        return true;
+    }
+    if (p->rank > r) {
+        /* leading unit dims are allowed */
+        for (int k = 0; k < p->rank - r; k++)
+            if (p->dims[k] != 1) return false;
+    }
+    int off = r - p->rank;
+    int64_t pstride[KILN_MAX_RANK];
+    int64_t s = 1;
+    for (int k = r - 1; k >= 0; k--) {
+        int pk = k - off;
+        int64_t pd = pk >= 0 ? p->dims[pk] : 1;
+        if (pd != 1 && pd != dims[k]) return false;
+        pstride[k] = pd == 1 ? 0 : s;
+        s *= pd;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t rem = i, src = 0;
+        for (int k = r - 1; k >= 0; k--) {
+            int64_t idx = rem % dims[k];
+            rem /= dims[k];
+            src += idx * pstride[k];
+        }
+        out[i] = kn_tensor_get_f64(p, src);
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------ LayerNorm / RMSNorm */
+
+typedef struct ln_job {
+    const void *x;
+    void *y;
+    const void *scale, *bias; /* n elements of the compute type; bias may be NULL */
+    void *mean, *inv;          /* per-row outputs (may be NULL) */
+    int64_t n;
+    double eps;
+    int rms;
+} ln_job;
+
+#define LN_ROWS(T, SUF)                                                                            \
+    static void ln_rows_##SUF(void *arg, int64_t b, int64_t e) {                                   \
+        const ln_job *j = arg;                                                                     \
+        int64_t n = j->n;                                                                          \
+        const T *sc = j->scale, *bi = j->bias;                                                     \
+        for (int64_t r = b; r < e; r++) {                                                          \
+            const T *x = (const T *)j->x + r * n;                                                  \
+            T *y = (T *)j->y + r * n;                                                              \
+            T mean = 0;                                                                            \
+            if (!j->rms) {                                                                         \
+                T acc[16] = {0};                                                                   \
+                int64_t i = 0;                                                                     \
+                for (; i + 16 <= n; i += 16)                                                       \
+                    for (int l = 0; l < 16; l++) acc[l] += x[i + l];                               \
+                double s = 0;                                                                      \
+                for (int l = 0; l < 16; l++) s += acc[l];                                          \
+                for (; i < n; i++) s += x[i];                                                      \
+                mean = (T)(s / (double)n);                                                         \
+            }                                                                                      \
+            T acc[16] = {0};                                                                       \
+            int64_t i = 0;                                                                         \
+            for (; i + 16 <= n; i += 16)                                                           \
+                for (int l = 0; l < 16; l++) {                                                     \
+                    T d = x[i + l] - mean;                                                         \
+                    acc[l] += d * d;                                                               \
+                }                                                                                  \
+            double s = 0;                                                                          \
+            for (int l = 0; l < 16; l++) s += acc[l];                                              \
+            for (; i < n; i++) s += (double)(x[i] - mean) * (double)(x[i] - mean);                 \
+            T inv = (T)(1.0 / sqrt(s / (double)n + j->eps));                                       \
+            if (bi)                                                                                \
+                for (int64_t k = 0; k < n; k++) y[k] = (x[k] - mean) * inv * sc[k] + bi[k];       \
+            else                                                                                   \
+                for (int64_t k = 0; k < n; k++) y[k] = (x[k] - mean) * inv * sc[k];                \
+            if (j->mean) ((T *)j->mean)[r] = mean;                                                 \
+            if (j->inv) ((T *)j->inv)[r] = inv;                                                    \
+        }                                                                                          \
+    }
+
+LN_ROWS(float, f32)
+LN_ROWS(double, f64)
+
+/* Shared by LayerNormalization (rms = 0) and RMSNormalization (rms = 1). */
+static kiln_status norm_rows(kn_kernel_ctx *c, int rms) {
+    const kn_tensor *x = c->in[0], *scale = c->in[1];
+    const kn_tensor *bias = !rms && c->n_inputs > 2 ? c->in[2] : NULL;
+    kn_tensor *y = c->out[0];
+    kn_tensor *mean_t = !rms && c->n_outputs > 1 ? c->out[1] : NULL;
+    kn_tensor *inv_t = !rms && c->n_outputs > 2 ? c->out[2] : NULL;
+    int64_t axis = kn_attr_int(c->node, "axis", -1);
+    if (axis < 0) axis += x->rank;
+    if (axis < 0 || axis >= x->rank) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
+    int64_t rows = kn_shape_count(x->dims, (int)axis);
+    int64_t n = kn_shape_count(x->dims + axis, x->rank - (int)axis);
+    if (rows * n == 0) return KILN_OK;
+    int dbl = x->dtype == KILN_DTYPE_DOUBLE;
+    size_t es = dbl ? 8 : 4;
+    kiln_status st = KILN_OK;
+    double *pd = malloc((size_t)n * 2 * sizeof(double));
+    void *params = malloc((size_t)n * 2 * es);
+    float *xv = NULL, *yv = NULL, *mv = NULL, *iv = NULL;
+    double *dm = NULL, *di = NULL;
+    void *yscratch = NULL;
+    ln_job j = {0};
+    if (!pd || !params) {
+        st = KN_OOM();
+        goto done;
+    }
+    if (!expand_param(scale, x->dims + axis, x->rank - (int)axis, pd) ||
+        (bias && !expand_param(bias, x->dims + axis, x->rank - (int)axis, pd + n))) {
+        char a[128], b[128];
+        st = kn_kernel_error(c, KILN_ERR_SHAPE, "%s %s does not broadcast to the normalised shape %s",
+                             bias && kn_tensor_count(scale) == n ? "bias" : "scale",
+                             kn_tensor_describe(bias && kn_tensor_count(scale) == n ? bias : scale, a, sizeof a),
+                             kn_dims_str(x->dims + axis, x->rank - (int)axis, b, sizeof b));
+        goto done;
+    }
+    j.n = n;
+    j.rms = rms;
+    j.eps = kn_attr_float(c->node, "epsilon", 1e-5f);
+    if (dbl) {
+        memcpy(params, pd, (size_t)n * 2 * sizeof(double));
+        j.x = x->data;
+        j.y = y ? y->data : NULL;
+        /* Mean/InvStdDev of another declared type: computed in double, converted after */
+        if (mean_t) j.mean = mean_t->dtype == KILN_DTYPE_DOUBLE ? mean_t->data : (dm = malloc((size_t)rows * 8));
+        if (inv_t) j.inv = inv_t->dtype == KILN_DTYPE_DOUBLE ? inv_t->data : (di = malloc((size_t)rows * 8));
+        if ((mean_t && !j.mean) || (inv_t && !j.inv)) {
+            st = KN_OOM();
+            goto done;
+        }
+    } else {
+        float *pf = params;
+        for (int64_t i = 0; i < 2 * n; i++) pf[i] = (float)pd[i];
+        xv = kn_nn_f32_view(x);
+        yv = y ? kn_nn_f32_out(y) : malloc((size_t)(rows * n) * sizeof(float));
+        if (mean_t) mv = kn_nn_f32_out(mean_t);
+        if (inv_t) iv = kn_nn_f32_out(inv_t);
+        if (!xv || !yv || (mean_t && !mv) || (inv_t && !iv)) {
+            st = KN_OOM();
+            goto done;
+        }
+        j.x = xv;
+        j.y = yv;
+        j.mean = mv;
+        j.inv = iv;
+    }
+    j.scale = params;
+    j.bias = bias ? (const char *)params + (size_t)n * es : NULL;
+    if (!j.y) {
+        /* only the statistics are wanted */
+        yscratch = malloc((size_t)(rows * n) * es);
+        if (!yscratch) {
+            st = KN_OOM();
+            goto done;
+        }
+        j.y = yscratch;
+    }
+    int64_t grain = n >= 16384 ? 1 : 16384 / n;
+    kn_parallel_for(c->pool, rows, grain, dbl ? ln_rows_f64 : ln_rows_f32, &j);
+    if (dm) kn_nn_from_f64(mean_t, dm);
+    if (di) kn_nn_from_f64(inv_t, di);
+done:
+    if (!dbl) {
+        kn_nn_release(x, xv);
+        if (y) kn_nn_f32_commit(y, yv);
+        else free(yv);
+        if (mean_t) kn_nn_f32_commit(mean_t, mv);
+        if (inv_t) kn_nn_f32_commit(inv_t, iv);
+    }
+    free(dm);
+    free(di);
+    free(yscratch);
+    free(pd);
+    free(params);
+    return st;
+}
+
+kiln_status kn_cpu_layernorm(kn_kernel_ctx *c) { return norm_rows(c, 0); }
+kiln_status kn_cpu_rmsnorm(kn_kernel_ctx *c) { return norm_rows(c, 1); }
+
+/* ------------------------------------------------------------------ BatchNormalization */
+
+kiln_status kn_cpu_batchnorm(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y = c->out[0];
+    int opset = c->node->opset;
+    if (x->rank < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "input 'X' needs rank >= 2");
+    int64_t N = x->dims[0], C = x->dims[1], inner = kn_shape_count(x->dims + 2, x->rank - 2);
+    int training;
+    if (opset >= 14) training = kn_attr_int(c->node, "training_mode", 0) != 0;
+    else if (opset < 7) training = kn_attr_int(c->node, "is_test", 0) == 0;
+    else {
+        training = 0;
+        for (int o = 1; o < c->n_outputs; o++)
+            if (c->out[o]) training = 1;
+    }
+    double eps = kn_attr_float(c->node, "epsilon", 1e-5f);
+    double momentum = kn_attr_float(c->node, "momentum", 0.9f);
+    /* per-channel parameters; spatial=0 (before opset 9) gives per-element [C, D...] */
+    int64_t pcount = kn_tensor_count(c->in[1]);
+    int64_t per = pcount == C ? 1 : (pcount == C * inner ? inner : 0);
+    if (per == 0) return kn_kernel_error(c, KILN_ERR_SHAPE, "scale has %lld elements; it needs C = %lld",
+                                         (long long)pcount, (long long)C);
+    for (int i = 2; i < 5; i++)
+        if (kn_tensor_count(c->in[i]) != pcount)
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "input %d has %lld elements, scale has %lld", i,
+                                   (long long)kn_tensor_count(c->in[i]), (long long)pcount);
+    double *p = malloc((size_t)pcount * 6 * sizeof *p);
+    if (!p) return KN_OOM();
+    double *sc = p, *bi = p + pcount, *mu = p + 2 * pcount, *var = p + 3 * pcount;
+    double *bm = p + 4 * pcount, *bv = p + 5 * pcount; /* batch statistics */
+    kn_nn_to_f64(c->in[1], sc);
+    kn_nn_to_f64(c->in[2], bi);
+    kn_nn_to_f64(c->in[3], mu);
+    kn_nn_to_f64(c->in[4], var);
+    /* float-likes compute in float; double stays double */
+    int dbl = x->dtype == KILN_DTYPE_DOUBLE;
+    const double *xd = dbl ? x->data : NULL;
+    double *yd = dbl && y ? y->data : NULL;
+    float *xv = dbl ? NULL : kn_nn_f32_view(x), *yv = (dbl || !y) ? NULL : kn_nn_f32_out(y);
+    if ((!dbl && !xv) || (!dbl && y && !yv)) {
+        kn_nn_release(x, xv);
+        if (y && yv != y->data) free(yv);
+        free(p);
+        return KN_OOM();
+    }
+    if (training) {
+        int64_t cnt = N * (inner / per);
+        for (int64_t q = 0; q < pcount; q++) {
+            int64_t ch = q / per, off = q % per;
+            double s = 0, s2 = 0;
+            for (int64_t nn = 0; nn < N; nn++)
+                for (int64_t i = off; i < inner; i += per) {
+                    double v = dbl ? xd[(nn * C + ch) * inner + i] : xv[(nn * C + ch) * inner + i];
+                    s += v;
+                }
+            double m = s / (double)cnt;
+            for (int64_t nn = 0; nn < N; nn++)
+                for (int64_t i = off; i < inner; i += per) {
+                    double v = (dbl ? xd[(nn * C + ch) * inner + i] : xv[(nn * C + ch) * inner + i]) - m;
+                    s2 += v * v;
+                }
+            bm[q] = m;
+            bv[q] = s2 / (double)cnt;
+        }
+    }
+    const double *um = training ? bm : mu, *uv = training ? bv : var;
+    if (y) {
+        for (int64_t nn = 0; nn < N; nn++)
+            for (int64_t ch = 0; ch < C; ch++) {
+                int64_t base = (nn * C + ch) * inner;
+                if (per == 1) {
+                    double a = sc[ch] / sqrt(uv[ch] + eps), b = bi[ch] - um[ch] * a;
+                    if (dbl)
+                        for (int64_t i = 0; i < inner; i++) yd[base + i] = xd[base + i] * a + b;
+                    else {
+                        float af = (float)a, bf = (float)b;
+                        for (int64_t i = 0; i < inner; i++) yv[base + i] = xv[base + i] * af + bf;
+                    }
+                } else {
+                    for (int64_t i = 0; i < inner; i++) {
+                        int64_t q = ch * inner + i;
+                        double v = dbl ? xd[base + i] : xv[base + i];
+                        double r = sc[q] * (v - um[q]) / sqrt(uv[q] + eps) + bi[q];
+                        if (dbl) yd[base + i] = r;
+                        else yv[base + i] = (float)r;
+                    }
+                }
+            }
+    }
+    if (training) {
+        double *tmp = malloc((size_t)pcount * sizeof *tmp);
+        if (tmp) {
+            for (int o = 1; o < c->n_outputs && o < 5; o++) {
+                kn_tensor *t = c->out[o];
+                if (!t || kn_tensor_count(t) != pcount) continue;
+                for (int64_t q = 0; q < pcount; q++) {
+                    switch (o) {
+                    case 1: tmp[q] = mu[q] * momentum + bm[q] * (1 - momentum); break;
+                    case 2: tmp[q] = var[q] * momentum + bv[q] * (1 - momentum); break;
+                    case 3: tmp[q] = bm[q]; break;
+                    default: tmp[q] = bv[q]; break;
+                    }
+                }
+                kn_nn_from_f64(t, tmp);
+            }
+            free(tmp);
+        }
+    }
+    kn_nn_release(x, xv);
+    if (y) kn_nn_f32_commit(y, yv);
+    free(p);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ Instance / Group norm */
+
+/* y = (x - mean) / sqrt(var + eps) * s + b over `groups` groups of `len` elements of x; the
+ * scale/bias index of element i in group g is given by pidx. */
+typedef struct gn_job {
+    const double *x;
+    double *y;
+    const double *scale, *bias;
+    int64_t len, C, inner, G; /* channels per group = C / G */
+    int per_group;            /* scale/bias per group (GroupNormalization before opset 21) */
+    double eps;
+} gn_job;
+
+static void gn_range(void *arg, int64_t b, int64_t e) {
+    const gn_job *j = arg;
+    int64_t cpg = j->C / j->G;
+    for (int64_t u = b; u < e; u++) { /* u = n * G + g */
+        const double *x = j->x + u * j->len;
+        double *y = j->y + u * j->len;
+        double s = 0, s2 = 0;
+        for (int64_t i = 0; i < j->len; i++) s += x[i];
+        double m = s / (double)j->len;
+        for (int64_t i = 0; i < j->len; i++) s2 += (x[i] - m) * (x[i] - m);
+        double inv = 1.0 / sqrt(s2 / (double)j->len + j->eps);
+        int64_t g = u % j->G;
+        for (int64_t cc = 0; cc < cpg; cc++) {
+            int64_t ch = g * cpg + cc, pi = j->per_group ? g : ch;
+            double a = j->scale[pi] * inv, bb = j->bias[pi];
+            const double *xc = x + cc * j->inner;
+            double *yc = y + cc * j->inner;
+            for (int64_t i = 0; i < j->inner; i++) yc[i] = (xc[i] - m) * a + bb;
+        }
+    }
+}
+
+static kiln_status group_norm(kn_kernel_ctx *c, int64_t G, int per_group) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y = c->out[0];
+    if (!y) return KILN_OK;
+    if (x->rank < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "input needs rank >= 2");
+    int64_t N = x->dims[0], C = x->dims[1], inner = kn_shape_count(x->dims + 2, x->rank - 2);
+    if (G <= 0 || C % G) return kn_kernel_error(c, KILN_ERR_SHAPE, "C = %lld does not split into %lld groups",
+                                                (long long)C, (long long)G);
+    int64_t want = per_group ? G : C;
+    if (kn_tensor_count(c->in[1]) != want || kn_tensor_count(c->in[2]) != want)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "scale and bias need %lld elements", (long long)want);
+    int64_t total = N * C * inner;
+    if (total == 0) return KILN_OK;
+    double *buf = malloc((size_t)(2 * total + 2 * want) * sizeof *buf);
+    if (!buf) return KN_OOM();
+    double *xd = buf, *yd = buf + total, *sc = buf + 2 * total, *bi = sc + want;
+    kn_nn_to_f64(x, xd);
+    kn_nn_to_f64(c->in[1], sc);
+    kn_nn_to_f64(c->in[2], bi);
+    gn_job j = {xd, yd, sc, bi, (C / G) * inner, C, inner, G, per_group, 0};
+    j.eps = kn_attr_float(c->node, "epsilon", 1e-5f);
+    int64_t grain = j.len >= 16384 ? 1 : 16384 / j.len;
+    kn_parallel_for(c->pool, N * G, grain, gn_range, &j);
+    kn_nn_from_f64(y, yd);
+    free(buf);
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_instancenorm(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    if (x->rank < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "input needs rank >= 2");
+    return group_norm(c, x->dims[1], 0);
+}
+
+kiln_status kn_cpu_groupnorm(kn_kernel_ctx *c) {
+    int64_t G = kn_attr_int(c->node, "num_groups", 0);
+    const kn_tensor *x = c->in[0];
+    int64_t C = x->rank >= 2 ? x->dims[1] : 0;
+    /* opset 18 has one scale/bias per group; opset 21 one per channel */
+    int per_group = c->node->opset < 21 && kn_tensor_count(c->in[1]) == G && G != C;
+    return group_norm(c, G, per_group);
+}
+
+/* ------------------------------------------------------------------ LpNormalization */
+
+kiln_status kn_cpu_lpnorm(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y = c->out[0];
+    if (!y) return KILN_OK;
+    int64_t p = kn_attr_int(c->node, "p", 2);
+    int64_t axis = kn_attr_int(c->node, "axis", -1);
+    if (axis < 0) axis += x->rank;
+    if (axis < 0 || axis >= x->rank) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
+    int64_t outer = kn_shape_count(x->dims, (int)axis), n = x->dims[axis];
+    int64_t inner = kn_shape_count(x->dims + axis + 1, x->rank - (int)axis - 1);
+    int64_t total = outer * n * inner;
+    if (total == 0) return KILN_OK;
+    double *v = malloc((size_t)total * sizeof *v);
+    if (!v) return KN_OOM();
+    kn_nn_to_f64(x, v);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double *q = v + o * n * inner + i, s = 0;
+            for (int64_t r = 0; r < n; r++) s += p == 1 ? fabs(q[r * inner]) : q[r * inner] * q[r * inner];
+            double norm = p == 1 ? s : sqrt(s);
+            /* a zero norm gives zeros (not NaN), as the ONNX reference does */
+            for (int64_t r = 0; r < n; r++) q[r * inner] = norm == 0 ? 0 : q[r * inner] / norm;
+        }
+    kn_nn_from_f64(y, v);
+    free(v);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ MeanVarianceNormalization */
+
+kiln_status kn_cpu_mvn(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y = c->out[0];
+    if (!y) return KILN_OK;
+    int rank = x->rank;
+    bool mask[KILN_MAX_RANK] = {0};
+    int na = 0;
+    const int64_t *axes = kn_attr_ints(c->node, "axes", &na);
+    static const int64_t dflt[] = {0, 2, 3};
+    if (!axes) axes = dflt, na = 3;
+    for (int i = 0; i < na; i++) {
+        int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+        if (a < 0 || a >= rank) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis %lld out of range", (long long)axes[i]);
+        mask[a] = true;
+    }
+    int64_t total = kn_tensor_count(x);
+    if (total == 0) return KILN_OK;
+    int64_t kept = 1;
+    for (int k = 0; k < rank; k++)
+        if (!mask[k]) kept *= x->dims[k];
+    double *v = malloc((size_t)(total + 3 * kept) * sizeof *v);
+    int64_t *map = malloc((size_t)total * sizeof *map);
+    if (!v || !map) {
+        free(v);
+        free(map);
+        return KN_OOM();
+    }
+    double *s1 = v + total, *s2 = s1 + kept, *cnt = s2 + kept;
+    memset(s1, 0, (size_t)(3 * kept) * sizeof *s1);
+    kn_nn_to_f64(x, v);
+    /* map each element to its kept-axes index */
+    int64_t idx[KILN_MAX_RANK] = {0};
+    for (int64_t e = 0; e < total; e++) {
+        int64_t m = 0;
+        for (int k = 0; k < rank; k++)
+            if (!mask[k]) m = m * x->dims[k] + idx[k];
+        map[e] = m;
+        for (int k = rank - 1; k >= 0; k--) {
+            if (++idx[k] < x->dims[k]) break;
+            idx[k] = 0;
+        }
+    }
+    for (int64_t e = 0; e < total; e++) {
+        s1[map[e]] += v[e];
+        s2[map[e]] += v[e] * v[e];
+        cnt[map[e]] += 1;
+    }
+    for (int64_t k = 0; k < kept; k++) {
+        double m = s1[k] / cnt[k], var = s2[k] / cnt[k] - m * m;
+        s1[k] = m;
+        s2[k] = sqrt(var > 0 ? var : 0) + 1e-9;
+    }
+    for (int64_t e = 0; e < total; e++) v[e] = (v[e] - s1[map[e]]) / s2[map[e]];
+    kn_nn_from_f64(y, v);
+    free(v);
+    free(map);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ LRN */
+
+kiln_status kn_cpu_lrn(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y = c->out[0];
+    if (!y) return KILN_OK;
+    if (x->rank < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "input needs rank >= 2");
+    double alpha = kn_attr_float(c->node, "alpha", 1e-4f), beta = kn_attr_float(c->node, "beta", 0.75f);
+    double bias = kn_attr_float(c->node, "bias", 1.0f);
+    int64_t size = kn_attr_int(c->node, "size", 1);
+    int64_t N = x->dims[0], C = x->dims[1], inner = kn_shape_count(x->dims + 2, x->rank - 2);
+    int64_t total = N * C * inner;
+    if (total == 0) return KILN_OK;
+    double *v = malloc((size_t)total * 2 * sizeof *v);
+    if (!v) return KN_OOM();
+    double *o = v + total;
+    kn_nn_to_f64(x, v);
+    int64_t lo = (size - 1) / 2, hi = size - 1 - lo; /* floor and ceil of (size-1)/2 */
+    for (int64_t nn = 0; nn < N; nn++)
+        for (int64_t ch = 0; ch < C; ch++) {
+            int64_t c0 = ch - lo < 0 ? 0 : ch - lo, c1 = ch + hi >= C ? C - 1 : ch + hi;
+            for (int64_t i = 0; i < inner; i++) {
+                double s = 0;
+                for (int64_t k = c0; k <= c1; k++) {
+                    double a = v[(nn * C + k) * inner + i];
+                    s += a * a;
+                }
+                int64_t at = (nn * C + ch) * inner + i;
+                o[at] = v[at] / pow(bias + alpha / (double)size * s, beta);
+            }
+        }
+    kn_nn_from_f64(y, o);
+    free(v);
+    return KILN_OK;
+}

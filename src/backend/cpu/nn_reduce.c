@@ -1,0 +1,538 @@
+/* CPU kernels: Reduce*, ArgMax/ArgMin, TopK.
+ *
+ * Reductions first drop unit dimensions and merge neighbouring dimensions that are both reduced
+ * or both kept. Two layouts then run directly: [outer, n] (reduce contiguous rows) and
+ * [outer, n, inner] (accumulate rows of `inner` elements, which vectorises); any other pattern
+ * is transposed once into [kept..., reduced...] first. Float, float16 and bfloat16 compute in
+ * float, double in double, integers and bool in int64. */
+#include "backend/cpu/nn_internal.h"
+
+#include <stdlib.h>
+
+enum { RK_SUM, RK_MEAN, RK_MAX, RK_MIN, RK_PROD, RK_L1, RK_L2, RK_LOGSUM, RK_LOGSUMEXP, RK_SUMSQ };
+
+#define T float
+#define SUF f32
+#define LANES 16
+#define EXPF kn_nn_expf
+#define IS_INT 0
+#define IS_F32 1
+#include "backend/cpu/nn_reduce_impl.h"
+#undef T
+#undef SUF
+#undef LANES
+#undef EXPF
+#undef IS_INT
+#undef IS_F32
+
+#define T double
+#define SUF f64
+#define LANES 8
+#define EXPF exp
+#define IS_INT 0
+#define IS_F32 0
+#include "backend/cpu/nn_reduce_impl.h"
+#undef T
+#undef SUF
+#undef LANES
+#undef EXPF
+#undef IS_INT
+#undef IS_F32
+
+#define T int64_t
+#define SUF i64
+#define LANES 8
+#define EXPF exp
+#define IS_INT 1
+#define IS_F32 0
+#include "backend/cpu/nn_reduce_impl.h"
+#undef T
+#undef SUF
+#undef LANES
+#undef EXPF
+#undef IS_INT
+#undef IS_F32
+
+static int reduce_kind(const char *op) {
+    static const struct {
+        const char *name;
+        int kind;
+    } kinds[] = {
+        {"ReduceSum", RK_SUM},       {"ReduceMean", RK_MEAN},     {"ReduceMax", RK_MAX},
+        {"ReduceMin", RK_MIN},       {"ReduceProd", RK_PROD},     {"ReduceL1", RK_L1},
+        {"ReduceL2", RK_L2},         {"ReduceLogSum", RK_LOGSUM}, {"ReduceLogSumExp", RK_LOGSUMEXP},
+        {"ReduceSumSquare", RK_SUMSQ},
+    };
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (!strcmp(op, kinds[i].name)) return kinds[i].kind;
+    return -1;
+}
+
+/* Smallest and largest value of an integer (or bool) dtype. */
+static void int_range(kiln_dtype t, int64_t *lo, int64_t *hi) {
+    switch (t) {
+    case KILN_DTYPE_INT8: *lo = INT8_MIN, *hi = INT8_MAX; break;
+    case KILN_DTYPE_INT16: *lo = INT16_MIN, *hi = INT16_MAX; break;
+    case KILN_DTYPE_INT32: *lo = INT32_MIN, *hi = INT32_MAX; break;
+    case KILN_DTYPE_UINT8: *lo = 0, *hi = UINT8_MAX; break;
+    case KILN_DTYPE_UINT16: *lo = 0, *hi = UINT16_MAX; break;
+    case KILN_DTYPE_UINT32: *lo = 0, *hi = UINT32_MAX; break;
+    case KILN_DTYPE_UINT64: *lo = 0, *hi = -1; break; /* all ones when stored */
+    case KILN_DTYPE_BOOL: *lo = 0, *hi = 1; break;
+    default: *lo = INT64_MIN, *hi = INT64_MAX; break;
+    }
+}
+
+/* The result of reducing an empty set, per the ONNX specification (opset 18). */
+static void fill_empty(kn_tensor *y, int kind) {
+    int64_t n = kn_tensor_count(y);
+    bool is_float = kn_dtype_is_float(y->dtype);
+    int64_t lo, hi;
+    int_range(y->dtype, &lo, &hi);
+    for (int64_t i = 0; i < n; i++) {
+        switch (kind) {
+        case RK_PROD: kn_tensor_set_i64(y, i, 1); break;
+        case RK_MEAN:
+            if (is_float) kn_tensor_set_f64(y, i, NAN);
+            else kn_tensor_set_i64(y, i, 0);
+            break;
+        case RK_MAX:
+        case RK_LOGSUM:
+        case RK_LOGSUMEXP:
+            if (is_float) kn_tensor_set_f64(y, i, -INFINITY);
+            else kn_tensor_set_i64(y, i, lo);
+            break;
+        case RK_MIN:
+            if (is_float) kn_tensor_set_f64(y, i, INFINITY);
+            else kn_tensor_set_i64(y, i, hi);
+            break;
+        default: kn_tensor_set_i64(y, i, 0); break;
+        }
+    }
+}
+
+/* dst = src permuted: dst dims are dims[perm[k]]. es is 4 or 8 bytes. */
+static void permute_copy(const void *src, void *dst, int nd, const int64_t *dims, const int *perm,
+                         size_t es) {
+    int64_t stride[KILN_MAX_RANK], od[KILN_MAX_RANK], os[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
+    int64_t s = 1;
+    for (int k = nd - 1; k >= 0; k--) stride[k] = s, s *= dims[k];
+    for (int k = 0; k < nd; k++) od[k] = dims[perm[k]], os[k] = stride[perm[k]];
+    int64_t total = s, inner = od[nd - 1], istr = os[nd - 1];
+    int64_t off = 0;
+    for (int64_t o = 0; o < total; o += inner) {
+        if (es == 8) {
+            const uint64_t *a = (const uint64_t *)src + off;
+            uint64_t *b = (uint64_t *)dst + o;
+            for (int64_t i = 0; i < inner; i++) b[i] = a[i * istr];
+        } else {
+            const uint32_t *a = (const uint32_t *)src + off;
+            uint32_t *b = (uint32_t *)dst + o;
+            for (int64_t i = 0; i < inner; i++) b[i] = a[i * istr];
+        }
+        for (int k = nd - 2; k >= 0; k--) {
+            idx[k]++;
+            off += os[k];
+            if (idx[k] < od[k]) break;
+            off -= os[k] * od[k];
+            idx[k] = 0;
+        }
+    }
+}
+
+kiln_status kn_cpu_reduce(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y = c->out[0];
+    if (!y) return KILN_OK;
+    int kind = reduce_kind(c->node->op_type);
+    if (kind < 0) return kn_kernel_error(c, KILN_ERR_INTERNAL, "not a reduction");
+    const kn_tensor *axes = kn_nn_reduce_axes_from_input(c->node) && c->n_inputs > 1 ? c->in[1] : NULL;
+    bool mask[KILN_MAX_RANK], noop;
+    KN_TRY(kn_nn_reduce_mask(c->node, x->rank, axes, mask, &noop));
+    if (noop) {
+        if (y->dtype != x->dtype || kn_tensor_count(y) != kn_tensor_count(x))
+            return kn_kernel_error(c, KILN_ERR_INTERNAL, "output does not match the input");
+        memcpy(y->data, x->data, x->nbytes < y->nbytes ? x->nbytes : y->nbytes);
+        return KILN_OK;
+    }
+    int64_t kept = 1, red = 1;
+    for (int k = 0; k < x->rank; k++) {
+        if (mask[k]) red *= x->dims[k];
+        else kept *= x->dims[k];
+    }
+    if (kn_tensor_count(y) != kept)
+        return kn_kernel_error(c, KILN_ERR_INTERNAL, "output has %lld elements, expected %lld",
+                               (long long)kn_tensor_count(y), (long long)kept);
+    if (kept == 0) return KILN_OK;
+    if (red == 0) {
+        fill_empty(y, kind);
+        return KILN_OK;
+    }
+    /* collapse: drop unit dims, merge neighbours of the same kind */
+    int64_t seg[KILN_MAX_RANK];
+    bool segr[KILN_MAX_RANK];
+    int ns = 0;
+    for (int k = 0; k < x->rank; k++) {
+        if (x->dims[k] == 1) continue;
+        if (ns > 0 && segr[ns - 1] == mask[k]) seg[ns - 1] *= x->dims[k];
+        else seg[ns] = x->dims[k], segr[ns] = mask[k], ns++;
+    }
+
+    kiln_dtype ct = kn_nn_compute_type(x->dtype);
+    if (ct == KILN_DTYPE_UNDEFINED)
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "element type %s is not supported", kiln_dtype_name(x->dtype));
+    if (ct == KILN_DTYPE_INT64 && (kind == RK_L2 || kind == RK_LOGSUM || kind == RK_LOGSUMEXP))
+        ct = KILN_DTYPE_DOUBLE;
+    /* uint64 max/min compare correctly as int64 after flipping the top bit */
+    bool flip = x->dtype == KILN_DTYPE_UINT64 && (kind == RK_MAX || kind == RK_MIN);
+    size_t es = ct == KILN_DTYPE_FLOAT ? 4 : 8;
+    int64_t nx = kn_tensor_count(x);
+
+    /* input and output in the compute type */
+    void *xb = NULL, *yb = NULL, *tb = NULL;
+    const void *xv;
+    void *yv;
+    if (x->dtype == ct) xv = x->data;
+    else {
+        xb = malloc((size_t)nx * es);
+        if (!xb) return KN_OOM();
+        if (ct == KILN_DTYPE_FLOAT) kn_nn_to_f32(x, xb);
+        else if (ct == KILN_DTYPE_DOUBLE) kn_nn_to_f64(x, xb);
+        else kn_nn_to_i64(x, xb);
+        xv = xb;
+    }
+    if (flip) {
+        if (!xb) {
+            xb = malloc((size_t)nx * 8);
+            if (!xb) return KN_OOM();
+            memcpy(xb, x->data, (size_t)nx * 8);
+            xv = xb;
+        }
+        for (int64_t i = 0; i < nx; i++) ((uint64_t *)xb)[i] ^= UINT64_C(1) << 63;
+    }
+    if (y->dtype == ct && !flip) yv = y->data;
+    else {
+        yb = malloc((size_t)kept * es);
+        if (!yb) {
+            free(xb);
+            return KN_OOM();
+        }
+        yv = yb;
+    }
+
+    int64_t outer = 1, n = 1, inner = 1;
+    int first_r = -1, last_r = -1;
+    for (int s = 0; s < ns; s++)
+        if (segr[s]) {
+            if (first_r < 0) first_r = s;
+            last_r = s;
+        }
+    bool simple = true;
+    for (int s = first_r; s >= 0 && s <= last_r; s++)
+        if (!segr[s]) simple = false;
+    if (first_r < 0) {
+        outer = kept; /* every reduced dim has size 1 */
+    } else if (simple) {
+        for (int s = 0; s < first_r; s++) outer *= seg[s];
+        n = seg[first_r];
+        for (int s = last_r + 1; s < ns; s++) inner *= seg[s];
+    } else {
+        int perm[KILN_MAX_RANK], np = 0;
+        for (int s = 0; s < ns; s++)
+            if (!segr[s]) perm[np++] = s;
+        for (int s = 0; s < ns; s++)
+            if (segr[s]) perm[np++] = s;
+        tb = malloc((size_t)nx * es);
+        if (!tb) {
+            free(xb);
+            free(yb);
+            return KN_OOM();
+        }
+        permute_copy(xv, tb, ns, seg, perm, es);
+        xv = tb;
+        outer = kept;
+        n = red;
+    }
+    if (ct == KILN_DTYPE_FLOAT) reduce3_f32(c->pool, xv, yv, outer, n, inner, kind);
+    else if (ct == KILN_DTYPE_DOUBLE) reduce3_f64(c->pool, xv, yv, outer, n, inner, kind);
+    else reduce3_i64(c->pool, xv, yv, outer, n, inner, kind);
+
+    if (yv != y->data) {
+        if (flip)
+            for (int64_t i = 0; i < kept; i++) ((uint64_t *)yv)[i] ^= UINT64_C(1) << 63;
+        if (ct == KILN_DTYPE_FLOAT) kn_nn_from_f32(y, yv);
+        else if (ct == KILN_DTYPE_DOUBLE) kn_nn_from_f64(y, yv);
+        else kn_nn_from_i64(y, yv);
+    }
+    free(xb);
+    free(yb);
+    free(tb);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ ArgMax, ArgMin */
+
+/* Values as a totally ordered type: float (float-likes), double, int64 (uint64 with the top bit
+ * flipped so signed comparison orders it). Returns the buffer (the tensor's own or malloc'ed). */
+static void *ordered_view(const kn_tensor *x, kiln_dtype *ct_out) {
+    kiln_dtype ct = kn_nn_compute_type(x->dtype);
+    *ct_out = ct;
+    if (ct == KILN_DTYPE_UNDEFINED) return NULL;
+    if (x->dtype == ct) return x->data;
+    int64_t n = kn_tensor_count(x);
+    void *b = malloc(((size_t)n + 1) * (ct == KILN_DTYPE_FLOAT ? 4 : 8));
+    if (!b) return NULL;
+    if (ct == KILN_DTYPE_FLOAT) kn_nn_to_f32(x, b);
+    else if (ct == KILN_DTYPE_DOUBLE) kn_nn_to_f64(x, b);
+    else {
+        kn_nn_to_i64(x, b);
+        if (x->dtype == KILN_DTYPE_UINT64)
+            for (int64_t i = 0; i < n; i++) ((uint64_t *)b)[i] ^= UINT64_C(1) << 63;
+    }
+    return b;
+}
+
+/* NaN counts as the largest for max and the smallest for min (numpy returns the first NaN) */
+#define ARG_LOOP(TY, BETTER)                                                                       \
+    do {                                                                                           \
+        const TY *v = (const TY *)xv;                                                              \
+        for (int64_t o = 0; o < outer; o++)                                                        \
+            for (int64_t i = 0; i < inner; i++) {                                                  \
+                const TY *p = v + o * n * inner + i;                                               \
+                TY best = p[0];                                                                    \
+                int64_t bi = 0;                                                                    \
+                for (int64_t r = 1; r < n; r++) {                                                  \
+                    TY a = p[r * inner];                                                           \
+                    if (BETTER) best = a, bi = r;                                                  \
+                }                                                                                  \
+                out[o * inner + i] = bi;                                                           \
+            }                                                                                      \
+    } while (0)
+
+kiln_status kn_cpu_argminmax(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y = c->out[0];
+    if (!y) return KILN_OK;
+    int is_max = !strcmp(c->node->op_type, "ArgMax");
+    int last = kn_attr_int(c->node, "select_last_index", 0) != 0;
+    int64_t axis = kn_attr_int(c->node, "axis", 0);
+    if (axis < 0) axis += x->rank;
+    if (axis < 0 || axis >= x->rank) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
+    int64_t outer = 1, n = x->dims[axis], inner = 1;
+    for (int k = 0; k < axis; k++) outer *= x->dims[k];
+    for (int k = (int)axis + 1; k < x->rank; k++) inner *= x->dims[k];
+    if (outer * inner == 0) return KILN_OK;
+    if (n == 0) return kn_kernel_error(c, KILN_ERR_SHAPE, "cannot take the %s of an empty axis", c->node->op_type);
+    kiln_dtype ct;
+    void *xv = ordered_view(x, &ct);
+    if (!xv) {
+        if (ct == KILN_DTYPE_UNDEFINED)
+            return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "element type %s is not supported", kiln_dtype_name(x->dtype));
+        return KN_OOM();
+    }
+    int64_t *out = y->data;
+    if (ct == KILN_DTYPE_FLOAT) {
+        if (is_max && !last) ARG_LOOP(float, (a > best || (a != a && best == best)));
+        else if (is_max) ARG_LOOP(float, (a >= best || (a != a && best == best)));
+        else if (!last) ARG_LOOP(float, (a < best || (a != a && best == best)));
+        else ARG_LOOP(float, (a <= best || (a != a && best == best)));
+    } else if (ct == KILN_DTYPE_DOUBLE) {
+        if (is_max && !last) ARG_LOOP(double, (a > best || (a != a && best == best)));
+        else if (is_max) ARG_LOOP(double, (a >= best || (a != a && best == best)));
+        else if (!last) ARG_LOOP(double, (a < best || (a != a && best == best)));
+        else ARG_LOOP(double, (a <= best || (a != a && best == best)));
+    } else {
+        if (is_max && !last) ARG_LOOP(int64_t, (a > best));
+        else if (is_max) ARG_LOOP(int64_t, (a >= best));
+        else if (!last) ARG_LOOP(int64_t, (a < best));
+        else ARG_LOOP(int64_t, (a <= best));
+    }
+    if (xv != x->data) free(xv);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ TopK */
+
+typedef struct topk_item {
+    double v; /* float and double values compare exactly as double */
+    int64_t iv; /* integer values (exact for all of int64) */
+    int64_t idx;
+} topk_item;
+
+/* Orders best first: larger (or smaller) value, then the lower index (the ONNX rule for ties). */
+static int cmp_largest_f(const void *a, const void *b) {
+    const topk_item *p = a, *q = b;
+    if (p->v != q->v) {
+        if (p->v != p->v) return -1; /* NaN first, like the largest */
+        if (q->v != q->v) return 1;
+        return p->v > q->v ? -1 : 1;
+    }
+    return p->idx < q->idx ? -1 : p->idx > q->idx;
+}
+static int cmp_smallest_f(const void *a, const void *b) {
+    const topk_item *p = a, *q = b;
+    if (p->v != q->v) {
+        if (p->v != p->v) return 1;
+        if (q->v != q->v) return -1;
+        return p->v < q->v ? -1 : 1;
+    }
+    return p->idx < q->idx ? -1 : p->idx > q->idx;
+}
+static int cmp_largest_i(const void *a, const void *b) {
+    const topk_item *p = a, *q = b;
+    if (p->iv != q->iv) return p->iv > q->iv ? -1 : 1;
+    return p->idx < q->idx ? -1 : p->idx > q->idx;
+}
+static int cmp_smallest_i(const void *a, const void *b) {
+    const topk_item *p = a, *q = b;
+    if (p->iv != q->iv) return p->iv < q->iv ? -1 : 1;
+    return p->idx < q->idx ? -1 : p->idx > q->idx;
+}
+static int cmp_index(const void *a, const void *b) {
+    const topk_item *p = a, *q = b;
+    return p->idx < q->idx ? -1 : p->idx > q->idx;
+}
+
+static void swap_items(topk_item *a, topk_item *b) {
+    topk_item t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Moves the k best items (by cmp, a strict total order) to a[0..k), in any order: quickselect
+ * with a median-of-three pivot, O(n) on average. */
+static void select_k(topk_item *a, int64_t n, int64_t k, int (*cmp)(const void *, const void *)) {
+    int64_t lo = 0, hi = n - 1;
+    while (hi > lo) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (cmp(&a[mid], &a[lo]) < 0) swap_items(&a[mid], &a[lo]);
+        if (cmp(&a[hi], &a[lo]) < 0) swap_items(&a[hi], &a[lo]);
+        if (cmp(&a[mid], &a[hi]) < 0) swap_items(&a[mid], &a[hi]);
+        /* a[hi] is now the median of the three: the pivot */
+        int64_t store = lo;
+        for (int64_t i = lo; i < hi; i++)
+            if (cmp(&a[i], &a[hi]) < 0) swap_items(&a[i], &a[store++]);
+        swap_items(&a[store], &a[hi]);
+        if (store == k || store == k - 1) return;
+        if (store < k) lo = store + 1;
+        else hi = store - 1;
+    }
+}
+
+typedef struct topk_job {
+    const void *xv;
+    kiln_dtype ct;
+    const kn_tensor *x;
+    kn_tensor *vals, *idxs;
+    int64_t n, inner, k;
+    int largest, sorted;
+    int fail;
+} topk_job;
+
+static void topk_range(void *arg, int64_t b, int64_t e) {
+    topk_job *j = arg;
+    int64_t n = j->n, inner = j->inner, k = j->k;
+    topk_item *items = malloc((size_t)n * sizeof *items);
+    if (!items) {
+        __atomic_store_n(&j->fail, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    int is_int = j->ct == KILN_DTYPE_INT64;
+    int (*cmp)(const void *, const void *) =
+        is_int ? (j->largest ? cmp_largest_i : cmp_smallest_i) : (j->largest ? cmp_largest_f : cmp_smallest_f);
+    size_t es = kiln_dtype_size(j->x->dtype);
+    for (int64_t s = b; s < e; s++) {
+        int64_t o = s / inner, i = s % inner;
+        int64_t base = o * n * inner + i;
+        if (k * 16 <= n && k <= 256) {
+            /* small k: keep the k best sorted; most elements fail one comparison with the
+             * current k-th best and cost nothing more */
+            int64_t cnt = 0;
+            for (int64_t r = 0; r < n; r++) {
+                topk_item it;
+                int64_t at = base + r * inner;
+                it.idx = r;
+                if (j->ct == KILN_DTYPE_FLOAT) it.v = ((const float *)j->xv)[at];
+                else if (j->ct == KILN_DTYPE_DOUBLE) it.v = ((const double *)j->xv)[at];
+                else it.iv = ((const int64_t *)j->xv)[at];
+                if (cnt == k) {
+                    const topk_item *w = &items[k - 1];
+                    if (is_int) {
+                        if (j->largest ? it.iv <= w->iv : it.iv >= w->iv) continue;
+                    } else if (it.v == it.v && w->v == w->v) {
+                        if (j->largest ? it.v <= w->v : it.v >= w->v) continue;
+                    } else if (cmp(&it, w) > 0) {
+                        continue;
+                    }
+                }
+                int64_t pos = cnt < k ? cnt++ : k - 1;
+                while (pos > 0 && cmp(&it, &items[pos - 1]) < 0) {
+                    items[pos] = items[pos - 1];
+                    pos--;
+                }
+                items[pos] = it;
+            }
+            if (!j->sorted) qsort(items, (size_t)k, sizeof *items, cmp_index);
+        } else {
+            for (int64_t r = 0; r < n; r++) {
+                int64_t at = base + r * inner;
+                items[r].idx = r;
+                if (j->ct == KILN_DTYPE_FLOAT) items[r].v = ((const float *)j->xv)[at];
+                else if (j->ct == KILN_DTYPE_DOUBLE) items[r].v = ((const double *)j->xv)[at];
+                else items[r].iv = ((const int64_t *)j->xv)[at];
+            }
+            if (k < n) select_k(items, n, k, cmp);
+            qsort(items, (size_t)k, sizeof *items, j->sorted ? cmp : cmp_index);
+        }
+        int64_t obase = o * k * inner + i;
+        int64_t *oi = j->idxs ? (int64_t *)j->idxs->data : NULL;
+        for (int64_t r = 0; r < k; r++) {
+            int64_t dst = obase + r * inner, src = base + items[r].idx * inner;
+            if (oi) oi[dst] = items[r].idx;
+            if (j->vals) /* copy the original element bytes: exact for every type */
+                memcpy((char *)j->vals->data + (size_t)dst * es, (const char *)j->x->data + (size_t)src * es, es);
+        }
+    }
+    free(items);
+}
+
+kiln_status kn_cpu_topk(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    int64_t k;
+    if (c->node->opset < 10) k = kn_attr_int(c->node, "k", 0);
+    else {
+        if (!c->in[1] || kn_tensor_count(c->in[1]) != 1)
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "input 'K' must hold one integer");
+        k = kn_tensor_get_i64(c->in[1], 0);
+    }
+    int64_t axis = kn_attr_int(c->node, "axis", -1);
+    if (axis < 0) axis += x->rank;
+    if (axis < 0 || axis >= x->rank) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
+    int64_t n = x->dims[axis];
+    if (k < 0 || k > n)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "k = %lld must be in [0, %lld] (dimension %lld of the input)",
+                               (long long)k, (long long)n, (long long)axis);
+    int64_t outer = 1, inner = 1;
+    for (int k2 = 0; k2 < axis; k2++) outer *= x->dims[k2];
+    for (int k2 = (int)axis + 1; k2 < x->rank; k2++) inner *= x->dims[k2];
+    if (outer * inner == 0 || k == 0) return KILN_OK;
+    topk_job j = {0};
+    j.x = x;
+    j.vals = c->n_outputs > 0 ? c->out[0] : NULL;
+    j.idxs = c->n_outputs > 1 ? c->out[1] : NULL;
+    j.xv = ordered_view(x, &j.ct);
+    if (!j.xv) {
+        if (j.ct == KILN_DTYPE_UNDEFINED)
+            return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "element type %s is not supported", kiln_dtype_name(x->dtype));
+        return KN_OOM();
+    }
+    j.n = n;
+    j.inner = inner;
+    j.k = k;
+    j.largest = c->node->opset < 11 || kn_attr_int(c->node, "largest", 1) != 0;
+    j.sorted = c->node->opset < 11 || kn_attr_int(c->node, "sorted", 1) != 0;
+    int64_t grain = n >= 4096 ? 1 : 4096 / n;
+    kn_parallel_for(c->pool, outer * inner, grain, topk_range, &j);
+    if (j.xv != x->data) free((void *)j.xv);
+    return j.fail ? KN_OOM() : KILN_OK;
+}

@@ -1,0 +1,284 @@
+/* CPU kernels: Softmax, LogSoftmax, Hardmax, NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss.
+ *
+ * Softmax views its input as [outer, n, inner] (before opset 13 the input is coerced to 2-D at
+ * the axis, so n is the product of the trailing dims and inner is 1). Float rows subtract the row
+ * maximum and use the vectorisable exp; float16/bfloat16 compute in float, double in double. */
+#include "backend/cpu/nn_internal.h"
+
+#include <stdlib.h>
+
+/* outer/n/inner of the softmax-like ops for this node and input */
+static kiln_status softmax_geometry(kn_kernel_ctx *c, const kn_tensor *x, int64_t *outer, int64_t *n,
+                                    int64_t *inner) {
+    int rank = x->rank;
+    int old = c->node->opset < 13;
+    int64_t axis = kn_attr_int(c->node, "axis", old ? 1 : -1);
+    if (rank == 0) {
+        *outer = 1, *n = 1, *inner = 1;
+        return KILN_OK;
+    }
+    if (old && axis == rank) axis = rank - 1;
+    if (axis < -rank || axis >= rank) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis %lld out of range", (long long)axis);
+    if (axis < 0) axis += rank;
+    *outer = 1, *n = 1, *inner = 1;
+    for (int k = 0; k < axis; k++) *outer *= x->dims[k];
+    if (old) {
+        for (int k = (int)axis; k < rank; k++) *n *= x->dims[k];
+    } else {
+        *n = x->dims[axis];
+        for (int k = (int)axis + 1; k < rank; k++) *inner *= x->dims[k];
+    }
+    return KILN_OK;
+}
+
+/* ---- float rows ---- */
+
+/* y = exp(x - m); returns the sum (16 lanes, so exp and sum run in one vectorised pass) */
+static float row_exp_f32(const float *x, float *y, int64_t n, float m) {
+    float acc[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) {
+            float e = kn_nn_expf(x[i + l] - m);
+            y[i + l] = e;
+            acc[l] += e;
+        }
+    float s = 0;
+    for (int l = 0; l < 16; l++) s += acc[l];
+    for (; i < n; i++) s += (y[i] = kn_nn_expf(x[i] - m));
+    return s;
+}
+
+typedef struct softmax_job {
+    const float *x;
+    float *y;
+    const double *xd;
+    double *yd;
+    int64_t n, inner, chunks, chunk;
+    int log;
+} softmax_job;
+
+static void softmax_rows_f32(void *arg, int64_t b, int64_t e) {
+    const softmax_job *j = arg;
+    int64_t n = j->n;
+    for (int64_t r = b; r < e; r++) {
+        const float *x = j->x + r * n;
+        float *y = j->y + r * n;
+        float m = kn_nn_row_maxf(x, n);
+        float s = row_exp_f32(x, y, n, m);
+        if (j->log) {
+            /* (x - m) first: exact near the maximum even for large x */
+            float ls = logf(s);
+            for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - ls;
+        } else {
+            float inv = 1.0f / s;
+            for (int64_t i = 0; i < n; i++) y[i] *= inv;
+        }
+    }
+}
+
+/* unit u: outer index u / chunks, inner elements of chunk u % chunks */
+static void softmax_strided_f32(void *arg, int64_t b, int64_t e) {
+    const softmax_job *j = arg;
+    int64_t n = j->n, inner = j->inner;
+    float m[256], s[256];
+    for (int64_t u = b; u < e; u++) {
+        int64_t o = u / j->chunks, i0 = (u % j->chunks) * j->chunk;
+        int64_t len = inner - i0 < j->chunk ? inner - i0 : j->chunk;
+        const float *x = j->x + o * n * inner + i0;
+        float *y = j->y + o * n * inner + i0;
+        for (int64_t i = 0; i < len; i++) m[i] = -INFINITY, s[i] = 0;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t i = 0; i < len; i++) m[i] = x[r * inner + i] > m[i] ? x[r * inner + i] : m[i];
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t i = 0; i < len; i++) {
+                float v = kn_nn_expf(x[r * inner + i] - m[i]);
+                y[r * inner + i] = v;
+                s[i] += v;
+            }
+        if (j->log) {
+            for (int64_t i = 0; i < len; i++) s[i] = logf(s[i]);
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t i = 0; i < len; i++) y[r * inner + i] = (x[r * inner + i] - m[i]) - s[i];
+        } else {
+            for (int64_t i = 0; i < len; i++) s[i] = 1.0f / s[i];
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t i = 0; i < len; i++) y[r * inner + i] *= s[i];
+        }
+    }
+}
+
+/* double: plain loops (rare type), one (outer, inner) slice per index */
+static void softmax_f64(void *arg, int64_t b, int64_t e) {
+    const softmax_job *j = arg;
+    int64_t n = j->n, inner = j->inner;
+    for (int64_t u = b; u < e; u++) {
+        int64_t o = u / inner, i = u % inner;
+        const double *x = j->xd + o * n * inner + i;
+        double *y = j->yd + o * n * inner + i;
+        double m = -INFINITY, s = 0;
+        for (int64_t r = 0; r < n; r++) m = x[r * inner] > m ? x[r * inner] : m;
+        for (int64_t r = 0; r < n; r++) s += (y[r * inner] = exp(x[r * inner] - m));
+        if (j->log) {
+            double ls = log(s);
+            for (int64_t r = 0; r < n; r++) y[r * inner] = (x[r * inner] - m) - ls;
+        } else {
+            for (int64_t r = 0; r < n; r++) y[r * inner] /= s;
+        }
+    }
+}
+
+kiln_status kn_cpu_softmax(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y = c->out[0];
+    if (!y) return KILN_OK;
+    int64_t outer = 1, n = 1, inner = 1;
+    KN_TRY(softmax_geometry(c, x, &outer, &n, &inner));
+    if (outer * n * inner == 0) return KILN_OK;
+    softmax_job j = {0};
+    j.n = n;
+    j.inner = inner;
+    j.log = !strcmp(c->node->op_type, "LogSoftmax");
+    if (x->dtype == KILN_DTYPE_DOUBLE) {
+        j.xd = x->data;
+        j.yd = y->data;
+        int64_t grain = n >= 4096 ? 1 : 4096 / n;
+        kn_parallel_for(c->pool, outer * inner, grain, softmax_f64, &j);
+        return KILN_OK;
+    }
+    j.x = kn_nn_f32_view(x);
+    j.y = kn_nn_f32_out(y);
+    if (!j.x || !j.y) {
+        kn_nn_release(x, j.x);
+        if (j.y != y->data) free(j.y);
+        return KN_OOM();
+    }
+    if (inner == 1) {
+        int64_t grain = n >= 8192 ? 1 : 8192 / n;
+        kn_parallel_for(c->pool, outer, grain, softmax_rows_f32, &j);
+    } else {
+        j.chunk = inner < 256 ? inner : 256;
+        j.chunks = (inner + j.chunk - 1) / j.chunk;
+        int64_t work = n * j.chunk;
+        int64_t grain = work >= 8192 ? 1 : 8192 / work;
+        kn_parallel_for(c->pool, outer * j.chunks, grain, softmax_strided_f32, &j);
+    }
+    kn_nn_release(x, j.x);
+    kn_nn_f32_commit(y, j.y);
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_hardmax(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y = c->out[0];
+    if (!y) return KILN_OK;
+    int64_t outer = 1, n = 1, inner = 1;
+    KN_TRY(softmax_geometry(c, x, &outer, &n, &inner));
+    memset(y->data, 0, y->nbytes);
+    if (outer * n * inner == 0) return KILN_OK;
+    double *v = malloc((size_t)(outer * n * inner) * sizeof *v);
+    if (!v) return KN_OOM();
+    kn_nn_to_f64(x, v);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const double *p = v + o * n * inner + i;
+            int64_t bi = 0;
+            for (int64_t r = 1; r < n; r++)
+                if (p[r * inner] > p[bi * inner]) bi = r;
+            kn_tensor_set_f64(y, o * n * inner + bi * inner + i, 1.0);
+        }
+    free(v);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ losses */
+
+/* loss[n, d] = -logp[n, t, d] * w[t] with t = target[n, d]; entries equal to ignore_index
+ * contribute 0 with weight 0. Reduction mean divides by the sum of the weights used. */
+static kiln_status nll(kn_kernel_ctx *c, const double *logp, int64_t N, int64_t C, int64_t D, kn_tensor *out) {
+    const kn_tensor *target = c->in[1];
+    const kn_tensor *weight = c->n_inputs > 2 ? c->in[2] : NULL;
+    const char *red = kn_attr_string(c->node, "reduction", "mean");
+    int has_ignore = kn_node_attr(c->node, "ignore_index") != NULL;
+    int64_t ignore = kn_attr_int(c->node, "ignore_index", 0);
+    if (kn_tensor_count(target) != N * D)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "target has %lld elements, expected N*d1*... = %lld",
+                               (long long)kn_tensor_count(target), (long long)(N * D));
+    if (weight && kn_tensor_count(weight) != C)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "weight has %lld elements, expected C = %lld",
+                               (long long)kn_tensor_count(weight), (long long)C);
+    int none = !strcmp(red, "none");
+    double *loss = none ? malloc((size_t)(N * D + 1) * sizeof *loss) : NULL;
+    if (none && !loss) return KN_OOM();
+    double sum = 0, wsum = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t d = 0; d < D; d++) {
+            int64_t t = kn_tensor_get_i64(target, n * D + d);
+            double l = 0, w = 0;
+            if (!(has_ignore && t == ignore)) {
+                if (t < 0 || t >= C) {
+                    free(loss);
+                    return kn_kernel_error(c, KILN_ERR_RUNTIME, "target value %lld at position %lld is not a class in [0, %lld)",
+                                           (long long)t, (long long)(n * D + d), (long long)C);
+                }
+                w = weight ? kn_tensor_get_f64(weight, t) : 1.0;
+                l = -logp[(n * C + t) * D + d] * w;
+            }
+            if (none) loss[n * D + d] = l;
+            sum += l;
+            wsum += w;
+        }
+    if (none) {
+        kn_nn_from_f64(out, loss);
+        free(loss);
+    } else {
+        double r = !strcmp(red, "sum") ? sum : sum / wsum;
+        kn_tensor_set_f64(out, 0, r);
+    }
+    return KILN_OK;
+}
+
+static kiln_status loss_geometry(kn_kernel_ctx *c, int64_t *N, int64_t *C, int64_t *D) {
+    const kn_tensor *x = c->in[0];
+    if (x->rank < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "input needs rank >= 2");
+    *N = x->dims[0];
+    *C = x->dims[1];
+    *D = 1;
+    for (int k = 2; k < x->rank; k++) *D *= x->dims[k];
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_nll_loss(kn_kernel_ctx *c) {
+    int64_t N = 0, C = 0, D = 1;
+    KN_TRY(loss_geometry(c, &N, &C, &D));
+    if (!c->out[0]) return KILN_OK;
+    double *x = malloc((size_t)(N * C * D + 1) * sizeof *x);
+    if (!x) return KN_OOM();
+    kn_nn_to_f64(c->in[0], x);
+    kiln_status s = nll(c, x, N, C, D, c->out[0]);
+    free(x);
+    return s;
+}
+
+kiln_status kn_cpu_sce_loss(kn_kernel_ctx *c) {
+    int64_t N = 0, C = 0, D = 1;
+    KN_TRY(loss_geometry(c, &N, &C, &D));
+    double *x = malloc((size_t)(N * C * D + 1) * sizeof *x);
+    if (!x) return KN_OOM();
+    kn_nn_to_f64(c->in[0], x);
+    /* log-softmax over the class axis, in place */
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t d = 0; d < D; d++) {
+            double *p = x + n * C * D + d;
+            double m = -INFINITY, s = 0;
+            for (int64_t k = 0; k < C; k++) m = p[k * D] > m ? p[k * D] : m;
+            for (int64_t k = 0; k < C; k++) s += exp(p[k * D] - m);
+            double ls = log(s);
+            for (int64_t k = 0; k < C; k++) p[k * D] = (p[k * D] - m) - ls;
+        }
+    kiln_status s = KILN_OK;
+    if (c->out[0]) s = nll(c, x, N, C, D, c->out[0]);
+    if (s == KILN_OK && c->n_outputs > 1 && c->out[1]) kn_nn_from_f64(c->out[1], x);
+    free(x);
+    return s;
+}

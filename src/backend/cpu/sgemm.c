@@ -1,0 +1,615 @@
+/* Single-precision GEMM (see sgemm.h for why kiln has its own).
+ *
+ * Structure (the classic Goto/BLIS scheme):
+ *   tile of C (one per task) -> NC columns of B -> KC deep slice of K -> MC rows of A
+ *     -> NR-column micro-panel of packed B (stays in L1) -> MR-row micro-panel of packed A.
+ * Packed A: panels of MR rows, k-major (MR floats per k). Packed B: panels of NR columns,
+ * k-major (NR floats per k), zero-padded. The micro-kernel keeps an MR x NR block of C in
+ * registers and reads one NR-wide row of B and MR broadcasts of A per k.
+ *
+ * Threads: C is cut into tiles (whole products when a batch has enough of them), each task packs
+ * its own operands into a per-thread buffer, so one kn_parallel_for runs the whole batch with no
+ * barrier. The tile grid is chosen to minimise the re-packing it causes.
+ *
+ * Special shapes: M == 1 (a row times a matrix) and N == 1 (a matrix times a column) run as
+ * streaming GEMV / dot products without packing; small M with untransposed B reads B in place
+ * (packing B would cost as much as the product). */
+#include "backend/cpu/sgemm.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define KN_GEMM_AVX512 1
+#define MR 12
+#define NR 32
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define KN_GEMM_AVX2 1
+#define MR 6
+#define NR 16
+#else
+#define MR 4
+#define NR 8
+#endif
+
+#define KC 256       /* depth of a packed slice: B micro-panel KC*NR floats sits in L1 */
+#define MC (MR * 16) /* rows of A packed at once (L2) */
+#define NC 1024      /* columns of B packed at once (L2/L3); a multiple of NR */
+/* Small M with B untransposed: read B in place instead of packing it. */
+#define DIRECT_B_MAX_M (2 * MR)
+/* Below this many flops per thread, fewer threads are faster than waking them all. */
+#define MIN_FLOPS_PER_THREAD 8e6
+
+#define WS_FLOATS ((size_t)MC * KC + (size_t)KC * NC)
+
+int kn_sgemm_nr(void) { return NR; }
+
+const char *kn_sgemm_isa(void) {
+#if defined(KN_GEMM_AVX512)
+    return "avx512";
+#elif defined(KN_GEMM_AVX2)
+    return "avx2";
+#else
+    return "generic";
+#endif
+}
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ---------------------------------------------------------------- per-thread workspace */
+
+static pthread_key_t ws_key;
+static pthread_once_t ws_once = PTHREAD_ONCE_INIT;
+static int ws_key_ok;
+
+static void ws_free(void *p) { free(p); }
+static void ws_init(void) { ws_key_ok = pthread_key_create(&ws_key, ws_free) == 0; }
+
+/* The calling thread's packing buffer (allocated on first use, freed when the thread exits). */
+static float *workspace(void) {
+    pthread_once(&ws_once, ws_init);
+    if (!ws_key_ok) return NULL;
+    float *w = pthread_getspecific(ws_key);
+    if (!w) {
+        w = aligned_alloc(64, WS_FLOATS * sizeof(float));
+        if (w && pthread_setspecific(ws_key, w) != 0) {
+            free(w);
+            w = NULL;
+        }
+    }
+    return w;
+}
+
+/* ---------------------------------------------------------------- micro-kernels */
+
+#if defined(KN_GEMM_AVX512)
+
+static inline __mmask16 mask16(int64_t n) {
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+/* C[0:mr, 0:n] = alpha * A_panel * B_panel + beta * C (beta == 0: C not read). NV vectors of 16
+ * columns (1 or 2); b advances by bs floats per k (NR when packed, ldb when read in place). */
+static inline __attribute__((always_inline)) void ukr(const int mr, const int nv, int64_t kc,
+                                                      const float *restrict a, const float *restrict b,
+                                                      int64_t bs, float *restrict c, int64_t ldc, int n,
+                                                      float alpha, float beta) {
+    __m512 acc0[MR], acc1[MR];
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) {
+        acc0[r] = _mm512_setzero_ps();
+        acc1[r] = _mm512_setzero_ps();
+    }
+    const __mmask16 m0 = mask16(n), m1 = mask16(n - 16);
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < kc; p++) {
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, b);
+        __m512 b1 = nv > 1 ? _mm512_maskz_loadu_ps(m1, b + 16) : _mm512_setzero_ps();
+#pragma GCC unroll 12
+        for (int r = 0; r < mr; r++) {
+            __m512 ar = _mm512_set1_ps(a[r]);
+            acc0[r] = _mm512_fmadd_ps(ar, b0, acc0[r]);
+            if (nv > 1) acc1[r] = _mm512_fmadd_ps(ar, b1, acc1[r]);
+        }
+        a += MR;
+        b += bs;
+    }
+    const __m512 va = _mm512_set1_ps(alpha);
+    if (beta == 0.0f) {
+#pragma GCC unroll 12
+        for (int r = 0; r < mr; r++) {
+            _mm512_mask_storeu_ps(c + r * ldc, m0, _mm512_mul_ps(va, acc0[r]));
+            if (nv > 1) _mm512_mask_storeu_ps(c + r * ldc + 16, m1, _mm512_mul_ps(va, acc1[r]));
+        }
+    } else {
+        const __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+        for (int r = 0; r < mr; r++) {
+            float *cr = c + r * ldc;
+            __m512 c0 = _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m0, cr));
+            _mm512_mask_storeu_ps(cr, m0, _mm512_fmadd_ps(va, acc0[r], c0));
+            if (nv > 1) {
+                __m512 c1 = _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16));
+                _mm512_mask_storeu_ps(cr + 16, m1, _mm512_fmadd_ps(va, acc1[r], c1));
+            }
+        }
+    }
+}
+
+#define UKR_CASE(R)                                                                                \
+    case R:                                                                                        \
+        if (n > 16) ukr(R, 2, kc, a, b, bs, c, ldc, n, alpha, beta);                              \
+        else ukr(R, 1, kc, a, b, bs, c, ldc, n, alpha, beta);                                      \
+        break;
+
+static void ukr_any(int mr, int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc,
+                    int n, float alpha, float beta) {
+    switch (mr) {
+        UKR_CASE(12) UKR_CASE(11) UKR_CASE(10) UKR_CASE(9) UKR_CASE(8) UKR_CASE(7)
+        UKR_CASE(6) UKR_CASE(5) UKR_CASE(4) UKR_CASE(3) UKR_CASE(2) UKR_CASE(1)
+        default: break;
+    }
+}
+
+#elif defined(KN_GEMM_AVX2)
+
+static inline __m256i mask8(int64_t n) {
+    int k = n < 0 ? 0 : n > 8 ? 8 : (int)n;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static inline __attribute__((always_inline)) void ukr(const int mr, const int nv, int64_t kc,
+                                                      const float *restrict a, const float *restrict b,
+                                                      int64_t bs, float *restrict c, int64_t ldc, int n,
+                                                      float alpha, float beta) {
+    __m256 acc0[MR], acc1[MR];
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) {
+        acc0[r] = _mm256_setzero_ps();
+        acc1[r] = _mm256_setzero_ps();
+    }
+    const __m256i m0 = mask8(n), m1 = mask8(n - 8);
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < kc; p++) {
+        __m256 b0 = _mm256_maskload_ps(b, m0);
+        __m256 b1 = nv > 1 ? _mm256_maskload_ps(b + 8, m1) : _mm256_setzero_ps();
+#pragma GCC unroll 6
+        for (int r = 0; r < mr; r++) {
+            __m256 ar = _mm256_broadcast_ss(a + r);
+            acc0[r] = _mm256_fmadd_ps(ar, b0, acc0[r]);
+            if (nv > 1) acc1[r] = _mm256_fmadd_ps(ar, b1, acc1[r]);
+        }
+        a += MR;
+        b += bs;
+    }
+    const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) {
+        float *cr = c + r * ldc;
+        __m256 v0 = _mm256_mul_ps(va, acc0[r]);
+        if (beta != 0.0f) v0 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr, m0), v0);
+        _mm256_maskstore_ps(cr, m0, v0);
+        if (nv > 1) {
+            __m256 v1 = _mm256_mul_ps(va, acc1[r]);
+            if (beta != 0.0f) v1 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr + 8, m1), v1);
+            _mm256_maskstore_ps(cr + 8, m1, v1);
+        }
+    }
+}
+
+#define UKR_CASE(R)                                                                                \
+    case R:                                                                                        \
+        if (n > 8) ukr(R, 2, kc, a, b, bs, c, ldc, n, alpha, beta);                               \
+        else ukr(R, 1, kc, a, b, bs, c, ldc, n, alpha, beta);                                      \
+        break;
+
+static void ukr_any(int mr, int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc,
+                    int n, float alpha, float beta) {
+    switch (mr) {
+        UKR_CASE(6) UKR_CASE(5) UKR_CASE(4) UKR_CASE(3) UKR_CASE(2) UKR_CASE(1)
+        default: break;
+    }
+}
+
+#else /* portable C */
+
+static void ukr_any(int mr, int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc,
+                    int n, float alpha, float beta) {
+    float acc[MR][NR];
+    memset(acc, 0, sizeof acc);
+    if (n == NR) {
+        for (int64_t p = 0; p < kc; p++) {
+            for (int r = 0; r < MR; r++)
+                for (int j = 0; j < NR; j++) acc[r][j] += a[r] * b[j];
+            a += MR;
+            b += bs;
+        }
+    } else {
+        for (int64_t p = 0; p < kc; p++) {
+            for (int r = 0; r < MR; r++)
+                for (int j = 0; j < n; j++) acc[r][j] += a[r] * b[j];
+            a += MR;
+            b += bs;
+        }
+    }
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < n; j++)
+            c[r * ldc + j] = alpha * acc[r][j] + (beta == 0.0f ? 0.0f : beta * c[r * ldc + j]);
+}
+
+#endif
+
+/* ---------------------------------------------------------------- packing */
+
+#if defined(KN_GEMM_AVX512)
+/* Loads rows x cols (<= 16 x 16) floats at src (row stride ld), zero elsewhere, and returns the
+ * transpose: o[q] lane r = src[r*ld + q]. */
+static inline __attribute__((always_inline)) void tr16(const float *src, int64_t ld, int rows, int cols,
+                                                       __m512 o[16]) {
+    const __mmask16 cm = mask16(cols);
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = i < rows ? _mm512_maskz_loadu_ps(cm, src + i * ld) : _mm512_setzero_ps();
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    /* r[4b+q] lane L = column 4L+q, rows 4b..4b+3 */
+    for (int b = 0; b < 16; b += 4) {
+        __m512d t0 = _mm512_castps_pd(t[b]), t1 = _mm512_castps_pd(t[b + 1]);
+        __m512d t2 = _mm512_castps_pd(t[b + 2]), t3 = _mm512_castps_pd(t[b + 3]);
+        r[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+        r[b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+        r[b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+        r[b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+    }
+    for (int q = 0; q < 4; q++) {
+        __m512 v = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x44);  /* lanes 0,1 of rows 0-3, 4-7 */
+        __m512 v2 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xEE); /* lanes 2,3 */
+        __m512 w = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x44);
+        __m512 w2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xEE);
+        o[q] = _mm512_shuffle_f32x4(v, w, 0x88);
+        o[4 + q] = _mm512_shuffle_f32x4(v, w, 0xDD);
+        o[8 + q] = _mm512_shuffle_f32x4(v2, w2, 0x88);
+        o[12 + q] = _mm512_shuffle_f32x4(v2, w2, 0xDD);
+    }
+}
+#endif
+
+/* One MR-row panel of op(A): rows i0..i0+mr, depth p0..p0+kc, k-major, rows past mr zero. */
+static void pack_a_panel(const float *A, int64_t lda, bool trans, int64_t i0, int mr, int64_t p0, int64_t kc,
+                         float *dst) {
+#if defined(KN_GEMM_AVX512)
+    const __mmask16 keep = (__mmask16)((1u << MR) - 1);
+    if (!trans) {
+        const float *src = A + i0 * lda + p0;
+        for (int64_t p = 0; p < kc; p += 16) {
+            int kk = (int)min64(16, kc - p);
+            __m512 o[16];
+            tr16(src + p, lda, mr, kk, o);
+            for (int q = 0; q < kk; q++) _mm512_mask_storeu_ps(dst + (p + q) * MR, keep, o[q]);
+        }
+    } else {
+        const __mmask16 lm = mask16(mr);
+        for (int64_t p = 0; p < kc; p++)
+            _mm512_mask_storeu_ps(dst + p * MR, keep, _mm512_maskz_loadu_ps(lm, A + (p0 + p) * lda + i0));
+    }
+#else
+    for (int64_t p = 0; p < kc; p++) {
+        float *d = dst + p * MR;
+        int r = 0;
+        if (!trans)
+            for (; r < mr; r++) d[r] = A[(i0 + r) * lda + p0 + p];
+        else
+            for (; r < mr; r++) d[r] = A[(p0 + p) * lda + i0 + r];
+        for (; r < MR; r++) d[r] = 0.0f;
+    }
+#endif
+}
+
+static void pack_a(const float *A, int64_t lda, bool trans, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+                   float *dst) {
+    for (int64_t ir = 0; ir < mc; ir += MR) pack_a_panel(A, lda, trans, i0 + ir, (int)min64(MR, mc - ir), p0, kc, dst + ir * kc);
+}
+
+/* One NR-column panel of op(B): columns j0..j0+nr, depth p0..p0+kc, k-major, zero-padded. */
+static void pack_b_panel(const float *B, int64_t ldb, bool trans, int64_t j0, int nr, int64_t p0, int64_t kc,
+                         float *dst) {
+#if defined(KN_GEMM_AVX512)
+    if (!trans) {
+        const __mmask16 m0 = mask16(nr), m1 = mask16(nr - 16);
+        const float *src = B + p0 * ldb + j0;
+        for (int64_t p = 0; p < kc; p++, src += ldb) {
+            _mm512_storeu_ps(dst + p * NR, _mm512_maskz_loadu_ps(m0, src));
+            _mm512_storeu_ps(dst + p * NR + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+        }
+    } else {
+        for (int h = 0; h < NR / 16; h++) {
+            int rows = nr - h * 16;
+            if (rows > 16) rows = 16;
+            const float *src = B + (j0 + h * 16) * ldb + p0;
+            for (int64_t p = 0; p < kc; p += 16) {
+                int kk = (int)min64(16, kc - p);
+                __m512 o[16];
+                tr16(src + p, ldb, rows > 0 ? rows : 0, kk, o);
+                for (int q = 0; q < kk; q++) _mm512_storeu_ps(dst + (p + q) * NR + h * 16, o[q]);
+            }
+        }
+    }
+#else
+    for (int64_t p = 0; p < kc; p++) {
+        float *d = dst + p * NR;
+        int j = 0;
+        if (!trans)
+            for (; j < nr; j++) d[j] = B[(p0 + p) * ldb + j0 + j];
+        else
+            for (; j < nr; j++) d[j] = B[(j0 + j) * ldb + p0 + p];
+        for (; j < NR; j++) d[j] = 0.0f;
+    }
+#endif
+}
+
+static void pack_b(const float *B, int64_t ldb, bool trans, int64_t j0, int64_t nc, int64_t p0, int64_t kc,
+                   float *dst) {
+    for (int64_t jr = 0; jr < nc; jr += NR) pack_b_panel(B, ldb, trans, j0 + jr, (int)min64(NR, nc - jr), p0, kc, dst + jr * kc);
+}
+
+/* ---------------------------------------------------------------- GEMV and dot products */
+
+static inline float finish(float acc, float alpha, float beta, const float *c) {
+    return beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
+}
+
+/* out[j*os] = alpha * dot(rows + j*ld, v, K) + beta * out[j*os] for j < n (contiguous rows). */
+static void dot_rows(const float *rows, int64_t ld, int64_t n, const float *v, int64_t K, float *out,
+                     int64_t os, float alpha, float beta) {
+    int64_t j = 0;
+#if defined(KN_GEMM_AVX512)
+    for (; j + 4 <= n; j += 4) {
+        const float *r0 = rows + j * ld, *r1 = r0 + ld, *r2 = r1 + ld, *r3 = r2 + ld;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t k = 0; k < K; k += 16) {
+            __mmask16 m = mask16(K - k);
+            __m512 x = _mm512_maskz_loadu_ps(m, v + k);
+            a0 = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m, r0 + k), a0);
+            a1 = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m, r1 + k), a1);
+            a2 = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m, r2 + k), a2);
+            a3 = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m, r3 + k), a3);
+        }
+        float s[4] = {_mm512_reduce_add_ps(a0), _mm512_reduce_add_ps(a1), _mm512_reduce_add_ps(a2),
+                      _mm512_reduce_add_ps(a3)};
+        for (int q = 0; q < 4; q++) out[(j + q) * os] = finish(s[q], alpha, beta, out + (j + q) * os);
+    }
+    for (; j < n; j++) {
+        const float *r0 = rows + j * ld;
+        __m512 a0 = _mm512_setzero_ps();
+        for (int64_t k = 0; k < K; k += 16) {
+            __mmask16 m = mask16(K - k);
+            a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, v + k), _mm512_maskz_loadu_ps(m, r0 + k), a0);
+        }
+        out[j * os] = finish(_mm512_reduce_add_ps(a0), alpha, beta, out + j * os);
+    }
+#else
+    for (; j < n; j++) {
+        const float *r0 = rows + j * ld;
+        float s[8] = {0};
+        int64_t k = 0;
+        for (; k + 8 <= K; k += 8)
+            for (int q = 0; q < 8; q++) s[q] += r0[k + q] * v[k + q];
+        float acc = 0;
+        for (; k < K; k++) acc += r0[k] * v[k];
+        for (int q = 0; q < 8; q++) acc += s[q];
+        out[j * os] = finish(acc, alpha, beta, out + j * os);
+    }
+#endif
+}
+
+/* c[j] = alpha * sum_k a[k] * B[k*ldb + j] + beta * c[j] for j in [n0, n1). */
+static void gemv_rows(const float *a, int64_t K, const float *B, int64_t ldb, float *c, int64_t n0, int64_t n1,
+                      float alpha, float beta) {
+#if defined(KN_GEMM_AVX512)
+    int64_t j = n0;
+    for (; j + 128 <= n1; j += 128) {
+        __m512 acc[8];
+        for (int v = 0; v < 8; v++) acc[v] = _mm512_setzero_ps();
+        const float *row = B + j;
+        for (int64_t k = 0; k < K; k++, row += ldb) {
+            __m512 av = _mm512_set1_ps(a[k]);
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++) acc[v] = _mm512_fmadd_ps(av, _mm512_loadu_ps(row + 16 * v), acc[v]);
+        }
+        for (int v = 0; v < 8; v++) {
+            float *cv = c + j + 16 * v;
+            __m512 r = _mm512_mul_ps(_mm512_set1_ps(alpha), acc[v]);
+            if (beta != 0.0f) r = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_loadu_ps(cv), r);
+            _mm512_storeu_ps(cv, r);
+        }
+    }
+    for (; j < n1; j += 32) {
+        __mmask16 m0 = mask16(n1 - j), m1 = mask16(n1 - j - 16);
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+        const float *row = B + j;
+        for (int64_t k = 0; k < K; k++, row += ldb) {
+            __m512 av = _mm512_set1_ps(a[k]);
+            a0 = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m0, row), a0);
+            a1 = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m1, row + 16), a1);
+        }
+        __m512 r0 = _mm512_mul_ps(_mm512_set1_ps(alpha), a0), r1 = _mm512_mul_ps(_mm512_set1_ps(alpha), a1);
+        if (beta != 0.0f) {
+            r0 = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m0, c + j), r0);
+            r1 = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m1, c + j + 16), r1);
+        }
+        _mm512_mask_storeu_ps(c + j, m0, r0);
+        _mm512_mask_storeu_ps(c + j + 16, m1, r1);
+    }
+#else
+    for (int64_t j0 = n0; j0 < n1; j0 += 64) {
+        int64_t w = min64(64, n1 - j0);
+        float acc[64] = {0};
+        for (int64_t k = 0; k < K; k++) {
+            const float *row = B + k * ldb + j0;
+            float av = a[k];
+            for (int64_t j = 0; j < w; j++) acc[j] += av * row[j];
+        }
+        for (int64_t j = 0; j < w; j++) c[j0 + j] = finish(acc[j], alpha, beta, c + j0 + j);
+    }
+#endif
+}
+
+/* ---------------------------------------------------------------- tiles and threads */
+
+typedef enum { PATH_GEMM, PATH_ROW, PATH_COL } gemm_path;
+
+typedef struct job {
+    const kn_sgemm_batch *p;
+    gemm_path path;
+    int64_t tm, tn;           /* tile grid per product */
+    int64_t units_m, units_n; /* rows/columns in units of um/un */
+    int64_t um, un;
+    int failed;
+} job;
+
+static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                          float *ws) {
+    const float *A = p->a[op];
+    const float *B = p->b ? p->b[op] : NULL;
+    float *C = p->c[op];
+    float *Ap = ws, *Bp = ws + (size_t)MC * KC;
+    const bool direct = !p->pack_b && !p->trans_b && (m1 - m0) <= DIRECT_B_MAX_M;
+    for (int64_t jc = n0; jc < n1; jc += NC) {
+        int64_t nc = min64(NC, n1 - jc);
+        for (int64_t pc = 0; pc < p->K; pc += KC) {
+            int64_t kc = min64(KC, p->K - pc);
+            float beta = pc == 0 ? p->beta : 1.0f;
+            if (p->pack_b) p->pack_b(p->pack_ctx, op, pc, kc, jc, nc, Bp);
+            else if (!direct) pack_b(B, p->ldb, p->trans_b, jc, nc, pc, kc, Bp);
+            for (int64_t ic = m0; ic < m1; ic += MC) {
+                int64_t mc = min64(MC, m1 - ic);
+                pack_a(A, p->lda, p->trans_a, ic, mc, pc, kc, Ap);
+                for (int64_t jr = 0; jr < nc; jr += NR) {
+                    int n = (int)min64(NR, nc - jr);
+                    const float *bp = direct ? B + pc * p->ldb + jc + jr : Bp + jr * kc;
+                    int64_t bs = direct ? p->ldb : NR;
+                    float *cp = C + ic * p->ldc + jc + jr;
+                    for (int64_t ir = 0; ir < mc; ir += MR)
+                        ukr_any((int)min64(MR, mc - ir), kc, Ap + ir * kc, bp, bs, cp + ir * p->ldc, p->ldc, n,
+                                p->alpha, beta);
+                }
+            }
+        }
+    }
+}
+
+static void run_row_tile(const kn_sgemm_batch *p, int64_t op, int64_t n0, int64_t n1, float *ws) {
+    /* M == 1: a is row 0 of op(A); copy it when strided */
+    const float *A = p->a[op], *B = p->b[op];
+    float *C = p->c[op];
+    const float *a = A;
+    if (p->trans_a && p->lda != 1) {
+        for (int64_t k = 0; k < p->K; k++) ws[k] = A[k * p->lda];
+        a = ws;
+    }
+    if (p->trans_b) dot_rows(B + n0 * p->ldb, p->ldb, n1 - n0, a, p->K, C + n0, 1, p->alpha, p->beta);
+    else gemv_rows(a, p->K, B, p->ldb, C, n0, n1, p->alpha, p->beta);
+}
+
+static void run_col_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1) {
+    /* N == 1, A untransposed, column of B contiguous */
+    dot_rows(p->a[op] + m0 * p->lda, p->lda, m1 - m0, p->b[op], p->K, p->c[op] + m0 * p->ldc, p->ldc, p->alpha,
+             p->beta);
+}
+
+static void job_range(void *arg, int64_t begin, int64_t end) {
+    job *j = arg;
+    const kn_sgemm_batch *p = j->p;
+    float *ws = workspace();
+    if (!ws) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    const int64_t per = j->tm * j->tn;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t op = t / per, r = t % per, im = r / j->tn, in = r % j->tn;
+        int64_t m0 = (im * j->units_m / j->tm) * j->um, m1 = min64(p->M, ((im + 1) * j->units_m / j->tm) * j->um);
+        int64_t n0 = (in * j->units_n / j->tn) * j->un, n1 = min64(p->N, ((in + 1) * j->units_n / j->tn) * j->un);
+        if (m0 >= m1 || n0 >= n1) continue;
+        switch (j->path) {
+        case PATH_ROW: run_row_tile(p, op, n0, n1, ws); break;
+        case PATH_COL: run_col_tile(p, op, m0, m1); break;
+        default: run_gemm_tile(p, op, m0, m1, n0, n1, ws); break;
+        }
+    }
+}
+
+/* C = beta * C for K == 0. */
+static void scale_c(const kn_sgemm_batch *p) {
+    for (int64_t op = 0; op < p->count; op++)
+        for (int64_t i = 0; i < p->M; i++) {
+            float *c = p->c[op] + i * p->ldc;
+            for (int64_t j = 0; j < p->N; j++) c[j] = p->beta == 0.0f ? 0.0f : p->beta * c[j];
+        }
+}
+
+kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
+    if (p->count <= 0 || p->M <= 0 || p->N <= 0) return KILN_OK;
+    if (p->K <= 0) {
+        scale_c(p);
+        return KILN_OK;
+    }
+    job j = {.p = p, .path = PATH_GEMM, .um = MR, .un = NR};
+    if (!p->pack_b && p->M == 1 && (p->trans_a ? p->lda == 1 || p->K <= (int64_t)WS_FLOATS : 1))
+        j.path = PATH_ROW;
+    else if (!p->pack_b && p->N == 1 && !p->trans_a && (p->trans_b || p->ldb == 1))
+        j.path = PATH_COL;
+    if (j.path == PATH_ROW) j.um = 1, j.un = 64;
+    if (j.path == PATH_COL) j.um = 16, j.un = 1;
+    j.units_m = (p->M + j.um - 1) / j.um;
+    j.units_n = (p->N + j.un - 1) / j.un;
+
+    /* threads worth waking for this much work */
+    double flops = 2.0 * (double)p->M * (double)p->N * (double)p->K * (double)p->count;
+    int64_t threads = kn_threadpool_size(pool);
+    int64_t by_work = (int64_t)(flops / MIN_FLOPS_PER_THREAD);
+    if (threads > by_work) threads = by_work > 0 ? by_work : 1;
+
+    /* tiles per product: enough that all threads have a tile; among grids with that many tiles,
+     * the one that re-packs least (A is packed once per column tile, B once per row tile) */
+    j.tm = j.tn = 1;
+    if (p->count < threads) {
+        int64_t target = (threads + p->count - 1) / p->count;
+        int64_t best_tiles = 0;
+        double best_cost = 0;
+        for (int64_t tm = 1; tm <= target && tm <= j.units_m; tm++) {
+            int64_t tn = target / tm;
+            if (tn > j.units_n) tn = j.units_n;
+            if (tn < 1) tn = 1;
+            int64_t tiles = tm * tn;
+            double cost = (double)tn * (double)p->M + (double)tm * (double)p->N;
+            if (tiles > best_tiles || (tiles == best_tiles && cost < best_cost)) {
+                best_tiles = tiles;
+                best_cost = cost;
+                j.tm = tm;
+                j.tn = tn;
+            }
+        }
+    }
+    int64_t tasks = p->count * j.tm * j.tn;
+    if (threads <= 1) job_range(&j, 0, tasks);
+    else kn_parallel_for(pool, tasks, 1, job_range, &j);
+    if (j.failed) return KN_OOM();
+    return KILN_OK;
+}
+
+kiln_status kn_sgemm(kn_threadpool *pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                     float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                     float *C, int64_t ldc) {
+    const float *a[1] = {A}, *b[1] = {B};
+    float *c[1] = {C};
+    kn_sgemm_batch p = {.count = 1, .M = M, .N = N, .K = K, .trans_a = trans_a, .trans_b = trans_b,
+                        .alpha = alpha, .beta = beta, .a = a, .lda = lda, .b = b, .ldb = ldb, .c = c, .ldc = ldc};
+    return kn_sgemm_run(pool, &p);
+}

@@ -1,0 +1,58 @@
+/* Single-precision GEMM for the CPU backend: C = alpha * op(A) * op(B) + beta * C, row-major.
+ *
+ * kiln carries its own GEMM instead of linking a CPU BLAS: the GPU build machine has no
+ * OpenBLAS/MKL/oneDNN, and the build must not depend on one. The implementation packs panels of
+ * A and B, runs a register-blocked micro-kernel (AVX-512 or AVX2+FMA chosen at compile time, a
+ * portable C fallback otherwise) over cache blocks, and splits C into tiles run on the intra-op
+ * thread pool. */
+#ifndef KN_SGEMM_H
+#define KN_SGEMM_H
+
+#include "util/threadpool.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A producer of packed B blocks, for operands that are not a plain matrix (a convolution's
+ * implicit im2col). It writes the block B[k0:k0+kc, n0:n0+nc] of problem `op` into dst as
+ * ceil(nc/NR) panels of kc*NR floats, panel-major; within a panel element (k, j) is at
+ * [k*NR + j]; columns past nc are zero. NR is kn_sgemm_nr(). */
+typedef void (*kn_sgemm_pack_b_fn)(const void *ctx, int64_t op, int64_t k0, int64_t kc, int64_t n0,
+                                   int64_t nc, float *dst);
+
+/* `count` independent products with the same shape and flags. a[i], b[i], c[i] are the operands
+ * of product i (each array holds count pointers; b may be NULL when pack_b is set).
+ * op(A) is M x K: A is M x K with row stride lda, or K x M when trans_a. op(B) is K x N: B is
+ * K x N with row stride ldb, or N x K when trans_b. C is M x N with row stride ldc.
+ * beta == 0 means C is not read (it may hold anything). */
+typedef struct kn_sgemm_batch {
+    int64_t count;
+    int64_t M, N, K;
+    bool trans_a, trans_b;
+    float alpha, beta;
+    const float *const *a;
+    int64_t lda;
+    const float *const *b;
+    int64_t ldb;
+    float *const *c;
+    int64_t ldc;
+    kn_sgemm_pack_b_fn pack_b; /* when set, B comes from it and b/ldb/trans_b are unused */
+    const void *pack_ctx;
+} kn_sgemm_batch;
+
+/* Runs the batch on the pool (NULL = the caller's thread only). Must not be called from inside
+ * a kn_parallel_for on the same pool. Returns KILN_ERR_OUT_OF_MEMORY when a thread's packing
+ * buffer cannot be allocated (and leaves C partly written). */
+kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p);
+
+/* One product. */
+kiln_status kn_sgemm(kn_threadpool *pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                     float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                     float *C, int64_t ldc);
+
+/* The micro-kernel's column count (the panel width of packed B). */
+int kn_sgemm_nr(void);
+/* Which micro-kernel this build uses: "avx512", "avx2" or "generic". */
+const char *kn_sgemm_isa(void);
+
+#endif

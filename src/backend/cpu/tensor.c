@@ -1,0 +1,199 @@
+/* CPU kernels of the tensor family: the table, and the kernels that only copy or describe
+ * (Constant, Identity, Dropout, Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze). The others
+ * are in tensor_layout.c, tensor_index.c and tensor_misc.c. */
+#include "backend/cpu/tensor_kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static kiln_status run_constant(kn_kernel_ctx *c) {
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    const kn_node *n = c->node;
+    const kn_attr *a;
+    int64_t cnt = kn_tensor_count(y);
+    if ((a = kn_node_attr(n, "value")) && a->t) return kn_cpu_copy_all(c, y, a->t);
+    if ((a = kn_node_attr(n, "value_float"))) {
+        if (y->dtype != KILN_DTYPE_FLOAT || cnt != 1) goto mismatch;
+        ((float *)y->data)[0] = a->f;
+    } else if ((a = kn_node_attr(n, "value_floats"))) {
+        if (y->dtype != KILN_DTYPE_FLOAT || cnt != a->n) goto mismatch;
+        if (cnt) memcpy(y->data, a->floats, sizeof(float) * (size_t)cnt);
+    } else if ((a = kn_node_attr(n, "value_int"))) {
+        if (y->dtype != KILN_DTYPE_INT64 || cnt != 1) goto mismatch;
+        ((int64_t *)y->data)[0] = a->i;
+    } else if ((a = kn_node_attr(n, "value_ints"))) {
+        if (y->dtype != KILN_DTYPE_INT64 || cnt != a->n) goto mismatch;
+        if (cnt) memcpy(y->data, a->ints, sizeof(int64_t) * (size_t)cnt);
+    } else if ((a = kn_node_attr(n, "value_string"))) {
+        if (y->dtype != KILN_DTYPE_STRING || cnt != 1) goto mismatch;
+        if (!kn_cpu_fill_elems(y, 0, 1, &a->s)) return KN_OOM();
+    } else if ((a = kn_node_attr(n, "value_strings"))) {
+        if (y->dtype != KILN_DTYPE_STRING || cnt != a->n) goto mismatch;
+        for (int64_t i = 0; i < cnt; i++)
+            if (!kn_cpu_fill_elems(y, i, 1, &a->strings[i])) return KN_OOM();
+    } else {
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "no supported value attribute");
+    }
+    return KILN_OK;
+mismatch:
+    return kn_kernel_error(c, KILN_ERR_INTERNAL, "output does not match attribute '%s'", a->name);
+}
+
+/* Identity, and the views (Reshape, Flatten, Squeeze, Unsqueeze): the output holds the same
+ * elements; one copy into the preallocated output. Sequences and optionals are cloned. */
+static kiln_status run_copy(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    if (!x) return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "input is missing");
+    if (x->kind != KN_VALUE_TENSOR) {
+        kn_tensor *copy;
+        KN_TRY(kn_tensor_clone(x, &copy));
+        kn_tensor_free(c->out[0]);
+        c->out[0] = copy;
+        return KILN_OK;
+    }
+    kn_tensor *y = c->out[0];
+    if (!y && !strcmp(c->node->op_type, "Identity")) KN_TRY(kn_ctx_output(c, 0, x->dtype, x->rank, x->dims, &y));
+    if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
+    return kn_cpu_copy_all(c, y, x);
+}
+
+/* Inference-mode Dropout is the identity with an all-true mask. In training mode (opset 12+,
+ * training_mode true) an element is kept when a uniform [0, 1) draw is >= ratio and scaled by
+ * 1/(1-ratio). The draws come from MT19937 seeded with the 'seed' attribute and turned into
+ * doubles with 53 random bits, the generator and conversion numpy's RandomState uses, so a seeded
+ * node reproduces the reference outputs. */
+typedef struct mt19937 {
+    uint32_t mt[624];
+    int i;
+} mt19937;
+
+static void mt_seed(mt19937 *m, uint32_t s) {
+    m->mt[0] = s;
+    for (int i = 1; i < 624; i++) m->mt[i] = 1812433253u * (m->mt[i - 1] ^ (m->mt[i - 1] >> 30)) + (uint32_t)i;
+    m->i = 624;
+}
+
+static uint32_t mt_next(mt19937 *m) {
+    if (m->i >= 624) {
+        for (int k = 0; k < 624; k++) {
+            uint32_t y = (m->mt[k] & 0x80000000u) | (m->mt[(k + 1) % 624] & 0x7fffffffu);
+            m->mt[k] = m->mt[(k + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+        }
+        m->i = 0;
+    }
+    uint32_t y = m->mt[m->i++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    y ^= y >> 18;
+    return y;
+}
+
+static double mt_uniform(mt19937 *m) {
+    uint32_t a = mt_next(m) >> 5, b = mt_next(m) >> 6;
+    return ((double)a * 67108864.0 + (double)b) * (1.0 / 9007199254740992.0);
+}
+
+static kiln_status run_dropout(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y, *mask = NULL;
+    KN_TRY(kn_ctx_output(c, 0, x->dtype, x->rank, x->dims, &y));
+    bool train = false;
+    double ratio = 0.5;
+    if (c->node->opset >= 12) {
+        const kn_tensor *rt = c->n_inputs > 1 ? c->in[1] : NULL, *tm = c->n_inputs > 2 ? c->in[2] : NULL;
+        if (rt && kn_tensor_count(rt) >= 1) ratio = kn_tensor_get_f64(rt, 0);
+        if (tm && kn_tensor_count(tm) >= 1) train = kn_tensor_get_i64(tm, 0) != 0;
+    }
+    int64_t n = kn_tensor_count(x);
+    if (c->n_outputs > 1 && c->node->outputs[1] >= 0)
+        KN_TRY(kn_ctx_output(c, 1, c->node->opset >= 10 ? KILN_DTYPE_BOOL : x->dtype, x->rank, x->dims, &mask));
+    if (!train || ratio == 0) {
+        KN_TRY(kn_cpu_copy_all(c, y, x));
+        if (mask) {
+            if (mask->dtype == KILN_DTYPE_BOOL) memset(mask->data, 1, (size_t)n);
+            else
+                for (int64_t i = 0; i < n; i++) kn_tensor_set_f64(mask, i, 1.0);
+        }
+        return KILN_OK;
+    }
+    if (!kn_dtype_is_float(x->dtype))
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "training-mode Dropout on %s", kiln_dtype_name(x->dtype));
+    if (!(ratio >= 0 && ratio < 1)) return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "ratio %g is outside [0, 1)", ratio);
+    mt19937 state, *rng = &state; /* 2.5 KB on the stack */
+    mt_seed(rng, (uint32_t)kn_attr_int(c->node, "seed", 0));
+    double scale = 1.0 / (1.0 - ratio);
+    for (int64_t i = 0; i < n; i++) {
+        bool keep = mt_uniform(rng) >= ratio;
+        if (x->dtype == KILN_DTYPE_FLOAT) /* float arithmetic, as the reference */
+            ((float *)y->data)[i] = keep ? ((const float *)x->data)[i] * (float)scale : 0.0f;
+        else
+            kn_tensor_set_f64(y, i, keep ? kn_tensor_get_f64(x, i) * scale : 0.0);
+        if (mask) kn_tensor_set_f64(mask, i, keep);
+    }
+    return KILN_OK;
+}
+
+static kiln_status run_shape(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    int r = x->rank;
+    int64_t start = kn_attr_int(c->node, "start", 0), end = kn_attr_int(c->node, "end", INT64_MAX);
+    if (start < 0) start += r;
+    if (end < 0) end += r;
+    start = start < 0 ? 0 : start > r ? r : start;
+    end = end < 0 ? 0 : end > r ? r : end;
+    int64_t len = end > start ? end - start : 0;
+    kn_tensor *y;
+    KN_TRY(kn_ctx_output(c, 0, KILN_DTYPE_INT64, 1, &len, &y));
+    if (len) memcpy(y->data, x->dims + start, sizeof(int64_t) * (size_t)len);
+    return KILN_OK;
+}
+
+static kiln_status run_size(kn_kernel_ctx *c) {
+    kn_tensor *y;
+    KN_TRY(kn_ctx_output(c, 0, KILN_DTYPE_INT64, 0, NULL, &y));
+    ((int64_t *)y->data)[0] = kn_tensor_count(c->in[0]);
+    return KILN_OK;
+}
+
+const kn_cpu_kernel kn_cpu_tensor[] = {
+    {"", "Constant", run_constant, NULL},
+    {"", "Identity", run_copy, NULL},
+    {"", "Dropout", run_dropout, NULL},
+    {"", "Shape", run_shape, NULL},
+    {"", "Size", run_size, NULL},
+    {"", "Reshape", run_copy, NULL},
+    {"", "Flatten", run_copy, NULL},
+    {"", "Squeeze", run_copy, NULL},
+    {"", "Unsqueeze", run_copy, NULL},
+    {"", "Transpose", kn_cpu_transpose, NULL},
+    {"", "Concat", kn_cpu_concat, NULL},
+    {"", "Split", kn_cpu_split, NULL},
+    {"", "Slice", kn_cpu_slice, NULL},
+    {"", "Gather", kn_cpu_gather, NULL},
+    {"", "GatherElements", kn_cpu_gather_elements, NULL},
+    {"", "GatherND", kn_cpu_gather_nd, NULL},
+    {"", "ScatterElements", kn_cpu_scatter_elements, NULL},
+    {"", "Scatter", kn_cpu_scatter_elements, NULL},
+    {"", "ScatterND", kn_cpu_scatter_nd, NULL},
+    {"", "TensorScatter", kn_cpu_tensor_scatter, NULL},
+    {"", "Expand", kn_cpu_expand, NULL},
+    {"", "Tile", kn_cpu_tile, NULL},
+    {"", "Pad", kn_cpu_pad, NULL},
+    {"", "CenterCropPad", kn_cpu_center_crop_pad, NULL},
+    {"", "DepthToSpace", kn_cpu_depth_to_space, NULL},
+    {"", "SpaceToDepth", kn_cpu_space_to_depth, NULL},
+    {"", "ConstantOfShape", kn_cpu_constant_of_shape, NULL},
+    {"", "Range", kn_cpu_range, NULL},
+    {"", "CumSum", kn_cpu_cumulative, NULL},
+    {"", "CumProd", kn_cpu_cumulative, NULL},
+    {"", "Trilu", kn_cpu_trilu, NULL},
+    {"", "OneHot", kn_cpu_onehot, NULL},
+    {"", "EyeLike", kn_cpu_eyelike, NULL},
+    {"", "ReverseSequence", kn_cpu_reverse_sequence, NULL},
+    {"", "Compress", kn_cpu_compress, NULL},
+    {"", "NonZero", kn_cpu_nonzero, NULL},
+    {"", "Unique", kn_cpu_unique, NULL},
+    {0},
+};

@@ -1,0 +1,464 @@
+/* CPU kernels of the tensor family that index: Gather, GatherElements, GatherND, the scatters,
+ * TensorScatter, OneHot, Compress, NonZero, ReverseSequence. */
+#include "backend/cpu/tensor_kernels.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int norm_axis(int64_t a, int r) { return (int)(a < 0 ? a + r : a); }
+
+static kiln_status bad_index(kn_kernel_ctx *c, int64_t v, int64_t d, const char *where) {
+    return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "index %lld is out of range [-%lld, %lld) %s",
+                           (long long)v, (long long)d, (long long)d, where);
+}
+
+static inline void copy_elem(kn_tensor *y, int64_t di, const kn_tensor *x, int64_t si, size_t es, atomic_int *oom) {
+    if (y->dtype == KILN_DTYPE_STRING) {
+        if (!kn_cpu_copy_elems(y, di, x, si, 1)) atomic_store(oom, 1);
+        return;
+    }
+    char *d = (char *)y->data + di * (int64_t)es;
+    const char *s = (const char *)x->data + si * (int64_t)es;
+    switch (es) {
+    case 1: *d = *s; break;
+    case 2: memcpy(d, s, 2); break;
+    case 4: memcpy(d, s, 4); break;
+    case 8: memcpy(d, s, 8); break;
+    default: memcpy(d, s, es);
+    }
+}
+
+/* ------------------------------------------------------------------ Gather */
+
+typedef struct gather_job {
+    const kn_tensor *x, *idx;
+    kn_tensor *y;
+    int64_t D, post, nidx;
+    size_t es;
+    atomic_int oom;
+} gather_job;
+
+static void gather_work(void *arg, int64_t b, int64_t e) {
+    gather_job *j = arg;
+    for (int64_t it = b; it < e; it++) {
+        int64_t p = it / j->nidx, q = it % j->nidx;
+        int64_t v = kn_cpu_index(j->idx, q);
+        if (v < 0) v += j->D;
+        int64_t si = (p * j->D + v) * j->post, di = it * j->post;
+        if (j->post == 1) copy_elem(j->y, di, j->x, si, j->es, &j->oom);
+        else if (!kn_cpu_copy_elems(j->y, di, j->x, si, j->post)) atomic_store(&j->oom, 1);
+    }
+}
+
+kiln_status kn_cpu_gather(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0], *idx = c->in[1];
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    int r = x->rank;
+    int a = norm_axis(kn_attr_int(c->node, "axis", 0), r);
+    if (a < 0 || a >= r) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
+    gather_job j = {.x = x, .idx = idx, .y = y, .D = x->dims[a], .post = 1, .es = kiln_dtype_size(x->dtype)};
+    atomic_init(&j.oom, 0);
+    int64_t pre = 1;
+    for (int k = 0; k < a; k++) pre *= x->dims[k];
+    for (int k = a + 1; k < r; k++) j.post *= x->dims[k];
+    j.nidx = kn_tensor_count(idx);
+    for (int64_t i = 0; i < j.nidx; i++) {
+        int64_t v = kn_cpu_index(idx, i);
+        if (v < -j.D || v >= j.D) return bad_index(c, v, j.D, "for the gathered axis");
+    }
+    if (j.nidx == 0 || pre == 0 || j.post == 0) return KILN_OK;
+    int64_t grain = 16384 / j.post;
+    kn_parallel_for(c->pool, pre * j.nidx, grain > 0 ? grain : 1, gather_work, &j);
+    return atomic_load(&j.oom) ? KN_OOM() : KILN_OK;
+}
+
+/* ------------------------------------------------------------------ GatherElements */
+
+typedef struct ge_job {
+    const kn_tensor *x, *idx;
+    kn_tensor *y;
+    int a, r;
+    int64_t xs[KILN_MAX_RANK];
+    size_t es;
+    atomic_int oom;
+} ge_job;
+
+static void ge_work(void *arg, int64_t b, int64_t e) {
+    ge_job *j = arg;
+    const int64_t *id = j->idx->dims;
+    int64_t pos[KILN_MAX_RANK], rem = b;
+    for (int k = j->r - 1; k >= 0; k--) {
+        pos[k] = rem % id[k];
+        rem /= id[k];
+    }
+    int64_t D = j->x->dims[j->a];
+    for (int64_t it = b; it < e; it++) {
+        int64_t v = kn_cpu_index(j->idx, it);
+        if (v < 0) v += D;
+        int64_t si = 0;
+        for (int k = 0; k < j->r; k++) si += (k == j->a ? v : pos[k]) * j->xs[k];
+        copy_elem(j->y, it, j->x, si, j->es, &j->oom);
+        for (int k = j->r - 1; k >= 0; k--) {
+            if (++pos[k] < id[k]) break;
+            pos[k] = 0;
+        }
+    }
+}
+
+kiln_status kn_cpu_gather_elements(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0], *idx = c->in[1];
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    int r = x->rank;
+    int a = norm_axis(kn_attr_int(c->node, "axis", 0), r);
+    if (a < 0 || a >= r || idx->rank != r) return kn_kernel_error(c, KILN_ERR_SHAPE, "axis or ranks do not fit");
+    for (int k = 0; k < r; k++)
+        if (k != a && idx->dims[k] > x->dims[k])
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "indices dimension %d exceeds the data's", k);
+    int64_t n = kn_tensor_count(idx), D = x->dims[a];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = kn_cpu_index(idx, i);
+        if (v < -D || v >= D) return bad_index(c, v, D, "along the axis");
+    }
+    ge_job j = {.x = x, .idx = idx, .y = y, .a = a, .r = r, .es = kiln_dtype_size(x->dtype)};
+    atomic_init(&j.oom, 0);
+    kn_cpu_strides(x->dims, r, j.xs);
+    if (n) kn_parallel_for(c->pool, n, 8192, ge_work, &j);
+    return atomic_load(&j.oom) ? KN_OOM() : KILN_OK;
+}
+
+/* ------------------------------------------------------------------ GatherND */
+
+kiln_status kn_cpu_gather_nd(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0], *idx = c->in[1];
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    int r = x->rank, q = idx->rank;
+    int b = (int)kn_attr_int(c->node, "batch_dims", 0);
+    if (q < 1 || b < 0 || b >= r || b >= q) return kn_kernel_error(c, KILN_ERR_SHAPE, "ranks do not fit batch_dims");
+    int64_t last = idx->dims[q - 1];
+    if (last < 1 || last > r - b) return kn_kernel_error(c, KILN_ERR_SHAPE, "index depth does not fit the data");
+    int64_t xs[KILN_MAX_RANK], B = 1, M = 1, S = 1;
+    kn_cpu_strides(x->dims, r, xs);
+    for (int k = 0; k < b; k++) B *= x->dims[k];
+    for (int k = b; k < q - 1; k++) M *= idx->dims[k];
+    for (int k = b + (int)last; k < r; k++) S *= x->dims[k];
+    int64_t bstride = b > 0 ? xs[b - 1] : 0;
+    atomic_int oom;
+    atomic_init(&oom, 0);
+    size_t es = kiln_dtype_size(x->dtype);
+    for (int64_t bi = 0; bi < B; bi++)
+        for (int64_t m = 0; m < M; m++) {
+            int64_t row = bi * M + m, off = bi * bstride;
+            for (int64_t t = 0; t < last; t++) {
+                int64_t d = x->dims[b + t], v = kn_cpu_index(idx, row * last + t);
+                if (v < -d || v >= d) return bad_index(c, v, d, "in GatherND indices");
+                off += (v < 0 ? v + d : v) * xs[b + t];
+            }
+            if (S == 1) copy_elem(y, row, x, off, es, &oom);
+            else if (!kn_cpu_copy_elems(y, row * S, x, off, S)) return KN_OOM();
+        }
+    return atomic_load(&oom) ? KN_OOM() : KILN_OK;
+}
+
+/* ------------------------------------------------------------------ scatters */
+
+enum { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN };
+
+static int parse_reduction(const kn_node *n) {
+    const char *s = kn_attr_string(n, "reduction", "none");
+    if (!strcmp(s, "add")) return RED_ADD;
+    if (!strcmp(s, "mul")) return RED_MUL;
+    if (!strcmp(s, "max")) return RED_MAX;
+    if (!strcmp(s, "min")) return RED_MIN;
+    return RED_NONE;
+}
+
+#define RED_T(T)                                                                                   \
+    do {                                                                                           \
+        T dv, sv;                                                                                  \
+        memcpy(&dv, d, sizeof dv);                                                                 \
+        memcpy(&sv, s, sizeof sv);                                                                 \
+        switch (op) {                                                                              \
+        case RED_ADD: dv = (T)(dv + sv); break;                                                    \
+        case RED_MUL: dv = (T)(dv * sv); break;                                                    \
+        case RED_MAX: dv = sv > dv ? sv : dv; break;                                               \
+        default: dv = sv < dv ? sv : dv; break;                                                    \
+        }                                                                                          \
+        memcpy(d, &dv, sizeof dv);                                                                 \
+    } while (0)
+
+/* d = d (op) s for one element of type dt. */
+static void reduce_elem(kiln_dtype dt, char *d, const char *s, int op) {
+    switch (dt) {
+    case KILN_DTYPE_FLOAT: RED_T(float); break;
+    case KILN_DTYPE_DOUBLE: RED_T(double); break;
+    case KILN_DTYPE_INT8: RED_T(int8_t); break;
+    case KILN_DTYPE_INT16: RED_T(int16_t); break;
+    case KILN_DTYPE_INT32: RED_T(int32_t); break;
+    case KILN_DTYPE_INT64: RED_T(int64_t); break;
+    case KILN_DTYPE_UINT8: RED_T(uint8_t); break;
+    case KILN_DTYPE_UINT16: RED_T(uint16_t); break;
+    case KILN_DTYPE_UINT32: RED_T(uint32_t); break;
+    case KILN_DTYPE_UINT64: RED_T(uint64_t); break;
+    case KILN_DTYPE_BOOL: {
+        uint8_t a = *(uint8_t *)d != 0, b = *(const uint8_t *)s != 0;
+        *(uint8_t *)d = (op == RED_ADD || op == RED_MAX) ? (a | b) : (a & b);
+        break;
+    }
+    case KILN_DTYPE_FLOAT16:
+    case KILN_DTYPE_BFLOAT16: {
+        uint16_t hd, hs;
+        memcpy(&hd, d, 2);
+        memcpy(&hs, s, 2);
+        bool bf = dt == KILN_DTYPE_BFLOAT16;
+        float dv = bf ? kn_bf16_to_f32(hd) : kn_f16_to_f32(hd), sv = bf ? kn_bf16_to_f32(hs) : kn_f16_to_f32(hs);
+        switch (op) {
+        case RED_ADD: dv += sv; break;
+        case RED_MUL: dv *= sv; break;
+        case RED_MAX: dv = sv > dv ? sv : dv; break;
+        default: dv = sv < dv ? sv : dv; break;
+        }
+        hd = bf ? kn_f32_to_bf16(dv) : kn_f32_to_f16(dv);
+        memcpy(d, &hd, 2);
+        break;
+    }
+    default: break;
+    }
+}
+
+static bool reducible(kiln_dtype dt) {
+    return kn_dtype_is_float(dt) || kn_dtype_is_int(dt) || dt == KILN_DTYPE_BOOL;
+}
+
+/* y[di] = upd[si] or y[di] (op)= upd[si]. */
+static bool apply(kn_tensor *y, int64_t di, const kn_tensor *u, int64_t si, int64_t n, int op) {
+    if (op == RED_NONE) return kn_cpu_copy_elems(y, di, u, si, n);
+    size_t es = kiln_dtype_size(y->dtype);
+    for (int64_t i = 0; i < n; i++)
+        reduce_elem(y->dtype, (char *)y->data + (di + i) * (int64_t)es, (const char *)u->data + (si + i) * (int64_t)es, op);
+    return true;
+}
+
+kiln_status kn_cpu_scatter_elements(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0], *idx = c->in[1], *u = c->in[2];
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    int r = x->rank, op = parse_reduction(c->node);
+    int a = norm_axis(kn_attr_int(c->node, "axis", 0), r);
+    if (a < 0 || a >= r || idx->rank != r || u->rank != r)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "axis or ranks do not fit");
+    if (op != RED_NONE && !reducible(x->dtype))
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "reduction on %s elements", kiln_dtype_name(x->dtype));
+    for (int k = 0; k < r; k++)
+        if (idx->dims[k] != u->dims[k] || (k != a && idx->dims[k] > x->dims[k]))
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "indices and updates shapes do not fit the data");
+    KN_TRY(kn_cpu_copy_all(c, y, x));
+    int64_t xs[KILN_MAX_RANK], pos[KILN_MAX_RANK] = {0}, n = kn_tensor_count(idx), D = x->dims[a];
+    kn_cpu_strides(x->dims, r, xs);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = kn_cpu_index(idx, i);
+        if (v < -D || v >= D) return bad_index(c, v, D, "along the axis");
+        if (v < 0) v += D;
+        int64_t di = 0;
+        for (int k = 0; k < r; k++) di += (k == a ? v : pos[k]) * xs[k];
+        if (!apply(y, di, u, i, 1, op)) return KN_OOM();
+        for (int k = r - 1; k >= 0; k--) {
+            if (++pos[k] < idx->dims[k]) break;
+            pos[k] = 0;
+        }
+    }
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_scatter_nd(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0], *idx = c->in[1], *u = c->in[2];
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    int r = x->rank, q = idx->rank, op = parse_reduction(c->node);
+    if (op != RED_NONE && !reducible(x->dtype))
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "reduction on %s elements", kiln_dtype_name(x->dtype));
+    if (q < 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "indices must have rank >= 1");
+    int64_t last = idx->dims[q - 1];
+    if (last > r) return kn_kernel_error(c, KILN_ERR_SHAPE, "index depth exceeds the data rank");
+    int64_t xs[KILN_MAX_RANK], M = 1, S = 1;
+    kn_cpu_strides(x->dims, r, xs);
+    for (int k = 0; k < q - 1; k++) M *= idx->dims[k];
+    for (int k = (int)last; k < r; k++) S *= x->dims[k];
+    if (kn_tensor_count(u) != M * S) return kn_kernel_error(c, KILN_ERR_SHAPE, "updates do not have indices[:-1] + data[last:] elements");
+    KN_TRY(kn_cpu_copy_all(c, y, x));
+    for (int64_t m = 0; m < M; m++) {
+        int64_t off = 0;
+        for (int64_t t = 0; t < last; t++) {
+            int64_t d = x->dims[t], v = kn_cpu_index(idx, m * last + t);
+            if (v < -d || v >= d) return bad_index(c, v, d, "in ScatterND indices");
+            off += (v < 0 ? v + d : v) * xs[t];
+        }
+        if (!apply(y, off, u, m * S, S, op)) return KN_OOM();
+    }
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_tensor_scatter(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0], *u = c->in[1], *w = c->n_inputs > 2 ? c->in[2] : NULL;
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    int r = x->rank;
+    int a = norm_axis(kn_attr_int(c->node, "axis", -2), r);
+    bool circular = !strcmp(kn_attr_string(c->node, "mode", "linear"), "circular");
+    if (a < 0 || a >= r || u->rank != r) return kn_kernel_error(c, KILN_ERR_SHAPE, "axis or ranks do not fit");
+    KN_TRY(kn_cpu_copy_all(c, y, x));
+    int64_t pre = 1, post = 1, maxlen = x->dims[a], seq = u->dims[a];
+    for (int k = 0; k < a; k++) pre *= x->dims[k];
+    for (int k = a + 1; k < r; k++) post *= x->dims[k];
+    int64_t per_batch = a > 0 ? pre / x->dims[0] : 1;
+    if (w && kn_tensor_count(w) < (a > 0 ? x->dims[0] : 1))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "write_indices has fewer entries than the batch");
+    for (int64_t p = 0; p < pre; p++) {
+        int64_t batch = a > 0 ? p / per_batch : 0;
+        int64_t start = w ? kn_cpu_index(w, batch) : 0;
+        for (int64_t s = 0; s < seq; s++) {
+            int64_t pos = start + s;
+            if (circular) pos = ((pos % maxlen) + maxlen) % maxlen;
+            if (pos < 0 || pos >= maxlen)
+                return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "write position %lld is outside the cache of %lld",
+                                       (long long)pos, (long long)maxlen);
+            if (!kn_cpu_copy_elems(y, (p * maxlen + pos) * post, u, (p * seq + s) * post, post)) return KN_OOM();
+        }
+    }
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ OneHot */
+
+kiln_status kn_cpu_onehot(kn_kernel_ctx *c) {
+    const kn_tensor *idx = c->in[0], *vals = c->in[2];
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    int r = idx->rank;
+    int a = norm_axis(kn_attr_int(c->node, "axis", -1), r + 1);
+    if (a < 0 || a > r || y->rank != r + 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "axis does not fit");
+    if (kn_tensor_count(vals) < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "values needs [off, on]");
+    int64_t depth = y->dims[a], pre = 1, post = 1;
+    for (int k = 0; k < a; k++) pre *= idx->dims[k];
+    for (int k = a; k < r; k++) post *= idx->dims[k];
+    size_t es = kiln_dtype_size(y->dtype);
+    const char *off = vals->data, *on = (const char *)vals->data + es;
+    if (!kn_cpu_fill_elems(y, 0, kn_tensor_count(y), off)) return KN_OOM();
+    for (int64_t p = 0; p < pre; p++)
+        for (int64_t q = 0; q < post; q++) {
+            int64_t v = kn_tensor_get_i64(idx, p * post + q);
+            if (v < 0) v += depth;
+            if (v < 0 || v >= depth) continue;
+            if (!kn_cpu_fill_elems(y, (p * depth + v) * post + q, 1, on)) return KN_OOM();
+        }
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ Compress, NonZero */
+
+kiln_status kn_cpu_compress(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0], *cond = c->in[1];
+    const kn_attr *aa = kn_node_attr(c->node, "axis");
+    int64_t nc = kn_tensor_count(cond);
+    int64_t pre = 1, D, post = 1, dims[KILN_MAX_RANK];
+    int rank;
+    int a = -1;
+    if (aa) {
+        a = norm_axis(aa->i, x->rank);
+        if (a < 0 || a >= x->rank) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
+        for (int k = 0; k < a; k++) pre *= x->dims[k];
+        for (int k = a + 1; k < x->rank; k++) post *= x->dims[k];
+        D = x->dims[a];
+        rank = x->rank;
+        memcpy(dims, x->dims, sizeof(int64_t) * (size_t)rank);
+    } else {
+        D = kn_tensor_count(x);
+        rank = 1;
+    }
+    if (nc > D) return kn_kernel_error(c, KILN_ERR_SHAPE, "condition has %lld elements for an axis of %lld", (long long)nc, (long long)D);
+    int64_t K = 0;
+    for (int64_t i = 0; i < nc; i++) K += kn_tensor_get_i64(cond, i) != 0;
+    if (aa) dims[a] = K;
+    else dims[0] = K;
+    kn_tensor *y;
+    KN_TRY(kn_ctx_output(c, 0, x->dtype, rank, dims, &y));
+    int64_t k = 0;
+    for (int64_t i = 0; i < nc; i++) {
+        if (!kn_tensor_get_i64(cond, i)) continue;
+        for (int64_t p = 0; p < pre; p++)
+            if (!kn_cpu_copy_elems(y, (p * K + k) * post, x, (p * D + i) * post, post)) return KN_OOM();
+        k++;
+    }
+    return KILN_OK;
+}
+
+static bool nonzero_at(const kn_tensor *x, int64_t i, size_t es) {
+    switch (x->dtype) {
+    case KILN_DTYPE_FLOAT: return ((const float *)x->data)[i] != 0;
+    case KILN_DTYPE_DOUBLE: return ((const double *)x->data)[i] != 0;
+    case KILN_DTYPE_FLOAT16:
+    case KILN_DTYPE_BFLOAT16: return (((const uint16_t *)x->data)[i] & 0x7fff) != 0;
+    case KILN_DTYPE_STRING: {
+        const char *s = ((char *const *)x->data)[i];
+        return s && *s;
+    }
+    default: {
+        const unsigned char *p = (const unsigned char *)x->data + i * (int64_t)es;
+        for (size_t b = 0; b < es; b++)
+            if (p[b]) return true;
+        return false;
+    }
+    }
+}
+
+kiln_status kn_cpu_nonzero(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    int64_t n = kn_tensor_count(x), cnt = 0;
+    size_t es = kiln_dtype_size(x->dtype);
+    for (int64_t i = 0; i < n; i++) cnt += nonzero_at(x, i, es);
+    int r = x->rank == 0 ? 1 : x->rank;
+    int64_t dims[2] = {r, cnt};
+    kn_tensor *y;
+    KN_TRY(kn_ctx_output(c, 0, KILN_DTYPE_INT64, 2, dims, &y));
+    int64_t *o = y->data, pos[KILN_MAX_RANK] = {0}, col = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (nonzero_at(x, i, es)) {
+            for (int k = 0; k < r; k++) o[k * cnt + col] = x->rank == 0 ? 0 : pos[k];
+            col++;
+        }
+        for (int k = x->rank - 1; k >= 0; k--) {
+            if (++pos[k] < x->dims[k]) break;
+            pos[k] = 0;
+        }
+    }
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ ReverseSequence */
+
+kiln_status kn_cpu_reverse_sequence(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0], *lens = c->in[1];
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    int ba = (int)kn_attr_int(c->node, "batch_axis", 1), ta = (int)kn_attr_int(c->node, "time_axis", 0);
+    if (x->rank < 2 || ba == ta || ba < 0 || ba > 1 || ta < 0 || ta > 1)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "needs rank >= 2 and batch/time axes 0 and 1");
+    int64_t B = x->dims[ba], T = x->dims[ta], post = 1;
+    for (int k = 2; k < x->rank; k++) post *= x->dims[k];
+    if (kn_tensor_count(lens) != B) return kn_kernel_error(c, KILN_ERR_SHAPE, "sequence_lens must have %lld entries", (long long)B);
+    int64_t sb = ba == 0 ? T * post : post, st = ta == 0 ? B * post : post;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t len = kn_cpu_index(lens, b);
+        if (len < 0 || len > T)
+            return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "sequence_lens[%lld] = %lld is outside [0, %lld]",
+                                   (long long)b, (long long)len, (long long)T);
+        for (int64_t t = 0; t < T; t++) {
+            int64_t src = t < len ? len - 1 - t : t;
+            if (!kn_cpu_copy_elems(y, b * sb + t * st, x, b * sb + src * st, post)) return KN_OOM();
+        }
+    }
+    return KILN_OK;
+}

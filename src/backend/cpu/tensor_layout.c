@@ -1,0 +1,729 @@
+/* CPU kernels of the tensor family that rearrange elements: the strided-copy engine and
+ * Transpose, Slice, Concat, Split, Expand, Tile, Pad, DepthToSpace, SpaceToDepth, CenterCropPad
+ * built on it. */
+#include "backend/cpu/tensor_kernels.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+/* ------------------------------------------------------------------ element helpers */
+
+void kn_cpu_strides(const int64_t *dims, int rank, int64_t *strides) {
+    int64_t s = 1;
+    for (int k = rank - 1; k >= 0; k--) {
+        strides[k] = s;
+        s *= dims[k];
+    }
+}
+
+static bool set_string(char **d, const char *s) {
+    char *n = strdup(s ? s : "");
+    if (!n) return false;
+    free(*d);
+    *d = n;
+    return true;
+}
+
+bool kn_cpu_copy_elems(kn_tensor *dst, int64_t di, const kn_tensor *src, int64_t si, int64_t n) {
+    if (n <= 0) return true;
+    if (dst->dtype == KILN_DTYPE_STRING) {
+        char **d = (char **)dst->data + di;
+        char *const *s = (char *const *)src->data + si;
+        for (int64_t i = 0; i < n; i++)
+            if (!set_string(&d[i], s[i])) return false;
+        return true;
+    }
+    size_t es = kiln_dtype_size(dst->dtype);
+    memmove((char *)dst->data + di * (int64_t)es, (const char *)src->data + si * (int64_t)es, (size_t)n * es);
+    return true;
+}
+
+bool kn_cpu_fill_elems(kn_tensor *dst, int64_t di, int64_t n, const void *elem) {
+    if (n <= 0) return true;
+    size_t es = kiln_dtype_size(dst->dtype);
+    char *d = (char *)dst->data + di * (int64_t)es;
+    if (dst->dtype == KILN_DTYPE_STRING) {
+        const char *s = *(const char *const *)elem;
+        for (int64_t i = 0; i < n; i++)
+            if (!set_string((char **)d + i, s)) return false;
+        return true;
+    }
+    bool zero = true;
+    for (size_t b = 0; b < es; b++) zero &= ((const unsigned char *)elem)[b] == 0;
+    if (zero || es == 1) {
+        memset(d, zero ? 0 : *(const unsigned char *)elem, (size_t)n * es);
+        return true;
+    }
+    switch (es) {
+    case 2: {
+        uint16_t v;
+        memcpy(&v, elem, 2);
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)d)[i] = v;
+        break;
+    }
+    case 4: {
+        uint32_t v;
+        memcpy(&v, elem, 4);
+        for (int64_t i = 0; i < n; i++) ((uint32_t *)d)[i] = v;
+        break;
+    }
+    case 8: {
+        uint64_t v;
+        memcpy(&v, elem, 8);
+        for (int64_t i = 0; i < n; i++) ((uint64_t *)d)[i] = v;
+        break;
+    }
+    default:
+        for (int64_t i = 0; i < n; i++) memcpy(d + i * (int64_t)es, elem, es);
+    }
+    return true;
+}
+
+kiln_status kn_cpu_out(kn_kernel_ctx *c, int i, kn_tensor **t) {
+    *t = NULL;
+    if (i >= c->n_outputs || !c->out[i] || c->out[i]->kind != KN_VALUE_TENSOR)
+        return kn_kernel_error(c, KILN_ERR_INTERNAL, "output %d was not allocated", i);
+    *t = c->out[i];
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_copy_all(kn_kernel_ctx *c, kn_tensor *dst, const kn_tensor *src) {
+    int64_t n = kn_tensor_count(src);
+    if (kn_tensor_count(dst) != n || dst->dtype != src->dtype) {
+        char a[256], b[256];
+        return kn_kernel_error(c, KILN_ERR_INTERNAL, "output %s does not match input %s",
+                               kn_tensor_describe(dst, a, sizeof a), kn_tensor_describe(src, b, sizeof b));
+    }
+    if (dst->data == src->data) return KILN_OK;
+    if (!kn_cpu_copy_elems(dst, 0, src, 0, n)) return KN_OOM();
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ strided copy engine */
+
+enum { MODE_MEMCPY, MODE_BCAST, MODE_TILE, MODE_GENERIC };
+
+typedef struct sc_job {
+    kn_strided s; /* coalesced */
+    int mode;
+    int inner, tk; /* innermost dim; the dim contiguous in the source (MODE_TILE) */
+    int nouter;
+    int outer[KN_STRIDED_MAX];
+    char *dst;
+    const char *src;
+    size_t es;
+    bool string;
+    atomic_int oom;
+} sc_job;
+
+static inline void copy_one(char *d, const char *s, size_t es) {
+    switch (es) {
+    case 1: *d = *s; break;
+    case 2: memcpy(d, s, 2); break;
+    case 4: memcpy(d, s, 4); break;
+    case 8: memcpy(d, s, 8); break;
+    default: memcpy(d, s, es);
+    }
+}
+
+/* n elements with strides ds/ss (elements), specialised per element size so the compiler emits
+ * plain loads and stores. */
+#define STRIDED_LOOP(T)                                                                            \
+    do {                                                                                           \
+        T *dp = (T *)d;                                                                            \
+        const T *sp = (const T *)s;                                                                \
+        for (int64_t i = 0; i < n; i++) dp[i * ds] = sp[i * ss];                                   \
+    } while (0)
+
+static void row_generic(const sc_job *j, char *d, const char *s, int64_t n, int64_t ds, int64_t ss) {
+    switch (j->es) {
+    case 1: STRIDED_LOOP(uint8_t); break;
+    case 2: STRIDED_LOOP(uint16_t); break;
+    case 4: STRIDED_LOOP(uint32_t); break;
+    case 8: STRIDED_LOOP(uint64_t); break;
+    default:
+        for (int64_t i = 0; i < n; i++) memcpy(d + i * ds * (int64_t)j->es, s + i * ss * (int64_t)j->es, j->es);
+    }
+}
+
+#define TILE_LOOP(T, B)                                                                            \
+    do {                                                                                           \
+        T *dp = (T *)d;                                                                            \
+        const T *sp = (const T *)s;                                                                \
+        for (int64_t k0 = 0; k0 < K; k0 += B)                                                      \
+            for (int64_t i0 = 0; i0 < I; i0 += B) {                                                \
+                int64_t k1 = k0 + B < K ? k0 + B : K, i1 = i0 + B < I ? i0 + B : I;                \
+                for (int64_t kk = k0; kk < k1; kk++)                                               \
+                    for (int64_t ii = i0; ii < i1; ii++) dp[kk * dk + ii] = sp[kk + ii * si];      \
+            }                                                                                      \
+    } while (0)
+
+#if defined(__AVX2__)
+/* 8x8 block of 4-byte elements: 8 source rows (stride ss) become 8 destination rows (stride ds).
+ * Only moves bits (no arithmetic), so any 4-byte type is safe. */
+static inline void tr8x8_32(const float *s, int64_t ss, float *d, int64_t ds) {
+    __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ss), r2 = _mm256_loadu_ps(s + 2 * ss),
+           r3 = _mm256_loadu_ps(s + 3 * ss), r4 = _mm256_loadu_ps(s + 4 * ss), r5 = _mm256_loadu_ps(s + 5 * ss),
+           r6 = _mm256_loadu_ps(s + 6 * ss), r7 = _mm256_loadu_ps(s + 7 * ss);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+           t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee),
+           u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee),
+           u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
+           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(d + ds, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(d + 2 * ds, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(d + 3 * ds, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(d + 4 * ds, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(d + 5 * ds, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(d + 6 * ds, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(d + 7 * ds, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+/* dst[kk*dk + ii] = src[kk + ii*si] for 4-byte elements: 8x8 register transposes inside 64x64
+ * blocks, scalar edges. */
+static void tile2d_32(float *dp, const float *sp, int64_t K, int64_t I, int64_t dk, int64_t si) {
+    int64_t K8 = K & ~(int64_t)7, I8 = I & ~(int64_t)7;
+    for (int64_t i0 = 0; i0 < I8; i0 += 16) {
+        int64_t i1 = i0 + 16 < I8 ? i0 + 16 : I8;
+        for (int64_t kk = 0; kk < K8; kk += 8)
+            for (int64_t ii = i0; ii < i1; ii += 8) tr8x8_32(sp + kk + ii * si, si, dp + kk * dk + ii, dk);
+    }
+    for (int64_t kk = K8; kk < K; kk++)
+        for (int64_t ii = 0; ii < I; ii++) dp[kk * dk + ii] = sp[kk + ii * si];
+    for (int64_t kk = 0; kk < K8; kk++)
+        for (int64_t ii = I8; ii < I; ii++) dp[kk * dk + ii] = sp[kk + ii * si];
+}
+#endif
+
+/* dst[kk*dk + ii] = src[kk + ii*si]: a 2-D transpose in cache-sized blocks. */
+static void tile2d(const sc_job *j, char *d, const char *s, int64_t K) {
+    int64_t I = j->s.dims[j->inner];
+    int64_t dk = j->s.dst_stride[j->tk], si = j->s.src_stride[j->inner];
+#if defined(__AVX2__)
+    if (j->es == 4 && K >= 8 && I >= 8) {
+        tile2d_32((float *)d, (const float *)s, K, I, dk, si);
+        return;
+    }
+#endif
+    switch (j->es) {
+    case 1: TILE_LOOP(uint8_t, 64); break;
+    case 2: TILE_LOOP(uint16_t, 32); break;
+    case 4: TILE_LOOP(uint32_t, 32); break;
+    case 8: TILE_LOOP(uint64_t, 16); break;
+    default:
+        for (int64_t kk = 0; kk < K; kk++)
+            for (int64_t ii = 0; ii < I; ii++)
+                memcpy(d + (kk * dk + ii) * (int64_t)j->es, s + (kk + ii * si) * (int64_t)j->es, j->es);
+    }
+}
+
+static void string_row(sc_job *j, int64_t doff, int64_t soff, int64_t n, int64_t ds, int64_t ss) {
+    char **d = (char **)j->dst;
+    char *const *s = (char *const *)j->src;
+    for (int64_t i = 0; i < n; i++)
+        if (!set_string(&d[doff + i * ds], s[soff + i * ss])) atomic_store(&j->oom, 1);
+}
+
+static void sc_work(void *arg, int64_t begin, int64_t end) {
+    sc_job *j = arg;
+    const kn_strided *s = &j->s;
+    int64_t idx[KN_STRIDED_MAX];
+    int64_t doff = s->dst_off, soff = s->src_off, rem = begin;
+    for (int q = j->nouter - 1; q >= 0; q--) {
+        int k = j->outer[q];
+        idx[q] = rem % s->dims[k];
+        rem /= s->dims[k];
+        doff += idx[q] * s->dst_stride[k];
+        soff += idx[q] * s->src_stride[k];
+    }
+    int in = j->inner;
+    int64_t n = s->dims[in];
+    for (int64_t it = begin; it < end; it++) {
+        if (j->string) {
+            string_row(j, doff, soff, n, s->dst_stride[in], s->src_stride[in]);
+        } else {
+            char *d = j->dst + doff * (int64_t)j->es;
+            const char *sp = j->src + soff * (int64_t)j->es;
+            switch (j->mode) {
+            case MODE_MEMCPY: memcpy(d, sp, (size_t)n * j->es); break;
+            case MODE_BCAST:
+                for (int64_t i = 0; i < n; i++) copy_one(d + i * (int64_t)j->es, sp, j->es);
+                break;
+            default: row_generic(j, d, sp, n, s->dst_stride[in], s->src_stride[in]);
+            }
+        }
+        /* advance the outer odometer */
+        for (int q = j->nouter - 1; q >= 0; q--) {
+            int k = j->outer[q];
+            doff += s->dst_stride[k];
+            soff += s->src_stride[k];
+            if (++idx[q] < s->dims[k]) break;
+            doff -= s->dst_stride[k] * s->dims[k];
+            soff -= s->src_stride[k] * s->dims[k];
+            idx[q] = 0;
+        }
+    }
+}
+
+/* MODE_TILE: work items are (outer index, chunk of TILE_CHUNK along the source-contiguous dim), so
+ * a single large 2-D transpose still spreads over the threads. */
+#define TILE_CHUNK 64
+
+static void tile_work(void *arg, int64_t begin, int64_t end) {
+    sc_job *j = arg;
+    const kn_strided *s = &j->s;
+    int64_t K = s->dims[j->tk], nch = (K + TILE_CHUNK - 1) / TILE_CHUNK;
+    int64_t dk = s->dst_stride[j->tk], sk = s->src_stride[j->tk];
+    for (int64_t it = begin; it < end; it++) {
+        int64_t rem = it / nch, k0 = (it % nch) * TILE_CHUNK, doff = s->dst_off, soff = s->src_off;
+        int64_t len = K - k0 < TILE_CHUNK ? K - k0 : TILE_CHUNK;
+        for (int q = j->nouter - 1; q >= 0; q--) {
+            int k = j->outer[q];
+            int64_t i = rem % s->dims[k];
+            rem /= s->dims[k];
+            doff += i * s->dst_stride[k];
+            soff += i * s->src_stride[k];
+        }
+        doff += k0 * dk;
+        soff += k0 * sk;
+        if (j->string) {
+            for (int64_t kk = 0; kk < len; kk++)
+                string_row(j, doff + kk * dk, soff + kk * sk, s->dims[j->inner], s->dst_stride[j->inner],
+                           s->src_stride[j->inner]);
+        } else {
+            tile2d(j, j->dst + doff * (int64_t)j->es, j->src + soff * (int64_t)j->es, len);
+        }
+    }
+}
+
+kiln_status kn_cpu_strided_copy(kn_kernel_ctx *c, kn_tensor *dst, const kn_tensor *src, const kn_strided *in) {
+    sc_job job, *j = &job; /* on the stack: the run path does not allocate */
+    kn_strided *s = &j->s;
+    memset(s, 0, sizeof *s);
+    s->dst_off = in->dst_off;
+    s->src_off = in->src_off;
+    /* drop unit dims, stop at empty boxes */
+    for (int k = 0; k < in->rank; k++) {
+        if (in->dims[k] == 0) return KILN_OK;
+        if (in->dims[k] == 1) continue;
+        s->dims[s->rank] = in->dims[k];
+        s->dst_stride[s->rank] = in->dst_stride[k];
+        s->src_stride[s->rank] = in->src_stride[k];
+        s->rank++;
+    }
+    /* merge a dim into the next inner one when both sides step through them as one */
+    int r = 0;
+    for (int k = 0; k < s->rank; k++) {
+        if (r > 0) {
+            int p = r - 1;
+            if (s->dst_stride[p] == s->dst_stride[k] * s->dims[k] &&
+                s->src_stride[p] == s->src_stride[k] * s->dims[k]) {
+                s->dims[p] *= s->dims[k];
+                s->dst_stride[p] = s->dst_stride[k];
+                s->src_stride[p] = s->src_stride[k];
+                continue;
+            }
+        }
+        s->dims[r] = s->dims[k];
+        s->dst_stride[r] = s->dst_stride[k];
+        s->src_stride[r] = s->src_stride[k];
+        r++;
+    }
+    s->rank = r;
+    if (r == 0) { /* a single element */
+        s->rank = 1;
+        s->dims[0] = 1;
+        s->dst_stride[0] = s->src_stride[0] = 1;
+    }
+    j->es = kiln_dtype_size(dst->dtype);
+    j->string = dst->dtype == KILN_DTYPE_STRING;
+    j->dst = dst->data;
+    j->src = src->data;
+    atomic_init(&j->oom, 0);
+    j->inner = s->rank - 1;
+    j->tk = -1;
+    int in_ = j->inner;
+    if (s->dst_stride[in_] == 1 && s->src_stride[in_] == 1) j->mode = MODE_MEMCPY;
+    else if (s->src_stride[in_] == 0) j->mode = MODE_BCAST;
+    else j->mode = MODE_GENERIC;
+    if (j->mode == MODE_GENERIC && s->dst_stride[in_] == 1 && s->dims[in_] >= 4) {
+        for (int k = 0; k < in_; k++)
+            if (s->src_stride[k] == 1 && s->dims[k] >= 4) j->tk = k;
+        if (j->tk >= 0) j->mode = MODE_TILE;
+    }
+    j->nouter = 0;
+    int64_t outer = 1, work = s->dims[in_];
+    for (int k = 0; k < in_; k++) {
+        if (k == j->tk) {
+            work *= s->dims[k];
+            continue;
+        }
+        j->outer[j->nouter++] = k;
+        outer *= s->dims[k];
+    }
+    if (j->mode == MODE_TILE) {
+        int64_t nch = (s->dims[j->tk] + TILE_CHUNK - 1) / TILE_CHUNK;
+        work = s->dims[in_] * (s->dims[j->tk] < TILE_CHUNK ? s->dims[j->tk] : TILE_CHUNK);
+        int64_t grain = 32768 / work;
+        kn_parallel_for(c->pool, outer * nch, grain > 0 ? grain : 1, tile_work, j);
+    } else {
+        int64_t grain = 32768 / (work > 0 ? work : 1);
+        if (j->string) grain *= 8;
+        kn_parallel_for(c->pool, outer, grain > 0 ? grain : 1, sc_work, j);
+    }
+    return atomic_load(&j->oom) ? KN_OOM() : KILN_OK;
+}
+
+/* ------------------------------------------------------------------ Transpose, Slice */
+
+#define IN_VALS(c) ((const kn_tensor *const *)(c)->in), (c)->n_inputs
+
+kiln_status kn_cpu_transpose(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    int r = x->rank, n, perm[KILN_MAX_RANK];
+    const int64_t *p = kn_attr_ints(c->node, "perm", &n);
+    if (p && n != r) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "perm has %d entries for rank %d", n, r);
+    for (int k = 0; k < r; k++) perm[k] = p ? (int)(p[k] < 0 ? p[k] + r : p[k]) : r - 1 - k;
+    kn_strided s;
+    int64_t xs[KILN_MAX_RANK];
+    kn_cpu_strides(x->dims, r, xs);
+    kn_cpu_strides(y->dims, r, s.dst_stride);
+    s.rank = r;
+    s.dst_off = s.src_off = 0;
+    for (int k = 0; k < r; k++) {
+        if (perm[k] < 0 || perm[k] >= r) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "perm is not a permutation");
+        s.dims[k] = y->dims[k];
+        s.src_stride[k] = xs[perm[k]];
+    }
+    return kn_cpu_strided_copy(c, y, x, &s);
+}
+
+kiln_status kn_cpu_slice(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    kn_slice_plan p;
+    bool known;
+    char why[256];
+    kiln_status st = kn_slice_plan_make(c->node, IN_VALS(c), x->dims, x->rank, &p, &known, why, sizeof why);
+    if (st) return kn_kernel_error(c, st, "%s", why);
+    if (!known) return kn_kernel_error(c, KILN_ERR_INTERNAL, "slice parameters unknown at run time");
+    kn_strided s;
+    int64_t xs[KILN_MAX_RANK];
+    kn_cpu_strides(x->dims, x->rank, xs);
+    kn_cpu_strides(y->dims, y->rank, s.dst_stride);
+    s.rank = x->rank;
+    s.dst_off = s.src_off = 0;
+    for (int k = 0; k < x->rank; k++) {
+        if (p.len[k] != y->dims[k])
+            return kn_kernel_error(c, KILN_ERR_INTERNAL, "output dimension %d is %lld, slice gives %lld", k,
+                                   (long long)y->dims[k], (long long)p.len[k]);
+        s.dims[k] = p.len[k];
+        s.src_stride[k] = xs[k] * p.step[k];
+        s.src_off += p.start[k] * xs[k];
+    }
+    return kn_cpu_strided_copy(c, y, x, &s);
+}
+
+/* ------------------------------------------------------------------ Concat, Split */
+
+static int norm_axis(int64_t a, int r) { return (int)(a < 0 ? a + r : a); }
+
+kiln_status kn_cpu_concat(kn_kernel_ctx *c) {
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    int r = y->rank;
+    int a = norm_axis(kn_attr_int(c->node, "axis", c->node->opset < 4 ? 1 : 0), r);
+    if (a < 0 || a >= r) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
+    int64_t ys[KILN_MAX_RANK], off = 0;
+    kn_cpu_strides(y->dims, r, ys);
+    for (int i = 0; i < c->n_inputs; i++) {
+        const kn_tensor *x = c->in[i];
+        if (!x || x->rank != r) return kn_kernel_error(c, KILN_ERR_SHAPE, "input %d has the wrong rank", i);
+        kn_strided s;
+        s.rank = r;
+        memcpy(s.dims, x->dims, sizeof(int64_t) * (size_t)r);
+        memcpy(s.dst_stride, ys, sizeof(int64_t) * (size_t)r);
+        kn_cpu_strides(x->dims, r, s.src_stride);
+        s.dst_off = off * ys[a];
+        s.src_off = 0;
+        if (off + x->dims[a] > y->dims[a]) return kn_kernel_error(c, KILN_ERR_INTERNAL, "inputs overflow the output");
+        KN_TRY(kn_cpu_strided_copy(c, y, x, &s));
+        off += x->dims[a];
+    }
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_split(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    int r = x->rank;
+    int a = norm_axis(kn_attr_int(c->node, "axis", 0), r);
+    if (a < 0 || a >= r) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
+    int64_t xs[KILN_MAX_RANK], off = 0;
+    kn_cpu_strides(x->dims, r, xs);
+    for (int o = 0; o < c->n_outputs; o++) {
+        if (!c->out[o]) continue; /* an unused output */
+        kn_tensor *y = c->out[o];
+        kn_strided s;
+        s.rank = r;
+        memcpy(s.dims, y->dims, sizeof(int64_t) * (size_t)r);
+        memcpy(s.src_stride, xs, sizeof(int64_t) * (size_t)r);
+        kn_cpu_strides(y->dims, r, s.dst_stride);
+        s.dst_off = 0;
+        s.src_off = off * xs[a];
+        if (off + y->dims[a] > x->dims[a]) return kn_kernel_error(c, KILN_ERR_INTERNAL, "outputs overflow the input");
+        KN_TRY(kn_cpu_strided_copy(c, y, x, &s));
+        off += y->dims[a];
+    }
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ Expand, Tile */
+
+kiln_status kn_cpu_expand(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    int r = y->rank, xr = x->rank;
+    if (xr > r) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output rank below input rank");
+    kn_strided s;
+    int64_t xs[KILN_MAX_RANK];
+    kn_cpu_strides(x->dims, xr, xs);
+    kn_cpu_strides(y->dims, r, s.dst_stride);
+    s.rank = r;
+    s.dst_off = s.src_off = 0;
+    for (int k = 0; k < r; k++) {
+        int j = k - (r - xr);
+        s.dims[k] = y->dims[k];
+        if (j < 0 || x->dims[j] == 1) s.src_stride[k] = 0;
+        else if (x->dims[j] == y->dims[k]) s.src_stride[k] = xs[j];
+        else return kn_kernel_error(c, KILN_ERR_SHAPE, "input dimension %d (%lld) cannot expand to %lld", j,
+                                    (long long)x->dims[j], (long long)y->dims[k]);
+    }
+    return kn_cpu_strided_copy(c, y, x, &s);
+}
+
+kiln_status kn_cpu_tile(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    int r = x->rank;
+    if (y->rank != r) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output rank differs from input rank");
+    kn_strided s;
+    int64_t xs[KILN_MAX_RANK], ys[KILN_MAX_RANK];
+    kn_cpu_strides(x->dims, r, xs);
+    kn_cpu_strides(y->dims, r, ys);
+    s.rank = 2 * r;
+    s.dst_off = s.src_off = 0;
+    for (int k = 0; k < r; k++) {
+        if (x->dims[k] == 0 || y->dims[k] == 0) return KILN_OK;
+        if (y->dims[k] % x->dims[k]) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output is not a tiling of the input");
+        /* output index along k = rep * x_dim + i */
+        s.dims[2 * k] = y->dims[k] / x->dims[k];
+        s.dst_stride[2 * k] = x->dims[k] * ys[k];
+        s.src_stride[2 * k] = 0;
+        s.dims[2 * k + 1] = x->dims[k];
+        s.dst_stride[2 * k + 1] = ys[k];
+        s.src_stride[2 * k + 1] = xs[k];
+    }
+    return kn_cpu_strided_copy(c, y, x, &s);
+}
+
+/* ------------------------------------------------------------------ Pad, CenterCropPad */
+
+static int64_t pad_map(int64_t i, int64_t d, kn_pad_mode m) {
+    if (i >= 0 && i < d) return i;
+    switch (m) {
+    case KN_PAD_EDGE: return i < 0 ? 0 : d - 1;
+    case KN_PAD_WRAP: i %= d; return i < 0 ? i + d : i;
+    case KN_PAD_REFLECT: {
+        if (d == 1) return 0;
+        int64_t p = 2 * (d - 1);
+        i %= p;
+        if (i < 0) i += p;
+        return i < d ? i : p - i;
+    }
+    default: return -1;
+    }
+}
+
+typedef struct pad_job {
+    const kn_tensor *x;
+    kn_tensor *y;
+    const int64_t *begin;
+    kn_pad_mode mode;
+    int64_t xs[KILN_MAX_RANK];
+    atomic_int oom;
+} pad_job;
+
+/* Non-constant modes: every output row maps each coordinate back into the input. */
+static void pad_rows(void *arg, int64_t b, int64_t e) {
+    pad_job *j = arg;
+    const kn_tensor *x = j->x;
+    kn_tensor *y = j->y;
+    int r = y->rank;
+    int64_t W = y->dims[r - 1], XW = x->dims[r - 1];
+    size_t es = kiln_dtype_size(y->dtype);
+    for (int64_t row = b; row < e; row++) {
+        int64_t rem = row, soff = 0;
+        for (int k = r - 2; k >= 0; k--) {
+            int64_t o = rem % y->dims[k];
+            rem /= y->dims[k];
+            soff += pad_map(o - j->begin[k], x->dims[k], j->mode) * j->xs[k];
+        }
+        int64_t doff = row * W;
+        for (int64_t o = 0; o < W; o++) {
+            int64_t si = soff + pad_map(o - j->begin[r - 1], XW, j->mode);
+            if (y->dtype == KILN_DTYPE_STRING) {
+                char **d = (char **)y->data + doff + o;
+                if (!set_string(d, ((char *const *)x->data)[si])) atomic_store(&j->oom, 1);
+            } else {
+                copy_one((char *)y->data + (doff + o) * (int64_t)es, (const char *)x->data + si * (int64_t)es, es);
+            }
+        }
+    }
+}
+
+kiln_status kn_cpu_pad(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    int r = x->rank;
+    int64_t b[KILN_MAX_RANK], e[KILN_MAX_RANK];
+    kn_pad_mode mode;
+    bool known;
+    char why[256];
+    kiln_status st = kn_pad_plan(c->node, IN_VALS(c), r, b, e, &mode, &known, why, sizeof why);
+    if (st) return kn_kernel_error(c, st, "%s", why);
+    if (!known) return kn_kernel_error(c, KILN_ERR_INTERNAL, "pads unknown at run time");
+    if (kn_tensor_count(y) == 0) return KILN_OK;
+    if (r == 0) return kn_cpu_copy_all(c, y, x);
+    if (mode != KN_PAD_CONSTANT) {
+        for (int k = 0; k < r; k++)
+            if (x->dims[k] == 0)
+                return kn_kernel_error(c, KILN_ERR_SHAPE, "cannot pad the empty axis %d in this mode", k);
+        pad_job j = {.x = x, .y = y, .begin = b, .mode = mode};
+        atomic_init(&j.oom, 0);
+        kn_cpu_strides(x->dims, r, j.xs);
+        int64_t rows = kn_tensor_count(y) / y->dims[r - 1];
+        int64_t grain = 16384 / (y->dims[r - 1] ? y->dims[r - 1] : 1);
+        kn_parallel_for(c->pool, rows, grain > 0 ? grain : 1, pad_rows, &j);
+        return atomic_load(&j.oom) ? KN_OOM() : KILN_OK;
+    }
+    /* constant: fill, then copy the (possibly cropped) input into place */
+    union {
+        uint64_t u[2];
+        char *s;
+    } v = {{0, 0}};
+    const char *empty = "";
+    if (y->dtype == KILN_DTYPE_STRING) v.s = (char *)empty;
+    const kn_tensor *cv = c->node->opset >= 11 && c->n_inputs > 2 ? c->in[2] : NULL;
+    if (cv && kn_tensor_count(cv) >= 1) {
+        if (cv->dtype != y->dtype) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "constant_value type differs from data");
+        memcpy(&v, cv->data, kiln_dtype_size(cv->dtype));
+    } else if (c->node->opset < 11 && y->dtype != KILN_DTYPE_STRING) {
+        kn_tensor tmp = {.kind = KN_VALUE_TENSOR, .dtype = y->dtype, .data = &v};
+        kn_tensor_set_f64(&tmp, 0, kn_attr_float(c->node, "value", 0.0f));
+    }
+    if (!kn_cpu_fill_elems(y, 0, kn_tensor_count(y), &v)) return KN_OOM();
+    kn_strided s;
+    int64_t xs[KILN_MAX_RANK];
+    kn_cpu_strides(x->dims, r, xs);
+    kn_cpu_strides(y->dims, r, s.dst_stride);
+    s.rank = r;
+    s.dst_off = s.src_off = 0;
+    for (int k = 0; k < r; k++) {
+        int64_t src0 = b[k] < 0 ? -b[k] : 0, dst0 = b[k] > 0 ? b[k] : 0;
+        int64_t len = x->dims[k] - src0;
+        if (len > y->dims[k] - dst0) len = y->dims[k] - dst0;
+        if (len <= 0) return KILN_OK;
+        s.dims[k] = len;
+        s.src_stride[k] = xs[k];
+        s.src_off += src0 * xs[k];
+        s.dst_off += dst0 * s.dst_stride[k];
+    }
+    return kn_cpu_strided_copy(c, y, x, &s);
+}
+
+kiln_status kn_cpu_center_crop_pad(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    int r = x->rank;
+    const char *empty = "";
+    uint64_t zero = 0;
+    if (!kn_cpu_fill_elems(y, 0, kn_tensor_count(y), y->dtype == KILN_DTYPE_STRING ? (const void *)&empty : &zero))
+        return KN_OOM();
+    kn_strided s;
+    int64_t xs[KILN_MAX_RANK];
+    kn_cpu_strides(x->dims, r, xs);
+    kn_cpu_strides(y->dims, r, s.dst_stride);
+    s.rank = r;
+    s.dst_off = s.src_off = 0;
+    for (int k = 0; k < r; k++) {
+        int64_t d = x->dims[k], t = y->dims[k], src0 = 0, dst0 = 0, len = d;
+        if (t < d) src0 = (d - t) / 2, len = t;
+        else if (t > d) dst0 = (t - d) / 2;
+        s.dims[k] = len;
+        s.src_stride[k] = xs[k];
+        s.src_off += src0 * xs[k];
+        s.dst_off += dst0 * s.dst_stride[k];
+    }
+    return kn_cpu_strided_copy(c, y, x, &s);
+}
+
+/* ------------------------------------------------------------------ DepthToSpace, SpaceToDepth */
+
+/* x (4-D) viewed as the 6-D `v`, permuted by perm into y's layout. */
+static kiln_status six_d(kn_kernel_ctx *c, const int64_t *v, const int *perm) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    if (kn_tensor_count(x) != kn_tensor_count(y) || kn_shape_count(v, 6) != kn_tensor_count(x))
+        return kn_kernel_error(c, KILN_ERR_INTERNAL, "block shapes do not match");
+    int64_t vs[6], od[6];
+    kn_cpu_strides(v, 6, vs);
+    kn_strided s;
+    s.rank = 6;
+    s.dst_off = s.src_off = 0;
+    for (int k = 0; k < 6; k++) {
+        od[k] = v[perm[k]];
+        s.dims[k] = od[k];
+        s.src_stride[k] = vs[perm[k]];
+    }
+    kn_cpu_strides(od, 6, s.dst_stride);
+    return kn_cpu_strided_copy(c, y, x, &s);
+}
+
+kiln_status kn_cpu_depth_to_space(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    int64_t b = kn_attr_int(c->node, "blocksize", 1);
+    if (x->rank != 4 || b < 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "needs a 4-D input and blocksize >= 1");
+    int64_t N = x->dims[0], C = x->dims[1] / (b * b), H = x->dims[2], W = x->dims[3];
+    if (!strcmp(kn_attr_string(c->node, "mode", "DCR"), "CRD")) {
+        int64_t v[6] = {N, C, b, b, H, W};
+        static const int perm[6] = {0, 1, 4, 2, 5, 3};
+        return six_d(c, v, perm);
+    }
+    int64_t v[6] = {N, b, b, C, H, W};
+    static const int perm[6] = {0, 3, 4, 1, 5, 2};
+    return six_d(c, v, perm);
+}
+
+kiln_status kn_cpu_space_to_depth(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    int64_t b = kn_attr_int(c->node, "blocksize", 1);
+    if (x->rank != 4 || b < 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "needs a 4-D input and blocksize >= 1");
+    int64_t v[6] = {x->dims[0], x->dims[1], x->dims[2] / b, b, x->dims[3] / b, b};
+    static const int dcr[6] = {0, 3, 5, 1, 2, 4}, crd[6] = {0, 1, 3, 5, 2, 4};
+    return six_d(c, v, !strcmp(kn_attr_string(c->node, "mode", "DCR"), "CRD") ? crd : dcr);
+}

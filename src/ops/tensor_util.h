@@ -1,0 +1,53 @@
+/* Parameter resolution shared by the tensor family's shape inference (src/ops/tensor.c) and its
+ * kernels (src/backend/cpu/tensor*.c), so both read Slice/Pad/Split parameters the same way.
+ *
+ * Each function takes the node and the values of its inputs (`vals[i]`, NULL when unknown or
+ * omitted): in infer that is c->in_value, in a kernel c->in. Errors are written to `why` (no node
+ * prefix; the caller adds it) and returned as a status. `*known` is false when a value the result
+ * depends on is not known yet (shape inference at load time). */
+#ifndef KN_OPS_TENSOR_UTIL_H
+#define KN_OPS_TENSOR_UTIL_H
+
+#include "ir/graph.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Elements of an integer tensor of rank <= 1 into vals (at most cap); -1 when it is not one. */
+int kn_tensor_ints(const kn_tensor *t, int64_t *vals, int cap);
+
+/* Slice: per axis of the data, the first index, the step and the output length. Axes Slice does
+ * not name keep start 0, step 1, len = dim. When dims[k] < 0 (unknown size) len[k] is -1, and
+ * whole[k] says whether the slice provably keeps the whole axis (0 to the end with step 1). */
+typedef struct kn_slice_plan {
+    int64_t start[KILN_MAX_RANK], step[KILN_MAX_RANK], len[KILN_MAX_RANK];
+    bool sliced[KILN_MAX_RANK];
+    bool whole[KILN_MAX_RANK];
+} kn_slice_plan;
+
+kiln_status kn_slice_plan_make(const kn_node *n, const kn_tensor *const *vals, int n_vals,
+                               const int64_t *dims, int rank, kn_slice_plan *p, bool *known,
+                               char *why, size_t cap);
+/* The ONNX clamping of one axis: start/end adjusted for negatives and clamped by step's sign. */
+void kn_slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t *start_out,
+                   int64_t *len_out);
+
+typedef enum kn_pad_mode { KN_PAD_CONSTANT, KN_PAD_REFLECT, KN_PAD_EDGE, KN_PAD_WRAP } kn_pad_mode;
+
+/* Pad: begin/end padding per axis (negative = crop), from attributes (opset < 11) or inputs
+ * pads/axes (opset >= 11, axes from 18). */
+kiln_status kn_pad_plan(const kn_node *n, const kn_tensor *const *vals, int n_vals, int rank,
+                        int64_t *begin, int64_t *end, kn_pad_mode *mode, bool *known, char *why,
+                        size_t cap);
+
+/* Split: the size of each of n_out parts along an axis of size dim (dim < 0: unknown). */
+kiln_status kn_split_sizes(const kn_node *n, const kn_tensor *const *vals, int n_vals, int64_t dim,
+                           int n_out, int64_t *sizes, bool *known, char *why, size_t cap);
+
+/* Squeeze/Unsqueeze axes from the attribute (opset < 13) or input 1. *count -1 when unknown;
+ * *present false when there are none (Squeeze: all unit dims). */
+kiln_status kn_axes_param(const kn_node *n, const kn_tensor *const *vals, int n_vals, int64_t *axes,
+                          int *count, bool *present, char *why, size_t cap);
+
+#endif

@@ -1,0 +1,16 @@
+/* The graph optimiser: passes registered with a name and a level, run up to the session's level. */
+#ifndef KN_OPT_H
+#define KN_OPT_H
+
+#include "exec/session.h"
+#include "ir/graph.h"
+
+/* One line per pass that changed something: what it did. */
+typedef void (*kn_opt_report_fn)(void *arg, const char *pass, int level, int nodes_before, int nodes_after,
+                                 const char *detail);
+
+/* Runs the passes of every level up to options->opt_level (skipping disabled ones) on the model's
+ * main graph. Shapes must have been inferred; the caller infers again afterwards. */
+kiln_status kn_optimize(kn_model *m, const kiln_session_options *options, kn_opt_report_fn report, void *arg);
+
+#endif

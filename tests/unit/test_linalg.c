@@ -1,0 +1,360 @@
+/* Unit tests of the linalg family: the float GEMM against a naive double-precision loop, Conv
+ * and ConvTranspose against naive direct loops written here, and shape inference messages. */
+#include "backend/cpu/linalg_impl.h"
+#include "backend/cpu/sgemm.h"
+#include "ops/op.h"
+#include "unit.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+/* deterministic pseudo-random values in [-1, 1) */
+static uint32_t rng_state = 12345;
+static float frand(void) {
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)((rng_state >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+static void fill(float *p, int64_t n) {
+    for (int64_t i = 0; i < n; i++) p[i] = frand();
+}
+
+/* ------------------------------------------------------------------ GEMM */
+
+static void ref_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++)
+                s += (double)(ta ? A[k * lda + i] : A[i * lda + k]) * (double)(tb ? B[j * ldb + k] : B[k * ldb + j]);
+            C[i * ldc + j] = (float)(alpha * s + (beta == 0.0f ? 0.0 : (double)beta * C[i * ldc + j]));
+        }
+}
+
+/* Runs one case with padded leading dimensions; returns the max relative error. */
+static double gemm_case(kn_threadpool *pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                        float beta) {
+    int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 7;
+    int64_t arows = ta ? K : M, brows = tb ? N : K;
+    float *A = malloc(sizeof(float) * (size_t)(arows * lda + 1));
+    float *B = malloc(sizeof(float) * (size_t)(brows * ldb + 1));
+    float *C = malloc(sizeof(float) * (size_t)(M * ldc + 1));
+    float *R = malloc(sizeof(float) * (size_t)(M * ldc + 1));
+    fill(A, arows * lda);
+    fill(B, brows * ldb);
+    fill(C, M * ldc);
+    if (beta == 0.0f) /* beta == 0 must not read C: poison it */
+        for (int64_t i = 0; i < M * ldc; i++) C[i] = NAN;
+    memcpy(R, C, sizeof(float) * (size_t)(M * ldc));
+    kiln_status s = kn_sgemm(pool, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    ref_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
+    double err = s == KILN_OK ? 0 : 1e9;
+    for (int64_t i = 0; i < M; i++) {
+        for (int64_t j = 0; j < N; j++) {
+            double d = fabs((double)C[i * ldc + j] - R[i * ldc + j]) / (1.0 + fabs(R[i * ldc + j]));
+            if (!(d <= err)) err = isnan(d) ? 1e9 : d;
+        }
+        /* the padding between rows is untouched */
+        for (int64_t j = N; j < ldc && i + 1 < M; j++)
+            if (!(C[i * ldc + j] == R[i * ldc + j] || (isnan(C[i * ldc + j]) && isnan(R[i * ldc + j])))) err = 1e9;
+    }
+    free(A), free(B), free(C), free(R);
+    return err;
+}
+
+/* float32 accumulation error grows with K; a wrong element is off by O(1) */
+static double gemm_tol(int64_t K) { return 1e-5 + 2e-7 * (double)K; }
+
+static void gemm_shapes(kn_threadpool *pool) {
+    static const int64_t sizes[] = {1, 2, 3, 7, 12, 13, 16, 17, 31, 32, 33, 47, 64, 100};
+    const int ns = (int)(sizeof sizes / sizeof sizes[0]);
+    int checked = 0;
+    for (int t = 0; t < 4; t++)
+        for (int a = 0; a < ns; a += 2)
+            for (int b = 1; b < ns; b += 3)
+                for (int c = 0; c < ns; c += 4) {
+                    int64_t M = sizes[a], N = sizes[b], K = sizes[c];
+                    float alpha = (t & 1) ? 0.5f : 1.0f, beta = (t == 1) ? 0.0f : (t == 2 ? 1.0f : -0.75f);
+                    if (t == 0) beta = 0.0f;
+                    double err = gemm_case(pool, t & 1, (t >> 1) & 1, M, N, K, alpha, beta);
+                    CHECK_MSG(err < gemm_tol(K), "GEMM %lldx%lldx%lld transA=%d transB=%d alpha=%g beta=%g: error %g",
+                              (long long)M, (long long)N, (long long)K, t & 1, (t >> 1) & 1, alpha, beta, err);
+                    checked++;
+                }
+    /* shapes that cross the cache blocks (KC=256, MC, NC=1024) and the special paths */
+    static const int64_t big[][3] = {{300, 70, 600}, {1, 1500, 300}, {1, 77, 1030}, {1030, 1, 300},
+                                     {5, 1100, 40},  {40, 33, 1},   {97, 1031, 9},  {257, 129, 513}};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
+        for (int t = 0; t < 4; t++) {
+            double err = gemm_case(pool, t & 1, (t >> 1) & 1, big[i][0], big[i][1], big[i][2], 1.25f, t == 3 ? 0.5f : 0.0f);
+            CHECK_MSG(err < gemm_tol(big[i][2]), "GEMM %lldx%lldx%lld transA=%d transB=%d: error %g", (long long)big[i][0],
+                      (long long)big[i][1], (long long)big[i][2], t & 1, (t >> 1) & 1, err);
+        }
+    CHECK(checked > 100);
+}
+
+KN_TEST(linalg_sgemm_single_thread) { gemm_shapes(NULL); }
+
+KN_TEST(linalg_sgemm_threads) {
+    kn_threadpool *pool;
+    CHECK_STATUS(kn_threadpool_create(3, &pool), KILN_OK);
+    gemm_shapes(pool);
+    kn_threadpool_destroy(pool);
+}
+
+KN_TEST(linalg_sgemm_k_zero) {
+    float C[6] = {1, 2, 3, 4, 5, 6}, A[1] = {0}, B[1] = {0};
+    CHECK_STATUS(kn_sgemm(NULL, false, false, 2, 3, 0, 1.0f, A, 1, B, 3, 2.0f, C, 3), KILN_OK);
+    CHECK_NEAR(C[5], 12.0, 0);
+    CHECK_STATUS(kn_sgemm(NULL, false, false, 2, 3, 0, 1.0f, A, 1, B, 3, 0.0f, C, 3), KILN_OK);
+    CHECK_NEAR(C[0], 0.0, 0);
+}
+
+/* ------------------------------------------------------------------ Conv through the kernel */
+
+typedef struct conv_case {
+    int nsp;
+    int64_t N, C, M, G;
+    int64_t in[3], k[3], s[3], d[3], pb[3], pe[3];
+    bool bias;
+} conv_case;
+
+static int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe) {
+    return (in + pb + pe - ((k - 1) * d + 1)) / s + 1;
+}
+
+/* independent reference: the textbook seven nested loops (with an odometer for the spatial dims) */
+static void ref_conv(const conv_case *cc, const float *x, const float *w, const float *b, float *y,
+                     const int64_t *out) {
+    int nsp = cc->nsp;
+    int64_t Cg = cc->C / cc->G, Mg = cc->M / cc->G, in_plane = 1, out_plane = 1, kk = 1;
+    for (int i = 0; i < nsp; i++) in_plane *= cc->in[i], out_plane *= out[i], kk *= cc->k[i];
+    for (int64_t n = 0; n < cc->N; n++)
+        for (int64_t m = 0; m < cc->M; m++)
+            for (int64_t o = 0; o < out_plane; o++) {
+                int64_t oc[3] = {0}, t = o;
+                for (int i = nsp - 1; i >= 0; i--) oc[i] = t % out[i], t /= out[i];
+                double acc = b ? b[m] : 0;
+                int64_t g = m / Mg;
+                for (int64_t ci = 0; ci < Cg; ci++)
+                    for (int64_t r = 0; r < kk; r++) {
+                        int64_t kc[3] = {0}, u = r, idx = 0;
+                        for (int i = nsp - 1; i >= 0; i--) kc[i] = u % cc->k[i], u /= cc->k[i];
+                        bool ok = true;
+                        for (int i = 0; i < nsp; i++) {
+                            int64_t p = oc[i] * cc->s[i] - cc->pb[i] + kc[i] * cc->d[i];
+                            ok &= p >= 0 && p < cc->in[i];
+                            idx = idx * cc->in[i] + p;
+                        }
+                        if (ok) acc += (double)x[(n * cc->C + g * Cg + ci) * in_plane + idx] * w[(m * Cg + ci) * kk + r];
+                    }
+                y[(n * cc->M + m) * out_plane + o] = (float)acc;
+            }
+}
+
+static kn_attr ints_attr(const char *name, int64_t *v, int n) {
+    kn_attr a;
+    memset(&a, 0, sizeof a);
+    a.name = name;
+    a.type = KN_ATTR_INTS;
+    a.n = n;
+    a.ints = v;
+    return a;
+}
+
+static kn_attr int_attr(const char *name, int64_t v) {
+    kn_attr a;
+    memset(&a, 0, sizeof a);
+    a.name = name;
+    a.type = KN_ATTR_INT;
+    a.i = v;
+    return a;
+}
+
+static void run_conv_case(kn_threadpool *pool, const conv_case *cc) {
+    int nsp = cc->nsp;
+    int64_t xd[5] = {cc->N, cc->C}, wd[5] = {cc->M, cc->C / cc->G}, yd[5] = {cc->N, cc->M}, out[3], bd[1] = {cc->M};
+    for (int i = 0; i < nsp; i++) {
+        xd[2 + i] = cc->in[i];
+        wd[2 + i] = cc->k[i];
+        out[i] = out_size(cc->in[i], cc->k[i], cc->s[i], cc->d[i], cc->pb[i], cc->pe[i]);
+        yd[2 + i] = out[i];
+    }
+    kn_tensor *X, *W, *B = NULL, *Y;
+    CHECK_STATUS(kn_tensor_new(KILN_DTYPE_FLOAT, nsp + 2, xd, &X), KILN_OK);
+    CHECK_STATUS(kn_tensor_new(KILN_DTYPE_FLOAT, nsp + 2, wd, &W), KILN_OK);
+    CHECK_STATUS(kn_tensor_new(KILN_DTYPE_FLOAT, nsp + 2, yd, &Y), KILN_OK);
+    fill(X->data, kn_tensor_count(X));
+    fill(W->data, kn_tensor_count(W));
+    if (cc->bias) {
+        CHECK_STATUS(kn_tensor_new(KILN_DTYPE_FLOAT, 1, bd, &B), KILN_OK);
+        fill(B->data, cc->M);
+    }
+    int64_t pads[6], strides[3], dil[3], ks[3];
+    for (int i = 0; i < nsp; i++) {
+        pads[i] = cc->pb[i];
+        pads[nsp + i] = cc->pe[i];
+        strides[i] = cc->s[i];
+        dil[i] = cc->d[i];
+        ks[i] = cc->k[i];
+    }
+    kn_attr attrs[5] = {ints_attr("pads", pads, 2 * nsp), ints_attr("strides", strides, nsp),
+                        ints_attr("dilations", dil, nsp), int_attr("group", cc->G), ints_attr("kernel_shape", ks, nsp)};
+    kn_node node;
+    memset(&node, 0, sizeof node);
+    node.name = "conv";
+    node.op_type = "Conv";
+    node.domain = "";
+    node.opset = 11;
+    node.attrs = attrs;
+    node.n_attrs = 5;
+    kn_tensor *ins[3] = {X, W, B};
+    kn_tensor *outs[1] = {Y};
+    kn_kernel_ctx ctx = {.node = &node, .n_inputs = cc->bias ? 3 : 2, .in = ins, .n_outputs = 1, .out = outs, .pool = pool};
+    CHECK_STATUS(kn_cpu_conv(&ctx), KILN_OK);
+    int64_t ny = kn_tensor_count(Y);
+    float *R = malloc(sizeof(float) * (size_t)ny);
+    ref_conv(cc, X->data, W->data, B ? B->data : NULL, R, out);
+    double err = 0;
+    for (int64_t i = 0; i < ny; i++) {
+        double d = fabs((double)((float *)Y->data)[i] - R[i]) / (1.0 + fabs(R[i]));
+        if (!(d <= err)) err = isnan(d) ? 1e9 : d;
+    }
+    CHECK_MSG(err < 1e-5, "Conv %d-D N=%lld C=%lld M=%lld group=%lld in=%lld,%lld k=%lld,%lld s=%lld,%lld d=%lld,%lld "
+              "pads=%lld,%lld/%lld,%lld: error %g",
+              nsp, (long long)cc->N, (long long)cc->C, (long long)cc->M, (long long)cc->G, (long long)cc->in[0],
+              (long long)cc->in[1], (long long)cc->k[0], (long long)cc->k[1], (long long)cc->s[0], (long long)cc->s[1],
+              (long long)cc->d[0], (long long)cc->d[1], (long long)cc->pb[0], (long long)cc->pb[1],
+              (long long)cc->pe[0], (long long)cc->pe[1], err);
+    free(R);
+    kn_tensor_free(X);
+    kn_tensor_free(W);
+    kn_tensor_free(B);
+    kn_tensor_free(Y);
+}
+
+static void conv_cases(kn_threadpool *pool) {
+    static const conv_case cases[] = {
+        /* 1-D: plain, strided + asymmetric pads, dilated, grouped, depthwise */
+        {1, 2, 3, 4, 1, {17}, {3}, {1}, {1}, {1}, {1}, true},
+        {1, 1, 4, 6, 1, {40}, {5}, {2}, {1}, {0}, {3}, false},
+        {1, 1, 4, 4, 2, {33}, {3}, {1}, {3}, {2}, {1}, true},
+        {1, 2, 6, 12, 6, {50}, {4}, {3}, {2}, {3}, {0}, true},
+        /* 2-D */
+        {2, 1, 3, 8, 1, {9, 11}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, true},
+        {2, 2, 5, 7, 1, {14, 13}, {3, 2}, {2, 1}, {1, 1}, {0, 1}, {2, 0}, false},
+        {2, 1, 4, 6, 2, {12, 12}, {3, 3}, {1, 2}, {2, 1}, {2, 0}, {1, 3}, true},
+        {2, 1, 8, 8, 8, {15, 10}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, true},   /* depthwise */
+        {2, 2, 6, 12, 6, {11, 9}, {5, 3}, {2, 2}, {1, 2}, {2, 1}, {1, 2}, false}, /* depthwise x2 */
+        {2, 1, 16, 40, 1, {7, 9}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, true},  /* pointwise */
+        {2, 2, 8, 12, 4, {6, 5}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, false},  /* grouped pointwise */
+        {2, 1, 6, 5, 1, {8, 8}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, true},    /* strided 1x1 */
+        {2, 1, 32, 70, 1, {20, 37}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, true}, /* several GEMM blocks */
+        {2, 1, 3, 2, 1, {4, 3}, {4, 3}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, false},  /* kernel = input */
+        /* 3-D */
+        {3, 1, 2, 3, 1, {5, 6, 4}, {3, 2, 2}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1}, {1, 1, 0}, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_conv_case(pool, &cases[i]);
+}
+
+KN_TEST(linalg_conv_vs_direct) { conv_cases(NULL); }
+
+KN_TEST(linalg_conv_vs_direct_threads) {
+    kn_threadpool *pool;
+    CHECK_STATUS(kn_threadpool_create(2, &pool), KILN_OK);
+    conv_cases(pool);
+    kn_threadpool_destroy(pool);
+}
+
+/* ------------------------------------------------------------------ shape inference messages */
+
+static kiln_status infer(const char *op, int opset, kn_attr *attrs, int n_attrs, kn_type *in, int n_in, kn_type *out) {
+    const kn_op_schema *s = kn_op_find("", op, opset, NULL);
+    if (!s) return KILN_ERR_UNSUPPORTED;
+    kn_node node;
+    memset(&node, 0, sizeof node);
+    node.name = "n0";
+    node.op_type = op;
+    node.domain = "";
+    node.opset = opset;
+    node.attrs = attrs;
+    node.n_attrs = n_attrs;
+    const kn_type *inp[4];
+    const kn_tensor *vals[4] = {0};
+    for (int i = 0; i < n_in; i++) inp[i] = &in[i];
+    kn_type_init(out);
+    kn_infer_ctx c = {.node = &node, .n_inputs = n_in, .in = inp, .in_value = vals, .n_outputs = 1, .out = out};
+    return s->infer(&c);
+}
+
+static kn_type ttype(int rank, const int64_t *dims) {
+    kn_type t;
+    kn_type_set_tensor(&t, KILN_DTYPE_FLOAT, rank, dims);
+    return t;
+}
+
+KN_TEST(linalg_infer_gemm) {
+    /* the field shape: A [N,128], B [1152,128], transB=1, C [1152] */
+    int64_t a[2] = {7, 128}, b[2] = {1152, 128}, cdim[1] = {1152};
+    kn_type in[3] = {ttype(2, a), ttype(2, b), ttype(1, cdim)};
+    in[0].dims[0].value = -1;
+    in[0].dims[0].symbol = "N";
+    kn_attr attrs[1] = {int_attr("transB", 1)};
+    kn_type out;
+    CHECK_STATUS(infer("Gemm", 13, attrs, 1, in, 3, &out), KILN_OK);
+    CHECK_EQ_INT(out.rank, 2);
+    CHECK(out.dims[0].symbol && !strcmp(out.dims[0].symbol, "N"));
+    CHECK_EQ_INT(out.dims[1].value, 1152);
+    /* without transB the inner dims differ: the message names both shapes and both flags */
+    CHECK_STATUS(infer("Gemm", 13, NULL, 0, in, 3, &out), KILN_ERR_SHAPE);
+    CHECK_ERROR_HAS("[1152,128]");
+    CHECK_ERROR_HAS("transA=0");
+    CHECK_ERROR_HAS("transB=0");
+    CHECK_ERROR_HAS("K=128");
+    CHECK_ERROR_HAS("K=1152");
+}
+
+KN_TEST(linalg_infer_conv_messages) {
+    int64_t x[3] = {1, 64, 100}, w[4] = {32, 64, 3, 3};
+    kn_type in[2] = {ttype(3, x), ttype(4, w)};
+    kn_type out;
+    CHECK_STATUS(infer("Conv", 11, NULL, 0, in, 2, &out), KILN_ERR_SHAPE);
+    CHECK_ERROR_HAS("[1,64,100] (1 spatial dim)");
+    CHECK_ERROR_HAS("[32,64,3,3] (2 spatial dims)");
+    int64_t x2[3] = {1, 64, 100}, w2[3] = {32, 16, 3};
+    kn_type in2[2] = {ttype(3, x2), ttype(3, w2)};
+    kn_attr g[1] = {int_attr("group", 2)};
+    CHECK_STATUS(infer("Conv", 11, g, 1, in2, 2, &out), KILN_ERR_SHAPE);
+    CHECK_ERROR_HAS("group=2");
+    /* a valid 1-D conv with SAME_UPPER keeps the length */
+    int64_t w3[3] = {32, 64, 3};
+    kn_type in3[2] = {ttype(3, x), ttype(3, w3)};
+    kn_attr ap;
+    memset(&ap, 0, sizeof ap);
+    ap.name = "auto_pad";
+    ap.type = KN_ATTR_STRING;
+    ap.s = "SAME_UPPER";
+    ap.s_len = 10;
+    CHECK_STATUS(infer("Conv", 11, &ap, 1, in3, 2, &out), KILN_OK);
+    CHECK_EQ_INT(out.rank, 3);
+    CHECK_EQ_INT(out.dims[1].value, 32);
+    CHECK_EQ_INT(out.dims[2].value, 100);
+}
+
+KN_TEST(linalg_infer_matmul) {
+    int64_t a[4] = {2, 1, 5, 7}, b[3] = {3, 7, 4};
+    kn_type in[2] = {ttype(4, a), ttype(3, b)};
+    kn_type out;
+    CHECK_STATUS(infer("MatMul", 13, NULL, 0, in, 2, &out), KILN_OK);
+    CHECK_EQ_INT(out.rank, 4);
+    CHECK_EQ_INT(out.dims[0].value, 2);
+    CHECK_EQ_INT(out.dims[1].value, 3);
+    CHECK_EQ_INT(out.dims[2].value, 5);
+    CHECK_EQ_INT(out.dims[3].value, 4);
+    int64_t b2[2] = {6, 4};
+    kn_type in2[2] = {ttype(4, a), ttype(2, b2)};
+    CHECK_STATUS(infer("MatMul", 13, NULL, 0, in2, 2, &out), KILN_ERR_SHAPE);
+    CHECK_ERROR_HAS("[2,1,5,7]");
+    CHECK_ERROR_HAS("[6,4]");
+}
