@@ -10,7 +10,8 @@
     KN_FAMILY(linalg)      /* MatMul, Gemm, Conv, ConvTranspose, pooling */                       \
     KN_FAMILY(tensor)      /* shape and data movement: Reshape, Transpose, Gather, Slice, ... */  \
     KN_FAMILY(nn)          /* reductions, Softmax, normalisations, RNN/LSTM/GRU, TopK, ArgMax */  \
-    KN_FAMILY(control)     /* If, Loop, Scan, sequences, optionals */
+    KN_FAMILY(control)     /* If, Loop, Scan, sequences, optionals */                             \
+    KN_FAMILY(fused)       /* kiln's own fused operators (domain "kiln"), formed by the optimiser */
 
 #define KN_FAMILY(name) extern const kn_op_schema kn_ops_##name[];
 KN_OP_FAMILIES
