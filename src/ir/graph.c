@@ -135,6 +135,21 @@ int kn_graph_add_node(kn_graph *g, const char *name, const char *op_type, const 
     return g->n_nodes++;
 }
 
+static void pin_outer_reads(kn_graph *g, const kn_graph *sub) {
+    for (int v = 0; v < sub->n_values; v++) {
+        if (!sub->values[v].is_outer) continue;
+        int id = kn_graph_find_value(g, sub->values[v].name);
+        if (id >= 0) g->values[id].uses++;
+    }
+    for (int i = 0; i < sub->n_nodes; i++)
+        for (int a = 0; a < sub->nodes[i].n_attrs; a++) {
+            const kn_attr *at = &sub->nodes[i].attrs[a];
+            if (at->type == KN_ATTR_GRAPH && at->g) pin_outer_reads(g, at->g);
+            if (at->type == KN_ATTR_GRAPHS)
+                for (int k = 0; k < at->n; k++) pin_outer_reads(g, at->graphs[k]);
+        }
+}
+
 void kn_graph_recount(kn_graph *g) {
     for (int i = 0; i < g->n_values; i++) {
         g->values[i].uses = 0;
@@ -150,6 +165,17 @@ void kn_graph_recount(kn_graph *g) {
             if (n->outputs[j] >= 0) g->values[n->outputs[j]].producer = i;
     }
     for (int i = 0; i < g->n_outputs; i++) g->values[g->outputs[i]].uses++;
+    /* Values that subgraphs read from this graph (If/Loop/Scan bodies name them directly) get
+     * one use no node consumes, so a run keeps them until its end. */
+    for (int i = 0; i < g->n_nodes; i++) {
+        kn_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int a = 0; a < n->n_attrs; a++) {
+            if (n->attrs[a].type == KN_ATTR_GRAPH && n->attrs[a].g) pin_outer_reads(g, n->attrs[a].g);
+            if (n->attrs[a].type == KN_ATTR_GRAPHS)
+                for (int k = 0; k < n->attrs[a].n; k++) pin_outer_reads(g, n->attrs[a].graphs[k]);
+        }
+    }
 }
 
 kiln_status kn_graph_sort(kn_graph *g) {

@@ -53,7 +53,7 @@ kiln_status kn_npy_parse(const unsigned char *d, size_t size, const char *what, 
         st = kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: .npy header has no descr", what);
         goto done;
     }
-    if ((p = strstr(h, "'fortran_order'")) && strstr(p, "True") == strchr(p + 15, 'T')) {
+    if ((p = strstr(h, "'fortran_order'")) && (p = strchr(p + 15, ':')) && !strncmp(p + 1 + strspn(p + 1, " "), "True", 4)) {
         st = kn_error(KILN_ERR_UNSUPPORTED, "%s: Fortran-ordered .npy arrays are not supported", what);
         goto done;
     }
