@@ -158,6 +158,7 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         kn_type_init(&types_out[o]);
         out[o] = NULL;
     }
+    const kn_cpu_kernel *k = n->kernel;
     kn_infer_ctx ic = {n, ni, in_tp, in_val, no, types_out, &g->model->arena};
     if (n->schema->infer) {
         st = n->schema->infer(&ic);
@@ -168,14 +169,14 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         if (kn_type_is_static(&types_out[o])) {
             int64_t dims[KILN_MAX_RANK];
             for (int d = 0; d < types_out[o].rank; d++) dims[d] = types_out[o].dims[d].value;
-            st = kn_tensor_new(types_out[o].dtype, types_out[o].rank, dims, &out[o]);
+            st = kn_tensor_new_pooled(x->buffers, !(k->flags & KN_KERNEL_OVERWRITES), types_out[o].dtype,
+                                      types_out[o].rank, dims, &out[o]);
             if (st != KILN_OK) {
                 kn_error_prefix(st, "%s: output %d: ", kn_node_label(n, lbl, sizeof lbl), o);
                 goto done;
             }
         }
     }
-    const kn_cpu_kernel *k = n->kernel;
     kn_kernel_ctx kc = {n, g, ni, in, no, out, x->pool, x};
     st = k->run(&kc);
     if (st != KILN_OK) goto done;
@@ -201,9 +202,9 @@ done:
     return st;
 }
 
-kiln_status kn_exec_graph(const kn_graph *g, kn_threadpool *pool, kn_exec *parent,
+kiln_status kn_exec_graph(const kn_graph *g, kn_threadpool *pool, kn_buffer_pool *buffers, kn_exec *parent,
                           kn_tensor *const *inputs, kn_tensor **outputs) {
-    kn_exec x = {g, NULL, NULL, NULL, pool, parent};
+    kn_exec x = {g, NULL, NULL, NULL, pool, buffers, parent};
     size_t nv = (size_t)(g->n_values ? g->n_values : 1);
     x.slots = calloc(nv, sizeof *x.slots);
     x.owned = calloc(nv, 1);
@@ -238,6 +239,7 @@ kiln_status kn_exec_graph(const kn_graph *g, kn_threadpool *pool, kn_exec *paren
         /* hand over the run's own value when this is its last reader; copy otherwise */
         if (x.owned[v] && x.remaining[v] <= 1) {
             outputs[i] = t;
+            kn_tensor_detach(t);
             x.slots[v] = NULL;
             x.owned[v] = 0;
         } else {
@@ -268,5 +270,5 @@ kiln_status kn_exec_subgraph(kn_kernel_ctx *c, const kn_graph *body, kn_tensor *
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL,
                                "subgraph '%s' has %d inputs and %d outputs; the operator passes %d and expects %d",
                                body->name, body->n_inputs, body->n_outputs, n_inputs, n_outputs);
-    return kn_exec_graph(body, c->pool, c->exec, inputs, outputs);
+    return kn_exec_graph(body, c->pool, c->exec ? c->exec->buffers : NULL, c->exec, inputs, outputs);
 }

@@ -16,7 +16,8 @@ typedef struct kn_exec {
     unsigned char *owned;   /* per value id: 1 when slots[i] is owned by this run */
     int *remaining;         /* per value id: uses left in this run */
     kn_threadpool *pool;
-    struct kn_exec *parent; /* enclosing run, for outer-scope values */
+    kn_buffer_pool *buffers; /* where intermediate tensors' memory comes from (may be NULL) */
+    struct kn_exec *parent;  /* enclosing run, for outer-scope values */
 } kn_exec;
 
 /* Resolves schemas (kn_op_find) for every node of g and its subgraphs; an unknown operator or
@@ -30,8 +31,9 @@ kiln_status kn_graph_assign_cpu(kn_graph *g);
 kiln_status kn_graph_infer(kn_graph *g);
 
 /* Runs g. inputs: one per g->inputs entry (borrowed; NULL = use the initializer default).
- * outputs: one slot per g->outputs entry, each receives a new tensor the caller owns. */
-kiln_status kn_exec_graph(const kn_graph *g, kn_threadpool *pool, kn_exec *parent,
+ * outputs: one slot per g->outputs entry, each receives a new tensor the caller owns (never
+ * tied to `buffers`). */
+kiln_status kn_exec_graph(const kn_graph *g, kn_threadpool *pool, kn_buffer_pool *buffers, kn_exec *parent,
                           kn_tensor *const *inputs, kn_tensor **outputs);
 /* For control-flow kernels: runs `body` with the given inputs (borrowed, one per body input)
  * and the current run as outer scope; outputs as for kn_exec_graph. */

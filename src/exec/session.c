@@ -75,6 +75,7 @@ kiln_status kn_session_options_copy(const kiln_session_options *src, kiln_sessio
 static void session_free(kiln_session *s) {
     if (!s) return;
     kn_threadpool_destroy(s->pool);
+    kn_buffer_pool_destroy(s->buffers);
     kn_model_free(s->model);
     free(s->inputs);
     free(s->outputs);
@@ -162,6 +163,7 @@ kiln_status kn_session_from_model(kn_model *model, const kiln_session_options *o
     }
     if (st == KILN_OK) st = kn_graph_assign_cpu(model->graph);
     if (st == KILN_OK) st = kn_threadpool_create(s->opts.intra_op_threads, &s->pool);
+    if (st == KILN_OK) st = kn_buffer_pool_create(&s->buffers);
     if (st == KILN_OK) st = fill_io(s);
     if (st != KILN_OK) {
         session_free(s);
@@ -324,7 +326,7 @@ kiln_status kiln_session_run(kiln_session *s, const char *const *input_names,
         }
         want[i] = k;
     }
-    st = kn_exec_graph(g, s->pool, NULL, bound, all_out);
+    st = kn_exec_graph(g, s->pool, s->buffers, NULL, bound, all_out);
     if (st != KILN_OK) goto done;
     for (size_t i = 0; i < n_outputs; i++) {
         int k = want[i];

@@ -46,6 +46,7 @@ struct kiln_session {
     kiln_session_options opts;
     kn_model *model;
     kn_threadpool *pool;
+    kn_buffer_pool *buffers;
     kn_io_info *inputs;
     int n_inputs;
     kn_io_info *outputs;

@@ -3,6 +3,7 @@
 #include "util/status.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,26 +118,113 @@ static kn_tensor *alloc_header(kiln_dtype dtype, int rank, const int64_t *dims) 
     return t;
 }
 
-kiln_status kn_tensor_new(kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out) {
+/* ---- buffer pool ---- */
+
+typedef struct pool_block {
+    void *data;
+    size_t capacity;
+} pool_block;
+
+struct kn_buffer_pool {
+    pthread_mutex_t mu;
+    pool_block *free_blocks;
+    int n_free, cap_free;
+    size_t cached_bytes;
+};
+
+/* Cached bytes beyond this are given back to the system. */
+#define KN_POOL_MAX_CACHED ((size_t)8 << 30)
+
+kiln_status kn_buffer_pool_create(kn_buffer_pool **out) {
+    kn_buffer_pool *p = calloc(1, sizeof *p);
+    if (!p) return KN_OOM();
+    pthread_mutex_init(&p->mu, NULL);
+    *out = p;
+    return KILN_OK;
+}
+
+void kn_buffer_pool_destroy(kn_buffer_pool *p) {
+    if (!p) return;
+    for (int i = 0; i < p->n_free; i++) free(p->free_blocks[i].data);
+    free(p->free_blocks);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+/* Best fit among cached blocks no more than twice the request, so a small tensor does not pin a
+ * big block. */
+static void *pool_get(kn_buffer_pool *p, size_t need, size_t *capacity) {
+    void *data = NULL;
+    pthread_mutex_lock(&p->mu);
+    int best = -1;
+    for (int i = 0; i < p->n_free; i++) {
+        size_t c = p->free_blocks[i].capacity;
+        if (c >= need && c / 2 <= need && (best < 0 || c < p->free_blocks[best].capacity)) best = i;
+    }
+    if (best >= 0) {
+        data = p->free_blocks[best].data;
+        *capacity = p->free_blocks[best].capacity;
+        p->cached_bytes -= *capacity;
+        p->free_blocks[best] = p->free_blocks[--p->n_free];
+    }
+    pthread_mutex_unlock(&p->mu);
+    return data;
+}
+
+static void pool_put(kn_buffer_pool *p, void *data, size_t capacity) {
+    pthread_mutex_lock(&p->mu);
+    if (p->cached_bytes + capacity <= KN_POOL_MAX_CACHED) {
+        if (p->n_free == p->cap_free) {
+            int nc = p->cap_free ? p->cap_free * 2 : 64;
+            pool_block *b = realloc(p->free_blocks, sizeof *b * (size_t)nc);
+            if (b) {
+                p->free_blocks = b;
+                p->cap_free = nc;
+            }
+        }
+        if (p->n_free < p->cap_free) {
+            p->free_blocks[p->n_free++] = (pool_block){data, capacity};
+            p->cached_bytes += capacity;
+            data = NULL;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    free(data);
+}
+
+void kn_tensor_detach(kn_tensor *t) {
+    if (t) t->pool = NULL;
+}
+
+kiln_status kn_tensor_new_pooled(kn_buffer_pool *pool, bool zero, kiln_dtype dtype, int rank,
+                                 const int64_t *dims, kn_tensor **out) {
     int64_t n;
     *out = NULL;
     KN_TRY(check_shape(dtype, rank, dims, &n));
     kn_tensor *t = alloc_header(dtype, rank, dims);
     if (!t) return KN_OOM();
     t->nbytes = (size_t)n * kiln_dtype_size(dtype);
-    /* at least one byte so data is never NULL; 64-byte aligned for vector kernels */
+    /* at least 64 bytes so data is never NULL; 64-byte aligned for vector kernels */
     size_t cap = (t->nbytes + 63) & ~(size_t)63;
     if (cap == 0) cap = 64;
-    t->data = aligned_alloc(64, cap);
+    t->data = pool ? pool_get(pool, cap, &cap) : NULL;
+    if (!t->data) t->data = aligned_alloc(64, cap);
     if (!t->data) {
         size_t want = t->nbytes;
         free(t);
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory allocating %zu bytes", want);
     }
-    memset(t->data, 0, cap);
+    /* strings must start NULL; everything else is zeroed on request */
+    if (zero || dtype == KILN_DTYPE_STRING) memset(t->data, 0, cap);
     t->owns_data = true;
+    t->pool = pool;
+    t->capacity = cap;
     *out = t;
     return KILN_OK;
+}
+
+kiln_status kn_tensor_new(kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out) {
+    return kn_tensor_new_pooled(NULL, true, dtype, rank, dims, out);
 }
 
 kiln_status kn_tensor_new_view(kiln_dtype dtype, int rank, const int64_t *dims, void *data,
@@ -239,7 +327,8 @@ void kn_tensor_free(kn_tensor *t) {
             char **s = t->data;
             for (int64_t i = 0; i < n; i++) free(s[i]);
         }
-        free(t->data);
+        if (t->pool) pool_put(t->pool, t->data, t->capacity);
+        else free(t->data);
     }
     free(t);
 }

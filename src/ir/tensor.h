@@ -25,7 +25,8 @@ struct kiln_tensor {
     void *data;     /* elements; for STRING an array of char* each malloc'ed and owned */
     size_t nbytes;  /* bytes of `data` (for STRING: count * sizeof(char*)) */
     bool owns_data; /* free `data` (and the strings) on destroy */
-    void *keepalive; /* optional owner to release with the tensor (e.g. a mapped file); unused yet */
+    struct kn_buffer_pool *pool; /* when set, `data` goes back to this pool on free */
+    size_t capacity;             /* bytes of the `data` block (>= nbytes) */
     /* containers */
     struct kiln_tensor **items;
     int n_items;
@@ -47,6 +48,19 @@ kiln_status kn_tensor_new_optional(kiln_dtype elem_dtype, kn_tensor *item /* own
                                    kn_tensor **out);
 /* Appends (takes ownership of) item to a sequence. */
 kiln_status kn_sequence_append(kn_tensor *seq, kn_tensor *item);
+/* A per-session pool of element buffers: a run's intermediate tensors reuse the blocks of the
+ * previous run instead of going back to malloc (and the page faults of fresh memory). Thread-safe.
+ * Destroy it only when no tensor of it is alive (kn_tensor_detach hands a buffer out for good). */
+typedef struct kn_buffer_pool kn_buffer_pool;
+kiln_status kn_buffer_pool_create(kn_buffer_pool **out);
+void kn_buffer_pool_destroy(kn_buffer_pool *p);
+/* As kn_tensor_new, with memory from the pool (NULL pool = plain allocation); zeroed only when
+ * `zero` is set. */
+kiln_status kn_tensor_new_pooled(kn_buffer_pool *pool, bool zero, kiln_dtype dtype, int rank,
+                                 const int64_t *dims, kn_tensor **out);
+/* Makes t's buffer its own (no longer returned to a pool). */
+void kn_tensor_detach(kn_tensor *t);
+
 /* Deep copy (data copied, owning). */
 kiln_status kn_tensor_clone(const kn_tensor *src, kn_tensor **out);
 void kn_tensor_free(kn_tensor *t);

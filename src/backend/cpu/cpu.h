@@ -16,7 +16,14 @@ typedef struct kn_cpu_kernel {
     /* Optional: whether this kernel handles the node with these input types (NULL = all the
      * schema allows). On false it writes the reason, e.g. "element type int8 not supported". */
     bool (*supports)(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap);
+    unsigned flags; /* KN_KERNEL_* */
 } kn_cpu_kernel;
+
+enum {
+    /* The kernel writes every element of every preallocated output, so the executor need not
+     * zero them first (most kernels; not those that accumulate into or skip output elements). */
+    KN_KERNEL_OVERWRITES = 1u << 0,
+};
 
 /* The kernel for a node, or NULL (with the reason in why). */
 const kn_cpu_kernel *kn_cpu_find(const kn_node *node, const kn_type *const *in, int n_in,
