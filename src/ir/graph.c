@@ -254,7 +254,7 @@ kiln_status kn_graph_sort(kn_graph *g) {
         goto done;
     }
     for (int i = 0; i < n; i++) sorted[i] = g->nodes[order[i]];
-    memcpy(g->nodes, sorted, sizeof(kn_node) * (size_t)n);
+    if (n > 0) memcpy(g->nodes, sorted, sizeof(kn_node) * (size_t)n);
     free(sorted);
     kn_graph_recount(g);
 done:

@@ -119,6 +119,7 @@ static kn_span norm_domain(kn_span d) {
 typedef struct fn_def {
     kn_span name, domain, overload;
     kn_pb msg;
+    int next; /* the next function with the same name, or -1 */
 } fn_def;
 
 typedef struct ctx {
@@ -128,6 +129,11 @@ typedef struct ctx {
     fn_def *fns;
     int n_fns, cap_fns;
     int n_calls; /* function calls expanded, for naming unnamed calling nodes */
+    kn_nmap fn_by_name;  /* function name -> first index in fns */
+    kn_nmap opset_by_domain; /* domain -> version (clamped to int) */
+    /* Nodes function expansion may still create: calls nest, so a small file could otherwise
+     * expand exponentially. */
+    size_t expand_budget;
 } ctx;
 
 static const char *arena_span(ctx *c, kn_span s) { return kn_arena_strndup(&c->m->arena, s.p ? s.p : "", s.n); }
@@ -537,12 +543,10 @@ static kiln_status attr_body(ctx *c, scope *s, kn_pb *ar, kn_attr *a) {
     case KN_ATTR_FLOAT: {
         uint32_t bits = (uint32_t)lf->u;
         memcpy(&a->f, &bits, sizeof bits);
-        a->i = (int64_t)a->f;
         return KILN_OK;
     }
     case KN_ATTR_INT:
         a->i = (int64_t)lf->u;
-        a->f = (float)a->i;
         return KILN_OK;
     case KN_ATTR_STRING:
         if (present & (1u << KN_ATTR_STRING)) {
@@ -553,7 +557,9 @@ static kiln_status attr_body(ctx *c, scope *s, kn_pb *ar, kn_attr *a) {
         }
         return a->s ? KILN_OK : KN_OOM();
     case KN_ATTR_TENSOR:
-        if (present & (1u << KN_ATTR_TENSOR)) {
+        if (!(present & (1u << KN_ATTR_TENSOR)))
+            return kn_error(KILN_ERR_INVALID_MODEL, "type is TENSOR but it has no value (field 't' is missing)");
+        {
             kn_pb tr;
             const uint8_t *nm;
             size_t nl;
@@ -563,8 +569,9 @@ static kiln_status attr_body(ctx *c, scope *s, kn_pb *ar, kn_attr *a) {
         }
         return KILN_OK;
     case KN_ATTR_GRAPH:
-        if (present & (1u << KN_ATTR_GRAPH)) KN_TRY(parse_subgraph(c, s, &it, lf, &a->g));
-        return KILN_OK;
+        if (!(present & (1u << KN_ATTR_GRAPH)))
+            return kn_error(KILN_ERR_INVALID_MODEL, "type is GRAPH but it has no value (field 'g' is missing)");
+        return parse_subgraph(c, s, &it, lf, &a->g);
     case KN_ATTR_TYPE_PROTO:
         a->type_protos = kn_arena_alloc(ar_, sizeof(kn_type));
         if (!a->type_protos) return KN_OOM();
@@ -579,6 +586,7 @@ static kiln_status attr_body(ctx *c, scope *s, kn_pb *ar, kn_attr *a) {
     case KN_ATTR_SPARSE_TENSOR:
     case KN_ATTR_SPARSE_TENSORS:
         return kn_error(KILN_ERR_UNSUPPORTED, "sparse tensor attributes are not supported");
+    case KN_ATTR_UNDEFINED: return KILN_OK; /* no type and no value: getters treat it as absent */
     default: break;
     }
     /* lists */
@@ -655,24 +663,36 @@ typedef struct fncall {
     const char *call_name;
     const kn_attr *call_attrs;
     int n_call_attrs;
+    kn_nmap call_idx; /* name -> index in call_attrs */
     kn_attr *defaults;
     int n_defaults;
-    kn_opset_import *opsets;
-    int n_opsets;
+    kn_nmap default_idx;
+    kn_nmap opsets; /* domain -> version */
 } fncall;
 
-static const kn_attr *find_attr(const kn_attr *a, int n, const char *name) {
+/* Finds attribute `name` among a[0..n); idx (may be NULL) is a name -> position map over them. */
+static const kn_attr *find_attr(const kn_attr *a, int n, const kn_nmap *idx, const char *name) {
+    if (idx && idx->n) {
+        kn_nmap_entry *e = kn_nmap_get(idx, name, strlen(name));
+        return e ? &a[e->val] : NULL;
+    }
     for (int i = 0; i < n; i++)
         if (!strcmp(a[i].name, name)) return &a[i];
     return NULL;
 }
 
 static const fn_def *find_function(const ctx *c, kn_span domain, kn_span op, kn_span overload) {
-    for (int i = 0; i < c->n_fns; i++) {
+    kn_nmap_entry *e = kn_nmap_get(&c->fn_by_name, op.p, op.n);
+    for (int i = e ? e->val : -1; i >= 0; i = c->fns[i].next) {
         const fn_def *f = &c->fns[i];
-        if (spans_eq(f->name, op) && spans_eq(f->domain, domain) && spans_eq(f->overload, overload)) return f;
+        if (spans_eq(f->domain, domain) && spans_eq(f->overload, overload)) return f;
     }
     return NULL;
+}
+
+static int64_t model_opset(const ctx *c, const char *domain) {
+    kn_nmap_entry *e = kn_nmap_get(&c->opset_by_domain, domain, strlen(domain));
+    return e ? e->val : 0;
 }
 
 static kiln_status expand(ctx *c, scope *caller, const fncall *outer, const char *call_name, const kn_attr *attrs,
@@ -702,32 +722,34 @@ static kiln_status build_node(ctx *c, scope *s, const nodebuf *b, const pnode *p
     kn_attr *attrs = kn_arena_alloc(&m->arena, sizeof(kn_attr) * (size_t)(pn->n_at ? pn->n_at : 1));
     if (!name || !op || !dom || !attrs) return KN_OOM();
     int na = 0;
-    for (int k = 0; k < pn->n_at; k++) {
+    kn_nmap seen = {0};
+    kiln_status st = KILN_OK;
+    for (int k = 0; k < pn->n_at && st == KILN_OK; k++) {
         kn_pb ar = b->attrs[pn->at0 + k];
         kn_attr *a = &attrs[na];
-        KN_TRY(parse_attr(c, s, &ar, a));
+        st = parse_attr(c, s, &ar, a);
+        if (st != KILN_OK) break;
         if (a->ref_attr_name && fc) {
-            const kn_attr *src = find_attr(fc->call_attrs, fc->n_call_attrs, a->ref_attr_name);
-            if (!src) src = find_attr(fc->defaults, fc->n_defaults, a->ref_attr_name);
+            const kn_attr *src = find_attr(fc->call_attrs, fc->n_call_attrs, &fc->call_idx, a->ref_attr_name);
+            if (!src) src = find_attr(fc->defaults, fc->n_defaults, &fc->default_idx, a->ref_attr_name);
             if (!src) continue; /* not given: the attribute is absent */
             const char *keep = a->name;
             *a = *src;
             a->name = keep;
             a->ref_attr_name = NULL;
         }
-        if (find_attr(attrs, na, a->name))
-            return kn_error(KILN_ERR_INVALID_MODEL, "attribute '%s' appears twice", a->name);
+        size_t len = strlen(a->name);
+        if (kn_nmap_get(&seen, a->name, len))
+            st = kn_error(KILN_ERR_INVALID_MODEL, "attribute '%s' appears twice", a->name);
+        else if (kn_nmap_put(&seen, a->name, len, na))
+            st = KN_OOM();
         na++;
     }
+    kn_nmap_free(&seen);
+    if (st != KILN_OK) return st;
     int64_t opset = 0;
-    bool found = false;
-    if (fc)
-        for (int i = 0; i < fc->n_opsets; i++)
-            if (!strcmp(fc->opsets[i].domain, dom)) {
-                opset = fc->opsets[i].version;
-                found = true;
-            }
-    if (!found) opset = kn_model_opset(m, dom);
+    kn_nmap_entry *oe = fc ? kn_nmap_get(&fc->opsets, dom, strlen(dom)) : NULL;
+    opset = oe ? oe->val : model_opset(c, dom);
     const fn_def *fn = c->n_fns ? find_function(c, pn->domain, pn->op_type, pn->overload) : NULL;
     if (fn) {
         const char *call = name;
@@ -744,7 +766,16 @@ static kiln_status build_node(ctx *c, scope *s, const nodebuf *b, const pnode *p
     kn_node *n = &s->g->nodes[idx];
     n->attrs = attrs;
     n->n_attrs = na;
-    n->opset = opset > INT32_MAX ? INT32_MAX : (int)opset;
+    n->opset = (int)opset;
+    return KILN_OK;
+}
+
+/* Builds a name -> index map over attributes (for lists long enough to need one). */
+static kiln_status index_attrs(const kn_attr *a, int n, kn_nmap *idx) {
+    if (n <= 8) return KILN_OK;
+    for (int i = 0; i < n; i++)
+        if (!kn_nmap_get(idx, a[i].name, strlen(a[i].name)) && kn_nmap_put(idx, a[i].name, strlen(a[i].name), i))
+            return KN_OOM();
     return KILN_OK;
 }
 
@@ -766,6 +797,9 @@ static kiln_status parse_opset(kn_pb *r, const kn_pb_field *f, kn_opset_import *
         else if (g.num == 2) KN_TRY(kn_pb_int64(&s, &g, &o->version));
     }
     if (rc < 0) return KILN_ERR_INVALID_MODEL;
+    /* versions are small; keep them in int range for kn_node.opset */
+    if (o->version < 0 || o->version > INT32_MAX)
+        return kn_pb_error(r, f, KILN_ERR_INVALID_MODEL, "opset version %lld is out of range", (long long)o->version);
     *dom = norm_domain(*dom);
     return KILN_OK;
 }
@@ -827,16 +861,13 @@ static kiln_status expand_body(ctx *c, scope *fs, fncall *fc, kn_pb *fr, const i
                       SPAN_ARG(fn->name), n_fout, n_out);
     /* default attribute values and the function's own opset imports */
     it = *fr;
-    int n_def = 0, n_ops = 0;
-    while (st == KILN_OK && (rc = kn_pb_next(&it, &f)) > 0) {
+    int n_def = 0;
+    while (st == KILN_OK && (rc = kn_pb_next(&it, &f)) > 0)
         if (f.num == 11) n_def++;
-        if (f.num == 9) n_ops++;
-    }
     if (st == KILN_OK && rc < 0) st = KILN_ERR_INVALID_MODEL;
     if (st == KILN_OK) {
         fc->defaults = kn_arena_alloc(&m->arena, sizeof(kn_attr) * (size_t)(n_def ? n_def : 1));
-        fc->opsets = kn_arena_alloc(&m->arena, sizeof(kn_opset_import) * (size_t)(n_ops ? n_ops : 1));
-        if (!fc->defaults || !fc->opsets) st = KN_OOM();
+        if (!fc->defaults) st = KN_OOM();
     }
     it = *fr;
     while (st == KILN_OK && (rc = kn_pb_next(&it, &f)) > 0) {
@@ -845,19 +876,23 @@ static kiln_status expand_body(ctx *c, scope *fs, fncall *fc, kn_pb *fr, const i
             st = kn_pb_sub(&it, &f, &desc_attr, &ar);
             if (st == KILN_OK) st = parse_attr(c, fs, &ar, &fc->defaults[fc->n_defaults]);
             if (st == KILN_OK) fc->n_defaults++;
-        } else if (f.num == 9 && fc->n_opsets < n_ops) {
+        } else if (f.num == 9) {
             kn_span dom;
-            kn_opset_import *o = &fc->opsets[fc->n_opsets];
-            st = parse_opset(&it, &f, o, &dom);
-            if (st == KILN_OK) {
-                o->domain = arena_span(c, dom);
-                if (!o->domain) st = KN_OOM();
-                else fc->n_opsets++;
-            }
+            kn_opset_import o;
+            st = parse_opset(&it, &f, &o, &dom);
+            if (st == KILN_OK && !kn_nmap_get(&fc->opsets, dom.p, dom.n) &&
+                kn_nmap_put(&fc->opsets, dom.p ? dom.p : "", dom.n, (int)o.version))
+                st = KN_OOM();
         }
     }
     if (st == KILN_OK && rc < 0) st = KILN_ERR_INVALID_MODEL;
+    if (st == KILN_OK) st = index_attrs(fc->defaults, fc->n_defaults, &fc->default_idx);
+    if (st == KILN_OK) st = index_attrs(fc->call_attrs, fc->n_call_attrs, &fc->call_idx);
     /* the body */
+    if (st == KILN_OK && (size_t)n_nodes + 1 > c->expand_budget)
+        st = kn_error(KILN_ERR_INVALID_MODEL,
+                      "expanding model-local functions would create too many nodes (calls nest too much)");
+    if (st == KILN_OK) c->expand_budget -= (size_t)n_nodes + 1;
     if (st == KILN_OK) st = read_nodes(*subs, n_nodes, b);
     for (int i = 0; st == KILN_OK && i < b->n; i++) {
         const pnode *pn = &b->nodes[i];
@@ -908,7 +943,7 @@ static kiln_status expand_body(ctx *c, scope *fs, fncall *fc, kn_pb *fr, const i
     for (int i = 0; st == KILN_OK && i < n_identity; i += 2) {
         int idx = kn_graph_add_node(g, fc->call_name, "Identity", "", &identity[i], 1, &identity[i + 1], 1);
         if (idx < 0) st = KN_OOM();
-        else g->nodes[idx].opset = (int)kn_model_opset(m, "");
+        else g->nodes[idx].opset = (int)model_opset(c, "");
     }
     free(identity);
     return st;
@@ -923,7 +958,7 @@ static kiln_status expand(ctx *c, scope *caller, const fncall *outer, const char
                         "model-local function calls nest more than %d deep (does function '%.*s' call itself?)",
                         KN_MAX_FUNCTION_DEPTH, SPAN_ARG(fn->name));
     scope fs = {caller->g, {0}, NULL};
-    fncall fc = {fn, call_name, attrs, n_attrs, NULL, 0, NULL, 0};
+    fncall fc = {.fn = fn, .call_name = call_name, .call_attrs = attrs, .n_call_attrs = n_attrs};
     nodebuf b = {0};
     kn_pb *subs = NULL;
     int cap_subs = 0;
@@ -932,6 +967,9 @@ static kiln_status expand(ctx *c, scope *caller, const fncall *outer, const char
     free(subs);
     nodebuf_free(&b);
     kn_nmap_free(&fs.map);
+    kn_nmap_free(&fc.call_idx);
+    kn_nmap_free(&fc.default_idx);
+    kn_nmap_free(&fc.opsets);
     if (st != KILN_OK) kn_load_prefix(st, "in function '%.*s': ", SPAN_ARG(fn->name));
     return st;
 }
@@ -1286,7 +1324,12 @@ static kiln_status model_body(ctx *c, const uint8_t *data, size_t size) {
             }
             if (rc < 0) return KILN_ERR_INVALID_MODEL;
             fd.domain = norm_domain(fd.domain);
-            if (VEC_PUSH(c->fns, c->n_fns, c->cap_fns, fd)) return KN_OOM();
+            /* chain functions of the same name (domains and overloads differ) */
+            kn_nmap_entry *e = kn_nmap_get(&c->fn_by_name, fd.name.p, fd.name.n);
+            fd.next = e ? e->val : -1;
+            if (VEC_PUSH(c->fns, c->n_fns, c->cap_fns, fd) ||
+                kn_nmap_put(&c->fn_by_name, fd.name.p ? fd.name.p : "", fd.name.n, c->n_fns - 1))
+                return KN_OOM();
             break;
         }
         default: break;
@@ -1301,12 +1344,9 @@ static kiln_status model_body(ctx *c, const uint8_t *data, size_t size) {
         kn_opset_import o;
         kn_span dom;
         KN_TRY(parse_opset(&r, &f, &o, &dom));
-        bool dup = false;
-        for (int i = 0; i < m->n_opsets; i++)
-            if (span_eq(dom, m->opsets[i].domain)) dup = true;
-        if (dup) continue; /* the first import of a domain wins */
+        if (kn_nmap_get(&c->opset_by_domain, dom.p, dom.n)) continue; /* the first import of a domain wins */
         o.domain = arena_span(c, dom);
-        if (!o.domain) return KN_OOM();
+        if (!o.domain || kn_nmap_put(&c->opset_by_domain, o.domain, dom.n, (int)o.version)) return KN_OOM();
         m->opsets[m->n_opsets++] = o;
     }
     if (rc < 0) return KILN_ERR_INVALID_MODEL;
@@ -1327,6 +1367,7 @@ static kiln_status load(const uint8_t *data, size_t size, const char *base_dir, 
     c.L.m = m;
     c.L.view_ok = view_ok;
     c.L.symbols = &c.symbols;
+    c.expand_budget = (size_t)1 << 18; /* far more than real models expand to */
     kiln_status st = KILN_OK;
     if (base_dir) {
         m->base_dir = kn_arena_strdup(&m->arena, base_dir);
@@ -1339,6 +1380,8 @@ static kiln_status load(const uint8_t *data, size_t size, const char *base_dir, 
     free(c.L.copies);
     free(c.L.base_real);
     kn_nmap_free(&c.symbols);
+    kn_nmap_free(&c.fn_by_name);
+    kn_nmap_free(&c.opset_by_domain);
     free(c.fns);
     if (st != KILN_OK) {
         kn_model_free(m);

@@ -137,6 +137,7 @@ kiln_status kn_load_apply_copies(kn_load *L) {
             goto done;
         }
         holder->owns_data = true;
+        holder->capacity = total;
         st = kn_model_own_tensor(L->m, holder);
         if (st != KILN_OK) {
             kn_tensor_free(holder);
@@ -300,7 +301,7 @@ static kiln_status load_external(kn_load *L, const ext_info *x, kiln_dtype dtype
                       kn_dims_str(dims, rank, d, sizeof d));
         goto done;
     }
-    st = kn_tensor_new(dtype, rank, dims, &t);
+    st = kn_tensor_new_pooled(NULL, false, dtype, rank, dims, &t); /* pread fills it */
     if (st != KILN_OK) goto done;
     size_t got = 0;
     while (got < need) {
@@ -519,22 +520,15 @@ static kiln_status tensor_body(kn_load *L, kn_pb *r, kn_tensor **out) {
             L->copies[L->n_copies++] = (kn_copy){*out, src, need, is_complex(dt) ? es / 2 : es};
             return KILN_OK;
         }
-        /* an owned copy, without kn_tensor_new's zero fill (every byte is written here) */
-        void *buf = alloc_copy(need);
-        if (!buf) return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory copying %zu bytes", need);
-        copy_le(buf, src, need, is_complex(dt) ? es / 2 : es);
-        kiln_status st = kn_tensor_new_view(dt, rank, dims, buf, need, out);
-        if (st != KILN_OK) {
-            free(buf);
-            return st;
-        }
-        (*out)->owns_data = true;
+        /* an owned copy, not zero-filled first (every byte is written here) */
+        KN_TRY(kn_tensor_new_pooled(NULL, false, dt, rank, dims, out));
+        copy_le((*out)->data, src, need, is_complex(dt) ? es / 2 : es);
         return KILN_OK;
     }
     if (counts[want] != n_vals)
         return kn_error(KILN_ERR_INVALID_MODEL, "%s holds %zu values, but %s%s needs %zu", typed_names[want],
                         counts[want], kiln_dtype_name(dt), kn_dims_str(dims, rank, d, sizeof d), n_vals);
-    KN_TRY(kn_tensor_new(dt, rank, dims, out));
+    KN_TRY(kn_tensor_new_pooled(NULL, false, dt, rank, dims, out)); /* every element is written below */
     if (n_vals) {
         kiln_status st = fill_typed(r, want, dt, n_vals, *out);
         if (st != KILN_OK) {

@@ -160,11 +160,12 @@ static kiln_status infer_matmul_integer(kn_infer_ctx *c) {
 static kiln_status infer_qlinear_matmul(kn_infer_ctx *c) {
     static const char *names[] = {"a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "y_scale",
                                   "y_zero_point"};
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 7; i++)
         if (i != 2 && i != 5) KN_TRY(need_input(c, i, names[i]));
     KN_TRY(check_dtype(c, 0, "a", int8_types));
     KN_TRY(check_dtype(c, 3, "b", int8_types));
-    kiln_dtype yt = c->in[7] ? c->in[7]->dtype : KILN_DTYPE_UINT8;
+    /* the output takes y_zero_point's type, or a's when it is omitted */
+    kiln_dtype yt = c->n_inputs > 7 && c->in[7] ? c->in[7]->dtype : KILN_DTYPE_UNDEFINED;
     if (!yt) yt = c->in[0]->dtype;
     return infer_matmul_shape(c, 0, 3, yt);
 }
@@ -344,6 +345,22 @@ static kiln_status infer_qlinear_conv(kn_infer_ctx *c) {
     KN_TRY(check_dtype(c, 3, "w", int8_types));
     kiln_dtype yt = c->n_inputs > 7 && c->in[7] && c->in[7]->dtype ? c->in[7]->dtype : c->in[0]->dtype;
     return infer_conv_like(c, 0, 3, 8, false, yt);
+}
+
+static kiln_status infer_deform_conv(kn_infer_ctx *c) {
+    KN_TRY(need_input(c, 0, "X"));
+    KN_TRY(need_input(c, 1, "W"));
+    KN_TRY(need_input(c, 2, "offset"));
+    KN_TRY(check_dtype(c, 0, "X", float_types));
+    KN_TRY(same_dtype(c, 0, "X", 1, "W"));
+    if (c->in[0]->rank >= 0 && c->in[0]->rank != 4) {
+        char sx[256];
+        return kn_infer_error(c, KILN_ERR_UNSUPPORTED, "input 'X' is %s: only 2-D DeformConv is supported",
+                              tstr(c->in[0], sx, sizeof sx));
+    }
+    int64_t og = kn_attr_int(c->node, "offset_group", 1);
+    if (og < 1) return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "offset_group %lld must be positive", (long long)og);
+    return infer_conv_like(c, 0, 1, 3, false, c->in[0]->dtype ? c->in[0]->dtype : c->in[1]->dtype);
 }
 
 /* ------------------------------------------------------------------ pools */
@@ -549,12 +566,12 @@ static kiln_status infer_einsum(kn_infer_ctx *c) {
 const kn_op_schema kn_ops_linalg[] = {
     {"", "MatMul", 1, 0, 2, 2, 1, 1, infer_matmul, 0},
     {"", "MatMulInteger", 10, 0, 2, 4, 1, 1, infer_matmul_integer, 0},
-    {"", "QLinearMatMul", 10, 0, 8, 8, 1, 1, infer_qlinear_matmul, 0},
+    {"", "QLinearMatMul", 10, 0, 7, 8, 1, 1, infer_qlinear_matmul, 0},
     {"", "Gemm", 1, 0, 2, 3, 1, 1, infer_gemm, 0},
     {"", "Einsum", 12, 0, 1, -1, 1, 1, infer_einsum, 0},
     {"", "Conv", 1, 0, 2, 3, 1, 1, infer_conv, 0},
     {"", "ConvInteger", 10, 0, 2, 4, 1, 1, infer_conv_integer, 0},
-    {"", "QLinearConv", 10, 0, 8, 9, 1, 1, infer_qlinear_conv, 0},
+    {"", "QLinearConv", 10, 0, 7, 9, 1, 1, infer_qlinear_conv, 0},
     {"", "ConvTranspose", 1, 0, 2, 3, 1, 1, infer_conv_transpose, 0},
     {"", "MaxPool", 1, 7, 1, 1, 1, 1, infer_pool, 0},
     {"", "MaxPool", 8, 0, 1, 1, 1, 2, infer_pool, 0},
@@ -565,5 +582,6 @@ const kn_op_schema kn_ops_linalg[] = {
     {"", "GlobalLpPool", 1, 0, 1, 1, 1, 1, infer_global_pool, 0},
     {"", "MaxUnpool", 9, 0, 2, 3, 1, 1, infer_max_unpool, 0},
     {"", "Col2Im", 18, 0, 3, 3, 1, 1, infer_col2im, 0},
+    {"", "DeformConv", 19, 0, 3, 5, 1, 1, infer_deform_conv, 0},
     {0},
 };

@@ -8,14 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 static char ext_dir[64];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    snprintf(ext_dir, sizeof ext_dir, "/tmp/kiln_fuzz_ext_%d", (int)getpid());
+    /* one fixed folder: parallel fuzzing jobs write the same bytes into it */
+    snprintf(ext_dir, sizeof ext_dir, "/tmp/kiln_fuzz_ext");
     mkdir(ext_dir, 0700);
     char path[128];
     snprintf(path, sizeof path, "%s/data.bin", ext_dir);

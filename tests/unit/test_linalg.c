@@ -247,6 +247,9 @@ static void conv_cases(kn_threadpool *pool) {
         {2, 1, 4, 6, 2, {12, 12}, {3, 3}, {1, 2}, {2, 1}, {2, 0}, {1, 3}, true},
         {2, 1, 8, 8, 8, {15, 10}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, true},   /* depthwise */
         {2, 2, 6, 12, 6, {11, 9}, {5, 3}, {2, 2}, {1, 2}, {2, 1}, {1, 2}, false}, /* depthwise x2 */
+        {2, 1, 4, 4, 4, {5, 70}, {3, 3}, {1, 3}, {1, 1}, {1, 1}, {1, 1}, true},    /* depthwise stride 3 */
+        {2, 1, 4, 8, 4, {6, 75}, {3, 5}, {2, 2}, {1, 2}, {1, 3}, {0, 2}, true},    /* wide depthwise stride 2 */
+        {1, 2, 5, 5, 5, {100}, {7}, {1}, {3}, {9}, {9}, false},                     /* 1-D depthwise dilated */
         {2, 1, 16, 40, 1, {7, 9}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, true},  /* pointwise */
         {2, 2, 8, 12, 4, {6, 5}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, false},  /* grouped pointwise */
         {2, 1, 6, 5, 1, {8, 8}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, true},    /* strided 1x1 */
@@ -357,4 +360,55 @@ KN_TEST(linalg_infer_matmul) {
     CHECK_STATUS(infer("MatMul", 13, NULL, 0, in2, 2, &out), KILN_ERR_SHAPE);
     CHECK_ERROR_HAS("[2,1,5,7]");
     CHECK_ERROR_HAS("[6,4]");
+}
+
+/* ------------------------------------------------------------------ GEMM epilogue */
+
+typedef struct epi_ctx {
+    int64_t N;
+    int *hits; /* per element of C */
+} epi_ctx;
+
+static void count_epilogue(const void *ctx, int64_t op, int64_t i0, int64_t j0, int64_t m, int64_t n, float *c,
+                           int64_t ldc) {
+    const epi_ctx *e = ctx;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            __atomic_fetch_add(&e->hits[(op * 1000 + i0 + i) * e->N + j0 + j], 1, __ATOMIC_RELAXED);
+            c[i * ldc + j] += 1.0f; /* the epilogue sees final values: add one to each */
+        }
+}
+
+KN_TEST(linalg_sgemm_epilogue_once_per_element) {
+    kn_threadpool *pool;
+    CHECK_STATUS(kn_threadpool_create(3, &pool), KILN_OK);
+    static const int64_t shapes[][3] = {{1, 300, 40}, {300, 1, 40}, {7, 300, 40}, {300, 257, 600}, {50, 70, 0}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int tb = 0; tb < 2; tb++) {
+            int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            float *A = malloc(sizeof(float) * (size_t)(M * K + 1)), *B = malloc(sizeof(float) * (size_t)(K * N + 1));
+            float *C = malloc(sizeof(float) * (size_t)(2 * M * N)), *R = malloc(sizeof(float) * (size_t)(M * N));
+            int *hits = calloc((size_t)(1000 + M) * (size_t)N * 2, sizeof(int));
+            fill(A, M * K);
+            fill(B, K * N);
+            ref_gemm(false, tb, M, N, K, 1.0f, A, K, B, tb ? K : N, 0.0f, R, N);
+            const float *ap[2] = {A, A}, *bp[2] = {B, B};
+            float *cp[2] = {C, C + M * N};
+            epi_ctx e = {N, hits};
+            kn_sgemm_batch g = {.count = 2, .M = M, .N = N, .K = K, .trans_b = tb, .alpha = 1.0f, .beta = 0.0f,
+                                .a = ap, .lda = K, .b = bp, .ldb = tb ? K : N, .c = cp, .ldc = N,
+                                .epilogue = count_epilogue, .epilogue_ctx = &e};
+            CHECK_STATUS(kn_sgemm_run(pool, &g), KILN_OK);
+            int bad = 0;
+            double err = 0;
+            for (int64_t op = 0; op < 2; op++)
+                for (int64_t i = 0; i < M * N; i++) {
+                    bad += hits[(op * 1000) * N + i] != 1;
+                    err = fmax(err, fabs(cp[op][i] - (R[i] + 1.0f)) / (1 + fabs(R[i])));
+                }
+            CHECK_MSG(bad == 0 && err < gemm_tol(K), "epilogue on %lldx%lldx%lld transB=%d: %d elements not hit once, error %g",
+                      (long long)M, (long long)N, (long long)K, tb, bad, err);
+            free(A), free(B), free(C), free(R), free(hits);
+        }
+    kn_threadpool_destroy(pool);
 }

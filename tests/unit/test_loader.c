@@ -5,6 +5,7 @@
 #include "unit.h"
 
 #include <dirent.h>
+#include <ftw.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -760,6 +761,18 @@ KN_TEST(loader_recursive_function_is_refused) {
 
 static char tmp_root[256];
 
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* The temporary folder goes when the test binary exits. */
+__attribute__((destructor)) static void remove_tmp_root(void) {
+    if (tmp_root[0]) nftw(tmp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static const char *tmpdir(void) {
     if (!tmp_root[0]) {
         snprintf(tmp_root, sizeof tmp_root, "/tmp/kiln_loader_test_XXXXXX");
@@ -1038,13 +1051,22 @@ static const struct zoo_fact {
 };
 
 KN_TEST(loader_model_zoo) {
-    const char *dir = "/work/shared/models";
+    /* $KILN_MODELS_DIR, else the zoo next to the checkout (../shared/models) or inside it */
+    char cand[3][512];
+    const char *env = getenv("KILN_MODELS_DIR");
+    snprintf(cand[0], sizeof cand[0], "%s", env && *env ? env : "/nonexistent");
+    snprintf(cand[1], sizeof cand[1], "%s/../shared/models", kn_unit_root());
+    snprintf(cand[2], sizeof cand[2], "%s/shared/models", kn_unit_root());
+    const char *dir = NULL;
     struct stat sb;
-    if (stat(dir, &sb) != 0) KN_SKIP("no model zoo at /work/shared/models");
+    for (int i = 0; i < 3 && !dir; i++)
+        if (stat(cand[i], &sb) == 0 && S_ISDIR(sb.st_mode)) dir = cand[i];
+    if (!dir && stat("/work/shared/models", &sb) == 0) dir = "/work/shared/models";
+    if (!dir) KN_SKIP("no model zoo (set KILN_MODELS_DIR)");
     int loaded = 0;
     for (size_t i = 0; i < sizeof zoo / sizeof zoo[0]; i++) {
         const struct zoo_fact *z = &zoo[i];
-        char path[512];
+        char path[1600];
         snprintf(path, sizeof path, "%s/%s/model.onnx", dir, z->name);
         if (stat(path, &sb) != 0) continue;
         kn_model *m = NULL;
@@ -1070,4 +1092,64 @@ KN_TEST(loader_model_zoo) {
         kn_model_free(m);
     }
     if (!loaded) KN_SKIP("no zoo model found");
+}
+
+KN_TEST(loader_function_expansion_bomb_is_refused) {
+    /* F0 = Identity; Fk calls F(k-1) 16 times: F7 would expand to 16^7 nodes */
+    pbw w = {0};
+    pbw g = {0};
+    const char *ci[] = {"x"}, *co[] = {"y"};
+    pbw c = node("F7", "call", ci, 1, co, 1);
+    w_str(&c, 7, "bomb");
+    w_msg(&g, 1, &c);
+    int64_t d[] = {1};
+    pbw vx = value_info("x", 1, 1, d);
+    w_msg(&g, 11, &vx);
+    w = model_of(&g, 17);
+    for (int k = 0; k < 8; k++) {
+        pbw fn = {0};
+        char name[8], inner[8];
+        snprintf(name, sizeof name, "F%d", k);
+        snprintf(inner, sizeof inner, "F%d", k - 1);
+        w_str(&fn, 1, name);
+        w_str(&fn, 10, "bomb");
+        w_str(&fn, 4, "a");
+        w_str(&fn, 5, "b");
+        const char *i[] = {"a"}, *o[] = {"b"};
+        if (k == 0) {
+            pbw n = node("Identity", NULL, i, 1, o, 1);
+            w_msg(&fn, 7, &n);
+        } else {
+            for (int j = 0; j < 16; j++) {
+                const char *oo[] = {j == 15 ? "b" : ""};
+                pbw n = node(inner, NULL, i, 1, oo, 1);
+                w_str(&n, 7, "bomb");
+                w_msg(&fn, 7, &n);
+            }
+        }
+        w_msg(&w, 25, &fn);
+    }
+    kn_model *m = NULL;
+    CHECK_STATUS(load_bytes(&w, w.n, NULL, &m), KILN_ERR_INVALID_MODEL);
+    CHECK_ERROR_HAS("would create too many nodes");
+    free(w.d);
+}
+
+KN_TEST(loader_duplicate_attribute) {
+    kn_model *m = NULL;
+    pbw g = {0};
+    const char *in[] = {"x"}, *out[] = {"y"};
+    pbw n = node("Relu", "r", in, 1, out, 1);
+    for (int k = 0; k < 2; k++) {
+        pbw a = {0};
+        w_str(&a, 1, "alpha");
+        w_float(&a, 2, 1.0f);
+        w_msg(&n, 5, &a);
+    }
+    w_msg(&g, 1, &n);
+    int64_t d[] = {2};
+    pbw vx = value_info("x", 1, 1, d);
+    w_msg(&g, 11, &vx);
+    CHECK_STATUS(load_graph(&g, &m), KILN_ERR_INVALID_MODEL);
+    CHECK_ERROR_HAS("node 'r' (Relu): attribute 'alpha' appears twice");
 }

@@ -249,12 +249,100 @@ static void conv_pack_b(const void *ctx, int64_t op, int64_t k0, int64_t kc, int
 
 /* ------------------------------------------------------------------ depthwise */
 
+struct dw_tap;
+
 typedef struct dw_job {
     const conv_shape *s;
     win2 v;
     const float *x, *w;
     float *y;
+    const struct dw_tap *taps; /* vector path when set */
 } dw_job;
+
+#if defined(__AVX512F__)
+/* bits [lo, hi) of a 32-bit mask */
+static inline uint32_t range_mask32(int64_t lo, int64_t hi) {
+    if (lo < 0) lo = 0;
+    if (hi > 32) hi = 32;
+    if (hi <= lo) return 0;
+    uint32_t up = hi >= 32 ? 0xFFFFFFFFu : (1u << hi) - 1;
+    return up & ~((1u << lo) - 1);
+}
+
+/* Per chunk of 16 outputs along a row and per kw: the input index of lane 0 and the lanes (for
+ * stride 2, the input lanes of a 32-float window) that fall inside the row. The same for every
+ * row and plane, so computed once per call. */
+typedef struct dw_tap {
+    int64_t i0;
+    uint32_t mask;
+} dw_tap;
+
+static void dw_taps(const win2 *v, dw_tap *taps) {
+    const int64_t chunks = (v->OW + 15) / 16;
+    memset(taps + chunks * v->KW, 0, sizeof(dw_tap) * (size_t)(3 * v->KW)); /* spare chunks: no lanes */
+    for (int64_t c = 0, ow0 = 0; ow0 < v->OW; ow0 += 16, c++) {
+        const int64_t nout = min64(16, v->OW - ow0);
+        for (int64_t kw = 0; kw < v->KW; kw++) {
+            dw_tap *t = &taps[c * v->KW + kw];
+            t->i0 = ow0 * v->sw + kw * v->dw - v->pw;
+            t->mask = v->sw == 1 ? range_mask32(-t->i0, min64(nout, v->W - t->i0))
+                                 : range_mask32(-t->i0, min64(2 * nout, v->W - t->i0)) & 0x55555555u;
+        }
+    }
+}
+
+/* One depthwise plane, strides 1 and 2 along the row: 16 outputs per vector, every tap a masked
+ * load (stride 2: two loads and a permute keeping the even lanes). Four vectors at a time, so
+ * four independent FMA chains hide the FMA latency. The tap table has DW_CHUNKS - 1 spare
+ * all-zero chunks at its end. */
+#define DW_CHUNKS 4
+static inline __attribute__((always_inline)) void dw_plane_impl(const float *xs, const float *ws, float *ys,
+                                                                const win2 *v, const dw_tap *taps, const int SW) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const int64_t KW = v->KW;
+    for (int64_t oh = 0; oh < v->OH; oh++) {
+        float *yrow = ys + oh * v->OW;
+        /* the rows of the window inside the input */
+        int64_t kh0 = 0, kh1 = v->KH, ih0 = oh * v->sh - v->ph;
+        while (kh0 < kh1 && ih0 + kh0 * v->dh < 0) kh0++;
+        while (kh1 > kh0 && ih0 + (kh1 - 1) * v->dh >= v->H) kh1--;
+        for (int64_t c = 0, ow0 = 0; ow0 < v->OW; ow0 += 16 * DW_CHUNKS, c += DW_CHUNKS) {
+            __mmask16 om[DW_CHUNKS];
+            __m512 acc[DW_CHUNKS];
+            for (int q = 0; q < DW_CHUNKS; q++) {
+                om[q] = (__mmask16)range_mask32(0, min64(16, v->OW - ow0 - 16 * q));
+                acc[q] = _mm512_maskz_loadu_ps(om[q], yrow + ow0 + 16 * q);
+            }
+            for (int64_t kh = kh0; kh < kh1; kh++) {
+                const float *xrow = xs + (ih0 + kh * v->dh) * v->W;
+                const float *wr = ws + kh * KW;
+                for (int64_t kw = 0; kw < KW; kw++) {
+                    const __m512 wv = _mm512_set1_ps(wr[kw]);
+#pragma GCC unroll 4
+                    for (int q = 0; q < DW_CHUNKS; q++) {
+                        const dw_tap *t = &taps[(c + q) * KW + kw];
+                        __m512 xv;
+                        if (SW == 1) {
+                            xv = _mm512_maskz_loadu_ps((__mmask16)t->mask, xrow + t->i0);
+                        } else {
+                            __m512 a = _mm512_maskz_loadu_ps((__mmask16)(t->mask & 0xFFFF), xrow + t->i0);
+                            __m512 b = _mm512_maskz_loadu_ps((__mmask16)(t->mask >> 16), xrow + t->i0 + 16);
+                            xv = _mm512_permutex2var_ps(a, even, b);
+                        }
+                        acc[q] = _mm512_fmadd_ps(wv, xv, acc[q]);
+                    }
+                }
+            }
+            for (int q = 0; q < DW_CHUNKS; q++) _mm512_mask_storeu_ps(yrow + ow0 + 16 * q, om[q], acc[q]);
+        }
+    }
+}
+
+static void dw_plane_avx512(const float *xs, const float *ws, float *ys, const win2 *v, const dw_tap *taps) {
+    if (v->sw == 1) dw_plane_impl(xs, ws, ys, v, taps, 1);
+    else dw_plane_impl(xs, ws, ys, v, taps, 2);
+}
+#endif
 
 static void dw_range(void *arg, int64_t begin, int64_t end) {
     const dw_job *j = arg;
@@ -265,6 +353,12 @@ static void dw_range(void *arg, int64_t begin, int64_t end) {
         const float *xs = j->x + (n * s->C + g) * s->in_plane;
         const float *ws = j->w + m * s->kk;
         float *ys = j->y + p * s->out_plane;
+#if defined(__AVX512F__)
+        if (j->taps) {
+            dw_plane_avx512(xs, ws, ys, v, j->taps);
+            continue;
+        }
+#endif
         for (int64_t oh = 0; oh < v->OH; oh++) {
             float *yrow = ys + oh * v->OW;
             for (int64_t kh = 0; kh < v->KH; kh++) {
@@ -307,9 +401,21 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     if (s->Cg == 0 || s->kk == 0) return KILN_OK;
 
     if (s->Cg == 1 && s->nsp <= 2) {
-        dw_job j = {s, win2_of(&s->w), x, w, y};
+        dw_job j = {s, win2_of(&s->w), x, w, y, NULL};
         int64_t work = s->out_plane * s->kk;
+#if defined(__AVX512F__)
+        dw_tap *taps = NULL;
+        if (j.v.sw <= 2) {
+            taps = malloc(sizeof(dw_tap) * (size_t)(((j.v.OW + 15) / 16 + DW_CHUNKS - 1) * j.v.KW + 1));
+            if (!taps) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+            dw_taps(&j.v, taps);
+            j.taps = taps;
+        }
+#endif
         kn_parallel_for(c->pool, s->N * s->M, work > 16384 ? 1 : 16384 / (work + 1) + 1, dw_range, &j);
+#if defined(__AVX512F__)
+        free(taps);
+#endif
         return KILN_OK;
     }
 
@@ -680,5 +786,89 @@ kiln_status kn_cpu_col2im(kn_kernel_ctx *c) {
     }
     if (ox) free((void *)x);
     if (y && y != Y->data) free(y);
+    return st;
+}
+
+/* ------------------------------------------------------------------ DeformConv */
+
+/* Bilinear sample of plane x (H x W) at (h, w); corners outside the plane count as zero. */
+static float bilinear(const float *x, int64_t H, int64_t W, float h, float w) {
+    if (!(h > -1.0f && h < (float)H && w > -1.0f && w < (float)W)) return 0.0f;
+    float hf = floorf(h), wf = floorf(w);
+    int64_t h0 = (int64_t)hf, w0 = (int64_t)wf;
+    float lh = h - hf, lw = w - wf;
+    float v00 = h0 >= 0 && w0 >= 0 ? x[h0 * W + w0] : 0.0f;
+    float v01 = h0 >= 0 && w0 + 1 < W ? x[h0 * W + w0 + 1] : 0.0f;
+    float v10 = h0 + 1 < H && w0 >= 0 ? x[(h0 + 1) * W + w0] : 0.0f;
+    float v11 = h0 + 1 < H && w0 + 1 < W ? x[(h0 + 1) * W + w0 + 1] : 0.0f;
+    return (1 - lh) * ((1 - lw) * v00 + lw * v01) + lh * ((1 - lw) * v10 + lw * v11);
+}
+
+/* 2-D only (as the ONNX reference): per image and group, the offset- and mask-adjusted im2col
+ * matrix is sampled into a buffer and multiplied by the group's weights. */
+kiln_status kn_cpu_deform_conv(kn_kernel_ctx *c) {
+    const kn_tensor *X = c->in[0], *W = c->in[1], *O = c->in[2];
+    const kn_tensor *B = c->n_inputs > 3 ? c->in[3] : NULL, *Mk = c->n_inputs > 4 ? c->in[4] : NULL;
+    kn_tensor *Y = c->out[0];
+    if (X->rank != 4) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "only 2-D DeformConv is supported");
+    conv_shape s;
+    KN_TRY(conv_shape_make(c, X, W, false, &s));
+    win2 v = win2_of(&s.w);
+    int64_t og = kn_attr_int(c->node, "offset_group", 1);
+    if (og < 1 || s.C % og)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "offset_group %lld does not divide the %lld channels", (long long)og,
+                               (long long)s.C);
+    if (O->rank != 4 || O->dims[0] != s.N || O->dims[1] != og * s.kk * 2 || O->dims[2] != v.OH || O->dims[3] != v.OW)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "offset must be [N, offset_group*2*kH*kW, oH, oW] = [%lld,%lld,%lld,%lld]",
+                               (long long)s.N, (long long)(og * s.kk * 2), (long long)v.OH, (long long)v.OW);
+    if (Mk && kn_tensor_count(Mk) != s.N * og * s.kk * s.out_plane)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "mask must be [N, offset_group*kH*kW, oH, oW]");
+    if (B && kn_tensor_count(B) != s.M)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "bias must have the %lld output channels", (long long)s.M);
+    bool ox = false, ow = false, oo = false, ob = false, om = false;
+    const float *x = kn_linalg_f32_in(X, &ox), *w = kn_linalg_f32_in(W, &ow), *off = kn_linalg_f32_in(O, &oo);
+    const float *b = B ? kn_linalg_f32_in(B, &ob) : NULL, *mask = Mk ? kn_linalg_f32_in(Mk, &om) : NULL;
+    int64_t ny = kn_tensor_count(Y), K = s.Cg * s.kk, P = s.out_plane;
+    float *y = Y->dtype == KILN_DTYPE_FLOAT ? Y->data : malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1));
+    float *col = malloc(sizeof(float) * (size_t)(K * P > 0 ? K * P : 1));
+    kiln_status st = KILN_OK;
+    if (!x || !w || !off || (B && !b) || (Mk && !mask) || !y || !col)
+        st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    else {
+        if (b) fill_bias(y, b, s.N, s.M, P);
+        else memset(y, 0, sizeof(float) * (size_t)ny);
+        const int64_t c_per_og = s.C / og;
+        for (int64_t n = 0; n < s.N && st == KILN_OK; n++)
+            for (int64_t g = 0; g < s.G && st == KILN_OK; g++) {
+                for (int64_t ci = 0; ci < s.Cg; ci++) {
+                    int64_t ch = g * s.Cg + ci, o = ch / c_per_og;
+                    const float *xp = x + (n * s.C + ch) * s.in_plane;
+                    for (int64_t r = 0; r < s.kk; r++) {
+                        int64_t kh = r / v.KW, kw = r % v.KW;
+                        const float *oh_p = off + ((n * og + o) * s.kk + r) * 2 * P, *ow_p = oh_p + P;
+                        const float *mp = mask ? mask + ((n * og + o) * s.kk + r) * P : NULL;
+                        float *dst = col + (ci * s.kk + r) * P;
+                        for (int64_t q = 0; q < P; q++) {
+                            int64_t i = q / v.OW, j = q % v.OW;
+                            float hh = (float)(i * v.sh - v.ph + kh * v.dh) + oh_p[q];
+                            float ww = (float)(j * v.sw - v.pw + kw * v.dw) + ow_p[q];
+                            float val = bilinear(xp, v.H, v.W, hh, ww);
+                            dst[q] = mp ? val * mp[q] : val;
+                        }
+                    }
+                }
+                st = kn_sgemm(c->pool, false, false, s.Mg, P, K, 1.0f, w + g * s.Mg * K, K, col, P, 1.0f,
+                              y + (n * s.M + g * s.Mg) * P, P);
+                if (st) st = kn_kernel_error(c, st, "out of memory in the GEMM");
+            }
+        if (st == KILN_OK && y != Y->data) kn_linalg_f32_out(y, Y, ny);
+    }
+    if (ox) free((void *)x);
+    if (ow) free((void *)w);
+    if (oo) free((void *)off);
+    if (ob) free((void *)b);
+    if (om) free((void *)mask);
+    if (y && y != Y->data) free(y);
+    free(col);
     return st;
 }

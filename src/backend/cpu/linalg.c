@@ -367,7 +367,7 @@ static double saturate_q(double v, kiln_dtype t) {
 
 static kiln_status run_qlinear_matmul(kn_kernel_ctx *c) {
     const kn_tensor *a = c->in[0], *sa = c->in[1], *za = c->in[2], *b = c->in[3], *sb = c->in[4], *zb = c->in[5];
-    const kn_tensor *sy = c->in[6], *zy = c->in[7];
+    const kn_tensor *sy = c->in[6], *zy = c->n_inputs > 7 ? c->in[7] : NULL;
     kn_tensor *Y = c->out[0];
     if (Y->dtype != KILN_DTYPE_INT8 && Y->dtype != KILN_DTYPE_UINT8)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "output type %s", kiln_dtype_name(Y->dtype));
@@ -403,6 +403,7 @@ const kn_cpu_kernel kn_cpu_linalg[] = {
     {"", "QLinearConv", kn_cpu_qlinear_conv, NULL},
     {"", "ConvTranspose", kn_cpu_conv_transpose, NULL},
     {"", "Col2Im", kn_cpu_col2im, NULL},
+    {"", "DeformConv", kn_cpu_deform_conv, NULL},
     {"", "MaxPool", kn_cpu_max_pool, NULL},
     {"", "AveragePool", kn_cpu_average_pool, NULL},
     {"", "LpPool", kn_cpu_lp_pool, NULL},

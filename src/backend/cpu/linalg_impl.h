@@ -14,6 +14,7 @@ kiln_status kn_cpu_conv_transpose(kn_kernel_ctx *c);
 kiln_status kn_cpu_conv_integer(kn_kernel_ctx *c);
 kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c);
 kiln_status kn_cpu_col2im(kn_kernel_ctx *c);
+kiln_status kn_cpu_deform_conv(kn_kernel_ctx *c);
 
 /* pool.c */
 kiln_status kn_cpu_max_pool(kn_kernel_ctx *c);

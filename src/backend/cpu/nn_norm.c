@@ -123,13 +123,13 @@ static kiln_status norm_rows(kn_kernel_ctx *c, int rms) {
         st = KN_OOM();
         goto done;
     }
-    if (!expand_param(scale, x->dims + axis, x->rank - (int)axis, pd) ||
-        (bias && !expand_param(bias, x->dims + axis, x->rank - (int)axis, pd + n))) {
+    const kn_tensor *params_in[2] = {scale, bias};
+    for (int k = 0; k < 2; k++) {
+        if (!params_in[k] || expand_param(params_in[k], x->dims + axis, x->rank - (int)axis, pd + k * n)) continue;
         char a[128], b[128];
-        st = kn_kernel_error(c, KILN_ERR_SHAPE, "%s %s does not broadcast to the normalised shape %s",
-                             bias && kn_tensor_count(scale) == n ? "bias" : "scale",
-                             kn_tensor_describe(bias && kn_tensor_count(scale) == n ? bias : scale, a, sizeof a),
-                             kn_dims_str(x->dims + axis, x->rank - (int)axis, b, sizeof b));
+        st = kn_kernel_error(c, KILN_ERR_SHAPE, "%s %s does not broadcast to the normalised shape %s (axis %lld)",
+                             k ? "bias" : "scale", kn_tensor_describe(params_in[k], a, sizeof a),
+                             kn_dims_str(x->dims + axis, x->rank - (int)axis, b, sizeof b), (long long)axis);
         goto done;
     }
     j.n = n;

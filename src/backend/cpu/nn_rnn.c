@@ -161,28 +161,49 @@ static void clip_range(float *v, int64_t n, float clip) {
     for (int64_t i = 0; i < n; i++) v[i] = v[i] > clip ? clip : (v[i] < -clip ? -clip : v[i]);
 }
 
-/* out rows o[0..NB) += h rows [0..NB) (4 hidden values each, from column j) times 4 rows of
- * R^T. NB batch rows share each load of R^T, so the loop does 4*NB FMAs per 4 loads. */
-#define REC_KERNEL(NB)                                                                             \
-    static void rec4_##NB(const float *m0, int64_t GH, const float *h, int64_t H, float *out,      \
-                          int64_t ldo, int64_t nr) {                                               \
-        const float *m1 = m0 + GH, *m2 = m1 + GH, *m3 = m2 + GH;                                   \
-        float hv[NB][4];                                                                           \
-        float *o[NB];                                                                              \
-        for (int b = 0; b < NB; b++) {                                                             \
-            for (int q = 0; q < 4; q++) hv[b][q] = h[b * H + q];                                   \
-            o[b] = out + b * ldo;                                                                  \
-        }                                                                                          \
-        for (int64_t i = 0; i < nr; i++) {                                                         \
-            float a0 = m0[i], a1 = m1[i], a2 = m2[i], a3 = m3[i];                                  \
-            for (int b = 0; b < NB; b++)                                                           \
-                o[b][i] += hv[b][0] * a0 + hv[b][1] * a1 + hv[b][2] * a2 + hv[b][3] * a3;          \
-        }                                                                                          \
+/* o_b[0..nr) += h_b[0..4) . (m0, m1, m2, m3)[i] for NB batch rows b: the rows share each load of
+ * the four R^T rows. Separate restrict pointers (not one base plus a stride) let GCC vectorise. */
+static inline void rec4x1(const float *restrict m0, const float *restrict m1, const float *restrict m2,
+                          const float *restrict m3, const float *h0, float *restrict o0, int64_t nr) {
+    float a0 = h0[0], a1 = h0[1], a2 = h0[2], a3 = h0[3];
+    for (int64_t i = 0; i < nr; i++) o0[i] += a0 * m0[i] + a1 * m1[i] + a2 * m2[i] + a3 * m3[i];
+}
+static inline void rec4x2(const float *restrict m0, const float *restrict m1, const float *restrict m2,
+                          const float *restrict m3, const float *h0, const float *h1, float *restrict o0,
+                          float *restrict o1, int64_t nr) {
+    float a0 = h0[0], a1 = h0[1], a2 = h0[2], a3 = h0[3], b0 = h1[0], b1 = h1[1], b2 = h1[2], b3 = h1[3];
+    for (int64_t i = 0; i < nr; i++) {
+        float x0 = m0[i], x1 = m1[i], x2 = m2[i], x3 = m3[i];
+        o0[i] += a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3;
+        o1[i] += b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3;
     }
-REC_KERNEL(1)
-REC_KERNEL(2)
-REC_KERNEL(3)
-REC_KERNEL(4)
+}
+static inline void rec4x3(const float *restrict m0, const float *restrict m1, const float *restrict m2,
+                          const float *restrict m3, const float *h0, const float *h1, const float *h2,
+                          float *restrict o0, float *restrict o1, float *restrict o2, int64_t nr) {
+    float a0 = h0[0], a1 = h0[1], a2 = h0[2], a3 = h0[3], b0 = h1[0], b1 = h1[1], b2 = h1[2], b3 = h1[3];
+    float c0 = h2[0], c1 = h2[1], c2 = h2[2], c3 = h2[3];
+    for (int64_t i = 0; i < nr; i++) {
+        float x0 = m0[i], x1 = m1[i], x2 = m2[i], x3 = m3[i];
+        o0[i] += a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3;
+        o1[i] += b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3;
+        o2[i] += c0 * x0 + c1 * x1 + c2 * x2 + c3 * x3;
+    }
+}
+static inline void rec4x4(const float *restrict m0, const float *restrict m1, const float *restrict m2,
+                          const float *restrict m3, const float *h0, const float *h1, const float *h2,
+                          const float *h3, float *restrict o0, float *restrict o1, float *restrict o2,
+                          float *restrict o3, int64_t nr) {
+    float a0 = h0[0], a1 = h0[1], a2 = h0[2], a3 = h0[3], b0 = h1[0], b1 = h1[1], b2 = h1[2], b3 = h1[3];
+    float c0 = h2[0], c1 = h2[1], c2 = h2[2], c3 = h2[3], d0 = h3[0], d1 = h3[1], d2 = h3[2], d3 = h3[3];
+    for (int64_t i = 0; i < nr; i++) {
+        float x0 = m0[i], x1 = m1[i], x2 = m2[i], x3 = m3[i];
+        o0[i] += a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3;
+        o1[i] += b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3;
+        o2[i] += c0 * x0 + c1 * x1 + c2 * x2 + c3 * x3;
+        o3[i] += d0 * x0 + d1 * x1 + d2 * x2 + d3 * x3;
+    }
+}
 
 /* out[b, 0..nr) += h[b, :] * R[r0..r0+nr, :]^T (gate rows r0.. of R, each H long); out has row
  * stride ldo. */
@@ -198,12 +219,14 @@ static kiln_status add_recurrent(rnn_dir *d, const float *h, float *out, int64_t
         float *ob = out + b0 * ldo;
         int64_t j = 0;
         for (; j + 4 <= H; j += 4) {
-            const float *m0 = d->rt + j * GH + r0;
+            const float *m0 = d->rt + j * GH + r0, *m1 = m0 + GH, *m2 = m1 + GH, *m3 = m2 + GH;
+            const float *h0 = hb + j, *h1 = h0 + H, *h2 = h1 + H, *h3 = h2 + H;
+            float *o0 = ob, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;
             switch (nb) {
-            case 1: rec4_1(m0, GH, hb + j, H, ob, ldo, nr); break;
-            case 2: rec4_2(m0, GH, hb + j, H, ob, ldo, nr); break;
-            case 3: rec4_3(m0, GH, hb + j, H, ob, ldo, nr); break;
-            default: rec4_4(m0, GH, hb + j, H, ob, ldo, nr); break;
+            case 1: rec4x1(m0, m1, m2, m3, h0, o0, nr); break;
+            case 2: rec4x2(m0, m1, m2, m3, h0, h1, o0, o1, nr); break;
+            case 3: rec4x3(m0, m1, m2, m3, h0, h1, h2, o0, o1, o2, nr); break;
+            default: rec4x4(m0, m1, m2, m3, h0, h1, h2, h3, o0, o1, o2, o3, nr); break;
             }
         }
         for (; j < H; j++) {

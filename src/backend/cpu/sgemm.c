@@ -40,6 +40,13 @@
 #define NC 1024      /* columns of B packed at once (L2/L3); a multiple of NR */
 /* Small M with B untransposed: read B in place instead of packing it. */
 #define DIRECT_B_MAX_M (2 * MR)
+/* Small M with B transposed: dot products instead of packing B. */
+#define DOT_MAX_M 32
+/* Tiles per thread, when each tile keeps at least MIN_TILE_FLOPS of work. */
+#ifndef GEMM_OVERSUB
+#define GEMM_OVERSUB 4
+#endif
+#define MIN_TILE_FLOPS 8e6
 /* Below this many flops per thread, fewer threads are faster than waking them all. */
 #define MIN_FLOPS_PER_THREAD 8e6
 
@@ -355,6 +362,21 @@ static void pack_b_panel(const float *B, int64_t ldb, bool trans, int64_t j0, in
 
 static void pack_b(const float *B, int64_t ldb, bool trans, int64_t j0, int64_t nc, int64_t p0, int64_t kc,
                    float *dst) {
+#if defined(KN_GEMM_AVX512)
+    if (!trans) {
+        /* row by row, so B is read sequentially (its rows may be long: a 1x1 conv's planes) */
+        for (int64_t p = 0; p < kc; p++) {
+            const float *src = B + (p0 + p) * ldb + j0;
+            for (int64_t jr = 0; jr < nc; jr += NR) {
+                const int64_t nr = min64(NR, nc - jr);
+                float *d = dst + jr * kc + p * NR;
+                _mm512_storeu_ps(d, _mm512_maskz_loadu_ps(mask16(nr), src + jr));
+                _mm512_storeu_ps(d + 16, _mm512_maskz_loadu_ps(mask16(nr - 16), src + jr + 16));
+            }
+        }
+        return;
+    }
+#endif
     for (int64_t jr = 0; jr < nc; jr += NR) pack_b_panel(B, ldb, trans, j0 + jr, (int)min64(NR, nc - jr), p0, kc, dst + jr * kc);
 }
 
@@ -407,6 +429,60 @@ static void dot_rows(const float *rows, int64_t ld, int64_t n, const float *v, i
     }
 #endif
 }
+
+#if defined(KN_GEMM_AVX512)
+/* Sums each of 16 vectors: lane i of the result is the sum of the lanes of v[i]. */
+static inline __m512 reduce16(const __m512 v[16]) {
+    __m512 t[8], u[4];
+    for (int i = 0; i < 8; i++)
+        t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; i++) {
+        __m512d a = _mm512_castps_pd(t[2 * i]), b = _mm512_castps_pd(t[2 * i + 1]);
+        u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    /* u[q] lane L holds the partial sums of v[4q..4q+3] over 128-bit lane L */
+    __m512 v0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x44), _mm512_shuffle_f32x4(u[0], u[1], 0xEE));
+    __m512 v1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x44), _mm512_shuffle_f32x4(u[2], u[3], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x88), _mm512_shuffle_f32x4(v0, v1, 0xDD));
+}
+
+/* C[i][j] = alpha * dot(A row i, B row j) + beta * C[i][j] for i in [m0,m1), j in [n0,n1): both
+ * operands contiguous along K (A untransposed, B transposed). 4 x 4 blocks; edge blocks repeat
+ * their last row and drop the extra results. */
+static void dot_block(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t K, float *C, int64_t ldc,
+                      int64_t m0, int64_t m1, int64_t n0, int64_t n1, float alpha, float beta) {
+    /* j outer: four rows of B stay in L1 while every row of A (small: M <= DOT_MAX_M) passes */
+    for (int64_t j = n0; j < n1; j += 4)
+        for (int64_t i = m0; i < m1; i += 4) {
+            const float *a[4], *b[4];
+            for (int q = 0; q < 4; q++) {
+                a[q] = A + min64(i + q, m1 - 1) * lda;
+                b[q] = B + min64(j + q, n1 - 1) * ldb;
+            }
+            __m512 acc[16];
+            for (int q = 0; q < 16; q++) acc[q] = _mm512_setzero_ps();
+            for (int64_t k = 0; k < K; k += 16) {
+                const __mmask16 m = mask16(K - k);
+                __m512 va[4], vb[4];
+                for (int q = 0; q < 4; q++) {
+                    va[q] = _mm512_maskz_loadu_ps(m, a[q] + k);
+                    vb[q] = _mm512_maskz_loadu_ps(m, b[q] + k);
+                }
+#pragma GCC unroll 4
+                for (int x = 0; x < 4; x++)
+#pragma GCC unroll 4
+                    for (int y = 0; y < 4; y++) acc[x * 4 + y] = _mm512_fmadd_ps(va[x], vb[y], acc[x * 4 + y]);
+            }
+            float out[16];
+            _mm512_storeu_ps(out, reduce16(acc));
+            for (int x = 0; x < 4 && i + x < m1; x++)
+                for (int y = 0; y < 4 && j + y < n1; y++) {
+                    float *cp = C + (i + x) * ldc + j + y;
+                    *cp = finish(out[x * 4 + y], alpha, beta, cp);
+                }
+        }
+}
+#endif
 
 /* c[j] = alpha * sum_k a[k] * B[k*ldb + j] + beta * c[j] for j in [n0, n1). */
 static void gemv_rows(const float *a, int64_t K, const float *B, int64_t ldb, float *c, int64_t n0, int64_t n1,
@@ -462,7 +538,7 @@ static void gemv_rows(const float *a, int64_t K, const float *B, int64_t ldb, fl
 
 /* ---------------------------------------------------------------- tiles and threads */
 
-typedef enum { PATH_GEMM, PATH_ROW, PATH_COL } gemm_path;
+typedef enum { PATH_GEMM, PATH_ROW, PATH_COL, PATH_DOT } gemm_path;
 
 typedef struct job {
     const kn_sgemm_batch *p;
@@ -498,6 +574,8 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
                     for (int64_t ir = 0; ir < mc; ir += MR)
                         ukr_any((int)min64(MR, mc - ir), kc, Ap + ir * kc, bp, bs, cp + ir * p->ldc, p->ldc, n,
                                 p->alpha, beta);
+                    /* the strip is final after the last slice of K: post-process it while cached */
+                    if (p->epilogue && pc + kc == p->K) p->epilogue(p->epilogue_ctx, op, ic, jc + jr, mc, n, cp, p->ldc);
                 }
             }
         }
@@ -540,18 +618,27 @@ static void job_range(void *arg, int64_t begin, int64_t end) {
         switch (j->path) {
         case PATH_ROW: run_row_tile(p, op, n0, n1, ws); break;
         case PATH_COL: run_col_tile(p, op, m0, m1); break;
+#if defined(KN_GEMM_AVX512)
+        case PATH_DOT:
+            dot_block(p->a[op], p->lda, p->b[op], p->ldb, p->K, p->c[op], p->ldc, m0, m1, n0, n1, p->alpha, p->beta);
+            break;
+#endif
         default: run_gemm_tile(p, op, m0, m1, n0, n1, ws); break;
         }
+        if (p->epilogue && j->path != PATH_GEMM)
+            p->epilogue(p->epilogue_ctx, op, m0, n0, m1 - m0, n1 - n0, p->c[op] + m0 * p->ldc + n0, p->ldc);
     }
 }
 
 /* C = beta * C for K == 0. */
 static void scale_c(const kn_sgemm_batch *p) {
-    for (int64_t op = 0; op < p->count; op++)
+    for (int64_t op = 0; op < p->count; op++) {
         for (int64_t i = 0; i < p->M; i++) {
             float *c = p->c[op] + i * p->ldc;
             for (int64_t j = 0; j < p->N; j++) c[j] = p->beta == 0.0f ? 0.0f : p->beta * c[j];
         }
+        if (p->epilogue) p->epilogue(p->epilogue_ctx, op, 0, 0, p->M, p->N, p->c[op], p->ldc);
+    }
 }
 
 kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
@@ -565,7 +652,14 @@ kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
         j.path = PATH_ROW;
     else if (!p->pack_b && p->N == 1 && !p->trans_a && (p->trans_b || p->ldb == 1))
         j.path = PATH_COL;
+#if defined(KN_GEMM_AVX512)
+    /* small M with B transposed: packing B would cost more than the product; dot products read
+     * both operands in place */
+    else if (!p->pack_b && p->trans_b && !p->trans_a && p->M <= DOT_MAX_M)
+        j.path = PATH_DOT;
+#endif
     if (j.path == PATH_ROW) j.um = 1, j.un = 64;
+    if (j.path == PATH_DOT) j.um = 4, j.un = 16;
     if (j.path == PATH_COL) j.um = 16, j.un = 1;
     j.units_m = (p->M + j.um - 1) / j.um;
     j.units_n = (p->N + j.un - 1) / j.un;
@@ -579,8 +673,15 @@ kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
     /* tiles per product: enough that all threads have a tile; among grids with that many tiles,
      * the one that re-packs least (A is packed once per column tile, B once per row tile) */
     j.tm = j.tn = 1;
-    if (p->count < threads) {
-        int64_t target = (threads + p->count - 1) / p->count;
+    /* a few tiles per thread let fast threads take over a slow one's share (threads are not
+     * equal on a busy machine), as long as tiles stay big enough to amortise their packing */
+    int64_t tiles_wanted = threads;
+    if (threads > 1) {
+        double tile_flops = flops / (double)(threads * GEMM_OVERSUB);
+        tiles_wanted = tile_flops >= MIN_TILE_FLOPS ? threads * GEMM_OVERSUB : threads;
+    }
+    if (p->count < tiles_wanted) {
+        int64_t target = (tiles_wanted + p->count - 1) / p->count;
         int64_t best_tiles = 0;
         double best_cost = 0;
         for (int64_t tm = 1; tm <= target && tm <= j.units_m; tm++) {

@@ -20,6 +20,13 @@
 typedef void (*kn_sgemm_pack_b_fn)(const void *ctx, int64_t op, int64_t k0, int64_t kc, int64_t n0,
                                    int64_t nc, float *dst);
 
+/* An epilogue applied to C while it is still in cache (bias, activation, residual of a fused
+ * node): called exactly once for every element of C, on blocks [i0, i0+m) x [j0, j0+n) of
+ * product `op`, with c pointing at C[i0][j0]. Called from the pool's threads concurrently for
+ * disjoint blocks. */
+typedef void (*kn_sgemm_epilogue_fn)(const void *ctx, int64_t op, int64_t i0, int64_t j0, int64_t m, int64_t n,
+                                     float *c, int64_t ldc);
+
 /* `count` independent products with the same shape and flags. a[i], b[i], c[i] are the operands
  * of product i (each array holds count pointers; b may be NULL when pack_b is set).
  * op(A) is M x K: A is M x K with row stride lda, or K x M when trans_a. op(B) is K x N: B is
@@ -38,6 +45,8 @@ typedef struct kn_sgemm_batch {
     int64_t ldc;
     kn_sgemm_pack_b_fn pack_b; /* when set, B comes from it and b/ldb/trans_b are unused */
     const void *pack_ctx;
+    kn_sgemm_epilogue_fn epilogue; /* optional: called once on every block of C when it is final */
+    const void *epilogue_ctx;
 } kn_sgemm_batch;
 
 /* Runs the batch on the pool (NULL = the caller's thread only). Must not be called from inside
