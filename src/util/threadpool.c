@@ -4,22 +4,37 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-/* Workers sleep on a condition variable; a job is published with a generation counter and its
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KN_CPU_RELAX() _mm_pause()
+#else
+#define KN_CPU_RELAX() ((void)0)
+#endif
+
+/* Workers wait for a job by spinning briefly (an operator's next parallel loop usually follows
+ * within microseconds, and a condition-variable wake-up costs tens of microseconds per thread),
+ * then sleep on a condition variable. A job is published by bumping a generation counter; its
  * chunks are claimed with an atomic counter, so uneven chunks balance themselves. */
+#define KN_SPIN_ITERATIONS 20000
+
 struct kn_threadpool {
     int n_threads; /* workers including the caller */
     pthread_t *workers;
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
-    uint64_t generation;
-    int stop;
-    /* current job */
+    uint64_t generation; /* atomic; changed under mu */
+    int stop;            /* atomic; changed under mu */
+    int sleepers;        /* workers waiting on `wake`; under mu */
+    /* current job: written before generation is bumped */
     kn_range_fn fn;
     void *arg;
     int64_t n, chunk, n_chunks;
-    int64_t next_chunk; /* guarded by atomics */
-    int active;         /* workers still inside the job */
+    int64_t next_chunk; /* atomic */
+    int active;         /* atomic: workers still inside the job */
 };
+
+/* A parallel loop started from inside a worker's chunk runs serially instead of deadlocking. */
+static _Thread_local int kn_in_parallel_region;
 
 static void run_chunks(kn_threadpool *p) {
     for (;;) {
@@ -34,17 +49,32 @@ static void run_chunks(kn_threadpool *p) {
 static void *worker_main(void *arg) {
     kn_threadpool *p = arg;
     uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
+    kn_in_parallel_region = 1;
     for (;;) {
-        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
-        if (p->stop) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
+        uint64_t gen = __atomic_load_n(&p->generation, __ATOMIC_ACQUIRE);
+        for (int spin = 0; gen == seen && spin < KN_SPIN_ITERATIONS && !__atomic_load_n(&p->stop, __ATOMIC_RELAXED); spin++) {
+            KN_CPU_RELAX();
+            gen = __atomic_load_n(&p->generation, __ATOMIC_ACQUIRE);
+        }
+        if (gen == seen) {
+            pthread_mutex_lock(&p->mu);
+            while (!p->stop && p->generation == seen) {
+                p->sleepers++;
+                pthread_cond_wait(&p->wake, &p->mu);
+                p->sleepers--;
+            }
+            gen = p->generation;
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) break;
+        seen = gen;
         run_chunks(p);
-        pthread_mutex_lock(&p->mu);
-        if (--p->active == 0) pthread_cond_signal(&p->done);
+        if (__atomic_sub_fetch(&p->active, 1, __ATOMIC_ACQ_REL) == 0) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -81,7 +111,7 @@ kiln_status kn_threadpool_create(int threads, kn_threadpool **out) {
 void kn_threadpool_destroy(kn_threadpool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
+    __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->n_threads - 1; i++) pthread_join(p->workers[i], NULL);
@@ -98,7 +128,7 @@ void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn,
     if (n <= 0) return;
     if (grain < 1) grain = 1;
     int64_t max_chunks = n / grain;
-    if (!p || p->n_threads <= 1 || max_chunks <= 1) {
+    if (!p || p->n_threads <= 1 || max_chunks <= 1 || kn_in_parallel_region) {
         fn(arg, 0, n);
         return;
     }
@@ -106,19 +136,25 @@ void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn,
     int64_t n_chunks = (int64_t)p->n_threads * 4;
     if (n_chunks > max_chunks) n_chunks = max_chunks;
     int64_t chunk = (n + n_chunks - 1) / n_chunks;
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->arg = arg;
     p->n = n;
     p->chunk = chunk;
     p->n_chunks = (n + chunk - 1) / chunk;
-    p->next_chunk = 0;
-    p->active = p->n_threads - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
-    run_chunks(p);
+    __atomic_store_n(&p->next_chunk, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->active, p->n_threads - 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&p->mu);
-    while (p->active > 0) pthread_cond_wait(&p->done, &p->mu);
+    __atomic_add_fetch(&p->generation, 1, __ATOMIC_RELEASE);
+    if (p->sleepers) pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
+    kn_in_parallel_region = 1;
+    run_chunks(p);
+    kn_in_parallel_region = 0;
+    for (int spin = 0; spin < KN_SPIN_ITERATIONS * 4 && __atomic_load_n(&p->active, __ATOMIC_ACQUIRE) > 0; spin++)
+        KN_CPU_RELAX();
+    if (__atomic_load_n(&p->active, __ATOMIC_ACQUIRE) > 0) {
+        pthread_mutex_lock(&p->mu);
+        while (__atomic_load_n(&p->active, __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&p->done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
