@@ -11,7 +11,12 @@
     KN_FAMILY(tensor)      /* shape and data movement: Reshape, Transpose, Gather, Slice, ... */  \
     KN_FAMILY(nn)          /* reductions, Softmax, normalisations, RNN/LSTM/GRU, TopK, ArgMax */  \
     KN_FAMILY(control)     /* If, Loop, Scan, sequences, optionals */                             \
-    KN_FAMILY(fused)       /* kiln's own fused operators (domain "kiln"), formed by the optimiser */
+    KN_FAMILY(fused)       /* kiln's own fused operators (domain "kiln"), formed by the optimiser */ \
+    KN_FAMILY(attention)   /* Attention, RotaryEmbedding and the other transformer operators */    \
+    KN_FAMILY(contrib)     /* com.microsoft operators that exporters and ORT's optimiser emit */   \
+    KN_FAMILY(image)       /* Resize/Upsample, GridSample, AffineGrid, RoiAlign, NonMaxSuppression */ \
+    KN_FAMILY(signal)      /* DFT, STFT, window functions, MelWeightMatrix */                      \
+    KN_FAMILY(random)      /* RandomUniform/Normal(Like), Bernoulli, Multinomial */
 
 #define KN_FAMILY(name) extern const kn_op_schema kn_ops_##name[];
 KN_OP_FAMILIES

@@ -1,0 +1,5 @@
+#include "ops/op.h"
+
+const kn_op_schema kn_ops_signal[] = {
+    {0},
+};
