@@ -9,6 +9,7 @@ command -v gcc >/dev/null || need_apt+=(gcc)
 command -v make >/dev/null || need_apt+=(make)
 command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
 command -v clang >/dev/null || need_apt+=(clang)
+[ -d /usr/share/libonnx-testdata/data ] || need_apt+=(libonnx-testdata)
 # libFuzzer's runtime and the sanitizers' come with clang's compiler-rt
 if command -v clang >/dev/null && ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
   need_apt+=(libclang-rt-14-dev)

@@ -54,6 +54,14 @@ if [ ! -f "$node_dir/.complete" ]; then
   python3 tests/conformance/write_node_tests.py "$node_dir" 2>/dev/null && touch "$node_dir/.complete"
 fi
 part "ONNX node tests (cpu)" build/kiln test --expected-failures tests/conformance/expected_failures.txt "$node_dir"
+# the older corpus of Debian's libonnx-testdata (onnx 1.12: older opset versions), installed by setup_deps.sh
+deb_dir=/usr/share/libonnx-testdata/data
+if [ -d "$deb_dir" ]; then
+  part "ONNX test data, Debian libonnx-testdata (cpu)" build/kiln test \
+    --expected-failures tests/conformance/expected_failures_debian.txt "$deb_dir"
+else
+  echo "=== $deb_dir not found (apt-get install libonnx-testdata)"; total_skip=$((total_skip + 1))
+fi
 
 if [ -d "$zoo" ]; then
   part "model zoo (cpu)" build/kiln test --threads 0 "$zoo"
