@@ -272,7 +272,9 @@ static kiln_status infer_where(kn_infer_ctx *c) {
     for (int i = 0; i < 3; i++) KN_TRY(need(c, i));
     KN_TRY(check_class(c, 0, M_B));
     KN_TRY(check_same(c, 1, 2));
-    return kn_infer_broadcast(c, 0, c->in[1]->dtype);
+    KN_TRY(kn_infer_broadcast(c, 0, KILN_DTYPE_UNDEFINED));
+    c->out[0].dtype = c->in[1]->dtype != KILN_DTYPE_UNDEFINED ? c->in[1]->dtype : c->in[2]->dtype;
+    return KILN_OK;
 }
 
 /* ------------------------------------------------------------------ Cast */
@@ -321,7 +323,12 @@ static kiln_status infer_cast(kn_infer_ctx *c) {
 
 static kiln_status infer_castlike(kn_infer_ctx *c) {
     KN_TRY(need(c, 1));
-    if (c->in[1]->dtype == KILN_DTYPE_UNDEFINED) return kn_infer_same(c, 0, 0);
+    if (c->in[1]->dtype == KILN_DTYPE_UNDEFINED) { /* the shape is known, the type not yet */
+        KN_TRY(need(c, 0));
+        KN_TRY(kn_infer_same(c, 0, 0));
+        c->out[0].dtype = KILN_DTYPE_UNDEFINED;
+        return KILN_OK;
+    }
     return cast_common(c, c->in[1]->dtype);
 }
 

@@ -3,8 +3,9 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/elementwise_impl.h"
 
+/* Every kernel writes each element of its output, so the executor need not zero-fill it. */
 const kn_cpu_kernel kn_cpu_elementwise[] = {
-#define KN_EW_ENTRY(op) {"", #op, kn_cpu_ew_##op, NULL},
+#define KN_EW_ENTRY(op) {"", #op, kn_cpu_ew_##op, NULL, KN_KERNEL_OVERWRITES},
     KN_EW_KERNELS(KN_EW_ENTRY)
 #undef KN_EW_ENTRY
     {0},

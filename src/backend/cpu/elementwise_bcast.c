@@ -116,51 +116,86 @@ mismatch:;
 typedef struct plan_job {
     const kn_ew_plan *p;
     char *const *base;
-    const size_t *esize;
-    kn_ew_row_fn fn;
+    kn_ew_rows_fn fn;
     void *ctx;
+    int64_t bstride[KN_EW_MAX_OPS][KILN_MAX_RANK]; /* strides in bytes (0 past n_ops) */
+    int64_t row_bstride[KN_EW_MAX_OPS];            /* of the second-innermost dimension */
+    int64_t step[KN_EW_MAX_OPS];                   /* inner step: 1, or 0 for a broadcast operand */
 } plan_job;
 
-/* Elements [begin, end) of the output in row-major order, one inner run at a time. */
+/* Moves the pointers from the end of dimension d+1 to the next index of dimension d (and on
+ * outwards while a dimension wraps). */
+static void plan_carry(const plan_job *j, int d, int64_t *idx, char **ptr) {
+    const kn_ew_plan *p = j->p;
+    for (; d >= 0; d--) {
+        for (int k = 0; k < p->n_ops; k++) ptr[k] += j->bstride[k][d] - p->dims[d + 1] * j->bstride[k][d + 1];
+        if (++idx[d] < p->dims[d]) return;
+        idx[d] = 0;
+    }
+}
+
+/* Elements [begin, end) of the output in row-major order: partial rows at the ends of the range
+ * one at a time, whole rows in blocks. */
 static void plan_range(void *arg, int64_t begin, int64_t end) {
     const plan_job *j = arg;
     const kn_ew_plan *p = j->p;
-    int r = p->rank, n = p->n_ops;
-    int64_t idx[KILN_MAX_RANK], off[KN_EW_MAX_OPS], step[KN_EW_MAX_OPS];
-    char *ptr[KN_EW_MAX_OPS];
+    const int r = p->rank, n = p->n_ops;
+    int64_t idx[KILN_MAX_RANK];
+    char *ptr[KN_EW_MAX_OPS] = {NULL};
     int64_t rem = begin;
     for (int d = r - 1; d >= 0; d--) {
         idx[d] = rem % p->dims[d];
         rem /= p->dims[d];
     }
     for (int k = 0; k < n; k++) {
-        off[k] = 0;
-        for (int d = 0; d < r; d++) off[k] += idx[d] * p->strides[k][d];
-        step[k] = p->strides[k][r - 1] ? 1 : 0;
+        ptr[k] = j->base[k];
+        for (int d = 0; d < r; d++) ptr[k] += idx[d] * j->bstride[k][d];
     }
-    int64_t inner = p->dims[r - 1];
+    const int64_t inner = p->dims[r - 1];
     for (int64_t pos = begin; pos < end;) {
+        if (r >= 2 && idx[r - 1] == 0 && end - pos >= inner) {
+            int64_t rows = (end - pos) / inner, left = p->dims[r - 2] - idx[r - 2];
+            if (rows > left) rows = left;
+            j->fn(j->ctx, rows, inner, ptr, j->row_bstride, j->step);
+            pos += rows * inner;
+            if (pos >= end) break;
+            for (int k = 0; k < n; k++) ptr[k] += rows * j->bstride[k][r - 2];
+            idx[r - 2] += rows;
+            if (idx[r - 2] == p->dims[r - 2]) { /* dimension r-2 is done */
+                idx[r - 2] = 0;
+                plan_carry(j, r - 3, idx, ptr);
+            }
+            continue;
+        }
         int64_t len = inner - idx[r - 1];
         if (len > end - pos) len = end - pos;
-        for (int k = 0; k < n; k++) ptr[k] = j->base[k] + off[k] * (int64_t)j->esize[k];
-        j->fn(j->ctx, len, ptr, step);
+        j->fn(j->ctx, 1, len, ptr, j->row_bstride, j->step);
         pos += len;
-        /* advance the odometer */
+        if (pos >= end) break;
+        for (int k = 0; k < n; k++) ptr[k] += len * j->bstride[k][r - 1];
         idx[r - 1] += len;
-        for (int k = 0; k < n; k++) off[k] += len * p->strides[k][r - 1];
-        for (int d = r - 1; d > 0 && idx[d] == p->dims[d]; d--) {
-            idx[d] = 0;
-            idx[d - 1]++;
-            for (int k = 0; k < n; k++) off[k] += p->strides[k][d - 1] - p->dims[d] * p->strides[k][d];
+        if (idx[r - 1] == inner) { /* the row is done */
+            idx[r - 1] = 0;
+            plan_carry(j, r - 2, idx, ptr);
         }
     }
 }
 
-void kn_ew_plan_run(const kn_ew_plan *p, kn_threadpool *pool, char *const *base,
-                    const size_t *esize, kn_ew_row_fn fn, void *ctx) {
+void kn_ew_plan_run(const kn_ew_plan *p, kn_threadpool *pool, int64_t grain, char *const *base,
+                    const size_t *esize, kn_ew_rows_fn fn, void *ctx) {
     if (p->count <= 0) return;
-    plan_job j = {p, base, esize, fn, ctx};
-    kn_parallel_for(pool, p->count, KN_EW_GRAIN, plan_range, &j);
+    plan_job j;
+    memset(&j, 0, sizeof j);
+    j.p = p;
+    j.base = base;
+    j.fn = fn;
+    j.ctx = ctx;
+    for (int k = 0; k < p->n_ops; k++) {
+        for (int d = 0; d < p->rank; d++) j.bstride[k][d] = p->strides[k][d] * (int64_t)esize[k];
+        j.row_bstride[k] = p->rank >= 2 ? j.bstride[k][p->rank - 2] : 0;
+        j.step[k] = p->strides[k][p->rank - 1] ? 1 : 0;
+    }
+    kn_parallel_for(pool, p->count, grain, plan_range, &j);
 }
 
 /* ------------------------------------------------------------------ half precision */

@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef void (*bin_fn)(int64_t n, void *restrict o, const void *restrict a, const void *restrict b,
-                       int64_t sa, int64_t sb);
+/* rows runs of n elements; run r of operand k starts r * r<k> bytes after its pointer; within a
+ * run the inputs advance by sa/sb (1) or repeat one element (0). */
+typedef void (*bin_fn)(int64_t rows, int64_t n, void *o, const void *a, const void *b, int64_t ro,
+                       int64_t ra, int64_t rb, int64_t sa, int64_t sb);
 
 typedef struct bin_op {
     bin_fn fn[KILN_DTYPE_COUNT_];
@@ -21,40 +23,42 @@ typedef struct bin_op {
 /* EXPR may name the types T and U: they are local typedefs, since a macro argument's tokens are
  * not themselves substituted. */
 #define BIN_FN(name, sfx, TY, TOY, UY, EXPR)                                                       \
-    static void name##_##sfx(int64_t n, void *restrict o_, const void *restrict a_,               \
-                             const void *restrict b_, int64_t sa, int64_t sb) {                   \
+    static void name##_##sfx(int64_t rows, int64_t n, void *o0, const void *a0, const void *b0,    \
+                             int64_t ro, int64_t ra, int64_t rb, int64_t sa, int64_t sb) {        \
         typedef TY T;                                                                              \
         typedef UY U;                                                                              \
         typedef TOY TO;                                                                            \
         (void)sizeof(U);                                                                           \
-        TO *restrict o = o_;                                                                       \
-        const T *restrict a = a_;                                                                  \
-        const T *restrict b = b_;                                                                  \
-        if (sa && sb) {                                                                            \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                const T x = a[i], y = b[i];                                                        \
+        for (int64_t r = 0; r < rows; r++) {                                                       \
+            TO *restrict o = (TO *)((char *)o0 + r * ro);                                          \
+            const T *restrict a = (const T *)((const char *)a0 + r * ra);                          \
+            const T *restrict b = (const T *)((const char *)b0 + r * rb);                          \
+            if (sa && sb) {                                                                        \
+                for (int64_t i = 0; i < n; i++) {                                                  \
+                    const T x = a[i], y = b[i];                                                    \
+                    (void)y;                                                                       \
+                    o[i] = (TO)(EXPR);                                                             \
+                }                                                                                  \
+            } else if (sa) {                                                                       \
+                const T y = b[0];                                                                  \
                 (void)y;                                                                           \
-                o[i] = (TO)(EXPR);                                                                 \
-            }                                                                                      \
-        } else if (sa) {                                                                           \
-            const T y = b[0];                                                                      \
-            (void)y;                                                                               \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                const T x = a[i];                                                                  \
-                o[i] = (TO)(EXPR);                                                                 \
-            }                                                                                      \
-        } else if (sb) {                                                                           \
-            const T x = a[0];                                                                      \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                const T y = b[i];                                                                  \
+                for (int64_t i = 0; i < n; i++) {                                                  \
+                    const T x = a[i];                                                              \
+                    o[i] = (TO)(EXPR);                                                             \
+                }                                                                                  \
+            } else if (sb) {                                                                       \
+                const T x = a[0];                                                                  \
+                for (int64_t i = 0; i < n; i++) {                                                  \
+                    const T y = b[i];                                                              \
+                    (void)y;                                                                       \
+                    o[i] = (TO)(EXPR);                                                             \
+                }                                                                                  \
+            } else {                                                                               \
+                const T x = a[0], y = b[0];                                                        \
                 (void)y;                                                                           \
-                o[i] = (TO)(EXPR);                                                                 \
+                const TO v = (TO)(EXPR);                                                           \
+                for (int64_t i = 0; i < n; i++) o[i] = v;                                          \
             }                                                                                      \
-        } else {                                                                                   \
-            const T x = a[0], y = b[0];                                                            \
-            (void)y;                                                                               \
-            const TO v = (TO)(EXPR);                                                               \
-            for (int64_t i = 0; i < n; i++) o[i] = v;                                              \
         }                                                                                          \
     }
 
@@ -211,12 +215,8 @@ typedef struct bin_ctx {
     bool bool_out;
 } bin_ctx;
 
-static void bin_row(void *arg, int64_t n, char *const *ptr, const int64_t *step) {
-    const bin_ctx *b = arg;
-    if (!b->half) {
-        b->fn(n, ptr[0], ptr[1], ptr[2], step[1], step[2]);
-        return;
-    }
+/* One row of half-precision inputs through the float32 loop, in chunks. */
+static void bin_row_half(const bin_ctx *b, int64_t n, char *const *ptr, const int64_t *step) {
     float fa[KN_EW_CHUNK], fb[KN_EW_CHUNK], fo[KN_EW_CHUNK];
     if (!step[1]) kn_ew_half_to_f32(b->dtype, ptr[1], fa, 1);
     if (!step[2]) kn_ew_half_to_f32(b->dtype, ptr[2], fb, 1);
@@ -225,11 +225,24 @@ static void bin_row(void *arg, int64_t n, char *const *ptr, const int64_t *step)
         if (step[1]) kn_ew_half_to_f32(b->dtype, (const uint16_t *)ptr[1] + s, fa, m);
         if (step[2]) kn_ew_half_to_f32(b->dtype, (const uint16_t *)ptr[2] + s, fb, m);
         if (b->bool_out) {
-            b->fn(m, (uint8_t *)ptr[0] + s, fa, fb, step[1], step[2]);
+            b->fn(1, m, (uint8_t *)ptr[0] + s, fa, fb, 0, 0, 0, step[1], step[2]);
         } else {
-            b->fn(m, fo, fa, fb, step[1], step[2]);
+            b->fn(1, m, fo, fa, fb, 0, 0, 0, step[1], step[2]);
             kn_ew_f32_to_half(b->dtype, fo, (uint16_t *)ptr[0] + s, m);
         }
+    }
+}
+
+static void bin_row(void *arg, int64_t rows, int64_t n, char *const *ptr, const int64_t *rs,
+                    const int64_t *step) {
+    const bin_ctx *b = arg;
+    if (!b->half) {
+        b->fn(rows, n, ptr[0], ptr[1], ptr[2], rs[0], rs[1], rs[2], step[1], step[2]);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        char *p[3] = {ptr[0] + r * rs[0], ptr[1] + r * rs[1], ptr[2] + r * rs[2]};
+        bin_row_half(b, n, p, step);
     }
 }
 
@@ -313,13 +326,13 @@ static kiln_status bin_run(kn_kernel_ctx *c, const bin_op *op, bool legacy) {
     KN_TRY(bin_prepare(c, a, b, ot, legacy, &o, &plan));
     char *base[3] = {o->data, a->data, b->data};
     size_t es[3] = {kiln_dtype_size(ot), kiln_dtype_size(a->dtype), kiln_dtype_size(b->dtype)};
-    kn_ew_plan_run(&plan, c->pool, base, es, bin_row, &bc);
+    kn_ew_plan_run(&plan, c->pool, KN_EW_GRAIN_LIGHT, base, es, bin_row, &bc);
     return KILN_OK;
 }
 
 /* ------------------------------------------------------------------ string Equal */
 
-static void str_eq_row(void *arg, int64_t n, char *const *ptr, const int64_t *step) {
+static void str_eq_row1(void *arg, int64_t n, char *const *ptr, const int64_t *step) {
     (void)arg;
     uint8_t *o = (uint8_t *)ptr[0];
     char *const *a = (char *const *)ptr[1], *const *b = (char *const *)ptr[2];
@@ -328,6 +341,7 @@ static void str_eq_row(void *arg, int64_t n, char *const *ptr, const int64_t *st
         o[i] = !strcmp(x ? x : "", y ? y : "");
     }
 }
+KN_EW_ROWS_OF(str_eq_row, str_eq_row1)
 
 static kiln_status string_equal(kn_kernel_ctx *c) {
     const kn_tensor *a = c->in[0], *b = c->in[1];
@@ -336,7 +350,7 @@ static kiln_status string_equal(kn_kernel_ctx *c) {
     KN_TRY(bin_prepare(c, a, b, KILN_DTYPE_BOOL, false, &o, &plan));
     char *base[3] = {o->data, a->data, b->data};
     size_t es[3] = {1, sizeof(char *), sizeof(char *)};
-    kn_ew_plan_run(&plan, c->pool, base, es, str_eq_row, NULL);
+    kn_ew_plan_run(&plan, c->pool, KN_EW_GRAIN_LIGHT, base, es, str_eq_row, NULL);
     return KILN_OK;
 }
 
@@ -399,7 +413,7 @@ typedef struct pow_ctx {
 } pow_ctx;
 
 /* General Pow: both operands converted (in chunks) to double, or int64 for integer powers. */
-static void pow_row(void *arg, int64_t n, char *const *ptr, const int64_t *step) {
+static void pow_row1(void *arg, int64_t n, char *const *ptr, const int64_t *step) {
     const pow_ctx *p = arg;
     size_t sa = kiln_dtype_size(p->ta), sb = kiln_dtype_size(p->tb), so = kiln_dtype_size(p->to);
     kiln_dtype ct = p->ints ? KILN_DTYPE_INT64 : KILN_DTYPE_DOUBLE;
@@ -419,6 +433,7 @@ static void pow_row(void *arg, int64_t n, char *const *ptr, const int64_t *step)
         kn_ew_cast_n(ct, &bo, p->to, ptr[0] + s * (int64_t)so, m, 1);
     }
 }
+KN_EW_ROWS_OF(pow_row, pow_row1)
 
 /* float32 base with one exponent value: the common x^2 of decomposed LayerNorm and friends. */
 typedef struct pow_scalar_job {
@@ -464,14 +479,15 @@ kiln_status kn_cpu_ew_Pow(kn_kernel_ctx *c) {
          * exponents exact in float take the float path */
         if ((double)(float)e == e) {
             pow_scalar_job j = {a->data, o->data, (float)e};
-            kn_parallel_for(c->pool, plan.count, KN_EW_GRAIN, pow_scalar_range, &j);
+            kn_parallel_for(c->pool, plan.count, j.e == 2.0f || j.e == 1.0f || j.e == 3.0f ? KN_EW_GRAIN_LIGHT : KN_EW_GRAIN,
+                            pow_scalar_range, &j);
             return KILN_OK;
         }
     }
     pow_ctx pc = {ta, tb, ta, a_int && b_int};
     char *base[3] = {o->data, a->data, b->data};
     size_t es[3] = {kiln_dtype_size(ta), kiln_dtype_size(ta), kiln_dtype_size(tb)};
-    kn_ew_plan_run(&plan, c->pool, base, es, pow_row, &pc);
+    kn_ew_plan_run(&plan, c->pool, KN_EW_GRAIN, base, es, pow_row, &pc);
     return KILN_OK;
 }
 
@@ -563,11 +579,11 @@ static kiln_status variadic_run(kn_kernel_ctx *c, const bin_op *op, bool mean) {
         if (s != KILN_OK) return kn_kernel_error(c, s, "%s", kn_last_error());
         char *base[3] = {o->data, a->data, b->data};
         size_t ess[3] = {es, es, es};
-        kn_ew_plan_run(&plan, c->pool, base, ess, bin_row, &bc);
+        kn_ew_plan_run(&plan, c->pool, KN_EW_GRAIN_LIGHT, base, ess, bin_row, &bc);
     }
     if (mean) {
         scale_job j = {dt, o->data, n};
-        kn_parallel_for(c->pool, kn_tensor_count(o), KN_EW_GRAIN, mean_range, &j);
+        kn_parallel_for(c->pool, kn_tensor_count(o), KN_EW_GRAIN_LIGHT, mean_range, &j);
     }
     return KILN_OK;
 }
@@ -584,21 +600,35 @@ typedef struct where_ctx {
     bool failed; /* string copy ran out of memory */
 } where_ctx;
 
+/* The step patterns that occur (masks against scores, a scalar fill value) get loops of their
+ * own so they vectorise; the rest index with strides. */
 #define WHERE_LOOP(T)                                                                              \
     do {                                                                                           \
         T *restrict o = (T *)ptr[0];                                                               \
         const uint8_t *restrict cd = (const uint8_t *)ptr[1];                                      \
         const T *restrict x = (const T *)ptr[2];                                                   \
         const T *restrict y = (const T *)ptr[3];                                                   \
-        if (step[1] && step[2] && step[3]) {                                                       \
+        const int64_t s1 = step[1], s2 = step[2], s3 = step[3];                                    \
+        if (s1 && s2 && s3) {                                                                      \
             for (int64_t i = 0; i < n; i++) o[i] = cd[i] ? x[i] : y[i];                            \
+        } else if (s1 && s2) {                                                                     \
+            const T yv = y[0];                                                                     \
+            for (int64_t i = 0; i < n; i++) o[i] = cd[i] ? x[i] : yv;                              \
+        } else if (s1 && s3) {                                                                     \
+            const T xv = x[0];                                                                     \
+            for (int64_t i = 0; i < n; i++) o[i] = cd[i] ? xv : y[i];                              \
+        } else if (s2 && s3) {                                                                     \
+            if (cd[0]) memcpy(o, x, (size_t)n * sizeof(T));                                        \
+            else memcpy(o, y, (size_t)n * sizeof(T));                                              \
+        } else if (s1) {                                                                           \
+            const T xv = x[0], yv = y[0];                                                          \
+            for (int64_t i = 0; i < n; i++) o[i] = cd[i] ? xv : yv;                                \
         } else {                                                                                   \
-            const int64_t s1 = step[1], s2 = step[2], s3 = step[3];                                \
             for (int64_t i = 0; i < n; i++) o[i] = cd[i * s1] ? x[i * s2] : y[i * s3];             \
         }                                                                                          \
     } while (0)
 
-static void where_row(void *arg, int64_t n, char *const *ptr, const int64_t *step) {
+static void where_row1(void *arg, int64_t n, char *const *ptr, const int64_t *step) {
     where_ctx *w = arg;
     switch (w->es) {
     case 1: WHERE_LOOP(uint8_t); break;
@@ -614,8 +644,9 @@ static void where_row(void *arg, int64_t n, char *const *ptr, const int64_t *ste
         break;
     }
 }
+KN_EW_ROWS_OF(where_row, where_row1)
 
-static void where_row_string(void *arg, int64_t n, char *const *ptr, const int64_t *step) {
+static void where_row_string1(void *arg, int64_t n, char *const *ptr, const int64_t *step) {
     where_ctx *w = arg;
     char **o = (char **)ptr[0];
     const uint8_t *cd = (const uint8_t *)ptr[1];
@@ -627,6 +658,7 @@ static void where_row_string(void *arg, int64_t n, char *const *ptr, const int64
         if (!o[i]) w->failed = true;
     }
 }
+KN_EW_ROWS_OF(where_row_string, where_row_string1)
 
 kiln_status kn_cpu_ew_Where(kn_kernel_ctx *c) {
     KN_TRY(check_inputs(c, 3));
@@ -654,10 +686,10 @@ kiln_status kn_cpu_ew_Where(kn_kernel_ctx *c) {
     where_ctx w = {es, false};
     if (x->dtype == KILN_DTYPE_STRING) {
         /* strdup per element: single-threaded keeps the failure flag simple */
-        kn_ew_plan_run(&plan, NULL, base, ess, where_row_string, &w);
+        kn_ew_plan_run(&plan, NULL, KN_EW_GRAIN_LIGHT, base, ess, where_row_string, &w);
         if (w.failed) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory copying strings");
         return KILN_OK;
     }
-    kn_ew_plan_run(&plan, c->pool, base, ess, where_row, &w);
+    kn_ew_plan_run(&plan, c->pool, KN_EW_GRAIN_LIGHT, base, ess, where_row, &w);
     return KILN_OK;
 }

@@ -255,8 +255,54 @@ static void store_f64(kiln_dtype t, const double *d, void *dst, int64_t n, int s
 
 /* ------------------------------------------------------------------ strings */
 
-/* Shortest text that reads back to the same float/double, numpy-like ("1.0", "0.1", "nan"). */
-static void format_real(double v, bool single, char *buf, size_t cap) {
+/* Shortest text that reads back to the same value, as numpy's str() writes it ("1.0", "0.1",
+ * "1e+08", "nan"): positional for magnitudes in [1e-4, max_positional), else scientific.
+ * kind: the value's type (DOUBLE, FLOAT, FLOAT16, BFLOAT16), which the text must round-trip to. */
+static bool round_trips(const char *text, double v, kiln_dtype kind) {
+    switch (kind) {
+    case KILN_DTYPE_DOUBLE: return strtod(text, NULL) == v;
+    case KILN_DTYPE_FLOAT16: return kn_f32_to_f16(strtof(text, NULL)) == kn_f32_to_f16((float)v);
+    case KILN_DTYPE_BFLOAT16: return kn_f32_to_bf16(strtof(text, NULL)) == kn_f32_to_bf16((float)v);
+    default: return strtof(text, NULL) == (float)v;
+    }
+}
+
+/* Digits d[0..n) and decimal exponent e (value = 0.d * 10^(e+1), i.e. d[0] is the 10^e digit)
+ * written out in numpy's style. */
+static void write_digits(bool neg, const char *d, int n, int e, bool positional, char *buf, size_t cap) {
+    char out[400];
+    size_t k = 0;
+    if (neg) out[k++] = '-';
+    if (positional) {
+        if (e < 0) {
+            out[k++] = '0';
+            out[k++] = '.';
+            for (int z = 0; z < -e - 1; z++) out[k++] = '0';
+            for (int i = 0; i < n; i++) out[k++] = d[i];
+        } else {
+            for (int i = 0; i <= e; i++) out[k++] = i < n ? d[i] : '0';
+            out[k++] = '.';
+            if (n > e + 1)
+                for (int i = e + 1; i < n; i++) out[k++] = d[i];
+            else
+                out[k++] = '0';
+        }
+        out[k] = 0;
+    } else {
+        out[k++] = d[0];
+        if (n > 1) {
+            out[k++] = '.';
+            for (int i = 1; i < n; i++) out[k++] = d[i];
+        }
+        snprintf(out + k, sizeof out - k, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
+    }
+    snprintf(buf, cap, "%s", out);
+}
+
+/* The shortest digit string that reads back as v (the closer of the two p-digit neighbours when
+ * both do), as numpy's str() prints floats: "1.0", "0.1", "1e+08", "5.960464477539063e-08";
+ * positional for magnitudes in [1e-4, max_positional). */
+static void format_real(double v, kiln_dtype kind, double max_positional, char *buf, size_t cap) {
     if (isnan(v)) {
         snprintf(buf, cap, "nan");
         return;
@@ -265,27 +311,74 @@ static void format_real(double v, bool single, char *buf, size_t cap) {
         snprintf(buf, cap, v < 0 ? "-inf" : "inf");
         return;
     }
+    bool neg = signbit(v);
+    double a = fabs(v);
+    if (a == 0.0) {
+        snprintf(buf, cap, neg ? "-0.0" : "0.0");
+        return;
+    }
+    char full[64];
+    snprintf(full, sizeof full, "%.25e", a); /* d.ddd...e+XX, more digits than any double needs */
+    char digits[32];
+    int nd = 0;
+    for (const char *q = full; *q && *q != 'e' && nd < 26; q++)
+        if (*q >= '0' && *q <= '9') digits[nd++] = *q;
+    int e10 = atoi(strchr(full, 'e') + 1);
+    char best[32];
+    int best_n = 0, best_e = e10;
     for (int p = 1; p <= 17; p++) {
-        snprintf(buf, cap, "%.*g", p, v);
-        if (single ? strtof(buf, NULL) == (float)v : strtod(buf, NULL) == v) break;
+        /* lo: the first p digits; hi: lo plus one in the last place */
+        char lo[32], hi[32], text[64];
+        memcpy(lo, digits, (size_t)p);
+        memcpy(hi, digits, (size_t)p);
+        int e_hi = e10, i = p - 1;
+        while (i >= 0 && hi[i] == '9') hi[i--] = '0';
+        if (i >= 0) {
+            hi[i]++;
+        } else { /* 99..9 + 1 = 100..0 */
+            memmove(hi + 1, hi, (size_t)p - 1);
+            hi[0] = '1';
+            e_hi++;
+        }
+        lo[p] = hi[p] = 0;
+        snprintf(text, sizeof text, "%.1s.%se%d", lo, lo + 1, e10);
+        bool ok_lo = round_trips(text, a, kind);
+        snprintf(text, sizeof text, "%.1s.%se%d", hi, hi + 1, e_hi);
+        bool ok_hi = round_trips(text, a, kind);
+        if (!ok_lo && !ok_hi) continue;
+        /* both read back: the nearer one by the dropped digits, a tie to the even last digit */
+        int cmp = 0; /* dropped digits against 5000... */
+        for (int j = p; j < nd && !cmp; j++) {
+            int want = j == p ? 5 : 0;
+            cmp = digits[j] - '0' > want ? 1 : (digits[j] - '0' < want ? -1 : 0);
+        }
+        if (p >= nd) cmp = -1;
+        bool nearer_hi = cmp > 0 || (cmp == 0 && (lo[p - 1] - '0') % 2 == 1);
+        bool use_hi = ok_hi && (!ok_lo || nearer_hi);
+        memcpy(best, use_hi ? hi : lo, (size_t)p);
+        best_n = p;
+        best_e = use_hi ? e_hi : e10;
+        break;
     }
-    if (!strpbrk(buf, ".e")) {
-        size_t l = strlen(buf);
-        if (l + 2 < cap) memcpy(buf + l, ".0", 3);
+    if (best_n == 0) { /* cannot happen for 17 digits; keep the full expansion */
+        memcpy(best, digits, 17);
+        best_n = 17;
     }
+    while (best_n > 1 && best[best_n - 1] == '0') best_n--; /* "1.50" -> "1.5" */
+    write_digits(neg, best, best_n, best_e, a >= 1e-4 && a < max_positional, buf, cap);
 }
 
 static kiln_status to_string(kiln_dtype from, const void *src, char **dst, int64_t n) {
     char buf[64];
     for (int64_t i = 0; i < n; i++) {
         switch (from) {
-        case KILN_DTYPE_FLOAT: format_real(((const float *)src)[i], true, buf, sizeof buf); break;
-        case KILN_DTYPE_DOUBLE: format_real(((const double *)src)[i], false, buf, sizeof buf); break;
+        case KILN_DTYPE_FLOAT: format_real(((const float *)src)[i], from, 1e6, buf, sizeof buf); break;
+        case KILN_DTYPE_DOUBLE: format_real(((const double *)src)[i], from, 1e16, buf, sizeof buf); break;
         case KILN_DTYPE_FLOAT16:
         case KILN_DTYPE_BFLOAT16: {
             float f;
             kn_ew_half_to_f32(from, (const uint16_t *)src + i, &f, 1);
-            format_real(f, true, buf, sizeof buf);
+            format_real(f, from, from == KILN_DTYPE_FLOAT16 ? 1e3 : 1e6, buf, sizeof buf);
             break;
         }
         case KILN_DTYPE_BOOL: snprintf(buf, sizeof buf, "%s", ((const uint8_t *)src)[i] ? "True" : "False"); break;
@@ -298,7 +391,7 @@ static kiln_status to_string(kiln_dtype from, const void *src, char **dst, int64
             } else {
                 double v = 0;
                 load_f64(from, (const char *)src + i * (int64_t)kiln_dtype_size(from), &v, 1);
-                format_real(v, true, buf, sizeof buf);
+                format_real(v, KILN_DTYPE_FLOAT, 1e6, buf, sizeof buf);
             }
             break;
         }
@@ -466,7 +559,7 @@ static kiln_status cast_run(kn_kernel_ctx *c, kiln_dtype to) {
         if (s != KILN_OK) return kn_kernel_error(c, s, "%s", kn_last_error());
         return KILN_OK;
     }
-    kn_parallel_for(c->pool, n, KN_EW_GRAIN, cast_range, &j);
+    kn_parallel_for(c->pool, n, KN_EW_GRAIN_LIGHT, cast_range, &j);
     return KILN_OK;
 }
 

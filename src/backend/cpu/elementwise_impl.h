@@ -11,8 +11,11 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Elements per task when a kernel splits work over the intra-op threads. */
+/* Elements per task when a kernel splits work over the intra-op threads: transcendental
+ * functions (tens of flops an element) split early; memory-bound arithmetic only when a task
+ * is worth more than waking a thread (a few microseconds). */
 #define KN_EW_GRAIN 16384
+#define KN_EW_GRAIN_LIGHT 65536
 /* Elements converted at a time when half-precision data goes through float32 loops. */
 #define KN_EW_CHUNK 512
 
@@ -40,14 +43,30 @@ kiln_status kn_ew_broadcast_shape(int n, const int *ranks, const int64_t *const 
 kiln_status kn_ew_plan_init(kn_ew_plan *p, int out_rank, const int64_t *out_dims, int n_in,
                             const int *in_ranks, const int64_t *const *in_dims);
 
-/* Called for each run of n elements along the innermost dimension: ptr[k] points at operand k's
- * first element, step[k] is 1 or 0 (a broadcast operand repeats one element). */
+/* One run of n elements along the innermost dimension: ptr[k] points at operand k's first
+ * element, step[k] is 1 or 0 (a broadcast operand repeats one element). */
 typedef void (*kn_ew_row_fn)(void *ctx, int64_t n, char *const *ptr, const int64_t *step);
+/* `rows` such runs at once: run r of operand k starts at ptr[k] + r * row_bstride[k] bytes. Whole
+ * rows go through one call, so short rows (a per-channel scale over 7x7 maps) cost no per-row
+ * dispatch. ptr and row_bstride have KN_EW_MAX_OPS entries (unused ones NULL and 0). */
+typedef void (*kn_ew_rows_fn)(void *ctx, int64_t rows, int64_t n, char *const *ptr,
+                              const int64_t *row_bstride, const int64_t *step);
 
-/* Runs fn over the whole plan, split over the pool. base[k]: operand k's data; esize[k]: its
- * element size in bytes. */
-void kn_ew_plan_run(const kn_ew_plan *p, kn_threadpool *pool, char *const *base,
-                    const size_t *esize, kn_ew_row_fn fn, void *ctx);
+/* Defines `name`, a kn_ew_rows_fn looping a (static, inlinable) kn_ew_row_fn over the rows. */
+#define KN_EW_ROWS_OF(name, one)                                                                   \
+    static void name(void *ctx, int64_t rows, int64_t n, char *const *ptr, const int64_t *rs,      \
+                     const int64_t *step) {                                                        \
+        for (int64_t r = 0; r < rows; r++) {                                                       \
+            char *p_[KN_EW_MAX_OPS];                                                               \
+            for (int k = 0; k < KN_EW_MAX_OPS; k++) p_[k] = ptr[k] ? ptr[k] + r * rs[k] : NULL;    \
+            one(ctx, n, p_, step);                                                                 \
+        }                                                                                          \
+    }
+
+/* Runs fn over the whole plan, split over the pool in tasks of at least grain elements. base[k]:
+ * operand k's data; esize[k]: its element size in bytes. */
+void kn_ew_plan_run(const kn_ew_plan *p, kn_threadpool *pool, int64_t grain, char *const *base,
+                    const size_t *esize, kn_ew_rows_fn fn, void *ctx);
 
 /* ------------------------------------------------------------------ half precision */
 
@@ -118,6 +137,24 @@ static inline float kn_ew_expf(float x) {
     return p * kn_ew_u2f((uint32_t)(k1 + 127) << 23) * kn_ew_u2f((uint32_t)(k2 + 127) << 23);
 }
 
+/* exp(x) where results below FLT_MIN may flush to 0 (one scale factor, a shorter polynomial:
+ * ~20% cheaper); for sigmoid-like uses, where such results vanish in 1 + exp(x) anyway. */
+static inline float kn_ew_expf_normal(float x) {
+    x = x < -87.3f ? -87.3f : x; /* exp(-87.3) is just above FLT_MIN */
+    x = x > 88.8f ? 88.8f : x;   /* k = 128 gives inf, as exp overflows */
+    int32_t k;
+    float r = kn_ew_reduce(x, &k);
+    float p = 1.0f / 5040.0f; /* Taylor through r^7: truncation < 6e-9 */
+    p = KN_FMAF(p, r, 1.0f / 720.0f);
+    p = KN_FMAF(p, r, 1.0f / 120.0f);
+    p = KN_FMAF(p, r, 1.0f / 24.0f);
+    p = KN_FMAF(p, r, 1.0f / 6.0f);
+    p = KN_FMAF(p, r, 0.5f);
+    p = KN_FMAF(p, r, 1.0f);
+    p = KN_FMAF(p, r, 1.0f);
+    return p * kn_ew_u2f((uint32_t)(k + 127) << 23);
+}
+
 /* exp(x) - 1, accurate near 0; valid for x <= 88 (inputs above are clamped). */
 static inline float kn_ew_expm1f(float x) {
     x = x < -88.0f ? -88.0f : x;
@@ -129,7 +166,7 @@ static inline float kn_ew_expm1f(float x) {
     return KN_FMAF(s, q, s - 1.0f);
 }
 
-static inline float kn_ew_sigmoidf(float x) { return 1.0f / (1.0f + kn_ew_expf(-x)); }
+static inline float kn_ew_sigmoidf(float x) { return 1.0f / (1.0f + kn_ew_expf_normal(-x)); }
 
 static inline float kn_ew_tanhf(float x) {
     float y = x < -9.0f ? -9.0f : x; /* tanh(9) rounds to 1 in float */
@@ -139,8 +176,9 @@ static inline float kn_ew_tanhf(float x) {
 }
 
 /* erfc(z) for z >= 1: exp(-z^2) * P(1/(1+z/2)), P a degree-9 least-squares fit (made for kiln
- * against double erfc, max relative error 4e-9 in exact arithmetic, 3e-7 in float). */
-static inline float kn_ew_erfc_big(float z) {
+ * against double erfc, max relative error 4e-9 in exact arithmetic, 3e-7 in float). zz + zz_err
+ * is z^2 to about twice float precision (exp(-z^2) magnifies an error in z^2 by z^2). */
+static inline float kn_ew_erfc_big_zz(float z, float zz, float zz_err) {
     float t = 1.0f / KN_FMAF(0.5f, z, 1.0f);
     float p = -0.06221897719239693f;
     p = KN_FMAF(p, t, 0.3068335952751246f);
@@ -152,13 +190,25 @@ static inline float kn_ew_erfc_big(float z) {
     p = KN_FMAF(p, t, 0.283223532480251f);
     p = KN_FMAF(p, t, 0.2820143514707887f);
     p = KN_FMAF(p, t, 2.5065902964891325e-06f);
-    float zz = z * z;
+    return kn_ew_expf(-zz) * (1.0f - zz_err) * p;
+}
+
+/* The rounding error of ab = a*b, exactly: a fused multiply-add, or Dekker's splitting where the
+ * target has none. */
+static inline float kn_ew_mul_err(float a, float b, float ab) {
 #if defined(__FMA__) || defined(__AVX2__)
-    float err = fmaf(z, z, -zz); /* the rounding error of z*z, folded back in */
-    return kn_ew_expf(-zz) * (1.0f - err) * p;
+    return fmaf(a, b, -ab);
 #else
-    return kn_ew_expf(-zz) * p;
+    float ca = 4097.0f * a, cb = 4097.0f * b; /* 2^12 + 1 splits a float's 24 bits in halves */
+    float ahi = ca - (ca - a), alo = a - ahi;
+    float bhi = cb - (cb - b), blo = b - bhi;
+    return ((ahi * bhi - ab) + ahi * blo + alo * bhi) + alo * blo;
 #endif
+}
+
+static inline float kn_ew_erfc_big(float z) {
+    float zz = z * z;
+    return kn_ew_erfc_big_zz(z, zz, kn_ew_mul_err(z, z, zz));
 }
 
 /* erf(z) for |z| < 1: its Maclaurin series through z^21 (truncation < 2e-9). */
@@ -208,9 +258,15 @@ static inline float kn_ew_logf(float x) {
     float lm = KN_FMAF(2.0f * s * s2, p, 2.0f * s);
     float fe = (float)e;
     float r = KN_FMAF(fe, 0.693359375f, KN_FMAF(fe, -2.12194440e-4f, lm));
-    r = x == 0.0f ? -INFINITY : r;
-    r = x == INFINITY ? INFINITY : r;
-    return (x < 0.0f || x != x) ? NAN : r;
+    /* specials by bit masks: a select on x would let the compiler sink the division into a
+     * branch, which -ftrapping-math then keeps from vectorising */
+    uint32_t bits = kn_ew_f2u(r);
+    uint32_t m_zero = 0u - (uint32_t)(x == 0.0f), m_inf = 0u - (uint32_t)(x == INFINITY);
+    uint32_t m_nan = 0u - (uint32_t)!(x >= 0.0f);
+    bits = (bits & ~m_zero) | (0xff800000u & m_zero);
+    bits = (bits & ~m_inf) | (0x7f800000u & m_inf);
+    bits = (bits & ~m_nan) | (0x7fc00000u & m_nan);
+    return kn_ew_u2f(bits);
 }
 
 /* log(1 + y) for y >= 0 (Softplus): log of the rounded sum, corrected by its rounding error. */

@@ -21,6 +21,7 @@ typedef struct un_op {
     un_fn fn[KILN_DTYPE_COUNT_];
     kiln_dtype out;  /* UNDEFINED: the input's type */
     bool via_double; /* integer inputs without a kernel of their own use fn[DOUBLE] */
+    bool light;      /* a few operations an element: split over threads only for large tensors */
 } un_op;
 
 /* ------------------------------------------------------------------ row function generators */
@@ -98,6 +99,10 @@ typedef struct un_op {
     UN_F32(name, EXPR_F)                                                                           \
     UN_F64(name, EXPR_D)                                                                           \
     static const un_op op_##name = {{T_FLOATS(name)}, KILN_DTYPE_UNDEFINED, false};
+#define UN_FLOAT_OP_LIGHT(name, EXPR_F, EXPR_D)                                                    \
+    UN_F32(name, EXPR_F)                                                                           \
+    UN_F64(name, EXPR_D)                                                                           \
+    static const un_op op_##name = {{T_FLOATS(name)}, KILN_DTYPE_UNDEFINED, false, true};
 /* float operators that integer types may use through double */
 #define UN_NUM_OP(name, EXPR_F, EXPR_D)                                                            \
     UN_F32(name, EXPR_F)                                                                           \
@@ -120,31 +125,31 @@ UN_F32(Abs, fabsf(x))
 UN_F64(Abs, fabs(x))
 UN_SINTS(Abs, x < 0 ? (U)0 - (U)x : (U)x)
 UN_UINTS(Abs, x)
-static const un_op op_Abs = {{T_FLOATS(Abs), T_SINTS(Abs), T_UINTS(Abs)}, 0, false};
+static const un_op op_Abs = {{T_FLOATS(Abs), T_SINTS(Abs), T_UINTS(Abs)}, 0, false, true};
 
 UN_F32(Neg, -x)
 UN_F64(Neg, -x)
 UN_SINTS(Neg, (U)0 - (U)x)
 UN_UINTS(Neg, (U)0 - (U)x)
-static const un_op op_Neg = {{T_FLOATS(Neg), T_SINTS(Neg), T_UINTS(Neg)}, 0, false};
+static const un_op op_Neg = {{T_FLOATS(Neg), T_SINTS(Neg), T_UINTS(Neg)}, 0, false, true};
 
 UN_F32(Sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x))
 UN_F64(Sign, x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x))
 UN_SINTS(Sign, x > 0 ? 1 : (x < 0 ? -1 : 0))
 UN_UINTS(Sign, x > 0 ? 1 : 0)
-static const un_op op_Sign = {{T_FLOATS(Sign), T_SINTS(Sign), T_UINTS(Sign)}, 0, false};
+static const un_op op_Sign = {{T_FLOATS(Sign), T_SINTS(Sign), T_UINTS(Sign)}, 0, false, true};
 
-UN_FLOAT_OP(Reciprocal, 1.0f / x, 1.0 / x)
+UN_FLOAT_OP_LIGHT(Reciprocal, 1.0f / x, 1.0 / x)
 static void Sqrt_f32(int64_t n, void *restrict o, const void *restrict x, const un_prm *p) {
     kn_ew_sqrt_f32(n, o, x);
 }
 UN_F64(Sqrt, sqrt(x))
-static const un_op op_Sqrt = {{T_FLOATS(Sqrt)}, 0, false};
+static const un_op op_Sqrt = {{T_FLOATS(Sqrt)}, 0, false, true};
 UN_FLOAT_OP(Exp, kn_ew_expf(x), exp(x))
 UN_FLOAT_OP(Log, kn_ew_logf(x), log(x))
-UN_FLOAT_OP(Ceil, kn_ceilf_v(x), ceil(x))
-UN_FLOAT_OP(Floor, kn_floorf_v(x), floor(x))
-UN_FLOAT_OP(Round, rintf(x), nearbyint(x)) /* the default rounding mode: half to even */
+UN_FLOAT_OP_LIGHT(Ceil, kn_ceilf_v(x), ceil(x))
+UN_FLOAT_OP_LIGHT(Floor, kn_floorf_v(x), floor(x))
+UN_FLOAT_OP_LIGHT(Round, rintf(x), nearbyint(x)) /* the default rounding mode: half to even */
 UN_FLOAT_OP(Sin, sinf(x), sin(x))
 UN_FLOAT_OP(Cos, cosf(x), cos(x))
 UN_FLOAT_OP(Tan, tanf(x), tan(x))
@@ -160,18 +165,18 @@ UN_NUM_OP(Erf, kn_ew_erff(x), erf(x))
 
 UN_FB(IsNaN, f32, float, x != x)
 UN_FB(IsNaN, f64, double, x != x)
-static const un_op op_IsNaN = {{T_FLOATS(IsNaN)}, KILN_DTYPE_BOOL, false};
+static const un_op op_IsNaN = {{T_FLOATS(IsNaN)}, KILN_DTYPE_BOOL, false, true};
 /* alpha: detect_positive, beta: detect_negative */
 UN_FB(IsInf, f32, float, (x == INFINITY && alpha != 0) || (x == -INFINITY && beta != 0))
 UN_FB(IsInf, f64, double, (x == INFINITY && alpha != 0) || (x == -INFINITY && beta != 0))
-static const un_op op_IsInf = {{T_FLOATS(IsInf)}, KILN_DTYPE_BOOL, false};
+static const un_op op_IsInf = {{T_FLOATS(IsInf)}, KILN_DTYPE_BOOL, false, true};
 
 UN_INT(Not, b, uint8_t, uint32_t, x == 0)
-static const un_op op_Not = {{[KILN_DTYPE_BOOL] = Not_b}, 0, false};
+static const un_op op_Not = {{[KILN_DTYPE_BOOL] = Not_b}, 0, false, true};
 
 UN_SINTS(BitwiseNot, ~(U)x)
 UN_UINTS(BitwiseNot, ~(U)x)
-static const un_op op_BitwiseNot = {{T_SINTS(BitwiseNot), T_UINTS(BitwiseNot)}, 0, false};
+static const un_op op_BitwiseNot = {{T_SINTS(BitwiseNot), T_UINTS(BitwiseNot)}, 0, false, true};
 
 /* ------------------------------------------------------------------ activations */
 
@@ -179,9 +184,9 @@ UN_F32(Relu, x < 0.0f ? 0.0f : x)
 UN_F64(Relu, x < 0.0 ? 0.0 : x)
 UN_SINTS(Relu, x < 0 ? 0 : x)
 UN_UINTS(Relu, x)
-static const un_op op_Relu = {{T_FLOATS(Relu), T_SINTS(Relu), T_UINTS(Relu)}, 0, false};
+static const un_op op_Relu = {{T_FLOATS(Relu), T_SINTS(Relu), T_UINTS(Relu)}, 0, false, true};
 
-UN_FLOAT_OP(LeakyRelu, x < 0.0f ? alpha * x : x, x < 0.0 ? alpha * x : x)
+UN_FLOAT_OP_LIGHT(LeakyRelu, x < 0.0f ? alpha * x : x, x < 0.0 ? alpha * x : x)
 UN_FLOAT_OP(Sigmoid, kn_ew_sigmoidf(x), 1.0 / (1.0 + exp(-x)))
 UN_FLOAT_OP(Tanh, kn_ew_tanhf(x), tanh(x))
 
@@ -193,8 +198,8 @@ static inline double kn_clamp01(double v) {
     v = v < 0.0 ? 0.0 : v;
     return v > 1.0 ? 1.0 : v;
 }
-UN_FLOAT_OP(HardSigmoid, kn_clamp01f(alpha * x + beta), kn_clamp01(alpha * x + beta))
-UN_FLOAT_OP(HardSwish, x * kn_clamp01f(x * (1.0f / 6.0f) + 0.5f), x * kn_clamp01(x / 6.0 + 0.5))
+UN_FLOAT_OP_LIGHT(HardSigmoid, kn_clamp01f(alpha * x + beta), kn_clamp01(alpha * x + beta))
+UN_FLOAT_OP_LIGHT(HardSwish, x * kn_clamp01f(x * (1.0f / 6.0f) + 0.5f), x * kn_clamp01(x / 6.0 + 0.5))
 UN_FLOAT_OP(Elu, x < 0.0f ? alpha * kn_ew_expm1f(x) : x, x < 0.0 ? alpha * expm1(x) : x)
 UN_FLOAT_OP(Selu, gamma * (x > 0.0f ? x : alpha * kn_ew_expm1f(x)),
             gamma * (x > 0.0 ? x : alpha * expm1(x)))
@@ -208,17 +213,17 @@ static inline double kn_celu(double x, double a) {
 }
 UN_FLOAT_OP(Celu, kn_celuf(x, alpha), kn_celu(x, alpha))
 /* log(1+e^x) without overflow: max(x,0) + log1p(e^-|x|) */
-UN_FLOAT_OP(Softplus, (x > 0.0f ? x : 0.0f) + kn_ew_log1p_pos(kn_ew_expf(-fabsf(x))),
+UN_FLOAT_OP(Softplus, (x > 0.0f ? x : 0.0f) + kn_ew_log1p_pos(kn_ew_expf_normal(-fabsf(x))),
             (x > 0.0 ? x : 0.0) + log1p(exp(-fabs(x))))
 UN_FLOAT_OP(Softsign, x / (1.0f + fabsf(x)), x / (1.0 + fabs(x)))
-UN_FLOAT_OP(ThresholdedRelu, x > alpha ? x : 0.0f, x > alpha ? x : 0.0)
+UN_FLOAT_OP_LIGHT(ThresholdedRelu, x > alpha ? x : 0.0f, x > alpha ? x : 0.0)
 /* alpha: lambd, beta: bias */
 UN_NUM_OP(Shrink, x < -alpha ? x + beta : (x > alpha ? x - beta : 0.0f),
           x < -alpha ? x + beta : (x > alpha ? x - beta : 0.0))
 
 /* x * tanh(softplus(x)) = x * m / (m + 2) with m = e^x (e^x + 2): no log, no cancellation */
 static inline float kn_mishf(float x) {
-    float e = kn_ew_expf(x < 20.0f ? x : 20.0f);
+    float e = kn_ew_expf_normal(x < 20.0f ? x : 20.0f);
     float m = e * (e + 2.0f);
     return x < 20.0f ? x * m / (m + 2.0f) : x;
 }
@@ -229,7 +234,10 @@ UN_FLOAT_OP(Mish, kn_mishf(x), x * tanh(log1p(exp(x))))
 static inline float kn_gelu_erff(float x) {
     float z = x * 0.70710678118654752f;
     float a = fabsf(z);
-    float ec = kn_ew_erfc_big(a < 1.0f ? 1.0f : (a > 10.0f ? 10.0f : a)); /* erfc(|z|), |z| >= 1 */
+    /* erfc(|z|) for |z| >= 1, with z^2 = x^2/2 from x (z itself carries x/sqrt2's rounding) */
+    float xc = fabsf(x) < 1.41421356f ? 1.41421356f : (fabsf(x) > 14.1421356f ? 14.1421356f : fabsf(x));
+    float xx = xc * xc;
+    float ec = kn_ew_erfc_big_zz(xc * 0.70710678118654752f, 0.5f * xx, 0.5f * kn_ew_mul_err(xc, xc, xx));
     float es = kn_ew_erf_small(a < 1.0f ? z : 0.0f);                       /* erf(z), |z| < 1 */
     float one_plus_erf = a < 1.0f ? 1.0f + es : (z > 0.0f ? 2.0f - ec : ec);
     return 0.5f * x * one_plus_erf;
@@ -237,7 +245,7 @@ static inline float kn_gelu_erff(float x) {
 /* 0.5 x (1 + tanh(u)) = x * sigmoid(2u) */
 static inline float kn_gelu_tanhf(float x) {
     float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-    return x / (1.0f + kn_ew_expf(-2.0f * u));
+    return x / (1.0f + kn_ew_expf_normal(-2.0f * u));
 }
 UN_F32(GeluErf, kn_gelu_erff(x))
 UN_F64(GeluErf, x < -1.4142135623730951 ? 0.5 * x * erfc(-x * 0.70710678118654752)
@@ -247,7 +255,7 @@ UN_F64(GeluTanh, 0.5 * x * (1.0 + tanh(0.79788456080286536 * (x + 0.044715 * x *
 static const un_op op_GeluErf = {{T_FLOATS(GeluErf)}, 0, false};
 static const un_op op_GeluTanh = {{T_FLOATS(GeluTanh)}, 0, false};
 
-UN_FLOAT_OP(Swish, x / (1.0f + kn_ew_expf(-alpha * x)), x / (1.0 + exp(-alpha * x)))
+UN_FLOAT_OP(Swish, x / (1.0f + kn_ew_expf_normal(-alpha * x)), x / (1.0 + exp(-alpha * x)))
 
 /* Clip: bounds come per type in the parameters */
 static void Clip_f32(int64_t n, void *restrict o_, const void *restrict x_, const un_prm *p) {
@@ -289,7 +297,7 @@ CLIP_INT(u8, uint8_t, lo_u, hi_u)
 CLIP_INT(u16, uint16_t, lo_u, hi_u)
 CLIP_INT(u32, uint32_t, lo_u, hi_u)
 CLIP_INT(u64, uint64_t, lo_u, hi_u)
-static const un_op op_Clip = {{T_FLOATS(Clip), T_SINTS(Clip), T_UINTS(Clip)}, 0, false};
+static const un_op op_Clip = {{T_FLOATS(Clip), T_SINTS(Clip), T_UINTS(Clip)}, 0, false, true};
 
 /* ------------------------------------------------------------------ driver */
 
@@ -341,7 +349,9 @@ static kiln_status un_run(kn_kernel_ctx *c, const un_op *op, const un_prm *p) {
     kn_tensor *o;
     KN_TRY(kn_ctx_output(c, 0, ot, x->rank, x->dims, &o));
     un_job j = {fn, it, ot, via, x->data, o->data, kiln_dtype_size(it), kiln_dtype_size(ot), p};
-    kn_parallel_for(c->pool, kn_tensor_count(x), KN_EW_GRAIN, un_range, &j);
+    /* half and integer-through-double paths convert every element: not light */
+    bool light = op->light && via == it;
+    kn_parallel_for(c->pool, kn_tensor_count(x), light ? KN_EW_GRAIN_LIGHT : KN_EW_GRAIN, un_range, &j);
     return KILN_OK;
 }
 
