@@ -87,12 +87,17 @@ typedef enum kiln_dtype {
     KILN_DTYPE_UINT4 = 21,
     KILN_DTYPE_INT4 = 22,
     KILN_DTYPE_FLOAT4E2M1 = 23,
+    KILN_DTYPE_FLOAT8E8M0 = 24,
+    KILN_DTYPE_UINT2 = 25,
+    KILN_DTYPE_INT2 = 26,
     KILN_DTYPE_COUNT_
 } kiln_dtype;
 
 /* "float", "int64", ... (static storage); "?" for an unknown value. */
 KILN_API const char *kiln_dtype_name(kiln_dtype dtype);
-/* Bytes per element (sizeof(char*) for STRING); 0 for sub-byte and unknown types. */
+/* Bytes per element (sizeof(char*) for STRING); 0 for sub-byte and unknown types. The sub-byte
+ * types (uint4, int4, float4e2m1: 4 bits; uint2, int2: 2 bits) are stored packed as ONNX stores
+ * them, element 0 in the lowest bits of byte 0: a tensor of n elements holds ceil(n*bits/8) bytes. */
 KILN_API size_t kiln_dtype_size(kiln_dtype dtype);
 
 /* ------------------------------------------------------------------ tensors */
@@ -107,7 +112,8 @@ typedef struct kiln_tensor kiln_tensor;
 KILN_API kiln_status kiln_tensor_create(kiln_dtype dtype, const int64_t *dims, int rank,
                                         kiln_tensor **tensor_out);
 /* A tensor that wraps caller memory without copying it. data: must outlive the tensor and hold
- * `bytes` >= elements * kiln_dtype_size(dtype) bytes. dims: borrowed. Not for STRING. */
+ * `bytes` >= elements * kiln_dtype_size(dtype) bytes (ceil(elements * bits / 8) for the packed
+ * sub-byte types). dims: borrowed. Not for STRING. */
 KILN_API kiln_status kiln_tensor_wrap(kiln_dtype dtype, const int64_t *dims, int rank, void *data,
                                       size_t bytes, kiln_tensor **tensor_out);
 KILN_API void kiln_tensor_destroy(kiln_tensor *tensor);
@@ -176,6 +182,12 @@ KILN_API kiln_status kiln_session_options_set_cache(kiln_session_options *option
 KILN_API kiln_status kiln_session_options_set_compiled_paths(kiln_session_options *options,
                                                              const char *save_path,
                                                              const char *load_path);
+/* Strict cache: a cache entry that is corrupt, truncated or does not match is an error
+ * (KILN_ERR_CACHE naming the file and the field) instead of being rebuilt. Default 0. */
+KILN_API kiln_status kiln_session_options_set_cache_strict(kiln_session_options *options, int strict);
+/* Size limit of the cache directory in bytes; beyond it the least recently used entries are
+ * deleted. 0 = $KILN_CACHE_MAX_SIZE (e.g. "500M"), else 2 GiB. */
+KILN_API kiln_status kiln_session_options_set_cache_limit(kiln_session_options *options, uint64_t max_bytes);
 /* Fixes a symbolic input dimension (by name) to a value for compilation. name: copied. */
 KILN_API kiln_status kiln_session_options_set_dim(kiln_session_options *options, const char *name,
                                                   int64_t value);

@@ -11,6 +11,8 @@ cd "$root"
 jobs=$(nproc 2>/dev/null || echo 2)
 zoo="${KILN_ZOO:-$root/../shared/models}"
 fuzz_seconds="${KILN_FUZZ_SECONDS:-60}"
+# the tests' compiled-model cache entries stay in the build tree, not the user's ~/.cache
+export KILN_CACHE_DIR="$root/build/test-cache"
 
 total_pass=0 total_fail=0 total_skip=0
 failed_parts=()
@@ -72,6 +74,10 @@ if [ ! -f build/models/.complete ]; then
   python3 tests/models/make_models.py build/models && touch build/models/.complete
 fi
 part "project models (cpu)" build/kiln test --threads 0 build/models
+# com.microsoft operators against onnxruntime's outputs (regenerated when the script changes)
+[ build/contrib_tests/.complete -nt tests/conformance/make_contrib_tests.py ] || { rm -rf build/contrib_tests && python3 tests/conformance/make_contrib_tests.py build/contrib_tests >/dev/null 2>&1 && touch build/contrib_tests/.complete; }
+part "com.microsoft operators vs onnxruntime (cpu)" build/kiln test build/contrib_tests
+part "optimisation equivalence" bash scripts/equivalence.sh build/kiln "$node_dir" build/models $([ -d "$zoo" ] && echo "$zoo")
 
 if [ -z "${KILN_TEST_QUICK:-}" ]; then
   echo "=== sanitizer build"

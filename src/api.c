@@ -2,6 +2,7 @@
  * function checks its arguments and turns them into statuses with a message. */
 #include "kiln.h"
 
+#include "backend/backend.h"
 #include "exec/session.h"
 #include "ir/tensor.h"
 #include "util/status.h"
@@ -190,28 +191,43 @@ kiln_status kiln_session_options_set_dim(kiln_session_options *o, const char *na
 
 /* ------------------------------------------------------------------ providers and devices */
 
-static const char *const kn_providers[] = {"cpu"};
-
-size_t kiln_provider_count(void) { return sizeof kn_providers / sizeof kn_providers[0]; }
-const char *kiln_provider_name(size_t i) { return i < kiln_provider_count() ? kn_providers[i] : NULL; }
+size_t kiln_provider_count(void) { return (size_t)kn_backend_count(); }
+const char *kiln_provider_name(size_t i) {
+    return i < kiln_provider_count() ? kn_backend_at((int)i)->name : NULL;
+}
 
 int kiln_provider_available(const char *name, const char **reason_out) {
     if (reason_out) *reason_out = NULL;
-    if (name && !strcmp(name, "cpu")) return 1;
-    if (reason_out)
-        *reason_out = name && !strcmp(name, "cuda") ? "this build of kiln has no CUDA backend"
-                                                   : "unknown provider";
+    const kn_backend_ops *b = kn_backend_find(name);
+    if (!b) {
+        if (reason_out)
+            *reason_out = name && !strcmp(name, "cuda") ? "no CUDA device: this build of kiln has no CUDA backend"
+                                                       : "unknown provider";
+        return 0;
+    }
+    const char *why = NULL;
+    if (b->available(&why)) return 1;
+    static _Thread_local char msg[512];
+    snprintf(msg, sizeof msg, "%s: %s", !strcmp(name, "cuda") ? "no CUDA device" : "unavailable",
+             why ? why : "unknown reason");
+    if (reason_out) *reason_out = msg;
     return 0;
 }
 
 static char kn_cpu_desc[256];
 
 size_t kiln_device_count(const char *provider) {
-    return provider && !strcmp(provider, "cpu") ? 1 : 0;
+    const kn_backend_ops *b = kn_backend_find(provider);
+    return b && b->device_count ? b->device_count() : 0;
 }
 
 const char *kiln_device_description(const char *provider, size_t index) {
-    if (!provider || strcmp(provider, "cpu") || index != 0) return NULL;
+    if (provider && strcmp(provider, "cpu")) {
+        const kn_backend_ops *b = kn_backend_find(provider);
+        return b && b->device_description && index < kiln_device_count(provider) ? b->device_description(index)
+                                                                                  : NULL;
+    }
+    if (!provider || index != 0) return NULL;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const char *isa =
 #if defined(__AVX512F__)

@@ -24,8 +24,16 @@ void cli_common_defaults(cli_common *c);
 /* Reads an input from .npy or a TensorProto .pb file. */
 kiln_status cli_read_tensor(const char *path, kn_tensor **out);
 
+/* kiln inspect --provider (tools/placement.c): adds the providers of a comma list to o; prints
+ * where each node of m would run (after shape inference and optimisation). */
+struct kn_model;
+int cli_add_providers(kiln_session_options *o, const char *list);
+int cli_print_placement(struct kn_model *m, const kiln_session_options *o);
+
 int cmd_run(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_test(int argc, char **argv);
+int cmd_compile(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
 
 #endif

@@ -5,7 +5,9 @@
 #include "exec/exec.h"
 #include "exec/session.h"
 #include "onnx/loader.h"
+#include "onnx/writer.h"
 #include "ops/op.h"
+#include "opt/opt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,7 @@ static void print_values(const kn_graph *g, int depth) {
     char ty[512];
     for (int i = 0; i < g->n_nodes; i++) {
         const kn_node *n = &g->nodes[i];
+        if (n->dead) continue;
         printf("%*s%-28s %-20s", depth * 2, "", n->name, n->op_type);
         for (int o = 0; o < n->n_outputs; o++) {
             if (n->outputs[o] < 0) continue;
@@ -42,50 +45,13 @@ static void print_values(const kn_graph *g, int depth) {
     }
 }
 
-int cmd_inspect(int argc, char **argv) {
-    const char *path = NULL;
-    kiln_session_options *dims_opts = NULL;
-    kiln_session_options_create(&dims_opts);
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--dim") && i + 1 < argc) {
-            char *kv = argv[++i], *eq = strchr(kv, '=');
-            if (!eq) {
-                fprintf(stderr, "kiln inspect: --dim takes NAME=VALUE\n");
-                return 2;
-            }
-            *eq = 0;
-            kiln_session_options_set_dim(dims_opts, kv, atoll(eq + 1));
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "kiln inspect: unknown option '%s'\n", argv[i]);
-            return 2;
-        } else {
-            path = argv[i];
-        }
-    }
-    if (!path) {
-        fprintf(stderr, "usage: kiln inspect MODEL [--dim NAME=VALUE ...]\n");
-        return 2;
-    }
-    kn_model *m;
-    if (kn_onnx_load_file(path, &m) != KILN_OK) {
-        fprintf(stderr, "kiln inspect: %s\n", kiln_last_error());
-        return 1;
-    }
-    kn_graph *g = m->graph;
-    char ty[512];
-    printf("model: %s\n", path);
-    printf("producer: %s %s, IR version %lld\n", m->producer_name ? m->producer_name : "?",
-           m->producer_version ? m->producer_version : "", (long long)m->ir_version);
-    printf("opsets:");
-    for (int i = 0; i < m->n_opsets; i++)
-        printf(" %s=%lld", *m->opsets[i].domain ? m->opsets[i].domain : "ai.onnx", (long long)m->opsets[i].version);
-    printf("\n");
-
-    /* resolve each node on its own so every unsupported operator is listed, not just the first */
+/* The operator histogram of a graph; resolves schemas so unsupported operators are named. */
+static op_count *histogram(kn_graph *g, int *n_ops_out, int *n_unsupported_out) {
     op_count *ops = calloc((size_t)(g->n_nodes + 1), sizeof *ops);
     int n_ops = 0, n_unsupported = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
+    for (int i = 0; ops && i < g->n_nodes; i++) {
         kn_node *n = &g->nodes[i];
+        if (n->dead) continue;
         char key[160];
         snprintf(key, sizeof key, "%s%s%s", n->domain, *n->domain ? ":" : "", n->op_type);
         int k = 0;
@@ -93,7 +59,7 @@ int cmd_inspect(int argc, char **argv) {
         if (k == n_ops) {
             snprintf(ops[k].key, sizeof ops[k].key, "%s", key);
             n_ops++;
-            n->schema = kn_op_find(n->domain, n->op_type, n->opset, NULL);
+            if (!n->schema) n->schema = kn_op_find(n->domain, n->op_type, n->opset, NULL);
             char why[256] = "";
             if (!n->schema) {
                 snprintf(why, sizeof why, "no schema for opset %d", n->opset);
@@ -109,6 +75,104 @@ int cmd_inspect(int argc, char **argv) {
         }
         ops[k].count++;
     }
+    if (ops) qsort(ops, (size_t)n_ops, sizeof *ops, cmp_count);
+    *n_ops_out = n_ops;
+    *n_unsupported_out = n_unsupported;
+    return ops;
+}
+
+static int live_nodes(const kn_graph *g) {
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++) n += !g->nodes[i].dead;
+    return n;
+}
+
+typedef struct opt_log {
+    int after[4]; /* live nodes after each level (-1: not run) */
+    int last_level;
+} opt_log;
+
+static void on_pass(void *arg, const char *pass, int level, int before, int after, const char *detail) {
+    opt_log *l = arg;
+    if (level >= 0 && level < 4) l->after[level] = after;
+    l->last_level = level;
+    printf("  level %d  %-22s %5d -> %5d nodes  %s\n", level, pass, before, after, detail);
+}
+
+static void list_passes(void) {
+    printf("optimisation passes (run level by level, each level to a fixed point):\n");
+    int level;
+    const char *desc, *name;
+    for (int i = 0; (name = kn_opt_pass_info(i, &level, &desc)); i++) printf("  %d  %-22s %s\n", level, name, desc);
+    printf("  3  (none yet on the CPU: level 3 holds the backend-dependent rewrites)\n");
+}
+
+int cmd_inspect(int argc, char **argv) {
+    const char *path = NULL, *dump = NULL;
+    int opt_level = -1;
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--dim") && i + 1 < argc) {
+            char *kv = argv[++i], *eq = strchr(kv, '=');
+            if (!eq) {
+                fprintf(stderr, "kiln inspect: --dim takes NAME=VALUE\n");
+                kiln_session_options_destroy(o);
+                return 2;
+            }
+            *eq = 0;
+            kiln_session_options_set_dim(o, kv, atoll(eq + 1));
+        } else if (!strcmp(argv[i], "--opt-level") && i + 1 < argc) {
+            opt_level = atoi(argv[++i]);
+            if (opt_level < 0 || opt_level > 3) {
+                fprintf(stderr, "kiln inspect: --opt-level takes 0..3, not '%s'\n", argv[i]);
+                kiln_session_options_destroy(o);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--dump") && i + 1 < argc) {
+            dump = argv[++i];
+        } else if (!strcmp(argv[i], "--disable-pass") && i + 1 < argc) {
+            kiln_session_options_disable_pass(o, argv[++i]);
+        } else if (!strcmp(argv[i], "--provider") && i + 1 < argc) {
+            if (cli_add_providers(o, argv[++i])) return 2;
+        } else if (!strcmp(argv[i], "--list-passes")) {
+            list_passes();
+            kiln_session_options_destroy(o);
+            return 0;
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "kiln inspect: unknown option '%s'\n", argv[i]);
+            kiln_session_options_destroy(o);
+            return 2;
+        } else {
+            path = argv[i];
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "usage: kiln inspect MODEL [--dim NAME=VALUE ...] [--opt-level N] [--disable-pass NAME ...]\n"
+                        "                    [--dump FILE.onnx] | --list-passes\n");
+        kiln_session_options_destroy(o);
+        return 2;
+    }
+    if (dump && opt_level < 0) opt_level = 3;
+    kn_model *m;
+    if (kn_onnx_load_file(path, &m) != KILN_OK) {
+        fprintf(stderr, "kiln inspect: %s\n", kiln_last_error());
+        kiln_session_options_destroy(o);
+        return 1;
+    }
+    kn_graph *g = m->graph;
+    char ty[512];
+    printf("model: %s\n", path);
+    printf("producer: %s %s, IR version %lld\n", m->producer_name ? m->producer_name : "?",
+           m->producer_version ? m->producer_version : "", (long long)m->ir_version);
+    printf("opsets:");
+    for (int i = 0; i < m->n_opsets; i++)
+        printf(" %s=%lld", *m->opsets[i].domain ? m->opsets[i].domain : "ai.onnx", (long long)m->opsets[i].version);
+    printf("\n");
+
+    /* resolve each node on its own so every unsupported operator is listed, not just the first */
+    int n_ops = 0, n_unsupported = 0;
+    op_count *ops = histogram(g, &n_ops, &n_unsupported);
     printf("inputs:\n");
     for (int i = 0; i < g->n_inputs; i++)
         printf("  %s: %s\n", g->values[g->inputs[i]].name, kn_type_str(&g->values[g->inputs[i]].type, ty, sizeof ty));
@@ -121,10 +185,8 @@ int cmd_inspect(int argc, char **argv) {
         }
     printf("initializers: %d (%.2f MB)\n", n_init, (double)init_bytes / 1e6);
     printf("nodes: %d\noperators:\n", g->n_nodes);
-    qsort(ops, (size_t)n_ops, sizeof *ops, cmp_count);
     for (int k = 0; k < n_ops; k++) printf("  %-32s %5d%s\n", ops[k].key, ops[k].count, ops[k].unsupported ? "  (unsupported)" : "");
 
-    kiln_session_options *o = dims_opts;
     kiln_status st = kn_graph_resolve(g);
     if (st == KILN_OK) {
         for (int i = 0; i < g->n_inputs; i++) {
@@ -136,6 +198,36 @@ int cmd_inspect(int argc, char **argv) {
         st = kn_graph_infer(g);
     }
     if (st != KILN_OK) printf("shape inference: %s\n", kiln_last_error());
+    if (st == KILN_OK && opt_level >= 0) {
+        opt_log log = {{-1, -1, -1, -1}, 0};
+        log.after[0] = live_nodes(g);
+        printf("optimisation to level %d (passes that changed something):\n", opt_level);
+        kiln_session_options_set_opt_level(o, opt_level);
+        if (opt_level > 0) st = kn_optimize(m, o, on_pass, &log);
+        if (st == KILN_OK) st = kn_graph_infer(g);
+        if (st != KILN_OK) {
+            printf("optimisation: %s\n", kiln_last_error());
+        } else {
+            printf("nodes per level:");
+            int last = log.after[0];
+            for (int l = 0; l <= opt_level; l++) {
+                if (log.after[l] >= 0) last = log.after[l];
+                printf("  %d: %d", l, last);
+            }
+            printf("\n");
+            free(ops);
+            ops = histogram(g, &n_ops, &n_unsupported);
+            printf("operators after optimisation:\n");
+            for (int k = 0; k < n_ops; k++)
+                printf("  %-32s %5d%s\n", ops[k].key, ops[k].count, ops[k].unsupported ? "  (unsupported)" : "");
+        }
+    }
+    if (st == KILN_OK && dump) {
+        st = kn_onnx_write_file(m, dump);
+        if (st == KILN_OK) printf("wrote %s\n", dump);
+        else fprintf(stderr, "kiln inspect: %s\n", kiln_last_error());
+    }
+    if (st == KILN_OK && o->n_providers) cli_print_placement(m, o);
     printf("values (node, operator, outputs):\n");
     print_values(g, 1);
     printf("outputs:\n");
@@ -149,7 +241,7 @@ int cmd_inspect(int argc, char **argv) {
         printf("every operator is supported by this build\n");
     }
     free(ops);
-    kiln_session_options_destroy(dims_opts);
+    kiln_session_options_destroy(o);
     kn_model_free(m);
     return st == KILN_OK ? 0 : 1;
 }

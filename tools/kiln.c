@@ -19,6 +19,10 @@ static void usage(FILE *f) {
             "            and operators no provider of this build supports\n"
             "  test [--provider P] [--opt-level N] [--expected-failures FILE] DIR...\n"
             "            run every ONNX backend-test folder under DIRs; ends with N passed, N failed, N skipped\n"
+            "  compile MODEL -o FILE [--provider P[,P]] [--opt-level N] [--dim NAME=VALUE ...] [--precision P]\n"
+            "            compile ahead of time into a self-contained compiled file (`kiln run FILE` runs it)\n"
+            "  cache list|verify|prune|key MODEL [--cache-dir DIR]\n"
+            "            the compiled-model cache ($KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)\n"
             "  info      build options, providers compiled in, devices seen\n"
             "  --version\n"
             "common flags: --provider cpu|cuda[,cpu]  --opt-level 0..3 (default 3)  --threads N (0 = all cores)\n"
@@ -121,6 +125,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "test")) return cmd_test(argc - 2, argv + 2);
+    if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2);
+    if (!strcmp(cmd, "cache")) return cmd_cache(argc - 2, argv + 2);
     fprintf(stderr, "kiln: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

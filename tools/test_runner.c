@@ -134,6 +134,18 @@ static int compare(const kn_tensor *got, const kn_tensor *want, double rtol, dou
             }
         return 1;
     }
+    if (kn_dtype_is_packed(got->dtype)) {
+        /* sub-byte types: element codes (the unused bits of the last byte are not compared) */
+        for (int64_t i = 0; i < n; i++) {
+            unsigned a = kn_packed_get(got->data, got->dtype, i), b = kn_packed_get(want->data, want->dtype, i);
+            if (a != b) {
+                snprintf(why, cap, "element %lld: got %g (code 0x%x), want %g (code 0x%x)", (long long)i,
+                         kn_tensor_get_f64(got, i), a, kn_tensor_get_f64(want, i), b);
+                return 0;
+            }
+        }
+        return 1;
+    }
     if (!kn_dtype_is_float(got->dtype) && kiln_dtype_size(got->dtype) && kn_dtype_is_int(got->dtype) == 0 &&
         got->dtype != KILN_DTYPE_BOOL) {
         /* float8 and other byte-coded types: exact bytes */

@@ -1,5 +1,6 @@
 #include "exec/exec.h"
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu.h"
 #include "ops/op.h"
 
@@ -104,11 +105,57 @@ static kn_tensor *lookup_outer(const kn_exec *x, const char *name) {
 }
 
 static void release(kn_exec *x, int v) {
-    if (v < 0 || !x->owned[v]) return;
+    if (v < 0 || (!x->owned[v] && !x->alt[v])) return;
     if (--x->remaining[v] > 0) return;
-    kn_tensor_free(x->slots[v]);
-    x->slots[v] = NULL;
+    if (x->owned[v]) kn_tensor_free(x->slots[v]);
+    if (x->owned[v]) x->slots[v] = NULL;
     x->owned[v] = 0;
+    kn_tensor_free(x->alt[v]);
+    x->alt[v] = NULL;
+}
+
+static const kn_backend *backend_of_device(const kn_runtime *rt, kn_device d) {
+    for (int b = 0; rt && b < rt->n_backends; b++)
+        if (rt->backends[b].ops->device == d) return &rt->backends[b];
+    return NULL;
+}
+
+/* Value v (tensor t) on the side the kernel wants: the tensor itself, or its copy, made once per
+ * run (per session for the main graph's constants). */
+static kiln_status place_input(kn_exec *x, const kn_backend *be, int v, bool want_host, kn_tensor *t,
+                               kn_tensor **out) {
+    *out = t;
+    kn_device want = want_host ? KN_DEVICE_HOST : be->ops->device;
+    if (!t || t->kind != KN_VALUE_TENSOR || t->device == want) return KILN_OK;
+    if (x->alt[v] && x->alt[v]->device == want) {
+        *out = x->alt[v];
+        return KILN_OK;
+    }
+    const kn_graph *g = x->graph;
+    kiln_status st;
+    if (want_host) {
+        const kn_backend *dev = backend_of_device(x->rt, t->device);
+        if (!dev) return KN_INTERNAL("a device tensor without its backend");
+        kn_tensor_free(x->alt[v]);
+        x->alt[v] = NULL;
+        st = dev->ops->download(dev->state, t, &x->alt[v]);
+        *out = x->alt[v];
+        return st;
+    }
+    if (t == g->values[v].constant && g == x->rt->main)
+        return kn_runtime_const_on(x->rt, (int)(be - x->rt->backends), v, t, out);
+    kn_tensor_free(x->alt[v]);
+    x->alt[v] = NULL;
+    st = be->ops->upload(be->state, t, false, &x->alt[v]);
+    *out = x->alt[v];
+    return st;
+}
+
+/* A run's value on the host, for graph outputs: the value itself or a copy the caller owns. */
+static kiln_status to_host(kn_exec *x, kn_tensor *t, kn_tensor **out) {
+    const kn_backend *dev = backend_of_device(x->rt, t->device);
+    if (!dev) return KN_INTERNAL("a device tensor without its backend");
+    return dev->ops->download(dev->state, t, out);
 }
 
 #define KN_MAX_IO 1024
@@ -116,6 +163,13 @@ static void release(kn_exec *x, int v) {
 static kiln_status run_node(kn_exec *x, const kn_node *n) {
     const kn_graph *g = x->graph;
     char lbl[256];
+    const kn_backend *be = NULL;
+    if (x->rt) {
+        if (n->provider < 0 || n->provider >= x->rt->n_backends || !n->kernel)
+            return kn_error(KILN_ERR_INTERNAL, "%s: not placed on a provider (at %s:%d)",
+                            kn_node_label(n, lbl, sizeof lbl), __FILE__, __LINE__);
+        be = &x->rt->backends[n->provider];
+    }
     int ni = n->n_inputs, no = n->n_outputs;
     if (ni > KN_MAX_IO || no > KN_MAX_IO)
         return kn_error(KILN_ERR_UNSUPPORTED, "%s: more than %d inputs or outputs",
@@ -146,19 +200,30 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
                 goto done;
             }
         }
+        if (in[i] && be && !(be->ops->input_metadata_only && be->ops->input_metadata_only(n->kernel, n, i))) {
+            bool want_host = be->ops->device == KN_DEVICE_HOST ||
+                             (be->ops->input_on_host && be->ops->input_on_host(n->kernel, n, i));
+            st = place_input(x, be, v, want_host, in[i], &in[i]);
+            if (st != KILN_OK) {
+                kn_error_prefix(st, "%s: input %d: ", kn_node_label(n, lbl, sizeof lbl), i);
+                goto done;
+            }
+        }
         if (in[i]) {
             kn_type_of_tensor(in[i], &types_in[i]);
             in_tp[i] = &types_in[i];
         } else {
             in_tp[i] = NULL;
         }
-        in_val[i] = in[i];
+        /* infer reads values on the host only; a device kernel marks the inputs it needs there */
+        in_val[i] = in[i] && in[i]->device == KN_DEVICE_HOST ? in[i] : NULL;
     }
     for (int o = 0; o < no; o++) {
         kn_type_init(&types_out[o]);
         out[o] = NULL;
     }
-    const kn_cpu_kernel *k = n->kernel;
+    const kn_cpu_kernel *k = be ? NULL : n->kernel;
+    bool overwrites = be ? be->ops->overwrites && be->ops->overwrites(n->kernel) : (k->flags & KN_KERNEL_OVERWRITES) != 0;
     kn_infer_ctx ic = {n, ni, in_tp, in_val, no, types_out, &g->model->arena};
     if (n->schema->infer) {
         st = n->schema->infer(&ic);
@@ -169,8 +234,12 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         if (kn_type_is_static(&types_out[o])) {
             int64_t dims[KILN_MAX_RANK];
             for (int d = 0; d < types_out[o].rank; d++) dims[d] = types_out[o].dims[d].value;
-            st = kn_tensor_new_pooled(x->buffers, !(k->flags & KN_KERNEL_OVERWRITES), types_out[o].dtype,
-                                      types_out[o].rank, dims, &out[o]);
+            if (be && be->ops->device != KN_DEVICE_HOST &&
+                !(be->ops->output_on_host && be->ops->output_on_host(n->kernel, n, o)))
+                st = be->ops->new_tensor(be->state, types_out[o].dtype, types_out[o].rank, dims, &out[o]);
+            else
+                st = kn_tensor_new_pooled(x->buffers, !overwrites, types_out[o].dtype, types_out[o].rank, dims,
+                                          &out[o]);
             if (st != KILN_OK) {
                 kn_error_prefix(st, "%s: output %d: ", kn_node_label(n, lbl, sizeof lbl), o);
                 goto done;
@@ -178,7 +247,7 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         }
     }
     kn_kernel_ctx kc = {n, g, ni, in, no, out, x->pool, x};
-    st = k->run(&kc);
+    st = be ? be->ops->run(be->state, n->kernel, &kc) : k->run(&kc);
     if (st != KILN_OK) goto done;
     for (int o = 0; o < no; o++) {
         int v = n->outputs[o];
@@ -204,21 +273,28 @@ done:
 
 kiln_status kn_exec_graph(const kn_graph *g, kn_threadpool *pool, kn_buffer_pool *buffers, kn_exec *parent,
                           kn_tensor *const *inputs, kn_tensor **outputs) {
-    kn_exec x = {g, NULL, NULL, NULL, pool, buffers, parent};
+    return kn_exec_graph_rt(g, parent ? parent->rt : NULL, pool, buffers, parent, inputs, outputs);
+}
+
+kiln_status kn_exec_graph_rt(const kn_graph *g, kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
+                             kn_exec *parent, kn_tensor *const *inputs, kn_tensor **outputs) {
+    kn_exec x = {g, NULL, NULL, NULL, pool, buffers, parent, rt, NULL};
     size_t nv = (size_t)(g->n_values ? g->n_values : 1);
     x.slots = calloc(nv, sizeof *x.slots);
     x.owned = calloc(nv, 1);
     x.remaining = calloc(nv, sizeof *x.remaining);
+    x.alt = calloc(nv, sizeof *x.alt);
     kiln_status st = KILN_OK;
     char lbl[256];
     for (int i = 0; i < g->n_outputs; i++) outputs[i] = NULL;
-    if (!x.slots || !x.owned || !x.remaining) {
+    if (!x.slots || !x.owned || !x.remaining || !x.alt) {
         st = KN_OOM();
         goto done;
     }
     for (int i = 0; i < g->n_inputs; i++) {
         int v = g->inputs[i];
         x.slots[v] = inputs[i] ? inputs[i] : g->values[v].constant;
+        x.remaining[v] = g->values[v].uses; /* frees a device copy of the input after its last use */
     }
     for (int i = 0; i < g->n_nodes; i++) {
         const kn_node *n = &g->nodes[i];
@@ -235,6 +311,13 @@ kiln_status kn_exec_graph(const kn_graph *g, kn_threadpool *pool, kn_buffer_pool
             st = kn_error(KILN_ERR_INVALID_MODEL, "graph '%s': output '%s' was not computed", g->name,
                           g->values[v].name);
             goto done;
+        }
+        if (t->kind == KN_VALUE_TENSOR && t->device != KN_DEVICE_HOST) {
+            /* outputs come back on the host */
+            st = to_host(&x, t, &outputs[i]);
+            if (st != KILN_OK) goto done;
+            if (x.owned[v]) x.remaining[v]--;
+            continue;
         }
         /* hand over the run's own value when this is its last reader; copy otherwise */
         if (x.owned[v] && x.remaining[v] <= 1) {
@@ -258,6 +341,9 @@ done:
     if (x.slots)
         for (int i = 0; i < g->n_values; i++)
             if (x.owned[i]) kn_tensor_free(x.slots[i]);
+    if (x.alt)
+        for (int i = 0; i < g->n_values; i++) kn_tensor_free(x.alt[i]);
+    free(x.alt);
     free(x.slots);
     free(x.owned);
     free(x.remaining);

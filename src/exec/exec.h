@@ -1,4 +1,4 @@
-/* The executor: runs a graph's nodes in order on the CPU kernels chosen at compile time.
+/* The executor: runs a graph's nodes in order on the kernels chosen at compile time.
  *
  * Each run infers concrete output shapes with the ops' infer functions (cheap, and exact
  * because every input value is known), allocates outputs, calls the kernel, and frees each
@@ -18,6 +18,8 @@ typedef struct kn_exec {
     kn_threadpool *pool;
     kn_buffer_pool *buffers; /* where intermediate tensors' memory comes from (may be NULL) */
     struct kn_exec *parent;  /* enclosing run, for outer-scope values */
+    struct kn_runtime *rt;   /* the session's backends (NULL: every node has a CPU kernel) */
+    kn_tensor **alt;         /* per value id: its copy on the other side (host/device), owned */
 } kn_exec;
 
 /* Resolves schemas (kn_op_find) for every node of g and its subgraphs; an unknown operator or
@@ -35,6 +37,12 @@ kiln_status kn_graph_infer(kn_graph *g);
  * tied to `buffers`). */
 kiln_status kn_exec_graph(const kn_graph *g, kn_threadpool *pool, kn_buffer_pool *buffers, kn_exec *parent,
                           kn_tensor *const *inputs, kn_tensor **outputs);
+/* The same with the session's backends: each node runs on rt->backends[node->provider]; inputs
+ * on the wrong side are copied (once per run; constants once per session); outputs come back on
+ * the host. */
+kiln_status kn_exec_graph_rt(const kn_graph *g, struct kn_runtime *rt, kn_threadpool *pool,
+                             kn_buffer_pool *buffers, kn_exec *parent, kn_tensor *const *inputs,
+                             kn_tensor **outputs);
 /* For control-flow kernels: runs `body` with the given inputs (borrowed, one per body input)
  * and the current run as outer scope; outputs as for kn_exec_graph. */
 kiln_status kn_exec_subgraph(kn_kernel_ctx *c, const kn_graph *body, kn_tensor *const *inputs,

@@ -1,7 +1,10 @@
 #include "exec/session.h"
 
+#include "backend/backend.h"
+#include "cache/cache.h"
 #include "exec/exec.h"
 #include "onnx/loader.h"
+#include "onnx/writer.h"
 #include "opt/opt.h"
 #include "util/log.h"
 
@@ -75,6 +78,7 @@ kiln_status kn_session_options_copy(const kiln_session_options *src, kiln_sessio
 static void session_free(kiln_session *s) {
     if (!s) return;
     kn_threadpool_destroy(s->pool);
+    kn_runtime_destroy(s->rt);
     kn_buffer_pool_destroy(s->buffers);
     kn_model_free(s->model);
     free(s->inputs);
@@ -96,24 +100,10 @@ static void apply_dim_overrides(kn_graph *g, const kiln_session_options *o) {
     }
 }
 
-/* Which providers this session uses: the requested ones this build has and this machine can
- * run, in order. Today only the CPU backend exists. */
-static kiln_status choose_providers(const kiln_session_options *o) {
-    if (o->n_providers == 0) return KILN_OK;
-    const char *reason = NULL;
-    for (int i = 0; i < o->n_providers; i++) {
-        if (!strcmp(o->providers[i].name, "cpu")) return KILN_OK;
-        if (!kiln_provider_available(o->providers[i].name, &reason)) {
-            kn_log(KILN_LOG_INFO, "provider '%s' is not usable: %s", o->providers[i].name, reason);
-            continue;
-        }
-    }
-    if (!strcmp(o->providers[0].name, "cuda"))
-        return kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: %s (list 'cpu' after 'cuda' to fall back)",
-                        reason ? reason : "this build has no CUDA backend");
-    return kn_error(KILN_ERR_NO_DEVICE, "none of the requested providers can run here: %s",
-                    reason ? reason : "unknown reason");
-}
+/* Which providers this session uses: an instance of each requested provider this build has and
+ * this machine can run, in the options' order (see kn_runtime_create), plus the CPU for host work.
+ * "cuda" alone on a machine without a usable GPU is "no CUDA device: <reason>". */
+static kiln_status choose_providers(kiln_session *s) { return kn_runtime_create(&s->opts, &s->rt); }
 
 static kiln_status fill_io(kiln_session *s) {
     kn_graph *g = s->model->graph;
@@ -138,6 +128,18 @@ static kiln_status fill_io(kiln_session *s) {
     return KILN_OK;
 }
 
+/* What every session needs after compilation, whether compiled now or read from a compiled
+ * file: nodes placed on providers, threads, buffers, I/O info. */
+static kiln_status finish_session(kiln_session *s) {
+    kn_model *model = s->model;
+    s->rt->main = model->graph;
+    kiln_status st = kn_graph_place(model->graph, s->rt, NULL, NULL);
+    if (st == KILN_OK) st = kn_threadpool_create(s->opts.intra_op_threads, &s->pool);
+    if (st == KILN_OK) st = kn_buffer_pool_create(&s->buffers);
+    if (st == KILN_OK) st = fill_io(s);
+    return st;
+}
+
 kiln_status kn_session_from_model(kn_model *model, const kiln_session_options *options,
                                   kiln_session **out) {
     *out = NULL;
@@ -150,7 +152,7 @@ kiln_status kn_session_from_model(kn_model *model, const kiln_session_options *o
     kiln_status st = kn_session_options_copy(options, &s->opts);
     if (st == KILN_OK) {
         kn_log_set_level(s->opts.log_level);
-        st = choose_providers(&s->opts);
+        st = choose_providers(s);
     }
     if (st == KILN_OK) {
         apply_dim_overrides(model->graph, &s->opts);
@@ -161,10 +163,32 @@ kiln_status kn_session_from_model(kn_model *model, const kiln_session_options *o
         st = kn_optimize(model, &s->opts, NULL, NULL);
         if (st == KILN_OK) st = kn_graph_infer(model->graph);
     }
-    if (st == KILN_OK) st = kn_graph_assign_cpu(model->graph);
-    if (st == KILN_OK) st = kn_threadpool_create(s->opts.intra_op_threads, &s->pool);
-    if (st == KILN_OK) st = kn_buffer_pool_create(&s->buffers);
-    if (st == KILN_OK) st = fill_io(s);
+    /* the optimised graph, for inspection (kiln's fused ops in the "kiln" domain) */
+    if (st == KILN_OK && s->opts.dump_path) st = kn_onnx_write_file(model, s->opts.dump_path);
+    if (st == KILN_OK) st = finish_session(s);
+    if (st != KILN_OK) {
+        session_free(s);
+        return st;
+    }
+    *out = s;
+    return KILN_OK;
+}
+
+kiln_status kn_session_from_compiled(kn_model *model, const kiln_session_options *options,
+                                     kiln_session **out) {
+    *out = NULL;
+    kiln_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        kn_model_free(model);
+        return KN_OOM();
+    }
+    s->model = model;
+    kiln_status st = kn_session_options_copy(options, &s->opts);
+    if (st == KILN_OK) {
+        kn_log_set_level(s->opts.log_level);
+        st = choose_providers(s);
+    }
+    if (st == KILN_OK) st = finish_session(s);
     if (st != KILN_OK) {
         session_free(s);
         return st;
@@ -180,12 +204,8 @@ kiln_status kiln_session_create(const char *path, const kiln_session_options *op
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_create: %s is NULL",
                         !path ? "path" : "session_out");
     if (!*path) return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_create: path is empty");
-    kn_model *m;
-    kiln_status st = kn_onnx_load_file(path, &m);
-    if (st != KILN_OK) return kn_error_prefix(st, "%s: ", path);
-    st = kn_session_from_model(m, options, session_out);
-    if (st != KILN_OK) return kn_error_prefix(st, "%s: ", path);
-    return KILN_OK;
+    /* the compiled cache decides: a compiled file, a cache hit, or a compile (src/cache/use.c) */
+    return kn_cache_session_create(path, NULL, 0, NULL, options, session_out);
 }
 
 kiln_status kiln_session_create_from_memory(const void *data, size_t size, const char *base_dir,
@@ -195,9 +215,7 @@ kiln_status kiln_session_create_from_memory(const void *data, size_t size, const
     if (!data || !session_out)
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_create_from_memory: %s is NULL",
                         !data ? "data" : "session_out");
-    kn_model *m;
-    KN_TRY(kn_onnx_load_memory(data, size, base_dir && *base_dir ? base_dir : NULL, &m));
-    return kn_session_from_model(m, options, session_out);
+    return kn_cache_session_create(NULL, data, size, base_dir && *base_dir ? base_dir : NULL, options, session_out);
 }
 
 size_t kiln_session_input_count(const kiln_session *s) { return s ? (size_t)s->n_inputs : 0; }
@@ -326,7 +344,7 @@ kiln_status kiln_session_run(kiln_session *s, const char *const *input_names,
         }
         want[i] = k;
     }
-    st = kn_exec_graph(g, s->pool, s->buffers, NULL, bound, all_out);
+    st = kn_exec_graph_rt(g, s->rt, s->pool, s->buffers, NULL, bound, all_out);
     if (st != KILN_OK) goto done;
     for (size_t i = 0; i < n_outputs; i++) {
         int k = want[i];

@@ -32,6 +32,8 @@ struct kiln_session_options {
     int cache_enabled;
     char *cache_dir;
     char *save_path, *load_path;
+    int cache_strict;         /* a broken or mismatching cache entry is an error, not a rebuild */
+    uint64_t cache_max_bytes; /* cache directory size limit; 0 = $KILN_CACHE_MAX_SIZE or 2 GiB */
     kn_dim_override *dims;
     int n_dims;
 };
@@ -47,6 +49,7 @@ struct kiln_session {
     kn_model *model;
     kn_threadpool *pool;
     kn_buffer_pool *buffers;
+    struct kn_runtime *rt; /* the provider instances nodes are placed on */
     kn_io_info *inputs;
     int n_inputs;
     kn_io_info *outputs;
@@ -59,5 +62,9 @@ void kn_session_options_defaults(kiln_session_options *o);
 /* Builds a session around a loaded model (takes ownership of it, also on failure). */
 kiln_status kn_session_from_model(kn_model *model, const kiln_session_options *options,
                                   kiln_session **out);
+/* Builds a session around a model read from a compiled file (already resolved and optimised:
+ * only placement, threads and I/O are set up). Takes ownership of the model, also on failure. */
+kiln_status kn_session_from_compiled(kn_model *model, const kiln_session_options *options,
+                                     kiln_session **out);
 
 #endif

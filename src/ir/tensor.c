@@ -24,7 +24,8 @@ static const struct {
     [KILN_DTYPE_FLOAT8E4M3FNUZ] = {"float8e4m3fnuz", 1},
     [KILN_DTYPE_FLOAT8E5M2] = {"float8e5m2", 1}, [KILN_DTYPE_FLOAT8E5M2FNUZ] = {"float8e5m2fnuz", 1},
     [KILN_DTYPE_UINT4] = {"uint4", 0},         [KILN_DTYPE_INT4] = {"int4", 0},
-    [KILN_DTYPE_FLOAT4E2M1] = {"float4e2m1", 0},
+    [KILN_DTYPE_FLOAT4E2M1] = {"float4e2m1", 0}, [KILN_DTYPE_FLOAT8E8M0] = {"float8e8m0", 1},
+    [KILN_DTYPE_UINT2] = {"uint2", 0},         [KILN_DTYPE_INT2] = {"int2", 0},
 };
 _Static_assert(sizeof kn_dtypes / sizeof kn_dtypes[0] == KILN_DTYPE_COUNT_, "one entry per dtype");
 
@@ -37,6 +38,58 @@ const char *kiln_dtype_name(kiln_dtype t) {
 /* STRING elements are stored as char* pointers, so their size is a pointer's. */
 size_t kiln_dtype_size(kiln_dtype t) {
     return ((int)t >= 0 && t < KILN_DTYPE_COUNT_) ? kn_dtypes[t].size : 0;
+}
+
+int kn_dtype_bits(kiln_dtype t) {
+    switch (t) {
+    case KILN_DTYPE_UINT4:
+    case KILN_DTYPE_INT4:
+    case KILN_DTYPE_FLOAT4E2M1: return 4;
+    case KILN_DTYPE_UINT2:
+    case KILN_DTYPE_INT2: return 2;
+    default: return (int)(8 * kiln_dtype_size(t));
+    }
+}
+
+bool kn_dtype_is_packed(kiln_dtype t) {
+    int b = kn_dtype_bits(t);
+    return b > 0 && b < 8;
+}
+
+size_t kn_dtype_nbytes(kiln_dtype t, int64_t count) {
+    if (count <= 0) return 0;
+    if (kn_dtype_is_packed(t)) return (size_t)(((uint64_t)count * (uint64_t)kn_dtype_bits(t) + 7) / 8);
+    return (size_t)count * kiln_dtype_size(t);
+}
+
+unsigned kn_packed_get(const void *data, kiln_dtype t, int64_t i) {
+    int bits = kn_dtype_bits(t), per = 8 / bits;
+    unsigned byte = ((const uint8_t *)data)[i / per];
+    return (byte >> ((i % per) * bits)) & ((1u << bits) - 1);
+}
+
+void kn_packed_set(void *data, kiln_dtype t, int64_t i, unsigned code) {
+    int bits = kn_dtype_bits(t), per = 8 / bits, sh = (int)(i % per) * bits;
+    unsigned mask = ((1u << bits) - 1) << sh;
+    uint8_t *p = (uint8_t *)data + i / per;
+    *p = (uint8_t)((*p & ~mask) | ((code << sh) & mask));
+}
+
+/* float4 e2m1: sign, 2 exponent bits (bias 1), 1 mantissa bit; no inf or NaN. */
+static double f4e2m1_value(unsigned code) {
+    static const double mag[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+    return (code & 8) ? -mag[code & 7] : mag[code & 7];
+}
+
+/* The value of element i of a packed tensor (signed integer types sign-extended). */
+static double packed_value(const kn_tensor *t, int64_t i) {
+    unsigned c = kn_packed_get(t->data, t->dtype, i);
+    switch (t->dtype) {
+    case KILN_DTYPE_INT4: return (double)((int)c - ((c & 8) ? 16 : 0));
+    case KILN_DTYPE_INT2: return (double)((int)c - ((c & 2) ? 4 : 0));
+    case KILN_DTYPE_FLOAT4E2M1: return f4e2m1_value(c);
+    default: return (double)c;
+    }
 }
 
 bool kn_dtype_is_float(kiln_dtype t) {
@@ -98,9 +151,10 @@ static kiln_status check_shape(kiln_dtype dtype, int rank, const int64_t *dims, 
         return kn_error(KILN_ERR_SHAPE, "shape %s has a negative dimension or too many elements",
                         kn_dims_str(dims, rank, d, sizeof d));
     size_t es = kiln_dtype_size(dtype);
-    if (es == 0)
+    if (kn_dtype_bits(dtype) == 0)
         return kn_error(KILN_ERR_UNSUPPORTED, "element type %s has no byte size kiln supports",
                         kiln_dtype_name(dtype));
+    if (es == 0) es = 1; /* packed: fewer bytes than elements */
     if ((uint64_t)n > (uint64_t)(INT64_MAX / 2) / es)
         return kn_error(KILN_ERR_SHAPE, "shape %s of %s is too large",
                         kn_dims_str(dims, rank, d, sizeof d), kiln_dtype_name(dtype));
@@ -203,7 +257,7 @@ kiln_status kn_tensor_new_pooled(kn_buffer_pool *pool, bool zero, kiln_dtype dty
     KN_TRY(check_shape(dtype, rank, dims, &n));
     kn_tensor *t = alloc_header(dtype, rank, dims);
     if (!t) return KN_OOM();
-    t->nbytes = (size_t)n * kiln_dtype_size(dtype);
+    t->nbytes = kn_dtype_nbytes(dtype, n);
     /* at least 64 bytes so data is never NULL; 64-byte aligned for vector kernels */
     size_t cap = (t->nbytes + 63) & ~(size_t)63;
     if (cap == 0) cap = 64;
@@ -227,12 +281,39 @@ kiln_status kn_tensor_new(kiln_dtype dtype, int rank, const int64_t *dims, kn_te
     return kn_tensor_new_pooled(NULL, true, dtype, rank, dims, out);
 }
 
+/* ---- device memory ---- */
+
+static kn_device_free_fn kn_device_free[2];
+
+void kn_tensor_set_device_free(kn_device device, kn_device_free_fn fn) {
+    if ((int)device > 0 && (int)device < 2) kn_device_free[device] = fn;
+}
+
+kiln_status kn_tensor_new_device(kn_device device, void *owner, void *data, size_t capacity,
+                                 kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out) {
+    int64_t n;
+    *out = NULL;
+    KN_TRY(check_shape(dtype, rank, dims, &n));
+    if (dtype == KILN_DTYPE_STRING)
+        return kn_error(KILN_ERR_UNSUPPORTED, "string tensors cannot live in device memory");
+    kn_tensor *t = alloc_header(dtype, rank, dims);
+    if (!t) return KN_OOM();
+    t->nbytes = kn_dtype_nbytes(dtype, n);
+    t->data = data;
+    t->capacity = capacity;
+    t->owns_data = true;
+    t->device = device;
+    t->device_owner = owner;
+    *out = t;
+    return KILN_OK;
+}
+
 kiln_status kn_tensor_new_view(kiln_dtype dtype, int rank, const int64_t *dims, void *data,
                                size_t nbytes, kn_tensor **out) {
     int64_t n;
     *out = NULL;
     KN_TRY(check_shape(dtype, rank, dims, &n));
-    size_t need = (size_t)n * kiln_dtype_size(dtype);
+    size_t need = kn_dtype_nbytes(dtype, n);
     if (nbytes < need)
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "buffer of %zu bytes is smaller than the %zu a %s tensor needs",
                         nbytes, need, kiln_dtype_name(dtype));
@@ -282,6 +363,8 @@ kiln_status kn_sequence_append(kn_tensor *seq, kn_tensor *item) {
 
 kiln_status kn_tensor_clone(const kn_tensor *src, kn_tensor **out) {
     *out = NULL;
+    if (src->device != KN_DEVICE_HOST)
+        return KN_INTERNAL("kn_tensor_clone of a device tensor (copy it to the host first)");
     if (src->kind != KN_VALUE_TENSOR) {
         kn_tensor *c = calloc(1, sizeof *c);
         if (!c) return KN_OOM();
@@ -319,6 +402,12 @@ kiln_status kn_tensor_clone(const kn_tensor *src, kn_tensor **out) {
 
 void kn_tensor_free(kn_tensor *t) {
     if (!t) return;
+    if (t->device != KN_DEVICE_HOST) {
+        if (t->owns_data && t->data && kn_device_free[t->device])
+            kn_device_free[t->device](t->device_owner, t->data, t->capacity);
+        free(t);
+        return;
+    }
     for (int i = 0; i < t->n_items; i++) kn_tensor_free(t->items[i]);
     free(t->items);
     if (t->owns_data && t->data) {
@@ -415,7 +504,11 @@ double kn_tensor_get_f64(const kn_tensor *t, int64_t i) {
     case KILN_DTYPE_UINT32: return ((const uint32_t *)p)[i];
     case KILN_DTYPE_UINT64: return (double)((const uint64_t *)p)[i];
     case KILN_DTYPE_BOOL: return ((const uint8_t *)p)[i] ? 1.0 : 0.0;
-    default: return NAN;
+    case KILN_DTYPE_FLOAT8E8M0: { /* 2^(e-127); 0xff is NaN */
+        uint8_t e = ((const uint8_t *)p)[i];
+        return e == 0xff ? NAN : ldexp(1.0, (int)e - 127);
+    }
+    default: return kn_dtype_is_packed(t->dtype) ? packed_value(t, i) : NAN;
     }
 }
 
@@ -431,6 +524,10 @@ int64_t kn_tensor_get_i64(const kn_tensor *t, int64_t i) {
     case KILN_DTYPE_UINT32: return ((const uint32_t *)p)[i];
     case KILN_DTYPE_UINT64: return (int64_t)((const uint64_t *)p)[i];
     case KILN_DTYPE_BOOL: return ((const uint8_t *)p)[i] ? 1 : 0;
+    case KILN_DTYPE_UINT4:
+    case KILN_DTYPE_INT4:
+    case KILN_DTYPE_UINT2:
+    case KILN_DTYPE_INT2: return (int64_t)packed_value(t, i);
     default: {
         double v = kn_tensor_get_f64(t, i);
         if (!(v == v)) return 0;
@@ -465,6 +562,12 @@ void kn_tensor_set_i64(kn_tensor *t, int64_t i, int64_t v) {
     case KILN_DTYPE_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
     case KILN_DTYPE_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
     case KILN_DTYPE_BOOL: ((uint8_t *)p)[i] = v != 0; break;
-    default: kn_tensor_set_f64(t, i, (double)v); break;
+    case KILN_DTYPE_UINT4:
+    case KILN_DTYPE_INT4:
+    case KILN_DTYPE_UINT2:
+    case KILN_DTYPE_INT2: kn_packed_set(p, t->dtype, i, (unsigned)((uint64_t)v & 0xf)); break; /* wraps */
+    default: /* the float types; float8, float4 and complex are left as they are (no recursion) */
+        if (kn_dtype_is_float(t->dtype)) kn_tensor_set_f64(t, i, (double)v);
+        break;
     }
 }

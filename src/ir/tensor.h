@@ -11,6 +11,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Where a tensor's elements live. Device memory is owned by the backend that allocated it and
+ * goes back to it through the hook that backend registers (kn_tensor_set_device_free). */
+typedef enum kn_device {
+    KN_DEVICE_HOST = 0,
+    KN_DEVICE_CUDA = 1,
+} kn_device;
+
 typedef enum kn_value_kind {
     KN_VALUE_TENSOR = 0,
     KN_VALUE_SEQUENCE = 1,
@@ -27,6 +34,8 @@ struct kiln_tensor {
     bool owns_data; /* free `data` (and the strings) on destroy */
     struct kn_buffer_pool *pool; /* when set, `data` goes back to this pool on free */
     size_t capacity;             /* bytes of the `data` block (>= nbytes) */
+    kn_device device;            /* KN_DEVICE_HOST unless `data` is device memory */
+    void *device_owner;          /* for device memory: the allocator the free hook returns it to */
     /* containers */
     struct kiln_tensor **items;
     int n_items;
@@ -61,7 +70,14 @@ kiln_status kn_tensor_new_pooled(kn_buffer_pool *pool, bool zero, kiln_dtype dty
 /* Makes t's buffer its own (no longer returned to a pool). */
 void kn_tensor_detach(kn_tensor *t);
 
-/* Deep copy (data copied, owning). */
+/* The function that frees device memory of tensors on `device` (registered by that backend). */
+typedef void (*kn_device_free_fn)(void *owner, void *data, size_t capacity);
+void kn_tensor_set_device_free(kn_device device, kn_device_free_fn fn);
+/* A tensor header for device memory (owned: freed through the device's hook with `owner`). */
+kiln_status kn_tensor_new_device(kn_device device, void *owner, void *data, size_t capacity,
+                                 kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out);
+
+/* Deep copy (data copied, owning; host tensors only). */
 kiln_status kn_tensor_clone(const kn_tensor *src, kn_tensor **out);
 void kn_tensor_free(kn_tensor *t);
 
@@ -70,7 +86,8 @@ const char *kn_tensor_describe(const kn_tensor *t, char *buf, size_t cap);
 /* "[1,3,224,224]" into buf; returns buf. */
 const char *kn_dims_str(const int64_t *dims, int rank, char *buf, size_t cap);
 
-/* Reads element i of a numeric tensor as double / int64 (any numeric or bool dtype). */
+/* Reads element i of a numeric tensor as double / int64 (any numeric or bool dtype, the packed
+ * types and float8e8m0 included). */
 double kn_tensor_get_f64(const kn_tensor *t, int64_t i);
 int64_t kn_tensor_get_i64(const kn_tensor *t, int64_t i);
 /* Writes element i of a numeric tensor from a double / int64 (converted to its dtype). */
@@ -82,6 +99,18 @@ float kn_f16_to_f32(uint16_t h);
 uint16_t kn_f32_to_f16(float f);
 float kn_bf16_to_f32(uint16_t h);
 uint16_t kn_f32_to_bf16(float f);
+
+/* Bits per element: 4 for uint4/int4/float4e2m1, 2 for uint2/int2, else 8 * kiln_dtype_size
+ * (0 for unknown types). */
+int kn_dtype_bits(kiln_dtype t);
+/* Fewer than 8 bits an element: stored packed, element 0 in the lowest bits of byte 0. Kernels
+ * cannot address such elements by byte offset (kiln_dtype_size is 0): use kn_packed_get/set. */
+bool kn_dtype_is_packed(kiln_dtype t);
+/* Bytes that `count` elements of t occupy (packed types: ceil(count * bits / 8)). */
+size_t kn_dtype_nbytes(kiln_dtype t, int64_t count);
+/* The raw code of element i of packed data of type t, and its store (other bits kept). */
+unsigned kn_packed_get(const void *data, kiln_dtype t, int64_t i);
+void kn_packed_set(void *data, kiln_dtype t, int64_t i, unsigned code);
 
 bool kn_dtype_is_float(kiln_dtype t); /* float, double, float16, bfloat16 (not float8) */
 bool kn_dtype_is_int(kiln_dtype t);   /* signed or unsigned integers of 8..64 bits */

@@ -56,8 +56,8 @@ kiln_status kn_load_check_dtype(const kn_pb *r, const kn_pb_field *f, int64_t v,
     if (v == 0 && allow_undefined) return KILN_OK;
     if (v == 0) return kn_pb_error(r, f, KILN_ERR_INVALID_MODEL, "%s is 0 (UNDEFINED)", what);
     /* types newer ONNX versions define that kiln cannot hold yet */
-    static const char *const newer[] = {[24] = "float8e8m0", [25] = "uint2", [26] = "int2"};
-    if (!kn_dtype_is_valid((int)v) && v >= 24 && v <= 26)
+    static const char *const newer[] = {[27] = "float6e2m3", [28] = "float6e3m2"};
+    if (!kn_dtype_is_valid((int)v) && v >= 27 && v <= 28)
         return kn_pb_error(r, f, KILN_ERR_UNSUPPORTED, "%s %lld (%s) is not supported by kiln yet", what, (long long)v,
                            newer[v]);
     if (!kn_dtype_is_valid((int)v) || v != (int)v)
@@ -477,15 +477,18 @@ static kiln_status tensor_body(kn_load *L, kn_pb *r, kn_tensor **out) {
     }
     int64_t count = kn_shape_count(dims, rank);
     size_t es = kiln_dtype_size(dt);
+    bool packed = kn_dtype_is_packed(dt);
+    if (packed) es = 1; /* whole bytes of packed elements below */
     if (es == 0)
         return kn_error(KILN_ERR_UNSUPPORTED, "element type %s (%d) is not supported yet", kiln_dtype_name(dt),
                         (int)dt);
     if (count < 0 || (uint64_t)count > (uint64_t)(INT64_MAX / 2) / es)
         return kn_error(KILN_ERR_INVALID_MODEL, "dims %s of %s hold too many elements",
                         kn_dims_str(dims, rank, d, sizeof d), kiln_dtype_name(dt));
-    size_t need = (size_t)count * es;
+    size_t need = kn_dtype_nbytes(dt, count);
     int want = typed_field_for(dt);
-    size_t n_vals = (size_t)count * (is_complex(dt) ? 2 : 1);
+    /* int32_data holds one packed byte (2 or 4 elements) per entry for the sub-byte types */
+    size_t n_vals = packed ? need : (size_t)count * (is_complex(dt) ? 2 : 1);
     for (int k = 4; k < 12; k++)
         if (typed_names[k] && k != want && counts[k])
             return kn_error(KILN_ERR_INVALID_MODEL, "%s holds %zu values, but data_type %s keeps its values in %s",
@@ -499,8 +502,9 @@ static kiln_status tensor_body(kn_load *L, kn_pb *r, kn_tensor **out) {
                             counts[want]);
         if (raw.len != need)
             return kn_error(KILN_ERR_INVALID_MODEL,
-                            "raw_data has %zu bytes, but %s%s needs %zu (%lld elements of %zu bytes)", raw.len,
-                            kiln_dtype_name(dt), kn_dims_str(dims, rank, d, sizeof d), need, (long long)count, es);
+                            "raw_data has %zu bytes, but %s%s needs %zu (%lld elements of %d bits)", raw.len,
+                            kiln_dtype_name(dt), kn_dims_str(dims, rank, d, sizeof d), need, (long long)count,
+                            kn_dtype_bits(dt));
         const uint8_t *src = r->base + raw.off;
         size_t align = is_complex(dt) ? es / 2 : es;
         if (L->view_ok && host_le() && need && ((uintptr_t)src % align) == 0) {

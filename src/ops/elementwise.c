@@ -17,7 +17,7 @@ enum {
     M_I = 1u << 1,  /* integers */
     M_B = 1u << 2,  /* bool */
     M_S = 1u << 3,  /* string */
-    M_F8 = 1u << 4, /* float8 */
+    M_F8 = 1u << 4, /* float8 (e8m0 too) and the packed sub-byte types: Cast only */
 };
 #define M_NUM (M_F | M_I)
 #define M_ALL (M_F | M_I | M_B | M_S | M_F8)
@@ -27,7 +27,7 @@ static unsigned dtype_class(kiln_dtype t) {
     if (kn_dtype_is_int(t)) return M_I;
     if (t == KILN_DTYPE_BOOL) return M_B;
     if (t == KILN_DTYPE_STRING) return M_S;
-    if (t >= KILN_DTYPE_FLOAT8E4M3FN && t <= KILN_DTYPE_FLOAT8E5M2FNUZ) return M_F8;
+    if (t >= KILN_DTYPE_FLOAT8E4M3FN && t <= KILN_DTYPE_INT2) return M_F8;
     return 0;
 }
 

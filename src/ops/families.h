@@ -16,7 +16,11 @@
     KN_FAMILY(contrib)     /* com.microsoft operators that exporters and ORT's optimiser emit */   \
     KN_FAMILY(image)       /* Resize/Upsample, GridSample, AffineGrid, RoiAlign, NonMaxSuppression */ \
     KN_FAMILY(signal)      /* DFT, STFT, window functions, MelWeightMatrix */                      \
-    KN_FAMILY(random)      /* RandomUniform/Normal(Like), Bernoulli, Multinomial */
+    KN_FAMILY(random)      /* RandomUniform/Normal(Like), Bernoulli, Multinomial */            \
+    KN_FAMILY(quant)       /* QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, BitCast */ \
+    KN_FAMILY(text)        /* StringNormalizer/Concat/Split, RegexFullMatch, TfIdfVectorizer */  \
+    KN_FAMILY(ml)          /* ai.onnx.ml: LabelEncoder, TreeEnsemble, Binarizer, ... */          \
+    KN_FAMILY(training)    /* ai.onnx.preview.training: Adagrad, Adam, Momentum */
 
 #define KN_FAMILY(name) extern const kn_op_schema kn_ops_##name[];
 KN_OP_FAMILIES

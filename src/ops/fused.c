@@ -1,5 +1,243 @@
+/* Schemas of kiln's fused operators (domain "kiln", version 1); see src/ops/fused.h for what each
+ * computes. The optimiser forms them; a model may also name them directly. Shape inference reuses
+ * the ai.onnx Conv/Gemm/MatMul functions through a stand-in node. */
+#include "ops/fused.h"
+
 #include "ops/op.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ activations */
+
+static const char *const act_names[KN_ACT_COUNT] = {
+    [KN_ACT_NONE] = "",           [KN_ACT_RELU] = "Relu",         [KN_ACT_LEAKY_RELU] = "LeakyRelu",
+    [KN_ACT_CLIP] = "Clip",       [KN_ACT_SIGMOID] = "Sigmoid",   [KN_ACT_TANH] = "Tanh",
+    [KN_ACT_HARD_SIGMOID] = "HardSigmoid", [KN_ACT_HARD_SWISH] = "HardSwish", [KN_ACT_SILU] = "SiLU",
+    [KN_ACT_GELU] = "Gelu",       [KN_ACT_GELU_TANH] = "GeluTanh",
+};
+_Static_assert(sizeof act_names / sizeof act_names[0] == KN_ACT_COUNT, "one name per activation");
+
+const char *kn_act_name(kn_act a) { return (unsigned)a < KN_ACT_COUNT ? act_names[a] : "?"; }
+
+bool kn_act_parse(const char *name, kn_act *out) {
+    for (int i = 0; i < KN_ACT_COUNT; i++)
+        if (!strcmp(act_names[i], name ? name : "")) {
+            *out = (kn_act)i;
+            return true;
+        }
+    return false;
+}
+
+bool kn_act_from_node(const kn_node *n, kn_act_spec *out, char *why, size_t cap) {
+    const char *name = kn_attr_string(n, "activation", "");
+    out->act = KN_ACT_NONE;
+    out->p0 = out->p1 = 0;
+    if (!kn_act_parse(name, &out->act)) {
+        snprintf(why, cap, "unknown activation '%s'", name);
+        return false;
+    }
+    int np = 0;
+    const float *p = kn_attr_floats(n, "activation_params", &np);
+    switch (out->act) {
+    case KN_ACT_LEAKY_RELU: out->p0 = np > 0 ? p[0] : 0.01f; break;
+    case KN_ACT_CLIP:
+        out->p0 = np > 0 ? p[0] : -INFINITY;
+        out->p1 = np > 1 ? p[1] : INFINITY;
+        break;
+    case KN_ACT_HARD_SIGMOID:
+        out->p0 = np > 0 ? p[0] : 0.2f;
+        out->p1 = np > 1 ? p[1] : 0.5f;
+        break;
+    default: break;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------ shared checks */
+
+static kiln_status check_act(kn_infer_ctx *c) {
+    kn_act_spec a;
+    char why[128];
+    if (!kn_act_from_node(c->node, &a, why, sizeof why)) return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+    return KILN_OK;
+}
+
+/* Runs the ai.onnx operator's infer function on the first n inputs, through a stand-in node. */
+static kiln_status infer_as(kn_infer_ctx *c, const char *op_type, int n) {
+    const kn_op_schema *s = kn_op_find("", op_type, 13, NULL);
+    if (!s || !s->infer) return KN_INTERNAL("ai.onnx schema missing");
+    kn_node proxy = *c->node;
+    proxy.op_type = op_type;
+    proxy.domain = "";
+    proxy.opset = 13;
+    kn_infer_ctx pc = *c;
+    pc.node = &proxy;
+    pc.n_inputs = n < c->n_inputs ? n : c->n_inputs;
+    kiln_status st = s->infer(&pc);
+    if (st != KILN_OK) {
+        /* name the fused node, not the stand-in */
+        char lbl[256];
+        kn_node_label(c->node, lbl, sizeof lbl);
+        return kn_error_prefix(st, "%s (as %s): ", lbl, op_type);
+    }
+    return KILN_OK;
+}
+
+/* Input i (the residual Z), when given, must have exactly the output's shape. */
+static kiln_status check_residual(kn_infer_ctx *c, int i) {
+    if (i >= c->n_inputs || !c->in[i]) return KILN_OK;
+    const kn_type *z = c->in[i], *y = &c->out[0];
+    if (z->dtype && y->dtype && z->dtype != y->dtype)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "residual input is %s, the output %s", kiln_dtype_name(z->dtype),
+                              kiln_dtype_name(y->dtype));
+    if (z->rank < 0 || y->rank < 0) return KILN_OK;
+    char a[128], b[128];
+    if (z->rank != y->rank)
+        return kn_infer_error(c, KILN_ERR_SHAPE, "residual input %s does not have the output's shape %s",
+                              kn_type_str(z, a, sizeof a), kn_type_str(y, b, sizeof b));
+    for (int d = 0; d < z->rank; d++)
+        if (z->dims[d].value >= 0 && y->dims[d].value >= 0 && z->dims[d].value != y->dims[d].value)
+            return kn_infer_error(c, KILN_ERR_SHAPE, "residual input %s does not have the output's shape %s",
+                                  kn_type_str(z, a, sizeof a), kn_type_str(y, b, sizeof b));
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ infer functions */
+
+static kiln_status infer_fused_conv(kn_infer_ctx *c) {
+    KN_TRY(check_act(c));
+    KN_TRY(infer_as(c, "Conv", 3));
+    return check_residual(c, 3);
+}
+
+static kiln_status infer_fused_gemm(kn_infer_ctx *c) {
+    KN_TRY(check_act(c));
+    return infer_as(c, "Gemm", 3);
+}
+
+static kiln_status infer_fused_matmul(kn_infer_ctx *c) {
+    KN_TRY(check_act(c));
+    KN_TRY(infer_as(c, "MatMul", 2));
+    const kn_type *b = c->n_inputs > 2 ? c->in[2] : NULL, *y = &c->out[0];
+    if (b && b->rank >= 0 && y->rank >= 1) {
+        /* bias: a scalar, or [.., N] with every leading dim 1 */
+        int64_t count = 1;
+        bool known = true;
+        for (int d = 0; d < b->rank; d++) {
+            if (b->dims[d].value < 0) known = false;
+            else count *= b->dims[d].value;
+            if (d < b->rank - 1 && b->dims[d].value != 1 && b->dims[d].value >= 0)
+                return kn_infer_error(c, KILN_ERR_SHAPE, "bias must be a scalar or hold one value per output column");
+        }
+        int64_t n = y->dims[y->rank - 1].value;
+        if (known && count != 1 && n >= 0 && count != n)
+            return kn_infer_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output columns", (long long)count,
+                                  (long long)n);
+        if (b->rank > y->rank)
+            return kn_infer_error(c, KILN_ERR_SHAPE, "bias has rank %d, the output %d", b->rank, y->rank);
+    }
+    return check_residual(c, 3);
+}
+
+static kiln_status infer_gelu(kn_infer_ctx *c) {
+    const char *mode = kn_attr_string(c->node, "approximate", "none");
+    if (strcmp(mode, "none") && strcmp(mode, "tanh"))
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "approximate must be 'none' or 'tanh', not '%s'", mode);
+    return kn_infer_same(c, 0, 0);
+}
+
+static kiln_status infer_norm(kn_infer_ctx *c) {
+    const kn_type *x = c->in[0];
+    if (x->rank >= 0) {
+        int axis;
+        KN_TRY(kn_infer_axis(c, kn_attr_int(c->node, "axis", -1), x->rank, "axis", &axis));
+    }
+    return kn_infer_same(c, 0, 0);
+}
+
+/* Combines one batch dim of several operands under numpy broadcasting. */
+static bool broadcast_dim(const kn_dim *const *dims, int n, kn_dim *out) {
+    kn_dim r = {1, NULL};
+    bool have = false;
+    for (int i = 0; i < n; i++) {
+        const kn_dim *d = dims[i];
+        if (!d || d->value == 1) continue;
+        if (!have) {
+            r = *d;
+            have = true;
+        } else if (r.value >= 0 && d->value >= 0) {
+            if (r.value != d->value) return false;
+        } else if (d->value >= 0) {
+            r = *d; /* a known size > 1 is the result whenever the shapes broadcast */
+        } else if (r.value < 0 && !(r.symbol && d->symbol && !strcmp(r.symbol, d->symbol))) {
+            r.symbol = NULL; /* two different unknowns */
+        }
+    }
+    *out = r;
+    return true;
+}
+
+static kiln_status infer_attention(kn_infer_ctx *c) {
+    const kn_type *q = c->in[0], *kt = c->in[1], *v = c->in[2], *m = c->n_inputs > 3 ? c->in[3] : NULL;
+    kn_type *y = &c->out[0];
+    kn_type_init(y);
+    y->kind = KN_TYPE_TENSOR;
+    y->dtype = q->dtype;
+    if (q->rank < 0 || kt->rank < 0 || v->rank < 0 || (m && m->rank < 0)) return KILN_OK;
+    if (q->rank < 2 || kt->rank != q->rank || v->rank != q->rank)
+        return kn_infer_error(c, KILN_ERR_SHAPE, "Q, KT and V must have the same rank >= 2 (%d, %d, %d)", q->rank,
+                              kt->rank, v->rank);
+    int r = q->rank;
+    if (m && m->rank > r) return kn_infer_error(c, KILN_ERR_SHAPE, "the mask has rank %d, above the scores' %d", m->rank, r);
+    const kn_dim *dq = &q->dims[r - 1], *dk = &kt->dims[r - 2], *sk = &kt->dims[r - 1], *sv = &v->dims[r - 2];
+    if (dq->value >= 0 && dk->value >= 0 && dq->value != dk->value)
+        return kn_infer_error(c, KILN_ERR_SHAPE, "Q's last dim %lld differs from KT's dim %d (%lld)", (long long)dq->value,
+                              r - 2, (long long)dk->value);
+    if (sk->value >= 0 && sv->value >= 0 && sk->value != sv->value)
+        return kn_infer_error(c, KILN_ERR_SHAPE, "KT has %lld keys but V %lld", (long long)sk->value, (long long)sv->value);
+    /* the mask may not widen the scores' [Sq, Sk] */
+    for (int d = r - 2; m && d < r; d++) {
+        int md = d - (r - m->rank);
+        if (md < 0) continue;
+        const kn_dim *want = d == r - 2 ? &q->dims[r - 2] : sk;
+        int64_t mv = m->dims[md].value;
+        if (mv >= 0 && mv != 1 && want->value >= 0 && mv != want->value)
+            return kn_infer_error(c, KILN_ERR_SHAPE, "the mask's dim %d (%lld) does not broadcast to the scores' %lld", md,
+                                  (long long)mv, (long long)want->value);
+    }
+    y->rank = r;
+    for (int d = 0; d < r - 2; d++) {
+        int md = d - (r - (m ? m->rank : 0));
+        const kn_dim *dims[4] = {&q->dims[d], &kt->dims[d], &v->dims[d], m && md >= 0 ? &m->dims[md] : NULL};
+        if (!broadcast_dim(dims, 4, &y->dims[d]))
+            return kn_infer_error(c, KILN_ERR_SHAPE, "batch dim %d of Q, KT, V and the mask does not broadcast", d);
+    }
+    y->dims[r - 2] = q->dims[r - 2];
+    y->dims[r - 1] = v->dims[r - 1];
+    return KILN_OK;
+}
+
+static kiln_status infer_chain(kn_infer_ctx *c) {
+    /* the output has the shape of input 0 (the others have it too or are single values) */
+    int n_ops = 0, n_args = 0, n_k = 0;
+    kn_attr_ints(c->node, "ops", &n_ops);
+    kn_attr_ints(c->node, "args", &n_args);
+    kn_attr_floats(c->node, "consts", &n_k);
+    if (n_ops < 1 || n_ops > KN_CHAIN_MAX_OPS || n_args != 2 * n_ops || n_k != n_ops)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "ops, args and consts do not describe a program");
+    return kn_infer_same(c, 0, 0);
+}
+
 const kn_op_schema kn_ops_fused[] = {
+    {"kiln", "FusedConv", 1, 0, 2, 4, 1, 1, infer_fused_conv, 0},
+    {"kiln", "FusedGemm", 1, 0, 2, 3, 1, 1, infer_fused_gemm, 0},
+    {"kiln", "FusedMatMul", 1, 0, 2, 4, 1, 1, infer_fused_matmul, 0},
+    {"kiln", "Gelu", 1, 0, 1, 1, 1, 1, infer_gelu, 0},
+    {"kiln", "LayerNormalization", 1, 0, 1, 3, 1, 1, infer_norm, 0},
+    {"kiln", "RMSNormalization", 1, 0, 1, 2, 1, 1, infer_norm, 0},
+    {"kiln", "Attention", 1, 0, 3, 4, 1, 1, infer_attention, 0},
+    {"kiln", "ElementwiseChain", 1, 0, 1, KN_CHAIN_MAX_INPUTS, 1, 1, infer_chain, 0},
     {0},
 };

@@ -480,6 +480,28 @@ static kiln_status infer_loss(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
+/* ------------------------------------------------------------------ Det */
+
+/* Det: [*, M, M] -> [*] */
+static kiln_status infer_det(kn_infer_ctx *c) {
+    KN_TRY(need_input(c, 0, "X"));
+    const kn_type *x = c->in[0];
+    if (x->dtype && !kn_dtype_is_float(x->dtype))
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "input must be a float tensor, got %s", kiln_dtype_name(x->dtype));
+    if (x->rank < 0) {
+        set_out(c, 0, x->dtype, -1, NULL);
+        return KILN_OK;
+    }
+    if (x->rank < 2)
+        return kn_infer_error(c, KILN_ERR_SHAPE, "input has rank %d; it must be [..., M, M]", x->rank);
+    kn_dim m = x->dims[x->rank - 2], n = x->dims[x->rank - 1];
+    if (m.value >= 0 && n.value >= 0 && m.value != n.value)
+        return kn_infer_error(c, KILN_ERR_SHAPE, "the last two dimensions are %lld x %lld; Det needs square matrices",
+                              (long long)m.value, (long long)n.value);
+    set_out(c, 0, x->dtype, x->rank - 2, x->dims);
+    return KILN_OK;
+}
+
 /* ------------------------------------------------------------------ the table */
 
 #define REDUCE_ATTR(op, until) {"", op, 1, until, 1, 1, 1, 1, infer_reduce, 0}
@@ -527,5 +549,6 @@ const kn_op_schema kn_ops_nn[] = {
     {"", "LSTM", 1, 0, 3, 8, 0, 3, infer_rnn, 0},
     {"", "NegativeLogLikelihoodLoss", 12, 0, 2, 3, 1, 1, infer_loss, 0},
     {"", "SoftmaxCrossEntropyLoss", 12, 0, 2, 3, 1, 2, infer_loss, 0},
+    {"", "Det", 11, 0, 1, 1, 1, 1, infer_det, 0},
     {0},
 };

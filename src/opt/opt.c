@@ -1,9 +1,186 @@
+/* The pass manager: the registry of passes and the loop that runs them level by level, each
+ * level to a fixed point, reporting what every pass changed. */
 #include "opt/opt.h"
 
+#include "exec/exec.h"
+#include "opt/pass.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Order matters within a level: constant folding first (it makes shapes and scalars known), the
+ * clean-ups next, dead-code elimination last; GELU before the MatMul/Gemm fusions that take it as
+ * their activation; the elementwise chains after every named fusion. */
+const kn_pass kn_opt_passes[] = {
+    {"fold_constants", 1, kn_pass_fold_constants,
+     "evaluates nodes whose inputs are all constant, and shape arithmetic over known shapes, into initializers"},
+    {"remove_noops", 1, kn_pass_remove_noops,
+     "removes Identity, inference Dropout, and Cast/Reshape/Transpose/Expand/Slice that change nothing"},
+    {"merge_transposes", 1, kn_pass_merge_transposes, "composes consecutive Transposes into one"},
+    {"merge_reshapes", 1, kn_pass_merge_reshapes,
+     "collapses a Reshape of a Reshape/Flatten/Squeeze/Unsqueeze into one Reshape"},
+    {"fold_batchnorm", 1, kn_pass_fold_batchnorm,
+     "folds an inference BatchNormalization into the weights of the Conv/ConvTranspose/Gemm/MatMul before it"},
+    {"cse", 1, kn_pass_cse, "merges nodes that compute the same thing from the same inputs, and equal constants"},
+    {"eliminate_dead", 1, kn_pass_eliminate_dead, "removes nodes whose outputs nobody reads and unused initializers"},
+    {"fuse_gelu", 2, kn_pass_fuse_gelu, "GELU from its erf and tanh decompositions into kiln.Gelu"},
+    {"fuse_layernorm", 2, kn_pass_fuse_layernorm,
+     "LayerNormalization and RMSNorm from ReduceMean/Sub/Pow/Sqrt/Div into kiln.LayerNormalization/RMSNormalization"},
+    {"fuse_attention", 2, kn_pass_fuse_attention,
+     "MatMul/scale/mask/Softmax/MatMul into kiln.Attention"},
+    {"fuse_matmul_add", 2, kn_pass_fuse_matmul_add,
+     "2-D MatMul + Add into Gemm; other MatMul + bias (+ residual) into kiln.FusedMatMul"},
+    {"fuse_conv", 2, kn_pass_fuse_conv, "Conv + bias + residual Add + activation into kiln.FusedConv"},
+    {"fuse_gemm_activation", 2, kn_pass_fuse_gemm_activation,
+     "Gemm/kiln.FusedMatMul + activation into kiln.FusedGemm/kiln.FusedMatMul"},
+    {"fuse_elementwise", 2, kn_pass_fuse_elementwise, "chains of float elementwise ops into kiln.ElementwiseChain"},
+};
+const int kn_opt_n_passes = (int)(sizeof kn_opt_passes / sizeof kn_opt_passes[0]);
+
+#define KN_OPT_MAX_LEVEL 3
+#define KN_OPT_MAX_ROUNDS 8
+
+static int live_nodes(const kn_graph *g) {
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++) n += !g->nodes[i].dead;
+    return n;
+}
+
+/* Drops dead nodes from the array. */
+static void compact(kn_graph *g) {
+    int w = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (g->nodes[i].dead) {
+            free(g->nodes[i].inputs);
+            free(g->nodes[i].outputs);
+            continue;
+        }
+        if (w != i) g->nodes[w] = g->nodes[i];
+        w++;
+    }
+    g->n_nodes = w;
+}
+
+static kiln_status add_outer_names(kn_opt_ctx *c, const kn_graph *sub) {
+    for (int v = 0; v < sub->n_values; v++) {
+        if (!sub->values[v].is_outer) continue;
+        const char **p = realloc(c->outer_names, sizeof(char *) * (size_t)(c->n_outer_names + 1));
+        if (!p) return KN_OOM();
+        c->outer_names = p;
+        c->outer_names[c->n_outer_names++] = sub->values[v].name;
+    }
+    for (int i = 0; i < sub->n_nodes; i++)
+        for (int a = 0; a < sub->nodes[i].n_attrs; a++) {
+            const kn_attr *at = &sub->nodes[i].attrs[a];
+            if (at->type == KN_ATTR_GRAPH && at->g) KN_TRY(add_outer_names(c, at->g));
+            if (at->type == KN_ATTR_GRAPHS)
+                for (int k = 0; k < at->n; k++) KN_TRY(add_outer_names(c, at->graphs[k]));
+        }
+    return KILN_OK;
+}
+
+static kiln_status collect_outer_names(kn_opt_ctx *c) {
+    const kn_graph *g = c->g;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int a = 0; a < g->nodes[i].n_attrs; a++) {
+            const kn_attr *at = &g->nodes[i].attrs[a];
+            if (at->type == KN_ATTR_GRAPH && at->g) KN_TRY(add_outer_names(c, at->g));
+            if (at->type == KN_ATTR_GRAPHS)
+                for (int k = 0; k < at->n; k++) KN_TRY(add_outer_names(c, at->graphs[k]));
+        }
+    return KILN_OK;
+}
+
+static bool disabled(const kiln_session_options *o, const char *name) {
+    for (int i = 0; o && i < o->n_disabled_passes; i++)
+        if (o->disabled_passes[i] && !strcmp(o->disabled_passes[i], name)) return true;
+    return false;
+}
+
+static kiln_status check_disabled_names(const kiln_session_options *o) {
+    for (int i = 0; o && i < o->n_disabled_passes; i++) {
+        const char *name = o->disabled_passes[i] ? o->disabled_passes[i] : "";
+        int k = 0;
+        while (k < kn_opt_n_passes && strcmp(kn_opt_passes[k].name, name)) k++;
+        if (k < kn_opt_n_passes) continue;
+        char known[1024];
+        size_t used = 0;
+        known[0] = 0;
+        for (int j = 0; j < kn_opt_n_passes && used < sizeof known; j++)
+            used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", j ? ", " : "", kn_opt_passes[j].name);
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "unknown optimisation pass '%s' in the disabled passes (known: %s)",
+                        name, known);
+    }
+    return KILN_OK;
+}
+
+static void format_notes(const kn_opt_ctx *c, char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < c->n_notes && used < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s x%d", i ? ", " : "", c->notes[i].what, c->notes[i].n);
+}
+
+/* Runs one pass; afterwards the graph is compact, sorted and its types inferred again. */
+static kiln_status run_pass(kn_opt_ctx *c, const kn_pass *p, int level, kn_opt_report_fn report, void *arg,
+                           bool *changed) {
+    kn_graph *g = c->g;
+    int before = live_nodes(g);
+    c->n_notes = 0;
+    c->changes = 0;
+    KN_TRY(kn_opt_refresh(c));
+    kiln_status st = p->run(c);
+    if (st != KILN_OK) return kn_error_prefix(st, "optimisation pass '%s': ", p->name);
+    *changed = c->changes > 0;
+    if (!*changed) return KILN_OK;
+    compact(g);
+    st = kn_graph_sort(g);
+    if (st == KILN_OK) st = kn_graph_infer(g);
+    if (st != KILN_OK) return kn_error_prefix(st, "after optimisation pass '%s': ", p->name);
+    if (report) {
+        char detail[1024];
+        format_notes(c, detail, sizeof detail);
+        report(arg, p->name, level, before, live_nodes(g), detail);
+    }
+    return KILN_OK;
+}
+
 kiln_status kn_optimize(kn_model *m, const kiln_session_options *options, kn_opt_report_fn report, void *arg) {
-    (void)m;
-    (void)options;
-    (void)report;
-    (void)arg;
-    return KILN_OK; /* the passes land with the optimiser */
+    KN_TRY(check_disabled_names(options));
+    int level = options ? options->opt_level : KN_OPT_MAX_LEVEL;
+    if (level > KN_OPT_MAX_LEVEL) level = KN_OPT_MAX_LEVEL;
+    if (level <= 0 || !m || !m->graph) return KILN_OK;
+    kn_opt_ctx c;
+    memset(&c, 0, sizeof c);
+    c.model = m;
+    c.g = m->graph;
+    c.options = options;
+    kiln_status st = collect_outer_names(&c);
+    for (int lv = 1; lv <= level && st == KILN_OK; lv++) {
+        for (int round = 0; round < KN_OPT_MAX_ROUNDS && st == KILN_OK; round++) {
+            bool any = false;
+            for (int i = 0; i < kn_opt_n_passes && st == KILN_OK; i++) {
+                const kn_pass *p = &kn_opt_passes[i];
+                /* dead-code elimination also cleans up after every later level */
+                bool cleanup = lv > 1 && p->run == kn_pass_eliminate_dead;
+                if ((p->level != lv && !cleanup) || disabled(options, p->name)) continue;
+                bool changed = false;
+                st = run_pass(&c, p, lv, report, arg, &changed);
+                any |= changed;
+            }
+            if (!any) break;
+        }
+    }
+    free(c.cons);
+    free(c.cons_start);
+    free(c.outer_names);
+    return st;
+}
+
+const char *kn_opt_pass_info(int i, int *level_out, const char **description_out) {
+    if (i < 0 || i >= kn_opt_n_passes) return NULL;
+    if (level_out) *level_out = kn_opt_passes[i].level;
+    if (description_out) *description_out = kn_opt_passes[i].description;
+    return kn_opt_passes[i].name;
 }

@@ -5,12 +5,17 @@
 #include "exec/session.h"
 #include "ir/graph.h"
 
-/* One line per pass that changed something: what it did. */
+/* Called once per pass run that changed something: the pass, the level being run (a level-1
+ * clean-up also runs within later levels), the live node counts before and after, and what it
+ * matched ("Conv+Relu x3, ..."). */
 typedef void (*kn_opt_report_fn)(void *arg, const char *pass, int level, int nodes_before, int nodes_after,
                                  const char *detail);
 
 /* Runs the passes of every level up to options->opt_level (skipping disabled ones) on the model's
  * main graph. Shapes must have been inferred; the caller infers again afterwards. */
 kiln_status kn_optimize(kn_model *m, const kiln_session_options *options, kn_opt_report_fn report, void *arg);
+
+/* The registered passes, for listing: name, level and description of pass i (NULL past the end). */
+const char *kn_opt_pass_info(int i, int *level_out, const char **description_out);
 
 #endif

@@ -104,6 +104,11 @@ kiln_status kn_npy_write(const char *path, const kn_tensor *t) {
     const char *descr = NULL;
     for (size_t i = 0; i < sizeof kn_npy_types / sizeof kn_npy_types[0]; i++)
         if (kn_npy_types[i].dtype == t->dtype) descr = kn_npy_types[i].descr;
+    if (kn_dtype_is_packed(t->dtype))
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "%s: cannot write element type %s as .npy: .npy has no packed %d-bit type (Cast to int8, "
+                        "uint8 or float first)",
+                        path, kiln_dtype_name(t->dtype), kn_dtype_bits(t->dtype));
     if (!descr || t->kind != KN_VALUE_TENSOR)
         return kn_error(KILN_ERR_UNSUPPORTED, "%s: cannot write element type %s as .npy", path,
                         kiln_dtype_name(t->dtype));

@@ -94,6 +94,69 @@ static float f8_to_f32(uint8_t b, const f8_fmt *f) {
     return (float)(s ? -v : v);
 }
 
+/* ------------------------------------------------------------------ e8m0, float4, packed ints */
+
+/* float8e8m0: an unsigned power of two 2^(e-127); 0xff is NaN. Encoding follows the ONNX
+ * reference: the float32 exponent field, rounded by round_mode from the dropped mantissa. */
+enum { E8_UP = 0, E8_DOWN = 1, E8_NEAREST = 2 };
+
+static float e8m0_to_f32(uint8_t b) { return b == 0xff ? NAN : ldexpf(1.0f, (int)b - 127); }
+
+static uint8_t f32_to_e8m0(float v, int saturate, int mode) {
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    unsigned e = (bits >> 23) & 0xff;
+    if (e == 0xff) return 0xff; /* inf and NaN */
+    bool up = false;
+    if (mode == E8_UP) {
+        up = (bits & 0x7fffff) != 0;
+    } else if (mode == E8_NEAREST) {
+        bool g = bits & 0x400000, r = bits & 0x200000, st = (bits & 0x1fffff) != 0;
+        up = g && (r || st || e > 0);
+    }
+    if (up && saturate && e == 0xfe) up = false;
+    return (uint8_t)(e + (up ? 1 : 0)); /* 0xfe + 1 = 0xff: NaN when not saturating */
+}
+
+/* float4e2m1: sign, 2 exponent bits (bias 1), 1 mantissa bit: +-{0, .5, 1, 1.5, 2, 3, 4, 6}; no
+ * inf or NaN. Round to nearest even; values beyond 6 (and infinities) clamp to 6. NaN becomes
+ * the code ml_dtypes (the reference) gives: 0x8 for +NaN, 0x0 for -NaN. */
+static const float f4_mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+static float f4_to_f32(unsigned code) { return (code & 8) ? -f4_mag[code & 7] : f4_mag[code & 7]; }
+
+static unsigned f32_to_f4(float v) {
+    unsigned s = signbit(v) ? 8u : 0u;
+    if (isnan(v)) return 8u ^ s;
+    double a = fabs((double)v);
+    if (a >= 6.0) return 7u | s;
+    if (a == 0.0) return s;
+    int e;
+    frexp(a, &e);
+    int E = e - 1;
+    if (E < 0) E = 0; /* subnormal: steps of 0.5 */
+    int m = (int)nearbyint(ldexp(a, 1 - E)); /* half to even */
+    if (m >= 4) {
+        m >>= 1;
+        E++;
+    }
+    if (E > 2) return 7u | s;
+    unsigned code = m < 2 ? (unsigned)m : ((unsigned)(E + 1) << 1) | (unsigned)(m - 2);
+    return code | s;
+}
+
+static bool is_packed_int(kiln_dtype t) {
+    return t == KILN_DTYPE_INT4 || t == KILN_DTYPE_UINT4 || t == KILN_DTYPE_INT2 || t == KILN_DTYPE_UINT2;
+}
+
+/* Element i of packed data as int64 (signed types sign-extended). */
+static int64_t packed_int(kiln_dtype t, const void *src, int64_t i) {
+    unsigned c = kn_packed_get(src, t, i);
+    int bits = kn_dtype_bits(t);
+    if ((t == KILN_DTYPE_INT4 || t == KILN_DTYPE_INT2) && (c >> (bits - 1))) return (int64_t)c - (1 << bits);
+    return c;
+}
+
 /* ------------------------------------------------------------------ loads and stores */
 
 /* Reads n elements of a numeric/bool/half/float8 type as double. */
@@ -127,6 +190,11 @@ static void load_f64(kiln_dtype t, const void *src, double *d, int64_t n) {
             kn_ew_half_to_f32(t, (const uint16_t *)src + b, buf, m);
             for (int64_t i = 0; i < m; i++) d[b + i] = buf[i];
         }
+        break;
+    }
+    case KILN_DTYPE_FLOAT8E8M0: {
+        const uint8_t *s = src;
+        for (int64_t i = 0; i < n; i++) d[i] = e8m0_to_f32(s[i]);
         break;
     }
     default: {
@@ -240,6 +308,11 @@ static void store_f64(kiln_dtype t, const double *d, void *dst, int64_t n, int s
             for (int64_t i = 0; i < m; i++) buf[i] = (float)d[b + i];
             kn_ew_f32_to_half(t, buf, (uint16_t *)dst + b, m);
         }
+        break;
+    }
+    case KILN_DTYPE_FLOAT8E8M0: {
+        uint8_t *o = dst;
+        for (int64_t i = 0; i < n; i++) o[i] = f32_to_e8m0((float)d[i], saturate, E8_UP);
         break;
     }
     default: {
@@ -437,10 +510,55 @@ static kiln_status from_string(char *const *src, kiln_dtype to, void *dst, int64
 
 static bool castable(kiln_dtype t) {
     return t == KILN_DTYPE_BOOL || t == KILN_DTYPE_STRING || kn_dtype_is_int(t) || kn_dtype_is_float(t) ||
-           is_f8(t);
+           is_f8(t) || t == KILN_DTYPE_FLOAT8E8M0 || kn_dtype_is_packed(t);
 }
 
-int kn_ew_cast_supported(kiln_dtype from, kiln_dtype to) { return castable(from) && castable(to); }
+int kn_ew_cast_supported(kiln_dtype from, kiln_dtype to) {
+    if (!castable(from) || !castable(to)) return 0;
+    /* strings and packed types do not meet */
+    if ((from == KILN_DTYPE_STRING && kn_dtype_is_packed(to)) || (to == KILN_DTYPE_STRING && kn_dtype_is_packed(from)))
+        return 0;
+    return 1;
+}
+
+/* Casts where either side is packed (elements are not byte-addressable): element by element in
+ * chunks through int64 (integer to integer: exact, wrapping into the narrow type) or double. */
+static void cast_packed(kiln_dtype from, const void *src, kiln_dtype to, void *dst, int64_t n, int saturate) {
+    bool int_in = from == KILN_DTYPE_BOOL || kn_dtype_is_int(from) || is_packed_int(from);
+    bool int_out = to == KILN_DTYPE_BOOL || kn_dtype_is_int(to) || is_packed_int(to);
+    size_t si = kiln_dtype_size(from), so = kiln_dtype_size(to);
+    for (int64_t b = 0; b < n; b += KN_EW_CHUNK) {
+        int64_t m = n - b < KN_EW_CHUNK ? n - b : KN_EW_CHUNK;
+        int64_t ib[KN_EW_CHUNK];
+        double db[KN_EW_CHUNK];
+        bool as_int = int_in && int_out;
+        /* load */
+        if (is_packed_int(from)) {
+            for (int64_t i = 0; i < m; i++) ib[i] = packed_int(from, src, b + i);
+            if (!as_int)
+                for (int64_t i = 0; i < m; i++) db[i] = (double)ib[i];
+        } else if (from == KILN_DTYPE_FLOAT4E2M1) {
+            for (int64_t i = 0; i < m; i++) db[i] = f4_to_f32(kn_packed_get(src, from, b + i));
+        } else if (as_int) {
+            load_i64(from, (const char *)src + b * (int64_t)si, ib, m);
+        } else {
+            load_f64(from, (const char *)src + b * (int64_t)si, db, m);
+        }
+        /* store */
+        if (is_packed_int(to)) {
+            for (int64_t i = 0; i < m; i++) {
+                int64_t v = as_int ? ib[i] : d2i64(db[i]); /* truncate, then wrap (NaN -> 0) */
+                kn_packed_set(dst, to, b + i, (unsigned)((uint64_t)v & 0xf));
+            }
+        } else if (to == KILN_DTYPE_FLOAT4E2M1) {
+            for (int64_t i = 0; i < m; i++) kn_packed_set(dst, to, b + i, f32_to_f4((float)db[i]));
+        } else if (as_int) {
+            store_i64(to, ib, (char *)dst + b * (int64_t)so, m);
+        } else {
+            store_f64(to, db, (char *)dst + b * (int64_t)so, m, saturate);
+        }
+    }
+}
 
 kiln_status kn_ew_cast_n(kiln_dtype from, const void *src, kiln_dtype to, void *dst, int64_t n,
                          int saturate) {
@@ -463,6 +581,11 @@ kiln_status kn_ew_cast_n(kiln_dtype from, const void *src, kiln_dtype to, void *
         return to_string(from, src, dst, n);
     }
     if (from == KILN_DTYPE_STRING) return from_string(src, to, dst, n, saturate);
+    if (kn_dtype_is_packed(from) || kn_dtype_is_packed(to)) {
+        if (from == to) memcpy(dst, src, kn_dtype_nbytes(from, n));
+        else cast_packed(from, src, to, dst, n, saturate);
+        return KILN_OK;
+    }
     if (from == to) {
         memcpy(dst, src, (size_t)n * kiln_dtype_size(from));
         return KILN_OK;
@@ -558,6 +681,33 @@ static kiln_status cast_run(kn_kernel_ctx *c, kiln_dtype to) {
         kiln_status s = kn_ew_cast_n(x->dtype, x->data, to, o->data, n, saturate);
         if (s != KILN_OK) return kn_kernel_error(c, s, "%s", kn_last_error());
         return KILN_OK;
+    }
+    if (to == KILN_DTYPE_FLOAT8E8M0) {
+        const char *rm = kn_attr_string(c->node, "round_mode", "up");
+        int mode = !strcmp(rm, "up") ? E8_UP : !strcmp(rm, "down") ? E8_DOWN : !strcmp(rm, "nearest") ? E8_NEAREST : -1;
+        if (mode < 0)
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "round_mode='%s' is not up, down or nearest", rm);
+        if (mode != E8_UP) { /* the default goes through kn_ew_cast_n below */
+            size_t si = kiln_dtype_size(x->dtype);
+            uint8_t *d = o->data;
+            for (int64_t b = 0; b < n; b += KN_EW_CHUNK) {
+                int64_t m = n - b < KN_EW_CHUNK ? n - b : KN_EW_CHUNK;
+                double buf[KN_EW_CHUNK];
+                if (kn_dtype_is_packed(x->dtype)) { /* decode elements b..b+m into doubles */
+                    for (int64_t i = 0; i < m; i++)
+                        buf[i] = x->dtype == KILN_DTYPE_FLOAT4E2M1 ? f4_to_f32(kn_packed_get(x->data, x->dtype, b + i))
+                                                                  : (double)packed_int(x->dtype, x->data, b + i);
+                } else {
+                    load_f64(x->dtype, (const char *)x->data + b * (int64_t)si, buf, m);
+                }
+                for (int64_t i = 0; i < m; i++) d[b + i] = f32_to_e8m0((float)buf[i], saturate, mode);
+            }
+            return KILN_OK;
+        }
+    }
+    if (kn_dtype_is_packed(x->dtype) || kn_dtype_is_packed(to)) {
+        /* packed elements are not byte-addressable: one thread */
+        return kn_ew_cast_n(x->dtype, x->data, to, o->data, n, saturate);
     }
     kn_parallel_for(c->pool, n, KN_EW_GRAIN_LIGHT, cast_range, &j);
     return KILN_OK;

@@ -1,5 +1,238 @@
-#include "backend/cpu/cpu.h"
+/* CPU kernels of kiln's fused operators. FusedConv, FusedGemm and FusedMatMul run the ai.onnx
+ * kernel for the linear part into the output and then, in one pass over it while each row is in
+ * L1, add the bias/residual and apply the activation in place: the unfused graph instead writes a
+ * fresh tensor per Add and per activation and reads each back. */
+#include "backend/cpu/fused_impl.h"
+
+#include "backend/cpu/elementwise_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ activations */
+
+/* 0.5 x (1 + erf(x / sqrt2)); for x / sqrt2 <= -1 through erfc, where 1 + erf cancels */
+static inline float gelu_erf(float x) {
+    float z = x * 0.70710678118654752f, a = fabsf(z);
+    float tail = kn_ew_erfc_big(a < 1.0f ? 1.0f : (a > 10.0f ? 10.0f : a)); /* erfc(|z|) */
+    float near = kn_ew_erf_small(a < 1.0f ? z : 0.0f);
+    float s = a < 1.0f ? 1.0f + near : (z > 0.0f ? 2.0f - tail : tail);
+    return 0.5f * x * s;
+}
+
+/* 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3) */
+static inline float gelu_tanh(float x) {
+    float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+    return x / (1.0f + kn_ew_expf(-2.0f * u));
+}
+
+void kn_fused_act(float *p, int64_t n, const kn_act_spec *a) {
+    const float p0 = a->p0, p1 = a->p1;
+    switch (a->act) {
+    case KN_ACT_NONE: break;
+    case KN_ACT_RELU:
+        for (int64_t i = 0; i < n; i++) p[i] = p[i] < 0.0f ? 0.0f : p[i];
+        break;
+    case KN_ACT_LEAKY_RELU:
+        for (int64_t i = 0; i < n; i++) p[i] = p[i] < 0.0f ? p0 * p[i] : p[i];
+        break;
+    case KN_ACT_CLIP:
+        for (int64_t i = 0; i < n; i++) {
+            float v = p[i] < p0 ? p0 : p[i];
+            p[i] = v > p1 ? p1 : v;
+        }
+        break;
+    case KN_ACT_SIGMOID:
+        for (int64_t i = 0; i < n; i++) p[i] = kn_ew_sigmoidf(p[i]);
+        break;
+    case KN_ACT_TANH:
+        for (int64_t i = 0; i < n; i++) p[i] = kn_ew_tanhf(p[i]);
+        break;
+    case KN_ACT_HARD_SIGMOID:
+        for (int64_t i = 0; i < n; i++) {
+            float v = p0 * p[i] + p1;
+            v = v < 0.0f ? 0.0f : v;
+            p[i] = v > 1.0f ? 1.0f : v;
+        }
+        break;
+    case KN_ACT_HARD_SWISH:
+        for (int64_t i = 0; i < n; i++) {
+            float v = p[i] * (1.0f / 6.0f) + 0.5f;
+            v = v < 0.0f ? 0.0f : v;
+            p[i] = p[i] * (v > 1.0f ? 1.0f : v);
+        }
+        break;
+    case KN_ACT_SILU:
+        for (int64_t i = 0; i < n; i++) p[i] = p[i] * kn_ew_sigmoidf(p[i]);
+        break;
+    case KN_ACT_GELU:
+        for (int64_t i = 0; i < n; i++) p[i] = gelu_erf(p[i]);
+        break;
+    case KN_ACT_GELU_TANH:
+        for (int64_t i = 0; i < n; i++) p[i] = gelu_tanh(p[i]);
+        break;
+    default: break;
+    }
+}
+
+bool kn_fused_supports_f32(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap) {
+    for (int i = 0; i < n_in; i++) {
+        if (!in[i]) continue;
+        if (in[i]->kind != KN_TYPE_TENSOR || in[i]->dtype != KILN_DTYPE_FLOAT) {
+            snprintf(why, cap, "kiln's fused CPU kernels take float32 tensors; input %d is %s", i,
+                     in[i]->dtype ? kiln_dtype_name(in[i]->dtype) : "of unknown type");
+            return false;
+        }
+    }
+    kn_act_spec a;
+    if (kn_node_attr(node, "activation") && !kn_act_from_node(node, &a, why, cap)) return false;
+    return true;
+}
+
+/* ------------------------------------------------------------------ epilogue */
+
+typedef struct epi_job {
+    float *y;
+    const float *z;    /* residual, same shape as y, or NULL */
+    const float *bias; /* per column (n_bias == cols), a scalar (n_bias == 1), or NULL */
+    int64_t n_bias, cols;
+    kn_act_spec act;
+} epi_job;
+
+static void epi_rows(void *arg, int64_t r0, int64_t r1) {
+    const epi_job *j = arg;
+    const int64_t cols = j->cols;
+    for (int64_t r = r0; r < r1; r++) {
+        float *p = j->y + r * cols;
+        if (j->bias && j->n_bias == cols) {
+            const float *b = j->bias;
+            for (int64_t i = 0; i < cols; i++) p[i] += b[i];
+        } else if (j->bias) {
+            const float b = j->bias[0];
+            for (int64_t i = 0; i < cols; i++) p[i] += b;
+        }
+        if (j->z) {
+            const float *z = j->z + r * cols;
+            for (int64_t i = 0; i < cols; i++) p[i] += z[i];
+        }
+        kn_fused_act(p, cols, &j->act);
+    }
+}
+
+static void epilogue(kn_threadpool *pool, epi_job *j, int64_t total) {
+    if (total <= 0 || j->cols <= 0) return;
+    if (!j->z && !j->bias && j->act.act == KN_ACT_NONE) return;
+    /* rows too long for L1 are cut into pieces (without a per-column bias that would need offsets) */
+    if (!j->bias && j->cols > 4096 && j->cols % 4096 == 0) j->cols = 4096;
+    int64_t rows = total / j->cols;
+    int64_t grain = 16384 / j->cols + 1;
+    kn_parallel_for(pool, rows, grain, epi_rows, j);
+}
+
+/* Runs the ai.onnx kernel `op` on the first n inputs of the fused node, into its output. */
+static kiln_status run_base(kn_kernel_ctx *c, const char *op, int n) {
+    kn_node proxy = *c->node;
+    proxy.op_type = op;
+    proxy.domain = "";
+    proxy.opset = 13;
+    char why[256];
+    const kn_cpu_kernel *k = kn_cpu_find(&proxy, NULL, 0, why, sizeof why);
+    if (!k) return kn_kernel_error(c, KILN_ERR_INTERNAL, "no CPU %s kernel: %s", op, why);
+    kn_kernel_ctx pc = *c;
+    pc.node = &proxy;
+    pc.n_inputs = n < c->n_inputs ? n : c->n_inputs;
+    return k->run(&pc);
+}
+
+static kiln_status read_act(kn_kernel_ctx *c, kn_act_spec *a) {
+    char why[128];
+    if (!kn_act_from_node(c->node, a, why, sizeof why)) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+    return KILN_OK;
+}
+
+static kiln_status check_residual(kn_kernel_ctx *c, const kn_tensor *z, const kn_tensor *y) {
+    if (!z) return KILN_OK;
+    if (z->dtype != KILN_DTYPE_FLOAT || z->rank != y->rank ||
+        (y->rank && memcmp(z->dims, y->dims, sizeof(int64_t) * (size_t)y->rank)))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "the residual input must have the output's shape and type");
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+static kiln_status run_fused_conv(kn_kernel_ctx *c) {
+    kn_act_spec a;
+    KN_TRY(read_act(c, &a));
+    kn_tensor *Y = c->out[0];
+    const kn_tensor *Z = c->n_inputs > 3 ? c->in[3] : NULL;
+    KN_TRY(check_residual(c, Z, Y));
+    KN_TRY(run_base(c, "Conv", 3));
+    int64_t total = kn_tensor_count(Y);
+    int64_t plane = 1;
+    for (int d = 2; d < Y->rank; d++) plane *= Y->dims[d];
+    epi_job j = {Y->data, Z ? Z->data : NULL, NULL, 0, plane, a};
+    epilogue(c->pool, &j, total);
+    return KILN_OK;
+}
+
+static kiln_status run_fused_gemm(kn_kernel_ctx *c) {
+    kn_act_spec a;
+    KN_TRY(read_act(c, &a));
+    KN_TRY(run_base(c, "Gemm", 3));
+    kn_tensor *Y = c->out[0];
+    epi_job j = {Y->data, NULL, NULL, 0, Y->rank == 2 ? Y->dims[1] : kn_tensor_count(Y), a};
+    epilogue(c->pool, &j, kn_tensor_count(Y));
+    return KILN_OK;
+}
+
+static kiln_status run_fused_matmul(kn_kernel_ctx *c) {
+    kn_act_spec a;
+    KN_TRY(read_act(c, &a));
+    kn_tensor *Y = c->out[0];
+    const kn_tensor *bias = c->n_inputs > 2 ? c->in[2] : NULL, *Z = c->n_inputs > 3 ? c->in[3] : NULL;
+    KN_TRY(check_residual(c, Z, Y));
+    int64_t cols = Y->rank >= 1 ? Y->dims[Y->rank - 1] : 1, nb = bias ? kn_tensor_count(bias) : 0;
+    if (bias && (bias->dtype != KILN_DTYPE_FLOAT || (nb != 1 && nb != cols)))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output columns", (long long)nb,
+                               (long long)cols);
+    KN_TRY(run_base(c, "MatMul", 2));
+    epi_job j = {Y->data, Z ? Z->data : NULL, bias ? bias->data : NULL, nb, cols, a};
+    epilogue(c->pool, &j, kn_tensor_count(Y));
+    return KILN_OK;
+}
+
+typedef struct gelu_job {
+    const float *x;
+    float *y;
+    bool tanh_form;
+} gelu_job;
+
+static void gelu_range(void *arg, int64_t i0, int64_t i1) {
+    const gelu_job *j = arg;
+    const float *restrict x = j->x;
+    float *restrict y = j->y;
+    if (j->tanh_form)
+        for (int64_t i = i0; i < i1; i++) y[i] = gelu_tanh(x[i]);
+    else
+        for (int64_t i = i0; i < i1; i++) y[i] = gelu_erf(x[i]);
+}
+
+static kiln_status run_gelu(kn_kernel_ctx *c) {
+    const char *mode = kn_attr_string(c->node, "approximate", "none");
+    gelu_job j = {c->in[0]->data, c->out[0]->data, !strcmp(mode, "tanh")};
+    kn_parallel_for(c->pool, kn_tensor_count(c->in[0]), KN_EW_GRAIN, gelu_range, &j);
+    return KILN_OK;
+}
 
 const kn_cpu_kernel kn_cpu_fused[] = {
+    {"kiln", "FusedConv", run_fused_conv, kn_fused_supports_f32, KN_KERNEL_OVERWRITES},
+    {"kiln", "FusedGemm", run_fused_gemm, kn_fused_supports_f32, 0},
+    {"kiln", "FusedMatMul", run_fused_matmul, kn_fused_supports_f32, 0},
+    {"kiln", "Gelu", run_gelu, kn_fused_supports_f32, KN_KERNEL_OVERWRITES},
+    {"kiln", "LayerNormalization", kn_cpu_fused_layernorm, kn_fused_supports_f32, KN_KERNEL_OVERWRITES},
+    {"kiln", "RMSNormalization", kn_cpu_fused_rmsnorm, kn_fused_supports_f32, KN_KERNEL_OVERWRITES},
+    {"kiln", "Attention", kn_cpu_fused_attention, kn_cpu_fused_attention_supports, KN_KERNEL_OVERWRITES},
+    {"kiln", "ElementwiseChain", kn_cpu_fused_chain, kn_cpu_fused_chain_supports, KN_KERNEL_OVERWRITES},
     {0},
 };

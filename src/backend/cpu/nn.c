@@ -2,7 +2,9 @@
  * nn_norm.c and nn_rnn.c. */
 #include "backend/cpu/nn_internal.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static bool type_known(const kn_type *const *in, int n_in) { return n_in > 0 && in[0] && in[0]->dtype; }
 
@@ -20,6 +22,48 @@ static bool supports_float(const kn_node *node, const kn_type *const *in, int n_
     if (kn_dtype_is_float(in[0]->dtype)) return true;
     snprintf(why, cap, "%s on the CPU does not support element type %s", node->op_type, kiln_dtype_name(in[0]->dtype));
     return false;
+}
+
+/* Det: LU factorisation with partial pivoting, per matrix, in double precision. */
+static kiln_status run_det(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    if (x->rank < 2 || x->dims[x->rank - 1] != x->dims[x->rank - 2])
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "input must be [..., M, M]");
+    kn_tensor *y;
+    KN_TRY(kn_ctx_output(c, 0, x->dtype, x->rank - 2, x->dims, &y));
+    int64_t m = x->dims[x->rank - 1], count = kn_tensor_count(y);
+    double *a = malloc((size_t)(m > 0 ? m * m : 1) * sizeof *a);
+    if (!a) return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for a %lld x %lld matrix", (long long)m, (long long)m);
+    for (int64_t b = 0; b < count; b++) {
+        for (int64_t i = 0; i < m * m; i++) a[i] = kn_tensor_get_f64(x, b * m * m + i);
+        double det = 1;
+        for (int64_t k = 0; k < m && det != 0; k++) {
+            int64_t p = k;
+            for (int64_t i = k + 1; i < m; i++)
+                if (fabs(a[i * m + k]) > fabs(a[p * m + k])) p = i;
+            if (a[p * m + k] == 0) {
+                det = 0;
+                break;
+            }
+            if (p != k) {
+                for (int64_t j = 0; j < m; j++) {
+                    double t = a[k * m + j];
+                    a[k * m + j] = a[p * m + j];
+                    a[p * m + j] = t;
+                }
+                det = -det;
+            }
+            double piv = a[k * m + k];
+            det *= piv;
+            for (int64_t i = k + 1; i < m; i++) {
+                double f = a[i * m + k] / piv;
+                for (int64_t j = k + 1; j < m; j++) a[i * m + j] -= f * a[k * m + j];
+            }
+        }
+        kn_tensor_set_f64(y, b, det);
+    }
+    free(a);
+    return KILN_OK;
 }
 
 const kn_cpu_kernel kn_cpu_nn[] = {
@@ -52,5 +96,6 @@ const kn_cpu_kernel kn_cpu_nn[] = {
     {"", "LSTM", kn_cpu_rnn, supports_float},
     {"", "NegativeLogLikelihoodLoss", kn_cpu_nll_loss, supports_float},
     {"", "SoftmaxCrossEntropyLoss", kn_cpu_sce_loss, supports_float},
+    {"", "Det", run_det, supports_float, KN_KERNEL_OVERWRITES},
     {0},
 };

@@ -1,6 +1,7 @@
 /* CPU kernels of the tensor family: the table, and the kernels that only copy or describe
  * (Constant, Identity, Dropout, Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze). The others
  * are in tensor_layout.c, tensor_index.c and tensor_misc.c. */
+#include "backend/cpu/rng.h"
 #include "backend/cpu/tensor_kernels.h"
 
 #include <stdlib.h>
@@ -61,40 +62,8 @@ static kiln_status run_copy(kn_kernel_ctx *c) {
 /* Inference-mode Dropout is the identity with an all-true mask. In training mode (opset 12+,
  * training_mode true) an element is kept when a uniform [0, 1) draw is >= ratio and scaled by
  * 1/(1-ratio). The draws come from MT19937 seeded with the 'seed' attribute and turned into
- * doubles with 53 random bits, the generator and conversion numpy's RandomState uses, so a seeded
- * node reproduces the reference outputs. */
-typedef struct mt19937 {
-    uint32_t mt[624];
-    int i;
-} mt19937;
-
-static void mt_seed(mt19937 *m, uint32_t s) {
-    m->mt[0] = s;
-    for (int i = 1; i < 624; i++) m->mt[i] = 1812433253u * (m->mt[i - 1] ^ (m->mt[i - 1] >> 30)) + (uint32_t)i;
-    m->i = 624;
-}
-
-static uint32_t mt_next(mt19937 *m) {
-    if (m->i >= 624) {
-        for (int k = 0; k < 624; k++) {
-            uint32_t y = (m->mt[k] & 0x80000000u) | (m->mt[(k + 1) % 624] & 0x7fffffffu);
-            m->mt[k] = m->mt[(k + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
-        }
-        m->i = 0;
-    }
-    uint32_t y = m->mt[m->i++];
-    y ^= y >> 11;
-    y ^= (y << 7) & 0x9d2c5680u;
-    y ^= (y << 15) & 0xefc60000u;
-    y ^= y >> 18;
-    return y;
-}
-
-static double mt_uniform(mt19937 *m) {
-    uint32_t a = mt_next(m) >> 5, b = mt_next(m) >> 6;
-    return ((double)a * 67108864.0 + (double)b) * (1.0 / 9007199254740992.0);
-}
-
+ * doubles with 53 random bits, the generator and conversion numpy's RandomState uses (rng.h), so
+ * a seeded node reproduces the reference outputs. */
 static kiln_status run_dropout(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y, *mask = NULL;
@@ -121,11 +90,11 @@ static kiln_status run_dropout(kn_kernel_ctx *c) {
     if (!kn_dtype_is_float(x->dtype))
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "training-mode Dropout on %s", kiln_dtype_name(x->dtype));
     if (!(ratio >= 0 && ratio < 1)) return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "ratio %g is outside [0, 1)", ratio);
-    mt19937 state, *rng = &state; /* 2.5 KB on the stack */
-    mt_seed(rng, (uint32_t)kn_attr_int(c->node, "seed", 0));
+    kn_rng state, *rng = &state; /* 2.5 KB on the stack */
+    kn_rng_seed(rng, (uint32_t)kn_attr_int(c->node, "seed", 0));
     double scale = 1.0 / (1.0 - ratio);
     for (int64_t i = 0; i < n; i++) {
-        bool keep = mt_uniform(rng) >= ratio;
+        bool keep = kn_rng_uniform(rng) >= ratio;
         if (x->dtype == KILN_DTYPE_FLOAT) /* float arithmetic, as the reference */
             ((float *)y->data)[i] = keep ? ((const float *)x->data)[i] * (float)scale : 0.0f;
         else

@@ -99,6 +99,10 @@ kiln_status kn_cpu_copy_all(kn_kernel_ctx *c, kn_tensor *dst, const kn_tensor *s
                                kn_tensor_describe(dst, a, sizeof a), kn_tensor_describe(src, b, sizeof b));
     }
     if (dst->data == src->data) return KILN_OK;
+    if (kn_dtype_is_packed(src->dtype)) { /* sub-byte elements: the packed bytes as they are */
+        memcpy(dst->data, src->data, src->nbytes < dst->nbytes ? src->nbytes : dst->nbytes);
+        return KILN_OK;
+    }
     if (!kn_cpu_copy_elems(dst, 0, src, 0, n)) return KN_OOM();
     return KILN_OK;
 }

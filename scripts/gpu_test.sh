@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# The GPU test command. On a machine with a CUDA GPU it builds kiln with the CUDA backend and runs:
+#   - the GPU unit tests (field regressions, steady-state allocation, strict mode, the zoo in
+#     fp32/tf32/fp16/bf16 with provider cuda alone),
+#   - the model zoo with provider cuda alone (no CPU fallback possible) at optimisation levels 0 and 3,
+#   - the ONNX node tests with providers cuda,cpu at levels 0 and 3, against the CPU's own results
+#     (tests that fail on the CPU are expected to fail here too),
+# and ends with one line: N passed, N failed, N skipped. Without a GPU every part reports skipped.
+#
+#   bash scripts/gpu_test.sh
+# Environment: KILN_BUILD (build folder, default build-gpu), KILN_ZOO (default ../shared/models),
+# KILN_NODE_TESTS (default $KILN_BUILD/nodetests, written by tests/conformance/write_node_tests.py),
+# KILN_CUDA_ARCH (CMAKE_CUDA_ARCHITECTURES, default: the toolkit's "native" when a GPU is there),
+# KILN_GPU_LOGS (a folder for the full logs), KILN_GPU_SANITIZE=1 (also compute-sanitizer memcheck
+# over the zoo), KILN_GPU_SHARDS (parallel node-test processes, default 8).
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+build="${KILN_BUILD:-build-gpu}"
+zoo="${KILN_ZOO:-$root/../shared/models}"
+nodes="${KILN_NODE_TESTS:-$build/nodetests}"
+logs="${KILN_GPU_LOGS:-$build/gpu-logs}"
+shards="${KILN_GPU_SHARDS:-8}"
+jobs=$(nproc 2>/dev/null || echo 2)
+mkdir -p "$logs"
+
+total_pass=0 total_fail=0 total_skip=0
+summary=()
+
+add_line() { # NAME LINE
+  local p f s
+  read -r p _ f _ s _ <<<"$(echo "$2" | tr ',' ' ')"
+  total_pass=$((total_pass + p)); total_fail=$((total_fail + f)); total_skip=$((total_skip + s))
+  summary+=("$1: $2")
+}
+
+result_line() { grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$1" | tail -1; }
+
+part() { # NAME LOGFILE COMMAND...
+  local name="$1" log="$2"; shift 2
+  echo "=== $name: $*"
+  "$@" >"$log" 2>&1
+  local rc=$?
+  grep -E '^(FAIL|SKIP)|relative L2' "$log" | head -60
+  local line; line=$(result_line "$log")
+  if [ -z "$line" ]; then line="0 passed, 1 failed, 0 skipped"; echo "=== $name: no result line (exit $rc)"; tail -5 "$log"; fi
+  echo "=== $name: $line"
+  add_line "$name" "$line"
+}
+
+echo "=== build ($build)"
+arch_args=()
+if [ -n "${KILN_CUDA_ARCH:-}" ]; then arch_args=(-DCMAKE_CUDA_ARCHITECTURES="$KILN_CUDA_ARCH")
+elif command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then arch_args=(-DCMAKE_CUDA_ARCHITECTURES=native); fi
+if ! { cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON "${arch_args[@]}" >"$logs/cmake.log" 2>&1 &&
+       cmake --build "$build" -j"$jobs" >"$logs/build.log" 2>&1; }; then
+  tail -30 "$logs/cmake.log" "$logs/build.log"
+  echo "build failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1
+fi
+"$build/kiln" info | tee "$logs/info.log"
+
+# the node tests and the zoo, counted for the skipped report
+if [ ! -d "$nodes" ] || [ -z "$(ls -A "$nodes" 2>/dev/null)" ]; then
+  python3 tests/conformance/write_node_tests.py "$nodes" >"$logs/write_node_tests.log" 2>&1
+fi
+mapfile -t node_list < <(find "$nodes" -mindepth 1 -maxdepth 1 -type d -name 'test_*' | sort)
+zoo_count=0
+[ -d "$zoo" ] && zoo_count=$(find "$zoo" -mindepth 2 -maxdepth 2 -name model.onnx | wc -l)
+
+if ! grep -q '^provider cuda: available' "$logs/info.log"; then
+  reason=$(grep '^provider cuda:' "$logs/info.log" | sed 's/^provider cuda: //')
+  echo "=== no usable CUDA device ($reason): every GPU test is skipped"
+  n_unit=$("$build/kiln_unit_tests" cuda 2>/dev/null | result_line /dev/stdin | awk '{print $5}')
+  skipped=$(( ${n_unit:-0} + 2 * zoo_count + 2 * ${#node_list[@]} ))
+  echo "0 passed, 0 failed, $skipped skipped"
+  exit 0
+fi
+
+export KILN_ZOO="$zoo"
+part "GPU unit tests" "$logs/unit.log" env KILN_SOURCE_DIR="$root" "$build/kiln_unit_tests" cuda
+if [ "$zoo_count" -gt 0 ]; then
+  for level in 0 3; do
+    part "zoo, provider cuda only, level $level" "$logs/zoo_l$level.log" \
+      "$build/kiln" test --provider cuda --opt-level "$level" "$zoo"
+  done
+else
+  echo "=== zoo: $zoo not found"; total_skip=$((total_skip + 2))
+fi
+
+# Node tests in parallel shards, one process each (one CUDA context per shard, not per test); a
+# shard that dies is run again with one process per test.
+run_node_tests() { # NAME TAG COUNTED(0|1) EXTRA-ARGS...
+  local name="$1" tag="$2" counted="$3"; shift 3
+  local n=${#node_list[@]} per=$(( (${#node_list[@]} + shards - 1) / shards )) i
+  echo "=== $name: ${n} tests in $shards shards"
+  for ((i = 0; i < shards; i++)); do
+    local part_list=("${node_list[@]:$((i * per)):$per}")
+    [ ${#part_list[@]} -gt 0 ] || continue
+    printf '%s\n' "${part_list[@]}" >"$logs/${tag}_shard$i.list"
+    "$build/kiln" test "$@" --no-isolate "${part_list[@]}" >"$logs/${tag}_shard$i.log" 2>&1 &
+  done
+  wait
+  local p=0 f=0 s=0
+  for ((i = 0; i < shards; i++)); do
+    [ -f "$logs/${tag}_shard$i.list" ] || continue
+    local line; line=$(result_line "$logs/${tag}_shard$i.log")
+    if [ -z "$line" ]; then
+      echo "    shard $i died ($(tail -1 "$logs/${tag}_shard$i.log")): again, one process per test"
+      mapfile -t part_list <"$logs/${tag}_shard$i.list"
+      "$build/kiln" test "$@" "${part_list[@]}" >"$logs/${tag}_shard$i.log" 2>&1
+      line=$(result_line "$logs/${tag}_shard$i.log")
+      [ -n "$line" ] || line="0 passed, ${#part_list[@]} failed, 0 skipped"
+    fi
+    local a b c
+    read -r a _ b _ c _ <<<"$(echo "$line" | tr ',' ' ')"
+    p=$((p + a)); f=$((f + b)); s=$((s + c))
+  done
+  # a test that fails on the CPU but passes here is a pass, not the runner's "remove it from the list"
+  local xpass; xpass=$(cat "$logs/${tag}"_shard*.log | grep -c 'passes but is in the expected-failures list')
+  p=$((p + xpass)); f=$((f - xpass))
+  cat "$logs/${tag}"_shard*.log | grep -E '^FAIL' | grep -v 'passes but is in the expected-failures list' | sort \
+    >"$logs/${tag}_failures.txt"
+  head -40 "$logs/${tag}_failures.txt"
+  echo "=== $name: $p passed, $f failed, $s skipped"
+  [ "$counted" = 1 ] && add_line "$name" "$p passed, $f failed, $s skipped"
+  return 0
+}
+
+if [ ${#node_list[@]} -gt 0 ]; then
+  # the CPU's own results first: what fails there is expected to fail with cuda,cpu too
+  run_node_tests "node tests, cpu (baseline, not counted)" cpu 0 --provider cpu
+  sed -E 's/^FAIL ([^:]*):.*/\1/' "$logs/cpu_failures.txt" >"$logs/cpu_expected_failures.txt"
+  cpu_fail=$(wc -l <"$logs/cpu_expected_failures.txt")
+  cpu_pass=$(( ${#node_list[@]} - cpu_fail ))
+  for level in 0 3; do
+    run_node_tests "node tests, providers cuda,cpu, level $level" "cuda_l$level" 1 --provider cuda,cpu --opt-level "$level" \
+      --expected-failures "$logs/cpu_expected_failures.txt"
+    fails=$(wc -l <"$logs/cuda_l${level}_failures.txt")
+    awk -v c="$cpu_pass" -v f="$fails" -v l="$level" \
+      'BEGIN { if (c > 0) printf "    level %s: %d of the %d node tests that pass on the CPU pass with cuda,cpu (%.1f%%)\n", l, c - f, c, 100 * (c - f) / c }' |
+      tee -a "$logs/node_fraction.txt"
+  done
+else
+  echo "=== node tests: none found in $nodes"; total_skip=$((total_skip + 2))
+fi
+
+if [ -n "${KILN_GPU_SANITIZE:-}" ] && command -v compute-sanitizer >/dev/null && [ "$zoo_count" -gt 0 ]; then
+  echo "=== compute-sanitizer memcheck over the zoo (provider cuda, level 3)"
+  timeout "${KILN_GPU_SANITIZE_TIMEOUT:-900}" compute-sanitizer --tool memcheck --target-processes all --error-exitcode 3 \
+    "$build/kiln" test --no-isolate --provider cuda "$zoo" >"$logs/memcheck.log" 2>&1
+  rc=$?
+  grep -E 'ERROR SUMMARY|Invalid|passed,' "$logs/memcheck.log" | tail -5
+  if [ $rc -eq 0 ]; then add_line "memcheck" "1 passed, 0 failed, 0 skipped"; else add_line "memcheck" "0 passed, 1 failed, 0 skipped"; fi
+fi
+
+echo "=== summary"
+printf '  %s\n' "${summary[@]}"
+[ -f "$logs/node_fraction.txt" ] && cat "$logs/node_fraction.txt"
+echo "$total_pass passed, $total_fail failed, $total_skip skipped"
+[ "$total_fail" -eq 0 ]

@@ -1,0 +1,225 @@
+/* The provider registry, provider options, the CPU backend behind the backend interface, and
+ * the per-session runtime (one instance per provider). */
+#include "backend/backend.h"
+
+#include "backend/cpu/cpu.h"
+#include "util/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ the CPU backend */
+
+static int cpu_available(const char **reason) {
+    if (reason) *reason = NULL;
+    return 1;
+}
+static size_t cpu_device_count(void) { return 1; }
+static const char *cpu_device_description(size_t i) { return kiln_device_description("cpu", i); }
+
+static kiln_status cpu_init(const kn_backend_config *cfg, void **state_out) {
+    (void)cfg;
+    *state_out = NULL;
+    return KILN_OK;
+}
+static void cpu_destroy(void *state) { (void)state; }
+
+static const void *cpu_select(void *state, const kn_node *n, const kn_type *const *in, int n_in, char *why,
+                              size_t cap) {
+    (void)state;
+    return kn_cpu_find(n, in, n_in, why, cap);
+}
+
+static bool cpu_overwrites(const void *kernel) {
+    return (((const kn_cpu_kernel *)kernel)->flags & KN_KERNEL_OVERWRITES) != 0;
+}
+
+static kiln_status cpu_run(void *state, const void *kernel, kn_kernel_ctx *c) {
+    (void)state;
+    return ((const kn_cpu_kernel *)kernel)->run(c);
+}
+
+const kn_backend_ops kn_backend_cpu = {
+    .name = "cpu",
+    .device = KN_DEVICE_HOST,
+    .available = cpu_available,
+    .device_count = cpu_device_count,
+    .device_description = cpu_device_description,
+    .init = cpu_init,
+    .destroy = cpu_destroy,
+    .select = cpu_select,
+    .overwrites = cpu_overwrites,
+    .run = cpu_run,
+};
+
+/* ------------------------------------------------------------------ registry */
+
+static const kn_backend_ops *const kn_backends[] = {
+    &kn_backend_cpu,
+#ifdef KILN_HAVE_CUDA
+    &kn_backend_cuda,
+#endif
+};
+
+int kn_backend_count(void) { return (int)(sizeof kn_backends / sizeof kn_backends[0]); }
+const kn_backend_ops *kn_backend_at(int i) { return i >= 0 && i < kn_backend_count() ? kn_backends[i] : NULL; }
+
+const kn_backend_ops *kn_backend_find(const char *name) {
+    for (int i = 0; name && i < kn_backend_count(); i++)
+        if (!strcmp(kn_backends[i]->name, name)) return kn_backends[i];
+    return NULL;
+}
+
+bool kn_backend_supports(const char *provider, const kn_node *n, const kn_type *const *in, int n_in, char *why,
+                         size_t cap) {
+    const kn_backend_ops *b = kn_backend_find(provider);
+    if (!b) {
+        snprintf(why, cap, "provider '%s' is not in this build", provider ? provider : "(null)");
+        return false;
+    }
+    return b->select(NULL, n, in, n_in, why, cap) != NULL;
+}
+
+/* ------------------------------------------------------------------ options */
+
+static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+kiln_status kn_backend_parse_config(const kn_provider_request *req, kn_backend_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->precision = KN_PRECISION_FP32;
+    for (int i = 0; i < req->n_options; i++) {
+        const char *k = req->keys[i], *v = req->values[i];
+        int64_t x;
+        if (!strcmp(k, "device_id")) {
+            if (!parse_int(v, 0, 1023, &x)) goto bad;
+            cfg->device_id = (int)x;
+        } else if (!strcmp(k, "precision")) {
+            if (!strcmp(v, "fp32")) cfg->precision = KN_PRECISION_FP32;
+            else if (!strcmp(v, "tf32")) cfg->precision = KN_PRECISION_TF32;
+            else if (!strcmp(v, "fp16")) cfg->precision = KN_PRECISION_FP16;
+            else if (!strcmp(v, "bf16")) cfg->precision = KN_PRECISION_BF16;
+            else
+                return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                                "provider '%s': precision '%s' is not one of fp32, tf32, fp16, bf16", req->name, v);
+        } else if (!strcmp(k, "strict")) {
+            if (!strcmp(v, "1") || !strcmp(v, "true")) cfg->strict = true;
+            else if (!strcmp(v, "0") || !strcmp(v, "false")) cfg->strict = false;
+            else goto bad;
+        } else if (!strcmp(k, "workspace_mb")) {
+            if (!parse_int(v, 0, 1 << 20, &x)) goto bad;
+            cfg->workspace_mb = x;
+        } else if (!strcmp(k, "tuning")) {
+            if (!strcmp(v, "heuristic")) cfg->exhaustive = false;
+            else if (!strcmp(v, "exhaustive")) cfg->exhaustive = true;
+            else
+                return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                                "provider '%s': tuning '%s' is not one of heuristic, exhaustive", req->name, v);
+        } else {
+            return kn_error(KILN_ERR_INVALID_ARGUMENT, "provider '%s' has no option '%s'", req->name, k);
+        }
+        continue;
+    bad:
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "provider '%s': option %s='%s' is not a valid value",
+                        req->name, k, v);
+    }
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ runtime */
+
+static const char *no_device_prefix(const char *name) {
+    return !strcmp(name, "cuda") ? "no CUDA device" : "provider not usable";
+}
+
+kiln_status kn_runtime_create(const kiln_session_options *o, kn_runtime **out) {
+    *out = NULL;
+    kn_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt) return KN_OOM();
+    rt->cpu = -1;
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < o->n_providers && st == KILN_OK; i++) {
+        const kn_provider_request *req = &o->providers[i];
+        kn_backend_config cfg;
+        st = kn_backend_parse_config(req, &cfg);
+        if (st != KILN_OK) break;
+        const kn_backend_ops *ops = kn_backend_find(req->name);
+        const char *reason = NULL;
+        if (!ops) reason = !strcmp(req->name, "cuda") ? "this build of kiln has no CUDA backend" : "unknown provider";
+        else if (!ops->available(&reason) && !reason) reason = "unavailable";
+        void *state = NULL;
+        if (!reason) {
+            st = ops->init(&cfg, &state);
+            if (st != KILN_OK) {
+                /* keep the message: it is the reason when no later provider can take over */
+                static _Thread_local char msg[1024];
+                snprintf(msg, sizeof msg, "%s", kiln_last_error());
+                reason = msg;
+                st = KILN_OK;
+            }
+        }
+        if (reason) {
+            if (i + 1 < o->n_providers) {
+                kn_log(KILN_LOG_INFO, "provider '%s' is not used: %s", req->name, reason);
+                continue;
+            }
+            st = kn_error(KILN_ERR_NO_DEVICE, "%s: %s%s", no_device_prefix(req->name), reason,
+                          !strcmp(req->name, "cpu") ? "" : " (list 'cpu' after it to fall back)");
+            break;
+        }
+        kn_backend *b = &rt->backends[rt->n_backends];
+        b->ops = ops;
+        b->state = state;
+        b->cfg = cfg;
+        b->listed = true;
+        if (ops == &kn_backend_cpu) rt->cpu = rt->n_backends;
+        rt->n_backends++;
+    }
+    if (st == KILN_OK && rt->cpu < 0) {
+        /* always there for shape computations and control-flow bodies; listed only by default */
+        kn_backend *b = &rt->backends[rt->n_backends];
+        memset(b, 0, sizeof *b);
+        b->ops = &kn_backend_cpu;
+        b->listed = o->n_providers == 0;
+        rt->cpu = rt->n_backends++;
+    }
+    if (st != KILN_OK) {
+        kn_runtime_destroy(rt);
+        return st;
+    }
+    *out = rt;
+    return KILN_OK;
+}
+
+void kn_runtime_destroy(kn_runtime *rt) {
+    if (!rt) return;
+    for (int v = 0; v < rt->n_const_dev; v++) kn_tensor_free(rt->const_dev[v]);
+    free(rt->const_dev);
+    for (int i = 0; i < rt->n_backends; i++)
+        if (rt->backends[i].ops && rt->backends[i].ops->destroy) rt->backends[i].ops->destroy(rt->backends[i].state);
+    free(rt);
+}
+
+kiln_status kn_runtime_const_on(kn_runtime *rt, int b, int v, const kn_tensor *host, kn_tensor **out) {
+    const kn_backend *be = &rt->backends[b];
+    *out = NULL;
+    if (!rt->main || v < 0 || v >= rt->main->n_values) return KN_INTERNAL("constant outside the main graph");
+    if (rt->n_const_dev < rt->main->n_values) {
+        kn_tensor **p = realloc(rt->const_dev, sizeof *p * (size_t)rt->main->n_values);
+        if (!p) return KN_OOM();
+        memset(p + rt->n_const_dev, 0, sizeof *p * (size_t)(rt->main->n_values - rt->n_const_dev));
+        rt->const_dev = p;
+        rt->n_const_dev = rt->main->n_values;
+    }
+    if (!rt->const_dev[v]) KN_TRY(be->ops->upload(be->state, host, true, &rt->const_dev[v]));
+    *out = rt->const_dev[v];
+    return KILN_OK;
+}

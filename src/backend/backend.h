@@ -1,0 +1,129 @@
+/* The backend interface: a provider ("cpu", "cuda") is a table of functions. A session makes one
+ * instance of each provider it uses (kn_runtime), places every node on one of them
+ * (kn_graph_place), and the executor calls through the table: allocate outputs where the kernel
+ * wants them, copy inputs that are on the wrong side, run.
+ *
+ * Device awareness in one paragraph: a tensor's `device` says where its elements live. A kernel
+ * of a device backend receives device tensors, except for the inputs its table marks "host"
+ * (values an op's infer function must read: Reshape's shape, Slice's starts, ...), which the
+ * executor keeps on (or brings to) the host; a kernel may also produce a host output (Shape). */
+#ifndef KN_BACKEND_H
+#define KN_BACKEND_H
+
+#include "exec/kernel.h"
+#include "exec/session.h"
+#include "ir/graph.h"
+
+#include <stdbool.h>
+
+typedef enum kn_precision {
+    KN_PRECISION_FP32 = 0, /* fp32 math everywhere, TF32 off */
+    KN_PRECISION_TF32 = 1, /* fp32 tensors, TF32 tensor-core math in matrix products/convolutions */
+    KN_PRECISION_FP16 = 2, /* matrix products/convolutions on fp16 operands, fp32 accumulation */
+    KN_PRECISION_BF16 = 3, /* same with bf16 operands */
+} kn_precision;
+
+/* A provider's options, parsed. */
+typedef struct kn_backend_config {
+    int device_id;
+    kn_precision precision;
+    bool strict;          /* a node this provider cannot run is an error, not a fallback */
+    int64_t workspace_mb; /* scratch memory limit for library calls (0 = the backend's default) */
+    bool exhaustive;      /* tuning=exhaustive: measure candidate algorithms instead of heuristics */
+} kn_backend_config;
+
+typedef struct kn_backend_ops {
+    const char *name;
+    kn_device device; /* where its kernels want their (non-host) inputs and outputs */
+    /* Whether the provider can run on this machine; when not, *reason (static storage) says why. */
+    int (*available)(const char **reason);
+    size_t (*device_count)(void);
+    const char *(*device_description)(size_t index);
+    kiln_status (*init)(const kn_backend_config *cfg, void **state_out);
+    void (*destroy)(void *state);
+    /* The kernel for a node with these (static) input types, or NULL with the reason in why. */
+    const void *(*select)(void *state, const kn_node *n, const kn_type *const *in, int n_in, char *why,
+                          size_t cap);
+    /* Whether input i / output o of the node with this kernel is on the host (NULL: the backend's
+     * device for both). */
+    bool (*input_on_host)(const void *kernel, const kn_node *n, int i);
+    bool (*output_on_host)(const void *kernel, const kn_node *n, int o);
+    /* Optional: input i is read for its shape only (Shape, Size): it stays where it is. */
+    bool (*input_metadata_only)(const void *kernel, const kn_node *n, int i);
+    /* Whether the kernel writes every element of its outputs (so they need not be zeroed). */
+    bool (*overwrites)(const void *kernel);
+    kiln_status (*run)(void *state, const void *kernel, kn_kernel_ctx *c);
+    /* Device memory (NULL for the host backend). upload: persistent marks a value that lives as
+     * long as the session (a constant), so the backend may cache derived forms of it. download
+     * waits for the device work that produces the value. */
+    kiln_status (*new_tensor)(void *state, kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out);
+    kiln_status (*upload)(void *state, const kn_tensor *host, bool persistent, kn_tensor **dev_out);
+    kiln_status (*download)(void *state, const kn_tensor *dev, kn_tensor **host_out);
+    kiln_status (*sync)(void *state);
+    /* Optional: device memory statistics (allocation calls made, bytes live, peak bytes). */
+    void (*stats)(void *state, uint64_t *device_allocs, size_t *live_bytes, size_t *peak_bytes);
+    /* Optional: called at the start and end of each session run. */
+    kiln_status (*run_begin)(void *state);
+    kiln_status (*run_end)(void *state);
+} kn_backend_ops;
+
+typedef struct kn_backend {
+    const kn_backend_ops *ops;
+    void *state;
+    kn_backend_config cfg;
+    bool listed; /* the user asked for it (the CPU instance is always made for host work) */
+} kn_backend;
+
+/* The backends of one session: index = kn_node.provider. */
+typedef struct kn_runtime {
+    kn_backend backends[KN_MAX_PROVIDERS + 1];
+    int n_backends;
+    int cpu;                /* index of the CPU instance */
+    const kn_graph *main;   /* the session's main graph (for the constants' device copies) */
+    kn_tensor **const_dev;  /* per value of `main`: device copy of its constant, made on first use */
+    int n_const_dev;
+} kn_runtime;
+
+extern const kn_backend_ops kn_backend_cpu;
+#ifdef KILN_HAVE_CUDA
+extern const kn_backend_ops kn_backend_cuda;
+#endif
+
+/* The provider of this name compiled into this build, or NULL. */
+const kn_backend_ops *kn_backend_find(const char *name);
+/* The providers compiled into this build, in a fixed order ("cpu" first). */
+int kn_backend_count(void);
+const kn_backend_ops *kn_backend_at(int i);
+
+/* Whether the named provider of this build has a kernel for the node with these input types
+ * (from its kernel tables; no device needed). For the optimiser: a fusion is formed only when
+ * every provider that may run it says yes. */
+bool kn_backend_supports(const char *provider, const kn_node *n, const kn_type *const *in, int n_in, char *why,
+                         size_t cap);
+
+/* Parses one provider's options (keys and values as given to
+ * kiln_session_options_append_provider); errors name the key and the bad value. */
+kiln_status kn_backend_parse_config(const kn_provider_request *req, kn_backend_config *cfg);
+
+/* Makes the instances for the session's providers, in order, with the CPU one always present.
+ * A device provider that cannot run here is skipped when a later provider is listed, else an
+ * error "no CUDA device: <reason>". */
+kiln_status kn_runtime_create(const kiln_session_options *o, kn_runtime **out);
+void kn_runtime_destroy(kn_runtime *rt);
+/* The device copy of constant value v of rt->main for backend b (uploaded on first use). */
+kiln_status kn_runtime_const_on(kn_runtime *rt, int b, int v, const kn_tensor *host, kn_tensor **out);
+
+/* Placement: every live node of g (and subgraph bodies, which run on the CPU) gets a provider and
+ * a kernel. report (may be NULL) is told, per node, where it went and why when not on the first
+ * listed provider. */
+typedef enum kn_place_kind {
+    KN_PLACE_FIRST = 0,    /* on the first listed provider */
+    KN_PLACE_FALLBACK = 1, /* the first provider cannot run it: on a later one (why says why) */
+    KN_PLACE_SHAPE = 2,    /* a small integer shape computation kept on the host by design */
+    KN_PLACE_SUBGRAPH = 3, /* inside a control-flow body: on the CPU */
+} kn_place_kind;
+typedef void (*kn_place_report_fn)(void *arg, const kn_graph *g, const kn_node *n, int provider,
+                                   kn_place_kind kind, const char *why);
+kiln_status kn_graph_place(kn_graph *g, kn_runtime *rt, kn_place_report_fn report, void *arg);
+
+#endif

@@ -1,0 +1,195 @@
+/* kiln.Attention on the CPU: softmax(scale * Q KT + mask) V per batch entry, computed a block of
+ * query rows at a time. Each task takes (batch entry, row block) pairs: the block's scores go to a
+ * scratch buffer small enough for L2, get the mask, the softmax and the NaN handling in place and
+ * are multiplied by V straight into the output. The unfused graph writes the whole
+ * [batch, Sq, Sk] score tensor once per MatMul, Add, Softmax, IsNaN and Where. */
+#include "backend/cpu/fused_impl.h"
+
+#include "backend/cpu/elementwise_impl.h"
+#include "backend/cpu/sgemm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROW_BLOCK 32
+
+typedef struct attn_job {
+    const float *q, *kt, *v;
+    float *y;
+    int64_t batch, sq, sk, d, dv;
+    float scale;
+    bool nan_to_zero;
+    const void *mask;
+    bool mask_bool;
+    int nb;                        /* batch rank */
+    int64_t bdims[KILN_MAX_RANK];  /* output batch dims */
+    /* per batch dim, the element stride of Q, KT, V and the mask (0 where it broadcasts) */
+    int64_t bstride[4][KILN_MAX_RANK];
+    int64_t ms_i, ms_j;            /* the mask's strides along Sq and Sk */
+    int64_t blocks;                /* row blocks per batch entry */
+    kiln_status status;
+} attn_job;
+
+/* Element offsets of batch entry b in Q, KT, V and the mask. */
+static void batch_offsets(const attn_job *j, int64_t b, int64_t off[4]) {
+    off[0] = off[1] = off[2] = off[3] = 0;
+    for (int d = j->nb - 1; d >= 0; d--) {
+        int64_t i = b % j->bdims[d];
+        b /= j->bdims[d];
+        for (int t = 0; t < 4; t++) off[t] += i * j->bstride[t][d];
+    }
+}
+
+static void softmax_rows(const attn_job *j, float *s, int64_t rows, int64_t i0, int64_t moff) {
+    const int64_t sk = j->sk;
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = s + r * sk;
+        if (j->mask) {
+            int64_t base = moff + (i0 + r) * j->ms_i;
+            if (j->mask_bool) {
+                const unsigned char *m = (const unsigned char *)j->mask + base;
+                for (int64_t k = 0; k < sk; k++)
+                    if (!m[k * j->ms_j]) row[k] = -INFINITY;
+            } else {
+                const float *m = (const float *)j->mask + base;
+                if (j->ms_j == 1)
+                    for (int64_t k = 0; k < sk; k++) row[k] += m[k];
+                else
+                    for (int64_t k = 0; k < sk; k++) row[k] += m[k * j->ms_j];
+            }
+        }
+        float mx = -INFINITY;
+        for (int64_t k = 0; k < sk; k++) mx = row[k] > mx ? row[k] : mx;
+        float sum = 0.0f;
+        for (int64_t k = 0; k < sk; k++) {
+            float e = kn_ew_expf(row[k] - mx);
+            row[k] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+        for (int64_t k = 0; k < sk; k++) row[k] *= inv;
+        if (j->nan_to_zero)
+            for (int64_t k = 0; k < sk; k++) row[k] = row[k] != row[k] ? 0.0f : row[k];
+    }
+}
+
+static void attn_range(void *arg, int64_t t0, int64_t t1) {
+    attn_job *j = arg;
+    float *s = malloc(sizeof(float) * (size_t)(ROW_BLOCK * j->sk + 1));
+    if (!s) {
+        j->status = KILN_ERR_OUT_OF_MEMORY;
+        return;
+    }
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t b = t / j->blocks, blk = t % j->blocks;
+        int64_t i0 = blk * ROW_BLOCK, rows = j->sq - i0 < ROW_BLOCK ? j->sq - i0 : ROW_BLOCK;
+        int64_t off[4];
+        batch_offsets(j, b, off);
+        const float *q = j->q + off[0] + i0 * j->d;
+        const float *kt = j->kt + off[1];
+        const float *v = j->v + off[2];
+        float *y = j->y + (b * j->sq + i0) * j->dv;
+        if (j->d > 0) {
+            if (kn_sgemm(NULL, false, false, rows, j->sk, j->d, j->scale, q, j->d, kt, j->sk, 0.0f, s, j->sk)) {
+                j->status = KILN_ERR_OUT_OF_MEMORY;
+                break;
+            }
+        } else {
+            memset(s, 0, sizeof(float) * (size_t)(rows * j->sk));
+        }
+        softmax_rows(j, s, rows, i0, off[3]);
+        if (j->dv > 0 && kn_sgemm(NULL, false, false, rows, j->dv, j->sk, 1.0f, s, j->sk, v, j->dv, 0.0f, y, j->dv)) {
+            j->status = KILN_ERR_OUT_OF_MEMORY;
+            break;
+        }
+    }
+    free(s);
+}
+
+bool kn_cpu_fused_attention_supports(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap) {
+    for (int i = 0; i < 3 && i < n_in; i++)
+        if (!in[i] || in[i]->dtype != KILN_DTYPE_FLOAT) {
+            snprintf(why, cap, "kiln.Attention on the CPU takes float32 Q, KT and V");
+            return false;
+        }
+    if (n_in > 3 && in[3] && in[3]->dtype != KILN_DTYPE_FLOAT && in[3]->dtype != KILN_DTYPE_BOOL) {
+        snprintf(why, cap, "the mask must be float32 or bool");
+        return false;
+    }
+    return true;
+}
+
+/* Batch strides of a tensor of rank <= r (right-aligned) against the output batch dims. */
+static bool batch_strides(const kn_tensor *t, int r, const int64_t *bdims, int64_t *stride) {
+    int64_t st = 1;
+    int64_t full[KILN_MAX_RANK];
+    for (int d = r - 1; d >= 0; d--) {
+        int td = d - (r - t->rank);
+        full[d] = td >= 0 ? t->dims[td] : 1;
+    }
+    for (int d = r - 1; d >= 0; d--) {
+        if (d < r - 2) {
+            if (full[d] != 1 && full[d] != bdims[d]) return false;
+            stride[d] = full[d] == 1 ? 0 : st;
+        }
+        st *= full[d];
+    }
+    return true;
+}
+
+kiln_status kn_cpu_fused_attention(kn_kernel_ctx *c) {
+    const kn_tensor *Q = c->in[0], *KT = c->in[1], *V = c->in[2], *M = c->n_inputs > 3 ? c->in[3] : NULL;
+    kn_tensor *Y = c->out[0];
+    int r = Q->rank;
+    if (r < 2 || KT->rank != r || V->rank != r || Y->rank != r || (M && M->rank > r))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "Q, KT, V and the output must have the same rank >= 2");
+    attn_job j;
+    memset(&j, 0, sizeof j);
+    j.sq = Q->dims[r - 2];
+    j.d = Q->dims[r - 1];
+    j.sk = KT->dims[r - 1];
+    j.dv = V->dims[r - 1];
+    if (KT->dims[r - 2] != j.d || V->dims[r - 2] != j.sk || Y->dims[r - 2] != j.sq || Y->dims[r - 1] != j.dv)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "Q [.., %lld, %lld], KT [.., %lld, %lld] and V [.., %lld, %lld] do not fit",
+                               (long long)j.sq, (long long)j.d, (long long)KT->dims[r - 2], (long long)j.sk,
+                               (long long)V->dims[r - 2], (long long)j.dv);
+    j.batch = 1;
+    j.nb = r - 2;
+    for (int d = 0; d < r - 2; d++) {
+        j.bdims[d] = Y->dims[d];
+        j.batch *= Y->dims[d];
+    }
+    const kn_tensor *ops[4] = {Q, KT, V, M};
+    for (int t = 0; t < 4; t++)
+        if (ops[t] && !batch_strides(ops[t], r, j.bdims, j.bstride[t]))
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "the batch dims of input %d do not broadcast to the output's", t);
+    if (M) {
+        int64_t mi = M->rank >= 2 ? M->dims[M->rank - 2] : 1, mj = M->rank >= 1 ? M->dims[M->rank - 1] : 1;
+        if ((mi != 1 && mi != j.sq) || (mj != 1 && mj != j.sk))
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "the mask does not broadcast to the [%lld, %lld] scores",
+                                   (long long)j.sq, (long long)j.sk);
+        j.ms_j = mj == 1 ? 0 : 1;
+        j.ms_i = mi == 1 ? 0 : mj;
+        j.mask = M->data;
+        j.mask_bool = M->dtype == KILN_DTYPE_BOOL;
+    }
+    j.q = Q->data;
+    j.kt = KT->data;
+    j.v = V->data;
+    j.y = Y->data;
+    j.scale = kn_attr_float(c->node, "scale", 1.0f);
+    j.nan_to_zero = kn_attr_int(c->node, "nan_to_zero", 0) != 0;
+    if (j.batch == 0 || j.sq == 0 || j.dv == 0) return KILN_OK;
+    if (j.sk == 0) {
+        /* softmax over nothing: NaN rows (0 with nan_to_zero) times an empty V is 0 */
+        memset(Y->data, 0, Y->nbytes);
+        return KILN_OK;
+    }
+    j.blocks = (j.sq + ROW_BLOCK - 1) / ROW_BLOCK;
+    j.status = KILN_OK;
+    kn_parallel_for(c->pool, j.batch * j.blocks, 1, attn_range, &j);
+    if (j.status != KILN_OK) return kn_kernel_error(c, j.status, "out of memory for the attention scores");
+    return KILN_OK;
+}

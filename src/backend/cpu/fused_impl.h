@@ -1,0 +1,26 @@
+/* Internal interface of the CPU kernels of kiln's fused operators (src/backend/cpu/fused*.c). */
+#ifndef KN_CPU_FUSED_IMPL_H
+#define KN_CPU_FUSED_IMPL_H
+
+#include "backend/cpu/cpu.h"
+#include "ops/fused.h"
+
+/* Applies the activation to n floats in place. */
+void kn_fused_act(float *p, int64_t n, const kn_act_spec *a);
+
+/* Accepts nodes whose tensor inputs are all float32 (the fused kernels' only type). */
+bool kn_fused_supports_f32(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap);
+
+/* fused_norm.c */
+kiln_status kn_cpu_fused_layernorm(kn_kernel_ctx *c);
+kiln_status kn_cpu_fused_rmsnorm(kn_kernel_ctx *c);
+
+/* fused_attention.c */
+kiln_status kn_cpu_fused_attention(kn_kernel_ctx *c);
+bool kn_cpu_fused_attention_supports(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap);
+
+/* fused_chain.c */
+kiln_status kn_cpu_fused_chain(kn_kernel_ctx *c);
+bool kn_cpu_fused_chain_supports(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap);
+
+#endif

@@ -1,0 +1,541 @@
+/* Resize and Upsample on the CPU.
+ *
+ * Resize is separable: the N-D result is a 1-D resize along each resized axis in turn, so each
+ * axis gets a table of taps (first source index, weights) computed once, and one pass per axis
+ * applies it to rows. The taps follow the ONNX reference exactly: the source coordinate x of
+ * output index y comes from the coordinate transformation in double precision; the n taps are
+ * the n source indices nearest to x (ties to the smaller), clamped to the input (edge padding);
+ * linear/cubic weights depend on the fraction of x, widened by 1/scale when antialiasing a
+ * downscale. Nearest mode needs no arithmetic: it gathers one source element per output
+ * element, for any element type. Linear and cubic modes run in float for float, float16 and
+ * bfloat16 inputs and in double for double and integers (rounded half to even and saturated at
+ * the end, as the reference). */
+#include "backend/cpu/image_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ storing */
+
+void kn_cpu_image_store(kn_tensor *t, int64_t i, double v) {
+#define SAT(type, lo, hi)                                                                          \
+    do {                                                                                           \
+        double r = nearbyint(v);                                                                   \
+        if (isnan(r)) r = 0;                                                                       \
+        ((type *)t->data)[i] = r <= (double)(lo) ? (lo) : r >= (double)(hi) ? (hi) : (type)r;      \
+    } while (0)
+    switch (t->dtype) {
+    case KILN_DTYPE_INT8: SAT(int8_t, INT8_MIN, INT8_MAX); break;
+    case KILN_DTYPE_INT16: SAT(int16_t, INT16_MIN, INT16_MAX); break;
+    case KILN_DTYPE_INT32: SAT(int32_t, INT32_MIN, INT32_MAX); break;
+    case KILN_DTYPE_INT64: SAT(int64_t, INT64_MIN, INT64_MAX); break;
+    case KILN_DTYPE_UINT8: SAT(uint8_t, 0, UINT8_MAX); break;
+    case KILN_DTYPE_UINT16: SAT(uint16_t, 0, UINT16_MAX); break;
+    case KILN_DTYPE_UINT32: SAT(uint32_t, 0, UINT32_MAX); break;
+    case KILN_DTYPE_UINT64: SAT(uint64_t, 0, UINT64_MAX); break;
+    default: kn_tensor_set_f64(t, i, v); break;
+    }
+#undef SAT
+}
+
+/* ------------------------------------------------------------------ taps */
+
+typedef struct axis_taps {
+    int axis;
+    int64_t in, out;
+    int n;            /* taps per output index */
+    int64_t *start;   /* [out] first source index (before clamping) */
+    double *w;        /* [out * n] */
+    uint8_t *extrap;  /* [out]: the output takes extrapolation_value (tf_crop_and_resize) */
+    int64_t *nearest; /* [out] nearest mode: the source index */
+} axis_taps;
+
+/* The source coordinate of output index y along axis a (the reference's formulas, in double). */
+static double source_coord(const kn_resize_plan *p, int a, int64_t y, int *extrap) {
+    double in = (double)p->in_dims[a], s = p->scale[a], ow = s * in, yd = (double)y;
+    *extrap = 0;
+    switch (p->coord) {
+    case KN_COORD_ALIGN_CORNERS: return ow == 1 ? 0.0 : yd * (in - 1) / (ow - 1);
+    case KN_COORD_ASYMMETRIC: return yd / s;
+    case KN_COORD_TF_HALF_PIXEL_FOR_NN: return (yd + 0.5) / s;
+    case KN_COORD_PYTORCH_HALF_PIXEL: return ow == 1 ? -0.5 : (yd + 0.5) / s - 0.5;
+    case KN_COORD_HALF_PIXEL_SYMMETRIC: {
+        double adjustment = (double)p->out_dims[a] / ow, center = in / 2;
+        return center * (1 - adjustment) + (yd + 0.5) / s - 0.5;
+    }
+    case KN_COORD_TF_CROP_AND_RESIZE: {
+        double r0 = p->roi_start[a], r1 = p->roi_end[a], x;
+        if (ow == 1) x = (r1 - r0) * (in - 1) / 2;
+        else x = yd * (r1 - r0) * (in - 1) / (ow - 1);
+        x += r0 * (in - 1);
+        *extrap = x < 0 || x > in - 1;
+        return x;
+    }
+    case KN_COORD_HALF_PIXEL:
+    default: return (yd + 0.5) / s - 0.5;
+    }
+}
+
+static double cubic_kernel(double x, double A) {
+    x = fabs(x);
+    if (x <= 1) return ((A + 2) * x - (A + 3)) * x * x + 1;
+    if (x < 2) return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A;
+    return 0;
+}
+
+/* Taps per output and the first tap's offset in the antialiased kernels. */
+static int tap_count(const kn_resize_plan *p, double s, int *first) {
+    *first = 0;
+    if (p->mode == KN_RESIZE_NEAREST) return 2;
+    bool aa = p->antialias;
+    double ss = s < 1 ? s : 1;
+    if (p->mode == KN_RESIZE_LINEAR) {
+        if (!aa) return 2;
+        *first = (int)floor(-1 / ss) + 1;
+    } else {
+        if (!aa) return 4;
+        *first = (int)floor(-2 / ss) + 1;
+    }
+    return 2 - 2 * *first;
+}
+
+static void tap_weights(const kn_resize_plan *p, double s, double r, int n, int first, double *w) {
+    if (p->mode == KN_RESIZE_LINEAR && !p->antialias) {
+        w[0] = 1 - r;
+        w[1] = r;
+        return;
+    }
+    if (p->mode == KN_RESIZE_CUBIC && !p->antialias) {
+        double A = p->cubic_a;
+        w[0] = ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A;
+        w[1] = ((A + 2) * r - (A + 3)) * r * r + 1;
+        w[2] = ((A + 2) * (1 - r) - (A + 3)) * (1 - r) * (1 - r) + 1;
+        w[3] = ((A * ((1 - r) + 1) - 5 * A) * ((1 - r) + 1) + 8 * A) * ((1 - r) + 1) - 4 * A;
+        return;
+    }
+    double ss = s < 1 ? s : 1, sum = 0;
+    for (int k = 0; k < n; k++) {
+        double d = ((double)(first + k) - r) * ss;
+        double v = p->mode == KN_RESIZE_LINEAR ? fmin(fmax(1 - fabs(d), 0), 1) : cubic_kernel(d, p->cubic_a);
+        w[k] = v;
+        sum += v;
+    }
+    for (int k = 0; k < n; k++) w[k] /= sum;
+}
+
+static void taps_free(axis_taps *t) {
+    free(t->start);
+    free(t->w);
+    free(t->extrap);
+    free(t->nearest);
+    memset(t, 0, sizeof *t);
+}
+
+static kiln_status taps_make(const kn_resize_plan *p, int a, axis_taps *t) {
+    memset(t, 0, sizeof *t);
+    t->axis = a;
+    t->in = p->in_dims[a];
+    t->out = p->out_dims[a];
+    double s = p->scale[a];
+    int first;
+    t->n = tap_count(p, s, &first);
+    size_t m = (size_t)(t->out > 0 ? t->out : 1);
+    t->extrap = calloc(m, 1);
+    if (p->mode == KN_RESIZE_NEAREST) t->nearest = malloc(m * sizeof *t->nearest);
+    else {
+        t->start = malloc(m * sizeof *t->start);
+        t->w = malloc(m * (size_t)t->n * sizeof *t->w);
+    }
+    if (!t->extrap || (p->mode == KN_RESIZE_NEAREST ? !t->nearest : (!t->start || !t->w))) {
+        taps_free(t);
+        return KN_OOM();
+    }
+    int64_t last = t->in - 1;
+    for (int64_t y = 0; y < t->out; y++) {
+        int ex;
+        double x = source_coord(p, a, y, &ex);
+        t->extrap[y] = (uint8_t)ex;
+        double fl = floor(x), frac = x - fl;
+        int64_t ifl = (int64_t)fl;
+        if (p->mode == KN_RESIZE_NEAREST) {
+            int64_t idx;
+            if (frac == 0) idx = ifl;
+            else switch (p->nearest) {
+                case KN_NEAREST_ROUND_PREFER_FLOOR: idx = frac <= 0.5 ? ifl : ifl + 1; break;
+                case KN_NEAREST_ROUND_PREFER_CEIL: idx = frac < 0.5 ? ifl : ifl + 1; break;
+                case KN_NEAREST_FLOOR: idx = ifl; break;
+                case KN_NEAREST_CEIL: idx = ifl + 1; break;
+                case KN_NEAREST_SIMPLE:
+                default: idx = s < 1 ? ifl + 1 : (int64_t)trunc(x); break;
+                }
+            t->nearest[y] = idx < 0 ? 0 : idx > last ? last : idx;
+            continue;
+        }
+        /* the n nearest indices, ties to the smaller: an integer x takes the window ending at x */
+        double r = frac == 0 ? 1.0 : frac;
+        int64_t start = frac == 0 ? ifl - t->n / 2 : ifl - t->n / 2 + 1;
+        t->start[y] = start;
+        double *w = t->w + (size_t)y * (size_t)t->n;
+        tap_weights(p, s, r, t->n, first, w);
+        if (p->exclude_outside) {
+            double sum = 0;
+            for (int k = 0; k < t->n; k++) {
+                int64_t j = start + k;
+                if (j < 0 || j > last) w[k] = 0;
+                sum += w[k];
+            }
+            if (sum != 0)
+                for (int k = 0; k < t->n; k++) w[k] /= sum;
+        }
+    }
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ linear / cubic passes */
+
+typedef struct pass_args {
+    const void *src;
+    void *dst;
+    int64_t in, out, inner; /* src is [outer, in, inner], dst [outer, out, inner] */
+    const axis_taps *t;
+    const void *wt; /* weights in the working type */
+    double extrap;
+} pass_args;
+
+/* Rows of the output along a non-last axis: each output row is a weighted sum of whole input
+ * rows (contiguous, so the inner loops vectorise). */
+#define DEFINE_PASS_ROWS(T, NAME)                                                                  \
+    static void NAME(void *arg, int64_t begin, int64_t end) {                                     \
+        const pass_args *a = arg;                                                                  \
+        const T *src = a->src;                                                                     \
+        T *dst = a->dst;                                                                           \
+        const T *wt = a->wt;                                                                       \
+        const axis_taps *t = a->t;                                                                 \
+        int n = t->n;                                                                              \
+        int64_t inner = a->inner, last = a->in - 1;                                                \
+        for (int64_t row = begin; row < end; row++) {                                              \
+            int64_t o = row / a->out, y = row % a->out;                                            \
+            T *restrict d = dst + row * inner;                                                     \
+            if (t->extrap[y]) {                                                                    \
+                for (int64_t i = 0; i < inner; i++) d[i] = (T)a->extrap;                           \
+                continue;                                                                          \
+            }                                                                                      \
+            const T *base = src + o * a->in * inner;                                               \
+            const T *w = wt + (size_t)y * (size_t)n;                                               \
+            int64_t s0 = t->start[y];                                                              \
+            if (n == 2) {                                                                          \
+                int64_t j0 = s0 < 0 ? 0 : s0 > last ? last : s0, j1 = s0 + 1 > last ? last : s0 + 1; \
+                if (j1 < 0) j1 = 0;                                                                \
+                const T *restrict p0 = base + j0 * inner, *restrict p1 = base + j1 * inner;        \
+                T w0 = w[0], w1 = w[1];                                                            \
+                for (int64_t i = 0; i < inner; i++) d[i] = w0 * p0[i] + w1 * p1[i];                \
+                continue;                                                                          \
+            }                                                                                      \
+            for (int64_t i = 0; i < inner; i++) d[i] = 0;                                          \
+            for (int k = 0; k < n; k++) {                                                          \
+                if (w[k] == 0) continue;                                                           \
+                int64_t j = s0 + k;                                                                \
+                j = j < 0 ? 0 : j > last ? last : j;                                               \
+                const T *restrict sp = base + j * inner;                                           \
+                T wk = w[k];                                                                       \
+                for (int64_t i = 0; i < inner; i++) d[i] += wk * sp[i];                            \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+/* Whole lines along the last axis: each output element is a short dot product. */
+#define DEFINE_PASS_LINES(T, NAME)                                                                 \
+    static void NAME(void *arg, int64_t begin, int64_t end) {                                     \
+        const pass_args *a = arg;                                                                  \
+        const T *wt = a->wt;                                                                       \
+        const axis_taps *t = a->t;                                                                 \
+        int n = t->n;                                                                              \
+        int64_t last = a->in - 1;                                                                  \
+        for (int64_t o = begin; o < end; o++) {                                                    \
+            const T *base = (const T *)a->src + o * a->in;                                         \
+            T *d = (T *)a->dst + o * a->out;                                                       \
+            for (int64_t y = 0; y < a->out; y++) {                                                 \
+                const T *w = wt + (size_t)y * (size_t)n;                                           \
+                int64_t s0 = t->start[y];                                                          \
+                T acc = 0;                                                                         \
+                if (s0 >= 0 && s0 + n - 1 <= last) {                                               \
+                    for (int k = 0; k < n; k++) acc += w[k] * base[s0 + k];                        \
+                } else {                                                                           \
+                    for (int k = 0; k < n; k++) {                                                  \
+                        int64_t j = s0 + k;                                                        \
+                        j = j < 0 ? 0 : j > last ? last : j;                                       \
+                        acc += w[k] * base[j];                                                     \
+                    }                                                                              \
+                }                                                                                  \
+                d[y] = t->extrap[y] ? (T)a->extrap : acc;                                          \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DEFINE_PASS_ROWS(float, rows_f32)
+DEFINE_PASS_ROWS(double, rows_f64)
+DEFINE_PASS_LINES(float, lines_f32)
+DEFINE_PASS_LINES(double, lines_f64)
+
+/* An axis the resize leaves as it is. */
+static bool axis_is_identity(const kn_resize_plan *p, int a) {
+    if (p->out_dims[a] != p->in_dims[a] || fabs(p->scale[a] - 1.0) > 1e-9) return false;
+    if (p->coord == KN_COORD_TF_CROP_AND_RESIZE)
+        return fabs(p->roi_start[a]) <= 1e-9 && fabs(p->roi_end[a] - 1.0) <= 1e-9;
+    return true;
+}
+
+static kiln_status resize_interp(kn_kernel_ctx *c, const kn_resize_plan *p, const kn_tensor *x, kn_tensor *y) {
+    bool use_f32 = x->dtype == KILN_DTYPE_FLOAT || x->dtype == KILN_DTYPE_FLOAT16 || x->dtype == KILN_DTYPE_BFLOAT16;
+    size_t es = use_f32 ? sizeof(float) : sizeof(double);
+    kiln_dtype wdt = use_f32 ? KILN_DTYPE_FLOAT : KILN_DTYPE_DOUBLE;
+    int rank = p->rank;
+    /* the axes to process, in the order that touches the fewest elements (tried exhaustively
+     * for up to 4 axes): a pass costs its output size times its taps, and a pass along the last
+     * axis (a dot product per element, no vectorisation over rows) counts three times */
+    int order[KILN_MAX_RANK], n_ax = 0;
+    for (int a = 0; a < rank; a++)
+        if (!axis_is_identity(p, a)) order[n_ax++] = a;
+    if (n_ax >= 2 && n_ax <= 4) {
+        int perm[4], best[4];
+        double best_cost = -1;
+        for (int i = 0; i < n_ax; i++) perm[i] = i;
+        for (;;) {
+            double dims_d[KILN_MAX_RANK], cost = 0;
+            for (int a = 0; a < rank; a++) dims_d[a] = (double)p->in_dims[a];
+            for (int i = 0; i < n_ax; i++) {
+                int a = order[perm[i]], first;
+                dims_d[a] = (double)p->out_dims[a];
+                double cnt = 1;
+                for (int k = 0; k < rank; k++) cnt *= dims_d[k];
+                cost += cnt * (double)tap_count(p, p->scale[a], &first) * (a == rank - 1 ? 3.0 : 1.0);
+            }
+            if (best_cost < 0 || cost < best_cost) {
+                best_cost = cost;
+                memcpy(best, perm, sizeof perm);
+            }
+            /* next permutation */
+            int i = n_ax - 2;
+            while (i >= 0 && perm[i] > perm[i + 1]) i--;
+            if (i < 0) break;
+            int j = n_ax - 1;
+            while (perm[j] < perm[i]) j--;
+            int tmpv = perm[i];
+            perm[i] = perm[j], perm[j] = tmpv;
+            for (int l = i + 1, r = n_ax - 1; l < r; l++, r--) tmpv = perm[l], perm[l] = perm[r], perm[r] = tmpv;
+        }
+        int sorted[4];
+        for (int i = 0; i < n_ax; i++) sorted[i] = order[best[i]];
+        memcpy(order, sorted, sizeof(int) * (size_t)n_ax);
+    }
+    int64_t n_in = kn_tensor_count(x), n_out = kn_tensor_count(y);
+    void *cur = NULL, *tmp = NULL;
+    kiln_status st = KILN_OK;
+    /* the input in the working type (the input itself when it already is) */
+    if (x->dtype == wdt) cur = x->data;
+    else {
+        tmp = malloc((size_t)(n_in ? n_in : 1) * es);
+        if (!tmp) return KN_OOM();
+        for (int64_t i = 0; i < n_in; i++) {
+            double v = kn_tensor_get_f64(x, i);
+            if (use_f32) ((float *)tmp)[i] = (float)v;
+            else ((double *)tmp)[i] = v;
+        }
+        cur = tmp;
+    }
+    int64_t dims[KILN_MAX_RANK];
+    for (int a = 0; a < rank; a++) dims[a] = p->in_dims[a];
+    void *owned_cur = tmp; /* which buffer `cur` is, when it is ours */
+    for (int i = 0; i < n_ax; i++) {
+        int a = order[i];
+        axis_taps t;
+        if ((st = taps_make(p, a, &t)) != KILN_OK) break;
+        int64_t outer = 1, inner = 1;
+        for (int k = 0; k < a; k++) outer *= dims[k];
+        for (int k = a + 1; k < rank; k++) inner *= dims[k];
+        int64_t cnt = outer * t.out * inner;
+        void *dst;
+        if (i == n_ax - 1 && y->dtype == wdt) dst = y->data;
+        else {
+            dst = malloc((size_t)(cnt ? cnt : 1) * es);
+            if (!dst) {
+                taps_free(&t);
+                st = KN_OOM();
+                break;
+            }
+        }
+        void *wt = malloc((size_t)(t.out ? t.out : 1) * (size_t)t.n * es);
+        if (!wt) {
+            if (dst != y->data) free(dst);
+            taps_free(&t);
+            st = KN_OOM();
+            break;
+        }
+        for (int64_t k = 0; k < t.out * t.n; k++) {
+            if (use_f32) ((float *)wt)[k] = (float)t.w[k];
+            else ((double *)wt)[k] = t.w[k];
+        }
+        pass_args pa = {cur, dst, t.in, t.out, inner, &t, wt, p->extrapolation};
+        if (inner == 1) {
+            int64_t work = t.out * t.n;
+            kn_parallel_for(c->pool, outer, work >= 4096 ? 1 : 4096 / (work ? work : 1) + 1,
+                            use_f32 ? lines_f32 : lines_f64, &pa);
+        } else {
+            int64_t work = inner * t.n;
+            kn_parallel_for(c->pool, outer * t.out, work >= 4096 ? 1 : 4096 / work + 1,
+                            use_f32 ? rows_f32 : rows_f64, &pa);
+        }
+        free(wt);
+        taps_free(&t);
+        if (owned_cur) free(owned_cur);
+        cur = dst;
+        owned_cur = dst == y->data ? NULL : dst;
+        dims[a] = p->out_dims[a];
+    }
+    if (st == KILN_OK && cur != y->data) {
+        /* convert (or copy, when no axis changed) into the output */
+        if (y->dtype == wdt) memcpy(y->data, cur, (size_t)n_out * es);
+        else
+            for (int64_t i = 0; i < n_out; i++)
+                kn_cpu_image_store(y, i, use_f32 ? (double)((float *)cur)[i] : ((double *)cur)[i]);
+    }
+    if (owned_cur) free(owned_cur);
+    return st;
+}
+
+/* ------------------------------------------------------------------ nearest: a gather */
+
+typedef struct gather_args {
+    const kn_resize_plan *p;
+    const axis_taps *t; /* per axis */
+    const kn_tensor *x;
+    kn_tensor *y;
+    size_t es;
+    int64_t in_stride[KILN_MAX_RANK];
+    const unsigned char *ev; /* the extrapolation value as one element */
+    int fail;
+} gather_args;
+
+#define GATHER_ROW(T)                                                                              \
+    do {                                                                                           \
+        const T *sr = (const T *)src + base;                                                       \
+        T *dr = (T *)dst + row * wout;                                                             \
+        for (int64_t j = 0; j < wout; j++) dr[j] = sr[idx[j]];                                     \
+    } while (0)
+
+static void gather_rows(void *arg, int64_t begin, int64_t end) {
+    gather_args *g = arg;
+    const kn_resize_plan *p = g->p;
+    int rank = p->rank, la = rank - 1;
+    int64_t wout = p->out_dims[la];
+    const axis_taps *tl = &g->t[la];
+    const int64_t *idx = tl->nearest;
+    bool str = g->x->dtype == KILN_DTYPE_STRING, may_ex = p->coord == KN_COORD_TF_CROP_AND_RESIZE;
+    size_t es = g->es;
+    const unsigned char *src = g->x->data;
+    unsigned char *dst = g->y->data;
+    int64_t prev_base = -1;
+    for (int64_t row = begin; row < end; row++) {
+        int64_t r = row, base = 0;
+        bool ex = false;
+        for (int a = la - 1; a >= 0; a--) {
+            int64_t o = r % p->out_dims[a];
+            r /= p->out_dims[a];
+            ex |= g->t[a].extrap[o] != 0;
+            base += g->t[a].nearest[o] * g->in_stride[a];
+        }
+        if (!str && !ex && base == prev_base) { /* upsampled rows repeat the row before */
+            memcpy(dst + (size_t)(row * wout) * es, dst + (size_t)((row - 1) * wout) * es, (size_t)wout * es);
+            continue;
+        }
+        prev_base = ex ? -1 : base;
+        if (!str && !ex && !may_ex) {
+            switch (es) {
+            case 1: GATHER_ROW(uint8_t); continue;
+            case 2: GATHER_ROW(uint16_t); continue;
+            case 4: GATHER_ROW(uint32_t); continue;
+            case 8: GATHER_ROW(uint64_t); continue;
+            default: break;
+            }
+        }
+        for (int64_t j = 0; j < wout; j++) {
+            int64_t di = row * wout + j;
+            bool e = ex || tl->extrap[j];
+            if (str) {
+                const char *sv = e ? "" : ((char *const *)src)[base + idx[j]];
+                char *cp = strdup(sv ? sv : "");
+                if (!cp) g->fail = 1;
+                free(((char **)dst)[di]);
+                ((char **)dst)[di] = cp;
+            } else if (e) memcpy(dst + (size_t)di * es, g->ev, es);
+            else memcpy(dst + (size_t)di * es, src + (size_t)(base + idx[j]) * es, es);
+        }
+    }
+}
+#undef GATHER_ROW
+
+static size_t elem_size(kiln_dtype t) {
+    switch (t) {
+    case KILN_DTYPE_BOOL: case KILN_DTYPE_INT8: case KILN_DTYPE_UINT8: return 1;
+    case KILN_DTYPE_INT16: case KILN_DTYPE_UINT16: case KILN_DTYPE_FLOAT16: case KILN_DTYPE_BFLOAT16: return 2;
+    case KILN_DTYPE_INT32: case KILN_DTYPE_UINT32: case KILN_DTYPE_FLOAT: return 4;
+    case KILN_DTYPE_INT64: case KILN_DTYPE_UINT64: case KILN_DTYPE_DOUBLE: case KILN_DTYPE_COMPLEX64: return 8;
+    case KILN_DTYPE_STRING: return sizeof(char *);
+    case KILN_DTYPE_COMPLEX128: return 16;
+    default: return 0;
+    }
+}
+
+static kiln_status resize_nearest(kn_kernel_ctx *c, const kn_resize_plan *p, const kn_tensor *x, kn_tensor *y) {
+    size_t es = elem_size(x->dtype);
+    if (!es) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "element type %s", kiln_dtype_name(x->dtype));
+    int rank = p->rank;
+    if (rank == 0) return kn_kernel_error(c, KILN_ERR_SHAPE, "input is a scalar; Resize needs rank >= 1");
+    axis_taps t[KILN_MAX_RANK];
+    memset(t, 0, sizeof t);
+    kiln_status st = KILN_OK;
+    for (int a = 0; a < rank && st == KILN_OK; a++) st = taps_make(p, a, &t[a]);
+    if (st == KILN_OK) {
+        unsigned char ev[16] = {0};
+        if (x->dtype != KILN_DTYPE_STRING && x->dtype != KILN_DTYPE_COMPLEX64 && x->dtype != KILN_DTYPE_COMPLEX128) {
+            kn_tensor one = {0};
+            one.dtype = x->dtype;
+            one.data = ev;
+            kn_cpu_image_store(&one, 0, p->extrapolation);
+        }
+        gather_args g = {.p = p, .t = t, .x = x, .y = y, .es = es, .ev = ev};
+        int64_t s = 1;
+        for (int a = rank - 1; a >= 0; a--) {
+            g.in_stride[a] = s;
+            s *= p->in_dims[a];
+        }
+        int64_t wout = p->out_dims[rank - 1];
+        int64_t rows = wout ? kn_tensor_count(y) / wout : 0;
+        int64_t grain = wout >= 1024 ? 1 : 1024 / (wout ? wout : 1) + 1;
+        kn_parallel_for(c->pool, rows, grain, gather_rows, &g);
+        if (g.fail) st = KN_OOM();
+    }
+    for (int a = 0; a < rank; a++) taps_free(&t[a]);
+    return st;
+}
+
+kiln_status kn_cpu_resize(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    const kn_tensor *roi, *scales, *sizes;
+    kn_resize_inputs(c->node, c->n_inputs, (const kn_tensor *const *)c->in, &roi, &scales, &sizes);
+    kn_resize_plan p;
+    char why[512];
+    kiln_status st = kn_resize_plan_make(c->node, x->rank, x->dims, roi, scales, sizes, false, &p, why, sizeof why);
+    if (st != KILN_OK) return kn_kernel_error(c, st, "%s", why);
+    if (p.coord == KN_COORD_TF_CROP_AND_RESIZE && !roi)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "coordinate_transformation_mode tf_crop_and_resize needs 'roi'");
+    kn_tensor *y;
+    KN_TRY(kn_ctx_output(c, 0, x->dtype, x->rank, p.out_dims, &y));
+    if (kn_tensor_count(y) == 0) return KILN_OK;
+    if (p.mode == KN_RESIZE_NEAREST) return resize_nearest(c, &p, x, y);
+    if (!kn_dtype_is_float(x->dtype) && !kn_dtype_is_int(x->dtype))
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%s interpolation of element type %s",
+                               p.mode == KN_RESIZE_LINEAR ? "linear" : "cubic", kiln_dtype_name(x->dtype));
+    return resize_interp(c, &p, x, y);
+}

@@ -1,0 +1,275 @@
+/* CPU kernels of the quant family: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+ * BitCast.
+ *
+ * Arithmetic follows the ONNX reference: QuantizeLinear computes x / scale in the inputs' type
+ * (float32 for float32, float16 for float16 pairs, double when either is double or x is int32,
+ * or the `precision` attribute's type), rounds half to even, adds the zero point and clamps to
+ * the integer type's range; float8 outputs are a (saturating) cast of x / scale, float4 ones of
+ * x / scale + zero point. DequantizeLinear computes (float32(x) - zero point) * scale in float32
+ * (double for a double scale) and casts to the scale's type or output_dtype. Element types go
+ * through the elementwise family's cast (kn_ew_cast_n), which knows float8, float4 and the packed
+ * sub-byte types. The common int8/uint8 <-> float32 cases have direct, threaded loops. */
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/elementwise_impl.h"
+#include "ops/quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GRAIN 32768
+
+static kiln_status layout_of(kn_kernel_ctx *c, const kn_tensor *x, const kn_tensor *s, kn_quant_layout *l) {
+    char why[512];
+    kiln_status st = kn_quant_layout_get(c->node, x->rank, x->dims, s->rank, s->dims, l, why, sizeof why);
+    if (st != KILN_OK) return kn_kernel_error(c, st, "%s", why);
+    return KILN_OK;
+}
+
+static kiln_status check_zp(kn_kernel_ctx *c, const kn_tensor *s, const kn_tensor *zp) {
+    if (!zp) return KILN_OK;
+    if (kn_tensor_count(zp) != kn_tensor_count(s))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "the zero point has %lld elements but the scale %lld",
+                               (long long)kn_tensor_count(zp), (long long)kn_tensor_count(s));
+    return KILN_OK;
+}
+
+/* n elements of src (type t) as a new array of `to` (DOUBLE, FLOAT or INT32). */
+static kiln_status convert(kn_kernel_ctx *c, kiln_dtype t, const void *src, int64_t n, kiln_dtype to, void **out) {
+    *out = malloc((size_t)(n > 0 ? n : 1) * kiln_dtype_size(to));
+    if (!*out) return KN_OOM();
+    kiln_status st = kn_ew_cast_n(t, src, to, *out, n, 1);
+    if (st != KILN_OK) {
+        free(*out);
+        *out = NULL;
+        return kn_kernel_error(c, st, "%s", kn_last_error());
+    }
+    return KILN_OK;
+}
+
+/* NaN goes to the bottom of the range, as the reference's int32 conversion (INT32_MIN) then clip */
+static inline uint8_t sat_u8(float v) { return !(v > 0.0f) ? 0 : v >= 255.0f ? 255 : (uint8_t)v; }
+static inline int8_t sat_i8(float v) { return !(v > -128.0f) ? -128 : v >= 127.0f ? 127 : (int8_t)v; }
+
+/* ------------------------------------------------------------------ QuantizeLinear */
+
+typedef struct q8_job {
+    const float *x, *s;
+    const void *zp; /* int8 or uint8, may be NULL */
+    void *y;
+    bool is_signed;
+    kn_quant_layout l;
+} q8_job;
+
+static void q8_range(void *arg, int64_t b, int64_t e) {
+    const q8_job *j = arg;
+    for (int64_t i = b; i < e; i++) {
+        int64_t k = kn_quant_index(&j->l, i);
+        float v = nearbyintf(j->x[i] / j->s[k]);
+        if (j->is_signed) {
+            float z = j->zp ? (float)((const int8_t *)j->zp)[k] : 0.0f;
+            ((int8_t *)j->y)[i] = sat_i8(v + z);
+        } else {
+            float z = j->zp ? (float)((const uint8_t *)j->zp)[k] : 0.0f;
+            ((uint8_t *)j->y)[i] = sat_u8(v + z);
+        }
+    }
+}
+
+/* x / scale rounded to the type numpy would compute it in */
+static kiln_dtype quotient_type(const kn_node *node, kiln_dtype xt, kiln_dtype st) {
+    int64_t p = kn_attr_int(node, "precision", 0);
+    if (p) return (kiln_dtype)p;
+    if (xt == KILN_DTYPE_DOUBLE || st == KILN_DTYPE_DOUBLE || xt == KILN_DTYPE_INT32) return KILN_DTYPE_DOUBLE;
+    if (xt == st && (xt == KILN_DTYPE_FLOAT16 || xt == KILN_DTYPE_BFLOAT16)) return xt;
+    return KILN_DTYPE_FLOAT;
+}
+
+static double round_to(kiln_dtype t, double v) {
+    switch (t) {
+    case KILN_DTYPE_FLOAT: return (float)v;
+    case KILN_DTYPE_FLOAT16: return kn_f16_to_f32(kn_f32_to_f16((float)v));
+    case KILN_DTYPE_BFLOAT16: return kn_bf16_to_f32(kn_f32_to_bf16((float)v));
+    default: return v;
+    }
+}
+
+static kiln_status run_quantize(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0], *s = c->in[1];
+    const kn_tensor *zp = c->n_inputs > 2 ? c->in[2] : NULL;
+    kn_tensor *y = c->out[0];
+    if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
+    kn_quant_layout l;
+    KN_TRY(layout_of(c, x, s, &l));
+    KN_TRY(check_zp(c, s, zp));
+    int64_t n = kn_tensor_count(x), ns = kn_tensor_count(s);
+    kiln_dtype ot = y->dtype;
+    if (zp && zp->dtype != ot)
+        return kn_kernel_error(c, KILN_ERR_INTERNAL, "output is %s but the zero point %s", kiln_dtype_name(ot),
+                               kiln_dtype_name(zp->dtype));
+    kiln_dtype qt = quotient_type(c->node, x->dtype, s->dtype);
+    if (x->dtype == KILN_DTYPE_FLOAT && s->dtype == KILN_DTYPE_FLOAT && qt == KILN_DTYPE_FLOAT &&
+        (ot == KILN_DTYPE_UINT8 || ot == KILN_DTYPE_INT8)) {
+        q8_job j = {x->data, s->data, zp ? zp->data : NULL, y->data, ot == KILN_DTYPE_INT8, l};
+        kn_parallel_for(c->pool, n, GRAIN, q8_range, &j);
+        return KILN_OK;
+    }
+    /* general path: through double buffers */
+    double *xd = NULL, *sd = NULL, *zd = NULL;
+    void *r = NULL;
+    kiln_status st = convert(c, x->dtype, x->data, n, KILN_DTYPE_DOUBLE, (void **)&xd);
+    if (st == KILN_OK) st = convert(c, s->dtype, s->data, ns, KILN_DTYPE_DOUBLE, (void **)&sd);
+    if (st == KILN_OK && zp) st = convert(c, zp->dtype, zp->data, ns, KILN_DTYPE_DOUBLE, (void **)&zd);
+    if (st != KILN_OK) goto done;
+    int64_t lo, hi;
+    bool int_out = kn_quant_int_range(ot, &lo, &hi);
+    r = malloc((size_t)(n > 0 ? n : 1) * (int_out ? sizeof(int32_t) : sizeof(double)));
+    if (!r) {
+        st = KN_OOM();
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = kn_quant_index(&l, i);
+        double q = round_to(qt, xd[i] / sd[k]);
+        if (int_out) {
+            double v = nearbyint(q);
+            if (!(v == v)) v = -2147483648.0; /* NaN: INT32_MIN as numpy's conversion gives, then clip */
+            v = v < -2147483648.0 ? -2147483648.0 : v > 2147483647.0 ? 2147483647.0 : v;
+            int64_t iv = (int64_t)v + (zd ? (int64_t)zd[k] : 0);
+            ((int32_t *)r)[i] = (int32_t)(iv < lo ? lo : iv > hi ? hi : iv);
+        } else if (ot == KILN_DTYPE_FLOAT4E2M1) {
+            ((double *)r)[i] = (float)(q + (zd ? zd[k] : 0.0)); /* float4 adds its zero point */
+        } else {
+            ((double *)r)[i] = q; /* float8: the zero point is 0 by definition */
+        }
+    }
+    st = kn_ew_cast_n(int_out ? KILN_DTYPE_INT32 : KILN_DTYPE_DOUBLE, r, ot, y->data, n,
+                      (int)kn_attr_int(c->node, "saturate", 1));
+    if (st != KILN_OK) st = kn_kernel_error(c, st, "%s", kn_last_error());
+done:
+    free(xd);
+    free(sd);
+    free(zd);
+    free(r);
+    return st;
+}
+
+/* ------------------------------------------------------------------ DequantizeLinear */
+
+typedef struct dq8_job {
+    const void *x, *zp;
+    const float *s;
+    float *y;
+    bool is_signed;
+    kn_quant_layout l;
+} dq8_job;
+
+static void dq8_range(void *arg, int64_t b, int64_t e) {
+    const dq8_job *j = arg;
+    for (int64_t i = b; i < e; i++) {
+        int64_t k = kn_quant_index(&j->l, i);
+        float v, z = 0.0f;
+        if (j->is_signed) {
+            v = ((const int8_t *)j->x)[i];
+            if (j->zp) z = ((const int8_t *)j->zp)[k];
+        } else {
+            v = ((const uint8_t *)j->x)[i];
+            if (j->zp) z = ((const uint8_t *)j->zp)[k];
+        }
+        j->y[i] = (v - z) * j->s[k];
+    }
+}
+
+static kiln_status run_dequantize(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0], *s = c->in[1];
+    const kn_tensor *zp = c->n_inputs > 2 ? c->in[2] : NULL;
+    kn_tensor *y = c->out[0];
+    if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
+    kn_quant_layout l;
+    KN_TRY(layout_of(c, x, s, &l));
+    KN_TRY(check_zp(c, s, zp));
+    int64_t n = kn_tensor_count(x), ns = kn_tensor_count(s);
+    /* float8 and float4 zero points are 0 by definition: not read */
+    bool float_x = (x->dtype >= KILN_DTYPE_FLOAT8E4M3FN && x->dtype <= KILN_DTYPE_FLOAT8E5M2FNUZ) ||
+                   x->dtype == KILN_DTYPE_FLOAT4E2M1;
+    if (float_x) zp = NULL;
+    if ((x->dtype == KILN_DTYPE_INT8 || x->dtype == KILN_DTYPE_UINT8) && s->dtype == KILN_DTYPE_FLOAT &&
+        y->dtype == KILN_DTYPE_FLOAT && (!zp || zp->dtype == x->dtype)) {
+        dq8_job j = {x->data, zp ? zp->data : NULL, s->data, y->data, x->dtype == KILN_DTYPE_INT8, l};
+        kn_parallel_for(c->pool, n, GRAIN, dq8_range, &j);
+        return KILN_OK;
+    }
+    float *xf = NULL, *zf = NULL;
+    double *sd = NULL, *r = NULL;
+    kiln_status st = convert(c, x->dtype, x->data, n, KILN_DTYPE_FLOAT, (void **)&xf);
+    if (st == KILN_OK) st = convert(c, s->dtype, s->data, ns, KILN_DTYPE_DOUBLE, (void **)&sd);
+    if (st == KILN_OK && zp) st = convert(c, zp->dtype, zp->data, ns, KILN_DTYPE_FLOAT, (void **)&zf);
+    if (st != KILN_OK) goto done;
+    r = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    if (!r) {
+        st = KN_OOM();
+        goto done;
+    }
+    bool in_double = s->dtype == KILN_DTYPE_DOUBLE;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = kn_quant_index(&l, i);
+        float dx = zf ? xf[i] - zf[k] : xf[i];
+        r[i] = in_double ? (double)dx * sd[k] : (double)(dx * (float)sd[k]);
+    }
+    st = kn_ew_cast_n(KILN_DTYPE_DOUBLE, r, y->dtype, y->data, n, 1);
+    if (st != KILN_OK) st = kn_kernel_error(c, st, "%s", kn_last_error());
+done:
+    free(xf);
+    free(zf);
+    free(sd);
+    free(r);
+    return st;
+}
+
+/* ------------------------------------------------------------------ DynamicQuantizeLinear */
+
+/* uint8 with a scale and zero point chosen from the range of x (widened to include 0), in
+ * float32 as the reference computes them. */
+static kiln_status run_dynamic_quantize(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y, *ys, *yz;
+    int64_t n = kn_tensor_count(x);
+    KN_TRY(kn_ctx_output(c, 0, KILN_DTYPE_UINT8, x->rank, x->dims, &y));
+    KN_TRY(kn_ctx_output(c, 1, KILN_DTYPE_FLOAT, 0, NULL, &ys));
+    KN_TRY(kn_ctx_output(c, 2, KILN_DTYPE_UINT8, 0, NULL, &yz));
+    const float *xv = x->data;
+    float mx = 0.0f, mn = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        if (xv[i] > mx) mx = xv[i];
+        if (xv[i] < mn) mn = xv[i];
+    }
+    float scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
+    float zp0 = 0.0f - mn / scale;
+    zp0 = zp0 < 0.0f ? 0.0f : zp0 > 255.0f ? 255.0f : zp0;
+    float zpi = nearbyintf(zp0);
+    uint8_t *yo = y->data;
+    for (int64_t i = 0; i < n; i++) yo[i] = sat_u8(nearbyintf(xv[i] / scale) + zpi);
+    *(float *)ys->data = scale;
+    *(uint8_t *)yz->data = (uint8_t)zpi;
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ BitCast */
+
+static kiln_status run_bitcast(kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y = c->out[0];
+    if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
+    if (y->nbytes != x->nbytes)
+        return kn_kernel_error(c, KILN_ERR_INTERNAL, "output has %zu bytes but x %zu", y->nbytes, x->nbytes);
+    if (x->nbytes) memcpy(y->data, x->data, x->nbytes);
+    return KILN_OK;
+}
+
+const kn_cpu_kernel kn_cpu_quant[] = {
+    {"", "QuantizeLinear", run_quantize, NULL, KN_KERNEL_OVERWRITES},
+    {"", "DequantizeLinear", run_dequantize, NULL, KN_KERNEL_OVERWRITES},
+    {"", "DynamicQuantizeLinear", run_dynamic_quantize, NULL, KN_KERNEL_OVERWRITES},
+    {"", "BitCast", run_bitcast, NULL, KN_KERNEL_OVERWRITES},
+    {0},
+};

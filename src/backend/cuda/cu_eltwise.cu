@@ -1,0 +1,561 @@
+// Elementwise kernels: unary and binary operators (with broadcasting), Where, Cast, Clip, strided
+// copies (Expand, Transpose, Slice), fills. One kernel per element type; the operator is a
+// run-time switch, uniform across a warp, so a handful of instantiations cover every operator.
+#include "backend/cuda/cu_common.cuh"
+
+#include <math.h>
+
+using namespace kncu;
+
+namespace {
+
+// ---------------------------------------------------------------- unary
+
+template <typename A> __device__ __forceinline__ A funary(int op, A x, float a, float b) {
+    const A zero = 0, one = 1;
+    switch (op) {
+    case KN_CU_ABS: return x < zero ? -x : x;
+    case KN_CU_NEG: return -x;
+    case KN_CU_EXP: return exp(x);
+    case KN_CU_LOG: return log(x);
+    case KN_CU_SQRT: return sqrt(x);
+    case KN_CU_RECIP: return one / x;
+    case KN_CU_FLOOR: return floor(x);
+    case KN_CU_CEIL: return ceil(x);
+    case KN_CU_ROUND: return rint(x);
+    case KN_CU_SIGN: return x > zero ? one : (x < zero ? -one : (x == zero ? zero : x));
+    case KN_CU_ERF: return erf(x);
+    case KN_CU_TANH: return tanh(x);
+    case KN_CU_SIGMOID: return x >= zero ? one / (one + exp(-x)) : exp(x) / (one + exp(x));
+    case KN_CU_RELU: return x > zero ? x : (x == x ? zero : x);
+    case KN_CU_LEAKYRELU: return x >= zero ? x : (A)a * x;
+    case KN_CU_ELU: return x >= zero ? x : (A)a * (exp(x) - one);
+    case KN_CU_SELU: return (A)b * (x > zero ? x : (A)a * (exp(x) - one));
+    case KN_CU_HARDSIGMOID: {
+        A v = (A)a * x + (A)b;
+        return v < zero ? zero : (v > one ? one : v);
+    }
+    case KN_CU_HARDSWISH: {
+        A v = x / (A)6 + (A)0.5;
+        v = v < zero ? zero : (v > one ? one : v);
+        return x * v;
+    }
+    case KN_CU_SOFTPLUS: return x > (A)20 ? x : log1p(exp(x));
+    case KN_CU_SOFTSIGN: return x / (one + (x < zero ? -x : x));
+    case KN_CU_SIN: return sin(x);
+    case KN_CU_COS: return cos(x);
+    case KN_CU_TAN: return tan(x);
+    case KN_CU_ASIN: return asin(x);
+    case KN_CU_ACOS: return acos(x);
+    case KN_CU_ATAN: return atan(x);
+    case KN_CU_SINH: return sinh(x);
+    case KN_CU_COSH: return cosh(x);
+    case KN_CU_ASINH: return asinh(x);
+    case KN_CU_ACOSH: return acosh(x);
+    case KN_CU_ATANH: return atanh(x);
+    case KN_CU_GELU: return (A)0.5 * x * (one + erf(x * (A)0.70710678118654752440));
+    case KN_CU_GELU_TANH: {
+        A inner = (A)0.79788456080286535588 * (x + (A)0.044715 * x * x * x);
+        return (A)0.5 * x * (one + tanh(inner));
+    }
+    case KN_CU_MISH: return x * tanh(x > (A)20 ? x : log1p(exp(x)));
+    case KN_CU_THRESHOLDEDRELU: return x > (A)a ? x : zero;
+    case KN_CU_CELU: {
+        A al = (A)a;
+        A neg = al * (exp(x / al) - one);
+        return (x > zero ? x : zero) + (neg < zero ? neg : zero);
+    }
+    case KN_CU_SHRINK: return x < -(A)a ? x + (A)b : (x > (A)a ? x - (A)b : zero);
+    case KN_CU_SWISH: return x / (one + exp(-(A)a * x));
+    case KN_CU_NAN_TO_ZERO: return x != x ? zero : x;
+    case KN_CU_IDENTITY:
+    default: return x;
+    }
+}
+
+template <typename T> __device__ __forceinline__ T iunary(int op, T x) {
+    switch (op) {
+    case KN_CU_ABS: return x < (T)0 ? (T)(0 - x) : x;
+    case KN_CU_NEG: return (T)(0 - x);
+    case KN_CU_SIGN: return x > (T)0 ? (T)1 : (x < (T)0 ? (T)(0 - 1) : (T)0);
+    case KN_CU_RELU: return x > (T)0 ? x : (T)0;
+    case KN_CU_BITNOT: return (T)~x;
+    case KN_CU_NOT: return (T)(x ? 0 : 1);
+    default: return x;
+    }
+}
+
+template <typename T> __global__ void k_unary_f(int op, const T *x, T *y, int64_t n, float a, float b) {
+    KNCU_LOOP(i, n) y[i] = st<T>(funary(op, ld(x[i]), a, b));
+}
+template <typename T> __global__ void k_unary_i(int op, const T *x, T *y, int64_t n) {
+    KNCU_LOOP(i, n) y[i] = iunary(op, x[i]);
+}
+template <typename T> __global__ void k_isnan(const T *x, uint8_t *y, int64_t n) {
+    KNCU_LOOP(i, n) {
+        auto v = ld(x[i]);
+        y[i] = v != v;
+    }
+}
+template <typename T> __global__ void k_isinf(const T *x, uint8_t *y, int64_t n, bool pos, bool neg) {
+    KNCU_LOOP(i, n) {
+        auto v = ld(x[i]);
+        y[i] = isinf(v) && ((v > 0 && pos) || (v < 0 && neg));
+    }
+}
+
+// ---------------------------------------------------------------- binary
+
+template <typename A> __device__ __forceinline__ A fbinary(int op, A a, A b) {
+    switch (op) {
+    case KN_CU_ADD: return a + b;
+    case KN_CU_SUB: return a - b;
+    case KN_CU_MUL: return a * b;
+    case KN_CU_DIV: return a / b;
+    case KN_CU_POW: return pow(a, b);
+    case KN_CU_FMOD: return fmod(a, b);
+    case KN_CU_MOD: {
+        A r = fmod(a, b);
+        if (r != (A)0 && ((r < (A)0) != (b < (A)0))) r += b;
+        return r;
+    }
+    case KN_CU_MAX: return (a != a || b != b) ? a + b : (a > b ? a : b);
+    case KN_CU_MIN: return (a != a || b != b) ? a + b : (a < b ? a : b);
+    case KN_CU_PRELU: return a < (A)0 ? a * b : a;
+    default: return a;
+    }
+}
+
+template <typename T> __device__ __forceinline__ T ibinary(int op, T a, T b) {
+    switch (op) {
+    case KN_CU_ADD: return (T)(a + b);
+    case KN_CU_SUB: return (T)(a - b);
+    case KN_CU_MUL: return (T)(a * b);
+    case KN_CU_DIV: return b == 0 ? (T)0 : (T)(a / b);
+    case KN_CU_POW: {
+        // exact integer power by squaring (negative exponents: 0, except for bases 1 and -1)
+        if (b < (T)0) return a == (T)1 ? (T)1 : (a == (T)(0 - 1) ? ((b & 1) ? a : (T)1) : (T)0);
+        T r = 1, base = a;
+        uint64_t e = (uint64_t)b;
+        while (e) {
+            if (e & 1) r = (T)(r * base);
+            base = (T)(base * base);
+            e >>= 1;
+        }
+        return r;
+    }
+    case KN_CU_FMOD: return b == 0 ? (T)0 : (T)(a % b);
+    case KN_CU_MOD: {
+        if (b == 0) return 0;
+        T r = (T)(a % b);
+        if (r != 0 && ((r < 0) != (b < 0))) r = (T)(r + b);
+        return r;
+    }
+    case KN_CU_MAX: return a > b ? a : b;
+    case KN_CU_MIN: return a < b ? a : b;
+    case KN_CU_PRELU: return a < (T)0 ? (T)(a * b) : a;
+    case KN_CU_SHL: {
+        /* out-of-range shifts give 0; signed values shift as their unsigned bits */
+        if (b < (T)0 || (uint64_t)b >= sizeof(T) * 8) return (T)0;
+        typedef typename std::make_unsigned<T>::type U;
+        return (T)(U)((U)a << (U)b);
+    }
+    case KN_CU_SHR:
+        /* arithmetic for signed types; out of range: the sign (-1 or 0) */
+        if (b < (T)0 || (uint64_t)b >= sizeof(T) * 8) return a < (T)0 ? (T)(0 - 1) : (T)0;
+        return (T)(a >> b);
+    case KN_CU_BITAND: return (T)(a & b);
+    case KN_CU_BITOR: return (T)(a | b);
+    case KN_CU_BITXOR: return (T)(a ^ b);
+    default: return a;
+    }
+}
+
+template <typename A> __device__ __forceinline__ uint8_t compare(int op, A a, A b) {
+    switch (op) {
+    case KN_CU_EQ: return a == b;
+    case KN_CU_LT: return a < b;
+    case KN_CU_LE: return a <= b;
+    case KN_CU_GT: return a > b;
+    case KN_CU_GE: return a >= b;
+    case KN_CU_AND: return (a != (A)0) && (b != (A)0);
+    case KN_CU_OR: return (a != (A)0) || (b != (A)0);
+    case KN_CU_XOR: return (a != (A)0) != (b != (A)0);
+    default: return 0;
+    }
+}
+
+template <typename T, bool SAME>
+__global__ void k_binary_f(int op, const T *a, const T *b, T *y, kn_cu_view v, int64_t n) {
+    KNCU_LOOP(i, n) {
+        int64_t ia = SAME ? i : view_offset(v, 0, i), ib = SAME ? i : view_offset(v, 1, i);
+        y[i] = st<T>(fbinary(op, ld(a[ia]), ld(b[ib])));
+    }
+}
+template <typename T, bool SAME>
+__global__ void k_binary_i(int op, const T *a, const T *b, T *y, kn_cu_view v, int64_t n) {
+    KNCU_LOOP(i, n) {
+        int64_t ia = SAME ? i : view_offset(v, 0, i), ib = SAME ? i : view_offset(v, 1, i);
+        y[i] = ibinary(op, a[ia], b[ib]);
+    }
+}
+template <typename T, bool SAME>
+__global__ void k_compare(int op, const T *a, const T *b, uint8_t *y, kn_cu_view v, int64_t n) {
+    KNCU_LOOP(i, n) {
+        int64_t ia = SAME ? i : view_offset(v, 0, i), ib = SAME ? i : view_offset(v, 1, i);
+        y[i] = compare(op, ld(a[ia]), ld(b[ib]));
+    }
+}
+
+static bool same_shape(const kn_cu_view *v, int k) {
+    // operand k is contiguous with the output's shape
+    int64_t s = 1;
+    for (int d = v->rank - 1; d >= 0; d--) {
+        if (v->dims[d] != 1 && v->strides[k][d] != s) return false;
+        s *= v->dims[d];
+    }
+    return true;
+}
+
+template <typename T>
+cudaError_t launch_binary(int op, const void *a, const void *b, void *y, const kn_cu_view *v, cudaStream_t s) {
+    int64_t n = view_count(*v);
+    if (n == 0) return cudaSuccess;
+    bool same = same_shape(v, 0) && same_shape(v, 1);
+    unsigned g = grid_for(n, 256);
+    const T *pa = (const T *)a, *pb = (const T *)b;
+    if (op >= KN_CU_EQ) {
+        if (same) k_compare<T, true><<<g, 256, 0, s>>>(op, pa, pb, (uint8_t *)y, *v, n);
+        else k_compare<T, false><<<g, 256, 0, s>>>(op, pa, pb, (uint8_t *)y, *v, n);
+    } else if constexpr (is_fp<T>::value) {
+        if (same) k_binary_f<T, true><<<g, 256, 0, s>>>(op, pa, pb, (T *)y, *v, n);
+        else k_binary_f<T, false><<<g, 256, 0, s>>>(op, pa, pb, (T *)y, *v, n);
+    } else {
+        if (same) k_binary_i<T, true><<<g, 256, 0, s>>>(op, pa, pb, (T *)y, *v, n);
+        else k_binary_i<T, false><<<g, 256, 0, s>>>(op, pa, pb, (T *)y, *v, n);
+    }
+    return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------- where, cast, clip, copies
+
+template <typename T>
+__global__ void k_where(const uint8_t *c, const T *x, const T *y, T *out, kn_cu_view v, int64_t n) {
+    KNCU_LOOP(i, n) {
+        // strides[0] = cond, [1] = x, [2] = y
+        out[i] = c[view_offset(v, 0, i)] ? x[view_offset(v, 1, i)] : y[view_offset(v, 2, i)];
+    }
+}
+
+template <typename D, typename S> __device__ __forceinline__ D cvt(S x) {
+    if (std::is_same<D, S>::value) return *(D *)&x;
+    return st<D>(ld(x));
+}
+template <typename D, typename S> __global__ void k_cast(const S *x, D *y, int64_t n) {
+    KNCU_LOOP(i, n) y[i] = cvt<D>(x[i]);
+}
+template <typename S> __global__ void k_cast_bool(const S *x, uint8_t *y, int64_t n) {
+    KNCU_LOOP(i, n) y[i] = ld(x[i]) != (typename acc<S>::type)0;
+}
+
+template <typename S> cudaError_t cast_from(kiln_dtype to, const S *x, void *y, int64_t n, cudaStream_t s) {
+    unsigned g = grid_for(n, 256);
+    if (to == KILN_DTYPE_BOOL) {
+        k_cast_bool<S><<<g, 256, 0, s>>>(x, (uint8_t *)y, n);
+        return cudaGetLastError();
+    }
+    KNCU_DISPATCH_NUM(to, (k_cast<type_, S><<<g, 256, 0, s>>>(x, (type_ *)y, n)));
+    return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------- float8
+
+struct F8 {
+    int mbits, bias;
+    float max;
+    bool fnuz, inf;
+};
+
+static bool f8_format(kiln_dtype t, F8 *f) {
+    switch (t) {
+    case KILN_DTYPE_FLOAT8E4M3FN: *f = F8{3, 7, 448.0f, false, false}; return true;
+    case KILN_DTYPE_FLOAT8E4M3FNUZ: *f = F8{3, 8, 240.0f, true, false}; return true;
+    case KILN_DTYPE_FLOAT8E5M2: *f = F8{2, 15, 57344.0f, false, true}; return true;
+    case KILN_DTYPE_FLOAT8E5M2FNUZ: *f = F8{2, 16, 57344.0f, true, false}; return true;
+    default: return false;
+    }
+}
+
+__device__ __forceinline__ uint8_t f8_nan(const F8 &f, unsigned s) {
+    return f.fnuz ? 0x80 : (uint8_t)((f.inf ? 0x7e : 0x7f) | s);
+}
+
+// Round to nearest even; out of range: the largest finite value with saturate, else infinity
+// (E5M2) or NaN. FNUZ formats have no negative zero.
+__device__ uint8_t f8_encode(float v, const F8 &f, bool saturate) {
+    unsigned s = signbit(v) ? 0x80u : 0u;
+    if (v != v) return f8_nan(f, s);
+    double a = fabs((double)v);
+    if (saturate && a > f.max) a = f.max;
+    if (isinf(a)) return f.inf ? (uint8_t)(0x7c | s) : f8_nan(f, s);
+    if (a == 0.0) return f.fnuz ? 0 : (uint8_t)s;
+    int e;
+    frexp(a, &e);
+    int E = e - 1, emin = 1 - f.bias;
+    if (E < emin) E = emin;
+    double q = rint(ldexp(a, f.mbits - E));
+    double val = ldexp(q, E - f.mbits);
+    if (val > f.max) return f.inf ? (uint8_t)(0x7c | s) : f8_nan(f, s);
+    int m = (int)q, one = 1 << f.mbits;
+    if (m >= 2 * one) {
+        m >>= 1;
+        E++;
+    }
+    unsigned code = m < one ? (unsigned)m : (((unsigned)(E + f.bias) << f.mbits) | (unsigned)(m - one));
+    code |= s;
+    if (f.fnuz && code == 0x80) code = 0;
+    return (uint8_t)code;
+}
+
+__device__ float f8_decode(uint8_t b, const F8 &f) {
+    unsigned s = b & 0x80u, ebits = 7 - (unsigned)f.mbits;
+    unsigned ex = (b >> f.mbits) & ((1u << ebits) - 1), m = b & ((1u << f.mbits) - 1);
+    if (f.fnuz) {
+        if (b == 0x80) return NAN;
+    } else if (f.inf) {
+        if (ex == (1u << ebits) - 1) return m ? NAN : (s ? -INFINITY : INFINITY);
+    } else if ((b & 0x7f) == 0x7f) {
+        return NAN;
+    }
+    double v = ex == 0 ? ldexp((double)m, 1 - f.bias - f.mbits)
+                       : ldexp((double)(m + (1u << f.mbits)), (int)ex - f.bias - f.mbits);
+    return (float)(s ? -v : v);
+}
+
+template <typename S> __global__ void k_to_f8(const S *x, uint8_t *y, int64_t n, F8 f, bool sat) {
+    KNCU_LOOP(i, n) y[i] = f8_encode((float)ld(x[i]), f, sat);
+}
+__global__ void k_f8_to_f8(const uint8_t *x, uint8_t *y, int64_t n, F8 from, F8 to, bool sat) {
+    KNCU_LOOP(i, n) y[i] = f8_encode(f8_decode(x[i], from), to, sat);
+}
+template <typename D> __global__ void k_from_f8(const uint8_t *x, D *y, int64_t n, F8 f) {
+    KNCU_LOOP(i, n) {
+        float v = f8_decode(x[i], f);
+        if constexpr (is_fp<D>::value) y[i] = st<D>((typename acc<D>::type)v);
+        else y[i] = (D)v;
+    }
+}
+__global__ void k_f8_to_bool(const uint8_t *x, uint8_t *y, int64_t n, F8 f) {
+    KNCU_LOOP(i, n) y[i] = f8_decode(x[i], f) != 0.0f;
+}
+
+template <typename T> __global__ void k_clip(const T *x, T *y, int64_t n, double lo, double hi) {
+    typedef typename acc<T>::type A;
+    KNCU_LOOP(i, n) {
+        A v = ld(x[i]);
+        if (lo == lo && (double)v < lo) v = (A)lo;
+        if (hi == hi && (double)v > hi) v = (A)hi;
+        y[i] = st<T>(v);
+    }
+}
+
+template <typename E> __global__ void k_copy_view(const E *x, E *y, kn_cu_view v, int64_t n) {
+    KNCU_LOOP(i, n) y[i] = x[view_offset(v, 0, i)];
+}
+template <typename E> __global__ void k_fill(E *y, E value, int64_t n) {
+    KNCU_LOOP(i, n) y[i] = value;
+}
+template <typename T> __global__ void k_scale(const T *x, T *y, int64_t n, float a) {
+    typedef typename acc<T>::type A;
+    KNCU_LOOP(i, n) y[i] = st<T>(ld(x[i]) * (A)a);
+}
+template <typename T>
+__global__ void k_bias_act(T *y, const T *bias, int64_t n, int64_t cols, int64_t inner, int act, float alpha,
+                           float beta) {
+    typedef typename acc<T>::type A;
+    KNCU_LOOP(i, n) {
+        A v = ld(y[i]);
+        if (bias) v += ld(bias[(i / inner) % cols]);
+        switch (act) {
+        case 1: v = v > (A)0 ? v : (A)0; break;
+        case 2: v = v >= (A)0 ? v : (A)alpha * v; break;
+        case 3: v = (A)1 / ((A)1 + exp(-v)); break;
+        case 4: v = tanh(v); break;
+        case 5: { // clip
+            if (v < (A)alpha) v = (A)alpha;
+            if (v > (A)beta) v = (A)beta;
+            break;
+        }
+        case 6: { // hard sigmoid
+            v = (A)alpha * v + (A)beta;
+            v = v < (A)0 ? (A)0 : (v > (A)1 ? (A)1 : v);
+            break;
+        }
+        default: break;
+        }
+        y[i] = st<T>(v);
+    }
+}
+
+template <typename A> __device__ __forceinline__ A apply_act(int act, A v, float p0, float p1) {
+    const A zero = 0, one = 1;
+    switch (act) {
+    case 1: return v > zero ? v : zero;
+    case 2: return v < zero ? (A)p0 * v : v;
+    case 3: return v < (A)p0 ? (A)p0 : (v > (A)p1 ? (A)p1 : v);
+    case 4: return funary(KN_CU_SIGMOID, v, 0, 0);
+    case 5: return tanh(v);
+    case 6: {
+        A t = (A)p0 * v + (A)p1;
+        return t < zero ? zero : (t > one ? one : t);
+    }
+    case 7: return funary(KN_CU_HARDSWISH, v, 0, 0);
+    case 8: return v * funary(KN_CU_SIGMOID, v, 0, 0);
+    case 9: return funary(KN_CU_GELU, v, 0, 0);
+    case 10: return funary(KN_CU_GELU_TANH, v, 0, 0);
+    default: return v;
+    }
+}
+
+template <typename T>
+__global__ void k_epilogue(T *y, const T *bias, int64_t n_bias, int64_t cols, int64_t inner, const T *z, int act,
+                           float p0, float p1, int64_t n) {
+    typedef typename acc<T>::type A;
+    KNCU_LOOP(i, n) {
+        A v = ld(y[i]);
+        if (n_bias == 1) v += ld(bias[0]);
+        else if (n_bias > 1) v += ld(bias[(i / inner) % cols]);
+        if (z) v += ld(z[i]);
+        y[i] = st<T>(apply_act(act, v, p0, p1));
+    }
+}
+
+} // namespace
+
+extern "C" {
+
+cudaError_t kn_cu_epilogue(kiln_dtype dt, void *y, const void *bias, int64_t n_bias, int64_t cols, int64_t inner,
+                           const void *z, int act, float p0, float p1, int64_t n, cudaStream_t s) {
+    if (n == 0 || (!n_bias && !z && !act)) return cudaSuccess;
+    if (inner < 1) inner = 1;
+    if (cols < 1) cols = 1;
+    KNCU_DISPATCH_FLOAT(dt, (k_epilogue<type_><<<grid_for(n, 256), 256, 0, s>>>((type_ *)y, (const type_ *)bias, n_bias,
+                                                                                 cols, inner, (const type_ *)z, act, p0,
+                                                                                 p1, n)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_unary(int op, kiln_dtype dt, const void *x, void *y, int64_t n, float a, float b, cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    unsigned g = grid_for(n, 256);
+    if (op == KN_CU_ISNAN) {
+        KNCU_DISPATCH_FLOAT(dt, (k_isnan<type_><<<g, 256, 0, s>>>((const type_ *)x, (uint8_t *)y, n)));
+        return cudaGetLastError();
+    }
+    if (op == KN_CU_ISINF) {
+        KNCU_DISPATCH_FLOAT(dt, (k_isinf<type_><<<g, 256, 0, s>>>((const type_ *)x, (uint8_t *)y, n, a != 0, b != 0)));
+        return cudaGetLastError();
+    }
+    if (dt == KILN_DTYPE_BOOL) {
+        k_unary_i<uint8_t><<<g, 256, 0, s>>>(op, (const uint8_t *)x, (uint8_t *)y, n);
+        return cudaGetLastError();
+    }
+    switch (dt) {
+    case KILN_DTYPE_FLOAT:
+    case KILN_DTYPE_DOUBLE:
+    case KILN_DTYPE_FLOAT16:
+    case KILN_DTYPE_BFLOAT16:
+        KNCU_DISPATCH_FLOAT(dt, (k_unary_f<type_><<<g, 256, 0, s>>>(op, (const type_ *)x, (type_ *)y, n, a, b)));
+        break;
+    default:
+        KNCU_DISPATCH_INT(dt, (k_unary_i<type_><<<g, 256, 0, s>>>(op, (const type_ *)x, (type_ *)y, n)));
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_binary(int op, kiln_dtype dt, const void *a, const void *b, void *y, const kn_cu_view *v,
+                         cudaStream_t s) {
+    if (dt == KILN_DTYPE_BOOL) return launch_binary<uint8_t>(op, a, b, y, v, s);
+    KNCU_DISPATCH_NUM(dt, return launch_binary<type_>(op, a, b, y, v, s));
+    return cudaSuccess;
+}
+
+cudaError_t kn_cu_where(kiln_dtype dt, const void *cond, const void *x, const void *y, void *out,
+                        const kn_cu_view *v, cudaStream_t s) {
+    int64_t n = view_count(*v);
+    if (n == 0) return cudaSuccess;
+    unsigned g = grid_for(n, 256);
+    size_t es = kiln_dtype_size(dt);
+    KNCU_DISPATCH_SIZE(es, (k_where<type_><<<g, 256, 0, s>>>((const uint8_t *)cond, (const type_ *)x,
+                                                                 (const type_ *)y, (type_ *)out, *v, n)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_cast(kiln_dtype from, kiln_dtype to, const void *x, void *y, int64_t n, cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    if (from == KILN_DTYPE_BOOL) from = KILN_DTYPE_UINT8; // 0/1 either way
+    KNCU_DISPATCH_NUM(from, return cast_from<type_>(to, (const type_ *)x, y, n, s));
+    return cudaSuccess;
+}
+
+cudaError_t kn_cu_cast_f8(kiln_dtype from, kiln_dtype to, const void *x, void *y, int64_t n, bool saturate,
+                          cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    unsigned g = grid_for(n, 256);
+    F8 ff, ft;
+    bool f8_from = f8_format(from, &ff), f8_to = f8_format(to, &ft);
+    if (f8_from && f8_to) {
+        k_f8_to_f8<<<g, 256, 0, s>>>((const uint8_t *)x, (uint8_t *)y, n, ff, ft, saturate);
+    } else if (f8_to) {
+        if (from == KILN_DTYPE_BOOL) from = KILN_DTYPE_UINT8;
+        KNCU_DISPATCH_NUM(from, (k_to_f8<type_><<<g, 256, 0, s>>>((const type_ *)x, (uint8_t *)y, n, ft, saturate)));
+    } else if (f8_from) {
+        if (to == KILN_DTYPE_BOOL) k_f8_to_bool<<<g, 256, 0, s>>>((const uint8_t *)x, (uint8_t *)y, n, ff);
+        else KNCU_DISPATCH_NUM(to, (k_from_f8<type_><<<g, 256, 0, s>>>((const uint8_t *)x, (type_ *)y, n, ff)));
+    } else {
+        return kn_cu_cast(from, to, x, y, n, s);
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_clip(kiln_dtype dt, const void *x, void *y, int64_t n, double lo, double hi, cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    unsigned g = grid_for(n, 256);
+    KNCU_DISPATCH_NUM(dt, (k_clip<type_><<<g, 256, 0, s>>>((const type_ *)x, (type_ *)y, n, lo, hi)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_copy_view(size_t esize, const void *x, int64_t x_offset, void *y, const kn_cu_view *v,
+                            cudaStream_t s) {
+    int64_t n = view_count(*v);
+    if (n == 0) return cudaSuccess;
+    unsigned g = grid_for(n, 256);
+    KNCU_DISPATCH_SIZE(esize, (k_copy_view<type_><<<g, 256, 0, s>>>((const type_ *)x + x_offset, (type_ *)y, *v, n)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_fill(size_t esize, const void *value, void *y, int64_t n, cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    unsigned g = grid_for(n, 256);
+    KNCU_DISPATCH_SIZE(esize, (k_fill<type_><<<g, 256, 0, s>>>((type_ *)y, *(const type_ *)value, n)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_scale(kiln_dtype dt, const void *x, void *y, int64_t n, float scale, cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    unsigned g = grid_for(n, 256);
+    KNCU_DISPATCH_FLOAT(dt, (k_scale<type_><<<g, 256, 0, s>>>((const type_ *)x, (type_ *)y, n, scale)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_bias_act(kiln_dtype dt, void *y, const void *bias, int64_t rows, int64_t cols, int64_t inner,
+                           int act, float alpha, float beta, cudaStream_t s) {
+    int64_t n = rows * cols * inner;
+    if (n == 0) return cudaSuccess;
+    unsigned g = grid_for(n, 256);
+    KNCU_DISPATCH_FLOAT(dt, (k_bias_act<type_><<<g, 256, 0, s>>>((type_ *)y, (const type_ *)bias, n, cols, inner,
+                                                                    act, alpha, beta)));
+    return cudaGetLastError();
+}
+
+} // extern "C"

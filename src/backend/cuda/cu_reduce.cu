@@ -1,0 +1,633 @@
+// Reductions and normalisations: Reduce*, ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax,
+// LayerNormalization/RMSNormalization, BatchNormalization (inference), Instance/Group
+// normalisation, LpNormalization, pooling and TopK. Statistics are accumulated in fp32 (fp64 for
+// double) whatever the element type.
+#include "backend/cuda/cu_common.cuh"
+
+#include <float.h>
+#include <math.h>
+
+using namespace kncu;
+
+namespace {
+
+// Accumulation type of reductions: fp32/fp64 for floats, int64 for integers.
+template <typename T> struct racc { typedef typename acc<T>::type type; };
+template <> struct racc<int8_t> { typedef int64_t type; };
+template <> struct racc<int16_t> { typedef int64_t type; };
+template <> struct racc<int32_t> { typedef int64_t type; };
+template <> struct racc<uint8_t> { typedef int64_t type; };
+template <> struct racc<uint16_t> { typedef int64_t type; };
+template <> struct racc<uint32_t> { typedef int64_t type; };
+template <> struct racc<uint64_t> { typedef int64_t type; };
+
+template <typename A> __device__ __forceinline__ A lowest() {
+    if constexpr (std::is_same<A, double>::value) return -INFINITY;
+    else if constexpr (std::is_same<A, float>::value) return -INFINITY;
+    else return (A)INT64_MIN;
+}
+template <typename A> __device__ __forceinline__ A highest() {
+    if constexpr (std::is_same<A, double>::value) return INFINITY;
+    else if constexpr (std::is_same<A, float>::value) return INFINITY;
+    else return (A)INT64_MAX;
+}
+
+template <typename A> __device__ __forceinline__ A rinit(int op) {
+    switch (op) {
+    case KN_CU_RMAX: return lowest<A>();
+    case KN_CU_RMIN: return highest<A>();
+    case KN_CU_RPROD: return (A)1;
+    case KN_CU_RLOGSUMEXP: return (A)0;
+    default: return (A)0;
+    }
+}
+
+template <typename A> __device__ __forceinline__ A rmap(int op, A v, A shift) {
+    switch (op) {
+    case KN_CU_RL1: return v < (A)0 ? -v : v;
+    case KN_CU_RL2:
+    case KN_CU_RSUMSQUARE: return v * v;
+    case KN_CU_RLOGSUMEXP: return (A)exp((double)(v - shift));
+    default: return v;
+    }
+}
+
+template <typename A> __device__ __forceinline__ A rcombine(int op, A a, A b) {
+    switch (op) {
+    case KN_CU_RMAX: return (a != a || a > b) ? a : b;
+    case KN_CU_RMIN: return (a != a || a < b) ? a : b;
+    case KN_CU_RPROD: return a * b;
+    default: return a + b;
+    }
+}
+
+template <typename A> __device__ __forceinline__ A warp_reduce(int op, A v) {
+    for (int o = 16; o > 0; o >>= 1) v = rcombine(op, v, (A)__shfl_down_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Block-wide reduction; every thread gets the result.
+template <typename A> __device__ A block_reduce(int op, A v) {
+    __shared__ A sh[32];
+    __shared__ A result;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_reduce(op, v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        int nw = (blockDim.x + 31) >> 5;
+        A w = lane < nw ? sh[lane] : rinit<A>(op == KN_CU_RMAX || op == KN_CU_RMIN || op == KN_CU_RPROD ? op : KN_CU_RSUM);
+        w = warp_reduce(op, w);
+        if (lane == 0) result = w;
+    }
+    __syncthreads();
+    return result;
+}
+
+struct RedPlan {
+    int nk, nr;
+    int64_t kd[KN_CU_MAX_RANK], ks[KN_CU_MAX_RANK]; // kept dims and their input strides
+    int64_t rd[KN_CU_MAX_RANK], rs[KN_CU_MAX_RANK]; // reduced dims and strides
+    int64_t count;                                  // elements per output
+    bool contiguous;                                // reduced elements are x[base .. base + count)
+};
+
+__device__ __forceinline__ int64_t plan_base(const RedPlan &p, int64_t o) {
+    int64_t off = 0;
+    for (int d = p.nk - 1; d >= 0; d--) {
+        off += (o % p.kd[d]) * p.ks[d];
+        o /= p.kd[d];
+    }
+    return off;
+}
+__device__ __forceinline__ int64_t plan_inner(const RedPlan &p, int64_t r) {
+    if (p.contiguous) return r;
+    int64_t off = 0;
+    for (int d = p.nr - 1; d >= 0; d--) {
+        off += (r % p.rd[d]) * p.rs[d];
+        r /= p.rd[d];
+    }
+    return off;
+}
+
+template <typename T, typename A> __device__ __forceinline__ T rfinish(int op, A v, int64_t count) {
+    switch (op) {
+    case KN_CU_RMEAN: return st<T>((typename acc<T>::type)((double)v / (double)count));
+    case KN_CU_RL2: return st<T>((typename acc<T>::type)sqrt((double)v));
+    case KN_CU_RLOGSUM: return st<T>((typename acc<T>::type)log((double)v));
+    default: return st<T>((typename acc<T>::type)v);
+    }
+}
+
+// One block per output.
+template <typename T> __global__ void k_reduce_block(int op, const T *x, T *y, RedPlan p, int64_t n_out) {
+    typedef typename racc<T>::type A;
+    for (int64_t o = blockIdx.x; o < n_out; o += gridDim.x) {
+        const T *base = x + plan_base(p, o);
+        A shift = 0;
+        if (op == KN_CU_RLOGSUMEXP) {
+            A m = lowest<A>();
+            for (int64_t r = threadIdx.x; r < p.count; r += blockDim.x) m = rcombine(KN_CU_RMAX, m, (A)ld(base[plan_inner(p, r)]));
+            shift = block_reduce(KN_CU_RMAX, m);
+            if (!(shift > lowest<A>())) shift = 0;
+        }
+        int cop = op == KN_CU_RMAX || op == KN_CU_RMIN || op == KN_CU_RPROD ? op : KN_CU_RSUM;
+        A a = rinit<A>(op);
+        for (int64_t r = threadIdx.x; r < p.count; r += blockDim.x)
+            a = rcombine(cop, a, rmap(op, (A)ld(base[plan_inner(p, r)]), shift));
+        a = block_reduce(cop, a);
+        if (threadIdx.x == 0) {
+            if (op == KN_CU_RLOGSUMEXP) y[o] = st<T>((typename acc<T>::type)((double)shift + log((double)a)));
+            else y[o] = rfinish<T>(op, a, p.count);
+        }
+    }
+}
+
+// One thread per output (few elements per output).
+template <typename T> __global__ void k_reduce_thread(int op, const T *x, T *y, RedPlan p, int64_t n_out) {
+    typedef typename racc<T>::type A;
+    KNCU_LOOP(o, n_out) {
+        const T *base = x + plan_base(p, o);
+        A shift = 0;
+        if (op == KN_CU_RLOGSUMEXP) {
+            A m = lowest<A>();
+            for (int64_t r = 0; r < p.count; r++) m = rcombine(KN_CU_RMAX, m, (A)ld(base[plan_inner(p, r)]));
+            shift = m > lowest<A>() ? m : (A)0;
+        }
+        int cop = op == KN_CU_RMAX || op == KN_CU_RMIN || op == KN_CU_RPROD ? op : KN_CU_RSUM;
+        A a = rinit<A>(op);
+        for (int64_t r = 0; r < p.count; r++) a = rcombine(cop, a, rmap(op, (A)ld(base[plan_inner(p, r)]), shift));
+        if (op == KN_CU_RLOGSUMEXP) y[o] = st<T>((typename acc<T>::type)((double)shift + log((double)a)));
+        else y[o] = rfinish<T>(op, a, p.count);
+    }
+}
+
+template <typename T>
+__global__ void k_argminmax(const T *x, int64_t *y, int64_t len, int64_t inner, bool is_max, bool last, int64_t n) {
+    typedef typename acc<T>::type A;
+    KNCU_LOOP(line, n) {
+        int64_t o = line / inner, in = line % inner;
+        const T *p = x + o * len * inner + in;
+        A best = ld(p[0]);
+        int64_t bi = 0;
+        for (int64_t j = 1; j < len; j++) {
+            A v = ld(p[j * inner]);
+            bool better = is_max ? (v > best || (last && v == best)) : (v < best || (last && v == best));
+            if (best != best) better = false; // first NaN wins
+            else if (v != v) better = true;
+            if (better) {
+                best = v;
+                bi = j;
+            }
+        }
+        y[line] = bi;
+    }
+}
+
+// Softmax over rows (inner == 1): one block per row.
+template <typename T> __global__ void k_softmax_rows(const T *x, T *y, int64_t rows, int64_t len, int kind) {
+    typedef typename acc<T>::type A;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T *px = x + r * len;
+        T *py = y + r * len;
+        A m = lowest<A>();
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) m = rcombine(KN_CU_RMAX, m, ld(px[j]));
+        m = block_reduce(KN_CU_RMAX, m);
+        if (kind == 2) { // hardmax: 1 at the first maximum
+            __shared__ long long first;
+            if (threadIdx.x == 0) first = len;
+            __syncthreads();
+            for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+                if (ld(px[j]) == m) atomicMin(&first, (long long)j);
+            __syncthreads();
+            for (int64_t j = threadIdx.x; j < len; j += blockDim.x) py[j] = st<T>((A)(j == first ? 1 : 0));
+            __syncthreads();
+            continue;
+        }
+        A s = 0;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) s += exp(ld(px[j]) - m);
+        s = block_reduce(KN_CU_RSUM, s);
+        if (kind == 1) {
+            A ls = log(s);
+            for (int64_t j = threadIdx.x; j < len; j += blockDim.x) py[j] = st<T>(ld(px[j]) - m - ls);
+        } else {
+            A inv = (A)1 / s;
+            for (int64_t j = threadIdx.x; j < len; j += blockDim.x) py[j] = st<T>(exp(ld(px[j]) - m) * inv);
+        }
+    }
+}
+
+// Softmax along a strided axis: one thread per (outer, inner) column.
+template <typename T>
+__global__ void k_softmax_cols(const T *x, T *y, int64_t len, int64_t inner, int kind, int64_t n) {
+    typedef typename acc<T>::type A;
+    KNCU_LOOP(line, n) {
+        int64_t o = line / inner, in = line % inner;
+        const T *px = x + o * len * inner + in;
+        T *py = y + o * len * inner + in;
+        A m = lowest<A>();
+        int64_t first = 0;
+        for (int64_t j = 0; j < len; j++) {
+            A v = ld(px[j * inner]);
+            if (v > m) {
+                m = v;
+                first = j;
+            }
+        }
+        if (kind == 2) {
+            for (int64_t j = 0; j < len; j++) py[j * inner] = st<T>((A)(j == first ? 1 : 0));
+            continue;
+        }
+        A s = 0;
+        for (int64_t j = 0; j < len; j++) s += exp(ld(px[j * inner]) - m);
+        if (kind == 1) {
+            A ls = log(s);
+            for (int64_t j = 0; j < len; j++) py[j * inner] = st<T>(ld(px[j * inner]) - m - ls);
+        } else {
+            for (int64_t j = 0; j < len; j++) py[j * inner] = st<T>(exp(ld(px[j * inner]) - m) / s);
+        }
+    }
+}
+
+template <typename T>
+__global__ void k_layernorm(const T *x, const T *scale, const T *bias, T *y, float *mean_out, float *inv_out,
+                            int64_t rows, int64_t len, float eps, bool rms) {
+    typedef typename acc<T>::type A0;
+    typedef typename std::conditional<std::is_same<A0, double>::value, double, float>::type A;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T *px = x + r * len;
+        T *py = y + r * len;
+        A mean = 0;
+        if (!rms) {
+            A s = 0;
+            for (int64_t j = threadIdx.x; j < len; j += blockDim.x) s += (A)ld(px[j]);
+            mean = block_reduce(KN_CU_RSUM, s) / (A)len;
+        }
+        A q = 0;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+            A d = (A)ld(px[j]) - mean;
+            q += d * d;
+        }
+        A var = block_reduce(KN_CU_RSUM, q) / (A)len;
+        A inv = (A)1 / sqrt(var + (A)eps);
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+            A v = ((A)ld(px[j]) - mean) * inv;
+            if (scale) v *= (A)ld(scale[j]);
+            if (bias) v += (A)ld(bias[j]);
+            py[j] = st<T>((typename acc<T>::type)v);
+        }
+        if (threadIdx.x == 0) {
+            if (mean_out) mean_out[r] = (float)mean;
+            if (inv_out) inv_out[r] = (float)inv;
+        }
+    }
+}
+
+template <typename T>
+__global__ void k_channel_affine(const T *x, T *y, const float *a, const float *b, int64_t c, int64_t inner,
+                                 int64_t n) {
+    typedef typename acc<T>::type A;
+    KNCU_LOOP(i, n) {
+        int64_t ch = (i / inner) % c;
+        y[i] = st<T>((A)(ld(x[i]) * (A)a[ch] + (A)b[ch]));
+    }
+}
+
+template <typename T>
+__global__ void k_bn_coeffs(const T *scale, const T *bias, const T *mean, const T *var, float eps, float *a, float *b,
+                            int64_t c) {
+    KNCU_LOOP(i, c) {
+        double s = (double)ld(scale[i]) / sqrt((double)ld(var[i]) + (double)eps);
+        a[i] = (float)s;
+        b[i] = (float)((double)ld(bias[i]) - (double)ld(mean[i]) * s);
+    }
+}
+
+template <typename T>
+__global__ void k_groupnorm(const T *x, const T *scale, const T *bias, T *y, int64_t c, int64_t groups,
+                            int64_t inner, float eps, bool per_group, int64_t n_blocks) {
+    typedef typename acc<T>::type A0;
+    typedef typename std::conditional<std::is_same<A0, double>::value, double, float>::type A;
+    int64_t cpg = c / groups, len = cpg * inner;
+    for (int64_t bidx = blockIdx.x; bidx < n_blocks; bidx += gridDim.x) {
+        int64_t g = bidx % groups;
+        const T *px = x + bidx * len;
+        T *py = y + bidx * len;
+        A s = 0;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) s += (A)ld(px[j]);
+        A mean = block_reduce(KN_CU_RSUM, s) / (A)len;
+        A q = 0;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+            A d = (A)ld(px[j]) - mean;
+            q += d * d;
+        }
+        A inv = (A)1 / sqrt(block_reduce(KN_CU_RSUM, q) / (A)len + (A)eps);
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+            int64_t ch = per_group ? g : g * cpg + j / inner;
+            A v = ((A)ld(px[j]) - mean) * inv;
+            v = v * (A)ld(scale[ch]) + (A)ld(bias[ch]);
+            py[j] = st<T>((typename acc<T>::type)v);
+        }
+    }
+}
+
+template <typename T>
+__global__ void k_lpnorm(const T *x, T *y, int64_t len, int64_t inner, int p, int64_t n) {
+    typedef typename acc<T>::type A;
+    KNCU_LOOP(line, n) {
+        int64_t o = line / inner, in = line % inner;
+        const T *px = x + o * len * inner + in;
+        T *py = y + o * len * inner + in;
+        A s = 0;
+        for (int64_t j = 0; j < len; j++) {
+            A v = ld(px[j * inner]);
+            s += p == 1 ? (v < (A)0 ? -v : v) : v * v;
+        }
+        A norm = p == 1 ? s : sqrt(s);
+        for (int64_t j = 0; j < len; j++) py[j * inner] = st<T>(norm == (A)0 ? (A)0 : ld(px[j * inner]) / norm);
+    }
+}
+
+template <typename T> __global__ void k_pool(const T *x, T *y, int64_t *ind, kn_cu_pool p, int64_t n) {
+    typedef typename acc<T>::type A;
+    KNCU_LOOP(i, n) {
+        int64_t rest = i, o[3] = {0, 0, 0};
+        for (int d = p.nsp - 1; d >= 0; d--) {
+            o[d] = rest % p.out[d];
+            rest /= p.out[d];
+        }
+        int64_t nc = rest; // n * C + c
+        int64_t in_sz = 1;
+        for (int d = 0; d < p.nsp; d++) in_sz *= p.in[d];
+        const T *px = x + nc * in_sz;
+        int64_t k0 = p.k[0], k1 = p.nsp > 1 ? p.k[1] : 1, k2 = p.nsp > 2 ? p.k[2] : 1;
+        A best = lowest<A>(), sum = 0;
+        int64_t best_i = -1, count = 0, count_pad = 0;
+        for (int64_t a = 0; a < k0; a++)
+            for (int64_t b = 0; b < k1; b++)
+                for (int64_t c = 0; c < k2; c++) {
+                    int64_t w[3] = {a, b, c}, pos[3], flat = 0;
+                    bool inside = true, in_padded = true;
+                    for (int d = 0; d < p.nsp; d++) {
+                        pos[d] = o[d] * p.stride[d] - p.pad_b[d] + w[d] * p.dil[d];
+                        if (pos[d] < 0 || pos[d] >= p.in[d]) inside = false;
+                        if (pos[d] < -p.pad_b[d] || pos[d] >= p.in[d] + p.pad_e[d]) in_padded = false;
+                        flat = flat * p.in[d] + pos[d];
+                    }
+                    if (in_padded) count_pad++;
+                    if (!inside) continue;
+                    A v = ld(px[flat]);
+                    count++;
+                    if (p.kind == 0) {
+                        if (v > best || best_i < 0 || v != v) {
+                            if (!(best != best)) {
+                                best = v;
+                                if (p.storage_order == 1 && p.nsp == 2) best_i = pos[1] * p.in[0] + pos[0];
+                                else best_i = flat;
+                            }
+                        }
+                    } else if (p.kind == 3) {
+                        A av = v < (A)0 ? -v : v;
+                        sum += p.p == 1 ? av : (p.p == 2 ? av * av : (A)pow((double)av, (double)p.p));
+                    } else {
+                        sum += v;
+                    }
+                }
+        A r;
+        if (p.kind == 0) r = best;
+        else if (p.kind == 1) r = count_pad ? sum / (A)count_pad : (A)0;
+        else if (p.kind == 2) r = count ? sum / (A)count : (A)0;
+        else r = p.p == 1 ? sum : (p.p == 2 ? sqrt(sum) : (A)pow((double)sum, 1.0 / p.p));
+        y[i] = st<T>(r);
+        if (ind) ind[i] = best_i < 0 ? 0 : nc * in_sz + best_i;
+    }
+}
+
+// Top-k of one line per block: bitonic sort of (value, index) in shared memory.
+template <typename T>
+__global__ void k_topk(const T *x, T *values, int64_t *indices, int64_t len, int64_t inner, int64_t k, bool largest,
+                       int pow2) {
+    typedef typename acc<T>::type A;
+    extern __shared__ __align__(16) unsigned char smem[];
+    A *sv = (A *)smem;
+    int *si = (int *)(sv + pow2);
+    int64_t line = blockIdx.x;
+    int64_t o = line / inner, in = line % inner;
+    const T *px = x + o * len * inner + in;
+    for (int j = threadIdx.x; j < pow2; j += blockDim.x) {
+        if (j < len) {
+            sv[j] = ld(px[(int64_t)j * inner]);
+            si[j] = j;
+        } else {
+            sv[j] = largest ? lowest<A>() : highest<A>();
+            si[j] = INT32_MAX;
+        }
+    }
+    __syncthreads();
+    // "a before b": larger (or smaller) value first, lower index first on ties; padding last
+    for (int size = 2; size <= pow2; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int j = threadIdx.x; j < pow2; j += blockDim.x) {
+                int partner = j ^ stride;
+                if (partner > j) {
+                    bool up = (j & size) == 0;
+                    A va = sv[j], vb = sv[partner];
+                    int ia = si[j], ib = si[partner];
+                    bool a_first;
+                    if (ia == INT32_MAX) a_first = false;
+                    else if (ib == INT32_MAX) a_first = true;
+                    else if (va != vb) a_first = largest ? (va > vb || vb != vb) : (va < vb || vb != vb);
+                    else a_first = ia < ib;
+                    if (a_first != up) {
+                        sv[j] = vb;
+                        sv[partner] = va;
+                        si[j] = ib;
+                        si[partner] = ia;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    for (int j = threadIdx.x; j < k; j += blockDim.x) {
+        int64_t off = (o * k + j) * inner + in;
+        values[off] = st<T>(sv[j]);
+        indices[off] = si[j];
+    }
+}
+
+static RedPlan make_plan(int rank, const int64_t *dims, const bool *reduce, int64_t *n_out) {
+    RedPlan p;
+    p.nk = p.nr = 0;
+    p.count = 1;
+    *n_out = 1;
+    int64_t stride = 1;
+    int64_t strides[KN_CU_MAX_RANK];
+    for (int d = rank - 1; d >= 0; d--) {
+        strides[d] = stride;
+        stride *= dims[d];
+    }
+    for (int d = 0; d < rank; d++) {
+        if (dims[d] == 1) continue;
+        if (reduce[d]) {
+            // merge with the previous reduced dim when contiguous with it
+            if (p.nr && p.rs[p.nr - 1] == dims[d] * strides[d]) {
+                p.rd[p.nr - 1] *= dims[d];
+                p.rs[p.nr - 1] = strides[d];
+            } else {
+                p.rd[p.nr] = dims[d];
+                p.rs[p.nr++] = strides[d];
+            }
+            p.count *= dims[d];
+        } else {
+            if (p.nk && p.ks[p.nk - 1] == dims[d] * strides[d]) {
+                p.kd[p.nk - 1] *= dims[d];
+                p.ks[p.nk - 1] = strides[d];
+            } else {
+                p.kd[p.nk] = dims[d];
+                p.ks[p.nk++] = strides[d];
+            }
+            *n_out *= dims[d];
+        }
+    }
+    p.contiguous = p.nr == 0 || (p.nr == 1 && p.rs[0] == 1);
+    for (int d = 0; d < rank; d++)
+        if (dims[d] == 0) {
+            if (reduce[d]) p.count = 0;
+            else *n_out = 0;
+        }
+    return p;
+}
+
+template <typename T> cudaError_t launch_reduce(int op, const void *x, void *y, const RedPlan &p, int64_t n_out,
+                                                cudaStream_t s) {
+    if (p.count >= 64 || n_out < 1024) {
+        unsigned blocks = (unsigned)(n_out < 65535 * 4 ? n_out : 65535 * 4);
+        int threads = p.count >= 1024 ? 256 : 128;
+        k_reduce_block<T><<<blocks, threads, 0, s>>>(op, (const T *)x, (T *)y, p, n_out);
+    } else {
+        k_reduce_thread<T><<<grid_for(n_out, 128), 128, 0, s>>>(op, (const T *)x, (T *)y, p, n_out);
+    }
+    return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_topk(const void *x, void *values, int64_t *indices, int64_t lines, int64_t len, int64_t inner,
+                        int64_t k, bool largest, int pow2, int threads, cudaStream_t s) {
+    size_t sh = (size_t)pow2 * (sizeof(typename acc<T>::type) + sizeof(int));
+    k_topk<T><<<(unsigned)lines, threads, sh, s>>>((const T *)x, (T *)values, indices, len, inner, k, largest, pow2);
+    return cudaGetLastError();
+}
+
+} // namespace
+
+extern "C" {
+
+cudaError_t kn_cu_reduce(int op, kiln_dtype dt, const void *x, void *y, int rank, const int64_t *dims,
+                         const bool *reduce, cudaStream_t s) {
+    int64_t n_out;
+    RedPlan p = make_plan(rank, dims, reduce, &n_out);
+    if (n_out == 0) return cudaSuccess;
+    KNCU_DISPATCH_NUM(dt, return launch_reduce<type_>(op, x, y, p, n_out, s));
+    return cudaSuccess;
+}
+
+cudaError_t kn_cu_argminmax(kiln_dtype dt, const void *x, int64_t *y, int64_t outer, int64_t len, int64_t inner,
+                            bool is_max, bool select_last, cudaStream_t s) {
+    int64_t n = outer * inner;
+    if (n == 0 || len == 0) return cudaSuccess;
+    KNCU_DISPATCH_NUM(dt, (k_argminmax<type_><<<grid_for(n, 128), 128, 0, s>>>((const type_ *)x, y, len, inner,
+                                                                                 is_max, select_last, n)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_softmax(kiln_dtype dt, const void *x, void *y, int64_t outer, int64_t len, int64_t inner, int kind,
+                          cudaStream_t s) {
+    if (outer * inner == 0 || len == 0) return cudaSuccess;
+    if (inner == 1) {
+        unsigned blocks = (unsigned)(outer < 65535 * 4 ? outer : 65535 * 4);
+        int threads = len >= 512 ? 256 : (len >= 128 ? 128 : 64);
+        KNCU_DISPATCH_FLOAT(dt, (k_softmax_rows<type_><<<blocks, threads, 0, s>>>((const type_ *)x, (type_ *)y, outer,
+                                                                                   len, kind)));
+    } else {
+        int64_t n = outer * inner;
+        KNCU_DISPATCH_FLOAT(dt, (k_softmax_cols<type_><<<grid_for(n, 128), 128, 0, s>>>((const type_ *)x, (type_ *)y,
+                                                                                         len, inner, kind, n)));
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_layernorm(kiln_dtype dt, const void *x, const void *scale, const void *bias, void *y, void *mean,
+                            void *inv_std, int64_t rows, int64_t len, float eps, bool rms, cudaStream_t s) {
+    if (rows == 0 || len == 0) return cudaSuccess;
+    unsigned blocks = (unsigned)(rows < 65535 * 4 ? rows : 65535 * 4);
+    int threads = len >= 1024 ? 256 : 128;
+    KNCU_DISPATCH_FLOAT(dt, (k_layernorm<type_><<<blocks, threads, 0, s>>>((const type_ *)x, (const type_ *)scale,
+                                                                            (const type_ *)bias, (type_ *)y,
+                                                                            (float *)mean, (float *)inv_std, rows, len,
+                                                                            eps, rms)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_channel_affine(kiln_dtype dt, const void *x, void *y, const float *a, const float *b, int64_t n,
+                                 int64_t c, int64_t inner, cudaStream_t s) {
+    int64_t total = n * c * inner;
+    if (total == 0) return cudaSuccess;
+    KNCU_DISPATCH_FLOAT(dt, (k_channel_affine<type_><<<grid_for(total, 256), 256, 0, s>>>((const type_ *)x, (type_ *)y,
+                                                                                          a, b, c, inner, total)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_bn_coeffs(kiln_dtype dt, const void *scale, const void *bias, const void *mean, const void *var,
+                            float eps, float *a_out, float *b_out, int64_t c, cudaStream_t s) {
+    if (c == 0) return cudaSuccess;
+    KNCU_DISPATCH_FLOAT(dt, (k_bn_coeffs<type_><<<grid_for(c, 128), 128, 0, s>>>(
+                                (const type_ *)scale, (const type_ *)bias, (const type_ *)mean, (const type_ *)var,
+                                eps, a_out, b_out, c)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_groupnorm(kiln_dtype dt, const void *x, const void *scale, const void *bias, void *y, int64_t n,
+                            int64_t c, int64_t groups, int64_t inner, float eps, bool per_group, cudaStream_t s) {
+    int64_t nb = n * groups;
+    if (nb == 0 || c == 0) return cudaSuccess;
+    unsigned blocks = (unsigned)(nb < 65535 * 4 ? nb : 65535 * 4);
+    KNCU_DISPATCH_FLOAT(dt, (k_groupnorm<type_><<<blocks, 256, 0, s>>>((const type_ *)x, (const type_ *)scale,
+                                                                        (const type_ *)bias, (type_ *)y, c, groups,
+                                                                        inner, eps, per_group, nb)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_lpnorm(kiln_dtype dt, const void *x, void *y, int64_t outer, int64_t len, int64_t inner, int p,
+                         cudaStream_t s) {
+    int64_t n = outer * inner;
+    if (n == 0) return cudaSuccess;
+    KNCU_DISPATCH_FLOAT(dt, (k_lpnorm<type_><<<grid_for(n, 128), 128, 0, s>>>((const type_ *)x, (type_ *)y, len, inner,
+                                                                               p, n)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_pool_run(kiln_dtype dt, const void *x, void *y, int64_t *indices, const kn_cu_pool *p,
+                           cudaStream_t s) {
+    int64_t n = p->n * p->c;
+    for (int d = 0; d < p->nsp; d++) n *= p->out[d];
+    if (n == 0) return cudaSuccess;
+    KNCU_DISPATCH_FLOAT(dt, (k_pool<type_><<<grid_for(n, 128), 128, 0, s>>>((const type_ *)x, (type_ *)y, indices, *p,
+                                                                             n)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_topk(kiln_dtype dt, const void *x, void *values, int64_t *indices, int64_t outer, int64_t len,
+                       int64_t inner, int64_t k, bool largest, bool sorted, cudaStream_t s) {
+    (void)sorted; // always sorted
+    int64_t lines = outer * inner;
+    if (lines == 0 || k == 0) return cudaSuccess;
+    int pow2 = 1;
+    while (pow2 < len) pow2 <<= 1;
+    if (pow2 > 4096 || lines > 2147483647LL) return cudaErrorNotSupported;
+    int threads = pow2 < 256 ? (pow2 < 32 ? 32 : pow2) : 256;
+    KNCU_DISPATCH_NUM(dt, return launch_topk<type_>(x, values, indices, lines, len, inner, k, largest, pow2, threads, s));
+    return cudaSuccess;
+}
+
+} // extern "C"

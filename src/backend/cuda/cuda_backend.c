@@ -1,0 +1,597 @@
+/* The CUDA backend behind the backend interface: device discovery, the per-session state (one
+ * stream, cuBLASLt and cuDNN handles, a workspace), a caching allocator (freed blocks are reused by
+ * size in stream order, so steady-state runs with repeating shapes make no cudaMalloc/cudaFree),
+ * host<->device copies, and kernel selection from the op tables. */
+#include "backend/cuda/cuda_backend.h"
+
+#include "util/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ devices */
+
+static pthread_once_t kn_cu_once = PTHREAD_ONCE_INIT;
+static int kn_cu_count;
+static char kn_cu_reason[256];
+static char kn_cu_desc[16][384];
+
+static void probe(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(kn_cu_reason, sizeof kn_cu_reason, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+        kn_cu_count = 0;
+        cudaGetLastError(); /* clear the sticky error */
+        return;
+    }
+    if (n == 0) {
+        snprintf(kn_cu_reason, sizeof kn_cu_reason, "cudaGetDeviceCount: no CUDA device found");
+        return;
+    }
+    kn_cu_count = n > 16 ? 16 : n;
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    size_t lt = cublasLtGetVersion();
+    for (int i = 0; i < kn_cu_count; i++) {
+        struct cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
+            snprintf(kn_cu_desc[i], sizeof kn_cu_desc[i], "cuda:%d: (properties unavailable)", i);
+            continue;
+        }
+        char dnn[32] = "no cuDNN";
+#ifdef KILN_HAVE_CUDNN
+        snprintf(dnn, sizeof dnn, "cuDNN %zu", cudnnGetVersion());
+#endif
+        snprintf(kn_cu_desc[i], sizeof kn_cu_desc[i],
+                 "cuda:%d: %s, compute capability %d.%d, %d SMs, %.1f GiB; driver %d.%d, runtime %d.%d, cuBLASLt %zu, %s",
+                 i, p.name, p.major, p.minor, p.multiProcessorCount, (double)p.totalGlobalMem / (1 << 30), drv / 1000,
+                 (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10, lt, dnn);
+    }
+}
+
+static int cu_available(const char **reason) {
+    pthread_once(&kn_cu_once, probe);
+    if (reason) *reason = kn_cu_count ? NULL : kn_cu_reason;
+    return kn_cu_count > 0;
+}
+
+static size_t cu_device_count(void) {
+    pthread_once(&kn_cu_once, probe);
+    return (size_t)kn_cu_count;
+}
+
+static const char *cu_device_description(size_t i) {
+    pthread_once(&kn_cu_once, probe);
+    return i < (size_t)kn_cu_count ? kn_cu_desc[i] : NULL;
+}
+
+/* ------------------------------------------------------------------ allocator */
+
+static size_t round_size(size_t n) {
+    if (n == 0) n = 1;
+    return (n + 511) & ~(size_t)511;
+}
+
+static void release_cached(kn_cuda *cu) {
+    /* cudaFree waits for the device; the blocks are free in stream order */
+    for (int i = 0; i < cu->n_free; i++) cudaFree(cu->free_blocks[i].ptr);
+    cu->n_free = 0;
+    cu->cached_bytes = 0;
+}
+
+static kiln_status cu_alloc(kn_cuda *cu, size_t bytes, void **out, size_t *cap_out) {
+    size_t need = round_size(bytes);
+    void *p = NULL;
+    size_t cap = need;
+    pthread_mutex_lock(&cu->mu);
+    int best = -1;
+    for (int i = 0; i < cu->n_free; i++) {
+        size_t c = cu->free_blocks[i].size;
+        if (c >= need && c / 2 <= need && (best < 0 || c < cu->free_blocks[best].size)) best = i;
+    }
+    if (best >= 0) {
+        p = cu->free_blocks[best].ptr;
+        cap = cu->free_blocks[best].size;
+        cu->free_blocks[best] = cu->free_blocks[--cu->n_free];
+        cu->cached_bytes -= cap;
+    }
+    pthread_mutex_unlock(&cu->mu);
+    if (!p) {
+        cudaError_t e = cudaMalloc(&p, cap);
+        if (e == cudaErrorMemoryAllocation) {
+            cudaGetLastError();
+            pthread_mutex_lock(&cu->mu);
+            release_cached(cu);
+            pthread_mutex_unlock(&cu->mu);
+            e = cudaMalloc(&p, cap);
+        }
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "cudaMalloc of %zu bytes on cuda:%d: %s (%zu bytes in use)", cap,
+                            cu->device, cudaGetErrorString(e), cu->live_bytes);
+        }
+        cu->n_mallocs++;
+    }
+    pthread_mutex_lock(&cu->mu);
+    cu->live_bytes += cap;
+    if (cu->live_bytes > cu->peak_bytes) cu->peak_bytes = cu->live_bytes;
+    pthread_mutex_unlock(&cu->mu);
+    *out = p;
+    *cap_out = cap;
+    return KILN_OK;
+}
+
+static void cu_free_hook(void *owner, void *data, size_t capacity) {
+    kn_cuda *cu = owner;
+    if (!cu || !data) return;
+    pthread_mutex_lock(&cu->mu);
+    cu->live_bytes -= capacity;
+    if (cu->n_free == cu->cap_free) {
+        int nc = cu->cap_free ? cu->cap_free * 2 : 64;
+        kn_cu_block *b = realloc(cu->free_blocks, sizeof *b * (size_t)nc);
+        if (b) {
+            cu->free_blocks = b;
+            cu->cap_free = nc;
+        }
+    }
+    if (cu->n_free < cu->cap_free) {
+        cu->free_blocks[cu->n_free++] = (kn_cu_block){data, capacity};
+        cu->cached_bytes += capacity;
+        data = NULL;
+    }
+    pthread_mutex_unlock(&cu->mu);
+    if (data) cudaFree(data);
+}
+
+kiln_status kn_cu_scratch(kn_cuda *cu, size_t bytes, void **out) {
+    size_t cap;
+    *out = NULL;
+    KN_TRY(cu_alloc(cu, bytes, out, &cap));
+    pthread_mutex_lock(&cu->mu);
+    if (cu->n_scratch == cu->cap_scratch) {
+        int nc = cu->cap_scratch ? cu->cap_scratch * 2 : 16;
+        kn_cu_block *b = realloc(cu->scratch, sizeof *b * (size_t)nc);
+        if (b) {
+            cu->scratch = b;
+            cu->cap_scratch = nc;
+        }
+    }
+    bool ok = cu->n_scratch < cu->cap_scratch;
+    if (ok) cu->scratch[cu->n_scratch++] = (kn_cu_block){*out, cap};
+    pthread_mutex_unlock(&cu->mu);
+    if (!ok) {
+        cu_free_hook(cu, *out, cap);
+        *out = NULL;
+        return KN_OOM();
+    }
+    return KILN_OK;
+}
+
+void kn_cu_scratch_free(kn_cuda *cu, void *p, size_t bytes) {
+    (void)bytes; /* the block's true capacity was recorded when it was handed out */
+    if (!p) return;
+    size_t cap = 0;
+    pthread_mutex_lock(&cu->mu);
+    for (int i = cu->n_scratch - 1; i >= 0; i--)
+        if (cu->scratch[i].ptr == p) {
+            cap = cu->scratch[i].size;
+            cu->scratch[i] = cu->scratch[--cu->n_scratch];
+            break;
+        }
+    pthread_mutex_unlock(&cu->mu);
+    if (cap) cu_free_hook(cu, p, cap);
+}
+
+kiln_status kn_cu_new_tensor(kn_cuda *cu, kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out) {
+    *out = NULL;
+    int64_t n = kn_shape_count(dims, rank);
+    size_t es = kiln_dtype_size(dtype);
+    if (n < 0 || es == 0 || dtype == KILN_DTYPE_STRING) {
+        char d[256];
+        return kn_error(KILN_ERR_UNSUPPORTED, "a %s%s tensor cannot live in CUDA memory", kiln_dtype_name(dtype),
+                        kn_dims_str(dims, rank, d, sizeof d));
+    }
+    void *p;
+    size_t cap;
+    KN_TRY(cu_alloc(cu, (size_t)n * es, &p, &cap));
+    kiln_status st = kn_tensor_new_device(KN_DEVICE_CUDA, cu, p, cap, dtype, rank, dims, out);
+    if (st != KILN_OK) cu_free_hook(cu, p, cap);
+    return st;
+}
+
+kiln_status kn_cu_output(kn_cuda *cu, kn_kernel_ctx *c, int i, kiln_dtype dtype, int rank, const int64_t *dims,
+                         kn_tensor **out) {
+    kn_tensor *t = c->out[i];
+    if (t && t->device == KN_DEVICE_CUDA && t->dtype == dtype && t->rank == rank &&
+        (rank == 0 || !memcmp(t->dims, dims, sizeof(int64_t) * (size_t)rank))) {
+        *out = t;
+        return KILN_OK;
+    }
+    kn_tensor *n;
+    KN_TRY(kn_cu_new_tensor(cu, dtype, rank, dims, &n));
+    kn_tensor_free(t);
+    c->out[i] = n;
+    *out = n;
+    return KILN_OK;
+}
+
+kiln_status kn_cu_check(const kn_kernel_ctx *c, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return KILN_OK;
+    if (e == cudaErrorNotSupported) {
+        cudaGetLastError();
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%s: this element type is not supported by the CUDA kernel",
+                               what);
+    }
+    return kn_kernel_error(c, KILN_ERR_RUNTIME, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* ------------------------------------------------------------------ constants and conversions */
+
+static void add_persistent(kn_cuda *cu, const void *p) {
+    if (cu->n_persistent == cu->cap_persistent) {
+        int nc = cu->cap_persistent ? cu->cap_persistent * 2 : 64;
+        const void **b = realloc(cu->persistent, sizeof *b * (size_t)nc);
+        if (!b) return;
+        cu->persistent = b;
+        cu->cap_persistent = nc;
+    }
+    cu->persistent[cu->n_persistent++] = p;
+}
+
+bool kn_cu_is_persistent(kn_cuda *cu, const void *p) {
+    for (int i = 0; i < cu->n_persistent; i++)
+        if (cu->persistent[i] == p) return true;
+    return false;
+}
+
+kiln_status kn_cu_converted(kn_cuda *cu, const kn_kernel_ctx *c, const void *x, kiln_dtype from, int64_t n,
+                            kiln_dtype to, void **out, size_t *bytes) {
+    *out = NULL;
+    *bytes = 0;
+    size_t need = (size_t)n * kiln_dtype_size(to);
+    bool persist = kn_cu_is_persistent(cu, x);
+    if (persist)
+        for (int i = 0; i < cu->n_conv; i++)
+            if (cu->conv[i].src == x && cu->conv[i].to == to && cu->conv[i].n >= n) {
+                *out = cu->conv[i].dst;
+                return KILN_OK;
+            }
+    void *p;
+    size_t cap;
+    if (!persist) {
+        KN_TRY(kn_cu_scratch(cu, need, &p));
+        kiln_status st = kn_cu_check(c, kn_cu_cast(from, to, x, p, n, cu->stream), "conversion to reduced precision");
+        if (st != KILN_OK) {
+            kn_cu_scratch_free(cu, p, need);
+            return st;
+        }
+        *out = p;
+        *bytes = need ? need : 1;
+        return KILN_OK;
+    }
+    KN_TRY(cu_alloc(cu, need, &p, &cap));
+    kiln_status st = kn_cu_check(c, kn_cu_cast(from, to, x, p, n, cu->stream), "conversion to reduced precision");
+    if (st != KILN_OK) {
+        cu_free_hook(cu, p, cap);
+        return st;
+    }
+    {
+        if (cu->n_conv == cu->cap_conv) {
+            int nc = cu->cap_conv ? cu->cap_conv * 2 : 32;
+            kn_cu_conv_entry *b = realloc(cu->conv, sizeof *b * (size_t)nc);
+            if (!b) {
+                cu_free_hook(cu, p, cap);
+                return KN_OOM();
+            }
+            cu->conv = b;
+            cu->cap_conv = nc;
+        }
+        cu->conv[cu->n_conv++] = (kn_cu_conv_entry){x, to, n, p, cap};
+        pthread_mutex_lock(&cu->mu);
+        cu->live_bytes -= cap; /* owned by the cache, not a live tensor */
+        pthread_mutex_unlock(&cu->mu);
+        *out = p;
+        return KILN_OK;
+    }
+}
+
+/* ------------------------------------------------------------------ views */
+
+void kn_cu_make_view(kn_cu_view *v, const int64_t *out_dims, int out_rank, const kn_tensor *const *ops, int n_ops) {
+    memset(v, 0, sizeof *v);
+    int64_t dims[KN_CU_MAX_RANK];
+    int64_t st[3][KN_CU_MAX_RANK];
+    for (int k = 0; k < n_ops; k++) {
+        const kn_tensor *t = ops[k];
+        int64_t s = 1;
+        for (int d = out_rank - 1; d >= 0; d--) {
+            int td = d - (out_rank - t->rank);
+            int64_t len = td >= 0 ? t->dims[td] : 1;
+            st[k][d] = len == 1 ? 0 : s;
+            s *= len;
+        }
+    }
+    /* drop unit dims, merge dims every operand walks contiguously */
+    int r = 0;
+    for (int d = 0; d < out_rank; d++) {
+        if (out_dims[d] == 1) continue;
+        if (r > 0) {
+            bool merge = true;
+            for (int k = 0; k < n_ops; k++)
+                if (st[k][r - 1] != st[k][d] * out_dims[d]) merge = false;
+            if (merge) {
+                dims[r - 1] *= out_dims[d];
+                for (int k = 0; k < n_ops; k++) st[k][r - 1] = st[k][d];
+                continue;
+            }
+        }
+        dims[r] = out_dims[d];
+        for (int k = 0; k < n_ops; k++) st[k][r] = st[k][d];
+        r++;
+    }
+    if (r == 0) {
+        dims[0] = 1;
+        for (int k = 0; k < n_ops; k++) st[k][0] = 0;
+        r = 1;
+    }
+    v->rank = r;
+    for (int d = 0; d < r; d++) {
+        v->dims[d] = dims[d];
+        for (int k = 0; k < n_ops; k++) v->strides[k][d] = st[k][d];
+    }
+}
+
+void kn_cu_view_strided(kn_cu_view *v, int rank, const int64_t *dims, const int64_t *strides) {
+    memset(v, 0, sizeof *v);
+    int r = 0;
+    for (int d = 0; d < rank; d++) {
+        if (dims[d] == 1) continue;
+        if (r > 0 && v->strides[0][r - 1] == strides[d] * dims[d]) {
+            v->dims[r - 1] *= dims[d];
+            v->strides[0][r - 1] = strides[d];
+            continue;
+        }
+        v->dims[r] = dims[d];
+        v->strides[0][r] = strides[d];
+        r++;
+    }
+    if (r == 0) {
+        v->dims[0] = 1;
+        r = 1;
+    }
+    v->rank = r;
+}
+
+/* ------------------------------------------------------------------ the backend interface */
+
+static const kn_cuda_kernel *const kn_cuda_tables[] = {kn_cuda_elementwise, kn_cuda_tensor, kn_cuda_nn, kn_cuda_linalg,
+                                                       kn_cuda_fused};
+
+static const kn_cuda_kernel *find_kernel(const kn_node *n) {
+    for (size_t t = 0; t < sizeof kn_cuda_tables / sizeof kn_cuda_tables[0]; t++)
+        for (const kn_cuda_kernel *k = kn_cuda_tables[t]; k->op_type; k++)
+            if (!strcmp(k->op_type, n->op_type) && !strcmp(k->domain, n->domain)) return k;
+    return NULL;
+}
+
+static const void *cu_select(void *state, const kn_node *n, const kn_type *const *in, int n_in, char *why,
+                             size_t cap) {
+    (void)state;
+    const kn_cuda_kernel *k = find_kernel(n);
+    if (!k) {
+        snprintf(why, cap, "no CUDA kernel for %s%s%s", n->domain, *n->domain ? ":" : "", n->op_type);
+        return NULL;
+    }
+    for (int i = 0; i < n_in; i++) {
+        if (!in[i]) continue;
+        bool host = (i < 32 && ((k->host_inputs >> i) & 1)) || (i == 0 && (k->flags & KN_CUK_METADATA));
+        if (in[i]->kind != KN_TYPE_TENSOR && in[i]->kind != KN_TYPE_UNKNOWN) {
+            snprintf(why, cap, "input %d is a sequence or optional (the CUDA backend takes tensors)", i);
+            return NULL;
+        }
+        kiln_dtype dt = in[i]->dtype;
+        if (!host && !(k->flags & KN_CUK_ANY_TYPES) && dt != KILN_DTYPE_UNDEFINED && !(KN_T_DENSE & KN_T(dt))) {
+            snprintf(why, cap, "input %d is %s (the CUDA backend takes numeric and bool tensors)", i,
+                     kiln_dtype_name(dt));
+            return NULL;
+        }
+    }
+    if (k->types && !(k->flags & KN_CUK_ANY_TYPES) && n_in > 0 && in[0]) {
+        kiln_dtype dt = in[0]->dtype;
+        if (dt == KILN_DTYPE_UNDEFINED || !(k->types & KN_T(dt))) {
+            snprintf(why, cap, "element type %s not supported by the CUDA kernel for %s", kiln_dtype_name(dt),
+                     n->op_type);
+            return NULL;
+        }
+    }
+    if (k->supports && !k->supports(n, in, n_in, why, cap)) return NULL;
+    return k;
+}
+
+static bool cu_input_on_host(const void *kernel, const kn_node *n, int i) {
+    (void)n;
+    const kn_cuda_kernel *k = kernel;
+    return i < 32 && ((k->host_inputs >> i) & 1);
+}
+
+static bool cu_output_on_host(const void *kernel, const kn_node *n, int o) {
+    (void)n;
+    (void)o;
+    return (((const kn_cuda_kernel *)kernel)->flags & KN_CUK_HOST_OUTPUTS) != 0;
+}
+
+static bool cu_input_metadata_only(const void *kernel, const kn_node *n, int i) {
+    (void)n;
+    return i == 0 && (((const kn_cuda_kernel *)kernel)->flags & KN_CUK_METADATA) != 0;
+}
+
+static bool cu_overwrites(const void *kernel) {
+    (void)kernel;
+    return true;
+}
+
+static kiln_status cu_run(void *state, const void *kernel, kn_kernel_ctx *c) {
+    kn_cuda *cu = state;
+    const kn_cuda_kernel *k = kernel;
+    if (cu->device) cudaSetDevice(cu->device); /* the thread's current device */
+    return k->run(cu, c);
+}
+
+static kiln_status cu_new_tensor_op(void *state, kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out) {
+    return kn_cu_new_tensor(state, dtype, rank, dims, out);
+}
+
+static kiln_status cu_upload(void *state, const kn_tensor *host, bool persistent, kn_tensor **out) {
+    kn_cuda *cu = state;
+    *out = NULL;
+    if (host->kind != KN_VALUE_TENSOR || host->dtype == KILN_DTYPE_STRING)
+        return kn_error(KILN_ERR_UNSUPPORTED, "only numeric tensors can be copied to a CUDA device");
+    kn_tensor *t;
+    KN_TRY(kn_cu_new_tensor(cu, host->dtype, host->rank, host->dims, &t));
+    if (host->nbytes) {
+        cudaError_t e = cudaMemcpyAsync(t->data, host->data, host->nbytes, cudaMemcpyHostToDevice, cu->stream);
+        if (e != cudaSuccess) {
+            kn_tensor_free(t);
+            return kn_error(KILN_ERR_RUNTIME, "copy of %zu bytes to cuda:%d: %s", host->nbytes, cu->device,
+                            cudaGetErrorString(e));
+        }
+    }
+    if (persistent) add_persistent(cu, t->data);
+    *out = t;
+    return KILN_OK;
+}
+
+static kiln_status cu_download(void *state, const kn_tensor *dev, kn_tensor **out) {
+    kn_cuda *cu = state;
+    *out = NULL;
+    kn_tensor *t;
+    KN_TRY(kn_tensor_new_pooled(NULL, false, dev->dtype, dev->rank, dev->dims, &t));
+    cudaError_t e = cudaSuccess;
+    if (dev->nbytes) e = cudaMemcpyAsync(t->data, dev->data, dev->nbytes, cudaMemcpyDeviceToHost, cu->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cu->stream);
+    if (e != cudaSuccess) {
+        kn_tensor_free(t);
+        return kn_error(KILN_ERR_RUNTIME, "copy of %zu bytes from cuda:%d (after the device work that makes it): %s",
+                        dev->nbytes, cu->device, cudaGetErrorString(e));
+    }
+    *out = t;
+    return KILN_OK;
+}
+
+static kiln_status cu_sync(void *state) {
+    kn_cuda *cu = state;
+    cudaError_t e = cudaStreamSynchronize(cu->stream);
+    if (e != cudaSuccess) return kn_error(KILN_ERR_RUNTIME, "cuda:%d: %s", cu->device, cudaGetErrorString(e));
+    return KILN_OK;
+}
+
+static void cu_stats(void *state, uint64_t *allocs, size_t *live, size_t *peak) {
+    kn_cuda *cu = state;
+    pthread_mutex_lock(&cu->mu);
+    if (allocs) *allocs = cu->n_mallocs;
+    if (live) *live = cu->live_bytes;
+    if (peak) *peak = cu->peak_bytes;
+    pthread_mutex_unlock(&cu->mu);
+}
+
+static void cu_destroy(void *state) {
+    kn_cuda *cu = state;
+    if (!cu) return;
+    cudaSetDevice(cu->device);
+    if (cu->stream) cudaStreamSynchronize(cu->stream);
+    if (cu->live_bytes)
+        kn_log(KILN_LOG_DEBUG, "cuda:%d: %zu bytes of device tensors still live at session end", cu->device,
+               cu->live_bytes);
+    kn_cu_conv_release(cu);
+    release_cached(cu);
+    for (int i = 0; i < cu->n_conv; i++) cudaFree(cu->conv[i].dst);
+    free(cu->conv);
+    free(cu->free_blocks);
+    free(cu->scratch);
+    free(cu->persistent);
+    free(cu->lt_cache);
+    if (cu->workspace) cudaFree(cu->workspace);
+    if (cu->lt) cublasLtDestroy(cu->lt);
+#ifdef KILN_HAVE_CUDNN
+    if (cu->dnn) cudnnDestroy(cu->dnn);
+#endif
+    if (cu->stream) cudaStreamDestroy(cu->stream);
+    pthread_mutex_destroy(&cu->mu);
+    free(cu);
+}
+
+static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
+    *state_out = NULL;
+    const char *why;
+    if (!cu_available(&why)) return kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: %s", why);
+    if (cfg->device_id >= kn_cu_count)
+        return kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: device_id %d asked for, %d device%s present",
+                        cfg->device_id, kn_cu_count, kn_cu_count == 1 ? "" : "s");
+    kn_cuda *cu = calloc(1, sizeof *cu);
+    if (!cu) return KN_OOM();
+    pthread_mutex_init(&cu->mu, NULL);
+    cu->device = cfg->device_id;
+    cu->cfg = *cfg;
+    kiln_status st = KILN_OK;
+    cudaError_t e = cudaSetDevice(cu->device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        st = kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: cuda:%d: %s", cu->device, cudaGetErrorString(e));
+        goto fail;
+    }
+    cublasStatus_t bs = cublasLtCreate(&cu->lt);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        st = kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: cublasLtCreate failed (status %d)", (int)bs);
+        goto fail;
+    }
+#ifdef KILN_HAVE_CUDNN
+    cudnnStatus_t ds = cudnnCreate(&cu->dnn);
+    if (ds == CUDNN_STATUS_SUCCESS) ds = cudnnSetStream(cu->dnn, cu->stream);
+    if (ds != CUDNN_STATUS_SUCCESS) {
+        /* convolutions then fall back to the CPU; everything else still runs here */
+        kn_log(KILN_LOG_WARNING, "cuda:%d: cuDNN unusable (%s): Conv runs without it", cu->device,
+               cudnnGetErrorString(ds));
+        if (cu->dnn) cudnnDestroy(cu->dnn);
+        cu->dnn = NULL;
+    }
+#endif
+    cu->workspace_size = (size_t)(cfg->workspace_mb ? cfg->workspace_mb : 64) << 20;
+    e = cudaMalloc(&cu->workspace, cu->workspace_size);
+    if (e != cudaSuccess) {
+        st = kn_error(KILN_ERR_OUT_OF_MEMORY, "cuda:%d: workspace of %zu MiB: %s", cu->device, cu->workspace_size >> 20,
+                      cudaGetErrorString(e));
+        cu->workspace = NULL;
+        goto fail;
+    }
+    kn_tensor_set_device_free(KN_DEVICE_CUDA, cu_free_hook);
+    *state_out = cu;
+    return KILN_OK;
+fail:
+    cudaGetLastError();
+    cu_destroy(cu);
+    return st;
+}
+
+const kn_backend_ops kn_backend_cuda = {
+    .name = "cuda",
+    .device = KN_DEVICE_CUDA,
+    .available = cu_available,
+    .device_count = cu_device_count,
+    .device_description = cu_device_description,
+    .init = cu_init,
+    .destroy = cu_destroy,
+    .select = cu_select,
+    .input_on_host = cu_input_on_host,
+    .output_on_host = cu_output_on_host,
+    .input_metadata_only = cu_input_metadata_only,
+    .overwrites = cu_overwrites,
+    .run = cu_run,
+    .new_tensor = cu_new_tensor_op,
+    .upload = cu_upload,
+    .download = cu_download,
+    .sync = cu_sync,
+    .stats = cu_stats,
+};

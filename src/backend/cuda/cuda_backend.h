@@ -1,0 +1,155 @@
+/* The CUDA backend's C side: the per-session state (device, stream, library handles, caching
+ * allocator, workspace) and the kernel table entry. Each op file (cuda_ops_*.c) exports one table. */
+#ifndef KN_CUDA_BACKEND_H
+#define KN_CUDA_BACKEND_H
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_internal.h"
+#include "exec/kernel.h"
+
+#include <cublasLt.h>
+#include <pthread.h>
+#ifdef KILN_HAVE_CUDNN
+#include <cudnn.h>
+#endif
+
+typedef struct kn_cu_block {
+    void *ptr;
+    size_t size;
+} kn_cu_block;
+
+/* A cached conversion of a constant (fp16/bf16 copies of fp32 weights). */
+typedef struct kn_cu_conv_entry {
+    const void *src;
+    kiln_dtype to;
+    int64_t n; /* elements converted */
+    void *dst;
+    size_t cap;
+} kn_cu_conv_entry;
+
+/* A cached cuBLASLt algorithm for one problem shape. */
+typedef struct kn_cu_lt_entry {
+    uint64_t key[6];
+    cublasLtMatmulAlgo_t algo;
+    bool ok;
+} kn_cu_lt_entry;
+
+typedef struct kn_cuda {
+    int device;
+    kn_backend_config cfg;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+#ifdef KILN_HAVE_CUDNN
+    cudnnHandle_t dnn;
+#endif
+    void *workspace;
+    size_t workspace_size;
+    /* caching allocator: freed blocks are reused by size, in stream order */
+    pthread_mutex_t mu;
+    kn_cu_block *free_blocks;
+    int n_free, cap_free;
+    size_t cached_bytes, live_bytes, peak_bytes;
+    uint64_t n_mallocs; /* cudaMalloc calls: constant once shapes repeat */
+    kn_cu_block *scratch; /* scratch blocks handed out (their true capacities) */
+    int n_scratch, cap_scratch;
+    /* persistent (constant) device buffers, for caching derived forms */
+    const void **persistent;
+    int n_persistent, cap_persistent;
+    kn_cu_conv_entry *conv;
+    int n_conv, cap_conv;
+    kn_cu_lt_entry *lt_cache;
+    int n_lt, cap_lt;
+    void *conv_plans; /* cuDNN plans per node and input shape (cuda_conv.c) */
+    int n_conv_plans, cap_conv_plans;
+} kn_cuda;
+
+typedef struct kn_cuda_kernel {
+    const char *domain;  /* "" for ai.onnx */
+    const char *op_type; /* NULL ends a table */
+    kiln_status (*run)(kn_cuda *cu, kn_kernel_ctx *c);
+    /* Optional extra check (types, attributes) beyond `types`. */
+    bool (*supports)(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap);
+    uint32_t types;       /* element types of input 0 it takes: bit (1 << dtype); 0 = any */
+    uint32_t host_inputs; /* bit i: input i is read on the host (by infer or the kernel) */
+    unsigned flags;       /* KN_CUK_* */
+} kn_cuda_kernel;
+
+enum {
+    KN_CUK_HOST_OUTPUTS = 1u << 0, /* outputs on the host (reads only input metadata: Shape, Size) */
+    KN_CUK_METADATA = 1u << 1,     /* input 0 is read for its shape only: it is not moved */
+    KN_CUK_ANY_TYPES = 1u << 2,    /* the supports function checks every input type (Cast: float8) */
+};
+
+#define KN_T(dt) (1u << (dt))
+#define KN_T_FLOATS (KN_T(KILN_DTYPE_FLOAT) | KN_T(KILN_DTYPE_DOUBLE) | KN_T(KILN_DTYPE_FLOAT16) | KN_T(KILN_DTYPE_BFLOAT16))
+#define KN_T_SINTS (KN_T(KILN_DTYPE_INT8) | KN_T(KILN_DTYPE_INT16) | KN_T(KILN_DTYPE_INT32) | KN_T(KILN_DTYPE_INT64))
+#define KN_T_UINTS (KN_T(KILN_DTYPE_UINT8) | KN_T(KILN_DTYPE_UINT16) | KN_T(KILN_DTYPE_UINT32) | KN_T(KILN_DTYPE_UINT64))
+#define KN_T_INTS (KN_T_SINTS | KN_T_UINTS)
+#define KN_T_NUM (KN_T_FLOATS | KN_T_INTS)
+#define KN_T_BOOL KN_T(KILN_DTYPE_BOOL)
+#define KN_T_DENSE (KN_T_NUM | KN_T_BOOL) /* every type with 1..8-byte elements kiln runs on CUDA */
+
+extern const kn_cuda_kernel kn_cuda_elementwise[];
+extern const kn_cuda_kernel kn_cuda_tensor[];
+extern const kn_cuda_kernel kn_cuda_nn[];
+extern const kn_cuda_kernel kn_cuda_linalg[];
+
+/* ---- helpers for the op files ---- */
+
+/* A CUDA error as a kiln status naming the node and the call. */
+kiln_status kn_cu_check(const kn_kernel_ctx *c, cudaError_t e, const char *what);
+/* Scratch device memory for the duration of a kernel (returned with kn_cu_scratch_free after the
+ * launches that use it: stream order makes the reuse safe). */
+kiln_status kn_cu_scratch(kn_cuda *cu, size_t bytes, void **out);
+void kn_cu_scratch_free(kn_cuda *cu, void *p, size_t bytes);
+/* A new device tensor from the caching allocator. */
+kiln_status kn_cu_new_tensor(kn_cuda *cu, kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out);
+/* Output i when the executor could not preallocate it (shape known only now). */
+kiln_status kn_cu_output(kn_cuda *cu, kn_kernel_ctx *c, int i, kiln_dtype dtype, int rank, const int64_t *dims,
+                         kn_tensor **out);
+/* Whether a device pointer is a session constant (so a converted copy may be cached). */
+bool kn_cu_is_persistent(kn_cuda *cu, const void *p);
+/* x (n elements of `from`) as `to`: a cached conversion for constants, else into scratch that the
+ * caller frees with kn_cu_scratch_free(cu, *out, *bytes) when *bytes != 0. */
+kiln_status kn_cu_converted(kn_cuda *cu, const kn_kernel_ctx *c, const void *x, kiln_dtype from, int64_t n,
+                            kiln_dtype to, void **out, size_t *bytes);
+
+/* One operand read with explicit element strides over `dims` (collapsed where contiguous). */
+void kn_cu_view_strided(kn_cu_view *v, int rank, const int64_t *dims, const int64_t *strides);
+/* Broadcast view of up to three operands onto the output shape (dims collapsed). */
+void kn_cu_make_view(kn_cu_view *v, const int64_t *out_dims, int out_rank, const kn_tensor *const *ops, int n_ops);
+
+/* Batched matrix product through cuBLASLt, row-major: for b in batch, C_b = alpha * op(A_b) op(B_b)
+ * + beta * C_b, with op = transpose when ta/tb; A_b is [M,K] (or [K,M] when ta), B_b [K,N] (or [N,K]).
+ * Strides in elements (0 = broadcast). `dt` is the tensors' type; the precision option may run fp32
+ * tensors on tf32/fp16/bf16 tensor cores. */
+typedef struct kn_cu_gemm {
+    kiln_dtype dt;
+    int64_t M, N, K, batch;
+    bool ta, tb;
+    const void *A, *B;
+    void *C;
+    int64_t lda, ldb, ldc; /* row-major leading dimensions */
+    int64_t sa, sb, sc;    /* batch strides */
+    float alpha, beta;
+} kn_cu_gemm;
+kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm *g);
+/* C [o_bd..., M, N] = alpha * A [a_bd..., M, K] x B [b_bd..., K, N], batch dims right-aligned and
+ * broadcast onto o_bd (strided batches when possible, else one product per batch entry). */
+kiln_status kn_cu_matmul_bcast(kn_cuda *cu, const kn_kernel_ctx *c, kiln_dtype dt, const void *A, const int64_t *a_bd,
+                               int na, const void *B, const int64_t *b_bd, int nb, void *C, const int64_t *o_bd, int no,
+                               int64_t M, int64_t N, int64_t K, float alpha);
+extern const kn_cuda_kernel kn_cuda_fused[];
+/* LayerNormalization / RMSNormalization (ai.onnx and kiln), by op_type (cuda_ops_nn.c) */
+kiln_status kn_cu_run_layernorm(kn_cuda *cu, kn_kernel_ctx *c);
+/* MatMul and Gemm (cuda_linalg.c), for the fused operators */
+kiln_status kn_cu_run_matmul(kn_cuda *cu, kn_kernel_ctx *c);
+kiln_status kn_cu_run_gemm(kn_cuda *cu, kn_kernel_ctx *c);
+
+/* cuDNN convolutions (cuda_conv.c) */
+kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c);
+kiln_status kn_cu_run_conv_transpose(kn_cuda *cu, kn_kernel_ctx *c);
+bool kn_cu_conv_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap);
+void kn_cu_conv_release(kn_cuda *cu);
+
+#endif

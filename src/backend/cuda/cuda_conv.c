@@ -1,0 +1,435 @@
+/* Conv and ConvTranspose through cuDNN (its convolution API, which cuDNN 9 still ships).
+ *
+ *  - 1-D convolutions run as 2-D with a unit height; 2-D and 3-D as themselves.
+ *  - cuDNN pads symmetrically only: asymmetric pads (explicit or from auto_pad) are applied by an
+ *    explicit zero-pad of the input first (Conv), or by computing the full output and cropping it
+ *    (ConvTranspose).
+ *  - fp32 runs with TF32 off (CUDNN_FMA_MATH) unless the precision option asks for tf32; fp16/bf16
+ *    precision converts input and weights (weights once, cached) and accumulates in fp32.
+ *  - descriptors and the algorithm are chosen once per node and input shape, then reused. */
+#include "backend/cuda/cuda_backend.h"
+
+#ifdef KILN_HAVE_CUDNN
+
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NEED_OUT(c, i)                                                                             \
+    do {                                                                                           \
+        if (!(c)->out[i]) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output %d shape unknown at run time", i); \
+    } while (0)
+
+typedef struct conv_geom {
+    int nsp;                      /* spatial dims as given (1..3) */
+    int64_t n, cin, cout, group;  /* batch, input channels, output channels, groups */
+    int64_t in[3], out[3], k[3];  /* spatial sizes */
+    int64_t stride[3], dil[3], pb[3], pe[3];
+    int64_t opad[3];              /* ConvTranspose output_padding */
+} conv_geom;
+
+typedef struct conv_plan {
+    const char *node; /* the node's name (stable in the model's arena, shared by stand-in nodes) */
+    int64_t xdims[KILN_MAX_RANK], wdims[KILN_MAX_RANK];
+    int xrank;
+    bool transpose;
+    kn_precision prec;
+    cudnnTensorDescriptor_t xd, yd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    int algo;
+    size_t ws;
+    bool explicit_pad; /* Conv: input padded first; ConvTranspose: full output then cropped */
+    int64_t full[3];   /* ConvTranspose: the uncropped output's spatial sizes */
+    cudnnDataType_t dt;
+} conv_plan;
+
+static kiln_status dnn_fail(const kn_kernel_ctx *c, cudnnStatus_t s, const char *what) {
+    return kn_kernel_error(c, KILN_ERR_RUNTIME, "cuDNN %s: %s", what, cudnnGetErrorString(s));
+}
+
+static kiln_status geometry(const kn_kernel_ctx *c, bool transpose, conv_geom *g) {
+    const kn_tensor *x = c->in[0], *w = c->in[1];
+    const kn_tensor *y = c->out[0];
+    memset(g, 0, sizeof *g);
+    g->nsp = x->rank - 2;
+    if (g->nsp < 1 || g->nsp > 3)
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%d spatial dims (1 to 3 supported on CUDA)", g->nsp);
+    if (w->rank != x->rank) return kn_kernel_error(c, KILN_ERR_SHAPE, "weight rank %d for input rank %d", w->rank, x->rank);
+    g->n = x->dims[0];
+    g->cin = x->dims[1];
+    g->cout = y->dims[1];
+    g->group = kn_attr_int(c->node, "group", 1);
+    int ns, nd, np, nk, no;
+    const int64_t *s = kn_attr_ints(c->node, "strides", &ns);
+    const int64_t *d = kn_attr_ints(c->node, "dilations", &nd);
+    const int64_t *p = kn_attr_ints(c->node, "pads", &np);
+    const int64_t *ks = kn_attr_ints(c->node, "kernel_shape", &nk);
+    const int64_t *op = kn_attr_ints(c->node, "output_padding", &no);
+    const char *ap = kn_attr_string(c->node, "auto_pad", "NOTSET");
+    bool same = !strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER"), upper = !strcmp(ap, "SAME_UPPER");
+    for (int i = 0; i < g->nsp; i++) {
+        g->in[i] = x->dims[2 + i];
+        g->out[i] = y->dims[2 + i];
+        g->k[i] = ks && nk == g->nsp ? ks[i] : w->dims[2 + i];
+        g->stride[i] = s && ns == g->nsp ? s[i] : 1;
+        g->dil[i] = d && nd == g->nsp ? d[i] : 1;
+        g->opad[i] = transpose && op && no == g->nsp ? op[i] : 0;
+        g->pb[i] = p && np == 2 * g->nsp ? p[i] : 0;
+        g->pe[i] = p && np == 2 * g->nsp ? p[g->nsp + i] : 0;
+        int64_t dk = (g->k[i] - 1) * g->dil[i] + 1;
+        if (!transpose && same) {
+            int64_t total = (g->out[i] - 1) * g->stride[i] + dk - g->in[i];
+            if (total < 0) total = 0;
+            g->pb[i] = upper ? total / 2 : total - total / 2;
+            g->pe[i] = total - g->pb[i];
+        } else if (!strcmp(ap, "VALID")) {
+            g->pb[i] = g->pe[i] = 0;
+        } else if (transpose && same && !p) {
+            /* pads from the output shape (given, or input * stride), the odd one at the end for
+             * SAME_UPPER; floor division as the ONNX reference does */
+            int64_t total = g->stride[i] * (g->in[i] - 1) + g->opad[i] + dk - g->out[i];
+            int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+            g->pb[i] = upper ? half : total - half;
+            g->pe[i] = upper ? total - half : half;
+        } else if (transpose) {
+            /* explicit pads (0 by default); an output_shape then only sets where the output ends */
+            g->pe[i] = g->stride[i] * (g->in[i] - 1) + g->opad[i] + dk - g->pb[i] - g->out[i];
+        }
+    }
+    return KILN_OK;
+}
+
+static cudnnDataType_t dnn_type(kiln_dtype t) {
+    switch (t) {
+    case KILN_DTYPE_DOUBLE: return CUDNN_DATA_DOUBLE;
+    case KILN_DTYPE_FLOAT16: return CUDNN_DATA_HALF;
+    case KILN_DTYPE_BFLOAT16: return CUDNN_DATA_BFLOAT16;
+    default: return CUDNN_DATA_FLOAT;
+    }
+}
+
+static void packed(int nb, const int *dims, int *strides) {
+    int s = 1;
+    for (int i = nb - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= dims[i];
+    }
+}
+
+/* The run-time element type of the convolution itself (fp16/bf16 precision on fp32 tensors). */
+static kiln_dtype compute_dtype(const kn_cuda *cu, kiln_dtype t) {
+    if (t == KILN_DTYPE_FLOAT && cu->cfg.precision == KN_PRECISION_FP16) return KILN_DTYPE_FLOAT16;
+    if (t == KILN_DTYPE_FLOAT && cu->cfg.precision == KN_PRECISION_BF16) return KILN_DTYPE_BFLOAT16;
+    return t;
+}
+
+static void plan_free(conv_plan *p) {
+    if (p->xd) cudnnDestroyTensorDescriptor(p->xd);
+    if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
+    if (p->wd) cudnnDestroyFilterDescriptor(p->wd);
+    if (p->cd) cudnnDestroyConvolutionDescriptor(p->cd);
+    memset(p, 0, sizeof *p);
+}
+
+static conv_plan *plan_lookup(kn_cuda *cu, const kn_node *n, const kn_tensor *x, const kn_tensor *w, bool transpose) {
+    conv_plan *plans = cu->conv_plans;
+    for (int i = 0; i < cu->n_conv_plans; i++) {
+        conv_plan *p = &plans[i];
+        if (p->node == n->name && p->xrank == x->rank && p->prec == cu->cfg.precision && p->transpose == transpose &&
+            w->rank == x->rank && !memcmp(p->xdims, x->dims, sizeof(int64_t) * (size_t)x->rank) &&
+            !memcmp(p->wdims, w->dims, sizeof(int64_t) * (size_t)w->rank))
+            return p;
+    }
+    return NULL;
+}
+
+static conv_plan *plan_add(kn_cuda *cu) {
+    if (cu->n_conv_plans == cu->cap_conv_plans) {
+        int nc = cu->cap_conv_plans ? cu->cap_conv_plans * 2 : 16;
+        conv_plan *b = realloc(cu->conv_plans, sizeof *b * (size_t)nc);
+        if (!b) return NULL;
+        cu->conv_plans = b;
+        cu->cap_conv_plans = nc;
+    }
+    conv_plan *p = &((conv_plan *)cu->conv_plans)[cu->n_conv_plans++];
+    memset(p, 0, sizeof *p);
+    return p;
+}
+
+void kn_cu_conv_release(kn_cuda *cu) {
+    conv_plan *plans = cu->conv_plans;
+    for (int i = 0; i < cu->n_conv_plans; i++) plan_free(&plans[i]);
+    free(plans);
+    cu->conv_plans = NULL;
+    cu->n_conv_plans = cu->cap_conv_plans = 0;
+}
+
+/* Builds the descriptors. For Conv: xd = (padded) input, yd = output. For ConvTranspose: xd = the
+ * op's input (cuDNN's dy), yd = the (full) output (cuDNN's dx). */
+static kiln_status make_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, const conv_geom *g, conv_plan *p) {
+    const kn_tensor *x = c->in[0], *w = c->in[1];
+    kiln_dtype cdt = compute_dtype(cu, x->dtype);
+    p->dt = dnn_type(cdt);
+    int nb = g->nsp == 1 ? 4 : g->nsp + 2; /* 1-D runs as 2-D */
+    int off = g->nsp == 1 ? 1 : 0;
+    int xdims[5], ydims[5], wdims[5], st[5], pad[3], str[3], dil[3];
+    bool symmetric = true;
+    for (int i = 0; i < g->nsp; i++)
+        if (g->pb[i] != g->pe[i] || g->pb[i] < 0) symmetric = false;
+    p->explicit_pad = !symmetric;
+    xdims[0] = (int)g->n;
+    xdims[1] = (int)g->cin;
+    ydims[0] = (int)g->n;
+    ydims[1] = (int)g->cout;
+    for (int i = 0; i < off; i++) {
+        xdims[2 + i] = ydims[2 + i] = wdims[2 + i] = 1;
+        pad[i] = 0;
+        str[i] = dil[i] = 1;
+    }
+    for (int i = 0; i < g->nsp; i++) {
+        int j = 2 + off + i;
+        if (!transpose) {
+            xdims[j] = (int)(p->explicit_pad ? g->in[i] + g->pb[i] + g->pe[i] : g->in[i]);
+            ydims[j] = (int)g->out[i];
+        } else {
+            xdims[j] = (int)g->in[i];
+            int64_t dk = (g->k[i] - 1) * g->dil[i] + 1;
+            p->full[i] = g->stride[i] * (g->in[i] - 1) + g->opad[i] + dk;
+            ydims[j] = (int)(p->explicit_pad ? p->full[i] : g->out[i]);
+        }
+        wdims[j] = (int)g->k[i];
+        pad[off + i] = p->explicit_pad ? 0 : (int)g->pb[i];
+        str[off + i] = (int)g->stride[i];
+        dil[off + i] = (int)g->dil[i];
+    }
+    wdims[0] = (int)w->dims[0];
+    wdims[1] = (int)w->dims[1];
+    cudnnStatus_t s = cudnnCreateTensorDescriptor(&p->xd);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateTensorDescriptor(&p->yd);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateFilterDescriptor(&p->wd);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateConvolutionDescriptor(&p->cd);
+    if (s == CUDNN_STATUS_SUCCESS) {
+        packed(nb, xdims, st);
+        s = cudnnSetTensorNdDescriptor(p->xd, p->dt, nb, xdims, st);
+    }
+    if (s == CUDNN_STATUS_SUCCESS) {
+        packed(nb, ydims, st);
+        s = cudnnSetTensorNdDescriptor(p->yd, p->dt, nb, ydims, st);
+    }
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetFilterNdDescriptor(p->wd, p->dt, CUDNN_TENSOR_NCHW, nb, wdims);
+    cudnnDataType_t comp = cdt == KILN_DTYPE_DOUBLE ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnSetConvolutionNdDescriptor(p->cd, nb - 2, pad, str, dil, CUDNN_CROSS_CORRELATION, comp);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionGroupCount(p->cd, (int)g->group);
+    if (s == CUDNN_STATUS_SUCCESS) {
+        /* fp32: plain FMA math (no TF32) unless tf32 is asked for */
+        cudnnMathType_t m = cdt == KILN_DTYPE_FLOAT && cu->cfg.precision != KN_PRECISION_TF32 ? CUDNN_FMA_MATH
+                            : cdt == KILN_DTYPE_DOUBLE ? CUDNN_DEFAULT_MATH
+                                                       : CUDNN_TENSOR_OP_MATH;
+        s = cudnnSetConvolutionMathType(p->cd, m);
+    }
+    if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(c, s, "descriptor");
+    if (!transpose) {
+        cudnnConvolutionFwdAlgoPerf_t perf[16];
+        int n = 0;
+        s = cudnnGetConvolutionForwardAlgorithm_v7(cu->dnn, p->xd, p->wd, p->cd, p->yd, 16, &n, perf);
+        if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(c, s, "algorithm choice");
+        p->algo = -1;
+        for (int i = 0; i < n; i++) {
+            if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > cu->workspace_size) continue;
+            size_t ws = 0;
+            if (cudnnGetConvolutionForwardWorkspaceSize(cu->dnn, p->xd, p->wd, p->cd, p->yd, perf[i].algo, &ws) !=
+                    CUDNN_STATUS_SUCCESS ||
+                ws > cu->workspace_size)
+                continue;
+            p->algo = (int)perf[i].algo;
+            p->ws = ws;
+            break;
+        }
+    } else {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[16];
+        int n = 0;
+        s = cudnnGetConvolutionBackwardDataAlgorithm_v7(cu->dnn, p->wd, p->xd, p->cd, p->yd, 16, &n, perf);
+        if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(c, s, "algorithm choice");
+        p->algo = -1;
+        for (int i = 0; i < n; i++) {
+            if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > cu->workspace_size) continue;
+            size_t ws = 0;
+            if (cudnnGetConvolutionBackwardDataWorkspaceSize(cu->dnn, p->wd, p->xd, p->cd, p->yd, perf[i].algo, &ws) !=
+                    CUDNN_STATUS_SUCCESS ||
+                ws > cu->workspace_size)
+                continue;
+            p->algo = (int)perf[i].algo;
+            p->ws = ws;
+            break;
+        }
+    }
+    if (p->algo < 0)
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "cuDNN has no algorithm for this convolution within a %zu MiB workspace",
+                               cu->workspace_size >> 20);
+    return KILN_OK;
+}
+
+static kiln_status get_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, const conv_geom *g, conv_plan **out) {
+    conv_plan *p = plan_lookup(cu, c->node, c->in[0], c->in[1], transpose);
+    if (p) {
+        *out = p;
+        return KILN_OK;
+    }
+    conv_plan tmp;
+    memset(&tmp, 0, sizeof tmp);
+    kiln_status st = make_plan(cu, c, transpose, g, &tmp);
+    if (st != KILN_OK) {
+        plan_free(&tmp);
+        return st;
+    }
+    tmp.node = c->node->name;
+    tmp.transpose = transpose;
+    memcpy(tmp.wdims, c->in[1]->dims, sizeof(int64_t) * (size_t)c->in[1]->rank);
+    tmp.xrank = c->in[0]->rank;
+    memcpy(tmp.xdims, c->in[0]->dims, sizeof(int64_t) * (size_t)tmp.xrank);
+    tmp.prec = cu->cfg.precision;
+    p = plan_add(cu);
+    if (!p) {
+        plan_free(&tmp);
+        return KN_OOM();
+    }
+    *p = tmp;
+    *out = p;
+    return KILN_OK;
+}
+
+/* Shared by Conv and ConvTranspose: operands converted to the compute type when the precision
+ * option asks for it, the cuDNN call, the conversion back, bias. */
+static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
+    const kn_tensor *x = c->in[0], *w = c->in[1], *b = c->n_inputs > 2 ? c->in[2] : NULL;
+    NEED_OUT(c, 0);
+    kn_tensor *y = c->out[0];
+    if (!cu->dnn) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "cuDNN is not usable");
+    conv_geom g;
+    KN_TRY(geometry(c, transpose, &g));
+    conv_plan *p = NULL;
+    KN_TRY(get_plan(cu, c, transpose, &g, &p));
+    kiln_dtype dt = x->dtype, cdt = compute_dtype(cu, dt);
+    size_t ces = kiln_dtype_size(cdt);
+    kiln_status st = KILN_OK;
+    /* input: padded and/or converted */
+    const void *xin = x->data;
+    void *xpad = NULL, *xconv = NULL, *wconv = NULL, *yfull = NULL, *ycomp = NULL;
+    size_t xpad_b = 0, xconv_b = 0, wconv_b = 0, yfull_b = 0, ycomp_b = 0;
+    if (cdt != dt) {
+        st = kn_cu_converted(cu, c, x->data, dt, kn_tensor_count(x), cdt, &xconv, &xconv_b);
+        xin = xconv;
+    }
+    int64_t pdims[KILN_MAX_RANK];
+    if (st == KILN_OK && !transpose && p->explicit_pad) {
+        int64_t pb[KILN_MAX_RANK] = {0};
+        pdims[0] = x->dims[0];
+        pdims[1] = x->dims[1];
+        int64_t cnt = pdims[0] * pdims[1];
+        for (int i = 0; i < g.nsp; i++) {
+            pdims[2 + i] = g.in[i] + g.pb[i] + g.pe[i];
+            pb[2 + i] = g.pb[i];
+            cnt *= pdims[2 + i];
+        }
+        xpad_b = (size_t)cnt * ces;
+        st = kn_cu_scratch(cu, xpad_b ? xpad_b : 1, &xpad);
+        unsigned char zero[16] = {0};
+        if (st == KILN_OK)
+            st = kn_cu_check(c, kn_cu_pad(ces, xin, xpad, x->rank, x->dims, pdims, pb, 0, zero, cu->stream), "Conv padding");
+        xin = xpad;
+    }
+    const void *win = w->data;
+    if (st == KILN_OK && cdt != dt) {
+        st = kn_cu_converted(cu, c, w->data, dt, kn_tensor_count(w), cdt, &wconv, &wconv_b);
+        win = wconv;
+    }
+    /* output: full (ConvTranspose with asymmetric pads) and/or in the compute type */
+    int64_t fdims[KILN_MAX_RANK], fcnt = y->dims[0] * y->dims[1];
+    fdims[0] = y->dims[0];
+    fdims[1] = y->dims[1];
+    for (int i = 0; i < g.nsp; i++) {
+        fdims[2 + i] = transpose && p->explicit_pad ? p->full[i] : y->dims[2 + i];
+        fcnt *= fdims[2 + i];
+    }
+    void *yout = y->data;
+    if (st == KILN_OK && (cdt != dt || (transpose && p->explicit_pad))) {
+        ycomp_b = (size_t)fcnt * ces;
+        st = kn_cu_scratch(cu, ycomp_b ? ycomp_b : 1, &ycomp);
+        yout = ycomp;
+    }
+    if (st == KILN_OK && fcnt > 0 && kn_tensor_count(x) > 0) {
+        double one_d = 1, zero_d = 0;
+        float one_f = 1, zero_f = 0;
+        const void *one = cdt == KILN_DTYPE_DOUBLE ? (const void *)&one_d : (const void *)&one_f;
+        const void *zero = cdt == KILN_DTYPE_DOUBLE ? (const void *)&zero_d : (const void *)&zero_f;
+        cudnnStatus_t s;
+        if (!transpose)
+            s = cudnnConvolutionForward(cu->dnn, one, p->xd, xin, p->wd, win, p->cd, (cudnnConvolutionFwdAlgo_t)p->algo,
+                                        cu->workspace, p->ws, zero, p->yd, yout);
+        else
+            s = cudnnConvolutionBackwardData(cu->dnn, one, p->wd, win, p->xd, xin, p->cd,
+                                             (cudnnConvolutionBwdDataAlgo_t)p->algo, cu->workspace, p->ws, zero, p->yd,
+                                             yout);
+        if (s != CUDNN_STATUS_SUCCESS) st = dnn_fail(c, s, transpose ? "ConvTranspose" : "Conv");
+    } else if (st == KILN_OK && fcnt > 0) {
+        st = kn_cu_check(c, cudaMemsetAsync(yout, 0, (size_t)fcnt * ces, cu->stream), "Conv");
+    }
+    if (st == KILN_OK && transpose && p->explicit_pad) {
+        /* crop (or zero-extend, for negative pads) the full output to y's shape */
+        int64_t begin[KILN_MAX_RANK] = {0};
+        for (int i = 0; i < g.nsp; i++) begin[2 + i] = -g.pb[i];
+        unsigned char zero[16] = {0};
+        void *dst = y->data;
+        if (cdt != dt) {
+            yfull_b = (size_t)kn_tensor_count(y) * ces;
+            st = kn_cu_scratch(cu, yfull_b ? yfull_b : 1, &yfull);
+            dst = yfull;
+        }
+        if (st == KILN_OK)
+            st = kn_cu_check(c, kn_cu_pad(ces, ycomp, dst, y->rank, fdims, y->dims, begin, 0, zero, cu->stream),
+                             "ConvTranspose crop");
+        if (st == KILN_OK && cdt != dt)
+            st = kn_cu_check(c, kn_cu_cast(cdt, dt, yfull, y->data, kn_tensor_count(y), cu->stream), "conversion");
+    } else if (st == KILN_OK && cdt != dt) {
+        st = kn_cu_check(c, kn_cu_cast(cdt, dt, ycomp, y->data, kn_tensor_count(y), cu->stream), "conversion");
+    }
+    if (st == KILN_OK && b && kn_tensor_count(b) > 0) {
+        int64_t inner = 1;
+        for (int i = 2; i < y->rank; i++) inner *= y->dims[i];
+        st = kn_cu_check(c, kn_cu_bias_act(dt, y->data, b->data, y->dims[0], y->dims[1], inner, 0, 0, 0, cu->stream),
+                         "bias");
+    }
+    if (xconv_b) kn_cu_scratch_free(cu, xconv, xconv_b);
+    if (xpad) kn_cu_scratch_free(cu, xpad, xpad_b ? xpad_b : 1);
+    if (wconv_b) kn_cu_scratch_free(cu, wconv, wconv_b);
+    if (ycomp) kn_cu_scratch_free(cu, ycomp, ycomp_b ? ycomp_b : 1);
+    if (yfull) kn_cu_scratch_free(cu, yfull, yfull_b ? yfull_b : 1);
+    return st;
+}
+
+kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c, false); }
+kiln_status kn_cu_run_conv_transpose(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c, true); }
+
+bool kn_cu_conv_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
+    if (in[0]->rank >= 0 && (in[0]->rank < 3 || in[0]->rank > 5)) {
+        snprintf(why, cap, "%d spatial dims (1 to 3 supported on CUDA)", in[0]->rank - 2);
+        return false;
+    }
+    for (int i = 1; i < n_in; i++)
+        if (in[i] && in[i]->dtype != in[0]->dtype) {
+            snprintf(why, cap, "input %d is %s, X is %s", i, kiln_dtype_name(in[i]->dtype), kiln_dtype_name(in[0]->dtype));
+            return false;
+        }
+    (void)n;
+    return true;
+}
+
+#else
+
+void kn_cu_conv_release(kn_cuda *cu) { (void)cu; }
+
+#endif

@@ -1,0 +1,544 @@
+/* CUDA kernels of the linalg family through cuBLASLt: MatMul (batched, with broadcasting), Gemm
+ * (every transA/transB/alpha/beta and broadcast C), and the recurrent operators LSTM, GRU and RNN
+ * (one product for the input projections of all steps, one per step for the state).
+ *
+ * cuBLASLt is column-major; a row-major C = op(A) op(B) is computed as the column-major
+ * C^T = op(B)^T op(A)^T, i.e. with the operands swapped and no data movement. */
+#include "backend/cuda/cuda_backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NEED_OUT(c, i)                                                                             \
+    do {                                                                                           \
+        if (!(c)->out[i]) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output %d shape unknown at run time", i); \
+    } while (0)
+
+/* ------------------------------------------------------------------ cuBLASLt */
+
+static kiln_status lt_fail(const kn_kernel_ctx *c, cublasStatus_t s, const char *what) {
+    return kn_kernel_error(c, KILN_ERR_RUNTIME, "cuBLASLt %s failed (status %d)", what, (int)s);
+}
+
+static uint64_t align_of(const void *p, int64_t ld, int64_t stride, size_t es) {
+    uint64_t a = (uint64_t)(uintptr_t)p | 256;
+    a |= (uint64_t)(ld * (int64_t)es) | 256;
+    if (stride) a |= (uint64_t)(stride * (int64_t)es);
+    return a & (~a + 1); /* lowest set bit */
+}
+
+static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const uint64_t key[6], cublasLtMatmulDesc_t op,
+                             cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                             uint32_t al_a, uint32_t al_b, uint32_t al_c, cublasLtMatmulAlgo_t *algo) {
+    for (int i = 0; i < cu->n_lt; i++)
+        if (!memcmp(cu->lt_cache[i].key, key, sizeof cu->lt_cache[i].key)) {
+            *algo = cu->lt_cache[i].algo;
+            return KILN_OK;
+        }
+    cublasLtMatmulPreference_t pref;
+    cublasStatus_t s = cublasLtMatmulPreferenceCreate(&pref);
+    if (s != CUBLAS_STATUS_SUCCESS) return lt_fail(c, s, "preference");
+    uint64_t ws = cu->workspace_size;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c);
+    cublasLtMatmulHeuristicResult_t res;
+    int n = 0;
+    s = cublasLtMatmulAlgoGetHeuristic(cu->lt, op, la, lb, lc, lc, pref, 1, &res, &n);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (s != CUBLAS_STATUS_SUCCESS || n == 0)
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for this product (status %d)", (int)s);
+    *algo = res.algo;
+    if (cu->n_lt == cu->cap_lt) {
+        int nc = cu->cap_lt ? cu->cap_lt * 2 : 32;
+        kn_cu_lt_entry *b = realloc(cu->lt_cache, sizeof *b * (size_t)nc);
+        if (!b) return KILN_OK;
+        cu->lt_cache = b;
+        cu->cap_lt = nc;
+    }
+    memcpy(cu->lt_cache[cu->n_lt].key, key, sizeof cu->lt_cache[cu->n_lt].key);
+    cu->lt_cache[cu->n_lt].algo = res.algo;
+    cu->lt_cache[cu->n_lt].ok = true;
+    cu->n_lt++;
+    return KILN_OK;
+}
+
+static int64_t extent(int64_t rows, int64_t ld, int64_t batch, int64_t stride) {
+    return rows * ld + (batch > 1 && stride > 0 ? (batch - 1) * stride : 0);
+}
+
+kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm *g) {
+    if (g->M == 0 || g->N == 0 || g->batch == 0) return KILN_OK;
+    if (g->K == 0) {
+        /* an empty sum: C = beta * C */
+        int64_t n = g->M * g->N * g->batch;
+        if (g->beta == 0) return kn_cu_check(c, cudaMemsetAsync(g->C, 0, (size_t)n * kiln_dtype_size(g->dt), cu->stream), "Gemm");
+        return kn_cu_check(c, kn_cu_scale(g->dt, g->C, g->C, n, g->beta, cu->stream), "Gemm");
+    }
+    if (g->batch > 1 && (g->sa == 0 || g->sb == 0)) {
+        /* a broadcast operand: one product per batch entry */
+        size_t es = kiln_dtype_size(g->dt);
+        for (int64_t b = 0; b < g->batch; b++) {
+            kn_cu_gemm one = *g;
+            one.batch = 1;
+            one.A = (const char *)g->A + (size_t)(b * g->sa) * es;
+            one.B = (const char *)g->B + (size_t)(b * g->sb) * es;
+            one.C = (char *)g->C + (size_t)(b * g->sc) * es;
+            KN_TRY(kn_cu_gemm_run(cu, c, &one));
+        }
+        return KILN_OK;
+    }
+    cudaDataType_t ab_t, c_t, scale_t = CUDA_R_32F;
+    cublasComputeType_t comp = CUBLAS_COMPUTE_32F;
+    const void *A = g->A, *B = g->B;
+    void *convA = NULL, *convB = NULL;
+    size_t convA_bytes = 0, convB_bytes = 0;
+    kiln_status st = KILN_OK;
+    switch (g->dt) {
+    case KILN_DTYPE_FLOAT:
+        c_t = CUDA_R_32F;
+        ab_t = CUDA_R_32F;
+        if (cu->cfg.precision == KN_PRECISION_TF32) comp = CUBLAS_COMPUTE_32F_FAST_TF32;
+        else if (cu->cfg.precision == KN_PRECISION_FP16 || cu->cfg.precision == KN_PRECISION_BF16) {
+            kiln_dtype to = cu->cfg.precision == KN_PRECISION_FP16 ? KILN_DTYPE_FLOAT16 : KILN_DTYPE_BFLOAT16;
+            ab_t = to == KILN_DTYPE_FLOAT16 ? CUDA_R_16F : CUDA_R_16BF;
+            int64_t ea = extent(g->ta ? g->K : g->M, g->lda, g->batch, g->sa);
+            int64_t eb = extent(g->tb ? g->N : g->K, g->ldb, g->batch, g->sb);
+            st = kn_cu_converted(cu, c, g->A, KILN_DTYPE_FLOAT, ea, to, &convA, &convA_bytes);
+            if (st == KILN_OK) st = kn_cu_converted(cu, c, g->B, KILN_DTYPE_FLOAT, eb, to, &convB, &convB_bytes);
+            A = convA;
+            B = convB;
+        }
+        break;
+    case KILN_DTYPE_FLOAT16: ab_t = c_t = CUDA_R_16F; break;
+    case KILN_DTYPE_BFLOAT16: ab_t = c_t = CUDA_R_16BF; break;
+    case KILN_DTYPE_DOUBLE:
+        ab_t = c_t = scale_t = CUDA_R_64F;
+        comp = CUBLAS_COMPUTE_64F;
+        break;
+    default: return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "matrix product of %s on CUDA", kiln_dtype_name(g->dt));
+    }
+    size_t abs_ = ab_t == CUDA_R_32F ? 4 : ab_t == CUDA_R_64F ? 8 : 2;
+    size_t cs = kiln_dtype_size(g->dt);
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    if (st == KILN_OK) {
+        s = cublasLtMatmulDescCreate(&op, comp, scale_t);
+        cublasOperation_t opa = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+        if (s == CUBLAS_STATUS_SUCCESS) {
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+        }
+        /* Lt's A is our B, Lt's B is our A (see the top of the file) */
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasLtMatrixLayoutCreate(&la, ab_t, g->tb ? (uint64_t)g->K : (uint64_t)g->N,
+                                           g->tb ? (uint64_t)g->N : (uint64_t)g->K, g->ldb);
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasLtMatrixLayoutCreate(&lb, ab_t, g->ta ? (uint64_t)g->M : (uint64_t)g->K,
+                                           g->ta ? (uint64_t)g->K : (uint64_t)g->M, g->lda);
+        if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatrixLayoutCreate(&lc, c_t, (uint64_t)g->N, (uint64_t)g->M, g->ldc);
+        if (s == CUBLAS_STATUS_SUCCESS && g->batch > 1) {
+            int32_t bc = (int32_t)g->batch;
+            int64_t sa = g->sb, sb = g->sa, sc = g->sc;
+            cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc);
+            cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sa, sizeof sa);
+            cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc);
+            cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sb, sizeof sb);
+            cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc);
+            cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sc, sizeof sc);
+        }
+        if (s != CUBLAS_STATUS_SUCCESS) st = lt_fail(c, s, "descriptor");
+    }
+    if (st == KILN_OK) {
+        uint32_t al_a = (uint32_t)align_of(B, g->ldb, g->sb, abs_), al_b = (uint32_t)align_of(A, g->lda, g->sa, abs_),
+                 al_c = (uint32_t)align_of(g->C, g->ldc, g->sc, cs);
+        uint64_t key[6] = {(uint64_t)g->M << 32 ^ (uint64_t)g->N, (uint64_t)g->K << 32 ^ (uint64_t)g->batch,
+                           (uint64_t)g->lda << 32 ^ (uint64_t)g->ldb,
+                           (uint64_t)g->ldc << 32 ^ (uint64_t)(g->ta | g->tb << 1 | (uint64_t)ab_t << 2 | (uint64_t)c_t << 12),
+                           (uint64_t)comp << 32 ^ ((uint64_t)al_a << 16 ^ (uint64_t)al_b << 8 ^ al_c),
+                           (uint64_t)g->sa ^ (uint64_t)g->sb << 20 ^ (uint64_t)g->sc << 40};
+        cublasLtMatmulAlgo_t algo;
+        st = find_algo(cu, c, key, op, la, lb, lc, al_a, al_b, al_c, &algo);
+        if (st == KILN_OK) {
+            double ad = g->alpha, bd = g->beta;
+            float af = g->alpha, bf = g->beta;
+            const void *alpha = scale_t == CUDA_R_64F ? (const void *)&ad : (const void *)&af;
+            const void *beta = scale_t == CUDA_R_64F ? (const void *)&bd : (const void *)&bf;
+            s = cublasLtMatmul(cu->lt, op, alpha, B, la, A, lb, beta, g->C, lc, g->C, lc, &algo, cu->workspace,
+                               cu->workspace_size, cu->stream);
+            if (s != CUBLAS_STATUS_SUCCESS) st = lt_fail(c, s, "matmul");
+        }
+    }
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (op) cublasLtMatmulDescDestroy(op);
+    if (convA_bytes) kn_cu_scratch_free(cu, convA, convA_bytes);
+    if (convB_bytes) kn_cu_scratch_free(cu, convB, convB_bytes);
+    return st;
+}
+
+/* ------------------------------------------------------------------ MatMul */
+
+kiln_status kn_cu_matmul_bcast(kn_cuda *cu, const kn_kernel_ctx *c, kiln_dtype dt, const void *A, const int64_t *a_bd,
+                               int na, const void *B, const int64_t *b_bd, int nb, void *C, const int64_t *o_bd, int no,
+                               int64_t M, int64_t N, int64_t K, float alpha) {
+    /* batch dims right-aligned onto the output's */
+    int64_t ad[KILN_MAX_RANK], bd[KILN_MAX_RANK], od[KILN_MAX_RANK];
+    int64_t batch = 1, batch_a = 1, batch_b = 1;
+    for (int i = 0; i < no; i++) {
+        ad[i] = i - (no - na) >= 0 ? a_bd[i - (no - na)] : 1;
+        bd[i] = i - (no - nb) >= 0 ? b_bd[i - (no - nb)] : 1;
+        od[i] = o_bd[i];
+        batch *= od[i];
+        batch_a *= ad[i];
+        batch_b *= bd[i];
+    }
+    kn_cu_gemm g = {0};
+    g.dt = dt;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.A = A;
+    g.B = B;
+    g.C = C;
+    g.lda = K;
+    g.ldb = N;
+    g.ldc = N;
+    g.alpha = alpha;
+    g.beta = 0;
+    g.batch = 1;
+    if (batch == 0) return KILN_OK;
+    if (batch_b == 1 && batch_a == batch) {
+        /* B shared by every batch entry: one product with the batch folded into M */
+        g.M = M * batch;
+        return kn_cu_gemm_run(cu, c, &g);
+    }
+    if (batch_a == batch && batch_b == batch) {
+        g.batch = batch;
+        g.sa = M * K;
+        g.sb = K * N;
+        g.sc = M * N;
+        return kn_cu_gemm_run(cu, c, &g);
+    }
+    /* general broadcasting: one product per output batch entry */
+    size_t es = kiln_dtype_size(dt);
+    for (int64_t o = 0; o < batch; o++) {
+        int64_t rest = o, ia = 0, ib = 0, sa = 1, sb = 1;
+        for (int i = no - 1; i >= 0; i--) {
+            int64_t ci = rest % od[i];
+            rest /= od[i];
+            ia += (ad[i] == 1 ? 0 : ci) * sa;
+            ib += (bd[i] == 1 ? 0 : ci) * sb;
+            sa *= ad[i];
+            sb *= bd[i];
+        }
+        kn_cu_gemm one = g;
+        one.A = (const char *)A + (size_t)(ia * M * K) * es;
+        one.B = (const char *)B + (size_t)(ib * K * N) * es;
+        one.C = (char *)C + (size_t)(o * M * N) * es;
+        KN_TRY(kn_cu_gemm_run(cu, c, &one));
+    }
+    return KILN_OK;
+}
+
+kiln_status kn_cu_run_matmul(kn_cuda *cu, kn_kernel_ctx *c) {
+    const kn_tensor *a = c->in[0], *b = c->in[1];
+    NEED_OUT(c, 0);
+    kn_tensor *y = c->out[0];
+    int ra = a->rank, rb = b->rank;
+    if (ra < 1 || rb < 1) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "MatMul of a scalar");
+    int64_t M = ra == 1 ? 1 : a->dims[ra - 2], K = a->dims[ra - 1];
+    int64_t N = rb == 1 ? 1 : b->dims[rb - 1], Kb = rb == 1 ? b->dims[0] : b->dims[rb - 2];
+    if (K != Kb) return kn_kernel_error(c, KILN_ERR_SHAPE, "inner dimensions %lld and %lld differ", (long long)K, (long long)Kb);
+    int na = ra > 2 ? ra - 2 : 0, nb = rb > 2 ? rb - 2 : 0, no = na > nb ? na : nb;
+    int64_t od[KILN_MAX_RANK];
+    for (int i = 0; i < no; i++) {
+        int64_t x = i - (no - na) >= 0 ? a->dims[i - (no - na)] : 1, z = i - (no - nb) >= 0 ? b->dims[i - (no - nb)] : 1;
+        od[i] = x > z ? x : z;
+    }
+    return kn_cu_matmul_bcast(cu, c, a->dtype, a->data, a->dims, na, b->data, b->dims, nb, y->data, od, no, M, N, K, 1.0f);
+}
+
+static bool same_types(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
+    (void)n;
+    for (int i = 1; i < n_in; i++)
+        if (in[i] && in[i]->dtype != in[0]->dtype) {
+            snprintf(why, cap, "inputs of types %s and %s", kiln_dtype_name(in[0]->dtype), kiln_dtype_name(in[i]->dtype));
+            return false;
+        }
+    return true;
+}
+
+/* ------------------------------------------------------------------ Gemm */
+
+kiln_status kn_cu_run_gemm(kn_cuda *cu, kn_kernel_ctx *c) {
+    const kn_tensor *a = c->in[0], *b = c->in[1], *cc = c->n_inputs > 2 ? c->in[2] : NULL;
+    NEED_OUT(c, 0);
+    kn_tensor *y = c->out[0];
+    if (a->rank != 2 || b->rank != 2) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "Gemm takes 2-D A and B");
+    bool ta = kn_attr_int(c->node, "transA", 0) != 0, tb = kn_attr_int(c->node, "transB", 0) != 0;
+    float alpha = kn_attr_float(c->node, "alpha", 1.0f), beta = kn_attr_float(c->node, "beta", 1.0f);
+    kn_cu_gemm g = {0};
+    g.dt = a->dtype;
+    g.ta = ta;
+    g.tb = tb;
+    g.M = ta ? a->dims[1] : a->dims[0];
+    g.K = ta ? a->dims[0] : a->dims[1];
+    g.N = tb ? b->dims[0] : b->dims[1];
+    int64_t kb = tb ? b->dims[1] : b->dims[0];
+    if (kb != g.K)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "op(A) is [%lld,%lld] but op(B) is [%lld,%lld] (transA=%d, transB=%d)",
+                               (long long)g.M, (long long)g.K, (long long)kb, (long long)g.N, ta, tb);
+    g.A = a->data;
+    g.B = b->data;
+    g.C = y->data;
+    g.lda = a->dims[1];
+    g.ldb = b->dims[1];
+    g.ldc = g.N;
+    g.batch = 1;
+    g.alpha = alpha;
+    g.beta = 0;
+    if (cc && beta != 0 && kn_tensor_count(cc) > 0) {
+        /* Y = broadcast C, then Y = alpha op(A) op(B) + beta Y in one product */
+        kn_cu_view v;
+        const kn_tensor *ops[1] = {cc};
+        kn_cu_make_view(&v, y->dims, y->rank, ops, 1);
+        KN_TRY(kn_cu_check(c, kn_cu_copy_view(kiln_dtype_size(cc->dtype), cc->data, 0, y->data, &v, cu->stream),
+                           "Gemm bias"));
+        g.beta = beta;
+    }
+    return kn_cu_gemm_run(cu, c, &g);
+}
+
+/* ------------------------------------------------------------------ LSTM, GRU, RNN */
+
+static bool default_activations(const kn_node *n, const char *const *want, int nwant, int dirs) {
+    int na = 0;
+    const kn_attr *a = kn_node_attr(n, "activations");
+    if (!a) return true;
+    na = a->n;
+    if (na != nwant * dirs) return false;
+    for (int i = 0; i < na; i++)
+        if (strcasecmp(a->strings[i], want[i % nwant])) return false;
+    return true;
+}
+
+static int dirs_of(const kn_node *n) {
+    return !strcmp(kn_attr_string(n, "direction", "forward"), "bidirectional") ? 2 : 1;
+}
+
+static bool rnn_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
+    if (kn_attr_int(n, "layout", 0) != 0) {
+        snprintf(why, cap, "layout=1 (batch first)");
+        return false;
+    }
+    int dirs = dirs_of(n);
+    static const char *const lstm[] = {"Sigmoid", "Tanh", "Tanh"}, *const gru[] = {"Sigmoid", "Tanh"};
+    if (!strcmp(n->op_type, "LSTM") && !default_activations(n, lstm, 3, dirs)) {
+        snprintf(why, cap, "non-default activations");
+        return false;
+    }
+    if (!strcmp(n->op_type, "GRU") && !default_activations(n, gru, 2, dirs)) {
+        snprintf(why, cap, "non-default activations");
+        return false;
+    }
+    if (!strcmp(n->op_type, "RNN")) {
+        const kn_attr *a = kn_node_attr(n, "activations");
+        for (int i = 0; a && i < a->n; i++)
+            if (strcasecmp(a->strings[i], "Tanh") && strcasecmp(a->strings[i], "Relu") && strcasecmp(a->strings[i], "Sigmoid")) {
+                snprintf(why, cap, "activation %s", a->strings[i]);
+                return false;
+            }
+    }
+    if (kn_node_attr(n, "activation_alpha") || kn_node_attr(n, "activation_beta")) {
+        snprintf(why, cap, "activation_alpha/beta");
+        return false;
+    }
+    if (n_in > 4 && in[4] && in[4]->dtype != KILN_DTYPE_INT32) {
+        snprintf(why, cap, "sequence_lens of type %s", kiln_dtype_name(in[4]->dtype));
+        return false;
+    }
+    for (int i = 1; i < n_in; i++)
+        if (i != 4 && in[i] && in[i]->dtype != in[0]->dtype) {
+            snprintf(why, cap, "input %d of type %s", i, kiln_dtype_name(in[i]->dtype));
+            return false;
+        }
+    return true;
+}
+
+static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
+    const char *op = c->node->op_type;
+    int G = !strcmp(op, "LSTM") ? 4 : !strcmp(op, "GRU") ? 3 : 1;
+    const kn_tensor *X = c->in[0], *W = c->in[1], *R = c->in[2];
+    const kn_tensor *Bi = c->n_inputs > 3 ? c->in[3] : NULL, *lens = c->n_inputs > 4 ? c->in[4] : NULL;
+    const kn_tensor *h0 = c->n_inputs > 5 ? c->in[5] : NULL, *c0 = G == 4 && c->n_inputs > 6 ? c->in[6] : NULL;
+    const kn_tensor *P = G == 4 && c->n_inputs > 7 ? c->in[7] : NULL;
+    kn_tensor *Y = c->n_outputs > 0 ? c->out[0] : NULL, *Yh = c->n_outputs > 1 ? c->out[1] : NULL,
+              *Yc = G == 4 && c->n_outputs > 2 ? c->out[2] : NULL;
+    if (X->rank != 3) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "X must be [seq, batch, input]");
+    int64_t T = X->dims[0], B = X->dims[1], I = X->dims[2];
+    int dirs = dirs_of(c->node);
+    int64_t H = kn_attr_int(c->node, "hidden_size", R->dims[2]);
+    float clip = kn_attr_float(c->node, "clip", 0.0f);
+    bool reverse_only = !strcmp(kn_attr_string(c->node, "direction", "forward"), "reverse");
+    bool lbr = kn_attr_int(c->node, "linear_before_reset", 0) != 0;
+    bool input_forget = kn_attr_int(c->node, "input_forget", 0) != 0;
+    int act = 0;
+    if (G == 1) {
+        const kn_attr *a = kn_node_attr(c->node, "activations");
+        if (a && a->n > 0) act = !strcasecmp(a->strings[0], "Relu") ? 1 : !strcasecmp(a->strings[0], "Sigmoid") ? 2 : 0;
+    }
+    kiln_dtype dt = X->dtype;
+    size_t es = kiln_dtype_size(dt);
+    int64_t GH = G * H;
+    void *gx = NULL, *gh = NULL, *h = NULL, *cs = NULL, *bias = NULL, *rh = NULL, *ghh = NULL;
+    size_t gx_b = (size_t)(T * B * GH) * es, gh_b = (size_t)(B * GH) * es, h_b = (size_t)(B * H) * es,
+           bias_b = (size_t)GH * es;
+    kiln_status st = kn_cu_scratch(cu, gx_b ? gx_b : 1, &gx);
+    if (st == KILN_OK) st = kn_cu_scratch(cu, gh_b ? gh_b : 1, &gh);
+    if (st == KILN_OK) st = kn_cu_scratch(cu, h_b ? h_b : 1, &h);
+    if (st == KILN_OK && G == 4) st = kn_cu_scratch(cu, h_b ? h_b : 1, &cs);
+    if (st == KILN_OK) st = kn_cu_scratch(cu, bias_b, &bias);
+    if (st == KILN_OK && G == 3 && !lbr) {
+        st = kn_cu_scratch(cu, h_b ? h_b : 1, &rh);
+        if (st == KILN_OK) st = kn_cu_scratch(cu, h_b ? h_b : 1, &ghh);
+    }
+    int32_t *lens_dev = lens ? (int32_t *)lens->data : NULL;
+    if (st == KILN_OK && Y && Y->nbytes) st = kn_cu_check(c, cudaMemsetAsync(Y->data, 0, Y->nbytes, cu->stream), op);
+    for (int d = 0; d < dirs && st == KILN_OK; d++) {
+        bool rev = reverse_only || d == 1;
+        const char *Wd = (const char *)W->data + (size_t)(d * GH * I) * es;
+        const char *Rd = (const char *)R->data + (size_t)(d * GH * H) * es;
+        /* input projections of every step: gx = X W^T + (Wb + Rb) */
+        kn_cu_gemm g = {0};
+        g.dt = dt;
+        g.M = T * B;
+        g.N = GH;
+        g.K = I;
+        g.tb = true;
+        g.A = X->data;
+        g.B = Wd;
+        g.C = gx;
+        g.lda = I;
+        g.ldb = I;
+        g.ldc = GH;
+        g.batch = 1;
+        g.alpha = 1;
+        st = kn_cu_gemm_run(cu, c, &g);
+        if (st != KILN_OK) break;
+        if (Bi) {
+            const char *Bd = (const char *)Bi->data + (size_t)(d * 2 * GH) * es;
+            kn_tensor wb = {0}, rb = {0}, bb = {0};
+            wb.kind = rb.kind = bb.kind = KN_VALUE_TENSOR;
+            wb.dtype = rb.dtype = bb.dtype = dt;
+            wb.rank = rb.rank = bb.rank = 1;
+            int64_t n_add = G == 3 ? 2 * H : GH; /* the GRU's Rbh is applied inside the cell */
+            wb.dims[0] = rb.dims[0] = bb.dims[0] = n_add;
+            wb.data = (void *)Bd;
+            rb.data = (void *)(Bd + (size_t)GH * es);
+            bb.data = bias;
+            kn_cu_view v;
+            const kn_tensor *ops[2] = {&wb, &rb};
+            kn_cu_make_view(&v, bb.dims, 1, ops, 2);
+            st = kn_cu_check(c, kn_cu_binary(KN_CU_ADD, dt, wb.data, rb.data, bias, &v, cu->stream), op);
+            if (st == KILN_OK && G == 3)
+                st = kn_cu_check(c, cudaMemcpyAsync((char *)bias + (size_t)(2 * H) * es, Bd + (size_t)(2 * H) * es, (size_t)H * es,
+                                                    cudaMemcpyDeviceToDevice, cu->stream),
+                                 op);
+            if (st == KILN_OK)
+                st = kn_cu_check(c, kn_cu_bias_act(dt, gx, bias, T * B, GH, 1, 0, 0, 0, cu->stream), op);
+            if (st != KILN_OK) break;
+        }
+        const void *rbh = Bi && G == 3 ? (const char *)Bi->data + (size_t)(d * 2 * GH + GH + 2 * H) * es : NULL;
+        /* initial state */
+        if (h0) st = kn_cu_check(c, cudaMemcpyAsync(h, (const char *)h0->data + (size_t)(d * B * H) * es, h_b,
+                                                    cudaMemcpyDeviceToDevice, cu->stream), op);
+        else st = kn_cu_check(c, cudaMemsetAsync(h, 0, h_b, cu->stream), op);
+        if (st == KILN_OK && G == 4) {
+            if (c0) st = kn_cu_check(c, cudaMemcpyAsync(cs, (const char *)c0->data + (size_t)(d * B * H) * es, h_b,
+                                                        cudaMemcpyDeviceToDevice, cu->stream), op);
+            else st = kn_cu_check(c, cudaMemsetAsync(cs, 0, h_b, cu->stream), op);
+        }
+        void *y = Y ? (char *)Y->data + (size_t)(d * B * H) * es : NULL;
+        int64_t y_step = dirs * B * H;
+        const void *peep = P ? (const char *)P->data + (size_t)(d * 3 * H) * es : NULL;
+        for (int64_t s = 0; s < T && st == KILN_OK; s++) {
+            kn_cu_gemm gs = {0};
+            gs.dt = dt;
+            gs.M = B;
+            gs.N = GH;
+            gs.K = H;
+            gs.tb = true;
+            gs.A = h;
+            gs.B = Rd;
+            gs.C = gh;
+            gs.lda = H;
+            gs.ldb = H;
+            gs.ldc = GH;
+            gs.batch = 1;
+            gs.alpha = 1;
+            st = kn_cu_gemm_run(cu, c, &gs);
+            if (st != KILN_OK) break;
+            if (G == 4) {
+                st = kn_cu_check(c, kn_cu_lstm_cell(dt, gx, gh, h, cs, y, y_step, peep, lens_dev, s, T, rev, B, H, clip,
+                                                    input_forget, cu->stream), op);
+            } else if (G == 3) {
+                if (lbr) {
+                    st = kn_cu_check(c, kn_cu_gru_cell(dt, gx, gh, (const char *)gh + (size_t)(2 * H) * es, GH, rbh, h, y,
+                                                       y_step, lens_dev, s, T, rev, B, H, clip, true, cu->stream), op);
+                } else {
+                    st = kn_cu_check(c, kn_cu_gru_reset(dt, gx, gh, h, rh, lens_dev, s, T, rev, B, H, clip, cu->stream), op);
+                    if (st == KILN_OK) {
+                        kn_cu_gemm gr = gs;
+                        gr.N = H;
+                        gr.A = rh;
+                        gr.B = Rd + (size_t)(2 * H * H) * es;
+                        gr.C = ghh;
+                        gr.ldc = H;
+                        st = kn_cu_gemm_run(cu, c, &gr);
+                    }
+                    if (st == KILN_OK)
+                        st = kn_cu_check(c, kn_cu_gru_cell(dt, gx, gh, ghh, H, rbh, h, y, y_step, lens_dev, s, T, rev, B,
+                                                           H, clip, false, cu->stream), op);
+                }
+            } else {
+                st = kn_cu_check(c, kn_cu_rnn_cell(dt, gx, gh, h, y, y_step, lens_dev, s, T, rev, B, H, clip, act,
+                                                   cu->stream), op);
+            }
+        }
+        if (st == KILN_OK && Yh)
+            st = kn_cu_check(c, cudaMemcpyAsync((char *)Yh->data + (size_t)(d * B * H) * es, h, h_b,
+                                                cudaMemcpyDeviceToDevice, cu->stream), op);
+        if (st == KILN_OK && Yc)
+            st = kn_cu_check(c, cudaMemcpyAsync((char *)Yc->data + (size_t)(d * B * H) * es, cs, h_b,
+                                                cudaMemcpyDeviceToDevice, cu->stream), op);
+    }
+    kn_cu_scratch_free(cu, gx, gx_b ? gx_b : 1);
+    kn_cu_scratch_free(cu, gh, gh_b ? gh_b : 1);
+    kn_cu_scratch_free(cu, h, h_b ? h_b : 1);
+    if (cs) kn_cu_scratch_free(cu, cs, h_b ? h_b : 1);
+    kn_cu_scratch_free(cu, bias, bias_b);
+    if (rh) kn_cu_scratch_free(cu, rh, h_b ? h_b : 1);
+    if (ghh) kn_cu_scratch_free(cu, ghh, h_b ? h_b : 1);
+    return st;
+}
+
+#define MM_TYPES (KN_T_FLOATS)
+
+const kn_cuda_kernel kn_cuda_linalg[] = {
+    {"", "MatMul", kn_cu_run_matmul, same_types, MM_TYPES, 0, 0},
+    {"", "Gemm", kn_cu_run_gemm, same_types, MM_TYPES, 0, 0},
+    {"", "LSTM", run_rnn, rnn_supports, KN_T_FLOATS, 0, 0},
+    {"", "GRU", run_rnn, rnn_supports, KN_T_FLOATS, 0, 0},
+    {"", "RNN", run_rnn, rnn_supports, KN_T_FLOATS, 0, 0},
+#ifdef KILN_HAVE_CUDNN
+    {"", "Conv", kn_cu_run_conv, kn_cu_conv_supports, KN_T_FLOATS, 0, 0},
+    {"", "ConvTranspose", kn_cu_run_conv_transpose, kn_cu_conv_supports, KN_T_FLOATS, 0, 0},
+#endif
+    {NULL, NULL, NULL, NULL, 0, 0, 0},
+};

@@ -1,0 +1,212 @@
+/* CUDA kernels of kiln's fused operators (domain "kiln", src/ops/fused.h): FusedConv, FusedGemm
+ * and FusedMatMul run the linear part (cuDNN / cuBLASLt) into the output and then one epilogue
+ * pass (bias, residual, activation); Gelu, LayerNormalization and RMSNormalization reuse the
+ * ai.onnx kernels; Attention is two batched products around a masked softmax. */
+#include "backend/cuda/cuda_backend.h"
+
+#include "ops/fused.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+_Static_assert(KN_ACT_NONE == 0 && KN_ACT_RELU == 1 && KN_ACT_LEAKY_RELU == 2 && KN_ACT_CLIP == 3 &&
+                   KN_ACT_SIGMOID == 4 && KN_ACT_TANH == 5 && KN_ACT_HARD_SIGMOID == 6 && KN_ACT_HARD_SWISH == 7 &&
+                   KN_ACT_SILU == 8 && KN_ACT_GELU == 9 && KN_ACT_GELU_TANH == 10,
+               "kn_cu_epilogue numbers the activations as kn_act");
+
+static kiln_status read_act(kn_kernel_ctx *c, kn_act_spec *a) {
+    char why[128];
+    if (!kn_act_from_node(c->node, a, why, sizeof why)) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+    return KILN_OK;
+}
+
+/* Runs `run` as the ai.onnx operator `op` on the first n inputs of the fused node. */
+static kiln_status run_base(kn_cuda *cu, kn_kernel_ctx *c, const char *op, int n,
+                            kiln_status (*run)(kn_cuda *, kn_kernel_ctx *)) {
+    kn_node proxy = *c->node;
+    proxy.op_type = op;
+    proxy.domain = "";
+    proxy.opset = 13;
+    kn_kernel_ctx pc = *c;
+    pc.node = &proxy;
+    pc.n_inputs = n < c->n_inputs ? n : c->n_inputs;
+    return run(cu, &pc);
+}
+
+static kiln_status check_residual(kn_kernel_ctx *c, const kn_tensor *z, const kn_tensor *y) {
+    if (!z) return KILN_OK;
+    if (z->dtype != y->dtype || z->rank != y->rank || (y->rank && memcmp(z->dims, y->dims, sizeof(int64_t) * (size_t)y->rank)))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "the residual input must have the output's shape and type");
+    return KILN_OK;
+}
+
+static kiln_status epilogue(kn_cuda *cu, kn_kernel_ctx *c, kn_tensor *y, const kn_tensor *bias, int64_t cols,
+                            const kn_tensor *z, const kn_act_spec *a) {
+    int64_t nb = bias ? kn_tensor_count(bias) : 0;
+    return kn_cu_check(c, kn_cu_epilogue(y->dtype, y->data, bias ? bias->data : NULL, nb, cols, 1, z ? z->data : NULL,
+                                         (int)a->act, a->p0, a->p1, kn_tensor_count(y), cu->stream),
+                       c->node->op_type);
+}
+
+static kiln_status run_fused_conv(kn_cuda *cu, kn_kernel_ctx *c) {
+#ifdef KILN_HAVE_CUDNN
+    kn_act_spec a;
+    KN_TRY(read_act(c, &a));
+    kn_tensor *y = c->out[0];
+    if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
+    const kn_tensor *z = c->n_inputs > 3 ? c->in[3] : NULL;
+    KN_TRY(check_residual(c, z, y));
+    KN_TRY(run_base(cu, c, "Conv", 3, kn_cu_run_conv));
+    return epilogue(cu, c, y, NULL, 1, z, &a);
+#else
+    (void)cu;
+    return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "built without cuDNN");
+#endif
+}
+
+static kiln_status run_fused_gemm(kn_cuda *cu, kn_kernel_ctx *c) {
+    kn_act_spec a;
+    KN_TRY(read_act(c, &a));
+    kn_tensor *y = c->out[0];
+    if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
+    KN_TRY(run_base(cu, c, "Gemm", 3, kn_cu_run_gemm));
+    return epilogue(cu, c, y, NULL, 1, NULL, &a);
+}
+
+static kiln_status run_fused_matmul(kn_cuda *cu, kn_kernel_ctx *c) {
+    kn_act_spec a;
+    KN_TRY(read_act(c, &a));
+    kn_tensor *y = c->out[0];
+    if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
+    const kn_tensor *bias = c->n_inputs > 2 ? c->in[2] : NULL, *z = c->n_inputs > 3 ? c->in[3] : NULL;
+    KN_TRY(check_residual(c, z, y));
+    int64_t cols = y->rank >= 1 ? y->dims[y->rank - 1] : 1, nb = bias ? kn_tensor_count(bias) : 0;
+    if (bias && (bias->dtype != y->dtype || (nb != 1 && nb != cols)))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output columns", (long long)nb,
+                               (long long)cols);
+    KN_TRY(run_base(cu, c, "MatMul", 2, kn_cu_run_matmul));
+    return epilogue(cu, c, y, bias, cols, z, &a);
+}
+
+static kiln_status run_gelu(kn_cuda *cu, kn_kernel_ctx *c) {
+    const kn_tensor *x = c->in[0];
+    int code = !strcmp(kn_attr_string(c->node, "approximate", "none"), "tanh") ? KN_CU_GELU_TANH : KN_CU_GELU;
+    return kn_cu_check(c, kn_cu_unary(code, x->dtype, x->data, c->out[0]->data, kn_tensor_count(x), 0, 0, cu->stream),
+                       "Gelu");
+}
+
+static kiln_status run_norm(kn_cuda *cu, kn_kernel_ctx *c) {
+    /* the kiln forms take the ai.onnx attributes and have only the Y output */
+    const kn_tensor *x = c->in[0];
+    int64_t axis = kn_attr_int(c->node, "axis", -1);
+    if (axis < 0) axis += x->rank;
+    if (axis < 0 || axis >= x->rank) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
+    int64_t d = 1;
+    for (int i = (int)axis; i < x->rank; i++) d *= x->dims[i];
+    for (int i = 1; i < c->n_inputs; i++)
+        if (c->in[i] && kn_tensor_count(c->in[i]) != d)
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "scale and bias must hold the %lld normalised elements", (long long)d);
+    return kn_cu_run_layernorm(cu, c);
+}
+
+/* a tensor header over device memory the caller owns (never freed) */
+static kn_tensor view_of(kiln_dtype dt, int rank, const int64_t *dims, void *data) {
+    kn_tensor t;
+    memset(&t, 0, sizeof t);
+    t.kind = KN_VALUE_TENSOR;
+    t.dtype = dt;
+    t.rank = rank;
+    for (int i = 0; i < rank; i++) t.dims[i] = dims[i];
+    t.data = data;
+    t.device = KN_DEVICE_CUDA;
+    return t;
+}
+
+static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
+    const kn_tensor *Q = c->in[0], *KT = c->in[1], *V = c->in[2], *M = c->n_inputs > 3 ? c->in[3] : NULL;
+    kn_tensor *Y = c->out[0];
+    if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
+    int r = Q->rank;
+    if (r < 2 || KT->rank != r || V->rank != r || Y->rank != r)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "Q, KT, V and Y must have one rank >= 2");
+    int64_t sq = Q->dims[r - 2], d = Q->dims[r - 1], sk = KT->dims[r - 1], dv = V->dims[r - 1];
+    if (KT->dims[r - 2] != d || V->dims[r - 2] != sk)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "Q, KT and V do not fit");
+    int nb = r - 2;
+    int64_t batch = 1;
+    for (int i = 0; i < nb; i++) batch *= Y->dims[i];
+    if (batch == 0 || sq == 0 || dv == 0) return KILN_OK;
+    kiln_dtype dt = Q->dtype;
+    size_t es = kiln_dtype_size(dt);
+    if (sk == 0) return kn_cu_check(c, cudaMemsetAsync(Y->data, 0, Y->nbytes, cu->stream), "Attention");
+    float scale = kn_attr_float(c->node, "scale", 1.0f);
+    size_t sbytes = (size_t)(batch * sq * sk) * es;
+    void *S;
+    KN_TRY(kn_cu_scratch(cu, sbytes, &S));
+    kiln_status st = kn_cu_matmul_bcast(cu, c, dt, Q->data, Q->dims, nb, KT->data, KT->dims, nb, S, Y->dims, nb, sq, sk,
+                                        d, scale);
+    int64_t sdims[KILN_MAX_RANK];
+    for (int i = 0; i < nb; i++) sdims[i] = Y->dims[i];
+    sdims[nb] = sq;
+    sdims[nb + 1] = sk;
+    kn_tensor Sv = view_of(dt, r, sdims, S);
+    void *ninf = NULL;
+    if (st == KILN_OK && M && M->dtype == KILN_DTYPE_BOOL) {
+        /* false masks out: where(mask, scores, -inf) */
+        unsigned char bytes[16] = {0};
+        kn_tensor tmp = view_of(dt, 0, NULL, bytes);
+        tmp.device = KN_DEVICE_HOST;
+        tmp.nbytes = es;
+        kn_tensor_set_f64(&tmp, 0, -INFINITY);
+        st = kn_cu_scratch(cu, es, &ninf);
+        if (st == KILN_OK) st = kn_cu_check(c, kn_cu_fill(es, bytes, ninf, 1, cu->stream), "Attention");
+        kn_tensor Nv = view_of(dt, 0, NULL, ninf);
+        kn_cu_view v;
+        const kn_tensor *ops[3] = {M, &Sv, &Nv};
+        kn_cu_make_view(&v, sdims, r, ops, 3);
+        if (st == KILN_OK) st = kn_cu_check(c, kn_cu_where(dt, M->data, S, ninf, S, &v, cu->stream), "Attention mask");
+    } else if (st == KILN_OK && M) {
+        kn_cu_view v;
+        const kn_tensor *ops[2] = {&Sv, M};
+        kn_cu_make_view(&v, sdims, r, ops, 2);
+        st = kn_cu_check(c, kn_cu_binary(KN_CU_ADD, dt, S, M->data, S, &v, cu->stream), "Attention mask");
+    }
+    if (st == KILN_OK) st = kn_cu_check(c, kn_cu_softmax(dt, S, S, batch * sq, sk, 1, 0, cu->stream), "Attention softmax");
+    if (st == KILN_OK && kn_attr_int(c->node, "nan_to_zero", 0))
+        st = kn_cu_check(c, kn_cu_unary(KN_CU_NAN_TO_ZERO, dt, S, S, batch * sq * sk, 0, 0, cu->stream), "Attention");
+    if (st == KILN_OK)
+        st = kn_cu_matmul_bcast(cu, c, dt, S, sdims, nb, V->data, V->dims, nb, Y->data, Y->dims, nb, sq, dv, sk, 1.0f);
+    kn_cu_scratch_free(cu, S, sbytes);
+    if (ninf) kn_cu_scratch_free(cu, ninf, es);
+    return st;
+}
+
+static bool fused_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
+    for (int i = 1; i < n_in; i++) {
+        if (!in[i]) continue;
+        /* Attention's mask may be bool */
+        if (i == 3 && !strcmp(n->op_type, "Attention") && in[i]->dtype == KILN_DTYPE_BOOL) continue;
+        if (in[i]->dtype != in[0]->dtype) {
+            snprintf(why, cap, "input %d is %s, input 0 %s", i, kiln_dtype_name(in[i]->dtype), kiln_dtype_name(in[0]->dtype));
+            return false;
+        }
+    }
+    kn_act_spec a;
+    if (kn_node_attr(n, "activation") && !kn_act_from_node(n, &a, why, cap)) return false;
+    if (!strcmp(n->op_type, "FusedConv")) return kn_cu_conv_supports(n, in, n_in < 3 ? n_in : 3, why, cap);
+    return true;
+}
+
+const kn_cuda_kernel kn_cuda_fused[] = {
+#ifdef KILN_HAVE_CUDNN
+    {"kiln", "FusedConv", run_fused_conv, fused_supports, KN_T_FLOATS, 0, 0},
+#endif
+    {"kiln", "FusedGemm", run_fused_gemm, fused_supports, KN_T_FLOATS, 0, 0},
+    {"kiln", "FusedMatMul", run_fused_matmul, fused_supports, KN_T_FLOATS, 0, 0},
+    {"kiln", "Gelu", run_gelu, NULL, KN_T_FLOATS, 0, 0},
+    {"kiln", "LayerNormalization", run_norm, fused_supports, KN_T_FLOATS, 0, 0},
+    {"kiln", "RMSNormalization", run_norm, fused_supports, KN_T_FLOATS, 0, 0},
+    {"kiln", "Attention", run_attention, fused_supports, KN_T_FLOATS, 0, 0},
+    {NULL, NULL, NULL, NULL, 0, 0, 0},
+};

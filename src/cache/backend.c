@@ -1,0 +1,103 @@
+/* The backends' compiled-file sections.
+ *
+ * The CPU's section, "cpu.kernels", records where each node was placed and, for nodes on the CPU,
+ * which kernel (table and entry) was chosen. Choosing again on load is cheap for the CPU, so the
+ * section serves as a check: placement on a warm start must give what the cold start gave (a
+ * difference means the build or the device changed in a way the key did not catch, and the entry
+ * is rebuilt instead of run with different kernels). Device backends store their expensive
+ * decisions (tuning results, compiled kernels, converted weights) the same way and use them. */
+#include "cache/backend.h"
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu.h"
+
+#include <string.h>
+
+static const kn_cpu_kernel *const kn_sect_cpu_tables[] = {
+#define KN_FAMILY(name) kn_cpu_##name,
+    KN_OP_FAMILIES
+#undef KN_FAMILY
+};
+#define N_CPU_TABLES (sizeof kn_sect_cpu_tables / sizeof kn_sect_cpu_tables[0])
+#define NOT_CPU 0xffffu
+
+typedef struct kwalk {
+    int cpu;     /* the runtime's CPU provider index */
+    kn_buf *out; /* save */
+    kn_rd *in;   /* load */
+    uint32_t count;
+    int depth;
+} kwalk;
+
+/* provider (8 bits), kernel table (8 bits), entry (16 bits; NOT_CPU for other providers) */
+static uint32_t encode(const kn_node *n, int cpu) {
+    uint32_t prov = (uint32_t)(n->provider & 0xff);
+    if (n->provider != cpu || !n->kernel) return prov << 24 | 0xff0000u | NOT_CPU;
+    for (size_t t = 0; t < N_CPU_TABLES; t++)
+        for (const kn_cpu_kernel *k = kn_sect_cpu_tables[t]; k->op_type; k++)
+            if (k == (const kn_cpu_kernel *)n->kernel)
+                return prov << 24 | (uint32_t)t << 16 | (uint32_t)(k - kn_sect_cpu_tables[t]);
+    return prov << 24 | 0xff0000u | NOT_CPU;
+}
+
+static kiln_status walk(const kn_graph *g, kwalk *w) {
+    if (++w->depth > 64) return kn_error(KILN_ERR_CACHE, "section 'cpu.kernels': subgraphs nest too deep");
+    char lbl[256];
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        uint32_t mine = encode(n, w->cpu);
+        if (w->out) {
+            kn_buf_u32(w->out, mine);
+        } else {
+            uint32_t rec = kn_rd_u32(w->in, "kernel");
+            if (!kn_rd_ok(w->in)) return w->in->st;
+            if (rec != mine)
+                return kn_rd_fail(w->in, "kernel",
+                                  "%s was placed on provider %u with kernel %u.%u when compiled, now on provider %u "
+                                  "with kernel %u.%u",
+                                  kn_node_label(n, lbl, sizeof lbl), rec >> 24, (rec >> 16) & 0xff, rec & 0xffff,
+                                  mine >> 24, (mine >> 16) & 0xff, mine & 0xffff);
+        }
+        w->count++;
+        for (int a = 0; a < n->n_attrs; a++) {
+            const kn_attr *at = &n->attrs[a];
+            if (at->type == KN_ATTR_GRAPH && at->g) KN_TRY(walk(at->g, w));
+            if (at->type == KN_ATTR_GRAPHS)
+                for (int k = 0; k < at->n; k++) KN_TRY(walk(at->graphs[k], w));
+        }
+    }
+    w->depth--;
+    return KILN_OK;
+}
+
+static kiln_status cpu_save(const kiln_session *s, kn_buf *out) {
+    kn_buf body = {0};
+    kwalk w = {s->rt ? s->rt->cpu : 0, &body, NULL, 0, 0};
+    kiln_status st = walk(s->model->graph, &w);
+    if (st == KILN_OK && body.oom) st = KN_OOM();
+    if (st == KILN_OK) {
+        kn_buf_u32(out, w.count);
+        kn_buf_put(out, body.d, body.n);
+    }
+    kn_buf_free(&body);
+    return st;
+}
+
+static kiln_status cpu_load(kiln_session *s, const uint8_t *data, size_t size, const char *file) {
+    kn_rd r;
+    kn_rd_init(&r, data, size, file, "cpu.kernels");
+    uint32_t n = kn_rd_count(&r, 4, UINT32_MAX, "count");
+    if (!kn_rd_ok(&r)) return r.st;
+    kwalk w = {s->rt ? s->rt->cpu : 0, NULL, &r, 0, 0};
+    KN_TRY(walk(s->model->graph, &w));
+    if (w.count != n) return kn_rd_fail(&r, "count", "the section has %u kernel choices, the graph %u nodes", n, w.count);
+    if (kn_rd_left(&r)) return kn_rd_fail(&r, "end", "%zu unexpected bytes after the last entry", kn_rd_left(&r));
+    return KILN_OK;
+}
+
+const kn_cache_backend kn_cache_backends[] = {
+    {"cpu.kernels", cpu_save, cpu_load},
+    /* the CUDA backend adds its sections here ("cuda.kernels", "cuda.tuning", "cuda.weights") */
+    {0},
+};

@@ -1,0 +1,146 @@
+/* Device fingerprints for the cache key: what about the machine changes the compiled result.
+ *
+ * CPU: the processor model and the instruction sets this build of kiln was compiled to use (the
+ * kernels are compiled once, for those), plus the architecture and byte order (compiled files
+ * store tensors in host order). A provider adds its own fields under device.<provider>.*; the CUDA
+ * backend adds name, compute capability, driver, runtime, cuDNN and cuBLAS versions. */
+#include "cache/key.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t kn_fake_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *kn_fake_device;
+
+void kn_cache_set_fake_device(const char *spec) {
+    pthread_mutex_lock(&kn_fake_mu);
+    free(kn_fake_device);
+    kn_fake_device = spec && *spec ? strdup(spec) : NULL;
+    pthread_mutex_unlock(&kn_fake_mu);
+}
+
+static const char *build_isa(void) {
+    return ""
+#if defined(__x86_64__)
+           "x86_64"
+#elif defined(__aarch64__)
+           "aarch64"
+#else
+           "other"
+#endif
+#if defined(__SSE4_2__)
+           ",sse4.2"
+#endif
+#if defined(__AVX__)
+           ",avx"
+#endif
+#if defined(__AVX2__)
+           ",avx2"
+#endif
+#if defined(__FMA__)
+           ",fma"
+#endif
+#if defined(__F16C__)
+           ",f16c"
+#endif
+#if defined(__AVX512F__)
+           ",avx512f"
+#endif
+#if defined(__AVX512BW__)
+           ",avx512bw"
+#endif
+#if defined(__AVX512VL__)
+           ",avx512vl"
+#endif
+#if defined(__AVX512DQ__)
+           ",avx512dq"
+#endif
+#if defined(__AVX512VNNI__)
+           ",avx512vnni"
+#endif
+#if defined(__AVX512BF16__)
+           ",avx512bf16"
+#endif
+#if defined(__AVX512FP16__)
+           ",avx512fp16"
+#endif
+#if defined(__ARM_NEON)
+           ",neon"
+#endif
+#if defined(__ARM_FEATURE_SVE)
+           ",sve"
+#endif
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+           ",big-endian"
+#endif
+        ;
+}
+
+static char kn_cpu_model[256];
+static pthread_once_t kn_cpu_once = PTHREAD_ONCE_INIT;
+
+/* The first "model name" (x86) or "CPU part"/"Hardware" (Arm) line of /proc/cpuinfo: read once,
+ * stopping at the first match (the whole file is long on many-core machines). */
+static void cpu_model_init(void) {
+    snprintf(kn_cpu_model, sizeof kn_cpu_model, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    static const char *const keys[] = {"model name", "Hardware", "CPU part"};
+    while (fgets(line, sizeof line, f)) {
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            if (strncmp(line, keys[k], strlen(keys[k]))) continue;
+            char *colon = strchr(line, ':');
+            if (!colon) continue;
+            char *v = colon + 1;
+            while (*v == ' ' || *v == '\t') v++;
+            size_t n = strcspn(v, "\r\n");
+            while (n && (v[n - 1] == ' ' || v[n - 1] == '\t')) n--;
+            snprintf(kn_cpu_model, sizeof kn_cpu_model, "%.*s", (int)n, v);
+            fclose(f);
+            return;
+        }
+    }
+    fclose(f);
+}
+
+static kiln_status cpu_fields(kn_cache_key *k) {
+    pthread_once(&kn_cpu_once, cpu_model_init);
+    KN_TRY(kn_cache_key_set(k, "device.cpu.model", kn_cpu_model));
+    return kn_cache_key_set(k, "device.cpu.isa", build_isa());
+}
+
+/* "name=value;name=value" over the fields (names other than "build" that do not start with
+ * "device." get it added). */
+static kiln_status apply_fake(kn_cache_key *k, const char *spec) {
+    char *copy = strdup(spec);
+    if (!copy) return KN_OOM();
+    kiln_status st = KILN_OK;
+    for (char *save = NULL, *item = strtok_r(copy, ";", &save); item && st == KILN_OK;
+         item = strtok_r(NULL, ";", &save)) {
+        char *eq = strchr(item, '=');
+        if (!eq) continue;
+        *eq = 0;
+        char name[KN_KEY_NAME_MAX];
+        if (strncmp(item, "device.", 7) && strcmp(item, "build")) snprintf(name, sizeof name, "device.%s", item);
+        else snprintf(name, sizeof name, "%s", item);
+        st = kn_cache_key_set(k, name, eq + 1);
+    }
+    free(copy);
+    return st;
+}
+
+kiln_status kn_cache_device_fields(const kiln_session_options *o, kn_cache_key *k) {
+    /* The CPU runs every node no other provider takes, so its fingerprint is always in. */
+    KN_TRY(cpu_fields(k));
+    /* Other providers: the CUDA backend adds device.cuda.* here when the options name it. */
+    (void)o;
+    const char *env = getenv("KILN_CACHE_FAKE_DEVICE");
+    if (env && *env) KN_TRY(apply_fake(k, env));
+    pthread_mutex_lock(&kn_fake_mu);
+    kiln_status st = kn_fake_device ? apply_fake(k, kn_fake_device) : KILN_OK;
+    pthread_mutex_unlock(&kn_fake_mu);
+    return st;
+}

@@ -1,0 +1,415 @@
+/* Using the compiled cache when a session is made: compiled files run directly, explicit
+ * load/save paths, and the automatic cache directory (see cache/cache.h). */
+#include "cache/cache.h"
+
+#include "cache/format.h"
+#include "cache/store.h"
+#include "onnx/loader.h"
+#include "onnx/writer.h"
+#include "util/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* One warning per cache directory per process: a test runner making thousands of sessions
+ * should not print thousands of lines about one unwritable directory. */
+static void warn_dir_once(const char *dir, const char *msg) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static char last[1024];
+    pthread_mutex_lock(&mu);
+    bool seen = !strcmp(last, dir);
+    if (!seen) snprintf(last, sizeof last, "%s", dir);
+    pthread_mutex_unlock(&mu);
+    if (!seen) kn_log(KILN_LOG_WARNING, "%s; the session is compiled without the cache", msg);
+}
+
+/* Compiles from the .onnx (or bytes): load, resolve, infer, optimise, place. */
+static kiln_status compile_fresh(const char *path, const void *data, size_t size, const char *base_dir,
+                                 const kiln_session_options *o, kiln_session **out) {
+    kn_model *m;
+    kiln_status st = path ? kn_onnx_load_file(path, &m) : kn_onnx_load_memory(data, size, base_dir, &m);
+    if (st != KILN_OK) return path ? kn_error_prefix(st, "%s: ", path) : st;
+    st = kn_session_from_model(m, o, out);
+    if (st != KILN_OK && path) return kn_error_prefix(st, "%s: ", path);
+    return st;
+}
+
+/* A session from an opened, validated compiled file (the model takes over the file's mapping). */
+static kiln_status session_from_cfile(kn_cfile *f, const kiln_session_options *o, kiln_session **out) {
+    *out = NULL;
+    kn_model *m;
+    KN_TRY(kn_cfile_model(f, &m));
+    kiln_session *s;
+    KN_TRY(kn_session_from_compiled(m, o, &s));
+    kiln_status st = kn_cfile_apply_backends(f, s);
+    /* the optimised graph, as a miss would have dumped it after optimising */
+    if (st == KILN_OK && o && o->dump_path && *o->dump_path) st = kn_onnx_write_file(s->model, o->dump_path);
+    if (st != KILN_OK) {
+        kiln_session_destroy(s);
+        return st;
+    }
+    *out = s;
+    return KILN_OK;
+}
+
+static void add_info(kn_cache_key *k, const char *source, double compile_ms) {
+    char *real = source ? realpath(source, NULL) : NULL;
+    kn_cache_key_set(k, "info.source", real ? real : source ? source : "<memory>");
+    free(real);
+    char buf[64];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    kn_cache_key_set(k, "info.created", buf);
+    if (compile_ms >= 0) {
+        snprintf(buf, sizeof buf, "%.1f", compile_ms);
+        kn_cache_key_set(k, "info.compile_ms", buf);
+    }
+    kn_clear_error();
+}
+
+static kiln_status key_for(const char *path, const void *data, size_t size, const char *base_dir,
+                           const kiln_session_options *o, kn_cache_key *k) {
+    return path ? kn_cache_key_for_file(path, o, k) : kn_cache_key_for_memory(data, size, base_dir, o, k);
+}
+
+static kiln_status save_to(const char *save_path, const kiln_session *s, kn_cache_key *k, const char *source,
+                           double compile_ms) {
+    if (!kn_cache_key_get(k, "info.source")) add_info(k, source, compile_ms);
+    kiln_status st = kn_cache_write(save_path, s, k);
+    if (st == KILN_OK) kn_log(KILN_LOG_INFO, "compiled model saved to '%s'", save_path);
+    return st;
+}
+
+/* ---- compiled files given directly ---- */
+
+/* The providers of a compiled file's "options" field ("opt_level=3 providers=cuda{precision=fp16},cpu
+ * disabled_passes="), appended to o when the caller named none, so `kiln run model.kiln` runs it
+ * where it was compiled for. */
+static kiln_status adopt_providers(const kn_cfile *f, kiln_session_options *o) {
+    const char *t = kn_cache_key_get(&f->fields, "options");
+    const char *p = t ? strstr(t, "providers=") : NULL;
+    if (!p || o->n_providers) return KILN_OK;
+    p += 10;
+    while (*p && *p != ' ') {
+        char name[32], keys[KN_MAX_PROVIDER_OPTIONS][64], vals[KN_MAX_PROVIDER_OPTIONS][64];
+        const char *kp[KN_MAX_PROVIDER_OPTIONS], *vp[KN_MAX_PROVIDER_OPTIONS];
+        size_t n = strcspn(p, "{, ");
+        if (n == 0 || n >= sizeof name) break;
+        memcpy(name, p, n);
+        name[n] = 0;
+        p += n;
+        int nk = 0;
+        if (*p == '{') {
+            p++;
+            while (*p && *p != '}' && nk < KN_MAX_PROVIDER_OPTIONS) {
+                size_t kl = strcspn(p, "=,}"), vl;
+                if (p[kl] != '=' || kl >= 64) return KILN_OK;
+                vl = strcspn(p + kl + 1, ",}");
+                if (vl >= 64) return KILN_OK;
+                memcpy(keys[nk], p, kl);
+                keys[nk][kl] = 0;
+                memcpy(vals[nk], p + kl + 1, vl);
+                vals[nk][vl] = 0;
+                kp[nk] = keys[nk];
+                vp[nk] = vals[nk];
+                nk++;
+                p += kl + 1 + vl;
+                if (*p == ',') p++;
+            }
+            if (*p != '}') return KILN_OK;
+            p++;
+        }
+        KN_TRY(kiln_session_options_append_provider(o, name, kp, vp, (size_t)nk));
+        if (*p == ',') p++;
+    }
+    return KILN_OK;
+}
+
+static kiln_status run_compiled(kn_cfile *f, const kiln_session_options *options, kiln_session **out) {
+    kiln_session_options o;
+    KN_TRY(kn_session_options_copy(options, &o));
+    kn_cache_key env = {0};
+    kiln_status st = adopt_providers(f, &o);
+    if (st == KILN_OK) st = kn_cache_key_env(&o, &env);
+    kn_cache_key_unset(&env, "build"); /* see cache/key.h: explicit files are not held to it */
+    char why[768];
+    if (st == KILN_OK && kn_cfile_compare_key(f, &env, true, why, sizeof why))
+        st = kn_error(KILN_ERR_CACHE, "compiled file '%s' was made for another environment: %s (compile it again from "
+                      "the model with `kiln compile`)", f->path, why);
+    if (st == KILN_OK) st = session_from_cfile(f, &o, out);
+    if (st == KILN_OK) {
+        const char *src = kn_cache_key_get(&f->fields, "info.source");
+        kn_log(KILN_LOG_INFO, "loaded compiled file '%s' (compiled from %s with %s)", f->path, src ? src : "?",
+               kn_cache_key_get(&f->fields, "options") ? kn_cache_key_get(&f->fields, "options") : "?");
+        if (o.save_path) {
+            st = save_to(o.save_path, *out, &f->fields, NULL, -1);
+            if (st != KILN_OK) {
+                kiln_session_destroy(*out);
+                *out = NULL;
+            }
+        }
+    }
+    kn_cache_key_free(&env);
+    kn_session_options_clear(&o);
+    return st;
+}
+
+/* ---- the automatic cache ---- */
+
+typedef enum { ENTRY_HIT, ENTRY_ABSENT, ENTRY_BAD } entry_result;
+
+static entry_result try_entry(const char *entry, const kn_cache_key *k, const kiln_session_options *o,
+                              kiln_session **out, char *why, size_t cap) {
+    *out = NULL;
+    struct stat sb;
+    if (stat(entry, &sb) != 0 && errno == ENOENT) return ENTRY_ABSENT;
+    kn_cfile *f;
+    kiln_status st = kn_cfile_open(entry, &f);
+    if (st != KILN_OK) {
+        snprintf(why, cap, "%s", kn_last_error());
+        kn_clear_error();
+        return ENTRY_BAD;
+    }
+    char w[768];
+    if (kn_cfile_compare_key(f, k, false, w, sizeof w)) {
+        snprintf(why, cap, "%s: %s", entry, w);
+        kn_cfile_close(f);
+        return ENTRY_BAD;
+    }
+    st = session_from_cfile(f, o, out);
+    if (st != KILN_OK) {
+        snprintf(why, cap, "%s", kn_last_error());
+        kn_clear_error();
+        kn_cfile_close(f);
+        return ENTRY_BAD;
+    }
+    kn_cfile_close(f);
+    kn_cache_touch(entry);
+    return ENTRY_HIT;
+}
+
+static kiln_status cached_create(const char *path, const kiln_session_options *o, kiln_session **out) {
+    double t0 = now_ms();
+    char *dir = kn_cache_dir(o);
+    if (!dir) {
+        warn_dir_once("", "no cache directory: set KILN_CACHE_DIR, XDG_CACHE_HOME or HOME");
+        return compile_fresh(path, NULL, 0, NULL, o, out);
+    }
+    kn_cache_key k;
+    if (kn_cache_key_for_file(path, o, &k) != KILN_OK) {
+        /* the model cannot be read: compiling says why, in the loader's words */
+        kn_clear_error();
+        free(dir);
+        return compile_fresh(path, NULL, 0, NULL, o, out);
+    }
+    double t_key = now_ms() - t0;
+    char *entry = kn_cache_entry_path(dir, &k);
+    char why[1536] = "";
+    int lock_fd = -1;
+    bool waited = false;
+    kiln_status st = KILN_OK;
+    if (!entry) {
+        st = KN_OOM();
+        goto done;
+    }
+    entry_result r = try_entry(entry, &k, o, out, why, sizeof why);
+    if (r == ENTRY_HIT) {
+        kn_log(KILN_LOG_INFO, "cache hit: '%s' -> '%s' (key %.1f ms, total %.1f ms)", path, entry, t_key, now_ms() - t0);
+        goto done;
+    }
+    if (r == ENTRY_BAD && o->cache_strict) {
+        st = kn_error(KILN_ERR_CACHE, "cache entry for '%s' is unusable (strict mode): %s", path, why);
+        goto done;
+    }
+    bool store = true;
+    if (kn_cache_dir_ensure(dir) != KILN_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", kn_last_error());
+        warn_dir_once(dir, msg);
+        kn_clear_error();
+        store = false;
+    } else if (kn_cache_lock(dir, &k, &lock_fd, &waited) != KILN_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", kn_last_error());
+        warn_dir_once(dir, msg);
+        kn_clear_error();
+        store = false;
+    } else {
+        /* another process may have stored it while this one waited for the lock */
+        char why2[1536] = "";
+        r = try_entry(entry, &k, o, out, why2, sizeof why2);
+        if (r == ENTRY_HIT) {
+            kn_log(KILN_LOG_INFO, "cache hit: '%s' -> '%s' (%s; total %.1f ms)", path, entry,
+                   waited ? "compiled by another process while this one waited" : "stored by another process",
+                   now_ms() - t0);
+            goto done;
+        }
+        if (r == ENTRY_BAD) {
+            if (o->cache_strict) {
+                st = kn_error(KILN_ERR_CACHE, "cache entry for '%s' is unusable (strict mode): %s", path, why2);
+                goto done;
+            }
+            snprintf(why, sizeof why, "%s", why2);
+        }
+    }
+    if (!why[0]) kn_cache_explain_miss(dir, &k, why, sizeof why);
+    if (why[0]) kn_log(KILN_LOG_INFO, "cache rebuilt: '%s': %s; compiling", path, why);
+    else kn_log(KILN_LOG_INFO, "cache miss: '%s': no compiled file '%s'; compiling", path, entry);
+    double tc = now_ms();
+    st = compile_fresh(path, NULL, 0, NULL, o, out);
+    double compile_ms = now_ms() - tc;
+    if (st != KILN_OK || !store) goto done;
+    add_info(&k, path, compile_ms);
+    double tw = now_ms();
+    if (kn_cache_write(entry, *out, &k) != KILN_OK) {
+        kn_log(KILN_LOG_WARNING, "the compiled model could not be stored in the cache: %s", kn_last_error());
+        kn_clear_error();
+        goto done;
+    }
+    kn_log(KILN_LOG_INFO, "cache stored: '%s' (compiled in %.1f ms, written in %.1f ms)", entry, compile_ms,
+           now_ms() - tw);
+    kn_cache_lock_note(lock_fd, &k);
+    kn_cache_unlock(lock_fd);
+    lock_fd = -1;
+    struct stat sb;
+    kn_cache_note_store(dir, stat(entry, &sb) == 0 ? (uint64_t)sb.st_size : 0, kn_cache_limit(o), entry);
+done:
+    kn_cache_unlock(lock_fd);
+    kn_cache_key_free(&k);
+    free(entry);
+    free(dir);
+    return st;
+}
+
+/* ---- the entry point ---- */
+
+/* KILN_CACHE=0 (or off, no, false) turns the automatic cache off for a whole process, e.g. for a
+ * test run over thousands of small models where storing would cost more than compiling. */
+static bool cache_off_by_env(void) {
+    const char *e = getenv("KILN_CACHE");
+    return e && (!strcmp(e, "0") || !strcasecmp(e, "off") || !strcasecmp(e, "no") || !strcasecmp(e, "false"));
+}
+
+kiln_status kn_cache_session_create(const char *path, const void *data, size_t size, const char *base_dir,
+                                    const kiln_session_options *options, kiln_session **out) {
+    *out = NULL;
+    kiln_session_options dflt;
+    kn_session_options_defaults(&dflt);
+    const kiln_session_options *o = options ? options : &dflt;
+    kn_log_set_level(o->log_level);
+    const char *load_path = o->load_path && *o->load_path ? o->load_path : NULL;
+    const char *save_path = o->save_path && *o->save_path ? o->save_path : NULL;
+
+    /* a compiled file given where a model was expected */
+    if (path ? kn_cache_file_is_compiled(path) : kn_cache_is_compiled(data, size)) {
+        kn_cfile *f;
+        KN_TRY(path ? kn_cfile_open(path, &f) : kn_cfile_open_memory(data, size, "<memory>", true, &f));
+        kiln_status st = run_compiled(f, o, out);
+        kn_cfile_close(f);
+        return st;
+    }
+
+    kiln_status st = KILN_OK;
+    kn_cache_key k = {0};
+    double compile_ms = -1;
+    if (load_path) {
+        kn_cfile *f = NULL;
+        st = key_for(path, data, size, base_dir, o, &k);
+        if (st == KILN_OK) st = kn_cfile_open(load_path, &f);
+        char why[768];
+        kn_cache_key_unset(&k, "build");
+        if (st == KILN_OK && kn_cfile_compare_key(f, &k, false, why, sizeof why))
+            st = kn_error(KILN_ERR_CACHE, "compiled file '%s' does not match this model, these options and this device: %s",
+                          load_path, why);
+        if (st == KILN_OK) {
+            st = session_from_cfile(f, o, out);
+            if (st != KILN_OK) kn_error_prefix(st, "compiled file '%s': ", load_path);
+        }
+        kn_cfile_close(f);
+        kn_cache_key_free(&k); /* without its build field: a save below computes it afresh */
+        if (st == KILN_OK) kn_log(KILN_LOG_INFO, "loaded compiled file '%s'", load_path);
+    } else if (o->cache_enabled && path && !cache_off_by_env()) {
+        st = cached_create(path, o, out);
+    } else {
+        double t = now_ms();
+        st = compile_fresh(path, data, size, base_dir, o, out);
+        compile_ms = now_ms() - t;
+    }
+    if (st == KILN_OK && save_path) {
+        if (!k.n) st = key_for(path, data, size, base_dir, o, &k);
+        if (st == KILN_OK) st = save_to(save_path, *out, &k, path, compile_ms);
+        if (st != KILN_OK) {
+            kiln_session_destroy(*out);
+            *out = NULL;
+        }
+    }
+    kn_cache_key_free(&k);
+    return st;
+}
+
+/* ---- ahead of time ---- */
+
+kiln_status kn_cache_compile_to(const char *path, const kiln_session_options *options, const char *out_path,
+                                kn_cache_progress_fn progress, void *arg, kn_compile_stats *stats) {
+    memset(stats, 0, sizeof *stats);
+    kiln_session_options dflt;
+    kn_session_options_defaults(&dflt);
+    const kiln_session_options *o = options ? options : &dflt;
+    kn_log_set_level(o->log_level);
+    if (progress) progress(arg, "hashing the model");
+    double t = now_ms();
+    KN_TRY(kn_cache_key_for_file(path, o, &stats->key));
+    stats->hash_ms = now_ms() - t;
+    if (progress) progress(arg, "loading the model");
+    t = now_ms();
+    kn_model *m;
+    kiln_status st = kn_onnx_load_file(path, &m);
+    stats->load_ms = now_ms() - t;
+    if (st != KILN_OK) return kn_error_prefix(st, "%s: ", path);
+    if (progress) progress(arg, "optimising and compiling");
+    t = now_ms();
+    kiln_session *s;
+    st = kn_session_from_model(m, o, &s);
+    stats->compile_ms = now_ms() - t;
+    if (st != KILN_OK) return kn_error_prefix(st, "%s: ", path);
+    if (progress) progress(arg, "writing the compiled file");
+    t = now_ms();
+    add_info(&stats->key, path, stats->compile_ms);
+    st = kn_cache_write(out_path, s, &stats->key);
+    stats->write_ms = now_ms() - t;
+    kiln_session_destroy(s);
+    if (st == KILN_OK) {
+        struct stat sb;
+        if (stat(out_path, &sb) == 0) stats->bytes = (uint64_t)sb.st_size;
+    }
+    return st;
+}
+
+kiln_status kn_cache_verify_file(const char *path) {
+    kn_cfile *f;
+    KN_TRY(kn_cfile_open(path, &f));
+    kiln_session_options o;
+    kn_session_options_defaults(&o);
+    kiln_status st = adopt_providers(f, &o);
+    kiln_session *s = NULL;
+    if (st == KILN_OK) st = session_from_cfile(f, &o, &s);
+    kiln_session_destroy(s);
+    kn_cfile_close(f);
+    kn_session_options_clear(&o);
+    return st;
+}

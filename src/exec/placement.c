@@ -1,0 +1,165 @@
+/* Placement: each node runs on the first provider, in the order the options list them, whose
+ * backend has a kernel for it. Two exceptions by design:
+ *  - small integer shape computations (Shape -> Gather -> Concat -> Reshape chains) whose inputs
+ *    are already on the host stay on the CPU: moving a handful of int64s to a GPU and back would
+ *    cost a synchronisation each and win nothing;
+ *  - control-flow bodies (If/Loop/Scan subgraphs) run on the CPU with their operator. */
+#include "backend/backend.h"
+
+#include "ops/op.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Shape computations are at most this many elements per output. */
+#define KN_SHAPE_MAX_ELEMENTS 64
+
+static kiln_status place_all_cpu(kn_graph *g, kn_runtime *rt, kn_place_report_fn report, void *arg);
+
+static kiln_status place_subgraphs(kn_node *n, kn_runtime *rt, kn_place_report_fn report, void *arg) {
+    for (int a = 0; a < n->n_attrs; a++) {
+        kn_attr *at = &n->attrs[a];
+        if (at->type == KN_ATTR_GRAPH && at->g) KN_TRY(place_all_cpu(at->g, rt, report, arg));
+        if (at->type == KN_ATTR_GRAPHS)
+            for (int k = 0; k < at->n; k++) KN_TRY(place_all_cpu(at->graphs[k], rt, report, arg));
+    }
+    return KILN_OK;
+}
+
+static void input_types(const kn_graph *g, const kn_node *n, const kn_type **in, int cap) {
+    for (int k = 0; k < n->n_inputs && k < cap; k++) in[k] = n->inputs[k] >= 0 ? &g->values[n->inputs[k]].type : NULL;
+}
+
+static kiln_status place_all_cpu(kn_graph *g, kn_runtime *rt, kn_place_report_fn report, void *arg) {
+    char lbl[256], why[512];
+    const kn_backend *cpu = &rt->backends[rt->cpu];
+    for (int i = 0; i < g->n_nodes; i++) {
+        kn_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        KN_TRY(place_subgraphs(n, rt, report, arg));
+        const kn_type *in[64] = {0};
+        int ni = n->n_inputs < 64 ? n->n_inputs : 64;
+        input_types(g, n, in, 64);
+        why[0] = 0;
+        const void *k = cpu->ops->select(cpu->state, n, in, ni, why, sizeof why);
+        if (!k) return kn_error(KILN_ERR_UNSUPPORTED, "%s: %s", kn_node_label(n, lbl, sizeof lbl), why);
+        n->kernel = (void *)k;
+        n->provider = rt->cpu;
+        if (report) report(arg, g, n, rt->cpu, KN_PLACE_SUBGRAPH, "inside a control-flow body");
+    }
+    return KILN_OK;
+}
+
+static bool small_int_output(const kn_type *t) {
+    if (t->kind != KN_TYPE_TENSOR || !kn_type_is_static(t)) return false;
+    if (t->dtype != KILN_DTYPE_INT64 && t->dtype != KILN_DTYPE_INT32) return false;
+    int64_t n = 1;
+    for (int d = 0; d < t->rank; d++) n *= t->dims[d].value;
+    return n <= KN_SHAPE_MAX_ELEMENTS;
+}
+
+kiln_status kn_graph_place(kn_graph *g, kn_runtime *rt, kn_place_report_fn report, void *arg) {
+    char lbl[256], why[512], first_why[512];
+    int first = -1;
+    for (int b = 0; b < rt->n_backends && first < 0; b++)
+        if (rt->backends[b].listed) first = b;
+    if (first < 0) return KN_INTERNAL("no provider listed");
+    bool device_first = rt->backends[first].ops->device != KN_DEVICE_HOST;
+    /* values that are on the host when their readers run, small enough to be shape values */
+    unsigned char *host = calloc((size_t)(g->n_values ? g->n_values : 1), 1);
+    if (!host) return KN_OOM();
+    for (int v = 0; v < g->n_values; v++) {
+        const kn_value *val = &g->values[v];
+        if (val->constant && !val->is_graph_input && val->constant->kind == KN_VALUE_TENSOR &&
+            kn_tensor_count(val->constant) <= KN_SHAPE_MAX_ELEMENTS)
+            host[v] = 1;
+    }
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < g->n_nodes && st == KILN_OK; i++) {
+        kn_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        st = place_subgraphs(n, rt, report, arg);
+        if (st != KILN_OK) break;
+        const kn_type *in[64] = {0};
+        int ni = n->n_inputs < 64 ? n->n_inputs : 64;
+        input_types(g, n, in, 64);
+        n->kernel = NULL;
+        n->provider = -1;
+
+        /* a kernel of the first provider that makes its outputs on the host (Shape, Constant) runs
+         * there: nothing moves */
+        if (device_first) {
+            const kn_backend *fb = &rt->backends[first];
+            why[0] = 0;
+            const void *k = fb->ops->select(fb->state, n, in, ni, why, sizeof why);
+            bool host_out = k && fb->ops->output_on_host;
+            for (int o = 0; host_out && o < n->n_outputs; o++)
+                if (!fb->ops->output_on_host(k, n, o)) host_out = false;
+            if (host_out) {
+                n->kernel = (void *)k;
+                n->provider = first;
+                for (int o = 0; o < n->n_outputs; o++)
+                    if (n->outputs[o] >= 0 && small_int_output(&g->values[n->outputs[o]].type)) host[n->outputs[o]] = 1;
+                if (report) report(arg, g, n, first, KN_PLACE_FIRST, "");
+                continue;
+            }
+        }
+
+        /* a shape computation: host inputs only, small integer outputs */
+        bool shape = device_first && n->n_outputs > 0 && !(n->schema && (n->schema->flags & KN_OP_HAS_SUBGRAPH));
+        for (int k = 0; shape && k < n->n_inputs; k++)
+            if (n->inputs[k] >= 0 && !host[n->inputs[k]]) shape = false;
+        for (int o = 0; shape && o < n->n_outputs; o++)
+            if (n->outputs[o] >= 0 && !small_int_output(&g->values[n->outputs[o]].type)) shape = false;
+        if (shape) {
+            const kn_backend *cpu = &rt->backends[rt->cpu];
+            why[0] = 0;
+            const void *k = cpu->ops->select(cpu->state, n, in, ni, why, sizeof why);
+            if (k) {
+                n->kernel = (void *)k;
+                n->provider = rt->cpu;
+                for (int o = 0; o < n->n_outputs; o++)
+                    if (n->outputs[o] >= 0) host[n->outputs[o]] = 1;
+                if (report) report(arg, g, n, rt->cpu, KN_PLACE_SHAPE, "shape computation");
+                continue;
+            }
+        }
+
+        first_why[0] = 0;
+        for (int b = 0; b < rt->n_backends; b++) {
+            const kn_backend *be = &rt->backends[b];
+            if (!be->listed) continue;
+            why[0] = 0;
+            const void *k = be->ops->select(be->state, n, in, ni, why, sizeof why);
+            if (k) {
+                n->kernel = (void *)k;
+                n->provider = b;
+                break;
+            }
+            if (!first_why[0]) snprintf(first_why, sizeof first_why, "%s: %s", be->ops->name, why);
+            if (be->cfg.strict) {
+                st = kn_error(KILN_ERR_UNSUPPORTED, "%s: provider '%s' (strict) cannot run it: %s",
+                              kn_node_label(n, lbl, sizeof lbl), be->ops->name, why);
+                break;
+            }
+        }
+        if (st != KILN_OK) break;
+        if (n->provider < 0) {
+            st = kn_error(KILN_ERR_UNSUPPORTED, "%s: no provider can run it (%s)", kn_node_label(n, lbl, sizeof lbl),
+                          first_why);
+            break;
+        }
+        const kn_backend *be = &rt->backends[n->provider];
+        for (int o = 0; o < n->n_outputs; o++) {
+            int v = n->outputs[o];
+            if (v < 0) continue;
+            bool on_host = be->ops->device == KN_DEVICE_HOST ||
+                           (be->ops->output_on_host && be->ops->output_on_host(n->kernel, n, o));
+            if (on_host && small_int_output(&g->values[v].type)) host[v] = 1;
+        }
+        if (report) report(arg, g, n, n->provider, n->provider == first ? KN_PLACE_FIRST : KN_PLACE_FALLBACK, first_why);
+    }
+    free(host);
+    return st;
+}

@@ -1,0 +1,172 @@
+/* Internal interface of the optimiser: the pass registry entry, the context a pass runs in, and
+ * the graph-rewriting helpers every pass shares (src/opt/rewrite.c).
+ *
+ * A pass walks the main graph and rewrites it in place: it marks replaced nodes dead, adds new
+ * nodes and values at the end of the arrays, and calls kn_opt_refresh after each rewrite so the
+ * producer/consumer tables it reads stay exact. The manager (opt.c) then drops dead nodes,
+ * re-sorts the graph and infers types again before the next pass. */
+#ifndef KN_OPT_PASS_H
+#define KN_OPT_PASS_H
+
+#include "exec/session.h"
+#include "ir/graph.h"
+#include "ops/fused.h"
+#include "ops/op.h"
+
+#include <stdbool.h>
+
+#define KN_OPT_MAX_NOTES 16
+
+typedef struct kn_opt_ctx {
+    kn_model *model;
+    kn_graph *g;
+    const kiln_session_options *options;
+    /* consumers of each value: cons[cons_start[v] .. cons_start[v+1]) are node indices (a node
+     * reading v twice is listed twice) */
+    int *cons, *cons_start;
+    int cons_values; /* values the table covers */
+    /* names that subgraphs read from the main graph: those values keep their names */
+    const char **outer_names;
+    int n_outer_names;
+    /* what the running pass did: pattern name -> count */
+    struct {
+        const char *what;
+        int n;
+    } notes[KN_OPT_MAX_NOTES];
+    int n_notes;
+    int changes; /* rewrites done by the running pass */
+    int name_counter;
+} kn_opt_ctx;
+
+typedef kiln_status (*kn_pass_fn)(kn_opt_ctx *c);
+
+typedef struct kn_pass {
+    const char *name;
+    int level;           /* 1 basic, 2 extended (fusions), 3 backend-dependent */
+    kn_pass_fn run;
+    const char *description;
+} kn_pass;
+
+/* Every pass, in the order they run (level by level). */
+extern const kn_pass kn_opt_passes[];
+extern const int kn_opt_n_passes;
+
+/* ---- the passes (one file each) ---- */
+kiln_status kn_pass_fold_constants(kn_opt_ctx *c);
+kiln_status kn_pass_eliminate_dead(kn_opt_ctx *c);
+kiln_status kn_pass_remove_noops(kn_opt_ctx *c);
+kiln_status kn_pass_cse(kn_opt_ctx *c);
+kiln_status kn_pass_fold_batchnorm(kn_opt_ctx *c);
+kiln_status kn_pass_merge_transposes(kn_opt_ctx *c);
+kiln_status kn_pass_merge_reshapes(kn_opt_ctx *c);
+kiln_status kn_pass_fuse_gelu(kn_opt_ctx *c);
+kiln_status kn_pass_fuse_layernorm(kn_opt_ctx *c);
+kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c);
+kiln_status kn_pass_fuse_conv(kn_opt_ctx *c);
+kiln_status kn_pass_fuse_gemm_activation(kn_opt_ctx *c);
+kiln_status kn_pass_fuse_attention(kn_opt_ctx *c);
+kiln_status kn_pass_fuse_elementwise(kn_opt_ctx *c);
+
+/* ---- bookkeeping ---- */
+
+/* Records one match of pattern `what` (a string literal) by the running pass. */
+void kn_opt_note(kn_opt_ctx *c, const char *what);
+/* Recounts uses and producers and rebuilds the consumer table; call after every rewrite. */
+kiln_status kn_opt_refresh(kn_opt_ctx *c);
+
+/* ---- queries ---- */
+
+/* The value's constant when it is a true constant (an initializer that is not also a graph input,
+ * or a folded value); else NULL. */
+const kn_tensor *kn_opt_const(const kn_opt_ctx *c, int v);
+/* The single element of a constant with exactly one element, as double. */
+bool kn_opt_scalar(const kn_opt_ctx *c, int v, double *out);
+/* Whether the value must keep its name: a graph output, or read by a subgraph. */
+bool kn_opt_pinned(const kn_opt_ctx *c, int v);
+/* The node producing v (live), or -1. */
+int kn_opt_producer(const kn_opt_ctx *c, int v);
+/* Number of node inputs reading v (graph outputs not counted). */
+int kn_opt_n_consumers(const kn_opt_ctx *c, int v);
+/* The node that is the only reader of v, when v is read exactly once and is not pinned; else -1. */
+int kn_opt_only_consumer(const kn_opt_ctx *c, int v);
+/* Whether v is read only by nodes in `nodes` (n of them) and is not pinned. */
+bool kn_opt_used_only_by(const kn_opt_ctx *c, int v, const int *nodes, int n);
+/* The node is live and is op_type in the ai.onnx domain. */
+bool kn_opt_is(const kn_opt_ctx *c, int node, const char *op_type);
+/* Input i of the node, or -1 when omitted or out of range. */
+int kn_opt_input(const kn_opt_ctx *c, int node, int i);
+/* Number of inputs actually given (trailing omitted ones dropped). */
+int kn_opt_n_inputs(const kn_opt_ctx *c, int node);
+/* Static dims agree (both known and equal, or the same symbol); ranks must be known and equal. */
+bool kn_opt_same_shape(const kn_type *a, const kn_type *b);
+/* The value's type is a float32 tensor of known rank. */
+bool kn_opt_is_f32(const kn_opt_ctx *c, int v);
+/* Reads the axes of a Reduce* node (attribute or input by opset); false when not constant.
+ * *n_out = 0 with *all_out set means "all axes" (no axes given, noop_with_empty_axes = 0). */
+bool kn_opt_reduce_axes(const kn_opt_ctx *c, int node, int64_t *axes, int cap, int *n_out);
+
+/* fuse_util.c: when value v is read only by an activation (Relu, LeakyRelu, Clip with constant
+ * bounds, Sigmoid, Tanh, HardSigmoid, HardSwish, kiln.Gelu, or the Sigmoid and Mul of x*sigmoid(x)),
+ * describes it: the activation, the value it produces, the nodes it spans (at most 2, appended to
+ * nodes[*n_nodes]). */
+bool kn_opt_match_activation(const kn_opt_ctx *c, int v, kn_act_spec *act, int *out_v, int *nodes, int *n_nodes);
+/* Whether node is the (ai.onnx or kiln) op_type, live. */
+bool kn_opt_is_in(const kn_opt_ctx *c, int node, const char *domain, const char *op_type);
+/* The other input of a two-input node, given one of them; -1 when v is not an input or is both. */
+int kn_opt_other_input(const kn_opt_ctx *c, int node, int v);
+
+/* ---- rewriting ---- */
+
+/* Makes the readers of value `from` read `to` instead, so from's producer can go. When `from`
+ * must keep its name, `to`'s producer is made to produce `from` instead (readers of `to` follow).
+ * Returns false, changing nothing, when neither is possible. */
+bool kn_opt_forward(kn_opt_ctx *c, int from, int to);
+/* Marks a node dead. */
+void kn_opt_kill(kn_opt_ctx *c, int node);
+/* Sets (adds or replaces) an ints attribute of a node; the array is copied into the arena. */
+kiln_status kn_opt_set_ints(kn_opt_ctx *c, int node, const char *name, const int64_t *v, int n);
+/* A new value named after `base` (unique in the graph) with the given type (may be NULL). */
+int kn_opt_new_value(kn_opt_ctx *c, const char *base, const kn_type *type);
+/* A new constant value owning tensor t (freed on failure). */
+int kn_opt_new_const(kn_opt_ctx *c, const char *base, kn_tensor *t);
+
+/* A node being built: collected here, checked, then added by kn_opt_emit. */
+#define KN_PROTO_MAX_IO 8
+#define KN_PROTO_MAX_ATTRS 24
+typedef struct kn_opt_proto {
+    const char *op_type, *domain;
+    int inputs[KN_PROTO_MAX_IO], n_inputs;
+    int outputs[KN_PROTO_MAX_IO], n_outputs;
+    kn_attr attrs[KN_PROTO_MAX_ATTRS];
+    int n_attrs;
+    float act_params[2]; /* storage for the activation_params attribute */
+} kn_opt_proto;
+
+void kn_proto_init(kn_opt_proto *p, const char *domain, const char *op_type);
+void kn_proto_in(kn_opt_proto *p, int v);
+void kn_proto_out(kn_opt_proto *p, int v);
+void kn_proto_int(kn_opt_proto *p, const char *name, int64_t v);
+void kn_proto_float(kn_opt_proto *p, const char *name, float v);
+void kn_proto_string(kn_opt_proto *p, const char *name, const char *s);
+/* Arrays are copied into the model's arena by kn_opt_emit. */
+void kn_proto_ints(kn_opt_proto *p, const char *name, const int64_t *v, int n);
+void kn_proto_floats(kn_opt_proto *p, const char *name, const float *v, int n);
+/* Copies attribute `name` of node `from` (if present). */
+void kn_proto_copy_attr(kn_opt_proto *p, const kn_opt_ctx *c, int from, const char *name);
+
+/* Sets the activation and activation_params attributes of a kiln fused node. */
+void kn_proto_act(kn_opt_proto *p, const kn_act_spec *a);
+
+/* Adds the node when the schema exists at its opset, its infer function accepts the current input
+ * types, and every provider the session may place it on has a kernel for it (kn_opt_target_supports).
+ * *node_out is the new node's index, or -1 when the node is not formed (the pattern is then left
+ * alone; `why` says why). Errors only on out of memory. `name_from` (a node, may be -1) gives the
+ * new node's name. */
+kiln_status kn_opt_emit(kn_opt_ctx *c, const kn_opt_proto *p, int name_from, int *node_out);
+
+/* target.c: whether every provider the session may place `node` on supports it with these input
+ * types; the reason in why otherwise. */
+bool kn_opt_target_supports(const kn_opt_ctx *c, const kn_node *node, const kn_type *const *in, int n_in,
+                            char *why, size_t cap);
+
+#endif

@@ -1,0 +1,36 @@
+/* Gemm + activation into kiln.FusedGemm (Gemm's attributes, then the activation on the result),
+ * and a kiln.FusedMatMul without activation + activation into one FusedMatMul. */
+#include "opt/pass.h"
+
+#include <string.h>
+
+static const char *const gemm_attrs[] = {"alpha", "beta", "transA", "transB"};
+
+kiln_status kn_pass_fuse_gemm_activation(kn_opt_ctx *c) {
+    kn_graph *g = c->g;
+    for (int i = 0; i < g->n_nodes; i++) {
+        bool gemm = kn_opt_is(c, i, "Gemm") && g->nodes[i].opset >= 7;
+        bool fmm = kn_opt_is_in(c, i, "kiln", "FusedMatMul") && !*kn_attr_string(&g->nodes[i], "activation", "");
+        if ((!gemm && !fmm) || g->nodes[i].n_outputs != 1) continue;
+        int y = g->nodes[i].outputs[0];
+        if (!kn_opt_is_f32(c, y)) continue;
+        int nodes[3] = {i}, n_nodes = 1, last = y;
+        kn_act_spec act;
+        if (!kn_opt_match_activation(c, y, &act, &last, nodes, &n_nodes)) continue;
+        kn_opt_proto p;
+        kn_proto_init(&p, "kiln", gemm ? "FusedGemm" : "FusedMatMul");
+        int n_in = gemm ? 3 : 4;
+        for (int k = 0; k < n_in; k++) kn_proto_in(&p, kn_opt_input(c, i, k));
+        kn_proto_out(&p, last);
+        if (gemm)
+            for (size_t k = 0; k < sizeof gemm_attrs / sizeof gemm_attrs[0]; k++) kn_proto_copy_attr(&p, c, i, gemm_attrs[k]);
+        kn_proto_act(&p, &act);
+        int node;
+        KN_TRY(kn_opt_emit(c, &p, i, &node));
+        if (node < 0) continue;
+        for (int k = 0; k < n_nodes; k++) kn_opt_kill(c, nodes[k]);
+        kn_opt_note(c, gemm ? "Gemm+activation" : "FusedMatMul+activation");
+        KN_TRY(kn_opt_refresh(c));
+    }
+    return KILN_OK;
+}

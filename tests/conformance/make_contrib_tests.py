@@ -1,0 +1,413 @@
+#!/usr/bin/env python3
+"""Tests for the com.microsoft operators (and ONNX Runtime's opset-1 LayerNormalization and
+SimplifiedLayerNormalization) against onnxruntime's CPU outputs.
+
+Builds small models with onnx.helper for each operator in several attribute and shape variants,
+runs them with onnxruntime (CPUExecutionProvider) on seeded random inputs, and writes each in the
+backend-test layout that `kiln test` reads:
+
+    OUT/test_contrib_NAME/model.onnx
+    OUT/test_contrib_NAME/test_data_set_0/input_I.pb, output_I.pb
+
+BiasAdd and BiasSplitGelu have no CPU kernel in onnxruntime; their expected outputs come from
+the formulas in onnxruntime's operator documentation, computed with numpy in float64. Nor has
+MultiHeadAttention's CPU kernel the packed QKV / packed KV layouts: those tests expect
+onnxruntime's outputs for the same data passed unpacked, and Attention's (B, 1, M, M) mask those for
+the equivalent (B, S, T) mask.
+
+Usage: make_contrib_tests.py OUT_DIR
+"""
+import os
+import shutil
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+MS = "com.microsoft"
+NP2TP = {np.float32: TP.FLOAT, np.float16: TP.FLOAT16, np.float64: TP.DOUBLE, np.int32: TP.INT32,
+         np.int64: TP.INT64, np.bool_: TP.BOOL}
+
+written = []
+skipped = []
+
+
+def tp(a):
+    return NP2TP[a.dtype.type]
+
+
+def make_model(node, inputs, outputs, opset=17):
+    """inputs: list of (name, array or None for an omitted optional input)."""
+    ins = [helper.make_tensor_value_info(n, tp(a), list(a.shape)) for n, a in inputs if a is not None]
+    outs = [helper.make_empty_tensor_value_info(n) for n in outputs if n]
+    g = helper.make_graph([node], "g", ins, outs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)])
+    m.ir_version = 9
+    return m
+
+
+def write(out_dir, name, model, inputs, results):
+    d = os.path.join(out_dir, "test_contrib_" + name)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(os.path.join(d, "test_data_set_0"))
+    # declare the output types the reference produced
+    for o, r in zip(model.graph.output, results):
+        o.type.tensor_type.elem_type = tp(np.asarray(r))
+        del o.type.tensor_type.shape.dim[:]
+        for s in np.asarray(r).shape:
+            o.type.tensor_type.shape.dim.add().dim_value = s
+    onnx.save(model, os.path.join(d, "model.onnx"))
+    present = [(n, a) for n, a in inputs if a is not None]
+    for i, (n, a) in enumerate(present):
+        onnx.save_tensor(numpy_helper.from_array(a, n), os.path.join(d, "test_data_set_0", f"input_{i}.pb"))
+    for i, (o, r) in enumerate(zip(model.graph.output, results)):
+        onnx.save_tensor(numpy_helper.from_array(np.asarray(r), o.name),
+                         os.path.join(d, "test_data_set_0", f"output_{i}.pb"))
+    written.append(name)
+
+
+def ort_run(node, inputs, outputs, opset=17):
+    import onnxruntime as ort
+    model = make_model(node, inputs, outputs, opset)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, {n: a for n, a in inputs if a is not None})
+
+
+def case(out_dir, name, op, inputs, outputs, domain=MS, opset=17, reference=None, **attrs):
+    """One test: node op(inputs) -> outputs with attrs; expected outputs from onnxruntime (or from
+    `reference(inputs)` for operators onnxruntime has no CPU kernel for)."""
+    node = helper.make_node(op, [n if a is not None else "" for n, a in inputs], outputs, domain=domain, **attrs)
+    model = make_model(node, inputs, outputs, opset)
+    if reference is not None:
+        results = reference(dict(inputs))
+    else:
+        try:
+            results = ort_run(node, inputs, outputs, opset)
+        except Exception as e:  # an operator variant this onnxruntime build does not run
+            skipped.append(f"{name}: {str(e).splitlines()[0][:160]}")
+            return
+    write(out_dir, name, model, inputs, results)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.stderr.write(__doc__)
+        return 2
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(20240611)
+
+    def f32(*shape, lo=-2.0, hi=2.0):
+        return rng.uniform(lo, hi, shape).astype(np.float32)
+
+    def f16(*shape, lo=-2.0, hi=2.0):
+        return rng.uniform(lo, hi, shape).astype(np.float16)
+
+    # ---------------------------------------------------------------- activations
+    case(out, "gelu", "Gelu", [("X", f32(2, 3, 16, lo=-5, hi=5))], ["Y"])
+    case(out, "gelu_1d", "Gelu", [("X", f32(37, lo=-5, hi=5))], ["Y"])
+    case(out, "fastgelu", "FastGelu", [("X", f32(2, 3, 16, lo=-5, hi=5))], ["Y"])
+    case(out, "fastgelu_bias", "FastGelu", [("X", f32(2, 3, 16, lo=-5, hi=5)), ("bias", f32(16))], ["Y"])
+    case(out, "biasgelu", "BiasGelu", [("A", f32(2, 3, 16, lo=-5, hi=5)), ("B", f32(16))], ["C"])
+    case(out, "biasgelu_2d", "BiasGelu", [("A", f32(5, 24, lo=-5, hi=5)), ("B", f32(24))], ["C"])
+    case(out, "quickgelu", "QuickGelu", [("X", f32(2, 3, 16, lo=-6, hi=6))], ["Y"])
+    case(out, "quickgelu_alpha", "QuickGelu", [("X", f32(4, 33, lo=-6, hi=6))], ["Y"], alpha=1.0)
+
+    def gelu64(x):
+        from math import erf, sqrt
+        return 0.5 * x * (1.0 + np.vectorize(lambda v: erf(v / sqrt(2.0)))(x))
+
+    def ref_bias_add(d):
+        return [(d["X"].astype(np.float64) + d["bias"] + d["skip"]).astype(np.float32)]
+
+    def ref_bias_split_gelu(d):
+        x = d["X"].astype(np.float64) + d["bias"]
+        half = x.shape[-1] // 2
+        return [(x[..., :half] * gelu64(x[..., half:])).astype(np.float32)]
+
+    case(out, "biasadd", "BiasAdd", [("X", f32(2, 6, 8)), ("bias", f32(8)), ("skip", f32(2, 6, 8))], ["Y"],
+         reference=ref_bias_add)
+    case(out, "biassplitgelu", "BiasSplitGelu", [("X", f32(2, 6, 16)), ("bias", f32(16))], ["Y"],
+         reference=ref_bias_split_gelu)
+
+    # ---------------------------------------------------------------- normalisations
+    H = 32
+    case(out, "skiplayernorm", "SkipLayerNormalization",
+         [("input", f32(2, 4, H)), ("skip", f32(2, 4, H)), ("gamma", f32(H)), ("beta", f32(H))], ["output"])
+    case(out, "skiplayernorm_bias_all_outputs", "SkipLayerNormalization",
+         [("input", f32(2, 4, H)), ("skip", f32(2, 4, H)), ("gamma", f32(H)), ("beta", f32(H)), ("bias", f32(H))],
+         ["output", "mean", "inv_std_var", "input_skip_bias_sum"], epsilon=1e-6)
+    case(out, "skiplayernorm_no_beta_bias", "SkipLayerNormalization",
+         [("input", f32(2, 4, H)), ("skip", f32(2, 4, H)), ("gamma", f32(H)), ("beta", None), ("bias", f32(H))],
+         ["output", "", "", "input_skip_bias_sum"])
+    case(out, "skiplayernorm_skip_broadcast3d", "SkipLayerNormalization",
+         [("input", f32(3, 4, H)), ("skip", f32(1, 4, H)), ("gamma", f32(H)), ("beta", f32(H))], ["output"])
+    case(out, "skiplayernorm_skip_broadcast2d", "SkipLayerNormalization",
+         [("input", f32(3, 4, H)), ("skip", f32(4, H)), ("gamma", f32(H)), ("beta", f32(H))], ["output"])
+    case(out, "skiplayernorm_fp16", "SkipLayerNormalization",
+         [("input", f16(2, 4, H)), ("skip", f16(2, 4, H)), ("gamma", f16(H)), ("beta", f16(H))], ["output"])
+    case(out, "skiplayernorm_hidden768", "SkipLayerNormalization",
+         [("input", f32(1, 7, 768)), ("skip", f32(1, 7, 768)), ("gamma", f32(768)), ("beta", f32(768))],
+         ["output"])
+    case(out, "skipsimplifiedlayernorm", "SkipSimplifiedLayerNormalization",
+         [("input", f32(2, 4, H)), ("skip", f32(2, 4, H)), ("gamma", f32(H))], ["output"])
+    case(out, "skipsimplifiedlayernorm_bias_all_outputs", "SkipSimplifiedLayerNormalization",
+         [("input", f32(2, 4, H)), ("skip", f32(2, 4, H)), ("gamma", f32(H)), ("bias", f32(H))],
+         ["output", "mean", "inv_std_var", "input_skip_bias_sum"], epsilon=1e-6)
+    case(out, "skipsimplifiedlayernorm_2d", "SkipSimplifiedLayerNormalization",
+         [("input", f32(6, H)), ("skip", f32(6, H)), ("gamma", f32(H))], ["output", "", "", "input_skip_bias_sum"])
+    case(out, "skipsimplifiedlayernorm_fp16", "SkipSimplifiedLayerNormalization",
+         [("input", f16(2, 4, H)), ("skip", f16(2, 4, H)), ("gamma", f16(H))], ["output"])
+    case(out, "layernorm_opset13", "LayerNormalization", [("X", f32(2, 5, H)), ("Scale", f32(H)), ("B", f32(H))],
+         ["Y"], domain="", opset=13)
+    case(out, "layernorm_opset13_axis1_outputs", "LayerNormalization",
+         [("X", f32(2, 3, 8)), ("Scale", f32(3, 8)), ("B", f32(3, 8))], ["Y", "Mean", "InvStdDev"], domain="",
+         opset=13, axis=1, epsilon=1e-3)
+    case(out, "layernorm_opset13_no_bias", "LayerNormalization", [("X", f32(4, H)), ("Scale", f32(H))], ["Y"],
+         domain="", opset=13)
+    case(out, "layernorm_opset13_fp16", "LayerNormalization",
+         [("X", f16(2, 5, H)), ("Scale", f16(H)), ("B", f16(H))], ["Y"], domain="", opset=13)
+    case(out, "simplifiedlayernorm", "SimplifiedLayerNormalization", [("X", f32(2, 5, H)), ("scale", f32(H))], ["Y"],
+         domain="", opset=13)
+    case(out, "simplifiedlayernorm_axis1_inv", "SimplifiedLayerNormalization",
+         [("X", f32(2, 3, 8)), ("scale", f32(3, 8))], ["Y", "inv_std_var"], domain="", opset=13, axis=1,
+         epsilon=1e-3)
+    case(out, "simplifiedlayernorm_opset17", "SimplifiedLayerNormalization", [("X", f32(3, 64)), ("scale", f32(64))],
+         ["Y"], domain="", opset=17)
+    case(out, "simplifiedlayernorm_fp16", "SimplifiedLayerNormalization", [("X", f16(2, 5, H)), ("scale", f16(H))],
+         ["Y"], domain="", opset=13)
+
+    # ---------------------------------------------------------------- FusedMatMul
+    case(out, "fusedmatmul", "FusedMatMul", [("A", f32(2, 3, 4)), ("B", f32(2, 4, 5))], ["Y"])
+    case(out, "fusedmatmul_alpha_transB", "FusedMatMul", [("A", f32(2, 3, 4)), ("B", f32(2, 5, 4))], ["Y"], alpha=0.125,
+         transB=1)
+    case(out, "fusedmatmul_transA", "FusedMatMul", [("A", f32(2, 4, 3)), ("B", f32(2, 4, 5))], ["Y"], transA=1)
+    case(out, "fusedmatmul_transA_transB_2d", "FusedMatMul", [("A", f32(4, 3)), ("B", f32(5, 4))], ["Y"], transA=1,
+         transB=1, alpha=2.0)
+    case(out, "fusedmatmul_transBatchA", "FusedMatMul", [("A", f32(3, 2, 5, 4)), ("B", f32(2, 5, 4, 6))], ["Y"],
+         transBatchA=1)
+    case(out, "fusedmatmul_transBatchA_transA", "FusedMatMul", [("A", f32(4, 2, 3)), ("B", f32(2, 4, 5))], ["Y"],
+         transBatchA=1, transA=1)
+    case(out, "fusedmatmul_transBatchB_transB", "FusedMatMul", [("A", f32(2, 3, 4)), ("B", f32(5, 2, 4))], ["Y"],
+         transBatchB=1, transB=1)
+    case(out, "fusedmatmul_broadcast", "FusedMatMul", [("A", f32(2, 1, 3, 4)), ("B", f32(5, 4, 6))], ["Y"], alpha=0.5)
+    case(out, "fusedmatmul_bert_scores", "FusedMatMul", [("A", f32(1, 4, 16, 32)), ("B", f32(1, 4, 16, 32))], ["Y"],
+         transB=1, alpha=0.17677669)
+    case(out, "fusedmatmul_double", "FusedMatMul",
+         [("A", rng.uniform(-1, 1, (2, 3, 4))), ("B", rng.uniform(-1, 1, (2, 5, 4)))], ["Y"], transB=1, alpha=0.5)
+
+    # ---------------------------------------------------------------- RotaryEmbedding (contrib)
+    def cache(max_pos, half, dtype=np.float32):
+        inv = 1.0 / (10000 ** (np.arange(half) / half))
+        ang = np.outer(np.arange(max_pos), inv)
+        return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
+
+    cos, sin = cache(64, 8)
+    pos = rng.integers(0, 60, (2, 5)).astype(np.int64)
+    case(out, "rotary_3d_positions", "RotaryEmbedding",
+         [("input", f32(2, 5, 4 * 16)), ("position_ids", pos), ("cos_cache", cos), ("sin_cache", sin)], ["output"])
+    case(out, "rotary_3d_offset", "RotaryEmbedding",
+         [("input", f32(2, 5, 4 * 16)), ("position_ids", np.array([7], np.int64)), ("cos_cache", cos),
+          ("sin_cache", sin)], ["output"])
+    case(out, "rotary_3d_interleaved", "RotaryEmbedding",
+         [("input", f32(2, 5, 4 * 16)), ("position_ids", pos), ("cos_cache", cos), ("sin_cache", sin)], ["output"],
+         interleaved=1)
+    case(out, "rotary_4d", "RotaryEmbedding",
+         [("input", f32(2, 4, 5, 16)), ("position_ids", pos), ("cos_cache", cos), ("sin_cache", sin)], ["output"])
+    case(out, "rotary_4d_interleaved", "RotaryEmbedding",
+         [("input", f32(2, 4, 5, 16)), ("position_ids", pos), ("cos_cache", cos), ("sin_cache", sin)], ["output"],
+         interleaved=1)
+    cos8, sin8 = cache(64, 4)
+    case(out, "rotary_partial", "RotaryEmbedding",
+         [("input", f32(2, 5, 4 * 16)), ("position_ids", pos), ("cos_cache", cos8), ("sin_cache", sin8)], ["output"],
+         num_heads=4, rotary_embedding_dim=8)
+    case(out, "rotary_partial_interleaved", "RotaryEmbedding",
+         [("input", f32(2, 5, 4 * 16)), ("position_ids", pos), ("cos_cache", cos8), ("sin_cache", sin8)], ["output"],
+         num_heads=4, rotary_embedding_dim=8, interleaved=1)
+    cosh, sinh = cache(64, 8, np.float16)
+    case(out, "rotary_fp16", "RotaryEmbedding",
+         [("input", f16(2, 5, 4 * 16)), ("position_ids", pos), ("cos_cache", cosh), ("sin_cache", sinh)], ["output"])
+
+    # ---------------------------------------------------------------- Attention (contrib)
+    B, S, Din, N, Hd = 2, 6, 16, 4, 8
+    D = N * Hd
+    x = f32(B, S, Din, lo=-1, hi=1)
+    w = f32(Din, 3 * D, lo=-0.5, hi=0.5)
+    bias = f32(3 * D, lo=-0.5, hi=0.5)
+    case(out, "attention", "Attention", [("input", x), ("weights", w), ("bias", bias)], ["output"], num_heads=N)
+    case(out, "attention_no_bias", "Attention", [("input", x), ("weights", w)], ["output"], num_heads=N)
+    case(out, "attention_unidirectional", "Attention", [("input", x), ("weights", w), ("bias", bias)], ["output"],
+         num_heads=N, unidirectional=1)
+    case(out, "attention_scale", "Attention", [("input", x), ("weights", w), ("bias", bias)], ["output"],
+         num_heads=N, scale=0.05)
+    lens = np.array([6, 3], np.int32)
+    case(out, "attention_mask_1d", "Attention",
+         [("input", x), ("weights", w), ("bias", bias), ("mask_index", lens)], ["output"], num_heads=N)
+    se = np.array([5, 6, 1, 2], np.int32)
+    case(out, "attention_mask_1d_start_end", "Attention",
+         [("input", x), ("weights", w), ("bias", bias), ("mask_index", se)], ["output"], num_heads=N)
+    m2 = np.array([[1, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1]], np.int32)
+    case(out, "attention_mask_2d", "Attention",
+         [("input", x), ("weights", w), ("bias", bias), ("mask_index", m2)], ["output"], num_heads=N)
+    case(out, "attention_mask_2d_filter", "Attention",
+         [("input", x), ("weights", w), ("bias", bias), ("mask_index", m2)], ["output"], num_heads=N,
+         mask_filter_value=-1000.0)
+    m2z = np.array([[1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0]], np.int32)
+    case(out, "attention_mask_2d_fully_masked", "Attention",
+         [("input", x), ("weights", w), ("bias", bias), ("mask_index", m2z)], ["output"], num_heads=N)
+    m3 = rng.integers(0, 2, (B, S, S)).astype(np.int32)
+    m3[:, :, 0] = 1
+    case(out, "attention_mask_3d", "Attention",
+         [("input", x), ("weights", w), ("bias", bias), ("mask_index", m3)], ["output"], num_heads=N)
+    case(out, "attention_mask_1d_zero_length", "Attention",
+         [("input", x), ("weights", w), ("bias", bias), ("mask_index", np.array([4, 0], np.int32))], ["output"],
+         num_heads=N)
+    m4 = np.tril(np.ones((8, 8), np.int32))[None, None].repeat(B, 0)
+    m4[1, 0, :, 0] = 0
+
+    def attention_mask_3d_equivalent(d):
+        # onnxruntime's CPU kernel has no (B, 1, M, M) mask: the same rows and columns as (B, S, T)
+        node = helper.make_node("Attention", ["input", "weights", "bias", "mask_index"], ["output"], domain=MS,
+                                num_heads=N)
+        m3_ = np.ascontiguousarray(d["mask_index"][:, 0, :S, :S])
+        return ort_run(node, [("input", d["input"]), ("weights", d["weights"]), ("bias", d["bias"]),
+                              ("mask_index", m3_)], ["output"])
+
+    case(out, "attention_mask_4d", "Attention",
+         [("input", x), ("weights", w), ("bias", bias), ("mask_index", m4)], ["output"], num_heads=N,
+         reference=attention_mask_3d_equivalent)
+    case(out, "attention_mask_2d_unidirectional", "Attention",
+         [("input", x), ("weights", w), ("bias", bias), ("mask_index", m2)], ["output"], num_heads=N,
+         unidirectional=1)
+    P = 3
+    past = f32(2, B, N, P, Hd, lo=-1, hi=1)
+    mp = np.ones((B, P + S), np.int32)
+    mp[1, :2] = 0
+    case(out, "attention_past_present", "Attention",
+         [("input", x), ("weights", w), ("bias", bias), ("mask_index", mp), ("past", past)], ["output", "present"],
+         num_heads=N, unidirectional=1)
+    case(out, "attention_past_present_no_mask", "Attention",
+         [("input", x), ("weights", w), ("bias", bias), ("mask_index", None), ("past", past)], ["output", "present"],
+         num_heads=N, unidirectional=1)
+    x1 = f32(B, 1, Din, lo=-1, hi=1)
+    case(out, "attention_decode_step", "Attention",
+         [("input", x1), ("weights", w), ("bias", bias), ("mask_index", None), ("past", past)], ["output", "present"],
+         num_heads=N, unidirectional=1)
+    ab = f32(1, N, S, S, lo=-1, hi=1)
+    case(out, "attention_bias", "Attention",
+         [("input", x), ("weights", w), ("bias", bias), ("mask_index", None), ("past", None),
+          ("attention_bias", ab)], ["output"], num_heads=N)
+    wv = f32(Din, D + D + 2 * N * 4, lo=-0.5, hi=0.5)
+    bv = f32(D + D + 2 * N * 4, lo=-0.5, hi=0.5)
+    case(out, "attention_qkv_hidden_sizes", "Attention", [("input", x), ("weights", wv), ("bias", bv)], ["output"],
+         num_heads=N, qkv_hidden_sizes=[D, D, 2 * N * 4])
+
+    # ---------------------------------------------------------------- MultiHeadAttention
+    L = 7
+    q = f32(B, S, D, lo=-1, hi=1)
+    k = f32(B, L, D, lo=-1, hi=1)
+    v = f32(B, L, D, lo=-1, hi=1)
+    mb = f32(3 * D, lo=-0.5, hi=0.5)
+    case(out, "mha", "MultiHeadAttention", [("query", q), ("key", k), ("value", v)], ["output"], num_heads=N)
+    case(out, "mha_self_causal", "MultiHeadAttention", [("query", q), ("key", q[:, :, :]), ("value", f32(B, S, D))],
+         ["output"], num_heads=N, unidirectional=1)
+    case(out, "mha_bias", "MultiHeadAttention", [("query", q), ("key", k), ("value", v), ("bias", mb)], ["output"],
+         num_heads=N)
+    case(out, "mha_scale", "MultiHeadAttention", [("query", q), ("key", k), ("value", v)], ["output"], num_heads=N,
+         scale=0.3)
+    vv = f32(B, L, N * 4, lo=-1, hi=1)
+    case(out, "mha_v_head_size", "MultiHeadAttention", [("query", q), ("key", k), ("value", vv)], ["output"],
+         num_heads=N)
+    kl = np.array([7, 4], np.int32)
+    case(out, "mha_key_padding_1d", "MultiHeadAttention",
+         [("query", q), ("key", k), ("value", v), ("bias", None), ("key_padding_mask", kl)], ["output"], num_heads=N)
+    kp = np.ones((B, L), np.int32)
+    kp[0, 5:] = 0
+    kp[1, :3] = 0
+    case(out, "mha_key_padding_2d", "MultiHeadAttention",
+         [("query", q), ("key", k), ("value", v), ("bias", None), ("key_padding_mask", kp)], ["output"], num_heads=N)
+    kp3 = rng.integers(0, 2, (B, S, L)).astype(np.int32)
+    kp3[:, :, 1] = 1
+    case(out, "mha_key_padding_3d", "MultiHeadAttention",
+         [("query", q), ("key", k), ("value", v), ("bias", None), ("key_padding_mask", kp3)], ["output"], num_heads=N)
+    case(out, "mha_key_padding_1d_fully_masked", "MultiHeadAttention",
+         [("query", q), ("key", k), ("value", v), ("bias", None), ("key_padding_mask", np.array([7, 0], np.int32))],
+         ["output"], num_heads=N)
+    kps = np.ones((B, S), np.int32)
+    kps[1, 0] = 0
+    kps[0, 4:] = 0
+    case(out, "mha_self_causal_key_padding", "MultiHeadAttention",
+         [("query", q), ("key", f32(B, S, D)), ("value", f32(B, S, D)), ("bias", None), ("key_padding_mask", kps)],
+         ["output"], num_heads=N, unidirectional=1)
+    mab = f32(B, N, S, L, lo=-1, hi=1)
+    case(out, "mha_attention_bias", "MultiHeadAttention",
+         [("query", q), ("key", k), ("value", v), ("bias", None), ("key_padding_mask", None), ("attention_bias", mab)],
+         ["output"], num_heads=N)
+    mab1 = f32(1, 1, S, L, lo=-1, hi=1)
+    case(out, "mha_attention_bias_broadcast", "MultiHeadAttention",
+         [("query", q), ("key", k), ("value", v), ("bias", mb), ("key_padding_mask", kp), ("attention_bias", mab1)],
+         ["output"], num_heads=N)
+    # onnxruntime's CPU kernel has no packed layouts: their expected outputs are onnxruntime's for
+    # the same data unpacked into separate query, key and value
+    def mha_unpacked(**attrs):
+        def ref(d):
+            qq = d["query"]
+            if qq.ndim == 5:
+                b_, s_, n_, _, h_ = qq.shape
+                parts = [qq[:, :, :, i, :].reshape(b_, s_, n_ * h_) for i in range(3)]
+            else:
+                kv = d["key"]
+                b_, l_, n_, _, h_ = kv.shape
+                parts = [qq] + [kv[:, :, :, i, :].reshape(b_, l_, n_ * h_) for i in range(2)]
+            ins = [("query", parts[0]), ("key", parts[1]), ("value", parts[2])]
+            node = helper.make_node("MultiHeadAttention", ["query", "key", "value"], ["output"], domain=MS, **attrs)
+            return ort_run(node, ins, ["output"])
+        return ref
+
+    packed = f32(B, S, N, 3, Hd, lo=-1, hi=1)
+    case(out, "mha_packed_qkv", "MultiHeadAttention", [("query", packed)], ["output"], num_heads=N,
+         reference=mha_unpacked(num_heads=N))
+    case(out, "mha_packed_qkv_causal", "MultiHeadAttention", [("query", packed)], ["output"], num_heads=N,
+         unidirectional=1, reference=mha_unpacked(num_heads=N, unidirectional=1))
+    packed_kv = f32(B, L, N, 2, Hd, lo=-1, hi=1)
+    case(out, "mha_packed_kv", "MultiHeadAttention", [("query", q), ("key", packed_kv)], ["output"], num_heads=N,
+         reference=mha_unpacked(num_heads=N))
+    kb = f32(B, N, L, Hd, lo=-1, hi=1)
+    vb = f32(B, N, L, Hd, lo=-1, hi=1)
+    case(out, "mha_cross_bnsh", "MultiHeadAttention", [("query", q), ("key", kb), ("value", vb)], ["output"],
+         num_heads=N)
+    pk = f32(B, N, P, Hd, lo=-1, hi=1)
+    pv = f32(B, N, P, Hd, lo=-1, hi=1)
+    kself = f32(B, S, D, lo=-1, hi=1)
+    vself = f32(B, S, D, lo=-1, hi=1)
+    case(out, "mha_past_present", "MultiHeadAttention",
+         [("query", q), ("key", kself), ("value", vself), ("bias", mb), ("key_padding_mask", None),
+          ("attention_bias", None), ("past_key", pk), ("past_value", pv)],
+         ["output", "present_key", "present_value"], num_heads=N, unidirectional=1)
+    kpp = np.ones((B, P + S), np.int32)
+    kpp[0, :2] = 0
+    case(out, "mha_past_present_key_padding", "MultiHeadAttention",
+         [("query", q), ("key", kself), ("value", vself), ("bias", None), ("key_padding_mask", kpp),
+          ("attention_bias", None), ("past_key", pk), ("past_value", pv)],
+         ["output", "present_key", "present_value"], num_heads=N, unidirectional=1)
+    case(out, "mha_decode_step", "MultiHeadAttention",
+         [("query", f32(B, 1, D)), ("key", f32(B, 1, D)), ("value", f32(B, 1, D)), ("bias", None),
+          ("key_padding_mask", None), ("attention_bias", None), ("past_key", pk), ("past_value", pv)],
+         ["output", "present_key", "present_value"], num_heads=N)
+    case(out, "mha_large", "MultiHeadAttention",
+         [("query", f32(1, 70, 64, lo=-1, hi=1)), ("key", f32(1, 1100, 64, lo=-1, hi=1)),
+          ("value", f32(1, 1100, 64, lo=-1, hi=1))], ["output"], num_heads=2)
+
+    for s in skipped:
+        print("skipped (onnxruntime cannot run it):", s)
+    print(f"wrote {len(written)} tests to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

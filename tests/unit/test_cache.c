@@ -1,0 +1,989 @@
+/* The compiled-model cache: the hash, the key (a miss for a change in every field), the file format
+ * (every flipped byte and every truncation is an error naming the part, another format version
+ * is named as such), the automatic cache (hit, miss, rebuilt and why, strict mode, an unwritable
+ * directory, the size limit), explicit load/save paths, dump and save together, and eight
+ * processes on a cold cache (exactly one compiles, all get the right outputs).
+ *
+ * Fixture: the zoo model field_conv1d_gemm ($KILN_ZOO or ../shared/models); tests that need it
+ * skip when it is missing. */
+#include "cache/cache.h"
+#include "cache/format.h"
+#include "cache/hash.h"
+#include "cache/key.h"
+#include "cache/store.h"
+#include "onnx/loader.h"
+#include "unit.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------ helpers */
+
+static char zoo_dir[1024];
+
+static const char *zoo_model(void) {
+    const char *z = getenv("KILN_ZOO");
+    if (z && *z) snprintf(zoo_dir, sizeof zoo_dir, "%s/field_conv1d_gemm", z);
+    else snprintf(zoo_dir, sizeof zoo_dir, "%s/../shared/models/field_conv1d_gemm", kn_unit_root());
+    static char path[1100];
+    snprintf(path, sizeof path, "%s/model.onnx", zoo_dir);
+    return access(path, R_OK) == 0 ? path : NULL;
+}
+
+static char *tmp_dir(const char *tag) {
+    static char dirs[16][256];
+    static int n;
+    char *d = dirs[n++ % 16];
+    snprintf(d, 256, "/tmp/kiln-cache-test-%s-XXXXXX", tag);
+    return mkdtemp(d);
+}
+
+static void rm_rf(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static int count_entries(const char *dir) {
+    kn_cache_entry *e;
+    int n = 0;
+    if (kn_cache_list(dir, &e, &n) != KILN_OK) return -1;
+    kn_cache_list_free(e, n);
+    return n;
+}
+
+static uint8_t *read_file(const char *path, size_t *n) {
+    unsigned char *d = NULL;
+    FILE *f = fopen(path, "rb");
+    *n = 0;
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    d = malloc((size_t)sz + 1);
+    if (d && fread(d, 1, (size_t)sz, f) != (size_t)sz) {
+        free(d);
+        d = NULL;
+    }
+    fclose(f);
+    if (d) {
+        d[sz] = 0;
+        *n = (size_t)sz;
+    }
+    return d;
+}
+
+static int write_file(const char *path, const void *d, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(d, 1, n, f);
+    fclose(f);
+    return w == n ? 0 : -1;
+}
+
+/* stderr into a file while a block runs (the cache's log lines go there) */
+static int saved_stderr = -1;
+static char capture_path[300];
+static void capture_begin(void) {
+    fflush(stderr);
+    snprintf(capture_path, sizeof capture_path, "/tmp/kiln-cache-test-log-%ld.txt", (long)getpid());
+    saved_stderr = dup(2);
+    int fd = open(capture_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    close(fd);
+}
+static char *capture_end(void) {
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    size_t n;
+    char *s = (char *)read_file(capture_path, &n);
+    unlink(capture_path);
+    return s ? s : strdup("");
+}
+
+static int count_substr(const char *s, const char *sub) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, sub)); p += strlen(sub)) n++;
+    return n;
+}
+
+static kiln_session_options *opts_in(const char *cache_dir) {
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, 1, cache_dir);
+    kiln_session_options_set_log_level(o, KILN_LOG_INFO);
+    kiln_session_options_set_intra_op_threads(o, 1);
+    return o;
+}
+
+/* Runs the zoo model's data set 0 and compares with its reference output (atol 1e-4). */
+static int check_outputs(kiln_session *s) {
+    char in_path[1200], out_path[1200];
+    snprintf(in_path, sizeof in_path, "%s/test_data_set_0/input_0.pb", zoo_dir);
+    snprintf(out_path, sizeof out_path, "%s/test_data_set_0/output_0.pb", zoo_dir);
+    kn_tensor *in = NULL, *want = NULL, *got = NULL;
+    int ok = 0;
+    if (kn_onnx_read_value_file(in_path, &in, NULL) != KILN_OK || kn_onnx_read_value_file(out_path, &want, NULL) != KILN_OK)
+        goto done;
+    kiln_value_info info;
+    if (kiln_session_input_info(s, 0, &info) != KILN_OK) goto done;
+    const char *names[1] = {info.name};
+    if (kiln_session_run(s, names, &in, 1, NULL, 1, &got) != KILN_OK) goto done;
+    if (kn_tensor_count(got) != kn_tensor_count(want)) goto done;
+    ok = 1;
+    for (int64_t i = 0; i < kn_tensor_count(got); i++)
+        if (fabs(kn_tensor_get_f64(got, i) - kn_tensor_get_f64(want, i)) > 1e-4) ok = 0;
+done:
+    kn_tensor_free(in);
+    kn_tensor_free(want);
+    kn_tensor_free(got);
+    return ok;
+}
+
+/* ------------------------------------------------------------------ the hash */
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+static uint64_t next_rand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static int popcount128(kn_hash128 a, kn_hash128 b) {
+    return __builtin_popcountll(a.lo ^ b.lo) + __builtin_popcountll(a.hi ^ b.hi);
+}
+
+KN_TEST(cache_hash_avalanche) {
+    /* flipping any one input bit flips each output bit with probability about 1/2 */
+    static const size_t lens[] = {1, 8, 63, 64, 65, 200, 1100, 4096};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        size_t n = lens[li];
+        uint8_t *buf = malloc(n);
+        long total = 0, trials = 0;
+        int per_bit[128] = {0};
+        /* enough trials (>= 2048 per length) that the per-bit bounds below are > 10 sd wide */
+        int reps = (int)(2048 / (n * 8 > 512 ? 512 : n * 8));
+        if (reps < 8) reps = 8;
+        for (int rep = 0; rep < reps; rep++) {
+            for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)next_rand();
+            kn_hash128 base = kn_hash(buf, n, 0);
+            size_t bits = n * 8 > 512 ? 512 : n * 8;
+            for (size_t b = 0; b < bits; b++) {
+                size_t bit = n * 8 > 512 ? (size_t)(next_rand() % (n * 8)) : b;
+                buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+                kn_hash128 h = kn_hash(buf, n, 0);
+                buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+                total += popcount128(base, h);
+                for (int o = 0; o < 64; o++) {
+                    per_bit[o] += (int)(((base.lo ^ h.lo) >> o) & 1);
+                    per_bit[64 + o] += (int)(((base.hi ^ h.hi) >> o) & 1);
+                }
+                trials++;
+            }
+        }
+        double mean = (double)total / (double)trials / 128.0;
+        CHECK_MSG(mean > 0.48 && mean < 0.52, "length %zu: a one-bit change flips %.3f of the output bits", n, mean);
+        for (int o = 0; o < 128; o++) {
+            double p = (double)per_bit[o] / (double)trials;
+            CHECK_MSG(p > 0.40 && p < 0.60, "length %zu: output bit %d flips with probability %.3f", n, o, p);
+        }
+        free(buf);
+    }
+}
+
+KN_TEST(cache_hash_buckets_and_collisions) {
+    /* sequential integers (the worst case for weak hashes) spread evenly over 256 buckets, by the
+     * low byte and the high byte of both halves */
+    enum { N = 1 << 16, B = 256 };
+    static int counts[4][B];
+    memset(counts, 0, sizeof counts);
+    kn_hash128 *all = malloc(sizeof *all * N);
+    for (uint64_t i = 0; i < N; i++) {
+        uint8_t b[8];
+        for (int k = 0; k < 8; k++) b[k] = (uint8_t)(i >> (8 * k));
+        kn_hash128 h = kn_hash(b, 8, 0);
+        all[i] = h;
+        counts[0][h.lo & 255]++;
+        counts[1][h.lo >> 56]++;
+        counts[2][h.hi & 255]++;
+        counts[3][h.hi >> 56]++;
+    }
+    for (int k = 0; k < 4; k++) {
+        double expect = (double)N / B, chi = 0;
+        for (int b = 0; b < B; b++) chi += (counts[k][b] - expect) * (counts[k][b] - expect) / expect;
+        /* 255 degrees of freedom: mean 255, sd ~22.6; 400 is > 6 sd */
+        CHECK_MSG(chi < 400, "bucket set %d: chi-square %.1f over 256 buckets", k, chi);
+    }
+    /* no two of them equal in either half */
+    int dup = 0;
+    for (int i = 0; i < N && !dup; i++)
+        for (int j = i + 1; j < i + 64 && j < N; j++)
+            if (all[i].lo == all[j].lo || all[i].hi == all[j].hi) dup = 1;
+    CHECK(!dup);
+    free(all);
+    /* length matters: zero bytes of different counts hash differently; the seed matters */
+    uint8_t z[3] = {0, 0, 0};
+    CHECK(!kn_hash_equal(kn_hash(z, 0, 0), kn_hash(z, 1, 0)));
+    CHECK(!kn_hash_equal(kn_hash(z, 1, 0), kn_hash(z, 2, 0)));
+    CHECK(!kn_hash_equal(kn_hash(z, 2, 0), kn_hash(z, 2, 1)));
+}
+
+KN_TEST(cache_hash_streaming) {
+    /* any split of the input gives the one-shot result */
+    size_t n = 5000;
+    uint8_t *buf = malloc(n);
+    for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)next_rand();
+    for (size_t len = 0; len <= n; len += 97) {
+        kn_hash128 one = kn_hash(buf, len, 7);
+        kn_hasher h;
+        kn_hasher_init(&h, 7);
+        size_t at = 0;
+        while (at < len) {
+            size_t k = (size_t)(next_rand() % 150);
+            if (k > len - at) k = len - at;
+            kn_hasher_update(&h, buf + at, k);
+            at += k;
+        }
+        CHECK_MSG(kn_hash_equal(one, kn_hasher_final(&h)), "length %zu: streaming and one-shot differ", len);
+    }
+    free(buf);
+}
+
+/* ------------------------------------------------------------------ a model with external data */
+
+typedef struct pbw {
+    uint8_t *d;
+    size_t n, cap;
+} pbw;
+static void w_raw(pbw *w, const void *p, size_t n) {
+    if (w->n + n > w->cap) {
+        w->cap = (w->n + n) * 2 + 64;
+        w->d = realloc(w->d, w->cap);
+    }
+    memcpy(w->d + w->n, p, n);
+    w->n += n;
+}
+static void w_varint(pbw *w, uint64_t v) {
+    do {
+        uint8_t b = (uint8_t)(v & 0x7f);
+        v >>= 7;
+        if (v) b |= 0x80;
+        w_raw(w, &b, 1);
+    } while (v);
+}
+static void w_int(pbw *w, int f, int64_t v) {
+    w_varint(w, (uint64_t)f << 3);
+    w_varint(w, (uint64_t)v);
+}
+static void w_bytes(pbw *w, int f, const void *p, size_t n) {
+    w_varint(w, (uint64_t)f << 3 | 2);
+    w_varint(w, n);
+    w_raw(w, p, n);
+}
+static void w_str(pbw *w, int f, const char *s) { w_bytes(w, f, s, strlen(s)); }
+static void w_msg(pbw *w, int f, pbw *sub) {
+    w_bytes(w, f, sub->d, sub->n);
+    free(sub->d);
+    memset(sub, 0, sizeof *sub);
+}
+static pbw vinfo(const char *name, int64_t n) {
+    pbw dim = {0}, shape = {0}, tt = {0}, tp = {0}, vi = {0};
+    w_int(&dim, 1, n);
+    w_msg(&shape, 1, &dim);
+    w_int(&tt, 1, 1);
+    w_msg(&tt, 2, &shape);
+    w_msg(&tp, 1, &tt);
+    w_str(&vi, 1, name);
+    w_msg(&vi, 2, &tp);
+    return vi;
+}
+
+/* Y = X + W with W float[4] in external file `loc` next to the model. */
+static int write_external_model(const char *dir, const float w[4]) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/w.bin", dir);
+    if (write_file(path, w, 4 * sizeof(float))) return -1;
+    pbw t = {0}, e = {0}, g = {0}, n = {0}, m = {0}, os = {0};
+    w_int(&t, 1, 4);
+    w_int(&t, 2, 1);
+    w_str(&t, 8, "W");
+    w_str(&e, 1, "location");
+    w_str(&e, 2, "w.bin");
+    w_msg(&t, 13, &e);
+    w_int(&t, 14, 1);
+    w_str(&n, 1, "X");
+    w_str(&n, 1, "W");
+    w_str(&n, 2, "Y");
+    w_str(&n, 3, "add");
+    w_str(&n, 4, "Add");
+    w_msg(&g, 1, &n);
+    w_str(&g, 2, "g");
+    w_msg(&g, 5, &t);
+    pbw x = vinfo("X", 4), y = vinfo("Y", 4);
+    w_msg(&g, 11, &x);
+    w_msg(&g, 12, &y);
+    w_int(&m, 1, 8);
+    w_msg(&m, 7, &g);
+    w_str(&os, 1, "");
+    w_int(&os, 2, 17);
+    w_msg(&m, 8, &os);
+    snprintf(path, sizeof path, "%s/model.onnx", dir);
+    int rc = write_file(path, m.d, m.n);
+    free(m.d);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ keys */
+
+static void key_of(const char *model, const kiln_session_options *o, char name[64]) {
+    kn_cache_key k;
+    name[0] = 0;
+    if (kn_cache_key_for_file(model, o, &k) != KILN_OK) return;
+    snprintf(name, 64, "%s", k.name);
+    kn_cache_key_free(&k);
+}
+
+KN_TEST(cache_key_every_field) {
+    char *dir = tmp_dir("key");
+    if (!dir) KN_SKIP("no temporary folder");
+    float w[4] = {1, 2, 3, 4};
+    CHECK(write_external_model(dir, w) == 0);
+    char model[512];
+    snprintf(model, sizeof model, "%s/model.onnx", dir);
+    kiln_session_options *o = opts_in(dir);
+    char base[64], again[64], k[64];
+    key_of(model, o, base);
+    key_of(model, o, again);
+    CHECK(base[0] && !strcmp(base, again));
+    /* options that do not change compilation leave the key alone */
+    kiln_session_options_set_intra_op_threads(o, 3);
+    kiln_session_options_set_log_level(o, KILN_LOG_ERROR);
+    kiln_session_options_set_dump_path(o, "/tmp/x.onnx");
+    key_of(model, o, k);
+    CHECK_MSG(!strcmp(base, k), "threads/log/dump changed the key");
+    /* each field that does */
+    kiln_session_options *v;
+    v = opts_in(dir);
+    kiln_session_options_set_opt_level(v, 1);
+    key_of(model, v, k);
+    CHECK_MSG(strcmp(base, k), "opt level");
+    kiln_session_options_destroy(v);
+    v = opts_in(dir);
+    kiln_session_options_disable_pass(v, "fuse_conv");
+    key_of(model, v, k);
+    CHECK_MSG(strcmp(base, k), "disabled pass");
+    kiln_session_options_destroy(v);
+    v = opts_in(dir);
+    const char *pk[] = {"precision"}, *pv[] = {"fp16"};
+    kiln_session_options_append_provider(v, "cuda", pk, pv, 1);
+    kiln_session_options_append_provider(v, "cpu", NULL, NULL, 0);
+    char cuda16[64], cuda32[64];
+    key_of(model, v, cuda16);
+    CHECK_MSG(strcmp(base, cuda16), "providers");
+    kiln_session_options_destroy(v);
+    v = opts_in(dir);
+    pv[0] = "fp32";
+    kiln_session_options_append_provider(v, "cuda", pk, pv, 1);
+    kiln_session_options_append_provider(v, "cpu", NULL, NULL, 0);
+    key_of(model, v, cuda32);
+    CHECK_MSG(strcmp(cuda16, cuda32), "provider precision option");
+    kiln_session_options_destroy(v);
+    v = opts_in(dir);
+    kiln_session_options_set_dim(v, "N", 8);
+    key_of(model, v, k);
+    CHECK_MSG(strcmp(base, k), "input-shape profile");
+    kiln_session_options_destroy(v);
+    /* the device fingerprint, through the test hook */
+    kn_cache_set_fake_device("device.cpu.model=Some Other CPU");
+    key_of(model, o, k);
+    kn_cache_set_fake_device(NULL);
+    CHECK_MSG(strcmp(base, k), "device");
+    CHECK_MSG(!strncmp(base, k, 32), "the device is an environment field: same id, other env");
+    /* the model's content: a weight in the external file */
+    w[2] = 3.5f;
+    CHECK(write_external_model(dir, w) == 0);
+    key_of(model, o, k);
+    CHECK_MSG(strcmp(base, k), "external data content");
+    kiln_session_options_destroy(o);
+    rm_rf(dir);
+}
+
+/* ------------------------------------------------------------------ the file format */
+
+/* A compiled file of the zoo model in memory, through a real session. */
+static uint8_t *compiled_bytes(const char *model, size_t *n) {
+    kiln_session_options *o = opts_in(NULL);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session_options_set_log_level(o, KILN_LOG_WARNING);
+    kiln_session *s = NULL;
+    uint8_t *d = NULL;
+    *n = 0;
+    kn_cache_key k;
+    if (kiln_session_create(model, o, &s) == KILN_OK && kn_cache_key_for_file(model, o, &k) == KILN_OK) {
+        kn_cache_write_memory(s, &k, &d, n);
+        kn_cache_key_free(&k);
+    }
+    kiln_session_destroy(s);
+    kiln_session_options_destroy(o);
+    return d;
+}
+
+/* Reads bytes as a compiled file all the way to a session. */
+static kiln_status load_bytes(const uint8_t *d, size_t n) {
+    kn_cfile *f;
+    KN_TRY(kn_cfile_open_memory(d, n, "mem.kiln", true, &f));
+    kn_model *m;
+    kiln_status st = kn_cfile_model(f, &m);
+    kiln_session *s = NULL;
+    if (st == KILN_OK) st = kn_session_from_compiled(m, NULL, &s);
+    if (st == KILN_OK) st = kn_cfile_apply_backends(f, s);
+    kiln_session_destroy(s);
+    kn_cfile_close(f);
+    return st;
+}
+
+KN_TEST(cache_format_roundtrip_and_flipped_bytes) {
+    const char *model = zoo_model();
+    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    size_t n;
+    uint8_t *d = compiled_bytes(model, &n);
+    CHECK(d && n > 4096);
+    if (!d) return;
+    CHECK_STATUS(load_bytes(d, n), KILN_OK);
+    /* every byte of the header, key block and table; then every 61st byte of the rest, and the
+     * bytes around each section boundary */
+    uint8_t *c = malloc(n);
+    kn_cfile *f;
+    CHECK_STATUS(kn_cfile_open_memory(d, n, "x", false, &f), KILN_OK);
+    size_t meta_end = KN_CACHE_HEADER_SIZE + kn_rd32(d + 24) + (size_t)kn_rd32(d + 28) * KN_CACHE_ENTRY_SIZE;
+    int tried = 0, missed = 0;
+    for (size_t pos = 0; pos < n; pos += pos < meta_end + 64 ? 1 : 61) {
+        memcpy(c, d, n);
+        c[pos] ^= (uint8_t)(1u << (pos % 8));
+        kiln_status st = load_bytes(c, n);
+        tried++;
+        if (st != KILN_ERR_CACHE) {
+            missed++;
+            if (missed < 5) kn_unit_fail(__FILE__, __LINE__, "byte %zu flipped: status %d (%s)", pos, (int)st, kiln_last_error());
+        }
+    }
+    for (int i = 0; f && i < f->n_sections; i++) {
+        size_t off = (size_t)f->sections[i].offset;
+        for (size_t pos = off >= 2 ? off - 2 : 0; pos < off + 2 && pos < n; pos++) {
+            memcpy(c, d, n);
+            c[pos] ^= 0x80;
+            CHECK_STATUS(load_bytes(c, n), KILN_ERR_CACHE);
+            tried++;
+        }
+    }
+    CHECK(tried > 500);
+    /* the message says which part */
+    memcpy(c, d, n);
+    const kn_section *ws = f ? kn_cfile_section(f, KN_SECT_WEIGHTS, NULL) : NULL;
+    if (ws) {
+        c[ws->offset + ws->size / 2] ^= 1;
+        CHECK_STATUS(load_bytes(c, n), KILN_ERR_CACHE);
+        CHECK_ERROR_HAS("mem.kiln: section 'weights': checksum mismatch in section 'weights'");
+    }
+    kn_cfile_close(f);
+    free(c);
+    free(d);
+}
+
+KN_TEST(cache_format_truncation_and_version) {
+    const char *model = zoo_model();
+    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    size_t n;
+    uint8_t *d = compiled_bytes(model, &n);
+    if (!d) {
+        CHECK(d);
+        return;
+    }
+    kn_cfile *f;
+    CHECK_STATUS(kn_cfile_open_memory(d, n, "x", false, &f), KILN_OK);
+    if (!f) return;
+    /* at every boundary: header, key block, table, each section's start, middle and end - 1 */
+    size_t cuts[64 * 3 + 8];
+    int nc = 0;
+    cuts[nc++] = 0;
+    cuts[nc++] = 7;
+    cuts[nc++] = KN_CACHE_HEADER_SIZE - 1;
+    cuts[nc++] = KN_CACHE_HEADER_SIZE;
+    cuts[nc++] = KN_CACHE_HEADER_SIZE + kn_rd32(d + 24);
+    for (int i = 0; i < f->n_sections; i++) {
+        cuts[nc++] = (size_t)f->sections[i].offset;
+        cuts[nc++] = (size_t)(f->sections[i].offset + f->sections[i].size / 2);
+        cuts[nc++] = (size_t)(f->sections[i].offset + f->sections[i].size) - 1;
+    }
+    cuts[nc++] = n - 1;
+    for (int i = 0; i < nc; i++) {
+        uint8_t *c = malloc(cuts[i] ? cuts[i] : 1);
+        memcpy(c, d, cuts[i]);
+        kiln_status st = load_bytes(c, cuts[i]);
+        CHECK_MSG(st == KILN_ERR_CACHE, "cut at %zu: status %d (%s)", cuts[i], (int)st, kiln_last_error());
+        if (cuts[i] >= KN_CACHE_HEADER_SIZE)
+            CHECK_MSG(strstr(kiln_last_error(), "truncated"), "cut at %zu: %s", cuts[i], kiln_last_error());
+        free(c);
+    }
+    kn_cfile_close(f);
+    /* another format version, with a valid checksum: named as a version mismatch */
+    uint8_t *c = malloc(n);
+    memcpy(c, d, n);
+    kn_wr32(c + 8, KN_CACHE_FORMAT_VERSION + 1);
+    kn_cache_fix_checksums(c, n);
+    CHECK_STATUS(load_bytes(c, n), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("cache format version 1 != 2 in file");
+    /* another kiln version in the key block: the key comparison names it */
+    memcpy(c, d, n);
+    uint8_t *kv = memmem(c, n, "\nkiln=", 6);
+    CHECK(kv != NULL);
+    kn_cache_key want;
+    if (kv && kn_cache_key_for_file(model, NULL, &want) == KILN_OK) {
+        size_t vl = strlen(kiln_version());
+        memset(kv + 6, '9', vl); /* "0.1.0" -> "99999": same length, so nothing moves */
+        kn_cache_fix_checksums(c, n);
+        kn_cfile *g;
+        CHECK_STATUS(kn_cfile_open_memory(c, n, "x", false, &g), KILN_OK);
+        char why[512];
+        if (g) {
+            CHECK(kn_cfile_compare_key(g, &want, false, why, sizeof why) == 1);
+            char expect[128];
+            snprintf(expect, sizeof expect, "kiln version %s != 99999 in file", kiln_version());
+            CHECK_MSG(strstr(why, expect), "%s", why);
+        }
+        kn_cfile_close(g);
+        kn_cache_key_free(&want);
+    }
+    free(c);
+    free(d);
+}
+
+/* ------------------------------------------------------------------ the automatic cache */
+
+static kiln_status create_logged(const char *model, const kiln_session_options *o, kiln_session **s, char **log) {
+    capture_begin();
+    kiln_status st = kiln_session_create(model, o, s);
+    *log = capture_end();
+    return st;
+}
+
+KN_TEST(cache_hit_miss_rebuilt) {
+    const char *model = zoo_model();
+    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    char *dir = tmp_dir("auto");
+    kiln_session_options *o = opts_in(dir);
+    kiln_session *s = NULL;
+    char *log;
+    /* miss: compiled and stored */
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "cache miss"), "%s", log);
+    CHECK_MSG(strstr(log, "cache stored"), "%s", log);
+    CHECK(s && check_outputs(s));
+    kiln_session_destroy(s);
+    free(log);
+    CHECK_EQ_INT(count_entries(dir), 1);
+    /* hit, with the same outputs */
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "cache hit"), "%s", log);
+    CHECK(s && check_outputs(s));
+    kiln_session_destroy(s);
+    free(log);
+    /* each key field changed: a miss, a new entry */
+    int expect = 1;
+    kiln_session_options *v = opts_in(dir);
+    kiln_session_options_set_opt_level(v, 1);
+    CHECK_STATUS(create_logged(model, v, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "cache miss"), "opt level: %s", log);
+    CHECK(s && check_outputs(s));
+    kiln_session_destroy(s);
+    free(log);
+    kiln_session_options_destroy(v);
+    CHECK_EQ_INT(count_entries(dir), ++expect);
+    v = opts_in(dir);
+    kiln_session_options_disable_pass(v, "fold_constants");
+    CHECK_STATUS(create_logged(model, v, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "cache miss"), "disabled pass: %s", log);
+    kiln_session_destroy(s);
+    free(log);
+    kiln_session_options_destroy(v);
+    CHECK_EQ_INT(count_entries(dir), ++expect);
+    v = opts_in(dir);
+    kiln_session_options_set_dim(v, "batch", 1);
+    CHECK_STATUS(create_logged(model, v, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "cache miss"), "shape profile: %s", log);
+    CHECK(s && check_outputs(s));
+    kiln_session_destroy(s);
+    free(log);
+    kiln_session_options_destroy(v);
+    CHECK_EQ_INT(count_entries(dir), ++expect);
+    v = opts_in(dir);
+    kiln_session_options_append_provider(v, "cpu", NULL, NULL, 0);
+    CHECK_STATUS(create_logged(model, v, &s, &log), KILN_OK);
+    /* naming the default provider explicitly is the same job */
+    CHECK_MSG(strstr(log, "cache hit"), "explicit cpu provider: %s", log);
+    kiln_session_destroy(s);
+    free(log);
+    kiln_session_options_destroy(v);
+    /* another device (the hook): rebuilt, and the log says which field and both values */
+    kn_cache_set_fake_device("device.cpu.model=Test CPU 9000");
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    kn_cache_set_fake_device(NULL);
+    CHECK_MSG(strstr(log, "cache rebuilt") && strstr(log, "device cpu.model 'Test CPU 9000' != "), "%s", log);
+    CHECK(s && check_outputs(s));
+    kiln_session_destroy(s);
+    free(log);
+    CHECK_EQ_INT(count_entries(dir), ++expect);
+    /* another build of kiln (a rebuilt development tree): rebuilt, saying so */
+    kn_cache_set_fake_device("build=code-0000000000000000");
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    kn_cache_set_fake_device(NULL);
+    CHECK_MSG(strstr(log, "cache rebuilt") && strstr(log, "kiln build code-0000000000000000 != "), "%s", log);
+    kiln_session_destroy(s);
+    free(log);
+    CHECK_EQ_INT(count_entries(dir), ++expect);
+    /* the model's content: a copy with one weight byte changed is a miss */
+    char copy[600];
+    snprintf(copy, sizeof copy, "%s/copy.onnx", dir);
+    size_t mn;
+    uint8_t *mb = read_file(model, &mn);
+    if (mb) {
+        mb[mn - 100] ^= 1; /* inside the last initializer's raw data */
+        CHECK(write_file(copy, mb, mn) == 0);
+        CHECK_STATUS(create_logged(copy, o, &s, &log), KILN_OK);
+        CHECK_MSG(strstr(log, "cache miss"), "model content: %s", log);
+        kiln_session_destroy(s);
+        free(log);
+        CHECK_EQ_INT(count_entries(dir), ++expect);
+        free(mb);
+    }
+    kiln_session_options_destroy(o);
+    rm_rf(dir);
+}
+
+KN_TEST(cache_corrupt_entry_rebuilt_or_strict) {
+    const char *model = zoo_model();
+    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    char *dir = tmp_dir("corrupt");
+    kiln_session_options *o = opts_in(dir);
+    kiln_session *s = NULL;
+    char *log;
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    kiln_session_destroy(s);
+    free(log);
+    kn_cache_entry *e;
+    int n = 0;
+    CHECK_STATUS(kn_cache_list(dir, &e, &n), KILN_OK);
+    CHECK_EQ_INT(n, 1);
+    if (n != 1) return;
+    char entry[1024];
+    snprintf(entry, sizeof entry, "%s", e[0].path);
+    kn_cache_list_free(e, n);
+    size_t fn;
+    uint8_t *fd = read_file(entry, &fn);
+    kn_cfile *f;
+    CHECK_STATUS(kn_cfile_open(entry, &f), KILN_OK);
+    const kn_section *ws = f ? kn_cfile_section(f, KN_SECT_WEIGHTS, NULL) : NULL;
+    size_t pos = ws ? (size_t)(ws->offset + 100) : fn / 2;
+    kn_cfile_close(f);
+    fd[pos] ^= 0x10;
+    CHECK(write_file(entry, fd, fn) == 0);
+    /* strict: an error naming the file, the section and the problem */
+    kiln_session_options_set_cache_strict(o, 1);
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("checksum mismatch in section 'weights'");
+    CHECK_ERROR_HAS(entry);
+    CHECK(!s);
+    free(log);
+    /* default: rebuilt, with the reason in the log, and the entry replaced by a good one */
+    kiln_session_options_set_cache_strict(o, 0);
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "cache rebuilt") && strstr(log, "checksum mismatch in section 'weights'"), "%s", log);
+    CHECK(s && check_outputs(s));
+    kiln_session_destroy(s);
+    free(log);
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "cache hit"), "%s", log);
+    kiln_session_destroy(s);
+    free(log);
+    /* truncated entry: rebuilt too */
+    CHECK(truncate(entry, (off_t)(fn / 3)) == 0);
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "cache rebuilt") && strstr(log, "truncated"), "%s", log);
+    CHECK(s && check_outputs(s));
+    kiln_session_destroy(s);
+    free(log);
+    free(fd);
+    kiln_session_options_destroy(o);
+    rm_rf(dir);
+}
+
+KN_TEST(cache_unwritable_directory) {
+    const char *model = zoo_model();
+    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    char *dir = tmp_dir("unwritable");
+    /* a path under a regular file cannot be created, even by root (chmod does not stop root) */
+    char file[512], cache[600];
+    snprintf(file, sizeof file, "%s/a-file", dir);
+    CHECK(write_file(file, "x", 1) == 0);
+    snprintf(cache, sizeof cache, "%s/sub", file);
+    kiln_session_options *o = opts_in(cache);
+    kiln_session *s = NULL;
+    char *log;
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK(s && check_outputs(s));
+    CHECK_MSG(strstr(log, "warning") && strstr(log, "cannot be created") && strstr(log, "without the cache"), "%s", log);
+    kiln_session_destroy(s);
+    free(log);
+    kiln_session_options_destroy(o);
+    rm_rf(dir);
+}
+
+KN_TEST(cache_size_limit_prunes_lru) {
+    const char *model = zoo_model();
+    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    char *dir = tmp_dir("limit");
+    kiln_session *s = NULL;
+    char *log;
+    /* three entries (levels 1, 2, 3), then level 1 used again, then a fourth with a limit that
+     * holds about two: the least recently used (levels 2 and 3) go */
+    uint64_t size = 0;
+    for (int level = 1; level <= 3; level++) {
+        kiln_session_options *o = opts_in(dir);
+        kiln_session_options_set_opt_level(o, level);
+        CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+        kiln_session_destroy(s);
+        free(log);
+        kiln_session_options_destroy(o);
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    kn_cache_entry *e;
+    int n = 0;
+    CHECK_STATUS(kn_cache_list(dir, &e, &n), KILN_OK);
+    CHECK_EQ_INT(n, 3);
+    for (int i = 0; i < n; i++) size = e[i].size > size ? e[i].size : size;
+    kn_cache_list_free(e, n);
+    kiln_session_options *o = opts_in(dir);
+    kiln_session_options_set_opt_level(o, 1);
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "cache hit"), "%s", log);
+    kiln_session_destroy(s);
+    free(log);
+    kiln_session_options_set_opt_level(o, 0);
+    kiln_session_options_set_cache_limit(o, size * 2 + size / 2);
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "pruned"), "%s", log);
+    kiln_session_destroy(s);
+    free(log);
+    CHECK_EQ_INT(count_entries(dir), 2);
+    /* the survivors are the new one and level 1 (used most recently) */
+    kiln_session_options_set_cache_limit(o, 0);
+    kiln_session_options_set_opt_level(o, 1);
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "cache hit"), "level 1 should have survived: %s", log);
+    kiln_session_destroy(s);
+    free(log);
+    kiln_session_options_destroy(o);
+    rm_rf(dir);
+}
+
+/* ------------------------------------------------------------------ explicit paths */
+
+KN_TEST(cache_load_path_errors) {
+    const char *model = zoo_model();
+    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    char *dir = tmp_dir("paths");
+    char path[600], file[600];
+    kiln_session_options *o = opts_in(NULL);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session_options_set_log_level(o, KILN_LOG_WARNING);
+    kiln_session *s = NULL;
+    /* missing */
+    snprintf(path, sizeof path, "%s/missing.kiln", dir);
+    kiln_session_options_set_compiled_paths(o, NULL, path);
+    CHECK_STATUS(kiln_session_create(model, o, &s), KILN_ERR_IO);
+    CHECK_ERROR_HAS(path);
+    CHECK_ERROR_HAS("does not exist");
+    /* a directory */
+    kiln_session_options_set_compiled_paths(o, NULL, dir);
+    CHECK_STATUS(kiln_session_create(model, o, &s), KILN_ERR_INVALID_ARGUMENT);
+    CHECK_ERROR_HAS("is a directory");
+    /* unreadable: a path through a regular file (root reads any file, so chmod would not do) */
+    snprintf(file, sizeof file, "%s/plain", dir);
+    CHECK(write_file(file, "x", 1) == 0);
+    snprintf(path, sizeof path, "%s/under.kiln", file);
+    kiln_session_options_set_compiled_paths(o, NULL, path);
+    CHECK_STATUS(kiln_session_create(model, o, &s), KILN_ERR_IO);
+    CHECK_ERROR_HAS("cannot be read");
+    if (geteuid() != 0) {
+        snprintf(path, sizeof path, "%s/noread.kiln", dir);
+        CHECK(write_file(path, "KILNCOMP", 8) == 0);
+        chmod(path, 0);
+        kiln_session_options_set_compiled_paths(o, NULL, path);
+        CHECK_STATUS(kiln_session_create(model, o, &s), KILN_ERR_IO);
+        CHECK_ERROR_HAS("cannot be read");
+    }
+    /* not a compiled file */
+    kiln_session_options_set_compiled_paths(o, NULL, model);
+    CHECK_STATUS(kiln_session_create(model, o, &s), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("not a kiln compiled file");
+    /* "" and NULL mean unset: the model is simply compiled */
+    kiln_session_options_set_compiled_paths(o, "", "");
+    CHECK_STATUS(kiln_session_create(model, o, &s), KILN_OK);
+    kiln_session_destroy(s);
+    s = NULL;
+    /* save, then load back; then a mismatch (other options) names the field */
+    snprintf(path, sizeof path, "%s/saved.kiln", dir);
+    kiln_session_options_set_compiled_paths(o, path, NULL);
+    CHECK_STATUS(kiln_session_create(model, o, &s), KILN_OK);
+    kiln_session_destroy(s);
+    s = NULL;
+    kiln_session_options_set_compiled_paths(o, NULL, path);
+    CHECK_STATUS(kiln_session_create(model, o, &s), KILN_OK);
+    CHECK(s && check_outputs(s));
+    kiln_session_destroy(s);
+    s = NULL;
+    kiln_session_options_set_opt_level(o, 1);
+    CHECK_STATUS(kiln_session_create(model, o, &s), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS(path);
+    CHECK_ERROR_HAS("compile options 'opt_level=1");
+    kiln_session_options_set_opt_level(o, 3);
+    kn_cache_set_fake_device("device.cpu.isa=other-isa");
+    CHECK_STATUS(kiln_session_create(model, o, &s), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("device cpu.isa other-isa != ");
+    kn_cache_set_fake_device(NULL);
+    /* the compiled file alone (no .onnx) makes a session: kiln_session_create on it */
+    kiln_session_options_set_compiled_paths(o, NULL, NULL);
+    CHECK_STATUS(kiln_session_create(path, o, &s), KILN_OK);
+    CHECK(s && check_outputs(s));
+    kiln_session_destroy(s);
+    s = NULL;
+    /* ... also from another build of the same version (explicit files are not held to it) */
+    kn_cache_set_fake_device("build=code-0000000000000000");
+    CHECK_STATUS(kiln_session_create(path, o, &s), KILN_OK);
+    kiln_session_destroy(s);
+    s = NULL;
+    kiln_session_options_set_compiled_paths(o, NULL, path);
+    CHECK_STATUS(kiln_session_create(model, o, &s), KILN_OK);
+    kiln_session_destroy(s);
+    s = NULL;
+    kiln_session_options_set_compiled_paths(o, NULL, NULL);
+    kn_cache_set_fake_device(NULL);
+    /* ... but not on another device */
+    kn_cache_set_fake_device("device.cpu.model=Elsewhere");
+    CHECK_STATUS(kiln_session_create(path, o, &s), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("made for another environment: device cpu.model Elsewhere != ");
+    kn_cache_set_fake_device(NULL);
+    /* from memory too */
+    size_t n;
+    uint8_t *bytes = read_file(path, &n);
+    CHECK_STATUS(kiln_session_create_from_memory(bytes, n, NULL, o, &s), KILN_OK);
+    CHECK(s && check_outputs(s));
+    kiln_session_destroy(s);
+    free(bytes);
+    kiln_session_options_destroy(o);
+    rm_rf(dir);
+}
+
+KN_TEST(cache_save_and_dump_together) {
+    const char *model = zoo_model();
+    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    char *dir = tmp_dir("dump");
+    char save[600], dump[600], dump2[600];
+    snprintf(save, sizeof save, "%s/m.kiln", dir);
+    snprintf(dump, sizeof dump, "%s/opt.onnx", dir);
+    snprintf(dump2, sizeof dump2, "%s/opt2.onnx", dir);
+    kiln_session_options *o = opts_in(dir);
+    kiln_session_options_set_compiled_paths(o, save, NULL);
+    kiln_session_options_set_dump_path(o, dump);
+    kiln_session *s = NULL;
+    CHECK_STATUS(kiln_session_create(model, o, &s), KILN_OK);
+    kiln_session_destroy(s);
+    s = NULL;
+    CHECK(access(save, R_OK) == 0);
+    /* the dump on the compile path is the session's (src/exec/session.c) */
+    bool dumped_on_compile = access(dump, R_OK) == 0;
+    /* a hit (and a load path) dump the optimised graph read from the compiled file */
+    kiln_session_options_set_compiled_paths(o, NULL, save);
+    kiln_session_options_set_dump_path(o, dump2);
+    CHECK_STATUS(kiln_session_create(model, o, &s), KILN_OK);
+    CHECK(s && check_outputs(s));
+    kiln_session_destroy(s);
+    CHECK(access(dump2, R_OK) == 0);
+    kn_model *m = NULL;
+    CHECK_STATUS(kn_onnx_load_file(dump2, &m), KILN_OK);
+    kn_model_free(m);
+    kiln_session_options_destroy(o);
+    rm_rf(dir);
+    if (!dumped_on_compile) KN_SKIP("the session does not write dump_path on the compile path yet");
+}
+
+/* ------------------------------------------------------------------ eight processes */
+
+KN_TEST(cache_eight_processes_compile_once) {
+    const char *model = zoo_model();
+    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    char *dir = tmp_dir("procs");
+    enum { N = 8 };
+    int go[2];
+    CHECK(pipe(go) == 0);
+    pid_t pids[N];
+    fflush(stdout);
+    fflush(stderr);
+    for (int i = 0; i < N; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            close(go[1]);
+            char c;
+            /* wait until the parent lets every child go at once */
+            if (read(go[0], &c, 1) < 0) _exit(3);
+            char logp[700];
+            snprintf(logp, sizeof logp, "%s/log-%d.txt", dir, i);
+            int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            dup2(fd, 2);
+            close(fd);
+            kiln_session_options *o = opts_in(dir);
+            kiln_session *s = NULL;
+            int ok = kiln_session_create(model, o, &s) == KILN_OK && check_outputs(s);
+            if (!ok) fprintf(stderr, "child failed: %s\n", kiln_last_error());
+            kiln_session_destroy(s);
+            kiln_session_options_destroy(o);
+            fflush(stderr);
+            _exit(ok ? 0 : 1);
+        }
+    }
+    close(go[0]);
+    close(go[1]); /* EOF: all children read at once */
+    int all_ok = 1;
+    for (int i = 0; i < N; i++) {
+        int status = 0;
+        waitpid(pids[i], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) all_ok = 0;
+    }
+    CHECK_MSG(all_ok, "a child failed or got wrong outputs");
+    int compiled = 0, hits = 0;
+    for (int i = 0; i < N; i++) {
+        char logp[700];
+        snprintf(logp, sizeof logp, "%s/log-%d.txt", dir, i);
+        size_t n;
+        char *log = (char *)read_file(logp, &n);
+        if (!log) continue;
+        compiled += count_substr(log, "cache miss") + count_substr(log, "cache rebuilt");
+        hits += count_substr(log, "cache hit");
+        if (strstr(log, "child failed")) printf("    %s", log);
+        free(log);
+    }
+    CHECK_EQ_INT(compiled, 1);
+    CHECK_EQ_INT(hits, N - 1);
+    CHECK_EQ_INT(count_entries(dir), 1);
+    rm_rf(dir);
+}

@@ -1,0 +1,430 @@
+/* GPU tests: the field regressions (a Gemm with transB=1 on A [1,128], B [1152,128], with and
+ * without a broadcast bias; Conv1d + bias + ReLU, strided and dilated, fused and unfused) at every
+ * optimisation level on CUDA against the CPU; steady-state runs make no device allocation; strict
+ * mode names the node it cannot run; the zoo in fp16 and bf16 within a relative L2 error of 1e-2.
+ * Without a usable CUDA device each test is skipped (and says so). */
+#include "unit.h"
+
+#include "backend/backend.h"
+#include "exec/session.h"
+#include "ir/graph.h"
+#include "onnx/loader.h"
+#include "onnx/writer.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define NEED_GPU()                                                                                 \
+    do {                                                                                           \
+        const char *why_ = NULL;                                                                   \
+        if (!kiln_provider_available("cuda", &why_)) {                                             \
+            KN_SKIP(why_ ? why_ : "no CUDA device");                                               \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* ------------------------------------------------------------------ a small model builder */
+
+typedef struct mb {
+    kn_model *m;
+    kn_graph *g;
+    uint32_t seed;
+} mb;
+
+static void mb_init(mb *b, int opset) {
+    memset(b, 0, sizeof *b);
+    b->seed = 12345;
+    kn_model_new(&b->m);
+    b->m->ir_version = 8;
+    b->m->n_opsets = 2;
+    b->m->opsets = kn_arena_alloc(&b->m->arena, sizeof(kn_opset_import) * 2);
+    b->m->opsets[0].domain = "";
+    b->m->opsets[0].version = opset;
+    b->m->opsets[1].domain = kn_arena_strdup(&b->m->arena, "kiln");
+    b->m->opsets[1].version = 1;
+    b->m->producer_name = "kiln-test";
+    kn_graph_new(b->m, NULL, "test", &b->g);
+    b->m->graph = b->g;
+}
+
+static float mb_rand(uint32_t *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+static int mb_input(mb *b, const char *name, int rank, const int64_t *dims) {
+    int v = kn_graph_add_value(b->g, name);
+    kn_type_set_tensor(&b->g->values[v].type, KILN_DTYPE_FLOAT, rank, dims);
+    b->g->values[v].is_graph_input = true;
+    b->g->inputs = realloc(b->g->inputs, sizeof(int) * (size_t)(b->g->n_inputs + 1));
+    b->g->inputs[b->g->n_inputs++] = v;
+    return v;
+}
+
+static int mb_const(mb *b, const char *name, int rank, const int64_t *dims, float scale) {
+    kn_tensor *t;
+    kn_tensor_new(KILN_DTYPE_FLOAT, rank, dims, &t);
+    float *p = t->data;
+    for (int64_t i = 0; i < kn_tensor_count(t); i++) p[i] = scale * mb_rand(&b->seed);
+    int v = kn_graph_add_value(b->g, name);
+    b->g->values[v].constant = t;
+    kn_model_own_tensor(b->m, t);
+    kn_type_set_tensor(&b->g->values[v].type, KILN_DTYPE_FLOAT, rank, dims);
+    return v;
+}
+
+static int mb_value(mb *b, const char *name) { return kn_graph_add_value(b->g, name); }
+
+static int mb_node(mb *b, const char *op, const char *domain, const int *in, int nin, int out) {
+    return kn_graph_add_node(b->g, NULL, op, domain, in, nin, &out, 1);
+}
+
+static kn_attr *mb_attr(mb *b, int node, const char *name, kn_attr_type type) {
+    kn_node *n = &b->g->nodes[node];
+    kn_attr *a = kn_arena_alloc(&b->m->arena, sizeof(kn_attr) * (size_t)(n->n_attrs + 1));
+    if (n->n_attrs) memcpy(a, n->attrs, sizeof(kn_attr) * (size_t)n->n_attrs);
+    n->attrs = a;
+    kn_attr *r = &a[n->n_attrs++];
+    r->name = kn_arena_strdup(&b->m->arena, name);
+    r->type = type;
+    return r;
+}
+static void mb_int(mb *b, int node, const char *name, int64_t v) { mb_attr(b, node, name, KN_ATTR_INT)->i = v; }
+static void mb_str(mb *b, int node, const char *name, const char *v) {
+    kn_attr *a = mb_attr(b, node, name, KN_ATTR_STRING);
+    a->s = kn_arena_strdup(&b->m->arena, v);
+    a->s_len = strlen(v);
+}
+static void mb_ints(mb *b, int node, const char *name, const int64_t *v, int n) {
+    kn_attr *a = mb_attr(b, node, name, KN_ATTR_INTS);
+    a->ints = kn_arena_alloc(&b->m->arena, sizeof(int64_t) * (size_t)n);
+    memcpy(a->ints, v, sizeof(int64_t) * (size_t)n);
+    a->n = n;
+}
+
+static void mb_output(mb *b, int v) {
+    b->g->outputs = realloc(b->g->outputs, sizeof(int) * (size_t)(b->g->n_outputs + 1));
+    b->g->outputs[b->g->n_outputs++] = v;
+    b->g->values[v].is_graph_output = true;
+}
+
+/* Serialises and frees the builder's model. */
+static unsigned char *mb_finish(mb *b, size_t *size) {
+    unsigned char *data = NULL;
+    kn_graph_recount(b->g);
+    kiln_status st = kn_onnx_write_memory(b->m, &data, size);
+    CHECK_MSG(st == KILN_OK, "writing the test model: %s", kiln_last_error());
+    kn_model_free(b->m);
+    b->m = NULL;
+    return data;
+}
+
+/* ------------------------------------------------------------------ running */
+
+static kiln_session *session_for(const unsigned char *data, size_t size, const char *provider, const char *precision,
+                                 int level) {
+    kiln_session_options *o;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_opt_level(o, level);
+    kiln_session_options_set_cache(o, 0, NULL);
+    const char *k[1] = {"precision"}, *v[1] = {precision};
+    char list[64];
+    snprintf(list, sizeof list, "%s", provider);
+    for (char *save = NULL, *p = strtok_r(list, ",", &save); p; p = strtok_r(NULL, ",", &save))
+        kiln_session_options_append_provider(o, p, !strcmp(p, "cuda") && precision ? k : NULL,
+                                             !strcmp(p, "cuda") && precision ? v : NULL, !strcmp(p, "cuda") && precision);
+    kiln_session *s = NULL;
+    kiln_status st = kiln_session_create_from_memory(data, size, NULL, o, &s);
+    kiln_session_options_destroy(o);
+    CHECK_MSG(st == KILN_OK, "session (%s, level %d): %s", provider, level, kiln_last_error());
+    return s;
+}
+
+static kn_tensor *run1(kiln_session *s, kn_tensor *x) {
+    kiln_value_info info;
+    kiln_session_input_info(s, 0, &info);
+    const char *names[1] = {info.name};
+    kn_tensor *ins[1] = {x}, *out[1] = {NULL};
+    kiln_status st = kiln_session_run(s, names, ins, 1, NULL, 1, out);
+    CHECK_MSG(st == KILN_OK, "run: %s", kiln_last_error());
+    return out[0];
+}
+
+static int close_enough(const kn_tensor *a, const kn_tensor *b, double rtol, double atol, const char *what) {
+    if (!a || !b) return 0;
+    if (a->rank != b->rank || kn_tensor_count(a) != kn_tensor_count(b)) {
+        kn_unit_fail(__FILE__, __LINE__, "%s: shapes differ", what);
+        return 0;
+    }
+    const float *x = a->data, *y = b->data;
+    for (int64_t i = 0; i < kn_tensor_count(a); i++)
+        if (!(fabs((double)x[i] - y[i]) <= atol + rtol * fabs((double)y[i]))) {
+            kn_unit_fail(__FILE__, __LINE__, "%s: element %lld is %.7g on CUDA, %.7g on the CPU", what, (long long)i,
+                         x[i], y[i]);
+            return 0;
+        }
+    return 1;
+}
+
+static kn_tensor *random_input(int rank, const int64_t *dims, uint32_t seed) {
+    kn_tensor *t;
+    kn_tensor_new(KILN_DTYPE_FLOAT, rank, dims, &t);
+    float *p = t->data;
+    for (int64_t i = 0; i < kn_tensor_count(t); i++) p[i] = mb_rand(&seed);
+    return t;
+}
+
+/* Runs the model on the CPU at level 0 and on CUDA at every level; compares. */
+static void compare_levels(const unsigned char *data, size_t size, kn_tensor *x, const char *what) {
+    kiln_session *ref = session_for(data, size, "cpu", NULL, 0);
+    if (!ref) return;
+    kn_tensor *want = run1(ref, x);
+    for (int level = 0; level <= 3; level++) {
+        kiln_session *s = session_for(data, size, "cuda", NULL, level);
+        if (!s) continue;
+        kn_tensor *got = run1(s, x);
+        char w[160];
+        snprintf(w, sizeof w, "%s at level %d", what, level);
+        close_enough(got, want, 1e-4, 1e-5, w);
+        kn_tensor_free(got);
+        kiln_session_destroy(s);
+    }
+    kn_tensor_free(want);
+    kiln_session_destroy(ref);
+}
+
+/* ------------------------------------------------------------------ field regressions */
+
+static unsigned char *gemm_model(bool bias, bool relu, size_t *size) {
+    mb b;
+    mb_init(&b, 17);
+    int64_t ad[2] = {1, 128}, bd[2] = {1152, 128}, cd[1] = {1152};
+    int a = mb_input(&b, "A", 2, ad);
+    int w = mb_const(&b, "B", 2, bd, 0.1f);
+    int ins[3] = {a, w, bias ? mb_const(&b, "C", 1, cd, 0.5f) : -1};
+    int y = mb_value(&b, "Y");
+    int out = relu ? mb_value(&b, "G") : y;
+    int n = mb_node(&b, "Gemm", "", ins, bias ? 3 : 2, out);
+    mb_int(&b, n, "transB", 1);
+    if (relu) {
+        int r[1] = {out};
+        mb_node(&b, "Relu", "", r, 1, y);
+    }
+    mb_output(&b, y);
+    return mb_finish(&b, size);
+}
+
+KN_TEST(cuda_field_gemm_transB) {
+    NEED_GPU();
+    int64_t ad[2] = {1, 128};
+    kn_tensor *x = random_input(2, ad, 7);
+    for (int bias = 0; bias < 2; bias++)
+        for (int relu = 0; relu < 2; relu++) {
+            size_t size;
+            unsigned char *m = gemm_model(bias, relu, &size);
+            char what[96];
+            snprintf(what, sizeof what, "Gemm [1,128] x [1152,128]^T%s%s", bias ? " + C[1152]" : "", relu ? " + Relu" : "");
+            compare_levels(m, size, x, what);
+            free(m);
+        }
+    kn_tensor_free(x);
+}
+
+/* Conv1d + bias + ReLU, twice (strided, then dilated), as separate nodes or as kiln.FusedConv. */
+static unsigned char *conv1d_model(int64_t stride, int64_t dilation, const int64_t *pads, bool fused, size_t *size) {
+    mb b;
+    mb_init(&b, 17);
+    int64_t xd[3] = {2, 16, 100}, w1d[3] = {32, 16, 3}, b1d[1] = {32}, w2d[3] = {24, 32, 5}, b2d[1] = {24};
+    int x = mb_input(&b, "X", 3, xd);
+    int cur = x;
+    for (int layer = 0; layer < 2; layer++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "W%d", layer);
+        int w = mb_const(&b, nm, 3, layer ? w2d : w1d, 0.2f);
+        snprintf(nm, sizeof nm, "B%d", layer);
+        int bb = mb_const(&b, nm, 1, layer ? b2d : b1d, 0.5f);
+        snprintf(nm, sizeof nm, "Y%d", layer);
+        int y = mb_value(&b, nm);
+        int ins[3] = {cur, w, bb};
+        snprintf(nm, sizeof nm, "C%d", layer);
+        int conv_out = fused ? y : mb_value(&b, nm);
+        int n = mb_node(&b, fused ? "FusedConv" : "Conv", fused ? "kiln" : "", ins, 3, conv_out);
+        int64_t st[1] = {layer == 0 ? stride : 1}, dl[1] = {layer == 1 ? dilation : 1};
+        mb_ints(&b, n, "strides", st, 1);
+        mb_ints(&b, n, "dilations", dl, 1);
+        mb_ints(&b, n, "pads", pads, 2);
+        if (fused) {
+            mb_str(&b, n, "activation", "Relu");
+        } else {
+            int r[1] = {conv_out};
+            mb_node(&b, "Relu", "", r, 1, y);
+        }
+        cur = y;
+    }
+    mb_output(&b, cur);
+    return mb_finish(&b, size);
+}
+
+KN_TEST(cuda_field_conv1d_bias_relu) {
+    NEED_GPU();
+    int64_t xd[3] = {2, 16, 100};
+    kn_tensor *x = random_input(3, xd, 11);
+    static const int64_t pads[3][2] = {{1, 1}, {0, 0}, {2, 1}};
+    for (int fused = 0; fused < 2; fused++)
+        for (int p = 0; p < 3; p++) {
+            size_t size;
+            unsigned char *m = conv1d_model(2, 2, pads[p], fused, &size);
+            char what[128];
+            snprintf(what, sizeof what, "Conv1d stride 2 / dilation 2, pads [%lld,%lld], %s", (long long)pads[p][0],
+                     (long long)pads[p][1], fused ? "kiln.FusedConv" : "Conv + Relu");
+            compare_levels(m, size, x, what);
+            free(m);
+        }
+    kn_tensor_free(x);
+}
+
+KN_TEST(cuda_steady_state_runs_allocate_nothing) {
+    NEED_GPU();
+    size_t size;
+    int64_t pads[2] = {1, 1};
+    unsigned char *m = conv1d_model(2, 2, pads, false, &size);
+    kiln_session *s = session_for(m, size, "cuda", NULL, 3);
+    free(m);
+    if (!s) return;
+    int64_t xd[3] = {2, 16, 100};
+    kn_tensor *x = random_input(3, xd, 3);
+    const kn_runtime *rt = s->rt;
+    const kn_backend *cu = NULL;
+    for (int i = 0; i < rt->n_backends; i++)
+        if (!strcmp(rt->backends[i].ops->name, "cuda")) cu = &rt->backends[i];
+    CHECK(cu && cu->ops->stats);
+    if (cu && cu->ops->stats) {
+        uint64_t a1 = 0, a2 = 0;
+        size_t live1 = 0, live2 = 0;
+        kn_tensor_free(run1(s, x));
+        cu->ops->stats(cu->state, &a1, &live1, NULL);
+        for (int i = 0; i < 3; i++) kn_tensor_free(run1(s, x));
+        cu->ops->stats(cu->state, &a2, &live2, NULL);
+        CHECK_MSG(a2 == a1, "device allocations grew from %llu to %llu over repeated runs", (unsigned long long)a1,
+                  (unsigned long long)a2);
+        CHECK_MSG(live2 == live1, "live device bytes went from %zu to %zu", live1, live2);
+    }
+    kn_tensor_free(x);
+    kiln_session_destroy(s);
+}
+
+KN_TEST(cuda_strict_names_the_node) {
+    NEED_GPU();
+    mb b;
+    mb_init(&b, 17);
+    int64_t xd[1] = {8};
+    int x = mb_input(&b, "X", 1, xd);
+    int y = mb_value(&b, "Y");
+    int ins[1] = {x};
+    kn_graph_add_node(b.g, "the_unique_node", "Unique", "", ins, 1, &y, 1);
+    mb_output(&b, y);
+    size_t size;
+    unsigned char *m = mb_finish(&b, &size);
+    kiln_session_options *o;
+    kiln_session_options_create(&o);
+    const char *k[1] = {"strict"}, *v[1] = {"1"};
+    kiln_session_options_append_provider(o, "cuda", k, v, 1);
+    kiln_session_options_append_provider(o, "cpu", NULL, NULL, 0);
+    kiln_session *s = NULL;
+    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_ERR_UNSUPPORTED);
+    CHECK_ERROR_HAS("the_unique_node");
+    CHECK_ERROR_HAS("strict");
+    kiln_session_destroy(s);
+    kiln_session_options_destroy(o);
+    free(m);
+}
+
+/* ------------------------------------------------------------------ the zoo in reduced precision */
+
+static const char *zoo_dir(void) {
+    static char buf[4096];
+    const char *e = getenv("KILN_ZOO");
+    if (e && *e) return e;
+    snprintf(buf, sizeof buf, "%s/../shared/models", kn_unit_root());
+    return buf;
+}
+
+static double rel_l2(const kn_tensor *got, const kn_tensor *want) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < kn_tensor_count(want); i++) {
+        double a = kn_tensor_get_f64(got, i), b = kn_tensor_get_f64(want, i);
+        num += (a - b) * (a - b);
+        den += b * b;
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Runs every zoo model's data set 0 on CUDA alone (no CPU fallback possible) in each precision;
+ * fp32 must meet the zoo tolerance's spirit (rel L2 < 1e-4), the others rel L2 < 1e-2. */
+KN_TEST(cuda_zoo_precisions) {
+    NEED_GPU();
+    const char *zoo = zoo_dir();
+    DIR *d = opendir(zoo);
+    if (!d) {
+        KN_SKIP("the model zoo is not there (set KILN_ZOO)");
+        return;
+    }
+    struct dirent *e;
+    int models = 0;
+    static const char *const precs[4] = {"fp32", "tf32", "fp16", "bf16"};
+    static const double limits[4] = {1e-4, 1e-2, 1e-2, 1e-2};
+    while ((e = readdir(d))) {
+        char path[4096], dir[4096], model[4200];
+        snprintf(dir, sizeof dir, "%s/%s", zoo, e->d_name);
+        snprintf(model, sizeof model, "%s/model.onnx", dir);
+        struct stat sb;
+        if (e->d_name[0] == '.' || stat(model, &sb) != 0) continue;
+        models++;
+        for (int p = 0; p < 4; p++) {
+            kiln_session_options *o;
+            kiln_session_options_create(&o);
+            kiln_session_options_set_cache(o, 0, NULL);
+            const char *k[1] = {"precision"}, *v[1] = {precs[p]};
+            kiln_session_options_append_provider(o, "cuda", k, v, 1);
+            kiln_session *s = NULL;
+            kiln_status st = kiln_session_create(model, o, &s);
+            kiln_session_options_destroy(o);
+            CHECK_MSG(st == KILN_OK, "%s (%s): %s", e->d_name, precs[p], kiln_last_error());
+            if (st != KILN_OK) continue;
+            size_t ni = kiln_session_input_count(s), no = kiln_session_output_count(s);
+            kn_tensor *in[16] = {0}, *out[16] = {0}, *want[16] = {0};
+            const char *names[16];
+            for (size_t i = 0; i < ni && i < 16; i++) {
+                kiln_value_info info;
+                kiln_session_input_info(s, i, &info);
+                names[i] = info.name;
+                snprintf(path, sizeof path, "%s/test_data_set_0/input_%zu.pb", dir, i);
+                kn_onnx_read_value_file(path, &in[i], NULL);
+            }
+            for (size_t i = 0; i < no && i < 16; i++) {
+                snprintf(path, sizeof path, "%s/test_data_set_0/output_%zu.pb", dir, i);
+                kn_onnx_read_value_file(path, &want[i], NULL);
+            }
+            st = kiln_session_run(s, names, in, ni, NULL, no, out);
+            CHECK_MSG(st == KILN_OK, "%s (%s): %s", e->d_name, precs[p], kiln_last_error());
+            for (size_t i = 0; st == KILN_OK && i < no && i < 16; i++) {
+                if (!want[i] || !kn_dtype_is_float(want[i]->dtype)) continue;
+                double err = rel_l2(out[i], want[i]);
+                printf("      %-22s %s output %zu: relative L2 error %.2e\n", e->d_name, precs[p], i, err);
+                CHECK_MSG(err < limits[p], "%s (%s) output %zu: relative L2 error %.3g >= %.0e", e->d_name, precs[p], i,
+                          err, limits[p]);
+            }
+            for (size_t i = 0; i < 16; i++) {
+                kn_tensor_free(in[i]);
+                kn_tensor_free(out[i]);
+                kn_tensor_free(want[i]);
+            }
+            kiln_session_destroy(s);
+        }
+    }
+    closedir(d);
+    if (!models) KN_SKIP("no zoo models found");
+}

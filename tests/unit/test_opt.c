@@ -1,0 +1,800 @@
+/* Unit tests of the optimiser: graphs built by hand, run at level 0 and at the level under test
+ * through the session API, compared element by element; and the structure each pass leaves
+ * (which nodes are fused, which are left alone). The regression tests reproduce the known
+ * failures of other runtimes: Conv+Add fusion with group > 1, Gemm transpose folding with an
+ * identity permutation, MatMul+BatchNorm on rank > 2, LayerNorm fusion whose scale does not match
+ * the trailing dims, and a fused node no backend supports. */
+#include "exec/exec.h"
+#include "exec/session.h"
+#include "onnx/loader.h"
+#include "onnx/writer.h"
+#include "opt/opt.h"
+#include "unit.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ------------------------------------------------------------------ graph builder */
+
+typedef struct tb {
+    kn_model *m;
+    kn_graph *g;
+    unsigned seed;
+} tb;
+
+static void tb_init(tb *b, int opset) {
+    memset(b, 0, sizeof *b);
+    b->seed = 12345u;
+    kn_model_new(&b->m);
+    kn_graph_new(b->m, NULL, "test", &b->g);
+    b->m->graph = b->g;
+    b->m->ir_version = 8;
+    b->m->opsets = kn_arena_alloc(&b->m->arena, sizeof(kn_opset_import));
+    b->m->opsets[0].domain = "";
+    b->m->opsets[0].version = opset;
+    b->m->n_opsets = 1;
+}
+
+static void push_id(int **arr, int *n, int v) {
+    *arr = realloc(*arr, sizeof(int) * (size_t)(*n + 1));
+    (*arr)[(*n)++] = v;
+}
+
+static int tb_input(tb *b, const char *name, kiln_dtype dt, int rank, const int64_t *dims) {
+    int v = kn_graph_add_value(b->g, name);
+    kn_type_set_tensor(&b->g->values[v].type, dt, rank, dims);
+    b->g->values[v].is_graph_input = true;
+    push_id(&b->g->inputs, &b->g->n_inputs, v);
+    return v;
+}
+
+static void tb_output(tb *b, int v) {
+    b->g->values[v].is_graph_output = true;
+    push_id(&b->g->outputs, &b->g->n_outputs, v);
+}
+
+static float rnd(tb *b) {
+    b->seed = b->seed * 1103515245u + 12345u;
+    return (float)((b->seed >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f;
+}
+
+/* A constant of random values in [lo, hi) (float32 or float64 or float16). */
+static int tb_const(tb *b, const char *name, kiln_dtype dt, int rank, const int64_t *dims, float lo, float hi) {
+    kn_tensor *t = NULL;
+    kn_tensor_new(dt, rank, dims, &t);
+    for (int64_t i = 0; i < kn_tensor_count(t); i++) kn_tensor_set_f64(t, i, lo + (hi - lo) * (rnd(b) + 1) / 2);
+    kn_model_own_tensor(b->m, t);
+    int v = kn_graph_add_value(b->g, name);
+    b->g->values[v].constant = t;
+    kn_type_set_tensor(&b->g->values[v].type, dt, rank, dims);
+    return v;
+}
+
+static int tb_scalar(tb *b, const char *name, kiln_dtype dt, double val) {
+    kn_tensor *t = NULL;
+    kn_tensor_new(dt, 0, NULL, &t);
+    kn_tensor_set_f64(t, 0, val);
+    kn_model_own_tensor(b->m, t);
+    int v = kn_graph_add_value(b->g, name);
+    b->g->values[v].constant = t;
+    kn_type_set_tensor(&b->g->values[v].type, dt, 0, NULL);
+    return v;
+}
+
+static int last_node;
+
+/* A node with n inputs and one output named out; returns the output value. */
+static int tb_node(tb *b, const char *op, const int *ins, int n, const char *out) {
+    int v = kn_graph_add_value(b->g, out);
+    last_node = kn_graph_add_node(b->g, out, op, "", ins, n, &v, 1);
+    b->g->nodes[last_node].opset = (int)b->m->opsets[0].version;
+    return v;
+}
+
+static kn_attr *tb_attr(tb *b, const char *name, kn_attr_type type) {
+    kn_node *n = &b->g->nodes[last_node];
+    kn_attr *a = kn_arena_alloc(&b->m->arena, sizeof(kn_attr) * (size_t)(n->n_attrs + 1));
+    if (n->n_attrs) memcpy(a, n->attrs, sizeof(kn_attr) * (size_t)n->n_attrs);
+    n->attrs = a;
+    kn_attr *at = &a[n->n_attrs++];
+    at->name = name;
+    at->type = type;
+    return at;
+}
+static void tb_int(tb *b, const char *name, int64_t v) { tb_attr(b, name, KN_ATTR_INT)->i = v; }
+static void tb_float(tb *b, const char *name, float v) { tb_attr(b, name, KN_ATTR_FLOAT)->f = v; }
+static void tb_ints_attr(tb *b, const char *name, int n, const int64_t *v) {
+    kn_attr *a = tb_attr(b, name, KN_ATTR_INTS);
+    a->ints = kn_arena_alloc(&b->m->arena, sizeof(int64_t) * (size_t)n);
+    memcpy(a->ints, v, sizeof(int64_t) * (size_t)n);
+    a->n = n;
+}
+
+/* ------------------------------------------------------------------ running */
+
+typedef kn_model *(*build_fn)(void);
+
+static kiln_session *make_session(kn_model *m, int level, const char *disable) {
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_opt_level(o, level);
+    kiln_session_options_set_intra_op_threads(o, 1);
+    if (disable) kiln_session_options_disable_pass(o, disable);
+    kiln_session *s = NULL;
+    /* what the loader does: producers, use counts, topological order */
+    CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
+    kiln_status st = kn_session_from_model(m, o, &s);
+    kiln_session_options_destroy(o);
+    CHECK_MSG(st == KILN_OK, "session at level %d: %s", level, kiln_last_error());
+    return s;
+}
+
+/* Random inputs for every graph input of the session (same seed each call). */
+static int make_inputs(kiln_session *s, kn_tensor **in, const char **names) {
+    const kn_graph *g = s->model->graph;
+    unsigned seed = 777u;
+    for (int i = 0; i < g->n_inputs; i++) {
+        const kn_type *t = &g->values[g->inputs[i]].type;
+        int64_t dims[KILN_MAX_RANK];
+        for (int d = 0; d < t->rank; d++) dims[d] = t->dims[d].value;
+        kn_tensor_new(t->dtype, t->rank, dims, &in[i]);
+        for (int64_t k = 0; k < kn_tensor_count(in[i]); k++) {
+            seed = seed * 1103515245u + 12345u;
+            kn_tensor_set_f64(in[i], k, ((double)((seed >> 8) & 0xffff) / 65536.0 * 2.0 - 1.0) * 2.0);
+        }
+        names[i] = g->values[g->inputs[i]].name;
+    }
+    return g->n_inputs;
+}
+
+static int count_op(const kiln_session *s, const char *domain, const char *op) {
+    const kn_graph *g = s->model->graph;
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && !strcmp(g->nodes[i].op_type, op) && !strcmp(g->nodes[i].domain, domain)) n++;
+    return n;
+}
+
+static int live_nodes(const kiln_session *s) {
+    int n = 0;
+    for (int i = 0; i < s->model->graph->n_nodes; i++) n += !s->model->graph->nodes[i].dead;
+    return n;
+}
+
+/* Runs both sessions on the same inputs; checks every output agrees within tol (relative to 1 + |ref|). */
+static void check_same(kiln_session *ref, kiln_session *opt, double tol) {
+    kn_tensor *in[8] = {0};
+    const char *names[8];
+    int n = make_inputs(ref, in, names);
+    size_t no = kiln_session_output_count(ref);
+    kn_tensor *a[8] = {0}, *b[8] = {0};
+    CHECK_STATUS(kiln_session_run(ref, names, in, (size_t)n, NULL, no, a), KILN_OK);
+    CHECK_STATUS(kiln_session_run(opt, names, in, (size_t)n, NULL, no, b), KILN_OK);
+    for (size_t o = 0; o < no; o++) {
+        if (!a[o] || !b[o]) continue;
+        CHECK_EQ_INT(a[o]->dtype, b[o]->dtype);
+        CHECK_EQ_INT(a[o]->rank, b[o]->rank);
+        CHECK_EQ_INT(kn_tensor_count(a[o]), kn_tensor_count(b[o]));
+        double worst = 0;
+        int nan_mismatch = 0;
+        for (int64_t i = 0; i < kn_tensor_count(a[o]) && i < kn_tensor_count(b[o]); i++) {
+            double x = kn_tensor_get_f64(a[o], i), y = kn_tensor_get_f64(b[o], i);
+            if (isnan(x) || isnan(y)) {
+                nan_mismatch += isnan(x) != isnan(y);
+                continue;
+            }
+            double e = fabs(x - y) / (1.0 + fabs(x));
+            if (e > worst) worst = e;
+        }
+        CHECK_MSG(worst <= tol, "output %zu: worst relative difference %g (tol %g)", o, worst, tol);
+        CHECK_EQ_INT(nan_mismatch, 0);
+    }
+    for (int i = 0; i < n; i++) kn_tensor_free(in[i]);
+    for (size_t o = 0; o < no; o++) {
+        kn_tensor_free(a[o]);
+        kn_tensor_free(b[o]);
+    }
+}
+
+/* Builds the graph twice: level 0 and `level`; compares; returns the optimised session (the
+ * caller checks its structure and destroys it). */
+static kiln_session *compare_levels(build_fn build, int level, double tol) {
+    kiln_session *ref = make_session(build(), 0, NULL);
+    kiln_session *opt = make_session(build(), level, NULL);
+    if (ref && opt) check_same(ref, opt, tol);
+    kiln_session_destroy(ref);
+    return opt;
+}
+
+/* ------------------------------------------------------------------ FusedConv */
+
+static int conv_group = 1, conv_act = 0, conv_residual = 0;
+static kiln_dtype conv_dtype = KILN_DTYPE_FLOAT;
+
+/* Conv [1,4,6,6] (group conv_group) -> optional Add -> optional activation. The Add is a
+ * residual of the output's shape (conv_residual = 1) or a per-channel [1,4,1,1] addend
+ * (conv_residual = 2, a broadcast: not a residual). */
+static kn_model *build_conv(void) {
+    tb b;
+    tb_init(&b, 17);
+    int64_t xd[] = {1, 4, 6, 6}, wd[] = {4, 4 / conv_group, 3, 3}, bd[] = {4}, cd[] = {1, 4, 1, 1};
+    int x = tb_input(&b, "x", conv_dtype, 4, xd);
+    int w = tb_const(&b, "w", conv_dtype, 4, wd, -0.5f, 0.5f);
+    int bias = tb_const(&b, "b", conv_dtype, 1, bd, -0.5f, 0.5f);
+    int y = tb_node(&b, "Conv", (int[]){x, w, bias}, 3, "y");
+    tb_int(&b, "group", conv_group);
+    tb_ints_attr(&b, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    if (conv_residual == 1) {
+        int z = tb_input(&b, "z", conv_dtype, 4, xd);
+        y = tb_node(&b, "Add", (int[]){y, z}, 2, "sum");
+    } else if (conv_residual == 2) {
+        int c = tb_const(&b, "c", conv_dtype, 4, cd, -1, 1);
+        y = tb_node(&b, "Add", (int[]){c, y}, 2, "sum");
+    }
+    switch (conv_act) {
+    case 1: y = tb_node(&b, "Relu", &y, 1, "act"); break;
+    case 2: {
+        int s = tb_node(&b, "Sigmoid", &y, 1, "sig");
+        y = tb_node(&b, "Mul", (int[]){y, s}, 2, "act");
+        break;
+    }
+    case 3:
+        y = tb_node(&b, "HardSigmoid", &y, 1, "act");
+        tb_float(&b, "alpha", 0.3f);
+        break;
+    case 4: {
+        int lo = tb_scalar(&b, "lo", conv_dtype, -0.25), hi = tb_scalar(&b, "hi", conv_dtype, 0.5);
+        y = tb_node(&b, "Clip", (int[]){y, lo, hi}, 3, "act");
+        break;
+    }
+    case 5:
+        y = tb_node(&b, "LeakyRelu", &y, 1, "act");
+        tb_float(&b, "alpha", 0.2f);
+        break;
+    case 6: y = tb_node(&b, "HardSwish", &y, 1, "act"); break;
+    case 7: y = tb_node(&b, "Tanh", &y, 1, "act"); break;
+    }
+    tb_output(&b, y);
+    return b.m;
+}
+
+KN_TEST(opt_fused_conv_matches_unfused) {
+    for (int act = 0; act <= 7; act++)
+        for (int res = 0; res <= 1; res++)
+            for (int grp = 1; grp <= 4; grp += 3) {
+                if (!act && !res) continue;
+                conv_act = act, conv_residual = res, conv_group = grp, conv_dtype = KILN_DTYPE_FLOAT;
+                kiln_session *s = compare_levels(build_conv, 2, 1e-5);
+                if (!s) continue;
+                CHECK_MSG(count_op(s, "kiln", "FusedConv") == 1 && live_nodes(s) == 1,
+                          "act %d residual %d group %d: %d nodes, %d FusedConv", act, res, grp, live_nodes(s),
+                          count_op(s, "kiln", "FusedConv"));
+                kiln_session_destroy(s);
+            }
+}
+
+/* Regression: a per-channel Add after a grouped Conv broadcasts; it is not a residual. */
+KN_TEST(opt_regression_conv_add_group_gt_1_broadcast_is_not_fused) {
+    conv_act = 1, conv_residual = 2, conv_group = 4, conv_dtype = KILN_DTYPE_FLOAT;
+    kiln_session *s = compare_levels(build_conv, 3, 1e-5);
+    if (!s) return;
+    CHECK_EQ_INT(count_op(s, "", "Add"), 1);
+    CHECK_EQ_INT(count_op(s, "kiln", "FusedConv"), 0); /* the Relu follows the Add, not the Conv */
+    kiln_session_destroy(s);
+    conv_act = 0;
+    s = compare_levels(build_conv, 3, 1e-5);
+    if (s) {
+        CHECK_EQ_INT(count_op(s, "", "Add"), 1);
+        CHECK_EQ_INT(count_op(s, "", "Conv"), 1);
+        kiln_session_destroy(s);
+    }
+}
+
+/* Regression: a fused node no backend supports is not formed (the CPU's fused kernels are
+ * float32 only): a float64 and a float16 Conv + Relu stay as they are. */
+KN_TEST(opt_regression_unsupported_fused_node_not_formed) {
+    kiln_dtype types[] = {KILN_DTYPE_DOUBLE, KILN_DTYPE_FLOAT16};
+    for (int t = 0; t < 2; t++) {
+        conv_act = 1, conv_residual = 1, conv_group = 1, conv_dtype = types[t];
+        kiln_session *s = compare_levels(build_conv, 3, types[t] == KILN_DTYPE_FLOAT16 ? 1e-2 : 1e-9);
+        if (!s) continue;
+        CHECK_EQ_INT(count_op(s, "kiln", "FusedConv"), 0);
+        CHECK_EQ_INT(count_op(s, "", "Conv"), 1);
+        CHECK_EQ_INT(count_op(s, "", "Relu"), 1);
+        kiln_session_destroy(s);
+    }
+    conv_dtype = KILN_DTYPE_FLOAT;
+}
+
+KN_TEST(opt_disabled_pass_and_unknown_pass) {
+    conv_act = 1, conv_residual = 0, conv_group = 1, conv_dtype = KILN_DTYPE_FLOAT;
+    kiln_session *s = make_session(build_conv(), 3, "fuse_conv");
+    if (s) {
+        CHECK_EQ_INT(count_op(s, "kiln", "FusedConv"), 0);
+        CHECK_EQ_INT(count_op(s, "", "Relu"), 1);
+        kiln_session_destroy(s);
+    }
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_disable_pass(o, "no_such_pass");
+    kiln_session *bad = NULL;
+    CHECK_STATUS(kn_session_from_model(build_conv(), o, &bad), KILN_ERR_INVALID_ARGUMENT);
+    CHECK_ERROR_HAS("no_such_pass");
+    CHECK_ERROR_HAS("fuse_conv"); /* the known passes are listed */
+    CHECK(bad == NULL);
+    kiln_session_options_destroy(o);
+}
+
+/* ------------------------------------------------------------------ Gemm and MatMul */
+
+static int gemm_case;
+
+/* 0: Transpose(perm [0,1]) of an input B feeding Gemm(transB = 1) + Relu;
+ * 1: MatMul [3,5]x[5,6] + Add [6] (2-D: becomes Gemm);
+ * 2: MatMul [2,3,5]x[5,6] + Add [6] + residual + Tanh (FusedMatMul);
+ * 3: MatMul [2,3,5]x[5,6] + Gelu decomposed (erf) */
+static kn_model *build_gemm(void) {
+    tb b;
+    tb_init(&b, 17);
+    int y;
+    if (gemm_case == 0) {
+        int a = tb_input(&b, "a", KILN_DTYPE_FLOAT, 2, (int64_t[]){3, 5});
+        int bb = tb_input(&b, "bt", KILN_DTYPE_FLOAT, 2, (int64_t[]){6, 5});
+        int t = tb_node(&b, "Transpose", &bb, 1, "t");
+        tb_ints_attr(&b, "perm", 2, (int64_t[]){0, 1});
+        int c = tb_const(&b, "c", KILN_DTYPE_FLOAT, 1, (int64_t[]){6}, -1, 1);
+        y = tb_node(&b, "Gemm", (int[]){a, t, c}, 3, "g");
+        tb_int(&b, "transB", 1);
+        tb_float(&b, "alpha", 0.5f);
+        y = tb_node(&b, "Relu", &y, 1, "y");
+    } else {
+        bool three = gemm_case >= 2;
+        int64_t ad3[] = {2, 3, 5}, ad2[] = {3, 5};
+        int a = tb_input(&b, "a", KILN_DTYPE_FLOAT, three ? 3 : 2, three ? ad3 : ad2);
+        int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){5, 6}, -1, 1);
+        y = tb_node(&b, "MatMul", (int[]){a, w}, 2, "mm");
+        if (gemm_case <= 2) {
+            int bias = tb_const(&b, "bias", KILN_DTYPE_FLOAT, 1, (int64_t[]){6}, -1, 1);
+            y = tb_node(&b, "Add", (int[]){bias, y}, 2, "biased");
+        }
+        if (gemm_case == 2) {
+            int z = tb_input(&b, "z", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 3, 6});
+            y = tb_node(&b, "Add", (int[]){y, z}, 2, "res");
+            y = tb_node(&b, "Tanh", &y, 1, "act");
+        }
+        if (gemm_case == 3) {
+            int s2 = tb_scalar(&b, "sqrt2", KILN_DTYPE_FLOAT, 1.4142135);
+            int one = tb_scalar(&b, "one", KILN_DTYPE_FLOAT, 1.0), half = tb_scalar(&b, "half", KILN_DTYPE_FLOAT, 0.5);
+            int d = tb_node(&b, "Div", (int[]){y, s2}, 2, "d");
+            int e = tb_node(&b, "Erf", &d, 1, "e");
+            int p = tb_node(&b, "Add", (int[]){e, one}, 2, "p");
+            int h = tb_node(&b, "Mul", (int[]){half, y}, 2, "h");
+            y = tb_node(&b, "Mul", (int[]){h, p}, 2, "gelu");
+        }
+    }
+    tb_output(&b, y);
+    return b.m;
+}
+
+/* Regression: an identity Transpose before a Gemm with transB = 1 must leave transB alone. */
+KN_TEST(opt_regression_gemm_identity_transpose) {
+    gemm_case = 0;
+    kiln_session *s = compare_levels(build_gemm, 3, 1e-5);
+    if (!s) return;
+    CHECK_EQ_INT(count_op(s, "", "Transpose"), 0);
+    CHECK_EQ_INT(count_op(s, "kiln", "FusedGemm"), 1);
+    const kn_graph *g = s->model->graph;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!strcmp(g->nodes[i].op_type, "FusedGemm")) CHECK_EQ_INT(kn_attr_int(&g->nodes[i], "transB", 0), 1);
+    kiln_session_destroy(s);
+}
+
+KN_TEST(opt_matmul_add_fusions) {
+    gemm_case = 1;
+    kiln_session *s = compare_levels(build_gemm, 2, 1e-5);
+    if (s) {
+        CHECK_EQ_INT(count_op(s, "", "Gemm"), 1);
+        CHECK_EQ_INT(live_nodes(s), 1);
+        kiln_session_destroy(s);
+    }
+    gemm_case = 2;
+    s = compare_levels(build_gemm, 2, 1e-5);
+    if (s) {
+        CHECK_EQ_INT(count_op(s, "kiln", "FusedMatMul"), 1);
+        CHECK_EQ_INT(live_nodes(s), 1);
+        kiln_session_destroy(s);
+    }
+    gemm_case = 3;
+    s = compare_levels(build_gemm, 2, 1e-5);
+    if (s) {
+        CHECK_EQ_INT(count_op(s, "kiln", "FusedMatMul"), 1);
+        CHECK_EQ_INT(live_nodes(s), 1);
+        const kn_graph *g = s->model->graph;
+        for (int i = 0; i < g->n_nodes; i++)
+            if (!strcmp(g->nodes[i].op_type, "FusedMatMul"))
+                CHECK(!strcmp(kn_attr_string(&g->nodes[i], "activation", ""), "Gelu"));
+        kiln_session_destroy(s);
+    }
+    /* level 1 keeps the decomposed GELU */
+    s = compare_levels(build_gemm, 1, 1e-6);
+    if (s) {
+        CHECK_EQ_INT(count_op(s, "", "Erf"), 1);
+        kiln_session_destroy(s);
+    }
+}
+
+/* ------------------------------------------------------------------ BatchNormalization */
+
+static int bn_case;
+
+/* 0: Conv + BN; 1: MatMul [4,5]x[5,6] + BN (rank 2: folds); 2: MatMul [2,3,5]x[5,6] + BN on the
+ * rank-3 result (channel axis 1 is 3, not the weights' 6: must not fold); 3: ConvTranspose group 2
+ * + BN; 4: Gemm transB + BN. */
+static kn_model *build_bn(void) {
+    tb b;
+    tb_init(&b, 15);
+    int y, ch;
+    if (bn_case == 0) {
+        int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 5, 5});
+        int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 4, (int64_t[]){4, 3, 3, 3}, -1, 1);
+        y = tb_node(&b, "Conv", (int[]){x, w}, 2, "conv");
+        ch = 4;
+    } else if (bn_case == 3) {
+        int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 4, 3, 3});
+        int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 4, (int64_t[]){4, 3, 2, 2}, -1, 1);
+        int bias = tb_const(&b, "wb", KILN_DTYPE_FLOAT, 1, (int64_t[]){6}, -1, 1);
+        y = tb_node(&b, "ConvTranspose", (int[]){x, w, bias}, 3, "convt");
+        tb_int(&b, "group", 2);
+        ch = 6;
+    } else if (bn_case == 4) {
+        int a = tb_input(&b, "a", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 5});
+        int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){6, 5}, -1, 1);
+        int c = tb_const(&b, "c", KILN_DTYPE_FLOAT, 1, (int64_t[]){6}, -1, 1);
+        y = tb_node(&b, "Gemm", (int[]){a, w, c}, 3, "gemm");
+        tb_int(&b, "transB", 1);
+        tb_float(&b, "beta", 0.5f);
+        ch = 6;
+    } else {
+        bool three = bn_case == 2;
+        int64_t d3[] = {2, 3, 5}, d2[] = {4, 5};
+        int a = tb_input(&b, "a", KILN_DTYPE_FLOAT, three ? 3 : 2, three ? d3 : d2);
+        int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){5, 6}, -1, 1);
+        y = tb_node(&b, "MatMul", (int[]){a, w}, 2, "mm");
+        ch = three ? 3 : 6;
+    }
+    int64_t cd[] = {ch};
+    int sc = tb_const(&b, "scale", KILN_DTYPE_FLOAT, 1, cd, 0.5f, 1.5f);
+    int bi = tb_const(&b, "bnb", KILN_DTYPE_FLOAT, 1, cd, -1, 1);
+    int mean = tb_const(&b, "mean", KILN_DTYPE_FLOAT, 1, cd, -1, 1);
+    int var = tb_const(&b, "var", KILN_DTYPE_FLOAT, 1, cd, 0.5f, 2.0f);
+    y = tb_node(&b, "BatchNormalization", (int[]){y, sc, bi, mean, var}, 5, "bn");
+    tb_float(&b, "epsilon", 1e-3f);
+    tb_output(&b, y);
+    return b.m;
+}
+
+KN_TEST(opt_fold_batchnorm) {
+    int cases[] = {0, 1, 3, 4};
+    for (int k = 0; k < 4; k++) {
+        bn_case = cases[k];
+        kiln_session *s = compare_levels(build_bn, 1, 1e-5);
+        if (!s) continue;
+        CHECK_MSG(count_op(s, "", "BatchNormalization") == 0, "case %d: BN not folded", bn_case);
+        CHECK_EQ_INT(live_nodes(s), 1);
+        kiln_session_destroy(s);
+    }
+}
+
+/* Regression: MatMul + BatchNorm on a rank-3 result: BN's channel (axis 1) is not the weights'
+ * output column, so nothing may be folded. */
+KN_TEST(opt_regression_matmul_batchnorm_rank3_not_folded) {
+    bn_case = 2;
+    kiln_session *s = compare_levels(build_bn, 3, 1e-5);
+    if (!s) return;
+    CHECK_EQ_INT(count_op(s, "", "BatchNormalization"), 1);
+    CHECK_EQ_INT(count_op(s, "", "MatMul"), 1);
+    kiln_session_destroy(s);
+}
+
+/* ------------------------------------------------------------------ LayerNorm, RMSNorm */
+
+static int ln_case;
+
+/* Decomposed LayerNorm of x [2,3,8] over the last axis with scale and bias of shape:
+ * 0: [8] (fits); 1: scale [3,8] (varies over axis -2: must not be taken as the LN scale);
+ * 2: RMSNorm with scale [8]; 3: LayerNorm over the last two axes with scale [3,8]. */
+static kn_model *build_ln(void) {
+    tb b;
+    tb_init(&b, 17);
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 3, 8});
+    int eps = tb_scalar(&b, "eps", KILN_DTYPE_FLOAT, 1e-5), two = tb_scalar(&b, "two", KILN_DTYPE_FLOAT, 2.0);
+    int64_t axes1[] = {-1}, axes2[] = {-2, -1};
+    bool two_axes = ln_case == 3;
+    int y;
+    if (ln_case == 2) {
+        int sq = tb_node(&b, "Mul", (int[]){x, x}, 2, "sq");
+        int ms = tb_node(&b, "ReduceMean", &sq, 1, "ms");
+        tb_ints_attr(&b, "axes", 1, axes1);
+        int e = tb_node(&b, "Add", (int[]){ms, eps}, 2, "e");
+        int r = tb_node(&b, "Sqrt", &e, 1, "r");
+        y = tb_node(&b, "Div", (int[]){x, r}, 2, "n");
+        int sc = tb_const(&b, "scale", KILN_DTYPE_FLOAT, 1, (int64_t[]){8}, 0.5f, 1.5f);
+        y = tb_node(&b, "Mul", (int[]){sc, y}, 2, "y");
+    } else {
+        int m = tb_node(&b, "ReduceMean", &x, 1, "mean");
+        tb_ints_attr(&b, "axes", two_axes ? 2 : 1, two_axes ? axes2 : axes1);
+        int d = tb_node(&b, "Sub", (int[]){x, m}, 2, "d");
+        int p = tb_node(&b, "Pow", (int[]){d, two}, 2, "p");
+        int v = tb_node(&b, "ReduceMean", &p, 1, "var");
+        tb_ints_attr(&b, "axes", two_axes ? 2 : 1, two_axes ? axes2 : axes1);
+        int e = tb_node(&b, "Add", (int[]){v, eps}, 2, "e");
+        int r = tb_node(&b, "Sqrt", &e, 1, "r");
+        y = tb_node(&b, "Div", (int[]){d, r}, 2, "n");
+        int64_t s1[] = {8}, s2[] = {3, 8};
+        bool wide = ln_case == 1 || ln_case == 3;
+        int sc = tb_const(&b, "scale", KILN_DTYPE_FLOAT, wide ? 2 : 1, wide ? s2 : s1, 0.5f, 1.5f);
+        int bi = ln_case == 3 ? tb_const(&b, "bias", KILN_DTYPE_FLOAT, 2, s2, -1, 1)
+                              : tb_const(&b, "bias", KILN_DTYPE_FLOAT, 1, (int64_t[]){8}, -1, 1);
+        y = tb_node(&b, "Mul", (int[]){y, sc}, 2, "scaled");
+        y = tb_node(&b, "Add", (int[]){bi, y}, 2, "y");
+    }
+    tb_output(&b, y);
+    return b.m;
+}
+
+KN_TEST(opt_layernorm_fusions) {
+    ln_case = 0;
+    kiln_session *s = compare_levels(build_ln, 2, 1e-5);
+    if (s) {
+        CHECK_EQ_INT(count_op(s, "kiln", "LayerNormalization"), 1);
+        CHECK_EQ_INT(live_nodes(s), 1);
+        kiln_session_destroy(s);
+    }
+    ln_case = 2;
+    s = compare_levels(build_ln, 2, 1e-5);
+    if (s) {
+        CHECK_EQ_INT(count_op(s, "kiln", "RMSNormalization"), 1);
+        CHECK_EQ_INT(live_nodes(s), 1);
+        kiln_session_destroy(s);
+    }
+    ln_case = 3; /* two normalised axes, scale [3, 8] fits them */
+    s = compare_levels(build_ln, 2, 1e-5);
+    if (s) {
+        CHECK_EQ_INT(count_op(s, "kiln", "LayerNormalization"), 1);
+        CHECK_EQ_INT(live_nodes(s), 1);
+        kiln_session_destroy(s);
+    }
+}
+
+/* Regression: a scale [3, 8] over a LayerNorm of the last axis only is not a LayerNorm scale:
+ * the normalisation may fuse, the Mul (and the Add after it) must stay. */
+KN_TEST(opt_regression_layernorm_scale_not_trailing) {
+    ln_case = 1;
+    kiln_session *s = compare_levels(build_ln, 3, 1e-5);
+    if (!s) return;
+    CHECK_EQ_INT(count_op(s, "", "Mul"), 1);
+    CHECK_EQ_INT(count_op(s, "", "Add"), 1);
+    const kn_graph *g = s->model->graph;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (strcmp(g->nodes[i].op_type, "LayerNormalization")) continue;
+        int given = 0;
+        for (int k = 0; k < g->nodes[i].n_inputs; k++) given += g->nodes[i].inputs[k] >= 0;
+        CHECK_EQ_INT(given, 1); /* no scale, no bias */
+    }
+    kiln_session_destroy(s);
+}
+
+/* ------------------------------------------------------------------ attention */
+
+static int attn_case;
+
+/* Q [2,2,5,4], K [2,2,5,4] -> Transpose to KT, both scaled by 0.7, MatMul, + mask, Softmax,
+ * optional IsNaN guard, MatMul V. 0: float mask [2,1,1,5] with a fully masked row in batch 1;
+ * 1: no mask, post-scale Div; 2: guard. */
+static kn_model *build_attention(void) {
+    tb b;
+    tb_init(&b, 17);
+    int64_t qd[] = {2, 2, 5, 4};
+    int q = tb_input(&b, "q", KILN_DTYPE_FLOAT, 4, qd);
+    int k = tb_input(&b, "k", KILN_DTYPE_FLOAT, 4, qd);
+    int v = tb_input(&b, "v", KILN_DTYPE_FLOAT, 4, qd);
+    int kt = tb_node(&b, "Transpose", &k, 1, "kt");
+    tb_ints_attr(&b, "perm", 4, (int64_t[]){0, 1, 3, 2});
+    int c = tb_scalar(&b, "c", KILN_DTYPE_FLOAT, 0.7);
+    int qs = tb_node(&b, "Mul", (int[]){q, c}, 2, "qs");
+    int ks = tb_node(&b, "Mul", (int[]){c, kt}, 2, "ks");
+    int s = tb_node(&b, "MatMul", (int[]){qs, ks}, 2, "s");
+    if (attn_case == 1) {
+        int d = tb_scalar(&b, "d", KILN_DTYPE_FLOAT, 2.0);
+        s = tb_node(&b, "Div", (int[]){s, d}, 2, "sd");
+    } else {
+        kn_tensor *m = NULL;
+        kn_tensor_new(KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 1, 1, 5}, &m);
+        float *p = m->data;
+        for (int i = 0; i < 10; i++) p[i] = i == 3 ? -INFINITY : (i >= 5 && attn_case == 2 ? -INFINITY : 0.0f);
+        kn_model_own_tensor(b.m, m);
+        int mv = kn_graph_add_value(b.g, "mask");
+        b.g->values[mv].constant = m;
+        kn_type_set_tensor(&b.g->values[mv].type, KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 1, 1, 5});
+        s = tb_node(&b, "Add", (int[]){s, mv}, 2, "sm");
+    }
+    int p = tb_node(&b, "Softmax", &s, 1, "p");
+    tb_int(&b, "axis", -1);
+    if (attn_case == 2) {
+        int isn = tb_node(&b, "IsNaN", &p, 1, "isnan");
+        int zero = tb_scalar(&b, "zero", KILN_DTYPE_FLOAT, 0.0);
+        p = tb_node(&b, "Where", (int[]){isn, zero, p}, 3, "p2");
+    }
+    int y = tb_node(&b, "MatMul", (int[]){p, v}, 2, "y");
+    tb_output(&b, y);
+    return b.m;
+}
+
+KN_TEST(opt_attention_matches_unfused) {
+    for (attn_case = 0; attn_case < 3; attn_case++) {
+        kiln_session *s = compare_levels(build_attention, 2, 1e-5);
+        if (!s) continue;
+        CHECK_MSG(count_op(s, "kiln", "Attention") == 1, "case %d: %d Attention nodes", attn_case,
+                  count_op(s, "kiln", "Attention"));
+        CHECK_EQ_INT(count_op(s, "", "Softmax"), 0);
+        kiln_session_destroy(s);
+    }
+}
+
+/* ------------------------------------------------------------------ GELU (tanh form) */
+
+static kn_model *build_gelu_tanh(void) {
+    tb b;
+    tb_init(&b, 17);
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){3, 7});
+    int half = tb_scalar(&b, "half", KILN_DTYPE_FLOAT, 0.5), three = tb_scalar(&b, "three", KILN_DTYPE_FLOAT, 3.0);
+    int k1 = tb_scalar(&b, "k1", KILN_DTYPE_FLOAT, 0.044715), k2 = tb_scalar(&b, "k2", KILN_DTYPE_FLOAT, 0.7978845608);
+    int one = tb_scalar(&b, "one", KILN_DTYPE_FLOAT, 1.0);
+    int h = tb_node(&b, "Mul", (int[]){x, half}, 2, "h");
+    int c = tb_node(&b, "Pow", (int[]){x, three}, 2, "cube");
+    int c2 = tb_node(&b, "Mul", (int[]){c, k1}, 2, "c2");
+    int inner = tb_node(&b, "Add", (int[]){x, c2}, 2, "inner");
+    int u = tb_node(&b, "Mul", (int[]){inner, k2}, 2, "u");
+    int t = tb_node(&b, "Tanh", &u, 1, "t");
+    int t1 = tb_node(&b, "Add", (int[]){t, one}, 2, "t1");
+    int y = tb_node(&b, "Mul", (int[]){h, t1}, 2, "y");
+    tb_output(&b, y);
+    return b.m;
+}
+
+KN_TEST(opt_gelu_tanh_form) {
+    kiln_session *s = compare_levels(build_gelu_tanh, 2, 1e-5);
+    if (!s) return;
+    CHECK_EQ_INT(count_op(s, "kiln", "Gelu"), 1);
+    CHECK_EQ_INT(live_nodes(s), 1);
+    kiln_session_destroy(s);
+}
+
+/* A near-GELU that is not one (the cubic coefficient differs) stays as it is. */
+static kn_model *build_not_gelu(void) {
+    tb b;
+    tb_init(&b, 17);
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){3, 7});
+    int half = tb_scalar(&b, "half", KILN_DTYPE_FLOAT, 0.5), three = tb_scalar(&b, "three", KILN_DTYPE_FLOAT, 3.0);
+    int k1 = tb_scalar(&b, "k1", KILN_DTYPE_FLOAT, 0.1), k2 = tb_scalar(&b, "k2", KILN_DTYPE_FLOAT, 0.7978845608);
+    int one = tb_scalar(&b, "one", KILN_DTYPE_FLOAT, 1.0);
+    int h = tb_node(&b, "Mul", (int[]){x, half}, 2, "h");
+    int c = tb_node(&b, "Pow", (int[]){x, three}, 2, "cube");
+    int c2 = tb_node(&b, "Mul", (int[]){c, k1}, 2, "c2");
+    int inner = tb_node(&b, "Add", (int[]){x, c2}, 2, "inner");
+    int u = tb_node(&b, "Mul", (int[]){inner, k2}, 2, "u");
+    int t = tb_node(&b, "Tanh", &u, 1, "t");
+    int t1 = tb_node(&b, "Add", (int[]){t, one}, 2, "t1");
+    int y = tb_node(&b, "Mul", (int[]){h, t1}, 2, "y");
+    tb_output(&b, y);
+    return b.m;
+}
+
+KN_TEST(opt_gelu_lookalike_not_fused) {
+    kiln_session *s = compare_levels(build_not_gelu, 3, 1e-6);
+    if (!s) return;
+    CHECK_EQ_INT(count_op(s, "kiln", "Gelu"), 0);
+    CHECK_EQ_INT(count_op(s, "", "Tanh"), 1);
+    kiln_session_destroy(s);
+}
+
+/* ------------------------------------------------------------------ level 1 clean-ups */
+
+/* Identity as the graph output, a Shape of a static-shaped value feeding a Reshape, an identity
+ * Transpose, a Transpose pair, duplicate Relus (CSE), an unused initializer and a dead node. */
+static kn_model *build_cleanup(void) {
+    tb b;
+    tb_init(&b, 17);
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 3, 4});
+    tb_const(&b, "unused", KILN_DTYPE_FLOAT, 1, (int64_t[]){16}, 0, 1);
+    int sh = tb_node(&b, "Shape", &x, 1, "shape");
+    int r = tb_node(&b, "Reshape", (int[]){x, sh}, 2, "r");
+    int t1 = tb_node(&b, "Transpose", &r, 1, "t1");
+    tb_ints_attr(&b, "perm", 3, (int64_t[]){0, 2, 1});
+    int t2 = tb_node(&b, "Transpose", &t1, 1, "t2");
+    tb_ints_attr(&b, "perm", 3, (int64_t[]){0, 2, 1});
+    int a = tb_node(&b, "Relu", &t2, 1, "a");
+    int a2 = tb_node(&b, "Relu", &t2, 1, "a2");
+    int s = tb_node(&b, "Add", (int[]){a, a2}, 2, "s");
+    tb_node(&b, "Neg", &s, 1, "dead");
+    int id = tb_node(&b, "Identity", &s, 1, "out");
+    tb_output(&b, id);
+    int id2 = tb_node(&b, "Identity", &id, 1, "out2"); /* a second graph output reading the first */
+    tb_output(&b, id2);
+    return b.m;
+}
+
+KN_TEST(opt_level1_cleanups_keep_output_names) {
+    kiln_session *s = compare_levels(build_cleanup, 1, 0);
+    if (!s) return;
+    CHECK_EQ_INT(count_op(s, "", "Shape"), 0);
+    CHECK_EQ_INT(count_op(s, "", "Reshape"), 0);
+    CHECK_EQ_INT(count_op(s, "", "Transpose"), 0);
+    CHECK_EQ_INT(count_op(s, "", "Relu"), 1);
+    CHECK_EQ_INT(count_op(s, "", "Neg"), 0);
+    CHECK_EQ_INT(count_op(s, "", "Identity"), 1); /* out2 = Identity(out): both names must stay */
+    kiln_value_info info;
+    CHECK_STATUS(kiln_session_output_info(s, 0, &info), KILN_OK);
+    CHECK(!strcmp(info.name, "out"));
+    CHECK_STATUS(kiln_session_output_info(s, 1, &info), KILN_OK);
+    CHECK(!strcmp(info.name, "out2"));
+    const kn_graph *g = s->model->graph;
+    for (int v = 0; v < g->n_values; v++)
+        if (!strcmp(g->values[v].name, "unused")) CHECK(g->values[v].constant == NULL);
+    kiln_session_destroy(s);
+}
+
+/* ------------------------------------------------------------------ the pass manager and the dump */
+
+typedef struct report_log {
+    int calls, last_after;
+    char passes[512];
+} report_log;
+
+static void on_report(void *arg, const char *pass, int level, int before, int after, const char *detail) {
+    report_log *l = arg;
+    l->calls++;
+    l->last_after = after;
+    size_t n = strlen(l->passes);
+    snprintf(l->passes + n, sizeof l->passes - n, "%s%s", n ? "," : "", pass);
+    CHECK(before >= after || !strcmp(pass, "fold_constants") || level >= 1);
+    CHECK(detail != NULL);
+}
+
+KN_TEST(opt_report_and_dump_round_trip) {
+    conv_act = 2, conv_residual = 1, conv_group = 1, conv_dtype = KILN_DTYPE_FLOAT;
+    kn_model *m = build_conv();
+    CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
+    CHECK_STATUS(kn_graph_resolve(m->graph), KILN_OK);
+    CHECK_STATUS(kn_graph_infer(m->graph), KILN_OK);
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    report_log log = {0, 0, ""};
+    CHECK_STATUS(kn_optimize(m, o, on_report, &log), KILN_OK);
+    CHECK(strstr(log.passes, "fuse_conv") != NULL);
+    CHECK_EQ_INT(log.last_after, 1);
+    /* the optimised model written as ONNX and read back runs like the original */
+    unsigned char *data = NULL;
+    size_t size = 0;
+    CHECK_STATUS(kn_onnx_write_memory(m, &data, &size), KILN_OK);
+    kn_model *back = NULL;
+    CHECK_STATUS(kn_onnx_load_memory(data, size, NULL, &back), KILN_OK);
+    free(data);
+    kn_model_free(m);
+    if (!back) {
+        kiln_session_options_destroy(o);
+        return;
+    }
+    CHECK_EQ_INT(kn_model_opset(back, "kiln"), 1);
+    kiln_session_options_set_opt_level(o, 0);
+    kiln_session *loaded = NULL;
+    CHECK_STATUS(kn_session_from_model(back, o, &loaded), KILN_OK);
+    kiln_session *ref = make_session(build_conv(), 0, NULL);
+    if (loaded && ref) {
+        CHECK_EQ_INT(count_op(loaded, "kiln", "FusedConv"), 1);
+        check_same(ref, loaded, 1e-5);
+    }
+    kiln_session_destroy(loaded);
+    kiln_session_destroy(ref);
+    kiln_session_options_destroy(o);
+}

@@ -1,0 +1,355 @@
+/* kiln compile: ahead-of-time compilation into a compiled file; kiln cache: the cache directory. */
+#include "cli.h"
+
+#include "cache/cache.h"
+#include "cache/format.h"
+#include "cache/store.h"
+#include "exec/session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_DIMS 64
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Options shared by compile and cache key: the common flags, --dim, and provider options that
+ * change compilation (--precision, --tuning: options of the cuda provider). */
+typedef struct job_flags {
+    cli_common common;
+    const char *dims[MAX_DIMS];
+    int n_dims;
+    const char *precision, *tuning;
+} job_flags;
+
+/* 1 when argv[*i] was a job flag, 0 when not, -1 on an error (printed). */
+static int parse_job_flag(job_flags *j, const char *cmd, int argc, char **argv, int *i) {
+    int err = 0;
+    if (cli_parse_common(&j->common, argc, argv, i, &err)) return err ? -1 : 1;
+    const char *a = argv[*i];
+    if (strcmp(a, "--dim") && strcmp(a, "--precision") && strcmp(a, "--tuning")) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kiln %s: %s needs a value\n", cmd, a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    if (!strcmp(a, "--dim")) {
+        if (!strchr(v, '=') || j->n_dims >= MAX_DIMS) {
+            fprintf(stderr, "kiln %s: --dim takes NAME=VALUE\n", cmd);
+            return -1;
+        }
+        j->dims[j->n_dims++] = v;
+    } else if (!strcmp(a, "--precision")) {
+        j->precision = v;
+    } else {
+        j->tuning = v;
+    }
+    return 1;
+}
+
+static kiln_session_options *job_options(const job_flags *j, const char *cmd) {
+    kiln_session_options *o = NULL;
+    kiln_status st = kiln_session_options_create(&o);
+    if (st == KILN_OK) st = kiln_session_options_set_opt_level(o, j->common.opt_level);
+    if (st == KILN_OK) st = kiln_session_options_set_intra_op_threads(o, j->common.threads);
+    if (st == KILN_OK) st = kiln_session_options_set_log_level(o, (kiln_log_level)j->common.log_level);
+    char list[256];
+    snprintf(list, sizeof list, "%s", j->common.providers);
+    bool cuda_named = false;
+    for (char *save = NULL, *p = strtok_r(list, ",", &save); st == KILN_OK && p; p = strtok_r(NULL, ",", &save)) {
+        const char *keys[2], *vals[2];
+        size_t n = 0;
+        if (!strcmp(p, "cuda")) {
+            cuda_named = true;
+            if (j->precision) keys[n] = "precision", vals[n++] = j->precision;
+            if (j->tuning) keys[n] = "tuning", vals[n++] = j->tuning;
+        }
+        st = kiln_session_options_append_provider(o, p, keys, vals, n);
+    }
+    if (st == KILN_OK && (j->precision || j->tuning) && !cuda_named)
+        st = kn_error(KILN_ERR_INVALID_ARGUMENT, "--precision and --tuning are options of the cuda provider: add --provider cuda");
+    for (int k = 0; st == KILN_OK && k < j->n_dims; k++) {
+        char name[256];
+        const char *eq = strchr(j->dims[k], '=');
+        snprintf(name, sizeof name, "%.*s", (int)(eq - j->dims[k]), j->dims[k]);
+        char *end;
+        long long v = strtoll(eq + 1, &end, 10);
+        if (*end || end == eq + 1) st = kn_error(KILN_ERR_INVALID_ARGUMENT, "--dim %s: '%s' is not a number", name, eq + 1);
+        else st = kiln_session_options_set_dim(o, name, v);
+    }
+    if (st != KILN_OK) {
+        fprintf(stderr, "kiln %s: %s\n", cmd, kiln_last_error());
+        kiln_session_options_destroy(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* ------------------------------------------------------------------ kiln compile */
+
+typedef struct progress {
+    bool tty;
+    int stage;
+    double t0, t_stage;
+    char last[96];
+} progress;
+
+static void on_stage(void *arg, const char *stage) {
+    progress *p = arg;
+    double t = now_ms();
+    if (p->tty && p->stage > 0) fprintf(stderr, "\r\033[K[%d/4] %s: done in %.0f ms\n", p->stage, p->last, t - p->t_stage);
+    p->stage++;
+    p->t_stage = t;
+    snprintf(p->last, sizeof p->last, "%s", stage);
+    if (p->tty) {
+        fprintf(stderr, "[%d/4] %s ...", p->stage, stage);
+        fflush(stderr);
+    }
+}
+
+int cmd_compile(int argc, char **argv) {
+    job_flags j;
+    memset(&j, 0, sizeof j);
+    cli_common_defaults(&j.common);
+    const char *model = NULL, *out = NULL;
+    for (int i = 0; i < argc; i++) {
+        int r = parse_job_flag(&j, "compile", argc, argv, &i);
+        if (r < 0) return 2;
+        if (r) continue;
+        const char *a = argv[i];
+        if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && i + 1 < argc) {
+            out = argv[++i];
+        } else if (a[0] == '-') {
+            fprintf(stderr, "kiln compile: unknown option '%s'\n", a);
+            return 2;
+        } else if (!model) {
+            model = a;
+        } else {
+            fprintf(stderr, "kiln compile: one model at a time ('%s' and '%s')\n", model, a);
+            return 2;
+        }
+    }
+    if (!model || !out || !*out) {
+        fprintf(stderr, "usage: kiln compile MODEL -o FILE [--provider P[,P]] [--opt-level N] [--dim NAME=VALUE ...]\n"
+                        "                    [--precision fp32|tf32|fp16|bf16] [--tuning heuristic|exhaustive]\n");
+        return 2;
+    }
+    kiln_session_options *o = job_options(&j, "compile");
+    if (!o) return 1;
+    progress p = {isatty(2), 0, now_ms(), now_ms(), ""};
+    kn_compile_stats stats;
+    kiln_status st = kn_cache_compile_to(model, o, out, on_stage, &p, &stats);
+    kiln_session_options_destroy(o);
+    if (p.tty && p.stage > 0) {
+        if (st == KILN_OK) fprintf(stderr, "\r\033[K[%d/4] %s: done in %.0f ms\n", p.stage, p.last, now_ms() - p.t_stage);
+        else fprintf(stderr, "\r\033[K[%d/4] %s: failed\n", p.stage, p.last);
+    }
+    if (st != KILN_OK) {
+        fprintf(stderr, "kiln compile: %s\n", kiln_last_error());
+        kn_cache_key_free(&stats.key);
+        return 1;
+    }
+    printf("compiled '%s' -> '%s' (%.2f MB): hash %.1f ms, load %.1f ms, compile %.1f ms, write %.1f ms\n", model, out,
+           stats.bytes / 1048576.0, stats.hash_ms, stats.load_ms, stats.compile_ms, stats.write_ms);
+    printf("key %s\n", stats.key.name);
+    kn_cache_key_free(&stats.key);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ kiln cache */
+
+static void cache_usage(FILE *f) {
+    fprintf(f, "usage: kiln cache [--cache-dir DIR] list\n"
+               "       kiln cache [--cache-dir DIR] verify [--delete]\n"
+               "       kiln cache [--cache-dir DIR] prune [--max-size SIZE | --all]\n"
+               "       kiln cache [--cache-dir DIR] key MODEL [--provider P] [--opt-level N] [--dim NAME=VALUE ...]\n"
+               "the directory: --cache-dir, else $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln\n");
+}
+
+static const char *ago(struct timespec t, char *buf, size_t cap) {
+    double s = difftime(time(NULL), t.tv_sec);
+    if (s < 120) snprintf(buf, cap, "%.0f s ago", s);
+    else if (s < 7200) snprintf(buf, cap, "%.0f min ago", s / 60);
+    else if (s < 172800) snprintf(buf, cap, "%.0f h ago", s / 3600);
+    else snprintf(buf, cap, "%.0f days ago", s / 86400);
+    return buf;
+}
+
+static int cache_list(const char *dir, const kiln_session_options *o) {
+    kn_cache_entry *e;
+    int n;
+    if (kn_cache_list(dir, &e, &n) != KILN_OK) {
+        fprintf(stderr, "kiln cache list: %s\n", kiln_last_error());
+        return 1;
+    }
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) total += e[i].size;
+    printf("%s: %d entries, %.1f MB (limit %.1f MB)\n", dir, n, total / 1048576.0, kn_cache_limit(o) / 1048576.0);
+    /* most recently used first */
+    for (int i = n - 1; i >= 0; i--) {
+        char when[64];
+        printf("%s  %8.2f MB  used %s\n", e[i].name, e[i].size / 1048576.0, ago(e[i].atime, when, sizeof when));
+        kn_cfile *f;
+        if (kn_cfile_open_header(e[i].path, &f) != KILN_OK) {
+            printf("    unreadable: %s\n", kiln_last_error());
+            continue;
+        }
+        const char *src = kn_cache_key_get(&f->fields, "info.source");
+        const char *opts = kn_cache_key_get(&f->fields, "options");
+        const char *shapes = kn_cache_key_get(&f->fields, "shapes");
+        const char *ver = kn_cache_key_get(&f->fields, "kiln");
+        printf("    from %s\n    %s%s%s, kiln %s\n", src ? src : "?", opts ? opts : "?", shapes && *shapes ? " shapes=" : "",
+               shapes && *shapes ? shapes : "", ver ? ver : "?");
+        kn_cfile_close(f);
+    }
+    kn_cache_list_free(e, n);
+    return 0;
+}
+
+static int cache_verify(const char *dir, bool del) {
+    kn_cache_entry *e;
+    int n;
+    if (kn_cache_list(dir, &e, &n) != KILN_OK) {
+        fprintf(stderr, "kiln cache verify: %s\n", kiln_last_error());
+        return 1;
+    }
+    int ok = 0, stale = 0, bad = 0;
+    for (int i = 0; i < n; i++) {
+        if (kn_cache_verify_file(e[i].path) != KILN_OK) {
+            printf("BAD   %s: %s%s\n", e[i].name, kiln_last_error(), del ? " (deleted)" : "");
+            if (del) unlink(e[i].path);
+            bad++;
+            continue;
+        }
+        /* valid, but made for another kiln or device: never used here, pruned in time */
+        kn_cfile *f;
+        kn_cache_key env;
+        char why[768] = "";
+        if (kn_cfile_open_header(e[i].path, &f) == KILN_OK) {
+            if (kn_cache_key_env(NULL, &env) == KILN_OK) {
+                kn_cfile_compare_key(f, &env, true, why, sizeof why);
+                kn_cache_key_free(&env);
+            }
+            kn_cfile_close(f);
+        }
+        if (why[0]) {
+            printf("other %s: for another environment: %s\n", e[i].name, why);
+            stale++;
+        } else {
+            printf("ok    %s\n", e[i].name);
+            ok++;
+        }
+    }
+    printf("%d ok, %d for another environment (kiln version or device; pruned when unused), %d bad\n", ok, stale, bad);
+    kn_cache_list_free(e, n);
+    return bad ? 1 : 0;
+}
+
+static int cache_key(const char *dir, int argc, char **argv) {
+    job_flags j;
+    memset(&j, 0, sizeof j);
+    cli_common_defaults(&j.common);
+    const char *model = NULL;
+    for (int i = 0; i < argc; i++) {
+        int r = parse_job_flag(&j, "cache key", argc, argv, &i);
+        if (r < 0) return 2;
+        if (r) continue;
+        if (argv[i][0] == '-' || model) {
+            cache_usage(stderr);
+            return 2;
+        }
+        model = argv[i];
+    }
+    if (!model) {
+        cache_usage(stderr);
+        return 2;
+    }
+    kiln_session_options *o = job_options(&j, "cache key");
+    if (!o) return 1;
+    kn_cache_key k;
+    kiln_status st = kn_cache_key_for_file(model, o, &k);
+    kiln_session_options_destroy(o);
+    if (st != KILN_OK) {
+        fprintf(stderr, "kiln cache key: %s\n", kiln_last_error());
+        return 1;
+    }
+    printf("%s\n", k.name);
+    for (int i = 0; i < k.n; i++) printf("  %s=%s\n", k.f[i].name, k.f[i].value);
+    char *entry = kn_cache_entry_path(dir, &k);
+    if (entry) printf("entry %s (%s)\n", entry, access(entry, F_OK) == 0 ? "present" : "absent");
+    free(entry);
+    kn_cache_key_free(&k);
+    return 0;
+}
+
+int cmd_cache(int argc, char **argv) {
+    const char *dir_flag = NULL;
+    int i = 0;
+    while (i < argc && !strcmp(argv[i], "--cache-dir") && i + 1 < argc) {
+        dir_flag = argv[i + 1];
+        i += 2;
+    }
+    if (i >= argc) {
+        cache_usage(stderr);
+        return 2;
+    }
+    const char *sub = argv[i++];
+    kiln_session_options *o = NULL;
+    if (kiln_session_options_create(&o) != KILN_OK) return 1;
+    kiln_session_options_set_cache(o, 1, dir_flag);
+    char *dir = kn_cache_dir(o);
+    int rc = 2;
+    if (!dir) {
+        fprintf(stderr, "kiln cache: no cache directory: set KILN_CACHE_DIR or HOME, or give --cache-dir\n");
+        rc = 1;
+    } else if (!strcmp(sub, "list")) {
+        rc = cache_list(dir, o);
+    } else if (!strcmp(sub, "verify")) {
+        bool del = i < argc && !strcmp(argv[i], "--delete");
+        rc = cache_verify(dir, del);
+    } else if (!strcmp(sub, "prune")) {
+        uint64_t limit = kn_cache_limit(o);
+        rc = 0;
+        for (; i < argc; i++) {
+            if (!strcmp(argv[i], "--all")) {
+                limit = 0;
+            } else if (!strcmp(argv[i], "--max-size") && i + 1 < argc) {
+                const char *v = argv[++i];
+                limit = kn_cache_parse_size(v);
+                if (!limit && strcmp(v, "0")) {
+                    fprintf(stderr, "kiln cache prune: --max-size '%s' is not a size (e.g. 500M, 2G)\n", v);
+                    rc = 2;
+                }
+            } else {
+                cache_usage(stderr);
+                rc = 2;
+            }
+        }
+        if (rc == 0) {
+            int n = 0;
+            uint64_t freed = 0;
+            if (kn_cache_prune(dir, limit, NULL, &n, &freed) != KILN_OK) {
+                fprintf(stderr, "kiln cache prune: %s\n", kiln_last_error());
+                rc = 1;
+            } else {
+                printf("%s: deleted %d entries (%.1f MB) to stay under %.1f MB\n", dir, n, freed / 1048576.0,
+                       limit / 1048576.0);
+            }
+        }
+    } else if (!strcmp(sub, "key")) {
+        rc = cache_key(dir, argc - i, argv + i);
+    } else {
+        fprintf(stderr, "kiln cache: unknown subcommand '%s'\n", sub);
+        cache_usage(stderr);
+    }
+    free(dir);
+    kiln_session_options_destroy(o);
+    return rc;
+}
