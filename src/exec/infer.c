@@ -40,6 +40,9 @@ static void note_shape_value(kn_type *t, const kn_tensor *v) {
 /* Takes what the inferred type knows, keeping declared facts it does not. */
 static void merge_type(kn_type *declared, const kn_type *inferred) {
     if (inferred->kind == KN_TYPE_UNKNOWN) return;
+    /* a declared kind (the model's value_info/outputs) is authoritative: Loop-carried optionals
+     * may turn into what the body makes of them */
+    if (declared->kind != KN_TYPE_UNKNOWN && inferred->kind != declared->kind) return;
     kn_type r = *inferred;
     if (r.dtype == KILN_DTYPE_UNDEFINED) r.dtype = declared->dtype;
     if (r.rank < 0 && declared->rank >= 0 && declared->kind == r.kind) {

@@ -251,7 +251,9 @@ static kiln_status check_input(const kn_value *v, const kn_tensor *t) {
     if (ty->kind == KN_TYPE_TENSOR && t->kind != KN_VALUE_TENSOR)
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "input '%s': expected a tensor %s, got %s", v->name,
                         kn_type_str(ty, want, sizeof want), kn_tensor_describe(t, got, sizeof got));
-    if (ty->dtype != KILN_DTYPE_UNDEFINED && t->dtype != ty->dtype)
+    /* an empty sequence or optional read from a file may carry no element type */
+    bool empty_container = t->kind != KN_VALUE_TENSOR && t->n_items == 0 && t->dtype == KILN_DTYPE_UNDEFINED;
+    if (ty->dtype != KILN_DTYPE_UNDEFINED && t->dtype != ty->dtype && !empty_container)
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "input '%s': element type is %s, the model expects %s (%s)",
                         v->name, kiln_dtype_name(t->dtype), kiln_dtype_name(ty->dtype),
                         kn_type_str(ty, want, sizeof want));
