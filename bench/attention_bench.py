@@ -4,13 +4,13 @@
 For each shape (batch, heads, sequence, head size) it builds two one-node models, an ai.onnx
 Attention (opset 23, 4-D Q/K/V) and a com.microsoft MultiHeadAttention (3-D Q/K/V), and times
 both with kiln (`kiln run --repeat`, median of the runs inside one process) and with onnxruntime
-(CPUExecutionProvider, same thread count, median of session.run), interleaved over --rounds
-rounds so both see the same machine state. Prints per model the medians and the ratio
-kiln/onnxruntime and writes the table to bench/results/attention-<date>.md with the machine and
-the command.
+(CPUExecutionProvider, same thread count, median of session.run, in a process of its own too),
+interleaved over --rounds rounds so both see the same machine state. Prints per model the medians and the ratio
+kiln/onnxruntime and writes the table to bench/results/attention-<date>[-tag]-t<threads>[-causal].md
+with the machine and the command.
 
     bench/attention_bench.py [--kiln build/kiln] [--threads 2] [--repeat 50] [--rounds 3]
-                             [--shapes 1x4x128x64,1x4x1500x64] [--causal]
+                             [--shapes 1x4x128x64,1x4x1500x64] [--causal] [--tag NAME]
 """
 import argparse
 import datetime
@@ -73,15 +73,17 @@ def kiln_time(kiln, path, inputs, threads, repeat):
     return float(m.group(1))
 
 
-def ort_session(path, threads):
+def ort_worker(path, threads, repeat, inputs):
+    """Times onnxruntime in this (child) process; prints the median in ms."""
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
-    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-
-
-def ort_time(sess, feeds, repeat):
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    feeds = {}
+    for item in inputs:
+        name, file = item.split("=", 1)
+        feeds[name] = numpy_helper.to_array(onnx.load_tensor(file))
     for _ in range(3):
         sess.run(None, feeds)
     ts = []
@@ -89,7 +91,18 @@ def ort_time(sess, feeds, repeat):
         t = time.perf_counter()
         sess.run(None, feeds)
         ts.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(ts)
+    print(f"ort {statistics.median(ts):.6f}")
+
+
+def ort_time(path, files, threads, repeat):
+    # a process of its own, as kiln's: onnxruntime's workers keep spinning for a while after a
+    # run, which would take cores from whatever runs next in the same process tree
+    args = [sys.executable, os.path.abspath(__file__), "--ort-worker", path, "--threads", str(threads), "--repeat",
+            str(repeat)] + [f"{n}={f}" for n, f in files]
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"onnxruntime failed: {r.stderr.strip()[-500:]}")
+    return float(re.search(r"ort ([0-9.]+)", r.stdout).group(1))
 
 
 def main():
@@ -101,7 +114,13 @@ def main():
     ap.add_argument("--shapes", default="1x4x128x64,1x4x1500x64")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--tag", default="", help="a name for the machine in the results file name")
+    ap.add_argument("--ort-worker", help=argparse.SUPPRESS)
+    ap.add_argument("inputs", nargs="*", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.ort_worker:
+        ort_worker(a.ort_worker, a.threads, a.repeat, a.inputs)
+        return 0
     import onnxruntime as ort
 
     rng = np.random.default_rng(0)
@@ -113,19 +132,17 @@ def main():
             model = make(B, H, S, D, a.causal)
             path = os.path.join(tmp, f"{kind}_{shape}.onnx")
             onnx.save(model, path)
-            feeds, files = {}, []
+            files = []
             for vi in model.graph.input:
                 dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
                 arr = rng.uniform(-1, 1, dims).astype(np.float32)
                 f = os.path.join(tmp, f"{kind}_{shape}_{vi.name}.pb")
                 onnx.save_tensor(numpy_helper.from_array(arr, vi.name), f)
-                feeds[vi.name] = arr
                 files.append((vi.name, f))
-            sess = ort_session(path, a.threads)
             kt, ot = [], []
             for _ in range(a.rounds):
                 kt.append(kiln_time(a.kiln, path, files, a.threads, a.repeat))
-                ot.append(ort_time(sess, feeds, a.repeat))
+                ot.append(ort_time(path, files, a.threads, a.repeat))
             k, o = statistics.median(kt), statistics.median(ot)
             flops = 4.0 * B * H * S * S * D * (0.5 if a.causal else 1.0)
             rows.append((f"{kind} {shape}{' causal' if a.causal else ''}", k, o, k / o, flops / k / 1e6))
@@ -133,7 +150,8 @@ def main():
                   f"(kiln {rows[-1][4]:.1f} GFLOP/s)", flush=True)
     os.makedirs(a.out, exist_ok=True)
     date = datetime.date.today().isoformat()
-    path = os.path.join(a.out, f"attention-{date}.md")
+    name = f"attention-{date}{'-' + a.tag if a.tag else ''}-t{a.threads}{'-causal' if a.causal else ''}.md"
+    path = os.path.join(a.out, name)
     with open(path, "w") as f:
         f.write(f"# Attention on the CPU: kiln vs onnxruntime {ort.__version__}\n\n")
         f.write(f"- machine: {cpu_name()}, {os.cpu_count()} logical CPUs, {platform.platform()}\n")

@@ -10,7 +10,8 @@ and the model zoo) it checks two things at each level 1, 2 and 3:
      passes at level 0 must pass at every level.
 
 A folder whose level-0 run fails (an operator kiln lacks, an output .npy cannot hold such as
-strings or sequences) is skipped for check 1 and counts once as skipped. Ends with
+strings or sequences), or whose model draws unseeded random numbers, is skipped for check 1 and
+counts once as skipped. Ends with
 "N passed, N failed, N skipped" where each (folder, data set, level) comparison counts once.
 """
 import argparse
@@ -60,12 +61,31 @@ def tolerance(test_dir):
     return 1e-3, 1e-5
 
 
+RANDOM_OPS = {"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike"}
+
+
+def unseeded_random(m):
+    """Whether the model draws random numbers without a seed (its outputs differ run to run)."""
+    def nodes(graph):
+        for n in graph.node:
+            yield n
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    yield from nodes(a.g)
+                for g in a.graphs:
+                    yield from nodes(g)
+    all_nodes = list(nodes(m.graph))
+    for f in m.functions:
+        all_nodes += list(f.node)
+    return any(n.op_type in RANDOM_OPS and not any(a.name == "seed" for a in n.attribute) for n in all_nodes)
+
+
 def io_names(model_path):
     m = onnx.load(model_path, load_external_data=False)
     inits = {i.name for i in m.graph.initializer}
     ins = [i.name for i in m.graph.input if i.name not in inits]
     outs = [o.name for o in m.graph.output]
-    return ins, outs
+    return ins, outs, unseeded_random(m)
 
 
 def npy_name(name):
@@ -121,9 +141,11 @@ def check_folder(kiln, test_dir, timeout):
     """[(label, status, reason)] with status 'pass' | 'fail' | 'skip'."""
     name = os.path.basename(test_dir)
     try:
-        ins, outs = io_names(os.path.join(test_dir, "model.onnx"))
+        ins, outs, random = io_names(os.path.join(test_dir, "model.onnx"))
     except Exception as e:  # a model onnx cannot read: nothing to compare
         return [(name, "skip", "onnx cannot read the model: %s" % e)]
+    if random:
+        return [(name, "skip", "unseeded random operator: outputs differ between any two runs")]
     rtol, atol = tolerance(test_dir)
     sets = sorted(d for d in os.listdir(test_dir) if d.startswith("test_data_set_"))
     results = []

@@ -138,6 +138,24 @@ static kiln_status infer_norm(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
+/* EmbedLayerNormalization: output and embedding_sum (B, S, H), mask_index (B) int32. */
+static kiln_status infer_embed_norm(kn_infer_ctx *c) {
+    KN_TRY(need(c, 0, "input_ids"));
+    KN_TRY(need(c, 2, "word_embedding"));
+    KN_TRY(need(c, 3, "position_embedding"));
+    KN_TRY(need(c, 5, "gamma"));
+    KN_TRY(need(c, 6, "beta"));
+    const kn_type *ids = c->in[0], *we = c->in[2];
+    if (ids->rank >= 0 && ids->rank != 2) return kn_infer_error(c, KILN_ERR_SHAPE, "input_ids must be 2-D, got rank %d", ids->rank);
+    if (we->rank >= 0 && we->rank != 2)
+        return kn_infer_error(c, KILN_ERR_SHAPE, "word_embedding must be 2-D, got rank %d", we->rank);
+    kn_dim y[3] = {dim_of(ids, 0), dim_of(ids, 1), dim_of(we, 1)};
+    set_out(c, 0, we->dtype, 3, y);
+    set_out(c, 1, KILN_DTYPE_INT32, 1, y);
+    set_out(c, 2, we->dtype, 3, y);
+    return KILN_OK;
+}
+
 /* ------------------------------------------------------------------ FusedMatMul */
 
 /* The dims of op(X) for FusedMatMul: transBatch moves dim 0 next to the last one, trans swaps
@@ -354,6 +372,7 @@ const kn_op_schema kn_ops_contrib[] = {
     {MS, "BiasSplitGelu", 1, 0, 2, 2, 1, 1, infer_bias_split_gelu, 0},
     {MS, "SkipLayerNormalization", 1, 0, 3, 5, 1, 4, infer_skip_norm, 0},
     {MS, "SkipSimplifiedLayerNormalization", 1, 0, 3, 4, 1, 4, infer_skip_norm, 0},
+    {MS, "EmbedLayerNormalization", 1, 0, 7, 9, 1, 3, infer_embed_norm, 0},
     {"", "LayerNormalization", 1, 16, 2, 3, 1, 3, infer_norm, 0},
     {"", "SimplifiedLayerNormalization", 1, 0, 2, 2, 1, 2, infer_norm, 0},
     {MS, "FusedMatMul", 1, 0, 2, 2, 1, 1, infer_fused_matmul, 0},

@@ -240,6 +240,13 @@ static kiln_status infer_compare(kn_infer_ctx *c) { return binary(c, M_NUM | M_B
 static kiln_status infer_compare12(kn_infer_ctx *c) { return binary(c, M_NUM | M_B, true, true, false); }
 
 static kiln_status infer_prelu(kn_infer_ctx *c) {
+    /* before opset 7 a 1-D slope of C values is per channel (axis 1) */
+    if (c->node->opset < 7 && c->n_inputs > 1 && c->in[0] && c->in[1] && c->in[1]->rank == 1 &&
+        c->in[0]->rank >= 2 && c->in[1]->dims[0].value > 1 && c->in[1]->dims[0].value == c->in[0]->dims[1].value) {
+        KN_TRY(check_class(c, 0, M_NUM));
+        KN_TRY(check_same(c, 0, 1));
+        return kn_infer_same(c, 0, 0);
+    }
     KN_TRY(binary(c, M_NUM, false, true, false));
     /* the slope broadcasts to X, never the other way */
     const kn_type *x = c->in[0], *o = &c->out[0];
@@ -302,6 +309,9 @@ static kiln_status cast_common(kn_infer_ctx *c, kiln_dtype to) {
     if (!(dtype_class(to) & M_ALL))
         return kn_infer_error(c, KILN_ERR_UNSUPPORTED, "cast to %s is not supported", kiln_dtype_name(to));
     kiln_dtype from = c->in[0]->dtype;
+    if ((kn_dtype_is_packed(from) && to == KILN_DTYPE_STRING) || (from == KILN_DTYPE_STRING && kn_dtype_is_packed(to)))
+        return kn_infer_error(c, KILN_ERR_UNSUPPORTED, "cast from %s to %s is not supported", kiln_dtype_name(from),
+                              kiln_dtype_name(to));
     kn_type in = *c->in[0];
     KN_TRY(kn_infer_same(c, 0, 0));
     c->out[0].kind = KN_TYPE_TENSOR;

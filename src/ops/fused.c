@@ -219,17 +219,6 @@ static kiln_status infer_attention(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-static kiln_status infer_chain(kn_infer_ctx *c) {
-    /* the output has the shape of input 0 (the others have it too or are single values) */
-    int n_ops = 0, n_args = 0, n_k = 0;
-    kn_attr_ints(c->node, "ops", &n_ops);
-    kn_attr_ints(c->node, "args", &n_args);
-    kn_attr_floats(c->node, "consts", &n_k);
-    if (n_ops < 1 || n_ops > KN_CHAIN_MAX_OPS || n_args != 2 * n_ops || n_k != n_ops)
-        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "ops, args and consts do not describe a program");
-    return kn_infer_same(c, 0, 0);
-}
-
 const kn_op_schema kn_ops_fused[] = {
     {"kiln", "FusedConv", 1, 0, 2, 4, 1, 1, infer_fused_conv, 0},
     {"kiln", "FusedGemm", 1, 0, 2, 3, 1, 1, infer_fused_gemm, 0},
@@ -238,6 +227,5 @@ const kn_op_schema kn_ops_fused[] = {
     {"kiln", "LayerNormalization", 1, 0, 1, 3, 1, 1, infer_norm, 0},
     {"kiln", "RMSNormalization", 1, 0, 1, 2, 1, 1, infer_norm, 0},
     {"kiln", "Attention", 1, 0, 3, 4, 1, 1, infer_attention, 0},
-    {"kiln", "ElementwiseChain", 1, 0, 1, KN_CHAIN_MAX_INPUTS, 1, 1, infer_chain, 0},
     {0},
 };

@@ -16,7 +16,6 @@
  *                                    batch dims; mask broadcasts to [..., Sq, Sk] (bool: false
  *                                    masks out; float: added); nan_to_zero = 1 turns NaN
  *                                    probabilities (fully masked rows) into 0
- *   ElementwiseChain(X0, X1, ...)    a small program of float elementwise ops (see fused.c)
  * Every activation-taking operator has the attributes activation (string, "" = none) and
  * activation_params (floats): LeakyRelu [alpha], Clip [min, max], HardSigmoid [alpha, beta]. */
 #ifndef KN_OPS_FUSED_H
@@ -53,20 +52,5 @@ const char *kn_act_name(kn_act a);
 bool kn_act_parse(const char *name, kn_act *out);
 /* Reads the node's activation and activation_params; false (reason in why) when invalid. */
 bool kn_act_from_node(const kn_node *n, kn_act_spec *out, char *why, size_t cap);
-
-/* Number of ElementwiseChain instructions a node may hold, and of its inputs. */
-#define KN_CHAIN_MAX_OPS 64
-#define KN_CHAIN_MAX_INPUTS 8
-
-/* ElementwiseChain opcodes (the attribute "ops" holds them, "args" two operands per op: an
- * input index (>= 0) or -(1 + earlier result index), "consts" one float per op for the K forms). */
-typedef enum kn_chain_op {
-    KN_CHAIN_ADD = 0, KN_CHAIN_SUB, KN_CHAIN_MUL, KN_CHAIN_DIV, /* a op b */
-    KN_CHAIN_ADDK, KN_CHAIN_SUBK, KN_CHAIN_KSUB, KN_CHAIN_MULK, KN_CHAIN_DIVK, KN_CHAIN_KDIV, /* with the constant k */
-    KN_CHAIN_POWK,                                            /* a ^ k (k a small integer or 0.5) */
-    KN_CHAIN_RELU, KN_CHAIN_SIGMOID, KN_CHAIN_TANH, KN_CHAIN_ERF, KN_CHAIN_EXP, KN_CHAIN_NEG, KN_CHAIN_ABS,
-    KN_CHAIN_SQRT, KN_CHAIN_RECIPROCAL, KN_CHAIN_MAX, KN_CHAIN_MIN,
-    KN_CHAIN_COUNT
-} kn_chain_op;
 
 #endif

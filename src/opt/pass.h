@@ -65,7 +65,6 @@ kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_conv(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_gemm_activation(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_attention(kn_opt_ctx *c);
-kiln_status kn_pass_fuse_elementwise(kn_opt_ctx *c);
 
 /* ---- bookkeeping ---- */
 

@@ -7,8 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Constants above this size are not compared (weights are unique in practice). */
-#define CSE_MAX_CONST_BYTES ((size_t)1 << 20)
+/* Constants above this size are not compared (weights are unique in practice, and hashing
+ * megabytes of them would slow every session creation). */
+#define CSE_MAX_CONST_BYTES ((size_t)64 << 10)
 
 static uint64_t mix(uint64_t h, uint64_t v) {
     h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
@@ -17,7 +18,13 @@ static uint64_t mix(uint64_t h, uint64_t v) {
 
 static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = mix(h, w);
+    }
+    for (; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
     return h;
 }
 
@@ -68,8 +75,11 @@ static uint64_t hash_attr(const kn_attr *a) {
     }
 }
 
-static bool mergeable(const kn_node *n) {
+static bool mergeable(const kn_graph *g, const kn_node *n) {
     if (n->dead || !n->schema) return false;
+    /* tensors only: a sequence or optional might be extended in place by one of its readers */
+    for (int o = 0; o < n->n_outputs; o++)
+        if (n->outputs[o] >= 0 && g->values[n->outputs[o]].type.kind != KN_TYPE_TENSOR) return false;
     if (n->schema->flags & (KN_OP_NONDETERMINISTIC | KN_OP_HAS_SUBGRAPH)) return false;
     for (int a = 0; a < n->n_attrs; a++)
         if (n->attrs[a].type == KN_ATTR_GRAPH || n->attrs[a].type == KN_ATTR_GRAPHS) return false;
@@ -169,7 +179,7 @@ kiln_status kn_pass_cse(kn_opt_ctx *c) {
     /* nodes are in topological order, so the first of two equal nodes is the one to keep */
     for (int i = 0; i < g->n_nodes && st == KILN_OK; i++) {
         kn_node *n = &g->nodes[i];
-        if (!mergeable(n)) continue;
+        if (!mergeable(g, n)) continue;
         int first = table_find_or_add(&t, hash_node(n), i, node_eq, g);
         if (first < 0) continue;
         bool ok = true;

@@ -182,6 +182,23 @@ def main():
     case(out, "simplifiedlayernorm_fp16", "SimplifiedLayerNormalization", [("X", f16(2, 5, H)), ("scale", f16(H))],
          ["Y"], domain="", opset=13)
 
+    Bs, Ss, Hs, Vs = 2, 5, 32, 40
+    ids = rng.integers(0, Vs, (Bs, Ss)).astype(np.int32)
+    seg = rng.integers(0, 2, (Bs, Ss)).astype(np.int32)
+    we, pe, se = f32(Vs, Hs), f32(16, Hs), f32(2, Hs)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32)
+    case(out, "embedlayernorm", "EmbedLayerNormalization",
+         [("input_ids", ids), ("segment_ids", seg), ("word_embedding", we), ("position_embedding", pe),
+          ("segment_embedding", se), ("gamma", f32(Hs)), ("beta", f32(Hs)), ("mask", mask)],
+         ["output", "mask_index", "embedding_sum"])
+    case(out, "embedlayernorm_no_segment", "EmbedLayerNormalization",
+         [("input_ids", ids), ("segment_ids", None), ("word_embedding", we), ("position_embedding", pe),
+          ("segment_embedding", None), ("gamma", f32(Hs)), ("beta", f32(Hs))], ["output", "mask_index"], epsilon=1e-5)
+    case(out, "embedlayernorm_position_ids", "EmbedLayerNormalization",
+         [("input_ids", ids), ("segment_ids", seg), ("word_embedding", we), ("position_embedding", pe),
+          ("segment_embedding", se), ("gamma", f32(Hs)), ("beta", f32(Hs)), ("mask", mask),
+          ("position_ids", rng.integers(0, 16, (1, Ss)).astype(np.int32))], ["output", "mask_index"])
+
     # ---------------------------------------------------------------- FusedMatMul
     case(out, "fusedmatmul", "FusedMatMul", [("A", f32(2, 3, 4)), ("B", f32(2, 4, 5))], ["Y"])
     case(out, "fusedmatmul_alpha_transB", "FusedMatMul", [("A", f32(2, 3, 4)), ("B", f32(2, 5, 4))], ["Y"], alpha=0.125,

@@ -24,7 +24,7 @@
 #endif
 #include <string.h>
 
-#define BLOCK_ROWS 64       /* query rows per task (fewer when that leaves threads idle) */
+#define BLOCK_ROWS 128      /* query rows per task (fewer when that leaves threads idle) */
 #define KV_TILE 512         /* keys per tile in the online-softmax path */
 #define SINGLE_TILE_MAX 1024 /* key ranges up to this long run as one tile */
 
@@ -201,6 +201,8 @@ static float row_max(const float *s, int64_t n) {
     return mx;
 }
 
+#if !defined(__AVX512F__)
+#if !defined(__AVX512F__)
 static float row_sum(const float *s, int64_t n) {
     int64_t j = 0;
     float sum = 0.0f;
@@ -226,11 +228,43 @@ static float row_sum(const float *s, int64_t n) {
     for (; j < n; j++) sum += s[j];
     return sum;
 }
+#endif
+#endif
 
-/* s[j] = exp(s[j] - mx) (vectorised by the compiler); returns the sum. */
+/* s[j] = exp(s[j] - mx) for s[j] <= mx; returns the sum. With AVX-512: exp(x) = 2^(x log2 e)
+ * = 2^k * 2^f with k = round(x log2 e), |f| <= 1/2, 2^f by its Taylor polynomial of degree 6
+ * (relative error 1.2e-7, as accurate as the float rounding of x log2 e around it) and the scale
+ * by 2^k with vscalefps, which also takes -inf (and anything below 2^-149) to 0. The sum is
+ * accumulated in the same pass. NaN scores stay NaN. */
 static float exp_row(float *s, int64_t n, float mx) {
+#if defined(__AVX512F__)
+    const __m512 vmx = _mm512_set1_ps(mx), l2e = _mm512_set1_ps(1.44269504088896341f), lo = _mm512_set1_ps(-150.0f);
+    const __m512 c6 = _mm512_set1_ps(1.5403530393381610e-4f), c5 = _mm512_set1_ps(1.3333558146428443e-3f),
+                 c4 = _mm512_set1_ps(9.6181291076284772e-3f), c3 = _mm512_set1_ps(5.5504108664821580e-2f),
+                 c2 = _mm512_set1_ps(2.4022650695910071e-1f), c1 = _mm512_set1_ps(6.9314718055994531e-1f),
+                 one = _mm512_set1_ps(1.0f);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        __m512 x = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), vmx), l2e);
+        x = _mm512_max_ps(lo, x); /* NaN passes through (max returns its second operand) */
+        __m512 k = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 f = _mm512_sub_ps(x, k);
+        __m512 p = _mm512_fmadd_ps(c6, f, c5);
+        p = _mm512_fmadd_ps(p, f, c4);
+        p = _mm512_fmadd_ps(p, f, c3);
+        p = _mm512_fmadd_ps(p, f, c2);
+        p = _mm512_fmadd_ps(p, f, c1);
+        p = _mm512_fmadd_ps(p, f, one);
+        __m512 e = _mm512_scalef_ps(p, k);
+        _mm512_mask_storeu_ps(s + j, m, e);
+        acc = _mm512_mask_add_ps(acc, m, acc, e);
+    }
+    return _mm512_reduce_add_ps(acc);
+#else
     for (int64_t j = 0; j < n; j++) s[j] = exp_nonpos(s[j] - mx);
     return row_sum(s, n);
+#endif
 }
 
 static void scale_row(float *s, int64_t n, float f) {
@@ -275,6 +309,7 @@ typedef struct attn_job {
     int64_t tile;   /* keys per tile; 0 = the whole range as one tile */
     bool emulate;   /* reference rounding (half types) */
     bool skip;      /* key ranges the causal/window masks exclude are skipped (no qk copy) */
+    bool copy_kv;   /* copy strided K/V rows of a head densely before use (scratch.kc) */
     kiln_dtype sm_t;
     int failed;
 } attn_job;
@@ -285,6 +320,8 @@ typedef struct scratch {
     float *m, *l, *corr;
     int64_t *iv; /* per row: lo, hi, plo, phi (row_range) */
     unsigned char *ok;
+    float *kc, *vc;    /* dense copies of one (batch, kv head)'s K and V rows, or NULL */
+    int64_t copied_bh; /* which b * kv_heads + kvh they hold; -1 none */
 } scratch;
 
 static inline float *qk_row(const kn_attn *a, int64_t b, int64_t h, int64_t i) {
@@ -297,6 +334,24 @@ static int run_block(const attn_job *j, scratch *w, int64_t b, int64_t h, int64_
     const float *q = a->q.p + b * a->q.sb + h * a->q.sh + i0 * a->q.ss;
     const float *k = a->k.p + b * a->k.sb + kvh * a->k.sh;
     const float *v = a->v.p + b * a->v.sb + kvh * a->v.sh;
+    int64_t ks = a->k.ss, vs = a->v.ss;
+    if (w->kc) {
+        /* K and V rows interleaved with other heads' (heads in the last dimension): a dense copy
+         * of this head's, made once per thread and kept for its following blocks, keeps the
+         * GEMMs' packing reads off a large power-of-two stride (cache set conflicts) */
+        const int64_t bh = b * a->kv_heads + kvh;
+        if (w->copied_bh != bh) {
+            for (int64_t r = 0; r < a->skv; r++) {
+                memcpy(w->kc + r * a->dk, k + r * ks, sizeof(float) * (size_t)a->dk);
+                memcpy(w->vc + r * a->dv, v + r * vs, sizeof(float) * (size_t)a->dv);
+            }
+            w->copied_bh = bh;
+        }
+        k = w->kc;
+        v = w->vc;
+        ks = a->dk;
+        vs = a->dv;
+    }
     float *y = a->y + b * a->y_sb + h * a->y_sh + i0 * a->y_ss;
     const kiln_dtype rt = j->emulate ? a->round_to : KILN_DTYPE_FLOAT;
 
@@ -331,7 +386,7 @@ static int run_block(const attn_job *j, scratch *w, int64_t b, int64_t h, int64_
         const int64_t n = min64(tile, J1 - jt);
         float *S = w->s;
         const int64_t lds = w->lds;
-        if (kn_sgemm(NULL, false, true, rows, n, a->dk, alpha, q, a->q.ss, k + jt * a->k.ss, a->k.ss, 0.0f, S, lds))
+        if (kn_sgemm(NULL, false, true, rows, n, a->dk, alpha, q, a->q.ss, k + jt * ks, ks, 0.0f, S, lds))
             return 1;
         for (int64_t r = 0; r < rows; r++) {
             float *s = S + r * lds;
@@ -380,7 +435,7 @@ static int run_block(const attn_job *j, scratch *w, int64_t b, int64_t h, int64_
                 float *yr = y + r * a->y_ss;
                 for (int64_t x = 0; x < a->dv; x++) yr[x] *= c;
             }
-        if (kn_sgemm(NULL, false, false, rows, a->dv, n, 1.0f, S, lds, v + jt * a->v.ss, a->v.ss, jt > J0 ? 1.0f : 0.0f,
+        if (kn_sgemm(NULL, false, false, rows, a->dv, n, 1.0f, S, lds, v + jt * vs, vs, jt > J0 ? 1.0f : 0.0f,
                      y, a->y_ss))
             return 1;
     }
@@ -404,6 +459,17 @@ static void attn_range(void *arg, int64_t t0, int64_t t1) {
     w.m = malloc(sizeof(float) * R * 3);
     w.iv = malloc(sizeof(int64_t) * R * 4);
     w.ok = malloc(R);
+    w.kc = w.vc = NULL;
+    w.copied_bh = -1;
+    if (j->copy_kv) {
+        w.kc = malloc(sizeof(float) * (size_t)(a->skv * a->dk + 1));
+        w.vc = malloc(sizeof(float) * (size_t)(a->skv * a->dv + 1));
+        if (!w.kc || !w.vc) { /* optional: read in place instead */
+            free(w.kc);
+            free(w.vc);
+            w.kc = w.vc = NULL;
+        }
+    }
     if (!w.s || !w.m || !w.iv || !w.ok) {
         __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
         goto done;
@@ -423,6 +489,8 @@ done:
     free(w.s);
     free(w.m);
     free(w.iv);
+    free(w.kc);
+    free(w.vc);
     free(w.ok);
 }
 
@@ -438,10 +506,13 @@ kiln_status kn_attn_run(kn_threadpool *pool, const kn_attn *a) {
     j.skip = !a->qk;
     j.tile = whole || a->skv <= SINGLE_TILE_MAX ? 0 : KV_TILE;
     int64_t threads = kn_threadpool_size(pool);
-    j.rows = BLOCK_ROWS;
+    /* with causal/window masks smaller blocks skip more of the excluded keys */
+    j.rows = a->causal || a->left_window >= 0 || a->right_window >= 0 ? BLOCK_ROWS / 2 : BLOCK_ROWS;
     while (j.rows > 8 && a->batch * a->q_heads * ((a->sq + j.rows - 1) / j.rows) < 4 * threads) j.rows /= 2;
     if (j.rows > a->sq) j.rows = a->sq;
     j.blocks = (a->sq + j.rows - 1) / j.rows;
+    /* worth it when several blocks (or query heads of a group) read each head's K and V */
+    j.copy_kv = (a->k.ss != a->dk || a->v.ss != a->dv) && j.blocks * (a->q_heads / a->kv_heads) >= 2 && a->sq >= 16;
     int64_t tasks = a->batch * a->q_heads * j.blocks;
     kn_parallel_for(pool, tasks, 1, attn_range, &j);
     if (j.failed) return kn_error(KILN_ERR_OUT_OF_MEMORY, "attention: out of memory for the score buffers");

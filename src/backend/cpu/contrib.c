@@ -294,6 +294,7 @@ const kn_cpu_kernel kn_cpu_contrib[] = {
     {MS, "BiasSplitGelu", run_bias_split_gelu, NULL, KN_KERNEL_OVERWRITES},
     {MS, "SkipLayerNormalization", kn_cpu_ms_skip_layernorm, NULL, KN_KERNEL_OVERWRITES},
     {MS, "SkipSimplifiedLayerNormalization", kn_cpu_ms_skip_simplified_layernorm, NULL, KN_KERNEL_OVERWRITES},
+    {MS, "EmbedLayerNormalization", kn_cpu_ms_embed_layernorm, NULL, KN_KERNEL_OVERWRITES},
     /* ai.onnx LayerNormalization before opset 17 (ONNX Runtime's) runs on the nn family's kernel */
     {"", "SimplifiedLayerNormalization", kn_cpu_ms_simplified_layernorm, NULL, KN_KERNEL_OVERWRITES},
     {MS, "FusedMatMul", run_fused_matmul, NULL, KN_KERNEL_OVERWRITES},

@@ -8,6 +8,7 @@
 kiln_status kn_cpu_ms_skip_layernorm(kn_kernel_ctx *c);            /* SkipLayerNormalization */
 kiln_status kn_cpu_ms_skip_simplified_layernorm(kn_kernel_ctx *c); /* SkipSimplifiedLayerNormalization */
 kiln_status kn_cpu_ms_simplified_layernorm(kn_kernel_ctx *c);      /* SimplifiedLayerNormalization */
+kiln_status kn_cpu_ms_embed_layernorm(kn_kernel_ctx *c);           /* EmbedLayerNormalization */
 
 /* contrib_attention.c */
 kiln_status kn_cpu_ms_attention(kn_kernel_ctx *c);

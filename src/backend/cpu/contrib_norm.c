@@ -196,3 +196,69 @@ kiln_status kn_cpu_ms_simplified_layernorm(kn_kernel_ctx *c) {
     j.rms = true;
     return run_norm(c, &j, "SimplifiedLayerNormalization");
 }
+
+/* ------------------------------------------------------------------ EmbedLayerNormalization */
+
+/* BERT's embedding layer: word + position (+ segment) embeddings, then layer normalisation;
+ * mask_index is the number of ones in each row of the mask (0 without a mask, as in ONNX
+ * Runtime). */
+kiln_status kn_cpu_ms_embed_layernorm(kn_kernel_ctx *c) {
+    const kn_tensor *ids = c->in[0], *seg = opt_in(c, 1), *we = c->in[2], *pe = c->in[3], *se = opt_in(c, 4),
+                    *gamma = c->in[5], *beta = c->in[6], *mask = opt_in(c, 7), *pos = opt_in(c, 8);
+    kn_tensor *Y = c->out[0], *MI = opt_out(c, 1), *Sum = opt_out(c, 2);
+    if (ids->rank != 2 || we->rank != 2 || pe->rank != 2 || (se && se->rank != 2))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "input_ids must be (B, S) and the embeddings 2-D");
+    const int64_t B = ids->dims[0], S = ids->dims[1], H = we->dims[1];
+    if (pe->dims[1] != H || (se && se->dims[1] != H) || kn_tensor_count(gamma) != H || kn_tensor_count(beta) != H)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "embeddings, gamma and beta must all have hidden size %lld", (long long)H);
+    if ((seg && kn_tensor_count(seg) != B * S) || (mask && kn_tensor_count(mask) != B * S))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "segment_ids and mask must be (%lld, %lld)", (long long)B, (long long)S);
+    if (pos && kn_tensor_count(pos) != B * S && kn_tensor_count(pos) != S)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "position_ids must be (%lld, %lld) or (1, %lld)", (long long)B,
+                               (long long)S, (long long)S);
+    if (!float_like(we->dtype) || pe->dtype != we->dtype || (se && se->dtype != we->dtype) || gamma->dtype != we->dtype ||
+        beta->dtype != we->dtype || !kn_dtype_is_int(ids->dtype))
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "embeddings, gamma and beta must share a float type, ids be integers");
+    const float eps = kn_attr_float(c->node, "epsilon", 1e-12f);
+    float *buf = malloc(sizeof(float) * (size_t)(7 * H + 1));
+    if (!buf) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    float *x = buf, *t = buf + H, *y = buf + 2 * H, *gb = buf + 3 * H, *bb = buf + 4 * H, *t2 = buf + 5 * H,
+          *t3 = buf + 6 * H;
+    const float *g = row_in(gamma, 0, H, gb), *bt = row_in(beta, 0, H, bb);
+    kiln_status st = KILN_OK;
+    for (int64_t b = 0; b < B && st == KILN_OK; b++)
+        for (int64_t s = 0; s < S; s++) {
+            int64_t r = b * S + s;
+            int64_t wid = kn_tensor_get_i64(ids, r);
+            int64_t pid = pos ? kn_tensor_get_i64(pos, kn_tensor_count(pos) == S ? s : r) : s;
+            int64_t sid = seg ? kn_tensor_get_i64(seg, r) : 0;
+            if (wid < 0 || wid >= we->dims[0] || pid < 0 || pid >= pe->dims[0] || (se && (sid < 0 || sid >= se->dims[0]))) {
+                st = kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "row (%lld, %lld): word id %lld, position %lld or "
+                                     "segment %lld is outside its embedding table", (long long)b, (long long)s,
+                                     (long long)wid, (long long)pid, (long long)sid);
+                break;
+            }
+            const float *w = row_in(we, wid, H, t), *p = row_in(pe, pid, H, t2);
+            for (int64_t i = 0; i < H; i++) x[i] = w[i] + p[i];
+            if (se) {
+                const float *sg = row_in(se, sid, H, t3);
+                for (int64_t i = 0; i < H; i++) x[i] += sg[i];
+            }
+            if (Sum) row_out(Sum, r, H, x);
+            float mean = lane_sum(x, H) / (float)H;
+            float inv = 1.0f / sqrtf(lane_sq_dev(x, H, mean) / (float)H + eps);
+            for (int64_t i = 0; i < H; i++) y[i] = (x[i] - mean) * inv * g[i] + bt[i];
+            row_out(Y, r, H, y);
+        }
+    if (st == KILN_OK && MI) {
+        for (int64_t b = 0; b < B; b++) {
+            int64_t n = 0;
+            if (mask) {
+                for (int64_t s = 0; s < S; s++) n += kn_tensor_get_i64(mask, b * S + s) != 0;
+            }
+            kn_tensor_set_i64(MI, b, n);
+        }
+    }
+    free(buf);
+    return st;
+}

@@ -291,6 +291,13 @@ static kiln_status bin_prepare(kn_kernel_ctx *c, const kn_tensor *a, const kn_te
     int64_t db[KILN_MAX_RANK], dims[KILN_MAX_RANK];
     memcpy(db, b->dims, sizeof(int64_t) * (size_t)b->rank);
     if (legacy && c->node->opset < 7) KN_TRY(legacy_dims(c, a, b, &rb, db));
+    /* PRelu before opset 7: a 1-D slope of C values is per channel (axis 1), as exporters of
+     * that time wrote it */
+    if (c->node->opset < 7 && !strcmp(c->node->op_type, "PRelu") && b->rank == 1 && a->rank >= 2 &&
+        b->dims[0] == a->dims[1] && b->dims[0] != 1) {
+        for (int d = 0; d < a->rank; d++) db[d] = d == 1 ? b->dims[0] : 1;
+        rb = a->rank;
+    }
     int ranks[2] = {a->rank, rb};
     const int64_t *dd[2] = {a->dims, db};
     kiln_status s = kn_ew_broadcast_shape(2, ranks, dd, &rank, dims);

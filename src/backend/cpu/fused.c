@@ -7,6 +7,7 @@
 #include "backend/cpu/elementwise_impl.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -130,15 +131,34 @@ static void epilogue(kn_threadpool *pool, epi_job *j, int64_t total) {
     kn_parallel_for(pool, rows, grain, epi_rows, j);
 }
 
-/* Runs the ai.onnx kernel `op` on the first n inputs of the fused node, into its output. */
-static kiln_status run_base(kn_kernel_ctx *c, const char *op, int n) {
+/* The ai.onnx kernels the fused ones build on, looked up once. */
+enum { BASE_CONV, BASE_GEMM, BASE_MATMUL, BASE_COUNT };
+static const char *const base_ops[BASE_COUNT] = {"Conv", "Gemm", "MatMul"};
+static const kn_cpu_kernel *base_kernels[BASE_COUNT];
+static pthread_once_t base_once = PTHREAD_ONCE_INIT;
+
+static void find_bases(void) {
+    for (int i = 0; i < BASE_COUNT; i++) {
+        kn_node n;
+        memset(&n, 0, sizeof n);
+        n.op_type = base_ops[i];
+        n.domain = "";
+        n.opset = 13;
+        char why[256];
+        base_kernels[i] = kn_cpu_find(&n, NULL, 0, why, sizeof why);
+    }
+}
+
+/* Runs the ai.onnx kernel `which` on the first n inputs of the fused node, into its output. */
+static kiln_status run_base(kn_kernel_ctx *c, int which, int n) {
+    pthread_once(&base_once, find_bases);
+    const kn_cpu_kernel *k = base_kernels[which];
+    const char *op = base_ops[which];
     kn_node proxy = *c->node;
     proxy.op_type = op;
     proxy.domain = "";
     proxy.opset = 13;
-    char why[256];
-    const kn_cpu_kernel *k = kn_cpu_find(&proxy, NULL, 0, why, sizeof why);
-    if (!k) return kn_kernel_error(c, KILN_ERR_INTERNAL, "no CPU %s kernel: %s", op, why);
+    if (!k) return kn_kernel_error(c, KILN_ERR_INTERNAL, "the CPU backend has no %s kernel", op);
     kn_kernel_ctx pc = *c;
     pc.node = &proxy;
     pc.n_inputs = n < c->n_inputs ? n : c->n_inputs;
@@ -167,7 +187,7 @@ static kiln_status run_fused_conv(kn_kernel_ctx *c) {
     kn_tensor *Y = c->out[0];
     const kn_tensor *Z = c->n_inputs > 3 ? c->in[3] : NULL;
     KN_TRY(check_residual(c, Z, Y));
-    KN_TRY(run_base(c, "Conv", 3));
+    KN_TRY(run_base(c, BASE_CONV, 3));
     int64_t total = kn_tensor_count(Y);
     int64_t plane = 1;
     for (int d = 2; d < Y->rank; d++) plane *= Y->dims[d];
@@ -179,7 +199,7 @@ static kiln_status run_fused_conv(kn_kernel_ctx *c) {
 static kiln_status run_fused_gemm(kn_kernel_ctx *c) {
     kn_act_spec a;
     KN_TRY(read_act(c, &a));
-    KN_TRY(run_base(c, "Gemm", 3));
+    KN_TRY(run_base(c, BASE_GEMM, 3));
     kn_tensor *Y = c->out[0];
     epi_job j = {Y->data, NULL, NULL, 0, Y->rank == 2 ? Y->dims[1] : kn_tensor_count(Y), a};
     epilogue(c->pool, &j, kn_tensor_count(Y));
@@ -196,7 +216,7 @@ static kiln_status run_fused_matmul(kn_kernel_ctx *c) {
     if (bias && (bias->dtype != KILN_DTYPE_FLOAT || (nb != 1 && nb != cols)))
         return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output columns", (long long)nb,
                                (long long)cols);
-    KN_TRY(run_base(c, "MatMul", 2));
+    KN_TRY(run_base(c, BASE_MATMUL, 2));
     epi_job j = {Y->data, Z ? Z->data : NULL, bias ? bias->data : NULL, nb, cols, a};
     epilogue(c->pool, &j, kn_tensor_count(Y));
     return KILN_OK;
@@ -233,6 +253,5 @@ const kn_cpu_kernel kn_cpu_fused[] = {
     {"kiln", "LayerNormalization", kn_cpu_fused_layernorm, kn_fused_supports_f32, KN_KERNEL_OVERWRITES},
     {"kiln", "RMSNormalization", kn_cpu_fused_rmsnorm, kn_fused_supports_f32, KN_KERNEL_OVERWRITES},
     {"kiln", "Attention", kn_cpu_fused_attention, kn_cpu_fused_attention_supports, KN_KERNEL_OVERWRITES},
-    {"kiln", "ElementwiseChain", kn_cpu_fused_chain, kn_cpu_fused_chain_supports, KN_KERNEL_OVERWRITES},
     {0},
 };

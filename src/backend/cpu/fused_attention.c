@@ -5,7 +5,7 @@
  * [batch, Sq, Sk] score tensor once per MatMul, Add, Softmax, IsNaN and Where. */
 #include "backend/cpu/fused_impl.h"
 
-#include "backend/cpu/elementwise_impl.h"
+#include "backend/cpu/nn_internal.h"
 #include "backend/cpu/sgemm.h"
 
 #include <math.h>
@@ -13,7 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ROW_BLOCK 32
+/* Query rows per task: as many as keep the score block near 256 KB (so KT and V are packed
+ * once per block, not once per 32 rows), at least 32. */
+#define SCORE_BLOCK_FLOATS 65536
+#define LANES 16
 
 typedef struct attn_job {
     const float *q, *kt, *v;
@@ -28,6 +31,7 @@ typedef struct attn_job {
     /* per batch dim, the element stride of Q, KT, V and the mask (0 where it broadcasts) */
     int64_t bstride[4][KILN_MAX_RANK];
     int64_t ms_i, ms_j;            /* the mask's strides along Sq and Sk */
+    int64_t rows_per_block;
     int64_t blocks;                /* row blocks per batch entry */
     kiln_status status;
 } attn_job;
@@ -60,31 +64,51 @@ static void softmax_rows(const attn_job *j, float *s, int64_t rows, int64_t i0, 
                     for (int64_t k = 0; k < sk; k++) row[k] += m[k * j->ms_j];
             }
         }
+        /* max and sum over 16 lanes so both loops vectorise; a NaN score makes the whole row NaN
+         * through the exponentials, as in the unfused Softmax */
+        float lane[LANES];
+        for (int l = 0; l < LANES; l++) lane[l] = -INFINITY;
+        int64_t k = 0;
+        for (; k + LANES <= sk; k += LANES)
+            for (int l = 0; l < LANES; l++) lane[l] = row[k + l] > lane[l] ? row[k + l] : lane[l];
         float mx = -INFINITY;
-        for (int64_t k = 0; k < sk; k++) mx = row[k] > mx ? row[k] : mx;
+        for (int l = 0; l < LANES; l++) mx = lane[l] > mx ? lane[l] : mx;
+        for (; k < sk; k++) mx = row[k] > mx ? row[k] : mx;
+        /* the exp of the nn Softmax, summed as it goes */
+        for (int l = 0; l < LANES; l++) lane[l] = 0.0f;
+        for (k = 0; k + LANES <= sk; k += LANES)
+            for (int l = 0; l < LANES; l++) {
+                float e = kn_nn_expf(row[k + l] - mx);
+                row[k + l] = e;
+                lane[l] += e;
+            }
         float sum = 0.0f;
-        for (int64_t k = 0; k < sk; k++) {
-            float e = kn_ew_expf(row[k] - mx);
-            row[k] = e;
-            sum += e;
+        for (int l = 0; l < LANES; l++) sum += lane[l];
+        for (; k < sk; k++) {
+            row[k] = kn_nn_expf(row[k] - mx);
+            sum += row[k];
         }
         float inv = 1.0f / sum;
-        for (int64_t k = 0; k < sk; k++) row[k] *= inv;
         if (j->nan_to_zero)
-            for (int64_t k = 0; k < sk; k++) row[k] = row[k] != row[k] ? 0.0f : row[k];
+            for (k = 0; k < sk; k++) {
+                float p = row[k] * inv;
+                row[k] = p != p ? 0.0f : p;
+            }
+        else
+            for (k = 0; k < sk; k++) row[k] *= inv;
     }
 }
 
 static void attn_range(void *arg, int64_t t0, int64_t t1) {
     attn_job *j = arg;
-    float *s = malloc(sizeof(float) * (size_t)(ROW_BLOCK * j->sk + 1));
+    float *s = malloc(sizeof(float) * (size_t)(j->rows_per_block * j->sk + 1));
     if (!s) {
         j->status = KILN_ERR_OUT_OF_MEMORY;
         return;
     }
     for (int64_t t = t0; t < t1; t++) {
         int64_t b = t / j->blocks, blk = t % j->blocks;
-        int64_t i0 = blk * ROW_BLOCK, rows = j->sq - i0 < ROW_BLOCK ? j->sq - i0 : ROW_BLOCK;
+        int64_t i0 = blk * j->rows_per_block, rows = j->sq - i0 < j->rows_per_block ? j->sq - i0 : j->rows_per_block;
         int64_t off[4];
         batch_offsets(j, b, off);
         const float *q = j->q + off[0] + i0 * j->d;
@@ -187,7 +211,14 @@ kiln_status kn_cpu_fused_attention(kn_kernel_ctx *c) {
         memset(Y->data, 0, Y->nbytes);
         return KILN_OK;
     }
-    j.blocks = (j.sq + ROW_BLOCK - 1) / ROW_BLOCK;
+    j.rows_per_block = SCORE_BLOCK_FLOATS / j.sk;
+    if (j.rows_per_block < 32) j.rows_per_block = 32;
+    if (j.rows_per_block > j.sq) j.rows_per_block = j.sq;
+    /* enough tasks for the threads */
+    int threads = kn_threadpool_size(c->pool);
+    while (j.rows_per_block > 32 && j.batch * ((j.sq + j.rows_per_block - 1) / j.rows_per_block) < 2 * threads)
+        j.rows_per_block = (j.rows_per_block + 1) / 2;
+    j.blocks = (j.sq + j.rows_per_block - 1) / j.rows_per_block;
     j.status = KILN_OK;
     kn_parallel_for(c->pool, j.batch * j.blocks, 1, attn_range, &j);
     if (j.status != KILN_OK) return kn_kernel_error(c, j.status, "out of memory for the attention scores");

@@ -19,8 +19,4 @@ kiln_status kn_cpu_fused_rmsnorm(kn_kernel_ctx *c);
 kiln_status kn_cpu_fused_attention(kn_kernel_ctx *c);
 bool kn_cpu_fused_attention_supports(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap);
 
-/* fused_chain.c */
-kiln_status kn_cpu_fused_chain(kn_kernel_ctx *c);
-bool kn_cpu_fused_chain_supports(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap);
-
 #endif

@@ -210,9 +210,15 @@ static kiln_status run_dequantize(kn_kernel_ctx *c) {
         st = KN_OOM();
         goto done;
     }
-    bool in_double = s->dtype == KILN_DTYPE_DOUBLE;
+    /* numpy promotes float32 - int32 (an int32 x's zero point) and anything * double to double */
+    bool wide_zp = zp && zp->dtype == KILN_DTYPE_INT32;
+    bool in_double = s->dtype == KILN_DTYPE_DOUBLE || wide_zp;
     for (int64_t i = 0; i < n; i++) {
         int64_t k = kn_quant_index(&l, i);
+        if (wide_zp) {
+            r[i] = ((double)xf[i] - (double)((const int32_t *)zp->data)[k]) * sd[k];
+            continue;
+        }
         float dx = zf ? xf[i] - zf[k] : xf[i];
         r[i] = in_double ? (double)dx * sd[k] : (double)(dx * (float)sd[k]);
     }
