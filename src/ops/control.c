@@ -107,6 +107,21 @@ static kiln_status infer_scan(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
+/* Scan before opset 9 (leading batch axis, sequence_lens first): element types only; the kernel
+ * allocates its outputs. */
+static kiln_status infer_scan8(kn_infer_ctx *c) {
+    const kn_graph *body = graph_attr(c->node, "body");
+    if (!body || body->n_inputs != c->n_inputs - 1 || body->n_outputs != c->n_outputs)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "the body must take %d inputs and give %d outputs",
+                              c->n_inputs - 1, c->n_outputs);
+    for (int o = 0; o < c->n_outputs; o++) {
+        kn_type_init(&c->out[o]);
+        c->out[o].kind = KN_TYPE_TENSOR;
+        c->out[o].dtype = body->values[body->outputs[o]].type.dtype;
+    }
+    return KILN_OK;
+}
+
 static void set_sequence(kn_infer_ctx *c, int o, kiln_dtype dtype) {
     kn_type_init(&c->out[o]);
     c->out[o].kind = KN_TYPE_SEQUENCE;
@@ -198,6 +213,7 @@ static kiln_status infer_sequence_map(kn_infer_ctx *c) {
 const kn_op_schema kn_ops_control[] = {
     {"", "If", 1, 0, 1, 1, 1, -1, infer_if, KN_OP_HAS_SUBGRAPH},
     {"", "Loop", 1, 0, 2, -1, 1, -1, infer_loop, KN_OP_HAS_SUBGRAPH},
+    {"", "Scan", 8, 8, 2, -1, 1, -1, infer_scan8, KN_OP_HAS_SUBGRAPH},
     {"", "Scan", 9, 0, 1, -1, 1, -1, infer_scan, KN_OP_HAS_SUBGRAPH},
     {"", "SequenceEmpty", 11, 0, 0, 0, 1, 1, infer_sequence_empty, 0},
     {"", "SequenceConstruct", 11, 0, 1, -1, 1, 1, infer_sequence_construct, 0},

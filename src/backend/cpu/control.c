@@ -182,18 +182,20 @@ done:
     return st;
 }
 
-static kiln_status run_scan(kn_kernel_ctx *c) {
+/* One scan over inputs `in` (states then scan inputs); results get the final states then the
+ * stacked scan outputs. `v8`: opset 8's attribute names (per batch element, axes all 0). */
+static kiln_status scan_core(kn_kernel_ctx *c, kn_tensor *const *in, int n_in, int n_out, int v8, kn_tensor **results) {
     const kn_graph *body = graph_attr(c->node, "body");
     int m = (int)kn_attr_int(c->node, "num_scan_inputs", 0);
-    int n_state = c->n_inputs - m, k_out = c->n_outputs - n_state;
-    int n_in_axes, n_in_dirs, n_out_axes, n_out_dirs;
-    const int64_t *in_axes = kn_attr_ints(c->node, "scan_input_axes", &n_in_axes);
-    const int64_t *in_dirs = kn_attr_ints(c->node, "scan_input_directions", &n_in_dirs);
-    const int64_t *out_axes = kn_attr_ints(c->node, "scan_output_axes", &n_out_axes);
-    const int64_t *out_dirs = kn_attr_ints(c->node, "scan_output_directions", &n_out_dirs);
+    int n_state = n_in - m, k_out = n_out - n_state;
+    int n_in_axes = 0, n_in_dirs = 0, n_out_axes = 0, n_out_dirs = 0;
+    const int64_t *in_axes = v8 ? NULL : kn_attr_ints(c->node, "scan_input_axes", &n_in_axes);
+    const int64_t *in_dirs = kn_attr_ints(c->node, v8 ? "directions" : "scan_input_directions", &n_in_dirs);
+    const int64_t *out_axes = v8 ? NULL : kn_attr_ints(c->node, "scan_output_axes", &n_out_axes);
+    const int64_t *out_dirs = v8 ? NULL : kn_attr_ints(c->node, "scan_output_directions", &n_out_dirs);
     int64_t len = -1;
     for (int j = 0; j < m; j++) {
-        const kn_tensor *x = c->in[n_state + j];
+        const kn_tensor *x = in[n_state + j];
         int axis = (int)(j < n_in_axes ? in_axes[j] : 0);
         if (axis < 0) axis += x->rank;
         if (axis < 0 || axis >= x->rank)
@@ -204,8 +206,8 @@ static kiln_status run_scan(kn_kernel_ctx *c) {
         len = x->dims[axis];
     }
     kn_tensor **state = calloc((size_t)n_state + 1, sizeof *state);
-    kn_tensor **args = calloc((size_t)c->n_inputs + 1, sizeof *args);
-    kn_tensor **outs = calloc((size_t)c->n_outputs + 1, sizeof *outs);
+    kn_tensor **args = calloc((size_t)n_in + 1, sizeof *args);
+    kn_tensor **outs = calloc((size_t)n_out + 1, sizeof *outs);
     kn_tensor **scans = calloc((size_t)(k_out > 0 ? k_out : 1) * (size_t)(len > 0 ? len : 1), sizeof *scans);
     kiln_status st = KILN_OK;
     if (!state || !args || !outs || !scans) {
@@ -213,17 +215,17 @@ static kiln_status run_scan(kn_kernel_ctx *c) {
         goto done;
     }
     for (int i = 0; i < n_state; i++)
-        if ((st = kn_tensor_clone(c->in[i], &state[i])) != KILN_OK) goto done;
+        if ((st = kn_tensor_clone(in[i], &state[i])) != KILN_OK) goto done;
     for (int64_t t = 0; t < len; t++) {
         for (int i = 0; i < n_state; i++) args[i] = state[i];
         for (int j = 0; j < m; j++) {
-            const kn_tensor *x = c->in[n_state + j];
+            const kn_tensor *x = in[n_state + j];
             int axis = (int)(j < n_in_axes ? in_axes[j] : 0);
             if (axis < 0) axis += x->rank;
             int64_t idx = (j < n_in_dirs && in_dirs[j]) ? len - 1 - t : t;
             if ((st = take_slice(x, axis, idx, &args[n_state + j])) != KILN_OK) goto done;
         }
-        st = kn_exec_subgraph(c, body, args, c->n_inputs, outs, body->n_outputs);
+        st = kn_exec_subgraph(c, body, args, n_in, outs, body->n_outputs);
         for (int j = 0; j < m; j++) {
             kn_tensor_free(args[n_state + j]);
             args[n_state + j] = NULL;
@@ -236,7 +238,7 @@ static kiln_status run_scan(kn_kernel_ctx *c) {
         for (int k = 0; k < k_out; k++) scans[(size_t)k * (size_t)len + (size_t)t] = outs[n_state + k];
     }
     for (int i = 0; i < n_state; i++) {
-        set_output(c, i, state[i]);
+        results[i] = state[i];
         state[i] = NULL;
     }
     for (int k = 0; k < k_out; k++) {
@@ -246,7 +248,7 @@ static kiln_status run_scan(kn_kernel_ctx *c) {
         st = stack(c, scans + (size_t)k * (size_t)len, len < 0 ? 0 : len, axis, rev,
                    body->values[body->outputs[n_state + k]].type.dtype, &t);
         if (st != KILN_OK) goto done;
-        set_output(c, n_state + k, t);
+        results[n_state + k] = t;
     }
 done:
     if (state)
@@ -257,6 +259,52 @@ done:
     free(args);
     free(outs);
     free(scans);
+    return st;
+}
+
+static kiln_status run_scan8(kn_kernel_ctx *c);
+
+static kiln_status run_scan(kn_kernel_ctx *c) {
+    if (c->node->opset < 9) return run_scan8(c);
+    kn_tensor *results[256] = {0};
+    if (c->n_outputs > 256) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "more than 256 outputs");
+    KN_TRY(scan_core(c, c->in, c->n_inputs, c->n_outputs, 0, results));
+    for (int o = 0; o < c->n_outputs; o++) set_output(c, o, results[o]);
+    return KILN_OK;
+}
+
+/* Scan before opset 9: every state and scan input has a leading batch axis (scan inputs scan
+ * their axis 1); input 0 is the optional sequence_lens. Each batch element is one scan. */
+static kiln_status run_scan8(kn_kernel_ctx *c) {
+    int n_in = c->n_inputs - 1, n_out = c->n_outputs;
+    if (c->in[0])
+        for (int64_t b = 0; b < kn_tensor_count(c->in[0]); b++)
+            if (kn_tensor_get_i64(c->in[0], b) != c->in[1 + n_in - 1]->dims[1])
+                return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "sequence_lens shorter than the scan inputs are not supported");
+    if (n_in > 256 || n_out > 256) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "more than 256 inputs or outputs");
+    int64_t batch = n_in > 0 ? c->in[1]->dims[0] : 0;
+    kn_tensor *args[256], **per = calloc((size_t)(batch > 0 ? batch : 1) * (size_t)n_out, sizeof *per);
+    if (!per) return KN_OOM();
+    kiln_status st = KILN_OK;
+    int64_t b = 0;
+    for (; b < batch && st == KILN_OK; b++) {
+        int made = 0;
+        for (; made < n_in && st == KILN_OK; made++) st = take_slice(c->in[1 + made], 0, b, &args[made]);
+        if (st == KILN_OK) st = scan_core(c, args, n_in, n_out, 1, per + b * n_out);
+        for (int i = 0; i < made; i++) kn_tensor_free(args[i]);
+    }
+    for (int o = 0; o < n_out && st == KILN_OK; o++) {
+        kn_tensor *items[4096], *t;
+        if (batch > 4096) {
+            st = kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "batch over 4096");
+            break;
+        }
+        for (int64_t k = 0; k < batch; k++) items[k] = per[k * n_out + o];
+        st = stack(c, items, batch, 0, 0, c->in[1]->dtype, &t);
+        if (st == KILN_OK) set_output(c, o, t);
+    }
+    for (int64_t i = 0; i < batch * n_out; i++) kn_tensor_free(per[i]);
+    free(per);
     return st;
 }
 
