@@ -124,6 +124,7 @@ def main():
     import onnxruntime as ort
 
     rng = np.random.default_rng(0)
+    load0 = os.getloadavg()[0]
     tmp = tempfile.mkdtemp(prefix="kiln_attn_bench_")
     rows = []
     for shape in a.shapes.split(","):
@@ -156,7 +157,9 @@ def main():
         f.write(f"# Attention on the CPU: kiln vs onnxruntime {ort.__version__}\n\n")
         f.write(f"- machine: {cpu_name()}, {os.cpu_count()} logical CPUs, {platform.platform()}\n")
         f.write(f"- threads: {a.threads}; medians of {a.repeat} runs, median over {a.rounds} interleaved rounds\n")
-        f.write(f"- command: {' '.join(sys.argv)}\n\n")
+        f.write(f"- command: {' '.join(sys.argv)}\n")
+        f.write(f"- load average (1 min) before / after: {load0:.2f} / {os.getloadavg()[0]:.2f} "
+                f"(other work on the machine shows up as noise, most in the shortest runs)\n\n")
         f.write("| model (batch x heads x seq x head size) | kiln ms | onnxruntime ms | ratio | kiln GFLOP/s |\n")
         f.write("|---|---|---|---|---|\n")
         for r in rows:
