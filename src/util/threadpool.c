@@ -1,6 +1,7 @@
 #include "util/threadpool.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -25,24 +26,43 @@ struct kn_threadpool {
     uint64_t generation; /* atomic; changed under mu */
     int stop;            /* atomic; changed under mu */
     int sleepers;        /* workers waiting on `wake`; under mu */
-    /* current job: written before generation is bumped */
+    int waiting;         /* the caller sleeps on `done`; under mu */
+    /* The current job. A chunk is claimed by a compare-and-swap on `ticket`, whose high 32 bits
+     * are the job's generation: a worker that wakes late for a finished job fails the swap and
+     * touches nothing, so the caller waits only for claimed chunks, never for idle workers. The
+     * fields are atomics because a late worker may read them while the next job is written. */
     kn_range_fn fn;
     void *arg;
     int64_t n, chunk, n_chunks;
-    int64_t next_chunk; /* atomic */
-    int active;         /* atomic: workers still inside the job */
+    uint64_t ticket;     /* (generation << 32) | next chunk */
+    int64_t done_chunks; /* atomic */
 };
 
 /* A parallel loop started from inside a worker's chunk runs serially instead of deadlocking. */
 static _Thread_local int kn_in_parallel_region;
 
-static void run_chunks(kn_threadpool *p) {
+/* Runs chunks of job `gen` until none is left (nothing at all if that job is over). */
+static void run_chunks(kn_threadpool *p, uint64_t gen) {
+    kn_range_fn fn = __atomic_load_n(&p->fn, __ATOMIC_RELAXED);
+    void *arg = __atomic_load_n(&p->arg, __ATOMIC_RELAXED);
+    int64_t n = __atomic_load_n(&p->n, __ATOMIC_RELAXED);
+    int64_t chunk = __atomic_load_n(&p->chunk, __ATOMIC_RELAXED);
+    int64_t n_chunks = __atomic_load_n(&p->n_chunks, __ATOMIC_RELAXED);
+    uint64_t t = __atomic_load_n(&p->ticket, __ATOMIC_ACQUIRE);
     for (;;) {
-        int64_t c = __atomic_fetch_add(&p->next_chunk, 1, __ATOMIC_RELAXED);
-        if (c >= p->n_chunks) break;
-        int64_t b = c * p->chunk, e = b + p->chunk;
-        if (e > p->n) e = p->n;
-        p->fn(p->arg, b, e);
+        if ((t >> 32) != (gen & 0xffffffffu) || (int64_t)(t & 0xffffffffu) >= n_chunks) return;
+        if (!__atomic_compare_exchange_n(&p->ticket, &t, t + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            continue; /* t now holds the current value */
+        int64_t c = (int64_t)(t & 0xffffffffu);
+        int64_t b = c * chunk, e = b + chunk;
+        if (e > n) e = n;
+        fn(arg, b, e);
+        if (__atomic_add_fetch(&p->done_chunks, 1, __ATOMIC_ACQ_REL) == n_chunks) {
+            pthread_mutex_lock(&p->mu);
+            if (p->waiting) pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
+        t = __atomic_load_n(&p->ticket, __ATOMIC_ACQUIRE);
     }
 }
 
@@ -68,12 +88,7 @@ static void *worker_main(void *arg) {
         }
         if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) break;
         seen = gen;
-        run_chunks(p);
-        if (__atomic_sub_fetch(&p->active, 1, __ATOMIC_ACQ_REL) == 0) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->mu);
-        }
+        run_chunks(p, gen);
     }
     return NULL;
 }
@@ -135,26 +150,32 @@ void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn,
     /* a few chunks per thread so a slow chunk does not hold the others */
     int64_t n_chunks = (int64_t)p->n_threads * 4;
     if (n_chunks > max_chunks) n_chunks = max_chunks;
+    if (n_chunks > 0x7fffffff) n_chunks = 0x7fffffff;
     int64_t chunk = (n + n_chunks - 1) / n_chunks;
-    p->fn = fn;
-    p->arg = arg;
-    p->n = n;
-    p->chunk = chunk;
-    p->n_chunks = (n + chunk - 1) / chunk;
-    __atomic_store_n(&p->next_chunk, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&p->active, p->n_threads - 1, __ATOMIC_RELAXED);
+    n_chunks = (n + chunk - 1) / chunk;
+    uint64_t gen = __atomic_load_n(&p->generation, __ATOMIC_RELAXED) + 1;
+    __atomic_store_n(&p->fn, fn, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->arg, arg, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->n, n, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->chunk, chunk, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->n_chunks, n_chunks, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->done_chunks, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->ticket, (gen & 0xffffffffu) << 32, __ATOMIC_RELEASE);
     pthread_mutex_lock(&p->mu);
-    __atomic_add_fetch(&p->generation, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->generation, gen, __ATOMIC_RELEASE);
     if (p->sleepers) pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     kn_in_parallel_region = 1;
-    run_chunks(p);
+    run_chunks(p, gen);
     kn_in_parallel_region = 0;
-    for (int spin = 0; spin < KN_SPIN_ITERATIONS * 4 && __atomic_load_n(&p->active, __ATOMIC_ACQUIRE) > 0; spin++)
+    /* wait for the chunks other threads claimed (not for threads that never joined) */
+    for (int spin = 0; spin < KN_SPIN_ITERATIONS * 4 && __atomic_load_n(&p->done_chunks, __ATOMIC_ACQUIRE) < n_chunks; spin++)
         KN_CPU_RELAX();
-    if (__atomic_load_n(&p->active, __ATOMIC_ACQUIRE) > 0) {
+    if (__atomic_load_n(&p->done_chunks, __ATOMIC_ACQUIRE) < n_chunks) {
         pthread_mutex_lock(&p->mu);
-        while (__atomic_load_n(&p->active, __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&p->done, &p->mu);
+        p->waiting = 1;
+        while (__atomic_load_n(&p->done_chunks, __ATOMIC_ACQUIRE) < n_chunks) pthread_cond_wait(&p->done, &p->mu);
+        p->waiting = 0;
         pthread_mutex_unlock(&p->mu);
     }
 }
