@@ -95,7 +95,7 @@ if [ -z "${KILN_TEST_QUICK:-}" ]; then
   if command -v clang >/dev/null; then
     echo "=== fuzz build"
     if CC=clang build build-fuzz -DKILN_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
-      part "fuzz loader (${fuzz_seconds}s)" bash scripts/fuzz.sh build-fuzz "$fuzz_seconds"
+      part "fuzzers (${fuzz_seconds}s each)" bash scripts/fuzz.sh build-fuzz "$fuzz_seconds"
     else
       echo "fuzz build failed"; total_fail=$((total_fail + 1)); failed_parts+=("fuzz build")
     fi
