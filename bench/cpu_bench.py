@@ -93,7 +93,11 @@ def main():
         k_times, o_times = [], []
         try:
             for _ in range(a.rounds):
+                # a pause between the runtimes: idle worker threads of the one just measured may
+                # still be spinning, which slows the other one on a small machine
+                time.sleep(0.3)
                 k_times.append(kiln_round(a.kiln, d, names, a.threads, a.runs))
+                time.sleep(0.3)
                 o_times.append(ort_round(sess, feeds, a.runs))
         except RuntimeError as e:
             print(f"{name}: kiln failed: {e}", file=sys.stderr)
