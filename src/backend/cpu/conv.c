@@ -297,7 +297,8 @@ static void dw_taps(const win2 *v, dw_tap *taps) {
  * all-zero chunks at its end. */
 #define DW_CHUNKS 4
 static inline __attribute__((always_inline)) void dw_plane_impl(const float *xs, const float *ws, float *ys,
-                                                                const win2 *v, const dw_tap *taps, const int SW) {
+                                                                const win2 *v, const dw_tap *taps, const int SW,
+                                                                const int NCH) {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const int64_t KW = v->KW;
     for (int64_t oh = 0; oh < v->OH; oh++) {
@@ -306,10 +307,10 @@ static inline __attribute__((always_inline)) void dw_plane_impl(const float *xs,
         int64_t kh0 = 0, kh1 = v->KH, ih0 = oh * v->sh - v->ph;
         while (kh0 < kh1 && ih0 + kh0 * v->dh < 0) kh0++;
         while (kh1 > kh0 && ih0 + (kh1 - 1) * v->dh >= v->H) kh1--;
-        for (int64_t c = 0, ow0 = 0; ow0 < v->OW; ow0 += 16 * DW_CHUNKS, c += DW_CHUNKS) {
-            __mmask16 om[DW_CHUNKS];
-            __m512 acc[DW_CHUNKS];
-            for (int q = 0; q < DW_CHUNKS; q++) {
+        for (int64_t c = 0, ow0 = 0; ow0 < v->OW; ow0 += 16 * NCH, c += NCH) {
+            __mmask16 om[4];
+            __m512 acc[4];
+            for (int q = 0; q < NCH; q++) {
                 om[q] = (__mmask16)range_mask32(0, min64(16, v->OW - ow0 - 16 * q));
                 acc[q] = _mm512_maskz_loadu_ps(om[q], yrow + ow0 + 16 * q);
             }
@@ -319,7 +320,7 @@ static inline __attribute__((always_inline)) void dw_plane_impl(const float *xs,
                 for (int64_t kw = 0; kw < KW; kw++) {
                     const __m512 wv = _mm512_set1_ps(wr[kw]);
 #pragma GCC unroll 4
-                    for (int q = 0; q < DW_CHUNKS; q++) {
+                    for (int q = 0; q < NCH; q++) {
                         const dw_tap *t = &taps[(c + q) * KW + kw];
                         __m512 xv;
                         if (SW == 1) {
@@ -333,14 +334,24 @@ static inline __attribute__((always_inline)) void dw_plane_impl(const float *xs,
                     }
                 }
             }
-            for (int q = 0; q < DW_CHUNKS; q++) _mm512_mask_storeu_ps(yrow + ow0 + 16 * q, om[q], acc[q]);
+            for (int q = 0; q < NCH; q++) _mm512_mask_storeu_ps(yrow + ow0 + 16 * q, om[q], acc[q]);
         }
     }
 }
 
+/* As many vectors per step as the row needs, up to DW_CHUNKS: a 7- or 14-wide row (late
+ * MobileNet/EfficientNet layers) would otherwise compute three all-masked vectors per tap. */
 static void dw_plane_avx512(const float *xs, const float *ws, float *ys, const win2 *v, const dw_tap *taps) {
-    if (v->sw == 1) dw_plane_impl(xs, ws, ys, v, taps, 1);
-    else dw_plane_impl(xs, ws, ys, v, taps, 2);
+    const int nch = v->OW <= 16 ? 1 : v->OW <= 32 ? 2 : DW_CHUNKS;
+    if (v->sw == 1) {
+        if (nch == 1) dw_plane_impl(xs, ws, ys, v, taps, 1, 1);
+        else if (nch == 2) dw_plane_impl(xs, ws, ys, v, taps, 1, 2);
+        else dw_plane_impl(xs, ws, ys, v, taps, 1, DW_CHUNKS);
+    } else {
+        if (nch == 1) dw_plane_impl(xs, ws, ys, v, taps, 2, 1);
+        else if (nch == 2) dw_plane_impl(xs, ws, ys, v, taps, 2, 2);
+        else dw_plane_impl(xs, ws, ys, v, taps, 2, DW_CHUNKS);
+    }
 }
 #endif
 
