@@ -257,6 +257,8 @@ typedef struct dw_job {
     const float *x, *w;
     float *y;
     const struct dw_tap *taps; /* vector path when set */
+    kn_conv_epilogue_fn epi;   /* optional, per finished plane */
+    const void *epi_ctx;
 } dw_job;
 
 #if defined(__AVX512F__)
@@ -367,6 +369,7 @@ static void dw_range(void *arg, int64_t begin, int64_t end) {
 #if defined(__AVX512F__)
         if (j->taps) {
             dw_plane_avx512(xs, ws, ys, v, j->taps);
+            if (j->epi) j->epi(j->epi_ctx, j->y, p * s->out_plane, s->out_plane);
             continue;
         }
 #endif
@@ -391,7 +394,22 @@ static void dw_range(void *arg, int64_t begin, int64_t end) {
                 }
             }
         }
+        if (j->epi) j->epi(j->epi_ctx, j->y, p * s->out_plane, s->out_plane);
     }
+}
+
+/* The GEMM's epilogue blocks, as ranges of the convolution's output. */
+typedef struct conv_epi_ctx {
+    kn_conv_epilogue_fn fn;
+    const void *ctx;
+    float *y;
+} conv_epi_ctx;
+
+static void conv_gemm_epilogue(const void *ctx, int64_t op, int64_t i0, int64_t j0, int64_t m, int64_t n, float *c,
+                               int64_t ldc) {
+    const conv_epi_ctx *e = ctx;
+    (void)op, (void)i0, (void)j0;
+    for (int64_t r = 0; r < m; r++) e->fn(e->ctx, e->y, (c + r * ldc) - e->y, n);
 }
 
 /* ------------------------------------------------------------------ float Conv */
@@ -405,14 +423,17 @@ static void fill_bias(float *y, const float *bias, int64_t N, int64_t M, int64_t
 }
 
 static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w,
-                            const float *bias, float *y) {
+                            const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx) {
     if (s->N == 0 || s->M == 0 || s->out_plane == 0) return KILN_OK;
     if (bias) fill_bias(y, bias, s->N, s->M, s->out_plane);
     else memset(y, 0, sizeof(float) * (size_t)(s->N * s->M * s->out_plane));
-    if (s->Cg == 0 || s->kk == 0) return KILN_OK;
+    if (s->Cg == 0 || s->kk == 0) {
+        if (epi) epi(epi_ctx, y, 0, s->N * s->M * s->out_plane);
+        return KILN_OK;
+    }
 
     if (s->Cg == 1 && s->nsp <= 2) {
-        dw_job j = {s, win2_of(&s->w), x, w, y, NULL};
+        dw_job j = {s, win2_of(&s->w), x, w, y, NULL, epi, epi_ctx};
         int64_t work = s->out_plane * s->kk;
 #if defined(__AVX512F__)
         dw_tap *taps = NULL;
@@ -457,6 +478,11 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     }
     kn_sgemm_batch g = {.count = count, .M = s->Mg, .N = s->out_plane, .K = K, .alpha = 1.0f,
                         .beta = bias ? 1.0f : 0.0f, .a = ap, .lda = K, .c = cp, .ldc = s->out_plane};
+    conv_epi_ctx ec = {epi, epi_ctx, y};
+    if (epi) {
+        g.epilogue = conv_gemm_epilogue;
+        g.epilogue_ctx = &ec;
+    }
     if (pointwise) {
         g.b = bp;
         g.ldb = s->in_plane;
@@ -510,7 +536,9 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
 DEF_DIRECT_CONV(direct_conv_f64, double, double)
 DEF_DIRECT_CONV(direct_conv_i32, int32_t, int64_t)
 
-kiln_status kn_cpu_conv(kn_kernel_ctx *c) {
+kiln_status kn_cpu_conv(kn_kernel_ctx *c) { return kn_cpu_conv_with_epilogue(c, NULL, NULL); }
+
+kiln_status kn_cpu_conv_with_epilogue(kn_kernel_ctx *c, kn_conv_epilogue_fn epi, const void *epi_ctx) {
     const kn_tensor *X = c->in[0], *W = c->in[1], *B = c->n_inputs > 2 ? c->in[2] : NULL;
     kn_tensor *Y = c->out[0];
     conv_shape s;
@@ -525,7 +553,7 @@ kiln_status kn_cpu_conv(kn_kernel_ctx *c) {
                 for (int64_t i = 0; i < s.out_plane; i++)
                     y[(n * s.M + m) * s.out_plane + i] = B ? ((const double *)B->data)[m] : 0.0;
         direct_conv_f64(&s, X->data, W->data, y);
-        return KILN_OK;
+        return KILN_OK; /* fused kernels take float only; they never pass an epilogue here */
     }
     bool ox = false, ow = false, ob = false;
     const float *x = kn_linalg_f32_in(X, &ox), *w = kn_linalg_f32_in(W, &ow);
@@ -534,7 +562,10 @@ kiln_status kn_cpu_conv(kn_kernel_ctx *c) {
     float *y = Y->dtype == KILN_DTYPE_FLOAT ? Y->data : malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1));
     kiln_status st;
     if (!x || !w || (B && !b) || !y) st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    else if ((st = conv_f32(c, &s, x, w, b, y)) == KILN_OK && y != Y->data) kn_linalg_f32_out(y, Y, ny);
+    else if ((st = conv_f32(c, &s, x, w, b, y, y == Y->data ? epi : NULL, epi_ctx)) == KILN_OK && y != Y->data) {
+        if (epi) epi(epi_ctx, y, 0, ny); /* converted output: after the whole convolution */
+        kn_linalg_f32_out(y, Y, ny);
+    }
     if (ox) free((void *)x);
     if (ow) free((void *)w);
     if (ob) free((void *)b);

@@ -5,6 +5,7 @@
 #include "backend/cpu/fused_impl.h"
 
 #include "backend/cpu/elementwise_impl.h"
+#include "backend/cpu/linalg_impl.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -132,8 +133,8 @@ static void epilogue(kn_threadpool *pool, epi_job *j, int64_t total) {
 }
 
 /* The ai.onnx kernels the fused ones build on, looked up once. */
-enum { BASE_CONV, BASE_GEMM, BASE_MATMUL, BASE_COUNT };
-static const char *const base_ops[BASE_COUNT] = {"Conv", "Gemm", "MatMul"};
+enum { BASE_GEMM, BASE_MATMUL, BASE_COUNT };
+static const char *const base_ops[BASE_COUNT] = {"Gemm", "MatMul"};
 static const kn_cpu_kernel *base_kernels[BASE_COUNT];
 static pthread_once_t base_once = PTHREAD_ONCE_INIT;
 
@@ -181,19 +182,39 @@ static kiln_status check_residual(kn_kernel_ctx *c, const kn_tensor *z, const kn
 
 /* ------------------------------------------------------------------ kernels */
 
+/* FusedConv's residual and activation, applied by the convolution to each finished range of its
+ * output while it is in cache (no second pass over memory). */
+typedef struct conv_epi {
+    const float *z;
+    kn_act_spec act;
+} conv_epi;
+
+static void conv_epilogue(const void *ctx, float *y, int64_t offset, int64_t count) {
+    const conv_epi *e = ctx;
+    float *p = y + offset;
+    if (e->z) {
+        const float *z = e->z + offset;
+        for (int64_t i = 0; i < count; i++) p[i] += z[i];
+    }
+    kn_fused_act(p, count, &e->act);
+}
+
 static kiln_status run_fused_conv(kn_kernel_ctx *c) {
     kn_act_spec a;
     KN_TRY(read_act(c, &a));
     kn_tensor *Y = c->out[0];
     const kn_tensor *Z = c->n_inputs > 3 ? c->in[3] : NULL;
     KN_TRY(check_residual(c, Z, Y));
-    KN_TRY(run_base(c, BASE_CONV, 3));
-    int64_t total = kn_tensor_count(Y);
-    int64_t plane = 1;
-    for (int d = 2; d < Y->rank; d++) plane *= Y->dims[d];
-    epi_job j = {Y->data, Z ? Z->data : NULL, NULL, 0, plane, a};
-    epilogue(c->pool, &j, total);
-    return KILN_OK;
+    kn_node proxy = *c->node;
+    proxy.op_type = "Conv";
+    proxy.domain = "";
+    proxy.opset = 13;
+    kn_kernel_ctx pc = *c;
+    pc.node = &proxy;
+    pc.n_inputs = c->n_inputs < 3 ? c->n_inputs : 3;
+    conv_epi e = {Z ? Z->data : NULL, a};
+    bool any = Z || a.act != KN_ACT_NONE;
+    return kn_cpu_conv_with_epilogue(&pc, any ? conv_epilogue : NULL, &e);
 }
 
 static kiln_status run_fused_gemm(kn_kernel_ctx *c) {
