@@ -4,41 +4,14 @@
 #include "backend/cpu/image_impl.h"
 #include "backend/cpu/signal_fft.h"
 #include "ops/op.h"
+#include "test_nodes.h"
 #include "unit.h"
 
 #include <stdlib.h>
 
 /* ------------------------------------------------------------------ helpers */
 
-typedef struct tnode {
-    kn_node node;
-    kn_attr attrs[8];
-} tnode;
-
-static void tn_init(tnode *t, const char *op, int opset) {
-    memset(t, 0, sizeof *t);
-    t->node.name = "r";
-    t->node.op_type = op;
-    t->node.domain = "";
-    t->node.opset = opset;
-    t->node.attrs = t->attrs;
-}
-static void tn_int(tnode *t, const char *name, int64_t v) {
-    kn_attr *a = &t->attrs[t->node.n_attrs++];
-    a->name = name, a->type = KN_ATTR_INT, a->i = v;
-}
-static void tn_float(tnode *t, const char *name, float v) {
-    kn_attr *a = &t->attrs[t->node.n_attrs++];
-    a->name = name, a->type = KN_ATTR_FLOAT, a->f = v;
-}
-static void tn_ints(tnode *t, const char *name, int64_t *v, int n) {
-    kn_attr *a = &t->attrs[t->node.n_attrs++];
-    a->name = name, a->type = KN_ATTR_INTS, a->ints = v, a->n = n;
-}
-static void tn_string(tnode *t, const char *name, const char *s) {
-    kn_attr *a = &t->attrs[t->node.n_attrs++];
-    a->name = name, a->type = KN_ATTR_STRING, a->s = s, a->s_len = strlen(s);
-}
+/* tnode, tn_init, tn_int, ...: tests/unit/test_nodes.h */
 
 static kn_tensor *tens(kiln_dtype dt, int rank, const int64_t *dims, const void *vals) {
     kn_tensor *t = NULL;
