@@ -48,6 +48,11 @@ build() { # build DIR [cmake args]
 echo "=== build"
 if ! build build; then echo "build failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; fi
 
+# the project's own test networks (reference outputs from onnxruntime): also the unit tests'
+# fixture where the shared zoo is absent
+if [ ! -f build/models/.complete ]; then
+  python3 tests/models/make_models.py build/models && touch build/models/.complete
+fi
 part "unit tests" env KILN_SOURCE_DIR="$root" build/kiln_unit_tests
 
 node_dir=build/nodetests
@@ -69,9 +74,6 @@ if [ -d "$zoo" ]; then
   part "model zoo (cpu)" build/kiln test --threads 0 "$zoo"
 else
   echo "=== model zoo: $zoo not found; using the project's own models"
-fi
-if [ ! -f build/models/.complete ]; then
-  python3 tests/models/make_models.py build/models && touch build/models/.complete
 fi
 part "project models (cpu)" build/kiln test --threads 0 build/models
 # com.microsoft operators against onnxruntime's outputs (regenerated when the script changes)

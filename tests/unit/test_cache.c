@@ -4,8 +4,8 @@
  * directory, the size limit), explicit load/save paths, dump and save together, and eight
  * processes on a cold cache (exactly one compiles, all get the right outputs).
  *
- * Fixture: the zoo model field_conv1d_gemm ($KILN_ZOO or ../shared/models); tests that need it
- * skip when it is missing. */
+ * Fixture: the zoo model field_conv1d_gemm ($KILN_ZOO or ../shared/models), else the project's
+ * build/models/tiny_cnn; tests that need one skip when neither is there. */
 #include "cache/cache.h"
 #include "cache/format.h"
 #include "cache/hash.h"
@@ -28,11 +28,16 @@
 
 static char zoo_dir[1024];
 
+/* The fixture: the zoo's field_conv1d_gemm, else (a clone without the shared zoo) the project's own
+ * tiny_cnn, which scripts/test.sh builds with tests/models/make_models.py before the unit tests. */
 static const char *zoo_model(void) {
     const char *z = getenv("KILN_ZOO");
+    static char path[1100];
     if (z && *z) snprintf(zoo_dir, sizeof zoo_dir, "%s/field_conv1d_gemm", z);
     else snprintf(zoo_dir, sizeof zoo_dir, "%s/../shared/models/field_conv1d_gemm", kn_unit_root());
-    static char path[1100];
+    snprintf(path, sizeof path, "%s/model.onnx", zoo_dir);
+    if (access(path, R_OK) == 0) return path;
+    snprintf(zoo_dir, sizeof zoo_dir, "%s/build/models/tiny_cnn", kn_unit_root());
     snprintf(path, sizeof path, "%s/model.onnx", zoo_dir);
     return access(path, R_OK) == 0 ? path : NULL;
 }
@@ -453,7 +458,7 @@ static kiln_status load_bytes(const uint8_t *d, size_t n) {
 
 KN_TEST(cache_format_roundtrip_and_flipped_bytes) {
     const char *model = zoo_model();
-    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
     size_t n;
     uint8_t *d = compiled_bytes(model, &n);
     CHECK(d && n > 4096);
@@ -501,7 +506,7 @@ KN_TEST(cache_format_roundtrip_and_flipped_bytes) {
 
 KN_TEST(cache_format_truncation_and_version) {
     const char *model = zoo_model();
-    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
     size_t n;
     uint8_t *d = compiled_bytes(model, &n);
     if (!d) {
@@ -578,7 +583,7 @@ static kiln_status create_logged(const char *model, const kiln_session_options *
 
 KN_TEST(cache_hit_miss_rebuilt) {
     const char *model = zoo_model();
-    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
     char *dir = tmp_dir("auto");
     kiln_session_options *o = opts_in(dir);
     kiln_session *s = NULL;
@@ -671,7 +676,7 @@ KN_TEST(cache_hit_miss_rebuilt) {
 
 KN_TEST(cache_corrupt_entry_rebuilt_or_strict) {
     const char *model = zoo_model();
-    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
     char *dir = tmp_dir("corrupt");
     kiln_session_options *o = opts_in(dir);
     kiln_session *s = NULL;
@@ -728,7 +733,7 @@ KN_TEST(cache_corrupt_entry_rebuilt_or_strict) {
 
 KN_TEST(cache_unwritable_directory) {
     const char *model = zoo_model();
-    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
     char *dir = tmp_dir("unwritable");
     /* a path under a regular file cannot be created, even by root (chmod does not stop root) */
     char file[512], cache[600];
@@ -749,7 +754,7 @@ KN_TEST(cache_unwritable_directory) {
 
 KN_TEST(cache_size_limit_prunes_lru) {
     const char *model = zoo_model();
-    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
     char *dir = tmp_dir("limit");
     kiln_session *s = NULL;
     char *log;
@@ -800,7 +805,7 @@ KN_TEST(cache_size_limit_prunes_lru) {
 
 KN_TEST(cache_load_path_errors) {
     const char *model = zoo_model();
-    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
     char *dir = tmp_dir("paths");
     char path[600], file[600];
     kiln_session_options *o = opts_in(NULL);
@@ -896,7 +901,7 @@ KN_TEST(cache_load_path_errors) {
 
 KN_TEST(cache_save_and_dump_together) {
     const char *model = zoo_model();
-    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
     char *dir = tmp_dir("dump");
     char save[600], dump[600], dump2[600];
     snprintf(save, sizeof save, "%s/m.kiln", dir);
@@ -931,7 +936,7 @@ KN_TEST(cache_save_and_dump_together) {
 
 KN_TEST(cache_eight_processes_compile_once) {
     const char *model = zoo_model();
-    if (!model) KN_SKIP("zoo model field_conv1d_gemm not found");
+    if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
     char *dir = tmp_dir("procs");
     enum { N = 8 };
     int go[2];
