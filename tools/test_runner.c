@@ -360,7 +360,10 @@ static int run_isolated(const char *dir, const cli_common *common, char *why, si
     return buf[0] - '0';
 }
 
-static void load_expected(const char *path, test_list *out) {
+/* Reads an expected-failures list: "name  # reason" per line. A reason that starts with
+ * "nondeterministic" marks a test whose outcome is random (unseeded random operators): it goes to
+ * `random` and is skipped, since it may pass or fail on any run. */
+static void load_expected(const char *path, test_list *out, test_list *random) {
     unsigned char *data;
     size_t size;
     if (kn_file_read_all(path, &data, &size) != KILN_OK) {
@@ -370,8 +373,15 @@ static void load_expected(const char *path, test_list *out) {
     for (char *save = NULL, *line = strtok_r((char *)data, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         while (*line == ' ' || *line == '\t') line++;
         if (!*line || *line == '#') continue;
+        char *reason = strchr(line, '#');
+        bool nondeterministic = false;
+        if (reason) {
+            reason++;
+            while (*reason == ' ') reason++;
+            nondeterministic = !strncmp(reason, "nondeterministic", 16);
+        }
         line[strcspn(line, " \t#")] = 0;
-        list_add(out, line);
+        list_add(nondeterministic ? random : out, line);
     }
     free(data);
 }
@@ -386,14 +396,14 @@ int cmd_test(int argc, char **argv) {
     cli_common common;
     cli_common_defaults(&common);
     common.threads = 1; /* tests are small; one thread keeps a parallel CI machine fair */
-    test_list dirs = {0}, tests = {0}, expected = {0};
+    test_list dirs = {0}, tests = {0}, expected = {0}, random_tests = {0};
     int err = 0, isolate = 1, verbose = 0;
     for (int i = 0; i < argc; i++) {
         if (cli_parse_common(&common, argc, argv, &i, &err)) {
             if (err) return 2;
             continue;
         }
-        if (!strcmp(argv[i], "--expected-failures") && i + 1 < argc) load_expected(argv[++i], &expected);
+        if (!strcmp(argv[i], "--expected-failures") && i + 1 < argc) load_expected(argv[++i], &expected, &random_tests);
         else if (!strcmp(argv[i], "--no-isolate")) isolate = 0;
         else if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) verbose = 1;
         else if (argv[i][0] == '-') {
@@ -420,6 +430,11 @@ int cmd_test(int argc, char **argv) {
     for (int i = 0; i < tests.n; i++) {
         char why[2048] = "";
         const char *name = base_name(tests.items[i]);
+        if (listed(&random_tests, name)) {
+            printf("SKIP %s: nondeterministic (listed in the expected-failures file)\n", name);
+            skipped++;
+            continue;
+        }
         int r = isolate ? run_isolated(tests.items[i], &common, why, sizeof why)
                         : run_one(tests.items[i], &common, why, sizeof why);
         int is_listed = listed(&expected, name);
@@ -449,5 +464,7 @@ int cmd_test(int argc, char **argv) {
     free(dirs.items);
     free(tests.items);
     free(expected.items);
+    for (int i = 0; i < random_tests.n; i++) free(random_tests.items[i]);
+    free(random_tests.items);
     return failed ? 1 : 0;
 }
