@@ -310,21 +310,17 @@ static kiln_status infer_conv_like(kn_infer_ctx *c, int ix, int iw, int ib, bool
     return KILN_OK;
 }
 
-static kiln_status infer_conv(kn_infer_ctx *c) {
+/* Conv and ConvTranspose: float X and W of one type. */
+static kiln_status infer_float_conv(kn_infer_ctx *c, bool transpose) {
     KN_TRY(need_input(c, 0, "X"));
     KN_TRY(need_input(c, 1, "W"));
     KN_TRY(check_dtype(c, 0, "X", float_types));
     KN_TRY(same_dtype(c, 0, "X", 1, "W"));
-    return infer_conv_like(c, 0, 1, 2, false, c->in[0]->dtype ? c->in[0]->dtype : c->in[1]->dtype);
+    return infer_conv_like(c, 0, 1, 2, transpose, c->in[0]->dtype ? c->in[0]->dtype : c->in[1]->dtype);
 }
 
-static kiln_status infer_conv_transpose(kn_infer_ctx *c) {
-    KN_TRY(need_input(c, 0, "X"));
-    KN_TRY(need_input(c, 1, "W"));
-    KN_TRY(check_dtype(c, 0, "X", float_types));
-    KN_TRY(same_dtype(c, 0, "X", 1, "W"));
-    return infer_conv_like(c, 0, 1, 2, true, c->in[0]->dtype ? c->in[0]->dtype : c->in[1]->dtype);
-}
+static kiln_status infer_conv(kn_infer_ctx *c) { return infer_float_conv(c, false); }
+static kiln_status infer_conv_transpose(kn_infer_ctx *c) { return infer_float_conv(c, true); }
 
 static kiln_status infer_conv_integer(kn_infer_ctx *c) {
     KN_TRY(need_input(c, 0, "x"));
