@@ -2,6 +2,7 @@
  * the per-session runtime (one instance per provider). */
 #include "backend/backend.h"
 
+#include "backend/cpu/const_cache.h"
 #include "backend/cpu/cpu.h"
 #include "util/log.h"
 
@@ -19,12 +20,13 @@ static int cpu_available(const char **reason) {
 static size_t cpu_device_count(void) { return 1; }
 static const char *cpu_device_description(size_t i) { return kiln_device_description("cpu", i); }
 
+/* The state holds what kernels derive once per session from constants (packed weights). */
 static kiln_status cpu_init(const kn_backend_config *cfg, void **state_out) {
     (void)cfg;
     *state_out = NULL;
-    return KILN_OK;
+    return kn_cpu_state_create((kn_cpu_state **)state_out);
 }
-static void cpu_destroy(void *state) { (void)state; }
+static void cpu_destroy(void *state) { kn_cpu_state_destroy(state); }
 
 static const void *cpu_select(void *state, const kn_node *n, const kn_type *const *in, int n_in, char *why,
                               size_t cap) {
@@ -189,7 +191,8 @@ kiln_status kn_runtime_create(const kiln_session_options *o, kn_runtime **out) {
         memset(b, 0, sizeof *b);
         b->ops = &kn_backend_cpu;
         b->listed = o->n_providers == 0;
-        rt->cpu = rt->n_backends++;
+        st = cpu_init(&b->cfg, &b->state);
+        if (st == KILN_OK) rt->cpu = rt->n_backends++;
     }
     if (st != KILN_OK) {
         kn_runtime_destroy(rt);

@@ -412,3 +412,34 @@ KN_TEST(linalg_sgemm_epilogue_once_per_element) {
         }
     kn_threadpool_destroy(pool);
 }
+
+/* A packed once (kn_sgemm_pack_a) gives the product of A packed per call: K over several packed
+ * slices, M not a multiple of the micro-kernel's rows, A transposed or not, on 1 and 3 threads. */
+KN_TEST(linalg_sgemm_prepacked_a) {
+    kn_threadpool *pool;
+    CHECK_STATUS(kn_threadpool_create(3, &pool), KILN_OK);
+    static const int64_t shapes[][3] = {{13, 300, 40}, {100, 257, 600}, {37, 1500, 300}, {2, 50, 70}, {64, 7, 1100}};
+    for (int threads = 0; threads < 2; threads++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int ta = 0; ta < 2; ta++) {
+                int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], lda = ta ? M : K;
+                float *A = malloc(sizeof(float) * (size_t)(M * K)), *B = malloc(sizeof(float) * (size_t)(K * N));
+                float *C = malloc(sizeof(float) * (size_t)(M * N)), *R = malloc(sizeof(float) * (size_t)(M * N));
+                float *P = malloc(sizeof(float) * kn_sgemm_packed_a_floats(M, K));
+                fill(A, M * K);
+                fill(B, K * N);
+                kn_sgemm_pack_a(A, lda, ta, M, K, P);
+                ref_gemm(ta, false, M, N, K, 1.0f, A, lda, B, N, 0.0f, R, N);
+                const float *ap[1] = {A}, *bp[1] = {B}, *pp[1] = {P};
+                float *cp[1] = {C};
+                kn_sgemm_batch g = {.count = 1, .M = M, .N = N, .K = K, .trans_a = ta, .alpha = 1.0f, .beta = 0.0f,
+                                    .a = ap, .lda = lda, .b = bp, .ldb = N, .c = cp, .ldc = N, .a_packed = pp};
+                CHECK_STATUS(kn_sgemm_run(threads ? pool : NULL, &g), KILN_OK);
+                double err = 0;
+                for (int64_t i = 0; i < M * N; i++) err = fmax(err, fabs(C[i] - R[i]) / (1 + fabs(R[i])));
+                CHECK_MSG(err < gemm_tol(K), "prepacked A %lldx%lldx%lld transA=%d: error %g", (long long)M,
+                          (long long)N, (long long)K, ta, err);
+                free(A), free(B), free(C), free(R), free(P);
+            }
+    kn_threadpool_destroy(pool);
+}

@@ -10,6 +10,7 @@
  * ConvTranspose is a GEMM (W_g^T x_g) into a column buffer followed by col2im.
  * float16/bfloat16 are converted to float around the float path; double and the integer convs
  * run direct loops. */
+#include "backend/cpu/const_cache.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/sgemm.h"
 #include "ops/linalg_util.h"
@@ -398,18 +399,41 @@ static void dw_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-/* The GEMM's epilogue blocks, as ranges of the convolution's output. */
+/* The GEMM's epilogue: each finished block of C (rows = output channels of group op % G) gets
+ * its channels' bias, then the caller's epilogue as ranges of the convolution's output. The bias
+ * is added here rather than preloaded into y, which would cost a pass over the output. */
 typedef struct conv_epi_ctx {
     kn_conv_epilogue_fn fn;
     const void *ctx;
     float *y;
+    const float *bias;
+    int64_t G, Mg;
 } conv_epi_ctx;
 
 static void conv_gemm_epilogue(const void *ctx, int64_t op, int64_t i0, int64_t j0, int64_t m, int64_t n, float *c,
                                int64_t ldc) {
     const conv_epi_ctx *e = ctx;
-    (void)op, (void)i0, (void)j0;
-    for (int64_t r = 0; r < m; r++) e->fn(e->ctx, e->y, (c + r * ldc) - e->y, n);
+    (void)j0;
+    for (int64_t r = 0; r < m; r++) {
+        float *row = c + r * ldc;
+        if (e->bias) {
+            const float b = e->bias[(op % e->G) * e->Mg + i0 + r];
+            for (int64_t i = 0; i < n; i++) row[i] += b;
+        }
+        if (e->fn) e->fn(e->ctx, e->y, row - e->y, n);
+    }
+}
+
+/* A convolution's weights in the GEMM's packed-A layout, one block per group. */
+typedef struct conv_weight_pack {
+    const float *w;
+    int64_t G, Mg, K;
+} conv_weight_pack;
+
+static void make_packed_weights(const void *ctx, void *dst) {
+    const conv_weight_pack *p = ctx;
+    const size_t per = kn_sgemm_packed_a_floats(p->Mg, p->K);
+    for (int64_t g = 0; g < p->G; g++) kn_sgemm_pack_a(p->w + g * p->Mg * p->K, p->K, false, p->Mg, p->K, (float *)dst + g * per);
 }
 
 /* ------------------------------------------------------------------ float Conv */
@@ -423,16 +447,20 @@ static void fill_bias(float *y, const float *bias, int64_t N, int64_t M, int64_t
 }
 
 static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w,
-                            const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx) {
+                            const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx,
+                            bool w_is_input) {
     if (s->N == 0 || s->M == 0 || s->out_plane == 0) return KILN_OK;
-    if (bias) fill_bias(y, bias, s->N, s->M, s->out_plane);
-    else memset(y, 0, sizeof(float) * (size_t)(s->N * s->M * s->out_plane));
+    const bool depthwise = s->Cg == 1 && s->nsp <= 2;
+    if (s->Cg == 0 || s->kk == 0 || depthwise) {
+        if (bias) fill_bias(y, bias, s->N, s->M, s->out_plane);
+        else memset(y, 0, sizeof(float) * (size_t)(s->N * s->M * s->out_plane));
+    }
     if (s->Cg == 0 || s->kk == 0) {
         if (epi) epi(epi_ctx, y, 0, s->N * s->M * s->out_plane);
         return KILN_OK;
     }
 
-    if (s->Cg == 1 && s->nsp <= 2) {
+    if (depthwise) {
         dw_job j = {s, win2_of(&s->w), x, w, y, NULL, epi, epi_ctx};
         int64_t work = s->out_plane * s->kk;
 #if defined(__AVX512F__)
@@ -477,11 +505,25 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
                     pc.v.OW * pc.v.sw + pc.v.KW * pc.v.dw < (INT32_MAX / 4);
     }
     kn_sgemm_batch g = {.count = count, .M = s->Mg, .N = s->out_plane, .K = K, .alpha = 1.0f,
-                        .beta = bias ? 1.0f : 0.0f, .a = ap, .lda = K, .c = cp, .ldc = s->out_plane};
-    conv_epi_ctx ec = {epi, epi_ctx, y};
-    if (epi) {
+                        .beta = 0.0f, .a = ap, .lda = K, .c = cp, .ldc = s->out_plane};
+    conv_epi_ctx ec = {epi, epi_ctx, y, bias, s->G, s->Mg};
+    if (epi || bias) {
         g.epilogue = conv_gemm_epilogue;
         g.epilogue_ctx = &ec;
+    }
+    /* constant weights: packed once per session (the GEMM would re-pack them on every call);
+     * not for the shapes the GEMM runs without packing A (one output channel or one column) */
+    const float **apk = NULL;
+    if (w_is_input && s->Mg > 1 && s->out_plane > 1) {
+        conv_weight_pack wp = {w, s->G, s->Mg, K};
+        kn_const_layout lay = {1, {s->G, s->Mg, K, 0}};
+        const size_t per = kn_sgemm_packed_a_floats(s->Mg, K);
+        const float *packed = kn_cpu_const_derived(c, 1, &lay, sizeof(float) * per * (size_t)s->G,
+                                                   make_packed_weights, &wp);
+        if (packed && (apk = malloc(sizeof(float *) * (size_t)count)) != NULL) {
+            for (int64_t op = 0; op < count; op++) apk[op] = packed + (op % s->G) * per;
+            g.a_packed = apk;
+        }
     }
     if (pointwise) {
         g.b = bp;
@@ -493,6 +535,7 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     kiln_status st = kn_sgemm_run(c->pool, &g);
     free(ap);
     free(cp);
+    free(apk);
     return st ? kn_kernel_error(c, st, "out of memory in the GEMM") : KILN_OK;
 }
 
@@ -562,7 +605,8 @@ kiln_status kn_cpu_conv_with_epilogue(kn_kernel_ctx *c, kn_conv_epilogue_fn epi,
     float *y = Y->dtype == KILN_DTYPE_FLOAT ? Y->data : malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1));
     kiln_status st;
     if (!x || !w || (B && !b) || !y) st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    else if ((st = conv_f32(c, &s, x, w, b, y, y == Y->data ? epi : NULL, epi_ctx)) == KILN_OK && y != Y->data) {
+    else if ((st = conv_f32(c, &s, x, w, b, y, y == Y->data ? epi : NULL, epi_ctx, w == W->data)) == KILN_OK &&
+             y != Y->data) {
         if (epi) epi(epi_ctx, y, 0, ny); /* converted output: after the whole convolution */
         kn_linalg_f32_out(y, Y, ny);
     }

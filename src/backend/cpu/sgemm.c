@@ -323,6 +323,18 @@ static void pack_a(const float *A, int64_t lda, bool trans, int64_t i0, int64_t 
     for (int64_t ir = 0; ir < mc; ir += MR) pack_a_panel(A, lda, trans, i0 + ir, (int)min64(MR, mc - ir), p0, kc, dst + ir * kc);
 }
 
+/* The whole of op(A), packed as run_gemm_tile would pack it, slice after slice of KC: slice pc
+ * starts at pc * Mp (Mp = M rounded up to MR) and holds the MR-row panels of rows 0..M, so the
+ * block at rows ic of slice pc is at pc * Mp + ic * kc. */
+static int64_t padded_m(int64_t M) { return (M + MR - 1) / MR * MR; }
+
+size_t kn_sgemm_packed_a_floats(int64_t M, int64_t K) { return (size_t)(padded_m(M) * K); }
+
+void kn_sgemm_pack_a(const float *A, int64_t lda, bool trans_a, int64_t M, int64_t K, float *dst) {
+    const int64_t Mp = padded_m(M);
+    for (int64_t pc = 0; pc < K; pc += KC) pack_a(A, lda, trans_a, 0, M, pc, min64(KC, K - pc), dst + pc * Mp);
+}
+
 /* One NR-column panel of op(B): columns j0..j0+nr, depth p0..p0+kc, k-major, zero-padded. */
 static void pack_b_panel(const float *B, int64_t ldb, bool trans, int64_t j0, int nr, int64_t p0, int64_t kc,
                          float *dst) {
@@ -553,8 +565,11 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
                           float *ws) {
     const float *A = p->a[op];
     const float *B = p->b ? p->b[op] : NULL;
+    const float *A_packed = p->a_packed ? p->a_packed[op] : NULL;
+    const int64_t Mp = padded_m(p->M);
     float *C = p->c[op];
-    float *Ap = ws, *Bp = ws + (size_t)MC * KC;
+    float *Aws = ws, *Bp = ws + (size_t)MC * KC;
+    const float *Ap = Aws;
     const bool direct = !p->pack_b && !p->trans_b && (m1 - m0) <= DIRECT_B_MAX_M;
     for (int64_t jc = n0; jc < n1; jc += NC) {
         int64_t nc = min64(NC, n1 - jc);
@@ -565,7 +580,12 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
             else if (!direct) pack_b(B, p->ldb, p->trans_b, jc, nc, pc, kc, Bp);
             for (int64_t ic = m0; ic < m1; ic += MC) {
                 int64_t mc = min64(MC, m1 - ic);
-                pack_a(A, p->lda, p->trans_a, ic, mc, pc, kc, Ap);
+                if (A_packed) {
+                    Ap = A_packed + pc * Mp + ic * kc; /* ic is a multiple of MR */
+                } else {
+                    pack_a(A, p->lda, p->trans_a, ic, mc, pc, kc, Aws);
+                    Ap = Aws;
+                }
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     int n = (int)min64(NR, nc - jr);
                     const float *bp = direct ? B + pc * p->ldb + jc + jr : Bp + jr * kc;

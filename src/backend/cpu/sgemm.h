@@ -11,6 +11,7 @@
 #include "util/threadpool.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* A producer of packed B blocks, for operands that are not a plain matrix (a convolution's
@@ -47,7 +48,16 @@ typedef struct kn_sgemm_batch {
     const void *pack_ctx;
     kn_sgemm_epilogue_fn epilogue; /* optional: called once on every block of C when it is final */
     const void *epilogue_ctx;
+    /* Optional: a_packed[i] is op(A) of product i already in the packed layout (kn_sgemm_pack_a),
+     * e.g. constant weights packed once per session. a/lda/trans_a must still describe A: the
+     * paths that read A in place (M == 1, N == 1, small M) use them. */
+    const float *const *a_packed;
 } kn_sgemm_batch;
+
+/* Floats of op(A) (M x K) in the packed layout, and the packing itself: A as for kn_sgemm_batch
+ * (M x K with row stride lda, or K x M when trans_a). */
+size_t kn_sgemm_packed_a_floats(int64_t M, int64_t K);
+void kn_sgemm_pack_a(const float *A, int64_t lda, bool trans_a, int64_t M, int64_t K, float *dst);
 
 /* Runs the batch on the pool (NULL = the caller's thread only). Must not be called from inside
  * a kn_parallel_for on the same pool. Returns KILN_ERR_OUT_OF_MEMORY when a thread's packing
