@@ -247,55 +247,79 @@ bool kn_cu_is_persistent(kn_cuda *cu, const void *p) {
     return false;
 }
 
-kiln_status kn_cu_converted(kn_cuda *cu, const kn_kernel_ctx *c, const void *x, kiln_dtype from, int64_t n,
-                            kiln_dtype to, void **out, size_t *bytes) {
+/* The conversion itself: plain, or fp32 -> fp16 scaled with the scale slot after the elements. */
+static cudaError_t convert(const void *x, kiln_dtype from, void *p, kiln_dtype to, int64_t n, bool scaled, size_t slot_at,
+                           cudaStream_t s) {
+    if (scaled) return kn_cu_to_f16_scaled((const float *)x, p, n, (char *)p + slot_at, s);
+    return kn_cu_cast(from, to, x, p, n, s);
+}
+
+static kiln_status converted(kn_cuda *cu, const kn_kernel_ctx *c, const void *x, kiln_dtype from, int64_t n,
+                             kiln_dtype to, void **out, size_t *bytes, const float **scale) {
     *out = NULL;
     *bytes = 0;
-    size_t need = (size_t)n * kiln_dtype_size(to);
+    bool scaled = scale && from == KILN_DTYPE_FLOAT && to == KILN_DTYPE_FLOAT16;
+    if (scale) *scale = NULL;
+    size_t elems = (size_t)n * kiln_dtype_size(to);
+    size_t slot_at = (elems + 15) & ~(size_t)15; /* the 8-byte scale slot, 16-byte aligned */
+    size_t need = scaled ? slot_at + 16 : elems;
     bool persist = kn_cu_is_persistent(cu, x);
     if (persist)
         for (int i = 0; i < cu->n_conv; i++)
-            if (cu->conv[i].src == x && cu->conv[i].to == to && cu->conv[i].n >= n) {
+            if (cu->conv[i].src == x && cu->conv[i].to == to && cu->conv[i].n == n && cu->conv[i].scaled == scaled) {
                 *out = cu->conv[i].dst;
+                if (scaled) *scale = (const float *)((char *)cu->conv[i].dst + slot_at) + 1;
                 return KILN_OK;
             }
     void *p;
     size_t cap;
     if (!persist) {
         KN_TRY(kn_cu_scratch(cu, need, &p));
-        kiln_status st = kn_cu_check(c, kn_cu_cast(from, to, x, p, n, cu->stream), "conversion to reduced precision");
+        kiln_status st = kn_cu_check(c, convert(x, from, p, to, n, scaled, slot_at, cu->stream),
+                                     "conversion to reduced precision");
         if (st != KILN_OK) {
             kn_cu_scratch_free(cu, p, need);
             return st;
         }
         *out = p;
         *bytes = need ? need : 1;
+        if (scaled) *scale = (const float *)((char *)p + slot_at) + 1;
         return KILN_OK;
     }
     KN_TRY(cu_alloc(cu, need, &p, &cap));
-    kiln_status st = kn_cu_check(c, kn_cu_cast(from, to, x, p, n, cu->stream), "conversion to reduced precision");
+    kiln_status st = kn_cu_check(c, convert(x, from, p, to, n, scaled, slot_at, cu->stream),
+                                 "conversion to reduced precision");
     if (st != KILN_OK) {
         cu_free_hook(cu, p, cap);
         return st;
     }
-    {
-        if (cu->n_conv == cu->cap_conv) {
-            int nc = cu->cap_conv ? cu->cap_conv * 2 : 32;
-            kn_cu_conv_entry *b = realloc(cu->conv, sizeof *b * (size_t)nc);
-            if (!b) {
-                cu_free_hook(cu, p, cap);
-                return KN_OOM();
-            }
-            cu->conv = b;
-            cu->cap_conv = nc;
+    if (cu->n_conv == cu->cap_conv) {
+        int nc = cu->cap_conv ? cu->cap_conv * 2 : 32;
+        kn_cu_conv_entry *b = realloc(cu->conv, sizeof *b * (size_t)nc);
+        if (!b) {
+            cu_free_hook(cu, p, cap);
+            return KN_OOM();
         }
-        cu->conv[cu->n_conv++] = (kn_cu_conv_entry){x, to, n, p, cap};
-        pthread_mutex_lock(&cu->mu);
-        cu->live_bytes -= cap; /* owned by the cache, not a live tensor */
-        pthread_mutex_unlock(&cu->mu);
-        *out = p;
-        return KILN_OK;
+        cu->conv = b;
+        cu->cap_conv = nc;
     }
+    cu->conv[cu->n_conv++] = (kn_cu_conv_entry){x, to, n, scaled, p, cap};
+    pthread_mutex_lock(&cu->mu);
+    cu->live_bytes -= cap; /* owned by the cache, not a live tensor */
+    pthread_mutex_unlock(&cu->mu);
+    *out = p;
+    if (scaled) *scale = (const float *)((char *)p + slot_at) + 1;
+    return KILN_OK;
+}
+
+kiln_status kn_cu_converted(kn_cuda *cu, const kn_kernel_ctx *c, const void *x, kiln_dtype from, int64_t n,
+                            kiln_dtype to, void **out, size_t *bytes) {
+    return converted(cu, c, x, from, n, to, out, bytes, NULL);
+}
+
+kiln_status kn_cu_converted_scaled(kn_cuda *cu, const kn_kernel_ctx *c, const void *x, kiln_dtype from, int64_t n,
+                                   kiln_dtype to, void **out, size_t *bytes, const float **scale) {
+    return converted(cu, c, x, from, n, to, out, bytes, scale);
 }
 
 /* ------------------------------------------------------------------ views */
@@ -368,7 +392,7 @@ void kn_cu_view_strided(kn_cu_view *v, int rank, const int64_t *dims, const int6
 /* ------------------------------------------------------------------ the backend interface */
 
 static const kn_cuda_kernel *const kn_cuda_tables[] = {kn_cuda_elementwise, kn_cuda_tensor, kn_cuda_nn, kn_cuda_linalg,
-                                                       kn_cuda_fused};
+                                                       kn_cuda_fused, kn_cuda_attention};
 
 static const kn_cuda_kernel *find_kernel(const kn_node *n) {
     for (size_t t = 0; t < sizeof kn_cuda_tables / sizeof kn_cuda_tables[0]; t++)

@@ -23,6 +23,7 @@ typedef struct kn_cu_conv_entry {
     const void *src;
     kiln_dtype to;
     int64_t n; /* elements converted */
+    bool scaled; /* fp16 with a power-of-two scale stored after the elements */
     void *dst;
     size_t cap;
 } kn_cu_conv_entry;
@@ -113,6 +114,12 @@ bool kn_cu_is_persistent(kn_cuda *cu, const void *p);
  * caller frees with kn_cu_scratch_free(cu, *out, *bytes) when *bytes != 0. */
 kiln_status kn_cu_converted(kn_cuda *cu, const kn_kernel_ctx *c, const void *x, kiln_dtype from, int64_t n,
                             kiln_dtype to, void **out, size_t *bytes);
+/* As kn_cu_converted, for the operands of fp16 tensor-core products: fp32 -> fp16 with a
+ * per-tensor power-of-two scale (cu_scaled.cu), so magnitudes outside fp16's range survive;
+ * *scale is the device address of the scale applied (NULL when no scaling was done: any other
+ * pair of types). The product's result is divided by the operands' scales. */
+kiln_status kn_cu_converted_scaled(kn_cuda *cu, const kn_kernel_ctx *c, const void *x, kiln_dtype from, int64_t n,
+                                   kiln_dtype to, void **out, size_t *bytes, const float **scale);
 
 /* One operand read with explicit element strides over `dims` (collapsed where contiguous). */
 void kn_cu_view_strided(kn_cu_view *v, int rank, const int64_t *dims, const int64_t *strides);
@@ -140,6 +147,7 @@ kiln_status kn_cu_matmul_bcast(kn_cuda *cu, const kn_kernel_ctx *c, kiln_dtype d
                                int na, const void *B, const int64_t *b_bd, int nb, void *C, const int64_t *o_bd, int no,
                                int64_t M, int64_t N, int64_t K, float alpha);
 extern const kn_cuda_kernel kn_cuda_fused[];
+extern const kn_cuda_kernel kn_cuda_attention[]; /* the attention family (cuda_ops_attention.c) */
 /* LayerNormalization / RMSNormalization (ai.onnx and kiln), by op_type (cuda_ops_nn.c) */
 kiln_status kn_cu_run_layernorm(kn_cuda *cu, kn_kernel_ctx *c);
 /* MatMul and Gemm (cuda_linalg.c), for the fused operators */

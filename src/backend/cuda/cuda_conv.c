@@ -302,6 +302,15 @@ static kiln_status get_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, const
     return KILN_OK;
 }
 
+/* The compute-type output back into y, dividing out the operands' scales (fp16). */
+static kiln_status convert_back(const kn_kernel_ctx *c, kn_cuda *cu, const void *yc, kiln_dtype cdt, kn_tensor *y,
+                                const float *xscale, const float *wscale) {
+    cudaError_t e = (xscale || wscale) && cdt == KILN_DTYPE_FLOAT16 && y->dtype == KILN_DTYPE_FLOAT
+                        ? kn_cu_from_f16_unscaled(yc, y->data, kn_tensor_count(y), xscale, wscale, cu->stream)
+                        : kn_cu_cast(cdt, y->dtype, yc, y->data, kn_tensor_count(y), cu->stream);
+    return kn_cu_check(c, e, "conversion");
+}
+
 /* Shared by Conv and ConvTranspose: operands converted to the compute type when the precision
  * option asks for it, the cuDNN call, the conversion back, bias. */
 static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
@@ -320,8 +329,10 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
     const void *xin = x->data;
     void *xpad = NULL, *xconv = NULL, *wconv = NULL, *yfull = NULL, *ycomp = NULL;
     size_t xpad_b = 0, xconv_b = 0, wconv_b = 0, yfull_b = 0, ycomp_b = 0;
+    /* fp16 operands carry power-of-two scales (kn_cu_converted_scaled); the output divides them out */
+    const float *xscale = NULL, *wscale = NULL;
     if (cdt != dt) {
-        st = kn_cu_converted(cu, c, x->data, dt, kn_tensor_count(x), cdt, &xconv, &xconv_b);
+        st = kn_cu_converted_scaled(cu, c, x->data, dt, kn_tensor_count(x), cdt, &xconv, &xconv_b, &xscale);
         xin = xconv;
     }
     int64_t pdims[KILN_MAX_RANK];
@@ -344,7 +355,7 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
     }
     const void *win = w->data;
     if (st == KILN_OK && cdt != dt) {
-        st = kn_cu_converted(cu, c, w->data, dt, kn_tensor_count(w), cdt, &wconv, &wconv_b);
+        st = kn_cu_converted_scaled(cu, c, w->data, dt, kn_tensor_count(w), cdt, &wconv, &wconv_b, &wscale);
         win = wconv;
     }
     /* output: full (ConvTranspose with asymmetric pads) and/or in the compute type */
@@ -392,10 +403,9 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
         if (st == KILN_OK)
             st = kn_cu_check(c, kn_cu_pad(ces, ycomp, dst, y->rank, fdims, y->dims, begin, 0, zero, cu->stream),
                              "ConvTranspose crop");
-        if (st == KILN_OK && cdt != dt)
-            st = kn_cu_check(c, kn_cu_cast(cdt, dt, yfull, y->data, kn_tensor_count(y), cu->stream), "conversion");
+        if (st == KILN_OK && cdt != dt) st = convert_back(c, cu, yfull, cdt, y, xscale, wscale);
     } else if (st == KILN_OK && cdt != dt) {
-        st = kn_cu_check(c, kn_cu_cast(cdt, dt, ycomp, y->data, kn_tensor_count(y), cu->stream), "conversion");
+        st = convert_back(c, cu, ycomp, cdt, y, xscale, wscale);
     }
     if (st == KILN_OK && b && kn_tensor_count(b) > 0) {
         int64_t inner = 1;

@@ -196,6 +196,178 @@ cudaError_t kn_cu_rnn_cell(kiln_dtype dt, const void *gx, const void *gh, void *
                            const int32_t *seq_lens, int64_t step, int64_t T, bool reverse, int64_t batch,
                            int64_t hidden, float clip, int act, cudaStream_t s);
 
+/* fp16 precision with a per-tensor power-of-two scale (cu_scaled.cu). slot: 8 bytes of device
+ * memory; after the conversion ((float *)slot)[1] holds the scale s applied (y = fp16(x * s)). */
+cudaError_t kn_cu_to_f16_scaled(const float *x, void *y, int64_t n, void *slot, cudaStream_t s);
+/* out = y / (s1 * s2); either scale pointer may be NULL (1) */
+cudaError_t kn_cu_from_f16_unscaled(const void *y, float *out, int64_t n, const float *s1, const float *s2,
+                                    cudaStream_t s);
+/* out[0] = alpha / (sa * sb), out[1] = beta: device-side scalars of a product of scaled operands */
+cudaError_t kn_cu_gemm_scalars(float *out, float alpha, float beta, const float *sa, const float *sb, cudaStream_t s);
+
+
+/* ---- the attention family (cu_attention.cu; the C side is cuda_ops_attention.c) ---- */
+
+/* A 4-D strided copy: element (c0, c1, c2, c3) < dims goes from src[sum c_k * src[k]] to
+ * dst[sum c_k * dst[k]] (strides in elements). */
+typedef struct kn_cu_attn_copy_dims {
+    int64_t dims[4], src[4], dst[4];
+} kn_cu_attn_copy_dims;
+/* y = x * mult (when mult != 1), rounded to round_to (FLOAT16/BFLOAT16; others: none), converted
+ * from type `from` to `to` (float types). */
+cudaError_t kn_cu_attn_copy(kiln_dtype from, kiln_dtype to, const void *src, void *dst, const kn_cu_attn_copy_dims *g,
+                            float mult, kiln_dtype round_to, cudaStream_t s);
+
+/* The stage between the two products of an attention: rows [row0, row0 + rows) of the scores
+ * [batch, q_heads, sq, skv] (the scores argument points at row row0) become probabilities in place.
+ * Per row: round to round_to; softcap; keys outside the structural interval (causal, windows,
+ * kv_end, mask_cols) and those a boolean mask clears get -inf, an additive mask (of mask_dt) is added
+ * for keys below mask_cols; round; softmax in float, or emulated step by step when round_to or
+ * softmax_to is FLOAT16/BFLOAT16; a row with no key left gives zeros when zero_masked_rows;
+ * probabilities rounded to probs_to. qk (may be NULL): the scores at stage qk_mode (0 after the
+ * product, 1 after softcap, 2 after masks, 3 probabilities), [batch, q_heads, sq, skv] of qk_dt. */
+typedef struct kn_cu_attn_rows {
+    int64_t batch, q_heads, sq, skv;
+    int64_t row0, rows;
+    const void *mask; /* bool (keep) or a float type (additive); NULL none */
+    kiln_dtype mask_dt;
+    int64_t m_sb, m_sh, m_si, m_sj; /* mask strides over (batch, q head, query, key); 0 broadcasts */
+    int64_t mask_cols;              /* keys j >= mask_cols are masked; -1 none */
+    const int64_t *kv_end;          /* device, per batch: keys j >= kv_end[b] are masked, and query i sits
+                                       at position kv_end[b] - sq + i; NULL: none, position past + i */
+    int64_t past;
+    int causal;
+    int64_t left_window, right_window; /* -1: unbounded */
+    float softcap;                     /* > 0: s = softcap * tanh(s / softcap) */
+    kiln_dtype round_to, softmax_to, probs_to;
+    int zero_masked_rows;
+    void *qk;
+    kiln_dtype qk_dt;
+    int qk_mode;
+} kn_cu_attn_rows;
+/* scores of type st: FLOAT, FLOAT16 or BFLOAT16 */
+cudaError_t kn_cu_attn_rows_run(kiln_dtype st, void *scores, const kn_cu_attn_rows *p, cudaStream_t s);
+
+/* RotaryEmbedding: x [batch, heads, seq, head] (rank3: [batch, seq, heads * head]); caches
+ * [max_pos, rot_dim / 2] rows indexed by position_ids [batch, seq], or [batch, seq, rot_dim / 2]
+ * when position_ids is NULL. A position outside the cache gives NaN. */
+typedef struct kn_cu_rotary {
+    int64_t batch, heads, seq, head, rot_dim, max_pos;
+    int rank3, interleaved;
+} kn_cu_rotary;
+cudaError_t kn_cu_rotary_run(kiln_dtype dt, const void *x, const void *cos_cache, const void *sin_cache,
+                             const int64_t *position_ids, void *y, const kn_cu_rotary *p, cudaStream_t s);
+/* SwiGLU: y = a * sigmoid(alpha * a) * b (float16/bfloat16 rounded at each step as the reference) */
+cudaError_t kn_cu_swiglu(kiln_dtype dt, const void *a, const void *b, void *y, int64_t n, float alpha, cudaStream_t s);
+/* CausalConvWithState: x [B, C, L], w [C, 1, k], bias [C] (may be NULL), past [B, C, k-1] (may be
+ * NULL: zeros); y [B, C, L] (silu after the convolution when silu), state [B, C, k-1]. */
+cudaError_t kn_cu_causal_conv_state(kiln_dtype dt, const void *x, const void *w, const void *bias, const void *past,
+                                    void *y, void *state, int64_t B, int64_t C, int64_t L, int64_t k, bool silu,
+                                    cudaStream_t s);
+/* LinearAttention: q [batch, seq, q_heads * dk], k [.., kv_heads * dk], v [.., kv_heads * dv],
+ * decay [batch, seq, decay_last] (kv_heads or kv_heads * dk; NULL: no gating), beta [batch, seq,
+ * beta_last] (kv_heads or 1; NULL: no delta rule), all of one type; past/state [batch, kv_heads, dk,
+ * dv] of their own types (past NULL: zeros; state NULL: not written); out of out_dt. */
+#define KN_CU_LINEAR_ATTN_MAX_DK 256
+typedef struct kn_cu_linear_attn {
+    int64_t batch, seq, q_heads, kv_heads, dk, dv, decay_last, beta_last;
+    float scale;
+    const void *past;
+    kiln_dtype past_dt;
+    void *state;
+    kiln_dtype state_dt;
+    void *out;
+    kiln_dtype out_dt;
+} kn_cu_linear_attn;
+cudaError_t kn_cu_linear_attn_run(kiln_dtype dt, const void *q, const void *k, const void *v, const void *decay,
+                                  const void *beta, const kn_cu_linear_attn *p, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* ---- image, quant and einsum families (cu_image.cu, cu_quant.cu) ---- */
+
+/* Everything a Resize/Upsample node does (src/ops/image.h's kn_resize_plan in plain types): mode
+ * 0 nearest, 1 linear, 2 cubic; coord and nearest use kn_resize_coord / kn_resize_nearest's
+ * numbering. */
+typedef struct kn_cu_resize {
+    int mode, coord, nearest;
+    double cubic_a, extrapolation;
+    bool exclude_outside, antialias;
+    int rank;
+    int64_t in_dims[KN_CU_MAX_RANK], out_dims[KN_CU_MAX_RANK];
+    double scale[KN_CU_MAX_RANK], roi_start[KN_CU_MAX_RANK], roi_end[KN_CU_MAX_RANK];
+} kn_cu_resize;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* nearest mode over every axis at once: a gather of esize-byte elements; `extrap` is the
+ * extrapolation value as one element (tf_crop_and_resize) */
+cudaError_t kn_cu_resize_nearest(size_t esize, const kn_cu_resize *p, const void *x, void *y, const void *extrap,
+                                 cudaStream_t s);
+/* one linear/cubic pass along axis `axis` of src [outer, in, inner] into dst [outer, out, inner].
+ * The work type is float (wide = false: float, float16, bfloat16 data) or double (wide: double and
+ * integers); src_dt and dst_dt are each the data type or the work type; integer results are rounded
+ * half to even and saturated. */
+cudaError_t kn_cu_resize_pass(kiln_dtype src_dt, kiln_dtype dst_dt, bool wide, const kn_cu_resize *p, int axis,
+                              const void *src, void *dst, int64_t outer, int64_t inner, cudaStream_t s);
+
+/* GridSample over X [N, C, D1..Dr] (r = 1..3) with grid [N, H1..Hr, r]: mode 0 nearest, 1 linear,
+ * 2 cubic; pad 0 zeros, 1 border, 2 reflection */
+typedef struct kn_cu_gridsample {
+    int r, mode, pad, align;
+    int64_t n, c, in_sp[3], in_count, out_count;
+} kn_cu_gridsample;
+cudaError_t kn_cu_gridsample_run(kiln_dtype x_dt, kiln_dtype g_dt, const kn_cu_gridsample *p, const void *x,
+                                 const void *grid, void *y, cudaStream_t s);
+
+/* QuantizeLinear / DequantizeLinear: element i uses scale index k by `mode` (0 per tensor, 1 per
+ * axis, 2 blocked; src/ops/quant.h's kn_quant_index). */
+typedef struct kn_cu_qlayout {
+    int mode;
+    int64_t D, inner, Ds, block;
+} kn_cu_qlayout;
+/* y (type y_dt: 8/16-bit integers, int32, the packed int4/uint4/int2/uint2, or float when the
+ * caller casts to float8 after) = saturate(round(x / s rounded to q_dt) + zp). zp may be NULL. */
+cudaError_t kn_cu_quantize(kiln_dtype x_dt, const void *x, kiln_dtype s_dt, const void *scale, kiln_dtype zp_dt,
+                           const void *zp, kiln_dtype q_dt, kiln_dtype y_dt, void *y, int64_t n,
+                           const kn_cu_qlayout *l, cudaStream_t s);
+/* y = (float(x) - zp) * s, in float (double when in_double), cast to y_dt (a float type) */
+cudaError_t kn_cu_dequantize(kiln_dtype x_dt, const void *x, kiln_dtype s_dt, const void *scale, kiln_dtype zp_dt,
+                             const void *zp, bool in_double, kiln_dtype y_dt, void *y, int64_t n,
+                             const kn_cu_qlayout *l, cudaStream_t s);
+/* Integer matrix products (MatMulInteger, QLinearMatMul): for each batch b, acc[m, n] = sum_k
+ * (A[m, k] - a_zp) * (B[k, n] - b_zp) in int32, zero points per tensor or per row of A / column of
+ * B (a_zp_n / b_zp_n values). With y_scale == NULL acc is stored as int32 to y; else y =
+ * saturate(round(acc * a_s * b_s / y_s) + y_zp) of type y_dt (a_s.. per tensor or per row/column,
+ * read as float from their type s_dt). */
+typedef struct kn_cu_imatmul {
+    int64_t batch, M, N, K;
+    int64_t sa, sb, sy; /* batch strides in elements (0 = broadcast) */
+    kiln_dtype a_dt, b_dt, y_dt, s_dt;
+    const void *a_zp, *b_zp, *y_zp;
+    int64_t a_zp_n, b_zp_n;
+    const void *a_scale, *b_scale, *y_scale;
+    int64_t a_s_n, b_s_n;
+} kn_cu_imatmul;
+cudaError_t kn_cu_imatmul_run(const kn_cu_imatmul *p, const void *A, const void *B, void *y, cudaStream_t s);
+
+/* Einsum as a direct sum: for every output element, the sum over the summed labels' positions of
+ * the product of the inputs' elements (in double). Per input q: strides of the output axes and of
+ * the summed labels (0 where the input does not have them). */
+#define KN_CU_EINSUM_MAX_IN 4
+typedef struct kn_cu_einsum {
+    int n_in, out_rank, n_sum;
+    int64_t out_dims[KN_CU_MAX_RANK], sum_dims[KN_CU_MAX_RANK];
+    int64_t out_stride[KN_CU_EINSUM_MAX_IN][KN_CU_MAX_RANK], sum_stride[KN_CU_EINSUM_MAX_IN][KN_CU_MAX_RANK];
+    kiln_dtype in_dt[KN_CU_EINSUM_MAX_IN];
+    const void *in[KN_CU_EINSUM_MAX_IN];
+} kn_cu_einsum;
+cudaError_t kn_cu_einsum_direct(const kn_cu_einsum *p, kiln_dtype y_dt, void *y, int64_t n, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -95,6 +95,10 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
     cublasComputeType_t comp = CUBLAS_COMPUTE_32F;
     const void *A = g->A, *B = g->B;
     void *convA = NULL, *convB = NULL;
+    /* fp16 precision: operands scaled by powers of two (kn_cu_converted_scaled), alpha and beta then
+     * computed on the device (pointer mode device) as alpha / (scale_a * scale_b) and beta */
+    const float *scale_a = NULL, *scale_b = NULL;
+    float *dev_scalars = NULL;
     size_t convA_bytes = 0, convB_bytes = 0;
     kiln_status st = KILN_OK;
     switch (g->dt) {
@@ -107,8 +111,17 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
             ab_t = to == KILN_DTYPE_FLOAT16 ? CUDA_R_16F : CUDA_R_16BF;
             int64_t ea = extent(g->ta ? g->K : g->M, g->lda, g->batch, g->sa);
             int64_t eb = extent(g->tb ? g->N : g->K, g->ldb, g->batch, g->sb);
-            st = kn_cu_converted(cu, c, g->A, KILN_DTYPE_FLOAT, ea, to, &convA, &convA_bytes);
-            if (st == KILN_OK) st = kn_cu_converted(cu, c, g->B, KILN_DTYPE_FLOAT, eb, to, &convB, &convB_bytes);
+            st = kn_cu_converted_scaled(cu, c, g->A, KILN_DTYPE_FLOAT, ea, to, &convA, &convA_bytes, &scale_a);
+            if (st == KILN_OK)
+                st = kn_cu_converted_scaled(cu, c, g->B, KILN_DTYPE_FLOAT, eb, to, &convB, &convB_bytes, &scale_b);
+            if (st == KILN_OK && (scale_a || scale_b)) {
+                void *p = NULL;
+                st = kn_cu_scratch(cu, 2 * sizeof(float), &p);
+                dev_scalars = p;
+                if (st == KILN_OK)
+                    st = kn_cu_check(c, kn_cu_gemm_scalars(dev_scalars, g->alpha, g->beta, scale_a, scale_b, cu->stream),
+                                     "fp16 scales");
+            }
             A = convA;
             B = convB;
         }
@@ -132,6 +145,10 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
         if (s == CUBLAS_STATUS_SUCCESS) {
             cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
             cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+        }
+        if (s == CUBLAS_STATUS_SUCCESS && dev_scalars) {
+            cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
+            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm);
         }
         /* Lt's A is our B, Lt's B is our A (see the top of the file) */
         if (s == CUBLAS_STATUS_SUCCESS)
@@ -166,8 +183,10 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
         if (st == KILN_OK) {
             double ad = g->alpha, bd = g->beta;
             float af = g->alpha, bf = g->beta;
-            const void *alpha = scale_t == CUDA_R_64F ? (const void *)&ad : (const void *)&af;
-            const void *beta = scale_t == CUDA_R_64F ? (const void *)&bd : (const void *)&bf;
+            const void *alpha = dev_scalars ? (const void *)dev_scalars
+                                : scale_t == CUDA_R_64F ? (const void *)&ad : (const void *)&af;
+            const void *beta = dev_scalars ? (const void *)(dev_scalars + 1)
+                               : scale_t == CUDA_R_64F ? (const void *)&bd : (const void *)&bf;
             s = cublasLtMatmul(cu->lt, op, alpha, B, la, A, lb, beta, g->C, lc, g->C, lc, &algo, cu->workspace,
                                cu->workspace_size, cu->stream);
             if (s != CUBLAS_STATUS_SUCCESS) st = lt_fail(c, s, "matmul");
@@ -177,6 +196,7 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
     if (lb) cublasLtMatrixLayoutDestroy(lb);
     if (la) cublasLtMatrixLayoutDestroy(la);
     if (op) cublasLtMatmulDescDestroy(op);
+    if (dev_scalars) kn_cu_scratch_free(cu, dev_scalars, 2 * sizeof(float));
     if (convA_bytes) kn_cu_scratch_free(cu, convA, convA_bytes);
     if (convB_bytes) kn_cu_scratch_free(cu, convB, convB_bytes);
     return st;
