@@ -78,6 +78,13 @@ fi
 
 export KILN_ZOO="$zoo"
 part "GPU unit tests" "$logs/unit.log" env KILN_SOURCE_DIR="$root" "$build/kiln_unit_tests" cuda
+# The compiled-model cache tests with provider cuda (then cpu): hit, miss, rebuilt, corrupt, load
+# paths, dump; the eight-process test in a process of its own (its children fork, and a process
+# that has used CUDA cannot fork children that use it).
+part "cache tests, provider cuda" "$logs/cache.log" env KILN_SOURCE_DIR="$root" KILN_TEST_CACHE_PROVIDERS=cuda \
+  "$build/kiln_unit_tests" cache_ -cache_key -cache_hash -cache_format -cache_eight
+part "cache test, 8 processes, provider cuda" "$logs/cache8.log" env KILN_SOURCE_DIR="$root" \
+  KILN_TEST_CACHE_PROVIDERS=cuda "$build/kiln_unit_tests" cache_eight
 if [ "$zoo_count" -gt 0 ]; then
   for level in 0 3; do
     part "zoo, provider cuda only, level $level" "$logs/zoo_l$level.log" \

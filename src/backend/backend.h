@@ -30,6 +30,7 @@ typedef struct kn_backend_config {
     bool strict;          /* a node this provider cannot run is an error, not a fallback */
     int64_t workspace_mb; /* scratch memory limit for library calls (0 = the backend's default) */
     bool exhaustive;      /* tuning=exhaustive: measure candidate algorithms instead of heuristics */
+    int graphs;           /* graphs=0|1: capture runs into device graphs; -1 (unset) = when shapes are static */
 } kn_backend_config;
 
 typedef struct kn_backend_ops {
@@ -62,9 +63,29 @@ typedef struct kn_backend_ops {
     kiln_status (*sync)(void *state);
     /* Optional: device memory statistics (allocation calls made, bytes live, peak bytes). */
     void (*stats)(void *state, uint64_t *device_allocs, size_t *live_bytes, size_t *peak_bytes);
+    /* Optional: the device's fingerprint for the compiled-model cache key, as "name=value;..."
+     * pairs (name, compute capability, driver and library versions: what changes the compiled
+     * result); 0 when the device does not exist. */
+    int (*fingerprint)(size_t device, char *buf, size_t cap);
     /* Optional: called at the start and end of each session run. */
     kiln_status (*run_begin)(void *state);
     kiln_status (*run_end)(void *state);
+    /* Optional, for caller memory (kiln_tensor_wrap_device): whether `data` (bytes long) is memory
+     * of device `device_id` this provider can use; an error saying why not. No session needed. */
+    kiln_status (*check_pointer)(const void *data, size_t bytes, int device_id);
+    /* Optional: copies src into dst (same dtype and shape; each on the host or on this backend's
+     * device) in stream order, without waiting (a copy to pageable host memory may wait). */
+    kiln_status (*copy)(void *state, const kn_tensor *src, kn_tensor *dst);
+    /* Optional: graph capture (src/exec/graph_run.c). capture_begin starts recording the work
+     * issued to the backend's stream; memory allocated or freed while recording stays reserved for
+     * the graph. capture_end stops recording: with ok, it makes a replayable graph (*graph_out),
+     * else (or when recording failed: the status says why) it discards what was recorded.
+     * graph_launch replays a graph on the stream without waiting; graph_destroy frees it and
+     * returns its memory. */
+    kiln_status (*capture_begin)(void *state);
+    kiln_status (*capture_end)(void *state, bool ok, void **graph_out);
+    kiln_status (*graph_launch)(void *state, void *graph);
+    void (*graph_destroy)(void *state, void *graph);
 } kn_backend_ops;
 
 typedef struct kn_backend {

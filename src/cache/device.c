@@ -6,6 +6,8 @@
  * backend adds name, compute capability, driver, runtime, cuDNN and cuBLAS versions. */
 #include "cache/key.h"
 
+#include "backend/backend.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +114,28 @@ static kiln_status cpu_fields(kn_cache_key *k) {
     return kn_cache_key_set(k, "device.cpu.isa", build_isa());
 }
 
+static kiln_status provider_fields(const kn_provider_request *req, kn_cache_key *k) {
+    char field[KN_KEY_NAME_MAX];
+    const kn_backend_ops *b = kn_backend_find(req->name);
+    kn_backend_config cfg;
+    char print[512];
+    if (!b || !b->fingerprint || !b->available || !b->available(NULL) || kn_backend_parse_config(req, &cfg) != KILN_OK ||
+        cfg.device_id < 0 || !b->fingerprint((size_t)cfg.device_id, print, sizeof print)) {
+        kn_clear_error(); /* a bad option is reported by the session, not here */
+        snprintf(field, sizeof field, "device.%s.available", req->name);
+        return kn_cache_key_set(k, field, "no");
+    }
+    char *save = NULL;
+    for (char *item = strtok_r(print, ";", &save); item; item = strtok_r(NULL, ";", &save)) {
+        char *eq = strchr(item, '=');
+        if (!eq) continue;
+        *eq = 0;
+        snprintf(field, sizeof field, "device.%s.%s", req->name, item);
+        KN_TRY(kn_cache_key_set(k, field, eq + 1));
+    }
+    return KILN_OK;
+}
+
 /* "name=value;name=value" over the fields (names other than "build" that do not start with
  * "device." get it added). */
 static kiln_status apply_fake(kn_cache_key *k, const char *spec) {
@@ -135,8 +159,14 @@ static kiln_status apply_fake(kn_cache_key *k, const char *spec) {
 kiln_status kn_cache_device_fields(const kiln_session_options *o, kn_cache_key *k) {
     /* The CPU runs every node no other provider takes, so its fingerprint is always in. */
     KN_TRY(cpu_fields(k));
-    /* Other providers: the CUDA backend adds device.cuda.* here when the options name it. */
-    (void)o;
+    /* Device providers the options name: device.<provider>.<field> from the backend's
+     * fingerprint of the device the options select. A provider this build or machine cannot run
+     * gets "available=no" (its nodes then run on a later provider: a different compiled result). */
+    for (int i = 0; o && i < o->n_providers; i++) {
+        const char *name = o->providers[i].name;
+        if (!name || !strcmp(name, "cpu")) continue;
+        KN_TRY(provider_fields(&o->providers[i], k));
+    }
     const char *env = getenv("KILN_CACHE_FAKE_DEVICE");
     if (env && *env) KN_TRY(apply_fake(k, env));
     pthread_mutex_lock(&kn_fake_mu);

@@ -32,10 +32,25 @@ const char *kn_unit_root(void) {
     return r && *r ? r : ".";
 }
 
+/* Filters: a test runs when its name contains one of the plain arguments (or there is none) and
+ * none of the arguments given as -NAME. */
+static int selected(const char *name, int argc, char **argv) {
+    int any_plain = 0, match = 0;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-') {
+            if (argv[i][1] && strstr(name, argv[i] + 1)) return 0;
+            continue;
+        }
+        any_plain = 1;
+        if (strstr(name, argv[i])) match = 1;
+    }
+    return !any_plain || match;
+}
+
 int main(int argc, char **argv) {
     int passed = 0, failed = 0, skipped = 0;
     for (kn_unit_test *t = kn_tests; t; t = t->next) {
-        if (argc > 1 && !strstr(t->name, argv[1])) continue;
+        if (!selected(t->name, argc, argv)) continue;
         kn_failed_now = kn_skipped_now = 0;
         t->fn();
         if (kn_failed_now) {

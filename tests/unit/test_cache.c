@@ -120,9 +120,23 @@ static int count_substr(const char *s, const char *sub) {
     return n;
 }
 
+/* KILN_TEST_CACHE_PROVIDERS (e.g. "cuda"): the session tests run with these providers (comma
+ * separated) before the CPU: the GPU test command runs the cache tests so. */
+static void add_test_providers(kiln_session_options *o) {
+    const char *env = getenv("KILN_TEST_CACHE_PROVIDERS");
+    if (!env || !*env) return;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", env);
+    char *save = NULL;
+    for (char *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save))
+        kiln_session_options_append_provider(o, p, NULL, NULL, 0);
+    kiln_session_options_append_provider(o, "cpu", NULL, NULL, 0);
+}
+
 static kiln_session_options *opts_in(const char *cache_dir) {
     kiln_session_options *o = NULL;
     kiln_session_options_create(&o);
+    add_test_providers(o);
     kiln_session_options_set_cache(o, 1, cache_dir);
     kiln_session_options_set_log_level(o, KILN_LOG_INFO);
     kiln_session_options_set_intra_op_threads(o, 1);
@@ -991,4 +1005,38 @@ KN_TEST(cache_eight_processes_compile_once) {
     CHECK_EQ_INT(hits, N - 1);
     CHECK_EQ_INT(count_entries(dir), 1);
     rm_rf(dir);
+}
+
+/* A device provider the options name adds its device's fingerprint to the key: with a GPU its
+ * name, compute capability and library versions (so a file compiled on another GPU, driver or
+ * cuDNN is a miss), without one "available=no" (the nodes then run on the CPU: another result). */
+KN_TEST(cache_key_device_provider_fields) {
+    kiln_session_options *o = NULL;
+    CHECK(kiln_session_options_create(&o) == KILN_OK);
+    CHECK(kiln_session_options_append_provider(o, "cuda", NULL, NULL, 0) == KILN_OK);
+    CHECK(kiln_session_options_append_provider(o, "cpu", NULL, NULL, 0) == KILN_OK);
+    kn_cache_key k;
+    CHECK(kn_cache_key_env(o, &k) == KILN_OK);
+    const char *avail = kn_cache_key_get(&k, "device.cuda.available");
+    if (kiln_provider_available("cuda", NULL)) {
+        CHECK(!avail);
+        const char *cc = kn_cache_key_get(&k, "device.cuda.compute_capability");
+        CHECK_MSG(cc && strchr(cc, '.'), "compute capability field");
+        CHECK(kn_cache_key_get(&k, "device.cuda.name") && kn_cache_key_get(&k, "device.cuda.driver"));
+        CHECK(kn_cache_key_get(&k, "device.cuda.cublaslt") && kn_cache_key_get(&k, "device.cuda.cudnn"));
+    } else {
+        CHECK_MSG(avail && !strcmp(avail, "no"), "device.cuda.available=no without a GPU");
+        CHECK(!kn_cache_key_get(&k, "device.cuda.name"));
+    }
+    CHECK(kn_cache_key_get(&k, "device.cpu.model") != NULL);
+    kn_cache_key_free(&k);
+    /* the CPU alone: no cuda field at all */
+    kiln_session_options *c = NULL;
+    CHECK(kiln_session_options_create(&c) == KILN_OK);
+    CHECK(kiln_session_options_append_provider(c, "cpu", NULL, NULL, 0) == KILN_OK);
+    CHECK(kn_cache_key_env(c, &k) == KILN_OK);
+    CHECK(!kn_cache_key_get(&k, "device.cuda.available") && !kn_cache_key_get(&k, "device.cuda.name"));
+    kn_cache_key_free(&k);
+    kiln_session_options_destroy(c);
+    kiln_session_options_destroy(o);
 }

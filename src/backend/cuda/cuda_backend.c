@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ------------------------------------------------------------------ devices */
 
@@ -16,8 +17,18 @@ static pthread_once_t kn_cu_once = PTHREAD_ONCE_INIT;
 static int kn_cu_count;
 static char kn_cu_reason[256];
 static char kn_cu_desc[16][384];
+static char kn_cu_print[16][384]; /* cache-key fingerprints, "name=value;..." */
 
+static double kn_cu_probe_ms; /* driver initialisation and the device query */
+
+static void probe_devices(void);
 static void probe(void) {
+    double t0 = kn_cu_now_ms();
+    probe_devices();
+    kn_cu_probe_ms = kn_cu_now_ms() - t0;
+}
+
+static void probe_devices(void) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
@@ -39,12 +50,17 @@ static void probe(void) {
         struct cudaDeviceProp p;
         if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
             snprintf(kn_cu_desc[i], sizeof kn_cu_desc[i], "cuda:%d: (properties unavailable)", i);
+            snprintf(kn_cu_print[i], sizeof kn_cu_print[i], "properties=unavailable");
             continue;
         }
-        char dnn[32] = "no cuDNN";
+        char dnn[32] = "no cuDNN", dnn_key[32] = "cudnn=none";
 #ifdef KILN_HAVE_CUDNN
         snprintf(dnn, sizeof dnn, "cuDNN %zu", cudnnGetVersion());
+        snprintf(dnn_key, sizeof dnn_key, "cudnn=%zu", cudnnGetVersion());
 #endif
+        snprintf(kn_cu_print[i], sizeof kn_cu_print[i],
+                 "name=%s;compute_capability=%d.%d;sms=%d;memory_mib=%zu;driver=%d;runtime=%d;cublaslt=%zu;%s", p.name,
+                 p.major, p.minor, p.multiProcessorCount, p.totalGlobalMem >> 20, drv, rt, lt, dnn_key);
         snprintf(kn_cu_desc[i], sizeof kn_cu_desc[i],
                  "cuda:%d: %s, compute capability %d.%d, %d SMs, %.1f GiB; driver %d.%d, runtime %d.%d, cuBLASLt %zu, %s",
                  i, p.name, p.major, p.minor, p.multiProcessorCount, (double)p.totalGlobalMem / (1 << 30), drv / 1000,
@@ -66,6 +82,19 @@ static size_t cu_device_count(void) {
 static const char *cu_device_description(size_t i) {
     pthread_once(&kn_cu_once, probe);
     return i < (size_t)kn_cu_count ? kn_cu_desc[i] : NULL;
+}
+
+double kn_cu_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cu_fingerprint(size_t i, char *buf, size_t cap) {
+    pthread_once(&kn_cu_once, probe);
+    if (i >= (size_t)kn_cu_count) return 0;
+    snprintf(buf, cap, "%s", kn_cu_print[i]);
+    return 1;
 }
 
 /* ------------------------------------------------------------------ allocator */
@@ -560,17 +589,23 @@ static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
     cu->device = cfg->device_id;
     cu->cfg = *cfg;
     kiln_status st = KILN_OK;
+    /* start-up costs, reported at info level: the context is the part no cache can save */
+    double t0 = kn_cu_now_ms();
     cudaError_t e = cudaSetDevice(cu->device);
+    if (e == cudaSuccess) e = cudaFree(NULL); /* creates the primary context now, to time it alone */
+    double t_ctx = kn_cu_now_ms();
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         st = kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: cuda:%d: %s", cu->device, cudaGetErrorString(e));
         goto fail;
     }
+    double t_lt = kn_cu_now_ms();
     cublasStatus_t bs = cublasLtCreate(&cu->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         st = kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: cublasLtCreate failed (status %d)", (int)bs);
         goto fail;
     }
+    double t_dnn = kn_cu_now_ms();
 #ifdef KILN_HAVE_CUDNN
     cudnnStatus_t ds = cudnnCreate(&cu->dnn);
     if (ds == CUDNN_STATUS_SUCCESS) ds = cudnnSetStream(cu->dnn, cu->stream);
@@ -591,6 +626,11 @@ static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
         goto fail;
     }
     kn_tensor_set_device_free(KN_DEVICE_CUDA, cu_free_hook);
+    double t_end = kn_cu_now_ms();
+    kn_log(KILN_LOG_INFO,
+           "cuda:%d: driver initialised and devices queried in %.1f ms, context created in %.1f ms; cuBLASLt handle "
+           "%.1f ms, cuDNN handle and workspace %.1f ms",
+           cu->device, kn_cu_probe_ms, t_ctx - t0, t_dnn - t_lt, t_end - t_dnn);
     *state_out = cu;
     return KILN_OK;
 fail:
@@ -605,6 +645,7 @@ const kn_backend_ops kn_backend_cuda = {
     .available = cu_available,
     .device_count = cu_device_count,
     .device_description = cu_device_description,
+    .fingerprint = cu_fingerprint,
     .init = cu_init,
     .destroy = cu_destroy,
     .select = cu_select,

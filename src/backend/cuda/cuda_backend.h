@@ -62,6 +62,8 @@ typedef struct kn_cuda {
     int n_lt, cap_lt;
     void *conv_plans; /* cuDNN plans per node and input shape (cuda_conv.c) */
     int n_conv_plans, cap_conv_plans;
+    struct kn_cu_capture *capture; /* while a run is recorded into a graph (cuda_graph.c) */
+    bool orphaned; /* destroyed while the caller held device tensors: the last one frees the state */
 } kn_cuda;
 
 typedef struct kn_cuda_kernel {
@@ -96,6 +98,9 @@ extern const kn_cuda_kernel kn_cuda_nn[];
 extern const kn_cuda_kernel kn_cuda_linalg[];
 
 /* ---- helpers for the op files ---- */
+
+/* A monotonic clock in milliseconds (start-up timings in the log). */
+double kn_cu_now_ms(void);
 
 /* A CUDA error as a kiln status naming the node and the call. */
 kiln_status kn_cu_check(const kn_kernel_ctx *c, cudaError_t e, const char *what);
