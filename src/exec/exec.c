@@ -1,4 +1,5 @@
 #include "exec/exec.h"
+#include "exec/profile.h"
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
@@ -247,7 +248,9 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         }
     }
     kn_kernel_ctx kc = {n, g, ni, in, no, out, x->pool, x};
+    double prof_t0 = kn_profile_on() ? kn_profile_begin(be) : 0;
     st = be ? be->ops->run(be->state, n->kernel, &kc) : k->run(&kc);
+    if (prof_t0 != 0 && st == KILN_OK) kn_profile_end(n, be, prof_t0);
     if (st != KILN_OK) goto done;
     for (int o = 0; o < no; o++) {
         int v = n->outputs[o];

@@ -1,0 +1,137 @@
+/* Per-node profiling (KILN_PROFILE=1): see profile.h. One table per process, under a lock: the
+ * cost only exists when the variable is set. */
+#include "exec/profile.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct prof_node {
+    const kn_node *node;
+    char label[96];
+    char op[48];
+    const char *provider;
+    double first_ms, later_ms;
+    long later_calls;
+} prof_node;
+
+static pthread_once_t kn_prof_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t kn_prof_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool kn_prof_enabled;
+static prof_node *kn_prof;
+static size_t kn_prof_n, kn_prof_cap;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+typedef struct prof_group {
+    char key[80];
+    double first_ms, later_ms;
+    long nodes, later_calls;
+} prof_group;
+
+static int by_first_desc(const void *a, const void *b) {
+    double x = ((const prof_node *)a)->first_ms, y = ((const prof_node *)b)->first_ms;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static int group_by_first_desc(const void *a, const void *b) {
+    double x = ((const prof_group *)a)->first_ms, y = ((const prof_group *)b)->first_ms;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void report(void) {
+    pthread_mutex_lock(&kn_prof_mu);
+    if (!kn_prof_n) {
+        pthread_mutex_unlock(&kn_prof_mu);
+        return;
+    }
+    prof_group *gr = calloc(kn_prof_n, sizeof *gr);
+    size_t ng = 0;
+    double first_total = 0, later_total = 0;
+    long max_calls = 0;
+    for (size_t i = 0; gr && i < kn_prof_n; i++) {
+        const prof_node *p = &kn_prof[i];
+        char key[80];
+        snprintf(key, sizeof key, "%s on %s", p->op, p->provider);
+        size_t g = 0;
+        while (g < ng && strcmp(gr[g].key, key)) g++;
+        if (g == ng) snprintf(gr[ng++].key, sizeof gr[0].key, "%s", key);
+        gr[g].first_ms += p->first_ms;
+        gr[g].later_ms += p->later_ms;
+        gr[g].nodes++;
+        gr[g].later_calls += p->later_calls;
+        first_total += p->first_ms;
+        later_total += p->later_ms;
+        if (p->later_calls > max_calls) max_calls = p->later_calls;
+    }
+    fprintf(stderr, "kiln profile: %zu nodes; first execution %.2f ms in kernels", kn_prof_n, first_total);
+    if (max_calls) fprintf(stderr, ", later executions %.3f ms per run (%ld runs)", later_total / (double)max_calls, max_calls);
+    fprintf(stderr, "\n  by operator (first ms, later ms per run, nodes):\n");
+    if (gr) {
+        qsort(gr, ng, sizeof *gr, group_by_first_desc);
+        for (size_t g = 0; g < ng && g < 25; g++)
+            fprintf(stderr, "    %-40s %9.2f %9.3f %5ld\n", gr[g].key, gr[g].first_ms,
+                    max_calls ? gr[g].later_ms / (double)max_calls : 0.0, gr[g].nodes);
+    }
+    qsort(kn_prof, kn_prof_n, sizeof *kn_prof, by_first_desc);
+    fprintf(stderr, "  slowest first executions:\n");
+    for (size_t i = 0; i < kn_prof_n && i < 12; i++)
+        fprintf(stderr, "    %9.2f ms  %s (%s on %s)\n", kn_prof[i].first_ms, kn_prof[i].label, kn_prof[i].op,
+                kn_prof[i].provider);
+    free(gr);
+    pthread_mutex_unlock(&kn_prof_mu);
+}
+
+static void init(void) {
+    const char *e = getenv("KILN_PROFILE");
+    kn_prof_enabled = e && *e && strcmp(e, "0");
+    if (kn_prof_enabled) atexit(report);
+}
+
+bool kn_profile_on(void) {
+    pthread_once(&kn_prof_once, init);
+    return kn_prof_enabled;
+}
+
+double kn_profile_begin(const kn_backend *be) {
+    if (be && be->ops->sync) be->ops->sync(be->state);
+    return now_ms();
+}
+
+void kn_profile_end(const kn_node *n, const kn_backend *be, double t0) {
+    if (be && be->ops->sync) be->ops->sync(be->state);
+    double dt = now_ms() - t0;
+    pthread_mutex_lock(&kn_prof_mu);
+    size_t i = 0;
+    while (i < kn_prof_n && kn_prof[i].node != n) i++;
+    if (i == kn_prof_n) {
+        if (kn_prof_n == kn_prof_cap) {
+            size_t nc = kn_prof_cap ? kn_prof_cap * 2 : 256;
+            prof_node *b = realloc(kn_prof, nc * sizeof *b);
+            if (!b) {
+                pthread_mutex_unlock(&kn_prof_mu);
+                return;
+            }
+            kn_prof = b;
+            kn_prof_cap = nc;
+        }
+        prof_node *p = &kn_prof[kn_prof_n++];
+        memset(p, 0, sizeof *p);
+        p->node = n;
+        kn_node_label(n, p->label, sizeof p->label);
+        snprintf(p->op, sizeof p->op, "%s%s%s", n->domain && *n->domain ? n->domain : "",
+                 n->domain && *n->domain ? "." : "", n->op_type);
+        p->provider = be ? be->ops->name : "cpu";
+        p->first_ms = dt;
+    } else {
+        kn_prof[i].later_ms += dt;
+        kn_prof[i].later_calls++;
+    }
+    pthread_mutex_unlock(&kn_prof_mu);
+}
