@@ -25,7 +25,8 @@ static void usage(FILE *f) {
             "            the compiled-model cache ($KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)\n"
             "  info      build options, providers compiled in, devices seen\n"
             "  --version\n"
-            "common flags: --provider cpu|cuda[,cpu]  --opt-level 0..3 (default 3)  --threads N (0 = all cores)\n"
+            "common flags: --provider cpu|cuda[:KEY=VALUE...][,cpu]  (cuda:precision=fp16:tuning=exhaustive)\n"
+            "              --opt-level 0..3 (default 3)  --threads N (0 = all cores)\n"
             "              --log error|warning|info|debug\n");
 }
 
@@ -71,8 +72,25 @@ kiln_session_options *cli_make_options(const cli_common *c) {
     if (st == KILN_OK) st = kiln_session_options_set_log_level(o, (kiln_log_level)c->log_level);
     char list[256];
     snprintf(list, sizeof list, "%s", c->providers);
-    for (char *save = NULL, *p = strtok_r(list, ",", &save); st == KILN_OK && p; p = strtok_r(NULL, ",", &save))
-        st = kiln_session_options_append_provider(o, p, NULL, NULL, 0);
+    /* each item: NAME or NAME:KEY=VALUE[:KEY=VALUE...] (cuda:precision=fp16:device_id=1) */
+    for (char *save = NULL, *p = strtok_r(list, ",", &save); st == KILN_OK && p; p = strtok_r(NULL, ",", &save)) {
+        const char *keys[16], *vals[16];
+        size_t n = 0;
+        char *opt = strchr(p, ':');
+        if (opt) *opt++ = 0;
+        for (char *s2 = NULL, *kv = opt ? strtok_r(opt, ":", &s2) : NULL; kv && st == KILN_OK; kv = strtok_r(NULL, ":", &s2)) {
+            char *eq = strchr(kv, '=');
+            if (!eq || eq == kv || n == 16) {
+                fprintf(stderr, "kiln: --provider %s: '%s' is not KEY=VALUE\n", p, kv);
+                kiln_session_options_destroy(o);
+                return NULL;
+            }
+            *eq = 0;
+            keys[n] = kv;
+            vals[n++] = eq + 1;
+        }
+        st = kiln_session_options_append_provider(o, p, n ? keys : NULL, n ? vals : NULL, n);
+    }
     if (st != KILN_OK) {
         fprintf(stderr, "kiln: %s\n", kiln_last_error());
         kiln_session_options_destroy(o);
