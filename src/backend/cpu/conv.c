@@ -13,6 +13,7 @@
 #include "backend/cpu/const_cache.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/sgemm.h"
+#include "backend/cpu/vec_math.h"
 #include "ops/linalg_util.h"
 
 #include <limits.h>
@@ -260,6 +261,9 @@ typedef struct dw_job {
     const struct dw_tap *taps; /* vector path when set */
     kn_conv_epilogue_fn epi;   /* optional, per finished plane */
     const void *epi_ctx;
+    const float *bias;         /* the 16-channel path adds it; the others find it preloaded in y */
+    const float *w16;          /* the 16-channel path: weights as [group][tap][16] */
+    int *failed;
 } dw_job;
 
 #if defined(__AVX512F__)
@@ -342,10 +346,80 @@ static inline __attribute__((always_inline)) void dw_plane_impl(const float *xs,
     }
 }
 
+/* Undilated windows: R output rows at once, NCH vectors of 16 outputs each. Every input row
+ * loaded (per tap column, per vector) serves each of the R output rows whose window covers it, so
+ * loads drop from R*KH*KW to about (R*sh+KH)*KW per group, and the R*NCH accumulators are
+ * independent FMA chains: with one row of one vector per step (7- and 14-wide planes) each tap's
+ * FMA waited for the previous one's result. */
+static inline __attribute__((always_inline)) void dw_rows_impl(const float *xs, const float *ws, float *ys,
+                                                               const win2 *v, const dw_tap *taps, const int SW,
+                                                               const int SH, const int NCH, const int R) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const int64_t KW = v->KW, KH = v->KH, OH = v->OH;
+    for (int64_t oh0 = 0; oh0 < OH; oh0 += R) {
+        for (int64_t c = 0, ow0 = 0; ow0 < v->OW; ow0 += 16 * NCH, c += NCH) {
+            __mmask16 om[4];
+            __m512 acc[8][4];
+#pragma GCC unroll 4
+            for (int q = 0; q < NCH; q++) om[q] = (__mmask16)range_mask32(0, min64(16, v->OW - ow0 - 16 * q));
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+                for (int q = 0; q < NCH; q++)
+                    acc[r][q] = oh0 + r < OH ? _mm512_maskz_loadu_ps(om[q], ys + (oh0 + r) * v->OW + ow0 + 16 * q)
+                                             : _mm512_setzero_ps();
+            /* input rows ih0 + t, t < (R-1)*SH + KH, feed output row r through kernel row t - r*SH */
+            const int64_t ih0 = oh0 * SH - v->ph, tn = (R - 1) * SH + KH;
+            for (int64_t t = 0; t < tn; t++) {
+                const int64_t ih = ih0 + t;
+                if (ih < 0 || ih >= v->H) continue;
+                const float *xrow = xs + ih * v->W;
+                for (int64_t kw = 0; kw < KW; kw++) {
+                    __m512 xv[4];
+#pragma GCC unroll 4
+                    for (int q = 0; q < NCH; q++) {
+                        const dw_tap *tp = &taps[(c + q) * KW + kw];
+                        if (SW == 1) {
+                            xv[q] = _mm512_maskz_loadu_ps((__mmask16)tp->mask, xrow + tp->i0);
+                        } else {
+                            __m512 a = _mm512_maskz_loadu_ps((__mmask16)(tp->mask & 0xFFFF), xrow + tp->i0);
+                            __m512 b = _mm512_maskz_loadu_ps((__mmask16)(tp->mask >> 16), xrow + tp->i0 + 16);
+                            xv[q] = _mm512_permutex2var_ps(a, even, b);
+                        }
+                    }
+#pragma GCC unroll 8
+                    for (int r = 0; r < R; r++) {
+                        const int64_t kh = t - (int64_t)r * SH;
+                        if (kh < 0 || kh >= KH) continue;
+                        const __m512 wv = _mm512_set1_ps(ws[kh * KW + kw]);
+#pragma GCC unroll 4
+                        for (int q = 0; q < NCH; q++) acc[r][q] = _mm512_fmadd_ps(wv, xv[q], acc[r][q]);
+                    }
+                }
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                if (oh0 + r < OH)
+#pragma GCC unroll 4
+                    for (int q = 0; q < NCH; q++)
+                        _mm512_mask_storeu_ps(ys + (oh0 + r) * v->OW + ow0 + 16 * q, om[q], acc[r][q]);
+        }
+    }
+}
+
+#define DW_ROWS(SW, SH)                                                                                do {                                                                                                   if (nch == 1) dw_rows_impl(xs, ws, ys, v, taps, SW, SH, 1, 8);                                    else if (nch == 2) dw_rows_impl(xs, ws, ys, v, taps, SW, SH, 2, 4);                               else dw_rows_impl(xs, ws, ys, v, taps, SW, SH, DW_CHUNKS, 2);                                 } while (0)
+
 /* As many vectors per step as the row needs, up to DW_CHUNKS: a 7- or 14-wide row (late
  * MobileNet/EfficientNet layers) would otherwise compute three all-masked vectors per tap. */
 static void dw_plane_avx512(const float *xs, const float *ws, float *ys, const win2 *v, const dw_tap *taps) {
     const int nch = v->OW <= 16 ? 1 : v->OW <= 32 ? 2 : DW_CHUNKS;
+    if (v->dh == 1 && v->sh <= 2) {
+        if (v->sw == 1 && v->sh == 1) DW_ROWS(1, 1);
+        else if (v->sw == 1) DW_ROWS(1, 2);
+        else if (v->sh == 1) DW_ROWS(2, 1);
+        else DW_ROWS(2, 2);
+        return;
+    }
     if (v->sw == 1) {
         if (nch == 1) dw_plane_impl(xs, ws, ys, v, taps, 1, 1);
         else if (nch == 2) dw_plane_impl(xs, ws, ys, v, taps, 1, 2);
@@ -355,6 +429,146 @@ static void dw_plane_avx512(const float *xs, const float *ws, float *ys, const w
         else if (nch == 2) dw_plane_impl(xs, ws, ys, v, taps, 2, 2);
         else dw_plane_impl(xs, ws, ys, v, taps, 2, DW_CHUNKS);
     }
+}
+#endif
+
+#if defined(__AVX512F__)
+/* ---- depthwise, 16 channels per vector (small planes) ----
+ * A 7x7 or 14x14 plane fills a 16-lane vector poorly along its rows. Here the 16 lanes are 16
+ * channels at one pixel: each group of 16 channel planes is transposed into a zero-bordered
+ * scratch image of [rows][cols][16] (so window taps need no bounds checks), convolved with the
+ * group's weights laid out [tap][16], and transposed back. Up to 8 output pixels of a row are
+ * computed at once: 8 independent FMA chains sharing each tap's weight vector. */
+#ifndef DW16_MAX_OW
+#define DW16_MAX_OW 128
+#endif
+#ifndef DW16_MAX_FLOATS
+#define DW16_MAX_FLOATS (512 * 1024)
+#endif
+
+typedef struct dw16_geom {
+    int64_t SR, SC;       /* scratch rows and columns */
+    int64_t scratch, out; /* floats of the scratch image and of the transposed output */
+} dw16_geom;
+
+static dw16_geom dw16_geom_of(const win2 *v) {
+    dw16_geom g;
+    g.SR = max64(v->ph + v->H, (v->OH - 1) * v->sh + (v->KH - 1) * v->dh + 1);
+    g.SC = max64(v->pw + v->W, (v->OW - 1) * v->sw + (v->KW - 1) * v->dw + 1);
+    g.scratch = g.SR * g.SC * 16;
+    g.out = v->OH * v->OW * 16;
+    return g;
+}
+
+/* The weights of channels c0..c0+16 as [tap][16] for every group: (C+15)/16 * kk * 16 floats. */
+typedef struct dw16_wctx {
+    const float *w;
+    int64_t C, kk;
+} dw16_wctx;
+
+static void dw16_make_weights(const void *ctx, void *dst) {
+    const dw16_wctx *k = ctx;
+    float *d = dst;
+    for (int64_t c0 = 0; c0 < k->C; c0 += 16)
+        for (int64_t t = 0; t < k->kk; t++, d += 16)
+            for (int64_t l = 0; l < 16; l++) d[l] = c0 + l < k->C ? k->w[(c0 + l) * k->kk + t] : 0.0f;
+}
+
+static inline __attribute__((always_inline)) void dw16_block(const float *srow, const float *wg, const __m512 b,
+                                                             float *orow, const win2 *v, int64_t SC, const int NB) {
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; j++) acc[j] = b;
+    const int64_t xs = v->sw * 16, KW = v->KW;
+    for (int64_t kh = 0; kh < v->KH; kh++) {
+        const float *r = srow + kh * v->dh * SC * 16;
+        const float *wr = wg + kh * KW * 16;
+        for (int64_t kw = 0; kw < KW; kw++) {
+            const __m512 wv = _mm512_loadu_ps(wr + kw * 16);
+            const float *p = r + kw * v->dw * 16;
+#pragma GCC unroll 8
+            for (int j = 0; j < NB; j++) acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(p + j * xs), wv, acc[j]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; j++) _mm512_storeu_ps(orow + j * 16, acc[j]);
+}
+
+/* Channels c0..c0+nc (< 16 at the end) of image n. scratch: geometry g, its border already 0. */
+static void dw16_group(const dw_job *j, int64_t n, int64_t c0, int nc, const float *wg, float *scratch, float *obuf,
+                       const dw16_geom *g) {
+    const conv_shape *s = j->s;
+    const win2 *v = &j->v;
+    const float *x = j->x + (n * s->C + c0) * s->in_plane;
+    float *y = j->y + (n * s->M + c0) * s->out_plane;
+    /* in: 16 channel planes -> scratch pixels */
+    for (int64_t p0 = 0; p0 < s->in_plane; p0 += 16) {
+        const int cnt = (int)min64(16, s->in_plane - p0);
+        __m512 o[16];
+        kn_v16_transpose(x + p0, s->in_plane, nc, cnt, o);
+        for (int q = 0; q < cnt; q++) {
+            const int64_t ih = (p0 + q) / v->W, iw = (p0 + q) % v->W;
+            _mm512_storeu_ps(scratch + ((ih + v->ph) * g->SC + iw + v->pw) * 16, o[q]);
+        }
+    }
+    __m512 b = _mm512_setzero_ps();
+    if (j->bias) b = _mm512_maskz_loadu_ps(kn_v16_tail(nc), j->bias + c0);
+    for (int64_t oh = 0; oh < v->OH; oh++) {
+        const float *srow = scratch + oh * v->sh * g->SC * 16;
+        float *orow = obuf + oh * v->OW * 16;
+        for (int64_t ow = 0; ow < v->OW; ow += 8) {
+            const float *sp = srow + ow * v->sw * 16;
+            float *op = orow + ow * 16;
+            switch (min64(8, v->OW - ow)) {
+            case 8: dw16_block(sp, wg, b, op, v, g->SC, 8); break;
+            case 7: dw16_block(sp, wg, b, op, v, g->SC, 7); break;
+            case 6: dw16_block(sp, wg, b, op, v, g->SC, 6); break;
+            case 5: dw16_block(sp, wg, b, op, v, g->SC, 5); break;
+            case 4: dw16_block(sp, wg, b, op, v, g->SC, 4); break;
+            case 3: dw16_block(sp, wg, b, op, v, g->SC, 3); break;
+            case 2: dw16_block(sp, wg, b, op, v, g->SC, 2); break;
+            default: dw16_block(sp, wg, b, op, v, g->SC, 1); break;
+            }
+        }
+    }
+    /* out: pixels -> 16 channel planes */
+    for (int64_t p0 = 0; p0 < s->out_plane; p0 += 16) {
+        const int cnt = (int)min64(16, s->out_plane - p0);
+        const __mmask16 m = kn_v16_tail(cnt);
+        __m512 o[16];
+        kn_v16_transpose(obuf + p0 * 16, 16, cnt, 16, o);
+        for (int l = 0; l < nc; l++) _mm512_mask_storeu_ps(y + l * s->out_plane + p0, m, o[l]);
+    }
+    if (j->epi) j->epi(j->epi_ctx, j->y, (n * s->M + c0) * s->out_plane, nc, s->out_plane, s->out_plane);
+}
+
+/* Where the 16-channel path wins: one input channel per output channel and rows too short to
+ * fill vectors along them (measured on EfficientNet/MobileNet layers, see the commit), with a
+ * scratch image that stays in L1/L2. */
+static bool dw16_suits(const conv_shape *s) {
+    if (s->Mg != 1 || s->nsp > 2) return false;
+    const win2 v = win2_of(&s->w);
+    const dw16_geom g = dw16_geom_of(&v);
+    return v.OW <= DW16_MAX_OW && g.scratch + g.out <= DW16_MAX_FLOATS && s->in_plane < ((int64_t)1 << 30);
+}
+
+/* Tasks are (image, group of 16 channels). */
+static void dw16_range(void *arg, int64_t begin, int64_t end) {
+    const dw_job *j = arg;
+    const conv_shape *s = j->s;
+    const dw16_geom g = dw16_geom_of(&j->v);
+    const int64_t groups = (s->C + 15) / 16;
+    float *scratch = aligned_alloc(64, sizeof(float) * (size_t)(g.scratch + g.out));
+    if (!scratch) {
+        __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    memset(scratch, 0, sizeof(float) * (size_t)g.scratch);
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t n = t / groups, c0 = (t % groups) * 16;
+        dw16_group(j, n, c0, (int)min64(16, s->C - c0), j->w16 + (c0 / 16) * s->kk * 16, scratch, scratch + g.scratch, &g);
+    }
+    free(scratch);
 }
 #endif
 
@@ -370,7 +584,7 @@ static void dw_range(void *arg, int64_t begin, int64_t end) {
 #if defined(__AVX512F__)
         if (j->taps) {
             dw_plane_avx512(xs, ws, ys, v, j->taps);
-            if (j->epi) j->epi(j->epi_ctx, j->y, p * s->out_plane, s->out_plane);
+            if (j->epi) j->epi(j->epi_ctx, j->y, p * s->out_plane, 1, s->out_plane, s->out_plane);
             continue;
         }
 #endif
@@ -395,7 +609,7 @@ static void dw_range(void *arg, int64_t begin, int64_t end) {
                 }
             }
         }
-        if (j->epi) j->epi(j->epi_ctx, j->y, p * s->out_plane, s->out_plane);
+        if (j->epi) j->epi(j->epi_ctx, j->y, p * s->out_plane, 1, s->out_plane, s->out_plane);
     }
 }
 
@@ -414,14 +628,13 @@ static void conv_gemm_epilogue(const void *ctx, int64_t op, int64_t i0, int64_t 
                                int64_t ldc) {
     const conv_epi_ctx *e = ctx;
     (void)j0;
-    for (int64_t r = 0; r < m; r++) {
-        float *row = c + r * ldc;
-        if (e->bias) {
+    if (e->bias)
+        for (int64_t r = 0; r < m; r++) {
+            float *row = c + r * ldc;
             const float b = e->bias[(op % e->G) * e->Mg + i0 + r];
             for (int64_t i = 0; i < n; i++) row[i] += b;
         }
-        if (e->fn) e->fn(e->ctx, e->y, row - e->y, n);
-    }
+    if (e->fn) e->fn(e->ctx, e->y, c - e->y, m, n, ldc);
 }
 
 /* A convolution's weights in the GEMM's packed-A layout, one block per group. */
@@ -451,19 +664,44 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
                             bool w_is_input) {
     if (s->N == 0 || s->M == 0 || s->out_plane == 0) return KILN_OK;
     const bool depthwise = s->Cg == 1 && s->nsp <= 2;
-    if (s->Cg == 0 || s->kk == 0 || depthwise) {
+    bool dw16 = false; /* the 16-channel depthwise path writes every output itself, bias included */
+#if defined(__AVX512F__)
+    dw16 = depthwise && s->kk > 0 && dw16_suits(s);
+#endif
+    if (s->Cg == 0 || s->kk == 0 || (depthwise && !dw16)) {
         if (bias) fill_bias(y, bias, s->N, s->M, s->out_plane);
         else memset(y, 0, sizeof(float) * (size_t)(s->N * s->M * s->out_plane));
     }
     if (s->Cg == 0 || s->kk == 0) {
-        if (epi) epi(epi_ctx, y, 0, s->N * s->M * s->out_plane);
+        if (epi) epi(epi_ctx, y, 0, 1, s->N * s->M * s->out_plane, s->N * s->M * s->out_plane);
         return KILN_OK;
     }
 
     if (depthwise) {
-        dw_job j = {s, win2_of(&s->w), x, w, y, NULL, epi, epi_ctx};
+        dw_job j = {s, win2_of(&s->w), x, w, y, NULL, epi, epi_ctx, bias, NULL, NULL};
         int64_t work = s->out_plane * s->kk;
 #if defined(__AVX512F__)
+        if (dw16) {
+            int failed = 0;
+            j.failed = &failed;
+            dw16_wctx wc = {w, s->C, s->kk};
+            const size_t wfloats = (size_t)((s->C + 15) / 16 * s->kk * 16);
+            kn_const_layout lay = {2, {s->C, s->kk, 0, 0}};
+            const float *w16 = w_is_input ? kn_cpu_const_derived(c, 1, &lay, sizeof(float) * wfloats, dw16_make_weights, &wc)
+                                          : NULL;
+            float *own = NULL;
+            if (!w16) {
+                own = aligned_alloc(64, sizeof(float) * wfloats);
+                if (!own) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+                dw16_make_weights(&wc, own);
+                w16 = own;
+            }
+            j.w16 = w16;
+            const int64_t groups = (s->C + 15) / 16, gwork = 16 * work;
+            kn_parallel_for(c->pool, s->N * groups, gwork > 65536 ? 1 : 65536 / (gwork + 1) + 1, dw16_range, &j);
+            free(own);
+            return failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
+        }
         dw_tap *taps = NULL;
         if (j.v.sw <= 2) {
             taps = malloc(sizeof(dw_tap) * (size_t)(((j.v.OW + 15) / 16 + DW_CHUNKS - 1) * j.v.KW + 1));
@@ -607,7 +845,7 @@ kiln_status kn_cpu_conv_with_epilogue(kn_kernel_ctx *c, kn_conv_epilogue_fn epi,
     if (!x || !w || (B && !b) || !y) st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     else if ((st = conv_f32(c, &s, x, w, b, y, y == Y->data ? epi : NULL, epi_ctx, w == W->data)) == KILN_OK &&
              y != Y->data) {
-        if (epi) epi(epi_ctx, y, 0, ny); /* converted output: after the whole convolution */
+        if (epi) epi(epi_ctx, y, 0, 1, ny, ny); /* converted output: after the whole convolution */
         kn_linalg_f32_out(y, Y, ny);
     }
     if (ox) free((void *)x);

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/linalg_impl.h"
+#include "backend/cpu/vec_math.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -29,7 +30,7 @@ static inline float gelu_tanh(float x) {
     return x / (1.0f + kn_ew_expf(-2.0f * u));
 }
 
-void kn_fused_act(float *p, int64_t n, const kn_act_spec *a) {
+static inline __attribute__((always_inline)) void act_apply(float *p, int64_t n, const kn_act_spec *a) {
     const float p0 = a->p0, p1 = a->p1;
     switch (a->act) {
     case KN_ACT_NONE: break;
@@ -46,7 +47,11 @@ void kn_fused_act(float *p, int64_t n, const kn_act_spec *a) {
         }
         break;
     case KN_ACT_SIGMOID:
+#if defined(__AVX512F__)
+        kn_v16_sigmoid_inplace(p, n);
+#else
         for (int64_t i = 0; i < n; i++) p[i] = kn_ew_sigmoidf(p[i]);
+#endif
         break;
     case KN_ACT_TANH:
         for (int64_t i = 0; i < n; i++) p[i] = kn_ew_tanhf(p[i]);
@@ -66,7 +71,11 @@ void kn_fused_act(float *p, int64_t n, const kn_act_spec *a) {
         }
         break;
     case KN_ACT_SILU:
+#if defined(__AVX512F__)
+        kn_v16_silu_inplace(p, n);
+#else
         for (int64_t i = 0; i < n; i++) p[i] = p[i] * kn_ew_sigmoidf(p[i]);
+#endif
         break;
     case KN_ACT_GELU:
         for (int64_t i = 0; i < n; i++) p[i] = gelu_erf(p[i]);
@@ -76,6 +85,17 @@ void kn_fused_act(float *p, int64_t n, const kn_act_spec *a) {
         break;
     default: break;
     }
+}
+
+void kn_fused_act(float *p, int64_t n, const kn_act_spec *a) { act_apply(p, n, a); }
+
+void kn_fused_act_rows(float *p, int64_t rows, int64_t cols, int64_t ld, const kn_act_spec *a) {
+    if (ld == cols) {
+        act_apply(p, rows * cols, a);
+        return;
+    }
+    /* the rows are short (a GEMM strip): the per-row work is inlined, not a call */
+    for (int64_t r = 0; r < rows; r++) act_apply(p + r * ld, cols, a);
 }
 
 bool kn_fused_supports_f32(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap) {
@@ -189,14 +209,15 @@ typedef struct conv_epi {
     kn_act_spec act;
 } conv_epi;
 
-static void conv_epilogue(const void *ctx, float *y, int64_t offset, int64_t count) {
+static void conv_epilogue(const void *ctx, float *y, int64_t offset, int64_t rows, int64_t cols, int64_t ld) {
     const conv_epi *e = ctx;
     float *p = y + offset;
     if (e->z) {
         const float *z = e->z + offset;
-        for (int64_t i = 0; i < count; i++) p[i] += z[i];
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t i = 0; i < cols; i++) p[r * ld + i] += z[r * ld + i];
     }
-    kn_fused_act(p, count, &e->act);
+    kn_fused_act_rows(p, rows, cols, ld, &e->act);
 }
 
 static kiln_status run_fused_conv(kn_kernel_ctx *c) {

@@ -7,6 +7,8 @@
 
 /* Applies the activation to n floats in place. */
 void kn_fused_act(float *p, int64_t n, const kn_act_spec *a);
+/* The same on `rows` rows of `cols` elements, each `ld` after the previous. */
+void kn_fused_act_rows(float *p, int64_t rows, int64_t cols, int64_t ld, const kn_act_spec *a);
 
 /* Accepts nodes whose tensor inputs are all float32 (the fused kernels' only type). */
 bool kn_fused_supports_f32(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap);

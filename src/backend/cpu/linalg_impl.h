@@ -10,10 +10,11 @@
 
 /* conv.c */
 kiln_status kn_cpu_conv(kn_kernel_ctx *c);
-/* Called on every range [offset, offset+count) of a float convolution's output once it is final
- * (bias included), from the pool's threads, while the range is still in cache: fused kernels
- * apply their residual and activation here instead of in a second pass over memory. */
-typedef void (*kn_conv_epilogue_fn)(const void *ctx, float *y, int64_t offset, int64_t count);
+/* Called on every block of a float convolution's output once it is final (bias included): `rows`
+ * rows of `cols` elements, the first at y + offset and each `ld` floats after the previous; from
+ * the pool's threads, while the block is still in cache: fused kernels apply their residual and
+ * activation here instead of in a second pass over memory. */
+typedef void (*kn_conv_epilogue_fn)(const void *ctx, float *y, int64_t offset, int64_t rows, int64_t cols, int64_t ld);
 /* kn_cpu_conv with an epilogue (float output only: for other outputs it runs after the whole
  * convolution). */
 kiln_status kn_cpu_conv_with_epilogue(kn_kernel_ctx *c, kn_conv_epilogue_fn fn, const void *ctx);

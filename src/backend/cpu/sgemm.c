@@ -15,6 +15,7 @@
  * streaming GEMV / dot products without packing; small M with untransposed B reads B in place
  * (packing B would cost as much as the product). */
 #include "backend/cpu/sgemm.h"
+#include "backend/cpu/vec_math.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -254,36 +255,10 @@ static void ukr_any(int mr, int64_t kc, const float *a, const float *b, int64_t 
 /* ---------------------------------------------------------------- packing */
 
 #if defined(KN_GEMM_AVX512)
-/* Loads rows x cols (<= 16 x 16) floats at src (row stride ld), zero elsewhere, and returns the
- * transpose: o[q] lane r = src[r*ld + q]. */
+/* the 16 x 16 transpose lives in vec_math.h (the depthwise convolution uses it too) */
 static inline __attribute__((always_inline)) void tr16(const float *src, int64_t ld, int rows, int cols,
                                                        __m512 o[16]) {
-    const __mmask16 cm = mask16(cols);
-    __m512 r[16], t[16];
-    for (int i = 0; i < 16; i++) r[i] = i < rows ? _mm512_maskz_loadu_ps(cm, src + i * ld) : _mm512_setzero_ps();
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    /* r[4b+q] lane L = column 4L+q, rows 4b..4b+3 */
-    for (int b = 0; b < 16; b += 4) {
-        __m512d t0 = _mm512_castps_pd(t[b]), t1 = _mm512_castps_pd(t[b + 1]);
-        __m512d t2 = _mm512_castps_pd(t[b + 2]), t3 = _mm512_castps_pd(t[b + 3]);
-        r[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
-        r[b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
-        r[b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
-        r[b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
-    }
-    for (int q = 0; q < 4; q++) {
-        __m512 v = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x44);  /* lanes 0,1 of rows 0-3, 4-7 */
-        __m512 v2 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xEE); /* lanes 2,3 */
-        __m512 w = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x44);
-        __m512 w2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xEE);
-        o[q] = _mm512_shuffle_f32x4(v, w, 0x88);
-        o[4 + q] = _mm512_shuffle_f32x4(v, w, 0xDD);
-        o[8 + q] = _mm512_shuffle_f32x4(v2, w2, 0x88);
-        o[12 + q] = _mm512_shuffle_f32x4(v2, w2, 0xDD);
-    }
+    kn_v16_transpose(src, ld, rows, cols, o);
 }
 #endif
 
