@@ -613,28 +613,18 @@ static void dw_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-/* The GEMM's epilogue: each finished block of C (rows = output channels of group op % G) gets
- * its channels' bias, then the caller's epilogue as ranges of the convolution's output. The bias
- * is added here rather than preloaded into y, which would cost a pass over the output. */
+/* The GEMM's epilogue blocks, as blocks of the convolution's output (bias already in). */
 typedef struct conv_epi_ctx {
     kn_conv_epilogue_fn fn;
     const void *ctx;
     float *y;
-    const float *bias;
-    int64_t G, Mg;
 } conv_epi_ctx;
 
 static void conv_gemm_epilogue(const void *ctx, int64_t op, int64_t i0, int64_t j0, int64_t m, int64_t n, float *c,
                                int64_t ldc) {
     const conv_epi_ctx *e = ctx;
-    (void)j0;
-    if (e->bias)
-        for (int64_t r = 0; r < m; r++) {
-            float *row = c + r * ldc;
-            const float b = e->bias[(op % e->G) * e->Mg + i0 + r];
-            for (int64_t i = 0; i < n; i++) row[i] += b;
-        }
-    if (e->fn) e->fn(e->ctx, e->y, c - e->y, m, n, ldc);
+    (void)op, (void)i0, (void)j0;
+    e->fn(e->ctx, e->y, c - e->y, m, n, ldc);
 }
 
 /* A convolution's weights in the GEMM's packed-A layout, one block per group. */
@@ -744,10 +734,21 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     }
     kn_sgemm_batch g = {.count = count, .M = s->Mg, .N = s->out_plane, .K = K, .alpha = 1.0f,
                         .beta = 0.0f, .a = ap, .lda = K, .c = cp, .ldc = s->out_plane};
-    conv_epi_ctx ec = {epi, epi_ctx, y, bias, s->G, s->Mg};
-    if (epi || bias) {
+    conv_epi_ctx ec = {epi, epi_ctx, y};
+    if (epi) {
         g.epilogue = conv_gemm_epilogue;
         g.epilogue_ctx = &ec;
+    }
+    const float **rbias = NULL; /* the GEMM adds the bias as it stores C: no pass of its own */
+    if (bias) {
+        rbias = malloc(sizeof(float *) * (size_t)count);
+        if (!rbias) {
+            free(ap);
+            free(cp);
+            return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        for (int64_t op = 0; op < count; op++) rbias[op] = bias + (op % s->G) * s->Mg;
+        g.row_bias = rbias;
     }
     /* constant weights: packed once per session (the GEMM would re-pack them on every call);
      * not for the shapes the GEMM runs without packing A (one output channel or one column) */
@@ -774,6 +775,7 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     free(ap);
     free(cp);
     free(apk);
+    free(rbias);
     return st ? kn_kernel_error(c, st, "out of memory in the GEMM") : KILN_OK;
 }
 

@@ -104,7 +104,7 @@ static inline __mmask16 mask16(int64_t n) {
 static inline __attribute__((always_inline)) void ukr(const int mr, const int nv, int64_t kc,
                                                       const float *restrict a, const float *restrict b,
                                                       int64_t bs, float *restrict c, int64_t ldc, int n,
-                                                      float alpha, float beta) {
+                                                      float alpha, float beta, const float *rb) {
     __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) {
@@ -131,18 +131,20 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
     if (beta == 0.0f) {
 #pragma GCC unroll 12
         for (int r = 0; r < mr; r++) {
-            _mm512_mask_storeu_ps(c + r * ldc, m0, _mm512_mul_ps(va, acc0[r]));
-            if (nv > 1) _mm512_mask_storeu_ps(c + r * ldc + 16, m1, _mm512_mul_ps(va, acc1[r]));
+            const __m512 br = rb ? _mm512_set1_ps(rb[r]) : _mm512_setzero_ps();
+            _mm512_mask_storeu_ps(c + r * ldc, m0, _mm512_fmadd_ps(va, acc0[r], br));
+            if (nv > 1) _mm512_mask_storeu_ps(c + r * ldc + 16, m1, _mm512_fmadd_ps(va, acc1[r], br));
         }
     } else {
         const __m512 vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 12
         for (int r = 0; r < mr; r++) {
             float *cr = c + r * ldc;
-            __m512 c0 = _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m0, cr));
+            const __m512 br = rb ? _mm512_set1_ps(rb[r]) : _mm512_setzero_ps();
+            __m512 c0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), br);
             _mm512_mask_storeu_ps(cr, m0, _mm512_fmadd_ps(va, acc0[r], c0));
             if (nv > 1) {
-                __m512 c1 = _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16));
+                __m512 c1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), br);
                 _mm512_mask_storeu_ps(cr + 16, m1, _mm512_fmadd_ps(va, acc1[r], c1));
             }
         }
@@ -151,12 +153,12 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
 
 #define UKR_CASE(R)                                                                                \
     case R:                                                                                        \
-        if (n > 16) ukr(R, 2, kc, a, b, bs, c, ldc, n, alpha, beta);                              \
-        else ukr(R, 1, kc, a, b, bs, c, ldc, n, alpha, beta);                                      \
+        if (n > 16) ukr(R, 2, kc, a, b, bs, c, ldc, n, alpha, beta, rb);                              \
+        else ukr(R, 1, kc, a, b, bs, c, ldc, n, alpha, beta, rb);                                      \
         break;
 
 static void ukr_any(int mr, int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc,
-                    int n, float alpha, float beta) {
+                    int n, float alpha, float beta, const float *rb) {
     switch (mr) {
         UKR_CASE(12) UKR_CASE(11) UKR_CASE(10) UKR_CASE(9) UKR_CASE(8) UKR_CASE(7)
         UKR_CASE(6) UKR_CASE(5) UKR_CASE(4) UKR_CASE(3) UKR_CASE(2) UKR_CASE(1)
@@ -174,7 +176,7 @@ static inline __m256i mask8(int64_t n) {
 static inline __attribute__((always_inline)) void ukr(const int mr, const int nv, int64_t kc,
                                                       const float *restrict a, const float *restrict b,
                                                       int64_t bs, float *restrict c, int64_t ldc, int n,
-                                                      float alpha, float beta) {
+                                                      float alpha, float beta, const float *rb) {
     __m256 acc0[MR], acc1[MR];
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++) {
@@ -199,11 +201,12 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++) {
         float *cr = c + r * ldc;
-        __m256 v0 = _mm256_mul_ps(va, acc0[r]);
+        const __m256 br = rb ? _mm256_set1_ps(rb[r]) : _mm256_setzero_ps();
+        __m256 v0 = _mm256_fmadd_ps(va, acc0[r], br);
         if (beta != 0.0f) v0 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr, m0), v0);
         _mm256_maskstore_ps(cr, m0, v0);
         if (nv > 1) {
-            __m256 v1 = _mm256_mul_ps(va, acc1[r]);
+            __m256 v1 = _mm256_fmadd_ps(va, acc1[r], br);
             if (beta != 0.0f) v1 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr + 8, m1), v1);
             _mm256_maskstore_ps(cr + 8, m1, v1);
         }
@@ -212,12 +215,12 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
 
 #define UKR_CASE(R)                                                                                \
     case R:                                                                                        \
-        if (n > 8) ukr(R, 2, kc, a, b, bs, c, ldc, n, alpha, beta);                               \
-        else ukr(R, 1, kc, a, b, bs, c, ldc, n, alpha, beta);                                      \
+        if (n > 8) ukr(R, 2, kc, a, b, bs, c, ldc, n, alpha, beta, rb);                               \
+        else ukr(R, 1, kc, a, b, bs, c, ldc, n, alpha, beta, rb);                                      \
         break;
 
 static void ukr_any(int mr, int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc,
-                    int n, float alpha, float beta) {
+                    int n, float alpha, float beta, const float *rb) {
     switch (mr) {
         UKR_CASE(6) UKR_CASE(5) UKR_CASE(4) UKR_CASE(3) UKR_CASE(2) UKR_CASE(1)
         default: break;
@@ -227,7 +230,7 @@ static void ukr_any(int mr, int64_t kc, const float *a, const float *b, int64_t 
 #else /* portable C */
 
 static void ukr_any(int mr, int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc,
-                    int n, float alpha, float beta) {
+                    int n, float alpha, float beta, const float *rb) {
     float acc[MR][NR];
     memset(acc, 0, sizeof acc);
     if (n == NR) {
@@ -247,7 +250,7 @@ static void ukr_any(int mr, int64_t kc, const float *a, const float *b, int64_t 
     }
     for (int r = 0; r < mr; r++)
         for (int j = 0; j < n; j++)
-            c[r * ldc + j] = alpha * acc[r][j] + (beta == 0.0f ? 0.0f : beta * c[r * ldc + j]);
+            c[r * ldc + j] = alpha * acc[r][j] + (beta == 0.0f ? 0.0f : beta * c[r * ldc + j]) + (rb ? rb[r] : 0.0f);
 }
 
 #endif
@@ -541,6 +544,7 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
     const float *A = p->a[op];
     const float *B = p->b ? p->b[op] : NULL;
     const float *A_packed = p->a_packed ? p->a_packed[op] : NULL;
+    const float *bias = p->row_bias ? p->row_bias[op] : NULL;
     const int64_t Mp = padded_m(p->M);
     float *C = p->c[op];
     float *Aws = ws, *Bp = ws + (size_t)MC * KC;
@@ -568,7 +572,7 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
                     float *cp = C + ic * p->ldc + jc + jr;
                     for (int64_t ir = 0; ir < mc; ir += MR)
                         ukr_any((int)min64(MR, mc - ir), kc, Ap + ir * kc, bp, bs, cp + ir * p->ldc, p->ldc, n,
-                                p->alpha, beta);
+                                p->alpha, beta, bias && pc == 0 ? bias + ic + ir : NULL);
                     /* the strip is final after the last slice of K: post-process it while cached */
                     if (p->epilogue && pc + kc == p->K) p->epilogue(p->epilogue_ctx, op, ic, jc + jr, mc, n, cp, p->ldc);
                 }
@@ -596,6 +600,12 @@ static void run_col_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_
              p->beta);
 }
 
+/* C[r][0:n] += bias[r] for r < m (the paths whose kernels do not take a row bias). */
+static void add_row_bias(float *c, int64_t ldc, const float *bias, int64_t m, int64_t n) {
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t i = 0; i < n; i++) c[r * ldc + i] += bias[r];
+}
+
 static void job_range(void *arg, int64_t begin, int64_t end) {
     job *j = arg;
     const kn_sgemm_batch *p = j->p;
@@ -620,8 +630,11 @@ static void job_range(void *arg, int64_t begin, int64_t end) {
 #endif
         default: run_gemm_tile(p, op, m0, m1, n0, n1, ws); break;
         }
-        if (p->epilogue && j->path != PATH_GEMM)
-            p->epilogue(p->epilogue_ctx, op, m0, n0, m1 - m0, n1 - n0, p->c[op] + m0 * p->ldc + n0, p->ldc);
+        if (j->path != PATH_GEMM) {
+            if (p->row_bias) add_row_bias(p->c[op] + m0 * p->ldc + n0, p->ldc, p->row_bias[op] + m0, m1 - m0, n1 - n0);
+            if (p->epilogue)
+                p->epilogue(p->epilogue_ctx, op, m0, n0, m1 - m0, n1 - n0, p->c[op] + m0 * p->ldc + n0, p->ldc);
+        }
     }
 }
 
@@ -632,6 +645,7 @@ static void scale_c(const kn_sgemm_batch *p) {
             float *c = p->c[op] + i * p->ldc;
             for (int64_t j = 0; j < p->N; j++) c[j] = p->beta == 0.0f ? 0.0f : p->beta * c[j];
         }
+        if (p->row_bias) add_row_bias(p->c[op], p->ldc, p->row_bias[op], p->M, p->N);
         if (p->epilogue) p->epilogue(p->epilogue_ctx, op, 0, 0, p->M, p->N, p->c[op], p->ldc);
     }
 }

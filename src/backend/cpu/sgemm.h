@@ -52,6 +52,9 @@ typedef struct kn_sgemm_batch {
      * e.g. constant weights packed once per session. a/lda/trans_a must still describe A: the
      * paths that read A in place (M == 1, N == 1, small M) use them. */
     const float *const *a_packed;
+    /* Optional: row_bias[i][r] is added to row r of C of product i (a convolution's bias), before
+     * the epilogue sees it: C = alpha * op(A) * op(B) + beta * C + bias. */
+    const float *const *row_bias;
 } kn_sgemm_batch;
 
 /* Floats of op(A) (M x K) in the packed layout, and the packing itself: A as for kn_sgemm_batch
