@@ -218,6 +218,7 @@ kiln_status kn_cu_new_tensor(kn_cuda *cu, kiln_dtype dtype, int rank, const int6
     *out = NULL;
     int64_t n = kn_shape_count(dims, rank);
     size_t es = kiln_dtype_size(dtype);
+    if (kn_dtype_is_packed(dtype)) es = 1; /* int4/uint4/int2/uint2: sized by kn_dtype_nbytes below */
     if (n < 0 || es == 0 || dtype == KILN_DTYPE_STRING) {
         char d[256];
         return kn_error(KILN_ERR_UNSUPPORTED, "a %s%s tensor cannot live in CUDA memory", kiln_dtype_name(dtype),
@@ -225,7 +226,7 @@ kiln_status kn_cu_new_tensor(kn_cuda *cu, kiln_dtype dtype, int rank, const int6
     }
     void *p;
     size_t cap;
-    KN_TRY(cu_alloc(cu, (size_t)n * es, &p, &cap));
+    KN_TRY(cu_alloc(cu, kn_dtype_nbytes(dtype, n), &p, &cap));
     kiln_status st = kn_tensor_new_device(KN_DEVICE_CUDA, cu, p, cap, dtype, rank, dims, out);
     if (st != KILN_OK) cu_free_hook(cu, p, cap);
     return st;
@@ -422,7 +423,9 @@ void kn_cu_view_strided(kn_cu_view *v, int rank, const int64_t *dims, const int6
 
 static const kn_cuda_kernel *const kn_cuda_tables[] = {kn_cuda_elementwise, kn_cuda_tensor, kn_cuda_nn, kn_cuda_linalg,
                                                        kn_cuda_fused, kn_cuda_attention,
-                                                       kn_cuda_image};
+                                                       kn_cuda_image,
+                                                       kn_cuda_quant,
+                                                       kn_cuda_einsum};
 
 static const kn_cuda_kernel *find_kernel(const kn_node *n) {
     for (size_t t = 0; t < sizeof kn_cuda_tables / sizeof kn_cuda_tables[0]; t++)
