@@ -126,6 +126,31 @@ KILN_API int64_t kiln_tensor_element_count(const kiln_tensor *tensor);
 KILN_API void *kiln_tensor_data(kiln_tensor *tensor);
 KILN_API size_t kiln_tensor_bytes(const kiln_tensor *tensor);
 
+/* Where a tensor's elements live. */
+typedef enum kiln_device_type {
+    KILN_DEVICE_HOST = 0, /* host memory (kiln_tensor_create, kiln_tensor_wrap) */
+    KILN_DEVICE_CUDA = 1, /* CUDA device memory */
+} kiln_device_type;
+
+/* Device tensors (the IOBinding of ONNX Runtime, the bindings of TensorRT): a session whose
+ * provider runs on that device reads such an input where it is (no copy through the host) and can
+ * leave its outputs there (kiln_session_options_set_output_device, or caller-provided outputs with
+ * kiln_session_run_into).
+ *
+ * A tensor that wraps caller CUDA memory without copying it. data: a device pointer (cudaMalloc,
+ * cudaMallocAsync pools, or managed memory) on CUDA device `device_id`; must outlive the tensor and
+ * hold `bytes` >= the elements' bytes (as kiln_tensor_wrap). dims: borrowed. Not for STRING.
+ * Errors: KILN_ERR_NO_DEVICE when this build has no CUDA backend or no CUDA device is usable;
+ * KILN_ERR_INVALID_ARGUMENT when data is NULL (with bytes > 0), is host memory, is on another
+ * device than device_id, or bytes is too small. kiln_tensor_data returns the device pointer.
+ * Synchronisation: kiln_session_run reads the memory on its own stream when it is called, so the
+ * work that writes an input must be finished (or synchronised) before the call. */
+KILN_API kiln_status kiln_tensor_wrap_device(kiln_dtype dtype, const int64_t *dims, int rank, void *data,
+                                             size_t bytes, int device_id, kiln_tensor **tensor_out);
+/* Where the tensor's elements live; *device_id_out (may be NULL) receives the device ordinal (0 on
+ * the host). KILN_DEVICE_HOST for NULL. */
+KILN_API kiln_device_type kiln_tensor_device(const kiln_tensor *tensor, int *device_id_out);
+
 /* ------------------------------------------------------------------ session options */
 
 typedef enum kiln_log_level {
@@ -152,7 +177,15 @@ KILN_API void kiln_session_options_destroy(kiln_session_options *options);
  * name: "cpu" or "cuda" (copied). keys/values: n provider options as strings (copied), e.g.
  *   cpu:  none yet
  *   cuda: "device_id"="0", "precision"="fp32|tf32|fp16|bf16", "strict"="0|1",
- *         "workspace_mb"="N", "tuning"="heuristic|exhaustive"
+ *         "workspace_mb"="N", "tuning"="heuristic|exhaustive",
+ *         "graphs"="0|1": capture a run into a CUDA graph and replay it (default: on when every
+ *         model input has a static shape; 1 also captures models with symbolic dims, one graph
+ *         per input-shape set, at most 4). The first run with a set of input shapes runs as usual
+ *         (it makes every lazy choice: algorithms, converted weights, memory); the next one with
+ *         the same shapes is captured, and later ones replay it: inputs are copied into the
+ *         graph's own buffers and outputs copied out. A session that cannot be captured (a node
+ *         placed on the CPU that reads device data, an operator whose output shape depends on
+ *         data, ...) runs uncaptured; the reason is logged at KILN_LOG_INFO.
  * An unknown provider name is KILN_ERR_NOT_FOUND; an unknown key or a bad value is
  * KILN_ERR_INVALID_ARGUMENT naming the key. */
 KILN_API kiln_status kiln_session_options_append_provider(kiln_session_options *options,
@@ -188,6 +221,14 @@ KILN_API kiln_status kiln_session_options_set_cache_strict(kiln_session_options 
 /* Size limit of the cache directory in bytes; beyond it the least recently used entries are
  * deleted. 0 = $KILN_CACHE_MAX_SIZE (e.g. "500M"), else 2 GiB. */
 KILN_API kiln_status kiln_session_options_set_cache_limit(kiln_session_options *options, uint64_t max_bytes);
+/* Where kiln_session_run returns outputs. KILN_DEVICE_HOST (default): on the host.
+ * KILN_DEVICE_CUDA: in the CUDA memory of the session's device (an output made on the host is
+ * copied there; strings, sequences and optionals stay on the host: check kiln_tensor_device). Such
+ * an output is the caller's (kiln_tensor_destroy), may outlive the session, and is complete when
+ * the run returns. KILN_ERR_INVALID_ARGUMENT for another value; a session with no CUDA provider
+ * fails to be created with KILN_ERR_INVALID_ARGUMENT. */
+KILN_API kiln_status kiln_session_options_set_output_device(kiln_session_options *options,
+                                                            kiln_device_type device);
 /* Fixes a symbolic input dimension (by name) to a value for compilation. name: copied. */
 KILN_API kiln_status kiln_session_options_set_dim(kiln_session_options *options, const char *name,
                                                   int64_t value);
@@ -230,11 +271,24 @@ KILN_API kiln_status kiln_session_output_info(const kiln_session *session, size_
  *   must equal kiln_session_output_count).
  * outputs_out: an array of n_outputs slots the caller provides; each receives a new tensor owned
  *   by the caller (free with kiln_tensor_destroy). On failure every slot is NULL.
+ * Inputs may be host tensors or CUDA tensors (kiln_tensor_wrap_device) on the session's device;
+ * a CUDA input is read where it is. A CUDA input given to a session without a CUDA provider, or on
+ * another device, is KILN_ERR_INVALID_ARGUMENT naming the input.
  * A session runs one call at a time; use one session per thread for concurrency. */
 KILN_API kiln_status kiln_session_run(kiln_session *session, const char *const *input_names,
                                       kiln_tensor *const *inputs, size_t n_inputs,
                                       const char *const *output_names, size_t n_outputs,
                                       kiln_tensor **outputs_out);
+/* As kiln_session_run, but the caller provides the outputs: outputs[i] (borrowed, not NULL)
+ * receives output i in place. Each may be on the host (kiln_tensor_create, kiln_tensor_wrap) or on
+ * the session's CUDA device (kiln_tensor_wrap_device), and must have exactly the output's element
+ * type and shape (else KILN_ERR_INVALID_ARGUMENT naming the output; nothing is written). This is
+ * the form for zero-allocation runs with CUDA graphs: bind the same buffers every run. On return
+ * the outputs are complete. Numeric tensors only. */
+KILN_API kiln_status kiln_session_run_into(kiln_session *session, const char *const *input_names,
+                                           kiln_tensor *const *inputs, size_t n_inputs,
+                                           const char *const *output_names, size_t n_outputs,
+                                           kiln_tensor *const *outputs);
 
 /* ------------------------------------------------------------------ build and devices */
 

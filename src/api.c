@@ -39,6 +39,46 @@ kiln_status kiln_tensor_wrap(kiln_dtype dtype, const int64_t *dims, int rank, vo
     return kn_tensor_new_view(dtype, rank, dims, data ? data : &empty, bytes, out);
 }
 
+_Static_assert((int)KILN_DEVICE_HOST == (int)KN_DEVICE_HOST && (int)KILN_DEVICE_CUDA == (int)KN_DEVICE_CUDA,
+               "public and internal device numbers agree");
+
+kiln_status kiln_tensor_wrap_device(kiln_dtype dtype, const int64_t *dims, int rank, void *data, size_t bytes,
+                                    int device_id, kiln_tensor **out) {
+    if (!out) return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_tensor_wrap_device: tensor_out is NULL");
+    *out = NULL;
+    if (dtype == KILN_DTYPE_STRING)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_tensor_wrap_device: string tensors cannot live in device memory");
+    if (device_id < 0)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_tensor_wrap_device: device_id %d is negative", device_id);
+    if (!data && bytes) return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_tensor_wrap_device: data is NULL");
+    const kn_backend_ops *cuda = kn_backend_find("cuda");
+    if (!cuda || !cuda->check_pointer)
+        return kn_error(KILN_ERR_NO_DEVICE, "kiln_tensor_wrap_device: this build of kiln has no CUDA backend");
+    const char *why = NULL;
+    if (!cuda->available(&why))
+        return kn_error(KILN_ERR_NO_DEVICE, "kiln_tensor_wrap_device: no CUDA device: %s", why ? why : "unavailable");
+    /* the shape first: its message is the clearer one when both are wrong */
+    kn_tensor *t = NULL;
+    static char empty;
+    KN_TRY(kn_tensor_wrap_device(KN_DEVICE_CUDA, device_id, data ? data : &empty, bytes, dtype, rank, dims, &t));
+    if (data) {
+        kiln_status st = cuda->check_pointer(data, bytes, device_id);
+        if (st != KILN_OK) {
+            kn_tensor_free(t);
+            return kn_error_prefix(st, "kiln_tensor_wrap_device: ");
+        }
+    } else {
+        t->data = NULL; /* an empty tensor: nothing is ever read */
+    }
+    *out = t;
+    return KILN_OK;
+}
+
+kiln_device_type kiln_tensor_device(const kiln_tensor *t, int *device_id_out) {
+    if (device_id_out) *device_id_out = t && t->device != KN_DEVICE_HOST ? t->device_id : 0;
+    return t ? (kiln_device_type)t->device : KILN_DEVICE_HOST;
+}
+
 void kiln_tensor_destroy(kiln_tensor *t) { kn_tensor_free(t); }
 kiln_dtype kiln_tensor_dtype(const kiln_tensor *t) { return t ? t->dtype : KILN_DTYPE_UNDEFINED; }
 int kiln_tensor_rank(const kiln_tensor *t) { return t ? t->rank : -1; }
@@ -70,7 +110,7 @@ void kiln_session_options_destroy(kiln_session_options *o) {
 
 /* Provider option keys each provider accepts; values are checked when the session is made. */
 static const char *const kn_cpu_keys[] = {NULL};
-static const char *const kn_cuda_keys[] = {"device_id", "precision", "strict", "workspace_mb", "tuning", NULL};
+static const char *const kn_cuda_keys[] = {"device_id", "precision", "strict", "workspace_mb", "tuning", "graphs", NULL};
 
 kiln_status kiln_session_options_append_provider(kiln_session_options *o, const char *name,
                                                  const char *const *keys, const char *const *values,
@@ -108,6 +148,16 @@ kiln_status kiln_session_options_append_provider(kiln_session_options *o, const 
         if (!p->keys[i] || !p->values[i]) return KN_OOM();
     }
     o->n_providers++;
+    return KILN_OK;
+}
+
+kiln_status kiln_session_options_set_output_device(kiln_session_options *o, kiln_device_type device) {
+    KN_CHECK_OPTS(o, "kiln_session_options_set_output_device");
+    if (device != KILN_DEVICE_HOST && device != KILN_DEVICE_CUDA)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                        "kiln_session_options_set_output_device: %d is not KILN_DEVICE_HOST (0) or KILN_DEVICE_CUDA (1)",
+                        (int)device);
+    o->output_device = (int)device;
     return KILN_OK;
 }
 

@@ -98,6 +98,7 @@ static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
 kiln_status kn_backend_parse_config(const kn_provider_request *req, kn_backend_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->precision = KN_PRECISION_FP32;
+    cfg->graphs = -1;
     for (int i = 0; i < req->n_options; i++) {
         const char *k = req->keys[i], *v = req->values[i];
         int64_t x;
@@ -119,6 +120,10 @@ kiln_status kn_backend_parse_config(const kn_provider_request *req, kn_backend_c
         } else if (!strcmp(k, "workspace_mb")) {
             if (!parse_int(v, 0, 1 << 20, &x)) goto bad;
             cfg->workspace_mb = x;
+        } else if (!strcmp(k, "graphs")) {
+            if (!strcmp(v, "1") || !strcmp(v, "true")) cfg->graphs = 1;
+            else if (!strcmp(v, "0") || !strcmp(v, "false")) cfg->graphs = 0;
+            else goto bad;
         } else if (!strcmp(k, "tuning")) {
             if (!strcmp(v, "heuristic")) cfg->exhaustive = false;
             else if (!strcmp(v, "exhaustive")) cfg->exhaustive = true;

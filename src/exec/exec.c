@@ -281,6 +281,26 @@ kiln_status kn_exec_graph(const kn_graph *g, kn_threadpool *pool, kn_buffer_pool
 
 kiln_status kn_exec_graph_rt(const kn_graph *g, kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
                              kn_exec *parent, kn_tensor *const *inputs, kn_tensor **outputs) {
+    return kn_exec_graph_flags(g, rt, pool, buffers, parent, inputs, outputs, 0);
+}
+
+/* A device output the run cannot hand over (still read later, a graph input, asked for twice):
+ * a copy on the same device. */
+static kiln_status device_copy(kn_exec *x, const kn_tensor *t, kn_tensor **out) {
+    const kn_backend *dev = backend_of_device(x->rt, t->device);
+    *out = NULL;
+    if (!dev || !dev->ops->copy) return KN_INTERNAL("a device tensor without a backend that copies it");
+    KN_TRY(dev->ops->new_tensor(dev->state, t->dtype, t->rank, t->dims, out));
+    kiln_status st = dev->ops->copy(dev->state, t, *out);
+    if (st != KILN_OK) {
+        kn_tensor_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+kiln_status kn_exec_graph_flags(const kn_graph *g, kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
+                                kn_exec *parent, kn_tensor *const *inputs, kn_tensor **outputs, unsigned flags) {
     kn_exec x = {g, NULL, NULL, NULL, pool, buffers, parent, rt, NULL};
     size_t nv = (size_t)(g->n_values ? g->n_values : 1);
     x.slots = calloc(nv, sizeof *x.slots);
@@ -314,6 +334,19 @@ kiln_status kn_exec_graph_rt(const kn_graph *g, kn_runtime *rt, kn_threadpool *p
             st = kn_error(KILN_ERR_INVALID_MODEL, "graph '%s': output '%s' was not computed", g->name,
                           g->values[v].name);
             goto done;
+        }
+        if (t->kind == KN_VALUE_TENSOR && t->device != KN_DEVICE_HOST && (flags & KN_EXEC_DEVICE_OUTPUTS)) {
+            /* left on the device: handed over when this is the value's last reader, else copied */
+            if (x.owned[v] && x.remaining[v] <= 1) {
+                outputs[i] = t;
+                x.slots[v] = NULL;
+                x.owned[v] = 0;
+            } else {
+                st = device_copy(&x, t, &outputs[i]);
+                if (st != KILN_OK) goto done;
+                if (x.owned[v]) x.remaining[v]--;
+            }
+            continue;
         }
         if (t->kind == KN_VALUE_TENSOR && t->device != KN_DEVICE_HOST) {
             /* outputs come back on the host */

@@ -43,6 +43,12 @@ kiln_status kn_exec_graph(const kn_graph *g, kn_threadpool *pool, kn_buffer_pool
 kiln_status kn_exec_graph_rt(const kn_graph *g, struct kn_runtime *rt, kn_threadpool *pool,
                              kn_buffer_pool *buffers, kn_exec *parent, kn_tensor *const *inputs,
                              kn_tensor **outputs);
+/* kn_exec_graph_rt with flags: KN_EXEC_DEVICE_OUTPUTS leaves outputs computed on a device there
+ * (without waiting for them). */
+enum { KN_EXEC_DEVICE_OUTPUTS = 1u << 0 };
+kiln_status kn_exec_graph_flags(const kn_graph *g, struct kn_runtime *rt, kn_threadpool *pool,
+                                kn_buffer_pool *buffers, kn_exec *parent, kn_tensor *const *inputs,
+                                kn_tensor **outputs, unsigned flags);
 /* For control-flow kernels: runs `body` with the given inputs (borrowed, one per body input)
  * and the current run as outer scope; outputs as for kn_exec_graph. */
 kiln_status kn_exec_subgraph(kn_kernel_ctx *c, const kn_graph *body, kn_tensor *const *inputs,

@@ -3,6 +3,7 @@
 #include "backend/backend.h"
 #include "cache/cache.h"
 #include "exec/exec.h"
+#include "exec/graph_run.h"
 #include "onnx/loader.h"
 #include "onnx/writer.h"
 #include "opt/opt.h"
@@ -78,6 +79,7 @@ kiln_status kn_session_options_copy(const kiln_session_options *src, kiln_sessio
 static void session_free(kiln_session *s) {
     if (!s) return;
     kn_threadpool_destroy(s->pool);
+    if (s->rt) kn_graph_cache_destroy(s);
     kn_runtime_destroy(s->rt);
     kn_buffer_pool_destroy(s->buffers);
     kn_model_free(s->model);
@@ -137,6 +139,7 @@ static kiln_status finish_session(kiln_session *s) {
     if (st == KILN_OK) st = kn_threadpool_create(s->opts.intra_op_threads, &s->pool);
     if (st == KILN_OK) st = kn_buffer_pool_create(&s->buffers);
     if (st == KILN_OK) st = fill_io(s);
+    if (st == KILN_OK) st = kn_graph_cache_create(s);
     return st;
 }
 
@@ -272,35 +275,30 @@ static kiln_status check_input(const kn_value *v, const kn_tensor *t) {
     return KILN_OK;
 }
 
-kiln_status kiln_session_run(kiln_session *s, const char *const *input_names,
-                             kiln_tensor *const *inputs, size_t n_inputs,
-                             const char *const *output_names, size_t n_outputs,
-                             kiln_tensor **outputs_out) {
-    if (outputs_out)
-        for (size_t i = 0; i < n_outputs; i++) outputs_out[i] = NULL;
-    if (!s) return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_run: session is NULL");
-    if (n_inputs && (!input_names || !inputs))
-        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_run: input_names or inputs is NULL");
-    if (n_outputs && !outputs_out)
-        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_run: outputs_out is NULL");
-    const kn_graph *g = s->model->graph;
-    if (!output_names && n_outputs != (size_t)g->n_outputs)
+/* Where a caller's device tensor must be for this session: on the device of the provider that
+ * runs there. what: "input" or "output". */
+static kiln_status check_device_tensor(const kiln_session *s, const char *fn, const char *what, const char *name,
+                                       const kn_tensor *t) {
+    if (t->device == KN_DEVICE_HOST) return KILN_OK;
+    const kn_backend *be = kn_session_device_backend(s, t->device);
+    if (!be)
         return kn_error(KILN_ERR_INVALID_ARGUMENT,
-                        "kiln_session_run: output_names is NULL, so n_outputs must be %d (all outputs), not %zu",
-                        g->n_outputs, n_outputs);
-    kn_tensor **bound = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof *bound);
-    kn_tensor **all_out = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *all_out);
-    int *want = calloc(n_outputs ? n_outputs : 1, sizeof *want);
-    kiln_status st = KILN_OK;
-    if (!bound || !all_out || !want) {
-        st = KN_OOM();
-        goto done;
-    }
+                        "%s: %s '%s' is in CUDA memory (cuda:%d), but the session has no CUDA provider: copy it to the "
+                        "host, or create the session with the 'cuda' provider",
+                        fn, what, name, t->device_id);
+    if (be->cfg.device_id != t->device_id)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: %s '%s' is in memory of %s:%d, but the session runs on %s:%d", fn,
+                        what, name, be->ops->name, t->device_id, be->ops->name, be->cfg.device_id);
+    return KILN_OK;
+}
+
+/* Checks the caller's inputs and binds them to the graph inputs (bound: one per graph input). */
+static kiln_status bind_inputs(const kiln_session *s, const char *fn, const char *const *input_names,
+                               kiln_tensor *const *inputs, size_t n_inputs, kn_tensor **bound) {
+    const kn_graph *g = s->model->graph;
     for (size_t i = 0; i < n_inputs; i++) {
-        if (!input_names[i] || !inputs[i]) {
-            st = kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_run: input %zu has a NULL name or tensor", i);
-            goto done;
-        }
+        if (!input_names[i] || !inputs[i])
+            return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: input %zu has a NULL name or tensor", fn, i);
         int k = 0;
         for (; k < g->n_inputs; k++)
             if (!strcmp(g->values[g->inputs[k]].name, input_names[i])) break;
@@ -311,26 +309,27 @@ kiln_status kiln_session_run(kiln_session *s, const char *const *input_names,
             for (int j = 0; j < g->n_inputs && used < sizeof names; j++)
                 used += (size_t)snprintf(names + used, sizeof names - used, "%s'%s'", j ? ", " : "",
                                          g->values[g->inputs[j]].name);
-            st = kn_error(KILN_ERR_NOT_FOUND, "kiln_session_run: the model has no input '%s' (its inputs: %s)",
-                          input_names[i], names);
-            goto done;
+            return kn_error(KILN_ERR_NOT_FOUND, "%s: the model has no input '%s' (its inputs: %s)", fn, input_names[i],
+                            names);
         }
-        if (bound[k]) {
-            st = kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_run: input '%s' is given twice", input_names[i]);
-            goto done;
-        }
-        st = check_input(&g->values[g->inputs[k]], inputs[i]);
-        if (st != KILN_OK) goto done;
+        if (bound[k]) return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: input '%s' is given twice", fn, input_names[i]);
+        KN_TRY(check_input(&g->values[g->inputs[k]], inputs[i]));
+        KN_TRY(check_device_tensor(s, fn, "input", input_names[i], inputs[i]));
         bound[k] = inputs[i];
     }
     for (int k = 0; k < g->n_inputs; k++)
         if (!bound[k] && !g->values[g->inputs[k]].constant) {
             char ty[256];
-            st = kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_run: input '%s' (%s) is not given",
-                          g->values[g->inputs[k]].name,
-                          kn_type_str(&g->values[g->inputs[k]].type, ty, sizeof ty));
-            goto done;
+            return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: input '%s' (%s) is not given", fn,
+                            g->values[g->inputs[k]].name, kn_type_str(&g->values[g->inputs[k]].type, ty, sizeof ty));
         }
+    return KILN_OK;
+}
+
+/* want[i]: the graph output index of output_names[i] (all outputs in order when names is NULL). */
+static kiln_status select_outputs(const kiln_session *s, const char *fn, const char *const *output_names,
+                                  size_t n_outputs, int *want) {
+    const kn_graph *g = s->model->graph;
     for (size_t i = 0; i < n_outputs; i++) {
         if (!output_names) {
             want[i] = (int)i;
@@ -339,20 +338,127 @@ kiln_status kiln_session_run(kiln_session *s, const char *const *input_names,
         int k = 0;
         for (; output_names[i] && k < g->n_outputs; k++)
             if (!strcmp(g->values[g->outputs[k]].name, output_names[i])) break;
-        if (!output_names[i] || k == g->n_outputs) {
-            st = kn_error(KILN_ERR_NOT_FOUND, "kiln_session_run: the model has no output '%s'",
-                          output_names[i] ? output_names[i] : "(NULL)");
-            goto done;
-        }
+        if (!output_names[i] || k == g->n_outputs)
+            return kn_error(KILN_ERR_NOT_FOUND, "%s: the model has no output '%s'", fn,
+                            output_names[i] ? output_names[i] : "(NULL)");
         want[i] = k;
     }
-    st = kn_exec_graph_rt(g, s->rt, s->pool, s->buffers, NULL, bound, all_out);
+    return KILN_OK;
+}
+
+/* The session's device backend when it has one that copies (NULL otherwise). */
+static const kn_backend *copy_backend(const kiln_session *s) {
+    for (int b = 0; b < s->rt->n_backends; b++)
+        if (s->rt->backends[b].ops->device != KN_DEVICE_HOST && s->rt->backends[b].ops->copy) return &s->rt->backends[b];
+    return NULL;
+}
+
+/* One output for the caller from the run's value t: t itself when the run hands it over (and it
+ * is where the caller wants it), else a copy where the caller wants it (device_out: on the device
+ * for numeric tensors). */
+static kiln_status deliver(const kiln_session *s, kn_tensor **t, bool borrowed, bool device_out, kn_tensor **out) {
+    kn_tensor *v = *t;
+    *out = NULL;
+    bool numeric = v->kind == KN_VALUE_TENSOR && v->dtype != KILN_DTYPE_STRING && kiln_dtype_size(v->dtype) > 0;
+    kn_device where = device_out && numeric ? (kn_device)s->opts.output_device : KN_DEVICE_HOST;
+    if (v->device == where && !borrowed) {
+        *out = v;
+        *t = NULL;
+        return KILN_OK;
+    }
+    if (v->device == KN_DEVICE_HOST && where == KN_DEVICE_HOST) return kn_tensor_clone(v, out);
+    const kn_backend *be = kn_session_device_backend(s, where != KN_DEVICE_HOST ? where : v->device);
+    if (!be || !be->ops->copy) return KN_INTERNAL("an output on a device the session has no provider for");
+    kn_tensor *n = NULL;
+    kiln_status st = where == KN_DEVICE_HOST ? kn_tensor_new_pooled(NULL, false, v->dtype, v->rank, v->dims, &n)
+                                             : be->ops->new_tensor(be->state, v->dtype, v->rank, v->dims, &n);
+    if (st == KILN_OK) st = be->ops->copy(be->state, v, n);
+    if (st != KILN_OK) {
+        kn_tensor_free(n);
+        return st;
+    }
+    *out = n;
+    return KILN_OK;
+}
+
+/* The common part of kiln_session_run (outputs_out) and kiln_session_run_into (into). */
+static kiln_status run_common(kiln_session *s, const char *fn, const char *const *input_names,
+                              kiln_tensor *const *inputs, size_t n_inputs, const char *const *output_names,
+                              size_t n_outputs, kiln_tensor **outputs_out, kiln_tensor *const *into) {
+    if (outputs_out)
+        for (size_t i = 0; i < n_outputs; i++) outputs_out[i] = NULL;
+    if (!s) return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: session is NULL", fn);
+    if (n_inputs && (!input_names || !inputs))
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: input_names or inputs is NULL", fn);
+    if (n_outputs && !outputs_out && !into)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, into ? "outputs" : "outputs_out");
+    const kn_graph *g = s->model->graph;
+    if (!output_names && n_outputs != (size_t)g->n_outputs)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                        "%s: output_names is NULL, so n_outputs must be %d (all outputs), not %zu", fn, g->n_outputs,
+                        n_outputs);
+    kn_tensor **bound = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof *bound);
+    kn_tensor **all_out = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *all_out);
+    int *want = calloc(n_outputs ? n_outputs : 1, sizeof *want);
+    bool borrowed = false;
+    kiln_status st = KILN_OK;
+    if (!bound || !all_out || !want) {
+        st = KN_OOM();
+        goto done;
+    }
+    st = bind_inputs(s, fn, input_names, inputs, n_inputs, bound);
+    if (st == KILN_OK) st = select_outputs(s, fn, output_names, n_outputs, want);
+    for (size_t i = 0; st == KILN_OK && into && i < n_outputs; i++) {
+        const char *name = g->values[g->outputs[want[i]]].name;
+        if (!into[i]) st = kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: the tensor for output '%s' is NULL", fn, name);
+        else if (into[i]->kind != KN_VALUE_TENSOR || into[i]->dtype == KILN_DTYPE_STRING)
+            st = kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: output '%s': only numeric tensors can be given", fn, name);
+        else st = check_device_tensor(s, fn, "output", name, into[i]);
+    }
     if (st != KILN_OK) goto done;
+    bool device_out = !into && s->opts.output_device != KILN_DEVICE_HOST;
+    st = kn_session_execute(s, bound, all_out, device_out || into ? KN_EXEC_DEVICE_OUTPUTS : 0, &borrowed);
+    if (st != KILN_OK) {
+        memset(all_out, 0, sizeof *all_out * (size_t)g->n_outputs);
+        goto done;
+    }
+    if (into) {
+        /* every output checked before anything is written */
+        for (size_t i = 0; i < n_outputs; i++) {
+            const kn_tensor *v = all_out[want[i]], *d = into[i];
+            const char *name = g->values[g->outputs[want[i]]].name;
+            if (!v || v->kind != KN_VALUE_TENSOR || v->dtype == KILN_DTYPE_STRING) {
+                st = kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: output '%s' is not a numeric tensor: use kiln_session_run",
+                              fn, name);
+                goto done;
+            }
+            if (v->dtype != d->dtype || v->rank != d->rank ||
+                (v->rank && memcmp(v->dims, d->dims, sizeof(int64_t) * (size_t)v->rank))) {
+                char a[256], b[256];
+                st = kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: output '%s' is %s, the tensor given for it is %s", fn,
+                              name, kn_tensor_describe(v, a, sizeof a), kn_tensor_describe(d, b, sizeof b));
+                goto done;
+            }
+        }
+        const kn_backend *be = copy_backend(s);
+        for (size_t i = 0; i < n_outputs; i++) {
+            const kn_tensor *v = all_out[want[i]];
+            if (v->device == KN_DEVICE_HOST && into[i]->device == KN_DEVICE_HOST) {
+                if (v->nbytes) memcpy(into[i]->data, v->data, v->nbytes);
+            } else if (!be) {
+                st = KN_INTERNAL("a device tensor in a session without a device provider");
+            } else {
+                st = be->ops->copy(be->state, v, into[i]);
+            }
+            if (st != KILN_OK) goto done;
+        }
+        if (be && be->ops->sync) st = be->ops->sync(be->state);
+        goto done;
+    }
     for (size_t i = 0; i < n_outputs; i++) {
         int k = want[i];
         if (all_out[k]) {
-            outputs_out[i] = all_out[k];
-            all_out[k] = NULL;
+            st = deliver(s, &all_out[k], borrowed, device_out, &outputs_out[i]);
         } else {
             /* the same output asked for twice: copy the first one handed out */
             size_t j = 0;
@@ -361,9 +467,15 @@ kiln_status kiln_session_run(kiln_session *s, const char *const *input_names,
                 st = KN_INTERNAL("output slot already taken");
                 goto done;
             }
-            st = kn_tensor_clone(outputs_out[j], &outputs_out[i]);
-            if (st != KILN_OK) goto done;
+            kn_tensor *first = outputs_out[j];
+            st = deliver(s, &first, true, device_out, &outputs_out[i]);
         }
+        if (st != KILN_OK) goto done;
+    }
+    /* outputs left on (or copied from) the device are complete when the run returns */
+    if (borrowed || device_out) {
+        const kn_backend *be = copy_backend(s);
+        if (be && be->ops->sync) st = be->ops->sync(be->state);
     }
 done:
     if (st != KILN_OK && outputs_out)
@@ -371,10 +483,27 @@ done:
             kn_tensor_free(outputs_out[i]);
             outputs_out[i] = NULL;
         }
-    if (all_out)
+    if (all_out && !borrowed)
         for (int k = 0; k < g->n_outputs; k++) kn_tensor_free(all_out[k]);
     free(all_out);
     free(bound);
     free(want);
     return st;
+}
+
+kiln_status kiln_session_run(kiln_session *s, const char *const *input_names, kiln_tensor *const *inputs,
+                             size_t n_inputs, const char *const *output_names, size_t n_outputs,
+                             kiln_tensor **outputs_out) {
+    return run_common(s, "kiln_session_run", input_names, inputs, n_inputs, output_names, n_outputs, outputs_out,
+                      NULL);
+}
+
+kiln_status kiln_session_run_into(kiln_session *s, const char *const *input_names, kiln_tensor *const *inputs,
+                                  size_t n_inputs, const char *const *output_names, size_t n_outputs,
+                                  kiln_tensor *const *outputs) {
+    if (n_outputs && !outputs)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_run_into: outputs is NULL");
+    static kiln_tensor *const none[1] = {NULL};
+    return run_common(s, "kiln_session_run_into", input_names, inputs, n_inputs, output_names, n_outputs, NULL,
+                      outputs ? outputs : none);
 }

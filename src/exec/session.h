@@ -36,6 +36,7 @@ struct kiln_session_options {
     uint64_t cache_max_bytes; /* cache directory size limit; 0 = $KILN_CACHE_MAX_SIZE or 2 GiB */
     kn_dim_override *dims;
     int n_dims;
+    int output_device; /* kiln_device_type where kiln_session_run returns outputs */
 };
 
 typedef struct kn_io_info {
@@ -54,7 +55,10 @@ struct kiln_session {
     int n_inputs;
     kn_io_info *outputs;
     int n_outputs;
+    struct kn_graph_cache *graphs; /* captured runs (graph_run.c); NULL when runs are not captured */
 };
+
+typedef struct kn_graph_cache kn_graph_cache;
 
 kiln_status kn_session_options_copy(const kiln_session_options *src, kiln_session_options *dst);
 void kn_session_options_clear(kiln_session_options *o);

@@ -308,6 +308,14 @@ kiln_status kn_tensor_new_device(kn_device device, void *owner, void *data, size
     return KILN_OK;
 }
 
+kiln_status kn_tensor_wrap_device(kn_device device, int device_id, void *data, size_t bytes, kiln_dtype dtype,
+                                  int rank, const int64_t *dims, kn_tensor **out) {
+    KN_TRY(kn_tensor_new_view(dtype, rank, dims, data, bytes, out));
+    (*out)->device = device;
+    (*out)->device_id = device_id;
+    return KILN_OK;
+}
+
 kiln_status kn_tensor_new_view(kiln_dtype dtype, int rank, const int64_t *dims, void *data,
                                size_t nbytes, kn_tensor **out) {
     int64_t n;

@@ -36,6 +36,7 @@ struct kiln_tensor {
     size_t capacity;             /* bytes of the `data` block (>= nbytes) */
     kn_device device;            /* KN_DEVICE_HOST unless `data` is device memory */
     void *device_owner;          /* for device memory: the allocator the free hook returns it to */
+    int device_id;               /* for device memory: the device ordinal */
     /* containers */
     struct kiln_tensor **items;
     int n_items;
@@ -76,6 +77,10 @@ void kn_tensor_set_device_free(kn_device device, kn_device_free_fn fn);
 /* A tensor header for device memory (owned: freed through the device's hook with `owner`). */
 kiln_status kn_tensor_new_device(kn_device device, void *owner, void *data, size_t capacity,
                                  kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out);
+
+/* A tensor header over caller device memory (not freed: the caller owns it). */
+kiln_status kn_tensor_wrap_device(kn_device device, int device_id, void *data, size_t bytes, kiln_dtype dtype,
+                                  int rank, const int64_t *dims, kn_tensor **out);
 
 /* Deep copy (data copied, owning; host tensors only). */
 kiln_status kn_tensor_clone(const kn_tensor *src, kn_tensor **out);

@@ -3,6 +3,7 @@
  * size in stream order, so steady-state runs with repeating shapes make no cudaMalloc/cudaFree),
  * host<->device copies, and kernel selection from the op tables. */
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_graph.h"
 
 #include "util/log.h"
 
@@ -116,8 +117,10 @@ static kiln_status cu_alloc(kn_cuda *cu, size_t bytes, void **out, size_t *cap_o
     void *p = NULL;
     size_t cap = need;
     pthread_mutex_lock(&cu->mu);
+    /* while a graph is recorded, the blocks it already reserved come first */
+    if (cu->capture) p = kn_cu_capture_take(cu->capture, need, &cap);
     int best = -1;
-    for (int i = 0; i < cu->n_free; i++) {
+    for (int i = 0; !p && i < cu->n_free; i++) {
         size_t c = cu->free_blocks[i].size;
         if (c >= need && c / 2 <= need && (best < 0 || c < cu->free_blocks[best].size)) best = i;
     }
@@ -158,6 +161,27 @@ static void cu_free_hook(void *owner, void *data, size_t capacity) {
     if (!cu || !data) return;
     pthread_mutex_lock(&cu->mu);
     cu->live_bytes -= capacity;
+    if (cu->orphaned) {
+        /* the session is gone and this was one of the last tensors the caller held */
+        bool last = cu->live_bytes == 0;
+        pthread_mutex_unlock(&cu->mu);
+        int prev = -1;
+        cudaGetDevice(&prev);
+        cudaSetDevice(cu->device);
+        cudaFree(data);
+        if (prev >= 0) cudaSetDevice(prev);
+        if (last) {
+            pthread_mutex_destroy(&cu->mu);
+            free(cu);
+        }
+        return;
+    }
+    if (cu->capture) {
+        /* reserved for the graph being recorded: a replay writes here again */
+        kn_cu_capture_keep(cu->capture, data, capacity);
+        pthread_mutex_unlock(&cu->mu);
+        return;
+    }
     if (cu->n_free == cu->cap_free) {
         int nc = cu->cap_free ? cu->cap_free * 2 : 64;
         kn_cu_block *b = realloc(cu->free_blocks, sizeof *b * (size_t)nc);
@@ -173,6 +197,13 @@ static void cu_free_hook(void *owner, void *data, size_t capacity) {
     }
     pthread_mutex_unlock(&cu->mu);
     if (data) cudaFree(data);
+}
+
+void kn_cu_unreserve_block(kn_cuda *cu, void *p, size_t size) {
+    pthread_mutex_lock(&cu->mu);
+    cu->live_bytes += size; /* not live while reserved; the hook counts it out again */
+    pthread_mutex_unlock(&cu->mu);
+    cu_free_hook(cu, p, size);
 }
 
 kiln_status kn_cu_scratch(kn_cuda *cu, size_t bytes, void **out) {
@@ -229,6 +260,7 @@ kiln_status kn_cu_new_tensor(kn_cuda *cu, kiln_dtype dtype, int rank, const int6
     KN_TRY(cu_alloc(cu, kn_dtype_nbytes(dtype, n), &p, &cap));
     kiln_status st = kn_tensor_new_device(KN_DEVICE_CUDA, cu, p, cap, dtype, rank, dims, out);
     if (st != KILN_OK) cu_free_hook(cu, p, cap);
+    else (*out)->device_id = cu->device;
     return st;
 }
 
@@ -506,10 +538,17 @@ static kiln_status cu_upload(void *state, const kn_tensor *host, bool persistent
     *out = NULL;
     if (host->kind != KN_VALUE_TENSOR || host->dtype == KILN_DTYPE_STRING)
         return kn_error(KILN_ERR_UNSUPPORTED, "only numeric tensors can be copied to a CUDA device");
+    /* while a graph is recorded: a constant's first copy would never run (the warm-up run makes
+     * them), and other host values are copied from a pinned copy the graph keeps */
+    if (cu->capture && persistent)
+        return kn_error(KILN_ERR_UNSUPPORTED, "a constant is first copied to cuda:%d while the run is recorded",
+                        cu->device);
+    const void *src = host->data;
+    if (cu->capture && host->nbytes) KN_TRY(kn_cu_capture_stage(cu, host->data, host->nbytes, &src));
     kn_tensor *t;
     KN_TRY(kn_cu_new_tensor(cu, host->dtype, host->rank, host->dims, &t));
     if (host->nbytes) {
-        cudaError_t e = cudaMemcpyAsync(t->data, host->data, host->nbytes, cudaMemcpyHostToDevice, cu->stream);
+        cudaError_t e = cudaMemcpyAsync(t->data, src, host->nbytes, cudaMemcpyHostToDevice, cu->stream);
         if (e != cudaSuccess) {
             kn_tensor_free(t);
             return kn_error(KILN_ERR_RUNTIME, "copy of %zu bytes to cuda:%d: %s", host->nbytes, cu->device,
@@ -524,6 +563,9 @@ static kiln_status cu_upload(void *state, const kn_tensor *host, bool persistent
 static kiln_status cu_download(void *state, const kn_tensor *dev, kn_tensor **out) {
     kn_cuda *cu = state;
     *out = NULL;
+    if (cu->capture)
+        return kn_error(KILN_ERR_UNSUPPORTED, "a %s value of cuda:%d is needed on the host while the run is recorded",
+                        kiln_dtype_name(dev->dtype), cu->device);
     kn_tensor *t;
     KN_TRY(kn_tensor_new_pooled(NULL, false, dev->dtype, dev->rank, dev->dims, &t));
     cudaError_t e = cudaSuccess;
@@ -540,6 +582,9 @@ static kiln_status cu_download(void *state, const kn_tensor *dev, kn_tensor **ou
 
 static kiln_status cu_sync(void *state) {
     kn_cuda *cu = state;
+    if (cu->capture)
+        return kn_error(KILN_ERR_UNSUPPORTED, "cuda:%d: the host waits for the device while the run is recorded",
+                        cu->device);
     cudaError_t e = cudaStreamSynchronize(cu->stream);
     if (e != cudaSuccess) return kn_error(KILN_ERR_RUNTIME, "cuda:%d: %s", cu->device, cudaGetErrorString(e));
     return KILN_OK;
@@ -576,6 +621,15 @@ static void cu_destroy(void *state) {
     if (cu->dnn) cudnnDestroy(cu->dnn);
 #endif
     if (cu->stream) cudaStreamDestroy(cu->stream);
+    pthread_mutex_lock(&cu->mu);
+    if (cu->live_bytes) {
+        /* device tensors the caller still holds (outputs left on the device) free their memory
+         * through this state later; the last one frees it */
+        cu->orphaned = true;
+        pthread_mutex_unlock(&cu->mu);
+        return;
+    }
+    pthread_mutex_unlock(&cu->mu);
     pthread_mutex_destroy(&cu->mu);
     free(cu);
 }
@@ -663,4 +717,10 @@ const kn_backend_ops kn_backend_cuda = {
     .download = cu_download,
     .sync = cu_sync,
     .stats = cu_stats,
+    .check_pointer = kn_cu_check_pointer,
+    .copy = kn_cu_copy,
+    .capture_begin = kn_cu_capture_begin,
+    .capture_end = kn_cu_capture_end,
+    .graph_launch = kn_cu_graph_launch,
+    .graph_destroy = kn_cu_graph_destroy,
 };

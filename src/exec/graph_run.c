@@ -1,0 +1,418 @@
+/* Captured runs: a session whose device work can be recorded (the CUDA provider's graphs) runs
+ * each set of input shapes once as usual, which makes every lazy choice (algorithms, converted
+ * weights, constants on the device, allocator blocks); the next run with the same shapes is
+ * recorded into a graph with its own input buffers, and later runs replay it: inputs are copied
+ * into those buffers, the graph is launched, and the caller copies the outputs out of it.
+ *
+ * What makes a session not recordable is checked once, from the placement: a node on the CPU that
+ * reads a value computed at run time (it would need the device's data on the host in the middle of
+ * the run), a device kernel reading such a value on the host, random operators (a replay would
+ * repeat the numbers). What only the run itself can tell (a kernel that waits for the device, an
+ * output shape that depends on data) makes the recording fail: the reason is logged at info level
+ * and that set of shapes runs uncaptured from then on. Host-side values that depend only on shapes
+ * (Shape -> Gather -> Concat chains) are the same on every run with those shapes, so the graph
+ * keeps what they were when it was recorded. */
+#include "exec/graph_run.h"
+
+#include "backend/backend.h"
+#include "exec/exec.h"
+#include "util/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KN_MAX_GRAPHS 4 /* captured graphs per session (least recently used goes) */
+#define KN_MAX_SEEN 16  /* input-shape sets remembered as warmed up or not recordable */
+
+typedef struct kn_captured {
+    int64_t *sig; /* the input-shape set it was recorded for */
+    size_t sig_len;
+    void *graph;          /* the backend's handle */
+    kn_tensor **inputs;   /* per graph input: the buffer the graph reads (NULL: not given) */
+    kn_tensor **outputs;  /* per graph output: the graph's value (device memory it keeps, or a host value) */
+    uint64_t last_used;
+} kn_captured;
+
+typedef struct kn_seen {
+    int64_t *sig;
+    size_t sig_len;
+    bool failed; /* recording failed: run uncaptured */
+} kn_seen;
+
+struct kn_graph_cache {
+    int backend; /* index of the recording backend in the session's runtime */
+    kn_captured graphs[KN_MAX_GRAPHS];
+    int n_graphs;
+    kn_seen seen[KN_MAX_SEEN];
+    int n_seen, next_seen;
+    uint64_t tick;
+    uint64_t launches; /* graph launches (replays, and the first launch after a recording) */
+};
+
+/* ------------------------------------------------------------------ recordability */
+
+static bool is_random_op(const kn_node *n) {
+    static const char *const ops[] = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                                      "Multinomial", "Bernoulli"};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (!strcmp(n->op_type, ops[i])) return true;
+    return false;
+}
+
+/* Whether every run of g with the same input shapes issues the same device work, with host-side
+ * values that depend on shapes only; why says which node it is not so. */
+static bool recordable(const kn_graph *g, const kn_runtime *rt, int dev, char *why, size_t cap) {
+    char lbl[256];
+    /* per value: known on the host before the run's device work, from constants and shapes only */
+    unsigned char *fixed = calloc((size_t)(g->n_values ? g->n_values : 1), 1);
+    if (!fixed) {
+        snprintf(why, cap, "out of memory");
+        return false;
+    }
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].constant && !g->values[v].is_graph_input) fixed[v] = 1;
+    bool ok = true;
+    for (int i = 0; ok && i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        if (is_random_op(n)) {
+            snprintf(why, cap, "%s: a random operator (a replay would repeat its numbers)", kn_node_label(n, lbl, sizeof lbl));
+            ok = false;
+            break;
+        }
+        if (n->provider < 0 || n->provider >= rt->n_backends) {
+            snprintf(why, cap, "%s: not placed", kn_node_label(n, lbl, sizeof lbl));
+            ok = false;
+            break;
+        }
+        const kn_backend *be = &rt->backends[n->provider];
+        bool all_fixed = true;
+        for (int k = 0; ok && k < n->n_inputs; k++) {
+            int v = n->inputs[k];
+            if (v < 0) continue;
+            bool meta = be->ops->input_metadata_only && be->ops->input_metadata_only(n->kernel, n, k);
+            if (meta || fixed[v]) continue;
+            all_fixed = false;
+            bool on_host = be->ops->device == KN_DEVICE_HOST ||
+                           (be->ops->input_on_host && be->ops->input_on_host(n->kernel, n, k));
+            if (on_host) {
+                snprintf(why, cap, "%s runs on %s and reads input %d ('%s'), computed at run time, on the host",
+                         kn_node_label(n, lbl, sizeof lbl), be->ops->device == KN_DEVICE_HOST ? "the CPU" : be->ops->name,
+                         k, g->values[v].name);
+                ok = false;
+            }
+        }
+        if (!ok) break;
+        if (n->provider != dev && be->ops->device != KN_DEVICE_HOST) {
+            snprintf(why, cap, "%s runs on a second device provider '%s'", kn_node_label(n, lbl, sizeof lbl),
+                     be->ops->name);
+            ok = false;
+            break;
+        }
+        for (int o = 0; o < n->n_outputs; o++) {
+            int v = n->outputs[o];
+            if (v < 0) continue;
+            bool host_out = be->ops->device == KN_DEVICE_HOST ||
+                            (be->ops->output_on_host && be->ops->output_on_host(n->kernel, n, o));
+            fixed[v] = host_out && all_fixed;
+        }
+    }
+    free(fixed);
+    return ok;
+}
+
+kiln_status kn_graph_cache_create(kiln_session *s) {
+    s->graphs = NULL;
+    const kn_runtime *rt = s->rt;
+    const kn_graph *g = s->model->graph;
+    int dev = -1;
+    for (int b = 0; b < rt->n_backends && dev < 0; b++)
+        if (rt->backends[b].listed && rt->backends[b].ops->device != KN_DEVICE_HOST) dev = b;
+    if (s->opts.output_device != KILN_DEVICE_HOST) {
+        bool found = false;
+        for (int b = 0; b < rt->n_backends; b++)
+            if ((int)rt->backends[b].ops->device == s->opts.output_device) found = true;
+        if (!found)
+            return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                            "outputs on the CUDA device were asked for (kiln_session_options_set_output_device), but the "
+                            "session has no CUDA provider");
+    }
+    if (dev < 0) return KILN_OK;
+    const kn_backend *be = &rt->backends[dev];
+    if (!be->ops->capture_begin || be->cfg.graphs == 0) {
+        if (be->ops->capture_begin) kn_log(KILN_LOG_INFO, "%s: graphs=0: runs are not captured", be->ops->name);
+        return KILN_OK;
+    }
+    if (be->cfg.graphs < 0)
+        for (int i = 0; i < g->n_inputs; i++) {
+            const kn_value *v = &g->values[g->inputs[i]];
+            if (v->constant) continue;
+            bool fixed = v->type.kind == KN_TYPE_TENSOR && v->type.rank >= 0;
+            for (int d = 0; fixed && d < v->type.rank; d++) fixed = v->type.dims[d].value >= 0;
+            if (!fixed) {
+                kn_log(KILN_LOG_INFO,
+                       "%s: input '%s' has no static shape: runs are not captured into graphs (graphs=1 captures one "
+                       "graph per set of input shapes)",
+                       be->ops->name, v->name);
+                return KILN_OK;
+            }
+        }
+    char why[768];
+    why[0] = 0;
+    if (!recordable(g, rt, dev, why, sizeof why)) {
+        kn_log(KILN_LOG_INFO, "%s: runs are not captured into graphs: %s", be->ops->name, why);
+        return KILN_OK;
+    }
+    kn_graph_cache *c = calloc(1, sizeof *c);
+    if (!c) return KN_OOM();
+    c->backend = dev;
+    s->graphs = c;
+    return KILN_OK;
+}
+
+static void captured_free(kiln_session *s, kn_captured *e) {
+    const kn_backend *be = &s->rt->backends[s->graphs->backend];
+    const kn_graph *g = s->model->graph;
+    if (e->graph) be->ops->graph_destroy(be->state, e->graph);
+    for (int i = 0; e->inputs && i < g->n_inputs; i++) kn_tensor_free(e->inputs[i]);
+    for (int i = 0; e->outputs && i < g->n_outputs; i++) kn_tensor_free(e->outputs[i]);
+    free(e->inputs);
+    free(e->outputs);
+    free(e->sig);
+    memset(e, 0, sizeof *e);
+}
+
+void kn_graph_cache_destroy(kiln_session *s) {
+    kn_graph_cache *c = s->graphs;
+    if (!c) return;
+    for (int i = 0; i < c->n_graphs; i++) captured_free(s, &c->graphs[i]);
+    for (int i = 0; i < c->n_seen; i++) free(c->seen[i].sig);
+    free(c);
+    s->graphs = NULL;
+}
+
+/* ------------------------------------------------------------------ runs */
+
+/* The input-shape set of a run: per graph input, given or not, element type, rank, dims. */
+static int64_t *signature(const kn_graph *g, kn_tensor *const *bound, size_t *len) {
+    size_t n = 0;
+    for (int i = 0; i < g->n_inputs; i++) n += 3 + (bound[i] ? (size_t)bound[i]->rank : 0);
+    int64_t *sig = malloc(sizeof *sig * (n ? n : 1));
+    if (!sig) return NULL;
+    size_t at = 0;
+    for (int i = 0; i < g->n_inputs; i++) {
+        const kn_tensor *t = bound[i];
+        sig[at++] = t ? 1 + (int64_t)t->kind : 0;
+        sig[at++] = t ? (int64_t)t->dtype : 0;
+        sig[at++] = t ? t->rank : 0;
+        for (int d = 0; t && d < t->rank; d++) sig[at++] = t->dims[d];
+    }
+    *len = n;
+    return sig;
+}
+
+static bool same_sig(const int64_t *a, size_t na, const int64_t *b, size_t nb) {
+    return na == nb && !memcmp(a, b, sizeof *a * na);
+}
+
+static const char *sig_str(const kn_graph *g, kn_tensor *const *bound, char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < g->n_inputs && used < cap; i++) {
+        if (!bound[i]) continue;
+        char d[256];
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s %s", used ? ", " : "", g->values[g->inputs[i]].name,
+                                 kn_tensor_describe(bound[i], d, sizeof d));
+    }
+    return buf;
+}
+
+static kn_seen *find_seen(kn_graph_cache *c, const int64_t *sig, size_t len) {
+    for (int i = 0; i < c->n_seen; i++)
+        if (same_sig(c->seen[i].sig, c->seen[i].sig_len, sig, len)) return &c->seen[i];
+    return NULL;
+}
+
+/* Remembers a set of shapes (takes sig). */
+static void remember(kn_graph_cache *c, int64_t *sig, size_t len, bool failed) {
+    kn_seen *e = find_seen(c, sig, len);
+    if (e) {
+        e->failed = failed;
+        free(sig);
+        return;
+    }
+    if (c->n_seen < KN_MAX_SEEN) {
+        e = &c->seen[c->n_seen++];
+    } else {
+        e = &c->seen[c->next_seen];
+        c->next_seen = (c->next_seen + 1) % KN_MAX_SEEN;
+        free(e->sig);
+    }
+    e->sig = sig;
+    e->sig_len = len;
+    e->failed = failed;
+}
+
+/* Inputs into the graph's buffers, then the graph. */
+static kiln_status replay(kiln_session *s, kn_captured *e, kn_tensor *const *bound) {
+    const kn_backend *be = &s->rt->backends[s->graphs->backend];
+    const kn_graph *g = s->model->graph;
+    for (int i = 0; i < g->n_inputs; i++) {
+        if (!bound[i]) continue;
+        kiln_status st = be->ops->copy(be->state, bound[i], e->inputs[i]);
+        if (st != KILN_OK)
+            return kn_error_prefix(st, "input '%s' into the graph's buffer: ", g->values[g->inputs[i]].name);
+    }
+    e->last_used = ++s->graphs->tick;
+    s->graphs->launches++;
+    return be->ops->graph_launch(be->state, e->graph);
+}
+
+/* Makes the device copies of the constants device kernels read, before recording (a constant's
+ * first copy must really run). Failures are left to the recording to report. */
+static void upload_constants(kiln_session *s, kn_tensor *const *bound) {
+    kn_runtime *rt = s->rt;
+    int dev = s->graphs->backend;
+    const kn_backend *be = &rt->backends[dev];
+    const kn_graph *g = s->model->graph;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (n->dead || n->provider != dev) continue;
+        for (int k = 0; k < n->n_inputs; k++) {
+            int v = n->inputs[k];
+            if (v < 0) continue;
+            const kn_value *val = &g->values[v];
+            kn_tensor *c = val->constant;
+            if (!c || c->kind != KN_VALUE_TENSOR || c->dtype == KILN_DTYPE_STRING || c->device != KN_DEVICE_HOST) continue;
+            if (val->is_graph_input) {
+                int j = 0;
+                while (j < g->n_inputs && g->inputs[j] != v) j++;
+                if (j < g->n_inputs && bound[j]) continue; /* given by the caller this time */
+            }
+            if (be->ops->input_on_host && be->ops->input_on_host(n->kernel, n, k)) continue;
+            if (be->ops->input_metadata_only && be->ops->input_metadata_only(n->kernel, n, k)) continue;
+            kn_tensor *dev_copy;
+            if (kn_runtime_const_on(rt, dev, v, c, &dev_copy) != KILN_OK) return;
+        }
+    }
+}
+
+/* Records a run for these shapes; on success the new graph has not run yet. */
+static kiln_status record(kiln_session *s, kn_tensor *const *bound, int64_t *sig, size_t sig_len, kn_captured **out) {
+    kn_graph_cache *c = s->graphs;
+    const kn_backend *be = &s->rt->backends[c->backend];
+    const kn_graph *g = s->model->graph;
+    *out = NULL;
+    kn_captured e;
+    memset(&e, 0, sizeof e);
+    e.inputs = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof *e.inputs);
+    e.outputs = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *e.outputs);
+    kiln_status st = e.inputs && e.outputs ? KILN_OK : KN_OOM();
+    upload_constants(s, bound);
+    for (int i = 0; st == KILN_OK && i < g->n_inputs; i++) {
+        const kn_tensor *t = bound[i];
+        if (!t) continue;
+        if (t->kind != KN_VALUE_TENSOR || t->dtype == KILN_DTYPE_STRING) {
+            st = kn_error(KILN_ERR_UNSUPPORTED, "input '%s' is not a numeric tensor", g->values[g->inputs[i]].name);
+            break;
+        }
+        st = be->ops->new_tensor(be->state, t->dtype, t->rank, t->dims, &e.inputs[i]);
+    }
+    if (st == KILN_OK) {
+        st = be->ops->capture_begin(be->state);
+        if (st == KILN_OK) {
+            kiln_status run_st = kn_exec_graph_flags(g, s->rt, s->pool, s->buffers, NULL, e.inputs, e.outputs,
+                                                     KN_EXEC_DEVICE_OUTPUTS);
+            char run_msg[1024];
+            snprintf(run_msg, sizeof run_msg, "%s", run_st == KILN_OK ? "" : kiln_last_error());
+            st = be->ops->capture_end(be->state, run_st == KILN_OK, &e.graph);
+            if (run_st != KILN_OK) st = kn_error(run_st, "%s", run_msg);
+        }
+    }
+    if (st != KILN_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", kiln_last_error());
+        /* the recording, if any, is already discarded */
+        for (int i = 0; i < g->n_inputs && e.inputs; i++) kn_tensor_free(e.inputs[i]);
+        for (int i = 0; i < g->n_outputs && e.outputs; i++) kn_tensor_free(e.outputs[i]);
+        free(e.inputs);
+        free(e.outputs);
+        free(sig);
+        return kn_error(st, "%s", msg);
+    }
+    /* room: the least recently used graph goes */
+    if (c->n_graphs == KN_MAX_GRAPHS) {
+        int lru = 0;
+        for (int i = 1; i < c->n_graphs; i++)
+            if (c->graphs[i].last_used < c->graphs[lru].last_used) lru = i;
+        captured_free(s, &c->graphs[lru]);
+        c->graphs[lru] = c->graphs[--c->n_graphs];
+    }
+    e.sig = sig;
+    e.sig_len = sig_len;
+    c->graphs[c->n_graphs] = e;
+    *out = &c->graphs[c->n_graphs++];
+    return KILN_OK;
+}
+
+kiln_status kn_session_execute(kiln_session *s, kn_tensor *const *bound, kn_tensor **outs, unsigned flags,
+                               bool *borrowed) {
+    const kn_graph *g = s->model->graph;
+    kn_graph_cache *c = s->graphs;
+    *borrowed = false;
+    if (!c) return kn_exec_graph_flags(g, s->rt, s->pool, s->buffers, NULL, bound, outs, flags);
+    size_t len = 0;
+    int64_t *sig = signature(g, bound, &len);
+    if (!sig) return KN_OOM();
+    kn_captured *e = NULL;
+    for (int i = 0; i < c->n_graphs && !e; i++)
+        if (same_sig(c->graphs[i].sig, c->graphs[i].sig_len, sig, len)) e = &c->graphs[i];
+    kn_seen *seen = e ? NULL : find_seen(c, sig, len);
+    if (!e && seen && !seen->failed) {
+        /* warmed up: record this run */
+        int64_t *sig_copy = malloc(sizeof *sig * (len ? len : 1));
+        if (!sig_copy) {
+            free(sig);
+            return KN_OOM();
+        }
+        memcpy(sig_copy, sig, sizeof *sig * len);
+        kiln_status st = record(s, bound, sig_copy, len, &e);
+        if (st != KILN_OK) {
+            char shapes[512];
+            const kn_backend *be = &s->rt->backends[c->backend];
+            kn_log(KILN_LOG_INFO, "%s: the run with %s is not captured into a graph (%s); it runs uncaptured",
+                   be->ops->name, sig_str(g, bound, shapes, sizeof shapes), kiln_last_error());
+            remember(c, sig, len, true);
+            sig = NULL;
+            e = NULL;
+        }
+    }
+    if (e) {
+        free(sig);
+        kiln_status st = replay(s, e, bound);
+        if (st != KILN_OK) return st;
+        for (int i = 0; i < g->n_outputs; i++) outs[i] = e->outputs[i];
+        *borrowed = true;
+        return KILN_OK;
+    }
+    kiln_status st = kn_exec_graph_flags(g, s->rt, s->pool, s->buffers, NULL, bound, outs, flags);
+    if (sig) {
+        if (st == KILN_OK && !find_seen(c, sig, len)) remember(c, sig, len, false);
+        else free(sig);
+    }
+    return st;
+}
+
+const kn_backend *kn_session_device_backend(const kiln_session *s, kn_device device) {
+    for (int b = 0; b < s->rt->n_backends; b++)
+        if (s->rt->backends[b].ops->device == device) return &s->rt->backends[b];
+    return NULL;
+}
+
+void kn_graph_run_stats(const kiln_session *s, bool *enabled, int *graphs, uint64_t *launches) {
+    const kn_graph_cache *c = s ? s->graphs : NULL;
+    if (enabled) *enabled = c != NULL;
+    if (graphs) *graphs = c ? c->n_graphs : 0;
+    if (launches) *launches = c ? c->launches : 0;
+}

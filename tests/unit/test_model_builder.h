@@ -1,0 +1,124 @@
+/* A small in-memory ONNX model builder for unit tests that run whole sessions: graph inputs,
+ * float and int64 constants, nodes with attributes, outputs, serialised with kiln's ONNX writer.
+ * (The same helpers test_cuda.c has inline, as static inline functions so a test file uses only
+ * what it needs.) */
+#ifndef KN_TEST_MODEL_BUILDER_H
+#define KN_TEST_MODEL_BUILDER_H
+
+#include "unit.h"
+
+#include "ir/graph.h"
+#include "onnx/writer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct tmb {
+    kn_model *m;
+    kn_graph *g;
+    uint32_t seed;
+} tmb;
+
+static inline void tmb_init(tmb *b, int opset) {
+    memset(b, 0, sizeof *b);
+    b->seed = 12345;
+    kn_model_new(&b->m);
+    b->m->ir_version = 8;
+    b->m->n_opsets = 2;
+    b->m->opsets = kn_arena_alloc(&b->m->arena, sizeof(kn_opset_import) * 2);
+    b->m->opsets[0].domain = "";
+    b->m->opsets[0].version = opset;
+    b->m->opsets[1].domain = kn_arena_strdup(&b->m->arena, "kiln");
+    b->m->opsets[1].version = 1;
+    b->m->producer_name = "kiln-test";
+    kn_graph_new(b->m, NULL, "test", &b->g);
+    b->m->graph = b->g;
+}
+
+/* A deterministic value in [-1, 1). */
+static inline float tmb_rand(uint32_t *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* A graph input; dims -1 with a symbol name in `symbols` (may be NULL) for a symbolic dim. */
+static inline int tmb_input(tmb *b, const char *name, kiln_dtype dt, int rank, const int64_t *dims,
+                            const char *const *symbols) {
+    int v = kn_graph_add_value(b->g, name);
+    kn_type_set_tensor(&b->g->values[v].type, dt, rank, dims);
+    for (int d = 0; symbols && d < rank; d++)
+        if (symbols[d]) b->g->values[v].type.dims[d].symbol = kn_arena_strdup(&b->m->arena, symbols[d]);
+    b->g->values[v].is_graph_input = true;
+    b->g->inputs = realloc(b->g->inputs, sizeof(int) * (size_t)(b->g->n_inputs + 1));
+    b->g->inputs[b->g->n_inputs++] = v;
+    return v;
+}
+
+static inline int tmb_const_tensor(tmb *b, const char *name, kn_tensor *t) {
+    int v = kn_graph_add_value(b->g, name);
+    b->g->values[v].constant = t;
+    kn_model_own_tensor(b->m, t);
+    kn_type_set_tensor(&b->g->values[v].type, t->dtype, t->rank, t->dims);
+    return v;
+}
+
+/* A float constant of random values times scale. */
+static inline int tmb_const(tmb *b, const char *name, int rank, const int64_t *dims, float scale) {
+    kn_tensor *t;
+    kn_tensor_new(KILN_DTYPE_FLOAT, rank, dims, &t);
+    float *p = t->data;
+    for (int64_t i = 0; i < kn_tensor_count(t); i++) p[i] = scale * tmb_rand(&b->seed);
+    return tmb_const_tensor(b, name, t);
+}
+
+/* An int64 constant of n values (rank 0 when rank0, else [n]). */
+static inline int tmb_const_i64(tmb *b, const char *name, const int64_t *values, int n, bool rank0) {
+    kn_tensor *t;
+    int64_t d[1] = {n};
+    kn_tensor_new(KILN_DTYPE_INT64, rank0 ? 0 : 1, d, &t);
+    memcpy(t->data, values, sizeof(int64_t) * (size_t)n);
+    return tmb_const_tensor(b, name, t);
+}
+
+static inline int tmb_value(tmb *b, const char *name) { return kn_graph_add_value(b->g, name); }
+
+static inline int tmb_node(tmb *b, const char *op, const int *in, int nin, int out) {
+    return kn_graph_add_node(b->g, NULL, op, "", in, nin, &out, 1);
+}
+
+static inline kn_attr *tmb_attr(tmb *b, int node, const char *name, kn_attr_type type) {
+    kn_node *n = &b->g->nodes[node];
+    kn_attr *a = kn_arena_alloc(&b->m->arena, sizeof(kn_attr) * (size_t)(n->n_attrs + 1));
+    if (n->n_attrs) memcpy(a, n->attrs, sizeof(kn_attr) * (size_t)n->n_attrs);
+    n->attrs = a;
+    kn_attr *r = &a[n->n_attrs++];
+    r->name = kn_arena_strdup(&b->m->arena, name);
+    r->type = type;
+    return r;
+}
+static inline void tmb_int(tmb *b, int node, const char *name, int64_t v) { tmb_attr(b, node, name, KN_ATTR_INT)->i = v; }
+static inline void tmb_ints(tmb *b, int node, const char *name, const int64_t *v, int n) {
+    kn_attr *a = tmb_attr(b, node, name, KN_ATTR_INTS);
+    a->ints = kn_arena_alloc(&b->m->arena, sizeof(int64_t) * (size_t)n);
+    memcpy(a->ints, v, sizeof(int64_t) * (size_t)n);
+    a->n = n;
+}
+
+static inline void tmb_output(tmb *b, int v) {
+    b->g->outputs = realloc(b->g->outputs, sizeof(int) * (size_t)(b->g->n_outputs + 1));
+    b->g->outputs[b->g->n_outputs++] = v;
+    b->g->values[v].is_graph_output = true;
+}
+
+/* Serialises and frees the builder's model (NULL on failure, which is recorded). */
+static inline unsigned char *tmb_finish(tmb *b, size_t *size) {
+    unsigned char *data = NULL;
+    kn_graph_recount(b->g);
+    kiln_status st = kn_onnx_write_memory(b->m, &data, size);
+    CHECK_MSG(st == KILN_OK, "writing the test model: %s", kiln_last_error());
+    kn_model_free(b->m);
+    b->m = NULL;
+    return data;
+}
+
+#endif
