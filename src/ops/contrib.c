@@ -361,6 +361,33 @@ static kiln_status infer_mha(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
+/* ------------------------------------------------------------------ GroupQueryAttention */
+
+static kiln_status infer_gqa(kn_infer_ctx *c) {
+    KN_TRY(need(c, 0, "query"));
+    const kn_type *q = c->in[0], *k = in_type(c, 1), *pk = in_type(c, 3);
+    int64_t N = kn_attr_int(c->node, "num_heads", 0), KV = kn_attr_int(c->node, "kv_num_heads", 0);
+    if (N <= 0 || KV <= 0 || N % KV)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "num_heads (%lld) must be a positive multiple of kv_num_heads "
+                              "(%lld)", (long long)N, (long long)KV);
+    if (!float_type(q->dtype))
+        return kn_infer_error(c, KILN_ERR_UNSUPPORTED, "query type %s is not a float type", kiln_dtype_name(q->dtype));
+    if (q->rank >= 0 && q->rank != 3)
+        return kn_infer_error(c, KILN_ERR_SHAPE, "query must be 3-D (batch, sequence, hidden), got rank %d", q->rank);
+    if (pk && pk->rank >= 0 && pk->rank != 4)
+        return kn_infer_error(c, KILN_ERR_SHAPE, "past_key must be 4-D, got rank %d", pk->rank);
+    /* head size: hidden / num_heads, or hidden / (num_heads + 2 kv_num_heads) for packed QKV */
+    kn_dim H = dim_div(dim_of(q, 2), k ? N : N + 2 * KV);
+    kn_dim y[3] = {dim_of(q, 0), dim_of(q, 1), dim_mul(H, N)};
+    set_out(c, 0, q->dtype, 3, y);
+    /* the present length, max(past buffer, total_sequence_length), is known at run time */
+    kn_dim pd[4] = {dim_of(q, 0), dim_v(KV), dim_v(-1), H};
+    set_out(c, 1, q->dtype, 4, pd);
+    set_out(c, 2, q->dtype, 4, pd);
+    if (c->n_outputs > 3) set_out(c, 3, q->dtype, -1, NULL);
+    return KILN_OK;
+}
+
 #define MS "com.microsoft"
 
 const kn_op_schema kn_ops_contrib[] = {
@@ -379,5 +406,6 @@ const kn_op_schema kn_ops_contrib[] = {
     {MS, "RotaryEmbedding", 1, 0, 4, 4, 1, 1, infer_rotary, 0},
     {MS, "Attention", 1, 0, 2, 7, 1, 2, infer_ms_attention, 0},
     {MS, "MultiHeadAttention", 1, 0, 1, 10, 1, 4, infer_mha, 0},
+    {MS, "GroupQueryAttention", 1, 0, 7, 12, 1, 4, infer_gqa, 0},
     {0},
 };

@@ -420,6 +420,35 @@ def main():
          [("query", f32(1, 70, 64, lo=-1, hi=1)), ("key", f32(1, 1100, 64, lo=-1, hi=1)),
           ("value", f32(1, 1100, 64, lo=-1, hi=1))], ["output"], num_heads=2)
 
+    # ---------------------------------------------------------------- GroupQueryAttention
+    # seqlens_k[b] = keys of batch entry b - 1; the first prompt has sequence length ==
+    # total_sequence_length; later steps append after the past keys each entry keeps (a past buffer
+    # longer than the total is a static cache, present keeps its length)
+    def gqa(name, S, N, KV, Hd, seqlens, total, P=None, packed=False, dtype=np.float32, **attrs):
+        B = len(seqlens)
+        r = f16 if dtype == np.float16 else f32
+        if packed:
+            ins = [("query", r(B, S, (N + 2 * KV) * Hd, lo=-1, hi=1)), ("key", None), ("value", None)]
+        else:
+            ins = [("query", r(B, S, N * Hd, lo=-1, hi=1)), ("key", r(B, S, KV * Hd, lo=-1, hi=1)),
+                   ("value", r(B, S, KV * Hd, lo=-1, hi=1))]
+        past = P is not None
+        ins += [("past_key", r(B, KV, P, Hd, lo=-1, hi=1) if past else None),
+                ("past_value", r(B, KV, P, Hd, lo=-1, hi=1) if past else None),
+                ("seqlens_k", np.array(seqlens, np.int32)), ("total_sequence_length", np.array(total, np.int32))]
+        case(out, name, "GroupQueryAttention", ins, ["output", "present_key", "present_value"], num_heads=N,
+             kv_num_heads=KV, **attrs)
+
+    gqa("gqa_prompt", 5, 4, 2, 8, [4, 4], 5)
+    gqa("gqa_prompt_packed_mqa", 6, 4, 1, 16, [5, 5], 6, packed=True)
+    gqa("gqa_prompt_local_window_softcap", 9, 6, 2, 8, [8, 8], 9, local_window_size=3, softcap=2.0, scale=0.2)
+    gqa("gqa_decode_dynamic_cache", 1, 4, 2, 8, [6, 4], 7, P=6)
+    gqa("gqa_decode_static_cache", 1, 8, 2, 8, [6, 3], 7, P=10)
+    gqa("gqa_decode_packed_local_window", 1, 4, 2, 8, [9, 5], 10, P=9, packed=True, local_window_size=4)
+    gqa("gqa_continued_prefill", 3, 4, 2, 8, [6], 7, P=4)
+    gqa("gqa_prompt_fp16", 5, 4, 2, 8, [4, 4], 5, dtype=np.float16)
+    gqa("gqa_decode_fp16", 1, 4, 1, 16, [7, 2], 8, P=7, dtype=np.float16)
+
     for s in skipped:
         print("skipped (onnxruntime cannot run it):", s)
     print(f"wrote {len(written)} tests to {out}")

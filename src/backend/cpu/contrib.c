@@ -301,5 +301,6 @@ const kn_cpu_kernel kn_cpu_contrib[] = {
     {MS, "RotaryEmbedding", kn_cpu_ms_rotary_embedding, NULL, KN_KERNEL_OVERWRITES},
     {MS, "Attention", kn_cpu_ms_attention, NULL, KN_KERNEL_OVERWRITES},
     {MS, "MultiHeadAttention", kn_cpu_ms_multihead_attention, NULL, KN_KERNEL_OVERWRITES},
+    {MS, "GroupQueryAttention", kn_cpu_ms_group_query_attention, NULL, KN_KERNEL_OVERWRITES},
     {0},
 };

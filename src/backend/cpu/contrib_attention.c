@@ -495,3 +495,141 @@ kiln_status kn_cpu_ms_rotary_embedding(kn_kernel_ctx *c) {
     pfree(&p);
     return st;
 }
+
+/* ------------------------------------------------------------------ GroupQueryAttention */
+
+/* com.microsoft GroupQueryAttention, ONNX Runtime's semantics: num_heads query heads share
+ * kv_num_heads key/value heads; batch entry b holds seqlens_k[b] + 1 keys in all. On the first
+ * prompt (sequence length == total_sequence_length) the new keys start at 0, otherwise at
+ * seqlens_k[b] + 1 - S, after that many keys of the past buffer. present_key/value are
+ * [B, kv_heads, max(past buffer, total_sequence_length), H]: past keys, the new ones, zeros after.
+ * Causal (query i sits at position past_b + i), keys beyond seqlens_k[b] masked, an optional local
+ * window of local_window_size keys ending at the query's own, softcap; computed in float32 (as
+ * ONNX Runtime does for float16 inputs). Rotary, smooth softmax, position_ids, attention_bias and
+ * head_sink are not supported and say so. */
+kiln_status kn_cpu_ms_group_query_attention(kn_kernel_ctx *c) {
+    const kn_tensor *Q = c->in[0], *K = opt_in(c, 1), *V = opt_in(c, 2), *PK = opt_in(c, 3), *PV = opt_in(c, 4),
+                    *SL = opt_in(c, 5), *TL = opt_in(c, 6);
+    const kiln_dtype dt = Q->dtype;
+    if (!float_like(dt) || dt == KILN_DTYPE_DOUBLE || (K && K->dtype != dt) || (V && V->dtype != dt) ||
+        (PK && PK->dtype != dt) || (PV && PV->dtype != dt))
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "query, key, value and past must share one type of float, "
+                               "float16 or bfloat16");
+    if (kn_attr_int(c->node, "do_rotary", 0))
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "do_rotary=1 is not supported");
+    if (kn_attr_int(c->node, "smooth_softmax", 0))
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "smooth_softmax=1 is not supported");
+    for (int i = 7; i < c->n_inputs; i++)
+        if (c->in[i])
+            return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "input %d (cos/sin cache, position_ids, attention_bias or "
+                                   "head_sink) is not supported", i);
+    if (c->n_outputs > 3 && c->out[3])
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "the output_qk output is not supported");
+    if (!SL || !TL || SL->dtype != KILN_DTYPE_INT32 || TL->dtype != KILN_DTYPE_INT32 || kn_tensor_count(TL) != 1)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "seqlens_k and total_sequence_length must be int32 "
+                               "(a vector and a scalar)");
+    const int64_t N = kn_attr_int(c->node, "num_heads", 0), KV = kn_attr_int(c->node, "kv_num_heads", 0);
+    if (N <= 0 || KV <= 0 || N % KV)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "num_heads (%lld) must be a positive multiple of kv_num_heads "
+                               "(%lld)", (long long)N, (long long)KV);
+    if (Q->rank != 3) return kn_kernel_error(c, KILN_ERR_SHAPE, "query must be 3-D (batch, sequence, hidden)");
+    if ((K == NULL) != (V == NULL) || (PK == NULL) != (PV == NULL))
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "key and value (and past_key and past_value) go together");
+    const int64_t B = Q->dims[0], S = Q->dims[1];
+    const bool packed = K == NULL;
+    const int64_t D = Q->dims[2], H = packed ? D / (N + 2 * KV) : D / N;
+    if (H <= 0 || (packed ? H * (N + 2 * KV) != D : H * N != D))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "query hidden size %lld does not fit %lld query heads%s",
+                               (long long)D, (long long)N, packed ? " and packed key/value heads" : "");
+    if (!packed && (K->rank != 3 || V->rank != 3 || K->dims[0] != B || K->dims[1] != S || K->dims[2] != KV * H ||
+                    V->dims[0] != B || V->dims[1] != S || V->dims[2] != KV * H))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "key and value must be (%lld, %lld, %lld)", (long long)B,
+                               (long long)S, (long long)(KV * H));
+    const int64_t P = PK ? PK->dims[2] : 0;
+    if (PK && (PK->rank != 4 || PV->rank != 4 || PK->dims[0] != B || PK->dims[1] != KV || PK->dims[3] != H ||
+               memcmp(PK->dims, PV->dims, sizeof(int64_t) * 4)))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "past_key and past_value must be (%lld, %lld, P, %lld)", (long long)B,
+                               (long long)KV, (long long)H);
+    if (SL->rank != 1 || SL->dims[0] != B)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "seqlens_k must have one entry per batch (%lld)", (long long)B);
+    const int64_t total = ((const int32_t *)TL->data)[0];
+    const int32_t *sl = SL->data;
+    const bool first = S == total;
+    if (total < S || (PK && !first && total != P + S && total > P))
+        return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "total_sequence_length %lld does not fit sequence length "
+                               "%lld and a past of %lld", (long long)total, (long long)S, (long long)P);
+    const int64_t T = total > P ? total : P; /* the present buffer's length */
+    pool16 p = {0};
+    kiln_status st = KILN_OK;
+    int64_t *offset = palloc(&p, sizeof(int64_t) * (size_t)(B > 0 ? B : 1));
+    int64_t *kv_end = palloc(&p, sizeof(int64_t) * (size_t)(B > 0 ? B : 1));
+    if (!offset || !kv_end) goto oom;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t tot = (int64_t)sl[b] + 1, past = first ? 0 : tot - S;
+        if (tot < 1 || tot > T || past < 0 || past + S > T || (!first && past > P)) {
+            st = kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "seqlens_k[%lld] = %d does not fit %lld new tokens, a "
+                                 "past buffer of %lld and total_sequence_length %lld", (long long)b, sl[b], (long long)S,
+                                 (long long)P, (long long)total);
+            goto done;
+        }
+        offset[b] = past;
+        kv_end[b] = tot;
+    }
+    kn_tensor *Y, *PKo = NULL, *PVo = NULL;
+    const int64_t yd[3] = {B, S, N * H}, pd[4] = {B, KV, T, H};
+    if ((st = kn_ctx_output(c, 0, dt, 3, yd, &Y)) != KILN_OK) goto done;
+    if (c->n_outputs > 1 && c->node->outputs[1] >= 0 && (st = kn_ctx_output(c, 1, dt, 4, pd, &PKo)) != KILN_OK) goto done;
+    if (c->n_outputs > 2 && c->node->outputs[2] >= 0 && (st = kn_ctx_output(c, 2, dt, 4, pd, &PVo)) != KILN_OK) goto done;
+    const float *q = f32_of(&p, Q), *k = K ? f32_of(&p, K) : NULL, *v = V ? f32_of(&p, V) : NULL;
+    const float *pk = f32_of(&p, PK), *pv = f32_of(&p, PV);
+    float *y = f32_out(&p, Y);
+    const size_t nkv = (size_t)(B * KV * T * H);
+    float *kc = palloc(&p, sizeof(float) * nkv), *vc = palloc(&p, sizeof(float) * nkv);
+    if (!q || (K && !k) || (V && !v) || (PK && (!pk || !pv)) || !y || !kc || !vc) goto oom;
+    /* present key/value: the past keys each batch entry keeps, the new ones after them, zeros */
+    memset(kc, 0, sizeof(float) * nkv);
+    memset(vc, 0, sizeof(float) * nkv);
+    const int64_t qs = packed ? D : N * H, kvs = packed ? D : KV * H;
+    const float *knew = packed ? q + N * H : k, *vnew = packed ? q + (N + KV) * H : v;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < KV; h++) {
+            float *ko = kc + (b * KV + h) * T * H, *vo = vc + (b * KV + h) * T * H;
+            if (offset[b] > 0) {
+                memcpy(ko, pk + (b * KV + h) * P * H, sizeof(float) * (size_t)(offset[b] * H));
+                memcpy(vo, pv + (b * KV + h) * P * H, sizeof(float) * (size_t)(offset[b] * H));
+            }
+            for (int64_t s = 0; s < S; s++) {
+                memcpy(ko + (offset[b] + s) * H, knew + (b * S + s) * kvs + h * H, sizeof(float) * (size_t)H);
+                memcpy(vo + (offset[b] + s) * H, vnew + (b * S + s) * kvs + h * H, sizeof(float) * (size_t)H);
+            }
+        }
+    kn_attn a;
+    kn_attn_init(&a);
+    a.batch = B, a.q_heads = N, a.kv_heads = KV, a.sq = S, a.skv = T, a.dk = a.dv = H;
+    a.q = (kn_attn_mat){q, S * qs, H, qs};
+    a.k = (kn_attn_mat){kc, KV * T * H, T * H, H};
+    a.v = (kn_attn_mat){vc, KV * T * H, T * H, H};
+    a.y = y, a.y_sb = S * N * H, a.y_sh = H, a.y_ss = N * H;
+    const float scale = kn_attr_float(c->node, "scale", 0.0f);
+    a.scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)H);
+    a.softcap = kn_attr_float(c->node, "softcap", 0.0f);
+    a.causal = true;
+    a.offset = offset;
+    a.kv_end = kv_end;
+    const int64_t window = kn_attr_int(c->node, "local_window_size", -1);
+    a.left_window = window > 0 ? window - 1 : -1; /* the window holds the query's own key and window - 1 before */
+    a.zero_masked_rows = true;
+    if ((st = kn_attn_run(c->pool, &a)) != KILN_OK) {
+        st = kn_kernel_error(c, st, "%s", kn_last_error());
+        goto done;
+    }
+    out_done(Y, y);
+    if (PKo) kn_ew_cast_n(KILN_DTYPE_FLOAT, kc, dt, PKo->data, (int64_t)nkv, 0);
+    if (PVo) kn_ew_cast_n(KILN_DTYPE_FLOAT, vc, dt, PVo->data, (int64_t)nkv, 0);
+    goto done;
+oom:
+    st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory for the attention buffers");
+done:
+    pfree(&p);
+    return st;
+}

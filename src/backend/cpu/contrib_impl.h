@@ -13,6 +13,7 @@ kiln_status kn_cpu_ms_embed_layernorm(kn_kernel_ctx *c);           /* EmbedLayer
 /* contrib_attention.c */
 kiln_status kn_cpu_ms_attention(kn_kernel_ctx *c);
 kiln_status kn_cpu_ms_multihead_attention(kn_kernel_ctx *c);
+kiln_status kn_cpu_ms_group_query_attention(kn_kernel_ctx *c);
 kiln_status kn_cpu_ms_rotary_embedding(kn_kernel_ctx *c);
 
 #endif
