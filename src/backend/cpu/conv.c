@@ -445,18 +445,28 @@ static void dw_plane_avx512(const float *xs, const float *ws, float *ys, const w
 #ifndef DW16_MAX_FLOATS
 #define DW16_MAX_FLOATS (512 * 1024)
 #endif
+#ifndef DW16_BAND_FLOATS /* 256 KB: measured best of 16K-64K floats and whole planes */
+#define DW16_BAND_FLOATS (64 * 1024)
+#endif
 
 typedef struct dw16_geom {
-    int64_t SR, SC;       /* scratch rows and columns */
-    int64_t scratch, out; /* floats of the scratch image and of the transposed output */
+    int64_t band;         /* output rows per band */
+    int64_t SR, SC;       /* scratch rows (for one band) and columns */
+    int64_t scratch, out; /* floats of the scratch image and of the transposed output, per band */
 } dw16_geom;
 
+/* Large planes go in bands of output rows, so that a band's scratch and output stay in cache
+ * (the halo of KH - 1 input rows is transposed twice). */
 static dw16_geom dw16_geom_of(const win2 *v) {
     dw16_geom g;
-    g.SR = max64(v->ph + v->H, (v->OH - 1) * v->sh + (v->KH - 1) * v->dh + 1);
     g.SC = max64(v->pw + v->W, (v->OW - 1) * v->sw + (v->KW - 1) * v->dw + 1);
+    const int64_t halo = (v->KH - 1) * v->dh + 1;
+    g.band = v->OH;
+    while (g.band > 1 && (((g.band - 1) * v->sh + halo) * g.SC + g.band * v->OW) * 16 > DW16_BAND_FLOATS)
+        g.band = (g.band + 1) / 2;
+    g.SR = (g.band - 1) * v->sh + halo;
     g.scratch = g.SR * g.SC * 16;
-    g.out = v->OH * v->OW * 16;
+    g.out = g.band * v->OW * 16;
     return g;
 }
 
@@ -494,52 +504,62 @@ static inline __attribute__((always_inline)) void dw16_block(const float *srow, 
     for (int j = 0; j < NB; j++) _mm512_storeu_ps(orow + j * 16, acc[j]);
 }
 
-/* Channels c0..c0+nc (< 16 at the end) of image n. scratch: geometry g, its border already 0. */
+/* Channels c0..c0+nc (< 16 at the end) of image n, band after band. scratch: geometry g, its
+ * border columns already 0. */
 static void dw16_group(const dw_job *j, int64_t n, int64_t c0, int nc, const float *wg, float *scratch, float *obuf,
                        const dw16_geom *g) {
     const conv_shape *s = j->s;
     const win2 *v = &j->v;
     const float *x = j->x + (n * s->C + c0) * s->in_plane;
     float *y = j->y + (n * s->M + c0) * s->out_plane;
-    /* in: 16 channel planes -> scratch pixels */
-    for (int64_t p0 = 0; p0 < s->in_plane; p0 += 16) {
-        const int cnt = (int)min64(16, s->in_plane - p0);
-        __m512 o[16];
-        kn_v16_transpose(x + p0, s->in_plane, nc, cnt, o);
-        for (int q = 0; q < cnt; q++) {
-            const int64_t ih = (p0 + q) / v->W, iw = (p0 + q) % v->W;
-            _mm512_storeu_ps(scratch + ((ih + v->ph) * g->SC + iw + v->pw) * 16, o[q]);
-        }
-    }
     __m512 b = _mm512_setzero_ps();
     if (j->bias) b = _mm512_maskz_loadu_ps(kn_v16_tail(nc), j->bias + c0);
-    for (int64_t oh = 0; oh < v->OH; oh++) {
-        const float *srow = scratch + oh * v->sh * g->SC * 16;
-        float *orow = obuf + oh * v->OW * 16;
-        for (int64_t ow = 0; ow < v->OW; ow += 8) {
-            const float *sp = srow + ow * v->sw * 16;
-            float *op = orow + ow * 16;
-            switch (min64(8, v->OW - ow)) {
-            case 8: dw16_block(sp, wg, b, op, v, g->SC, 8); break;
-            case 7: dw16_block(sp, wg, b, op, v, g->SC, 7); break;
-            case 6: dw16_block(sp, wg, b, op, v, g->SC, 6); break;
-            case 5: dw16_block(sp, wg, b, op, v, g->SC, 5); break;
-            case 4: dw16_block(sp, wg, b, op, v, g->SC, 4); break;
-            case 3: dw16_block(sp, wg, b, op, v, g->SC, 3); break;
-            case 2: dw16_block(sp, wg, b, op, v, g->SC, 2); break;
-            default: dw16_block(sp, wg, b, op, v, g->SC, 1); break;
+    for (int64_t ob0 = 0; ob0 < v->OH; ob0 += g->band) {
+        const int64_t ob1 = min64(v->OH, ob0 + g->band);
+        /* scratch row r is input row r0 + r; rows outside the input are zeros */
+        const int64_t r0 = ob0 * v->sh - v->ph, rows = (ob1 - 1 - ob0) * v->sh + (v->KH - 1) * v->dh + 1;
+        const int64_t lo = max64(r0, 0), hi = min64(r0 + rows, v->H);
+        for (int64_t r = 0; r < rows; r++)
+            if (r0 + r < lo || r0 + r >= hi) memset(scratch + r * g->SC * 16, 0, sizeof(float) * (size_t)(g->SC * 16));
+        /* in: 16 channel planes -> scratch pixels */
+        for (int64_t p0 = lo * v->W; p0 < hi * v->W; p0 += 16) {
+            const int cnt = (int)min64(16, hi * v->W - p0);
+            __m512 o[16];
+            kn_v16_transpose(x + p0, s->in_plane, nc, cnt, o);
+            for (int q = 0; q < cnt; q++) {
+                const int64_t ih = (p0 + q) / v->W, iw = (p0 + q) % v->W;
+                _mm512_storeu_ps(scratch + ((ih - r0) * g->SC + iw + v->pw) * 16, o[q]);
             }
         }
+        for (int64_t oh = ob0; oh < ob1; oh++) {
+            const float *srow = scratch + (oh - ob0) * v->sh * g->SC * 16;
+            float *orow = obuf + (oh - ob0) * v->OW * 16;
+            for (int64_t ow = 0; ow < v->OW; ow += 8) {
+                const float *sp = srow + ow * v->sw * 16;
+                float *op = orow + ow * 16;
+                switch (min64(8, v->OW - ow)) {
+                case 8: dw16_block(sp, wg, b, op, v, g->SC, 8); break;
+                case 7: dw16_block(sp, wg, b, op, v, g->SC, 7); break;
+                case 6: dw16_block(sp, wg, b, op, v, g->SC, 6); break;
+                case 5: dw16_block(sp, wg, b, op, v, g->SC, 5); break;
+                case 4: dw16_block(sp, wg, b, op, v, g->SC, 4); break;
+                case 3: dw16_block(sp, wg, b, op, v, g->SC, 3); break;
+                case 2: dw16_block(sp, wg, b, op, v, g->SC, 2); break;
+                default: dw16_block(sp, wg, b, op, v, g->SC, 1); break;
+                }
+            }
+        }
+        /* out: pixels -> 16 channel planes */
+        const int64_t q0 = ob0 * v->OW, q1 = ob1 * v->OW;
+        for (int64_t p0 = q0; p0 < q1; p0 += 16) {
+            const int cnt = (int)min64(16, q1 - p0);
+            const __mmask16 m = kn_v16_tail(cnt);
+            __m512 o[16];
+            kn_v16_transpose(obuf + (p0 - q0) * 16, 16, cnt, 16, o);
+            for (int l = 0; l < nc; l++) _mm512_mask_storeu_ps(y + l * s->out_plane + p0, m, o[l]);
+        }
+        if (j->epi) j->epi(j->epi_ctx, j->y, (n * s->M + c0) * s->out_plane + q0, nc, q1 - q0, s->out_plane);
     }
-    /* out: pixels -> 16 channel planes */
-    for (int64_t p0 = 0; p0 < s->out_plane; p0 += 16) {
-        const int cnt = (int)min64(16, s->out_plane - p0);
-        const __mmask16 m = kn_v16_tail(cnt);
-        __m512 o[16];
-        kn_v16_transpose(obuf + p0 * 16, 16, cnt, 16, o);
-        for (int l = 0; l < nc; l++) _mm512_mask_storeu_ps(y + l * s->out_plane + p0, m, o[l]);
-    }
-    if (j->epi) j->epi(j->epi_ctx, j->y, (n * s->M + c0) * s->out_plane, nc, s->out_plane, s->out_plane);
 }
 
 /* Where the 16-channel path wins: one input channel per output channel and rows too short to
