@@ -9,15 +9,18 @@
 #include "backend/backend.h"
 #include "exec/graph_run.h"
 #include "exec/session.h"
+#include "onnx/loader.h"
 #include "test_model_builder.h"
 
 #ifdef KILN_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define NEED_GPU()                                                                                 \
     do {                                                                                           \
@@ -174,7 +177,7 @@ KN_TEST(cuda_graph_replay_matches_uncaptured) {
         CHECK_MSG(enabled, "level %d: static shapes, but runs are not captured by default (see the info log)", level);
         kn_graph_run_stats(plain, &enabled, NULL, NULL);
         CHECK_MSG(!enabled, "graphs=0 still captures");
-        uint64_t allocs_after_capture = 0;
+        uint64_t allocs_after_capture = 0, plain_allocs = 0;
         for (int r = 0; r < 6; r++) {
             kiln_tensor *x = random_x(2, 100u + (uint32_t)r);
             kiln_tensor *want[2] = {0}, *got[2] = {0}, *ref[2] = {0};
@@ -187,7 +190,10 @@ KN_TEST(cuda_graph_replay_matches_uncaptured) {
                 int64_t s_want[3] = {2, 8, 20};
                 same_i64(got[1], s_want, 3, "the Shape output of a replay");
             }
-            if (r == 2) allocs_after_capture = device_allocs(graphed);
+            if (r == 2) {
+                allocs_after_capture = device_allocs(graphed);
+                plain_allocs = device_allocs(plain);
+            }
             for (int i = 0; i < 2; i++) {
                 kiln_tensor_destroy(want[i]);
                 kiln_tensor_destroy(got[i]);
@@ -203,6 +209,8 @@ KN_TEST(cuda_graph_replay_matches_uncaptured) {
                   (unsigned long long)launches);
         CHECK_MSG(device_allocs(graphed) == allocs_after_capture, "level %d: replays made %llu cudaMalloc calls", level,
                   (unsigned long long)(device_allocs(graphed) - allocs_after_capture));
+        CHECK_MSG(device_allocs(plain) == plain_allocs, "level %d: uncaptured runs made %llu cudaMalloc calls", level,
+                  (unsigned long long)(device_allocs(plain) - plain_allocs));
     next:
         kiln_session_destroy(cpu);
         kiln_session_destroy(graphed);
@@ -417,6 +425,87 @@ KN_TEST(cuda_graph_rejects_bad_device_tensors) {
     cudaFree(mem);
     free(m);
 #endif
+}
+
+/* The zoo (KILN_ZOO, else ../shared/models) with graphs=1: the third run of test_data_set_0 (a
+ * replay, where the session can be captured) against the reference outputs, relative L2 < 1e-4. */
+KN_TEST(cuda_graph_zoo_replays_match_reference) {
+    NEED_GPU();
+    char zoo[4096];
+    const char *env = getenv("KILN_ZOO");
+    if (env && *env) snprintf(zoo, sizeof zoo, "%s", env);
+    else snprintf(zoo, sizeof zoo, "%s/../shared/models", kn_unit_root());
+    DIR *d = opendir(zoo);
+    if (!d) {
+        KN_SKIP("the model zoo is not there (set KILN_ZOO)");
+        return;
+    }
+    struct dirent *e;
+    int models = 0;
+    while ((e = readdir(d))) {
+        char dir[4200], model[4300], path[4400];
+        snprintf(dir, sizeof dir, "%s/%s", zoo, e->d_name);
+        snprintf(model, sizeof model, "%s/model.onnx", dir);
+        struct stat sb;
+        if (e->d_name[0] == '.' || stat(model, &sb) != 0) continue;
+        models++;
+        kiln_session_options *o;
+        kiln_session_options_create(&o);
+        kiln_session_options_set_cache(o, 0, NULL);
+        const char *k[1] = {"graphs"}, *v[1] = {"1"};
+        kiln_session_options_append_provider(o, "cuda", k, v, 1);
+        kiln_session *s = NULL;
+        kiln_status st = kiln_session_create(model, o, &s);
+        kiln_session_options_destroy(o);
+        CHECK_MSG(st == KILN_OK, "%s: %s", e->d_name, kiln_last_error());
+        if (st != KILN_OK) continue;
+        size_t ni = kiln_session_input_count(s), no = kiln_session_output_count(s);
+        kn_tensor *in[16] = {0}, *out[16] = {0}, *want[16] = {0};
+        const char *names[16];
+        for (size_t i = 0; i < ni && i < 16; i++) {
+            kiln_value_info info;
+            kiln_session_input_info(s, i, &info);
+            names[i] = info.name;
+            snprintf(path, sizeof path, "%s/test_data_set_0/input_%zu.pb", dir, i);
+            kn_onnx_read_value_file(path, &in[i], NULL);
+        }
+        for (size_t i = 0; i < no && i < 16; i++) {
+            snprintf(path, sizeof path, "%s/test_data_set_0/output_%zu.pb", dir, i);
+            kn_onnx_read_value_file(path, &want[i], NULL);
+        }
+        for (int r = 0; r < 3 && st == KILN_OK; r++) {
+            for (size_t i = 0; i < 16; i++) {
+                kn_tensor_free(out[i]);
+                out[i] = NULL;
+            }
+            st = kiln_session_run(s, names, in, ni, NULL, no, out);
+            CHECK_MSG(st == KILN_OK, "%s run %d: %s", e->d_name, r, kiln_last_error());
+        }
+        int graphs = 0;
+        kn_graph_run_stats(s, NULL, &graphs, NULL);
+        for (size_t i = 0; st == KILN_OK && i < no && i < 16; i++) {
+            if (!want[i] || !out[i] || !kn_dtype_is_float(want[i]->dtype)) continue;
+            double num = 0, den = 0;
+            for (int64_t j = 0; j < kn_tensor_count(want[i]); j++) {
+                double a = kn_tensor_get_f64(out[i], j), b = kn_tensor_get_f64(want[i], j);
+                num += (a - b) * (a - b);
+                den += b * b;
+            }
+            double err = den > 0 ? sqrt(num / den) : sqrt(num);
+            printf("      %-22s %s, output %zu: relative L2 error %.2e\n", e->d_name,
+                   graphs ? "replayed graph" : "not captured", i, err);
+            CHECK_MSG(err < 1e-4, "%s output %zu (%s): relative L2 error %.3g", e->d_name, i,
+                      graphs ? "replayed graph" : "not captured", err);
+        }
+        for (size_t i = 0; i < 16; i++) {
+            kn_tensor_free(in[i]);
+            kn_tensor_free(out[i]);
+            kn_tensor_free(want[i]);
+        }
+        kiln_session_destroy(s);
+    }
+    closedir(d);
+    if (!models) KN_SKIP("no zoo models found");
 }
 
 /* ------------------------------------------------------------------ API checks without a GPU */
