@@ -96,17 +96,24 @@ static void mb_str(mb *b, const char *name, const char *v) {
     a->s_len = strlen(v);
 }
 
-static unsigned char *mb_finish(mb *b, int out, size_t *size) {
+/* A serialised model (returned by value so a call can build it inside another's arguments). */
+typedef struct blob {
+    unsigned char *data;
+    size_t size;
+} blob;
+
+static blob mb_finish(mb *b, int out) {
+    size_t sz = 0;
     b->g->outputs = realloc(b->g->outputs, sizeof(int) * (size_t)(b->g->n_outputs + 1));
     b->g->outputs[b->g->n_outputs++] = out;
     b->g->values[out].is_graph_output = true;
     unsigned char *data = NULL;
     kn_graph_recount(b->g);
-    kiln_status st = kn_onnx_write_memory(b->m, &data, size);
+    kiln_status st = kn_onnx_write_memory(b->m, &data, &sz);
     CHECK_MSG(st == KILN_OK, "writing the test model: %s", kiln_last_error());
     kn_model_free(b->m);
     b->m = NULL;
-    return data;
+    return (blob){data, sz};
 }
 
 /* ------------------------------------------------------------------ running and comparing */
@@ -133,8 +140,10 @@ static kn_tensor *run_on(const unsigned char *data, size_t size, const char *pro
 }
 
 /* The model on CUDA against the CPU: same type and shape, values within rtol/atol. */
-static void compare(unsigned char *model, size_t size, int rank, const int64_t *dims, double rtol, double atol,
+static void compare(blob model_blob, int rank, const int64_t *dims, double rtol, double atol,
                     const char *what) {
+    unsigned char *model = model_blob.data;
+    size_t size = model_blob.size;
     kn_tensor *x;
     kn_tensor_new(KILN_DTYPE_FLOAT, rank, dims, &x);
     uint32_t seed = 99;
@@ -163,8 +172,8 @@ static void compare(unsigned char *model, size_t size, int rank, const int64_t *
 
 /* ------------------------------------------------------------------ Resize */
 
-static unsigned char *resize_model(const int64_t *xd, const double *scales, const double *roi, const char *mode,
-                                   const char *coord, bool antialias, bool exclude, size_t *size) {
+static blob resize_model(const int64_t *xd, const double *scales, const double *roi, const char *mode,
+                                   const char *coord, bool antialias, bool exclude) {
     mb b;
     mb_init(&b, 19);
     int x = mb_input(&b, 4, xd);
@@ -178,7 +187,7 @@ static unsigned char *resize_model(const int64_t *xd, const double *scales, cons
     if (exclude) mb_int(&b, "exclude_outside", 1);
     if (!strcmp(mode, "cubic")) mb_float(&b, "cubic_coeff_a", -0.5f);
     if (roi) mb_float(&b, "extrapolation_value", 3.5f);
-    return mb_finish(&b, y, size);
+    return mb_finish(&b, y);
 }
 
 KN_TEST(cuda_image_resize_modes) {
@@ -186,29 +195,28 @@ KN_TEST(cuda_image_resize_modes) {
     int64_t xd[4] = {2, 3, 9, 13};
     const double up[4] = {1, 1, 2.5, 1.75}, down[4] = {1, 1, 0.45, 0.6};
     const double roi[8] = {0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3};
-    size_t size;
-    compare(resize_model(xd, up, NULL, "nearest", "asymmetric", false, false, &size), size, 4, xd, 0, 0,
+    compare(resize_model(xd, up, NULL, "nearest", "asymmetric", false, false), 4, xd, 0, 0,
             "Resize nearest asymmetric upsample");
-    compare(resize_model(xd, down, NULL, "nearest", "half_pixel", false, false, &size), size, 4, xd, 0, 0,
+    compare(resize_model(xd, down, NULL, "nearest", "half_pixel", false, false), 4, xd, 0, 0,
             "Resize nearest half_pixel downsample");
-    compare(resize_model(xd, up, NULL, "linear", "align_corners", false, false, &size), size, 4, xd, 1e-5, 1e-6,
+    compare(resize_model(xd, up, NULL, "linear", "align_corners", false, false), 4, xd, 1e-5, 1e-6,
             "Resize linear align_corners");
-    compare(resize_model(xd, down, NULL, "linear", "half_pixel", true, false, &size), size, 4, xd, 1e-5, 1e-6,
+    compare(resize_model(xd, down, NULL, "linear", "half_pixel", true, false), 4, xd, 1e-5, 1e-6,
             "Resize linear antialias downsample");
-    compare(resize_model(xd, down, NULL, "cubic", "half_pixel", true, true, &size), size, 4, xd, 1e-5, 1e-6,
+    compare(resize_model(xd, down, NULL, "cubic", "half_pixel", true, true), 4, xd, 1e-5, 1e-6,
             "Resize cubic antialias exclude_outside");
-    compare(resize_model(xd, up, NULL, "cubic", "pytorch_half_pixel", false, true, &size), size, 4, xd, 1e-5, 1e-6,
+    compare(resize_model(xd, up, NULL, "cubic", "pytorch_half_pixel", false, true), 4, xd, 1e-5, 1e-6,
             "Resize cubic exclude_outside upsample");
-    compare(resize_model(xd, up, roi, "linear", "tf_crop_and_resize", false, false, &size), size, 4, xd, 1e-5, 1e-6,
+    compare(resize_model(xd, up, roi, "linear", "tf_crop_and_resize", false, false), 4, xd, 1e-5, 1e-6,
             "Resize linear tf_crop_and_resize with extrapolation");
-    compare(resize_model(xd, up, roi, "nearest", "tf_crop_and_resize", false, false, &size), size, 4, xd, 0, 0,
+    compare(resize_model(xd, up, roi, "nearest", "tf_crop_and_resize", false, false), 4, xd, 0, 0,
             "Resize nearest tf_crop_and_resize with extrapolation");
 }
 
 /* ------------------------------------------------------------------ GridSample */
 
-static unsigned char *gridsample_model(int rank, const int64_t *xd, const int64_t *gd, const char *mode,
-                                       const char *pad, int align, size_t *size) {
+static blob gridsample_model(int rank, const int64_t *xd, const int64_t *gd, const char *mode,
+                                       const char *pad, int align) {
     mb b;
     mb_init(&b, 20);
     int x = mb_input(&b, rank, xd);
@@ -217,7 +225,7 @@ static unsigned char *gridsample_model(int rank, const int64_t *xd, const int64_
     mb_str(&b, "mode", mode);
     mb_str(&b, "padding_mode", pad);
     mb_int(&b, "align_corners", align);
-    return mb_finish(&b, y, size);
+    return mb_finish(&b, y);
 }
 
 KN_TEST(cuda_image_gridsample) {
@@ -227,24 +235,22 @@ KN_TEST(cuda_image_gridsample) {
     for (int m = 0; m < 3; m++)
         for (int p = 0; p < 3; p++)
             for (int a = 0; a < 2; a++) {
-                size_t size;
-                char what[128];
+                        char what[128];
                 snprintf(what, sizeof what, "GridSample 2-D %s %s align_corners=%d", modes[m], pads[p], a);
-                compare(gridsample_model(4, xd, gd, modes[m], pads[p], a, &size), size, 4, xd, 1e-5, 1e-6, what);
+                compare(gridsample_model(4, xd, gd, modes[m], pads[p], a), 4, xd, 1e-5, 1e-6, what);
             }
     int64_t xd3[5] = {1, 2, 4, 5, 6}, gd3[5] = {1, 3, 2, 4, 3};
     for (int m = 0; m < 2; m++) {
-        size_t size;
         char what[128];
         snprintf(what, sizeof what, "GridSample 3-D %s", modes[m]);
-        compare(gridsample_model(5, xd3, gd3, modes[m], "border", 0, &size), size, 5, xd3, 1e-5, 1e-6, what);
+        compare(gridsample_model(5, xd3, gd3, modes[m], "border", 0), 5, xd3, 1e-5, 1e-6, what);
     }
 }
 
 /* ------------------------------------------------------------------ QuantizeLinear / DequantizeLinear */
 
 /* X -> QuantizeLinear (to `qt`) -> DequantizeLinear (or the quantised values when !dq). */
-static unsigned char *qdq_model(const int64_t *xd, int axis, int64_t block, kiln_dtype qt, bool dq, size_t *size) {
+static blob qdq_model(const int64_t *xd, int axis, int64_t block, kiln_dtype qt, bool dq) {
     mb b;
     mb_init(&b, 21);
     int x = mb_input(&b, 3, xd);
@@ -269,7 +275,7 @@ static unsigned char *qdq_model(const int64_t *xd, int axis, int64_t block, kiln
         mb_int(&b, "axis", axis);
         if (block) mb_int(&b, "block_size", block);
     }
-    return mb_finish(&b, out, size);
+    return mb_finish(&b, out);
 }
 
 KN_TEST(cuda_quant_per_axis_and_blocked) {
@@ -278,39 +284,36 @@ KN_TEST(cuda_quant_per_axis_and_blocked) {
     static const kiln_dtype types[4] = {KILN_DTYPE_INT8, KILN_DTYPE_UINT8, KILN_DTYPE_INT16, KILN_DTYPE_INT4};
     for (int t = 0; t < 4; t++)
         for (int dq = 0; dq < 2; dq++) {
-            size_t size;
-            char what[128];
+                char what[128];
             snprintf(what, sizeof what, "QuantizeLinear%s per axis 1 to %s", dq ? " + DequantizeLinear" : "",
                      kiln_dtype_name(types[t]));
-            compare(qdq_model(xd, 1, 0, types[t], dq, &size), size, 3, xd, 1e-6, 1e-7, what);
+            compare(qdq_model(xd, 1, 0, types[t], dq), 3, xd, 1e-6, 1e-7, what);
             snprintf(what, sizeof what, "QuantizeLinear%s blocked (axis 2, block 4) to %s",
                      dq ? " + DequantizeLinear" : "", kiln_dtype_name(types[t]));
-            compare(qdq_model(xd, 2, 4, types[t], dq, &size), size, 3, xd, 1e-6, 1e-7, what);
+            compare(qdq_model(xd, 2, 4, types[t], dq), 3, xd, 1e-6, 1e-7, what);
         }
 }
 
 /* ------------------------------------------------------------------ Einsum */
 
-static unsigned char *einsum_model(const char *eq, const int64_t *xd, int xr, const int64_t *wd, int wr,
-                                   size_t *size) {
+static blob einsum_model(const char *eq, const int64_t *xd, int xr, const int64_t *wd, int wr) {
     mb b;
     mb_init(&b, 12);
     int x = mb_input(&b, xr, xd);
     int in[2] = {x, wr ? mb_const(&b, "W", KILN_DTYPE_FLOAT, wr, wd, NULL, -1, 1) : -1};
     int y = mb_node(&b, "Einsum", in, wr ? 2 : 1, "Y");
     mb_str(&b, "equation", eq);
-    return mb_finish(&b, y, size);
+    return mb_finish(&b, y);
 }
 
 KN_TEST(cuda_einsum) {
     NEED_GPU();
-    size_t size;
     int64_t xd[4] = {2, 5, 3, 4}, wd[3] = {5, 4, 6};
-    compare(einsum_model("bnhd,ndk->bhnk", xd, 4, wd, 3, &size), size, 4, xd, 1e-4, 1e-5,
+    compare(einsum_model("bnhd,ndk->bhnk", xd, 4, wd, 3), 4, xd, 1e-4, 1e-5,
             "Einsum bnhd,ndk->bhnk (batched GEMM)");
     int64_t sd[3] = {3, 4, 4};
-    compare(einsum_model("bii->bi", sd, 3, NULL, 0, &size), size, 3, sd, 1e-6, 1e-7, "Einsum bii->bi (diagonal)");
+    compare(einsum_model("bii->bi", sd, 3, NULL, 0), 3, sd, 1e-6, 1e-7, "Einsum bii->bi (diagonal)");
     int64_t ad[3] = {3, 4, 5}, bd[2] = {1, 5};
-    compare(einsum_model("...ij,...j->...i", ad, 3, bd, 2, &size), size, 3, ad, 1e-5, 1e-6,
+    compare(einsum_model("...ij,...j->...i", ad, 3, bd, 2), 3, ad, 1e-5, 1e-6,
             "Einsum ...ij,...j->...i (broadcast, direct sum)");
 }
