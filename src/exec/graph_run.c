@@ -110,11 +110,17 @@ static bool recordable(const kn_graph *g, const kn_runtime *rt, int dev, char *w
             ok = false;
             break;
         }
-        for (int o = 0; o < n->n_outputs; o++) {
+        for (int o = 0; ok && o < n->n_outputs; o++) {
             int v = n->outputs[o];
             if (v < 0) continue;
             bool host_out = be->ops->device == KN_DEVICE_HOST ||
                             (be->ops->output_on_host && be->ops->output_on_host(n->kernel, n, o));
+            if (host_out && !all_fixed) {
+                /* a host value made from run-time data: a replay would not remake it */
+                snprintf(why, cap, "%s makes output %d ('%s') on the host from data computed at run time",
+                         kn_node_label(n, lbl, sizeof lbl), o, g->values[v].name);
+                ok = false;
+            }
             fixed[v] = host_out && all_fixed;
         }
     }
