@@ -427,6 +427,57 @@ KN_TEST(cuda_graph_rejects_bad_device_tensors) {
 #endif
 }
 
+/* The backend's recording refuses what a replay could not repeat (a constant's first copy, a wait
+ * for the device, a copy to the host), a failed recording leaves nothing behind, and the session
+ * then runs as before. */
+KN_TEST(cuda_graph_recording_failure_recovers) {
+    NEED_GPU();
+    size_t size;
+    unsigned char *m = graph_model(false, &size);
+    kiln_session *s = m ? make_session(m, size, "cuda", "0", 3, 0) : NULL;
+    kiln_session *cpu = m ? make_session(m, size, "cpu", NULL, 0, 0) : NULL;
+    const kn_backend *be = s ? cuda_backend_of(s) : NULL;
+    if (be && cpu) {
+        kiln_tensor *x = random_x(2, 77);
+        kiln_tensor *want[2] = {0}, *got[2] = {0};
+        run_x(cpu, x, want);
+        run_x(s, x, got); /* warm-up */
+        kiln_tensor_destroy(got[0]);
+        kiln_tensor_destroy(got[1]);
+        CHECK_STATUS(be->ops->capture_begin(be->state), KILN_OK);
+        kn_tensor *d = NULL, *h = NULL;
+        CHECK_STATUS(be->ops->upload(be->state, x, true, &d), KILN_ERR_UNSUPPORTED);
+        CHECK_ERROR_HAS("recorded");
+        CHECK_STATUS(be->ops->upload(be->state, x, false, &d), KILN_OK); /* from a pinned copy */
+        if (d) {
+            CHECK_STATUS(be->ops->download(be->state, d, &h), KILN_ERR_UNSUPPORTED);
+            CHECK_ERROR_HAS("on the host while the run is recorded");
+        }
+        CHECK_STATUS(be->ops->sync(be->state), KILN_ERR_UNSUPPORTED);
+        void *graph = (void *)1;
+        CHECK(be->ops->capture_end(be->state, false, &graph) != KILN_OK);
+        CHECK(graph == NULL);
+        kn_tensor_free(d);
+        kn_tensor_free(h);
+        /* the stream is out of capture mode: runs and copies work */
+        CHECK_STATUS(be->ops->sync(be->state), KILN_OK);
+        uint64_t allocs = device_allocs(s);
+        for (int r = 0; r < 3; r++) {
+            if (run_x(s, x, got) == KILN_OK) same_floats(got[0], want[0], 1e-4, 1e-5, "a run after a failed recording");
+            kiln_tensor_destroy(got[0]);
+            kiln_tensor_destroy(got[1]);
+        }
+        CHECK_MSG(device_allocs(s) == allocs, "runs after a failed recording made %llu cudaMalloc calls",
+                  (unsigned long long)(device_allocs(s) - allocs));
+        kiln_tensor_destroy(want[0]);
+        kiln_tensor_destroy(want[1]);
+        kiln_tensor_destroy(x);
+    }
+    kiln_session_destroy(s);
+    kiln_session_destroy(cpu);
+    free(m);
+}
+
 /* The zoo (KILN_ZOO, else ../shared/models) with graphs=1: the third run of test_data_set_0 (a
  * replay, where the session can be captured) against the reference outputs, relative L2 < 1e-4. */
 KN_TEST(cuda_graph_zoo_replays_match_reference) {
