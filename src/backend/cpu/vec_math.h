@@ -13,9 +13,11 @@
 #include <immintrin.h>
 
 /* exp(-x) for every lane, with x clamped to [-88.7, 87.3] (exp(-x) between about 1e-38 and
- * 3e38: the callers add it to 1). NaN stays NaN: each clamp takes x as its second operand, which
- * vmaxps/vminps return when it is NaN. n = round(-x / ln2), exp(-x) = 2^n exp(-(x + n ln2)), the
- * latter by a degree-6 Taylor polynomial in r = x + n ln2, |r| <= ln2/2 (truncation < 3e-8). */
+ * 3e38: the callers add it to 1 and take the reciprocal, which must stay finite; the upper clamp
+ * keeps the reduction exact, without it x = 1e20 gives NaN). NaN stays NaN: each clamp takes x as
+ * its second operand, which vmaxps/vminps return when it is NaN. n = round(-x / ln2),
+ * exp(-x) = 2^n exp(-(x + n ln2)), the latter by a degree-6 Taylor polynomial in r = x + n ln2,
+ * |r| <= ln2/2 (truncation < 3e-8). */
 static inline __m512 kn_v16_exp_neg(__m512 x) {
     x = _mm512_max_ps(_mm512_set1_ps(-88.7f), x);
     x = _mm512_min_ps(_mm512_set1_ps(87.3f), x);

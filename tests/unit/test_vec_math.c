@@ -1,0 +1,43 @@
+/* The CPU backend's vector sigmoid and SiLU (vec_math.h) against double precision, including the
+ * extremes a fast exp gets wrong (overflowing exp, huge arguments, infinities, NaN). */
+#include "backend/cpu/vec_math.h"
+#include "unit.h"
+
+#include <math.h>
+
+#if defined(__AVX512F__)
+static void eval16(__m512 (*fn)(__m512), const float *x, float *y) { _mm512_storeu_ps(y, fn(_mm512_loadu_ps(x))); }
+
+KN_TEST(vec_math_sigmoid_silu_accuracy) {
+    double worst_s = 0, worst_silu = 0;
+    for (double x0 = -87.0; x0 < 100.0; x0 += 0.0137) {
+        float x[16], s[16], u[16];
+        for (int l = 0; l < 16; l++) x[l] = (float)(x0 + l * 0.0007);
+        eval16(kn_v16_sigmoid, x, s);
+        eval16(kn_v16_silu, x, u);
+        for (int l = 0; l < 16; l++) {
+            double want = 1.0 / (1.0 + exp(-(double)x[l]));
+            worst_s = fmax(worst_s, fabs(s[l] - want) / want);
+            double wu = (double)x[l] * want;
+            if (fabs(wu) > 1e-30) worst_silu = fmax(worst_silu, fabs(u[l] - wu) / fabs(wu));
+        }
+    }
+    CHECK_MSG(worst_s < 1e-6, "sigmoid: max relative error %g", worst_s);
+    CHECK_MSG(worst_silu < 1e-6, "silu: max relative error %g", worst_silu);
+}
+
+KN_TEST(vec_math_sigmoid_extremes) {
+    const float x[16] = {1e20f, 1e30f, 3e38f, INFINITY, 89.0f, 200.0f, -89.0f, -200.0f,
+                         -1e30f, -INFINITY, NAN, 0.0f, -0.0f, 1e-30f, -1e-30f, 0.5f};
+    float s[16], u[16];
+    eval16(kn_v16_sigmoid, x, s);
+    eval16(kn_v16_silu, x, u);
+    for (int l = 0; l < 6; l++) CHECK_MSG(s[l] == 1.0f && u[l] == x[l], "sigmoid(%g) = %g, silu = %g", x[l], s[l], u[l]);
+    for (int l = 6; l < 10; l++) CHECK_MSG(s[l] >= 0.0f && s[l] < 1e-37f, "sigmoid(%g) = %g", x[l], s[l]);
+    CHECK_MSG(isnan(s[10]) && isnan(u[10]), "NaN in gives %g, %g", s[10], u[10]);
+    CHECK_MSG(s[11] == 0.5f && s[12] == 0.5f && u[11] == 0.0f, "sigmoid(0) = %g, silu(0) = %g", s[11], u[11]);
+    CHECK_MSG(fabs(s[15] - 0.6224593312f) < 1e-7, "sigmoid(0.5) = %.9g", s[15]);
+}
+#else
+KN_TEST(vec_math_sigmoid_silu_accuracy) { KN_SKIP("no AVX-512 in this build"); }
+#endif
