@@ -67,7 +67,7 @@ static double gemm_case(kn_threadpool *pool, bool ta, bool tb, int64_t M, int64_
 static double gemm_tol(int64_t K) { return 1e-5 + 2e-7 * (double)K; }
 
 static void gemm_shapes(kn_threadpool *pool) {
-    static const int64_t sizes[] = {1, 2, 3, 7, 12, 13, 16, 17, 31, 32, 33, 47, 64, 100};
+    static const int64_t sizes[] = {1, 2, 3, 7, 12, 13, 16, 17, 31, 32, 33, 47, 50, 64, 100};
     const int ns = (int)(sizeof sizes / sizeof sizes[0]);
     int checked = 0;
     for (int t = 0; t < 4; t++)
@@ -84,7 +84,9 @@ static void gemm_shapes(kn_threadpool *pool) {
                 }
     /* shapes that cross the cache blocks (KC=256, MC, NC=1024) and the special paths */
     static const int64_t big[][3] = {{300, 70, 600}, {1, 1500, 300}, {1, 77, 1030}, {1030, 1, 300},
-                                     {5, 1100, 40},  {40, 33, 1},   {97, 1031, 9},  {257, 129, 513}};
+                                     {5, 1100, 40},  {40, 33, 1},   {97, 1031, 9},  {257, 129, 513},
+                                     /* strips a column or two past a vector (7x7 planes: 49 = 32 + 17) */
+                                     {40, 49, 300},  {30, 50, 600}, {13, 1074, 70}};
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
         for (int t = 0; t < 4; t++) {
             double err = gemm_case(pool, t & 1, (t >> 1) & 1, big[i][0], big[i][1], big[i][2], 1.25f, t == 3 ? 0.5f : 0.0f);
@@ -259,6 +261,7 @@ static void conv_cases(kn_threadpool *pool) {
         {2, 1, 18, 18, 18, {70, 120}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, true},
         {2, 1, 17, 17, 17, {61, 100}, {5, 3}, {2, 2}, {1, 1}, {2, 0}, {1, 2}, false},
         {2, 1, 16, 40, 1, {7, 9}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, true},  /* pointwise */
+        {2, 2, 24, 40, 1, {7, 7}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, true},  /* pointwise, 49 = 32 + 16 + 1 columns */
         {2, 2, 8, 12, 4, {6, 5}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, false},  /* grouped pointwise */
         {2, 1, 6, 5, 1, {8, 8}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, true},    /* strided 1x1 */
         {2, 1, 32, 70, 1, {20, 37}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, true}, /* several GEMM blocks */
