@@ -53,7 +53,9 @@ static kiln_status place_all_cpu(kn_graph *g, kn_runtime *rt, kn_place_report_fn
 
 static bool small_int_output(const kn_type *t) {
     if (t->kind != KN_TYPE_TENSOR || !kn_type_is_static(t)) return false;
-    if (t->dtype != KILN_DTYPE_INT64 && t->dtype != KILN_DTYPE_INT32) return false;
+    /* bool too: Equal/Where over shape values (exporters' "-1 means keep" masks) feed Expand and
+     * Reshape, which read them on the host */
+    if (t->dtype != KILN_DTYPE_INT64 && t->dtype != KILN_DTYPE_INT32 && t->dtype != KILN_DTYPE_BOOL) return false;
     int64_t n = 1;
     for (int d = 0; d < t->rank; d++) n *= t->dims[d].value;
     return n <= KN_SHAPE_MAX_ELEMENTS;
