@@ -398,7 +398,7 @@ const kn_cpu_kernel kn_cpu_linalg[] = {
     {"", "QLinearMatMul", run_qlinear_matmul, NULL},
     {"", "Gemm", run_gemm, NULL},
     {"", "Einsum", kn_cpu_einsum, NULL},
-    {"", "Conv", kn_cpu_conv, NULL},
+    {"", "Conv", kn_cpu_conv, NULL, KN_KERNEL_OVERWRITES}, /* every path writes each output element */
     {"", "ConvInteger", kn_cpu_conv_integer, NULL},
     {"", "QLinearConv", kn_cpu_qlinear_conv, NULL},
     {"", "ConvTranspose", kn_cpu_conv_transpose, NULL},
