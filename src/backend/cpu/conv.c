@@ -659,6 +659,126 @@ static void make_packed_weights(const void *ctx, void *dst) {
     for (int64_t g = 0; g < p->G; g++) kn_sgemm_pack_a(p->w + g * p->Mg * p->K, p->K, false, p->Mg, p->K, (float *)dst + g * per);
 }
 
+#if defined(__AVX512F__)
+/* ---- pointwise convolution on small planes ----
+ * A 7x7 plane gives the GEMM 49 = 32 + 17 columns: vectors along the plane compute 64. Here the
+ * 16 lanes run along the output channels instead: a tile is 48 channels x 7 pixels, 21
+ * accumulators fed per input channel by 3 loads of weights (packed once per session as
+ * [M/48][K][48]) and 7 broadcasts of input pixels read in place; the tile is transposed into the
+ * output rows. */
+#define PW_MB 48
+#define PW_NB 7
+
+typedef struct pw_wctx {
+    const float *w;
+    int64_t M, K;
+} pw_wctx;
+
+static void pw_make_weights(const void *ctx, void *dst) {
+    const pw_wctx *k = ctx;
+    float *d = dst;
+    for (int64_t m0 = 0; m0 < k->M; m0 += PW_MB)
+        for (int64_t c = 0; c < k->K; c++, d += PW_MB)
+            for (int64_t r = 0; r < PW_MB; r++) d[r] = m0 + r < k->M ? k->w[(m0 + r) * k->K + c] : 0.0f;
+}
+
+/* Channels where the GEMM's column vectors are under 90% full, with a full tile of channels. */
+static bool pw_suits(const conv_shape *s) {
+    const int64_t n = s->out_plane;
+    return s->G == 1 && s->M >= PW_MB && n > 16 && n <= 64 && (n + 15) / 16 * 16 * 9 > n * 10;
+}
+
+typedef struct pw_job {
+    const conv_shape *s;
+    const float *x, *wp, *bias;
+    float *y;
+    kn_conv_epilogue_fn epi;
+    const void *epi_ctx;
+} pw_job;
+
+/* out[j*PW_MB + r] = bias + sum_c a[c][r] * b[c*ldb + j] for j < NB, r < 48 */
+static inline __attribute__((always_inline)) void pw_tile(const float *a, const float *b, int64_t ldb, int64_t K,
+                                                          const __m512 bias[3], float *out, const int NB) {
+    __m512 acc[PW_NB][3];
+#pragma GCC unroll 7
+    for (int j = 0; j < NB; j++)
+        for (int v = 0; v < 3; v++) acc[j][v] = bias[v];
+    for (int64_t c = 0; c < K; c++, a += PW_MB, b += ldb) {
+        const __m512 a0 = _mm512_loadu_ps(a), a1 = _mm512_loadu_ps(a + 16), a2 = _mm512_loadu_ps(a + 32);
+#pragma GCC unroll 7
+        for (int j = 0; j < NB; j++) {
+            const __m512 bj = _mm512_set1_ps(b[j]);
+            acc[j][0] = _mm512_fmadd_ps(a0, bj, acc[j][0]);
+            acc[j][1] = _mm512_fmadd_ps(a1, bj, acc[j][1]);
+            acc[j][2] = _mm512_fmadd_ps(a2, bj, acc[j][2]);
+        }
+    }
+#pragma GCC unroll 7
+    for (int j = 0; j < NB; j++)
+        for (int v = 0; v < 3; v++) _mm512_storeu_ps(out + j * PW_MB + v * 16, acc[j][v]);
+}
+
+/* Tasks are (image, panel of 48 output channels). */
+static void pw_range(void *arg, int64_t begin, int64_t end) {
+    const pw_job *jb = arg;
+    const conv_shape *s = jb->s;
+    const int64_t N = s->out_plane, K = s->C, panels = (s->M + PW_MB - 1) / PW_MB;
+    float tile[PW_NB * PW_MB];
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t n = t / panels, m0 = (t % panels) * PW_MB, mr = min64(PW_MB, s->M - m0);
+        const float *a = jb->wp + m0 * K, *b = jb->x + n * K * N;
+        float *y = jb->y + (n * s->M + m0) * N;
+        __m512 bias[3];
+        for (int v = 0; v < 3; v++)
+            bias[v] = jb->bias ? _mm512_maskz_loadu_ps(kn_v16_tail(mr - 16 * v), jb->bias + m0 + 16 * v)
+                               : _mm512_setzero_ps();
+        for (int64_t j0 = 0; j0 < N; j0 += PW_NB) {
+            const int nb = (int)min64(PW_NB, N - j0);
+            switch (nb) {
+            case 7: pw_tile(a, b + j0, N, K, bias, tile, 7); break;
+            case 6: pw_tile(a, b + j0, N, K, bias, tile, 6); break;
+            case 5: pw_tile(a, b + j0, N, K, bias, tile, 5); break;
+            case 4: pw_tile(a, b + j0, N, K, bias, tile, 4); break;
+            case 3: pw_tile(a, b + j0, N, K, bias, tile, 3); break;
+            case 2: pw_tile(a, b + j0, N, K, bias, tile, 2); break;
+            default: pw_tile(a, b + j0, N, K, bias, tile, 1); break;
+            }
+            /* tile [pixel][channel] -> output rows [channel][pixel] */
+            const __mmask16 keep = kn_v16_tail(nb);
+            for (int v = 0; v < 3 && 16 * v < mr; v++) {
+                __m512 o[16];
+                kn_v16_transpose(tile + 16 * v, PW_MB, nb, 16, o);
+                const int rows = (int)min64(16, mr - 16 * v);
+                for (int q = 0; q < rows; q++) _mm512_mask_storeu_ps(y + (16 * v + q) * N + j0, keep, o[q]);
+            }
+        }
+        if (jb->epi) jb->epi(jb->epi_ctx, jb->y, (n * s->M + m0) * N, mr, N, N);
+    }
+}
+
+/* The weights are packed once per session when they are a constant, else for this call (M*K
+ * floats against M*K*N multiply-adds). */
+static kiln_status pw_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w, const float *bias,
+                           float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_is_input) {
+    const int64_t panels = (s->M + PW_MB - 1) / PW_MB, K = s->C;
+    const size_t bytes = sizeof(float) * (size_t)(panels * PW_MB * K);
+    pw_wctx wc = {w, s->M, K};
+    kn_const_layout lay = {3, {s->M, K, 0, 0}};
+    const float *wp = w_is_input ? kn_cpu_const_derived(c, 1, &lay, bytes, pw_make_weights, &wc) : NULL;
+    float *own = NULL;
+    if (!wp) {
+        if (!(own = malloc(bytes ? bytes : 1))) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        pw_make_weights(&wc, own);
+        wp = own;
+    }
+    pw_job j = {s, x, wp, bias, y, epi, epi_ctx};
+    const int64_t work = PW_MB * K * s->out_plane;
+    kn_parallel_for(c->pool, s->N * panels, work > 262144 ? 1 : 262144 / (work + 1) + 1, pw_range, &j);
+    free(own);
+    return KILN_OK;
+}
+#endif
+
 /* ------------------------------------------------------------------ float Conv */
 
 static void fill_bias(float *y, const float *bias, int64_t N, int64_t M, int64_t plane) {
@@ -731,6 +851,9 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     for (int i = 0; i < s->nsp; i++)
         pointwise &= s->w.kernel[i] == 1 && s->w.stride[i] == 1 && s->w.pad_begin[i] == 0 && s->w.pad_end[i] == 0;
     int64_t count = s->N * s->G, K = s->Cg * s->kk;
+#if defined(__AVX512F__)
+    if (pointwise && pw_suits(s)) return pw_conv(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
+#endif
     const float **ap = malloc(sizeof(float *) * (size_t)count * 2);
     float **cp = malloc(sizeof(float *) * (size_t)count);
     if (!ap || !cp) {
