@@ -368,6 +368,13 @@ typedef struct kn_cu_einsum {
 } kn_cu_einsum;
 cudaError_t kn_cu_einsum_direct(const kn_cu_einsum *p, kiln_dtype y_dt, void *y, int64_t n, cudaStream_t s);
 
+/* casts where either side is packed (int4, uint4, int2, uint2, float4e2m1) or float8e8m0, the
+ * other a plain numeric/bool type or one of those (cu_cast_packed.cu); e8_mode: the e8m0
+ * round_mode, 0 up, 1 down, 2 nearest */
+bool kn_cu_cast_packed_supported(kiln_dtype from, kiln_dtype to);
+cudaError_t kn_cu_cast_packed(kiln_dtype from, kiln_dtype to, const void *x, void *y, int64_t n, bool saturate,
+                              int e8_mode, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -235,6 +235,14 @@ static kiln_status run_cast(kn_cuda *cu, kn_kernel_ctx *c) {
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
     if (x->dtype == y->dtype) return run_copy(cu, c);
     bool saturate = c->node->opset < 19 || kn_attr_int(c->node, "saturate", 1) != 0;
+    if (kn_cu_cast_packed_supported(x->dtype, y->dtype)) {
+        const char *rm = kn_attr_string(c->node, "round_mode", "up");
+        int mode = !strcmp(rm, "up") ? 0 : !strcmp(rm, "down") ? 1 : !strcmp(rm, "nearest") ? 2 : -1;
+        if (mode < 0) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "round_mode='%s' is not up, down or nearest", rm);
+        return kn_cu_check(c, kn_cu_cast_packed(x->dtype, y->dtype, x->data, y->data, kn_tensor_count(x), saturate, mode,
+                                                cu->stream),
+                           "Cast");
+    }
     return kn_cu_check(c, kn_cu_cast_f8(x->dtype, y->dtype, x->data, y->data, kn_tensor_count(x), saturate, cu->stream),
                        "Cast");
 }
@@ -248,6 +256,8 @@ static bool cast_supports(const kn_node *n, const kn_type *const *in, int n_in, 
     kiln_dtype to = !strcmp(n->op_type, "CastLike") ? (n_in > 1 && in[1] ? in[1]->dtype : KILN_DTYPE_UNDEFINED)
                                                     : (kiln_dtype)kn_attr_int(n, "to", 0);
     kiln_dtype from = n_in > 0 && in[0] ? in[0]->dtype : KILN_DTYPE_UNDEFINED;
+    /* packed sub-byte types and float8e8m0 (every round_mode): cu_cast_packed.cu */
+    if (kn_cu_cast_packed_supported(from, to)) return true;
     if (!cast_type(to) || !cast_type(from)) {
         snprintf(why, cap, "cast from %s to %s", kiln_dtype_name(from), kiln_dtype_name(to));
         return false;
