@@ -153,9 +153,9 @@ kiln_status kn_cu_matmul_bcast(kn_cuda *cu, const kn_kernel_ctx *c, kiln_dtype d
                                int64_t M, int64_t N, int64_t K, float alpha);
 extern const kn_cuda_kernel kn_cuda_fused[];
 /* image, quant and einsum families (cuda_ops_image.c, cuda_ops_quant.c, cuda_ops_einsum.c) */
+extern const kn_cuda_kernel kn_cuda_image[];
 extern const kn_cuda_kernel kn_cuda_quant[];
 extern const kn_cuda_kernel kn_cuda_einsum[];
-extern const kn_cuda_kernel kn_cuda_image[];
 extern const kn_cuda_kernel kn_cuda_attention[]; /* the attention family (cuda_ops_attention.c) */
 /* LayerNormalization / RMSNormalization (ai.onnx and kiln), by op_type (cuda_ops_nn.c) */
 kiln_status kn_cu_run_layernorm(kn_cuda *cu, kn_kernel_ctx *c);
