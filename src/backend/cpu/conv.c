@@ -263,6 +263,7 @@ typedef struct dw_job {
     const void *epi_ctx;
     const float *bias;         /* the 16-channel path adds it; the others find it preloaded in y */
     const float *w16;          /* the 16-channel path: weights as [group][tap][16] */
+    int64_t split;             /* the 16-channel path: slices of output rows per channel group */
     int *failed;
 } dw_job;
 
@@ -504,18 +505,18 @@ static inline __attribute__((always_inline)) void dw16_block(const float *srow, 
     for (int j = 0; j < NB; j++) _mm512_storeu_ps(orow + j * 16, acc[j]);
 }
 
-/* Channels c0..c0+nc (< 16 at the end) of image n, band after band. scratch: geometry g, its
- * border columns already 0. */
-static void dw16_group(const dw_job *j, int64_t n, int64_t c0, int nc, const float *wg, float *scratch, float *obuf,
-                       const dw16_geom *g) {
+/* Output rows [oh_begin, oh_end) of channels c0..c0+nc (< 16 at the end) of image n, band after
+ * band. scratch: geometry g, its border columns already 0. */
+static void dw16_group(const dw_job *j, int64_t n, int64_t c0, int nc, const float *wg, int64_t oh_begin,
+                       int64_t oh_end, float *scratch, float *obuf, const dw16_geom *g) {
     const conv_shape *s = j->s;
     const win2 *v = &j->v;
     const float *x = j->x + (n * s->C + c0) * s->in_plane;
     float *y = j->y + (n * s->M + c0) * s->out_plane;
     __m512 b = _mm512_setzero_ps();
     if (j->bias) b = _mm512_maskz_loadu_ps(kn_v16_tail(nc), j->bias + c0);
-    for (int64_t ob0 = 0; ob0 < v->OH; ob0 += g->band) {
-        const int64_t ob1 = min64(v->OH, ob0 + g->band);
+    for (int64_t ob0 = oh_begin; ob0 < oh_end; ob0 += g->band) {
+        const int64_t ob1 = min64(oh_end, ob0 + g->band);
         /* scratch row r is input row r0 + r; rows outside the input are zeros */
         const int64_t r0 = ob0 * v->sh - v->ph, rows = (ob1 - 1 - ob0) * v->sh + (v->KH - 1) * v->dh + 1;
         const int64_t lo = max64(r0, 0), hi = min64(r0 + rows, v->H);
@@ -572,7 +573,7 @@ static bool dw16_suits(const conv_shape *s) {
     return v.OW <= DW16_MAX_OW && g.scratch + g.out <= DW16_MAX_FLOATS && s->in_plane < ((int64_t)1 << 30);
 }
 
-/* Tasks are (image, group of 16 channels). */
+/* Tasks are (image, group of 16 channels, slice of output rows). */
 static void dw16_range(void *arg, int64_t begin, int64_t end) {
     const dw_job *j = arg;
     const conv_shape *s = j->s;
@@ -584,9 +585,11 @@ static void dw16_range(void *arg, int64_t begin, int64_t end) {
         return;
     }
     memset(scratch, 0, sizeof(float) * (size_t)g.scratch);
+    const int64_t OH = j->v.OH, split = j->split;
     for (int64_t t = begin; t < end; t++) {
-        const int64_t n = t / groups, c0 = (t % groups) * 16;
-        dw16_group(j, n, c0, (int)min64(16, s->C - c0), j->w16 + (c0 / 16) * s->kk * 16, scratch, scratch + g.scratch, &g);
+        const int64_t ng = t / split, part = t % split, n = ng / groups, c0 = (ng % groups) * 16;
+        dw16_group(j, n, c0, (int)min64(16, s->C - c0), j->w16 + (c0 / 16) * s->kk * 16, part * OH / split,
+                   (part + 1) * OH / split, scratch, scratch + g.scratch, &g);
     }
     free(scratch);
 }
@@ -808,7 +811,7 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     }
 
     if (depthwise) {
-        dw_job j = {s, win2_of(&s->w), x, w, y, NULL, epi, epi_ctx, bias, NULL, NULL};
+        dw_job j = {s, win2_of(&s->w), x, w, y, NULL, epi, epi_ctx, bias, NULL, 1, NULL};
         int64_t work = s->out_plane * s->kk;
 #if defined(__AVX512F__)
         if (dw16) {
@@ -827,8 +830,14 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
                 w16 = own;
             }
             j.w16 = w16;
-            const int64_t groups = (s->C + 15) / 16, gwork = 16 * work;
-            kn_parallel_for(c->pool, s->N * groups, gwork > 65536 ? 1 : 65536 / (gwork + 1) + 1, dw16_range, &j);
+            /* few channel groups (16 or 72 channels) would leave threads idle or unevenly loaded:
+             * cut each group's rows into slices (of 4 rows at least), for 4 tasks per thread */
+            const int64_t groups = (s->C + 15) / 16, tasks = s->N * groups, threads = kn_threadpool_size(c->pool);
+            j.split = 1;
+            if (threads > 1 && tasks < 4 * threads)
+                j.split = max64(1, min64((4 * threads + tasks - 1) / tasks, j.v.OH / 4));
+            const int64_t twork = 16 * work / j.split;
+            kn_parallel_for(c->pool, tasks * j.split, twork > 65536 ? 1 : 65536 / (twork + 1) + 1, dw16_range, &j);
             free(own);
             return failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
         }
