@@ -150,6 +150,12 @@ static char *sb_done(sbuf *s) {
     return s->d;
 }
 
+/* Provider options that change how runs are issued, not what is compiled: left out of the key, so
+ * sessions that differ only in them share one compiled file. */
+static bool run_only_option(const char *key) {
+    return !strcmp(key, "graphs"); /* CUDA graph capture of runs */
+}
+
 char *kn_cache_options_text(const kiln_session_options *o) {
     kiln_session_options dflt;
     if (!o) {
@@ -167,10 +173,10 @@ char *kn_cache_options_text(const kiln_session_options *o) {
         const kn_provider_request *p = &o->providers[i];
         if (i) sb_add(&s, ",");
         sb_add(&s, p->name);
-        if (!p->n_options) continue;
         char *kv[KN_MAX_PROVIDER_OPTIONS];
         int n = 0;
         for (int k = 0; k < p->n_options; k++) {
+            if (run_only_option(p->keys[k])) continue;
             size_t l = strlen(p->keys[k]) + strlen(p->values[k]) + 2;
             kv[n] = malloc(l);
             if (!kv[n]) {
@@ -180,6 +186,7 @@ char *kn_cache_options_text(const kiln_session_options *o) {
             snprintf(kv[n], l, "%s=%s", p->keys[k], p->values[k]);
             n++;
         }
+        if (!n) continue;
         qsort(kv, (size_t)n, sizeof *kv, cmp_str);
         sb_add(&s, "{");
         for (int k = 0; k < n; k++) {

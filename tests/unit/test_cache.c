@@ -416,6 +416,14 @@ KN_TEST(cache_key_every_field) {
     key_of(model, v, cuda32);
     CHECK_MSG(strcmp(cuda16, cuda32), "provider precision option");
     kiln_session_options_destroy(v);
+    /* a run-time provider option (CUDA graph capture) shares the compiled file */
+    v = opts_in(dir);
+    const char *gk[] = {"precision", "graphs"}, *gv[] = {"fp32", "0"};
+    kiln_session_options_append_provider(v, "cuda", gk, gv, 2);
+    kiln_session_options_append_provider(v, "cpu", NULL, NULL, 0);
+    key_of(model, v, k);
+    CHECK_MSG(!strcmp(cuda32, k), "graphs=0 changed the key");
+    kiln_session_options_destroy(v);
     v = opts_in(dir);
     kiln_session_options_set_dim(v, "N", 8);
     key_of(model, v, k);
