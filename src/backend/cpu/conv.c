@@ -1,12 +1,19 @@
 /* Convolutions on the CPU: Conv, ConvTranspose, ConvInteger, QLinearConv and Col2Im.
  *
- * float Conv takes one of three paths:
- *  - depthwise (one input channel per group): direct loops, vectorised along the output row;
- *  - pointwise (1x1 kernel, stride 1, no pads): the input planes are already the GEMM's B;
+ * float Conv takes one of these paths:
+ *  - depthwise (one input channel per group), AVX-512: 16 channels per vector through a
+ *    zero-bordered scratch image of [rows][cols][16] (planes too small to fill vectors along
+ *    their rows); dilated or very wide planes: direct loops vectorised along the output row;
+ *  - pointwise (1x1 kernel, stride 1, no pads) on small planes (7x7), AVX-512: vectors along the
+ *    output channels, 48 x 7 tiles;
+ *  - other pointwise: the input planes are already the GEMM's B;
  *  - everything else: implicit GEMM. W_g [M/g, C/g*k] times the im2col matrix of the input,
  *    whose panels the GEMM asks for through a pack callback that gathers them straight from the
  *    input (contiguous masked loads where the window row is contiguous, gathers otherwise), so no
  *    im2col buffer is ever built.
+ * Constant weights are rearranged for these kernels once per session (const_cache.h); the bias
+ * starts the accumulators or is added as the GEMM stores C, and a fused node's residual and
+ * activation run on each finished block while it is in cache (the epilogue).
  * ConvTranspose is a GEMM (W_g^T x_g) into a column buffer followed by col2im.
  * float16/bfloat16 are converted to float around the float path; double and the integer convs
  * run direct loops. */
