@@ -25,7 +25,7 @@ static void usage(FILE *f) {
             "            the compiled-model cache ($KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)\n"
             "  info      build options, providers compiled in, devices seen\n"
             "  --version\n"
-            "common flags: --provider cpu|cuda[:KEY=VALUE...][,cpu]  (cuda:precision=fp16:tuning=exhaustive)\n"
+            "common flags: --provider cpu|cuda[:KEY=VALUE...][,cpu]  (cuda:precision=fp16:device_id=0)\n"
             "              --opt-level 0..3 (default 3)  --threads N (0 = all cores)\n"
             "              --log error|warning|info|debug\n");
 }
