@@ -529,14 +529,22 @@ static void dw16_group(const dw_job *j, int64_t n, int64_t c0, int nc, const flo
         const int64_t lo = max64(r0, 0), hi = min64(r0 + rows, v->H);
         for (int64_t r = 0; r < rows; r++)
             if (r0 + r < lo || r0 + r >= hi) memset(scratch + r * g->SC * 16, 0, sizeof(float) * (size_t)(g->SC * 16));
-        /* in: 16 channel planes -> scratch pixels */
+        /* in: 16 channel planes -> scratch pixels; (ih, iw) of pixel p0 + q advance with q (a
+         * division per pixel cost more than the transpose) */
+        int64_t ih = lo, iw = 0;
         for (int64_t p0 = lo * v->W; p0 < hi * v->W; p0 += 16) {
             const int cnt = (int)min64(16, hi * v->W - p0);
             __m512 o[16];
-            kn_v16_transpose(x + p0, s->in_plane, nc, cnt, o);
+            if (nc == 16) kn_v16_transpose(x + p0, s->in_plane, 16, cnt, o); /* constant rows: no tests */
+            else kn_v16_transpose(x + p0, s->in_plane, nc, cnt, o);
+            float *dst = scratch + ((ih - r0) * g->SC + iw + v->pw) * 16;
             for (int q = 0; q < cnt; q++) {
-                const int64_t ih = (p0 + q) / v->W, iw = (p0 + q) % v->W;
-                _mm512_storeu_ps(scratch + ((ih - r0) * g->SC + iw + v->pw) * 16, o[q]);
+                _mm512_storeu_ps(dst, o[q]);
+                dst += 16;
+                if (++iw == v->W) {
+                    iw = 0, ih++;
+                    dst = scratch + ((ih - r0) * g->SC + v->pw) * 16;
+                }
             }
         }
         for (int64_t oh = ob0; oh < ob1; oh++) {
@@ -563,7 +571,8 @@ static void dw16_group(const dw_job *j, int64_t n, int64_t c0, int nc, const flo
             const int cnt = (int)min64(16, q1 - p0);
             const __mmask16 m = kn_v16_tail(cnt);
             __m512 o[16];
-            kn_v16_transpose(obuf + (p0 - q0) * 16, 16, cnt, 16, o);
+            if (cnt == 16) kn_v16_transpose(obuf + (p0 - q0) * 16, 16, 16, 16, o);
+            else kn_v16_transpose(obuf + (p0 - q0) * 16, 16, cnt, 16, o);
             for (int l = 0; l < nc; l++) _mm512_mask_storeu_ps(y + l * s->out_plane + p0, m, o[l]);
         }
         if (j->epi) j->epi(j->epi_ctx, j->y, (n * s->M + c0) * s->out_plane + q0, nc, q1 - q0, s->out_plane);
