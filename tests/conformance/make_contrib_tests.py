@@ -424,7 +424,7 @@ def main():
     # seqlens_k[b] = keys of batch entry b - 1; the first prompt has sequence length ==
     # total_sequence_length; later steps append after the past keys each entry keeps (a past buffer
     # longer than the total is a static cache, present keeps its length)
-    def gqa(name, S, N, KV, Hd, seqlens, total, P=None, packed=False, dtype=np.float32, **attrs):
+    def gqa(name, S, N, KV, Hd, seqlens, total, P=None, packed=False, dtype=np.float32, rotary=False, **attrs):
         B = len(seqlens)
         r = f16 if dtype == np.float16 else f32
         if packed:
@@ -436,6 +436,11 @@ def main():
         ins += [("past_key", r(B, KV, P, Hd, lo=-1, hi=1) if past else None),
                 ("past_value", r(B, KV, P, Hd, lo=-1, hi=1) if past else None),
                 ("seqlens_k", np.array(seqlens, np.int32)), ("total_sequence_length", np.array(total, np.int32))]
+        if rotary:  # cos/sin caches of the usual rotary frequencies, 32 positions
+            pos = np.arange(32, dtype=np.float64)[:, None]
+            theta = pos * 10000.0 ** (-np.arange(Hd // 2, dtype=np.float64) / (Hd // 2))
+            ins += [("cos_cache", np.cos(theta).astype(dtype)), ("sin_cache", np.sin(theta).astype(dtype))]
+            attrs["do_rotary"] = 1
         case(out, name, "GroupQueryAttention", ins, ["output", "present_key", "present_value"], num_heads=N,
              kv_num_heads=KV, **attrs)
 
@@ -448,6 +453,11 @@ def main():
     gqa("gqa_continued_prefill", 3, 4, 2, 8, [6], 7, P=4)
     gqa("gqa_prompt_fp16", 5, 4, 2, 8, [4, 4], 5, dtype=np.float16)
     gqa("gqa_decode_fp16", 1, 4, 1, 16, [7, 2], 8, P=7, dtype=np.float16)
+    gqa("gqa_prompt_rotary", 5, 4, 2, 16, [4, 4], 5, rotary=True)
+    gqa("gqa_prompt_packed_rotary_interleaved", 6, 4, 2, 16, [5, 5], 6, packed=True, rotary=True, rotary_interleaved=1)
+    gqa("gqa_decode_rotary", 1, 4, 2, 16, [6, 4], 7, P=6, rotary=True)
+    gqa("gqa_continued_prefill_rotary", 3, 4, 2, 16, [6], 7, P=4, rotary=True)
+    gqa("gqa_decode_rotary_fp16", 1, 4, 1, 16, [7, 2], 8, P=7, dtype=np.float16, rotary=True)
 
     for s in skipped:
         print("skipped (onnxruntime cannot run it):", s)

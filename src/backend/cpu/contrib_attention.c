@@ -498,6 +498,54 @@ kiln_status kn_cpu_ms_rotary_embedding(kn_kernel_ctx *c) {
 
 /* ------------------------------------------------------------------ GroupQueryAttention */
 
+/* GroupQueryAttention's do_rotary=1: rotates the first rotary_dim values of each of `heads` heads
+ * of every token of x ([B, S, stride], heads at h * H) in place, at position position_ids[b, s] or
+ * past_b + s; cos/sin caches are [max_position, rotary_dim / 2]. For 16-bit inputs the rotated
+ * values are rounded to that type, as ONNX Runtime computes them in it. */
+static kiln_status gqa_rotary(kn_kernel_ctx *c, const kn_tensor *Cs, const kn_tensor *Sn, const kn_tensor *Pos,
+                              float *x, int64_t B, int64_t S, int64_t stride, int64_t heads, int64_t H,
+                              const int64_t *past, bool inter, kiln_dtype dt, pool16 *p) {
+    if (Cs->rank != 2 || Sn->rank != 2 || Cs->dims[0] != Sn->dims[0] || Cs->dims[1] != Sn->dims[1] || Cs->dtype != dt ||
+        Sn->dtype != dt)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "cos_cache and sin_cache must both be (max_position, rotary_dim / 2) "
+                               "of the query's type");
+    const int64_t half = Cs->dims[1], max_pos = Cs->dims[0], rd = 2 * half;
+    if (rd > H || rd == 0)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "rotary dimension %lld does not fit the head size %lld", (long long)rd,
+                               (long long)H);
+    if (Pos && kn_tensor_count(Pos) != B * S)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "position_ids must have %lld elements", (long long)(B * S));
+    const float *cs = f32_of(p, Cs), *sn = f32_of(p, Sn);
+    if (!cs || !sn) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    const bool round16 = dt != KILN_DTYPE_FLOAT;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = 0; s < S; s++) {
+            int64_t pos = Pos ? kn_tensor_get_i64(Pos, b * S + s) : past[b] + s;
+            if (pos < 0 || pos >= max_pos)
+                return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "position %lld is outside the cache's %lld rows",
+                                       (long long)pos, (long long)max_pos);
+            const float *cr = cs + pos * half, *sr = sn + pos * half;
+            for (int64_t h = 0; h < heads; h++) {
+                float *v = x + (b * S + s) * stride + h * H;
+                for (int64_t i = 0; i < half; i++) {
+                    int64_t i1 = inter ? 2 * i : i, i2 = inter ? 2 * i + 1 : i + half;
+                    float x1 = v[i1], x2 = v[i2];
+                    v[i1] = x1 * cr[i] - x2 * sr[i];
+                    v[i2] = x1 * sr[i] + x2 * cr[i];
+                }
+                if (round16) {
+                    uint16_t tmp[256];
+                    for (int64_t i = 0; i < rd; i += 256) {
+                        int64_t m = rd - i < 256 ? rd - i : 256;
+                        kn_ew_cast_n(KILN_DTYPE_FLOAT, v + i, dt, tmp, m, 0);
+                        kn_ew_cast_n(dt, tmp, KILN_DTYPE_FLOAT, v + i, m, 0);
+                    }
+                }
+            }
+        }
+    return KILN_OK;
+}
+
 /* com.microsoft GroupQueryAttention, ONNX Runtime's semantics: num_heads query heads share
  * kv_num_heads key/value heads; batch entry b holds seqlens_k[b] + 1 keys in all. On the first
  * prompt (sequence length == total_sequence_length) the new keys start at 0, otherwise at
@@ -505,8 +553,9 @@ kiln_status kn_cpu_ms_rotary_embedding(kn_kernel_ctx *c) {
  * [B, kv_heads, max(past buffer, total_sequence_length), H]: past keys, the new ones, zeros after.
  * Causal (query i sits at position past_b + i), keys beyond seqlens_k[b] masked, an optional local
  * window of local_window_size keys ending at the query's own, softcap; computed in float32 (as
- * ONNX Runtime does for float16 inputs). Rotary, smooth softmax, position_ids, attention_bias and
- * head_sink are not supported and say so. */
+ * ONNX Runtime does for float16 inputs). do_rotary rotates the queries and the new keys (cos/sin
+ * caches, inputs 7 and 8; positions from position_ids, input 9, else past_b + i). Smooth softmax,
+ * attention_bias and head_sink are not supported and say so. */
 kiln_status kn_cpu_ms_group_query_attention(kn_kernel_ctx *c) {
     const kn_tensor *Q = c->in[0], *K = opt_in(c, 1), *V = opt_in(c, 2), *PK = opt_in(c, 3), *PV = opt_in(c, 4),
                     *SL = opt_in(c, 5), *TL = opt_in(c, 6);
@@ -515,14 +564,17 @@ kiln_status kn_cpu_ms_group_query_attention(kn_kernel_ctx *c) {
         (PK && PK->dtype != dt) || (PV && PV->dtype != dt))
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "query, key, value and past must share one type of float, "
                                "float16 or bfloat16");
-    if (kn_attr_int(c->node, "do_rotary", 0))
-        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "do_rotary=1 is not supported");
+    const bool rotary = kn_attr_int(c->node, "do_rotary", 0) != 0;
+    const kn_tensor *Cs = opt_in(c, 7), *Sn = opt_in(c, 8), *Pos = opt_in(c, 9);
+    if (rotary && (!Cs || !Sn))
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "do_rotary=1 needs cos_cache and sin_cache (inputs 7 and 8)");
+    if (Pos && !kn_dtype_is_int(Pos->dtype))
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "position_ids must be integers");
     if (kn_attr_int(c->node, "smooth_softmax", 0))
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "smooth_softmax=1 is not supported");
-    for (int i = 7; i < c->n_inputs; i++)
+    for (int i = 10; i < c->n_inputs; i++)
         if (c->in[i])
-            return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "input %d (cos/sin cache, position_ids, attention_bias or "
-                                   "head_sink) is not supported", i);
+            return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "input %d (attention_bias or head_sink) is not supported", i);
     if (c->n_outputs > 3 && c->out[3])
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "the output_qk output is not supported");
     if (!SL || !TL || SL->dtype != KILN_DTYPE_INT32 || TL->dtype != KILN_DTYPE_INT32 || kn_tensor_count(TL) != 1)
@@ -586,6 +638,25 @@ kiln_status kn_cpu_ms_group_query_attention(kn_kernel_ctx *c) {
     const size_t nkv = (size_t)(B * KV * T * H);
     float *kc = palloc(&p, sizeof(float) * nkv), *vc = palloc(&p, sizeof(float) * nkv);
     if (!q || (K && !k) || (V && !v) || (PK && (!pk || !pv)) || !y || !kc || !vc) goto oom;
+    if (rotary) {
+        /* rotated copies of the queries and new keys (the inputs stay as they are) */
+        const bool inter = kn_attr_int(c->node, "rotary_interleaved", 0) != 0;
+        size_t nq = (size_t)(B * S * D);
+        float *qr = palloc(&p, sizeof(float) * nq);
+        if (!qr) goto oom;
+        memcpy(qr, q, sizeof(float) * nq);
+        st = gqa_rotary(c, Cs, Sn, Pos, qr, B, S, D, packed ? N + KV : N, H, offset, inter, dt, &p);
+        if (st == KILN_OK && !packed) {
+            size_t nk = (size_t)(B * S * KV * H);
+            float *kr = palloc(&p, sizeof(float) * nk);
+            if (!kr) goto oom;
+            memcpy(kr, k, sizeof(float) * nk);
+            st = gqa_rotary(c, Cs, Sn, Pos, kr, B, S, KV * H, KV, H, offset, inter, dt, &p);
+            k = kr;
+        }
+        if (st != KILN_OK) goto done;
+        q = qr;
+    }
     /* present key/value: the past keys each batch entry keeps, the new ones after them, zeros */
     memset(kc, 0, sizeof(float) * nkv);
     memset(vc, 0, sizeof(float) * nkv);
