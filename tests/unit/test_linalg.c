@@ -470,3 +470,34 @@ KN_TEST(linalg_sgemm_prepacked_a) {
             }
     kn_threadpool_destroy(pool);
 }
+
+/* GlobalAveragePool on planes of every length around the vector widths (and a 112x112 one)
+ * against a double sum. */
+KN_TEST(linalg_global_average_pool_plane_lengths) {
+    static const int64_t lens[] = {1, 7, 15, 16, 17, 31, 32, 33, 49, 100, 196, 12544};
+    for (size_t t = 0; t < sizeof lens / sizeof lens[0]; t++) {
+        const int64_t C = 3, n = lens[t], xd[4] = {1, C, n, 1}, yd[4] = {1, C, 1, 1};
+        kn_tensor *X, *Y;
+        CHECK_STATUS(kn_tensor_new(KILN_DTYPE_FLOAT, 4, xd, &X), KILN_OK);
+        CHECK_STATUS(kn_tensor_new(KILN_DTYPE_FLOAT, 4, yd, &Y), KILN_OK);
+        fill(X->data, C * n);
+        kn_node node;
+        memset(&node, 0, sizeof node);
+        node.name = "gap";
+        node.op_type = "GlobalAveragePool";
+        node.domain = "";
+        node.opset = 1;
+        kn_tensor *ins[1] = {X}, *outs[1] = {Y};
+        kn_kernel_ctx ctx = {.node = &node, .n_inputs = 1, .in = ins, .n_outputs = 1, .out = outs};
+        CHECK_STATUS(kn_cpu_global_average_pool(&ctx), KILN_OK);
+        for (int64_t c = 0; c < C; c++) {
+            double s = 0;
+            for (int64_t i = 0; i < n; i++) s += ((const float *)X->data)[c * n + i];
+            const float got = ((const float *)Y->data)[c], want = (float)(s / (double)n);
+            CHECK_MSG(fabsf(got - want) <= 1e-6f * (1.0f + fabsf(want)), "plane of %lld: channel %lld got %g, want %g",
+                      (long long)n, (long long)c, got, want);
+        }
+        kn_tensor_free(X);
+        kn_tensor_free(Y);
+    }
+}

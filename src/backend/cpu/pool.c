@@ -10,6 +10,9 @@
 #include "ops/linalg_util.h"
 
 #include <math.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,7 +205,30 @@ typedef struct gpool_job {
 } gpool_job;
 
 /* Sum of a float plane in double, in 8 independent lanes so the compiler vectorises it (a single
- * running sum waits on the previous add for every element). */
+ * running sum waits on the previous add for every element). With AVX-512 explicitly: 32 floats a
+ * step into four 8-double accumulators and a masked tail (the compiler's loop used 8 floats a
+ * step, half-width vectors, and a scalar tail: most of a 7x7 plane). */
+#if defined(__AVX512F__)
+static double plane_sum_f32(const float *x, int64_t n) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+        a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(v0)));
+        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v0), 1))));
+        a2 = _mm512_add_pd(a2, _mm512_cvtps_pd(_mm512_castps512_ps256(v1)));
+        a3 = _mm512_add_pd(a3, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v1), 1))));
+    }
+    for (; i < n; i += 16) {
+        const int64_t left = n - i;
+        const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+    }
+    return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+}
+#else
 static double plane_sum_f32(const float *x, int64_t n) {
     double acc[8] = {0};
     int64_t i = 0;
@@ -213,6 +239,7 @@ static double plane_sum_f32(const float *x, int64_t n) {
     for (; i < n; i++) s += (double)x[i];
     return s;
 }
+#endif
 
 static void gpool_range(void *arg, int64_t begin, int64_t end) {
     const gpool_job *j = arg;
