@@ -108,6 +108,9 @@ typedef struct kn_runtime {
 extern const kn_backend_ops kn_backend_cpu;
 #ifdef KILN_HAVE_CUDA
 extern const kn_backend_ops kn_backend_cuda;
+/* cuBLASLt and cuDNN, loaded at first use (cuda_libs.c): loads them, says whether cuBLASLt loaded
+ * (else why), how many of their functions resolved and whether cuDNN loaded. No GPU needed. */
+int kn_cuda_libs_report(char *why, size_t cap, int *n_resolved, int *cudnn_loaded);
 #endif
 
 /* The provider of this name compiled into this build, or NULL. */

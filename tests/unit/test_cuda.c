@@ -431,3 +431,18 @@ KN_TEST(cuda_zoo_precisions) {
     closedir(d);
     if (!models) KN_SKIP("no zoo models found");
 }
+
+#ifdef KILN_HAVE_CUDA
+/* cuBLASLt and cuDNN are loaded at first use, not linked: every function the backend calls must
+ * resolve in the libraries installed here (no GPU needed; skipped where they are not installed). */
+KN_TEST(cuda_libraries_resolve) {
+    char why[512] = "";
+    int n = 0, dnn = 0;
+    int ok = kn_cuda_libs_report(why, sizeof why, &n, &dnn);
+    if (!ok && strstr(why, "cannot load")) KN_SKIP(why);
+    CHECK_MSG(ok, why);
+    /* 14 cuBLASLt functions, and 22 cuDNN ones when cuDNN loaded */
+    CHECK_EQ_INT(n, dnn ? 14 + 22 : 14);
+    if (!dnn) printf("    cuDNN not loaded: Conv runs on another provider\n");
+}
+#endif

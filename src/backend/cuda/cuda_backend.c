@@ -31,6 +31,12 @@ static void probe(void) {
 
 static void probe_devices(void) {
     int n = 0;
+    char why[512];
+    if (!kn_cu_libs_load(why, sizeof why)) {
+        snprintf(kn_cu_reason, sizeof kn_cu_reason, "%s", why);
+        kn_cu_count = 0;
+        return;
+    }
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         snprintf(kn_cu_reason, sizeof kn_cu_reason, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
@@ -56,8 +62,10 @@ static void probe_devices(void) {
         }
         char dnn[32] = "no cuDNN", dnn_key[32] = "cudnn=none";
 #ifdef KILN_HAVE_CUDNN
-        snprintf(dnn, sizeof dnn, "cuDNN %zu", cudnnGetVersion());
-        snprintf(dnn_key, sizeof dnn_key, "cudnn=%zu", cudnnGetVersion());
+        if (kn_cu_lib.dnn_loaded) {
+            snprintf(dnn, sizeof dnn, "cuDNN %zu", cudnnGetVersion());
+            snprintf(dnn_key, sizeof dnn_key, "cudnn=%zu", cudnnGetVersion());
+        }
 #endif
         snprintf(kn_cu_print[i], sizeof kn_cu_print[i],
                  "name=%s;compute_capability=%d.%d;sms=%d;memory_mib=%zu;driver=%d;runtime=%d;cublaslt=%zu;%s", p.name,
@@ -663,9 +671,9 @@ static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
     }
     double t_dnn = kn_cu_now_ms();
 #ifdef KILN_HAVE_CUDNN
-    cudnnStatus_t ds = cudnnCreate(&cu->dnn);
+    cudnnStatus_t ds = kn_cu_lib.dnn_loaded ? cudnnCreate(&cu->dnn) : CUDNN_STATUS_NOT_INITIALIZED;
     if (ds == CUDNN_STATUS_SUCCESS) ds = cudnnSetStream(cu->dnn, cu->stream);
-    if (ds != CUDNN_STATUS_SUCCESS) {
+    if (ds != CUDNN_STATUS_SUCCESS && kn_cu_lib.dnn_loaded) {
         /* convolutions then fall back to the CPU; everything else still runs here */
         kn_log(KILN_LOG_WARNING, "cuda:%d: cuDNN unusable (%s): Conv runs without it", cu->device,
                cudnnGetErrorString(ds));
@@ -684,9 +692,9 @@ static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
     kn_tensor_set_device_free(KN_DEVICE_CUDA, cu_free_hook);
     double t_end = kn_cu_now_ms();
     kn_log(KILN_LOG_INFO,
-           "cuda:%d: driver initialised and devices queried in %.1f ms, context created in %.1f ms; cuBLASLt handle "
-           "%.1f ms, cuDNN handle and workspace %.1f ms",
-           cu->device, kn_cu_probe_ms, t_ctx - t0, t_dnn - t_lt, t_end - t_dnn);
+           "cuda:%d: cuBLASLt and cuDNN loaded in %.1f ms; driver initialised and devices queried in %.1f ms, context "
+           "created in %.1f ms; cuBLASLt handle %.1f ms, cuDNN handle and workspace %.1f ms",
+           cu->device, kn_cu_lib.load_ms, kn_cu_probe_ms - kn_cu_lib.load_ms, t_ctx - t0, t_dnn - t_lt, t_end - t_dnn);
     *state_out = cu;
     return KILN_OK;
 fail:

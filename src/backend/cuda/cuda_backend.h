@@ -7,11 +7,9 @@
 #include "backend/cuda/cuda_internal.h"
 #include "exec/kernel.h"
 
-#include <cublasLt.h>
+#include "backend/cuda/cuda_libs.h" /* cuBLASLt and cuDNN, loaded at first use */
+
 #include <pthread.h>
-#ifdef KILN_HAVE_CUDNN
-#include <cudnn.h>
-#endif
 
 typedef struct kn_cu_block {
     void *ptr;

@@ -430,6 +430,10 @@ kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c
 kiln_status kn_cu_run_conv_transpose(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c, true); }
 
 bool kn_cu_conv_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
+    if (!kn_cu_libs_load(NULL, 0) || !kn_cu_lib.dnn_loaded) {
+        snprintf(why, cap, "cuDNN could not be loaded");
+        return false;
+    }
     if (in[0]->rank >= 0 && (in[0]->rank < 3 || in[0]->rank > 5)) {
         snprintf(why, cap, "%d spatial dims (1 to 3 supported on CUDA)", in[0]->rank - 2);
         return false;
