@@ -27,12 +27,28 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* dlopen of the versioned name, then the plain one; NULL with the loader's message in why. */
-static void *open_lib(const char *versioned, const char *plain, char *why, size_t cap) {
+#ifndef KILN_CUDA_LIBDIR
+#define KILN_CUDA_LIBDIR ""
+#endif
+#ifndef KILN_CUDNN_LIBDIR
+#define KILN_CUDNN_LIBDIR ""
+#endif
+
+/* dlopen of the versioned name, then the plain one, each through the loader's search and then in
+ * the folder the build found the library in; NULL with the loader's first message in why. */
+static void *open_lib(const char *versioned, const char *plain, const char *build_dir, char *why, size_t cap) {
     void *h = dlopen(versioned, RTLD_NOW | RTLD_LOCAL);
     if (h) return h;
     snprintf(why, cap, "cannot load %s: %s", versioned, dlerror());
-    h = dlopen(plain, RTLD_NOW | RTLD_LOCAL);
+    const char *names[2] = {versioned, plain};
+    for (int i = 0; i < 2 && !h; i++) {
+        if (i == 1) h = dlopen(plain, RTLD_NOW | RTLD_LOCAL);
+        if (!h && build_dir[0]) {
+            char path[1024];
+            snprintf(path, sizeof path, "%s/%s", build_dir, names[i]);
+            h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        }
+    }
     return h;
 }
 
@@ -48,7 +64,7 @@ static void *open_lib(const char *versioned, const char *plain, char *why, size_
 
 static bool load_lt(char *why, size_t cap) {
     const char *lib = "libcublasLt.so." KN_STR(CUBLAS_VER_MAJOR);
-    void *h = open_lib(lib, "libcublasLt.so", why, cap);
+    void *h = open_lib(lib, "libcublasLt.so", KILN_CUDA_LIBDIR, why, cap);
     if (!h) return false;
     bool ok = true;
     KN_CU_LT_FUNCS(KN_CU_RESOLVE)
@@ -59,7 +75,7 @@ static bool load_lt(char *why, size_t cap) {
 #ifdef KILN_HAVE_CUDNN
 static bool load_dnn(char *why, size_t cap) {
     const char *lib = "libcudnn.so." KN_STR(CUDNN_MAJOR);
-    void *h = open_lib(lib, "libcudnn.so", why, cap);
+    void *h = open_lib(lib, "libcudnn.so", KILN_CUDNN_LIBDIR, why, cap);
     if (!h) return false;
     bool ok = true;
     KN_CU_DNN_FUNCS(KN_CU_RESOLVE)
