@@ -92,10 +92,15 @@ def npy_name(name):
     return re.sub(r"[/:]", "_", name) + ".npy"
 
 
-def run_level(kiln, test_dir, data_set, ins, level, out_dir, timeout, cache_dir):
+def provider_args(provider):
+    """kiln's --provider flag, or nothing for the default provider (the CPU)."""
+    return ["--provider", provider] if provider else []
+
+
+def run_level(kiln, test_dir, data_set, ins, level, out_dir, timeout, cache_dir, provider=None):
     os.makedirs(out_dir, exist_ok=True)
     args = [kiln, "run", os.path.join(test_dir, "model.onnx"), "--opt-level", str(level), "--threads", "1",
-            "--output-dir", out_dir]
+            "--output-dir", out_dir] + provider_args(provider)
     for i, name in enumerate(ins):
         f = os.path.join(data_set, "input_%d.pb" % i)
         if os.path.isfile(f):
@@ -137,7 +142,7 @@ def compare(a, b, rtol, atol):
     return None
 
 
-def check_folder(kiln, test_dir, timeout):
+def check_folder(kiln, test_dir, timeout, provider=None):
     """[(label, status, reason)] with status 'pass' | 'fail' | 'skip'."""
     name = os.path.basename(test_dir)
     try:
@@ -154,7 +159,7 @@ def check_folder(kiln, test_dir, timeout):
         for ds in sets:
             data_set = os.path.join(test_dir, ds)
             base = os.path.join(tmp, ds, "0")
-            ok, why = run_level(kiln, test_dir, data_set, ins, 0, base, timeout, os.path.join(tmp, "cache"))
+            ok, why = run_level(kiln, test_dir, data_set, ins, 0, base, timeout, os.path.join(tmp, "cache"), provider)
             if not ok:
                 results.append(("%s/%s" % (name, ds), "skip", "level 0 does not run: %s" % why))
                 continue
@@ -165,7 +170,7 @@ def check_folder(kiln, test_dir, timeout):
             for level in LEVELS:
                 label = "%s/%s level %d" % (name, ds, level)
                 d = os.path.join(tmp, ds, str(level))
-                ok, why = run_level(kiln, test_dir, data_set, ins, level, d, timeout, os.path.join(tmp, "cache"))
+                ok, why = run_level(kiln, test_dir, data_set, ins, level, d, timeout, os.path.join(tmp, "cache"), provider)
                 if not ok:
                     results.append((label, "fail", "level 0 runs but level %d fails: %s" % (level, why)))
                     continue
@@ -187,11 +192,12 @@ def check_folder(kiln, test_dir, timeout):
     return results
 
 
-def reference_runs(kiln, roots, expected):
+def reference_runs(kiln, roots, expected, provider=None):
     """kiln test at every level: the tests that pass at level 0 must pass at each level."""
     passed = {}
     for level in (0,) + LEVELS:
-        args = [kiln, "test", "--opt-level", str(level)] + (["--expected-failures", expected] if expected else []) + roots
+        args = [kiln, "test", "--opt-level", str(level)] + provider_args(provider) + \
+            (["--expected-failures", expected] if expected else []) + roots
         r = subprocess.run(args, capture_output=True, text=True)
         failing = set()
         for line in r.stdout.splitlines():
@@ -215,21 +221,25 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--expected-failures", default=None)
+    ap.add_argument("--provider", default=None,
+                    help="kiln's --provider for every run, e.g. cuda,cpu (default: kiln's default, the CPU)")
     ap.add_argument("roots", nargs="+")
     a = ap.parse_args()
     tests = find_tests(a.roots)
     counts = {"pass": 0, "fail": 0, "skip": 0}
     with cf.ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        futures = [pool.submit(check_folder, a.kiln, t, a.timeout) for t in tests]
+        futures = [pool.submit(check_folder, a.kiln, t, a.timeout, a.provider) for t in tests]
         for f in futures:
             for label, status, reason in f.result():
                 counts[status] += 1
                 if status == "fail":
                     print("FAIL %s: %s" % (label, reason), flush=True)
-    for label, status, reason in reference_runs(a.kiln, a.roots, a.expected_failures):
+    for label, status, reason in reference_runs(a.kiln, a.roots, a.expected_failures, a.provider):
         counts[status] += 1
         if status == "fail":
             print("FAIL %s: %s" % (label, reason), flush=True)
+    if a.provider:
+        print("(provider %s at every level)" % a.provider)
     print("(%d folders; level 0 runs that could not be compared are counted as skipped)" % len(tests))
     print("%d passed, %d failed, %d skipped" % (counts["pass"], counts["fail"], counts["skip"]))
     return 1 if counts["fail"] else 0

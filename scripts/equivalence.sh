@@ -4,11 +4,17 @@
 # tolerance (and with the reference outputs through kiln test). Ends with
 # "N passed, N failed, N skipped".
 #
-#   bash scripts/equivalence.sh [KILN] [DIR...]
+#   bash scripts/equivalence.sh [--provider P] [KILN] [DIR...]
+#     P     kiln's --provider for every run (e.g. cuda,cpu; also $KILN_EQ_PROVIDER; default: the CPU)
 #     KILN  the kiln binary (default build/kiln)
 #     DIR   test folders (default: build/nodetests and ../shared/models, or $KILN_ZOO)
+# $KILN_EQ_JOBS folders are checked at once (default 1).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+provider="${KILN_EQ_PROVIDER:-}"
+if [ "${1:-}" = "--provider" ]; then provider="${2:-}"; shift 2; fi
+provider_args=()
+[ -n "$provider" ] && provider_args=(--provider "$provider")
 kiln="${1:-$root/build/kiln}"
 shift || true
 dirs=("$@")
@@ -25,5 +31,5 @@ KILN_EQ_TMP="$(mktemp -d "$tmp_parent/kiln_eq.XXXXXX")"
 KILN_CACHE_DIR="$KILN_EQ_TMP/cache"
 export KILN_EQ_TMP KILN_CACHE_DIR
 trap 'rm -rf "$KILN_EQ_TMP"' EXIT
-python3 "$root/scripts/equivalence.py" --kiln "$kiln" --jobs "${KILN_EQ_JOBS:-1}" \
+python3 "$root/scripts/equivalence.py" --kiln "$kiln" --jobs "${KILN_EQ_JOBS:-1}" "${provider_args[@]}" \
   --expected-failures "$root/tests/conformance/expected_failures.txt" "${dirs[@]}"

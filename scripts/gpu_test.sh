@@ -5,6 +5,9 @@
 #   - the model zoo with provider cuda alone (no CPU fallback possible) at optimisation levels 0 and 3,
 #   - the ONNX node tests with providers cuda,cpu at levels 0 and 3, against the CPU's own results
 #     (tests that fail on the CPU are expected to fail here too),
+#   - the equivalence of the optimisation levels on CUDA (scripts/equivalence.sh --provider cuda,cpu:
+#     every zoo model and node test at levels 1, 2, 3 against level 0, in $KILN_EQ_JOBS parallel
+#     jobs, default one per core),
 # and ends with one line: N passed, N failed, N skipped. Without a GPU every part reports skipped.
 #
 #   bash scripts/gpu_test.sh
@@ -71,7 +74,8 @@ if ! grep -q '^provider cuda: available' "$logs/info.log"; then
   reason=$(grep '^provider cuda:' "$logs/info.log" | sed 's/^provider cuda: //')
   echo "=== no usable CUDA device ($reason): every GPU test is skipped"
   n_unit=$("$build/kiln_unit_tests" cuda 2>/dev/null | result_line /dev/stdin | awk '{print $5}')
-  skipped=$(( ${n_unit:-0} + 2 * zoo_count + 2 * ${#node_list[@]} ))
+  # the equivalence part counts as one skip per folder
+  skipped=$(( ${n_unit:-0} + 3 * zoo_count + 3 * ${#node_list[@]} ))
   echo "0 passed, 0 failed, $skipped skipped"
   exit 0
 fi
@@ -149,6 +153,18 @@ if [ ${#node_list[@]} -gt 0 ]; then
   done
 else
   echo "=== node tests: none found in $nodes"; total_skip=$((total_skip + 2))
+fi
+
+# The optimisation levels on CUDA: fused nodes now form for the CUDA provider (src/opt/target.c),
+# so each level's outputs are compared with level 0's, both with providers cuda,cpu.
+eq_dirs=()
+[ ${#node_list[@]} -gt 0 ] && eq_dirs+=("$nodes")
+[ "$zoo_count" -gt 0 ] && eq_dirs+=("$zoo")
+if [ ${#eq_dirs[@]} -gt 0 ]; then
+  part "equivalence of levels 0..3, providers cuda,cpu" "$logs/equivalence_cuda.log" \
+    env KILN_EQ_JOBS="${KILN_EQ_JOBS:-$jobs}" bash scripts/equivalence.sh --provider cuda,cpu "$build/kiln" "${eq_dirs[@]}"
+else
+  echo "=== equivalence on CUDA: no test folders"; total_skip=$((total_skip + 1))
 fi
 
 if [ -n "${KILN_GPU_SANITIZE:-}" ] && command -v compute-sanitizer >/dev/null && [ "$zoo_count" -gt 0 ]; then

@@ -203,7 +203,10 @@ int cmd_inspect(int argc, char **argv) {
         log.after[0] = live_nodes(g);
         printf("optimisation to level %d (passes that changed something):\n", opt_level);
         kiln_session_options_set_opt_level(o, opt_level);
-        if (opt_level > 0) st = kn_optimize(m, o, on_pass, &log);
+        /* with --provider, fusions are judged as on a machine where those providers run, like
+         * the placement printed below (from the kernel tables) */
+        if (opt_level > 0)
+            st = o->n_providers ? kn_optimize_from_tables(m, o, on_pass, &log) : kn_optimize(m, o, on_pass, &log);
         if (st == KILN_OK) st = kn_graph_infer(g);
         if (st != KILN_OK) {
             printf("optimisation: %s\n", kiln_last_error());

@@ -146,7 +146,8 @@ static kiln_status run_pass(kn_opt_ctx *c, const kn_pass *p, int level, kn_opt_r
     return KILN_OK;
 }
 
-kiln_status kn_optimize(kn_model *m, const kiln_session_options *options, kn_opt_report_fn report, void *arg) {
+static kiln_status optimize(kn_model *m, const kiln_session_options *options, bool from_tables,
+                            kn_opt_report_fn report, void *arg) {
     KN_TRY(check_disabled_names(options));
     int level = options ? options->opt_level : KN_OPT_MAX_LEVEL;
     if (level > KN_OPT_MAX_LEVEL) level = KN_OPT_MAX_LEVEL;
@@ -156,6 +157,7 @@ kiln_status kn_optimize(kn_model *m, const kiln_session_options *options, kn_opt
     c.model = m;
     c.g = m->graph;
     c.options = options;
+    c.providers_from_tables = from_tables;
     kiln_status st = collect_outer_names(&c);
     for (int lv = 1; lv <= level && st == KILN_OK; lv++) {
         for (int round = 0; round < KN_OPT_MAX_ROUNDS && st == KILN_OK; round++) {
@@ -176,6 +178,15 @@ kiln_status kn_optimize(kn_model *m, const kiln_session_options *options, kn_opt
     free(c.cons_start);
     free(c.outer_names);
     return st;
+}
+
+kiln_status kn_optimize(kn_model *m, const kiln_session_options *options, kn_opt_report_fn report, void *arg) {
+    return optimize(m, options, false, report, arg);
+}
+
+kiln_status kn_optimize_from_tables(kn_model *m, const kiln_session_options *options, kn_opt_report_fn report,
+                                    void *arg) {
+    return optimize(m, options, true, report, arg);
 }
 
 const char *kn_opt_pass_info(int i, int *level_out, const char **description_out) {

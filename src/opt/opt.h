@@ -15,6 +15,12 @@ typedef void (*kn_opt_report_fn)(void *arg, const char *pass, int level, int nod
  * main graph. Shapes must have been inferred; the caller infers again afterwards. */
 kiln_status kn_optimize(kn_model *m, const kiln_session_options *options, kn_opt_report_fn report, void *arg);
 
+/* As kn_optimize, but a listed provider that cannot run on this machine (no GPU) is judged from
+ * its kernel tables as if it could: kiln inspect --provider, showing what a machine with the
+ * device would form and place. A session uses kn_optimize (the runtime skips such providers). */
+kiln_status kn_optimize_from_tables(kn_model *m, const kiln_session_options *options, kn_opt_report_fn report,
+                                    void *arg);
+
 /* The registered passes, for listing: name, level and description of pass i (NULL past the end). */
 const char *kn_opt_pass_info(int i, int *level_out, const char **description_out);
 

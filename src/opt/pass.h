@@ -36,6 +36,9 @@ typedef struct kn_opt_ctx {
     int n_notes;
     int changes; /* rewrites done by the running pass */
     int name_counter;
+    /* providers that cannot run on this machine are judged from their kernel tables as if they
+     * could (kiln inspect --provider: what a machine with the device would do) */
+    bool providers_from_tables;
 } kn_opt_ctx;
 
 typedef kiln_status (*kn_pass_fn)(kn_opt_ctx *c);
@@ -157,15 +160,16 @@ void kn_proto_copy_attr(kn_opt_proto *p, const kn_opt_ctx *c, int from, const ch
 void kn_proto_act(kn_opt_proto *p, const kn_act_spec *a);
 
 /* Adds the node when the schema exists at its opset, its infer function accepts the current input
- * types, and every provider the session may place it on has a kernel for it (kn_opt_target_supports).
+ * types, and the provider that would run the pattern has a kernel for it (kn_opt_target_supports).
  * *node_out is the new node's index, or -1 when the node is not formed (the pattern is then left
  * alone; `why` says why). Errors only on out of memory. `name_from` (a node, may be -1) gives the
  * new node's name. */
 kiln_status kn_opt_emit(kn_opt_ctx *c, const kn_opt_proto *p, int name_from, int *node_out);
 
-/* target.c: whether every provider the session may place `node` on supports it with these input
- * types; the reason in why otherwise. */
+/* target.c: whether the fused `node` (with these input types) may form: the first provider of the
+ * session that supports it is the one that would run the pattern's anchor node (the node it
+ * replaces that it is named after; -1: none) or one listed before it. The reason in why otherwise. */
 bool kn_opt_target_supports(const kn_opt_ctx *c, const kn_node *node, const kn_type *const *in, int n_in,
-                            char *why, size_t cap);
+                            int anchor, char *why, size_t cap);
 
 #endif

@@ -3,6 +3,7 @@
 #include "opt/pass.h"
 
 #include "exec/exec.h"
+#include "util/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -447,7 +448,10 @@ kiln_status kn_opt_emit(kn_opt_ctx *c, const kn_opt_proto *p, int name_from, int
                 return KILN_OK;
     }
     char why[256] = "";
-    if (!kn_opt_target_supports(c, &tmp, in, p->n_inputs, why, sizeof why)) return KILN_OK;
+    if (!kn_opt_target_supports(c, &tmp, in, p->n_inputs, name_from, why, sizeof why)) {
+        kn_log(KILN_LOG_DEBUG, "optimiser: %s:%s at '%s' not formed: %s", p->domain, p->op_type, tmp.name, why);
+        return KILN_OK;
+    }
 
     kn_attr *attrs;
     KN_TRY(attrs_to_arena(&c->model->arena, p, &attrs));
