@@ -424,7 +424,8 @@ def main():
     # seqlens_k[b] = keys of batch entry b - 1; the first prompt has sequence length ==
     # total_sequence_length; later steps append after the past keys each entry keeps (a past buffer
     # longer than the total is a static cache, present keeps its length)
-    def gqa(name, S, N, KV, Hd, seqlens, total, P=None, packed=False, dtype=np.float32, rotary=False, **attrs):
+    def gqa(name, S, N, KV, Hd, seqlens, total, P=None, packed=False, dtype=np.float32, rotary=False, sink=False,
+            **attrs):
         B = len(seqlens)
         r = f16 if dtype == np.float16 else f32
         if packed:
@@ -441,6 +442,9 @@ def main():
             theta = pos * 10000.0 ** (-np.arange(Hd // 2, dtype=np.float64) / (Hd // 2))
             ins += [("cos_cache", np.cos(theta).astype(dtype)), ("sin_cache", np.sin(theta).astype(dtype))]
             attrs["do_rotary"] = 1
+        if sink:  # a logit per head joining every softmax's denominator
+            ins += [("cos_cache", None), ("sin_cache", None)] if not rotary else []
+            ins += [("position_ids", None), ("attention_bias", None), ("head_sink", r(N, lo=-1, hi=3))]
         case(out, name, "GroupQueryAttention", ins, ["output", "present_key", "present_value"], num_heads=N,
              kv_num_heads=KV, **attrs)
 
@@ -458,6 +462,10 @@ def main():
     gqa("gqa_decode_rotary", 1, 4, 2, 16, [6, 4], 7, P=6, rotary=True)
     gqa("gqa_continued_prefill_rotary", 3, 4, 2, 16, [6], 7, P=4, rotary=True)
     gqa("gqa_decode_rotary_fp16", 1, 4, 1, 16, [7, 2], 8, P=7, dtype=np.float16, rotary=True)
+    gqa("gqa_prompt_smooth_softmax", 5, 4, 2, 8, [4, 4], 5, smooth_softmax=1)
+    gqa("gqa_decode_smooth_softmax", 1, 4, 2, 8, [6, 4], 7, P=6, smooth_softmax=1)
+    gqa("gqa_prompt_head_sink", 6, 4, 2, 8, [5, 5], 6, sink=True)
+    gqa("gqa_decode_head_sink_local_window", 1, 4, 2, 8, [9, 5], 10, P=9, sink=True, local_window_size=4)
 
     for s in skipped:
         print("skipped (onnxruntime cannot run it):", s)

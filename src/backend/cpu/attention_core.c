@@ -281,6 +281,14 @@ static void softmax_f32(float *s, int64_t n) {
     scale_row(s, n, 1.0f / exp_row(s, n, mx));
 }
 
+/* Softmax with an attention sink: the logit `sink` joins the denominator (its value is zero). */
+static void softmax_sink(float *s, int64_t n, float sink) {
+    float mx = row_max(s, n);
+    if (sink > mx) mx = sink;
+    float sum = exp_row(s, n, mx) + expf(sink - mx);
+    scale_row(s, n, 1.0f / sum);
+}
+
 /* Softmax of one row the way the reference computes it in type t: every elementwise step
  * rounded to t, the sum accumulated as numpy does for that type (bfloat16 rounds each partial
  * sum, float16 accumulates in float). */
@@ -365,8 +373,9 @@ static int run_block(const attn_job *j, scratch *w, int64_t b, int64_t h, int64_
             J1 = max64(J1, iv[1]);
         }
         w->ok[r] = !a->zero_masked_rows || row_has_key(a, b, h, i0 + r, max64(iv[0], iv[2]), min64(iv[1], iv[3]));
-        w->m[r] = -INFINITY;
-        w->l[r] = 0.0f;
+        /* the sink starts the running softmax as a key of its own (value zero) */
+        w->m[r] = a->sink ? a->sink[h] : -INFINITY;
+        w->l[r] = a->sink ? 1.0f : 0.0f;
     }
     if (!j->skip) {
         J0 = 0;
@@ -405,6 +414,8 @@ static int run_block(const attn_job *j, scratch *w, int64_t b, int64_t h, int64_
                     if (j->sm_t != rt)
                         for (int64_t x = 0; x < n; x++) s[x] = kn_attn_round(j->sm_t, s[x]);
                     softmax_emulated(j->sm_t, s, n);
+                } else if (a->sink) {
+                    softmax_sink(s, n, a->sink[h]);
                 } else {
                     softmax_f32(s, n);
                 }
@@ -502,6 +513,7 @@ kiln_status kn_attn_run(kn_threadpool *pool, const kn_attn *a) {
     attn_job j = {.a = a};
     j.sm_t = a->softmax_to != KILN_DTYPE_UNDEFINED ? a->softmax_to : a->round_to;
     j.emulate = is_half(a->round_to) || is_half(j.sm_t);
+    if (a->sink && j.emulate) return kn_error(KILN_ERR_UNSUPPORTED, "attention: a sink with 16-bit rounding of the softmax");
     const bool whole = j.emulate || a->qk;
     j.skip = !a->qk;
     j.tile = whole || a->skv <= SINGLE_TILE_MAX ? 0 : KV_TILE;

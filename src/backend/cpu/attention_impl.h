@@ -54,6 +54,10 @@ typedef struct kn_attn {
      * 0 = scale*QK^T, 1 = after softcap, 2 = after masks and biases, 3 = probabilities. */
     float *qk;
     int qk_mode;
+    /* Optional attention sink, per query head: a logit that joins every softmax's denominator
+     * with a zero value vector (com.microsoft GroupQueryAttention's smooth_softmax and head_sink).
+     * Float computation only (round_to FLOAT). */
+    const float *sink;
 } kn_attn;
 
 /* Fills *a with the defaults: no masks, windows unbounded, masked = -inf, float rounding. */

@@ -554,8 +554,9 @@ static kiln_status gqa_rotary(kn_kernel_ctx *c, const kn_tensor *Cs, const kn_te
  * Causal (query i sits at position past_b + i), keys beyond seqlens_k[b] masked, an optional local
  * window of local_window_size keys ending at the query's own, softcap; computed in float32 (as
  * ONNX Runtime does for float16 inputs). do_rotary rotates the queries and the new keys (cos/sin
- * caches, inputs 7 and 8; positions from position_ids, input 9, else past_b + i). Smooth softmax,
- * attention_bias and head_sink are not supported and say so. */
+ * caches, inputs 7 and 8; positions from position_ids, input 9, else past_b + i). smooth_softmax
+ * and head_sink (input 11) add an attention sink per head (a logit of 0, or head_sink's) to every
+ * softmax's denominator. attention_bias is not supported and says so. */
 kiln_status kn_cpu_ms_group_query_attention(kn_kernel_ctx *c) {
     const kn_tensor *Q = c->in[0], *K = opt_in(c, 1), *V = opt_in(c, 2), *PK = opt_in(c, 3), *PV = opt_in(c, 4),
                     *SL = opt_in(c, 5), *TL = opt_in(c, 6);
@@ -570,11 +571,9 @@ kiln_status kn_cpu_ms_group_query_attention(kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "do_rotary=1 needs cos_cache and sin_cache (inputs 7 and 8)");
     if (Pos && !kn_dtype_is_int(Pos->dtype))
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "position_ids must be integers");
-    if (kn_attr_int(c->node, "smooth_softmax", 0))
-        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "smooth_softmax=1 is not supported");
-    for (int i = 10; i < c->n_inputs; i++)
-        if (c->in[i])
-            return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "input %d (attention_bias or head_sink) is not supported", i);
+    const bool smooth = kn_attr_int(c->node, "smooth_softmax", 0) != 0;
+    const kn_tensor *Sink = opt_in(c, 11);
+    if (opt_in(c, 10)) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "input 10 (attention_bias) is not supported");
     if (c->n_outputs > 3 && c->out[3])
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "the output_qk output is not supported");
     if (!SL || !TL || SL->dtype != KILN_DTYPE_INT32 || TL->dtype != KILN_DTYPE_INT32 || kn_tensor_count(TL) != 1)
@@ -676,6 +675,18 @@ kiln_status kn_cpu_ms_group_query_attention(kn_kernel_ctx *c) {
         }
     kn_attn a;
     kn_attn_init(&a);
+    if (Sink || smooth) {
+        /* an attention sink per head: head_sink's logits, or 0 for smooth_softmax */
+        if (Sink && (Sink->dtype != dt || kn_tensor_count(Sink) != N)) {
+            st = kn_kernel_error(c, KILN_ERR_SHAPE, "head_sink must hold num_heads (%lld) values of the query's type",
+                                 (long long)N);
+            goto done;
+        }
+        float *sink = palloc(&p, sizeof(float) * (size_t)N);
+        if (!sink) goto oom;
+        for (int64_t h = 0; h < N; h++) sink[h] = Sink ? (float)kn_tensor_get_f64(Sink, h) : 0.0f;
+        a.sink = sink;
+    }
     a.batch = B, a.q_heads = N, a.kv_heads = KV, a.sq = S, a.skv = T, a.dk = a.dv = H;
     a.q = (kn_attn_mat){q, S * qs, H, qs};
     a.k = (kn_attn_mat){kc, KV * T * H, T * H, H};
