@@ -425,7 +425,7 @@ def main():
     # total_sequence_length; later steps append after the past keys each entry keeps (a past buffer
     # longer than the total is a static cache, present keeps its length)
     def gqa(name, S, N, KV, Hd, seqlens, total, P=None, packed=False, dtype=np.float32, rotary=False, sink=False,
-            **attrs):
+            bias=None, **attrs):
         B = len(seqlens)
         r = f16 if dtype == np.float16 else f32
         if packed:
@@ -442,9 +442,10 @@ def main():
             theta = pos * 10000.0 ** (-np.arange(Hd // 2, dtype=np.float64) / (Hd // 2))
             ins += [("cos_cache", np.cos(theta).astype(dtype)), ("sin_cache", np.sin(theta).astype(dtype))]
             attrs["do_rotary"] = 1
-        if sink:  # a logit per head joining every softmax's denominator
+        if sink or bias:  # attention_bias (added to the scores), a sink logit per head
             ins += [("cos_cache", None), ("sin_cache", None)] if not rotary else []
-            ins += [("position_ids", None), ("attention_bias", None), ("head_sink", r(N, lo=-1, hi=3))]
+            ins += [("position_ids", None), ("attention_bias", r(*bias, lo=-2, hi=2) if bias else None)]
+            ins += [("head_sink", r(N, lo=-1, hi=3))] if sink else []
         case(out, name, "GroupQueryAttention", ins, ["output", "present_key", "present_value"], num_heads=N,
              kv_num_heads=KV, **attrs)
 
@@ -466,6 +467,9 @@ def main():
     gqa("gqa_decode_smooth_softmax", 1, 4, 2, 8, [6, 4], 7, P=6, smooth_softmax=1)
     gqa("gqa_prompt_head_sink", 6, 4, 2, 8, [5, 5], 6, sink=True)
     gqa("gqa_decode_head_sink_local_window", 1, 4, 2, 8, [9, 5], 10, P=9, sink=True, local_window_size=4)
+    gqa("gqa_prompt_attention_bias", 5, 4, 2, 8, [4, 4], 5, bias=(2, 4, 5, 5))
+    gqa("gqa_decode_attention_bias_broadcast", 1, 4, 2, 8, [6, 4], 7, P=6, bias=(1, 1, 1, 7))
+    gqa("gqa_decode_static_cache_attention_bias", 1, 8, 2, 8, [6, 3], 7, P=10, bias=(2, 1, 1, 7))
 
     for s in skipped:
         print("skipped (onnxruntime cannot run it):", s)

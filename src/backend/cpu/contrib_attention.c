@@ -556,7 +556,7 @@ static kiln_status gqa_rotary(kn_kernel_ctx *c, const kn_tensor *Cs, const kn_te
  * ONNX Runtime does for float16 inputs). do_rotary rotates the queries and the new keys (cos/sin
  * caches, inputs 7 and 8; positions from position_ids, input 9, else past_b + i). smooth_softmax
  * and head_sink (input 11) add an attention sink per head (a logit of 0, or head_sink's) to every
- * softmax's denominator. attention_bias is not supported and says so. */
+ * softmax's denominator; attention_bias (input 10) is added to the scores. */
 kiln_status kn_cpu_ms_group_query_attention(kn_kernel_ctx *c) {
     const kn_tensor *Q = c->in[0], *K = opt_in(c, 1), *V = opt_in(c, 2), *PK = opt_in(c, 3), *PV = opt_in(c, 4),
                     *SL = opt_in(c, 5), *TL = opt_in(c, 6);
@@ -572,8 +572,7 @@ kiln_status kn_cpu_ms_group_query_attention(kn_kernel_ctx *c) {
     if (Pos && !kn_dtype_is_int(Pos->dtype))
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "position_ids must be integers");
     const bool smooth = kn_attr_int(c->node, "smooth_softmax", 0) != 0;
-    const kn_tensor *Sink = opt_in(c, 11);
-    if (opt_in(c, 10)) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "input 10 (attention_bias) is not supported");
+    const kn_tensor *Sink = opt_in(c, 11), *AB = opt_in(c, 10);
     if (c->n_outputs > 3 && c->out[3])
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "the output_qk output is not supported");
     if (!SL || !TL || SL->dtype != KILN_DTYPE_INT32 || TL->dtype != KILN_DTYPE_INT32 || kn_tensor_count(TL) != 1)
@@ -688,6 +687,22 @@ kiln_status kn_cpu_ms_group_query_attention(kn_kernel_ctx *c) {
         a.sink = sink;
     }
     a.batch = B, a.q_heads = N, a.kv_heads = KV, a.sq = S, a.skv = T, a.dk = a.dv = H;
+    if (AB) {
+        /* (B or 1, N or 1, S, total_sequence_length), added to the scores; a static cache's keys
+         * past the total are masked anyway (mask_cols) */
+        kn_attn_bcast v;
+        if (AB->dtype != dt || AB->rank != 4 || !kn_attn_bcast_strides(AB->dims, 4, B, N, S, total, &v)) {
+            char d[128];
+            st = kn_kernel_error(c, KILN_ERR_SHAPE, "attention_bias %s %s does not broadcast to (%lld, %lld, %lld, %lld) "
+                                 "of the query's type", kiln_dtype_name(AB->dtype), kn_dims_str(AB->dims, AB->rank, d, sizeof d),
+                                 (long long)B, (long long)N, (long long)S, (long long)total);
+            goto done;
+        }
+        v.p = f32_of(&p, AB);
+        if (!v.p) goto oom;
+        a.bias = v;
+        if (total < T) a.mask_cols = total;
+    }
     a.q = (kn_attn_mat){q, S * qs, H, qs};
     a.k = (kn_attn_mat){kc, KV * T * H, T * H, H};
     a.v = (kn_attn_mat){vc, KV * T * H, T * H, H};
