@@ -103,6 +103,10 @@ int kn_opt_n_inputs(const kn_opt_ctx *c, int node);
 bool kn_opt_same_shape(const kn_type *a, const kn_type *b);
 /* The value's type is a float32 tensor of known rank. */
 bool kn_opt_is_f32(const kn_opt_ctx *c, int v);
+/* The value's type is a float32, float16 or bfloat16 tensor of known rank: for the epilogue
+ * fusions (FusedConv, FusedMatMul, FusedGemm), where which types have a fused kernel is the
+ * target's question (the CPU's take float32, CUDA's the 16-bit types too). */
+bool kn_opt_is_float(const kn_opt_ctx *c, int v);
 /* Reads the axes of a Reduce* node (attribute or input by opset); false when not constant.
  * *n_out = 0 with *all_out set means "all axes" (no axes given, noop_with_empty_axes = 0). */
 bool kn_opt_reduce_axes(const kn_opt_ctx *c, int node, int64_t *axes, int cap, int *n_out);

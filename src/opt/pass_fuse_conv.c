@@ -13,7 +13,7 @@ kiln_status kn_pass_fuse_conv(kn_opt_ctx *c) {
     for (int i = 0; i < g->n_nodes; i++) {
         if (!kn_opt_is(c, i, "Conv") || g->nodes[i].n_outputs != 1) continue;
         int y = g->nodes[i].outputs[0];
-        if (!kn_opt_is_f32(c, y)) continue;
+        if (!kn_opt_is_float(c, y)) continue; /* 16-bit types when the target has the kernel */
         int nodes[4] = {i}, n_nodes = 1;
         int last = y, z = -1;
         /* residual */

@@ -38,7 +38,8 @@ kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c) {
     for (int i = 0; i < g->n_nodes; i++) {
         if (!kn_opt_is(c, i, "MatMul") || g->nodes[i].n_outputs != 1) continue;
         int y = g->nodes[i].outputs[0], a = kn_opt_input(c, i, 0), b = kn_opt_input(c, i, 1);
-        if (!kn_opt_is_f32(c, y) || a < 0 || b < 0) continue;
+        /* 16-bit types when the target has the fused kernel (CUDA) */
+        if (!kn_opt_is_float(c, y) || a < 0 || b < 0) continue;
         int nodes[6] = {i}, n_nodes = 1;
         int last = y, bias = -1, z = -1;
         int add = kn_opt_only_consumer(c, y);
@@ -70,7 +71,9 @@ kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c) {
         bool two_d = ta->rank == 2 && tb->rank == 2 && g->values[y].type.rank == 2;
         int node = -1;
         kn_opt_proto p;
-        if (two_d && bias >= 0 && z < 0 && act.act == KN_ACT_NONE && kn_model_opset(c->model, "") >= 7 &&
+        /* as Gemm in float32 only: the CPU's 16-bit Gemm would round differently from MatMul + Add */
+        if (two_d && kn_opt_is_f32(c, y) && bias >= 0 && z < 0 && act.act == KN_ACT_NONE &&
+            kn_model_opset(c->model, "") >= 7 &&
             g->values[bias].type.rank <= 2) {
             kn_proto_init(&p, "", "Gemm");
             kn_proto_in(&p, a);

@@ -147,6 +147,13 @@ bool kn_opt_is_f32(const kn_opt_ctx *c, int v) {
     return t->kind == KN_TYPE_TENSOR && t->dtype == KILN_DTYPE_FLOAT && t->rank >= 0;
 }
 
+bool kn_opt_is_float(const kn_opt_ctx *c, int v) {
+    if (v < 0) return false;
+    const kn_type *t = &c->g->values[v].type;
+    return t->kind == KN_TYPE_TENSOR && t->rank >= 0 &&
+           (t->dtype == KILN_DTYPE_FLOAT || t->dtype == KILN_DTYPE_FLOAT16 || t->dtype == KILN_DTYPE_BFLOAT16);
+}
+
 bool kn_opt_reduce_axes(const kn_opt_ctx *c, int node, int64_t *axes, int cap, int *n_out) {
     const kn_node *n = &c->g->nodes[node];
     *n_out = 0;

@@ -4,12 +4,15 @@
  * failures of other runtimes: Conv+Add fusion with group > 1, Gemm transpose folding with an
  * identity permutation, MatMul+BatchNorm on rank > 2, LayerNorm fusion whose scale does not match
  * the trailing dims, and a fused node no backend supports. */
+#include "backend/backend.h"
 #include "exec/exec.h"
 #include "exec/session.h"
 #include "onnx/loader.h"
 #include "onnx/writer.h"
 #include "opt/opt.h"
+#include "opt/pass.h"
 #include "unit.h"
+#include "util/log.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -797,4 +800,215 @@ KN_TEST(opt_report_and_dump_round_trip) {
     kiln_session_destroy(loaded);
     kiln_session_destroy(ref);
     kiln_session_options_destroy(o);
+}
+
+/* ------------------------------------------------------------------ target awareness */
+
+/* The fused nodes form for the provider that would run the pattern, asked of the kernel tables
+ * (kn_backend_supports): these run without a GPU, as kiln inspect --provider cuda,cpu does. */
+
+static kiln_session_options *options_with(const char *first, const char *second, int level) {
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_opt_level(o, level);
+    CHECK_STATUS(kiln_session_options_append_provider(o, first, NULL, NULL, 0), KILN_OK);
+    if (second) CHECK_STATUS(kiln_session_options_append_provider(o, second, NULL, NULL, 0), KILN_OK);
+    return o;
+}
+
+/* The model built, typed, optimised for `o` judging providers from their tables. */
+static kn_model *optimised_from_tables(build_fn build, const kiln_session_options *o) {
+    kn_model *m = build();
+    CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
+    CHECK_STATUS(kn_graph_resolve(m->graph), KILN_OK);
+    CHECK_STATUS(kn_graph_infer(m->graph), KILN_OK);
+    CHECK_STATUS(kn_optimize_from_tables(m, o, NULL, NULL), KILN_OK);
+    CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
+    CHECK_STATUS(kn_graph_infer(m->graph), KILN_OK);
+    return m;
+}
+
+static int model_count_op(const kn_model *m, const char *domain, const char *op) {
+    int n = 0;
+    for (int i = 0; i < m->graph->n_nodes; i++) {
+        const kn_node *nd = &m->graph->nodes[i];
+        if (!nd->dead && !strcmp(nd->domain, domain) && !strcmp(nd->op_type, op)) n++;
+    }
+    return n;
+}
+
+/* The provider placement gives the (single) op node of m with providers cuda,cpu from the tables
+ * (what tools/placement.c does), or NULL. */
+static const char *placed_on(kn_model *m, const char *domain, const char *op) {
+    kn_runtime rt;
+    memset(&rt, 0, sizeof rt);
+    rt.backends[0].ops = kn_backend_find("cuda");
+    rt.backends[0].listed = true;
+    rt.backends[1].ops = &kn_backend_cpu;
+    rt.backends[1].listed = true;
+    rt.cpu = 1;
+    rt.n_backends = 2;
+    if (kn_graph_place(m->graph, &rt, NULL, NULL) != KILN_OK) return NULL;
+    for (int i = 0; i < m->graph->n_nodes; i++) {
+        const kn_node *nd = &m->graph->nodes[i];
+        if (!nd->dead && !strcmp(nd->domain, domain) && !strcmp(nd->op_type, op) && nd->provider >= 0)
+            return rt.backends[nd->provider].ops->name;
+    }
+    return NULL;
+}
+
+KN_TEST(opt_target_cuda_fusions_form_from_tables) {
+    if (!kn_backend_find("cuda")) KN_SKIP("no CUDA backend in this build");
+    kiln_session_options *o = options_with("cuda", "cpu", 3);
+    /* MatMul + Add + residual + Tanh: FusedMatMul, placed on CUDA */
+    gemm_case = 2;
+    kn_model *m = optimised_from_tables(build_gemm, o);
+    CHECK_EQ_INT(model_count_op(m, "kiln", "FusedMatMul"), 1);
+    const char *where = placed_on(m, "kiln", "FusedMatMul");
+    CHECK_MSG(where && !strcmp(where, "cuda"), "FusedMatMul placed on %s", where ? where : "nothing");
+    kn_model_free(m);
+    /* Conv + Relu in float16: the CPU has no float16 fused kernels, CUDA has (with cuDNN); the
+     * pattern runs on CUDA, so the fusion forms there */
+    char why[256] = "";
+    conv_act = 1, conv_residual = 0, conv_group = 1, conv_dtype = KILN_DTYPE_FLOAT16;
+    kn_model *probe = build_conv();
+    CHECK_STATUS(kn_graph_sort(probe->graph), KILN_OK);
+    CHECK_STATUS(kn_graph_infer(probe->graph), KILN_OK);
+    const kn_node *conv = &probe->graph->nodes[0];
+    const kn_type *in[3] = {&probe->graph->values[conv->inputs[0]].type, &probe->graph->values[conv->inputs[1]].type,
+                            &probe->graph->values[conv->inputs[2]].type};
+    bool cuda_conv = kn_backend_supports("cuda", conv, in, 3, why, sizeof why);
+    kn_model_free(probe);
+    if (cuda_conv) {
+        m = optimised_from_tables(build_conv, o);
+        CHECK_EQ_INT(model_count_op(m, "kiln", "FusedConv"), 1);
+        CHECK_EQ_INT(model_count_op(m, "", "Relu"), 0);
+        where = placed_on(m, "kiln", "FusedConv");
+        CHECK_MSG(where && !strcmp(where, "cuda"), "FusedConv placed on %s", where ? where : "nothing");
+        kn_model_free(m);
+    } else {
+        kn_log(KILN_LOG_INFO, "float16 FusedConv part not run: the CUDA Conv is not available (%s)", why);
+    }
+    kiln_session_options_destroy(o);
+    /* in a session the runtime skips a provider with no device: the fusions are the CPU's */
+    if (!kiln_provider_available("cuda", NULL)) {
+        o = options_with("cuda", "cpu", 3);
+        m = build_conv();
+        CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
+        CHECK_STATUS(kn_graph_infer(m->graph), KILN_OK);
+        CHECK_STATUS(kn_optimize(m, o, NULL, NULL), KILN_OK);
+        CHECK_EQ_INT(model_count_op(m, "kiln", "FusedConv"), 0); /* float16: not on the CPU */
+        kn_model_free(m);
+        kiln_session_options_destroy(o);
+    }
+    conv_dtype = KILN_DTYPE_FLOAT;
+}
+
+/* A fusion the pattern's provider cannot run is refused with the reason, even when a later
+ * provider could run it: it would move the work away from where the user's order puts it. */
+KN_TEST(opt_target_refuses_fusion_the_pattern_provider_lacks) {
+    if (!kn_backend_find("cuda")) KN_SKIP("no CUDA backend in this build");
+    /* cpu first: a float16 Conv + Relu runs on the CPU, which has no float16 FusedConv */
+    kiln_session_options *o = options_with("cpu", "cuda", 3);
+    conv_act = 1, conv_residual = 0, conv_group = 1, conv_dtype = KILN_DTYPE_FLOAT16;
+    kn_model *m = optimised_from_tables(build_conv, o);
+    CHECK_EQ_INT(model_count_op(m, "kiln", "FusedConv"), 0);
+    CHECK_EQ_INT(model_count_op(m, "", "Conv"), 1);
+    CHECK_EQ_INT(model_count_op(m, "", "Relu"), 1);
+    kn_model_free(m);
+    conv_dtype = KILN_DTYPE_FLOAT;
+    kiln_session_options_destroy(o);
+
+    /* cuda first, asked directly: the anchor is a float32 2-D Conv, which the CUDA tables take
+     * (with cuDNN), and the fused node is a FusedConv over 4 spatial dims, which CUDA's supports
+     * rejects and the CPU's takes: refused, naming CUDA and its reason */
+    conv_act = 0, conv_residual = 0, conv_group = 1;
+    m = build_conv();
+    CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
+    CHECK_STATUS(kn_graph_infer(m->graph), KILN_OK);
+    kn_graph *g = m->graph;
+    const kn_node *conv = &g->nodes[0];
+    const kn_type *cin[3] = {&g->values[conv->inputs[0]].type, &g->values[conv->inputs[1]].type,
+                             &g->values[conv->inputs[2]].type};
+    char why[512] = "";
+    if (!kn_backend_supports("cuda", conv, cin, 3, why, sizeof why)) {
+        kn_model_free(m);
+        KN_SKIP("the CUDA Conv is not available in this build (no cuDNN)");
+    }
+    kn_type x6, w6, b1;
+    kn_type_set_tensor(&x6, KILN_DTYPE_FLOAT, 6, (int64_t[]){1, 4, 3, 3, 3, 3});
+    kn_type_set_tensor(&w6, KILN_DTYPE_FLOAT, 6, (int64_t[]){4, 4, 1, 1, 1, 1});
+    kn_type_set_tensor(&b1, KILN_DTYPE_FLOAT, 1, (int64_t[]){4});
+    const kn_type *fin[3] = {&x6, &w6, &b1};
+    kn_attr act = {.name = "activation", .type = KN_ATTR_STRING, .s = "Relu", .s_len = 4};
+    kn_node fused;
+    memset(&fused, 0, sizeof fused);
+    fused.name = "fused";
+    fused.domain = "kiln";
+    fused.op_type = "FusedConv";
+    fused.opset = 1;
+    fused.inputs = (int[]){-1, -1, -1};
+    fused.n_inputs = 3;
+    fused.attrs = &act;
+    fused.n_attrs = 1;
+    fused.provider = -1;
+    CHECK(kn_backend_supports("cpu", &fused, fin, 3, why, sizeof why));
+    o = options_with("cuda", "cpu", 3);
+    kn_opt_ctx c;
+    memset(&c, 0, sizeof c);
+    c.model = m;
+    c.g = g;
+    c.options = o;
+    c.providers_from_tables = true;
+    why[0] = 0;
+    CHECK(!kn_opt_target_supports(&c, &fused, fin, 3, 0, why, sizeof why));
+    CHECK_MSG(strstr(why, "'cuda' would run the pattern") && strstr(why, "spatial dims"), "reason: %s", why);
+    /* without an anchor the first provider is the pattern's: the same answer */
+    CHECK(!kn_opt_target_supports(&c, &fused, fin, 3, -1, why, sizeof why));
+    /* with cpu first the CPU runs the pattern and has the kernel: formed */
+    kiln_session_options_destroy(o);
+    o = options_with("cpu", "cuda", 3);
+    c.options = o;
+    CHECK_MSG(kn_opt_target_supports(&c, &fused, fin, 3, 0, why, sizeof why), "refused: %s", why);
+    kiln_session_options_destroy(o);
+    kn_model_free(m);
+}
+
+/* On a machine with a GPU: the fusions formed for cuda,cpu run there and agree with level 0
+ * (float32 and float16 Conv + residual + activation, MatMul + bias + residual + Tanh). */
+static kiln_session *cuda_session(kn_model *m, int level) {
+    kiln_session_options *o = options_with("cuda", "cpu", level);
+    kiln_session_options_set_intra_op_threads(o, 1);
+    kiln_session *s = NULL;
+    CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
+    kiln_status st = kn_session_from_model(m, o, &s);
+    kiln_session_options_destroy(o);
+    CHECK_MSG(st == KILN_OK, "cuda,cpu session at level %d: %s", level, kiln_last_error());
+    return s;
+}
+
+KN_TEST(opt_cuda_fusions_match_unfused_on_device) {
+    const char *why = NULL;
+    if (!kiln_provider_available("cuda", &why)) KN_SKIP(why ? why : "no CUDA device");
+    for (int t = 0; t < 2; t++) {
+        conv_act = 2, conv_residual = 1, conv_group = 1;
+        conv_dtype = t ? KILN_DTYPE_FLOAT16 : KILN_DTYPE_FLOAT;
+        kiln_session *ref = cuda_session(build_conv(), 0), *opt = cuda_session(build_conv(), 3);
+        if (ref && opt) {
+            check_same(ref, opt, t ? 1e-2 : 1e-5);
+            CHECK_MSG(count_op(opt, "kiln", "FusedConv") == 1, "%s: %d FusedConv", t ? "float16" : "float32",
+                      count_op(opt, "kiln", "FusedConv"));
+        }
+        kiln_session_destroy(ref);
+        kiln_session_destroy(opt);
+    }
+    conv_dtype = KILN_DTYPE_FLOAT;
+    gemm_case = 2;
+    kiln_session *ref = cuda_session(build_gemm(), 0), *opt = cuda_session(build_gemm(), 3);
+    if (ref && opt) {
+        check_same(ref, opt, 1e-5);
+        CHECK_EQ_INT(count_op(opt, "kiln", "FusedMatMul"), 1);
+    }
+    kiln_session_destroy(ref);
+    kiln_session_destroy(opt);
 }
