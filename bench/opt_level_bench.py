@@ -21,6 +21,7 @@ import math
 import os
 import platform
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -154,7 +155,7 @@ def main():
         "",
         f"- machine: {cpu_name()}, {os.cpu_count()} cores" + (f"; GPU: {gpu_name()}" if gpu_name() else ""),
         f"- kiln: {a.kiln} at commit {commit}",
-        f"- command: `{' '.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}`",
+        f"- command: `{shlex.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}`",
         f"- {a.threads} thread(s); {a.rounds} rounds of `kiln run --repeat {a.runs}` per level, levels alternating "
         f"(0, 3, 0, 3, ...); latency = median of the rounds' medians; inputs from test_data_set_0",
         f"- load average before {load_before}, after {load_after}",
@@ -162,8 +163,9 @@ def main():
     if a.note:
         lines.append(f"- note: {a.note}")
     lines += [
-        "- nodes: live nodes after optimising to the level (`kiln inspect --opt-level N`"
-        + (f" --provider {inspect_provider}`, fusions judged for those providers from their kernel tables)"
+        "- nodes: live nodes after optimising to the level (`kiln inspect --opt-level N"
+        + (f" --provider {inspect_provider}`: fusions judged for those providers from their kernel tables; CPU "
+           "fallback = nodes placed on the CPU because the first provider has no kernel for them)"
            if inspect_provider else "`)"),
         "",
         "| model | nodes L0 | nodes L3 | " + ("CPU fallback L0 / L3 | " if inspect_provider else "")
