@@ -56,9 +56,15 @@ static bool small_int_output(const kn_type *t) {
     /* bool too: Equal/Where over shape values (exporters' "-1 means keep" masks) feed Expand and
      * Reshape, which read them on the host */
     if (t->dtype != KILN_DTYPE_INT64 && t->dtype != KILN_DTYPE_INT32 && t->dtype != KILN_DTYPE_BOOL) return false;
+    /* stop as soon as it is too large: the dims may be anything a (hostile) file says */
     int64_t n = 1;
-    for (int d = 0; d < t->rank; d++) n *= t->dims[d].value;
-    return n <= KN_SHAPE_MAX_ELEMENTS;
+    for (int d = 0; d < t->rank; d++) {
+        int64_t v = t->dims[d].value;
+        if (v < 0 || v > KN_SHAPE_MAX_ELEMENTS) return false;
+        n *= v;
+        if (n > KN_SHAPE_MAX_ELEMENTS) return false;
+    }
+    return true;
 }
 
 kiln_status kn_graph_place(kn_graph *g, kn_runtime *rt, kn_place_report_fn report, void *arg) {
