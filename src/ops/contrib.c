@@ -57,8 +57,7 @@ static kiln_status infer_bias_act(kn_infer_ctx *c) {
         int64_t n = 1;
         bool known = true;
         for (int d = 0; d < b->rank; d++) {
-            if (b->dims[d].value < 0) known = false;
-            else n *= b->dims[d].value;
+            if (b->dims[d].value < 0 || __builtin_mul_overflow(n, b->dims[d].value, &n)) known = false;
         }
         if (known && last.value >= 0 && n != last.value && b->rank <= 1)
             return kn_infer_error(c, KILN_ERR_SHAPE, "the bias has %lld elements but the last dimension is %lld",
