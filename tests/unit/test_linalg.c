@@ -471,6 +471,41 @@ KN_TEST(linalg_sgemm_prepacked_a) {
     kn_threadpool_destroy(pool);
 }
 
+/* B packed whole once (kn_sgemm_pack_b_full) gives the product of B packed per tile: N not a
+ * multiple of the panel width, K over several slices, columns over several NC blocks, B
+ * transposed or not, padded leading dimensions, beta 0 and not, on 1 and 3 threads. */
+KN_TEST(linalg_sgemm_prepacked_b) {
+    kn_threadpool *pool;
+    CHECK_STATUS(kn_threadpool_create(3, &pool), KILN_OK);
+    static const int64_t shapes[][3] = {{16, 300, 40}, {100, 257, 600}, {37, 1500, 300}, {64, 7, 1100}, {200, 33, 17}};
+    for (int threads = 0; threads < 2; threads++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int tb = 0; tb < 2; tb++) {
+                int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ldb = (tb ? K : N) + 3;
+                float beta = tb ? 0.5f : 0.0f;
+                float *A = malloc(sizeof(float) * (size_t)(M * K)), *B = malloc(sizeof(float) * (size_t)((tb ? N : K) * ldb));
+                float *C = malloc(sizeof(float) * (size_t)(M * N)), *R = malloc(sizeof(float) * (size_t)(M * N));
+                float *P = malloc(sizeof(float) * kn_sgemm_packed_b_floats(N, K));
+                fill(A, M * K);
+                fill(B, (tb ? N : K) * ldb);
+                fill(C, M * N);
+                memcpy(R, C, sizeof(float) * (size_t)(M * N));
+                kn_sgemm_pack_b_full(B, ldb, tb, N, K, P);
+                ref_gemm(false, tb, M, N, K, 1.5f, A, K, B, ldb, beta, R, N);
+                const float *ap[1] = {A}, *bp[1] = {B}, *pp[1] = {P};
+                float *cp[1] = {C};
+                kn_sgemm_batch g = {.count = 1, .M = M, .N = N, .K = K, .trans_b = tb, .alpha = 1.5f, .beta = beta,
+                                    .a = ap, .lda = K, .b = bp, .ldb = ldb, .c = cp, .ldc = N, .b_packed = pp};
+                CHECK_STATUS(kn_sgemm_run(threads ? pool : NULL, &g), KILN_OK);
+                double err = 0;
+                for (int64_t i = 0; i < M * N; i++) err = fmax(err, fabs(C[i] - R[i]) / (1 + fabs(R[i])));
+                CHECK_MSG(err < gemm_tol(K), "prepacked B %lldx%lldx%lld transB=%d: error %g", (long long)M,
+                          (long long)N, (long long)K, tb, err);
+                free(A), free(B), free(C), free(R), free(P);
+            }
+    kn_threadpool_destroy(pool);
+}
+
 /* GlobalAveragePool on planes of every length around the vector widths (and a 112x112 one)
  * against a double sum. */
 KN_TEST(linalg_global_average_pool_plane_lengths) {

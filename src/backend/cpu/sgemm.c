@@ -353,6 +353,7 @@ static void pack_b_panel(const float *B, int64_t ldb, bool trans, int64_t j0, in
 #endif
 }
 
+
 static void pack_b(const float *B, int64_t ldb, bool trans, int64_t j0, int64_t nc, int64_t p0, int64_t kc,
                    float *dst) {
 #if defined(KN_GEMM_AVX512)
@@ -561,24 +562,38 @@ typedef struct job {
     int failed;
 } job;
 
+/* The whole of op(B), packed as run_gemm_tile would pack it block by block: slice pc (KC deep)
+ * starts at pc * Np (Np = N rounded up to NR) and holds the NR-column panels of every column, so
+ * the block at columns jc of slice pc is at pc * Np + jc * kc, contiguous as a per-tile block is
+ * (panels a power-of-two stride apart would share cache sets). */
+static int64_t padded_n(int64_t N) { return (N + NR - 1) / NR * NR; }
+
+size_t kn_sgemm_packed_b_floats(int64_t N, int64_t K) { return (size_t)(padded_n(N) * K); }
+
+void kn_sgemm_pack_b_full(const float *B, int64_t ldb, bool trans_b, int64_t N, int64_t K, float *dst) {
+    const int64_t Np = padded_n(N);
+    for (int64_t pc = 0; pc < K; pc += KC) pack_b(B, ldb, trans_b, 0, N, pc, min64(KC, K - pc), dst + pc * Np);
+}
+
 static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                           float *ws) {
     const float *A = p->a[op];
     const float *B = p->b ? p->b[op] : NULL;
     const float *A_packed = p->a_packed ? p->a_packed[op] : NULL;
+    const float *B_packed = p->b_packed && !p->pack_b ? p->b_packed[op] : NULL;
     const float *bias = p->row_bias ? p->row_bias[op] : NULL;
     const int64_t Mp = padded_m(p->M);
     float *C = p->c[op];
     float *Aws = ws, *Bp = ws + (size_t)MC * KC;
     const float *Ap = Aws;
-    const bool direct = !p->pack_b && !p->trans_b && (m1 - m0) <= DIRECT_B_MAX_M;
+    const bool direct = !B_packed && !p->pack_b && !p->trans_b && (m1 - m0) <= DIRECT_B_MAX_M;
     for (int64_t jc = n0; jc < n1; jc += NC) {
         int64_t nc = min64(NC, n1 - jc);
         for (int64_t pc = 0; pc < p->K; pc += KC) {
             int64_t kc = min64(KC, p->K - pc);
             float beta = pc == 0 ? p->beta : 1.0f;
             if (p->pack_b) p->pack_b(p->pack_ctx, op, pc, kc, jc, nc, Bp);
-            else if (!direct) pack_b(B, p->ldb, p->trans_b, jc, nc, pc, kc, Bp);
+            else if (!direct && !B_packed) pack_b(B, p->ldb, p->trans_b, jc, nc, pc, kc, Bp);
             for (int64_t ic = m0; ic < m1; ic += MC) {
                 int64_t mc = min64(MC, m1 - ic);
                 if (A_packed) {
@@ -589,7 +604,10 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
                 }
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     int n = (int)min64(NR, nc - jr);
-                    const float *bp = direct ? B + pc * p->ldb + jc + jr : Bp + jr * kc;
+                    /* jc and jr are multiples of NR: the panel at columns jc + jr of slice pc */
+                    const float *bp = B_packed ? B_packed + pc * padded_n(p->N) + (jc + jr) * kc
+                                      : direct ? B + pc * p->ldb + jc + jr
+                                               : Bp + jr * kc;
                     int64_t bs = direct ? p->ldb : NR;
                     float *cp = C + ic * p->ldc + jc + jr;
                     for (int64_t ir = 0; ir < mc; ir += MR)

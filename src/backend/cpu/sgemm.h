@@ -55,12 +55,21 @@ typedef struct kn_sgemm_batch {
     /* Optional: row_bias[i][r] is added to row r of C of product i (a convolution's bias), before
      * the epilogue sees it: C = alpha * op(A) * op(B) + beta * C + bias. */
     const float *const *row_bias;
+    /* Optional: b_packed[i] is op(B) of product i already packed whole (kn_sgemm_pack_b_full),
+     * e.g. a MatMul's constant weights packed once per session; the blocked path then reads it in
+     * place instead of packing B per tile. b/ldb/trans_b must still describe B (the paths for
+     * small M read B directly). */
+    const float *const *b_packed;
 } kn_sgemm_batch;
 
 /* Floats of op(A) (M x K) in the packed layout, and the packing itself: A as for kn_sgemm_batch
  * (M x K with row stride lda, or K x M when trans_a). */
 size_t kn_sgemm_packed_a_floats(int64_t M, int64_t K);
 void kn_sgemm_pack_a(const float *A, int64_t lda, bool trans_a, int64_t M, int64_t K, float *dst);
+/* Floats of op(B) (K x N) packed whole, and the packing: slices of the GEMM's depth, each holding
+ * the NR-column panels of every column as the blocked path packs them per tile. */
+size_t kn_sgemm_packed_b_floats(int64_t N, int64_t K);
+void kn_sgemm_pack_b_full(const float *B, int64_t ldb, bool trans_b, int64_t N, int64_t K, float *dst);
 
 /* Runs the batch on the pool (NULL = the caller's thread only). Must not be called from inside
  * a kn_parallel_for on the same pool. Returns KILN_ERR_OUT_OF_MEMORY when a thread's packing
