@@ -646,12 +646,13 @@ KN_TEST(opt_attention_matches_unfused) {
 
 /* ------------------------------------------------------------------ GELU (tanh form) */
 
-static kn_model *build_gelu_tanh(void) {
+/* 0.5 x (1 + tanh(k2 (x + k1 x^3))): GELU's tanh form when k1 = 0.044715 */
+static kn_model *build_tanh_gelu_with(double cubic) {
     tb b;
     tb_init(&b, 17);
     int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){3, 7});
     int half = tb_scalar(&b, "half", KILN_DTYPE_FLOAT, 0.5), three = tb_scalar(&b, "three", KILN_DTYPE_FLOAT, 3.0);
-    int k1 = tb_scalar(&b, "k1", KILN_DTYPE_FLOAT, 0.044715), k2 = tb_scalar(&b, "k2", KILN_DTYPE_FLOAT, 0.7978845608);
+    int k1 = tb_scalar(&b, "k1", KILN_DTYPE_FLOAT, cubic), k2 = tb_scalar(&b, "k2", KILN_DTYPE_FLOAT, 0.7978845608);
     int one = tb_scalar(&b, "one", KILN_DTYPE_FLOAT, 1.0);
     int h = tb_node(&b, "Mul", (int[]){x, half}, 2, "h");
     int c = tb_node(&b, "Pow", (int[]){x, three}, 2, "cube");
@@ -664,6 +665,8 @@ static kn_model *build_gelu_tanh(void) {
     tb_output(&b, y);
     return b.m;
 }
+
+static kn_model *build_gelu_tanh(void) { return build_tanh_gelu_with(0.044715); }
 
 KN_TEST(opt_gelu_tanh_form) {
     kiln_session *s = compare_levels(build_gelu_tanh, 2, 1e-5);
@@ -674,24 +677,7 @@ KN_TEST(opt_gelu_tanh_form) {
 }
 
 /* A near-GELU that is not one (the cubic coefficient differs) stays as it is. */
-static kn_model *build_not_gelu(void) {
-    tb b;
-    tb_init(&b, 17);
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){3, 7});
-    int half = tb_scalar(&b, "half", KILN_DTYPE_FLOAT, 0.5), three = tb_scalar(&b, "three", KILN_DTYPE_FLOAT, 3.0);
-    int k1 = tb_scalar(&b, "k1", KILN_DTYPE_FLOAT, 0.1), k2 = tb_scalar(&b, "k2", KILN_DTYPE_FLOAT, 0.7978845608);
-    int one = tb_scalar(&b, "one", KILN_DTYPE_FLOAT, 1.0);
-    int h = tb_node(&b, "Mul", (int[]){x, half}, 2, "h");
-    int c = tb_node(&b, "Pow", (int[]){x, three}, 2, "cube");
-    int c2 = tb_node(&b, "Mul", (int[]){c, k1}, 2, "c2");
-    int inner = tb_node(&b, "Add", (int[]){x, c2}, 2, "inner");
-    int u = tb_node(&b, "Mul", (int[]){inner, k2}, 2, "u");
-    int t = tb_node(&b, "Tanh", &u, 1, "t");
-    int t1 = tb_node(&b, "Add", (int[]){t, one}, 2, "t1");
-    int y = tb_node(&b, "Mul", (int[]){h, t1}, 2, "y");
-    tb_output(&b, y);
-    return b.m;
-}
+static kn_model *build_not_gelu(void) { return build_tanh_gelu_with(0.1); }
 
 KN_TEST(opt_gelu_lookalike_not_fused) {
     kiln_session *s = compare_levels(build_not_gelu, 3, 1e-6);
