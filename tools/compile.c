@@ -5,6 +5,7 @@
 #include "cache/format.h"
 #include "cache/store.h"
 #include "exec/session.h"
+#include "util/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +14,6 @@
 #include <unistd.h>
 
 #define MAX_DIMS 64
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 /* Options shared by compile and cache key: the common flags, --dim, and provider options that
  * change compilation (--precision, --tuning: options of the cuda provider). */
@@ -103,7 +98,7 @@ typedef struct progress {
 
 static void on_stage(void *arg, const char *stage) {
     progress *p = arg;
-    double t = now_ms();
+    double t = kn_now_ms();
     if (p->tty && p->stage > 0) fprintf(stderr, "\r\033[K[%d/4] %s: done in %.0f ms\n", p->stage, p->last, t - p->t_stage);
     p->stage++;
     p->t_stage = t;
@@ -143,12 +138,12 @@ int cmd_compile(int argc, char **argv) {
     }
     kiln_session_options *o = job_options(&j, "compile");
     if (!o) return 1;
-    progress p = {isatty(2), 0, now_ms(), now_ms(), ""};
+    progress p = {isatty(2), 0, kn_now_ms(), kn_now_ms(), ""};
     kn_compile_stats stats;
     kiln_status st = kn_cache_compile_to(model, o, out, on_stage, &p, &stats);
     kiln_session_options_destroy(o);
     if (p.tty && p.stage > 0) {
-        if (st == KILN_OK) fprintf(stderr, "\r\033[K[%d/4] %s: done in %.0f ms\n", p.stage, p.last, now_ms() - p.t_stage);
+        if (st == KILN_OK) fprintf(stderr, "\r\033[K[%d/4] %s: done in %.0f ms\n", p.stage, p.last, kn_now_ms() - p.t_stage);
         else fprintf(stderr, "\r\033[K[%d/4] %s: failed\n", p.stage, p.last);
     }
     if (st != KILN_OK) {

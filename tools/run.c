@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include "util/npy.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <math.h>
@@ -17,12 +18,6 @@ typedef struct named {
     char *name;
     char *value;
 } named;
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static double rng_uniform(void) { /* xorshift64*: reproducible random inputs */
@@ -132,9 +127,9 @@ int cmd_run(int argc, char **argv) {
     if (!opts) return 1;
     for (int k = 0; k < n_dims; k++) kiln_session_options_set_dim(opts, dims[k].name, atoll(dims[k].value));
     kiln_session *s = NULL;
-    double t0 = now_ms();
+    double t0 = kn_now_ms();
     kiln_status st = kiln_session_create(model, opts, &s);
-    double t_create = now_ms() - t0;
+    double t_create = kn_now_ms() - t0;
     kiln_session_options_destroy(opts);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln run: %s\n", kiln_last_error());
@@ -179,9 +174,9 @@ int cmd_run(int argc, char **argv) {
             kn_tensor_free(outs[j]);
             outs[j] = NULL;
         }
-        double t1 = now_ms();
+        double t1 = kn_now_ms();
         st = kiln_session_run(s, in_names, in_tensors, bound, NULL, no, outs);
-        times[r] = now_ms() - t1;
+        times[r] = kn_now_ms() - t1;
         if (st != KILN_OK) {
             fprintf(stderr, "kiln run: %s\n", kiln_last_error());
             free(times);

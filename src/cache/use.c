@@ -7,6 +7,7 @@
 #include "onnx/loader.h"
 #include "onnx/writer.h"
 #include "util/log.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -17,12 +18,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* One warning per cache directory per process: a test runner making thousands of sessions
  * should not print thousands of lines about one unwritable directory. */
@@ -204,7 +199,7 @@ static entry_result try_entry(const char *entry, const kn_cache_key *k, const ki
 }
 
 static kiln_status cached_create(const char *path, const kiln_session_options *o, kiln_session **out) {
-    double t0 = now_ms();
+    double t0 = kn_now_ms();
     char *dir = kn_cache_dir(o);
     if (!dir) {
         warn_dir_once("", "no cache directory: set KILN_CACHE_DIR, XDG_CACHE_HOME or HOME");
@@ -217,7 +212,7 @@ static kiln_status cached_create(const char *path, const kiln_session_options *o
         free(dir);
         return compile_fresh(path, NULL, 0, NULL, o, out);
     }
-    double t_key = now_ms() - t0;
+    double t_key = kn_now_ms() - t0;
     char *entry = kn_cache_entry_path(dir, &k);
     char why[1536] = "";
     int lock_fd = -1;
@@ -229,7 +224,7 @@ static kiln_status cached_create(const char *path, const kiln_session_options *o
     }
     entry_result r = try_entry(entry, &k, o, out, why, sizeof why);
     if (r == ENTRY_HIT) {
-        kn_log(KILN_LOG_INFO, "cache hit: '%s' -> '%s' (key %.1f ms, total %.1f ms)", path, entry, t_key, now_ms() - t0);
+        kn_log(KILN_LOG_INFO, "cache hit: '%s' -> '%s' (key %.1f ms, total %.1f ms)", path, entry, t_key, kn_now_ms() - t0);
         goto done;
     }
     if (r == ENTRY_BAD && o->cache_strict) {
@@ -256,7 +251,7 @@ static kiln_status cached_create(const char *path, const kiln_session_options *o
         if (r == ENTRY_HIT) {
             kn_log(KILN_LOG_INFO, "cache hit: '%s' -> '%s' (%s; total %.1f ms)", path, entry,
                    waited ? "compiled by another process while this one waited" : "stored by another process",
-                   now_ms() - t0);
+                   kn_now_ms() - t0);
             goto done;
         }
         if (r == ENTRY_BAD) {
@@ -270,19 +265,19 @@ static kiln_status cached_create(const char *path, const kiln_session_options *o
     if (!why[0]) kn_cache_explain_miss(dir, &k, why, sizeof why);
     if (why[0]) kn_log(KILN_LOG_INFO, "cache rebuilt: '%s': %s; compiling", path, why);
     else kn_log(KILN_LOG_INFO, "cache miss: '%s': no compiled file '%s'; compiling", path, entry);
-    double tc = now_ms();
+    double tc = kn_now_ms();
     st = compile_fresh(path, NULL, 0, NULL, o, out);
-    double compile_ms = now_ms() - tc;
+    double compile_ms = kn_now_ms() - tc;
     if (st != KILN_OK || !store) goto done;
     add_info(&k, path, compile_ms);
-    double tw = now_ms();
+    double tw = kn_now_ms();
     if (kn_cache_write(entry, *out, &k) != KILN_OK) {
         kn_log(KILN_LOG_WARNING, "the compiled model could not be stored in the cache: %s", kn_last_error());
         kn_clear_error();
         goto done;
     }
     kn_log(KILN_LOG_INFO, "cache stored: '%s' (compiled in %.1f ms, written in %.1f ms)", entry, compile_ms,
-           now_ms() - tw);
+           kn_now_ms() - tw);
     kn_cache_lock_note(lock_fd, &k);
     kn_cache_unlock(lock_fd);
     lock_fd = -1;
@@ -346,9 +341,9 @@ kiln_status kn_cache_session_create(const char *path, const void *data, size_t s
     } else if (o->cache_enabled && path && !cache_off_by_env()) {
         st = cached_create(path, o, out);
     } else {
-        double t = now_ms();
+        double t = kn_now_ms();
         st = compile_fresh(path, data, size, base_dir, o, out);
-        compile_ms = now_ms() - t;
+        compile_ms = kn_now_ms() - t;
     }
     if (st == KILN_OK && save_path) {
         if (!k.n) st = key_for(path, data, size, base_dir, o, &k);
@@ -372,26 +367,26 @@ kiln_status kn_cache_compile_to(const char *path, const kiln_session_options *op
     const kiln_session_options *o = options ? options : &dflt;
     kn_log_set_level(o->log_level);
     if (progress) progress(arg, "hashing the model");
-    double t = now_ms();
+    double t = kn_now_ms();
     KN_TRY(kn_cache_key_for_file(path, o, &stats->key));
-    stats->hash_ms = now_ms() - t;
+    stats->hash_ms = kn_now_ms() - t;
     if (progress) progress(arg, "loading the model");
-    t = now_ms();
+    t = kn_now_ms();
     kn_model *m;
     kiln_status st = kn_onnx_load_file(path, &m);
-    stats->load_ms = now_ms() - t;
+    stats->load_ms = kn_now_ms() - t;
     if (st != KILN_OK) return kn_error_prefix(st, "%s: ", path);
     if (progress) progress(arg, "optimising and compiling");
-    t = now_ms();
+    t = kn_now_ms();
     kiln_session *s;
     st = kn_session_from_model(m, o, &s);
-    stats->compile_ms = now_ms() - t;
+    stats->compile_ms = kn_now_ms() - t;
     if (st != KILN_OK) return kn_error_prefix(st, "%s: ", path);
     if (progress) progress(arg, "writing the compiled file");
-    t = now_ms();
+    t = kn_now_ms();
     add_info(&stats->key, path, stats->compile_ms);
     st = kn_cache_write(out_path, s, &stats->key);
-    stats->write_ms = now_ms() - t;
+    stats->write_ms = kn_now_ms() - t;
     kiln_session_destroy(s);
     if (st == KILN_OK) {
         struct stat sb;

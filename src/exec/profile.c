@@ -1,6 +1,7 @@
 /* Per-node profiling (KILN_PROFILE=1): see profile.h. One table per process, under a lock: the
  * cost only exists when the variable is set. */
 #include "exec/profile.h"
+#include "util/clock.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -22,12 +23,6 @@ static pthread_mutex_t kn_prof_mu = PTHREAD_MUTEX_INITIALIZER;
 static bool kn_prof_enabled;
 static prof_node *kn_prof;
 static size_t kn_prof_n, kn_prof_cap;
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 typedef struct prof_group {
     char key[80];
@@ -101,12 +96,12 @@ bool kn_profile_on(void) {
 
 double kn_profile_begin(const kn_backend *be) {
     if (be && be->ops->sync) be->ops->sync(be->state);
-    return now_ms();
+    return kn_now_ms();
 }
 
 void kn_profile_end(const kn_node *n, const kn_backend *be, double t0) {
     if (be && be->ops->sync) be->ops->sync(be->state);
-    double dt = now_ms() - t0;
+    double dt = kn_now_ms() - t0;
     pthread_mutex_lock(&kn_prof_mu);
     size_t i = 0;
     while (i < kn_prof_n && kn_prof[i].node != n) i++;

@@ -24,9 +24,9 @@ static double kn_cu_probe_ms; /* driver initialisation and the device query */
 
 static void probe_devices(void);
 static void probe(void) {
-    double t0 = kn_cu_now_ms();
+    double t0 = kn_now_ms();
     probe_devices();
-    kn_cu_probe_ms = kn_cu_now_ms() - t0;
+    kn_cu_probe_ms = kn_now_ms() - t0;
 }
 
 static void probe_devices(void) {
@@ -91,12 +91,6 @@ static size_t cu_device_count(void) {
 static const char *cu_device_description(size_t i) {
     pthread_once(&kn_cu_once, probe);
     return i < (size_t)kn_cu_count ? kn_cu_desc[i] : NULL;
-}
-
-double kn_cu_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 static int cu_fingerprint(size_t i, char *buf, size_t cap) {
@@ -654,22 +648,22 @@ static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
     cu->cfg = *cfg;
     kiln_status st = KILN_OK;
     /* start-up costs, reported at info level: the context is the part no cache can save */
-    double t0 = kn_cu_now_ms();
+    double t0 = kn_now_ms();
     cudaError_t e = cudaSetDevice(cu->device);
     if (e == cudaSuccess) e = cudaFree(NULL); /* creates the primary context now, to time it alone */
-    double t_ctx = kn_cu_now_ms();
+    double t_ctx = kn_now_ms();
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         st = kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: cuda:%d: %s", cu->device, cudaGetErrorString(e));
         goto fail;
     }
-    double t_lt = kn_cu_now_ms();
+    double t_lt = kn_now_ms();
     cublasStatus_t bs = cublasLtCreate(&cu->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         st = kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: cublasLtCreate failed (status %d)", (int)bs);
         goto fail;
     }
-    double t_dnn = kn_cu_now_ms();
+    double t_dnn = kn_now_ms();
 #ifdef KILN_HAVE_CUDNN
     cudnnStatus_t ds = kn_cu_lib.dnn_loaded ? cudnnCreate(&cu->dnn) : CUDNN_STATUS_NOT_INITIALIZED;
     if (ds == CUDNN_STATUS_SUCCESS) ds = cudnnSetStream(cu->dnn, cu->stream);
@@ -690,7 +684,7 @@ static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
         goto fail;
     }
     kn_tensor_set_device_free(KN_DEVICE_CUDA, cu_free_hook);
-    double t_end = kn_cu_now_ms();
+    double t_end = kn_now_ms();
     kn_log(KILN_LOG_INFO,
            "cuda:%d: cuBLASLt and cuDNN loaded in %.1f ms; driver initialised and devices queried in %.1f ms, context "
            "created in %.1f ms; cuBLASLt handle %.1f ms, cuDNN handle and workspace %.1f ms",

@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_internal.h"
 #include "exec/kernel.h"
+#include "util/clock.h"
 
 #include "backend/cuda/cuda_libs.h" /* cuBLASLt and cuDNN, loaded at first use */
 
@@ -96,9 +97,6 @@ extern const kn_cuda_kernel kn_cuda_nn[];
 extern const kn_cuda_kernel kn_cuda_linalg[];
 
 /* ---- helpers for the op files ---- */
-
-/* A monotonic clock in milliseconds (start-up timings in the log). */
-double kn_cu_now_ms(void);
 
 /* A CUDA error as a kiln status naming the node and the call. */
 kiln_status kn_cu_check(const kn_kernel_ctx *c, cudaError_t e, const char *what);

@@ -282,11 +282,11 @@ static kiln_status get_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, const
     }
     conv_plan tmp;
     memset(&tmp, 0, sizeof tmp);
-    double t0 = kn_cu_now_ms();
+    double t0 = kn_now_ms();
     kiln_status st = make_plan(cu, c, transpose, g, &tmp);
     if (st == KILN_OK)
         kn_log(KILN_LOG_DEBUG, "cuda: %s plan of '%s' (algorithm %d) chosen in %.2f ms", transpose ? "ConvTranspose" : "Conv",
-               c->node->name ? c->node->name : "", tmp.algo, kn_cu_now_ms() - t0);
+               c->node->name ? c->node->name : "", tmp.algo, kn_now_ms() - t0);
     if (st != KILN_OK) {
         plan_free(&tmp);
         return st;

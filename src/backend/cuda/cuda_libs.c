@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_libs.h"
 
 #include "util/log.h"
+#include "util/clock.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -20,12 +21,6 @@ static char kn_cu_libs_why[512];
 
 #define KN_STR2(x) #x
 #define KN_STR(x) KN_STR2(x)
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 #ifndef KILN_CUDA_LIBDIR
 #define KILN_CUDA_LIBDIR ""
@@ -85,7 +80,7 @@ static bool load_dnn(char *why, size_t cap) {
 #endif
 
 static void load_once(void) {
-    double t0 = now_ms();
+    double t0 = kn_now_ms();
     kn_cu_lib.lt_loaded = load_lt(kn_cu_libs_why, sizeof kn_cu_libs_why);
     if (!kn_cu_lib.lt_loaded) memset(&kn_cu_lib, 0, sizeof kn_cu_lib);
 #ifdef KILN_HAVE_CUDNN
@@ -101,7 +96,7 @@ static void load_once(void) {
         }
     }
 #endif
-    kn_cu_lib.load_ms = now_ms() - t0;
+    kn_cu_lib.load_ms = kn_now_ms() - t0;
 }
 
 int kn_cuda_libs_report(char *why, size_t cap, int *n_resolved, int *cudnn_loaded) {

@@ -48,11 +48,11 @@ static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const uint64_t
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c);
     cublasLtMatmulHeuristicResult_t res;
     int n = 0;
-    double t0 = kn_cu_now_ms();
+    double t0 = kn_now_ms();
     s = cublasLtMatmulAlgoGetHeuristic(cu->lt, op, la, lb, lc, lc, pref, 1, &res, &n);
     kn_log(KILN_LOG_DEBUG, "cuda: cuBLASLt heuristic for '%s' (%lld x %lld x %lld) in %.2f ms",
            c->node && c->node->name ? c->node->name : "", (long long)(key[0] >> 32), (long long)(key[0] & 0xffffffffu),
-           (long long)(key[1] >> 32), kn_cu_now_ms() - t0);
+           (long long)(key[1] >> 32), kn_now_ms() - t0);
     cublasLtMatmulPreferenceDestroy(pref);
     if (s != CUBLAS_STATUS_SUCCESS || n == 0)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for this product (status %d)", (int)s);
