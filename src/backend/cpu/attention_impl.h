@@ -77,6 +77,11 @@ void kn_attn_from_float(const float *src, kn_tensor *dst, int64_t n);
 /* Rounds x to the precision of t (FLOAT16/BFLOAT16; other types unchanged). */
 float kn_attn_round(kiln_dtype t, float x);
 
+/* Rotary embedding of one head's first 2 * half values: pairs (x[i], x[i + half]), or (x[2i],
+ * x[2i + 1]) when interleaved, rotated by the angle whose cosine and sine are cs[i], sn[i]. y may
+ * be x. (ai.onnx and com.microsoft RotaryEmbedding, GroupQueryAttention's do_rotary.) */
+void kn_rotary_rotate(const float *x, float *y, const float *cs, const float *sn, int64_t half, bool interleaved);
+
 /* Kernels of the attention family outside attention.c (src/backend/cpu/attention_misc.c,
  * attention_flex.c). */
 kiln_status kn_cpu_rotary_embedding(kn_kernel_ctx *c);

@@ -35,6 +35,22 @@ static float *out_float(kn_tensor *t, float **owned) {
 
 /* ------------------------------------------------------------------ RotaryEmbedding */
 
+void kn_rotary_rotate(const float *x, float *y, const float *cs, const float *sn, int64_t half, bool interleaved) {
+    if (interleaved) {
+        for (int64_t i = 0; i < half; i++) {
+            float x1 = x[2 * i], x2 = x[2 * i + 1];
+            y[2 * i] = cs[i] * x1 - sn[i] * x2;
+            y[2 * i + 1] = sn[i] * x1 + cs[i] * x2;
+        }
+    } else {
+        for (int64_t i = 0; i < half; i++) {
+            float x1 = x[i], x2 = x[i + half];
+            y[i] = cs[i] * x1 - sn[i] * x2;
+            y[i + half] = sn[i] * x1 + cs[i] * x2;
+        }
+    }
+}
+
 typedef struct rope_job {
     const float *x, *cs, *sn;
     const int64_t *pos;
@@ -54,19 +70,7 @@ static void rope_range(void *arg, int64_t t0, int64_t t1) {
         float *y = j->y + off;
         int64_t crow = j->pos ? j->pos[b * j->S + s] : b * j->S + s;
         const float *cs = j->cs + crow * half, *sn = j->sn + crow * half;
-        if (j->interleaved) {
-            for (int64_t i = 0; i < half; i++) {
-                float x1 = x[2 * i], x2 = x[2 * i + 1];
-                y[2 * i] = cs[i] * x1 - sn[i] * x2;
-                y[2 * i + 1] = sn[i] * x1 + cs[i] * x2;
-            }
-        } else {
-            for (int64_t i = 0; i < half; i++) {
-                float x1 = x[i], x2 = x[i + half];
-                y[i] = cs[i] * x1 - sn[i] * x2;
-                y[i + half] = sn[i] * x1 + cs[i] * x2;
-            }
-        }
+        kn_rotary_rotate(x, y, cs, sn, half, j->interleaved);
         for (int64_t i = j->rd; i < j->D; i++) y[i] = x[i];
     }
 }

@@ -482,12 +482,7 @@ kiln_status kn_cpu_ms_rotary_embedding(kn_kernel_ctx *c) {
                 int64_t off = rank3 ? (b * S + s) * N * H + n * H : ((b * N + n) * S + s) * H;
                 const float *xi = x + off;
                 float *yo = y + off;
-                for (int64_t i = 0; i < half; i++) {
-                    int64_t i1 = inter ? 2 * i : i, i2 = inter ? 2 * i + 1 : i + half;
-                    float x1 = xi[i1], x2 = xi[i2];
-                    yo[i1] = x1 * cr[i] - x2 * sr[i];
-                    yo[i2] = x1 * sr[i] + x2 * cr[i];
-                }
+                kn_rotary_rotate(xi, yo, cr, sr, half, inter);
                 for (int64_t i = rd; i < H; i++) yo[i] = xi[i];
             }
         }
@@ -527,12 +522,7 @@ static kiln_status gqa_rotary(kn_kernel_ctx *c, const kn_tensor *Cs, const kn_te
             const float *cr = cs + pos * half, *sr = sn + pos * half;
             for (int64_t h = 0; h < heads; h++) {
                 float *v = x + (b * S + s) * stride + h * H;
-                for (int64_t i = 0; i < half; i++) {
-                    int64_t i1 = inter ? 2 * i : i, i2 = inter ? 2 * i + 1 : i + half;
-                    float x1 = v[i1], x2 = v[i2];
-                    v[i1] = x1 * cr[i] - x2 * sr[i];
-                    v[i2] = x1 * sr[i] + x2 * cr[i];
-                }
+                kn_rotary_rotate(v, v, cr, sr, half, inter);
                 if (round16) {
                     uint16_t tmp[256];
                     for (int64_t i = 0; i < rd; i += 256) {
