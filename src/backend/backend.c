@@ -126,13 +126,7 @@ kiln_status kn_backend_parse_config(const kn_provider_request *req, kn_backend_c
             else goto bad;
         } else if (!strcmp(k, "tuning")) {
             if (!strcmp(v, "heuristic")) cfg->exhaustive = false;
-            else if (!strcmp(v, "exhaustive"))
-                /* measuring candidate algorithms (cudnnFind*, timed cuBLASLt candidates) and keeping
-                 * the results in the compiled file is not built yet: say so rather than ignore it */
-                return kn_error(KILN_ERR_UNSUPPORTED,
-                                "provider '%s': tuning=exhaustive is not available yet (algorithms are chosen by the "
-                                "cuDNN and cuBLASLt heuristics: tuning=heuristic)",
-                                req->name);
+            else if (!strcmp(v, "exhaustive")) cfg->exhaustive = true;
             else
                 return kn_error(KILN_ERR_INVALID_ARGUMENT,
                                 "provider '%s': tuning '%s' is not one of heuristic, exhaustive", req->name, v);

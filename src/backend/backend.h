@@ -86,6 +86,14 @@ typedef struct kn_backend_ops {
     kiln_status (*capture_end)(void *state, bool ok, void **graph_out);
     kiln_status (*graph_launch)(void *state, void *graph);
     void (*graph_destroy)(void *state, void *graph);
+    /* Optional: tuning results (the algorithm each library call was given, chosen by heuristics or
+     * measured) as opaque key -> value records, kept in the compiled file so a warm start repeats
+     * no choice. tuning_count: records held, and in *made_here those this session made itself (not
+     * imported). tuning_record: record i, false past the end. tuning_import: one record read from a
+     * file; it is validated (kind, sizes, ranges) and a malformed one is an error saying why. */
+    int (*tuning_count)(void *state, int *made_here);
+    bool (*tuning_record)(void *state, int i, const void **key, size_t *key_len, const void **val, size_t *val_len);
+    kiln_status (*tuning_import)(void *state, const void *key, size_t key_len, const void *val, size_t val_len);
 } kn_backend_ops;
 
 typedef struct kn_backend {

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const kn_cpu_kernel *const kn_sect_cpu_tables[] = {
@@ -96,8 +97,76 @@ static kiln_status cpu_load(kiln_session *s, const uint8_t *data, size_t size, c
     return KILN_OK;
 }
 
+/* ---- "cuda.tuning": the algorithm choices of the CUDA backend (src/backend/cuda/cuda_tuning.c)
+ * as opaque records: count, then per record its key and its value, each as length + bytes. */
+
+#define TUNING_PROVIDER "cuda"
+#define TUNING_MAX_RECORDS (1u << 20)
+
+static const kn_backend *session_backend(const kiln_session *s, const char *name) {
+    if (!s->rt) return NULL;
+    for (int i = 0; i < s->rt->n_backends; i++)
+        if (s->rt->backends[i].ops && s->rt->backends[i].state && !strcmp(s->rt->backends[i].ops->name, name))
+            return &s->rt->backends[i];
+    return NULL;
+}
+
+static kiln_status tuning_save(const kiln_session *s, kn_buf *out) {
+    const kn_backend *b = session_backend(s, TUNING_PROVIDER);
+    if (!b || !b->ops->tuning_count) return KILN_OK;
+    int n = b->ops->tuning_count(b->state, NULL);
+    if (n <= 0) return KILN_OK; /* no section */
+    kn_buf_u32(out, (uint32_t)n);
+    for (int i = 0; i < n; i++) {
+        const void *key, *val;
+        size_t kl, vl;
+        if (!b->ops->tuning_record(b->state, i, &key, &kl, &val, &vl)) return KN_INTERNAL("a tuning record vanished while being saved");
+        kn_buf_u32(out, (uint32_t)kl);
+        kn_buf_put(out, key, kl);
+        kn_buf_u32(out, (uint32_t)vl);
+        kn_buf_put(out, val, vl);
+    }
+    return out->oom ? KN_OOM() : KILN_OK;
+}
+
+static kiln_status tuning_load(kiln_session *s, const uint8_t *data, size_t size, const char *file) {
+    const kn_backend *b = session_backend(s, TUNING_PROVIDER);
+    if (!b || !b->ops->tuning_import) return KILN_OK; /* the key's options say the file was made for this */
+    kn_rd r;
+    kn_rd_init(&r, data, size, file, "cuda.tuning");
+    uint32_t n = kn_rd_count(&r, 8, TUNING_MAX_RECORDS, "count");
+    for (uint32_t i = 0; i < n && kn_rd_ok(&r); i++) {
+        uint32_t kl = kn_rd_u32(&r, "key length");
+        const uint8_t *key = kn_rd_bytes(&r, kl, "key");
+        uint32_t vl = kn_rd_u32(&r, "value length");
+        const uint8_t *val = kn_rd_bytes(&r, vl, "value");
+        if (!kn_rd_ok(&r)) break;
+        if (b->ops->tuning_import(b->state, key, kl, val, vl) != KILN_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", kn_last_error());
+            return kn_rd_fail(&r, "record", "record %u: %s", i, why);
+        }
+    }
+    if (!kn_rd_ok(&r)) return r.st;
+    if (kn_rd_left(&r)) return kn_rd_fail(&r, "end", "%zu unexpected bytes after the last record", kn_rd_left(&r));
+    return KILN_OK;
+}
+
 const kn_cache_backend kn_cache_backends[] = {
     {"cpu.kernels", cpu_save, cpu_load},
-    /* the CUDA backend adds its sections here ("cuda.kernels", "cuda.tuning", "cuda.weights") */
+    {"cuda.tuning", tuning_save, tuning_load},
     {0},
 };
+
+int kn_cache_tuning_made(const kiln_session *s) {
+    int made = -1;
+    for (int i = 0; s->rt && i < s->rt->n_backends; i++) {
+        const kn_backend *b = &s->rt->backends[i];
+        int here = 0;
+        if (b->ops && b->ops->tuning_count && b->state) {
+            b->ops->tuning_count(b->state, &here);
+            made = (made < 0 ? 0 : made) + here;
+        }
+    }
+    return made;
+}

@@ -25,4 +25,9 @@ typedef struct kn_cache_backend {
 
 extern const kn_cache_backend kn_cache_backends[];
 
+/* How many tuning results the session's backends made themselves (not read from a compiled file):
+ * when it grows after the file was written, the file is written again (cache/use.c). -1 when no
+ * backend of the session tunes (the CPU). */
+int kn_cache_tuning_made(const kiln_session *s);
+
 #endif

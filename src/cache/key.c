@@ -69,6 +69,19 @@ void kn_cache_key_free(kn_cache_key *k) {
     memset(k, 0, sizeof *k);
 }
 
+kiln_status kn_cache_key_copy(const kn_cache_key *src, kn_cache_key *dst) {
+    *dst = *src;
+    for (int i = 0; i < src->n; i++) {
+        dst->f[i].value = strdup(src->f[i].value ? src->f[i].value : "");
+        if (!dst->f[i].value) {
+            dst->n = i;
+            kn_cache_key_free(dst);
+            return KN_OOM();
+        }
+    }
+    return KILN_OK;
+}
+
 bool kn_cache_field_is_env(const char *name) {
     return !strcmp(name, "format") || !strcmp(name, "kiln") || !strcmp(name, "registry") || !strcmp(name, "build") ||
            !strncmp(name, "device.", 7);

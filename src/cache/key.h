@@ -56,6 +56,7 @@ kiln_status kn_cache_key_for_memory(const void *data, size_t size, const char *b
  * own must match. */
 kiln_status kn_cache_key_env(const kiln_session_options *o, kn_cache_key *out);
 void kn_cache_key_free(kn_cache_key *k);
+kiln_status kn_cache_key_copy(const kn_cache_key *src, kn_cache_key *dst);
 
 /* Sets (adds or replaces) a field; value is escaped into printable text. */
 kiln_status kn_cache_key_set(kn_cache_key *k, const char *name, const char *value);

@@ -2,6 +2,7 @@
  * load/save paths, and the automatic cache directory (see cache/cache.h). */
 #include "cache/cache.h"
 
+#include "cache/backend.h"
 #include "cache/format.h"
 #include "cache/store.h"
 #include "onnx/loader.h"
@@ -60,6 +61,72 @@ static kiln_status session_from_cfile(kn_cfile *f, const kiln_session_options *o
     return KILN_OK;
 }
 
+/* ---- tuning results found by runs ----
+ *
+ * A device backend chooses its library algorithms on the first run with each input shape (cuDNN,
+ * cuBLASLt: 50-150 ms of heuristics at start-up, or measurements with tuning=exhaustive). The
+ * compiled file written when the session was made cannot hold them yet, so the session keeps the
+ * files it was stored to or loaded from (a cache entry, a save path) and, when it ends having made
+ * new choices, writes them again with the "cuda.tuning" section: the next process finds every
+ * choice made. The write is atomic like any other; a failure is a warning. */
+
+typedef struct persist_target {
+    char *path;
+    kn_cache_key key;
+} persist_target;
+
+typedef struct persist {
+    persist_target t[2];
+    int n;
+    int written; /* the session's tuning results (made here) when the files were last written */
+} persist;
+
+static void persist_at_end(kiln_session *s) {
+    persist *p = s->at_end_arg;
+    s->at_end = NULL;
+    s->at_end_arg = NULL;
+    int made = kn_cache_tuning_made(s);
+    for (int i = 0; i < p->n; i++) {
+        if (made > p->written) {
+            double t = kn_now_ms();
+            if (kn_cache_write(p->t[i].path, s, &p->t[i].key) == KILN_OK) {
+                kn_log(KILN_LOG_INFO, "compiled file '%s' updated with %d tuning result%s of this session's runs (%.1f ms)",
+                       p->t[i].path, made - p->written, made - p->written == 1 ? "" : "s", kn_now_ms() - t);
+            } else {
+                kn_log(KILN_LOG_WARNING, "the tuning results of this session could not be kept: %s", kn_last_error());
+                kn_clear_error();
+            }
+        }
+        free(p->t[i].path);
+        kn_cache_key_free(&p->t[i].key);
+    }
+    free(p);
+}
+
+/* Remembers a compiled file of the session, to be written again at its end if its runs make new
+ * tuning results. Only sessions with a backend that tunes need it. */
+static void persist_add(kiln_session *s, const char *path, const kn_cache_key *k) {
+    if (kn_cache_tuning_made(s) < 0) return;
+    persist *p = s->at_end_arg;
+    if (!p) {
+        p = calloc(1, sizeof *p);
+        if (!p) return; /* the results are then chosen again next time */
+        p->written = kn_cache_tuning_made(s);
+        s->at_end = persist_at_end;
+        s->at_end_arg = p;
+    }
+    if (p->n == 2) return;
+    persist_target *t = &p->t[p->n];
+    t->path = strdup(path);
+    if (!t->path) return;
+    if (kn_cache_key_copy(k, &t->key) != KILN_OK) {
+        free(t->path);
+        kn_clear_error();
+        return;
+    }
+    p->n++;
+}
+
 static void add_info(kn_cache_key *k, const char *source, double compile_ms) {
     char *real = source ? realpath(source, NULL) : NULL;
     kn_cache_key_set(k, "info.source", real ? real : source ? source : "<memory>");
@@ -82,11 +149,12 @@ static kiln_status key_for(const char *path, const void *data, size_t size, cons
     return path ? kn_cache_key_for_file(path, o, k) : kn_cache_key_for_memory(data, size, base_dir, o, k);
 }
 
-static kiln_status save_to(const char *save_path, const kiln_session *s, kn_cache_key *k, const char *source,
+static kiln_status save_to(const char *save_path, kiln_session *s, kn_cache_key *k, const char *source,
                            double compile_ms) {
     if (!kn_cache_key_get(k, "info.source")) add_info(k, source, compile_ms);
     kiln_status st = kn_cache_write(save_path, s, k);
     if (st == KILN_OK) kn_log(KILN_LOG_INFO, "compiled model saved to '%s'", save_path);
+    if (st == KILN_OK) persist_add(s, save_path, k);
     return st;
 }
 
@@ -193,6 +261,7 @@ static entry_result try_entry(const char *entry, const kn_cache_key *k, const ki
         kn_cfile_close(f);
         return ENTRY_BAD;
     }
+    persist_add(*out, entry, &f->fields);
     kn_cfile_close(f);
     kn_cache_touch(entry);
     return ENTRY_HIT;
@@ -278,6 +347,7 @@ static kiln_status cached_create(const char *path, const kiln_session_options *o
     }
     kn_log(KILN_LOG_INFO, "cache stored: '%s' (compiled in %.1f ms, written in %.1f ms)", entry, compile_ms,
            kn_now_ms() - tw);
+    persist_add(*out, entry, &k);
     kn_cache_lock_note(lock_fd, &k);
     kn_cache_unlock(lock_fd);
     lock_fd = -1;
@@ -359,6 +429,51 @@ kiln_status kn_cache_session_create(const char *path, const void *data, size_t s
 
 /* ---- ahead of time ---- */
 
+/* kiln compile for a device that tunes: one run on zero-filled inputs makes every algorithm
+ * choice, so the file holds them and its first real run makes none. Only with static input
+ * shapes (fixed in the model or with --dim); a model that cannot run on zeros (data-dependent
+ * shapes, indices) is written without them and tunes at its first run. */
+static void tuning_run(kiln_session *s) {
+    size_t n = kiln_session_input_count(s), no = kiln_session_output_count(s);
+    const char **names = calloc(n + 1, sizeof *names);
+    kiln_tensor **in = calloc(n + 1, sizeof *in), **out = calloc(no + 1, sizeof *out);
+    const char *skip = NULL;
+    kiln_status st = names && in && out ? KILN_OK : KN_OOM();
+    for (size_t i = 0; i < n && st == KILN_OK && !skip; i++) {
+        kiln_value_info info;
+        st = kiln_session_input_info(s, i, &info);
+        if (st != KILN_OK) break;
+        bool dense = info.dtype != KILN_DTYPE_STRING && kiln_dtype_size(info.dtype) > 0 && info.rank >= 0;
+        for (int d = 0; dense && d < info.rank; d++)
+            if (info.dims[d] < 0) dense = false;
+        if (!dense) {
+            skip = info.name;
+            break;
+        }
+        names[i] = info.name;
+        st = kiln_tensor_create(info.dtype, info.dims, info.rank, &in[i]);
+    }
+    if (st == KILN_OK && skip)
+        kn_log(KILN_LOG_INFO, "no tuning run: input '%s' has no static shape (fix it with --dim); the algorithms are "
+               "chosen at the first run", skip);
+    else if (st == KILN_OK) {
+        double t = kn_now_ms();
+        st = kiln_session_run(s, names, in, n, NULL, no, out);
+        if (st == KILN_OK)
+            kn_log(KILN_LOG_INFO, "tuning run on zero inputs: %d algorithm choices in %.1f ms", kn_cache_tuning_made(s),
+                   kn_now_ms() - t);
+    }
+    if (st != KILN_OK) {
+        kn_log(KILN_LOG_INFO, "no tuning run: %s; the algorithms are chosen at the first run", kn_last_error());
+        kn_clear_error();
+    }
+    for (size_t i = 0; in && i < n; i++) kiln_tensor_destroy(in[i]);
+    for (size_t i = 0; out && i < no; i++) kiln_tensor_destroy(out[i]);
+    free(names);
+    free(in);
+    free(out);
+}
+
 kiln_status kn_cache_compile_to(const char *path, const kiln_session_options *options, const char *out_path,
                                 kn_cache_progress_fn progress, void *arg, kn_compile_stats *stats) {
     memset(stats, 0, sizeof *stats);
@@ -382,6 +497,10 @@ kiln_status kn_cache_compile_to(const char *path, const kiln_session_options *op
     st = kn_session_from_model(m, o, &s);
     stats->compile_ms = kn_now_ms() - t;
     if (st != KILN_OK) return kn_error_prefix(st, "%s: ", path);
+    if (kn_cache_tuning_made(s) >= 0) {
+        if (progress) progress(arg, "tuning");
+        tuning_run(s);
+    }
     if (progress) progress(arg, "writing the compiled file");
     t = kn_now_ms();
     add_info(&stats->key, path, stats->compile_ms);

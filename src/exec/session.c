@@ -78,6 +78,7 @@ kiln_status kn_session_options_copy(const kiln_session_options *src, kiln_sessio
 
 static void session_free(kiln_session *s) {
     if (!s) return;
+    if (s->at_end) s->at_end(s);
     kn_threadpool_destroy(s->pool);
     if (s->rt) kn_graph_cache_destroy(s);
     kn_runtime_destroy(s->rt);

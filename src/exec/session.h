@@ -56,6 +56,10 @@ struct kiln_session {
     kn_io_info *outputs;
     int n_outputs;
     struct kn_graph_cache *graphs; /* captured runs (graph_run.c); NULL when runs are not captured */
+    /* Called once as the session is destroyed, while its providers still exist: the compiled
+     * cache writes the tuning results its runs made into the session's compiled file. */
+    void (*at_end)(kiln_session *s);
+    void *at_end_arg;
 };
 
 typedef struct kn_graph_cache kn_graph_cache;

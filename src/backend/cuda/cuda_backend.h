@@ -34,6 +34,17 @@ typedef struct kn_cu_lt_entry {
     bool ok;
 } kn_cu_lt_entry;
 
+/* One tuning result: which algorithm a library call with this key uses (cuda_tuning.c). Keys
+ * start with a kind byte (KN_CU_TUNE_*); the rest is the call's problem description. */
+#define KN_CU_TUNE_KEY_MAX 128
+#define KN_CU_TUNE_VAL_MAX 64
+enum { KN_CU_TUNE_MATMUL = 'L', KN_CU_TUNE_CONV_FWD = 'F', KN_CU_TUNE_CONV_BWD_DATA = 'B' };
+typedef struct kn_cu_tuned {
+    uint8_t key[KN_CU_TUNE_KEY_MAX], val[KN_CU_TUNE_VAL_MAX];
+    uint16_t key_len, val_len;
+    bool imported; /* read from a compiled file (checked against the library before first use) */
+} kn_cu_tuned;
+
 typedef struct kn_cuda {
     int device;
     kn_backend_config cfg;
@@ -61,6 +72,8 @@ typedef struct kn_cuda {
     int n_lt, cap_lt;
     void *conv_plans; /* cuDNN plans per node and input shape (cuda_conv.c) */
     int n_conv_plans, cap_conv_plans;
+    kn_cu_tuned *tuned; /* tuning results: made here or imported from a compiled file */
+    int n_tuned, cap_tuned, n_tuned_here;
     struct kn_cu_capture *capture; /* while a run is recorded into a graph (cuda_graph.c) */
     bool orphaned; /* destroyed while the caller held device tensors: the last one frees the state */
 } kn_cuda;
@@ -158,6 +171,15 @@ kiln_status kn_cu_run_layernorm(kn_cuda *cu, kn_kernel_ctx *c);
 /* MatMul and Gemm (cuda_linalg.c), for the fused operators */
 kiln_status kn_cu_run_matmul(kn_cuda *cu, kn_kernel_ctx *c);
 kiln_status kn_cu_run_gemm(kn_cuda *cu, kn_kernel_ctx *c);
+
+/* Tuning results (cuda_tuning.c): the record with this key, or NULL; a result this session made
+ * (replacing one with the same key); the backend-table functions that export and import them. */
+kn_cu_tuned *kn_cu_tuning_find(kn_cuda *cu, const void *key, size_t key_len);
+kiln_status kn_cu_tuning_add(kn_cuda *cu, const void *key, size_t key_len, const void *val, size_t val_len);
+void kn_cu_tuning_release(kn_cuda *cu);
+int kn_cu_tuning_count(void *state, int *made_here);
+bool kn_cu_tuning_record(void *state, int i, const void **key, size_t *key_len, const void **val, size_t *val_len);
+kiln_status kn_cu_tuning_import(void *state, const void *key, size_t key_len, const void *val, size_t val_len);
 
 /* cuDNN convolutions (cuda_conv.c) */
 kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c);

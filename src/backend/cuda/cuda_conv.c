@@ -168,6 +168,95 @@ void kn_cu_conv_release(kn_cuda *cu) {
     cu->n_conv_plans = cu->cap_conv_plans = 0;
 }
 
+/* Whether algorithm a runs this plan's convolution within the workspace (its size in *ws). */
+static bool workspace_of(kn_cuda *cu, const conv_plan *p, bool transpose, int32_t a, size_t *ws) {
+    size_t need = 0;
+    cudnnStatus_t s = !transpose ? cudnnGetConvolutionForwardWorkspaceSize(cu->dnn, p->xd, p->wd, p->cd, p->yd,
+                                                                            (cudnnConvolutionFwdAlgo_t)a, &need)
+                                 : cudnnGetConvolutionBackwardDataWorkspaceSize(cu->dnn, p->wd, p->xd, p->cd, p->yd,
+                                                                                (cudnnConvolutionBwdDataAlgo_t)a, &need);
+    if (s != CUDNN_STATUS_SUCCESS || need > cu->workspace_size) return false;
+    *ws = need;
+    return true;
+}
+
+/* cuDNN's heuristic ranking: the first algorithm that fits the workspace (p->algo -1: none). */
+static kiln_status heuristic_algo(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_plan *p) {
+    int algos[16], n = 0;
+    size_t mem[16];
+    cudnnStatus_t s;
+    if (!transpose) {
+        cudnnConvolutionFwdAlgoPerf_t perf[16];
+        s = cudnnGetConvolutionForwardAlgorithm_v7(cu->dnn, p->xd, p->wd, p->cd, p->yd, 16, &n, perf);
+        for (int i = 0; i < n; i++) {
+            algos[i] = perf[i].status == CUDNN_STATUS_SUCCESS ? (int)perf[i].algo : -1;
+            mem[i] = perf[i].memory;
+        }
+    } else {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[16];
+        s = cudnnGetConvolutionBackwardDataAlgorithm_v7(cu->dnn, p->wd, p->xd, p->cd, p->yd, 16, &n, perf);
+        for (int i = 0; i < n; i++) {
+            algos[i] = perf[i].status == CUDNN_STATUS_SUCCESS ? (int)perf[i].algo : -1;
+            mem[i] = perf[i].memory;
+        }
+    }
+    if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(c, s, "algorithm choice");
+    p->algo = -1;
+    for (int i = 0; i < n && p->algo < 0; i++)
+        if (algos[i] >= 0 && mem[i] <= cu->workspace_size && workspace_of(cu, p, transpose, algos[i], &p->ws))
+            p->algo = algos[i];
+    return KILN_OK;
+}
+
+/* A measured algorithm may be used: it ran, and it keeps to FMA math when TF32 is off. */
+static bool allowed(cudnnStatus_t st, cudnnMathType_t got, cudnnMathType_t want) {
+    return st == CUDNN_STATUS_SUCCESS &&
+           (want != CUDNN_FMA_MATH || (got != CUDNN_TENSOR_OP_MATH && got != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
+}
+
+/* tuning=exhaustive: cuDNN runs every algorithm on scratch operands of the plan's shapes and
+ * ranks them by time; the fastest that fits the workspace (and keeps FMA math when TF32 is off)
+ * wins. Costs tens of milliseconds per distinct convolution, once: the choice goes into the
+ * compiled file. */
+static kiln_status measure_algo(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_plan *p, cudnnMathType_t m,
+                                const size_t bytes[3]) {
+    void *buf[3] = {NULL, NULL, NULL};
+    kiln_status st = KILN_OK;
+    for (int t = 0; t < 3 && st == KILN_OK; t++) st = kn_cu_scratch(cu, bytes[t], &buf[t]);
+    /* defined values: timings on uninitialised memory are fine, but keep tools like memcheck quiet */
+    for (int t = 0; t < 3 && st == KILN_OK; t++) st = kn_cu_check(c, cudaMemsetAsync(buf[t], 0, bytes[t], cu->stream), "Conv tuning");
+    int n = 0, algos[16];
+    size_t mem[16];
+    cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+    /* xd/yd are cuDNN's x/y for Conv and dy/dx for ConvTranspose (its backward data pass) */
+    if (st == KILN_OK && !transpose) {
+        cudnnConvolutionFwdAlgoPerf_t perf[16];
+        s = cudnnFindConvolutionForwardAlgorithmEx(cu->dnn, p->xd, buf[0], p->wd, buf[2], p->cd, p->yd, buf[1], 16, &n, perf,
+                                                   cu->workspace, cu->workspace_size);
+        for (int i = 0; i < n; i++) {
+            algos[i] = allowed(perf[i].status, perf[i].mathType, m) ? (int)perf[i].algo : -1;
+            mem[i] = perf[i].memory;
+        }
+    } else if (st == KILN_OK) {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[16];
+        s = cudnnFindConvolutionBackwardDataAlgorithmEx(cu->dnn, p->wd, buf[2], p->xd, buf[0], p->cd, p->yd, buf[1], 16, &n,
+                                                        perf, cu->workspace, cu->workspace_size);
+        for (int i = 0; i < n; i++) {
+            algos[i] = allowed(perf[i].status, perf[i].mathType, m) ? (int)perf[i].algo : -1;
+            mem[i] = perf[i].memory;
+        }
+    }
+    for (int t = 0; t < 3; t++)
+        if (buf[t]) kn_cu_scratch_free(cu, buf[t], bytes[t]);
+    KN_TRY(st);
+    if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(c, s, "algorithm measurement");
+    p->algo = -1;
+    for (int i = 0; i < n && p->algo < 0; i++)
+        if (algos[i] >= 0 && mem[i] <= cu->workspace_size && workspace_of(cu, p, transpose, algos[i], &p->ws))
+            p->algo = algos[i];
+    return p->algo >= 0 ? KILN_OK : heuristic_algo(cu, c, transpose, p);
+}
+
 /* Builds the descriptors. For Conv: xd = (padded) input, yd = output. For ConvTranspose: xd = the
  * op's input (cuDNN's dy), yd = the (full) output (cuDNN's dx). */
 static kiln_status make_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, const conv_geom *g, conv_plan *p) {
@@ -225,53 +314,46 @@ static kiln_status make_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, cons
     if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnSetConvolutionNdDescriptor(p->cd, nb - 2, pad, str, dil, CUDNN_CROSS_CORRELATION, comp);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionGroupCount(p->cd, (int)g->group);
-    if (s == CUDNN_STATUS_SUCCESS) {
-        /* fp32: plain FMA math (no TF32) unless tf32 is asked for */
-        cudnnMathType_t m = cdt == KILN_DTYPE_FLOAT && cu->cfg.precision != KN_PRECISION_TF32 ? CUDNN_FMA_MATH
-                            : cdt == KILN_DTYPE_DOUBLE ? CUDNN_DEFAULT_MATH
-                                                       : CUDNN_TENSOR_OP_MATH;
-        s = cudnnSetConvolutionMathType(p->cd, m);
-    }
+    /* fp32: plain FMA math (no TF32) unless tf32 is asked for */
+    cudnnMathType_t m = cdt == KILN_DTYPE_FLOAT && cu->cfg.precision != KN_PRECISION_TF32 ? CUDNN_FMA_MATH
+                        : cdt == KILN_DTYPE_DOUBLE ? CUDNN_DEFAULT_MATH
+                                                   : CUDNN_TENSOR_OP_MATH;
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionMathType(p->cd, m);
     if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(c, s, "descriptor");
-    if (!transpose) {
-        cudnnConvolutionFwdAlgoPerf_t perf[16];
-        int n = 0;
-        s = cudnnGetConvolutionForwardAlgorithm_v7(cu->dnn, p->xd, p->wd, p->cd, p->yd, 16, &n, perf);
-        if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(c, s, "algorithm choice");
-        p->algo = -1;
-        for (int i = 0; i < n; i++) {
-            if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > cu->workspace_size) continue;
-            size_t ws = 0;
-            if (cudnnGetConvolutionForwardWorkspaceSize(cu->dnn, p->xd, p->wd, p->cd, p->yd, perf[i].algo, &ws) !=
-                    CUDNN_STATUS_SUCCESS ||
-                ws > cu->workspace_size)
-                continue;
-            p->algo = (int)perf[i].algo;
-            p->ws = ws;
-            break;
+    /* the tuning key: everything the descriptors say (cuDNN's choice depends on nothing else) */
+    int32_t desc[48], nd = 0;
+    desc[nd++] = nb;
+    desc[nd++] = (int32_t)p->dt;
+    desc[nd++] = (int32_t)m;
+    desc[nd++] = (int32_t)g->group;
+    for (int i = 0; i < nb; i++) desc[nd++] = xdims[i], desc[nd++] = ydims[i], desc[nd++] = wdims[i];
+    for (int i = 0; i < nb - 2; i++) desc[nd++] = pad[i], desc[nd++] = str[i], desc[nd++] = dil[i];
+    uint8_t tkey[1 + sizeof desc];
+    tkey[0] = transpose ? KN_CU_TUNE_CONV_BWD_DATA : KN_CU_TUNE_CONV_FWD;
+    memcpy(tkey + 1, desc, sizeof(int32_t) * (size_t)nd);
+    size_t klen = 1 + sizeof(int32_t) * (size_t)nd;
+    const kn_cu_tuned *t = kn_cu_tuning_find(cu, tkey, klen);
+    if (t) {
+        int32_t a;
+        memcpy(&a, t->val, sizeof a);
+        if (workspace_of(cu, p, transpose, a, &p->ws)) {
+            p->algo = a;
+            return KILN_OK;
         }
-    } else {
-        cudnnConvolutionBwdDataAlgoPerf_t perf[16];
-        int n = 0;
-        s = cudnnGetConvolutionBackwardDataAlgorithm_v7(cu->dnn, p->wd, p->xd, p->cd, p->yd, 16, &n, perf);
-        if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(c, s, "algorithm choice");
-        p->algo = -1;
-        for (int i = 0; i < n; i++) {
-            if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > cu->workspace_size) continue;
-            size_t ws = 0;
-            if (cudnnGetConvolutionBackwardDataWorkspaceSize(cu->dnn, p->wd, p->xd, p->cd, p->yd, perf[i].algo, &ws) !=
-                    CUDNN_STATUS_SUCCESS ||
-                ws > cu->workspace_size)
-                continue;
-            p->algo = (int)perf[i].algo;
-            p->ws = ws;
-            break;
-        }
+        kn_log(KILN_LOG_DEBUG, "cuda: the compiled file's cuDNN choice %d for '%s' does not fit: choosing again", (int)a,
+               c->node->name ? c->node->name : "");
     }
+    /* exhaustive tuning measures every algorithm on scratch operands (not while a run is being
+     * recorded into a graph, where nothing may wait for the device) */
+    size_t es = kiln_dtype_size(cdt), bytes[3] = {es, es, es}; /* xd, yd, wd */
+    for (int i = 0; i < nb; i++) bytes[0] *= (size_t)xdims[i], bytes[1] *= (size_t)ydims[i], bytes[2] *= (size_t)wdims[i];
+    KN_TRY(cu->cfg.exhaustive && !cu->capture ? measure_algo(cu, c, transpose, p, m, bytes)
+                                              : heuristic_algo(cu, c, transpose, p));
     if (p->algo < 0)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "cuDNN has no algorithm for this convolution within a %zu MiB workspace",
                                cu->workspace_size >> 20);
-    return KILN_OK;
+    int32_t a = p->algo;
+    return kn_cu_tuning_add(cu, tkey, klen, &a, sizeof a);
 }
 
 static kiln_status get_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, const conv_geom *g, conv_plan **out) {

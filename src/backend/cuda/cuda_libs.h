@@ -16,7 +16,7 @@
 
 #define KN_CU_LT_FUNCS(X)                                                                                   \
     X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetVersion) X(cublasLtMatmul)                          \
-    X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)            \
+    X(cublasLtMatmulAlgoCheck) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)            \
     X(cublasLtMatmulDescSetAttribute) X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy) \
     X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)   \
     X(cublasLtMatrixLayoutSetAttribute)
@@ -30,7 +30,8 @@
     X(cudnnSetConvolutionNdDescriptor) X(cudnnSetConvolutionMathType) X(cudnnSetConvolutionGroupCount)    \
     X(cudnnGetConvolutionForwardAlgorithm_v7) X(cudnnGetConvolutionForwardWorkspaceSize)                  \
     X(cudnnConvolutionForward) X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                             \
-    X(cudnnGetConvolutionBackwardDataWorkspaceSize) X(cudnnConvolutionBackwardData)
+    X(cudnnGetConvolutionBackwardDataWorkspaceSize) X(cudnnConvolutionBackwardData)                          \
+    X(cudnnFindConvolutionForwardAlgorithmEx) X(cudnnFindConvolutionBackwardDataAlgorithmEx)
 #else
 #define KN_CU_DNN_FUNCS(X)
 #endif
@@ -56,6 +57,7 @@ bool kn_cu_libs_load(char *why, size_t cap);
 #define cublasLtDestroy (kn_cu_lib.cublasLtDestroy)
 #define cublasLtGetVersion (kn_cu_lib.cublasLtGetVersion)
 #define cublasLtMatmul (kn_cu_lib.cublasLtMatmul)
+#define cublasLtMatmulAlgoCheck (kn_cu_lib.cublasLtMatmulAlgoCheck)
 #define cublasLtMatmulAlgoGetHeuristic (kn_cu_lib.cublasLtMatmulAlgoGetHeuristic)
 #define cublasLtMatmulDescCreate (kn_cu_lib.cublasLtMatmulDescCreate)
 #define cublasLtMatmulDescDestroy (kn_cu_lib.cublasLtMatmulDescDestroy)
@@ -89,6 +91,8 @@ bool kn_cu_libs_load(char *why, size_t cap);
 #define cudnnGetConvolutionBackwardDataAlgorithm_v7 (kn_cu_lib.cudnnGetConvolutionBackwardDataAlgorithm_v7)
 #define cudnnGetConvolutionBackwardDataWorkspaceSize (kn_cu_lib.cudnnGetConvolutionBackwardDataWorkspaceSize)
 #define cudnnConvolutionBackwardData (kn_cu_lib.cudnnConvolutionBackwardData)
+#define cudnnFindConvolutionForwardAlgorithmEx (kn_cu_lib.cudnnFindConvolutionForwardAlgorithmEx)
+#define cudnnFindConvolutionBackwardDataAlgorithmEx (kn_cu_lib.cudnnFindConvolutionBackwardDataAlgorithmEx)
 #endif
 #endif
 

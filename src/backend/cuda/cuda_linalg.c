@@ -29,6 +29,21 @@ static uint64_t align_of(const void *p, int64_t ld, int64_t stride, size_t es) {
     return a & (~a + 1); /* lowest set bit */
 }
 
+/* The per-session lookup table of algorithms by problem key (searched on every product). */
+static void remember(kn_cuda *cu, const uint64_t key[6], const cublasLtMatmulAlgo_t *algo) {
+    if (cu->n_lt == cu->cap_lt) {
+        int nc = cu->cap_lt ? cu->cap_lt * 2 : 32;
+        kn_cu_lt_entry *b = realloc(cu->lt_cache, sizeof *b * (size_t)nc);
+        if (!b) return; /* looked up again next time */
+        cu->lt_cache = b;
+        cu->cap_lt = nc;
+    }
+    memcpy(cu->lt_cache[cu->n_lt].key, key, sizeof cu->lt_cache[cu->n_lt].key);
+    cu->lt_cache[cu->n_lt].algo = *algo;
+    cu->lt_cache[cu->n_lt].ok = true;
+    cu->n_lt++;
+}
+
 static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const uint64_t key[6], cublasLtMatmulDesc_t op,
                              cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
                              uint32_t al_a, uint32_t al_b, uint32_t al_c, cublasLtMatmulAlgo_t *algo) {
@@ -37,6 +52,25 @@ static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const uint64_t
             *algo = cu->lt_cache[i].algo;
             return KILN_OK;
         }
+    /* a tuning result (from the compiled file, or an earlier shape of this session) first: an
+     * imported one only if cuBLASLt accepts it for this problem within the workspace */
+    uint8_t tkey[1 + 6 * sizeof(uint64_t)];
+    tkey[0] = KN_CU_TUNE_MATMUL;
+    memcpy(tkey + 1, key, 6 * sizeof(uint64_t));
+    const kn_cu_tuned *t = kn_cu_tuning_find(cu, tkey, sizeof tkey);
+    if (t) {
+        cublasLtMatmulAlgo_t a;
+        memcpy(&a, t->val, sizeof a);
+        cublasLtMatmulHeuristicResult_t chk;
+        if (!t->imported || (cublasLtMatmulAlgoCheck(cu->lt, op, la, lb, lc, lc, &a, &chk) == CUBLAS_STATUS_SUCCESS &&
+                             chk.workspaceSize <= cu->workspace_size)) {
+            *algo = a;
+            remember(cu, key, &a);
+            return KILN_OK;
+        }
+        kn_log(KILN_LOG_DEBUG, "cuda: the compiled file's cuBLASLt choice for '%s' does not fit: heuristic instead",
+               c->node && c->node->name ? c->node->name : "");
+    }
     cublasLtMatmulPreference_t pref;
     cublasStatus_t s = cublasLtMatmulPreferenceCreate(&pref);
     if (s != CUBLAS_STATUS_SUCCESS) return lt_fail(c, s, "preference");
@@ -57,18 +91,8 @@ static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const uint64_t
     if (s != CUBLAS_STATUS_SUCCESS || n == 0)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for this product (status %d)", (int)s);
     *algo = res.algo;
-    if (cu->n_lt == cu->cap_lt) {
-        int nc = cu->cap_lt ? cu->cap_lt * 2 : 32;
-        kn_cu_lt_entry *b = realloc(cu->lt_cache, sizeof *b * (size_t)nc);
-        if (!b) return KILN_OK;
-        cu->lt_cache = b;
-        cu->cap_lt = nc;
-    }
-    memcpy(cu->lt_cache[cu->n_lt].key, key, sizeof cu->lt_cache[cu->n_lt].key);
-    cu->lt_cache[cu->n_lt].algo = res.algo;
-    cu->lt_cache[cu->n_lt].ok = true;
-    cu->n_lt++;
-    return KILN_OK;
+    remember(cu, key, &res.algo);
+    return kn_cu_tuning_add(cu, tkey, sizeof tkey, &res.algo, sizeof res.algo);
 }
 
 static int64_t extent(int64_t rows, int64_t ld, int64_t batch, int64_t stride) {

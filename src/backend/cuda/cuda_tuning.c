@@ -1,0 +1,100 @@
+/* Tuning results of the CUDA backend: for each library call kiln has configured (a cuBLASLt
+ * product, a cuDNN convolution), the algorithm it runs with. They are chosen once per problem, by
+ * the libraries' heuristics or, with tuning=exhaustive, by measuring the candidates, and are kept
+ * in the compiled file (section "cuda.tuning"): the heuristics' first calls cost 50-150 ms each at
+ * start-up (they load the libraries' selection tables), so a warm start that finds its choices
+ * there makes none of them.
+ *
+ * A record is opaque to the cache: a key (kind byte + the problem: shapes, types, layout,
+ * alignment) and a value (the algorithm). Imported records are validated here for kind, sizes and
+ * ranges; the library itself checks an imported algorithm against its problem before first use
+ * (cuda_linalg.c, cuda_conv.c), so a stale or hostile choice falls back to the heuristic. */
+#include "backend/cuda/cuda_backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+kn_cu_tuned *kn_cu_tuning_find(kn_cuda *cu, const void *key, size_t key_len) {
+    for (int i = 0; i < cu->n_tuned; i++)
+        if (cu->tuned[i].key_len == key_len && !memcmp(cu->tuned[i].key, key, key_len)) return &cu->tuned[i];
+    return NULL;
+}
+
+static kiln_status put(kn_cuda *cu, const void *key, size_t key_len, const void *val, size_t val_len, bool imported) {
+    if (key_len == 0 || key_len > KN_CU_TUNE_KEY_MAX || val_len > KN_CU_TUNE_VAL_MAX)
+        return kn_error(KILN_ERR_INTERNAL, "tuning record of %zu/%zu bytes", key_len, val_len);
+    kn_cu_tuned *t = kn_cu_tuning_find(cu, key, key_len);
+    if (!t) {
+        if (cu->n_tuned == cu->cap_tuned) {
+            int nc = cu->cap_tuned ? cu->cap_tuned * 2 : 32;
+            kn_cu_tuned *b = realloc(cu->tuned, sizeof *b * (size_t)nc);
+            if (!b) return KN_OOM();
+            cu->tuned = b;
+            cu->cap_tuned = nc;
+        }
+        t = &cu->tuned[cu->n_tuned++];
+        memset(t, 0, sizeof *t);
+        memcpy(t->key, key, key_len);
+        t->key_len = (uint16_t)key_len;
+        if (!imported) cu->n_tuned_here++;
+    } else if (t->imported && !imported) {
+        cu->n_tuned_here++; /* an imported choice the library rejected, replaced */
+    }
+    memcpy(t->val, val, val_len);
+    t->val_len = (uint16_t)val_len;
+    t->imported = imported;
+    return KILN_OK;
+}
+
+kiln_status kn_cu_tuning_add(kn_cuda *cu, const void *key, size_t key_len, const void *val, size_t val_len) {
+    return put(cu, key, key_len, val, val_len, false);
+}
+
+void kn_cu_tuning_release(kn_cuda *cu) {
+    free(cu->tuned);
+    cu->tuned = NULL;
+    cu->n_tuned = cu->cap_tuned = cu->n_tuned_here = 0;
+}
+
+int kn_cu_tuning_count(void *state, int *made_here) {
+    kn_cuda *cu = state;
+    if (made_here) *made_here = cu->n_tuned_here;
+    return cu->n_tuned;
+}
+
+bool kn_cu_tuning_record(void *state, int i, const void **key, size_t *key_len, const void **val, size_t *val_len) {
+    kn_cuda *cu = state;
+    if (i < 0 || i >= cu->n_tuned) return false;
+    *key = cu->tuned[i].key;
+    *key_len = cu->tuned[i].key_len;
+    *val = cu->tuned[i].val;
+    *val_len = cu->tuned[i].val_len;
+    return true;
+}
+
+kiln_status kn_cu_tuning_import(void *state, const void *key, size_t key_len, const void *val, size_t val_len) {
+    kn_cuda *cu = state;
+    const uint8_t *k = key;
+    if (key_len < 2 || key_len > KN_CU_TUNE_KEY_MAX)
+        return kn_error(KILN_ERR_CACHE, "tuning record key of %zu bytes (2..%d expected)", key_len, KN_CU_TUNE_KEY_MAX);
+    size_t want;
+    switch (k[0]) {
+    case KN_CU_TUNE_MATMUL: want = sizeof(cublasLtMatmulAlgo_t); break;
+    case KN_CU_TUNE_CONV_FWD:
+    case KN_CU_TUNE_CONV_BWD_DATA: {
+        want = sizeof(int32_t);
+        if (val_len == want) {
+            int32_t algo;
+            memcpy(&algo, val, sizeof algo);
+            /* both cuDNN enumerations have fewer than 16 members */
+            if (algo < 0 || algo >= 16)
+                return kn_error(KILN_ERR_CACHE, "tuning record: convolution algorithm %d out of range", (int)algo);
+        }
+        break;
+    }
+    default: return kn_error(KILN_ERR_CACHE, "tuning record of unknown kind 0x%02x", k[0]);
+    }
+    if (val_len != want)
+        return kn_error(KILN_ERR_CACHE, "tuning record of kind '%c' has a %zu-byte value, %zu expected", k[0], val_len, want);
+    return put(cu, key, key_len, val, val_len, true);
+}
