@@ -41,10 +41,12 @@ static kiln_status check_residual(kn_kernel_ctx *c, const kn_tensor *z, const kn
     return KILN_OK;
 }
 
+/* y = act(y + bias + z) in one pass; the bias indexes columns (inner 1) or channels (inner = the
+ * spatial size of an NC... output). */
 static kiln_status epilogue(kn_cuda *cu, kn_kernel_ctx *c, kn_tensor *y, const kn_tensor *bias, int64_t cols,
-                            const kn_tensor *z, const kn_act_spec *a) {
+                            int64_t inner, const kn_tensor *z, const kn_act_spec *a) {
     int64_t nb = bias ? kn_tensor_count(bias) : 0;
-    return kn_cu_check(c, kn_cu_epilogue(y->dtype, y->data, bias ? bias->data : NULL, nb, cols, 1, z ? z->data : NULL,
+    return kn_cu_check(c, kn_cu_epilogue(y->dtype, y->data, bias ? bias->data : NULL, nb, cols, inner, z ? z->data : NULL,
                                          (int)a->act, a->p0, a->p1, kn_tensor_count(y), cu->stream),
                        c->node->op_type);
 }
@@ -55,10 +57,16 @@ static kiln_status run_fused_conv(kn_cuda *cu, kn_kernel_ctx *c) {
     KN_TRY(read_act(c, &a));
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
-    const kn_tensor *z = c->n_inputs > 3 ? c->in[3] : NULL;
+    const kn_tensor *bias = c->n_inputs > 2 ? c->in[2] : NULL, *z = c->n_inputs > 3 ? c->in[3] : NULL;
     KN_TRY(check_residual(c, z, y));
-    KN_TRY(run_base(cu, c, "Conv", 3, kn_cu_run_conv));
-    return epilogue(cu, c, y, NULL, 1, z, &a);
+    int64_t channels = y->rank > 1 ? y->dims[1] : 1, inner = 1;
+    for (int i = 2; i < y->rank; i++) inner *= y->dims[i];
+    if (bias && kn_tensor_count(bias) != channels)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output channels",
+                               (long long)kn_tensor_count(bias), (long long)channels);
+    /* the convolution without its bias, then bias, residual and activation in one pass */
+    KN_TRY(run_base(cu, c, "Conv", 2, kn_cu_run_conv));
+    return epilogue(cu, c, y, bias, channels, inner, z, &a);
 #else
     (void)cu;
     return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "built without cuDNN");
@@ -71,7 +79,7 @@ static kiln_status run_fused_gemm(kn_cuda *cu, kn_kernel_ctx *c) {
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
     KN_TRY(run_base(cu, c, "Gemm", 3, kn_cu_run_gemm));
-    return epilogue(cu, c, y, NULL, 1, NULL, &a);
+    return epilogue(cu, c, y, NULL, 1, 1, NULL, &a);
 }
 
 static kiln_status run_fused_matmul(kn_cuda *cu, kn_kernel_ctx *c) {
@@ -86,7 +94,7 @@ static kiln_status run_fused_matmul(kn_cuda *cu, kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output columns", (long long)nb,
                                (long long)cols);
     KN_TRY(run_base(cu, c, "MatMul", 2, kn_cu_run_matmul));
-    return epilogue(cu, c, y, bias, cols, z, &a);
+    return epilogue(cu, c, y, bias, cols, 1, z, &a);
 }
 
 static kiln_status run_gelu(kn_cuda *cu, kn_kernel_ctx *c) {
