@@ -177,11 +177,12 @@ KILN_API void kiln_session_options_destroy(kiln_session_options *options);
  * name: "cpu" or "cuda" (copied). keys/values: n provider options as strings (copied), e.g.
  *   cpu:  none yet
  *   cuda: "device_id"="0", "precision"="fp32|tf32|fp16|bf16", "strict"="0|1",
- *         "workspace_mb"="N", "tuning"="heuristic|exhaustive": how each convolution's cuDNN
- *         algorithm is chosen (cuDNN's heuristic ranking, or measuring every algorithm on the
- *         first run with each shape; cuBLASLt products use its heuristic either way). The
- *         choices are kept in the compiled model (cache entry or saved file), so a later session
- *         from it makes none of them again.
+ *         "workspace_mb"="N", "tuning"="exhaustive|heuristic": how each convolution's cuDNN
+ *         algorithm is chosen: by measuring every algorithm on the first run with each shape (the
+ *         default: tens of milliseconds per distinct convolution, once) or by cuDNN's heuristic
+ *         ranking (no measuring, often slower kernels); cuBLASLt products use its heuristic
+ *         either way. The choices are kept in the compiled model (cache entry or saved file), so
+ *         a later session from it makes none of them again.
  *         "graphs"="0|1": capture a run into a CUDA graph and replay it (default: on when every
  *         model input has a static shape; 1 also captures models with symbolic dims, one graph
  *         per input-shape set, at most 4). The first run with a set of input shapes runs as usual

@@ -133,7 +133,7 @@ int cmd_compile(int argc, char **argv) {
     }
     if (!model || !out || !*out) {
         fprintf(stderr, "usage: kiln compile MODEL -o FILE [--provider P[,P]] [--opt-level N] [--dim NAME=VALUE ...]\n"
-                        "                    [--precision fp32|tf32|fp16|bf16] [--tuning heuristic|exhaustive]\n");
+                        "                    [--precision fp32|tf32|fp16|bf16] [--tuning exhaustive|heuristic]\n");
         return 2;
     }
     kiln_session_options *o = job_options(&j, "compile");
