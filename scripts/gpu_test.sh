@@ -6,8 +6,8 @@
 #   - the ONNX node tests with providers cuda,cpu at levels 0 and 3, against the CPU's own results
 #     (tests that fail on the CPU are expected to fail here too),
 #   - the equivalence of the optimisation levels on CUDA (scripts/equivalence.sh --provider cuda,cpu:
-#     every zoo model and node test at levels 1, 2, 3 against level 0, in $KILN_EQ_JOBS parallel
-#     jobs, default one per core),
+#     every zoo model and node test at levels 1, 2, 3 against level 0, in $KILN_EQ_JOBS shards of
+#     one process and one CUDA context each, default one per core),
 # and ends with one line: N passed, N failed, N skipped. Without a GPU every part reports skipped.
 #
 #   bash scripts/gpu_test.sh
@@ -156,7 +156,8 @@ else
 fi
 
 # The optimisation levels on CUDA: fused nodes now form for the CUDA provider (src/opt/target.c),
-# so each level's outputs are compared with level 0's, both with providers cuda,cpu.
+# so each level's outputs are compared with level 0's, both with providers cuda,cpu (kiln test
+# --compare-levels: the four levels' sessions of a folder in one process per shard).
 eq_dirs=()
 [ ${#node_list[@]} -gt 0 ] && eq_dirs+=("$nodes")
 [ "$zoo_count" -gt 0 ] && eq_dirs+=("$zoo")

@@ -1,6 +1,11 @@
 /* kiln test: runs folders in the ONNX backend-test layout (model.onnx + test_data_set_N/
  * input_I.pb, output_I.pb) and compares outputs with the expected ones.
  *
+ * With --compare-levels it checks the optimisation levels instead (scripts/equivalence.sh): each
+ * folder's model runs at level 0 and at levels 1, 2 and 3 on the same inputs in one process, and
+ * every level must give level 0's outputs (within the folder's tolerance) and match the reference
+ * wherever level 0 does.
+ *
  * Each test runs in a child process so that a crash or a hang in one test is reported as that
  * test's failure and the run goes on. */
 #include "cli.h"
@@ -227,137 +232,396 @@ static kiln_status read_as_declared(const kiln_session *s, int is_output, size_t
     return st;
 }
 
-/* Runs one test folder in this process; returns 0 pass, 1 fail (reason in why), 2 skip. */
-static int run_one(const char *dir, const cli_common *common, char *why, size_t cap) {
-    char path[4096];
-    double rtol = 1e-3, atol = 1e-5;
-    zoo_tolerance(dir, &rtol, &atol);
+/* The session of a test folder's model at an optimisation level; NULL with the reason in why. */
+static kiln_session *open_session(const char *dir, const cli_common *common, int level, char *why, size_t cap) {
+    char path[4200];
     snprintf(path, sizeof path, "%s/model.onnx", dir);
-    kiln_session_options *opts = cli_make_options(common);
+    cli_common c = *common;
+    c.opt_level = level;
+    kiln_session_options *opts = cli_make_options(&c);
     if (!opts) {
         snprintf(why, cap, "bad options");
-        return 1;
+        return NULL;
     }
     /* thousands of small test models would fill the user's compiled cache: compile each afresh */
     kiln_session_options_set_cache(opts, 0, NULL);
     kiln_session *s = NULL;
-    kiln_status st = kiln_session_create(path, opts, &s);
+    if (kiln_session_create(path, opts, &s) != KILN_OK) snprintf(why, cap, "%s", kiln_last_error());
     kiln_session_options_destroy(opts);
-    if (st != KILN_OK) {
-        snprintf(why, cap, "%s", kiln_last_error());
-        return 1;
+    return s;
+}
+
+/* One test_data_set_N folder, read as the model declares its inputs and outputs. */
+typedef struct data_set {
+    size_t ni, no;          /* the session's input and output counts: the arrays' lengths */
+    kn_tensor **in, **want; /* the inputs given (n_in) and the reference outputs given (n_want) */
+    const char **names;     /* input names, borrowed from the session */
+    size_t n_in, n_want;
+} data_set;
+
+static void data_set_free(data_set *d) {
+    for (size_t i = 0; d->in && i < d->ni; i++) kn_tensor_free(d->in[i]);
+    for (size_t i = 0; d->want && i < d->no; i++) kn_tensor_free(d->want[i]);
+    free(d->in);
+    free(d->want);
+    free(d->names);
+    memset(d, 0, sizeof *d);
+}
+
+/* Reads dir/test_data_set_<set>: 0 read, 1 unreadable (reason in why), 2 no such folder. On 1
+ * and 2, d holds nothing to free. */
+static int data_set_read(const kiln_session *s, const char *dir, int set, data_set *d, char *why, size_t cap) {
+    char sdir[4200], path[4300];
+    memset(d, 0, sizeof *d);
+    snprintf(sdir, sizeof sdir, "%s/test_data_set_%d", dir, set);
+    if (!is_dir(sdir)) return 2;
+    d->ni = kiln_session_input_count(s);
+    d->no = kiln_session_output_count(s);
+    d->in = calloc(d->ni + 1, sizeof *d->in);
+    d->want = calloc(d->no + 1, sizeof *d->want);
+    d->names = calloc(d->ni + 1, sizeof *d->names);
+    for (size_t i = 0; i < d->ni; i++) {
+        snprintf(path, sizeof path, "%s/input_%zu.pb", sdir, i);
+        if (!is_file(path)) break;
+        kiln_value_info info;
+        kiln_session_input_info(s, i, &info);
+        if (read_as_declared(s, 0, i, path, &d->in[i]) != KILN_OK) goto unreadable;
+        d->names[i] = info.name;
+        d->n_in = i + 1;
     }
-    int result = 0, n_sets = 0;
-    size_t ni = kiln_session_input_count(s), no = kiln_session_output_count(s);
-    for (int set = 0; result == 0; set++) {
-        char sdir[4200];
-        snprintf(sdir, sizeof sdir, "%s/test_data_set_%d", dir, set);
-        if (!is_dir(sdir)) break;
-        n_sets++;
-        kn_tensor **in = calloc(ni + 1, sizeof *in), **want = calloc(no + 1, sizeof *want),
-                  **got = calloc(no + 1, sizeof *got);
-        const char **names = calloc(ni + 1, sizeof *names);
-        size_t n_in = 0, n_want = 0;
-        for (size_t i = 0; i < ni; i++) {
-            snprintf(path, sizeof path, "%s/input_%zu.pb", sdir, i);
-            if (!is_file(path)) break;
-            kiln_value_info info;
-            kiln_session_input_info(s, i, &info);
-            if (read_as_declared(s, 0, i, path, &in[i]) != KILN_OK) {
-                snprintf(why, cap, "reading %s: %s", path, kiln_last_error());
-                result = 1;
-                break;
-            }
-            names[i] = info.name;
-            n_in++;
-        }
-        for (size_t i = 0; result == 0 && i < no; i++) {
-            snprintf(path, sizeof path, "%s/output_%zu.pb", sdir, i);
-            if (!is_file(path)) break;
-            if (read_as_declared(s, 1, i, path, &want[i]) != KILN_OK) {
-                snprintf(why, cap, "reading %s: %s", path, kiln_last_error());
-                result = 1;
-            }
-            n_want++;
-        }
-        if (result == 0) {
-            st = kiln_session_run(s, names, in, n_in, NULL, no, got);
-            if (st != KILN_OK) {
-                snprintf(why, cap, "data set %d: %s", set, kiln_last_error());
-                result = 1;
-            }
-        }
-        for (size_t i = 0; result == 0 && i < n_want; i++) {
-            kiln_value_info info;
-            kiln_session_output_info(s, i, &info);
-            char reason[768];
-            if (!compare(got[i], want[i], rtol, atol, reason, sizeof reason)) {
-                snprintf(why, cap, "data set %d, output '%s': %s", set, info.name, reason);
-                result = 1;
-            }
-        }
-        for (size_t i = 0; i < ni; i++) kn_tensor_free(in[i]);
-        for (size_t i = 0; i < no; i++) {
-            kn_tensor_free(want[i]);
-            kn_tensor_free(got[i]);
-        }
-        free(in);
-        free(want);
-        free(got);
-        free(names);
+    for (size_t i = 0; i < d->no; i++) {
+        snprintf(path, sizeof path, "%s/output_%zu.pb", sdir, i);
+        if (!is_file(path)) break;
+        if (read_as_declared(s, 1, i, path, &d->want[i]) != KILN_OK) goto unreadable;
+        d->n_want = i + 1;
     }
+    return 0;
+unreadable:
+    snprintf(why, cap, "reading %s: %s", path, kiln_last_error());
+    data_set_free(d);
+    return 1;
+}
+
+/* Runs s on a data set's inputs; got has a slot for each output. */
+static kiln_status data_set_run(kiln_session *s, const data_set *d, kn_tensor **got) {
+    return kiln_session_run(s, d->names, d->in, d->n_in, NULL, kiln_session_output_count(s), got);
+}
+
+static void outputs_free(kn_tensor **got, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        kn_tensor_free(got[i]);
+        got[i] = NULL;
+    }
+}
+
+/* Compares s's outputs 0..n-1; on the first mismatch writes "output 'NAME': reason" to why. */
+static bool outputs_match(const kiln_session *s, kn_tensor *const *got, kn_tensor *const *want, size_t n, double rtol,
+                          double atol, char *why, size_t cap) {
+    for (size_t i = 0; i < n; i++) {
+        char reason[768];
+        if (compare(got[i], want[i], rtol, atol, reason, sizeof reason)) continue;
+        kiln_value_info info;
+        kiln_session_output_info(s, i, &info);
+        snprintf(why, cap, "output '%s': %s", info.name, reason);
+        return false;
+    }
+    return true;
+}
+
+/* Runs one test folder in this process; returns 0 pass, 1 fail (reason in why), 2 skip. */
+static int run_one(const char *dir, const cli_common *common, char *why, size_t cap) {
+    double rtol = 1e-3, atol = 1e-5;
+    zoo_tolerance(dir, &rtol, &atol);
+    kiln_session *s = open_session(dir, common, common->opt_level, why, cap);
+    if (!s) return 1;
+    size_t no = kiln_session_output_count(s);
+    kn_tensor **got = calloc(no + 1, sizeof *got);
+    int result = 0, set = 0;
+    for (; result == 0; set++) {
+        data_set d;
+        int r = data_set_read(s, dir, set, &d, why, cap);
+        if (r == 2) break;
+        if (r == 1) {
+            result = 1;
+            break;
+        }
+        char reason[1024];
+        if (data_set_run(s, &d, got) != KILN_OK) {
+            snprintf(why, cap, "data set %d: %s", set, kiln_last_error());
+            result = 1;
+        } else if (!outputs_match(s, got, d.want, d.n_want, rtol, atol, reason, sizeof reason)) {
+            snprintf(why, cap, "data set %d, %s", set, reason);
+            result = 1;
+        }
+        outputs_free(got, no);
+        data_set_free(&d);
+    }
+    free(got);
     kiln_session_destroy(s);
-    if (result == 0 && n_sets == 0) {
+    if (result == 0 && set == 0) {
         snprintf(why, cap, "no test_data_set_0");
         return 2;
     }
     return result;
 }
 
-/* Runs a test in a child; the child writes its verdict and reason into a pipe. */
-static int run_isolated(const char *dir, const cli_common *common, char *why, size_t cap) {
-    int fd[2];
-    if (pipe(fd) != 0) return run_one(dir, common, why, cap);
+/* ---- --compare-levels: every optimisation level against level 0 ---- */
+
+#define N_LEVELS 4 /* optimisation levels 0..3 */
+
+typedef struct tally {
+    int passed, failed, skipped;
+} tally;
+
+/* Whether g or a subgraph of it draws random numbers without a seed: such a model's outputs
+ * differ between any two runs, so two levels cannot be compared. */
+static bool draws_unseeded_random(const kn_graph *g) {
+    static const char *const random_ops[] = {"Bernoulli",        "Multinomial",   "RandomNormal",
+                                             "RandomNormalLike", "RandomUniform", "RandomUniformLike"};
+    for (int n = 0; n < g->n_nodes; n++) {
+        const kn_node *node = &g->nodes[n];
+        if (node->dead) continue;
+        for (size_t k = 0; k < sizeof random_ops / sizeof *random_ops; k++)
+            if (!strcmp(node->op_type, random_ops[k]) && !kn_node_attr(node, "seed")) return true;
+        for (int a = 0; a < node->n_attrs; a++) {
+            const kn_attr *at = &node->attrs[a];
+            if (at->type == KN_ATTR_GRAPH && at->g && draws_unseeded_random(at->g)) return true;
+            for (int k = 0; at->type == KN_ATTR_GRAPHS && k < at->n; k++)
+                if (draws_unseeded_random(at->graphs[k])) return true;
+        }
+    }
+    return false;
+}
+
+/* Counts one (data set, level) comparison; a failure is always printed, a pass when verbose. */
+static void count_level(FILE *out, tally *t, int verbose, const char *label, int level, bool ok, const char *why) {
+    if (ok) {
+        t->passed++;
+        if (verbose) fprintf(out, "ok   %s level %d\n", label, level);
+    } else {
+        t->failed++;
+        fprintf(out, "FAIL %s level %d: %s\n", label, level, why);
+    }
+}
+
+/* Whether a level's outputs got equal level 0's (base) and, where level 0 matches the reference
+ * (base_ok), match the reference too; the reason in why when not. */
+static bool level_matches(const kiln_session *s, kn_tensor *const *got, kn_tensor *const *base, const data_set *d,
+                          bool base_ok, double rtol, double atol, char *why, size_t cap) {
+    char reason[1024];
+    if (!outputs_match(s, got, base, d->no, rtol, atol, reason, sizeof reason)) {
+        snprintf(why, cap, "%s (want: level 0's output)", reason);
+        return false;
+    }
+    if (base_ok && !outputs_match(s, got, d->want, d->n_want, rtol, atol, reason, sizeof reason)) {
+        snprintf(why, cap, "%s (want: the reference output, which level 0 matches)", reason);
+        return false;
+    }
+    return true;
+}
+
+/* One data set at every level: level 0 against the reference, as plain kiln test checks it, and
+ * each level whose session was made against level 0 (and the reference where level 0 matches it).
+ * Returns false when level 0 does not run: the folder is skipped from there on. */
+static bool compare_data_set(const char *label, kiln_session *const *s, const data_set *d, double rtol, double atol,
+                             int verbose, FILE *out, tally *t) {
+    kn_tensor **base = calloc(d->no + 1, sizeof *base), **got = calloc(d->no + 1, sizeof *got);
+    char why[2048];
+    bool ran = data_set_run(s[0], d, base) == KILN_OK;
+    if (!ran) {
+        fprintf(out, "SKIP %s: level 0 does not run: %s\n", label, kiln_last_error());
+        t->skipped++;
+    } else {
+        bool base_ok = outputs_match(s[0], base, d->want, d->n_want, rtol, atol, why, sizeof why);
+        count_level(out, t, verbose, label, 0, base_ok, why);
+        for (int level = 1; level < N_LEVELS; level++) {
+            if (!s[level]) continue; /* counted once when its session failed */
+            bool ok;
+            if (data_set_run(s[level], d, got) != KILN_OK) {
+                snprintf(why, sizeof why, "level 0 runs but this level fails: %s", kiln_last_error());
+                ok = false;
+            } else ok = level_matches(s[level], got, base, d, base_ok, rtol, atol, why, sizeof why);
+            count_level(out, t, verbose, label, level, ok, why);
+            outputs_free(got, d->no);
+        }
+    }
+    outputs_free(base, d->no);
+    free(base);
+    free(got);
+    return ran;
+}
+
+/* One folder at levels 0..3 on the same inputs; writes its FAIL and SKIP lines (ok lines when
+ * verbose) to out and adds its counts to t. A folder level 0 cannot load or run, or whose
+ * outputs are random, is skipped once. */
+static void compare_levels(const char *dir, const cli_common *common, int verbose, FILE *out, tally *t) {
+    const char *name = base_name(dir);
+    char why[2048];
+    double rtol = 1e-3, atol = 1e-5;
+    zoo_tolerance(dir, &rtol, &atol);
+    kiln_session *s[N_LEVELS] = {0};
+    s[0] = open_session(dir, common, 0, why, sizeof why);
+    if (!s[0]) {
+        fprintf(out, "SKIP %s: level 0 does not load: %s\n", name, why);
+        t->skipped++;
+        return;
+    }
+    if (draws_unseeded_random(s[0]->model->graph)) {
+        fprintf(out, "SKIP %s: unseeded random operator: its outputs differ between any two runs\n", name);
+        t->skipped++;
+        kiln_session_destroy(s[0]);
+        return;
+    }
+    for (int level = 1; level < N_LEVELS; level++) {
+        s[level] = open_session(dir, common, level, why, sizeof why);
+        if (!s[level]) {
+            fprintf(out, "FAIL %s level %d: level 0 loads but this level does not: %s\n", name, level, why);
+            t->failed++;
+        }
+    }
+    for (int set = 0;; set++) {
+        char label[4200];
+        snprintf(label, sizeof label, "%s/test_data_set_%d", name, set);
+        data_set d;
+        int r = data_set_read(s[0], dir, set, &d, why, sizeof why);
+        if (r == 2 && set == 0) {
+            fprintf(out, "SKIP %s: no test_data_set_0\n", name);
+            t->skipped++;
+        } else if (r == 1) {
+            fprintf(out, "SKIP %s: %s\n", label, why);
+            t->skipped++;
+        }
+        if (r != 0) break;
+        bool ran = compare_data_set(label, s, &d, rtol, atol, verbose, out, t);
+        data_set_free(&d);
+        if (!ran) break;
+    }
+    for (int level = 0; level < N_LEVELS; level++) kiln_session_destroy(s[level]);
+}
+
+/* ---- isolation: each folder in a child process ---- */
+
+typedef struct folder_job {
+    const char *dir;
+    const cli_common *common;
+    int verbose;
+} folder_job;
+
+/* Runs fn(job, out) in a child process under a time limit, so that a crash or a hang is reported
+ * instead of ending the run; what fn writes to out comes back in *text (malloc'd). Returns 0 when
+ * the child finished, 1 with the reason in why when it crashed, timed out or wrote nothing. */
+static int run_in_child(void (*fn)(const folder_job *, FILE *), const folder_job *job, unsigned timeout_s,
+                        char **text, char *why, size_t cap) {
+    *text = NULL;
     fflush(stdout);
     fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
+    int fd[2];
+    pid_t pid = -1;
+    if (pipe(fd) == 0 && (pid = fork()) < 0) {
         close(fd[0]);
         close(fd[1]);
-        return run_one(dir, common, why, cap);
+    }
+    if (pid < 0) { /* no child to be had: run it here */
+        size_t len;
+        FILE *out = open_memstream(text, &len);
+        if (!out) {
+            snprintf(why, cap, "out of memory");
+            return 1;
+        }
+        fn(job, out);
+        fclose(out);
+        return 0;
     }
     if (pid == 0) {
         close(fd[0]);
-        alarm(TEST_TIMEOUT_S);
-        char reason[2048] = "";
-        int r = run_one(dir, common, reason, sizeof reason);
-        char buf[2100];
-        int len = snprintf(buf, sizeof buf, "%d%s", r, reason);
-        ssize_t w = write(fd[1], buf, (size_t)(len < (int)sizeof buf ? len : (int)sizeof buf - 1));
-        (void)w;
-        close(fd[1]);
+        alarm(timeout_s);
+        FILE *out = fdopen(fd[1], "w");
+        if (out) {
+            fn(job, out);
+            fclose(out);
+        }
         _exit(0);
     }
     close(fd[1]);
-    char buf[2100];
-    size_t got = 0;
+    size_t len = 0, size = 4096;
+    char *buf = malloc(size);
     ssize_t r;
-    while (got < sizeof buf - 1 && (r = read(fd[0], buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)r;
-    buf[got] = 0;
+    while (buf && (r = read(fd[0], buf + len, size - 1 - len)) > 0) {
+        len += (size_t)r;
+        if (len < size - 1) continue;
+        char *bigger = realloc(buf, size * 2);
+        if (!bigger) break; /* out of memory: keep what came so far */
+        buf = bigger;
+        size *= 2;
+    }
     close(fd[0]);
     int status = 0;
     waitpid(pid, &status, 0);
+    if (buf) buf[len] = 0;
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
         snprintf(why, cap, "%s (signal %d)", sig == SIGALRM ? "timed out" : "crashed", sig);
-        return 1;
-    }
-    if (got == 0) {
+    } else if (!buf || len == 0) {
         snprintf(why, cap, "the test process exited without a verdict (status %d)", WEXITSTATUS(status));
-        return 1;
+    } else {
+        *text = buf;
+        return 0;
     }
-    snprintf(why, cap, "%s", buf + 1);
-    return buf[0] - '0';
+    free(buf);
+    return 1;
+}
+
+/* The child's side of run_isolated: the verdict digit, then the reason. */
+static void run_one_to(const folder_job *job, FILE *out) {
+    char why[2048] = "";
+    int r = run_one(job->dir, job->common, why, sizeof why);
+    fprintf(out, "%d%s", r, why);
+}
+
+/* Runs a test in a child; returns as run_one. */
+static int run_isolated(const char *dir, const cli_common *common, char *why, size_t cap) {
+    folder_job job = {dir, common, 0};
+    char *text;
+    if (run_in_child(run_one_to, &job, TEST_TIMEOUT_S, &text, why, cap)) return 1;
+    snprintf(why, cap, "%s", text + 1);
+    int r = text[0] - '0';
+    free(text);
+    return r;
+}
+
+/* The child's side of compare_levels_isolated: the lines, then "= passed failed skipped". */
+static void compare_levels_to(const folder_job *job, FILE *out) {
+    tally t = {0};
+    compare_levels(job->dir, job->common, job->verbose, out, &t);
+    fprintf(out, "= %d %d %d\n", t.passed, t.failed, t.skipped);
+}
+
+/* compare_levels in a child (four sessions, so four times a test's time limit): prints its lines
+ * and adds its counts to t; a crash or a hang counts once as failed. */
+static void compare_levels_isolated(const char *dir, const cli_common *common, int verbose, tally *t) {
+    folder_job job = {dir, common, verbose};
+    char *text, why[2048];
+    if (run_in_child(compare_levels_to, &job, N_LEVELS * TEST_TIMEOUT_S, &text, why, sizeof why)) {
+        printf("FAIL %s: %s\n", base_name(dir), why);
+        t->failed++;
+        return;
+    }
+    size_t len = strlen(text);
+    while (len && text[len - 1] == '\n') text[--len] = 0;
+    char *last = strrchr(text, '\n');
+    last = last ? last + 1 : text;
+    tally c;
+    if (sscanf(last, "= %d %d %d", &c.passed, &c.failed, &c.skipped) == 3) {
+        *last = 0; /* the lines before the counts */
+        fputs(text, stdout);
+        t->passed += c.passed;
+        t->failed += c.failed;
+        t->skipped += c.skipped;
+    } else {
+        printf("FAIL %s: the test process exited without its counts\n", base_name(dir));
+        t->failed++;
+    }
+    free(text);
 }
 
 /* Reads an expected-failures list: "name  # reason" per line. A reason that starts with
@@ -392,12 +656,48 @@ static int listed(const test_list *l, const char *name) {
     return 0;
 }
 
+/* One folder of a plain run: its verdict against the reference, printed and counted (a listed
+ * test's failure goes to xfail). */
+static void test_folder(const char *dir, const cli_common *common, int isolate, int verbose, int is_listed, tally *t,
+                        int *xfail) {
+    char why[2048] = "";
+    const char *name = base_name(dir);
+    int r = isolate ? run_isolated(dir, common, why, sizeof why) : run_one(dir, common, why, sizeof why);
+    if (r == 0 && is_listed) {
+        printf("FAIL %s: passes but is in the expected-failures list: remove it from the list\n", name);
+        t->failed++;
+    } else if (r == 0) {
+        if (verbose) printf("ok   %s\n", name);
+        t->passed++;
+    } else if (r == 2) {
+        printf("SKIP %s: %s\n", name, why);
+        t->skipped++;
+    } else if (is_listed) {
+        if (verbose) printf("XFAIL %s: %s\n", name, why);
+        (*xfail)++;
+    } else {
+        printf("FAIL %s: %s\n", name, why);
+        t->failed++;
+    }
+}
+
+/* One folder of a --compare-levels run. A listed test is skipped: what fails against the
+ * reference at level 0 has nothing to prove at the other levels. */
+static void compare_folder(const char *dir, const cli_common *common, int isolate, int verbose, int is_listed,
+                           tally *t) {
+    if (is_listed) {
+        printf("SKIP %s: in the expected-failures list\n", base_name(dir));
+        t->skipped++;
+    } else if (isolate) compare_levels_isolated(dir, common, verbose, t);
+    else compare_levels(dir, common, verbose, stdout, t);
+}
+
 int cmd_test(int argc, char **argv) {
     cli_common common;
     cli_common_defaults(&common);
     common.threads = 1; /* tests are small; one thread keeps a parallel CI machine fair */
     test_list dirs = {0}, tests = {0}, expected = {0}, random_tests = {0};
-    int err = 0, isolate = 1, verbose = 0;
+    int err = 0, isolate = 1, verbose = 0, compare = 0;
     for (int i = 0; i < argc; i++) {
         if (cli_parse_common(&common, argc, argv, &i, &err)) {
             if (err) return 2;
@@ -405,6 +705,7 @@ int cmd_test(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "--expected-failures") && i + 1 < argc) load_expected(argv[++i], &expected, &random_tests);
         else if (!strcmp(argv[i], "--no-isolate")) isolate = 0;
+        else if (!strcmp(argv[i], "--compare-levels")) compare = 1;
         else if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) verbose = 1;
         else if (argv[i][0] == '-') {
             fprintf(stderr, "kiln test: unknown option '%s'\n", argv[i]);
@@ -412,7 +713,9 @@ int cmd_test(int argc, char **argv) {
         } else list_add(&dirs, argv[i]);
     }
     if (!dirs.n) {
-        fprintf(stderr, "usage: kiln test [--provider P] [--opt-level N] [--expected-failures FILE] DIR...\n");
+        fprintf(stderr, "usage: kiln test [--provider P] [--opt-level N | --compare-levels] [--expected-failures FILE]\n"
+                        "                 [--no-isolate] [-v] DIR...\n"
+                        "  --compare-levels  run each test at levels 0..3; each level must equal level 0\n");
         return 2;
     }
     for (int i = 0; i < dirs.n; i++) {
@@ -426,38 +729,20 @@ int cmd_test(int argc, char **argv) {
         }
         find_tests(d, &tests, 0);
     }
-    int passed = 0, failed = 0, skipped = 0, xfail = 0;
+    tally t = {0};
+    int xfail = 0;
     for (int i = 0; i < tests.n; i++) {
-        char why[2048] = "";
         const char *name = base_name(tests.items[i]);
+        int is_listed = listed(&expected, name);
         if (listed(&random_tests, name)) {
             printf("SKIP %s: nondeterministic (listed in the expected-failures file)\n", name);
-            skipped++;
-            continue;
-        }
-        int r = isolate ? run_isolated(tests.items[i], &common, why, sizeof why)
-                        : run_one(tests.items[i], &common, why, sizeof why);
-        int is_listed = listed(&expected, name);
-        if (r == 0 && is_listed) {
-            printf("FAIL %s: passes but is in the expected-failures list: remove it from the list\n", name);
-            failed++;
-        } else if (r == 0) {
-            if (verbose) printf("ok   %s\n", name);
-            passed++;
-        } else if (r == 2) {
-            printf("SKIP %s: %s\n", name, why);
-            skipped++;
-        } else if (is_listed) {
-            if (verbose) printf("XFAIL %s: %s\n", name, why);
-            xfail++;
-        } else {
-            printf("FAIL %s: %s\n", name, why);
-            failed++;
-        }
+            t.skipped++;
+        } else if (compare) compare_folder(tests.items[i], &common, isolate, verbose, is_listed, &t);
+        else test_folder(tests.items[i], &common, isolate, verbose, is_listed, &t, &xfail);
         fflush(stdout);
     }
     if (xfail) printf("(%d expected failures counted as skipped)\n", xfail);
-    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped + xfail);
+    printf("%d passed, %d failed, %d skipped\n", t.passed, t.failed, t.skipped + xfail);
     for (int i = 0; i < dirs.n; i++) free(dirs.items[i]);
     for (int i = 0; i < tests.n; i++) free(tests.items[i]);
     for (int i = 0; i < expected.n; i++) free(expected.items[i]);
@@ -466,5 +751,5 @@ int cmd_test(int argc, char **argv) {
     free(expected.items);
     for (int i = 0; i < random_tests.n; i++) free(random_tests.items[i]);
     free(random_tests.items);
-    return failed ? 1 : 0;
+    return t.failed ? 1 : 0;
 }
