@@ -204,6 +204,7 @@ int cmd_run(int argc, char **argv) {
     printf("session created in %.1f ms; run %.3f ms", t_create, times[repeat / 2]);
     if (repeat > 1) printf(" (median of %d, min %.3f ms)", repeat, times[0]);
     printf("\n");
+    fflush(stdout); /* the outputs reach a pipe now, not after the session's teardown */
     free(times);
     rc = 0;
 done:
