@@ -183,9 +183,9 @@ KILN_API void kiln_session_options_destroy(kiln_session_options *options);
  *         ranking (no measuring, often slower kernels); cuBLASLt products use its heuristic
  *         either way. The choices are kept in the compiled model (cache entry or saved file), so
  *         a later session from it makes none of them again.
- *         "graphs"="0|1": capture a run into a CUDA graph and replay it (default: on when every
- *         model input has a static shape; 1 also captures models with symbolic dims, one graph
- *         per input-shape set, at most 4). The first run with a set of input shapes runs as usual
+ *         "graphs"="0|1": capture a run into a CUDA graph and replay it (default 1: one graph per
+ *         input-shape set, at most 4, least recently used replaced; a model whose shapes never
+ *         repeat is never captured). The first run with a set of input shapes runs as usual
  *         (it makes every lazy choice: algorithms, converted weights, memory); the next one with
  *         the same shapes is captured, and later ones replay it: inputs are copied into the
  *         graph's own buffers and outputs copied out. A session that cannot be captured (a node

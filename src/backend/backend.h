@@ -30,7 +30,7 @@ typedef struct kn_backend_config {
     bool strict;          /* a node this provider cannot run is an error, not a fallback */
     int64_t workspace_mb; /* scratch memory limit for library calls (0 = the backend's default) */
     bool exhaustive;      /* tuning=exhaustive: measure candidate algorithms instead of heuristics */
-    int graphs;           /* graphs=0|1: capture runs into device graphs; -1 (unset) = when shapes are static */
+    int graphs;           /* graphs=0|1: capture runs into device graphs, one per input-shape set; -1 (unset) = 1 */
 } kn_backend_config;
 
 typedef struct kn_backend_ops {

@@ -150,20 +150,6 @@ kiln_status kn_graph_cache_create(kiln_session *s) {
         if (be->ops->capture_begin) kn_log(KILN_LOG_INFO, "%s: graphs=0: runs are not captured", be->ops->name);
         return KILN_OK;
     }
-    if (be->cfg.graphs < 0)
-        for (int i = 0; i < g->n_inputs; i++) {
-            const kn_value *v = &g->values[g->inputs[i]];
-            if (v->constant) continue;
-            bool fixed = v->type.kind == KN_TYPE_TENSOR && v->type.rank >= 0;
-            for (int d = 0; fixed && d < v->type.rank; d++) fixed = v->type.dims[d].value >= 0;
-            if (!fixed) {
-                kn_log(KILN_LOG_INFO,
-                       "%s: input '%s' has no static shape: runs are not captured into graphs (graphs=1 captures one "
-                       "graph per set of input shapes)",
-                       be->ops->name, v->name);
-                return KILN_OK;
-            }
-        }
     char why[768];
     why[0] = 0;
     if (!recordable(g, rt, dev, why, sizeof why)) {
