@@ -226,22 +226,28 @@ KN_TEST(cuda_graph_shape_change_falls_back) {
     if (!m) return;
     kiln_session *cpu = make_session(m, size, "cpu", NULL, 0, 0);
     kiln_session *graphed = make_session(m, size, "cuda", "1", 3, 0);
-    kiln_session *by_default = make_session(m, size, "cuda", NULL, 3, 0);
-    if (cpu && graphed && by_default) {
+    kiln_session *disabled = make_session(m, size, "cuda", "0", 3, 0); /* graphs=0: never captured */
+    kiln_session *unset = make_session(m, size, "cuda", NULL, 3, 0);     /* the default: as graphs=1 */
+    if (cpu && graphed && disabled && unset) {
         bool enabled = true;
-        kn_graph_run_stats(by_default, &enabled, NULL, NULL);
-        CHECK_MSG(!enabled, "a model with a symbolic batch is captured without graphs=1");
+        kn_graph_run_stats(disabled, &enabled, NULL, NULL);
+        CHECK_MSG(!enabled, "a session with graphs=0 is captured");
+        kn_graph_run_stats(unset, &enabled, NULL, NULL);
+        CHECK_MSG(enabled, "a model with a symbolic batch is not captured by default");
         static const int64_t batches[] = {2, 2, 2, 3, 3, 3, 2, 5, 2};
         for (size_t r = 0; r < sizeof batches / sizeof batches[0]; r++) {
             kiln_tensor *x = random_x(batches[r], 7u + (uint32_t)r);
             kiln_tensor *ref[2] = {0}, *got[2] = {0}, *dflt[2] = {0};
+            kiln_tensor *dflt2[2] = {0};
             if (run_x(cpu, x, ref) == KILN_OK && run_x(graphed, x, got) == KILN_OK &&
-                run_x(by_default, x, dflt) == KILN_OK) {
+                run_x(disabled, x, dflt) == KILN_OK && run_x(unset, x, dflt2) == KILN_OK) {
                 char what[128];
                 snprintf(what, sizeof what, "run %zu (batch %lld), graphs=1", r, (long long)batches[r]);
                 same_floats(got[0], ref[0], 1e-4, 1e-5, what);
                 snprintf(what, sizeof what, "run %zu (batch %lld), not captured", r, (long long)batches[r]);
                 same_floats(dflt[0], ref[0], 1e-4, 1e-5, what);
+                snprintf(what, sizeof what, "run %zu (batch %lld), graphs unset", r, (long long)batches[r]);
+                same_floats(dflt2[0], ref[0], 1e-4, 1e-5, what);
                 int64_t s_want[3] = {batches[r], 8, 20};
                 same_i64(got[1], s_want, 3, "the Shape output after a shape change");
             }
@@ -249,6 +255,7 @@ KN_TEST(cuda_graph_shape_change_falls_back) {
                 kiln_tensor_destroy(ref[i]);
                 kiln_tensor_destroy(got[i]);
                 kiln_tensor_destroy(dflt[i]);
+                kiln_tensor_destroy(dflt2[i]);
             }
             kiln_tensor_destroy(x);
         }
@@ -259,10 +266,14 @@ KN_TEST(cuda_graph_shape_change_falls_back) {
          * batch 5 ran once, uncaptured */
         CHECK_MSG(graphs == 2 && launches == 6, "%d graphs, %llu launches (expected 2 and 6)", graphs,
                   (unsigned long long)launches);
+        kn_graph_run_stats(unset, NULL, &graphs, &launches);
+        CHECK_MSG(graphs == 2 && launches == 6, "graphs unset: %d graphs, %llu launches (expected 2 and 6)", graphs,
+                  (unsigned long long)launches);
     }
     kiln_session_destroy(cpu);
     kiln_session_destroy(graphed);
-    kiln_session_destroy(by_default);
+    kiln_session_destroy(disabled);
+    kiln_session_destroy(unset);
     free(m);
 }
 
