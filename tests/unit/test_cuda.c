@@ -17,15 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define NEED_GPU()                                                                                 \
-    do {                                                                                           \
-        const char *why_ = NULL;                                                                   \
-        if (!kiln_provider_available("cuda", &why_)) {                                             \
-            KN_SKIP(why_ ? why_ : "no CUDA device");                                               \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
-
 /* ------------------------------------------------------------------ a small model builder */
 
 typedef struct mb {

@@ -14,15 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NEED_GPU()                                                                                 \
-    do {                                                                                           \
-        const char *why_ = NULL;                                                                   \
-        if (!kiln_provider_available("cuda", &why_)) {                                             \
-            KN_SKIP(why_ ? why_ : "no CUDA device");                                               \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
-
 /* ------------------------------------------------------------------ one-node models */
 
 typedef struct onemodel {

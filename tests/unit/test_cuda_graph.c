@@ -22,15 +22,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define NEED_GPU()                                                                                 \
-    do {                                                                                           \
-        const char *why_ = NULL;                                                                   \
-        if (!kiln_provider_available("cuda", &why_)) {                                             \
-            KN_SKIP(why_ ? why_ : "no CUDA device");                                               \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
-
 /* ------------------------------------------------------------------ the model */
 
 /* X [B,16,20] -> Conv(8 channels, pads 1) -> Relu -> Reshape to [B, 160] with the shape computed

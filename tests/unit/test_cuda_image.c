@@ -13,15 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NEED_GPU()                                                                                 \
-    do {                                                                                           \
-        const char *why_ = NULL;                                                                   \
-        if (!kiln_provider_available("cuda", &why_)) {                                             \
-            KN_SKIP(why_ ? why_ : "no CUDA device");                                               \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
-
 /* ------------------------------------------------------------------ a one-input model builder */
 
 typedef struct mb {

@@ -15,15 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NEED_GPU()                                                                                 \
-    do {                                                                                           \
-        const char *why_ = NULL;                                                                   \
-        if (!kiln_provider_available("cuda", &why_)) {                                             \
-            KN_SKIP(why_ ? why_ : "no CUDA device");                                               \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
-
 /* X [1,8,20,20] -> Conv 3x3 pad 1 (16 channels) -> GlobalAveragePool -> Flatten -> MatMul [16,10] */
 static unsigned char *conv_matmul_model(size_t *size) {
     tmb b;

@@ -55,6 +55,16 @@ const char *kn_unit_root(void);
     do {                                                                                           \
         if (!strstr(kiln_last_error(), (sub))) kn_unit_fail(__FILE__, __LINE__, "error message lacks \"%s\": %s", (sub), kiln_last_error()); \
     } while (0)
+/* Skips the test (and returns) when no usable CUDA device is here, saying why. */
+#define NEED_GPU()                                                                                 \
+    do {                                                                                           \
+        const char *why_ = NULL;                                                                   \
+        if (!kiln_provider_available("cuda", &why_)) {                                             \
+            KN_SKIP(why_ ? why_ : "no CUDA device");                                               \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
 #define KN_SKIP(reason)                                                                            \
     do {                                                                                           \
         kn_unit_skip(reason);                                                                      \
