@@ -180,6 +180,14 @@ static bool workspace_of(kn_cuda *cu, const conv_plan *p, bool transpose, int32_
     return true;
 }
 
+/* The first of a ranking (algos[i] -1: unusable) that fits the workspace (p->algo -1: none). */
+static void pick_first_fitting(kn_cuda *cu, conv_plan *p, bool transpose, const int *algos, const size_t *mem, int n) {
+    p->algo = -1;
+    for (int i = 0; i < n && p->algo < 0; i++)
+        if (algos[i] >= 0 && mem[i] <= cu->workspace_size && workspace_of(cu, p, transpose, algos[i], &p->ws))
+            p->algo = algos[i];
+}
+
 /* cuDNN's heuristic ranking: the first algorithm that fits the workspace (p->algo -1: none). */
 static kiln_status heuristic_algo(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_plan *p) {
     int algos[16], n = 0;
@@ -201,10 +209,7 @@ static kiln_status heuristic_algo(kn_cuda *cu, kn_kernel_ctx *c, bool transpose,
         }
     }
     if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(c, s, "algorithm choice");
-    p->algo = -1;
-    for (int i = 0; i < n && p->algo < 0; i++)
-        if (algos[i] >= 0 && mem[i] <= cu->workspace_size && workspace_of(cu, p, transpose, algos[i], &p->ws))
-            p->algo = algos[i];
+    pick_first_fitting(cu, p, transpose, algos, mem, n);
     return KILN_OK;
 }
 
@@ -250,10 +255,7 @@ static kiln_status measure_algo(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, c
         if (buf[t]) kn_cu_scratch_free(cu, buf[t], bytes[t]);
     KN_TRY(st);
     if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(c, s, "algorithm measurement");
-    p->algo = -1;
-    for (int i = 0; i < n && p->algo < 0; i++)
-        if (algos[i] >= 0 && mem[i] <= cu->workspace_size && workspace_of(cu, p, transpose, algos[i], &p->ws))
-            p->algo = algos[i];
+    pick_first_fitting(cu, p, transpose, algos, mem, n);
     return p->algo >= 0 ? KILN_OK : heuristic_algo(cu, c, transpose, p);
 }
 
