@@ -338,7 +338,11 @@ static kiln_status make_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, cons
     if (t) {
         int32_t a;
         memcpy(&a, t->val, sizeof a);
-        if (workspace_of(cu, p, transpose, a, &p->ws)) {
+        double t0 = kn_now_ms();
+        bool fits = workspace_of(cu, p, transpose, a, &p->ws);
+        kn_log(KILN_LOG_DEBUG, "cuda: the compiled file's cuDNN choice %d for '%s' checked in %.2f ms", (int)a,
+               c->node->name ? c->node->name : "", kn_now_ms() - t0);
+        if (fits) {
             p->algo = a;
             return KILN_OK;
         }

@@ -62,8 +62,13 @@ static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const uint64_t
         cublasLtMatmulAlgo_t a;
         memcpy(&a, t->val, sizeof a);
         cublasLtMatmulHeuristicResult_t chk;
-        if (!t->imported || (cublasLtMatmulAlgoCheck(cu->lt, op, la, lb, lc, lc, &a, &chk) == CUBLAS_STATUS_SUCCESS &&
-                             chk.workspaceSize <= cu->workspace_size)) {
+        double t0 = kn_now_ms();
+        bool fits = !t->imported || (cublasLtMatmulAlgoCheck(cu->lt, op, la, lb, lc, lc, &a, &chk) == CUBLAS_STATUS_SUCCESS &&
+                                     chk.workspaceSize <= cu->workspace_size);
+        if (t->imported)
+            kn_log(KILN_LOG_DEBUG, "cuda: the compiled file's cuBLASLt choice for '%s' checked in %.2f ms",
+                   c->node && c->node->name ? c->node->name : "", kn_now_ms() - t0);
+        if (fits) {
             *algo = a;
             remember(cu, key, &a);
             return KILN_OK;
