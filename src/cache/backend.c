@@ -129,9 +129,8 @@ static kiln_status tuning_save(const kiln_session *s, kn_buf *out) {
     return out->oom ? KN_OOM() : KILN_OK;
 }
 
-static kiln_status tuning_load(kiln_session *s, const uint8_t *data, size_t size, const char *file) {
-    const kn_backend *b = session_backend(s, TUNING_PROVIDER);
-    if (!b || !b->ops->tuning_import) return KILN_OK; /* the key's options say the file was made for this */
+kiln_status kn_cache_tuning_parse(const uint8_t *data, size_t size, const char *file, kn_tuning_import_fn import,
+                                  void *arg) {
     kn_rd r;
     kn_rd_init(&r, data, size, file, "cuda.tuning");
     uint32_t n = kn_rd_count(&r, 8, TUNING_MAX_RECORDS, "count");
@@ -141,7 +140,8 @@ static kiln_status tuning_load(kiln_session *s, const uint8_t *data, size_t size
         uint32_t vl = kn_rd_u32(&r, "value length");
         const uint8_t *val = kn_rd_bytes(&r, vl, "value");
         if (!kn_rd_ok(&r)) break;
-        if (b->ops->tuning_import(b->state, key, kl, val, vl) != KILN_OK) {
+        if (kl == 0) return kn_rd_fail(&r, "key length", "record %u has an empty key", i);
+        if (import && import(arg, key, kl, val, vl) != KILN_OK) {
             char why[512];
             snprintf(why, sizeof why, "%s", kn_last_error());
             return kn_rd_fail(&r, "record", "record %u: %s", i, why);
@@ -150,6 +150,14 @@ static kiln_status tuning_load(kiln_session *s, const uint8_t *data, size_t size
     if (!kn_rd_ok(&r)) return r.st;
     if (kn_rd_left(&r)) return kn_rd_fail(&r, "end", "%zu unexpected bytes after the last record", kn_rd_left(&r));
     return KILN_OK;
+}
+
+static kiln_status tuning_load(kiln_session *s, const uint8_t *data, size_t size, const char *file) {
+    /* checked whole even where no backend takes it (the key's options said the file was made
+     * for such a setup, so the records are not needed; a malformed section is still an error) */
+    const kn_backend *b = session_backend(s, TUNING_PROVIDER);
+    if (!b || !b->ops->tuning_import) return kn_cache_tuning_parse(data, size, file, NULL, NULL);
+    return kn_cache_tuning_parse(data, size, file, b->ops->tuning_import, b->state);
 }
 
 const kn_cache_backend kn_cache_backends[] = {

@@ -25,6 +25,13 @@ typedef struct kn_cache_backend {
 
 extern const kn_cache_backend kn_cache_backends[];
 
+/* Parses a "cuda.tuning" section: a count, then per record a key and a value, each as a u32
+ * length and its bytes, every length checked against the bytes left. import (may be NULL: the
+ * structure is checked only) takes each record; its error fails the parse, naming the record. */
+typedef kiln_status (*kn_tuning_import_fn)(void *arg, const void *key, size_t key_len, const void *val, size_t val_len);
+kiln_status kn_cache_tuning_parse(const uint8_t *data, size_t size, const char *file, kn_tuning_import_fn import,
+                                  void *arg);
+
 /* How many tuning results the session's backends made themselves (not read from a compiled file):
  * when it grows after the file was written, the file is written again (cache/use.c). -1 when no
  * backend of the session tunes (the CPU). */

@@ -1,11 +1,13 @@
 /* libFuzzer target for the compiled-file reader: container validation, the graph section, the
- * backend sections, and a session made from what they hold.
+ * backend sections, and a session made from what they hold; and the "cuda.tuning" section's
+ * parser on the raw input (a CPU build has no backend that would take that section from a file).
  *
  * Each input is read twice: as it is (almost every mutation then stops at a checksum, which is
  * the point of checksums), and with its checksums recomputed (kn_cache_fix_checksums), so the
  * mutations reach the parsers behind them as a hostile file with valid checksums would.
  * Everything is freed; a crash, a leak, an out-of-bounds read or undefined behaviour is a
  * finding. Seeds: tests/fuzz/corpus_cache (tests/fuzz/make_cache_corpus.py). */
+#include "cache/backend.h"
 #include "cache/format.h"
 #include "exec/session.h"
 
@@ -45,6 +47,7 @@ static void read_all(const uint8_t *data, size_t size) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    kn_cache_tuning_parse(data, size, "fuzz.kiln", NULL, NULL);
     read_all(data, size);
     if (size >= KN_CACHE_HEADER_SIZE && size <= ((size_t)4 << 20)) {
         uint8_t *copy = malloc(size);

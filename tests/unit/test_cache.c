@@ -6,6 +6,7 @@
  *
  * Fixture: the zoo model field_conv1d_gemm ($KILN_ZOO or ../shared/models), else the project's
  * build/models/tiny_cnn; tests that need one skip when neither is there. */
+#include "cache/backend.h"
 #include "cache/cache.h"
 #include "cache/format.h"
 #include "cache/hash.h"
@@ -1047,4 +1048,107 @@ KN_TEST(cache_key_device_provider_fields) {
     kn_cache_key_free(&k);
     kiln_session_options_destroy(c);
     kiln_session_options_destroy(o);
+}
+
+/* ---- the "cuda.tuning" section's parser (no GPU needed: the records are opaque to it) */
+
+typedef struct tuning_seen {
+    int n;
+    size_t key_len[4], val_len[4];
+    uint8_t first_key_byte[4];
+    int fail_at; /* the importer refuses record fail_at (-1: none) */
+} tuning_seen;
+
+static kiln_status seen_import(void *arg, const void *key, size_t kl, const void *val, size_t vl) {
+    (void)val;
+    tuning_seen *t = arg;
+    if (t->n == t->fail_at) return kn_error(KILN_ERR_CACHE, "refused by the test");
+    if (t->n < 4) {
+        t->key_len[t->n] = kl;
+        t->val_len[t->n] = vl;
+        t->first_key_byte[t->n] = ((const uint8_t *)key)[0];
+    }
+    t->n++;
+    return KILN_OK;
+}
+
+static size_t put_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+    return 4;
+}
+
+/* count 2: ('F' + 12 bytes) -> 4 bytes, ('L' + 48 bytes) -> 64 bytes */
+static size_t tuning_section(uint8_t *buf) {
+    size_t n = 0;
+    n += put_u32(buf + n, 2);
+    n += put_u32(buf + n, 13);
+    memset(buf + n, 7, 13);
+    buf[n] = 'F';
+    n += 13;
+    n += put_u32(buf + n, 4);
+    memset(buf + n, 1, 4);
+    n += 4;
+    n += put_u32(buf + n, 49);
+    memset(buf + n, 9, 49);
+    buf[n] = 'L';
+    n += 49;
+    n += put_u32(buf + n, 64);
+    memset(buf + n, 3, 64);
+    n += 64;
+    return n;
+}
+
+KN_TEST(cache_tuning_section_parse) {
+    uint8_t buf[256];
+    size_t size = tuning_section(buf);
+    tuning_seen t = {.fail_at = -1};
+    CHECK_STATUS(kn_cache_tuning_parse(buf, size, "t.kiln", seen_import, &t), KILN_OK);
+    CHECK_EQ_INT(t.n, 2);
+    CHECK_EQ_INT(t.key_len[0], 13);
+    CHECK_EQ_INT(t.val_len[0], 4);
+    CHECK_EQ_INT(t.first_key_byte[0], 'F');
+    CHECK_EQ_INT(t.key_len[1], 49);
+    CHECK_EQ_INT(t.val_len[1], 64);
+    CHECK_EQ_INT(t.first_key_byte[1], 'L');
+    CHECK_STATUS(kn_cache_tuning_parse(buf, size, "t.kiln", NULL, NULL), KILN_OK);
+    /* every truncation is an error naming the section, and reads nothing past the end */
+    for (size_t cut = 0; cut < size; cut++) {
+        uint8_t *copy = malloc(cut ? cut : 1);
+        memcpy(copy, buf, cut);
+        tuning_seen u = {.fail_at = -1};
+        kiln_status st = kn_cache_tuning_parse(copy, cut, "t.kiln", seen_import, &u);
+        CHECK_MSG(st == KILN_ERR_CACHE, "truncated to %zu bytes: status %d", cut, (int)st);
+        CHECK_MSG(strstr(kiln_last_error(), "cuda.tuning") != NULL, "truncated to %zu: %s", cut, kiln_last_error());
+        free(copy);
+    }
+    /* trailing bytes */
+    uint8_t longer[300];
+    memcpy(longer, buf, size);
+    longer[size] = 0;
+    CHECK_STATUS(kn_cache_tuning_parse(longer, size + 1, "t.kiln", NULL, NULL), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("unexpected bytes");
+    /* a hostile count and a hostile key length */
+    uint8_t hostile[256];
+    memcpy(hostile, buf, size);
+    put_u32(hostile, 0xffffffffu);
+    CHECK_STATUS(kn_cache_tuning_parse(hostile, size, "t.kiln", NULL, NULL), KILN_ERR_CACHE);
+    memcpy(hostile, buf, size);
+    put_u32(hostile + 4, 0xfffffff0u);
+    CHECK_STATUS(kn_cache_tuning_parse(hostile, size, "t.kiln", NULL, NULL), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("key");
+    /* an empty key */
+    uint8_t empty[16];
+    size_t e = put_u32(empty, 1);
+    e += put_u32(empty + e, 0);
+    e += put_u32(empty + e, 0);
+    CHECK_STATUS(kn_cache_tuning_parse(empty, e, "t.kiln", NULL, NULL), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("empty key");
+    /* no records is a valid section */
+    uint8_t none[4];
+    put_u32(none, 0);
+    CHECK_STATUS(kn_cache_tuning_parse(none, 4, "t.kiln", NULL, NULL), KILN_OK);
+    /* the importer's refusal names the record */
+    tuning_seen r = {.fail_at = 1};
+    CHECK_STATUS(kn_cache_tuning_parse(buf, size, "t.kiln", seen_import, &r), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("record 1: refused by the test");
 }
