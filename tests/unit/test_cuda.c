@@ -3,7 +3,7 @@
  * optimisation level on CUDA against the CPU; steady-state runs make no device allocation; strict
  * mode names the node it cannot run; the zoo in fp16 and bf16 within a relative L2 error of 1e-2.
  * Without a usable CUDA device each test is skipped (and says so). */
-#include "unit.h"
+#include "test_model_builder.h"
 
 #include "backend/backend.h"
 #include "exec/session.h"
@@ -16,102 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-/* ------------------------------------------------------------------ a small model builder */
-
-typedef struct mb {
-    kn_model *m;
-    kn_graph *g;
-    uint32_t seed;
-} mb;
-
-static void mb_init(mb *b, int opset) {
-    memset(b, 0, sizeof *b);
-    b->seed = 12345;
-    kn_model_new(&b->m);
-    b->m->ir_version = 8;
-    b->m->n_opsets = 2;
-    b->m->opsets = kn_arena_alloc(&b->m->arena, sizeof(kn_opset_import) * 2);
-    b->m->opsets[0].domain = "";
-    b->m->opsets[0].version = opset;
-    b->m->opsets[1].domain = kn_arena_strdup(&b->m->arena, "kiln");
-    b->m->opsets[1].version = 1;
-    b->m->producer_name = "kiln-test";
-    kn_graph_new(b->m, NULL, "test", &b->g);
-    b->m->graph = b->g;
-}
-
-static float mb_rand(uint32_t *s) {
-    *s = *s * 1664525u + 1013904223u;
-    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
-}
-
-static int mb_input(mb *b, const char *name, int rank, const int64_t *dims) {
-    int v = kn_graph_add_value(b->g, name);
-    kn_type_set_tensor(&b->g->values[v].type, KILN_DTYPE_FLOAT, rank, dims);
-    b->g->values[v].is_graph_input = true;
-    b->g->inputs = realloc(b->g->inputs, sizeof(int) * (size_t)(b->g->n_inputs + 1));
-    b->g->inputs[b->g->n_inputs++] = v;
-    return v;
-}
-
-static int mb_const(mb *b, const char *name, int rank, const int64_t *dims, float scale) {
-    kn_tensor *t;
-    kn_tensor_new(KILN_DTYPE_FLOAT, rank, dims, &t);
-    float *p = t->data;
-    for (int64_t i = 0; i < kn_tensor_count(t); i++) p[i] = scale * mb_rand(&b->seed);
-    int v = kn_graph_add_value(b->g, name);
-    b->g->values[v].constant = t;
-    kn_model_own_tensor(b->m, t);
-    kn_type_set_tensor(&b->g->values[v].type, KILN_DTYPE_FLOAT, rank, dims);
-    return v;
-}
-
-static int mb_value(mb *b, const char *name) { return kn_graph_add_value(b->g, name); }
-
-static int mb_node(mb *b, const char *op, const char *domain, const int *in, int nin, int out) {
-    return kn_graph_add_node(b->g, NULL, op, domain, in, nin, &out, 1);
-}
-
-static kn_attr *mb_attr(mb *b, int node, const char *name, kn_attr_type type) {
-    kn_node *n = &b->g->nodes[node];
-    kn_attr *a = kn_arena_alloc(&b->m->arena, sizeof(kn_attr) * (size_t)(n->n_attrs + 1));
-    if (n->n_attrs) memcpy(a, n->attrs, sizeof(kn_attr) * (size_t)n->n_attrs);
-    n->attrs = a;
-    kn_attr *r = &a[n->n_attrs++];
-    r->name = kn_arena_strdup(&b->m->arena, name);
-    r->type = type;
-    return r;
-}
-static void mb_int(mb *b, int node, const char *name, int64_t v) { mb_attr(b, node, name, KN_ATTR_INT)->i = v; }
-static void mb_str(mb *b, int node, const char *name, const char *v) {
-    kn_attr *a = mb_attr(b, node, name, KN_ATTR_STRING);
-    a->s = kn_arena_strdup(&b->m->arena, v);
-    a->s_len = strlen(v);
-}
-static void mb_ints(mb *b, int node, const char *name, const int64_t *v, int n) {
-    kn_attr *a = mb_attr(b, node, name, KN_ATTR_INTS);
-    a->ints = kn_arena_alloc(&b->m->arena, sizeof(int64_t) * (size_t)n);
-    memcpy(a->ints, v, sizeof(int64_t) * (size_t)n);
-    a->n = n;
-}
-
-static void mb_output(mb *b, int v) {
-    b->g->outputs = realloc(b->g->outputs, sizeof(int) * (size_t)(b->g->n_outputs + 1));
-    b->g->outputs[b->g->n_outputs++] = v;
-    b->g->values[v].is_graph_output = true;
-}
-
-/* Serialises and frees the builder's model. */
-static unsigned char *mb_finish(mb *b, size_t *size) {
-    unsigned char *data = NULL;
-    kn_graph_recount(b->g);
-    kiln_status st = kn_onnx_write_memory(b->m, &data, size);
-    CHECK_MSG(st == KILN_OK, "writing the test model: %s", kiln_last_error());
-    kn_model_free(b->m);
-    b->m = NULL;
-    return data;
-}
 
 /* ------------------------------------------------------------------ running */
 
@@ -164,7 +68,7 @@ static kn_tensor *random_input(int rank, const int64_t *dims, uint32_t seed) {
     kn_tensor *t;
     kn_tensor_new(KILN_DTYPE_FLOAT, rank, dims, &t);
     float *p = t->data;
-    for (int64_t i = 0; i < kn_tensor_count(t); i++) p[i] = mb_rand(&seed);
+    for (int64_t i = 0; i < kn_tensor_count(t); i++) p[i] = tmb_rand(&seed);
     return t;
 }
 
@@ -190,22 +94,22 @@ static void compare_levels(const unsigned char *data, size_t size, kn_tensor *x,
 /* ------------------------------------------------------------------ field regressions */
 
 static unsigned char *gemm_model(bool bias, bool relu, size_t *size) {
-    mb b;
-    mb_init(&b, 17);
+    tmb b;
+    tmb_init(&b, 17);
     int64_t ad[2] = {1, 128}, bd[2] = {1152, 128}, cd[1] = {1152};
-    int a = mb_input(&b, "A", 2, ad);
-    int w = mb_const(&b, "B", 2, bd, 0.1f);
-    int ins[3] = {a, w, bias ? mb_const(&b, "C", 1, cd, 0.5f) : -1};
-    int y = mb_value(&b, "Y");
-    int out = relu ? mb_value(&b, "G") : y;
-    int n = mb_node(&b, "Gemm", "", ins, bias ? 3 : 2, out);
-    mb_int(&b, n, "transB", 1);
+    int a = tmb_input(&b, "A", KILN_DTYPE_FLOAT, 2, ad, NULL);
+    int w = tmb_const(&b, "B", 2, bd, 0.1f);
+    int ins[3] = {a, w, bias ? tmb_const(&b, "C", 1, cd, 0.5f) : -1};
+    int y = tmb_value(&b, "Y");
+    int out = relu ? tmb_value(&b, "G") : y;
+    int n = tmb_node_in(&b, "Gemm", "", ins, bias ? 3 : 2, out);
+    tmb_int(&b, n, "transB", 1);
     if (relu) {
         int r[1] = {out};
-        mb_node(&b, "Relu", "", r, 1, y);
+        tmb_node_in(&b, "Relu", "", r, 1, y);
     }
-    mb_output(&b, y);
-    return mb_finish(&b, size);
+    tmb_output(&b, y);
+    return tmb_finish(&b, size);
 }
 
 KN_TEST(cuda_field_gemm_transB) {
@@ -226,37 +130,37 @@ KN_TEST(cuda_field_gemm_transB) {
 
 /* Conv1d + bias + ReLU, twice (strided, then dilated), as separate nodes or as kiln.FusedConv. */
 static unsigned char *conv1d_model(int64_t stride, int64_t dilation, const int64_t *pads, bool fused, size_t *size) {
-    mb b;
-    mb_init(&b, 17);
+    tmb b;
+    tmb_init(&b, 17);
     int64_t xd[3] = {2, 16, 100}, w1d[3] = {32, 16, 3}, b1d[1] = {32}, w2d[3] = {24, 32, 5}, b2d[1] = {24};
-    int x = mb_input(&b, "X", 3, xd);
+    int x = tmb_input(&b, "X", KILN_DTYPE_FLOAT, 3, xd, NULL);
     int cur = x;
     for (int layer = 0; layer < 2; layer++) {
         char nm[32];
         snprintf(nm, sizeof nm, "W%d", layer);
-        int w = mb_const(&b, nm, 3, layer ? w2d : w1d, 0.2f);
+        int w = tmb_const(&b, nm, 3, layer ? w2d : w1d, 0.2f);
         snprintf(nm, sizeof nm, "B%d", layer);
-        int bb = mb_const(&b, nm, 1, layer ? b2d : b1d, 0.5f);
+        int bb = tmb_const(&b, nm, 1, layer ? b2d : b1d, 0.5f);
         snprintf(nm, sizeof nm, "Y%d", layer);
-        int y = mb_value(&b, nm);
+        int y = tmb_value(&b, nm);
         int ins[3] = {cur, w, bb};
         snprintf(nm, sizeof nm, "C%d", layer);
-        int conv_out = fused ? y : mb_value(&b, nm);
-        int n = mb_node(&b, fused ? "FusedConv" : "Conv", fused ? "kiln" : "", ins, 3, conv_out);
+        int conv_out = fused ? y : tmb_value(&b, nm);
+        int n = tmb_node_in(&b, fused ? "FusedConv" : "Conv", fused ? "kiln" : "", ins, 3, conv_out);
         int64_t st[1] = {layer == 0 ? stride : 1}, dl[1] = {layer == 1 ? dilation : 1};
-        mb_ints(&b, n, "strides", st, 1);
-        mb_ints(&b, n, "dilations", dl, 1);
-        mb_ints(&b, n, "pads", pads, 2);
+        tmb_ints(&b, n, "strides", st, 1);
+        tmb_ints(&b, n, "dilations", dl, 1);
+        tmb_ints(&b, n, "pads", pads, 2);
         if (fused) {
-            mb_str(&b, n, "activation", "Relu");
+            tmb_str(&b, n, "activation", "Relu");
         } else {
             int r[1] = {conv_out};
-            mb_node(&b, "Relu", "", r, 1, y);
+            tmb_node_in(&b, "Relu", "", r, 1, y);
         }
         cur = y;
     }
-    mb_output(&b, cur);
-    return mb_finish(&b, size);
+    tmb_output(&b, cur);
+    return tmb_finish(&b, size);
 }
 
 KN_TEST(cuda_field_conv1d_bias_relu) {
@@ -312,16 +216,16 @@ KN_TEST(cuda_steady_state_runs_allocate_nothing) {
 
 KN_TEST(cuda_strict_names_the_node) {
     NEED_GPU();
-    mb b;
-    mb_init(&b, 17);
+    tmb b;
+    tmb_init(&b, 17);
     int64_t xd[1] = {8};
-    int x = mb_input(&b, "X", 1, xd);
-    int y = mb_value(&b, "Y");
+    int x = tmb_input(&b, "X", KILN_DTYPE_FLOAT, 1, xd, NULL);
+    int y = tmb_value(&b, "Y");
     int ins[1] = {x};
     kn_graph_add_node(b.g, "the_unique_node", "Unique", "", ins, 1, &y, 1);
-    mb_output(&b, y);
+    tmb_output(&b, y);
     size_t size;
-    unsigned char *m = mb_finish(&b, &size);
+    unsigned char *m = tmb_finish(&b, &size);
     kiln_session_options *o;
     kiln_session_options_create(&o);
     const char *k[1] = {"strict"}, *v[1] = {"1"};

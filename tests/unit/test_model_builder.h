@@ -1,7 +1,6 @@
 /* A small in-memory ONNX model builder for unit tests that run whole sessions: graph inputs,
  * float and int64 constants, nodes with attributes, outputs, serialised with kiln's ONNX writer.
- * (The same helpers test_cuda.c has inline, as static inline functions so a test file uses only
- * what it needs.) */
+ * Static inline functions, so a test file uses only what it needs. */
 #ifndef KN_TEST_MODEL_BUILDER_H
 #define KN_TEST_MODEL_BUILDER_H
 
@@ -86,6 +85,11 @@ static inline int tmb_node(tmb *b, const char *op, const int *in, int nin, int o
     return kn_graph_add_node(b->g, NULL, op, "", in, nin, &out, 1);
 }
 
+/* A node of another domain ("kiln" for kiln's fused operators). */
+static inline int tmb_node_in(tmb *b, const char *op, const char *domain, const int *in, int nin, int out) {
+    return kn_graph_add_node(b->g, NULL, op, domain, in, nin, &out, 1);
+}
+
 static inline kn_attr *tmb_attr(tmb *b, int node, const char *name, kn_attr_type type) {
     kn_node *n = &b->g->nodes[node];
     kn_attr *a = kn_arena_alloc(&b->m->arena, sizeof(kn_attr) * (size_t)(n->n_attrs + 1));
@@ -97,6 +101,11 @@ static inline kn_attr *tmb_attr(tmb *b, int node, const char *name, kn_attr_type
     return r;
 }
 static inline void tmb_int(tmb *b, int node, const char *name, int64_t v) { tmb_attr(b, node, name, KN_ATTR_INT)->i = v; }
+static inline void tmb_str(tmb *b, int node, const char *name, const char *v) {
+    kn_attr *a = tmb_attr(b, node, name, KN_ATTR_STRING);
+    a->s = kn_arena_strdup(&b->m->arena, v);
+    a->s_len = strlen(v);
+}
 static inline void tmb_ints(tmb *b, int node, const char *name, const int64_t *v, int n) {
     kn_attr *a = tmb_attr(b, node, name, KN_ATTR_INTS);
     a->ints = kn_arena_alloc(&b->m->arena, sizeof(int64_t) * (size_t)n);
