@@ -31,7 +31,6 @@ typedef struct kn_cu_conv_entry {
 typedef struct kn_cu_lt_entry {
     uint64_t key[6];
     cublasLtMatmulAlgo_t algo;
-    bool ok;
 } kn_cu_lt_entry;
 
 /* One tuning result: which algorithm a library call with this key uses (cuda_tuning.c). Keys

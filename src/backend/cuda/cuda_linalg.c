@@ -40,7 +40,6 @@ static void remember(kn_cuda *cu, const uint64_t key[6], const cublasLtMatmulAlg
     }
     memcpy(cu->lt_cache[cu->n_lt].key, key, sizeof cu->lt_cache[cu->n_lt].key);
     cu->lt_cache[cu->n_lt].algo = *algo;
-    cu->lt_cache[cu->n_lt].ok = true;
     cu->n_lt++;
 }
 
