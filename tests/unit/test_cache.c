@@ -1077,24 +1077,24 @@ static size_t put_u32(uint8_t *p, uint32_t v) {
     return 4;
 }
 
+/* One record: a key of key_len bytes starting with kind (the rest key_fill), a value of val_len
+ * bytes of val_fill. */
+static size_t put_record(uint8_t *p, uint8_t kind, uint32_t key_len, uint8_t key_fill, uint32_t val_len,
+                         uint8_t val_fill) {
+    size_t n = put_u32(p, key_len);
+    memset(p + n, key_fill, key_len);
+    p[n] = kind;
+    n += key_len;
+    n += put_u32(p + n, val_len);
+    memset(p + n, val_fill, val_len);
+    return n + val_len;
+}
+
 /* count 2: ('F' + 12 bytes) -> 4 bytes, ('L' + 48 bytes) -> 64 bytes */
 static size_t tuning_section(uint8_t *buf) {
-    size_t n = 0;
-    n += put_u32(buf + n, 2);
-    n += put_u32(buf + n, 13);
-    memset(buf + n, 7, 13);
-    buf[n] = 'F';
-    n += 13;
-    n += put_u32(buf + n, 4);
-    memset(buf + n, 1, 4);
-    n += 4;
-    n += put_u32(buf + n, 49);
-    memset(buf + n, 9, 49);
-    buf[n] = 'L';
-    n += 49;
-    n += put_u32(buf + n, 64);
-    memset(buf + n, 3, 64);
-    n += 64;
+    size_t n = put_u32(buf, 2);
+    n += put_record(buf + n, 'F', 13, 7, 4, 1);
+    n += put_record(buf + n, 'L', 49, 9, 64, 3);
     return n;
 }
 
