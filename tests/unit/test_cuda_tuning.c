@@ -197,3 +197,55 @@ KN_TEST(cuda_tuning_malformed_records_refused) {
     kiln_tensor_destroy(x);
     kiln_session_destroy(s);
 }
+
+/* A cuBLASLt choice that does not fit its problem (here: bytes no algorithm has) is refused by
+ * cuBLASLt at the first product; the session drops it, takes the heuristic's, and runs right. */
+KN_TEST(cuda_tuning_refused_matmul_choice_recovers) {
+    NEED_GPU();
+    size_t size;
+    unsigned char *data = conv_matmul_model(&size);
+    kiln_session *made = NULL, *given = NULL;
+    kiln_session_options *o;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session_options_append_provider(o, "cuda", NULL, NULL, 0);
+    CHECK_STATUS(kiln_session_create_from_memory(data, size, NULL, o, &made), KILN_OK);
+    CHECK_STATUS(kiln_session_create_from_memory(data, size, NULL, o, &given), KILN_OK);
+    kiln_session_options_destroy(o);
+    free(data);
+    const kn_backend *a = cuda_of(made), *b = cuda_of(given);
+    CHECK(a && b);
+    if (!a || !b) {
+        kiln_session_destroy(made);
+        kiln_session_destroy(given);
+        return;
+    }
+    int64_t xd[4] = {1, 8, 20, 20};
+    kiln_tensor *x;
+    kiln_tensor_create(KILN_DTYPE_FLOAT, xd, 4, &x);
+    uint32_t seed = 5;
+    float *px = kiln_tensor_data(x);
+    for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) px[i] = tmb_rand(&seed);
+    kiln_tensor *want = run_once(made, x);
+    int corrupted = 0, n = a->ops->tuning_count(a->state, NULL);
+    for (int i = 0; i < n; i++) {
+        const void *key, *val;
+        size_t kl, vl;
+        if (!a->ops->tuning_record(a->state, i, &key, &kl, &val, &vl) || ((const uint8_t *)key)[0] != 'L') continue;
+        uint8_t bad[64];
+        memset(bad, 0xff, sizeof bad);
+        CHECK_STATUS(b->ops->tuning_import(b->state, key, kl, bad, vl), KILN_OK);
+        corrupted++;
+    }
+    CHECK_MSG(corrupted >= 1, "no cuBLASLt choice to corrupt (%d records)", n);
+    kiln_tensor *got = run_once(given, x);
+    CHECK_MSG(max_rel_diff(got, want) <= 1e-6, "outputs after a refused choice differ (%g)", max_rel_diff(got, want));
+    int here = 0;
+    b->ops->tuning_count(b->state, &here);
+    CHECK_MSG(here >= corrupted, "%d refused choices, %d made again", corrupted, here);
+    kiln_tensor_destroy(got);
+    kiln_tensor_destroy(want);
+    kiln_tensor_destroy(x);
+    kiln_session_destroy(made);
+    kiln_session_destroy(given);
+}

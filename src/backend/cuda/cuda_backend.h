@@ -31,6 +31,7 @@ typedef struct kn_cu_conv_entry {
 typedef struct kn_cu_lt_entry {
     uint64_t key[6];
     cublasLtMatmulAlgo_t algo;
+    bool unproven; /* imported from a compiled file; no product has run with it yet */
 } kn_cu_lt_entry;
 
 /* One tuning result: which algorithm a library call with this key uses (cuda_tuning.c). Keys
@@ -175,6 +176,7 @@ kiln_status kn_cu_run_gemm(kn_cuda *cu, kn_kernel_ctx *c);
  * (replacing one with the same key); the backend-table functions that export and import them. */
 kn_cu_tuned *kn_cu_tuning_find(kn_cuda *cu, const void *key, size_t key_len);
 kiln_status kn_cu_tuning_add(kn_cuda *cu, const void *key, size_t key_len, const void *val, size_t val_len);
+void kn_cu_tuning_forget(kn_cuda *cu, const void *key, size_t key_len);
 void kn_cu_tuning_release(kn_cuda *cu);
 int kn_cu_tuning_count(void *state, int *made_here);
 bool kn_cu_tuning_record(void *state, int i, const void **key, size_t *key_len, const void **val, size_t *val_len);

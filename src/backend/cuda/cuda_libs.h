@@ -16,7 +16,7 @@
 
 #define KN_CU_LT_FUNCS(X)                                                                                   \
     X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetVersion) X(cublasLtMatmul)                          \
-    X(cublasLtMatmulAlgoCheck) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)            \
+    X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)            \
     X(cublasLtMatmulDescSetAttribute) X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy) \
     X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)   \
     X(cublasLtMatrixLayoutSetAttribute)
@@ -57,7 +57,6 @@ bool kn_cu_libs_load(char *why, size_t cap);
 #define cublasLtDestroy (kn_cu_lib.cublasLtDestroy)
 #define cublasLtGetVersion (kn_cu_lib.cublasLtGetVersion)
 #define cublasLtMatmul (kn_cu_lib.cublasLtMatmul)
-#define cublasLtMatmulAlgoCheck (kn_cu_lib.cublasLtMatmulAlgoCheck)
 #define cublasLtMatmulAlgoGetHeuristic (kn_cu_lib.cublasLtMatmulAlgoGetHeuristic)
 #define cublasLtMatmulDescCreate (kn_cu_lib.cublasLtMatmulDescCreate)
 #define cublasLtMatmulDescDestroy (kn_cu_lib.cublasLtMatmulDescDestroy)

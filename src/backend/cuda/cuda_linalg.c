@@ -29,8 +29,14 @@ static uint64_t align_of(const void *p, int64_t ld, int64_t stride, size_t es) {
     return a & (~a + 1); /* lowest set bit */
 }
 
-/* The per-session lookup table of algorithms by problem key (searched on every product). */
-static void remember(kn_cuda *cu, const uint64_t key[6], const cublasLtMatmulAlgo_t *algo) {
+static void tuning_key(const uint64_t key[6], uint8_t tkey[1 + 6 * sizeof(uint64_t)]) {
+    tkey[0] = KN_CU_TUNE_MATMUL;
+    memcpy(tkey + 1, key, 6 * sizeof(uint64_t));
+}
+
+/* The per-session lookup table of algorithms by problem key (searched on every product);
+ * unproven: an imported choice that no product has run with yet. */
+static void remember(kn_cuda *cu, const uint64_t key[6], const cublasLtMatmulAlgo_t *algo, bool unproven) {
     if (cu->n_lt == cu->cap_lt) {
         int nc = cu->cap_lt ? cu->cap_lt * 2 : 32;
         kn_cu_lt_entry *b = realloc(cu->lt_cache, sizeof *b * (size_t)nc);
@@ -40,40 +46,52 @@ static void remember(kn_cuda *cu, const uint64_t key[6], const cublasLtMatmulAlg
     }
     memcpy(cu->lt_cache[cu->n_lt].key, key, sizeof cu->lt_cache[cu->n_lt].key);
     cu->lt_cache[cu->n_lt].algo = *algo;
+    cu->lt_cache[cu->n_lt].unproven = unproven;
     cu->n_lt++;
 }
 
+/* After a product ran with an imported choice: proven (ok) or dropped, table and record, so the
+ * next lookup asks the heuristic. */
+static void settle(kn_cuda *cu, const uint64_t key[6], bool ok) {
+    for (int i = 0; i < cu->n_lt; i++)
+        if (!memcmp(cu->lt_cache[i].key, key, sizeof cu->lt_cache[i].key)) {
+            if (ok) cu->lt_cache[i].unproven = false;
+            else cu->lt_cache[i] = cu->lt_cache[--cu->n_lt];
+            break;
+        }
+    if (!ok) {
+        uint8_t tkey[1 + 6 * sizeof(uint64_t)];
+        tuning_key(key, tkey);
+        kn_cu_tuning_forget(cu, tkey, sizeof tkey);
+    }
+}
+
+/* The algorithm for a problem: the session's table, a tuning result, else cuBLASLt's heuristic
+ * (recorded as a tuning result). *from_file (may be NULL): the algorithm is an imported choice no
+ * product has run with yet. */
 static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const uint64_t key[6], cublasLtMatmulDesc_t op,
                              cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
-                             uint32_t al_a, uint32_t al_b, uint32_t al_c, cublasLtMatmulAlgo_t *algo) {
+                             uint32_t al_a, uint32_t al_b, uint32_t al_c, cublasLtMatmulAlgo_t *algo, bool *from_file) {
+    if (from_file) *from_file = false;
     for (int i = 0; i < cu->n_lt; i++)
         if (!memcmp(cu->lt_cache[i].key, key, sizeof cu->lt_cache[i].key)) {
             *algo = cu->lt_cache[i].algo;
+            if (from_file) *from_file = cu->lt_cache[i].unproven;
             return KILN_OK;
         }
-    /* a tuning result (from the compiled file, or an earlier shape of this session) first: an
-     * imported one only if cuBLASLt accepts it for this problem within the workspace */
+    /* a tuning result (from the compiled file, or an earlier shape of this session) first. An
+     * imported one is not put to cublasLtMatmulAlgoCheck: its first call costs 90 ms (it loads
+     * cuBLASLt's selection tables, the very cost the file saves). cublasLtMatmul checks the
+     * algorithm against the problem itself and refuses one that does not fit; the caller then
+     * drops the choice and asks the heuristic (kn_cu_gemm_run). */
     uint8_t tkey[1 + 6 * sizeof(uint64_t)];
-    tkey[0] = KN_CU_TUNE_MATMUL;
-    memcpy(tkey + 1, key, 6 * sizeof(uint64_t));
+    tuning_key(key, tkey);
     const kn_cu_tuned *t = kn_cu_tuning_find(cu, tkey, sizeof tkey);
     if (t) {
-        cublasLtMatmulAlgo_t a;
-        memcpy(&a, t->val, sizeof a);
-        cublasLtMatmulHeuristicResult_t chk;
-        double t0 = kn_now_ms();
-        bool fits = !t->imported || (cublasLtMatmulAlgoCheck(cu->lt, op, la, lb, lc, lc, &a, &chk) == CUBLAS_STATUS_SUCCESS &&
-                                     chk.workspaceSize <= cu->workspace_size);
-        if (t->imported)
-            kn_log(KILN_LOG_DEBUG, "cuda: the compiled file's cuBLASLt choice for '%s' checked in %.2f ms",
-                   c->node && c->node->name ? c->node->name : "", kn_now_ms() - t0);
-        if (fits) {
-            *algo = a;
-            remember(cu, key, &a);
-            return KILN_OK;
-        }
-        kn_log(KILN_LOG_DEBUG, "cuda: the compiled file's cuBLASLt choice for '%s' does not fit: heuristic instead",
-               c->node && c->node->name ? c->node->name : "");
+        memcpy(algo, t->val, sizeof *algo);
+        remember(cu, key, algo, t->imported);
+        if (from_file) *from_file = t->imported;
+        return KILN_OK;
     }
     cublasLtMatmulPreference_t pref;
     cublasStatus_t s = cublasLtMatmulPreferenceCreate(&pref);
@@ -95,7 +113,7 @@ static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const uint64_t
     if (s != CUBLAS_STATUS_SUCCESS || n == 0)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for this product (status %d)", (int)s);
     *algo = res.algo;
-    remember(cu, key, &res.algo);
+    remember(cu, key, &res.algo, false);
     return kn_cu_tuning_add(cu, tkey, sizeof tkey, &res.algo, sizeof res.algo);
 }
 
@@ -212,17 +230,26 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
                            (uint64_t)comp << 32 ^ ((uint64_t)al_a << 16 ^ (uint64_t)al_b << 8 ^ al_c),
                            (uint64_t)g->sa ^ (uint64_t)g->sb << 20 ^ (uint64_t)g->sc << 40};
         cublasLtMatmulAlgo_t algo;
-        st = find_algo(cu, c, key, op, la, lb, lc, al_a, al_b, al_c, &algo);
-        if (st == KILN_OK) {
-            double ad = g->alpha, bd = g->beta;
-            float af = g->alpha, bf = g->beta;
-            const void *alpha = dev_scalars ? (const void *)dev_scalars
-                                : scale_t == CUDA_R_64F ? (const void *)&ad : (const void *)&af;
-            const void *beta = dev_scalars ? (const void *)(dev_scalars + 1)
-                               : scale_t == CUDA_R_64F ? (const void *)&bd : (const void *)&bf;
+        bool from_file = false;
+        double ad = g->alpha, bd = g->beta;
+        float af = g->alpha, bf = g->beta;
+        const void *alpha = dev_scalars ? (const void *)dev_scalars
+                            : scale_t == CUDA_R_64F ? (const void *)&ad : (const void *)&af;
+        const void *beta = dev_scalars ? (const void *)(dev_scalars + 1)
+                           : scale_t == CUDA_R_64F ? (const void *)&bd : (const void *)&bf;
+        /* at most twice: an imported choice cuBLASLt refuses is dropped for the heuristic's */
+        for (int attempt = 0; attempt < 2; attempt++) {
+            st = find_algo(cu, c, key, op, la, lb, lc, al_a, al_b, al_c, &algo, &from_file);
+            if (st != KILN_OK) break;
             s = cublasLtMatmul(cu->lt, op, alpha, B, la, A, lb, beta, g->C, lc, g->C, lc, &algo, cu->workspace,
                                cu->workspace_size, cu->stream);
-            if (s != CUBLAS_STATUS_SUCCESS) st = lt_fail(c, s, "matmul");
+            if (from_file) settle(cu, key, s == CUBLAS_STATUS_SUCCESS);
+            if (s == CUBLAS_STATUS_SUCCESS) break;
+            st = lt_fail(c, s, "matmul");
+            if (!from_file) break;
+            kn_log(KILN_LOG_DEBUG, "cuda: the compiled file's cuBLASLt choice for '%s' was refused (status %d): "
+                   "heuristic instead", c->node && c->node->name ? c->node->name : "", (int)s);
+            cudaGetLastError();
         }
     }
     if (lc) cublasLtMatrixLayoutDestroy(lc);

@@ -7,8 +7,9 @@
  *
  * A record is opaque to the cache: a key (kind byte + the problem: shapes, types, layout,
  * alignment) and a value (the algorithm). Imported records are validated here for kind, sizes and
- * ranges; the library itself checks an imported algorithm against its problem before first use
- * (cuda_linalg.c, cuda_conv.c), so a stale or hostile choice falls back to the heuristic. */
+ * ranges; the library itself checks an imported algorithm against its problem at first use
+ * (cublasLtMatmul refuses one that does not fit, cudnnGet*WorkspaceSize one that does not apply:
+ * cuda_linalg.c, cuda_conv.c), and a refused choice falls back to the heuristic. */
 #include "backend/cuda/cuda_backend.h"
 
 #include <stdlib.h>
@@ -48,6 +49,13 @@ static kiln_status put(kn_cuda *cu, const void *key, size_t key_len, const void 
 
 kiln_status kn_cu_tuning_add(kn_cuda *cu, const void *key, size_t key_len, const void *val, size_t val_len) {
     return put(cu, key, key_len, val, val_len, false);
+}
+
+void kn_cu_tuning_forget(kn_cuda *cu, const void *key, size_t key_len) {
+    kn_cu_tuned *t = kn_cu_tuning_find(cu, key, key_len);
+    if (!t) return;
+    if (!t->imported) cu->n_tuned_here--;
+    *t = cu->tuned[--cu->n_tuned];
 }
 
 void kn_cu_tuning_release(kn_cuda *cu) {
