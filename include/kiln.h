@@ -178,11 +178,12 @@ KILN_API void kiln_session_options_destroy(kiln_session_options *options);
  *   cpu:  none yet
  *   cuda: "device_id"="0", "precision"="fp32|tf32|fp16|bf16", "strict"="0|1",
  *         "workspace_mb"="N", "tuning"="exhaustive|heuristic": how each convolution's cuDNN
- *         algorithm is chosen: by measuring every algorithm on the first run with each shape (the
- *         default: tens of milliseconds per distinct convolution, once) or by cuDNN's heuristic
- *         ranking (no measuring, often slower kernels); cuBLASLt products use its heuristic
- *         either way. The choices are kept in the compiled model (cache entry or saved file), so
- *         a later session from it makes none of them again.
+ *         algorithm and each product's cuBLASLt algorithm are chosen: by measuring the candidates
+ *         on the first run with each shape (the default: every cuDNN algorithm, cuBLASLt's eight
+ *         best-ranked; milliseconds to tens of milliseconds per distinct problem, once) or by the
+ *         libraries' heuristic ranking (no measuring, often slower kernels). The choices are kept
+ *         in the compiled model (cache entry or saved file), so a later session from it makes
+ *         none of them again.
  *         "graphs"="0|1": capture a run into a CUDA graph and replay it (default 1: one graph per
  *         input-shape set, at most 4, least recently used replaced; a model whose shapes never
  *         repeat is never captured). The first run with a set of input shapes runs as usual

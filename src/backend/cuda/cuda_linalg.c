@@ -66,12 +66,64 @@ static void settle(kn_cuda *cu, const uint64_t key[6], bool ok) {
     }
 }
 
+/* One product as cuBLASLt sees it: descriptors, the alignments promised, and the operands (for
+ * measuring candidates: D goes to scratch of d_bytes, C is only read). */
+typedef struct lt_problem {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    uint32_t al_a, al_b, al_c;
+    const void *alpha, *beta, *A, *B; /* cuBLASLt's A and B (our B and A) */
+    const void *C;
+    size_t d_bytes;
+} lt_problem;
+
+#define LT_CANDIDATES 8
+#define LT_TIMED_RUNS 3
+
+/* tuning=exhaustive: the heuristic's best LT_CANDIDATES, each run once to load it and then timed
+ * over LT_TIMED_RUNS products into scratch; the fastest wins. A few milliseconds per distinct
+ * product, once: the choice goes into the compiled file. */
+static int fastest(kn_cuda *cu, const lt_problem *p, const cublasLtMatmulHeuristicResult_t *res, int n) {
+    void *d = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    int best = 0;
+    float best_ms = 0;
+    if (kn_cu_scratch(cu, p->d_bytes ? p->d_bytes : 1, &d) != KILN_OK) {
+        kn_clear_error();
+        return 0;
+    }
+    if (cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
+        best = -1;
+        for (int i = 0; i < n; i++) {
+            if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > cu->workspace_size) continue;
+            bool ok = cublasLtMatmul(cu->lt, p->op, p->alpha, p->A, p->la, p->B, p->lb, p->beta, p->C, p->lc, d, p->lc,
+                                     &res[i].algo, cu->workspace, cu->workspace_size, cu->stream) == CUBLAS_STATUS_SUCCESS;
+            ok = ok && cudaEventRecord(e0, cu->stream) == cudaSuccess;
+            for (int r = 0; ok && r < LT_TIMED_RUNS; r++)
+                ok = cublasLtMatmul(cu->lt, p->op, p->alpha, p->A, p->la, p->B, p->lb, p->beta, p->C, p->lc, d, p->lc,
+                                    &res[i].algo, cu->workspace, cu->workspace_size, cu->stream) == CUBLAS_STATUS_SUCCESS;
+            float ms = 0;
+            ok = ok && cudaEventRecord(e1, cu->stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
+                 cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+            if (!ok) {
+                cudaGetLastError();
+                continue;
+            }
+            if (best < 0 || ms < best_ms) best = i, best_ms = ms;
+        }
+        if (best < 0) best = 0;
+    }
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    kn_cu_scratch_free(cu, d, p->d_bytes ? p->d_bytes : 1);
+    return best;
+}
+
 /* The algorithm for a problem: the session's table, a tuning result, else cuBLASLt's heuristic
  * (recorded as a tuning result). *from_file (may be NULL): the algorithm is an imported choice no
  * product has run with yet. */
-static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const uint64_t key[6], cublasLtMatmulDesc_t op,
-                             cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
-                             uint32_t al_a, uint32_t al_b, uint32_t al_c, cublasLtMatmulAlgo_t *algo, bool *from_file) {
+static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const uint64_t key[6], const lt_problem *p,
+                             cublasLtMatmulAlgo_t *algo, bool *from_file) {
     if (from_file) *from_file = false;
     for (int i = 0; i < cu->n_lt; i++)
         if (!memcmp(cu->lt_cache[i].key, key, sizeof cu->lt_cache[i].key)) {
@@ -98,23 +150,27 @@ static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const uint64_t
     if (s != CUBLAS_STATUS_SUCCESS) return lt_fail(c, s, "preference");
     uint64_t ws = cu->workspace_size;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c);
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &p->al_a, sizeof p->al_a);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &p->al_b, sizeof p->al_b);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &p->al_c, sizeof p->al_c);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &p->al_c, sizeof p->al_c);
+    /* measuring waits for the device: not while a run is being recorded into a graph */
+    bool measure = cu->cfg.exhaustive && !cu->capture;
+    cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
     int n = 0;
     double t0 = kn_now_ms();
-    s = cublasLtMatmulAlgoGetHeuristic(cu->lt, op, la, lb, lc, lc, pref, 1, &res, &n);
-    kn_log(KILN_LOG_DEBUG, "cuda: cuBLASLt heuristic for '%s' (%lld x %lld x %lld) in %.2f ms",
-           c->node && c->node->name ? c->node->name : "", (long long)(key[0] >> 32), (long long)(key[0] & 0xffffffffu),
-           (long long)(key[1] >> 32), kn_now_ms() - t0);
+    s = cublasLtMatmulAlgoGetHeuristic(cu->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, measure ? LT_CANDIDATES : 1, res, &n);
     cublasLtMatmulPreferenceDestroy(pref);
     if (s != CUBLAS_STATUS_SUCCESS || n == 0)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for this product (status %d)", (int)s);
-    *algo = res.algo;
-    remember(cu, key, &res.algo, false);
-    return kn_cu_tuning_add(cu, tkey, sizeof tkey, &res.algo, sizeof res.algo);
+    int pick = measure && n > 1 ? fastest(cu, p, res, n) : 0;
+    kn_log(KILN_LOG_DEBUG, "cuda: cuBLASLt %s for '%s' (%lld x %lld x %lld): candidate %d of %d in %.2f ms",
+           measure ? "measurement" : "heuristic", c->node && c->node->name ? c->node->name : "",
+           (long long)(key[0] >> 32), (long long)(key[0] & 0xffffffffu), (long long)(key[1] >> 32), pick, n,
+           kn_now_ms() - t0);
+    *algo = res[pick].algo;
+    remember(cu, key, algo, false);
+    return kn_cu_tuning_add(cu, tkey, sizeof tkey, algo, sizeof *algo);
 }
 
 static int64_t extent(int64_t rows, int64_t ld, int64_t batch, int64_t stride) {
@@ -237,9 +293,11 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
                             : scale_t == CUDA_R_64F ? (const void *)&ad : (const void *)&af;
         const void *beta = dev_scalars ? (const void *)(dev_scalars + 1)
                            : scale_t == CUDA_R_64F ? (const void *)&bd : (const void *)&bf;
+        lt_problem prob = {op, la, lb, lc, al_a, al_b, al_c, alpha, beta, B, A, g->C,
+                           (size_t)extent(g->M, g->ldc, g->batch, g->sc) * cs};
         /* at most twice: an imported choice cuBLASLt refuses is dropped for the heuristic's */
         for (int attempt = 0; attempt < 2; attempt++) {
-            st = find_algo(cu, c, key, op, la, lb, lc, al_a, al_b, al_c, &algo, &from_file);
+            st = find_algo(cu, c, key, &prob, &algo, &from_file);
             if (st != KILN_OK) break;
             s = cublasLtMatmul(cu->lt, op, alpha, B, la, A, lb, beta, g->C, lc, g->C, lc, &algo, cu->workspace,
                                cu->workspace_size, cu->stream);
