@@ -119,6 +119,9 @@ extern const kn_backend_ops kn_backend_cuda;
 /* cuBLASLt and cuDNN, loaded at first use (cuda_libs.c): loads them, says whether cuBLASLt loaded
  * (else why), how many of their functions resolved and whether cuDNN loaded. No GPU needed. */
 int kn_cuda_libs_report(char *why, size_t cap, int *n_resolved, int *cudnn_loaded);
+/* Tests: waits for a CUDA session's warm-start threads and returns how many imported library
+ * calls they replayed (cuda_warmup.c). */
+int kn_cuda_warmup_replayed(void *cuda_state);
 #endif
 
 /* The provider of this name compiled into this build, or NULL. */

@@ -80,8 +80,13 @@ static kiln_session *make_session(const unsigned char *m, size_t size, const cha
     kiln_session_options_set_opt_level(o, level);
     kiln_session_options_set_cache(o, 0, NULL);
     if (output_device) kiln_session_options_set_output_device(o, (kiln_device_type)output_device);
-    const char *k[1] = {"graphs"}, *v[1] = {graphs};
-    kiln_session_options_append_provider(o, provider, graphs ? k : NULL, graphs ? v : NULL, graphs ? 1 : 0);
+    /* heuristic tuning: the sessions compared here then pick the same algorithms (exhaustive tuning
+     * times the candidates, and two sessions may pick different ones, which round differently) */
+    const char *k[2], *v[2];
+    int n = 0;
+    if (!strcmp(provider, "cuda")) k[n] = "tuning", v[n++] = "heuristic";
+    if (graphs) k[n] = "graphs", v[n++] = graphs;
+    kiln_session_options_append_provider(o, provider, n ? k : NULL, n ? v : NULL, n);
     kiln_session *s = NULL;
     kiln_status st = kiln_session_create_from_memory(m, size, NULL, o, &s);
     kiln_session_options_destroy(o);

@@ -142,6 +142,11 @@ KN_TEST(cuda_tuning_kept_in_compiled_file) {
         kiln_tensor *y2 = run_once(warm, x);
         cu->ops->tuning_count(cu->state, &here);
         CHECK_MSG(here == 0, "%s: the warm run chose %d algorithms again", modes[mode], here);
+#ifdef KILN_HAVE_CUDA
+        /* beside the first run, every imported choice (the Conv's and the MatMul's) ran once */
+        int replayed = kn_cuda_warmup_replayed(cu->state);
+        CHECK_MSG(replayed == made, "%s: %d of %d imported choices replayed at the warm start", modes[mode], replayed, made);
+#endif
         CHECK_MSG(max_rel_diff(y2, y1) <= 1e-6, "%s: warm and cold outputs differ (%g)", modes[mode], max_rel_diff(y2, y1));
         CHECK_MSG(max_rel_diff(y2, want) <= 1e-3, "%s: CUDA and CPU outputs differ (%g)", modes[mode], max_rel_diff(y2, want));
         kiln_tensor_destroy(y1);
@@ -172,7 +177,11 @@ KN_TEST(cuda_tuning_malformed_records_refused) {
         kiln_session_destroy(s);
         return;
     }
-    uint8_t key[8] = {'F', 1, 2, 3, 4, 5, 6, 7}, val[64] = {0};
+    /* a well-formed convolution key: rank 4, fp32, FMA math, 1 group; x/y/w dims; pad/stride/dilation */
+    int32_t desc[22] = {4, 0, 3, 1, 1, 4, 2, 3, 2, 3, 10, 10, 3, 10, 10, 3, 1, 1, 1, 1, 1, 1};
+    uint8_t key[1 + sizeof desc], val[64] = {0};
+    key[0] = 'F';
+    memcpy(key + 1, desc, sizeof desc);
     int32_t algo = 99;
     memcpy(val, &algo, sizeof algo);
     CHECK_STATUS(cu->ops->tuning_import(cu->state, key, sizeof key, val, 4), KILN_ERR_CACHE);
@@ -185,6 +194,12 @@ KN_TEST(cuda_tuning_malformed_records_refused) {
     CHECK_STATUS(cu->ops->tuning_import(cu->state, key, sizeof key, val, 4), KILN_ERR_CACHE);
     CHECK_ERROR_HAS("unknown kind");
     CHECK_STATUS(cu->ops->tuning_import(cu->state, key, 1, val, 4), KILN_ERR_CACHE);
+    key[0] = 'F';
+    CHECK_STATUS(cu->ops->tuning_import(cu->state, key, sizeof key - 4, val, 4), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("no description");
+    key[0] = 'L';
+    CHECK_STATUS(cu->ops->tuning_import(cu->state, key, sizeof key, val, 64), KILN_ERR_CACHE); /* 64: a cublasLtMatmulAlgo_t */
+    CHECK_ERROR_HAS("product's key");
     key[0] = 'F';
     CHECK_STATUS(cu->ops->tuning_import(cu->state, key, sizeof key, val, 4), KILN_OK);
     /* an imported choice for a problem that never occurs changes nothing: the model still runs */

@@ -541,6 +541,7 @@ static kiln_status cu_run(void *state, const void *kernel, kn_kernel_ctx *c) {
     kn_cuda *cu = state;
     const kn_cuda_kernel *k = kernel;
     if (cu->device) cudaSetDevice(cu->device); /* the thread's current device */
+    if (!cu->warmup) kn_cu_warmup_start(cu);       /* once, at the first node: a no-op without imported choices */
     return k->run(cu, c);
 }
 
@@ -618,6 +619,9 @@ static void cu_destroy(void *state) {
     kn_cuda *cu = state;
     if (!cu) return;
     cudaSetDevice(cu->device);
+    kn_cu_warmup_join(cu);
+    free(cu->warmup);
+    cu->warmup = NULL;
     if (cu->stream) cudaStreamSynchronize(cu->stream);
     if (cu->live_bytes)
         kn_log(KILN_LOG_DEBUG, "cuda:%d: %zu bytes of device tensors still live at session end", cu->device,

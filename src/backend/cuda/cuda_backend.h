@@ -27,9 +27,18 @@ typedef struct kn_cu_conv_entry {
     size_t cap;
 } kn_cu_conv_entry;
 
+/* A cuBLASLt product as kiln configures it: everything its descriptors say, in kiln's row-major
+ * terms (cuda_linalg.c swaps the operands for cuBLASLt). It keys the session's table of algorithms
+ * and the tuning records, and a warm start rebuilds the product from it (cuda_warmup.c). */
+typedef struct kn_cu_lt_key {
+    int64_t m, n, k, batch, lda, ldb, ldc, sa, sb, sc;
+    int32_t ta, tb, ab_type, c_type, compute, scale_type, align_a, align_b, align_c, device_scalars;
+} kn_cu_lt_key;
+_Static_assert(sizeof(kn_cu_lt_key) == 10 * 8 + 10 * 4, "kn_cu_lt_key is compared and stored whole: no padding");
+
 /* A cached cuBLASLt algorithm for one problem shape. */
 typedef struct kn_cu_lt_entry {
-    uint64_t key[6];
+    kn_cu_lt_key key;
     cublasLtMatmulAlgo_t algo;
     bool unproven; /* imported from a compiled file; no product has run with it yet */
 } kn_cu_lt_entry;
@@ -75,6 +84,7 @@ typedef struct kn_cuda {
     kn_cu_tuned *tuned; /* tuning results: made here or imported from a compiled file */
     int n_tuned, cap_tuned, n_tuned_here;
     struct kn_cu_capture *capture; /* while a run is recorded into a graph (cuda_graph.c) */
+    struct kn_cu_warmup *warmup;   /* library start-up work beside the first run (cuda_warmup.c) */
     bool orphaned; /* destroyed while the caller held device tensors: the last one frees the state */
 } kn_cuda;
 
@@ -155,6 +165,13 @@ typedef struct kn_cu_gemm {
     float alpha, beta;
 } kn_cu_gemm;
 kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm *g);
+/* The cuBLASLt descriptors of a product (all NULL on failure; undescribe frees them), and the
+ * elements its operands A, B and C span. */
+cublasStatus_t kn_cu_lt_describe(const kn_cu_lt_key *k, cublasLtMatmulDesc_t *op, cublasLtMatrixLayout_t *la,
+                                 cublasLtMatrixLayout_t *lb, cublasLtMatrixLayout_t *lc);
+void kn_cu_lt_undescribe(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                         cublasLtMatrixLayout_t lc);
+void kn_cu_lt_extents(const kn_cu_lt_key *k, int64_t *a, int64_t *b, int64_t *c);
 /* C [o_bd..., M, N] = alpha * A [a_bd..., M, K] x B [b_bd..., K, N], batch dims right-aligned and
  * broadcast onto o_bd (strided batches when possible, else one product per batch entry). */
 kiln_status kn_cu_matmul_bcast(kn_cuda *cu, const kn_kernel_ctx *c, kiln_dtype dt, const void *A, const int64_t *a_bd,
@@ -187,5 +204,19 @@ kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c);
 kiln_status kn_cu_run_conv_transpose(kn_cuda *cu, kn_kernel_ctx *c);
 bool kn_cu_conv_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap);
 void kn_cu_conv_release(kn_cuda *cu);
+#ifdef KILN_HAVE_CUDNN
+/* A convolution's descriptors from its tuning key (the int32 words after the kind byte: rank,
+ * data type, math type, groups, then x/y/w dims and pad/stride/dilation interleaved); counts gets
+ * the elements of x, y and w. Not CUDNN_STATUS_SUCCESS for a key that does not describe one. */
+cudnnStatus_t kn_cu_conv_describe(const int32_t *desc, int nd, cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd,
+                                  cudnnFilterDescriptor_t wd, cudnnConvolutionDescriptor_t cd, int64_t counts[3]);
+#endif
+
+/* Warm starts (cuda_warmup.c): with tuning results imported from a compiled file, the first run
+ * starts threads that initialise cuBLASLt and cuDNN and load the kernels of those results by
+ * running each once on scratch memory, beside the run itself; join waits for them (before a run
+ * is recorded into a graph, and at the end). */
+void kn_cu_warmup_start(kn_cuda *cu);
+void kn_cu_warmup_join(kn_cuda *cu);
 
 #endif

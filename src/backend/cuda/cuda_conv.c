@@ -259,6 +259,41 @@ static kiln_status measure_algo(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, c
     return p->algo >= 0 ? KILN_OK : heuristic_algo(cu, c, transpose, p);
 }
 
+cudnnStatus_t kn_cu_conv_describe(const int32_t *desc, int nd, cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd,
+                                  cudnnFilterDescriptor_t wd, cudnnConvolutionDescriptor_t cd, int64_t counts[3]) {
+    int nb = nd >= 4 ? desc[0] : 0;
+    if (nb < 4 || nb > 5 || nd != 4 + 3 * nb + 3 * (nb - 2) || desc[3] < 1) return CUDNN_STATUS_BAD_PARAM;
+    cudnnDataType_t dt = (cudnnDataType_t)desc[1];
+    int xdims[5], ydims[5], wdims[5], st[5], pad[3], str[3], dil[3];
+    counts[0] = counts[1] = counts[2] = 1;
+    for (int i = 0; i < nb; i++) {
+        xdims[i] = desc[4 + 3 * i];
+        ydims[i] = desc[5 + 3 * i];
+        wdims[i] = desc[6 + 3 * i];
+        counts[0] *= xdims[i];
+        counts[1] *= ydims[i];
+        counts[2] *= wdims[i];
+    }
+    for (int i = 0; i < nb - 2; i++) {
+        pad[i] = desc[4 + 3 * nb + 3 * i];
+        str[i] = desc[5 + 3 * nb + 3 * i];
+        dil[i] = desc[6 + 3 * nb + 3 * i];
+    }
+    packed(nb, xdims, st);
+    cudnnStatus_t s = cudnnSetTensorNdDescriptor(xd, dt, nb, xdims, st);
+    if (s == CUDNN_STATUS_SUCCESS) {
+        packed(nb, ydims, st);
+        s = cudnnSetTensorNdDescriptor(yd, dt, nb, ydims, st);
+    }
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetFilterNdDescriptor(wd, dt, CUDNN_TENSOR_NCHW, nb, wdims);
+    cudnnDataType_t comp = dt == CUDNN_DATA_DOUBLE ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnSetConvolutionNdDescriptor(cd, nb - 2, pad, str, dil, CUDNN_CROSS_CORRELATION, comp);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionGroupCount(cd, desc[3]);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionMathType(cd, (cudnnMathType_t)desc[2]);
+    return s;
+}
+
 /* Builds the descriptors. For Conv: xd = (padded) input, yd = output. For ConvTranspose: xd = the
  * op's input (cuDNN's dy), yd = the (full) output (cuDNN's dx). */
 static kiln_status make_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, const conv_geom *g, conv_plan *p) {
@@ -267,7 +302,7 @@ static kiln_status make_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, cons
     p->dt = dnn_type(cdt);
     int nb = g->nsp == 1 ? 4 : g->nsp + 2; /* 1-D runs as 2-D */
     int off = g->nsp == 1 ? 1 : 0;
-    int xdims[5], ydims[5], wdims[5], st[5], pad[3], str[3], dil[3];
+    int xdims[5], ydims[5], wdims[5], pad[3], str[3], dil[3];
     bool symmetric = true;
     for (int i = 0; i < g->nsp; i++)
         if (g->pb[i] != g->pe[i] || g->pb[i] < 0) symmetric = false;
@@ -299,30 +334,12 @@ static kiln_status make_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, cons
     }
     wdims[0] = (int)w->dims[0];
     wdims[1] = (int)w->dims[1];
-    cudnnStatus_t s = cudnnCreateTensorDescriptor(&p->xd);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateTensorDescriptor(&p->yd);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateFilterDescriptor(&p->wd);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateConvolutionDescriptor(&p->cd);
-    if (s == CUDNN_STATUS_SUCCESS) {
-        packed(nb, xdims, st);
-        s = cudnnSetTensorNdDescriptor(p->xd, p->dt, nb, xdims, st);
-    }
-    if (s == CUDNN_STATUS_SUCCESS) {
-        packed(nb, ydims, st);
-        s = cudnnSetTensorNdDescriptor(p->yd, p->dt, nb, ydims, st);
-    }
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetFilterNdDescriptor(p->wd, p->dt, CUDNN_TENSOR_NCHW, nb, wdims);
-    cudnnDataType_t comp = cdt == KILN_DTYPE_DOUBLE ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-    if (s == CUDNN_STATUS_SUCCESS)
-        s = cudnnSetConvolutionNdDescriptor(p->cd, nb - 2, pad, str, dil, CUDNN_CROSS_CORRELATION, comp);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionGroupCount(p->cd, (int)g->group);
     /* fp32: plain FMA math (no TF32) unless tf32 is asked for */
     cudnnMathType_t m = cdt == KILN_DTYPE_FLOAT && cu->cfg.precision != KN_PRECISION_TF32 ? CUDNN_FMA_MATH
                         : cdt == KILN_DTYPE_DOUBLE ? CUDNN_DEFAULT_MATH
                                                    : CUDNN_TENSOR_OP_MATH;
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionMathType(p->cd, m);
-    if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(c, s, "descriptor");
-    /* the tuning key: everything the descriptors say (cuDNN's choice depends on nothing else) */
+    /* the problem as cuDNN sees it: the descriptors are made from it, and it is the tuning key
+     * (cuDNN's choice depends on nothing else) */
     int32_t desc[48], nd = 0;
     desc[nd++] = nb;
     desc[nd++] = (int32_t)p->dt;
@@ -330,6 +347,13 @@ static kiln_status make_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, cons
     desc[nd++] = (int32_t)g->group;
     for (int i = 0; i < nb; i++) desc[nd++] = xdims[i], desc[nd++] = ydims[i], desc[nd++] = wdims[i];
     for (int i = 0; i < nb - 2; i++) desc[nd++] = pad[i], desc[nd++] = str[i], desc[nd++] = dil[i];
+    cudnnStatus_t s = cudnnCreateTensorDescriptor(&p->xd);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateTensorDescriptor(&p->yd);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateFilterDescriptor(&p->wd);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateConvolutionDescriptor(&p->cd);
+    int64_t counts[3];
+    if (s == CUDNN_STATUS_SUCCESS) s = kn_cu_conv_describe(desc, nd, p->xd, p->yd, p->wd, p->cd, counts);
+    if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(c, s, "descriptor");
     uint8_t tkey[1 + sizeof desc];
     tkey[0] = transpose ? KN_CU_TUNE_CONV_BWD_DATA : KN_CU_TUNE_CONV_FWD;
     memcpy(tkey + 1, desc, sizeof(int32_t) * (size_t)nd);
@@ -351,8 +375,8 @@ static kiln_status make_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, cons
     }
     /* exhaustive tuning measures every algorithm on scratch operands (not while a run is being
      * recorded into a graph, where nothing may wait for the device) */
-    size_t es = kiln_dtype_size(cdt), bytes[3] = {es, es, es}; /* xd, yd, wd */
-    for (int i = 0; i < nb; i++) bytes[0] *= (size_t)xdims[i], bytes[1] *= (size_t)ydims[i], bytes[2] *= (size_t)wdims[i];
+    size_t es = kiln_dtype_size(cdt), bytes[3]; /* xd, yd, wd */
+    for (int i = 0; i < 3; i++) bytes[i] = es * (size_t)counts[i];
     KN_TRY(cu->cfg.exhaustive && !cu->capture ? measure_algo(cu, c, transpose, p, m, bytes)
                                               : heuristic_algo(cu, c, transpose, p));
     if (p->algo < 0)

@@ -93,6 +93,7 @@ static void capture_release(kn_cuda *cu, kn_cu_capture *cap) {
 kiln_status kn_cu_capture_begin(void *state) {
     kn_cuda *cu = state;
     if (cu->capture) return KN_INTERNAL("a capture is already in progress");
+    kn_cu_warmup_join(cu); /* its library calls must not overlap a recording */
     kn_cu_capture *cap = calloc(1, sizeof *cap);
     if (!cap) return KN_OOM();
     cap->n_conv_at_begin = cu->n_conv;

@@ -29,14 +29,16 @@ static uint64_t align_of(const void *p, int64_t ld, int64_t stride, size_t es) {
     return a & (~a + 1); /* lowest set bit */
 }
 
-static void tuning_key(const uint64_t key[6], uint8_t tkey[1 + 6 * sizeof(uint64_t)]) {
+#define LT_TKEY_LEN (1 + sizeof(kn_cu_lt_key))
+
+static void tuning_key(const kn_cu_lt_key *key, uint8_t tkey[LT_TKEY_LEN]) {
     tkey[0] = KN_CU_TUNE_MATMUL;
-    memcpy(tkey + 1, key, 6 * sizeof(uint64_t));
+    memcpy(tkey + 1, key, sizeof *key);
 }
 
 /* The per-session lookup table of algorithms by problem key (searched on every product);
  * unproven: an imported choice that no product has run with yet. */
-static void remember(kn_cuda *cu, const uint64_t key[6], const cublasLtMatmulAlgo_t *algo, bool unproven) {
+static void remember(kn_cuda *cu, const kn_cu_lt_key *key, const cublasLtMatmulAlgo_t *algo, bool unproven) {
     if (cu->n_lt == cu->cap_lt) {
         int nc = cu->cap_lt ? cu->cap_lt * 2 : 32;
         kn_cu_lt_entry *b = realloc(cu->lt_cache, sizeof *b * (size_t)nc);
@@ -44,7 +46,7 @@ static void remember(kn_cuda *cu, const uint64_t key[6], const cublasLtMatmulAlg
         cu->lt_cache = b;
         cu->cap_lt = nc;
     }
-    memcpy(cu->lt_cache[cu->n_lt].key, key, sizeof cu->lt_cache[cu->n_lt].key);
+    cu->lt_cache[cu->n_lt].key = *key;
     cu->lt_cache[cu->n_lt].algo = *algo;
     cu->lt_cache[cu->n_lt].unproven = unproven;
     cu->n_lt++;
@@ -52,15 +54,15 @@ static void remember(kn_cuda *cu, const uint64_t key[6], const cublasLtMatmulAlg
 
 /* After a product ran with an imported choice: proven (ok) or dropped, table and record, so the
  * next lookup asks the heuristic. */
-static void settle(kn_cuda *cu, const uint64_t key[6], bool ok) {
+static void settle(kn_cuda *cu, const kn_cu_lt_key *key, bool ok) {
     for (int i = 0; i < cu->n_lt; i++)
-        if (!memcmp(cu->lt_cache[i].key, key, sizeof cu->lt_cache[i].key)) {
+        if (!memcmp(&cu->lt_cache[i].key, key, sizeof *key)) {
             if (ok) cu->lt_cache[i].unproven = false;
             else cu->lt_cache[i] = cu->lt_cache[--cu->n_lt];
             break;
         }
     if (!ok) {
-        uint8_t tkey[1 + 6 * sizeof(uint64_t)];
+        uint8_t tkey[LT_TKEY_LEN];
         tuning_key(key, tkey);
         kn_cu_tuning_forget(cu, tkey, sizeof tkey);
     }
@@ -122,11 +124,11 @@ static int fastest(kn_cuda *cu, const lt_problem *p, const cublasLtMatmulHeurist
 /* The algorithm for a problem: the session's table, a tuning result, else cuBLASLt's heuristic
  * (recorded as a tuning result). *from_file (may be NULL): the algorithm is an imported choice no
  * product has run with yet. */
-static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const uint64_t key[6], const lt_problem *p,
+static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_lt_key *key, const lt_problem *p,
                              cublasLtMatmulAlgo_t *algo, bool *from_file) {
     if (from_file) *from_file = false;
     for (int i = 0; i < cu->n_lt; i++)
-        if (!memcmp(cu->lt_cache[i].key, key, sizeof cu->lt_cache[i].key)) {
+        if (!memcmp(&cu->lt_cache[i].key, key, sizeof *key)) {
             *algo = cu->lt_cache[i].algo;
             if (from_file) *from_file = cu->lt_cache[i].unproven;
             return KILN_OK;
@@ -136,7 +138,7 @@ static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const uint64_t
      * cuBLASLt's selection tables, the very cost the file saves). cublasLtMatmul checks the
      * algorithm against the problem itself and refuses one that does not fit; the caller then
      * drops the choice and asks the heuristic (kn_cu_gemm_run). */
-    uint8_t tkey[1 + 6 * sizeof(uint64_t)];
+    uint8_t tkey[LT_TKEY_LEN];
     tuning_key(key, tkey);
     const kn_cu_tuned *t = kn_cu_tuning_find(cu, tkey, sizeof tkey);
     if (t) {
@@ -166,7 +168,7 @@ static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const uint64_t
     int pick = measure && n > 1 ? fastest(cu, p, res, n) : 0;
     kn_log(KILN_LOG_DEBUG, "cuda: cuBLASLt %s for '%s' (%lld x %lld x %lld): candidate %d of %d in %.2f ms",
            measure ? "measurement" : "heuristic", c->node && c->node->name ? c->node->name : "",
-           (long long)(key[0] >> 32), (long long)(key[0] & 0xffffffffu), (long long)(key[1] >> 32), pick, n,
+           (long long)key->m, (long long)key->n, (long long)key->k, pick, n,
            kn_now_ms() - t0);
     *algo = res[pick].algo;
     remember(cu, key, algo, false);
@@ -175,6 +177,56 @@ static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const uint64_t
 
 static int64_t extent(int64_t rows, int64_t ld, int64_t batch, int64_t stride) {
     return rows * ld + (batch > 1 && stride > 0 ? (batch - 1) * stride : 0);
+}
+
+void kn_cu_lt_extents(const kn_cu_lt_key *k, int64_t *a, int64_t *b, int64_t *c) {
+    *a = extent(k->ta ? k->k : k->m, k->lda, k->batch, k->sa);
+    *b = extent(k->tb ? k->n : k->k, k->ldb, k->batch, k->sb);
+    *c = extent(k->m, k->ldc, k->batch, k->sc);
+}
+
+cublasStatus_t kn_cu_lt_describe(const kn_cu_lt_key *k, cublasLtMatmulDesc_t *op, cublasLtMatrixLayout_t *la,
+                                 cublasLtMatrixLayout_t *lb, cublasLtMatrixLayout_t *lc) {
+    *op = NULL;
+    *la = *lb = *lc = NULL;
+    cudaDataType_t ab_t = (cudaDataType_t)k->ab_type, c_t = (cudaDataType_t)k->c_type;
+    cublasStatus_t s = cublasLtMatmulDescCreate(op, (cublasComputeType_t)k->compute, (cudaDataType_t)k->scale_type);
+    cublasOperation_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+    if (s == CUBLAS_STATUS_SUCCESS && k->device_scalars) {
+        cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
+        s = cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm);
+    }
+    /* Lt's A is our B, Lt's B is our A (see the top of the file) */
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(la, ab_t, k->tb ? (uint64_t)k->k : (uint64_t)k->n, k->tb ? (uint64_t)k->n : (uint64_t)k->k,
+                                       k->ldb);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(lb, ab_t, k->ta ? (uint64_t)k->m : (uint64_t)k->k, k->ta ? (uint64_t)k->k : (uint64_t)k->m,
+                                       k->lda);
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatrixLayoutCreate(lc, c_t, (uint64_t)k->n, (uint64_t)k->m, k->ldc);
+    if (s == CUBLAS_STATUS_SUCCESS && k->batch > 1) {
+        int32_t bc = (int32_t)k->batch;
+        const int64_t strides[3] = {k->sb, k->sa, k->sc};
+        cublasLtMatrixLayout_t lays[3] = {*la, *lb, *lc};
+        for (int i = 0; i < 3 && s == CUBLAS_STATUS_SUCCESS; i++) {
+            s = cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc);
+            if (s == CUBLAS_STATUS_SUCCESS)
+                s = cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+                                                     sizeof strides[i]);
+        }
+    }
+    if (s != CUBLAS_STATUS_SUCCESS) kn_cu_lt_undescribe(*op, *la, *lb, *lc);
+    return s;
+}
+
+void kn_cu_lt_undescribe(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                         cublasLtMatrixLayout_t lc) {
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (op) cublasLtMatmulDescDestroy(op);
 }
 
 kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm *g) {
@@ -246,45 +298,18 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    kn_cu_lt_key key;
+    memset(&key, 0, sizeof key); /* no padding in it, but compared and stored whole */
     if (st == KILN_OK) {
-        s = cublasLtMatmulDescCreate(&op, comp, scale_t);
-        cublasOperation_t opa = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-        if (s == CUBLAS_STATUS_SUCCESS) {
-            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
-            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
-        }
-        if (s == CUBLAS_STATUS_SUCCESS && dev_scalars) {
-            cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
-            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm);
-        }
-        /* Lt's A is our B, Lt's B is our A (see the top of the file) */
-        if (s == CUBLAS_STATUS_SUCCESS)
-            s = cublasLtMatrixLayoutCreate(&la, ab_t, g->tb ? (uint64_t)g->K : (uint64_t)g->N,
-                                           g->tb ? (uint64_t)g->N : (uint64_t)g->K, g->ldb);
-        if (s == CUBLAS_STATUS_SUCCESS)
-            s = cublasLtMatrixLayoutCreate(&lb, ab_t, g->ta ? (uint64_t)g->M : (uint64_t)g->K,
-                                           g->ta ? (uint64_t)g->K : (uint64_t)g->M, g->lda);
-        if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatrixLayoutCreate(&lc, c_t, (uint64_t)g->N, (uint64_t)g->M, g->ldc);
-        if (s == CUBLAS_STATUS_SUCCESS && g->batch > 1) {
-            int32_t bc = (int32_t)g->batch;
-            int64_t sa = g->sb, sb = g->sa, sc = g->sc;
-            cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc);
-            cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sa, sizeof sa);
-            cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc);
-            cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sb, sizeof sb);
-            cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc);
-            cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sc, sizeof sc);
-        }
+        key = (kn_cu_lt_key){g->M, g->N, g->K, g->batch, g->lda, g->ldb, g->ldc, g->sa, g->sb, g->sc, g->ta, g->tb,
+                             (int32_t)ab_t, (int32_t)c_t, (int32_t)comp, (int32_t)scale_t,
+                             (int32_t)align_of(B, g->ldb, g->sb, abs_), (int32_t)align_of(A, g->lda, g->sa, abs_),
+                             (int32_t)align_of(g->C, g->ldc, g->sc, cs), dev_scalars != NULL};
+        s = kn_cu_lt_describe(&key, &op, &la, &lb, &lc);
         if (s != CUBLAS_STATUS_SUCCESS) st = lt_fail(c, s, "descriptor");
     }
     if (st == KILN_OK) {
-        uint32_t al_a = (uint32_t)align_of(B, g->ldb, g->sb, abs_), al_b = (uint32_t)align_of(A, g->lda, g->sa, abs_),
-                 al_c = (uint32_t)align_of(g->C, g->ldc, g->sc, cs);
-        uint64_t key[6] = {(uint64_t)g->M << 32 ^ (uint64_t)g->N, (uint64_t)g->K << 32 ^ (uint64_t)g->batch,
-                           (uint64_t)g->lda << 32 ^ (uint64_t)g->ldb,
-                           (uint64_t)g->ldc << 32 ^ (uint64_t)(g->ta | g->tb << 1 | (uint64_t)ab_t << 2 | (uint64_t)c_t << 12),
-                           (uint64_t)comp << 32 ^ ((uint64_t)al_a << 16 ^ (uint64_t)al_b << 8 ^ al_c),
-                           (uint64_t)g->sa ^ (uint64_t)g->sb << 20 ^ (uint64_t)g->sc << 40};
+        uint32_t al_a = (uint32_t)key.align_a, al_b = (uint32_t)key.align_b, al_c = (uint32_t)key.align_c;
         cublasLtMatmulAlgo_t algo;
         bool from_file = false;
         double ad = g->alpha, bd = g->beta;
@@ -297,11 +322,11 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
                            (size_t)extent(g->M, g->ldc, g->batch, g->sc) * cs};
         /* at most twice: an imported choice cuBLASLt refuses is dropped for the heuristic's */
         for (int attempt = 0; attempt < 2; attempt++) {
-            st = find_algo(cu, c, key, &prob, &algo, &from_file);
+            st = find_algo(cu, c, &key, &prob, &algo, &from_file);
             if (st != KILN_OK) break;
             s = cublasLtMatmul(cu->lt, op, alpha, B, la, A, lb, beta, g->C, lc, g->C, lc, &algo, cu->workspace,
                                cu->workspace_size, cu->stream);
-            if (from_file) settle(cu, key, s == CUBLAS_STATUS_SUCCESS);
+            if (from_file) settle(cu, &key, s == CUBLAS_STATUS_SUCCESS);
             if (s == CUBLAS_STATUS_SUCCESS) break;
             st = lt_fail(c, s, "matmul");
             if (!from_file) break;
@@ -310,10 +335,7 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
             cudaGetLastError();
         }
     }
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (op) cublasLtMatmulDescDestroy(op);
+    kn_cu_lt_undescribe(op, la, lb, lc);
     if (dev_scalars) kn_cu_scratch_free(cu, dev_scalars, 2 * sizeof(float));
     if (convA_bytes) kn_cu_scratch_free(cu, convA, convA_bytes);
     if (convB_bytes) kn_cu_scratch_free(cu, convB, convB_bytes);

@@ -12,6 +12,7 @@
  * cuda_linalg.c, cuda_conv.c), and a refused choice falls back to the heuristic. */
 #include "backend/cuda/cuda_backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,6 +81,31 @@ bool kn_cu_tuning_record(void *state, int i, const void **key, size_t *key_len, 
     return true;
 }
 
+/* Whether an imported key describes a problem (a warm start rebuilds the problem from it and runs
+ * it on scratch memory: cuda_warmup.c); why not in why. */
+static bool key_well_formed(const uint8_t *k, size_t key_len, char *why, size_t cap) {
+    if (k[0] == KN_CU_TUNE_MATMUL) {
+        kn_cu_lt_key p;
+        if (key_len != 1 + sizeof p) {
+            snprintf(why, cap, "a product's key of %zu bytes, %zu expected", key_len, 1 + sizeof p);
+            return false;
+        }
+        memcpy(&p, k + 1, sizeof p);
+        bool ok = p.m >= 1 && p.n >= 1 && p.k >= 1 && p.batch >= 1 && p.lda >= 1 && p.ldb >= 1 && p.ldc >= 1 && p.sa >= 0 &&
+                  p.sb >= 0 && p.sc >= 0 && (p.ta | p.tb | p.device_scalars) >= 0 && (p.ta | p.tb | p.device_scalars) <= 1;
+        if (!ok) snprintf(why, cap, "a product's key with sizes, strides or flags out of range");
+        return ok;
+    }
+    int32_t nb = 0;
+    if ((key_len - 1) % sizeof(int32_t) == 0 && key_len >= 1 + sizeof nb) memcpy(&nb, k + 1, sizeof nb);
+    size_t words = (key_len - 1) / sizeof(int32_t);
+    if ((key_len - 1) % sizeof(int32_t) != 0 || nb < 4 || nb > 5 || words != (size_t)(4 + 3 * nb + 3 * (nb - 2))) {
+        snprintf(why, cap, "a convolution's key of %zu bytes that is no description of one", key_len);
+        return false;
+    }
+    return true;
+}
+
 kiln_status kn_cu_tuning_import(void *state, const void *key, size_t key_len, const void *val, size_t val_len) {
     kn_cuda *cu = state;
     const uint8_t *k = key;
@@ -104,5 +130,7 @@ kiln_status kn_cu_tuning_import(void *state, const void *key, size_t key_len, co
     }
     if (val_len != want)
         return kn_error(KILN_ERR_CACHE, "tuning record of kind '%c' has a %zu-byte value, %zu expected", k[0], val_len, want);
+    char why[160];
+    if (!key_well_formed(k, key_len, why, sizeof why)) return kn_error(KILN_ERR_CACHE, "tuning record: %s", why);
     return put(cu, key, key_len, val, val_len, true);
 }

@@ -1,0 +1,258 @@
+/* Warm starts: the work before a process's first output that no compiled file can hold.
+ *
+ * With its tuning results imported, a warm session makes no library choices, but the libraries
+ * still start up in the process: cuBLASLt's first product costs 70-100 ms of CPU (it builds its
+ * kernel tables), cuDNN's first convolution tens of ms (its engine libraries), and each library
+ * kernel 5-15 ms at its first launch (lazy module loading). Run in order by the first run, those
+ * add up. All of it is CPU work that runs as well on other cores, so the first run starts two
+ * threads (one per library) that replay every imported choice once, on their own handles, stream
+ * and scratch memory: the run then finds the libraries started and the kernels loaded, or waits
+ * inside the library for the one thread doing it instead of doing it itself.
+ *
+ * The replays compute nothing anyone reads (uninitialised operands, outputs to scratch), and a
+ * failure in them is ignored: the run makes the same calls itself and reports its own errors. */
+#include "backend/cuda/cuda_backend.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+/* A problem whose operands would need more scratch than this is left to the run. */
+#define WARM_MAX_BYTES ((size_t)1 << 30)
+
+typedef struct warm_job {
+    int device;
+    size_t workspace_size;
+    kn_cu_tuned *recs; /* copies: the session's table changes while the thread reads */
+    int n, replayed;
+    double ms;
+    pthread_t thread;
+    bool running;
+} warm_job;
+
+struct kn_cu_warmup {
+    warm_job lt, dnn;
+};
+
+/* Device scratch that grows to the largest request (NULL when it cannot). */
+typedef struct scratch {
+    void *p;
+    size_t cap;
+} scratch;
+
+static void *scratch_get(scratch *s, size_t bytes) {
+    if (bytes <= s->cap) return s->p;
+    if (s->p) cudaFree(s->p);
+    s->p = NULL;
+    s->cap = 0;
+    if (cudaMalloc(&s->p, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        s->p = NULL;
+        return NULL;
+    }
+    s->cap = bytes;
+    return s->p;
+}
+
+static size_t round_up(size_t n) { return (n + 255) & ~(size_t)255; }
+
+static size_t lt_type_size(int32_t t) {
+    switch ((cudaDataType_t)t) {
+    case CUDA_R_64F: return 8;
+    case CUDA_R_32F: return 4;
+    default: return 2;
+    }
+}
+
+static void *replay_products(void *arg) {
+    warm_job *j = arg;
+    double t0 = kn_now_ms();
+    cudaStream_t stream = NULL;
+    cublasLtHandle_t h = NULL;
+    scratch ops = {0}, ws = {0};
+    if (cudaSetDevice(j->device) != cudaSuccess || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cublasLtCreate(&h) != CUBLAS_STATUS_SUCCESS)
+        goto done;
+    void *work = j->workspace_size ? scratch_get(&ws, j->workspace_size) : NULL;
+    for (int i = 0; i < j->n; i++) {
+        kn_cu_lt_key k;
+        memcpy(&k, j->recs[i].key + 1, sizeof k);
+        cublasLtMatmulAlgo_t algo;
+        memcpy(&algo, j->recs[i].val, sizeof algo);
+        int64_t ea, eb, ec;
+        kn_cu_lt_extents(&k, &ea, &eb, &ec);
+        size_t es = lt_type_size(k.ab_type), cs = lt_type_size(k.c_type);
+        if (ea <= 0 || eb <= 0 || ec <= 0 || (size_t)ea > WARM_MAX_BYTES / es || (size_t)eb > WARM_MAX_BYTES / es ||
+            (size_t)ec > WARM_MAX_BYTES / cs)
+            continue;
+        size_t at_b = round_up((size_t)ea * es), at_c = at_b + round_up((size_t)eb * es), at_s = at_c + round_up((size_t)ec * cs);
+        if (at_s + 256 > WARM_MAX_BYTES) continue;
+        char *base = scratch_get(&ops, at_s + 256);
+        if (!base) continue;
+        cublasLtMatmulDesc_t op;
+        cublasLtMatrixLayout_t la, lb, lc;
+        if (kn_cu_lt_describe(&k, &op, &la, &lb, &lc) != CUBLAS_STATUS_SUCCESS) continue;
+        double one_d = 1, zero_d = 0;
+        float one_f = 1, zero_f = 0;
+        const void *alpha = (cudaDataType_t)k.scale_type == CUDA_R_64F ? (const void *)&one_d : (const void *)&one_f;
+        const void *beta = (cudaDataType_t)k.scale_type == CUDA_R_64F ? (const void *)&zero_d : (const void *)&zero_f;
+        if (k.device_scalars) {
+            float *dev = (float *)(base + at_s);
+            cudaMemsetAsync(dev, 0, 2 * sizeof(float), stream);
+            alpha = dev;
+            beta = dev + 1;
+        }
+        /* our A is cuBLASLt's B (cuda_linalg.c) */
+        if (cublasLtMatmul(h, op, alpha, base + at_b, la, base, lb, beta, base + at_c, lc, base + at_c, lc, &algo, work,
+                           work ? j->workspace_size : 0, stream) == CUBLAS_STATUS_SUCCESS)
+            j->replayed++;
+        kn_cu_lt_undescribe(op, la, lb, lc);
+    }
+    cudaStreamSynchronize(stream);
+done:
+    cudaGetLastError();
+    if (h) cublasLtDestroy(h);
+    if (ops.p) cudaFree(ops.p);
+    if (ws.p) cudaFree(ws.p);
+    if (stream) cudaStreamDestroy(stream);
+    cudaGetLastError();
+    j->ms = kn_now_ms() - t0;
+    return NULL;
+}
+
+#ifdef KILN_HAVE_CUDNN
+static size_t dnn_type_size(int32_t t) {
+    switch ((cudnnDataType_t)t) {
+    case CUDNN_DATA_DOUBLE: return 8;
+    case CUDNN_DATA_FLOAT: return 4;
+    default: return 2;
+    }
+}
+
+static void *replay_convolutions(void *arg) {
+    warm_job *j = arg;
+    double t0 = kn_now_ms();
+    cudaStream_t stream = NULL;
+    cudnnHandle_t h = NULL;
+    cudnnTensorDescriptor_t xd = NULL, yd = NULL;
+    cudnnFilterDescriptor_t wd = NULL;
+    cudnnConvolutionDescriptor_t cd = NULL;
+    scratch ops = {0}, ws = {0};
+    if (cudaSetDevice(j->device) != cudaSuccess || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudnnCreate(&h) != CUDNN_STATUS_SUCCESS || cudnnSetStream(h, stream) != CUDNN_STATUS_SUCCESS ||
+        cudnnCreateTensorDescriptor(&xd) != CUDNN_STATUS_SUCCESS || cudnnCreateTensorDescriptor(&yd) != CUDNN_STATUS_SUCCESS ||
+        cudnnCreateFilterDescriptor(&wd) != CUDNN_STATUS_SUCCESS || cudnnCreateConvolutionDescriptor(&cd) != CUDNN_STATUS_SUCCESS)
+        goto done;
+    for (int i = 0; i < j->n; i++) {
+        const kn_cu_tuned *r = &j->recs[i];
+        int32_t desc[48];
+        int nd = (int)((r->key_len - 1) / sizeof(int32_t));
+        if (nd > 48) continue;
+        memcpy(desc, r->key + 1, sizeof(int32_t) * (size_t)nd);
+        int32_t a;
+        memcpy(&a, r->val, sizeof a);
+        int64_t n[3];
+        if (kn_cu_conv_describe(desc, nd, xd, yd, wd, cd, n) != CUDNN_STATUS_SUCCESS) continue;
+        size_t es = dnn_type_size(desc[1]);
+        if (n[0] <= 0 || n[1] <= 0 || n[2] <= 0 || (size_t)n[0] > WARM_MAX_BYTES / es ||
+            (size_t)n[1] > WARM_MAX_BYTES / es || (size_t)n[2] > WARM_MAX_BYTES / es)
+            continue;
+        size_t at_y = round_up((size_t)n[0] * es), at_w = at_y + round_up((size_t)n[1] * es), end = at_w + (size_t)n[2] * es;
+        bool transpose = r->key[0] == KN_CU_TUNE_CONV_BWD_DATA;
+        size_t need = 0;
+        cudnnStatus_t s = !transpose ? cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, (cudnnConvolutionFwdAlgo_t)a, &need)
+                                     : cudnnGetConvolutionBackwardDataWorkspaceSize(h, wd, xd, cd, yd,
+                                                                                    (cudnnConvolutionBwdDataAlgo_t)a, &need);
+        if (s != CUDNN_STATUS_SUCCESS || need > j->workspace_size || end > WARM_MAX_BYTES) continue;
+        char *base = scratch_get(&ops, end);
+        void *work = need ? scratch_get(&ws, need) : NULL;
+        if (!base || (need && !work)) continue;
+        double one_d = 1, zero_d = 0;
+        float one_f = 1, zero_f = 0;
+        bool dbl = desc[1] == CUDNN_DATA_DOUBLE;
+        const void *one = dbl ? (const void *)&one_d : (const void *)&one_f, *zero = dbl ? (const void *)&zero_d : (const void *)&zero_f;
+        s = !transpose ? cudnnConvolutionForward(h, one, xd, base, wd, base + at_w, cd, (cudnnConvolutionFwdAlgo_t)a, work, need,
+                                                 zero, yd, base + at_y)
+                       : cudnnConvolutionBackwardData(h, one, wd, base + at_w, xd, base, cd, (cudnnConvolutionBwdDataAlgo_t)a,
+                                                      work, need, zero, yd, base + at_y);
+        if (s == CUDNN_STATUS_SUCCESS) j->replayed++;
+    }
+    cudaStreamSynchronize(stream);
+done:
+    cudaGetLastError();
+    if (xd) cudnnDestroyTensorDescriptor(xd);
+    if (yd) cudnnDestroyTensorDescriptor(yd);
+    if (wd) cudnnDestroyFilterDescriptor(wd);
+    if (cd) cudnnDestroyConvolutionDescriptor(cd);
+    if (h) cudnnDestroy(h);
+    if (ops.p) cudaFree(ops.p);
+    if (ws.p) cudaFree(ws.p);
+    if (stream) cudaStreamDestroy(stream);
+    cudaGetLastError();
+    j->ms = kn_now_ms() - t0;
+    return NULL;
+}
+#endif
+
+/* The imported records of the given kinds, copied into the job; false when there are none. */
+static bool collect(kn_cuda *cu, warm_job *j, uint8_t kind1, uint8_t kind2) {
+    for (int i = 0; i < cu->n_tuned; i++) {
+        const kn_cu_tuned *t = &cu->tuned[i];
+        if (!t->imported || (t->key[0] != kind1 && t->key[0] != kind2)) continue;
+        if (j->n % 16 == 0) {
+            kn_cu_tuned *b = realloc(j->recs, sizeof *b * (size_t)(j->n + 16));
+            if (!b) break;
+            j->recs = b;
+        }
+        j->recs[j->n++] = *t;
+    }
+    j->device = cu->device;
+    j->workspace_size = cu->workspace_size;
+    return j->n > 0;
+}
+
+static void start(warm_job *j, void *(*fn)(void *)) {
+    if (pthread_create(&j->thread, NULL, fn, j) == 0) j->running = true;
+}
+
+void kn_cu_warmup_start(kn_cuda *cu) {
+    if (cu->warmup) return;
+    struct kn_cu_warmup *w = calloc(1, sizeof *w);
+    if (!w) return; /* the run does the work itself */
+    cu->warmup = w; /* started, or found nothing to do: either way once per session */
+    /* KILN_CUDA_NO_WARMUP=1: the first run does it all itself (for measuring what this saves) */
+    const char *off = getenv("KILN_CUDA_NO_WARMUP");
+    if (off && *off && strcmp(off, "0") != 0) return;
+    if (collect(cu, &w->lt, KN_CU_TUNE_MATMUL, KN_CU_TUNE_MATMUL)) start(&w->lt, replay_products);
+#ifdef KILN_HAVE_CUDNN
+    if (cu->dnn && collect(cu, &w->dnn, KN_CU_TUNE_CONV_FWD, KN_CU_TUNE_CONV_BWD_DATA)) start(&w->dnn, replay_convolutions);
+#endif
+}
+
+static void join(warm_job *j, const char *what) {
+    if (j->running) {
+        pthread_join(j->thread, NULL);
+        j->running = false;
+        kn_log(KILN_LOG_DEBUG, "cuda: warm start: %d of %d %s replayed beside the first run in %.1f ms", j->replayed, j->n,
+               what, j->ms);
+    }
+    free(j->recs);
+    j->recs = NULL;
+}
+
+void kn_cu_warmup_join(kn_cuda *cu) {
+    struct kn_cu_warmup *w = cu->warmup;
+    if (!w || (!w->lt.running && !w->dnn.running && !w->lt.recs && !w->dnn.recs)) return;
+    join(&w->lt, "cuBLASLt products");
+    join(&w->dnn, "cuDNN convolutions");
+}
+
+int kn_cuda_warmup_replayed(void *cuda_state) {
+    kn_cuda *cu = cuda_state;
+    kn_cu_warmup_join(cu);
+    return cu->warmup ? cu->warmup->lt.replayed + cu->warmup->dnn.replayed : 0;
+}
