@@ -80,7 +80,7 @@ static int entry_in(const char *dir, char *path, size_t cap) {
     struct dirent *e;
     int found = 0;
     while ((e = readdir(d)))
-        if (strstr(e->d_name, ".kiln") && !strstr(e->d_name, ".tmp")) {
+        if (e->d_name[0] != '.' && strlen(e->d_name) > 5 && !strcmp(e->d_name + strlen(e->d_name) - 5, ".kiln")) {
             snprintf(path, cap, "%s/%s", dir, e->d_name);
             found = 1;
         }

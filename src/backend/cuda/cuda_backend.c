@@ -541,7 +541,7 @@ static kiln_status cu_run(void *state, const void *kernel, kn_kernel_ctx *c) {
     kn_cuda *cu = state;
     const kn_cuda_kernel *k = kernel;
     if (cu->device) cudaSetDevice(cu->device); /* the thread's current device */
-    if (!cu->warmup) kn_cu_warmup_start(cu);       /* once, at the first node: a no-op without imported choices */
+    if (!cu->warmup_checked) kn_cu_warmup_start(cu); /* once, at the first node: a no-op without imported choices */
     return k->run(cu, c);
 }
 
@@ -677,6 +677,7 @@ static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
         st = kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: cuda:%d: %s", cu->device, cudaGetErrorString(e));
         goto fail;
     }
+    kn_cu_warmup_boot(cu); /* as soon as there is a context */
     double t_lt = kn_now_ms();
     cublasStatus_t bs = cublasLtCreate(&cu->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {

@@ -84,7 +84,8 @@ typedef struct kn_cuda {
     kn_cu_tuned *tuned; /* tuning results: made here or imported from a compiled file */
     int n_tuned, cap_tuned, n_tuned_here;
     struct kn_cu_capture *capture; /* while a run is recorded into a graph (cuda_graph.c) */
-    struct kn_cu_warmup *warmup;   /* library start-up work beside the first run (cuda_warmup.c) */
+    struct kn_cu_warmup *warmup;   /* library start-up work beside the runs (cuda_warmup.c) */
+    bool warmup_checked;           /* the first run looked for imported choices to replay */
     bool orphaned; /* destroyed while the caller held device tensors: the last one frees the state */
 } kn_cuda;
 
@@ -212,10 +213,11 @@ cudnnStatus_t kn_cu_conv_describe(const int32_t *desc, int nd, cudnnTensorDescri
                                   cudnnFilterDescriptor_t wd, cudnnConvolutionDescriptor_t cd, int64_t counts[3]);
 #endif
 
-/* Warm starts (cuda_warmup.c): with tuning results imported from a compiled file, the first run
- * starts threads that initialise cuBLASLt and cuDNN and load the kernels of those results by
+/* Start-up (cuda_warmup.c): at init a thread starts cuBLASLt (its first query costs 70-100 ms of
+ * CPU); with tuning results imported from a compiled file, the first run starts threads that initialise cuBLASLt and cuDNN and load the kernels of those results by
  * running each once on scratch memory, beside the run itself; join waits for them (before a run
  * is recorded into a graph, and at the end). */
+void kn_cu_warmup_boot(kn_cuda *cu); /* at init: cuBLASLt's own start-up, beside whatever comes next */
 void kn_cu_warmup_start(kn_cuda *cu);
 void kn_cu_warmup_join(kn_cuda *cu);
 

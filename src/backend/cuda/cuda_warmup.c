@@ -35,7 +35,7 @@ typedef struct warm_job {
 } warm_job;
 
 struct kn_cu_warmup {
-    warm_job lt, dnn;
+    warm_job boot, lt, dnn;
 };
 
 /* Device scratch that grows to the largest request (NULL when it cannot). */
@@ -198,6 +198,38 @@ done:
 }
 #endif
 
+static void start(warm_job *j, void *(*fn)(void *)) {
+    if (pthread_create(&j->thread, NULL, fn, j) == 0) j->running = true;
+}
+
+/* cuBLASLt's one-time start-up, right after the context exists: the first heuristic query does it
+ * (a product of 8 x 8 x 8; the answer is not used). */
+static void *boot_products(void *arg) {
+    warm_job *j = arg;
+    double t0 = kn_now_ms();
+    cublasLtHandle_t h = NULL;
+    if (cudaSetDevice(j->device) == cudaSuccess && cublasLtCreate(&h) == CUBLAS_STATUS_SUCCESS) {
+        kn_cu_lt_key k = {8, 8, 8, 1, 8, 8, 8, 0, 0, 0, 0, 0, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, CUDA_R_32F, 256, 256, 256, 0};
+        cublasLtMatmulDesc_t op;
+        cublasLtMatrixLayout_t la, lb, lc;
+        cublasLtMatmulPreference_t pref;
+        if (kn_cu_lt_describe(&k, &op, &la, &lb, &lc) == CUBLAS_STATUS_SUCCESS) {
+            if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
+                cublasLtMatmulHeuristicResult_t r;
+                int n = 0;
+                if (cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &r, &n) == CUBLAS_STATUS_SUCCESS && n > 0)
+                    j->replayed = 1;
+                cublasLtMatmulPreferenceDestroy(pref);
+            }
+            kn_cu_lt_undescribe(op, la, lb, lc);
+        }
+    }
+    if (h) cublasLtDestroy(h);
+    cudaGetLastError();
+    j->ms = kn_now_ms() - t0;
+    return NULL;
+}
+
 /* The imported records of the given kinds, copied into the job; false when there are none. */
 static bool collect(kn_cuda *cu, warm_job *j, uint8_t kind1, uint8_t kind2) {
     for (int i = 0; i < cu->n_tuned; i++) {
@@ -215,18 +247,24 @@ static bool collect(kn_cuda *cu, warm_job *j, uint8_t kind1, uint8_t kind2) {
     return j->n > 0;
 }
 
-static void start(warm_job *j, void *(*fn)(void *)) {
-    if (pthread_create(&j->thread, NULL, fn, j) == 0) j->running = true;
+
+/* KILN_CUDA_NO_WARMUP=1: the runs do it all themselves (for measuring what this saves). */
+static bool warmup_off(void) {
+    const char *off = getenv("KILN_CUDA_NO_WARMUP");
+    return off && *off && strcmp(off, "0") != 0;
+}
+
+void kn_cu_warmup_boot(kn_cuda *cu) {
+    if (cu->warmup || warmup_off() || !(cu->warmup = calloc(1, sizeof *cu->warmup))) return;
+    cu->warmup->boot.device = cu->device;
+    start(&cu->warmup->boot, boot_products);
 }
 
 void kn_cu_warmup_start(kn_cuda *cu) {
-    if (cu->warmup) return;
-    struct kn_cu_warmup *w = calloc(1, sizeof *w);
-    if (!w) return; /* the run does the work itself */
-    cu->warmup = w; /* started, or found nothing to do: either way once per session */
-    /* KILN_CUDA_NO_WARMUP=1: the first run does it all itself (for measuring what this saves) */
-    const char *off = getenv("KILN_CUDA_NO_WARMUP");
-    if (off && *off && strcmp(off, "0") != 0) return;
+    cu->warmup_checked = true; /* started, or nothing to do: either way once per session */
+    if (warmup_off()) return;
+    if (!cu->warmup && !(cu->warmup = calloc(1, sizeof *cu->warmup))) return; /* the run does the work itself */
+    struct kn_cu_warmup *w = cu->warmup;
     if (collect(cu, &w->lt, KN_CU_TUNE_MATMUL, KN_CU_TUNE_MATMUL)) start(&w->lt, replay_products);
 #ifdef KILN_HAVE_CUDNN
     if (cu->dnn && collect(cu, &w->dnn, KN_CU_TUNE_CONV_FWD, KN_CU_TUNE_CONV_BWD_DATA)) start(&w->dnn, replay_convolutions);
@@ -237,8 +275,8 @@ static void join(warm_job *j, const char *what) {
     if (j->running) {
         pthread_join(j->thread, NULL);
         j->running = false;
-        kn_log(KILN_LOG_DEBUG, "cuda: warm start: %d of %d %s replayed beside the first run in %.1f ms", j->replayed, j->n,
-               what, j->ms);
+        kn_log(KILN_LOG_DEBUG, "cuda: warm start: %d of %d %s done beside the run in %.1f ms", j->replayed,
+               j->n ? j->n : 1, what, j->ms);
     }
     free(j->recs);
     j->recs = NULL;
@@ -246,7 +284,8 @@ static void join(warm_job *j, const char *what) {
 
 void kn_cu_warmup_join(kn_cuda *cu) {
     struct kn_cu_warmup *w = cu->warmup;
-    if (!w || (!w->lt.running && !w->dnn.running && !w->lt.recs && !w->dnn.recs)) return;
+    if (!w || (!w->boot.running && !w->lt.running && !w->dnn.running && !w->lt.recs && !w->dnn.recs)) return;
+    join(&w->boot, "cuBLASLt start-up query");
     join(&w->lt, "cuBLASLt products");
     join(&w->dnn, "cuDNN convolutions");
 }
@@ -254,5 +293,5 @@ void kn_cu_warmup_join(kn_cuda *cu) {
 int kn_cuda_warmup_replayed(void *cuda_state) {
     kn_cuda *cu = cuda_state;
     kn_cu_warmup_join(cu);
-    return cu->warmup ? cu->warmup->lt.replayed + cu->warmup->dnn.replayed : 0;
+    return cu->warmup ? cu->warmup->lt.replayed + cu->warmup->dnn.replayed : 0; /* the boot query is no replay */
 }
