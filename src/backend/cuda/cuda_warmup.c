@@ -30,6 +30,7 @@ typedef struct warm_job {
     kn_cu_tuned *recs; /* copies: the session's table changes while the thread reads */
     int n, replayed;
     double ms;
+    void *scratch[2]; /* the thread's device memory, freed by the join */
     pthread_t thread;
     bool running;
 } warm_job;
@@ -38,24 +39,14 @@ struct kn_cu_warmup {
     warm_job boot, lt, dnn;
 };
 
-/* Device scratch that grows to the largest request (NULL when it cannot). */
-typedef struct scratch {
-    void *p;
-    size_t cap;
-} scratch;
-
-static void *scratch_get(scratch *s, size_t bytes) {
-    if (bytes <= s->cap) return s->p;
-    if (s->p) cudaFree(s->p);
-    s->p = NULL;
-    s->cap = 0;
-    if (cudaMalloc(&s->p, bytes) != cudaSuccess) {
+/* Device memory for a replay, or NULL (the replay is then skipped). */
+static void *device_alloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
         cudaGetLastError();
-        s->p = NULL;
         return NULL;
     }
-    s->cap = bytes;
-    return s->p;
+    return p;
 }
 
 static size_t round_up(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -68,34 +59,50 @@ static size_t lt_type_size(int32_t t) {
     }
 }
 
+/* Where a product's operands lie in its scratch (A at 0, then B, C and the device scalars), and the
+ * bytes in all; false for one too large to replay. */
+static bool lt_layout(const kn_cu_lt_key *k, size_t *at_b, size_t *at_c, size_t *at_s, size_t *bytes) {
+    int64_t ea, eb, ec;
+    kn_cu_lt_extents(k, &ea, &eb, &ec);
+    size_t es = lt_type_size(k->ab_type), cs = lt_type_size(k->c_type);
+    if (ea <= 0 || eb <= 0 || ec <= 0 || (size_t)ea > WARM_MAX_BYTES / es || (size_t)eb > WARM_MAX_BYTES / es ||
+        (size_t)ec > WARM_MAX_BYTES / cs)
+        return false;
+    *at_b = round_up((size_t)ea * es);
+    *at_c = *at_b + round_up((size_t)eb * es);
+    *at_s = *at_c + round_up((size_t)ec * cs);
+    *bytes = *at_s + 256;
+    return *bytes <= WARM_MAX_BYTES;
+}
+
 static void *replay_products(void *arg) {
     warm_job *j = arg;
     double t0 = kn_now_ms();
     cudaStream_t stream = NULL;
     cublasLtHandle_t h = NULL;
-    scratch ops = {0}, ws = {0};
+    char *base = NULL;
+    void *work = NULL;
     if (cudaSetDevice(j->device) != cudaSuccess || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
         cublasLtCreate(&h) != CUBLAS_STATUS_SUCCESS)
         goto done;
-    void *work = j->workspace_size ? scratch_get(&ws, j->workspace_size) : NULL;
+    /* scratch allocated once, at its largest: cudaFree waits for the whole device, the run's work too */
+    size_t most = 0, at_b, at_c, at_s, bytes;
     for (int i = 0; i < j->n; i++) {
+        kn_cu_lt_key k;
+        memcpy(&k, j->recs[i].key + 1, sizeof k);
+        if (lt_layout(&k, &at_b, &at_c, &at_s, &bytes) && bytes > most) most = bytes;
+    }
+    base = most ? device_alloc(most) : NULL;
+    work = j->workspace_size ? device_alloc(j->workspace_size) : NULL;
+    for (int i = 0; base && i < j->n; i++) {
         kn_cu_lt_key k;
         memcpy(&k, j->recs[i].key + 1, sizeof k);
         cublasLtMatmulAlgo_t algo;
         memcpy(&algo, j->recs[i].val, sizeof algo);
-        int64_t ea, eb, ec;
-        kn_cu_lt_extents(&k, &ea, &eb, &ec);
-        size_t es = lt_type_size(k.ab_type), cs = lt_type_size(k.c_type);
-        if (ea <= 0 || eb <= 0 || ec <= 0 || (size_t)ea > WARM_MAX_BYTES / es || (size_t)eb > WARM_MAX_BYTES / es ||
-            (size_t)ec > WARM_MAX_BYTES / cs)
-            continue;
-        size_t at_b = round_up((size_t)ea * es), at_c = at_b + round_up((size_t)eb * es), at_s = at_c + round_up((size_t)ec * cs);
-        if (at_s + 256 > WARM_MAX_BYTES) continue;
-        char *base = scratch_get(&ops, at_s + 256);
-        if (!base) continue;
         cublasLtMatmulDesc_t op;
         cublasLtMatrixLayout_t la, lb, lc;
-        if (kn_cu_lt_describe(&k, &op, &la, &lb, &lc) != CUBLAS_STATUS_SUCCESS) continue;
+        if (!lt_layout(&k, &at_b, &at_c, &at_s, &bytes) || kn_cu_lt_describe(&k, &op, &la, &lb, &lc) != CUBLAS_STATUS_SUCCESS)
+            continue;
         double one_d = 1, zero_d = 0;
         float one_f = 1, zero_f = 0;
         const void *alpha = (cudaDataType_t)k.scale_type == CUDA_R_64F ? (const void *)&one_d : (const void *)&one_f;
@@ -116,8 +123,8 @@ static void *replay_products(void *arg) {
 done:
     cudaGetLastError();
     if (h) cublasLtDestroy(h);
-    if (ops.p) cudaFree(ops.p);
-    if (ws.p) cudaFree(ws.p);
+    j->scratch[0] = base; /* freed at the join: cudaFree here would wait for the run's work */
+    j->scratch[1] = work;
     if (stream) cudaStreamDestroy(stream);
     cudaGetLastError();
     j->ms = kn_now_ms() - t0;
@@ -133,6 +140,40 @@ static size_t dnn_type_size(int32_t t) {
     }
 }
 
+/* One imported convolution made ready to run: descriptors set, algorithm, workspace and where its
+ * operands lie in scratch (x at 0, then y and w); false for one that cannot be replayed. */
+typedef struct conv_replay {
+    int32_t algo;
+    bool transpose, dbl;
+    size_t at_y, at_w, bytes, need;
+} conv_replay;
+
+static bool conv_prepare(cudnnHandle_t h, const kn_cu_tuned *r, size_t max_ws, cudnnTensorDescriptor_t xd,
+                         cudnnTensorDescriptor_t yd, cudnnFilterDescriptor_t wd, cudnnConvolutionDescriptor_t cd,
+                         conv_replay *c) {
+    int32_t desc[48];
+    int nd = (int)((r->key_len - 1) / sizeof(int32_t));
+    if (nd > 48) return false;
+    memcpy(desc, r->key + 1, sizeof(int32_t) * (size_t)nd);
+    memcpy(&c->algo, r->val, sizeof c->algo);
+    int64_t n[3];
+    if (kn_cu_conv_describe(desc, nd, xd, yd, wd, cd, n) != CUDNN_STATUS_SUCCESS) return false;
+    size_t es = dnn_type_size(desc[1]);
+    for (int i = 0; i < 3; i++)
+        if (n[i] <= 0 || (size_t)n[i] > WARM_MAX_BYTES / es) return false;
+    c->at_y = round_up((size_t)n[0] * es);
+    c->at_w = c->at_y + round_up((size_t)n[1] * es);
+    c->bytes = c->at_w + (size_t)n[2] * es;
+    c->transpose = r->key[0] == KN_CU_TUNE_CONV_BWD_DATA;
+    c->dbl = desc[1] == CUDNN_DATA_DOUBLE;
+    c->need = 0;
+    cudnnStatus_t s = !c->transpose
+                          ? cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, (cudnnConvolutionFwdAlgo_t)c->algo, &c->need)
+                          : cudnnGetConvolutionBackwardDataWorkspaceSize(h, wd, xd, cd, yd,
+                                                                         (cudnnConvolutionBwdDataAlgo_t)c->algo, &c->need);
+    return s == CUDNN_STATUS_SUCCESS && c->need <= max_ws && c->bytes <= WARM_MAX_BYTES;
+}
+
 static void *replay_convolutions(void *arg) {
     warm_job *j = arg;
     double t0 = kn_now_ms();
@@ -141,44 +182,35 @@ static void *replay_convolutions(void *arg) {
     cudnnTensorDescriptor_t xd = NULL, yd = NULL;
     cudnnFilterDescriptor_t wd = NULL;
     cudnnConvolutionDescriptor_t cd = NULL;
-    scratch ops = {0}, ws = {0};
+    char *base = NULL;
+    void *work = NULL;
     if (cudaSetDevice(j->device) != cudaSuccess || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
         cudnnCreate(&h) != CUDNN_STATUS_SUCCESS || cudnnSetStream(h, stream) != CUDNN_STATUS_SUCCESS ||
         cudnnCreateTensorDescriptor(&xd) != CUDNN_STATUS_SUCCESS || cudnnCreateTensorDescriptor(&yd) != CUDNN_STATUS_SUCCESS ||
         cudnnCreateFilterDescriptor(&wd) != CUDNN_STATUS_SUCCESS || cudnnCreateConvolutionDescriptor(&cd) != CUDNN_STATUS_SUCCESS)
         goto done;
-    for (int i = 0; i < j->n; i++) {
-        const kn_cu_tuned *r = &j->recs[i];
-        int32_t desc[48];
-        int nd = (int)((r->key_len - 1) / sizeof(int32_t));
-        if (nd > 48) continue;
-        memcpy(desc, r->key + 1, sizeof(int32_t) * (size_t)nd);
-        int32_t a;
-        memcpy(&a, r->val, sizeof a);
-        int64_t n[3];
-        if (kn_cu_conv_describe(desc, nd, xd, yd, wd, cd, n) != CUDNN_STATUS_SUCCESS) continue;
-        size_t es = dnn_type_size(desc[1]);
-        if (n[0] <= 0 || n[1] <= 0 || n[2] <= 0 || (size_t)n[0] > WARM_MAX_BYTES / es ||
-            (size_t)n[1] > WARM_MAX_BYTES / es || (size_t)n[2] > WARM_MAX_BYTES / es)
-            continue;
-        size_t at_y = round_up((size_t)n[0] * es), at_w = at_y + round_up((size_t)n[1] * es), end = at_w + (size_t)n[2] * es;
-        bool transpose = r->key[0] == KN_CU_TUNE_CONV_BWD_DATA;
-        size_t need = 0;
-        cudnnStatus_t s = !transpose ? cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, (cudnnConvolutionFwdAlgo_t)a, &need)
-                                     : cudnnGetConvolutionBackwardDataWorkspaceSize(h, wd, xd, cd, yd,
-                                                                                    (cudnnConvolutionBwdDataAlgo_t)a, &need);
-        if (s != CUDNN_STATUS_SUCCESS || need > j->workspace_size || end > WARM_MAX_BYTES) continue;
-        char *base = scratch_get(&ops, end);
-        void *work = need ? scratch_get(&ws, need) : NULL;
-        if (!base || (need && !work)) continue;
+    /* scratch and workspace allocated once, at their largest: cudaFree waits for the whole device */
+    size_t most = 0, most_ws = 0;
+    conv_replay c;
+    for (int i = 0; i < j->n; i++)
+        if (conv_prepare(h, &j->recs[i], j->workspace_size, xd, yd, wd, cd, &c)) {
+            if (c.bytes > most) most = c.bytes;
+            if (c.need > most_ws) most_ws = c.need;
+        }
+    base = most ? device_alloc(most) : NULL;
+    work = most_ws ? device_alloc(most_ws) : NULL;
+    for (int i = 0; base && (work || !most_ws) && i < j->n; i++) {
+        if (!conv_prepare(h, &j->recs[i], j->workspace_size, xd, yd, wd, cd, &c)) continue;
         double one_d = 1, zero_d = 0;
         float one_f = 1, zero_f = 0;
-        bool dbl = desc[1] == CUDNN_DATA_DOUBLE;
-        const void *one = dbl ? (const void *)&one_d : (const void *)&one_f, *zero = dbl ? (const void *)&zero_d : (const void *)&zero_f;
-        s = !transpose ? cudnnConvolutionForward(h, one, xd, base, wd, base + at_w, cd, (cudnnConvolutionFwdAlgo_t)a, work, need,
-                                                 zero, yd, base + at_y)
-                       : cudnnConvolutionBackwardData(h, one, wd, base + at_w, xd, base, cd, (cudnnConvolutionBwdDataAlgo_t)a,
-                                                      work, need, zero, yd, base + at_y);
+        const void *one = c.dbl ? (const void *)&one_d : (const void *)&one_f;
+        const void *zero = c.dbl ? (const void *)&zero_d : (const void *)&zero_f;
+        cudnnStatus_t s =
+            !c.transpose ? cudnnConvolutionForward(h, one, xd, base, wd, base + c.at_w, cd, (cudnnConvolutionFwdAlgo_t)c.algo,
+                                                   work, c.need, zero, yd, base + c.at_y)
+                         : cudnnConvolutionBackwardData(h, one, wd, base + c.at_w, xd, base, cd,
+                                                        (cudnnConvolutionBwdDataAlgo_t)c.algo, work, c.need, zero, yd,
+                                                        base + c.at_y);
         if (s == CUDNN_STATUS_SUCCESS) j->replayed++;
     }
     cudaStreamSynchronize(stream);
@@ -189,8 +221,8 @@ done:
     if (wd) cudnnDestroyFilterDescriptor(wd);
     if (cd) cudnnDestroyConvolutionDescriptor(cd);
     if (h) cudnnDestroy(h);
-    if (ops.p) cudaFree(ops.p);
-    if (ws.p) cudaFree(ws.p);
+    j->scratch[0] = base; /* freed at the join: cudaFree here would wait for the run's work */
+    j->scratch[1] = work;
     if (stream) cudaStreamDestroy(stream);
     cudaGetLastError();
     j->ms = kn_now_ms() - t0;
@@ -275,6 +307,8 @@ static void join(warm_job *j, const char *what) {
     if (j->running) {
         pthread_join(j->thread, NULL);
         j->running = false;
+        for (int i = 0; i < 2; i++)
+            if (j->scratch[i]) cudaFree(j->scratch[i]);
         kn_log(KILN_LOG_DEBUG, "cuda: warm start: %d of %d %s done beside the run in %.1f ms", j->replayed,
                j->n ? j->n : 1, what, j->ms);
     }
