@@ -45,6 +45,8 @@ typedef struct conv_plan {
     bool explicit_pad; /* Conv: input padded first; ConvTranspose: full output then cropped */
     int64_t full[3];   /* ConvTranspose: the uncropped output's spatial sizes */
     cudnnDataType_t dt;
+    uint8_t tkey[KN_CU_TUNE_KEY_MAX]; /* the tuning key (kind byte + make_plan's description) */
+    size_t klen;
 } conv_plan;
 
 static kiln_status dnn_fail(const kn_kernel_ctx *c, cudnnStatus_t s, const char *what) {
@@ -354,10 +356,10 @@ static kiln_status make_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, cons
     int64_t counts[3];
     if (s == CUDNN_STATUS_SUCCESS) s = kn_cu_conv_describe(desc, nd, p->xd, p->yd, p->wd, p->cd, counts);
     if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(c, s, "descriptor");
-    uint8_t tkey[1 + sizeof desc];
+    uint8_t *tkey = p->tkey;
     tkey[0] = transpose ? KN_CU_TUNE_CONV_BWD_DATA : KN_CU_TUNE_CONV_FWD;
     memcpy(tkey + 1, desc, sizeof(int32_t) * (size_t)nd);
-    size_t klen = 1 + sizeof(int32_t) * (size_t)nd;
+    size_t klen = p->klen = 1 + sizeof(int32_t) * (size_t)nd;
     const kn_cu_tuned *t = kn_cu_tuning_find(cu, tkey, klen);
     if (t) {
         int32_t a;
@@ -494,15 +496,27 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
         float one_f = 1, zero_f = 0;
         const void *one = cdt == KILN_DTYPE_DOUBLE ? (const void *)&one_d : (const void *)&one_f;
         const void *zero = cdt == KILN_DTYPE_DOUBLE ? (const void *)&zero_d : (const void *)&zero_f;
-        cudnnStatus_t s;
-        if (!transpose)
-            s = cudnnConvolutionForward(cu->dnn, one, p->xd, xin, p->wd, win, p->cd, (cudnnConvolutionFwdAlgo_t)p->algo,
-                                        cu->workspace, p->ws, zero, p->yd, yout);
-        else
-            s = cudnnConvolutionBackwardData(cu->dnn, one, p->wd, win, p->xd, xin, p->cd,
-                                             (cudnnConvolutionBwdDataAlgo_t)p->algo, cu->workspace, p->ws, zero, p->yd,
-                                             yout);
-        if (s != CUDNN_STATUS_SUCCESS) st = dnn_fail(c, s, transpose ? "ConvTranspose" : "Conv");
+        cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+        /* at most twice: an algorithm that fails to run is replaced by algorithm 0 (implicit GEMM,
+         * no workspace), in the plan and in the tuning results */
+        for (int attempt = 0; attempt < 2; attempt++) {
+            if (!transpose)
+                s = cudnnConvolutionForward(cu->dnn, one, p->xd, xin, p->wd, win, p->cd, (cudnnConvolutionFwdAlgo_t)p->algo,
+                                            cu->workspace, p->ws, zero, p->yd, yout);
+            else
+                s = cudnnConvolutionBackwardData(cu->dnn, one, p->wd, win, p->xd, xin, p->cd,
+                                                 (cudnnConvolutionBwdDataAlgo_t)p->algo, cu->workspace, p->ws, zero, p->yd,
+                                                 yout);
+            if (s == CUDNN_STATUS_SUCCESS || p->algo == 0 || !workspace_of(cu, p, transpose, 0, &p->ws)) break;
+            cudaGetLastError();
+            kn_log(KILN_LOG_WARNING, "cuda: cuDNN algorithm %d failed for '%s' (%s): algorithm 0 instead", p->algo,
+                   c->node->name ? c->node->name : "", cudnnGetErrorString(s));
+            p->algo = 0;
+            int32_t a = 0;
+            st = kn_cu_tuning_add(cu, p->tkey, p->klen, &a, sizeof a);
+            if (st != KILN_OK) break;
+        }
+        if (st == KILN_OK && s != CUDNN_STATUS_SUCCESS) st = dnn_fail(c, s, transpose ? "ConvTranspose" : "Conv");
     } else if (st == KILN_OK && fcnt > 0) {
         st = kn_cu_check(c, cudaMemsetAsync(yout, 0, (size_t)fcnt * ces, cu->stream), "Conv");
     }
