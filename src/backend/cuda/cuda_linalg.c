@@ -134,10 +134,10 @@ static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_lt
             return KILN_OK;
         }
     /* a tuning result (from the compiled file, or an earlier shape of this session) first. An
-     * imported one is not put to cublasLtMatmulAlgoCheck: its first call costs 90 ms (it loads
-     * cuBLASLt's selection tables, the very cost the file saves). cublasLtMatmul checks the
-     * algorithm against the problem itself and refuses one that does not fit; the caller then
-     * drops the choice and asks the heuristic (kn_cu_gemm_run). */
+     * imported one is not put to cublasLtMatmulAlgoCheck: cublasLtMatmul checks the algorithm
+     * against the problem itself and refuses one that does not fit; the caller then drops the
+     * choice and asks the heuristic (kn_cu_gemm_run). (cuBLASLt's one-time start-up, 50-100 ms
+     * of CPU, falls to whichever call comes first; cuda_warmup.c makes it beside the session.) */
     uint8_t tkey[LT_TKEY_LEN];
     tuning_key(key, tkey);
     const kn_cu_tuned *t = kn_cu_tuning_find(cu, tkey, sizeof tkey);

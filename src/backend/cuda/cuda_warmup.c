@@ -1,13 +1,16 @@
-/* Warm starts: the work before a process's first output that no compiled file can hold.
+/* Start-up work that no compiled file can hold, moved off the first run's path.
  *
  * With its tuning results imported, a warm session makes no library choices, but the libraries
- * still start up in the process: cuBLASLt's first product costs 70-100 ms of CPU (it builds its
- * kernel tables), cuDNN's first convolution tens of ms (its engine libraries), and each library
- * kernel 5-15 ms at its first launch (lazy module loading). Run in order by the first run, those
- * add up. All of it is CPU work that runs as well on other cores, so the first run starts two
- * threads (one per library) that replay every imported choice once, on their own handles, stream
- * and scratch memory: the run then finds the libraries started and the kernels loaded, or waits
- * inside the library for the one thread doing it instead of doing it itself.
+ * still start up in the process: cuBLASLt's first call (a query or a product) costs 50-100 ms of
+ * CPU, its one-time start-up, which cannot begin before the context exists; cuDNN's first
+ * convolution 20-40 ms (its engine libraries); each library kernel 5-15 ms at its first launch
+ * (lazy module loading). Run in order by the first run, those add up. All of it is CPU work that
+ * runs as well on other cores, so:
+ *  - as soon as the context exists, a thread makes cuBLASLt's start-up query (kn_cu_warmup_boot);
+ *  - the first run starts two threads (one per library) that replay every imported choice once,
+ *    on their own handles, stream and scratch memory (kn_cu_warmup_start).
+ * The run then finds the libraries started and the kernels loaded, or waits inside the library for
+ * the thread doing it instead of doing it itself.
  *
  * The replays compute nothing anyone reads (uninitialised operands, outputs to scratch), and a
  * failure in them is ignored: the run makes the same calls itself and reports its own errors. */
