@@ -62,6 +62,17 @@ static size_t lt_type_size(int32_t t) {
     }
 }
 
+/* The end of a replay thread: its scratch handed to the join (cudaFree here would wait for the
+ * run's work on the device), its stream gone, its time noted. */
+static void *finish(warm_job *j, double t0, cudaStream_t stream, void *base, void *work) {
+    j->scratch[0] = base;
+    j->scratch[1] = work;
+    if (stream) cudaStreamDestroy(stream);
+    cudaGetLastError();
+    j->ms = kn_now_ms() - t0;
+    return NULL;
+}
+
 /* Where a product's operands lie in its scratch (A at 0, then B, C and the device scalars), and the
  * bytes in all; false for one too large to replay. */
 static bool lt_layout(const kn_cu_lt_key *k, size_t *at_b, size_t *at_c, size_t *at_s, size_t *bytes) {
@@ -126,12 +137,7 @@ static void *replay_products(void *arg) {
 done:
     cudaGetLastError();
     if (h) cublasLtDestroy(h);
-    j->scratch[0] = base; /* freed at the join: cudaFree here would wait for the run's work */
-    j->scratch[1] = work;
-    if (stream) cudaStreamDestroy(stream);
-    cudaGetLastError();
-    j->ms = kn_now_ms() - t0;
-    return NULL;
+    return finish(j, t0, stream, base, work);
 }
 
 #ifdef KILN_HAVE_CUDNN
@@ -224,12 +230,7 @@ done:
     if (wd) cudnnDestroyFilterDescriptor(wd);
     if (cd) cudnnDestroyConvolutionDescriptor(cd);
     if (h) cudnnDestroy(h);
-    j->scratch[0] = base; /* freed at the join: cudaFree here would wait for the run's work */
-    j->scratch[1] = work;
-    if (stream) cudaStreamDestroy(stream);
-    cudaGetLastError();
-    j->ms = kn_now_ms() - t0;
-    return NULL;
+    return finish(j, t0, stream, base, work);
 }
 #endif
 
