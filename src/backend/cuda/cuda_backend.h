@@ -167,12 +167,12 @@ typedef struct kn_cu_gemm {
 } kn_cu_gemm;
 kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm *g);
 /* The cuBLASLt descriptors of a product (all NULL on failure; undescribe frees them), and the
- * elements its operands A, B and C span. */
+ * elements its operands A, B and C span (false where that overflows: a key from a file). */
 cublasStatus_t kn_cu_lt_describe(const kn_cu_lt_key *k, cublasLtMatmulDesc_t *op, cublasLtMatrixLayout_t *la,
                                  cublasLtMatrixLayout_t *lb, cublasLtMatrixLayout_t *lc);
 void kn_cu_lt_undescribe(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                          cublasLtMatrixLayout_t lc);
-void kn_cu_lt_extents(const kn_cu_lt_key *k, int64_t *a, int64_t *b, int64_t *c);
+bool kn_cu_lt_extents(const kn_cu_lt_key *k, int64_t *a, int64_t *b, int64_t *c);
 /* C [o_bd..., M, N] = alpha * A [a_bd..., M, K] x B [b_bd..., K, N], batch dims right-aligned and
  * broadcast onto o_bd (strided batches when possible, else one product per batch entry). */
 kiln_status kn_cu_matmul_bcast(kn_cuda *cu, const kn_kernel_ctx *c, kiln_dtype dt, const void *A, const int64_t *a_bd,

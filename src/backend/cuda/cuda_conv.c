@@ -272,9 +272,11 @@ cudnnStatus_t kn_cu_conv_describe(const int32_t *desc, int nd, cudnnTensorDescri
         xdims[i] = desc[4 + 3 * i];
         ydims[i] = desc[5 + 3 * i];
         wdims[i] = desc[6 + 3 * i];
-        counts[0] *= xdims[i];
-        counts[1] *= ydims[i];
-        counts[2] *= wdims[i];
+        /* a key read from a file may hold anything: no overflow */
+        if (__builtin_mul_overflow(counts[0], (int64_t)xdims[i], &counts[0]) ||
+            __builtin_mul_overflow(counts[1], (int64_t)ydims[i], &counts[1]) ||
+            __builtin_mul_overflow(counts[2], (int64_t)wdims[i], &counts[2]))
+            return CUDNN_STATUS_BAD_PARAM;
     }
     for (int i = 0; i < nb - 2; i++) {
         pad[i] = desc[4 + 3 * nb + 3 * i];

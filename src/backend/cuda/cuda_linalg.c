@@ -179,10 +179,17 @@ static int64_t extent(int64_t rows, int64_t ld, int64_t batch, int64_t stride) {
     return rows * ld + (batch > 1 && stride > 0 ? (batch - 1) * stride : 0);
 }
 
-void kn_cu_lt_extents(const kn_cu_lt_key *k, int64_t *a, int64_t *b, int64_t *c) {
-    *a = extent(k->ta ? k->k : k->m, k->lda, k->batch, k->sa);
-    *b = extent(k->tb ? k->n : k->k, k->ldb, k->batch, k->sb);
-    *c = extent(k->m, k->ldc, k->batch, k->sc);
+/* extent() for a key read from a file: false where it would overflow. */
+static bool extent_checked(int64_t rows, int64_t ld, int64_t batch, int64_t stride, int64_t *out) {
+    int64_t a, b = 0;
+    if (__builtin_mul_overflow(rows, ld, &a)) return false;
+    if (batch > 1 && stride > 0 && __builtin_mul_overflow(batch - 1, stride, &b)) return false;
+    return !__builtin_add_overflow(a, b, out);
+}
+
+bool kn_cu_lt_extents(const kn_cu_lt_key *k, int64_t *a, int64_t *b, int64_t *c) {
+    return extent_checked(k->ta ? k->k : k->m, k->lda, k->batch, k->sa, a) &&
+           extent_checked(k->tb ? k->n : k->k, k->ldb, k->batch, k->sb, b) && extent_checked(k->m, k->ldc, k->batch, k->sc, c);
 }
 
 cublasStatus_t kn_cu_lt_describe(const kn_cu_lt_key *k, cublasLtMatmulDesc_t *op, cublasLtMatrixLayout_t *la,

@@ -77,7 +77,7 @@ static void *finish(warm_job *j, double t0, cudaStream_t stream, void *base, voi
  * bytes in all; false for one too large to replay. */
 static bool lt_layout(const kn_cu_lt_key *k, size_t *at_b, size_t *at_c, size_t *at_s, size_t *bytes) {
     int64_t ea, eb, ec;
-    kn_cu_lt_extents(k, &ea, &eb, &ec);
+    if (!kn_cu_lt_extents(k, &ea, &eb, &ec)) return false;
     size_t es = lt_type_size(k->ab_type), cs = lt_type_size(k->c_type);
     if (ea <= 0 || eb <= 0 || ec <= 0 || (size_t)ea > WARM_MAX_BYTES / es || (size_t)eb > WARM_MAX_BYTES / es ||
         (size_t)ec > WARM_MAX_BYTES / cs)
