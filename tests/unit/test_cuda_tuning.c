@@ -35,6 +35,16 @@ static unsigned char *conv_matmul_model(size_t *size) {
     return tmb_finish(&b, size);
 }
 
+/* The model's input X [1,8,20,20], uniform random from the seed. */
+static kiln_tensor *random_x(uint32_t seed) {
+    int64_t xd[4] = {1, 8, 20, 20};
+    kiln_tensor *x = NULL;
+    kiln_tensor_create(KILN_DTYPE_FLOAT, xd, 4, &x);
+    float *px = kiln_tensor_data(x);
+    for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) px[i] = tmb_rand(&seed);
+    return x;
+}
+
 static const kn_backend *cuda_of(const kiln_session *s) {
     for (int i = 0; s && s->rt && i < s->rt->n_backends; i++)
         if (s->rt->backends[i].state && !strcmp(s->rt->backends[i].ops->name, "cuda")) return &s->rt->backends[i];
@@ -100,12 +110,7 @@ KN_TEST(cuda_tuning_kept_in_compiled_file) {
     CHECK(fp && fwrite(data, 1, size, fp) == size);
     if (fp) fclose(fp);
     free(data);
-    int64_t xd[4] = {1, 8, 20, 20};
-    kiln_tensor *x;
-    kiln_tensor_create(KILN_DTYPE_FLOAT, xd, 4, &x);
-    uint32_t seed = 99;
-    float *px = kiln_tensor_data(x);
-    for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) px[i] = tmb_rand(&seed);
+    kiln_tensor *x = random_x(99);
     kiln_session *ref = open_session(model, "cpu", NULL, NULL);
     kiln_tensor *want = ref ? run_once(ref, x) : NULL;
     kiln_session_destroy(ref);
@@ -235,12 +240,7 @@ KN_TEST(cuda_tuning_refused_matmul_choice_recovers) {
         kiln_session_destroy(given);
         return;
     }
-    int64_t xd[4] = {1, 8, 20, 20};
-    kiln_tensor *x;
-    kiln_tensor_create(KILN_DTYPE_FLOAT, xd, 4, &x);
-    uint32_t seed = 5;
-    float *px = kiln_tensor_data(x);
-    for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) px[i] = tmb_rand(&seed);
+    kiln_tensor *x = random_x(5);
     kiln_tensor *want = run_once(made, x);
     int corrupted = 0, n = a->ops->tuning_count(a->state, NULL);
     for (int i = 0; i < n; i++) {
