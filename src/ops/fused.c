@@ -55,6 +55,72 @@ bool kn_act_from_node(const kn_node *n, kn_act_spec *out, char *why, size_t cap)
     return true;
 }
 
+/* ------------------------------------------------------------------ FusedElementwise programs */
+
+static const char *const chain_names[KN_CHAIN_OP_END_] = {
+    [KN_CHAIN_ADD] = "Add", [KN_CHAIN_SUB] = "Sub", [KN_CHAIN_MUL] = "Mul", [KN_CHAIN_DIV] = "Div",
+    [KN_CHAIN_POW] = "Pow", [KN_CHAIN_MAX] = "Max", [KN_CHAIN_MIN] = "Min", [KN_CHAIN_PRELU] = "PRelu",
+    [KN_CHAIN_ABS] = "Abs", [KN_CHAIN_NEG] = "Neg", [KN_CHAIN_EXP] = "Exp", [KN_CHAIN_LOG] = "Log",
+    [KN_CHAIN_SQRT] = "Sqrt", [KN_CHAIN_RECIPROCAL] = "Reciprocal", [KN_CHAIN_FLOOR] = "Floor",
+    [KN_CHAIN_CEIL] = "Ceil", [KN_CHAIN_ERF] = "Erf", [KN_CHAIN_TANH] = "Tanh", [KN_CHAIN_SIGMOID] = "Sigmoid",
+    [KN_CHAIN_RELU] = "Relu", [KN_CHAIN_LEAKY_RELU] = "LeakyRelu", [KN_CHAIN_ELU] = "Elu", [KN_CHAIN_SELU] = "Selu",
+    [KN_CHAIN_HARD_SIGMOID] = "HardSigmoid", [KN_CHAIN_HARD_SWISH] = "HardSwish", [KN_CHAIN_SOFTPLUS] = "Softplus",
+    [KN_CHAIN_SOFTSIGN] = "Softsign", [KN_CHAIN_SIN] = "Sin", [KN_CHAIN_COS] = "Cos", [KN_CHAIN_GELU] = "Gelu",
+    [KN_CHAIN_GELU_TANH] = "GeluTanh", [KN_CHAIN_CLIP] = "Clip",
+};
+
+bool kn_chain_op_binary(int op) { return op >= 0 && op < KN_CHAIN_BINARY_END_; }
+
+const char *kn_chain_op_name(int op) { return op >= 0 && op < KN_CHAIN_OP_END_ ? chain_names[op] : NULL; }
+
+bool kn_chain_from_node(const kn_node *n, int n_inputs, kn_chain_program *out, char *why, size_t cap) {
+    memset(out, 0, sizeof *out);
+    int np = 0, nf = 0, nc = 0;
+    const int64_t *prog = kn_attr_ints(n, "program", &np);
+    const float *params = kn_attr_floats(n, "params", &nf);
+    const float *consts = kn_attr_floats(n, "constants", &nc);
+    if (!prog || np == 0 || np % 3) {
+        snprintf(why, cap, "program must hold 3 ints per step (has %d)", np);
+        return false;
+    }
+    int steps = np / 3;
+    if (n_inputs < 1 || n_inputs > KN_CHAIN_MAX_INPUTS || nc > KN_CHAIN_MAX_CONSTS || steps > KN_CHAIN_MAX_STEPS) {
+        snprintf(why, cap, "%d inputs, %d constants and %d steps exceed the limits (%d, %d, %d)", n_inputs, nc, steps,
+                 KN_CHAIN_MAX_INPUTS, KN_CHAIN_MAX_CONSTS, KN_CHAIN_MAX_STEPS);
+        return false;
+    }
+    if (params && nf != 2 * steps) {
+        snprintf(why, cap, "params must hold 2 floats per step (%d for %d steps)", nf, steps);
+        return false;
+    }
+    out->n_inputs = n_inputs;
+    out->n_consts = nc;
+    out->n_steps = steps;
+    for (int i = 0; i < nc; i++) out->consts[i] = consts[i];
+    for (int k = 0; k < steps; k++) {
+        int64_t op = prog[3 * k], a = prog[3 * k + 1], b = prog[3 * k + 2];
+        int avail = n_inputs + nc + k; /* registers written before step k */
+        const char *name = op >= 0 && op < KN_CHAIN_OP_END_ ? chain_names[op] : NULL;
+        if (!name) {
+            snprintf(why, cap, "step %d: unknown operator %lld", k, (long long)op);
+            return false;
+        }
+        bool binary = kn_chain_op_binary((int)op);
+        if (a < 0 || a >= avail || (binary && (b < 0 || b >= avail)) || (!binary && b != -1)) {
+            snprintf(why, cap, "step %d (%s): registers %lld, %lld are not %s of the %d written before it", k, name,
+                     (long long)a, (long long)b, binary ? "both" : "one (and -1)", avail);
+            return false;
+        }
+        kn_chain_step *s = &out->steps[k];
+        s->op = (uint8_t)op;
+        s->a = (uint8_t)a;
+        s->b = binary ? (uint8_t)b : 0;
+        s->p0 = params ? params[2 * k] : 0;
+        s->p1 = params ? params[2 * k + 1] : 0;
+    }
+    return true;
+}
+
 /* ------------------------------------------------------------------ shared checks */
 
 static kiln_status check_act(kn_infer_ctx *c) {
@@ -148,6 +214,20 @@ static kiln_status infer_gelu(kn_infer_ctx *c) {
     return kn_infer_same(c, 0, 0);
 }
 
+static kiln_status infer_fused_elementwise(kn_infer_ctx *c) {
+    kn_chain_program prog;
+    char why[160];
+    if (!kn_chain_from_node(c->node, c->n_inputs, &prog, why, sizeof why))
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+    for (int i = 0; i < c->n_inputs; i++) {
+        if (!c->in[i]) return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "input %d is omitted; every input is read", i);
+        if (c->in[i]->dtype && c->in[0]->dtype && c->in[i]->dtype != c->in[0]->dtype)
+            return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "input %d is %s, input 0 %s", i,
+                                  kiln_dtype_name(c->in[i]->dtype), kiln_dtype_name(c->in[0]->dtype));
+    }
+    return kn_infer_broadcast(c, 0, KILN_DTYPE_UNDEFINED);
+}
+
 static kiln_status infer_norm(kn_infer_ctx *c) {
     const kn_type *x = c->in[0];
     if (x->rank >= 0) {
@@ -227,5 +307,6 @@ const kn_op_schema kn_ops_fused[] = {
     {"kiln", "LayerNormalization", 1, 0, 1, 3, 1, 1, infer_norm, 0},
     {"kiln", "RMSNormalization", 1, 0, 1, 2, 1, 1, infer_norm, 0},
     {"kiln", "Attention", 1, 0, 3, 4, 1, 1, infer_attention, 0},
+    {"kiln", "FusedElementwise", 1, 0, 1, KN_CHAIN_MAX_INPUTS, 1, 1, infer_fused_elementwise, 0},
     {0},
 };

@@ -16,6 +16,9 @@
  *                                    batch dims; mask broadcasts to [..., Sq, Sk] (bool: false
  *                                    masks out; float: added); nan_to_zero = 1 turns NaN
  *                                    probabilities (fully masked rows) into 0
+ *   FusedElementwise(X0, ..., X7)    a chain of elementwise operators as one kernel: Y is the
+ *                                    broadcast of every input, each element computed from the
+ *                                    inputs' elements by a short program (kn_chain_program below)
  * Every activation-taking operator has the attributes activation (string, "" = none) and
  * activation_params (floats): LeakyRelu [alpha], Clip [min, max], HardSigmoid [alpha, beta]. */
 #ifndef KN_OPS_FUSED_H
@@ -25,6 +28,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum kn_act {
     KN_ACT_NONE = 0,
@@ -52,5 +56,79 @@ const char *kn_act_name(kn_act a);
 bool kn_act_parse(const char *name, kn_act *out);
 /* Reads the node's activation and activation_params; false (reason in why) when invalid. */
 bool kn_act_from_node(const kn_node *n, kn_act_spec *out, char *why, size_t cap);
+
+/* ------------------------------------------------------------------ FusedElementwise
+ *
+ * The program runs once per output element over registers: the inputs' elements first, then the
+ * constants, then one register per step, each step an operator on earlier registers; Y is the
+ * last step's register. Attributes:
+ *   program   ints, 3 per step: operator (kn_chain_op), register a, register b (-1 for unary)
+ *   params    floats, 2 per step (may be omitted: zeros): LeakyRelu/Elu alpha; Selu alpha, gamma;
+ *             HardSigmoid alpha, beta; Clip min, max; Gelu nothing
+ *   constants floats, the constant registers
+ * The operator numbers are part of the compiled-file format and of dumped graphs: never renumber. */
+
+#define KN_CHAIN_MAX_INPUTS 8
+#define KN_CHAIN_MAX_CONSTS 8
+#define KN_CHAIN_MAX_STEPS 16
+#define KN_CHAIN_MAX_REGS (KN_CHAIN_MAX_INPUTS + KN_CHAIN_MAX_CONSTS + KN_CHAIN_MAX_STEPS)
+
+typedef enum kn_chain_op {
+    /* binary */
+    KN_CHAIN_ADD = 0,
+    KN_CHAIN_SUB = 1,
+    KN_CHAIN_MUL = 2,
+    KN_CHAIN_DIV = 3,
+    KN_CHAIN_POW = 4,
+    KN_CHAIN_MAX = 5,
+    KN_CHAIN_MIN = 6,
+    KN_CHAIN_PRELU = 7, /* a < 0 ? a * b : a */
+    KN_CHAIN_BINARY_END_,
+    /* unary */
+    KN_CHAIN_ABS = 16,
+    KN_CHAIN_NEG = 17,
+    KN_CHAIN_EXP = 18,
+    KN_CHAIN_LOG = 19,
+    KN_CHAIN_SQRT = 20,
+    KN_CHAIN_RECIPROCAL = 21,
+    KN_CHAIN_FLOOR = 22,
+    KN_CHAIN_CEIL = 23,
+    KN_CHAIN_ERF = 24,
+    KN_CHAIN_TANH = 25,
+    KN_CHAIN_SIGMOID = 26,
+    KN_CHAIN_RELU = 27,
+    KN_CHAIN_LEAKY_RELU = 28,
+    KN_CHAIN_ELU = 29,
+    KN_CHAIN_SELU = 30,
+    KN_CHAIN_HARD_SIGMOID = 31,
+    KN_CHAIN_HARD_SWISH = 32,
+    KN_CHAIN_SOFTPLUS = 33,
+    KN_CHAIN_SOFTSIGN = 34,
+    KN_CHAIN_SIN = 35,
+    KN_CHAIN_COS = 36,
+    KN_CHAIN_GELU = 37,
+    KN_CHAIN_GELU_TANH = 38,
+    KN_CHAIN_CLIP = 39,
+    KN_CHAIN_OP_END_
+} kn_chain_op;
+
+typedef struct kn_chain_step {
+    uint8_t op, a, b; /* b = 0 for unary operators */
+    float p0, p1;
+} kn_chain_step;
+
+typedef struct kn_chain_program {
+    int n_inputs, n_consts, n_steps;
+    float consts[KN_CHAIN_MAX_CONSTS];
+    kn_chain_step steps[KN_CHAIN_MAX_STEPS];
+} kn_chain_program;
+
+/* Whether op is a binary (two-register) operator; false for unary and unknown numbers. */
+bool kn_chain_op_binary(int op);
+/* The operator's name ("Add", ...), NULL for an unknown number. */
+const char *kn_chain_op_name(int op);
+/* Reads and checks a FusedElementwise node's program for n_inputs inputs: sizes, known operators,
+ * every register read before it is written. False (reason in why) when invalid. */
+bool kn_chain_from_node(const kn_node *n, int n_inputs, kn_chain_program *out, char *why, size_t cap);
 
 #endif

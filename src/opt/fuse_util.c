@@ -19,7 +19,7 @@ int kn_opt_other_input(const kn_opt_ctx *c, int node, int v) {
 }
 
 /* Clip's bounds: attributes before opset 11, optional constant inputs after. */
-static bool clip_bounds(const kn_opt_ctx *c, int node, float *lo, float *hi) {
+bool kn_opt_clip_bounds(const kn_opt_ctx *c, int node, float *lo, float *hi) {
     const kn_node *n = &c->g->nodes[node];
     *lo = -INFINITY;
     *hi = INFINITY;
@@ -76,7 +76,7 @@ bool kn_opt_match_activation(const kn_opt_ctx *c, int v, kn_act_spec *act, int *
         act->p0 = kn_attr_float(nd, "alpha", 0.2f);
         act->p1 = kn_attr_float(nd, "beta", 0.5f);
     } else if (kn_opt_is(c, n, "Clip")) {
-        if (!clip_bounds(c, n, &act->p0, &act->p1)) return false;
+        if (!kn_opt_clip_bounds(c, n, &act->p0, &act->p1)) return false;
         act->act = KN_ACT_CLIP;
     } else if (kn_opt_is_in(c, n, "kiln", "Gelu")) {
         act->act = strcmp(kn_attr_string(nd, "approximate", "none"), "tanh") ? KN_ACT_GELU : KN_ACT_GELU_TANH;

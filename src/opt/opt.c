@@ -11,8 +11,9 @@
 
 /* Order matters within a level: constant folding first (it makes shapes and scalars known), the
  * clean-ups next, dead-code elimination last; GELU before the MatMul/Gemm fusions that take it as
- * their activation. Level 3 (layout and precision rewrites that depend on the backend) has no
- * CPU pass yet: the manager runs it like the others once passes are registered there. */
+ * their activation; elementwise chains after every fusion that takes elementwise nodes. Level 3
+ * (layout and precision rewrites that depend on the backend) has no pass yet: the manager runs it
+ * like the others once passes are registered there. */
 const kn_pass kn_opt_passes[] = {
     {"fold_constants", 1, kn_pass_fold_constants,
      "evaluates nodes whose inputs are all constant, and shape arithmetic over known shapes, into initializers"},
@@ -35,6 +36,8 @@ const kn_pass kn_opt_passes[] = {
     {"fuse_conv", 2, kn_pass_fuse_conv, "Conv + bias + residual Add + activation into kiln.FusedConv"},
     {"fuse_gemm_activation", 2, kn_pass_fuse_gemm_activation,
      "Gemm/kiln.FusedMatMul + activation into kiln.FusedGemm/kiln.FusedMatMul"},
+    {"fuse_elementwise", 2, kn_pass_fuse_elementwise,
+     "chains of elementwise operators (arithmetic, activations, Clip) into one kiln.FusedElementwise"},
 };
 const int kn_opt_n_passes = (int)(sizeof kn_opt_passes / sizeof kn_opt_passes[0]);
 

@@ -68,6 +68,7 @@ kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_conv(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_gemm_activation(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_attention(kn_opt_ctx *c);
+kiln_status kn_pass_fuse_elementwise(kn_opt_ctx *c);
 
 /* ---- bookkeeping ---- */
 
@@ -116,6 +117,9 @@ bool kn_opt_reduce_axes(const kn_opt_ctx *c, int node, int64_t *axes, int cap, i
  * describes it: the activation, the value it produces, the nodes it spans (at most 2, appended to
  * nodes[*n_nodes]). */
 bool kn_opt_match_activation(const kn_opt_ctx *c, int v, kn_act_spec *act, int *out_v, int *nodes, int *n_nodes);
+/* Clip's bounds (attributes before opset 11, constant inputs from it; +-inf when absent); false
+ * when a bound is given but not a constant scalar. */
+bool kn_opt_clip_bounds(const kn_opt_ctx *c, int node, float *lo, float *hi);
 /* Whether node is the (ai.onnx or kiln) op_type, live. */
 bool kn_opt_is_in(const kn_opt_ctx *c, int node, const char *domain, const char *op_type);
 /* The other input of a two-input node, given one of them; -1 when v is not an input or is both. */

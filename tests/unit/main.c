@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 static kn_unit_test *kn_tests, **kn_tail = &kn_tests;
-static int kn_failed_now, kn_skipped_now;
+static int kn_failed_now, kn_skipped_now, kn_checks_failed;
 
 void kn_unit_register(kn_unit_test *t) {
     *kn_tail = t;
@@ -20,7 +20,10 @@ void kn_unit_fail(const char *file, int line, const char *fmt, ...) {
     fprintf(stdout, "\n");
     va_end(ap);
     kn_failed_now = 1;
+    kn_checks_failed++;
 }
+
+int kn_unit_failures(void) { return kn_checks_failed; }
 
 void kn_unit_skip(const char *reason) {
     fprintf(stdout, "    skipped: %s\n", reason);

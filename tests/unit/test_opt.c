@@ -201,12 +201,16 @@ static void check_same(kiln_session *ref, kiln_session *opt, double tol) {
 
 /* Builds the graph twice: level 0 and `level`; compares; returns the optimised session (the
  * caller checks its structure and destroys it). */
-static kiln_session *compare_levels(build_fn build, int level, double tol) {
+static kiln_session *compare_levels_without(build_fn build, int level, double tol, const char *disable) {
     kiln_session *ref = make_session(build(), 0, NULL);
-    kiln_session *opt = make_session(build(), level, NULL);
+    kiln_session *opt = make_session(build(), level, disable);
     if (ref && opt) check_same(ref, opt, tol);
     kiln_session_destroy(ref);
     return opt;
+}
+
+static kiln_session *compare_levels(build_fn build, int level, double tol) {
+    return compare_levels_without(build, level, tol, NULL);
 }
 
 /* ------------------------------------------------------------------ FusedConv */
@@ -276,14 +280,22 @@ KN_TEST(opt_fused_conv_matches_unfused) {
             }
 }
 
-/* Regression: a per-channel Add after a grouped Conv broadcasts; it is not a residual. */
+/* Regression: a per-channel Add after a grouped Conv broadcasts; it is not a residual. (With
+ * elementwise chains on, the Add and the Relu after it become one chain; the Conv stays.) */
 KN_TEST(opt_regression_conv_add_group_gt_1_broadcast_is_not_fused) {
     conv_act = 1, conv_residual = 2, conv_group = 4, conv_dtype = KILN_DTYPE_FLOAT;
-    kiln_session *s = compare_levels(build_conv, 3, 1e-5);
+    kiln_session *s = compare_levels_without(build_conv, 3, 1e-5, "fuse_elementwise");
     if (!s) return;
     CHECK_EQ_INT(count_op(s, "", "Add"), 1);
     CHECK_EQ_INT(count_op(s, "kiln", "FusedConv"), 0); /* the Relu follows the Add, not the Conv */
     kiln_session_destroy(s);
+    s = compare_levels(build_conv, 3, 1e-5);
+    if (s) {
+        CHECK_EQ_INT(count_op(s, "", "Conv"), 1);
+        CHECK_EQ_INT(count_op(s, "kiln", "FusedElementwise"), 1);
+        CHECK_EQ_INT(live_nodes(s), 2);
+        kiln_session_destroy(s);
+    }
     conv_act = 0;
     s = compare_levels(build_conv, 3, 1e-5);
     if (s) {
@@ -570,10 +582,11 @@ KN_TEST(opt_layernorm_fusions) {
 }
 
 /* Regression: a scale [3, 8] over a LayerNorm of the last axis only is not a LayerNorm scale:
- * the normalisation may fuse, the Mul (and the Add after it) must stay. */
+ * the normalisation may fuse, the Mul (and the Add after it) must stay (elementwise chains off,
+ * which would take them into one node). */
 KN_TEST(opt_regression_layernorm_scale_not_trailing) {
     ln_case = 1;
-    kiln_session *s = compare_levels(build_ln, 3, 1e-5);
+    kiln_session *s = compare_levels_without(build_ln, 3, 1e-5, "fuse_elementwise");
     if (!s) return;
     CHECK_EQ_INT(count_op(s, "", "Mul"), 1);
     CHECK_EQ_INT(count_op(s, "", "Add"), 1);
@@ -676,11 +689,12 @@ KN_TEST(opt_gelu_tanh_form) {
     kiln_session_destroy(s);
 }
 
-/* A near-GELU that is not one (the cubic coefficient differs) stays as it is. */
+/* A near-GELU that is not one (the cubic coefficient differs) stays as it is (elementwise chains
+ * off: they would take it as an ordinary chain). */
 static kn_model *build_not_gelu(void) { return build_tanh_gelu_with(0.1); }
 
 KN_TEST(opt_gelu_lookalike_not_fused) {
-    kiln_session *s = compare_levels(build_not_gelu, 3, 1e-6);
+    kiln_session *s = compare_levels_without(build_not_gelu, 3, 1e-6, "fuse_elementwise");
     if (!s) return;
     CHECK_EQ_INT(count_op(s, "kiln", "Gelu"), 0);
     CHECK_EQ_INT(count_op(s, "", "Tanh"), 1);
@@ -997,4 +1011,223 @@ KN_TEST(opt_cuda_fusions_match_unfused_on_device) {
     }
     kiln_session_destroy(ref);
     kiln_session_destroy(opt);
+}
+
+/* ------------------------------------------------------------------ elementwise chains */
+
+static kiln_dtype chain_dtype = KILN_DTYPE_FLOAT;
+
+/* x [2,3,4,5], z [5] (broadcast), bias [3,1,1] (constant, broadcast):
+ *   t0 = x + bias; t3 = t0 * tanh(softplus(t0))      (t0 read twice; t3 also read by Relu)
+ *   out = sqrt(|clip(t3 * 0.5, -0.2, 0.7) - z|)      out2 = relu(t3)
+ * Two chains form: t0..t3 (ending where t3 has a reader outside) and t4..out; Relu stays. */
+static kn_model *build_chain(void) {
+    tb b;
+    tb_init(&b, 17);
+    kiln_dtype dt = chain_dtype;
+    int x = tb_input(&b, "x", dt, 4, (int64_t[]){2, 3, 4, 5});
+    int z = tb_input(&b, "z", dt, 1, (int64_t[]){5});
+    int bias = tb_const(&b, "bias", dt, 3, (int64_t[]){3, 1, 1}, -1, 1);
+    int half = tb_scalar(&b, "half", dt, 0.5), lo = tb_scalar(&b, "lo", dt, -0.2), hi = tb_scalar(&b, "hi", dt, 0.7);
+    int t0 = tb_node(&b, "Add", (int[]){x, bias}, 2, "t0");
+    int t1 = tb_node(&b, "Softplus", (int[]){t0}, 1, "t1");
+    int t2 = tb_node(&b, "Tanh", (int[]){t1}, 1, "t2");
+    int t3 = tb_node(&b, "Mul", (int[]){t0, t2}, 2, "t3");
+    int t4 = tb_node(&b, "Mul", (int[]){t3, half}, 2, "t4");
+    int t5 = tb_node(&b, "Clip", (int[]){t4, lo, hi}, 3, "t5");
+    int t6 = tb_node(&b, "Sub", (int[]){t5, z}, 2, "t6");
+    int t7 = tb_node(&b, "Abs", (int[]){t6}, 1, "t7");
+    tb_output(&b, tb_node(&b, "Sqrt", (int[]){t7}, 1, "out"));
+    tb_output(&b, tb_node(&b, "Relu", (int[]){t3}, 1, "out2"));
+    return b.m;
+}
+
+KN_TEST(opt_elementwise_chain_matches_unfused) {
+    chain_dtype = KILN_DTYPE_FLOAT;
+    kiln_session *s = compare_levels(build_chain, 2, 1e-6);
+    if (!s) return;
+    CHECK_EQ_INT(count_op(s, "kiln", "FusedElementwise"), 2);
+    CHECK_EQ_INT(count_op(s, "", "Relu"), 1);
+    CHECK_EQ_INT(live_nodes(s), 3);
+    /* the scalar constants became registers: the second chain reads t3 and z only */
+    const kn_graph *g = s->model->graph;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (n->dead || strcmp(n->op_type, "FusedElementwise")) continue;
+        int nc = 0;
+        kn_attr_floats(n, "constants", &nc);
+        if (!strcmp(g->values[n->outputs[0]].name, "out")) {
+            CHECK_EQ_INT(n->n_inputs, 2);
+            CHECK_EQ_INT(nc, 1); /* 0.5; Clip's bounds are the step's parameters */
+        } else {
+            CHECK_EQ_INT(n->n_inputs, 2); /* x and the [3,1,1] bias */
+            CHECK_EQ_INT(nc, 0);
+        }
+    }
+    kiln_session_destroy(s);
+    /* disabled by name: nothing fused */
+    kiln_session *plain = make_session(build_chain(), 2, "fuse_elementwise");
+    if (plain) CHECK_EQ_INT(count_op(plain, "kiln", "FusedElementwise"), 0);
+    kiln_session_destroy(plain);
+}
+
+/* A one-element constant of higher rank than the rest widens the output ([4] * [1,1] is
+ * [1,4]): it must stay an input of the fused node, not become a register. */
+static kn_model *build_chain_rank(void) {
+    tb b;
+    tb_init(&b, 17);
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 1, (int64_t[]){4});
+    int c = tb_const(&b, "c", KILN_DTYPE_FLOAT, 2, (int64_t[]){1, 1}, 2, 3);
+    int t = tb_node(&b, "Mul", (int[]){x, c}, 2, "t");
+    tb_output(&b, tb_node(&b, "Sigmoid", (int[]){t}, 1, "y"));
+    return b.m;
+}
+
+KN_TEST(opt_elementwise_chain_keeps_broadcast_rank) {
+    kiln_session *s = compare_levels(build_chain_rank, 2, 1e-6);
+    if (!s) return;
+    CHECK_EQ_INT(count_op(s, "kiln", "FusedElementwise"), 1);
+    const kn_graph *g = s->model->graph;
+    const kn_type *y = &g->values[g->outputs[0]].type;
+    CHECK_EQ_INT(y->rank, 2);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead) CHECK_EQ_INT(g->nodes[i].n_inputs, 2);
+    kiln_session_destroy(s);
+}
+
+/* Every operator a chain takes, each between two others: out = (op(x * 1.5 [+ domain shift]) + z),
+ * or for binary ones out = op(x * 1.5, |z| + 0.5) + 0. */
+static const struct chain_case {
+    const char *op;
+    int binary;
+    int positive; /* the operand must be positive (log, sqrt, pow's base) */
+    const char *attr;
+    float a0, a1;
+} chain_cases[] = {
+    {"Add", 1}, {"Sub", 1}, {"Mul", 1}, {"Div", 1}, {"Pow", 1, 1}, {"Max", 1}, {"Min", 1}, {"PRelu", 1},
+    {"Abs"}, {"Neg"}, {"Exp"}, {"Log", 0, 1}, {"Sqrt", 0, 1}, {"Reciprocal", 0, 1}, {"Floor"}, {"Ceil"},
+    {"Erf"}, {"Tanh"}, {"Sigmoid"}, {"Relu"}, {"LeakyRelu", 0, 0, "alpha", 0.2f}, {"Elu", 0, 0, "alpha", 0.7f},
+    {"Selu"}, {"HardSigmoid", 0, 0, "alpha", 0.3f}, {"HardSwish"}, {"Softplus"}, {"Softsign"}, {"Sin"}, {"Cos"},
+    {"Gelu"}, {"Gelu", 0, 0, "tanh"}, {"Clip"},
+};
+static int chain_case_at;
+
+static kn_model *build_chain_case(void) {
+    const struct chain_case *k = &chain_cases[chain_case_at];
+    tb b;
+    tb_init(&b, 20); /* Gelu is ai.onnx from opset 20 */
+    kiln_dtype dt = chain_dtype;
+    int x = tb_input(&b, "x", dt, 3, (int64_t[]){3, 4, 33});
+    int z = tb_input(&b, "z", dt, 2, (int64_t[]){1, 33});
+    int scale = tb_scalar(&b, "scale", dt, 1.5), shift = tb_scalar(&b, "shift", dt, 0.5);
+    int t = tb_node(&b, "Mul", (int[]){x, scale}, 2, "t");
+    if (k->positive) {
+        t = tb_node(&b, "Abs", (int[]){t}, 1, "ta");
+        t = tb_node(&b, "Add", (int[]){t, shift}, 2, "tb");
+    }
+    int u;
+    if (k->binary) {
+        int za = tb_node(&b, "Abs", (int[]){z}, 1, "za");
+        int zb = tb_node(&b, "Add", (int[]){za, shift}, 2, "zb");
+        u = tb_node(&b, k->op, (int[]){t, zb}, 2, "u");
+        tb_output(&b, tb_node(&b, "Mul", (int[]){u, scale}, 2, "y"));
+    } else if (!strcmp(k->op, "Clip")) {
+        int lo = tb_scalar(&b, "lo", dt, -0.8), hi = tb_scalar(&b, "hi", dt, 1.1);
+        u = tb_node(&b, "Clip", (int[]){t, lo, hi}, 3, "u");
+        tb_output(&b, tb_node(&b, "Add", (int[]){u, z}, 2, "y"));
+    } else {
+        u = tb_node(&b, k->op, (int[]){t}, 1, "u");
+        if (k->attr && !strcmp(k->attr, "tanh")) {
+            kn_attr *a = tb_attr(&b, "approximate", KN_ATTR_STRING);
+            a->s = "tanh";
+            a->s_len = 4;
+        } else if (k->attr) {
+            tb_float(&b, k->attr, k->a0);
+        }
+        tb_output(&b, tb_node(&b, "Add", (int[]){u, z}, 2, "y"));
+    }
+    return b.m;
+}
+
+static void every_chain_operator(kiln_session *(*session)(kn_model *m, int level), double tol) {
+    for (chain_case_at = 0; chain_case_at < (int)(sizeof chain_cases / sizeof chain_cases[0]); chain_case_at++) {
+        const char *op = chain_cases[chain_case_at].op;
+        kiln_session *ref = session(build_chain_case(), 0), *opt = session(build_chain_case(), 3);
+        if (ref && opt) {
+            int failed_before = kn_unit_failures();
+            check_same(ref, opt, tol);
+            CHECK_MSG(count_op(opt, "kiln", "FusedElementwise") == 1 && live_nodes(opt) == 1,
+                      "%s: %d FusedElementwise of %d nodes", op, count_op(opt, "kiln", "FusedElementwise"),
+                      live_nodes(opt));
+            CHECK_MSG(kn_unit_failures() == failed_before, "(the case above is %s, %s)", op,
+                      kiln_dtype_name(chain_dtype));
+        }
+        kiln_session_destroy(ref);
+        kiln_session_destroy(opt);
+    }
+}
+
+static kiln_session *cpu_session(kn_model *m, int level) { return make_session(m, level, NULL); }
+
+KN_TEST(opt_elementwise_chain_every_operator_cpu) {
+    chain_dtype = KILN_DTYPE_FLOAT;
+    every_chain_operator(cpu_session, 2e-6);
+}
+
+/* A hostile FusedElementwise: a register read before it is written, an unknown operator, too
+ * many steps: rejected with the step named, never run. */
+KN_TEST(opt_elementwise_chain_malformed_program_rejected) {
+    kn_node n;
+    memset(&n, 0, sizeof n);
+    n.name = "chain";
+    n.domain = "kiln";
+    n.op_type = "FusedElementwise";
+    kn_attr prog = {.name = "program", .type = KN_ATTR_INTS};
+    n.attrs = &prog;
+    n.n_attrs = 1;
+    kn_chain_program p;
+    char why[256];
+    int64_t good[] = {KN_CHAIN_MUL, 0, 1, KN_CHAIN_SIGMOID, 2, -1};
+    prog.ints = good, prog.n = 6;
+    CHECK_MSG(kn_chain_from_node(&n, 2, &p, why, sizeof why), "refused: %s", why);
+    CHECK_EQ_INT(p.n_steps, 2);
+    int64_t ahead[] = {KN_CHAIN_MUL, 0, 2};
+    prog.ints = ahead, prog.n = 3;
+    CHECK(!kn_chain_from_node(&n, 2, &p, why, sizeof why) && strstr(why, "step 0"));
+    int64_t unknown[] = {KN_CHAIN_ADD, 0, 1, 99, 2, -1};
+    prog.ints = unknown, prog.n = 6;
+    CHECK(!kn_chain_from_node(&n, 2, &p, why, sizeof why) && strstr(why, "step 1") && strstr(why, "unknown"));
+    int64_t unary_b[] = {KN_CHAIN_EXP, 0, 1};
+    prog.ints = unary_b, prog.n = 3;
+    CHECK(!kn_chain_from_node(&n, 2, &p, why, sizeof why));
+    int64_t ragged[] = {KN_CHAIN_EXP, 0};
+    prog.ints = ragged, prog.n = 2;
+    CHECK(!kn_chain_from_node(&n, 1, &p, why, sizeof why));
+    int64_t many[3 * (KN_CHAIN_MAX_STEPS + 1)];
+    for (int k = 0; k <= KN_CHAIN_MAX_STEPS; k++) many[3 * k] = KN_CHAIN_NEG, many[3 * k + 1] = k, many[3 * k + 2] = -1;
+    prog.ints = many, prog.n = 3 * (KN_CHAIN_MAX_STEPS + 1);
+    CHECK(!kn_chain_from_node(&n, 1, &p, why, sizeof why) && strstr(why, "exceed"));
+    CHECK(!kn_chain_from_node(&n, KN_CHAIN_MAX_INPUTS + 1, &p, why, sizeof why));
+}
+
+/* On a machine with a GPU: every chain operator in float32 and float16 on CUDA against level 0
+ * there, and the two-chain graph. */
+KN_TEST(opt_elementwise_chain_cuda_matches_unfused) {
+    const char *why = NULL;
+    if (!kiln_provider_available("cuda", &why)) KN_SKIP(why ? why : "no CUDA device");
+    chain_dtype = KILN_DTYPE_FLOAT;
+    every_chain_operator(cuda_session, 1e-5);
+    chain_dtype = KILN_DTYPE_FLOAT16;
+    every_chain_operator(cuda_session, 1e-2);
+    for (int t = 0; t < 2; t++) {
+        chain_dtype = t ? KILN_DTYPE_FLOAT16 : KILN_DTYPE_FLOAT;
+        kiln_session *ref = cuda_session(build_chain(), 0), *opt = cuda_session(build_chain(), 3);
+        if (ref && opt) {
+            check_same(ref, opt, t ? 1e-2 : 1e-5);
+            CHECK_EQ_INT(count_op(opt, "kiln", "FusedElementwise"), 2);
+        }
+        kiln_session_destroy(ref);
+        kiln_session_destroy(opt);
+    }
+    chain_dtype = KILN_DTYPE_FLOAT;
 }

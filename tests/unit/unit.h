@@ -17,6 +17,8 @@ typedef struct kn_unit_test {
 void kn_unit_register(kn_unit_test *t);
 void kn_unit_fail(const char *file, int line, const char *fmt, ...);
 void kn_unit_skip(const char *reason);
+/* Failed checks so far in this run (to tell which case of a loop failed). */
+int kn_unit_failures(void);
 /* Path of the project's root (for fixtures); from KILN_SOURCE_DIR or the current directory. */
 const char *kn_unit_root(void);
 

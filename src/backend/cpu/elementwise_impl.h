@@ -276,6 +276,25 @@ static inline float kn_ew_log1p_pos(float y) {
     return kn_ew_logf(u) - c / u;
 }
 
+/* 0.5 x (1 + erf(x/sqrt2)); below x/sqrt2 = -1 as 0.5 x erfc(-x/sqrt2), keeping relative
+ * accuracy where 1 + erf cancels */
+static inline float kn_ew_gelu_erff(float x) {
+    float z = x * 0.70710678118654752f;
+    float a = fabsf(z);
+    /* erfc(|z|) for |z| >= 1, with z^2 = x^2/2 from x (z itself carries x/sqrt2's rounding) */
+    float xc = fabsf(x) < 1.41421356f ? 1.41421356f : (fabsf(x) > 14.1421356f ? 14.1421356f : fabsf(x));
+    float xx = xc * xc;
+    float ec = kn_ew_erfc_big_zz(xc * 0.70710678118654752f, 0.5f * xx, 0.5f * kn_ew_mul_err(xc, xc, xx));
+    float es = kn_ew_erf_small(a < 1.0f ? z : 0.0f);                       /* erf(z), |z| < 1 */
+    float one_plus_erf = a < 1.0f ? 1.0f + es : (z > 0.0f ? 2.0f - ec : ec);
+    return 0.5f * x * one_plus_erf;
+}
+/* 0.5 x (1 + tanh(u)) = x * sigmoid(2u) */
+static inline float kn_ew_gelu_tanhf(float x) {
+    float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+    return x / (1.0f + kn_ew_expf_normal(-2.0f * u));
+}
+
 /* ------------------------------------------------------------------ kernels (elementwise_*.c) */
 
 /* sqrt over n floats with vector instructions where the target has them (the compiler keeps

@@ -245,28 +245,10 @@ static inline float kn_mishf(float x) {
 }
 UN_FLOAT_OP(Mish, kn_mishf(x), x * tanh(log1p(exp(x))))
 
-/* 0.5 x (1 + erf(x/sqrt2)); below x/sqrt2 = -1 as 0.5 x erfc(-x/sqrt2), keeping relative
- * accuracy where 1 + erf cancels */
-static inline float kn_gelu_erff(float x) {
-    float z = x * 0.70710678118654752f;
-    float a = fabsf(z);
-    /* erfc(|z|) for |z| >= 1, with z^2 = x^2/2 from x (z itself carries x/sqrt2's rounding) */
-    float xc = fabsf(x) < 1.41421356f ? 1.41421356f : (fabsf(x) > 14.1421356f ? 14.1421356f : fabsf(x));
-    float xx = xc * xc;
-    float ec = kn_ew_erfc_big_zz(xc * 0.70710678118654752f, 0.5f * xx, 0.5f * kn_ew_mul_err(xc, xc, xx));
-    float es = kn_ew_erf_small(a < 1.0f ? z : 0.0f);                       /* erf(z), |z| < 1 */
-    float one_plus_erf = a < 1.0f ? 1.0f + es : (z > 0.0f ? 2.0f - ec : ec);
-    return 0.5f * x * one_plus_erf;
-}
-/* 0.5 x (1 + tanh(u)) = x * sigmoid(2u) */
-static inline float kn_gelu_tanhf(float x) {
-    float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-    return x / (1.0f + kn_ew_expf_normal(-2.0f * u));
-}
-UN_F32(GeluErf, kn_gelu_erff(x))
+UN_F32(GeluErf, kn_ew_gelu_erff(x))
 UN_F64(GeluErf, x < -1.4142135623730951 ? 0.5 * x * erfc(-x * 0.70710678118654752)
                                           : 0.5 * x * (1.0 + erf(x * 0.70710678118654752)))
-UN_F32(GeluTanh, kn_gelu_tanhf(x))
+UN_F32(GeluTanh, kn_ew_gelu_tanhf(x))
 UN_F64(GeluTanh, 0.5 * x * (1.0 + tanh(0.79788456080286536 * (x + 0.044715 * x * x * x))))
 static const un_op op_GeluErf = {{T_FLOATS(GeluErf)}, 0, false};
 static const un_op op_GeluTanh = {{T_FLOATS(GeluTanh)}, 0, false};

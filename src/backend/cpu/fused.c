@@ -332,5 +332,6 @@ const kn_cpu_kernel kn_cpu_fused[] = {
     {"kiln", "LayerNormalization", kn_cpu_fused_layernorm, kn_fused_supports_f32, KN_KERNEL_OVERWRITES},
     {"kiln", "RMSNormalization", kn_cpu_fused_rmsnorm, kn_fused_supports_f32, KN_KERNEL_OVERWRITES},
     {"kiln", "Attention", kn_cpu_fused_attention, kn_cpu_fused_attention_supports, KN_KERNEL_OVERWRITES},
+    {"kiln", "FusedElementwise", kn_cpu_fused_elementwise, kn_cpu_fused_elementwise_supports, KN_KERNEL_OVERWRITES},
     {0},
 };

@@ -21,4 +21,8 @@ kiln_status kn_cpu_fused_rmsnorm(kn_kernel_ctx *c);
 kiln_status kn_cpu_fused_attention(kn_kernel_ctx *c);
 bool kn_cpu_fused_attention_supports(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap);
 
+/* fused_elementwise.c */
+kiln_status kn_cpu_fused_elementwise(kn_kernel_ctx *c);
+bool kn_cpu_fused_elementwise_supports(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap);
+
 #endif

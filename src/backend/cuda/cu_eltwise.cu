@@ -430,6 +430,50 @@ __global__ void k_epilogue(T *y, const T *bias, int64_t n_bias, int64_t cols, in
     }
 }
 
+// ---------------------------------------------------------------- chains (kiln.FusedElementwise)
+
+// Registers live in a small local array indexed at run time; the step loop and its switch are
+// uniform across the grid, so no warp diverges. An interpreter rather than code generated per
+// chain: no runtime compilation on a session's start path, and a chain is bound by memory traffic,
+// which the interpreter already cuts to one read per input and one write.
+template <typename T> __global__ void k_chain(const kn_cu_chain p, T *y, int64_t n) {
+    constexpr int R = KN_CU_CHAIN_INPUTS + KN_CU_CHAIN_CONSTS + KN_CU_CHAIN_STEPS;
+    KNCU_LOOP(i, n) {
+        float r[R];
+        if (!p.any_strided) {
+            for (int k = 0; k < p.n_inputs; k++)
+                r[k] = ld(((const T *)p.in[k])[p.mode[k] == KN_CU_CHAIN_SCALAR ? 0 : i]);
+        } else {
+            int64_t off[KN_CU_CHAIN_INPUTS];
+            for (int k = 0; k < p.n_inputs; k++) off[k] = 0;
+            int64_t rest = i;
+            for (int d = p.rank - 1; d >= 0; d--) {
+                int64_t c = rest % p.dims[d];
+                rest /= p.dims[d];
+                for (int k = 0; k < p.n_inputs; k++) off[k] += c * p.strides[k][d];
+            }
+            for (int k = 0; k < p.n_inputs; k++) {
+                int64_t at = p.mode[k] == KN_CU_CHAIN_SCALAR ? 0 : p.mode[k] == KN_CU_CHAIN_CONTIGUOUS ? i : off[k];
+                r[k] = ld(((const T *)p.in[k])[at]);
+            }
+        }
+        for (int k = 0; k < p.n_consts; k++) r[p.n_inputs + k] = p.consts[k];
+        int at = p.n_inputs + p.n_consts;
+        for (int t = 0; t < p.n_steps; t++) {
+            const kn_cu_chain_step &s = p.steps[t];
+            float a = r[s.a], v;
+            if (s.kind == 0) v = funary<float>(s.op, a, s.p0, s.p1);
+            else if (s.kind == 1) v = fbinary<float>(s.op, a, r[s.b]);
+            else {
+                v = a < s.p0 ? s.p0 : a;
+                v = v > s.p1 ? s.p1 : v;
+            }
+            r[at + t] = v;
+        }
+        y[i] = st<T>(r[at + p.n_steps - 1]);
+    }
+}
+
 } // namespace
 
 extern "C" {
@@ -555,6 +599,18 @@ cudaError_t kn_cu_bias_act(kiln_dtype dt, void *y, const void *bias, int64_t row
     unsigned g = grid_for(n, 256);
     KNCU_DISPATCH_FLOAT(dt, (k_bias_act<type_><<<g, 256, 0, s>>>((type_ *)y, (const type_ *)bias, n, cols, inner,
                                                                     act, alpha, beta)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_chain_run(kiln_dtype dt, const kn_cu_chain *c, void *y, int64_t n, cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    unsigned g = grid_for(n, 256);
+    switch (dt) {
+    case KILN_DTYPE_FLOAT: k_chain<float><<<g, 256, 0, s>>>(*c, (float *)y, n); break;
+    case KILN_DTYPE_FLOAT16: k_chain<f16><<<g, 256, 0, s>>>(*c, (f16 *)y, n); break;
+    case KILN_DTYPE_BFLOAT16: k_chain<bf16><<<g, 256, 0, s>>>(*c, (bf16 *)y, n); break;
+    default: return cudaErrorNotSupported;
+    }
     return cudaGetLastError();
 }
 

@@ -89,6 +89,34 @@ cudaError_t kn_cu_bias_act(kiln_dtype dt, void *y, const void *bias, int64_t row
 cudaError_t kn_cu_epilogue(kiln_dtype dt, void *y, const void *bias, int64_t n_bias, int64_t cols, int64_t inner,
                            const void *z, int act, float p0, float p1, int64_t n, cudaStream_t s);
 
+/* A chain of elementwise operators in one pass (kiln.FusedElementwise): per output element the
+ * inputs are read (contiguous, one scalar, or strided over the collapsed output dims), the steps
+ * run over float registers (inputs, then constants, then one per step), and the last register is
+ * stored. A step is a kn_cu unary operator (kind 0, params a/b as kn_cu_unary), a kn_cu binary
+ * operator (kind 1) or a clip (kind 2, bounds p0, p1). */
+#define KN_CU_CHAIN_INPUTS 8
+#define KN_CU_CHAIN_CONSTS 8
+#define KN_CU_CHAIN_STEPS 16
+enum { KN_CU_CHAIN_CONTIGUOUS, KN_CU_CHAIN_SCALAR, KN_CU_CHAIN_STRIDED };
+typedef struct kn_cu_chain_step {
+    uint8_t kind, op, a, b;
+    float p0, p1;
+} kn_cu_chain_step;
+typedef struct kn_cu_chain {
+    int n_inputs, n_consts, n_steps, rank;
+    bool any_strided;
+    int64_t dims[KN_CU_MAX_RANK];
+    int64_t strides[KN_CU_CHAIN_INPUTS][KN_CU_MAX_RANK];
+    const void *in[KN_CU_CHAIN_INPUTS];
+    uint8_t mode[KN_CU_CHAIN_INPUTS];
+    float consts[KN_CU_CHAIN_CONSTS];
+    kn_cu_chain_step steps[KN_CU_CHAIN_STEPS];
+} kn_cu_chain;
+/* y has n elements of type dt (float32, float16 or bfloat16, the inputs' type too); the
+ * arithmetic is float32. The description travels as the kernel's parameter (about 1 KB), so a
+ * launch needs no device copy and is captured into CUDA graphs as is. */
+cudaError_t kn_cu_chain_run(kiln_dtype dt, const kn_cu_chain *c, void *y, int64_t n, cudaStream_t s);
+
 /* data movement (cu_data.cu) */
 cudaError_t kn_cu_gather(size_t esize, const void *data, const void *idx, bool idx64, void *y, int64_t outer,
                          int64_t axis_len, int64_t n_idx, int64_t inner, cudaStream_t s);

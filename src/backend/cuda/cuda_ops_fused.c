@@ -1,7 +1,8 @@
 /* CUDA kernels of kiln's fused operators (domain "kiln", src/ops/fused.h): FusedConv, FusedGemm
  * and FusedMatMul run the linear part (cuDNN / cuBLASLt) into the output and then one epilogue
  * pass (bias, residual, activation); Gelu, LayerNormalization and RMSNormalization reuse the
- * ai.onnx kernels; Attention is two batched products around a masked softmax. */
+ * ai.onnx kernels; Attention is two batched products around a masked softmax; FusedElementwise
+ * runs its program in one kernel (kn_cu_chain_run). */
 #include "backend/cuda/cuda_backend.h"
 
 #include "ops/fused.h"
@@ -190,6 +191,138 @@ static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
     return st;
 }
 
+/* ------------------------------------------------------------------ FusedElementwise */
+
+_Static_assert(KN_CU_CHAIN_INPUTS == KN_CHAIN_MAX_INPUTS && KN_CU_CHAIN_CONSTS == KN_CHAIN_MAX_CONSTS &&
+                   KN_CU_CHAIN_STEPS == KN_CHAIN_MAX_STEPS,
+               "the CUDA chain holds every program");
+
+/* The kn_cu operator of a chain operator: kind 0 unary, 1 binary, 2 clip. */
+static bool chain_step_to_cu(int op, uint8_t *kind, uint8_t *cu_op) {
+    enum { U = 1, B, C }; /* the table's kinds, one above the kernel's so 0 is "none" */
+    static const struct {
+        uint8_t kind, op;
+    } map[KN_CHAIN_OP_END_] = {
+        [KN_CHAIN_ADD] = {B, KN_CU_ADD},       [KN_CHAIN_SUB] = {B, KN_CU_SUB},
+        [KN_CHAIN_MUL] = {B, KN_CU_MUL},       [KN_CHAIN_DIV] = {B, KN_CU_DIV},
+        [KN_CHAIN_POW] = {B, KN_CU_POW},       [KN_CHAIN_MAX] = {B, KN_CU_MAX},
+        [KN_CHAIN_MIN] = {B, KN_CU_MIN},       [KN_CHAIN_PRELU] = {B, KN_CU_PRELU},
+        [KN_CHAIN_ABS] = {U, KN_CU_ABS},       [KN_CHAIN_NEG] = {U, KN_CU_NEG},
+        [KN_CHAIN_EXP] = {U, KN_CU_EXP},       [KN_CHAIN_LOG] = {U, KN_CU_LOG},
+        [KN_CHAIN_SQRT] = {U, KN_CU_SQRT},     [KN_CHAIN_RECIPROCAL] = {U, KN_CU_RECIP},
+        [KN_CHAIN_FLOOR] = {U, KN_CU_FLOOR},   [KN_CHAIN_CEIL] = {U, KN_CU_CEIL},
+        [KN_CHAIN_ERF] = {U, KN_CU_ERF},       [KN_CHAIN_TANH] = {U, KN_CU_TANH},
+        [KN_CHAIN_SIGMOID] = {U, KN_CU_SIGMOID}, [KN_CHAIN_RELU] = {U, KN_CU_RELU},
+        [KN_CHAIN_LEAKY_RELU] = {U, KN_CU_LEAKYRELU}, [KN_CHAIN_ELU] = {U, KN_CU_ELU},
+        [KN_CHAIN_SELU] = {U, KN_CU_SELU},     [KN_CHAIN_HARD_SIGMOID] = {U, KN_CU_HARDSIGMOID},
+        [KN_CHAIN_HARD_SWISH] = {U, KN_CU_HARDSWISH}, [KN_CHAIN_SOFTPLUS] = {U, KN_CU_SOFTPLUS},
+        [KN_CHAIN_SOFTSIGN] = {U, KN_CU_SOFTSIGN}, [KN_CHAIN_SIN] = {U, KN_CU_SIN},
+        [KN_CHAIN_COS] = {U, KN_CU_COS},       [KN_CHAIN_GELU] = {U, KN_CU_GELU},
+        [KN_CHAIN_GELU_TANH] = {U, KN_CU_GELU_TANH}, [KN_CHAIN_CLIP] = {C, 0},
+    };
+    if (op < 0 || op >= KN_CHAIN_OP_END_ || !map[op].kind) return false;
+    *kind = (uint8_t)(map[op].kind - 1);
+    *cu_op = map[op].op;
+    return true;
+}
+
+static kiln_status run_chain(kn_cuda *cu, kn_kernel_ctx *c) {
+    kn_chain_program prog;
+    char why[160];
+    if (!kn_chain_from_node(c->node, c->n_inputs, &prog, why, sizeof why))
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+    kn_cu_chain ch;
+    memset(&ch, 0, sizeof ch);
+    kiln_dtype dt = c->in[0]->dtype;
+    /* the output's shape: every input broadcast */
+    int rank = 0;
+    int64_t dims[KILN_MAX_RANK];
+    for (int i = 0; i < c->n_inputs; i++)
+        if (c->in[i]->rank > rank) rank = c->in[i]->rank;
+    for (int d = 0; d < rank; d++) {
+        dims[d] = 1;
+        for (int i = 0; i < c->n_inputs; i++) {
+            const kn_tensor *x = c->in[i];
+            int xd = d - (rank - x->rank);
+            int64_t n = xd >= 0 ? x->dims[xd] : 1;
+            if (n == 1 || n == dims[d]) continue;
+            if (dims[d] != 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "the inputs do not broadcast (dim %d)", d);
+            dims[d] = n;
+        }
+    }
+    kn_tensor *Y;
+    KN_TRY(kn_ctx_output(c, 0, dt, rank, dims, &Y));
+    int64_t total = kn_tensor_count(Y);
+    /* strides over the output dims, dims of 1 dropped, then neighbours that move together merged */
+    int64_t strides[KN_CU_CHAIN_INPUTS][KILN_MAX_RANK];
+    for (int i = 0; i < c->n_inputs; i++) {
+        const kn_tensor *x = c->in[i];
+        int64_t step = 1;
+        for (int d = rank - 1; d >= 0; d--) {
+            int xd = d - (rank - x->rank);
+            int64_t n = xd >= 0 ? x->dims[xd] : 1;
+            strides[i][d] = n == 1 ? 0 : step;
+            step *= n;
+        }
+    }
+    int r = 0;
+    for (int d = 0; d < rank; d++) {
+        if (dims[d] == 1) continue;
+        bool merge = r > 0;
+        for (int i = 0; i < c->n_inputs && merge; i++) merge = ch.strides[i][r - 1] == strides[i][d] * dims[d];
+        if (merge) {
+            ch.dims[r - 1] *= dims[d];
+            for (int i = 0; i < c->n_inputs; i++) ch.strides[i][r - 1] = strides[i][d];
+        } else {
+            ch.dims[r] = dims[d];
+            for (int i = 0; i < c->n_inputs; i++) ch.strides[i][r] = strides[i][d];
+            r++;
+        }
+    }
+    ch.rank = r;
+    ch.n_inputs = prog.n_inputs;
+    ch.n_consts = prog.n_consts;
+    ch.n_steps = prog.n_steps;
+    for (int i = 0; i < c->n_inputs; i++) {
+        int64_t count = kn_tensor_count(c->in[i]);
+        ch.in[i] = c->in[i]->data;
+        ch.mode[i] = count == total ? KN_CU_CHAIN_CONTIGUOUS : count == 1 ? KN_CU_CHAIN_SCALAR : KN_CU_CHAIN_STRIDED;
+        ch.any_strided |= ch.mode[i] == KN_CU_CHAIN_STRIDED;
+    }
+    for (int k = 0; k < prog.n_consts; k++) ch.consts[k] = prog.consts[k];
+    for (int t = 0; t < prog.n_steps; t++) {
+        const kn_chain_step *ps = &prog.steps[t];
+        kn_cu_chain_step *cs = &ch.steps[t];
+        if (!chain_step_to_cu(ps->op, &cs->kind, &cs->op))
+            return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "step %d: operator %s has no CUDA form", t,
+                                   kn_chain_op_name(ps->op));
+        cs->a = ps->a;
+        cs->b = ps->b;
+        cs->p0 = ps->p0;
+        cs->p1 = ps->p1;
+    }
+    return kn_cu_check(c, kn_cu_chain_run(dt, &ch, Y->data, total, cu->stream), "FusedElementwise");
+}
+
+static bool chain_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
+    for (int i = 0; i < n_in; i++)
+        if (!in[i] || in[i]->dtype != in[0]->dtype) {
+            snprintf(why, cap, "input %d is %s, input 0 %s", i, in[i] ? kiln_dtype_name(in[i]->dtype) : "omitted",
+                     kiln_dtype_name(in[0]->dtype));
+            return false;
+        }
+    kn_chain_program prog;
+    if (!kn_chain_from_node(n, n_in, &prog, why, cap)) return false;
+    for (int t = 0; t < prog.n_steps; t++) {
+        uint8_t kind, op;
+        if (!chain_step_to_cu(prog.steps[t].op, &kind, &op)) {
+            snprintf(why, cap, "step %d: operator %d has no CUDA form", t, prog.steps[t].op);
+            return false;
+        }
+    }
+    return true;
+}
+
 static bool fused_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
     for (int i = 1; i < n_in; i++) {
         if (!in[i]) continue;
@@ -216,5 +349,7 @@ const kn_cuda_kernel kn_cuda_fused[] = {
     {"kiln", "LayerNormalization", run_norm, fused_supports, KN_T_FLOATS, 0, 0},
     {"kiln", "RMSNormalization", run_norm, fused_supports, KN_T_FLOATS, 0, 0},
     {"kiln", "Attention", run_attention, fused_supports, KN_T_FLOATS, 0, 0},
+    {"kiln", "FusedElementwise", run_chain, chain_supports,
+     KN_T(KILN_DTYPE_FLOAT) | KN_T(KILN_DTYPE_FLOAT16) | KN_T(KILN_DTYPE_BFLOAT16), 0, 0},
     {NULL, NULL, NULL, NULL, 0, 0, 0},
 };
