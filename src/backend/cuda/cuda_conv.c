@@ -50,7 +50,11 @@ typedef struct conv_plan {
 } conv_plan;
 
 static kiln_status dnn_fail(const kn_kernel_ctx *c, cudnnStatus_t s, const char *what) {
-    return kn_kernel_error(c, KILN_ERR_RUNTIME, "cuDNN %s: %s", what, cudnnGetErrorString(s));
+    /* the CUDA error behind a failed launch, when cuDNN left one */
+    cudaError_t e = cudaGetLastError();
+    return kn_kernel_error(c, KILN_ERR_RUNTIME, "cuDNN %s: %s%s%s%s", what, cudnnGetErrorString(s),
+                           e != cudaSuccess ? " (CUDA: " : "", e != cudaSuccess ? cudaGetErrorString(e) : "",
+                           e != cudaSuccess ? ")" : "");
 }
 
 static kiln_status geometry(const kn_kernel_ctx *c, bool transpose, conv_geom *g) {
@@ -510,15 +514,20 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
                                                  (cudnnConvolutionBwdDataAlgo_t)p->algo, cu->workspace, p->ws, zero, p->yd,
                                                  yout);
             if (s == CUDNN_STATUS_SUCCESS || p->algo == 0 || !workspace_of(cu, p, transpose, 0, &p->ws)) break;
-            cudaGetLastError();
-            kn_log(KILN_LOG_WARNING, "cuda: cuDNN algorithm %d failed for '%s' (%s): algorithm 0 instead", p->algo,
-                   c->node->name ? c->node->name : "", cudnnGetErrorString(s));
+            cudaError_t e = cudaGetLastError();
+            kn_log(KILN_LOG_WARNING, "cuda: cuDNN algorithm %d failed for '%s' (%s, CUDA: %s): algorithm 0 instead",
+                   p->algo, c->node->name ? c->node->name : "", cudnnGetErrorString(s), cudaGetErrorString(e));
             p->algo = 0;
             int32_t a = 0;
             st = kn_cu_tuning_add(cu, p->tkey, p->klen, &a, sizeof a);
             if (st != KILN_OK) break;
         }
-        if (st == KILN_OK && s != CUDNN_STATUS_SUCCESS) st = dnn_fail(c, s, transpose ? "ConvTranspose" : "Conv");
+        if (st == KILN_OK && s != CUDNN_STATUS_SUCCESS) {
+            char what[96];
+            snprintf(what, sizeof what, "%s (algorithm %d, workspace %zu bytes)", transpose ? "ConvTranspose" : "Conv",
+                     p->algo, p->ws);
+            st = dnn_fail(c, s, what);
+        }
     } else if (st == KILN_OK && fcnt > 0) {
         st = kn_cu_check(c, cudaMemsetAsync(yout, 0, (size_t)fcnt * ces, cu->stream), "Conv");
     }
