@@ -619,7 +619,9 @@ static void cu_destroy(void *state) {
     kn_cuda *cu = state;
     if (!cu) return;
     cudaSetDevice(cu->device);
-    kn_cu_warmup_free(cu);
+    kn_cu_warmup_join(cu);
+    free(cu->warmup);
+    cu->warmup = NULL;
     if (cu->stream) cudaStreamSynchronize(cu->stream);
     if (cu->live_bytes)
         kn_log(KILN_LOG_DEBUG, "cuda:%d: %zu bytes of device tensors still live at session end", cu->device,

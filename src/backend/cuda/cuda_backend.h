@@ -220,11 +220,5 @@ cudnnStatus_t kn_cu_conv_describe(const int32_t *desc, int nd, cudnnTensorDescri
 void kn_cu_warmup_boot(kn_cuda *cu); /* at init: cuBLASLt's own start-up, beside whatever comes next */
 void kn_cu_warmup_start(kn_cuda *cu);
 void kn_cu_warmup_join(kn_cuda *cu);
-void kn_cu_warmup_free(kn_cuda *cu); /* join, then free (at destroy) */
-/* A run's calls into cuBLASLt (dnn false) or cuDNN (true) hold this around them: it waits while
- * that library's warm-up thread is inside a call, and returns what to pass to unlock (NULL, and
- * no waiting, when no such thread runs). */
-void *kn_cu_warmup_lock(kn_cuda *cu, bool dnn);
-void kn_cu_warmup_unlock(void *held);
 
 #endif

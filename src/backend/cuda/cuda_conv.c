@@ -438,7 +438,7 @@ static kiln_status convert_back(const kn_kernel_ctx *c, kn_cuda *cu, const void 
 
 /* Shared by Conv and ConvTranspose: operands converted to the compute type when the precision
  * option asks for it, the cuDNN call, the conversion back, bias. */
-static kiln_status run_conv(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
+static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
     const kn_tensor *x = c->in[0], *w = c->in[1], *b = c->n_inputs > 2 ? c->in[2] : NULL;
     NEED_OUT(c, 0);
     kn_tensor *y = c->out[0];
@@ -560,14 +560,6 @@ static kiln_status run_conv(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
     if (wconv_b) kn_cu_scratch_free(cu, wconv, wconv_b);
     if (ycomp) kn_cu_scratch_free(cu, ycomp, ycomp_b ? ycomp_b : 1);
     if (yfull) kn_cu_scratch_free(cu, yfull, yfull_b ? yfull_b : 1);
-    return st;
-}
-
-/* run_conv with cuDNN to itself: no warm-up replay on another thread inside cuDNN meanwhile */
-static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
-    void *held = kn_cu_warmup_lock(cu, true);
-    kiln_status st = run_conv(cu, c, transpose);
-    kn_cu_warmup_unlock(held);
     return st;
 }
 

@@ -236,7 +236,7 @@ void kn_cu_lt_undescribe(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cub
     if (op) cublasLtMatmulDescDestroy(op);
 }
 
-static kiln_status gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm *g) {
+kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm *g) {
     if (g->M == 0 || g->N == 0 || g->batch == 0) return KILN_OK;
     if (g->K == 0) {
         /* an empty sum: C = beta * C */
@@ -346,14 +346,6 @@ static kiln_status gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gem
     if (dev_scalars) kn_cu_scratch_free(cu, dev_scalars, 2 * sizeof(float));
     if (convA_bytes) kn_cu_scratch_free(cu, convA, convA_bytes);
     if (convB_bytes) kn_cu_scratch_free(cu, convB, convB_bytes);
-    return st;
-}
-
-/* gemm_run with cuBLASLt to itself: no warm-up thread inside cuBLASLt meanwhile */
-kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm *g) {
-    void *held = kn_cu_warmup_lock(cu, false);
-    kiln_status st = gemm_run(cu, c, g);
-    kn_cu_warmup_unlock(held);
     return st;
 }
 

@@ -13,15 +13,7 @@
  * the thread doing it instead of doing it itself.
  *
  * The replays compute nothing anyone reads (uninitialised operands, outputs to scratch), and a
- * failure in them is ignored: the run makes the same calls itself and reports its own errors.
- *
- * A library's calls from a replay thread and from the run never overlap: each holds the library's
- * lock (kn_cu_warmup_lock) around them while that library's thread runs. Measured on the H200:
- * with a run's cuDNN convolution and the replay of the same convolution on another handle at the
- * same moment, about one cold run in 60 failed with CUDNN_STATUS_EXECUTION_FAILED (algorithm 0,
- * no workspace, no CUDA error), although cuDNN allows concurrent calls on separate handles; the
- * overlap that pays (one library starting while the run works in the other, or in kiln's own
- * kernels) is kept. */
+ * failure in them is ignored: the run makes the same calls itself and reports its own errors. */
 #include "backend/cuda/cuda_backend.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -36,7 +28,6 @@
 #define WARM_MAX_BYTES ((size_t)1 << 30)
 
 typedef struct warm_job {
-    pthread_mutex_t *lock; /* the library's: held around each of its calls */
     int device;
     size_t workspace_size;
     kn_cu_tuned *recs; /* copies: the session's table changes while the thread reads */
@@ -49,7 +40,6 @@ typedef struct warm_job {
 
 struct kn_cu_warmup {
     warm_job boot, lt, dnn;
-    pthread_mutex_t lt_lock, dnn_lock;
 };
 
 /* Device memory for a replay, or NULL (the replay is then skipped). */
@@ -106,12 +96,9 @@ static void *replay_products(void *arg) {
     cublasLtHandle_t h = NULL;
     char *base = NULL;
     void *work = NULL;
-    if (cudaSetDevice(j->device) != cudaSuccess || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
+    if (cudaSetDevice(j->device) != cudaSuccess || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cublasLtCreate(&h) != CUBLAS_STATUS_SUCCESS)
         goto done;
-    pthread_mutex_lock(j->lock);
-    cublasStatus_t created = cublasLtCreate(&h);
-    pthread_mutex_unlock(j->lock);
-    if (created != CUBLAS_STATUS_SUCCESS) goto done;
     /* scratch allocated once, at its largest: cudaFree waits for the whole device, the run's work too */
     size_t most = 0, at_b, at_c, at_s, bytes;
     for (int i = 0; i < j->n; i++) {
@@ -141,21 +128,15 @@ static void *replay_products(void *arg) {
             beta = dev + 1;
         }
         /* our A is cuBLASLt's B (cuda_linalg.c) */
-        pthread_mutex_lock(j->lock);
         if (cublasLtMatmul(h, op, alpha, base + at_b, la, base, lb, beta, base + at_c, lc, base + at_c, lc, &algo, work,
                            work ? j->workspace_size : 0, stream) == CUBLAS_STATUS_SUCCESS)
             j->replayed++;
-        pthread_mutex_unlock(j->lock);
         kn_cu_lt_undescribe(op, la, lb, lc);
     }
     cudaStreamSynchronize(stream);
 done:
     cudaGetLastError();
-    if (h) {
-        pthread_mutex_lock(j->lock);
-        cublasLtDestroy(h);
-        pthread_mutex_unlock(j->lock);
-    }
+    if (h) cublasLtDestroy(h);
     return finish(j, t0, stream, base, work);
 }
 
@@ -212,34 +193,23 @@ static void *replay_convolutions(void *arg) {
     cudnnConvolutionDescriptor_t cd = NULL;
     char *base = NULL;
     void *work = NULL;
-    if (cudaSetDevice(j->device) != cudaSuccess || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
+    if (cudaSetDevice(j->device) != cudaSuccess || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudnnCreate(&h) != CUDNN_STATUS_SUCCESS || cudnnSetStream(h, stream) != CUDNN_STATUS_SUCCESS ||
+        cudnnCreateTensorDescriptor(&xd) != CUDNN_STATUS_SUCCESS || cudnnCreateTensorDescriptor(&yd) != CUDNN_STATUS_SUCCESS ||
+        cudnnCreateFilterDescriptor(&wd) != CUDNN_STATUS_SUCCESS || cudnnCreateConvolutionDescriptor(&cd) != CUDNN_STATUS_SUCCESS)
         goto done;
-    pthread_mutex_lock(j->lock);
-    bool ready = cudnnCreate(&h) == CUDNN_STATUS_SUCCESS && cudnnSetStream(h, stream) == CUDNN_STATUS_SUCCESS &&
-                 cudnnCreateTensorDescriptor(&xd) == CUDNN_STATUS_SUCCESS &&
-                 cudnnCreateTensorDescriptor(&yd) == CUDNN_STATUS_SUCCESS &&
-                 cudnnCreateFilterDescriptor(&wd) == CUDNN_STATUS_SUCCESS &&
-                 cudnnCreateConvolutionDescriptor(&cd) == CUDNN_STATUS_SUCCESS;
-    pthread_mutex_unlock(j->lock);
-    if (!ready) goto done;
     /* scratch and workspace allocated once, at their largest: cudaFree waits for the whole device */
     size_t most = 0, most_ws = 0;
     conv_replay c;
-    pthread_mutex_lock(j->lock);
     for (int i = 0; i < j->n; i++)
         if (conv_prepare(h, &j->recs[i], j->workspace_size, xd, yd, wd, cd, &c)) {
             if (c.bytes > most) most = c.bytes;
             if (c.need > most_ws) most_ws = c.need;
         }
-    pthread_mutex_unlock(j->lock);
     base = most ? device_alloc(most) : NULL;
     work = most_ws ? device_alloc(most_ws) : NULL;
     for (int i = 0; base && (work || !most_ws) && i < j->n; i++) {
-        pthread_mutex_lock(j->lock);
-        if (!conv_prepare(h, &j->recs[i], j->workspace_size, xd, yd, wd, cd, &c)) {
-            pthread_mutex_unlock(j->lock);
-            continue;
-        }
+        if (!conv_prepare(h, &j->recs[i], j->workspace_size, xd, yd, wd, cd, &c)) continue;
         double one_d = 1, zero_d = 0;
         float one_f = 1, zero_f = 0;
         const void *one = c.dbl ? (const void *)&one_d : (const void *)&one_f;
@@ -250,19 +220,16 @@ static void *replay_convolutions(void *arg) {
                          : cudnnConvolutionBackwardData(h, one, wd, base + c.at_w, xd, base, cd,
                                                         (cudnnConvolutionBwdDataAlgo_t)c.algo, work, c.need, zero, yd,
                                                         base + c.at_y);
-        pthread_mutex_unlock(j->lock);
         if (s == CUDNN_STATUS_SUCCESS) j->replayed++;
     }
     cudaStreamSynchronize(stream);
 done:
     cudaGetLastError();
-    pthread_mutex_lock(j->lock);
     if (xd) cudnnDestroyTensorDescriptor(xd);
     if (yd) cudnnDestroyTensorDescriptor(yd);
     if (wd) cudnnDestroyFilterDescriptor(wd);
     if (cd) cudnnDestroyConvolutionDescriptor(cd);
     if (h) cudnnDestroy(h);
-    pthread_mutex_unlock(j->lock);
     return finish(j, t0, stream, base, work);
 }
 #endif
@@ -277,7 +244,6 @@ static void *boot_products(void *arg) {
     warm_job *j = arg;
     double t0 = kn_now_ms();
     cublasLtHandle_t h = NULL;
-    pthread_mutex_lock(j->lock);
     if (cudaSetDevice(j->device) == cudaSuccess && cublasLtCreate(&h) == CUBLAS_STATUS_SUCCESS) {
         kn_cu_lt_key k = {8, 8, 8, 1, 8, 8, 8, 0, 0, 0, 0, 0, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, CUDA_R_32F, 256, 256, 256, 0};
         cublasLtMatmulDesc_t op;
@@ -295,7 +261,6 @@ static void *boot_products(void *arg) {
         }
     }
     if (h) cublasLtDestroy(h);
-    pthread_mutex_unlock(j->lock);
     cudaGetLastError();
     j->ms = kn_now_ms() - t0;
     return NULL;
@@ -325,18 +290,8 @@ static bool warmup_off(void) {
     return off && *off && strcmp(off, "0") != 0;
 }
 
-static struct kn_cu_warmup *warmup_new(void) {
-    struct kn_cu_warmup *w = calloc(1, sizeof *w);
-    if (!w) return NULL;
-    pthread_mutex_init(&w->lt_lock, NULL);
-    pthread_mutex_init(&w->dnn_lock, NULL);
-    w->boot.lock = w->lt.lock = &w->lt_lock;
-    w->dnn.lock = &w->dnn_lock;
-    return w;
-}
-
 void kn_cu_warmup_boot(kn_cuda *cu) {
-    if (cu->warmup || warmup_off() || !(cu->warmup = warmup_new())) return;
+    if (cu->warmup || warmup_off() || !(cu->warmup = calloc(1, sizeof *cu->warmup))) return;
     cu->warmup->boot.device = cu->device;
     start(&cu->warmup->boot, boot_products);
 }
@@ -344,7 +299,7 @@ void kn_cu_warmup_boot(kn_cuda *cu) {
 void kn_cu_warmup_start(kn_cuda *cu) {
     cu->warmup_checked = true; /* started, or nothing to do: either way once per session */
     if (warmup_off()) return;
-    if (!cu->warmup && !(cu->warmup = warmup_new())) return; /* the run does the work itself */
+    if (!cu->warmup && !(cu->warmup = calloc(1, sizeof *cu->warmup))) return; /* the run does the work itself */
     struct kn_cu_warmup *w = cu->warmup;
     if (collect(cu, &w->lt, KN_CU_TUNE_MATMUL, KN_CU_TUNE_MATMUL)) start(&w->lt, replay_products);
 #ifdef KILN_HAVE_CUDNN
@@ -363,28 +318,6 @@ static void join(warm_job *j, const char *what) {
     }
     free(j->recs);
     j->recs = NULL;
-}
-
-void *kn_cu_warmup_lock(kn_cuda *cu, bool dnn) {
-    struct kn_cu_warmup *w = cu->warmup;
-    /* `running` is written by this thread only (start, join) */
-    if (!w || !(dnn ? w->dnn.running : w->boot.running || w->lt.running)) return NULL;
-    pthread_mutex_t *m = dnn ? &w->dnn_lock : &w->lt_lock;
-    pthread_mutex_lock(m);
-    return m;
-}
-
-void kn_cu_warmup_unlock(void *held) {
-    if (held) pthread_mutex_unlock((pthread_mutex_t *)held);
-}
-
-void kn_cu_warmup_free(kn_cuda *cu) {
-    kn_cu_warmup_join(cu);
-    if (!cu->warmup) return;
-    pthread_mutex_destroy(&cu->warmup->lt_lock);
-    pthread_mutex_destroy(&cu->warmup->dnn_lock);
-    free(cu->warmup);
-    cu->warmup = NULL;
 }
 
 void kn_cu_warmup_join(kn_cuda *cu) {
