@@ -13,7 +13,9 @@
  * the thread doing it instead of doing it itself.
  *
  * The replays compute nothing anyone reads (uninitialised operands, outputs to scratch), and a
- * failure in them is ignored: the run makes the same calls itself and reports its own errors. */
+ * failure in them is ignored: the run makes the same calls itself and reports its own errors.
+ *
+ * The threads run in CUDA's relaxed stream-capture mode (relax_capture). */
 #include "backend/cuda/cuda_backend.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -23,6 +25,8 @@
 #include <string.h>
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+static void relax_capture(void);
 
 /* A problem whose operands would need more scratch than this is left to the run. */
 #define WARM_MAX_BYTES ((size_t)1 << 30)
@@ -92,6 +96,7 @@ static bool lt_layout(const kn_cu_lt_key *k, size_t *at_b, size_t *at_c, size_t 
 static void *replay_products(void *arg) {
     warm_job *j = arg;
     double t0 = kn_now_ms();
+    relax_capture();
     cudaStream_t stream = NULL;
     cublasLtHandle_t h = NULL;
     char *base = NULL;
@@ -186,6 +191,7 @@ static bool conv_prepare(cudnnHandle_t h, const kn_cu_tuned *r, size_t max_ws, c
 static void *replay_convolutions(void *arg) {
     warm_job *j = arg;
     double t0 = kn_now_ms();
+    relax_capture();
     cudaStream_t stream = NULL;
     cudnnHandle_t h = NULL;
     cudnnTensorDescriptor_t xd = NULL, yd = NULL;
@@ -234,6 +240,18 @@ done:
 }
 #endif
 
+/* Allocations and library start-up are "potentially unsafe" calls during a stream capture: in the
+ * default (global) mode, one made while another thread captures invalidates that capture. cuDNN
+ * captures work of its own on the run's thread (its first convolution failed with
+ * CUDNN_STATUS_EXECUTION_FAILED, "last cuda error: 901 (operation failed due to a previous error
+ * during capture)", in about one run in 55 on the H200 while the start-up thread was inside
+ * cuBLASLt). A warm-up thread touches none of the run's streams, so its calls may not end
+ * anyone's capture: relaxed mode, for the whole thread. */
+static void relax_capture(void) {
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+}
+
 static void start(warm_job *j, void *(*fn)(void *)) {
     if (pthread_create(&j->thread, NULL, fn, j) == 0) j->running = true;
 }
@@ -243,6 +261,7 @@ static void start(warm_job *j, void *(*fn)(void *)) {
 static void *boot_products(void *arg) {
     warm_job *j = arg;
     double t0 = kn_now_ms();
+    relax_capture();
     cublasLtHandle_t h = NULL;
     if (cudaSetDevice(j->device) == cudaSuccess && cublasLtCreate(&h) == CUBLAS_STATUS_SUCCESS) {
         kn_cu_lt_key k = {8, 8, 8, 1, 8, 8, 8, 0, 0, 0, 0, 0, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, CUDA_R_32F, 256, 256, 256, 0};
