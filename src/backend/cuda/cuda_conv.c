@@ -231,6 +231,13 @@ static bool allowed(cudnnStatus_t st, cudnnMathType_t got, cudnnMathType_t want)
  * compiled file. */
 static kiln_status measure_algo(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_plan *p, cudnnMathType_t m,
                                 const size_t bytes[3]) {
+    /* cuDNN's algorithm search records some candidates into a graph of its own; the warm-up
+     * threads' start-up work (module loads, allocations) invalidated that capture in about one
+     * cold run in 50 on the H200 (CUDNN_STATUS_EXECUTION_FAILED, CUDA error 901, the stream left
+     * unusable), even in relaxed capture mode; none in 283 runs without them. So they finish
+     * first: a search happens in a cold session, where waiting for cuBLASLt's start-up costs
+     * little beside the search itself. */
+    kn_cu_warmup_join(cu);
     void *buf[3] = {NULL, NULL, NULL};
     kiln_status st = KILN_OK;
     for (int t = 0; t < 3 && st == KILN_OK; t++) st = kn_cu_scratch(cu, bytes[t], &buf[t]);

@@ -241,12 +241,11 @@ done:
 #endif
 
 /* Allocations and library start-up are "potentially unsafe" calls during a stream capture: in the
- * default (global) mode, one made while another thread captures invalidates that capture. cuDNN
- * captures work of its own on the run's thread (its first convolution failed with
- * CUDNN_STATUS_EXECUTION_FAILED, "last cuda error: 901 (operation failed due to a previous error
- * during capture)", in about one run in 55 on the H200 while the start-up thread was inside
- * cuBLASLt). A warm-up thread touches none of the run's streams, so its calls may not end
- * anyone's capture: relaxed mode, for the whole thread. */
+ * default (global) mode, one made while another thread captures invalidates that capture. A
+ * warm-up thread touches none of the run's streams, so its calls may not end anyone's capture:
+ * relaxed mode, for the whole thread. (This alone did not keep cuDNN's algorithm search, which
+ * captures on the run's thread, from failing beside the start-up thread: the search joins the
+ * threads first, cuda_conv.c.) */
 static void relax_capture(void) {
     enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     cudaThreadExchangeStreamCaptureMode(&mode);
