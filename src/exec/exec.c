@@ -357,8 +357,7 @@ kiln_status kn_exec_graph_flags(const kn_graph *g, kn_runtime *rt, kn_threadpool
         }
         /* hand over the run's own value when this is its last reader; copy otherwise */
         if (x.owned[v] && x.remaining[v] <= 1) {
-            outputs[i] = t;
-            kn_tensor_detach(t);
+            outputs[i] = t; /* its block goes back to the session's pool when the caller is done with it */
             x.slots[v] = NULL;
             x.owned[v] = 0;
         } else {

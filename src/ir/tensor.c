@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +185,7 @@ struct kn_buffer_pool {
     pool_block *free_blocks;
     int n_free, cap_free;
     size_t cached_bytes;
+    atomic_int refs; /* the owner's, and one per tensor whose buffer comes back here */
 };
 
 /* Cached bytes beyond this are given back to the system. */
@@ -193,16 +195,21 @@ kiln_status kn_buffer_pool_create(kn_buffer_pool **out) {
     kn_buffer_pool *p = calloc(1, sizeof *p);
     if (!p) return KN_OOM();
     pthread_mutex_init(&p->mu, NULL);
+    atomic_init(&p->refs, 1);
     *out = p;
     return KILN_OK;
 }
 
-void kn_buffer_pool_destroy(kn_buffer_pool *p) {
-    if (!p) return;
+static void pool_release(kn_buffer_pool *p) {
+    if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1) return;
     for (int i = 0; i < p->n_free; i++) free(p->free_blocks[i].data);
     free(p->free_blocks);
     pthread_mutex_destroy(&p->mu);
     free(p);
+}
+
+void kn_buffer_pool_destroy(kn_buffer_pool *p) {
+    if (p) pool_release(p);
 }
 
 /* Best fit among cached blocks no more than twice the request, so a small tensor does not pin a
@@ -246,10 +253,6 @@ static void pool_put(kn_buffer_pool *p, void *data, size_t capacity) {
     free(data);
 }
 
-void kn_tensor_detach(kn_tensor *t) {
-    if (t) t->pool = NULL;
-}
-
 kiln_status kn_tensor_new_pooled(kn_buffer_pool *pool, bool zero, kiln_dtype dtype, int rank,
                                  const int64_t *dims, kn_tensor **out) {
     int64_t n;
@@ -268,6 +271,7 @@ kiln_status kn_tensor_new_pooled(kn_buffer_pool *pool, bool zero, kiln_dtype dty
         free(t);
         return kn_error(KILN_ERR_OUT_OF_MEMORY, "out of memory allocating %zu bytes", want);
     }
+    if (pool) atomic_fetch_add_explicit(&pool->refs, 1, memory_order_relaxed);
     /* strings must start NULL; everything else is zeroed on request */
     if (zero || dtype == KILN_DTYPE_STRING) memset(t->data, 0, cap);
     t->owns_data = true;
@@ -427,6 +431,7 @@ void kn_tensor_free(kn_tensor *t) {
         if (t->pool) pool_put(t->pool, t->data, t->capacity);
         else free(t->data);
     }
+    if (t->pool) pool_release(t->pool);
     free(t);
 }
 

@@ -58,9 +58,10 @@ kiln_status kn_tensor_new_optional(kiln_dtype elem_dtype, kn_tensor *item /* own
                                    kn_tensor **out);
 /* Appends (takes ownership of) item to a sequence. */
 kiln_status kn_sequence_append(kn_tensor *seq, kn_tensor *item);
-/* A per-session pool of element buffers: a run's intermediate tensors reuse the blocks of the
- * previous run instead of going back to malloc (and the page faults of fresh memory). Thread-safe.
- * Destroy it only when no tensor of it is alive (kn_tensor_detach hands a buffer out for good). */
+/* A per-session pool of element buffers: a run's tensors reuse the blocks of the previous run
+ * instead of going back to malloc (and the page faults of fresh memory). Thread-safe. Each tensor
+ * from it holds a reference: an output handed to the caller returns its block to the pool when
+ * destroyed, and destroying the pool frees it once the last such tensor is gone. */
 typedef struct kn_buffer_pool kn_buffer_pool;
 kiln_status kn_buffer_pool_create(kn_buffer_pool **out);
 void kn_buffer_pool_destroy(kn_buffer_pool *p);
@@ -68,8 +69,6 @@ void kn_buffer_pool_destroy(kn_buffer_pool *p);
  * `zero` is set. */
 kiln_status kn_tensor_new_pooled(kn_buffer_pool *pool, bool zero, kiln_dtype dtype, int rank,
                                  const int64_t *dims, kn_tensor **out);
-/* Makes t's buffer its own (no longer returned to a pool). */
-void kn_tensor_detach(kn_tensor *t);
 
 /* The function that frees device memory of tensors on `device` (registered by that backend). */
 typedef void (*kn_device_free_fn)(void *owner, void *data, size_t capacity);

@@ -39,7 +39,8 @@ static inline float clamp01(float v) {
     return v > 1.0f ? 1.0f : v;
 }
 
-/* Copies elements [s, s + m) of the output's index space from a broadcast input. */
+/* Copies elements [s, s + m) of the output's index space from a broadcast input. After collapsing,
+ * an input's innermost stride is 1 (it has that dim) or 0 (it repeats one element along it). */
 static void gather(const chain_job *j, int i, int64_t s, int m, float *dst) {
     int r = j->rank;
     const int64_t *st = j->strides[i];
@@ -50,17 +51,22 @@ static void gather(const chain_job *j, int i, int64_t s, int m, float *dst) {
         off += idx[d] * st[d];
     }
     const float *src = j->in[i];
-    int64_t inner = r ? j->dims[r - 1] : 1, step = r ? st[r - 1] : 0;
+    int64_t inner = j->dims[r - 1], step = st[r - 1];
     int done = 0;
     while (done < m) {
-        int64_t run = inner - (r ? idx[r - 1] : 0);
+        int64_t run = inner - idx[r - 1];
         if (run > m - done) run = m - done;
-        for (int64_t t = 0; t < run; t++) dst[done + t] = src[off + t * step];
+        if (step == 0) {
+            const float v = src[off];
+            for (int64_t t = 0; t < run; t++) dst[done + t] = v;
+        } else {
+            memcpy(dst + done, src + off, sizeof(float) * (size_t)run);
+        }
         done += (int)run;
         if (done == m) break;
-        /* advance past the run: carry into the outer dims */
+        /* past the run: carry into the outer dims */
         off += run * step;
-        if (r) idx[r - 1] += run;
+        idx[r - 1] += run;
         for (int d = r - 1; d > 0 && idx[d] == j->dims[d]; d--) {
             off -= idx[d] * st[d];
             idx[d] = 0;
@@ -200,19 +206,24 @@ kiln_status kn_cpu_fused_elementwise(kn_kernel_ctx *c) {
         return st;
     }
     int64_t total = kn_tensor_count(Y);
+    /* strides over the output dims (right-aligned, 0 where broadcast), then collapsed */
+    int64_t strides[KN_CHAIN_MAX_INPUTS][KILN_MAX_RANK], out_dims[KILN_MAX_RANK];
+    int out_rank = j->rank;
+    memcpy(out_dims, j->dims, sizeof(int64_t) * (size_t)out_rank);
     for (int i = 0; i < c->n_inputs; i++) {
         const kn_tensor *x = c->in[i];
-        j->in[i] = x->data;
-        int64_t count = kn_tensor_count(x), stride = 1;
-        j->mode[i] = count == total ? IN_CONTIGUOUS : count == 1 ? IN_SCALAR : IN_STRIDED;
-        /* right-aligned dims; broadcast ones step 0 */
-        for (int d = j->rank - 1; d >= 0; d--) {
-            int xd = d - (j->rank - x->rank);
+        int64_t stride = 1;
+        for (int d = out_rank - 1; d >= 0; d--) {
+            int xd = d - (out_rank - x->rank);
             int64_t n = xd >= 0 ? x->dims[xd] : 1;
-            j->strides[i][d] = n == 1 ? 0 : stride;
+            strides[i][d] = n == 1 ? 0 : stride;
             stride *= n;
         }
+        j->in[i] = x->data;
+        int64_t count = kn_tensor_count(x);
+        j->mode[i] = count == total ? IN_CONTIGUOUS : count == 1 ? IN_SCALAR : IN_STRIDED;
     }
+    j->rank = kn_ew_collapse(c->n_inputs, out_rank, out_dims, strides, j->dims, j->strides);
     j->y = Y->data;
     if (total > 0) kn_parallel_for(c->pool, total, KN_EW_GRAIN, chain_range, j);
     free(j);
