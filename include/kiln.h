@@ -163,8 +163,9 @@ typedef enum kiln_log_level {
 typedef enum kiln_opt_level {
     KILN_OPT_NONE = 0,     /* run the graph as written */
     KILN_OPT_BASIC = 1,    /* backend-independent clean-ups and constant folding */
-    KILN_OPT_EXTENDED = 2, /* fusions into kiln's own operators */
-    KILN_OPT_ALL = 3       /* layout and precision rewrites for the chosen backend (default) */
+    KILN_OPT_EXTENDED = 2, /* fusions into kiln's own operators, elementwise chains included */
+    KILN_OPT_ALL = 3       /* the default: backend-dependent rewrites (layout, precision) on top of
+                              level 2; none is built yet, so today it is level 2 */
 } kiln_opt_level;
 
 typedef struct kiln_session_options kiln_session_options;
