@@ -241,11 +241,11 @@ done:
 #endif
 
 /* Allocations and library start-up are "potentially unsafe" calls during a stream capture: in the
- * default (global) mode, one made while another thread captures invalidates that capture. A
- * warm-up thread touches none of the run's streams, so its calls may not end anyone's capture:
- * relaxed mode, for the whole thread. (This alone did not keep cuDNN's algorithm search, which
- * captures on the run's thread, from failing beside the start-up thread: the search joins the
- * threads first, cuda_conv.c.) */
+ * default (global) mode, one made while another thread captures invalidates that capture, which
+ * may be the application's own graph on a thread of its own. A warm-up thread touches no stream
+ * but its own, so relaxed mode, for the whole thread. (It did not keep cuDNN's algorithm search,
+ * which captures on the run's thread, from failing beside the start-up thread: the search joins
+ * the threads first, cuda_conv.c.) */
 static void relax_capture(void) {
     enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     cudaThreadExchangeStreamCaptureMode(&mode);
