@@ -1095,6 +1095,30 @@ KN_TEST(opt_elementwise_chain_keeps_broadcast_rank) {
     kiln_session_destroy(s);
 }
 
+/* Inputs broadcast along different dims ([3,1,5], [1,4,1], [5] against [2,3,4,5]): the CPU kernel
+ * walks each across blocks that end mid-row, with a run of one element for [1,4,1]. */
+static kn_model *build_chain_broadcasts(void) {
+    tb b;
+    tb_init(&b, 17);
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 4, 5});
+    int p = tb_input(&b, "p", KILN_DTYPE_FLOAT, 3, (int64_t[]){3, 1, 5});
+    int q = tb_input(&b, "q", KILN_DTYPE_FLOAT, 3, (int64_t[]){1, 4, 1});
+    int r = tb_const(&b, "r", KILN_DTYPE_FLOAT, 1, (int64_t[]){5}, -1, 1);
+    int t0 = tb_node(&b, "Mul", (int[]){x, p}, 2, "t0");
+    int t1 = tb_node(&b, "Sub", (int[]){t0, q}, 2, "t1");
+    int t2 = tb_node(&b, "Add", (int[]){t1, r}, 2, "t2");
+    tb_output(&b, tb_node(&b, "Tanh", (int[]){t2}, 1, "y"));
+    return b.m;
+}
+
+KN_TEST(opt_elementwise_chain_mixed_broadcasts) {
+    kiln_session *s = compare_levels(build_chain_broadcasts, 2, 1e-6);
+    if (!s) return;
+    CHECK_EQ_INT(count_op(s, "kiln", "FusedElementwise"), 1);
+    CHECK_EQ_INT(live_nodes(s), 1);
+    kiln_session_destroy(s);
+}
+
 /* Every operator a chain takes, each between two others: out = (op(x * 1.5 [+ domain shift]) + z),
  * or for binary ones out = op(x * 1.5, |z| + 0.5) + 0. */
 static const struct chain_case {
