@@ -1111,12 +1111,32 @@ static kn_model *build_chain_broadcasts(void) {
     return b.m;
 }
 
+/* Per-channel operands over maps longer than the kernel's block ([3,1] against [2,3,L]): a block
+ * within one channel is filled once per channel; with L = 512 a channel starts exactly at a block,
+ * with L = 600 blocks straddle channel ends. */
+static int64_t per_channel_len;
+static kn_model *build_chain_per_channel(void) {
+    tb b;
+    tb_init(&b, 17);
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 3, per_channel_len});
+    int sc = tb_const(&b, "scale", KILN_DTYPE_FLOAT, 2, (int64_t[]){3, 1}, 0.5f, 2);
+    int sh = tb_input(&b, "shift", KILN_DTYPE_FLOAT, 2, (int64_t[]){3, 1});
+    int t0 = tb_node(&b, "Mul", (int[]){x, sc}, 2, "t0");
+    int t1 = tb_node(&b, "Add", (int[]){t0, sh}, 2, "t1");
+    tb_output(&b, tb_node(&b, "Relu", (int[]){t1}, 1, "y"));
+    return b.m;
+}
+
 KN_TEST(opt_elementwise_chain_mixed_broadcasts) {
-    kiln_session *s = compare_levels(build_chain_broadcasts, 2, 1e-6);
-    if (!s) return;
-    CHECK_EQ_INT(count_op(s, "kiln", "FusedElementwise"), 1);
-    CHECK_EQ_INT(live_nodes(s), 1);
-    kiln_session_destroy(s);
+    build_fn builds[] = {build_chain_broadcasts, build_chain_per_channel, build_chain_per_channel};
+    for (int i = 0; i < 3; i++) {
+        per_channel_len = i == 1 ? 512 : 600;
+        kiln_session *s = compare_levels(builds[i], 2, 1e-6);
+        if (!s) continue;
+        CHECK_EQ_INT(count_op(s, "kiln", "FusedElementwise"), 1);
+        CHECK_EQ_INT(live_nodes(s), 1);
+        kiln_session_destroy(s);
+    }
 }
 
 /* Every operator a chain takes, each between two others: out = (op(x * 1.5 [+ domain shift]) + z),

@@ -40,8 +40,11 @@ static inline float clamp01(float v) {
 }
 
 /* Copies elements [s, s + m) of the output's index space from a broadcast input. After collapsing,
- * an input's innermost stride is 1 (it has that dim) or 0 (it repeats one element along it). */
-static void gather(const chain_job *j, int i, int64_t s, int m, float *dst) {
+ * an input's innermost stride is 1 (it has that dim) or 0 (it repeats one element along it).
+ * *splat is the element a block holding one repeated element was filled with (-1: not such a
+ * block): a per-channel operand over large maps fills its register once per channel, not once per
+ * block. */
+static void gather(const chain_job *j, int i, int64_t s, int m, float *dst, int64_t *splat) {
     int r = j->rank;
     const int64_t *st = j->strides[i];
     int64_t idx[KILN_MAX_RANK], off = 0, rest = s;
@@ -52,6 +55,15 @@ static void gather(const chain_job *j, int i, int64_t s, int m, float *dst) {
     }
     const float *src = j->in[i];
     int64_t inner = j->dims[r - 1], step = st[r - 1];
+    if (step == 0 && inner - idx[r - 1] >= m) {
+        if (*splat != off) {
+            const float v = src[off];
+            for (int t = 0; t < m; t++) dst[t] = v;
+            *splat = off;
+        }
+        return;
+    }
+    *splat = -1;
     int done = 0;
     while (done < m) {
         int64_t run = inner - idx[r - 1];
@@ -158,12 +170,14 @@ static void chain_range(void *arg, int64_t b, int64_t e) {
             for (int i = 0; i < BLOCK; i++) regs[k][i] = j->in[k][0];
             reg[k] = regs[k];
         }
+    int64_t splat[KN_CHAIN_MAX_INPUTS];
+    for (int k = 0; k < p->n_inputs; k++) splat[k] = -1;
     for (int64_t s = b; s < e; s += BLOCK) {
         int m = e - s < BLOCK ? (int)(e - s) : BLOCK;
         for (int k = 0; k < p->n_inputs; k++) {
             if (j->mode[k] == IN_CONTIGUOUS) reg[k] = j->in[k] + s;
             else if (j->mode[k] == IN_STRIDED) {
-                gather(j, k, s, m, regs[k]);
+                gather(j, k, s, m, regs[k], &splat[k]);
                 reg[k] = regs[k];
             }
         }
