@@ -66,7 +66,7 @@ static const char *const chain_names[KN_CHAIN_OP_END_] = {
     [KN_CHAIN_RELU] = "Relu", [KN_CHAIN_LEAKY_RELU] = "LeakyRelu", [KN_CHAIN_ELU] = "Elu", [KN_CHAIN_SELU] = "Selu",
     [KN_CHAIN_HARD_SIGMOID] = "HardSigmoid", [KN_CHAIN_HARD_SWISH] = "HardSwish", [KN_CHAIN_SOFTPLUS] = "Softplus",
     [KN_CHAIN_SOFTSIGN] = "Softsign", [KN_CHAIN_SIN] = "Sin", [KN_CHAIN_COS] = "Cos", [KN_CHAIN_GELU] = "Gelu",
-    [KN_CHAIN_GELU_TANH] = "GeluTanh", [KN_CHAIN_CLIP] = "Clip",
+    [KN_CHAIN_GELU_TANH] = "GeluTanh", [KN_CHAIN_CLIP] = "Clip", [KN_CHAIN_MISH] = "Mish",
 };
 
 bool kn_chain_op_binary(int op) { return op >= 0 && op < KN_CHAIN_BINARY_END_; }

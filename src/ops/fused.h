@@ -109,6 +109,7 @@ typedef enum kn_chain_op {
     KN_CHAIN_GELU = 37,
     KN_CHAIN_GELU_TANH = 38,
     KN_CHAIN_CLIP = 39,
+    KN_CHAIN_MISH = 40, /* x * tanh(softplus(x)) */
     KN_CHAIN_OP_END_
 } kn_chain_op;
 

@@ -33,7 +33,7 @@ static bool unary_op(const char *t, int *op) {
         {"Floor", KN_CHAIN_FLOOR}, {"Ceil", KN_CHAIN_CEIL},       {"Erf", KN_CHAIN_ERF},
         {"Tanh", KN_CHAIN_TANH},   {"Sigmoid", KN_CHAIN_SIGMOID}, {"Relu", KN_CHAIN_RELU},
         {"Softplus", KN_CHAIN_SOFTPLUS}, {"Softsign", KN_CHAIN_SOFTSIGN}, {"Sin", KN_CHAIN_SIN},
-        {"Cos", KN_CHAIN_COS},     {"HardSwish", KN_CHAIN_HARD_SWISH},
+        {"Cos", KN_CHAIN_COS},     {"HardSwish", KN_CHAIN_HARD_SWISH}, {"Mish", KN_CHAIN_MISH},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(t, table[i].name)) {
@@ -152,6 +152,7 @@ typedef struct program {
     int n_consts;
     int64_t code[3 * KN_CHAIN_MAX_STEPS];
     float params[2 * KN_CHAIN_MAX_STEPS];
+    int n_steps;
 } program;
 
 /* Whether value v becomes a constant register: a one-element constant that cannot widen the
@@ -218,7 +219,56 @@ static bool build(const kn_opt_ctx *c, chain *ch, int const_rank, program *p) {
         p->params[2 * i] = ch->steps[i].p0;
         p->params[2 * i + 1] = ch->steps[i].p1;
     }
+    p->n_steps = ch->n;
     return true;
+}
+
+/* Mish as exporters before opset 18 write it, x * tanh(softplus(x)), becomes one Mish step (one
+ * exponential instead of an exponential, a logarithm and a tanh; the unfused Mish kernel's
+ * formula). The Softplus and Tanh steps must have no other reader; they are dropped and the
+ * registers after them renumbered. */
+static void fold_mish(program *p) {
+    int base = p->n_inputs + p->n_consts, n = p->n_steps;
+    int uses[KN_CHAIN_MAX_STEPS] = {0};
+    for (int k = 0; k < n; k++)
+        for (int o = 1; o <= 2; o++)
+            if (p->code[3 * k + o] >= base) uses[p->code[3 * k + o] - base]++;
+    bool dead[KN_CHAIN_MAX_STEPS] = {false};
+    bool changed = false;
+    for (int k = 0; k < n; k++) {
+        if (p->code[3 * k] != KN_CHAIN_MUL) continue;
+        for (int o = 1; o <= 2; o++) {
+            int64_t t = p->code[3 * k + o], x = p->code[3 * k + 3 - o]; /* tanh(...) and x */
+            if (t < base || dead[t - base] || p->code[3 * (t - base)] != KN_CHAIN_TANH || uses[t - base] != 1) continue;
+            int64_t sp = p->code[3 * (t - base) + 1];
+            if (sp < base || p->code[3 * (sp - base)] != KN_CHAIN_SOFTPLUS || uses[sp - base] != 1 ||
+                p->code[3 * (sp - base) + 1] != x)
+                continue;
+            dead[t - base] = dead[sp - base] = true;
+            p->code[3 * k] = KN_CHAIN_MISH;
+            p->code[3 * k + 1] = x;
+            p->code[3 * k + 2] = -1;
+            p->params[2 * k] = p->params[2 * k + 1] = 0;
+            changed = true;
+            break;
+        }
+    }
+    if (!changed) return;
+    int64_t renumber[KN_CHAIN_MAX_STEPS];
+    int live = 0;
+    for (int k = 0; k < n; k++) {
+        renumber[k] = base + live;
+        if (dead[k]) continue;
+        for (int o = 1; o <= 2; o++) {
+            int64_t r = p->code[3 * k + o];
+            p->code[3 * live + o] = r >= base ? renumber[r - base] : r;
+        }
+        p->code[3 * live] = p->code[3 * k];
+        p->params[2 * live] = p->params[2 * k];
+        p->params[2 * live + 1] = p->params[2 * k + 1];
+        live++;
+    }
+    p->n_steps = live;
 }
 
 /* The largest rank among the chain's operands that are not one-element constants. */
@@ -261,8 +311,9 @@ kiln_status kn_pass_fuse_elementwise(kn_opt_ctx *c) {
         kn_proto_init(&p, "kiln", "FusedElementwise");
         for (int i = 0; i < prog.n_inputs; i++) kn_proto_in(&p, prog.inputs[i]);
         kn_proto_out(&p, y);
-        kn_proto_ints(&p, "program", prog.code, 3 * ch.n);
-        kn_proto_floats(&p, "params", prog.params, 2 * ch.n);
+        fold_mish(&prog);
+        kn_proto_ints(&p, "program", prog.code, 3 * prog.n_steps);
+        kn_proto_floats(&p, "params", prog.params, 2 * prog.n_steps);
         if (prog.n_consts) kn_proto_floats(&p, "constants", prog.consts, prog.n_consts);
         int node;
         st = kn_opt_emit(c, &p, root, &node);

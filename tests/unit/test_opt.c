@@ -1139,6 +1139,39 @@ KN_TEST(opt_elementwise_chain_mixed_broadcasts) {
     }
 }
 
+/* x * tanh(softplus(x)) (Mish as written before opset 18) becomes one Mish step; with another
+ * value in place of x it stays three steps. */
+static int mish_other;
+static kn_model *build_mish_decomposed(void) {
+    tb b;
+    tb_init(&b, 17);
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){8, 300});
+    int w = tb_input(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){8, 300});
+    int sp = tb_node(&b, "Softplus", (int[]){x}, 1, "sp");
+    int t = tb_node(&b, "Tanh", (int[]){sp}, 1, "t");
+    tb_output(&b, tb_node(&b, "Mul", (int[]){t, mish_other ? w : x}, 2, "y"));
+    return b.m;
+}
+
+KN_TEST(opt_elementwise_chain_folds_mish) {
+    for (mish_other = 0; mish_other < 2; mish_other++) {
+        kiln_session *s = compare_levels(build_mish_decomposed, 2, 2e-6);
+        if (!s) continue;
+        const kn_graph *g = s->model->graph;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kn_node *n = &g->nodes[i];
+            if (n->dead || strcmp(n->op_type, "FusedElementwise")) continue;
+            int np = 0;
+            const int64_t *prog = kn_attr_ints(n, "program", &np);
+            CHECK_EQ_INT(np, mish_other ? 9 : 3);
+            if (!mish_other && np == 3) CHECK_EQ_INT(prog[0], KN_CHAIN_MISH);
+        }
+        CHECK_EQ_INT(count_op(s, "kiln", "FusedElementwise"), 1);
+        kiln_session_destroy(s);
+    }
+    mish_other = 0;
+}
+
 /* Every operator a chain takes, each between two others: out = (op(x * 1.5 [+ domain shift]) + z),
  * or for binary ones out = op(x * 1.5, |z| + 0.5) + 0. */
 static const struct chain_case {
@@ -1152,7 +1185,7 @@ static const struct chain_case {
     {"Abs"}, {"Neg"}, {"Exp"}, {"Log", 0, 1}, {"Sqrt", 0, 1}, {"Reciprocal", 0, 1}, {"Floor"}, {"Ceil"},
     {"Erf"}, {"Tanh"}, {"Sigmoid"}, {"Relu"}, {"LeakyRelu", 0, 0, "alpha", 0.2f}, {"Elu", 0, 0, "alpha", 0.7f},
     {"Selu"}, {"HardSigmoid", 0, 0, "alpha", 0.3f}, {"HardSwish"}, {"Softplus"}, {"Softsign"}, {"Sin"}, {"Cos"},
-    {"Gelu"}, {"Gelu", 0, 0, "tanh"}, {"Clip"},
+    {"Gelu"}, {"Gelu", 0, 0, "tanh"}, {"Clip"}, {"Mish"},
 };
 static int chain_case_at;
 

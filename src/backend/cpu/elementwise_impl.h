@@ -300,6 +300,13 @@ static inline float kn_ew_gelu_tanhf(float x) {
     return x / (1.0f + kn_ew_expf_normal(-2.0f * u));
 }
 
+/* x * tanh(softplus(x)) = x * m / (m + 2) with m = e^x (e^x + 2): no log, no cancellation */
+static inline float kn_ew_mishf(float x) {
+    float e = kn_ew_expf_normal(x < 20.0f ? x : 20.0f);
+    float m = e * (e + 2.0f);
+    return x < 20.0f ? x * m / (m + 2.0f) : x;
+}
+
 /* ------------------------------------------------------------------ kernels (elementwise_*.c) */
 
 /* sqrt over n floats with vector instructions where the target has them (the compiler keeps

@@ -237,13 +237,7 @@ UN_FLOAT_OP_LIGHT(ThresholdedRelu, x > alpha ? x : 0.0f, x > alpha ? x : 0.0)
 UN_NUM_OP(Shrink, x < -alpha ? x + beta : (x > alpha ? x - beta : 0.0f),
           x < -alpha ? x + beta : (x > alpha ? x - beta : 0.0))
 
-/* x * tanh(softplus(x)) = x * m / (m + 2) with m = e^x (e^x + 2): no log, no cancellation */
-static inline float kn_mishf(float x) {
-    float e = kn_ew_expf_normal(x < 20.0f ? x : 20.0f);
-    float m = e * (e + 2.0f);
-    return x < 20.0f ? x * m / (m + 2.0f) : x;
-}
-UN_FLOAT_OP(Mish, kn_mishf(x), x * tanh(log1p(exp(x))))
+UN_FLOAT_OP(Mish, kn_ew_mishf(x), x * tanh(log1p(exp(x))))
 
 UN_F32(GeluErf, kn_ew_gelu_erff(x))
 UN_F64(GeluErf, x < -1.4142135623730951 ? 0.5 * x * erfc(-x * 0.70710678118654752)

@@ -145,6 +145,7 @@ static void step(const kn_chain_step *s, int m, const float *restrict A, const f
     case KN_CHAIN_GELU: UN(kn_ew_gelu_erff(x));
     case KN_CHAIN_GELU_TANH: UN(kn_ew_gelu_tanhf(x));
     case KN_CHAIN_CLIP: UN(clip(x, p0, p1));
+    case KN_CHAIN_MISH: UN(kn_ew_mishf(x));
     case KN_CHAIN_BINARY_END_:
     case KN_CHAIN_OP_END_: break;
     }

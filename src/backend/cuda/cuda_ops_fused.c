@@ -219,6 +219,7 @@ static bool chain_step_to_cu(int op, uint8_t *kind, uint8_t *cu_op) {
         [KN_CHAIN_SOFTSIGN] = {U, KN_CU_SOFTSIGN}, [KN_CHAIN_SIN] = {U, KN_CU_SIN},
         [KN_CHAIN_COS] = {U, KN_CU_COS},       [KN_CHAIN_GELU] = {U, KN_CU_GELU},
         [KN_CHAIN_GELU_TANH] = {U, KN_CU_GELU_TANH}, [KN_CHAIN_CLIP] = {C, 0},
+        [KN_CHAIN_MISH] = {U, KN_CU_MISH},
     };
     if (op < 0 || op >= KN_CHAIN_OP_END_ || !map[op].kind) return false;
     *kind = (uint8_t)(map[op].kind - 1);
