@@ -23,40 +23,13 @@ typedef struct chain_step {
     float p0, p1;
 } chain_step;
 
-static bool unary_op(const char *t, int *op) {
-    static const struct {
-        const char *name;
-        int op;
-    } table[] = {
-        {"Abs", KN_CHAIN_ABS},     {"Neg", KN_CHAIN_NEG},         {"Exp", KN_CHAIN_EXP},
-        {"Log", KN_CHAIN_LOG},     {"Sqrt", KN_CHAIN_SQRT},       {"Reciprocal", KN_CHAIN_RECIPROCAL},
-        {"Floor", KN_CHAIN_FLOOR}, {"Ceil", KN_CHAIN_CEIL},       {"Erf", KN_CHAIN_ERF},
-        {"Tanh", KN_CHAIN_TANH},   {"Sigmoid", KN_CHAIN_SIGMOID}, {"Relu", KN_CHAIN_RELU},
-        {"Softplus", KN_CHAIN_SOFTPLUS}, {"Softsign", KN_CHAIN_SOFTSIGN}, {"Sin", KN_CHAIN_SIN},
-        {"Cos", KN_CHAIN_COS},     {"HardSwish", KN_CHAIN_HARD_SWISH}, {"Mish", KN_CHAIN_MISH},
-    };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (!strcmp(t, table[i].name)) {
-            *op = table[i].op;
-            return true;
-        }
-    return false;
-}
-
-static bool binary_op(const char *t, int *op) {
-    static const struct {
-        const char *name;
-        int op;
-    } table[] = {
-        {"Add", KN_CHAIN_ADD}, {"Sub", KN_CHAIN_SUB}, {"Mul", KN_CHAIN_MUL}, {"Div", KN_CHAIN_DIV},
-        {"Pow", KN_CHAIN_POW}, {"Max", KN_CHAIN_MAX}, {"Min", KN_CHAIN_MIN}, {"PRelu", KN_CHAIN_PRELU},
-    };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (!strcmp(t, table[i].name)) {
-            *op = table[i].op;
-            return true;
-        }
-    return false;
+/* The chain operator named op_type (kn_chain_op_name: ONNX's names), or -1. */
+static int chain_op_named(const char *op_type) {
+    for (int op = 0; op < KN_CHAIN_OP_END_; op++) {
+        const char *name = kn_chain_op_name(op);
+        if (name && !strcmp(name, op_type)) return op;
+    }
+    return -1;
 }
 
 /* Whether the node can be a step of a chain, and which. Every input and the output must be
@@ -70,37 +43,34 @@ static bool as_step(const kn_opt_ctx *c, int node, chain_step *s) {
     memset(s, 0, sizeof *s);
     bool kiln_gelu = !strcmp(n->domain, "kiln") && !strcmp(n->op_type, "Gelu");
     if (n->domain[0] && !kiln_gelu) return false;
-    const char *t = n->op_type;
-    if (binary_op(t, &s->op)) {
-        if (n->n_inputs != 2) return false;
-        s->n_operands = 2;
-    } else if (unary_op(t, &s->op)) {
-        s->n_operands = 1;
-    } else if (!strcmp(t, "LeakyRelu")) {
-        s->op = KN_CHAIN_LEAKY_RELU, s->n_operands = 1;
-        s->p0 = kn_attr_float(n, "alpha", 0.01f);
-    } else if (!strcmp(t, "Elu")) {
-        s->op = KN_CHAIN_ELU, s->n_operands = 1;
-        s->p0 = kn_attr_float(n, "alpha", 1.0f);
-    } else if (!strcmp(t, "Selu")) {
-        s->op = KN_CHAIN_SELU, s->n_operands = 1;
+    int op = chain_op_named(n->op_type);
+    if (op < 0 || op == KN_CHAIN_GELU_TANH) return false; /* GeluTanh is Gelu's attribute, not an operator */
+    s->op = op;
+    s->n_operands = kn_chain_op_binary(op) ? 2 : 1;
+    if (s->n_operands == 2 && n->n_inputs != 2) return false; /* Max/Min of one or three */
+    switch (op) {
+    case KN_CHAIN_LEAKY_RELU: s->p0 = kn_attr_float(n, "alpha", 0.01f); break;
+    case KN_CHAIN_ELU: s->p0 = kn_attr_float(n, "alpha", 1.0f); break;
+    case KN_CHAIN_SELU:
         s->p0 = kn_attr_float(n, "alpha", 1.67326319217681884765625f);
         s->p1 = kn_attr_float(n, "gamma", 1.05070102214813232421875f);
-    } else if (!strcmp(t, "HardSigmoid")) {
-        s->op = KN_CHAIN_HARD_SIGMOID, s->n_operands = 1;
+        break;
+    case KN_CHAIN_HARD_SIGMOID:
         s->p0 = kn_attr_float(n, "alpha", 0.2f);
         s->p1 = kn_attr_float(n, "beta", 0.5f);
-    } else if (!strcmp(t, "Gelu") && (kiln_gelu || n->opset >= 20)) {
+        break;
+    case KN_CHAIN_GELU: {
+        if (!kiln_gelu && n->opset < 20) return false;
         const char *mode = kn_attr_string(n, "approximate", "none");
         if (strcmp(mode, "none") && strcmp(mode, "tanh")) return false;
-        s->op = strcmp(mode, "tanh") ? KN_CHAIN_GELU : KN_CHAIN_GELU_TANH, s->n_operands = 1;
-    } else if (!strcmp(t, "Clip")) {
-        if (!kn_opt_clip_bounds(c, node, &s->p0, &s->p1)) return false;
-        s->op = KN_CHAIN_CLIP, s->n_operands = 1;
-    } else {
-        return false;
+        if (!strcmp(mode, "tanh")) s->op = KN_CHAIN_GELU_TANH;
+        break;
     }
-    if (s->n_operands == 1 && kn_opt_n_inputs(c, node) < 1) return false;
+    case KN_CHAIN_CLIP:
+        if (!kn_opt_clip_bounds(c, node, &s->p0, &s->p1)) return false;
+        break;
+    default: break;
+    }
     for (int i = 0; i < s->n_operands; i++) {
         int v = kn_opt_input(c, node, i);
         if (v < 0 || !kn_opt_is_float(c, v) || c->g->values[v].type.dtype != dt) return false;
