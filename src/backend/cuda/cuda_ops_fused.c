@@ -254,33 +254,7 @@ static kiln_status run_chain(kn_cuda *cu, kn_kernel_ctx *c) {
     kn_tensor *Y;
     KN_TRY(kn_ctx_output(c, 0, dt, rank, dims, &Y));
     int64_t total = kn_tensor_count(Y);
-    /* strides over the output dims, dims of 1 dropped, then neighbours that move together merged */
-    int64_t strides[KN_CU_CHAIN_INPUTS][KILN_MAX_RANK];
-    for (int i = 0; i < c->n_inputs; i++) {
-        const kn_tensor *x = c->in[i];
-        int64_t step = 1;
-        for (int d = rank - 1; d >= 0; d--) {
-            int xd = d - (rank - x->rank);
-            int64_t n = xd >= 0 ? x->dims[xd] : 1;
-            strides[i][d] = n == 1 ? 0 : step;
-            step *= n;
-        }
-    }
-    int r = 0;
-    for (int d = 0; d < rank; d++) {
-        if (dims[d] == 1) continue;
-        bool merge = r > 0;
-        for (int i = 0; i < c->n_inputs && merge; i++) merge = ch.strides[i][r - 1] == strides[i][d] * dims[d];
-        if (merge) {
-            ch.dims[r - 1] *= dims[d];
-            for (int i = 0; i < c->n_inputs; i++) ch.strides[i][r - 1] = strides[i][d];
-        } else {
-            ch.dims[r] = dims[d];
-            for (int i = 0; i < c->n_inputs; i++) ch.strides[i][r] = strides[i][d];
-            r++;
-        }
-    }
-    ch.rank = r;
+    ch.rank = kn_cu_collapse(dims, rank, (const kn_tensor *const *)c->in, c->n_inputs, ch.dims, ch.strides);
     ch.n_inputs = prog.n_inputs;
     ch.n_consts = prog.n_consts;
     ch.n_steps = prog.n_steps;
