@@ -24,10 +24,12 @@ void cli_common_defaults(cli_common *c);
 /* Reads an input from .npy or a TensorProto .pb file. */
 kiln_status cli_read_tensor(const char *path, kn_tensor **out);
 
-/* kiln inspect --provider (tools/placement.c): adds the providers of a comma list to o; prints
- * where each node of m would run (after shape inference and optimisation). */
-struct kn_model;
+/* Adds the providers of a --provider list ("cuda:precision=fp16,cpu": NAME[:KEY=VALUE...] items)
+ * to o; prints the error and returns 1 on failure. */
 int cli_add_providers(kiln_session_options *o, const char *list);
+/* kiln inspect --provider (tools/placement.c): prints where each node of m would run (after shape
+ * inference and optimisation). */
+struct kn_model;
 int cli_print_placement(struct kn_model *m, const kiln_session_options *o);
 
 int cmd_run(int argc, char **argv);

@@ -71,26 +71,9 @@ kiln_session_options *cli_make_options(const cli_common *c) {
     if (st == KILN_OK) st = kiln_session_options_set_opt_level(o, c->opt_level);
     if (st == KILN_OK) st = kiln_session_options_set_intra_op_threads(o, c->threads);
     if (st == KILN_OK) st = kiln_session_options_set_log_level(o, (kiln_log_level)c->log_level);
-    char list[256];
-    snprintf(list, sizeof list, "%s", c->providers);
-    /* each item: NAME or NAME:KEY=VALUE[:KEY=VALUE...] (cuda:precision=fp16:device_id=1) */
-    for (char *save = NULL, *p = strtok_r(list, ",", &save); st == KILN_OK && p; p = strtok_r(NULL, ",", &save)) {
-        const char *keys[16], *vals[16];
-        size_t n = 0;
-        char *opt = strchr(p, ':');
-        if (opt) *opt++ = 0;
-        for (char *s2 = NULL, *kv = opt ? strtok_r(opt, ":", &s2) : NULL; kv && st == KILN_OK; kv = strtok_r(NULL, ":", &s2)) {
-            char *eq = strchr(kv, '=');
-            if (!eq || eq == kv || n == 16) {
-                fprintf(stderr, "kiln: --provider %s: '%s' is not KEY=VALUE\n", p, kv);
-                kiln_session_options_destroy(o);
-                return NULL;
-            }
-            *eq = 0;
-            keys[n] = kv;
-            vals[n++] = eq + 1;
-        }
-        st = kiln_session_options_append_provider(o, p, n ? keys : NULL, n ? vals : NULL, n);
+    if (st == KILN_OK && cli_add_providers(o, c->providers)) {
+        kiln_session_options_destroy(o);
+        return NULL;
     }
     if (st != KILN_OK) {
         fprintf(stderr, "kiln: %s\n", kiln_last_error());
@@ -98,6 +81,33 @@ kiln_session_options *cli_make_options(const cli_common *c) {
         return NULL;
     }
     return o;
+}
+
+int cli_add_providers(kiln_session_options *o, const char *providers) {
+    char list[256];
+    snprintf(list, sizeof list, "%s", providers);
+    /* each item: NAME or NAME:KEY=VALUE[:KEY=VALUE...] (cuda:precision=fp16:device_id=1) */
+    for (char *save = NULL, *p = strtok_r(list, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        const char *keys[16], *vals[16];
+        size_t n = 0;
+        char *opt = strchr(p, ':');
+        if (opt) *opt++ = 0;
+        for (char *s2 = NULL, *kv = opt ? strtok_r(opt, ":", &s2) : NULL; kv; kv = strtok_r(NULL, ":", &s2)) {
+            char *eq = strchr(kv, '=');
+            if (!eq || eq == kv || n == 16) {
+                fprintf(stderr, "kiln: --provider %s: '%s' is not KEY=VALUE\n", p, kv);
+                return 1;
+            }
+            *eq = 0;
+            keys[n] = kv;
+            vals[n++] = eq + 1;
+        }
+        if (kiln_session_options_append_provider(o, p, n ? keys : NULL, n ? vals : NULL, n) != KILN_OK) {
+            fprintf(stderr, "kiln: %s\n", kiln_last_error());
+            return 1;
+        }
+    }
+    return 0;
 }
 
 kiln_status cli_read_tensor(const char *path, kn_tensor **out) {

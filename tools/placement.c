@@ -33,17 +33,6 @@ static void on_place(void *arg, const kn_graph *g, const kn_node *n, int provide
     }
 }
 
-int cli_add_providers(kiln_session_options *o, const char *list) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", list);
-    for (char *save = NULL, *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save))
-        if (kiln_session_options_append_provider(o, p, NULL, NULL, 0) != KILN_OK) {
-            fprintf(stderr, "kiln inspect: %s\n", kiln_last_error());
-            return 1;
-        }
-    return 0;
-}
-
 int cli_print_placement(kn_model *m, const kiln_session_options *o) {
     kn_runtime rt;
     memset(&rt, 0, sizeof rt);

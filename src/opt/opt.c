@@ -12,8 +12,8 @@
 /* Order matters within a level: constant folding first (it makes shapes and scalars known), the
  * clean-ups next, dead-code elimination last; GELU before the MatMul/Gemm fusions that take it as
  * their activation; elementwise chains after every fusion that takes elementwise nodes. Level 3
- * (layout and precision rewrites that depend on the backend) has no pass yet: the manager runs it
- * like the others once passes are registered there. */
+ * holds the rewrites that depend on the backend and the session's precision, after every fusion
+ * (it converts the fused nodes too). */
 const kn_pass kn_opt_passes[] = {
     {"fold_constants", 1, kn_pass_fold_constants,
      "evaluates nodes whose inputs are all constant, and shape arithmetic over known shapes, into initializers"},
@@ -38,6 +38,9 @@ const kn_pass kn_opt_passes[] = {
      "Gemm/kiln.FusedMatMul + activation into kiln.FusedGemm/kiln.FusedMatMul"},
     {"fuse_elementwise", 2, kn_pass_fuse_elementwise,
      "chains of elementwise operators (arithmetic, activations, Clip) into one kiln.FusedElementwise"},
+    {"lower_precision", 3, kn_pass_lower_precision,
+     "with a device provider's precision fp16/bf16: regions of matrix products, convolutions and the operators between "
+     "them run in that type, weights converted once, Casts at the regions' edges"},
 };
 const int kn_opt_n_passes = (int)(sizeof kn_opt_passes / sizeof kn_opt_passes[0]);
 

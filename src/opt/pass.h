@@ -8,6 +8,7 @@
 #ifndef KN_OPT_PASS_H
 #define KN_OPT_PASS_H
 
+#include "backend/backend.h"
 #include "exec/session.h"
 #include "ir/graph.h"
 #include "ops/fused.h"
@@ -69,6 +70,7 @@ kiln_status kn_pass_fuse_conv(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_gemm_activation(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_attention(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_elementwise(kn_opt_ctx *c);
+kiln_status kn_pass_lower_precision(kn_opt_ctx *c);
 
 /* ---- bookkeeping ---- */
 
@@ -179,5 +181,9 @@ kiln_status kn_opt_emit(kn_opt_ctx *c, const kn_opt_proto *p, int name_from, int
  * replaces that it is named after; -1: none) or one listed before it. The reason in why otherwise. */
 bool kn_opt_target_supports(const kn_opt_ctx *c, const kn_node *node, const kn_type *const *in, int n_in,
                             int anchor, char *why, size_t cap);
+
+/* target.c: the precision option (fp32 when not given) of the provider that placement tries first,
+ * the one that runs most nodes; provider_out (may be NULL) gets its name. */
+kn_precision kn_opt_precision(const kn_opt_ctx *c, const char **provider_out);
 
 #endif

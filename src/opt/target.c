@@ -25,18 +25,36 @@
 
 #define KN_TARGET_MAX_IN 64
 
-/* The providers placement would consider, in order; "cpu" when none is listed. */
-static int candidates(const kn_opt_ctx *c, const char **names, int cap) {
+/* The providers placement would consider, in order; "cpu" when none is listed. requests (may be
+ * NULL) gets each one's entry in the session options, or NULL for that default "cpu". */
+static int candidates(const kn_opt_ctx *c, const char **names, const kn_provider_request **requests, int cap) {
     const kiln_session_options *o = c->options;
     int n = 0;
     for (int i = 0; o && i < o->n_providers && n < cap; i++) {
         const char *name = o->providers[i].name;
         if (!name || !kn_backend_find(name)) continue; /* not in this build: never receives nodes */
         if (!c->providers_from_tables && !kiln_provider_available(name, NULL)) continue;
+        if (requests) requests[n] = &o->providers[i];
         names[n++] = name;
     }
-    if (!o || o->n_providers == 0) names[n++] = "cpu";
+    if (!o || o->n_providers == 0) {
+        if (requests) requests[n] = NULL;
+        names[n++] = "cpu";
+    }
     return n;
+}
+
+kn_precision kn_opt_precision(const kn_opt_ctx *c, const char **provider_out) {
+    const char *names[KN_MAX_PROVIDERS + 1];
+    const kn_provider_request *req[KN_MAX_PROVIDERS + 1];
+    int n = candidates(c, names, req, KN_MAX_PROVIDERS + 1);
+    if (provider_out) *provider_out = n ? names[0] : NULL;
+    kn_backend_config cfg;
+    if (n == 0 || !req[0] || kn_backend_parse_config(req[0], &cfg) != KILN_OK) {
+        kn_clear_error(); /* a bad option is the session's error to report, when it starts the provider */
+        return KN_PRECISION_FP32;
+    }
+    return cfg.precision;
 }
 
 /* Index of the first candidate supporting the node, or -1; why_first (may be NULL) gets the first
@@ -56,7 +74,7 @@ static int first_supporting(const char *const *names, int n, const kn_node *node
 bool kn_opt_target_supports(const kn_opt_ctx *c, const kn_node *node, const kn_type *const *in, int n_in,
                             int anchor, char *why, size_t cap) {
     const char *names[KN_MAX_PROVIDERS + 1];
-    int n = candidates(c, names, KN_MAX_PROVIDERS + 1);
+    int n = candidates(c, names, NULL, KN_MAX_PROVIDERS + 1);
     char refusal[384];
     if (n == 0) {
         snprintf(why, cap, "no provider of the session can run on this machine");

@@ -1308,3 +1308,149 @@ KN_TEST(opt_elementwise_chain_cuda_matches_unfused) {
     }
     chain_dtype = KILN_DTYPE_FLOAT;
 }
+
+/* ------------------------------------------------------------------ precision rewrite (level 3) */
+
+/* x [4,16] -> a = MatMul(x, w1) -> r = Relu(a) -> e = Exp(r) -> y = MatMul(e, w2)
+ *   q = Mul(a, 1e5)   (1e5 overflows float16: the Mul stays float32)
+ *   s = Add(r, 1e-12) (a one-element epsilon that float16 flushes to zero: stays float32)
+ *   outputs y, r, q, s.
+ * With cuda:precision=fp16 at level 3 (chains off, so every node stays itself): MatMul, Relu in one
+ * region and the second MatMul in another (Exp leaves the type's range: it stays float32); Casts
+ * into the regions for x and e, out of them for a (read by the Mul), r (an output, read by Exp and
+ * the Add) and y (an output). */
+static kn_model *build_precision(void) {
+    tb b;
+    tb_init(&b, 17);
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 16});
+    int w1 = tb_const(&b, "w1", KILN_DTYPE_FLOAT, 2, (int64_t[]){16, 32}, -0.5f, 0.5f);
+    int w2 = tb_const(&b, "w2", KILN_DTYPE_FLOAT, 2, (int64_t[]){32, 8}, -0.5f, 0.5f);
+    int big = tb_scalar(&b, "big", KILN_DTYPE_FLOAT, 1e5), tiny = tb_scalar(&b, "tiny", KILN_DTYPE_FLOAT, 1e-12);
+    int a = tb_node(&b, "MatMul", (int[]){x, w1}, 2, "a");
+    int r = tb_node(&b, "Relu", (int[]){a}, 1, "r");
+    int e = tb_node(&b, "Exp", (int[]){r}, 1, "e");
+    tb_output(&b, tb_node(&b, "MatMul", (int[]){e, w2}, 2, "y"));
+    tb_output(&b, r);
+    tb_output(&b, tb_node(&b, "Mul", (int[]){a, big}, 2, "q"));
+    tb_output(&b, tb_node(&b, "Add", (int[]){r, tiny}, 2, "s"));
+    return b.m;
+}
+
+static kiln_session_options *precision_options(const char *provider, const char *precision, int level) {
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_opt_level(o, level);
+    kiln_session_options_set_intra_op_threads(o, 1);
+    kiln_session_options_set_cache(o, 0, NULL);
+    const char *k[1] = {"precision"}, *v[1] = {precision};
+    CHECK_STATUS(kiln_session_options_append_provider(o, provider, precision ? k : NULL, precision ? v : NULL,
+                                                      precision ? 1 : 0), KILN_OK);
+    CHECK_STATUS(kiln_session_options_disable_pass(o, "fuse_elementwise"), KILN_OK);
+    return o;
+}
+
+/* The dtype of the value named `name` in m, or UNDEFINED. */
+static kiln_dtype value_dtype(const kn_model *m, const char *name) {
+    int v = kn_graph_find_value(m->graph, name);
+    return v >= 0 ? m->graph->values[v].type.dtype : KILN_DTYPE_UNDEFINED;
+}
+
+/* The dtype of input i of the (single live) node of op_type whose output is named out. */
+static kiln_dtype input_dtype_of(const kn_model *m, const char *out, int i) {
+    const kn_graph *g = m->graph;
+    for (int n = 0; n < g->n_nodes; n++) {
+        const kn_node *nd = &g->nodes[n];
+        if (nd->dead || nd->n_outputs < 1 || nd->outputs[0] < 0 || i >= nd->n_inputs) continue;
+        const char *name = g->values[nd->outputs[0]].name;
+        if (!strncmp(name, out, strlen(out)) && (!name[strlen(out)] || !strncmp(name + strlen(out), "_kn", 3)))
+            return g->values[nd->inputs[i]].type.dtype;
+    }
+    return KILN_DTYPE_UNDEFINED;
+}
+
+KN_TEST(opt_lower_precision_regions_from_tables) {
+    if (!kn_backend_find("cuda")) KN_SKIP("no CUDA backend in this build");
+    /* the CUDA MatMul's kernel table must take float16 here (it needs no device) */
+    kn_model *probe = build_precision();
+    CHECK_STATUS(kn_graph_sort(probe->graph), KILN_OK);
+    CHECK_STATUS(kn_graph_infer(probe->graph), KILN_OK);
+    kn_type h[2];
+    const kn_node *mm = &probe->graph->nodes[0];
+    h[0] = probe->graph->values[mm->inputs[0]].type, h[1] = probe->graph->values[mm->inputs[1]].type;
+    h[0].dtype = h[1].dtype = KILN_DTYPE_FLOAT16;
+    const kn_type *hin[2] = {&h[0], &h[1]};
+    char why[256] = "";
+    bool cuda_mm = kn_backend_supports("cuda", mm, hin, 2, why, sizeof why);
+    kn_model_free(probe);
+    if (!cuda_mm) KN_SKIP(why);
+
+    static const char *const precs[2] = {"fp16", "bf16"};
+    for (int p = 0; p < 2; p++) {
+        kiln_dtype half = p ? KILN_DTYPE_BFLOAT16 : KILN_DTYPE_FLOAT16;
+        kiln_session_options *o = precision_options("cuda", precs[p], 3);
+        kn_model *m = optimised_from_tables(build_precision, o);
+        kiln_session_options_destroy(o);
+        /* in: x, e; out: r, y, and float16's a (for the Mul) or bfloat16's q and s */
+        CHECK_EQ_INT(model_count_op(m, "", "Cast"), p ? 6 : 5);
+        CHECK_EQ_INT(model_count_op(m, "", "MatMul"), 2);
+        /* graph inputs and outputs keep their types */
+        const char *outs[] = {"x", "y", "r", "q", "s"};
+        for (int k = 0; k < 5; k++) CHECK_MSG(value_dtype(m, outs[k]) == KILN_DTYPE_FLOAT, "%s changed type", outs[k]);
+        /* inside the regions: the half type, weights converted */
+        CHECK_EQ_INT(input_dtype_of(m, "a", 0), half);
+        CHECK_EQ_INT(input_dtype_of(m, "a", 1), half);
+        CHECK_EQ_INT(input_dtype_of(m, "r", 0), half);
+        CHECK_EQ_INT(input_dtype_of(m, "y", 0), half);
+        CHECK_EQ_INT(input_dtype_of(m, "y", 1), half);
+        int w1 = -1;
+        for (int n = 0; n < m->graph->n_nodes; n++)
+            if (!m->graph->nodes[n].dead && !strcmp(m->graph->nodes[n].op_type, "MatMul") && w1 < 0)
+                w1 = m->graph->nodes[n].inputs[1];
+        CHECK(w1 >= 0 && m->graph->values[w1].constant && m->graph->values[w1].constant->dtype == half);
+        /* outside them: Exp; in float16 also the Mul by 1e5 (overflows) and the Add of 1e-12 (flushes
+         * to zero), which bfloat16, with float32's range, takes */
+        CHECK_EQ_INT(input_dtype_of(m, "e", 0), KILN_DTYPE_FLOAT);
+        CHECK_EQ_INT(input_dtype_of(m, "q", 0), p ? half : KILN_DTYPE_FLOAT);
+        CHECK_EQ_INT(input_dtype_of(m, "s", 0), p ? half : KILN_DTYPE_FLOAT);
+        kn_model_free(m);
+    }
+    /* fp32 precision, a CPU session, or the pass disabled: nothing changes */
+    const char *providers[3] = {"cuda", "cpu", "cuda"}, *precisions[3] = {"fp32", NULL, "fp16"};
+    for (int k = 0; k < 3; k++) {
+        kiln_session_options *o = precision_options(providers[k], precisions[k], 3);
+        if (k == 2) kiln_session_options_disable_pass(o, "lower_precision");
+        kn_model *m = optimised_from_tables(build_precision, o);
+        kiln_session_options_destroy(o);
+        CHECK_MSG(model_count_op(m, "", "Cast") == 0, "case %d: %d Casts", k, model_count_op(m, "", "Cast"));
+        CHECK_EQ_INT(input_dtype_of(m, "a", 0), KILN_DTYPE_FLOAT);
+        kn_model_free(m);
+    }
+}
+
+/* On a machine with a GPU: the rewritten graph runs and agrees with float32 at level 0, in
+ * float16 and bfloat16, and its graph holds the Casts the rewrite made. */
+KN_TEST(opt_lower_precision_cuda_matches_fp32) {
+    const char *why = NULL;
+    if (!kiln_provider_available("cuda", &why)) KN_SKIP(why ? why : "no CUDA device");
+    static const char *const precs[2] = {"fp16", "bf16"};
+    static const double tols[2] = {1e-2, 3e-2}; /* a few roundings to 11 and 8 significant bits */
+    for (int p = 0; p < 2; p++) {
+        kiln_session *ref = NULL, *low = NULL;
+        kiln_session_options *o = precision_options("cuda", "fp32", 0);
+        kn_model *m = build_precision();
+        CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
+        CHECK_STATUS(kn_session_from_model(m, o, &ref), KILN_OK);
+        kiln_session_options_destroy(o);
+        o = precision_options("cuda", precs[p], 3);
+        m = build_precision();
+        CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
+        CHECK_STATUS(kn_session_from_model(m, o, &low), KILN_OK);
+        kiln_session_options_destroy(o);
+        if (ref && low) {
+            check_same(ref, low, tols[p]);
+            CHECK_EQ_INT(count_op(low, "", "Cast"), p ? 6 : 5);
+        }
+        kiln_session_destroy(ref);
+        kiln_session_destroy(low);
+    }
+}

@@ -1,0 +1,327 @@
+/* Level 3: the precision rewrite of a session whose first provider computes in float16 or
+ * bfloat16 (a device provider's option precision=fp16|bf16).
+ *
+ * At levels 0-2 that option converts each matrix product's and convolution's float32 operands to
+ * the half type when the kernel runs and its result back (cuda_conv.c, cuda_linalg.c): every
+ * such node pays two or three conversion kernels, and the activations between them move as
+ * float32. On an H200 that made the zoo slower in fp16 than in fp32. This pass moves the
+ * conversion into the graph, as TensorRT's and ONNX Runtime's float16 modes do: the regions of
+ * operators that the provider runs in the half type, connected through float32 values and
+ * holding at least one matrix product or convolution, switch to the half type; their constant
+ * inputs (weights, biases) are converted once, here, so the compiled file holds them converted;
+ * a Cast enters each region where a float32 value flows in and leaves it where a value flows out
+ * (a graph output, or a reader outside the region). Graph inputs and outputs keep their types.
+ *
+ * Which operators join: those whose kernels take the half type with float accumulation inside
+ * (matrix products, convolutions, attention, normalisations, reductions that average, pooling,
+ * softmax), elementwise operators whose result cannot leave the half type's range on its own
+ * (no Exp, Pow, Div, Reciprocal, ReduceSum: a float16 result above 65504 would be infinite), and
+ * data movement. A node joins only when every float input and output is float32, its float
+ * constants convert (float16: finite values within 65504, and no one-element constant, an
+ * epsilon, flushed to zero), and the target supports it with the half types
+ * (kn_opt_target_supports: the node stays where placement puts it).
+ *
+ * What stays the user's to know: activations inside a region are rounded to the half type after
+ * each operator, and a float16 activation beyond 65504 becomes infinite (bfloat16 has float32's
+ * range). Disabling the pass ("lower_precision") restores the per-kernel conversion. */
+#include "opt/pass.h"
+#include "util/log.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct half_op {
+    const char *domain, *op_type;
+    bool compute; /* a matrix product or convolution: a region without one is not worth its Casts */
+} half_op;
+
+static const half_op half_ops[] = {
+    {"", "Conv", true}, {"", "ConvTranspose", true}, {"", "MatMul", true}, {"", "Gemm", true},
+    {"kiln", "FusedConv", true}, {"kiln", "FusedGemm", true}, {"kiln", "FusedMatMul", true},
+    {"kiln", "Attention", true},
+    {"", "Add", false}, {"", "Sub", false}, {"", "Mul", false}, {"", "Neg", false}, {"", "Abs", false},
+    {"", "Max", false}, {"", "Min", false}, {"", "Relu", false}, {"", "LeakyRelu", false},
+    {"", "Sigmoid", false}, {"", "Tanh", false}, {"", "HardSigmoid", false}, {"", "HardSwish", false},
+    {"", "Clip", false}, {"", "Erf", false}, {"", "Gelu", false}, {"kiln", "Gelu", false},
+    {"kiln", "FusedElementwise", false},
+    {"", "Softmax", false}, {"", "LayerNormalization", false}, {"kiln", "LayerNormalization", false},
+    {"kiln", "RMSNormalization", false}, {"", "MaxPool", false}, {"", "AveragePool", false},
+    {"", "GlobalAveragePool", false}, {"", "GlobalMaxPool", false}, {"", "ReduceMean", false},
+    {"", "ReduceMax", false},
+    {"", "Reshape", false}, {"", "Flatten", false}, {"", "Squeeze", false}, {"", "Unsqueeze", false},
+    {"", "Transpose", false}, {"", "Concat", false}, {"", "Split", false}, {"", "Slice", false},
+    {"", "Gather", false}, {"", "Identity", false}, {"", "Expand", false}, {"", "Pad", false},
+};
+
+static const half_op *find_half_op(const kn_node *n) {
+    for (size_t i = 0; i < sizeof half_ops / sizeof half_ops[0]; i++)
+        if (!strcmp(n->domain, half_ops[i].domain) && !strcmp(n->op_type, half_ops[i].op_type)) return &half_ops[i];
+    return NULL;
+}
+
+/* Readers that look at a value's shape only: they read the half value as well as the float one. */
+static bool shape_reader(const kn_node *n) {
+    return !*n->domain && (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size"));
+}
+
+/* Whether a float32 constant converts without harm: no finite value overflows, and a one-element
+ * constant (an epsilon, a scale) does not flush to zero; a weight tensor's tiny elements may. */
+static bool representable(const kn_tensor *t, kiln_dtype half) {
+    const float *f = (const float *)t->data;
+    const double max = half == KILN_DTYPE_FLOAT16 ? 65504.0 : 3.38e38;
+    const double flushes = half == KILN_DTYPE_FLOAT16 ? 2.98e-8 : 4.6e-41; /* half the least subnormal */
+    const int64_t n = kn_tensor_count(t);
+    for (int64_t i = 0; i < n; i++) {
+        double a = fabs((double)f[i]);
+        if (!isfinite(a)) continue; /* infinities and NaN convert as they are */
+        if (a > max || (n == 1 && a > 0 && a <= flushes)) return false;
+    }
+    return true;
+}
+
+/* A chain whose program can leave the half type's range by itself. */
+static bool chain_may_overflow(const kn_node *n) {
+    kn_chain_program prog;
+    char why[128];
+    if (!kn_chain_from_node(n, n->n_inputs, &prog, why, sizeof why)) return true;
+    for (int s = 0; s < prog.n_steps; s++) {
+        int op = prog.steps[s].op;
+        if (op == KN_CHAIN_EXP || op == KN_CHAIN_POW || op == KN_CHAIN_DIV || op == KN_CHAIN_RECIPROCAL) return true;
+    }
+    return false;
+}
+
+/* Whether node i may run in the half type; *compute says whether it anchors a region. */
+static bool may_lower(const kn_opt_ctx *c, int i, kiln_dtype half, bool *compute) {
+    const kn_graph *g = c->g;
+    const kn_node *n = &g->nodes[i];
+    if (n->dead) return false;
+    const half_op *h = find_half_op(n);
+    if (!h) return false;
+    if (!strcmp(n->op_type, "LayerNormalization") && !*n->domain)
+        for (int k = 1; k < n->n_outputs; k++)
+            if (n->outputs[k] >= 0) return false; /* Mean and InvStdDev stay float32 (stash_type) */
+    if (!strcmp(n->domain, "kiln") && !strcmp(n->op_type, "FusedElementwise") && chain_may_overflow(n)) return false;
+    if (n->n_inputs > KN_PROTO_MAX_IO * 8) return false;
+    kn_type types[KN_PROTO_MAX_IO * 8];
+    const kn_type *in[KN_PROTO_MAX_IO * 8];
+    int floats = 0;
+    for (int k = 0; k < n->n_inputs; k++) {
+        int v = n->inputs[k];
+        in[k] = NULL;
+        if (v < 0) continue;
+        types[k] = g->values[v].type;
+        in[k] = &types[k];
+        if (types[k].kind != KN_TYPE_TENSOR) return false;
+        if (types[k].dtype != KILN_DTYPE_FLOAT) {
+            if (kn_dtype_is_float(types[k].dtype)) return false; /* already mixed: leave it as it is */
+            continue;
+        }
+        const kn_tensor *t = kn_opt_const(c, v);
+        if (t && !representable(t, half)) return false;
+        types[k].dtype = half;
+        floats++;
+    }
+    for (int k = 0; k < n->n_outputs; k++) {
+        int v = n->outputs[k];
+        if (v < 0) continue;
+        const kn_type *t = &g->values[v].type;
+        if (t->kind != KN_TYPE_TENSOR) return false;
+        if (t->dtype == KILN_DTYPE_FLOAT) floats++;
+        else if (kn_dtype_is_float(t->dtype)) return false;
+    }
+    if (!floats) return false;
+    char why[256];
+    if (!kn_opt_target_supports(c, n, in, n->n_inputs, i, why, sizeof why)) {
+        kn_log(KILN_LOG_DEBUG, "optimiser: node '%s' (%s) stays float32: %s", n->name, n->op_type, why);
+        return false;
+    }
+    *compute = h->compute;
+    return true;
+}
+
+/* ---- regions: union-find over the nodes that may run in the half type ---- */
+
+static int root_of(int *parent, int i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+}
+
+static kiln_status cast_node(kn_opt_ctx *c, int from, int to, kiln_dtype dtype, int name_from) {
+    kn_opt_proto p;
+    kn_proto_init(&p, "", "Cast");
+    kn_proto_in(&p, from);
+    kn_proto_out(&p, to);
+    kn_proto_int(&p, "to", dtype);
+    int node;
+    KN_TRY(kn_opt_emit(c, &p, name_from, &node));
+    if (node < 0)
+        return kn_error(KILN_ERR_INTERNAL, "could not add a Cast of '%s' to %s", c->g->values[from].name,
+                        kiln_dtype_name(dtype));
+    return KILN_OK;
+}
+
+/* The half-type copy of a float32 constant. */
+static int converted_const(kn_opt_ctx *c, int v, kiln_dtype half) {
+    const kn_tensor *src = kn_opt_const(c, v);
+    kn_tensor *t = NULL;
+    if (kn_tensor_new(half, src->rank, src->dims, &t) != KILN_OK) return -1;
+    const float *f = (const float *)src->data;
+    uint16_t *d = (uint16_t *)t->data;
+    for (int64_t k = 0; k < kn_tensor_count(src); k++)
+        d[k] = half == KILN_DTYPE_FLOAT16 ? kn_f32_to_f16(f[k]) : kn_f32_to_bf16(f[k]);
+    return kn_opt_new_const(c, c->g->values[v].name, t);
+}
+
+/* Whether a Cast into the half type of a value of this provider's is known to the target. */
+static bool cast_supported(const kn_opt_ctx *c, kiln_dtype half) {
+    kn_type f32;
+    kn_type_init(&f32);
+    f32.kind = KN_TYPE_TENSOR;
+    f32.dtype = KILN_DTYPE_FLOAT;
+    f32.rank = 1;
+    f32.dims[0].value = 16;
+    kn_attr to = {.name = "to", .type = KN_ATTR_INT, .i = half};
+    kn_node cast;
+    memset(&cast, 0, sizeof cast);
+    cast.name = "Cast";
+    cast.op_type = "Cast";
+    cast.domain = "";
+    cast.opset = (int)kn_model_opset(c->model, "");
+    cast.inputs = (int[]){-1};
+    cast.n_inputs = 1;
+    cast.attrs = &to;
+    cast.n_attrs = 1;
+    cast.provider = -1;
+    cast.schema = kn_op_find("", "Cast", cast.opset, NULL);
+    if (!cast.schema) return false;
+    const kn_type *in[1] = {&f32};
+    char why[256];
+    return kn_opt_target_supports(c, &cast, in, 1, -1, why, sizeof why);
+}
+
+kiln_status kn_pass_lower_precision(kn_opt_ctx *c) {
+    const char *provider = NULL;
+    kn_precision prec = kn_opt_precision(c, &provider);
+    if (prec != KN_PRECISION_FP16 && prec != KN_PRECISION_BF16) return KILN_OK;
+    const kn_backend_ops *b = provider ? kn_backend_find(provider) : NULL;
+    if (!b || b->device == KN_DEVICE_HOST) return KILN_OK; /* the option means something to device backends */
+    kiln_dtype half = prec == KN_PRECISION_FP16 ? KILN_DTYPE_FLOAT16 : KILN_DTYPE_BFLOAT16;
+    if (!cast_supported(c, half)) return KILN_OK;
+
+    kn_graph *g = c->g;
+    const int n_nodes = g->n_nodes, n_values = g->n_values;
+    int *parent = malloc(sizeof(int) * (size_t)n_nodes);
+    bool *ok = calloc((size_t)n_nodes, sizeof(bool)), *anchor = calloc((size_t)n_nodes, sizeof(bool));
+    int *half_of = malloc(sizeof(int) * (size_t)n_values);
+    bool *leaves = calloc((size_t)n_values, sizeof(bool));
+    kiln_status st = KILN_OK;
+    if (!parent || !ok || !anchor || !half_of || !leaves) {
+        st = KN_OOM();
+        goto done;
+    }
+    for (int i = 0; i < n_nodes; i++) {
+        parent[i] = i;
+        bool compute = false;
+        ok[i] = may_lower(c, i, half, &compute);
+        anchor[i] = compute;
+    }
+    /* join producer and reader through float32 values */
+    for (int i = 0; i < n_nodes; i++) {
+        if (!ok[i]) continue;
+        for (int k = 0; k < g->nodes[i].n_inputs; k++) {
+            int v = g->nodes[i].inputs[k];
+            if (v < 0 || g->values[v].type.dtype != KILN_DTYPE_FLOAT) continue;
+            int p = kn_opt_producer(c, v);
+            if (p >= 0 && ok[p]) parent[root_of(parent, p)] = root_of(parent, i);
+        }
+    }
+    for (int i = 0; i < n_nodes; i++)
+        if (anchor[i]) anchor[root_of(parent, i)] = true;
+    for (int i = 0; i < n_nodes; i++) ok[i] = ok[i] && anchor[root_of(parent, i)];
+
+    /* which float32 outputs of the region leave it (read outside it, or pinned) */
+    for (int v = 0; v < n_values; v++) half_of[v] = -1;
+    for (int i = 0; i < n_nodes; i++) {
+        if (!ok[i]) continue;
+        for (int k = 0; k < g->nodes[i].n_outputs; k++) {
+            int v = g->nodes[i].outputs[k];
+            if (v < 0 || g->values[v].type.dtype != KILN_DTYPE_FLOAT) continue;
+            bool leaves_region = kn_opt_pinned(c, v);
+            for (int r = c->cons_start[v]; r < c->cons_start[v + 1] && !leaves_region; r++)
+                leaves_region = !ok[c->cons[r]] && !shape_reader(&g->nodes[c->cons[r]]);
+            leaves[v] = leaves_region;
+        }
+    }
+
+    int regions = 0;
+    for (int i = 0; i < n_nodes; i++) regions += ok[i] && root_of(parent, i) == i;
+    if (!regions) goto done;
+
+    /* outputs first, so readers in the region find their producers' half values */
+    for (int i = 0; i < n_nodes && st == KILN_OK; i++) {
+        if (!ok[i]) continue;
+        for (int k = 0; k < g->nodes[i].n_outputs; k++) {
+            int v = g->nodes[i].outputs[k];
+            if (v < 0 || g->values[v].type.dtype != KILN_DTYPE_FLOAT) continue;
+            kn_type t = g->values[v].type;
+            t.dtype = half;
+            int h = kn_opt_new_value(c, g->values[v].name, &t);
+            if (h < 0) {
+                st = KN_OOM();
+                break;
+            }
+            half_of[v] = h;
+            g->nodes[i].outputs[k] = h;
+        }
+    }
+    /* inputs: the region's own values, converted constants, or a Cast in */
+    for (int i = 0; i < n_nodes && st == KILN_OK; i++) {
+        if (!ok[i]) continue;
+        for (int k = 0; k < g->nodes[i].n_inputs && st == KILN_OK; k++) {
+            int v = g->nodes[i].inputs[k];
+            if (v < 0 || v >= n_values || g->values[v].type.dtype != KILN_DTYPE_FLOAT) continue;
+            if (half_of[v] < 0) {
+                if (kn_opt_const(c, v)) {
+                    half_of[v] = converted_const(c, v, half);
+                    if (half_of[v] < 0) st = KN_OOM();
+                    else kn_opt_note(c, "constant converted");
+                } else {
+                    kn_type t = g->values[v].type;
+                    t.dtype = half;
+                    half_of[v] = kn_opt_new_value(c, g->values[v].name, &t);
+                    if (half_of[v] < 0) st = KN_OOM();
+                    else st = cast_node(c, v, half_of[v], half, i);
+                    if (st == KILN_OK) kn_opt_note(c, "Cast into the region");
+                }
+            }
+            if (st == KILN_OK) g->nodes[i].inputs[k] = half_of[v];
+        }
+    }
+    /* outputs that leave: a Cast back produces the float32 value under its own name; shape readers
+     * read the half value */
+    for (int v = 0; v < n_values && st == KILN_OK; v++) {
+        int h = half_of[v];
+        if (h < 0 || kn_opt_const(c, v) || g->values[v].producer < 0 || !ok[g->values[v].producer]) continue;
+        for (int r = c->cons_start[v]; r < c->cons_start[v + 1]; r++) {
+            kn_node *reader = &g->nodes[c->cons[r]];
+            if (ok[c->cons[r]] || !shape_reader(reader)) continue;
+            for (int k = 0; k < reader->n_inputs; k++)
+                if (reader->inputs[k] == v) reader->inputs[k] = h;
+        }
+        if (!leaves[v]) continue;
+        st = cast_node(c, h, v, KILN_DTYPE_FLOAT, g->values[v].producer);
+        if (st == KILN_OK) kn_opt_note(c, "Cast out of the region");
+    }
+    for (int i = 0; i < n_nodes; i++)
+        if (ok[i]) kn_opt_note(c, half == KILN_DTYPE_FLOAT16 ? "node in float16" : "node in bfloat16");
+    if (st == KILN_OK) st = kn_opt_refresh(c);
+done:
+    free(parent);
+    free(ok);
+    free(anchor);
+    free(half_of);
+    free(leaves);
+    return st;
+}
