@@ -164,8 +164,8 @@ typedef enum kiln_opt_level {
     KILN_OPT_NONE = 0,     /* run the graph as written */
     KILN_OPT_BASIC = 1,    /* backend-independent clean-ups and constant folding */
     KILN_OPT_EXTENDED = 2, /* fusions into kiln's own operators, elementwise chains included */
-    KILN_OPT_ALL = 3       /* the default: backend-dependent rewrites (layout, precision) on top of
-                              level 2; none is built yet, so today it is level 2 */
+    KILN_OPT_ALL = 3       /* the default: backend-dependent rewrites on top of level 2: today the
+                              half-precision activations of cuda's activations=half option */
 } kiln_opt_level;
 
 typedef struct kiln_session_options kiln_session_options;
@@ -185,6 +185,13 @@ KILN_API void kiln_session_options_destroy(kiln_session_options *options);
  *         libraries' heuristic ranking (no measuring, often slower kernels). The choices are kept
  *         in the compiled model (cache entry or saved file), so a later session from it makes
  *         none of them again.
+ *         "activations"="fp32|half": with precision fp16 or bf16, "half" keeps the activations
+ *         between the operators that run in that type in it at optimisation level 3 (weights
+ *         converted once, Casts where values enter and leave; pass "lower_precision"): no
+ *         conversion kernels around each product (bert_mini 0.28 ms instead of 1.0 ms per run in
+ *         fp16 on an H200). The default "fp32" keeps them float32 with a scale per tensor, which
+ *         is slower but keeps any range: in float16 an activation above 65504 becomes infinite
+ *         and one below 2^-24 zero, in bfloat16 every operator rounds to 8 significant bits.
  *         "graphs"="0|1": capture a run into a CUDA graph and replay it (default 1: one graph per
  *         input-shape set, at most 4, least recently used replaced; a model whose shapes never
  *         repeat is never captured). The first run with a set of input shapes runs as usual

@@ -127,6 +127,12 @@ kiln_status kn_backend_parse_config(const kn_provider_request *req, kn_backend_c
             if (!strcmp(v, "1") || !strcmp(v, "true")) cfg->graphs = 1;
             else if (!strcmp(v, "0") || !strcmp(v, "false")) cfg->graphs = 0;
             else goto bad;
+        } else if (!strcmp(k, "activations")) {
+            if (!strcmp(v, "fp32")) cfg->half_activations = false;
+            else if (!strcmp(v, "half")) cfg->half_activations = true;
+            else
+                return kn_error(KILN_ERR_INVALID_ARGUMENT, "provider '%s': activations '%s' is not one of fp32, half",
+                                req->name, v);
         } else if (!strcmp(k, "tuning")) {
             if (!strcmp(v, "heuristic")) cfg->exhaustive = false;
             else if (!strcmp(v, "exhaustive")) cfg->exhaustive = true;

@@ -182,8 +182,9 @@ kiln_status kn_opt_emit(kn_opt_ctx *c, const kn_opt_proto *p, int name_from, int
 bool kn_opt_target_supports(const kn_opt_ctx *c, const kn_node *node, const kn_type *const *in, int n_in,
                             int anchor, char *why, size_t cap);
 
-/* target.c: the precision option (fp32 when not given) of the provider that placement tries first,
- * the one that runs most nodes; provider_out (may be NULL) gets its name. */
-kn_precision kn_opt_precision(const kn_opt_ctx *c, const char **provider_out);
+/* target.c: the provider that placement tries first, the one that runs most nodes (NULL when none
+ * can run), with its options parsed into cfg (the defaults where they do not parse: that error is
+ * the session's to report when it starts the provider). */
+const char *kn_opt_first_provider(const kn_opt_ctx *c, kn_backend_config *cfg);
 
 #endif

@@ -44,17 +44,18 @@ static int candidates(const kn_opt_ctx *c, const char **names, const kn_provider
     return n;
 }
 
-kn_precision kn_opt_precision(const kn_opt_ctx *c, const char **provider_out) {
+const char *kn_opt_first_provider(const kn_opt_ctx *c, kn_backend_config *cfg) {
     const char *names[KN_MAX_PROVIDERS + 1];
     const kn_provider_request *req[KN_MAX_PROVIDERS + 1];
     int n = candidates(c, names, req, KN_MAX_PROVIDERS + 1);
-    if (provider_out) *provider_out = n ? names[0] : NULL;
-    kn_backend_config cfg;
-    if (n == 0 || !req[0] || kn_backend_parse_config(req[0], &cfg) != KILN_OK) {
+    kn_provider_request none;
+    memset(&none, 0, sizeof none);
+    none.name = (char *)"cpu";
+    if (n == 0 || kn_backend_parse_config(req[0] ? req[0] : &none, cfg) != KILN_OK) {
         kn_clear_error(); /* a bad option is the session's error to report, when it starts the provider */
-        return KN_PRECISION_FP32;
+        kn_backend_parse_config(&none, cfg);
     }
-    return cfg.precision;
+    return n ? names[0] : NULL;
 }
 
 /* Index of the first candidate supporting the node, or -1; why_first (may be NULL) gets the first
