@@ -161,6 +161,39 @@ static kiln_status to_host(kn_exec *x, kn_tensor *t, kn_tensor **out) {
 
 #define KN_MAX_IO 1024
 
+/* Operators whose output is their first input's elements under another shape. */
+static bool is_view(const kn_node *n) {
+    if (*n->domain) return false;
+    const char *op = n->op_type;
+    return !strcmp(op, "Reshape") || !strcmp(op, "Flatten") || !strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze") ||
+           !strcmp(op, "Identity");
+}
+
+/* A view that reads the last use of a tensor this run made, where its kernel wants it, takes that
+ * tensor and only gives it the new shape: no copy and no kernel (on CUDA one kernel less per view
+ * in every run and in every captured graph). Otherwise the kernel copies as before. */
+static bool take_as_view(kn_exec *x, const kn_node *n, kn_tensor *const *in, const kn_type *out_type) {
+    int v = n->n_inputs > 0 ? n->inputs[0] : -1;
+    if (!is_view(n) || n->n_outputs != 1 || n->outputs[0] < 0 || v < 0) return false;
+    if (!x->owned[v] || x->remaining[v] != 1 || in[0] != x->slots[v] || in[0]->kind != KN_VALUE_TENSOR) return false;
+    for (int i = 1; i < n->n_inputs; i++)
+        if (n->inputs[i] == v) return false;
+    if (!kn_type_is_static(out_type) || out_type->dtype != in[0]->dtype) return false;
+    int64_t dims[KILN_MAX_RANK];
+    for (int d = 0; d < out_type->rank; d++) dims[d] = out_type->dims[d].value;
+    if (kn_shape_count(dims, out_type->rank) != kn_tensor_count(in[0])) return false;
+    kn_tensor *t = x->slots[v];
+    x->slots[v] = NULL;
+    x->owned[v] = 0;
+    t->rank = out_type->rank;
+    memcpy(t->dims, dims, sizeof(int64_t) * (size_t)out_type->rank);
+    int o = n->outputs[0];
+    x->slots[o] = t;
+    x->owned[o] = 1;
+    x->remaining[o] = x->graph->values[o].uses;
+    return true;
+}
+
 static kiln_status run_node(kn_exec *x, const kn_node *n) {
     const kn_graph *g = x->graph;
     char lbl[256];
@@ -230,6 +263,7 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         st = n->schema->infer(&ic);
         if (st != KILN_OK) goto done;
     }
+    if (no == 1 && take_as_view(x, n, in, &types_out[0])) goto done;
     for (int o = 0; o < no; o++) {
         if (n->outputs[o] < 0 && !(n->schema->flags & KN_OP_HAS_SUBGRAPH)) continue;
         if (kn_type_is_static(&types_out[o])) {
