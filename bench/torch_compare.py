@@ -6,7 +6,7 @@ PyTorch builds the same architectures the zoo was exported from (the constructor
 depend on the values) and runs them with CUDA graphs (torch.cuda.CUDAGraph: capture once, replay),
 in float32 (TF32 off, as kiln's fp32), float16, and for the CNNs float16 channels_last (NHWC, the
 layout cuDNN's tensor-core convolutions prefer). Each PyTorch run copies its input from host
-memory and its output back, as `kiln run` does (kiln_session_run with host tensors), so the two
+memory (pageable, like a caller's buffers) and its output back, as `kiln run` does (kiln_session_run with host tensors), so the two
 columns time the same work: host input in, model, host output out.
 
 kiln runs `kiln run MODEL --repeat N` with the data set's inputs: fp32 (the default) and
@@ -117,7 +117,7 @@ class TorchRunner:
         self.host = [torch.from_numpy(a) for a in arrays]
         if half:
             self.host = [h.half() if h.is_floating_point() else h for h in self.host]
-        self.host = [h.pin_memory() for h in self.host]
+        # pageable host memory, as a kiln caller's malloc'ed buffers (pinned would favour PyTorch)
         self.dev = [h.cuda() for h in self.host]
         if cl:
             self.dev = [d.contiguous(memory_format=torch.channels_last) if d.dim() == 4 else d for d in self.dev]
@@ -196,8 +196,8 @@ def main():
     gpu = torch.cuda.get_device_name(0)
     lines = [f"# kiln against PyTorch {torch.__version__} on one {gpu} ({date})", "",
              f"command: `python3 bench/torch_compare.py {' '.join(sys.argv[1:])}`", "",
-             "Batch 1, host input in and host output out in both (kiln run; PyTorch: pinned copy in, CUDA graph "
-             "replay, .cpu() out). kiln fp32 and PyTorch fp32 with TF32 off; kiln fp16 with "
+             "Batch 1, host input in and host output out in both (kiln run; PyTorch: copy in from pageable "
+             "memory, CUDA graph replay, .cpu() out). kiln fp32 and PyTorch fp32 with TF32 off; kiln fp16 with "
              "activations=half; PyTorch fp16 = model.half(), nhwc = channels_last. Milliseconds, median of "
              f"{a.rounds} rounds of {a.runs} runs each.", "",
              "| model | kiln fp32 | torch fp32 | kiln/torch fp32 | kiln fp16 | torch fp16 | torch fp16 NHWC | "
