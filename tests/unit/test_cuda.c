@@ -181,6 +181,47 @@ KN_TEST(cuda_field_conv1d_bias_relu) {
     kn_tensor_free(x);
 }
 
+/* A pointwise Conv (1x1 kernel, unit strides, no padding, one group), which CUDA runs as a matrix
+ * product per image: [N, 24, H, W] -> [N, 40, H, W] with bias, for a feature map and for a 1x1 map
+ * (squeeze-excite), batch 2 and 3; fp32 at every level and the fp16 precision against the CPU. */
+static unsigned char *pointwise_model(const int64_t *xd, size_t *size) {
+    tmb b;
+    tmb_init(&b, 17);
+    int64_t wd[4] = {40, 24, 1, 1}, bd[1] = {40};
+    int x = tmb_input(&b, "X", KILN_DTYPE_FLOAT, 4, xd, NULL);
+    int ins[3] = {x, tmb_const(&b, "W", 4, wd, 0.3f), tmb_const(&b, "B", 1, bd, 0.5f)};
+    int y = tmb_value(&b, "Y");
+    tmb_node_in(&b, "Conv", "", ins, 3, y);
+    tmb_output(&b, y);
+    return tmb_finish(&b, size);
+}
+
+KN_TEST(cuda_pointwise_conv_matches_cpu) {
+    NEED_GPU();
+    static const int64_t shapes[2][4] = {{2, 24, 7, 9}, {3, 24, 1, 1}};
+    for (int k = 0; k < 2; k++) {
+        size_t size;
+        unsigned char *m = pointwise_model(shapes[k], &size);
+        kn_tensor *x = random_input(4, shapes[k], 21 + k);
+        char what[96];
+        snprintf(what, sizeof what, "pointwise Conv [%lld,24,%lld,%lld] -> 40 channels", (long long)shapes[k][0],
+                 (long long)shapes[k][2], (long long)shapes[k][3]);
+        compare_levels(m, size, x, what);
+        kiln_session *ref = session_for(m, size, "cpu", NULL, 0), *half = session_for(m, size, "cuda", "fp16", 0);
+        if (ref && half) {
+            kn_tensor *want = run1(ref, x), *got = run1(half, x);
+            snprintf(what + strlen(what), sizeof what - strlen(what), " in fp16");
+            close_enough(got, want, 1e-2, 1e-2, what);
+            kn_tensor_free(want);
+            kn_tensor_free(got);
+        }
+        kiln_session_destroy(ref);
+        kiln_session_destroy(half);
+        kn_tensor_free(x);
+        free(m);
+    }
+}
+
 KN_TEST(cuda_steady_state_runs_allocate_nothing) {
     NEED_GPU();
     size_t size;
