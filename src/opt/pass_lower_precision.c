@@ -38,6 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define LOWER_MAX_INPUTS 64 /* a Concat of more stays float32 */
+
 typedef struct half_op {
     const char *domain, *op_type;
     bool compute; /* a matrix product or convolution: a region without one is not worth its Casts */
@@ -110,9 +112,9 @@ static bool may_lower(const kn_opt_ctx *c, int i, kiln_dtype half, bool *compute
         for (int k = 1; k < n->n_outputs; k++)
             if (n->outputs[k] >= 0) return false; /* Mean and InvStdDev stay float32 (stash_type) */
     if (!strcmp(n->domain, "kiln") && !strcmp(n->op_type, "FusedElementwise") && chain_may_overflow(n)) return false;
-    if (n->n_inputs > KN_PROTO_MAX_IO * 8) return false;
-    kn_type types[KN_PROTO_MAX_IO * 8];
-    const kn_type *in[KN_PROTO_MAX_IO * 8];
+    if (n->n_inputs > LOWER_MAX_INPUTS) return false;
+    kn_type types[LOWER_MAX_INPUTS];
+    const kn_type *in[LOWER_MAX_INPUTS];
     int floats = 0;
     for (int k = 0; k < n->n_inputs; k++) {
         int v = n->inputs[k];
