@@ -4,18 +4,16 @@
  * mode names the node it cannot run; the zoo in fp16 and bf16 within a relative L2 error of 1e-2.
  * Without a usable CUDA device each test is skipped (and says so). */
 #include "test_model_builder.h"
+#include "unit_zoo.h"
 
 #include "backend/backend.h"
 #include "exec/session.h"
 #include "ir/graph.h"
-#include "onnx/loader.h"
 #include "onnx/writer.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* ------------------------------------------------------------------ running */
 
@@ -283,31 +281,13 @@ KN_TEST(cuda_strict_names_the_node) {
 
 /* ------------------------------------------------------------------ the zoo in reduced precision */
 
-static const char *zoo_dir(void) {
-    static char buf[4096];
-    const char *e = getenv("KILN_ZOO");
-    if (e && *e) return e;
-    snprintf(buf, sizeof buf, "%s/../shared/models", kn_unit_root());
-    return buf;
-}
-
-static double rel_l2(const kn_tensor *got, const kn_tensor *want) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < kn_tensor_count(want); i++) {
-        double a = kn_tensor_get_f64(got, i), b = kn_tensor_get_f64(want, i);
-        num += (a - b) * (a - b);
-        den += b * b;
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* Runs a zoo model's data set 0 on CUDA alone (no CPU fallback possible) with these provider
  * options; err[i] gets output i's relative L2 error against the reference (-1 for non-float
  * outputs), want_max the largest |reference| over the float outputs. Returns the output count, or
  * -1 after a failed check. */
 static int zoo_errors(const char *dir, const char *const *keys, const char *const *values, size_t n_opts, int level,
                       double *err, double *want_max) {
-    char path[4096], model[4200];
+    char model[4200];
     snprintf(model, sizeof model, "%s/model.onnx", dir);
     kiln_session_options *o;
     kiln_session_options_create(&o);
@@ -319,66 +299,34 @@ static int zoo_errors(const char *dir, const char *const *keys, const char *cons
     kiln_session_options_destroy(o);
     CHECK_MSG(st == KILN_OK, "%s (%s): %s", dir, values[0], kiln_last_error());
     if (st != KILN_OK) return -1;
-    size_t ni = kiln_session_input_count(s), no = kiln_session_output_count(s);
-    kn_tensor *in[16] = {0}, *out[16] = {0}, *want[16] = {0};
-    const char *names[16];
-    for (size_t i = 0; i < ni && i < 16; i++) {
-        kiln_value_info info;
-        kiln_session_input_info(s, i, &info);
-        names[i] = info.name;
-        snprintf(path, sizeof path, "%s/test_data_set_0/input_%zu.pb", dir, i);
-        kn_onnx_read_value_file(path, &in[i], NULL);
-    }
-    for (size_t i = 0; i < no && i < 16; i++) {
-        snprintf(path, sizeof path, "%s/test_data_set_0/output_%zu.pb", dir, i);
-        kn_onnx_read_value_file(path, &want[i], NULL);
-    }
-    st = kiln_session_run(s, names, in, ni, NULL, no, out);
+    kn_unit_zoo_data d;
+    kn_unit_zoo_read(dir, s, &d);
+    kn_tensor *out[KN_UNIT_ZOO_MAX_IO] = {0};
+    st = kiln_session_run(s, d.names, d.in, d.n_in, NULL, d.n_out, out);
     CHECK_MSG(st == KILN_OK, "%s (%s): %s", dir, values[0], kiln_last_error());
     *want_max = 0;
-    for (size_t i = 0; i < no && i < 16; i++) {
+    for (size_t i = 0; i < d.n_out; i++) {
         err[i] = -1;
-        if (st != KILN_OK || !want[i] || !kn_dtype_is_float(want[i]->dtype)) continue;
-        err[i] = rel_l2(out[i], want[i]);
-        for (int64_t k = 0; k < kn_tensor_count(want[i]); k++) *want_max = fmax(*want_max, fabs(kn_tensor_get_f64(want[i], k)));
+        if (st != KILN_OK || !d.want[i] || !kn_dtype_is_float(d.want[i]->dtype)) continue;
+        err[i] = kn_unit_rel_l2(out[i], d.want[i]);
+        for (int64_t k = 0; k < kn_tensor_count(d.want[i]); k++)
+            *want_max = fmax(*want_max, fabs(kn_tensor_get_f64(d.want[i], k)));
     }
-    for (size_t i = 0; i < 16; i++) {
-        kn_tensor_free(in[i]);
-        kn_tensor_free(out[i]);
-        kn_tensor_free(want[i]);
-    }
+    for (size_t i = 0; i < KN_UNIT_ZOO_MAX_IO; i++) kn_tensor_free(out[i]);
+    kn_unit_zoo_free(&d);
     kiln_session_destroy(s);
-    return st == KILN_OK ? (int)(no < 16 ? no : 16) : -1;
-}
-
-/* Calls fn(dir, name) for every zoo model; false when the zoo is not there. */
-static bool each_zoo_model(void (*fn)(const char *dir, const char *name)) {
-    const char *zoo = zoo_dir();
-    DIR *d = opendir(zoo);
-    if (!d) return false;
-    struct dirent *e;
-    int models = 0;
-    while ((e = readdir(d))) {
-        char dir[4096], model[4200];
-        snprintf(dir, sizeof dir, "%s/%s", zoo, e->d_name);
-        snprintf(model, sizeof model, "%s/model.onnx", dir);
-        struct stat sb;
-        if (e->d_name[0] == '.' || stat(model, &sb) != 0) continue;
-        models++;
-        fn(dir, e->d_name);
-    }
-    closedir(d);
-    return models > 0;
+    return st == KILN_OK ? (int)d.n_out : -1;
 }
 
 /* Every precision at the default level: fp32 must meet the zoo tolerance's spirit (rel L2 <
  * 1e-4), the others rel L2 < 1e-2 (activations stay float32 between the products). */
-static void zoo_precisions(const char *dir, const char *name) {
+static void zoo_precisions(const char *dir, const char *name, void *arg) {
+    (void)arg;
     static const char *const precs[4] = {"fp32", "tf32", "fp16", "bf16"};
     static const double limits[4] = {1e-4, 1e-2, 1e-2, 1e-2};
     for (int p = 0; p < 4; p++) {
         const char *k[1] = {"precision"}, *v[1] = {precs[p]};
-        double err[16], want_max;
+        double err[KN_UNIT_ZOO_MAX_IO], want_max;
         int no = zoo_errors(dir, k, v, 1, 3, err, &want_max);
         for (int i = 0; i < no; i++) {
             if (err[i] < 0) continue;
@@ -391,7 +339,7 @@ static void zoo_precisions(const char *dir, const char *name) {
 
 KN_TEST(cuda_zoo_precisions) {
     NEED_GPU();
-    if (!each_zoo_model(zoo_precisions)) KN_SKIP("the model zoo is not there (set KILN_ZOO)");
+    if (!kn_unit_each_zoo_model(zoo_precisions, NULL)) KN_SKIP("the model zoo is not there (set KILN_ZOO)");
 }
 
 /* activations=half (level 3: pass lower_precision): the activations are rounded to the half type
@@ -403,12 +351,13 @@ KN_TEST(cuda_zoo_precisions) {
  * float16. */
 static int half_models_unchecked;
 
-static void zoo_half_activations(const char *dir, const char *name) {
+static void zoo_half_activations(const char *dir, const char *name, void *arg) {
+    (void)arg;
     static const char *const precs[2] = {"fp16", "bf16"};
     static const double limits[2] = {1e-2, 3e-2};
     for (int p = 0; p < 2; p++) {
         const char *k[2] = {"precision", "activations"}, *v[2] = {precs[p], "half"};
-        double err[16], want_max;
+        double err[KN_UNIT_ZOO_MAX_IO], want_max;
         int no = zoo_errors(dir, k, v, 2, 3, err, &want_max);
         bool representable = p == 1 || want_max >= 6.103515625e-05;
         if (!representable) half_models_unchecked++;
@@ -426,7 +375,7 @@ static void zoo_half_activations(const char *dir, const char *name) {
 KN_TEST(cuda_zoo_half_activations) {
     NEED_GPU();
     half_models_unchecked = 0;
-    if (!each_zoo_model(zoo_half_activations)) KN_SKIP("the model zoo is not there (set KILN_ZOO)");
+    if (!kn_unit_each_zoo_model(zoo_half_activations, NULL)) KN_SKIP("the model zoo is not there (set KILN_ZOO)");
     printf("      %d model(s) not checked in float16 (outputs below its normal range)\n", half_models_unchecked);
 }
 

@@ -9,18 +9,16 @@
 #include "backend/backend.h"
 #include "exec/graph_run.h"
 #include "exec/session.h"
-#include "onnx/loader.h"
 #include "test_model_builder.h"
+#include "unit_zoo.h"
 
 #ifdef KILN_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* ------------------------------------------------------------------ the model */
 
@@ -487,83 +485,49 @@ KN_TEST(cuda_graph_recording_failure_recovers) {
 
 /* The zoo (KILN_ZOO, else ../shared/models) with graphs=1: the third run of test_data_set_0 (a
  * replay, where the session can be captured) against the reference outputs, relative L2 < 1e-4. */
+static void zoo_replay(const char *dir, const char *name, void *arg) {
+    (void)arg;
+    char model[4300];
+    snprintf(model, sizeof model, "%s/model.onnx", dir);
+    kiln_session_options *o;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, 0, NULL);
+    const char *k[1] = {"graphs"}, *v[1] = {"1"};
+    kiln_session_options_append_provider(o, "cuda", k, v, 1);
+    kiln_session *s = NULL;
+    kiln_status st = kiln_session_create(model, o, &s);
+    kiln_session_options_destroy(o);
+    CHECK_MSG(st == KILN_OK, "%s: %s", name, kiln_last_error());
+    if (st != KILN_OK) return;
+    kn_unit_zoo_data d;
+    kn_unit_zoo_read(dir, s, &d);
+    kn_tensor *out[KN_UNIT_ZOO_MAX_IO] = {0};
+    for (int r = 0; r < 3 && st == KILN_OK; r++) {
+        for (size_t i = 0; i < KN_UNIT_ZOO_MAX_IO; i++) {
+            kn_tensor_free(out[i]);
+            out[i] = NULL;
+        }
+        st = kiln_session_run(s, d.names, d.in, d.n_in, NULL, d.n_out, out);
+        CHECK_MSG(st == KILN_OK, "%s run %d: %s", name, r, kiln_last_error());
+    }
+    int graphs = 0;
+    kn_graph_run_stats(s, NULL, &graphs, NULL);
+    for (size_t i = 0; st == KILN_OK && i < d.n_out; i++) {
+        if (!d.want[i] || !out[i] || !kn_dtype_is_float(d.want[i]->dtype)) continue;
+        double err = kn_unit_rel_l2(out[i], d.want[i]);
+        printf("      %-22s %s, output %zu: relative L2 error %.2e\n", name, graphs ? "replayed graph" : "not captured",
+               i, err);
+        CHECK_MSG(err < 1e-4, "%s output %zu (%s): relative L2 error %.3g", name, i,
+                  graphs ? "replayed graph" : "not captured", err);
+    }
+    for (size_t i = 0; i < KN_UNIT_ZOO_MAX_IO; i++) kn_tensor_free(out[i]);
+    kn_unit_zoo_free(&d);
+    kiln_session_destroy(s);
+}
+
 KN_TEST(cuda_graph_zoo_replays_match_reference) {
     NEED_GPU();
-    char zoo[4096];
-    const char *env = getenv("KILN_ZOO");
-    if (env && *env) snprintf(zoo, sizeof zoo, "%s", env);
-    else snprintf(zoo, sizeof zoo, "%s/../shared/models", kn_unit_root());
-    DIR *d = opendir(zoo);
-    if (!d) {
-        KN_SKIP("the model zoo is not there (set KILN_ZOO)");
-        return;
-    }
-    struct dirent *e;
-    int models = 0;
-    while ((e = readdir(d))) {
-        char dir[4200], model[4300], path[4400];
-        snprintf(dir, sizeof dir, "%s/%s", zoo, e->d_name);
-        snprintf(model, sizeof model, "%s/model.onnx", dir);
-        struct stat sb;
-        if (e->d_name[0] == '.' || stat(model, &sb) != 0) continue;
-        models++;
-        kiln_session_options *o;
-        kiln_session_options_create(&o);
-        kiln_session_options_set_cache(o, 0, NULL);
-        const char *k[1] = {"graphs"}, *v[1] = {"1"};
-        kiln_session_options_append_provider(o, "cuda", k, v, 1);
-        kiln_session *s = NULL;
-        kiln_status st = kiln_session_create(model, o, &s);
-        kiln_session_options_destroy(o);
-        CHECK_MSG(st == KILN_OK, "%s: %s", e->d_name, kiln_last_error());
-        if (st != KILN_OK) continue;
-        size_t ni = kiln_session_input_count(s), no = kiln_session_output_count(s);
-        kn_tensor *in[16] = {0}, *out[16] = {0}, *want[16] = {0};
-        const char *names[16];
-        for (size_t i = 0; i < ni && i < 16; i++) {
-            kiln_value_info info;
-            kiln_session_input_info(s, i, &info);
-            names[i] = info.name;
-            snprintf(path, sizeof path, "%s/test_data_set_0/input_%zu.pb", dir, i);
-            kn_onnx_read_value_file(path, &in[i], NULL);
-        }
-        for (size_t i = 0; i < no && i < 16; i++) {
-            snprintf(path, sizeof path, "%s/test_data_set_0/output_%zu.pb", dir, i);
-            kn_onnx_read_value_file(path, &want[i], NULL);
-        }
-        for (int r = 0; r < 3 && st == KILN_OK; r++) {
-            for (size_t i = 0; i < 16; i++) {
-                kn_tensor_free(out[i]);
-                out[i] = NULL;
-            }
-            st = kiln_session_run(s, names, in, ni, NULL, no, out);
-            CHECK_MSG(st == KILN_OK, "%s run %d: %s", e->d_name, r, kiln_last_error());
-        }
-        int graphs = 0;
-        kn_graph_run_stats(s, NULL, &graphs, NULL);
-        for (size_t i = 0; st == KILN_OK && i < no && i < 16; i++) {
-            if (!want[i] || !out[i] || !kn_dtype_is_float(want[i]->dtype)) continue;
-            double num = 0, den = 0;
-            for (int64_t j = 0; j < kn_tensor_count(want[i]); j++) {
-                double a = kn_tensor_get_f64(out[i], j), b = kn_tensor_get_f64(want[i], j);
-                num += (a - b) * (a - b);
-                den += b * b;
-            }
-            double err = den > 0 ? sqrt(num / den) : sqrt(num);
-            printf("      %-22s %s, output %zu: relative L2 error %.2e\n", e->d_name,
-                   graphs ? "replayed graph" : "not captured", i, err);
-            CHECK_MSG(err < 1e-4, "%s output %zu (%s): relative L2 error %.3g", e->d_name, i,
-                      graphs ? "replayed graph" : "not captured", err);
-        }
-        for (size_t i = 0; i < 16; i++) {
-            kn_tensor_free(in[i]);
-            kn_tensor_free(out[i]);
-            kn_tensor_free(want[i]);
-        }
-        kiln_session_destroy(s);
-    }
-    closedir(d);
-    if (!models) KN_SKIP("no zoo models found");
+    if (!kn_unit_each_zoo_model(zoo_replay, NULL)) KN_SKIP("the model zoo is not there or holds no model (set KILN_ZOO)");
 }
 
 /* ------------------------------------------------------------------ API checks without a GPU */
