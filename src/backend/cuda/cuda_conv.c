@@ -443,13 +443,17 @@ static kiln_status convert_back(const kn_kernel_ctx *c, kn_cuda *cu, const void 
     return kn_cu_check(c, e, "conversion");
 }
 
-/* A convolution with 1x1 kernels, unit strides and dilations, no padding and one group. */
-static bool pointwise(const conv_geom *g, kiln_dtype dt) {
+/* A convolution with 1x1 kernels (attribute and weights), unit strides and dilations, no padding
+ * and one group. */
+static bool pointwise(const conv_geom *g, const kn_tensor *w) {
+    kiln_dtype dt = w->dtype;
     if (g->group != 1 || (dt != KILN_DTYPE_FLOAT && dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16 &&
                           dt != KILN_DTYPE_DOUBLE))
         return false;
+    if (w->rank != g->nsp + 2 || w->dims[0] != g->cout || w->dims[1] != g->cin) return false;
     for (int i = 0; i < g->nsp; i++)
-        if (g->k[i] != 1 || g->stride[i] != 1 || g->dil[i] != 1 || g->pb[i] || g->pe[i]) return false;
+        if (g->k[i] != 1 || w->dims[2 + i] != 1 || g->stride[i] != 1 || g->dil[i] != 1 || g->pb[i] || g->pe[i])
+            return false;
     return true;
 }
 
@@ -498,7 +502,7 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
     kn_tensor *y = c->out[0];
     conv_geom g;
     KN_TRY(geometry(c, transpose, &g));
-    if (!transpose && pointwise(&g, x->dtype) && kn_tensor_count(y) > 0) {
+    if (!transpose && x->dtype == w->dtype && pointwise(&g, w) && kn_tensor_count(y) > 0) {
         KN_TRY(run_pointwise(cu, c, &g));
         return add_bias(cu, c, b);
     }
