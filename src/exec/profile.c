@@ -35,6 +35,14 @@ static int by_first_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* by time per later execution (a node's steady-state cost) */
+static int by_later_desc(const void *a, const void *b) {
+    const prof_node *p = a, *q = b;
+    double x = p->later_calls ? p->later_ms / (double)p->later_calls : 0;
+    double y = q->later_calls ? q->later_ms / (double)q->later_calls : 0;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
 static int group_by_first_desc(const void *a, const void *b) {
     double x = ((const prof_group *)a)->first_ms, y = ((const prof_group *)b)->first_ms;
     return x < y ? 1 : x > y ? -1 : 0;
@@ -79,6 +87,13 @@ static void report(void) {
     for (size_t i = 0; i < kn_prof_n && i < 12; i++)
         fprintf(stderr, "    %9.2f ms  %s (%s on %s)\n", kn_prof[i].first_ms, kn_prof[i].label, kn_prof[i].op,
                 kn_prof[i].provider);
+    if (max_calls) {
+        qsort(kn_prof, kn_prof_n, sizeof *kn_prof, by_later_desc);
+        fprintf(stderr, "  slowest later executions (ms per run):\n");
+        for (size_t i = 0; i < kn_prof_n && i < 12 && kn_prof[i].later_calls; i++)
+            fprintf(stderr, "    %9.3f ms  %s (%s on %s)\n", kn_prof[i].later_ms / (double)kn_prof[i].later_calls,
+                    kn_prof[i].label, kn_prof[i].op, kn_prof[i].provider);
+    }
     free(gr);
     pthread_mutex_unlock(&kn_prof_mu);
 }
