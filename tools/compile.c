@@ -55,21 +55,30 @@ static kiln_session_options *job_options(const job_flags *j, const char *cmd) {
     if (st == KILN_OK) st = kiln_session_options_set_opt_level(o, j->common.opt_level);
     if (st == KILN_OK) st = kiln_session_options_set_intra_op_threads(o, j->common.threads);
     if (st == KILN_OK) st = kiln_session_options_set_log_level(o, (kiln_log_level)j->common.log_level);
-    char list[256];
-    snprintf(list, sizeof list, "%s", j->common.providers);
+    /* the --provider list (items NAME[:KEY=VALUE...]), with --precision and --tuning added to cuda's */
+    char list[512], items[256];
+    size_t used = 0;
     bool cuda_named = false;
-    for (char *save = NULL, *p = strtok_r(list, ",", &save); st == KILN_OK && p; p = strtok_r(NULL, ",", &save)) {
-        const char *keys[2], *vals[2];
-        size_t n = 0;
-        if (!strcmp(p, "cuda")) {
-            cuda_named = true;
-            if (j->precision) keys[n] = "precision", vals[n++] = j->precision;
-            if (j->tuning) keys[n] = "tuning", vals[n++] = j->tuning;
-        }
-        st = kiln_session_options_append_provider(o, p, keys, vals, n);
+    list[0] = 0;
+    snprintf(items, sizeof items, "%s", j->common.providers);
+    for (char *save = NULL, *p = strtok_r(items, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        size_t name_len = strcspn(p, ":");
+        used += (size_t)snprintf(list + used, used < sizeof list ? sizeof list - used : 0, "%s%s", used ? "," : "", p);
+        if (name_len != 4 || strncmp(p, "cuda", 4)) continue;
+        cuda_named = true;
+        if (j->precision)
+            used += (size_t)snprintf(list + used, used < sizeof list ? sizeof list - used : 0, ":precision=%s", j->precision);
+        if (j->tuning)
+            used += (size_t)snprintf(list + used, used < sizeof list ? sizeof list - used : 0, ":tuning=%s", j->tuning);
     }
+    if (st == KILN_OK && used >= sizeof list)
+        st = kn_error(KILN_ERR_INVALID_ARGUMENT, "the provider list is too long");
     if (st == KILN_OK && (j->precision || j->tuning) && !cuda_named)
         st = kn_error(KILN_ERR_INVALID_ARGUMENT, "--precision and --tuning are options of the cuda provider: add --provider cuda");
+    if (st == KILN_OK && cli_add_providers(o, list)) {
+        kiln_session_options_destroy(o);
+        return NULL;
+    }
     for (int k = 0; st == KILN_OK && k < j->n_dims; k++) {
         char name[256];
         const char *eq = strchr(j->dims[k], '=');
