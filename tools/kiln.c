@@ -84,8 +84,11 @@ kiln_session_options *cli_make_options(const cli_common *c) {
 }
 
 int cli_add_providers(kiln_session_options *o, const char *providers) {
-    char list[256];
-    snprintf(list, sizeof list, "%s", providers);
+    char list[512];
+    if ((size_t)snprintf(list, sizeof list, "%s", providers) >= sizeof list) {
+        fprintf(stderr, "kiln: --provider: the list is longer than %zu characters\n", sizeof list - 1);
+        return 1;
+    }
     /* each item: NAME or NAME:KEY=VALUE[:KEY=VALUE...] (cuda:precision=fp16:device_id=1) */
     for (char *save = NULL, *p = strtok_r(list, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
         const char *keys[16], *vals[16];

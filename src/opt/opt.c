@@ -39,8 +39,8 @@ const kn_pass kn_opt_passes[] = {
     {"fuse_elementwise", 2, kn_pass_fuse_elementwise,
      "chains of elementwise operators (arithmetic, activations, Clip) into one kiln.FusedElementwise"},
     {"lower_precision", 3, kn_pass_lower_precision,
-     "with a device provider's precision fp16/bf16: regions of matrix products, convolutions and the operators between "
-     "them run in that type, weights converted once, Casts at the regions' edges"},
+     "with a device provider's precision fp16/bf16 and activations=half: regions of matrix products, convolutions and "
+     "the operators between them run in that type, weights converted once, Casts at the regions' edges"},
 };
 const int kn_opt_n_passes = (int)(sizeof kn_opt_passes / sizeof kn_opt_passes[0]);
 
