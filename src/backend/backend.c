@@ -167,6 +167,12 @@ kiln_status kn_runtime_create(const kiln_session_options *o, kn_runtime **out) {
         kn_backend_config cfg;
         st = kn_backend_parse_config(req, &cfg);
         if (st != KILN_OK) break;
+        if (cfg.half_activations && cfg.precision != KN_PRECISION_FP16 && cfg.precision != KN_PRECISION_BF16)
+            kn_log(KILN_LOG_WARNING, "provider '%s': activations=half has no effect without precision fp16 or bf16",
+                   req->name);
+        else if (cfg.half_activations && o->opt_level < 3)
+            kn_log(KILN_LOG_WARNING, "provider '%s': activations=half takes effect at optimisation level 3 (this session: %d)",
+                   req->name, o->opt_level);
         const kn_backend_ops *ops = kn_backend_find(req->name);
         const char *reason = NULL;
         if (!ops) reason = !strcmp(req->name, "cuda") ? "this build of kiln has no CUDA backend" : "unknown provider";

@@ -2,11 +2,15 @@
  * tensor its run made takes that tensor under the new shape (src/exec/exec.c, take_as_view). What
  * must hold: a value with a later reader, a graph output, or a caller's input is never taken (its
  * elements and shape stay as they were), chains of views keep the elements, and repeated runs
- * (the buffer pool reusing blocks) give the same outputs. References computed here. */
+ * (the buffer pool reusing blocks) give the same outputs. References computed here. And the
+ * runtime's word on provider options that cannot act. */
 #include "test_model_builder.h"
 
 #include "exec/session.h"
 #include "kiln.h"
+
+#include <stdio.h>
+#include <unistd.h>
 
 /* x [2,3] (input)
  *   a  = Relu(x)                 read by r1, s (twice) and the output list: never taken
@@ -83,4 +87,63 @@ KN_TEST(exec_views_take_only_a_last_use) {
     }
     kiln_tensor_destroy(x);
     kiln_session_destroy(s);
+}
+
+/* ------------------------------------------------------------------ provider options */
+
+/* Creates a session of a one-Relu model with providers "cuda:<options>,cpu" at `level`, with
+ * stderr captured; returns what was written there (malloc'ed). The CUDA provider need not be
+ * usable: its options are read before it is started (and skipped for cpu). */
+static char *session_stderr(const char *const *keys, const char *const *values, size_t n, int level) {
+    tmb b;
+    tmb_init(&b, 17);
+    int64_t xd[1] = {4};
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 1, xd, NULL), y = tmb_value(&b, "y");
+    tmb_node(&b, "Relu", (int[]){x}, 1, y);
+    tmb_output(&b, y);
+    size_t size;
+    unsigned char *m = tmb_finish(&b, &size);
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_opt_level(o, level);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session_options_set_log_level(o, KILN_LOG_WARNING);
+    kiln_session_options_append_provider(o, "cuda", keys, values, n);
+    kiln_session_options_append_provider(o, "cpu", NULL, NULL, 0);
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *tmp = tmpfile();
+    char *text = NULL;
+    if (saved >= 0 && tmp && dup2(fileno(tmp), 2) >= 0) {
+        kiln_session *s = NULL;
+        kiln_status st = kiln_session_create_from_memory(m, size, NULL, o, &s);
+        fflush(stderr);
+        dup2(saved, 2);
+        CHECK_MSG(st == KILN_OK, "session: %s", kiln_last_error());
+        kiln_session_destroy(s);
+        long len = ftell(tmp);
+        text = calloc(1, (size_t)(len > 0 ? len : 0) + 1);
+        rewind(tmp);
+        if (text && len > 0 && fread(text, 1, (size_t)len, tmp) != (size_t)len) text[0] = 0;
+    }
+    if (saved >= 0) close(saved);
+    if (tmp) fclose(tmp);
+    kiln_session_options_destroy(o);
+    free(m);
+    return text;
+}
+
+/* activations=half where it cannot act (precision fp32, or a level below 3) is said, not ignored. */
+KN_TEST(runtime_warns_of_activations_half_without_effect) {
+    const char *k[2] = {"activations", "precision"}, *fp32[2] = {"half", "fp32"}, *fp16[2] = {"half", "fp16"};
+    char *t = session_stderr(k, fp32, 2, 3);
+    CHECK_MSG(t && strstr(t, "activations=half has no effect without precision fp16 or bf16"), "stderr: %s", t ? t : "");
+    free(t);
+    t = session_stderr(k, fp16, 2, 2);
+    CHECK_MSG(t && strstr(t, "activations=half takes effect at optimisation level 3 (this session: 2)"), "stderr: %s",
+              t ? t : "");
+    free(t);
+    t = session_stderr(k, fp16, 2, 3);
+    CHECK_MSG(t && !strstr(t, "activations=half"), "stderr: %s", t ? t : "");
+    free(t);
 }
