@@ -118,6 +118,34 @@ int64_t kn_shape_count(const int64_t *dims, int rank) {
 
 int64_t kn_tensor_count(const kn_tensor *t) { return kn_shape_count(t->dims, t->rank); }
 
+int kn_shape_collapse(int n_ops, int rank, const int64_t *dims, int64_t (*strides)[KILN_MAX_RANK], int64_t *dims_out,
+                      int64_t (*strides_out)[KILN_MAX_RANK]) {
+    /* drop size-1 dims, then merge neighbours that are contiguous in every operand */
+    int r = 0;
+    for (int d = 0; d < rank; d++) {
+        if (dims[d] == 1) continue;
+        if (r > 0) {
+            bool merge = true;
+            for (int k = 0; k < n_ops; k++)
+                if (strides_out[k][r - 1] != strides[k][d] * dims[d]) merge = false;
+            if (merge) {
+                dims_out[r - 1] *= dims[d];
+                for (int k = 0; k < n_ops; k++) strides_out[k][r - 1] = strides[k][d];
+                continue;
+            }
+        }
+        dims_out[r] = dims[d];
+        for (int k = 0; k < n_ops; k++) strides_out[k][r] = strides[k][d];
+        r++;
+    }
+    if (r == 0) {
+        dims_out[0] = 1;
+        for (int k = 0; k < n_ops; k++) strides_out[k][0] = 0;
+        r = 1;
+    }
+    return r;
+}
+
 const char *kn_dims_str(const int64_t *dims, int rank, char *buf, size_t cap) {
     size_t used = 0;
     if (cap == 0) return buf;

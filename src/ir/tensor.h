@@ -45,6 +45,12 @@ struct kiln_tensor {
 typedef struct kiln_tensor kn_tensor;
 
 int64_t kn_shape_count(const int64_t *dims, int rank); /* product; -1 on overflow or negative */
+/* Drops the size-1 dims of `dims` (rank of them) and merges neighbours that every one of n_ops
+ * operands walks contiguously (strides[k][d] in elements, 0 where broadcast): dims_out[0..r) and
+ * strides_out[k][0..r), r returned (1 for a single element). The loops of the CPU and CUDA
+ * elementwise kernels run over the result. dims_out/strides_out may not alias the inputs. */
+int kn_shape_collapse(int n_ops, int rank, const int64_t *dims, int64_t (*strides)[KILN_MAX_RANK], int64_t *dims_out,
+                      int64_t (*strides_out)[KILN_MAX_RANK]);
 int64_t kn_tensor_count(const kn_tensor *t);
 
 /* New owning tensor with zeroed memory; dims borrowed. Fails on negative dims, rank > max,

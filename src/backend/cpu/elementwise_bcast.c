@@ -41,34 +41,6 @@ kiln_status kn_ew_broadcast_shape(int n, const int *ranks, const int64_t *const 
     return KILN_OK;
 }
 
-int kn_ew_collapse(int n_ops, int rank, const int64_t *dims, int64_t (*strides)[KILN_MAX_RANK], int64_t *dims_out,
-                   int64_t (*strides_out)[KILN_MAX_RANK]) {
-    /* drop size-1 dims, then merge neighbours that are contiguous in every operand */
-    int r = 0;
-    for (int d = 0; d < rank; d++) {
-        if (dims[d] == 1) continue;
-        if (r > 0) {
-            bool merge = true;
-            for (int k = 0; k < n_ops; k++)
-                if (strides_out[k][r - 1] != strides[k][d] * dims[d]) merge = false;
-            if (merge) {
-                dims_out[r - 1] *= dims[d];
-                for (int k = 0; k < n_ops; k++) strides_out[k][r - 1] = strides[k][d];
-                continue;
-            }
-        }
-        dims_out[r] = dims[d];
-        for (int k = 0; k < n_ops; k++) strides_out[k][r] = strides[k][d];
-        r++;
-    }
-    if (r == 0) {
-        dims_out[0] = 1;
-        for (int k = 0; k < n_ops; k++) strides_out[k][0] = 0;
-        r = 1;
-    }
-    return r;
-}
-
 kiln_status kn_ew_plan_init(kn_ew_plan *p, int out_rank, const int64_t *out_dims, int n_in,
                             const int *in_ranks, const int64_t *const *in_dims) {
     if (n_in + 1 > KN_EW_MAX_OPS || out_rank > KILN_MAX_RANK || out_rank < 0)
@@ -95,7 +67,7 @@ kiln_status kn_ew_plan_init(kn_ew_plan *p, int out_rank, const int64_t *out_dims
     }
     p->count = 1;
     for (int d = 0; d < out_rank; d++) p->count *= out_dims[d];
-    int r = kn_ew_collapse(n_in + 1, out_rank, out_dims, st, p->dims, p->strides);
+    int r = kn_shape_collapse(n_in + 1, out_rank, out_dims, st, p->dims, p->strides);
     p->rank = r;
     p->n_ops = n_in + 1;
     return KILN_OK;

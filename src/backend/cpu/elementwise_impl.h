@@ -38,11 +38,6 @@ typedef struct kn_ew_plan {
  * a message naming the shapes (without a node prefix). */
 kiln_status kn_ew_broadcast_shape(int n, const int *ranks, const int64_t *const *dims, int *rank_out,
                                   int64_t *dims_out);
-/* Drops the size-1 dims of `dims` and merges neighbours that every one of n_ops operands walks
- * contiguously (strides[k][d] in elements, 0 where broadcast): dims_out[0..r) and strides_out[k]
- * [0..r), r returned (1 for a single element). dims_out/strides_out may not alias the inputs. */
-int kn_ew_collapse(int n_ops, int rank, const int64_t *dims, int64_t (*strides)[KILN_MAX_RANK], int64_t *dims_out,
-                   int64_t (*strides_out)[KILN_MAX_RANK]);
 /* Plans the iteration of n_in inputs (ranks/dims) broadcast to the output shape. Fails with
  * KILN_ERR_SHAPE when an input does not broadcast to it. */
 kiln_status kn_ew_plan_init(kn_ew_plan *p, int out_rank, const int64_t *out_dims, int n_in,

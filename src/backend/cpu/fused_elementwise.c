@@ -238,7 +238,7 @@ kiln_status kn_cpu_fused_elementwise(kn_kernel_ctx *c) {
         int64_t count = kn_tensor_count(x);
         j->mode[i] = count == total ? IN_CONTIGUOUS : count == 1 ? IN_SCALAR : IN_STRIDED;
     }
-    j->rank = kn_ew_collapse(c->n_inputs, out_rank, out_dims, strides, j->dims, j->strides);
+    j->rank = kn_shape_collapse(c->n_inputs, out_rank, out_dims, strides, j->dims, j->strides);
     j->y = Y->data;
     if (total > 0) kn_parallel_for(c->pool, total, KN_EW_GRAIN, chain_range, j);
     free(j);

@@ -405,40 +405,19 @@ kiln_status kn_cu_converted_scaled(kn_cuda *cu, const kn_kernel_ctx *c, const vo
 
 int kn_cu_collapse(const int64_t *out_dims, int out_rank, const kn_tensor *const *ops, int n_ops, int64_t *dims,
                    int64_t (*strides)[KN_CU_MAX_RANK]) {
+    int64_t full[KN_CU_CHAIN_INPUTS][KN_CU_MAX_RANK]; /* the most operands a caller has: a chain's inputs */
+    if (n_ops > KN_CU_CHAIN_INPUTS) n_ops = KN_CU_CHAIN_INPUTS;
     for (int k = 0; k < n_ops; k++) {
         const kn_tensor *t = ops[k];
         int64_t s = 1;
         for (int d = out_rank - 1; d >= 0; d--) {
             int td = d - (out_rank - t->rank);
             int64_t len = td >= 0 ? t->dims[td] : 1;
-            strides[k][d] = len == 1 ? 0 : s;
+            full[k][d] = len == 1 ? 0 : s;
             s *= len;
         }
     }
-    /* drop unit dims, merge dims every operand walks contiguously (in place: r <= d) */
-    int r = 0;
-    for (int d = 0; d < out_rank; d++) {
-        if (out_dims[d] == 1) continue;
-        if (r > 0) {
-            bool merge = true;
-            for (int k = 0; k < n_ops; k++)
-                if (strides[k][r - 1] != strides[k][d] * out_dims[d]) merge = false;
-            if (merge) {
-                dims[r - 1] *= out_dims[d];
-                for (int k = 0; k < n_ops; k++) strides[k][r - 1] = strides[k][d];
-                continue;
-            }
-        }
-        dims[r] = out_dims[d];
-        for (int k = 0; k < n_ops; k++) strides[k][r] = strides[k][d];
-        r++;
-    }
-    if (r == 0) {
-        dims[0] = 1;
-        for (int k = 0; k < n_ops; k++) strides[k][0] = 0;
-        r = 1;
-    }
-    return r;
+    return kn_shape_collapse(n_ops, out_rank, out_dims, full, dims, strides);
 }
 
 void kn_cu_make_view(kn_cu_view *v, const int64_t *out_dims, int out_rank, const kn_tensor *const *ops, int n_ops) {

@@ -148,9 +148,9 @@ kiln_status kn_cu_converted_scaled(kn_cuda *cu, const kn_kernel_ctx *c, const vo
 
 /* One operand read with explicit element strides over `dims` (collapsed where contiguous). */
 void kn_cu_view_strided(kn_cu_view *v, int rank, const int64_t *dims, const int64_t *strides);
-/* The element strides of n_ops operands broadcast onto out_dims, dims of 1 dropped and neighbours
- * that every operand walks contiguously merged: dims[0..rank) and strides[k][0..rank); returns the
- * rank (1 for a single element). */
+/* The element strides of n_ops (at most KN_CU_CHAIN_INPUTS) operands broadcast onto out_dims,
+ * collapsed by kn_shape_collapse: dims[0..rank) and strides[k][0..rank); returns the rank (1 for a
+ * single element). */
 int kn_cu_collapse(const int64_t *out_dims, int out_rank, const kn_tensor *const *ops, int n_ops, int64_t *dims,
                    int64_t (*strides)[KN_CU_MAX_RANK]);
 /* Broadcast view of up to three operands onto the output shape (dims collapsed). */
