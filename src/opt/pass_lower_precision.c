@@ -171,6 +171,13 @@ static kiln_status cast_node(kn_opt_ctx *c, int from, int to, kiln_dtype dtype, 
     return KILN_OK;
 }
 
+/* A new value of v's shape in the half type, named after v. */
+static int half_value(kn_opt_ctx *c, int v, kiln_dtype half) {
+    kn_type t = c->g->values[v].type;
+    t.dtype = half;
+    return kn_opt_new_value(c, c->g->values[v].name, &t);
+}
+
 /* The half-type copy of a float32 constant. */
 static int converted_const(kn_opt_ctx *c, int v, kiln_dtype half) {
     const kn_tensor *src = kn_opt_const(c, v);
@@ -250,9 +257,11 @@ kiln_status kn_pass_lower_precision(kn_opt_ctx *c) {
         if (anchor[i]) anchor[root_of(parent, i)] = true;
     for (int i = 0; i < n_nodes; i++) ok[i] = ok[i] && anchor[root_of(parent, i)];
 
-    /* which float32 outputs of the region leave it (read outside it, or pinned) */
+    /* each float32 output of a region: a half value in its place (made first, so readers in the
+     * region find their producers' half values), and whether it leaves the region (read outside
+     * it, or pinned; the consumer table is the pass's start's) */
     for (int v = 0; v < n_values; v++) half_of[v] = -1;
-    for (int i = 0; i < n_nodes; i++) {
+    for (int i = 0; i < n_nodes && st == KILN_OK; i++) {
         if (!ok[i]) continue;
         for (int k = 0; k < g->nodes[i].n_outputs; k++) {
             int v = g->nodes[i].outputs[k];
@@ -261,22 +270,7 @@ kiln_status kn_pass_lower_precision(kn_opt_ctx *c) {
             for (int r = c->cons_start[v]; r < c->cons_start[v + 1] && !leaves_region; r++)
                 leaves_region = !ok[c->cons[r]] && !shape_reader(&g->nodes[c->cons[r]]);
             leaves[v] = leaves_region;
-        }
-    }
-
-    int regions = 0;
-    for (int i = 0; i < n_nodes; i++) regions += ok[i] && root_of(parent, i) == i;
-    if (!regions) goto done;
-
-    /* outputs first, so readers in the region find their producers' half values */
-    for (int i = 0; i < n_nodes && st == KILN_OK; i++) {
-        if (!ok[i]) continue;
-        for (int k = 0; k < g->nodes[i].n_outputs; k++) {
-            int v = g->nodes[i].outputs[k];
-            if (v < 0 || g->values[v].type.dtype != KILN_DTYPE_FLOAT) continue;
-            kn_type t = g->values[v].type;
-            t.dtype = half;
-            int h = kn_opt_new_value(c, g->values[v].name, &t);
+            int h = half_value(c, v, half);
             if (h < 0) {
                 st = KN_OOM();
                 break;
@@ -297,9 +291,7 @@ kiln_status kn_pass_lower_precision(kn_opt_ctx *c) {
                     if (half_of[v] < 0) st = KN_OOM();
                     else kn_opt_note(c, "constant converted");
                 } else {
-                    kn_type t = g->values[v].type;
-                    t.dtype = half;
-                    half_of[v] = kn_opt_new_value(c, g->values[v].name, &t);
+                    half_of[v] = half_value(c, v, half);
                     if (half_of[v] < 0) st = KN_OOM();
                     else st = cast_node(c, v, half_of[v], half, i);
                     if (st == KILN_OK) kn_opt_note(c, "Cast into the region");
