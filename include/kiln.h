@@ -189,9 +189,10 @@ KILN_API void kiln_session_options_destroy(kiln_session_options *options);
  *         between the operators that run in that type in it at optimisation level 3 (weights
  *         converted once, Casts where values enter and leave; pass "lower_precision"): no
  *         conversion kernels around each product (bert_mini 0.28 ms instead of 1.0 ms per run in
- *         fp16 on an H200). The default "fp32" keeps them float32 with a scale per tensor, which
- *         is slower but keeps any range: in float16 an activation above 65504 becomes infinite
- *         and one below 2^-24 zero, in bfloat16 every operator rounds to 8 significant bits.
+ *         fp16 on an H200). The default "fp32" keeps them float32 (each product converts its
+ *         operands with a power-of-two scale per tensor): slower, safe for any range. With "half",
+ *         a float16 activation above 65504 becomes infinite and one below 2^-24 zero, and in
+ *         bfloat16 every operator rounds to 8 significant bits.
  *         "graphs"="0|1": capture a run into a CUDA graph and replay it (default 1: one graph per
  *         input-shape set, at most 4, least recently used replaced; a model whose shapes never
  *         repeat is never captured). The first run with a set of input shapes runs as usual
