@@ -118,6 +118,16 @@ int64_t kn_shape_count(const int64_t *dims, int rank) {
 
 int64_t kn_tensor_count(const kn_tensor *t) { return kn_shape_count(t->dims, t->rank); }
 
+void kn_broadcast_strides(const int64_t *dims, int rank, int out_rank, int64_t *strides) {
+    int64_t s = 1;
+    for (int d = out_rank - 1; d >= 0; d--) {
+        int j = d - (out_rank - rank);
+        int64_t e = j >= 0 ? dims[j] : 1;
+        strides[d] = e == 1 ? 0 : s;
+        s *= e;
+    }
+}
+
 int kn_shape_collapse(int n_ops, int rank, const int64_t *dims, int64_t (*strides)[KILN_MAX_RANK], int64_t *dims_out,
                       int64_t (*strides_out)[KILN_MAX_RANK]) {
     /* drop size-1 dims, then merge neighbours that are contiguous in every operand */

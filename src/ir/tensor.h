@@ -45,6 +45,9 @@ struct kiln_tensor {
 typedef struct kiln_tensor kn_tensor;
 
 int64_t kn_shape_count(const int64_t *dims, int rank); /* product; -1 on overflow or negative */
+/* The element strides of a contiguous operand of shape dims[0..rank) broadcast onto out_rank dims
+ * (aligned to the right, rank <= out_rank): 0 along its size-1 and missing dims. */
+void kn_broadcast_strides(const int64_t *dims, int rank, int out_rank, int64_t *strides);
 /* Drops the size-1 dims of `dims` (rank of them) and merges neighbours that every one of n_ops
  * operands walks contiguously (strides[k][d] in elements, 0 where broadcast): dims_out[0..r) and
  * strides_out[k][0..r), r returned (1 for a single element). The loops of the CPU and CUDA

@@ -46,24 +46,14 @@ kiln_status kn_ew_plan_init(kn_ew_plan *p, int out_rank, const int64_t *out_dims
     if (n_in + 1 > KN_EW_MAX_OPS || out_rank > KILN_MAX_RANK || out_rank < 0)
         return KN_INTERNAL("elementwise plan: too many operands or too high a rank");
     int64_t st[KN_EW_MAX_OPS][KILN_MAX_RANK];
-    /* full-rank strides, aligned to the right */
+    /* full-rank strides, aligned to the right, of operands that broadcast to the output */
     for (int k = 0; k <= n_in; k++) {
         int r = k == 0 ? out_rank : in_ranks[k - 1];
         const int64_t *dd = k == 0 ? out_dims : in_dims[k - 1];
         if (r > out_rank) goto mismatch;
-        int64_t s = 1;
-        for (int d = out_rank - 1; d >= 0; d--) {
-            int j = d - (out_rank - r);
-            int64_t e = j >= 0 ? dd[j] : 1;
-            if (e == out_dims[d]) {
-                st[k][d] = e == 1 ? 0 : s;
-            } else if (e == 1) {
-                st[k][d] = 0;
-            } else {
-                goto mismatch;
-            }
-            s *= e;
-        }
+        for (int j = 0; j < r; j++)
+            if (dd[j] != out_dims[j + out_rank - r] && dd[j] != 1) goto mismatch;
+        kn_broadcast_strides(dd, r, out_rank, st[k]);
     }
     p->count = 1;
     for (int d = 0; d < out_rank; d++) p->count *= out_dims[d];

@@ -227,13 +227,7 @@ kiln_status kn_cpu_fused_elementwise(kn_kernel_ctx *c) {
     memcpy(out_dims, j->dims, sizeof(int64_t) * (size_t)out_rank);
     for (int i = 0; i < c->n_inputs; i++) {
         const kn_tensor *x = c->in[i];
-        int64_t stride = 1;
-        for (int d = out_rank - 1; d >= 0; d--) {
-            int xd = d - (out_rank - x->rank);
-            int64_t n = xd >= 0 ? x->dims[xd] : 1;
-            strides[i][d] = n == 1 ? 0 : stride;
-            stride *= n;
-        }
+        kn_broadcast_strides(x->dims, x->rank, out_rank, strides[i]);
         j->in[i] = x->data;
         int64_t count = kn_tensor_count(x);
         j->mode[i] = count == total ? IN_CONTIGUOUS : count == 1 ? IN_SCALAR : IN_STRIDED;

@@ -407,16 +407,7 @@ int kn_cu_collapse(const int64_t *out_dims, int out_rank, const kn_tensor *const
                    int64_t (*strides)[KN_CU_MAX_RANK]) {
     int64_t full[KN_CU_CHAIN_INPUTS][KN_CU_MAX_RANK]; /* the most operands a caller has: a chain's inputs */
     if (n_ops > KN_CU_CHAIN_INPUTS) n_ops = KN_CU_CHAIN_INPUTS;
-    for (int k = 0; k < n_ops; k++) {
-        const kn_tensor *t = ops[k];
-        int64_t s = 1;
-        for (int d = out_rank - 1; d >= 0; d--) {
-            int td = d - (out_rank - t->rank);
-            int64_t len = td >= 0 ? t->dims[td] : 1;
-            full[k][d] = len == 1 ? 0 : s;
-            s *= len;
-        }
-    }
+    for (int k = 0; k < n_ops; k++) kn_broadcast_strides(ops[k]->dims, ops[k]->rank, out_rank, full[k]);
     return kn_shape_collapse(n_ops, out_rank, out_dims, full, dims, strides);
 }
 
