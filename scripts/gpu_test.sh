@@ -8,6 +8,8 @@
 #   - the equivalence of the optimisation levels on CUDA (scripts/equivalence.sh --provider cuda,cpu:
 #     every zoo model and node test at levels 1, 2, 3 against level 0, in $KILN_EQ_JOBS shards of
 #     one process and one CUDA context each, default one per core),
+#   - the zoo, the float16 zoo test and the node tests again with every product and convolution on
+#     kiln's own stand-in kernels (KILN_CUDA_STAND_INS=always; a warm start's first runs use them),
 # and ends with one line: N passed, N failed, N skipped. Without a GPU every part reports skipped.
 #
 #   bash scripts/gpu_test.sh
@@ -75,7 +77,7 @@ if ! grep -q '^provider cuda: available' "$logs/info.log"; then
   echo "=== no usable CUDA device ($reason): every GPU test is skipped"
   n_unit=$("$build/kiln_unit_tests" cuda 2>/dev/null | result_line /dev/stdin | awk '{print $5}')
   # the equivalence part counts as one skip per folder
-  skipped=$(( ${n_unit:-0} + 3 * zoo_count + 3 * ${#node_list[@]} ))
+  skipped=$(( ${n_unit:-0} + 4 * zoo_count + 4 * ${#node_list[@]} + 1 ))
   echo "0 passed, 0 failed, $skipped skipped"
   exit 0
 fi
@@ -94,8 +96,14 @@ if [ "$zoo_count" -gt 0 ]; then
     part "zoo, provider cuda only, level $level" "$logs/zoo_l$level.log" \
       "$build/kiln" test --provider cuda --opt-level "$level" "$zoo"
   done
+  # kiln's own product and convolution kernels, which run a warm start's first runs while cuBLASLt
+  # and cuDNN start (cuda_warmup.c): here for every product and convolution of every run
+  part "zoo, provider cuda only, level 3, kiln's stand-in kernels" "$logs/zoo_standin.log" \
+    env KILN_CUDA_STAND_INS=always "$build/kiln" test --provider cuda --opt-level 3 "$zoo"
+  part "zoo in float16 (activations=half), kiln's stand-in kernels" "$logs/unit_half_standin.log" \
+    env KILN_CUDA_STAND_INS=always KILN_SOURCE_DIR="$root" "$build/kiln_unit_tests" cuda_zoo_half_activations
 else
-  echo "=== zoo: $zoo not found"; total_skip=$((total_skip + 2))
+  echo "=== zoo: $zoo not found"; total_skip=$((total_skip + 4))
 fi
 
 # Node tests in parallel shards, one process each (one CUDA context per shard, not per test); a
@@ -151,8 +159,10 @@ if [ ${#node_list[@]} -gt 0 ]; then
       'BEGIN { if (c > 0) printf "    level %s: %d of the %d node tests that pass on the CPU pass with cuda,cpu (%.1f%%)\n", l, c - f, c, 100 * (c - f) / c }' |
       tee -a "$logs/node_fraction.txt"
   done
+  KILN_CUDA_STAND_INS=always run_node_tests "node tests, providers cuda,cpu, level 0, kiln's stand-in kernels" cuda_standin 1 \
+    --provider cuda,cpu --opt-level 0 --expected-failures "$logs/cpu_expected_failures.txt"
 else
-  echo "=== node tests: none found in $nodes"; total_skip=$((total_skip + 2))
+  echo "=== node tests: none found in $nodes"; total_skip=$((total_skip + 3))
 fi
 
 # The optimisation levels on CUDA: fused nodes now form for the CUDA provider (src/opt/target.c),

@@ -87,6 +87,10 @@ typedef struct kn_backend_ops {
      * returns its memory. */
     kiln_status (*capture_begin)(void *state);
     kiln_status (*capture_end)(void *state, bool ok, void **graph_out);
+    /* Optional: false while the backend runs stand-ins for work it would record otherwise (the CUDA
+     * backend's own kernels while its libraries start): the run then goes uncaptured, and a later
+     * one is recorded. NULL: always ready. */
+    bool (*capture_ready)(void *state);
     kiln_status (*graph_launch)(void *state, void *graph);
     void (*graph_destroy)(void *state, void *graph);
     /* Optional: tuning results (the algorithm each library call was given, chosen by heuristics or
@@ -125,6 +129,11 @@ int kn_cuda_libs_report(char *why, size_t cap, int *n_resolved, int *cudnn_loade
 /* Tests: waits for a CUDA session's warm-start threads and returns how many imported library
  * calls they replayed (cuda_warmup.c). */
 int kn_cuda_warmup_replayed(void *cuda_state);
+/* Tests: how many products and convolutions of a CUDA session ran on kiln's stand-in kernels, and a
+ * switch that makes every session see its libraries as still starting (the stand-ins in use, no
+ * recording) until it is turned off or the warm-start threads are joined (cuda_warmup.c). */
+int kn_cuda_standin_count(void *cuda_state);
+void kn_cuda_warmup_hold(bool hold);
 #endif
 
 /* The provider of this name compiled into this build, or NULL. */

@@ -361,8 +361,10 @@ kiln_status kn_session_execute(kiln_session *s, kn_tensor *const *bound, kn_tens
     for (int i = 0; i < c->n_graphs && !e; i++)
         if (same_sig(c->graphs[i].sig, c->graphs[i].sig_len, sig, len)) e = &c->graphs[i];
     kn_seen *seen = e ? NULL : find_seen(c, sig, len);
-    if (!e && seen && !seen->failed) {
-        /* warmed up: record this run */
+    const kn_backend *rec = &s->rt->backends[c->backend];
+    bool ready = !rec->ops->capture_ready || rec->ops->capture_ready(rec->state);
+    if (!e && seen && !seen->failed && ready) {
+        /* warmed up (and the backend running its final kernels): record this run */
         int64_t *sig_copy = malloc(sizeof *sig * (len ? len : 1));
         if (!sig_copy) {
             free(sig);
@@ -372,9 +374,8 @@ kiln_status kn_session_execute(kiln_session *s, kn_tensor *const *bound, kn_tens
         kiln_status st = record(s, bound, sig_copy, len, &e);
         if (st != KILN_OK) {
             char shapes[512];
-            const kn_backend *be = &s->rt->backends[c->backend];
             kn_log(KILN_LOG_INFO, "%s: the run with %s is not captured into a graph (%s); it runs uncaptured",
-                   be->ops->name, sig_str(g, bound, shapes, sizeof shapes), kiln_last_error());
+                   rec->ops->name, sig_str(g, bound, shapes, sizeof shapes), kiln_last_error());
             remember(c, sig, len, true);
             sig = NULL;
             e = NULL;

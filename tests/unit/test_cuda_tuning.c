@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "cache/backend.h"
 #include "cache/format.h"
+#include "exec/graph_run.h"
 #include "exec/session.h"
 
 #include <dirent.h>
@@ -83,6 +84,12 @@ static double max_rel_diff(kiln_tensor *a, kiln_tensor *b) {
     return worst;
 }
 
+/* KILN_CUDA_STAND_INS for the sessions made next (NULL: unset, the default auto). */
+static void standins(const char *mode) {
+    if (mode) setenv("KILN_CUDA_STAND_INS", mode, 1);
+    else unsetenv("KILN_CUDA_STAND_INS");
+}
+
 /* The compiled file in a cache folder (the folder holds one entry). */
 static int entry_in(const char *dir, char *path, size_t cap) {
     DIR *d = opendir(dir);
@@ -132,8 +139,10 @@ KN_TEST(cuda_tuning_kept_in_compiled_file) {
         CHECK_MSG(f && kn_cfile_section(f, KN_SECT_BACKEND, "cuda.tuning"), "%s: no cuda.tuning section in %s", modes[mode],
                   entry);
         kn_cfile_close(f);
-        /* warm: every choice comes from the file */
+        /* warm: every choice comes from the file (the libraries in every run: no stand-ins) */
+        standins("never");
         kiln_session *warm = open_session(model, "cuda", modes[mode], cache);
+        standins(NULL);
         const kn_backend *cu = cuda_of(warm);
         CHECK(cu != NULL);
         if (!cu) {
@@ -230,7 +239,9 @@ KN_TEST(cuda_tuning_refused_matmul_choice_recovers) {
     kiln_session_options_set_cache(o, 0, NULL);
     kiln_session_options_append_provider(o, "cuda", NULL, NULL, 0);
     CHECK_STATUS(kiln_session_create_from_memory(data, size, NULL, o, &made), KILN_OK);
+    standins("never"); /* the first run must try the imported choice, not stand in for it */
     CHECK_STATUS(kiln_session_create_from_memory(data, size, NULL, o, &given), KILN_OK);
+    standins(NULL);
     kiln_session_options_destroy(o);
     free(data);
     const kn_backend *a = cuda_of(made), *b = cuda_of(given);
@@ -263,4 +274,86 @@ KN_TEST(cuda_tuning_refused_matmul_choice_recovers) {
     kiln_tensor_destroy(x);
     kiln_session_destroy(made);
     kiln_session_destroy(given);
+}
+
+/* A warm start's first runs do not wait for cuBLASLt and cuDNN: while the warm-up threads start
+ * them (held here by the test switch, so the timing cannot decide), the Conv and the MatMul run on
+ * kiln's own kernels, with outputs equal to the libraries' within rounding, and no run is recorded
+ * into a graph; once the threads are joined the next run uses the imported choices uncaptured (the
+ * libraries' first calls), and the one after it is recorded.
+ * With KILN_CUDA_STAND_INS=never the held session uses the libraries from the first run. */
+KN_TEST(cuda_standins_run_while_libraries_start) {
+    NEED_GPU();
+#ifdef KILN_HAVE_CUDA
+    char dir[] = "/tmp/kn_standin_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char model[256], cache[300], cmd[400];
+    snprintf(model, sizeof model, "%s/model.onnx", dir);
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    size_t size;
+    unsigned char *data = conv_matmul_model(&size);
+    FILE *fp = fopen(model, "wb");
+    CHECK(fp && fwrite(data, 1, size, fp) == size);
+    if (fp) fclose(fp);
+    free(data);
+    kiln_tensor *x = random_x(7);
+    kiln_session *cold = open_session(model, "cuda", NULL, cache);
+    kiln_tensor *want = cold ? run_once(cold, x) : NULL;
+    kiln_session_destroy(cold); /* stores the tuning results */
+
+    kn_cuda_warmup_hold(true);
+    kiln_session *warm = open_session(model, "cuda", NULL, cache);
+    const kn_backend *cu = cuda_of(warm);
+    CHECK(cu != NULL);
+    if (cu) {
+        kiln_tensor *y1 = run_once(warm, x);
+        CHECK_MSG(kn_cuda_standin_count(cu->state) == 2, "first warm run: %d stand-ins (the Conv and the MatMul: 2)",
+                  kn_cuda_standin_count(cu->state));
+        CHECK_MSG(max_rel_diff(y1, want) <= 1e-5, "stand-in outputs differ from the libraries' (%g)", max_rel_diff(y1, want));
+        kiln_tensor *y2 = run_once(warm, x);
+        int graphs = -1;
+        kn_graph_run_stats(warm, NULL, &graphs, NULL);
+        CHECK_MSG(graphs == 0, "a run with stand-ins was recorded (%d graphs)", graphs);
+        CHECK_EQ_INT(kn_cuda_standin_count(cu->state), 4);
+        kn_cuda_warmup_hold(false);
+        CHECK(kn_cuda_warmup_replayed(cu->state) == 2); /* joins the threads */
+        /* the libraries' first run of the session goes uncaptured, the next one is recorded */
+        kiln_tensor *y3 = run_once(warm, x);
+        kn_graph_run_stats(warm, NULL, &graphs, NULL);
+        CHECK_MSG(graphs == 0, "the libraries' first run was recorded (%d graphs)", graphs);
+        kiln_tensor *y4 = run_once(warm, x), *y5 = run_once(warm, x);
+        kn_graph_run_stats(warm, NULL, &graphs, NULL);
+        CHECK_MSG(graphs == 1, "the runs after the libraries were ready were not recorded (%d graphs)", graphs);
+        CHECK_MSG(kn_cuda_standin_count(cu->state) == 4, "stand-ins after the libraries were ready (%d)",
+                  kn_cuda_standin_count(cu->state));
+        CHECK_MSG(max_rel_diff(y3, want) <= 1e-6 && max_rel_diff(y4, want) <= 1e-6 && max_rel_diff(y5, want) <= 1e-6,
+                  "library runs differ from the cold run (%g, %g, %g)", max_rel_diff(y3, want), max_rel_diff(y4, want),
+                  max_rel_diff(y5, want));
+        kiln_tensor_destroy(y1);
+        kiln_tensor_destroy(y2);
+        kiln_tensor_destroy(y3);
+        kiln_tensor_destroy(y4);
+        kiln_tensor_destroy(y5);
+    }
+    kiln_session_destroy(warm);
+
+    kn_cuda_warmup_hold(true);
+    standins("never");
+    kiln_session *lib = open_session(model, "cuda", NULL, cache);
+    standins(NULL);
+    cu = cuda_of(lib);
+    if (cu) {
+        kiln_tensor *y = run_once(lib, x);
+        CHECK_MSG(kn_cuda_standin_count(cu->state) == 0, "KILN_CUDA_STAND_INS=never: %d stand-ins",
+                  kn_cuda_standin_count(cu->state));
+        CHECK_MSG(max_rel_diff(y, want) <= 1e-6, "outputs differ from the cold run (%g)", max_rel_diff(y, want));
+        kiln_tensor_destroy(y);
+    }
+    kn_cuda_warmup_hold(false);
+    kiln_session_destroy(lib);
+    kiln_tensor_destroy(want);
+    kiln_tensor_destroy(x);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+#endif
 }

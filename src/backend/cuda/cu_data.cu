@@ -465,3 +465,6 @@ cudaError_t kn_cu_lrn(kiln_dtype dt, const void *x, void *y, int64_t N, int64_t 
 }
 
 } // extern "C"
+
+// A kernel of this file, whose first load loads the file's module (kn_cu_preload_modules).
+extern "C" const void *kn_cu_module_data(void) { return (const void *)k_gather<uint32_t>; }

@@ -623,6 +623,24 @@ static void cu_destroy(void *state) {
     free(cu);
 }
 
+void kn_cu_make_handles(kn_cuda *cu) {
+    cublasStatus_t bs = cublasLtCreate(&cu->lt);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        cu->lt = NULL;
+        cu->lt_status = (int)bs;
+    }
+#ifdef KILN_HAVE_CUDNN
+    cudnnStatus_t ds = kn_cu_lib.dnn_loaded ? cudnnCreate(&cu->dnn) : CUDNN_STATUS_NOT_INITIALIZED;
+    if (ds == CUDNN_STATUS_SUCCESS) ds = cudnnSetStream(cu->dnn, cu->stream);
+    if (ds != CUDNN_STATUS_SUCCESS && kn_cu_lib.dnn_loaded) {
+        kn_log(KILN_LOG_WARNING, "cuda:%d: cuDNN unusable (%s): Conv cannot run on this device", cu->device,
+               cudnnGetErrorString(ds));
+        if (cu->dnn) cudnnDestroy(cu->dnn);
+        cu->dnn = NULL;
+    }
+#endif
+}
+
 static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
     *state_out = NULL;
     const char *why;
@@ -646,25 +664,16 @@ static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
         st = kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: cuda:%d: %s", cu->device, cudaGetErrorString(e));
         goto fail;
     }
-    kn_cu_warmup_boot(cu); /* as soon as there is a context */
     double t_lt = kn_now_ms();
-    cublasStatus_t bs = cublasLtCreate(&cu->lt);
-    if (bs != CUBLAS_STATUS_SUCCESS) {
-        st = kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: cublasLtCreate failed (status %d)", (int)bs);
-        goto fail;
+    /* as soon as there is a context: the start-up threads, the library handles among them */
+    if (!kn_cu_warmup_boot(cu)) {
+        kn_cu_make_handles(cu);
+        if (!cu->lt) {
+            st = kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: cublasLtCreate failed (status %d)", cu->lt_status);
+            goto fail;
+        }
     }
     double t_dnn = kn_now_ms();
-#ifdef KILN_HAVE_CUDNN
-    cudnnStatus_t ds = kn_cu_lib.dnn_loaded ? cudnnCreate(&cu->dnn) : CUDNN_STATUS_NOT_INITIALIZED;
-    if (ds == CUDNN_STATUS_SUCCESS) ds = cudnnSetStream(cu->dnn, cu->stream);
-    if (ds != CUDNN_STATUS_SUCCESS && kn_cu_lib.dnn_loaded) {
-        /* convolutions then fall back to the CPU; everything else still runs here */
-        kn_log(KILN_LOG_WARNING, "cuda:%d: cuDNN unusable (%s): Conv runs without it", cu->device,
-               cudnnGetErrorString(ds));
-        if (cu->dnn) cudnnDestroy(cu->dnn);
-        cu->dnn = NULL;
-    }
-#endif
     cu->workspace_size = (size_t)(cfg->workspace_mb ? cfg->workspace_mb : 64) << 20;
     e = cudaMalloc(&cu->workspace, cu->workspace_size);
     if (e != cudaSuccess) {
@@ -677,7 +686,7 @@ static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
     double t_end = kn_now_ms();
     kn_log(KILN_LOG_INFO,
            "cuda:%d: cuBLASLt and cuDNN loaded in %.1f ms beside the driver (probe %.1f ms in all); driver initialised "
-           "and devices queried in %.1f ms, context created in %.1f ms; cuBLASLt handle %.1f ms, cuDNN handle and "
+           "and devices queried in %.1f ms, context created in %.1f ms; start-up threads or library handles %.1f ms, "
            "workspace %.1f ms",
            cu->device, kn_cu_lib.load_ms, kn_cu_probe_ms, kn_cu_driver_ms, t_ctx - t0, t_dnn - t_lt, t_end - t_dnn);
     *state_out = cu;
@@ -712,6 +721,7 @@ const kn_backend_ops kn_backend_cuda = {
     .copy = kn_cu_copy,
     .capture_begin = kn_cu_capture_begin,
     .capture_end = kn_cu_capture_end,
+    .capture_ready = kn_cu_capture_ready,
     .graph_launch = kn_cu_graph_launch,
     .graph_destroy = kn_cu_graph_destroy,
     .tuning_count = kn_cu_tuning_count,

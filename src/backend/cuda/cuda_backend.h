@@ -58,7 +58,8 @@ typedef struct kn_cuda {
     int device;
     kn_backend_config cfg;
     cudaStream_t stream;
-    cublasLtHandle_t lt;
+    cublasLtHandle_t lt; /* made beside the start: kn_cu_handles_wait before use */
+    int lt_status;       /* cublasLtCreate's status when lt is NULL */
 #ifdef KILN_HAVE_CUDNN
     cudnnHandle_t dnn;
 #endif
@@ -86,6 +87,9 @@ typedef struct kn_cuda {
     struct kn_cu_capture *capture; /* while a run is recorded into a graph (cuda_graph.c) */
     struct kn_cu_warmup *warmup;   /* library start-up work beside the runs (cuda_warmup.c) */
     bool warmup_checked;           /* the first run looked for imported choices to replay */
+    int8_t standin_mode;           /* KILN_CUDA_STAND_INS at init: 0 auto, 1 never, 2 always */
+    int64_t standin_products, standin_convs; /* run on kiln's own kernels (cuda_warmup.c) */
+    int64_t standins_before_ready;           /* their sum when a run was last let go uncaptured */
     bool orphaned; /* destroyed while the caller held device tensors: the last one frees the state */
 } kn_cuda;
 
@@ -222,8 +226,21 @@ cudnnStatus_t kn_cu_conv_describe(const int32_t *desc, int nd, cudnnTensorDescri
  * CPU); with tuning results imported from a compiled file, the first run starts threads that initialise cuBLASLt and cuDNN and load the kernels of those results by
  * running each once on scratch memory, beside the run itself; join waits for them (before a run
  * is recorded into a graph, and at the end). */
-void kn_cu_warmup_boot(kn_cuda *cu); /* at init: cuBLASLt's own start-up, beside whatever comes next */
+/* At init: cuBLASLt's own start-up, the library handles and the kernel modules, on threads beside
+ * whatever comes next; false when the threads are off (KILN_CUDA_NO_WARMUP): init then makes the
+ * handles itself. */
+bool kn_cu_warmup_boot(kn_cuda *cu);
+/* cuBLASLt's and cuDNN's handles (cu->lt NULL and lt_status on failure; cu->dnn NULL, with a
+ * warning, when cuDNN is unusable); kn_cu_handles_wait before the first use of either. */
+void kn_cu_make_handles(kn_cuda *cu);
+void kn_cu_handles_wait(kn_cuda *cu);
 void kn_cu_warmup_start(kn_cuda *cu);
 void kn_cu_warmup_join(kn_cuda *cu);
+/* Whether a product (KN_CU_TUNE_MATMUL) or a convolution (KN_CU_TUNE_CONV_FWD) runs on kiln's own
+ * kernel now instead of the library: while a warm start's threads are still starting it. */
+bool kn_cu_standin(kn_cuda *cu, uint8_t kind);
+/* capture_ready of the backend: no stand-in would run, nor ran in the run before (graph_run.c
+ * records only then). */
+bool kn_cu_capture_ready(void *state);
 
 #endif

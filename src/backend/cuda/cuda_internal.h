@@ -224,6 +224,30 @@ cudaError_t kn_cu_rnn_cell(kiln_dtype dt, const void *gx, const void *gh, void *
                            const int32_t *seq_lens, int64_t step, int64_t T, bool reverse, int64_t batch,
                            int64_t hidden, float clip, int act, cudaStream_t s);
 
+/* kiln's own product and convolution (cu_standin.cu), for the runs before cuBLASLt and cuDNN are
+ * ready (cuda_warmup.c). The product is kn_cu_gemm's: C = alpha op(A) op(B) + beta C per batch
+ * entry, row-major, strides in elements; cudaErrorInvalidValue (nothing launched) for more than
+ * 65535 * 64 rows. The convolution: spatial dims right-aligned into three (leading ones of size 1),
+ * pad = the pads before each dim (the output size says where the pads after end), no bias. */
+cudaError_t kn_cu_gemm_standin(kiln_dtype dt, int64_t M, int64_t N, int64_t K, int64_t batch, bool ta, bool tb,
+                               const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, void *C,
+                               int64_t ldc, int64_t sc, float alpha, float beta, cudaStream_t s);
+typedef struct kn_cu_conv_standin {
+    int64_t n, cin, cout, group;
+    int64_t in[3], out[3], k[3], stride[3], dil[3], pad[3];
+} kn_cu_conv_standin;
+cudaError_t kn_cu_conv_standin_run(kiln_dtype dt, const void *x, const void *w, void *y, const kn_cu_conv_standin *g,
+                                   cudaStream_t s);
+
+/* A kernel of each of the kernel files most models use (attention, data movement, elementwise,
+ * reductions, the stand-ins): loading one loads its file's module, 5-10 ms each at first use under
+ * CUDA's lazy loading, which cuda_warmup.c does beside the session's start instead. */
+const void *kn_cu_module_attention(void);
+const void *kn_cu_module_data(void);
+const void *kn_cu_module_eltwise(void);
+const void *kn_cu_module_reduce(void);
+const void *kn_cu_module_standin(void);
+
 /* fp16 precision with a per-tensor power-of-two scale (cu_scaled.cu). slot: 8 bytes of device
  * memory; after the conversion ((float *)slot)[1] holds the scale s applied (y = fp16(x * s)). */
 cudaError_t kn_cu_to_f16_scaled(const float *x, void *y, int64_t n, void *slot, cudaStream_t s);

@@ -257,6 +257,20 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
         }
         return KILN_OK;
     }
+    if (kn_cu_standin(cu, KN_CU_TUNE_MATMUL)) {
+        /* cuBLASLt still starting (a warm start's first runs): kiln's own product, in the tensors'
+         * type (fp32 tensors stay fp32 whatever the precision option) */
+        cudaError_t e = kn_cu_gemm_standin(g->dt, g->M, g->N, g->K, g->batch, g->ta, g->tb, g->A, g->lda, g->sa, g->B,
+                                           g->ldb, g->sb, g->C, g->ldc, g->sc, g->alpha, g->beta, cu->stream);
+        if (e != cudaErrorInvalidValue && e != cudaErrorNotSupported) { /* else not launched: the library's */
+            cu->standin_products++;
+            return kn_cu_check(c, e, "matrix product (kiln's own kernel)");
+        }
+    }
+    kn_cu_handles_wait(cu);
+    if (!cu->lt)
+        return kn_kernel_error(c, KILN_ERR_RUNTIME, "cuBLASLt is not usable: cublasLtCreate failed (status %d)",
+                               cu->lt_status);
     cudaDataType_t ab_t, c_t, scale_t = CUDA_R_32F;
     cublasComputeType_t comp = CUBLAS_COMPUTE_32F;
     const void *A = g->A, *B = g->B;

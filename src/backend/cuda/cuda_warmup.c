@@ -15,12 +15,20 @@
  * The replays compute nothing anyone reads (uninitialised operands, outputs to scratch), and a
  * failure in them is ignored: the run makes the same calls itself and reports its own errors.
  *
+ * Until a library's thread is done, the run does not wait for it either: its products and
+ * convolutions run on kiln's own kernels (cu_standin.cu), which need no library start-up, and the
+ * run is not recorded into a graph (kn_cu_capture_ready); the first run after the threads finish
+ * uses the libraries with the imported choices, and that one is recorded. So a warm start's first
+ * output waits for neither library. KILN_CUDA_STAND_INS=never keeps the runs on the libraries
+ * (they then wait inside them as before), =always runs the stand-ins everywhere (tests).
+ *
  * The threads run in CUDA's relaxed stream-capture mode (relax_capture). */
 #include "backend/cuda/cuda_backend.h"
 #include "util/clock.h"
 #include "util/log.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +40,7 @@ static void relax_capture(void);
 #define WARM_MAX_BYTES ((size_t)1 << 30)
 
 typedef struct warm_job {
+    kn_cuda *cu; /* the handles job: the session whose handles it makes */
     int device;
     size_t workspace_size;
     kn_cu_tuned *recs; /* copies: the session's table changes while the thread reads */
@@ -39,12 +48,17 @@ typedef struct warm_job {
     double ms;
     void *scratch[2]; /* the thread's device memory, freed by the join */
     pthread_t thread;
-    bool running;
+    bool running;       /* started and not joined (the session's thread alone reads and writes it) */
+    atomic_bool done;   /* the thread's work is over (set by the thread, read by the runs) */
 } warm_job;
 
 struct kn_cu_warmup {
-    warm_job boot, lt, dnn;
+    warm_job boot, modules, handles, lt, dnn;
+    bool imported; /* a warm start: imported choices are being replayed (the stand-ins' time) */
 };
+
+/* Tests: every session's libraries count as starting while this is set (kn_cuda_warmup_hold). */
+static atomic_bool hold_libraries;
 
 /* Device memory for a replay, or NULL (the replay is then skipped). */
 static void *device_alloc(size_t bytes) {
@@ -74,6 +88,7 @@ static void *finish(warm_job *j, double t0, cudaStream_t stream, void *base, voi
     if (stream) cudaStreamDestroy(stream);
     cudaGetLastError();
     j->ms = kn_now_ms() - t0;
+    atomic_store(&j->done, true);
     return NULL;
 }
 
@@ -252,6 +267,7 @@ static void relax_capture(void) {
 }
 
 static void start(warm_job *j, void *(*fn)(void *)) {
+    atomic_store(&j->done, false);
     if (pthread_create(&j->thread, NULL, fn, j) == 0) j->running = true;
 }
 
@@ -281,6 +297,45 @@ static void *boot_products(void *arg) {
     if (h) cublasLtDestroy(h);
     cudaGetLastError();
     j->ms = kn_now_ms() - t0;
+    atomic_store(&j->done, true);
+    return NULL;
+}
+
+/* The modules of kiln's most used kernel files, loaded right after the context exists (each load
+ * costs 5-10 ms, paid otherwise by the first run at its first kernel from that file). Loading a
+ * kernel's attributes loads it. */
+static void *load_modules(void *arg) {
+    warm_job *j = arg;
+    double t0 = kn_now_ms();
+    relax_capture();
+    const void *(*const modules[])(void) = {kn_cu_module_eltwise, kn_cu_module_data, kn_cu_module_reduce,
+                                            kn_cu_module_standin, kn_cu_module_attention};
+    j->n = (int)(sizeof modules / sizeof modules[0]);
+    if (cudaSetDevice(j->device) == cudaSuccess)
+        for (int i = 0; i < j->n; i++) {
+            struct cudaFuncAttributes a;
+            if (cudaFuncGetAttributes(&a, modules[i]()) == cudaSuccess) j->replayed++;
+        }
+    cudaGetLastError();
+    j->ms = kn_now_ms() - t0;
+    atomic_store(&j->done, true);
+    return NULL;
+}
+
+/* The session's cuBLASLt and cuDNN handles (3-8 ms, beside cuBLASLt's start-up query) while the
+ * session's start goes on; the first library call waits for them (kn_cu_handles_wait). */
+static void *make_handles(void *arg) {
+    warm_job *j = arg;
+    double t0 = kn_now_ms();
+    relax_capture();
+    if (cudaSetDevice(j->device) == cudaSuccess) {
+        kn_cu_make_handles(j->cu);
+        j->replayed = j->cu->lt != NULL;
+    }
+    cudaGetLastError();
+    j->n = 1;
+    j->ms = kn_now_ms() - t0;
+    atomic_store(&j->done, true);
     return NULL;
 }
 
@@ -308,10 +363,30 @@ static bool warmup_off(void) {
     return off && *off && strcmp(off, "0") != 0;
 }
 
-void kn_cu_warmup_boot(kn_cuda *cu) {
-    if (cu->warmup || warmup_off() || !(cu->warmup = calloc(1, sizeof *cu->warmup))) return;
-    cu->warmup->boot.device = cu->device;
-    start(&cu->warmup->boot, boot_products);
+/* KILN_CUDA_STAND_INS: auto (default), never or always. */
+static int standin_mode(void) {
+    const char *m = getenv("KILN_CUDA_STAND_INS");
+    if (!m || !*m || !strcmp(m, "auto")) return 0;
+    if (!strcmp(m, "always") || !strcmp(m, "1")) return 2;
+    return !strcmp(m, "never") || !strcmp(m, "0") ? 1 : 0;
+}
+
+bool kn_cu_warmup_boot(kn_cuda *cu) {
+    cu->standin_mode = (int8_t)standin_mode(); /* read once, with the session's options */
+    if (cu->warmup || warmup_off() || !(cu->warmup = calloc(1, sizeof *cu->warmup))) return false;
+    struct kn_cu_warmup *w = cu->warmup;
+    w->handles.device = w->modules.device = w->boot.device = cu->device;
+    w->handles.cu = cu;
+    start(&w->handles, make_handles);
+    if (!w->handles.running) {
+        free(w);
+        cu->warmup = NULL;
+        return false;
+    }
+    const char *pre = getenv("KILN_CUDA_PRELOAD"); /* 0: not (for measuring what it saves) */
+    if (!pre || strcmp(pre, "0") != 0) start(&w->modules, load_modules);
+    start(&w->boot, boot_products);
+    return true;
 }
 
 void kn_cu_warmup_start(kn_cuda *cu) {
@@ -321,9 +396,44 @@ void kn_cu_warmup_start(kn_cuda *cu) {
     struct kn_cu_warmup *w = cu->warmup;
     if (collect(cu, &w->lt, KN_CU_TUNE_MATMUL, KN_CU_TUNE_MATMUL)) start(&w->lt, replay_products);
 #ifdef KILN_HAVE_CUDNN
-    if (cu->dnn && collect(cu, &w->dnn, KN_CU_TUNE_CONV_FWD, KN_CU_TUNE_CONV_BWD_DATA)) start(&w->dnn, replay_convolutions);
+    if (kn_cu_lib.dnn_loaded && collect(cu, &w->dnn, KN_CU_TUNE_CONV_FWD, KN_CU_TUNE_CONV_BWD_DATA))
+        start(&w->dnn, replay_convolutions);
 #endif
+    w->imported = w->lt.running || w->dnn.running;
 }
+
+static bool pending(const warm_job *j) {
+    return j->running && (!atomic_load(&j->done) || atomic_load(&hold_libraries));
+}
+
+bool kn_cu_standin(kn_cuda *cu, uint8_t kind) {
+    if (cu->standin_mode == 2) return true;
+    const struct kn_cu_warmup *w = cu->warmup;
+    if (cu->standin_mode == 1 || !w || !w->imported) return false;
+    /* the products' library is ready once its start-up query and the replays are over */
+    return kind == KN_CU_TUNE_MATMUL ? pending(&w->boot) || pending(&w->lt) : pending(&w->dnn);
+}
+
+/* Asked before a run that would be recorded. Not while the stand-ins run; and after they ran, one
+ * more run goes uncaptured, so the libraries' first calls of this session (their own set-up, which
+ * may allocate or wait) happen outside any recording. */
+bool kn_cu_capture_ready(void *state) {
+    kn_cuda *cu = state;
+    bool waiting = kn_cu_standin(cu, KN_CU_TUNE_MATMUL) || kn_cu_standin(cu, KN_CU_TUNE_CONV_FWD);
+    if (cu->standin_mode == 2) return true; /* always: the stand-ins are what gets recorded */
+    if (waiting) return false;
+    int64_t used = cu->standin_products + cu->standin_convs;
+    if (used == cu->standins_before_ready) return true;
+    cu->standins_before_ready = used;
+    return false;
+}
+
+int kn_cuda_standin_count(void *cuda_state) {
+    const kn_cuda *cu = cuda_state;
+    return (int)(cu->standin_products + cu->standin_convs);
+}
+
+void kn_cuda_warmup_hold(bool hold) { atomic_store(&hold_libraries, hold); }
 
 static void join(warm_job *j, const char *what) {
     if (j->running) {
@@ -338,12 +448,23 @@ static void join(warm_job *j, const char *what) {
     j->recs = NULL;
 }
 
+void kn_cu_handles_wait(kn_cuda *cu) {
+    if (cu->warmup && cu->warmup->handles.running) join(&cu->warmup->handles, "library handles");
+}
+
 void kn_cu_warmup_join(kn_cuda *cu) {
     struct kn_cu_warmup *w = cu->warmup;
-    if (!w || (!w->boot.running && !w->lt.running && !w->dnn.running && !w->lt.recs && !w->dnn.recs)) return;
+    if (!w || (!w->boot.running && !w->modules.running && !w->handles.running && !w->lt.running && !w->dnn.running &&
+               !w->lt.recs && !w->dnn.recs))
+        return;
+    join(&w->handles, "library handles");
     join(&w->boot, "cuBLASLt start-up query");
+    join(&w->modules, "kernel module loads");
     join(&w->lt, "cuBLASLt products");
     join(&w->dnn, "cuDNN convolutions");
+    if (cu->standin_products || cu->standin_convs)
+        kn_log(KILN_LOG_DEBUG, "cuda: warm start: %lld products and %lld convolutions ran on kiln's own kernels while "
+               "the libraries started", (long long)cu->standin_products, (long long)cu->standin_convs);
 }
 
 int kn_cuda_warmup_replayed(void *cuda_state) {
