@@ -156,6 +156,16 @@ static const char *no_device_prefix(const char *name) {
     return !strcmp(name, "cuda") ? "no CUDA device" : "provider not usable";
 }
 
+void kn_runtime_prepare(const kiln_session_options *o) {
+    for (int i = 0; i < o->n_providers; i++) {
+        const kn_backend_ops *ops = kn_backend_find(o->providers[i].name);
+        kn_backend_config cfg;
+        if (!ops || !ops->prepare) continue;
+        if (kn_backend_parse_config(&o->providers[i], &cfg) == KILN_OK) ops->prepare(cfg.device_id);
+        kn_clear_error();
+    }
+}
+
 kiln_status kn_runtime_create(const kiln_session_options *o, kn_runtime **out) {
     *out = NULL;
     kn_runtime *rt = calloc(1, sizeof *rt);

@@ -101,6 +101,11 @@ typedef struct kn_backend_ops {
     int (*tuning_count)(void *state, int *made_here);
     bool (*tuning_record)(void *state, int i, const void **key, size_t *key_len, const void **val, size_t *val_len);
     kiln_status (*tuning_import)(void *state, const void *key, size_t key_len, const void *val, size_t val_len);
+    /* Optional: begins, on a thread of the backend's own, the slow part of init for a device that a
+     * session being created asked for (the CUDA driver's start and the device's context), so it runs
+     * beside the session's other start-up work (hashing, reading, compiling); init then finds it done
+     * or waits for it. Called once per session creation, for each listed provider. */
+    void (*prepare)(int device_id);
 } kn_backend_ops;
 
 typedef struct kn_backend {
@@ -156,6 +161,9 @@ kiln_status kn_backend_parse_config(const kn_provider_request *req, kn_backend_c
  * A device provider that cannot run here is skipped when a later provider is listed, else an
  * error "no CUDA device: <reason>". */
 kiln_status kn_runtime_create(const kiln_session_options *o, kn_runtime **out);
+/* The listed providers' prepare, first thing in a session's creation (options it cannot parse are
+ * left to kn_runtime_create to report). */
+void kn_runtime_prepare(const kiln_session_options *o);
 void kn_runtime_destroy(kn_runtime *rt);
 /* The device copy of constant value v of rt->main for backend b (uploaded on first use). */
 kiln_status kn_runtime_const_on(kn_runtime *rt, int b, int v, const kn_tensor *host, kn_tensor **out);

@@ -389,10 +389,37 @@ static kiln_status job_fields(kn_hash128 content, const kiln_session_options *o,
     return st;
 }
 
+/* The environment's fields on a thread of their own: the device fingerprint waits for the device
+ * probe (the CUDA driver's initialisation, 100-200 ms), and the model's digest (a few ms per 20 MB)
+ * is made meanwhile instead of after it. */
+typedef struct env_job {
+    const kiln_session_options *o;
+    kn_cache_key k;
+    kiln_status st;
+    char msg[512];
+} env_job;
+
+static void *env_fields(void *arg) {
+    env_job *j = arg;
+    j->st = kn_cache_key_env(j->o, &j->k);
+    if (j->st != KILN_OK) snprintf(j->msg, sizeof j->msg, "%s", kiln_last_error());
+    return NULL;
+}
+
 kiln_status kn_cache_key_for_memory(const void *data, size_t size, const char *base_dir,
                                     const kiln_session_options *o, kn_cache_key *k) {
-    KN_TRY(kn_cache_key_env(o, k));
-    kiln_status st = job_fields(kn_cache_content_digest(data, size, base_dir), o, k);
+    env_job job = {.o = o};
+    pthread_t t;
+    bool threaded = pthread_create(&t, NULL, env_fields, &job) == 0;
+    kn_hash128 digest = kn_cache_content_digest(data, size, base_dir);
+    if (threaded) {
+        pthread_join(t, NULL);
+        if (job.st != KILN_OK) return kn_error(job.st, "%s", job.msg); /* the error was the thread's */
+        *k = job.k;
+    } else {
+        KN_TRY(kn_cache_key_env(o, k));
+    }
+    kiln_status st = job_fields(digest, o, k);
     if (st != KILN_OK) {
         kn_cache_key_free(k);
         return st;

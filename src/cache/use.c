@@ -2,6 +2,7 @@
  * load/save paths, and the automatic cache directory (see cache/cache.h). */
 #include "cache/cache.h"
 
+#include "backend/backend.h"
 #include "cache/backend.h"
 #include "cache/format.h"
 #include "cache/store.h"
@@ -377,6 +378,7 @@ kiln_status kn_cache_session_create(const char *path, const void *data, size_t s
     kn_session_options_defaults(&dflt);
     const kiln_session_options *o = options ? options : &dflt;
     kn_log_set_level(o->log_level);
+    kn_runtime_prepare(o); /* the device's start beside the hashing, reading and compiling below */
     const char *load_path = o->load_path && *o->load_path ? o->load_path : NULL;
     const char *save_path = o->save_path && *o->save_path ? o->save_path : NULL;
 

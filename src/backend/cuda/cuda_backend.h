@@ -236,6 +236,7 @@ void kn_cu_make_handles(kn_cuda *cu);
 void kn_cu_handles_wait(kn_cuda *cu);
 void kn_cu_warmup_start(kn_cuda *cu);
 void kn_cu_warmup_join(kn_cuda *cu);
+void kn_cu_warmup_free(kn_cuda *cu); /* joins, then frees the threads' state */
 /* Whether a product (KN_CU_TUNE_MATMUL) or a convolution (KN_CU_TUNE_CONV_FWD) runs on kiln's own
  * kernel now instead of the library: while a warm start's threads are still starting it. */
 bool kn_cu_standin(kn_cuda *cu, uint8_t kind);

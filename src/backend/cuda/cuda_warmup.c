@@ -40,7 +40,7 @@ static void relax_capture(void);
 #define WARM_MAX_BYTES ((size_t)1 << 30)
 
 typedef struct warm_job {
-    kn_cuda *cu; /* the handles job: the session whose handles it makes */
+    kn_cuda *cu; /* the session */
     int device;
     size_t workspace_size;
     kn_cu_tuned *recs; /* copies: the session's table changes while the thread reads */
@@ -55,7 +55,27 @@ typedef struct warm_job {
 struct kn_cu_warmup {
     warm_job boot, modules, handles, lt, dnn;
     bool imported; /* a warm start: imported choices are being replayed (the stand-ins' time) */
+    /* the handles and cuBLASLt's start-up wait until the modules are loaded: the first run needs
+     * the modules at once and the libraries only later, and loading beside them took twice as long
+     * (bert_mini on the H200: modules 24.8 ms beside, 12.8 ms first and in parallel; its first
+     * run's kernels 20.3 ms, 13.3 ms) */
+    pthread_mutex_t gate_mu;
+    pthread_cond_t gate_cv;
+    bool gate_open, gate_ready; /* ready: mutex and condition made (kn_cu_warmup_boot) */
 };
+
+static void gate_wait(struct kn_cu_warmup *w) {
+    pthread_mutex_lock(&w->gate_mu);
+    while (!w->gate_open) pthread_cond_wait(&w->gate_cv, &w->gate_mu);
+    pthread_mutex_unlock(&w->gate_mu);
+}
+
+static void gate_release(struct kn_cu_warmup *w) {
+    pthread_mutex_lock(&w->gate_mu);
+    w->gate_open = true;
+    pthread_cond_broadcast(&w->gate_cv);
+    pthread_mutex_unlock(&w->gate_mu);
+}
 
 /* Tests: every session's libraries count as starting while this is set (kn_cuda_warmup_hold). */
 static atomic_bool hold_libraries;
@@ -275,6 +295,7 @@ static void start(warm_job *j, void *(*fn)(void *)) {
  * (a product of 8 x 8 x 8; the answer is not used). */
 static void *boot_products(void *arg) {
     warm_job *j = arg;
+    gate_wait(j->cu->warmup);
     double t0 = kn_now_ms();
     relax_capture();
     cublasLtHandle_t h = NULL;
@@ -301,23 +322,47 @@ static void *boot_products(void *arg) {
     return NULL;
 }
 
-/* The modules of kiln's most used kernel files, loaded right after the context exists (each load
- * costs 5-10 ms, paid otherwise by the first run at its first kernel from that file). Loading a
- * kernel's attributes loads it. */
+/* The modules of kiln's most used kernel files, loaded right after the context exists, one thread
+ * each (each load costs 3-10 ms, paid otherwise by the first run at its first kernel from that
+ * file). Loading a kernel's attributes loads it. Then the gate opens for the library threads. */
+typedef struct module_load {
+    int device;
+    const void *(*kernel)(void);
+    bool ok;
+} module_load;
+
+static void *load_one(void *arg) {
+    module_load *m = arg;
+    relax_capture();
+    struct cudaFuncAttributes a;
+    m->ok = cudaSetDevice(m->device) == cudaSuccess && cudaFuncGetAttributes(&a, m->kernel()) == cudaSuccess;
+    cudaGetLastError();
+    return NULL;
+}
+
 static void *load_modules(void *arg) {
     warm_job *j = arg;
     double t0 = kn_now_ms();
     relax_capture();
     const void *(*const modules[])(void) = {kn_cu_module_eltwise, kn_cu_module_data, kn_cu_module_reduce,
                                             kn_cu_module_standin, kn_cu_module_attention};
-    j->n = (int)(sizeof modules / sizeof modules[0]);
-    if (cudaSetDevice(j->device) == cudaSuccess)
-        for (int i = 0; i < j->n; i++) {
-            struct cudaFuncAttributes a;
-            if (cudaFuncGetAttributes(&a, modules[i]()) == cudaSuccess) j->replayed++;
-        }
-    cudaGetLastError();
+    enum { N = sizeof modules / sizeof modules[0] };
+    j->n = N;
+    module_load m[N];
+    pthread_t t[N];
+    bool started[N] = {false};
+    for (int i = 0; i < N; i++) {
+        m[i] = (module_load){j->device, modules[i], false};
+        if (i > 0) started[i] = pthread_create(&t[i], NULL, load_one, &m[i]) == 0; /* in parallel: 2x faster */
+    }
+    for (int i = 0; i < N; i++)
+        if (!started[i]) load_one(&m[i]);
+    for (int i = 0; i < N; i++) {
+        if (started[i]) pthread_join(t[i], NULL);
+        j->replayed += m[i].ok;
+    }
     j->ms = kn_now_ms() - t0;
+    gate_release(j->cu->warmup);
     atomic_store(&j->done, true);
     return NULL;
 }
@@ -326,6 +371,7 @@ static void *load_modules(void *arg) {
  * session's start goes on; the first library call waits for them (kn_cu_handles_wait). */
 static void *make_handles(void *arg) {
     warm_job *j = arg;
+    gate_wait(j->cu->warmup);
     double t0 = kn_now_ms();
     relax_capture();
     if (cudaSetDevice(j->device) == cudaSuccess) {
@@ -376,15 +422,18 @@ bool kn_cu_warmup_boot(kn_cuda *cu) {
     if (cu->warmup || warmup_off() || !(cu->warmup = calloc(1, sizeof *cu->warmup))) return false;
     struct kn_cu_warmup *w = cu->warmup;
     w->handles.device = w->modules.device = w->boot.device = cu->device;
-    w->handles.cu = cu;
-    start(&w->handles, make_handles);
-    if (!w->handles.running) {
-        free(w);
-        cu->warmup = NULL;
-        return false;
-    }
+    w->handles.cu = w->modules.cu = w->boot.cu = cu;
+    pthread_mutex_init(&w->gate_mu, NULL);
+    pthread_cond_init(&w->gate_cv, NULL);
+    w->gate_ready = true;
     const char *pre = getenv("KILN_CUDA_PRELOAD"); /* 0: not (for measuring what it saves) */
     if (!pre || strcmp(pre, "0") != 0) start(&w->modules, load_modules);
+    if (!w->modules.running) gate_release(w);
+    start(&w->handles, make_handles);
+    if (!w->handles.running) {
+        kn_cu_warmup_free(cu);
+        return false;
+    }
     start(&w->boot, boot_products);
     return true;
 }
@@ -471,4 +520,16 @@ int kn_cuda_warmup_replayed(void *cuda_state) {
     kn_cuda *cu = cuda_state;
     kn_cu_warmup_join(cu);
     return cu->warmup ? cu->warmup->lt.replayed + cu->warmup->dnn.replayed : 0; /* the boot query is no replay */
+}
+
+void kn_cu_warmup_free(kn_cuda *cu) {
+    struct kn_cu_warmup *w = cu->warmup;
+    if (!w) return;
+    kn_cu_warmup_join(cu);
+    if (w->gate_ready) {
+        pthread_mutex_destroy(&w->gate_mu);
+        pthread_cond_destroy(&w->gate_cv);
+    }
+    free(w);
+    cu->warmup = NULL;
 }
