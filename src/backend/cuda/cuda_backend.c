@@ -138,11 +138,14 @@ static void *prepare_device(void *arg) {
     double t0 = 0, t1 = 0;
     pthread_once(&kn_cu_once, probe);
     if (dev < kn_cu_count) {
-        /* relaxed: the application may be recording a graph of its own on another thread */
+        /* cudaSetDevice creates the device's primary context: first, and timed (any other runtime
+         * call before it would create device 0's). Then relaxed capture mode, since the application
+         * may be recording a graph of its own on another thread, and cudaFree(NULL) to be sure. */
+        t0 = kn_now_ms();
+        ok = cudaSetDevice(dev) == cudaSuccess;
         enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
         cudaThreadExchangeStreamCaptureMode(&mode);
-        t0 = kn_now_ms();
-        ok = cudaSetDevice(dev) == cudaSuccess && cudaFree(NULL) == cudaSuccess;
+        ok = ok && cudaFree(NULL) == cudaSuccess;
         t1 = kn_now_ms();
         cudaGetLastError();
     }
