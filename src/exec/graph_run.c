@@ -362,9 +362,9 @@ kiln_status kn_session_execute(kiln_session *s, kn_tensor *const *bound, kn_tens
         if (same_sig(c->graphs[i].sig, c->graphs[i].sig_len, sig, len)) e = &c->graphs[i];
     kn_seen *seen = e ? NULL : find_seen(c, sig, len);
     const kn_backend *rec = &s->rt->backends[c->backend];
-    bool ready = !rec->ops->capture_ready || rec->ops->capture_ready(rec->state);
-    if (!e && seen && !seen->failed && ready) {
-        /* warmed up (and the backend running its final kernels): record this run */
+    /* warmed up, and the backend running its final kernels (asked only now: the question may
+     * count, cuda_warmup.c): record this run */
+    if (!e && seen && !seen->failed && (!rec->ops->capture_ready || rec->ops->capture_ready(rec->state))) {
         int64_t *sig_copy = malloc(sizeof *sig * (len ? len : 1));
         if (!sig_copy) {
             free(sig);

@@ -36,6 +36,20 @@ static unsigned char *conv_matmul_model(size_t *size) {
     return tmb_finish(&b, size);
 }
 
+/* A new folder from the mkdtemp template dir, with the model written into it as model.onnx (its
+ * path in model). */
+static bool model_in_new_dir(char *dir, char *model, size_t cap) {
+    if (!mkdtemp(dir)) return false;
+    snprintf(model, cap, "%s/model.onnx", dir);
+    size_t size;
+    unsigned char *data = conv_matmul_model(&size);
+    FILE *fp = fopen(model, "wb");
+    bool ok = fp && data && fwrite(data, 1, size, fp) == size;
+    if (fp) ok = fclose(fp) == 0 && ok;
+    free(data);
+    return ok;
+}
+
 /* The model's input X [1,8,20,20], uniform random from the seed. */
 static kiln_tensor *random_x(uint32_t seed) {
     int64_t xd[4] = {1, 8, 20, 20};
@@ -108,15 +122,8 @@ static int entry_in(const char *dir, char *path, size_t cap) {
 KN_TEST(cuda_tuning_kept_in_compiled_file) {
     NEED_GPU();
     char dir[] = "/tmp/kn_tuning_XXXXXX";
-    CHECK(mkdtemp(dir) != NULL);
     char model[256], cache[300], entry[600], cmd[400];
-    snprintf(model, sizeof model, "%s/model.onnx", dir);
-    size_t size;
-    unsigned char *data = conv_matmul_model(&size);
-    FILE *fp = fopen(model, "wb");
-    CHECK(fp && fwrite(data, 1, size, fp) == size);
-    if (fp) fclose(fp);
-    free(data);
+    CHECK(model_in_new_dir(dir, model, sizeof model));
     kiln_tensor *x = random_x(99);
     kiln_session *ref = open_session(model, "cpu", NULL, NULL);
     kiln_tensor *want = ref ? run_once(ref, x) : NULL;
@@ -286,16 +293,9 @@ KN_TEST(cuda_standins_run_while_libraries_start) {
     NEED_GPU();
 #ifdef KILN_HAVE_CUDA
     char dir[] = "/tmp/kn_standin_XXXXXX";
-    CHECK(mkdtemp(dir) != NULL);
     char model[256], cache[300], cmd[400];
-    snprintf(model, sizeof model, "%s/model.onnx", dir);
+    CHECK(model_in_new_dir(dir, model, sizeof model));
     snprintf(cache, sizeof cache, "%s/cache", dir);
-    size_t size;
-    unsigned char *data = conv_matmul_model(&size);
-    FILE *fp = fopen(model, "wb");
-    CHECK(fp && fwrite(data, 1, size, fp) == size);
-    if (fp) fclose(fp);
-    free(data);
     kiln_tensor *x = random_x(7);
     kiln_session *cold = open_session(model, "cuda", NULL, cache);
     kiln_tensor *want = cold ? run_once(cold, x) : NULL;

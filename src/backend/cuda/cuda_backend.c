@@ -123,7 +123,7 @@ static int cu_fingerprint(size_t i, char *buf, size_t cap) {
  * reports the context's creation time as the thread measured it. The threads are joined at exit
  * (an exit while one is inside the driver could crash the runtime's own teardown). */
 typedef struct cu_prep {
-    bool started, done, ok;
+    bool started, done, ok, reported; /* reported: a session's init has logged this creation */
     double t0, t1; /* the context's creation, on the thread */
     pthread_t thread;
 } cu_prep;
@@ -203,13 +203,15 @@ static void cu_prepare(int device_id) {
 }
 
 /* Waits for the early start of this device, if one was begun: the context's creation time it
- * measured, or -1 (none begun, or it failed: init then makes the context itself). */
+ * measured, for the first session to ask; else -1 (none begun, it failed, or a session before this
+ * one reported it: init then times its own call, which finds the context made). */
 static double prepared_context_ms(int dev) {
     if (dev < 0 || dev >= 16) return -1;
     cu_prep *p = &kn_cu_prep[dev];
     pthread_mutex_lock(&kn_cu_prep_mu);
     while (p->started && !p->done) pthread_cond_wait(&kn_cu_prep_cv, &kn_cu_prep_mu);
-    double ms = p->started && p->ok ? p->t1 - p->t0 : -1;
+    double ms = p->started && p->ok && !p->reported ? p->t1 - p->t0 : -1;
+    p->reported = true;
     pthread_mutex_unlock(&kn_cu_prep_mu);
     return ms;
 }

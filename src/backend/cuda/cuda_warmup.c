@@ -6,11 +6,13 @@
  * convolution 20-40 ms (its engine libraries); each library kernel 5-15 ms at its first launch
  * (lazy module loading). Run in order by the first run, those add up. All of it is CPU work that
  * runs as well on other cores, so:
- *  - as soon as the context exists, a thread makes cuBLASLt's start-up query (kn_cu_warmup_boot);
+ *  - as soon as the context exists (kn_cu_warmup_boot), threads load the modules of kiln's most
+ *    used kernel files (one each), and after them one makes the session's cuBLASLt and cuDNN
+ *    handles and one makes cuBLASLt's start-up query;
  *  - the first run starts two threads (one per library) that replay every imported choice once,
  *    on their own handles, stream and scratch memory (kn_cu_warmup_start).
- * The run then finds the libraries started and the kernels loaded, or waits inside the library for
- * the thread doing it instead of doing it itself.
+ * Without stand-ins (below) the run finds the libraries started and the kernels loaded, or waits
+ * inside the library for the thread doing it instead of doing it itself.
  *
  * The replays compute nothing anyone reads (uninitialised operands, outputs to scratch), and a
  * failure in them is ignored: the run makes the same calls itself and reports its own errors.
