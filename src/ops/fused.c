@@ -121,6 +121,22 @@ bool kn_chain_from_node(const kn_node *n, int n_inputs, kn_chain_program *out, c
     return true;
 }
 
+/* ------------------------------------------------------------------ FusedConv's layout */
+
+bool kn_fused_conv_layout(const kn_node *n, bool *nhwc) {
+    const char *l = kn_attr_string(n, "layout", "NCHW");
+    *nhwc = !strcmp(l, "NHWC");
+    return *nhwc || !strcmp(l, "NCHW");
+}
+
+void kn_nhwc_perms(int rank, int *to_first, int *to_last) {
+    to_first[0] = to_last[0] = 0;
+    to_first[1] = rank - 1; /* [N, S..., C] -> [N, C, S...] */
+    for (int d = 2; d < rank; d++) to_first[d] = d - 1;
+    for (int d = 1; d < rank - 1; d++) to_last[d] = d + 1; /* [N, C, S...] -> [N, S..., C] */
+    to_last[rank - 1] = 1;
+}
+
 /* ------------------------------------------------------------------ shared checks */
 
 static kiln_status check_act(kn_infer_ctx *c) {
@@ -172,9 +188,41 @@ static kiln_status check_residual(kn_infer_ctx *c, int i) {
 
 /* ------------------------------------------------------------------ infer functions */
 
+/* t with its dims in the order perm gives (dims[d] = t.dims[perm[d]]). */
+static void permuted_type(const kn_type *t, const int *perm, kn_type *out) {
+    *out = *t;
+    for (int d = 0; d < t->rank; d++) out->dims[d] = t->dims[perm[d]];
+}
+
 static kiln_status infer_fused_conv(kn_infer_ctx *c) {
     KN_TRY(check_act(c));
-    KN_TRY(infer_as(c, "Conv", 3));
+    bool nhwc;
+    if (!kn_fused_conv_layout(c->node, &nhwc))
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "layout must be \"NCHW\" or \"NHWC\", not \"%s\"",
+                              kn_attr_string(c->node, "layout", ""));
+    const kn_type *x = c->n_inputs > 0 ? c->in[0] : NULL;
+    if (!nhwc || !x || x->rank < 0) {
+        KN_TRY(infer_as(c, "Conv", 3));
+        return check_residual(c, 3);
+    }
+    /* channels last: Conv's inference on X with its channels moved to dim 1, the output's back */
+    if (x->rank < 3 || x->rank > KILN_MAX_RANK)
+        return kn_infer_error(c, KILN_ERR_SHAPE, "layout NHWC needs X of rank 3 or more, not %d", x->rank);
+    int to_first[KILN_MAX_RANK], to_last[KILN_MAX_RANK];
+    kn_nhwc_perms(x->rank, to_first, to_last);
+    kn_type x_first;
+    permuted_type(x, to_first, &x_first);
+    const kn_type *in[4] = {&x_first, c->n_inputs > 1 ? c->in[1] : NULL, c->n_inputs > 2 ? c->in[2] : NULL, NULL};
+    kn_infer_ctx pc = *c;
+    const kn_tensor *none[4] = {NULL, NULL, NULL, NULL};
+    pc.in = in;
+    pc.in_value = none;
+    pc.n_inputs = c->n_inputs < 3 ? c->n_inputs : 3;
+    KN_TRY(infer_as(&pc, "Conv", 3));
+    if (c->out[0].rank == x->rank) {
+        kn_type y_first = c->out[0];
+        permuted_type(&y_first, to_last, &c->out[0]);
+    }
     return check_residual(c, 3);
 }
 

@@ -3,7 +3,9 @@
  * that form them (src/opt/pass_fuse_*.c).
  *
  * The operators:
- *   FusedConv(X, W, B?, Z?)          Y = act(Conv(X, W, B) + Z); Conv's attributes; Z has Y's shape
+ *   FusedConv(X, W, B?, Z?)          Y = act(Conv(X, W, B) + Z); Conv's attributes; Z has Y's shape;
+ *                                    layout = "NCHW" (default) | "NHWC": with NHWC, X, Z and Y hold
+ *                                    their channels last ([N, spatial..., C]); W and B are as in Conv
  *   FusedGemm(A, B, C?)              Y = act(alpha op(A) op(B) + beta C); Gemm's attributes
  *   FusedMatMul(A, B, bias?, Z?)     Y = act(MatMul(A, B) + bias + Z); bias is a scalar or one value
  *                                    per output column; Z has Y's shape
@@ -49,6 +51,12 @@ typedef struct kn_act_spec {
     kn_act act;
     float p0, p1; /* LeakyRelu alpha; Clip min, max; HardSigmoid alpha, beta */
 } kn_act_spec;
+
+/* FusedConv's layout attribute: false when it is neither NCHW nor NHWC. */
+bool kn_fused_conv_layout(const kn_node *n, bool *nhwc);
+/* The permutations between channels last and channels first for a tensor of this rank (3 or
+ * more): to_first turns [N, S..., C] into [N, C, S...], to_last the reverse (out[d] = in[perm[d]]). */
+void kn_nhwc_perms(int rank, int *to_first, int *to_last);
 
 /* The activation's attribute name ("Relu", ...; "" for none). */
 const char *kn_act_name(kn_act a);

@@ -41,6 +41,9 @@ const kn_pass kn_opt_passes[] = {
     {"lower_precision", 3, kn_pass_lower_precision,
      "with a device provider's precision fp16/bf16 and activations=half: regions of matrix products, convolutions and "
      "the operators between them run in that type, weights converted once, Casts at the regions' edges"},
+    {"layout_nhwc", 3, kn_pass_layout_nhwc,
+     "regions of 2-D convolutions and the elementwise operators and pooling between them run channels last (NHWC), "
+     "Transposes at the regions' edges, where the provider runs them faster (KILN_LAYOUT=nhwc|nchw|auto)"},
 };
 const int kn_opt_n_passes = (int)(sizeof kn_opt_passes / sizeof kn_opt_passes[0]);
 

@@ -262,9 +262,80 @@ static void conv_epilogue(const void *ctx, float *y, int64_t offset, int64_t row
     kn_fused_act_rows(p, rows, cols, ld, &e->act);
 }
 
+/* y = x with the dims of x in the order perm gives (float32; rank 3 to KILN_MAX_RANK): the
+ * channels-first/last moves of FusedConv with layout NHWC. */
+static void permute_f32(const kn_tensor *x, kn_tensor *y, const int *perm) {
+    int r = x->rank;
+    int64_t in_stride[KILN_MAX_RANK], stride[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
+    in_stride[r - 1] = 1;
+    for (int d = r - 2; d >= 0; d--) in_stride[d] = in_stride[d + 1] * x->dims[d + 1];
+    for (int d = 0; d < r; d++) stride[d] = in_stride[perm[d]]; /* y's dim d walks x's dim perm[d] */
+    const float *src = x->data;
+    float *dst = y->data;
+    int64_t n = kn_tensor_count(y), off = 0;
+    for (int64_t i = 0; i < n; i++) {
+        dst[i] = src[off];
+        for (int d = r - 1; d >= 0; d--) {
+            off += stride[d];
+            if (++idx[d] < y->dims[d]) break;
+            off -= stride[d] * y->dims[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+/* A copy of t with its dims permuted, or NULL (out of memory). */
+static kn_tensor *permuted(const kn_tensor *t, const int *perm) {
+    int64_t dims[KILN_MAX_RANK];
+    for (int d = 0; d < t->rank; d++) dims[d] = t->dims[perm[d]];
+    kn_tensor *p = NULL;
+    if (kn_tensor_new(KILN_DTYPE_FLOAT, t->rank, dims, &p) != KILN_OK) return NULL;
+    permute_f32(t, p, perm);
+    return p;
+}
+
+static kiln_status fused_conv_channels_first(kn_kernel_ctx *c, const kn_act_spec *a);
+
+/* Layout NHWC on the CPU: the reference, channels moved first, the convolution as for NCHW, the
+ * output's channels moved last (the CPU's own convolution is channels-first; the optimiser forms
+ * NHWC nodes for the CPU only when asked, KILN_LAYOUT=nhwc, to check the layout pass). */
+static kiln_status fused_conv_channels_last(kn_kernel_ctx *c, const kn_act_spec *a) {
+    const kn_tensor *X = c->in[0], *Z = c->n_inputs > 3 ? c->in[3] : NULL;
+    kn_tensor *Y = c->out[0];
+    if (X->rank < 3 || X->dtype != KILN_DTYPE_FLOAT || Y->rank != X->rank)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "layout NHWC needs float32 X and Y of one rank, 3 or more");
+    int to_first[KILN_MAX_RANK], to_last[KILN_MAX_RANK];
+    kn_nhwc_perms(X->rank, to_first, to_last);
+    int64_t ydims[KILN_MAX_RANK];
+    for (int d = 0; d < Y->rank; d++) ydims[d] = Y->dims[to_first[d]];
+    kn_tensor *xf = permuted(X, to_first), *zf = Z ? permuted(Z, to_first) : NULL, *yf = NULL;
+    kiln_status st = xf && (!Z || zf) ? kn_tensor_new(KILN_DTYPE_FLOAT, Y->rank, ydims, &yf) : KN_OOM();
+    if (st == KILN_OK) {
+        kn_tensor *in[4] = {xf, c->in[1], c->n_inputs > 2 ? c->in[2] : NULL, zf};
+        kn_tensor *out[1] = {yf};
+        kn_kernel_ctx fc = *c;
+        fc.in = in;
+        fc.out = out;
+        st = fused_conv_channels_first(&fc, a);
+    }
+    if (st == KILN_OK) permute_f32(yf, Y, to_last);
+    kn_tensor_free(xf);
+    kn_tensor_free(zf);
+    kn_tensor_free(yf);
+    return st;
+}
+
 static kiln_status run_fused_conv(kn_kernel_ctx *c) {
     kn_act_spec a;
     KN_TRY(read_act(c, &a));
+    bool nhwc;
+    if (!kn_fused_conv_layout(c->node, &nhwc))
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "layout must be NCHW or NHWC");
+    return nhwc ? fused_conv_channels_last(c, &a) : fused_conv_channels_first(c, &a);
+}
+
+static kiln_status fused_conv_channels_first(kn_kernel_ctx *c, const kn_act_spec *act) {
+    kn_act_spec a = *act;
     kn_tensor *Y = c->out[0];
     const kn_tensor *Z = c->n_inputs > 3 ? c->in[3] : NULL;
     KN_TRY(check_residual(c, Z, Y));

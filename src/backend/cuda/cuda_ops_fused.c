@@ -310,6 +310,12 @@ static bool fused_supports(const kn_node *n, const kn_type *const *in, int n_in,
     }
     kn_act_spec a;
     if (kn_node_attr(n, "activation") && !kn_act_from_node(n, &a, why, cap)) return false;
+    bool nhwc = false;
+    if (!strcmp(n->op_type, "FusedConv") && (!kn_fused_conv_layout(n, &nhwc) || nhwc)) {
+        /* channels last through cuDNN's NHWC descriptors is the layout pass's next step */
+        snprintf(why, cap, "layout %s: CUDA runs FusedConv channels first only", kn_attr_string(n, "layout", ""));
+        return false;
+    }
     if (!strcmp(n->op_type, "FusedConv")) return kn_cu_conv_supports(n, in, n_in < 3 ? n_in : 3, why, cap);
     return true;
 }

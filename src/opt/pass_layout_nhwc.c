@@ -1,0 +1,327 @@
+/* Level 3: channels-last (NHWC) regions of 2-D convolutions, where the provider runs them faster.
+ *
+ * cuDNN's tensor-core convolutions work channels last; fed channels-first tensors in fp16/bf16
+ * they transpose around every convolution. A region of convolutions and the operators between them
+ * that do not care about the order of dims (elementwise operators, chains of them, global average
+ * pooling) can instead keep its activations channels last: the convolutions become kiln.FusedConv
+ * with layout NHWC, the pooling a ReduceMean over the spatial axes, the elementwise operators stay
+ * as they are with their constant operands permuted once, here, and a Transpose enters the region
+ * where a channels-first value flows in and leaves it where one flows out (a graph output, or a
+ * reader outside the region). Graph inputs and outputs keep their layout.
+ *
+ * Where it is faster depends on the device and the shapes: PyTorch's channels_last in fp16 on an
+ * H200 was 13-16% slower than NCHW at batch 1 and 21-23% faster at batch 32 on the zoo's CNNs
+ * (bench/results/torch-nhwc-2026-12-01.md). The decision is layout_wanted's: KILN_LAYOUT=nhwc
+ * forms the regions wherever the target runs them, =nchw never, auto (the default) where they are
+ * known to be faster, which is nowhere yet: the CPU convolution is channels-first (its NHWC kernel
+ * is a reference that permutes around it), and CUDA's NHWC kernel is the next step. */
+#include "opt/pass.h"
+#include "util/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { ROLE_NONE, ROLE_CONV, ROLE_POOL, ROLE_ELEMENTWISE };
+#define MAX_INPUTS 8 /* a node with more stays channels first */
+
+static const char *const elementwise_ops[] = {
+    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Selu", "Celu", "Softplus", "Softsign",
+    "Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Erf", "Floor", "Ceil", "Round", "Sign", "Mish", "ThresholdedRelu",
+    "Clip", "Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu", "Identity",
+};
+
+/* KILN_LAYOUT: nhwc (1), nchw (-1), auto (0). */
+static int layout_mode(void) {
+    const char *m = getenv("KILN_LAYOUT");
+    if (m && !strcmp(m, "nhwc")) return 1;
+    if (m && !strcmp(m, "nchw")) return -1;
+    return 0;
+}
+
+/* auto: where channels last is known to be faster for this session's provider and shapes. None
+ * yet (see the top of the file). */
+static bool layout_wanted(const kn_opt_ctx *c) {
+    int mode = layout_mode();
+    (void)c;
+    return mode > 0;
+}
+
+static bool rank4_float(const kn_type *t) {
+    return t->kind == KN_TYPE_TENSOR && t->rank == 4 && kn_dtype_is_float(t->dtype);
+}
+
+/* A value every layout reads the same: a scalar, or all dims 1. */
+static bool layout_free(const kn_type *t) {
+    if (t->kind != KN_TYPE_TENSOR || t->rank < 0) return false;
+    for (int d = 0; d < t->rank; d++)
+        if (t->dims[d].value != 1) return false;
+    return true;
+}
+
+static const int TO_LAST[4] = {0, 2, 3, 1}, TO_FIRST[4] = {0, 3, 1, 2};
+
+static kn_type channels_last_type(const kn_type *t) {
+    kn_type o = *t;
+    for (int d = 0; d < 4; d++) o.dims[d] = t->dims[TO_LAST[d]];
+    return o;
+}
+
+/* Whether the target runs this Conv or FusedConv as a channels-last kiln.FusedConv. */
+static bool conv_target_supports(const kn_opt_ctx *c, int i) {
+    const kn_node *n = &c->g->nodes[i];
+    kn_attr attrs[KN_PROTO_MAX_ATTRS + 1];
+    if (n->n_attrs > KN_PROTO_MAX_ATTRS) return false;
+    int na = 0;
+    for (int a = 0; a < n->n_attrs; a++)
+        if (strcmp(n->attrs[a].name, "layout")) attrs[na++] = n->attrs[a];
+    memset(&attrs[na], 0, sizeof attrs[na]);
+    attrs[na].name = "layout";
+    attrs[na].type = KN_ATTR_STRING;
+    attrs[na].s = "NHWC";
+    attrs[na].s_len = 4;
+    na++;
+    kn_node trial = *n;
+    trial.domain = "kiln";
+    trial.op_type = "FusedConv";
+    trial.opset = 1;
+    trial.attrs = attrs;
+    trial.n_attrs = na;
+    trial.schema = kn_op_find("kiln", "FusedConv", 1, NULL);
+    if (!trial.schema || n->n_inputs > 4) return false;
+    kn_type types[4];
+    const kn_type *in[4] = {NULL, NULL, NULL, NULL};
+    for (int k = 0; k < n->n_inputs; k++) {
+        int v = n->inputs[k];
+        if (v < 0) continue;
+        types[k] = c->g->values[v].type;
+        if (k == 0 || k == 3) types[k] = channels_last_type(&types[k]);
+        in[k] = &types[k];
+    }
+    char why[256];
+    if (kn_opt_target_supports(c, &trial, in, n->n_inputs, i, why, sizeof why)) return true;
+    kn_log(KILN_LOG_DEBUG, "optimiser: node '%s' stays channels first: %s", n->name, why);
+    return false;
+}
+
+/* What node i would be in a channels-last region, or ROLE_NONE. */
+static int role_of(const kn_opt_ctx *c, int i) {
+    const kn_graph *g = c->g;
+    const kn_node *n = &g->nodes[i];
+    if (n->dead || n->n_outputs != 1 || n->outputs[0] < 0 || n->n_inputs > MAX_INPUTS ||
+        !rank4_float(&g->values[n->outputs[0]].type))
+        return ROLE_NONE;
+    int x = n->n_inputs > 0 ? n->inputs[0] : -1;
+    bool conv = kn_opt_is(c, i, "Conv") || kn_opt_is_in(c, i, "kiln", "FusedConv");
+    if (conv) {
+        bool nhwc;
+        if (x < 0 || !rank4_float(&g->values[x].type) || kn_opt_const(c, x)) return ROLE_NONE;
+        if (!kn_fused_conv_layout(n, &nhwc) || nhwc) return ROLE_NONE;
+        int z = n->n_inputs > 3 ? n->inputs[3] : -1;
+        if (z >= 0 && (!rank4_float(&g->values[z].type) || kn_opt_const(c, z))) return ROLE_NONE;
+        return conv_target_supports(c, i) ? ROLE_CONV : ROLE_NONE;
+    }
+    if (kn_opt_is(c, i, "GlobalAveragePool"))
+        return x >= 0 && rank4_float(&g->values[x].type) && !kn_opt_const(c, x) ? ROLE_POOL : ROLE_NONE;
+    bool elementwise = kn_opt_is_in(c, i, "kiln", "FusedElementwise");
+    for (size_t k = 0; !elementwise && k < sizeof elementwise_ops / sizeof elementwise_ops[0]; k++)
+        elementwise = kn_opt_is(c, i, elementwise_ops[k]);
+    if (!elementwise) return ROLE_NONE;
+    /* every operand: a 4-D value (channels last in the region), a constant (permuted), or a scalar */
+    int rank4 = 0;
+    for (int k = 0; k < n->n_inputs; k++) {
+        int v = n->inputs[k];
+        if (v < 0) continue;
+        const kn_type *t = &g->values[v].type;
+        if (layout_free(t)) continue;
+        if (kn_opt_const(c, v)) {
+            if (t->rank > 4) return ROLE_NONE;
+            continue;
+        }
+        if (!rank4_float(t)) return ROLE_NONE;
+        rank4++;
+    }
+    return rank4 ? ROLE_ELEMENTWISE : ROLE_NONE;
+}
+
+static int root_of(int *parent, int i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+}
+
+/* The constant v right-aligned to rank 4 and permuted channels last, as a new constant. */
+static int permuted_const(kn_opt_ctx *c, int v) {
+    const kn_tensor *src = kn_opt_const(c, v);
+    int64_t d4[4] = {1, 1, 1, 1}, dims[4];
+    for (int d = 0; d < src->rank; d++) d4[4 - src->rank + d] = src->dims[d];
+    for (int d = 0; d < 4; d++) dims[d] = d4[TO_LAST[d]];
+    kn_tensor *t = NULL;
+    if (kn_tensor_new(src->dtype, 4, dims, &t) != KILN_OK) return -1;
+    size_t es = kiln_dtype_size(src->dtype);
+    int64_t in_stride[4] = {d4[1] * d4[2] * d4[3], d4[2] * d4[3], d4[3], 1};
+    int64_t i = 0;
+    for (int64_t a = 0; a < dims[0]; a++)
+        for (int64_t b = 0; b < dims[1]; b++)
+            for (int64_t e = 0; e < dims[2]; e++)
+                for (int64_t f = 0; f < dims[3]; f++, i++) {
+                    int64_t at[4] = {a, b, e, f}, off = 0;
+                    for (int d = 0; d < 4; d++) off += at[d] * in_stride[TO_LAST[d]];
+                    memcpy((char *)t->data + (size_t)i * es, (const char *)src->data + (size_t)off * es, es);
+                }
+    return kn_opt_new_const(c, c->g->values[v].name, t);
+}
+
+static kiln_status transpose_node(kn_opt_ctx *c, int from, int to, const int *perm, int name_from) {
+    kn_opt_proto p;
+    kn_proto_init(&p, "", "Transpose");
+    kn_proto_in(&p, from);
+    kn_proto_out(&p, to);
+    int64_t pm[4] = {perm[0], perm[1], perm[2], perm[3]};
+    kn_proto_ints(&p, "perm", pm, 4);
+    int node;
+    KN_TRY(kn_opt_emit(c, &p, name_from, &node));
+    if (node < 0) return kn_error(KILN_ERR_INTERNAL, "could not add a Transpose of '%s'", c->g->values[from].name);
+    return KILN_OK;
+}
+
+/* The channels-last form of a Conv or FusedConv (inputs already channels last). */
+static kiln_status conv_node(kn_opt_ctx *c, int i, const int *in, int n_in, int out) {
+    static const char *const copied[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides",
+                                         "activation", "activation_params"};
+    kn_opt_proto p;
+    kn_proto_init(&p, "kiln", "FusedConv");
+    for (int k = 0; k < n_in; k++) kn_proto_in(&p, in[k]);
+    kn_proto_out(&p, out);
+    for (size_t a = 0; a < sizeof copied / sizeof copied[0]; a++) kn_proto_copy_attr(&p, c, i, copied[a]);
+    kn_proto_string(&p, "layout", "NHWC");
+    kn_opt_kill(c, i);
+    int node;
+    KN_TRY(kn_opt_emit(c, &p, i, &node));
+    if (node < 0) return kn_error(KILN_ERR_INTERNAL, "node '%s': its channels-last form was refused", c->g->nodes[i].name);
+    return KILN_OK;
+}
+
+/* GlobalAveragePool channels last: ReduceMean over the spatial axes 1 and 2, dims kept. */
+static kiln_status pool_node(kn_opt_ctx *c, int i, int x, int out) {
+    static const int64_t axes[2] = {1, 2};
+    kn_opt_proto p;
+    kn_proto_init(&p, "", "ReduceMean");
+    kn_proto_in(&p, x);
+    if (kn_model_opset(c->model, "") >= 18) {
+        kn_tensor *t = NULL;
+        int64_t two = 2;
+        if (kn_tensor_new(KILN_DTYPE_INT64, 1, &two, &t) != KILN_OK) return KN_OOM();
+        memcpy(t->data, axes, sizeof axes);
+        int a = kn_opt_new_const(c, "axes", t);
+        if (a < 0) return KN_OOM();
+        kn_proto_in(&p, a);
+    } else {
+        kn_proto_ints(&p, "axes", axes, 2);
+    }
+    kn_proto_int(&p, "keepdims", 1);
+    kn_proto_out(&p, out);
+    kn_opt_kill(c, i);
+    int node;
+    KN_TRY(kn_opt_emit(c, &p, i, &node));
+    if (node < 0) return kn_error(KILN_ERR_INTERNAL, "node '%s': ReduceMean in its place was refused", c->g->nodes[i].name);
+    return KILN_OK;
+}
+
+kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c) {
+    if (!layout_wanted(c)) return KILN_OK;
+    kn_graph *g = c->g;
+    const int n_nodes = g->n_nodes, n_values = g->n_values;
+    int *parent = malloc(sizeof(int) * (size_t)n_nodes), *role = calloc((size_t)n_nodes, sizeof(int));
+    int *last_of = malloc(sizeof(int) * (size_t)n_values);
+    bool *anchor = calloc((size_t)n_nodes, sizeof(bool)), *leaves = calloc((size_t)n_values, sizeof(bool));
+    kiln_status st = KILN_OK;
+    if (!parent || !role || !last_of || !anchor || !leaves) {
+        st = KN_OOM();
+        goto done;
+    }
+    for (int i = 0; i < n_nodes; i++) {
+        parent[i] = i;
+        role[i] = role_of(c, i);
+        anchor[i] = role[i] == ROLE_CONV;
+    }
+    /* regions: producer and reader joined through 4-D values */
+    for (int i = 0; i < n_nodes; i++) {
+        if (!role[i]) continue;
+        for (int k = 0; k < g->nodes[i].n_inputs; k++) {
+            int v = g->nodes[i].inputs[k];
+            if (v < 0 || !rank4_float(&g->values[v].type)) continue;
+            int p = kn_opt_producer(c, v);
+            if (p >= 0 && role[p]) parent[root_of(parent, p)] = root_of(parent, i);
+        }
+    }
+    for (int i = 0; i < n_nodes; i++)
+        if (anchor[i]) anchor[root_of(parent, i)] = true;
+    for (int i = 0; i < n_nodes; i++)
+        if (role[i] && !anchor[root_of(parent, i)]) role[i] = ROLE_NONE;
+
+    /* each region output: a channels-last value in its place, and whether it leaves the region */
+    for (int v = 0; v < n_values; v++) last_of[v] = -1;
+    for (int i = 0; i < n_nodes && st == KILN_OK; i++) {
+        if (!role[i]) continue;
+        int v = g->nodes[i].outputs[0];
+        bool out = kn_opt_pinned(c, v);
+        for (int r = c->cons_start[v]; r < c->cons_start[v + 1] && !out; r++) out = !role[c->cons[r]];
+        leaves[v] = out;
+        kn_type t = channels_last_type(&g->values[v].type);
+        last_of[v] = kn_opt_new_value(c, g->values[v].name, &t);
+        if (last_of[v] < 0) st = KN_OOM();
+        else g->nodes[i].outputs[0] = last_of[v];
+    }
+    /* inputs: the region's own values, permuted constants, a Transpose in; then the node itself */
+    for (int i = 0; i < n_nodes && st == KILN_OK; i++) {
+        if (!role[i]) continue;
+        /* (g->nodes moves as nodes are added: read through the index) */
+        int in[MAX_INPUTS], n_in = g->nodes[i].n_inputs;
+        for (int k = 0; k < n_in && st == KILN_OK; k++) {
+            int v = g->nodes[i].inputs[k];
+            in[k] = v;
+            /* channels last: every operand of an elementwise node, a convolution's X and Z, X */
+            bool channels = role[i] == ROLE_ELEMENTWISE || k == 0 || (role[i] == ROLE_CONV && k == 3);
+            if (v < 0 || v >= n_values || !channels || layout_free(&g->values[v].type)) continue;
+            if (last_of[v] < 0) {
+                if (kn_opt_const(c, v)) {
+                    last_of[v] = permuted_const(c, v);
+                    if (last_of[v] < 0) st = KN_OOM();
+                    else kn_opt_note(c, "constant permuted");
+                } else {
+                    kn_type t = channels_last_type(&g->values[v].type);
+                    last_of[v] = kn_opt_new_value(c, g->values[v].name, &t);
+                    if (last_of[v] < 0) st = KN_OOM();
+                    else st = transpose_node(c, v, last_of[v], TO_LAST, i);
+                    if (st == KILN_OK) kn_opt_note(c, "Transpose into the region");
+                }
+            }
+            in[k] = last_of[v];
+        }
+        if (st != KILN_OK) break;
+        int out = g->nodes[i].outputs[0];
+        if (role[i] == ROLE_CONV) {
+            st = conv_node(c, i, in, n_in, out);
+            kn_opt_note(c, "convolution channels last");
+        } else if (role[i] == ROLE_POOL) {
+            st = pool_node(c, i, in[0], out);
+            kn_opt_note(c, "pooling as ReduceMean");
+        } else {
+            for (int k = 0; k < n_in; k++) g->nodes[i].inputs[k] = in[k];
+            kn_opt_note(c, "elementwise node channels last");
+        }
+    }
+    /* outputs that leave: a Transpose back makes the channels-first value under its own name */
+    for (int v = 0; v < n_values && st == KILN_OK; v++) {
+        if (!leaves[v] || last_of[v] < 0) continue;
+        st = transpose_node(c, last_of[v], v, TO_FIRST, -1);
+        if (st == KILN_OK) kn_opt_note(c, "Transpose out of the region");
+    }
+    if (st == KILN_OK) st = kn_opt_refresh(c);
+done:
+    free(parent);
+    free(role);
+    free(last_of);
+    free(anchor);
+    free(leaves);
+    return st;
+}
