@@ -24,6 +24,8 @@ const kn_pass kn_opt_passes[] = {
      "collapses a Reshape of a Reshape/Flatten/Squeeze/Unsqueeze into one Reshape"},
     {"fold_batchnorm", 1, kn_pass_fold_batchnorm,
      "folds an inference BatchNormalization into the weights of the Conv/ConvTranspose/Gemm/MatMul before it"},
+    {"mean_before_pointwise", 1, kn_pass_mean_before_pointwise,
+     "a mean over spatial axes of a 1x1 Conv becomes the 1x1 Conv of the mean (one position instead of all)"},
     {"cse", 1, kn_pass_cse, "merges nodes that compute the same thing from the same inputs, and equal constants"},
     {"eliminate_dead", 1, kn_pass_eliminate_dead, "removes nodes whose outputs nobody reads and unused initializers"},
     {"fuse_gelu", 2, kn_pass_fuse_gelu, "GELU from its erf and tanh decompositions into kiln.Gelu"},

@@ -1566,3 +1566,72 @@ KN_TEST(opt_layout_nhwc_not_for_cuda_yet) {
     kn_model_free(m);
     unsetenv("KILN_LAYOUT");
 }
+
+/* ------------------------------------------------------------------ mean before a pointwise Conv */
+
+static int mbp_opset = 17, mbp_case = 0;
+
+/* x [2,8,12] (1-D) or [2,8,6,5] (2-D, mbp_case 1) -> Conv (1x1 with bias, unless the case says
+ * otherwise) -> ReduceMean over the spatial axes. Cases: 0 1-D keepdims 0; 1 2-D keepdims 1 over
+ * both spatial axes; 2 axes [1, 2] (the channels too: not moved); 3 stride 2; 4 kernel 3; 5 the
+ * Conv's output also a graph output. */
+static kn_model *build_mean_pointwise(void) {
+    tb b;
+    tb_init(&b, mbp_opset);
+    bool two_d = mbp_case == 1;
+    int64_t xd1[] = {2, 8, 12}, xd2[] = {2, 8, 6, 5}, wd1[] = {16, 8, mbp_case == 4 ? 3 : 1}, wd2[] = {16, 8, 1, 1}, bd[] = {16};
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, two_d ? 4 : 3, two_d ? xd2 : xd1);
+    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, two_d ? 4 : 3, two_d ? wd2 : wd1, -0.5f, 0.5f);
+    int bias = tb_const(&b, "b", KILN_DTYPE_FLOAT, 1, bd, -0.5f, 0.5f);
+    int y = tb_node(&b, "Conv", (int[]){x, w, bias}, 3, "y");
+    if (mbp_case == 3) tb_ints_attr(&b, "strides", 1, (int64_t[]){2});
+    int64_t axes[2] = {2, 3};
+    int n_axes = two_d ? 2 : 1;
+    if (mbp_case == 2) axes[0] = 1, axes[1] = 2, n_axes = 2;
+    int r;
+    if (mbp_opset >= 18) {
+        kn_tensor *t = NULL;
+        int64_t len = n_axes;
+        kn_tensor_new(KILN_DTYPE_INT64, 1, &len, &t);
+        memcpy(t->data, axes, sizeof(int64_t) * (size_t)n_axes);
+        kn_model_own_tensor(b.m, t);
+        int a = kn_graph_add_value(b.g, "axes");
+        b.g->values[a].constant = t;
+        kn_type_set_tensor(&b.g->values[a].type, KILN_DTYPE_INT64, 1, &len);
+        r = tb_node(&b, "ReduceMean", (int[]){y, a}, 2, "r");
+    } else {
+        r = tb_node(&b, "ReduceMean", &y, 1, "r");
+        tb_ints_attr(&b, "axes", n_axes, axes);
+    }
+    tb_int(&b, "keepdims", mbp_case == 1 ? 1 : 0);
+    tb_output(&b, r);
+    if (mbp_case == 5) tb_output(&b, y);
+    return b.m;
+}
+
+/* The mean moves before the Conv where the Conv is pointwise and the axes are spatial, at the
+ * opsets where ReduceMean's axes are an attribute (17) and an input (18); outputs equal level 0's.
+ * Over the channels, with a stride or a wider kernel, or with the Conv's output read elsewhere,
+ * nothing moves. */
+KN_TEST(opt_mean_before_pointwise_conv) {
+    for (int opset = 17; opset <= 18; opset++)
+        for (int k = 0; k < 6; k++) {
+            mbp_opset = opset;
+            mbp_case = k;
+            kiln_session *s = compare_levels(build_mean_pointwise, 1, 1e-5);
+            if (!s) continue;
+            const kn_graph *g = s->model->graph;
+            int mean_reads_x = 0;
+            for (int i = 0; i < g->n_nodes; i++)
+                if (!g->nodes[i].dead && !strcmp(g->nodes[i].op_type, "ReduceMean") &&
+                    !strcmp(g->values[g->nodes[i].inputs[0]].name, "x"))
+                    mean_reads_x++;
+            bool moves = k <= 1;
+            CHECK_MSG(mean_reads_x == moves, "opset %d case %d: the mean %s", opset, k, mean_reads_x ? "moved" : "stayed");
+            CHECK_EQ_INT(count_op(s, "", "Squeeze"), moves && k == 0 ? 1 : 0);
+            CHECK_EQ_INT(count_op(s, "", "Conv"), 1);
+            kiln_session_destroy(s);
+        }
+    mbp_opset = 17;
+    mbp_case = 0;
+}
