@@ -210,9 +210,13 @@ static kiln_status infer_fused_conv(kn_infer_ctx *c) {
         return kn_infer_error(c, KILN_ERR_SHAPE, "layout NHWC needs X of rank 3 or more, not %d", x->rank);
     int to_first[KILN_MAX_RANK], to_last[KILN_MAX_RANK];
     kn_nhwc_perms(x->rank, to_first, to_last);
-    kn_type x_first;
+    kn_type x_first, w_first;
     permuted_type(x, to_first, &x_first);
-    const kn_type *in[4] = {&x_first, c->n_inputs > 1 ? c->in[1] : NULL, c->n_inputs > 2 ? c->in[2] : NULL, NULL};
+    const kn_type *w = c->n_inputs > 1 ? c->in[1] : NULL;
+    if (w && w->rank >= 0 && w->rank != x->rank)
+        return kn_infer_error(c, KILN_ERR_SHAPE, "W has rank %d for X of rank %d", w->rank, x->rank);
+    if (w && w->rank >= 0) permuted_type(w, to_first, &w_first); /* [M, k..., C/g] -> [M, C/g, k...] */
+    const kn_type *in[4] = {&x_first, w && w->rank >= 0 ? &w_first : w, c->n_inputs > 2 ? c->in[2] : NULL, NULL};
     kn_infer_ctx pc = *c;
     const kn_tensor *none[4] = {NULL, NULL, NULL, NULL};
     pc.in = in;

@@ -5,7 +5,8 @@
  * The operators:
  *   FusedConv(X, W, B?, Z?)          Y = act(Conv(X, W, B) + Z); Conv's attributes; Z has Y's shape;
  *                                    layout = "NCHW" (default) | "NHWC": with NHWC, X, Z and Y hold
- *                                    their channels last ([N, spatial..., C]); W and B are as in Conv
+ *                                    their channels last ([N, spatial..., C]) and so does W
+ *                                    ([M, kernel..., C/group], cuDNN's KRSC); B is as in Conv
  *   FusedGemm(A, B, C?)              Y = act(alpha op(A) op(B) + beta C); Gemm's attributes
  *   FusedMatMul(A, B, bias?, Z?)     Y = act(MatMul(A, B) + bias + Z); bias is a scalar or one value
  *                                    per output column; Z has Y's shape

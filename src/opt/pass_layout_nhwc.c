@@ -4,7 +4,8 @@
  * they transpose around every convolution. A region of convolutions and the operators between them
  * that do not care about the order of dims (elementwise operators, chains of them, global average
  * pooling) can instead keep its activations channels last: the convolutions become kiln.FusedConv
- * with layout NHWC, the pooling a ReduceMean over the spatial axes, the elementwise operators stay
+ * with layout NHWC (their weights permuted to [M, kh, kw, C/g] here, once, so the compiled file
+ * holds them so), the pooling a ReduceMean over the spatial axes, the elementwise operators stay
  * as they are with their constant operands permuted once, here, and a Transpose enters the region
  * where a channels-first value flows in and leaves it where one flows out (a graph output, or a
  * reader outside the region). Graph inputs and outputs keep their layout.
@@ -94,7 +95,7 @@ static bool conv_target_supports(const kn_opt_ctx *c, int i) {
         int v = n->inputs[k];
         if (v < 0) continue;
         types[k] = c->g->values[v].type;
-        if (k == 0 || k == 3) types[k] = channels_last_type(&types[k]);
+        if (k != 2) types[k] = channels_last_type(&types[k]); /* X, W, Z */
         in[k] = &types[k];
     }
     char why[256];
@@ -116,8 +117,10 @@ static int role_of(const kn_opt_ctx *c, int i) {
         bool nhwc;
         if (x < 0 || !rank4_float(&g->values[x].type) || kn_opt_const(c, x)) return ROLE_NONE;
         if (!kn_fused_conv_layout(n, &nhwc) || nhwc) return ROLE_NONE;
-        int z = n->n_inputs > 3 ? n->inputs[3] : -1;
+        int z = n->n_inputs > 3 ? n->inputs[3] : -1, w = n->n_inputs > 1 ? n->inputs[1] : -1;
         if (z >= 0 && (!rank4_float(&g->values[z].type) || kn_opt_const(c, z))) return ROLE_NONE;
+        const kn_tensor *wt = w >= 0 ? kn_opt_const(c, w) : NULL;
+        if (!wt || wt->rank != 4) return ROLE_NONE; /* the weights are permuted here, once */
         return conv_target_supports(c, i) ? ROLE_CONV : ROLE_NONE;
     }
     if (kn_opt_is(c, i, "GlobalAveragePool"))
@@ -279,8 +282,8 @@ kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c) {
         for (int k = 0; k < n_in && st == KILN_OK; k++) {
             int v = g->nodes[i].inputs[k];
             in[k] = v;
-            /* channels last: every operand of an elementwise node, a convolution's X and Z, X */
-            bool channels = role[i] == ROLE_ELEMENTWISE || k == 0 || (role[i] == ROLE_CONV && k == 3);
+            /* channels last: every operand of an elementwise node, a convolution's X, W and Z, X */
+            bool channels = role[i] == ROLE_ELEMENTWISE || k == 0 || (role[i] == ROLE_CONV && k != 2);
             if (v < 0 || v >= n_values || !channels || layout_free(&g->values[v].type)) continue;
             if (last_of[v] < 0) {
                 if (kn_opt_const(c, v)) {

@@ -296,8 +296,8 @@ static kn_tensor *permuted(const kn_tensor *t, const int *perm) {
 
 static kiln_status fused_conv_channels_first(kn_kernel_ctx *c, const kn_act_spec *a);
 
-/* Layout NHWC on the CPU: the reference, channels moved first, the convolution as for NCHW, the
- * output's channels moved last (the CPU's own convolution is channels-first; the optimiser forms
+/* Layout NHWC on the CPU: the reference, channels moved first (X, Z and the weights), the
+ * convolution as for NCHW, the output's channels moved last (the CPU's own convolution is channels-first; the optimiser forms
  * NHWC nodes for the CPU only when asked, KILN_LAYOUT=nhwc, to check the layout pass). */
 static kiln_status fused_conv_channels_last(kn_kernel_ctx *c, const kn_act_spec *a) {
     const kn_tensor *X = c->in[0], *Z = c->n_inputs > 3 ? c->in[3] : NULL;
@@ -308,10 +308,14 @@ static kiln_status fused_conv_channels_last(kn_kernel_ctx *c, const kn_act_spec 
     kn_nhwc_perms(X->rank, to_first, to_last);
     int64_t ydims[KILN_MAX_RANK];
     for (int d = 0; d < Y->rank; d++) ydims[d] = Y->dims[to_first[d]];
-    kn_tensor *xf = permuted(X, to_first), *zf = Z ? permuted(Z, to_first) : NULL, *yf = NULL;
-    kiln_status st = xf && (!Z || zf) ? kn_tensor_new(KILN_DTYPE_FLOAT, Y->rank, ydims, &yf) : KN_OOM();
+    const kn_tensor *W = c->in[1];
+    if (W->rank != X->rank || W->dtype != KILN_DTYPE_FLOAT)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "layout NHWC needs float32 W of X's rank");
+    kn_tensor *xf = permuted(X, to_first), *wf = permuted(W, to_first), *zf = Z ? permuted(Z, to_first) : NULL;
+    kn_tensor *yf = NULL;
+    kiln_status st = xf && wf && (!Z || zf) ? kn_tensor_new(KILN_DTYPE_FLOAT, Y->rank, ydims, &yf) : KN_OOM();
     if (st == KILN_OK) {
-        kn_tensor *in[4] = {xf, c->in[1], c->n_inputs > 2 ? c->in[2] : NULL, zf};
+        kn_tensor *in[4] = {xf, wf, c->n_inputs > 2 ? c->in[2] : NULL, zf};
         kn_tensor *out[1] = {yf};
         kn_kernel_ctx fc = *c;
         fc.in = in;
@@ -320,6 +324,7 @@ static kiln_status fused_conv_channels_last(kn_kernel_ctx *c, const kn_act_spec 
     }
     if (st == KILN_OK) permute_f32(yf, Y, to_last);
     kn_tensor_free(xf);
+    kn_tensor_free(wf);
     kn_tensor_free(zf);
     kn_tensor_free(yf);
     return st;
