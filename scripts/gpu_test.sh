@@ -10,6 +10,8 @@
 #     one process and one CUDA context each, default one per core),
 #   - the zoo, the float16 zoo test and the node tests again with every product and convolution on
 #     kiln's own stand-in kernels (KILN_CUDA_STAND_INS=always; a warm start's first runs use them),
+#   - the zoo, the float16 zoo test and the node tests at level 3 with channels-last regions
+#     (KILN_LAYOUT=nhwc KILN_CUDA_NHWC=1: CUDA's NHWC convolution, not formed by default yet),
 # and ends with one line: N passed, N failed, N skipped. Without a GPU every part reports skipped.
 #
 #   bash scripts/gpu_test.sh
@@ -77,7 +79,7 @@ if ! grep -q '^provider cuda: available' "$logs/info.log"; then
   echo "=== no usable CUDA device ($reason): every GPU test is skipped"
   n_unit=$("$build/kiln_unit_tests" cuda 2>/dev/null | result_line /dev/stdin | awk '{print $5}')
   # the equivalence part counts as one skip per folder
-  skipped=$(( ${n_unit:-0} + 4 * zoo_count + 4 * ${#node_list[@]} + 1 ))
+  skipped=$(( ${n_unit:-0} + 6 * zoo_count + 5 * ${#node_list[@]} + 2 ))
   echo "0 passed, 0 failed, $skipped skipped"
   exit 0
 fi
@@ -102,8 +104,16 @@ if [ "$zoo_count" -gt 0 ]; then
     env KILN_CUDA_STAND_INS=always "$build/kiln" test --provider cuda --opt-level 3 "$zoo"
   part "zoo in float16 (activations=half), kiln's stand-in kernels" "$logs/unit_half_standin.log" \
     env KILN_CUDA_STAND_INS=always KILN_SOURCE_DIR="$root" "$build/kiln_unit_tests" cuda_zoo_half_activations
+  # level 3's channels-last regions on CUDA (cuDNN's NHWC formats, the pointwise product over all
+  # positions, the channels-last stand-in), asked for: no provider forms them by itself yet
+  part "zoo, provider cuda only, level 3, channels last" "$logs/zoo_nhwc.log" \
+    env KILN_LAYOUT=nhwc KILN_CUDA_NHWC=1 "$build/kiln" test --provider cuda --opt-level 3 "$zoo"
+  part "zoo, provider cuda only, level 3, channels last, kiln's stand-in kernels" "$logs/zoo_nhwc_standin.log" \
+    env KILN_LAYOUT=nhwc KILN_CUDA_NHWC=1 KILN_CUDA_STAND_INS=always "$build/kiln" test --provider cuda --opt-level 3 "$zoo"
+  part "zoo in float16 (activations=half), channels last" "$logs/unit_half_nhwc.log" \
+    env KILN_LAYOUT=nhwc KILN_CUDA_NHWC=1 KILN_SOURCE_DIR="$root" "$build/kiln_unit_tests" cuda_zoo_half_activations
 else
-  echo "=== zoo: $zoo not found"; total_skip=$((total_skip + 4))
+  echo "=== zoo: $zoo not found"; total_skip=$((total_skip + 7))
 fi
 
 # Node tests in parallel shards, one process each (one CUDA context per shard, not per test); a
@@ -161,8 +171,10 @@ if [ ${#node_list[@]} -gt 0 ]; then
   done
   KILN_CUDA_STAND_INS=always run_node_tests "node tests, providers cuda,cpu, level 0, kiln's stand-in kernels" cuda_standin 1 \
     --provider cuda,cpu --opt-level 0 --expected-failures "$logs/cpu_expected_failures.txt"
+  KILN_LAYOUT=nhwc KILN_CUDA_NHWC=1 run_node_tests "node tests, providers cuda,cpu, level 3, channels last" cuda_nhwc 1 \
+    --provider cuda,cpu --opt-level 3 --expected-failures "$logs/cpu_expected_failures.txt"
 else
-  echo "=== node tests: none found in $nodes"; total_skip=$((total_skip + 3))
+  echo "=== node tests: none found in $nodes"; total_skip=$((total_skip + 4))
 fi
 
 # The optimisation levels on CUDA: fused nodes now form for the CUDA provider (src/opt/target.c),

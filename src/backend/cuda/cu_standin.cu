@@ -2,7 +2,7 @@
 // cuBLASLt and cuDNN start up on the warm-up threads (cuda_warmup.c). They need no library, no
 // algorithm choice and no workspace, and load like every other kiln kernel; they are correct for
 // every shape the library paths take, in every float type, with float accumulation (double for
-// double). Not tuned: a shared-memory tile product and a direct convolution, fast enough for the
+// double), convolutions channels first or last. Not tuned: a shared-memory tile product and a direct convolution, fast enough for the
 // few runs before the libraries are ready (tens of microseconds per operator at the zoo's sizes).
 #include "backend/cuda/cu_common.cuh"
 
@@ -122,6 +122,43 @@ __global__ void k_conv_standin(const T *__restrict__ x, const T *__restrict__ w,
     }
 }
 
+// The same, channels last: y[n, o..., co] from x[n, i..., ci] and w[co, k..., ci] (KRSC).
+template <typename T>
+__global__ void k_conv_standin_nhwc(const T *__restrict__ x, const T *__restrict__ w, T *__restrict__ y,
+                                    kn_cu_conv_standin g, int64_t total) {
+    typedef typename acc<T>::type Acc;
+    const int64_t cin_g = g.cin / g.group, cout_g = g.cout / g.group;
+    KNCU_LOOP(i, total) {
+        int64_t r = i;
+        const int64_t co = r % g.cout;
+        r /= g.cout;
+        const int64_t o2 = r % g.out[2];
+        r /= g.out[2];
+        const int64_t o1 = r % g.out[1];
+        r /= g.out[1];
+        const int64_t o0 = r % g.out[0], n = r / g.out[0];
+        const T *xn = x + n * g.in[0] * g.in[1] * g.in[2] * g.cin + (co / cout_g) * cin_g;
+        const T *wc = w + co * g.k[0] * g.k[1] * g.k[2] * cin_g;
+        Acc sum = 0;
+        for (int64_t k0 = 0; k0 < g.k[0]; k0++) {
+            const int64_t i0 = o0 * g.stride[0] - g.pad[0] + k0 * g.dil[0];
+            if (i0 < 0 || i0 >= g.in[0]) continue;
+            for (int64_t k1 = 0; k1 < g.k[1]; k1++) {
+                const int64_t i1 = o1 * g.stride[1] - g.pad[1] + k1 * g.dil[1];
+                if (i1 < 0 || i1 >= g.in[1]) continue;
+                for (int64_t k2 = 0; k2 < g.k[2]; k2++) {
+                    const int64_t i2 = o2 * g.stride[2] - g.pad[2] + k2 * g.dil[2];
+                    if (i2 < 0 || i2 >= g.in[2]) continue;
+                    const T *xp = xn + ((i0 * g.in[1] + i1) * g.in[2] + i2) * g.cin;
+                    const T *wp = wc + ((k0 * g.k[1] + k1) * g.k[2] + k2) * cin_g;
+                    for (int64_t ci = 0; ci < cin_g; ci++) sum += ld(xp[ci]) * ld(wp[ci]);
+                }
+            }
+        }
+        y[i] = st<T>(sum);
+    }
+}
+
 template <typename T> cudaError_t gemm_launch(const void *A, const void *B, void *C, const gemm_args &g, cudaStream_t s) {
     dim3 grid((unsigned)((g.N + TILE - 1) / TILE), (unsigned)((g.M + TILE - 1) / TILE),
               (unsigned)(g.batch < 65535 ? g.batch : 65535));
@@ -133,7 +170,8 @@ template <typename T>
 cudaError_t conv_launch(const void *x, const void *w, void *y, const kn_cu_conv_standin &g, cudaStream_t s) {
     int64_t total = g.n * g.cout * g.out[0] * g.out[1] * g.out[2];
     if (total == 0) return cudaSuccess;
-    k_conv_standin<T><<<grid_for(total, 256), 256, 0, s>>>((const T *)x, (const T *)w, (T *)y, g, total);
+    if (g.nhwc) k_conv_standin_nhwc<T><<<grid_for(total, 256), 256, 0, s>>>((const T *)x, (const T *)w, (T *)y, g, total);
+    else k_conv_standin<T><<<grid_for(total, 256), 256, 0, s>>>((const T *)x, (const T *)w, (T *)y, g, total);
     return cudaGetLastError();
 }
 

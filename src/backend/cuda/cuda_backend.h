@@ -218,6 +218,7 @@ void kn_cu_conv_release(kn_cuda *cu);
 /* A convolution's descriptors from its tuning key (the int32 words after the kind byte: rank,
  * data type, math type, groups, then x/y/w dims and pad/stride/dilation interleaved); counts gets
  * the elements of x, y and w. Not CUDNN_STATUS_SUCCESS for a key that does not describe one. */
+#define KN_CU_CONV_NHWC 16 /* in a description's first word (the rank): tensors and filter channels last */
 cudnnStatus_t kn_cu_conv_describe(const int32_t *desc, int nd, cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd,
                                   cudnnFilterDescriptor_t wd, cudnnConvolutionDescriptor_t cd, int64_t counts[3]);
 #endif

@@ -6,8 +6,12 @@
  *    (ConvTranspose).
  *  - fp32 runs with TF32 off (CUDNN_FMA_MATH) unless the precision option asks for tf32; fp16/bf16
  *    precision converts input and weights (weights once, cached) and accumulates in fp32.
- *  - descriptors and the algorithm are chosen once per node and input shape, then reused. */
+ *  - descriptors and the algorithm are chosen once per node and input shape, then reused.
+ *  - kiln.FusedConv with layout NHWC (2-D, KILN_CUDA_NHWC=1 while it is unmeasured) runs channels
+ *    last: cuDNN's NHWC tensor and filter formats (weights [M, kh, kw, C/g]), a pointwise one as a
+ *    single product over every image's positions. */
 #include "backend/cuda/cuda_backend.h"
+#include "ops/fused.h"
 #include "util/log.h"
 
 #ifdef KILN_HAVE_CUDNN
@@ -25,6 +29,7 @@
 
 typedef struct conv_geom {
     int nsp;                      /* spatial dims as given (1..3) */
+    bool nhwc;                    /* channels last: x, y [N, spatial..., C], w [M, kernel..., C/g] */
     int64_t n, cin, cout, group;  /* batch, input channels, output channels, groups */
     int64_t in[3], out[3], k[3];  /* spatial sizes */
     int64_t stride[3], dil[3], pb[3], pe[3];
@@ -65,9 +70,13 @@ static kiln_status geometry(const kn_kernel_ctx *c, bool transpose, conv_geom *g
     if (g->nsp < 1 || g->nsp > 3)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%d spatial dims (1 to 3 supported on CUDA)", g->nsp);
     if (w->rank != x->rank) return kn_kernel_error(c, KILN_ERR_SHAPE, "weight rank %d for input rank %d", w->rank, x->rank);
+    if (!kn_fused_conv_layout(c->node, &g->nhwc)) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "layout must be NCHW or NHWC");
+    if (g->nhwc && transpose) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "ConvTranspose channels last");
+    /* where the channels and the spatial dims are */
+    const int ch = g->nhwc ? x->rank - 1 : 1, sp = g->nhwc ? 1 : 2;
     g->n = x->dims[0];
-    g->cin = x->dims[1];
-    g->cout = y->dims[1];
+    g->cin = x->dims[ch];
+    g->cout = y->dims[ch];
     g->group = kn_attr_int(c->node, "group", 1);
     int ns, nd, np, nk, no;
     const int64_t *s = kn_attr_ints(c->node, "strides", &ns);
@@ -78,9 +87,9 @@ static kiln_status geometry(const kn_kernel_ctx *c, bool transpose, conv_geom *g
     const char *ap = kn_attr_string(c->node, "auto_pad", "NOTSET");
     bool same = !strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER"), upper = !strcmp(ap, "SAME_UPPER");
     for (int i = 0; i < g->nsp; i++) {
-        g->in[i] = x->dims[2 + i];
-        g->out[i] = y->dims[2 + i];
-        g->k[i] = ks && nk == g->nsp ? ks[i] : w->dims[2 + i];
+        g->in[i] = x->dims[sp + i];
+        g->out[i] = y->dims[sp + i];
+        g->k[i] = ks && nk == g->nsp ? ks[i] : w->dims[sp + i];
         g->stride[i] = s && ns == g->nsp ? s[i] : 1;
         g->dil[i] = d && nd == g->nsp ? d[i] : 1;
         g->opad[i] = transpose && op && no == g->nsp ? op[i] : 0;
@@ -274,8 +283,10 @@ static kiln_status measure_algo(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, c
 
 cudnnStatus_t kn_cu_conv_describe(const int32_t *desc, int nd, cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd,
                                   cudnnFilterDescriptor_t wd, cudnnConvolutionDescriptor_t cd, int64_t counts[3]) {
-    int nb = nd >= 4 ? desc[0] : 0;
-    if (nb < 4 || nb > 5 || nd != 4 + 3 * nb + 3 * (nb - 2) || desc[3] < 1) return CUDNN_STATUS_BAD_PARAM;
+    int nb = nd >= 4 ? desc[0] & 15 : 0, format = nd >= 4 ? desc[0] >> 4 : -1;
+    if (nb < 4 || nb > 5 || format < 0 || format > 1 || nd != 4 + 3 * nb + 3 * (nb - 2) || desc[3] < 1)
+        return CUDNN_STATUS_BAD_PARAM;
+    const bool nhwc = format == 1;
     cudnnDataType_t dt = (cudnnDataType_t)desc[1];
     int xdims[5], ydims[5], wdims[5], st[5], pad[3], str[3], dil[3];
     counts[0] = counts[1] = counts[2] = 1;
@@ -294,13 +305,20 @@ cudnnStatus_t kn_cu_conv_describe(const int32_t *desc, int nd, cudnnTensorDescri
         str[i] = desc[5 + 3 * nb + 3 * i];
         dil[i] = desc[6 + 3 * nb + 3 * i];
     }
-    packed(nb, xdims, st);
-    cudnnStatus_t s = cudnnSetTensorNdDescriptor(xd, dt, nb, xdims, st);
-    if (s == CUDNN_STATUS_SUCCESS) {
-        packed(nb, ydims, st);
-        s = cudnnSetTensorNdDescriptor(yd, dt, nb, ydims, st);
+    cudnnStatus_t s;
+    if (nhwc) {
+        /* dims in N, C, spatial order; the format says the memory holds them channels last */
+        s = cudnnSetTensorNdDescriptorEx(xd, CUDNN_TENSOR_NHWC, dt, nb, xdims);
+        if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetTensorNdDescriptorEx(yd, CUDNN_TENSOR_NHWC, dt, nb, ydims);
+    } else {
+        packed(nb, xdims, st);
+        s = cudnnSetTensorNdDescriptor(xd, dt, nb, xdims, st);
+        if (s == CUDNN_STATUS_SUCCESS) {
+            packed(nb, ydims, st);
+            s = cudnnSetTensorNdDescriptor(yd, dt, nb, ydims, st);
+        }
     }
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetFilterNdDescriptor(wd, dt, CUDNN_TENSOR_NCHW, nb, wdims);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetFilterNdDescriptor(wd, dt, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, nb, wdims);
     cudnnDataType_t comp = dt == CUDNN_DATA_DOUBLE ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
     if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnSetConvolutionNdDescriptor(cd, nb - 2, pad, str, dil, CUDNN_CROSS_CORRELATION, comp);
@@ -348,7 +366,7 @@ static kiln_status make_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, cons
         dil[off + i] = (int)g->dil[i];
     }
     wdims[0] = (int)w->dims[0];
-    wdims[1] = (int)w->dims[1];
+    wdims[1] = (int)w->dims[g->nhwc ? w->rank - 1 : 1];
     /* fp32: plain FMA math (no TF32) unless tf32 is asked for */
     cudnnMathType_t m = cdt == KILN_DTYPE_FLOAT && cu->cfg.precision != KN_PRECISION_TF32 ? CUDNN_FMA_MATH
                         : cdt == KILN_DTYPE_DOUBLE ? CUDNN_DEFAULT_MATH
@@ -356,7 +374,7 @@ static kiln_status make_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, cons
     /* the problem as cuDNN sees it: the descriptors are made from it, and it is the tuning key
      * (cuDNN's choice depends on nothing else) */
     int32_t desc[48], nd = 0;
-    desc[nd++] = nb;
+    desc[nd++] = nb | (g->nhwc ? KN_CU_CONV_NHWC : 0);
     desc[nd++] = (int32_t)p->dt;
     desc[nd++] = (int32_t)m;
     desc[nd++] = (int32_t)g->group;
@@ -450,9 +468,10 @@ static bool pointwise(const conv_geom *g, const kn_tensor *w) {
     if (g->group != 1 || (dt != KILN_DTYPE_FLOAT && dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16 &&
                           dt != KILN_DTYPE_DOUBLE))
         return false;
-    if (w->rank != g->nsp + 2 || w->dims[0] != g->cout || w->dims[1] != g->cin) return false;
+    const int wc = g->nhwc ? w->rank - 1 : 1, wsp = g->nhwc ? 1 : 2;
+    if (w->rank != g->nsp + 2 || w->dims[0] != g->cout || w->dims[wc] != g->cin) return false;
     for (int i = 0; i < g->nsp; i++)
-        if (g->k[i] != 1 || w->dims[2 + i] != 1 || g->stride[i] != 1 || g->dil[i] != 1 || g->pb[i] || g->pe[i])
+        if (g->k[i] != 1 || w->dims[wsp + i] != 1 || g->stride[i] != 1 || g->dil[i] != 1 || g->pb[i] || g->pe[i])
             return false;
     return true;
 }
@@ -468,6 +487,22 @@ static kiln_status run_pointwise(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom 
     kn_cu_gemm m;
     memset(&m, 0, sizeof m);
     m.dt = c->in[0]->dtype;
+    if (g->nhwc) {
+        /* channels last: Y [N*S, Cout] = X [N*S, Cin] W^T, every image's positions in one product */
+        m.M = g->n * S;
+        m.N = g->cout;
+        m.K = g->cin;
+        m.A = c->in[0]->data;
+        m.lda = g->cin;
+        m.B = c->in[1]->data;
+        m.tb = true;
+        m.ldb = g->cin;
+        m.C = c->out[0]->data;
+        m.ldc = g->cout;
+        m.batch = 1;
+        m.alpha = 1;
+        return kn_cu_gemm_run(cu, c, &m);
+    }
     m.M = g->cout;
     m.N = S;
     m.K = g->cin;
@@ -488,11 +523,12 @@ static kiln_status run_pointwise(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom 
 /* Whether the weights have the shape the geometry promises (the stand-in reads by it; cuDNN checks
  * for itself and reports a mismatch). */
 static bool standin_fits(const conv_geom *g, const kn_tensor *w) {
+    const int wc = g->nhwc ? w->rank - 1 : 1, wsp = g->nhwc ? 1 : 2;
     if (g->group < 1 || g->cin % g->group || g->cout % g->group || w->dims[0] != g->cout ||
-        w->dims[1] * g->group != g->cin)
+        w->dims[wc] * g->group != g->cin)
         return false;
     for (int i = 0; i < g->nsp; i++)
-        if (w->dims[2 + i] != g->k[i] || g->stride[i] < 1 || g->dil[i] < 1) return false;
+        if (w->dims[wsp + i] != g->k[i] || g->stride[i] < 1 || g->dil[i] < 1) return false;
     return true;
 }
 
@@ -505,6 +541,7 @@ static kiln_status run_standin(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom *g
     s.cin = g->cin;
     s.cout = g->cout;
     s.group = g->group;
+    s.nhwc = g->nhwc;
     int off = 3 - g->nsp;
     for (int i = 0; i < 3; i++) {
         s.in[i] = s.out[i] = s.k[i] = s.stride[i] = s.dil[i] = 1;
@@ -524,13 +561,17 @@ static kiln_status run_standin(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom *g
                        "Conv (kiln's own kernel)");
 }
 
-static kiln_status add_bias(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *b) {
+static kiln_status add_bias(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *b, bool nhwc) {
     kn_tensor *y = c->out[0];
     if (!b || kn_tensor_count(b) == 0) return KILN_OK;
-    int64_t inner = 1;
-    for (int i = 2; i < y->rank; i++) inner *= y->dims[i];
-    return kn_cu_check(c, kn_cu_bias_act(y->dtype, y->data, b->data, y->dims[0], y->dims[1], inner, 0, 0, 0, cu->stream),
-                       "bias");
+    int64_t rows = y->dims[0], cols = y->dims[1], inner = 1;
+    if (nhwc) { /* channels last: a row per position */
+        cols = y->dims[y->rank - 1];
+        rows = cols ? kn_tensor_count(y) / cols : 0;
+    } else {
+        for (int i = 2; i < y->rank; i++) inner *= y->dims[i];
+    }
+    return kn_cu_check(c, kn_cu_bias_act(y->dtype, y->data, b->data, rows, cols, inner, 0, 0, 0, cu->stream), "bias");
 }
 
 /* Shared by Conv and ConvTranspose: operands converted to the compute type when the precision
@@ -543,11 +584,11 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
     KN_TRY(geometry(c, transpose, &g));
     if (!transpose && x->dtype == w->dtype && pointwise(&g, w) && kn_tensor_count(y) > 0) {
         KN_TRY(run_pointwise(cu, c, &g));
-        return add_bias(cu, c, b);
+        return add_bias(cu, c, b, g.nhwc);
     }
     if (!transpose && x->dtype == w->dtype && standin_fits(&g, w) && kn_cu_standin(cu, KN_CU_TUNE_CONV_FWD)) {
         KN_TRY(run_standin(cu, c, &g));
-        return add_bias(cu, c, b);
+        return add_bias(cu, c, b, g.nhwc);
     }
     kn_cu_handles_wait(cu);
     if (!cu->dnn) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "cuDNN is not usable");
@@ -569,13 +610,14 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
     int64_t pdims[KILN_MAX_RANK];
     if (st == KILN_OK && !transpose && p->explicit_pad) {
         int64_t pb[KILN_MAX_RANK] = {0};
+        const int ch = g.nhwc ? x->rank - 1 : 1, sp = g.nhwc ? 1 : 2;
         pdims[0] = x->dims[0];
-        pdims[1] = x->dims[1];
-        int64_t cnt = pdims[0] * pdims[1];
+        pdims[ch] = x->dims[ch];
+        int64_t cnt = pdims[0] * pdims[ch];
         for (int i = 0; i < g.nsp; i++) {
-            pdims[2 + i] = g.in[i] + g.pb[i] + g.pe[i];
-            pb[2 + i] = g.pb[i];
-            cnt *= pdims[2 + i];
+            pdims[sp + i] = g.in[i] + g.pb[i] + g.pe[i];
+            pb[sp + i] = g.pb[i];
+            cnt *= pdims[sp + i];
         }
         xpad_b = (size_t)cnt * ces;
         st = kn_cu_scratch(cu, xpad_b ? xpad_b : 1, &xpad);
@@ -655,7 +697,7 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
     } else if (st == KILN_OK && cdt != dt) {
         st = convert_back(c, cu, ycomp, cdt, y, xscale, wscale);
     }
-    if (st == KILN_OK) st = add_bias(cu, c, b);
+    if (st == KILN_OK) st = add_bias(cu, c, b, g.nhwc);
     if (xconv_b) kn_cu_scratch_free(cu, xconv, xconv_b);
     if (xpad) kn_cu_scratch_free(cu, xpad, xpad_b ? xpad_b : 1);
     if (wconv_b) kn_cu_scratch_free(cu, wconv, wconv_b);

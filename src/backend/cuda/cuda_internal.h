@@ -228,13 +228,15 @@ cudaError_t kn_cu_rnn_cell(kiln_dtype dt, const void *gx, const void *gh, void *
  * ready (cuda_warmup.c). The product is kn_cu_gemm's: C = alpha op(A) op(B) + beta C per batch
  * entry, row-major, strides in elements; cudaErrorInvalidValue (nothing launched) for more than
  * 65535 * 64 rows. The convolution: spatial dims right-aligned into three (leading ones of size 1),
- * pad = the pads before each dim (the output size says where the pads after end), no bias. */
+ * pad = the pads before each dim (the output size says where the pads after end), no bias;
+ * channels first, or last (nhwc). */
 cudaError_t kn_cu_gemm_standin(kiln_dtype dt, int64_t M, int64_t N, int64_t K, int64_t batch, bool ta, bool tb,
                                const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, void *C,
                                int64_t ldc, int64_t sc, float alpha, float beta, cudaStream_t s);
 typedef struct kn_cu_conv_standin {
     int64_t n, cin, cout, group;
     int64_t in[3], out[3], k[3], stride[3], dil[3], pad[3];
+    bool nhwc; /* x, y [N, spatial..., C] and w [M, kernel..., C/group] */
 } kn_cu_conv_standin;
 cudaError_t kn_cu_conv_standin_run(kiln_dtype dt, const void *x, const void *w, void *y, const kn_cu_conv_standin *g,
                                    cudaStream_t s);

@@ -25,6 +25,7 @@
 #define KN_CU_DNN_FUNCS(X)                                                                                  \
     X(cudnnCreate) X(cudnnDestroy) X(cudnnGetVersion) X(cudnnGetErrorString) X(cudnnSetStream)            \
     X(cudnnCreateTensorDescriptor) X(cudnnDestroyTensorDescriptor) X(cudnnSetTensorNdDescriptor)          \
+    X(cudnnSetTensorNdDescriptorEx)                                                                        \
     X(cudnnCreateFilterDescriptor) X(cudnnDestroyFilterDescriptor) X(cudnnSetFilterNdDescriptor)          \
     X(cudnnCreateConvolutionDescriptor) X(cudnnDestroyConvolutionDescriptor)                              \
     X(cudnnSetConvolutionNdDescriptor) X(cudnnSetConvolutionMathType) X(cudnnSetConvolutionGroupCount)    \
@@ -76,6 +77,7 @@ bool kn_cu_libs_load(char *why, size_t cap);
 #define cudnnCreateTensorDescriptor (kn_cu_lib.cudnnCreateTensorDescriptor)
 #define cudnnDestroyTensorDescriptor (kn_cu_lib.cudnnDestroyTensorDescriptor)
 #define cudnnSetTensorNdDescriptor (kn_cu_lib.cudnnSetTensorNdDescriptor)
+#define cudnnSetTensorNdDescriptorEx (kn_cu_lib.cudnnSetTensorNdDescriptorEx)
 #define cudnnCreateFilterDescriptor (kn_cu_lib.cudnnCreateFilterDescriptor)
 #define cudnnDestroyFilterDescriptor (kn_cu_lib.cudnnDestroyFilterDescriptor)
 #define cudnnSetFilterNdDescriptor (kn_cu_lib.cudnnSetFilterNdDescriptor)

@@ -99,7 +99,10 @@ static bool key_well_formed(const uint8_t *k, size_t key_len, char *why, size_t 
     int32_t nb = 0;
     if ((key_len - 1) % sizeof(int32_t) == 0 && key_len >= 1 + sizeof nb) memcpy(&nb, k + 1, sizeof nb);
     size_t words = (key_len - 1) / sizeof(int32_t);
-    if ((key_len - 1) % sizeof(int32_t) != 0 || nb < 4 || nb > 5 || words != (size_t)(4 + 3 * nb + 3 * (nb - 2))) {
+    int32_t format = nb >> 4; /* KN_CU_CONV_NHWC: channels last */
+    nb &= 15;
+    if ((key_len - 1) % sizeof(int32_t) != 0 || nb < 4 || nb > 5 || format < 0 || format > 1 ||
+        words != (size_t)(4 + 3 * nb + 3 * (nb - 2))) {
         snprintf(why, cap, "a convolution's key of %zu bytes that is no description of one", key_len);
         return false;
     }
