@@ -3,6 +3,7 @@
 #include "backend/cpu/cpu.h"
 #include "cache/format.h"
 #include "ops/families.h"
+#include "opt/opt.h"
 
 #include <errno.h>
 #include <link.h>
@@ -225,6 +226,13 @@ char *kn_cache_options_text(const kiln_session_options *o) {
             }
             free(d);
         }
+    }
+    /* the optimiser's environment switches, when any is set */
+    char env[256];
+    kn_opt_environment(env, sizeof env);
+    if (env[0]) {
+        sb_add(&s, " environment=");
+        sb_add(&s, env);
     }
     return sb_done(&s);
 }

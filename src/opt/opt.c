@@ -206,3 +206,15 @@ const char *kn_opt_pass_info(int i, int *level_out, const char **description_out
     if (description_out) *description_out = kn_opt_passes[i].description;
     return kn_opt_passes[i].name;
 }
+
+void kn_opt_environment(char *buf, size_t cap) {
+    static const char *const names[] = {"KILN_LAYOUT", "KILN_CUDA_NHWC"};
+    size_t at = 0;
+    if (cap) buf[0] = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && at < cap; i++) {
+        const char *v = getenv(names[i]);
+        if (!v || !*v) continue;
+        int n = snprintf(buf + at, cap - at, "%s%s=%s", at ? " " : "", names[i], v);
+        if (n > 0) at += (size_t)n;
+    }
+}

@@ -430,6 +430,16 @@ KN_TEST(cache_key_every_field) {
     key_of(model, v, k);
     CHECK_MSG(strcmp(base, k), "input-shape profile");
     kiln_session_options_destroy(v);
+    /* the optimiser's environment switches (set: another key; unset again: the same) */
+    static const char *const env[2][2] = {{"KILN_LAYOUT", "nhwc"}, {"KILN_CUDA_NHWC", "1"}};
+    for (int e = 0; e < 2; e++) {
+        setenv(env[e][0], env[e][1], 1);
+        key_of(model, o, k);
+        unsetenv(env[e][0]);
+        CHECK_MSG(strcmp(base, k), "%s=%s left the key alone", env[e][0], env[e][1]);
+        key_of(model, o, k);
+        CHECK_MSG(!strcmp(base, k), "%s unset: another key", env[e][0]);
+    }
     /* the device fingerprint, through the test hook */
     kn_cache_set_fake_device("device.cpu.model=Some Other CPU");
     key_of(model, o, k);
