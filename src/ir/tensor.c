@@ -118,6 +118,30 @@ int64_t kn_shape_count(const int64_t *dims, int rank) {
 
 int64_t kn_tensor_count(const kn_tensor *t) { return kn_shape_count(t->dims, t->rank); }
 
+kiln_status kn_tensor_permuted(const kn_tensor *x, const int *perm, kn_tensor **out) {
+    const int r = x->rank;
+    int64_t dims[KILN_MAX_RANK] = {0}, in_stride[KILN_MAX_RANK], stride[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
+    for (int d = 0; d < r; d++) dims[d] = x->dims[perm[d]];
+    KN_TRY(kn_tensor_new(x->dtype, r, dims, out));
+    const size_t es = kiln_dtype_size(x->dtype);
+    if (r > 0) in_stride[r - 1] = 1;
+    for (int d = r - 2; d >= 0; d--) in_stride[d] = in_stride[d + 1] * x->dims[d + 1];
+    for (int d = 0; d < r; d++) stride[d] = in_stride[perm[d]]; /* out's dim d walks x's dim perm[d] */
+    const char *src = x->data;
+    char *dst = (*out)->data;
+    int64_t n = kn_tensor_count(*out), off = 0;
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(dst + (size_t)i * es, src + (size_t)off * es, es);
+        for (int d = r - 1; d >= 0; d--) {
+            off += stride[d];
+            if (++idx[d] < dims[d]) break;
+            off -= stride[d] * dims[d];
+            idx[d] = 0;
+        }
+    }
+    return KILN_OK;
+}
+
 void kn_broadcast_strides(const int64_t *dims, int rank, int out_rank, int64_t *strides) {
     int64_t s = 1;
     for (int d = out_rank - 1; d >= 0; d--) {

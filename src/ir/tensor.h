@@ -45,6 +45,9 @@ struct kiln_tensor {
 typedef struct kiln_tensor kn_tensor;
 
 int64_t kn_shape_count(const int64_t *dims, int rank); /* product; -1 on overflow or negative */
+/* A new host tensor holding x (host, fixed-size elements) with its dims in the order perm gives:
+ * out->dims[d] = x->dims[perm[d]]. */
+kiln_status kn_tensor_permuted(const kn_tensor *x, const int *perm, kn_tensor **out);
 /* The element strides of a contiguous operand of shape dims[0..rank) broadcast onto out_rank dims
  * (aligned to the right, rank <= out_rank): 0 along its size-1 and missing dims. */
 void kn_broadcast_strides(const int64_t *dims, int rank, int out_rank, int64_t *strides);

@@ -153,23 +153,14 @@ static int root_of(int *parent, int i) {
 
 /* The constant v right-aligned to rank 4 and permuted channels last, as a new constant. */
 static int permuted_const(kn_opt_ctx *c, int v) {
-    const kn_tensor *src = kn_opt_const(c, v);
-    int64_t d4[4] = {1, 1, 1, 1}, dims[4];
-    for (int d = 0; d < src->rank; d++) d4[4 - src->rank + d] = src->dims[d];
-    for (int d = 0; d < 4; d++) dims[d] = d4[TO_LAST[d]];
+    kn_tensor as4 = *kn_opt_const(c, v); /* the same data, its dims right-aligned to rank 4 */
+    for (int d = 0; d < 4; d++) as4.dims[d] = d < 4 - as4.rank ? 1 : kn_opt_const(c, v)->dims[d - (4 - as4.rank)];
+    as4.rank = 4;
     kn_tensor *t = NULL;
-    if (kn_tensor_new(src->dtype, 4, dims, &t) != KILN_OK) return -1;
-    size_t es = kiln_dtype_size(src->dtype);
-    int64_t in_stride[4] = {d4[1] * d4[2] * d4[3], d4[2] * d4[3], d4[3], 1};
-    int64_t i = 0;
-    for (int64_t a = 0; a < dims[0]; a++)
-        for (int64_t b = 0; b < dims[1]; b++)
-            for (int64_t e = 0; e < dims[2]; e++)
-                for (int64_t f = 0; f < dims[3]; f++, i++) {
-                    int64_t at[4] = {a, b, e, f}, off = 0;
-                    for (int d = 0; d < 4; d++) off += at[d] * in_stride[TO_LAST[d]];
-                    memcpy((char *)t->data + (size_t)i * es, (const char *)src->data + (size_t)off * es, es);
-                }
+    if (kn_tensor_permuted(&as4, TO_LAST, &t) != KILN_OK) {
+        kn_clear_error();
+        return -1;
+    }
     return kn_opt_new_const(c, c->g->values[v].name, t);
 }
 

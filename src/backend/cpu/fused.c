@@ -262,35 +262,13 @@ static void conv_epilogue(const void *ctx, float *y, int64_t offset, int64_t row
     kn_fused_act_rows(p, rows, cols, ld, &e->act);
 }
 
-/* y = x with the dims of x in the order perm gives (float32; rank 3 to KILN_MAX_RANK): the
- * channels-first/last moves of FusedConv with layout NHWC. */
-static void permute_f32(const kn_tensor *x, kn_tensor *y, const int *perm) {
-    int r = x->rank;
-    int64_t in_stride[KILN_MAX_RANK], stride[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
-    in_stride[r - 1] = 1;
-    for (int d = r - 2; d >= 0; d--) in_stride[d] = in_stride[d + 1] * x->dims[d + 1];
-    for (int d = 0; d < r; d++) stride[d] = in_stride[perm[d]]; /* y's dim d walks x's dim perm[d] */
-    const float *src = x->data;
-    float *dst = y->data;
-    int64_t n = kn_tensor_count(y), off = 0;
-    for (int64_t i = 0; i < n; i++) {
-        dst[i] = src[off];
-        for (int d = r - 1; d >= 0; d--) {
-            off += stride[d];
-            if (++idx[d] < y->dims[d]) break;
-            off -= stride[d] * y->dims[d];
-            idx[d] = 0;
-        }
-    }
-}
-
-/* A copy of t with its dims permuted, or NULL (out of memory). */
+/* A copy of t with its dims permuted (kn_tensor_permuted), or NULL (out of memory). */
 static kn_tensor *permuted(const kn_tensor *t, const int *perm) {
-    int64_t dims[KILN_MAX_RANK];
-    for (int d = 0; d < t->rank; d++) dims[d] = t->dims[perm[d]];
     kn_tensor *p = NULL;
-    if (kn_tensor_new(KILN_DTYPE_FLOAT, t->rank, dims, &p) != KILN_OK) return NULL;
-    permute_f32(t, p, perm);
+    if (kn_tensor_permuted(t, perm, &p) != KILN_OK) {
+        kn_clear_error();
+        return NULL;
+    }
     return p;
 }
 
@@ -322,7 +300,10 @@ static kiln_status fused_conv_channels_last(kn_kernel_ctx *c, const kn_act_spec 
         fc.out = out;
         st = fused_conv_channels_first(&fc, a);
     }
-    if (st == KILN_OK) permute_f32(yf, Y, to_last);
+    kn_tensor *yl = NULL;
+    if (st == KILN_OK) st = kn_tensor_permuted(yf, to_last, &yl);
+    if (st == KILN_OK) memcpy(Y->data, yl->data, (size_t)kn_tensor_count(Y) * sizeof(float));
+    kn_tensor_free(yl);
     kn_tensor_free(xf);
     kn_tensor_free(wf);
     kn_tensor_free(zf);
