@@ -80,9 +80,11 @@ __global__ void __launch_bounds__(THREADS) k_gemm_standin(const T *__restrict__ 
     }
 }
 
-// One output element per thread: y[n, co, o...] = sum over the group's input channels and the
-// kernel window of x * w, zero outside the input (pads before: pad[]; the output size says where
-// the pads after end). Spatial dims are right-aligned into three (leading ones of size 1).
+// One output element per thread: y = sum over the group's input channels and the kernel window of
+// x * w, zero outside the input (pads before: pad[]; the output size says where the pads after end).
+// Spatial dims are right-aligned into three (leading ones of size 1). Channels first: x[n, ci, i...],
+// w[co, ci, k...], y[n, co, o...]; channels last: x[n, i..., ci], w[co, k..., ci] (KRSC),
+// y[n, o..., co]. The layouts differ only in strides and in which index varies fastest over threads.
 template <typename T>
 __global__ void k_conv_standin(const T *__restrict__ x, const T *__restrict__ w, T *__restrict__ y, kn_cu_conv_standin g,
                                int64_t total) {
@@ -90,17 +92,21 @@ __global__ void k_conv_standin(const T *__restrict__ x, const T *__restrict__ w,
     const int64_t cin_g = g.cin / g.group, cout_g = g.cout / g.group;
     const int64_t in_sp = g.in[0] * g.in[1] * g.in[2];
     const int64_t ksz = g.k[0] * g.k[1] * g.k[2];
+    // strides of an input channel and an input position; of a weight's channel and window position
+    const int64_t x_c = g.nhwc ? 1 : in_sp, x_p = g.nhwc ? g.cin : 1;
+    const int64_t w_c = g.nhwc ? 1 : ksz, w_p = g.nhwc ? cin_g : 1;
     KNCU_LOOP(i, total) {
-        int64_t r = i;
+        int64_t r = i, co = 0;
+        if (g.nhwc) { co = r % g.cout; r /= g.cout; }
         const int64_t o2 = r % g.out[2];
         r /= g.out[2];
         const int64_t o1 = r % g.out[1];
         r /= g.out[1];
         const int64_t o0 = r % g.out[0];
         r /= g.out[0];
-        const int64_t co = r % g.cout, n = r / g.cout;
-        const int64_t grp = co / cout_g;
-        const T *xg = x + (n * g.cin + grp * cin_g) * in_sp;
+        if (!g.nhwc) { co = r % g.cout; r /= g.cout; }
+        const int64_t n = r;
+        const T *xg = x + n * g.cin * in_sp + (co / cout_g) * cin_g * x_c;
         const T *wc = w + co * cin_g * ksz;
         Acc sum = 0;
         for (int64_t k0 = 0; k0 < g.k[0]; k0++) {
@@ -112,46 +118,9 @@ __global__ void k_conv_standin(const T *__restrict__ x, const T *__restrict__ w,
                 for (int64_t k2 = 0; k2 < g.k[2]; k2++) {
                     const int64_t i2 = o2 * g.stride[2] - g.pad[2] + k2 * g.dil[2];
                     if (i2 < 0 || i2 >= g.in[2]) continue;
-                    const int64_t xo = (i0 * g.in[1] + i1) * g.in[2] + i2;
-                    const int64_t wo = (k0 * g.k[1] + k1) * g.k[2] + k2;
-                    for (int64_t ci = 0; ci < cin_g; ci++) sum += ld(xg[ci * in_sp + xo]) * ld(wc[ci * ksz + wo]);
-                }
-            }
-        }
-        y[i] = st<T>(sum);
-    }
-}
-
-// The same, channels last: y[n, o..., co] from x[n, i..., ci] and w[co, k..., ci] (KRSC).
-template <typename T>
-__global__ void k_conv_standin_nhwc(const T *__restrict__ x, const T *__restrict__ w, T *__restrict__ y,
-                                    kn_cu_conv_standin g, int64_t total) {
-    typedef typename acc<T>::type Acc;
-    const int64_t cin_g = g.cin / g.group, cout_g = g.cout / g.group;
-    KNCU_LOOP(i, total) {
-        int64_t r = i;
-        const int64_t co = r % g.cout;
-        r /= g.cout;
-        const int64_t o2 = r % g.out[2];
-        r /= g.out[2];
-        const int64_t o1 = r % g.out[1];
-        r /= g.out[1];
-        const int64_t o0 = r % g.out[0], n = r / g.out[0];
-        const T *xn = x + n * g.in[0] * g.in[1] * g.in[2] * g.cin + (co / cout_g) * cin_g;
-        const T *wc = w + co * g.k[0] * g.k[1] * g.k[2] * cin_g;
-        Acc sum = 0;
-        for (int64_t k0 = 0; k0 < g.k[0]; k0++) {
-            const int64_t i0 = o0 * g.stride[0] - g.pad[0] + k0 * g.dil[0];
-            if (i0 < 0 || i0 >= g.in[0]) continue;
-            for (int64_t k1 = 0; k1 < g.k[1]; k1++) {
-                const int64_t i1 = o1 * g.stride[1] - g.pad[1] + k1 * g.dil[1];
-                if (i1 < 0 || i1 >= g.in[1]) continue;
-                for (int64_t k2 = 0; k2 < g.k[2]; k2++) {
-                    const int64_t i2 = o2 * g.stride[2] - g.pad[2] + k2 * g.dil[2];
-                    if (i2 < 0 || i2 >= g.in[2]) continue;
-                    const T *xp = xn + ((i0 * g.in[1] + i1) * g.in[2] + i2) * g.cin;
-                    const T *wp = wc + ((k0 * g.k[1] + k1) * g.k[2] + k2) * cin_g;
-                    for (int64_t ci = 0; ci < cin_g; ci++) sum += ld(xp[ci]) * ld(wp[ci]);
+                    const T *xp = xg + ((i0 * g.in[1] + i1) * g.in[2] + i2) * x_p;
+                    const T *wp = wc + ((k0 * g.k[1] + k1) * g.k[2] + k2) * w_p;
+                    for (int64_t ci = 0; ci < cin_g; ci++) sum += ld(xp[ci * x_c]) * ld(wp[ci * w_c]);
                 }
             }
         }
@@ -170,8 +139,7 @@ template <typename T>
 cudaError_t conv_launch(const void *x, const void *w, void *y, const kn_cu_conv_standin &g, cudaStream_t s) {
     int64_t total = g.n * g.cout * g.out[0] * g.out[1] * g.out[2];
     if (total == 0) return cudaSuccess;
-    if (g.nhwc) k_conv_standin_nhwc<T><<<grid_for(total, 256), 256, 0, s>>>((const T *)x, (const T *)w, (T *)y, g, total);
-    else k_conv_standin<T><<<grid_for(total, 256), 256, 0, s>>>((const T *)x, (const T *)w, (T *)y, g, total);
+    k_conv_standin<T><<<grid_for(total, 256), 256, 0, s>>>((const T *)x, (const T *)w, (T *)y, g, total);
     return cudaGetLastError();
 }
 
