@@ -11,7 +11,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kiln COMMAND [ARGS]\n"
-            "  run MODEL [--input NAME=FILE ...] [--dim NAME=VALUE ...] [--output-dir DIR] [--repeat N]\n"
+            "  run MODEL [--input NAME=FILE ...] [--dim NAME=VALUE ...] [--output-dir DIR] [--repeat N [--times]]\n"
             "            [--provider P[,P]] [--opt-level N] [--threads N]\n"
             "            run a model on given (.npy/.pb) or random inputs; print each output\n"
             "  inspect MODEL [--dim NAME=VALUE ...]\n"

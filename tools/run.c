@@ -86,6 +86,7 @@ int cmd_run(int argc, char **argv) {
     const char *model = NULL, *out_dir = NULL;
     named inputs[MAX_ITEMS], dims[MAX_ITEMS];
     int n_inputs = 0, n_dims = 0, repeat = 1, err = 0;
+    bool each_time = false; /* --times: every run's latency, in order (how a warm start settles) */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (cli_parse_common(&common, argc, argv, &i, &err)) {
@@ -109,6 +110,8 @@ int cmd_run(int argc, char **argv) {
         } else if (!strcmp(a, "--repeat") && i + 1 < argc) {
             repeat = atoi(argv[++i]);
             if (repeat < 1) repeat = 1;
+        } else if (!strcmp(a, "--times")) {
+            each_time = true;
         } else if (a[0] == '-') {
             fprintf(stderr, "kiln run: unknown option '%s'\n", a);
             return 2;
@@ -199,6 +202,11 @@ int cmd_run(int argc, char **argv) {
                 goto done;
             }
         }
+    }
+    if (each_time) {
+        printf("run times ms:");
+        for (int r = 0; r < repeat; r++) printf(" %.3f", times[r]);
+        printf("\n");
     }
     qsort(times, (size_t)repeat, sizeof *times, cmp_double);
     printf("session created in %.1f ms; run %.3f ms", t_create, times[repeat / 2]);
