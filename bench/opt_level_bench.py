@@ -119,7 +119,8 @@ def main():
     # inspect places with the providers listed; plain cpu needs no placement
     inspect_provider = a.provider if a.provider != "cpu" else None
     cache = tempfile.mkdtemp(prefix="kiln_optbench_")
-    env = dict(os.environ, KILN_CACHE_DIR=cache)
+    # steady state: a warm start's first runs on CUDA use stand-in kernels while the libraries start
+    env = dict(os.environ, KILN_CACHE_DIR=cache, KILN_CUDA_STAND_INS="never")
     load_before = load_average()
     rows = []
     try:
