@@ -11,7 +11,8 @@
 #   - the zoo, the float16 zoo test and the node tests again with every product and convolution on
 #     kiln's own stand-in kernels (KILN_CUDA_STAND_INS=always; a warm start's first runs use them),
 #   - the zoo, the float16 zoo test and the node tests at level 3 with channels-last regions
-#     (KILN_LAYOUT=nhwc KILN_CUDA_NHWC=1: CUDA's NHWC convolution, not formed by default yet),
+#     (KILN_LAYOUT=nhwc: CUDA's NHWC convolution everywhere it applies; by default only at batch 4+ in
+#     half precision, which the zoo's batch-1 tests do not reach),
 # and ends with one line: N passed, N failed, N skipped. Without a GPU every part reports skipped.
 #
 #   bash scripts/gpu_test.sh
@@ -107,11 +108,11 @@ if [ "$zoo_count" -gt 0 ]; then
   # level 3's channels-last regions on CUDA (cuDNN's NHWC formats, the pointwise product over all
   # positions, the channels-last stand-in), asked for: no provider forms them by itself yet
   part "zoo, provider cuda only, level 3, channels last" "$logs/zoo_nhwc.log" \
-    env KILN_LAYOUT=nhwc KILN_CUDA_NHWC=1 "$build/kiln" test --provider cuda --opt-level 3 "$zoo"
+    env KILN_LAYOUT=nhwc "$build/kiln" test --provider cuda --opt-level 3 "$zoo"
   part "zoo, provider cuda only, level 3, channels last, kiln's stand-in kernels" "$logs/zoo_nhwc_standin.log" \
-    env KILN_LAYOUT=nhwc KILN_CUDA_NHWC=1 KILN_CUDA_STAND_INS=always "$build/kiln" test --provider cuda --opt-level 3 "$zoo"
+    env KILN_LAYOUT=nhwc KILN_CUDA_STAND_INS=always "$build/kiln" test --provider cuda --opt-level 3 "$zoo"
   part "zoo in float16 (activations=half), channels last" "$logs/unit_half_nhwc.log" \
-    env KILN_LAYOUT=nhwc KILN_CUDA_NHWC=1 KILN_SOURCE_DIR="$root" "$build/kiln_unit_tests" cuda_zoo_half_activations
+    env KILN_LAYOUT=nhwc KILN_SOURCE_DIR="$root" "$build/kiln_unit_tests" cuda_zoo_half_activations
 else
   echo "=== zoo: $zoo not found"; total_skip=$((total_skip + 7))
 fi
@@ -171,7 +172,7 @@ if [ ${#node_list[@]} -gt 0 ]; then
   done
   KILN_CUDA_STAND_INS=always run_node_tests "node tests, providers cuda,cpu, level 0, kiln's stand-in kernels" cuda_standin 1 \
     --provider cuda,cpu --opt-level 0 --expected-failures "$logs/cpu_expected_failures.txt"
-  KILN_LAYOUT=nhwc KILN_CUDA_NHWC=1 run_node_tests "node tests, providers cuda,cpu, level 3, channels last" cuda_nhwc 1 \
+  KILN_LAYOUT=nhwc run_node_tests "node tests, providers cuda,cpu, level 3, channels last" cuda_nhwc 1 \
     --provider cuda,cpu --opt-level 3 --expected-failures "$logs/cpu_expected_failures.txt"
 else
   echo "=== node tests: none found in $nodes"; total_skip=$((total_skip + 4))

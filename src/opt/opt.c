@@ -208,7 +208,7 @@ const char *kn_opt_pass_info(int i, int *level_out, const char **description_out
 }
 
 void kn_opt_environment(char *buf, size_t cap) {
-    static const char *const names[] = {"KILN_LAYOUT", "KILN_CUDA_NHWC"};
+    static const char *const names[] = {"KILN_LAYOUT"};
     size_t at = 0;
     if (cap) buf[0] = 0;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && at < cap; i++) {

@@ -10,12 +10,15 @@
  * where a channels-first value flows in and leaves it where one flows out (a graph output, or a
  * reader outside the region). Graph inputs and outputs keep their layout.
  *
- * Where it is faster depends on the device and the shapes: PyTorch's channels_last in fp16 on an
- * H200 was 13-16% slower than NCHW at batch 1 and 21-23% faster at batch 32 on the zoo's CNNs
- * (bench/results/torch-nhwc-2026-12-01.md). The decision is layout_wanted's: KILN_LAYOUT=nhwc
- * forms the regions wherever the target runs them, =nchw never, auto (the default) where they are
- * known to be faster, which is nowhere yet: the CPU convolution is channels-first (its NHWC kernel
- * is a reference that permutes around it), and CUDA's NHWC kernel is the next step. */
+ * Where it is faster depends on the device, the precision and the batch. On an H200
+ * (bench/results/layout-cuda-2026-12-01.md: efficientnet_b0 and mobilenet_v3_small, kiln's own
+ * kernels, steady state, NHWC/NCHW time) channels last was, in float16: 1.08-1.16 at batch 1,
+ * 0.85-1.03 at 2, 0.78-0.89 at 4, 0.57-0.59 at 8, 0.38 at 32; in float32 and tf32: 0.60-0.77 at 8,
+ * 0.42-0.74 at 32 (batch 4 and below not measured). So auto (the default) forms a region around
+ * the convolutions of a device provider with a known batch of at least 4 in float16 or bfloat16
+ * (lower_precision ran first: activations=half) or 8 in float32; a symbolic batch stays channels
+ * first. KILN_LAYOUT=nhwc forms the regions wherever the target runs them (the CPU's NHWC FusedConv
+ * is a reference that permutes around its convolution: for tests), =nchw never. */
 #include "opt/pass.h"
 #include "util/log.h"
 
@@ -39,12 +42,24 @@ static int layout_mode(void) {
     return 0;
 }
 
-/* auto: where channels last is known to be faster for this session's provider and shapes. None
- * yet (see the top of the file). */
-static bool layout_wanted(const kn_opt_ctx *c) {
-    int mode = layout_mode();
-    (void)c;
-    return mode > 0;
+/* The smallest batches auto puts channels last (see the top of the file). */
+#define AUTO_MIN_BATCH_HALF 4
+#define AUTO_MIN_BATCH_FLOAT 8
+
+/* Whether the pass looks for regions at all: KILN_LAYOUT=nhwc, or auto with a device provider first. */
+static bool layout_wanted(const kn_opt_ctx *c, int mode) {
+    if (mode) return mode > 0;
+    kn_backend_config cfg;
+    const char *provider = kn_opt_first_provider(c, &cfg);
+    const kn_backend_ops *b = provider ? kn_backend_find(provider) : NULL;
+    return b && b->device != KN_DEVICE_HOST;
+}
+
+/* auto: a convolution whose input x has a known batch where channels last was measured faster. */
+static bool auto_conv_faster(const kn_type *x) {
+    int64_t batch = x->dims[0].value;
+    if (x->dtype == KILN_DTYPE_FLOAT16 || x->dtype == KILN_DTYPE_BFLOAT16) return batch >= AUTO_MIN_BATCH_HALF;
+    return x->dtype == KILN_DTYPE_FLOAT && batch >= AUTO_MIN_BATCH_FLOAT;
 }
 
 static bool rank4_float(const kn_type *t) {
@@ -105,7 +120,7 @@ static bool conv_target_supports(const kn_opt_ctx *c, int i) {
 }
 
 /* What node i would be in a channels-last region, or ROLE_NONE. */
-static int role_of(const kn_opt_ctx *c, int i) {
+static int role_of(const kn_opt_ctx *c, int i, int mode) {
     const kn_graph *g = c->g;
     const kn_node *n = &g->nodes[i];
     if (n->dead || n->n_outputs != 1 || n->outputs[0] < 0 || n->n_inputs > MAX_INPUTS ||
@@ -116,6 +131,7 @@ static int role_of(const kn_opt_ctx *c, int i) {
     if (conv) {
         bool nhwc;
         if (x < 0 || !rank4_float(&g->values[x].type) || kn_opt_const(c, x)) return ROLE_NONE;
+        if (mode == 0 && !auto_conv_faster(&g->values[x].type)) return ROLE_NONE;
         if (!kn_fused_conv_layout(n, &nhwc) || nhwc) return ROLE_NONE;
         int z = n->n_inputs > 3 ? n->inputs[3] : -1, w = n->n_inputs > 1 ? n->inputs[1] : -1;
         if (z >= 0 && (!rank4_float(&g->values[z].type) || kn_opt_const(c, z))) return ROLE_NONE;
@@ -221,7 +237,8 @@ static kiln_status pool_node(kn_opt_ctx *c, int i, int x, int out) {
 }
 
 kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c) {
-    if (!layout_wanted(c)) return KILN_OK;
+    const int mode = layout_mode();
+    if (!layout_wanted(c, mode)) return KILN_OK;
     kn_graph *g = c->g;
     const int n_nodes = g->n_nodes, n_values = g->n_values;
     int *parent = malloc(sizeof(int) * (size_t)n_nodes), *role = calloc((size_t)n_nodes, sizeof(int));
@@ -234,7 +251,7 @@ kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c) {
     }
     for (int i = 0; i < n_nodes; i++) {
         parent[i] = i;
-        role[i] = role_of(c, i);
+        role[i] = role_of(c, i, mode);
         anchor[i] = role[i] == ROLE_CONV;
     }
     /* regions: producer and reader joined through 4-D values */

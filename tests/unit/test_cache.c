@@ -431,7 +431,7 @@ KN_TEST(cache_key_every_field) {
     CHECK_MSG(strcmp(base, k), "input-shape profile");
     kiln_session_options_destroy(v);
     /* the optimiser's environment switches (set: another key; unset again: the same) */
-    static const char *const env[2][2] = {{"KILN_LAYOUT", "nhwc"}, {"KILN_CUDA_NHWC", "1"}};
+    static const char *const env[2][2] = {{"KILN_LAYOUT", "nhwc"}, {"KILN_LAYOUT", "nchw"}};
     for (int e = 0; e < 2; e++) {
         setenv(env[e][0], env[e][1], 1);
         key_of(model, o, k);

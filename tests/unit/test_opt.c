@@ -1474,10 +1474,12 @@ KN_TEST(opt_lower_precision_cuda_matches_fp32) {
  * with a residual Add -> squeeze-excite (GlobalAveragePool, 1x1 Conv + Relu, 1x1 Conv + HardSigmoid,
  * Mul) -> Add of a [8,10,10] constant -> PRelu with a [8,1,1] slope -> two outputs: the map itself
  * and GlobalAveragePool -> Flatten. */
+static int64_t cnn_batch = 2; /* the block's batch (layout_nhwc's auto rule reads it) */
+
 static kn_model *build_cnn_block(void) {
     tb b;
     tb_init(&b, 17);
-    int64_t xd[] = {2, 3, 10, 10}, w1d[] = {8, 3, 3, 3}, w2d[] = {8, 8, 3, 3}, s1d[] = {4, 8, 1, 1}, s2d[] = {8, 4, 1, 1};
+    int64_t xd[] = {cnn_batch, 3, 10, 10}, w1d[] = {8, 3, 3, 3}, w2d[] = {8, 8, 3, 3}, s1d[] = {4, 8, 1, 1}, s2d[] = {8, 4, 1, 1};
     int64_t bd[] = {8}, b4[] = {4}, cd[] = {8, 1, 1}, fd[] = {8, 10, 10};
     int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd);
     int64_t pads[] = {1, 1, 1, 1};
@@ -1546,40 +1548,96 @@ KN_TEST(opt_layout_nhwc_regions_match_nchw) {
     unsetenv("KILN_LAYOUT");
 }
 
-/* Target awareness: CUDA runs FusedConv channels last only when KILN_CUDA_NHWC=1 asks (its kernel
- * is not yet validated on a GPU), so judged from its kernel tables the pass forms nothing for it
- * otherwise, even with KILN_LAYOUT=nhwc; with both, in fp16 with activations=half, the block's
- * convolutions go channels last in float16. */
-KN_TEST(opt_layout_nhwc_for_cuda_only_when_enabled) {
+static int count_nhwc_in(const kn_model *m) {
+    int n = 0;
+    for (int i = 0; m && i < m->graph->n_nodes; i++) {
+        bool l = false;
+        if (!m->graph->nodes[i].dead && !strcmp(m->graph->nodes[i].op_type, "FusedConv") &&
+            kn_fused_conv_layout(&m->graph->nodes[i], &l) && l)
+            n++;
+    }
+    return n;
+}
+
+/* layout_nhwc's auto rule, judged from CUDA's kernel tables (no GPU needed): channels last for a
+ * device provider's float16/bfloat16 convolutions (activations=half) at a known batch of 4 or more,
+ * its float32 ones (fp32, tf32, or half precision with float32 activations) at 8 or more; not below,
+ * not for the CPU. KILN_LAYOUT=nhwc forms the regions at any batch, =nchw at none. */
+KN_TEST(opt_layout_nhwc_auto_for_device_batches) {
 #ifndef KILN_HAVE_CUDA
     KN_SKIP("no CUDA backend in this build");
 #else
     char why[512] = "";
     int n_fns = 0, dnn = 0;
     if (!kn_cuda_libs_report(why, sizeof why, &n_fns, &dnn) || !dnn) KN_SKIP("cuDNN not loadable here");
-    setenv("KILN_LAYOUT", "nhwc", 1);
-    for (int enabled = 0; enabled < 2; enabled++) {
-        if (enabled) setenv("KILN_CUDA_NHWC", "1", 1);
-        kiln_session_options *o = precision_options("cuda", "fp16", true, 3);
+    static const struct {
+        const char *layout, *provider, *precision;
+        bool half;
+        int64_t batch;
+        int nhwc;
+    } cases[] = {
+        {NULL, "cuda", "fp16", true, 8, 4},    {NULL, "cuda", "bf16", true, 4, 4},  {NULL, "cuda", "fp16", true, 2, 0},
+        {NULL, "cuda", "fp32", false, 8, 4},   {NULL, "cuda", "tf32", false, 4, 0}, {NULL, "cuda", "fp16", false, 8, 4},
+        {NULL, "cuda", "fp16", false, 4, 0},   {NULL, "cpu", NULL, false, 8, 0},
+        {"nhwc", "cuda", "fp16", true, 2, 4},  {"nchw", "cuda", "fp16", true, 8, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        if (cases[k].layout) setenv("KILN_LAYOUT", cases[k].layout, 1);
+        else unsetenv("KILN_LAYOUT");
+        cnn_batch = cases[k].batch;
+        kiln_session_options *o = precision_options(cases[k].provider, cases[k].precision, cases[k].half, 3);
         kn_model *m = optimised_from_tables(build_cnn_block, o);
         kiln_session_options_destroy(o);
-        int nhwc = 0;
-        for (int i = 0; m && i < m->graph->n_nodes; i++) {
-            bool l = false;
-            if (!m->graph->nodes[i].dead && !strcmp(m->graph->nodes[i].op_type, "FusedConv") &&
-                kn_fused_conv_layout(&m->graph->nodes[i], &l) && l)
-                nhwc++;
-        }
-        CHECK_MSG(nhwc == (enabled ? 4 : 0), "KILN_CUDA_NHWC %s: %d channels-last convolutions", enabled ? "1" : "unset",
-                  nhwc);
+        int nhwc = count_nhwc_in(m);
+        CHECK_MSG(nhwc == cases[k].nhwc, "case %zu (KILN_LAYOUT=%s, %s %s%s, batch %lld): %d channels-last convolutions, "
+                  "want %d", k, cases[k].layout ? cases[k].layout : "auto", cases[k].provider,
+                  cases[k].precision ? cases[k].precision : "", cases[k].half ? " half" : "", (long long)cases[k].batch,
+                  nhwc, cases[k].nhwc);
         /* one Transpose in, one out before the Cast back to float32 that PRelu (no half kernel
          * in lower_precision's list) reads: the PRelu and the last pooling hold no convolution */
-        CHECK_EQ_INT(m ? model_count_op(m, "", "Transpose") : -1, enabled ? 2 : 0);
+        if (cases[k].nhwc && cases[k].half) CHECK_EQ_INT(m ? model_count_op(m, "", "Transpose") : -1, 2);
         kn_model_free(m);
     }
-    unsetenv("KILN_CUDA_NHWC");
+    cnn_batch = 2;
     unsetenv("KILN_LAYOUT");
 #endif
+}
+
+/* On a machine with a GPU: at batch 8 the block's convolutions run channels last through cuDNN's
+ * NHWC formats by default, in float32, in float16 and bfloat16 with half activations, and in
+ * float16 converting float32 activations; the outputs agree with float32 at level 0 within each
+ * type's rounding. */
+KN_TEST(opt_layout_nhwc_cuda_matches_fp32) {
+    const char *why = NULL;
+    if (!kiln_provider_available("cuda", &why)) KN_SKIP(why ? why : "no CUDA device");
+    unsetenv("KILN_LAYOUT");
+    static const struct {
+        const char *precision;
+        bool half;
+        double tol;
+    } cases[] = {{"fp32", false, 1e-4}, {"fp16", true, 4e-3}, {"bf16", true, 2e-2}, {"fp16", false, 4e-3}};
+    cnn_batch = 8;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        kiln_session *ref = NULL, *low = NULL;
+        kiln_session_options *o = precision_options("cuda", "fp32", false, 0);
+        kn_model *m = build_cnn_block();
+        CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
+        CHECK_STATUS(kn_session_from_model(m, o, &ref), KILN_OK);
+        kiln_session_options_destroy(o);
+        o = precision_options("cuda", cases[k].precision, cases[k].half, 3);
+        m = build_cnn_block();
+        CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
+        CHECK_STATUS(kn_session_from_model(m, o, &low), KILN_OK);
+        kiln_session_options_destroy(o);
+        if (ref && low) {
+            check_outputs(ref, low, cases[k].tol, true);
+            CHECK_MSG(count_nhwc_convs(low) == 4, "%s%s: %d channels-last convolutions", cases[k].precision,
+                      cases[k].half ? " half" : "", count_nhwc_convs(low));
+        }
+        kiln_session_destroy(ref);
+        kiln_session_destroy(low);
+    }
+    cnn_batch = 2;
 }
 
 /* ------------------------------------------------------------------ mean before a pointwise Conv */

@@ -301,13 +301,6 @@ static bool chain_supports(const kn_node *n, const kn_type *const *in, int n_in,
     return true;
 }
 
-/* KILN_CUDA_NHWC=1: FusedConv with layout NHWC runs here (experimental until measured and tested
- * on a GPU; the layout pass forms such nodes only where the target takes them). */
-static bool nhwc_enabled(void) {
-    const char *e = getenv("KILN_CUDA_NHWC");
-    return e && !strcmp(e, "1");
-}
-
 static bool fused_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
     for (int i = 1; i < n_in; i++) {
         if (!in[i]) continue;
@@ -323,11 +316,6 @@ static bool fused_supports(const kn_node *n, const kn_type *const *in, int n_in,
     bool nhwc = false;
     if (!strcmp(n->op_type, "FusedConv") && !kn_fused_conv_layout(n, &nhwc)) {
         snprintf(why, cap, "layout %s", kn_attr_string(n, "layout", ""));
-        return false;
-    }
-    if (nhwc && !nhwc_enabled()) {
-        /* channels last (cuDNN's NHWC formats) is written but not yet run on a GPU: asked for only */
-        snprintf(why, cap, "layout NHWC: set KILN_CUDA_NHWC=1 to run it on CUDA (not yet validated)");
         return false;
     }
     if (nhwc && in[0]->rank >= 0 && in[0]->rank != 4) {
