@@ -1,6 +1,7 @@
 /* The provider registry, provider options, the CPU backend behind the backend interface, and
  * the per-session runtime (one instance per provider). */
 #include "backend/backend.h"
+#include "exec/memplan.h"
 
 #include "backend/cpu/const_cache.h"
 #include "backend/cpu/cpu.h"
@@ -236,6 +237,9 @@ void kn_runtime_destroy(kn_runtime *rt) {
     if (!rt) return;
     for (int v = 0; v < rt->n_const_dev; v++) kn_tensor_free(rt->const_dev[v]);
     free(rt->const_dev);
+    kn_memplan_free(rt->memplan);
+    for (int i = 0; i < KN_MEMPLAN_SHAPED; i++) kn_memplan_free(rt->shaped[i]);
+    free(rt->arena);
     for (int i = 0; i < rt->n_backends; i++)
         if (rt->backends[i].ops && rt->backends[i].ops->destroy) rt->backends[i].ops->destroy(rt->backends[i].state);
     free(rt);

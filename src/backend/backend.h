@@ -123,6 +123,13 @@ typedef struct kn_runtime {
     const kn_graph *main;   /* the session's main graph (for the constants' device copies) */
     kn_tensor **const_dev;  /* per value of `main`: device copy of its constant, made on first use */
     int n_const_dev;
+    /* where `main`'s host intermediates live (exec/memplan.h): the plan made with the session from
+     * static input shapes, or those made by runs, one per input-shape set */
+    struct kn_memplan *memplan;
+    struct kn_memplan *shaped[4];
+    uint64_t runs;
+    unsigned char *arena; /* the plans' host memory (the largest one's bytes), made by the first run using one */
+    uint64_t arena_bytes;
 } kn_runtime;
 
 extern const kn_backend_ops kn_backend_cpu;

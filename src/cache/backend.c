@@ -10,8 +10,11 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
+#include "exec/memplan.h"
+#include "exec/session.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const kn_cpu_kernel *const kn_sect_cpu_tables[] = {
@@ -160,9 +163,135 @@ static kiln_status tuning_load(kiln_session *s, const uint8_t *data, size_t size
     return kn_cache_tuning_parse(data, size, file, b->ops->tuning_import, b->state);
 }
 
+/* ---- "memory.plan": the main graph's memory plan (src/exec/memplan.h): the arena's bytes, the
+ * planned values' bytes each on its own, the graph's value count, then per planned value: its id,
+ * the value whose slot it takes over (-1: a slot of its own), its offset and its slot's bytes. */
+
+#define PLAN_ENTRY_BYTES 24
+#define PLAN_MAX_ARENA ((uint64_t)1 << 44)
+
+static kiln_status memplan_save(const kiln_session *s, kn_buf *out) {
+    const kn_memplan *p = s->rt ? s->rt->memplan : NULL;
+    if (!p) return KILN_OK; /* nothing planned: no section */
+    kn_buf_u64(out, p->arena_bytes);
+    kn_buf_u64(out, p->unshared_bytes);
+    kn_buf_u32(out, (uint32_t)p->n_values);
+    kn_buf_u32(out, (uint32_t)(p->n_planned + p->n_aliases));
+    for (int v = 0; v < p->n_values; v++) {
+        if (p->offset[v] < 0) continue;
+        kn_buf_u32(out, (uint32_t)v);
+        kn_buf_i32(out, p->alias[v]);
+        kn_buf_u64(out, (uint64_t)p->offset[v]);
+        kn_buf_u64(out, (uint64_t)p->size[v]);
+    }
+    return out->oom ? KN_OOM() : KILN_OK;
+}
+
+/* Every field checked against the graph before the plan is used: a value the plan may not cover,
+ * a slot smaller than its value or outside the arena is an error (the entry is then rebuilt). */
+static kiln_status memplan_parse(kn_rd *r, const kn_graph *g, const kn_runtime *rt, kn_memplan *p) {
+    char lbl[256];
+    uint64_t arena = kn_rd_u64(r, "arena bytes"), unshared = kn_rd_u64(r, "unshared bytes");
+    uint32_t nv = kn_rd_u32(r, "value count");
+    if (!kn_rd_ok(r)) return r->st;
+    if (nv != (uint32_t)g->n_values)
+        return kn_rd_fail(r, "value count", "the plan is for %u values, the graph has %d", nv, g->n_values);
+    if (arena == 0 || arena > PLAN_MAX_ARENA || arena % KN_MEMPLAN_ALIGN)
+        return kn_rd_fail(r, "arena bytes", "%llu is not a usable arena size", (unsigned long long)arena);
+    uint32_t n = kn_rd_count(r, PLAN_ENTRY_BYTES, nv, "entry count");
+    if (!kn_rd_ok(r)) return r->st;
+    bool *pinned = kn_memplan_pinned(g);
+    if (!pinned) return KN_OOM();
+    p->n_values = g->n_values;
+    p->arena_bytes = arena;
+    uint64_t sum = 0;
+    kiln_status st = KILN_OK;
+    for (uint32_t i = 0; i < n && st == KILN_OK; i++) {
+        uint32_t v = kn_rd_u32(r, "value");
+        int32_t alias = kn_rd_i32(r, "alias");
+        uint64_t off = kn_rd_u64(r, "offset"), size = kn_rd_u64(r, "size");
+        if (!kn_rd_ok(r)) {
+            st = r->st;
+            break;
+        }
+        if (v >= nv || p->offset[v] >= 0) {
+            st = kn_rd_fail(r, "value", "entry %u: value %u is out of range or planned twice", i, v);
+            break;
+        }
+        if (!kn_memplan_eligible(g, rt, (int)v, pinned, false)) {
+            const kn_value *val = &g->values[v];
+            const kn_node *prod = val->producer >= 0 && val->producer < g->n_nodes ? &g->nodes[val->producer] : NULL;
+            st = kn_rd_fail(r, "value", "entry %u: value '%s'%s%s cannot be planned here (not a host intermediate of "
+                            "static shape)", i, val->name, prod ? " of " : "", prod ? kn_node_label(prod, lbl, sizeof lbl) : "");
+            break;
+        }
+        int64_t need = kn_memplan_slot_bytes(&g->values[v].type);
+        if (alias < 0) {
+            if (size != (uint64_t)need || off % KN_MEMPLAN_ALIGN || off > arena || size > arena - off) {
+                st = kn_rd_fail(r, "slot", "entry %u: value '%s' of %lld bytes has a slot of %llu at %llu in an arena of "
+                                "%llu", i, g->values[v].name, (long long)need, (unsigned long long)size,
+                                (unsigned long long)off, (unsigned long long)arena);
+                break;
+            }
+            sum += size;
+            p->n_planned++;
+        } else {
+            if ((uint32_t)alias >= nv || p->offset[alias] < 0 || p->alias[alias] >= 0 || off != (uint64_t)p->offset[alias] ||
+                size != (uint64_t)p->size[alias] || (uint64_t)need > size) {
+                st = kn_rd_fail(r, "alias", "entry %u: value '%s' takes over a slot that is not a planned one of its own "
+                                "or does not hold it", i, g->values[v].name);
+                break;
+            }
+            p->n_aliases++;
+        }
+        p->offset[v] = (int64_t)off;
+        p->size[v] = (int64_t)size;
+        p->alias[v] = alias;
+    }
+    free(pinned);
+    if (st != KILN_OK) return st;
+    if (sum != unshared)
+        return kn_rd_fail(r, "unshared bytes", "the slots add up to %llu bytes, the section says %llu",
+                          (unsigned long long)sum, (unsigned long long)unshared);
+    p->unshared_bytes = unshared;
+    if (kn_rd_left(r)) return kn_rd_fail(r, "end", "%zu unexpected bytes after the last entry", kn_rd_left(r));
+    return KILN_OK;
+}
+
+static kiln_status memplan_load(kiln_session *s, const uint8_t *data, size_t size, const char *file) {
+    if (!s->rt) return KILN_OK;
+    const kn_graph *g = s->model->graph;
+    size_t nv = (size_t)(g->n_values ? g->n_values : 1);
+    kn_memplan *p = calloc(1, sizeof *p);
+    if (p) {
+        p->offset = malloc(sizeof(int64_t) * nv);
+        p->size = calloc(nv, sizeof(int64_t));
+        p->alias = malloc(sizeof(int32_t) * nv);
+    }
+    if (!p || !p->offset || !p->size || !p->alias) {
+        kn_memplan_free(p);
+        return KN_OOM();
+    }
+    for (size_t v = 0; v < nv; v++) {
+        p->offset[v] = -1;
+        p->alias[v] = -1;
+    }
+    kn_rd r;
+    kn_rd_init(&r, data, size, file, "memory.plan");
+    kiln_status st = memplan_parse(&r, g, s->rt, p);
+    if (st != KILN_OK) {
+        kn_memplan_free(p);
+        return st;
+    }
+    kn_memplan_free(s->rt->memplan);
+    s->rt->memplan = p;
+    return KILN_OK;
+}
+
 const kn_cache_backend kn_cache_backends[] = {
     {"cpu.kernels", cpu_save, cpu_load},
     {"cuda.tuning", tuning_save, tuning_load},
+    {"memory.plan", memplan_save, memplan_load},
     {0},
 };
 

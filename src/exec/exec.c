@@ -1,4 +1,5 @@
 #include "exec/exec.h"
+#include "exec/memplan.h"
 #include "exec/profile.h"
 
 #include "backend/backend.h"
@@ -161,12 +162,40 @@ static kiln_status to_host(kn_exec *x, kn_tensor *t, kn_tensor **out) {
 
 #define KN_MAX_IO 1024
 
-/* Operators whose output is their first input's elements under another shape. */
-static bool is_view(const kn_node *n) {
+bool kn_exec_is_view(const kn_node *n) {
     if (*n->domain) return false;
     const char *op = n->op_type;
     return !strcmp(op, "Reshape") || !strcmp(op, "Flatten") || !strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze") ||
            !strcmp(op, "Identity");
+}
+
+/* KILN_MEMORY_PLAN=0: a run allocates every intermediate from the buffer pool instead (for
+ * measuring and checking what the plan does; read at each run). */
+static bool kn_memplan_wanted(void) {
+    const char *e = getenv("KILN_MEMORY_PLAN");
+    return !(e && !strcmp(e, "0"));
+}
+
+/* Whether t's bytes are in the run's planned arena. */
+static bool in_arena(const kn_exec *x, const kn_tensor *t) {
+    const unsigned char *d = t->data;
+    return x->arena && !t->owns_data && d >= x->arena && d < x->arena + x->plan->arena_bytes;
+}
+
+/* Output value v's tensor at its planned offset, when v has a slot of its own there that holds it;
+ * false otherwise (the caller allocates as usual). */
+static bool arena_output(kn_exec *x, int v, kiln_dtype dtype, int rank, const int64_t *dims, bool zero,
+                         kn_tensor **out) {
+    const kn_memplan *p = x->plan;
+    if (!x->arena || v < 0 || v >= p->n_values || p->offset[v] < 0 || p->alias[v] >= 0) return false;
+    if (kn_dtype_nbytes(dtype, kn_shape_count(dims, rank)) > (size_t)p->size[v]) return false;
+    if (kn_tensor_new_view(dtype, rank, dims, x->arena + p->offset[v], (size_t)p->size[v], out) != KILN_OK) {
+        kn_clear_error();
+        return false;
+    }
+    (*out)->capacity = (size_t)p->size[v];
+    if (zero) memset((*out)->data, 0, (size_t)p->size[v]);
+    return true;
 }
 
 /* A view that reads the last use of a tensor this run made, where its kernel wants it, takes that
@@ -174,11 +203,13 @@ static bool is_view(const kn_node *n) {
  * in every run and in every captured graph). Otherwise the kernel copies as before. */
 static bool take_as_view(kn_exec *x, const kn_node *n, kn_tensor *const *in, const kn_type *out_type) {
     int v = n->n_inputs > 0 ? n->inputs[0] : -1;
-    if (!is_view(n) || n->n_outputs != 1 || n->outputs[0] < 0 || v < 0) return false;
+    if (!kn_exec_is_view(n) || n->n_outputs != 1 || n->outputs[0] < 0 || v < 0) return false;
     if (!x->owned[v] || x->remaining[v] != 1 || in[0] != x->slots[v] || in[0]->kind != KN_VALUE_TENSOR) return false;
     for (int i = 1; i < n->n_inputs; i++)
         if (n->inputs[i] == v) return false;
     if (!kn_type_is_static(out_type) || out_type->dtype != in[0]->dtype) return false;
+    /* a tensor in the planned arena goes only to the view the plan gave its slot */
+    if (x->arena && in_arena(x, in[0]) && (!x->plan || x->plan->alias[n->outputs[0]] < 0)) return false;
     int64_t dims[KILN_MAX_RANK];
     for (int d = 0; d < out_type->rank; d++) dims[d] = out_type->dims[d].value;
     if (kn_shape_count(dims, out_type->rank) != kn_tensor_count(in[0])) return false;
@@ -272,9 +303,11 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
             if (be && be->ops->device != KN_DEVICE_HOST &&
                 !(be->ops->output_on_host && be->ops->output_on_host(n->kernel, n, o)))
                 st = be->ops->new_tensor(be->state, types_out[o].dtype, types_out[o].rank, dims, &out[o]);
-            else
+            else if (!arena_output(x, n->outputs[o], types_out[o].dtype, types_out[o].rank, dims, !overwrites, &out[o])) {
                 st = kn_tensor_new_pooled(x->buffers, !overwrites, types_out[o].dtype, types_out[o].rank, dims,
                                           &out[o]);
+                if (st == KILN_OK && x->record && n->outputs[o] >= 0) x->record[n->outputs[o]] = (int64_t)out[o]->nbytes;
+            }
             if (st != KILN_OK) {
                 kn_error_prefix(st, "%s: output %d: ", kn_node_label(n, lbl, sizeof lbl), o);
                 goto done;
@@ -333,9 +366,78 @@ static kiln_status device_copy(kn_exec *x, const kn_tensor *t, kn_tensor **out) 
     return st;
 }
 
+/* The main graph's run: its memory plan (the session's static one, or the one made for these input
+ * shapes) and an arena that holds it; or, for input shapes not seen yet, a record of what the run
+ * allocates (*sig_out: their signature, for the plan made after the run). */
+static void choose_plan(kn_exec *x, kn_runtime *rt, kn_tensor *const *inputs, int64_t **sig_out, int *len_out) {
+    const kn_graph *g = x->graph;
+    kn_memplan *p = NULL;
+    if (rt->memplan) {
+        if (rt->memplan->n_values == g->n_values) p = rt->memplan;
+    } else {
+        int len = 0;
+        int64_t *sig = kn_memplan_signature(g, inputs, &len);
+        if (!sig) return;
+        for (int i = 0; i < KN_MEMPLAN_SHAPED && !p; i++) {
+            kn_memplan *q = rt->shaped[i];
+            if (q && q->n_values == g->n_values && q->sig_len == len && !memcmp(q->sig, sig, sizeof *sig * (size_t)len))
+                p = q;
+        }
+        if (!p) {
+            x->record = calloc((size_t)(g->n_values ? g->n_values : 1), sizeof *x->record);
+            if (x->record) {
+                *sig_out = sig;
+                *len_out = len;
+            } else {
+                free(sig);
+            }
+            return;
+        }
+        free(sig);
+        p->last_used = ++rt->runs;
+    }
+    if (!p) return;
+    if (rt->arena_bytes < p->arena_bytes) {
+        unsigned char *a = aligned_alloc(KN_MEMPLAN_ALIGN, (size_t)p->arena_bytes);
+        if (!a) return; /* the run allocates as before */
+        free(rt->arena);
+        rt->arena = a;
+        rt->arena_bytes = p->arena_bytes;
+    }
+    x->plan = p;
+    x->arena = rt->arena;
+}
+
+/* After a run that recorded its allocations: the plan for its input shapes, in a free place or in
+ * the least recently used one's. */
+static void keep_plan(kn_exec *x, kn_runtime *rt, int64_t *sig, int len) {
+    kn_memplan *p = NULL;
+    if (kn_memplan_build(x->graph, rt, x->record, &p) != KILN_OK || !p) {
+        kn_clear_error();
+        free(sig);
+        return;
+    }
+    p->sig = sig;
+    p->sig_len = len;
+    kn_memplan_log(p, "made by the first run with these input shapes");
+    p->last_used = ++rt->runs;
+    int at = 0;
+    for (int i = 0; i < KN_MEMPLAN_SHAPED; i++) {
+        if (!rt->shaped[i]) {
+            at = i;
+            break;
+        }
+        if (rt->shaped[i]->last_used < rt->shaped[at]->last_used) at = i;
+    }
+    kn_memplan_free(rt->shaped[at]);
+    rt->shaped[at] = p;
+}
+
 kiln_status kn_exec_graph_flags(const kn_graph *g, kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
                                 kn_exec *parent, kn_tensor *const *inputs, kn_tensor **outputs, unsigned flags) {
     kn_exec x = {g, NULL, NULL, NULL, pool, buffers, parent, rt, NULL};
+    int64_t *sig = NULL; /* the input shapes, for a run that makes a memory plan */
+    int sig_len = 0;
     size_t nv = (size_t)(g->n_values ? g->n_values : 1);
     x.slots = calloc(nv, sizeof *x.slots);
     x.owned = calloc(nv, 1);
@@ -348,6 +450,7 @@ kiln_status kn_exec_graph_flags(const kn_graph *g, kn_runtime *rt, kn_threadpool
         st = KN_OOM();
         goto done;
     }
+    if (rt && g == rt->main && !parent && kn_memplan_wanted()) choose_plan(&x, rt, inputs, &sig, &sig_len);
     for (int i = 0; i < g->n_inputs; i++) {
         int v = g->inputs[i];
         x.slots[v] = inputs[i] ? inputs[i] : g->values[v].constant;
@@ -412,6 +515,9 @@ done:
             if (x.owned[i]) kn_tensor_free(x.slots[i]);
     if (x.alt)
         for (int i = 0; i < g->n_values; i++) kn_tensor_free(x.alt[i]);
+    if (x.record && st == KILN_OK) keep_plan(&x, rt, sig, sig_len);
+    else free(sig);
+    free(x.record);
     free(x.alt);
     free(x.slots);
     free(x.owned);

@@ -20,6 +20,9 @@ typedef struct kn_exec {
     struct kn_exec *parent;  /* enclosing run, for outer-scope values */
     struct kn_runtime *rt;   /* the session's backends (NULL: every node has a CPU kernel) */
     kn_tensor **alt;         /* per value id: its copy on the other side (host/device), owned */
+    const struct kn_memplan *plan; /* the main graph's memory plan, for its run (else NULL) */
+    unsigned char *arena;          /* the plan's memory (NULL: the plan is not used) */
+    int64_t *record;               /* per value id: bytes allocated for it on the host (a run making a plan) */
 } kn_exec;
 
 /* Resolves schemas (kn_op_find) for every node of g and its subgraphs; an unknown operator or
@@ -53,6 +56,10 @@ kiln_status kn_exec_graph_flags(const kn_graph *g, struct kn_runtime *rt, kn_thr
  * and the current run as outer scope; outputs as for kn_exec_graph. */
 kiln_status kn_exec_subgraph(kn_kernel_ctx *c, const kn_graph *body, kn_tensor *const *inputs,
                              int n_inputs, kn_tensor **outputs, int n_outputs);
+/* Operators whose output is their first input's elements under another shape (Reshape, Flatten,
+ * Squeeze, Unsqueeze, Identity): a run hands such a node its input's tensor when it is that
+ * tensor's last reader, and the memory plan gives the two one slot. */
+bool kn_exec_is_view(const kn_node *n);
 /* The type of a runtime value, for infer calls. */
 void kn_type_of_tensor(const kn_tensor *t, kn_type *out);
 

@@ -1,4 +1,5 @@
 #include "exec/session.h"
+#include "exec/memplan.h"
 
 #include "backend/backend.h"
 #include "cache/cache.h"
@@ -170,6 +171,13 @@ kiln_status kn_session_from_model(kn_model *model, const kiln_session_options *o
     /* the optimised graph, for inspection (kiln's fused ops in the "kiln" domain) */
     if (st == KILN_OK && s->opts.dump_path) st = kn_onnx_write_file(model, s->opts.dump_path);
     if (st == KILN_OK) st = finish_session(s);
+    /* the memory plan, where the inputs' shapes are static (a compiled file holds it:
+     * kn_session_from_compiled's session reads it); else the runs plan per input-shape set */
+    bool static_inputs = true;
+    for (int i = 0; st == KILN_OK && i < model->graph->n_inputs; i++)
+        static_inputs &= kn_type_is_static(&model->graph->values[model->graph->inputs[i]].type);
+    if (st == KILN_OK && static_inputs) st = kn_memplan_build(model->graph, s->rt, NULL, &s->rt->memplan);
+    if (st == KILN_OK && s->rt->memplan) kn_memplan_log(s->rt->memplan, "static input shapes");
     if (st != KILN_OK) {
         session_free(s);
         return st;
