@@ -177,13 +177,15 @@ static kiln_status memplan_save(const kiln_session *s, kn_buf *out) {
     kn_buf_u64(out, p->unshared_bytes);
     kn_buf_u32(out, (uint32_t)p->n_values);
     kn_buf_u32(out, (uint32_t)(p->n_planned + p->n_aliases));
-    for (int v = 0; v < p->n_values; v++) {
-        if (p->offset[v] < 0) continue;
-        kn_buf_u32(out, (uint32_t)v);
-        kn_buf_i32(out, p->alias[v]);
-        kn_buf_u64(out, (uint64_t)p->offset[v]);
-        kn_buf_u64(out, (uint64_t)p->size[v]);
-    }
+    /* the slots of their own first: a view's entry names one written before it */
+    for (int pass = 0; pass < 2; pass++)
+        for (int v = 0; v < p->n_values; v++) {
+            if (p->offset[v] < 0 || (p->alias[v] >= 0) != (pass == 1)) continue;
+            kn_buf_u32(out, (uint32_t)v);
+            kn_buf_i32(out, p->alias[v]);
+            kn_buf_u64(out, (uint64_t)p->offset[v]);
+            kn_buf_u64(out, (uint64_t)p->size[v]);
+        }
     return out->oom ? KN_OOM() : KILN_OK;
 }
 
@@ -235,13 +237,11 @@ static kiln_status memplan_parse(kn_rd *r, const kn_graph *g, const kn_runtime *
             }
             sum += size;
             p->n_planned++;
+        } else if ((uint32_t)alias >= nv || (uint32_t)alias == v) {
+            st = kn_rd_fail(r, "alias", "entry %u: value '%s' takes over the slot of value %d, out of range", i,
+                            g->values[v].name, alias);
+            break;
         } else {
-            if ((uint32_t)alias >= nv || p->offset[alias] < 0 || p->alias[alias] >= 0 || off != (uint64_t)p->offset[alias] ||
-                size != (uint64_t)p->size[alias] || (uint64_t)need > size) {
-                st = kn_rd_fail(r, "alias", "entry %u: value '%s' takes over a slot that is not a planned one of its own "
-                                "or does not hold it", i, g->values[v].name);
-                break;
-            }
             p->n_aliases++;
         }
         p->offset[v] = (int64_t)off;
@@ -250,6 +250,15 @@ static kiln_status memplan_parse(kn_rd *r, const kn_graph *g, const kn_runtime *
     }
     free(pinned);
     if (st != KILN_OK) return st;
+    /* a view's slot (in any order of the entries): one of its own, at that offset, large enough */
+    for (int v = 0; v < g->n_values; v++) {
+        int32_t a = p->alias[v];
+        if (p->offset[v] < 0 || a < 0) continue;
+        if (p->offset[a] < 0 || p->alias[a] >= 0 || p->offset[v] != p->offset[a] || p->size[v] != p->size[a] ||
+            kn_memplan_slot_bytes(&g->values[v].type) > p->size[v])
+            return kn_rd_fail(r, "alias", "value '%s' takes over a slot that is not a planned one of its own or does not "
+                              "hold it", g->values[v].name);
+    }
     if (sum != unshared)
         return kn_rd_fail(r, "unshared bytes", "the slots add up to %llu bytes, the section says %llu",
                           (unsigned long long)sum, (unsigned long long)unshared);

@@ -171,7 +171,7 @@ bool kn_exec_is_view(const kn_node *n) {
 
 /* KILN_MEMORY_PLAN=0: a run allocates every intermediate from the buffer pool instead (for
  * measuring and checking what the plan does; read at each run). */
-static bool kn_memplan_wanted(void) {
+static bool memplan_wanted(void) {
     const char *e = getenv("KILN_MEMORY_PLAN");
     return !(e && !strcmp(e, "0"));
 }
@@ -187,7 +187,8 @@ static bool in_arena(const kn_exec *x, const kn_tensor *t) {
 static bool arena_output(kn_exec *x, int v, kiln_dtype dtype, int rank, const int64_t *dims, bool zero,
                          kn_tensor **out) {
     const kn_memplan *p = x->plan;
-    if (!x->arena || v < 0 || v >= p->n_values || p->offset[v] < 0 || p->alias[v] >= 0) return false;
+    if (!x->arena || v < 0 || v >= p->n_values || p->offset[v] < 0 || p->alias[v] >= 0 || dtype == KILN_DTYPE_STRING)
+        return false;
     if (kn_dtype_nbytes(dtype, kn_shape_count(dims, rank)) > (size_t)p->size[v]) return false;
     if (kn_tensor_new_view(dtype, rank, dims, x->arena + p->offset[v], (size_t)p->size[v], out) != KILN_OK) {
         kn_clear_error();
@@ -209,7 +210,7 @@ static bool take_as_view(kn_exec *x, const kn_node *n, kn_tensor *const *in, con
         if (n->inputs[i] == v) return false;
     if (!kn_type_is_static(out_type) || out_type->dtype != in[0]->dtype) return false;
     /* a tensor in the planned arena goes only to the view the plan gave its slot */
-    if (x->arena && in_arena(x, in[0]) && (!x->plan || x->plan->alias[n->outputs[0]] < 0)) return false;
+    if (in_arena(x, in[0]) && x->plan->alias[n->outputs[0]] < 0) return false;
     int64_t dims[KILN_MAX_RANK];
     for (int d = 0; d < out_type->rank; d++) dims[d] = out_type->dims[d].value;
     if (kn_shape_count(dims, out_type->rank) != kn_tensor_count(in[0])) return false;
@@ -450,7 +451,7 @@ kiln_status kn_exec_graph_flags(const kn_graph *g, kn_runtime *rt, kn_threadpool
         st = KN_OOM();
         goto done;
     }
-    if (rt && g == rt->main && !parent && kn_memplan_wanted()) choose_plan(&x, rt, inputs, &sig, &sig_len);
+    if (rt && g == rt->main && !parent && memplan_wanted()) choose_plan(&x, rt, inputs, &sig, &sig_len);
     for (int i = 0; i < g->n_inputs; i++) {
         int v = g->inputs[i];
         x.slots[v] = inputs[i] ? inputs[i] : g->values[v].constant;

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(sizeof ((kn_runtime *)0)->shaped / sizeof ((kn_runtime *)0)->shaped[0] == KN_MEMPLAN_SHAPED,
+               "kn_runtime holds KN_MEMPLAN_SHAPED plans made by runs");
+
 bool kn_memplan_host_output(const kn_runtime *rt, const kn_node *n, int o) {
     if (!rt || n->provider < 0 || n->provider >= rt->n_backends) return false;
     const kn_backend *be = &rt->backends[n->provider];
@@ -69,7 +72,8 @@ bool kn_memplan_eligible(const kn_graph *g, const kn_runtime *rt, int v, const b
     if (val->producer < 0 || val->producer >= g->n_nodes) return false;
     const kn_node *n = &g->nodes[val->producer];
     if (n->dead || (n->schema && (n->schema->flags & KN_OP_HAS_SUBGRAPH))) return false;
-    if (val->type.kind != KN_TYPE_TENSOR || val->type.dtype == KILN_DTYPE_STRING) return false;
+    if (val->type.kind != KN_TYPE_TENSOR || val->type.dtype == KILN_DTYPE_STRING || val->type.dtype == KILN_DTYPE_UNDEFINED)
+        return false;
     if (!dynamic && (!kn_type_is_static(&val->type) || kn_memplan_slot_bytes(&val->type) <= 0)) return false;
     int o = -1;
     for (int k = 0; k < n->n_outputs; k++)
