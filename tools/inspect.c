@@ -104,7 +104,7 @@ static void list_passes(void) {
     int level;
     const char *desc, *name;
     for (int i = 0; (name = kn_opt_pass_info(i, &level, &desc)); i++) printf("  %d  %-22s %s\n", level, name, desc);
-    printf("  3  (none yet on the CPU: level 3 holds the backend-dependent rewrites)\n");
+    printf("  (level 3 holds the backend-dependent rewrites: on the CPU alone none applies yet)\n");
 }
 
 int cmd_inspect(int argc, char **argv) {

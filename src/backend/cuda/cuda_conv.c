@@ -7,8 +7,9 @@
  *  - fp32 runs with TF32 off (CUDNN_FMA_MATH) unless the precision option asks for tf32; fp16/bf16
  *    precision converts input and weights (weights once, cached) and accumulates in fp32.
  *  - descriptors and the algorithm are chosen once per node and input shape, then reused.
- *  - kiln.FusedConv with layout NHWC (2-D; pass layout_nhwc forms it) runs channels last: cuDNN's NHWC tensor and filter formats (weights [M, kh, kw, C/g]), a pointwise one as a
- *    single product over every image's positions. */
+ *  - kiln.FusedConv with layout NHWC (2-D; pass layout_nhwc forms it) runs channels last: cuDNN's
+ *    NHWC tensor and filter formats (weights [M, kh, kw, C/g]), a pointwise one as a single product
+ *    over every image's positions. */
 #include "backend/cuda/cuda_backend.h"
 #include "ops/fused.h"
 #include "util/log.h"
