@@ -16,7 +16,6 @@ import datetime
 import glob
 import math
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -28,18 +27,9 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
+from benchutil import cpu_name
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown cpu"
 
 
 def kiln_round(kiln, model_dir, names, threads, runs):

@@ -23,17 +23,9 @@ import statistics
 import subprocess
 import sys
 
+from benchutil import gpu_name, input_names
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def input_names(model_path):
-    try:
-        import onnx
-    except ImportError:
-        return None  # kiln then makes random inputs of the declared shapes
-    m = onnx.load(model_path, load_external_data=False)
-    inits = {i.name for i in m.graph.initializer}
-    return [i.name for i in m.graph.input if i.name not in inits]
 
 
 def kiln_round(kiln, model_dir, names, graphs, precision, runs):
@@ -56,15 +48,6 @@ def kiln_round(kiln, model_dir, names, graphs, precision, runs):
         if "not captured" in line:
             why = line.strip()
     return float(m.group(1)), why
-
-
-def device_name():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True)
-        return out.stdout.strip().splitlines()[0]
-    except (OSError, IndexError):
-        return "unknown GPU"
 
 
 def main():
@@ -104,7 +87,7 @@ def main():
     out = a.out or os.path.join(ROOT, "bench", "results", f"cuda-graphs-{date}.md")
     with open(out, "w") as f:
         f.write(f"# CUDA run latency with and without CUDA graphs ({date})\n\n")
-        f.write(f"device: {device_name()}; precision {a.precision}; {a.rounds} interleaved rounds of {a.runs} runs "
+        f.write(f"device: {gpu_name() or 'unknown GPU'}; precision {a.precision}; {a.rounds} interleaved rounds of {a.runs} runs "
                 f"of `kiln run` (host inputs and outputs), medians\n\n")
         f.write(f"command: `python3 bench/cuda_run_bench.py {' '.join(sys.argv[1:])}`\n\n")
         f.write("| model | graphs=0 ms | graphs=1 ms | speed-up | note |\n|---|---:|---:|---:|---|\n")

@@ -26,6 +26,8 @@ import statistics
 import subprocess
 import sys
 
+from benchutil import gpu_name
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CNNS = ("efficientnet_b0", "mobilenet_v3_small")
 
@@ -88,15 +90,6 @@ def torch_times(name, batch, precision, runs):
     return res
 
 
-def device_name():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True)
-        return out.stdout.strip().splitlines()[0]
-    except (OSError, IndexError):
-        return "unknown GPU"
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "kiln"))
@@ -133,7 +126,7 @@ def main():
     out = a.out or os.path.join(ROOT, "bench", "results", f"layout-cuda-{date}.md")
     with open(out, "w") as fo:
         fo.write(f"# Channels first vs last for CUDA convolutions ({date})\n\n")
-        fo.write(f"device: {device_name()}; precision {a.precision}; kiln: {a.rounds} interleaved rounds of {a.runs} "
+        fo.write(f"device: {gpu_name() or 'unknown GPU'}; precision {a.precision}; kiln: {a.rounds} interleaved rounds of {a.runs} "
                  f"runs of `kiln run` (host inputs and outputs, CUDA graphs), medians; PyTorch: torchvision's "
                  f"architecture, CUDA graphs, device-resident input, median of {a.runs * 2} replays\n\n")
         fo.write(f"command: `python3 bench/layout_bench.py {' '.join(sys.argv[1:])}`\n\n")

@@ -19,24 +19,20 @@ import datetime
 import glob
 import math
 import os
-import platform
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
 
-import onnx
+from benchutil import cpu_name, input_names
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def input_args(d):
-    m = onnx.load(os.path.join(d, "model.onnx"), load_external_data=False)
-    inits = {i.name for i in m.graph.initializer}
-    names = [i.name for i in m.graph.input if i.name not in inits]
     args = []
-    for i, n in enumerate(names):
+    for i, n in enumerate(input_names(os.path.join(d, "model.onnx")) or []):
         args += ["--input", f"{n}={os.path.join(d, 'test_data_set_0', f'input_{i}.pb')}"]
     return args
 
@@ -51,17 +47,6 @@ def run(a, d, plan, env_base, log=False):
     t = float(re.search(r"run ([0-9.]+) ms", out.stdout).group(1))
     sizes = re.search(r"memory plan \([^)]*\): (\d+) host intermediates in ([0-9.]+) MB \(([0-9.]+) MB", out.stderr)
     return t, sizes
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def main():

@@ -19,7 +19,6 @@ import datetime
 import glob
 import math
 import os
-import platform
 import re
 import shlex
 import shutil
@@ -28,30 +27,10 @@ import subprocess
 import sys
 import tempfile
 
-import onnx
+from benchutil import cpu_name, gpu_name, input_names
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEVELS = (0, 3)
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown cpu"
-
-
-def gpu_name():
-    try:
-        r = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=20)
-        return r.stdout.strip().replace("\n", "; ") if r.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired):
-        return None
 
 
 def load_average():
@@ -59,12 +38,6 @@ def load_average():
         return " ".join(open("/proc/loadavg").read().split()[:3])
     except OSError:
         return "?"
-
-
-def input_names(model_path):
-    m = onnx.load(model_path, load_external_data=False)
-    inits = {i.name for i in m.graph.initializer}
-    return [i.name for i in m.graph.input if i.name not in inits]
 
 
 def provider_args(provider):

@@ -31,26 +31,9 @@ import sys
 import tempfile
 import time
 
-import onnx
+from benchutil import cpu_name, input_names
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown cpu"
-
-
-def input_names(model_path):
-    m = onnx.load(model_path, load_external_data=False)
-    inits = {i.name for i in m.graph.initializer}
-    return [i.name for i in m.graph.input if i.name not in inits]
 
 
 def run_once(kiln, model_dir, names, provider, threads, env):
