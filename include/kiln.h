@@ -290,7 +290,8 @@ KILN_API kiln_status kiln_session_output_info(const kiln_session *session, size_
  * Inputs may be host tensors or CUDA tensors (kiln_tensor_wrap_device) on the session's device;
  * a CUDA input is read where it is. A CUDA input given to a session without a CUDA provider, or on
  * another device, is KILN_ERR_INVALID_ARGUMENT naming the input.
- * A session runs one call at a time; use one session per thread for concurrency. */
+ * A session runs one call at a time: a call made while another runs on the same session returns
+ * KILN_ERR_INVALID_ARGUMENT at once (nothing is run); use one session per thread for concurrency. */
 KILN_API kiln_status kiln_session_run(kiln_session *session, const char *const *input_names,
                                       kiln_tensor *const *inputs, size_t n_inputs,
                                       const char *const *output_names, size_t n_outputs,

@@ -391,12 +391,9 @@ static kiln_status deliver(const kiln_session *s, kn_tensor **t, bool borrowed, 
 }
 
 /* The common part of kiln_session_run (outputs_out) and kiln_session_run_into (into). */
-static kiln_status run_common(kiln_session *s, const char *fn, const char *const *input_names,
-                              kiln_tensor *const *inputs, size_t n_inputs, const char *const *output_names,
-                              size_t n_outputs, kiln_tensor **outputs_out, kiln_tensor *const *into) {
-    if (outputs_out)
-        for (size_t i = 0; i < n_outputs; i++) outputs_out[i] = NULL;
-    if (!s) return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: session is NULL", fn);
+static kiln_status run_body(kiln_session *s, const char *fn, const char *const *input_names,
+                            kiln_tensor *const *inputs, size_t n_inputs, const char *const *output_names,
+                            size_t n_outputs, kiln_tensor **outputs_out, kiln_tensor *const *into) {
     if (n_inputs && (!input_names || !inputs))
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: input_names or inputs is NULL", fn);
     if (n_outputs && !outputs_out && !into)
@@ -497,6 +494,22 @@ done:
     free(all_out);
     free(bound);
     free(want);
+    return st;
+}
+
+/* One call at a time per session: a call made while another runs is an error, not a race. */
+static kiln_status run_common(kiln_session *s, const char *fn, const char *const *input_names,
+                              kiln_tensor *const *inputs, size_t n_inputs, const char *const *output_names,
+                              size_t n_outputs, kiln_tensor **outputs_out, kiln_tensor *const *into) {
+    if (outputs_out)
+        for (size_t i = 0; i < n_outputs; i++) outputs_out[i] = NULL;
+    if (!s) return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: session is NULL", fn);
+    if (atomic_exchange(&s->in_run, true))
+        return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                        "%s: the session is running a call on another thread (a session runs one call at a time: "
+                        "use one session per thread)", fn);
+    kiln_status st = run_body(s, fn, input_names, inputs, n_inputs, output_names, n_outputs, outputs_out, into);
+    atomic_store(&s->in_run, false);
     return st;
 }
 

@@ -5,6 +5,8 @@
 #include "ir/graph.h"
 #include "util/threadpool.h"
 
+#include <stdatomic.h>
+
 #define KN_MAX_PROVIDERS 4
 #define KN_MAX_PROVIDER_OPTIONS 16
 
@@ -60,6 +62,9 @@ struct kiln_session {
      * cache writes the tuning results its runs made into the session's compiled file. */
     void (*at_end)(kiln_session *s);
     void *at_end_arg;
+    /* a call is running: a second one at the same time is refused (the runs share the session's
+     * buffers, its memory plan's arena, its captured graphs) */
+    atomic_bool in_run;
 };
 
 typedef struct kn_graph_cache kn_graph_cache;

@@ -147,3 +147,94 @@ KN_TEST(runtime_warns_of_activations_half_without_effect) {
     CHECK_MSG(t && !strstr(t, "activations=half"), "stderr: %s", t ? t : "");
     free(t);
 }
+
+/* ------------------------------------------------------------------ one call at a time */
+
+#include <pthread.h>
+
+/* x [64,64] -> Relu -> Neg -> Abs -> y (= relu(x)) */
+static unsigned char *relu_chain_model(size_t *size) {
+    tmb b;
+    tmb_init(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){64, 64}, NULL);
+    int a = tmb_value(&b, "a"), n = tmb_value(&b, "n"), y = tmb_value(&b, "y");
+    tmb_node(&b, "Relu", (int[]){x}, 1, a);
+    tmb_node(&b, "Neg", (int[]){a}, 1, n);
+    tmb_node(&b, "Abs", (int[]){n}, 1, y);
+    tmb_output(&b, y);
+    return tmb_finish(&b, size);
+}
+
+typedef struct caller {
+    kiln_session *s;
+    float shift;
+    int ok, busy, wrong, other;
+} caller;
+
+/* Runs the session 300 times with its own input; counts what came back. */
+static void *call_many(void *arg) {
+    caller *c = arg;
+    kn_tensor *in = NULL;
+    kn_tensor_new(KILN_DTYPE_FLOAT, 2, (int64_t[]){64, 64}, &in);
+    float *x = in->data;
+    for (int i = 0; i < 64 * 64; i++) x[i] = (float)(i % 13) - 6.0f + c->shift;
+    const char *names[1] = {"x"};
+    for (int r = 0; r < 300; r++) {
+        kn_tensor *out = NULL;
+        kiln_status st = kiln_session_run(c->s, names, &in, 1, NULL, 1, &out);
+        if (st == KILN_OK) {
+            c->ok++;
+            for (int i = 0; i < 64 * 64; i++)
+                if (((const float *)out->data)[i] != (x[i] > 0 ? x[i] : 0)) {
+                    c->wrong++;
+                    break;
+                }
+        } else if (st == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), "running a call on another thread")) {
+            c->busy++;
+        } else {
+            c->other++;
+        }
+        kn_tensor_free(out);
+    }
+    kn_tensor_free(in);
+    return NULL;
+}
+
+/* A call while another runs on the same session is refused at once with a clear error (the runs
+ * would share the session's buffers and memory-plan arena); afterwards the session runs as before.
+ * Two threads calling one session: every call either returns the right output or that error. */
+KN_TEST(session_refuses_a_second_call_at_once) {
+    size_t size = 0;
+    unsigned char *model = relu_chain_model(&size);
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session_options_set_opt_level(o, 0);
+    kiln_session *s = NULL;
+    CHECK_STATUS(kiln_session_create_from_memory(model, size, NULL, o, &s), KILN_OK);
+    kiln_session_options_destroy(o);
+    free(model);
+    if (!s) return;
+    caller one = {s, 0.5f, 0, 0, 0, 0};
+    atomic_store(&s->in_run, true); /* as if another thread were inside a call */
+    kn_tensor *in = NULL, *out = (kn_tensor *)1;
+    kn_tensor_new(KILN_DTYPE_FLOAT, 2, (int64_t[]){64, 64}, &in);
+    const char *names[1] = {"x"};
+    CHECK_STATUS(kiln_session_run(s, names, &in, 1, NULL, 1, &out), KILN_ERR_INVALID_ARGUMENT);
+    CHECK_ERROR_HAS("kiln_session_run: the session is running a call on another thread");
+    CHECK(out == NULL);
+    atomic_store(&s->in_run, false);
+    CHECK_STATUS(kiln_session_run(s, names, &in, 1, NULL, 1, &out), KILN_OK);
+    kn_tensor_free(out);
+    kn_tensor_free(in);
+    caller two = {s, -0.25f, 0, 0, 0, 0};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, call_many, &two) == 0);
+    call_many(&one);
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(one.wrong + two.wrong, 0);
+    CHECK_EQ_INT(one.other + two.other, 0);
+    CHECK_EQ_INT(one.ok + one.busy + two.ok + two.busy, 600);
+    CHECK(one.ok > 0 && two.ok > 0);
+    kiln_session_destroy(s);
+}
