@@ -204,7 +204,6 @@ static kiln_status memplan_parse(kn_rd *r, const kn_graph *g, const kn_runtime *
     if (!kn_rd_ok(r)) return r->st;
     bool *pinned = kn_memplan_pinned(g);
     if (!pinned) return KN_OOM();
-    p->n_values = g->n_values;
     p->arena_bytes = arena;
     uint64_t sum = 0;
     kiln_status st = KILN_OK;
@@ -270,21 +269,8 @@ static kiln_status memplan_parse(kn_rd *r, const kn_graph *g, const kn_runtime *
 static kiln_status memplan_load(kiln_session *s, const uint8_t *data, size_t size, const char *file) {
     if (!s->rt) return KILN_OK;
     const kn_graph *g = s->model->graph;
-    size_t nv = (size_t)(g->n_values ? g->n_values : 1);
-    kn_memplan *p = calloc(1, sizeof *p);
-    if (p) {
-        p->offset = malloc(sizeof(int64_t) * nv);
-        p->size = calloc(nv, sizeof(int64_t));
-        p->alias = malloc(sizeof(int32_t) * nv);
-    }
-    if (!p || !p->offset || !p->size || !p->alias) {
-        kn_memplan_free(p);
-        return KN_OOM();
-    }
-    for (size_t v = 0; v < nv; v++) {
-        p->offset[v] = -1;
-        p->alias[v] = -1;
-    }
+    kn_memplan *p = kn_memplan_new(g->n_values);
+    if (!p) return KN_OOM();
     kn_rd r;
     kn_rd_init(&r, data, size, file, "memory.plan");
     kiln_status st = memplan_parse(&r, g, s->rt, p);

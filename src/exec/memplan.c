@@ -87,6 +87,25 @@ void kn_memplan_log(const kn_memplan *p, const char *what) {
            p->n_aliases);
 }
 
+kn_memplan *kn_memplan_new(int n_values) {
+    size_t nv = (size_t)(n_values > 0 ? n_values : 1);
+    kn_memplan *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->n_values = n_values;
+    p->offset = malloc(sizeof(int64_t) * nv);
+    p->size = calloc(nv, sizeof(int64_t));
+    p->alias = malloc(sizeof(int32_t) * nv);
+    if (!p->offset || !p->size || !p->alias) {
+        kn_memplan_free(p);
+        return NULL;
+    }
+    for (size_t v = 0; v < nv; v++) {
+        p->offset[v] = -1;
+        p->alias[v] = -1;
+    }
+    return p;
+}
+
 void kn_memplan_free(kn_memplan *p) {
     if (!p) return;
     free(p->sig);
@@ -161,25 +180,13 @@ kiln_status kn_memplan_build(const kn_graph *g, const kn_runtime *rt, const int6
     int *last = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
     int *root = malloc(sizeof(int) * (size_t)(nv ? nv : 1)), *slot_of = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
     slot *slots = malloc(sizeof(slot) * (size_t)(nv ? nv : 1));
-    kn_memplan *p = calloc(1, sizeof *p);
+    kn_memplan *p = kn_memplan_new(nv);
     kiln_status st = KILN_OK;
     if (!pinned || !last || !root || !slot_of || !slots || !p) {
         st = KN_OOM();
         goto done;
     }
-    p->n_values = nv;
-    p->offset = malloc(sizeof(int64_t) * (size_t)(nv ? nv : 1));
-    p->size = calloc((size_t)(nv ? nv : 1), sizeof(int64_t));
-    p->alias = malloc(sizeof(int32_t) * (size_t)(nv ? nv : 1));
-    if (!p->offset || !p->size || !p->alias) {
-        st = KN_OOM();
-        goto done;
-    }
-    for (int v = 0; v < nv; v++) {
-        last[v] = root[v] = slot_of[v] = -1;
-        p->offset[v] = -1;
-        p->alias[v] = -1;
-    }
+    for (int v = 0; v < nv; v++) last[v] = root[v] = slot_of[v] = -1;
     /* the execution order: live nodes in index order; a value is read up to its last reader */
     int step = 0;
     for (int i = 0; i < g->n_nodes; i++) {

@@ -56,6 +56,8 @@ bool kn_memplan_host_output(const struct kn_runtime *rt, const kn_node *n, int o
 kiln_status kn_memplan_build(const kn_graph *g, const struct kn_runtime *rt, const int64_t *bytes, kn_memplan **out);
 /* A run's input shapes as a signature (dtype, rank, dims of each); *len its length. NULL on OOM. */
 int64_t *kn_memplan_signature(const kn_graph *g, kn_tensor *const *inputs, int *len);
+/* An empty plan for n_values values (nothing planned: offsets and aliases -1), or NULL on OOM. */
+kn_memplan *kn_memplan_new(int n_values);
 void kn_memplan_free(kn_memplan *p);
 /* The plan's sizes at debug level: "memory plan (what): N host intermediates in X MB (...)". */
 void kn_memplan_log(const kn_memplan *p, const char *what);

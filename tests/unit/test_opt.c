@@ -1439,6 +1439,16 @@ KN_TEST(opt_lower_precision_regions_from_tables) {
     }
 }
 
+/* A session of build() with options o (destroyed here); NULL on failure (recorded). */
+static kiln_session *session_with(build_fn build, kiln_session_options *o) {
+    kiln_session *s = NULL;
+    kn_model *m = build();
+    CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
+    CHECK_STATUS(kn_session_from_model(m, o, &s), KILN_OK);
+    kiln_session_options_destroy(o);
+    return s;
+}
+
 /* On a machine with a GPU: the rewritten graph runs and agrees with float32 at level 0, in
  * float16 and bfloat16, and its graph holds the Casts the rewrite made. */
 KN_TEST(opt_lower_precision_cuda_matches_fp32) {
@@ -1448,17 +1458,8 @@ KN_TEST(opt_lower_precision_cuda_matches_fp32) {
     /* inputs, weights and each result rounded to 11 or 8 significant bits (2^-12, 2^-9 each) */
     static const double tols[2] = {4e-3, 2e-2};
     for (int p = 0; p < 2; p++) {
-        kiln_session *ref = NULL, *low = NULL;
-        kiln_session_options *o = precision_options("cuda", "fp32", false, 0);
-        kn_model *m = build_precision();
-        CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
-        CHECK_STATUS(kn_session_from_model(m, o, &ref), KILN_OK);
-        kiln_session_options_destroy(o);
-        o = precision_options("cuda", precs[p], true, 3);
-        m = build_precision();
-        CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
-        CHECK_STATUS(kn_session_from_model(m, o, &low), KILN_OK);
-        kiln_session_options_destroy(o);
+        kiln_session *ref = session_with(build_precision, precision_options("cuda", "fp32", false, 0));
+        kiln_session *low = session_with(build_precision, precision_options("cuda", precs[p], true, 3));
         if (ref && low) {
             check_outputs(ref, low, tols[p], true);
             CHECK_EQ_INT(count_op(low, "", "Cast"), p ? 6 : 5);
@@ -1618,17 +1619,8 @@ KN_TEST(opt_layout_nhwc_cuda_matches_fp32) {
     } cases[] = {{"fp32", false, 1e-4}, {"fp16", true, 4e-3}, {"bf16", true, 2e-2}, {"fp16", false, 4e-3}};
     cnn_batch = 8;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        kiln_session *ref = NULL, *low = NULL;
-        kiln_session_options *o = precision_options("cuda", "fp32", false, 0);
-        kn_model *m = build_cnn_block();
-        CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
-        CHECK_STATUS(kn_session_from_model(m, o, &ref), KILN_OK);
-        kiln_session_options_destroy(o);
-        o = precision_options("cuda", cases[k].precision, cases[k].half, 3);
-        m = build_cnn_block();
-        CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
-        CHECK_STATUS(kn_session_from_model(m, o, &low), KILN_OK);
-        kiln_session_options_destroy(o);
+        kiln_session *ref = session_with(build_cnn_block, precision_options("cuda", "fp32", false, 0));
+        kiln_session *low = session_with(build_cnn_block, precision_options("cuda", cases[k].precision, cases[k].half, 3));
         if (ref && low) {
             check_outputs(ref, low, cases[k].tol, true);
             CHECK_MSG(count_nhwc_convs(low) == 4, "%s%s: %d channels-last convolutions", cases[k].precision,
