@@ -351,6 +351,72 @@ static kiln_status infer_attention(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
+static const kn_type *stacked_in(const kn_infer_ctx *c, int layer, int i) {
+    int k = kn_stacked_lstm_input(layer, i);
+    return k < c->n_inputs ? c->in[k] : NULL;
+}
+
+static bool dim_fits(const kn_dim *d, int64_t v) { return d->value < 0 || v < 0 || d->value == v; }
+
+/* Each layer as its LSTM: W [1, 4H, I], R [1, 4H, H], B [1, 8H], initial states [1, batch, H]; I is
+ * X's last dim for layer 0, the previous layer's H after it. */
+static kiln_status infer_stacked_lstm(kn_infer_ctx *c) {
+    int layers = kn_stacked_lstm_layers(c->n_inputs);
+    if (layers < 2 || c->n_inputs < kn_stacked_lstm_input(layers - 1, 2))
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "%d inputs: StackedLSTM takes X and five per layer, two layers or more",
+                              c->n_inputs);
+    const kn_type *x = c->in[0];
+    if (!x || x->rank != 3) return kn_infer_error(c, KILN_ERR_SHAPE, "X must be [seq, batch, input]");
+    int64_t in_size = x->dims[2].value, H = -1;
+    for (int l = 0; l < layers; l++) {
+        const kn_type *w = stacked_in(c, l, 0), *r = stacked_in(c, l, 1);
+        if (!w || !r || w->rank != 3 || r->rank != 3)
+            return kn_infer_error(c, KILN_ERR_SHAPE, "layer %d: W and R must be given, 3-D", l);
+        H = r->dims[2].value;
+        bool ok = H > 0 && dim_fits(&w->dims[0], 1) && dim_fits(&r->dims[0], 1) && dim_fits(&w->dims[1], 4 * H) &&
+                  dim_fits(&r->dims[1], 4 * H) && dim_fits(&w->dims[2], in_size);
+        const kn_type *b = stacked_in(c, l, 2);
+        if (b) ok = ok && b->rank == 2 && dim_fits(&b->dims[0], 1) && dim_fits(&b->dims[1], 8 * H);
+        for (int i = 3; i < 5; i++) {
+            const kn_type *h = stacked_in(c, l, i);
+            if (h) ok = ok && h->rank == 3 && dim_fits(&h->dims[0], 1) && dim_fits(&h->dims[2], H);
+        }
+        if (!ok) {
+            char a[128], b2[128];
+            return kn_infer_error(c, KILN_ERR_SHAPE, "layer %d: W %s and R %s do not make a forward LSTM of %lld inputs", l,
+                                  kn_type_str(w, a, sizeof a), kn_type_str(r, b2, sizeof b2), (long long)in_size);
+        }
+        for (int i = 0; i < 5; i++) {
+            const kn_type *t = stacked_in(c, l, i);
+            if (t && t->dtype != x->dtype)
+                return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "layer %d input %d is %s, X is %s", l, i,
+                                      kiln_dtype_name(t->dtype), kiln_dtype_name(x->dtype));
+        }
+        in_size = H;
+    }
+    for (int o = 0; o < c->n_outputs; o++) {
+        kn_type *t = &c->out[o];
+        kn_type_init(t);
+        t->kind = KN_TYPE_TENSOR;
+        t->dtype = x->dtype;
+        t->rank = o == 0 ? 4 : 3;
+        kn_dim one = {0}, hd = {0};
+        one.value = 1;
+        hd.value = H;
+        if (o == 0) {
+            t->dims[0] = x->dims[0];
+            t->dims[1] = one;
+            t->dims[2] = x->dims[1];
+            t->dims[3] = hd;
+        } else {
+            t->dims[0] = one;
+            t->dims[1] = x->dims[1];
+            t->dims[2] = hd;
+        }
+    }
+    return KILN_OK;
+}
+
 const kn_op_schema kn_ops_fused[] = {
     {"kiln", "FusedConv", 1, 0, 2, 4, 1, 1, infer_fused_conv, 0},
     {"kiln", "FusedGemm", 1, 0, 2, 3, 1, 1, infer_fused_gemm, 0},
@@ -360,5 +426,6 @@ const kn_op_schema kn_ops_fused[] = {
     {"kiln", "RMSNormalization", 1, 0, 1, 2, 1, 1, infer_norm, 0},
     {"kiln", "Attention", 1, 0, 3, 4, 1, 1, infer_attention, 0},
     {"kiln", "FusedElementwise", 1, 0, 1, KN_CHAIN_MAX_INPUTS, 1, 1, infer_fused_elementwise, 0},
+    {"kiln", "StackedLSTM", 1, 0, 8, 1 + 5 * KN_STACKED_LSTM_MAX_LAYERS, 1, 3, infer_stacked_lstm, 0},
     {0},
 };

@@ -22,6 +22,12 @@
  *   FusedElementwise(X0, ..., X7)    a chain of elementwise operators as one kernel: Y is the
  *                                    broadcast of every input, each element computed from the
  *                                    inputs' elements by a short program (kn_chain_program below)
+ *   StackedLSTM(X, W0, R0, B0?, initial_h0?, initial_c0?, W1, R1, B1?, initial_h1?, initial_c1?, ...)
+ *                                    layers of forward LSTMs (ONNX's default activations, no clip,
+ *                                    peepholes or sequence_lens, layout 0), each layer's Y (squeezed
+ *                                    to [T, B, H]) the next one's X; five inputs per layer (omitted
+ *                                    ones empty), KN_STACKED_LSTM_MAX_LAYERS at most; outputs Y, Y_h,
+ *                                    Y_c of the last layer, as its LSTM would give them
  * Every activation-taking operator has the attributes activation (string, "" = none) and
  * activation_params (floats): LeakyRelu [alpha], Clip [min, max], HardSigmoid [alpha, beta]. */
 #ifndef KN_OPS_FUSED_H
@@ -52,6 +58,12 @@ typedef struct kn_act_spec {
     kn_act act;
     float p0, p1; /* LeakyRelu alpha; Clip min, max; HardSigmoid alpha, beta */
 } kn_act_spec;
+
+#define KN_STACKED_LSTM_MAX_LAYERS 8
+/* StackedLSTM's input i of layer l (0 W, 1 R, 2 B, 3 initial_h, 4 initial_c), and its layers
+ * given its input count (trailing omitted inputs may be left out). */
+static inline int kn_stacked_lstm_input(int layer, int i) { return 1 + 5 * layer + i; }
+static inline int kn_stacked_lstm_layers(int n_inputs) { return (n_inputs - 1 + 4) / 5; }
 
 /* FusedConv's layout attribute: false when it is neither NCHW nor NHWC. */
 bool kn_fused_conv_layout(const kn_node *n, bool *nhwc);

@@ -10,13 +10,18 @@
 #include <string.h>
 
 /* Order matters within a level: constant folding first (it makes shapes and scalars known), the
- * clean-ups next, dead-code elimination last; GELU before the MatMul/Gemm fusions that take it as
+ * clean-ups next (drop_zero_rnn_states right after folding, whose constants it reads, and before
+ * eliminate_dead, which removes the zero-state chains it unhooks in the same round), dead-code
+ * elimination last; GELU before the MatMul/Gemm fusions that take it as
  * their activation; elementwise chains after every fusion that takes elementwise nodes. Level 3
  * holds the rewrites that depend on the backend and the session's precision, after every fusion
  * (it converts the fused nodes too). */
 const kn_pass kn_opt_passes[] = {
     {"fold_constants", 1, kn_pass_fold_constants,
      "evaluates nodes whose inputs are all constant, and shape arithmetic over known shapes, into initializers"},
+    {"drop_zero_rnn_states", 1, kn_pass_drop_zero_rnn_states,
+     "omits LSTM/GRU/RNN initial_h/initial_c that are zeros by construction (ConstantOfShape 0 and the Slice/"
+     "Reshape/Expand/... over it): omitted means zero, and the shape arithmetic that built them goes"},
     {"remove_noops", 1, kn_pass_remove_noops,
      "removes Identity, inference Dropout, and Cast/Reshape/Transpose/Expand/Slice that change nothing"},
     {"merge_transposes", 1, kn_pass_merge_transposes, "composes consecutive Transposes into one"},
@@ -38,6 +43,8 @@ const kn_pass kn_opt_passes[] = {
     {"fuse_conv", 2, kn_pass_fuse_conv, "Conv + bias + residual Add + activation into kiln.FusedConv"},
     {"fuse_gemm_activation", 2, kn_pass_fuse_gemm_activation,
      "Gemm/kiln.FusedMatMul + activation into kiln.FusedGemm/kiln.FusedMatMul"},
+    {"fuse_stacked_lstm", 2, kn_pass_fuse_stacked_lstm,
+     "stacked forward LSTM layers (LSTM -> Squeeze -> LSTM) into kiln.StackedLSTM, whose layers a device overlaps"},
     {"fuse_elementwise", 2, kn_pass_fuse_elementwise,
      "chains of elementwise operators (arithmetic, activations, Clip) into one kiln.FusedElementwise"},
     {"lower_precision", 3, kn_pass_lower_precision,

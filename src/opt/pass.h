@@ -58,6 +58,7 @@ extern const int kn_opt_n_passes;
 /* ---- the passes (one file each) ---- */
 kiln_status kn_pass_fold_constants(kn_opt_ctx *c);
 kiln_status kn_pass_eliminate_dead(kn_opt_ctx *c);
+kiln_status kn_pass_drop_zero_rnn_states(kn_opt_ctx *c);
 kiln_status kn_pass_remove_noops(kn_opt_ctx *c);
 kiln_status kn_pass_cse(kn_opt_ctx *c);
 kiln_status kn_pass_fold_batchnorm(kn_opt_ctx *c);
@@ -70,6 +71,7 @@ kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_conv(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_gemm_activation(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_attention(kn_opt_ctx *c);
+kiln_status kn_pass_fuse_stacked_lstm(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_elementwise(kn_opt_ctx *c);
 kiln_status kn_pass_lower_precision(kn_opt_ctx *c);
 kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c);
@@ -145,7 +147,7 @@ int kn_opt_new_value(kn_opt_ctx *c, const char *base, const kn_type *type);
 int kn_opt_new_const(kn_opt_ctx *c, const char *base, kn_tensor *t);
 
 /* A node being built: collected here, checked, then added by kn_opt_emit. */
-#define KN_PROTO_MAX_IO 8
+#define KN_PROTO_MAX_IO 48
 #define KN_PROTO_MAX_ATTRS 24
 typedef struct kn_opt_proto {
     const char *op_type, *domain;

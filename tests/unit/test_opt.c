@@ -11,6 +11,7 @@
 #include "onnx/writer.h"
 #include "opt/opt.h"
 #include "opt/pass.h"
+#include "test_model_builder.h"
 #include "unit.h"
 #include "util/log.h"
 
@@ -1699,4 +1700,339 @@ KN_TEST(opt_mean_before_pointwise_conv) {
         }
     mbp_opset = 17;
     mbp_case = 0;
+}
+
+/* ------------------------------------------------------------------ drop_zero_rnn_states */
+
+/* What the zero states of the recurrent nodes are made of (rnn_zero_case):
+ *   0: PyTorch's run-time zeros: Slice(ConstantOfShape(Concat([2], Unsqueeze(Gather(Shape(x), 1)),
+ *      [H]), value rnn_fill)) for the LSTM's initial_h and initial_c, ConstantOfShape(..) with no
+ *      value attribute (default 0) for the GRU's initial_h, Expand(zero initializer, ..) for the
+ *      RNN's;
+ *   1: the LSTM's initial_h is a graph input (fed by the caller), the rest as in 0;
+ *   2: the LSTM's initial_h is an initializer of zeros that is also a graph input (overridable).
+ * x is float[5, batch, 4] with batch symbolic; hidden size 3. */
+static int rnn_zero_case;
+static float rnn_fill;
+
+#define RNN_T 5
+#define RNN_I 4
+#define RNN_H 3
+#define RNN_BATCH 2 /* the batch the tests run at */
+
+static unsigned char *build_zero_state_rnns(size_t *size) {
+    tmb b;
+    tmb_init(&b, 14);
+    const int64_t xd[3] = {RNN_T, -1, RNN_I};
+    const char *const xs[3] = {NULL, "batch", NULL};
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 3, xd, xs);
+    /* the batch dim at run time */
+    const int64_t one = 1, zero = 0, two = 2, hid = RNN_H;
+    int shape = tmb_value(&b, "shape"), batch = tmb_value(&b, "batch"), batch1 = tmb_value(&b, "batch1");
+    tmb_node(&b, "Shape", (int[]){x}, 1, shape);
+    int gn = tmb_node(&b, "Gather", (int[]){shape, tmb_const_i64(&b, "one", &one, 1, true)}, 2, batch);
+    tmb_int(&b, gn, "axis", 0);
+    tmb_node(&b, "Unsqueeze", (int[]){batch, tmb_const_i64(&b, "axes0", &zero, 1, false)}, 2, batch1);
+    int c_two = tmb_const_i64(&b, "two", &two, 1, false), c_one = tmb_const_i64(&b, "one1", &one, 1, false);
+    int c_hid = tmb_const_i64(&b, "hid", &hid, 1, false);
+    int dims2 = tmb_value(&b, "dims2"), dims1 = tmb_value(&b, "dims1");
+    tmb_int(&b, tmb_node(&b, "Concat", (int[]){c_two, batch1, c_hid}, 3, dims2), "axis", 0);
+    tmb_int(&b, tmb_node(&b, "Concat", (int[]){c_one, batch1, c_hid}, 3, dims1), "axis", 0);
+
+    /* LSTM: h and c sliced from one ConstantOfShape [2, batch, H] of rnn_fill */
+    int zeros = tmb_value(&b, "zeros");
+    int cs = tmb_node(&b, "ConstantOfShape", (int[]){dims2}, 1, zeros);
+    kn_tensor *fill = NULL;
+    kn_tensor_new(KILN_DTYPE_FLOAT, 1, (int64_t[]){1}, &fill);
+    ((float *)fill->data)[0] = rnn_fill;
+    kn_model_own_tensor(b.m, fill);
+    tmb_attr(&b, cs, "value", KN_ATTR_TENSOR)->t = fill;
+    int s0 = tmb_const_i64(&b, "s0", &zero, 1, false), s1 = tmb_const_i64(&b, "s1", &one, 1, false);
+    int s2 = tmb_const_i64(&b, "s2", &two, 1, false);
+    int h0 = tmb_value(&b, "h0"), c0 = tmb_value(&b, "c0");
+    tmb_node(&b, "Slice", (int[]){zeros, s0, s1, s0}, 4, h0);
+    tmb_node(&b, "Slice", (int[]){zeros, s1, s2, s0}, 4, c0);
+    if (rnn_zero_case == 1) {
+        const char *const hs[3] = {NULL, "batch", NULL};
+        h0 = tmb_input(&b, "h_in", KILN_DTYPE_FLOAT, 3, (int64_t[]){1, -1, RNN_H}, hs);
+    } else if (rnn_zero_case == 2) {
+        kn_tensor *z = NULL;
+        kn_tensor_new(KILN_DTYPE_FLOAT, 3, (int64_t[]){1, RNN_BATCH, RNN_H}, &z);
+        h0 = tmb_const_tensor(&b, "h_init", z);
+        b.g->values[h0].is_graph_input = true;
+    }
+    int lw = tmb_const(&b, "lw", 3, (int64_t[]){1, 4 * RNN_H, RNN_I}, 0.5f);
+    int lr = tmb_const(&b, "lr", 3, (int64_t[]){1, 4 * RNN_H, RNN_H}, 0.5f);
+    int lb = tmb_const(&b, "lb", 2, (int64_t[]){1, 8 * RNN_H}, 0.5f);
+    int ly = tmb_value(&b, "lstm_y");
+    tmb_int(&b, tmb_node(&b, "LSTM", (int[]){x, lw, lr, lb, -1, h0, c0}, 7, ly), "hidden_size", RNN_H);
+    tmb_output(&b, ly);
+
+    /* GRU: initial_h a ConstantOfShape [1, batch, H] with no value attribute */
+    int gz = tmb_value(&b, "gru_h0");
+    tmb_node(&b, "ConstantOfShape", (int[]){dims1}, 1, gz);
+    int gw = tmb_const(&b, "gw", 3, (int64_t[]){1, 3 * RNN_H, RNN_I}, 0.5f);
+    int gr = tmb_const(&b, "gr", 3, (int64_t[]){1, 3 * RNN_H, RNN_H}, 0.5f);
+    int gb = tmb_const(&b, "gb", 2, (int64_t[]){1, 6 * RNN_H}, 0.5f);
+    int gy = tmb_value(&b, "gru_y");
+    tmb_int(&b, tmb_node(&b, "GRU", (int[]){x, gw, gr, gb, -1, gz}, 6, gy), "hidden_size", RNN_H);
+    tmb_output(&b, gy);
+
+    /* RNN: initial_h an Expand of a [1, 1, H] initializer of zeros */
+    kn_tensor *z = NULL;
+    kn_tensor_new(KILN_DTYPE_FLOAT, 3, (int64_t[]){1, 1, RNN_H}, &z);
+    int rz = tmb_const_tensor(&b, "rnn_zero", z), rh0 = tmb_value(&b, "rnn_h0");
+    tmb_node(&b, "Expand", (int[]){rz, dims1}, 2, rh0);
+    int rw = tmb_const(&b, "rw", 3, (int64_t[]){1, RNN_H, RNN_I}, 0.5f);
+    int rr = tmb_const(&b, "rr", 3, (int64_t[]){1, RNN_H, RNN_H}, 0.5f);
+    int ry = tmb_value(&b, "rnn_y");
+    tmb_int(&b, tmb_node(&b, "RNN", (int[]){x, rw, rr, -1, -1, rh0}, 6, ry), "hidden_size", RNN_H);
+    tmb_output(&b, ry);
+    return tmb_finish(&b, size);
+}
+
+static kiln_session *zero_state_session(int level) {
+    size_t size = 0;
+    unsigned char *m = build_zero_state_rnns(&size);
+    if (!m) return NULL;
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_opt_level(o, level);
+    kiln_session_options_set_intra_op_threads(o, 1);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session_options_append_provider(o, "cpu", NULL, NULL, 0);
+    kiln_session *s = NULL;
+    kiln_status st = kiln_session_create_from_memory(m, size, NULL, o, &s);
+    CHECK_MSG(st == KILN_OK, "session at level %d: %s", level, kiln_last_error());
+    kiln_session_options_destroy(o);
+    free(m);
+    return s;
+}
+
+/* Input `i` of the live `op` node of the session's graph (-2 when there is no such node). */
+static int rnn_input(const kiln_session *s, const char *op, int i) {
+    const kn_graph *g = s->model->graph;
+    for (int k = 0; k < g->n_nodes; k++)
+        if (!g->nodes[k].dead && !strcmp(g->nodes[k].op_type, op))
+            return i < g->nodes[k].n_inputs ? g->nodes[k].inputs[i] : -1;
+    return -2;
+}
+
+/* Runs both sessions at batch RNN_BATCH on the same random x (and a nonzero h_in when the graph
+ * takes it); every output agrees within tol. */
+static void check_rnn_outputs(kiln_session *ref, kiln_session *opt, double tol) {
+    kn_tensor *in[2] = {0};
+    const char *names[2] = {"x", NULL};
+    kn_tensor_new(KILN_DTYPE_FLOAT, 3, (int64_t[]){RNN_T, RNN_BATCH, RNN_I}, &in[0]);
+    unsigned seed = 99u;
+    for (int64_t k = 0; k < kn_tensor_count(in[0]); k++) {
+        seed = seed * 1103515245u + 12345u;
+        kn_tensor_set_f64(in[0], k, (double)((seed >> 8) & 0xffff) / 65536.0 * 2.0 - 1.0);
+    }
+    int n = 1;
+    if (rnn_zero_case == 1) {
+        names[1] = "h_in";
+        kn_tensor_new(KILN_DTYPE_FLOAT, 3, (int64_t[]){1, RNN_BATCH, RNN_H}, &in[1]);
+        for (int64_t k = 0; k < kn_tensor_count(in[1]); k++) kn_tensor_set_f64(in[1], k, 0.25 * (double)(k + 1));
+        n = 2;
+    }
+    size_t no = kiln_session_output_count(ref);
+    CHECK_EQ_INT((int)no, 3);
+    kn_tensor *a[3] = {0}, *b[3] = {0};
+    CHECK_STATUS(kiln_session_run(ref, names, in, (size_t)n, NULL, no, a), KILN_OK);
+    CHECK_STATUS(kiln_session_run(opt, names, in, (size_t)n, NULL, no, b), KILN_OK);
+    for (size_t o = 0; o < no && o < 3; o++) {
+        if (!a[o] || !b[o]) continue;
+        CHECK_EQ_INT((int)kn_tensor_count(a[o]), (int)kn_tensor_count(b[o]));
+        CHECK_EQ_INT((int)kn_tensor_count(a[o]), RNN_T * RNN_BATCH * RNN_H);
+        double worst = 0;
+        for (int64_t i = 0; i < kn_tensor_count(a[o]) && i < kn_tensor_count(b[o]); i++)
+            worst = fmax(worst, fabs(kn_tensor_get_f64(a[o], i) - kn_tensor_get_f64(b[o], i)));
+        CHECK_MSG(worst <= tol, "case %d output %zu: worst difference %g (tol %g)", rnn_zero_case, o, worst, tol);
+        kn_tensor_free(a[o]);
+        kn_tensor_free(b[o]);
+    }
+    for (int i = 0; i < n; i++) kn_tensor_free(in[i]);
+}
+
+/* PyTorch's zero states for LSTM, GRU and RNN (built at run time from the symbolic batch) are
+ * omitted at level 1, the ConstantOfShape/Shape chains that built them are gone, and the outputs
+ * equal level 0's (the fill 0 and -0). */
+KN_TEST(opt_drop_zero_rnn_states) {
+    const float fills[2] = {0.0f, -0.0f};
+    for (int f = 0; f < 2; f++) {
+        rnn_zero_case = 0;
+        rnn_fill = fills[f];
+        kiln_session *ref = zero_state_session(0), *opt = zero_state_session(1);
+        if (ref && opt) {
+            CHECK(rnn_input(ref, "LSTM", 5) >= 0);
+            CHECK(rnn_input(ref, "LSTM", 6) >= 0);
+            CHECK_EQ_INT(rnn_input(opt, "LSTM", 5), -1);
+            CHECK_EQ_INT(rnn_input(opt, "LSTM", 6), -1);
+            CHECK_EQ_INT(rnn_input(opt, "GRU", 5), -1);
+            CHECK_EQ_INT(rnn_input(opt, "RNN", 5), -1);
+            CHECK_EQ_INT(count_op(opt, "", "ConstantOfShape"), 0);
+            CHECK_EQ_INT(count_op(opt, "", "Shape"), 0);
+            CHECK_EQ_INT(count_op(opt, "", "Slice"), 0);
+            CHECK_EQ_INT(count_op(opt, "", "Expand"), 0);
+            CHECK_EQ_INT(live_nodes(opt), 3);
+            check_rnn_outputs(ref, opt, 1e-5);
+        }
+        kiln_session_destroy(ref);
+        kiln_session_destroy(opt);
+    }
+    rnn_fill = 0;
+}
+
+/* Not dropped: an initial state of ConstantOfShape(value 1.0), one the caller feeds (a graph
+ * input), and an initializer of zeros that is also a graph input (the caller may override it). The
+ * other recurrent nodes' zero states still go; the outputs equal level 0's. */
+KN_TEST(opt_regression_nonzero_or_fed_rnn_state_kept) {
+    for (int k = 0; k < 3; k++) {
+        rnn_zero_case = k;
+        rnn_fill = k == 0 ? 1.0f : 0.0f;
+        kiln_session *ref = zero_state_session(0), *opt = zero_state_session(1);
+        if (ref && opt) {
+            int h = rnn_input(opt, "LSTM", 5);
+            CHECK_MSG(h >= 0, "case %d: the LSTM's initial_h was dropped", k);
+            if (k == 0) {
+                CHECK_MSG(rnn_input(opt, "LSTM", 6) >= 0, "the LSTM's initial_c (ones) was dropped");
+                CHECK_EQ_INT(count_op(opt, "", "ConstantOfShape"), 1);
+            } else {
+                CHECK_EQ_INT(rnn_input(opt, "LSTM", 6), -1);
+                if (h >= 0) CHECK(!strcmp(opt->model->graph->values[h].name, k == 1 ? "h_in" : "h_init"));
+            }
+            CHECK_EQ_INT(rnn_input(opt, "GRU", 5), -1);
+            CHECK_EQ_INT(rnn_input(opt, "RNN", 5), -1);
+            check_rnn_outputs(ref, opt, 1e-5);
+        }
+        kiln_session_destroy(ref);
+        kiln_session_destroy(opt);
+    }
+    rnn_zero_case = 0;
+    rnn_fill = 0;
+}
+
+/* ------------------------------------------------------------------ StackedLSTM */
+
+/* X [7, 3, 10] -> LSTM(16) -> Squeeze(1) -> LSTM(12) [-> Squeeze(1) -> LSTM(8)], the top layer's
+ * Y, Y_h, Y_c the outputs. stacked_case: 0 two layers; 1 three; 2 the lower layer's Y_h is also an
+ * output; 3 the lower layer is bidirectional (its Y reshaped to [7, 3, 2H] for the top); 4 the top
+ * layer clips; 5 the lower layer's Y is also an output. */
+static int stacked_case;
+
+static kn_model *build_stacked(void) {
+    tb b;
+    tb_init(&b, 14);
+    int64_t xd[3] = {7, 3, 10};
+    int x = tb_input(&b, "X", KILN_DTYPE_FLOAT, 3, xd);
+    int layers = stacked_case == 1 ? 3 : 2;
+    static const int64_t hidden[3] = {16, 12, 8};
+    int64_t in = 10;
+    for (int l = 0; l < layers; l++) {
+        int dirs = stacked_case == 3 && l == 0 ? 2 : 1;
+        int64_t H = hidden[l], wd[3] = {dirs, 4 * H, in}, rd[3] = {dirs, 4 * H, H}, bd[2] = {dirs, 8 * H},
+                hd[3] = {dirs, 3, H};
+        char n[32];
+        int ins[7];
+        ins[0] = x;
+        snprintf(n, sizeof n, "W%d", l);
+        ins[1] = tb_const(&b, n, KILN_DTYPE_FLOAT, 3, wd, -0.4f, 0.4f);
+        snprintf(n, sizeof n, "R%d", l);
+        ins[2] = tb_const(&b, n, KILN_DTYPE_FLOAT, 3, rd, -0.4f, 0.4f);
+        snprintf(n, sizeof n, "B%d", l);
+        ins[3] = tb_const(&b, n, KILN_DTYPE_FLOAT, 2, bd, -0.5f, 0.5f);
+        ins[4] = -1;
+        snprintf(n, sizeof n, "h%d", l);
+        ins[5] = tb_const(&b, n, KILN_DTYPE_FLOAT, 3, hd, -0.8f, 0.8f);
+        snprintf(n, sizeof n, "c%d", l);
+        ins[6] = tb_const(&b, n, KILN_DTYPE_FLOAT, 3, hd, -0.8f, 0.8f);
+        int outs[3];
+        for (int o = 0; o < 3; o++) {
+            snprintf(n, sizeof n, "%s%d", o == 0 ? "Y" : o == 1 ? "Y_h" : "Y_c", l);
+            outs[o] = kn_graph_add_value(b.g, n);
+        }
+        snprintf(n, sizeof n, "lstm%d", l);
+        last_node = kn_graph_add_node(b.g, n, "LSTM", "", ins, 7, outs, 3);
+        b.g->nodes[last_node].opset = 14;
+        tb_int(&b, "hidden_size", H);
+        if (dirs == 2) tb_attr(&b, "direction", KN_ATTR_STRING)->s = "bidirectional";
+        if (stacked_case == 4 && l == layers - 1) tb_float(&b, "clip", 0.5f);
+        if (l == layers - 1) {
+            for (int o = 0; o < 3; o++) tb_output(&b, outs[o]);
+            break;
+        }
+        if (stacked_case == 2) tb_output(&b, outs[1]);
+        if (stacked_case == 5) tb_output(&b, outs[0]);
+        snprintf(n, sizeof n, "S%d", l);
+        if (dirs == 2) {
+            int64_t shape[3] = {7, 3, 2 * H};
+            snprintf(n, sizeof n, "shape%d", l);
+            int r[2] = {outs[0], kn_graph_add_value(b.g, n)};
+            kn_tensor *t;
+            int64_t sd[1] = {3};
+            kn_tensor_new(KILN_DTYPE_INT64, 1, sd, &t);
+            memcpy(t->data, shape, sizeof shape);
+            kn_model_own_tensor(b.m, t);
+            b.g->values[r[1]].constant = t;
+            kn_type_set_tensor(&b.g->values[r[1]].type, KILN_DTYPE_INT64, 1, sd);
+            snprintf(n, sizeof n, "S%d", l);
+            x = tb_node(&b, "Reshape", r, 2, n);
+            in = 2 * H;
+        } else {
+            int64_t one = 1, sd[1] = {1};
+            kn_tensor *t;
+            kn_tensor_new(KILN_DTYPE_INT64, 1, sd, &t);
+            memcpy(t->data, &one, sizeof one);
+            kn_model_own_tensor(b.m, t);
+            snprintf(n, sizeof n, "axes%d", l);
+            int sq[2] = {outs[0], kn_graph_add_value(b.g, n)};
+            b.g->values[sq[1]].constant = t;
+            kn_type_set_tensor(&b.g->values[sq[1]].type, KILN_DTYPE_INT64, 1, sd);
+            snprintf(n, sizeof n, "S%d", l);
+            x = tb_node(&b, "Squeeze", sq, 2, n);
+            in = H;
+        }
+    }
+    return b.m;
+}
+
+static int stacked_layers(const kiln_session *s) {
+    const kn_graph *g = s->model->graph;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && !strcmp(g->nodes[i].op_type, "StackedLSTM"))
+            return kn_stacked_lstm_layers(g->nodes[i].n_inputs);
+    return 0;
+}
+
+/* LSTM -> Squeeze -> LSTM (-> Squeeze -> LSTM) becomes one kiln.StackedLSTM of two (three) layers,
+ * whose CPU kernel gives what the layers give (level 0, every output). */
+KN_TEST(opt_stacked_lstm_matches_unfused) {
+    for (stacked_case = 0; stacked_case < 2; stacked_case++) {
+        kiln_session *opt = compare_levels(build_stacked, 2, 1e-5);
+        if (opt) {
+            CHECK_EQ_INT(count_op(opt, "kiln", "StackedLSTM"), 1);
+            CHECK_EQ_INT(stacked_layers(opt), stacked_case == 1 ? 3 : 2);
+            CHECK_EQ_INT(count_op(opt, "", "LSTM"), 0);
+            CHECK_EQ_INT(count_op(opt, "", "Squeeze"), 0);
+        }
+        kiln_session_destroy(opt);
+    }
+    stacked_case = 0;
+}
+
+/* Not fused: a lower layer whose Y_h or Y is read outside the stack (the fused node gives only the
+ * top layer's), a bidirectional lower layer, a top layer that clips. Outputs equal level 0's. */
+KN_TEST(opt_regression_stacked_lstm_not_formed) {
+    static const int cases[4] = {2, 3, 4, 5};
+    for (int k = 0; k < 4; k++) {
+        stacked_case = cases[k];
+        kiln_session *opt = compare_levels(build_stacked, 3, 1e-5);
+        if (opt) {
+            CHECK_MSG(count_op(opt, "kiln", "StackedLSTM") == 0, "case %d: StackedLSTM formed", stacked_case);
+            CHECK_EQ_INT(count_op(opt, "", "LSTM"), 2);
+        }
+        kiln_session_destroy(opt);
+    }
+    stacked_case = 0;
 }

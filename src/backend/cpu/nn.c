@@ -94,6 +94,7 @@ const kn_cpu_kernel kn_cpu_nn[] = {
     {"", "RNN", kn_cpu_rnn, supports_float},
     {"", "GRU", kn_cpu_rnn, supports_float},
     {"", "LSTM", kn_cpu_rnn, supports_float},
+    {"kiln", "StackedLSTM", kn_cpu_stacked_lstm, supports_float},
     {"", "NegativeLogLikelihoodLoss", kn_cpu_nll_loss, supports_float},
     {"", "SoftmaxCrossEntropyLoss", kn_cpu_sce_loss, supports_float},
     {"", "Det", run_det, supports_float, KN_KERNEL_OVERWRITES},

@@ -27,6 +27,7 @@ kiln_status kn_cpu_lpnorm(kn_kernel_ctx *c);
 kiln_status kn_cpu_mvn(kn_kernel_ctx *c);
 kiln_status kn_cpu_lrn(kn_kernel_ctx *c);
 kiln_status kn_cpu_rnn(kn_kernel_ctx *c);         /* RNN, GRU, LSTM */
+kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c); /* kiln.StackedLSTM */
 
 /* ---- element conversion (any numeric or bool dtype) ---- */
 void kn_nn_to_f32(const kn_tensor *t, float *dst);

@@ -9,8 +9,10 @@
  * GRU z,r,h. */
 #include "backend/cpu/nn_internal.h"
 #include "backend/cpu/sgemm.h"
+#include "ops/fused.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 /* ------------------------------------------------------------------ activations */
@@ -549,5 +551,64 @@ done:
     if (H0) kn_nn_release(H0, h0v);
     if (C0) kn_nn_release(C0, c0v);
     kn_nn_release(X, xv0);
+    return st;
+}
+
+/* ------------------------------------------------------------------ kiln.StackedLSTM */
+
+static kn_tensor *layer_in(const kn_kernel_ctx *c, int layer, int i) {
+    int k = kn_stacked_lstm_input(layer, i);
+    return k < c->n_inputs ? c->in[k] : NULL;
+}
+
+/* The layers one after another, each as its ONNX LSTM (forward, default attributes); a layer's Y
+ * [T, 1, B, H] is the next one's X [T, B, H]. The fusion pays on devices that overlap the layers;
+ * here it is the unfused computation, so the two agree. */
+kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c) {
+    int layers = kn_stacked_lstm_layers(c->n_inputs);
+    const kn_tensor *x = c->in[0];
+    if (x->rank != 3) return kn_kernel_error(c, KILN_ERR_SHAPE, "X must be [seq, batch, input]");
+    kn_tensor *prev = NULL;
+    kiln_status st = KILN_OK;
+    for (int l = 0; l < layers && st == KILN_OK; l++) {
+        bool last = l == layers - 1;
+        kn_node layer;
+        memset(&layer, 0, sizeof layer);
+        char name[160];
+        snprintf(name, sizeof name, "%s (layer %d)", c->node->name, l);
+        layer.name = name;
+        layer.op_type = "LSTM";
+        layer.domain = "";
+        layer.opset = 14;
+        kn_tensor xv;
+        if (prev) { /* [T, 1, B, H] read as [T, B, H] */
+            xv = *prev;
+            xv.rank = 3;
+            xv.dims[1] = prev->dims[2];
+            xv.dims[2] = prev->dims[3];
+        }
+        kn_tensor *in[7] = {prev ? &xv : (kn_tensor *)x, layer_in(c, l, 0),
+                            layer_in(c, l, 1), layer_in(c, l, 2), NULL,
+                            layer_in(c, l, 3), layer_in(c, l, 4)};
+        kn_tensor *y = NULL;
+        if (!last) {
+            const kn_tensor *r = in[2];
+            int64_t dims[4] = {x->dims[0], 1, x->dims[1], r->rank == 3 ? r->dims[2] : 0};
+            st = kn_tensor_new(x->dtype, 4, dims, &y);
+            if (st != KILN_OK) break;
+        }
+        kn_tensor *out_last[3] = {c->n_outputs > 0 ? c->out[0] : NULL, c->n_outputs > 1 ? c->out[1] : NULL,
+                                  c->n_outputs > 2 ? c->out[2] : NULL};
+        kn_kernel_ctx lc = *c;
+        lc.node = &layer;
+        lc.n_inputs = 7;
+        lc.in = in;
+        lc.n_outputs = last ? c->n_outputs : 1;
+        lc.out = last ? out_last : &y;
+        st = kn_cpu_rnn(&lc);
+        kn_tensor_free(prev);
+        prev = y;
+    }
+    kn_tensor_free(prev);
     return st;
 }

@@ -761,6 +761,10 @@ static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
     double t_ctx = kn_now_ms();
     double ctx_ms = early_ms >= 0 ? early_ms : t_ctx - t0;
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&cu->sm_count, cudaDevAttrMultiProcessorCount, cu->device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&cu->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, cu->device);
+    const char *rnn = getenv("KILN_CUDA_RNN");
+    cu->rnn_steps = rnn && !strcmp(rnn, "steps");
     if (e != cudaSuccess) {
         st = kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: cuda:%d: %s", cu->device, cudaGetErrorString(e));
         goto fail;

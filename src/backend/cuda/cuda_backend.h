@@ -88,6 +88,9 @@ typedef struct kn_cuda {
     struct kn_cu_warmup *warmup;   /* library start-up work beside the runs (cuda_warmup.c) */
     bool warmup_checked;           /* the first run looked for imported choices to replay */
     int8_t standin_mode;           /* KILN_CUDA_STAND_INS at init: 0 auto, 1 never, 2 always */
+    bool rnn_steps;                /* KILN_CUDA_RNN=steps at init: recurrences step by step, never in one launch */
+    int sm_count;                  /* the device's multiprocessors */
+    int smem_optin;                /* shared memory one block may have (bytes, opted in) */
     int64_t standin_products, standin_convs; /* run on kiln's own kernels (cuda_warmup.c) */
     int64_t standins_before_ready;           /* their sum when a run was last let go uncaptured */
     bool orphaned; /* destroyed while the caller held device tensors: the last one frees the state */
@@ -118,6 +121,12 @@ enum {
 #define KN_T_NUM (KN_T_FLOATS | KN_T_INTS)
 #define KN_T_BOOL KN_T(KILN_DTYPE_BOOL)
 #define KN_T_DENSE (KN_T_NUM | KN_T_BOOL) /* every type with 1..8-byte elements kiln runs on CUDA */
+
+/* Recurrent nodes (LSTM, GRU, RNN) run so far with the whole recurrence in one launch, in this
+ * process (for tests: which of the two ways ran). */
+long long kn_cuda_rnn_one_launch_runs(void);
+/* kiln.StackedLSTM nodes run so far as one pipelined launch, in this process (for tests). */
+long long kn_cuda_lstm_stack_runs(void);
 
 extern const kn_cuda_kernel kn_cuda_elementwise[];
 extern const kn_cuda_kernel kn_cuda_tensor[];

@@ -224,6 +224,54 @@ cudaError_t kn_cu_rnn_cell(kiln_dtype dt, const void *gx, const void *gh, void *
                            const int32_t *seq_lens, int64_t step, int64_t T, bool reverse, int64_t batch,
                            int64_t hidden, float clip, int act, cudaStream_t s);
 
+/* The whole recurrence in one launch (cu_rnn.cu): block (d, slice) runs every step of direction d
+ * for `rows` batch items, R in shared memory; kn_cu_rnn_seq_smem gives the shared memory it needs
+ * (0 for what it does not take: types other than float, float16, bfloat16; rows other than 1, 2,
+ * 4, 8). Biases, peepholes, initial states and seq_lens as the ONNX operators define them; y's
+ * steps past an item's length are zero. */
+typedef struct kn_cu_rnn_seq {
+    int gates;       /* 4 LSTM (i, o, f, c), 3 GRU (z, r, h), 1 RNN */
+    int dirs;        /* 1 or 2: direction 1 runs in reverse */
+    bool reverse;    /* the single direction runs in reverse */
+    int64_t T, batch, hidden;
+    const void *gx;  /* [T, batch, dirs, gates * hidden]: X W^T of every step, no bias */
+    const void *R;   /* [dirs, gates * hidden, hidden] */
+    const void *bias; /* [dirs, 2 * gates * hidden] (Wb, Rb) or NULL */
+    const void *h0, *c0, *peep; /* [dirs, batch, hidden], [dirs, 3 * hidden] (i, o, f); NULL: zeros / none */
+    const int32_t *seq_lens;    /* [batch] or NULL */
+    void *y;                    /* [T, dirs, batch, hidden] or NULL */
+    void *yh, *yc;              /* [dirs, batch, hidden] or NULL */
+    float clip;                 /* 0: none */
+    bool input_forget, linear_before_reset;
+    int act;  /* RNN: 0 tanh, 1 relu, 2 sigmoid */
+    int rows; /* batch items per block: 1, 2, 4 or 8 */
+} kn_cu_rnn_seq;
+size_t kn_cu_rnn_seq_smem(kiln_dtype dt, int gates, int64_t hidden, int rows);
+cudaError_t kn_cu_rnn_seq_run(kiln_dtype dt, const kn_cu_rnn_seq *p, size_t smem, cudaStream_t s);
+
+/* Stacked forward LSTM layers (kiln.StackedLSTM) in one cooperative launch, as a pipeline: per
+ * slice of `rows` batch items, one block runs each layer's recurrence and one each layer's input
+ * projection (l >= 1), a step behind the block before it, handing steps on through counters.
+ * Every block must be resident at once: kn_cu_lstm_stack_resident says whether they are. */
+#define KN_CU_LSTM_STACK_MAX 8
+typedef struct kn_cu_lstm_stack {
+    int layers, rows;
+    int64_t T, batch;
+    int64_t hidden[KN_CU_LSTM_STACK_MAX];
+    const void *gx0;                       /* [T, batch, 4 * hidden[0]]: X W0^T, no bias */
+    const void *W[KN_CU_LSTM_STACK_MAX];   /* l >= 1: [4 * hidden[l], hidden[l - 1]] */
+    const void *R[KN_CU_LSTM_STACK_MAX];   /* [4 * hidden[l], hidden[l]] */
+    const void *bias[KN_CU_LSTM_STACK_MAX], *h0[KN_CU_LSTM_STACK_MAX], *c0[KN_CU_LSTM_STACK_MAX]; /* or NULL */
+    float *seq[KN_CU_LSTM_STACK_MAX];      /* l < layers - 1: [T, batch, hidden[l]], layer l's outputs */
+    float *gx[KN_CU_LSTM_STACK_MAX];       /* l >= 1: [T, batch, 4 * hidden[l]], its input projections */
+    int *counters;                         /* (2 * layers - 1) * slices, zero before the launch */
+    void *y, *yh, *yc;                     /* the last layer's Y [T, 1, batch, H], Y_h, Y_c (or NULL) */
+} kn_cu_lstm_stack;
+size_t kn_cu_lstm_stack_smem(kiln_dtype dt, int layers, const int64_t *hidden, int rows);
+bool kn_cu_lstm_stack_resident(kiln_dtype dt, int layers, const int64_t *hidden, int rows, int64_t batch,
+                               size_t smem, int sm_count);
+cudaError_t kn_cu_lstm_stack_run(kiln_dtype dt, const kn_cu_lstm_stack *p, size_t smem, cudaStream_t s);
+
 /* kiln's own product and convolution (cu_standin.cu), for the runs before cuBLASLt and cuDNN are
  * ready (cuda_warmup.c). The product is kn_cu_gemm's: C = alpha op(A) op(B) + beta C per batch
  * entry, row-major, strides in elements; cudaErrorInvalidValue (nothing launched) for more than

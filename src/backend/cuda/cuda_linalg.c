@@ -5,6 +5,7 @@
  * cuBLASLt is column-major; a row-major C = op(A) op(B) is computed as the column-major
  * C^T = op(B)^T op(A)^T, i.e. with the operands swapped and no data movement. */
 #include "backend/cuda/cuda_backend.h"
+#include "ops/fused.h"
 #include "util/log.h"
 
 #include <stdio.h>
@@ -552,6 +553,54 @@ static bool rnn_supports(const kn_node *n, const kn_type *const *in, int n_in, c
     return true;
 }
 
+/* The batch items each block of the one-launch recurrence takes, and its shared memory; false when
+ * the steps should run one by one instead: R too large for one block's shared memory, more blocks
+ * than the device runs at once (then a device-wide product per step is faster), or double. */
+static bool rnn_in_one_launch(const kn_cuda *cu, kiln_dtype dt, int G, int dirs, int64_t B, int64_t H, int *rows,
+                              size_t *smem) {
+    if (cu->rnn_steps || B < 1 || cu->sm_count < 1) return false;
+    int64_t r = (B * dirs + cu->sm_count - 1) / cu->sm_count; /* fewest items per block: most blocks */
+    if (r > 8) return false;
+    *rows = r <= 1 ? 1 : r <= 2 ? 2 : r <= 4 ? 4 : 8;
+    *smem = kn_cu_rnn_seq_smem(dt, G, H, *rows);
+    return *smem > 0 && *smem <= (size_t)cu->smem_optin;
+}
+
+static _Atomic long long one_launch_runs, stack_runs;
+long long kn_cuda_rnn_one_launch_runs(void) { return one_launch_runs; }
+long long kn_cuda_lstm_stack_runs(void) { return stack_runs; }
+
+/* X W^T of every step and direction in one product, then the recurrence in one launch. */
+static kiln_status run_rnn_one_launch(kn_cuda *cu, kn_kernel_ctx *c, kn_cu_rnn_seq *p, const kn_tensor *X,
+                                      const kn_tensor *W, size_t smem) {
+    kiln_dtype dt = X->dtype;
+    int64_t N = p->dirs * p->gates * p->hidden, I = X->dims[2];
+    size_t gx_b = (size_t)(p->T * p->batch * N) * kiln_dtype_size(dt);
+    void *gx = NULL;
+    kiln_status st = kn_cu_scratch(cu, gx_b ? gx_b : 1, &gx);
+    if (st != KILN_OK) return st;
+    kn_cu_gemm g = {0};
+    g.dt = dt;
+    g.M = p->T * p->batch;
+    g.N = N;
+    g.K = I;
+    g.tb = true;
+    g.A = X->data;
+    g.B = W->data;
+    g.C = gx;
+    g.lda = I;
+    g.ldb = I;
+    g.ldc = N;
+    g.batch = 1;
+    g.alpha = 1;
+    if (g.M > 0) st = kn_cu_gemm_run(cu, c, &g);
+    p->gx = gx;
+    if (st == KILN_OK) st = kn_cu_check(c, kn_cu_rnn_seq_run(dt, p, smem, cu->stream), c->node->op_type);
+    if (st == KILN_OK) one_launch_runs++;
+    kn_cu_scratch_free(cu, gx, gx_b ? gx_b : 1);
+    return st;
+}
+
 static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
     const char *op = c->node->op_type;
     int G = !strcmp(op, "LSTM") ? 4 : !strcmp(op, "GRU") ? 3 : 1;
@@ -575,6 +624,32 @@ static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
         if (a && a->n > 0) act = !strcasecmp(a->strings[0], "Relu") ? 1 : !strcasecmp(a->strings[0], "Sigmoid") ? 2 : 0;
     }
     kiln_dtype dt = X->dtype;
+    int rows = 0;
+    size_t smem = 0;
+    if (rnn_in_one_launch(cu, dt, G, dirs, B, H, &rows, &smem)) {
+        kn_cu_rnn_seq p = {0};
+        p.gates = G;
+        p.dirs = dirs;
+        p.reverse = reverse_only;
+        p.T = T;
+        p.batch = B;
+        p.hidden = H;
+        p.R = R->data;
+        p.bias = Bi ? Bi->data : NULL;
+        p.h0 = h0 ? h0->data : NULL;
+        p.c0 = c0 ? c0->data : NULL;
+        p.peep = P ? P->data : NULL;
+        p.seq_lens = lens ? (const int32_t *)lens->data : NULL;
+        p.y = Y && Y->nbytes ? Y->data : NULL;
+        p.yh = Yh && Yh->nbytes ? Yh->data : NULL;
+        p.yc = Yc && Yc->nbytes ? Yc->data : NULL;
+        p.clip = clip;
+        p.input_forget = input_forget;
+        p.linear_before_reset = lbr;
+        p.act = act;
+        p.rows = rows;
+        return run_rnn_one_launch(cu, c, &p, X, W, smem);
+    }
     size_t es = kiln_dtype_size(dt);
     int64_t GH = G * H;
     void *gx = NULL, *gh = NULL, *h = NULL, *cs = NULL, *bias = NULL, *rh = NULL, *ghh = NULL;
@@ -709,6 +784,164 @@ static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
     return st;
 }
 
+/* ------------------------------------------------------------------ kiln.StackedLSTM */
+
+static kn_tensor *layer_in(const kn_kernel_ctx *c, int layer, int i) {
+    int k = kn_stacked_lstm_input(layer, i);
+    return k < c->n_inputs ? c->in[k] : NULL;
+}
+
+/* The layers one after another as LSTM nodes (what the pipeline falls back to). */
+static kiln_status run_layers(kn_cuda *cu, kn_kernel_ctx *c) {
+    int layers = kn_stacked_lstm_layers(c->n_inputs);
+    const kn_tensor *X = c->in[0];
+    size_t es = kiln_dtype_size(X->dtype);
+    kn_tensor prev, *prev_p = NULL;
+    void *prev_mem = NULL;
+    size_t prev_bytes = 0;
+    kiln_status st = KILN_OK;
+    for (int l = 0; l < layers && st == KILN_OK; l++) {
+        bool last = l == layers - 1;
+        kn_node layer;
+        memset(&layer, 0, sizeof layer);
+        char name[160];
+        snprintf(name, sizeof name, "%s (layer %d)", c->node->name, l);
+        layer.name = name;
+        layer.op_type = "LSTM";
+        layer.domain = "";
+        layer.opset = 14;
+        kn_tensor *in[7] = {prev_p ? prev_p : (kn_tensor *)X, layer_in(c, l, 0),
+                            layer_in(c, l, 1), layer_in(c, l, 2), NULL,
+                            layer_in(c, l, 3), layer_in(c, l, 4)};
+        kn_tensor y, *y_p = &y;
+        void *y_mem = NULL;
+        size_t y_bytes = 0;
+        if (!last) { /* Y [T, 1, B, H], the next layer's X as [T, B, H] */
+            int64_t H = in[2]->dims[2];
+            y = *X;
+            y.rank = 4;
+            y.dims[1] = 1;
+            y.dims[2] = X->dims[1];
+            y.dims[3] = H;
+            y_bytes = (size_t)(X->dims[0] * X->dims[1] * H) * es;
+            st = kn_cu_scratch(cu, y_bytes ? y_bytes : 1, &y_mem);
+            if (st != KILN_OK) break;
+            y.data = y_mem;
+            y.nbytes = y.capacity = y_bytes;
+            y.owns_data = false;
+            y.pool = NULL;
+        }
+        kn_tensor *out_last[3] = {c->n_outputs > 0 ? c->out[0] : NULL, c->n_outputs > 1 ? c->out[1] : NULL,
+                                  c->n_outputs > 2 ? c->out[2] : NULL};
+        kn_kernel_ctx lc = *c;
+        lc.node = &layer;
+        lc.n_inputs = 7;
+        lc.in = in;
+        lc.n_outputs = last ? c->n_outputs : 1;
+        lc.out = last ? out_last : &y_p;
+        st = run_rnn(cu, &lc);
+        if (prev_mem) kn_cu_scratch_free(cu, prev_mem, prev_bytes ? prev_bytes : 1);
+        prev_mem = y_mem;
+        prev_bytes = y_bytes;
+        if (!last) {
+            prev = y;
+            prev.rank = 3;
+            prev.dims[1] = y.dims[2];
+            prev.dims[2] = y.dims[3];
+            prev_p = &prev;
+        }
+    }
+    if (prev_mem) kn_cu_scratch_free(cu, prev_mem, prev_bytes ? prev_bytes : 1);
+    return st;
+}
+
+/* The layers as one pipelined launch (kn_cu_lstm_stack_run) where its blocks all fit on the device
+ * at once; else one after another. */
+static kiln_status run_stacked_lstm(kn_cuda *cu, kn_kernel_ctx *c) {
+    int layers = kn_stacked_lstm_layers(c->n_inputs);
+    const kn_tensor *X = c->in[0];
+    kiln_dtype dt = X->dtype;
+    if (X->rank != 3) return kn_kernel_error(c, KILN_ERR_SHAPE, "X must be [seq, batch, input]");
+    int64_t T = X->dims[0], B = X->dims[1], I = X->dims[2];
+    kn_cu_lstm_stack p;
+    memset(&p, 0, sizeof p);
+    p.layers = layers;
+    p.T = T;
+    p.batch = B;
+    for (int l = 0; l < layers && l < KN_CU_LSTM_STACK_MAX; l++) p.hidden[l] = layer_in(c, l, 1)->dims[2];
+    int64_t stages = 2 * layers - 1, r = cu->sm_count > 0 ? (B * stages + cu->sm_count - 1) / cu->sm_count : 0;
+    p.rows = r <= 1 ? 1 : r <= 2 ? 2 : r <= 4 ? 4 : 8;
+    size_t smem = layers <= KN_CU_LSTM_STACK_MAX ? kn_cu_lstm_stack_smem(dt, layers, p.hidden, p.rows) : 0;
+    if (cu->rnn_steps || T == 0 || B == 0 || r > 8 || !smem || smem > (size_t)cu->smem_optin ||
+        !kn_cu_lstm_stack_resident(dt, layers, p.hidden, p.rows, B, smem, cu->sm_count))
+        return run_layers(cu, c);
+    size_t es = kiln_dtype_size(dt), slices = (size_t)((B + p.rows - 1) / p.rows);
+    /* scratch: X W0^T, each layer's outputs and input projections (float), the counters */
+    size_t bytes[2 * KN_CU_LSTM_STACK_MAX + 1], total_items = 0;
+    void *mem[2 * KN_CU_LSTM_STACK_MAX + 1] = {0};
+    bytes[total_items++] = (size_t)(T * B * 4 * p.hidden[0]) * es;
+    for (int l = 0; l + 1 < layers; l++) bytes[total_items++] = (size_t)(T * B * p.hidden[l]) * sizeof(float);
+    for (int l = 1; l < layers; l++) bytes[total_items++] = (size_t)(T * B * 4 * p.hidden[l]) * sizeof(float);
+    bytes[total_items++] = (size_t)stages * slices * sizeof(int);
+    kiln_status st = KILN_OK;
+    for (size_t i = 0; i < total_items && st == KILN_OK; i++) st = kn_cu_scratch(cu, bytes[i], &mem[i]);
+    if (st == KILN_OK) {
+        size_t k = 0;
+        p.gx0 = mem[k++];
+        for (int l = 0; l + 1 < layers; l++) p.seq[l] = mem[k++];
+        for (int l = 1; l < layers; l++) p.gx[l] = mem[k++];
+        p.counters = mem[k++];
+        for (int l = 0; l < layers; l++) {
+            p.W[l] = layer_in(c, l, 0)->data;
+            p.R[l] = layer_in(c, l, 1)->data;
+            const kn_tensor *b = layer_in(c, l, 2), *h = layer_in(c, l, 3),
+                            *cc = layer_in(c, l, 4);
+            p.bias[l] = b ? b->data : NULL;
+            p.h0[l] = h ? h->data : NULL;
+            p.c0[l] = cc ? cc->data : NULL;
+        }
+        p.y = c->n_outputs > 0 && c->out[0] && c->out[0]->nbytes ? c->out[0]->data : NULL;
+        p.yh = c->n_outputs > 1 && c->out[1] && c->out[1]->nbytes ? c->out[1]->data : NULL;
+        p.yc = c->n_outputs > 2 && c->out[2] && c->out[2]->nbytes ? c->out[2]->data : NULL;
+        kn_cu_gemm g = {0};
+        g.dt = dt;
+        g.M = T * B;
+        g.N = 4 * p.hidden[0];
+        g.K = I;
+        g.tb = true;
+        g.A = X->data;
+        g.B = p.W[0];
+        g.C = mem[0];
+        g.lda = I;
+        g.ldb = I;
+        g.ldc = g.N;
+        g.batch = 1;
+        g.alpha = 1;
+        st = kn_cu_gemm_run(cu, c, &g);
+        if (st == KILN_OK)
+            st = kn_cu_check(c, cudaMemsetAsync(p.counters, 0, bytes[total_items - 1], cu->stream), "StackedLSTM");
+        if (st == KILN_OK) st = kn_cu_check(c, kn_cu_lstm_stack_run(dt, &p, smem, cu->stream), "StackedLSTM");
+        if (st == KILN_OK) stack_runs++;
+    }
+    for (size_t i = 0; i < total_items; i++)
+        if (mem[i]) kn_cu_scratch_free(cu, mem[i], bytes[i]);
+    return st;
+}
+
+static bool stacked_lstm_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
+    (void)n;
+    if (kn_stacked_lstm_layers(n_in) > KN_CU_LSTM_STACK_MAX) {
+        snprintf(why, cap, "more than %d layers", KN_CU_LSTM_STACK_MAX);
+        return false;
+    }
+    for (int i = 1; i < n_in; i++)
+        if (in[i] && in[i]->dtype != in[0]->dtype) {
+            snprintf(why, cap, "input %d of type %s", i, kiln_dtype_name(in[i]->dtype));
+            return false;
+        }
+    return true;
+}
+
 #define MM_TYPES (KN_T_FLOATS)
 
 const kn_cuda_kernel kn_cuda_linalg[] = {
@@ -717,6 +950,7 @@ const kn_cuda_kernel kn_cuda_linalg[] = {
     {"", "LSTM", run_rnn, rnn_supports, KN_T_FLOATS, 0, 0},
     {"", "GRU", run_rnn, rnn_supports, KN_T_FLOATS, 0, 0},
     {"", "RNN", run_rnn, rnn_supports, KN_T_FLOATS, 0, 0},
+    {"kiln", "StackedLSTM", run_stacked_lstm, stacked_lstm_supports, KN_T_FLOATS, 0, 0},
 #ifdef KILN_HAVE_CUDNN
     {"", "Conv", kn_cu_run_conv, kn_cu_conv_supports, KN_T_FLOATS, 0, 0},
     {"", "ConvTranspose", kn_cu_run_conv_transpose, kn_cu_conv_supports, KN_T_FLOATS, 0, 0},
