@@ -2,8 +2,8 @@
 """kiln against PyTorch on the same GPU, per zoo architecture, batch 1, in one run.
 
 PyTorch builds the same architectures the zoo was exported from (the constructors of
-../shared/models/make_zoo.py: torchvision, timm, transformers, random weights: timing does not
-depend on the values) and runs them with CUDA graphs (torch.cuda.CUDAGraph: capture once, replay),
+../shared/models/make_zoo.py: torchvision, timm, transformers, torch.nn's LSTM and GRU (cuDNN's
+recurrences), random weights: timing does not depend on the values) and runs them with CUDA graphs (torch.cuda.CUDAGraph: capture once, replay),
 in float32 (TF32 off, as kiln's fp32), float16, and for the CNNs float16 channels_last (NHWC, the
 layout cuDNN's tensor-core convolutions prefer). Each PyTorch run copies its input from host
 memory (pageable, like a caller's buffers) and its output back, as `kiln run` does (kiln_session_run with host tensors), so the two
@@ -63,6 +63,18 @@ def torch_models():
         def forward(s, f):
             return s.e(f).last_hidden_state
 
+    class Rnn(torch.nn.Module):  # cuDNN's LSTM and GRU
+        def __init__(s):
+            super().__init__()
+            s.lstm = torch.nn.LSTM(40, 96, num_layers=2, batch_first=True)
+            s.gru = torch.nn.GRU(96, 64, batch_first=True, bidirectional=True)
+            s.fc = torch.nn.Linear(128, 10)
+
+        def forward(s, x):
+            y, _ = s.lstm(x)
+            y, _ = s.gru(y)
+            return s.fc(y)
+
     return {
         "mobilenet_v3_small": (torchvision.models.mobilenet_v3_small, True),
         "efficientnet_b0": (torchvision.models.efficientnet_b0, True),
@@ -70,6 +82,7 @@ def torch_models():
         "bert_mini": (Bert, False),
         "gpt2_tiny_dynamo": (Gpt2, False),
         "whisper_tiny_encoder": (Whisper, False),
+        "lstm_gru": (Rnn, False),
     }
 
 

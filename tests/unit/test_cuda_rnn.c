@@ -110,6 +110,8 @@ KN_TEST(cuda_lstm_matches_cpu) {
         {"LSTM", "forward", F32, 4, 2, 16, 200, true, false, true, false, false, false, 0, NULL, false},
         /* more batch items than 8 per block on every SM: step by step */
         {"LSTM", "bidirectional", F32, 3, 1100, 8, 16, true, false, false, false, false, false, 0, NULL, false},
+        /* no time steps: Y empty, Y_h and Y_c zero (as the CPU and ONNX Runtime give them) */
+        {"LSTM", "forward", F32, 0, 3, 8, 16, true, false, true, false, false, false, 0, NULL, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
 }

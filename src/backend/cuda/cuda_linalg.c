@@ -624,6 +624,14 @@ static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
         if (a && a->n > 0) act = !strcasecmp(a->strings[0], "Relu") ? 1 : !strcasecmp(a->strings[0], "Sigmoid") ? 2 : 0;
     }
     kiln_dtype dt = X->dtype;
+    if (T == 0) { /* no step: every output is zero (the CPU's and ONNX Runtime's answer) */
+        kn_tensor *outs[3] = {Y, Yh, Yc};
+        kiln_status st = KILN_OK;
+        for (int k = 0; k < 3 && st == KILN_OK; k++)
+            if (outs[k] && outs[k]->nbytes)
+                st = kn_cu_check(c, cudaMemsetAsync(outs[k]->data, 0, outs[k]->nbytes, cu->stream), op);
+        return st;
+    }
     int rows = 0;
     size_t smem = 0;
     if (rnn_in_one_launch(cu, dt, G, dirs, B, H, &rows, &smem)) {
