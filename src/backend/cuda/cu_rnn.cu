@@ -7,6 +7,9 @@
 //   the gates. For large hidden sizes or batches, where one block per direction would be slower
 //   than a device-wide product.
 // Either way the input projections of all steps are one cuBLASLt product before the steps.
+// k_lstm_stack runs kiln.StackedLSTM's layers the first way, as a pipeline across blocks of one
+// cooperative launch: each layer's recurrence and each upper layer's input projection in its own
+// blocks, a step behind the stage before it.
 #include "backend/cuda/cu_common.cuh"
 
 #include <math.h>

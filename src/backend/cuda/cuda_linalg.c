@@ -1,6 +1,7 @@
 /* CUDA kernels of the linalg family through cuBLASLt: MatMul (batched, with broadcasting), Gemm
- * (every transA/transB/alpha/beta and broadcast C), and the recurrent operators LSTM, GRU and RNN
- * (one product for the input projections of all steps, one per step for the state).
+ * (every transA/transB/alpha/beta and broadcast C), and the recurrent operators LSTM, GRU, RNN and
+ * kiln.StackedLSTM (one product for the input projections of all steps, then the steps in one
+ * launch of cu_rnn.cu's kernels, or a product and a cell kernel per step where they do not fit).
  *
  * cuBLASLt is column-major; a row-major C = op(A) op(B) is computed as the column-major
  * C^T = op(B)^T op(A)^T, i.e. with the operands swapped and no data movement. */
@@ -554,8 +555,9 @@ static bool rnn_supports(const kn_node *n, const kn_type *const *in, int n_in, c
 }
 
 /* The batch items each block of the one-launch recurrence takes, and its shared memory; false when
- * the steps should run one by one instead: R too large for one block's shared memory, more blocks
- * than the device runs at once (then a device-wide product per step is faster), or double. */
+ * the steps should run one by one instead: R too large for one block's shared memory, more than 8
+ * items per block with a block per multiprocessor (then a device-wide product per step is faster),
+ * or double. */
 static bool rnn_in_one_launch(const kn_cuda *cu, kiln_dtype dt, int G, int dirs, int64_t B, int64_t H, int *rows,
                               size_t *smem) {
     if (cu->rnn_steps || B < 1 || cu->sm_count < 1) return false;
@@ -566,6 +568,7 @@ static bool rnn_in_one_launch(const kn_cuda *cu, kiln_dtype dt, int G, int dirs,
     return *smem > 0 && *smem <= (size_t)cu->smem_optin;
 }
 
+/* how often each way ran, for tests (kn_cuda_rnn_one_launch_runs, kn_cuda_lstm_stack_runs) */
 static _Atomic long long one_launch_runs, stack_runs;
 long long kn_cuda_rnn_one_launch_runs(void) { return one_launch_runs; }
 long long kn_cuda_lstm_stack_runs(void) { return stack_runs; }
