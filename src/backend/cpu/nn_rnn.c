@@ -7,8 +7,10 @@
  * The two directions of a bidirectional layer run in parallel. Everything computes in float
  * (float16/bfloat16/double inputs are converted). Gate orders are ONNX's: LSTM i,o,f,c;
  * GRU z,r,h. */
+#include "backend/cpu/const_cache.h"
 #include "backend/cpu/nn_internal.h"
 #include "backend/cpu/sgemm.h"
+#include "exec/exec.h"
 #include "ops/fused.h"
 
 #include <ctype.h>
@@ -252,6 +254,18 @@ static void transpose(const float *src, float *dst, int64_t rows, int64_t cols) 
         }
 }
 
+/* R^T per direction, [nd][H][GH], for the session's constant cache */
+typedef struct rt_make {
+    const float *r;
+    int nd;
+    int64_t GH, H;
+} rt_make;
+
+static void make_rt(const void *ctx, void *dst) {
+    const rt_make *m = ctx;
+    for (int d = 0; d < m->nd; d++) transpose(m->r + d * m->GH * m->H, (float *)dst + d * m->H * m->GH, m->GH, m->H);
+}
+
 /* work: gates [B, GH], h [B, H], c [B, H], tmp [B, H] (GRU: r*h or h*Rh) */
 static kiln_status run_dir(rnn_dir *d) {
     int64_t T = d->T, B = d->B, H = d->H, G = d->gates, GH = G * H;
@@ -411,12 +425,28 @@ kiln_status kn_cpu_rnn(kn_kernel_ctx *c) {
 
     int64_t *lens = NULL;
     kiln_status st = KILN_OK;
+    int big = Bn >= 16; /* recurrent product through the GEMM */
+    float *wv = kn_nn_f32_view(W), *rv = kn_nn_f32_view(R);
+    /* R^T of each direction for the small-batch product: made once per session when R is a
+     * constant (it is re-read every step; transposing it every run cost as much as a layer's
+     * input projection), else in the scratch below */
+    const float *rt_kept = NULL;
+    if (!big && rv) {
+        rt_make make = {rv, nd, GH, H};
+        kn_const_layout lay = {5, {nd, GH, H, 0}};
+        rt_kept = kn_cpu_const_derived(c, 2, &lay, sizeof(float) * (size_t)(nd * H * GH), make_rt, &make);
+    }
     /* one allocation for the float copies and scratch */
-    int64_t n_x = T * Bn * I, n_xw = nd * T * Bn * GH, n_rt = nd * H * GH, n_st = nd * Bn * H;
+    int64_t n_x = T * Bn * I, n_xw = nd * T * Bn * GH, n_rt = rt_kept ? 0 : nd * H * GH, n_st = nd * Bn * H;
     int64_t n_work = nd * (Bn * GH + 3 * Bn * H);
     int64_t total = n_x + n_xw + n_rt + 4 * n_st + n_work + T * nd * Bn * H;
-    float *mem = malloc((size_t)total * sizeof(float));
-    float *wv = kn_nn_f32_view(W), *rv = kn_nn_f32_view(R);
+    /* from the session's buffer pool: a run reuses the last run's block (a fresh malloc of this
+     * size went back to the system and page-faulted in again every run) */
+    kn_tensor *scratch = NULL;
+    float *mem = kn_tensor_new_pooled(c->exec ? c->exec->buffers : NULL, false, KILN_DTYPE_FLOAT, 1, &total, &scratch) ==
+                         KILN_OK
+                     ? scratch->data
+                     : NULL;
     float *bv = Bt ? kn_nn_f32_view(Bt) : NULL, *pv = P ? kn_nn_f32_view(P) : NULL;
     float *h0v = H0 ? kn_nn_f32_view(H0) : NULL, *c0v = C0 ? kn_nn_f32_view(C0) : NULL;
     const float *xv0 = kn_nn_f32_view(X);
@@ -452,7 +482,6 @@ kiln_status kn_cpu_rnn(kn_kernel_ctx *c) {
         if (at.layout) swap01(c0v, c0s, Bn, nd, H);
         else memcpy(c0s, c0v, (size_t)n_st * sizeof(float));
     }
-    int big = Bn >= 16; /* recurrent product through the GEMM */
     rnn_dir dirs[2];
     for (int d = 0; d < nd; d++) {
         float *xwd = xw + d * T * Bn * GH;
@@ -470,8 +499,8 @@ kiln_status kn_cpu_rnn(kn_kernel_ctx *c) {
         st = kn_sgemm(c->pool, false, true, T * Bn, GH, I, 1.0f, xs, I, wv + d * GH * I, I, 1.0f, xwd, GH);
         if (st != KILN_OK) goto done;
         const float *rd = rv + d * GH * H;
-        float *rtd = rt + d * H * GH;
-        if (!big) transpose(rd, rtd, GH, H);
+        const float *rtd = rt_kept ? rt_kept + d * H * GH : rt + d * H * GH;
+        if (!big && !rt_kept) transpose(rd, rt + d * H * GH, GH, H);
         rnn_dir *di = &dirs[d];
         memset(di, 0, sizeof *di);
         di->gates = G;
@@ -542,7 +571,7 @@ kiln_status kn_cpu_rnn(kn_kernel_ctx *c) {
         kn_nn_f32_commit(o, ov);
     }
 done:
-    free(mem);
+    kn_tensor_free(scratch);
     free(lens);
     kn_nn_release(W, wv);
     kn_nn_release(R, rv);
@@ -580,6 +609,15 @@ kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c) {
         layer.op_type = "LSTM";
         layer.domain = "";
         layer.opset = 14;
+        /* the layer's inputs as the fused node's values, so constant weights are known as such */
+        int ids[7] = {-1, -1, -1, -1, -1, -1, -1};
+        static const int from[7] = {-1, 0, 1, 2, -1, 3, 4};
+        for (int i = 0; i < 7; i++) {
+            int k = from[i] < 0 ? -1 : kn_stacked_lstm_input(l, from[i]);
+            if (k >= 0 && k < c->node->n_inputs) ids[i] = c->node->inputs[k];
+        }
+        layer.inputs = ids;
+        layer.n_inputs = 7;
         kn_tensor xv;
         if (prev) { /* [T, 1, B, H] read as [T, B, H] */
             xv = *prev;
@@ -594,7 +632,7 @@ kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c) {
         if (!last) {
             const kn_tensor *r = in[2];
             int64_t dims[4] = {x->dims[0], 1, x->dims[1], r->rank == 3 ? r->dims[2] : 0};
-            st = kn_tensor_new(x->dtype, 4, dims, &y);
+            st = kn_tensor_new_pooled(c->exec ? c->exec->buffers : NULL, false, x->dtype, 4, dims, &y);
             if (st != KILN_OK) break;
         }
         kn_tensor *out_last[3] = {c->n_outputs > 0 ? c->out[0] : NULL, c->n_outputs > 1 ? c->out[1] : NULL,
