@@ -210,6 +210,21 @@ __device__ void recurrence(const rec_args<T, GX, YO> &a, unsigned char *smem) {
     const float clip = a.clip;
     for (int64_t s = 0; s < T_; s++) {
         wait_for(a.wait, s);
+        // this thread's first element's inputs of the step, loaded before the product so that
+        // their latency (L2, or another block's writes) passes while it runs
+        float xr[4] = {0.f, 0.f, 0.f, 0.f};
+        if ((int)threadIdx.x < nb * H) {
+            int b = threadIdx.x / H, j = threadIdx.x - b * H;
+            int64_t t = time_of(a.lens, a.b0 + b, s, T_, a.rev);
+            if (t >= 0) {
+                const GX *x = a.gx + (t * B + a.b0 + b) * a.gx_row + a.gx_off;
+#pragma unroll
+                for (int g = 0; g < 4; g++)
+                    if (g < G) xr[g] = load_gx(x + g * H + j);
+            }
+        }
+        // x of gate g for element i (the prefetched ones for this thread's first)
+#define X_IN(i, x, g, j) ((i) == (int)threadIdx.x ? xr[g] : load_gx((x) + (g) * H + (j)))
         project<ROWS>(Rs, GH, hs, HP, gs, GH, 0, reset_after ? 2 * H : GH, nb);
         __syncthreads();
         if (reset_after) {
@@ -219,7 +234,7 @@ __device__ void recurrence(const rec_args<T, GX, YO> &a, unsigned char *smem) {
                 if (t < 0) continue;
                 const GX *x = a.gx + (t * B + a.b0 + b) * a.gx_row + a.gx_off;
                 float br = a.bias ? (float)ld(a.bias[H + j]) + (float)ld(a.bias[GH + H + j]) : 0.f;
-                float r = sigm(clipf(load_gx(x + H + j) + gs[b * GH + H + j] + br, clip));
+                float r = sigm(clipf(X_IN(i, x, 1, j) + gs[b * GH + H + j] + br, clip));
                 cs[b * HP + j] = r * hs[b * HP + j];
             }
             __syncthreads();
@@ -242,7 +257,7 @@ __device__ void recurrence(const rec_args<T, GX, YO> &a, unsigned char *smem) {
                 float pre[4];
 #pragma unroll
                 for (int g = 0; g < 4; g++)
-                    pre[g] = load_gx(x + g * H + j) + r[g * H + j] +
+                    pre[g] = X_IN(i, x, g, j) + r[g * H + j] +
                              (bias ? (float)ld(bias[g * H + j]) + (float)ld(bias[GH + g * H + j]) : 0.f);
                 float cp = cs[b * HP + j];
                 float pi = a.peep ? (float)ld(a.peep[j]) : 0.f, po = a.peep ? (float)ld(a.peep[H + j]) : 0.f,
@@ -262,15 +277,15 @@ __device__ void recurrence(const rec_args<T, GX, YO> &a, unsigned char *smem) {
                     bwh = (float)ld(bias[2 * H + j]);
                     brh = (float)ld(bias[GH + 2 * H + j]);
                 }
-                float z = sigm(clipf(load_gx(x + j) + r[j] + bz, clip));
-                float rr = sigm(clipf(load_gx(x + H + j) + r[H + j] + brr, clip));
+                float z = sigm(clipf(X_IN(i, x, 0, j) + r[j] + bz, clip));
+                float rr = sigm(clipf(X_IN(i, x, 1, j) + r[H + j] + brr, clip));
                 float hh = r[2 * H + j] + brh;
-                float pre = load_gx(x + 2 * H + j) + bwh + (reset_after ? hh : rr * hh);
+                float pre = X_IN(i, x, 2, j) + bwh + (reset_after ? hh : rr * hh);
                 float cand = tanhf(clipf(pre, clip));
                 hn = (1.f - z) * cand + z * hs[b * HP + j];
             } else {
                 float bsum = bias ? (float)ld(bias[j]) + (float)ld(bias[GH + j]) : 0.f;
-                float v = clipf(load_gx(x + j) + r[j] + bsum, clip);
+                float v = clipf(X_IN(i, x, 0, j) + r[j] + bsum, clip);
                 hn = a.act == 1 ? fmaxf(v, 0.f) : (a.act == 2 ? sigm(v) : tanhf(v));
             }
             hs[b * HP + j] = hn;
@@ -278,6 +293,7 @@ __device__ void recurrence(const rec_args<T, GX, YO> &a, unsigned char *smem) {
         }
         if (a.done) publish(a.done, s);
         else __syncthreads();
+#undef X_IN
     }
     for (int i = threadIdx.x; i < nb * H; i += blockDim.x) {
         int b = i / H, j = i - b * H;
