@@ -64,6 +64,24 @@ typedef struct kn_act_spec {
  * given its input count (trailing omitted inputs may be left out). */
 static inline int kn_stacked_lstm_input(int layer, int i) { return 1 + 5 * layer + i; }
 static inline int kn_stacked_lstm_layers(int n_inputs) { return (n_inputs - 1 + 4) / 5; }
+/* That input among a node's n_in input tensors (NULL when omitted or left out). */
+static inline kn_tensor *kn_stacked_lstm_in(kn_tensor *const *in, int n_in, int layer, int i) {
+    int k = kn_stacked_lstm_input(layer, i);
+    return k < n_in ? in[k] : NULL;
+}
+
+/* Layer l of a StackedLSTM node as the ONNX LSTM node it stands for (forward, default attributes,
+ * opset 14), for backends that run the layers in turn: named "<node> (layer l)", its inputs the
+ * fused node's value ids (so a kernel finds constant weights as such) and tensors: x, W, R, B,
+ * none, initial_h, initial_c. The node points into the struct: use it in place. */
+typedef struct kn_stacked_layer {
+    kn_node node;
+    char name[160];
+    int ids[7];
+    kn_tensor *in[7];
+} kn_stacked_layer;
+void kn_stacked_lstm_layer(const kn_node *fused, kn_tensor *const *in, int n_in, int layer, kn_tensor *x,
+                           kn_stacked_layer *out);
 
 /* FusedConv's layout attribute: false when it is neither NCHW nor NHWC. */
 bool kn_fused_conv_layout(const kn_node *n, bool *nhwc);

@@ -585,11 +585,6 @@ done:
 
 /* ------------------------------------------------------------------ kiln.StackedLSTM */
 
-static kn_tensor *layer_in(const kn_kernel_ctx *c, int layer, int i) {
-    int k = kn_stacked_lstm_input(layer, i);
-    return k < c->n_inputs ? c->in[k] : NULL;
-}
-
 /* The layers one after another, each as its ONNX LSTM (forward, default attributes); a layer's Y
  * [T, 1, B, H] is the next one's X [T, B, H]. The fusion pays on devices that overlap the layers;
  * here it is the unfused computation, so the two agree. */
@@ -601,23 +596,6 @@ kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c) {
     kiln_status st = KILN_OK;
     for (int l = 0; l < layers && st == KILN_OK; l++) {
         bool last = l == layers - 1;
-        kn_node layer;
-        memset(&layer, 0, sizeof layer);
-        char name[160];
-        snprintf(name, sizeof name, "%s (layer %d)", c->node->name, l);
-        layer.name = name;
-        layer.op_type = "LSTM";
-        layer.domain = "";
-        layer.opset = 14;
-        /* the layer's inputs as the fused node's values, so constant weights are known as such */
-        int ids[7] = {-1, -1, -1, -1, -1, -1, -1};
-        static const int from[7] = {-1, 0, 1, 2, -1, 3, 4};
-        for (int i = 0; i < 7; i++) {
-            int k = from[i] < 0 ? -1 : kn_stacked_lstm_input(l, from[i]);
-            if (k >= 0 && k < c->node->n_inputs) ids[i] = c->node->inputs[k];
-        }
-        layer.inputs = ids;
-        layer.n_inputs = 7;
         kn_tensor xv;
         if (prev) { /* [T, 1, B, H] read as [T, B, H] */
             xv = *prev;
@@ -625,12 +603,11 @@ kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c) {
             xv.dims[1] = prev->dims[2];
             xv.dims[2] = prev->dims[3];
         }
-        kn_tensor *in[7] = {prev ? &xv : (kn_tensor *)x, layer_in(c, l, 0),
-                            layer_in(c, l, 1), layer_in(c, l, 2), NULL,
-                            layer_in(c, l, 3), layer_in(c, l, 4)};
+        kn_stacked_layer layer;
+        kn_stacked_lstm_layer(c->node, c->in, c->n_inputs, l, prev ? &xv : (kn_tensor *)x, &layer);
         kn_tensor *y = NULL;
         if (!last) {
-            const kn_tensor *r = in[2];
+            const kn_tensor *r = layer.in[2];
             int64_t dims[4] = {x->dims[0], 1, x->dims[1], r->rank == 3 ? r->dims[2] : 0};
             st = kn_tensor_new_pooled(c->exec ? c->exec->buffers : NULL, false, x->dtype, 4, dims, &y);
             if (st != KILN_OK) break;
@@ -638,9 +615,9 @@ kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c) {
         kn_tensor *out_last[3] = {c->n_outputs > 0 ? c->out[0] : NULL, c->n_outputs > 1 ? c->out[1] : NULL,
                                   c->n_outputs > 2 ? c->out[2] : NULL};
         kn_kernel_ctx lc = *c;
-        lc.node = &layer;
+        lc.node = &layer.node;
         lc.n_inputs = 7;
-        lc.in = in;
+        lc.in = layer.in;
         lc.n_outputs = last ? c->n_outputs : 1;
         lc.out = last ? out_last : &y;
         st = kn_cpu_rnn(&lc);

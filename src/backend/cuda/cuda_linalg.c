@@ -568,6 +568,25 @@ static bool rnn_in_one_launch(const kn_cuda *cu, kiln_dtype dt, int G, int dirs,
     return *smem > 0 && *smem <= (size_t)cu->smem_optin;
 }
 
+/* A row-major C = A B^T (A [M, K], B [N, K], C [M, N]): the recurrences' products. */
+static kn_cu_gemm gemm_abt(kiln_dtype dt, int64_t M, int64_t N, int64_t K, const void *A, const void *B, void *C) {
+    kn_cu_gemm g = {0};
+    g.dt = dt;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.tb = true;
+    g.A = A;
+    g.B = B;
+    g.C = C;
+    g.lda = K;
+    g.ldb = K;
+    g.ldc = N;
+    g.batch = 1;
+    g.alpha = 1;
+    return g;
+}
+
 /* how often each way ran, for tests (kn_cuda_rnn_one_launch_runs, kn_cuda_lstm_stack_runs) */
 static _Atomic long long one_launch_runs, stack_runs;
 long long kn_cuda_rnn_one_launch_runs(void) { return one_launch_runs; }
@@ -582,20 +601,7 @@ static kiln_status run_rnn_one_launch(kn_cuda *cu, kn_kernel_ctx *c, kn_cu_rnn_s
     void *gx = NULL;
     kiln_status st = kn_cu_scratch(cu, gx_b ? gx_b : 1, &gx);
     if (st != KILN_OK) return st;
-    kn_cu_gemm g = {0};
-    g.dt = dt;
-    g.M = p->T * p->batch;
-    g.N = N;
-    g.K = I;
-    g.tb = true;
-    g.A = X->data;
-    g.B = W->data;
-    g.C = gx;
-    g.lda = I;
-    g.ldb = I;
-    g.ldc = N;
-    g.batch = 1;
-    g.alpha = 1;
+    kn_cu_gemm g = gemm_abt(dt, p->T * p->batch, N, I, X->data, W->data, gx);
     if (g.M > 0) st = kn_cu_gemm_run(cu, c, &g);
     p->gx = gx;
     if (st == KILN_OK) st = kn_cu_check(c, kn_cu_rnn_seq_run(dt, p, smem, cu->stream), c->node->op_type);
@@ -682,20 +688,7 @@ static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
         const char *Wd = (const char *)W->data + (size_t)(d * GH * I) * es;
         const char *Rd = (const char *)R->data + (size_t)(d * GH * H) * es;
         /* input projections of every step: gx = X W^T + (Wb + Rb) */
-        kn_cu_gemm g = {0};
-        g.dt = dt;
-        g.M = T * B;
-        g.N = GH;
-        g.K = I;
-        g.tb = true;
-        g.A = X->data;
-        g.B = Wd;
-        g.C = gx;
-        g.lda = I;
-        g.ldb = I;
-        g.ldc = GH;
-        g.batch = 1;
-        g.alpha = 1;
+        kn_cu_gemm g = gemm_abt(dt, T * B, GH, I, X->data, Wd, gx);
         st = kn_cu_gemm_run(cu, c, &g);
         if (st != KILN_OK) break;
         if (Bi) {
@@ -735,20 +728,7 @@ static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
         int64_t y_step = dirs * B * H;
         const void *peep = P ? (const char *)P->data + (size_t)(d * 3 * H) * es : NULL;
         for (int64_t s = 0; s < T && st == KILN_OK; s++) {
-            kn_cu_gemm gs = {0};
-            gs.dt = dt;
-            gs.M = B;
-            gs.N = GH;
-            gs.K = H;
-            gs.tb = true;
-            gs.A = h;
-            gs.B = Rd;
-            gs.C = gh;
-            gs.lda = H;
-            gs.ldb = H;
-            gs.ldc = GH;
-            gs.batch = 1;
-            gs.alpha = 1;
+            kn_cu_gemm gs = gemm_abt(dt, B, GH, H, h, Rd, gh);
             st = kn_cu_gemm_run(cu, c, &gs);
             if (st != KILN_OK) break;
             if (G == 4) {
@@ -797,11 +777,6 @@ static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
 
 /* ------------------------------------------------------------------ kiln.StackedLSTM */
 
-static kn_tensor *layer_in(const kn_kernel_ctx *c, int layer, int i) {
-    int k = kn_stacked_lstm_input(layer, i);
-    return k < c->n_inputs ? c->in[k] : NULL;
-}
-
 /* The layers one after another as LSTM nodes (what the pipeline falls back to). */
 static kiln_status run_layers(kn_cuda *cu, kn_kernel_ctx *c) {
     int layers = kn_stacked_lstm_layers(c->n_inputs);
@@ -813,22 +788,13 @@ static kiln_status run_layers(kn_cuda *cu, kn_kernel_ctx *c) {
     kiln_status st = KILN_OK;
     for (int l = 0; l < layers && st == KILN_OK; l++) {
         bool last = l == layers - 1;
-        kn_node layer;
-        memset(&layer, 0, sizeof layer);
-        char name[160];
-        snprintf(name, sizeof name, "%s (layer %d)", c->node->name, l);
-        layer.name = name;
-        layer.op_type = "LSTM";
-        layer.domain = "";
-        layer.opset = 14;
-        kn_tensor *in[7] = {prev_p ? prev_p : (kn_tensor *)X, layer_in(c, l, 0),
-                            layer_in(c, l, 1), layer_in(c, l, 2), NULL,
-                            layer_in(c, l, 3), layer_in(c, l, 4)};
+        kn_stacked_layer layer;
+        kn_stacked_lstm_layer(c->node, c->in, c->n_inputs, l, prev_p ? prev_p : (kn_tensor *)X, &layer);
         kn_tensor y, *y_p = &y;
         void *y_mem = NULL;
         size_t y_bytes = 0;
         if (!last) { /* Y [T, 1, B, H], the next layer's X as [T, B, H] */
-            int64_t H = in[2]->dims[2];
+            int64_t H = layer.in[2]->dims[2];
             y = *X;
             y.rank = 4;
             y.dims[1] = 1;
@@ -845,9 +811,9 @@ static kiln_status run_layers(kn_cuda *cu, kn_kernel_ctx *c) {
         kn_tensor *out_last[3] = {c->n_outputs > 0 ? c->out[0] : NULL, c->n_outputs > 1 ? c->out[1] : NULL,
                                   c->n_outputs > 2 ? c->out[2] : NULL};
         kn_kernel_ctx lc = *c;
-        lc.node = &layer;
+        lc.node = &layer.node;
         lc.n_inputs = 7;
-        lc.in = in;
+        lc.in = layer.in;
         lc.n_outputs = last ? c->n_outputs : 1;
         lc.out = last ? out_last : &y_p;
         st = run_rnn(cu, &lc);
@@ -879,7 +845,7 @@ static kiln_status run_stacked_lstm(kn_cuda *cu, kn_kernel_ctx *c) {
     p.layers = layers;
     p.T = T;
     p.batch = B;
-    for (int l = 0; l < layers && l < KN_CU_LSTM_STACK_MAX; l++) p.hidden[l] = layer_in(c, l, 1)->dims[2];
+    for (int l = 0; l < layers && l < KN_CU_LSTM_STACK_MAX; l++) p.hidden[l] = kn_stacked_lstm_in(c->in, c->n_inputs, l, 1)->dims[2];
     int64_t stages = 2 * layers - 1, r = cu->sm_count > 0 ? (B * stages + cu->sm_count - 1) / cu->sm_count : 0;
     p.rows = r <= 1 ? 1 : r <= 2 ? 2 : r <= 4 ? 4 : 8;
     size_t smem = layers <= KN_CU_LSTM_STACK_MAX ? kn_cu_lstm_stack_smem(dt, layers, p.hidden, p.rows) : 0;
@@ -903,10 +869,10 @@ static kiln_status run_stacked_lstm(kn_cuda *cu, kn_kernel_ctx *c) {
         for (int l = 1; l < layers; l++) p.gx[l] = mem[k++];
         p.counters = mem[k++];
         for (int l = 0; l < layers; l++) {
-            p.W[l] = layer_in(c, l, 0)->data;
-            p.R[l] = layer_in(c, l, 1)->data;
-            const kn_tensor *b = layer_in(c, l, 2), *h = layer_in(c, l, 3),
-                            *cc = layer_in(c, l, 4);
+            p.W[l] = kn_stacked_lstm_in(c->in, c->n_inputs, l, 0)->data;
+            p.R[l] = kn_stacked_lstm_in(c->in, c->n_inputs, l, 1)->data;
+            const kn_tensor *b = kn_stacked_lstm_in(c->in, c->n_inputs, l, 2), *h = kn_stacked_lstm_in(c->in, c->n_inputs, l, 3),
+                            *cc = kn_stacked_lstm_in(c->in, c->n_inputs, l, 4);
             p.bias[l] = b ? b->data : NULL;
             p.h0[l] = h ? h->data : NULL;
             p.c0[l] = cc ? cc->data : NULL;
@@ -914,20 +880,7 @@ static kiln_status run_stacked_lstm(kn_cuda *cu, kn_kernel_ctx *c) {
         p.y = c->n_outputs > 0 && c->out[0] && c->out[0]->nbytes ? c->out[0]->data : NULL;
         p.yh = c->n_outputs > 1 && c->out[1] && c->out[1]->nbytes ? c->out[1]->data : NULL;
         p.yc = c->n_outputs > 2 && c->out[2] && c->out[2]->nbytes ? c->out[2]->data : NULL;
-        kn_cu_gemm g = {0};
-        g.dt = dt;
-        g.M = T * B;
-        g.N = 4 * p.hidden[0];
-        g.K = I;
-        g.tb = true;
-        g.A = X->data;
-        g.B = p.W[0];
-        g.C = mem[0];
-        g.lda = I;
-        g.ldb = I;
-        g.ldc = g.N;
-        g.batch = 1;
-        g.alpha = 1;
+        kn_cu_gemm g = gemm_abt(dt, T * B, 4 * p.hidden[0], I, X->data, p.W[0], mem[0]);
         st = kn_cu_gemm_run(cu, c, &g);
         if (st == KILN_OK)
             st = kn_cu_check(c, cudaMemsetAsync(p.counters, 0, bytes[total_items - 1], cu->stream), "StackedLSTM");
