@@ -44,6 +44,9 @@ static bool squeezes_axis_1(const kn_opt_ctx *c, int node) {
     return ax == 1 || ax == -3;
 }
 
+/* An LSTM's inputs that make a StackedLSTM layer: W, R, B, initial_h, initial_c. */
+static const int layer_inputs[5] = {1, 2, 3, 5, 6};
+
 static bool unread(const kn_opt_ctx *c, const kn_node *n, int o) {
     return o >= n->n_outputs || n->outputs[o] < 0 ||
            (kn_opt_n_consumers(c, n->outputs[o]) == 0 && !kn_opt_pinned(c, n->outputs[o]));
@@ -55,7 +58,6 @@ kiln_status kn_pass_fuse_stacked_lstm(kn_opt_ctx *c) {
     for (int top = 0; top < n_nodes; top++) {
         if (!plain_lstm(c, top)) continue;
         int sq = kn_opt_producer(c, kn_opt_input(c, top, 0));
-
         if (sq < 0 || !squeezes_axis_1(c, sq) || kn_opt_only_consumer(c, g->nodes[top].inputs[0]) != top) continue;
         int y_low = kn_opt_input(c, sq, 0), low = kn_opt_producer(c, y_low);
         if (low < 0 || kn_opt_only_consumer(c, y_low) != sq) continue;
@@ -72,11 +74,9 @@ kiln_status kn_pass_fuse_stacked_lstm(kn_opt_ctx *c) {
         if (low_stack) {
             for (int i = 1; i < 1 + 5 * low_layers; i++) kn_proto_in(&p, kn_opt_input(c, low, i));
         } else {
-            static const int lstm_inputs[5] = {1, 2, 3, 5, 6}; /* W, R, B, initial_h, initial_c */
-            for (int i = 0; i < 5; i++) kn_proto_in(&p, kn_opt_input(c, low, lstm_inputs[i]));
+            for (int i = 0; i < 5; i++) kn_proto_in(&p, kn_opt_input(c, low, layer_inputs[i]));
         }
-        static const int lstm_inputs[5] = {1, 2, 3, 5, 6};
-        for (int i = 0; i < 5; i++) kn_proto_in(&p, kn_opt_input(c, top, lstm_inputs[i]));
+        for (int i = 0; i < 5; i++) kn_proto_in(&p, kn_opt_input(c, top, layer_inputs[i]));
         const kn_node *tn = &g->nodes[top];
         int n_out = tn->n_outputs;
         while (n_out > 0 && tn->outputs[n_out - 1] < 0) n_out--;
