@@ -351,10 +351,10 @@ static kiln_status infer_attention(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
-void kn_stacked_lstm_layer(const kn_node *fused, kn_tensor *const *in, int n_in, int layer, kn_tensor *x,
-                           kn_stacked_layer *out) {
+void kn_stacked_lstm_layer(const kn_kernel_ctx *fused, int layer, kn_tensor *x, kn_tensor **y, kn_stacked_layer *out) {
     memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s (layer %d)", fused->name, layer);
+    const kn_node *f = fused->node;
+    snprintf(out->name, sizeof out->name, "%s (layer %d)", f->name, layer);
     out->node.name = out->name;
     out->node.op_type = "LSTM";
     out->node.domain = "";
@@ -362,12 +362,19 @@ void kn_stacked_lstm_layer(const kn_node *fused, kn_tensor *const *in, int n_in,
     static const int from[7] = {-1, 0, 1, 2, -1, 3, 4}; /* LSTM input -> the layer's StackedLSTM input */
     for (int i = 0; i < 7; i++) {
         int k = from[i] < 0 ? -1 : kn_stacked_lstm_input(layer, from[i]);
-        out->ids[i] = k >= 0 && k < fused->n_inputs ? fused->inputs[k] : -1;
-        out->in[i] = from[i] < 0 ? NULL : kn_stacked_lstm_in(in, n_in, layer, from[i]);
+        out->ids[i] = k >= 0 && k < f->n_inputs ? f->inputs[k] : -1;
+        out->in[i] = from[i] < 0 ? NULL : kn_stacked_lstm_in(fused->in, fused->n_inputs, layer, from[i]);
     }
     out->in[0] = x;
     out->node.inputs = out->ids;
     out->node.n_inputs = 7;
+    for (int o = 0; o < 3; o++) out->out[o] = o < fused->n_outputs ? fused->out[o] : NULL;
+    out->ctx = *fused;
+    out->ctx.node = &out->node;
+    out->ctx.n_inputs = 7;
+    out->ctx.in = out->in;
+    out->ctx.n_outputs = y ? 1 : fused->n_outputs;
+    out->ctx.out = y ? y : out->out;
 }
 
 static const kn_type *stacked_in(const kn_infer_ctx *c, int layer, int i) {

@@ -33,6 +33,7 @@
 #ifndef KN_OPS_FUSED_H
 #define KN_OPS_FUSED_H
 
+#include "exec/kernel.h"
 #include "ir/graph.h"
 
 #include <stdbool.h>
@@ -70,18 +71,20 @@ static inline kn_tensor *kn_stacked_lstm_in(kn_tensor *const *in, int n_in, int 
     return k < n_in ? in[k] : NULL;
 }
 
-/* Layer l of a StackedLSTM node as the ONNX LSTM node it stands for (forward, default attributes,
- * opset 14), for backends that run the layers in turn: named "<node> (layer l)", its inputs the
- * fused node's value ids (so a kernel finds constant weights as such) and tensors: x, W, R, B,
- * none, initial_h, initial_c. The node points into the struct: use it in place. */
+/* Layer l of a StackedLSTM kernel call as the call of the ONNX LSTM it stands for (forward,
+ * default attributes, opset 14), for backends that run the layers in turn: `ctx` is the call (the
+ * node named "<node> (layer l)", its inputs the fused node's value ids so a kernel finds constant
+ * weights as such; tensors x, W, R, B, none, initial_h, initial_c), writing Y to *y (a lower layer:
+ * y given) or the fused node's outputs (the top layer: y NULL). Points into the struct: use it in
+ * place. */
 typedef struct kn_stacked_layer {
+    kn_kernel_ctx ctx;
     kn_node node;
     char name[160];
     int ids[7];
-    kn_tensor *in[7];
+    kn_tensor *in[7], *out[3];
 } kn_stacked_layer;
-void kn_stacked_lstm_layer(const kn_node *fused, kn_tensor *const *in, int n_in, int layer, kn_tensor *x,
-                           kn_stacked_layer *out);
+void kn_stacked_lstm_layer(const kn_kernel_ctx *fused, int layer, kn_tensor *x, kn_tensor **y, kn_stacked_layer *out);
 
 /* FusedConv's layout attribute: false when it is neither NCHW nor NHWC. */
 bool kn_fused_conv_layout(const kn_node *n, bool *nhwc);

@@ -603,24 +603,16 @@ kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c) {
             xv.dims[1] = prev->dims[2];
             xv.dims[2] = prev->dims[3];
         }
-        kn_stacked_layer layer;
-        kn_stacked_lstm_layer(c->node, c->in, c->n_inputs, l, prev ? &xv : (kn_tensor *)x, &layer);
         kn_tensor *y = NULL;
+        kn_stacked_layer layer;
+        kn_stacked_lstm_layer(c, l, prev ? &xv : (kn_tensor *)x, last ? NULL : &y, &layer);
         if (!last) {
             const kn_tensor *r = layer.in[2];
             int64_t dims[4] = {x->dims[0], 1, x->dims[1], r->rank == 3 ? r->dims[2] : 0};
             st = kn_tensor_new_pooled(c->exec ? c->exec->buffers : NULL, false, x->dtype, 4, dims, &y);
             if (st != KILN_OK) break;
         }
-        kn_tensor *out_last[3] = {c->n_outputs > 0 ? c->out[0] : NULL, c->n_outputs > 1 ? c->out[1] : NULL,
-                                  c->n_outputs > 2 ? c->out[2] : NULL};
-        kn_kernel_ctx lc = *c;
-        lc.node = &layer.node;
-        lc.n_inputs = 7;
-        lc.in = layer.in;
-        lc.n_outputs = last ? c->n_outputs : 1;
-        lc.out = last ? out_last : &y;
-        st = kn_cpu_rnn(&lc);
+        st = kn_cpu_rnn(&layer.ctx);
         kn_tensor_free(prev);
         prev = y;
     }

@@ -788,9 +788,9 @@ static kiln_status run_layers(kn_cuda *cu, kn_kernel_ctx *c) {
     kiln_status st = KILN_OK;
     for (int l = 0; l < layers && st == KILN_OK; l++) {
         bool last = l == layers - 1;
-        kn_stacked_layer layer;
-        kn_stacked_lstm_layer(c->node, c->in, c->n_inputs, l, prev_p ? prev_p : (kn_tensor *)X, &layer);
         kn_tensor y, *y_p = &y;
+        kn_stacked_layer layer;
+        kn_stacked_lstm_layer(c, l, prev_p ? prev_p : (kn_tensor *)X, last ? NULL : &y_p, &layer);
         void *y_mem = NULL;
         size_t y_bytes = 0;
         if (!last) { /* Y [T, 1, B, H], the next layer's X as [T, B, H] */
@@ -808,15 +808,7 @@ static kiln_status run_layers(kn_cuda *cu, kn_kernel_ctx *c) {
             y.owns_data = false;
             y.pool = NULL;
         }
-        kn_tensor *out_last[3] = {c->n_outputs > 0 ? c->out[0] : NULL, c->n_outputs > 1 ? c->out[1] : NULL,
-                                  c->n_outputs > 2 ? c->out[2] : NULL};
-        kn_kernel_ctx lc = *c;
-        lc.node = &layer.node;
-        lc.n_inputs = 7;
-        lc.in = layer.in;
-        lc.n_outputs = last ? c->n_outputs : 1;
-        lc.out = last ? out_last : &y_p;
-        st = run_rnn(cu, &lc);
+        st = run_rnn(cu, &layer.ctx);
         if (prev_mem) kn_cu_scratch_free(cu, prev_mem, prev_bytes ? prev_bytes : 1);
         prev_mem = y_mem;
         prev_bytes = y_bytes;
