@@ -10,13 +10,14 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 bash scripts/setup_deps.sh
+. scripts/python_env.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" >/dev/null
 
 model_dir="${1:-$root/../shared/models/mobilenet_v3_small}"
 if [ ! -f "$model_dir/model.onnx" ]; then
   echo "($model_dir not found: building the project's own models)"
-  [ -f build/models/.complete ] || { python3 tests/models/make_models.py build/models && touch build/models/.complete; }
+  [ -f build/models/.complete ] || { "$KILN_PYTHON" tests/models/make_models.py build/models && touch build/models/.complete; }
   model_dir=build/models/tiny_cnn
 fi
 

@@ -24,14 +24,34 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-# The ONNX node tests come from this pinned onnx release; onnxruntime makes reference outputs
-# for the project's own models. Pinned so the expected-failures list means the same everywhere.
-py_ok=$(python3 - <<'PY' 2>/dev/null || true
-import onnx, onnxruntime, numpy
-print("ok" if onnx.__version__ == "1.23.2" else "")
-PY
-)
-if [ "$py_ok" != "ok" ]; then
-  python3 -m pip install -q --disable-pip-version-check "onnx==1.23.2" "onnxruntime==1.32.0" "numpy>=1.26" 2>&1 \
-    | grep -v -i "running pip as the 'root' user" || true
+# The tests' Python packages, pinned (tests/requirements.txt says why each matters). Into the
+# system's python3 where pip may install there; where it refuses (Debian's
+# "externally-managed-environment"), into a virtual environment in .venv, which
+# scripts/python_env.sh then picks. Any other failure stops here with pip's message.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+. "$root/scripts/python_env.sh"
+if ! kiln_python_pinned "$KILN_PYTHON"; then
+  pip_log=$(mktemp)
+  if python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+       -r "$root/tests/requirements.txt" >"$pip_log" 2>&1; then
+    :
+  elif grep -q "externally-managed-environment" "$pip_log"; then
+    echo "setup_deps: the system's Python refuses pip; installing the test packages into $root/.venv"
+    python3 -m venv "$root/.venv" 2>/dev/null || {
+      SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null
+      python3 -m venv "$root/.venv"
+    }
+    "$root/.venv/bin/python" -m pip install -q --disable-pip-version-check -r "$root/tests/requirements.txt"
+  else
+    cat "$pip_log"; rm -f "$pip_log"
+    echo "setup_deps: pip could not install tests/requirements.txt" >&2
+    exit 1
+  fi
+  rm -f "$pip_log"
+  . "$root/scripts/python_env.sh"
+  if ! kiln_python_pinned "$KILN_PYTHON"; then
+    echo "setup_deps: $KILN_PYTHON still lacks the pinned versions of tests/requirements.txt" >&2
+    exit 1
+  fi
 fi
