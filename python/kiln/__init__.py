@@ -1,0 +1,862 @@
+"""kiln: an ONNX inference runtime, with the Python API of ONNX Runtime.
+
+A script written for ONNX Runtime runs on kiln by changing one import::
+
+    import kiln as ort
+
+    sess = ort.InferenceSession("model.onnx", providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    outputs = sess.run(None, {sess.get_inputs()[0].name: x})
+
+The package is a thin layer over kiln's C library (the extension ``kiln._kiln``, built against
+CPython's limited API): arrays cross into kiln without a copy (numpy's array interface, or DLPack
+for torch/CuPy tensors on the CPU or a CUDA device) and outputs come back as numpy arrays that
+view kiln's memory. The GIL is released while a session compiles or runs.
+"""
+
+import os
+import threading
+import warnings
+
+import numpy as np
+
+from . import _kiln
+
+__all__ = [
+    "InferenceSession", "SessionOptions", "RunOptions", "GraphOptimizationLevel", "ExecutionMode",
+    "NodeArg", "OrtValue", "IOBinding", "ModelMetadata", "get_available_providers", "get_all_providers",
+    "get_device", "get_version_string", "Error", "__version__",
+]
+
+__version__ = _kiln.version()
+
+
+def get_version_string():
+    return __version__
+
+
+# ---------------------------------------------------------------------------------------- errors
+
+class Error(RuntimeError):
+    """A failure reported by kiln; the message is the library's (what, where and why).
+    ``status`` is the C status name, e.g. "KILN_ERR_SHAPE"."""
+    status = "KILN_ERR"
+
+
+class InvalidArgument(Error, ValueError):
+    status = "KILN_ERR_INVALID_ARGUMENT"
+
+
+class InvalidModel(Error):
+    status = "KILN_ERR_INVALID_MODEL"
+
+
+class Unsupported(Error, NotImplementedError):
+    status = "KILN_ERR_UNSUPPORTED"
+
+
+class IOFailure(Error, OSError):
+    status = "KILN_ERR_IO"
+
+
+class OutOfMemory(Error, MemoryError):
+    status = "KILN_ERR_OUT_OF_MEMORY"
+
+
+class ShapeError(InvalidArgument):
+    status = "KILN_ERR_SHAPE"
+
+
+class NotFound(Error, LookupError):
+    status = "KILN_ERR_NOT_FOUND"
+
+
+class NoDevice(Error):
+    status = "KILN_ERR_NO_DEVICE"
+
+
+class RuntimeFailure(Error):
+    status = "KILN_ERR_RUNTIME"
+
+
+class CacheError(Error):
+    status = "KILN_ERR_CACHE"
+
+
+class InternalError(Error):
+    status = "KILN_ERR_INTERNAL"
+
+
+class Misuse(Error):
+    status = "KILN_ERR_MISUSE"
+
+
+class Cancelled(Error):
+    status = "KILN_ERR_CANCELLED"
+
+
+class DeadlineExceeded(Error, TimeoutError):
+    status = "KILN_ERR_DEADLINE"
+
+
+# ONNX Runtime's exception names, for scripts that catch them
+Fail = Error
+NoSuchFile = IOFailure
+InvalidGraph = InvalidModel
+InvalidProtobuf = InvalidModel
+NotImplemented = Unsupported  # noqa: A001 (onnxruntime's name)
+RuntimeException = RuntimeFailure
+EPFail = NoDevice
+
+_ERROR_CLASSES = [InvalidArgument, InvalidModel, Unsupported, IOFailure, OutOfMemory, ShapeError, NotFound,
+                  NoDevice, RuntimeFailure, CacheError, InternalError, Misuse, Cancelled, DeadlineExceeded]
+
+
+def _register_errors():
+    names = _kiln.status_names()
+    by_name = {cls.status: cls for cls in _ERROR_CLASSES}
+    _kiln._set_errors(Error, {code: by_name[name] for code, name in names.items() if name in by_name})
+
+
+_register_errors()
+
+# ---------------------------------------------------------------------------------- element types
+
+try:  # bfloat16, float8 and the 4/2-bit types as numpy dtypes (ml_dtypes is optional)
+    import ml_dtypes as _ml
+except ImportError:  # pragma: no cover - depends on the environment
+    _ml = None
+
+_DTYPE_NAMES = _kiln.dtype_names()  # {1: "float", ...}: ONNX's names
+
+_NP_OF = {
+    1: np.dtype(np.float32), 2: np.dtype(np.uint8), 3: np.dtype(np.int8), 4: np.dtype(np.uint16),
+    5: np.dtype(np.int16), 6: np.dtype(np.int32), 7: np.dtype(np.int64), 8: np.dtype(object),
+    9: np.dtype(np.bool_), 10: np.dtype(np.float16), 11: np.dtype(np.float64), 12: np.dtype(np.uint32),
+    13: np.dtype(np.uint64), 14: np.dtype(np.complex64), 15: np.dtype(np.complex128),
+}
+_ML_OF = {16: "bfloat16", 17: "float8_e4m3fn", 18: "float8_e4m3fnuz", 19: "float8_e5m2", 20: "float8_e5m2fnuz",
+          21: "uint4", 22: "int4", 23: "float4_e2m1fn", 24: "float8_e8m0fnu", 25: "uint2", 26: "int2"}
+_SUBBYTE_BITS = {21: 4, 22: 4, 23: 4, 25: 2, 26: 2}
+if _ml is not None:
+    for _code, _name in _ML_OF.items():
+        if hasattr(_ml, _name):
+            _NP_OF[_code] = np.dtype(getattr(_ml, _name))
+_CODE_OF = {}
+for _code, _dt in _NP_OF.items():
+    _CODE_OF.setdefault(_dt, _code)
+_CODE_OF[np.dtype(np.str_)] = 8
+
+
+def _code_of(dtype, what):
+    dtype = np.dtype(dtype)
+    code = _CODE_OF.get(dtype.newbyteorder("=") if dtype.byteorder not in "=|" else dtype)
+    if code is None:
+        if dtype.kind in "US":
+            return 8
+        raise InvalidArgument(f"{what}: numpy type {dtype} has no ONNX element type")
+    return code
+
+
+def _onnx_type(code):
+    return f"tensor({_DTYPE_NAMES.get(code, 'undefined')})"
+
+
+# --------------------------------------------------------------------------------------- options
+
+class GraphOptimizationLevel:
+    """ONNX Runtime's optimisation levels, mapped onto kiln's 0..3."""
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_LAYOUT = 3
+    ORT_ENABLE_ALL = 99
+
+
+def _kiln_level(level):
+    level = int(level)
+    if level < 0:
+        raise InvalidArgument(f"graph_optimization_level {level} is negative")
+    return min(level, 3)
+
+
+class ExecutionMode:
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+class SessionOptions:
+    """Options of a session, as ONNX Runtime's SessionOptions, plus kiln's own.
+
+    ONNX Runtime's attributes: graph_optimization_level (GraphOptimizationLevel; ORT_ENABLE_ALL is
+    kiln's level 3), intra_op_num_threads (0: one per core), optimized_model_filepath (kiln writes
+    the optimised graph there as .onnx), log_severity_level (0 verbose .. 4 fatal),
+    add_free_dimension_override_by_name. Accepted and without effect in kiln:
+    inter_op_num_threads, execution_mode, enable_cpu_mem_arena, enable_mem_pattern,
+    enable_mem_reuse, enable_profiling, log_verbosity_level, logid.
+
+    kiln's: cache_enabled (the compiled-model cache, default True), cache_dir (default
+    $KILN_CACHE_DIR, else ~/.cache/kiln), compiled_save_path / compiled_load_path,
+    disabled_passes (names of optimisation passes), output_on_device (run() leaves outputs in CUDA
+    memory: use run_with_ort_values or io_binding to receive them).
+    """
+
+    def __init__(self):
+        self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.intra_op_num_threads = 0
+        self.inter_op_num_threads = 0
+        self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
+        self.optimized_model_filepath = ""
+        self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.logid = ""
+        self.enable_cpu_mem_arena = True
+        self.enable_mem_pattern = True
+        self.enable_mem_reuse = True
+        self.enable_profiling = False
+        self.profile_file_prefix = "onnxruntime_profile_"
+        self.use_deterministic_compute = False
+        self.cache_enabled = True
+        self.cache_dir = ""
+        self.compiled_save_path = ""
+        self.compiled_load_path = ""
+        self.disabled_passes = []
+        self.output_on_device = False
+        self._dims = {}
+        self._config = {}
+
+    def add_free_dimension_override_by_name(self, name, value):
+        self._dims[str(name)] = int(value)
+
+    def add_session_config_entry(self, key, value):
+        self._config[str(key)] = str(value)
+
+    def get_session_config_entry(self, key):
+        return self._config[key]
+
+    def register_custom_ops_library(self, path):
+        raise Unsupported("kiln does not load ONNX Runtime custom-operator libraries")
+
+
+class RunOptions:
+    """Options of one run, as ONNX Runtime's RunOptions. ``terminate = True`` (from any thread)
+    stops every run using these options at its next check with kiln.Cancelled;
+    ``timeout_ms`` (kiln's) bounds a run's time, past which it fails with kiln.DeadlineExceeded.
+    Both need a library with kiln_run_options (``kiln.RunOptions.supported``)."""
+
+    supported = bool(_kiln.HAVE_RUN_OPTIONS)
+
+    def __init__(self):
+        self._c = _kiln.RunOptions() if self.supported else None
+        self._terminate = False
+        self._timeout_ms = 0
+        self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.logid = ""
+        self.only_execute_path_to_fetches = False
+        self._config = {}
+
+    @property
+    def terminate(self):
+        return self._terminate
+
+    @terminate.setter
+    def terminate(self, value):
+        value = bool(value)
+        if self._c is None:
+            if value:
+                raise Unsupported("this kiln build has no run options (terminate)")
+        else:
+            self._c.set_terminate(value)
+        self._terminate = value
+
+    @property
+    def timeout_ms(self):
+        return self._timeout_ms
+
+    @timeout_ms.setter
+    def timeout_ms(self, value):
+        value = int(value)
+        if self._c is None:
+            if value:
+                raise Unsupported("this kiln build has no run options (timeout_ms)")
+        else:
+            self._c.set_timeout_ms(value)
+        self._timeout_ms = value
+
+    def add_run_config_entry(self, key, value):
+        self._config[str(key)] = str(value)
+
+    def get_run_config_entry(self, key):
+        return self._config[key]
+
+
+def _c_run_options(run_options):
+    if run_options is None:
+        return None
+    if not isinstance(run_options, RunOptions):
+        raise TypeError("run_options must be a kiln.RunOptions")
+    return run_options._c
+
+
+# ------------------------------------------------------------------------------------- providers
+
+_ORT_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+_KILN_NAMES = {v: k for k, v in _ORT_NAMES.items()}
+# ONNX Runtime provider options kiln has no use for (accepted, ignored)
+_IGNORED_OPTIONS = {
+    "gpu_mem_limit", "arena_extend_strategy", "do_copy_in_default_stream", "cudnn_conv_use_max_workspace",
+    "cudnn_conv1d_pad_to_nc1d", "gpu_external_alloc", "gpu_external_free", "gpu_external_empty_cache",
+    "tunable_op_enable", "tunable_op_tuning_enable", "enable_skip_layer_norm_strict_mode", "prefer_nhwc",
+    "use_ep_level_unified_stream", "user_compute_stream", "has_user_compute_stream", "cudnn_conv_algo",
+}
+
+
+def _providers_info():
+    return {name: (ok, reason) for name, ok, reason in _kiln.providers()}
+
+
+def get_all_providers():
+    """Every provider this build of kiln has, by ONNX Runtime's names."""
+    return [_ORT_NAMES.get(name, name) for name, _, _ in _kiln.providers()]
+
+
+def get_available_providers():
+    """The providers usable on this machine now, in kiln's order of preference (CUDA first)."""
+    info = _providers_info()
+    order = sorted(info, key=lambda n: 0 if n == "cuda" else 1)
+    return [_ORT_NAMES.get(n, n) for n in order if info[n][0]]
+
+
+def get_device():
+    return "GPU" if "cuda" in [n for n, ok, _ in _kiln.providers() if ok] else "CPU"
+
+
+def _kiln_provider_options(name, options):
+    out = []
+    for key, value in (options or {}).items():
+        key = str(key)
+        if isinstance(value, bool):
+            value = "1" if value else "0"
+        value = str(value)
+        if key in _IGNORED_OPTIONS:
+            continue
+        if name == "cuda" and key == "cudnn_conv_algo_search":
+            value = "exhaustive" if value.upper() == "EXHAUSTIVE" else "heuristic"
+            key = "tuning"
+        elif name == "cuda" and key == "enable_cuda_graph":
+            key = "graphs"
+        elif name == "cuda" and key == "use_tf32":
+            if value == "1" and "precision" not in (options or {}):
+                out.append(("precision", "tf32"))
+            continue
+        out.append((key, value))
+    return out
+
+
+def _resolve_providers(providers, provider_options):
+    """[(kiln name, [(key, value)])] of what the session will use, and the ONNX Runtime names."""
+    if providers is None:
+        providers = ["cpu"]
+    if isinstance(providers, str):
+        providers = [providers]
+    if provider_options is not None and len(provider_options) != len(providers):
+        raise InvalidArgument("provider_options must have one dict per provider")
+    info = _providers_info()
+    chosen, names = [], []
+    for i, p in enumerate(providers):
+        opts = provider_options[i] if provider_options is not None else None
+        if isinstance(p, (tuple, list)):
+            if len(p) != 2:
+                raise InvalidArgument(f"provider {p!r}: want a name or (name, options)")
+            p, opts = p
+        if not isinstance(p, str):
+            raise InvalidArgument(f"provider {p!r}: want a name")
+        name = _KILN_NAMES.get(p, p.lower() if p.lower() in ("cpu", "cuda") else p)
+        if name not in info:
+            warnings.warn(f"Specified provider '{p}' is not in available provider names."
+                          f"Available providers: '{', '.join(get_available_providers())}'")
+            continue
+        ok, reason = info[name]
+        if not ok:
+            warnings.warn(f"provider '{p}' is not usable here ({reason}); kiln goes on without it")
+            continue
+        chosen.append((name, _kiln_provider_options(name, opts)))
+        names.append(_ORT_NAMES.get(name, name))
+    if not any(n == "cpu" for n, _ in chosen):
+        # as ONNX Runtime, the CPU runs what no other provider takes
+        chosen.append(("cpu", []))
+        names.append("CPUExecutionProvider")
+    return chosen, names
+
+
+# ----------------------------------------------------------------------------------- values
+
+class NodeArg:
+    """A graph input or output: name, type ('tensor(float)', 'seq(tensor(int64))', ...) and shape
+    (ints, symbolic dimensions as their names, None where unknown)."""
+
+    def __init__(self, name, type, shape, kind=None, dtype=0):
+        self.name = name
+        self.type = type
+        self.shape = shape
+        self._kind = kind
+        self._dtype = dtype
+
+    def __repr__(self):
+        return f"NodeArg(name='{self.name}', type='{self.type}', shape={self.shape})"
+
+
+def _unpack_subbyte(raw, code, shape):
+    bits = _SUBBYTE_BITS[code]
+    n = int(np.prod(shape, dtype=np.int64))
+    per = 8 // bits
+    b = np.asarray(raw, dtype=np.uint8)
+    vals = np.stack([(b >> (bits * k)) & ((1 << bits) - 1) for k in range(per)], axis=-1).reshape(-1)[:n]
+    if code in (22, 26):  # signed: sign-extend
+        vals = vals.astype(np.int8)
+        vals = np.where(vals >= (1 << (bits - 1)), vals - (1 << bits), vals).astype(np.int8)
+    target = _NP_OF.get(code)
+    if target is not None and target.itemsize == 1 and code != 23:
+        return vals.astype(target).reshape(shape)
+    if target is not None and code == 23:
+        return vals.astype(np.uint8).view(target).reshape(shape)
+    return vals.reshape(shape)
+
+
+def _pack_subbyte(arr, code):
+    bits = _SUBBYTE_BITS[code]
+    per = 8 // bits
+    flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8) & ((1 << bits) - 1)
+    pad = (-flat.size) % per
+    if pad:
+        flat = np.concatenate([flat, np.zeros(pad, np.uint8)])
+    flat = flat.reshape(-1, per).astype(np.uint8)
+    out = np.zeros(flat.shape[0], np.uint8)
+    for k in range(per):
+        out |= flat[:, k] << (bits * k)
+    return out
+
+
+def _tensor_to_numpy(t):
+    """A host kiln Tensor as a numpy array (a view of kiln's memory, which the array keeps)."""
+    code = t.dtype
+    if code == 8:
+        flat = t.strings()
+        arr = np.empty(len(flat), dtype=object)
+        arr[:] = flat
+        return arr.reshape(t.shape)
+    if code in _SUBBYTE_BITS:
+        return _unpack_subbyte(np.asarray(t), code, t.shape)
+    arr = np.asarray(t)
+    target = _NP_OF.get(code)
+    if target is not None and target != arr.dtype and target.itemsize == arr.dtype.itemsize:
+        arr = arr.view(target)
+    return arr
+
+
+def _output_to_python(v):
+    if v is None:
+        return None
+    if isinstance(v, list):
+        return [_output_to_python(x) for x in v]
+    if v.device[0] != "cpu":
+        return OrtValue(v)
+    return _tensor_to_numpy(v)
+
+
+class OrtValue:
+    """A tensor held by kiln (on the host or a CUDA device), as ONNX Runtime's OrtValue."""
+
+    def __init__(self, value, _keep=None):
+        self._v = value      # a _kiln.Tensor, or a numpy array (host input)
+        self._keep = _keep   # what must outlive it (the array a spec points into)
+
+    @staticmethod
+    def ortvalue_from_numpy(arr, device_type="cpu", device_id=0):
+        if str(device_type).lower() != "cpu":
+            raise Unsupported("OrtValue.ortvalue_from_numpy: kiln makes device tensors from DLPack "
+                              "(torch/CuPy) or io_binding pointers, not by copying numpy arrays")
+        return OrtValue(np.ascontiguousarray(arr))
+
+    @staticmethod
+    def ortvalue_from_shape_and_type(shape, element_type, device_type="cpu", device_id=0):
+        if str(device_type).lower() != "cpu":
+            raise Unsupported("kiln allocates device tensors only as run outputs")
+        return OrtValue(np.zeros(shape, dtype=element_type))
+
+    @staticmethod
+    def from_dlpack(data, is_bool_tensor=False):
+        """A value from a DLPack capsule or an object with __dlpack__ (host: copied; CUDA: viewed,
+        the producer must stay alive)."""
+        if hasattr(data, "__dlpack__"):
+            dev = data.__dlpack_device__()
+            if dev[0] in (2, 13):
+                return OrtValue(_DLPackInput(data))
+            return OrtValue(np.ascontiguousarray(np.from_dlpack(data)))
+        return OrtValue(_kiln.Tensor.from_dlpack(data))
+
+    def _spec(self, what):
+        if isinstance(self._v, np.ndarray):
+            return _array_spec(self._v, what)
+        if isinstance(self._v, _DLPackInput):
+            return self._v.spec()
+        return self._v
+
+    def numpy(self):
+        if isinstance(self._v, np.ndarray):
+            return self._v
+        if isinstance(self._v, _DLPackInput):
+            raise InvalidArgument("a CUDA value has no numpy form; use to_dlpack()")
+        if self._v.device[0] != "cpu":
+            raise InvalidArgument("this value is in CUDA memory; use to_dlpack() (e.g. torch.from_dlpack)")
+        return _tensor_to_numpy(self._v)
+
+    def to_dlpack(self):
+        if isinstance(self._v, np.ndarray):
+            return self._v.__dlpack__()
+        if isinstance(self._v, _DLPackInput):
+            return self._v.obj.__dlpack__()
+        return self._v.__dlpack__()
+
+    def __dlpack__(self, **kw):
+        if isinstance(self._v, np.ndarray):
+            return self._v.__dlpack__(**kw)
+        if isinstance(self._v, _DLPackInput):
+            return self._v.obj.__dlpack__(**kw)
+        return self._v.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        if isinstance(self._v, np.ndarray):
+            return (1, 0)
+        if isinstance(self._v, _DLPackInput):
+            return self._v.obj.__dlpack_device__()
+        return self._v.__dlpack_device__()
+
+    def shape(self):
+        return list(self._v.shape) if not isinstance(self._v, _DLPackInput) else list(self._v.obj.shape)
+
+    def data_type(self):
+        if isinstance(self._v, np.ndarray):
+            return _onnx_type(_code_of(self._v.dtype, "value"))
+        if isinstance(self._v, _DLPackInput):
+            return "tensor(?)"
+        return _onnx_type(self._v.dtype)
+
+    def element_type(self):
+        return self._v.dtype if isinstance(self._v, np.ndarray) else _NP_OF.get(self._v.dtype)
+
+    def device_name(self):
+        if isinstance(self._v, np.ndarray):
+            return "cpu"
+        if isinstance(self._v, _DLPackInput):
+            return "cuda"
+        return self._v.device[0]
+
+    def data_ptr(self):
+        if isinstance(self._v, np.ndarray):
+            return self._v.__array_interface__["data"][0]
+        if isinstance(self._v, _DLPackInput):
+            return 0
+        return self._v.data_ptr
+
+    def is_tensor(self):
+        return True
+
+    def has_value(self):
+        return True
+
+
+class _DLPackInput:
+    """A DLPack producer whose capsule is taken when a run needs it (one capsule per run)."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def spec(self):
+        dev = self.obj.__dlpack_device__()
+        if dev[0] in (2, 13):  # CUDA: the producer orders its work before the legacy default stream
+            try:
+                return self.obj.__dlpack__(stream=1)
+            except TypeError:
+                return self.obj.__dlpack__()
+        return self.obj.__dlpack__()
+
+
+def _array_spec(arr, what):
+    """The C spec of a host numpy array (which the caller keeps alive for the call)."""
+    if arr.dtype.kind in "OUS":
+        flat = arr.reshape(-1)
+        items = []
+        for s in flat:
+            if isinstance(s, bytes):
+                s = s.decode("utf-8", "surrogateescape")
+            elif not isinstance(s, str):
+                raise InvalidArgument(f"{what}: a string tensor holds a {type(s).__name__}")
+            items.append(s)
+        return ("s", arr.shape, items)
+    code = _code_of(arr.dtype, what)
+    if code in _SUBBYTE_BITS:
+        packed = _pack_subbyte(arr, code)
+        return ("a", code, arr.shape, packed.__array_interface__["data"][0], packed.nbytes), packed
+    if not arr.flags.c_contiguous or arr.dtype.byteorder == ">":
+        arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
+    return ("a", code, arr.shape, arr.__array_interface__["data"][0], arr.nbytes), arr
+
+
+def _value_spec(value, arg, keep):
+    """The C spec of one input value for graph input `arg` (a NodeArg); arrays it points into are
+    appended to keep."""
+    what = f"input '{arg.name}'" if arg is not None else "value"
+    kind = arg._kind if arg is not None else None
+    if kind == "optional":
+        if value is None:
+            return ("o", arg._dtype, None)
+        inner = NodeArg(arg.name, arg.type, arg.shape, "seq" if arg.type.startswith("optional(seq") else None, arg._dtype)
+        return ("o", arg._dtype, _value_spec(value, inner, keep))
+    if kind == "seq":
+        if not isinstance(value, (list, tuple)):
+            raise InvalidArgument(f"{what} is a sequence ({arg.type}): pass a list of arrays")
+        return ("q", arg._dtype, [_value_spec(v, None, keep) for v in value])
+    if value is None:
+        raise InvalidArgument(f"{what} is None")
+    if isinstance(value, OrtValue):
+        spec = value._spec(what)
+        if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], np.ndarray):
+            keep.append(spec[1])
+            return spec[0]
+        keep.append(value)
+        return spec
+    if isinstance(value, _kiln.Tensor):
+        return value
+    if not isinstance(value, (np.ndarray, np.generic, list, tuple, int, float, bool, str)) and \
+            hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
+        dev = value.__dlpack_device__()
+        if dev[0] in (2, 13):
+            keep.append(value)
+            return _DLPackInput(value).spec()
+        value = np.from_dlpack(value)  # host: a numpy view, no copy
+    arr = np.asarray(value)
+    spec = _array_spec(arr, what)
+    if spec[0] == "s":
+        return spec
+    spec, backing = spec
+    keep.append(backing)
+    return spec
+
+
+class ModelMetadata:
+    def __init__(self):
+        self.producer_name = ""
+        self.graph_name = ""
+        self.graph_description = ""
+        self.domain = ""
+        self.description = ""
+        self.version = 0
+        self.custom_metadata_map = {}
+
+
+# ------------------------------------------------------------------------------------- sessions
+
+class InferenceSession:
+    """A compiled model, as ONNX Runtime's InferenceSession.
+
+    path_or_bytes: a path to an .onnx file (str or os.PathLike), or the model's bytes.
+    providers: names in order of preference, ONNX Runtime's ('CUDAExecutionProvider',
+    'CPUExecutionProvider') or kiln's ('cuda', 'cpu'), each optionally as (name, options dict);
+    provider_options: one dict per provider. CUDA options: device_id, precision
+    (fp32|tf32|fp16|bf16), activations, tuning, graphs, strict, workspace_mb, and ONNX Runtime's
+    cudnn_conv_algo_search, enable_cuda_graph and use_tf32. A provider that is not usable here is
+    dropped with a warning, and the CPU runs what the others do not, as in ONNX Runtime.
+    """
+
+    def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None, **kwargs):
+        self._sess_options = sess_options if sess_options is not None else SessionOptions()
+        self._model = path_or_bytes
+        self._providers_arg = (providers, provider_options)
+        self._disabled = list(kwargs.get("disabled_optimizers") or [])
+        self._create(providers, provider_options)
+
+    def _create(self, providers, provider_options):
+        o = self._sess_options
+        chosen, names = _resolve_providers(providers, provider_options)
+        self._providers = names
+        self._provider_options = {_ORT_NAMES.get(n, n): dict(kv) for n, kv in chosen}
+        sev = int(getattr(o, "log_severity_level", 2))
+        log_level = 3 if sev <= 0 else 2 if sev == 1 else 1 if sev == 2 else 0
+        src = self._model
+        base_dir = None
+        if isinstance(src, os.PathLike):
+            src = os.fspath(src)
+        if isinstance(src, (bytes, bytearray, memoryview)):
+            src = bytes(src)
+        elif not isinstance(src, str):
+            raise TypeError("InferenceSession: path_or_bytes must be a path or the model's bytes")
+        self._c = _kiln.Session(
+            src, base_dir, chosen, _kiln_level(o.graph_optimization_level), int(o.intra_op_num_threads or 0),
+            log_level, o.optimized_model_filepath or None, 1 if o.cache_enabled else 0, o.cache_dir or None,
+            list(o._dims.items()), list(o.disabled_passes or []) + self._disabled, 1 if o.output_on_device else 0,
+            o.compiled_save_path or None, o.compiled_load_path or None)
+        self._inputs = [NodeArg(n, t, s, k, d) for n, t, k, d, s in self._c.inputs()]
+        self._outputs = [NodeArg(n, t, s, k, d) for n, t, k, d, s in self._c.outputs()]
+        self._input_by_name = {a.name: a for a in self._inputs}
+
+    # -- description
+    def get_inputs(self):
+        return list(self._inputs)
+
+    def get_outputs(self):
+        return list(self._outputs)
+
+    def get_overridable_initializers(self):
+        return []
+
+    def get_providers(self):
+        return list(self._providers)
+
+    def get_provider_options(self):
+        return {k: dict(v) for k, v in self._provider_options.items()}
+
+    def get_session_options(self):
+        return self._sess_options
+
+    def get_modelmeta(self):
+        return ModelMetadata()
+
+    def set_providers(self, providers=None, provider_options=None):
+        self._create(providers, provider_options)
+
+    def disable_fallback(self):
+        pass
+
+    def enable_fallback(self):
+        pass
+
+    def end_profiling(self):
+        return ""
+
+    # -- running
+    def _feed(self, input_feed):
+        if not isinstance(input_feed, dict):
+            raise TypeError("input_feed must be a dict of input name to value")
+        names, specs, keep = [], [], []
+        for name, value in input_feed.items():
+            if not isinstance(name, str):
+                raise InvalidArgument(f"input name {name!r} is not a str")
+            arg = self._input_by_name.get(name)
+            names.append(name)
+            specs.append(_value_spec(value, arg, keep))
+        return names, specs, keep
+
+    def run(self, output_names, input_feed, run_options=None):
+        """Runs the model: a list of numpy arrays in the order of output_names (None: every
+        output); sequences come back as lists, empty optionals as None, strings as object arrays."""
+        names, specs, keep = self._feed(input_feed)
+        outs = self._c.run(names, specs, list(output_names) if output_names else None,
+                           _c_run_options(run_options))
+        del keep
+        return [_output_to_python(v) for v in outs]
+
+    def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
+        """As run, with OrtValues (or arrays, DLPack tensors) in and OrtValues out; outputs may
+        stay in CUDA memory (SessionOptions.output_on_device)."""
+        names, specs, keep = self._feed(input_dict_ort_values)
+        outs = self._c.run(names, specs, list(output_names) if output_names else None,
+                           _c_run_options(run_options))
+        del keep
+        return [OrtValue(v) if isinstance(v, _kiln.Tensor) else v for v in outs]
+
+    def io_binding(self):
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding, run_options=None):
+        iobinding._run(run_options)
+
+
+class IOBinding:
+    """Inputs and outputs bound to memory, as ONNX Runtime's IOBinding: bind_input with a device
+    pointer (device_type 'cuda') or bind_cpu_input with an array; bind_output with a buffer (host
+    or CUDA, written in place: kiln_session_run_into) or without one (kiln allocates; returned by
+    get_outputs)."""
+
+    def __init__(self, session):
+        self._s = session
+        self._inputs = {}
+        self._outputs = {}
+        self._results = None
+
+    def bind_cpu_input(self, name, arr_on_cpu):
+        self._inputs[name] = np.asarray(arr_on_cpu)
+
+    def bind_input(self, name, device_type, device_id, element_type, shape, buffer_ptr):
+        code = _code_of(element_type, f"input '{name}'")
+        shape = tuple(int(d) for d in shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(element_type).itemsize
+        if str(device_type).lower() == "cpu":
+            self._inputs[name] = ("a", code, shape, int(buffer_ptr), nbytes)
+        else:
+            self._inputs[name] = ("d", code, shape, int(buffer_ptr), nbytes, int(device_id))
+
+    def bind_ortvalue_input(self, name, ortvalue):
+        self._inputs[name] = ortvalue
+
+    def bind_output(self, name, device_type="cpu", device_id=0, element_type=None, shape=None, buffer_ptr=None):
+        if buffer_ptr is None:
+            self._outputs[name] = None
+            return
+        if element_type is None or shape is None:
+            raise InvalidArgument(f"output '{name}': a bound buffer needs element_type and shape")
+        code = _code_of(element_type, f"output '{name}'")
+        shape = tuple(int(d) for d in shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(element_type).itemsize
+        if str(device_type).lower() == "cpu":
+            self._outputs[name] = ("a", code, shape, int(buffer_ptr), nbytes)
+        else:
+            self._outputs[name] = ("d", code, shape, int(buffer_ptr), nbytes, int(device_id))
+
+    def bind_ortvalue_output(self, name, ortvalue):
+        self._outputs[name] = ortvalue
+
+    def clear_binding_inputs(self):
+        self._inputs = {}
+
+    def clear_binding_outputs(self):
+        self._outputs = {}
+
+    def synchronize_inputs(self):
+        pass
+
+    def synchronize_outputs(self):
+        pass
+
+    def _run(self, run_options):
+        keep = []
+        names, specs = [], []
+        for name, v in self._inputs.items():
+            names.append(name)
+            specs.append(v if isinstance(v, tuple) else _value_spec(v, self._s._input_by_name.get(name), keep))
+        ro = _c_run_options(run_options)
+        out_names = list(self._outputs) if self._outputs else [a.name for a in self._s._outputs]
+        bound = {n: v for n, v in self._outputs.items() if v is not None}
+        if bound and len(bound) == len(out_names):
+            ospecs = []
+            for n in out_names:
+                v = bound[n]
+                ospecs.append(v if isinstance(v, tuple) else v._spec(f"output '{n}'"))
+            ospecs = [s[0] if isinstance(s, tuple) and len(s) == 2 and isinstance(s[1], np.ndarray) else s
+                      for s in ospecs]
+            self._s._c.run_into(names, specs, out_names, ospecs, ro)
+            self._results = [bound[n] if isinstance(bound[n], OrtValue) else None for n in out_names]
+        else:
+            if bound:
+                raise Unsupported("IOBinding: bind every output to a buffer, or none")
+            outs = self._s._c.run(names, specs, out_names, ro)
+            self._results = [OrtValue(v) if isinstance(v, _kiln.Tensor) else v for v in outs]
+        del keep
+
+    def get_outputs(self):
+        if self._results is None:
+            raise InvalidArgument("IOBinding.get_outputs: run_with_iobinding has not run")
+        return list(self._results)
+
+    def copy_outputs_to_cpu(self):
+        return [r.numpy() if isinstance(r, OrtValue) else r for r in self.get_outputs()]
