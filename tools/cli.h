@@ -15,6 +15,19 @@ typedef struct cli_common {
     int log_level;
 } cli_common;
 
+/* The program name errors start with ("kiln run", set by each subcommand; "kiln" by default). */
+extern const char *cli_prog;
+
+/* Strict numbers (tools/cli_parse.c): the whole of text must be a decimal integer (or, for
+ * cli_parse_double, a finite number) in [min, max]; no blanks, no trailing text. On success stores it
+ * in *out and returns true; otherwise prints "kiln run: --threads: 'two' is not an integer (0..4096)"
+ * (or "is out of range (...)", or "--threads needs a value") to stderr, leaves *out alone and
+ * returns false: the caller exits with status 2. option names the flag in the message ("--threads",
+ * "--dim batch"). */
+bool cli_parse_int(const char *option, const char *text, long min, long max, long *out);
+bool cli_parse_int_as(const char *option, const char *text, long min, long max, int *out);
+bool cli_parse_double(const char *option, const char *text, double min, double max, double *out);
+
 /* Builds session options from the common flags; prints the error and returns NULL on failure. */
 kiln_session_options *cli_make_options(const cli_common *c);
 /* Parses one of the common flags at argv[*i]; returns true when it was one (advancing *i). */
@@ -37,5 +50,6 @@ int cmd_inspect(int argc, char **argv);
 int cmd_test(int argc, char **argv);
 int cmd_compile(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif
