@@ -1,0 +1,818 @@
+#!/usr/bin/env python3
+"""Per-operator sweep: one-node ONNX models, kiln against ONNX Runtime (and OpenVINO) side by side.
+
+For every operator class kiln runs, over shape classes taken from real models (tiny and large
+spatial sizes, one input channel, depthwise, large kernels, stride 1 and 2, dilation, long rows,
+batch 1 and 32, float32 and the other element types the kernel takes), it builds a one-node model,
+checks kiln's outputs against ONNX Runtime's and times both in one process, alternating rounds
+(kiln, ORT, OpenVINO, kiln, ...), the median of each round's per-run latencies, then the median
+of those medians. kiln is called through libkiln in-process (ctypes), both runtimes with bound
+input and output buffers (kiln_session_run_into; ORT's IOBinding), so neither pays for output
+allocation and both pay the same Python call overhead (a few microseconds: the tiny cases'
+ratios lean towards 1 for it).
+
+    bench/op_sweep.py [--build build] [--threads 1,N] [--only REGEX] [--fast] [--rounds R]
+                      [--target-ms T] [--provider cpu|cuda] [--no-openvino] [--out FILE]
+
+  --threads   comma list; 0 = every core (default "1,<cores>")
+  --only      run the cases whose "op case dtype" matches the regular expression
+  --fast      a few shapes per operator, 1 thread, 2 short rounds: the CI part of scripts/test.sh.
+              Only correctness decides pass/fail (kiln against ORT, per-dtype tolerances); timing
+              is printed and written (default build/op-sweep-fast.md), never asserted.
+  --provider cuda   kiln on the GPU against PyTorch's equivalent operator (torch.nn.functional;
+              inputs and outputs device tensors, kiln through kiln_tensor_wrap_device, both
+              synchronised after every call). Without torch it times kiln with host tensors and
+              says there is no peer; outputs are still checked against ORT on the CPU.
+
+Peers: onnxruntime (tests/requirements.txt pins it); OpenVINO when `import openvino` works
+(optional: `pip install openvino==2026.4.1`), CPU plugin, INFERENCE_PRECISION_HINT=f32, one
+stream, latency hint, the same thread count. The "peer" column is the faster of the two.
+
+Writes bench/results/op-sweep-<provider>-<date>.md sorted by kiln/peer, worst first, with the
+machine, versions and this command; and prints the last line "N passed, N failed, N skipped"
+(checks of kiln's outputs; a case no reference runtime can run is skipped).
+"""
+import argparse
+import ctypes
+import datetime
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from benchutil import cpu_name, gpu_name  # noqa: E402
+
+try:
+    import onnxruntime as ort
+except ImportError:  # pragma: no cover
+    ort = None
+
+NP2ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
+           np.dtype(np.float64): TensorProto.DOUBLE, np.dtype(np.int8): TensorProto.INT8,
+           np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int32): TensorProto.INT32,
+           np.dtype(np.int64): TensorProto.INT64, np.dtype(np.bool_): TensorProto.BOOL}
+ONNX2NP = {v: k for k, v in NP2ONNX.items()}
+DT_NAME = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.float64): "f64",
+           np.dtype(np.int8): "i8", np.dtype(np.uint8): "u8", np.dtype(np.int32): "i32",
+           np.dtype(np.int64): "i64", np.dtype(np.bool_): "bool"}
+
+# ------------------------------------------------------------------ cases
+
+
+class Case:
+    """One node: op, inputs (name -> array; `inits` are constant initializers), attributes."""
+
+    def __init__(self, op, label, inputs, inits=None, attrs=None, n_out=1, opset=17, fast=False,
+                 rtol=None, atol=None, input_order=None, domain=""):
+        self.op, self.label, self.inputs, self.inits = op, label, inputs, inits or {}
+        self.attrs, self.n_out, self.opset, self.fast = attrs or {}, n_out, opset, fast
+        self.input_order = input_order or list(inputs) + list(self.inits)
+        first = next(iter(inputs.values()))
+        self.dtype = first.dtype
+        self.rtol, self.atol, self.domain = rtol, atol, domain
+
+    @property
+    def key(self):
+        return f"{self.op} {self.label} {DT_NAME.get(self.dtype, str(self.dtype))}"
+
+    def model(self):
+        ins = [helper.make_tensor_value_info(n, NP2ONNX[a.dtype], list(a.shape)) for n, a in self.inputs.items()]
+        inits = [numpy_helper.from_array(a, n) for n, a in self.inits.items()]
+        outs = [f"y{i}" for i in range(self.n_out)]
+        node = helper.make_node(self.op, [n for n in self.input_order], outs, domain=self.domain, **self.attrs)
+        g = helper.make_graph([node], "sweep", ins, [helper.make_empty_tensor_value_info(o) for o in outs], inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)], producer_name="op_sweep")
+        m.ir_version = 8
+        try:
+            m = onnx.shape_inference.infer_shapes(m, strict_mode=False)
+            # declare the inferred output types/shapes (some runtimes want an output type)
+            known = {v.name: v for v in m.graph.value_info}
+            for o in m.graph.output:
+                if o.name in known:
+                    o.CopyFrom(known[o.name])
+        except Exception:
+            pass
+        return m.SerializeToString()
+
+
+R = np.random.default_rng(2026)
+
+
+def rnd(*shape, dtype=np.float32, lo=-1.0, hi=1.0):
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        return R.integers(max(info.min, -100), min(info.max, 100) + 1, size=shape).astype(dtype)
+    return R.uniform(lo, hi, size=shape).astype(dtype)
+
+
+def conv(label, n, c, hw, m, k, s=1, p=None, d=1, g=1, fast=False, bias=True, dtype=np.float32):
+    hw = hw if isinstance(hw, tuple) else (hw, hw)
+    k = k if isinstance(k, tuple) else (k,) * len(hw)
+    p = tuple((kk - 1) * d // 2 for kk in k) if p is None else (p if isinstance(p, tuple) else (p,) * len(hw))
+    x = rnd(n, c, *hw, dtype=dtype)
+    w = (rnd(m, c // g, *k) / np.sqrt(c // g * np.prod(k))).astype(dtype)
+    inits = {"w": w}
+    if bias:
+        inits["b"] = rnd(m, dtype=dtype)
+    nd = len(hw)
+    return Case("Conv", label, {"x": x}, inits, dict(kernel_shape=list(k), strides=[s] * nd, pads=list(p) * 2,
+                                                      dilations=[d] * nd, group=g), fast=fast)
+
+
+def pool(op, label, shape, k, s=1, p=None, d=1, fast=False, dtype=np.float32, **extra):
+    nd = len(shape) - 2
+    k = k if isinstance(k, tuple) else (k,) * nd
+    p = tuple((kk - 1) * d // 2 for kk in k) if p is None else (p if isinstance(p, tuple) else (p,) * nd)
+    attrs = dict(kernel_shape=list(k), strides=[s] * nd, pads=list(p) * 2, **extra)
+    if d != 1:
+        attrs["dilations"] = [d] * nd
+    return Case(op, label, {"x": rnd(*shape, dtype=dtype)}, attrs=attrs, fast=fast, opset=max(17, 19 if op == "AveragePool" and d != 1 else 17))
+
+
+def resize(label, shape, scales, mode="nearest", fast=False, dtype=np.float32, **extra):
+    inits = {"roi": np.zeros(0, np.float32), "scales": np.array(scales, np.float32)}
+    return Case("Resize", label, {"x": rnd(*shape, dtype=dtype)}, inits, dict(mode=mode, **extra), fast=fast,
+                input_order=["x", "roi", "scales"])
+
+
+def unary(op, shape, fast=False, dtype=np.float32, lo=-3, hi=3, opset=17, **attrs):
+    return Case(op, "x".join(map(str, shape)), {"x": rnd(*shape, dtype=dtype, lo=lo, hi=hi)}, attrs=attrs, fast=fast,
+                opset=opset)
+
+
+def binary(op, a, b, fast=False, dtype=np.float32):
+    return Case(op, "x".join(map(str, a)) + " " + "x".join(map(str, b)),
+                {"a": rnd(*a, dtype=dtype), "b": rnd(*b, dtype=dtype)}, fast=fast)
+
+
+def cases():
+    c = []
+    # --- MaxPool: stride 1 large kernels (SPP blocks), the ResNet stem, dilation, 1-D, batch, dtypes
+    for k in (5, 9, 13):
+        c.append(pool("MaxPool", f"1x192x13x13 k{k} s1 (SPP)", (1, 192, 13, 13), k, fast=k == 13))
+    c.append(pool("MaxPool", "1x256x20x20 k13 s1", (1, 256, 20, 20), 13))
+    c.append(pool("MaxPool", "1x256x20x20 k5 s1 (SPPF)", (1, 256, 20, 20), 5))
+    c.append(pool("MaxPool", "1x64x112x112 k3 s2 (ResNet)", (1, 64, 112, 112), 3, s=2, fast=True))
+    c.append(pool("MaxPool", "1x64x56x56 k2 s2", (1, 64, 56, 56), 2, s=2, p=0))
+    c.append(pool("MaxPool", "32x64x28x28 k2 s2", (32, 64, 28, 28), 2, s=2, p=0))
+    c.append(pool("MaxPool", "1x64x28x28 k3 s1 d2", (1, 64, 28, 28), 3, d=2))
+    c.append(pool("MaxPool", "1x64x1000 k3 s2 (1-D)", (1, 64, 1000), 3, s=2))
+    c.append(pool("MaxPool", "1x64x56x56 k3 s2 ceil", (1, 64, 56, 56), 3, s=2, p=0, ceil_mode=1))
+    c.append(pool("MaxPool", "1x64x112x112 k3 s2", (1, 64, 112, 112), 3, s=2, dtype=np.uint8))
+    c.append(pool("MaxPool", "1x64x112x112 k3 s2", (1, 64, 112, 112), 3, s=2, dtype=np.int8))
+    c.append(pool("MaxPool", "1x64x112x112 k3 s2", (1, 64, 112, 112), 3, s=2, dtype=np.float16))
+    c.append(pool("MaxPool", "1x192x13x13 k13 s1", (1, 192, 13, 13), 13, dtype=np.float16))
+    # --- AveragePool / global pools
+    c.append(pool("AveragePool", "1x64x56x56 k3 s1 p1", (1, 64, 56, 56), 3, fast=True))
+    c.append(pool("AveragePool", "1x64x56x56 k3 s1 p1 incl-pad", (1, 64, 56, 56), 3, count_include_pad=1))
+    c.append(pool("AveragePool", "1x256x28x28 k2 s2", (1, 256, 28, 28), 2, s=2, p=0))
+    c.append(pool("AveragePool", "1x192x13x13 k13 s1", (1, 192, 13, 13), 13))
+    c.append(Case("GlobalAveragePool", "1x2048x7x7", {"x": rnd(1, 2048, 7, 7)}, fast=True))
+    c.append(Case("GlobalAveragePool", "32x512x7x7", {"x": rnd(32, 512, 7, 7)}))
+    c.append(Case("GlobalAveragePool", "1x64x112x112", {"x": rnd(1, 64, 112, 112)}))
+    c.append(Case("GlobalMaxPool", "1x512x14x14", {"x": rnd(1, 512, 14, 14)}))
+    # --- Conv 2-D
+    c.append(conv("3x3 64->64 56x56", 1, 64, 56, 64, 3, fast=True))
+    c.append(conv("3x3 256->256 14x14", 1, 256, 14, 256, 3))
+    c.append(conv("3x3 512->512 4x4 (tiny)", 1, 512, 4, 512, 3))
+    c.append(conv("7x7 s2 3->64 224x224 (stem)", 1, 3, 224, 64, 7, s=2))
+    c.append(conv("3x3 s2 3->16 224x224", 1, 3, 224, 16, 3, s=2))
+    c.append(conv("1x1 256->64 56x56", 1, 256, 56, 64, 1))
+    c.append(conv("1x1 960->160 7x7", 1, 960, 7, 160, 1))
+    c.append(conv("3x3 s2 128->128 28x28", 1, 128, 28, 128, 3, s=2))
+    c.append(conv("3x3 d2 64->64 28x28", 1, 64, 28, 64, 3, d=2))
+    c.append(conv("3x3 1->32 128x128 (one in-channel)", 1, 1, 128, 32, 3, fast=True))
+    c.append(conv("5x5 1->8 64x64 (one in-channel)", 1, 1, 64, 8, 5))
+    c.append(conv("3x3 32->32 14x14 b32", 32, 32, 14, 32, 3))
+    c.append(conv("3x3 64->64 56x56", 1, 64, 56, 64, 3, dtype=np.float16))
+    # depthwise
+    c.append(conv("dw 3x3 144ch 56x56", 1, 144, 56, 144, 3, g=144, fast=True))
+    c.append(conv("dw 5x5 s2 240ch 28x28", 1, 240, 28, 240, 5, s=2, g=240))
+    c.append(conv("dw 3x3 960ch 7x7", 1, 960, 7, 960, 3, g=960))
+    c.append(conv("dw 3x3 s2 32ch 112x112", 1, 32, 112, 32, 3, s=2, g=32))
+    c.append(conv("dw 7x7 128ch 28x28 (ConvNeXt)", 1, 128, 28, 128, 7, g=128))
+    c.append(conv("dw 3x3 d2 64ch 56x56", 1, 64, 56, 64, 3, d=2, g=64))
+    c.append(conv("grouped 3x3 g32 128->128 28x28", 1, 128, 28, 128, 3, g=32))
+    # --- Conv 1-D: STFT front ends (1 -> 258, kernel 256, stride 128), speech, long rows
+    c.append(conv("1d 1->258 k256 s128 L16000 (STFT)", 1, 1, (16000,), 258, 256, s=128, p=0, fast=True))
+    c.append(conv("1d 1->258 k256 s128 L16000 b8 (STFT)", 8, 1, (16000,), 258, 256, s=128, p=0))
+    c.append(conv("1d 1->512 k400 s160 L16000", 1, 1, (16000,), 512, 400, s=160, p=0))
+    c.append(conv("1d 1->64 k10 s5 L16000 (wav2vec)", 1, 1, (16000,), 64, 10, s=5, p=0))
+    c.append(conv("1d 80->256 k3 L1000", 1, 80, (1000,), 256, 3, fast=True))
+    c.append(conv("1d 256->256 k3 s2 L1000", 1, 256, (1000,), 256, 3, s=2))
+    c.append(conv("1d dw 256ch k31 L500 (Conformer)", 1, 256, (500,), 256, 31, g=256))
+    # --- ConvTranspose
+    c.append(Case("ConvTranspose", "4x4 s2 64->32 28x28", {"x": rnd(1, 64, 28, 28)},
+                  {"w": rnd(64, 32, 4, 4) / 32}, dict(kernel_shape=[4, 4], strides=[2, 2], pads=[1, 1, 1, 1]), fast=True))
+    c.append(Case("ConvTranspose", "2x2 s2 256->128 20x20", {"x": rnd(1, 256, 20, 20)},
+                  {"w": rnd(256, 128, 2, 2) / 32}, dict(kernel_shape=[2, 2], strides=[2, 2])))
+    # --- Softmax and friends: long rows, attention scores, classifier outputs
+    c.append(unary("Softmax", (64, 4096), fast=True, axis=-1))
+    c.append(unary("Softmax", (1, 12, 128, 128), axis=-1))
+    c.append(unary("Softmax", (16, 32000), axis=-1))
+    c.append(unary("Softmax", (32, 1000), axis=-1))
+    c.append(unary("Softmax", (1, 1000), axis=-1))
+    c.append(unary("Softmax", (64, 4096), dtype=np.float16, axis=-1))
+    c.append(unary("Softmax", (1, 64, 4096), axis=1))
+    c.append(unary("LogSoftmax", (64, 4096), axis=-1))
+    # --- Resize: detector upsampling (nearest x2), bilinear, downscale
+    c.append(resize("nearest x2 1x256x20x20", (1, 256, 20, 20), [1, 1, 2, 2], fast=True))
+    c.append(resize("nearest x2 1x128x40x40", (1, 128, 40, 40), [1, 1, 2, 2]))
+    c.append(resize("nearest x2 1x3x224x224", (1, 3, 224, 224), [1, 1, 2, 2]))
+    c.append(resize("linear x2 1x64x56x56", (1, 64, 56, 56), [1, 1, 2, 2], mode="linear", fast=True))
+    c.append(resize("linear x2 align 1x64x56x56", (1, 64, 56, 56), [1, 1, 2, 2], mode="linear",
+                    coordinate_transformation_mode="align_corners"))
+    c.append(resize("linear x0.5 1x3x448x448", (1, 3, 448, 448), [1, 1, 0.5, 0.5], mode="linear"))
+    c.append(resize("cubic x2 1x16x56x56", (1, 16, 56, 56), [1, 1, 2, 2], mode="cubic"))
+    c.append(resize("nearest x2 1x256x20x20", (1, 256, 20, 20), [1, 1, 2, 2], dtype=np.uint8))
+    # --- products
+    c.append(Case("MatMul", "1x128x768 @ 768x768", {"a": rnd(1, 128, 768)}, {"b": rnd(768, 768) / 28}, fast=True))
+    c.append(Case("MatMul", "1x128x768 @ 768x3072", {"a": rnd(1, 128, 768)}, {"b": rnd(768, 3072) / 28}))
+    c.append(Case("MatMul", "1x1x768 @ 768x768 (one row)", {"a": rnd(1, 1, 768)}, {"b": rnd(768, 768) / 28}))
+    c.append(Case("MatMul", "12x128x64 @ 12x64x128 (scores)", {"a": rnd(12, 128, 64), "b": rnd(12, 64, 128)}))
+    c.append(Case("MatMul", "32x128x256 @ 256x256 (b32)", {"a": rnd(32, 128, 256)}, {"b": rnd(256, 256) / 16}))
+    c.append(Case("MatMul", "1x128x768 @ 768x768", {"a": rnd(1, 128, 768, dtype=np.float16)},
+                  {"b": (rnd(768, 768) / 28).astype(np.float16)}))
+    c.append(Case("Gemm", "1x2048 @ 1000x2048^T (classifier)", {"a": rnd(1, 2048)}, {"b": rnd(1000, 2048) / 45,
+                  "c": rnd(1000)}, dict(transB=1), fast=True))
+    c.append(Case("Gemm", "32x2048 @ 1000x2048^T", {"a": rnd(32, 2048)}, {"b": rnd(1000, 2048) / 45, "c": rnd(1000)},
+                  dict(transB=1)))
+    # --- normalisation
+    c.append(Case("LayerNormalization", "1x128x768", {"x": rnd(1, 128, 768)}, {"s": rnd(768), "b": rnd(768)},
+                  dict(axis=-1), fast=True))
+    c.append(Case("LayerNormalization", "32x128x256", {"x": rnd(32, 128, 256)}, {"s": rnd(256), "b": rnd(256)},
+                  dict(axis=-1)))
+    c.append(Case("BatchNormalization", "1x64x56x56", {"x": rnd(1, 64, 56, 56)},
+                  {"s": rnd(64), "b": rnd(64), "m": rnd(64), "v": rnd(64, lo=0.5, hi=2)}, fast=True))
+    c.append(Case("InstanceNormalization", "1x64x56x56", {"x": rnd(1, 64, 56, 56)}, {"s": rnd(64), "b": rnd(64)}))
+    # --- elementwise
+    c.append(binary("Add", (1, 64, 56, 56), (1, 64, 56, 56), fast=True))
+    c.append(binary("Add", (1, 64, 56, 56), (1, 64, 1, 1)))
+    c.append(binary("Mul", (1, 128, 768), (768,)))
+    c.append(binary("Add", (32, 64, 28, 28), (32, 64, 28, 28)))
+    c.append(binary("Add", (1, 64, 56, 56), (1, 64, 56, 56), dtype=np.float16))
+    c.append(binary("Add", (1, 1024, 1024), (1, 1024, 1024), dtype=np.int32))
+    c.append(unary("Relu", (1, 64, 112, 112), fast=True))
+    c.append(unary("Sigmoid", (1, 64, 56, 56)))
+    c.append(unary("Tanh", (1, 64, 56, 56)))
+    c.append(unary("Exp", (1, 64, 56, 56)))
+    c.append(unary("Erf", (1, 128, 3072), fast=True))
+    c.append(unary("Gelu", (1, 128, 3072), opset=20))
+    c.append(unary("HardSwish", (1, 64, 56, 56)))
+    c.append(Case("Clip", "1x64x56x56 (Relu6)", {"x": rnd(1, 64, 56, 56, lo=-8, hi=8)},
+                  {"lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}))
+    c.append(Case("Cast", "1x1024x1024 f32->f16", {"x": rnd(1, 1024, 1024)}, attrs=dict(to=TensorProto.FLOAT16)))
+    # --- reductions
+    c.append(Case("ReduceMean", "1x128x768 last axis", {"x": rnd(1, 128, 768)}, {"axes": np.array([-1], np.int64)}, opset=18,
+                  fast=True))
+    c.append(Case("ReduceSum", "1x256x56x56 axis 1", {"x": rnd(1, 256, 56, 56)}, {"axes": np.array([1], np.int64)}, opset=18))
+    c.append(Case("ReduceMax", "64x4096 last axis", {"x": rnd(64, 4096)}, {"axes": np.array([-1], np.int64)}, opset=18))
+    c.append(Case("ArgMax", "64x4096 last axis", {"x": rnd(64, 4096)}, attrs=dict(axis=-1)))
+    # --- data movement
+    c.append(Case("Transpose", "1x128x12x64 perm 0213", {"x": rnd(1, 128, 12, 64)}, attrs=dict(perm=[0, 2, 1, 3]),
+                  fast=True))
+    c.append(Case("Transpose", "1x64x56x56 to NHWC", {"x": rnd(1, 64, 56, 56)}, attrs=dict(perm=[0, 2, 3, 1])))
+    c.append(Case("Transpose", "32x512x512 last two", {"x": rnd(32, 512, 512)}, attrs=dict(perm=[0, 2, 1])))
+    c.append(Case("Concat", "2x 1x128x28x28 axis 1", {"a": rnd(1, 128, 28, 28), "b": rnd(1, 128, 28, 28)},
+                  attrs=dict(axis=1), fast=True))
+    c.append(Case("Slice", "1x256x56x56 half channels", {"x": rnd(1, 256, 56, 56)},
+                  {"st": np.array([0], np.int64), "en": np.array([128], np.int64), "ax": np.array([1], np.int64)}))
+    c.append(Case("Split", "1x256x56x56 in 2", {"x": rnd(1, 256, 56, 56)}, attrs=dict(axis=1, num_outputs=2),
+                  n_out=2, opset=18))
+    c.append(Case("Gather", "30522x768 rows by 1x128", {"i": R.integers(0, 30522, (1, 128)).astype(np.int64)},
+                  {"t": rnd(30522, 768)}, dict(axis=0), input_order=["t", "i"], fast=True))
+    c.append(Case("Pad", "1x64x56x56 +1", {"x": rnd(1, 64, 56, 56)}, {"p": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}))
+    c.append(Case("Where", "1x12x128x128", {"c": R.integers(0, 2, (1, 12, 128, 128)).astype(np.bool_),
+                                            "a": rnd(1, 12, 128, 128), "b": rnd(1, 12, 128, 128)}))
+    # --- recurrences
+    T_, B_, I_, H_ = 100, 1, 64, 128
+    c.append(Case("LSTM", f"T{T_} b{B_} in{I_} h{H_}", {"x": rnd(T_, B_, I_)},
+                  {"W": rnd(1, 4 * H_, I_) / 8, "Rw": rnd(1, 4 * H_, H_) / 11}, dict(hidden_size=H_), n_out=1, fast=True))
+    c.append(Case("GRU", f"T{T_} b{B_} in{I_} h{H_}", {"x": rnd(T_, B_, I_)},
+                  {"W": rnd(1, 3 * H_, I_) / 8, "Rw": rnd(1, 3 * H_, H_) / 11}, dict(hidden_size=H_), n_out=1))
+    return c
+
+
+# ------------------------------------------------------------------ kiln through ctypes
+
+KILN_NP = {np.dtype(np.float32): 1, np.dtype(np.uint8): 2, np.dtype(np.int8): 3, np.dtype(np.int32): 6,
+           np.dtype(np.int64): 7, np.dtype(np.bool_): 9, np.dtype(np.float16): 10, np.dtype(np.float64): 11}
+NP_KILN = {v: k for k, v in KILN_NP.items()}
+
+
+class Kiln:
+    def __init__(self, path):
+        L = ctypes.CDLL(path)
+        vp, i64p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)
+        for name, res, args in [
+            ("kiln_last_error", ctypes.c_char_p, []),
+            ("kiln_version", ctypes.c_char_p, []),
+            ("kiln_session_options_create", ctypes.c_int, [ctypes.POINTER(vp)]),
+            ("kiln_session_options_destroy", None, [vp]),
+            ("kiln_session_options_append_provider", ctypes.c_int,
+             [vp, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t]),
+            ("kiln_session_options_set_intra_op_threads", ctypes.c_int, [vp, ctypes.c_int]),
+            ("kiln_session_options_set_cache", ctypes.c_int, [vp, ctypes.c_int, ctypes.c_char_p]),
+            ("kiln_session_create_from_memory", ctypes.c_int,
+             [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, vp, ctypes.POINTER(vp)]),
+            ("kiln_session_destroy", None, [vp]),
+            ("kiln_session_output_count", ctypes.c_size_t, [vp]),
+            ("kiln_tensor_wrap", ctypes.c_int, [ctypes.c_int, i64p, ctypes.c_int, vp, ctypes.c_size_t, ctypes.POINTER(vp)]),
+            ("kiln_tensor_destroy", None, [vp]),
+            ("kiln_tensor_dtype", ctypes.c_int, [vp]),
+            ("kiln_tensor_rank", ctypes.c_int, [vp]),
+            ("kiln_tensor_dims", i64p, [vp]),
+            ("kiln_tensor_data", vp, [vp]),
+            ("kiln_tensor_bytes", ctypes.c_size_t, [vp]),
+            ("kiln_session_run", ctypes.c_int, [vp, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(vp), ctypes.c_size_t,
+                                                ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t, ctypes.POINTER(vp)]),
+            ("kiln_session_run_into", ctypes.c_int, [vp, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(vp),
+                                                     ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
+                                                     ctypes.POINTER(vp)]),
+        ]:
+            f = getattr(L, name)
+            f.restype, f.argtypes = res, args
+        try:
+            f = L.kiln_tensor_wrap_device
+            f.restype = ctypes.c_int
+            f.argtypes = [ctypes.c_int, i64p, ctypes.c_int, vp, ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(vp)]
+        except AttributeError:
+            pass
+        self.L = L
+
+    def err(self):
+        return (self.L.kiln_last_error() or b"").decode()
+
+    def wrap(self, a, device_ptr=None):
+        dims = (ctypes.c_int64 * max(1, a.ndim))(*a.shape)
+        t = ctypes.c_void_p()
+        if device_ptr is None:
+            st = self.L.kiln_tensor_wrap(KILN_NP[a.dtype], dims, a.ndim, a.ctypes.data, a.nbytes, ctypes.byref(t))
+        else:
+            st = self.L.kiln_tensor_wrap_device(KILN_NP[a.dtype], dims, a.ndim, device_ptr, a.nbytes, 0, ctypes.byref(t))
+        if st:
+            raise RuntimeError(f"kiln_tensor_wrap: {self.err()}")
+        return t
+
+
+class KilnSession:
+    """A session on a model in memory, its inputs bound once; run() = kiln_session_run_into."""
+
+    def __init__(self, k, model, threads, provider, feeds):
+        self.k, L = k, k.L
+        o = ctypes.c_void_p()
+        L.kiln_session_options_create(ctypes.byref(o))
+        L.kiln_session_options_set_cache(o, 0, None)
+        L.kiln_session_options_set_intra_op_threads(o, threads)
+        for p in provider.split(","):
+            if L.kiln_session_options_append_provider(o, p.encode(), None, None, 0):
+                L.kiln_session_options_destroy(o)
+                raise RuntimeError(k.err())
+        s = ctypes.c_void_p()
+        st = L.kiln_session_create_from_memory(model, len(model), None, o, ctypes.byref(s))
+        L.kiln_session_options_destroy(o)
+        if st:
+            raise RuntimeError(k.err())
+        self.s = s
+        self.feeds = feeds
+        self.names = (ctypes.c_char_p * len(feeds))(*[n.encode() for n in feeds])
+        self.tins = [k.wrap(a) for a in feeds.values()]
+        self.ins = (ctypes.c_void_p * len(feeds))(*[t.value for t in self.tins])
+        self.n_out = L.kiln_session_output_count(s)
+        self.outs, self.touts = None, []
+
+    def run_alloc(self):
+        """One run with kiln-allocated outputs; returns them as numpy arrays (copies)."""
+        L = self.k.L
+        outs = (ctypes.c_void_p * self.n_out)()
+        if L.kiln_session_run(self.s, self.names, self.ins, len(self.feeds), None, self.n_out, outs):
+            raise RuntimeError(self.k.err())
+        res = []
+        for t in outs:
+            dt = NP_KILN[L.kiln_tensor_dtype(t)]
+            r = L.kiln_tensor_rank(t)
+            dims = tuple(L.kiln_tensor_dims(t)[i] for i in range(r))
+            buf = (ctypes.c_char * L.kiln_tensor_bytes(t)).from_address(L.kiln_tensor_data(t))
+            res.append(np.frombuffer(bytes(buf), dtype=dt).reshape(dims))
+            L.kiln_tensor_destroy(t)
+        return res
+
+    def bind_outputs(self, arrays):
+        self.out_arrays = [np.empty_like(a) for a in arrays]
+        self.touts = [self.k.wrap(a) for a in self.out_arrays]
+        self.outs = (ctypes.c_void_p * len(self.touts))(*[t.value for t in self.touts])
+
+    def run(self):
+        if self.k.L.kiln_session_run_into(self.s, self.names, self.ins, len(self.feeds), None, self.n_out, self.outs):
+            raise RuntimeError(self.k.err())
+
+    def close(self):
+        for t in self.tins + self.touts:
+            self.k.L.kiln_tensor_destroy(t)
+        self.k.L.kiln_session_destroy(self.s)
+
+
+# ------------------------------------------------------------------ peers
+
+
+def ort_session(model, threads, feeds):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    ref = sess.run(None, feeds)
+    io = sess.io_binding()
+    for n, a in feeds.items():
+        io.bind_cpu_input(n, a)
+    bound = [np.empty_like(r) for r in ref]
+    for o, b in zip(sess.get_outputs(), bound):
+        io.bind_output(o.name, "cpu", 0, b.dtype, list(b.shape), b.ctypes.data)
+
+    def run():
+        sess.run_with_iobinding(io)
+    run.keep = (sess, io, bound)
+    return ref, run
+
+
+def openvino_runner(model, threads, feeds):
+    import openvino as ov
+    core = ov.Core()
+    with tempfile.NamedTemporaryFile(suffix=".onnx", delete=False) as f:
+        f.write(model)
+        path = f.name
+    try:
+        m = core.read_model(path)
+        cm = core.compile_model(m, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads,
+                                           "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"})
+    finally:
+        os.unlink(path)
+    req = cm.create_infer_request()
+    for i, (n, a) in enumerate(feeds.items()):
+        req.set_input_tensor(i, ov.Tensor(a, shared_memory=True))
+
+    def run():
+        req.infer()
+    run.keep = (core, cm, req)
+    return run
+
+
+def torch_runner(case, dev_feeds):
+    """PyTorch's equivalent of the case's node on CUDA tensors, or None when there is none here."""
+    import torch
+    import torch.nn.functional as F
+    a = case.attrs
+    inits = {n: torch.from_numpy(np.ascontiguousarray(v)).cuda() for n, v in case.inits.items()}
+    x = list(dev_feeds.values())
+    op = case.op
+    if op == "Conv":
+        nd = x[0].dim() - 2
+        p = a["pads"]
+        if p[:nd] != p[nd:]:
+            return None
+        fn = F.conv1d if nd == 1 else F.conv2d
+        return lambda: fn(x[0], inits["w"], inits.get("b"), a["strides"], p[:nd], a["dilations"], a["group"])
+    if op == "ConvTranspose":
+        return lambda: F.conv_transpose2d(x[0], inits["w"], None, a["strides"], a.get("pads", [0, 0])[:2])
+    if op in ("MaxPool", "AveragePool"):
+        nd = x[0].dim() - 2
+        p = a["pads"]
+        if p[:nd] != p[nd:]:
+            return None
+        if op == "MaxPool":
+            fn = F.max_pool1d if nd == 1 else F.max_pool2d
+            return lambda: fn(x[0], a["kernel_shape"], a["strides"], p[:nd], a.get("dilations", [1] * nd),
+                              ceil_mode=bool(a.get("ceil_mode", 0)))
+        if a.get("dilations"):
+            return None
+        fn = F.avg_pool1d if nd == 1 else F.avg_pool2d
+        return lambda: fn(x[0], a["kernel_shape"], a["strides"], p[:nd], count_include_pad=bool(a.get("count_include_pad", 0)))
+    if op == "GlobalAveragePool":
+        return lambda: F.adaptive_avg_pool2d(x[0], 1)
+    if op == "GlobalMaxPool":
+        return lambda: F.adaptive_max_pool2d(x[0], 1)
+    if op in ("Softmax", "LogSoftmax"):
+        fn = F.softmax if op == "Softmax" else F.log_softmax
+        return lambda: fn(x[0], dim=a.get("axis", -1))
+    if op == "Resize":
+        sc = [float(s) for s in case.inits["scales"][2:]]
+        mode = {"nearest": "nearest", "linear": "bilinear", "cubic": "bicubic"}[a["mode"]]
+        if x[0].dtype == torch.uint8 and mode != "nearest":
+            return None
+        ac = a.get("coordinate_transformation_mode") == "align_corners"
+        kw = {} if mode == "nearest" else {"align_corners": ac}
+        return lambda: F.interpolate(x[0], scale_factor=sc, mode=mode, **kw)
+    if op == "MatMul":
+        b = inits.get("b", x[1] if len(x) > 1 else None)
+        return lambda: torch.matmul(x[0], b)
+    if op == "Gemm":
+        return lambda: F.linear(x[0], inits["b"], inits["c"])
+    if op == "LayerNormalization":
+        return lambda: F.layer_norm(x[0], inits["s"].shape, inits["s"], inits["b"])
+    if op == "BatchNormalization":
+        return lambda: F.batch_norm(x[0], inits["m"], inits["v"], inits["s"], inits["b"])
+    if op == "InstanceNormalization":
+        return lambda: F.instance_norm(x[0], weight=inits["s"], bias=inits["b"])
+    simple = {"Add": torch.add, "Mul": torch.mul, "Relu": torch.relu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh,
+              "Exp": torch.exp, "Erf": torch.erf, "Gelu": F.gelu, "HardSwish": F.hardswish}
+    if op in simple:
+        return lambda: simple[op](*x)
+    if op == "Clip":
+        return lambda: torch.clamp(x[0], 0, 6)
+    if op == "Cast":
+        return lambda: x[0].half()
+    if op in ("ReduceMean", "ReduceSum", "ReduceMax"):
+        ax = int(case.inits["axes"][0])
+        fn = {"ReduceMean": torch.mean, "ReduceSum": torch.sum, "ReduceMax": torch.amax}[op]
+        return lambda: fn(x[0], dim=ax, keepdim=True)
+    if op == "ArgMax":
+        return lambda: torch.argmax(x[0], dim=-1, keepdim=True)
+    if op == "Transpose":
+        return lambda: x[0].permute(*a["perm"]).contiguous()
+    if op == "Concat":
+        return lambda: torch.cat(x, dim=a["axis"])
+    if op == "Gather":
+        return lambda: F.embedding(x[0], inits["t"])
+    if op == "Where":
+        return lambda: torch.where(*x)
+    if op == "Pad":
+        return lambda: F.pad(x[0], (1, 1, 1, 1))
+    return None
+
+
+# ------------------------------------------------------------------ timing
+
+
+def time_runs(fn, n, sync=None):
+    ts = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        ts.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(ts)
+
+
+def tolerance(case):
+    kind = np.dtype(case.dtype).kind
+    if case.rtol is not None:
+        return case.rtol, case.atol
+    if kind in "iub":
+        return 0.0, 0.0
+    if case.dtype == np.float16:
+        return 1e-2, 1e-2
+    return 1e-3, 1e-4
+
+
+def check(case, got, ref):
+    rtol, atol = tolerance(case)
+    for g, r in zip(got, ref):
+        if g.shape != r.shape:
+            return f"shape {g.shape} vs {r.shape}"
+        if g.dtype.kind in "iub" or r.dtype.kind in "iub":
+            if not np.array_equal(g, r):
+                return f"{int(np.sum(g != r))} of {g.size} elements differ"
+            continue
+        g64, r64 = g.astype(np.float64), r.astype(np.float64)
+        scale = max(1.0, float(np.max(np.abs(r64)))) if r.size else 1.0
+        bad = ~np.isclose(g64, r64, rtol=rtol, atol=atol * scale, equal_nan=True)
+        if bad.any():
+            i = np.unravel_index(np.argmax(np.abs(g64 - r64) * bad), g.shape)
+            return f"{int(bad.sum())} of {g.size} differ (at {tuple(map(int, i))}: {g64[i]:.6g} vs {r64[i]:.6g})"
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="build folder with libkiln.so")
+    ap.add_argument("--threads", default=None, help="comma list, 0 = every core (default 1,<cores>)")
+    ap.add_argument("--only", default=None, help="regular expression over 'op case dtype'")
+    ap.add_argument("--fast", action="store_true", help="CI mode: a few shapes per operator, 1 thread, short rounds")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--target-ms", type=float, default=None, help="time per runtime per round")
+    ap.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--no-openvino", action="store_true")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+
+    cores = os.cpu_count() or 1
+    if a.threads is None:
+        threads = [1] if a.fast or a.provider == "cuda" else sorted({1, cores})
+    else:
+        threads = [cores if int(t) == 0 else int(t) for t in a.threads.split(",")]
+    rounds = a.rounds or (2 if a.fast else 5)
+    target = a.target_ms or (3.0 if a.fast else 15.0)
+    lib = os.path.join(a.build, "libkiln.so")
+    if not os.path.exists(lib):
+        lib = os.path.join(a.build, "libkiln.dylib")
+    k = Kiln(lib)
+    provider = "cuda,cpu" if a.provider == "cuda" else "cpu"
+
+    ov = None
+    if a.provider == "cpu" and not a.no_openvino:
+        try:
+            import openvino
+            ov = openvino
+        except ImportError:
+            pass
+    torch = None
+    if a.provider == "cuda":
+        try:
+            import torch as _t
+            torch = _t if _t.cuda.is_available() else None
+        except ImportError:
+            pass
+        if torch is None:
+            print("op_sweep: PyTorch with CUDA is not available: timing kiln alone (host tensors), no peer",
+                  file=sys.stderr)
+    if ort is None:
+        print("op_sweep: onnxruntime is not installed: no reference outputs, every case skipped", file=sys.stderr)
+
+    all_cases = cases()
+    sel = [c for c in all_cases if (c.fast or not a.fast) and (not a.only or re.search(a.only, c.key))]
+    passed = failed = skipped = 0
+    rows = []
+    t_start = time.time()
+    for case in sel:
+        model = case.model()
+        checked = False
+        for th in threads:
+            row = dict(op=case.op, case=case.label, dtype=DT_NAME.get(case.dtype, "?"), threads=th, kiln=None,
+                       ort=None, ov=None, torch=None, check="", note="")
+            rows.append(row)
+            ks = None
+            try:
+                feeds = case.inputs
+                ref, ort_run = None, None
+                if ort is not None:
+                    try:
+                        ref, ort_run = ort_session(model, th, feeds)
+                    except Exception as e:  # ORT has no kernel for this type, ...
+                        row["note"] = "ORT: " + str(e).splitlines()[0][:80]
+                try:
+                    ks = KilnSession(k, model, th, provider, feeds)
+                    got = ks.run_alloc()
+                except RuntimeError as e:
+                    row["check"] = "kiln error"
+                    row["note"] = str(e).splitlines()[0][:160]
+                    if not checked:
+                        failed += 1
+                        checked = True
+                        print(f"FAIL {case.key}: kiln: {row['note']}", flush=True)
+                    continue
+                if ref is not None:
+                    bad = check(case, got, ref)
+                    row["check"] = "ok" if not bad else "MISMATCH"
+                    if bad:
+                        row["note"] = bad
+                    if not checked:
+                        checked = True
+                        if bad:
+                            failed += 1
+                            print(f"FAIL {case.key}: {bad}", flush=True)
+                        else:
+                            passed += 1
+                elif not checked:
+                    checked = True
+                    skipped += 1
+                    row["check"] = "no reference"
+                ks.bind_outputs(got)
+                runners = {"kiln": ks.run}
+                sync = None
+                if a.provider == "cpu":
+                    if ort_run:
+                        runners["ort"] = ort_run
+                    if ov is not None:
+                        try:
+                            runners["ov"] = openvino_runner(model, th, feeds)
+                        except Exception as e:
+                            row["note"] = (row["note"] + "; " if row["note"] else "") + "OpenVINO: " + \
+                                str(e).splitlines()[0][:60]
+                elif torch is not None:
+                    sync = torch.cuda.synchronize
+                    dev = {n: torch.from_numpy(np.ascontiguousarray(v)).cuda() for n, v in feeds.items()}
+                    # kiln on the same device tensors, outputs bound on the device
+                    ks.close()
+                    ks = KilnSession(k, model, th, provider, feeds)
+                    ks.tins = [k.wrap(v, device_ptr=dev[n].data_ptr()) for n, v in feeds.items()]
+                    ks.ins = (ctypes.c_void_p * len(ks.tins))(*[t.value for t in ks.tins])
+                    dout = [torch.empty(g.shape, dtype=getattr(torch, {"f16": "float16", "f32": "float32"}.get(
+                        DT_NAME.get(g.dtype, ""), "float32")) if g.dtype.kind == "f" else torch.from_numpy(g).dtype,
+                        device="cuda") for g in got]
+                    ks.touts = [k.wrap(g, device_ptr=d.data_ptr()) for g, d in zip(got, dout)]
+                    ks.outs = (ctypes.c_void_p * len(ks.touts))(*[t.value for t in ks.touts])
+                    ks._keep = (dev, dout)
+                    tr = torch_runner(case, dev)
+                    if tr is not None:
+                        runners["torch"] = tr
+                # warm-up and calibration: runs per round so each runtime takes about `target` ms
+                per = {}
+                for name, fn in runners.items():
+                    for _ in range(2):
+                        fn()
+                    if sync:
+                        sync()
+                    t = time.perf_counter()
+                    fn()
+                    if sync:
+                        sync()
+                    per[name] = max((time.perf_counter() - t) * 1e3, 1e-3)
+                n = max(1, min(500, int(target / max(per.values()))))
+                meds = {name: [] for name in runners}
+                for _ in range(rounds):
+                    for name, fn in runners.items():
+                        if th > 1:
+                            time.sleep(0.05)  # the previous runtime's spinning workers
+                        meds[name].append(time_runs(fn, n, sync))
+                for name in runners:
+                    row[name] = statistics.median(meds[name])
+            except Exception as e:  # a runtime that crashed mid-way: say so, keep going
+                row["note"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                if not checked:
+                    failed += 1
+                    checked = True
+                    print(f"FAIL {case.key}: {row['note']}", flush=True)
+            finally:
+                if ks is not None:
+                    ks.close()
+            peer = [row[p] for p in ("ort", "ov", "torch") if row[p]]
+            row["peer"] = min(peer) if peer else None
+            row["ratio"] = row["kiln"] / row["peer"] if row["kiln"] and row["peer"] else None
+            r = f"{row['ratio']:6.2f}" if row["ratio"] else "   n/a"
+            fmt = lambda v: f"{v:8.4f}" if v else "     n/a"  # noqa: E731
+            extra = f" ov {fmt(row['ov'])}" if ov is not None else ""
+            extra += f" torch {fmt(row['torch'])}" if a.provider == "cuda" else ""
+            print(f"{case.key:60s} t{th:<2d} kiln {fmt(row['kiln'])} ort {fmt(row['ort'])}{extra} ms  "
+                  f"kiln/peer {r}  {row['check']}", flush=True)
+
+    elapsed = time.time() - t_start
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    if a.out:
+        out = a.out
+    elif a.fast:
+        out = os.path.join(a.build, "op-sweep-fast.md")
+    else:
+        out = os.path.join(ROOT, "bench", "results", f"op-sweep-{a.provider}-{date}.md")
+    write_table(out, a, rows, threads, rounds, elapsed, ov, torch, k, date)
+    print(f"wrote {out} ({elapsed:.0f} s)")
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    return 1 if failed else 0
+
+
+def write_table(out, a, rows, threads, rounds, elapsed, ov, torch, k, date):
+    peers = "onnxruntime " + (ort.__version__ if ort else "(absent)")
+    if ov is not None:
+        peers += f", OpenVINO {ov.__version__} (f32)"
+    if a.provider == "cuda":
+        peers = f"PyTorch {torch.__version__}" if torch is not None else "none (PyTorch absent)"
+    machine = cpu_name() + f", {os.cpu_count()} cores"
+    if a.provider == "cuda":
+        machine = (gpu_name() or "no GPU seen") + "; host " + machine
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+
+    def ms(v):
+        return "n/a" if v is None else f"{v:.4f}"
+    with open(out, "w") as f:
+        f.write(f"# Operator sweep, kiln vs {peers} ({a.provider}, {date})\n\n")
+        f.write(f"machine: {machine}; kiln {k.L.kiln_version().decode()}; threads {threads}; {rounds} alternating "
+                f"rounds, median of the rounds' medians; {elapsed:.0f} s\n\n")
+        f.write(f"command: `python3 bench/op_sweep.py {' '.join(sys.argv[1:])}`\n\n")
+        f.write("kiln/peer: kiln's latency over the fastest peer's; sorted worst first. check: kiln's outputs "
+                "against ONNX Runtime's.\n\n")
+        # worst ratio per operator class and thread count
+        worst = {}
+        for r in rows:
+            if r.get("ratio"):
+                key = (r["op"], r["threads"])
+                if key not in worst or r["ratio"] > worst[key]["ratio"]:
+                    worst[key] = r
+        if worst:
+            f.write("## Worst case per operator\n\n| operator | threads | kiln/peer | case |\n|---|---:|---:|---|\n")
+            for (op, th), r in sorted(worst.items(), key=lambda kv: -kv[1]["ratio"]):
+                f.write(f"| {op} | {th} | {r['ratio']:.2f} | {r['case']} {r['dtype']} |\n")
+            f.write("\n")
+        f.write("## Every case\n\n")
+        cols = ["kiln ms", "ORT ms"] + (["OpenVINO ms"] if ov is not None else []) + \
+            (["PyTorch ms"] if a.provider == "cuda" else [])
+        f.write("| operator | case | dtype | threads | " + " | ".join(cols) + " | kiln/peer | check | note |\n")
+        f.write("|---|---|---|---:|" + "---:|" * len(cols) + "---:|---|---|\n")
+        for r in sorted(rows, key=lambda r: -(r.get("ratio") or 0)):
+            vals = [ms(r["kiln"]), ms(r["ort"])] + ([ms(r["ov"])] if ov is not None else []) + \
+                ([ms(r["torch"])] if a.provider == "cuda" else [])
+            ratio = f"{r['ratio']:.2f}" if r.get("ratio") else "n/a"
+            note = r["note"].replace("|", "/")
+            f.write(f"| {r['op']} | {r['case']} | {r['dtype']} | {r['threads']} | " + " | ".join(vals) +
+                    f" | {ratio} | {r['check']} | {note} |\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

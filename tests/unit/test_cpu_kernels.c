@@ -1,0 +1,325 @@
+/* CPU kernels against reference loops written here from the ONNX definitions: the fast paths of
+ * pooling (separable MaxPool/AveragePool), convolution (one input channel per group feeding many
+ * output channels: the GEMM path), Softmax over long rows and Resize. Geometries are drawn from a
+ * fixed generator over kernel sizes, strides, dilations, asymmetric pads and ceil_mode, so each
+ * run checks the same few hundred cases; a mismatch names the case. */
+#include "unit.h"
+#include "test_model_builder.h"
+
+#include "kiln.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t ck_next(uint32_t *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+static int64_t ck_range(uint32_t *s, int64_t lo, int64_t hi) { return lo + (int64_t)(ck_next(s) % (uint32_t)(hi - lo + 1)); }
+
+/* Runs a one-input model on the CPU (threads: 0 = every core); the output tensor or NULL. */
+static kiln_tensor *ck_run(const unsigned char *data, size_t size, kiln_tensor *x, int threads) {
+    kiln_session_options *o;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session_options_set_intra_op_threads(o, threads);
+    kiln_session *s = NULL;
+    kiln_status st = kiln_session_create_from_memory(data, size, NULL, o, &s);
+    kiln_session_options_destroy(o);
+    CHECK_MSG(st == KILN_OK, "session: %s", kiln_last_error());
+    if (st) return NULL;
+    const char *names[] = {"x"};
+    kiln_tensor *y = NULL;
+    st = kiln_session_run(s, names, &x, 1, NULL, 1, &y);
+    CHECK_MSG(st == KILN_OK, "run: %s", kiln_last_error());
+    kiln_session_destroy(s);
+    return y;
+}
+
+/* float <-> the element types the pools take */
+static double ck_get(const void *p, kiln_dtype dt, int64_t i) {
+    switch (dt) {
+    case KILN_DTYPE_INT8: return ((const int8_t *)p)[i];
+    case KILN_DTYPE_UINT8: return ((const uint8_t *)p)[i];
+    case KILN_DTYPE_FLOAT16: {
+        uint16_t h = ((const uint16_t *)p)[i];
+        int e = (h >> 10) & 31, m = h & 1023;
+        double v = e == 0 ? ldexp(m, -24) : e == 31 ? INFINITY : ldexp(1024 + m, e - 25);
+        return h & 0x8000 ? -v : v;
+    }
+    default: return ((const float *)p)[i];
+    }
+}
+static void ck_set_random(void *p, kiln_dtype dt, int64_t n, uint32_t *s) {
+    for (int64_t i = 0; i < n; i++) {
+        int v = (int)ck_range(s, -100, 100);
+        switch (dt) {
+        case KILN_DTYPE_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
+        case KILN_DTYPE_UINT8: ((uint8_t *)p)[i] = (uint8_t)(v + 100); break;
+        case KILN_DTYPE_FLOAT16: { /* v/32 is exact in float16: sign, exponent, 10-bit mantissa */
+            double a = fabs(v / 32.0);
+            uint16_t h = 0;
+            if (a > 0) {
+                int e;
+                double f = frexp(a, &e); /* a = f * 2^e, f in [0.5, 1) */
+                h = (uint16_t)(((e + 14) << 10) | ((int)ldexp(f, 11) & 1023));
+            }
+            ((uint16_t *)p)[i] = (uint16_t)(h | (v < 0 ? 0x8000 : 0));
+            break;
+        }
+        default: ((float *)p)[i] = (float)ck_range(s, -100000, 100000) / 1000.0f; break;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ pooling */
+
+typedef struct pool_case {
+    int max; /* 1 MaxPool, 0 AveragePool */
+    int nsp;
+    int64_t N, C, in[2], k[2], s[2], d[2], pb[2], pe[2];
+    int ceil, include_pad;
+    kiln_dtype dt;
+} pool_case;
+
+static int64_t pool_out(const pool_case *p, int i) {
+    int64_t ek = (p->k[i] - 1) * p->d[i] + 1, span = p->in[i] + p->pb[i] + p->pe[i] - ek;
+    if (span < 0) return 0;
+    int64_t o = (p->ceil ? (span + p->s[i] - 1) / p->s[i] : span / p->s[i]) + 1;
+    if (p->ceil && (o - 1) * p->s[i] >= p->in[i] + p->pb[i]) o--;
+    return o;
+}
+
+/* 1 when the case's output matches the reference loops. */
+static int check_pool(const pool_case *p, int threads) {
+    tmb b;
+    tmb_init(&b, p->max ? 12 : 19);
+    int64_t xd[4] = {p->N, p->C, p->in[0], p->in[1]};
+    int x = tmb_input(&b, "x", p->dt, 2 + p->nsp, xd, NULL), y = tmb_value(&b, "y");
+    int node = tmb_node(&b, p->max ? "MaxPool" : "AveragePool", &x, 1, y);
+    int64_t pads[4];
+    for (int i = 0; i < p->nsp; i++) pads[i] = p->pb[i], pads[p->nsp + i] = p->pe[i];
+    tmb_ints(&b, node, "kernel_shape", p->k, p->nsp);
+    tmb_ints(&b, node, "strides", p->s, p->nsp);
+    tmb_ints(&b, node, "dilations", p->d, p->nsp);
+    tmb_ints(&b, node, "pads", pads, 2 * p->nsp);
+    if (p->ceil) tmb_int(&b, node, "ceil_mode", 1);
+    if (!p->max) tmb_int(&b, node, "count_include_pad", p->include_pad);
+    tmb_output(&b, y);
+    size_t size;
+    unsigned char *data = tmb_finish(&b, &size);
+    if (!data) return 0;
+
+    kiln_tensor *X;
+    kiln_tensor_create(p->dt, xd, 2 + p->nsp, &X);
+    uint32_t seed = 7;
+    const int64_t in_plane = p->in[0] * (p->nsp == 2 ? p->in[1] : 1);
+    ck_set_random(kiln_tensor_data(X), p->dt, p->N * p->C * in_plane, &seed);
+    kiln_tensor *Y = ck_run(data, size, X, threads);
+    free(data);
+    int ok = Y != NULL;
+    int64_t out[2] = {pool_out(p, 0), p->nsp == 2 ? pool_out(p, 1) : 1};
+    if (Y) {
+        const int64_t *yd = kiln_tensor_dims(Y);
+        ok = kiln_tensor_rank(Y) == 2 + p->nsp && yd[2] == out[0] && (p->nsp == 1 || yd[3] == out[1]);
+        CHECK_MSG(ok, "output dims differ from the ONNX rule (%lld x %lld expected)", (long long)out[0],
+                  (long long)out[1]);
+    }
+    const void *xv = kiln_tensor_data(X);
+    const void *yv = Y ? kiln_tensor_data(Y) : NULL;
+    const int64_t in1 = p->nsp == 2 ? p->in[1] : 1;
+    for (int64_t pl = 0; ok && pl < p->N * p->C; pl++)
+        for (int64_t o0 = 0; ok && o0 < out[0]; o0++)
+            for (int64_t o1 = 0; ok && o1 < out[1]; o1++) {
+                double best = -INFINITY, sum = 0;
+                int64_t valid = 0, padded = 0;
+                const int64_t k1n = p->nsp == 2 ? p->k[1] : 1;
+                for (int64_t k0 = 0; k0 < p->k[0]; k0++)
+                    for (int64_t k1 = 0; k1 < k1n; k1++) {
+                        int64_t i0 = o0 * p->s[0] - p->pb[0] + k0 * p->d[0];
+                        int64_t i1 = p->nsp == 2 ? o1 * p->s[1] - p->pb[1] + k1 * p->d[1] : 0;
+                        /* inside input + explicit pads (not the extra ceil_mode positions) */
+                        if (i0 < p->in[0] + p->pe[0] && (p->nsp == 1 || i1 < p->in[1] + p->pe[1])) padded++;
+                        if (i0 < 0 || i0 >= p->in[0] || i1 < 0 || i1 >= in1) continue;
+                        double v = ck_get(xv, p->dt, pl * in_plane + i0 * in1 + i1);
+                        valid++;
+                        sum += v;
+                        if (v > best) best = v;
+                    }
+                if (!valid) continue; /* an empty window: outside what is checked here */
+                double want = p->max ? best : sum / (double)(p->include_pad ? padded : valid);
+                double got = ck_get(yv, p->dt, (pl * out[0] + o0) * out[1] + o1);
+                double tol = p->dt == KILN_DTYPE_FLOAT16 ? 2e-3 * fabs(want) + 1e-3 : 1e-5 * fabs(want) + 1e-5;
+                if (!(fabs(got - want) <= tol)) {
+                    CHECK_MSG(0, "plane %lld output (%lld, %lld): %.7g, expected %.7g", (long long)pl, (long long)o0,
+                              (long long)o1, got, want);
+                    ok = 0;
+                }
+            }
+    kiln_tensor_destroy(X);
+    kiln_tensor_destroy(Y);
+    return ok;
+}
+
+static void describe_pool(const pool_case *p) {
+    printf("    %s %s %lldx%lld in %lldx%lld k %lldx%lld s %lldx%lld d %lldx%lld pads %lld,%lld,%lld,%lld ceil %d incl %d\n",
+           p->max ? "MaxPool" : "AveragePool", kiln_dtype_name(p->dt), (long long)p->N, (long long)p->C,
+           (long long)p->in[0], (long long)p->in[1], (long long)p->k[0], (long long)p->k[1], (long long)p->s[0],
+           (long long)p->s[1], (long long)p->d[0], (long long)p->d[1], (long long)p->pb[0], (long long)p->pb[1],
+           (long long)p->pe[0], (long long)p->pe[1], p->ceil, p->include_pad);
+}
+
+/* The detector shapes the separable path was written for, then random geometries. */
+KN_TEST(cpu_pool_against_reference) {
+    const pool_case fixed[] = {
+        {1, 2, 1, 192, {13, 13}, {13, 13}, {1, 1}, {1, 1}, {6, 6}, {6, 6}, 0, 0, KILN_DTYPE_FLOAT},
+        {1, 2, 1, 192, {13, 13}, {9, 9}, {1, 1}, {1, 1}, {4, 4}, {4, 4}, 0, 0, KILN_DTYPE_FLOAT},
+        {1, 2, 1, 256, {20, 20}, {13, 13}, {1, 1}, {1, 1}, {6, 6}, {6, 6}, 0, 0, KILN_DTYPE_FLOAT},
+        {1, 2, 2, 64, {56, 56}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, 0, 0, KILN_DTYPE_FLOAT},
+        {1, 2, 1, 8, {57, 31}, {3, 3}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, 1, 0, KILN_DTYPE_FLOAT},
+        {0, 2, 1, 16, {28, 28}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 0, 0, KILN_DTYPE_FLOAT},
+        {0, 2, 1, 16, {28, 28}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 0, 1, KILN_DTYPE_FLOAT},
+        {1, 2, 1, 16, {13, 13}, {13, 13}, {1, 1}, {1, 1}, {6, 6}, {6, 6}, 0, 0, KILN_DTYPE_FLOAT16},
+        {1, 2, 1, 16, {20, 20}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, 0, 0, KILN_DTYPE_INT8},
+        {1, 2, 1, 16, {20, 20}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, 0, 0, KILN_DTYPE_UINT8},
+        {1, 1, 1, 32, {1000, 1}, {3, 1}, {2, 1}, {1, 1}, {1, 0}, {1, 0}, 0, 0, KILN_DTYPE_FLOAT},
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        int f0 = kn_unit_failures();
+        check_pool(&fixed[i], i % 2 ? 1 : 0);
+        if (kn_unit_failures() != f0 && bad++ < 5) describe_pool(&fixed[i]);
+    }
+    uint32_t s = 2026;
+    const kiln_dtype types[] = {KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT, KILN_DTYPE_INT8,
+                                KILN_DTYPE_UINT8, KILN_DTYPE_FLOAT16};
+    for (int t = 0; t < 300; t++) {
+        pool_case p = {0};
+        p.max = (int)ck_range(&s, 0, 2) != 0;
+        p.nsp = (int)ck_range(&s, 1, 2);
+        p.N = ck_range(&s, 1, 2);
+        p.C = ck_range(&s, 1, 5);
+        p.dt = p.max ? types[ck_range(&s, 0, 5)] : KILN_DTYPE_FLOAT;
+        p.ceil = ck_range(&s, 0, 3) == 0;
+        p.include_pad = (int)ck_range(&s, 0, 1);
+        for (int i = 0; i < 2; i++) {
+            if (i >= p.nsp) {
+                p.in[i] = p.k[i] = p.s[i] = p.d[i] = 1;
+                continue;
+            }
+            p.k[i] = ck_range(&s, 1, 13);
+            p.s[i] = ck_range(&s, 1, 3);
+            p.d[i] = ck_range(&s, 0, 4) == 0 ? 2 : 1;
+            const int64_t ek = (p.k[i] - 1) * p.d[i] + 1;
+            p.pb[i] = ck_range(&s, 0, (ek - 1) / 2 + (ck_range(&s, 0, 3) == 0));
+            p.pe[i] = ck_range(&s, 0, (ek - 1) / 2 + (ck_range(&s, 0, 3) == 0));
+            if (p.pb[i] >= ek) p.pb[i] = ek - 1;
+            if (p.pe[i] >= ek) p.pe[i] = ek - 1;
+            const int64_t lo = ek - p.pb[i] - p.pe[i] > 1 ? ek - p.pb[i] - p.pe[i] : 1;
+            p.in[i] = ck_range(&s, lo, lo + 24);
+        }
+        int f0 = kn_unit_failures();
+        check_pool(&p, (int)(t % 3 == 0));
+        if (kn_unit_failures() != f0 && bad++ < 5) describe_pool(&p);
+    }
+}
+
+/* ------------------------------------------------------------------ convolution */
+
+typedef struct conv_case {
+    int nsp;
+    int64_t N, C, M, G, in[2], k[2], s[2], d[2], pb[2], pe[2];
+} conv_case;
+
+static void check_conv(const conv_case *p, int threads, const char *what) {
+    tmb b;
+    tmb_init(&b, 17);
+    const int r = 2 + p->nsp;
+    int64_t xd[4] = {p->N, p->C, p->in[0], p->in[1]}, wd[4] = {p->M, p->C / p->G, p->k[0], p->k[1]}, bd[1] = {p->M};
+    int in[3];
+    in[0] = tmb_input(&b, "x", KILN_DTYPE_FLOAT, r, xd, NULL);
+    in[1] = tmb_const(&b, "w", r, wd, 0.5f);
+    in[2] = tmb_const(&b, "b", 1, bd, 0.5f);
+    const float *w = b.g->values[in[1]].constant->data, *bias = b.g->values[in[2]].constant->data;
+    int y = tmb_value(&b, "y");
+    int node = tmb_node(&b, "Conv", in, 3, y);
+    int64_t pads[4];
+    for (int i = 0; i < p->nsp; i++) pads[i] = p->pb[i], pads[p->nsp + i] = p->pe[i];
+    tmb_ints(&b, node, "kernel_shape", p->k, p->nsp);
+    tmb_ints(&b, node, "strides", p->s, p->nsp);
+    tmb_ints(&b, node, "dilations", p->d, p->nsp);
+    tmb_ints(&b, node, "pads", pads, 2 * p->nsp);
+    tmb_int(&b, node, "group", p->G);
+    tmb_output(&b, y);
+    /* the reference needs the weights after the builder is gone: copy them */
+    const int64_t kk = p->k[0] * (p->nsp == 2 ? p->k[1] : 1), nw = p->M * (p->C / p->G) * kk;
+    float *wc = malloc(sizeof(float) * (size_t)(nw + p->M));
+    memcpy(wc, w, sizeof(float) * (size_t)nw);
+    memcpy(wc + nw, bias, sizeof(float) * (size_t)p->M);
+    size_t size;
+    unsigned char *data = tmb_finish(&b, &size);
+    kiln_tensor *X;
+    kiln_tensor_create(KILN_DTYPE_FLOAT, xd, r, &X);
+    uint32_t seed = 99;
+    const int64_t in1 = p->nsp == 2 ? p->in[1] : 1, in_plane = p->in[0] * in1;
+    float *xv = kiln_tensor_data(X);
+    for (int64_t i = 0; i < p->N * p->C * in_plane; i++) xv[i] = tmb_rand(&seed);
+    kiln_tensor *Y = data ? ck_run(data, size, X, threads) : NULL;
+    free(data);
+    int64_t out[2];
+    for (int i = 0; i < 2; i++)
+        out[i] = i < p->nsp ? (p->in[i] + p->pb[i] + p->pe[i] - (p->k[i] - 1) * p->d[i] - 1) / p->s[i] + 1 : 1;
+    int ok = Y != NULL;
+    if (Y) {
+        const int64_t *yd = kiln_tensor_dims(Y);
+        ok = yd[1] == p->M && yd[2] == out[0] && (p->nsp == 1 || yd[3] == out[1]);
+        CHECK_MSG(ok, "%s: output dims", what);
+    }
+    const float *yv = Y ? kiln_tensor_data(Y) : NULL;
+    const int64_t Cg = p->C / p->G, Mg = p->M / p->G, k1n = p->nsp == 2 ? p->k[1] : 1;
+    for (int64_t n = 0; ok && n < p->N; n++)
+        for (int64_t m = 0; ok && m < p->M; m++)
+            for (int64_t o0 = 0; ok && o0 < out[0]; o0++)
+                for (int64_t o1 = 0; ok && o1 < out[1]; o1++) {
+                    double acc = wc[nw + m], mag = fabs(acc);
+                    for (int64_t c = 0; c < Cg; c++)
+                        for (int64_t k0 = 0; k0 < p->k[0]; k0++)
+                            for (int64_t k1 = 0; k1 < k1n; k1++) {
+                                int64_t i0 = o0 * p->s[0] - p->pb[0] + k0 * p->d[0];
+                                int64_t i1 = p->nsp == 2 ? o1 * p->s[1] - p->pb[1] + k1 * p->d[1] : 0;
+                                if (i0 < 0 || i0 >= p->in[0] || i1 < 0 || i1 >= in1) continue;
+                                double t = (double)xv[((n * p->C + (m / Mg) * Cg + c) * in_plane) + i0 * in1 + i1] *
+                                           (double)wc[(m * Cg + c) * kk + k0 * k1n + k1];
+                                acc += t;
+                                mag += fabs(t);
+                            }
+                    double got = yv[((n * p->M + m) * out[0] + o0) * out[1] + o1];
+                    if (!(fabs(got - acc) <= 1e-5 * mag + 1e-6)) {
+                        CHECK_MSG(0, "%s: image %lld channel %lld output (%lld, %lld): %.7g, expected %.7g", what,
+                                  (long long)n, (long long)m, (long long)o0, (long long)o1, got, acc);
+                        ok = 0;
+                    }
+                }
+    free(wc);
+    kiln_tensor_destroy(X);
+    kiln_tensor_destroy(Y);
+}
+
+/* One input channel per group feeding many output channels: STFT front ends (1 -> 258 channels,
+ * kernel 256, stride 128), grayscale stems, a grouped version, and true depthwise beside them. */
+KN_TEST(cpu_conv_one_input_channel_against_reference) {
+    const struct { conv_case c; const char *what; } cases[] = {
+        {{1, 1, 1, 258, 1, {4000, 1}, {256, 1}, {128, 1}, {1, 1}, {0, 0}, {0, 0}}, "1-D 1->258 k256 s128"},
+        {{1, 3, 1, 40, 1, {1000, 1}, {64, 1}, {32, 1}, {1, 1}, {0, 0}, {0, 0}}, "1-D 1->40 k64 s32 batch 3"},
+        {{1, 1, 1, 64, 1, {2000, 1}, {10, 1}, {5, 1}, {1, 1}, {0, 0}, {0, 0}}, "1-D 1->64 k10 s5"},
+        {{1, 2, 2, 32, 2, {500, 1}, {7, 1}, {3, 1}, {2, 1}, {3, 1}, {2, 1}}, "1-D grouped 2->32 g2 k7 s3 d2 pads"},
+        {{2, 1, 1, 32, 1, {30, 27}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}, "2-D 1->32 3x3"},
+        {{2, 2, 1, 8, 1, {33, 20}, {5, 5}, {2, 2}, {1, 1}, {2, 1}, {1, 2}}, "2-D 1->8 5x5 s2 batch 2"},
+        {{2, 1, 1, 3, 1, {16, 16}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}, "2-D 1->3 3x3 (loops)"},
+        {{2, 1, 16, 16, 16, {14, 14}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}, "2-D depthwise 16ch"},
+        {{2, 1, 8, 32, 8, {12, 12}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}}, "2-D depthwise multiplier 4"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_conv(&cases[i].c, i % 2 ? 1 : 0, cases[i].what);
+}
