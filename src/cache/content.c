@@ -6,6 +6,7 @@
  * the key because runtimes that key on file names load stale engines after a retrain. */
 #include "cache/key.h"
 #include "onnx/wire.h"
+#include "util/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -173,11 +174,13 @@ static void hash_file(kn_hasher *h, const char *dir, const char *loc) {
         return;
     }
     snprintf(path, pl, "%s/%s", dir, loc);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    free(path);
+    /* non-blocking and regular files only, as the loader opens it (a FIFO must not hang) */
+    int fd;
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        if (fd >= 0) close(fd);
+    kiln_status st = kn_file_open_regular(path, false, "external data file", &fd, &sb);
+    free(path);
+    if (st != KILN_OK) {
+        kn_clear_error(); /* the loader names the problem if the model is used */
         kn_hasher_str(h, "missing");
         return;
     }

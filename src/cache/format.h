@@ -73,7 +73,7 @@ typedef struct kn_cfile {
     char *path;              /* for messages ("<memory>" when from memory) */
     const uint8_t *data;
     size_t size;
-    void *mapping;           /* owned mapping of the file (NULL once handed to a model) */
+    void *mapping;           /* owned copy of the file's bytes, an anonymous mapping (NULL once handed to a model) */
     size_t mapping_size;
     uint32_t version;
     kn_cache_key fields;     /* every key-block field, info.* included (id/env not computed) */
@@ -89,8 +89,12 @@ bool kn_cache_file_is_compiled(const char *path);
 /* Opens and validates a compiled file: header, format version, key block, section table, the
  * body checksum and every section's checksum. Errors are KILN_ERR_CACHE (KILN_ERR_IO when the
  * file cannot be opened or read, KILN_ERR_INVALID_ARGUMENT for a directory) naming the path, the
- * part (header, key block, section table, section 'x') and the field. The file is mapped. */
+ * part (header, key block, section table, section 'x') and the field. The file is read into
+ * memory kiln owns (see cache/reader.c: never used in place), after its header was validated. */
 kiln_status kn_cfile_open(const char *path, kn_cfile **out);
+/* Same for an entry of the cache directory: not through a symbolic link, and only a file owned by
+ * this user and writable by nobody else (KILN_ERR_CACHE saying why not). */
+kiln_status kn_cfile_open_entry(const char *path, kn_cfile **out);
 /* Same, over bytes in memory. With copy, the bytes are copied into an owned mapping (so a model
  * can keep pointing into them); otherwise data is borrowed and must outlive the kn_cfile and
  * kn_cfile_model must not be called. */
@@ -98,6 +102,7 @@ kiln_status kn_cfile_open_memory(const void *data, size_t size, const char *labe
 /* Only the header and key block (for listing a cache and explaining misses): sections are not
  * checked. */
 kiln_status kn_cfile_open_header(const char *path, kn_cfile **out);
+kiln_status kn_cfile_open_entry_header(const char *path, kn_cfile **out);
 void kn_cfile_close(kn_cfile *f);
 const kn_section *kn_cfile_section(const kn_cfile *f, uint32_t kind, const char *name);
 
@@ -116,6 +121,8 @@ kiln_status kn_cfile_apply_backends(const kn_cfile *f, kiln_session *s);
  * section, with these key fields into a file at path, atomically (a temporary file in the same
  * folder, fsync, rename, fsync of the folder). */
 kiln_status kn_cache_write(const char *path, const kiln_session *s, const kn_cache_key *key);
+/* Same for an entry of the cache directory: written with mode 0600 (the user's alone). */
+kiln_status kn_cache_write_entry(const char *path, const kiln_session *s, const kn_cache_key *key);
 /* Same into memory (malloc'ed), for tests and the fuzzer's seeds. */
 kiln_status kn_cache_write_memory(const kiln_session *s, const kn_cache_key *key, uint8_t **data_out,
                                   size_t *size_out);

@@ -1,5 +1,7 @@
 #include "cache/key.h"
 
+#include "util/file.h"
+
 #include "backend/cpu/cpu.h"
 #include "cache/format.h"
 #include "ops/families.h"
@@ -438,13 +440,9 @@ kiln_status kn_cache_key_for_memory(const void *data, size_t size, const char *b
 
 kiln_status kn_cache_key_for_file(const char *path, const kiln_session_options *o, kn_cache_key *k) {
     memset(k, 0, sizeof *k);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kn_error(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return kn_error(KILN_ERR_IO, "%s: not a regular file", path);
-    }
+    KN_TRY(kn_file_open_regular(path, false, "model", &fd, &sb));
     size_t size = (size_t)sb.st_size;
     void *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0) : NULL;
     close(fd);

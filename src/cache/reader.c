@@ -1,12 +1,16 @@
-/* Reads compiled files: maps them, validates the container (format.c), then builds the model from
- * the graph section with the weights left in the mapping, and applies the backend sections. */
+/* Reads compiled files: reads them into owned memory, validates the container (format.c), then
+ * builds the model from the graph section with the weights left in that memory, and applies the
+ * backend sections. */
 #include "cache/backend.h"
 #include "cache/format_internal.h"
 #include "cache/graph_codec.h"
+#include "cache/store.h"
 #include "exec/exec.h"
+#include "util/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -33,61 +37,102 @@ static kiln_status new_cfile(const char *path, kn_cfile **out) {
     return KILN_OK;
 }
 
-/* Opens path for reading with messages that say which of the usual problems it is. */
-static kiln_status open_checked(const char *path, int *fd_out, size_t *size_out) {
+/* Opens path for reading, checked before any byte is read (util/file.h: non-blocking, regular
+ * files only). A cache entry (entry) is also never reached through a symbolic link and must be the
+ * user's own: owned by the effective uid and writable by nobody else. */
+static kiln_status open_checked(const char *path, bool entry, int *fd_out, size_t *size_out) {
+    int fd;
     struct stat sb;
-    if (stat(path, &sb) != 0) {
+    kiln_status st = kn_file_open_regular(path, entry, entry ? "cache entry" : "compiled file", &fd, &sb);
+    if (st != KILN_OK) {
         int e = errno;
         if (e == ENOENT) return kn_error(KILN_ERR_IO, "compiled file '%s' does not exist", path);
-        return kn_error(KILN_ERR_IO, "compiled file '%s' cannot be read: %s", path, strerror(e));
+        if (e && !(entry && e == ELOOP))
+            return kn_error(KILN_ERR_IO, "compiled file '%s' cannot be read: %s", path, strerror(e));
+        return st;
     }
-    if (S_ISDIR(sb.st_mode))
-        return kn_error(KILN_ERR_INVALID_ARGUMENT, "'%s' is a directory, not a compiled file", path);
-    if (!S_ISREG(sb.st_mode)) return kn_error(KILN_ERR_IO, "compiled file '%s' is not a regular file", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kn_error(KILN_ERR_IO, "compiled file '%s' cannot be read: %s", path, strerror(errno));
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    char why[768];
+    if (entry && !kn_cache_owned(&sb, "cache entry", path, why, sizeof why)) {
         close(fd);
-        return kn_error(KILN_ERR_IO, "compiled file '%s' changed while being opened", path);
+        return kn_error(KILN_ERR_CACHE, "%s: not loaded (another user may have planted or changed it)", why);
     }
     if (sb.st_size == 0) {
         close(fd);
         return kn_error(KILN_ERR_CACHE, "%s: header: the file is empty (0 bytes)", path);
+    }
+    if ((uint64_t)sb.st_size > SIZE_MAX / 2) {
+        close(fd);
+        return kn_error(KILN_ERR_CACHE, "%s: %llu bytes is more than this machine can address", path,
+                        (unsigned long long)sb.st_size);
     }
     *fd_out = fd;
     *size_out = (size_t)sb.st_size;
     return KILN_OK;
 }
 
-kiln_status kn_cfile_open(const char *path, kn_cfile **out) {
+/* The header, key block and section table (everything the header declares before the sections),
+ * read and validated into f with f->data pointing to nothing afterwards. */
+static kiln_status read_header(kn_cfile *f, int fd, size_t size) {
+    /* the header says how much more to read; cap it at what the format allows */
+    size_t want = KN_CACHE_HEADER_SIZE + KN_CACHE_MAX_KEY_BLOCK + KN_CACHE_MAX_SECTIONS * KN_CACHE_ENTRY_SIZE;
+    if (want > size) want = size;
+    uint8_t *buf = malloc(want ? want : 1);
+    if (!buf) return KN_OOM();
+    kiln_status st = KILN_OK;
+    if (!kn_file_pread_all(fd, buf, want, 0))
+        st = kn_error(KILN_ERR_IO, "compiled file '%s' cannot be read: %s", f->path,
+                      errno == ENODATA ? "it became shorter while being read" : strerror(errno));
+    if (st == KILN_OK) {
+        f->data = buf;
+        f->size = want;
+        st = kn_cfile_parse(f, size, true);
+    }
+    f->data = NULL; /* the buffer holds only the header part: keep nothing pointing into it */
+    f->size = 0;
+    for (int i = 0; i < f->n_sections; i++) f->sections[i].data = NULL;
+    free(buf);
+    return st;
+}
+
+/* Reads and validates a whole compiled file. The bytes are read into memory kiln owns (an
+ * anonymous mapping the model can keep) and checked there, so the bytes a session uses are the
+ * bytes that were verified: a later change of the file, in place or by truncation, cannot alter a
+ * result or raise SIGBUS, as it could with the file mapped (a MAP_PRIVATE mapping still shows the
+ * file's changes on every page the process has not written). The header, key block and section
+ * table are read and validated first, so a file whose header does not declare its size (a sparse
+ * or foreign file of any size) is refused after reading at most 67 KB of it. */
+static kiln_status open_file(const char *path, bool entry, kn_cfile **out) {
     *out = NULL;
     int fd;
     size_t size;
-    KN_TRY(open_checked(path, &fd, &size));
-    /* private and writable, like the loader's mapping: a kernel that writes to a constant gets its
-     * own copy of the page and the file never changes */
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (map == MAP_FAILED) return kn_error(KILN_ERR_IO, "compiled file '%s' cannot be mapped: %s", path, strerror(e));
-    /* Mapped read-only first so MAP_POPULATE maps the page cache's pages instead of copying each
-     * one for writing; made writable after, so only a page actually written gets copied. */
-    if (mprotect(map, size, PROT_READ | PROT_WRITE) != 0) {
-        e = errno;
-        munmap(map, size);
-        return kn_error(KILN_ERR_IO, "compiled file '%s' cannot be mapped writable: %s", path, strerror(e));
-    }
+    KN_TRY(open_checked(path, entry, &fd, &size));
     kn_cfile *f;
     kiln_status st = new_cfile(path, &f);
     if (st != KILN_OK) {
-        munmap(map, size);
+        close(fd);
         return st;
     }
-    f->mapping = map;
-    f->mapping_size = size;
-    f->data = map;
-    f->size = size;
-    st = kn_cfile_parse(f, size, false);
+    st = read_header(f, fd, size);
+    if (st == KILN_OK) {
+        kn_cache_key_free(&f->fields); /* parsed again below, over the owned bytes */
+        f->n_sections = 0;
+        void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (map == MAP_FAILED) {
+            st = kn_error(KILN_ERR_OUT_OF_MEMORY, "compiled file '%s': cannot allocate %zu bytes to read it into", path, size);
+        } else {
+            f->mapping = map;
+            f->mapping_size = size;
+            if (!kn_file_pread_all(fd, map, size, 0))
+                st = kn_error(KILN_ERR_CACHE, "compiled file '%s' cannot be read: %s", path,
+                              errno == ENODATA ? "it became shorter while being read (truncated)" : strerror(errno));
+        }
+    }
+    close(fd);
+    if (st == KILN_OK) {
+        f->data = f->mapping;
+        f->size = size;
+        st = kn_cfile_parse(f, size, false);
+    }
     if (st != KILN_OK) {
         kn_cfile_close(f);
         return st;
@@ -95,6 +140,10 @@ kiln_status kn_cfile_open(const char *path, kn_cfile **out) {
     *out = f;
     return KILN_OK;
 }
+
+kiln_status kn_cfile_open(const char *path, kn_cfile **out) { return open_file(path, false, out); }
+
+kiln_status kn_cfile_open_entry(const char *path, kn_cfile **out) { return open_file(path, true, out); }
 
 kiln_status kn_cfile_open_memory(const void *data, size_t size, const char *label, bool copy, kn_cfile **out) {
     *out = NULL;
@@ -123,45 +172,15 @@ kiln_status kn_cfile_open_memory(const void *data, size_t size, const char *labe
     return KILN_OK;
 }
 
-static kiln_status read_at(int fd, void *buf, size_t n, off_t off) {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, (uint8_t *)buf + got, n - got, off + (off_t)got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return KILN_ERR_IO;
-        got += (size_t)r;
-    }
-    return KILN_OK;
-}
-
-kiln_status kn_cfile_open_header(const char *path, kn_cfile **out) {
+static kiln_status open_header(const char *path, bool entry, kn_cfile **out) {
     *out = NULL;
     int fd;
     size_t size;
-    KN_TRY(open_checked(path, &fd, &size));
+    KN_TRY(open_checked(path, entry, &fd, &size));
     kn_cfile *f;
     kiln_status st = new_cfile(path, &f);
-    uint8_t *buf = NULL;
-    if (st == KILN_OK) {
-        /* the header says how much more to read; cap it at what the format allows */
-        size_t want = KN_CACHE_HEADER_SIZE + KN_CACHE_MAX_KEY_BLOCK + KN_CACHE_MAX_SECTIONS * KN_CACHE_ENTRY_SIZE;
-        if (want > size) want = size;
-        buf = malloc(want ? want : 1);
-        if (!buf) st = KN_OOM();
-        else if (read_at(fd, buf, want, 0) != KILN_OK)
-            st = kn_error(KILN_ERR_IO, "compiled file '%s' cannot be read: %s", path, strerror(errno));
-        if (st == KILN_OK) {
-            f->data = buf;
-            f->size = want;
-            st = kn_cfile_parse(f, size, true);
-        }
-    }
+    if (st == KILN_OK) st = read_header(f, fd, size);
     close(fd);
-    if (f) {
-        f->data = NULL; /* the buffer holds only the header part: keep nothing pointing into it */
-        for (int i = 0; i < f->n_sections; i++) f->sections[i].data = NULL;
-    }
-    free(buf);
     if (st != KILN_OK) {
         kn_cfile_close(f);
         return st;
@@ -169,6 +188,10 @@ kiln_status kn_cfile_open_header(const char *path, kn_cfile **out) {
     *out = f;
     return KILN_OK;
 }
+
+kiln_status kn_cfile_open_header(const char *path, kn_cfile **out) { return open_header(path, false, out); }
+
+kiln_status kn_cfile_open_entry_header(const char *path, kn_cfile **out) { return open_header(path, true, out); }
 
 kiln_status kn_cfile_model(kn_cfile *f, kn_model **out) {
     *out = NULL;
@@ -203,10 +226,13 @@ kiln_status kn_cfile_apply_backends(const kn_cfile *f, kiln_session *s) {
 }
 
 bool kn_cache_file_is_compiled(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
+    int fd;
+    if (kn_file_open_regular(path, false, "model", &fd, NULL) != KILN_OK) {
+        kn_clear_error(); /* the loader says what is wrong with it */
+        return false;
+    }
     uint8_t magic[KN_CACHE_MAGIC_LEN];
-    bool yes = read_at(fd, magic, sizeof magic, 0) == KILN_OK && kn_cache_is_compiled(magic, sizeof magic);
+    bool yes = kn_file_pread_all(fd, magic, sizeof magic, 0) && kn_cache_is_compiled(magic, sizeof magic);
     close(fd);
     return yes;
 }

@@ -56,20 +56,43 @@ uint64_t kn_cache_limit(const kiln_session_options *o) {
     return v ? v : KN_CACHE_DEFAULT_LIMIT;
 }
 
+bool kn_cache_owned(const struct stat *sb, const char *what, const char *path, char *why, size_t cap) {
+    uid_t me = geteuid();
+    if (sb->st_uid != me) {
+        snprintf(why, cap, "%s '%s' is owned by uid %u, not by this user (uid %u)", what, path, (unsigned)sb->st_uid,
+                 (unsigned)me);
+        return false;
+    }
+    if (sb->st_mode & (S_IWGRP | S_IWOTH)) {
+        snprintf(why, cap, "%s '%s' is writable by %s (mode %04o; `chmod go-w` it)", what, path,
+                 (sb->st_mode & S_IWOTH) ? "every user" : "its group", (unsigned)(sb->st_mode & 07777));
+        return false;
+    }
+    return true;
+}
+
+kiln_status kn_cache_dir_check(const char *dir) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return kn_error(KILN_ERR_IO, "cache directory '%s' cannot be used: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return kn_error(KILN_ERR_IO, "cache directory '%s' exists and is not a directory", dir);
+    char why[768];
+    if (!kn_cache_owned(&sb, "cache directory", dir, why, sizeof why))
+        return kn_error(KILN_ERR_CACHE, "%s: kiln uses only a cache directory that is the user's own (another user could "
+                        "plant compiled files or links in it)", why);
+    return KILN_OK;
+}
+
 kiln_status kn_cache_dir_ensure(const char *dir) {
     struct stat sb;
-    if (stat(dir, &sb) == 0) {
-        if (S_ISDIR(sb.st_mode)) return KILN_OK;
-        return kn_error(KILN_ERR_IO, "cache directory '%s' exists and is not a directory", dir);
-    }
+    if (stat(dir, &sb) == 0) return kn_cache_dir_check(dir);
     char *p = strdup(dir);
     if (!p) return KN_OOM();
-    /* each parent in turn, like mkdir -p */
+    /* each parent in turn, like mkdir -p; private to the user like ~/.cache should be */
     for (char *s = p + 1; ; s++) {
         if (*s != '/' && *s) continue;
         char c = *s;
         *s = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+        if (mkdir(p, 0700) != 0 && errno != EEXIST) {
             kiln_status st = kn_error(KILN_ERR_IO, "cache directory '%s' cannot be created: '%s': %s", dir, p, strerror(errno));
             free(p);
             return st;
@@ -78,9 +101,38 @@ kiln_status kn_cache_dir_ensure(const char *dir) {
         if (!c) break;
     }
     free(p);
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return kn_error(KILN_ERR_IO, "cache directory '%s' cannot be created: %s", dir, strerror(errno ? errno : ENOTDIR));
-    return KILN_OK;
+    return kn_cache_dir_check(dir);
+}
+
+/* Opens (creating, mode 0600) one of the directory's bookkeeping files for reading and writing:
+ * never through a symbolic link, and only a regular file of this user's with no other name. */
+static int open_private(const char *path, bool create, const char *what) {
+    int fd = open(path, (create ? O_RDWR | O_CREAT : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0600);
+    if (fd < 0) {
+        if (errno == ELOOP) kn_log(KILN_LOG_WARNING, "cache: %s '%s' is a symbolic link: not used", what, path);
+        return -1;
+    }
+    struct stat sb;
+    char why[768];
+    bool ok = fstat(fd, &sb) == 0;
+    if (ok && !S_ISREG(sb.st_mode)) {
+        kn_log(KILN_LOG_WARNING, "cache: %s '%s' is not a regular file: not used", what, path);
+        ok = false;
+    } else if (ok && !kn_cache_owned(&sb, what, path, why, sizeof why)) {
+        kn_log(KILN_LOG_WARNING, "cache: %s: not used", why);
+        ok = false;
+    } else if (ok && sb.st_nlink != 1) {
+        kn_log(KILN_LOG_WARNING, "cache: %s '%s' has %u names (hard links): not used", what, path, (unsigned)sb.st_nlink);
+        ok = false;
+    }
+    if (!ok) {
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
 }
 
 char *kn_cache_entry_path(const char *dir, const kn_cache_key *k) {
@@ -104,9 +156,10 @@ kiln_status kn_cache_lock(const char *dir, const kn_cache_key *k, int *fd_out, b
     if (waited_out) *waited_out = false;
     char *lp = lock_path(dir, k);
     if (!lp) return KN_OOM();
-    int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = open_private(lp, true, "lock file");
     if (fd < 0) {
-        kiln_status st = kn_error(KILN_ERR_IO, "cannot create lock file '%s': %s", lp, strerror(errno));
+        kiln_status st = kn_error(KILN_ERR_IO, "cannot create lock file '%s': %s", lp,
+                                  errno == EPERM ? "a file of that name is there and is not kiln's own" : strerror(errno));
         free(lp);
         return st;
     }
@@ -151,7 +204,7 @@ void kn_cache_unlock(int fd) {
 
 void kn_cache_touch(const char *entry_path) {
     struct timespec ts[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
-    utimensat(AT_FDCWD, entry_path, ts, 0);
+    utimensat(AT_FDCWD, entry_path, ts, AT_SYMLINK_NOFOLLOW);
 }
 
 static int ts_cmp(struct timespec a, struct timespec b) {
@@ -183,7 +236,7 @@ kiln_status kn_cache_list(const char *dir, kn_cache_entry **out, int *n_out) {
         if (!ends_with(de->d_name, ".kiln") || de->d_name[0] == '.') continue;
         char *path = join(dir, de->d_name);
         struct stat sb;
-        if (!path || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        if (!path || lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
             free(path);
             continue;
         }
@@ -253,7 +306,7 @@ static void remove_leftovers(const char *dir) {
         if (!tmp && !lock) continue;
         char *path = join(dir, de->d_name);
         struct stat sb;
-        if (path && stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && now - sb.st_mtime > 3600) {
+        if (path && lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && now - sb.st_mtime > 3600) {
             bool remove = tmp;
             if (lock) {
                 remove = true;
@@ -311,7 +364,7 @@ typedef struct account {
 static void account_open(const char *dir, account *a) {
     memset(a, 0, sizeof *a);
     char *path = join(dir, ".kiln-size");
-    a->fd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
+    a->fd = path ? open_private(path, true, "size account") : -1;
     free(path);
     if (a->fd < 0) return;
     while (flock(a->fd, LOCK_EX) != 0 && errno == EINTR) {
@@ -342,6 +395,7 @@ static void account_close(account *a) {
 kiln_status kn_cache_prune(const char *dir, uint64_t limit, const char *keep, int *n_deleted, uint64_t *bytes_freed) {
     if (n_deleted) *n_deleted = 0;
     if (bytes_freed) *bytes_freed = 0;
+    KN_TRY(kn_cache_dir_check(dir));
     account a;
     account_open(dir, &a);
     uint64_t left = 0;
@@ -369,7 +423,7 @@ void kn_cache_note_store(const char *dir, uint64_t bytes, uint64_t limit, const 
 bool kn_cache_explain_miss(const char *dir, const kn_cache_key *k, char *why, size_t cap) {
     /* the job's lock file names the environment of the entry stored last for it */
     char *lp = lock_path(dir, k);
-    int fd = lp ? open(lp, O_RDONLY | O_CLOEXEC) : -1;
+    int fd = lp ? open_private(lp, false, "lock file") : -1;
     free(lp);
     if (fd < 0) return false;
     char env[17] = {0};
@@ -385,7 +439,7 @@ bool kn_cache_explain_miss(const char *dir, const kn_cache_key *k, char *why, si
     char *path = join(dir, name);
     kn_cfile *f = NULL;
     bool found = false;
-    if (path && kn_cfile_open_header(path, &f) == KILN_OK) {
+    if (path && kn_cfile_open_entry_header(path, &f) == KILN_OK) {
         char w[512];
         if (kn_cfile_compare_key(f, k, true, w, sizeof w)) {
             snprintf(why, cap, "%s (the compiled file '%s' was made for another environment)", w, name);

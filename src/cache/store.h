@@ -6,13 +6,20 @@
  * stored. Readers take no
  * lock: entries appear by atomic rename, so a reader sees a whole file or none. A hit sets the
  * entry's access time (relatime mounts do not), and pruning deletes the least recently used
- * entries until the directory is under its size limit. */
+ * entries until the directory is under its size limit.
+ *
+ * Trust: the directory is used only when it is the user's own (kn_cache_dir_check); entries are
+ * written 0600, the lock and size files are opened with O_NOFOLLOW and used only when they are
+ * regular files of the user's with one name, and an entry is loaded only when it is a regular
+ * file (not a link) owned by the user and writable by nobody else (cache/reader.c). */
 #ifndef KN_CACHE_STORE_H
 #define KN_CACHE_STORE_H
 
 #include "cache/key.h"
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define KN_CACHE_DEFAULT_LIMIT ((uint64_t)2 << 30)
@@ -25,8 +32,18 @@ char *kn_cache_dir(const kiln_session_options *o);
 uint64_t kn_cache_limit(const kiln_session_options *o);
 /* Parses "123", "64M", "2G" (binary units); 0 on a malformed value. */
 uint64_t kn_cache_parse_size(const char *s);
-/* Creates dir and its parents (mode 0755); the error names the path and the reason. */
+/* Creates dir and its parents (mode 0700) when missing, then checks it as kn_cache_dir_check; the
+ * error names the path and the reason. */
 kiln_status kn_cache_dir_ensure(const char *dir);
+/* Whether kiln may use dir as its cache: a directory owned by this user (effective uid) and
+ * writable by nobody else; KILN_ERR_CACHE saying why not (owner, mode), KILN_ERR_IO when it
+ * cannot be examined. Everything kiln reads from or writes to a cache directory relies on this:
+ * in a directory others can write to they could plant entries or links. */
+kiln_status kn_cache_dir_check(const char *dir);
+/* Whether a file or directory of the cache (its fstat) is this user's alone: owned by the
+ * effective uid, not writable by group or others. Else writes why ("<what> '<path>' is owned by
+ * uid 1000, not by this user (uid 0)") and returns false. */
+bool kn_cache_owned(const struct stat *sb, const char *what, const char *path, char *why, size_t cap);
 /* "<dir>/<key name>.kiln" (malloc'ed). */
 char *kn_cache_entry_path(const char *dir, const kn_cache_key *k);
 

@@ -73,6 +73,7 @@ static kiln_status session_from_cfile(kn_cfile *f, const kiln_session_options *o
 
 typedef struct persist_target {
     char *path;
+    bool entry; /* a cache entry (written 0600), not a file the caller named */
     kn_cache_key key;
 } persist_target;
 
@@ -90,7 +91,9 @@ static void persist_at_end(kiln_session *s) {
     for (int i = 0; i < p->n; i++) {
         if (made > p->written) {
             double t = kn_now_ms();
-            if (kn_cache_write(p->t[i].path, s, &p->t[i].key) == KILN_OK) {
+            kiln_status w = p->t[i].entry ? kn_cache_write_entry(p->t[i].path, s, &p->t[i].key)
+                                          : kn_cache_write(p->t[i].path, s, &p->t[i].key);
+            if (w == KILN_OK) {
                 kn_log(KILN_LOG_INFO, "compiled file '%s' updated with %d tuning result%s of this session's runs (%.1f ms)",
                        p->t[i].path, made - p->written, made - p->written == 1 ? "" : "s", kn_now_ms() - t);
             } else {
@@ -106,7 +109,7 @@ static void persist_at_end(kiln_session *s) {
 
 /* Remembers a compiled file of the session, to be written again at its end if its runs make new
  * tuning results. Only sessions with a backend that tunes need it. */
-static void persist_add(kiln_session *s, const char *path, const kn_cache_key *k) {
+static void persist_add(kiln_session *s, const char *path, bool entry, const kn_cache_key *k) {
     if (kn_cache_tuning_made(s) < 0) return;
     persist *p = s->at_end_arg;
     if (!p) {
@@ -120,6 +123,7 @@ static void persist_add(kiln_session *s, const char *path, const kn_cache_key *k
     persist_target *t = &p->t[p->n];
     t->path = strdup(path);
     if (!t->path) return;
+    t->entry = entry;
     if (kn_cache_key_copy(k, &t->key) != KILN_OK) {
         free(t->path);
         kn_clear_error();
@@ -155,7 +159,7 @@ static kiln_status save_to(const char *save_path, kiln_session *s, kn_cache_key 
     if (!kn_cache_key_get(k, "info.source")) add_info(k, source, compile_ms);
     kiln_status st = kn_cache_write(save_path, s, k);
     if (st == KILN_OK) kn_log(KILN_LOG_INFO, "compiled model saved to '%s'", save_path);
-    if (st == KILN_OK) persist_add(s, save_path, k);
+    if (st == KILN_OK) persist_add(s, save_path, false, k);
     return st;
 }
 
@@ -241,9 +245,9 @@ static entry_result try_entry(const char *entry, const kn_cache_key *k, const ki
                               kiln_session **out, char *why, size_t cap) {
     *out = NULL;
     struct stat sb;
-    if (stat(entry, &sb) != 0 && errno == ENOENT) return ENTRY_ABSENT;
+    if (lstat(entry, &sb) != 0 && errno == ENOENT) return ENTRY_ABSENT;
     kn_cfile *f;
-    kiln_status st = kn_cfile_open(entry, &f);
+    kiln_status st = kn_cfile_open_entry(entry, &f);
     if (st != KILN_OK) {
         snprintf(why, cap, "%s", kn_last_error());
         kn_clear_error();
@@ -262,7 +266,7 @@ static entry_result try_entry(const char *entry, const kn_cache_key *k, const ki
         kn_cfile_close(f);
         return ENTRY_BAD;
     }
-    persist_add(*out, entry, &f->fields);
+    persist_add(*out, entry, true, &f->fields);
     kn_cfile_close(f);
     kn_cache_touch(entry);
     return ENTRY_HIT;
@@ -283,6 +287,22 @@ static kiln_status cached_create(const char *path, const kiln_session_options *o
         return compile_fresh(path, NULL, 0, NULL, o, out);
     }
     double t_key = kn_now_ms() - t0;
+    /* the directory first: created 0700 when missing, and used only when it is the user's own */
+    kiln_status dst = kn_cache_dir_ensure(dir);
+    if (dst != KILN_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", kn_last_error());
+        kn_clear_error();
+        kn_cache_key_free(&k);
+        if (dst == KILN_ERR_CACHE && o->cache_strict) {
+            kiln_status st = kn_error(KILN_ERR_CACHE, "cache directory not used (strict mode): %s", msg);
+            free(dir);
+            return st;
+        }
+        warn_dir_once(dir, msg);
+        free(dir);
+        return compile_fresh(path, NULL, 0, NULL, o, out);
+    }
     char *entry = kn_cache_entry_path(dir, &k);
     char why[1536] = "";
     int lock_fd = -1;
@@ -302,13 +322,7 @@ static kiln_status cached_create(const char *path, const kiln_session_options *o
         goto done;
     }
     bool store = true;
-    if (kn_cache_dir_ensure(dir) != KILN_OK) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", kn_last_error());
-        warn_dir_once(dir, msg);
-        kn_clear_error();
-        store = false;
-    } else if (kn_cache_lock(dir, &k, &lock_fd, &waited) != KILN_OK) {
+    if (kn_cache_lock(dir, &k, &lock_fd, &waited) != KILN_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", kn_last_error());
         warn_dir_once(dir, msg);
@@ -341,14 +355,14 @@ static kiln_status cached_create(const char *path, const kiln_session_options *o
     if (st != KILN_OK || !store) goto done;
     add_info(&k, path, compile_ms);
     double tw = kn_now_ms();
-    if (kn_cache_write(entry, *out, &k) != KILN_OK) {
+    if (kn_cache_write_entry(entry, *out, &k) != KILN_OK) {
         kn_log(KILN_LOG_WARNING, "the compiled model could not be stored in the cache: %s", kn_last_error());
         kn_clear_error();
         goto done;
     }
     kn_log(KILN_LOG_INFO, "cache stored: '%s' (compiled in %.1f ms, written in %.1f ms)", entry, compile_ms,
            kn_now_ms() - tw);
-    persist_add(*out, entry, &k);
+    persist_add(*out, entry, true, &k);
     kn_cache_lock_note(lock_fd, &k);
     kn_cache_unlock(lock_fd);
     lock_fd = -1;

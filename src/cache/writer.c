@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,13 +222,14 @@ kiln_status kn_cache_write_memory(const kiln_session *sess, const kn_cache_key *
 
 static atomic_uint kn_tmp_counter;
 
-kiln_status kn_cache_write(const char *path, const kiln_session *sess, const kn_cache_key *key) {
+static kiln_status write_file(const char *path, const kiln_session *sess, const kn_cache_key *key, bool entry) {
     /* a temporary file in the same folder, so the rename is atomic */
     size_t pl = strlen(path) + 64;
     char *tmp = malloc(pl);
     if (!tmp) return KN_OOM();
     snprintf(tmp, pl, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&kn_tmp_counter, 1));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    /* O_EXCL and O_NOFOLLOW: never through a name someone else put there first */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, entry ? 0600 : 0644);
     if (fd < 0) {
         kiln_status st = kn_error(KILN_ERR_IO, "cannot create compiled file '%s' (temporary '%s'): %s", path, tmp,
                                   strerror(errno));
@@ -266,4 +268,12 @@ kiln_status kn_cache_write(const char *path, const kiln_session *sess, const kn_
         free(dir);
     }
     return KILN_OK;
+}
+
+kiln_status kn_cache_write(const char *path, const kiln_session *sess, const kn_cache_key *key) {
+    return write_file(path, sess, key, false);
+}
+
+kiln_status kn_cache_write_entry(const char *path, const kiln_session *sess, const kn_cache_key *key) {
+    return write_file(path, sess, key, true);
 }

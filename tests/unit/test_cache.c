@@ -1165,3 +1165,259 @@ KN_TEST(cache_tuning_section_parse) {
     CHECK_STATUS(kn_cache_tuning_parse(buf, size, "t.kiln", seen_import, &r), KILN_ERR_CACHE);
     CHECK_ERROR_HAS("record 1: refused by the test");
 }
+
+/* ------------------------------------------------------------------ trust (issue 24) */
+
+/* The path of the directory's one entry (0 when there is not exactly one). */
+static int one_entry(const char *dir, char *entry, size_t cap) {
+    kn_cache_entry *e;
+    int n = 0;
+    if (kn_cache_list(dir, &e, &n) != KILN_OK) return 0;
+    if (n == 1) snprintf(entry, cap, "%s", e[0].path);
+    kn_cache_list_free(e, n);
+    return n == 1;
+}
+
+KN_TEST(cache_directory_and_entries_are_private) {
+    const char *model = zoo_model();
+    if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
+    char *base = tmp_dir("private");
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/new/kiln", base);
+    kiln_session_options *o = opts_in(dir);
+    kiln_session *s = NULL;
+    char *log;
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "cache stored"), "%s", log);
+    kiln_session_destroy(s);
+    free(log);
+    struct stat sb;
+    CHECK(stat(dir, &sb) == 0 && (sb.st_mode & 0777) == 0700);
+    char entry[1024];
+    CHECK(one_entry(dir, entry, sizeof entry));
+    CHECK(stat(entry, &sb) == 0 && (sb.st_mode & 0777) == 0600);
+    kiln_session_options_destroy(o);
+    rm_rf(base);
+}
+
+/* Another user's plant in the cache directory: <id>.lock and .kiln-size as links to a file of the
+ * victim's. kiln opened them with O_CREAT and truncated the target; now neither target changes. */
+KN_TEST(cache_symlinked_lock_and_size_files_are_not_followed) {
+    const char *model = zoo_model();
+    if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
+    char *dir = tmp_dir("links");
+    char *victims = tmp_dir("victims");
+    kiln_session_options *o = opts_in(dir);
+    kn_cache_key k;
+    CHECK_STATUS(kn_cache_key_for_file(model, o, &k), KILN_OK);
+    char hex[33], lock[600], size[600], v1[600], v2[600];
+    kn_hash_hex(k.id, hex);
+    kn_cache_key_free(&k);
+    snprintf(lock, sizeof lock, "%s/%s.lock", dir, hex);
+    snprintf(size, sizeof size, "%s/.kiln-size", dir);
+    snprintf(v1, sizeof v1, "%s/precious-1", victims);
+    snprintf(v2, sizeof v2, "%s/precious-2", victims);
+    static const char text[] = "a file of the victim's: must stay as it is\n";
+    CHECK(write_file(v1, text, sizeof text - 1) == 0 && write_file(v2, text, sizeof text - 1) == 0);
+    chmod(v1, 0600);
+    CHECK(symlink(v1, lock) == 0);
+    CHECK(symlink(v2, size) == 0);
+    kiln_session *s = NULL;
+    char *log;
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK(s && check_outputs(s));
+    CHECK_MSG(strstr(log, "symbolic link"), "%s", log);
+    kiln_session_destroy(s);
+    free(log);
+    /* a second session (a store would now touch the size file) */
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK(s && check_outputs(s));
+    kiln_session_destroy(s);
+    free(log);
+    int pruned = 0;
+    kn_cache_prune(dir, 1, NULL, &pruned, NULL);
+    kn_clear_error();
+    for (int i = 0; i < 2; i++) {
+        size_t n;
+        uint8_t *d = read_file(i ? v2 : v1, &n);
+        CHECK_MSG(d && n == sizeof text - 1 && !memcmp(d, text, n), "victim %d changed", i + 1);
+        free(d);
+    }
+    struct stat sb;
+    CHECK(lstat(lock, &sb) == 0 && S_ISLNK(sb.st_mode));
+    kiln_session_options_destroy(o);
+    rm_rf(dir);
+    rm_rf(victims);
+}
+
+/* A directory others can write to, or another user's, is not used: a warning and an uncached
+ * session, or an error in strict mode. */
+KN_TEST(cache_directory_of_others_is_not_used) {
+    const char *model = zoo_model();
+    if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
+    char *dir = tmp_dir("shared");
+    CHECK(chmod(dir, 0777) == 0);
+    kiln_session_options *o = opts_in(dir);
+    kiln_session *s = NULL;
+    char *log;
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK(s && check_outputs(s));
+    CHECK_MSG(strstr(log, "warning") && strstr(log, "writable by every user") && strstr(log, "without the cache"), "%s", log);
+    kiln_session_destroy(s);
+    free(log);
+    CHECK_EQ_INT(count_entries(dir), 0);
+    kiln_session_options_set_cache_strict(o, 1);
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("writable by every user");
+    CHECK(!s);
+    free(log);
+    CHECK(kn_cache_prune(dir, 1, NULL, NULL, NULL) == KILN_ERR_CACHE);
+    kn_clear_error();
+    kiln_session_options_destroy(o);
+    /* group-writable too */
+    char *dir2 = tmp_dir("group");
+    CHECK(chmod(dir2, 0770) == 0);
+    CHECK(kn_cache_dir_check(dir2) == KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("writable by its group");
+    kn_clear_error();
+    rm_rf(dir2);
+    if (geteuid() == 0) {
+        /* root can give a directory away: owned by another uid, not used even though root could */
+        char *dir3 = tmp_dir("foreign"); /* a new path: the warning is given once per directory */
+        CHECK(chown(dir3, 12345, 12345) == 0);
+        o = opts_in(dir3);
+        CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+        CHECK(s && check_outputs(s));
+        CHECK_MSG(strstr(log, "owned by uid 12345") && strstr(log, "without the cache"), "%s", log);
+        kiln_session_destroy(s);
+        free(log);
+        CHECK_EQ_INT(count_entries(dir3), 0);
+        kiln_session_options_destroy(o);
+        rm_rf(dir3);
+    }
+    rm_rf(dir);
+}
+
+/* Entries planted or changed by someone else: a link, another user's file, a file others can
+ * write, a 4 GiB sparse file. None is loaded; each is rebuilt (strict: an error). */
+KN_TEST(cache_planted_entries_are_not_loaded) {
+    const char *model = zoo_model();
+    if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
+    char *dir = tmp_dir("planted");
+    char *elsewhere = tmp_dir("elsewhere");
+    kiln_session_options *o = opts_in(dir);
+    kiln_session *s = NULL;
+    char *log;
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    kiln_session_destroy(s);
+    free(log);
+    char entry[1024], copy[700];
+    CHECK(one_entry(dir, entry, sizeof entry));
+    snprintf(copy, sizeof copy, "%s/good.kiln", elsewhere);
+    size_t n;
+    uint8_t *good = read_file(entry, &n);
+    CHECK(good && write_file(copy, good, n) == 0);
+    /* a link to a good compiled file: not followed */
+    CHECK(unlink(entry) == 0 && symlink(copy, entry) == 0);
+    kiln_session_options_set_cache_strict(o, 1);
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("symbolic link");
+    free(log);
+    kiln_session_options_set_cache_strict(o, 0);
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "cache rebuilt") && strstr(log, "symbolic link"), "%s", log);
+    CHECK(s && check_outputs(s));
+    kiln_session_destroy(s);
+    free(log);
+    struct stat sb;
+    CHECK(lstat(entry, &sb) == 0 && S_ISREG(sb.st_mode)); /* replaced by a file of kiln's */
+    /* writable by others */
+    CHECK(chmod(entry, 0666) == 0);
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "cache rebuilt") && strstr(log, "writable by every user"), "%s", log);
+    kiln_session_destroy(s);
+    free(log);
+    if (geteuid() == 0) {
+        CHECK(chown(entry, 12345, 12345) == 0);
+        CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+        CHECK_MSG(strstr(log, "cache rebuilt") && strstr(log, "owned by uid 12345"), "%s", log);
+        CHECK(s && check_outputs(s));
+        kiln_session_destroy(s);
+        free(log);
+    }
+    /* a 4 GiB sparse file: refused from its header, without reading it (was 12 s and 4.2 GB) */
+    int fd = open(entry, O_WRONLY | O_TRUNC);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)4 << 30) == 0);
+    if (fd >= 0) close(fd);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kn_cfile *f = NULL;
+    CHECK_STATUS(kn_cfile_open_entry(entry, &f), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("not a kiln compiled file");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    CHECK_MSG(ms < 500, "rejecting a sparse 4 GiB entry took %.0f ms", ms);
+    /* the same with a good header that declares the real size: refused by the size check */
+    fd = open(entry, O_WRONLY);
+    CHECK(fd >= 0 && pwrite(fd, good, 4096 < n ? 4096 : n, 0) > 0);
+    if (fd >= 0) close(fd);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_STATUS(kn_cfile_open_entry(entry, &f), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("trailing bytes");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    CHECK_MSG(ms < 500, "rejecting a sparse 4 GiB entry with a good header took %.0f ms", ms);
+    kn_clear_error();
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "cache rebuilt"), "%s", log);
+    CHECK(s && check_outputs(s));
+    kiln_session_destroy(s);
+    free(log);
+    free(good);
+    kiln_session_options_destroy(o);
+    rm_rf(dir);
+    rm_rf(elsewhere);
+}
+
+/* The bytes a session uses are the bytes that were verified: a cache entry changed in place or
+ * truncated under a live session changes nothing and raises no SIGBUS (the entry used to stay
+ * mapped: 573 of 6,616 starts gave wrong outputs while another process flipped bytes). */
+KN_TEST(cache_entry_changed_under_a_live_session) {
+    const char *model = zoo_model();
+    if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
+    char *dir = tmp_dir("live");
+    kiln_session_options *o = opts_in(dir);
+    kiln_session *s = NULL;
+    char *log;
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    kiln_session_destroy(s);
+    free(log);
+    CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
+    CHECK_MSG(strstr(log, "cache hit"), "%s", log);
+    free(log);
+    char entry[1024];
+    CHECK(one_entry(dir, entry, sizeof entry));
+    size_t n;
+    uint8_t *d = read_file(entry, &n);
+    CHECK(d != NULL);
+    /* every weight byte flipped, in place (same inode) */
+    kn_cfile *f = NULL;
+    CHECK_STATUS(kn_cfile_open(entry, &f), KILN_OK);
+    const kn_section *ws = f ? kn_cfile_section(f, KN_SECT_WEIGHTS, NULL) : NULL;
+    CHECK(ws != NULL);
+    if (d && ws) {
+        for (uint64_t i = ws->offset; i < ws->offset + ws->size; i++) d[i] ^= 0x5a;
+        int fd = open(entry, O_WRONLY);
+        CHECK(fd >= 0 && pwrite(fd, d, n, 0) == (ssize_t)n);
+        if (fd >= 0) close(fd);
+    }
+    kn_cfile_close(f);
+    CHECK(s && check_outputs(s));
+    /* truncated to nothing: still runs, no SIGBUS */
+    CHECK(truncate(entry, 0) == 0);
+    CHECK(s && check_outputs(s));
+    kiln_session_destroy(s);
+    free(d);
+    kiln_session_options_destroy(o);
+    rm_rf(dir);
+}

@@ -144,8 +144,9 @@ DEF_POOL(pool_u8, uint8_t)
 typedef struct sep_job {
     int kind; /* POOL_MAX or POOL_AVG */
     int64_t H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw;
-    int64_t wext;            /* padded row: input positions -pw .. wext-pw-1 */
+    int64_t wext;               /* padded row: input positions -pw .. wext-pw-1 */
     int64_t in_plane, out_plane;
+    const int64_t *rlo, *rhi;   /* per output row: the window rows [lo, hi) inside the input */
     const float *inv_h, *inv_w; /* AveragePool: 1 / count per output row and column */
     const void *x;
     void *y;
@@ -165,71 +166,138 @@ static void dim_taps(int64_t o, int64_t stride, int64_t pad, int64_t d, int64_t 
 #define MAX_OP(a, b) ((a) > (b) ? (a) : (b))
 #define SUM_OP(a, b) ((a) + (b))
 
-/* One plane of type T: row pass into hbuf [H][OW] through the padded row rbuf (wext) and, for
- * strides above 1, the stride-1 row tbuf; then the column pass into y. */
+/* One plane of type T, per output row: the column pass combines the window's input rows into the
+ * padded row v (wext values, pads at PADV), then the row pass combines v's shifted copies into
+ * the output row (for strides above 1 through the stride-1 row t, then every sw-th of it). */
 #define DEF_SEP_PLANE(NAME, T, OP, PADV)                                                           \
-    static void NAME(const sep_job *j, const T *x, T *y, T *rbuf, T *tbuf, T *hbuf) {              \
-        const int64_t W = j->W, OW = j->OW, KW = j->KW, dw = j->dw, pw = j->pw, wext = j->wext;     \
-        const int64_t full = (OW - 1) * j->sw + 1; /* stride-1 positions the row pass needs */     \
-        const int64_t ncopy = min64(W, wext - pw);                                                 \
-        for (int64_t i = 0; i < pw; i++) rbuf[i] = PADV;                                           \
-        for (int64_t i = pw + ncopy; i < wext; i++) rbuf[i] = PADV;                                \
-        for (int64_t r = 0; r < j->H; r++) {                                                       \
-            memcpy(rbuf + pw, x + r * W, sizeof(T) * (size_t)ncopy);                               \
-            T *t = j->sw == 1 ? hbuf + r * OW : tbuf;                                              \
-            memcpy(t, rbuf, sizeof(T) * (size_t)full);                                             \
-            for (int64_t k = 1; k < KW; k++) {                                                     \
-                const T *src = rbuf + k * dw;                                                      \
-                for (int64_t i = 0; i < full; i++) t[i] = OP(t[i], src[i]);                        \
-            }                                                                                      \
-            if (j->sw != 1) {                                                                      \
-                T *h = hbuf + r * OW;                                                              \
-                for (int64_t o = 0; o < OW; o++) h[o] = t[o * j->sw];                              \
-            }                                                                                      \
-        }                                                                                          \
+    static void NAME(const sep_job *j, const T *x, T *y, T *v, T *t) {                             \
+        const int64_t W = j->W, OW = j->OW, KW = j->KW, dw = j->dw, pw = j->pw, sw = j->sw;         \
+        const int64_t full = (OW - 1) * sw + 1, ncol = min64(W, j->wext - pw);                     \
+        T *vc = v + pw;                                                                            \
+        for (int64_t i = 0; i < pw; i++) v[i] = PADV;                                              \
+        for (int64_t i = pw + ncol; i < j->wext; i++) v[i] = PADV;                                 \
         for (int64_t oh = 0; oh < j->OH; oh++) {                                                   \
-            int64_t lo, hi, hp;                                                                    \
-            dim_taps(oh, j->sh, j->ph, j->dh, j->KH, j->H, 0, &lo, &hi, &hp);                      \
-            T *yr = y + oh * OW;                                                                   \
-            const int64_t r0 = oh * j->sh - j->ph;                                                 \
-            memcpy(yr, hbuf + (r0 + lo * j->dh) * OW, sizeof(T) * (size_t)OW);                     \
-            for (int64_t k = lo + 1; k < hi; k++) {                                                \
-                const T *h = hbuf + (r0 + k * j->dh) * OW;                                         \
-                for (int64_t o = 0; o < OW; o++) yr[o] = OP(yr[o], h[o]);                          \
+            const int64_t lo = j->rlo[oh], hi = j->rhi[oh], r0 = oh * j->sh - j->ph;              \
+            const T *a = x + (r0 + lo * j->dh) * W;                                                \
+            if (hi - lo == 1) {                                                                    \
+                memcpy(vc, a, sizeof(T) * (size_t)ncol);                                           \
+            } else {                                                                               \
+                const T *b = a + j->dh * W;                                                        \
+                for (int64_t i = 0; i < ncol; i++) vc[i] = OP(a[i], b[i]);                         \
+                for (int64_t k = lo + 2; k < hi; k++) {                                            \
+                    const T *c = x + (r0 + k * j->dh) * W;                                         \
+                    for (int64_t i = 0; i < ncol; i++) vc[i] = OP(vc[i], c[i]);                    \
+                }                                                                                  \
+            }                                                                                      \
+            T *yr = y + oh * OW, *d = sw == 1 ? yr : t;                                            \
+            if (KW == 1) memcpy(d, v, sizeof(T) * (size_t)full);                                   \
+            else                                                                                   \
+                for (int64_t i = 0; i < full; i++) d[i] = OP(v[i], v[i + dw]);                     \
+            for (int64_t k = 2; k < KW; k++) {                                                     \
+                const T *src = v + k * dw;                                                         \
+                for (int64_t i = 0; i < full; i++) d[i] = OP(d[i], src[i]);                        \
+            }                                                                                      \
+            if (sw != 1)                                                                           \
+                for (int64_t o = 0; o < OW; o++) yr[o] = t[o * sw];                                \
+            if (j->kind == POOL_AVG) {                                                             \
+                const float ih = j->inv_h[oh];                                                     \
+                for (int64_t o = 0; o < OW; o++) ((float *)yr)[o] *= ih * j->inv_w[o];             \
             }                                                                                      \
         }                                                                                          \
     }
 
+#if !defined(__AVX512F__)
 DEF_SEP_PLANE(sep_max_f32, float, MAX_OP, -INFINITY)
 DEF_SEP_PLANE(sep_sum_f32, float, SUM_OP, 0.0f)
+#endif
 DEF_SEP_PLANE(sep_max_i8, int8_t, MAX_OP, INT8_MIN)
 DEF_SEP_PLANE(sep_max_u8, uint8_t, MAX_OP, 0)
 
-#define DEF_SEP_RANGE(NAME, T, PLANE)                                                              \
+#if defined(__AVX512F__)
+/* float with AVX-512: 16 outputs a vector, masked tails (planes of 13 or 20 columns are one or
+ * two vectors per row); the column pass keeps its vector in a register across the window's rows;
+ * stride 2 along the row deinterleaves two loads, other strides gather. v has slack after wext
+ * (read only by lanes whose outputs are masked off). */
+static inline __mmask16 sep_tail(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
+
+#define DEF_SEP_PLANE16(NAME, VOP, PADV)                                                           \
+    static void NAME(const sep_job *j, const float *x, float *y, float *v, float *t) {             \
+        (void)t;                                                                                   \
+        const int64_t W = j->W, OW = j->OW, KW = j->KW, dw = j->dw, pw = j->pw, sw = j->sw;         \
+        const int64_t ncol = min64(W, j->wext - pw);                                               \
+        float *vc = v + pw;                                                                        \
+        for (int64_t i = 0; i < pw; i++) v[i] = PADV;                                              \
+        for (int64_t i = pw + ncol; i < j->wext; i++) v[i] = PADV;                                 \
+        const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30); \
+        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); \
+        for (int64_t oh = 0; oh < j->OH; oh++) {                                                   \
+            const int64_t lo = j->rlo[oh], hi = j->rhi[oh], r0 = oh * j->sh - j->ph;              \
+            const float *a = x + (r0 + lo * j->dh) * W;                                            \
+            const int64_t rstep = j->dh * W, nr = hi - lo;                                         \
+            for (int64_t i = 0; i < ncol; i += 16) {                                               \
+                const __mmask16 m = sep_tail(ncol - i);                                            \
+                __m512 acc = _mm512_maskz_loadu_ps(m, a + i);                                      \
+                for (int64_t k = 1; k < nr; k++) acc = VOP(acc, _mm512_maskz_loadu_ps(m, a + k * rstep + i)); \
+                _mm512_mask_storeu_ps(vc + i, m, acc);                                             \
+            }                                                                                      \
+            float *yr = y + oh * OW;                                                               \
+            const __m512 ih = _mm512_set1_ps(j->kind == POOL_AVG ? j->inv_h[oh] : 1.0f);           \
+            for (int64_t o = 0; o < OW; o += 16) {                                                 \
+                const __mmask16 m = sep_tail(OW - o);                                              \
+                __m512 acc;                                                                        \
+                if (sw == 1) {                                                                     \
+                    acc = _mm512_loadu_ps(v + o);                                                  \
+                    for (int64_t k = 1; k < KW; k++) acc = VOP(acc, _mm512_loadu_ps(v + o + k * dw)); \
+                } else if (sw == 2) {                                                              \
+                    const float *p = v + 2 * o;                                                    \
+                    acc = _mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_loadu_ps(p + 16)); \
+                    for (int64_t k = 1; k < KW; k++) {                                             \
+                        const float *q = p + k * dw;                                               \
+                        acc = VOP(acc, _mm512_permutex2var_ps(_mm512_loadu_ps(q), even, _mm512_loadu_ps(q + 16))); \
+                    }                                                                              \
+                } else {                                                                           \
+                    const __m512i idx = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32((int)o)), \
+                                                           _mm512_set1_epi32((int)sw));             \
+                    acc = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, v, 4);             \
+                    for (int64_t k = 1; k < KW; k++)                                               \
+                        acc = VOP(acc, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, v + k * dw, 4)); \
+                }                                                                                  \
+                if (j->kind == POOL_AVG) acc = _mm512_mul_ps(acc, _mm512_mul_ps(ih, _mm512_maskz_loadu_ps(m, j->inv_w + o))); \
+                _mm512_mask_storeu_ps(yr + o, m, acc);                                             \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DEF_SEP_PLANE16(sep16_max_f32, _mm512_max_ps, -INFINITY)
+DEF_SEP_PLANE16(sep16_sum_f32, _mm512_add_ps, 0.0f)
+#define SEP_MAX_F32 sep16_max_f32
+#define SEP_SUM_F32 sep16_sum_f32
+#define SEP_SLACK(sw) (16 * (sw) + 64)
+#else
+#define SEP_MAX_F32 sep_max_f32
+#define SEP_SUM_F32 sep_sum_f32
+#define SEP_SLACK(sw) 16
+#endif
+
+#define DEF_SEP_RANGE(NAME, T, PLANE, PADV)                                                        \
     static void NAME(void *arg, int64_t begin, int64_t end) {                                      \
         sep_job *j = arg;                                                                          \
-        const int64_t full = (j->OW - 1) * j->sw + 1;                                              \
-        T *buf = malloc(sizeof(T) * (size_t)(j->wext + full + j->H * j->OW) + 64);                 \
+        const int64_t full = (j->OW - 1) * j->sw + 1, nv = j->wext + SEP_SLACK(j->sw);             \
+        T *buf = malloc(sizeof(T) * (size_t)(nv + full));                                          \
         if (!buf) {                                                                                \
             __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);                                     \
             return;                                                                                \
         }                                                                                          \
-        for (int64_t pl = begin; pl < end; pl++) {                                                 \
-            T *y = (T *)j->y + pl * j->out_plane;                                                  \
-            PLANE(j, (const T *)j->x + pl * j->in_plane, y, buf, buf + j->wext, buf + j->wext + full); \
-            if (j->kind == POOL_AVG) {                                                             \
-                float *yf = (float *)y;                                                            \
-                for (int64_t oh = 0; oh < j->OH; oh++)                                             \
-                    for (int64_t o = 0; o < j->OW; o++) yf[oh * j->OW + o] *= j->inv_h[oh] * j->inv_w[o]; \
-            }                                                                                      \
-        }                                                                                          \
+        for (int64_t i = 0; i < nv; i++) buf[i] = PADV; /* the slack too: never uninitialised */  \
+        for (int64_t pl = begin; pl < end; pl++)                                                   \
+            PLANE(j, (const T *)j->x + pl * j->in_plane, (T *)j->y + pl * j->out_plane, buf, buf + nv); \
         free(buf);                                                                                 \
     }
 
-DEF_SEP_RANGE(sep_range_max_f32, float, sep_max_f32)
-DEF_SEP_RANGE(sep_range_sum_f32, float, sep_sum_f32)
-DEF_SEP_RANGE(sep_range_max_i8, int8_t, sep_max_i8)
-DEF_SEP_RANGE(sep_range_max_u8, uint8_t, sep_max_u8)
+DEF_SEP_RANGE(sep_range_max_f32, float, SEP_MAX_F32, -INFINITY)
+DEF_SEP_RANGE(sep_range_sum_f32, float, SEP_SUM_F32, 0.0f)
+DEF_SEP_RANGE(sep_range_max_i8, int8_t, sep_max_i8, INT8_MIN)
+DEF_SEP_RANGE(sep_range_max_u8, uint8_t, sep_max_u8, 0)
 
 /* Runs the separable path when it applies (1 or 2 spatial dims, MaxPool without Indices or
  * AveragePool, float/int8/uint8 for max, float for average, every window with an input position
@@ -261,14 +329,15 @@ static kiln_status try_separable(kn_kernel_ctx *c, const kn_window *w, int kind,
     /* every window must hold an input position along each dim (else the general loop's rules for
      * empty windows apply), and the padded row must cover the pads it starts with */
     if (j.pw >= j.wext) return KILN_OK;
-    float *inv = malloc(sizeof(float) * (size_t)(j.OH + j.OW));
+    float *inv = malloc(sizeof(float) * (size_t)(j.OH + j.OW + 1) + sizeof(int64_t) * (size_t)(2 * j.OH));
     if (!inv) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    int64_t *rlo = (int64_t *)(inv + j.OH + j.OW + ((j.OH + j.OW) & 1)), *rhi = rlo + j.OH;
     bool ok = true;
     for (int64_t o = 0; o < j.OH && ok; o++) {
-        int64_t lo, hi, hp;
-        dim_taps(o, j.sh, j.ph, j.dh, j.KH, j.H, w->nsp == 2 ? w->pad_end[0] : 0, &lo, &hi, &hp);
-        ok = hi > lo;
-        inv[o] = 1.0f / (float)(include_pad ? hp : hi - lo);
+        int64_t hp;
+        dim_taps(o, j.sh, j.ph, j.dh, j.KH, j.H, w->nsp == 2 ? w->pad_end[0] : 0, &rlo[o], &rhi[o], &hp);
+        ok = rhi[o] > rlo[o];
+        inv[o] = 1.0f / (float)(include_pad ? hp : rhi[o] - rlo[o]);
     }
     for (int64_t o = 0; o < j.OW && ok; o++) {
         int64_t lo, hi, hp;
@@ -279,6 +348,8 @@ static kiln_status try_separable(kn_kernel_ctx *c, const kn_window *w, int kind,
     if (ok) {
         j.inv_h = inv;
         j.inv_w = inv + j.OH;
+        j.rlo = rlo;
+        j.rhi = rhi;
         const int64_t work = j.out_plane * (j.KH + j.KW) + j.in_plane;
         kn_parallel_for(c->pool, planes, work > 16384 ? 1 : 16384 / (work + 1) + 1, fn, &j);
         *done = true;
@@ -411,6 +482,23 @@ static void gpool_range(void *arg, int64_t begin, int64_t end) {
         for (int64_t pl = begin; pl < end; pl++) {
             double r = j->plane ? plane_sum_f32(j->xf + pl * j->plane, j->plane) / (double)j->plane : 0.0;
             if (j->yf) j->yf[pl] = (float)r;
+            else j->yd[pl] = r;
+        }
+        return;
+    }
+    if (j->xf && j->kind == POOL_MAX && j->plane > 0) {
+        /* 16 independent maxima (vectorised), then one */
+        for (int64_t pl = begin; pl < end; pl++) {
+            const float *x = j->xf + pl * j->plane;
+            float m[16];
+            for (int l = 0; l < 16; l++) m[l] = x[0];
+            int64_t i = 0;
+            for (; i + 16 <= j->plane; i += 16)
+                for (int l = 0; l < 16; l++) m[l] = x[i + l] > m[l] ? x[i + l] : m[l];
+            for (; i < j->plane; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
+            float r = m[0];
+            for (int l = 1; l < 16; l++) r = m[l] > r ? m[l] : r;
+            if (j->yf) j->yf[pl] = r;
             else j->yd[pl] = r;
         }
         return;
