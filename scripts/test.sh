@@ -89,6 +89,9 @@ part "optimisation equivalence" bash scripts/equivalence.sh build/kiln "$node_di
 part "optimisation equivalence, channels-last regions (KILN_LAYOUT=nhwc)" env KILN_LAYOUT=nhwc \
   bash scripts/equivalence.sh build/kiln "$node_dir" build/models $([ -d "$zoo" ] && echo "$zoo")
 
+# the Python package (the extension the build above made, in build/python) and the C packaging
+part "Python package and C packaging (pytest)" env PYTHONPATH="$root/build/python" KILN_BUILD_DIR="$root/build" "$KILN_PYTHON" -m pytest -q -p no:cacheprovider tests/python
+
 if [ -z "${KILN_TEST_QUICK:-}" ]; then
   echo "=== sanitizer build"
   if build build-asan -DKILN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
