@@ -413,3 +413,20 @@ def test_ort_values():
     assert isinstance(y, kiln.OrtValue) and y.device_name() == "cpu"
     np.testing.assert_array_equal(y.numpy(), 2 * x)
     assert y.shape() == [2, 2] and y.data_type() == "tensor(float)" and y.data_ptr() != 0
+
+
+def test_readme_quick_start(tmp_path):
+    """The README's Python quick start, as written, on a model with its input shape."""
+    import re
+    import subprocess
+    import sys
+    from conftest import ROOT
+    code = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    (tmp_path / "model.onnx").write_bytes(models.image_model())
+    (tmp_path / "quick.py").write_text(code)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(pathlib.Path(kiln.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "quick.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "(1, 3)" in r.stdout and kiln.__version__ in r.stdout
