@@ -41,8 +41,8 @@ kiln_status kn_file_open_regular(const char *path, bool nofollow, const char *wh
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
         errno = 0;
-        return kn_error(S_ISDIR(sb.st_mode) ? KILN_ERR_INVALID_ARGUMENT : KILN_ERR_IO, "%s '%s' is %s, not a regular file",
-                        what, path, kind_of(sb.st_mode));
+        return kn_error(S_ISDIR(sb.st_mode) ? KILN_ERR_INVALID_ARGUMENT : KILN_ERR_IO, "%s: the %s is %s, not a regular file",
+                        path, what, kind_of(sb.st_mode));
     }
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
