@@ -1409,18 +1409,10 @@ kiln_status kn_onnx_load_file(const char *path, kn_model **out) {
     if (!out) return kn_error(KILN_ERR_INVALID_ARGUMENT, "out is NULL");
     *out = NULL;
     if (!path || !*path) return kn_error(KILN_ERR_INVALID_ARGUMENT, "the model path is empty");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kn_error(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    /* non-blocking, then fstat: a FIFO or device given as the model is refused, never waited on */
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        kiln_status st = kn_error(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        return st;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return kn_error(KILN_ERR_IO, "%s: not a regular file", path);
-    }
+    KN_TRY(kn_file_open_regular(path, false, "model", &fd, &sb));
     size_t size = (size_t)sb.st_size;
     if (size == 0) {
         close(fd);

@@ -10,11 +10,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/file.h"
+
 typedef struct kn_load {
     kn_model *m;          /* NULL when parsing a standalone value */
     bool view_ok;         /* the buffer outlives the model (a mapping it owns): tensors may point into it */
     const char *base_dir; /* folder for external data, or NULL */
     char *base_real;      /* realpath(base_dir), computed on first use (malloc'ed) */
+    bool hardlink_ok;     /* the external data file (dev, ino) below has several names, all in the folder */
+    uint64_t hardlink_dev, hardlink_ino;
     struct kn_nmap *symbols; /* interned dim_param names (model arena) */
     int n_views;          /* tensors made views into the buffer */
     /* Raw tensors to copy once parsing succeeds, into one block (see kn_load_apply_copies);

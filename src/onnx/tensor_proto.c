@@ -3,6 +3,7 @@
 #include "onnx/loader_internal.h"
 #include "util/file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -224,6 +225,62 @@ static bool bad_location(const char *loc) {
     return false;
 }
 
+/* Counts the names of (dev, ino) under dir, not crossing into other file systems or following
+ * links; stops at *budget entries (returns false then: not all were seen). */
+static bool count_names(const char *dir, dev_t dev, ino_t ino, int depth, long *budget, nlink_t *found) {
+    if (depth > 32) return false;
+    DIR *d = opendir(dir);
+    if (!d) return true; /* unreadable: the names there are not counted */
+    bool complete = true;
+    struct dirent *de;
+    size_t dl = strlen(dir);
+    while (complete && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        if (--*budget < 0) {
+            complete = false;
+            break;
+        }
+        size_t pl = dl + strlen(de->d_name) + 2;
+        char *p = malloc(pl);
+        if (!p) {
+            complete = false;
+            break;
+        }
+        snprintf(p, pl, "%s/%s", dir, de->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) == 0 && sb.st_dev == dev) {
+            if (S_ISREG(sb.st_mode) && sb.st_ino == ino) (*found)++;
+            else if (S_ISDIR(sb.st_mode)) complete = count_names(p, dev, ino, depth + 1, budget, found);
+        }
+        free(p);
+    }
+    closedir(d);
+    return complete;
+}
+
+/* An external data file with more than one name (a hard link) is used only when every name is
+ * inside the model's folder: a hard link can make any file of the same file system that the
+ * model's author could read (another user's key, /etc/shadow for a root process) look like a file
+ * of the folder, and realpath cannot tell. KILN_ALLOW_HARDLINKS=1 allows such files. */
+static kiln_status check_hardlinks(kn_load *L, const char *loc, const char *real, const struct stat *sb) {
+    const char *allow = getenv("KILN_ALLOW_HARDLINKS");
+    if (allow && !strcmp(allow, "1")) return KILN_OK;
+    long budget = 100000;
+    nlink_t found = 0;
+    bool complete = count_names(L->base_real, sb->st_dev, sb->st_ino, 0, &budget, &found);
+    if (found < sb->st_nlink)
+        return kn_error(KILN_ERR_INVALID_MODEL,
+                        "external data file '%s' ('%s') has %llu names (hard links) and %s%llu of them %s inside the model "
+                        "folder '%s': a hard link can bring a file from outside the folder in, so it is refused (set "
+                        "KILN_ALLOW_HARDLINKS=1 to allow it)",
+                        loc, real, (unsigned long long)sb->st_nlink, complete ? "only " : "after searching 100000 entries, ",
+                        (unsigned long long)found, found == 1 ? "is" : "are", L->base_real);
+    L->hardlink_ok = true;
+    L->hardlink_dev = (uint64_t)sb->st_dev;
+    L->hardlink_ino = (uint64_t)sb->st_ino;
+    return KILN_OK;
+}
+
 static kiln_status load_external(kn_load *L, const ext_info *x, kiln_dtype dtype, int rank, const int64_t *dims,
                                  size_t need, kn_tensor **out) {
     char d[256];
@@ -271,21 +328,22 @@ static kiln_status load_external(kn_load *L, const ext_info *x, kiln_dtype dtype
         free(real);
         return st;
     }
-    int fd = open(real, O_RDONLY | O_CLOEXEC);
+    /* real has no links left: O_NOFOLLOW refuses one swapped in since; non-blocking and regular
+     * files only, so a FIFO cannot hang the load */
+    int fd;
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        kiln_status st = kn_error(KILN_ERR_IO, "external data file '%s' cannot be opened: %s", real, strerror(errno));
-        if (fd >= 0) close(fd);
+    kiln_status st = kn_file_open_regular(real, true, "external data file", &fd, &sb);
+    if (st != KILN_OK) {
         free(real);
         return st;
     }
-    kiln_status st = KILN_OK;
     kn_tensor *t = NULL;
     uint64_t fsize = (uint64_t)sb.st_size;
     uint64_t off = x->has_off ? x->off : 0;
-    if (!S_ISREG(sb.st_mode)) {
-        st = kn_error(KILN_ERR_INVALID_MODEL, "external data location '%s' is not a regular file", loc);
-        goto done;
+    if (sb.st_nlink > 1 && !(L->hardlink_ok && L->hardlink_dev == (uint64_t)sb.st_dev &&
+                             L->hardlink_ino == (uint64_t)sb.st_ino)) {
+        st = check_hardlinks(L, loc, real, &sb);
+        if (st != KILN_OK) goto done;
     }
     if (x->has_len && x->len != need) {
         st = kn_error(KILN_ERR_INVALID_MODEL,
