@@ -48,6 +48,10 @@ typedef enum kiln_status {
     KILN_ERR_RUNTIME = 9,          /* a kernel failed while running */
     KILN_ERR_CACHE = 10,           /* a compiled-cache file is invalid or does not match (strict mode) */
     KILN_ERR_INTERNAL = 11,        /* a broken internal invariant: a kiln bug; the message has file:line */
+    KILN_ERR_MISUSE = 12,          /* the API used against its contract: a handle that is not live (destroyed,
+                                      or not what the call takes), a session used while it is destroyed */
+    KILN_ERR_CANCELLED = 13,       /* the run was stopped by kiln_run_options_set_terminate */
+    KILN_ERR_DEADLINE = 14,        /* the run passed its kiln_run_options_set_timeout_ms limit */
     KILN_STATUS_COUNT_
 } kiln_status;
 
@@ -290,8 +294,14 @@ KILN_API kiln_status kiln_session_output_info(const kiln_session *session, size_
  * Inputs may be host tensors or CUDA tensors (kiln_tensor_wrap_device) on the session's device;
  * a CUDA input is read where it is. A CUDA input given to a session without a CUDA provider, or on
  * another device, is KILN_ERR_INVALID_ARGUMENT naming the input.
- * A session runs one call at a time: a call made while another runs on the same session returns
- * KILN_ERR_INVALID_ARGUMENT at once (nothing is run); use one session per thread for concurrency. */
+ * Threads: any number of threads may call kiln_session_run and kiln_session_run_into (and the
+ * _with forms) on one session at once. The compiled model and its weights are shared; each call
+ * takes a run context (intermediate buffers, memory-plan arena, scratch) from the session's pool
+ * and gives it back on return, so the pool grows to the concurrency the session sees
+ * (kiln_session_options_set_max_concurrent_runs bounds it). CPU calls run in parallel; a session
+ * with a CUDA provider runs its calls one after another (they queue on a lock). Destroying the
+ * session while a call runs is the caller's error: calls that enter during kiln_session_destroy
+ * return KILN_ERR_MISUSE, and destroy waits for calls already inside. */
 KILN_API kiln_status kiln_session_run(kiln_session *session, const char *const *input_names,
                                       kiln_tensor *const *inputs, size_t n_inputs,
                                       const char *const *output_names, size_t n_outputs,
@@ -318,6 +328,49 @@ KILN_API int kiln_provider_available(const char *name, const char **reason_out);
 /* Devices seen by a provider: a one-line description each, e.g. "cpu: 2 cores, avx512f". */
 KILN_API size_t kiln_device_count(const char *provider);
 KILN_API const char *kiln_device_description(const char *provider, size_t index);
+
+
+/* ------------------------------------------------------------------ bounded runs */
+
+/* Options for individual runs (the RunOptions of ONNX Runtime). One object may serve many runs,
+ * on many threads at once. */
+typedef struct kiln_run_options kiln_run_options;
+
+KILN_API kiln_status kiln_run_options_create(kiln_run_options **options_out);
+/* The caller must not destroy the options while a run that uses them is inside kiln. */
+KILN_API void kiln_run_options_destroy(kiln_run_options *options);
+/* terminate != 0: every run using these options stops at its next check (between nodes, in each
+ * Loop/Scan iteration, between the parallel chunks of a CPU kernel) and returns
+ * KILN_ERR_CANCELLED; runs started while it is set fail at once. 0 clears it. Safe to call from
+ * any thread at any time (e.g. a watchdog or a signal-handling thread). A stopped run leaks
+ * nothing and leaves the session usable. */
+KILN_API kiln_status kiln_run_options_set_terminate(kiln_run_options *options, int terminate);
+/* A run using these options that is still going timeout_ms milliseconds after it was called
+ * returns KILN_ERR_DEADLINE (checked where terminate is). 0 (the default) = no limit; negative is
+ * KILN_ERR_INVALID_ARGUMENT. */
+KILN_API kiln_status kiln_run_options_set_timeout_ms(kiln_run_options *options, int64_t timeout_ms);
+
+/* kiln_session_run and kiln_session_run_into with run options (borrowed for the call; NULL = none,
+ * as the plain forms). */
+KILN_API kiln_status kiln_session_run_with(kiln_session *session, const kiln_run_options *run_options,
+                                           const char *const *input_names, kiln_tensor *const *inputs,
+                                           size_t n_inputs, const char *const *output_names, size_t n_outputs,
+                                           kiln_tensor **outputs_out);
+KILN_API kiln_status kiln_session_run_into_with(kiln_session *session, const kiln_run_options *run_options,
+                                                const char *const *input_names, kiln_tensor *const *inputs,
+                                                size_t n_inputs, const char *const *output_names,
+                                                size_t n_outputs, kiln_tensor *const *outputs);
+
+/* A limit on the memory one run of the session holds at a time: the bytes of the values it has
+ * computed and not yet released (intermediates, whether in the memory plan's arena or not; the
+ * outputs a Loop or Scan body hands its operator; on the host and on a device). A node whose
+ * outputs would take a run past it fails the run with KILN_ERR_OUT_OF_MEMORY naming the node, the
+ * value and the limit (nothing leaks; the session stays usable). 0 (the default) = no limit.
+ * Weights, the caller's inputs, and the run's scratch inside kernels are not counted. */
+KILN_API kiln_status kiln_session_options_set_memory_limit(kiln_session_options *options, uint64_t max_bytes);
+/* At most this many calls of one session run at once; more wait for one to return. 0 (the
+ * default) = no bound (the session keeps one run context per call it has seen at once). */
+KILN_API kiln_status kiln_session_options_set_max_concurrent_runs(kiln_session_options *options, int max_runs);
 
 #ifdef __cplusplus
 }

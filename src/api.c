@@ -7,6 +7,7 @@
 #include "ir/tensor.h"
 #include "util/status.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,6 +238,62 @@ kiln_status kiln_session_options_set_dim(kiln_session_options *o, const char *na
     if (!(d[o->n_dims].name = strdup(name))) return KN_OOM();
     d[o->n_dims].value = value;
     o->n_dims++;
+    return KILN_OK;
+}
+
+kiln_status kiln_session_options_set_memory_limit(kiln_session_options *o, uint64_t max_bytes) {
+    KN_CHECK_OPTS(o, "kiln_session_options_set_memory_limit");
+    o->memory_limit = max_bytes;
+    return KILN_OK;
+}
+
+kiln_status kiln_session_options_set_max_concurrent_runs(kiln_session_options *o, int max_runs) {
+    KN_CHECK_OPTS(o, "kiln_session_options_set_max_concurrent_runs");
+    if (max_runs < 0)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_options_set_max_concurrent_runs: %d is negative",
+                        max_runs);
+    o->max_concurrent_runs = max_runs;
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ run options */
+
+kiln_status kiln_run_options_create(kiln_run_options **out) {
+    if (!out) return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_run_options_create: options_out is NULL");
+    *out = NULL;
+    kiln_run_options *r = calloc(1, sizeof *r);
+    if (!r) return KN_OOM();
+    r->magic = KN_RUN_OPTIONS_MAGIC;
+    atomic_init(&r->terminate, 0);
+    *out = r;
+    return KILN_OK;
+}
+
+void kiln_run_options_destroy(kiln_run_options *r) {
+    if (!r) return;
+    r->magic = 0;
+    free(r);
+}
+
+#define KN_CHECK_RUN_OPTS(r, fn)                                                                        \
+    do {                                                                                                \
+        if (!(r)) return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: options is NULL", fn);                 \
+        if ((r)->magic != KN_RUN_OPTIONS_MAGIC)                                                          \
+            return kn_error(KILN_ERR_MISUSE, "%s: not a live kiln_run_options (destroyed, or another object)", fn); \
+    } while (0)
+
+kiln_status kiln_run_options_set_terminate(kiln_run_options *r, int terminate) {
+    KN_CHECK_RUN_OPTS(r, "kiln_run_options_set_terminate");
+    atomic_store(&r->terminate, terminate != 0);
+    return KILN_OK;
+}
+
+kiln_status kiln_run_options_set_timeout_ms(kiln_run_options *r, int64_t timeout_ms) {
+    KN_CHECK_RUN_OPTS(r, "kiln_run_options_set_timeout_ms");
+    if (timeout_ms < 0)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_run_options_set_timeout_ms: %lld is negative (0 = no limit)",
+                        (long long)timeout_ms);
+    atomic_store(&r->timeout_ms, timeout_ms);
     return KILN_OK;
 }
 

@@ -5,7 +5,10 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
 #include "ops/op.h"
+#include "util/clock.h"
 
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,10 +109,113 @@ static kn_tensor *lookup_outer(const kn_exec *x, const char *name) {
     return NULL;
 }
 
+/* ------------------------------------------------------------------ run contexts and bounds */
+
+void kn_run_ctx_begin(kn_run_ctx *c, const int *terminate, int64_t timeout_ms, int64_t mem_limit) {
+    c->terminate = terminate;
+    c->timeout_ms = timeout_ms > 0 ? timeout_ms : 0;
+    c->started_ms = kn_now_ms();
+    c->deadline_ms = timeout_ms > 0 ? c->started_ms + (double)timeout_ms : 0;
+    atomic_store_explicit((_Atomic int *)&c->stop, 0, memory_order_relaxed);
+    c->mem_limit = mem_limit > 0 ? mem_limit : 0;
+    c->mem_live = 0;
+    c->mem_peak = 0;
+}
+
+void kn_run_ctx_clear(kn_run_ctx *c) {
+    if (!c) return;
+    for (int i = 0; i < KN_MEMPLAN_SHAPED; i++) {
+        kn_memplan_free(c->shaped[i]);
+        c->shaped[i] = NULL;
+    }
+    free(c->arena);
+    c->arena = NULL;
+    c->arena_bytes = 0;
+}
+
+_Static_assert(sizeof ((kn_run_ctx *)0)->shaped / sizeof ((kn_run_ctx *)0)->shaped[0] == KN_MEMPLAN_SHAPED,
+               "a run context holds KN_MEMPLAN_SHAPED plans");
+
+bool kn_run_ctx_stopping(kn_run_ctx *c) {
+    if (!c) return false;
+    _Atomic int *stop = (_Atomic int *)&c->stop;
+    if (atomic_load_explicit(stop, memory_order_relaxed)) return true;
+    int why = 0;
+    if (c->terminate && atomic_load_explicit((_Atomic int *)c->terminate, memory_order_relaxed)) why = KILN_ERR_CANCELLED;
+    else if (c->deadline_ms > 0 && kn_now_ms() >= c->deadline_ms) why = KILN_ERR_DEADLINE;
+    if (!why) return false;
+    int zero = 0;
+    atomic_compare_exchange_strong(stop, &zero, why);
+    return true;
+}
+
+static bool stop_check(void *arg) { return kn_run_ctx_stopping(arg); }
+
+/* The error of a stopped run; where: "before node 'X' (Op)" or the like. */
+static kiln_status stop_error(const kn_run_ctx *c, const char *where) {
+    int why = atomic_load_explicit((_Atomic int *)&c->stop, memory_order_relaxed);
+    double ran = kn_now_ms() - c->started_ms;
+    if (why == KILN_ERR_DEADLINE)
+        return kn_error(KILN_ERR_DEADLINE, "the run passed its timeout of %lld ms (kiln_run_options_set_timeout_ms): stopped %s after %.0f ms",
+                        (long long)c->timeout_ms, where, ran);
+    return kn_error(KILN_ERR_CANCELLED, "the run was cancelled (kiln_run_options_set_terminate): stopped %s after %.0f ms", where, ran);
+}
+
+kiln_status kn_exec_check_stop(const kn_kernel_ctx *c) {
+    kn_run_ctx *r = c && c->exec ? c->exec->run : NULL;
+    if (!r || !kn_run_ctx_stopping(r)) return KILN_OK;
+    char lbl[256], where[320];
+    snprintf(where, sizeof where, "in %s", c->node ? kn_node_label(c->node, lbl, sizeof lbl) : "a kernel");
+    return stop_error(r, where);
+}
+
+/* The bytes a value holds (a sequence's or optional's items included). */
+static int64_t value_bytes(const kn_tensor *t) {
+    if (!t) return 0;
+    if (t->kind == KN_VALUE_TENSOR) return (int64_t)t->nbytes;
+    int64_t b = 0;
+    for (int i = 0; i < t->n_items; i++) b += value_bytes(t->items[i]);
+    return b;
+}
+
+static void mem_refund(kn_exec *x, int64_t bytes) {
+    if (x->run) x->run->mem_live -= bytes;
+}
+
+/* Counts `bytes` more for the run; over the limit: KILN_ERR_OUT_OF_MEMORY naming the node and the
+ * value (what: "output 0 ('y')" or the like). */
+static kiln_status mem_charge(kn_exec *x, const kn_node *n, const char *what, int64_t bytes, bool allocated) {
+    kn_run_ctx *r = x->run;
+    if (!r) return KILN_OK;
+    if (r->mem_limit && r->mem_live + bytes > r->mem_limit) {
+        char lbl[256];
+        return kn_error(KILN_ERR_OUT_OF_MEMORY,
+                        "%s: %s %s %lld bytes, and the run already holds %lld bytes: over the session's memory limit "
+                        "of %lld bytes (kiln_session_options_set_memory_limit)",
+                        n ? kn_node_label(n, lbl, sizeof lbl) : "a node", what, allocated ? "holds" : "needs",
+                        (long long)bytes, (long long)r->mem_live, (long long)r->mem_limit);
+    }
+    r->mem_live += bytes;
+    if (r->mem_live > r->mem_peak) r->mem_peak = r->mem_live;
+    return KILN_OK;
+}
+
+/* The values subgraph runs handed the node's kernel are no longer the run's to count. */
+static void handed_clear(kn_exec *x) {
+    for (int i = 0; i < x->n_handed; i++) mem_refund(x, x->handed[i].bytes);
+    x->n_handed = 0;
+}
+
+/* Frees owned value v (its memory no longer counted). */
+static void free_owned(kn_exec *x, int v) {
+    if (x->run) mem_refund(x, value_bytes(x->slots[v]));
+    kn_tensor_free(x->slots[v]);
+}
+
 static void release(kn_exec *x, int v) {
     if (v < 0 || (!x->owned[v] && !x->alt[v])) return;
     if (--x->remaining[v] > 0) return;
-    if (x->owned[v]) kn_tensor_free(x->slots[v]);
+    if (x->owned[v]) free_owned(x, v);
     if (x->owned[v]) x->slots[v] = NULL;
     x->owned[v] = 0;
     kn_tensor_free(x->alt[v]);
@@ -296,6 +402,30 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         if (st != KILN_OK) goto done;
     }
     if (no == 1 && take_as_view(x, n, in, &types_out[0])) goto done;
+    if (x->run && x->run->mem_limit) {
+        /* the outputs whose size is known now, before they are allocated */
+        int64_t need = 0, big_bytes = -1;
+        int big = -1;
+        for (int o = 0; o < no; o++) {
+            if (n->outputs[o] < 0 || !kn_type_is_static(&types_out[o]) || types_out[o].kind != KN_TYPE_TENSOR) continue;
+            int64_t dims[KILN_MAX_RANK];
+            for (int d = 0; d < types_out[o].rank; d++) dims[d] = types_out[o].dims[d].value;
+            int64_t b = (int64_t)kn_dtype_nbytes(types_out[o].dtype, kn_shape_count(dims, types_out[o].rank));
+            need += b;
+            if (b > big_bytes) {
+                big = o;
+                big_bytes = b;
+            }
+        }
+        if (big >= 0 && x->run->mem_live + need > x->run->mem_limit) {
+            char what[320];
+            snprintf(what, sizeof what, "%s %d ('%s')", no > 1 ? "the outputs, the largest" : "output", big,
+                     g->values[n->outputs[big]].name);
+            st = mem_charge(x, n, what, need, false);
+            if (st != KILN_OK) goto done;
+            mem_refund(x, need);
+        }
+    }
     for (int o = 0; o < no; o++) {
         if (n->outputs[o] < 0 && !(n->schema->flags & KN_OP_HAS_SUBGRAPH)) continue;
         if (kn_type_is_static(&types_out[o])) {
@@ -328,12 +458,19 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
                           kn_node_label(n, lbl, sizeof lbl), o, __FILE__, __LINE__);
             goto done;
         }
+        if (x->run) {
+            char what[320];
+            snprintf(what, sizeof what, "output %d ('%s')", o, g->values[v].name);
+            st = mem_charge(x, n, what, value_bytes(out[o]), true);
+            if (st != KILN_OK) goto done;
+        }
         x->slots[v] = out[o];
         x->owned[v] = 1;
         x->remaining[v] = g->values[v].uses;
         out[o] = NULL;
     }
 done:
+    if (x->n_handed) handed_clear(x);
     for (int o = 0; o < no; o++) kn_tensor_free(out[o]);
     if (types_in != in_types) free(types_in);
     if (types_out != out_types) free(types_out);
@@ -341,6 +478,10 @@ done:
         for (int i = 0; i < ni; i++) release(x, n->inputs[i]);
     return st;
 }
+
+static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
+                              kn_exec *parent, kn_run_ctx *ctx, kn_tensor *const *inputs, kn_tensor **outputs,
+                              unsigned flags);
 
 kiln_status kn_exec_graph(const kn_graph *g, kn_threadpool *pool, kn_buffer_pool *buffers, kn_exec *parent,
                           kn_tensor *const *inputs, kn_tensor **outputs) {
@@ -370,7 +511,8 @@ static kiln_status device_copy(kn_exec *x, const kn_tensor *t, kn_tensor **out) 
 /* The main graph's run: its memory plan (the session's static one, or the one made for these input
  * shapes) and an arena that holds it; or, for input shapes not seen yet, a record of what the run
  * allocates (*sig_out: their signature, for the plan made after the run). */
-static void choose_plan(kn_exec *x, kn_runtime *rt, kn_tensor *const *inputs, int64_t **sig_out, int *len_out) {
+static void choose_plan(kn_exec *x, kn_runtime *rt, kn_run_ctx *ctx, kn_tensor *const *inputs, int64_t **sig_out,
+                        int *len_out) {
     const kn_graph *g = x->graph;
     kn_memplan *p = NULL;
     if (rt->memplan) {
@@ -380,7 +522,7 @@ static void choose_plan(kn_exec *x, kn_runtime *rt, kn_tensor *const *inputs, in
         int64_t *sig = kn_memplan_signature(g, inputs, &len);
         if (!sig) return;
         for (int i = 0; i < KN_MEMPLAN_SHAPED && !p; i++) {
-            kn_memplan *q = rt->shaped[i];
+            kn_memplan *q = ctx->shaped[i];
             if (q && q->n_values == g->n_values && q->sig_len == len && !memcmp(q->sig, sig, sizeof *sig * (size_t)len))
                 p = q;
         }
@@ -395,23 +537,23 @@ static void choose_plan(kn_exec *x, kn_runtime *rt, kn_tensor *const *inputs, in
             return;
         }
         free(sig);
-        p->last_used = ++rt->runs;
+        p->last_used = ++ctx->runs;
     }
     if (!p) return;
-    if (rt->arena_bytes < p->arena_bytes) {
+    if (ctx->arena_bytes < p->arena_bytes) {
         unsigned char *a = aligned_alloc(KN_MEMPLAN_ALIGN, (size_t)p->arena_bytes);
         if (!a) return; /* the run allocates as before */
-        free(rt->arena);
-        rt->arena = a;
-        rt->arena_bytes = p->arena_bytes;
+        free(ctx->arena);
+        ctx->arena = a;
+        ctx->arena_bytes = p->arena_bytes;
     }
     x->plan = p;
-    x->arena = rt->arena;
+    x->arena = ctx->arena;
 }
 
 /* After a run that recorded its allocations: the plan for its input shapes, in a free place or in
  * the least recently used one's. */
-static void keep_plan(kn_exec *x, kn_runtime *rt, int64_t *sig, int len) {
+static void keep_plan(kn_exec *x, kn_runtime *rt, kn_run_ctx *ctx, int64_t *sig, int len) {
     kn_memplan *p = NULL;
     if (kn_memplan_build(x->graph, rt, x->record, &p) != KILN_OK || !p) {
         kn_clear_error();
@@ -421,22 +563,39 @@ static void keep_plan(kn_exec *x, kn_runtime *rt, int64_t *sig, int len) {
     p->sig = sig;
     p->sig_len = len;
     kn_memplan_log(p, "made by the first run with these input shapes");
-    p->last_used = ++rt->runs;
+    p->last_used = ++ctx->runs;
     int at = 0;
     for (int i = 0; i < KN_MEMPLAN_SHAPED; i++) {
-        if (!rt->shaped[i]) {
+        if (!ctx->shaped[i]) {
             at = i;
             break;
         }
-        if (rt->shaped[i]->last_used < rt->shaped[at]->last_used) at = i;
+        if (ctx->shaped[i]->last_used < ctx->shaped[at]->last_used) at = i;
     }
-    kn_memplan_free(rt->shaped[at]);
-    rt->shaped[at] = p;
+    kn_memplan_free(ctx->shaped[at]);
+    ctx->shaped[at] = p;
 }
 
 kiln_status kn_exec_graph_flags(const kn_graph *g, kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
                                 kn_exec *parent, kn_tensor *const *inputs, kn_tensor **outputs, unsigned flags) {
+    return exec_graph(g, rt, pool, buffers, parent, NULL, inputs, outputs, flags);
+}
+
+kiln_status kn_exec_graph_ctx(const kn_graph *g, kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
+                              kn_run_ctx *ctx, kn_tensor *const *inputs, kn_tensor **outputs, unsigned flags) {
+    bool bounded = ctx && (ctx->terminate || ctx->deadline_ms > 0);
+    if (bounded) kn_parallel_set_stop(stop_check, ctx);
+    kiln_status st = exec_graph(g, rt, pool, buffers, NULL, ctx, inputs, outputs, flags);
+    if (bounded) kn_parallel_set_stop(NULL, NULL);
+    return st;
+}
+
+/* Runs g; ctx: the call's context for the main graph (NULL for a subgraph: its parent's). */
+static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
+                              kn_exec *parent, kn_run_ctx *ctx, kn_tensor *const *inputs, kn_tensor **outputs,
+                              unsigned flags) {
     kn_exec x = {g, NULL, NULL, NULL, pool, buffers, parent, rt, NULL};
+    x.run = parent ? parent->run : ctx;
     int64_t *sig = NULL; /* the input shapes, for a run that makes a memory plan */
     int sig_len = 0;
     size_t nv = (size_t)(g->n_values ? g->n_values : 1);
@@ -451,7 +610,7 @@ kiln_status kn_exec_graph_flags(const kn_graph *g, kn_runtime *rt, kn_threadpool
         st = KN_OOM();
         goto done;
     }
-    if (rt && g == rt->main && !parent && memplan_wanted()) choose_plan(&x, rt, inputs, &sig, &sig_len);
+    if (rt && ctx && g == rt->main && !parent && memplan_wanted()) choose_plan(&x, rt, ctx, inputs, &sig, &sig_len);
     for (int i = 0; i < g->n_inputs; i++) {
         int v = g->inputs[i];
         x.slots[v] = inputs[i] ? inputs[i] : g->values[v].constant;
@@ -460,7 +619,19 @@ kiln_status kn_exec_graph_flags(const kn_graph *g, kn_runtime *rt, kn_threadpool
     for (int i = 0; i < g->n_nodes; i++) {
         const kn_node *n = &g->nodes[i];
         if (n->dead) continue;
+        if (x.run && kn_run_ctx_stopping(x.run)) {
+            char where[320];
+            snprintf(where, sizeof where, "before %s", kn_node_label(n, lbl, sizeof lbl));
+            st = stop_error(x.run, where);
+            goto done;
+        }
         st = run_node(&x, n);
+        /* a kernel whose parallel chunks saw the stop left its outputs incomplete */
+        if (st == KILN_OK && x.run && atomic_load_explicit((_Atomic int *)&x.run->stop, memory_order_relaxed)) {
+            char where[320];
+            snprintf(where, sizeof where, "in %s", kn_node_label(n, lbl, sizeof lbl));
+            st = stop_error(x.run, where);
+        }
         if (st != KILN_OK) goto done;
     }
     for (int i = 0; i < g->n_outputs; i++) {
@@ -477,6 +648,7 @@ kiln_status kn_exec_graph_flags(const kn_graph *g, kn_runtime *rt, kn_threadpool
             /* left on the device: handed over when this is the value's last reader, else copied */
             if (x.owned[v] && x.remaining[v] <= 1) {
                 outputs[i] = t;
+                mem_refund(&x, value_bytes(t));
                 x.slots[v] = NULL;
                 x.owned[v] = 0;
             } else {
@@ -496,6 +668,7 @@ kiln_status kn_exec_graph_flags(const kn_graph *g, kn_runtime *rt, kn_threadpool
         /* hand over the run's own value when this is its last reader; copy otherwise */
         if (x.owned[v] && x.remaining[v] <= 1) {
             outputs[i] = t; /* its block goes back to the session's pool when the caller is done with it */
+            mem_refund(&x, value_bytes(t));
             x.slots[v] = NULL;
             x.owned[v] = 0;
         } else {
@@ -513,12 +686,14 @@ done:
         }
     if (x.slots)
         for (int i = 0; i < g->n_values; i++)
-            if (x.owned[i]) kn_tensor_free(x.slots[i]);
+            if (x.owned[i]) free_owned(&x, i);
     if (x.alt)
         for (int i = 0; i < g->n_values; i++) kn_tensor_free(x.alt[i]);
-    if (x.record && st == KILN_OK) keep_plan(&x, rt, sig, sig_len);
+    if (x.record && st == KILN_OK) keep_plan(&x, rt, ctx, sig, sig_len);
     else free(sig);
     free(x.record);
+    handed_clear(&x);
+    free(x.handed);
     free(x.alt);
     free(x.slots);
     free(x.owned);
@@ -532,5 +707,53 @@ kiln_status kn_exec_subgraph(kn_kernel_ctx *c, const kn_graph *body, kn_tensor *
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL,
                                "subgraph '%s' has %d inputs and %d outputs; the operator passes %d and expects %d",
                                body->name, body->n_inputs, body->n_outputs, n_inputs, n_outputs);
-    return kn_exec_graph(body, c->pool, c->exec ? c->exec->buffers : NULL, c->exec, inputs, outputs);
+    kn_exec *px = c->exec;
+    kn_run_ctx *r = px ? px->run : NULL;
+    if (r && kn_run_ctx_stopping(r)) {
+        char lbl[256], where[320];
+        snprintf(where, sizeof where, "in %s, running its subgraph '%s'", kn_node_label(c->node, lbl, sizeof lbl),
+                 body->name);
+        for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
+        return stop_error(r, where);
+    }
+    /* a value handed out by an earlier call and passed back in (a loop-carried state) is the
+     * kernel's to free once this call is done: no longer counted */
+    for (int i = 0; px && i < n_inputs; i++)
+        for (int k = 0; inputs[i] && k < px->n_handed; k++)
+            if (px->handed[k].t == inputs[i]) {
+                mem_refund(px, px->handed[k].bytes);
+                px->handed[k--] = px->handed[--px->n_handed];
+            }
+    kiln_status st = kn_exec_graph(body, c->pool, px ? px->buffers : NULL, px, inputs, outputs);
+    if (st != KILN_OK || !r) return st;
+    /* what the body hands the kernel is counted until the node ends (a Loop's scan outputs pile up) */
+    if (px->n_handed + n_outputs > px->cap_handed) {
+        int cap = px->cap_handed ? px->cap_handed * 2 : 16;
+        while (cap < px->n_handed + n_outputs) cap *= 2;
+        kn_handed *h = realloc(px->handed, sizeof *h * (size_t)cap);
+        if (!h) st = KN_OOM();
+        else {
+            px->handed = h;
+            px->cap_handed = cap;
+        }
+    }
+    int n0 = px->n_handed;
+    /* a Loop frees its body's condition at once: not counted (its address would come back) */
+    bool loop = !*c->node->domain && !strcmp(c->node->op_type, "Loop");
+    for (int i = 0; st == KILN_OK && i < n_outputs; i++) {
+        int64_t b = value_bytes(outputs[i]);
+        if (!b || (loop && i == 0)) continue;
+        char what[320];
+        snprintf(what, sizeof what, "subgraph '%s' output %d ('%s')", body->name, i, body->values[body->outputs[i]].name);
+        st = mem_charge(px, c->node, what, b, true);
+        if (st == KILN_OK) px->handed[px->n_handed++] = (kn_handed){outputs[i], b};
+    }
+    if (st != KILN_OK) {
+        while (px->n_handed > n0) mem_refund(px, px->handed[--px->n_handed].bytes);
+        for (int i = 0; i < n_outputs; i++) {
+            kn_tensor_free(outputs[i]);
+            outputs[i] = NULL;
+        }
+    }
+    return st;
 }

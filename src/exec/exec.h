@@ -10,6 +10,48 @@
 #include "exec/kernel.h"
 #include "ir/graph.h"
 
+struct kn_memplan;
+
+/* What one call of a session mutates, kept apart from the compiled session (which is immutable
+ * while runs go on and shared by them): the memory-plan arena, the plans made for input shapes
+ * seen at run time, and the call's bounds. A session keeps a pool of them (session.c): a call
+ * takes one on entry and gives it back on return. */
+typedef struct kn_run_ctx {
+    struct kn_run_ctx *next; /* in the session's free list */
+    unsigned char *arena;    /* the plans' host memory (the largest one used so far) */
+    uint64_t arena_bytes;
+    struct kn_memplan *shaped[4]; /* plans made by runs, one per input-shape set (KN_MEMPLAN_SHAPED) */
+    uint64_t runs;
+    /* the current call's bounds (kn_run_ctx_begin) */
+    const int *terminate;   /* the run options' flag (atomic), or NULL */
+    double deadline_ms;     /* kn_now_ms() time the call must end by; 0 = none */
+    int64_t timeout_ms;     /* as given, for the message */
+    double started_ms;
+    int stop;               /* atomic: 0, or KILN_ERR_CANCELLED / KILN_ERR_DEADLINE once seen (sticky) */
+    int64_t mem_limit;      /* bytes a run may hold (0 = no limit) */
+    int64_t mem_live;       /* bytes the run holds now */
+    int64_t mem_peak;
+} kn_run_ctx;
+
+/* Prepares c for a call: its bounds (terminate: an atomic int flag or NULL; timeout_ms 0 = none;
+ * mem_limit 0 = none). */
+void kn_run_ctx_begin(kn_run_ctx *c, const int *terminate, int64_t timeout_ms, int64_t mem_limit);
+/* Frees a context's memory (not the struct's own, when embedded). */
+void kn_run_ctx_clear(kn_run_ctx *c);
+/* Whether the call must stop now (terminate set or deadline passed); records it (sticky). For
+ * any thread. */
+bool kn_run_ctx_stopping(kn_run_ctx *c);
+/* For kernels with long loops of their own: KILN_ERR_CANCELLED or KILN_ERR_DEADLINE (with the
+ * message) when the run must stop, else KILN_OK. */
+kiln_status kn_exec_check_stop(const kn_kernel_ctx *c);
+
+/* A value handed by a subgraph run to its operator's kernel (Loop, Scan, If), still counted in
+ * the run's memory until the kernel passes it back in or the node ends. */
+typedef struct kn_handed {
+    const kn_tensor *t;
+    int64_t bytes;
+} kn_handed;
+
 typedef struct kn_exec {
     const kn_graph *graph;
     kn_tensor **slots;      /* per value id: the value in this run (borrowed or owned) */
@@ -23,6 +65,9 @@ typedef struct kn_exec {
     const struct kn_memplan *plan; /* the main graph's memory plan, for its run (else NULL) */
     unsigned char *arena;          /* the plan's memory (NULL: the plan is not used) */
     int64_t *record;               /* per value id: bytes allocated for it on the host (a run making a plan) */
+    kn_run_ctx *run;               /* the call's context (inherited by subgraph runs), or NULL */
+    kn_handed *handed;             /* values subgraph runs handed to the current node's kernel */
+    int n_handed, cap_handed;
 } kn_exec;
 
 /* Resolves schemas (kn_op_find) for every node of g and its subgraphs; an unknown operator or
@@ -52,6 +97,10 @@ enum { KN_EXEC_DEVICE_OUTPUTS = 1u << 0 };
 kiln_status kn_exec_graph_flags(const kn_graph *g, struct kn_runtime *rt, kn_threadpool *pool,
                                 kn_buffer_pool *buffers, kn_exec *parent, kn_tensor *const *inputs,
                                 kn_tensor **outputs, unsigned flags);
+/* kn_exec_graph_flags within a run context (the main graph of a session's call: its memory plan
+ * and arena come from ctx, and its bounds are checked). */
+kiln_status kn_exec_graph_ctx(const kn_graph *g, struct kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
+                              kn_run_ctx *ctx, kn_tensor *const *inputs, kn_tensor **outputs, unsigned flags);
 /* For control-flow kernels: runs `body` with the given inputs (borrowed, one per body input)
  * and the current run as outer scope; outputs as for kn_exec_graph. */
 kiln_status kn_exec_subgraph(kn_kernel_ctx *c, const kn_graph *body, kn_tensor *const *inputs,

@@ -291,7 +291,8 @@ static void upload_constants(kiln_session *s, kn_tensor *const *bound) {
 }
 
 /* Records a run for these shapes; on success the new graph has not run yet. */
-static kiln_status record(kiln_session *s, kn_tensor *const *bound, int64_t *sig, size_t sig_len, kn_captured **out) {
+static kiln_status record(kiln_session *s, kn_run_ctx *ctx, kn_tensor *const *bound, int64_t *sig, size_t sig_len,
+                          kn_captured **out) {
     kn_graph_cache *c = s->graphs;
     const kn_backend *be = &s->rt->backends[c->backend];
     const kn_graph *g = s->model->graph;
@@ -314,8 +315,8 @@ static kiln_status record(kiln_session *s, kn_tensor *const *bound, int64_t *sig
     if (st == KILN_OK) {
         st = be->ops->capture_begin(be->state);
         if (st == KILN_OK) {
-            kiln_status run_st = kn_exec_graph_flags(g, s->rt, s->pool, s->buffers, NULL, e.inputs, e.outputs,
-                                                     KN_EXEC_DEVICE_OUTPUTS);
+            kiln_status run_st =
+                kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, ctx, e.inputs, e.outputs, KN_EXEC_DEVICE_OUTPUTS);
             char run_msg[1024];
             snprintf(run_msg, sizeof run_msg, "%s", run_st == KILN_OK ? "" : kiln_last_error());
             st = be->ops->capture_end(be->state, run_st == KILN_OK, &e.graph);
@@ -348,12 +349,12 @@ static kiln_status record(kiln_session *s, kn_tensor *const *bound, int64_t *sig
     return KILN_OK;
 }
 
-kiln_status kn_session_execute(kiln_session *s, kn_tensor *const *bound, kn_tensor **outs, unsigned flags,
-                               bool *borrowed) {
+kiln_status kn_session_execute(kiln_session *s, kn_run_ctx *ctx, kn_tensor *const *bound, kn_tensor **outs,
+                               unsigned flags, bool *borrowed) {
     const kn_graph *g = s->model->graph;
     kn_graph_cache *c = s->graphs;
     *borrowed = false;
-    if (!c) return kn_exec_graph_flags(g, s->rt, s->pool, s->buffers, NULL, bound, outs, flags);
+    if (!c) return kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, ctx, bound, outs, flags);
     size_t len = 0;
     int64_t *sig = signature(g, bound, &len);
     if (!sig) return KN_OOM();
@@ -371,7 +372,7 @@ kiln_status kn_session_execute(kiln_session *s, kn_tensor *const *bound, kn_tens
             return KN_OOM();
         }
         memcpy(sig_copy, sig, sizeof *sig * len);
-        kiln_status st = record(s, bound, sig_copy, len, &e);
+        kiln_status st = record(s, ctx, bound, sig_copy, len, &e);
         if (st != KILN_OK) {
             char shapes[512];
             kn_log(KILN_LOG_INFO, "%s: the run with %s is not captured into a graph (%s); it runs uncaptured",
@@ -389,7 +390,7 @@ kiln_status kn_session_execute(kiln_session *s, kn_tensor *const *bound, kn_tens
         *borrowed = true;
         return KILN_OK;
     }
-    kiln_status st = kn_exec_graph_flags(g, s->rt, s->pool, s->buffers, NULL, bound, outs, flags);
+    kiln_status st = kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, ctx, bound, outs, flags);
     if (sig) {
         if (st == KILN_OK && !find_seen(c, sig, len)) remember(c, sig, len, false);
         else free(sig);

@@ -79,6 +79,19 @@ kiln_status kn_session_options_copy(const kiln_session_options *src, kiln_sessio
 
 static void session_free(kiln_session *s) {
     if (!s) return;
+    if (s->sync_made) {
+        /* calls still inside (the caller's error): new ones are refused, these are waited for */
+        pthread_mutex_lock(&s->ctx_mu);
+        s->closing = true;
+        if (s->active)
+            kn_log(KILN_LOG_ERROR,
+                   "kiln_session_destroy: %d call(s) of the session still running on other threads; waiting for them "
+                   "(destroying a session that runs is a misuse: calls entering now fail with KILN_ERR_MISUSE)",
+                   s->active);
+        while (s->active) pthread_cond_wait(&s->ctx_cv, &s->ctx_mu);
+        pthread_mutex_unlock(&s->ctx_mu);
+    }
+    atomic_store(&s->magic, 0);
     if (s->at_end) s->at_end(s);
     kn_threadpool_destroy(s->pool);
     if (s->rt) kn_graph_cache_destroy(s);
@@ -88,6 +101,17 @@ static void session_free(kiln_session *s) {
     free(s->inputs);
     free(s->outputs);
     kn_session_options_clear(&s->opts);
+    while (s->free_ctx) {
+        kn_run_ctx *c = s->free_ctx;
+        s->free_ctx = c->next;
+        kn_run_ctx_clear(c);
+        free(c);
+    }
+    if (s->sync_made) {
+        pthread_mutex_destroy(&s->ctx_mu);
+        pthread_cond_destroy(&s->ctx_cv);
+        pthread_mutex_destroy(&s->device_mu);
+    }
     free(s);
 }
 
@@ -137,6 +161,25 @@ static kiln_status fill_io(kiln_session *s) {
 static kiln_status finish_session(kiln_session *s) {
     kn_model *model = s->model;
     s->rt->main = model->graph;
+    if (!s->sync_made) {
+        if (pthread_mutex_init(&s->ctx_mu, NULL) != 0) return KN_OOM();
+        if (pthread_cond_init(&s->ctx_cv, NULL) != 0) {
+            pthread_mutex_destroy(&s->ctx_mu);
+            return KN_OOM();
+        }
+        if (pthread_mutex_init(&s->device_mu, NULL) != 0) {
+            pthread_mutex_destroy(&s->ctx_mu);
+            pthread_cond_destroy(&s->ctx_cv);
+            return KN_OOM();
+        }
+        s->sync_made = true;
+    }
+    /* a device provider's stream, allocator and captured graphs are one per session: its calls
+     * take turns (CPU-only sessions run calls in parallel) */
+    s->serial = false;
+    for (int b = 0; b < s->rt->n_backends; b++)
+        if (s->rt->backends[b].ops->device != KN_DEVICE_HOST) s->serial = true;
+    atomic_store(&s->magic, KN_SESSION_MAGIC);
     kiln_status st = kn_graph_place(model->graph, s->rt, NULL, NULL);
     if (st == KILN_OK) st = kn_threadpool_create(s->opts.intra_op_threads, &s->pool);
     if (st == KILN_OK) st = kn_buffer_pool_create(&s->buffers);
@@ -156,7 +199,7 @@ kiln_status kn_session_from_model(kn_model *model, const kiln_session_options *o
     s->model = model;
     kiln_status st = kn_session_options_copy(options, &s->opts);
     if (st == KILN_OK) {
-        kn_log_set_level(s->opts.log_level);
+        kn_log_set_level(s->opts.log_level); /* this thread's, for the creation (util/log.h) */
         st = choose_providers(s);
     }
     if (st == KILN_OK) {
@@ -216,8 +259,12 @@ kiln_status kiln_session_create(const char *path, const kiln_session_options *op
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_create: %s is NULL",
                         !path ? "path" : "session_out");
     if (!*path) return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_create: path is empty");
-    /* the compiled cache decides: a compiled file, a cache hit, or a compile (src/cache/use.c) */
-    return kn_cache_session_create(path, NULL, 0, NULL, options, session_out);
+    /* the compiled cache decides: a compiled file, a cache hit, or a compile (src/cache/use.c); the
+     * session's log level holds on this thread while it is created */
+    int level = kn_log_swap_level(options ? options->log_level : KILN_LOG_WARNING);
+    kiln_status st = kn_cache_session_create(path, NULL, 0, NULL, options, session_out);
+    kn_log_restore_level(level);
+    return st;
 }
 
 kiln_status kiln_session_create_from_memory(const void *data, size_t size, const char *base_dir,
@@ -227,7 +274,11 @@ kiln_status kiln_session_create_from_memory(const void *data, size_t size, const
     if (!data || !session_out)
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_create_from_memory: %s is NULL",
                         !data ? "data" : "session_out");
-    return kn_cache_session_create(NULL, data, size, base_dir && *base_dir ? base_dir : NULL, options, session_out);
+    int level = kn_log_swap_level(options ? options->log_level : KILN_LOG_WARNING);
+    kiln_status st =
+        kn_cache_session_create(NULL, data, size, base_dir && *base_dir ? base_dir : NULL, options, session_out);
+    kn_log_restore_level(level);
+    return st;
 }
 
 size_t kiln_session_input_count(const kiln_session *s) { return s ? (size_t)s->n_inputs : 0; }
@@ -391,7 +442,7 @@ static kiln_status deliver(const kiln_session *s, kn_tensor **t, bool borrowed, 
 }
 
 /* The common part of kiln_session_run (outputs_out) and kiln_session_run_into (into). */
-static kiln_status run_body(kiln_session *s, const char *fn, const char *const *input_names,
+static kiln_status run_body(kiln_session *s, kn_run_ctx *ctx, const char *fn, const char *const *input_names,
                             kiln_tensor *const *inputs, size_t n_inputs, const char *const *output_names,
                             size_t n_outputs, kiln_tensor **outputs_out, kiln_tensor *const *into) {
     if (n_inputs && (!input_names || !inputs))
@@ -423,7 +474,7 @@ static kiln_status run_body(kiln_session *s, const char *fn, const char *const *
     }
     if (st != KILN_OK) goto done;
     bool device_out = !into && s->opts.output_device != KILN_DEVICE_HOST;
-    st = kn_session_execute(s, bound, all_out, device_out || into ? KN_EXEC_DEVICE_OUTPUTS : 0, &borrowed);
+    st = kn_session_execute(s, ctx, bound, all_out, device_out || into ? KN_EXEC_DEVICE_OUTPUTS : 0, &borrowed);
     if (st != KILN_OK) {
         memset(all_out, 0, sizeof *all_out * (size_t)g->n_outputs);
         goto done;
@@ -497,35 +548,122 @@ done:
     return st;
 }
 
-/* One call at a time per session: a call made while another runs is an error, not a race. */
-static kiln_status run_common(kiln_session *s, const char *fn, const char *const *input_names,
-                              kiln_tensor *const *inputs, size_t n_inputs, const char *const *output_names,
-                              size_t n_outputs, kiln_tensor **outputs_out, kiln_tensor *const *into) {
+/* ------------------------------------------------------------------ concurrent calls */
+
+/* A run context for a call: a free one, a new one (up to the bound), or, at the bound, the next
+ * one given back. KILN_ERR_MISUSE once the session is being destroyed. */
+static kiln_status ctx_take(kiln_session *s, const char *fn, kn_run_ctx **out) {
+    *out = NULL;
+    kn_run_ctx *c = NULL;
+    pthread_mutex_lock(&s->ctx_mu);
+    for (;;) {
+        if (s->closing) {
+            pthread_mutex_unlock(&s->ctx_mu);
+            return kn_error(KILN_ERR_MISUSE, "%s: the session is being destroyed (kiln_session_destroy) on another thread",
+                            fn);
+        }
+        if (s->free_ctx) {
+            c = s->free_ctx;
+            s->free_ctx = c->next;
+            break;
+        }
+        if (s->opts.max_concurrent_runs <= 0 || s->n_ctx < s->opts.max_concurrent_runs) {
+            c = calloc(1, sizeof *c);
+            if (!c) {
+                pthread_mutex_unlock(&s->ctx_mu);
+                return kn_error(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory for a run context", fn);
+            }
+            s->n_ctx++;
+            break;
+        }
+        pthread_cond_wait(&s->ctx_cv, &s->ctx_mu);
+    }
+    c->next = NULL;
+    s->active++;
+    if (s->active > s->peak_active) s->peak_active = s->active;
+    pthread_mutex_unlock(&s->ctx_mu);
+    *out = c;
+    return KILN_OK;
+}
+
+static void ctx_give(kiln_session *s, kn_run_ctx *c) {
+    pthread_mutex_lock(&s->ctx_mu);
+    c->next = s->free_ctx;
+    s->free_ctx = c;
+    s->active--;
+    pthread_cond_broadcast(&s->ctx_cv);
+    pthread_mutex_unlock(&s->ctx_mu);
+}
+
+void kn_session_ctx_stats(const kiln_session *s, int *contexts, int *peak_active) {
+    kiln_session *m = (kiln_session *)s;
+    pthread_mutex_lock(&m->ctx_mu);
+    if (contexts) *contexts = m->n_ctx;
+    if (peak_active) *peak_active = m->peak_active;
+    pthread_mutex_unlock(&m->ctx_mu);
+}
+
+/* Any number of calls at once: each in a run context of its own (see session.h). */
+static kiln_status run_common(kiln_session *s, const kiln_run_options *ro, const char *fn,
+                              const char *const *input_names, kiln_tensor *const *inputs, size_t n_inputs,
+                              const char *const *output_names, size_t n_outputs, kiln_tensor **outputs_out,
+                              kiln_tensor *const *into) {
     if (outputs_out)
         for (size_t i = 0; i < n_outputs; i++) outputs_out[i] = NULL;
     if (!s) return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: session is NULL", fn);
-    if (atomic_exchange(&s->in_run, true))
-        return kn_error(KILN_ERR_INVALID_ARGUMENT,
-                        "%s: the session is running a call on another thread (a session runs one call at a time: "
-                        "use one session per thread)", fn);
-    kiln_status st = run_body(s, fn, input_names, inputs, n_inputs, output_names, n_outputs, outputs_out, into);
-    atomic_store(&s->in_run, false);
+    if (atomic_load(&s->magic) != KN_SESSION_MAGIC)
+        return kn_error(KILN_ERR_MISUSE, "%s: the session is not a live kiln_session (destroyed, or another object)", fn);
+    if (ro && ro->magic != KN_RUN_OPTIONS_MAGIC)
+        return kn_error(KILN_ERR_MISUSE, "%s: run_options is not a live kiln_run_options (destroyed, or another object)",
+                        fn);
+    kn_run_ctx *ctx = NULL;
+    KN_TRY(ctx_take(s, fn, &ctx));
+    int level = kn_log_swap_level(s->opts.log_level);
+    kn_run_ctx_begin(ctx, ro ? (const int *)&ro->terminate : NULL, ro ? (int64_t)atomic_load(&ro->timeout_ms) : 0,
+                     (int64_t)(s->opts.memory_limit > INT64_MAX ? INT64_MAX : s->opts.memory_limit));
+    if (s->serial) pthread_mutex_lock(&s->device_mu);
+    kiln_status st = run_body(s, ctx, fn, input_names, inputs, n_inputs, output_names, n_outputs, outputs_out, into);
+    if (s->serial) pthread_mutex_unlock(&s->device_mu);
+    if (st != KILN_OK && (st == KILN_ERR_CANCELLED || st == KILN_ERR_DEADLINE || st == KILN_ERR_OUT_OF_MEMORY))
+        kn_error_prefix(st, "%s: ", fn);
+    kn_log_restore_level(level);
+    ctx_give(s, ctx);
     return st;
 }
 
 kiln_status kiln_session_run(kiln_session *s, const char *const *input_names, kiln_tensor *const *inputs,
                              size_t n_inputs, const char *const *output_names, size_t n_outputs,
                              kiln_tensor **outputs_out) {
-    return run_common(s, "kiln_session_run", input_names, inputs, n_inputs, output_names, n_outputs, outputs_out,
-                      NULL);
+    return run_common(s, NULL, "kiln_session_run", input_names, inputs, n_inputs, output_names, n_outputs,
+                      outputs_out, NULL);
+}
+
+kiln_status kiln_session_run_with(kiln_session *s, const kiln_run_options *ro, const char *const *input_names,
+                                  kiln_tensor *const *inputs, size_t n_inputs, const char *const *output_names,
+                                  size_t n_outputs, kiln_tensor **outputs_out) {
+    return run_common(s, ro, "kiln_session_run_with", input_names, inputs, n_inputs, output_names, n_outputs,
+                      outputs_out, NULL);
+}
+
+static kiln_status run_into_common(kiln_session *s, const kiln_run_options *ro, const char *fn,
+                                   const char *const *input_names, kiln_tensor *const *inputs, size_t n_inputs,
+                                   const char *const *output_names, size_t n_outputs, kiln_tensor *const *outputs) {
+    if (n_outputs && !outputs) return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: outputs is NULL", fn);
+    static kiln_tensor *const none[1] = {NULL};
+    return run_common(s, ro, fn, input_names, inputs, n_inputs, output_names, n_outputs, NULL,
+                      outputs ? outputs : none);
 }
 
 kiln_status kiln_session_run_into(kiln_session *s, const char *const *input_names, kiln_tensor *const *inputs,
                                   size_t n_inputs, const char *const *output_names, size_t n_outputs,
                                   kiln_tensor *const *outputs) {
-    if (n_outputs && !outputs)
-        return kn_error(KILN_ERR_INVALID_ARGUMENT, "kiln_session_run_into: outputs is NULL");
-    static kiln_tensor *const none[1] = {NULL};
-    return run_common(s, "kiln_session_run_into", input_names, inputs, n_inputs, output_names, n_outputs, NULL,
-                      outputs ? outputs : none);
+    return run_into_common(s, NULL, "kiln_session_run_into", input_names, inputs, n_inputs, output_names, n_outputs,
+                           outputs);
+}
+
+kiln_status kiln_session_run_into_with(kiln_session *s, const kiln_run_options *ro, const char *const *input_names,
+                                       kiln_tensor *const *inputs, size_t n_inputs, const char *const *output_names,
+                                       size_t n_outputs, kiln_tensor *const *outputs) {
+    return run_into_common(s, ro, "kiln_session_run_into_with", input_names, inputs, n_inputs, output_names,
+                           n_outputs, outputs);
 }

@@ -5,6 +5,7 @@
 #include "ir/graph.h"
 #include "util/threadpool.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #define KN_MAX_PROVIDERS 4
@@ -39,7 +40,20 @@ struct kiln_session_options {
     kn_dim_override *dims;
     int n_dims;
     int output_device; /* kiln_device_type where kiln_session_run returns outputs */
+    uint64_t memory_limit;   /* bytes one run may hold (0 = no limit); not a compile option */
+    int max_concurrent_runs; /* 0 = no bound; not a compile option */
 };
+
+/* kiln_run_options (api: kiln_run_options_*). */
+struct kiln_run_options {
+    uint32_t magic;
+    _Atomic int terminate;
+    _Atomic int64_t timeout_ms;
+};
+#define KN_RUN_OPTIONS_MAGIC 0x6b52554eu /* "kRUN" */
+#define KN_SESSION_MAGIC 0x6b53534eu     /* "kSSN" */
+
+struct kn_run_ctx;
 
 typedef struct kn_io_info {
     int value;      /* value id in the main graph */
@@ -62,10 +76,26 @@ struct kiln_session {
      * cache writes the tuning results its runs made into the session's compiled file. */
     void (*at_end)(kiln_session *s);
     void *at_end_arg;
-    /* a call is running: a second one at the same time is refused (the runs share the session's
-     * buffers, its memory plan's arena, its captured graphs) */
-    atomic_bool in_run;
+    /* Concurrent calls (session.c). Everything a call mutates is in a run context from the pool
+     * (free list under ctx_mu); the rest of the session is read-only while calls run, except
+     * what is locked: the CPU backend's constant cache (its own lock), and on a session with a
+     * device provider the device's stream, allocator, constant copies and captured graphs, which
+     * are one per session: such a session's calls hold device_mu for their whole length. */
+    _Atomic uint32_t magic;      /* KN_SESSION_MAGIC while the session is live */
+    pthread_mutex_t ctx_mu;
+    pthread_cond_t ctx_cv;       /* a context came back / the last call left */
+    struct kn_run_ctx *free_ctx; /* contexts not in use */
+    int n_ctx;                   /* contexts made */
+    int active;                  /* calls inside */
+    int peak_active;
+    bool closing;                /* kiln_session_destroy has begun: new calls are refused */
+    bool serial;                 /* a device provider: one call at a time (device_mu) */
+    pthread_mutex_t device_mu;
+    bool sync_made;              /* ctx_mu, ctx_cv, device_mu initialised */
 };
+
+/* For tests: run contexts made so far and the most calls seen inside at once. */
+void kn_session_ctx_stats(const kiln_session *s, int *contexts, int *peak_active);
 
 typedef struct kn_graph_cache kn_graph_cache;
 

@@ -48,6 +48,7 @@ static const char *const kn_status_names[] = {
     "KILN_ERR_UNSUPPORTED", "KILN_ERR_IO",            "KILN_ERR_OUT_OF_MEMORY",
     "KILN_ERR_SHAPE",    "KILN_ERR_NOT_FOUND",        "KILN_ERR_NO_DEVICE",
     "KILN_ERR_RUNTIME",  "KILN_ERR_CACHE",            "KILN_ERR_INTERNAL",
+    "KILN_ERR_MISUSE",   "KILN_ERR_CANCELLED",        "KILN_ERR_DEADLINE",
 };
 _Static_assert(sizeof kn_status_names / sizeof kn_status_names[0] == KILN_STATUS_COUNT_,
                "one name per status");

@@ -36,7 +36,18 @@ struct kn_threadpool {
     int64_t n, chunk, n_chunks;
     uint64_t ticket;     /* (generation << 32) | next chunk */
     int64_t done_chunks; /* atomic */
+    kn_stop_fn stop_fn;  /* the job's stop check (atomic, as fn) */
+    void *stop_arg;
+    int busy;            /* atomic: a caller is running a job on the workers */
 };
+
+static _Thread_local kn_stop_fn kn_stop_check;
+static _Thread_local void *kn_stop_check_arg;
+
+void kn_parallel_set_stop(kn_stop_fn fn, void *arg) {
+    kn_stop_check = fn;
+    kn_stop_check_arg = fn ? arg : NULL;
+}
 
 /* A parallel loop started from inside a worker's chunk runs serially instead of deadlocking. */
 static _Thread_local int kn_in_parallel_region;
@@ -48,6 +59,8 @@ static void run_chunks(kn_threadpool *p, uint64_t gen) {
     int64_t n = __atomic_load_n(&p->n, __ATOMIC_RELAXED);
     int64_t chunk = __atomic_load_n(&p->chunk, __ATOMIC_RELAXED);
     int64_t n_chunks = __atomic_load_n(&p->n_chunks, __ATOMIC_RELAXED);
+    kn_stop_fn stop = __atomic_load_n(&p->stop_fn, __ATOMIC_RELAXED);
+    void *stop_arg = __atomic_load_n(&p->stop_arg, __ATOMIC_RELAXED);
     uint64_t t = __atomic_load_n(&p->ticket, __ATOMIC_ACQUIRE);
     for (;;) {
         if ((t >> 32) != (gen & 0xffffffffu) || (int64_t)(t & 0xffffffffu) >= n_chunks) return;
@@ -56,7 +69,7 @@ static void run_chunks(kn_threadpool *p, uint64_t gen) {
         int64_t c = (int64_t)(t & 0xffffffffu);
         int64_t b = c * chunk, e = b + chunk;
         if (e > n) e = n;
-        fn(arg, b, e);
+        if (!stop || !stop(stop_arg)) fn(arg, b, e);
         if (__atomic_add_fetch(&p->done_chunks, 1, __ATOMIC_ACQ_REL) == n_chunks) {
             pthread_mutex_lock(&p->mu);
             if (p->waiting) pthread_cond_signal(&p->done);
@@ -153,6 +166,17 @@ void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn,
     if (n_chunks > 0x7fffffff) n_chunks = 0x7fffffff;
     int64_t chunk = (n + n_chunks - 1) / n_chunks;
     n_chunks = (n + chunk - 1) / chunk;
+    if (__atomic_exchange_n(&p->busy, 1, __ATOMIC_ACQUIRE)) {
+        /* another call has the workers: this one's chunks on this thread, the same chunks */
+        kn_in_parallel_region = 1;
+        for (int64_t c = 0; c < n_chunks; c++) {
+            if (kn_stop_check && kn_stop_check(kn_stop_check_arg)) break;
+            int64_t b = c * chunk, e = b + chunk;
+            fn(arg, b, e > n ? n : e);
+        }
+        kn_in_parallel_region = 0;
+        return;
+    }
     uint64_t gen = __atomic_load_n(&p->generation, __ATOMIC_RELAXED) + 1;
     __atomic_store_n(&p->fn, fn, __ATOMIC_RELAXED);
     __atomic_store_n(&p->arg, arg, __ATOMIC_RELAXED);
@@ -160,6 +184,8 @@ void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn,
     __atomic_store_n(&p->chunk, chunk, __ATOMIC_RELAXED);
     __atomic_store_n(&p->n_chunks, n_chunks, __ATOMIC_RELAXED);
     __atomic_store_n(&p->done_chunks, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->stop_fn, kn_stop_check, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->stop_arg, kn_stop_check_arg, __ATOMIC_RELAXED);
     __atomic_store_n(&p->ticket, (gen & 0xffffffffu) << 32, __ATOMIC_RELEASE);
     pthread_mutex_lock(&p->mu);
     __atomic_store_n(&p->generation, gen, __ATOMIC_RELEASE);
@@ -178,4 +204,5 @@ void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn,
         p->waiting = 0;
         pthread_mutex_unlock(&p->mu);
     }
+    __atomic_store_n(&p->busy, 0, __ATOMIC_RELEASE);
 }

@@ -1,9 +1,15 @@
-/* A fixed pool of worker threads for work inside one operator (the intra-op threads). */
+/* A fixed pool of worker threads for work inside one operator (the intra-op threads).
+ *
+ * Many threads may call kn_parallel_for on one pool at once (concurrent runs of one session): the
+ * pool runs one job at a time, and a call that finds it busy runs its chunks on its own thread,
+ * in the same chunks the pool would have used (so a kernel's result does not depend on which call
+ * got the workers). */
 #ifndef KN_THREADPOOL_H
 #define KN_THREADPOOL_H
 
 #include "util/status.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct kn_threadpool kn_threadpool;
@@ -18,5 +24,12 @@ int kn_threadpool_size(const kn_threadpool *p); /* 1 for a NULL pool */
  * A NULL pool runs everything on the caller's thread. */
 typedef void (*kn_range_fn)(void *arg, int64_t begin, int64_t end);
 void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn, void *arg);
+
+/* A stop check for the parallel loops the calling thread starts (a run's cancellation and
+ * deadline): when fn(arg) returns true, the chunks not yet begun are skipped (the loop's result is
+ * then incomplete: the caller must look at its own stop state after the loop and discard it).
+ * Thread-local; fn NULL clears it. Loops of a one-thread pool run whole, without checks. */
+typedef bool (*kn_stop_fn)(void *arg);
+void kn_parallel_set_stop(kn_stop_fn fn, void *arg);
 
 #endif

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "cache/backend.h"
 #include "cache/buf.h"
+#include "exec/exec.h"
 #include "exec/memplan.h"
 #include "exec/session.h"
 #include "kiln.h"
@@ -223,7 +224,8 @@ static void zoo_plan(const char *dir, const char *name, void *arg) {
     kn_tensor *first[KN_UNIT_ZOO_MAX_IO] = {0}, *second[KN_UNIT_ZOO_MAX_IO] = {0};
     CHECK_STATUS(kiln_session_run(s, d.names, d.in, d.n_in, NULL, d.n_out, first), KILN_OK);
     CHECK_STATUS(kiln_session_run(s, d.names, d.in, d.n_in, NULL, d.n_out, second), KILN_OK);
-    const kn_memplan *p = s->rt->memplan ? s->rt->memplan : s->rt->shaped[0];
+    /* a run-time plan belongs to the run context that made it (one here: the calls were serial) */
+    const kn_memplan *p = s->rt->memplan ? s->rt->memplan : s->free_ctx ? s->free_ctx->shaped[0] : NULL;
     CHECK_MSG(p != NULL, "%s: nothing planned", name);
     if (p) {
         check_sound(s->model->graph, p, name);
