@@ -86,6 +86,7 @@ int cmd_run(int argc, char **argv) {
     const char *model = NULL, *out_dir = NULL;
     named inputs[MAX_ITEMS], dims[MAX_ITEMS];
     int n_inputs = 0, n_dims = 0, repeat = 1, err = 0;
+    int64_t timeout_ms = 0; /* --timeout-ms: each run stops with KILN_ERR_DEADLINE after this long */
     bool each_time = false; /* --times: every run's latency, in order (how a warm start settles) */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -110,6 +111,13 @@ int cmd_run(int argc, char **argv) {
         } else if (!strcmp(a, "--repeat") && i + 1 < argc) {
             repeat = atoi(argv[++i]);
             if (repeat < 1) repeat = 1;
+        } else if (!strcmp(a, "--timeout-ms")) {
+            char *end = NULL;
+            if (i + 1 < argc) timeout_ms = strtoll(argv[++i], &end, 10);
+            if (!end || end == argv[i] || *end || timeout_ms < 0) {
+                fprintf(stderr, "kiln run: --timeout-ms takes a number of milliseconds (0 = no limit)\n");
+                return 2;
+            }
         } else if (!strcmp(a, "--times")) {
             each_time = true;
         } else if (a[0] == '-') {
@@ -171,6 +179,13 @@ int cmd_run(int argc, char **argv) {
         in_names[bound] = info.name;
         in_tensors[bound++] = t;
     }
+    kiln_run_options *run_opts = NULL;
+    if (timeout_ms > 0 && (kiln_run_options_create(&run_opts) != KILN_OK ||
+                           kiln_run_options_set_timeout_ms(run_opts, timeout_ms) != KILN_OK)) {
+        fprintf(stderr, "kiln run: %s\n", kiln_last_error());
+        kiln_run_options_destroy(run_opts);
+        goto done;
+    }
     double *times = calloc((size_t)repeat, sizeof *times);
     for (int r = 0; r < repeat; r++) {
         for (size_t j = 0; j < no; j++) {
@@ -178,14 +193,16 @@ int cmd_run(int argc, char **argv) {
             outs[j] = NULL;
         }
         double t1 = kn_now_ms();
-        st = kiln_session_run(s, in_names, in_tensors, bound, NULL, no, outs);
+        st = kiln_session_run_with(s, run_opts, in_names, in_tensors, bound, NULL, no, outs);
         times[r] = kn_now_ms() - t1;
         if (st != KILN_OK) {
             fprintf(stderr, "kiln run: %s\n", kiln_last_error());
             free(times);
+            kiln_run_options_destroy(run_opts);
             goto done;
         }
     }
+    kiln_run_options_destroy(run_opts);
     for (size_t j = 0; j < no; j++) {
         kiln_value_info info;
         kiln_session_output_info(s, j, &info);
