@@ -57,6 +57,8 @@ if [ ! -f build/models/.complete ]; then
   "$KILN_PYTHON" tests/models/make_models.py build/models && touch build/models/.complete
 fi
 part "unit tests" env KILN_SOURCE_DIR="$root" build/kiln_unit_tests
+# the kiln command: strict option parsing, help, man page and completion, file messages
+part "command line" bash tests/cli/test_cli.sh build/kiln
 
 node_dir=build/nodetests
 if [ ! -f "$node_dir/.complete" ]; then

@@ -7,13 +7,31 @@
 #include "util/status.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 
 typedef struct cli_common {
     const char *providers; /* "cpu" or "cuda,cpu" */
     int opt_level;
     int threads;
     int log_level;
+    unsigned given; /* which of the four were given (a second one is an error) */
 } cli_common;
+
+/* A --dim NAME=VALUE: VALUE a whole integer 0..2147483647. */
+#define CLI_MAX_DIMS 64
+typedef struct cli_dim {
+    char name[256];
+    long value;
+} cli_dim;
+
+/* Parses the text of one --dim into dims[*n] (capacity cap): NAME=VALUE with a non-empty name, a
+ * strict integer value, and a name not given before; prints the error and returns false. */
+bool cli_parse_dim(const char *text, cli_dim *dims, int *n, int cap);
+/* Sets every --dim on o; prints the error and returns false. */
+bool cli_apply_dims(kiln_session_options *o, const cli_dim *dims, int n);
+/* For a flag that may be given once: prints "kiln run: --repeat given twice ('2' and '3')" and
+ * returns false when *slot is already set, else stores value there. */
+bool cli_once(const char *option, const char **slot, const char *value);
 
 /* The program name errors start with ("kiln run", set by each subcommand; "kiln" by default). */
 extern const char *cli_prog;
@@ -44,6 +62,16 @@ int cli_add_providers(kiln_session_options *o, const char *list);
  * inference and optimisation). */
 struct kn_model;
 int cli_print_placement(struct kn_model *m, const kiln_session_options *o);
+
+/* Help (tools/help.c, the one source of the options' text): the command list; one line of a
+ * command's usage; a command's full help (false when there is no such command); the man page; the
+ * bash completion script. */
+void cli_usage(FILE *f);
+void cli_usage_of(const char *command, FILE *f);
+bool cli_help(const char *command, FILE *f);
+void cli_man(FILE *f);
+void cli_bash_completion(FILE *f);
+int cmd_help(int argc, char **argv);
 
 int cmd_run(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);

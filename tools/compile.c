@@ -13,13 +13,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_DIMS 64
-
 /* Options shared by compile and cache key: the common flags, --dim, and provider options that
  * change compilation (--precision, --tuning: options of the cuda provider). */
 typedef struct job_flags {
     cli_common common;
-    const char *dims[MAX_DIMS];
+    cli_dim dims[CLI_MAX_DIMS];
     int n_dims;
     const char *precision, *tuning;
 } job_flags;
@@ -36,15 +34,11 @@ static int parse_job_flag(job_flags *j, const char *cmd, int argc, char **argv, 
     }
     const char *v = argv[++*i];
     if (!strcmp(a, "--dim")) {
-        if (!strchr(v, '=') || j->n_dims >= MAX_DIMS) {
-            fprintf(stderr, "kiln %s: --dim takes NAME=VALUE\n", cmd);
-            return -1;
-        }
-        j->dims[j->n_dims++] = v;
+        if (!cli_parse_dim(v, j->dims, &j->n_dims, CLI_MAX_DIMS)) return -1;
     } else if (!strcmp(a, "--precision")) {
-        j->precision = v;
+        if (!cli_once(a, &j->precision, v)) return -1;
     } else {
-        j->tuning = v;
+        if (!cli_once(a, &j->tuning, v)) return -1;
     }
     return 1;
 }
@@ -79,14 +73,9 @@ static kiln_session_options *job_options(const job_flags *j, const char *cmd) {
         kiln_session_options_destroy(o);
         return NULL;
     }
-    for (int k = 0; st == KILN_OK && k < j->n_dims; k++) {
-        char name[256];
-        const char *eq = strchr(j->dims[k], '=');
-        snprintf(name, sizeof name, "%.*s", (int)(eq - j->dims[k]), j->dims[k]);
-        char *end;
-        long long v = strtoll(eq + 1, &end, 10);
-        if (*end || end == eq + 1) st = kn_error(KILN_ERR_INVALID_ARGUMENT, "--dim %s: '%s' is not a number", name, eq + 1);
-        else st = kiln_session_options_set_dim(o, name, v);
+    if (st == KILN_OK && !cli_apply_dims(o, j->dims, j->n_dims)) {
+        kiln_session_options_destroy(o);
+        return NULL;
     }
     if (st != KILN_OK) {
         fprintf(stderr, "kiln %s: %s\n", cmd, kiln_last_error());
@@ -128,10 +117,14 @@ int cmd_compile(int argc, char **argv) {
         if (r < 0) return 2;
         if (r) continue;
         const char *a = argv[i];
-        if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && i + 1 < argc) {
-            out = argv[++i];
-        } else if (a[0] == '-') {
-            fprintf(stderr, "kiln compile: unknown option '%s'\n", a);
+        if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "kiln compile: %s needs a value\n", a);
+                return 2;
+            }
+            if (!cli_once("-o", &out, argv[++i])) return 2;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "kiln compile: unknown option '%s' (kiln help compile lists them)\n", a);
             return 2;
         } else if (!model) {
             model = a;
@@ -141,8 +134,8 @@ int cmd_compile(int argc, char **argv) {
         }
     }
     if (!model || !out || !*out) {
-        fprintf(stderr, "usage: kiln compile MODEL -o FILE [--provider P[,P]] [--opt-level N] [--dim NAME=VALUE ...]\n"
-                        "                    [--precision fp32|tf32|fp16|bf16] [--tuning exhaustive|heuristic]\n");
+        fprintf(stderr, "kiln compile: %s\n", !model ? "no model given" : "no output file given (-o FILE)");
+        cli_usage_of("compile", stderr);
         return 2;
     }
     kiln_session_options *o = job_options(&j, "compile");
@@ -169,13 +162,7 @@ int cmd_compile(int argc, char **argv) {
 
 /* ------------------------------------------------------------------ kiln cache */
 
-static void cache_usage(FILE *f) {
-    fprintf(f, "usage: kiln cache [--cache-dir DIR] list\n"
-               "       kiln cache [--cache-dir DIR] verify [--delete]\n"
-               "       kiln cache [--cache-dir DIR] prune [--max-size SIZE | --all]\n"
-               "       kiln cache [--cache-dir DIR] key MODEL [--provider P] [--opt-level N] [--dim NAME=VALUE ...]\n"
-               "the directory: --cache-dir, else $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln\n");
-}
+static void cache_usage(FILE *f) { cli_usage_of("cache", f); }
 
 static const char *ago(struct timespec t, char *buf, size_t cap) {
     double s = difftime(time(NULL), t.tv_sec);
@@ -348,6 +335,7 @@ int cmd_cache(int argc, char **argv) {
             }
         }
     } else if (!strcmp(sub, "key")) {
+        cli_prog = "kiln cache key";
         rc = cache_key(dir, argc - i, argv + i);
     } else {
         fprintf(stderr, "kiln cache: unknown subcommand '%s'\n", sub);

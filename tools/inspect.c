@@ -112,44 +112,54 @@ int cmd_inspect(int argc, char **argv) {
     int opt_level = -1;
     kiln_session_options *o = NULL;
     kiln_session_options_create(&o);
+    cli_dim dims[CLI_MAX_DIMS];
+    int n_dims = 0;
+    const char *level_text = NULL, *provider_text = NULL;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--dim") && i + 1 < argc) {
-            char *kv = argv[++i], *eq = strchr(kv, '=');
-            if (!eq) {
-                fprintf(stderr, "kiln inspect: --dim takes NAME=VALUE\n");
-                kiln_session_options_destroy(o);
-                return 2;
-            }
-            *eq = 0;
-            kiln_session_options_set_dim(o, kv, atoll(eq + 1));
-        } else if (!strcmp(argv[i], "--opt-level") && i + 1 < argc) {
-            opt_level = atoi(argv[++i]);
-            if (opt_level < 0 || opt_level > 3) {
-                fprintf(stderr, "kiln inspect: --opt-level takes 0..3, not '%s'\n", argv[i]);
-                kiln_session_options_destroy(o);
-                return 2;
-            }
-        } else if (!strcmp(argv[i], "--dump") && i + 1 < argc) {
-            dump = argv[++i];
-        } else if (!strcmp(argv[i], "--disable-pass") && i + 1 < argc) {
+        const char *a = argv[i];
+        bool takes_value = !strcmp(a, "--dim") || !strcmp(a, "--opt-level") || !strcmp(a, "--dump") ||
+                           !strcmp(a, "--disable-pass") || !strcmp(a, "--provider");
+        if (takes_value && i + 1 >= argc) {
+            fprintf(stderr, "kiln inspect: %s needs a value\n", a);
+            kiln_session_options_destroy(o);
+            return 2;
+        }
+        bool ok = true;
+        if (!strcmp(a, "--dim")) {
+            ok = cli_parse_dim(argv[++i], dims, &n_dims, CLI_MAX_DIMS);
+        } else if (!strcmp(a, "--opt-level")) {
+            ok = cli_once(a, &level_text, argv[++i]) && cli_parse_int_as(a, level_text, 0, 3, &opt_level);
+        } else if (!strcmp(a, "--dump")) {
+            ok = cli_once(a, &dump, argv[++i]);
+        } else if (!strcmp(a, "--disable-pass")) {
             kiln_session_options_disable_pass(o, argv[++i]);
-        } else if (!strcmp(argv[i], "--provider") && i + 1 < argc) {
-            if (cli_add_providers(o, argv[++i])) return 2;
-        } else if (!strcmp(argv[i], "--list-passes")) {
+        } else if (!strcmp(a, "--provider")) {
+            ok = cli_once(a, &provider_text, argv[++i]) && !cli_add_providers(o, provider_text);
+        } else if (!strcmp(a, "--list-passes")) {
             list_passes();
             kiln_session_options_destroy(o);
             return 0;
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "kiln inspect: unknown option '%s'\n", argv[i]);
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "kiln inspect: unknown option '%s' (kiln help inspect lists them)\n", a);
+            ok = false;
+        } else if (path) {
+            fprintf(stderr, "kiln inspect: one file at a time ('%s' and '%s')\n", path, a);
+            ok = false;
+        } else {
+            path = a;
+        }
+        if (!ok) {
             kiln_session_options_destroy(o);
             return 2;
-        } else {
-            path = argv[i];
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: kiln inspect MODEL [--dim NAME=VALUE ...] [--opt-level N] [--disable-pass NAME ...]\n"
-                        "                    [--dump FILE.onnx] | --list-passes\n");
+        fprintf(stderr, "kiln inspect: no model given\n");
+        cli_usage_of("inspect", stderr);
+        kiln_session_options_destroy(o);
+        return 2;
+    }
+    if (!cli_apply_dims(o, dims, n_dims)) {
         kiln_session_options_destroy(o);
         return 2;
     }

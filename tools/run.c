@@ -29,7 +29,7 @@ static double rng_uniform(void) { /* xorshift64*: reproducible random inputs */
 
 /* A random input for a declared type: floats in [-1, 1), integers in [0, 10) (safe as indices
  * and token ids for small vocabularies), bools random. */
-static kiln_status random_input(const kiln_value_info *info, const named *dims, int n_dims, kn_tensor **out) {
+static kiln_status random_input(const kiln_value_info *info, const cli_dim *dims, int n_dims, kn_tensor **out) {
     int64_t shape[KILN_MAX_RANK];
     if (info->rank < 0)
         return kn_error(KILN_ERR_INVALID_ARGUMENT, "input '%s' has unknown rank: give it with --input", info->name);
@@ -38,7 +38,7 @@ static kiln_status random_input(const kiln_value_info *info, const named *dims, 
         if (shape[d] >= 0) continue;
         const char *sym = info->dim_names[d];
         for (int k = 0; sym && k < n_dims; k++)
-            if (!strcmp(dims[k].name, sym)) shape[d] = atoll(dims[k].value);
+            if (!strcmp(dims[k].name, sym)) shape[d] = dims[k].value;
         if (shape[d] < 0)
             return kn_error(KILN_ERR_INVALID_ARGUMENT,
                             "input '%s' dimension %d is symbolic ('%s'): give its size with --dim %s=VALUE",
@@ -84,7 +84,9 @@ int cmd_run(int argc, char **argv) {
     cli_common common;
     cli_common_defaults(&common);
     const char *model = NULL, *out_dir = NULL;
-    named inputs[MAX_ITEMS], dims[MAX_ITEMS];
+    named inputs[MAX_ITEMS];
+    cli_dim dims[CLI_MAX_DIMS];
+    const char *repeat_text = NULL;
     int n_inputs = 0, n_dims = 0, repeat = 1, err = 0;
     int64_t timeout_ms = 0; /* --timeout-ms: each run stops with KILN_ERR_DEADLINE after this long */
     bool each_time = false; /* --times: every run's latency, in order (how a warm start settles) */
@@ -94,23 +96,37 @@ int cmd_run(int argc, char **argv) {
             if (err) return 2;
             continue;
         }
-        if ((!strcmp(a, "--input") || !strcmp(a, "--dim")) && i + 1 < argc) {
+        bool takes_value = !strcmp(a, "--input") || !strcmp(a, "--dim") || !strcmp(a, "--output-dir") ||
+                           !strcmp(a, "--repeat");
+        if (takes_value && i + 1 >= argc) {
+            fprintf(stderr, "kiln run: %s needs a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "--dim")) {
+            if (!cli_parse_dim(argv[++i], dims, &n_dims, CLI_MAX_DIMS)) return 2;
+        } else if (!strcmp(a, "--input")) {
             char *kv = argv[++i], *eq = strchr(kv, '=');
-            named *list = a[2] == 'i' ? inputs : dims;
-            int *count = a[2] == 'i' ? &n_inputs : &n_dims;
-            if (!eq || *count >= MAX_ITEMS) {
-                fprintf(stderr, "kiln run: %s takes NAME=VALUE\n", a);
+            if (!eq || eq == kv || !eq[1]) {
+                fprintf(stderr, "kiln run: --input takes NAME=FILE (.npy or .pb), not '%s'\n", kv);
                 return 2;
             }
             *eq = 0;
-            list[*count].name = kv;
-            list[*count].value = eq + 1;
-            (*count)++;
-        } else if (!strcmp(a, "--output-dir") && i + 1 < argc) {
-            out_dir = argv[++i];
-        } else if (!strcmp(a, "--repeat") && i + 1 < argc) {
-            repeat = atoi(argv[++i]);
-            if (repeat < 1) repeat = 1;
+            for (int k = 0; k < n_inputs; k++)
+                if (!strcmp(inputs[k].name, kv)) {
+                    fprintf(stderr, "kiln run: --input %s given twice ('%s' and '%s')\n", kv, inputs[k].value, eq + 1);
+                    return 2;
+                }
+            if (n_inputs >= MAX_ITEMS) {
+                fprintf(stderr, "kiln run: more than %d --input options\n", MAX_ITEMS);
+                return 2;
+            }
+            inputs[n_inputs].name = kv;
+            inputs[n_inputs++].value = eq + 1;
+        } else if (!strcmp(a, "--output-dir")) {
+            if (!cli_once(a, &out_dir, argv[++i])) return 2;
+        } else if (!strcmp(a, "--repeat")) {
+            if (!cli_once(a, &repeat_text, argv[++i]) || !cli_parse_int_as(a, repeat_text, 1, 100000000, &repeat))
+                return 2;
         } else if (!strcmp(a, "--timeout-ms")) {
             char *end = NULL;
             if (i + 1 < argc) timeout_ms = strtoll(argv[++i], &end, 10);
@@ -120,8 +136,8 @@ int cmd_run(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--times")) {
             each_time = true;
-        } else if (a[0] == '-') {
-            fprintf(stderr, "kiln run: unknown option '%s'\n", a);
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "kiln run: unknown option '%s' (kiln help run lists them)\n", a);
             return 2;
         } else if (!model) {
             model = a;
@@ -131,12 +147,16 @@ int cmd_run(int argc, char **argv) {
         }
     }
     if (!model) {
-        fprintf(stderr, "usage: kiln run MODEL [--input NAME=FILE ...] [--dim NAME=VALUE ...] [--output-dir DIR]\n");
+        fprintf(stderr, "kiln run: no model given\n");
+        cli_usage_of("run", stderr);
         return 2;
     }
     kiln_session_options *opts = cli_make_options(&common);
     if (!opts) return 1;
-    for (int k = 0; k < n_dims; k++) kiln_session_options_set_dim(opts, dims[k].name, atoll(dims[k].value));
+    if (!cli_apply_dims(opts, dims, n_dims)) {
+        kiln_session_options_destroy(opts);
+        return 2;
+    }
     kiln_session *s = NULL;
     double t0 = kn_now_ms();
     kiln_status st = kiln_session_create(model, opts, &s);

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The kiln command's parsing, help and messages: every case runs the built kiln and checks its exit
+# status and the message it prints. Ends with N passed, N failed, N skipped.
+#
+#   bash tests/cli/test_cli.sh BUILD/kiln
+set -uo pipefail
+kiln="${1:?usage: test_cli.sh PATH/TO/kiln}"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+pass=0 fail=0 skip=0
+
+# expect NAME STATUS PATTERN -- ARGS...: kiln ARGS exits with STATUS and its stderr+stdout match the
+# extended regular expression PATTERN
+expect() {
+  local name="$1" want="$2" pattern="$3"; shift 4
+  local out rc
+  out=$("$kiln" "$@" 2>&1); rc=$?
+  if [ "$rc" -eq "$want" ] && grep -Eq -- "$pattern" <<<"$out"; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL $name: kiln $* -> status $rc (want $want), output:"; sed 's/^/    /' <<<"$out" | head -8
+    echo "    (wanted /$pattern/)"
+    fail=$((fail + 1))
+  fi
+}
+
+# a tiny model with a symbolic batch dimension, written byte by byte (no Python needed): the
+# graph y = Relu(x), x float[batch,4]
+python_model() {
+  "${KILN_PYTHON:-python3}" - "$1" <<'PY' 2>/dev/null
+import sys, onnx
+from onnx import helper, TensorProto
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), sys.argv[1])
+PY
+}
+model="$work/relu.onnx"
+have_model=1
+python_model "$model" || have_model=0
+
+m="$model"
+# --- numbers: integer, range, no trailing text; the message names the option and the text
+expect "dim not a number"      2 "--dim batch: 'abc' is not an integer" -- run "$m" --dim batch=abc
+expect "dim negative"          2 "--dim batch: '-3' is out of range"    -- run "$m" --dim batch=-3
+expect "dim trailing text"     2 "--dim batch: '2x' is not an integer"  -- run "$m" --dim batch=2x
+expect "dim empty value"       2 "--dim batch needs a value"            -- run "$m" --dim batch=
+expect "dim no name"           2 "--dim takes NAME=VALUE"               -- run "$m" --dim 4
+expect "dim twice"             2 "--dim batch given twice"              -- run "$m" --dim batch=1 --dim batch=2
+expect "repeat not a number"   2 "--repeat: 'abc' is not an integer"    -- run "$m" --repeat abc
+expect "repeat zero"           2 "--repeat: '0' is out of range"        -- run "$m" --repeat 0
+expect "repeat twice"          2 "--repeat given twice"                 -- run "$m" --repeat 2 --repeat 3
+expect "threads word"          2 "--threads: 'two' is not an integer"   -- run "$m" --threads two
+expect "threads negative"      2 "--threads: '-1' is out of range"      -- run "$m" --threads -1
+expect "threads huge"          2 "--threads: '99999999999999999999' is out of range" -- run "$m" --threads 99999999999999999999
+expect "threads blank"         2 "--threads: ' 2' is not an integer"    -- run "$m" --threads " 2"
+expect "threads twice"         2 "--threads given twice"                -- run "$m" --threads 1 --threads 2
+expect "opt-level 4"           2 "--opt-level: '4' is out of range \(0..3\)" -- run "$m" --opt-level 4
+expect "opt-level 1.5"         2 "--opt-level: '1.5' is not an integer" -- compile "$m" -o "$work/x.kiln" --opt-level 1.5
+expect "inspect opt-level"     2 "kiln inspect: --opt-level: 'x' is not an integer" -- inspect "$m" --opt-level x
+expect "inspect dim"           2 "kiln inspect: --dim batch: 'abc'"     -- inspect "$m" --dim batch=abc
+expect "compile dim"           2 "kiln compile: --dim batch: '1e3' is not an integer" -- compile "$m" -o "$work/x.kiln" --dim batch=1e3
+expect "compile -o twice"      2 "-o given twice"                       -- compile "$m" -o a.kiln -o b.kiln
+expect "cache key dim"         2 "kiln cache key: --dim n: 'q'"          -- cache --cache-dir "$work/c" key "$m" --dim n=q
+expect "test threads"          2 "kiln test: --threads: 'x'"            -- test --threads x "$work"
+expect "input twice"           2 "--input x given twice"                -- run "$m" --input x=a.npy --input x=b.npy
+expect "input not NAME=FILE"   2 "--input takes NAME=FILE"              -- run "$m" --input a.npy
+expect "value missing"         2 "--threads needs a value"              -- run "$m" --threads
+expect "log level"             2 "--log takes error\|warning\|info\|debug, not 'loud'" -- run "$m" --log loud
+expect "unknown option"        2 "kiln run: unknown option '--frobnicate'" -- run "$m" --frobnicate
+expect "unknown command"       2 "kiln: unknown command 'rnu'"          -- rnu
+expect "info takes nothing"    2 "kiln info: takes no arguments"         -- info extra
+
+# --- help: every command, both ways, the same text; every option the code parses is listed
+cmds="run inspect compile test cache bench info help version"
+for c in $cmds; do
+  expect "help $c" 0 "^usage: kiln $c" -- help "$c"
+  a=$("$kiln" help "$c" 2>&1); b=$("$kiln" "$c" --help 2>&1)
+  if [ "$a" = "$b" ]; then pass=$((pass + 1)); else echo "FAIL kiln $c --help differs from kiln help $c"; fail=$((fail + 1)); fi
+done
+expect "help run defaults"   0 "--opt-level N +optimisation level 0..3 \(default: 3\)" -- help run
+expect "help inspect dump"   0 "--dump FILE.onnx"  -- help inspect
+expect "help compile tuning" 0 "--tuning T .*exhaustive" -- help compile
+expect "help test threads"   0 "--threads N .*\(default: 1\)" -- test --help
+expect "-h after a model"    0 "^usage: kiln run" -- run "$m" -h
+expect "help unknown"        2 "kiln help: no command 'nope'" -- help nope
+expect "top-level help"      0 "bench +latency" -- --help
+all_help=$(for c in $cmds; do "$kiln" help "$c"; done)
+missing=""
+for f in "$root"/tools/run.c "$root"/tools/inspect.c "$root"/tools/compile.c "$root"/tools/test_runner.c \
+         "$root"/tools/cli_parse.c "$root"/tools/bench.c; do
+  [ -f "$f" ] || continue
+  for opt in $(grep -oE '"--[a-z][a-z-]*"' "$f" | tr -d '"' | sort -u); do
+    grep -qe "$opt\b" <<<"$all_help" || missing="$missing $opt($(basename "$f"))"
+  done
+done
+if [ -z "$missing" ]; then pass=$((pass + 1)); else echo "FAIL options the code parses but no help lists:$missing"; fail=$((fail + 1)); fi
+# the man page and the completion script come from the same table
+man_page=$("$kiln" help --man)
+if grep -q '^\.TH KILN 1' <<<"$man_page" && [ "$(grep -c '^\.SS "kiln ' <<<"$man_page")" -eq 9 ] &&
+   grep -q 'opt\\-level' <<<"$man_page"; then pass=$((pass + 1)); else echo "FAIL kiln help --man: not a man page of 9 commands"; fail=$((fail + 1)); fi
+if command -v man >/dev/null && [ -n "$(man -l <(echo "$man_page") 2>&1 >/dev/null | grep -v 'cannot adjust\|^$')" ]; then
+  echo "FAIL man reports problems in the man page"; fail=$((fail + 1))
+else pass=$((pass + 1)); fi
+"$kiln" help --bash-completion "$work/kiln.bash"
+if bash -n "$work/kiln.bash" && out=$(bash -c '. "$1"; COMP_WORDS=(kiln run --opt-level ""); COMP_CWORD=3; _kiln; echo "${COMPREPLY[*]}"' _ "$work/kiln.bash") &&
+   [ "$out" = "0 1 2 3" ]; then pass=$((pass + 1)); else echo "FAIL the bash completion script (got '${out:-}')"; fail=$((fail + 1)); fi
+
+if [ "$have_model" = 1 ]; then
+  expect "dim works"           0 "y: float\[3,4\]" -- run "$m" --dim batch=3
+  expect "dim zero"            0 "y: float\[0,4\]" -- run "$m" --dim batch=0
+  expect "symbolic needs dim"  1 "give its size with --dim batch=VALUE" -- run "$m"
+else
+  echo "SKIP the cases that need a model: the onnx Python package is missing"; skip=$((skip + 3))
+fi
+
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]
