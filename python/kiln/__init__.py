@@ -14,7 +14,6 @@ view kiln's memory. The GIL is released while a session compiles or runs.
 """
 
 import os
-import threading
 import warnings
 
 import numpy as np
@@ -356,7 +355,8 @@ def _kiln_provider_options(name, options):
 def _resolve_providers(providers, provider_options):
     """[(kiln name, [(key, value)])] of what the session will use, and the ONNX Runtime names."""
     if providers is None:
-        providers = ["cpu"]
+        # every provider usable here, CUDA first (ONNX Runtime's GPU build asks for a list instead)
+        providers = [_KILN_NAMES.get(p, p) for p in get_available_providers()]
     if isinstance(providers, str):
         providers = [providers]
     if provider_options is not None and len(provider_options) != len(providers):
@@ -720,7 +720,9 @@ class InferenceSession:
         return self._sess_options
 
     def get_modelmeta(self):
-        return ModelMetadata()
+        m = ModelMetadata()
+        m.producer_name, m.graph_name, m.domain, m.description, m.version = self._c.meta()
+        return m
 
     def set_providers(self, providers=None, provider_options=None):
         self._create(providers, provider_options)

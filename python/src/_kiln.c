@@ -876,7 +876,10 @@ static int get_run_options(PyObject *o, const void **out) {
 typedef struct {
     PyObject_HEAD
     kiln_session *s;
-    PyThread_type_lock lock; /* one run at a time per session (kiln refuses a concurrent one) */
+    /* One run at a time per session, where the library refuses a second concurrent run on a
+     * session (before kiln_session_options_set_max_concurrent_runs): the Python threads take
+     * turns instead of failing. NULL where the library runs concurrent calls itself. */
+    PyThread_type_lock lock;
 } SessionObject;
 
 /* Session(source, base_dir, providers, opt_level, threads, log_level, dump_path, cache_enabled,
@@ -901,11 +904,13 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
     SessionObject *self = (SessionObject *)alloc(type, 0);
     if (!self) return NULL;
+#ifndef KILN_PY_CONCURRENT_RUNS
     self->lock = PyThread_allocate_lock();
     if (!self->lock) {
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
+#endif
 
     kiln_session_options *opts = NULL;
     char *path = NULL, *base = NULL, *tmp = NULL;
@@ -1137,6 +1142,17 @@ static PyObject *session_io(SessionObject *self, int outputs) {
     return list;
 }
 
+/* (producer_name, graph_name, domain, description, version) of the model */
+static PyObject *session_meta(PyObject *self_o, PyObject *unused) {
+    SessionObject *self = (SessionObject *)self_o;
+    if (!self->s) return raise_status(KILN_ERR_INVALID_ARGUMENT, "the session is closed");
+    const kn_model *m = self->s->model;
+    const char *graph = m && m->graph && m->graph->name ? m->graph->name : "";
+    return Py_BuildValue("(ssssL)", m && m->producer_name ? m->producer_name : "", graph,
+                         m && m->model_domain ? m->model_domain : "", m && m->doc ? m->doc : "",
+                         (long long)(m ? m->model_version : 0));
+}
+
 static PyObject *session_inputs(PyObject *self, PyObject *unused) { return session_io((SessionObject *)self, 0); }
 static PyObject *session_outputs(PyObject *self, PyObject *unused) { return session_io((SessionObject *)self, 1); }
 
@@ -1195,7 +1211,7 @@ static PyObject *session_run(PyObject *self_o, PyObject *args) {
     kiln_status st;
     const char *msg = NULL;
     Py_BEGIN_ALLOW_THREADS
-    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    if (self->lock) PyThread_acquire_lock(self->lock, WAIT_LOCK);
 #ifdef KILN_PY_RUN_OPTIONS
     st = kiln_session_run_with(self->s, (const kiln_run_options *)ro, (const char *const *)in_names, in_values,
                                (size_t)n_in, (const char *const *)out_names, (size_t)n_out, outs);
@@ -1204,7 +1220,7 @@ static PyObject *session_run(PyObject *self_o, PyObject *args) {
                           (const char *const *)out_names, (size_t)n_out, outs);
 #endif
     if (st != KILN_OK) msg = kiln_last_error();
-    PyThread_release_lock(self->lock);
+    if (self->lock) PyThread_release_lock(self->lock);
     Py_END_ALLOW_THREADS
     if (st != KILN_OK) {
         raise_status(st, msg);
@@ -1250,7 +1266,7 @@ static PyObject *session_run_into(PyObject *self_o, PyObject *args) {
     kiln_status st;
     const char *msg = NULL;
     Py_BEGIN_ALLOW_THREADS
-    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    if (self->lock) PyThread_acquire_lock(self->lock, WAIT_LOCK);
 #ifdef KILN_PY_RUN_OPTIONS
     st = kiln_session_run_into_with(self->s, (const kiln_run_options *)ro, (const char *const *)in_names, in_values,
                                     (size_t)n_in, (const char *const *)out_names, (size_t)n_out, out_values);
@@ -1259,7 +1275,7 @@ static PyObject *session_run_into(PyObject *self_o, PyObject *args) {
                                (const char *const *)out_names, (size_t)n_out, out_values);
 #endif
     if (st != KILN_OK) msg = kiln_last_error();
-    PyThread_release_lock(self->lock);
+    if (self->lock) PyThread_release_lock(self->lock);
     Py_END_ALLOW_THREADS
     if (st != KILN_OK) {
         raise_status(st, msg);
@@ -1278,6 +1294,7 @@ done:
 
 static PyMethodDef session_methods[] = {
     {"inputs", session_inputs, METH_NOARGS, "[(name, type, kind, dtype, shape)]"},
+    {"meta", session_meta, METH_NOARGS, "(producer, graph name, domain, description, version)"},
     {"outputs", session_outputs, METH_NOARGS, "[(name, type, kind, dtype, shape)]"},
     {"run", session_run, METH_VARARGS, "run(input_names, input_values, output_names, run_options)"},
     {"run_into", session_run_into, METH_VARARGS,

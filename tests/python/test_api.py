@@ -430,3 +430,14 @@ def test_readme_quick_start(tmp_path):
                        timeout=300)
     assert r.returncode == 0, r.stderr
     assert "(1, 3)" in r.stdout and kiln.__version__ in r.stdout
+
+
+def test_model_metadata():
+    m = session(models.add()).get_modelmeta()
+    ref = onnxruntime.InferenceSession(models.add()).get_modelmeta()
+    assert (m.producer_name, m.graph_name, m.domain, m.version) == \
+        (ref.producer_name, ref.graph_name, ref.domain, ref.version) == ("kiln-py-tests", "g", "", 0)
+
+
+def test_default_providers_are_the_usable_ones():
+    assert session(models.add()).get_providers() == kiln.get_available_providers()
