@@ -171,6 +171,11 @@ kiln_status kn_window_plan(const kn_node *n, kn_window_kind kind, int nsp, const
             w->known = false;
             continue;
         }
+        if (k - 1 > ((int64_t)1 << 40) / d || x > ((int64_t)1 << 40)) {
+            snprintf(why, cap, "spatial dim %d: kernel %lld with dilation %lld over %lld positions is beyond any real "
+                     "model (refused: a size from an attribute)", i, (long long)k, (long long)d, (long long)x);
+            return KILN_ERR_INVALID_MODEL;
+        }
         int64_t dk = (k - 1) * d + 1;
         if (mode == SAME_UPPER || mode == SAME_LOWER) {
             int64_t o = ceil_div(x, st);
@@ -185,6 +190,17 @@ kiln_status kn_window_plan(const kn_node *n, kn_window_kind kind, int nsp, const
             }
             w->out[i] = o;
             continue;
+        }
+        /* A pad beyond the input and the kernel together only adds windows that see nothing but
+         * padding; refused, so pads from a hostile attribute (14M) cannot size the output (a Conv
+         * of a few bytes asked for 2.3 GB and 44 s). Such outputs are bounded by 3x the input plus
+         * twice the kernel. */
+        if (mode == NOTSET && (w->pad_begin[i] > x + dk || w->pad_end[i] > x + dk)) {
+            snprintf(why, cap, "spatial dim %d: pads %lld+%lld are larger than the input (%lld) and the %skernel (%lld) "
+                     "together: the windows beyond would see only padding (refused: a size from an attribute)", i,
+                     (long long)w->pad_begin[i], (long long)w->pad_end[i], (long long)x, d > 1 ? "dilated " : "",
+                     (long long)dk);
+            return KILN_ERR_INVALID_MODEL;
         }
         int64_t span = x + w->pad_begin[i] + w->pad_end[i] - dk;
         if (span < 0) {

@@ -1,6 +1,7 @@
 /* The tensor family's index, scatter, padding and miscellaneous operators: shape inference.
  * (The table is in tensor.c.) */
 #include "ops/tensor_infer.h"
+#include "util/limits.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -213,6 +214,10 @@ kiln_status kn_infer_pad(kn_infer_ctx *c) {
         if (b[k] == 0 && e[k] == 0) out[k] = d;
         else if (d.value < 0) out[k] = kn_ti_unknown();
         else {
+            if (b[k] > ((int64_t)1 << 40) || e[k] > ((int64_t)1 << 40) || b[k] < -((int64_t)1 << 40) ||
+                e[k] < -((int64_t)1 << 40))
+                return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "pads %lld and %lld on axis %d are beyond any real model "
+                                      "(refused: a size from the model's data)", (long long)b[k], (long long)e[k], k);
             int64_t v = d.value + b[k] + e[k];
             if (v < 0)
                 return kn_infer_error(c, KILN_ERR_SHAPE, "pads %lld and %lld on axis %d of input %s leave a negative size",
@@ -223,6 +228,20 @@ kiln_status kn_infer_pad(kn_infer_ctx *c) {
             out[k] = kn_ti_known(v);
         }
     }
+    /* the output's size comes from the pads: bounded before anything is allocated */
+    uint64_t count = 1;
+    bool all_known = true;
+    for (int k = 0; k < r; k++) {
+        if (out[k].value < 0) all_known = false;
+        else count = kn_bytes_of(count, (uint64_t)out[k].value);
+    }
+    size_t es = kiln_dtype_size(x->dtype);
+    uint64_t bytes = kn_bytes_of(count, es ? es : 1), limit = kn_tensor_bytes_limit();
+    if (all_known && bytes > limit)
+        return kn_infer_error(c, KILN_ERR_OUT_OF_MEMORY,
+                              "the pads make the output %llu elements (%llu bytes), more than the limit of %llu bytes (the "
+                              "machine's memory, or KILN_MAX_TENSOR_BYTES)",
+                              (unsigned long long)count, (unsigned long long)bytes, (unsigned long long)limit);
     kn_ti_set(c, 0, x->dtype, r, out);
     return KILN_OK;
 }

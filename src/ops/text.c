@@ -1,6 +1,7 @@
 /* The text family: StringNormalizer, StringConcat, StringSplit, RegexFullMatch and
  * TfIdfVectorizer. Schemas and shape inference. */
 #include "ops/text.h"
+#include "util/limits.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -112,6 +113,24 @@ static kiln_status infer_tfidf(kn_infer_ctx *c) {
         if (idx[i] + 1 > out) out = idx[i] + 1;
     }
     if (x->rank > 2) return kn_infer_error(c, KILN_ERR_SHAPE, "x has rank %d; TfIdfVectorizer takes [C] or [B, C]", x->rank);
+    /* The output's width comes from one attribute: bounded before anything is allocated. Each
+     * n-gram of the pool has one index; an output more than 16 times wider than that (plus 4096)
+     * is mostly columns nothing can ever count into: the mark of a hostile model (a 300-byte
+     * model asked for 7 GB). And never more than the machine (one row at least, all the rows when
+     * the batch is known). */
+    if ((uint64_t)out > (uint64_t)n_idx * 16 + 4096)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL,
+                              "ngram_indexes has %d entries but its largest, %lld, would make the output %lld columns wide "
+                              "(refused: a size from an attribute; at most 16 x the entries + 4096)",
+                              n_idx, (long long)(out - 1), (long long)out);
+    int64_t rows = x->rank == 2 && x->dims[0].value > 0 ? x->dims[0].value : 1;
+    uint64_t bytes = kn_bytes_of(kn_bytes_of((uint64_t)out, (uint64_t)rows), sizeof(float)), limit = kn_tensor_bytes_limit();
+    if (bytes > limit)
+        return kn_infer_error(c, KILN_ERR_OUT_OF_MEMORY,
+                              "the largest of ngram_indexes (%lld) makes the output %lld x %lld floats (%llu bytes), more "
+                              "than the limit of %llu bytes (the machine's memory, or KILN_MAX_TENSOR_BYTES)",
+                              (long long)(out - 1), (long long)rows, (long long)out, (unsigned long long)bytes,
+                              (unsigned long long)limit);
     if (x->rank == 2) {
         int64_t d[2] = {x->dims[0].value, out};
         kn_infer_set(c, 0, KILN_DTYPE_FLOAT, 2, d);

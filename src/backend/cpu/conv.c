@@ -1093,7 +1093,8 @@ kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c) {
             for (int64_t o = 0; o < s.out_plane; o++) {
                 int64_t e = (n * s.M + m) * s.out_plane + o;
                 double v = (double)acc[e] * (double)r + zy;
-                v = v < lo ? lo : v > hi ? hi : v;
+                /* NaN (a zero or NaN scale) gives the type's minimum, as in ONNX Runtime on x86 */
+                v = v != v ? lo : v < lo ? lo : v > hi ? hi : v;
                 v = nearbyint(v);
                 if (Y->dtype == KILN_DTYPE_INT8) ((int8_t *)Y->data)[e] = (int8_t)v;
                 else ((uint8_t *)Y->data)[e] = (uint8_t)v;

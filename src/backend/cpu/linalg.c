@@ -401,8 +401,11 @@ static double scale_ratio(const kn_tensor *sa, int64_t ia, const kn_tensor *sb, 
     return (double)((float)((float)a * (float)b) / (float)y);
 }
 
+/* Rounds and saturates to the output type; NaN (a zero or NaN scale) gives the type's minimum,
+ * as ONNX Runtime's requantisation does on x86 (and as QuantizeLinear here), never a cast of NaN. */
 static double saturate_q(double v, kiln_dtype t) {
     double lo = t == KILN_DTYPE_INT8 ? -128 : 0, hi = t == KILN_DTYPE_INT8 ? 127 : 255;
+    if (v != v) return lo;
     v = nearbyint(v);
     return v < lo ? lo : v > hi ? hi : v;
 }

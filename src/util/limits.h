@@ -1,0 +1,15 @@
+/* Bounds on sizes a model's attributes and constants ask for, checked before allocating. */
+#ifndef KN_LIMITS_H
+#define KN_LIMITS_H
+
+#include <stdint.h>
+
+/* The most bytes one tensor sized by a model's attributes or constants may take:
+ * $KILN_MAX_TENSOR_BYTES (bytes, or with a K/M/G suffix) when set, else the machine's physical
+ * memory (a tensor larger than that cannot be computed here anyway, and asking for it is the mark
+ * of a hostile or broken model: a 300-byte TfIdfVectorizer asked for 7 GB). */
+uint64_t kn_tensor_bytes_limit(void);
+/* count * elem_size, or UINT64_MAX when it overflows. */
+uint64_t kn_bytes_of(uint64_t count, uint64_t elem_size);
+
+#endif
