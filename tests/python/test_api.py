@@ -435,8 +435,9 @@ def test_readme_quick_start(tmp_path):
 def test_model_metadata():
     m = session(models.add()).get_modelmeta()
     ref = onnxruntime.InferenceSession(models.add()).get_modelmeta()
-    assert (m.producer_name, m.graph_name, m.domain, m.version) == \
-        (ref.producer_name, ref.graph_name, ref.domain, ref.version) == ("kiln-py-tests", "g", "", 0)
+    assert (m.producer_name, m.graph_name, m.domain) == (ref.producer_name, ref.graph_name, ref.domain) == \
+        ("kiln-py-tests", "g", "")
+    assert m.version == 0  # model_version unset (ONNX Runtime 1.32 reports INT64_MAX there)
 
 
 def test_default_providers_are_the_usable_ones():
