@@ -38,7 +38,7 @@ static kiln_status compile_fresh(const char *path, const void *data, size_t size
                                  const kiln_session_options *o, kiln_session **out) {
     kn_model *m;
     kiln_status st = path ? kn_onnx_load_file(path, &m) : kn_onnx_load_memory(data, size, base_dir, &m);
-    if (st != KILN_OK) return path ? kn_error_prefix(st, "%s: ", path) : st;
+    if (st != KILN_OK) return st; /* the loader's message names the path already */
     st = kn_session_from_model(m, o, out);
     if (st != KILN_OK && path) return kn_error_prefix(st, "%s: ", path);
     return st;

@@ -11,6 +11,7 @@
  * substituted. */
 #include "onnx/loader.h"
 #include "onnx/loader_internal.h"
+#include "onnx/sniff.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1402,7 +1403,12 @@ kiln_status kn_onnx_load_memory(const void *data, size_t size, const char *base_
     *out = NULL;
     if (!data && size) return kn_error(KILN_ERR_INVALID_ARGUMENT, "data is NULL");
     static const uint8_t empty[1];
-    return load(data ? data : empty, size, base_dir, false, NULL, out);
+    /* bytes without a ModelProto's outline are "not an ONNX model", said first (onnx/sniff.c) */
+    bool outline = kn_onnx_looks_like_model(data, size);
+    const char *hint = outline ? NULL : kn_file_kind_hint(data, size);
+    kiln_status st = load(data ? data : empty, size, base_dir, false, NULL, out);
+    if (st != KILN_OK && !outline) kn_not_a(st, "the data", "an ONNX model", hint);
+    return st;
 }
 
 kiln_status kn_onnx_load_file(const char *path, kn_model **out) {
@@ -1416,7 +1422,7 @@ kiln_status kn_onnx_load_file(const char *path, kn_model **out) {
     size_t size = (size_t)sb.st_size;
     if (size == 0) {
         close(fd);
-        return kn_error(KILN_ERR_INVALID_MODEL, "%s: the file is empty (0 bytes), not an ONNX model", path);
+        return kn_error(KILN_ERR_INVALID_MODEL, "%s is not an ONNX model: the file is empty (0 bytes)", path);
     }
     /* private and writable: pages a later pass writes to are copied, the file never changes */
     void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
@@ -1440,8 +1446,15 @@ kiln_status kn_onnx_load_file(const char *path, kn_model **out) {
         munmap(map, size);
         return KN_OOM();
     }
+    /* a file without a ModelProto's outline is "PATH is not an ONNX model (it looks like text): ...",
+     * said first (onnx/sniff.c); one with it that fails to load is "PATH: what is wrong" */
+    bool outline = kn_onnx_looks_like_model(map, size);
+    const char *hint = outline ? NULL : kn_file_kind_hint(map, size);
     kiln_status st = load(map, size, dir, true, map, out);
     free(dir);
-    if (st != KILN_OK) kn_error_prefix(st, "%s: ", path);
+    if (st != KILN_OK) {
+        if (outline) kn_error_prefix(st, "%s: ", path);
+        else kn_not_a(st, path, "an ONNX model", hint);
+    }
     return st;
 }

@@ -1,6 +1,7 @@
 /* TensorProto (inline typed fields, raw_data, external data), SequenceProto and OptionalProto. */
 #include "onnx/loader.h"
 #include "onnx/loader_internal.h"
+#include "onnx/sniff.h"
 #include "util/file.h"
 
 #include <dirent.h>
@@ -769,8 +770,15 @@ kiln_status kn_onnx_read_value_file_as(const char *path, int kind, kn_tensor **o
     size_t size;
     KN_TRY(kn_file_read_all(path, &data, &size));
     kiln_status st = kn_onnx_parse_value_as(data, size, kind, out, name_out);
+    if (st != KILN_OK) {
+        /* a file without a TensorProto's (or SequenceProto's) outline is "PATH is not an ONNX tensor
+         * file (it looks like an ONNX model): ...", said first (onnx/sniff.c) */
+        if (size == 0) st = kn_error(st, "%s is not an ONNX tensor file: the file is empty (0 bytes)", path);
+        else if (!kn_onnx_looks_like_value(data, size))
+            kn_not_a(st, path, "an ONNX tensor file", kn_file_kind_hint(data, size));
+        else kn_error_prefix(st, "%s: ", path);
+    }
     free(data);
-    if (st != KILN_OK) kn_error_prefix(st, "%s: ", path);
     return st;
 }
 

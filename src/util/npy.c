@@ -19,7 +19,9 @@ static const struct {
 kiln_status kn_npy_parse(const unsigned char *d, size_t size, const char *what, kn_tensor **out) {
     *out = NULL;
     if (size < 10 || memcmp(d, "\x93NUMPY", 6))
-        return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: not a .npy file (bad magic)", what);
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s is not a .npy file: %s", what,
+                        size < 10 ? "shorter than a .npy header (10 bytes)"
+                                  : "it does not start with the .npy magic \\x93NUMPY");
     int major = d[6];
     size_t hlen, off;
     if (major == 1) {

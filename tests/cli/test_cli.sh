@@ -108,13 +108,28 @@ else pass=$((pass + 1)); fi
 if bash -n "$work/kiln.bash" && out=$(bash -c '. "$1"; COMP_WORDS=(kiln run --opt-level ""); COMP_CWORD=3; _kiln; echo "${COMPREPLY[*]}"' _ "$work/kiln.bash") &&
    [ "$out" = "0 1 2 3" ]; then pass=$((pass + 1)); else echo "FAIL the bash completion script (got '${out:-}')"; fail=$((fail + 1)); fi
 
+# --- files that are not what they should be: said first, the path once
+printf 'hello notes\nline two\n' > "$work/notes.txt"
+expect "text file as model"        1 "^kiln run: $work/notes.txt is not an ONNX model \(it looks like text\): ModelProto" -- run "$work/notes.txt"
+expect "text file as model (once)" 1 "^[^/]*$work/notes.txt[^/]*$" -- run "$work/notes.txt"
+expect "inspect a text file"       1 "^kiln inspect: $work/notes.txt is not an ONNX model \(it looks like text\): " -- inspect "$work/notes.txt"
+: > "$work/empty.onnx"
+expect "empty model"               1 "$work/empty.onnx is not an ONNX model: the file is empty" -- run "$work/empty.onnx"
+expect "missing model"             1 "$work/none.onnx" -- run "$work/none.onnx"
+printf '\x08\x08\x3a\xff\xff\x01abc' > "$work/cut.onnx"   # ir_version 8, then a graph cut short
+expect "truncated model"           1 "$work/cut.onnx is not an ONNX model \(it looks like an ONNX model cut short" -- inspect "$work/cut.onnx"
 if [ "$have_model" = 1 ]; then
+  cp "$work/notes.txt" "$work/notes.npy"; cp "$work/notes.txt" "$work/notes.pb"
+  expect "text file as .npy"   1 "input 'x': $work/notes.npy is not a .npy file: " -- run "$m" --dim batch=2 --input x="$work/notes.npy"
+  expect "text file as .pb"    1 "input 'x': $work/notes.pb is not an ONNX tensor file \(it looks like text\): " -- run "$m" --dim batch=2 --input x="$work/notes.pb"
+  expect "model as tensor"     1 "input 'x': $m is not an ONNX tensor file \(it looks like an ONNX model\)" -- run "$m" --dim batch=2 --input x="$m"
   expect "dim works"           0 "y: float\[3,4\]" -- run "$m" --dim batch=3
   expect "dim zero"            0 "y: float\[0,4\]" -- run "$m" --dim batch=0
   expect "symbolic needs dim"  1 "give its size with --dim batch=VALUE" -- run "$m"
 else
-  echo "SKIP the cases that need a model: the onnx Python package is missing"; skip=$((skip + 3))
+  echo "SKIP the cases that need a model: the onnx Python package is missing"; skip=$((skip + 6))
 fi
+
 
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]
