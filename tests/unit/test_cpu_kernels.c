@@ -323,3 +323,79 @@ KN_TEST(cpu_conv_one_input_channel_against_reference) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_conv(&cases[i].c, i % 2 ? 1 : 0, cases[i].what);
 }
+
+/* ------------------------------------------------------------------ softmax */
+
+static void check_softmax(const char *op, kiln_dtype dt, int64_t rows, int64_t n, float spread, int threads) {
+    tmb b;
+    tmb_init(&b, 13);
+    int64_t xd[2] = {rows, n};
+    int x = tmb_input(&b, "x", dt, 2, xd, NULL), y = tmb_value(&b, "y");
+    int node = tmb_node(&b, op, &x, 1, y);
+    tmb_int(&b, node, "axis", -1);
+    tmb_output(&b, y);
+    size_t size;
+    unsigned char *data = tmb_finish(&b, &size);
+    kiln_tensor *X;
+    kiln_tensor_create(dt, xd, 2, &X);
+    uint32_t seed = (uint32_t)(n * 31 + rows);
+    float *xf = malloc(sizeof(float) * (size_t)(rows * n));
+    for (int64_t i = 0; i < rows * n; i++) {
+        float v = spread * tmb_rand(&seed);
+        if (dt == KILN_DTYPE_FLOAT16) { /* the value float16 holds: 1/64 steps */
+            v = roundf(v * 64.0f) / 64.0f;
+            ((uint16_t *)kiln_tensor_data(X))[i] = 0;
+        } else {
+            ((float *)kiln_tensor_data(X))[i] = v;
+        }
+        xf[i] = v;
+    }
+    if (dt == KILN_DTYPE_FLOAT16) { /* exact float16 of xf: via the builder's writer-free path */
+        uint16_t *h = kiln_tensor_data(X);
+        for (int64_t i = 0; i < rows * n; i++) {
+            double a = fabs(xf[i]);
+            uint16_t bits = 0;
+            if (a > 0) {
+                int e;
+                double f = frexp(a, &e);
+                bits = (uint16_t)(((e + 14) << 10) | ((int)ldexp(f, 11) & 1023));
+            }
+            h[i] = (uint16_t)(bits | (xf[i] < 0 ? 0x8000 : 0));
+        }
+    }
+    kiln_tensor *Y = data ? ck_run(data, size, X, threads) : NULL;
+    free(data);
+    const int log = !strcmp(op, "LogSoftmax");
+    for (int64_t r = 0; Y && r < rows; r++) {
+        const float *xr = xf + r * n;
+        double m = -INFINITY, s = 0;
+        for (int64_t i = 0; i < n; i++) m = xr[i] > m ? xr[i] : m;
+        for (int64_t i = 0; i < n; i++) s += exp((double)xr[i] - m);
+        for (int64_t i = 0; i < n; i++) {
+            double want = log ? ((double)xr[i] - m) - log1p(s - 1) : exp((double)xr[i] - m) / s;
+            double got = ck_get(kiln_tensor_data(Y), dt, r * n + i);
+            double tol = dt == KILN_DTYPE_FLOAT16 ? 1e-3 * fabs(want) + 1e-3 : 1e-5 * fabs(want) + (log ? 1e-5 : 1e-7);
+            if (!(fabs(got - want) <= tol)) {
+                CHECK_MSG(0, "%s %s %lldx%lld row %lld element %lld: %.8g, expected %.8g", op, kiln_dtype_name(dt),
+                          (long long)rows, (long long)n, (long long)r, (long long)i, got, want);
+                r = rows;
+                break;
+            }
+        }
+    }
+    free(xf);
+    kiln_tensor_destroy(X);
+    kiln_tensor_destroy(Y);
+}
+
+/* Long rows (the vector body), short and odd rows (the masked tail alone), a wide spread. */
+KN_TEST(cpu_softmax_against_reference) {
+    const int64_t lens[] = {1, 5, 16, 17, 31, 33, 1000, 4096, 4099};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        check_softmax("Softmax", KILN_DTYPE_FLOAT, 7, lens[i], 8.0f, (int)(i % 2));
+        check_softmax("LogSoftmax", KILN_DTYPE_FLOAT, 3, lens[i], 8.0f, 1);
+        check_softmax("Softmax", KILN_DTYPE_FLOAT16, 5, lens[i], 4.0f, 0);
+    }
+    check_softmax("Softmax", KILN_DTYPE_FLOAT, 2, 32000, 30.0f, 0);
+    check_softmax("LogSoftmax", KILN_DTYPE_FLOAT16, 3, 77, 4.0f, 1);
+}

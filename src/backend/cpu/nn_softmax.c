@@ -4,6 +4,7 @@
  * the axis, so n is the product of the trailing dims and inner is 1). Float rows subtract the row
  * maximum and use the vectorisable exp; float16/bfloat16 compute in float, double in double. */
 #include "backend/cpu/nn_internal.h"
+#include "backend/cpu/vec_math.h"
 
 #include <stdlib.h>
 
@@ -54,9 +55,93 @@ typedef struct softmax_job {
     float *y;
     const double *xd;
     double *yd;
+    const uint16_t *xh; /* float16 rows (AVX-512 path) */
+    uint16_t *yh;
     int64_t n, inner, chunks, chunk;
     int log;
+    int failed;
 } softmax_job;
+
+#if defined(__AVX512F__)
+/* One row with AVX-512: the maximum, then exp(x - max) (kn_v16_exp_neg of max - x, a few ulp)
+ * stored and summed in the same pass, then the scale (or, for LogSoftmax, (x - max) - log sum).
+ * 16 lanes and masked tails: rows of 4096 ran 2x slower than ONNX Runtime through the
+ * compiler-vectorised loops (256-bit, a scalar tail, exp through a call-free but wider sequence).
+ * NaN anywhere in the row makes the sum, and so every output, NaN, as in the scalar form. */
+static void row_softmax16(const float *x, float *y, int64_t n, int log) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mv = ninf;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) mv = _mm512_max_ps(_mm512_loadu_ps(x + i), mv);
+    if (i < n) mv = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, kn_v16_tail(n - i), x + i), mv);
+    const float m = _mm512_reduce_max_ps(mv);
+    const __m512 mm = _mm512_set1_ps(m);
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+    i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 e0 = kn_v16_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i)));
+        const __m512 e1 = kn_v16_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i + 16)));
+        s0 = _mm512_add_ps(s0, e0);
+        s1 = _mm512_add_ps(s1, e1);
+        if (!log) {
+            _mm512_storeu_ps(y + i, e0);
+            _mm512_storeu_ps(y + i + 16, e1);
+        }
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 k = kn_v16_tail(n - i);
+        const __m512 e = _mm512_maskz_mov_ps(k, kn_v16_exp_neg(_mm512_sub_ps(mm, _mm512_maskz_loadu_ps(k, x + i))));
+        s0 = _mm512_add_ps(s0, e);
+        if (!log) _mm512_mask_storeu_ps(y + i, k, e);
+    }
+    const float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    if (log) {
+        const __m512 mmv = mm, ls = _mm512_set1_ps(logf(s));
+        for (i = 0; i < n; i += 16) {
+            const __mmask16 k = kn_v16_tail(n - i);
+            /* (x - m) first: exact near the maximum even for large x */
+            _mm512_mask_storeu_ps(y + i, k, _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mmv), ls));
+        }
+    } else {
+        const __m512 inv = _mm512_set1_ps(1.0f / s);
+        for (i = 0; i < n; i += 16) {
+            const __mmask16 k = kn_v16_tail(n - i);
+            _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + i), inv));
+        }
+    }
+}
+
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+/* float16 rows: each row converted to float (vcvtph2ps) into a scratch row, the float row
+ * computed, converted back rounding to nearest even (vcvtps2ph); no whole-tensor copies in
+ * float (which took 30x ONNX Runtime's time on 64 x 4096 through the scalar conversions). */
+static void softmax_rows_f16(void *arg, int64_t b, int64_t e) {
+    softmax_job *j = arg;
+    const int64_t n = j->n;
+    float *buf = malloc(sizeof(float) * (size_t)(2 * n + 32));
+    if (!buf) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    float *xf = buf, *yf = buf + n + 16;
+    for (int64_t r = b; r < e; r++) {
+        const uint16_t *xh = j->xh + r * n;
+        uint16_t *yh = j->yh + r * n;
+        for (int64_t i = 0; i < n; i += 16) {
+            const __mmask16 k = kn_v16_tail(n - i);
+            _mm512_mask_storeu_ps(xf + i, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, xh + i)));
+        }
+        row_softmax16(xf, yf, n, j->log);
+        for (int64_t i = 0; i < n; i += 16) {
+            const __mmask16 k = kn_v16_tail(n - i);
+            _mm256_mask_storeu_epi16(yh + i, k,
+                                     _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, yf + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
+    }
+    free(buf);
+}
+#endif
+#endif
 
 static void softmax_rows_f32(void *arg, int64_t b, int64_t e) {
     const softmax_job *j = arg;
@@ -64,6 +149,10 @@ static void softmax_rows_f32(void *arg, int64_t b, int64_t e) {
     for (int64_t r = b; r < e; r++) {
         const float *x = j->x + r * n;
         float *y = j->y + r * n;
+#if defined(__AVX512F__)
+        row_softmax16(x, y, n, j->log);
+        continue;
+#endif
         float m = kn_nn_row_maxf(x, n);
         float s = row_exp_f32(x, y, n, m);
         if (j->log) {
@@ -146,6 +235,15 @@ kiln_status kn_cpu_softmax(kn_kernel_ctx *c) {
         kn_parallel_for(c->pool, outer * inner, grain, softmax_f64, &j);
         return KILN_OK;
     }
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    if (x->dtype == KILN_DTYPE_FLOAT16 && y->dtype == KILN_DTYPE_FLOAT16 && inner == 1) {
+        j.xh = x->data;
+        j.yh = y->data;
+        int64_t grain = n >= 8192 ? 1 : 8192 / n;
+        kn_parallel_for(c->pool, outer, grain, softmax_rows_f16, &j);
+        return j.failed ? KN_OOM() : KILN_OK;
+    }
+#endif
     j.x = kn_nn_f32_view(x);
     j.y = kn_nn_f32_out(y);
     if (!j.x || !j.y) {
