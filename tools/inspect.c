@@ -2,6 +2,9 @@
 #include "cli.h"
 
 #include "backend/cpu/cpu.h"
+#include "cache/format.h"
+#include "cache/key.h"
+#include "cache/summary.h"
 #include "exec/exec.h"
 #include "exec/session.h"
 #include "onnx/loader.h"
@@ -107,6 +110,72 @@ static void list_passes(void) {
     printf("  (level 3 holds the backend-dependent rewrites: on the CPU alone none applies yet)\n");
 }
 
+static const char *section_kind(uint32_t kind) {
+    return kind == KN_SECT_GRAPH ? "graph" : kind == KN_SECT_WEIGHTS ? "weights" : kind == KN_SECT_BACKEND ? "backend" : "?";
+}
+
+static const char *size_str(uint64_t bytes, char *buf, size_t cap) {
+    if (bytes >= 1048576) snprintf(buf, cap, "%.2f MB", bytes / 1048576.0);
+    else if (bytes >= 1024) snprintf(buf, cap, "%.1f KB", bytes / 1024.0);
+    else snprintf(buf, cap, "%llu B", (unsigned long long)bytes);
+    return buf;
+}
+
+/* kiln inspect FILE.kiln: the compiled file's key, sections, memory plan and tuning records, and
+ * whether it runs here; *out is the opened file (NULL, and 1 returned, when it is not usable). */
+static int print_compiled(const char *path, const kiln_session_options *o, kn_cfile **out) {
+    *out = NULL;
+    kn_cfile *f = NULL;
+    if (kn_cfile_open(path, &f) != KILN_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", kiln_last_error());
+        printf("compiled file: %s\n", path);
+        if (kn_cfile_open_header(path, &f) == KILN_OK) {
+            printf("key (the header and key block are intact):\n");
+            for (int i = 0; i < f->fields.n; i++) printf("  %s=%s\n", f->fields.f[i].name, f->fields.f[i].value);
+            kn_cfile_close(f);
+        }
+        fprintf(stderr, "kiln inspect: %s\n", why);
+        return 1;
+    }
+    char a[32], b[32];
+    printf("compiled file: %s (%s, format %u)\nkey:\n", path, size_str(f->size, a, sizeof a), f->version);
+    for (int i = 0; i < f->fields.n; i++) printf("  %s=%s\n", f->fields.f[i].name, f->fields.f[i].value);
+    kn_cache_key env;
+    memset(&env, 0, sizeof env);
+    kiln_session_options *cpu = NULL; /* the environment of a cpu session when no --provider was given */
+    if (!o->n_providers && kiln_session_options_create(&cpu) == KILN_OK) cli_add_providers(cpu, "cpu");
+    if (kn_cache_key_env(cpu ? cpu : o, &env) == KILN_OK) {
+        char why[512] = "";
+        int diff = kn_cfile_compare_key(f, &env, true, why, sizeof why);
+        printf("runs here: %s%s\n", diff ? "no, " : "yes (kiln version, build and device match)", diff ? why : "");
+        kn_cache_key_free(&env);
+    }
+    kiln_session_options_destroy(cpu);
+    printf("sections (every checksum verified):\n");
+    for (int i = 0; i < f->n_sections; i++) {
+        const kn_section *sc = &f->sections[i];
+        printf("  %-16s %-8s %10s  checksum %016llx ok\n", sc->name, section_kind(sc->kind), size_str(sc->size, a, sizeof a),
+               (unsigned long long)sc->checksum);
+    }
+    kn_cfile_summary sum;
+    if (kn_cfile_summarise(f, &sum) != KILN_OK) {
+        fprintf(stderr, "kiln inspect: %s\n", kiln_last_error());
+        kn_cfile_close(f);
+        return 1;
+    }
+    if (sum.has_plan) {
+        printf("memory plan: %u values in a %s arena (%s one buffer each)\n", sum.plan_values,
+               size_str(sum.plan_arena_bytes, a, sizeof a), size_str(sum.plan_unshared_bytes, b, sizeof b));
+    } else {
+        printf("memory plan: none (symbolic shapes are planned at run time)\n");
+    }
+    if (sum.n_tuning_sections) printf("tuning records: %d (kernel and algorithm choices made at compile time)\n", sum.n_tuning);
+    else printf("tuning records: none (nothing tuned: a CPU compile, or tuning=heuristic)\n");
+    *out = f;
+    return 0;
+}
+
 int cmd_inspect(int argc, char **argv) {
     const char *path = NULL, *dump = NULL;
     int opt_level = -1;
@@ -163,16 +232,34 @@ int cmd_inspect(int argc, char **argv) {
         kiln_session_options_destroy(o);
         return 2;
     }
-    if (dump && opt_level < 0) opt_level = 3;
     kn_model *m;
-    if (kn_onnx_load_file(path, &m) != KILN_OK) {
-        fprintf(stderr, "kiln inspect: %s\n", kiln_last_error());
-        kiln_session_options_destroy(o);
-        return 1;
+    kn_cfile *cf = NULL;
+    if (kn_cache_file_is_compiled(path)) {
+        /* a compiled file: its own summary, then its (optimised) graph like a model's */
+        if (print_compiled(path, o, &cf)) {
+            kiln_session_options_destroy(o);
+            return 1;
+        }
+        if (kn_cfile_model(cf, &m) != KILN_OK) {
+            fprintf(stderr, "kiln inspect: %s\n", kiln_last_error());
+            kn_cfile_close(cf);
+            kiln_session_options_destroy(o);
+            return 1;
+        }
+        kn_cfile_close(cf);
+        if (opt_level >= 0) printf("(--opt-level: a compiled file's graph is already optimised; shown as it is)\n");
+        opt_level = -1;
+    } else {
+        if (dump && opt_level < 0) opt_level = 3;
+        if (kn_onnx_load_file(path, &m) != KILN_OK) {
+            fprintf(stderr, "kiln inspect: %s\n", kiln_last_error());
+            kiln_session_options_destroy(o);
+            return 1;
+        }
     }
     kn_graph *g = m->graph;
     char ty[512];
-    printf("model: %s\n", path);
+    printf("%s: %s\n", cf ? "graph" : "model", path);
     printf("producer: %s %s, IR version %lld\n", m->producer_name ? m->producer_name : "?",
            m->producer_version ? m->producer_version : "", (long long)m->ir_version);
     printf("opsets:");

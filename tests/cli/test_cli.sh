@@ -9,6 +9,7 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 pass=0 fail=0 skip=0
+export KILN_CACHE_DIR="$work/cache"
 
 # expect NAME STATUS PATTERN -- ARGS...: kiln ARGS exits with STATUS and its stderr+stdout match the
 # extended regular expression PATTERN
@@ -126,8 +127,22 @@ if [ "$have_model" = 1 ]; then
   expect "dim works"           0 "y: float\[3,4\]" -- run "$m" --dim batch=3
   expect "dim zero"            0 "y: float\[0,4\]" -- run "$m" --dim batch=0
   expect "symbolic needs dim"  1 "give its size with --dim batch=VALUE" -- run "$m"
+  # kiln inspect FILE.kiln: key, sections and checksums, memory plan, tuning, graph
+  "$kiln" compile "$m" --dim batch=2 -o "$work/relu.kiln" >/dev/null 2>&1
+  expect "inspect .kiln"          0 "^compiled file: $work/relu.kiln \(.*, format [0-9]+\)" -- inspect "$work/relu.kiln"
+  expect "inspect .kiln key"      0 "^  shapes=batch=2" -- inspect "$work/relu.kiln"
+  expect "inspect .kiln sections" 0 "^  graph +graph .* checksum [0-9a-f]{16} ok" -- inspect "$work/relu.kiln"
+  expect "inspect .kiln runs"     0 "^runs here: yes" -- inspect "$work/relu.kiln"
+  expect "inspect .kiln plan"     0 "^memory plan: " -- inspect "$work/relu.kiln"
+  expect "inspect .kiln tuning"   0 "^tuning records: " -- inspect "$work/relu.kiln"
+  expect "inspect .kiln graph"    0 "^  x: float\[2,4\]" -- inspect "$work/relu.kiln"
+  size=$(stat -c %s "$work/relu.kiln")
+  cp "$work/relu.kiln" "$work/bad.kiln"; printf 'XXXX' | dd of="$work/bad.kiln" bs=1 seek=$((size - 8)) conv=notrunc 2>/dev/null
+  expect "inspect corrupt .kiln"  1 "bad.kiln: .*the file is corrupt" -- inspect "$work/bad.kiln"
+  head -c 100 "$work/relu.kiln" > "$work/short.kiln"
+  expect "inspect short .kiln"    1 "short.kiln: header: .*truncated" -- inspect "$work/short.kiln"
 else
-  echo "SKIP the cases that need a model: the onnx Python package is missing"; skip=$((skip + 6))
+  echo "SKIP the cases that need a model: the onnx Python package is missing"; skip=$((skip + 15))
 fi
 
 
