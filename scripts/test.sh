@@ -85,6 +85,7 @@ part "project models (cpu)" build/kiln test --threads 0 build/models
 # com.microsoft operators against onnxruntime's outputs (regenerated when the script changes)
 [ build/contrib_tests/.complete -nt tests/conformance/make_contrib_tests.py ] || { rm -rf build/contrib_tests && "$KILN_PYTHON" tests/conformance/make_contrib_tests.py build/contrib_tests >/dev/null 2>&1 && touch build/contrib_tests/.complete; }
 part "com.microsoft operators vs onnxruntime (cpu)" build/kiln test build/contrib_tests
+part "operator sweep, fast (kiln outputs vs onnxruntime; timing recorded in build/op-sweep-fast.md, not asserted)" "$KILN_PYTHON" bench/op_sweep.py --fast --build build --no-openvino
 part "optimisation equivalence" bash scripts/equivalence.sh build/kiln "$node_dir" build/models $([ -d "$zoo" ] && echo "$zoo")
 # level 3's channels-last regions, which no provider forms by itself yet: forced, on the CPU's
 # reference NHWC convolution

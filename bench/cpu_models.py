@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Whole models on the CPU: kiln against ONNX Runtime and OpenVINO at several thread counts.
+
+ResNet-50 (torchvision) and BERT-base (transformers, sequence 128) are exported once with torch
+(random weights, fixed seed: latency does not depend on the values) into --work, unless
+MODEL.onnx is already there (export on a machine with torch, copy the folder to one without).
+Any other .onnx given with --model NAME=PATH runs too (random inputs of its declared shapes,
+symbolic dims 1). For every model and thread count the runtimes run side by side in one
+process, alternating rounds (kiln, ORT, OpenVINO f32, ...), each round the median of its runs,
+the result the median of the rounds; kiln through libkiln (ctypes, as bench/op_sweep.py), ORT
+and OpenVINO with the same intra-op thread count, one stream, latency hint, fp32 forced
+(INFERENCE_PRECISION_HINT=f32). --ov-default adds OpenVINO at its default precision (bf16 on
+CPUs with avx512_bf16/AMX), for reference only. Reports kiln/best-peer and each runtime's
+scaling from 1 thread.
+
+    bench/cpu_models.py [--build build] [--work /tmp/kiln-cpu-models] [--threads 1,4,16]
+                        [--rounds 5] [--seconds 1.0] [--only resnet50,bert_base]
+                        [--model NAME=PATH ...] [--ov-default] [--out FILE]
+
+Needs onnx and onnxruntime; torch + torchvision + transformers to export; OpenVINO optional
+(`pip install openvino==2026.4.1`). Writes bench/results/cpu-models-DATE.md.
+"""
+import argparse
+import datetime
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import onnx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from benchutil import cpu_name  # noqa: E402
+from op_sweep import Kiln, KilnSession, ONNX2NP  # noqa: E402
+
+import onnxruntime as ort  # noqa: E402
+
+
+def export(name, path):
+    import torch
+    torch.manual_seed(0)
+    if name == "resnet50":
+        import torchvision
+        m = torchvision.models.resnet50().eval()
+        args, names = (torch.randn(1, 3, 224, 224),), ["input"]
+    elif name == "bert_base":
+        from transformers import BertConfig, BertModel
+        m = BertModel(BertConfig()).eval()  # bert-base-uncased's shape: 12 layers, 768 wide
+        ids = torch.randint(0, 30522, (1, 128))
+        args, names = (ids, torch.ones(1, 128, dtype=torch.int64)), ["input_ids", "attention_mask"]
+    else:
+        raise SystemExit(f"no exporter for {name}")
+    with torch.no_grad():
+        torch.onnx.export(m, args, path, input_names=names, opset_version=17, dynamo=False)
+
+
+def feeds_for(path):
+    m = onnx.load(path, load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for i in m.graph.input:
+        if i.name in inits:
+            continue
+        t = i.type.tensor_type
+        shape = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
+        dt = ONNX2NP[t.elem_type]
+        if dt.kind == "f":
+            feeds[i.name] = rng.standard_normal(shape).astype(dt)
+        elif "mask" in i.name:
+            feeds[i.name] = np.ones(shape, dt)
+        else:
+            feeds[i.name] = rng.integers(0, 1000, shape).astype(dt)
+    return feeds
+
+
+def timed(fn, seconds_cap, n):
+    ts = []
+    t_end = time.perf_counter() + seconds_cap
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t) * 1e3)
+        if time.perf_counter() > t_end and len(ts) >= 3:
+            break
+    return statistics.median(ts)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--work", default="/tmp/kiln-cpu-models")
+    ap.add_argument("--threads", default="1,4,16")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=1.0, help="time per runtime per round")
+    ap.add_argument("--only", default="resnet50,bert_base")
+    ap.add_argument("--model", action="append", default=[], help="NAME=PATH of another .onnx")
+    ap.add_argument("--ov-default", action="store_true")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+
+    cores = os.cpu_count() or 1
+    threads = [t for t in (int(x) for x in a.threads.split(",")) if t <= cores] or [cores]
+    os.makedirs(a.work, exist_ok=True)
+    models = []
+    for name in [n for n in a.only.split(",") if n]:
+        path = os.path.join(a.work, f"{name}.onnx")
+        if not os.path.exists(path):
+            print(f"exporting {name} -> {path}", flush=True)
+            export(name, path)
+        models.append((name, path))
+    for spec in a.model:
+        name, path = spec.split("=", 1)
+        models.append((name, path))
+    k = Kiln(os.path.join(a.build, "libkiln.so"))
+    try:
+        import openvino as ov
+    except ImportError:
+        ov = None
+        print("OpenVINO not installed: ORT is the only peer", file=sys.stderr)
+
+    rows = []
+    for name, path in models:
+        feeds = feeds_for(path)
+        for th in threads:
+            runners = {}
+            ks = KilnSession(k, open(path, "rb").read(), th, "cpu", feeds)
+            ks.bind_outputs(ks.run_alloc())
+            runners["kiln"] = ks.run
+            so = ort.SessionOptions()
+            so.intra_op_num_threads, so.inter_op_num_threads = th, 1
+            sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+            runners["ort"] = lambda s=sess: s.run(None, feeds)
+            if ov is not None:
+                core = ov.Core()
+                for label, hint in [("ov", "f32")] + ([("ov_default", None)] if a.ov_default else []):
+                    cfg = {"INFERENCE_NUM_THREADS": th, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
+                    if hint:
+                        cfg["INFERENCE_PRECISION_HINT"] = hint
+                    req = core.compile_model(core.read_model(path), "CPU", cfg).create_infer_request()
+                    runners[label] = lambda r=req: r.infer(feeds)
+            for fn in runners.values():  # warm-up
+                for _ in range(3):
+                    fn()
+            meds = {n: [] for n in runners}
+            for _ in range(a.rounds):
+                for n, fn in runners.items():
+                    time.sleep(0.2)  # idle spinning threads of the previous runtime
+                    meds[n].append(timed(fn, a.seconds, 1000))
+            res = {n: statistics.median(v) for n, v in meds.items()}
+            ks.close()
+            best = min(v for n, v in res.items() if n in ("ort", "ov"))
+            rows.append((name, th, res, res["kiln"] / best))
+            print(f"{name:12s} t{th:<3d} " + "  ".join(f"{n} {v:8.3f} ms" for n, v in res.items()) +
+                  f"  kiln/best {res['kiln'] / best:5.2f}", flush=True)
+
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    out = a.out or os.path.join(ROOT, "bench", "results", f"cpu-models-{date}.md")
+    cols = ["kiln", "ort"] + (["ov"] if ov else []) + (["ov_default"] if ov and a.ov_default else [])
+    with open(out, "w") as f:
+        f.write(f"# Whole models on the CPU: kiln vs onnxruntime {ort.__version__}"
+                + (f" and OpenVINO {ov.__version__}" if ov else "") + f" ({date})\n\n")
+        f.write(f"machine: {cpu_name()}, {cores} cores; {a.rounds} alternating rounds, median of the rounds' "
+                f"medians; OpenVINO f32 forced (ov_default: its default precision, not a peer)\n\n")
+        f.write(f"command: `python3 bench/cpu_models.py {' '.join(sys.argv[1:])}`\n\n")
+        f.write("| model | threads | " + " | ".join(f"{c} ms" for c in cols) + " | kiln/best | " +
+                " | ".join(f"{c} speed-up from 1 thread" for c in cols[:3]) + " |\n")
+        f.write("|---|---:|" + "---:|" * (len(cols) + 1 + len(cols[:3])) + "\n")
+        base = {(r[0], c): r[2][c] for r in rows if r[1] == threads[0] for c in cols}
+        for name, th, res, ratio in rows:
+            f.write(f"| {name} | {th} | " + " | ".join(f"{res[c]:.3f}" for c in cols) + f" | {ratio:.2f} | " +
+                    " | ".join(f"{base[(name, c)] / res[c]:.2f}" for c in cols[:3]) + " |\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
