@@ -11,8 +11,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 bash scripts/setup_deps.sh
 . scripts/python_env.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)" >/dev/null
+# the CUDA backend is built where a GPU can run it (or with KILN_CUDA=ON); progress is shown
+bash scripts/cmake_build.sh build -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA="${KILN_CUDA:-AUTO}" || exit 1
 
 model_dir="${1:-$root/../shared/models/mobilenet_v3_small}"
 if [ ! -f "$model_dir/model.onnx" ]; then

@@ -7,6 +7,7 @@
 
 #include "util/log.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,7 @@
 
 static pthread_once_t kn_cu_once = PTHREAD_ONCE_INIT;
 static int kn_cu_count;
-static char kn_cu_reason[256];
+static char kn_cu_reason[640];
 static char kn_cu_desc[16][384];
 static char kn_cu_print[16][384]; /* cache-key fingerprints, "name=value;..." */
 
@@ -36,6 +37,30 @@ static void *load_libs(void *arg) {
     return NULL;
 }
 
+/* Why the runtime found no device, in the user's terms (kiln info, "no CUDA device: ..."): no
+ * NVIDIA driver at all (the static runtime then says "driver version is insufficient"), a driver
+ * older than the runtime kiln was built with, or a driver that sees no GPU. */
+static void explain_no_device(cudaError_t e, char *out, size_t cap) {
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        snprintf(out, cap, "no NVIDIA driver (libcuda.so.1 cannot be loaded: %s)", why ? why : "not found");
+        return;
+    }
+    int drv = 0;
+    int (*get_version)(int *) = (int (*)(int *))dlsym(h, "cuDriverGetVersion");
+    if (get_version) get_version(&drv);
+    dlclose(h);
+    if (e == cudaErrorInsufficientDriver)
+        snprintf(out, cap,
+                 "the NVIDIA driver is too old (it supports CUDA %d.%d; this kiln was built with CUDA %d.%d): update "
+                 "the driver",
+                 drv / 1000, (drv % 1000) / 10, CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
+    else if (e == cudaSuccess || e == cudaErrorNoDevice)
+        snprintf(out, cap, "the NVIDIA driver (CUDA %d.%d) is installed but sees no GPU", drv / 1000, (drv % 1000) / 10);
+    else snprintf(out, cap, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+}
+
 static void probe_devices(void) {
     int n = 0;
     char why[512];
@@ -47,20 +72,16 @@ static void probe_devices(void) {
     cudaError_t e = cudaGetDeviceCount(&n);
     kn_cu_driver_ms = kn_now_ms() - t0;
     if (threaded) pthread_join(loader, NULL);
+    /* the driver and device first (no driver, a driver too old, no GPU), then the libraries */
+    if (e != cudaSuccess || n == 0) {
+        explain_no_device(e, kn_cu_reason, sizeof kn_cu_reason);
+        kn_cu_count = 0;
+        if (e != cudaSuccess) cudaGetLastError(); /* clear the sticky error */
+        return;
+    }
     if (!kn_cu_libs_load(why, sizeof why)) {
-        snprintf(kn_cu_reason, sizeof kn_cu_reason, "%s", why);
+        snprintf(kn_cu_reason, sizeof kn_cu_reason, "CUDA libraries missing: %s", why);
         kn_cu_count = 0;
-        if (e != cudaSuccess) cudaGetLastError();
-        return;
-    }
-    if (e != cudaSuccess) {
-        snprintf(kn_cu_reason, sizeof kn_cu_reason, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
-        kn_cu_count = 0;
-        cudaGetLastError(); /* clear the sticky error */
-        return;
-    }
-    if (n == 0) {
-        snprintf(kn_cu_reason, sizeof kn_cu_reason, "cudaGetDeviceCount: no CUDA device found");
         return;
     }
     kn_cu_count = n > 16 ? 16 : n;
