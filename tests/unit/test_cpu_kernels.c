@@ -399,3 +399,105 @@ KN_TEST(cpu_softmax_against_reference) {
     check_softmax("Softmax", KILN_DTYPE_FLOAT, 2, 32000, 30.0f, 0);
     check_softmax("LogSoftmax", KILN_DTYPE_FLOAT16, 3, 77, 4.0f, 1);
 }
+
+/* ------------------------------------------------------------------ float16 convolution */
+
+static uint16_t ck_f16_bits(float v) { /* v a multiple of 1/256 with |v| < 8: exact in float16 */
+    double a = fabs(v);
+    uint16_t bits = 0;
+    if (a > 0) {
+        int e;
+        double f = frexp(a, &e);
+        bits = (uint16_t)(((e + 14) << 10) | ((int)ldexp(f, 11) & 1023));
+    }
+    return (uint16_t)(bits | (v < 0 ? 0x8000 : 0));
+}
+
+/* float16 input, constant weights and bias: the weights are converted once per session (the
+ * second run reads the session's converted copy), the output rounded to float16. */
+static void check_conv_f16(int64_t N, int64_t C, int64_t M, int64_t G, int64_t H, int64_t W, int64_t k,
+                           int64_t stride, const char *what) {
+    tmb b;
+    tmb_init(&b, 17);
+    int64_t xd[4] = {N, C, H, W}, wd[4] = {M, C / G, k, k}, bd[1] = {M};
+    const int64_t nw = M * (C / G) * k * k, nx = N * C * H * W;
+    float *wf = malloc(sizeof(float) * (size_t)(nw + M)), *xf = malloc(sizeof(float) * (size_t)nx);
+    uint32_t seed = 5;
+    kn_tensor *wt, *bt;
+    kn_tensor_new(KILN_DTYPE_FLOAT16, 4, wd, &wt);
+    kn_tensor_new(KILN_DTYPE_FLOAT16, 1, bd, &bt);
+    for (int64_t i = 0; i < nw + M; i++) {
+        wf[i] = roundf(tmb_rand(&seed) * 64.0f) / 256.0f;
+        if (i < nw) ((uint16_t *)wt->data)[i] = ck_f16_bits(wf[i]);
+        else ((uint16_t *)bt->data)[i - nw] = ck_f16_bits(wf[i]);
+    }
+    int in[3];
+    in[0] = tmb_input(&b, "x", KILN_DTYPE_FLOAT16, 4, xd, NULL);
+    in[1] = tmb_const_tensor(&b, "w", wt);
+    in[2] = tmb_const_tensor(&b, "b", bt);
+    int y = tmb_value(&b, "y");
+    int node = tmb_node(&b, "Conv", in, 3, y);
+    const int64_t ks[2] = {k, k}, st[2] = {stride, stride}, pads[4] = {k / 2, k / 2, k / 2, k / 2};
+    tmb_ints(&b, node, "kernel_shape", ks, 2);
+    tmb_ints(&b, node, "strides", st, 2);
+    tmb_ints(&b, node, "pads", pads, 4);
+    tmb_int(&b, node, "group", G);
+    tmb_output(&b, y);
+    size_t size;
+    unsigned char *data = tmb_finish(&b, &size);
+    kiln_tensor *X;
+    kiln_tensor_create(KILN_DTYPE_FLOAT16, xd, 4, &X);
+    for (int64_t i = 0; i < nx; i++) {
+        xf[i] = roundf(tmb_rand(&seed) * 256.0f) / 256.0f;
+        ((uint16_t *)kiln_tensor_data(X))[i] = ck_f16_bits(xf[i]);
+    }
+    kiln_session_options *o;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session *s = NULL;
+    CHECK_STATUS(kiln_session_create_from_memory(data, size, NULL, o, &s), KILN_OK);
+    kiln_session_options_destroy(o);
+    free(data);
+    const int64_t OH = (H + 2 * (k / 2) - k) / stride + 1, OW = (W + 2 * (k / 2) - k) / stride + 1;
+    const int64_t Cg = C / G, Mg = M / G;
+    for (int run = 0; s && run < 2; run++) {
+        const char *names[] = {"x"};
+        kiln_tensor *Y = NULL;
+        if (kiln_session_run(s, names, &X, 1, NULL, 1, &Y) != KILN_OK) {
+            CHECK_MSG(0, "%s: run: %s", what, kiln_last_error());
+            break;
+        }
+        int ok = kiln_tensor_element_count(Y) == N * M * OH * OW;
+        CHECK_MSG(ok, "%s: output size", what);
+        for (int64_t e = 0; ok && e < N * M * OH * OW; e++) {
+            const int64_t ow = e % OW, oh = e / OW % OH, m = e / (OW * OH) % M, n = e / (OW * OH * M);
+            double acc = wf[nw + m], mag = fabs(acc);
+            for (int64_t ci = 0; ci < Cg; ci++)
+                for (int64_t kh = 0; kh < k; kh++)
+                    for (int64_t kw = 0; kw < k; kw++) {
+                        const int64_t ih = oh * stride - k / 2 + kh, iw = ow * stride - k / 2 + kw;
+                        if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                        const double t = (double)xf[((n * C + (m / Mg) * Cg + ci) * H + ih) * W + iw] *
+                                         (double)wf[((m * Cg + ci) * k + kh) * k + kw];
+                        acc += t;
+                        mag += fabs(t);
+                    }
+            const double got = ck_get(kiln_tensor_data(Y), KILN_DTYPE_FLOAT16, e);
+            if (!(fabs(got - acc) <= 1e-3 * fabs(acc) + 1e-5 * mag + 1e-4)) {
+                CHECK_MSG(0, "%s run %d: output %lld is %.6g, expected %.6g", what, run, (long long)e, got, acc);
+                ok = 0;
+            }
+        }
+        kiln_tensor_destroy(Y);
+    }
+    kiln_session_destroy(s);
+    kiln_tensor_destroy(X);
+    free(wf);
+    free(xf);
+}
+
+KN_TEST(cpu_conv_float16_against_reference) {
+    check_conv_f16(2, 8, 16, 1, 10, 12, 3, 1, "3x3 8->16");
+    check_conv_f16(1, 3, 16, 1, 33, 31, 3, 2, "3x3 s2 3->16");
+    check_conv_f16(1, 16, 16, 16, 14, 14, 5, 1, "depthwise 5x5 16ch");
+}

@@ -18,6 +18,7 @@
  * float16/bfloat16 are converted to float around the float path; double and the integer convs
  * run direct loops. */
 #include "backend/cpu/const_cache.h"
+#include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/vec_math.h"
@@ -994,6 +995,21 @@ DEF_DIRECT_CONV(direct_conv_i32, int32_t, int64_t)
 
 kiln_status kn_cpu_conv(kn_kernel_ctx *c) { return kn_cpu_conv_with_epilogue(c, NULL, NULL); }
 
+/* A tensor as float: float16 through vcvtph2ps (kn_ew_f16_to_f32), other types as linalg does. */
+static const float *conv_f32_in(const kn_tensor *t, bool *owned) {
+    if (t->dtype != KILN_DTYPE_FLOAT16) return kn_linalg_f32_in(t, owned);
+    const int64_t n = kn_tensor_count(t);
+    float *f = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    *owned = f != NULL;
+    if (f) kn_ew_f16_to_f32(t->data, f, n);
+    return f;
+}
+
+static void f16_weights_make(const void *ctx, void *dst) {
+    const kn_tensor *t = ctx;
+    kn_ew_f16_to_f32(t->data, dst, kn_tensor_count(t));
+}
+
 kiln_status kn_cpu_conv_with_epilogue(kn_kernel_ctx *c, kn_conv_epilogue_fn epi, const void *epi_ctx) {
     const kn_tensor *X = c->in[0], *W = c->in[1], *B = c->n_inputs > 2 ? c->in[2] : NULL;
     kn_tensor *Y = c->out[0];
@@ -1012,16 +1028,26 @@ kiln_status kn_cpu_conv_with_epilogue(kn_kernel_ctx *c, kn_conv_epilogue_fn epi,
         return KILN_OK; /* fused kernels take float only; they never pass an epilogue here */
     }
     bool ox = false, ow = false, ob = false;
-    const float *x = kn_linalg_f32_in(X, &ox), *w = kn_linalg_f32_in(W, &ow);
-    const float *b = B ? kn_linalg_f32_in(B, &ob) : NULL;
+    /* float16 constant weights: converted once per session (then packed once like float ones) */
+    const float *w = NULL;
+    if (W->dtype == KILN_DTYPE_FLOAT16) {
+        kn_const_layout lay = {3, {kn_tensor_count(W), W->dtype, 0, 0}};
+        w = kn_cpu_const_derived(c, 1, &lay, sizeof(float) * (size_t)(kn_tensor_count(W) + 1), f16_weights_make, W);
+    }
+    const bool w_const = w != NULL;
+    if (!w) w = conv_f32_in(W, &ow);
+    const float *x = conv_f32_in(X, &ox);
+    const float *b = B ? conv_f32_in(B, &ob) : NULL;
     int64_t ny = kn_tensor_count(Y);
     float *y = Y->dtype == KILN_DTYPE_FLOAT ? Y->data : malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1));
     kiln_status st;
     if (!x || !w || (B && !b) || !y) st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    else if ((st = conv_f32(c, &s, x, w, b, y, y == Y->data ? epi : NULL, epi_ctx, w == W->data)) == KILN_OK &&
+    else if ((st = conv_f32(c, &s, x, w, b, y, y == Y->data ? epi : NULL, epi_ctx, w == W->data || w_const)) ==
+                 KILN_OK &&
              y != Y->data) {
         if (epi) epi(epi_ctx, y, 0, 1, ny, ny); /* converted output: after the whole convolution */
-        kn_linalg_f32_out(y, Y, ny);
+        if (Y->dtype == KILN_DTYPE_FLOAT16) kn_ew_f32_to_f16(y, Y->data, ny);
+        else kn_linalg_f32_out(y, Y, ny);
     }
     if (ox) free((void *)x);
     if (ow) free((void *)w);

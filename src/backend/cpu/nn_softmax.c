@@ -4,6 +4,7 @@
  * the axis, so n is the product of the trailing dims and inner is 1). Float rows subtract the row
  * maximum and use the vectorisable exp; float16/bfloat16 compute in float, double in double. */
 #include "backend/cpu/nn_internal.h"
+#include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/vec_math.h"
 
 #include <stdlib.h>
@@ -111,9 +112,8 @@ static void row_softmax16(const float *x, float *y, int64_t n, int log) {
     }
 }
 
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
-/* float16 rows: each row converted to float (vcvtph2ps) into a scratch row, the float row
- * computed, converted back rounding to nearest even (vcvtps2ph); no whole-tensor copies in
+/* float16 rows: each row converted to float (kn_ew_f16_to_f32: vcvtph2ps) into a scratch row,
+ * the float row computed, converted back rounding to nearest even (kn_ew_f32_to_f16); no whole-tensor copies in
  * float (which took 30x ONNX Runtime's time on 64 x 4096 through the scalar conversions). */
 static void softmax_rows_f16(void *arg, int64_t b, int64_t e) {
     softmax_job *j = arg;
@@ -127,20 +127,12 @@ static void softmax_rows_f16(void *arg, int64_t b, int64_t e) {
     for (int64_t r = b; r < e; r++) {
         const uint16_t *xh = j->xh + r * n;
         uint16_t *yh = j->yh + r * n;
-        for (int64_t i = 0; i < n; i += 16) {
-            const __mmask16 k = kn_v16_tail(n - i);
-            _mm512_mask_storeu_ps(xf + i, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, xh + i)));
-        }
+        kn_ew_f16_to_f32(xh, xf, n);
         row_softmax16(xf, yf, n, j->log);
-        for (int64_t i = 0; i < n; i += 16) {
-            const __mmask16 k = kn_v16_tail(n - i);
-            _mm256_mask_storeu_epi16(yh + i, k,
-                                     _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, yf + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        }
+        kn_ew_f32_to_f16(yf, yh, n);
     }
     free(buf);
 }
-#endif
 #endif
 
 static void softmax_rows_f32(void *arg, int64_t b, int64_t e) {
@@ -235,7 +227,7 @@ kiln_status kn_cpu_softmax(kn_kernel_ctx *c) {
         kn_parallel_for(c->pool, outer * inner, grain, softmax_f64, &j);
         return KILN_OK;
     }
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#if defined(__AVX512F__)
     if (x->dtype == KILN_DTYPE_FLOAT16 && y->dtype == KILN_DTYPE_FLOAT16 && inner == 1) {
         j.xh = x->data;
         j.yh = y->data;

@@ -6,6 +6,7 @@
  * AveragePool without count_include_pad; with count_include_pad (and for LpPool) the positions
  * inside the explicit pads count too, but not the extra positions ceil_mode adds past the end
  * pad. float16/bfloat16 go through float; int8/uint8 only in MaxPool. */
+#include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/linalg_impl.h"
 #include "ops/linalg_util.h"
 
@@ -401,7 +402,14 @@ static kiln_status run_pool(kn_kernel_ctx *c, int kind) {
     j.x = X->data;
     j.y = Y->data;
     if (X->dtype == KILN_DTYPE_FLOAT16 || X->dtype == KILN_DTYPE_BFLOAT16) {
-        j.x = kn_linalg_f32_in(X, &ox);
+        if (X->dtype == KILN_DTYPE_FLOAT16) { /* vcvtph2ps (kn_linalg_f32_in converts one by one) */
+            float *xf = malloc(sizeof(float) * (size_t)(kn_tensor_count(X) + 1));
+            if (xf) kn_ew_f16_to_f32(X->data, xf, kn_tensor_count(X));
+            j.x = xf;
+            ox = xf != NULL;
+        } else {
+            j.x = kn_linalg_f32_in(X, &ox);
+        }
         tmp = malloc(sizeof(float) * (size_t)(planes * j.out_plane + 1));
         j.y = tmp;
         if (!j.x || !tmp) {
@@ -417,7 +425,10 @@ static kiln_status run_pool(kn_kernel_ctx *c, int kind) {
         int64_t work = j.out_plane * j.kernel_total;
         kn_parallel_for(c->pool, planes, work > 8192 ? 1 : 8192 / (work + 1) + 1, fn, &j);
     }
-    if (tmp && !sst) kn_linalg_f32_out(tmp, Y, planes * j.out_plane);
+    if (tmp && !sst) {
+        if (Y->dtype == KILN_DTYPE_FLOAT16) kn_ew_f32_to_f16(tmp, Y->data, planes * j.out_plane);
+        else kn_linalg_f32_out(tmp, Y, planes * j.out_plane);
+    }
     if (ox) free((void *)j.x);
     free(tmp);
     return sst;
