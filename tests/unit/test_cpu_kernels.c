@@ -501,3 +501,77 @@ KN_TEST(cpu_conv_float16_against_reference) {
     check_conv_f16(1, 3, 16, 1, 33, 31, 3, 2, "3x3 s2 3->16");
     check_conv_f16(1, 16, 16, 16, 14, 14, 5, 1, "depthwise 5x5 16ch");
 }
+
+/* ------------------------------------------------------------------ bilinear Resize */
+
+/* The ONNX reference's source coordinate: the output length in it is scale * in, unrounded. */
+static double ck_src_coord(const char *mode, int64_t y, double scale, int64_t in) {
+    const double out = scale * (double)in;
+    if (!strcmp(mode, "align_corners")) return out == 1 ? 0.0 : (double)y * (double)(in - 1) / (out - 1);
+    if (!strcmp(mode, "asymmetric")) return (double)y / scale;
+    if (!strcmp(mode, "pytorch_half_pixel")) return out > 1 ? ((double)y + 0.5) / scale - 0.5 : 0.0;
+    return ((double)y + 0.5) / scale - 0.5; /* half_pixel */
+}
+
+static void check_bilinear(int64_t N, int64_t C, int64_t H, int64_t W, float sh, float sw, const char *mode) {
+    tmb b;
+    tmb_init(&b, 13);
+    int64_t xd[4] = {N, C, H, W}, rd[1] = {0}, sd[1] = {4};
+    int in[3];
+    in[0] = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd, NULL);
+    in[1] = tmb_const(&b, "roi", 1, rd, 1.0f);
+    in[2] = tmb_const(&b, "scales", 1, sd, 1.0f);
+    float *sc = b.g->values[in[2]].constant->data;
+    sc[0] = sc[1] = 1.0f;
+    sc[2] = sh;
+    sc[3] = sw;
+    int y = tmb_value(&b, "y");
+    int node = tmb_node(&b, "Resize", in, 3, y);
+    tmb_str(&b, node, "mode", "linear");
+    tmb_str(&b, node, "coordinate_transformation_mode", mode);
+    tmb_output(&b, y);
+    size_t size;
+    unsigned char *data = tmb_finish(&b, &size);
+    kiln_tensor *X;
+    kiln_tensor_create(KILN_DTYPE_FLOAT, xd, 4, &X);
+    uint32_t seed = 3;
+    float *xv = kiln_tensor_data(X);
+    for (int64_t i = 0; i < N * C * H * W; i++) xv[i] = tmb_rand(&seed);
+    kiln_tensor *Y = data ? ck_run(data, size, X, (int)(W % 2)) : NULL;
+    free(data);
+    const int64_t OH = (int64_t)floor((double)H * sh), OW = (int64_t)floor((double)W * sw);
+    int ok = Y && kiln_tensor_element_count(Y) == N * C * OH * OW;
+    CHECK_MSG(!Y || ok, "%s %lldx%lld x (%g, %g): output size", mode, (long long)H, (long long)W, sh, sw);
+    for (int64_t e = 0; ok && e < N * C * OH * OW; e++) {
+        const int64_t ow = e % OW, oh = e / OW % OH, pl = e / (OW * OH);
+        const double yh = ck_src_coord(mode, oh, sh, H), yw = ck_src_coord(mode, ow, sw, W);
+        const double fh = floor(yh), fw = floor(yw), rh = yh - fh, rw = yw - fw;
+        double v = 0;
+        for (int a = 0; a < 2; a++)
+            for (int c = 0; c < 2; c++) {
+                int64_t ih = (int64_t)fh + a, iw = (int64_t)fw + c;
+                ih = ih < 0 ? 0 : ih >= H ? H - 1 : ih;
+                iw = iw < 0 ? 0 : iw >= W ? W - 1 : iw;
+                v += (a ? rh : 1 - rh) * (c ? rw : 1 - rw) * xv[(pl * H + ih) * W + iw];
+            }
+        const double got = ((const float *)kiln_tensor_data(Y))[e];
+        if (!(fabs(got - v) <= 2e-6)) {
+            CHECK_MSG(0, "%s %lldx%lld x (%g, %g): output (%lld, %lld, %lld) is %.7g, expected %.7g", mode, (long long)H,
+                      (long long)W, sh, sw, (long long)pl, (long long)oh, (long long)ow, got, v);
+            ok = 0;
+        }
+    }
+    kiln_tensor_destroy(X);
+    kiln_tensor_destroy(Y);
+}
+
+KN_TEST(cpu_resize_bilinear_against_reference) {
+    const char *modes[] = {"half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel"};
+    for (int m = 0; m < 4; m++) {
+        check_bilinear(1, 3, 13, 17, 2.0f, 2.0f, modes[m]);
+        check_bilinear(2, 2, 20, 40, 0.5f, 0.5f, modes[m]);
+        check_bilinear(1, 2, 7, 33, 1.7f, 0.6f, modes[m]);
+        check_bilinear(1, 1, 5, 5, 1.0f, 3.0f, modes[m]);
+        check_bilinear(1, 1, 1, 9, 4.0f, 1.5f, modes[m]);
+    }
+}

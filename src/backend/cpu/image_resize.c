@@ -15,6 +15,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 /* ------------------------------------------------------------------ storing */
 
@@ -404,6 +407,133 @@ static kiln_status resize_interp(kn_kernel_ctx *c, const kn_resize_plan *p, cons
     return st;
 }
 
+/* ------------------------------------------------------------------ bilinear over the last two axes
+ *
+ * Float linear resizes of the last two axes only (NCHW upsampling and downsampling, without
+ * antialiasing): each output row blends two horizontally interpolated source rows, which are
+ * computed once per source row and kept (two slots: an x2 upsample reuses each for two or three
+ * output rows), so there is no intermediate tensor and no second pass over memory. The taps are
+ * the separable passes' (taps_make: the reference's coordinates in double), the weights rounded
+ * to float as there. */
+
+typedef struct bil_job {
+    const float *x;
+    float *y;
+    int64_t H, W, OH, OW, bands;
+    const int32_t *hi0, *hi1, *wi0, *wi1; /* source rows per output row, columns per output column */
+    const float *hw0, *hw1, *ww0, *ww1;
+    int failed;
+} bil_job;
+
+static void bil_hrow(const bil_job *j, const float *src, float *dst) {
+    int64_t o = 0;
+#if defined(__AVX512F__)
+    for (; o + 16 <= j->OW; o += 16) {
+        const __m512 a = _mm512_i32gather_ps(_mm512_loadu_si512(j->wi0 + o), src, 4);
+        const __m512 b = _mm512_i32gather_ps(_mm512_loadu_si512(j->wi1 + o), src, 4);
+        _mm512_storeu_ps(dst + o, _mm512_fmadd_ps(_mm512_loadu_ps(j->ww0 + o), a,
+                                                  _mm512_mul_ps(_mm512_loadu_ps(j->ww1 + o), b)));
+    }
+#endif
+    for (; o < j->OW; o++) dst[o] = j->ww0[o] * src[j->wi0[o]] + j->ww1[o] * src[j->wi1[o]];
+}
+
+static void bil_range(void *arg, int64_t begin, int64_t end) {
+    bil_job *j = arg;
+    const int64_t OW = j->OW;
+    float *buf = malloc(sizeof(float) * (size_t)(2 * OW + 32));
+    if (!buf) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    float *slot[2] = {buf, buf + OW + 16};
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t plane = t / j->bands, band = t % j->bands;
+        const float *xp = j->x + plane * j->H * j->W;
+        float *yp = j->y + plane * j->OH * OW;
+        int64_t id[2] = {-1, -1}; /* the source row each slot holds */
+        for (int64_t oh = band * j->OH / j->bands; oh < (band + 1) * j->OH / j->bands; oh++) {
+            const int64_t r0 = j->hi0[oh], r1 = j->hi1[oh];
+            int s0 = id[0] == r0 ? 0 : id[1] == r0 ? 1 : -1;
+            int s1 = id[0] == r1 ? 0 : id[1] == r1 ? 1 : -1;
+            if (s0 < 0) {
+                s0 = s1 == 0 ? 1 : 0;
+                bil_hrow(j, xp + r0 * j->W, slot[s0]);
+                id[s0] = r0;
+                if (r1 == r0) s1 = s0;
+            }
+            if (s1 < 0) {
+                s1 = s0 == 0 ? 1 : 0;
+                bil_hrow(j, xp + r1 * j->W, slot[s1]);
+                id[s1] = r1;
+            }
+            const float *p0 = slot[s0], *p1 = slot[s1], w0 = j->hw0[oh], w1 = j->hw1[oh];
+            float *yr = yp + oh * OW;
+            for (int64_t o = 0; o < OW; o++) yr[o] = w0 * p0[o] + w1 * p1[o];
+        }
+    }
+    free(buf);
+}
+
+/* Runs the bilinear path when it applies; *done says whether it did. */
+static kiln_status try_bilinear2d(kn_kernel_ctx *c, const kn_resize_plan *p, const kn_tensor *x, kn_tensor *y,
+                                  bool *done) {
+    *done = false;
+    const int r = p->rank;
+    if (p->mode != KN_RESIZE_LINEAR || p->antialias || r < 2 || x->dtype != KILN_DTYPE_FLOAT ||
+        y->dtype != KILN_DTYPE_FLOAT || p->coord == KN_COORD_TF_CROP_AND_RESIZE)
+        return KILN_OK;
+    for (int a = 0; a < r - 2; a++)
+        if (!axis_is_identity(p, a)) return KILN_OK;
+    const int64_t H = p->in_dims[r - 2], W = p->in_dims[r - 1], OH = p->out_dims[r - 2], OW = p->out_dims[r - 1];
+    if (H <= 0 || W <= 0 || OH <= 0 || OW <= 0 || W > INT32_MAX / 2 || H > INT32_MAX / 2) return KILN_OK;
+    axis_taps th, tw;
+    kiln_status st = taps_make(p, r - 2, &th);
+    if (st) return st;
+    if ((st = taps_make(p, r - 1, &tw)) != KILN_OK) {
+        taps_free(&th);
+        return st;
+    }
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)(2 * (OH + OW)));
+    float *wts = malloc(sizeof(float) * (size_t)(2 * (OH + OW)));
+    bool ok = idx && wts && th.n == 2 && tw.n == 2;
+    if (ok) {
+        const axis_taps *ts[2] = {&th, &tw};
+        const int64_t outs[2] = {OH, OW}, ins[2] = {H, W}, offs[2] = {0, 2 * OH};
+        for (int d = 0; d < 2 && ok; d++)
+            for (int64_t o = 0; o < outs[d] && ok; o++) {
+                ok = !ts[d]->extrap[o];
+                const int64_t s0 = ts[d]->start[o], last = ins[d] - 1;
+                int64_t j0 = s0 < 0 ? 0 : s0 > last ? last : s0, j1 = s0 + 1 > last ? last : s0 + 1;
+                if (j1 < 0) j1 = 0;
+                idx[offs[d] + o] = (int32_t)j0;
+                idx[offs[d] + outs[d] + o] = (int32_t)j1;
+                wts[offs[d] + o] = (float)ts[d]->w[2 * o];
+                wts[offs[d] + outs[d] + o] = (float)ts[d]->w[2 * o + 1];
+            }
+    }
+    if (ok) {
+        bil_job j = {x->data, y->data, H, W, OH, OW, 1, idx, idx + OH, idx + 2 * OH, idx + 2 * OH + OW,
+                     wts, wts + OH, wts + 2 * OH, wts + 2 * OH + OW, 0};
+        int64_t planes = 1;
+        for (int a = 0; a < r - 2; a++) planes *= p->in_dims[a];
+        /* few planes (an RGB image): bands of output rows, about 4 tasks per thread */
+        const int64_t threads = kn_threadpool_size(c->pool);
+        if (planes < 4 * threads) j.bands = (4 * threads + planes - 1) / planes < OH ? (4 * threads + planes - 1) / planes : OH;
+        const int64_t work = OH * OW / j.bands + 1;
+        kn_parallel_for(c->pool, planes * j.bands, work >= 16384 ? 1 : 16384 / work + 1, bil_range, &j);
+        if (j.failed) st = KN_OOM();
+        *done = true;
+    } else if (!idx || !wts) {
+        st = KN_OOM();
+    }
+    free(idx);
+    free(wts);
+    taps_free(&th);
+    taps_free(&tw);
+    return st;
+}
+
 /* ------------------------------------------------------------------ nearest: a gather */
 
 typedef struct gather_args {
@@ -537,5 +667,8 @@ kiln_status kn_cpu_resize(kn_kernel_ctx *c) {
     if (!kn_dtype_is_float(x->dtype) && !kn_dtype_is_int(x->dtype))
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%s interpolation of element type %s",
                                p.mode == KN_RESIZE_LINEAR ? "linear" : "cubic", kiln_dtype_name(x->dtype));
+    bool done = false;
+    KN_TRY(try_bilinear2d(c, &p, x, y, &done));
+    if (done) return KILN_OK;
     return resize_interp(c, &p, x, y);
 }
