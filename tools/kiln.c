@@ -60,6 +60,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "test")) return cmd_test(argc - 2, argv + 2);
     if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2);
     if (!strcmp(cmd, "cache")) return cmd_cache(argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     cli_prog = "kiln";
     fprintf(stderr, "kiln: unknown command '%s'\n", cmd);
     cli_usage(stderr);
