@@ -94,30 +94,6 @@ static kiln_status read_header(kn_cfile *f, int fd, size_t size) {
     return st;
 }
 
-/* Memory to read a compiled file into: an anonymous mapping (the model unmaps it), 2 MiB-aligned
- * and advised for transparent huge pages where it is that large, so the kernel faults it in 2 MiB
- * at a time: reading a 21 MB entry took 38-44 ms with 4 KiB faults and 6 ms with huge pages on
- * the 2-core CI machine (bench/results/cache-read-2026-12-02.md). *cap_out gets the size to unmap. */
-static void *owned_alloc(size_t size, size_t *cap_out) {
-    const size_t huge = (size_t)2 << 20;
-    if (size < huge) {
-        void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        *cap_out = size;
-        return m == MAP_FAILED ? NULL : m;
-    }
-    size_t cap = (size + huge - 1) & ~(huge - 1);
-    uint8_t *raw = mmap(NULL, cap + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return NULL;
-    uint8_t *m = (uint8_t *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
-    if (m > raw) munmap(raw, (size_t)(m - raw));
-    if (raw + cap + huge > m + cap) munmap(m + cap, (size_t)(raw + cap + huge - (m + cap)));
-#ifdef MADV_HUGEPAGE
-    madvise(m, cap, MADV_HUGEPAGE); /* advice only: without THP the pages are 4 KiB */
-#endif
-    *cap_out = cap;
-    return m;
-}
-
 /* Reads and validates a whole compiled file. The bytes are read into memory kiln owns (an
  * anonymous mapping the model can keep) and checked there, so the bytes a session uses are the
  * bytes that were verified: a later change of the file, in place or by truncation, cannot alter a
@@ -141,7 +117,7 @@ static kiln_status open_file(const char *path, bool entry, kn_cfile **out) {
         kn_cache_key_free(&f->fields); /* parsed again below, over the owned bytes */
         f->n_sections = 0;
         size_t cap;
-        void *map = owned_alloc(size, &cap);
+        void *map = kn_file_alloc_owned(size, &cap);
         if (!map) {
             st = kn_error(KILN_ERR_OUT_OF_MEMORY, "compiled file '%s': cannot allocate %zu bytes to read it into", path, size);
         } else {

@@ -1424,9 +1424,33 @@ kiln_status kn_onnx_load_file(const char *path, kn_model **out) {
         close(fd);
         return kn_error(KILN_ERR_INVALID_MODEL, "%s is not an ONNX model: the file is empty (0 bytes)", path);
     }
-    /* private and writable: pages a later pass writes to are copied, the file never changes */
-    void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-    int map_errno = errno;
+    /* private and writable: pages a later pass writes to are copied, the file never changes.
+     * KILN_MODEL_READ=1 reads it into memory kiln owns instead: a later change or truncation of
+     * the file then cannot reach a live session (README, Security). */
+    const char *rd = getenv("KILN_MODEL_READ");
+    size_t map_size = size;
+    void *map;
+    int map_errno = 0;
+    if (rd && !strcmp(rd, "1")) {
+        map = kn_file_alloc_owned(size, &map_size);
+        if (!map) {
+            close(fd);
+            return kn_error(KILN_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes to read the model into", path, size);
+        }
+        if (!kn_file_pread_all(fd, map, size, 0)) {
+            map_errno = errno;
+            close(fd);
+            munmap(map, map_size);
+            return kn_error(KILN_ERR_IO, "%s: reading %zu bytes failed: %s", path, size,
+                            map_errno == ENODATA ? "the file became shorter while being read" : strerror(map_errno));
+        }
+        /* the model unmaps `size` bytes: give back the huge-page rounding beyond them now */
+        size_t page = (size_t)sysconf(_SC_PAGESIZE), used = (size + page - 1) / page * page;
+        if (map_size > used) munmap((uint8_t *)map + used, map_size - used);
+    } else {
+        map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+        map_errno = errno;
+    }
     close(fd);
     if (map == MAP_FAILED) return kn_error(KILN_ERR_IO, "%s: cannot map %zu bytes: %s", path, size, strerror(map_errno));
     /* the folder external data resolves against */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -95,4 +96,25 @@ kiln_status kn_file_read_all(const char *path, unsigned char **data_out, size_t 
     *data_out = d;
     *size_out = size;
     return KILN_OK;
+}
+
+void *kn_file_alloc_owned(size_t size, size_t *cap_out) {
+    const size_t huge = (size_t)2 << 20;
+    if (size < huge) {
+        void *m = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        *cap_out = size ? size : 1;
+        return m == MAP_FAILED ? NULL : m;
+    }
+    size_t cap = (size + huge - 1) & ~(huge - 1);
+    if (cap < size || cap + huge < cap) return NULL;
+    uint8_t *raw = mmap(NULL, cap + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    uint8_t *m = (uint8_t *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
+    if (m > raw) munmap(raw, (size_t)(m - raw));
+    if (raw + cap + huge > m + cap) munmap(m + cap, (size_t)(raw + cap + huge - (m + cap)));
+#ifdef MADV_HUGEPAGE
+    madvise(m, cap, MADV_HUGEPAGE); /* advice only: without THP the pages are 4 KiB */
+#endif
+    *cap_out = cap;
+    return m;
 }

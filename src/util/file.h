@@ -19,6 +19,12 @@ kiln_status kn_file_open_regular(const char *path, bool nofollow, const char *wh
 /* Reads exactly n bytes at offset off (retrying short reads and EINTR). false on an error or an
  * early end of file (errno is the read's error, or ENODATA at an early end of file). */
 bool kn_file_pread_all(int fd, void *buf, size_t n, uint64_t off);
+/* Memory to read a file into, that a model can own and unmap: an anonymous private mapping of at
+ * least size bytes (munmap(p, *cap_out)), 2 MiB-aligned and advised for transparent huge pages
+ * when it is that large, so the kernel faults it in 2 MiB at a time (a 21 MB compiled file read
+ * in 6-24 ms instead of 38-49 ms with 4 KiB faults: bench/results/cache-read-2026-12-02.md).
+ * NULL when it cannot be had. */
+void *kn_file_alloc_owned(size_t size, size_t *cap_out);
 /* Reads a whole file into a malloc'ed buffer (NUL-terminated beyond size), through
  * kn_file_open_regular. */
 kiln_status kn_file_read_all(const char *path, unsigned char **data_out, size_t *size_out);

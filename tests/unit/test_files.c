@@ -174,3 +174,56 @@ KN_TEST(files_external_data_hard_links) {
     kn_model_free(m);
     files_rm(root);
 }
+
+/* KILN_MODEL_READ=1: the .onnx is read into owned memory, so truncating or rewriting it under a
+ * live session changes nothing (mapped in place, the default, it is the user's to leave alone). */
+KN_TEST(files_model_read_option_survives_truncation) {
+    char src[1200];
+    const char *z = getenv("KILN_ZOO");
+    if (z && *z) snprintf(src, sizeof src, "%s/field_conv1d_gemm/model.onnx", z);
+    else snprintf(src, sizeof src, "%s/../shared/models/field_conv1d_gemm/model.onnx", kn_unit_root());
+    FILE *f = fopen(src, "rb");
+    if (!f) KN_SKIP("no zoo model field_conv1d_gemm");
+    static uint8_t buf[4 << 20];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    char *dir = files_tmp("read");
+    char path[300];
+    snprintf(path, sizeof path, "%s/model.onnx", dir);
+    CHECK(n > 0 && n < sizeof buf && write_bytes(path, buf, n) == 0);
+    setenv("KILN_MODEL_READ", "1", 1);
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session_options_set_opt_level(o, 0);
+    kiln_session *s = NULL;
+    CHECK_STATUS(kiln_session_create(path, o, &s), KILN_OK);
+    unsetenv("KILN_MODEL_READ");
+    kiln_session_options_destroy(o);
+    if (s) {
+        kiln_value_info info;
+        kiln_session_input_info(s, 0, &info);
+        int64_t dims[8];
+        for (int d = 0; d < info.rank; d++) dims[d] = info.dims[d] > 0 ? info.dims[d] : 1;
+        kiln_tensor *in = NULL, *y1 = NULL, *y2 = NULL;
+        CHECK_STATUS(kiln_tensor_create(info.dtype, dims, info.rank, &in), KILN_OK);
+        float *x = kiln_tensor_data(in);
+        for (int64_t i = 0; i < kiln_tensor_element_count(in); i++) x[i] = (float)(i % 7) * 0.25f;
+        const char *names[1] = {info.name};
+        CHECK_STATUS(kiln_session_run(s, names, &in, 1, NULL, 1, &y1), KILN_OK);
+        /* overwrite in place, then truncate: the session has its own bytes */
+        int fd = open(path, O_WRONLY);
+        memset(buf, 0x7f, n);
+        CHECK(fd >= 0 && pwrite(fd, buf, n, 0) == (ssize_t)n);
+        if (fd >= 0) close(fd);
+        CHECK(truncate(path, 0) == 0);
+        CHECK_STATUS(kiln_session_run(s, names, &in, 1, NULL, 1, &y2), KILN_OK);
+        CHECK(y1 && y2 && kiln_tensor_bytes(y1) == kiln_tensor_bytes(y2) &&
+              !memcmp(kiln_tensor_data(y1), kiln_tensor_data(y2), kiln_tensor_bytes(y1)));
+        kiln_tensor_destroy(in);
+        kiln_tensor_destroy(y1);
+        kiln_tensor_destroy(y2);
+        kiln_session_destroy(s);
+    }
+    files_rm(dir);
+}
