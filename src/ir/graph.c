@@ -77,6 +77,24 @@ kiln_status kn_graph_new(kn_model *m, kn_graph *parent, const char *name, kn_gra
     return KILN_OK;
 }
 
+int64_t kn_opset_newest(const char *domain) {
+    static const struct {
+        const char *domain;
+        int64_t newest;
+    } known[] = {
+        {"", 28},
+        {"ai.onnx", 28},
+        {"ai.onnx.ml", 5},
+        {"ai.onnx.preview", 1},
+        {"ai.onnx.preview.training", 1},
+        {"com.microsoft", 1},
+        {"kiln", 1},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(known[i].domain, domain ? domain : "")) return known[i].newest;
+    return 0;
+}
+
 int64_t kn_model_opset(const kn_model *m, const char *domain) {
     for (int i = 0; i < m->n_opsets; i++)
         if (!strcmp(m->opsets[i].domain, domain)) return m->opsets[i].version;
@@ -135,24 +153,134 @@ int kn_graph_add_node(kn_graph *g, const char *name, const char *op_type, const 
     return g->n_nodes++;
 }
 
-static void pin_outer_reads(kn_graph *g, const kn_graph *sub) {
+int kn_graph_outer_value(kn_graph *sub, int v) {
+    kn_graph *parent = sub->parent;
+    kn_value *val = &sub->values[v];
+    if (!parent || !val->is_outer) return -1;
+    int r = val->outer_ref;
+    if (r >= 0 && r < parent->n_values &&
+        (parent->values[r].name == val->name || !strcmp(parent->values[r].name, val->name)))
+        return r;
+    r = kn_graph_find_value(parent, val->name);
+    if (r >= 0) val->outer_ref = r;
+    return r;
+}
+
+#define KN_MAX_SUBGRAPH_DEPTH 64
+
+/* The outer reads of g found in `sub`, a subgraph nested depth graphs below g: chain[0] is g's
+ * direct subgraph that contains it, chain[depth - 1] == sub. A name is g's when every graph
+ * between takes it from outside too (is_outer there), which the loader arranges; a graph that
+ * defines the name itself hides g's. */
+static void outer_reads_in(kn_graph *g, kn_graph **chain, int depth, void (*fn)(void *, int), void *arg) {
+    kn_graph *sub = chain[depth - 1];
     for (int v = 0; v < sub->n_values; v++) {
         if (!sub->values[v].is_outer) continue;
-        int id = kn_graph_find_value(g, sub->values[v].name);
-        if (id >= 0) g->values[id].uses++;
-    }
-    for (int i = 0; i < sub->n_nodes; i++)
-        for (int a = 0; a < sub->nodes[i].n_attrs; a++) {
-            const kn_attr *at = &sub->nodes[i].attrs[a];
-            if (at->type == KN_ATTR_GRAPH && at->g) pin_outer_reads(g, at->g);
-            if (at->type == KN_ATTR_GRAPHS)
-                for (int k = 0; k < at->n; k++) pin_outer_reads(g, at->graphs[k]);
+        int id = -1;
+        if (depth == 1) {
+            id = kn_graph_outer_value(sub, v);
+        } else {
+            /* a deeper read is g's only when no graph in between has the name (when one has it
+             * as an outer value too, that graph's read already counted) */
+            bool hidden = false;
+            for (int d = depth - 2; d >= 0 && !hidden; d--) hidden = kn_graph_find_value(chain[d], sub->values[v].name) >= 0;
+            if (!hidden) id = kn_graph_find_value(g, sub->values[v].name);
         }
+        if (id >= 0) fn(arg, id);
+    }
+    if (depth >= KN_MAX_SUBGRAPH_DEPTH) return;
+    for (int i = 0; i < sub->n_nodes; i++) {
+        const kn_node *n = &sub->nodes[i];
+        if (n->dead) continue;
+        for (int a = 0; a < n->n_attrs; a++) {
+            const kn_attr *at = &n->attrs[a];
+            int ng = at->type == KN_ATTR_GRAPH && at->g ? 1 : at->type == KN_ATTR_GRAPHS ? at->n : 0;
+            for (int k = 0; k < ng; k++) {
+                kn_graph *s2 = at->type == KN_ATTR_GRAPH ? at->g : at->graphs[k];
+                if (!s2) continue;
+                chain[depth] = s2;
+                outer_reads_in(g, chain, depth + 1, fn, arg);
+            }
+        }
+    }
+}
+
+void kn_graph_node_outer_reads(kn_graph *g, const kn_node *n, void (*fn)(void *arg, int id), void *arg) {
+    if (n->dead) return;
+    kn_graph *chain[KN_MAX_SUBGRAPH_DEPTH + 1];
+    for (int a = 0; a < n->n_attrs; a++) {
+        const kn_attr *at = &n->attrs[a];
+        int ng = at->type == KN_ATTR_GRAPH && at->g ? 1 : at->type == KN_ATTR_GRAPHS ? at->n : 0;
+        for (int k = 0; k < ng; k++) {
+            chain[0] = at->type == KN_ATTR_GRAPH ? at->g : at->graphs[k];
+            if (chain[0]) outer_reads_in(g, chain, 1, fn, arg);
+        }
+    }
+}
+
+static bool has_subgraph(const kn_node *n) {
+    for (int a = 0; a < n->n_attrs; a++)
+        if ((n->attrs[a].type == KN_ATTR_GRAPH && n->attrs[a].g) || (n->attrs[a].type == KN_ATTR_GRAPHS && n->attrs[a].n))
+            return true;
+    return false;
+}
+
+typedef struct reads_acc {
+    int *ids;
+    int n, cap;
+    bool oom;
+} reads_acc;
+
+static void acc_read(void *arg, int id) {
+    reads_acc *r = arg;
+    if (r->n == r->cap) {
+        int nc = r->cap ? r->cap * 2 : 16;
+        int *p = realloc(r->ids, sizeof(int) * (size_t)nc);
+        if (!p) {
+            r->oom = true;
+            return;
+        }
+        r->ids = p;
+        r->cap = nc;
+    }
+    r->ids[r->n++] = id;
+}
+
+kiln_status kn_graph_outer_reads(kn_graph *g, int **start_out, int **ids_out) {
+    *start_out = NULL;
+    *ids_out = NULL;
+    int *start = malloc(sizeof(int) * (size_t)(g->n_nodes + 1));
+    reads_acc r = {NULL, 0, 0, false};
+    if (!start) return KN_OOM();
+    for (int i = 0; i < g->n_nodes; i++) {
+        start[i] = r.n;
+        if (has_subgraph(&g->nodes[i])) kn_graph_node_outer_reads(g, &g->nodes[i], acc_read, &r);
+    }
+    start[g->n_nodes] = r.n;
+    if (r.oom) {
+        free(start);
+        free(r.ids);
+        return KN_OOM();
+    }
+    if (!r.ids && !(r.ids = malloc(sizeof(int)))) {
+        free(start);
+        return KN_OOM();
+    }
+    *start_out = start;
+    *ids_out = r.ids;
+    return KILN_OK;
+}
+
+static void count_sub_read(void *arg, int id) {
+    kn_graph *g = arg;
+    g->values[id].uses++;
+    g->values[id].sub_reads++;
 }
 
 void kn_graph_recount(kn_graph *g) {
     for (int i = 0; i < g->n_values; i++) {
         g->values[i].uses = 0;
+        g->values[i].sub_reads = 0;
         if (!g->values[i].is_graph_input && !g->values[i].is_outer && !g->values[i].constant)
             g->values[i].producer = -1;
     }
@@ -165,17 +293,9 @@ void kn_graph_recount(kn_graph *g) {
             if (n->outputs[j] >= 0) g->values[n->outputs[j]].producer = i;
     }
     for (int i = 0; i < g->n_outputs; i++) g->values[g->outputs[i]].uses++;
-    /* Values that subgraphs read from this graph (If/Loop/Scan bodies name them directly) get
-     * one use no node consumes, so a run keeps them until its end. */
-    for (int i = 0; i < g->n_nodes; i++) {
-        kn_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int a = 0; a < n->n_attrs; a++) {
-            if (n->attrs[a].type == KN_ATTR_GRAPH && n->attrs[a].g) pin_outer_reads(g, n->attrs[a].g);
-            if (n->attrs[a].type == KN_ATTR_GRAPHS)
-                for (int k = 0; k < n->attrs[a].n; k++) pin_outer_reads(g, n->attrs[a].graphs[k]);
-        }
-    }
+    /* values that subgraphs read from this graph by name */
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && has_subgraph(&g->nodes[i])) kn_graph_node_outer_reads(g, &g->nodes[i], count_sub_read, g);
 }
 
 kiln_status kn_graph_sort(kn_graph *g) {
@@ -184,13 +304,17 @@ kiln_status kn_graph_sort(kn_graph *g) {
     int *prod = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1));
     int *state = calloc((size_t)(n ? n : 1), sizeof(int)); /* 0 new, 1 on stack, 2 done */
     int *order = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    /* the stack holds (node, next dependency): its inputs, then its outer reads */
     int *stack = malloc(sizeof(int) * 2 * (size_t)(n ? n : 1));
+    int *rstart = NULL, *rids = NULL;
     kiln_status st = KILN_OK;
     char lbl[256];
     if (!prod || !state || !order || !stack) {
         st = KN_OOM();
         goto done;
     }
+    st = kn_graph_outer_reads(g, &rstart, &rids);
+    if (st != KILN_OK) goto done;
     for (int i = 0; i < g->n_values; i++) prod[i] = -1;
     for (int i = 0; i < n; i++)
         for (int j = 0; j < g->nodes[i].n_outputs; j++) {
@@ -215,14 +339,16 @@ kiln_status kn_graph_sort(kn_graph *g) {
         while (sp) {
             int node = stack[sp - 2], next_in = stack[sp - 1];
             kn_node *nd = &g->nodes[node];
-            if (next_in < nd->n_inputs) {
+            int n_deps = nd->n_inputs + (rstart[node + 1] - rstart[node]);
+            if (next_in < n_deps) {
                 stack[sp - 1] = next_in + 1;
-                int v = nd->inputs[next_in];
+                bool outer_read = next_in >= nd->n_inputs;
+                int v = outer_read ? rids[rstart[node] + next_in - nd->n_inputs] : nd->inputs[next_in];
                 if (v < 0) continue;
                 int p = prod[v];
                 if (p < 0) {
                     kn_value *val = &g->values[v];
-                    if (!val->is_graph_input && !val->constant && !val->is_outer) {
+                    if (!outer_read && !val->is_graph_input && !val->constant && !val->is_outer) {
                         st = kn_error(KILN_ERR_INVALID_MODEL,
                                       "%s: input '%s' is not produced by any node, graph input or initializer",
                                       kn_node_label(nd, lbl, sizeof lbl), val->name);
@@ -231,8 +357,9 @@ kiln_status kn_graph_sort(kn_graph *g) {
                     continue;
                 }
                 if (state[p] == 1) {
-                    st = kn_error(KILN_ERR_INVALID_MODEL, "%s: the graph has a cycle through value '%s'",
-                                  kn_node_label(nd, lbl, sizeof lbl), g->values[v].name);
+                    st = kn_error(KILN_ERR_INVALID_MODEL, "%s: the graph has a cycle through value '%s'%s",
+                                  kn_node_label(nd, lbl, sizeof lbl), g->values[v].name,
+                                  outer_read ? " (read by a subgraph)" : "");
                     goto done;
                 }
                 if (state[p] == 0) {
@@ -258,6 +385,8 @@ kiln_status kn_graph_sort(kn_graph *g) {
     free(sorted);
     kn_graph_recount(g);
 done:
+    free(rstart);
+    free(rids);
     free(prod);
     free(state);
     free(order);

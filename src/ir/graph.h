@@ -104,7 +104,11 @@ typedef struct kn_value {
     bool is_graph_input;
     bool is_graph_output;
     bool is_outer;         /* a subgraph's reference to a value of an enclosing graph */
-    int uses;              /* how many node inputs and graph outputs read it */
+    int uses;              /* how many node inputs, graph outputs and subgraph reads read it */
+    int sub_reads;         /* of those, reads by name from inside a node's subgraph (If/Loop/Scan
+                            * bodies, at any depth): a use no node input shows (kn_graph_recount) */
+    int outer_ref;         /* for an is_outer value: a guess of its id in the parent graph, checked
+                            * by name before use (kn_graph_outer_value) */
 } kn_value;
 
 typedef struct kn_graph {
@@ -149,6 +153,12 @@ void kn_model_free(kn_model *m);
 kiln_status kn_graph_new(kn_model *m, kn_graph *parent, const char *name, kn_graph **out);
 /* Registers a tensor for the model to free. */
 kiln_status kn_model_own_tensor(kn_model *m, kn_tensor *t);
+/* The newest opset version of `domain` ("" or "ai.onnx", "ai.onnx.ml", "com.microsoft", "kiln", ...)
+ * whose operators kiln implements with their semantics at that version; 0 for a domain kiln does not
+ * know. ai.onnx: 28, the newest of the pinned onnx 1.23.2 (tests/requirements.txt), whose node tests
+ * pass. Raise it only when every operator changed up to the new version is implemented. A model
+ * importing a newer version is refused by the loader. */
+int64_t kn_opset_newest(const char *domain);
 /* Opset version the model imports for `domain` ("" = ai.onnx); 0 when not imported. */
 int64_t kn_model_opset(const kn_model *m, const char *domain);
 
@@ -161,10 +171,31 @@ int kn_graph_add_value(kn_graph *g, const char *name);
 int kn_graph_add_node(kn_graph *g, const char *name, const char *op_type, const char *domain,
                       const int *inputs, int n_inputs, const int *outputs, int n_outputs);
 
-/* Orders nodes so each comes after its producers; an error names a node in a cycle or one that
- * reads a value nothing produces. Recomputes producers and use counts. */
+/* ---- uses and definitions ----
+ * A value is used by the node inputs that name it, by the graph's outputs, and by every node whose
+ * subgraphs (If/Loop/Scan bodies, nested at any depth) read it by name from the enclosing scope.
+ * That last kind, the node's outer reads, is a use like any other: it counts in value.uses, keeps the
+ * value alive, orders the node after the value's producer, and (kn_opt_pinned) keeps its name.
+ * Everything that counts, moves or deletes uses goes through these functions. */
+
+/* The value of sub's parent graph that sub's outer value `v` (is_outer) refers to; -1 when the
+ * parent has no value of that name. */
+int kn_graph_outer_value(kn_graph *sub, int v);
+/* Calls fn(arg, id) for each value id of g that node n's subgraphs read from g by name, at any
+ * depth of nesting (a name a nested body takes from an intermediate body's own values is not a
+ * read of g). A value read by several of n's subgraphs comes once per subgraph. Nothing for a
+ * dead node. */
+void kn_graph_node_outer_reads(kn_graph *g, const kn_node *n, void (*fn)(void *arg, int id), void *arg);
+/* The outer reads of every node as a table: node i reads ids[start[i] .. start[i + 1]). Both
+ * arrays are malloc'd for the caller to free. */
+kiln_status kn_graph_outer_reads(kn_graph *g, int **start_out, int **ids_out);
+
+/* Orders nodes so each comes after its producers, and after the producers of the values its
+ * subgraphs read (outer reads); an error names a node in a cycle or one that reads a value
+ * nothing produces. Recomputes producers and use counts. */
 kiln_status kn_graph_sort(kn_graph *g);
-/* Recomputes value.producer and value.uses from the nodes (dead nodes ignored). */
+/* Recomputes value.producer, value.uses and value.sub_reads from the nodes, the graph outputs and
+ * the nodes' outer reads (dead nodes ignored). */
 void kn_graph_recount(kn_graph *g);
 
 /* ---- attributes ---- */

@@ -12,6 +12,7 @@
 #include "onnx/loader.h"
 #include "onnx/loader_internal.h"
 #include "onnx/sniff.h"
+#include "util/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -135,6 +136,9 @@ typedef struct ctx {
     /* Nodes function expansion may still create: calls nest, so a small file could otherwise
      * expand exponentially. */
     size_t expand_budget;
+    /* negative dim_values read in types so far: each is an unknown dimension (as onnx.checker
+     * and ONNX Runtime take it), logged at debug level by the reader of the type */
+    int negative_dims;
 } ctx;
 
 static const char *arena_span(ctx *c, kn_span s) { return kn_arena_strndup(&c->m->arena, s.p ? s.p : "", s.n); }
@@ -204,7 +208,13 @@ static kiln_status parse_dim(ctx *c, kn_pb *r, kn_dim *d) {
         if (f.num == 1) {
             int64_t v;
             KN_TRY(kn_pb_int64(r, &f, &v));
-            if (v < 0) return kn_pb_error(r, &f, KILN_ERR_INVALID_MODEL, "negative dimension %lld", (long long)v);
+            if (v < 0) {
+                /* exporters write -1 for a dimension they do not know; tensors' dims stay strict */
+                c->negative_dims++;
+                d->value = -1;
+                d->symbol = NULL;
+                continue;
+            }
             d->value = v;
             d->symbol = NULL;
         } else if (f.num == 2) {
@@ -338,8 +348,12 @@ static kiln_status parse_value_info(ctx *c, kn_pb *r, kn_span *name, kn_type *t)
     }
     if (rc < 0) return KILN_ERR_INVALID_MODEL;
     if (have_type) {
+        int negative = c->negative_dims;
         kiln_status st = kn_load_type(&c->L, &type_r, t, "");
         if (st != KILN_OK) return kn_load_prefix(st, "value '%.*s': ", SPAN_ARG(*name));
+        if (c->negative_dims > negative)
+            kn_log(KILN_LOG_DEBUG, "value '%.*s': a negative dim_value in its declared shape is taken as an unknown dimension",
+                   SPAN_ARG(*name));
     }
     return KILN_OK;
 }
@@ -802,6 +816,17 @@ static kiln_status parse_opset(kn_pb *r, const kn_pb_field *f, kn_opset_import *
     if (o->version < 0 || o->version > INT32_MAX)
         return kn_pb_error(r, f, KILN_ERR_INVALID_MODEL, "opset version %lld is out of range", (long long)o->version);
     *dom = norm_domain(*dom);
+    /* a version newer than kiln knows may change what an operator means: refused, not guessed */
+    char name[256];
+    snprintf(name, sizeof name, "%.*s", (int)(dom->n < 200 ? dom->n : 200), dom->p ? dom->p : "");
+    int64_t newest = kn_opset_newest(name);
+    if (newest > 0 && o->version > newest)
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "the model imports opset %lld of %s, newer than kiln supports (newest: %s opset %lld); "
+                        "operators may mean something kiln does not implement there: convert the model to opset "
+                        "%lld or older (onnx.version_converter)",
+                        (long long)o->version, *name ? name : "ai.onnx", *name ? name : "ai.onnx", (long long)newest,
+                        (long long)newest);
     return KILN_OK;
 }
 
@@ -976,111 +1001,6 @@ static kiln_status expand(ctx *c, scope *caller, const fncall *outer, const char
 }
 
 /* ---- graphs ---- */
-
-/* kn_graph_sort orders nodes by their inputs only; a node whose subgraph reads a value of this
- * graph (an outer value) must also come after that value's producer. This orders the nodes with
- * those implicit inputs counted (keeping the file's order where it already works), so the sort
- * that follows leaves the order as it is. */
-static kiln_status order_with_subgraphs(ctx *c, kn_graph *g) {
-    int n = g->n_nodes;
-    int n_implicit = 0;
-    for (int i = 0; i < n; i++)
-        for (int a = 0; a < g->nodes[i].n_attrs; a++) {
-            const kn_attr *at = &g->nodes[i].attrs[a];
-            if (at->type == KN_ATTR_GRAPH && at->g)
-                for (int v = 0; v < at->g->n_values; v++) n_implicit += at->g->values[v].is_outer;
-            if (at->type == KN_ATTR_GRAPHS)
-                for (int k = 0; k < at->n; k++)
-                    for (int v = 0; v < at->graphs[k]->n_values; v++) n_implicit += at->graphs[k]->values[v].is_outer;
-        }
-    if (!n_implicit) return KILN_OK;
-    kiln_status st = KILN_OK;
-    kn_nmap names = {0};
-    int *prod = malloc(sizeof(int) * (size_t)(g->n_values ? g->n_values : 1));
-    int *dep0 = calloc((size_t)n + 1, sizeof(int)), *deps = malloc(sizeof(int) * (size_t)n_implicit);
-    int *state = calloc((size_t)(n ? n : 1), sizeof(int)), *order = malloc(sizeof(int) * (size_t)(n ? n : 1));
-    int *stack = malloc(sizeof(int) * 2 * (size_t)(n ? n : 1));
-    kn_node *sorted = malloc(sizeof(kn_node) * (size_t)(n ? n : 1));
-    char lbl[256];
-    if (!prod || !dep0 || !deps || !state || !order || !stack || !sorted) {
-        st = KN_OOM();
-        goto done;
-    }
-    for (int v = 0; v < g->n_values; v++) {
-        prod[v] = -1;
-        if (kn_nmap_put(&names, g->values[v].name, strlen(g->values[v].name), v)) {
-            st = KN_OOM();
-            goto done;
-        }
-    }
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < g->nodes[i].n_outputs; k++)
-            if (g->nodes[i].outputs[k] >= 0) prod[g->nodes[i].outputs[k]] = i;
-    /* each node's implicit inputs: the values its subgraphs take from this graph */
-    int nd = 0;
-    for (int i = 0; i < n; i++) {
-        dep0[i] = nd;
-        for (int a = 0; a < g->nodes[i].n_attrs; a++) {
-            const kn_attr *at = &g->nodes[i].attrs[a];
-            int ng = at->type == KN_ATTR_GRAPH && at->g ? 1 : at->type == KN_ATTR_GRAPHS ? at->n : 0;
-            for (int k = 0; k < ng; k++) {
-                const kn_graph *sg = at->type == KN_ATTR_GRAPH ? at->g : at->graphs[k];
-                for (int v = 0; v < sg->n_values; v++) {
-                    if (!sg->values[v].is_outer) continue;
-                    const char *nm = sg->values[v].name;
-                    kn_nmap_entry *e = kn_nmap_get(&names, nm, strlen(nm));
-                    if (e && nd < n_implicit) deps[nd++] = e->val;
-                }
-            }
-        }
-    }
-    dep0[n] = nd;
-    int n_order = 0;
-    for (int root = 0; root < n; root++) {
-        if (state[root]) continue;
-        int sp = 0;
-        stack[sp++] = root;
-        stack[sp++] = 0;
-        state[root] = 1;
-        while (sp) {
-            int node = stack[sp - 2], next = stack[sp - 1];
-            const kn_node *nn = &g->nodes[node];
-            int total = nn->n_inputs + (dep0[node + 1] - dep0[node]);
-            if (next < total) {
-                stack[sp - 1] = next + 1;
-                int v = next < nn->n_inputs ? nn->inputs[next] : deps[dep0[node] + next - nn->n_inputs];
-                int p = v >= 0 ? prod[v] : -1;
-                if (p < 0 || state[p] == 2) continue;
-                if (state[p] == 1) {
-                    st = kn_error(KILN_ERR_INVALID_MODEL, "%s: the graph has a cycle through value '%s'%s",
-                                  kn_node_label(nn, lbl, sizeof lbl), g->values[v].name,
-                                  next >= nn->n_inputs ? " (read by a subgraph)" : "");
-                    goto done;
-                }
-                state[p] = 1;
-                stack[sp++] = p;
-                stack[sp++] = 0;
-            } else {
-                state[node] = 2;
-                order[n_order++] = node;
-                sp -= 2;
-            }
-        }
-    }
-    for (int i = 0; i < n; i++) sorted[i] = g->nodes[order[i]];
-    memcpy(g->nodes, sorted, sizeof(kn_node) * (size_t)n);
-done:
-    (void)c;
-    kn_nmap_free(&names);
-    free(prod);
-    free(dep0);
-    free(deps);
-    free(state);
-    free(order);
-    free(stack);
-    free(sorted);
-    return st;
-}
 
 typedef struct graph_parts {
     kn_pb *init, *input, *output, *vinfo, *node;
@@ -1265,7 +1185,8 @@ static kiln_status graph_body(ctx *c, kn_pb *r, kn_graph *g, scope *s, graph_par
     g->inputs = p->inputs;
     g->n_inputs = p->n_inputs;
     p->inputs = NULL;
-    KN_TRY(order_with_subgraphs(c, g));
+    /* kn_graph_sort orders each node after its inputs' producers and after those of the values its
+     * subgraphs read (the outer reads it counts as uses), keeping the file's order where it works */
     if (g->n_nodes == 0) {
         /* nothing to order (and kn_graph_sort would memcpy to a NULL node array) */
         kn_graph_recount(g);

@@ -81,36 +81,6 @@ static void compact(kn_graph *g) {
     g->n_nodes = w;
 }
 
-static kiln_status add_outer_names(kn_opt_ctx *c, const kn_graph *sub) {
-    for (int v = 0; v < sub->n_values; v++) {
-        if (!sub->values[v].is_outer) continue;
-        const char **p = realloc(c->outer_names, sizeof(char *) * (size_t)(c->n_outer_names + 1));
-        if (!p) return KN_OOM();
-        c->outer_names = p;
-        c->outer_names[c->n_outer_names++] = sub->values[v].name;
-    }
-    for (int i = 0; i < sub->n_nodes; i++)
-        for (int a = 0; a < sub->nodes[i].n_attrs; a++) {
-            const kn_attr *at = &sub->nodes[i].attrs[a];
-            if (at->type == KN_ATTR_GRAPH && at->g) KN_TRY(add_outer_names(c, at->g));
-            if (at->type == KN_ATTR_GRAPHS)
-                for (int k = 0; k < at->n; k++) KN_TRY(add_outer_names(c, at->graphs[k]));
-        }
-    return KILN_OK;
-}
-
-static kiln_status collect_outer_names(kn_opt_ctx *c) {
-    const kn_graph *g = c->g;
-    for (int i = 0; i < g->n_nodes; i++)
-        for (int a = 0; a < g->nodes[i].n_attrs; a++) {
-            const kn_attr *at = &g->nodes[i].attrs[a];
-            if (at->type == KN_ATTR_GRAPH && at->g) KN_TRY(add_outer_names(c, at->g));
-            if (at->type == KN_ATTR_GRAPHS)
-                for (int k = 0; k < at->n; k++) KN_TRY(add_outer_names(c, at->graphs[k]));
-        }
-    return KILN_OK;
-}
-
 static bool disabled(const kiln_session_options *o, const char *name) {
     for (int i = 0; o && i < o->n_disabled_passes; i++)
         if (o->disabled_passes[i] && !strcmp(o->disabled_passes[i], name)) return true;
@@ -165,19 +135,50 @@ static kiln_status run_pass(kn_opt_ctx *c, const kn_pass *p, int level, kn_opt_r
     return KILN_OK;
 }
 
-static kiln_status optimize(kn_model *m, const kiln_session_options *options, bool from_tables,
-                            kn_opt_report_fn report, void *arg) {
-    KN_TRY(check_disabled_names(options));
-    int level = options ? options->opt_level : KN_OPT_MAX_LEVEL;
-    if (level > KN_OPT_MAX_LEVEL) level = KN_OPT_MAX_LEVEL;
-    if (level <= 0 || !m || !m->graph) return KILN_OK;
+/* Runs the passes of every level up to `level` on graph g (the main graph or a subgraph). */
+static kiln_status optimize_graph(kn_model *m, kn_graph *g, const kiln_session_options *options, int level,
+                                  bool from_tables, kn_opt_report_fn report, void *arg);
+
+/* The bodies of g's nodes first, deepest first: a body that stops reading an outer value frees its
+ * producer for the enclosing graph's dead-code elimination. */
+static kiln_status optimize_bodies(kn_model *m, kn_graph *g, const kiln_session_options *options, int level,
+                                   bool from_tables, kn_opt_report_fn report, void *arg) {
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int a = 0; a < g->nodes[i].n_attrs; a++) {
+            kn_attr *at = &g->nodes[i].attrs[a];
+            if (g->nodes[i].dead || (at->type != KN_ATTR_GRAPH && at->type != KN_ATTR_GRAPHS)) continue;
+            /* the control-flow bodies; the graphs other operators take (attention modifiers, ...)
+             * are kernels' arguments that their operators run in their own way */
+            if (!g->nodes[i].schema || !(g->nodes[i].schema->flags & KN_OP_HAS_SUBGRAPH)) continue;
+            int ng = at->type == KN_ATTR_GRAPH ? (at->g ? 1 : 0) : at->n;
+            for (int k = 0; k < ng; k++) {
+                kn_graph *sub = at->type == KN_ATTR_GRAPH ? at->g : at->graphs[k];
+                if (sub) KN_TRY(optimize_graph(m, sub, options, level, from_tables, report, arg));
+            }
+        }
+    return KILN_OK;
+}
+
+static kiln_status optimize_graph(kn_model *m, kn_graph *g, const kiln_session_options *options, int level,
+                                  bool from_tables, kn_opt_report_fn report, void *arg) {
+    KN_TRY(optimize_bodies(m, g, options, level, from_tables, report, arg));
     kn_opt_ctx c;
     memset(&c, 0, sizeof c);
     c.model = m;
-    c.g = m->graph;
+    c.g = g;
     c.options = options;
     c.providers_from_tables = from_tables;
-    kiln_status st = collect_outer_names(&c);
+    kiln_status st = KILN_OK;
+    /* bodies run on the CPU with their operator (src/exec/placement.c): their fusions are judged
+     * for it, and the level-3 rewrites, which target a device provider, stay in the main graph */
+    kiln_session_options body_options;
+    if (g->parent) {
+        if (options) body_options = *options;
+        else memset(&body_options, 0, sizeof body_options);
+        body_options.n_providers = 0; /* candidates() then takes "cpu" alone */
+        c.options = &body_options;
+        if (level > 2) level = 2;
+    }
     for (int lv = 1; lv <= level && st == KILN_OK; lv++) {
         for (int round = 0; round < KN_OPT_MAX_ROUNDS && st == KILN_OK; round++) {
             bool any = false;
@@ -195,8 +196,16 @@ static kiln_status optimize(kn_model *m, const kiln_session_options *options, bo
     }
     free(c.cons);
     free(c.cons_start);
-    free(c.outer_names);
     return st;
+}
+
+static kiln_status optimize(kn_model *m, const kiln_session_options *options, bool from_tables,
+                            kn_opt_report_fn report, void *arg) {
+    KN_TRY(check_disabled_names(options));
+    int level = options ? options->opt_level : KN_OPT_MAX_LEVEL;
+    if (level > KN_OPT_MAX_LEVEL) level = KN_OPT_MAX_LEVEL;
+    if (level <= 0 || !m || !m->graph) return KILN_OK;
+    return optimize_graph(m, m->graph, options, level, from_tables, report, arg);
 }
 
 kiln_status kn_optimize(kn_model *m, const kiln_session_options *options, kn_opt_report_fn report, void *arg) {

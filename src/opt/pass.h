@@ -22,13 +22,12 @@ typedef struct kn_opt_ctx {
     kn_model *model;
     kn_graph *g;
     const kiln_session_options *options;
-    /* consumers of each value: cons[cons_start[v] .. cons_start[v+1]) are node indices (a node
-     * reading v twice is listed twice) */
+    /* consumers of each value: cons[cons_start[v] .. cons_start[v+1]) are node indices: the nodes
+     * naming v as an input and the nodes whose subgraphs read v by name (kn_graph_node_outer_reads),
+     * a node reading v twice listed twice. A subgraph's reader's inputs do not show v: it is also
+     * pinned (kn_opt_pinned), so a rewrite keeps v's name and producer order. */
     int *cons, *cons_start;
     int cons_values; /* values the table covers */
-    /* names that subgraphs read from the main graph: those values keep their names */
-    const char **outer_names;
-    int n_outer_names;
     /* what the running pass did: pattern name -> count */
     struct {
         const char *what;
@@ -90,11 +89,13 @@ kiln_status kn_opt_refresh(kn_opt_ctx *c);
 const kn_tensor *kn_opt_const(const kn_opt_ctx *c, int v);
 /* The single element of a constant with exactly one element, as double. */
 bool kn_opt_scalar(const kn_opt_ctx *c, int v, double *out);
-/* Whether the value must keep its name: a graph output, or read by a subgraph. */
+/* Whether the value must keep its name: a graph output, or read by a subgraph (value.sub_reads,
+ * exact after kn_opt_refresh). */
 bool kn_opt_pinned(const kn_opt_ctx *c, int v);
 /* The node producing v (live), or -1. */
 int kn_opt_producer(const kn_opt_ctx *c, int v);
-/* Number of node inputs reading v (graph outputs not counted). */
+/* Number of node inputs reading v, plus the nodes whose subgraphs read it (graph outputs not
+ * counted). */
 int kn_opt_n_consumers(const kn_opt_ctx *c, int v);
 /* The node that is the only reader of v, when v is read exactly once and is not pinned; else -1. */
 int kn_opt_only_consumer(const kn_opt_ctx *c, int v);

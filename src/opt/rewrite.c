@@ -26,30 +26,40 @@ void kn_opt_note(kn_opt_ctx *c, const char *what) {
 kiln_status kn_opt_refresh(kn_opt_ctx *c) {
     kn_graph *g = c->g;
     kn_graph_recount(g);
+    /* a node's consumers are the nodes naming it as an input and the nodes whose subgraphs read it
+     * (kn_graph_outer_reads): a fusion that asks "read only by this node" sees both */
+    int *rstart, *rids;
+    KN_TRY(kn_graph_outer_reads(g, &rstart, &rids));
     int nv = g->n_values;
-    int total = 0;
+    int total = rstart[g->n_nodes];
     for (int i = 0; i < g->n_nodes; i++)
         if (!g->nodes[i].dead) total += g->nodes[i].n_inputs;
     int *start = realloc(c->cons_start, sizeof(int) * (size_t)(nv + 2));
-    if (!start) return KN_OOM();
-    c->cons_start = start;
-    int *cons = realloc(c->cons, sizeof(int) * (size_t)(total + 1));
-    if (!cons) return KN_OOM();
+    if (start) c->cons_start = start;
+    int *cons = start ? realloc(c->cons, sizeof(int) * (size_t)(total + 1)) : NULL;
+    if (!cons) {
+        free(rstart);
+        free(rids);
+        return KN_OOM();
+    }
     c->cons = cons;
     memset(start, 0, sizeof(int) * (size_t)(nv + 2));
-    for (int i = 0; i < g->n_nodes; i++) {
-        const kn_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int k = 0; k < n->n_inputs; k++)
-            if (n->inputs[k] >= 0) start[n->inputs[k] + 2]++;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kn_node *n = &g->nodes[i];
+            if (n->dead) continue;
+            for (int k = 0; k < n->n_inputs + rstart[i + 1] - rstart[i]; k++) {
+                int v = k < n->n_inputs ? n->inputs[k] : rids[rstart[i] + k - n->n_inputs];
+                if (v < 0) continue;
+                if (pass == 0) start[v + 2]++;
+                else cons[start[v + 1]++] = i;
+            }
+        }
+        if (pass == 0)
+            for (int v = 0; v < nv; v++) start[v + 2] += start[v + 1];
     }
-    for (int v = 0; v < nv; v++) start[v + 2] += start[v + 1];
-    for (int i = 0; i < g->n_nodes; i++) {
-        const kn_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int k = 0; k < n->n_inputs; k++)
-            if (n->inputs[k] >= 0) cons[start[n->inputs[k] + 1]++] = i;
-    }
+    free(rstart);
+    free(rids);
     c->cons_values = nv;
     return KILN_OK;
 }
@@ -74,10 +84,7 @@ bool kn_opt_scalar(const kn_opt_ctx *c, int v, double *out) {
 
 bool kn_opt_pinned(const kn_opt_ctx *c, int v) {
     const kn_value *val = &c->g->values[v];
-    if (val->is_graph_output) return true;
-    for (int i = 0; i < c->n_outer_names; i++)
-        if (!strcmp(c->outer_names[i], val->name)) return true;
-    return false;
+    return val->is_graph_output || val->sub_reads > 0;
 }
 
 int kn_opt_producer(const kn_opt_ctx *c, int v) {
