@@ -60,6 +60,7 @@ fi
 part "unit tests" env KILN_SOURCE_DIR="$root" build/kiln_unit_tests
 # the kiln command: strict option parsing, help, man page and completion, file messages
 part "command line" bash tests/cli/test_cli.sh build/kiln
+part "kiln bench" bash tests/cli/test_bench.sh build/kiln
 
 node_dir=build/nodetests
 if [ ! -f "$node_dir/.complete" ]; then
@@ -119,6 +120,23 @@ if [ -z "${KILN_TEST_QUICK:-}" ]; then
     fi
   else
     echo "=== fuzz: clang not installed"; total_skip=$((total_skip + 1))
+  fi
+fi
+
+# ThreadSanitizer on the tests of concurrent runs (one session from 16 threads, cancellation from
+# another thread, destroy during a run). Opt-in: building the library with TSan takes about 10
+# minutes on 2 cores, more than CI's budget has room for; run it after changing src/exec or the
+# thread pool: KILN_TEST_TSAN=1 bash scripts/test.sh (with KILN_TEST_QUICK=1 to skip the rest).
+if [ -n "${KILN_TEST_TSAN:-}" ]; then
+  echo "=== thread sanitizer build (kiln_unit_tests only)"
+  if cmake -S "$root" -B build-tsan -DKILN_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+       "-DCMAKE_C_FLAGS=-fsanitize=thread -O1" -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread \
+       -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null &&
+     cmake --build build-tsan -j"$jobs" --target kiln_unit_tests 2>&1 | grep -E "warning|error"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
+    part "concurrency tests (tsan)" env TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 KILN_SOURCE_DIR="$root" \
+      build-tsan/kiln_unit_tests 16_threads bounds_concurrent run_options memory_limit destroyed_while
+  else
+    echo "tsan build failed"; total_fail=$((total_fail + 1)); failed_parts+=("tsan build")
   fi
 fi
 

@@ -534,7 +534,7 @@ int cmd_bench(int argc, char **argv) {
                     ",\n  \"opt_level\": %d,\n  \"io\": \"%s\",\n"
                     "  \"streams\": %ld,\n  \"items_per_run\": %lld,\n  \"cuda_context_ms\": %.3f,\n"
                     "  \"session_create_ms\": %.3f,\n  \"first_run_ms\": %.4f,\n  \"runs\": %ld,\n"
-                    "  \"duration_s\": %.4f,\n  \"latency_ms\": {\"p50\": %.5f, \"p90\": %.5f, \"p95\": %.5f, "
+                    "  \"duration_s\": %.9f,\n  \"latency_ms\": {\"p50\": %.5f, \"p90\": %.5f, \"p95\": %.5f, "
                     "\"p99\": %.5f, \"mean\": %.5f, \"min\": %.5f, \"max\": %.5f},\n",
                     a.common.opt_level, a.device_io ? "device" : "host", a.streams,
                     (long long)b0->items, context_ms, b0->create_ms, b0->first_run_ms, n, wall_s, pct(lat, n, 50),
