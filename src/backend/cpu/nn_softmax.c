@@ -64,11 +64,19 @@ typedef struct softmax_job {
 } softmax_job;
 
 #if defined(__AVX512F__)
-/* One row with AVX-512: the maximum, then exp(x - max) (kn_v16_exp_neg of max - x, a few ulp)
+/* One row with AVX-512: the maximum, then exp(x - max) (kn_v16_exp_neg of max - x, a few ulp; 0 past the
+ * underflow limit)
  * stored and summed in the same pass, then the scale (or, for LogSoftmax, (x - max) - log sum).
  * 16 lanes and masked tails: rows of 4096 ran 2x slower than ONNX Runtime through the
  * compiler-vectorised loops (256-bit, a scalar tail, exp through a call-free but wider sequence).
  * NaN anywhere in the row makes the sum, and so every output, NaN, as in the scalar form. */
+/* exp(-d) for d = max - x >= 0, exactly 0 past the underflow limit as kn_nn_expf (a masked
+ * entry, x = -inf, must give exactly 0; kn_v16_exp_neg clamps there to about 1e-38); NaN stays. */
+static inline __m512 sm_exp_neg(__m512 d) {
+    const __mmask16 under = _mm512_cmp_ps_mask(d, _mm512_set1_ps(87.3365447505531f), _CMP_GT_OQ);
+    return _mm512_maskz_mov_ps((__mmask16)~under, kn_v16_exp_neg(d));
+}
+
 static void row_softmax16(const float *x, float *y, int64_t n, int log) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 mv = ninf;
@@ -80,8 +88,8 @@ static void row_softmax16(const float *x, float *y, int64_t n, int log) {
     __m512 s0 = _mm512_setzero_ps(), s1 = s0;
     i = 0;
     for (; i + 32 <= n; i += 32) {
-        const __m512 e0 = kn_v16_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i)));
-        const __m512 e1 = kn_v16_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i + 16)));
+        const __m512 e0 = sm_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i)));
+        const __m512 e1 = sm_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i + 16)));
         s0 = _mm512_add_ps(s0, e0);
         s1 = _mm512_add_ps(s1, e1);
         if (!log) {
@@ -91,7 +99,7 @@ static void row_softmax16(const float *x, float *y, int64_t n, int log) {
     }
     for (; i < n; i += 16) {
         const __mmask16 k = kn_v16_tail(n - i);
-        const __m512 e = _mm512_maskz_mov_ps(k, kn_v16_exp_neg(_mm512_sub_ps(mm, _mm512_maskz_loadu_ps(k, x + i))));
+        const __m512 e = _mm512_maskz_mov_ps(k, sm_exp_neg(_mm512_sub_ps(mm, _mm512_maskz_loadu_ps(k, x + i))));
         s0 = _mm512_add_ps(s0, e);
         if (!log) _mm512_mask_storeu_ps(y + i, k, e);
     }
