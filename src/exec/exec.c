@@ -204,6 +204,24 @@ static kiln_status mem_charge(kn_exec *x, const kn_node *n, const char *what, in
 static void handed_clear(kn_exec *x) {
     for (int i = 0; i < x->n_handed; i++) mem_refund(x, x->handed[i].bytes);
     x->n_handed = 0;
+    mem_refund(x, x->handed_bytes);
+    x->handed_bytes = 0;
+}
+
+/* How many of the body's outputs a kernel passes back in as the next call's inputs: a Loop's
+ * carried values (outputs 1..N after the condition), a Scan's states (the first N); 0 for the
+ * rest (If, SequenceMap: what they get back they keep). */
+static void carried_outputs(const kn_node *n, const kn_graph *body, int *first, int *count) {
+    *first = 0;
+    *count = 0;
+    if (*n->domain) return;
+    if (!strcmp(n->op_type, "Loop")) {
+        *first = 1;
+        *count = body->n_inputs - 2;
+    } else if (!strcmp(n->op_type, "Scan")) {
+        *count = body->n_inputs - (int)kn_attr_int(n, "num_scan_inputs", 0);
+    }
+    if (*count < 0) *count = 0;
 }
 
 /* Frees owned value v (its memory no longer counted). */
@@ -448,7 +466,7 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
     kn_kernel_ctx kc = {n, g, ni, in, no, out, x->pool, x};
     double prof_t0 = kn_profile_on() ? kn_profile_begin(be) : 0;
     st = be ? be->ops->run(be->state, n->kernel, &kc) : k->run(&kc);
-    if (prof_t0 != 0 && st == KILN_OK) kn_profile_end(n, be, prof_t0);
+    if (prof_t0 != 0 && st == KILN_OK) kn_profile_end_call(&kc, n, be, prof_t0);
     if (st != KILN_OK) goto done;
     for (int o = 0; o < no; o++) {
         int v = n->outputs[o];
@@ -470,7 +488,7 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         out[o] = NULL;
     }
 done:
-    if (x->n_handed) handed_clear(x);
+    if (x->n_handed || x->handed_bytes) handed_clear(x);
     for (int o = 0; o < no; o++) kn_tensor_free(out[o]);
     if (types_in != in_types) free(types_in);
     if (types_out != out_types) free(types_out);
@@ -725,8 +743,10 @@ kiln_status kn_exec_subgraph(kn_kernel_ctx *c, const kn_graph *body, kn_tensor *
                 px->handed[k--] = px->handed[--px->n_handed];
             }
     kiln_status st = kn_exec_graph(body, c->pool, px ? px->buffers : NULL, px, inputs, outputs);
-    if (st != KILN_OK || !r) return st;
-    /* what the body hands the kernel is counted until the node ends (a Loop's scan outputs pile up) */
+    if (st != KILN_OK || !r || !r->mem_limit) return st;
+    /* what the body hands the kernel is counted until the node ends (a Loop's scan outputs pile up):
+     * the values that come back as inputs one by one (the list stays as short as the carried
+     * state), the rest as a sum */
     if (px->n_handed + n_outputs > px->cap_handed) {
         int cap = px->cap_handed ? px->cap_handed * 2 : 16;
         while (cap < px->n_handed + n_outputs) cap *= 2;
@@ -737,8 +757,10 @@ kiln_status kn_exec_subgraph(kn_kernel_ctx *c, const kn_graph *body, kn_tensor *
             px->cap_handed = cap;
         }
     }
-    int n0 = px->n_handed;
-    /* a Loop frees its body's condition at once: not counted (its address would come back) */
+    int n0 = px->n_handed, first = 0, n_carried = 0;
+    int64_t sum0 = px->handed_bytes;
+    carried_outputs(c->node, body, &first, &n_carried);
+    /* a Loop frees its body's condition at once: not counted */
     bool loop = !*c->node->domain && !strcmp(c->node->op_type, "Loop");
     for (int i = 0; st == KILN_OK && i < n_outputs; i++) {
         int64_t b = value_bytes(outputs[i]);
@@ -746,10 +768,14 @@ kiln_status kn_exec_subgraph(kn_kernel_ctx *c, const kn_graph *body, kn_tensor *
         char what[320];
         snprintf(what, sizeof what, "subgraph '%s' output %d ('%s')", body->name, i, body->values[body->outputs[i]].name);
         st = mem_charge(px, c->node, what, b, true);
-        if (st == KILN_OK) px->handed[px->n_handed++] = (kn_handed){outputs[i], b};
+        if (st != KILN_OK) break;
+        if (i >= first && i < first + n_carried) px->handed[px->n_handed++] = (kn_handed){outputs[i], b};
+        else px->handed_bytes += b;
     }
     if (st != KILN_OK) {
         while (px->n_handed > n0) mem_refund(px, px->handed[--px->n_handed].bytes);
+        mem_refund(px, px->handed_bytes - sum0);
+        px->handed_bytes = sum0;
         for (int i = 0; i < n_outputs; i++) {
             kn_tensor_free(outputs[i]);
             outputs[i] = NULL;

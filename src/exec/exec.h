@@ -68,6 +68,7 @@ typedef struct kn_exec {
     kn_run_ctx *run;               /* the call's context (inherited by subgraph runs), or NULL */
     kn_handed *handed;             /* values subgraph runs handed to the current node's kernel */
     int n_handed, cap_handed;
+    int64_t handed_bytes;          /* the rest they handed it (kept by the kernel until the node ends) */
 } kn_exec;
 
 /* Resolves schemas (kn_op_find) for every node of g and its subgraphs; an unknown operator or

@@ -1,8 +1,10 @@
-/* Per-node profiling (KILN_PROFILE=1): see profile.h. One table per process, under a lock: the
- * cost only exists when the variable is set. */
+/* Per-node profiling (KILN_PROFILE=1, or =FILE.json for a Chrome/Perfetto trace): see profile.h.
+ * One table per process, under a lock: the cost only exists when the variable is set. */
 #include "exec/profile.h"
 #include "util/clock.h"
+#include "util/log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,14 @@ typedef struct prof_node {
 static pthread_once_t kn_prof_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t kn_prof_mu = PTHREAD_MUTEX_INITIALIZER;
 static bool kn_prof_enabled;
+/* the trace (KILN_PROFILE=FILE.json): events appended as they happen, under kn_prof_mu */
+static FILE *kn_trace;
+static char kn_trace_path[4096];
+static double kn_trace_t0;   /* ms: the trace's time zero */
+static long kn_trace_events; /* written so far */
+static long kn_trace_runs;
+static int kn_trace_threads; /* thread ids handed out */
+static _Thread_local int kn_trace_tid;
 static prof_node *kn_prof;
 static size_t kn_prof_n, kn_prof_cap;
 
@@ -98,10 +108,105 @@ static void report(void) {
     pthread_mutex_unlock(&kn_prof_mu);
 }
 
+/* A JSON string's contents (quotes and control characters escaped). */
+static void json_str(FILE *f, const char *s) {
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+}
+
+static int trace_tid(void) { /* under kn_prof_mu */
+    if (!kn_trace_tid) {
+        kn_trace_tid = ++kn_trace_threads;
+        fprintf(kn_trace, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"kiln run thread %d\"}},\n",
+                kn_trace_tid, kn_trace_tid);
+    }
+    return kn_trace_tid;
+}
+
+static void trace_close(void) {
+    pthread_mutex_lock(&kn_prof_mu);
+    if (kn_trace) {
+        fprintf(kn_trace, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"kiln\"}}\n]\n");
+        bool ok = fclose(kn_trace) == 0;
+        kn_trace = NULL;
+        fprintf(stderr, "kiln profile: %s %ld events (%ld runs) to %s (open it in https://ui.perfetto.dev)\n",
+                ok ? "wrote" : "failed writing", kn_trace_events, kn_trace_runs, kn_trace_path);
+    }
+    pthread_mutex_unlock(&kn_prof_mu);
+}
+
 static void init(void) {
     const char *e = getenv("KILN_PROFILE");
     kn_prof_enabled = e && *e && strcmp(e, "0");
-    if (kn_prof_enabled) atexit(report);
+    if (!kn_prof_enabled) return;
+    size_t n = strlen(e);
+    if (n > 5 && !strcmp(e + n - 5, ".json")) {
+        snprintf(kn_trace_path, sizeof kn_trace_path, "%s", e);
+        kn_trace = fopen(e, "w");
+        if (!kn_trace) {
+            kn_log(KILN_LOG_WARNING, "KILN_PROFILE=%s: cannot write the trace file (%s); printing the summary instead", e,
+                   strerror(errno));
+        } else {
+            kn_trace_t0 = kn_now_ms();
+            fprintf(kn_trace, "[\n");
+            atexit(trace_close);
+            return;
+        }
+    }
+    atexit(report);
+}
+
+double kn_profile_run_begin(void) {
+    if (!kn_profile_on() || !kn_trace) return 0;
+    return kn_now_ms();
+}
+
+void kn_profile_run_end(double t0, kiln_status st) {
+    if (t0 == 0) return;
+    double t1 = kn_now_ms();
+    pthread_mutex_lock(&kn_prof_mu);
+    if (kn_trace) {
+        int tid = trace_tid();
+        kn_trace_runs++;
+        kn_trace_events++;
+        fprintf(kn_trace,
+                "{\"name\":\"run %ld\",\"cat\":\"run\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":1,\"tid\":%d,"
+                "\"args\":{\"status\":\"%s\"}},\n",
+                kn_trace_runs, (t0 - kn_trace_t0) * 1000.0, (t1 - t0) * 1000.0, tid, kiln_status_name(st));
+    }
+    pthread_mutex_unlock(&kn_prof_mu);
+}
+
+/* One node's slice (under kn_prof_mu). */
+static void trace_node(const kn_kernel_ctx *c, const kn_node *n, const char *provider, double t0, double t1,
+                       bool first) {
+    char label[160], desc[256];
+    int tid = trace_tid();
+    kn_trace_events++;
+    fprintf(kn_trace, "{\"name\":\"");
+    json_str(kn_trace, n->name && *n->name ? n->name : n->op_type);
+    fprintf(kn_trace, "\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":1,\"tid\":%d,\"args\":{\"op\":\"",
+            provider, (t0 - kn_trace_t0) * 1000.0, (t1 - t0) * 1000.0, tid);
+    snprintf(label, sizeof label, "%s%s%s", n->domain && *n->domain ? n->domain : "",
+             n->domain && *n->domain ? "." : "", n->op_type);
+    json_str(kn_trace, label);
+    fprintf(kn_trace, "\",\"provider\":\"%s\",\"first\":%s", provider, first ? "true" : "false");
+    for (int side = 0; c && side < 2; side++) {
+        int count = side ? c->n_outputs : c->n_inputs;
+        fprintf(kn_trace, ",\"%s\":[", side ? "outputs" : "inputs");
+        for (int i = 0; i < count; i++) {
+            const kn_tensor *t = side ? c->out[i] : c->in[i];
+            fprintf(kn_trace, "%s\"", i ? "," : "");
+            json_str(kn_trace, t ? kn_tensor_describe(t, desc, sizeof desc) : "(none)");
+            fputc('"', kn_trace);
+        }
+        fputc(']', kn_trace);
+    }
+    fprintf(kn_trace, "}},\n");
 }
 
 bool kn_profile_on(void) {
@@ -115,8 +220,12 @@ double kn_profile_begin(const kn_backend *be) {
 }
 
 void kn_profile_end(const kn_node *n, const kn_backend *be, double t0) {
+    kn_profile_end_call(NULL, n, be, t0);
+}
+
+void kn_profile_end_call(const kn_kernel_ctx *c, const kn_node *n, const kn_backend *be, double t0) {
     if (be && be->ops->sync) be->ops->sync(be->state);
-    double dt = kn_now_ms() - t0;
+    double t1 = kn_now_ms(), dt = t1 - t0;
     pthread_mutex_lock(&kn_prof_mu);
     size_t i = 0;
     while (i < kn_prof_n && kn_prof[i].node != n) i++;
@@ -143,5 +252,6 @@ void kn_profile_end(const kn_node *n, const kn_backend *be, double t0) {
         kn_prof[i].later_ms += dt;
         kn_prof[i].later_calls++;
     }
+    if (kn_trace) trace_node(c, n, kn_prof[i].provider, t0, t1, kn_prof[i].later_calls == 0);
     pthread_mutex_unlock(&kn_prof_mu);
 }

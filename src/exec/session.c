@@ -1,4 +1,5 @@
 #include "exec/session.h"
+#include "exec/profile.h"
 #include "exec/memplan.h"
 
 #include "backend/backend.h"
@@ -622,7 +623,9 @@ static kiln_status run_common(kiln_session *s, const kiln_run_options *ro, const
     kn_run_ctx_begin(ctx, ro ? (const int *)&ro->terminate : NULL, ro ? (int64_t)atomic_load(&ro->timeout_ms) : 0,
                      (int64_t)(s->opts.memory_limit > INT64_MAX ? INT64_MAX : s->opts.memory_limit));
     if (s->serial) pthread_mutex_lock(&s->device_mu);
+    double prof_t0 = kn_profile_run_begin(); /* a run's slice in a KILN_PROFILE trace */
     kiln_status st = run_body(s, ctx, fn, input_names, inputs, n_inputs, output_names, n_outputs, outputs_out, into);
+    kn_profile_run_end(prof_t0, st);
     if (s->serial) pthread_mutex_unlock(&s->device_mu);
     if (st != KILN_OK && (st == KILN_ERR_CANCELLED || st == KILN_ERR_DEADLINE || st == KILN_ERR_OUT_OF_MEMORY))
         kn_error_prefix(st, "%s: ", fn);

@@ -127,6 +127,22 @@ if [ "$have_model" = 1 ]; then
   expect "dim works"           0 "y: float\[3,4\]" -- run "$m" --dim batch=3
   expect "dim zero"            0 "y: float\[0,4\]" -- run "$m" --dim batch=0
   expect "symbolic needs dim"  1 "give its size with --dim batch=VALUE" -- run "$m"
+  # KILN_PROFILE=FILE.json: a Chrome/Perfetto trace, a slice per run and per node
+  KILN_PROFILE="$work/trace.json" expect "profile trace" 0 "kiln profile: wrote [0-9]+ events \(2 runs\) to $work/trace.json" -- run "$m" --dim batch=2 --repeat 2
+  if KILN_PROFILE="$work/trace.json" "$kiln" run "$m" --dim batch=2 --repeat 2 >/dev/null 2>&1 &&
+     "${KILN_PYTHON:-python3}" - "$work/trace.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+runs = [e for e in t if e.get("cat") == "run"]
+nodes = [e for e in t if e.get("ph") == "X" and e.get("cat") != "run"]
+assert len(runs) == 2 and len(nodes) == 2, (runs, nodes)
+n = nodes[0]
+assert n["args"]["op"] == "Relu" and n["args"]["provider"] == "cpu", n
+assert n["args"]["inputs"] == ["float[2,4]"] and n["args"]["outputs"] == ["float[2,4]"], n
+assert n["args"]["first"] is True and nodes[1]["args"]["first"] is False
+assert runs[0]["ts"] <= n["ts"] and n["ts"] + n["dur"] <= runs[0]["ts"] + runs[0]["dur"] + 1
+PY
+  then pass=$((pass + 1)); else echo "FAIL the KILN_PROFILE trace is not as expected"; fail=$((fail + 1)); fi
   # kiln inspect FILE.kiln: key, sections and checksums, memory plan, tuning, graph
   "$kiln" compile "$m" --dim batch=2 -o "$work/relu.kiln" >/dev/null 2>&1
   expect "inspect .kiln"          0 "^compiled file: $work/relu.kiln \(.*, format [0-9]+\)" -- inspect "$work/relu.kiln"
@@ -142,7 +158,7 @@ if [ "$have_model" = 1 ]; then
   head -c 100 "$work/relu.kiln" > "$work/short.kiln"
   expect "inspect short .kiln"    1 "short.kiln: header: .*truncated" -- inspect "$work/short.kiln"
 else
-  echo "SKIP the cases that need a model: the onnx Python package is missing"; skip=$((skip + 15))
+  echo "SKIP the cases that need a model: the onnx Python package is missing"; skip=$((skip + 17))
 fi
 
 
