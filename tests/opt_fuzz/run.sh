@@ -26,6 +26,7 @@ if [ ! -x "$kiln" ]; then echo "opt_fuzz: $kiln is not built"; echo "0 passed, 1
 out="${KILN_OPT_FUZZ_DIR:-}"
 keep=1
 if [ -z "$out" ]; then out="$(mktemp -d "${TMPDIR:-/tmp}/kiln_opt_fuzz.XXXXXX")"; keep=0; fi
+mkdir -p "$out"
 export KILN_CACHE_DIR="$out/.cache"
 
 # generation: one process per core over slices of the seed range
@@ -64,6 +65,11 @@ for ((j = 0; j < ${#pids[@]}; j++)); do
   fi
   read -r p _ f _ s _ <<<"${line//,/}"
   passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+done
+# seeds ONNX Runtime could not run (no reference) count as skipped
+for ((j = 0; j < ${#pids[@]}; j++)); do
+  grep -E '^SKIP' "$out/gen$j.log"
+  skipped=$((skipped + $(wc -l <"$out/part$j/skipped.txt")))
 done
 cat "$out"/run*.log | grep -E '^(FAIL|SKIP)' | sort
 if [ "$failed" -gt 0 ] || [ "$keep" -eq 1 ]; then

@@ -288,6 +288,162 @@ KN_TEST(opt_fused_conv_matches_unfused) {
             }
 }
 
+/* ------------------------------------------------------------------ subgraph reads (issue 18) */
+
+static int body_last;
+
+static kn_graph *body_new(tb *b, kn_graph *parent, const char *name) {
+    kn_graph *g = NULL;
+    kn_graph_new(b->m, parent, name, &g);
+    return g;
+}
+
+/* The body's reference to value `name` of an enclosing graph. */
+static int body_outer(kn_graph *g, const char *name) {
+    int v = kn_graph_add_value(g, name);
+    g->values[v].is_outer = true;
+    return v;
+}
+
+static int body_node(tb *b, kn_graph *g, const char *op, const int *ins, int n, const char *out) {
+    int v = kn_graph_add_value(g, out);
+    body_last = kn_graph_add_node(g, out, op, "", ins, n, &v, 1);
+    g->nodes[body_last].opset = (int)b->m->opsets[0].version;
+    return v;
+}
+
+static void body_output(kn_graph *g, int v) {
+    g->values[v].is_graph_output = true;
+    push_id(&g->outputs, &g->n_outputs, v);
+}
+
+static void graph_attr(tb *b, kn_graph *g, int node, const char *name, kn_graph *sub) {
+    kn_node *n = &g->nodes[node];
+    kn_attr *a = kn_arena_alloc(&b->m->arena, sizeof(kn_attr) * (size_t)(n->n_attrs + 1));
+    if (n->n_attrs) memcpy(a, n->attrs, sizeof(kn_attr) * (size_t)n->n_attrs);
+    memset(&a[n->n_attrs], 0, sizeof(kn_attr));
+    a[n->n_attrs].name = name;
+    a[n->n_attrs].type = KN_ATTR_GRAPH;
+    a[n->n_attrs].g = sub;
+    n->attrs = a;
+    n->n_attrs++;
+}
+
+static int body_reads_conv_out; /* the else branch also reads the Conv's output (pre-activation) */
+
+/* sig = Sigmoid(Conv(x)); r = Relu(x); out = If(cond):
+ *   then: If(cond) { then: Neg(sig)  else: Abs(r) }      reads two levels down
+ *   else: Relu(Add(sig, 0.5)) (+ the Conv output)         a fusible chain inside a body
+ * The If is written first: only its outer reads order it after Conv, Sigmoid and Relu. */
+static kn_model *build_subgraph_reads(void) {
+    tb b;
+    tb_init(&b, 17);
+    int64_t xd[] = {1, 3, 5, 5}, wd[] = {4, 3, 3, 3}, bd[] = {4};
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd);
+    int cond = tb_input(&b, "cond", KILN_DTYPE_BOOL, 0, NULL);
+    kn_graph *then_g = body_new(&b, b.g, "then"), *else_g = body_new(&b, b.g, "else");
+    kn_graph *inner_then = body_new(&b, then_g, "inner_then"), *inner_else = body_new(&b, then_g, "inner_else");
+    int out = tb_node(&b, "If", &cond, 1, "out");
+    graph_attr(&b, b.g, last_node, "then_branch", then_g);
+    graph_attr(&b, b.g, last_node, "else_branch", else_g);
+    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 4, wd, -0.5f, 0.5f);
+    int bias = tb_const(&b, "b", KILN_DTYPE_FLOAT, 1, bd, -0.5f, 0.5f);
+    int y = tb_node(&b, "Conv", (int[]){x, w, bias}, 3, "y");
+    tb_ints_attr(&b, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    tb_node(&b, "Sigmoid", &y, 1, "sig");
+    tb_node(&b, "Relu", &x, 1, "r");
+    /* then: an If two levels down reading sig and r */
+    int c1 = body_outer(then_g, "cond"), s1 = body_outer(then_g, "sig"), r1 = body_outer(then_g, "r");
+    (void)s1, (void)r1;
+    int t_out = body_node(&b, then_g, "If", &c1, 1, "t_out");
+    graph_attr(&b, then_g, body_last, "then_branch", inner_then);
+    graph_attr(&b, then_g, body_last, "else_branch", inner_else);
+    body_output(then_g, t_out);
+    int s2 = body_outer(inner_then, "sig");
+    body_output(inner_then, body_node(&b, inner_then, "Neg", &s2, 1, "it_out"));
+    int r2 = body_outer(inner_else, "r");
+    int rr = body_node(&b, inner_else, "Abs", &r2, 1, "ie_abs");
+    /* Abs(r) has r's shape [1,3,5,5]; the branches must agree with [1,4,5,5]: pad a channel */
+    int pads = kn_graph_add_value(inner_else, "ie_pads");
+    kn_tensor *pt = NULL;
+    kn_tensor_new(KILN_DTYPE_INT64, 1, (int64_t[]){8}, &pt);
+    int64_t pv[8] = {0, 0, 0, 0, 0, 1, 0, 0};
+    for (int i = 0; i < 8; i++) kn_tensor_set_f64(pt, i, (double)pv[i]);
+    kn_model_own_tensor(b.m, pt);
+    inner_else->values[pads].constant = pt;
+    kn_type_set_tensor(&inner_else->values[pads].type, KILN_DTYPE_INT64, 1, (int64_t[]){8});
+    body_output(inner_else, body_node(&b, inner_else, "Pad", (int[]){rr, pads}, 2, "ie_out"));
+    /* else: a fusible chain over sig (and y) */
+    int s3 = body_outer(else_g, "sig");
+    int half = kn_graph_add_value(else_g, "half");
+    kn_tensor *ht = NULL;
+    kn_tensor_new(KILN_DTYPE_FLOAT, 0, NULL, &ht);
+    kn_tensor_set_f64(ht, 0, 0.5);
+    kn_model_own_tensor(b.m, ht);
+    else_g->values[half].constant = ht;
+    kn_type_set_tensor(&else_g->values[half].type, KILN_DTYPE_FLOAT, 0, NULL);
+    int e = body_node(&b, else_g, "Add", (int[]){s3, half}, 2, "e_add");
+    if (body_reads_conv_out) e = body_node(&b, else_g, "Sub", (int[]){e, body_outer(else_g, "y")}, 2, "e_sub");
+    body_output(else_g, body_node(&b, else_g, "Relu", &e, 1, "e_out"));
+    tb_output(&b, out);
+    return b.m;
+}
+
+static int value_in(const kn_graph *g, const char *name) { return kn_graph_find_value(g, name); }
+
+/* Values read inside If branches (one and two levels down) are uses: counted, kept, named, and
+ * their producers ordered before the If; at level 2 Conv+Sigmoid still fuses (its output keeps
+ * the name the branches read) unless a branch reads the Conv's own output; the bodies' own chains
+ * are fused by the same passes. Levels 1-3 give level 0's outputs. (Before, the fused node was
+ * scheduled after the If: "input 'sig' has no value at run time".) */
+KN_TEST(opt_subgraph_reads_are_uses) {
+    for (body_reads_conv_out = 0; body_reads_conv_out <= 1; body_reads_conv_out++) {
+        /* the use/def tables themselves, before any pass */
+        kn_model *m = build_subgraph_reads();
+        CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
+        kn_graph *g = m->graph;
+        int sig = value_in(g, "sig"), r = value_in(g, "r"), y = value_in(g, "y"), cond = value_in(g, "cond");
+        CHECK_EQ_INT(g->values[sig].sub_reads, 2); /* then (through its inner If) and else */
+        CHECK_EQ_INT(g->values[r].sub_reads, 1);
+        CHECK_EQ_INT(g->values[y].sub_reads, body_reads_conv_out);
+        CHECK_EQ_INT(g->values[y].uses, 1 + body_reads_conv_out); /* + the Sigmoid */
+        CHECK_EQ_INT(g->values[cond].sub_reads, 1);
+        CHECK(!strcmp(g->nodes[g->n_nodes - 1].op_type, "If")); /* sorted after what it reads */
+        int *start = NULL, *ids = NULL;
+        CHECK_STATUS(kn_graph_outer_reads(g, &start, &ids), KILN_OK);
+        if (start) CHECK_EQ_INT(start[g->n_nodes] - start[g->n_nodes - 1], 4 + body_reads_conv_out);
+        free(start);
+        free(ids);
+        kn_model_free(m);
+        for (int level = 1; level <= 3; level++) {
+            kiln_session *s = compare_levels(build_subgraph_reads, level, 1e-5);
+            if (!s) continue;
+            const kn_graph *og = s->model->graph;
+            int v = value_in(og, "sig"), if_node = -1;
+            for (int i = 0; i < og->n_nodes; i++)
+                if (!og->nodes[i].dead && !strcmp(og->nodes[i].op_type, "If")) if_node = i;
+            CHECK(v >= 0 && if_node >= 0);
+            if (v >= 0 && if_node >= 0) {
+                CHECK_MSG(og->values[v].producer >= 0 && og->values[v].producer < if_node,
+                          "level %d: 'sig' is produced by node %d, the If is node %d", level, og->values[v].producer,
+                          if_node);
+                CHECK_EQ_INT(value_in(og, "r") >= 0 && og->values[value_in(og, "r")].producer >= 0, 1);
+            }
+            if (level >= 2)
+                CHECK_EQ_INT(count_op(s, "kiln", "FusedConv"), body_reads_conv_out ? 0 : 1);
+            if (level >= 2 && if_node >= 0) {
+                const kn_attr *eb = kn_node_attr(&og->nodes[if_node], "else_branch");
+                int fused = 0;
+                for (int i = 0; eb && eb->g && i < eb->g->n_nodes; i++)
+                    fused += !eb->g->nodes[i].dead && !strcmp(eb->g->nodes[i].op_type, "FusedElementwise");
+                CHECK_MSG(fused == 1, "level %d: the else branch holds %d FusedElementwise", level, fused);
+            }
+            kiln_session_destroy(s);
+        }
+    }
+    body_reads_conv_out = 0;
+}
+
 /* Regression: a per-channel Add after a grouped Conv broadcasts; it is not a residual. (With
  * elementwise chains on, the Add and the Relu after it become one chain; the Conv stays.) */
 KN_TEST(opt_regression_conv_add_group_gt_1_broadcast_is_not_fused) {
