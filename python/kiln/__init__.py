@@ -376,6 +376,8 @@ def _resolve_providers(providers, provider_options):
             warnings.warn(f"Specified provider '{p}' is not in available provider names."
                           f"Available providers: '{', '.join(get_available_providers())}'")
             continue
+        if any(n == name for n, _ in chosen):
+            continue  # named twice: the first one counts
         ok, reason = info[name]
         if not ok:
             warnings.warn(f"provider '{p}' is not usable here ({reason}); kiln goes on without it")

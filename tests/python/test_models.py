@@ -5,9 +5,11 @@ import onnxruntime
 import pytest
 
 import kiln
-from conftest import model_dirs, read_pb
+from conftest import cuda_usable, model_dirs, read_pb
 
 MODELS = model_dirs()
+# the CPU everywhere; CUDA (fp32, TF32 off) where a GPU is usable: the GPU suite
+PROVIDERS = ["CPUExecutionProvider"] + (["CUDAExecutionProvider"] if cuda_usable() else [])
 
 
 def data_set_inputs(folder, sess):
@@ -22,13 +24,15 @@ def test_there_are_models():
 @pytest.mark.parametrize("mid,folder,rtol,atol", MODELS, ids=[m[0] for m in MODELS])
 @pytest.mark.parametrize("level", [kiln.GraphOptimizationLevel.ORT_ENABLE_ALL,
                                    kiln.GraphOptimizationLevel.ORT_DISABLE_ALL], ids=["all", "none"])
-def test_model_matches_onnxruntime(mid, folder, rtol, atol, level):
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_model_matches_onnxruntime(mid, folder, rtol, atol, level, provider):
     path = str(folder / "model.onnx")
     ref = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     opts = kiln.SessionOptions()
     opts.graph_optimization_level = level
     opts.cache_enabled = False
-    sess = kiln.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    sess = kiln.InferenceSession(path, opts, providers=[provider, "CPUExecutionProvider"])
+    assert sess.get_providers()[0] == provider
     # the same description as ONNX Runtime's
     assert [(a.name, a.type) for a in sess.get_inputs()] == [(a.name, a.type) for a in ref.get_inputs()]
     assert [(a.name, a.type) for a in sess.get_outputs()] == [(a.name, a.type) for a in ref.get_outputs()]
