@@ -174,7 +174,8 @@ static const struct {
     {"KILN_LOG", "the log level: error, warning, info (cache hits and misses), debug"},
     {"KILN_LOG_TIME", "1 stamps each log line with the milliseconds since kiln was loaded"},
     {"KILN_PROFILE", "1 prints where the runs spent their time at exit; a FILE.json writes a Chrome/Perfetto trace"},
-    {"KILN_PROGRESS", "1 shows compile progress even when stderr is not a terminal, 0 never"},
+    {"KILN_PROGRESS", "a run that takes over a second (a first run tuning its kernels, a large model) shows its "
+                      "progress on a terminal; 1 shows it in logs too, 0 never"},
     {"KILN_MEMORY_PLAN", "0 turns the planned activation arena off"},
     {"KILN_LAYOUT", "nhwc forms level 3's channels-last regions at any batch, nchw never"},
 };

@@ -1,6 +1,7 @@
 #include "exec/exec.h"
 #include "exec/memplan.h"
 #include "exec/profile.h"
+#include "util/progress.h"
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
@@ -622,6 +623,7 @@ static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *
     x.remaining = calloc(nv, sizeof *x.remaining);
     x.alt = calloc(nv, sizeof *x.alt);
     kiln_status st = KILN_OK;
+    kn_progress prog = {0};
     char lbl[256];
     for (int i = 0; i < g->n_outputs; i++) outputs[i] = NULL;
     if (!x.slots || !x.owned || !x.remaining || !x.alt) {
@@ -634,9 +636,20 @@ static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *
         x.slots[v] = inputs[i] ? inputs[i] : g->values[v].constant;
         x.remaining[v] = g->values[v].uses; /* frees a device copy of the input after its last use */
     }
+    /* a main-graph run that takes more than a second (a first run tuning its kernels, a large
+     * model) shows its progress on a terminal (util/progress.h) */
+    kn_progress_begin(&prog, parent ? NULL : "run: node");
     for (int i = 0; i < g->n_nodes; i++) {
         const kn_node *n = &g->nodes[i];
         if (n->dead) continue;
+        if ((i & 7) == 0 && prog.what && prog.t_start != 0 && kn_progress_due(&prog)) {
+            char what[96];
+            snprintf(what, sizeof what, "%s%s", n->op_type,
+                     n->provider >= 0 && rt && n->provider < rt->n_backends ? " on " : "");
+            if (n->provider >= 0 && rt && n->provider < rt->n_backends)
+                snprintf(what + strlen(what), sizeof what - strlen(what), "%s", rt->backends[n->provider].ops->name);
+            kn_progress_update(&prog, i, g->n_nodes, what);
+        }
         if (x.run && kn_run_ctx_stopping(x.run)) {
             char where[320];
             snprintf(where, sizeof where, "before %s", kn_node_label(n, lbl, sizeof lbl));
@@ -697,6 +710,7 @@ static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *
     }
 done:
     (void)lbl;
+    kn_progress_end(&prog);
     if (st != KILN_OK)
         for (int i = 0; i < g->n_outputs; i++) {
             kn_tensor_free(outputs[i]);

@@ -127,6 +127,12 @@ if [ "$have_model" = 1 ]; then
   expect "dim works"           0 "y: float\[3,4\]" -- run "$m" --dim batch=3
   expect "dim zero"            0 "y: float\[0,4\]" -- run "$m" --dim batch=0
   expect "symbolic needs dim"  1 "give its size with --dim batch=VALUE" -- run "$m"
+  # progress of long work: none when stderr is not a terminal, unless asked (the interval made 0)
+  expect "progress quiet in a log" 0 "^session created" -- run "$m" --dim batch=2
+  out=$(KILN_PROGRESS_INTERVAL_MS=0 "$kiln" run "$m" --dim batch=2 2>&1 >/dev/null)
+  if [ -z "$out" ]; then pass=$((pass + 1)); else echo "FAIL progress printed without a terminal: $out"; fail=$((fail + 1)); fi
+  KILN_PROGRESS=1 KILN_PROGRESS_INTERVAL_MS=0 expect "progress when asked" 0 "^kiln: run: node 0/1 \(Relu on cpu\), [0-9.]+ s$" -- run "$m" --dim batch=2
+  KILN_PROGRESS=1 KILN_PROGRESS_INTERVAL_MS=0 expect "progress ends" 0 "^kiln: run: node 1/1, done in [0-9.]+ s$" -- run "$m" --dim batch=2
   # KILN_PROFILE=FILE.json: a Chrome/Perfetto trace, a slice per run and per node
   KILN_PROFILE="$work/trace.json" expect "profile trace" 0 "kiln profile: wrote [0-9]+ events \(2 runs\) to $work/trace.json" -- run "$m" --dim batch=2 --repeat 2
   if KILN_PROFILE="$work/trace.json" "$kiln" run "$m" --dim batch=2 --repeat 2 >/dev/null 2>&1 &&
@@ -158,7 +164,7 @@ PY
   head -c 100 "$work/relu.kiln" > "$work/short.kiln"
   expect "inspect short .kiln"    1 "short.kiln: header: .*truncated" -- inspect "$work/short.kiln"
 else
-  echo "SKIP the cases that need a model: the onnx Python package is missing"; skip=$((skip + 17))
+  echo "SKIP the cases that need a model: the onnx Python package is missing"; skip=$((skip + 21))
 fi
 
 
