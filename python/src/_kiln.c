@@ -310,6 +310,30 @@ static int dl_wrap(PyObject *cap, const char *what, kiln_tensor **out, dl_taken 
     return 0;
 }
 
+/* CUDA DLPack inputs are taken with stream=1: their producer orders the work that writes them
+ * before CUDA's legacy default stream. kiln reads inputs on its own (non-blocking) stream, so the
+ * host waits for that stream on each device before the run (called without the GIL). The module
+ * holds the CUDA runtime kiln links statically; its three calls are declared here rather than
+ * through cuda_runtime.h. */
+#ifdef KILN_HAVE_CUDA
+extern int cudaGetDevice(int *device);
+extern int cudaSetDevice(int device);
+extern int cudaStreamSynchronize(void *stream);
+#define KILN_PY_CUDA_STREAM_LEGACY ((void *)0x1) /* cudaStreamLegacy */
+static int sync_legacy_streams(unsigned devices) {
+    int cur = 0, rc = 0;
+    if (cudaGetDevice(&cur) != 0) return -1;
+    for (int d = 0; d < 32; d++) {
+        if (!(devices & (1u << d))) continue;
+        if (cudaSetDevice(d) != 0 || cudaStreamSynchronize(KILN_PY_CUDA_STREAM_LEGACY) != 0) rc = -1;
+    }
+    cudaSetDevice(cur);
+    return rc;
+}
+#else
+static int sync_legacy_streams(unsigned devices) { return devices ? -1 : 0; }
+#endif
+
 /* ------------------------------------------------------------------ Tensor */
 
 /* An owned kiln_tensor (a run's output, or a tensor made from Python). */
@@ -576,6 +600,7 @@ typedef struct call_inputs {
     size_t n_owned, cap_owned;
     dl_taken *dl;
     size_t n_dl, cap_dl;
+    unsigned cuda_devices; /* bit d: a DLPack input lies on CUDA device d (d < 32) */
 } call_inputs;
 
 static int keep_owned(call_inputs *c, kiln_tensor *t) {
@@ -645,6 +670,8 @@ static int make_value(PyObject *spec, const char *what, call_inputs *c, int stan
         if (!d) return -1;
         kiln_tensor *t = NULL;
         if (dl_wrap(spec, what, &t, d) < 0) return -1;
+        int dev = 0;
+        if (kiln_tensor_device(t, &dev) == KILN_DEVICE_CUDA && dev >= 0 && dev < 32) c->cuda_devices |= 1u << dev;
         if (keep_owned(c, t) < 0) return -1;
         *out = t;
         return 0;
@@ -1210,6 +1237,14 @@ static PyObject *session_run(PyObject *self_o, PyObject *args) {
     }
     kiln_status st;
     const char *msg = NULL;
+    int synced = 0;
+    Py_BEGIN_ALLOW_THREADS
+    synced = c.cuda_devices ? sync_legacy_streams(c.cuda_devices) : 0;
+    Py_END_ALLOW_THREADS
+    if (synced < 0) {
+        raise_status(KILN_ERR_RUNTIME, "waiting for the CUDA work that writes a DLPack input failed");
+        goto done;
+    }
     Py_BEGIN_ALLOW_THREADS
     if (self->lock) PyThread_acquire_lock(self->lock, WAIT_LOCK);
 #ifdef KILN_PY_RUN_OPTIONS
@@ -1265,6 +1300,14 @@ static PyObject *session_run_into(PyObject *self_o, PyObject *args) {
     if (run_inputs(out_names_o, out_values_o, &c, &out_names, &out_values, &n_out) < 0) goto done;
     kiln_status st;
     const char *msg = NULL;
+    int synced = 0;
+    Py_BEGIN_ALLOW_THREADS
+    synced = c.cuda_devices ? sync_legacy_streams(c.cuda_devices) : 0;
+    Py_END_ALLOW_THREADS
+    if (synced < 0) {
+        raise_status(KILN_ERR_RUNTIME, "waiting for the CUDA work that writes a DLPack input failed");
+        goto done;
+    }
     Py_BEGIN_ALLOW_THREADS
     if (self->lock) PyThread_acquire_lock(self->lock, WAIT_LOCK);
 #ifdef KILN_PY_RUN_OPTIONS
