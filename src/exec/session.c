@@ -84,6 +84,7 @@ static void session_free(kiln_session *s) {
         /* calls still inside (the caller's error): new ones are refused, these are waited for */
         pthread_mutex_lock(&s->ctx_mu);
         s->closing = true;
+        pthread_cond_broadcast(&s->ctx_cv); /* calls waiting for a context leave */
         if (s->active)
             kn_log(KILN_LOG_ERROR,
                    "kiln_session_destroy: %d call(s) of the session still running on other threads; waiting for them "
@@ -111,7 +112,6 @@ static void session_free(kiln_session *s) {
     if (s->sync_made) {
         pthread_mutex_destroy(&s->ctx_mu);
         pthread_cond_destroy(&s->ctx_cv);
-        pthread_mutex_destroy(&s->device_mu);
     }
     free(s);
 }
@@ -166,11 +166,6 @@ static kiln_status finish_session(kiln_session *s) {
         if (pthread_mutex_init(&s->ctx_mu, NULL) != 0) return KN_OOM();
         if (pthread_cond_init(&s->ctx_cv, NULL) != 0) {
             pthread_mutex_destroy(&s->ctx_mu);
-            return KN_OOM();
-        }
-        if (pthread_mutex_init(&s->device_mu, NULL) != 0) {
-            pthread_mutex_destroy(&s->ctx_mu);
-            pthread_cond_destroy(&s->ctx_cv);
             return KN_OOM();
         }
         s->sync_made = true;
@@ -552,45 +547,57 @@ done:
 /* ------------------------------------------------------------------ concurrent calls */
 
 /* A run context for a call: a free one, a new one (up to the bound), or, at the bound, the next
- * one given back. KILN_ERR_MISUSE once the session is being destroyed. */
+ * one given back. A session with a device provider has one context, so its calls take turns
+ * here (its device state is one per session; one context also keeps the host arena that its
+ * captured graphs may read the same). A call waiting here counts as inside (destroy waits for it
+ * and it leaves with KILN_ERR_MISUSE). */
 static kiln_status ctx_take(kiln_session *s, const char *fn, kn_run_ctx **out) {
     *out = NULL;
     kn_run_ctx *c = NULL;
+    kiln_status st = KILN_OK;
+    int bound = s->serial ? 1 : s->opts.max_concurrent_runs;
     pthread_mutex_lock(&s->ctx_mu);
+    s->active++;
     for (;;) {
         if (s->closing) {
-            pthread_mutex_unlock(&s->ctx_mu);
-            return kn_error(KILN_ERR_MISUSE, "%s: the session is being destroyed (kiln_session_destroy) on another thread",
-                            fn);
+            st = kn_error(KILN_ERR_MISUSE, "%s: the session is being destroyed (kiln_session_destroy) on another thread",
+                          fn);
+            break;
         }
         if (s->free_ctx) {
             c = s->free_ctx;
             s->free_ctx = c->next;
             break;
         }
-        if (s->opts.max_concurrent_runs <= 0 || s->n_ctx < s->opts.max_concurrent_runs) {
+        if (bound <= 0 || s->n_ctx < bound) {
             c = calloc(1, sizeof *c);
             if (!c) {
-                pthread_mutex_unlock(&s->ctx_mu);
-                return kn_error(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory for a run context", fn);
+                st = kn_error(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory for a run context", fn);
+                break;
             }
             s->n_ctx++;
             break;
         }
         pthread_cond_wait(&s->ctx_cv, &s->ctx_mu);
     }
-    c->next = NULL;
-    s->active++;
-    if (s->active > s->peak_active) s->peak_active = s->active;
+    if (st != KILN_OK) {
+        s->active--;
+        pthread_cond_broadcast(&s->ctx_cv);
+    } else {
+        c->next = NULL;
+        s->running++;
+        if (s->running > s->peak_active) s->peak_active = s->running;
+    }
     pthread_mutex_unlock(&s->ctx_mu);
     *out = c;
-    return KILN_OK;
+    return st;
 }
 
 static void ctx_give(kiln_session *s, kn_run_ctx *c) {
     pthread_mutex_lock(&s->ctx_mu);
     c->next = s->free_ctx;
     s->free_ctx = c;
+    s->running--;
     s->active--;
     pthread_cond_broadcast(&s->ctx_cv);
     pthread_mutex_unlock(&s->ctx_mu);
@@ -622,11 +629,9 @@ static kiln_status run_common(kiln_session *s, const kiln_run_options *ro, const
     int level = kn_log_swap_level(s->opts.log_level);
     kn_run_ctx_begin(ctx, ro ? (const int *)&ro->terminate : NULL, ro ? (int64_t)atomic_load(&ro->timeout_ms) : 0,
                      (int64_t)(s->opts.memory_limit > INT64_MAX ? INT64_MAX : s->opts.memory_limit));
-    if (s->serial) pthread_mutex_lock(&s->device_mu);
     double prof_t0 = kn_profile_run_begin(); /* a run's slice in a KILN_PROFILE trace */
     kiln_status st = run_body(s, ctx, fn, input_names, inputs, n_inputs, output_names, n_outputs, outputs_out, into);
     kn_profile_run_end(prof_t0, st);
-    if (s->serial) pthread_mutex_unlock(&s->device_mu);
     if (st != KILN_OK && (st == KILN_ERR_CANCELLED || st == KILN_ERR_DEADLINE || st == KILN_ERR_OUT_OF_MEMORY))
         kn_error_prefix(st, "%s: ", fn);
     kn_log_restore_level(level);

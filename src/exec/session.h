@@ -80,18 +80,18 @@ struct kiln_session {
      * (free list under ctx_mu); the rest of the session is read-only while calls run, except
      * what is locked: the CPU backend's constant cache (its own lock), and on a session with a
      * device provider the device's stream, allocator, constant copies and captured graphs, which
-     * are one per session: such a session's calls hold device_mu for their whole length. */
+     * are one per session: such a session has one run context, so its calls take turns. */
     _Atomic uint32_t magic;      /* KN_SESSION_MAGIC while the session is live */
     pthread_mutex_t ctx_mu;
     pthread_cond_t ctx_cv;       /* a context came back / the last call left */
     struct kn_run_ctx *free_ctx; /* contexts not in use */
     int n_ctx;                   /* contexts made */
-    int active;                  /* calls inside */
-    int peak_active;
+    int active;                  /* calls inside (running, or waiting for a context) */
+    int running;                 /* calls holding a context */
+    int peak_active;             /* the most calls holding a context at once */
     bool closing;                /* kiln_session_destroy has begun: new calls are refused */
-    bool serial;                 /* a device provider: one call at a time (device_mu) */
-    pthread_mutex_t device_mu;
-    bool sync_made;              /* ctx_mu, ctx_cv, device_mu initialised */
+    bool serial;                 /* a device provider: one run context, one call at a time */
+    bool sync_made;              /* ctx_mu, ctx_cv initialised */
 };
 
 /* For tests: run contexts made so far and the most calls seen inside at once. */

@@ -554,3 +554,35 @@ KN_TEST(session_destroyed_while_running_is_misuse) {
     CHECK(atomic_load(&d.done));
     kiln_run_options_destroy(ro);
 }
+
+/* A session with a device provider has one run context, so its calls take turns (simulated on the
+ * CPU by marking the session so; a GPU machine runs the same through the CUDA tests). */
+KN_TEST(session_with_a_device_takes_calls_in_turn) {
+    size_t size;
+    unsigned char *m = mlp_model(&size);
+    kiln_session *s = make_session(m, size, 1, 0, 0);
+    free(m);
+    if (!s) return;
+    s->serial = true;
+    static shared_run sh;
+    memset(&sh, 0, sizeof sh);
+    sh.s = s;
+    sh.n_in = 1;
+    sh.n_out = 2;
+    sh.names[0] = "x";
+    sh.n_cases = 2;
+    sh.rounds = 10;
+    for (int c = 0; c < 2; c++) {
+        int64_t dims[2] = {2 + 5 * c, 32};
+        kiln_tensor_create(KILN_DTYPE_FLOAT, dims, 2, &sh.in[c][0]);
+        float *x = kiln_tensor_data(sh.in[c][0]);
+        for (int64_t i = 0; i < dims[0] * 32; i++) x[i] = (float)(i % 5) - 2;
+    }
+    hammer(&sh, "one call at a time");
+    int contexts = 0, peak = 0;
+    kn_session_ctx_stats(s, &contexts, &peak);
+    CHECK_EQ_INT(contexts, 1);
+    CHECK_EQ_INT(peak, 1);
+    for (int c = 0; c < 2; c++) kiln_tensor_destroy(sh.in[c][0]);
+    kiln_session_destroy(s);
+}
