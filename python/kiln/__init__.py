@@ -23,7 +23,8 @@ from . import _kiln
 __all__ = [
     "InferenceSession", "SessionOptions", "RunOptions", "GraphOptimizationLevel", "ExecutionMode",
     "NodeArg", "OrtValue", "IOBinding", "ModelMetadata", "get_available_providers", "get_all_providers",
-    "get_device", "get_version_string", "Error", "__version__",
+    "get_device", "get_version_string", "get_build_info", "set_default_logger_severity",
+    "set_default_logger_verbosity", "preload_dlls", "Error", "__version__",
 ]
 
 __version__ = _kiln.version()
@@ -205,7 +206,7 @@ class SessionOptions:
         self.inter_op_num_threads = 0
         self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
         self.optimized_model_filepath = ""
-        self.log_severity_level = 2
+        self.log_severity_level = -1  # -1: the default (set_default_logger_severity, else 2: warnings)
         self.log_verbosity_level = 0
         self.logid = ""
         self.enable_cpu_mem_arena = True
@@ -324,6 +325,28 @@ def get_available_providers():
     info = _providers_info()
     order = sorted(info, key=lambda n: 0 if n == "cuda" else 1)
     return [_ORT_NAMES.get(n, n) for n in order if info[n][0]]
+
+
+_default_log_severity = [2]
+
+
+def set_default_logger_severity(level):
+    """The log severity of sessions whose SessionOptions leave it at its default (0 verbose ..
+    4 fatal), as in ONNX Runtime."""
+    _default_log_severity[0] = int(level)
+
+
+def set_default_logger_verbosity(level):
+    pass
+
+
+def preload_dlls(*args, **kwargs):
+    """ONNX Runtime loads its CUDA libraries here; kiln loads cuBLASLt and cuDNN at first use."""
+
+
+def get_build_info():
+    info = ", ".join(f"{n}: {'usable' if ok else 'not usable (' + str(why) + ')'}" for n, ok, why in _kiln.providers())
+    return f"kiln {__version__}; providers {info}"
 
 
 def get_device():
@@ -683,7 +706,9 @@ class InferenceSession:
         chosen, names = _resolve_providers(providers, provider_options)
         self._providers = names
         self._provider_options = {_ORT_NAMES.get(n, n): dict(kv) for n, kv in chosen}
-        sev = int(getattr(o, "log_severity_level", 2))
+        sev = int(getattr(o, "log_severity_level", -1))
+        if sev < 0:
+            sev = _default_log_severity[0]
         log_level = 3 if sev <= 0 else 2 if sev == 1 else 1 if sev == 2 else 0
         src = self._model
         base_dir = None

@@ -440,3 +440,17 @@ def test_model_metadata():
 
 def test_default_providers_are_the_usable_ones():
     assert session(models.add()).get_providers() == kiln.get_available_providers()
+
+
+def test_module_functions():
+    kiln.set_default_logger_severity(3)
+    kiln.set_default_logger_verbosity(0)
+    kiln.preload_dlls()
+    try:
+        s = session(models.add())
+        a = np.ones((1, 3), np.float32)
+        np.testing.assert_array_equal(s.run(None, {"A": a, "B": a})[0], 2 * a)
+    finally:
+        kiln.set_default_logger_severity(2)
+    assert kiln.__version__ in kiln.get_build_info()
+    assert kiln.get_device() in ("CPU", "GPU")
