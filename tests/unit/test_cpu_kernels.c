@@ -571,6 +571,7 @@ KN_TEST(cpu_resize_bilinear_against_reference) {
         check_bilinear(1, 3, 13, 17, 2.0f, 2.0f, modes[m]);
         check_bilinear(2, 2, 20, 40, 0.5f, 0.5f, modes[m]);
         check_bilinear(1, 2, 7, 33, 1.7f, 0.6f, modes[m]);
+        check_bilinear(1, 2, 31, 9, 0.6f, 1.7f, modes[m]);
         check_bilinear(1, 1, 5, 5, 1.0f, 3.0f, modes[m]);
         check_bilinear(1, 1, 1, 9, 4.0f, 1.5f, modes[m]);
     }

@@ -420,6 +420,8 @@ typedef struct bil_job {
     const float *x;
     float *y;
     int64_t H, W, OH, OW, bands;
+    bool vfirst; /* fewer output rows than input rows: blend the two source rows first, then
+                    interpolate that one row (half the gathers of two horizontal rows) */
     const int32_t *hi0, *hi1, *wi0, *wi1; /* source rows per output row, columns per output column */
     const float *hw0, *hw1, *ww0, *ww1;
     int failed;
@@ -441,12 +443,13 @@ static void bil_hrow(const bil_job *j, const float *src, float *dst) {
 static void bil_range(void *arg, int64_t begin, int64_t end) {
     bil_job *j = arg;
     const int64_t OW = j->OW;
-    float *buf = malloc(sizeof(float) * (size_t)(2 * OW + 32));
+    const int64_t row = OW > j->W ? OW : j->W;
+    float *buf = malloc(sizeof(float) * (size_t)(2 * row + 32));
     if (!buf) {
         __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
         return;
     }
-    float *slot[2] = {buf, buf + OW + 16};
+    float *slot[2] = {buf, buf + row + 16};
     for (int64_t t = begin; t < end; t++) {
         const int64_t plane = t / j->bands, band = t % j->bands;
         const float *xp = j->x + plane * j->H * j->W;
@@ -454,6 +457,13 @@ static void bil_range(void *arg, int64_t begin, int64_t end) {
         int64_t id[2] = {-1, -1}; /* the source row each slot holds */
         for (int64_t oh = band * j->OH / j->bands; oh < (band + 1) * j->OH / j->bands; oh++) {
             const int64_t r0 = j->hi0[oh], r1 = j->hi1[oh];
+            if (j->vfirst) {
+                const float *a = xp + r0 * j->W, *b = xp + r1 * j->W, w0 = j->hw0[oh], w1 = j->hw1[oh];
+                float *v = slot[0];
+                for (int64_t i = 0; i < j->W; i++) v[i] = w0 * a[i] + w1 * b[i];
+                bil_hrow(j, v, yp + oh * OW);
+                continue;
+            }
             int s0 = id[0] == r0 ? 0 : id[1] == r0 ? 1 : -1;
             int s1 = id[0] == r1 ? 0 : id[1] == r1 ? 1 : -1;
             if (s0 < 0) {
@@ -513,7 +523,7 @@ static kiln_status try_bilinear2d(kn_kernel_ctx *c, const kn_resize_plan *p, con
             }
     }
     if (ok) {
-        bil_job j = {x->data, y->data, H, W, OH, OW, 1, idx, idx + OH, idx + 2 * OH, idx + 2 * OH + OW,
+        bil_job j = {x->data, y->data, H, W, OH, OW, 1, OH < H, idx, idx + OH, idx + 2 * OH, idx + 2 * OH + OW,
                      wts, wts + OH, wts + 2 * OH, wts + 2 * OH + OW, 0};
         int64_t planes = 1;
         for (int a = 0; a < r - 2; a++) planes *= p->in_dims[a];
