@@ -21,6 +21,11 @@ static int cmd_info(void) {
         printf("provider %s: %s\n", all[p], ok ? "available" : why);
         for (size_t d = 0; d < kiln_device_count(all[p]); d++)
             printf("  device %zu: %s\n", d, kiln_device_description(all[p], d));
+        bool compiled_in = false;
+        for (size_t i = 0; i < kiln_provider_count(); i++) compiled_in |= !strcmp(kiln_provider_name(i), all[p]);
+        if (!compiled_in && !strcmp(all[p], "cuda"))
+            printf("  (the CUDA backend is built where the CUDA toolkit is found and a GPU is present, or with\n"
+                   "   cmake -DKILN_CUDA=ON wherever the toolkit is)\n");
     }
     return 0;
 }
