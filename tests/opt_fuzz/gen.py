@@ -6,7 +6,8 @@ Gemm+activation, LayerNorm/RMSNorm and GELU decompositions, attention (one head 
 elementwise chains, constant subexpressions and shape arithmetic, Reshape/Transpose chains,
 duplicated nodes (CSE), no-ops. Then random readers of the blocks' intermediates: extra nodes,
 graph outputs, and If/Loop/Scan bodies (nested up to two deep) that read them from the enclosing
-scope and hold patterns of their own.
+scope and hold patterns of their own. Random shapes (a symbolic batch in some), opsets 14/17/18,
+float32 or (one graph in five) float16.
 """
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
@@ -48,10 +49,10 @@ class Graph:
         return n
 
     def fconst(self, shape, scale=1.0, base="w"):
-        return self.const((self.rng.standard_normal(shape) * scale).astype(np.float32), base)
+        return self.const((self.rng.standard_normal(shape) * scale).astype(self.root.npdt), base)
 
     def scalar(self, v):
-        return self.const(np.array(v, np.float32), "s")
+        return self.const(np.array(v, self.root.npdt), "s")
 
     def node(self, op, ins, shape=None, n_out=1, **attrs):
         outs = [self.name(op.lower()) for _ in range(n_out)]
@@ -121,7 +122,7 @@ def conv(g, x, s, same=False):
     y = g.node("Conv", ins, out_s, pads=[pad] * 4, kernel_shape=[k, k], group=group)
     if r.random() < 0.3:  # BatchNormalization after the Conv: fold_batchnorm
         y = g.node("BatchNormalization", [y, g.fconst((c2,), 0.5), g.fconst((c2,), 0.1), g.fconst((c2,), 0.1),
-                                          g.const(r.uniform(0.5, 1.5, c2).astype(np.float32))], out_s, epsilon=1e-5)
+                                          g.const(r.uniform(0.5, 1.5, c2).astype(g.root.npdt))], out_s, epsilon=1e-5)
     if out_s == tuple(s) and r.random() < 0.5:  # residual
         y = g.node("Add", [y, x] if r.random() < 0.5 else [x, y], out_s)
     else:
@@ -144,7 +145,7 @@ def matmul(g, x, s, same=False):
         y = g.node("Add", [y, b] if r.random() < 0.6 else [b, y], out_s)
     if len(out_s) == 2 and r.random() < 0.2:  # BatchNormalization over the features: fold_batchnorm
         y = g.node("BatchNormalization", [y, g.fconst((m,), 0.5), g.fconst((m,), 0.1), g.fconst((m,), 0.1),
-                                          g.const(r.uniform(0.5, 1.5, m).astype(np.float32))], out_s)
+                                          g.const(r.uniform(0.5, 1.5, m).astype(g.root.npdt))], out_s)
     if out_s == tuple(s) and r.random() < 0.4:
         y = g.node("Add", [y, x], out_s)
     return g.maybe_act(y, out_s), out_s
@@ -244,7 +245,7 @@ def attention(g, x, s, same=True):
         sc = g.node("Div", [sc, g.scalar(float(1 / scale))], ss) if r.random() < 0.5 else \
             g.node("Mul", [sc, g.scalar(float(scale))], ss)
     if r.random() < 0.4:
-        mask = np.triu(np.full((n, n), -1e4, np.float32), 1)
+        mask = np.triu(np.full((n, n), -1e4, g.root.npdt), 1)
         sc = g.node("Add", [sc, g.const(mask)], ss)
     p = g.node("Softmax", [sc], ss, axis=-1)
     y = g.node("MatMul", [p, vh], ss[:-1] + (d // heads if split else d,))
@@ -375,7 +376,7 @@ def noops(g, x, s, same=True):
         elif k == 1:
             y = g.node("Dropout", [y], s)
         elif k == 2:
-            y = g.node("Cast", [y], s, to=F)
+            y = g.node("Cast", [y], s, to=g.root.elem)
         elif k == 3:
             y = g.node("Reshape", [y, g.ints(list(s))], s)
         elif k == 4 and len(s) >= 1:
@@ -478,7 +479,7 @@ def add_if(g):
         src = body.node("Identity", [v], s)  # the branch's own copy of the outer value
         y = body_transform(body, src, s, g)
         out = body.node("Identity", [y], s)
-        branches.append(make_body(body, g.name(which), [], [tvi(out, F, s)]))
+        branches.append(make_body(body, g.name(which), [], [tvi(out, g.root.elem, s)]))
     out = g.node("If", [cond], s, then_branch=branches[0], else_branch=branches[1])
     return out, s
 
@@ -496,11 +497,11 @@ def add_loop(g):
     y = body.node("Mul", [y, body.scalar(0.5)], s)
     cout = body.node("Identity", [cin], None)
     scan_out = r.random() < 0.4
-    outs = [tvi(cout, BOOL, ()), tvi(y, F, s)]
+    outs = [tvi(cout, BOOL, ()), tvi(y, g.root.elem, s)]
     if scan_out:
         so = body.node("Neg", [y], s)
-        outs.append(tvi(so, F, s))
-    bg = make_body(body, g.name("loop_body"), [tvi(i_n, I64, ()), tvi(cin, BOOL, ()), tvi(a_in, F, s)], outs)
+        outs.append(tvi(so, g.root.elem, s))
+    bg = make_body(body, g.name("loop_body"), [tvi(i_n, I64, ()), tvi(cin, BOOL, ()), tvi(a_in, g.root.elem, s)], outs)
     m = g.const(np.array(trips, np.int64), "trips")
     cond = g.const(np.array(True), "true") if r.random() < 0.7 else ""
     res = g.node("Loop", [m, cond, v], None, n_out=2 if scan_out else 1, body=bg)
@@ -527,8 +528,8 @@ def add_scan(g):
     y = body_transform(body, x_in, es, g)
     st_out = body.node("Add", [st_in, y], es)
     so = body.node("Relu", [y], es)
-    bg = make_body(body, g.name("scan_body"), [tvi(st_in, F, es), tvi(x_in, F, es)], [tvi(st_out, F, es), tvi(so, F, es)])
-    init = g.const(np.zeros(es, np.float32), "zeros")
+    bg = make_body(body, g.name("scan_body"), [tvi(st_in, g.root.elem, es), tvi(x_in, g.root.elem, es)], [tvi(st_out, g.root.elem, es), tvi(so, g.root.elem, es)])
+    init = g.const(np.zeros(es, g.root.npdt), "zeros")
     final, stacked = g.node("Scan", [init, v], None, n_out=2, body=bg, num_scan_inputs=1)
     g.vals.append((final, es))
     g.vals.append((stacked, s))
@@ -548,6 +549,11 @@ class Root(Graph):
     def __init__(self, seed):
         self.r = np.random.default_rng(seed)
         self.op = int(self.r.choice([14, 17, 18]))
+        # one graph in five is float16 throughout (drawn apart, so a seed's graph is the same
+        # either way): the fusions form for 16-bit types where the target has the kernel
+        self.half = np.random.default_rng([seed, 16]).random() < 0.2
+        self.elem = TensorProto.FLOAT16 if self.half else F
+        self.npdt = np.float16 if self.half else np.float32
         super().__init__(None)
         self.inputs, self.feeds, self.extra_outputs = [], [], []
         self.cond = None
@@ -557,8 +563,8 @@ class Root(Graph):
         dims = list(shape)
         if symbolic:
             dims[0] = "batch"
-        self.inputs.append(helper.make_tensor_value_info(n, F, dims))
-        self.feeds.append(self.r.standard_normal(shape).astype(np.float32))
+        self.inputs.append(helper.make_tensor_value_info(n, self.elem, dims))
+        self.feeds.append(self.r.standard_normal(shape).astype(self.npdt))
         self.pool.append((n, tuple(shape)))
         self.vals.append((n, tuple(shape)))
         return n
@@ -611,7 +617,7 @@ def random_model(seed):
         if name in seen or name in (i.name for i in g.inputs):
             continue
         seen.add(name)
-        outs.append(tvi(name, F, s))
+        outs.append(tvi(name, g.elem, s))
     graph = helper.make_graph(g.nodes, f"opt_fuzz_{seed}", g.inputs, outs, g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", g.op)], producer_name="kiln-opt-fuzz")
     model.ir_version = 8
