@@ -799,6 +799,107 @@ static kiln_status pw_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
 }
 #endif
 
+#if defined(__AVX512F__)
+/* ---- few input taps (stems): direct, in registers ----
+ * A convolution whose im2col depth C*KH*KW is small (an RGB stem: 27 for 3x3, 147 is too deep)
+ * spent half its GEMM time packing that im2col (perf: 3x3 s2 3->16 on 224x224). Here each block
+ * of 16 outputs along a row loads its K input vectors once (masked loads, stride 2 by
+ * deinterleaving two loads, gathers at the borders) and every output channel is K FMAs on them,
+ * 8 channels at a time in registers. Undilated rows, strides 1 and 2, one group. */
+#define SK_MAX 32
+
+typedef struct sk_job {
+    const conv_shape *s;
+    win2 v;
+    const float *x, *w, *bias;
+    float *y;
+    int64_t bands;
+    kn_conv_epilogue_fn epi;
+    const void *epi_ctx;
+} sk_job;
+
+static bool sk_suits(const conv_shape *s) {
+    if (s->G != 1 || s->nsp > 2 || s->Cg * s->kk > SK_MAX || s->M < 8) return false;
+    const win2 v = win2_of(&s->w);
+    return v.dw == 1 && v.sw <= 2 && v.OW >= 16 && v.W < (1 << 24) && s->in_plane < ((int64_t)1 << 30);
+}
+
+static void sk_range(void *arg, int64_t begin, int64_t end) {
+    const sk_job *j = arg;
+    const conv_shape *s = j->s;
+    const win2 *v = &j->v;
+    const int64_t K = s->Cg * s->kk, M = s->M, OW = v->OW;
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    __m512 xv[SK_MAX];
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t n = t / j->bands, band = t % j->bands;
+        const int64_t oh0 = band * v->OH / j->bands, oh1 = (band + 1) * v->OH / j->bands;
+        const float *xn = j->x + n * s->C * s->in_plane;
+        float *yn = j->y + n * M * s->out_plane;
+        for (int64_t oh = oh0; oh < oh1; oh++)
+            for (int64_t ow = 0; ow < OW; ow += 16) {
+                const __mmask16 om = kn_v16_tail(OW - ow);
+                const int64_t iw0 = ow * v->sw - v->pw;
+                /* input columns of the 16 lanes for kw = 0: iw0 + lane * sw */
+                const __m512i cols = _mm512_add_epi32(_mm512_set1_epi32((int)iw0),
+                                                      _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)v->sw)));
+                int k = 0;
+                for (int64_t c = 0; c < s->Cg; c++)
+                    for (int64_t kh = 0; kh < v->KH; kh++) {
+                        const int64_t ih = oh * v->sh - v->ph + kh * v->dh;
+                        const bool row_ok = ih >= 0 && ih < v->H;
+                        const float *row = xn + c * s->in_plane + (row_ok ? ih : 0) * v->W;
+                        for (int64_t kw = 0; kw < v->KW; kw++, k++) {
+                            if (!row_ok) {
+                                xv[k] = _mm512_setzero_ps();
+                                continue;
+                            }
+                            const int64_t first = iw0 + kw, last = first + 15 * v->sw;
+                            if (first >= 0 && last + (v->sw == 2 ? 1 : 0) < v->W) {
+                                xv[k] = v->sw == 1 ? _mm512_loadu_ps(row + first)
+                                                   : _mm512_permutex2var_ps(_mm512_loadu_ps(row + first), even,
+                                                                            _mm512_loadu_ps(row + first + 16));
+                            } else {
+                                const __m512i ci = _mm512_add_epi32(cols, _mm512_set1_epi32((int)kw));
+                                const __mmask16 in = om & _mm512_cmpge_epi32_mask(ci, _mm512_setzero_si512()) &
+                                                     _mm512_cmplt_epi32_mask(ci, _mm512_set1_epi32((int)v->W));
+                                xv[k] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in, ci, row, 4);
+                            }
+                        }
+                    }
+                float *yo = yn + oh * OW + ow;
+                int64_t m = 0;
+                for (; m + 8 <= M; m += 8) {
+                    __m512 acc[8];
+                    for (int r = 0; r < 8; r++) acc[r] = _mm512_set1_ps(j->bias ? j->bias[m + r] : 0.0f);
+                    const float *wm = j->w + m * K;
+                    for (int q = 0; q < K; q++)
+                        for (int r = 0; r < 8; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(wm[r * K + q]), xv[q], acc[r]);
+                    for (int r = 0; r < 8; r++) _mm512_mask_storeu_ps(yo + (m + r) * s->out_plane, om, acc[r]);
+                }
+                for (; m < M; m++) {
+                    __m512 acc = _mm512_set1_ps(j->bias ? j->bias[m] : 0.0f);
+                    for (int q = 0; q < K; q++) acc = _mm512_fmadd_ps(_mm512_set1_ps(j->w[m * K + q]), xv[q], acc);
+                    _mm512_mask_storeu_ps(yo + m * s->out_plane, om, acc);
+                }
+            }
+        if (j->epi && oh1 > oh0)
+            j->epi(j->epi_ctx, j->y, n * M * s->out_plane + oh0 * OW, M, (oh1 - oh0) * OW, s->out_plane);
+    }
+}
+
+static void sk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w, const float *bias, float *y,
+                    kn_conv_epilogue_fn epi, const void *epi_ctx) {
+    sk_job j = {s, win2_of(&s->w), x, w, bias, y, 1, epi, epi_ctx};
+    /* tasks are (image, band of output rows): about 4 per thread */
+    const int64_t threads = kn_threadpool_size(c->pool);
+    j.bands = max64(1, min64(j.v.OH, (4 * threads + s->N - 1) / s->N));
+    const int64_t work = s->M * s->Cg * s->kk * s->out_plane / j.bands + 1;
+    kn_parallel_for(c->pool, s->N * j.bands, work > 65536 ? 1 : 65536 / work + 1, sk_range, &j);
+}
+#endif
+
 /* ------------------------------------------------------------------ float Conv */
 
 static void fill_bias(float *y, const float *bias, int64_t N, int64_t M, int64_t plane) {
@@ -884,6 +985,10 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     int64_t count = s->N * s->G, K = s->Cg * s->kk;
 #if defined(__AVX512F__)
     if (pointwise && pw_suits(s)) return pw_conv(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
+    if (!pointwise && sk_suits(s)) {
+        sk_conv(c, s, x, w, bias, y, epi, epi_ctx);
+        return KILN_OK;
+    }
 #endif
     const float **ap = malloc(sizeof(float *) * (size_t)count * 2);
     float **cp = malloc(sizeof(float *) * (size_t)count);
