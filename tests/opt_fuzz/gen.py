@@ -281,17 +281,19 @@ def elementwise(g, x, s, same=True):
 
 
 def const_fold(g, x, s, same=True):
-    """x + f(constants): a constant subexpression fold_constants evaluates."""
+    """x + f(constants): a constant subexpression fold_constants evaluates (its values may be read
+    by bodies too: a folded value read from a body)."""
     r = g.rng
-    c = g.fconst(s[-1:] if s else (), 1.0)
+    cs = tuple(s[-1:]) if s else ()
+    c = g.fconst(cs, 1.0)
     for _ in range(int(r.integers(1, 4))):
         op = str(r.choice(["Mul", "Add", "Neg", "Sqrt", "Abs"]))
         if op in ("Mul", "Add"):
-            c = g.node(op, [c, g.fconst(s[-1:] if s else (), 1.0)], None)
+            c = g.node(op, [c, g.fconst(cs, 1.0)], cs)
         elif op == "Sqrt":
-            c = g.node("Sqrt", [g.node("Abs", [c], None)], None)
+            c = g.node("Sqrt", [g.node("Abs", [c], cs)], cs)
         else:
-            c = g.node(op, [c], None)
+            c = g.node(op, [c], cs)
     return g.node(str(r.choice(["Add", "Mul"])), [x, c], s), s
 
 
