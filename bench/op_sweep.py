@@ -22,7 +22,9 @@ ratios lean towards 1 for it).
   --provider cuda   kiln on the GPU against PyTorch's equivalent operator (torch.nn.functional;
               inputs and outputs device tensors, kiln through kiln_tensor_wrap_device, both
               synchronised after every call). Without torch it times kiln with host tensors and
-              says there is no peer; outputs are still checked against ORT on the CPU.
+              says there is no peer; outputs are still checked against ORT on the CPU. A kiln
+              without a usable cuda provider exits with status 2 and the reason. (Written on a
+              machine without a GPU: the PyTorch side has not been run yet.)
 
 Peers: onnxruntime (tests/requirements.txt pins it); OpenVINO when `import openvino` works
 (optional: `pip install openvino==2026.4.1`), CPU plugin, INFERENCE_PRECISION_HINT=f32, one
@@ -340,6 +342,8 @@ class Kiln:
         ]:
             f = getattr(L, name)
             f.restype, f.argtypes = res, args
+        L.kiln_provider_available.restype = ctypes.c_int
+        L.kiln_provider_available.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p)]
         try:
             f = L.kiln_tensor_wrap_device
             f.restype = ctypes.c_int
@@ -616,6 +620,11 @@ def main():
         lib = os.path.join(a.build, "libkiln.dylib")
     k = Kiln(lib)
     provider = "cuda,cpu" if a.provider == "cuda" else "cpu"
+    if a.provider == "cuda":
+        why = ctypes.c_char_p()
+        if not k.L.kiln_provider_available(b"cuda", ctypes.byref(why)):
+            print(f"op_sweep: kiln's cuda provider is not usable here: {(why.value or b'').decode()}", file=sys.stderr)
+            return 2
 
     ov = None
     if a.provider == "cpu" and not a.no_openvino:
@@ -705,9 +714,7 @@ def main():
                     ks = KilnSession(k, model, th, provider, feeds)
                     ks.tins = [k.wrap(v, device_ptr=dev[n].data_ptr()) for n, v in feeds.items()]
                     ks.ins = (ctypes.c_void_p * len(ks.tins))(*[t.value for t in ks.tins])
-                    dout = [torch.empty(g.shape, dtype=getattr(torch, {"f16": "float16", "f32": "float32"}.get(
-                        DT_NAME.get(g.dtype, ""), "float32")) if g.dtype.kind == "f" else torch.from_numpy(g).dtype,
-                        device="cuda") for g in got]
+                    dout = [torch.empty(g.shape, dtype=torch.from_numpy(g).dtype, device="cuda") for g in got]
                     ks.touts = [k.wrap(g, device_ptr=d.data_ptr()) for g, d in zip(got, dout)]
                     ks.outs = (ctypes.c_void_p * len(ks.touts))(*[t.value for t in ks.touts])
                     ks._keep = (dev, dout)
