@@ -129,7 +129,14 @@ static kiln_status run_pass(kn_opt_ctx *c, const kn_pass *p, int level, kn_opt_r
     if (st != KILN_OK) return kn_error_prefix(st, "after optimisation pass '%s': ", p->name);
     if (report) {
         char detail[1024];
-        format_notes(c, detail, sizeof detail);
+        size_t at = 0;
+        detail[0] = 0;
+        /* a control-flow body's pass: its node counts are the body's, said so */
+        if (g->parent) {
+            int n = snprintf(detail, sizeof detail, "in subgraph '%s': ", g->name);
+            at = n > 0 && (size_t)n < sizeof detail ? (size_t)n : 0;
+        }
+        format_notes(c, detail + at, sizeof detail - at);
         report(arg, p->name, level, before, live_nodes(g), detail);
     }
     return KILN_OK;
