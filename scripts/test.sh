@@ -89,6 +89,7 @@ part "project models (cpu)" build/kiln test --threads 0 build/models
 part "com.microsoft operators vs onnxruntime (cpu)" build/kiln test build/contrib_tests
 part "operator sweep, fast (kiln outputs vs onnxruntime; timing recorded in build/op-sweep-fast.md, not asserted)" "$KILN_PYTHON" bench/op_sweep.py --fast --build build --no-openvino
 part "optimisation equivalence" bash scripts/equivalence.sh build/kiln "$node_dir" build/models $([ -d "$zoo" ] && echo "$zoo")
+part "published models corpus, small set (pinned PyPI wheels; levels 0 and 3 vs onnxruntime, levels 1-3 vs 0; no network: skipped)" bash tests/corpus/run_ci.sh build/kiln
 part "optimiser differential fuzzing (1000 random graphs of the passes' patterns, subgraph reads; levels 1-3 vs 0 vs onnxruntime)" bash tests/opt_fuzz/run.sh build/kiln
 # level 3's channels-last regions, which no provider forms by itself yet: forced, on the CPU's
 # reference NHWC convolution
