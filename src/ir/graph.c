@@ -178,7 +178,7 @@ static void outer_reads_in(kn_graph *g, kn_graph **chain, int depth, void (*fn)(
         if (!sub->values[v].is_outer) continue;
         int id = -1;
         if (depth == 1) {
-            id = kn_graph_outer_value(sub, v);
+            id = sub->parent == g ? kn_graph_outer_value(sub, v) : kn_graph_find_value(g, sub->values[v].name);
         } else {
             /* a deeper read is g's only when no graph in between has the name (when one has it
              * as an outer value too, that graph's read already counted) */
