@@ -74,6 +74,17 @@ expect "unknown option"        2 "kiln run: unknown option '--frobnicate'" -- ru
 expect "unknown command"       2 "kiln: unknown command 'rnu'"          -- rnu
 expect "info takes nothing"    2 "kiln info: takes no arguments"         -- info extra
 
+# --- kiln info: why a provider cannot run here, in the user's terms
+info=$("$kiln" info 2>&1)
+if ! grep -q "^providers compiled in:.* cuda" <<<"$info"; then
+  expect "info: no CUDA backend" 0 "cmake -DKILN_CUDA=ON" -- info
+elif ldc=$(command -v ldconfig || echo /sbin/ldconfig) && [ -x "$ldc" ] && [ ! -e /dev/nvidia0 ] &&
+     ! "$ldc" -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
+  expect "info: no NVIDIA driver" 0 "^provider cuda: no CUDA device: no NVIDIA driver \(libcuda.so.1 cannot be loaded" -- info
+else
+  echo "SKIP kiln info's no-driver message: this machine has an NVIDIA driver"; skip=$((skip + 1))
+fi
+
 # --- help: every command, both ways, the same text; every option the code parses is listed
 cmds=$("$kiln" help | awk '/^commands:/{on=1; next} on && /^  [a-z]/{print $1} on && /^$/{exit}' | tr '\n' ' ')
 n_cmds=$(wc -w <<<"$cmds")
