@@ -81,3 +81,26 @@ def test_gil_released_during_run():
     mid = [t for t in ticks if t0 + 0.25 * (t1 - t0) < t < t1 - 0.25 * (t1 - t0)]
     assert t1 - t0 > 0.01, "the run is too short to tell"
     assert mid, f"no tick of the other thread during the middle of a {1000 * (t1 - t0):.0f} ms run"
+
+
+def test_terminate_from_another_thread():
+    if not kiln.RunOptions.supported:
+        import pytest
+        pytest.skip("this kiln has no kiln_run_options")
+    o = kiln.SessionOptions()
+    o.intra_op_num_threads = 1
+    s = kiln.InferenceSession(models.matmul_chain(256, 16), sess_options=o)
+    x = np.ones((256, 256), np.float32)
+    ro = kiln.RunOptions()
+    timer = threading.Timer(0.02, lambda: setattr(ro, "terminate", True))
+    timer.start()
+    cancelled = False
+    try:
+        for _ in range(10000):
+            s.run(None, {"x": x}, ro)
+    except kiln.Cancelled:
+        cancelled = True
+    timer.join()
+    assert cancelled
+    ro.terminate = False
+    s.run(None, {"x": x}, ro)  # the session is still usable
