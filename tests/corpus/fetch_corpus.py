@@ -96,6 +96,55 @@ def make_input(spec, dtype, rng):
     return np.asarray(a).astype(dtype)
 
 
+def feeds_for(model, entry, rng, count):
+    """COUNT input feeds drawn like data set 0's (calibration data for static quantisation)."""
+    import onnx
+    inits = {i.name for i in model.graph.initializer}
+    ds = entry["datasets"][0]
+    feeds = []
+    for _ in range(count):
+        feeds.append({v.name: make_input(ds[v.name], onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type), rng)
+                      for v in model.graph.input if v.name not in inits})
+    return feeds
+
+
+def make_variant(name, entry, data):
+    """The published model turned into a variant the way users make one, with ONNX Runtime's own
+    tools: "fp16" (onnxruntime.transformers.float16, float32 inputs and outputs kept, the operators
+    in "keep" left in float32), "dynamic"
+    (quantize_dynamic: int8 weights, DynamicQuantizeLinear + MatMulInteger/ConvInteger), "qdq"
+    (quantize_static in the QDQ format, per channel, calibrated on 8 feeds drawn like data set 0)."""
+    import numpy as np
+    import onnx
+    from onnxruntime import quantization as q
+    make = entry["variant"]["make"]
+    model = onnx.load_from_string(data)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "in.onnx"), os.path.join(tmp, "out.onnx")
+        if make == "fp16":
+            from onnxruntime.transformers.float16 import convert_float_to_float16
+            kw = {"op_block_list": entry["variant"]["keep"]} if "keep" in entry["variant"] else {}
+            return convert_float_to_float16(model, keep_io_types=True, **kw).SerializeToString()
+        onnx.save(model, src)
+        if make == "dynamic":
+            q.quantize_dynamic(src, dst, weight_type=q.QuantType.QInt8,
+                               op_types_to_quantize=entry["variant"].get("ops"))
+        elif make == "qdq":
+            class Reader(q.CalibrationDataReader):
+                def __init__(self):
+                    self.it = iter(feeds_for(model, entry, np.random.default_rng(zlib.crc32(name.encode()) + 1), 8))
+
+                def get_next(self):
+                    return next(self.it, None)
+            q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+                              activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8,
+                              op_types_to_quantize=entry["variant"].get("ops"))
+        else:
+            raise ValueError(f"{name}: unknown variant {make!r}")
+        with open(dst, "rb") as f:
+            return f.read()
+
+
 def build_model(out, name, entry, wheel_path, stamp):
     import numpy as np
     import onnx
@@ -109,6 +158,8 @@ def build_model(out, name, entry, wheel_path, stamp):
     os.makedirs(tmp)
     with zipfile.ZipFile(wheel_path) as z:
         data = z.read(entry["path"])
+    if "variant" in entry:
+        data = make_variant(name, entry, data)
     with open(os.path.join(tmp, "model.onnx"), "wb") as f:
         f.write(data)
     model = onnx.load_from_string(data)
@@ -154,6 +205,10 @@ def main():
     with open(args.manifest) as f:
         manifest = json.load(f)
     models = manifest["models"]
+    for n, e in models.items():  # a variant takes its wheel, path and inputs from the model it is made of
+        if "variant" in e:
+            base = models[e["variant"]["of"]]
+            models[n] = dict({k: base[k] for k in ("wheel", "path", "datasets")}, **e)
     names = args.names or [n for n, e in models.items() if e.get("ci") or not args.ci]
     for n in names:
         if n not in models:
