@@ -217,7 +217,13 @@ def main():
     os.makedirs(out, exist_ok=True)
 
     # tolerances of every model, as kiln test reads them (zoo.json beside the folders)
-    tol = {n: {"rtol": e.get("rtol", DEFAULT_RTOL), "atol": e.get("atol", DEFAULT_ATOL)} for n, e in models.items()}
+    # (entries of other folders, export_torch.py's, are kept)
+    zoo_path = os.path.join(out, "zoo.json")
+    try:
+        tol = json.load(open(zoo_path))
+    except (OSError, ValueError):
+        tol = {}
+    tol.update({n: {"rtol": e.get("rtol", DEFAULT_RTOL), "atol": e.get("atol", DEFAULT_ATOL)} for n, e in models.items()})
     with open(os.path.join(out, "zoo.json.tmp"), "w") as f:
         json.dump(tol, f, indent=1)
     os.replace(os.path.join(out, "zoo.json.tmp"), os.path.join(out, "zoo.json"))
