@@ -300,8 +300,12 @@ int cmd_cache(int argc, char **argv) {
     if (!dir) {
         fprintf(stderr, "kiln cache: no cache directory: set KILN_CACHE_DIR or HOME, or give --cache-dir\n");
         rc = 1;
+    } else if (!strcmp(sub, "list") && i < argc) {
+        fprintf(stderr, "kiln cache list: takes no arguments ('%s')\n", argv[i]);
     } else if (!strcmp(sub, "list")) {
         rc = cache_list(dir, o);
+    } else if (!strcmp(sub, "verify") && i < argc && (strcmp(argv[i], "--delete") || i + 1 < argc)) {
+        fprintf(stderr, "kiln cache verify: takes only --delete, not '%s'\n", argv[i + !strcmp(argv[i], "--delete")]);
     } else if (!strcmp(sub, "verify")) {
         bool del = i < argc && !strcmp(argv[i], "--delete");
         rc = cache_verify(dir, del);

@@ -65,6 +65,10 @@ expect "inspect dim"           2 "kiln inspect: --dim batch: 'abc'"     -- inspe
 expect "compile dim"           2 "kiln compile: --dim batch: '1e3' is not an integer" -- compile "$m" -o "$work/x.kiln" --dim batch=1e3
 expect "compile -o twice"      2 "-o given twice"                       -- compile "$m" -o a.kiln -o b.kiln
 expect "cache key dim"         2 "kiln cache key: --dim n: 'q'"          -- cache --cache-dir "$work/c" key "$m" --dim n=q
+expect "cache list extra"      2 "kiln cache list: takes no arguments \('x'\)" -- cache --cache-dir "$work/c" list x
+expect "cache verify extra"    2 "kiln cache verify: takes only --delete, not '--all'" -- cache --cache-dir "$work/c" verify --delete --all
+mkdir -p -m 700 "$work/c2"
+expect "cache verify"          0 "0 ok" -- cache --cache-dir "$work/c2" verify
 expect "test threads"          2 "kiln test: --threads: 'x'"            -- test --threads x "$work"
 expect "input twice"           2 "--input x given twice"                -- run "$m" --input x=a.npy --input x=b.npy
 expect "input not NAME=FILE"   2 "--input takes NAME=FILE"              -- run "$m" --input a.npy
