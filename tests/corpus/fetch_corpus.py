@@ -58,7 +58,7 @@ def fetch_wheel(out, pkg, pin, quiet):
         return path
     with tempfile.TemporaryDirectory(dir=wheels) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--python-version", "3.12", "--disable-pip-version-check", "-q",
+               "--python-version", "3.12", "--platform", "any", "--disable-pip-version-check", "-q",
                "-d", tmp, f"{pkg}=={pin['version']}"]
         if not quiet:
             print(f"corpus: downloading {pkg}=={pin['version']}", file=sys.stderr)
@@ -66,7 +66,8 @@ def fetch_wheel(out, pkg, pin, quiet):
         got = os.path.join(tmp, pin["file"])
         if r.returncode != 0 or not os.path.exists(got):
             raise FetchError(f"pip download {pkg}=={pin['version']} failed: "
-                             + (r.stdout.strip().splitlines() or ["no output"])[-1])
+                             + (r.stdout.strip().splitlines() or ["no output"])[-1]
+                             + f" (found: {', '.join(os.listdir(tmp)) or 'nothing'})")
         digest = sha256_file(got)
         if digest != pin["sha256"]:
             raise RuntimeError(f"{pin['file']}: sha256 {digest}, the manifest pins {pin['sha256']}")
