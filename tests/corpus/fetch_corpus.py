@@ -243,7 +243,10 @@ def main():
         except FetchError as err:
             print(f"corpus: {n}: {err}", file=sys.stderr)
             return 3
-        build_model(out, n, e, wheel, stamp)
+        try:
+            build_model(out, n, e, wheel, stamp)
+        finally:  # a half-built folder never stays where kiln test would take it for a test
+            subprocess.run(["rm", "-rf", os.path.join(out, n) + ".tmp"], check=True)
         built += 1
         if not args.list:
             print(f"corpus: built {n}", file=sys.stderr)
