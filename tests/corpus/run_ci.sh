@@ -13,8 +13,11 @@ kiln="${1:-$root/build/kiln}"
 [ -n "${KILN_PYTHON:-}" ] || . scripts/python_env.sh
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-mapfile -t folders < <("$KILN_PYTHON" tests/corpus/fetch_corpus.py --ci --list 2>"$log")
+list=$(mktemp)
+trap 'rm -f "$log" "$list"' EXIT
+"$KILN_PYTHON" tests/corpus/fetch_corpus.py --ci --list >"$list" 2>"$log"
 rc=$?
+mapfile -t folders <"$list"
 if [ "$rc" -eq 3 ]; then
   cat "$log"
   echo "corpus: the pinned wheels could not be downloaded: skipped, not run"
