@@ -174,7 +174,10 @@ def layernorm(g, x, s, same=True):
     axes = list(range(-n_axes, 0))
     red = tuple(s[:-n_axes]) + (1,) * n_axes
     norm_shape = tuple(s[-n_axes:])
-    eps = g.scalar(float(r.choice([1e-3, 1e-2])))  # a tiny eps over a near-constant row (after a Clip) amplifies rounding past any tolerance
+    # a tiny eps over a near-constant row (after a Clip, an Erf that saturates) amplifies rounding by
+    # 1/sqrt(eps): past any tolerance in float32 at 1e-6, and in float16 (a 1e-3 ulp) at 1e-3 (seeds
+    # 17622, 18595 differed from ONNX Runtime by one ulp of a saturated Erf, times 30)
+    eps = g.scalar(float(r.choice([0.1, 0.5]) if g.root.half else r.choice([1e-3, 1e-2])))
     rms = r.random() < 0.3
     if rms:
         d = x
