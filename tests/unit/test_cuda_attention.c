@@ -182,3 +182,126 @@ KN_TEST(cuda_linear_attention) {
         om_compare(&o, rtol_for(dt), atol_for(dt), what);
     }
 }
+
+/* ------------------------------------------------------------------ kiln.Attention in one kernel */
+
+/* Makes the model's last node kiln.Attention (domain kiln, imported at version 1). */
+static void om_kiln_attention(onemodel *o) {
+    kn_opset_import *ops = kn_arena_alloc(&o->m->arena, 2 * sizeof *ops);
+    ops[0] = o->m->opsets[0];
+    ops[1].domain = "kiln";
+    ops[1].version = 1;
+    o->m->opsets = ops;
+    o->m->n_opsets = 2;
+    o->g->nodes[o->node].domain = "kiln";
+}
+
+/* kiln.Attention on CUDA in float16/bfloat16 (the CPU's kernel takes float32 only) against a
+ * reference computed here in double from the same inputs, with the one-kernel form
+ * (KILN_CUDA_FLASH=1, cu_flash_attention.cu) and the general one: head sizes 64 and 128, query and
+ * key counts that are not multiples of the kernel's blocks, a boolean mask with a fully masked row
+ * (nan_to_zero), an additive mask broadcast over the heads, 3-D and 4-D. */
+static void attention_reference(const onemodel *o, int64_t B, int64_t H, int64_t sq, int64_t sk, int64_t hd,
+                                int form, double scale, double *want) {
+    const kn_tensor *Q = o->inputs[0], *KT = o->inputs[1], *V = o->inputs[2], *M = form < 2 ? o->inputs[3] : NULL;
+    double *s = malloc(sizeof(double) * (size_t)sk);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < sq; i++) {
+                const int64_t bh = b * H + h;
+                double mx = -INFINITY;
+                for (int64_t j = 0; j < sk; j++) {
+                    double a = 0;
+                    for (int64_t c = 0; c < hd; c++)
+                        a += kn_tensor_get_f64(Q, (bh * sq + i) * hd + c) * kn_tensor_get_f64(KT, (bh * hd + c) * sk + j);
+                    a *= scale;
+                    if (form == 0 && !kn_tensor_get_f64(M, (b * sq + i) * sk + j)) a = -INFINITY; /* [B, 1, sq, sk] */
+                    if (form == 1) a += kn_tensor_get_f64(M, i * sk + j);                          /* [sq, sk] */
+                    s[j] = a;
+                    mx = a > mx ? a : mx;
+                }
+                double sum = 0;
+                for (int64_t j = 0; j < sk; j++) sum += mx == -INFINITY ? 0 : exp(s[j] - mx);
+                for (int64_t c = 0; c < hd; c++) {
+                    double y = 0;
+                    for (int64_t j = 0; j < sk && sum > 0; j++) y += exp(s[j] - mx) / sum * kn_tensor_get_f64(V, (bh * sk + j) * hd + c);
+                    want[(bh * sq + i) * hd + c] = sum > 0 ? y : 0.0; /* nan_to_zero: a fully masked row is 0 */
+                }
+            }
+    free(s);
+}
+
+KN_TEST(cuda_kiln_attention_half) {
+    NEED_GPU();
+    const kiln_dtype types[2] = {KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
+    for (int flash = 0; flash < 2; flash++)
+        for (int t = 0; t < 2; t++)
+            for (int hd = 64; hd <= 128; hd += 64)
+                for (int form = 0; form < 3; form++) {
+                    setenv("KILN_CUDA_FLASH", flash ? "1" : "0", 1);
+                    kiln_dtype dt = types[t];
+                    onemodel o;
+                    om_init(&o, 24);
+                    const int64_t B = 2, H = 3, sq = form == 2 ? 200 : 77, sk = form == 2 ? 64 : 130;
+                    int64_t qd[4] = {B, H, sq, hd}, kd[4] = {B, H, hd, sk}, vd[4] = {B, H, sk, hd};
+                    const int rank = form == 1 ? 3 : 4;
+                    /* 3-D: the batch and head dims as one of B * H */
+                    if (rank == 3) qd[1] *= B, kd[1] *= B, vd[1] *= B;
+                    const int64_t *q = rank == 3 ? qd + 1 : qd, *k = rank == 3 ? kd + 1 : kd, *v = rank == 3 ? vd + 1 : vd;
+                    int in[4] = {om_input(&o, "Q", dt, rank, q, 0.5f, NULL), om_input(&o, "KT", dt, rank, k, 0.5f, NULL),
+                                 om_input(&o, "V", dt, rank, v, 1.0f, NULL), -1};
+                    int n_in = 3;
+                    unsigned char *keep = NULL;
+                    if (form == 0) { /* boolean [B, 1, sq, sk]: batch 1's query 5 sees no key */
+                        int64_t md[4] = {B, 1, sq, sk};
+                        keep = malloc((size_t)(B * sq * sk));
+                        for (int64_t i = 0; i < B * sq * sk; i++) keep[i] = (unsigned char)((i * 7 + i / 13) % 4 != 0);
+                        for (int64_t j = 0; j < sk; j++) keep[sq * sk + 5 * sk + j] = 0;
+                        in[3] = om_input(&o, "mask", KILN_DTYPE_BOOL, 4, md, 0, keep);
+                        n_in = 4;
+                    } else if (form == 1) { /* additive [sq, sk] over every head */
+                        int64_t md[2] = {sq, sk};
+                        in[3] = om_input(&o, "mask", dt, 2, md, 2.0f, NULL);
+                        n_in = 4;
+                    }
+                    int out[1] = {om_value(&o, "Y")};
+                    om_node(&o, "Attention", in, n_in, out, 1);
+                    om_kiln_attention(&o);
+                    const double scale = hd == 64 ? 0.125 : 0.0883883476;
+                    om_float(&o, "scale", (float)scale);
+                    if (form == 0) om_int(&o, "nan_to_zero", 1);
+                    char what[112];
+                    snprintf(what, sizeof what, "kiln.Attention %s, %s, head %d, form %d",
+                             flash ? "one kernel" : "general form", kiln_dtype_name(dt), hd, form);
+                    const int64_t n = B * H * sq * hd;
+                    double *want = malloc(sizeof(double) * (size_t)n);
+                    attention_reference(&o, B, H, sq, sk, hd, form, scale, want);
+                    unsigned char *data = NULL;
+                    size_t size = 0;
+                    kn_graph_recount(o.g);
+                    kiln_status st = kn_onnx_write_memory(o.m, &data, &size);
+                    CHECK_MSG(st == KILN_OK, "%s: writing the model: %s", what, kiln_last_error());
+                    kiln_session *gpu = st == KILN_OK ? om_session(data, size, "cuda") : NULL;
+                    if (gpu) {
+                        kn_tensor *got[1];
+                        om_run(gpu, &o, got);
+                        /* the scores and probabilities are rounded to the type: a few of its ulps */
+                        const double rtol = dt == KILN_DTYPE_BFLOAT16 ? 4e-2 : 1e-2, atol = dt == KILN_DTYPE_BFLOAT16 ? 2e-2 : 4e-3;
+                        for (int64_t i = 0; got[0] && i < n; i++) {
+                            const double g = kn_tensor_get_f64(got[0], i);
+                            if (!(fabs(g - want[i]) <= atol + rtol * fabs(want[i]))) {
+                                kn_unit_fail(__FILE__, __LINE__, "%s: element %lld is %.6g, want %.6g", what, (long long)i, g,
+                                             want[i]);
+                                break;
+                            }
+                        }
+                        kiln_tensor_destroy(got[0]);
+                    }
+                    kiln_session_destroy(gpu);
+                    free(data);
+                    free(want);
+                    free(keep);
+                    om_free(&o);
+                }
+    unsetenv("KILN_CUDA_FLASH");
+}

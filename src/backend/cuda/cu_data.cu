@@ -38,6 +38,19 @@ __global__ void k_gather(const E *data, const void *idx, bool idx64, E *y, int64
     }
 }
 
+// The same with 32-bit index arithmetic, for gathers whose sizes fit (the common case).
+template <typename E>
+__global__ void k_gather32(const E *data, const void *idx, bool idx64, E *y, int32_t axis_len, int32_t n_idx,
+                           int32_t inner, int32_t n) {
+    for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+        const int32_t in = i % inner, rest = i / inner;
+        const int32_t j = rest % n_idx, o = rest / n_idx;
+        int64_t k = load_index(idx, idx64, j);
+        if (k < 0) k += axis_len;
+        y[i] = k < 0 || k >= axis_len ? E() : data[((int64_t)o * axis_len + k) * inner + in];
+    }
+}
+
 template <typename E>
 __global__ void k_gather_elements(const E *data, const void *idx, bool idx64, E *y, Dims dd, Dims id, int axis,
                                   int64_t n) {
@@ -303,9 +316,22 @@ cudaError_t kn_cu_gather(size_t esize, const void *data, const void *idx, bool i
                          int64_t axis_len, int64_t n_idx, int64_t inner, cudaStream_t s) {
     int64_t n = outer * n_idx * inner;
     if (n == 0) return cudaSuccess;
+    /* whole rows of `inner` elements move: in 16-byte words where their size and alignment allow */
+    for (size_t w = 16; w > esize; w /= 2)
+        if ((size_t)inner * esize % w == 0 && (uintptr_t)data % w == 0 && (uintptr_t)y % w == 0) {
+            inner = (int64_t)((size_t)inner * esize / w);
+            esize = w;
+            n = outer * n_idx * inner;
+            break;
+        }
+    if (n < INT32_MAX && outer * axis_len * inner < INT32_MAX) {
+        KNCU_DISPATCH_SIZE(esize, (k_gather32<type_><<<grid_for(n, 256), 256, 0, s>>>(
+                                      (const type_ *)data, idx, idx64, (type_ *)y, (int32_t)axis_len, (int32_t)n_idx,
+                                      (int32_t)inner, (int32_t)n)));
+        return cudaGetLastError();
+    }
     KNCU_DISPATCH_SIZE(esize, (k_gather<type_><<<grid_for(n, 256), 256, 0, s>>>((const type_ *)data, idx, idx64,
-                                                                                  (type_ *)y, axis_len, n_idx,
-                                                                                  inner, n)));
+                                                                              (type_ *)y, axis_len, n_idx, inner, n)));
     return cudaGetLastError();
 }
 

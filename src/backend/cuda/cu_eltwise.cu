@@ -4,6 +4,7 @@
 #include "backend/cuda/cu_common.cuh"
 
 #include <math.h>
+#include <string.h>
 
 using namespace kncu;
 
@@ -362,6 +363,58 @@ template <typename T> __global__ void k_clip(const T *x, T *y, int64_t n, double
 template <typename E> __global__ void k_copy_view(const E *x, E *y, kn_cu_view v, int64_t n) {
     KNCU_LOOP(i, n) y[i] = x[view_offset(v, 0, i)];
 }
+// The same with 32-bit index arithmetic (a 64-bit division is a long software sequence), for views
+// whose element count and source offsets fit.
+template <typename E> __global__ void k_copy_view32(const E *x, E *y, kn_cu_view v, int32_t n) {
+    for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+        int32_t r = i, off = 0;
+        for (int d = v.rank - 1; d >= 0; d--) {
+            int32_t dim = (int32_t)v.dims[d];
+            int32_t q = r / dim;
+            off += (r - q * dim) * (int32_t)v.strides[0][d];
+            r = q;
+        }
+        y[i] = x[off];
+    }
+}
+
+// A copy whose output's innermost dim (b) is strided in the source while another dim (a) is the
+// source's contiguous one: 32x32 tiles through shared memory, so reads run along a and writes
+// along b, both coalesced (Transpose NCHW <-> NHWC, [B, S, H, D] -> [B, H, D, S]). The other dims
+// are the tile's batch: out_rank dims of sizes od with source strides os and output strides ot.
+struct TileCopy {
+    int64_t na, nb;         // sizes of dims a and b
+    int64_t sb;             // source stride of b (a's is 1)
+    int64_t ta;             // output stride of a (b's is 1)
+    int rank;               // the batch dims
+    int64_t od[KN_CU_MAX_RANK], os[KN_CU_MAX_RANK], ot[KN_CU_MAX_RANK];
+};
+
+template <typename E> __global__ void k_copy_tiles(const E *x, E *y, TileCopy t, int64_t tiles_a, int64_t n_tiles) {
+    __shared__ E tile[32][33];
+    const int tx = threadIdx.x, ty = threadIdx.y; // 32 x 8 threads
+    for (int64_t k = blockIdx.x; k < n_tiles; k += gridDim.x) {
+        int64_t rest = k / (tiles_a * ((t.nb + 31) / 32)), in_batch = k % (tiles_a * ((t.nb + 31) / 32));
+        int64_t a0 = (in_batch % tiles_a) * 32, b0 = (in_batch / tiles_a) * 32;
+        int64_t xo = 0, yo = 0;
+        for (int d = t.rank - 1; d >= 0; d--) {
+            int64_t c = rest % t.od[d];
+            rest /= t.od[d];
+            xo += c * t.os[d];
+            yo += c * t.ot[d];
+        }
+        __syncthreads(); // the previous tile's reads are done
+        for (int j = ty; j < 32; j += 8) {
+            int64_t a = a0 + tx, b = b0 + j;
+            if (a < t.na && b < t.nb) tile[j][tx] = x[xo + a + b * t.sb];
+        }
+        __syncthreads();
+        for (int j = ty; j < 32; j += 8) {
+            int64_t a = a0 + j, b = b0 + tx;
+            if (a < t.na && b < t.nb) y[yo + a * t.ta + b] = tile[tx][j];
+        }
+    }
+}
 template <typename E> __global__ void k_fill(E *y, E value, int64_t n) {
     KNCU_LOOP(i, n) y[i] = value;
 }
@@ -430,6 +483,32 @@ __global__ void k_epilogue(T *y, const T *bias, int64_t n_bias, int64_t cols, in
     }
 }
 
+// The same in 16-byte words of V elements with 32-bit indices: the epilogue after every fused
+// convolution and product moves its output twice (and the residual once), so it runs at memory
+// speed only when each thread moves whole words and does no 64-bit division. A word lies in one
+// bias channel (inner % V == 0) or runs along consecutive ones (inner == 1, cols % V == 0).
+template <typename T, int V>
+__global__ void k_epilogue_vec(T *y, const T *bias, int32_t n_bias, int32_t cols, int32_t inner, const T *z, int act,
+                               float p0, float p1, int32_t n_words) {
+    typedef typename acc<T>::type A;
+    static_assert(sizeof(T) * V == 16, "a word is 16 bytes");
+    for (int32_t w = blockIdx.x * blockDim.x + threadIdx.x; w < n_words; w += blockDim.x * gridDim.x) {
+        const int32_t i0 = w * V;
+        uint4 yw = ((const uint4 *)y)[w], zw = z ? ((const uint4 *)z)[w] : make_uint4(0, 0, 0, 0);
+        const T *ye = (const T *)&yw, *ze = (const T *)&zw;
+        T out[V];
+        const int32_t ch0 = n_bias > 1 ? (inner == 1 ? i0 % cols : (i0 / inner) % cols) : 0;
+        for (int k = 0; k < V; k++) {
+            A v = ld(ye[k]);
+            if (n_bias == 1) v += ld(bias[0]);
+            else if (n_bias > 1) v += ld(bias[inner == 1 ? ch0 + k : ch0]);
+            if (z) v += ld(ze[k]);
+            out[k] = st<T>(apply_act(act, v, p0, p1));
+        }
+        ((uint4 *)y)[w] = *(const uint4 *)out;
+    }
+}
+
 // ---------------------------------------------------------------- chains (kiln.FusedElementwise)
 
 // Registers live in a small local array indexed at run time; the step loop and its switch are
@@ -483,6 +562,24 @@ cudaError_t kn_cu_epilogue(kiln_dtype dt, void *y, const void *bias, int64_t n_b
     if (n == 0 || (!n_bias && !z && !act)) return cudaSuccess;
     if (inner < 1) inner = 1;
     if (cols < 1) cols = 1;
+    const int64_t V = 16 / (int64_t)kiln_dtype_size(dt);
+    const bool words = (dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16 || dt == KILN_DTYPE_FLOAT) && n % V == 0 &&
+                       n < INT32_MAX && (uintptr_t)y % 16 == 0 && (!z || (uintptr_t)z % 16 == 0) &&
+                       (n_bias <= 1 || (inner == 1 ? cols % V == 0 : inner % V == 0));
+    if (words) {
+        const int32_t nw = (int32_t)(n / V);
+        const unsigned g = grid_for(nw, 256);
+        if (dt == KILN_DTYPE_FLOAT16)
+            k_epilogue_vec<f16, 8><<<g, 256, 0, s>>>((f16 *)y, (const f16 *)bias, (int32_t)n_bias, (int32_t)cols,
+                                                     (int32_t)inner, (const f16 *)z, act, p0, p1, nw);
+        else if (dt == KILN_DTYPE_BFLOAT16)
+            k_epilogue_vec<bf16, 8><<<g, 256, 0, s>>>((bf16 *)y, (const bf16 *)bias, (int32_t)n_bias, (int32_t)cols,
+                                                      (int32_t)inner, (const bf16 *)z, act, p0, p1, nw);
+        else
+            k_epilogue_vec<float, 4><<<g, 256, 0, s>>>((float *)y, (const float *)bias, (int32_t)n_bias, (int32_t)cols,
+                                                       (int32_t)inner, (const float *)z, act, p0, p1, nw);
+        return cudaGetLastError();
+    }
     KNCU_DISPATCH_FLOAT(dt, (k_epilogue<type_><<<grid_for(n, 256), 256, 0, s>>>((type_ *)y, (const type_ *)bias, n_bias,
                                                                                  cols, inner, (const type_ *)z, act, p0,
                                                                                  p1, n)));
@@ -569,12 +666,73 @@ cudaError_t kn_cu_clip(kiln_dtype dt, const void *x, void *y, int64_t n, double 
     return cudaGetLastError();
 }
 
-cudaError_t kn_cu_copy_view(size_t esize, const void *x, int64_t x_offset, void *y, const kn_cu_view *v,
+/* Widens a view's elements to `w` bytes where its innermost dim is contiguous in the source and
+ * every size, stride and both base addresses allow: a copy in 16-byte words moves the same bytes
+ * in an eighth of the instructions of 2-byte ones. */
+static size_t widen_view(kn_cu_view *v, size_t esize, const void *x, const void *y) {
+    const int r = v->rank;
+    if (r < 1 || v->strides[0][r - 1] != 1) return esize;
+    for (size_t w = 16; w > esize; w /= 2) {
+        const int64_t k = (int64_t)(w / esize);
+        bool ok = ((uintptr_t)x % w) == 0 && ((uintptr_t)y % w) == 0 && v->dims[r - 1] % k == 0;
+        for (int d = 0; ok && d < r - 1; d++) ok = v->strides[0][d] % k == 0;
+        if (!ok) continue;
+        v->dims[r - 1] /= k;
+        for (int d = 0; d < r - 1; d++) v->strides[0][d] /= k;
+        return w;
+    }
+    return esize;
+}
+
+/* The tiled form of a view (see k_copy_tiles): the source's contiguous dim a is not the output's
+ * innermost b. False when no dim is contiguous in the source, or the innermost already is. */
+static bool tile_view(const kn_cu_view *v, TileCopy *t) {
+    const int r = v->rank, b = r - 1;
+    if (r < 2 || v->strides[0][b] == 1) return false;
+    int a = -1;
+    for (int d = 0; d < b; d++)
+        if (v->strides[0][d] == 1 && v->dims[d] > 1) a = d;
+    if (a < 0) return false;
+    int64_t out_st[KN_CU_MAX_RANK], acc = 1;
+    for (int d = r - 1; d >= 0; d--) {
+        out_st[d] = acc;
+        acc *= v->dims[d];
+    }
+    memset(t, 0, sizeof *t);
+    t->na = v->dims[a], t->nb = v->dims[b], t->sb = v->strides[0][b], t->ta = out_st[a];
+    for (int d = 0; d < b; d++) {
+        if (d == a) continue;
+        t->od[t->rank] = v->dims[d], t->os[t->rank] = v->strides[0][d], t->ot[t->rank] = out_st[d];
+        t->rank++;
+    }
+    return true;
+}
+
+cudaError_t kn_cu_copy_view(size_t esize, const void *x, int64_t x_offset, void *y, const kn_cu_view *v_in,
                             cudaStream_t s) {
-    int64_t n = view_count(*v);
+    int64_t n = view_count(*v_in);
     if (n == 0) return cudaSuccess;
+    const char *xb = (const char *)x + x_offset * (int64_t)esize;
+    kn_cu_view v = *v_in;
+    TileCopy t;
+    if (esize <= 8 && tile_view(&v, &t) && t.na >= 8 && t.nb >= 8) { /* narrower tiles waste their threads */
+        const int64_t tiles_a = (t.na + 31) / 32, per_batch = tiles_a * ((t.nb + 31) / 32);
+        const int64_t n_tiles = per_batch * (n / (t.na * t.nb));
+        const unsigned g = (unsigned)(n_tiles < 65535LL * 16 ? n_tiles : 65535LL * 16);
+        KNCU_DISPATCH_SIZE(esize, (k_copy_tiles<type_><<<g, dim3(32, 8), 0, s>>>((const type_ *)xb, (type_ *)y, t,
+                                                                                tiles_a, n_tiles)));
+        return cudaGetLastError();
+    }
+    esize = widen_view(&v, esize, xb, y);
+    n = view_count(v);
+    int64_t reach = 0; /* the largest source offset's magnitude */
+    for (int d = 0; d < v.rank; d++) reach += (v.dims[d] - 1) * (v.strides[0][d] < 0 ? -v.strides[0][d] : v.strides[0][d]);
     unsigned g = grid_for(n, 256);
-    KNCU_DISPATCH_SIZE(esize, (k_copy_view<type_><<<g, 256, 0, s>>>((const type_ *)x + x_offset, (type_ *)y, *v, n)));
+    if (n < INT32_MAX && reach < INT32_MAX) {
+        KNCU_DISPATCH_SIZE(esize, (k_copy_view32<type_><<<g, 256, 0, s>>>((const type_ *)xb, (type_ *)y, v, (int32_t)n)));
+    } else {
+        KNCU_DISPATCH_SIZE(esize, (k_copy_view<type_><<<g, 256, 0, s>>>((const type_ *)xb, (type_ *)y, v, n)));
+    }
     return cudaGetLastError();
 }
 

@@ -184,6 +184,22 @@ cudaError_t kn_cu_groupnorm(kiln_dtype dt, const void *x, const void *scale, con
 cudaError_t kn_cu_lpnorm(kiln_dtype dt, const void *x, void *y, int64_t outer, int64_t len, int64_t inner, int p,
                          cudaStream_t s);
 /* pooling over N-D windows: kind 0 max, 1 average (count_include_pad), 2 average excluding pads, 3 Lp */
+/* kiln.Attention in one kernel (cu_flash_attention.cu): Y[b0, b1, i, :] = softmax(scale * Q K^T
+ * + mask)[i, :] V over a batch of b0 x b1 (batch, heads). Element strides: rows of Q, Y and V and
+ * their head dim contiguous; K's key and head strides both given (KT has k_sj 1). The mask (bool:
+ * false masks out; else the inputs' type, added) is read through strides, 0 where it broadcasts.
+ * cudaErrorNotSupported (nothing launched) for a type or head size the kernel does not take. */
+typedef struct kn_cu_flash {
+    const void *q, *k, *v, *mask;
+    void *y;
+    int mask_bool, nan_to_zero;
+    int64_t b0, b1, sq, sk, d;
+    int64_t q_s0, q_s1, q_si, k_s0, k_s1, k_sj, k_sc, v_s0, v_s1, v_sj, y_s0, y_s1, y_si;
+    int64_t m_s0, m_s1, m_si, m_sj;
+    float scale;
+} kn_cu_flash;
+cudaError_t kn_cu_flash_attention(kiln_dtype dt, const kn_cu_flash *p, cudaStream_t s);
+
 typedef struct kn_cu_pool {
     int nsp;
     int64_t n, c;

@@ -135,6 +135,62 @@ static kn_tensor view_of(kiln_dtype dt, int rank, const int64_t *dims, void *dat
     return t;
 }
 
+/* kiln.Attention in one kernel (kn_cu_flash_attention) where it applies: float16/bfloat16, head
+ * size 64 or 128 for both products, at most two batch dims that Q, KT and V all have in full, a
+ * mask (bool or the inputs' type) that broadcasts to the scores. KILN_ERR_UNSUPPORTED (nothing
+ * run) sends the node to the general form.
+ *
+ * Opt-in (KILN_CUDA_FLASH=1) for now: on the H200 its outputs agreed with the general form's
+ * (bert_mini in float16 within the zoo's tolerance) but it ran slower (BERT-base batch 32, per-node
+ * profile: 12 nodes in 2.40 ms against 1.93 for the general form; ViT-B/16 batch 64: 13.8 ms;
+ * bench/results/gpu-profile-2026-12-02-*.txt). Its shared-memory tiles have leading dimensions of
+ * 128 bytes, so the fragment loads conflict on the banks: pad them before measuring again. */
+static kiln_status run_flash_attention(kn_cuda *cu, kn_kernel_ctx *c, float scale) {
+    const char *flag = getenv("KILN_CUDA_FLASH");
+    const bool enabled = flag && !strcmp(flag, "1");
+    const kn_tensor *Q = c->in[0], *KT = c->in[1], *V = c->in[2], *M = c->n_inputs > 3 ? c->in[3] : NULL;
+    const kn_tensor *Y = c->out[0];
+    const int r = Q->rank, nb = r - 2;
+    const kiln_dtype dt = Q->dtype;
+    if (!enabled || (dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16) || nb < 1 || nb > 2 || KT->dtype != dt ||
+        V->dtype != dt)
+        return KILN_ERR_UNSUPPORTED;
+    const int64_t sq = Q->dims[r - 2], d = Q->dims[r - 1], sk = KT->dims[r - 1];
+    if (V->dims[r - 1] != d || (d != 64 && d != 128)) return KILN_ERR_UNSUPPORTED;
+    for (int i = 0; i < nb; i++)
+        if (Q->dims[i] != Y->dims[i] || KT->dims[i] != Y->dims[i] || V->dims[i] != Y->dims[i]) return KILN_ERR_UNSUPPORTED;
+    kn_cu_flash f;
+    memset(&f, 0, sizeof f);
+    f.q = Q->data, f.k = KT->data, f.v = V->data, f.y = Y->data;
+    f.b0 = nb == 2 ? Y->dims[0] : 1, f.b1 = Y->dims[nb - 1];
+    f.sq = sq, f.sk = sk, f.d = d, f.scale = scale;
+    f.nan_to_zero = kn_attr_int(c->node, "nan_to_zero", 0) != 0;
+    f.q_si = d, f.q_s1 = sq * d, f.q_s0 = f.b1 * f.q_s1;
+    f.k_sj = 1, f.k_sc = sk, f.k_s1 = d * sk, f.k_s0 = f.b1 * f.k_s1;
+    f.v_sj = d, f.v_s1 = sk * d, f.v_s0 = f.b1 * f.v_s1;
+    f.y_si = d, f.y_s1 = sq * d, f.y_s0 = f.b1 * f.y_s1;
+    if (M) {
+        if (M->dtype != KILN_DTYPE_BOOL && M->dtype != dt) return KILN_ERR_UNSUPPORTED;
+        if (M->rank > r) return KILN_ERR_UNSUPPORTED;
+        /* right-aligned onto [b0, b1, sq, sk] (as [b1, sq, sk] when there is one batch dim) */
+        const int64_t target[4] = {f.b0, f.b1, sq, sk};
+        int64_t st[4] = {0, 0, 0, 0}, acc = 1;
+        for (int k = M->rank - 1; k >= 0; k--) {
+            const int t = 4 - (M->rank - k);
+            if (t < 4 - r) return KILN_ERR_UNSUPPORTED;
+            if (M->dims[k] != 1 && M->dims[k] != target[t]) return KILN_ERR_UNSUPPORTED;
+            st[t] = M->dims[k] == 1 ? 0 : acc;
+            acc *= M->dims[k];
+        }
+        f.mask = M->data;
+        f.mask_bool = M->dtype == KILN_DTYPE_BOOL;
+        f.m_s0 = st[0], f.m_s1 = st[1], f.m_si = st[2], f.m_sj = st[3];
+    }
+    cudaError_t e = kn_cu_flash_attention(dt, &f, cu->stream);
+    if (e == cudaErrorNotSupported) return KILN_ERR_UNSUPPORTED;
+    return kn_cu_check(c, e, "Attention (one kernel)");
+}
+
 static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *Q = c->in[0], *KT = c->in[1], *V = c->in[2], *M = c->n_inputs > 3 ? c->in[3] : NULL;
     kn_tensor *Y = c->out[0];
@@ -153,6 +209,8 @@ static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
     size_t es = kiln_dtype_size(dt);
     if (sk == 0) return kn_cu_check(c, cudaMemsetAsync(Y->data, 0, Y->nbytes, cu->stream), "Attention");
     float scale = kn_attr_float(c->node, "scale", 1.0f);
+    kiln_status fst = run_flash_attention(cu, c, scale);
+    if (fst != KILN_ERR_UNSUPPORTED) return fst;
     size_t sbytes = (size_t)(batch * sq * sk) * es;
     void *S;
     KN_TRY(kn_cu_scratch(cu, sbytes, &S));
