@@ -381,7 +381,7 @@ template <typename E> __global__ void k_copy_view32(const E *x, E *y, kn_cu_view
 // A copy whose output's innermost dim (b) is strided in the source while another dim (a) is the
 // source's contiguous one: 32x32 tiles through shared memory, so reads run along a and writes
 // along b, both coalesced (Transpose NCHW <-> NHWC, [B, S, H, D] -> [B, H, D, S]). The other dims
-// are the tile's batch: out_rank dims of sizes od with source strides os and output strides ot.
+// are the tile's batch: `rank` dims of sizes od, source strides os and output strides ot.
 struct TileCopy {
     int64_t na, nb;         // sizes of dims a and b
     int64_t sb;             // source stride of b (a's is 1)
