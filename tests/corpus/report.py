@@ -60,6 +60,9 @@ def main():
     args = ap.parse_args()
     manifest = json.load(open(os.path.join(HERE, "manifest.json")))
     names = args.names or list(manifest["models"])
+    for n, e in manifest["models"].items():
+        if "variant" in e:
+            e["wheel"] = manifest["models"][e["variant"]["of"]]["wheel"]
     env = dict(os.environ, KILN_CACHE_DIR=tempfile.mkdtemp(prefix="kiln_corpus_"))
     prov = ["--provider", args.provider] if args.provider else []
     print("| model | package (version) | size | operators of note | L0 | L1 | L2 | L3 | levels 1-3 = L0 |")
