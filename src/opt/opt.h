@@ -12,7 +12,9 @@ typedef void (*kn_opt_report_fn)(void *arg, const char *pass, int level, int nod
                                  const char *detail);
 
 /* Runs the passes of every level up to options->opt_level (skipping disabled ones) on the model's
- * main graph. Shapes must have been inferred; the caller infers again afterwards. */
+ * main graph, and levels 1-2 of them on its If/Loop/Scan bodies (deepest first; judged for the CPU,
+ * which runs the bodies). A value a body reads from an enclosing graph is a use there (graph.h).
+ * Shapes must have been inferred; the caller infers again afterwards. */
 kiln_status kn_optimize(kn_model *m, const kiln_session_options *options, kn_opt_report_fn report, void *arg);
 
 /* As kn_optimize, but a listed provider that cannot run on this machine (no GPU) is judged from

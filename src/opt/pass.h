@@ -1,7 +1,8 @@
 /* Internal interface of the optimiser: the pass registry entry, the context a pass runs in, and
  * the graph-rewriting helpers every pass shares (src/opt/rewrite.c).
  *
- * A pass walks the main graph and rewrites it in place: it marks replaced nodes dead, adds new
+ * A pass walks one graph (the main graph, or a control-flow body: opt.c runs the passes on each,
+ * bodies first) and rewrites it in place: it marks replaced nodes dead, adds new
  * nodes and values at the end of the arrays, and calls kn_opt_refresh after each rewrite so the
  * producer/consumer tables it reads stay exact. The manager (opt.c) then drops dead nodes,
  * re-sorts the graph and infers types again before the next pass. */
