@@ -176,8 +176,14 @@ static const struct {
     {"KILN_PROFILE", "1 prints where the runs spent their time at exit; a FILE.json writes a Chrome/Perfetto trace"},
     {"KILN_PROGRESS", "a run that takes over a second (a first run tuning its kernels, a large model) shows its "
                       "progress on a terminal; 1 shows it in logs too, 0 never"},
+    {"KILN_CACHE_MAX_SIZE", "the cache directory's size limit (500M, 2G); the least recently used entries go"},
     {"KILN_MEMORY_PLAN", "0 turns the planned activation arena off"},
     {"KILN_LAYOUT", "nhwc forms level 3's channels-last regions at any batch, nchw never"},
+    {"KILN_MAX_TENSOR_BYTES", "the largest tensor a model may make (a hostile model's shapes are refused above it)"},
+    {"KILN_ALLOW_HARDLINKS", "1 accepts external data files with hard links from outside the model's folder"},
+    {"KILN_CUDA_STAND_INS", "never keeps every CUDA run on cuBLASLt/cuDNN (no stand-in kernels while they load)"},
+    {"KILN_CUDA_NO_WARMUP", "1 turns off the warm start's library loading beside the first run"},
+    {"KILN_CUDA_RNN", "steps runs LSTM/GRU/RNN step by step instead of in one launch"},
 };
 #define N_ENV (sizeof environment / sizeof environment[0])
 
