@@ -80,7 +80,7 @@ if ! grep -q '^provider cuda: available' "$logs/info.log"; then
   echo "=== no usable CUDA device ($reason): every GPU test is skipped"
   n_unit=$("$build/kiln_unit_tests" cuda 2>/dev/null | result_line /dev/stdin | awk '{print $5}')
   # the equivalence part counts as one skip per folder
-  skipped=$(( ${n_unit:-0} + 6 * zoo_count + 5 * ${#node_list[@]} + 2 ))
+  skipped=$(( ${n_unit:-0} + 6 * zoo_count + 5 * ${#node_list[@]} + 3 ))
   echo "0 passed, 0 failed, $skipped skipped"
   exit 0
 fi
@@ -189,6 +189,16 @@ if [ ${#eq_dirs[@]} -gt 0 ]; then
     env KILN_EQ_JOBS="${KILN_EQ_JOBS:-$jobs}" bash scripts/equivalence.sh --provider cuda,cpu "$build/kiln" "${eq_dirs[@]}"
 else
   echo "=== equivalence on CUDA: no test folders"; total_skip=$((total_skip + 1))
+fi
+
+# The Python package over this build, where its CUDA tests run: DLPack in from torch CUDA tensors,
+# io binding to device memory, every model with provider cuda
+case "$build" in /*) abs_build="$build" ;; *) abs_build="$root/$build" ;; esac
+if [ -f "$abs_build/python/kiln/__init__.py" ] || ls "$abs_build"/python/kiln/_kiln*.so >/dev/null 2>&1; then
+  part "Python package (pytest) on the CUDA build" "$logs/pytest.log" env PYTHONPATH="$abs_build/python" \
+    KILN_BUILD_DIR="$abs_build" python3 -m pytest -q -p no:cacheprovider tests/python
+else
+  echo "=== Python package: not built in $build (Python.h missing?)"; total_skip=$((total_skip + 1))
 fi
 
 if [ -n "${KILN_GPU_SANITIZE:-}" ] && command -v compute-sanitizer >/dev/null && [ "$zoo_count" -gt 0 ]; then

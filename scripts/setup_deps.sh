@@ -18,6 +18,9 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 if command -v clang >/dev/null && ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
   need_apt+=(libclang-rt-14-dev)
 fi
+# Python.h for the Python extension (built beside the library; its tests are a part of test.sh)
+py_include=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null || true)
+[ -n "$py_include" ] && [ -f "$py_include/Python.h" ] || need_apt+=(python3-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
