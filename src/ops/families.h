@@ -20,7 +20,8 @@
     KN_FAMILY(quant)       /* QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, BitCast */ \
     KN_FAMILY(text)        /* StringNormalizer/Concat/Split, RegexFullMatch, TfIdfVectorizer */  \
     KN_FAMILY(ml)          /* ai.onnx.ml: LabelEncoder, TreeEnsemble, Binarizer, ... */          \
-    KN_FAMILY(training)    /* ai.onnx.preview.training: Adagrad, Adam, Momentum */
+    KN_FAMILY(training)    /* ai.onnx.preview.training: Adagrad, Adam, Momentum */                  \
+    KN_FAMILY(qcontrib)    /* quantised com.microsoft: MatMulNBits, QGemm, QLinear*, ... */
 
 #define KN_FAMILY(name) extern const kn_op_schema kn_ops_##name[];
 KN_OP_FAMILIES

@@ -28,7 +28,7 @@ from onnx import helper, numpy_helper
 
 MS = "com.microsoft"
 NP2TP = {np.float32: TP.FLOAT, np.float16: TP.FLOAT16, np.float64: TP.DOUBLE, np.int32: TP.INT32,
-         np.int64: TP.INT64, np.bool_: TP.BOOL}
+         np.int64: TP.INT64, np.bool_: TP.BOOL, np.uint8: TP.UINT8, np.int8: TP.INT8}
 
 written = []
 skipped = []
@@ -38,11 +38,14 @@ def tp(a):
     return NP2TP[a.dtype.type]
 
 
-def make_model(node, inputs, outputs, opset=17):
-    """inputs: list of (name, array or None for an omitted optional input)."""
-    ins = [helper.make_tensor_value_info(n, tp(a), list(a.shape)) for n, a in inputs if a is not None]
+def make_model(node, inputs, outputs, opset=17, initializers=()):
+    """inputs: list of (name, array or None for an omitted optional input); those named in
+    initializers are stored in the model as constants instead of graph inputs."""
+    ins = [helper.make_tensor_value_info(n, tp(a), list(a.shape)) for n, a in inputs
+           if a is not None and n not in initializers]
+    inits = [numpy_helper.from_array(a, n) for n, a in inputs if a is not None and n in initializers]
     outs = [helper.make_empty_tensor_value_info(n) for n in outputs if n]
-    g = helper.make_graph([node], "g", ins, outs)
+    g = helper.make_graph([node], "g", ins, outs, initializer=inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)])
     m.ir_version = 9
     return m
@@ -60,7 +63,8 @@ def write(out_dir, name, model, inputs, results):
         for s in np.asarray(r).shape:
             o.type.tensor_type.shape.dim.add().dim_value = s
     onnx.save(model, os.path.join(d, "model.onnx"))
-    present = [(n, a) for n, a in inputs if a is not None]
+    init_names = {t.name for t in model.graph.initializer}
+    present = [(n, a) for n, a in inputs if a is not None and n not in init_names]
     for i, (n, a) in enumerate(present):
         onnx.save_tensor(numpy_helper.from_array(a, n), os.path.join(d, "test_data_set_0", f"input_{i}.pb"))
     for i, (o, r) in enumerate(zip(model.graph.output, results)):
@@ -69,25 +73,27 @@ def write(out_dir, name, model, inputs, results):
     written.append(name)
 
 
-def ort_run(node, inputs, outputs, opset=17):
+def ort_run(node, inputs, outputs, opset=17, initializers=()):
     import onnxruntime as ort
-    model = make_model(node, inputs, outputs, opset)
+    model = make_model(node, inputs, outputs, opset, initializers)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return sess.run(None, {n: a for n, a in inputs if a is not None})
+    return sess.run(None, {n: a for n, a in inputs if a is not None and n not in initializers})
 
 
-def case(out_dir, name, op, inputs, outputs, domain=MS, opset=17, reference=None, **attrs):
+def case(out_dir, name, op, inputs, outputs, domain=MS, opset=17, reference=None, initializers=(), **attrs):
     """One test: node op(inputs) -> outputs with attrs; expected outputs from onnxruntime (or from
-    `reference(inputs)` for operators onnxruntime has no CPU kernel for)."""
+    `reference(inputs)` for operators onnxruntime has no CPU kernel for). Inputs named in
+    initializers are constants of the model (weights, as quantisation tools write them)."""
+    inputs = [(n, None if a is None else np.asarray(a)) for n, a in inputs]
     node = helper.make_node(op, [n if a is not None else "" for n, a in inputs], outputs, domain=domain, **attrs)
-    model = make_model(node, inputs, outputs, opset)
+    model = make_model(node, inputs, outputs, opset, initializers)
     if reference is not None:
         results = reference(dict(inputs))
     else:
         try:
-            results = ort_run(node, inputs, outputs, opset)
+            results = ort_run(node, inputs, outputs, opset, initializers)
         except Exception as e:  # an operator variant this onnxruntime build does not run
             skipped.append(f"{name}: {str(e).splitlines()[0][:160]}")
             return
@@ -471,10 +477,142 @@ def main():
     gqa("gqa_decode_attention_bias_broadcast", 1, 4, 2, 8, [6, 4], 7, P=6, bias=(1, 1, 1, 7))
     gqa("gqa_decode_static_cache_attention_bias", 1, 8, 2, 8, [6, 3], 7, P=10, bias=(2, 1, 1, 7))
 
+    quantised_contrib_tests(out, rng)
+
     for s in skipped:
         print("skipped (onnxruntime cannot run it):", s)
     print(f"wrote {len(written)} tests to {out}")
     return 0
+
+
+def quantised_contrib_tests(out, rng):
+    """The quantised operators that ONNX Runtime's quantisation tools emit."""
+    def f32(*shape, lo=-2.0, hi=2.0):
+        return rng.uniform(lo, hi, shape).astype(np.float32)
+
+    def q(dtype, *shape):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+    # ---------------------------------------------------------------- MatMulNBits
+    # B: [N, ceil(K / block_size), block_size * bits / 8], element k of a block at bit k * bits
+    # (low bits first); packed uint8 zero points: ceil(k_blocks * bits / 8) bytes per row
+    def pack(vals, bits):
+        n, m = vals.shape
+        per = 8 // bits
+        v = np.zeros((n, (m + per - 1) // per * per), np.uint8)
+        v[:, :m] = vals
+        v = v.reshape(n, -1, per).astype(np.uint32)
+        return sum(v[:, :, i] << (i * bits) for i in range(per)).astype(np.uint8)
+
+    def nbits(name, a_shape, K, N, bs, bits=4, zp=None, gidx=False, bias=False, fp16=False, consts=False, **attrs):
+        kb = (K + bs - 1) // bs
+        qv = rng.integers(0, 1 << bits, (N, kb * bs))
+        B = pack(qv, bits).reshape(N, kb, bs * bits // 8)
+        ft = np.float16 if fp16 else np.float32
+        scales = rng.uniform(0.005, 0.05, (N * kb,)).astype(ft)
+        zpv = None
+        if zp == "packed":
+            zpv = pack(rng.integers(0, 1 << bits, (N, kb)), bits).reshape(-1)
+        elif zp == "float":
+            zpv = rng.uniform(0, (1 << bits) - 1, (N * kb,)).astype(ft)
+        g = None
+        if gidx:  # act-order: each k in some block (every block used)
+            g = (np.arange(K) // bs).astype(np.int32)
+            rng.shuffle(g)
+        A = f32(*a_shape, K).astype(ft)
+        ins = [("A", A), ("B", B), ("scales", scales), ("zero_points", zpv), ("g_idx", g),
+               ("bias", f32(N).astype(ft) if bias else None)]
+        while ins[-1][1] is None:
+            ins.pop()
+        case(out, name, "MatMulNBits", ins, ["Y"], K=K, N=N, bits=bits, block_size=bs,
+             initializers=("B", "scales", "zero_points", "g_idx", "bias") if consts else (), **attrs)
+
+    for bs in (16, 32, 64, 128):
+        nbits(f"matmulnbits_b{bs}", (3,), 256, 24, bs)
+        nbits(f"matmulnbits_b{bs}_zp", (2, 5), 256, 40, bs, zp="packed")
+    nbits("matmulnbits_k_tail", (4,), 200, 33, 32, zp="packed")
+    nbits("matmulnbits_k_tail_odd_blocks", (1, 3), 80, 17, 16, zp="packed", bias=True)
+    nbits("matmulnbits_float_zp", (2, 3), 128, 20, 32, zp="float")
+    nbits("matmulnbits_gemv", (1,), 512, 64, 64, zp="packed")
+    nbits("matmulnbits_bias", (2, 3), 96, 8, 32, bias=True)
+    nbits("matmulnbits_consts", (16,), 256, 48, 32, zp="packed", consts=True)
+    nbits("matmulnbits_consts_large_m", (70,), 128, 80, 64, consts=True, bias=True)
+    nbits("matmulnbits_fp16", (2, 3), 128, 24, 32, zp="packed", fp16=True)
+    # with g_idx onnxruntime 1.32 ignores packed uint8 zero points (uses 2^(bits-1)), reads float ones
+    nbits("matmulnbits_g_idx", (3,), 128, 16, 32, zp="packed", gidx=True)
+    nbits("matmulnbits_g_idx_float_zp", (3,), 128, 16, 32, zp="float", gidx=True)
+    nbits("matmulnbits_g_idx_no_zp", (3,), 128, 16, 32, gidx=True)
+    nbits("matmulnbits_accuracy_level1", (4,), 128, 16, 32, zp="packed", accuracy_level=1)
+    nbits("matmulnbits_bits8", (3,), 128, 16, 32, bits=8, zp="packed")
+    nbits("matmulnbits_bits2", (3,), 128, 16, 32, bits=2, zp="packed")
+
+    # ---------------------------------------------------------------- DynamicQuantizeMatMul
+    for bt in (np.int8, np.uint8):
+        t = "s8" if bt == np.int8 else "u8"
+        K, N = 48, 20
+        case(out, f"dynamicquantizematmul_{t}", "DynamicQuantizeMatMul",
+             [("A", f32(2, 3, K)), ("B", q(bt, K, N)), ("b_scale", np.float32(0.02))], ["Y"])
+        case(out, f"dynamicquantizematmul_{t}_zp_bias", "DynamicQuantizeMatMul",
+             [("A", f32(5, K)), ("B", q(bt, K, N)), ("b_scale", np.array([0.03], np.float32)),
+              ("b_zero_point", q(bt, 1)), ("bias", f32(N))], ["Y"])
+        case(out, f"dynamicquantizematmul_{t}_per_column", "DynamicQuantizeMatMul",
+             [("A", f32(4, K)), ("B", q(bt, K, N)), ("b_scale", f32(N, lo=0.01, hi=0.05)),
+              ("b_zero_point", q(bt, N)), ("bias", f32(N))], ["Y"], initializers=("B", "b_scale", "b_zero_point"))
+    case(out, "dynamicquantizematmul_positive_a_large_k", "DynamicQuantizeMatMul",
+         [("A", f32(3, 600, lo=0.5, hi=3)), ("B", q(np.int8, 600, 16)), ("b_scale", np.float32(0.01))], ["Y"])
+    case(out, "dynamicquantizematmul_negative_a", "DynamicQuantizeMatMul",
+         [("A", f32(3, 32, lo=-3, hi=-0.5)), ("B", q(np.uint8, 32, 16)), ("b_scale", np.float32(0.01)),
+          ("b_zero_point", np.uint8(128))], ["Y"])
+
+    # ---------------------------------------------------------------- MatMulIntegerToFloat
+    for at, bt in ((np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)):
+        t = ("s8" if at == np.int8 else "u8") + ("s8" if bt == np.int8 else "u8")
+        K, N = 40, 24
+        case(out, f"matmulintegertofloat_{t}", "MatMulIntegerToFloat",
+             [("A", q(at, 2, 3, K)), ("B", q(bt, K, N)), ("a_scale", np.float32(0.03)),
+              ("b_scale", np.float32(0.02))], ["Y"])
+        case(out, f"matmulintegertofloat_{t}_zp_bias", "MatMulIntegerToFloat",
+             [("A", q(at, 4, K)), ("B", q(bt, K, N)), ("a_scale", np.float32(0.03)),
+              ("b_scale", np.float32(0.02)), ("a_zero_point", q(at)), ("b_zero_point", q(bt)),
+              ("bias", f32(N))], ["Y"])
+        case(out, f"matmulintegertofloat_{t}_per_column", "MatMulIntegerToFloat",
+             [("A", q(at, 5, K)), ("B", q(bt, K, N)), ("a_scale", np.float32(0.03)),
+              ("b_scale", f32(N, lo=0.01, hi=0.05)), ("a_zero_point", q(at)), ("b_zero_point", q(bt, N)),
+              ("bias", f32(N))], ["Y"], initializers=("B", "b_scale", "b_zero_point"))
+    case(out, "matmulintegertofloat_large_k", "MatMulIntegerToFloat",
+         [("A", q(np.uint8, 3, 700)), ("B", q(np.int8, 700, 10)), ("a_scale", np.float32(0.01)),
+          ("b_scale", np.float32(0.01)), ("a_zero_point", np.uint8(3))], ["Y"])
+
+    # ---------------------------------------------------------------- QGemm
+    def qgemm(name, M, K, N, at=np.uint8, bt=np.int8, transA=0, transB=0, per_col=False, C=None, yq=True,
+              y_scale_only=False, **attrs):
+        A = q(at, K, M) if transA else q(at, M, K)
+        B = q(bt, N, K) if transB else q(bt, K, N)
+        nb = N if per_col else 1
+        ins = [("A", A), ("a_scale", np.float32(0.02)), ("a_zero_point", q(at)), ("B", B),
+               ("b_scale", f32(nb, lo=0.01, hi=0.04) if per_col else np.float32(0.025)),
+               ("b_zero_point", q(bt, nb) if per_col else q(bt)),
+               ("C", rng.integers(-3000, 3000, C).astype(np.int32) if C is not None else None)]
+        if yq:
+            ins += [("y_scale", np.float32(0.3)), ("y_zero_point", q(at))]
+        elif y_scale_only:
+            ins += [("y_scale", np.float32(0.3))]
+        while ins[-1][1] is None:
+            ins.pop()
+        case(out, name, "QGemm", ins, ["Y"], transA=transA, transB=transB, **attrs)
+
+    qgemm("qgemm_u8s8", 5, 24, 12)
+    qgemm("qgemm_u8u8", 5, 24, 12, bt=np.uint8)
+    qgemm("qgemm_s8s8", 5, 24, 12, at=np.int8)
+    qgemm("qgemm_float_out", 4, 32, 10, yq=False)
+    qgemm("qgemm_float_out_y_scale", 4, 32, 10, yq=False, y_scale_only=True)
+    qgemm("qgemm_trans", 6, 20, 9, transA=1, transB=1, alpha=0.5)
+    qgemm("qgemm_per_column_bias_mn", 7, 40, 11, per_col=True, C=(7, 11))
+    qgemm("qgemm_bias_n", 3, 16, 8, C=(8,), transB=1)
+    qgemm("qgemm_bias_m1", 3, 16, 8, C=(3, 1), at=np.int8)
+    qgemm("qgemm_bias_scalar_float_out", 3, 16, 8, C=(), yq=False, per_col=True)
+    qgemm("qgemm_large_k", 4, 600, 12, alpha=2.0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,460 @@
+/* CPU kernels of the quantised com.microsoft matrix products: MatMulNBits, DynamicQuantizeMatMul,
+ * MatMulIntegerToFloat and QGemm, as ONNX Runtime computes them (the family's table is at the
+ * end; the QLinear elementwise/pool/concat/softmax kernels are in qcontrib_linear.c).
+ *
+ * Every product goes through kiln's packed float GEMM (sgemm.h). MatMulNBits dequantises its
+ * block-wise weights to float once (kept per session when they are constants) and runs a float
+ * GEMM, as ONNX Runtime's fp32 compute type does. The integer products run with the operands'
+ * zero points subtracted, as floats holding small integers: with |a|, |b| <= 255 a sum of 256
+ * products stays below 2^24, so the GEMM runs over slices of 256 along K and every partial sum is
+ * exact; the int32 accumulator is then scaled (and requantised) as ONNX Runtime's output
+ * processors do, in float32 with rounding half to even. */
+#include "backend/cpu/const_cache.h"
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/linalg_impl.h"
+#include "backend/cpu/qcontrib_impl.h"
+#include "backend/cpu/sgemm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MS "com.microsoft"
+
+const kn_tensor *kn_qc_opt(const kn_kernel_ctx *c, int i) { return i < c->n_inputs ? c->in[i] : NULL; }
+
+bool kn_qc_is_const(const kn_kernel_ctx *c, int i) {
+    if (!c->graph || !c->node || i >= c->n_inputs || i >= c->node->n_inputs || !c->in[i]) return false;
+    int v = c->node->inputs[i];
+    return v >= 0 && v < c->graph->n_values && c->graph->values[v].constant == c->in[i];
+}
+
+int32_t kn_qc_q(const kn_tensor *t, int64_t i) {
+    return t->dtype == KILN_DTYPE_INT8 ? ((const int8_t *)t->data)[i] : ((const uint8_t *)t->data)[i];
+}
+
+/* A scale as float (float or float16). */
+float kn_qc_scale(const kn_tensor *t, int64_t i) {
+    if (t->dtype == KILN_DTYPE_FLOAT16) return kn_f16_to_f32(((const uint16_t *)t->data)[i]);
+    if (t->dtype == KILN_DTYPE_DOUBLE) return (float)((const double *)t->data)[i];
+    return ((const float *)t->data)[i];
+}
+
+/* Per-tensor (one element) or per-column (n elements) parameter t: checks its size. */
+static kiln_status per_col(kn_kernel_ctx *c, const kn_tensor *t, const char *name, int64_t n) {
+    if (!t) return KILN_OK;
+    int64_t k = kn_tensor_count(t);
+    if (k != 1 && (k != n || t->rank != 1))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "%s has %lld elements; it must be a scalar or 1-D of N=%lld", name,
+                               (long long)k, (long long)n);
+    return KILN_OK;
+}
+
+static kiln_status one(kn_kernel_ctx *c, const kn_tensor *t, const char *name) {
+    if (t && kn_tensor_count(t) != 1)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "%s has %lld elements; it must be a scalar or a 1-element tensor", name,
+                               (long long)kn_tensor_count(t));
+    return KILN_OK;
+}
+
+static kiln_status oom(kn_kernel_ctx *c) { return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory"); }
+
+/* ------------------------------------------------------------------ integer GEMM through the float GEMM */
+
+/* acc (M x N, int32) = A' x op(B'): A' is M x K floats (row stride K); B' is K x N (row stride N),
+ * or N x K (row stride K) when tb. Both hold integers of magnitude <= 255. tmp: M x N floats. */
+static kiln_status igemm(kn_kernel_ctx *c, int64_t M, int64_t N, int64_t K, const float *A, const float *B, bool tb,
+                         int32_t *acc, float *tmp) {
+    for (int64_t i = 0; i < M * N; i++) acc[i] = 0;
+    for (int64_t k0 = 0; k0 < K; k0 += 256) {
+        int64_t kc = K - k0 < 256 ? K - k0 : 256;
+        const float *b = tb ? B + k0 : B + k0 * N;
+        kiln_status s = kn_sgemm(c->pool, false, tb, M, N, kc, 1.0f, A + k0, K, b, tb ? K : N, 0.0f, tmp, N);
+        if (s != KILN_OK) return kn_kernel_error(c, s, "out of memory in the GEMM");
+        for (int64_t i = 0; i < M * N; i++) acc[i] += (int32_t)tmp[i];
+    }
+    return KILN_OK;
+}
+
+/* B' = B - zero point per column (j of K x N, or row j of N x K when tb), as floats. */
+typedef struct bprime_ctx {
+    const kn_tensor *B, *zp;
+    int64_t K, N;
+    bool tb;
+} bprime_ctx;
+
+static void make_bprime(const void *ctx, void *dst) {
+    const bprime_ctx *p = ctx;
+    float *o = dst;
+    int64_t nz = p->zp ? kn_tensor_count(p->zp) : 0;
+    for (int64_t r = 0, e = 0; r < (p->tb ? p->N : p->K); r++)
+        for (int64_t q = 0; q < (p->tb ? p->K : p->N); q++, e++) {
+            int64_t j = p->tb ? r : q;
+            int32_t z = nz ? kn_qc_q(p->zp, nz == 1 ? 0 : j) : 0;
+            o[e] = (float)(kn_qc_q(p->B, e) - z);
+        }
+}
+
+/* B' for input bi (zero point input zi, -1 none): kept per session when both are constants.
+ * *owned tells the caller to free it. */
+static const float *bprime(kn_kernel_ctx *c, int bi, int zi, int64_t K, int64_t N, bool tb, bool *owned) {
+    const kn_tensor *zp = zi >= 0 ? kn_qc_opt(c, zi) : NULL;
+    bprime_ctx pc = {c->in[bi], zp, K, N, tb};
+    size_t bytes = sizeof(float) * (size_t)(K * N > 0 ? K * N : 1);
+    *owned = false;
+    if (!zp || kn_qc_is_const(c, zi)) {
+        kn_const_layout lay = {41, {K, N, tb, (int64_t)(intptr_t)zp}};
+        const void *d = kn_cpu_const_derived(c, bi, &lay, bytes, make_bprime, &pc);
+        if (d) return d;
+    }
+    float *b = malloc(bytes);
+    if (!b) return NULL;
+    make_bprime(&pc, b);
+    *owned = true;
+    return b;
+}
+
+/* ------------------------------------------------------------------ MatMulNBits */
+
+typedef struct nbits_ctx {
+    const kn_tensor *B, *scales, *zp, *gidx;
+    int64_t K, N, bits, bs, kb;
+} nbits_ctx;
+
+/* W (N x K floats) = (q - zero point) * scale, block by block (or by g_idx). With g_idx, ONNX
+ * Runtime (1.32, CPU) reads float zero points but not packed uint8 ones: those weights are
+ * dequantised with the default zero point 2^(bits-1), and so are they here (g_idx is deprecated in
+ * its documentation; models from its own quantiser do not carry it). */
+static void make_nbits(const void *ctx, void *dst) {
+    const nbits_ctx *p = ctx;
+    float *W = dst;
+    const uint8_t *B = p->B->data;
+    const int64_t blob = p->bs * p->bits / 8, mask = (1 << p->bits) - 1, zrow = (p->kb * p->bits + 7) / 8;
+    const int32_t *g = p->gidx ? p->gidx->data : NULL;
+    const bool zq = p->zp && p->zp->dtype == KILN_DTYPE_UINT8 && !g;
+    const float zdef = (float)(1 << (p->bits - 1));
+    for (int64_t n = 0; n < p->N; n++) {
+        for (int64_t k = 0; k < p->K; k++) {
+            int64_t b = k / p->bs, j = k % p->bs, off = j * p->bits;
+            int q = (B[(n * p->kb + b) * blob + off / 8] >> (off % 8)) & mask;
+            int64_t gb = g ? g[k] : b;
+            float z = zdef;
+            if (p->zp && (zq || p->zp->dtype != KILN_DTYPE_UINT8)) {
+                if (zq) {
+                    int64_t zo = gb * p->bits;
+                    z = (float)((((const uint8_t *)p->zp->data)[n * zrow + zo / 8] >> (zo % 8)) & mask);
+                } else {
+                    z = kn_qc_scale(p->zp, n * p->kb + gb);
+                }
+            }
+            W[n * p->K + k] = ((float)q - z) * kn_qc_scale(p->scales, n * p->kb + gb);
+        }
+    }
+}
+
+static kiln_status run_matmul_nbits(kn_kernel_ctx *c) {
+    const kn_tensor *A = c->in[0], *B = c->in[1], *S = c->in[2];
+    const kn_tensor *zp = kn_qc_opt(c, 3), *gidx = kn_qc_opt(c, 4), *bias = kn_qc_opt(c, 5);
+    kn_tensor *Y = c->out[0];
+    int64_t K = kn_attr_int(c->node, "K", 0), N = kn_attr_int(c->node, "N", 0);
+    int64_t bits = kn_attr_int(c->node, "bits", 4), bs = kn_attr_int(c->node, "block_size", 0);
+    int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8;
+    if (kn_tensor_count(B) != N * kb * blob)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "B has %lld bytes; K=%lld, N=%lld, bits=%lld, block_size=%lld need %lld",
+                               (long long)kn_tensor_count(B), (long long)K, (long long)N, (long long)bits, (long long)bs,
+                               (long long)(N * kb * blob));
+    if (S->dtype != A->dtype && S->dtype != KILN_DTYPE_FLOAT)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "scales are %s but A is %s", kiln_dtype_name(S->dtype),
+                               kiln_dtype_name(A->dtype));
+    if (kn_tensor_count(S) != N * kb)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "scales have %lld elements; N x ceil(K / block_size) = %lld",
+                               (long long)kn_tensor_count(S), (long long)(N * kb));
+    if (zp) {
+        int64_t want = zp->dtype == KILN_DTYPE_UINT8 ? N * ((kb * bits + 7) / 8) : N * kb;
+        if (zp->dtype != KILN_DTYPE_UINT8 && zp->dtype != S->dtype)
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "zero_points are %s; they must be uint8 (packed) or the scales' type %s",
+                                   kiln_dtype_name(zp->dtype), kiln_dtype_name(S->dtype));
+        if (kn_tensor_count(zp) != want)
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "zero_points have %lld elements; expected %lld", (long long)kn_tensor_count(zp),
+                                   (long long)want);
+    }
+    if (gidx) {
+        if (kn_tensor_count(gidx) != K)
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "g_idx has %lld elements; expected K=%lld", (long long)kn_tensor_count(gidx),
+                                   (long long)K);
+        const int32_t *g = gidx->data;
+        for (int64_t k = 0; k < K; k++)
+            if (g[k] < 0 || g[k] >= kb)
+                return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "g_idx[%lld] = %d is outside [0, %lld)", (long long)k, g[k],
+                                       (long long)kb);
+    }
+    if (bias && kn_tensor_count(bias) != N)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld elements; expected N=%lld", (long long)kn_tensor_count(bias),
+                               (long long)N);
+    int64_t M = K ? kn_tensor_count(A) / K : 0;
+    if (M * N == 0) return KILN_OK;
+    nbits_ctx pc = {B, S, zp, gidx, K, N, bits, bs, kb};
+    size_t wbytes = sizeof(float) * (size_t)(N * K);
+    const float *W = NULL;
+    float *Wown = NULL;
+    bool consts = kn_qc_is_const(c, 2) && (!zp || kn_qc_is_const(c, 3)) && (!gidx || kn_qc_is_const(c, 4));
+    if (consts) {
+        kn_const_layout lay = {40, {N, K, bs * 16 + bits, (int64_t)(intptr_t)S}};
+        W = kn_cpu_const_derived(c, 1, &lay, wbytes, make_nbits, &pc);
+    }
+    if (!W) {
+        if (!(Wown = malloc(wbytes))) return oom(c);
+        make_nbits(&pc, Wown);
+        W = Wown;
+    }
+    bool aown = false, y32 = Y->dtype == KILN_DTYPE_FLOAT;
+    const float *Af = kn_linalg_f32_in(A, &aown);
+    float *Yf = y32 ? Y->data : malloc(sizeof(float) * (size_t)(M * N));
+    kiln_status st = KILN_OK;
+    if (!Af || !Yf) st = oom(c);
+    else {
+        st = kn_sgemm(c->pool, false, true, M, N, K, 1.0f, Af, K, W, K, 0.0f, Yf, N);
+        if (st != KILN_OK) st = kn_kernel_error(c, st, "out of memory in the GEMM");
+    }
+    if (st == KILN_OK && bias) {
+        bool bown = false;
+        const float *bf = kn_linalg_f32_in(bias, &bown);
+        if (!bf) st = oom(c);
+        else
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) Yf[i * N + j] += bf[j];
+        if (bown) free((void *)bf);
+    }
+    if (st == KILN_OK && !y32) kn_linalg_f32_out(Yf, Y, M * N);
+    if (aown) free((void *)Af);
+    if (!y32) free(Yf);
+    free(Wown);
+    return st;
+}
+
+/* ------------------------------------------------------------------ DynamicQuantizeMatMul, MatMulIntegerToFloat */
+
+/* Y (M x N float) = float(acc) * mult[j] + bias[j], then into Y's type. */
+static kiln_status float_out(kn_kernel_ctx *c, const int32_t *acc, const float *mult, int64_t nm, const kn_tensor *bias,
+                             kn_tensor *Y, int64_t M, int64_t N) {
+    bool y32 = Y->dtype == KILN_DTYPE_FLOAT, bown = false;
+    float *Yf = y32 ? Y->data : malloc(sizeof(float) * (size_t)(M * N > 0 ? M * N : 1));
+    const float *bf = bias ? kn_linalg_f32_in(bias, &bown) : NULL;
+    if (!Yf || (bias && !bf)) {
+        if (!y32) free(Yf);
+        if (bown) free((void *)bf);
+        return oom(c);
+    }
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            float v = (float)acc[i * N + j] * mult[nm > 1 ? j : 0];
+            Yf[i * N + j] = bf ? v + bf[j] : v;
+        }
+    if (!y32) {
+        kn_linalg_f32_out(Yf, Y, M * N);
+        free(Yf);
+    }
+    if (bown) free((void *)bf);
+    return KILN_OK;
+}
+
+/* The shared body: A' (M x K floats) times B (input 1) less its zero point (input zi), scaled by
+ * mult (nm values) and biased. */
+static kiln_status int_to_float(kn_kernel_ctx *c, const float *Ap, int64_t M, int zi, const float *mult, int64_t nm,
+                                const kn_tensor *bias) {
+    const kn_tensor *B = c->in[1];
+    int64_t K = B->dims[0], N = B->dims[1];
+    bool bown;
+    const float *Bp = bprime(c, 1, zi, K, N, false, &bown);
+    int32_t *acc = malloc(sizeof(int32_t) * (size_t)(M * N > 0 ? M * N : 1));
+    float *tmp = malloc(sizeof(float) * (size_t)(M * N > 0 ? M * N : 1));
+    kiln_status st = !Bp || !acc || !tmp ? oom(c) : igemm(c, M, N, K, Ap, Bp, false, acc, tmp);
+    if (st == KILN_OK) st = float_out(c, acc, mult, nm, bias, c->out[0], M, N);
+    if (bown) free((void *)Bp);
+    free(acc);
+    free(tmp);
+    return st;
+}
+
+static kiln_status check_b(kn_kernel_ctx *c, const kn_tensor *A, const kn_tensor *B) {
+    if (B->rank != 2 || A->rank < 1 || A->dims[A->rank - 1] != B->dims[0])
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "A's last dimension must equal B's rows (B 2-D)");
+    return KILN_OK;
+}
+
+/* ONNX Runtime's dynamic quantisation of A to uint8: the range widened to include 0, scale
+ * (max - min) / 255 (1 when the range is empty), zero point round-half-even(clamp(0 - min /
+ * scale)), q = clamp(round-half-even(x / scale) + zero point). */
+static kiln_status run_dq_matmul(kn_kernel_ctx *c) {
+    const kn_tensor *A = c->in[0], *B = c->in[1], *bs = c->in[2], *bz = kn_qc_opt(c, 3), *bias = kn_qc_opt(c, 4);
+    KN_TRY(check_b(c, A, B));
+    int64_t N = B->dims[1], K = B->dims[0], n = kn_tensor_count(A), M = K ? n / K : 0;
+    KN_TRY(per_col(c, bs, "b_scale", N));
+    KN_TRY(per_col(c, bz, "b_zero_point", N));
+    if (bias && kn_tensor_count(bias) != N)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld elements; expected N=%lld", (long long)kn_tensor_count(bias),
+                               (long long)N);
+    if (M * N == 0) return KILN_OK;
+    const float *x = A->data;
+    float mn = 0.0f, mx = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        mn = x[i] < mn ? x[i] : mn;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    float scale = mx == mn ? 1.0f : (mx - mn) / 255.0f;
+    float z0 = 0.0f - mn / scale;
+    float zp = nearbyintf(z0 < 0.0f ? 0.0f : z0 > 255.0f ? 255.0f : z0);
+    float *Ap = malloc(sizeof(float) * (size_t)(M * K > 0 ? M * K : 1));
+    int64_t nm = kn_tensor_count(bs);
+    float *mult = malloc(sizeof(float) * (size_t)nm);
+    if (!Ap || !mult) {
+        free(Ap);
+        free(mult);
+        return oom(c);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float v = nearbyintf(x[i] / scale) + zp;
+        v = !(v > 0.0f) ? 0.0f : v > 255.0f ? 255.0f : v;
+        Ap[i] = v - zp;
+    }
+    for (int64_t j = 0; j < nm; j++) mult[j] = scale * kn_qc_scale(bs, j);
+    kiln_status st = int_to_float(c, Ap, M, 3, mult, nm, bias);
+    free(Ap);
+    free(mult);
+    return st;
+}
+
+static kiln_status run_matmul_int_to_float(kn_kernel_ctx *c) {
+    const kn_tensor *A = c->in[0], *B = c->in[1], *as = c->in[2], *bs = c->in[3];
+    const kn_tensor *az = kn_qc_opt(c, 4), *bz = kn_qc_opt(c, 5), *bias = kn_qc_opt(c, 6);
+    KN_TRY(check_b(c, A, B));
+    int64_t N = B->dims[1], K = B->dims[0], n = kn_tensor_count(A), M = K ? n / K : 0;
+    KN_TRY(one(c, as, "a_scale"));
+    KN_TRY(one(c, az, "a_zero_point"));
+    KN_TRY(per_col(c, bs, "b_scale", N));
+    KN_TRY(per_col(c, bz, "b_zero_point", N));
+    if (az && az->dtype != A->dtype)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "A is %s but a_zero_point %s", kiln_dtype_name(A->dtype),
+                               kiln_dtype_name(az->dtype));
+    if (bz && bz->dtype != B->dtype)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "B is %s but b_zero_point %s", kiln_dtype_name(B->dtype),
+                               kiln_dtype_name(bz->dtype));
+    if (bias && kn_tensor_count(bias) != N)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld elements; expected N=%lld", (long long)kn_tensor_count(bias),
+                               (long long)N);
+    if (M * N == 0) return KILN_OK;
+    int64_t nm = kn_tensor_count(bs);
+    float *Ap = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1)), *mult = malloc(sizeof(float) * (size_t)nm);
+    if (!Ap || !mult) {
+        free(Ap);
+        free(mult);
+        return oom(c);
+    }
+    int32_t za = az ? kn_qc_q(az, 0) : 0;
+    for (int64_t i = 0; i < n; i++) Ap[i] = (float)(kn_qc_q(A, i) - za);
+    float sa = kn_qc_scale(as, 0);
+    for (int64_t j = 0; j < nm; j++) mult[j] = sa * kn_qc_scale(bs, j);
+    kiln_status st = int_to_float(c, Ap, M, 5, mult, nm, bias);
+    free(Ap);
+    free(mult);
+    return st;
+}
+
+/* ------------------------------------------------------------------ QGemm */
+
+float kn_qc_requant(float v, int32_t zp, bool is_signed, int32_t *out) {
+    float lo = (float)((is_signed ? -128 : 0) - zp), hi = (float)((is_signed ? 127 : 255) - zp);
+    v = v > lo ? v : lo; /* NaN goes to the minimum */
+    v = v < hi ? v : hi;
+    *out = (int32_t)nearbyintf(v) + zp;
+    return v;
+}
+
+static kiln_status run_qgemm(kn_kernel_ctx *c) {
+    const kn_tensor *A = c->in[0], *as = c->in[1], *az = c->in[2], *B = c->in[3], *bs = c->in[4], *bz = c->in[5];
+    const kn_tensor *C = kn_qc_opt(c, 6), *ys = kn_qc_opt(c, 7), *yz = kn_qc_opt(c, 8);
+    kn_tensor *Y = c->out[0];
+    bool ta = kn_attr_int(c->node, "transA", 0), tb = kn_attr_int(c->node, "transB", 0);
+    float alpha = kn_attr_float(c->node, "alpha", 1.0f);
+    if (A->rank != 2 || B->rank != 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "A and B must be 2-D");
+    int64_t M = A->dims[ta ? 1 : 0], K = A->dims[ta ? 0 : 1], N = B->dims[tb ? 0 : 1];
+    if (B->dims[tb ? 1 : 0] != K)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "inner dimensions differ: %lld vs %lld", (long long)K,
+                               (long long)B->dims[tb ? 1 : 0]);
+    KN_TRY(one(c, as, "a_scale"));
+    KN_TRY(one(c, az, "a_zero_point"));
+    KN_TRY(per_col(c, bs, "b_scale", N));
+    KN_TRY(per_col(c, bz, "b_zero_point", N));
+    KN_TRY(one(c, ys, "y_scale"));
+    KN_TRY(one(c, yz, "y_zero_point"));
+    if (az->dtype != A->dtype || bz->dtype != B->dtype)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "the zero points' types (%s, %s) must be A's and B's (%s, %s)",
+                               kiln_dtype_name(az->dtype), kiln_dtype_name(bz->dtype), kiln_dtype_name(A->dtype),
+                               kiln_dtype_name(B->dtype));
+    int64_t cm = 1, cn = 1;
+    if (C) {
+        /* (), (1,), (N,), (1, N), (M, 1), (M, N) */
+        if (C->rank > 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "C must have rank <= 2");
+        cn = C->rank >= 1 ? C->dims[C->rank - 1] : 1;
+        cm = C->rank == 2 ? C->dims[0] : 1;
+        if ((cn != 1 && cn != N) || (cm != 1 && cm != M))
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "C does not broadcast to (M, N) = (%lld, %lld)", (long long)M, (long long)N);
+    }
+    if (M * N == 0) return KILN_OK;
+    float *Ap = malloc(sizeof(float) * (size_t)(M * K > 0 ? M * K : 1));
+    int32_t *acc = malloc(sizeof(int32_t) * (size_t)(M * N));
+    float *tmp = malloc(sizeof(float) * (size_t)(M * N));
+    int64_t nm = kn_tensor_count(bs);
+    float *mult = malloc(sizeof(float) * (size_t)nm);
+    bool bown = false;
+    const float *Bp = bprime(c, 3, 5, K, N, tb, &bown);
+    kiln_status st = KILN_OK;
+    if (!Ap || !acc || !tmp || !mult || !Bp) st = oom(c);
+    if (st == KILN_OK) {
+        int32_t za = kn_qc_q(az, 0);
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t k = 0; k < K; k++) Ap[i * K + k] = (float)(kn_qc_q(A, ta ? k * M + i : i * K + k) - za);
+        st = igemm(c, M, N, K, Ap, Bp, tb, acc, tmp);
+    }
+    if (st == KILN_OK) {
+        if (C) {
+            const int32_t *cv = C->data;
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) acc[i * N + j] += cv[(cm == 1 ? 0 : i) * cn + (cn == 1 ? 0 : j)];
+        }
+        float sa = kn_qc_scale(as, 0);
+        for (int64_t j = 0; j < nm; j++) {
+            mult[j] = alpha * sa * kn_qc_scale(bs, j);
+            if (ys) mult[j] /= kn_qc_scale(ys, 0);
+        }
+        if (!yz) {
+            st = float_out(c, acc, mult, nm, NULL, Y, M, N);
+        } else {
+            bool sg = yz->dtype == KILN_DTYPE_INT8;
+            int32_t z = kn_qc_q(yz, 0);
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    int32_t q;
+                    kn_qc_requant((float)acc[i * N + j] * mult[nm > 1 ? j : 0], z, sg, &q);
+                    if (sg) ((int8_t *)Y->data)[i * N + j] = (int8_t)q;
+                    else ((uint8_t *)Y->data)[i * N + j] = (uint8_t)q;
+                }
+        }
+    }
+    free(Ap);
+    free(acc);
+    free(tmp);
+    free(mult);
+    if (bown) free((void *)Bp);
+    return st;
+}
+
+/* ------------------------------------------------------------------ table */
+
+const kn_cpu_kernel kn_cpu_qcontrib[] = {
+    {MS, "MatMulNBits", run_matmul_nbits, NULL, KN_KERNEL_OVERWRITES},
+    {MS, "DynamicQuantizeMatMul", run_dq_matmul, NULL, 0},
+    {MS, "MatMulIntegerToFloat", run_matmul_int_to_float, NULL, 0},
+    {MS, "QGemm", run_qgemm, NULL, 0},
+    {0},
+};

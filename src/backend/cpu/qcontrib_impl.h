@@ -1,0 +1,24 @@
+/* Internal to the CPU kernels of the quantised com.microsoft operators (qcontrib.c,
+ * qcontrib_linear.c): helpers they share. */
+#ifndef KN_CPU_QCONTRIB_IMPL_H
+#define KN_CPU_QCONTRIB_IMPL_H
+
+#include "backend/cpu/cpu.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Input i, or NULL when omitted. */
+const kn_tensor *kn_qc_opt(const kn_kernel_ctx *c, int i);
+/* Whether input i is a constant of the session's graph (read as itself). */
+bool kn_qc_is_const(const kn_kernel_ctx *c, int i);
+/* Element i of an int8 or uint8 tensor. */
+int32_t kn_qc_q(const kn_tensor *t, int64_t i);
+/* Element i of a float, float16 or double scale, as float. */
+float kn_qc_scale(const kn_tensor *t, int64_t i);
+/* ONNX Runtime's requantisation of a float value v (already divided by the output scale):
+ * clamped to the type's range less the zero point (NaN to the minimum), rounded half to even,
+ * plus the zero point, into *out. */
+float kn_qc_requant(float v, int32_t zp, bool is_signed, int32_t *out);
+
+#endif
