@@ -581,3 +581,136 @@ KN_TEST(cpu_resize_bilinear_against_reference) {
         check_bilinear(1, 1, 1, 9, 4.0f, 1.5f, modes[m]);
     }
 }
+
+/* ------------------------------------------------------------------ Instance / Group normalisation */
+
+/* InstanceNormalization (G = 0) or GroupNormalization with G groups (opset 21: scale and bias per
+ * channel) on [N, C, inner] data of mean `offset`, against the definition computed in double:
+ * y = (x - mean) / sqrt(var + eps) * scale[c] + bias[c], mean and biased variance over each
+ * (n, group). */
+static void check_group_norm(int64_t N, int64_t C, int64_t inner, int64_t G, float offset, int threads) {
+    tmb b;
+    tmb_init(&b, G ? 21 : 13);
+    const int64_t xd[3] = {N, C, inner}, pd[1] = {C};
+    int in[3];
+    in[0] = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 3, xd, NULL);
+    in[1] = tmb_const(&b, "s", 1, pd, 2.0f);
+    in[2] = tmb_const(&b, "b", 1, pd, 1.0f);
+    const float *sc = b.g->values[in[1]].constant->data, *bi = b.g->values[in[2]].constant->data;
+    float *scv = malloc(sizeof(float) * (size_t)(2 * C));
+    memcpy(scv, sc, sizeof(float) * (size_t)C);
+    memcpy(scv + C, bi, sizeof(float) * (size_t)C);
+    int y = tmb_value(&b, "y");
+    int node = tmb_node(&b, G ? "GroupNormalization" : "InstanceNormalization", in, 3, y);
+    if (G) tmb_int(&b, node, "num_groups", G);
+    tmb_output(&b, y);
+    size_t size;
+    unsigned char *data = tmb_finish(&b, &size);
+    kiln_tensor *X;
+    kiln_tensor_create(KILN_DTYPE_FLOAT, xd, 3, &X);
+    float *xv = kiln_tensor_data(X);
+    uint32_t seed = (uint32_t)(inner * 7 + C);
+    for (int64_t i = 0; i < N * C * inner; i++) xv[i] = offset + 3.0f * tmb_rand(&seed);
+    kiln_tensor *Y = data ? ck_run(data, size, X, threads) : NULL;
+    free(data);
+    const int64_t groups = G ? G : C, len = C / groups * inner;
+    int ok = Y && kiln_tensor_element_count(Y) == N * C * inner;
+    for (int64_t u = 0; ok && u < N * groups; u++) {
+        const float *xg = xv + u * len;
+        double s = 0, s2 = 0;
+        for (int64_t i = 0; i < len; i++) s += xg[i];
+        const double m = s / (double)len;
+        for (int64_t i = 0; i < len; i++) s2 += ((double)xg[i] - m) * ((double)xg[i] - m);
+        const double inv = 1.0 / sqrt(s2 / (double)len + 1e-5);
+        for (int64_t i = 0; i < len; i++) {
+            const int64_t ch = (u % groups) * (C / groups) + i / inner;
+            const double want = ((double)xg[i] - m) * inv * scv[ch] + scv[C + ch];
+            const double got = ((const float *)kiln_tensor_data(Y))[u * len + i];
+            if (!(fabs(got - want) <= 2e-5 * fabs(want) + 2e-5 + 1e-7 * fabs(offset))) {
+                CHECK_MSG(0, "%s N%lld C%lld inner %lld offset %g: group %lld element %lld is %.8g, expected %.8g",
+                          G ? "GroupNormalization" : "InstanceNormalization", (long long)N, (long long)C,
+                          (long long)inner, offset, (long long)u, (long long)i, got, want);
+                ok = 0;
+                break;
+            }
+        }
+    }
+    CHECK_MSG(ok || !Y, "group norm output");
+    free(scv);
+    kiln_tensor_destroy(X);
+    kiln_tensor_destroy(Y);
+}
+
+/* Short planes (the masked tail alone), planes over one 4096-element block, a large mean. */
+KN_TEST(cpu_instance_group_norm_against_reference) {
+    const int64_t inners[] = {1, 7, 16, 33, 49, 3136, 5000};
+    for (size_t i = 0; i < sizeof inners / sizeof inners[0]; i++) {
+        check_group_norm(2, 3, inners[i], 0, 0.0f, (int)(i % 2));
+        check_group_norm(1, 4, inners[i], 0, 100.0f, 1);
+        check_group_norm(2, 6, inners[i], 3, 2.0f, 0);
+    }
+}
+
+/* ------------------------------------------------------------------ ArgMax / ArgMin */
+
+/* ArgMax/ArgMin over the last axis of [rows, n] floats drawn from few values (ties everywhere),
+ * with select_last_index 0 or 1; some rows hold NaN, which ONNX Runtime and numpy treat as the
+ * extreme: the first NaN's index. Reference: the definition, a scan keeping the first (last)
+ * index of the extreme value. */
+static void check_argminmax(const char *op, int64_t rows, int64_t n, int last, int threads) {
+    tmb b;
+    tmb_init(&b, 13);
+    int64_t xd[2] = {rows, n};
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 2, xd, NULL), y = tmb_value(&b, "y");
+    int node = tmb_node(&b, op, &x, 1, y);
+    tmb_int(&b, node, "axis", -1);
+    tmb_int(&b, node, "keepdims", 0);
+    tmb_int(&b, node, "select_last_index", last);
+    tmb_output(&b, y);
+    size_t size;
+    unsigned char *data = tmb_finish(&b, &size);
+    kiln_tensor *X;
+    kiln_tensor_create(KILN_DTYPE_FLOAT, xd, 2, &X);
+    float *xv = kiln_tensor_data(X);
+    uint32_t seed = (uint32_t)(n * 13 + rows + last);
+    for (int64_t i = 0; i < rows * n; i++) xv[i] = (float)ck_range(&seed, -3, 3) * 0.5f;
+    for (int64_t r = 0; r < rows; r += 3) /* every third row: a NaN or two */
+        for (int k = 0; k < 1 + (int)(r % 2); k++) xv[r * n + ck_range(&seed, 0, n - 1)] = NAN;
+    kiln_tensor *Y = data ? ck_run(data, size, X, threads) : NULL;
+    free(data);
+    const int is_max = !strcmp(op, "ArgMax");
+    int ok = Y && kiln_tensor_element_count(Y) == rows;
+    CHECK_MSG(!Y || ok, "%s: output size", op);
+    for (int64_t r = 0; ok && r < rows; r++) {
+        const float *p = xv + r * n;
+        int64_t want = -1;
+        for (int64_t i = 0; i < n && want < 0; i++)
+            if (isnan(p[i])) want = i;
+        if (want < 0) {
+            want = 0;
+            for (int64_t i = 1; i < n; i++) {
+                const int better = is_max ? (last ? p[i] >= p[want] : p[i] > p[want])
+                                          : (last ? p[i] <= p[want] : p[i] < p[want]);
+                if (better) want = i;
+            }
+        }
+        const int64_t got = ((const int64_t *)kiln_tensor_data(Y))[r];
+        if (got != want) {
+            CHECK_MSG(0, "%s select_last_index %d, %lldx%lld: row %lld gives %lld, expected %lld", op, last,
+                      (long long)rows, (long long)n, (long long)r, (long long)got, (long long)want);
+            ok = 0;
+        }
+    }
+    kiln_tensor_destroy(X);
+    kiln_tensor_destroy(Y);
+}
+
+/* Rows shorter than a vector (the masked tail alone), of whole vectors and odd lengths. */
+KN_TEST(cpu_argminmax_against_reference) {
+    const int64_t lens[] = {1, 2, 5, 16, 17, 31, 33, 64, 100, 4096, 4099};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+        for (int last = 0; last < 2; last++) {
+            check_argminmax("ArgMax", 9, lens[i], last, (int)(i % 2));
+            check_argminmax("ArgMin", 7, lens[i], last, 1);
+        }
+}

@@ -2,9 +2,11 @@
  * GroupNormalization, LpNormalization, MeanVarianceNormalization, LRN.
  *
  * LayerNormalization and RMSNormalization are hot in transformers: their float rows accumulate in
- * 16 float lanes and run threaded over rows; double inputs compute in double. The others compute
- * statistics in double (float data is converted on the fly). */
+ * 16 float lanes and run threaded over rows; double inputs compute in double. Instance and group
+ * normalisation of float-like data compute in float (AVX-512 lanes, block sums in double); the
+ * others compute statistics in double (float data is converted on the fly). */
 #include "backend/cpu/nn_internal.h"
+#include "backend/cpu/vec_math.h"
 
 #include <stdlib.h>
 
@@ -313,11 +315,103 @@ kiln_status kn_cpu_batchnorm(kn_kernel_ctx *c) {
 
 /* ------------------------------------------------------------------ Instance / Group norm */
 
+/* Mean and (biased) variance of n floats, in two passes (the second over x - mean, so a large
+ * mean does not cancel the variance): 16 float lanes summed over blocks of 4096 elements, each
+ * block's lanes added into a double. */
+static void f32_moments(const float *x, int64_t n, double *mean_out, double *var_out) {
+    double s = 0;
+    for (int64_t b = 0; b < n; b += 4096) {
+        const int64_t e = b + 4096 < n ? b + 4096 : n;
+        int64_t i = b;
+#if defined(__AVX512F__)
+        __m512 acc = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps();
+        for (; i + 32 <= e; i += 32) {
+            acc = _mm512_add_ps(acc, _mm512_loadu_ps(x + i));
+            acc2 = _mm512_add_ps(acc2, _mm512_loadu_ps(x + i + 16));
+        }
+        if (i < e) {
+            const __mmask16 m0 = kn_v16_tail(e - i), m1 = kn_v16_tail(e - i - 16);
+            acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m0, x + i));
+            acc2 = _mm512_add_ps(acc2, _mm512_maskz_loadu_ps(m1, x + i + 16));
+            i = e;
+        }
+        s += (double)_mm512_reduce_add_ps(_mm512_add_ps(acc, acc2));
+#else
+        float acc[16] = {0};
+        for (; i + 16 <= e; i += 16)
+            for (int l = 0; l < 16; l++) acc[l] += x[i + l];
+        for (int l = 0; l < 16; l++) s += acc[l];
+        for (; i < e; i++) s += x[i];
+#endif
+    }
+    const double m = s / (double)n;
+    const float mf = (float)m;
+    double s2 = 0;
+    for (int64_t b = 0; b < n; b += 4096) {
+        const int64_t e = b + 4096 < n ? b + 4096 : n;
+        int64_t i = b;
+#if defined(__AVX512F__)
+        const __m512 vm = _mm512_set1_ps(mf);
+        __m512 acc = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps();
+        for (; i + 32 <= e; i += 32) {
+            const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + i), vm);
+            const __m512 d2 = _mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vm);
+            acc = _mm512_fmadd_ps(d, d, acc);
+            acc2 = _mm512_fmadd_ps(d2, d2, acc2);
+        }
+        if (i < e) {
+            const __mmask16 m0 = kn_v16_tail(e - i), m1 = kn_v16_tail(e - i - 16);
+            const __m512 d = _mm512_maskz_sub_ps(m0, _mm512_maskz_loadu_ps(m0, x + i), vm);
+            const __m512 d2 = _mm512_maskz_sub_ps(m1, _mm512_maskz_loadu_ps(m1, x + i + 16), vm);
+            acc = _mm512_fmadd_ps(d, d, acc);
+            acc2 = _mm512_fmadd_ps(d2, d2, acc2);
+            i = e;
+        }
+        s2 += (double)_mm512_reduce_add_ps(_mm512_add_ps(acc, acc2));
+#else
+        float acc[16] = {0};
+        for (; i + 16 <= e; i += 16)
+            for (int l = 0; l < 16; l++) {
+                const float d = x[i + l] - mf;
+                acc[l] += d * d;
+            }
+        for (int l = 0; l < 16; l++) s2 += acc[l];
+        for (; i < e; i++) s2 += (double)(x[i] - mf) * (double)(x[i] - mf);
+#endif
+    }
+    /* the deviations were taken from mf, not m: correct for the difference */
+    const double dm = m - (double)mf;
+    *mean_out = m;
+    *var_out = s2 / (double)n - dm * dm;
+}
+
+/* y[i] = (x[i] - c) * a + b for i < n (y may be x): subtracting the mean first keeps a large mean
+ * from cancelling against b when a is large (a plane of near-constant values). */
+static void f32_affine(const float *x, float *y, int64_t n, float c, float a, float b) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    const __m512 vc = _mm512_set1_ps(c), va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
+    for (; i + 32 <= n; i += 32) {
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vc), va, vb));
+        _mm512_storeu_ps(y + i + 16, _mm512_fmadd_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vc), va, vb));
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 m = kn_v16_tail(n - i);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vc), va, vb));
+    }
+#else
+    for (; i < n; i++) y[i] = KN_FMAF(x[i] - c, a, b);
+#endif
+}
+
 /* y = (x - mean) / sqrt(var + eps) * s + b over `groups` groups of `len` elements of x; the
- * scale/bias index of element i in group g is given by pidx. */
+ * scale/bias index of element i in group g is given by pidx. Double data computes in double
+ * (xd/yd); everything else in float (xf/yf: float16 and bfloat16 converted in and out). */
 typedef struct gn_job {
     const double *x;
     double *y;
+    const float *xf;
+    float *yf;
     const double *scale, *bias;
     int64_t len, C, inner, G; /* channels per group = C / G */
     int per_group;            /* scale/bias per group (GroupNormalization before opset 21) */
@@ -328,20 +422,33 @@ static void gn_range(void *arg, int64_t b, int64_t e) {
     const gn_job *j = arg;
     int64_t cpg = j->C / j->G;
     for (int64_t u = b; u < e; u++) { /* u = n * G + g */
-        const double *x = j->x + u * j->len;
-        double *y = j->y + u * j->len;
-        double s = 0, s2 = 0;
-        for (int64_t i = 0; i < j->len; i++) s += x[i];
-        double m = s / (double)j->len;
-        for (int64_t i = 0; i < j->len; i++) s2 += (x[i] - m) * (x[i] - m);
-        double inv = 1.0 / sqrt(s2 / (double)j->len + j->eps);
+        double m, inv;
+        if (j->xf) {
+            double var;
+            f32_moments(j->xf + u * j->len, j->len, &m, &var);
+            inv = 1.0 / sqrt(var + j->eps);
+        } else {
+            const double *x = j->x + u * j->len;
+            double s = 0, s2 = 0;
+            for (int64_t i = 0; i < j->len; i++) s += x[i];
+            m = s / (double)j->len;
+            for (int64_t i = 0; i < j->len; i++) s2 += (x[i] - m) * (x[i] - m);
+            inv = 1.0 / sqrt(s2 / (double)j->len + j->eps);
+        }
         int64_t g = u % j->G;
         for (int64_t cc = 0; cc < cpg; cc++) {
             int64_t ch = g * cpg + cc, pi = j->per_group ? g : ch;
             double a = j->scale[pi] * inv, bb = j->bias[pi];
-            const double *xc = x + cc * j->inner;
-            double *yc = y + cc * j->inner;
-            for (int64_t i = 0; i < j->inner; i++) yc[i] = (xc[i] - m) * a + bb;
+            const int64_t off = u * j->len + cc * j->inner;
+            if (j->xf) {
+                /* (x - m) a + b as (x - mf) a + (b - (m - mf) a), mf the float nearest m */
+                const float mf = (float)m;
+                f32_affine(j->xf + off, j->yf + off, j->inner, mf, (float)a, (float)(bb - (m - (double)mf) * a));
+            } else {
+                const double *xc = j->x + off;
+                double *yc = j->y + off;
+                for (int64_t i = 0; i < j->inner; i++) yc[i] = (xc[i] - m) * a + bb;
+            }
         }
     }
 }
@@ -359,17 +466,49 @@ static kiln_status group_norm(kn_kernel_ctx *c, int64_t G, int per_group) {
         return kn_kernel_error(c, KILN_ERR_SHAPE, "scale and bias need %lld elements", (long long)want);
     int64_t total = N * C * inner;
     if (total == 0) return KILN_OK;
-    double *buf = malloc((size_t)(2 * total + 2 * want) * sizeof *buf);
-    if (!buf) return KN_OOM();
-    double *xd = buf, *yd = buf + total, *sc = buf + 2 * total, *bi = sc + want;
-    kn_nn_to_f64(x, xd);
+    const int dbl = x->dtype == KILN_DTYPE_DOUBLE;
+    const int64_t nbuf = dbl ? 2 * total + 2 * want : 2 * want;
+    double *buf = malloc((size_t)nbuf * sizeof *buf);
+    float *xf = NULL, *yf = NULL;
+    if (buf && !dbl) {
+        xf = kn_nn_f32_view(x);
+        yf = kn_nn_f32_out(y);
+    }
+    if (!buf || (!dbl && (!xf || !yf))) {
+        if (!dbl) {
+            kn_nn_release(x, xf);
+            if (yf != y->data) free(yf);
+        }
+        free(buf);
+        return KN_OOM();
+    }
+    double *sc = buf + (dbl ? 2 * total : 0), *bi = sc + want;
     kn_nn_to_f64(c->in[1], sc);
     kn_nn_to_f64(c->in[2], bi);
-    gn_job j = {xd, yd, sc, bi, (C / G) * inner, C, inner, G, per_group, 0};
+    gn_job j = {0};
+    j.scale = sc;
+    j.bias = bi;
+    j.len = (C / G) * inner;
+    j.C = C;
+    j.inner = inner;
+    j.G = G;
+    j.per_group = per_group;
     j.eps = kn_attr_float(c->node, "epsilon", 1e-5f);
+    if (dbl) {
+        kn_nn_to_f64(x, buf);
+        j.x = buf;
+        j.y = buf + total;
+    } else {
+        j.xf = xf;
+        j.yf = yf;
+    }
     int64_t grain = j.len >= 16384 ? 1 : 16384 / j.len;
     kn_parallel_for(c->pool, N * G, grain, gn_range, &j);
-    kn_nn_from_f64(y, yd);
+    if (dbl) kn_nn_from_f64(y, buf + total);
+    else {
+        kn_nn_release(x, xf);
+        kn_nn_f32_commit(y, yf);
+    }
     free(buf);
     return KILN_OK;
 }

@@ -6,6 +6,7 @@
  * is transposed once into [kept..., reduced...] first. Float, float16 and bfloat16 compute in
  * float, double in double, integers and bool in int64. */
 #include "backend/cpu/nn_internal.h"
+#include "backend/cpu/vec_math.h"
 
 #include <stdlib.h>
 
@@ -309,6 +310,61 @@ static void *ordered_view(const kn_tensor *x, kiln_dtype *ct_out) {
             }                                                                                      \
     } while (0)
 
+/* Float rows along the last axis (inner = 1): the row's max (min) by the vectorised row pick,
+ * then the first (last) index holding it; when the row has a NaN (the pick returns NaN) the first
+ * NaN, as the scalar loop gives. Rows run threaded. */
+typedef struct argrow_job {
+    const float *x;
+    int64_t *out;
+    int64_t n;
+    int is_max, last;
+} argrow_job;
+
+static int64_t argrow_find(const float *p, int64_t n, float want, int last) {
+    const int nan = want != want;
+#if defined(__AVX512F__)
+    const __m512 w = _mm512_set1_ps(want);
+    if (!last || nan) {
+        for (int64_t i = 0; i < n; i += 16) {
+            const __mmask16 m = kn_v16_tail(n - i);
+            const __m512 v = _mm512_maskz_loadu_ps(m, p + i);
+            const __mmask16 hit = nan ? _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q)
+                                      : _mm512_mask_cmp_ps_mask(m, v, w, _CMP_EQ_OQ);
+            if (hit) return i + __builtin_ctz((unsigned)hit);
+        }
+    } else {
+        int64_t i = n - n % 16;
+        if (i < n) {
+            const __mmask16 m = kn_v16_tail(n - i);
+            const __mmask16 hit = _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, p + i), w, _CMP_EQ_OQ);
+            if (hit) return i + 31 - __builtin_clz((unsigned)hit);
+        }
+        for (i -= 16; i >= 0; i -= 16) {
+            const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_loadu_ps(p + i), w, _CMP_EQ_OQ);
+            if (hit) return i + 31 - __builtin_clz((unsigned)hit);
+        }
+    }
+#else
+    if (!last || nan) {
+        for (int64_t i = 0; i < n; i++)
+            if (nan ? p[i] != p[i] : p[i] == want) return i;
+    } else {
+        for (int64_t i = n - 1; i >= 0; i--)
+            if (p[i] == want) return i;
+    }
+#endif
+    return 0; /* not reached: want is one of the row's values */
+}
+
+static void argrow_range(void *arg, int64_t b, int64_t e) {
+    const argrow_job *j = arg;
+    for (int64_t r = b; r < e; r++) {
+        const float *p = j->x + r * j->n;
+        const float m = j->is_max ? kn_nn_row_maxf(p, j->n) : kn_nn_row_minf(p, j->n);
+        j->out[r] = argrow_find(p, j->n, m, j->last);
+    }
+}
+
 kiln_status kn_cpu_argminmax(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
@@ -331,7 +387,10 @@ kiln_status kn_cpu_argminmax(kn_kernel_ctx *c) {
         return KN_OOM();
     }
     int64_t *out = y->data;
-    if (ct == KILN_DTYPE_FLOAT) {
+    if (ct == KILN_DTYPE_FLOAT && inner == 1) {
+        argrow_job j = {xv, out, n, is_max, last};
+        kn_parallel_for(c->pool, outer, n >= 16384 ? 1 : 16384 / n, argrow_range, &j);
+    } else if (ct == KILN_DTYPE_FLOAT) {
         if (is_max && !last) ARG_LOOP(float, (a > best || (a != a && best == best)));
         else if (is_max) ARG_LOOP(float, (a >= best || (a != a && best == best)));
         else if (!last) ARG_LOOP(float, (a < best || (a != a && best == best)));
