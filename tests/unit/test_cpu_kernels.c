@@ -714,3 +714,86 @@ KN_TEST(cpu_argminmax_against_reference) {
             check_argminmax("ArgMin", 7, lens[i], last, 1);
         }
 }
+
+/* ------------------------------------------------------------------ float16 MatMul */
+
+/* [batch, M, K] @ [K, N] in float16, B a constant (converted once per session: the second run
+ * reads the session's copy) or a second graph input; values exact in float16, the output the
+ * float16 rounding of the exact product. */
+static void check_matmul_f16(int64_t batch, int64_t M, int64_t K, int64_t N, int b_const) {
+    tmb b;
+    tmb_init(&b, 13);
+    const int64_t ad[3] = {batch, M, K}, bd[2] = {K, N};
+    const int64_t na = batch * M * K, nb = K * N;
+    float *af = malloc(sizeof(float) * (size_t)na), *bf = malloc(sizeof(float) * (size_t)nb);
+    uint32_t seed = (uint32_t)(M * 3 + K * 5 + N);
+    for (int64_t i = 0; i < nb; i++) bf[i] = roundf(tmb_rand(&seed) * 64.0f) / 256.0f;
+    for (int64_t i = 0; i < na; i++) af[i] = roundf(tmb_rand(&seed) * 256.0f) / 256.0f;
+    int in[2];
+    in[0] = tmb_input(&b, "x", KILN_DTYPE_FLOAT16, 3, ad, NULL);
+    kiln_tensor *Bt = NULL;
+    if (b_const) {
+        kn_tensor *wt;
+        kn_tensor_new(KILN_DTYPE_FLOAT16, 2, bd, &wt);
+        for (int64_t i = 0; i < nb; i++) ((uint16_t *)wt->data)[i] = ck_f16_bits(bf[i]);
+        in[1] = tmb_const_tensor(&b, "w", wt);
+    } else {
+        in[1] = tmb_input(&b, "w", KILN_DTYPE_FLOAT16, 2, bd, NULL);
+        kiln_tensor_create(KILN_DTYPE_FLOAT16, bd, 2, &Bt);
+        for (int64_t i = 0; i < nb; i++) ((uint16_t *)kiln_tensor_data(Bt))[i] = ck_f16_bits(bf[i]);
+    }
+    int y = tmb_value(&b, "y");
+    tmb_node(&b, "MatMul", in, 2, y);
+    tmb_output(&b, y);
+    size_t size;
+    unsigned char *data = tmb_finish(&b, &size);
+    kiln_tensor *X;
+    kiln_tensor_create(KILN_DTYPE_FLOAT16, ad, 3, &X);
+    for (int64_t i = 0; i < na; i++) ((uint16_t *)kiln_tensor_data(X))[i] = ck_f16_bits(af[i]);
+    kiln_session_options *o;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session *s = NULL;
+    CHECK_STATUS(kiln_session_create_from_memory(data, size, NULL, o, &s), KILN_OK);
+    kiln_session_options_destroy(o);
+    free(data);
+    for (int run = 0; s && run < 2; run++) {
+        const char *names[] = {"x", "w"};
+        kiln_tensor *ins[2] = {X, Bt}, *Y = NULL;
+        if (kiln_session_run(s, names, ins, b_const ? 1 : 2, NULL, 1, &Y) != KILN_OK) {
+            CHECK_MSG(0, "MatMul f16 run: %s", kiln_last_error());
+            break;
+        }
+        int ok = kiln_tensor_element_count(Y) == batch * M * N;
+        CHECK_MSG(ok, "MatMul f16: output size");
+        for (int64_t e = 0; ok && e < batch * M * N; e++) {
+            const int64_t j = e % N, i = e / N; /* row i of the stacked [batch*M, K] A */
+            double acc = 0, mag = 0;
+            for (int64_t k = 0; k < K; k++) {
+                const double t = (double)af[i * K + k] * (double)bf[k * N + j];
+                acc += t;
+                mag += fabs(t);
+            }
+            const double got = ck_get(kiln_tensor_data(Y), KILN_DTYPE_FLOAT16, e);
+            if (!(fabs(got - acc) <= 1e-3 * fabs(acc) + 1e-5 * mag + 1e-4)) {
+                CHECK_MSG(0, "MatMul f16 %lldx%lldx%lld @ %lldx%lld (B %s) run %d: output %lld is %.6g, expected %.6g",
+                          (long long)batch, (long long)M, (long long)K, (long long)K, (long long)N,
+                          b_const ? "constant" : "input", run, (long long)e, got, acc);
+                ok = 0;
+            }
+        }
+        kiln_tensor_destroy(Y);
+    }
+    kiln_session_destroy(s);
+    kiln_tensor_destroy(X);
+    kiln_tensor_destroy(Bt);
+    free(af);
+    free(bf);
+}
+
+KN_TEST(cpu_matmul_float16_against_reference) {
+    check_matmul_f16(1, 37, 64, 29, 1);
+    check_matmul_f16(2, 5, 33, 17, 1);
+    check_matmul_f16(1, 1, 100, 7, 1);
+    check_matmul_f16(3, 9, 31, 40, 0);
+}

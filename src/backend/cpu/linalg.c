@@ -2,8 +2,9 @@
  * convolutions, pools and Einsum in conv.c, pool.c and einsum.c; the float GEMM in sgemm.c.
  *
  * float32 runs through kn_sgemm without copying operands; float16/bfloat16 are converted to
- * float32 around it; double and the integer types use plain loops (rare in models). */
+ * float32 around it (vectorised; a constant B once per session); double and the integer types use plain loops (rare in models). */
 #include "backend/cpu/const_cache.h"
+#include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/sgemm.h"
 
@@ -22,11 +23,7 @@ const float *kn_linalg_f32_in(const kn_tensor *t, bool *owned) {
     *owned = true;
     switch (t->dtype) {
     case KILN_DTYPE_FLOAT16:
-        for (int64_t i = 0; i < n; i++) f[i] = kn_f16_to_f32(((const uint16_t *)t->data)[i]);
-        break;
-    case KILN_DTYPE_BFLOAT16:
-        for (int64_t i = 0; i < n; i++) f[i] = kn_bf16_to_f32(((const uint16_t *)t->data)[i]);
-        break;
+    case KILN_DTYPE_BFLOAT16: kn_ew_half_to_f32(t->dtype, t->data, f, n); break;
     case KILN_DTYPE_DOUBLE:
         for (int64_t i = 0; i < n; i++) f[i] = (float)((const double *)t->data)[i];
         break;
@@ -43,11 +40,7 @@ void kn_linalg_f32_out(const float *src, kn_tensor *t, int64_t n) {
         if (src != t->data) memcpy(t->data, src, sizeof(float) * (size_t)n);
         break;
     case KILN_DTYPE_FLOAT16:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)t->data)[i] = kn_f32_to_f16(src[i]);
-        break;
-    case KILN_DTYPE_BFLOAT16:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)t->data)[i] = kn_f32_to_bf16(src[i]);
-        break;
+    case KILN_DTYPE_BFLOAT16: kn_ew_f32_to_half(t->dtype, src, t->data, n); break;
     case KILN_DTYPE_DOUBLE:
         for (int64_t i = 0; i < n; i++) ((double *)t->data)[i] = src[i];
         break;
@@ -237,6 +230,12 @@ static slow_gemm_fn slow_gemm_for(kiln_dtype t) {
 
 static bool is_half(kiln_dtype t) { return t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16; }
 
+/* make function of a constant float16/bfloat16 operand's float copy (const_cache.h) */
+static void half_make(const void *ctx, void *dst) {
+    const kn_tensor *t = ctx;
+    kn_ew_half_to_f32(t->dtype, t->data, dst, kn_tensor_count(t));
+}
+
 /* ------------------------------------------------------------------ MatMul */
 
 static kiln_status run_matmul(kn_kernel_ctx *c) {
@@ -252,16 +251,23 @@ static kiln_status run_matmul(kn_kernel_ctx *c) {
                                (long long)kn_tensor_count(Y), (long long)(p.batch * p.M * p.N));
     if (A->dtype == KILN_DTYPE_FLOAT) return mm_float(c, &p, A->data, B->data, Y->data);
     if (is_half(A->dtype)) {
-        bool oa, ob;
-        const float *fa = kn_linalg_f32_in(A, &oa), *fb = kn_linalg_f32_in(B, &ob);
-        int64_t ny = kn_tensor_count(Y);
-        float *fy = malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1));
-        kiln_status s = KILN_OK;
-        if (!fa || !fb || !fy) s = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-        else if ((s = mm_float(c, &p, fa, fb, fy)) == KILN_OK) kn_linalg_f32_out(fy, Y, ny);
-        if (oa) free((void *)fa);
-        if (ob) free((void *)fb);
-        free(fy);
+        /* float16/bfloat16 through the float GEMM: a constant B converted once per session, A and
+         * the output with the vectorised conversions */
+        const int64_t na = kn_tensor_count(A), nb = kn_tensor_count(B), ny = kn_tensor_count(Y);
+        const kn_const_layout lay = {6, {nb, B->dtype, 0, 0}};
+        const float *fb = kn_cpu_const_derived(c, 1, &lay, sizeof(float) * (size_t)(nb + 1), half_make, B);
+        float *buf = malloc(sizeof(float) * (size_t)(na + (fb ? 0 : nb) + ny + 1));
+        if (!buf) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        float *fa = buf, *fy = buf + na;
+        kn_ew_half_to_f32(A->dtype, A->data, fa, na);
+        if (!fb) {
+            float *t = fy + ny;
+            kn_ew_half_to_f32(B->dtype, B->data, t, nb);
+            fb = t;
+        }
+        kiln_status s = mm_float(c, &p, fa, fb, fy);
+        if (s == KILN_OK) kn_ew_f32_to_half(Y->dtype, fy, Y->data, ny);
+        free(buf);
         return s;
     }
     slow_gemm_fn fn = slow_gemm_for(A->dtype);
