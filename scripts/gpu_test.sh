@@ -80,7 +80,7 @@ if ! grep -q '^provider cuda: available' "$logs/info.log"; then
   echo "=== no usable CUDA device ($reason): every GPU test is skipped"
   n_unit=$("$build/kiln_unit_tests" cuda 2>/dev/null | result_line /dev/stdin | awk '{print $5}')
   # the equivalence part counts as one skip per folder
-  skipped=$(( ${n_unit:-0} + 6 * zoo_count + 5 * ${#node_list[@]} + 3 ))
+  skipped=$(( ${n_unit:-0} + 6 * zoo_count + 5 * ${#node_list[@]} + 4 ))
   echo "0 passed, 0 failed, $skipped skipped"
   exit 0
 fi
@@ -190,6 +190,11 @@ if [ ${#eq_dirs[@]} -gt 0 ]; then
 else
   echo "=== equivalence on CUDA: no test folders"; total_skip=$((total_skip + 1))
 fi
+
+# The optimiser's randomised differential test (tests/opt_fuzz) with CUDA: the fixed seed set's
+# graphs at levels 1-3 against level 0 and level 0 against ONNX Runtime, providers cuda,cpu
+part "optimiser differential fuzzing, providers cuda,cpu" "$logs/opt_fuzz.log" \
+  bash tests/opt_fuzz/run.sh --provider cuda,cpu "$build/kiln"
 
 # The Python package over this build, where its CUDA tests run: DLPack in from torch CUDA tensors,
 # io binding to device memory, every model with provider cuda
