@@ -3,6 +3,7 @@
  * QLinear elementwise, pooling, concat and softmax operators. Schemas and shape inference; the
  * CPU kernels are in src/backend/cpu/qcontrib*.c. Semantics are ONNX Runtime's (its contrib
  * operator documentation and its CPU kernels' outputs). */
+#include "ops/linalg_util.h"
 #include "ops/op.h"
 
 #include <stdio.h>
@@ -164,6 +165,138 @@ static kiln_status infer_qgemm(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
+/* ------------------------------------------------------------------ QLinear operators */
+
+/* X (input xi) quantised: uint8 or int8; zero point input zi (optional) of the same type. */
+static kiln_status need_qx(kn_infer_ctx *c, int xi, int zi, const char *name) {
+    KN_TRY(need_q8(c, xi, name));
+    const kn_type *z = zi >= 0 ? in_type(c, zi) : NULL;
+    if (z && z->dtype != KILN_DTYPE_UNDEFINED && c->in[xi]->dtype != KILN_DTYPE_UNDEFINED && z->dtype != c->in[xi]->dtype)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "%s is %s but its zero point is %s", name,
+                              kiln_dtype_name(c->in[xi]->dtype), kiln_dtype_name(z->dtype));
+    return KILN_OK;
+}
+
+static kiln_status infer_qlinear_binary(kn_infer_ctx *c) {
+    KN_TRY(need_qx(c, 0, 2, "A"));
+    KN_TRY(need_qx(c, 3, 5, "B"));
+    KN_TRY(need(c, 1, "A_scale"));
+    KN_TRY(need(c, 4, "B_scale"));
+    KN_TRY(need(c, 6, "C_scale"));
+    const kn_type *A = c->in[0], *B = c->in[3];
+    if (A->dtype != KILN_DTYPE_UNDEFINED && B->dtype != KILN_DTYPE_UNDEFINED && A->dtype != B->dtype)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "A is %s but B is %s", kiln_dtype_name(A->dtype),
+                              kiln_dtype_name(B->dtype));
+    char why[512];
+    kiln_status st = kn_broadcast_types(A, B, &c->out[0], why, sizeof why);
+    if (st != KILN_OK) return kn_infer_error(c, st, "%s", why);
+    c->out[0].dtype = A->dtype;
+    return KILN_OK;
+}
+
+/* X, X_scale, X_zero_point, Y_scale, Y_zero_point -> Y like X */
+static kiln_status infer_qlinear_unary(kn_infer_ctx *c) {
+    KN_TRY(need_qx(c, 0, 2, "X"));
+    KN_TRY(need(c, 1, "X_scale"));
+    KN_TRY(need(c, 3, "Y_scale"));
+    const kn_type *yz = in_type(c, 4);
+    if (yz && yz->dtype != KILN_DTYPE_UNDEFINED && c->in[0]->dtype != KILN_DTYPE_UNDEFINED && yz->dtype != c->in[0]->dtype)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "X is %s but Y_zero_point is %s", kiln_dtype_name(c->in[0]->dtype),
+                              kiln_dtype_name(yz->dtype));
+    return kn_infer_same(c, 0, 0);
+}
+
+static kiln_status infer_qlinear_softmax(kn_infer_ctx *c) {
+    KN_TRY(infer_qlinear_unary(c));
+    const kn_attr *op = kn_node_attr(c->node, "opset");
+    if (!op || op->type != KN_ATTR_INT)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "attribute 'opset' (the Softmax opset the node follows) is required");
+    const kn_type *x = c->in[0];
+    if (x->rank >= 0) {
+        int axis;
+        KN_TRY(kn_infer_axis(c, kn_attr_int(c->node, "axis", op->i < 13 ? 1 : -1), x->rank, "axis", &axis));
+    }
+    return KILN_OK;
+}
+
+/* Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per input */
+static kiln_status infer_qlinear_concat(kn_infer_ctx *c) {
+    KN_TRY(need(c, 0, "Y_scale"));
+    KN_TRY(need_q8(c, 1, "Y_zero_point"));
+    if (c->n_inputs < 5 || (c->n_inputs - 2) % 3)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "%d inputs: expected Y_scale, Y_zero_point and (X, X_scale, "
+                              "X_zero_point) triples", c->n_inputs);
+    kiln_dtype yt = c->in[1]->dtype;
+    const kn_type *first = NULL;
+    int rank = -1;
+    for (int t = 2; t < c->n_inputs; t += 3) {
+        KN_TRY(need_qx(c, t, t + 2, "X"));
+        KN_TRY(need(c, t + 1, "X_scale"));
+        const kn_type *x = c->in[t];
+        if (x->dtype != KILN_DTYPE_UNDEFINED && yt != KILN_DTYPE_UNDEFINED && x->dtype != yt)
+            return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "input %d is %s but Y_zero_point is %s", t,
+                                  kiln_dtype_name(x->dtype), kiln_dtype_name(yt));
+        if (x->rank < 0) continue;
+        if (rank >= 0 && x->rank != rank)
+            return kn_infer_error(c, KILN_ERR_SHAPE, "inputs have ranks %d and %d", rank, x->rank);
+        rank = x->rank;
+        if (!first) first = x;
+    }
+    if (rank < 0) {
+        kn_infer_set(c, 0, yt, -1, NULL);
+        return KILN_OK;
+    }
+    int axis;
+    KN_TRY(kn_infer_axis(c, kn_attr_int(c->node, "axis", 0), rank, "axis", &axis));
+    kn_type_set_tensor(&c->out[0], yt, rank, NULL);
+    int64_t sum = 0;
+    for (int d = 0; d < rank; d++) c->out[0].dims[d] = first->dims[d];
+    for (int t = 2; t < c->n_inputs; t += 3) {
+        const kn_type *x = c->in[t];
+        if (x->rank < 0 || x->dims[axis].value < 0 || sum < 0) {
+            sum = -1;
+            continue;
+        }
+        for (int d = 0; d < rank; d++) {
+            if (d == axis) continue;
+            int64_t a = first->dims[d].value, b = x->dims[d].value;
+            if (a >= 0 && b >= 0 && a != b)
+                return kn_infer_error(c, KILN_ERR_SHAPE, "inputs differ in dimension %d (%lld vs %lld) off the axis %d", d,
+                                      (long long)a, (long long)b, axis);
+        }
+        sum += x->dims[axis].value;
+    }
+    c->out[0].dims[axis] = (kn_dim){sum, NULL};
+    return KILN_OK;
+}
+
+static kiln_status pool_common(kn_infer_ctx *c, bool global) {
+    KN_TRY(infer_qlinear_unary(c));
+    const kn_type *x = c->in[0];
+    if (x->rank < 0) return KILN_OK;
+    if (x->rank < 3) return kn_infer_error(c, KILN_ERR_SHAPE, "X must have rank >= 3 (N, C, spatial...), got %d", x->rank);
+    bool cl = kn_attr_int(c->node, "channels_last", 0);
+    int nsp = x->rank - 2, s0 = cl ? 1 : 2;
+    if (global) {
+        for (int i = 0; i < nsp; i++) c->out[0].dims[s0 + i] = (kn_dim){1, NULL};
+        return KILN_OK;
+    }
+    int64_t in[KN_MAX_SPATIAL];
+    for (int i = 0; i < nsp; i++) in[i] = x->dims[s0 + i].value;
+    kn_window w;
+    char why[512];
+    kiln_status st = kn_window_plan(c->node, KN_WINDOW_POOL, nsp, in, NULL, &w, why, sizeof why);
+    if (st) return kn_infer_error(c, st, "%s", why);
+    for (int i = 0; i < nsp; i++) {
+        if (w.dilation[i] != 1) return kn_infer_error(c, KILN_ERR_UNSUPPORTED, "dilations other than 1 are not supported");
+        c->out[0].dims[s0 + i] = (kn_dim){w.out[i], NULL};
+    }
+    return KILN_OK;
+}
+
+static kiln_status infer_qlinear_average_pool(kn_infer_ctx *c) { return pool_common(c, false); }
+static kiln_status infer_qlinear_global_average_pool(kn_infer_ctx *c) { return pool_common(c, true); }
+
 /* ------------------------------------------------------------------ table */
 
 const kn_op_schema kn_ops_qcontrib[] = {
@@ -171,5 +304,13 @@ const kn_op_schema kn_ops_qcontrib[] = {
     {MS, "DynamicQuantizeMatMul", 1, 0, 3, 5, 1, 1, infer_dq_matmul, 0},
     {MS, "MatMulIntegerToFloat", 1, 0, 4, 7, 1, 1, infer_matmul_int_to_float, 0},
     {MS, "QGemm", 1, 0, 6, 9, 1, 1, infer_qgemm, 0},
+    {MS, "QLinearAdd", 1, 0, 7, 8, 1, 1, infer_qlinear_binary, 0},
+    {MS, "QLinearMul", 1, 0, 7, 8, 1, 1, infer_qlinear_binary, 0},
+    {MS, "QLinearSigmoid", 1, 0, 4, 5, 1, 1, infer_qlinear_unary, 0},
+    {MS, "QLinearLeakyRelu", 1, 0, 4, 5, 1, 1, infer_qlinear_unary, 0},
+    {MS, "QLinearConcat", 1, 0, 5, -1, 1, 1, infer_qlinear_concat, 0},
+    {MS, "QLinearSoftmax", 1, 0, 4, 5, 1, 1, infer_qlinear_softmax, 0},
+    {MS, "QLinearAveragePool", 1, 0, 4, 5, 1, 1, infer_qlinear_average_pool, 0},
+    {MS, "QLinearGlobalAveragePool", 1, 0, 4, 5, 1, 1, infer_qlinear_global_average_pool, 0},
     {0},
 };

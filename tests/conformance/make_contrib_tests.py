@@ -82,10 +82,13 @@ def ort_run(node, inputs, outputs, opset=17, initializers=()):
     return sess.run(None, {n: a for n, a in inputs if a is not None and n not in initializers})
 
 
-def case(out_dir, name, op, inputs, outputs, domain=MS, opset=17, reference=None, initializers=(), **attrs):
+def case(out_dir, name, op, inputs, outputs, domain=MS, opset=17, reference=None, initializers=(), node_attrs=None,
+         **attrs):
     """One test: node op(inputs) -> outputs with attrs; expected outputs from onnxruntime (or from
     `reference(inputs)` for operators onnxruntime has no CPU kernel for). Inputs named in
-    initializers are constants of the model (weights, as quantisation tools write them)."""
+    initializers are constants of the model (weights, as quantisation tools write them); node_attrs
+    holds attributes whose names clash with this function's parameters (QLinearSoftmax's opset)."""
+    attrs.update(node_attrs or {})
     inputs = [(n, None if a is None else np.asarray(a)) for n, a in inputs]
     node = helper.make_node(op, [n if a is not None else "" for n, a in inputs], outputs, domain=domain, **attrs)
     model = make_model(node, inputs, outputs, opset, initializers)
@@ -613,6 +616,76 @@ def quantised_contrib_tests(out, rng):
     qgemm("qgemm_bias_m1", 3, 16, 8, C=(3, 1), at=np.int8)
     qgemm("qgemm_bias_scalar_float_out", 3, 16, 8, C=(), yq=False, per_col=True)
     qgemm("qgemm_large_k", 4, 600, 12, alpha=2.0)
+
+    # ---------------------------------------------------------------- QLinear operators
+    def sc(v):
+        return np.array(v, np.float32)
+
+    for dt in (np.uint8, np.int8):
+        t = "u8" if dt == np.uint8 else "s8"
+        for op in ("Add", "Mul"):
+            lo = op.lower()
+            cs = 0.05 if op == "Add" else 0.4
+            for shape_b, tag in (((2, 3, 8), "same"), ((8,), "bcast_last"), ((3, 1), "bcast_inner"),
+                                 ((), "scalar_b"), ((2, 1, 8), "bcast_mid")):
+                case(out, f"qlinear{lo}_{t}_{tag}", f"QLinear{op}",
+                     [("A", q(dt, 2, 3, 8)), ("A_scale", sc(0.031)), ("A_zero_point", q(dt)), ("B", q(dt, *shape_b)),
+                      ("B_scale", sc(0.017)), ("B_zero_point", q(dt)), ("C_scale", sc(cs)), ("C_zero_point", q(dt))],
+                     ["C"])
+            case(out, f"qlinear{lo}_{t}_scalar_a", f"QLinear{op}",
+                 [("A", q(dt)), ("A_scale", sc(0.031)), ("A_zero_point", q(dt)), ("B", q(dt, 4, 37)),
+                  ("B_scale", sc(0.017)), ("B_zero_point", q(dt)), ("C_scale", sc(cs)), ("C_zero_point", q(dt))], ["C"])
+            case(out, f"qlinear{lo}_{t}_long", f"QLinear{op}",
+                 [("A", q(dt, 300)), ("A_scale", sc(0.02)), ("A_zero_point", q(dt)), ("B", q(dt, 300)),
+                  ("B_scale", sc(0.03)), ("B_zero_point", q(dt)), ("C_scale", sc(cs)), ("C_zero_point", q(dt))], ["C"])
+        case(out, f"qlinearsigmoid_{t}", "QLinearSigmoid",
+             [("X", q(dt, 2, 3, 40)), ("X_scale", sc(0.05)), ("X_zero_point", q(dt)), ("Y_scale", sc(1 / 256)),
+              ("Y_zero_point", np.array(0 if dt == np.uint8 else -128, dt))], ["Y"])
+        case(out, f"qlinearsigmoid_{t}_no_zp", "QLinearSigmoid",
+             [("X", q(dt, 256)), ("X_scale", sc(0.07)), ("X_zero_point", None), ("Y_scale", sc(0.0041)),
+              ("Y_zero_point", None)], ["Y"])
+        case(out, f"qlinearleakyrelu_{t}", "QLinearLeakyRelu",
+             [("X", q(dt, 4, 64)), ("X_scale", sc(0.05)), ("X_zero_point", q(dt)), ("Y_scale", sc(0.04)),
+              ("Y_zero_point", q(dt))], ["Y"], alpha=0.1)
+        case(out, f"qlinearleakyrelu_{t}_default_alpha_no_zp", "QLinearLeakyRelu",
+             [("X", q(dt, 256)), ("X_scale", sc(0.05)), ("X_zero_point", None), ("Y_scale", sc(0.03)),
+              ("Y_zero_point", None)], ["Y"])
+        case(out, f"qlinearconcat_{t}", "QLinearConcat",
+             [("Y_scale", sc(0.05)), ("Y_zero_point", q(dt)),
+              ("X0", q(dt, 2, 3, 4)), ("s0", sc(0.05)), ("z0", q(dt)),
+              ("X1", q(dt, 2, 5, 4)), ("s1", sc(0.02)), ("z1", q(dt)),
+              ("X2", q(dt, 2, 1, 4)), ("s2", sc(0.11)), ("z2", q(dt))], ["Y"], axis=1)
+        zy = np.array(0 if dt == np.uint8 else -128, dt)
+        ins = [("Y_scale", sc(0.05)), ("Y_zero_point", zy), ("X0", q(dt, 3, 4)), ("s0", sc(0.05)), ("z0", zy),
+               ("X1", q(dt, 3, 2)), ("s1", sc(0.05)), ("z1", zy)]
+        case(out, f"qlinearconcat_{t}_same_params_last_axis", "QLinearConcat", ins, ["Y"], axis=-1)
+        ys, yz = (1 / 256, 0) if dt == np.uint8 else (1 / 256, -128)
+        for shape, axis, opset, tag in (((3, 10), -1, 13, "last"), ((2, 5, 4), 1, 13, "axis1"),
+                                        ((2, 3, 4), 1, 12, "opset12_flatten"), ((1, 2, 64), -1, 13, "wide")):
+            case(out, f"qlinearsoftmax_{t}_{tag}", "QLinearSoftmax",
+                 [("X", q(dt, *shape)), ("X_scale", sc(0.08)), ("X_zero_point", q(dt)), ("Y_scale", sc(ys)),
+                  ("Y_zero_point", np.array(yz, dt))], ["Y"], axis=axis, node_attrs={"opset": opset})
+        for shape, cl, tag in (((2, 3, 5, 6), 0, "nchw"), ((2, 5, 6, 3), 1, "nhwc"), ((1, 4, 7), 0, "1d")):
+            case(out, f"qlinearglobalaveragepool_{t}_{tag}", "QLinearGlobalAveragePool",
+                 [("X", q(dt, *shape)), ("x_scale", sc(0.03)), ("x_zero_point", q(dt)), ("y_scale", sc(0.02)),
+                  ("y_zero_point", q(dt))], ["Y"], channels_last=cl)
+        pool = [("x_scale", sc(0.03)), ("x_zero_point", q(dt)), ("y_scale", sc(0.025)), ("y_zero_point", q(dt))]
+        case(out, f"qlinearaveragepool_{t}_2d", "QLinearAveragePool", [("X", q(dt, 2, 3, 7, 8))] + pool, ["Y"],
+             kernel_shape=[3, 3], strides=[2, 2])
+        case(out, f"qlinearaveragepool_{t}_2d_pads", "QLinearAveragePool", [("X", q(dt, 1, 2, 6, 7))] + pool, ["Y"],
+             kernel_shape=[3, 2], pads=[1, 1, 1, 0])
+        case(out, f"qlinearaveragepool_{t}_2d_pads_count_include_pad", "QLinearAveragePool",
+             [("X", q(dt, 1, 2, 6, 7))] + pool, ["Y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)
+        case(out, f"qlinearaveragepool_{t}_ceil", "QLinearAveragePool", [("X", q(dt, 1, 2, 7, 7))] + pool, ["Y"],
+             kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+        case(out, f"qlinearaveragepool_{t}_same_upper", "QLinearAveragePool", [("X", q(dt, 1, 2, 7, 6))] + pool, ["Y"],
+             kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER")
+        case(out, f"qlinearaveragepool_{t}_nhwc", "QLinearAveragePool", [("X", q(dt, 2, 6, 5, 3))] + pool, ["Y"],
+             kernel_shape=[2, 3], channels_last=1)
+        case(out, f"qlinearaveragepool_{t}_1d", "QLinearAveragePool", [("X", q(dt, 2, 3, 11))] + pool, ["Y"],
+             kernel_shape=[4], strides=[3], pads=[1, 2])
+        case(out, f"qlinearaveragepool_{t}_3d", "QLinearAveragePool", [("X", q(dt, 1, 2, 4, 5, 6))] + pool, ["Y"],
+             kernel_shape=[2, 2, 3])
 
 
 if __name__ == "__main__":

@@ -456,5 +456,13 @@ const kn_cpu_kernel kn_cpu_qcontrib[] = {
     {MS, "DynamicQuantizeMatMul", run_dq_matmul, NULL, 0},
     {MS, "MatMulIntegerToFloat", run_matmul_int_to_float, NULL, 0},
     {MS, "QGemm", run_qgemm, NULL, 0},
+    {MS, "QLinearAdd", kn_cpu_qlinear_add, NULL, KN_KERNEL_OVERWRITES},
+    {MS, "QLinearMul", kn_cpu_qlinear_mul, NULL, KN_KERNEL_OVERWRITES},
+    {MS, "QLinearSigmoid", kn_cpu_qlinear_sigmoid, NULL, KN_KERNEL_OVERWRITES},
+    {MS, "QLinearLeakyRelu", kn_cpu_qlinear_leaky_relu, NULL, KN_KERNEL_OVERWRITES},
+    {MS, "QLinearConcat", kn_cpu_qlinear_concat, NULL, KN_KERNEL_OVERWRITES},
+    {MS, "QLinearSoftmax", kn_cpu_qlinear_softmax, NULL, 0},
+    {MS, "QLinearAveragePool", kn_cpu_qlinear_average_pool, NULL, KN_KERNEL_OVERWRITES},
+    {MS, "QLinearGlobalAveragePool", kn_cpu_qlinear_global_average_pool, NULL, KN_KERNEL_OVERWRITES},
     {0},
 };

@@ -21,4 +21,14 @@ float kn_qc_scale(const kn_tensor *t, int64_t i);
  * plus the zero point, into *out. */
 float kn_qc_requant(float v, int32_t zp, bool is_signed, int32_t *out);
 
+/* qcontrib_linear.c */
+kiln_status kn_cpu_qlinear_add(kn_kernel_ctx *c);
+kiln_status kn_cpu_qlinear_mul(kn_kernel_ctx *c);
+kiln_status kn_cpu_qlinear_sigmoid(kn_kernel_ctx *c);
+kiln_status kn_cpu_qlinear_leaky_relu(kn_kernel_ctx *c);
+kiln_status kn_cpu_qlinear_concat(kn_kernel_ctx *c);
+kiln_status kn_cpu_qlinear_softmax(kn_kernel_ctx *c);
+kiln_status kn_cpu_qlinear_average_pool(kn_kernel_ctx *c);
+kiln_status kn_cpu_qlinear_global_average_pool(kn_kernel_ctx *c);
+
 #endif
