@@ -297,6 +297,50 @@ static kiln_status pool_common(kn_infer_ctx *c, bool global) {
 static kiln_status infer_qlinear_average_pool(kn_infer_ctx *c) { return pool_common(c, false); }
 static kiln_status infer_qlinear_global_average_pool(kn_infer_ctx *c) { return pool_common(c, true); }
 
+/* ------------------------------------------------------------------ QAttention */
+
+/* input (B, S, D) uint8/int8, weight (D, 3 * hidden), bias (3 * hidden) float, input_scale,
+ * weight_scale, mask_index, input_zero_point, weight_zero_point, past (2, B, N, P, H) ->
+ * output (B, S, hidden) float, present (2, B, N, P + S, H) */
+static kiln_status infer_qattention(kn_infer_ctx *c) {
+    KN_TRY(need_qx(c, 0, 6, "input"));
+    KN_TRY(need_qx(c, 1, 7, "weight"));
+    KN_TRY(need(c, 2, "bias"));
+    KN_TRY(need(c, 3, "input_scale"));
+    KN_TRY(need(c, 4, "weight_scale"));
+    const kn_type *x = c->in[0], *w = c->in[1], *past = in_type(c, 8);
+    int64_t N = kn_attr_int(c->node, "num_heads", 0);
+    if (N <= 0) return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "num_heads must be positive, got %lld", (long long)N);
+    if (kn_attr_int(c->node, "do_rotary", 0)) return kn_infer_error(c, KILN_ERR_UNSUPPORTED, "do_rotary=1 is not supported");
+    if (kn_attr_int(c->node, "past_present_share_buffer", 0))
+        return kn_infer_error(c, KILN_ERR_UNSUPPORTED, "past_present_share_buffer=1 is not supported");
+    if (x->rank >= 0 && x->rank != 3) return kn_infer_error(c, KILN_ERR_SHAPE, "input must be 3-D, got rank %d", x->rank);
+    if (w->rank >= 0 && w->rank != 2) return kn_infer_error(c, KILN_ERR_SHAPE, "weight must be 2-D, got rank %d", w->rank);
+    int64_t W = w->rank == 2 ? w->dims[1].value : -1, D = W >= 0 ? W / 3 : -1;
+    if (W >= 0 && (W % 3 || D % N))
+        return kn_infer_error(c, KILN_ERR_SHAPE, "weight has %lld columns: not 3 x a multiple of num_heads %lld", (long long)W,
+                              (long long)N);
+    if (x->rank == 3 && w->rank == 2 && x->dims[2].value >= 0 && w->dims[0].value >= 0 && x->dims[2].value != w->dims[0].value)
+        return kn_infer_error(c, KILN_ERR_SHAPE, "input hidden size %lld but weight has %lld rows",
+                              (long long)x->dims[2].value, (long long)w->dims[0].value);
+    kn_type_set_tensor(&c->out[0], KILN_DTYPE_FLOAT, 3, NULL);
+    c->out[0].dims[0] = x->rank == 3 ? x->dims[0] : (kn_dim){-1, NULL};
+    c->out[0].dims[1] = x->rank == 3 ? x->dims[1] : (kn_dim){-1, NULL};
+    c->out[0].dims[2] = (kn_dim){D, NULL};
+    if (c->n_outputs > 1) {
+        if (past && past->rank >= 0 && past->rank != 5)
+            return kn_infer_error(c, KILN_ERR_SHAPE, "past must be 5-D (2, B, N, P, H), got rank %d", past->rank);
+        int64_t P = past ? (past->rank == 5 ? past->dims[3].value : -1) : 0, S = x->rank == 3 ? x->dims[1].value : -1;
+        kn_type_set_tensor(&c->out[1], KILN_DTYPE_FLOAT, 5, NULL);
+        c->out[1].dims[0] = (kn_dim){2, NULL};
+        c->out[1].dims[1] = c->out[0].dims[0];
+        c->out[1].dims[2] = (kn_dim){N, NULL};
+        c->out[1].dims[3] = (kn_dim){P >= 0 && S >= 0 ? P + S : -1, NULL};
+        c->out[1].dims[4] = (kn_dim){D >= 0 ? D / N : -1, NULL};
+    }
+    return KILN_OK;
+}
+
 /* ------------------------------------------------------------------ table */
 
 const kn_op_schema kn_ops_qcontrib[] = {
@@ -304,6 +348,7 @@ const kn_op_schema kn_ops_qcontrib[] = {
     {MS, "DynamicQuantizeMatMul", 1, 0, 3, 5, 1, 1, infer_dq_matmul, 0},
     {MS, "MatMulIntegerToFloat", 1, 0, 4, 7, 1, 1, infer_matmul_int_to_float, 0},
     {MS, "QGemm", 1, 0, 6, 9, 1, 1, infer_qgemm, 0},
+    {MS, "QAttention", 1, 0, 5, 9, 1, 2, infer_qattention, 0},
     {MS, "QLinearAdd", 1, 0, 7, 8, 1, 1, infer_qlinear_binary, 0},
     {MS, "QLinearMul", 1, 0, 7, 8, 1, 1, infer_qlinear_binary, 0},
     {MS, "QLinearSigmoid", 1, 0, 4, 5, 1, 1, infer_qlinear_unary, 0},

@@ -617,6 +617,29 @@ def quantised_contrib_tests(out, rng):
     qgemm("qgemm_bias_scalar_float_out", 3, 16, 8, C=(), yq=False, per_col=True)
     qgemm("qgemm_large_k", 4, 600, 12, alpha=2.0)
 
+    # ---------------------------------------------------------------- QAttention
+    B, S, Din, N, Hd = 2, 5, 16, 4, 8
+    D = N * Hd
+    for wt in (np.int8, np.uint8):
+        t = "s8" if wt == np.int8 else "u8"
+        qa = [("input", q(np.uint8, B, S, Din)), ("weight", q(wt, Din, 3 * D)), ("bias", f32(3 * D, lo=-0.5, hi=0.5)),
+              ("input_scale", np.array(0.01, np.float32)), ("weight_scale", np.array(0.004, np.float32))]
+        case(out, f"qattention_{t}", "QAttention", qa, ["output"], num_heads=N)
+        case(out, f"qattention_{t}_zero_points_mask", "QAttention",
+             qa + [("mask_index", np.array([5, 3], np.int32)), ("input_zero_point", q(np.uint8)),
+                   ("weight_zero_point", q(wt))], ["output"], num_heads=N)
+    qa = [("input", q(np.uint8, B, S, Din)), ("weight", q(np.int8, Din, 3 * D)), ("bias", f32(3 * D, lo=-0.5, hi=0.5)),
+          ("input_scale", np.array(0.01, np.float32)), ("weight_scale", f32(3 * D, lo=0.002, hi=0.006))]
+    case(out, "qattention_per_column_unidirectional", "QAttention",
+         qa + [("mask_index", None), ("input_zero_point", q(np.uint8)), ("weight_zero_point", q(np.int8, 3 * D))],
+         ["output"], num_heads=N, unidirectional=1, initializers=("weight", "weight_scale", "weight_zero_point"))
+    case(out, "qattention_past_present", "QAttention",
+         qa + [("mask_index", None), ("input_zero_point", q(np.uint8)), ("weight_zero_point", q(np.int8, 3 * D)),
+               ("past", f32(2, B, N, 3, Hd, lo=-1, hi=1))], ["output", "present"], num_heads=N, unidirectional=1)
+    m2 = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32)
+    case(out, "qattention_mask_2d_scale", "QAttention",
+         qa + [("mask_index", m2), ("input_zero_point", q(np.uint8))], ["output"], num_heads=N, scale=0.1)
+
     # ---------------------------------------------------------------- QLinear operators
     def sc(v):
         return np.array(v, np.float32)

@@ -10,6 +10,7 @@
  * exact; the int32 accumulator is then scaled (and requantised) as ONNX Runtime's output
  * processors do, in float32 with rounding half to even. */
 #include "backend/cpu/const_cache.h"
+#include "backend/cpu/contrib_impl.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/qcontrib_impl.h"
@@ -449,6 +450,50 @@ static kiln_status run_qgemm(kn_kernel_ctx *c) {
     return st;
 }
 
+/* ------------------------------------------------------------------ QAttention */
+
+/* The com.microsoft Attention kernel on the dequantised input and weight: (x - zx) * sx and
+ * (w - zw[j]) * sw[j] (per tensor or per column), whose float product is ONNX Runtime's integer
+ * product scaled by sx * sw[j] up to float rounding. */
+static kiln_status run_qattention(kn_kernel_ctx *c) {
+    const kn_tensor *X = c->in[0], *W = c->in[1], *sx = c->in[3], *sw = c->in[4];
+    const kn_tensor *zx = kn_qc_opt(c, 6), *zw = kn_qc_opt(c, 7);
+    if (X->rank != 3 || W->rank != 2 || X->dims[2] != W->dims[0])
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "input must be (B, S, D) and weight (D, 3 * hidden)");
+    int64_t Din = W->dims[0], Wc = W->dims[1], nx = kn_tensor_count(X);
+    KN_TRY(one(c, sx, "input_scale"));
+    KN_TRY(one(c, zx, "input_zero_point"));
+    KN_TRY(per_col(c, sw, "weight_scale", Wc));
+    KN_TRY(per_col(c, zw, "weight_zero_point", Wc));
+    if (c->in[2]->dtype != KILN_DTYPE_FLOAT)
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "bias is %s; it must be float", kiln_dtype_name(c->in[2]->dtype));
+    kn_tensor *xd = NULL, *wd = NULL;
+    kiln_status st = kn_tensor_new(KILN_DTYPE_FLOAT, 3, X->dims, &xd);
+    if (st == KILN_OK) st = kn_tensor_new(KILN_DTYPE_FLOAT, 2, W->dims, &wd);
+    if (st != KILN_OK) {
+        kn_tensor_free(xd);
+        return kn_kernel_error(c, st, "out of memory");
+    }
+    float s = kn_qc_scale(sx, 0);
+    int32_t z = zx ? kn_qc_q(zx, 0) : 0;
+    float *xf = xd->data, *wf = wd->data;
+    for (int64_t i = 0; i < nx; i++) xf[i] = (float)(kn_qc_q(X, i) - z) * s;
+    int64_t ns = kn_tensor_count(sw), nz = zw ? kn_tensor_count(zw) : 0;
+    for (int64_t k = 0; k < Din; k++)
+        for (int64_t j = 0; j < Wc; j++) {
+            int32_t zj = nz ? kn_qc_q(zw, nz == 1 ? 0 : j) : 0;
+            wf[k * Wc + j] = (float)(kn_qc_q(W, k * Wc + j) - zj) * kn_qc_scale(sw, ns == 1 ? 0 : j);
+        }
+    kn_tensor *ins[5] = {xd, wd, c->in[2], (kn_tensor *)kn_qc_opt(c, 5), (kn_tensor *)kn_qc_opt(c, 8)};
+    kn_kernel_ctx sub = *c;
+    sub.in = ins;
+    sub.n_inputs = 5;
+    st = kn_cpu_ms_attention(&sub);
+    kn_tensor_free(xd);
+    kn_tensor_free(wd);
+    return st;
+}
+
 /* ------------------------------------------------------------------ table */
 
 const kn_cpu_kernel kn_cpu_qcontrib[] = {
@@ -456,6 +501,7 @@ const kn_cpu_kernel kn_cpu_qcontrib[] = {
     {MS, "DynamicQuantizeMatMul", run_dq_matmul, NULL, 0},
     {MS, "MatMulIntegerToFloat", run_matmul_int_to_float, NULL, 0},
     {MS, "QGemm", run_qgemm, NULL, 0},
+    {MS, "QAttention", run_qattention, NULL, 0},
     {MS, "QLinearAdd", kn_cpu_qlinear_add, NULL, KN_KERNEL_OVERWRITES},
     {MS, "QLinearMul", kn_cpu_qlinear_mul, NULL, KN_KERNEL_OVERWRITES},
     {MS, "QLinearSigmoid", kn_cpu_qlinear_sigmoid, NULL, KN_KERNEL_OVERWRITES},
