@@ -10,8 +10,9 @@
  * --io host: inputs start on the host and outputs end there. With CUDA each run is split into its
  *   host-to-device copies, the run on device buffers and the device-to-host copies, each timed; on
  *   the CPU it is kiln_session_run.
- * --streams N: N threads, each with its own session and buffers, run at once (throughput under
- *   concurrency); latencies are pooled over the threads.
+ * --streams N: N threads run at once, each with its own buffers, on one session (as a server calls
+ *   one session from many threads) or, with --session-per-stream, on a session each; latencies are
+ *   pooled over the threads, throughput is all the streams' items over the time.
  */
 #include "cli.h"
 
@@ -39,6 +40,7 @@ typedef struct bench_args {
     double duration;    /* seconds, when iterations is 0 */
     bool device_io;
     long streams;
+    bool session_per_stream; /* --session-per-stream: a session each instead of one shared */
     const char *json;
     bool cuda;          /* the provider list starts with cuda */
 } bench_args;
@@ -56,6 +58,7 @@ typedef struct bench_stream {
     double first_run_ms, create_ms;
     int64_t items;                     /* items per run */
     bool split;                        /* host I/O timed in three parts */
+    bool owns_session;                 /* false: the first stream's session, shared */
     int failed;
     char error[1024];
 } bench_stream;
@@ -75,9 +78,14 @@ static int parse_args(bench_args *a, int argc, char **argv) {
             continue;
         }
         if (o[0] == '-' && strcmp(o, "--dim") && strcmp(o, "--warmup") && strcmp(o, "--iterations") &&
-            strcmp(o, "--duration") && strcmp(o, "--io") && strcmp(o, "--streams") && strcmp(o, "--json")) {
+            strcmp(o, "--duration") && strcmp(o, "--io") && strcmp(o, "--streams") && strcmp(o, "--json") &&
+            strcmp(o, "--session-per-stream")) {
             fprintf(stderr, "kiln bench: unknown option '%s' (kiln help bench lists them)\n", o);
             return 2;
+        }
+        if (!strcmp(o, "--session-per-stream")) {
+            a->session_per_stream = true;
+            continue;
         }
         if (o[0] == '-' && i + 1 >= argc) {
             fprintf(stderr, "kiln bench: %s needs a value\n", o);
@@ -269,8 +277,17 @@ static kiln_status random_input(const bench_args *a, const kiln_value_info *info
     return KILN_OK;
 }
 
-static bool stream_setup(bench_stream *b) {
+static bool stream_buffers(bench_stream *b);
+
+/* Sets up stream b: its own session, or (shared != NULL) that one. */
+static bool stream_setup(bench_stream *b, kiln_session *shared) {
     const bench_args *a = b->args;
+    if (shared) {
+        b->session = shared;
+        b->owns_session = false;
+        return stream_buffers(b);
+    }
+    b->owns_session = true;
     kiln_session_options *opts = cli_make_options(&a->common);
     if (!opts) {
         snprintf(b->error, sizeof b->error, "bad options");
@@ -289,6 +306,14 @@ static bool stream_setup(bench_stream *b) {
         snprintf(b->error, sizeof b->error, "%s", kiln_last_error());
         return false;
     }
+    return stream_buffers(b);
+}
+
+/* Stream b's inputs (random, see random_input), the first run (timed) and the bound outputs. */
+static bool stream_buffers(bench_stream *b) {
+    const bench_args *a = b->args;
+    kiln_status st;
+    double t0;
     b->n_in = kiln_session_input_count(b->session);
     b->n_out = kiln_session_output_count(b->session);
     if (b->n_out > 256) {
@@ -373,7 +398,7 @@ static void stream_teardown(bench_stream *b) {
     free(b->h2d);
     free(b->compute);
     free(b->d2h);
-    kiln_session_destroy(b->session);
+    if (b->owns_session) kiln_session_destroy(b->session);
 }
 
 /* Shared between the streams: they start timing together and stop at one deadline. */
@@ -457,7 +482,8 @@ int cmd_bench(int argc, char **argv) {
     long created = 0;
     for (; created < a.streams; created++) {
         streams[created].args = &a;
-        if (!stream_setup(&streams[created])) {
+        kiln_session *shared = created > 0 && !a.session_per_stream ? streams[0].session : NULL;
+        if (!stream_setup(&streams[created], shared)) {
             fprintf(stderr, "kiln bench: %s: %s\n", a.model, streams[created].error);
             created++;
             goto done;
@@ -507,8 +533,9 @@ int cmd_bench(int argc, char **argv) {
     double throughput = wall_s > 0 ? (double)items / wall_s : 0;
     const bench_stream *b0 = &streams[0];
     printf("model           %s\n", a.model);
-    printf("provider        %s  (opt level %d, io %s, %ld stream%s)\n", a.common.providers, a.common.opt_level,
-           a.device_io ? "device" : "host", a.streams, a.streams > 1 ? "s" : "");
+    printf("provider        %s  (opt level %d, io %s, %ld stream%s%s)\n", a.common.providers, a.common.opt_level,
+           a.device_io ? "device" : "host", a.streams, a.streams > 1 ? "s" : "",
+           a.streams > 1 ? (a.session_per_stream ? ", a session each" : " on one session") : "");
     if (a.cuda) printf("cuda context    %.1f ms\n", context_ms);
     printf("session create  %.1f ms\n", b0->create_ms);
     printf("first run       %.3f ms\n", b0->first_run_ms);
@@ -532,11 +559,12 @@ int cmd_bench(int argc, char **argv) {
             json_string(f, a.common.providers);
             fprintf(f,
                     ",\n  \"opt_level\": %d,\n  \"io\": \"%s\",\n"
-                    "  \"streams\": %ld,\n  \"items_per_run\": %lld,\n  \"cuda_context_ms\": %.3f,\n"
+                    "  \"streams\": %ld,\n  \"session_per_stream\": %s,\n  \"items_per_run\": %lld,\n  \"cuda_context_ms\": %.3f,\n"
                     "  \"session_create_ms\": %.3f,\n  \"first_run_ms\": %.4f,\n  \"runs\": %ld,\n"
                     "  \"duration_s\": %.9f,\n  \"latency_ms\": {\"p50\": %.5f, \"p90\": %.5f, \"p95\": %.5f, "
                     "\"p99\": %.5f, \"mean\": %.5f, \"min\": %.5f, \"max\": %.5f},\n",
                     a.common.opt_level, a.device_io ? "device" : "host", a.streams,
+                    a.session_per_stream ? "true" : "false",
                     (long long)b0->items, context_ms, b0->create_ms, b0->first_run_ms, n, wall_s, pct(lat, n, 50),
                     pct(lat, n, 90), pct(lat, n, 95), pct(lat, n, 99), lat_mean, n ? lat[0] : NAN,
                     n ? lat[n - 1] : NAN);

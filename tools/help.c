@@ -111,7 +111,8 @@ static const cli_opt bench_opts[] = {
     {"--duration", "S", "seconds of timed runs", "3", NULL},
     {"--io", "WHERE", "host or device: where inputs and outputs live", "device with cuda, host on the CPU",
      "host device"},
-    {"--streams", "N", "concurrent streams, each a session of its own on a thread", "1", NULL},
+    {"--streams", "N", "concurrent streams: threads calling one session, each with its own buffers", "1", NULL},
+    {"--session-per-stream", NULL, "give each stream a session of its own instead", NULL, NULL},
     {"--json", "FILE", "also write the results as JSON", NULL, "@file"},
     OPT_LOG,
     OPT_HELP,
@@ -152,7 +153,8 @@ static const cli_cmd commands[] = {
      cache_opts, "list verify prune key"},
     {"bench", "MODEL [OPTIONS]", "latency percentiles, throughput, session-create and first-run times",
      "Times MODEL's runs after a warm-up: latency percentiles and throughput, with the session's creation and "
-     "first run timed apart; --streams runs several sessions at once.",
+     "first run timed apart; --streams N calls one session from N threads at once (--session-per-stream: a session "
+     "each).",
      bench_opts, "@file"},
     {"info", "", "build options, providers compiled in, devices seen",
      "Prints kiln's version and build, the providers compiled in, and for each whether it can run here and why "

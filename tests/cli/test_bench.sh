@@ -14,7 +14,7 @@ pass=0 fail=0 skip=0
 ok() { pass=$((pass + 1)); }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 
-"$py" - "$work/m.onnx" <<'PY' || { echo "onnx missing: every case skipped"; echo "0 passed, 0 failed, 6 skipped"; exit 0; }
+"$py" - "$work/m.onnx" <<'PY' || { echo "onnx missing: every case skipped"; echo "0 passed, 0 failed, 7 skipped"; exit 0; }
 import sys, onnx
 from onnx import helper, TensorProto
 x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])
@@ -46,7 +46,11 @@ PY
 if "$kiln" bench "$work/m.onnx" --dim batch=4 --iterations 25 --warmup 2 --json "$work/a.json" >"$work/out" 2>&1 &&
    grep -q "latency ms *p50" "$work/out" && check "$work/a.json" 25 4; then ok; else bad "one stream: $(tail -3 "$work/out")"; fi
 if "$kiln" bench "$work/m.onnx" --dim batch=2 --iterations 7 --warmup 1 --streams 3 --json "$work/b.json" >"$work/out" 2>&1 &&
-   check "$work/b.json" 21 2; then ok; else bad "three streams: $(tail -3 "$work/out")"; fi
+   grep -q "3 streams on one session" "$work/out" && check "$work/b.json" 21 2; then ok
+else bad "three streams on one session: $(tail -3 "$work/out")"; fi
+if "$kiln" bench "$work/m.onnx" --dim batch=2 --iterations 6 --warmup 1 --streams 2 --session-per-stream \
+     --json "$work/e.json" >"$work/out" 2>&1 && grep -q "a session each" "$work/out" && check "$work/e.json" 12 2; then ok
+else bad "a session per stream: $(tail -3 "$work/out")"; fi
 out=$("$kiln" bench "$work/m.onnx" --iterations 5 2>&1); rc=$?
 if [ $rc -eq 1 ] && grep -q "give its size with --dim batch=VALUE" <<<"$out"; then ok; else bad "symbolic dim not given: $rc $out"; fi
 out=$("$kiln" bench "$work/m.onnx" --dim batch=1 --iterations 5 --duration 1 2>&1); rc=$?
