@@ -341,6 +341,45 @@ static kiln_status infer_qattention(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
+/* ------------------------------------------------------------------ DynamicQuantizeLSTM */
+
+/* X [T, B, I] float, W [nd, I, 4H], R [nd, H, 4H] (uint8/int8), B, sequence_lens, initial_h,
+ * initial_c, P, W_scale, W_zero_point, R_scale, R_zero_point -> Y [T, nd, B, H], Y_h, Y_c [nd, B, H] */
+static kiln_status infer_dq_lstm(kn_infer_ctx *c) {
+    KN_TRY(need(c, 0, "X"));
+    KN_TRY(need_qx(c, 1, 9, "W"));
+    KN_TRY(need_qx(c, 2, 11, "R"));
+    KN_TRY(need(c, 8, "W_scale"));
+    KN_TRY(need(c, 10, "R_scale"));
+    const kn_type *x = c->in[0], *w = c->in[1], *r = c->in[2];
+    if (x->dtype != KILN_DTYPE_UNDEFINED && x->dtype != KILN_DTYPE_FLOAT)
+        return kn_infer_error(c, KILN_ERR_UNSUPPORTED, "X has element type %s; it must be float", kiln_dtype_name(x->dtype));
+    if (kn_attr_int(c->node, "layout", 0)) return kn_infer_error(c, KILN_ERR_UNSUPPORTED, "layout=1 is not supported");
+    const char *dir = kn_attr_string(c->node, "direction", "forward");
+    int nd = !strcmp(dir, "bidirectional") ? 2 : 1;
+    if (nd == 1 && strcmp(dir, "forward") && strcmp(dir, "reverse"))
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "direction '%s' is not forward, reverse or bidirectional", dir);
+    if (x->rank >= 0 && x->rank != 3) return kn_infer_error(c, KILN_ERR_SHAPE, "X must be 3-D, got rank %d", x->rank);
+    if (w->rank >= 0 && w->rank != 3) return kn_infer_error(c, KILN_ERR_SHAPE, "W must be 3-D, got rank %d", w->rank);
+    if (r->rank >= 0 && r->rank != 3) return kn_infer_error(c, KILN_ERR_SHAPE, "R must be 3-D, got rank %d", r->rank);
+    int64_t H = kn_attr_int(c->node, "hidden_size", -1);
+    if (H < 0 && r->rank == 3) H = r->dims[1].value;
+    if (r->rank == 3 && H >= 0 && ((r->dims[1].value >= 0 && r->dims[1].value != H) ||
+                                   (r->dims[2].value >= 0 && r->dims[2].value != 4 * H)))
+        return kn_infer_error(c, KILN_ERR_SHAPE, "R must be [%d, %lld, %lld]", nd, (long long)H, (long long)(4 * H));
+    kn_dim T = x->rank == 3 ? x->dims[0] : (kn_dim){-1, NULL}, B = x->rank == 3 ? x->dims[1] : (kn_dim){-1, NULL};
+    kn_dim y[4] = {T, {nd, NULL}, B, {H, NULL}};
+    if (c->n_outputs > 0) {
+        kn_type_set_tensor(&c->out[0], KILN_DTYPE_FLOAT, 4, NULL);
+        for (int d = 0; d < 4; d++) c->out[0].dims[d] = y[d];
+    }
+    for (int o = 1; o < c->n_outputs && o < 3; o++) {
+        kn_type_set_tensor(&c->out[o], KILN_DTYPE_FLOAT, 3, NULL);
+        for (int d = 0; d < 3; d++) c->out[o].dims[d] = y[d + 1];
+    }
+    return KILN_OK;
+}
+
 /* ------------------------------------------------------------------ table */
 
 const kn_op_schema kn_ops_qcontrib[] = {
@@ -349,6 +388,7 @@ const kn_op_schema kn_ops_qcontrib[] = {
     {MS, "MatMulIntegerToFloat", 1, 0, 4, 7, 1, 1, infer_matmul_int_to_float, 0},
     {MS, "QGemm", 1, 0, 6, 9, 1, 1, infer_qgemm, 0},
     {MS, "QAttention", 1, 0, 5, 9, 1, 2, infer_qattention, 0},
+    {MS, "DynamicQuantizeLSTM", 1, 0, 12, 12, 0, 3, infer_dq_lstm, 0},
     {MS, "QLinearAdd", 1, 0, 7, 8, 1, 1, infer_qlinear_binary, 0},
     {MS, "QLinearMul", 1, 0, 7, 8, 1, 1, infer_qlinear_binary, 0},
     {MS, "QLinearSigmoid", 1, 0, 4, 5, 1, 1, infer_qlinear_unary, 0},

@@ -73,17 +73,18 @@ def write(out_dir, name, model, inputs, results):
     written.append(name)
 
 
-def ort_run(node, inputs, outputs, opset=17, initializers=()):
+def ort_run(node, inputs, outputs, opset=17, initializers=(), threads=0):
     import onnxruntime as ort
     model = make_model(node, inputs, outputs, opset, initializers)
     so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return sess.run(None, {n: a for n, a in inputs if a is not None and n not in initializers})
 
 
 def case(out_dir, name, op, inputs, outputs, domain=MS, opset=17, reference=None, initializers=(), node_attrs=None,
-         **attrs):
+         ort_threads=0, **attrs):
     """One test: node op(inputs) -> outputs with attrs; expected outputs from onnxruntime (or from
     `reference(inputs)` for operators onnxruntime has no CPU kernel for). Inputs named in
     initializers are constants of the model (weights, as quantisation tools write them); node_attrs
@@ -96,7 +97,7 @@ def case(out_dir, name, op, inputs, outputs, domain=MS, opset=17, reference=None
         results = reference(dict(inputs))
     else:
         try:
-            results = ort_run(node, inputs, outputs, opset, initializers)
+            results = ort_run(node, inputs, outputs, opset, initializers, ort_threads)
         except Exception as e:  # an operator variant this onnxruntime build does not run
             skipped.append(f"{name}: {str(e).splitlines()[0][:160]}")
             return
@@ -639,6 +640,45 @@ def quantised_contrib_tests(out, rng):
     m2 = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32)
     case(out, "qattention_mask_2d_scale", "QAttention",
          qa + [("mask_index", m2), ("input_zero_point", q(np.uint8))], ["output"], num_heads=N, scale=0.1)
+
+    # ---------------------------------------------------------------- DynamicQuantizeLSTM
+    # W [nd, I, 4H] and R [nd, H, 4H] (the transposes of LSTM's), quantised per direction or per
+    # channel (uint8 zero points: one value per direction; int8: zero). onnxruntime quantises
+    # H_{t-1} per chunk of batch rows, one chunk per intra-op thread: its outputs for a batch > 1
+    # depend on the machine's thread count. kiln quantises the whole batch, as onnxruntime does
+    # with one thread (and with any number for batch 1): the reference runs with one thread.
+    def dqlstm(name, T, B, I, H, direction="forward", wt=np.int8, per_channel=False, bias=True, lens=None,
+               states=False, peep=False, **attrs):
+        nd = 2 if direction == "bidirectional" else 1
+        ins = [("X", f32(T, B, I, lo=-1, hi=1))]
+        qs = []
+        for K in (I, H):
+            ins.append(("W" if K == I and not qs else "R", q(wt, nd, K, 4 * H)))
+            shape = (nd, 4 * H) if per_channel else (nd,)
+            sc_ = f32(*shape, lo=0.002, hi=0.01)
+            if wt == np.int8:
+                zp = np.zeros(shape, np.int8)
+            else:
+                zp = np.broadcast_to(rng.integers(100, 156, (nd,) + (1,) * (len(shape) - 1)), shape).astype(np.uint8)
+            qs.append((sc_, zp))
+        ins += [("B", f32(nd, 8 * H, lo=-0.5, hi=0.5) if bias else None),
+                ("sequence_lens", np.array(lens, np.int32) if lens is not None else None),
+                ("initial_h", f32(nd, B, H, lo=-0.5, hi=0.5) if states else None),
+                ("initial_c", f32(nd, B, H, lo=-0.5, hi=0.5) if states else None),
+                ("P", f32(nd, 3 * H, lo=-0.3, hi=0.3) if peep else None),
+                ("W_scale", qs[0][0]), ("W_zero_point", qs[0][1]), ("R_scale", qs[1][0]), ("R_zero_point", qs[1][1])]
+        case(out, name, "DynamicQuantizeLSTM", ins, ["Y", "Y_h", "Y_c"], hidden_size=H, direction=direction,
+             initializers=("W", "R", "W_scale", "W_zero_point", "R_scale", "R_zero_point"), ort_threads=1,
+             **attrs)
+
+    dqlstm("dynamicquantizelstm", 5, 2, 8, 6)
+    dqlstm("dynamicquantizelstm_u8", 5, 2, 8, 6, wt=np.uint8)
+    dqlstm("dynamicquantizelstm_per_channel", 4, 3, 10, 8, per_channel=True)
+    dqlstm("dynamicquantizelstm_u8_per_channel_states", 4, 3, 10, 8, wt=np.uint8, per_channel=True, states=True)
+    dqlstm("dynamicquantizelstm_bidirectional", 6, 2, 8, 5, direction="bidirectional", states=True)
+    dqlstm("dynamicquantizelstm_reverse_no_bias", 5, 1, 7, 4, direction="reverse", bias=False)
+    dqlstm("dynamicquantizelstm_peepholes_clip", 5, 2, 6, 4, peep=True, clip=0.8)
+    dqlstm("dynamicquantizelstm_wide", 3, 1, 40, 32, per_channel=True)
 
     # ---------------------------------------------------------------- QLinear operators
     def sc(v):

@@ -27,6 +27,16 @@ kiln_status kn_cpu_lpnorm(kn_kernel_ctx *c);
 kiln_status kn_cpu_mvn(kn_kernel_ctx *c);
 kiln_status kn_cpu_lrn(kn_kernel_ctx *c);
 kiln_status kn_cpu_rnn(kn_kernel_ctx *c);         /* RNN, GRU, LSTM */
+/* An LSTM whose W ([nd, I, 4H]) and R ([nd, H, 4H]) are quantised (com.microsoft
+ * DynamicQuantizeLSTM): its two products go through gemm, which quantises A (M x K floats)
+ * dynamically and adds A x weights of direction d (which 0: W, 1: R) into out (M x 4H, row
+ * stride ldo). The rest is kn_cpu_rnn's LSTM. */
+typedef struct kn_rnn_qgemm {
+    kiln_status (*gemm)(const struct kn_rnn_qgemm *q, kn_threadpool *pool, int which, int d, const float *A, int64_t M,
+                        int64_t K, float *out, int64_t ldo);
+    const void *ctx;
+} kn_rnn_qgemm;
+kiln_status kn_cpu_rnn_quantised(kn_kernel_ctx *c, const kn_rnn_qgemm *q);
 kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c); /* kiln.StackedLSTM */
 
 /* ---- element conversion (any numeric or bool dtype) ---- */

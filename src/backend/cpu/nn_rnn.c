@@ -156,6 +156,8 @@ typedef struct rnn_dir {
     int lbr, input_forget;
     int gemm;            /* use kn_sgemm for H * R^T */
     kn_threadpool *pool; /* for that GEMM (NULL when directions run in parallel) */
+    const kn_rnn_qgemm *q; /* quantised weights (DynamicQuantizeLSTM): the product goes through q */
+    int dir;               /* this direction's index (for q) */
     float *work;         /* scratch: see run_dir */
     kiln_status status;
 } rnn_dir;
@@ -213,6 +215,7 @@ static inline void rec4x4(const float *restrict m0, const float *restrict m1, co
  * stride ldo. */
 static kiln_status add_recurrent(rnn_dir *d, const float *h, float *out, int64_t ldo, int64_t r0, int64_t nr) {
     int64_t B = d->B, H = d->H, GH = d->gates * H;
+    if (d->q) return d->q->gemm(d->q, d->pool, 1, d->dir, h, B, H, out, ldo); /* LSTM only: r0 0, nr GH */
     if (d->gemm)
         return kn_sgemm(d->pool, false, true, B, nr, H, 1.0f, h, H, d->r + r0 * H, H, 1.0f, out, ldo);
     /* rt is [H, GH]: columns r0.. of each row. Rows of rt outside, groups of up to 4 batch rows
@@ -384,8 +387,8 @@ static void swap01(const float *src, float *dst, int64_t a, int64_t b, int64_t n
         for (int64_t j = 0; j < b; j++) memcpy(dst + (j * a + i) * n, src + (i * b + j) * n, (size_t)n * sizeof(float));
 }
 
-kiln_status kn_cpu_rnn(kn_kernel_ctx *c) {
-    int G = kn_nn_rnn_gates(c->node);
+static kiln_status rnn(kn_kernel_ctx *c, const kn_rnn_qgemm *q) {
+    int G = q ? 4 : kn_nn_rnn_gates(c->node);
     kn_nn_rnn_attrs at;
     KN_TRY(kn_nn_rnn_read_attrs(c->node, &at));
     const kn_tensor *X = c->in[0], *W = c->in[1], *R = c->in[2];
@@ -401,11 +404,15 @@ kiln_status kn_cpu_rnn(kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_SHAPE, "X, W and R must be 3-D");
     int nd = at.num_directions;
     int64_t T = X->dims[at.layout ? 1 : 0], Bn = X->dims[at.layout ? 0 : 1], I = X->dims[2];
-    int64_t H = R->dims[2], GH = G * H;
+    int64_t H = R->dims[q ? 1 : 2], GH = G * H;
     if (at.hidden_size >= 0 && at.hidden_size != H)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "hidden_size %lld does not match R's last dim %lld",
                                (long long)at.hidden_size, (long long)H);
-    if (W->dims[0] != nd || W->dims[1] != GH || W->dims[2] != I || R->dims[0] != nd || R->dims[1] != GH)
+    if (q && (W->dims[0] != nd || W->dims[1] != I || W->dims[2] != GH || R->dims[0] != nd || R->dims[1] != H ||
+              R->dims[2] != GH))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "W must be [%d, %lld, %lld] and R [%d, %lld, %lld]", nd, (long long)I,
+                               (long long)GH, nd, (long long)H, (long long)GH);
+    if (!q && (W->dims[0] != nd || W->dims[1] != GH || W->dims[2] != I || R->dims[0] != nd || R->dims[1] != GH))
         return kn_kernel_error(c, KILN_ERR_SHAPE, "W must be [%d, %lld, %lld] and R [%d, %lld, %lld]", nd,
                                (long long)GH, (long long)I, nd, (long long)GH, (long long)H);
     if (Bt && kn_tensor_count(Bt) != nd * 2 * GH)
@@ -426,7 +433,7 @@ kiln_status kn_cpu_rnn(kn_kernel_ctx *c) {
     int64_t *lens = NULL;
     kiln_status st = KILN_OK;
     int big = Bn >= 16; /* recurrent product through the GEMM */
-    float *wv = kn_nn_f32_view(W), *rv = kn_nn_f32_view(R);
+    float *wv = q ? NULL : kn_nn_f32_view(W), *rv = q ? NULL : kn_nn_f32_view(R);
     /* R^T of each direction for the small-batch product: made once per session when R is a
      * constant (it is re-read every step; transposing it every run cost as much as a layer's
      * input projection), else in the scratch below */
@@ -437,7 +444,7 @@ kiln_status kn_cpu_rnn(kn_kernel_ctx *c) {
         rt_kept = kn_cpu_const_derived(c, 2, &lay, sizeof(float) * (size_t)(nd * H * GH), make_rt, &make);
     }
     /* one allocation for the float copies and scratch */
-    int64_t n_x = T * Bn * I, n_xw = nd * T * Bn * GH, n_rt = rt_kept ? 0 : nd * H * GH, n_st = nd * Bn * H;
+    int64_t n_x = T * Bn * I, n_xw = nd * T * Bn * GH, n_rt = rt_kept || q ? 0 : nd * H * GH, n_st = nd * Bn * H;
     int64_t n_work = nd * (Bn * GH + 3 * Bn * H);
     int64_t total = n_x + n_xw + n_rt + 4 * n_st + n_work + T * nd * Bn * H;
     /* from the session's buffer pool: a run reuses the last run's block (a fresh malloc of this
@@ -450,7 +457,7 @@ kiln_status kn_cpu_rnn(kn_kernel_ctx *c) {
     float *bv = Bt ? kn_nn_f32_view(Bt) : NULL, *pv = P ? kn_nn_f32_view(P) : NULL;
     float *h0v = H0 ? kn_nn_f32_view(H0) : NULL, *c0v = C0 ? kn_nn_f32_view(C0) : NULL;
     const float *xv0 = kn_nn_f32_view(X);
-    if (!mem || !wv || !rv || (Bt && !bv) || (P && !pv) || (H0 && !h0v) || (C0 && !c0v) || !xv0) {
+    if (!mem || (!q && (!wv || !rv)) || (Bt && !bv) || (P && !pv) || (H0 && !h0v) || (C0 && !c0v) || !xv0) {
         st = KN_OOM();
         goto done;
     }
@@ -496,11 +503,12 @@ kiln_status kn_cpu_rnn(kn_kernel_ctx *c) {
             xwd[j] = b;
         }
         for (int64_t r = 1; r < T * Bn; r++) memcpy(xwd + r * GH, xwd, (size_t)GH * sizeof(float));
-        st = kn_sgemm(c->pool, false, true, T * Bn, GH, I, 1.0f, xs, I, wv + d * GH * I, I, 1.0f, xwd, GH);
+        if (q) st = q->gemm(q, c->pool, 0, d, xs, T * Bn, I, xwd, GH);
+        else st = kn_sgemm(c->pool, false, true, T * Bn, GH, I, 1.0f, xs, I, wv + d * GH * I, I, 1.0f, xwd, GH);
         if (st != KILN_OK) goto done;
-        const float *rd = rv + d * GH * H;
-        const float *rtd = rt_kept ? rt_kept + d * H * GH : rt + d * H * GH;
-        if (!big && !rt_kept) transpose(rd, rt + d * H * GH, GH, H);
+        const float *rd = q ? NULL : rv + d * GH * H;
+        const float *rtd = q ? NULL : rt_kept ? rt_kept + d * H * GH : rt + d * H * GH;
+        if (!q && !big && !rt_kept) transpose(rd, rt + d * H * GH, GH, H);
         rnn_dir *di = &dirs[d];
         memset(di, 0, sizeof *di);
         di->gates = G;
@@ -523,6 +531,8 @@ kiln_status kn_cpu_rnn(kn_kernel_ctx *c) {
         di->lbr = at.linear_before_reset;
         di->input_forget = at.input_forget;
         di->gemm = big;
+        di->q = q;
+        di->dir = d;
         di->work = work + d * (Bn * GH + 3 * Bn * H);
     }
     if (nd == 2 && kn_threadpool_size(c->pool) > 1) {
@@ -573,8 +583,10 @@ kiln_status kn_cpu_rnn(kn_kernel_ctx *c) {
 done:
     kn_tensor_free(scratch);
     free(lens);
-    kn_nn_release(W, wv);
-    kn_nn_release(R, rv);
+    if (!q) {
+        kn_nn_release(W, wv);
+        kn_nn_release(R, rv);
+    }
     if (Bt) kn_nn_release(Bt, bv);
     if (P) kn_nn_release(P, pv);
     if (H0) kn_nn_release(H0, h0v);
@@ -582,6 +594,10 @@ done:
     kn_nn_release(X, xv0);
     return st;
 }
+
+kiln_status kn_cpu_rnn(kn_kernel_ctx *c) { return rnn(c, NULL); }
+
+kiln_status kn_cpu_rnn_quantised(kn_kernel_ctx *c, const kn_rnn_qgemm *q) { return rnn(c, q); }
 
 /* ------------------------------------------------------------------ kiln.StackedLSTM */
 

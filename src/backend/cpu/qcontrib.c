@@ -13,6 +13,7 @@
 #include "backend/cpu/contrib_impl.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/linalg_impl.h"
+#include "backend/cpu/nn_internal.h"
 #include "backend/cpu/qcontrib_impl.h"
 #include "backend/cpu/sgemm.h"
 
@@ -60,21 +61,29 @@ static kiln_status one(kn_kernel_ctx *c, const kn_tensor *t, const char *name) {
 
 static kiln_status oom(kn_kernel_ctx *c) { return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory"); }
 
+static bool is_q8_t(const kn_tensor *t) { return t->dtype == KILN_DTYPE_UINT8 || t->dtype == KILN_DTYPE_INT8; }
+
 /* ------------------------------------------------------------------ integer GEMM through the float GEMM */
 
 /* acc (M x N, int32) = A' x op(B'): A' is M x K floats (row stride K); B' is K x N (row stride N),
  * or N x K (row stride K) when tb. Both hold integers of magnitude <= 255. tmp: M x N floats. */
-static kiln_status igemm(kn_kernel_ctx *c, int64_t M, int64_t N, int64_t K, const float *A, const float *B, bool tb,
-                         int32_t *acc, float *tmp) {
+static kiln_status igemm_on(kn_threadpool *pool, int64_t M, int64_t N, int64_t K, const float *A, const float *B, bool tb,
+                            int32_t *acc, float *tmp) {
     for (int64_t i = 0; i < M * N; i++) acc[i] = 0;
     for (int64_t k0 = 0; k0 < K; k0 += 256) {
         int64_t kc = K - k0 < 256 ? K - k0 : 256;
         const float *b = tb ? B + k0 : B + k0 * N;
-        kiln_status s = kn_sgemm(c->pool, false, tb, M, N, kc, 1.0f, A + k0, K, b, tb ? K : N, 0.0f, tmp, N);
-        if (s != KILN_OK) return kn_kernel_error(c, s, "out of memory in the GEMM");
+        kiln_status s = kn_sgemm(pool, false, tb, M, N, kc, 1.0f, A + k0, K, b, tb ? K : N, 0.0f, tmp, N);
+        if (s != KILN_OK) return s;
         for (int64_t i = 0; i < M * N; i++) acc[i] += (int32_t)tmp[i];
     }
     return KILN_OK;
+}
+
+static kiln_status igemm(kn_kernel_ctx *c, int64_t M, int64_t N, int64_t K, const float *A, const float *B, bool tb,
+                         int32_t *acc, float *tmp) {
+    kiln_status s = igemm_on(c->pool, M, N, K, A, B, tb, acc, tmp);
+    return s != KILN_OK ? kn_kernel_error(c, s, "out of memory in the GEMM") : KILN_OK;
 }
 
 /* B' = B - zero point per column (j of K x N, or row j of N x K when tb), as floats. */
@@ -283,9 +292,27 @@ static kiln_status check_b(kn_kernel_ctx *c, const kn_tensor *A, const kn_tensor
     return KILN_OK;
 }
 
-/* ONNX Runtime's dynamic quantisation of A to uint8: the range widened to include 0, scale
- * (max - min) / 255 (1 when the range is empty), zero point round-half-even(clamp(0 - min /
- * scale)), q = clamp(round-half-even(x / scale) + zero point). */
+/* ONNX Runtime's dynamic quantisation of x (n floats) to uint8: the range widened to include 0,
+ * scale (max - min) / 255 (1 when the range is empty), zero point round-half-even(clamp(0 - min
+ * / scale)), q = clamp(round-half-even(x / scale) + zero point). Writes q - zero point as floats
+ * into out; returns the scale. */
+static float dyn_quant(const float *x, int64_t n, float *out) {
+    float mn = 0.0f, mx = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        mn = x[i] < mn ? x[i] : mn;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    float scale = mx == mn ? 1.0f : (mx - mn) / 255.0f;
+    float z0 = 0.0f - mn / scale;
+    float zp = nearbyintf(z0 < 0.0f ? 0.0f : z0 > 255.0f ? 255.0f : z0);
+    for (int64_t i = 0; i < n; i++) {
+        float v = nearbyintf(x[i] / scale) + zp;
+        v = !(v > 0.0f) ? 0.0f : v > 255.0f ? 255.0f : v;
+        out[i] = v - zp;
+    }
+    return scale;
+}
+
 static kiln_status run_dq_matmul(kn_kernel_ctx *c) {
     const kn_tensor *A = c->in[0], *B = c->in[1], *bs = c->in[2], *bz = kn_qc_opt(c, 3), *bias = kn_qc_opt(c, 4);
     KN_TRY(check_b(c, A, B));
@@ -296,15 +323,6 @@ static kiln_status run_dq_matmul(kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld elements; expected N=%lld", (long long)kn_tensor_count(bias),
                                (long long)N);
     if (M * N == 0) return KILN_OK;
-    const float *x = A->data;
-    float mn = 0.0f, mx = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        mn = x[i] < mn ? x[i] : mn;
-        mx = x[i] > mx ? x[i] : mx;
-    }
-    float scale = mx == mn ? 1.0f : (mx - mn) / 255.0f;
-    float z0 = 0.0f - mn / scale;
-    float zp = nearbyintf(z0 < 0.0f ? 0.0f : z0 > 255.0f ? 255.0f : z0);
     float *Ap = malloc(sizeof(float) * (size_t)(M * K > 0 ? M * K : 1));
     int64_t nm = kn_tensor_count(bs);
     float *mult = malloc(sizeof(float) * (size_t)nm);
@@ -313,11 +331,7 @@ static kiln_status run_dq_matmul(kn_kernel_ctx *c) {
         free(mult);
         return oom(c);
     }
-    for (int64_t i = 0; i < n; i++) {
-        float v = nearbyintf(x[i] / scale) + zp;
-        v = !(v > 0.0f) ? 0.0f : v > 255.0f ? 255.0f : v;
-        Ap[i] = v - zp;
-    }
+    float scale = dyn_quant(A->data, n, Ap);
     for (int64_t j = 0; j < nm; j++) mult[j] = scale * kn_qc_scale(bs, j);
     kiln_status st = int_to_float(c, Ap, M, 3, mult, nm, bias);
     free(Ap);
@@ -494,6 +508,118 @@ static kiln_status run_qattention(kn_kernel_ctx *c) {
     return st;
 }
 
+/* ------------------------------------------------------------------ DynamicQuantizeLSTM */
+
+/* kn_cpu_rnn's LSTM with the two products as ONNX Runtime's quantised LSTM computes them: the
+ * input projection of all timesteps, then H_{t-1} each step, quantised dynamically to uint8
+ * (per product, over all its rows) and multiplied with the weights less the direction's zero
+ * point, scaled by the activation scale times the weight scale (per direction or per column).
+ * ONNX Runtime quantises H_{t-1} in chunks of batch rows, one per intra-op thread, so its
+ * outputs for a batch > 1 depend on its thread count; kiln quantises the whole batch at once, as
+ * ONNX Runtime does with one thread and, for a batch of 1, with any number. */
+typedef struct dqlstm {
+    const float *w[2];   /* W', R': [nd][K][4H] floats (q - zero point) */
+    const kn_tensor *scale[2];
+    int64_t nscale[2];   /* per direction: 1 or 4H */
+    int64_t K[2], GH;
+} dqlstm;
+
+static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int which, int d, const float *A, int64_t M,
+                               int64_t K, float *out, int64_t ldo) {
+    const dqlstm *x = q->ctx;
+    int64_t N = x->GH;
+    float *Ap = malloc(sizeof(float) * (size_t)(M * K > 0 ? M * K : 1));
+    int32_t *acc = malloc(sizeof(int32_t) * (size_t)(M * N > 0 ? M * N : 1));
+    float *tmp = malloc(sizeof(float) * (size_t)(M * N > 0 ? M * N : 1));
+    kiln_status st = Ap && acc && tmp ? KILN_OK : KN_OOM();
+    if (st == KILN_OK) {
+        float s = dyn_quant(A, M * K, Ap);
+        st = igemm_on(pool, M, N, K, Ap, x->w[which] + d * K * N, false, acc, tmp);
+        if (st != KILN_OK) st = kn_error(st, "out of memory in the GEMM");
+        int64_t ns = x->nscale[which];
+        for (int64_t i = 0; st == KILN_OK && i < M; i++)
+            for (int64_t j = 0; j < N; j++)
+                out[i * ldo + j] += (float)acc[i * N + j] * (s * kn_qc_scale(x->scale[which], d * ns + (ns == 1 ? 0 : j)));
+    }
+    free(Ap);
+    free(acc);
+    free(tmp);
+    return st;
+}
+
+typedef struct wprime_ctx {
+    const kn_tensor *W, *zp;
+    int64_t nd, K, N, nz;
+} wprime_ctx;
+
+/* per direction d: W[d] (K x N) less the direction's first zero point (ONNX Runtime reads one) */
+static void make_wprime(const void *ctx, void *dst) {
+    const wprime_ctx *p = ctx;
+    float *o = dst;
+    for (int64_t d = 0; d < p->nd; d++) {
+        int32_t z = kn_qc_q(p->zp, d * p->nz);
+        for (int64_t e = 0; e < p->K * p->N; e++) o[d * p->K * p->N + e] = (float)(kn_qc_q(p->W, d * p->K * p->N + e) - z);
+    }
+}
+
+static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
+    const kn_tensor *X = c->in[0], *W = c->in[1], *R = c->in[2];
+    if (W->rank != 3 || R->rank != 3 || X->rank != 3)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "X, W and R must be 3-D");
+    int64_t nd = W->dims[0], H = R->dims[1], GH = 4 * H;
+    if (X->dtype != KILN_DTYPE_FLOAT) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "X must be float");
+    dqlstm q = {.GH = GH};
+    const float *own[2] = {NULL, NULL};
+    kiln_status st = KILN_OK;
+    for (int w = 0; w < 2 && st == KILN_OK; w++) {
+        const kn_tensor *T = w ? R : W, *sc = c->in[8 + 2 * w], *zp = c->in[9 + 2 * w];
+        const char *name = w ? "R" : "W";
+        if (!is_q8_t(T) || zp->dtype != T->dtype)
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s and its zero point must both be uint8 or both int8", name);
+        for (int k = 0; k < 2; k++) {
+            const kn_tensor *t = k ? zp : sc;
+            if (!((t->rank == 1 && t->dims[0] == nd) || (t->rank == 2 && t->dims[0] == nd && t->dims[1] == GH)))
+                return kn_kernel_error(c, KILN_ERR_SHAPE,
+                                       "%s_%s must be [%lld] (per direction) or [%lld, %lld] (per channel)", name,
+                                       k ? "zero_point" : "scale", (long long)nd, (long long)nd, (long long)GH);
+        }
+        int64_t nz = zp->rank == 2 ? GH : 1;
+        if (zp->rank == 2)
+            for (int64_t i = 0; i < kn_tensor_count(zp); i++)
+                if (T->dtype == KILN_DTYPE_INT8 ? kn_qc_q(zp, i) != 0 : kn_qc_q(zp, i) != kn_qc_q(zp, 0))
+                    return kn_kernel_error(c, KILN_ERR_INVALID_MODEL,
+                                           T->dtype == KILN_DTYPE_INT8 ? "%s_zero_point must be zero (int8 weights)"
+                                                                       : "%s_zero_point must be one value per channel",
+                                           name);
+        q.scale[w] = sc;
+        q.nscale[w] = sc->rank == 2 ? GH : 1;
+        q.K[w] = T->dims[1];
+        wprime_ctx pc = {T, zp, nd, T->dims[1], GH, nz};
+        size_t bytes = sizeof(float) * (size_t)(nd * T->dims[1] * GH > 0 ? nd * T->dims[1] * GH : 1);
+        const float *wp = NULL;
+        if (kn_qc_is_const(c, 9 + 2 * w)) {
+            kn_const_layout lay = {42 + w, {nd, T->dims[1], GH, (int64_t)(intptr_t)zp}};
+            wp = kn_cpu_const_derived(c, 1 + w, &lay, bytes, make_wprime, &pc);
+        }
+        if (!wp) {
+            float *m = malloc(bytes);
+            if (!m) st = oom(c);
+            else {
+                make_wprime(&pc, m);
+                wp = own[w] = m;
+            }
+        }
+        q.w[w] = wp;
+    }
+    if (st == KILN_OK) {
+        kn_rnn_qgemm g = {dqlstm_gemm, &q};
+        st = kn_cpu_rnn_quantised(c, &g);
+    }
+    free((void *)own[0]);
+    free((void *)own[1]);
+    return st;
+}
+
 /* ------------------------------------------------------------------ table */
 
 const kn_cpu_kernel kn_cpu_qcontrib[] = {
@@ -502,6 +628,7 @@ const kn_cpu_kernel kn_cpu_qcontrib[] = {
     {MS, "MatMulIntegerToFloat", run_matmul_int_to_float, NULL, 0},
     {MS, "QGemm", run_qgemm, NULL, 0},
     {MS, "QAttention", run_qattention, NULL, 0},
+    {MS, "DynamicQuantizeLSTM", run_dq_lstm, NULL, 0},
     {MS, "QLinearAdd", kn_cpu_qlinear_add, NULL, KN_KERNEL_OVERWRITES},
     {MS, "QLinearMul", kn_cpu_qlinear_mul, NULL, KN_KERNEL_OVERWRITES},
     {MS, "QLinearSigmoid", kn_cpu_qlinear_sigmoid, NULL, KN_KERNEL_OVERWRITES},
