@@ -797,3 +797,80 @@ KN_TEST(cpu_matmul_float16_against_reference) {
     check_matmul_f16(1, 1, 100, 7, 1);
     check_matmul_f16(3, 9, 31, 40, 0);
 }
+
+/* ------------------------------------------------------------------ Exp, Tanh, Erf, Gelu */
+
+/* One float unary operator over a dense sweep of [lo, hi] (an odd count: the masked tail) plus
+ * specials, against the ONNX definitions in double. The error bound is relative, with an absolute
+ * floor `abs_tol` (Gelu crosses zero; exp's subnormal results carry their own spacing). */
+static double ck_gelu_ref(double x, int tanh_mode) {
+    /* 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), which does not cancel for large negative u */
+    if (tanh_mode) return x / (1.0 + exp(-2.0 * 0.79788456080286536 * (x + 0.044715 * x * x * x)));
+    return 0.5 * x * erfc(-x * 0.70710678118654752);
+}
+static void check_unary_accuracy(const char *op, const char *approx, float lo, float hi, double rel_tol,
+                                 double abs_tol) {
+    const float specials[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 1e-30f, -1e-30f, 1.0f, -1.0f, 88.7f, 89.0f,
+                              -87.4f, -103.9f, -150.0f, 9.0f, -9.0f, 10.5f, -10.5f, 1e-8f, -1e-8f, 3e38f, -3e38f};
+    const int64_t ns = (int64_t)(sizeof specials / sizeof specials[0]), nd = 100003, n = nd + ns;
+    tmb b;
+    tmb_init(&b, 20);
+    int64_t xd[1] = {n};
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 1, xd, NULL), y = tmb_value(&b, "y");
+    int node = tmb_node(&b, op, &x, 1, y);
+    if (approx) tmb_str(&b, node, "approximate", approx);
+    tmb_output(&b, y);
+    size_t size;
+    unsigned char *data = tmb_finish(&b, &size);
+    kiln_tensor *X;
+    kiln_tensor_create(KILN_DTYPE_FLOAT, xd, 1, &X);
+    float *xv = kiln_tensor_data(X);
+    for (int64_t i = 0; i < nd; i++) xv[i] = lo + (hi - lo) * (float)i / (float)(nd - 1);
+    for (int64_t i = 0; i < ns; i++) xv[nd + i] = specials[i];
+    kiln_tensor *Y = data ? ck_run(data, size, X, 1) : NULL;
+    free(data);
+    int bad = 0;
+    double worst = 0;
+    for (int64_t i = 0; Y && i < n; i++) {
+        const double v = xv[i];
+        /* specials: the extremes always, the others where they fall in this call's range */
+        if (i >= nd && isfinite(v) && fabs(v) < 1e30 && fabs(v) > 1e-6 && (v < lo || v > hi)) continue;
+        double want;
+        if (!strcmp(op, "Exp")) want = exp(v);
+        else if (!strcmp(op, "Tanh")) want = tanh(v);
+        else if (!strcmp(op, "Erf")) want = erf(v);
+        else {
+            if (isinf(v)) continue; /* -inf * 0: the definition leaves it open */
+            want = ck_gelu_ref(v, approx != NULL);
+        }
+        want = (double)(float)want; /* the float result the definition rounds to (inf, subnormals) */
+        const double got = ((const float *)kiln_tensor_data(Y))[i];
+        const int ok = isnan(want) ? isnan(got)
+                       : isinf(want) ? got == want
+                                     : fabs(got - want) <= rel_tol * fabs(want) + abs_tol;
+        if (!isnan(want) && !isinf(want) && fabs(want) > abs_tol)
+            worst = fmax(worst, fabs(got - want) / fabs(want));
+        if (!ok && bad++ < 3)
+            CHECK_MSG(0, "%s%s%s(%.9g) = %.9g, expected %.9g", op, approx ? " " : "", approx ? approx : "", v, got,
+                      want);
+    }
+    CHECK_MSG(Y != NULL, "%s: no output", op);
+    if (getenv("KN_TEST_VERBOSE")) fprintf(stderr, "%s%s: worst relative error %.3g\n", op, approx ? approx : "", worst);
+    kiln_tensor_destroy(X);
+    kiln_tensor_destroy(Y);
+}
+
+KN_TEST(cpu_unary_activations_accuracy) {
+    check_unary_accuracy("Exp", NULL, -110.0f, 95.0f, 4e-7, 3e-45);
+    check_unary_accuracy("Exp", NULL, -2.0f, 2.0f, 4e-7, 0);
+    check_unary_accuracy("Tanh", NULL, -12.0f, 12.0f, 5e-7, 1e-45);
+    check_unary_accuracy("Tanh", NULL, -0.01f, 0.01f, 5e-7, 1e-45);
+    check_unary_accuracy("Erf", NULL, -12.0f, 12.0f, 1e-6, 1e-45);
+    check_unary_accuracy("Erf", NULL, -0.01f, 0.01f, 1e-6, 1e-45);
+    check_unary_accuracy("Gelu", NULL, -20.0f, 20.0f, 2e-6, 1e-40);
+    /* the tanh form: its exp saturates near -87 (x < -10), results below 1e-36 stand in for 0;
+     * and sigmoid(2u) for large negative u magnifies u's float rounding (relative error about
+     * |2u| ulp: 1e-5 near x = -9), as in any float evaluation of the formula */
+    check_unary_accuracy("Gelu", "tanh", -20.0f, 20.0f, 3e-5, 1e-36);
+    check_unary_accuracy("Gelu", "tanh", -4.0f, 20.0f, 2e-6, 1e-36);
+}

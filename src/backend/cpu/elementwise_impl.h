@@ -292,7 +292,8 @@ static inline float kn_ew_gelu_erff(float x) {
 /* 0.5 x (1 + tanh(u)) = x * sigmoid(2u) */
 static inline float kn_ew_gelu_tanhf(float x) {
     float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-    return x / (1.0f + kn_ew_expf_normal(-2.0f * u));
+    /* below x = -10 the result is below 2e-37 (and x^3 may overflow): 0 with x's sign */
+    return x < -10.0f ? 0.0f * x : x / (1.0f + kn_ew_expf_normal(-2.0f * u));
 }
 
 /* x * tanh(softplus(x)) = x * m / (m + 2) with m = e^x (e^x + 2): no log, no cancellation */

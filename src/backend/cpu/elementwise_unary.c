@@ -110,6 +110,32 @@ typedef struct un_op {
     UN_F64(name, EXPR_D)                                                                           \
     static const un_op op_##name = {{T_FLOATS(name)}, KILN_DTYPE_UNDEFINED, true};
 
+#if defined(__AVX512F__)
+/* float rows through an AVX-512 function of vec_math.h: whole vectors, then one masked */
+#define UN_V16(name, VFN)                                                                          \
+    static void name##_f32(int64_t n, void *restrict o_, const void *restrict x_, const un_prm *p) { \
+        float *restrict o = o_;                                                                    \
+        const float *restrict xs = x_;                                                             \
+        (void)p;                                                                                   \
+        int64_t i = 0;                                                                             \
+        for (; i + 16 <= n; i += 16) _mm512_storeu_ps(o + i, VFN(_mm512_loadu_ps(xs + i)));        \
+        if (i < n) {                                                                               \
+            const __mmask16 m = kn_v16_tail(n - i);                                                \
+            _mm512_mask_storeu_ps(o + i, m, VFN(_mm512_maskz_loadu_ps(m, xs + i)));                \
+        }                                                                                          \
+    }
+/* float operators with an AVX-512 float kernel (flags as UN_FLOAT_OP / UN_NUM_OP) */
+#define UN_V16_OP(name, VFN, EXPR_F, EXPR_D, via_double)                                           \
+    UN_V16(name, VFN)                                                                              \
+    UN_F64(name, EXPR_D)                                                                           \
+    static const un_op op_##name = {{T_FLOATS(name)}, KILN_DTYPE_UNDEFINED, via_double};
+#else
+#define UN_V16_OP(name, VFN, EXPR_F, EXPR_D, via_double)                                           \
+    UN_F32(name, EXPR_F)                                                                           \
+    UN_F64(name, EXPR_D)                                                                           \
+    static const un_op op_##name = {{T_FLOATS(name)}, KILN_DTYPE_UNDEFINED, via_double};
+#endif
+
 /* floor/ceil through rint (which the compiler vectorises without -fno-trapping-math) */
 static inline float kn_floorf_v(float x) {
     float r = rintf(x);
@@ -146,7 +172,7 @@ static void Sqrt_f32(int64_t n, void *restrict o, const void *restrict x, const 
 }
 UN_F64(Sqrt, sqrt(x))
 static const un_op op_Sqrt = {{T_FLOATS(Sqrt)}, 0, false, true};
-UN_FLOAT_OP(Exp, kn_ew_expf(x), exp(x))
+UN_V16_OP(Exp, kn_v16_exp, kn_ew_expf(x), exp(x), false)
 UN_FLOAT_OP(Log, kn_ew_logf(x), log(x))
 UN_FLOAT_OP_LIGHT(Ceil, kn_ceilf_v(x), ceil(x))
 UN_FLOAT_OP_LIGHT(Floor, kn_floorf_v(x), floor(x))
@@ -162,7 +188,7 @@ UN_FLOAT_OP(Cosh, coshf(x), cosh(x))
 UN_FLOAT_OP(Asinh, asinhf(x), asinh(x))
 UN_FLOAT_OP(Acosh, acoshf(x), acosh(x))
 UN_FLOAT_OP(Atanh, atanhf(x), atanh(x))
-UN_NUM_OP(Erf, kn_ew_erff(x), erf(x))
+UN_V16_OP(Erf, kn_v16_erf, kn_ew_erff(x), erf(x), true)
 
 UN_FB(IsNaN, f32, float, x != x)
 UN_FB(IsNaN, f64, double, x != x)
@@ -204,7 +230,7 @@ static const un_op op_Sigmoid = {{T_FLOATS(Sigmoid)}, KILN_DTYPE_UNDEFINED, fals
 #else
 UN_FLOAT_OP(Sigmoid, kn_ew_sigmoidf(x), 1.0 / (1.0 + exp(-x)))
 #endif
-UN_FLOAT_OP(Tanh, kn_ew_tanhf(x), tanh(x))
+UN_V16_OP(Tanh, kn_v16_tanh, kn_ew_tanhf(x), tanh(x), false)
 
 static inline float kn_clamp01f(float v) {
     v = v < 0.0f ? 0.0f : v;
@@ -239,10 +265,18 @@ UN_NUM_OP(Shrink, x < -alpha ? x + beta : (x > alpha ? x - beta : 0.0f),
 
 UN_FLOAT_OP(Mish, kn_ew_mishf(x), x * tanh(log1p(exp(x))))
 
+#if defined(__AVX512F__)
+UN_V16(GeluErf, kn_v16_gelu_erf)
+#else
 UN_F32(GeluErf, kn_ew_gelu_erff(x))
+#endif
 UN_F64(GeluErf, x < -1.4142135623730951 ? 0.5 * x * erfc(-x * 0.70710678118654752)
                                           : 0.5 * x * (1.0 + erf(x * 0.70710678118654752)))
+#if defined(__AVX512F__)
+UN_V16(GeluTanh, kn_v16_gelu_tanh)
+#else
 UN_F32(GeluTanh, kn_ew_gelu_tanhf(x))
+#endif
 UN_F64(GeluTanh, 0.5 * x * (1.0 + tanh(0.79788456080286536 * (x + 0.044715 * x * x * x))))
 static const un_op op_GeluErf = {{T_FLOATS(GeluErf)}, 0, false};
 static const un_op op_GeluTanh = {{T_FLOATS(GeluTanh)}, 0, false};
