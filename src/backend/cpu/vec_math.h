@@ -89,24 +89,6 @@ static inline __m512 kn_v16_tanh(__m512 x) {
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), _mm512_castps_si512(sign)));
 }
 
-/* erf(z) for |z| < 1 (other lanes: anything): the scalar kn_ew_erf_small's Maclaurin series
- * through z^21. */
-static inline __m512 kn_v16_erf_small(__m512 z) {
-    const __m512 s = _mm512_mul_ps(z, z);
-    __m512 p = _mm512_set1_ps(-1.0f / (3628800.0f * 21.0f));
-    p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(1.0f / (362880.0f * 19.0f)));
-    p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-1.0f / (40320.0f * 17.0f)));
-    p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(1.0f / (5040.0f * 15.0f)));
-    p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-1.0f / (720.0f * 13.0f)));
-    p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(1.0f / (120.0f * 11.0f)));
-    p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-1.0f / (24.0f * 9.0f)));
-    p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(1.0f / (6.0f * 7.0f)));
-    p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-1.0f / (2.0f * 5.0f)));
-    p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(1.0f / 3.0f));
-    p = _mm512_fnmadd_ps(p, s, _mm512_set1_ps(1.0f));
-    return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(1.12837916709551257f), z), p);
-}
-
 /* erfc(z) for z in [1, 10] given z^2 = zz + zz_err: the scalar kn_ew_erfc_big_zz's fit. */
 static inline __m512 kn_v16_erfc_big_zz(__m512 z, __m512 zz, __m512 zz_err) {
     /* t = 1 / d by rcp14 and one Newton step (relative error about 2^-28): no division */
@@ -127,6 +109,27 @@ static inline __m512 kn_v16_erfc_big_zz(__m512 z, __m512 zz, __m512 zz_err) {
     return _mm512_mul_ps(_mm512_mul_ps(e, _mm512_sub_ps(_mm512_set1_ps(1.0f), zz_err)), p);
 }
 
+/* erf's pieces (kn_v16_erf): P(z^2) with erf(z) = z P(z^2) for |z| < 0.921875, and Q(z) with
+ * erfc(z) = exp(Q(z)) for z in [0.921875, 3.925]. */
+static inline __m512 kn_v16_erf_p(__m512 s) {
+    __m512 p = _mm512_set1_ps(-5.991075304e-04f);
+    p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(4.993232433e-03f));
+    p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-2.676666155e-02f));
+    p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(1.128181815e-01f));
+    p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-3.761249483e-01f));
+    return _mm512_fmadd_ps(p, s, _mm512_set1_ps(1.128379107e+00f));
+}
+static inline __m512 kn_v16_erfc_q(__m512 z) {
+    __m512 q = _mm512_set1_ps(-1.429727035e-05f);
+    q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(3.345998994e-04f));
+    q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(-3.559322096e-03f));
+    q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(2.309718356e-02f));
+    q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(-1.043912321e-01f));
+    q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(-6.376895308e-01f));
+    q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(-1.126911402e+00f));
+    return _mm512_fmadd_ps(q, z, _mm512_set1_ps(-4.712523951e-04f));
+}
+
 /* erf(x) in two pieces fitted for kiln (weighted least squares against double erf, evaluated
  * in float: max relative error 1.8e-7 and 1.3e-7): below |x| = 0.921875, x P(x^2) with P of
  * degree 5; above, 1 - exp(Q(|x|)) with Q of degree 7 fitted to log(erfc) on [0.921875, 3.925]
@@ -136,26 +139,9 @@ static inline __m512 kn_v16_erf(__m512 x) {
     const __m512 a = _mm512_abs_ps(x);
     const __mmask16 small = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.921875f), _CMP_LT_OQ);
     __m512 r = _mm512_setzero_ps();
-    if (small) {
-        const __m512 s = _mm512_mul_ps(x, x);
-        __m512 p = _mm512_set1_ps(-5.991075304e-04f);
-        p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(4.993232433e-03f));
-        p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-2.676666155e-02f));
-        p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(1.128181815e-01f));
-        p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-3.761249483e-01f));
-        p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(1.128379107e+00f));
-        r = _mm512_mul_ps(x, p);
-    }
+    if (small) r = _mm512_mul_ps(x, kn_v16_erf_p(_mm512_mul_ps(x, x)));
     if (small != 0xFFFF) {
-        const __m512 z = _mm512_min_ps(_mm512_set1_ps(3.925f), a);
-        __m512 q = _mm512_set1_ps(-1.429727035e-05f);
-        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(3.345998994e-04f));
-        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(-3.559322096e-03f));
-        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(2.309718356e-02f));
-        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(-1.043912321e-01f));
-        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(-6.376895308e-01f));
-        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(-1.126911402e+00f));
-        q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(-4.712523951e-04f));
+        const __m512 q = kn_v16_erfc_q(_mm512_min_ps(_mm512_set1_ps(3.925f), a));
         __m512 big = _mm512_sub_ps(_mm512_set1_ps(1.0f), kn_v16_exp(q));
         big = _mm512_castsi512_ps(_mm512_or_si512(
             _mm512_castps_si512(big), _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN))));
@@ -164,30 +150,38 @@ static inline __m512 kn_v16_erf(__m512 x) {
     return r;
 }
 
-/* 0.5 x (1 + erf(x/sqrt2)), below x/sqrt2 = -1 as 0.5 x erfc(-x/sqrt2) (relative accuracy where
- * 1 + erf cancels): the scalar kn_ew_gelu_erff's method, each part only when a lane needs it. */
+/* 0.5 x (1 + erf(z)), z = x/sqrt2, with 1 + erf(z) from erf's pieces: 1 + z P(z^2) for |z| <
+ * 0.921875; 2 - exp(Q(z)) above; exp(Q(-z)) = erfc(-z) in [-2.5, -0.921875], which keeps
+ * relative accuracy where 1 + erf cancels. Below z = -2.5 (x < -3.54; only when some lane is there)
+ * the scalar kernel's erfc form, whose relative error stays below 1e-6 where Q's float rounding
+ * (|Q| up to 18) would not; 0 below x = -10 sqrt2 (the result is below 1e-43). Each piece only
+ * when some lane needs it. */
 static inline __m512 kn_v16_gelu_erf(__m512 x) {
     const __m512 z = _mm512_mul_ps(x, _mm512_set1_ps(0.70710678118654752f));
-    const __m512 ax = _mm512_abs_ps(x);
-    const __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(z), _mm512_set1_ps(1.0f), _CMP_LT_OQ);
+    const __m512 a = _mm512_abs_ps(z);
+    const __mmask16 small = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.921875f), _CMP_LT_OQ);
     __m512 ope = _mm512_setzero_ps(); /* 1 + erf(z) */
-    if (small) ope = _mm512_add_ps(_mm512_set1_ps(1.0f), kn_v16_erf_small(z));
+    if (small) ope = _mm512_fmadd_ps(z, kn_v16_erf_p(_mm512_mul_ps(z, z)), _mm512_set1_ps(1.0f));
     if (small != 0xFFFF) {
-        const __m512 xc = _mm512_min_ps(_mm512_set1_ps(14.1421356f), _mm512_max_ps(_mm512_set1_ps(1.41421356f), ax));
-        const __m512 xx = _mm512_mul_ps(xc, xc);
-        const __m512 half = _mm512_set1_ps(0.5f);
-        const __m512 ec = kn_v16_erfc_big_zz(_mm512_mul_ps(xc, _mm512_set1_ps(0.70710678118654752f)),
-                                             _mm512_mul_ps(half, xx), _mm512_mul_ps(half, _mm512_fmsub_ps(xc, xc, xx)));
+        const __m512 e = kn_v16_exp(kn_v16_erfc_q(_mm512_min_ps(_mm512_set1_ps(3.925f), a)));
         const __mmask16 pos = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GT_OQ);
-        __m512 big = _mm512_mask_blend_ps(pos, ec, _mm512_sub_ps(_mm512_set1_ps(2.0f), ec));
-        /* below x = -10 sqrt2 the result is below 1e-43: 0, not the clamped erfc(10) times a huge x */
-        big = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-14.1421356f), _CMP_LT_OQ), big,
-                                   _mm512_setzero_ps());
+        __m512 big = _mm512_mask_blend_ps(pos, e, _mm512_sub_ps(_mm512_set1_ps(2.0f), e));
+        const __mmask16 deep = _mm512_cmp_ps_mask(z, _mm512_set1_ps(-2.5f), _CMP_LT_OQ);
+        if (deep) {
+            const __m512 ax = _mm512_abs_ps(x);
+            const __m512 xc = _mm512_min_ps(_mm512_set1_ps(14.1421356f), ax);
+            const __m512 xx = _mm512_mul_ps(xc, xc);
+            const __m512 half = _mm512_set1_ps(0.5f);
+            __m512 ec = kn_v16_erfc_big_zz(_mm512_mul_ps(xc, _mm512_set1_ps(0.70710678118654752f)),
+                                           _mm512_mul_ps(half, xx), _mm512_mul_ps(half, _mm512_fmsub_ps(xc, xc, xx)));
+            ec = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-14.1421356f), _CMP_LT_OQ), ec,
+                                      _mm512_setzero_ps());
+            big = _mm512_mask_blend_ps(deep, big, ec);
+        }
         ope = _mm512_mask_blend_ps(small, big, ope);
     }
     return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), ope);
 }
-
 
 /* 1 / (1 + exp(-x)): rcp14 and one Newton step instead of a division. */
 static inline __m512 kn_v16_sigmoid(__m512 x) {
