@@ -35,6 +35,10 @@ typedef struct kn_rnn_qgemm {
     kiln_status (*gemm)(const struct kn_rnn_qgemm *q, kn_threadpool *pool, int which, int d, const float *A, int64_t M,
                         int64_t K, float *out, int64_t ldo);
     const void *ctx;
+    /* ONNX Runtime's LSTM arithmetic, which the quantisation steps amplify: the sigmoid and tanh
+     * activations (when the node uses them), and the biases added after the products */
+    float (*sigmoid)(float);
+    float (*tanh)(float);
 } kn_rnn_qgemm;
 kiln_status kn_cpu_rnn_quantised(kn_kernel_ctx *c, const kn_rnn_qgemm *q);
 kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c); /* kiln.StackedLSTM */

@@ -158,6 +158,7 @@ typedef struct rnn_dir {
     kn_threadpool *pool; /* for that GEMM (NULL when directions run in parallel) */
     const kn_rnn_qgemm *q; /* quantised weights (DynamicQuantizeLSTM): the product goes through q */
     int dir;               /* this direction's index (for q) */
+    const float *qbias;    /* with q: Wb + Rb [4H], added after the products (and peepholes) */
     float *work;         /* scratch: see run_dir */
     kiln_status status;
 } rnn_dir;
@@ -269,6 +270,21 @@ static void make_rt(const void *ctx, void *dst) {
     for (int d = 0; d < m->nd; d++) transpose(m->r + d * m->GH * m->H, (float *)dst + d * m->H * m->GH, m->GH, m->H);
 }
 
+/* act_apply, or with q the sigmoid/tanh it brings */
+static void act_q(const rnn_dir *d, const act *a, float *v, int64_t n) {
+    float (*fn)(float) = !d->q ? NULL : a->kind == ACT_SIGMOID ? d->q->sigmoid : a->kind == ACT_TANH ? d->q->tanh : NULL;
+    if (!fn) {
+        act_apply(a, v, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) v[i] = fn(v[i]);
+}
+
+static void add_to(float *v, const float *b, int64_t n) {
+    if (b)
+        for (int64_t i = 0; i < n; i++) v[i] += b[i];
+}
+
 /* work: gates [B, GH], h [B, H], c [B, H], tmp [B, H] (GRU: r*h or h*Rh) */
 static kiln_status run_dir(rnn_dir *d) {
     int64_t T = d->T, B = d->B, H = d->H, G = d->gates, GH = G * H;
@@ -308,24 +324,29 @@ static kiln_status run_dir(rnn_dir *d) {
                         gi[i] += d->p[i] * cb[i];
                         gf[i] += d->p[2 * H + i] * cb[i];
                     }
+                const float *qb = d->qbias;
+                add_to(gi, qb, H);
+                add_to(gf, qb ? qb + 2 * H : NULL, H);
+                add_to(gc, qb ? qb + 3 * H : NULL, H);
                 clip_range(gi, H, d->clip);
-                act_apply(f, gi, H);
+                act_q(d, f, gi, H);
                 if (d->input_forget)
                     for (int64_t i = 0; i < H; i++) gf[i] = 1.0f - gi[i];
                 else {
                     clip_range(gf, H, d->clip);
-                    act_apply(f, gf, H);
+                    act_q(d, f, gf, H);
                 }
                 clip_range(gc, H, d->clip);
-                act_apply(g, gc, H);
+                act_q(d, g, gc, H);
                 /* new cell state into gc (kept apart so an inactive row keeps its state) */
                 for (int64_t i = 0; i < H; i++) gc[i] = gf[i] * cb[i] + gi[i] * gc[i];
                 if (d->p)
                     for (int64_t i = 0; i < H; i++) go[i] += d->p[H + i] * gc[i];
+                add_to(go, qb ? qb + H : NULL, H);
                 clip_range(go, H, d->clip);
-                act_apply(f, go, H);
+                act_q(d, f, go, H);
                 memcpy(gf, gc, (size_t)H * sizeof(float));
-                act_apply(hact, gf, H); /* h(C) */
+                act_q(d, hact, gf, H); /* h(C) */
                 if (active) {
                     memcpy(cb, gc, (size_t)H * sizeof(float));
                     for (int64_t i = 0; i < H; i++) hb[i] = go[i] * gf[i];
@@ -431,6 +452,7 @@ static kiln_status rnn(kn_kernel_ctx *c, const kn_rnn_qgemm *q) {
     if (T == 0 || Bn == 0) return KILN_OK; /* outputs stay zero */
 
     int64_t *lens = NULL;
+    float *qbias = NULL;
     kiln_status st = KILN_OK;
     int big = Bn >= 16; /* recurrent product through the GEMM */
     float *wv = q ? NULL : kn_nn_f32_view(W), *rv = q ? NULL : kn_nn_f32_view(R);
@@ -463,6 +485,10 @@ static kiln_status rnn(kn_kernel_ctx *c, const kn_rnn_qgemm *q) {
     }
     float *xs = mem, *xw = xs + n_x, *rt = xw + n_xw, *h0s = rt + n_rt, *c0s = h0s + n_st;
     float *yh = c0s + n_st, *yc = yh + n_st, *work = yc + n_st, *ys = work + n_work;
+    if (q && !(qbias = malloc(sizeof(float) * (size_t)(nd * GH)))) {
+        st = KN_OOM();
+        goto done;
+    }
     if (L) {
         lens = malloc((size_t)Bn * sizeof *lens);
         if (!lens) {
@@ -494,12 +520,14 @@ static kiln_status rnn(kn_kernel_ctx *c, const kn_rnn_qgemm *q) {
         float *xwd = xw + d * T * Bn * GH;
         const float *bd = bv ? bv + d * 2 * GH : NULL;
         /* folded bias: Wb + Rb, except the GRU h gate with linear_before_reset keeps Rbh apart */
+        float *qb = q ? qbias + d * GH : NULL; /* with q: the biases wait until after the products */
         for (int64_t j = 0; j < GH; j++) {
             float b = 0;
             if (bd) {
                 b = bd[j];
                 if (!(G == 3 && at.linear_before_reset && j >= 2 * H)) b += bd[GH + j];
             }
+            if (qb) qb[j] = b, b = 0.0f;
             xwd[j] = b;
         }
         for (int64_t r = 1; r < T * Bn; r++) memcpy(xwd + r * GH, xwd, (size_t)GH * sizeof(float));
@@ -532,6 +560,7 @@ static kiln_status rnn(kn_kernel_ctx *c, const kn_rnn_qgemm *q) {
         di->input_forget = at.input_forget;
         di->gemm = big;
         di->q = q;
+        di->qbias = qb && bd ? qb : NULL;
         di->dir = d;
         di->work = work + d * (Bn * GH + 3 * Bn * H);
     }
@@ -583,6 +612,7 @@ static kiln_status rnn(kn_kernel_ctx *c, const kn_rnn_qgemm *q) {
 done:
     kn_tensor_free(scratch);
     free(lens);
+    free(qbias);
     if (!q) {
         kn_nn_release(W, wv);
         kn_nn_release(R, rv);

@@ -612,7 +612,7 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
         q.w[w] = wp;
     }
     if (st == KILN_OK) {
-        kn_rnn_qgemm g = {dqlstm_gemm, &q};
+        kn_rnn_qgemm g = {dqlstm_gemm, &q, kn_qc_mlas_logistic, kn_qc_mlas_tanh};
         st = kn_cpu_rnn_quantised(c, &g);
     }
     free((void *)own[0]);

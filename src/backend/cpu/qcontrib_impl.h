@@ -22,6 +22,10 @@ float kn_qc_scale(const kn_tensor *t, int64_t i);
 float kn_qc_requant(float v, int32_t zp, bool is_signed, int32_t *out);
 
 /* qcontrib_linear.c */
+/* MLAS's logistic and tanh (their FMA3 kernels' rational approximations), as ONNX Runtime's
+ * QLinearSigmoid tables and quantised LSTM compute them */
+float kn_qc_mlas_logistic(float x);
+float kn_qc_mlas_tanh(float x);
 kiln_status kn_cpu_qlinear_add(kn_kernel_ctx *c);
 kiln_status kn_cpu_qlinear_mul(kn_kernel_ctx *c);
 kiln_status kn_cpu_qlinear_sigmoid(kn_kernel_ctx *c);

@@ -130,7 +130,7 @@ kiln_status kn_cpu_qlinear_mul(kn_kernel_ctx *c) { return run_binary(c, true); }
 /* ------------------------------------------------------------------ table-driven unary operators */
 
 /* MlasComputeLogistic (its FMA3 kernel): a rational approximation over [-18, 18]. */
-static float mlas_logistic(float x) {
+float kn_qc_mlas_logistic(float x) {
     float v = x < -18.0f ? -18.0f : x;
     v = v > 18.0f ? 18.0f : v;
     float v2 = v * v;
@@ -148,6 +148,24 @@ static float mlas_logistic(float x) {
     return r < 0.0f ? 0.0f : r > 1.0f ? 1.0f : r;
 }
 
+/* MlasComputeTanh (its FMA3 kernel): a rational approximation over [-9, 9]. */
+float kn_qc_mlas_tanh(float x) {
+    float v = x < -9.0f ? -9.0f : x;
+    v = v > 9.0f ? 9.0f : v;
+    float v2 = v * v;
+    float p = fmaf(v2, -2.76076847742355e-16f, 2.00018790482477e-13f);
+    p = fmaf(p, v2, -8.60467152213735e-11f);
+    p = fmaf(p, v2, 5.12229709037114e-08f);
+    p = fmaf(p, v2, 1.48572235717979e-05f);
+    p = fmaf(p, v2, 6.37261928875436e-04f);
+    p = fmaf(p, v2, 4.89352455891786e-03f);
+    p = p * v;
+    float q = fmaf(v2, 1.19825839466702e-06f, 1.18534705686654e-04f);
+    q = fmaf(q, v2, 2.26843463243900e-03f);
+    q = fmaf(q, v2, 4.89352518554385e-03f);
+    return p / q;
+}
+
 typedef enum { T_IDENTITY, T_SIGMOID, T_LEAKY } table_fn;
 
 /* table[byte] for x of type dt (the byte read as dt). */
@@ -157,7 +175,7 @@ static void build_table(uint8_t *table, kiln_dtype dt, float sx, int32_t zx, flo
     for (int i = 0; i < 256; i++) {
         int32_t x = sg ? (int32_t)(int8_t)(uint8_t)i : i;
         float v = sx * (float)(x - zx);
-        if (fn == T_SIGMOID) v = mlas_logistic(v);
+        if (fn == T_SIGMOID) v = kn_qc_mlas_logistic(v);
         else if (fn == T_LEAKY) v = v >= 0.0f ? v : alpha * v;
         table[i] = (uint8_t)quantize(v, sy, zy, sg);
     }
