@@ -39,8 +39,10 @@ static inline __m512 kn_v16_exp_neg(__m512 x) {
 /* exp(x) for every lane: overflow gives inf, underflow the correctly scaled subnormal or 0, NaN
  * stays NaN. x is clamped to [-104, 89] (beyond both ends the result is already 0 or inf; the
  * clamp keeps the reduction exact), n = round(x / ln2), exp(x) = 2^n exp(r), r = x - n ln2 in
- * two parts, exp(r) by its Taylor series through r^7 (|r| <= ln2/2: truncation < 6e-9), 2^n by
- * scalef (one rounding, subnormals included). Measured: 1 ulp against double. */
+ * two parts, exp(r) = 1 + r + r^2 P(r) with P of degree 3 fitted for kiln (weighted least squares
+ * on |r| <= ln2/2: 1.1e-7 relative), 2^n by scalef (one rounding, subnormals included).
+ * Measured: 1.8e-7 relative against double (about 2 ulp); a degree-7 Taylor series was 7.6e-8
+ * and 25% slower, which for Exp alone is the difference to ONNX Runtime. */
 static inline __m512 kn_v16_exp(__m512 x) {
     x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
     x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
@@ -48,12 +50,10 @@ static inline __m512 kn_v16_exp(__m512 x) {
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    __m512 p = _mm512_set1_ps(8.312495425e-03f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.189033434e-02f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.666711569e-01f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.999923110e-01f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
