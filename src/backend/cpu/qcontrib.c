@@ -168,7 +168,13 @@ static kiln_status run_matmul_nbits(kn_kernel_ctx *c) {
     kn_tensor *Y = c->out[0];
     int64_t K = kn_attr_int(c->node, "K", 0), N = kn_attr_int(c->node, "N", 0);
     int64_t bits = kn_attr_int(c->node, "bits", 4), bs = kn_attr_int(c->node, "block_size", 0);
+    if (K <= 0 || N <= 0 || bs < 16 || (bs & (bs - 1)) || (bits != 2 && bits != 4 && bits != 8))
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "K=%lld, N=%lld, bits=%lld, block_size=%lld are not supported",
+                               (long long)K, (long long)N, (long long)bits, (long long)bs);
     int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8;
+    if (A->rank < 1 || A->dims[A->rank - 1] != K || Y->rank != A->rank || Y->dims[Y->rank - 1] != N)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "A's last dimension must be K=%lld (and Y's N=%lld)", (long long)K,
+                               (long long)N);
     if (kn_tensor_count(B) != N * kb * blob)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "B has %lld bytes; K=%lld, N=%lld, bits=%lld, block_size=%lld need %lld",
                                (long long)kn_tensor_count(B), (long long)K, (long long)N, (long long)bits, (long long)bs,

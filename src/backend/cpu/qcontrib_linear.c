@@ -224,6 +224,11 @@ kiln_status kn_cpu_qlinear_concat(kn_kernel_ctx *c) {
         if (!X || X->dtype != Y->dtype || X->rank != r)
             return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "input %d must be a %s tensor of rank %d", t,
                                    kiln_dtype_name(Y->dtype), r);
+        for (int d = 0; d < r; d++)
+            if (d != axis && X->dims[d] != Y->dims[d])
+                return kn_kernel_error(c, KILN_ERR_SHAPE, "input %d differs from the output in dimension %d", t, d);
+        if (off + X->dims[axis] * inner > yrow)
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "the inputs are longer along axis %d than the output", axis);
         float sx;
         int32_t zx;
         KN_TRY(qparams(c, t, t + 1, t + 2, &sx, &zx));
