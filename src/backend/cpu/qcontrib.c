@@ -528,17 +528,22 @@ typedef struct dqlstm {
     const kn_tensor *scale[2];
     int64_t nscale[2];   /* per direction: 1 or 4H */
     int64_t K[2], GH;
+    /* per direction (they may run at once): quantised A, the int32 and float products, sized for
+     * the largest product (the input projection's T*B rows) */
+    float *ap[2], *tmp[2];
+    int32_t *acc[2];
+    int64_t cap_a, cap_c;
 } dqlstm;
 
 static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int which, int d, const float *A, int64_t M,
                                int64_t K, float *out, int64_t ldo) {
     const dqlstm *x = q->ctx;
     int64_t N = x->GH;
-    float *Ap = malloc(sizeof(float) * (size_t)(M * K > 0 ? M * K : 1));
-    int32_t *acc = malloc(sizeof(int32_t) * (size_t)(M * N > 0 ? M * N : 1));
-    float *tmp = malloc(sizeof(float) * (size_t)(M * N > 0 ? M * N : 1));
-    kiln_status st = Ap && acc && tmp ? KILN_OK : KN_OOM();
-    if (st == KILN_OK) {
+    if (M * K > x->cap_a || M * N > x->cap_c) return kn_error(KILN_ERR_INTERNAL, "%s:%d: product larger than planned", __FILE__, __LINE__);
+    float *Ap = x->ap[d], *tmp = x->tmp[d];
+    int32_t *acc = x->acc[d];
+    kiln_status st = KILN_OK;
+    {
         float s = dyn_quant(A, M * K, Ap);
         st = igemm_on(pool, M, N, K, Ap, x->w[which] + d * K * N, false, acc, tmp);
         if (st != KILN_OK) st = kn_error(st, "out of memory in the GEMM");
@@ -547,9 +552,6 @@ static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int w
             for (int64_t j = 0; j < N; j++)
                 out[i * ldo + j] += (float)acc[i * N + j] * (s * kn_qc_scale(x->scale[which], d * ns + (ns == 1 ? 0 : j)));
     }
-    free(Ap);
-    free(acc);
-    free(tmp);
     return st;
 }
 
@@ -617,9 +619,24 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
         }
         q.w[w] = wp;
     }
+    int64_t TB = X->dims[0] * X->dims[1], I = X->dims[2];
+    q.cap_a = TB * I > X->dims[1] * H ? TB * I : X->dims[1] * H;
+    q.cap_c = TB * GH;
+    for (int d = 0; d < nd && d < 2 && st == KILN_OK; d++) {
+        q.ap[d] = malloc(sizeof(float) * (size_t)(q.cap_a > 0 ? q.cap_a : 1));
+        q.tmp[d] = malloc(sizeof(float) * (size_t)(q.cap_c > 0 ? q.cap_c : 1));
+        q.acc[d] = malloc(sizeof(int32_t) * (size_t)(q.cap_c > 0 ? q.cap_c : 1));
+        if (!q.ap[d] || !q.tmp[d] || !q.acc[d]) st = oom(c);
+    }
+    if (st == KILN_OK && nd > 2) st = kn_kernel_error(c, KILN_ERR_SHAPE, "W has %lld directions; at most 2", (long long)nd);
     if (st == KILN_OK) {
         kn_rnn_qgemm g = {dqlstm_gemm, &q, kn_qc_mlas_logistic, kn_qc_mlas_tanh};
         st = kn_cpu_rnn_quantised(c, &g);
+    }
+    for (int d = 0; d < 2; d++) {
+        free(q.ap[d]);
+        free(q.tmp[d]);
+        free(q.acc[d]);
     }
     free((void *)own[0]);
     free((void *)own[1]);
