@@ -548,6 +548,18 @@ def quantised_contrib_tests(out, rng):
     nbits("matmulnbits_g_idx_float_zp", (3,), 128, 16, 32, zp="float", gidx=True)
     nbits("matmulnbits_g_idx_no_zp", (3,), 128, 16, 32, gidx=True)
     nbits("matmulnbits_accuracy_level1", (4,), 128, 16, 32, zp="packed", accuracy_level=1)
+    # accuracy_level 4: onnxruntime's int8 compute type (A quantised per row and block)
+    for bs in (16, 32, 64, 128):
+        nbits(f"matmulnbits_acc4_b{bs}", (3,), 256, 24, bs, zp="packed", accuracy_level=4, consts=True)
+    nbits("matmulnbits_acc4_gemv_no_zp", (1,), 512, 40, 32, accuracy_level=4, consts=True)
+    nbits("matmulnbits_acc4_k_tail_bias", (2, 3), 200, 20, 32, zp="packed", bias=True, accuracy_level=4, consts=True)
+    # weights that are graph inputs: onnxruntime cannot prepack them and computes in float32
+    nbits("matmulnbits_acc4_weights_not_constant", (2, 3), 192, 20, 32, zp="packed", accuracy_level=4)
+    nbits("matmulnbits_acc4_float_zp", (3,), 128, 16, 32, zp="float", accuracy_level=4, consts=True)
+    nbits("matmulnbits_acc4_fp16", (3,), 128, 16, 32, zp="packed", fp16=True, accuracy_level=4, consts=True)
+    nbits("matmulnbits_acc4_bits8", (3,), 128, 16, 32, bits=8, zp="packed", accuracy_level=4, consts=True)
+    nbits("matmulnbits_acc4_bits2", (3,), 128, 16, 32, bits=2, zp="packed", accuracy_level=4, consts=True)
+    nbits("matmulnbits_acc4_g_idx", (3,), 128, 16, 32, zp="float", gidx=True, accuracy_level=4, consts=True)
     nbits("matmulnbits_bits8", (3,), 128, 16, 32, bits=8, zp="packed")
     nbits("matmulnbits_bits2", (3,), 128, 16, 32, bits=2, zp="packed")
 

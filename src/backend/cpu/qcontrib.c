@@ -129,6 +129,7 @@ static const float *bprime(kn_kernel_ctx *c, int bi, int zi, int64_t K, int64_t 
 typedef struct nbits_ctx {
     const kn_tensor *B, *scales, *zp, *gidx;
     int64_t K, N, bits, bs, kb;
+    bool unscaled; /* W = q - zero point, the scales applied later (accuracy_level 4) */
 } nbits_ctx;
 
 /* W (N x K floats) = (q - zero point) * scale, block by block (or by g_idx). With g_idx, ONNX
@@ -157,9 +158,43 @@ static void make_nbits(const void *ctx, void *dst) {
                     z = kn_qc_scale(p->zp, n * p->kb + gb);
                 }
             }
-            W[n * p->K + k] = ((float)q - z) * kn_qc_scale(p->scales, n * p->kb + gb);
+            W[n * p->K + k] = p->unscaled ? (float)q - z : ((float)q - z) * kn_qc_scale(p->scales, n * p->kb + gb);
         }
     }
+}
+
+/* Y (M x N) = sum over blocks b of dot(Aq[m, b], W'[n, b]) * sa[m, b] * S[n, b]: each block's
+ * integer products through the float GEMM (|aq| <= 127, |w'| <= 255, blocks of at most 256:
+ * sums below 2^24, exact) */
+static kiln_status nbits_int8(kn_kernel_ctx *c, const float *A, const float *W, const kn_tensor *S, int64_t M, int64_t N,
+                              int64_t K, int64_t bs, int64_t kb, float *Y) {
+    float *aq = malloc(sizeof(float) * (size_t)(M * K)), *sa = malloc(sizeof(float) * (size_t)(M * kb));
+    float *tmp = malloc(sizeof(float) * (size_t)(M * N));
+    kiln_status st = aq && sa && tmp ? KILN_OK : oom(c);
+    for (int64_t m = 0; st == KILN_OK && m < M; m++)
+        for (int64_t b = 0; b < kb; b++) {
+            int64_t k0 = b * bs, k1 = k0 + bs < K ? k0 + bs : K;
+            float amax = 0.0f;
+            for (int64_t k = k0; k < k1; k++) amax = fabsf(A[m * K + k]) > amax ? fabsf(A[m * K + k]) : amax;
+            float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+            sa[m * kb + b] = amax / 127.0f;
+            for (int64_t k = k0; k < k1; k++) aq[m * K + k] = nearbyintf(A[m * K + k] * inv);
+        }
+    for (int64_t i = 0; st == KILN_OK && i < M * N; i++) Y[i] = 0.0f;
+    for (int64_t b = 0; st == KILN_OK && b < kb; b++) {
+        int64_t k0 = b * bs, kc = K - k0 < bs ? K - k0 : bs;
+        st = kn_sgemm(c->pool, false, true, M, N, kc, 1.0f, aq + k0, K, W + k0, K, 0.0f, tmp, N);
+        if (st != KILN_OK) {
+            st = kn_kernel_error(c, st, "out of memory in the GEMM");
+            break;
+        }
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) Y[m * N + n] += tmp[m * N + n] * (sa[m * kb + b] * kn_qc_scale(S, n * kb + b));
+    }
+    free(aq);
+    free(sa);
+    free(tmp);
+    return st;
 }
 
 static kiln_status run_matmul_nbits(kn_kernel_ctx *c) {
@@ -209,13 +244,20 @@ static kiln_status run_matmul_nbits(kn_kernel_ctx *c) {
                                (long long)N);
     int64_t M = K ? kn_tensor_count(A) / K : 0;
     if (M * N == 0) return KILN_OK;
-    nbits_ctx pc = {B, S, zp, gidx, K, N, bits, bs, kb};
+    /* accuracy_level 4: ONNX Runtime's int8 compute type, which it uses for constant (prepacked)
+     * weights without g_idx and with integer zero points: A quantised per row and block to int8
+     * (scale max|a| / 127, round half to even), integer block dot products scaled by both blocks'
+     * scales. Otherwise it dequantises, as here. */
+    bool int8 = kn_attr_int(c->node, "accuracy_level", 0) == 4 && bs <= 256 && !gidx &&
+                (!zp || zp->dtype == KILN_DTYPE_UINT8) &&
+                kn_qc_is_const(c, 1) && kn_qc_is_const(c, 2) && (!zp || kn_qc_is_const(c, 3));
+    nbits_ctx pc = {B, S, zp, gidx, K, N, bits, bs, kb, int8};
     size_t wbytes = sizeof(float) * (size_t)(N * K);
     const float *W = NULL;
     float *Wown = NULL;
-    bool consts = kn_qc_is_const(c, 2) && (!zp || kn_qc_is_const(c, 3)) && (!gidx || kn_qc_is_const(c, 4));
+    bool consts = (int8 || kn_qc_is_const(c, 2)) && (!zp || kn_qc_is_const(c, 3)) && (!gidx || kn_qc_is_const(c, 4));
     if (consts) {
-        kn_const_layout lay = {40, {N, K, bs * 16 + bits, (int64_t)(intptr_t)S}};
+        kn_const_layout lay = {int8 ? 44 : 40, {N, K, bs * 16 + bits, (int64_t)(intptr_t)(int8 ? zp : S)}};
         W = kn_cpu_const_derived(c, 1, &lay, wbytes, make_nbits, &pc);
     }
     if (!W) {
@@ -228,7 +270,9 @@ static kiln_status run_matmul_nbits(kn_kernel_ctx *c) {
     float *Yf = y32 ? Y->data : malloc(sizeof(float) * (size_t)(M * N));
     kiln_status st = KILN_OK;
     if (!Af || !Yf) st = oom(c);
-    else {
+    else if (int8) {
+        st = nbits_int8(c, Af, W, S, M, N, K, bs, kb, Yf);
+    } else {
         st = kn_sgemm(c->pool, false, true, M, N, K, 1.0f, Af, K, W, K, 0.0f, Yf, N);
         if (st != KILN_OK) st = kn_kernel_error(c, st, "out of memory in the GEMM");
     }
