@@ -130,6 +130,7 @@ typedef struct nbits_ctx {
     const kn_tensor *B, *scales, *zp, *gidx;
     int64_t K, N, bits, bs, kb;
     bool unscaled; /* W = q - zero point, the scales applied later (accuracy_level 4) */
+    int64_t n0, n1; /* the rows of W made (row n at (n - n0) * K) */
 } nbits_ctx;
 
 /* W (N x K floats) = (q - zero point) * scale, block by block (or by g_idx). With g_idx, ONNX
@@ -144,7 +145,7 @@ static void make_nbits(const void *ctx, void *dst) {
     const int32_t *g = p->gidx ? p->gidx->data : NULL;
     const bool zq = p->zp && p->zp->dtype == KILN_DTYPE_UINT8 && !g;
     const float zdef = (float)(1 << (p->bits - 1));
-    for (int64_t n = 0; n < p->N; n++) {
+    for (int64_t n = p->n0; n < p->n1; n++) {
         for (int64_t k = 0; k < p->K; k++) {
             int64_t b = k / p->bs, j = k % p->bs, off = j * p->bits;
             int q = (B[(n * p->kb + b) * blob + off / 8] >> (off % 8)) & mask;
@@ -158,20 +159,15 @@ static void make_nbits(const void *ctx, void *dst) {
                     z = kn_qc_scale(p->zp, n * p->kb + gb);
                 }
             }
-            W[n * p->K + k] = p->unscaled ? (float)q - z : ((float)q - z) * kn_qc_scale(p->scales, n * p->kb + gb);
+            W[(n - p->n0) * p->K + k] = p->unscaled ? (float)q - z : ((float)q - z) * kn_qc_scale(p->scales, n * p->kb + gb);
         }
     }
 }
 
-/* Y (M x N) = sum over blocks b of dot(Aq[m, b], W'[n, b]) * sa[m, b] * S[n, b]: each block's
- * integer products through the float GEMM (|aq| <= 127, |w'| <= 255, blocks of at most 256:
- * sums below 2^24, exact) */
-static kiln_status nbits_int8(kn_kernel_ctx *c, const float *A, const float *W, const kn_tensor *S, int64_t M, int64_t N,
-                              int64_t K, int64_t bs, int64_t kb, float *Y) {
-    float *aq = malloc(sizeof(float) * (size_t)(M * K)), *sa = malloc(sizeof(float) * (size_t)(M * kb));
-    float *tmp = malloc(sizeof(float) * (size_t)(M * N));
-    kiln_status st = aq && sa && tmp ? KILN_OK : oom(c);
-    for (int64_t m = 0; st == KILN_OK && m < M; m++)
+/* A quantised per row and block to int8 as ONNX Runtime's int8 compute type does: aq (M x K)
+ * holds the integers, sa (M x kb) the scales max|a| / 127. */
+static void nbits_quantise_a(const float *A, int64_t M, int64_t K, int64_t bs, int64_t kb, float *aq, float *sa) {
+    for (int64_t m = 0; m < M; m++)
         for (int64_t b = 0; b < kb; b++) {
             int64_t k0 = b * bs, k1 = k0 + bs < K ? k0 + bs : K;
             float amax = 0.0f;
@@ -180,21 +176,56 @@ static kiln_status nbits_int8(kn_kernel_ctx *c, const float *A, const float *W, 
             sa[m * kb + b] = amax / 127.0f;
             for (int64_t k = k0; k < k1; k++) aq[m * K + k] = nearbyintf(A[m * K + k] * inv);
         }
-    for (int64_t i = 0; st == KILN_OK && i < M * N; i++) Y[i] = 0.0f;
-    for (int64_t b = 0; st == KILN_OK && b < kb; b++) {
+}
+
+/* The product for rows n0 .. n0+tn of W (W points at row n0; Y is M x N, written in columns n0..):
+ * float32, or (aq set) sum over blocks b of dot(aq[m, b], W'[n, b]) * sa[m, b] * S[n, b], each
+ * block's integer products through the float GEMM (|aq| <= 127, |w'| <= 255, blocks of at most
+ * 256: sums below 2^24, exact). tmp: M x tn floats (int8 only). */
+static kiln_status nbits_tile(kn_threadpool *pool, const float *A, const float *aq, const float *sa, const float *W,
+                              const kn_tensor *S, int64_t M, int64_t N, int64_t K, int64_t bs, int64_t kb, int64_t n0,
+                              int64_t tn, float *Y, float *tmp) {
+    if (!aq) return kn_sgemm(pool, false, true, M, tn, K, 1.0f, A, K, W, K, 0.0f, Y + n0, N);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < tn; n++) Y[m * N + n0 + n] = 0.0f;
+    for (int64_t b = 0; b < kb; b++) {
         int64_t k0 = b * bs, kc = K - k0 < bs ? K - k0 : bs;
-        st = kn_sgemm(c->pool, false, true, M, N, kc, 1.0f, aq + k0, K, W + k0, K, 0.0f, tmp, N);
-        if (st != KILN_OK) {
-            st = kn_kernel_error(c, st, "out of memory in the GEMM");
-            break;
-        }
+        KN_TRY(kn_sgemm(pool, false, true, M, tn, kc, 1.0f, aq + k0, K, W + k0, K, 0.0f, tmp, tn));
         for (int64_t m = 0; m < M; m++)
-            for (int64_t n = 0; n < N; n++) Y[m * N + n] += tmp[m * N + n] * (sa[m * kb + b] * kn_qc_scale(S, n * kb + b));
+            for (int64_t n = 0; n < tn; n++)
+                Y[m * N + n0 + n] += tmp[m * tn + n] * (sa[m * kb + b] * kn_qc_scale(S, (n0 + n) * kb + b));
     }
-    free(aq);
-    free(sa);
+    return KILN_OK;
+}
+
+/* Weights not kept whole: tiles of rows dequantised per task and multiplied on the pool. */
+typedef struct nbits_job {
+    nbits_ctx pc;
+    const float *A, *aq, *sa;
+    float *Y;
+    int64_t M, tn;
+    int failed;
+} nbits_job;
+
+static void nbits_tiles(void *arg, int64_t t0, int64_t t1) {
+    nbits_job *j = arg;
+    const nbits_ctx *p = &j->pc;
+    float *w = malloc(sizeof(float) * (size_t)(j->tn * p->K)), *tmp = j->aq ? malloc(sizeof(float) * (size_t)(j->M * j->tn)) : NULL;
+    if (!w || (j->aq && !tmp)) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        t1 = t0;
+    }
+    for (int64_t t = t0; t < t1; t++) {
+        nbits_ctx pc = *p;
+        pc.n0 = t * j->tn;
+        pc.n1 = pc.n0 + j->tn < p->N ? pc.n0 + j->tn : p->N;
+        make_nbits(&pc, w);
+        if (nbits_tile(NULL, j->A, j->aq, j->sa, w, p->scales, j->M, p->N, p->K, p->bs, p->kb, pc.n0, pc.n1 - pc.n0, j->Y,
+                       tmp) != KILN_OK)
+            __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+    }
+    free(w);
     free(tmp);
-    return st;
 }
 
 static kiln_status run_matmul_nbits(kn_kernel_ctx *c) {
@@ -251,31 +282,39 @@ static kiln_status run_matmul_nbits(kn_kernel_ctx *c) {
     bool int8 = kn_attr_int(c->node, "accuracy_level", 0) == 4 && bs <= 256 && !gidx &&
                 (!zp || zp->dtype == KILN_DTYPE_UINT8) &&
                 kn_qc_is_const(c, 1) && kn_qc_is_const(c, 2) && (!zp || kn_qc_is_const(c, 3));
-    nbits_ctx pc = {B, S, zp, gidx, K, N, bits, bs, kb, int8};
+    nbits_ctx pc = {B, S, zp, gidx, K, N, bits, bs, kb, int8, 0, N};
+    /* constant weights are dequantised once per session when the float copy is small (it is 8
+     * times the 4-bit weights: an LLM's would not fit); otherwise tile by tile on every run */
     size_t wbytes = sizeof(float) * (size_t)(N * K);
     const float *W = NULL;
-    float *Wown = NULL;
     bool consts = (int8 || kn_qc_is_const(c, 2)) && (!zp || kn_qc_is_const(c, 3)) && (!gidx || kn_qc_is_const(c, 4));
-    if (consts) {
+    if (consts && wbytes <= ((size_t)64 << 20)) {
         kn_const_layout lay = {int8 ? 44 : 40, {N, K, bs * 16 + bits, (int64_t)(intptr_t)(int8 ? zp : S)}};
         W = kn_cpu_const_derived(c, 1, &lay, wbytes, make_nbits, &pc);
-    }
-    if (!W) {
-        if (!(Wown = malloc(wbytes))) return oom(c);
-        make_nbits(&pc, Wown);
-        W = Wown;
     }
     bool aown = false, y32 = Y->dtype == KILN_DTYPE_FLOAT;
     const float *Af = kn_linalg_f32_in(A, &aown);
     float *Yf = y32 ? Y->data : malloc(sizeof(float) * (size_t)(M * N));
+    float *aq = int8 ? malloc(sizeof(float) * (size_t)(M * K)) : NULL, *sa = int8 ? malloc(sizeof(float) * (size_t)(M * kb)) : NULL;
+    float *tmp = int8 && W ? malloc(sizeof(float) * (size_t)(M * N)) : NULL;
     kiln_status st = KILN_OK;
-    if (!Af || !Yf) st = oom(c);
-    else if (int8) {
-        st = nbits_int8(c, Af, W, S, M, N, K, bs, kb, Yf);
-    } else {
-        st = kn_sgemm(c->pool, false, true, M, N, K, 1.0f, Af, K, W, K, 0.0f, Yf, N);
-        if (st != KILN_OK) st = kn_kernel_error(c, st, "out of memory in the GEMM");
+    if (!Af || !Yf || (int8 && (!aq || !sa || (W && !tmp)))) st = oom(c);
+    else {
+        if (int8) nbits_quantise_a(Af, M, K, bs, kb, aq, sa);
+        if (W) {
+            st = nbits_tile(c->pool, Af, aq, sa, W, S, M, N, K, bs, kb, 0, N, Yf, tmp);
+            if (st != KILN_OK) st = kn_kernel_error(c, st, "out of memory in the GEMM");
+        } else {
+            int64_t tn = ((int64_t)1 << 18) / K; /* about 1 MiB of floats per tile */
+            tn = tn < 16 ? 16 : tn > 256 ? 256 : tn;
+            nbits_job j = {pc, Af, aq, sa, Yf, M, tn, 0};
+            kn_parallel_for(c->pool, (N + tn - 1) / tn, 1, nbits_tiles, &j);
+            if (j.failed) st = oom(c);
+        }
     }
+    free(aq);
+    free(sa);
+    free(tmp);
     if (st == KILN_OK && bias) {
         bool bown = false;
         const float *bf = kn_linalg_f32_in(bias, &bown);
@@ -288,7 +327,6 @@ static kiln_status run_matmul_nbits(kn_kernel_ctx *c) {
     if (st == KILN_OK && !y32) kn_linalg_f32_out(Yf, Y, M * N);
     if (aown) free((void *)Af);
     if (!y32) free(Yf);
-    free(Wown);
     return st;
 }
 
