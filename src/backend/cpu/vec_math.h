@@ -59,34 +59,28 @@ static inline __m512 kn_v16_exp(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* exp(x) - 1 for x in [-88, 88] (the caller clamps), accurate near 0: 2^n (expm1(r) + 1) - 1 as
- * 2^n expm1(r) + (2^n - 1), expm1(r) by Taylor through r^8 (the scalar kn_ew_expm1f's form). */
-static inline __m512 kn_v16_expm1(__m512 x) {
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 40320.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 5040.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    const __m512 q = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
-    const __m512 s = _mm512_scalef_ps(_mm512_set1_ps(1.0f), n);
-    return _mm512_fmadd_ps(s, q, _mm512_sub_ps(s, _mm512_set1_ps(1.0f)));
-}
-
-/* tanh(x) = sign(x) e / (e + 2), e = expm1(2|x|), |x| clamped to 9 (tanh(9) rounds to 1): odd
- * by construction (tanh(-0) = -0), NaN stays NaN. Measured: 2 ulp against double. */
+/* tanh(x) as the rational function Eigen uses (ptanh_float: odd degree 13 over even degree 6,
+ * x clamped to +-7.9053): no exp, 11 FMAs and one division. Measured: 2.9e-7 relative against
+ * double (the clamp itself at |x| near 8), odd (tanh(-0) = -0), NaN stays NaN; 20% faster than
+ * sign(x) expm1(2|x|) / (expm1(2|x|) + 2). */
 static inline __m512 kn_v16_tanh(__m512 x) {
-    const __m512 sign = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
-    __m512 a = _mm512_castsi512_ps(_mm512_andnot_si512(_mm512_set1_epi32(INT32_MIN), _mm512_castps_si512(x)));
-    a = _mm512_min_ps(_mm512_set1_ps(9.0f), a);
-    const __m512 e = kn_v16_expm1(_mm512_add_ps(a, a));
-    const __m512 t = _mm512_div_ps(e, _mm512_add_ps(e, _mm512_set1_ps(2.0f)));
-    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), _mm512_castps_si512(sign)));
+    const __m512 c = _mm512_set1_ps(7.90531110763549805f);
+    x = _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), c), x);
+    x = _mm512_min_ps(c, x);
+    const __m512 x2 = _mm512_mul_ps(x, x);
+    __m512 p = _mm512_set1_ps(-2.76076847742355e-16f);
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(2.00018790482477e-13f));
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-8.60467152213735e-11f));
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(5.12229709037114e-08f));
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(1.48572235717979e-05f));
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(6.37261928875436e-04f));
+    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(4.89352455891786e-03f));
+    p = _mm512_mul_ps(p, x);
+    __m512 q = _mm512_set1_ps(1.19825839466702e-06f);
+    q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(1.18534705686654e-04f));
+    q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(2.26843463243900e-03f));
+    q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(4.89352518554385e-03f));
+    return _mm512_div_ps(p, q);
 }
 
 /* erfc(z) for z in [1, 10] given z^2 = zz + zz_err: the scalar kn_ew_erfc_big_zz's fit. */
