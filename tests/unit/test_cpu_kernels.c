@@ -874,3 +874,74 @@ KN_TEST(cpu_unary_activations_accuracy) {
     check_unary_accuracy("Gelu", "tanh", -20.0f, 20.0f, 3e-5, 1e-36);
     check_unary_accuracy("Gelu", "tanh", -4.0f, 20.0f, 2e-6, 1e-36);
 }
+
+/* ------------------------------------------------------------------ BatchNormalization */
+
+/* Inference BatchNormalization on [N, C, inner] against the definition in double:
+ * y = (x - mean[c]) / sqrt(var[c] + eps) * scale[c] + bias[c]. The kernel writes every output
+ * element itself (the executor no longer zeroes its output first): a second session run over other
+ * values must not leave the first run's values anywhere. */
+static void check_batchnorm(int64_t N, int64_t C, int64_t inner) {
+    tmb b;
+    tmb_init(&b, 15);
+    const int64_t xd[3] = {N, C, inner}, pd[1] = {C};
+    int in[5];
+    in[0] = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 3, xd, NULL);
+    in[1] = tmb_const(&b, "s", 1, pd, 2.0f);
+    in[2] = tmb_const(&b, "b", 1, pd, 1.0f);
+    in[3] = tmb_const(&b, "m", 1, pd, 1.0f);
+    in[4] = tmb_const(&b, "v", 1, pd, 0.5f);
+    float *prm = malloc(sizeof(float) * (size_t)(4 * C));
+    for (int k = 0; k < 4; k++) memcpy(prm + k * C, b.g->values[in[1 + k]].constant->data, sizeof(float) * (size_t)C);
+    for (int64_t c = 0; c < C; c++) { /* variances in [0.5, 1.5) */
+        prm[3 * C + c] += 1.0f;
+        ((float *)b.g->values[in[4]].constant->data)[c] = prm[3 * C + c];
+    }
+    int y = tmb_value(&b, "y");
+    tmb_node(&b, "BatchNormalization", in, 5, y);
+    tmb_output(&b, y);
+    size_t size;
+    unsigned char *data = tmb_finish(&b, &size);
+    kiln_tensor *X;
+    kiln_tensor_create(KILN_DTYPE_FLOAT, xd, 3, &X);
+    float *xv = kiln_tensor_data(X);
+    kiln_session_options *o;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session_options_set_intra_op_threads(o, 1);
+    kiln_session *s = NULL;
+    CHECK_STATUS(kiln_session_create_from_memory(data, size, NULL, o, &s), KILN_OK);
+    kiln_session_options_destroy(o);
+    free(data);
+    uint32_t seed = (uint32_t)(inner + C);
+    for (int run = 0; s && run < 2; run++) {
+        for (int64_t i = 0; i < N * C * inner; i++) xv[i] = (run ? -4.0f : 4.0f) * tmb_rand(&seed);
+        const char *names[] = {"x"};
+        kiln_tensor *Y = NULL;
+        if (kiln_session_run(s, names, &X, 1, NULL, 1, &Y) != KILN_OK) {
+            CHECK_MSG(0, "BatchNormalization run: %s", kiln_last_error());
+            break;
+        }
+        int ok = kiln_tensor_element_count(Y) == N * C * inner;
+        for (int64_t e = 0; ok && e < N * C * inner; e++) {
+            const int64_t c = e / inner % C;
+            const double want = ((double)xv[e] - prm[2 * C + c]) / sqrt((double)prm[3 * C + c] + 1e-5) * prm[c] + prm[C + c];
+            const double got = ((const float *)kiln_tensor_data(Y))[e];
+            if (!(fabs(got - want) <= 1e-5 * fabs(want) + 1e-5)) {
+                CHECK_MSG(0, "BatchNormalization N%lld C%lld inner %lld run %d: element %lld is %.8g, expected %.8g",
+                          (long long)N, (long long)C, (long long)inner, run, (long long)e, got, want);
+                ok = 0;
+            }
+        }
+        kiln_tensor_destroy(Y);
+    }
+    kiln_session_destroy(s);
+    kiln_tensor_destroy(X);
+    free(prm);
+}
+
+KN_TEST(cpu_batchnorm_against_reference) {
+    check_batchnorm(1, 3, 1);
+    check_batchnorm(2, 5, 17);
+    check_batchnorm(1, 64, 3136);
+}

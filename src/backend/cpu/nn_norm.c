@@ -288,24 +288,35 @@ kiln_status kn_cpu_batchnorm(kn_kernel_ctx *c) {
                 }
             }
     }
+    /* the kernel writes every element of every output (the executor does not zero them first):
+     * statistics outputs it has no values for are zeros */
+    for (int o = 1; o < c->n_outputs; o++) {
+        kn_tensor *t = c->out[o];
+        if (t && t->data && (!training || o >= 5 || kn_tensor_count(t) != pcount))
+            memset(t->data, 0, kn_dtype_nbytes(t->dtype, kn_tensor_count(t)));
+    }
     if (training) {
         double *tmp = malloc((size_t)pcount * sizeof *tmp);
-        if (tmp) {
-            for (int o = 1; o < c->n_outputs && o < 5; o++) {
-                kn_tensor *t = c->out[o];
-                if (!t || kn_tensor_count(t) != pcount) continue;
-                for (int64_t q = 0; q < pcount; q++) {
-                    switch (o) {
-                    case 1: tmp[q] = mu[q] * momentum + bm[q] * (1 - momentum); break;
-                    case 2: tmp[q] = var[q] * momentum + bv[q] * (1 - momentum); break;
-                    case 3: tmp[q] = bm[q]; break;
-                    default: tmp[q] = bv[q]; break;
-                    }
-                }
-                kn_nn_from_f64(t, tmp);
-            }
-            free(tmp);
+        if (!tmp) {
+            kn_nn_release(x, xv);
+            if (y) kn_nn_f32_commit(y, yv);
+            free(p);
+            return KN_OOM();
         }
+        for (int o = 1; o < c->n_outputs && o < 5; o++) {
+            kn_tensor *t = c->out[o];
+            if (!t || kn_tensor_count(t) != pcount) continue;
+            for (int64_t q = 0; q < pcount; q++) {
+                switch (o) {
+                case 1: tmp[q] = mu[q] * momentum + bm[q] * (1 - momentum); break;
+                case 2: tmp[q] = var[q] * momentum + bv[q] * (1 - momentum); break;
+                case 3: tmp[q] = bm[q]; break;
+                default: tmp[q] = bv[q]; break;
+                }
+            }
+            kn_nn_from_f64(t, tmp);
+        }
+        free(tmp);
     }
     kn_nn_release(x, xv);
     if (y) kn_nn_f32_commit(y, yv);
