@@ -198,6 +198,64 @@ static kiln_status nbits_tile(kn_threadpool *pool, const float *A, const float *
     return KILN_OK;
 }
 
+/* Few rows of A (a decoder's token): the weights are read packed, block by block, never
+ * dequantised into memory. Per (n, block): the block's codes unpacked to floats w, then for each
+ * row m, dot(a, w) - zero point * sum(a), times the scale (and, int8, A's block scale); the dots
+ * of integers are exact. */
+typedef struct nbits_gemv {
+    nbits_ctx pc;
+    const float *A; /* float A, or the int8 codes aq */
+    const float *sa, *asum; /* int8: A's block scales; sum of each (row, block) of A: M x kb */
+    float *Y;
+    int64_t M;
+} nbits_gemv;
+
+static void gemv_range(void *arg, int64_t n0, int64_t n1) {
+    const nbits_gemv *g = arg;
+    const nbits_ctx *p = &g->pc;
+    const int64_t K = p->K, kb = p->kb, bs = p->bs, bits = p->bits, blob = bs * bits / 8, zrow = (kb * bits + 7) / 8;
+    const uint8_t *B = p->B->data;
+    const int mask = (1 << bits) - 1;
+    float w[256];
+    for (int64_t n = n0; n < n1; n++) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int64_t b = 0; b < kb; b++) {
+            const uint8_t *src = B + (n * kb + b) * blob;
+            int64_t kc = K - b * bs < bs ? K - b * bs : bs;
+            if (bits == 4)
+                for (int64_t i = 0; i < bs / 2; i++) {
+                    w[2 * i] = (float)(src[i] & 15);
+                    w[2 * i + 1] = (float)(src[i] >> 4);
+                }
+            else if (bits == 8)
+                for (int64_t i = 0; i < bs; i++) w[i] = (float)src[i];
+            else
+                for (int64_t i = 0; i < bs; i++) w[i] = (float)((src[i * bits / 8] >> ((i * bits) % 8)) & mask);
+            float z = (float)(1 << (bits - 1));
+            if (p->zp && p->zp->dtype == KILN_DTYPE_UINT8) {
+                int64_t zo = b * bits;
+                z = (float)((((const uint8_t *)p->zp->data)[n * zrow + zo / 8] >> (zo % 8)) & mask);
+            } else if (p->zp) {
+                z = kn_qc_scale(p->zp, n * kb + b);
+            }
+            float sc = kn_qc_scale(p->scales, n * kb + b);
+            for (int64_t m = 0; m < g->M; m++) {
+                const float *a = g->A + m * K + b * bs;
+                float d[16] = {0};
+                int64_t j = 0;
+                for (; j + 16 <= kc; j += 16)
+                    for (int l = 0; l < 16; l++) d[l] += a[j + l] * w[j + l];
+                for (; j < kc; j++) d[0] += a[j] * w[j];
+                float dot = 0.0f;
+                for (int l = 0; l < 16; l++) dot += d[l];
+                dot -= z * g->asum[m * kb + b];
+                acc[m] += g->sa ? dot * (g->sa[m * kb + b] * sc) : dot * sc;
+            }
+        }
+        for (int64_t m = 0; m < g->M; m++) g->Y[m * p->N + n] = acc[m];
+    }
+}
+
 /* Weights not kept whole: tiles of rows dequantised per task and multiplied on the pool. */
 typedef struct nbits_job {
     nbits_ctx pc;
@@ -301,7 +359,22 @@ static kiln_status run_matmul_nbits(kn_kernel_ctx *c) {
     if (!Af || !Yf || (int8 && (!aq || !sa || (W && !tmp)))) st = oom(c);
     else {
         if (int8) nbits_quantise_a(Af, M, K, bs, kb, aq, sa);
-        if (W) {
+        float *asum = NULL;
+        /* (a float32 product with the weights kept dequantised is faster through the GEMM) */
+        bool gemv = (!W || int8) && M <= 4 && !gidx && bs <= 256 && (!zp || zp->dtype == KILN_DTYPE_UINT8 || !int8);
+        if (gemv && !(asum = malloc(sizeof(float) * (size_t)(M * kb)))) gemv = false;
+        if (gemv) {
+            const float *a = int8 ? aq : Af;
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t b = 0; b < kb; b++) {
+                    float t = 0.0f;
+                    for (int64_t k = b * bs; k < K && k < (b + 1) * bs; k++) t += a[m * K + k];
+                    asum[m * kb + b] = t;
+                }
+            nbits_gemv g = {pc, a, int8 ? sa : NULL, asum, Yf, M};
+            kn_parallel_for(c->pool, N, 16, gemv_range, &g);
+            free(asum);
+        } else if (W) {
             st = nbits_tile(c->pool, Af, aq, sa, W, S, M, N, K, bs, kb, 0, N, Yf, tmp);
             if (st != KILN_OK) st = kn_kernel_error(c, st, "out of memory in the GEMM");
         } else {
