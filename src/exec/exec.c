@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu.h"
 #include "ops/op.h"
 #include "util/clock.h"
+#include "util/limits.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -560,6 +561,10 @@ static void choose_plan(kn_exec *x, kn_runtime *rt, kn_run_ctx *ctx, kn_tensor *
     }
     if (!p) return;
     if (ctx->arena_bytes < p->arena_bytes) {
+        /* an arena past the run's memory limit or the tensor size limit is not made: the run then
+         * allocates value by value, and the first value past a limit fails it with a message */
+        const uint64_t run_limit = x->run && x->run->mem_limit ? (uint64_t)x->run->mem_limit : UINT64_MAX;
+        if ((uint64_t)p->arena_bytes > run_limit || (uint64_t)p->arena_bytes > kn_tensor_bytes_limit()) return;
         unsigned char *a = aligned_alloc(KN_MEMPLAN_ALIGN, (size_t)p->arena_bytes);
         if (!a) return; /* the run allocates as before */
         free(ctx->arena);

@@ -1,4 +1,5 @@
 #include "ir/tensor.h"
+#include "util/limits.h"
 
 #include "util/status.h"
 
@@ -320,6 +321,15 @@ kiln_status kn_tensor_new_pooled(kn_buffer_pool *pool, bool zero, kiln_dtype dty
     int64_t n;
     *out = NULL;
     KN_TRY(check_shape(dtype, rank, dims, &n));
+    const uint64_t want = kn_dtype_nbytes(dtype, n), limit = kn_tensor_bytes_limit();
+    if (want > limit) { /* a size from a hostile attribute or shape is an error, not a huge allocation */
+        char d[256];
+        return kn_error(KILN_ERR_OUT_OF_MEMORY,
+                        "a %s tensor of shape %s needs %llu bytes, more than the limit of %llu (the machine's "
+                        "memory, or KILN_MAX_TENSOR_BYTES)",
+                        kiln_dtype_name(dtype), kn_dims_str(dims, rank, d, sizeof d), (unsigned long long)want,
+                        (unsigned long long)limit);
+    }
     kn_tensor *t = alloc_header(dtype, rank, dims);
     if (!t) return KN_OOM();
     t->nbytes = kn_dtype_nbytes(dtype, n);

@@ -1,12 +1,21 @@
 #include "util/limits.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 uint64_t kn_bytes_of(uint64_t count, uint64_t elem_size) {
     if (elem_size && count > UINT64_MAX / elem_size) return UINT64_MAX;
     return count * elem_size;
+}
+
+/* The machine's memory, read once: every host tensor allocation asks for the limit. */
+static pthread_once_t physical_once = PTHREAD_ONCE_INIT;
+static uint64_t physical_bytes;
+static void physical_read(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    physical_bytes = pages <= 0 || page <= 0 ? (uint64_t)1 << 40 : kn_bytes_of((uint64_t)pages, (uint64_t)page);
 }
 
 uint64_t kn_tensor_bytes_limit(void) {
@@ -19,7 +28,6 @@ uint64_t kn_tensor_bytes_limit(void) {
                      : *end == 'g' || *end == 'G' ? 1ull << 30 : 1;
         if (!errno && end != e && v && v <= UINT64_MAX / mul) return (uint64_t)v * mul;
     }
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages <= 0 || page <= 0) return (uint64_t)1 << 40;
-    return kn_bytes_of((uint64_t)pages, (uint64_t)page);
+    pthread_once(&physical_once, physical_read);
+    return physical_bytes;
 }

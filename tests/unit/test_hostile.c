@@ -184,3 +184,35 @@ KN_TEST(hostile_conv_pads_from_an_attribute_are_bounded) {
         free(data);
     }
 }
+
+/* Every host tensor is bounded by the tensor size limit (the machine's memory, or
+ * KILN_MAX_TENSOR_BYTES), wherever its shape comes from: an Expand of one float to
+ * [1024, 1024, 64] (256 MiB) under a 16 MiB limit fails the run with KILN_ERR_OUT_OF_MEMORY and a
+ * message with the shape and the limit, at once, and the same model runs under the default limit. */
+KN_TEST(hostile_any_tensor_is_bounded_by_the_size_limit) {
+    tmb b;
+    tmb_init(&b, 13);
+    int64_t xd[1] = {1}, shape[3] = {1024, 1024, 64};
+    int in[2];
+    in[0] = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 1, xd, NULL);
+    in[1] = tmb_const_i64(&b, "shape", shape, 3, false);
+    int y = tmb_value(&b, "y");
+    int node = tmb_node(&b, "Expand", in, 2, y);
+    b.g->nodes[node].name = "expand_bomb";
+    tmb_output(&b, y);
+    size_t size;
+    unsigned char *data = tmb_finish(&b, &size);
+    float x[1] = {2.0f}, first[4];
+    setenv("KILN_MAX_TENSOR_BYTES", "16M", 1);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_STATUS(run_model(data, size, KILN_DTYPE_FLOAT, xd, 1, x, first, sizeof first), KILN_ERR_OUT_OF_MEMORY);
+    CHECK_ERROR_HAS("expand_bomb");
+    CHECK_ERROR_HAS("[1024,1024,64]");
+    CHECK_ERROR_HAS("more than the limit of 16777216");
+    CHECK(ms_since(&t0) < 2000);
+    unsetenv("KILN_MAX_TENSOR_BYTES");
+    CHECK_STATUS(run_model(data, size, KILN_DTYPE_FLOAT, xd, 1, x, first, sizeof first), KILN_OK);
+    CHECK(first[0] == 2.0f && first[3] == 2.0f);
+    free(data);
+}
