@@ -87,7 +87,7 @@ const kn_cpu_kernel kn_cpu_nn[] = {
     {"", "RMSNormalization", kn_cpu_rmsnorm, supports_float, KN_KERNEL_OVERWRITES},
     {"", "BatchNormalization", kn_cpu_batchnorm, supports_float, KN_KERNEL_OVERWRITES},
     {"", "InstanceNormalization", kn_cpu_instancenorm, supports_float, KN_KERNEL_OVERWRITES},
-    {"", "GroupNormalization", kn_cpu_groupnorm, supports_float},
+    {"", "GroupNormalization", kn_cpu_groupnorm, supports_float, KN_KERNEL_OVERWRITES},
     {"", "LpNormalization", kn_cpu_lpnorm, supports_float},
     {"", "MeanVarianceNormalization", kn_cpu_mvn, supports_float},
     {"", "LRN", kn_cpu_lrn, supports_float},
