@@ -255,11 +255,15 @@ static kiln_status random_input(const bench_args *a, const kiln_value_info *info
         shape[d] = info->dims[d];
         for (int k = 0; shape[d] < 0 && info->dim_names[d] && k < a->n_dims; k++)
             if (!strcmp(a->dims[k].name, info->dim_names[d])) shape[d] = a->dims[k].value;
+        if (shape[d] < 0 && !info->dim_names[d]) /* declared unknown without a name (dim_value -1) */
+            return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                            "input '%s' dimension %d has no size and no name, so --dim cannot set it: fix it in the "
+                            "model (a dim_param name or a size), e.g. with onnx's update_inputs_outputs_dims",
+                            info->name, d);
         if (shape[d] < 0)
             return kn_error(KILN_ERR_INVALID_ARGUMENT,
                             "input '%s' dimension %d is symbolic ('%s'): give its size with --dim %s=VALUE", info->name,
-                            d, info->dim_names[d] ? info->dim_names[d] : "?",
-                            info->dim_names[d] ? info->dim_names[d] : "NAME");
+                            d, info->dim_names[d], info->dim_names[d]);
     }
     kn_tensor *t = NULL;
     KN_TRY(kn_tensor_new(info->dtype, info->rank, shape, &t));

@@ -39,10 +39,14 @@ static kiln_status random_input(const kiln_value_info *info, const cli_dim *dims
         const char *sym = info->dim_names[d];
         for (int k = 0; sym && k < n_dims; k++)
             if (!strcmp(dims[k].name, sym)) shape[d] = dims[k].value;
+        if (shape[d] < 0 && !sym) /* declared unknown without a name (dim_value -1, or no dim_param) */
+            return kn_error(KILN_ERR_INVALID_ARGUMENT,
+                            "dimension %d has no size and no name, so --dim cannot set it: give the input itself "
+                            "with --input %s=FILE (.npy or .pb)",
+                            d, info->name);
         if (shape[d] < 0)
             return kn_error(KILN_ERR_INVALID_ARGUMENT,
-                            "input '%s' dimension %d is symbolic ('%s'): give its size with --dim %s=VALUE",
-                            info->name, d, sym ? sym : "?", sym ? sym : "NAME");
+                            "dimension %d is symbolic ('%s'): give its size with --dim %s=VALUE", d, sym, sym);
     }
     KN_TRY(kn_tensor_new(info->dtype, info->rank, shape, out));
     int64_t n = kn_tensor_count(*out);

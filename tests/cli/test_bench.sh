@@ -14,7 +14,7 @@ pass=0 fail=0 skip=0
 ok() { pass=$((pass + 1)); }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 
-"$py" - "$work/m.onnx" <<'PY' || { echo "onnx missing: every case skipped"; echo "0 passed, 0 failed, 7 skipped"; exit 0; }
+"$py" - "$work/m.onnx" <<'PY' || { echo "onnx missing: every case skipped"; echo "0 passed, 0 failed, 9 skipped"; exit 0; }
 import sys, onnx
 from onnx import helper, TensorProto
 x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])
@@ -25,6 +25,18 @@ table = helper.make_tensor("table", TensorProto.FLOAT, [2, 2], [1.0, 2.0, 3.0, 4
 g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Gather", ["table", "ids"], ["z"])],
                       "g", [x, ids], [y, z], [table])
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), sys.argv[1])
+PY
+
+# a model whose input dimension is declared -1 (unknown, no name): --dim cannot reach it
+"$py" - "$work/neg.onnx" <<'PY'
+import sys, onnx
+from onnx import helper, TensorProto
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])
+m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+                      opset_imports=[helper.make_opsetid("", 17)])
+m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -1
+onnx.save(m, sys.argv[1])
 PY
 
 # check JSON RUNS ITEMS: the fields and their relations
@@ -53,6 +65,12 @@ if "$kiln" bench "$work/m.onnx" --dim batch=2 --iterations 6 --warmup 1 --stream
 else bad "a session per stream: $(tail -3 "$work/out")"; fi
 out=$("$kiln" bench "$work/m.onnx" --iterations 5 2>&1); rc=$?
 if [ $rc -eq 1 ] && grep -q "give its size with --dim batch=VALUE" <<<"$out"; then ok; else bad "symbolic dim not given: $rc $out"; fi
+out=$("$kiln" bench "$work/neg.onnx" --iterations 5 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -q "dimension 0 has no size and no name, so --dim cannot set it" <<<"$out"; then ok
+else bad "an unnamed unknown dim: $rc $out"; fi
+out=$("$kiln" run "$work/neg.onnx" 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -q "input 'x': dimension 0 has no size and no name.*--input x=FILE" <<<"$out"; then ok
+else bad "kiln run, an unnamed unknown dim: $rc $out"; fi
 out=$("$kiln" bench "$work/m.onnx" --dim batch=1 --iterations 5 --duration 1 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -q "not both" <<<"$out"; then ok; else bad "iterations and duration: $rc $out"; fi
 out=$("$kiln" bench "$work/m.onnx" --dim batch=1 --io device 2>&1); rc=$?
