@@ -244,43 +244,6 @@ static bool run_once(bench_stream *b, double *lat, double *h2d, double *compute,
     return true;
 }
 
-/* An input for timing: floats random in [-1, 1), integers 1 (a valid token id, token type,
- * index and attention mask: the rows all attend), bools random. */
-static kiln_status random_input(const bench_args *a, const kiln_value_info *info, uint64_t *rng,
-                                kiln_tensor **out) {
-    int64_t shape[KILN_MAX_RANK];
-    if (info->rank < 0)
-        return kn_error(KILN_ERR_INVALID_ARGUMENT, "input '%s' has unknown rank", info->name);
-    for (int d = 0; d < info->rank; d++) {
-        shape[d] = info->dims[d];
-        for (int k = 0; shape[d] < 0 && info->dim_names[d] && k < a->n_dims; k++)
-            if (!strcmp(a->dims[k].name, info->dim_names[d])) shape[d] = a->dims[k].value;
-        if (shape[d] < 0 && !info->dim_names[d]) /* declared unknown without a name (dim_value -1) */
-            return kn_error(KILN_ERR_INVALID_ARGUMENT,
-                            "input '%s' dimension %d has no size and no name, so --dim cannot set it: fix it in the "
-                            "model (a dim_param name or a size), e.g. with onnx's update_inputs_outputs_dims",
-                            info->name, d);
-        if (shape[d] < 0)
-            return kn_error(KILN_ERR_INVALID_ARGUMENT,
-                            "input '%s' dimension %d is symbolic ('%s'): give its size with --dim %s=VALUE", info->name,
-                            d, info->dim_names[d], info->dim_names[d]);
-    }
-    kn_tensor *t = NULL;
-    KN_TRY(kn_tensor_new(info->dtype, info->rank, shape, &t));
-    int64_t n = kn_tensor_count(t);
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t x = *rng;
-        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-        *rng = x;
-        double u = (double)((x * 2685821657736338717ull) >> 11) / 9007199254740992.0;
-        if (kn_dtype_is_float(info->dtype)) kn_tensor_set_f64(t, i, u * 2 - 1);
-        else if (info->dtype == KILN_DTYPE_BOOL) kn_tensor_set_i64(t, i, u < 0.5);
-        else if (info->dtype != KILN_DTYPE_STRING) kn_tensor_set_i64(t, i, 1);
-    }
-    *out = t;
-    return KILN_OK;
-}
-
 static bool stream_buffers(bench_stream *b);
 
 /* Sets up stream b: its own session, or (shared != NULL) that one. */
@@ -313,7 +276,7 @@ static bool stream_setup(bench_stream *b, kiln_session *shared) {
     return stream_buffers(b);
 }
 
-/* Stream b's inputs (random, see random_input), the first run (timed) and the bound outputs. */
+/* Stream b's inputs (made up: cli_random_input), the first run (timed) and the bound outputs. */
 static bool stream_buffers(bench_stream *b) {
     const bench_args *a = b->args;
     kiln_status st;
@@ -331,13 +294,16 @@ static bool stream_buffers(bench_stream *b) {
         snprintf(b->error, sizeof b->error, "out of memory");
         return false;
     }
-    uint64_t rng = 0x9e3779b97f4a7c15ull;
     for (size_t i = 0; i < b->n_in; i++) {
         kiln_value_info info;
         kiln_session_input_info(b->session, i, &info);
         b->in_names[i] = info.name;
-        if (random_input(a, &info, &rng, &b->host_in[i]) != KILN_OK) {
-            snprintf(b->error, sizeof b->error, "%s", kiln_last_error());
+        /* integers 1: a valid token id, token type, index and attention mask (the rows all attend) */
+        if (cli_random_input(&info, a->dims, a->n_dims,
+                             "fix it in the model (a dim_param name or a size), e.g. with onnx's "
+                             "update_inputs_outputs_dims",
+                             1, &b->host_in[i]) != KILN_OK) {
+            snprintf(b->error, sizeof b->error, "input '%s': %s", info.name, kiln_last_error());
             return false;
         }
         if (i == 0) b->items = kiln_tensor_rank(b->host_in[0]) > 0 ? kiln_tensor_dims(b->host_in[0])[0] : 1;

@@ -52,6 +52,13 @@ kiln_session_options *cli_make_options(const cli_common *c);
 bool cli_parse_common(cli_common *c, int argc, char **argv, int *i, int *error);
 void cli_common_defaults(cli_common *c);
 
+/* A made-up input for info (tools/inputs.c): its declared shape with symbolic dims from dims,
+ * floats random in [-1, 1), bools random, integers int_value (or, when it is negative, random in
+ * [0, 10): indices and token ids of small vocabularies). unnamed_hint says what to do instead when a
+ * dim has neither a size nor a name. The error does not name the input (callers prefix it). */
+kiln_status cli_random_input(const kiln_value_info *info, const cli_dim *dims, int n_dims, const char *unnamed_hint,
+                             int int_value, kn_tensor **out);
+
 /* Reads an input from .npy or a TensorProto .pb file. */
 kiln_status cli_read_tensor(const char *path, kn_tensor **out);
 

@@ -19,43 +19,10 @@ typedef struct named {
     char *value;
 } named;
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static double rng_uniform(void) { /* xorshift64*: reproducible random inputs */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0;
-}
-
-/* A random input for a declared type: floats in [-1, 1), integers in [0, 10) (safe as indices
- * and token ids for small vocabularies), bools random. */
-static kiln_status random_input(const kiln_value_info *info, const cli_dim *dims, int n_dims, kn_tensor **out) {
-    int64_t shape[KILN_MAX_RANK];
-    if (info->rank < 0)
-        return kn_error(KILN_ERR_INVALID_ARGUMENT, "input '%s' has unknown rank: give it with --input", info->name);
-    for (int d = 0; d < info->rank; d++) {
-        shape[d] = info->dims[d];
-        if (shape[d] >= 0) continue;
-        const char *sym = info->dim_names[d];
-        for (int k = 0; sym && k < n_dims; k++)
-            if (!strcmp(dims[k].name, sym)) shape[d] = dims[k].value;
-        if (shape[d] < 0 && !sym) /* declared unknown without a name (dim_value -1, or no dim_param) */
-            return kn_error(KILN_ERR_INVALID_ARGUMENT,
-                            "dimension %d has no size and no name, so --dim cannot set it: give the input itself "
-                            "with --input %s=FILE (.npy or .pb)",
-                            d, info->name);
-        if (shape[d] < 0)
-            return kn_error(KILN_ERR_INVALID_ARGUMENT,
-                            "dimension %d is symbolic ('%s'): give its size with --dim %s=VALUE", d, sym, sym);
-    }
-    KN_TRY(kn_tensor_new(info->dtype, info->rank, shape, out));
-    int64_t n = kn_tensor_count(*out);
-    for (int64_t i = 0; i < n; i++) {
-        if (kn_dtype_is_float(info->dtype)) kn_tensor_set_f64(*out, i, rng_uniform() * 2 - 1);
-        else if (info->dtype == KILN_DTYPE_BOOL) kn_tensor_set_i64(*out, i, rng_uniform() < 0.5);
-        else if (info->dtype != KILN_DTYPE_STRING) kn_tensor_set_i64(*out, i, (int64_t)(rng_uniform() * 10));
-    }
-    return KILN_OK;
+/* What kiln run asks for when a dim cannot be given with --dim: the input itself. */
+static const char *run_unnamed_hint(const char *name, char *buf, size_t cap) {
+    snprintf(buf, cap, "give the input itself with --input %s=FILE (.npy or .pb)", name);
+    return buf;
 }
 
 static void summarise(const char *name, const kn_tensor *t) {
@@ -195,7 +162,9 @@ int cmd_run(int argc, char **argv) {
         const char *file = NULL;
         for (int k = 0; k < n_inputs; k++)
             if (!strcmp(inputs[k].name, info.name)) file = inputs[k].value;
-        st = file ? cli_read_tensor(file, &t) : random_input(&info, dims, n_dims, &t);
+        char hint[320];
+        st = file ? cli_read_tensor(file, &t)
+                  : cli_random_input(&info, dims, n_dims, run_unnamed_hint(info.name, hint, sizeof hint), -1, &t);
         if (st != KILN_OK) {
             fprintf(stderr, "kiln run: input '%s': %s\n", info.name, kiln_last_error());
             goto done;
