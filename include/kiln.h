@@ -155,6 +155,28 @@ KILN_API kiln_status kiln_tensor_wrap_device(kiln_dtype dtype, const int64_t *di
  * the host). KILN_DEVICE_HOST for NULL. */
 KILN_API kiln_device_type kiln_tensor_device(const kiln_tensor *tensor, int *device_id_out);
 
+/* A tensor that owns new memory on a device (OrtValue.ortvalue_from_shape_and_type of ONNX
+ * Runtime): KILN_DEVICE_CUDA with device_id, or KILN_DEVICE_HOST (then as kiln_tensor_create).
+ * kiln_tensor_destroy frees it; it needs no session and may outlive every session. Device
+ * elements are not initialised: fill them with kiln_tensor_copy, or pass the tensor as an output
+ * of kiln_session_run_into. dims: borrowed. Not for STRING.
+ * The memory comes from a per-process allocator of that device, made by the first call for it
+ * (on CUDA: the device's context and a stream) and kept until the process ends; freed tensors'
+ * blocks are kept there for reuse.
+ * Errors: KILN_ERR_NO_DEVICE when this build has no backend for the device, no such device is
+ * usable (the message says why) or device_id is past the devices; KILN_ERR_OUT_OF_MEMORY;
+ * KILN_ERR_INVALID_ARGUMENT for a bad device type, dtype or shape. */
+KILN_API kiln_status kiln_tensor_create_device(kiln_dtype dtype, const int64_t *dims, int rank,
+                                               kiln_device_type device, int device_id,
+                                               kiln_tensor **tensor_out);
+/* Copies the elements of src into dst (both borrowed): host to device, device to host, device to
+ * device (the same or another device) or host to host. Both must be numeric tensors with the same
+ * element type and dims (else KILN_ERR_INVALID_ARGUMENT naming both; nothing is written). The
+ * copy is complete when the call returns: the host may read dst and reuse src. Device memory
+ * written by other work (a session's run, the caller's kernels) must be complete before the call,
+ * as for kiln_session_run's inputs. KILN_ERR_NO_DEVICE as for kiln_tensor_create_device. */
+KILN_API kiln_status kiln_tensor_copy(const kiln_tensor *src, kiln_tensor *dst);
+
 /* ------------------------------------------------------------------ session options */
 
 typedef enum kiln_log_level {

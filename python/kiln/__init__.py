@@ -489,36 +489,111 @@ def _output_to_python(v):
     return _tensor_to_numpy(v)
 
 
+def _device_kind(device_type, what):
+    """'cpu' or 'cuda' for ONNX Runtime's device type names (any case); other devices are an error."""
+    d = str(device_type).lower()
+    if d in ("cpu", "cuda"):
+        return d
+    if d in ("gpu", "cuda_pinned", "cann", "dml", "webgpu", "npu"):
+        raise InvalidArgument(f"{what}: device type '{device_type}' is not supported (kiln has 'cpu' and 'cuda')")
+    raise InvalidArgument(f"{what}: unknown device type '{device_type}' (kiln has 'cpu' and 'cuda')")
+
+
+def _element_code(element_type, what):
+    """The ONNX element type of a numpy type or an ONNX TensorProto number."""
+    if isinstance(element_type, (int, np.integer)) and not isinstance(element_type, bool):
+        code = int(element_type)
+        if code not in _DTYPE_NAMES or code == 8:
+            raise InvalidArgument(f"{what}: element type {code} is not a numeric ONNX type")
+        return code
+    code = _code_of(element_type, what)
+    if code == 8:
+        raise InvalidArgument(f"{what}: string tensors live on the host only")
+    return code
+
+
+def _nbytes_of(code, shape):
+    n = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+    bits = _SUBBYTE_BITS.get(code)
+    if bits:
+        return (n * bits + 7) // 8
+    return n * _NP_OF[code].itemsize
+
+
+def _as_tensor_spec(value, what):
+    """What _kiln.copy takes for an OrtValue or a numpy array (and the array to keep alive)."""
+    if isinstance(value, OrtValue):
+        spec = value._spec(what)
+    else:
+        spec = _array_spec(np.asarray(value), what)
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], np.ndarray):
+        return spec
+    if isinstance(spec, tuple) and spec and spec[0] == "s":
+        raise InvalidArgument(f"{what}: string tensors cannot be copied to or from a device")
+    return spec, None
+
+
 class OrtValue:
-    """A tensor held by kiln (on the host or a CUDA device), as ONNX Runtime's OrtValue."""
+    """A tensor held by kiln (on the host or a CUDA device), as ONNX Runtime's OrtValue.
+
+    ortvalue_from_numpy(arr, 'cuda', 0) copies an array into new CUDA memory, numpy() copies a
+    device value back, update_inplace(arr) overwrites it; host values view their array."""
 
     def __init__(self, value, _keep=None):
-        self._v = value      # a _kiln.Tensor, or a numpy array (host input)
+        self._v = value      # a _kiln.Tensor (host or device), a numpy array (host input) or a _DLPackInput
         self._keep = _keep   # what must outlive it (the array a spec points into)
 
-    @staticmethod
-    def ortvalue_from_numpy(arr, device_type="cpu", device_id=0):
-        if str(device_type).lower() != "cpu":
-            raise Unsupported("OrtValue.ortvalue_from_numpy: kiln makes device tensors from DLPack "
-                              "(torch/CuPy) or io_binding pointers, not by copying numpy arrays")
-        return OrtValue(np.ascontiguousarray(arr))
+    @classmethod
+    def ortvalue_from_numpy(cls, numpy_obj, device_type="cpu", device_id=0, vendor_id=-1):
+        """An OrtValue holding numpy_obj: on the CPU the array itself (no copy), on 'cuda' a copy in
+        new memory of CUDA device device_id."""
+        dev = _device_kind(device_type, "OrtValue.ortvalue_from_numpy")
+        if dev == "cpu":
+            return cls(numpy_obj if isinstance(numpy_obj, np.ndarray) and numpy_obj.flags.c_contiguous
+                       else np.ascontiguousarray(numpy_obj))
+        arr = np.asarray(numpy_obj)
+        code = _element_code(arr.dtype, "OrtValue.ortvalue_from_numpy")
+        t = _kiln.device_tensor(code, arr.shape, dev, int(device_id))
+        spec, backing = _as_tensor_spec(arr, "OrtValue.ortvalue_from_numpy")
+        _kiln.copy(spec, t)
+        del backing
+        return cls(t)
 
-    @staticmethod
-    def ortvalue_from_shape_and_type(shape, element_type, device_type="cpu", device_id=0):
-        if str(device_type).lower() != "cpu":
-            raise Unsupported("kiln allocates device tensors only as run outputs")
-        return OrtValue(np.zeros(shape, dtype=element_type))
+    @classmethod
+    def ortvalue_from_numpy_with_onnx_type(cls, data, onnx_element_type):
+        """A host OrtValue over data's bytes read as ONNX element type onnx_element_type (of the
+        same size: bfloat16 from uint16, float8 from uint8)."""
+        code = _element_code(onnx_element_type, "OrtValue.ortvalue_from_numpy_with_onnx_type")
+        arr = np.ascontiguousarray(data)
+        if code in _SUBBYTE_BITS or arr.dtype.itemsize != _NP_OF.get(code, np.dtype(np.uint8)).itemsize:
+            raise InvalidArgument(f"OrtValue.ortvalue_from_numpy_with_onnx_type: numpy type {arr.dtype} does not "
+                                  f"have the size of {_onnx_type(code)}")
+        t = _kiln.wrap(("a", code, arr.shape, arr.__array_interface__["data"][0], arr.nbytes))
+        return cls(t, arr)
 
-    @staticmethod
-    def from_dlpack(data, is_bool_tensor=False):
+    @classmethod
+    def ortvalue_from_shape_and_type(cls, shape, element_type, device_type="cpu", device_id=0, vendor_id=-1):
+        """New memory for a tensor of this shape and element type (a numpy type or an ONNX
+        TensorProto number): zeroed on the CPU, not initialised on 'cuda'."""
+        dev = _device_kind(device_type, "OrtValue.ortvalue_from_shape_and_type")
+        code = _element_code(element_type, "OrtValue.ortvalue_from_shape_and_type")
+        shape = tuple(int(d) for d in shape)
+        if any(d < 0 for d in shape):
+            raise InvalidArgument(f"OrtValue.ortvalue_from_shape_and_type: shape {list(shape)} has a negative dim")
+        if dev == "cpu" and code in _NP_OF and code not in _SUBBYTE_BITS and code in _CODE_OF.values():
+            return cls(np.zeros(shape, dtype=_NP_OF[code]))
+        return cls(_kiln.device_tensor(code, shape, dev, int(device_id)))
+
+    @classmethod
+    def from_dlpack(cls, data, is_bool_tensor=False):
         """A value from a DLPack capsule or an object with __dlpack__ (host: copied; CUDA: viewed,
         the producer must stay alive)."""
         if hasattr(data, "__dlpack__"):
             dev = data.__dlpack_device__()
             if dev[0] in (2, 13):
-                return OrtValue(_DLPackInput(data))
-            return OrtValue(np.ascontiguousarray(np.from_dlpack(data)))
-        return OrtValue(_kiln.Tensor.from_dlpack(data))
+                return cls(_DLPackInput(data))
+            return cls(np.ascontiguousarray(np.from_dlpack(data)))
+        return cls(_kiln.Tensor.from_dlpack(data))
 
     def _spec(self, what):
         if isinstance(self._v, np.ndarray):
@@ -527,21 +602,44 @@ class OrtValue:
             return self._v.spec()
         return self._v
 
+    def _on_device(self):
+        return self.device_name() != "cpu"
+
     def numpy(self):
+        """The value as a numpy array: a view of host memory, or a copy of device memory."""
         if isinstance(self._v, np.ndarray):
             return self._v
         if isinstance(self._v, _DLPackInput):
-            raise InvalidArgument("a CUDA value has no numpy form; use to_dlpack()")
+            return _tensor_to_numpy(_kiln.host_copy(self._v.spec()))
         if self._v.device[0] != "cpu":
-            raise InvalidArgument("this value is in CUDA memory; use to_dlpack() (e.g. torch.from_dlpack)")
+            return _tensor_to_numpy(_kiln.host_copy(self._v))
         return _tensor_to_numpy(self._v)
 
-    def to_dlpack(self):
+    def __array__(self, dtype=None, copy=None):
+        arr = self.numpy()
+        if copy is not None:
+            return np.array(arr, dtype=dtype, copy=copy)
+        return np.asarray(arr, dtype=dtype) if dtype is not None else arr
+
+    def update_inplace(self, data):
+        """Copies data (a numpy array, or an OrtValue on the host or a device) into this value's
+        memory, which keeps its address (the type and shape must be the same)."""
+        if not isinstance(data, (np.ndarray, OrtValue)):
+            raise TypeError("data must be a numpy.ndarray or an OrtValue")
         if isinstance(self._v, np.ndarray):
-            return self._v.__dlpack__()
-        if isinstance(self._v, _DLPackInput):
-            return self._v.obj.__dlpack__()
-        return self._v.__dlpack__()
+            src = data.numpy() if isinstance(data, OrtValue) else data
+            if src.shape != self._v.shape or src.dtype != self._v.dtype:
+                raise InvalidArgument(f"OrtValue.update_inplace: {src.dtype}{list(src.shape)} into "
+                                      f"{self._v.dtype}{list(self._v.shape)}")
+            np.copyto(self._v, src)
+            return
+        src, backing = _as_tensor_spec(data, "OrtValue.update_inplace")
+        dst = self._v.spec() if isinstance(self._v, _DLPackInput) else self._v
+        _kiln.copy(src, dst)
+        del backing
+
+    def to_dlpack(self):
+        return self.__dlpack__()
 
     def __dlpack__(self, **kw):
         if isinstance(self._v, np.ndarray):
@@ -561,34 +659,67 @@ class OrtValue:
         return list(self._v.shape) if not isinstance(self._v, _DLPackInput) else list(self._v.obj.shape)
 
     def data_type(self):
-        if isinstance(self._v, np.ndarray):
-            return _onnx_type(_code_of(self._v.dtype, "value"))
-        if isinstance(self._v, _DLPackInput):
-            return "tensor(?)"
-        return _onnx_type(self._v.dtype)
+        return _onnx_type(self.element_type())
 
     def element_type(self):
-        return self._v.dtype if isinstance(self._v, np.ndarray) else _NP_OF.get(self._v.dtype)
+        """The ONNX element type (TensorProto number), as ONNX Runtime's."""
+        if isinstance(self._v, np.ndarray):
+            return _code_of(self._v.dtype, "value")
+        if isinstance(self._v, _DLPackInput):
+            return _kiln.dlpack_info(self._v.spec())[0]
+        return self._v.dtype
+
+    def tensor_size_in_bytes(self):
+        if isinstance(self._v, np.ndarray):
+            return self._v.nbytes
+        if isinstance(self._v, _DLPackInput):
+            return _nbytes_of(self.element_type(), self.shape())
+        return self._v.nbytes
 
     def device_name(self):
+        """'cpu' or 'cuda', as ONNX Runtime's."""
         if isinstance(self._v, np.ndarray):
             return "cpu"
         if isinstance(self._v, _DLPackInput):
             return "cuda"
         return self._v.device[0]
 
+    def device_id(self):
+        if isinstance(self._v, _DLPackInput):
+            return int(self._v.obj.__dlpack_device__()[1])
+        return 0 if isinstance(self._v, np.ndarray) else self._v.device[1]
+
     def data_ptr(self):
+        """The address of the first element (a device address for a CUDA value)."""
         if isinstance(self._v, np.ndarray):
             return self._v.__array_interface__["data"][0]
         if isinstance(self._v, _DLPackInput):
-            return 0
+            return _kiln.dlpack_info(self._v.spec())[2]
         return self._v.data_ptr
 
     def is_tensor(self):
         return True
 
+    def is_sparse_tensor(self):
+        return False
+
+    def is_tensor_sequence(self):
+        return False
+
     def has_value(self):
         return True
+
+    def __repr__(self):
+        return f"OrtValue({self.data_type()}{self.shape()} on {self.device_name()})"
+
+
+def copy_tensors(src, dst, stream=None):
+    """Copies each OrtValue of src into the OrtValue of dst at the same place (ONNX Runtime's
+    onnxruntime.copy_tensors): same types and shapes, any devices."""
+    if len(src) != len(dst):
+        raise InvalidArgument(f"copy_tensors: {len(src)} sources for {len(dst)} destinations")
+    for s, d in zip(src, dst):
+        d.update_inplace(s)
 
 
 class _DLPackInput:
@@ -705,6 +836,7 @@ class InferenceSession:
         o = self._sess_options
         chosen, names = _resolve_providers(providers, provider_options)
         self._providers = names
+        self._has_cuda = "CUDAExecutionProvider" in names
         self._provider_options = {_ORT_NAMES.get(n, n): dict(kv) for n, kv in chosen}
         sev = int(getattr(o, "log_severity_level", -1))
         if sev < 0:
@@ -726,6 +858,7 @@ class InferenceSession:
         self._inputs = [NodeArg(n, t, s, k, d) for n, t, k, d, s in self._c.inputs()]
         self._outputs = [NodeArg(n, t, s, k, d) for n, t, k, d, s in self._c.outputs()]
         self._input_by_name = {a.name: a for a in self._inputs}
+        self._output_by_name = {a.name: a for a in self._outputs}
 
     # -- description
     def get_inputs(self):
@@ -773,8 +906,15 @@ class InferenceSession:
                 raise InvalidArgument(f"input name {name!r} is not a str")
             arg = self._input_by_name.get(name)
             names.append(name)
-            specs.append(_value_spec(value, arg, keep))
+            specs.append(_value_spec(self._reachable(value), arg, keep))
         return names, specs, keep
+
+    def _reachable(self, value):
+        """value, or a host copy of a device OrtValue when no provider of the session runs on the
+        device (as ONNX Runtime copies it)."""
+        if isinstance(value, OrtValue) and not self._has_cuda and value.device_name() == "cuda":
+            return OrtValue(_kiln.host_copy(value._spec("input")))
+        return value
 
     def run(self, output_names, input_feed, run_options=None):
         """Runs the model: a list of numpy arrays in the order of output_names (None: every
@@ -801,49 +941,83 @@ class InferenceSession:
         iobinding._run(run_options)
 
 
+def _check_device(dev, device_id, what):
+    """A clear NoDevice before anything is bound to a device this machine cannot use."""
+    if dev == "cpu":
+        return
+    info = _providers_info()
+    if dev not in info:
+        raise NoDevice(f"{what}: no CUDA device: this build of kiln has no CUDA backend")
+    ok, reason = info[dev]
+    if not ok:
+        raise NoDevice(f"{what}: no CUDA device: {reason}")
+    n = len(_kiln.devices(dev))
+    if int(device_id) < 0 or int(device_id) >= n:
+        raise NoDevice(f"{what}: no CUDA device {device_id}: {n} device{'s' if n != 1 else ''} present")
+
+
 class IOBinding:
-    """Inputs and outputs bound to memory, as ONNX Runtime's IOBinding: bind_input with a device
-    pointer (device_type 'cuda') or bind_cpu_input with an array; bind_output with a buffer (host
-    or CUDA, written in place: kiln_session_run_into) or without one (kiln allocates; returned by
-    get_outputs)."""
+    """Inputs and outputs bound to memory, as ONNX Runtime's IOBinding.
+
+    Inputs: bind_cpu_input(name, array); bind_input(name, device_type, device_id, element_type,
+    shape, buffer_ptr) over host or CUDA memory (read where it is); bind_ortvalue_input.
+    Outputs: bind_output(name, device_type) without a buffer: kiln allocates each run's output on
+    that device ('cuda' outputs stay there: get_outputs() gives OrtValues in CUDA memory,
+    copy_outputs_to_cpu() numpy copies); with buffer_ptr (and element_type, shape), or
+    bind_ortvalue_output: written in place (kiln_session_run_into). Outputs are returned in the
+    order they were bound; with none bound, every output on the CPU."""
 
     def __init__(self, session):
         self._s = session
         self._inputs = {}
-        self._outputs = {}
+        self._outputs = {}   # name -> ("alloc", device, id) | OrtValue (written in place)
         self._results = None
+        self._result_names = []
 
+    # -- inputs
     def bind_cpu_input(self, name, arr_on_cpu):
-        self._inputs[name] = np.asarray(arr_on_cpu)
+        self._inputs[name] = arr_on_cpu if isinstance(arr_on_cpu, np.ndarray) else np.asarray(arr_on_cpu)
 
     def bind_input(self, name, device_type, device_id, element_type, shape, buffer_ptr):
-        code = _code_of(element_type, f"input '{name}'")
-        shape = tuple(int(d) for d in shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(element_type).itemsize
-        if str(device_type).lower() == "cpu":
-            self._inputs[name] = ("a", code, shape, int(buffer_ptr), nbytes)
-        else:
-            self._inputs[name] = ("d", code, shape, int(buffer_ptr), nbytes, int(device_id))
+        self._inputs[name] = self._wrap(f"IOBinding.bind_input: input '{name}'", device_type, device_id,
+                                        element_type, shape, buffer_ptr)
 
     def bind_ortvalue_input(self, name, ortvalue):
+        if not isinstance(ortvalue, OrtValue):
+            raise TypeError("bind_ortvalue_input: want a kiln.OrtValue")
         self._inputs[name] = ortvalue
 
+    # -- outputs
     def bind_output(self, name, device_type="cpu", device_id=0, element_type=None, shape=None, buffer_ptr=None):
+        what = f"IOBinding.bind_output: output '{name}'"
+        dev = _device_kind(device_type, what)
         if buffer_ptr is None:
-            self._outputs[name] = None
+            _check_device(dev, device_id, what)
+            self._outputs[name] = ("alloc", dev, int(device_id))
             return
         if element_type is None or shape is None:
-            raise InvalidArgument(f"output '{name}': a bound buffer needs element_type and shape")
-        code = _code_of(element_type, f"output '{name}'")
-        shape = tuple(int(d) for d in shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(element_type).itemsize
-        if str(device_type).lower() == "cpu":
-            self._outputs[name] = ("a", code, shape, int(buffer_ptr), nbytes)
-        else:
-            self._outputs[name] = ("d", code, shape, int(buffer_ptr), nbytes, int(device_id))
+            raise InvalidArgument(f"{what}: a bound buffer needs element_type and shape")
+        self._outputs[name] = self._wrap(what, device_type, device_id, element_type, shape, buffer_ptr)
 
     def bind_ortvalue_output(self, name, ortvalue):
+        if not isinstance(ortvalue, OrtValue):
+            raise TypeError("bind_ortvalue_output: want a kiln.OrtValue")
         self._outputs[name] = ortvalue
+
+    @staticmethod
+    def _wrap(what, device_type, device_id, element_type, shape, buffer_ptr):
+        dev = _device_kind(device_type, what)
+        _check_device(dev, device_id, what)
+        code = _element_code(element_type, what)
+        shape = tuple(int(d) for d in shape)
+        if any(d < 0 for d in shape):
+            raise InvalidArgument(f"{what}: shape {list(shape)} has a negative dim")
+        nbytes = _nbytes_of(code, shape)
+        if dev == "cpu":
+            spec = ("a", code, shape, int(buffer_ptr), nbytes)
+        else:
+            spec = ("d", code, shape, int(buffer_ptr), nbytes, int(device_id))
+        return OrtValue(_kiln.wrap(spec))
 
     def clear_binding_inputs(self):
         self._inputs = {}
@@ -857,35 +1031,99 @@ class IOBinding:
     def synchronize_outputs(self):
         pass
 
+    # -- running
+    def _alloc_static(self, name, dev, device_id):
+        """A new tensor for output `name` on dev when its type and shape are known before the run
+        (else None)."""
+        arg = self._s._output_by_name.get(name)
+        if arg is None or arg._kind is not None or not arg.type.startswith("tensor(") or arg._dtype in (0, 8):
+            return None
+        if arg.shape is None or not all(isinstance(d, int) and d >= 0 for d in arg.shape):
+            return None
+        return _kiln.device_tensor(arg._dtype, tuple(arg.shape), dev, device_id)
+
     def _run(self, run_options):
         keep = []
         names, specs = [], []
         for name, v in self._inputs.items():
             names.append(name)
-            specs.append(v if isinstance(v, tuple) else _value_spec(v, self._s._input_by_name.get(name), keep))
+            specs.append(_value_spec(self._s._reachable(v), self._s._input_by_name.get(name), keep))
         ro = _c_run_options(run_options)
-        out_names = list(self._outputs) if self._outputs else [a.name for a in self._s._outputs]
-        bound = {n: v for n, v in self._outputs.items() if v is not None}
-        if bound and len(bound) == len(out_names):
-            ospecs = []
-            for n in out_names:
-                v = bound[n]
-                ospecs.append(v if isinstance(v, tuple) else v._spec(f"output '{n}'"))
-            ospecs = [s[0] if isinstance(s, tuple) and len(s) == 2 and isinstance(s[1], np.ndarray) else s
-                      for s in ospecs]
-            self._s._c.run_into(names, specs, out_names, ospecs, ro)
-            self._results = [bound[n] if isinstance(bound[n], OrtValue) else None for n in out_names]
+        self._results = None
+        if self._outputs:
+            out_names = list(self._outputs)
+            bound = dict(self._outputs)
         else:
-            if bound:
-                raise Unsupported("IOBinding: bind every output to a buffer, or none")
-            outs = self._s._c.run(names, specs, out_names, ro)
-            self._results = [OrtValue(v) if isinstance(v, _kiln.Tensor) else v for v in outs]
+            out_names = [a.name for a in self._s._outputs]
+            bound = {n: ("alloc", "cpu", 0) for n in out_names}
+        self._result_names = out_names
+        # every output in memory known before the run (bound buffers, or new tensors of static
+        # shape): one run_into writes each where it belongs
+        targets = []
+        for n in out_names:
+            b = bound[n]
+            t = b if isinstance(b, OrtValue) else self._alloc_static(n, b[1], b[2])
+            if t is None:
+                break
+            targets.append(t)
+        if len(targets) == len(out_names):
+            ospecs = []
+            for n, t in zip(out_names, targets):
+                if isinstance(t, OrtValue):
+                    spec = t._spec(f"output '{n}'")
+                    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], np.ndarray):
+                        keep.append(spec[1])
+                        spec = spec[0]
+                    ospecs.append(spec)
+                else:
+                    ospecs.append(t)
+            self._s._c.run_into(names, specs, out_names, ospecs, ro)
+            self._results = [t if isinstance(t, OrtValue) else OrtValue(t) for t in targets]
+            del keep
+            return
+        # an output whose shape is known only after the run: kiln allocates, and each output goes
+        # where it was bound
+        outs = self._s._c.run(names, specs, out_names, ro)
         del keep
+        results = []
+        for n, v in zip(out_names, outs):
+            b = bound[n]
+            if isinstance(b, OrtValue):
+                if not isinstance(v, _kiln.Tensor):
+                    raise InvalidArgument(f"IOBinding: output '{n}' is not a tensor and cannot be written into a buffer")
+                b.update_inplace(OrtValue(v))
+                results.append(b)
+            elif isinstance(v, _kiln.Tensor):
+                dev, device_id = b[1], b[2]
+                if v.device != (dev, device_id if dev != "cpu" else 0) and v.dtype != 8:
+                    t = _kiln.device_tensor(v.dtype, v.shape, dev, device_id) if dev != "cpu" else None
+                    if t is None:
+                        v = _kiln.host_copy(v)
+                    else:
+                        _kiln.copy(v, t)
+                        v = t
+                results.append(OrtValue(v))
+            else:
+                results.append(_output_to_python(v))
+        self._results = results
 
     def get_outputs(self):
+        """The outputs of the last run_with_iobinding as OrtValues (on the device they were bound to)."""
         if self._results is None:
             raise InvalidArgument("IOBinding.get_outputs: run_with_iobinding has not run")
         return list(self._results)
 
+    def get_outputs_as_ortvaluevector(self):
+        return self.get_outputs()
+
     def copy_outputs_to_cpu(self):
-        return [r.numpy() if isinstance(r, OrtValue) else r for r in self.get_outputs()]
+        """The outputs of the last run as numpy arrays (copies of device outputs)."""
+        outs = []
+        for n, r in zip(self._result_names, self.get_outputs()):
+            if isinstance(r, OrtValue):
+                a = r.numpy()
+                # a bound host buffer is the caller's memory: a copy, as ONNX Runtime gives
+                outs.append(np.array(a) if isinstance(self._outputs.get(n), OrtValue) and not r._on_device() else a)
+            else:
+                outs.append(r)
+        return outs

@@ -1335,6 +1335,142 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ device tensors and copies */
+
+/* device_tensor(dtype, shape, device ("cpu"|"cuda"), device_id) -> Tensor: new memory on that
+ * device (kiln_tensor_create_device; a host one is zeroed, a device one not initialised). */
+static PyObject *py_device_tensor(PyObject *m, PyObject *args) {
+    int dtype, device_id;
+    PyObject *shape, *dev_o;
+    if (!PyArg_ParseTuple(args, "iOOi", &dtype, &shape, &dev_o, &device_id)) return NULL;
+    char *dev = utf8_dup(dev_o, "a device type");
+    if (!dev) return NULL;
+    kiln_device_type d = KILN_DEVICE_HOST;
+    if (!strcmp(dev, "cuda")) d = KILN_DEVICE_CUDA;
+    else if (strcmp(dev, "cpu")) {
+        PyObject *r = raise_invalid("device type '%s' is not 'cpu' or 'cuda'", dev);
+        free(dev);
+        return r;
+    }
+    free(dev);
+    int64_t dims[KILN_MAX_RANK];
+    int rank = parse_dims(shape, dims);
+    if (rank < 0) return NULL;
+    if (dtype <= 0 || dtype >= KILN_DTYPE_COUNT_) return raise_invalid("element type %d is not an ONNX type", dtype);
+    kiln_tensor *t = NULL;
+    kiln_status st;
+    const char *msg = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    st = kiln_tensor_create_device((kiln_dtype)dtype, dims, rank, d, device_id, &t);
+    if (st != KILN_OK) msg = kiln_last_error();
+    Py_END_ALLOW_THREADS
+    if (st != KILN_OK) return raise_status(st, msg);
+    return tensor_new_owned(t);
+}
+
+/* copy(src, dst): kiln_tensor_copy of src into dst, each a value spec of a tensor (a Tensor, a host
+ * or CUDA spec ("a"|"d", ...) or a DLPack capsule); complete on return. */
+static PyObject *py_copy(PyObject *m, PyObject *args) {
+    PyObject *src_o, *dst_o;
+    if (!PyArg_ParseTuple(args, "OO", &src_o, &dst_o)) return NULL;
+    call_inputs c = {0};
+    kiln_tensor *src = NULL, *dst = NULL;
+    if (make_value(src_o, "copy source", &c, 0, &src) < 0 || make_value(dst_o, "copy destination", &c, 0, &dst) < 0) {
+        call_inputs_free(&c);
+        return NULL;
+    }
+    kiln_status st = KILN_OK;
+    const char *msg = NULL;
+    int synced = 0;
+    Py_BEGIN_ALLOW_THREADS
+    synced = c.cuda_devices ? sync_legacy_streams(c.cuda_devices) : 0;
+    if (synced >= 0) {
+        st = kiln_tensor_copy(src, dst);
+        if (st != KILN_OK) msg = kiln_last_error();
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *r = NULL;
+    if (synced < 0) raise_status(KILN_ERR_RUNTIME, "waiting for the CUDA work that writes a DLPack tensor failed");
+    else if (st != KILN_OK) raise_status(st, msg);
+    else {
+        r = Py_None;
+        Py_INCREF(r);
+    }
+    call_inputs_free(&c);
+    return r;
+}
+
+/* host_copy(src) -> a new host Tensor holding a copy of src (a value spec of a tensor, host or
+ * device) */
+static PyObject *py_host_copy(PyObject *m, PyObject *src_o) {
+    call_inputs c = {0};
+    kiln_tensor *src = NULL;
+    if (make_value(src_o, "copy source", &c, 0, &src) < 0) {
+        call_inputs_free(&c);
+        return NULL;
+    }
+    if (kiln_tensor_dtype(src) == KILN_DTYPE_STRING || src->kind != KN_VALUE_TENSOR) {
+        call_inputs_free(&c);
+        return raise_invalid("host_copy: only numeric tensors are copied");
+    }
+    kiln_tensor *h = NULL;
+    kiln_status st;
+    const char *msg = NULL;
+    int synced = 0;
+    Py_BEGIN_ALLOW_THREADS
+    synced = c.cuda_devices ? sync_legacy_streams(c.cuda_devices) : 0;
+    st = kiln_tensor_create(kiln_tensor_dtype(src), kiln_tensor_dims(src), kiln_tensor_rank(src), &h);
+    if (st == KILN_OK && synced >= 0) st = kiln_tensor_copy(src, h);
+    if (st != KILN_OK) msg = kiln_last_error();
+    Py_END_ALLOW_THREADS
+    call_inputs_free(&c);
+    if (synced < 0 || st != KILN_OK) {
+        kiln_tensor_destroy(h);
+        if (synced < 0) return raise_status(KILN_ERR_RUNTIME, "waiting for the CUDA work that writes a DLPack tensor failed");
+        return raise_status(st, msg);
+    }
+    return tensor_new_owned(h);
+}
+
+/* wrap(("a"|"d", dtype, shape, ptr, nbytes[, device_id])) -> a Tensor over that memory (not
+ * owned: the caller keeps it alive as long as the Tensor) */
+static PyObject *py_wrap(PyObject *m, PyObject *spec) {
+    if (!PyTuple_Check(spec) || PyTuple_Size(spec) < 5) {
+        PyErr_SetString(PyExc_TypeError, "wrap: want a host or CUDA memory spec");
+        return NULL;
+    }
+    call_inputs c = {0};
+    kiln_tensor *t = NULL;
+    if (make_value(spec, "bound memory", &c, 0, &t) < 0) {
+        call_inputs_free(&c);
+        return NULL;
+    }
+    /* make_value kept the wrapper in c: move it out */
+    c.n_owned--;
+    call_inputs_free(&c);
+    return tensor_new_owned(t);
+}
+
+/* dlpack_info(capsule) -> (dtype, shape, data pointer): what a DLPack tensor is (the capsule is
+ * used up: pass a fresh one from the producer's __dlpack__) */
+static PyObject *py_dlpack_info(PyObject *m, PyObject *cap) {
+    dl_taken taken = {0};
+    kiln_tensor *view = NULL;
+    if (dl_wrap(cap, "DLPack tensor", &view, &taken) < 0) {
+        dl_release(&taken);
+        return NULL;
+    }
+    TensorObject tmp;
+    tmp.t = view;
+    PyObject *shape = tensor_get_shape((PyObject *)&tmp, NULL);
+    PyObject *r = shape ? Py_BuildValue("(iNN)", (int)kiln_tensor_dtype(view), shape,
+                                        PyLong_FromVoidPtr(kiln_tensor_data(view)))
+                        : NULL;
+    kiln_tensor_destroy(view);
+    dl_release(&taken);
+    return r;
+}
+
 static PyMethodDef session_methods[] = {
     {"inputs", session_inputs, METH_NOARGS, "[(name, type, kind, dtype, shape)]"},
     {"meta", session_meta, METH_NOARGS, "(producer, graph name, domain, description, version)"},
@@ -1429,6 +1565,11 @@ static PyMethodDef module_methods[] = {
     {"devices", py_devices, METH_O, "device descriptions of a provider"},
     {"status_names", py_status_names, METH_NOARGS, "{status: name}"},
     {"dtype_names", py_dtype_names, METH_NOARGS, "{dtype: name}"},
+    {"device_tensor", py_device_tensor, METH_VARARGS, "device_tensor(dtype, shape, device, device_id)"},
+    {"copy", py_copy, METH_VARARGS, "copy(src, dst): the elements of src into dst"},
+    {"host_copy", py_host_copy, METH_O, "host_copy(src) -> a host Tensor with a copy of src"},
+    {"dlpack_info", py_dlpack_info, METH_O, "dlpack_info(capsule) -> (dtype, shape, data pointer)"},
+    {"wrap", py_wrap, METH_O, "wrap(memory spec) -> a Tensor over that memory (not owned)"},
     {"_set_errors", py_set_errors, METH_VARARGS, "registers the exception classes"},
     {NULL},
 };
