@@ -183,6 +183,8 @@ static const struct {
     {"KILN_LAYOUT", "nhwc forms level 3's channels-last regions at any batch, nchw never"},
     {"KILN_MAX_TENSOR_BYTES", "the largest tensor a model may make (a hostile model's shapes are refused above it)"},
     {"KILN_ALLOW_HARDLINKS", "1 accepts external data files with hard links from outside the model's folder"},
+    {"KILN_MODEL_READ", "0 maps the .onnx in place instead of reading it (the file must then not change while "
+                        "sessions use it)"},
     {"KILN_CUDA_STAND_INS", "never keeps every CUDA run on cuBLASLt/cuDNN (no stand-in kernels while they load)"},
     {"KILN_CUDA_NO_WARMUP", "1 turns off the warm start's library loading beside the first run"},
     {"KILN_CUDA_RNN", "steps runs LSTM/GRU/RNN step by step instead of in one launch"},

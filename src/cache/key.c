@@ -1,4 +1,5 @@
 #include "cache/key.h"
+#include "onnx/loader.h"
 
 #include "util/file.h"
 
@@ -440,29 +441,12 @@ kiln_status kn_cache_key_for_memory(const void *data, size_t size, const char *b
 
 kiln_status kn_cache_key_for_file(const char *path, const kiln_session_options *o, kn_cache_key *k) {
     memset(k, 0, sizeof *k);
-    int fd;
-    struct stat sb;
-    KN_TRY(kn_file_open_regular(path, false, "model", &fd, &sb));
-    size_t size = (size_t)sb.st_size;
-    void *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0) : NULL;
-    close(fd);
-    if (map == MAP_FAILED) return kn_error(KILN_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
-    if (map) madvise(map, size, MADV_SEQUENTIAL);
-    /* external data resolves against the model's folder, as the loader does it */
-    char *dir;
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        dir = strdup(".");
-    } else {
-        size_t n = slash == path ? 1 : (size_t)(slash - path);
-        dir = malloc(n + 1);
-        if (dir) {
-            memcpy(dir, path, n);
-            dir[n] = 0;
-        }
-    }
-    kiln_status st = dir ? kn_cache_key_for_memory(map ? map : (const void *)"", size, dir, o, k) : KN_OOM();
-    free(dir);
-    if (map) munmap(map, size);
+    /* read as the loader reads it (into owned memory, not mapped: a file truncated while it is
+     * hashed is an error, not SIGBUS); external data resolves against the model's folder */
+    kn_model_file f;
+    KN_TRY(kn_onnx_file_read(path, &f));
+    if (f.mapped) madvise(f.mem, f.mem_size, MADV_SEQUENTIAL);
+    kiln_status st = kn_cache_key_for_memory(f.data, f.size, f.dir, o, k);
+    kn_onnx_file_release(&f);
     return st;
 }

@@ -33,15 +33,37 @@ static void warn_dir_once(const char *dir, const char *msg) {
     if (!seen) kn_log(KILN_LOG_WARNING, "%s; the session is compiled without the cache", msg);
 }
 
-/* Compiles from the .onnx (or bytes): load, resolve, infer, optimise, place. */
+/* Compiles from the .onnx (or bytes): load, resolve, infer, optimise, place. The .onnx is read
+ * once (kn_onnx_file_read) and those bytes are what is compiled. With digest (char[33]), the
+ * content digest of the bytes compiled (and of their external data) is written there, for a
+ * caller to check against a cache key made earlier: a model file that changed in between must not
+ * have its compiled result stored under the earlier version's key. */
 static kiln_status compile_fresh(const char *path, const void *data, size_t size, const char *base_dir,
-                                 const kiln_session_options *o, kiln_session **out) {
+                                 const kiln_session_options *o, kiln_session **out, char *digest) {
     kn_model *m;
-    kiln_status st = path ? kn_onnx_load_file(path, &m) : kn_onnx_load_memory(data, size, base_dir, &m);
+    kiln_status st;
+    if (path) {
+        kn_model_file f;
+        KN_TRY(kn_onnx_file_read(path, &f));
+        if (digest) kn_hash_hex(kn_cache_content_digest(f.data, f.size, f.dir), digest);
+        st = kn_onnx_load_read(path, &f, &m);
+    } else {
+        if (digest) kn_hash_hex(kn_cache_content_digest(data, size, base_dir), digest);
+        st = kn_onnx_load_memory(data, size, base_dir, &m);
+    }
     if (st != KILN_OK) return st; /* the loader's message names the path already */
     st = kn_session_from_model(m, o, out);
     if (st != KILN_OK && path) return kn_error_prefix(st, "%s: ", path);
     return st;
+}
+
+/* Test hook (cache.h): called between a key's making and the compile that follows it. */
+void (*kn_cache_test_after_key)(const char *path);
+
+/* Whether the model compiled (its digest) is the one key k was made from. */
+static bool compiled_what_was_keyed(const kn_cache_key *k, const char *digest) {
+    const char *want = kn_cache_key_get(k, "model");
+    return want && !strcmp(want, digest);
 }
 
 /* A session from an opened, validated compiled file (the model takes over the file's mapping). */
@@ -272,19 +294,22 @@ static entry_result try_entry(const char *entry, const kn_cache_key *k, const ki
     return ENTRY_HIT;
 }
 
-static kiln_status cached_create(const char *path, const kiln_session_options *o, kiln_session **out) {
+/* A session through the cache directory. *used (when the session was made) gets the key it was
+ * stored or found under, so a save that follows writes what was keyed. */
+static kiln_status cached_create(const char *path, const kiln_session_options *o, kiln_session **out,
+                                 kn_cache_key *used) {
     double t0 = kn_now_ms();
     char *dir = kn_cache_dir(o);
     if (!dir) {
         warn_dir_once("", "no cache directory: set KILN_CACHE_DIR, XDG_CACHE_HOME or HOME");
-        return compile_fresh(path, NULL, 0, NULL, o, out);
+        return compile_fresh(path, NULL, 0, NULL, o, out, NULL);
     }
     kn_cache_key k;
     if (kn_cache_key_for_file(path, o, &k) != KILN_OK) {
         /* the model cannot be read: compiling says why, in the loader's words */
         kn_clear_error();
         free(dir);
-        return compile_fresh(path, NULL, 0, NULL, o, out);
+        return compile_fresh(path, NULL, 0, NULL, o, out, NULL);
     }
     double t_key = kn_now_ms() - t0;
     /* the directory first: created 0700 when missing, and used only when it is the user's own */
@@ -301,7 +326,7 @@ static kiln_status cached_create(const char *path, const kiln_session_options *o
         }
         warn_dir_once(dir, msg);
         free(dir);
-        return compile_fresh(path, NULL, 0, NULL, o, out);
+        return compile_fresh(path, NULL, 0, NULL, o, out, NULL);
     }
     char *entry = kn_cache_entry_path(dir, &k);
     char why[1536] = "";
@@ -349,10 +374,20 @@ static kiln_status cached_create(const char *path, const kiln_session_options *o
     if (!why[0]) kn_cache_explain_miss(dir, &k, why, sizeof why);
     if (why[0]) kn_log(KILN_LOG_INFO, "cache rebuilt: '%s': %s; compiling", path, why);
     else kn_log(KILN_LOG_INFO, "cache miss: '%s': no compiled file '%s'; compiling", path, entry);
+    if (kn_cache_test_after_key) kn_cache_test_after_key(path);
     double tc = kn_now_ms();
-    st = compile_fresh(path, NULL, 0, NULL, o, out);
+    char digest[33];
+    st = compile_fresh(path, NULL, 0, NULL, o, out, digest);
     double compile_ms = kn_now_ms() - tc;
     if (st != KILN_OK || !store) goto done;
+    if (!compiled_what_was_keyed(&k, digest)) {
+        /* the file (or its external data) changed after it was hashed: the session runs what was
+         * compiled, but that must not be found later under the key of what was hashed */
+        kn_log(KILN_LOG_WARNING,
+               "'%s' changed while the session was being made (the bytes compiled are not the bytes hashed for "
+               "the cache key): the compiled model is not stored in the cache", path);
+        goto done;
+    }
     add_info(&k, path, compile_ms);
     double tw = kn_now_ms();
     if (kn_cache_write_entry(entry, *out, &k) != KILN_OK) {
@@ -370,6 +405,7 @@ static kiln_status cached_create(const char *path, const kiln_session_options *o
     kn_cache_note_store(dir, stat(entry, &sb) == 0 ? (uint64_t)sb.st_size : 0, kn_cache_limit(o), entry);
 done:
     kn_cache_unlock(lock_fd);
+    if (st == KILN_OK && used && kn_cache_key_copy(&k, used) != KILN_OK) kn_clear_error(); /* a save rekeys */
     kn_cache_key_free(&k);
     free(entry);
     free(dir);
@@ -425,11 +461,23 @@ kiln_status kn_cache_session_create(const char *path, const void *data, size_t s
         kn_cache_key_free(&k); /* without its build field: a save below computes it afresh */
         if (st == KILN_OK) kn_log(KILN_LOG_INFO, "loaded compiled file '%s'", load_path);
     } else if (o->cache_enabled && path && !cache_off_by_env()) {
-        st = cached_create(path, o, out);
+        st = cached_create(path, o, out, save_path ? &k : NULL);
     } else {
+        /* a save keys the model before compiling it, and checks that what was compiled is what was
+         * keyed (the file may change in between) */
+        char digest[33];
+        if (save_path) st = key_for(path, data, size, base_dir, o, &k);
         double t = kn_now_ms();
-        st = compile_fresh(path, data, size, base_dir, o, out);
+        if (st == KILN_OK) st = compile_fresh(path, data, size, base_dir, o, out, save_path ? digest : NULL);
         compile_ms = kn_now_ms() - t;
+        if (st == KILN_OK && save_path && !compiled_what_was_keyed(&k, digest)) {
+            st = kn_error(KILN_ERR_IO,
+                          "'%s' changed while the session was being made (the bytes compiled are not the bytes hashed "
+                          "for the compiled file's key): not saved to '%s'; make the session again",
+                          path ? path : "<memory>", save_path);
+            kiln_session_destroy(*out);
+            *out = NULL;
+        }
     }
     if (st == KILN_OK && save_path) {
         if (!k.n) st = key_for(path, data, size, base_dir, o, &k);
@@ -504,7 +552,19 @@ kiln_status kn_cache_compile_to(const char *path, const kiln_session_options *op
     if (progress) progress(arg, "loading the model");
     t = kn_now_ms();
     kn_model *m;
-    kiln_status st = kn_onnx_load_file(path, &m);
+    kn_model_file mf;
+    kiln_status st = kn_onnx_file_read(path, &mf);
+    if (st == KILN_OK) {
+        /* what is compiled must be what was keyed: the file may have changed since it was hashed */
+        char digest[33];
+        kn_hash_hex(kn_cache_content_digest(mf.data, mf.size, mf.dir), digest);
+        if (!compiled_what_was_keyed(&stats->key, digest)) {
+            kn_onnx_file_release(&mf);
+            return kn_error(KILN_ERR_IO, "'%s' changed while it was being compiled (the bytes read are not the bytes "
+                                         "hashed for the compiled file's key); compile again", path);
+        }
+        st = kn_onnx_load_read(path, &mf, &m);
+    }
     stats->load_ms = kn_now_ms() - t;
     if (st != KILN_OK) return kn_error_prefix(st, "%s: ", path);
     if (progress) progress(arg, "optimising and compiling");

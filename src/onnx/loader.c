@@ -1332,9 +1332,26 @@ kiln_status kn_onnx_load_memory(const void *data, size_t size, const char *base_
     return st;
 }
 
-kiln_status kn_onnx_load_file(const char *path, kn_model **out) {
-    if (!out) return kn_error(KILN_ERR_INVALID_ARGUMENT, "out is NULL");
-    *out = NULL;
+/* The user's .onnx is read into memory kiln owns by default: a session's weights are then the
+ * bytes that were read, and a later change, rewrite or truncation of the file (a deployment
+ * copying a new model over the old one while a server runs) cannot change a result or kill the
+ * process with SIGBUS. ONNX Runtime reads the .onnx into memory too. KILN_MODEL_READ=0 maps it in
+ * place instead (MAP_PRIVATE: shared page cache between processes, no copy), and the file must
+ * then stay unchanged while sessions made from it live (README, Security). */
+static bool model_mapped_by_env(void) {
+    const char *rd = getenv("KILN_MODEL_READ");
+    return rd && !strcmp(rd, "0");
+}
+
+void kn_onnx_file_release(kn_model_file *f) {
+    if (!f) return;
+    if (f->mem) munmap(f->mem, f->mem_size);
+    free(f->dir);
+    memset(f, 0, sizeof *f);
+}
+
+kiln_status kn_onnx_file_read(const char *path, kn_model_file *f) {
+    memset(f, 0, sizeof *f);
     if (!path || !*path) return kn_error(KILN_ERR_INVALID_ARGUMENT, "the model path is empty");
     /* non-blocking, then fstat: a FIFO or device given as the model is refused, never waited on */
     int fd;
@@ -1345,14 +1362,15 @@ kiln_status kn_onnx_load_file(const char *path, kn_model **out) {
         close(fd);
         return kn_error(KILN_ERR_INVALID_MODEL, "%s is not an ONNX model: the file is empty (0 bytes)", path);
     }
-    /* private and writable: pages a later pass writes to are copied, the file never changes.
-     * KILN_MODEL_READ=1 reads it into memory kiln owns instead: a later change or truncation of
-     * the file then cannot reach a live session (README, Security). */
-    const char *rd = getenv("KILN_MODEL_READ");
+    if ((uint64_t)sb.st_size > (uint64_t)SIZE_MAX / 2) {
+        close(fd);
+        return kn_error(KILN_ERR_INVALID_MODEL, "%s: %llu bytes is too large a model for this machine", path,
+                        (unsigned long long)sb.st_size);
+    }
     size_t map_size = size;
     void *map;
     int map_errno = 0;
-    if (rd && !strcmp(rd, "1")) {
+    if (!model_mapped_by_env()) {
         map = kn_file_alloc_owned(size, &map_size);
         if (!map) {
             close(fd);
@@ -1368,9 +1386,12 @@ kiln_status kn_onnx_load_file(const char *path, kn_model **out) {
         /* the model unmaps `size` bytes: give back the huge-page rounding beyond them now */
         size_t page = (size_t)sysconf(_SC_PAGESIZE), used = (size + page - 1) / page * page;
         if (map_size > used) munmap((uint8_t *)map + used, map_size - used);
+        map_size = size;
     } else {
+        /* private and writable: pages a later pass writes to are copied, the file never changes */
         map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
         map_errno = errno;
+        f->mapped = true;
     }
     close(fd);
     if (map == MAP_FAILED) return kn_error(KILN_ERR_IO, "%s: cannot map %zu bytes: %s", path, size, strerror(map_errno));
@@ -1388,9 +1409,29 @@ kiln_status kn_onnx_load_file(const char *path, kn_model **out) {
         }
     }
     if (!dir) {
-        munmap(map, size);
+        munmap(map, map_size);
         return KN_OOM();
     }
+    f->data = map;
+    f->size = size;
+    f->mem = map;
+    f->mem_size = map_size;
+    f->dir = dir;
+    return KILN_OK;
+}
+
+kiln_status kn_onnx_load_read(const char *path, kn_model_file *f, kn_model **out) {
+    if (!out) return kn_error(KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = NULL;
+    if (!f || !f->mem) return kn_error(KILN_ERR_INVALID_ARGUMENT, "no model bytes");
+    /* the model owns the bytes from here on (load unmaps them on failure, or when nothing points
+     * into them) */
+    void *map = f->mem;
+    size_t size = f->size;
+    char *dir = f->dir;
+    f->mem = NULL;
+    f->dir = NULL;
+    kn_onnx_file_release(f);
     /* a file without a ModelProto's outline is "PATH is not an ONNX model (it looks like text): ...",
      * said first (onnx/sniff.c); one with it that fails to load is "PATH: what is wrong" */
     bool outline = kn_onnx_looks_like_model(map, size);
@@ -1402,4 +1443,12 @@ kiln_status kn_onnx_load_file(const char *path, kn_model **out) {
         else kn_not_a(st, path, "an ONNX model", hint);
     }
     return st;
+}
+
+kiln_status kn_onnx_load_file(const char *path, kn_model **out) {
+    if (!out) return kn_error(KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = NULL;
+    kn_model_file f;
+    KN_TRY(kn_onnx_file_read(path, &f));
+    return kn_onnx_load_read(path, &f, out);
 }

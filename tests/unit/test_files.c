@@ -2,6 +2,7 @@
  * refused, never waited on; external data reached through a hard link from outside the model's
  * folder is refused unless KILN_ALLOW_HARDLINKS=1. Each hang-prone case runs in a child process
  * with an alarm, so a regression fails the test instead of stalling the suite. */
+#include "cache/cache.h"
 #include "kiln.h"
 #include "onnx/loader.h"
 #include "unit.h"
@@ -20,7 +21,7 @@
 /* ---- a minimal protobuf writer: a model whose one initializer 'w' (float[4]) is external ---- */
 
 typedef struct fpb {
-    uint8_t d[2048];
+    uint8_t d[40000];
     size_t n;
 } fpb;
 
@@ -175,8 +176,9 @@ KN_TEST(files_external_data_hard_links) {
     files_rm(root);
 }
 
-/* KILN_MODEL_READ=1: the .onnx is read into owned memory, so truncating or rewriting it under a
- * live session changes nothing (mapped in place, the default, it is the user's to leave alone). */
+/* KILN_MODEL_READ=1 (the default): the .onnx is read into owned memory, so truncating or
+ * rewriting it under a live session changes nothing (a zoo model, whose weights are views into
+ * those bytes). */
 KN_TEST(files_model_read_option_survives_truncation) {
     char src[1200];
     const char *z = getenv("KILN_ZOO");
@@ -225,5 +227,245 @@ KN_TEST(files_model_read_option_survives_truncation) {
         kiln_tensor_destroy(y2);
         kiln_session_destroy(s);
     }
+    files_rm(dir);
+}
+
+/* ---- a runnable model: y = x + w, x and w float[ADD_N]; w inline (raw_data) or in an external file ---- */
+
+/* 16 KiB of weights: whole pages of the file hold nothing else, as in a real model (a page the
+ * loader writes to, a name's, is copied by the private mapping and would hide a change) */
+enum { ADD_N = 4096 };
+
+static void fpb_value_info(fpb *g, int field, const char *name) {
+    fpb dim = {0}, shape = {0}, tt = {0}, type = {0}, vi = {0};
+    fpb_int(&dim, 1, ADD_N);             /* dim_value */
+    fpb_bytes(&shape, 1, dim.d, dim.n);  /* TensorShapeProto.dim */
+    fpb_int(&tt, 1, 1);                  /* elem_type FLOAT */
+    fpb_bytes(&tt, 2, shape.d, shape.n); /* shape */
+    fpb_bytes(&type, 1, tt.d, tt.n);     /* TypeProto.tensor_type */
+    fpb_str(&vi, 1, name);
+    fpb_bytes(&vi, 2, type.d, type.n);
+    fpb_bytes(g, field, vi.d, vi.n);
+}
+
+/* <dir>/model.onnx computing y = x + w with w[i] = scale * (i + 1), inline, or (location non-NULL)
+ * in that external file, which is written too. The file's size does not depend on scale. */
+static int write_add_model(const char *dir, float scale, const char *location) {
+    static float w[ADD_N];
+    for (int i = 0; i < ADD_N; i++) w[i] = scale * (float)(i + 1);
+    /* inline w starts at a 4-byte aligned offset of the file (a doc_string pads it), so that the
+     * loader makes it a view into the file's bytes, as real models' weights are */
+    for (int pad = 0; pad < 8; pad++) {
+        static fpb t, node, g, op, m;
+        memset(&t, 0, sizeof t), memset(&node, 0, sizeof node), memset(&g, 0, sizeof g);
+        memset(&op, 0, sizeof op), memset(&m, 0, sizeof m);
+        fpb_int(&t, 1, ADD_N);
+        fpb_int(&t, 2, 1);
+        fpb_str(&t, 8, "w");
+        char doc[8] = "xxxxxxx";
+        doc[pad] = 0;
+        fpb_str(&t, 12, doc);
+        if (location) {
+            fpb e = {0};
+            fpb_str(&e, 1, "location");
+            fpb_str(&e, 2, location);
+            fpb_bytes(&t, 13, e.d, e.n);
+            fpb_int(&t, 14, 1);
+            char path[600];
+            snprintf(path, sizeof path, "%s/%s", dir, location);
+            if (write_bytes(path, w, sizeof w)) return -1;
+        } else {
+            fpb_bytes(&t, 9, w, sizeof w); /* raw_data */
+        }
+        fpb_str(&node, 1, "x");
+        fpb_str(&node, 1, "w");
+        fpb_str(&node, 2, "y");
+        fpb_str(&node, 3, "add");
+        fpb_str(&node, 4, "Add");
+        fpb_bytes(&g, 1, node.d, node.n);
+        fpb_str(&g, 2, "g");
+        fpb_bytes(&g, 5, t.d, t.n);
+        fpb_value_info(&g, 11, "x");
+        fpb_value_info(&g, 12, "y");
+        fpb_int(&m, 1, 8);
+        fpb_str(&op, 1, "");
+        fpb_int(&op, 2, 17);
+        fpb_bytes(&m, 8, op.d, op.n);
+        fpb_bytes(&m, 7, g.d, g.n);
+        if (!location) {
+            size_t at = 0;
+            while (at + 16 <= m.n && memcmp(m.d + at, w, 16)) at++;
+            if (at % 4) continue;
+        }
+        char path[600];
+        snprintf(path, sizeof path, "%s/model.onnx", dir);
+        return write_bytes(path, m.d, m.n);
+    }
+    return -1;
+}
+
+/* Runs s on x = 1 (every element): whether it ran and y[i] == 1 + scale * (i + 1) everywhere. */
+static bool run_add(kiln_session *s, float scale) {
+    int64_t dims[1] = {ADD_N};
+    kiln_tensor *in = NULL, *out = NULL;
+    if (kiln_tensor_create(KILN_DTYPE_FLOAT, dims, 1, &in) != KILN_OK) return false;
+    float *x = kiln_tensor_data(in);
+    for (int i = 0; i < ADD_N; i++) x[i] = 1;
+    const char *names[1] = {"x"};
+    bool ok = kiln_session_run(s, names, &in, 1, NULL, 1, &out) == KILN_OK && kiln_tensor_bytes(out) == sizeof(float) * ADD_N;
+    if (!ok) fprintf(stderr, "  run: %s\n", kiln_last_error());
+    const float *y = ok ? kiln_tensor_data(out) : NULL;
+    for (int i = 0; ok && i < ADD_N; i++)
+        if (y[i] != 1 + scale * (float)(i + 1)) {
+            fprintf(stderr, "  y[%d] = %g, expected %g\n", i, y[i], 1 + scale * (float)(i + 1));
+            ok = false;
+        }
+    kiln_tensor_destroy(in);
+    kiln_tensor_destroy(out);
+    return ok;
+}
+
+static kiln_session *add_session(const char *model, const char *cache_dir) {
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, cache_dir != NULL, NULL);
+    if (cache_dir) setenv("KILN_CACHE_DIR", cache_dir, 1);
+    kiln_session *s = NULL;
+    if (kiln_session_create(model, o, &s) != KILN_OK) fprintf(stderr, "  create: %s\n", kiln_last_error());
+    kiln_session_options_destroy(o);
+    return s;
+}
+
+/* The model file and its external data are read, not mapped (the default): rewriting them in
+ * place or truncating them under a live session changes no output and cannot raise SIGBUS, with
+ * the cache off and on. Run in a child so that a regression (SIGBUS) fails the test, not the
+ * suite. */
+KN_TEST(files_model_and_external_data_changed_under_a_live_session) {
+    char *dir = files_tmp("live");
+    if (!dir) KN_SKIP("cannot create a temporary folder");
+    char model[400], data[400], cache[400];
+    snprintf(model, sizeof model, "%s/model.onnx", dir);
+    snprintf(data, sizeof data, "%s/w.bin", dir);
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    unsetenv("KILN_MODEL_READ"); /* the default */
+    for (int ext = 0; ext < 2; ext++)
+        for (int cached = 0; cached < 2; cached++) {
+            CHECK(write_add_model(dir, 10, ext ? "w.bin" : NULL) == 0);
+            fflush(NULL);
+            pid_t pid = fork();
+            if (pid == 0) {
+                alarm(20);
+                int bad = 0;
+                kiln_session *s = add_session(model, cached ? cache : NULL);
+                if (!s || !run_add(s, 10)) _exit(10);
+                /* rewritten in place with other weights (same size), then truncated */
+                struct stat sb;
+                const char *changed = ext ? data : model;
+                if (stat(changed, &sb) != 0) _exit(11);
+                if (ext) {
+                    static float w2[ADD_N];
+                    for (int i = 0; i < ADD_N; i++) w2[i] = -(float)(i + 1);
+                    int fd = open(data, O_WRONLY);
+                    if (fd < 0 || pwrite(fd, w2, sizeof w2, 0) != (ssize_t)sizeof w2) _exit(12);
+                    close(fd);
+                } else {
+                    /* the model with other weights has the same size and layout: write it
+                     * elsewhere, copy its bytes over the model's in place */
+                    char other[400], dir2[400];
+                    snprintf(dir2, sizeof dir2, "%s/other", dir);
+                    mkdir(dir2, 0700);
+                    snprintf(other, sizeof other, "%s/model.onnx", dir2);
+                    if (write_add_model(dir2, -1, NULL)) _exit(13);
+                    static uint8_t buf[40000];
+                    FILE *f = fopen(other, "rb");
+                    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+                    if (f) fclose(f);
+                    int fd = open(model, O_WRONLY);
+                    if (n != (size_t)sb.st_size || fd < 0 || pwrite(fd, buf, n, 0) != (ssize_t)n) _exit(14);
+                    close(fd);
+                }
+                if (!run_add(s, 10)) bad |= 1;
+                if (truncate(changed, 0) != 0) _exit(15);
+                if (!run_add(s, 10)) bad |= 2;
+                kiln_session_destroy(s);
+                _exit(bad ? 20 + bad : 0);
+            }
+            int status = 0;
+            CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+                fprintf(stderr, "  external=%d cache=%d: child %s %d\n", ext, cached,
+                        WIFEXITED(status) ? "exited with" : "killed by signal",
+                        WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+            CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        }
+    files_rm(dir);
+}
+
+/* KILN_MODEL_READ=0 maps the .onnx in place instead (the file must then stay unchanged): the
+ * session is the same. */
+KN_TEST(files_model_mapped_on_request) {
+    char *dir = files_tmp("map");
+    if (!dir) KN_SKIP("cannot create a temporary folder");
+    char model[400];
+    snprintf(model, sizeof model, "%s/model.onnx", dir);
+    CHECK(write_add_model(dir, 0.5f, NULL) == 0);
+    setenv("KILN_MODEL_READ", "0", 1);
+    kn_model_file f;
+    CHECK_STATUS(kn_onnx_file_read(model, &f), KILN_OK);
+    CHECK(f.mapped);
+    kn_onnx_file_release(&f);
+    /* w is a view into the file's bytes (what the live-session test needs to mean something) */
+    kn_model *m = NULL;
+    CHECK_STATUS(kn_onnx_load_file(model, &m), KILN_OK);
+    if (m) {
+        const kn_tensor *c = m->graph->values[0].constant;
+        for (int v = 0; !c && v < m->graph->n_values; v++) c = m->graph->values[v].constant;
+        CHECK(m->mapping && c && (const uint8_t *)c->data >= (const uint8_t *)m->mapping &&
+              (const uint8_t *)c->data < (const uint8_t *)m->mapping + m->mapping_size);
+    }
+    kn_model_free(m);
+    kiln_session *s = add_session(model, NULL);
+    unsetenv("KILN_MODEL_READ");
+    CHECK(s && run_add(s, 0.5f));
+    kiln_session_destroy(s);
+    CHECK_STATUS(kn_onnx_file_read(model, &f), KILN_OK);
+    CHECK(!f.mapped);
+    kn_onnx_file_release(&f);
+    files_rm(dir);
+}
+
+/* A model file changed between its cache key's hashing and its compile (a miss) must not have the
+ * new version's compiled result stored under the old version's key: the old version, back on
+ * disk, would then load the new one's weights on a hit. */
+static char hook_dir[400];
+static void change_model_after_key(const char *path) {
+    (void)path;
+    if (write_add_model(hook_dir, -1, NULL)) fprintf(stderr, "  hook: cannot rewrite the model\n");
+}
+
+KN_TEST(files_model_changed_between_key_and_compile_is_not_cached) {
+    char *dir = files_tmp("toctou");
+    if (!dir) KN_SKIP("cannot create a temporary folder");
+    snprintf(hook_dir, sizeof hook_dir, "%s", dir);
+    char model[400], cache[400];
+    snprintf(model, sizeof model, "%s/model.onnx", dir);
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    CHECK(write_add_model(dir, 10, NULL) == 0);
+    kn_cache_test_after_key = change_model_after_key;
+    kiln_session *s = add_session(model, cache);
+    kn_cache_test_after_key = NULL;
+    /* the session runs what it compiled: the new weights */
+    CHECK(s && run_add(s, -1));
+    kiln_session_destroy(s);
+    /* the old version back: compiled afresh (nothing was stored under its key), its own weights */
+    CHECK(write_add_model(dir, 10, NULL) == 0);
+    s = add_session(model, cache);
+    CHECK(s && run_add(s, 10));
+    kiln_session_destroy(s);
+    /* and a third session of it is a hit with the same outputs */
+    s = add_session(model, cache);
+    CHECK(s && run_add(s, 10));
+    kiln_session_destroy(s);
+    unsetenv("KILN_CACHE_DIR");
     files_rm(dir);
 }
