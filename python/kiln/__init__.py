@@ -13,7 +13,13 @@ for torch/CuPy tensors on the CPU or a CUDA device) and outputs come back as num
 view kiln's memory. The GIL is released while a session compiles or runs.
 """
 
+import enum
+import mmap
 import os
+import sys
+import threading
+import time
+import types
 import warnings
 
 import numpy as np
@@ -21,7 +27,8 @@ import numpy as np
 from . import _kiln
 
 __all__ = [
-    "InferenceSession", "SessionOptions", "RunOptions", "GraphOptimizationLevel", "ExecutionMode",
+    "InferenceSession", "SessionOptions", "RunOptions", "GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder",
+    "copy_tensors", "capi",
     "NodeArg", "OrtValue", "IOBinding", "ModelMetadata", "get_available_providers", "get_all_providers",
     "get_device", "get_version_string", "get_build_info", "set_default_logger_severity",
     "set_default_logger_verbosity", "preload_dlls", "Error", "__version__",
@@ -66,7 +73,9 @@ class ShapeError(InvalidArgument):
     status = "KILN_ERR_SHAPE"
 
 
-class NotFound(Error, LookupError):
+class NotFound(InvalidArgument, LookupError):
+    """A name that does not exist (an input, an output, a provider); an InvalidArgument too, as
+    ONNX Runtime reports a wrong name."""
     status = "KILN_ERR_NOT_FOUND"
 
 
@@ -163,7 +172,7 @@ def _onnx_type(code):
 
 # --------------------------------------------------------------------------------------- options
 
-class GraphOptimizationLevel:
+class GraphOptimizationLevel(enum.IntEnum):
     """ONNX Runtime's optimisation levels, mapped onto kiln's 0..3."""
     ORT_DISABLE_ALL = 0
     ORT_ENABLE_BASIC = 1
@@ -179,9 +188,15 @@ def _kiln_level(level):
     return min(level, 3)
 
 
-class ExecutionMode:
+class ExecutionMode(enum.IntEnum):
     ORT_SEQUENTIAL = 0
     ORT_PARALLEL = 1
+
+
+class ExecutionOrder(enum.IntEnum):
+    DEFAULT = 0
+    PRIORITY_BASED = 1
+    MEMORY_EFFICIENT = 2
 
 
 class SessionOptions:
@@ -191,8 +206,11 @@ class SessionOptions:
     kiln's level 3), intra_op_num_threads (0: one per core), optimized_model_filepath (kiln writes
     the optimised graph there as .onnx), log_severity_level (0 verbose .. 4 fatal),
     add_free_dimension_override_by_name. Accepted and without effect in kiln:
-    inter_op_num_threads, execution_mode, enable_cpu_mem_arena, enable_mem_pattern,
-    enable_mem_reuse, enable_profiling, log_verbosity_level, logid.
+    inter_op_num_threads, execution_mode, execution_order, use_per_session_threads,
+    enable_cpu_mem_arena, enable_mem_pattern, enable_mem_reuse, log_verbosity_level, logid.
+    enable_profiling (with profile_file_prefix) records the session's creation and each run as
+    ONNX Runtime's JSON trace (a Chrome trace; end_profiling() writes it and returns its name);
+    kiln's per-node times are KILN_PROFILE's (README).
 
     kiln's: cache_enabled (the compiled-model cache, default True), cache_dir (default
     $KILN_CACHE_DIR, else ~/.cache/kiln), compiled_save_path / compiled_load_path,
@@ -205,6 +223,8 @@ class SessionOptions:
         self.intra_op_num_threads = 0
         self.inter_op_num_threads = 0
         self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
+        self.execution_order = ExecutionOrder.DEFAULT
+        self.use_per_session_threads = True
         self.optimized_model_filepath = ""
         self.log_severity_level = -1  # -1: the default (set_default_logger_severity, else 2: warnings)
         self.log_verbosity_level = 0
@@ -226,6 +246,20 @@ class SessionOptions:
 
     def add_free_dimension_override_by_name(self, name, value):
         self._dims[str(name)] = int(value)
+
+    def add_free_dimension_override_by_denotation(self, denotation, value):
+        raise Unsupported(f"kiln does not read dimension denotations ('{denotation}'); name the dimension "
+                          "with add_free_dimension_override_by_name")
+
+    def add_initializer(self, name, ortvalue):
+        raise Unsupported(f"kiln does not replace initializers ('{name}') from session options")
+
+    def add_external_initializers(self, names, ortvalues):
+        raise Unsupported("kiln does not take external initializers from session options; keep the "
+                          "external data files next to the model")
+
+    def has_providers(self):
+        return False
 
     def add_session_config_entry(self, key, value):
         self._config[str(key)] = str(value)
@@ -800,6 +834,111 @@ def _value_spec(value, arg, keep):
     return spec
 
 
+class _Profile:
+    """ONNX Runtime's profile: a JSON array of Chrome trace events ("ph": "X", microseconds from
+    the start), here the session's creation and each run."""
+
+    def __init__(self, prefix):
+        self.prefix = prefix or "onnxruntime_profile_"
+        self.start_ns = time.time_ns()
+        self.t0 = time.perf_counter_ns()
+        self.events = []
+        self.lock = threading.Lock()
+
+    def event(self, name, begin_ns, end_ns):
+        e = {"cat": "Session", "pid": os.getpid(), "tid": threading.get_ident() & 0x7FFFFFFF,
+             "dur": (end_ns - begin_ns) // 1000, "ts": (begin_ns - self.t0) // 1000, "ph": "X", "name": name,
+             "args": {}}
+        with self.lock:
+            self.events.append(e)
+
+    def write(self):
+        import json
+        name = f"{self.prefix}_{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
+        with self.lock:
+            data = json.dumps(self.events, indent=0)
+        with open(name, "w") as f:
+            f.write(data)
+        return name
+
+
+def _varint(b, i):
+    v = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << shift
+        if c < 0x80:
+            return v, i
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _fields(b, start, end):
+    """(field number, wire type, value or (begin, end) of a length-delimited field) of one protobuf
+    message in b[start:end]."""
+    i = start
+    while i < end:
+        key, i = _varint(b, i)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = _varint(b, i)
+            yield num, wt, v
+        elif wt == 2:
+            n, i = _varint(b, i)
+            if i + n > end:
+                raise ValueError("truncated")
+            yield num, wt, (i, i + n)
+            i += n
+        elif wt == 1:
+            i += 8
+        elif wt == 5:
+            i += 4
+        else:
+            raise ValueError("bad wire type")
+
+
+def _model_extras(src):
+    """(graph doc_string, [(key, value)] of metadata_props) read from the model's bytes (kiln keeps
+    neither); empty for a compiled file or anything unreadable."""
+    doc, props = "", []
+    f = mm = None
+    try:
+        if isinstance(src, os.PathLike):
+            src = os.fspath(src)
+        if isinstance(src, str):
+            f = open(src, "rb")
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            b = mm
+        else:
+            b = bytes(src)
+        if b[:8] == b"KILNCOMP":
+            return doc, props
+        text = lambda r: bytes(b[r[0]:r[1]]).decode("utf-8", "replace")
+        for num, wt, v in _fields(b, 0, len(b)):
+            if num == 14 and wt == 2:
+                k = val = ""
+                for n2, w2, v2 in _fields(b, v[0], v[1]):
+                    if n2 == 1 and w2 == 2:
+                        k = text(v2)
+                    elif n2 == 2 and w2 == 2:
+                        val = text(v2)
+                props.append((k, val))
+            elif num == 7 and wt == 2:
+                for n2, w2, v2 in _fields(b, v[0], v[1]):
+                    if n2 == 10 and w2 == 2:
+                        doc = text(v2)
+    except (OSError, ValueError, IndexError):
+        pass
+    finally:
+        if mm is not None:
+            mm.close()
+        if f is not None:
+            f.close()
+    return doc, props
+
+
 class ModelMetadata:
     def __init__(self):
         self.producer_name = ""
@@ -830,7 +969,15 @@ class InferenceSession:
         self._model = path_or_bytes
         self._providers_arg = (providers, provider_options)
         self._disabled = list(kwargs.get("disabled_optimizers") or [])
+        self._profile = None
+        self._meta = None
+        o = self._sess_options
+        if getattr(o, "enable_profiling", False):
+            self._profile = _Profile(getattr(o, "profile_file_prefix", "onnxruntime_profile_"))
+        t0 = time.perf_counter_ns()
         self._create(providers, provider_options)
+        if self._profile is not None:
+            self._profile.event("session_initialization", t0, time.perf_counter_ns())
 
     def _create(self, providers, provider_options):
         o = self._sess_options
@@ -882,6 +1029,10 @@ class InferenceSession:
     def get_modelmeta(self):
         m = ModelMetadata()
         m.producer_name, m.graph_name, m.domain, m.description, m.version = self._c.meta()
+        if self._meta is None:
+            self._meta = _model_extras(self._model)
+        m.graph_description, props = self._meta
+        m.custom_metadata_map = dict(props)
         return m
 
     def set_providers(self, providers=None, provider_options=None):
@@ -894,12 +1045,49 @@ class InferenceSession:
         pass
 
     def end_profiling(self):
-        return ""
+        """Writes the profile (SessionOptions.enable_profiling) and returns its file name; "" when
+        profiling is off. Runs after this one are not recorded, as in ONNX Runtime."""
+        if self._profile is None:
+            return ""
+        name = self._profile.write()
+        self._profile = None
+        return name
+
+    def get_profiling_start_time_ns(self):
+        return self._profile.start_ns if self._profile is not None else 0
+
+    def create_ortvalue_from_shape_and_type(self, shape, element_type, device_type="cpu", device_id=0,
+                                            vendor_id=-1):
+        return OrtValue.ortvalue_from_shape_and_type(shape, element_type, device_type, device_id, vendor_id)
+
+    def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
+        """Runs on another thread and calls callback(results, user_data, err): err is "" on success,
+        else the message (results then None), as ONNX Runtime's run_async."""
+        def work():
+            try:
+                res = self.run(output_names, input_feed, run_options)
+            except Exception as e:  # handed to the callback, as ONNX Runtime does
+                callback(None, user_data, str(e) or type(e).__name__)
+                return
+            callback(res, user_data, "")
+        threading.Thread(target=work, daemon=True).start()
+
+    def _timed(self, fn, *args):
+        if self._profile is None:
+            return fn(*args)
+        t0 = time.perf_counter_ns()
+        try:
+            return fn(*args)
+        finally:
+            self._profile.event("model_run", t0, time.perf_counter_ns())
 
     # -- running
     def _feed(self, input_feed):
         if not isinstance(input_feed, dict):
             raise TypeError("input_feed must be a dict of input name to value")
+        missing = [a.name for a in self._inputs if a.name not in input_feed and not a.type.startswith("optional")]
+        if missing:  # ONNX Runtime's check and message, before anything runs
+            raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({list(input_feed)}).")
         names, specs, keep = [], [], []
         for name, value in input_feed.items():
             if not isinstance(name, str):
@@ -920,7 +1108,7 @@ class InferenceSession:
         """Runs the model: a list of numpy arrays in the order of output_names (None: every
         output); sequences come back as lists, empty optionals as None, strings as object arrays."""
         names, specs, keep = self._feed(input_feed)
-        outs = self._c.run(names, specs, list(output_names) if output_names else None,
+        outs = self._timed(self._c.run, names, specs, list(output_names) if output_names else None,
                            _c_run_options(run_options))
         del keep
         return [_output_to_python(v) for v in outs]
@@ -929,7 +1117,7 @@ class InferenceSession:
         """As run, with OrtValues (or arrays, DLPack tensors) in and OrtValues out; outputs may
         stay in CUDA memory (SessionOptions.output_on_device)."""
         names, specs, keep = self._feed(input_dict_ort_values)
-        outs = self._c.run(names, specs, list(output_names) if output_names else None,
+        outs = self._timed(self._c.run, names, specs, list(output_names) if output_names else None,
                            _c_run_options(run_options))
         del keep
         return [OrtValue(v) if isinstance(v, _kiln.Tensor) else v for v in outs]
@@ -938,7 +1126,7 @@ class InferenceSession:
         return IOBinding(self)
 
     def run_with_iobinding(self, iobinding, run_options=None):
-        iobinding._run(run_options)
+        self._timed(iobinding._run, run_options)
 
 
 def _check_device(dev, device_id, what):
@@ -1127,3 +1315,24 @@ class IOBinding:
             else:
                 outs.append(r)
         return outs
+
+
+# ONNX Runtime's module paths that scripts import exceptions from
+# (from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, ...)
+capi = types.ModuleType(__name__ + ".capi", "ONNX Runtime's capi names, for scripts that import from them")
+_pybind_state = types.ModuleType(__name__ + ".capi.onnxruntime_pybind11_state")
+for _n in ("Fail", "InvalidArgument", "NoSuchFile", "NoModel", "EngineError", "RuntimeException", "InvalidProtobuf",
+           "ModelLoaded", "NotImplemented", "InvalidGraph", "EPFail", "ModelLoadCanceled", "ModelRequiresCompilation",
+           "NotFound"):
+    setattr(_pybind_state, _n, globals().get(_n, Error))
+for _n in ("SessionOptions", "RunOptions", "GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "OrtValue",
+           "NodeArg", "ModelMetadata", "get_available_providers", "get_all_providers", "get_device",
+           "set_default_logger_severity", "set_default_logger_verbosity"):
+    setattr(_pybind_state, _n, globals()[_n])
+capi.onnxruntime_pybind11_state = _pybind_state
+capi._pybind_state = _pybind_state
+capi.onnxruntime_inference_collection = sys.modules[__name__]
+sys.modules[capi.__name__] = capi
+sys.modules[_pybind_state.__name__] = _pybind_state
+sys.modules[capi.__name__ + "._pybind_state"] = _pybind_state
+sys.modules[capi.__name__ + ".onnxruntime_inference_collection"] = sys.modules[__name__]

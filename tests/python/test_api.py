@@ -276,8 +276,10 @@ def test_bad_inputs_raise_not_crash():
         s.run(None, {"A": np.ones((2, 4), np.float32), "B": a})
     with pytest.raises(kiln.Error):
         s.run(None, {"A": np.ones((2, 3, 1), np.float32), "B": a})
-    with pytest.raises(kiln.NotFound, match="nope"):
+    with pytest.raises(kiln.InvalidArgument, match=r"Required inputs \(\['A'\]\) are missing"):
         s.run(None, {"nope": a, "B": a})
+    with pytest.raises(kiln.NotFound, match="nope"):
+        s.run(None, {"nope": a, "A": a, "B": a})
     with pytest.raises(kiln.Error, match="A"):
         s.run(None, {"B": a})
     with pytest.raises(kiln.NotFound, match="Z"):
@@ -362,8 +364,9 @@ def test_run_options_attributes():
     ro.add_run_config_entry("a", "b")
     assert ro.get_run_config_entry("a") == "b"
     assert ro.terminate is False
+    a = np.ones((1, 3), np.float32)
     with pytest.raises(TypeError):
-        session(models.add()).run(None, {}, run_options=object())
+        session(models.add()).run(None, {"A": a, "B": a}, run_options=object())
 
 
 # ---------------------------------------------------------------------------- io binding
