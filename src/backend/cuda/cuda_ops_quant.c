@@ -7,6 +7,7 @@
  * range; float8 outputs and inputs go through the elementwise float8 cast (kn_cu_cast_f8).
  * float4e2m1 and float8e8m0 have no CUDA cast: `supports` sends those nodes to the CPU. */
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_qcontrib.h" /* the quantised com.microsoft operators (cuda_ops_qcontrib.c) */
 
 #include "ops/quant.h"
 
@@ -301,5 +302,6 @@ const kn_cuda_kernel kn_cuda_quant[] = {
     {"", "BitCast", run_bitcast, bitcast_supports, KN_T_DENSE, 0, 0},
     {"", "MatMulInteger", run_matmul_integer, imatmul_supports, 0, 0, 0},
     {"", "QLinearMatMul", run_qlinear_matmul, imatmul_supports, 0, 0, 0},
+    KN_CUDA_QCONTRIB_KERNELS
     {NULL, NULL, NULL, NULL, 0, 0, 0},
 };
