@@ -5,6 +5,9 @@
 #   - the model zoo with provider cuda alone (no CPU fallback possible) at optimisation levels 0 and 3,
 #   - the ONNX node tests with providers cuda,cpu at levels 0 and 3, against the CPU's own results
 #     (tests that fail on the CPU are expected to fail here too),
+#   - the com.microsoft operator tests against onnxruntime (tests/conformance/make_contrib_tests.py):
+#     those of the operators with CUDA kernels (MatMulNBits, the QLinear operators) with provider cuda
+#     alone, all of them with cuda,cpu,
 #   - the equivalence of the optimisation levels on CUDA (scripts/equivalence.sh --provider cuda,cpu:
 #     every zoo model and node test at levels 1, 2, 3 against level 0, in $KILN_EQ_JOBS shards of
 #     one process and one CUDA context each, default one per core),
@@ -80,7 +83,7 @@ if ! grep -q '^provider cuda: available' "$logs/info.log"; then
   echo "=== no usable CUDA device ($reason): every GPU test is skipped"
   n_unit=$("$build/kiln_unit_tests" cuda 2>/dev/null | result_line /dev/stdin | awk '{print $5}')
   # the equivalence part counts as one skip per folder
-  skipped=$(( ${n_unit:-0} + 6 * zoo_count + 5 * ${#node_list[@]} + 4 ))
+  skipped=$(( ${n_unit:-0} + 6 * zoo_count + 5 * ${#node_list[@]} + 4 + 2 ))
   echo "0 passed, 0 failed, $skipped skipped"
   exit 0
 fi
@@ -176,6 +179,23 @@ if [ ${#node_list[@]} -gt 0 ]; then
     --provider cuda,cpu --opt-level 3 --expected-failures "$logs/cpu_expected_failures.txt"
 else
   echo "=== node tests: none found in $nodes"; total_skip=$((total_skip + 4))
+fi
+
+# The com.microsoft operators against onnxruntime's CPU outputs: the quantised ones with CUDA kernels
+# (cuda_ops_qcontrib.c) with provider cuda alone, so a CPU fallback fails; every one with cuda,cpu.
+contrib="$build/contrib_tests"
+if [ ! "$contrib/.complete" -nt tests/conformance/make_contrib_tests.py ]; then
+  rm -rf "$contrib"
+  python3 tests/conformance/make_contrib_tests.py "$contrib" >"$logs/make_contrib_tests.log" 2>&1 && touch "$contrib/.complete"
+fi
+mapfile -t contrib_cuda < <(find "$contrib" -mindepth 1 -maxdepth 1 -type d \( -name 'test_contrib_matmulnbits*' -o -name 'test_contrib_qlinear*' \) 2>/dev/null | sort)
+if [ ${#contrib_cuda[@]} -gt 0 ]; then
+  part "com.microsoft MatMulNBits and QLinear operators vs onnxruntime, provider cuda only" "$logs/contrib_cuda.log" \
+    "$build/kiln" test --provider cuda "${contrib_cuda[@]}"
+  part "com.microsoft operators vs onnxruntime, providers cuda,cpu" "$logs/contrib_cuda_cpu.log" \
+    "$build/kiln" test --provider cuda,cpu "$contrib"
+else
+  echo "=== com.microsoft operator tests: none written ($logs/make_contrib_tests.log)"; total_skip=$((total_skip + 2))
 fi
 
 # The optimisation levels on CUDA: fused nodes now form for the CUDA provider (src/opt/target.c),
