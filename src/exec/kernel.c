@@ -1,7 +1,11 @@
 #include "exec/kernel.h"
 
+#include "exec/exec.h"
+#include "util/limits.h"
+
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 kiln_status kn_ctx_output(kn_kernel_ctx *c, int i, kiln_dtype dtype, int rank, const int64_t *dims,
@@ -39,4 +43,52 @@ kiln_status kn_kernel_error(const kn_kernel_ctx *c, kiln_status status, const ch
                                  c->in[i] ? kn_tensor_describe(c->in[i], d, sizeof d) : "(none)");
     }
     return kn_error(status, "%s: %s (inputs: %s)", kn_node_label(c->node, lbl, sizeof lbl), msg, shapes);
+}
+
+/* The run a kernel call belongs to (subgraph runs share their parent's), or NULL. */
+static kn_run_ctx *run_of(const kn_kernel_ctx *c) { return c && c->exec ? c->exec->run : NULL; }
+
+kiln_status kn_ctx_scratch(kn_kernel_ctx *c, size_t bytes, const char *what, void **out) {
+    *out = NULL;
+    char lbl[256];
+    const char *node = c && c->node ? kn_node_label(c->node, lbl, sizeof lbl) : "a kernel";
+    const uint64_t limit = kn_tensor_bytes_limit();
+    if ((uint64_t)bytes > limit || bytes > (size_t)INT64_MAX - 64)
+        return kn_error(KILN_ERR_OUT_OF_MEMORY,
+                        "%s: %s needs %llu bytes of scratch memory, more than the tensor size limit of %llu bytes "
+                        "(the machine's memory, or KILN_MAX_TENSOR_BYTES)",
+                        node, what, (unsigned long long)bytes, (unsigned long long)limit);
+    kn_run_ctx *r = run_of(c);
+    if (r && r->mem_limit) {
+        /* several threads of the call may ask at once: the count is updated atomically */
+        int64_t live = __atomic_add_fetch(&r->mem_live, (int64_t)bytes, __ATOMIC_RELAXED);
+        if (live > r->mem_limit) {
+            __atomic_sub_fetch(&r->mem_live, (int64_t)bytes, __ATOMIC_RELAXED);
+            return kn_error(KILN_ERR_OUT_OF_MEMORY,
+                            "%s: %s needs %llu bytes of scratch memory, and the run already holds %lld bytes: over the "
+                            "session's memory limit of %lld bytes (kiln_session_options_set_memory_limit)",
+                            node, what, (unsigned long long)bytes, (long long)(live - (int64_t)bytes),
+                            (long long)r->mem_limit);
+        }
+        int64_t peak = __atomic_load_n(&r->mem_peak, __ATOMIC_RELAXED);
+        while (live > peak &&
+               !__atomic_compare_exchange_n(&r->mem_peak, &peak, live, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        }
+    }
+    size_t n = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, n ? n : 64);
+    if (!p) {
+        if (r && r->mem_limit) __atomic_sub_fetch(&r->mem_live, (int64_t)bytes, __ATOMIC_RELAXED);
+        return kn_error(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory for %s (%llu bytes of scratch memory)", node, what,
+                        (unsigned long long)bytes);
+    }
+    *out = p;
+    return KILN_OK;
+}
+
+void kn_ctx_scratch_free(kn_kernel_ctx *c, void *p, size_t bytes) {
+    if (!p) return;
+    free(p);
+    kn_run_ctx *r = run_of(c);
+    if (r && r->mem_limit) __atomic_sub_fetch(&r->mem_live, (int64_t)bytes, __ATOMIC_RELAXED);
 }

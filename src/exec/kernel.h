@@ -29,6 +29,17 @@ typedef kiln_status (*kn_kernel_fn)(kn_kernel_ctx *c);
  * c->out[i] (freeing any previous one). */
 kiln_status kn_ctx_output(kn_kernel_ctx *c, int i, kiln_dtype dtype, int rank, const int64_t *dims,
                           kn_tensor **out);
+/* Scratch memory for a kernel's own use during one call (an im2col matrix, a converted copy,
+ * score buffers): `bytes` bytes, 64-byte aligned, not zeroed. Bounded as tensors are: more than
+ * the tensor size limit (kn_tensor_bytes_limit: the machine's memory or KILN_MAX_TENSOR_BYTES), or
+ * more than the run's memory limit leaves room for (kiln_session_options_set_memory_limit; the
+ * values the run holds count), is KILN_ERR_OUT_OF_MEMORY with a message naming the node, `what`
+ * ("the im2col matrix"), the size and the limit, instead of an allocation without bound. While
+ * held it counts in the run's memory. Any thread of the call may ask; free with
+ * kn_ctx_scratch_free(c, p, bytes). */
+kiln_status kn_ctx_scratch(kn_kernel_ctx *c, size_t bytes, const char *what, void **out);
+void kn_ctx_scratch_free(kn_kernel_ctx *c, void *p, size_t bytes);
+
 /* An error prefixed with the node label and the input shapes. */
 kiln_status kn_kernel_error(const kn_kernel_ctx *c, kiln_status status, const char *fmt, ...) KN_PRINTF(3, 4);
 

@@ -23,6 +23,7 @@
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/vec_math.h"
 #include "ops/linalg_util.h"
+#include "util/limits.h"
 
 #include <limits.h>
 #include <math.h>
@@ -1314,11 +1315,15 @@ static kiln_status conv_transpose_f32(kn_kernel_ctx *c, const conv_shape *s, con
     else memset(y, 0, sizeof(float) * (size_t)ny);
     if (ny == 0 || s->in_plane == 0 || s->Cg == 0) return KILN_OK;
     int64_t rows = s->Mg * s->kk; /* col rows per group */
-    float *col = malloc(sizeof(float) * (size_t)(s->G * rows * s->in_plane));
+    /* kH*kW times the output's channels over the input's plane: bounded (kn_ctx_scratch) */
+    const size_t col_bytes =
+        (size_t)kn_bytes_of(kn_bytes_of(kn_bytes_of((uint64_t)s->G, (uint64_t)rows), (uint64_t)s->in_plane), sizeof(float));
+    float *col = NULL;
+    KN_TRY(kn_ctx_scratch(c, col_bytes, "the column buffer", (void **)&col));
     const float **ap = malloc(sizeof(float *) * (size_t)s->G * 2);
     float **cp = malloc(sizeof(float *) * (size_t)s->G);
-    if (!col || !ap || !cp) {
-        free(col);
+    if (!ap || !cp) {
+        kn_ctx_scratch_free(c, col, col_bytes);
         free(ap);
         free(cp);
         return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory for a %lld x %lld column buffer",
@@ -1343,7 +1348,7 @@ static kiln_status conv_transpose_f32(kn_kernel_ctx *c, const conv_shape *s, con
         kn_linalg_col2im(c->pool, col, s->M, s->nsp, s->w.out, s->w.in, s->w.kernel, s->w.stride, s->w.dilation,
                          s->w.pad_begin, y + n * s->M * s->out_plane);
     }
-    free(col);
+    kn_ctx_scratch_free(c, col, col_bytes);
     free(ap);
     free(cp);
     return st;
@@ -1461,9 +1466,14 @@ kiln_status kn_cpu_deform_conv(kn_kernel_ctx *c) {
     const float *b = B ? kn_linalg_f32_in(B, &ob) : NULL, *mask = Mk ? kn_linalg_f32_in(Mk, &om) : NULL;
     int64_t ny = kn_tensor_count(Y), K = s.Cg * s.kk, P = s.out_plane;
     float *y = Y->dtype == KILN_DTYPE_FLOAT ? Y->data : malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1));
-    float *col = malloc(sizeof(float) * (size_t)(K * P > 0 ? K * P : 1));
-    kiln_status st = KILN_OK;
-    if (!x || !w || !off || (B && !b) || (Mk && !mask) || !y || !col)
+    /* the im2col matrix can be far larger than any input or output: bounded (kn_ctx_scratch) */
+    const uint64_t kp = kn_bytes_of((uint64_t)K, (uint64_t)P);
+    const size_t col_bytes = (size_t)kn_bytes_of(kp ? kp : 1, sizeof(float));
+    float *col = NULL;
+    kiln_status st = kn_ctx_scratch(c, col_bytes, "the deformed im2col matrix", (void **)&col);
+    if (st != KILN_OK) {
+        /* the message names the node, the size and the limit */
+    } else if (!x || !w || !off || (B && !b) || (Mk && !mask) || !y)
         st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     else {
         if (b) fill_bias(y, b, s.N, s.M, P);
@@ -1500,6 +1510,6 @@ kiln_status kn_cpu_deform_conv(kn_kernel_ctx *c) {
     if (ob) free((void *)b);
     if (om) free((void *)mask);
     if (y && y != Y->data) free(y);
-    free(col);
+    kn_ctx_scratch_free(c, col, col_bytes);
     return st;
 }
