@@ -38,7 +38,8 @@ kiln_status kn_cache_compile_to(const char *path, const kiln_session_options *op
 kiln_status kn_cache_verify_file(const char *path);
 
 /* Test hook: when set, called with the model's path after its cache key is made and before it is
- * read again to be compiled (a cache miss), so a test can change the file in between. */
+ * read again to be compiled (a cache miss, or a save path), so a test can change the file in
+ * between. */
 extern void (*kn_cache_test_after_key)(const char *path);
 
 #endif

@@ -467,6 +467,7 @@ kiln_status kn_cache_session_create(const char *path, const void *data, size_t s
          * keyed (the file may change in between) */
         char digest[33];
         if (save_path) st = key_for(path, data, size, base_dir, o, &k);
+        if (save_path && path && kn_cache_test_after_key) kn_cache_test_after_key(path);
         double t = kn_now_ms();
         if (st == KILN_OK) st = compile_fresh(path, data, size, base_dir, o, out, save_path ? digest : NULL);
         compile_ms = kn_now_ms() - t;

@@ -466,6 +466,24 @@ KN_TEST(files_model_changed_between_key_and_compile_is_not_cached) {
     s = add_session(model, cache);
     CHECK(s && run_add(s, 10));
     kiln_session_destroy(s);
+    /* a save path (cache off): what was compiled is not what was keyed, so nothing is saved */
+    char saved[500];
+    snprintf(saved, sizeof saved, "%s/saved.kiln", dir);
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session_options_set_compiled_paths(o, saved, NULL);
+    kn_cache_test_after_key = change_model_after_key;
+    s = NULL;
+    CHECK_STATUS(kiln_session_create(model, o, &s), KILN_ERR_IO);
+    CHECK_ERROR_HAS("changed while the session was being made");
+    CHECK(!s && access(saved, F_OK) != 0);
+    kn_cache_test_after_key = NULL;
+    /* unchanged, it saves */
+    CHECK_STATUS(kiln_session_create(model, o, &s), KILN_OK);
+    CHECK(s && run_add(s, -1) && access(saved, F_OK) == 0);
+    kiln_session_destroy(s);
+    kiln_session_options_destroy(o);
     unsetenv("KILN_CACHE_DIR");
     files_rm(dir);
 }
