@@ -20,7 +20,9 @@
 # a lower floor.
 #
 # Environment: KILN_WHEEL_PYTHON (default python3), KILN_WHEEL_CUDA (OFF), KILN_WHEEL_BUILD_DIR
-# (default build-wheel/: kept, so a second build is incremental).
+# (default build-wheel/: kept, so a second build is incremental), KILN_WHEEL_NO_ISOLATION=1 (build
+# with the Python's own scikit-build-core instead of fetching it: for machines without a package
+# index).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/dist}
@@ -34,7 +36,9 @@ trap 'rm -rf "$raw"' EXIT
 
 echo "build_wheel: pip wheel (KILN_NATIVE=OFF, KILN_CUDA=$cuda), build folder $bdir"
 t0=$(date +%s)
-"$py" -m pip wheel --no-deps --disable-pip-version-check -w "$raw" "$root" \
+iso=()
+[ "${KILN_WHEEL_NO_ISOLATION:-0}" = 1 ] && iso=(--no-build-isolation)
+"$py" -m pip wheel --no-deps --disable-pip-version-check "${iso[@]}" -w "$raw" "$root" \
   --config-settings=cmake.define.KILN_NATIVE=OFF \
   --config-settings=cmake.define.KILN_CUDA="$cuda" \
   --config-settings=build-dir="$bdir/{wheel_tag}"

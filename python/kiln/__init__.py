@@ -1247,9 +1247,12 @@ class IOBinding:
         self._result_names = out_names
         # every output in memory known before the run (bound buffers, or new tensors of static
         # shape): one run_into writes each where it belongs
+        # (a session without a CUDA provider writes host memory only: its device outputs are copied)
         targets = []
         for n in out_names:
             b = bound[n]
+            if not self._s._has_cuda and (b._on_device() if isinstance(b, OrtValue) else b[1] != "cpu"):
+                break
             t = b if isinstance(b, OrtValue) else self._alloc_static(n, b[1], b[2])
             if t is None:
                 break

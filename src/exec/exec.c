@@ -272,6 +272,13 @@ static kiln_status place_input(kn_exec *x, const kn_backend *be, int v, bool wan
     }
     if (t == g->values[v].constant && g == x->rt->main)
         return kn_runtime_const_on(x->rt, (int)(be - x->rt->backends), v, t, out);
+    if (g != x->rt->main && g->values[v].is_outer && x->rt->main) {
+        /* a constant of the main graph read inside a control-flow body on a device: its session
+         * copy, not one per body run */
+        int mv = kn_graph_find_value(x->rt->main, g->values[v].name);
+        if (mv >= 0 && x->rt->main->values[mv].constant == t)
+            return kn_runtime_const_on(x->rt, (int)(be - x->rt->backends), mv, t, out);
+    }
     kn_tensor_free(x->alt[v]);
     x->alt[v] = NULL;
     st = be->ops->upload(be->state, t, false, &x->alt[v]);
@@ -761,7 +768,15 @@ kiln_status kn_exec_subgraph(kn_kernel_ctx *c, const kn_graph *body, kn_tensor *
                 mem_refund(px, px->handed[k].bytes);
                 px->handed[k--] = px->handed[--px->n_handed];
             }
-    kiln_status st = kn_exec_graph(body, c->pool, px ? px->buffers : NULL, px, inputs, outputs);
+    /* a device backend's control-flow kernel gets the body's outputs where they were computed
+     * (exec/control_flow.h); the CPU's get them on the host */
+    kn_runtime *rt = px ? px->rt : NULL;
+    unsigned flags = 0;
+    if (rt && c->node->provider >= 0 && c->node->provider < rt->n_backends &&
+        rt->backends[c->node->provider].ops->device != KN_DEVICE_HOST)
+        flags = KN_EXEC_DEVICE_OUTPUTS;
+    kiln_status st =
+        kn_exec_graph_flags(body, rt, c->pool, px ? px->buffers : NULL, px, inputs, outputs, flags);
     if (st != KILN_OK || !r || !r->mem_limit) return st;
     /* what the body hands the kernel is counted until the node ends (a Loop's scan outputs pile up):
      * the values that come back as inputs one by one (the list stays as short as the carried

@@ -7,14 +7,20 @@
  * What makes a session not recordable is checked once, from the placement: a node on the CPU that
  * reads a value computed at run time (it would need the device's data on the host in the middle of
  * the run), a device kernel reading such a value on the host, random operators (a replay would
- * repeat the numbers). What only the run itself can tell (a kernel that waits for the device, an
- * output shape that depends on data) makes the recording fail: the reason is logged at info level
- * and that set of shapes runs uncaptured from then on. Host-side values that depend only on shapes
+ * repeat the numbers). Control-flow bodies are checked by the same rules in their node's scope: an
+ * If whose condition, or a Loop whose trip count or condition (its body's condition output after
+ * each iteration too), is computed on the device at run time reads it back on the host, so such a
+ * session runs uncaptured, with the reason logged; one whose choices come from constants and shapes
+ * (and a Scan, which reads nothing back) is recorded with its bodies unrolled. What only the run
+ * itself can tell (a kernel that waits for the device, an output shape that depends on data) makes
+ * the recording fail: the reason is logged at info level and that set of shapes runs uncaptured
+ * from then on. Host-side values that depend only on shapes
  * (Shape -> Gather -> Concat chains) are the same on every run with those shapes, so the graph
  * keeps what they were when it was recorded. */
 #include "exec/graph_run.h"
 
 #include "backend/backend.h"
+#include "exec/control_flow.h"
 #include "exec/exec.h"
 #include "util/log.h"
 
@@ -60,11 +66,44 @@ static bool is_random_op(const kn_node *n) {
     return false;
 }
 
+/* A graph being checked, inside the graphs whose control-flow nodes run it (NULL up for the main
+ * graph). fixed: per value, known on the host before the run's device work, from constants and
+ * shapes only. */
+typedef struct rec_scope {
+    const kn_graph *g;
+    const unsigned char *fixed;
+    const struct rec_scope *up;
+} rec_scope;
+
+/* Whether value v of s's graph is fixed: its own, or (read from an enclosing scope) the value of
+ * that name in the nearest scope that has it, as the executor finds it (exec.c, lookup_outer). */
+static bool value_fixed(const rec_scope *s, int v) {
+    if (s->fixed[v]) return true;
+    bool outer = s->g->values[v].is_outer;
+    const char *name = s->g->values[v].name;
+    for (const rec_scope *p = s->up; outer && p; p = p->up) {
+        int id = kn_graph_find_value(p->g, name);
+        if (id < 0) continue;
+        if (p->fixed[id]) return true;
+        outer = p->g->values[id].is_outer;
+    }
+    return false;
+}
+
 /* Whether every run of g with the same input shapes issues the same device work, with host-side
- * values that depend on shapes only; why says which node it is not so. */
-static bool recordable(const kn_graph *g, const kn_runtime *rt, int dev, char *why, size_t cap) {
+ * values that depend on shapes only; why says which node it is not so. A control-flow node's
+ * bodies are checked in its scope: a body's first `fixed_inputs` inputs are fixed (all of them
+ * under a node on the host, which reads only fixed values; under a device node those its kernel
+ * sets on the host, a Loop's iteration number and condition: kn_cf_host_body_inputs), and its first
+ * `host_read_outputs` outputs must be (a device Loop reads its body's condition on the host after
+ * each iteration, as it reads its trip count and first condition, inputs marked host). */
+static bool recordable_in(const kn_graph *g, const kn_runtime *rt, int dev, const rec_scope *up, int fixed_inputs,
+                          int host_read_outputs, int depth, char *why, size_t cap) {
     char lbl[256];
-    /* per value: known on the host before the run's device work, from constants and shapes only */
+    if (depth > 64) {
+        snprintf(why, cap, "graph '%s': control flow nested more than 64 deep", g->name);
+        return false;
+    }
     unsigned char *fixed = calloc((size_t)(g->n_values ? g->n_values : 1), 1);
     if (!fixed) {
         snprintf(why, cap, "out of memory");
@@ -72,6 +111,8 @@ static bool recordable(const kn_graph *g, const kn_runtime *rt, int dev, char *w
     }
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].constant && !g->values[v].is_graph_input) fixed[v] = 1;
+    for (int i = 0; i < fixed_inputs && i < g->n_inputs; i++) fixed[g->inputs[i]] = 1;
+    rec_scope scope = {g, fixed, up};
     bool ok = true;
     for (int i = 0; ok && i < g->n_nodes; i++) {
         const kn_node *n = &g->nodes[i];
@@ -92,7 +133,7 @@ static bool recordable(const kn_graph *g, const kn_runtime *rt, int dev, char *w
             int v = n->inputs[k];
             if (v < 0) continue;
             bool meta = be->ops->input_metadata_only && be->ops->input_metadata_only(n->kernel, n, k);
-            if (meta || fixed[v]) continue;
+            if (meta || value_fixed(&scope, v)) continue;
             all_fixed = false;
             bool on_host = be->ops->device == KN_DEVICE_HOST ||
                            (be->ops->input_on_host && be->ops->input_on_host(n->kernel, n, k));
@@ -110,6 +151,24 @@ static bool recordable(const kn_graph *g, const kn_runtime *rt, int dev, char *w
             ok = false;
             break;
         }
+        /* control flow: its bodies, in this scope */
+        bool host_node = be->ops->device == KN_DEVICE_HOST;
+        for (int a = 0; ok && a < n->n_attrs; a++) {
+            const kn_attr *at = &n->attrs[a];
+            int nb = at->type == KN_ATTR_GRAPH ? (at->g != NULL) : at->type == KN_ATTR_GRAPHS ? at->n : 0;
+            for (int k = 0; ok && k < nb; k++) {
+                const kn_graph *body = at->type == KN_ATTR_GRAPH ? at->g : at->graphs[k];
+                ok = recordable_in(body, rt, dev, &scope, host_node ? body->n_inputs : kn_cf_host_body_inputs(n),
+                                   host_node ? 0 : kn_cf_host_read_body_outputs(n), depth + 1, why, cap);
+                if (!ok) {
+                    /* the innermost reason, with where it is */
+                    char inner[768];
+                    snprintf(inner, sizeof inner, "%s", why);
+                    snprintf(why, cap, "in %s, body '%s': %s", kn_node_label(n, lbl, sizeof lbl), body->name, inner);
+                }
+            }
+        }
+        if (!ok) break;
         for (int o = 0; ok && o < n->n_outputs; o++) {
             int v = n->outputs[o];
             if (v < 0) continue;
@@ -124,8 +183,20 @@ static bool recordable(const kn_graph *g, const kn_runtime *rt, int dev, char *w
             fixed[v] = host_out && all_fixed;
         }
     }
+    for (int o = 0; ok && o < host_read_outputs && o < g->n_outputs; o++) {
+        int v = g->outputs[o];
+        if (!value_fixed(&scope, v)) {
+            snprintf(why, cap, "its output %d ('%s') is computed at run time and read on the host after each iteration",
+                     o, g->values[v].name);
+            ok = false;
+        }
+    }
     free(fixed);
     return ok;
+}
+
+static bool recordable(const kn_graph *g, const kn_runtime *rt, int dev, char *why, size_t cap) {
+    return recordable_in(g, rt, dev, NULL, 0, 0, 0, why, cap);
 }
 
 kiln_status kn_graph_cache_create(kiln_session *s) {

@@ -3,9 +3,12 @@
  *  - small integer shape computations (Shape -> Gather -> Concat -> Reshape chains) whose inputs
  *    are already on the host stay on the CPU: moving a handful of int64s to a GPU and back would
  *    cost a synchronisation each and win nothing;
- *  - control-flow bodies (If/Loop/Scan subgraphs) run on the CPU with their operator. */
+ *  - control-flow bodies (If/Loop/Scan subgraphs) of an operator placed on the CPU run on the CPU
+ *    with it; those of an operator placed on a device are placed by these same rules (nested bodies
+ *    too), so a device's If/Loop/Scan runs its bodies on the device where it has the kernels. */
 #include "backend/backend.h"
 
+#include "exec/control_flow.h"
 #include "ops/op.h"
 
 #include <stdio.h>
@@ -23,6 +26,24 @@ static kiln_status place_subgraphs(kn_node *n, kn_runtime *rt, kn_place_report_f
         if (at->type == KN_ATTR_GRAPH && at->g) KN_TRY(place_all_cpu(at->g, rt, report, arg));
         if (at->type == KN_ATTR_GRAPHS)
             for (int k = 0; k < at->n; k++) KN_TRY(place_all_cpu(at->graphs[k], rt, report, arg));
+    }
+    return KILN_OK;
+}
+
+static kiln_status place_graph(kn_graph *g, kn_runtime *rt, kn_place_report_fn report, void *arg, int host_inputs);
+
+/* The bodies of node n, once n is placed: by the same rules when n runs on a device (the body
+ * inputs its kernel gives on the host, a Loop's iteration number and condition, count as host
+ * values), else on the CPU. */
+static kiln_status place_bodies(kn_node *n, kn_runtime *rt, kn_place_report_fn report, void *arg) {
+    if (n->provider < 0 || n->provider >= rt->n_backends || rt->backends[n->provider].ops->device == KN_DEVICE_HOST)
+        return place_subgraphs(n, rt, report, arg);
+    int host_inputs = kn_cf_host_body_inputs(n);
+    for (int a = 0; a < n->n_attrs; a++) {
+        kn_attr *at = &n->attrs[a];
+        if (at->type == KN_ATTR_GRAPH && at->g) KN_TRY(place_graph(at->g, rt, report, arg, host_inputs));
+        if (at->type == KN_ATTR_GRAPHS)
+            for (int k = 0; k < at->n; k++) KN_TRY(place_graph(at->graphs[k], rt, report, arg, host_inputs));
     }
     return KILN_OK;
 }
@@ -68,6 +89,12 @@ static bool small_int_output(const kn_type *t) {
 }
 
 kiln_status kn_graph_place(kn_graph *g, kn_runtime *rt, kn_place_report_fn report, void *arg) {
+    return place_graph(g, rt, report, arg, 0);
+}
+
+/* host_inputs: how many of g's first inputs are on the host (small integer ones count as shape
+ * values). */
+static kiln_status place_graph(kn_graph *g, kn_runtime *rt, kn_place_report_fn report, void *arg, int host_inputs) {
     char lbl[256], why[512], first_why[512];
     int first = -1;
     for (int b = 0; b < rt->n_backends && first < 0; b++)
@@ -83,12 +110,12 @@ kiln_status kn_graph_place(kn_graph *g, kn_runtime *rt, kn_place_report_fn repor
             kn_tensor_count(val->constant) <= KN_SHAPE_MAX_ELEMENTS)
             host[v] = 1;
     }
+    for (int i = 0; i < host_inputs && i < g->n_inputs; i++)
+        if (small_int_output(&g->values[g->inputs[i]].type)) host[g->inputs[i]] = 1;
     kiln_status st = KILN_OK;
     for (int i = 0; i < g->n_nodes && st == KILN_OK; i++) {
         kn_node *n = &g->nodes[i];
         if (n->dead) continue;
-        st = place_subgraphs(n, rt, report, arg);
-        if (st != KILN_OK) break;
         const kn_type *in[64] = {0};
         int ni = n->n_inputs < 64 ? n->n_inputs : 64;
         input_types(g, n, in, 64);
@@ -107,6 +134,8 @@ kiln_status kn_graph_place(kn_graph *g, kn_runtime *rt, kn_place_report_fn repor
             if (host_out) {
                 n->kernel = (void *)k;
                 n->provider = first;
+                st = place_bodies(n, rt, report, arg);
+                if (st != KILN_OK) break;
                 for (int o = 0; o < n->n_outputs; o++)
                     if (n->outputs[o] >= 0 && small_int_output(&g->values[n->outputs[o]].type)) host[n->outputs[o]] = 1;
                 if (report) report(arg, g, n, first, KN_PLACE_FIRST, "");
@@ -127,6 +156,8 @@ kiln_status kn_graph_place(kn_graph *g, kn_runtime *rt, kn_place_report_fn repor
             if (k) {
                 n->kernel = (void *)k;
                 n->provider = rt->cpu;
+                st = place_bodies(n, rt, report, arg);
+                if (st != KILN_OK) break;
                 for (int o = 0; o < n->n_outputs; o++)
                     if (n->outputs[o] >= 0) host[n->outputs[o]] = 1;
                 if (report) report(arg, g, n, rt->cpu, KN_PLACE_SHAPE, "shape computation");
@@ -158,6 +189,8 @@ kiln_status kn_graph_place(kn_graph *g, kn_runtime *rt, kn_place_report_fn repor
                           first_why);
             break;
         }
+        st = place_bodies(n, rt, report, arg);
+        if (st != KILN_OK) break;
         const kn_backend *be = &rt->backends[n->provider];
         for (int o = 0; o < n->n_outputs; o++) {
             int v = n->outputs[o];

@@ -59,7 +59,7 @@ def test_session_per_thread():
 def test_gil_released_during_run():
     o = kiln.SessionOptions()
     o.intra_op_num_threads = 1
-    s = kiln.InferenceSession(models.matmul_chain(512, 24), sess_options=o)
+    s = kiln.InferenceSession(models.matmul_chain(512, 24), sess_options=o, providers=["CPUExecutionProvider"])
     x = np.ones((512, 512), np.float32) / 512
     s.run(None, {"x": x})  # warm up
     ticks, stop = [], threading.Event()
@@ -89,7 +89,7 @@ def test_terminate_from_another_thread():
         pytest.skip("this kiln has no kiln_run_options")
     o = kiln.SessionOptions()
     o.intra_op_num_threads = 1
-    s = kiln.InferenceSession(models.matmul_chain(256, 16), sess_options=o)
+    s = kiln.InferenceSession(models.matmul_chain(256, 16), sess_options=o, providers=["CPUExecutionProvider"])
     x = np.ones((256, 256), np.float32)
     ro = kiln.RunOptions()
     timer = threading.Timer(0.02, lambda: setattr(ro, "terminate", True))
