@@ -331,9 +331,15 @@ KILN_API kiln_status kiln_session_run(kiln_session *session, const char *const *
 /* As kiln_session_run, but the caller provides the outputs: outputs[i] (borrowed, not NULL)
  * receives output i in place. Each may be on the host (kiln_tensor_create, kiln_tensor_wrap) or on
  * the session's CUDA device (kiln_tensor_wrap_device), and must have exactly the output's element
- * type and shape (else KILN_ERR_INVALID_ARGUMENT naming the output; nothing is written). This is
- * the form for zero-allocation runs with CUDA graphs: bind the same buffers every run. On return
- * the outputs are complete. Numeric tensors only. */
+ * type and shape (else KILN_ERR_INVALID_ARGUMENT naming the output; nothing is written when the
+ * model's declared type of that output already disagrees with the tensor; a mismatch in a dim the
+ * model leaves symbolic is found as the output is computed, and outputs computed before it may
+ * have been written). This is the form for zero-allocation runs with CUDA graphs: bind the same
+ * buffers every run. On the CPU the nodes that make host outputs write them straight into these
+ * tensors (no copy after the run); a tensor that overlaps an input or another output's tensor is
+ * written by a copy after the run instead. On an error during the run (a failing node,
+ * cancellation, a timeout) the outputs' contents are unspecified. On return the outputs are
+ * complete. Numeric tensors only. */
 KILN_API kiln_status kiln_session_run_into(kiln_session *session, const char *const *input_names,
                                            kiln_tensor *const *inputs, size_t n_inputs,
                                            const char *const *output_names, size_t n_outputs,

@@ -332,6 +332,103 @@ static bool arena_output(kn_exec *x, int v, kiln_dtype dtype, int rank, const in
     return true;
 }
 
+/* ------------------------------------------------------------------ outputs in the caller's memory */
+
+/* Whether the bytes [a, a + na) and [b, b + nb) meet. */
+static bool bytes_meet(const void *a, size_t na, const void *b, size_t nb) {
+    const unsigned char *p = a, *q = b;
+    return p && q && na && nb && p < q + nb && q < p + na;
+}
+
+/* Whether host value t (a container's items included) has bytes in [data, data + nbytes). */
+static bool value_meets(const kn_tensor *t, const void *data, size_t nbytes) {
+    if (!t || t->device != KN_DEVICE_HOST) return false;
+    if (t->kind == KN_VALUE_TENSOR) return t->dtype != KILN_DTYPE_STRING && bytes_meet(t->data, t->nbytes, data, nbytes);
+    for (int i = 0; i < t->n_items; i++)
+        if (value_meets(t->items[i], data, nbytes)) return true;
+    return false;
+}
+
+/* Whether value v can be written into caller tensor d by the node that makes it: a tensor of d's
+ * element type made at run time by a live host node that runs no subgraph (a subgraph operator
+ * hands over its body's values). */
+static bool direct_target(const kn_exec *x, int v, const kn_tensor *d) {
+    const kn_graph *g = x->graph;
+    const kn_value *val = &g->values[v];
+    if (val->constant || val->is_graph_input || val->is_outer) return false;
+    if (val->producer < 0 || val->producer >= g->n_nodes) return false;
+    const kn_node *n = &g->nodes[val->producer];
+    if (n->dead || !n->schema || (n->schema->flags & KN_OP_HAS_SUBGRAPH)) return false;
+    if (val->type.kind != KN_TYPE_TENSOR || val->type.dtype != d->dtype) return false;
+    for (int o = 0; o < n->n_outputs; o++)
+        if (n->outputs[o] == v) return kn_memplan_host_output(x->rt, n, o);
+    return false;
+}
+
+/* kn_exec_graph_ctx's `into`: x->direct[v] for each graph output v whose node can write into the
+ * caller's tensor (see exec.h), and along a chain of views (Reshape, Flatten, ...) that make it
+ * from values nobody else reads, for their nodes too (each view then takes its input's tensor
+ * over: no copy at all). */
+static kiln_status bind_direct(kn_exec *x, kn_tensor *const *inputs, kn_tensor *const *into) {
+    const kn_graph *g = x->graph;
+    for (int i = 0; i < g->n_outputs; i++) {
+        kn_tensor *d = into[i];
+        if (!d || d->kind != KN_VALUE_TENSOR || d->device != KN_DEVICE_HOST || d->dtype == KILN_DTYPE_STRING ||
+            !d->data || !d->nbytes)
+            continue;
+        size_t es = kiln_dtype_size(d->dtype);
+        if (!es || (uintptr_t)d->data % es) continue; /* packed sub-byte types; misaligned elements */
+        int v = g->outputs[i];
+        if (v < 0 || v >= g->n_values || (x->direct && x->direct[v])) continue; /* the second of one value: copied */
+        if (!direct_target(x, v, d)) continue;
+        /* memory the run reads, or another output's: written only after the run, by copies */
+        bool clash = false;
+        for (int j = 0; j < g->n_outputs && !clash; j++)
+            clash = j != i && into[j] && value_meets(into[j], d->data, d->nbytes);
+        for (int k = 0; k < g->n_inputs && !clash; k++) clash = inputs[k] && value_meets(inputs[k], d->data, d->nbytes);
+        if (clash) continue;
+        if (!x->direct) {
+            x->direct = calloc((size_t)g->n_values, sizeof *x->direct);
+            if (!x->direct) return KN_OOM();
+        }
+        x->direct[v] = d;
+        for (int w = v, depth = 0; depth < g->n_nodes; depth++) {
+            const kn_node *n = &g->nodes[g->values[w].producer];
+            if (!kn_exec_is_view(n) || n->n_outputs != 1 || n->n_inputs < 1) break;
+            int u = n->inputs[0];
+            if (u < 0 || u >= g->n_values || x->direct[u]) break;
+            bool twice = false;
+            for (int k = 1; k < n->n_inputs; k++) twice |= n->inputs[k] == u;
+            const kn_value *uv = &g->values[u];
+            if (twice || uv->uses != 1 || uv->is_graph_output || !direct_target(x, u, d)) break;
+            x->direct[u] = d;
+            w = u;
+        }
+    }
+    return KILN_OK;
+}
+
+/* Output o of node n (value v) as a view of the caller's tensor bound to v, when the node computes
+ * what it holds: the same element type and bytes (and shape, for the graph output itself), and no
+ * input of the node in its memory. false: the caller allocates as usual. */
+static bool direct_output(kn_exec *x, const kn_node *n, int v, kn_tensor *const *in, kiln_dtype dtype, int rank,
+                          const int64_t *dims, bool zero, kn_tensor **out) {
+    kn_tensor *d = x->direct && v >= 0 ? x->direct[v] : NULL;
+    if (!d || dtype != d->dtype || kn_dtype_nbytes(dtype, kn_shape_count(dims, rank)) != d->nbytes) return false;
+    if (x->graph->values[v].is_graph_output &&
+        (rank != d->rank || (rank && memcmp(dims, d->dims, sizeof(int64_t) * (size_t)rank))))
+        return false;
+    for (int i = 0; i < n->n_inputs; i++)
+        if (value_meets(in[i], d->data, d->nbytes)) return false;
+    if (kn_tensor_new_view(dtype, rank, dims, d->data, d->nbytes, out) != KILN_OK) {
+        kn_clear_error();
+        return false;
+    }
+    (*out)->capacity = d->nbytes;
+    if (zero) memset((*out)->data, 0, d->nbytes);
+    return true;
+}
+
 /* A view that reads the last use of a tensor this run made, where its kernel wants it, takes that
  * tensor and only gives it the new shape: no copy and no kernel (on CUDA one kernel less per view
  * in every run and in every captured graph). Otherwise the kernel copies as before. */
@@ -344,6 +441,10 @@ static bool take_as_view(kn_exec *x, const kn_node *n, kn_tensor *const *in, con
     if (!kn_type_is_static(out_type) || out_type->dtype != in[0]->dtype) return false;
     /* a tensor in the planned arena goes only to the view the plan gave its slot */
     if (in_arena(x, in[0]) && x->plan->alias[n->outputs[0]] < 0) return false;
+    /* an output bound to the caller's tensor: taken only when the input is already there, else the
+     * kernel's one copy puts it there */
+    kn_tensor *d = x->direct ? x->direct[n->outputs[0]] : NULL;
+    if (d && in[0]->data != d->data) return false;
     int64_t dims[KILN_MAX_RANK];
     for (int d = 0; d < out_type->rank; d++) dims[d] = out_type->dims[d].value;
     if (kn_shape_count(dims, out_type->rank) != kn_tensor_count(in[0])) return false;
@@ -461,7 +562,9 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
             if (be && be->ops->device != KN_DEVICE_HOST &&
                 !(be->ops->output_on_host && be->ops->output_on_host(n->kernel, n, o)))
                 st = be->ops->new_tensor(be->state, types_out[o].dtype, types_out[o].rank, dims, &out[o]);
-            else if (!arena_output(x, n->outputs[o], types_out[o].dtype, types_out[o].rank, dims, !overwrites, &out[o])) {
+            else if (!direct_output(x, n, n->outputs[o], in, types_out[o].dtype, types_out[o].rank, dims, !overwrites,
+                                    &out[o]) &&
+                     !arena_output(x, n->outputs[o], types_out[o].dtype, types_out[o].rank, dims, !overwrites, &out[o])) {
                 st = kn_tensor_new_pooled(x->buffers, !overwrites, types_out[o].dtype, types_out[o].rank, dims,
                                           &out[o]);
                 if (st == KILN_OK && x->record && n->outputs[o] >= 0) x->record[n->outputs[o]] = (int64_t)out[o]->nbytes;
@@ -508,7 +611,7 @@ done:
 
 static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
                               kn_exec *parent, kn_run_ctx *ctx, kn_tensor *const *inputs, kn_tensor **outputs,
-                              unsigned flags);
+                              unsigned flags, kn_tensor *const *into);
 
 kiln_status kn_exec_graph(const kn_graph *g, kn_threadpool *pool, kn_buffer_pool *buffers, kn_exec *parent,
                           kn_tensor *const *inputs, kn_tensor **outputs) {
@@ -609,22 +712,24 @@ static void keep_plan(kn_exec *x, kn_runtime *rt, kn_run_ctx *ctx, int64_t *sig,
 
 kiln_status kn_exec_graph_flags(const kn_graph *g, kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
                                 kn_exec *parent, kn_tensor *const *inputs, kn_tensor **outputs, unsigned flags) {
-    return exec_graph(g, rt, pool, buffers, parent, NULL, inputs, outputs, flags);
+    return exec_graph(g, rt, pool, buffers, parent, NULL, inputs, outputs, flags, NULL);
 }
 
 kiln_status kn_exec_graph_ctx(const kn_graph *g, kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
-                              kn_run_ctx *ctx, kn_tensor *const *inputs, kn_tensor **outputs, unsigned flags) {
+                              kn_run_ctx *ctx, kn_tensor *const *inputs, kn_tensor **outputs, unsigned flags,
+                              kn_tensor *const *into) {
     bool bounded = ctx && (ctx->terminate || ctx->deadline_ms > 0);
     if (bounded) kn_parallel_set_stop(stop_check, ctx);
-    kiln_status st = exec_graph(g, rt, pool, buffers, NULL, ctx, inputs, outputs, flags);
+    kiln_status st = exec_graph(g, rt, pool, buffers, NULL, ctx, inputs, outputs, flags, into);
     if (bounded) kn_parallel_set_stop(NULL, NULL);
     return st;
 }
 
-/* Runs g; ctx: the call's context for the main graph (NULL for a subgraph: its parent's). */
+/* Runs g; ctx: the call's context for the main graph (NULL for a subgraph: its parent's); into:
+ * the caller's tensors for the main graph's outputs (kn_exec_graph_ctx), or NULL. */
 static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
                               kn_exec *parent, kn_run_ctx *ctx, kn_tensor *const *inputs, kn_tensor **outputs,
-                              unsigned flags) {
+                              unsigned flags, kn_tensor *const *into) {
     kn_exec x = {g, NULL, NULL, NULL, pool, buffers, parent, rt, NULL};
     x.run = parent ? parent->run : ctx;
     int64_t *sig = NULL; /* the input shapes, for a run that makes a memory plan */
@@ -643,6 +748,10 @@ static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *
         goto done;
     }
     if (rt && ctx && g == rt->main && !parent && memplan_wanted()) choose_plan(&x, rt, ctx, inputs, &sig, &sig_len);
+    if (into && rt && ctx && g == rt->main && !parent) {
+        st = bind_direct(&x, inputs, into);
+        if (st != KILN_OK) goto done;
+    }
     for (int i = 0; i < g->n_inputs; i++) {
         int v = g->inputs[i];
         x.slots[v] = inputs[i] ? inputs[i] : g->values[v].constant;
@@ -738,6 +847,7 @@ done:
     free(x.record);
     handed_clear(&x);
     free(x.handed);
+    free(x.direct);
     free(x.alt);
     free(x.slots);
     free(x.owned);

@@ -69,6 +69,9 @@ typedef struct kn_exec {
     kn_handed *handed;             /* values subgraph runs handed to the current node's kernel */
     int n_handed, cap_handed;
     int64_t handed_bytes;          /* the rest they handed it (kept by the kernel until the node ends) */
+    /* per value id of the main graph: the caller's host tensor (kiln_session_run_into) its node
+     * writes into, or NULL; the array itself is NULL when no output is written in place */
+    kn_tensor **direct;
 } kn_exec;
 
 /* Resolves schemas (kn_op_find) for every node of g and its subgraphs; an unknown operator or
@@ -99,9 +102,20 @@ kiln_status kn_exec_graph_flags(const kn_graph *g, struct kn_runtime *rt, kn_thr
                                 kn_buffer_pool *buffers, kn_exec *parent, kn_tensor *const *inputs,
                                 kn_tensor **outputs, unsigned flags);
 /* kn_exec_graph_flags within a run context (the main graph of a session's call: its memory plan
- * and arena come from ctx, and its bounds are checked). */
+ * and arena come from ctx, and its bounds are checked).
+ *
+ * into: NULL, or one entry per graph output: the caller's tensor (kiln_session_run_into; borrowed,
+ * may be NULL) that the node making that output writes straight into, where it can: a host tensor
+ * whose element type and shape are those the node computes, made by a host node (no subgraph
+ * operator), not overlapping an input or another caller tensor; a graph input, an initializer or
+ * a value given for two outputs is left to the caller's copy. A view node (Reshape, Flatten, ...)
+ * that makes such an output from a value nobody else reads passes the binding on to that value's
+ * node. outputs[i] is then a view of into[i]'s memory (its data pointer is into[i]'s), else a
+ * tensor to copy from, as without into. Written in place as each node runs: on an error the
+ * caller's tensors may hold part of the results. */
 kiln_status kn_exec_graph_ctx(const kn_graph *g, struct kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
-                              kn_run_ctx *ctx, kn_tensor *const *inputs, kn_tensor **outputs, unsigned flags);
+                              kn_run_ctx *ctx, kn_tensor *const *inputs, kn_tensor **outputs, unsigned flags,
+                              kn_tensor *const *into);
 /* For control-flow kernels: runs `body` with the given inputs (borrowed, one per body input)
  * and the current run as outer scope; outputs as for kn_exec_graph. */
 kiln_status kn_exec_subgraph(kn_kernel_ctx *c, const kn_graph *body, kn_tensor *const *inputs,

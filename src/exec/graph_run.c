@@ -387,7 +387,7 @@ static kiln_status record(kiln_session *s, kn_run_ctx *ctx, kn_tensor *const *bo
         st = be->ops->capture_begin(be->state);
         if (st == KILN_OK) {
             kiln_status run_st =
-                kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, ctx, e.inputs, e.outputs, KN_EXEC_DEVICE_OUTPUTS);
+                kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, ctx, e.inputs, e.outputs, KN_EXEC_DEVICE_OUTPUTS, NULL);
             char run_msg[1024];
             snprintf(run_msg, sizeof run_msg, "%s", run_st == KILN_OK ? "" : kiln_last_error());
             st = be->ops->capture_end(be->state, run_st == KILN_OK, &e.graph);
@@ -421,11 +421,11 @@ static kiln_status record(kiln_session *s, kn_run_ctx *ctx, kn_tensor *const *bo
 }
 
 kiln_status kn_session_execute(kiln_session *s, kn_run_ctx *ctx, kn_tensor *const *bound, kn_tensor **outs,
-                               unsigned flags, bool *borrowed) {
+                               unsigned flags, bool *borrowed, kn_tensor *const *into) {
     const kn_graph *g = s->model->graph;
     kn_graph_cache *c = s->graphs;
     *borrowed = false;
-    if (!c) return kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, ctx, bound, outs, flags);
+    if (!c) return kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, ctx, bound, outs, flags, into);
     size_t len = 0;
     int64_t *sig = signature(g, bound, &len);
     if (!sig) return KN_OOM();
@@ -461,7 +461,7 @@ kiln_status kn_session_execute(kiln_session *s, kn_run_ctx *ctx, kn_tensor *cons
         *borrowed = true;
         return KILN_OK;
     }
-    kiln_status st = kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, ctx, bound, outs, flags);
+    kiln_status st = kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, ctx, bound, outs, flags, into);
     if (sig) {
         if (st == KILN_OK && !find_seen(c, sig, len)) remember(c, sig, len, false);
         else free(sig);

@@ -15,9 +15,10 @@ void kn_graph_cache_destroy(kiln_session *s);
  * per graph output. *borrowed false: outs are the caller's, as kn_exec_graph_flags with `flags`
  * gives them. *borrowed true: a graph was replayed and outs are its own values (device tensors in
  * its memory, or host values): not to be freed, and complete only once the device's stream is
- * waited for; copy them out. */
+ * waited for; copy them out. into: the caller's tensors per graph output for a run that is not
+ * replayed nor recorded (kn_exec_graph_ctx), or NULL. */
 kiln_status kn_session_execute(kiln_session *s, struct kn_run_ctx *ctx, kn_tensor *const *bound, kn_tensor **outs,
-                               unsigned flags, bool *borrowed);
+                               unsigned flags, bool *borrowed, kn_tensor *const *into);
 
 /* The session's backend instance for tensors on `device` (NULL: none). */
 const kn_backend *kn_session_device_backend(const kiln_session *s, kn_device device);

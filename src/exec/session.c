@@ -437,6 +437,22 @@ static kiln_status deliver(const kiln_session *s, kn_tensor **t, bool borrowed, 
     return KILN_OK;
 }
 
+/* KILN_OUTPUTS_IN_PLACE=0: kiln_session_run_into computes every output in kiln's memory and copies
+ * it into the caller's tensors (as before nodes wrote into them; for measuring and checking). */
+static bool direct_wanted(void) {
+    const char *e = getenv("KILN_OUTPUTS_IN_PLACE");
+    return !(e && !strcmp(e, "0"));
+}
+
+/* Whether caller tensor t can hold a value of type ty as far as the model tells: the same element
+ * type, rank and fixed dims (what the run computes is checked again after it). */
+static bool fits_type(const kn_type *ty, const kn_tensor *t) {
+    if (ty->kind != KN_TYPE_TENSOR || ty->dtype != t->dtype || ty->rank != t->rank) return false;
+    for (int d = 0; d < ty->rank; d++)
+        if (ty->dims[d].value >= 0 && ty->dims[d].value != t->dims[d]) return false;
+    return true;
+}
+
 /* The common part of kiln_session_run (outputs_out) and kiln_session_run_into (into). */
 static kiln_status run_body(kiln_session *s, kn_run_ctx *ctx, const char *fn, const char *const *input_names,
                             kiln_tensor *const *inputs, size_t n_inputs, const char *const *output_names,
@@ -453,6 +469,7 @@ static kiln_status run_body(kiln_session *s, kn_run_ctx *ctx, const char *fn, co
     kn_tensor **bound = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof *bound);
     kn_tensor **all_out = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *all_out);
     int *want = calloc(n_outputs ? n_outputs : 1, sizeof *want);
+    kn_tensor **in_place = NULL;
     bool borrowed = false;
     kiln_status st = KILN_OK;
     if (!bound || !all_out || !want) {
@@ -470,7 +487,23 @@ static kiln_status run_body(kiln_session *s, kn_run_ctx *ctx, const char *fn, co
     }
     if (st != KILN_OK) goto done;
     bool device_out = !into && s->opts.output_device != KILN_DEVICE_HOST;
-    st = kn_session_execute(s, ctx, bound, all_out, device_out || into ? KN_EXEC_DEVICE_OUTPUTS : 0, &borrowed);
+    /* the caller's tensors, per graph output, for the nodes to write straight into (exec.h); only
+     * when each agrees with what the model says of its output, so that a tensor the output cannot
+     * fit is refused, after the run, with nothing written */
+    if (into && direct_wanted()) {
+        in_place = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *in_place);
+        bool agree = in_place != NULL;
+        for (size_t i = 0; agree && i < n_outputs; i++) {
+            agree = fits_type(&g->values[g->outputs[want[i]]].type, into[i]);
+            if (!in_place[want[i]]) in_place[want[i]] = into[i];
+        }
+        if (!agree) {
+            free(in_place);
+            in_place = NULL;
+        }
+    }
+    st = kn_session_execute(s, ctx, bound, all_out, device_out || into ? KN_EXEC_DEVICE_OUTPUTS : 0, &borrowed,
+                            in_place);
     if (st != KILN_OK) {
         memset(all_out, 0, sizeof *all_out * (size_t)g->n_outputs);
         goto done;
@@ -497,7 +530,8 @@ static kiln_status run_body(kiln_session *s, kn_run_ctx *ctx, const char *fn, co
         for (size_t i = 0; i < n_outputs; i++) {
             const kn_tensor *v = all_out[want[i]];
             if (v->device == KN_DEVICE_HOST && into[i]->device == KN_DEVICE_HOST) {
-                if (v->nbytes) memcpy(into[i]->data, v->data, v->nbytes);
+                /* (written in place by its node: nothing to copy) */
+                if (v->nbytes && v->data != into[i]->data) memcpy(into[i]->data, v->data, v->nbytes);
             } else if (!be) {
                 st = KN_INTERNAL("a device tensor in a session without a device provider");
             } else {
@@ -541,6 +575,7 @@ done:
     free(all_out);
     free(bound);
     free(want);
+    free(in_place);
     return st;
 }
 
