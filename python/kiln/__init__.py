@@ -452,12 +452,15 @@ def _resolve_providers(providers, provider_options):
 
 class NodeArg:
     """A graph input or output: name, type ('tensor(float)', 'seq(tensor(int64))', ...) and shape
-    (ints, symbolic dimensions as their names, None where unknown)."""
+    (ints, symbolic dimensions as their names, None for an unnamed unknown one; [] when even the
+    rank is unknown, as ONNX Runtime gives it)."""
 
     def __init__(self, name, type, shape, kind=None, dtype=0):
         self.name = name
         self.type = type
-        self.shape = shape
+        self._rank_known = shape is not None
+        # a sequence has no shape of its own in ONNX Runtime's description (kiln knows its items')
+        self.shape = list(shape) if shape is not None and not type.startswith("seq(") else []
         self._kind = kind
         self._dtype = dtype
 
@@ -801,7 +804,8 @@ def _value_spec(value, arg, keep):
     if kind == "optional":
         if value is None:
             return ("o", arg._dtype, None)
-        inner = NodeArg(arg.name, arg.type, arg.shape, "seq" if arg.type.startswith("optional(seq") else None, arg._dtype)
+        inner = NodeArg(arg.name, arg.type, arg.shape if arg._rank_known else None,
+                        "seq" if arg.type.startswith("optional(seq") else None, arg._dtype)
         return ("o", arg._dtype, _value_spec(value, inner, keep))
     if kind == "seq":
         if not isinstance(value, (list, tuple)):
@@ -1226,7 +1230,7 @@ class IOBinding:
         arg = self._s._output_by_name.get(name)
         if arg is None or arg._kind is not None or not arg.type.startswith("tensor(") or arg._dtype in (0, 8):
             return None
-        if arg.shape is None or not all(isinstance(d, int) and d >= 0 for d in arg.shape):
+        if not arg._rank_known or not all(isinstance(d, int) and d >= 0 for d in arg.shape):
             return None
         return _kiln.device_tensor(arg._dtype, tuple(arg.shape), dev, device_id)
 

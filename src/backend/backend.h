@@ -175,14 +175,15 @@ void kn_runtime_destroy(kn_runtime *rt);
 /* The device copy of constant value v of rt->main for backend b (uploaded on first use). */
 kiln_status kn_runtime_const_on(kn_runtime *rt, int b, int v, const kn_tensor *host, kn_tensor **out);
 
-/* Placement: every live node of g (and subgraph bodies, which run on the CPU) gets a provider and
- * a kernel. report (may be NULL) is told, per node, where it went and why when not on the first
- * listed provider. */
+/* Placement: every live node of g and of its subgraph bodies gets a provider and a kernel (the body
+ * of a node on the CPU runs on the CPU; that of a node on a device is placed by the same rules).
+ * report (may be NULL) is told, per node, where it went and why when not on the first listed
+ * provider. */
 typedef enum kn_place_kind {
     KN_PLACE_FIRST = 0,    /* on the first listed provider */
     KN_PLACE_FALLBACK = 1, /* the first provider cannot run it: on a later one (why says why) */
     KN_PLACE_SHAPE = 2,    /* a small integer shape computation kept on the host by design */
-    KN_PLACE_SUBGRAPH = 3, /* inside a control-flow body: on the CPU */
+    KN_PLACE_SUBGRAPH = 3, /* inside the body of a control-flow node on the CPU: on the CPU */
 } kn_place_kind;
 typedef void (*kn_place_report_fn)(void *arg, const kn_graph *g, const kn_node *n, int provider,
                                    kn_place_kind kind, const char *why);

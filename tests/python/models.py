@@ -4,11 +4,12 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def _model(nodes, inputs, outputs, inits=(), opset=18):
+def _model(nodes, inputs, outputs, inits=(), opset=18, check=True):
     g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="kiln-py-tests")
     m.ir_version = 9
-    onnx.checker.check_model(m)
+    if check:
+        onnx.checker.check_model(m)
     return m.SerializeToString()
 
 
@@ -82,3 +83,13 @@ def image_model():
                    helper.make_node("Flatten", ["p"], ["logits"])],
                   [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 224, 224])],
                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 3])])
+
+
+def unknown_dims():
+    """o1 = x of unknown rank, o2 = y of shape [unnamed, 3, 'h']."""
+    return _model([helper.make_node("Identity", ["x"], ["o1"]), helper.make_node("Identity", ["y"], ["o2"])],
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+                   helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3, "h"])],
+                  [helper.make_tensor_value_info("o1", TensorProto.FLOAT, None),
+                   helper.make_tensor_value_info("o2", TensorProto.FLOAT, [None, 3, "h"])],
+                  check=False)  # the checker wants a shape; ONNX Runtime and kiln take none (unknown rank)
