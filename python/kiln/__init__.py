@@ -1209,7 +1209,9 @@ class IOBinding:
             spec = ("a", code, shape, int(buffer_ptr), nbytes)
         else:
             spec = ("d", code, shape, int(buffer_ptr), nbytes, int(device_id))
-        return OrtValue(_kiln.wrap(spec))
+        v = OrtValue(_kiln.wrap(spec))
+        v._external = dev != "cpu"  # the caller's device memory: written by the caller's streams
+        return v
 
     def clear_binding_inputs(self):
         self._inputs = {}
@@ -1217,11 +1219,25 @@ class IOBinding:
     def clear_binding_outputs(self):
         self._outputs = {}
 
+    def _devices(self, values):
+        ids = set()
+        for v in values:
+            if isinstance(v, OrtValue) and v._on_device():
+                ids.add(v.device_id())
+            elif isinstance(v, tuple) and v and v[0] == "alloc" and v[1] != "cpu":
+                ids.add(v[2])
+        return ids
+
     def synchronize_inputs(self):
-        pass
+        """Waits for the device work on bound CUDA inputs (run_with_iobinding also waits for the
+        legacy default stream, where torch and CuPy write by default)."""
+        for d in self._devices(self._inputs.values()):
+            _kiln.cuda_synchronize(d)
 
     def synchronize_outputs(self):
-        pass
+        """Outputs are complete when run_with_iobinding returns; this waits for the devices anyway."""
+        for d in self._devices(self._outputs.values()):
+            _kiln.cuda_synchronize(d)
 
     # -- running
     def _alloc_static(self, name, dev, device_id):
@@ -1241,6 +1257,10 @@ class IOBinding:
             names.append(name)
             specs.append(_value_spec(self._s._reachable(v), self._s._input_by_name.get(name), keep))
         ro = _c_run_options(run_options)
+        # the caller's CUDA pointers are written on the legacy default stream by default (torch,
+        # CuPy): wait for it, as for a DLPack input
+        for d in {v.device_id() for v in self._inputs.values() if getattr(v, "_external", False)}:
+            _kiln.sync_legacy(d)
         self._results = None
         if self._outputs:
             out_names = list(self._outputs)

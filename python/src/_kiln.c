@@ -330,9 +330,38 @@ static int sync_legacy_streams(unsigned devices) {
     cudaSetDevice(cur);
     return rc;
 }
+extern int cudaDeviceSynchronize(void);
+/* synchronize(device_id): waits for all work on the CUDA device (IOBinding.synchronize_inputs) */
+static PyObject *py_cuda_synchronize(PyObject *m, PyObject *arg) {
+    long d = PyLong_AsLong(arg);
+    if (d == -1 && PyErr_Occurred()) return NULL;
+    if (!kiln_provider_available("cuda", NULL)) Py_RETURN_NONE;
+    int rc = 0, cur = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (cudaGetDevice(&cur) != 0 || cudaSetDevice((int)d) != 0 || cudaDeviceSynchronize() != 0) rc = -1;
+    cudaSetDevice(cur);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) return raise_status(KILN_ERR_RUNTIME, "waiting for the CUDA device failed");
+    Py_RETURN_NONE;
+}
 #else
 static int sync_legacy_streams(unsigned devices) { return devices ? -1 : 0; }
+static PyObject *py_cuda_synchronize(PyObject *m, PyObject *arg) { Py_RETURN_NONE; }
 #endif
+
+/* sync_legacy(device_id): waits for CUDA's legacy default stream on the device (where torch and
+ * CuPy write by default), before a run reads caller pointers bound to it */
+static PyObject *py_sync_legacy(PyObject *m, PyObject *arg) {
+    long d = PyLong_AsLong(arg);
+    if (d == -1 && PyErr_Occurred()) return NULL;
+    if (d < 0 || d >= 32) return raise_invalid("device_id %ld is out of range", d);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sync_legacy_streams(1u << d);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) return raise_status(KILN_ERR_RUNTIME, "waiting for the CUDA work that writes a bound input failed");
+    Py_RETURN_NONE;
+}
 
 /* ------------------------------------------------------------------ Tensor */
 
@@ -710,6 +739,9 @@ static int make_value(PyObject *spec, const char *what, call_inputs *c, int stan
         if (!ptr && nbytes == 0 && k == 'a') ptr = empty;
         if (k == 'a') st = kiln_tensor_wrap((kiln_dtype)dtype, dims, rank, ptr, (size_t)nbytes, &t);
         else st = kiln_tensor_wrap_device((kiln_dtype)dtype, dims, rank, ptr, (size_t)nbytes, dev, &t);
+        /* a caller's CUDA pointer (IOBinding.bind_input, a torch tensor's data_ptr()) is written by
+         * work on the legacy default stream as a DLPack input is: the run waits for it the same way */
+        if (k == 'd' && st == KILN_OK && dev >= 0 && dev < 32) c->cuda_devices |= 1u << dev;
     } else if (k == 's') {
         PyObject *shape, *items;
         if (!PyArg_ParseTuple(spec, "sOO", &kind, &shape, &items)) return -1;
@@ -1568,6 +1600,8 @@ static PyMethodDef module_methods[] = {
     {"device_tensor", py_device_tensor, METH_VARARGS, "device_tensor(dtype, shape, device, device_id)"},
     {"copy", py_copy, METH_VARARGS, "copy(src, dst): the elements of src into dst"},
     {"host_copy", py_host_copy, METH_O, "host_copy(src) -> a host Tensor with a copy of src"},
+    {"cuda_synchronize", py_cuda_synchronize, METH_O, "cuda_synchronize(device_id): waits for the device"},
+    {"sync_legacy", py_sync_legacy, METH_O, "sync_legacy(device_id): waits for the legacy default stream"},
     {"dlpack_info", py_dlpack_info, METH_O, "dlpack_info(capsule) -> (dtype, shape, data pointer)"},
     {"wrap", py_wrap, METH_O, "wrap(memory spec) -> a Tensor over that memory (not owned)"},
     {"_set_errors", py_set_errors, METH_VARARGS, "registers the exception classes"},

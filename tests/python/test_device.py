@@ -257,3 +257,25 @@ def test_cuda_io_binding_dynamic_shape():
         (c,) = b.get_outputs()
         assert c.device_name() == "cuda" and c.shape() == [n, 3]
         np.testing.assert_array_equal(b.copy_outputs_to_cpu()[0], 2 * a)
+
+
+@needs_gpu
+def test_cuda_io_binding_torch_pointers():
+    """A torch tensor bound by its data_ptr() (ONNX Runtime's recipe), written by torch's kernels
+    just before the run: the run waits for torch's (legacy default) stream."""
+    torch = pytest.importorskip("torch")
+    s = kiln.InferenceSession(models.two_outputs(), providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    for _ in range(3):
+        x = torch.rand(2, 2, device="cuda") @ torch.eye(2, device="cuda")  # a kernel, not yet finished
+        y = torch.empty(2, 2, device="cuda")
+        b = s.io_binding()
+        b.bind_input(name="x", device_type="cuda", device_id=0, element_type=np.float32, shape=tuple(x.shape),
+                     buffer_ptr=x.data_ptr())
+        b.bind_output(name="y", device_type="cuda", device_id=0, element_type=np.float32, shape=tuple(y.shape),
+                      buffer_ptr=y.data_ptr())
+        b.bind_output("z", "cuda")
+        b.synchronize_inputs()
+        s.run_with_iobinding(b)
+        b.synchronize_outputs()
+        np.testing.assert_allclose(y.cpu().numpy(), 2 * x.cpu().numpy())
+        np.testing.assert_allclose(b.copy_outputs_to_cpu()[1], x.cpu().numpy() + 1)
