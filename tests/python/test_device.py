@@ -279,3 +279,22 @@ def test_cuda_io_binding_torch_pointers():
         b.synchronize_outputs()
         np.testing.assert_allclose(y.cpu().numpy(), 2 * x.cpu().numpy())
         np.testing.assert_allclose(b.copy_outputs_to_cpu()[1], x.cpu().numpy() + 1)
+
+
+def test_host_copies_through_the_c_api():
+    """kiln_tensor_copy between host tensors (a kiln-held host value): same type and shape only,
+    with a message naming both; the value keeps its memory."""
+    bits = np.arange(6, dtype=np.uint16).reshape(2, 3)
+    v = kiln.OrtValue.ortvalue_from_numpy_with_onnx_type(np.zeros((2, 3), np.uint16), TensorProto.BFLOAT16)
+    ptr = v.data_ptr()
+    w = kiln.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, TensorProto.BFLOAT16)
+    v.update_inplace(w)
+    assert v.data_ptr() == ptr
+    np.testing.assert_array_equal(np.asarray(v.numpy()).view(np.uint16), bits)
+    with pytest.raises(kiln.InvalidArgument, match=r"cannot copy .*\[3,2\].* into .*\[2,3\]"):
+        v.update_inplace(kiln.OrtValue.ortvalue_from_numpy_with_onnx_type(bits.reshape(3, 2), TensorProto.BFLOAT16))
+    with pytest.raises(kiln.InvalidArgument, match="cannot copy"):
+        v.update_inplace(np.zeros((2, 3), np.float32))
+    b = kiln.InferenceSession(models.two_outputs()).io_binding()
+    with pytest.raises(kiln.InvalidArgument, match="has not run"):
+        b.get_outputs()
