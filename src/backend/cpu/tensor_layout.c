@@ -276,6 +276,28 @@ static void sc_work(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* MODE_MEMCPY with long rows: work items are (row, piece of MEMCPY_PIECE bytes), so one large
+ * contiguous copy (a Split or Concat along the channels of one image) spreads over the threads. */
+#define MEMCPY_PIECE ((int64_t)64 * 1024)
+
+static void memcpy_pieces_work(void *arg, int64_t begin, int64_t end) {
+    sc_job *j = arg;
+    const kn_strided *s = &j->s;
+    const int64_t row = s->dims[j->inner] * (int64_t)j->es, per_row = (row + MEMCPY_PIECE - 1) / MEMCPY_PIECE;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t rem = it / per_row, p0 = (it % per_row) * MEMCPY_PIECE, doff = s->dst_off, soff = s->src_off;
+        for (int q = j->nouter - 1; q >= 0; q--) {
+            int k = j->outer[q];
+            int64_t i = rem % s->dims[k];
+            rem /= s->dims[k];
+            doff += i * s->dst_stride[k];
+            soff += i * s->src_stride[k];
+        }
+        int64_t len = row - p0 < MEMCPY_PIECE ? row - p0 : MEMCPY_PIECE;
+        memcpy(j->dst + doff * (int64_t)j->es + p0, j->src + soff * (int64_t)j->es + p0, (size_t)len);
+    }
+}
+
 /* MODE_TILE: work items are (outer index, chunk of TILE_CHUNK along the source-contiguous dim), so
  * a single large 2-D transpose still spreads over the threads. */
 #define TILE_CHUNK 64
@@ -377,6 +399,9 @@ kiln_status kn_cpu_strided_copy(kn_kernel_ctx *c, kn_tensor *dst, const kn_tenso
         work = s->dims[in_] * (s->dims[j->tk] < TILE_CHUNK ? s->dims[j->tk] : TILE_CHUNK);
         int64_t grain = 32768 / work;
         kn_parallel_for(c->pool, outer * nch, grain > 0 ? grain : 1, tile_work, j);
+    } else if (j->mode == MODE_MEMCPY && !j->string && s->dims[in_] * (int64_t)j->es > 2 * MEMCPY_PIECE) {
+        int64_t per_row = (s->dims[in_] * (int64_t)j->es + MEMCPY_PIECE - 1) / MEMCPY_PIECE;
+        kn_parallel_for(c->pool, outer * per_row, 1, memcpy_pieces_work, j);
     } else {
         int64_t grain = 32768 / (work > 0 ? work : 1);
         if (j->string) grain *= 8;
