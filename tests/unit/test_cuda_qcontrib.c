@@ -259,6 +259,12 @@ KN_TEST(cuda_matmulnbits_one_row) {
             nbits_case(&c, "one row, K a block and a tail");
             c.K = 512, c.bs = 128, c.N = 64, c.bias = true;
             nbits_case(&c, "one row");
+            c.K = 72, c.bs = 16, c.N = 29; /* rows of 40 bytes: the 4-byte loads */
+            nbits_case(&c, "one row, odd block count");
+            c.bits = 2, c.K = 100, c.bs = 32;
+            nbits_case(&c, "one row, 2 bits");
+            c.bits = 8;
+            nbits_case(&c, "one row, 8 bits");
         }
 }
 
