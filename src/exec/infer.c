@@ -3,6 +3,7 @@
  * Constant nodes) are evaluated with the CPU kernels so later shapes become known too. */
 #include "backend/cpu/cpu.h"
 #include "exec/exec.h"
+#include "ops/control.h"
 #include "ops/op.h"
 
 #include <stdlib.h>
@@ -158,6 +159,7 @@ static kiln_status infer_graph(kn_graph *g) {
                 in_val[k] = s.known[v];
             }
             for (int o = 0; o < no; o++) kn_type_init(&out_types[o]);
+            kn_control_type_body_inputs(n, in_tp, ni); /* untyped Loop/Scan body inputs */
             st = infer_subgraphs(n);
             kn_infer_ctx ic = {n, ni, in_tp, (const kn_tensor *const *)in_val, no, out_types, &g->model->arena};
             if (st == KILN_OK && n->schema->infer) st = n->schema->infer(&ic);

@@ -1,4 +1,5 @@
 /* Control flow (If, Loop, Scan), sequences and optionals: schemas and shape inference. */
+#include "ops/control.h"
 #include "ops/op.h"
 
 #include <string.h>
@@ -27,6 +28,58 @@ static kn_type join_types(const kn_type *a, const kn_type *b) {
     return r;
 }
 
+/* A body input's type, when the model left it untyped. */
+static void type_input(kn_graph *body, int i, const kn_type *t) {
+    if (!body || i >= body->n_inputs || !t) return;
+    kn_type *bt = &body->values[body->inputs[i]].type;
+    if (bt->kind != KN_TYPE_UNKNOWN) {
+        if (bt->kind == t->kind && bt->dtype == KILN_DTYPE_UNDEFINED) bt->dtype = t->dtype;
+        return;
+    }
+    *bt = *t;
+    bt->n_shape_value = -1;
+}
+
+void kn_control_type_body_inputs(kn_node *n, const kn_type *const *in, int n_in) {
+    if (*n->domain) return;
+    const kn_attr *a = kn_node_attr(n, "body");
+    kn_graph *body = a && a->type == KN_ATTR_GRAPH ? a->g : NULL;
+    if (!body) return;
+    if (!strcmp(n->op_type, "Loop")) {
+        kn_type t;
+        kn_type_init(&t);
+        kn_type_set_tensor(&t, KILN_DTYPE_INT64, 0, NULL);
+        type_input(body, 0, &t);
+        kn_type_set_tensor(&t, KILN_DTYPE_BOOL, 0, NULL);
+        type_input(body, 1, &t);
+        for (int i = 2; i < n_in; i++) {
+            if (!in[i] || in[i]->kind == KN_TYPE_UNKNOWN) continue;
+            t = *in[i];
+            if (t.kind == KN_TYPE_TENSOR) t.rank = -1; /* a carried value may change its shape */
+            type_input(body, i, &t);
+        }
+    } else if (!strcmp(n->op_type, "Scan") && n->opset >= 9) {
+        int m = (int)kn_attr_int(n, "num_scan_inputs", -1), n_state = n_in - m, n_axes = 0;
+        const int64_t *axes = kn_attr_ints(n, "scan_input_axes", &n_axes);
+        if (m < 1 || n_state < 0) return;
+        for (int i = 0; i < n_in; i++) {
+            if (!in[i] || in[i]->kind != KN_TYPE_TENSOR) continue;
+            kn_type t = *in[i];
+            if (i < n_state) {
+                t.rank = -1;
+            } else if (t.rank >= 1) {
+                int j = i - n_state;
+                int64_t axis = j < n_axes ? axes[j] : 0;
+                if (axis < 0) axis += t.rank;
+                if (axis < 0 || axis >= t.rank) continue;
+                for (int d = (int)axis; d + 1 < t.rank; d++) t.dims[d] = t.dims[d + 1];
+                t.rank--;
+            }
+            type_input(body, i, &t);
+        }
+    }
+}
+
 static kiln_status infer_if(kn_infer_ctx *c) {
     const kn_graph *t = graph_attr(c->node, "then_branch"), *e = graph_attr(c->node, "else_branch");
     if (!t || !e) return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "then_branch and else_branch graphs are required");
@@ -35,9 +88,21 @@ static kiln_status infer_if(kn_infer_ctx *c) {
                               t->n_outputs, e->n_outputs, c->n_outputs);
     for (int o = 0; o < c->n_outputs; o++) {
         const kn_type *tt = &t->values[t->outputs[o]].type, *et = &e->values[e->outputs[o]].type;
-        /* at run time only the taken branch matters: the kernel allocates its outputs */
         c->out[o] = join_types(tt, et);
-        if (c->in_value[0]) c->out[o].kind = KN_TYPE_UNKNOWN; /* kernel allocates */
+        /* a known condition (at run time, or folded from shapes): the taken branch's element type
+         * without a shape, so the executor does not allocate what the kernel hands over */
+        if (c->in_value[0]) {
+            if (c->in_value[0]->kind != KN_VALUE_TENSOR || kn_tensor_count(c->in_value[0]) != 1 ||
+                c->in_value[0]->device != KN_DEVICE_HOST) {
+                c->out[o].kind = KN_TYPE_UNKNOWN;
+                continue;
+            }
+            c->out[o] = *(kn_tensor_get_i64(c->in_value[0], 0) ? tt : et);
+            c->out[o].n_shape_value = -1;
+            c->out[o].rank = -1;
+            if (c->out[o].kind == KN_TYPE_TENSOR && c->out[o].dtype == KILN_DTYPE_UNDEFINED)
+                c->out[o].kind = KN_TYPE_UNKNOWN;
+        }
     }
     return KILN_OK;
 }

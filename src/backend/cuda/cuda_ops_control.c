@@ -138,8 +138,8 @@ static kiln_status run_scan(kn_cuda *cu, kn_kernel_ctx *c) {
     return kn_cf_scan(c, &m);
 }
 
-/* The bodies named give tensors of types the device holds, known before the run (their inputs are
- * the node's, checked by the table's rules, or values the kernel makes). */
+/* The bodies named give tensors of types the device holds (their inputs are the node's, checked by
+ * the table's rules, or values the kernel makes). */
 static bool bodies_hold_tensors(const kn_node *n, const char *const *names, int n_names, char *why, size_t cap) {
     for (int b = 0; b < n_names; b++) {
         const kn_attr *a = kn_node_attr(n, names[b]);
@@ -155,14 +155,10 @@ static bool bodies_hold_tensors(const kn_node *n, const char *const *names, int 
                          names[b], o, v->name);
                 return false;
             }
+            /* an element type not known before the run is taken: one the device cannot hold (a string)
+             * is an error naming the node when it is handed over */
             kiln_dtype dt = v->type.dtype;
-            if (dt == KILN_DTYPE_UNDEFINED) {
-                /* it might be a string or a sequence at run time: the CPU runs what the device cannot hold */
-                snprintf(why, cap, "%s output %d ('%s') has an element type not known before the run", names[b], o,
-                         v->name);
-                return false;
-            }
-            if ((unsigned)dt >= 32 || !(KN_T_DENSE & KN_T(dt))) {
+            if (dt != KILN_DTYPE_UNDEFINED && ((unsigned)dt >= 32 || !(KN_T_DENSE & KN_T(dt)))) {
                 snprintf(why, cap, "%s output %d ('%s') is %s (the CUDA backend takes numeric and bool tensors)",
                          names[b], o, v->name, kiln_dtype_name(dt));
                 return false;
