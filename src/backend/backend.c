@@ -237,6 +237,9 @@ void kn_runtime_destroy(kn_runtime *rt) {
     if (!rt) return;
     for (int v = 0; v < rt->n_const_dev; v++) kn_tensor_free(rt->const_dev[v]);
     free(rt->const_dev);
+    for (int i = 0; i < rt->n_body_const; i++) kn_tensor_free(rt->body_const_dev[i]);
+    free(rt->body_const_dev);
+    free(rt->body_const_host);
     kn_memplan_free(rt->memplan);
     for (int i = 0; i < KN_MEMPLAN_SHAPED; i++) kn_memplan_free(rt->shaped[i]);
     free(rt->arena);
@@ -258,5 +261,31 @@ kiln_status kn_runtime_const_on(kn_runtime *rt, int b, int v, const kn_tensor *h
     }
     if (!rt->const_dev[v]) KN_TRY(be->ops->upload(be->state, host, true, &rt->const_dev[v]));
     *out = rt->const_dev[v];
+    return KILN_OK;
+}
+
+kiln_status kn_runtime_body_const_on(kn_runtime *rt, int b, const kn_tensor *host, kn_tensor **out) {
+    const kn_backend *be = &rt->backends[b];
+    *out = NULL;
+    for (int i = 0; i < rt->n_body_const; i++)
+        if (rt->body_const_host[i] == host && rt->body_const_dev[i]->device == be->ops->device) {
+            *out = rt->body_const_dev[i];
+            return KILN_OK;
+        }
+    if (rt->n_body_const == rt->cap_body_const) {
+        int cap = rt->cap_body_const ? rt->cap_body_const * 2 : 16;
+        const kn_tensor **h = realloc(rt->body_const_host, sizeof *h * (size_t)cap);
+        if (!h) return KN_OOM();
+        rt->body_const_host = h;
+        kn_tensor **d = realloc(rt->body_const_dev, sizeof *d * (size_t)cap);
+        if (!d) return KN_OOM();
+        rt->body_const_dev = d;
+        rt->cap_body_const = cap;
+    }
+    kn_tensor *t = NULL;
+    KN_TRY(be->ops->upload(be->state, host, true, &t));
+    rt->body_const_host[rt->n_body_const] = host;
+    rt->body_const_dev[rt->n_body_const++] = t;
+    *out = t;
     return KILN_OK;
 }

@@ -130,6 +130,11 @@ typedef struct kn_runtime {
     uint64_t runs;
     unsigned char *arena; /* the plans' host memory (the largest one's bytes), made by the first run using one */
     uint64_t arena_bytes;
+    /* device copies of the constants of control-flow bodies run on a device, by host tensor, made on
+     * first use (so a Loop's body does not copy them again at each iteration) */
+    const kn_tensor **body_const_host;
+    kn_tensor **body_const_dev;
+    int n_body_const, cap_body_const;
 } kn_runtime;
 
 extern const kn_backend_ops kn_backend_cpu;
@@ -174,6 +179,8 @@ void kn_runtime_prepare(const kiln_session_options *o);
 void kn_runtime_destroy(kn_runtime *rt);
 /* The device copy of constant value v of rt->main for backend b (uploaded on first use). */
 kiln_status kn_runtime_const_on(kn_runtime *rt, int b, int v, const kn_tensor *host, kn_tensor **out);
+/* The same for `host`, a constant of a subgraph body (it lives as long as the session's model). */
+kiln_status kn_runtime_body_const_on(kn_runtime *rt, int b, const kn_tensor *host, kn_tensor **out);
 
 /* Placement: every live node of g and of its subgraph bodies gets a provider and a kernel (the body
  * of a node on the CPU runs on the CPU; that of a node on a device is placed by the same rules).

@@ -272,6 +272,8 @@ static kiln_status place_input(kn_exec *x, const kn_backend *be, int v, bool wan
     }
     if (t == g->values[v].constant && g == x->rt->main)
         return kn_runtime_const_on(x->rt, (int)(be - x->rt->backends), v, t, out);
+    if (t == g->values[v].constant && g != x->rt->main && !g->values[v].is_graph_input)
+        return kn_runtime_body_const_on(x->rt, (int)(be - x->rt->backends), t, out);
     if (g != x->rt->main && g->values[v].is_outer && x->rt->main) {
         /* a constant of the main graph read inside a control-flow body on a device: its session
          * copy, not one per body run */
