@@ -901,6 +901,171 @@ static void sk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const
 }
 #endif
 
+#if defined(__AVX512F__)
+/* ---- few input channels, deep windows (the 7x7 RGB stem): output channels in the lanes ----
+ * The 7x7 s2 3->64 stem has an im2col depth of 147, too deep for the few-taps path above, and the
+ * implicit GEMM spent a quarter of its time packing that im2col (perf on 1x3x224x224: packing
+ * 26%, micro-kernel 71%, 11% of whose rows were padding: 64 channels in panels of 12). Here the
+ * 16 lanes run along the output channels: a tile of MV x 16 channels by P pixels of one output row
+ * (4 x 6 or 2 x 12: 24 accumulators) takes, per tap, MV loads of weights (packed once per session
+ * as [M / 16MV][C*KH*KW][16MV]) and P broadcasts of input pixels read from a zero-padded copy of
+ * the input (no bounds checks anywhere); each segment of up to 60 pixels lands channels-last in a
+ * buffer on the stack and is transposed into the output rows. Strides 2 to 4, any dilation and
+ * padding, one group, up to 4 input channels, output channels a multiple of 32. */
+#define CL_SEG 60
+
+static bool cl_suits(const conv_shape *s) {
+    if (s->G != 1 || s->nsp != 2 || s->Cg * s->kk <= SK_MAX || s->C > 4 || s->M % 32 || s->M > 1024) return false;
+    const win2 v = win2_of(&s->w);
+    /* strided: at stride 1 the im2col rows are plain loads and the GEMM is as fast (5x5 s1 3->64) */
+    return v.OW >= 8 && v.sw >= 2 && v.sw <= 4 && v.sh <= 4 && v.W < (1 << 20) && v.H < (1 << 20);
+}
+
+typedef struct cl_wctx {
+    const float *w;
+    int64_t M, K, MB; /* MB: channels per block, 16 * MV */
+} cl_wctx;
+
+static void cl_make_weights(const void *ctx, void *dst) {
+    const cl_wctx *k = ctx;
+    float *d = dst;
+    for (int64_t m0 = 0; m0 < k->M; m0 += k->MB)
+        for (int64_t q = 0; q < k->K; q++, d += k->MB)
+            for (int64_t r = 0; r < k->MB; r++) d[r] = k->w[(m0 + r) * k->K + q];
+}
+
+typedef struct cl_job {
+    const conv_shape *s;
+    win2 v;
+    const float *xp; /* padded input: N*C planes of Hp x Wp, the image at (ph, pw) */
+    int64_t Hp, Wp;
+    const float *wp, *bias;
+    float *y;
+    int MV;
+    int64_t bands;
+    kn_conv_epilogue_fn epi;
+    const void *epi_ctx;
+} cl_job;
+
+/* out[p*16MV + 16v + r] = bias + sum over taps of w[tap][16v + r] * x(tap, pixel p) for p < P;
+ * x0: the padded input at channel 0 and the first tap of pixel 0. */
+static inline __attribute__((always_inline)) void cl_tile(const cl_job *j, const float *x0, const float *w,
+                                                          const __m512 *bias, float *out, const int MV, const int P) {
+    const conv_shape *s = j->s;
+    const win2 *v = &j->v;
+    const int64_t plane = j->Hp * j->Wp, sw = v->sw, MB = 16 * MV;
+    __m512 acc[CL_SEG > 12 ? 12 : CL_SEG][4];
+#pragma GCC unroll 12
+    for (int p = 0; p < P; p++)
+#pragma GCC unroll 4
+        for (int q = 0; q < MV; q++) acc[p][q] = bias[q];
+    for (int64_t c = 0; c < s->C; c++)
+        for (int64_t kh = 0; kh < v->KH; kh++) {
+            const float *row = x0 + c * plane + kh * v->dh * j->Wp;
+            for (int64_t kw = 0; kw < v->KW; kw++, w += MB) {
+                const float *px = row + kw * v->dw;
+                __m512 wv[4];
+#pragma GCC unroll 4
+                for (int q = 0; q < MV; q++) wv[q] = _mm512_loadu_ps(w + 16 * q);
+#pragma GCC unroll 12
+                for (int p = 0; p < P; p++) {
+                    const __m512 b = _mm512_set1_ps(px[p * sw]);
+#pragma GCC unroll 4
+                    for (int q = 0; q < MV; q++) acc[p][q] = _mm512_fmadd_ps(wv[q], b, acc[p][q]);
+                }
+            }
+        }
+#pragma GCC unroll 12
+    for (int p = 0; p < P; p++)
+#pragma GCC unroll 4
+        for (int q = 0; q < MV; q++) _mm512_storeu_ps(out + p * MB + 16 * q, acc[p][q]);
+}
+
+/* Tasks are (image, band of output rows). */
+static void cl_range(void *arg, int64_t begin, int64_t end) {
+    const cl_job *j = arg;
+    const conv_shape *s = j->s;
+    const win2 *v = &j->v;
+    const int MV = j->MV, P = 24 / MV;
+    const int64_t MB = 16 * MV, K = s->C * s->kk, OW = v->OW, plane = s->out_plane;
+    float seg[(CL_SEG + 12) * 64] __attribute__((aligned(64)));
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t n = t / j->bands, band = t % j->bands;
+        const int64_t oh0 = band * v->OH / j->bands, oh1 = (band + 1) * v->OH / j->bands;
+        const float *xn = j->xp + n * s->C * j->Hp * j->Wp;
+        float *yn = j->y + n * s->M * plane;
+        for (int64_t oh = oh0; oh < oh1; oh++)
+            for (int64_t m0 = 0; m0 < s->M; m0 += MB) {
+                const float *w = j->wp + m0 * K;
+                __m512 bias[4];
+                for (int q = 0; q < MV; q++)
+                    bias[q] = j->bias ? _mm512_loadu_ps(j->bias + m0 + 16 * q) : _mm512_setzero_ps();
+                for (int64_t s0 = 0; s0 < OW; s0 += CL_SEG) {
+                    const int64_t sn = min64(CL_SEG, OW - s0);
+                    for (int64_t p0 = 0; p0 < sn; p0 += P) {
+                        const float *x0 = xn + oh * v->sh * j->Wp + (s0 + p0) * v->sw;
+                        if (MV == 4) cl_tile(j, x0, w, bias, seg + p0 * MB, 4, 6);
+                        else cl_tile(j, x0, w, bias, seg + p0 * MB, 2, 12);
+                    }
+                    /* seg [pixel][channel] -> output rows [channel][pixel] */
+                    for (int64_t r0 = 0; r0 < sn; r0 += 16) {
+                        const int rows = (int)min64(16, sn - r0);
+                        const __mmask16 keep = kn_v16_tail(rows);
+                        for (int q = 0; q < MV; q++) {
+                            __m512 o[16];
+                            kn_v16_transpose(seg + r0 * MB + 16 * q, MB, rows, 16, o);
+                            float *yo = yn + (m0 + 16 * q) * plane + oh * OW + s0 + r0;
+                            for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(yo + c * plane, keep, o[c]);
+                        }
+                    }
+                }
+            }
+        if (j->epi && oh1 > oh0) j->epi(j->epi_ctx, j->y, n * s->M * plane + oh0 * OW, s->M, (oh1 - oh0) * OW, plane);
+    }
+}
+
+static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w, const float *bias,
+                           float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_is_input) {
+    cl_job j = {s, win2_of(&s->w), NULL, 0, 0, NULL, bias, y, s->M % 64 ? 2 : 4, 1, epi, epi_ctx};
+    const win2 *v = &j.v;
+    const int P = 24 / j.MV;
+    /* the padded input covers every tap of every tile, the last tile's pixels past the row too */
+    const int64_t tiles_w = (min64(CL_SEG, v->OW) + P - 1) / P * P + (v->OW / CL_SEG) * CL_SEG;
+    j.Hp = max64(v->H + v->ph, (v->OH - 1) * v->sh + (v->KH - 1) * v->dh + 1);
+    j.Wp = max64(v->W + v->pw, (tiles_w - 1) * v->sw + (v->KW - 1) * v->dw + 1);
+    const size_t xbytes = sizeof(float) * (size_t)(s->N * s->C * j.Hp * j.Wp);
+    float *xp = NULL;
+    KN_TRY(kn_ctx_scratch(c, xbytes, "the zero-padded input", (void **)&xp));
+    memset(xp, 0, xbytes);
+    for (int64_t nc = 0; nc < s->N * s->C; nc++)
+        for (int64_t h = 0; h < v->H; h++)
+            memcpy(xp + (nc * j.Hp + h + v->ph) * j.Wp + v->pw, x + (nc * v->H + h) * v->W, sizeof(float) * (size_t)v->W);
+    j.xp = xp;
+    const int64_t MB = 16 * j.MV, K = s->C * s->kk;
+    const size_t wbytes = sizeof(float) * (size_t)(s->M * K);
+    cl_wctx wc = {w, s->M, K, MB};
+    kn_const_layout lay = {7, {s->M, K, MB, 0}};
+    const float *wp = w_is_input ? kn_cpu_const_derived(c, 1, &lay, wbytes, cl_make_weights, &wc) : NULL;
+    float *own = NULL;
+    if (!wp) {
+        if (!(own = aligned_alloc(64, (wbytes + 63) / 64 * 64))) {
+            kn_ctx_scratch_free(c, xp, xbytes);
+            return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        cl_make_weights(&wc, own);
+        wp = own;
+    }
+    j.wp = wp;
+    const int64_t threads = kn_threadpool_size(c->pool);
+    j.bands = max64(1, min64(v->OH, (4 * threads + s->N - 1) / s->N));
+    const int64_t work = s->M * K * s->out_plane / j.bands + 1;
+    kn_parallel_for(c->pool, s->N * j.bands, work > 65536 ? 1 : 65536 / work + 1, cl_range, &j);
+    free(own);
+    kn_ctx_scratch_free(c, xp, xbytes);
+    return KILN_OK;
+}
+#endif
+
 /* ------------------------------------------------------------------ float Conv */
 
 static void fill_bias(float *y, const float *bias, int64_t N, int64_t M, int64_t plane) {
@@ -990,6 +1155,7 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
         sk_conv(c, s, x, w, bias, y, epi, epi_ctx);
         return KILN_OK;
     }
+    if (!pointwise && cl_suits(s)) return cl_conv(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
 #endif
     const float **ap = malloc(sizeof(float *) * (size_t)count * 2);
     float **cp = malloc(sizeof(float *) * (size_t)count);

@@ -1,0 +1,145 @@
+/* The CPU convolution with output channels in the lanes (conv.c, cl_conv: few input channels,
+ * deep windows, strided, such as the 7x7 s2 3->64 RGB stem) against the definition in double: strides 2-4,
+ * dilation, asymmetric and no padding, non-square kernels, rows longer than one 60-pixel segment,
+ * 32 / 64 / 96 channels (2 or 4 vectors a tile), bias or none, batch 2, weights a constant (packed
+ * once per session, two runs) or a graph input (packed per call), a Relu fused at level 3 (the
+ * epilogue), 1 and 2 threads. */
+#include "test_model_builder.h"
+
+#include "kiln.h"
+
+#include <stdlib.h>
+
+typedef struct stem_case {
+    int64_t N, C, H, W, M, KH, KW, sh, sw, dh, dw;
+    int64_t pads[4]; /* top, left, bottom, right */
+    bool bias, w_input, relu;
+} stem_case;
+
+static int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1) {
+    return (in + p0 + p1 - d * (k - 1) - 1) / s + 1;
+}
+
+/* The model; w_out[0]: a copy of the constant weights (w_input false), w_out[1]: of the bias. */
+static unsigned char *stem_model(const stem_case *t, kiln_tensor **w_out, size_t *size) {
+    tmb b;
+    tmb_init(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){t->N, t->C, t->H, t->W}, NULL);
+    int64_t wd[4] = {t->M, t->C, t->KH, t->KW};
+    int w;
+    if (t->w_input) {
+        w = tmb_input(&b, "w", KILN_DTYPE_FLOAT, 4, wd, NULL);
+    } else {
+        w = tmb_const(&b, "w", 4, wd, 0.2f);
+        kn_tensor_clone(b.g->values[w].constant, w_out);
+    }
+    int bias = t->bias ? tmb_const(&b, "b", 1, (int64_t[]){t->M}, 0.5f) : -1;
+    int y = tmb_value(&b, "y"), r = tmb_value(&b, "r");
+    int in[3] = {x, w, bias};
+    int node = tmb_node(&b, "Conv", in, t->bias ? 3 : 2, y);
+    tmb_ints(&b, node, "kernel_shape", (int64_t[]){t->KH, t->KW}, 2);
+    tmb_ints(&b, node, "strides", (int64_t[]){t->sh, t->sw}, 2);
+    tmb_ints(&b, node, "dilations", (int64_t[]){t->dh, t->dw}, 2);
+    tmb_ints(&b, node, "pads", (int64_t[]){t->pads[0], t->pads[1], t->pads[2], t->pads[3]}, 4);
+    if (t->relu) {
+        tmb_node(&b, "Relu", (int[]){y}, 1, r);
+        tmb_output(&b, r);
+    } else {
+        tmb_output(&b, y);
+    }
+    /* the bias values, for the reference (w_out[1]) */
+    if (t->bias) kn_tensor_clone(b.g->values[bias].constant, &w_out[1]);
+    return tmb_finish(&b, size);
+}
+
+static void reference(const stem_case *t, const float *x, const float *w, const float *bias, int64_t OH, int64_t OW,
+                      double *y) {
+    for (int64_t n = 0; n < t->N; n++)
+        for (int64_t m = 0; m < t->M; m++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    double acc = bias ? bias[m] : 0.0;
+                    for (int64_t c = 0; c < t->C; c++)
+                        for (int64_t kh = 0; kh < t->KH; kh++)
+                            for (int64_t kw = 0; kw < t->KW; kw++) {
+                                int64_t ih = oh * t->sh - t->pads[0] + kh * t->dh, iw = ow * t->sw - t->pads[1] + kw * t->dw;
+                                if (ih < 0 || ih >= t->H || iw < 0 || iw >= t->W) continue;
+                                acc += (double)x[((n * t->C + c) * t->H + ih) * t->W + iw] *
+                                       w[((m * t->C + c) * t->KH + kh) * t->KW + kw];
+                            }
+                    if (t->relu && acc < 0) acc = 0;
+                    y[((n * t->M + m) * OH + oh) * OW + ow] = acc;
+                }
+}
+
+KN_TEST(cpu_conv_channels_in_lanes_matches_definition) {
+    const stem_case cases[] = {
+        {1, 3, 45, 53, 64, 7, 7, 2, 2, 1, 1, {3, 3, 3, 3}, true, false, false},    /* the stem, small */
+        {2, 3, 70, 150, 64, 7, 7, 2, 2, 1, 1, {3, 3, 3, 3}, true, false, true},    /* 2 segments, Relu */
+        {1, 3, 31, 197, 32, 5, 5, 2, 2, 1, 1, {1, 2, 3, 0}, false, false, false}, /* 2 vectors, 12 px */
+        {1, 2, 40, 41, 96, 5, 5, 2, 2, 2, 2, {4, 4, 4, 4}, true, true, false},    /* dilated, W input */
+        {1, 3, 30, 40, 64, 5, 5, 1, 1, 1, 1, {2, 2, 2, 2}, true, false, false},   /* stride 1: the GEMM */
+        {2, 4, 33, 66, 64, 6, 4, 3, 3, 1, 1, {0, 0, 0, 0}, true, false, false},   /* stride 3, no pad */
+        {1, 1, 64, 64, 32, 11, 11, 4, 4, 1, 1, {5, 5, 5, 5}, false, true, true}, /* one channel, s4 */
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const stem_case *t = &cases[ci];
+        kiln_tensor *consts[2] = {0};
+        size_t size;
+        unsigned char *m = stem_model(t, consts, &size);
+        if (!m) continue;
+        const int64_t OH = out_dim(t->H, t->KH, t->sh, t->dh, t->pads[0], t->pads[2]);
+        const int64_t OW = out_dim(t->W, t->KW, t->sw, t->dw, t->pads[1], t->pads[3]);
+        uint32_t seed = 99 + (uint32_t)ci;
+        kiln_tensor *x = NULL, *w = consts[0];
+        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->C, t->H, t->W}, 4, &x);
+        float *xp = kiln_tensor_data(x);
+        for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) xp[i] = tmb_rand(&seed);
+        if (t->w_input) {
+            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->M, t->C, t->KH, t->KW}, 4, &w);
+            float *wp = kiln_tensor_data(w);
+            for (int64_t i = 0; i < kiln_tensor_element_count(w); i++) wp[i] = 0.2f * tmb_rand(&seed);
+        }
+        const size_t ny = (size_t)(t->N * t->M * OH * OW);
+        double *want = malloc(sizeof(double) * ny);
+        reference(t, xp, kiln_tensor_data(w), consts[1] ? kiln_tensor_data(consts[1]) : NULL, OH, OW, want);
+        for (int threads = 1; threads <= 2; threads++)
+            for (int level = 0; level <= 3; level += 3) {
+                kiln_session_options *o = NULL;
+                kiln_session_options_create(&o);
+                kiln_session_options_set_cache(o, 0, NULL);
+                kiln_session_options_set_intra_op_threads(o, threads);
+                kiln_session_options_set_opt_level(o, level);
+                kiln_session *s = NULL;
+                CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
+                kiln_session_options_destroy(o);
+                if (!s) continue;
+                const char *names[2] = {"x", "w"};
+                kiln_tensor *ins[2] = {x, w};
+                for (int run = 0; run < 2; run++) {
+                    kiln_tensor *y = NULL;
+                    CHECK_STATUS(kiln_session_run(s, names, ins, t->w_input ? 2 : 1, NULL, 1, &y), KILN_OK);
+                    if (!y) continue;
+                    CHECK_EQ_INT(kiln_tensor_element_count(y), (int64_t)ny);
+                    const float *got = kiln_tensor_data(y);
+                    size_t bad = 0, first = 0;
+                    for (size_t i = 0; i < ny && kiln_tensor_element_count(y) == (int64_t)ny; i++)
+                        if (!(fabs(got[i] - want[i]) <= 1e-4 + 1e-4 * fabs(want[i]))) {
+                            if (!bad) first = i;
+                            bad++;
+                        }
+                    CHECK_MSG(bad == 0, "case %zu (%lldx%lld s%lld d%lld, %lld->%lld), %d threads, level %d, run %d: %zu of %zu "
+                              "outputs differ, first at %zu: %g, want %g", ci, (long long)t->KH, (long long)t->KW,
+                              (long long)t->sh, (long long)t->dh, (long long)t->C, (long long)t->M, threads, level, run,
+                              bad, ny, first, bad ? got[first] : 0.0, bad ? want[first] : 0.0);
+                    kiln_tensor_destroy(y);
+                }
+                kiln_session_destroy(s);
+            }
+        free(want);
+        kiln_tensor_destroy(x);
+        kiln_tensor_destroy(w);
+        kiln_tensor_destroy(consts[1]);
+        free(m);
+    }
+}
