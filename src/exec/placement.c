@@ -2,7 +2,8 @@
  * backend has a kernel for it. Two exceptions by design:
  *  - small integer shape computations (Shape -> Gather -> Concat -> Reshape chains) whose inputs
  *    are already on the host stay on the CPU: moving a handful of int64s to a GPU and back would
- *    cost a synchronisation each and win nothing;
+ *    cost a synchronisation each and win nothing (an If over such values whose branches give such
+ *    values too is one);
  *  - control-flow bodies (If/Loop/Scan subgraphs) of an operator placed on the CPU run on the CPU
  *    with it; those of an operator placed on a device are placed by these same rules (nested bodies
  *    too), so a device's If/Loop/Scan runs its bodies on the device where it has the kernels. */
@@ -88,6 +89,45 @@ static bool small_int_output(const kn_type *t) {
     return true;
 }
 
+/* Whether every value body (and the bodies in it) reads from outside is a host value of g (or is
+ * made by an enclosing body, which then runs on the CPU as well). */
+static bool reads_host_only(const kn_graph *g, const kn_graph *body, const unsigned char *host, int depth) {
+    if (depth > 64) return false;
+    for (int v = 0; v < body->n_values; v++) {
+        if (!body->values[v].is_outer) continue;
+        int id = kn_graph_find_value(g, body->values[v].name);
+        if (id >= 0 && !host[id]) return false;
+    }
+    for (int i = 0; i < body->n_nodes; i++) {
+        const kn_node *n = &body->nodes[i];
+        for (int a = 0; !n->dead && a < n->n_attrs; a++) {
+            const kn_attr *at = &n->attrs[a];
+            if (at->type == KN_ATTR_GRAPH && at->g && !reads_host_only(g, at->g, host, depth + 1)) return false;
+            for (int k = 0; at->type == KN_ATTR_GRAPHS && k < at->n; k++)
+                if (!reads_host_only(g, at->graphs[k], host, depth + 1)) return false;
+        }
+    }
+    return true;
+}
+
+/* An If that is a shape computation: each branch gives small integer values from host values only
+ * (an exporter's "if the input is 2-D" over shapes). On the CPU with its branches, its outputs are
+ * host values like any shape computation's, which keeps what reads them from waiting for the
+ * device, and the run recordable. */
+static bool shape_if(const kn_graph *g, const kn_node *n, const unsigned char *host) {
+    if (*n->domain || strcmp(n->op_type, "If")) return false;
+    static const char *const names[2] = {"then_branch", "else_branch"};
+    for (int b = 0; b < 2; b++) {
+        const kn_attr *a = kn_node_attr(n, names[b]);
+        const kn_graph *body = a && a->type == KN_ATTR_GRAPH ? a->g : NULL;
+        if (!body) return false;
+        for (int o = 0; o < body->n_outputs; o++)
+            if (!small_int_output(&body->values[body->outputs[o]].type)) return false;
+        if (!reads_host_only(g, body, host, 0)) return false;
+    }
+    return true;
+}
+
 kiln_status kn_graph_place(kn_graph *g, kn_runtime *rt, kn_place_report_fn report, void *arg) {
     return place_graph(g, rt, report, arg, 0);
 }
@@ -143,11 +183,12 @@ static kiln_status place_graph(kn_graph *g, kn_runtime *rt, kn_place_report_fn r
             }
         }
 
-        /* a shape computation: host inputs only, small integer outputs */
-        bool shape = device_first && n->n_outputs > 0 && !(n->schema && (n->schema->flags & KN_OP_HAS_SUBGRAPH));
+        /* a shape computation: host inputs only, small integer outputs (an If: each branch's) */
+        bool cf = n->schema && (n->schema->flags & KN_OP_HAS_SUBGRAPH);
+        bool shape = device_first && n->n_outputs > 0 && (!cf || shape_if(g, n, host));
         for (int k = 0; shape && k < n->n_inputs; k++)
             if (n->inputs[k] >= 0 && !host[n->inputs[k]]) shape = false;
-        for (int o = 0; shape && o < n->n_outputs; o++)
+        for (int o = 0; shape && !cf && o < n->n_outputs; o++)
             if (n->outputs[o] >= 0 && !small_int_output(&g->values[n->outputs[o]].type)) shape = false;
         if (shape) {
             const kn_backend *cpu = &rt->backends[rt->cpu];

@@ -382,6 +382,47 @@ KN_TEST(cuda_control_if_on_shapes_is_captured) {
     free(m);
 }
 
+/* X [2,3]; sh = Shape(X); If(sh[0] > 1): then sh[[1, 0]], else sh (branches over shape values
+ * only); Y = Relu(Reshape(X, that)). The If is a shape computation: on the CPU with its branches,
+ * its output a host value the Reshape reads without waiting for the device, and the runs are
+ * recorded. */
+static unsigned char *shape_only_if_model(size_t *size) {
+    tmb b;
+    tmb_init(&b, 17);
+    kn_graph *main_g = b.g;
+    int64_t d[2] = {2, 3}, zero = 0, one = 1, swap[2] = {1, 0};
+    int x = tmb_input(&b, "X", KILN_DTYPE_FLOAT, 2, d, NULL);
+    int sh = op(&b, "Shape", &x, 1, "sh");
+    int d0 = op(&b, "Gather", (int[]){sh, tmb_const_i64(&b, "i0", &zero, 1, true)}, 2, "d0");
+    attr_int(&b, "axis", 0);
+    int cond = op(&b, "Greater", (int[]){d0, tmb_const_i64(&b, "one", &one, 1, true)}, 2, "cond");
+    int shape = tmb_value(&b, "shape");
+    int node = kn_graph_add_node(b.g, "if", "If", "", &cond, 1, &shape, 1);
+    kn_graph *then_g = enter(&b, "then");
+    tmb_output(&b, op(&b, "Gather", (int[]){outer(&b, "sh"), tmb_const_i64(&b, "swap", swap, 2, false)}, 2, "t_out"));
+    attr_int(&b, "axis", 0);
+    leave(&b, main_g);
+    kn_graph *else_g = enter(&b, "else");
+    tmb_output(&b, op(&b, "Identity", (int[]){outer(&b, "sh")}, 1, "e_out"));
+    leave(&b, main_g);
+    last_node = node;
+    attr_graph(&b, "then_branch", then_g);
+    attr_graph(&b, "else_branch", else_g);
+    int r = op(&b, "Reshape", (int[]){x, shape}, 2, "R");
+    tmb_output(&b, op(&b, "Relu", &r, 1, "Y"));
+    return tmb_finish(&b, size);
+}
+
+KN_TEST(cuda_control_if_over_shapes_is_a_shape_computation) {
+    NEED_GPU();
+    size_t size = 0;
+    unsigned char *m = shape_only_if_model(&size);
+    if (!m) return;
+    cf_model c = {"If over shape values", {"X"}, 1, 1, 5, shape_if_inputs, 1};
+    check_model(&c, m, size, "cuda");
+    free(m);
+}
+
 /* ------------------------------------------------------------------ Loop */
 
 /* Loop(M, true, X) with X [3]; body (i, c, v): v' = v + float(i), s = v' * 2 (scan output),
@@ -614,16 +655,18 @@ KN_TEST(cuda_control_scan_int64_inner_axis) {
  * the references the GPU tests use: this part runs everywhere. */
 KN_TEST(control_flow_models_cpu_levels) {
     typedef unsigned char *(*build_fn)(size_t *);
-    static const build_fn builds[6] = {if_model, nested_if_model, shape_if_model, loop_model, const_loop_model, scan_model};
-    const cf_model cases[6] = {
+    static const build_fn builds[7] = {if_model,   nested_if_model,  shape_if_model, shape_only_if_model,
+                                       loop_model, const_loop_model, scan_model};
+    const cf_model cases[7] = {
         {"If on a device condition", {"X", "Y"}, 2, 3, 4, if_inputs, 0},
         {"nested If", {"X"}, 1, 1, 3, nested_if_inputs, 0},
         {"If on a shape condition", {"X"}, 1, 1, 2, shape_if_inputs, 0},
+        {"If over shape values", {"X"}, 1, 1, 2, shape_if_inputs, 0},
         {"Loop with a run-time trip count and condition", {"M", "X", "limit"}, 3, 2, 5, loop_inputs, 0},
         {"Loop with a constant trip count", {"X"}, 1, 2, 2, const_loop_inputs, 0},
         {"Scan", {"S0", "X1", "X2"}, 3, 3, 2, scan_inputs, 0},
     };
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < 7; k++) {
         size_t size = 0;
         unsigned char *m = builds[k](&size);
         if (!m) continue;
