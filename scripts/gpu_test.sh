@@ -4,7 +4,8 @@
 #     fp32/tf32/fp16/bf16 with provider cuda alone),
 #   - the model zoo with provider cuda alone (no CPU fallback possible) at optimisation levels 0 and 3,
 #   - the ONNX node tests with providers cuda,cpu at levels 0 and 3, against the CPU's own results
-#     (tests that fail on the CPU are expected to fail here too),
+#     (tests that fail on the CPU are expected to fail here too), and those with If, Loop and Scan
+#     with provider cuda alone at levels 0 and 3,
 #   - the com.microsoft operator tests against onnxruntime (tests/conformance/make_contrib_tests.py):
 #     those of the operators with CUDA kernels (MatMulNBits, the QLinear operators) with provider cuda
 #     alone, all of them with cuda,cpu,
@@ -83,7 +84,7 @@ if ! grep -q '^provider cuda: available' "$logs/info.log"; then
   echo "=== no usable CUDA device ($reason): every GPU test is skipped"
   n_unit=$("$build/kiln_unit_tests" cuda 2>/dev/null | result_line /dev/stdin | awk '{print $5}')
   # the equivalence part counts as one skip per folder
-  skipped=$(( ${n_unit:-0} + 6 * zoo_count + 5 * ${#node_list[@]} + 4 + 2 ))
+  skipped=$(( ${n_unit:-0} + 6 * zoo_count + 5 * ${#node_list[@]} + 4 + 2 + 2 ))
   echo "0 passed, 0 failed, $skipped skipped"
   exit 0
 fi
@@ -177,8 +178,19 @@ if [ ${#node_list[@]} -gt 0 ]; then
     --provider cuda,cpu --opt-level 0 --expected-failures "$logs/cpu_expected_failures.txt"
   KILN_LAYOUT=nhwc run_node_tests "node tests, providers cuda,cpu, level 3, channels last" cuda_nhwc 1 \
     --provider cuda,cpu --opt-level 3 --expected-failures "$logs/cpu_expected_failures.txt"
+  # If, Loop and Scan on CUDA (cuda_ops_control.c): the node tests whose models hold them, with
+  # provider cuda alone, so a CPU fallback fails; left out are those carrying sequences or optionals
+  # (test_if_seq, test_if_opt, test_loop13_seq, test_loop16_seq_none, the expanded sequence_map
+  # tests), which only the CPU holds
+  mapfile -t cf_cuda < <(find "$nodes" -mindepth 1 -maxdepth 1 -type d \( -name test_if -o -name test_loop11 -o \
+    -name 'test_scan*' -o -name 'test_affine_grid_*_expanded' -o -name 'test_range_*_expanded' -o \
+    -name 'test_linear_attention_*_expanded' \) | sort)
+  for level in 0 3; do
+    part "control-flow node tests, provider cuda only, level $level" "$logs/control_cuda_l$level.log" \
+      "$build/kiln" test --provider cuda --opt-level "$level" "${cf_cuda[@]}"
+  done
 else
-  echo "=== node tests: none found in $nodes"; total_skip=$((total_skip + 4))
+  echo "=== node tests: none found in $nodes"; total_skip=$((total_skip + 6))
 fi
 
 # The com.microsoft operators against onnxruntime's CPU outputs: the quantised ones with CUDA kernels
