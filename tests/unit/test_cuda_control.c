@@ -681,3 +681,98 @@ KN_TEST(control_flow_models_cpu_levels) {
         free(m);
     }
 }
+
+/* Static types the CUDA kernels' selection needs: a Loop body whose inputs the model leaves untyped
+ * (as ONNX functions expanded into bodies are) gets the iteration's int64 and the condition's bool
+ * scalars and the carried value's element type; an If whose condition folds from shapes keeps the
+ * taken branch's element type (a CastLike to it then has a type to cast to). Runs everywhere. */
+static int untyped_input(tmb *b, const char *name) {
+    int v = kn_graph_add_value(b->g, name);
+    b->g->values[v].is_graph_input = true;
+    b->g->inputs = realloc(b->g->inputs, sizeof(int) * (size_t)(b->g->n_inputs + 1));
+    b->g->inputs[b->g->n_inputs++] = v;
+    return v;
+}
+
+static unsigned char *untyped_model(size_t *size) {
+    tmb b;
+    tmb_init(&b, 17);
+    kn_graph *main_g = b.g;
+    int64_t d[1] = {3}, two = 2, zero = 0;
+    int x = tmb_input(&b, "X", KILN_DTYPE_FLOAT, 1, d, NULL);
+    int m = tmb_const_i64(&b, "M", &two, 1, true);
+    int cond = const_bool(&b, "cond0", true);
+    int v = tmb_value(&b, "V");
+    int node = kn_graph_add_node(b.g, "loop", "Loop", "", (int[]){m, cond, x}, 3, &v, 1);
+    kn_graph *body = enter(&b, "body");
+    untyped_input(&b, "i");
+    int c = untyped_input(&b, "c_in");
+    int vi = untyped_input(&b, "v_in");
+    tmb_output(&b, op(&b, "Identity", &c, 1, "c_out"));
+    tmb_output(&b, op(&b, "Add", (int[]){vi, vi}, 2, "v_out"));
+    leave(&b, main_g);
+    last_node = node;
+    attr_graph(&b, "body", body);
+    /* If(Shape(X)[0] > 0): then the float V, else a float constant; Y = CastLike(Shape(X), that) */
+    int sh = op(&b, "Shape", &x, 1, "sh");
+    int d0 = op(&b, "Gather", (int[]){sh, tmb_const_i64(&b, "i0", &zero, 1, true)}, 2, "d0");
+    attr_int(&b, "axis", 0);
+    int pos = op(&b, "Greater", (int[]){d0, tmb_const_i64(&b, "zero", &zero, 1, true)}, 2, "pos");
+    int f = tmb_value(&b, "F");
+    int ifn = kn_graph_add_node(b.g, "if", "If", "", &pos, 1, &f, 1);
+    kn_graph *then_g = enter(&b, "then");
+    tmb_output(&b, op(&b, "Identity", (int[]){outer(&b, "V")}, 1, "t_out"));
+    leave(&b, main_g);
+    kn_graph *else_g = enter(&b, "else");
+    tmb_output(&b, op(&b, "Identity", (int[]){const_f(&b, "e_c", 1.0f)}, 1, "e_out"));
+    leave(&b, main_g);
+    last_node = ifn;
+    attr_graph(&b, "then_branch", then_g);
+    attr_graph(&b, "else_branch", else_g);
+    tmb_output(&b, op(&b, "CastLike", (int[]){sh, f}, 2, "Y"));
+    tmb_output(&b, v);
+    return tmb_finish(&b, size);
+}
+
+KN_TEST(control_flow_body_types_for_device_kernels) {
+    size_t size = 0;
+    unsigned char *m = untyped_model(&size);
+    if (!m) return;
+    kiln_session *s = session(m, size, "cpu", 0);
+    if (s) {
+        const kn_graph *g = s->model->graph;
+        const kn_graph *body = NULL;
+        int f = kn_graph_find_value(g, "F");
+        for (int i = 0; i < g->n_nodes; i++)
+            if (!strcmp(g->nodes[i].op_type, "Loop")) body = kn_node_attr(&g->nodes[i], "body")->g;
+        CHECK(body && body->n_inputs == 3);
+        if (body && body->n_inputs == 3) {
+            const kn_type *t0 = &body->values[body->inputs[0]].type, *t1 = &body->values[body->inputs[1]].type,
+                          *t2 = &body->values[body->inputs[2]].type;
+            CHECK_MSG(t0->kind == KN_TYPE_TENSOR && t0->dtype == KILN_DTYPE_INT64 && t0->rank == 0,
+                      "the iteration number is not an int64 scalar");
+            CHECK_MSG(t1->kind == KN_TYPE_TENSOR && t1->dtype == KILN_DTYPE_BOOL && t1->rank == 0,
+                      "the condition is not a bool scalar");
+            CHECK_MSG(t2->kind == KN_TYPE_TENSOR && t2->dtype == KILN_DTYPE_FLOAT, "the carried value is not float");
+        }
+        CHECK_MSG(f >= 0 && g->values[f].type.dtype == KILN_DTYPE_FLOAT, "the If's output lost its element type");
+        int y = kn_graph_find_value(g, "Y");
+        CHECK_MSG(y >= 0 && g->values[y].type.dtype == KILN_DTYPE_FLOAT, "CastLike to the If's output is not float");
+        /* and it runs: V = 4 X, Y = float(Shape(X)) */
+        const char *names[1] = {"X"};
+        int64_t d[1] = {3};
+        kiln_tensor *in[1] = {tensor_f(1, d, 5u, 1.0f, 0.0f)}, *out[2] = {0};
+        kiln_status st = kiln_session_run(s, names, in, 1, NULL, 2, out);
+        CHECK_MSG(st == KILN_OK, "run: %s", kiln_last_error());
+        if (st == KILN_OK) {
+            const float *xv = kiln_tensor_data(in[0]), *yv = kiln_tensor_data(out[0]), *vv = kiln_tensor_data(out[1]);
+            CHECK(kiln_tensor_dtype(out[0]) == KILN_DTYPE_FLOAT && kiln_tensor_element_count(out[0]) == 1 && yv[0] == 3.0f);
+            for (int i = 0; i < 3; i++) CHECK_NEAR(vv[i], 4.0f * xv[i], 1e-6);
+        }
+        kiln_tensor_destroy(in[0]);
+        kiln_tensor_destroy(out[0]);
+        kiln_tensor_destroy(out[1]);
+    }
+    kiln_session_destroy(s);
+    free(m);
+}
