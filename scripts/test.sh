@@ -129,8 +129,8 @@ fi
 # deadline, the memory limit, destroy during a run, the thread pool's kernels (GEMM, convolution,
 # broadcasting), the buffer pool, concurrent cache starts. A part of the default run (skipped with
 # KILN_TEST_QUICK=1, or KILN_TEST_TSAN=0); only the library and kiln_unit_tests are built with
-# TSan: measured on this project's 2-core machine (shared with other builds), 166-236 s to build
-# from scratch and 40-70 s to run (70 with the zoo's models).
+# TSan: measured on this project's 2-core machine, 86 s to build from scratch and 19 s to run when
+# it was quiet (166-236 s and 40-70 s while others built); the whole script took 800 s then.
 # KILN_TEST_TSAN=1 runs it under KILN_TEST_QUICK=1 too (after changing src/exec or the thread pool).
 tsan_tests=(16_threads bounds_concurrent run_options memory_limit destroyed_while _threads threaded buffer_pool
   cache_starts)
