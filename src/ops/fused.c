@@ -311,8 +311,129 @@ static bool broadcast_dim(const kn_dim *const *dims, int n, kn_dim *out) {
     return true;
 }
 
+static kiln_status infer_attention_logical(kn_infer_ctx *c, const kn_type *q, const kn_type *kt, const kn_type *v);
+
+const char *kn_attn_view_name(int operand) {
+    static const char *const names[4] = {"q_view", "kt_view", "v_view", "y_view"};
+    return operand >= 0 && operand < 4 ? names[operand] : "";
+}
+
+int kn_attn_view_get(const kn_node *n, int operand, kn_attn_view *v, char *why, size_t cap) {
+    const kn_attr *a = kn_node_attr(n, kn_attn_view_name(operand));
+    if (!a) return 0;
+    memset(v, 0, sizeof *v);
+    if (a->type != KN_ATTR_INTS || a->n < 1 || a->ints[0] < 1 || a->ints[0] > KN_ATTN_VIEW_MAX_RANK ||
+        a->n != 2 + 2 * a->ints[0]) {
+        snprintf(why, cap, "attribute %s is not [rank, dims..., offset, strides...] of rank 1..%d",
+                 kn_attn_view_name(operand), KN_ATTN_VIEW_MAX_RANK);
+        return -1;
+    }
+    v->rank = (int)a->ints[0];
+    v->offset = a->ints[1 + v->rank];
+    for (int k = 0; k < v->rank; k++) {
+        v->dims[k] = a->ints[1 + k];
+        v->strides[k] = a->ints[2 + v->rank + k];
+        if (v->dims[k] < 0 || v->strides[k] < 0) {
+            snprintf(why, cap, "attribute %s has a negative dim or stride", kn_attn_view_name(operand));
+            return -1;
+        }
+    }
+    if (v->offset < 0) {
+        snprintf(why, cap, "attribute %s has a negative offset", kn_attn_view_name(operand));
+        return -1;
+    }
+    return 1;
+}
+
+bool kn_attn_view_fits(const kn_attn_view *v, int64_t count) {
+    int64_t last = v->offset;
+    for (int k = 0; k < v->rank; k++) {
+        if (v->dims[k] == 0) return true; /* no element */
+        if (v->strides[k] > (INT64_MAX - last) / (v->dims[k] > 1 ? v->dims[k] - 1 : 1)) return false;
+        last += (v->dims[k] - 1) * v->strides[k];
+    }
+    return last < count;
+}
+
+void kn_attn_view_copy(size_t es, void *base, const kn_attn_view *v, void *dense, bool to_dense) {
+    int64_t d[4] = {1, 1, 1, 1}, st[4] = {0, 0, 0, 0};
+    for (int k = 0; k < v->rank; k++) d[4 - v->rank + k] = v->dims[k], st[4 - v->rank + k] = v->strides[k];
+    char *b = (char *)base, *x = (char *)dense;
+    for (int64_t i0 = 0; i0 < d[0]; i0++)
+        for (int64_t i1 = 0; i1 < d[1]; i1++)
+            for (int64_t i2 = 0; i2 < d[2]; i2++) {
+                const int64_t row = v->offset + i0 * st[0] + i1 * st[1] + i2 * st[2];
+                for (int64_t i3 = 0; i3 < d[3]; i3++, x += es) {
+                    char *e = b + (size_t)(row + i3 * st[3]) * es;
+                    if (to_dense) memcpy(x, e, es);
+                    else memcpy(e, x, es);
+                }
+            }
+}
+
+int kn_attn_view_encode(const kn_attn_view *v, int64_t *out) {
+    out[0] = v->rank;
+    for (int k = 0; k < v->rank; k++) out[1 + k] = v->dims[k], out[2 + v->rank + k] = v->strides[k];
+    out[1 + v->rank] = v->offset;
+    return 2 + 2 * v->rank;
+}
+
+/* An operand's type as the kernel sees it: the view's dims where the node has one. */
+static const kn_type *attention_operand(kn_infer_ctx *c, int i, kn_type *buf, kiln_status *st) {
+    const kn_type *t = c->in[i];
+    kn_attn_view v;
+    char why[160];
+    int has = kn_attn_view_get(c->node, i, &v, why, sizeof why);
+    if (has < 0) *st = kn_infer_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+    if (has <= 0) return t;
+    kn_type_init(buf);
+    buf->kind = KN_TYPE_TENSOR;
+    buf->dtype = t->dtype;
+    buf->rank = v.rank;
+    for (int k = 0; k < v.rank; k++) buf->dims[k] = (kn_dim){v.dims[k], NULL};
+    return buf;
+}
+
 static kiln_status infer_attention(kn_infer_ctx *c) {
-    const kn_type *q = c->in[0], *kt = c->in[1], *v = c->in[2], *m = c->n_inputs > 3 ? c->in[3] : NULL;
+    kn_type qb, kb, vb;
+    kiln_status vst = KILN_OK;
+    const kn_type *q = attention_operand(c, 0, &qb, &vst), *kt = attention_operand(c, 1, &kb, &vst),
+                  *v = attention_operand(c, 2, &vb, &vst);
+    if (vst != KILN_OK) return vst;
+    const kn_attr *ys = kn_node_attr(c->node, "y_shape");
+    kn_attn_view yv;
+    char why[160];
+    int has_y = kn_attn_view_get(c->node, KN_ATTN_Y, &yv, why, sizeof why);
+    if (has_y < 0) return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+    if ((has_y > 0) != (ys != NULL) || (ys && (ys->type != KN_ATTR_INTS || ys->n > KILN_MAX_RANK)))
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "y_view and y_shape (ints) come together");
+    kiln_status st = infer_attention_logical(c, q, kt, v);
+    if (st != KILN_OK || !ys) return st;
+    /* the kernel writes Y through y_view into a tensor of shape y_shape */
+    kn_type *y = &c->out[0];
+    int64_t count = 1;
+    for (int k = 0; k < ys->n; k++) {
+        if (ys->ints[k] < 0) return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "y_shape has a negative dim");
+        count *= ys->ints[k];
+    }
+    if (y->rank >= 0) {
+        if (y->rank != yv.rank) return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "y_view's rank is not Y's");
+        int64_t n = 1;
+        for (int k = 0; k < y->rank; k++) {
+            if (y->dims[k].value >= 0 && y->dims[k].value != yv.dims[k])
+                return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "y_view's dims are not Y's");
+            n *= yv.dims[k];
+        }
+        if (n != count || !kn_attn_view_fits(&yv, count))
+            return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "y_view does not cover a tensor of y_shape");
+    }
+    y->rank = (int)ys->n;
+    for (int k = 0; k < y->rank; k++) y->dims[k] = (kn_dim){ys->ints[k], NULL};
+    return KILN_OK;
+}
+
+static kiln_status infer_attention_logical(kn_infer_ctx *c, const kn_type *q, const kn_type *kt, const kn_type *v) {
+    const kn_type *m = c->n_inputs > 3 ? c->in[3] : NULL;
     kn_type *y = &c->out[0];
     kn_type_init(y);
     y->kind = KN_TYPE_TENSOR;

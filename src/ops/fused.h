@@ -18,7 +18,11 @@
  *                                    [..., Sq, D], KT [..., D, Sk], V [..., Sk, Dv] with equal
  *                                    batch dims; mask broadcasts to [..., Sq, Sk] (bool: false
  *                                    masks out; float: added); nan_to_zero = 1 turns NaN
- *                                    probabilities (fully masked rows) into 0
+ *                                    probabilities (fully masked rows) into 0. Optional
+ *                                    q_view, kt_view, v_view, y_view (kn_attn_view below): the
+ *                                    operand is a strided view of the tensor given (Y of the one
+ *                                    produced, whose shape is then y_shape), so head splits and
+ *                                    merges cost no copy
  *   FusedElementwise(X0, ..., X7)    a chain of elementwise operators as one kernel: Y is the
  *                                    broadcast of every input, each element computed from the
  *                                    inputs' elements by a short program (kn_chain_program below)
@@ -85,6 +89,32 @@ typedef struct kn_stacked_layer {
     kn_tensor *in[7], *out[3];
 } kn_stacked_layer;
 void kn_stacked_lstm_layer(const kn_kernel_ctx *fused, int layer, kn_tensor *x, kn_tensor **y, kn_stacked_layer *out);
+
+/* A kiln.Attention operand read (or Y written) through a strided view of the node's input (or
+ * output) tensor: element idx of the operand, dims[rank], is element offset + sum idx[k] *
+ * strides[k] of that tensor. Written by the optimiser (fold_attention_views) where the operand was
+ * Transposes, Reshapes, Squeezes, Unsqueezes and constant Gathers of a tensor of static shape. The
+ * attribute holds [rank, dims..., offset, strides...]. */
+#define KN_ATTN_VIEW_MAX_RANK 4
+typedef struct kn_attn_view {
+    int rank;
+    int64_t dims[KN_ATTN_VIEW_MAX_RANK];
+    int64_t offset;
+    int64_t strides[KN_ATTN_VIEW_MAX_RANK];
+} kn_attn_view;
+enum { KN_ATTN_Q, KN_ATTN_KT, KN_ATTN_V, KN_ATTN_Y };
+/* The attribute name of an operand's view ("q_view", "kt_view", "v_view", "y_view"). */
+const char *kn_attn_view_name(int operand);
+/* Reads operand's view: 0 when the node has none, 1 when *v is set, -1 when the attribute is
+ * malformed (why says how). */
+int kn_attn_view_get(const kn_node *n, int operand, kn_attn_view *v, char *why, size_t cap);
+/* Whether every element of the view lies inside a tensor of `count` elements. */
+bool kn_attn_view_fits(const kn_attn_view *v, int64_t count);
+/* Host copy between a view of `base` (elements of es bytes) and a dense tensor of the view's
+ * dims: gathers into dense (to_dense) or scatters from it. */
+void kn_attn_view_copy(size_t es, void *base, const kn_attn_view *v, void *dense, bool to_dense);
+/* Encodes a view as the attribute's ints (2 + 2 * rank of them) into out. */
+int kn_attn_view_encode(const kn_attn_view *v, int64_t *out);
 
 /* FusedConv's layout attribute: false when it is neither NCHW nor NHWC. */
 bool kn_fused_conv_layout(const kn_node *n, bool *nhwc);

@@ -38,6 +38,9 @@ const kn_pass kn_opt_passes[] = {
      "LayerNormalization and RMSNorm from ReduceMean/Sub/Pow/Sqrt/Div into kiln.LayerNormalization/RMSNormalization"},
     {"fuse_attention", 2, kn_pass_fuse_attention,
      "MatMul/scale/mask/Softmax/MatMul into kiln.Attention"},
+    {"fold_attention_views", 2, kn_pass_fold_attention_views,
+     "head splits and merges (Transpose/Reshape/Squeeze/Gather chains of static shape) around kiln.Attention into "
+     "strided operand views: the kernel reads and writes in place"},
     {"fuse_matmul_add", 2, kn_pass_fuse_matmul_add,
      "2-D MatMul + Add into Gemm; other MatMul + bias (+ residual) into kiln.FusedMatMul"},
     {"fuse_conv", 2, kn_pass_fuse_conv, "Conv + bias + residual Add + activation into kiln.FusedConv"},

@@ -71,6 +71,7 @@ kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_conv(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_gemm_activation(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_attention(kn_opt_ctx *c);
+kiln_status kn_pass_fold_attention_views(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_stacked_lstm(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_elementwise(kn_opt_ctx *c);
 kiln_status kn_pass_lower_precision(kn_opt_ctx *c);

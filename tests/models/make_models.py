@@ -110,6 +110,95 @@ def tiny_transformer():
     return m, data
 
 
+def mha_static():
+    """Two attention blocks at a static shape, as exporters write them: BERT's (Q, K, V projections
+    of one input, two with a bias, Reshape + Transpose into heads, an additive mask, Transpose +
+    Reshape back) and torch MultiheadAttention's (sequence first, one packed projection taken apart
+    with Reshape, Unsqueeze, Transpose, Squeeze and Gather, heads merged with the batch and split
+    again). kiln folds those chains into the attention's operand views and the three projections
+    into one product (fold_attention_views), only at static shapes."""
+    b, s, d, heads = 2, 10, 128, 4
+    hd = d // heads
+    inits = [w("wq", d, d), w("wk", d, d), w("wv", d, d), w("bq", d, scale=0.1), w("bk", d, scale=0.1), w("wo", d, d), w("w_in", d, 3 * d), w("w_out", d, d),
+             w("b_out", d, scale=0.1),
+             const_i64("split4", [b, s, heads, hd]), const_i64("merge3", [b, s, d]),
+             const_i64("sb3", [s, b, 3, d]), const_i64("ax0", [0]), const_i64("ax3", [3]),
+             const_i64("g0", 0), const_i64("g1", 1), const_i64("g2", 2),
+             const_i64("sbh", [s, b * heads, hd]), const_i64("bhs", [b, heads, s, hd]), const_i64("sbd", [s * b, d]),
+             const_i64("sb_d", [s, b, d]),
+             numpy_helper.from_array(np.array(np.sqrt(hd), dtype=np.float32), "div"),
+             numpy_helper.from_array(np.array(1.0 / np.sqrt(hd), dtype=np.float32), "mul")]
+    nodes = [
+        # BERT: mask [b, 1, 1, s] from an int mask input
+        helper.make_node("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
+        helper.make_node("Sub", ["one_f", "maskf"], ["inv"]),
+        helper.make_node("Mul", ["inv", "neg_big"], ["madd"]),
+        helper.make_node("Reshape", ["madd", "mask4"], ["m4"]),
+        helper.make_node("MatMul", ["x", "wq"], ["q00"]),
+        helper.make_node("Add", ["q00", "bq"], ["q0"]),
+        helper.make_node("MatMul", ["x", "wk"], ["k00"]),
+        helper.make_node("Add", ["bk", "k00"], ["k0"]),
+        helper.make_node("MatMul", ["x", "wv"], ["v0"]),
+        helper.make_node("Reshape", ["q0", "split4"], ["q1"]),
+        helper.make_node("Reshape", ["k0", "split4"], ["k1"]),
+        helper.make_node("Reshape", ["v0", "split4"], ["v1"]),
+        helper.make_node("Transpose", ["q1"], ["q"], perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["k1"], ["kt"], perm=[0, 2, 3, 1]),
+        helper.make_node("Transpose", ["v1"], ["v"], perm=[0, 2, 1, 3]),
+        helper.make_node("MatMul", ["q", "kt"], ["sc0"]),
+        helper.make_node("Div", ["sc0", "div"], ["sc1"]),
+        helper.make_node("Add", ["sc1", "m4"], ["sc"]),
+        helper.make_node("Softmax", ["sc"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["c0"]),
+        helper.make_node("Transpose", ["c0"], ["c1"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["c1", "merge3"], ["c"]),
+        helper.make_node("MatMul", ["c", "wo"], ["a0"]),
+        helper.make_node("Add", ["x", "a0"], ["h"]),
+        # torch MultiheadAttention, sequence first
+        helper.make_node("Transpose", ["h"], ["hs"], perm=[1, 0, 2]),
+        helper.make_node("MatMul", ["hs", "w_in"], ["qkv"]),
+        helper.make_node("Reshape", ["qkv", "sb3"], ["qkv4"]),
+        helper.make_node("Unsqueeze", ["qkv4", "ax0"], ["qkv5"]),
+        helper.make_node("Transpose", ["qkv5"], ["qkv5t"], perm=[3, 1, 2, 0, 4]),
+        helper.make_node("Squeeze", ["qkv5t", "ax3"], ["qkv3"]),
+        helper.make_node("Gather", ["qkv3", "g0"], ["tq0"], axis=0),
+        helper.make_node("Gather", ["qkv3", "g1"], ["tk0"], axis=0),
+        helper.make_node("Gather", ["qkv3", "g2"], ["tv0"], axis=0),
+        helper.make_node("Reshape", ["tq0", "sbh"], ["tq1"]),
+        helper.make_node("Reshape", ["tk0", "sbh"], ["tk1"]),
+        helper.make_node("Reshape", ["tv0", "sbh"], ["tv1"]),
+        helper.make_node("Transpose", ["tq1"], ["tq2"], perm=[1, 0, 2]),
+        helper.make_node("Transpose", ["tk1"], ["tk2"], perm=[1, 0, 2]),
+        helper.make_node("Transpose", ["tv1"], ["tv2"], perm=[1, 0, 2]),
+        helper.make_node("Reshape", ["tq2", "bhs"], ["tq"]),
+        helper.make_node("Reshape", ["tk2", "bhs"], ["tk3"]),
+        helper.make_node("Reshape", ["tv2", "bhs"], ["tv"]),
+        helper.make_node("Mul", ["tq", "mul"], ["tqs"]),
+        helper.make_node("Transpose", ["tk3"], ["tkt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["tqs", "tkt"], ["ts"]),
+        helper.make_node("Softmax", ["ts"], ["tp"], axis=-1),
+        helper.make_node("MatMul", ["tp", "tv"], ["to0"]),
+        helper.make_node("Transpose", ["to0"], ["to1"], perm=[2, 0, 1, 3]),
+        helper.make_node("Reshape", ["to1", "sbd"], ["to2"]),
+        helper.make_node("Gemm", ["to2", "w_out", "b_out"], ["to3"]),
+        helper.make_node("Reshape", ["to3", "sb_d"], ["to4"]),
+        helper.make_node("Transpose", ["to4"], ["to5"], perm=[1, 0, 2]),
+        helper.make_node("Add", ["h", "to5"], ["y"]),
+    ]
+    inits += [numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one_f"),
+              numpy_helper.from_array(np.array(-10000.0, dtype=np.float32), "neg_big"),
+              const_i64("mask4", [b, 1, 1, s])]
+    g = helper.make_graph(nodes, "mha_static",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, s, d]),
+                           helper.make_tensor_value_info("mask", TensorProto.INT64, [b, s])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, s, d])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
+    mask = np.ones((b, s), dtype=np.int64)
+    mask[1, 7:] = 0
+    data = [[RNG.standard_normal((b, s, d)).astype(np.float32), mask]]
+    return m, data
+
+
 def tiny_rnn():
     hid, inp = 24, 12
     inits = [w("lw", 1, 4 * hid, inp), w("lr", 1, 4 * hid, hid), w("lb", 1, 8 * hid, scale=0.1),
@@ -160,7 +249,8 @@ def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     zoo = {}
-    for name, build in (("tiny_cnn", tiny_cnn), ("tiny_transformer", tiny_transformer), ("tiny_rnn", tiny_rnn)):
+    for name, build in (("tiny_cnn", tiny_cnn), ("tiny_transformer", tiny_transformer), ("tiny_rnn", tiny_rnn),
+                        ("mha_static", mha_static)):
         model, data = build()
         write(out, name, model, data)
         zoo[name] = {"rtol": 1e-3, "atol": 1e-4, "data_sets": len(data),

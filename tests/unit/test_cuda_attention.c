@@ -198,7 +198,7 @@ static void om_kiln_attention(onemodel *o) {
 
 /* kiln.Attention on CUDA in float16/bfloat16 (the CPU's kernel takes float32 only) against a
  * reference computed here in double from the same inputs, with the one-kernel form
- * (KILN_CUDA_FLASH=1, cu_flash_attention.cu) and the general one: head sizes 64 and 128, query and
+ * (cu_flash_attention.cu) and the general one (KILN_CUDA_FLASH=0): head sizes 32, 64 and 128, query and
  * key counts that are not multiples of the kernel's blocks, a boolean mask with a fully masked row
  * (nan_to_zero), an additive mask broadcast over the heads, 3-D and 4-D. */
 static void attention_reference(const onemodel *o, int64_t B, int64_t H, int64_t sq, int64_t sk, int64_t hd,
@@ -236,7 +236,7 @@ KN_TEST(cuda_kiln_attention_half) {
     const kiln_dtype types[2] = {KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
     for (int flash = 0; flash < 2; flash++)
         for (int t = 0; t < 2; t++)
-            for (int hd = 64; hd <= 128; hd += 64)
+            for (int hd = 32; hd <= 128; hd *= 2)
                 for (int form = 0; form < 3; form++) {
                     setenv("KILN_CUDA_FLASH", flash ? "1" : "0", 1);
                     kiln_dtype dt = types[t];
@@ -267,7 +267,7 @@ KN_TEST(cuda_kiln_attention_half) {
                     int out[1] = {om_value(&o, "Y")};
                     om_node(&o, "Attention", in, n_in, out, 1);
                     om_kiln_attention(&o);
-                    const double scale = hd == 64 ? 0.125 : 0.0883883476;
+                    const double scale = 1.0 / sqrt((double)hd);
                     om_float(&o, "scale", (float)scale);
                     if (form == 0) om_int(&o, "nan_to_zero", 1);
                     char what[112];
@@ -304,4 +304,103 @@ KN_TEST(cuda_kiln_attention_half) {
                     om_free(&o);
                 }
     unsetenv("KILN_CUDA_FLASH");
+}
+
+/* kiln.Attention with operand views (what fold_attention_views writes for torch's
+ * MultiheadAttention): Q, K and V read in place from one packed projection [S, B, 3 * E] (K with
+ * its head dim contiguous: the one-kernel form's untransposed path), Y written in place into
+ * [S * B, E]; float16 and bfloat16, the one-kernel form and the general one (dense copies), head
+ * sizes 32, 64 and 128, against a reference computed here in double through the same views. */
+static void om_ints(onemodel *o, const char *name, const int64_t *v, int n) {
+    kn_attr *a = om_attr(o, name, KN_ATTR_INTS);
+    a->ints = kn_arena_alloc(&o->m->arena, sizeof(int64_t) * (size_t)n);
+    memcpy(a->ints, v, sizeof(int64_t) * (size_t)n);
+    a->n = n;
+}
+
+KN_TEST(cuda_kiln_attention_views) {
+    NEED_GPU();
+    setenv("KILN_CUDA_ATTN_VIEWS", "1", 1); /* opt-in until this test has passed on a GPU */
+    const kiln_dtype types[2] = {KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
+    for (int flash = 0; flash < 2; flash++)
+        for (int t = 0; t < 2; t++)
+            for (int hd = 32; hd <= 128; hd *= 2) {
+                setenv("KILN_CUDA_FLASH", flash ? "1" : "0", 1);
+                const kiln_dtype dt = types[t];
+                const int64_t B = 3, H = 2, S = 75, E = H * hd;
+                onemodel o;
+                om_init(&o, 24);
+                const int64_t pd[3] = {S, B, 3 * E};
+                const int p = om_input(&o, "qkv", dt, 3, pd, 0.5f, NULL);
+                int in[3] = {p, p, p}, out[1] = {om_value(&o, "Y")};
+                om_node(&o, "Attention", in, 3, out, 1);
+                om_kiln_attention(&o);
+                const double scale = 1.0 / sqrt((double)hd);
+                om_float(&o, "scale", (float)scale);
+                /* q[b, h, s, e] = qkv[s, b, h * hd + e]; kt[b, h, e, s] = qkv[s, b, E + h * hd + e]; v: + 2E;
+                 * Y[b, h, s, e] -> out[s * B + b, h * hd + e] */
+                const int64_t qv[10] = {4, B, H, S, hd, 0, 3 * E, hd, B * 3 * E, 1};
+                const int64_t kv[10] = {4, B, H, hd, S, E, 3 * E, hd, 1, B * 3 * E};
+                const int64_t vv[10] = {4, B, H, S, hd, 2 * E, 3 * E, hd, B * 3 * E, 1};
+                const int64_t yv[10] = {4, B, H, S, hd, 0, E, hd, B * E, 1};
+                const int64_t ys[2] = {S * B, E};
+                om_ints(&o, "q_view", qv, 10);
+                om_ints(&o, "kt_view", kv, 10);
+                om_ints(&o, "v_view", vv, 10);
+                om_ints(&o, "y_view", yv, 10);
+                om_ints(&o, "y_shape", ys, 2);
+                const kn_tensor *X = o.inputs[0];
+                double *want = malloc(sizeof(double) * (size_t)(S * B * E)), *sc = malloc(sizeof(double) * (size_t)S);
+                for (int64_t b = 0; b < B; b++)
+                    for (int64_t h = 0; h < H; h++)
+                        for (int64_t i = 0; i < S; i++) {
+                            double mx = -INFINITY, sum = 0;
+                            for (int64_t j = 0; j < S; j++) {
+                                double a = 0;
+                                for (int64_t e = 0; e < hd; e++)
+                                    a += kn_tensor_get_f64(X, (i * B + b) * 3 * E + h * hd + e) *
+                                         kn_tensor_get_f64(X, (j * B + b) * 3 * E + E + h * hd + e);
+                                sc[j] = a * scale;
+                                mx = sc[j] > mx ? sc[j] : mx;
+                            }
+                            for (int64_t j = 0; j < S; j++) sum += exp(sc[j] - mx);
+                            for (int64_t e = 0; e < hd; e++) {
+                                double y = 0;
+                                for (int64_t j = 0; j < S; j++)
+                                    y += exp(sc[j] - mx) / sum * kn_tensor_get_f64(X, (j * B + b) * 3 * E + 2 * E + h * hd + e);
+                                want[(i * B + b) * E + h * hd + e] = y;
+                            }
+                        }
+                char what[112];
+                snprintf(what, sizeof what, "kiln.Attention with views, %s, %s, head %d", flash ? "one kernel" : "general form",
+                         kiln_dtype_name(dt), hd);
+                unsigned char *data = NULL;
+                size_t size = 0;
+                kn_graph_recount(o.g);
+                kiln_status st = kn_onnx_write_memory(o.m, &data, &size);
+                CHECK_MSG(st == KILN_OK, "%s: writing the model: %s", what, kiln_last_error());
+                kiln_session *gpu = st == KILN_OK ? om_session(data, size, "cuda") : NULL;
+                if (gpu) {
+                    kn_tensor *got[1];
+                    om_run(gpu, &o, got);
+                    const double rtol = dt == KILN_DTYPE_BFLOAT16 ? 4e-2 : 1e-2, atol = dt == KILN_DTYPE_BFLOAT16 ? 2e-2 : 4e-3;
+                    CHECK_MSG(got[0] && kn_tensor_count(got[0]) == S * B * E && got[0]->rank == 2, "%s: output shape", what);
+                    for (int64_t i = 0; got[0] && i < kn_tensor_count(got[0]); i++) {
+                        const double g = kn_tensor_get_f64(got[0], i);
+                        if (!(fabs(g - want[i]) <= atol + rtol * fabs(want[i]))) {
+                            kn_unit_fail(__FILE__, __LINE__, "%s: element %lld is %.6g, want %.6g", what, (long long)i, g,
+                                         want[i]);
+                            break;
+                        }
+                    }
+                    kiln_tensor_destroy(got[0]);
+                }
+                kiln_session_destroy(gpu);
+                free(data);
+                free(want);
+                free(sc);
+                om_free(&o);
+            }
+    unsetenv("KILN_CUDA_FLASH");
+    unsetenv("KILN_CUDA_ATTN_VIEWS");
 }

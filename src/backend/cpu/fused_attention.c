@@ -163,7 +163,59 @@ static bool batch_strides(const kn_tensor *t, int r, const int64_t *bdims, int64
     return true;
 }
 
+static kiln_status fused_attention_dense(kn_kernel_ctx *c);
+
+/* With operand views (fold_attention_views): each viewed operand gathered into a dense copy, Y
+ * computed into one and scattered through its view. */
+static kiln_status fused_attention_views(kn_kernel_ctx *c, const kn_attn_view *v, const int *has) {
+    kn_tensor *tmp[4] = {NULL, NULL, NULL, NULL};
+    kn_tensor *ins[4] = {c->in[0], c->in[1], c->in[2], c->n_inputs > 3 ? c->in[3] : NULL}, *outs[1] = {c->out[0]};
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < 4 && st == KILN_OK; i++) {
+        if (!has[i]) continue;
+        kn_tensor *t = i < 3 ? c->in[i] : c->out[0];
+        if (!t) {
+            st = kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
+            break;
+        }
+        if (!kn_attn_view_fits(&v[i], kn_tensor_count(t))) {
+            st = kn_kernel_error(c, KILN_ERR_SHAPE, "%s does not fit the %s tensor of %lld elements", kn_attn_view_name(i),
+                                 i < 3 ? "input" : "output", (long long)kn_tensor_count(t));
+            break;
+        }
+        st = kn_tensor_new(t->dtype, v[i].rank, v[i].dims, &tmp[i]);
+        if (st != KILN_OK) break;
+        if (i < 3) {
+            kn_attn_view_copy(kiln_dtype_size(t->dtype), t->data, &v[i], tmp[i]->data, true);
+            ins[i] = tmp[i];
+        } else {
+            outs[0] = tmp[i];
+        }
+    }
+    if (st == KILN_OK) {
+        kn_kernel_ctx dense = *c;
+        dense.in = ins;
+        dense.out = outs;
+        st = fused_attention_dense(&dense);
+    }
+    if (st == KILN_OK && has[3]) kn_attn_view_copy(kiln_dtype_size(c->out[0]->dtype), c->out[0]->data, &v[3], tmp[3]->data, false);
+    for (int i = 0; i < 4; i++) kn_tensor_free(tmp[i]);
+    return st;
+}
+
 kiln_status kn_cpu_fused_attention(kn_kernel_ctx *c) {
+    kn_attn_view v[4];
+    int has[4], any = 0;
+    char why[160];
+    for (int i = 0; i < 4; i++) {
+        has[i] = kn_attn_view_get(c->node, i, &v[i], why, sizeof why);
+        if (has[i] < 0) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+        any |= has[i];
+    }
+    return any ? fused_attention_views(c, v, has) : fused_attention_dense(c);
+}
+
+static kiln_status fused_attention_dense(kn_kernel_ctx *c) {
     const kn_tensor *Q = c->in[0], *KT = c->in[1], *V = c->in[2], *M = c->n_inputs > 3 ? c->in[3] : NULL;
     kn_tensor *Y = c->out[0];
     int r = Q->rank;

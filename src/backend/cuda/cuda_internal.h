@@ -185,14 +185,17 @@ cudaError_t kn_cu_lpnorm(kiln_dtype dt, const void *x, void *y, int64_t outer, i
                          cudaStream_t s);
 /* pooling over N-D windows: kind 0 max, 1 average (count_include_pad), 2 average excluding pads, 3 Lp */
 /* kiln.Attention in one kernel (cu_flash_attention.cu): Y[b0, b1, i, :] = softmax(scale * Q K^T
- * + mask)[i, :] V over a batch of b0 x b1 (batch, heads). Element strides: rows of Q, Y and V and
- * their head dim contiguous; K's key and head strides both given (KT has k_sj 1). The mask (bool:
+ * + mask)[i, :] V over a batch of b0 x b1 (batch, heads), head size d of 32, 64 or 128. Element
+ * strides: rows of Q, Y and V, their head dim contiguous; K's key and head strides both given, one
+ * of them 1 (KT has k_sj 1). The mask (bool:
  * false masks out; else the inputs' type, added) is read through strides, 0 where it broadcasts.
- * cudaErrorNotSupported (nothing launched) for a type or head size the kernel does not take. */
+ * cudaErrorNotSupported (nothing launched) for a type or head size the kernel does not take, and
+ * (unless force) where the general form is faster. */
 typedef struct kn_cu_flash {
     const void *q, *k, *v, *mask;
     void *y;
     int mask_bool, nan_to_zero;
+    int force; /* also where the general form was measured faster (see launch_any) */
     int64_t b0, b1, sq, sk, d;
     int64_t q_s0, q_s1, q_si, k_s0, k_s1, k_sj, k_sc, v_s0, v_s1, v_sj, y_s0, y_s1, y_si;
     int64_t m_s0, m_s1, m_si, m_sj;

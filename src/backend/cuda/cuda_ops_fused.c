@@ -136,51 +136,78 @@ static kn_tensor view_of(kiln_dtype dt, int rank, const int64_t *dims, void *dat
 }
 
 /* kiln.Attention in one kernel (kn_cu_flash_attention) where it applies: float16/bfloat16, head
- * size 64 or 128 for both products, at most two batch dims that Q, KT and V all have in full, a
- * mask (bool or the inputs' type) that broadcasts to the scores. KILN_ERR_UNSUPPORTED (nothing
- * run) sends the node to the general form.
- *
- * Opt-in (KILN_CUDA_FLASH=1) for now: on the H200 its outputs agreed with the general form's
- * (bert_mini in float16 within the zoo's tolerance) but it ran slower (BERT-base batch 32, per-node
- * profile: 12 nodes in 2.40 ms against 1.93 for the general form; ViT-B/16 batch 64: 13.8 ms;
- * bench/results/gpu-profile-2026-12-02-*.txt). Its shared-memory tiles have leading dimensions of
- * 128 bytes, so the fragment loads conflict on the banks: pad them before measuring again. */
-static kiln_status run_flash_attention(kn_cuda *cu, kn_kernel_ctx *c, float scale) {
+ * size 32, 64 or 128 for both products, at most two batch dims that Q, KT and V all have in full, a
+ * mask (bool or the inputs' type) that broadcasts to the scores, by default where it was measured
+ * faster (kn_cu_flash_attention says where). KILN_ERR_UNSUPPORTED (nothing run) sends the node to
+ * the general form. KILN_CUDA_FLASH=0 asks for the general form everywhere, =1 for the one kernel
+ * wherever it applies (to compare the two). */
+/* An operand as the kernels see it: its dims and element strides over base (a view's, or the
+ * tensor's own, contiguous). */
+typedef struct attn_operand {
+    int rank;
+    int64_t dims[KILN_MAX_RANK], strides[KILN_MAX_RANK];
+    char *base;
+} attn_operand;
+
+static void operand_of(const kn_tensor *t, const kn_attn_view *v, attn_operand *o) {
+    const size_t es = kiln_dtype_size(t->dtype);
+    if (v) {
+        o->rank = v->rank;
+        for (int k = 0; k < v->rank; k++) o->dims[k] = v->dims[k], o->strides[k] = v->strides[k];
+        o->base = (char *)t->data + (size_t)v->offset * es;
+        return;
+    }
+    o->rank = t->rank;
+    int64_t st = 1;
+    for (int k = t->rank - 1; k >= 0; k--) {
+        o->dims[k] = t->dims[k];
+        o->strides[k] = st;
+        st *= t->dims[k];
+    }
+    o->base = t->data;
+}
+
+static kiln_status run_flash_attention(kn_cuda *cu, kn_kernel_ctx *c, float scale, const attn_operand *op) {
     const char *flag = getenv("KILN_CUDA_FLASH");
-    const bool enabled = flag && !strcmp(flag, "1");
+    const bool enabled = !(flag && !strcmp(flag, "0")), force = flag && !strcmp(flag, "1");
     const kn_tensor *Q = c->in[0], *KT = c->in[1], *V = c->in[2], *M = c->n_inputs > 3 ? c->in[3] : NULL;
-    const kn_tensor *Y = c->out[0];
-    const int r = Q->rank, nb = r - 2;
+    const attn_operand *q = &op[0], *k = &op[1], *v = &op[2], *y = &op[3];
+    const int r = q->rank, nb = r - 2;
     const kiln_dtype dt = Q->dtype;
     if (!enabled || (dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16) || nb < 1 || nb > 2 || KT->dtype != dt ||
         V->dtype != dt)
         return KILN_ERR_UNSUPPORTED;
-    const int64_t sq = Q->dims[r - 2], d = Q->dims[r - 1], sk = KT->dims[r - 1];
-    if (V->dims[r - 1] != d || (d != 64 && d != 128)) return KILN_ERR_UNSUPPORTED;
+    const int64_t sq = q->dims[r - 2], d = q->dims[r - 1], sk = k->dims[r - 1];
+    if (k->dims[r - 2] != d || v->dims[r - 2] != sk || v->dims[r - 1] != d || (d != 32 && d != 64 && d != 128))
+        return KILN_ERR_UNSUPPORTED;
     for (int i = 0; i < nb; i++)
-        if (Q->dims[i] != Y->dims[i] || KT->dims[i] != Y->dims[i] || V->dims[i] != Y->dims[i]) return KILN_ERR_UNSUPPORTED;
+        if (q->dims[i] != y->dims[i] || k->dims[i] != y->dims[i] || v->dims[i] != y->dims[i]) return KILN_ERR_UNSUPPORTED;
+    /* the head dim contiguous in Q, V and Y; K with its keys or its head dim contiguous */
+    if (q->strides[r - 1] != 1 || v->strides[r - 1] != 1 || y->strides[r - 1] != 1) return KILN_ERR_UNSUPPORTED;
+    if (k->strides[r - 1] != 1 && k->strides[r - 2] != 1) return KILN_ERR_UNSUPPORTED;
     kn_cu_flash f;
     memset(&f, 0, sizeof f);
-    f.q = Q->data, f.k = KT->data, f.v = V->data, f.y = Y->data;
-    f.b0 = nb == 2 ? Y->dims[0] : 1, f.b1 = Y->dims[nb - 1];
+    f.q = q->base, f.k = k->base, f.v = v->base, f.y = y->base;
+    f.b0 = nb == 2 ? y->dims[0] : 1, f.b1 = y->dims[nb - 1];
     f.sq = sq, f.sk = sk, f.d = d, f.scale = scale;
     f.nan_to_zero = kn_attr_int(c->node, "nan_to_zero", 0) != 0;
-    f.q_si = d, f.q_s1 = sq * d, f.q_s0 = f.b1 * f.q_s1;
-    f.k_sj = 1, f.k_sc = sk, f.k_s1 = d * sk, f.k_s0 = f.b1 * f.k_s1;
-    f.v_sj = d, f.v_s1 = sk * d, f.v_s0 = f.b1 * f.v_s1;
-    f.y_si = d, f.y_s1 = sq * d, f.y_s0 = f.b1 * f.y_s1;
+    f.force = force;
+    f.q_si = q->strides[r - 2], f.q_s1 = q->strides[nb - 1], f.q_s0 = nb == 2 ? q->strides[0] : 0;
+    f.k_sj = k->strides[r - 1], f.k_sc = k->strides[r - 2], f.k_s1 = k->strides[nb - 1], f.k_s0 = nb == 2 ? k->strides[0] : 0;
+    f.v_sj = v->strides[r - 2], f.v_s1 = v->strides[nb - 1], f.v_s0 = nb == 2 ? v->strides[0] : 0;
+    f.y_si = y->strides[r - 2], f.y_s1 = y->strides[nb - 1], f.y_s0 = nb == 2 ? y->strides[0] : 0;
     if (M) {
         if (M->dtype != KILN_DTYPE_BOOL && M->dtype != dt) return KILN_ERR_UNSUPPORTED;
         if (M->rank > r) return KILN_ERR_UNSUPPORTED;
         /* right-aligned onto [b0, b1, sq, sk] (as [b1, sq, sk] when there is one batch dim) */
         const int64_t target[4] = {f.b0, f.b1, sq, sk};
         int64_t st[4] = {0, 0, 0, 0}, acc = 1;
-        for (int k = M->rank - 1; k >= 0; k--) {
-            const int t = 4 - (M->rank - k);
+        for (int kk = M->rank - 1; kk >= 0; kk--) {
+            const int t = 4 - (M->rank - kk);
             if (t < 4 - r) return KILN_ERR_UNSUPPORTED;
-            if (M->dims[k] != 1 && M->dims[k] != target[t]) return KILN_ERR_UNSUPPORTED;
-            st[t] = M->dims[k] == 1 ? 0 : acc;
-            acc *= M->dims[k];
+            if (M->dims[kk] != 1 && M->dims[kk] != target[t]) return KILN_ERR_UNSUPPORTED;
+            st[t] = M->dims[kk] == 1 ? 0 : acc;
+            acc *= M->dims[kk];
         }
         f.mask = M->data;
         f.mask_bool = M->dtype == KILN_DTYPE_BOOL;
@@ -191,7 +218,93 @@ static kiln_status run_flash_attention(kn_cuda *cu, kn_kernel_ctx *c, float scal
     return kn_cu_check(c, e, "Attention (one kernel)");
 }
 
+/* A 4-D strided copy between an operand's view and a dense buffer (leading dims of 1 added). */
+static kiln_status view_copy(kn_cuda *cu, kn_kernel_ctx *c, kiln_dtype dt, const attn_operand *o, void *dense,
+                             bool to_dense) {
+    kn_cu_attn_copy_dims g;
+    int64_t acc = 1;
+    for (int k = 3; k >= 0; k--) {
+        const int src = k - (4 - o->rank);
+        g.dims[k] = src >= 0 ? o->dims[src] : 1;
+        const int64_t vs = src >= 0 ? o->strides[src] : 0;
+        if (to_dense) g.src[k] = vs, g.dst[k] = acc;
+        else g.src[k] = acc, g.dst[k] = vs;
+        acc *= g.dims[k];
+    }
+    return kn_cu_check(c, kn_cu_attn_copy(dt, dt, to_dense ? o->base : dense, to_dense ? dense : o->base, &g, 1.0f,
+                                          KILN_DTYPE_UNDEFINED, cu->stream),
+                       "Attention operand view");
+}
+
+static kiln_status run_attention_dense(kn_cuda *cu, kn_kernel_ctx *c);
+
+/* kiln.Attention, with or without operand views (fold_attention_views): the one-kernel form reads
+ * and writes through them; the general form takes dense copies. */
 static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
+    kn_attn_view vw[4];
+    int has[4], any = 0;
+    char why[160];
+    for (int i = 0; i < 4; i++) {
+        has[i] = kn_attn_view_get(c->node, i, &vw[i], why, sizeof why);
+        if (has[i] < 0) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+        any |= has[i];
+    }
+    kn_tensor *Y = c->out[0];
+    if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
+    kn_tensor *ts[4] = {c->in[0], c->in[1], c->in[2], Y};
+    attn_operand op[4];
+    for (int i = 0; i < 4; i++) {
+        if (has[i] > 0 && !kn_attn_view_fits(&vw[i], kn_tensor_count(ts[i])))
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "%s does not fit the %s tensor of %lld elements", kn_attn_view_name(i),
+                                   i < 3 ? "input" : "output", (long long)kn_tensor_count(ts[i]));
+        operand_of(ts[i], has[i] > 0 ? &vw[i] : NULL, &op[i]);
+    }
+    const int r = op[0].rank;
+    if (r >= 2 && op[1].rank == r && op[2].rank == r && op[3].rank == r && op[1].dims[r - 1] > 0 && op[0].dims[r - 2] > 0) {
+        int64_t batch = 1;
+        for (int i = 0; i < r - 2; i++) batch *= op[3].dims[i];
+        if (batch > 0) {
+            kiln_status fst = run_flash_attention(cu, c, kn_attr_float(c->node, "scale", 1.0f), op);
+            if (fst != KILN_ERR_UNSUPPORTED) return fst;
+        }
+    }
+    if (!any) return run_attention_dense(cu, c);
+    /* the general form over dense copies of the viewed operands */
+    kn_tensor hdr[4];
+    kn_tensor *ins[4] = {c->in[0], c->in[1], c->in[2], c->n_inputs > 3 ? c->in[3] : NULL}, *outs[1] = {Y};
+    void *buf[4] = {NULL, NULL, NULL, NULL};
+    size_t bytes[4] = {0, 0, 0, 0};
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < 4 && st == KILN_OK; i++) {
+        if (has[i] <= 0) continue;
+        const kiln_dtype dt = ts[i]->dtype;
+        int64_t n = 1;
+        for (int k = 0; k < op[i].rank; k++) n *= op[i].dims[k];
+        bytes[i] = (size_t)n * kiln_dtype_size(dt);
+        st = kn_cu_scratch(cu, bytes[i] ? bytes[i] : 1, &buf[i]);
+        if (st != KILN_OK) break;
+        hdr[i] = view_of(dt, op[i].rank, op[i].dims, buf[i]);
+        hdr[i].nbytes = bytes[i];
+        if (i < 3) {
+            st = view_copy(cu, c, dt, &op[i], buf[i], true);
+            ins[i] = &hdr[i];
+        } else {
+            outs[0] = &hdr[i];
+        }
+    }
+    if (st == KILN_OK) {
+        kn_kernel_ctx dense = *c;
+        dense.in = ins;
+        dense.out = outs;
+        st = run_attention_dense(cu, &dense);
+    }
+    if (st == KILN_OK && has[3] > 0) st = view_copy(cu, c, Y->dtype, &op[3], buf[3], false);
+    for (int i = 0; i < 4; i++)
+        if (buf[i]) kn_cu_scratch_free(cu, buf[i], bytes[i] ? bytes[i] : 1);
+    return st;
+}
+
+static kiln_status run_attention_dense(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *Q = c->in[0], *KT = c->in[1], *V = c->in[2], *M = c->n_inputs > 3 ? c->in[3] : NULL;
     kn_tensor *Y = c->out[0];
     if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
@@ -209,8 +322,6 @@ static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
     size_t es = kiln_dtype_size(dt);
     if (sk == 0) return kn_cu_check(c, cudaMemsetAsync(Y->data, 0, Y->nbytes, cu->stream), "Attention");
     float scale = kn_attr_float(c->node, "scale", 1.0f);
-    kiln_status fst = run_flash_attention(cu, c, scale);
-    if (fst != KILN_ERR_UNSUPPORTED) return fst;
     size_t sbytes = (size_t)(batch * sq * sk) * es;
     void *S;
     KN_TRY(kn_cu_scratch(cu, sbytes, &S));
@@ -359,6 +470,14 @@ static bool chain_supports(const kn_node *n, const kn_type *const *in, int n_in,
     return true;
 }
 
+/* kiln.Attention's operand views (fold_attention_views) run here only when asked for: their code
+ * paths (the one kernel's untransposed K, the general form's dense copies) have not run on a GPU
+ * yet. Without them the optimiser leaves the Transposes and Reshapes for CUDA as before. */
+static bool attention_views_enabled(void) {
+    const char *v = getenv("KILN_CUDA_ATTN_VIEWS");
+    return v && !strcmp(v, "1");
+}
+
 static bool fused_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
     for (int i = 1; i < n_in; i++) {
         if (!in[i]) continue;
@@ -381,6 +500,13 @@ static bool fused_supports(const kn_node *n, const kn_type *const *in, int n_in,
         return false;
     }
     if (!strcmp(n->op_type, "FusedConv")) return kn_cu_conv_supports(n, in, n_in < 3 ? n_in : 3, why, cap);
+    if (!strcmp(n->op_type, "Attention") && !attention_views_enabled()) {
+        for (int i = 0; i < 4; i++)
+            if (kn_node_attr(n, kn_attn_view_name(i))) {
+                snprintf(why, cap, "operand views on CUDA are opt-in (KILN_CUDA_ATTN_VIEWS=1) until verified on a GPU");
+                return false;
+            }
+    }
     return true;
 }
 

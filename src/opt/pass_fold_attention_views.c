@@ -1,0 +1,456 @@
+/* Head splits and merges into kiln.Attention's operand views.
+ *
+ * Exporters feed attention through data movement: a projection [B, S, H*D] is Reshaped to
+ * [B, S, H, D] and Transposed to [B, H, S, D] (K to [B, H, D, S]); torch's MultiheadAttention packs
+ * Q, K and V in one projection and takes them apart with Reshape, Transpose, Squeeze and Gather;
+ * the output goes back through Transpose and Reshape. Every one of those is a copy on its own, but
+ * together they only say where each element of an operand lives in the tensor they start from: a
+ * strided view (offset and one stride per dim). This pass replaces such chains by the view
+ * (kiln.Attention's q_view, kt_view, v_view and y_view, src/ops/fused.h), so the kernel reads the
+ * projection and writes the merged output in place and the copies go.
+ *
+ * Only where every value of the chain has a static shape (the views are numbers); a Reshape joins
+ * only when it is a view of what comes before it (the dims it merges lie evenly in memory). A
+ * value read elsewhere too stays computed for its other readers. */
+#include "opt/pass.h"
+
+#include <string.h>
+
+#define MAX_CHAIN 16
+
+/* A strided view whose dims may each be several factors (size, stride), outer first: a merge of
+ * dims that do not lie evenly in memory stays exact as long as a later split takes it apart
+ * again (torch's MultiheadAttention merges batch and heads of a packed projection, then splits
+ * them). Only single-factor dims can be a kernel's view. */
+#define MAX_FACTORS 4
+typedef struct view {
+    int rank;
+    int nf[KILN_MAX_RANK];
+    int64_t size[KILN_MAX_RANK][MAX_FACTORS], stride[KILN_MAX_RANK][MAX_FACTORS];
+    int64_t offset;
+} view;
+
+static bool static_dims(const kn_type *t, int64_t *dims, int *rank) {
+    if (t->kind != KN_TYPE_TENSOR || t->rank < 0) return false;
+    for (int k = 0; k < t->rank; k++) {
+        if (t->dims[k].value < 0) return false;
+        dims[k] = t->dims[k].value;
+    }
+    *rank = t->rank;
+    return true;
+}
+
+static int64_t dim_size(const view *v, int k) {
+    int64_t n = 1;
+    for (int f = 0; f < v->nf[k]; f++) n *= v->size[k][f];
+    return n;
+}
+
+static void contiguous(view *v, const int64_t *dims, int rank) {
+    memset(v, 0, sizeof *v);
+    v->rank = rank;
+    int64_t s = 1;
+    for (int k = rank - 1; k >= 0; k--) {
+        v->nf[k] = 1;
+        v->size[k][0] = dims[k];
+        v->stride[k][0] = s;
+        s *= dims[k];
+    }
+}
+
+/* v reshaped to dims (same count): the factors, outer to inner, dealt out to the new dims, a factor
+ * split where a new dim ends inside it (evenly); false where that is impossible or a dim would
+ * need more than MAX_FACTORS factors. Factors that lie evenly merge back into one. */
+static bool reshape_view(view *v, const int64_t *dims, int rank) {
+    int64_t fs[KILN_MAX_RANK * MAX_FACTORS], ft[KILN_MAX_RANK * MAX_FACTORS], total = 1;
+    int n = 0;
+    for (int k = 0; k < v->rank; k++)
+        for (int f = 0; f < v->nf[k]; f++)
+            if (v->size[k][f] != 1) fs[n] = v->size[k][f], ft[n] = v->stride[k][f], total *= fs[n], n++;
+    int64_t want = 1;
+    for (int k = 0; k < rank; k++) want *= dims[k];
+    if (want != total || total == 0 || rank > KILN_MAX_RANK) return false;
+    view out;
+    memset(&out, 0, sizeof out);
+    out.rank = rank;
+    out.offset = v->offset;
+    int i = 0;
+    for (int k = 0; k < rank; k++) {
+        int64_t need = dims[k];
+        while (need > 1) {
+            if (i >= n || out.nf[k] == MAX_FACTORS) return false;
+            if (fs[i] <= need) {
+                if (need % fs[i]) return false;
+                out.size[k][out.nf[k]] = fs[i], out.stride[k][out.nf[k]] = ft[i], out.nf[k]++;
+                need /= fs[i];
+                i++;
+            } else { /* the dim ends inside this factor: its outer `need` part goes here, the rest stays */
+                if (fs[i] % need) return false;
+                fs[i] /= need;
+                out.size[k][out.nf[k]] = need, out.stride[k][out.nf[k]] = ft[i] * fs[i], out.nf[k]++;
+                need = 1;
+            }
+        }
+        /* merge adjacent factors that lie evenly (outer stride = inner stride * inner size) */
+        int m = 0;
+        for (int f = 0; f < out.nf[k]; f++) {
+            if (m > 0 && out.stride[k][m - 1] == out.stride[k][f] * out.size[k][f]) {
+                out.size[k][m - 1] *= out.size[k][f];
+                out.stride[k][m - 1] = out.stride[k][f];
+            } else {
+                out.size[k][m] = out.size[k][f], out.stride[k][m] = out.stride[k][f], m++;
+            }
+        }
+        out.nf[k] = m;
+        if (m == 0) out.nf[k] = 1, out.size[k][0] = 1, out.stride[k][0] = 0; /* a dim of 1 */
+    }
+    *v = out;
+    return true;
+}
+
+static bool perm_of(const kn_node *n, int rank, int *perm) {
+    const kn_attr *a = kn_node_attr(n, "perm");
+    if (!a) {
+        for (int k = 0; k < rank; k++) perm[k] = rank - 1 - k;
+        return true;
+    }
+    if (a->type != KN_ATTR_INTS || a->n != rank) return false;
+    bool seen[KILN_MAX_RANK] = {false};
+    for (int k = 0; k < rank; k++) {
+        int64_t p = a->ints[k] < 0 ? a->ints[k] + rank : a->ints[k];
+        if (p < 0 || p >= rank || seen[p]) return false;
+        seen[p] = true;
+        perm[k] = (int)p;
+    }
+    return true;
+}
+
+/* A node that only moves data in a way a view can say: Transpose, the reshapes (Reshape,
+ * Squeeze, Unsqueeze, Flatten, Identity: their output's static shape says all) and, reading
+ * forward only, Gather of one constant index. */
+static bool is_view_op(const kn_opt_ctx *c, int node, bool forward_only) {
+    if (node < 0) return false;
+    if (kn_opt_is(c, node, "Transpose") || kn_opt_is(c, node, "Reshape") || kn_opt_is(c, node, "Squeeze") ||
+        kn_opt_is(c, node, "Unsqueeze") || kn_opt_is(c, node, "Flatten") || kn_opt_is(c, node, "Identity"))
+        return true;
+    return forward_only && kn_opt_is(c, node, "Gather");
+}
+
+/* Applies node (from its input's view to its output's), reading forward. */
+static bool apply_forward(const kn_opt_ctx *c, int node, view *v) {
+    const kn_node *n = &c->g->nodes[node];
+    int64_t od[KILN_MAX_RANK];
+    int orank;
+    if (n->n_outputs < 1 || !static_dims(&c->g->values[n->outputs[0]].type, od, &orank)) return false;
+    if (kn_opt_is(c, node, "Transpose")) {
+        int perm[KILN_MAX_RANK];
+        if (!perm_of(n, v->rank, perm)) return false;
+        view t = *v;
+        for (int k = 0; k < v->rank; k++) {
+            t.nf[k] = v->nf[perm[k]];
+            memcpy(t.size[k], v->size[perm[k]], sizeof t.size[k]);
+            memcpy(t.stride[k], v->stride[perm[k]], sizeof t.stride[k]);
+        }
+        *v = t;
+        return true;
+    }
+    if (kn_opt_is(c, node, "Gather")) {
+        const kn_tensor *idx = kn_opt_const(c, n->inputs[1]);
+        if (!idx || idx->rank != 0 || (idx->dtype != KILN_DTYPE_INT64 && idx->dtype != KILN_DTYPE_INT32)) return false;
+        int64_t axis = kn_attr_int(n, "axis", 0);
+        if (axis < 0) axis += v->rank;
+        if (axis < 0 || axis >= v->rank) return false;
+        int64_t i = idx->dtype == KILN_DTYPE_INT64 ? *(const int64_t *)idx->data : *(const int32_t *)idx->data;
+        const int64_t n = dim_size(v, (int)axis);
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) return false;
+        for (int f = v->nf[axis] - 1; f >= 0; f--) { /* the index in each factor, inner first */
+            v->offset += (i % v->size[axis][f]) * v->stride[axis][f];
+            i /= v->size[axis][f];
+        }
+        for (int k = (int)axis; k + 1 < v->rank; k++) {
+            v->nf[k] = v->nf[k + 1];
+            memcpy(v->size[k], v->size[k + 1], sizeof v->size[k]);
+            memcpy(v->stride[k], v->stride[k + 1], sizeof v->stride[k]);
+        }
+        v->rank--;
+        return v->rank == orank;
+    }
+    return reshape_view(v, od, orank);
+}
+
+/* Undoes node (from its output's view to its input's), reading backward from a written output. */
+static bool apply_backward(const kn_opt_ctx *c, int node, view *v) {
+    const kn_node *n = &c->g->nodes[node];
+    int64_t id[KILN_MAX_RANK];
+    int irank;
+    if (!static_dims(&c->g->values[n->inputs[0]].type, id, &irank)) return false;
+    if (kn_opt_is(c, node, "Transpose")) {
+        int perm[KILN_MAX_RANK];
+        if (!perm_of(n, irank, perm)) return false;
+        view t = *v;
+        for (int k = 0; k < irank; k++) {
+            t.nf[perm[k]] = v->nf[k];
+            memcpy(t.size[perm[k]], v->size[k], sizeof t.size[k]);
+            memcpy(t.stride[perm[k]], v->stride[k], sizeof t.stride[k]);
+        }
+        *v = t;
+        return true;
+    }
+    return reshape_view(v, id, irank);
+}
+
+static bool encodable(const view *v) {
+    if (v->rank < 1 || v->rank > KN_ATTN_VIEW_MAX_RANK) return false;
+    for (int k = 0; k < v->rank; k++)
+        if (v->nf[k] != 1) return false;
+    return true;
+}
+
+static void to_attn_view(const view *v, kn_attn_view *a) {
+    memset(a, 0, sizeof *a);
+    a->rank = v->rank;
+    a->offset = v->offset;
+    for (int k = 0; k < v->rank; k++) a->dims[k] = v->size[k][0], a->strides[k] = v->stride[k][0];
+}
+
+/* Operand value x as a view of the farthest tensor its chain of view nodes starts from: *src and
+ * the view; false when no producer of x joins. */
+static bool input_view(const kn_opt_ctx *c, int x, int *src, int *reader, view *out) {
+    int chain[MAX_CHAIN], n = 0;
+    for (int v = x; n < MAX_CHAIN;) {
+        int p = kn_opt_producer(c, v);
+        if (!is_view_op(c, p, true) || c->g->nodes[p].n_inputs < 1) break;
+        chain[n++] = p;
+        v = c->g->nodes[p].inputs[0];
+    }
+    for (int s = n; s >= 1; s--) { /* the longest chain that is a view */
+        int from = c->g->nodes[chain[s - 1]].inputs[0];
+        int64_t dims[KILN_MAX_RANK];
+        int rank;
+        if (!static_dims(&c->g->values[from].type, dims, &rank)) continue;
+        view v;
+        contiguous(&v, dims, rank);
+        bool ok = true;
+        for (int k = s - 1; k >= 0 && ok; k--) ok = apply_forward(c, chain[k], &v);
+        if (ok && encodable(&v)) {
+            *src = from;
+            *reader = chain[s - 1];
+            *out = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The output y followed through its only readers that are view nodes: the last value *dst, the
+ * nodes (to remove) and y as a view of it; false when none joins. */
+static bool output_view(const kn_opt_ctx *c, int y, int *dst, int *nodes, int *n_nodes, view *out) {
+    int chain[MAX_CHAIN], n = 0;
+    for (int v = y; n < MAX_CHAIN;) {
+        int r = kn_opt_only_consumer(c, v);
+        if (!is_view_op(c, r, false) || c->g->nodes[r].inputs[0] != v || c->g->nodes[r].n_outputs != 1) break;
+        chain[n++] = r;
+        v = c->g->nodes[r].outputs[0];
+    }
+    for (int t = n; t >= 1; t--) {
+        int last = c->g->nodes[chain[t - 1]].outputs[0];
+        int64_t dims[KILN_MAX_RANK];
+        int rank;
+        if (!static_dims(&c->g->values[last].type, dims, &rank)) continue;
+        view v;
+        contiguous(&v, dims, rank);
+        bool ok = true;
+        for (int k = t - 1; k >= 0 && ok; k--) ok = apply_backward(c, chain[k], &v);
+        if (ok && encodable(&v)) {
+            *dst = last;
+            for (int k = 0; k < t; k++) nodes[k] = chain[k];
+            *n_nodes = t;
+            *out = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ---- Q, K and V projections of one input as one product ----
+ *
+ * When the three operands are views of MatMul(X, W) (+ a constant bias) of the same X with
+ * constant weights, one MatMul(X, [Wq Wk Wv]) (+ [bq bk bv]) makes them all (one launch, a wider
+ * product) and the views read its column ranges. */
+
+typedef struct projection {
+    int matmul, add; /* nodes (add -1 without a bias) */
+    int x;
+    const kn_tensor *w, *b;
+} projection;
+
+static bool projection_of(const kn_opt_ctx *c, int v, projection *p) {
+    int node = kn_opt_producer(c, v);
+    p->add = -1;
+    p->b = NULL;
+    if (kn_opt_is(c, node, "Add") && c->g->nodes[node].n_inputs == 2) {
+        for (int k = 0; k < 2; k++) {
+            int a = c->g->nodes[node].inputs[k], bb = c->g->nodes[node].inputs[1 - k];
+            const kn_tensor *b = kn_opt_const(c, bb);
+            int mm = kn_opt_producer(c, a);
+            if (b && kn_opt_is(c, mm, "MatMul") && kn_opt_only_consumer(c, a) == node) {
+                p->add = node;
+                p->b = b;
+                node = mm;
+                break;
+            }
+        }
+        if (p->add < 0) return false;
+    }
+    if (!kn_opt_is(c, node, "MatMul") || c->g->nodes[node].n_inputs != 2) return false;
+    p->matmul = node;
+    p->x = c->g->nodes[node].inputs[0];
+    p->w = kn_opt_const(c, c->g->nodes[node].inputs[1]);
+    if (!p->w || p->w->rank != 2 || p->w->dtype != KILN_DTYPE_FLOAT) return false;
+    if (p->b && (p->b->dtype != KILN_DTYPE_FLOAT || p->b->rank != 1 || p->b->dims[0] != p->w->dims[1])) return false;
+    return true;
+}
+
+/* A view over a tensor whose rows (last dim) have n elements, moved onto the columns [off, off + n)
+ * of a tensor whose rows have n_total: every stride either whole rows or steps inside one row. */
+static bool rebase_rows(kn_attn_view *v, int64_t n, int64_t n_total, int64_t off) {
+    int64_t in_row = v->offset % n;
+    kn_attn_view r = *v;
+    r.offset = v->offset / n * n_total + off + in_row;
+    for (int k = 0; k < v->rank; k++) {
+        if (v->dims[k] <= 1) continue;
+        if (v->strides[k] % n == 0) r.strides[k] = v->strides[k] / n * n_total;
+        else in_row += (v->dims[k] - 1) * v->strides[k];
+    }
+    if (in_row >= n) return false;
+    *v = r;
+    return true;
+}
+
+static kiln_status merge_projections(kn_opt_ctx *c, const int *chain_reader, int *src, kn_attn_view *av, bool *merged) {
+    *merged = false;
+    projection p[3];
+    for (int i = 0; i < 3; i++) {
+        if (!projection_of(c, src[i], &p[i]) || kn_opt_only_consumer(c, src[i]) != chain_reader[i]) return KILN_OK;
+        if (p[i].x != p[0].x || p[i].w->dims[0] != p[0].w->dims[0]) return KILN_OK;
+        for (int j = 0; j < i; j++)
+            if (src[j] == src[i]) return KILN_OK;
+    }
+    const int64_t K = p[0].w->dims[0];
+    int64_t n[3] = {p[0].w->dims[1], p[1].w->dims[1], p[2].w->dims[1]}, nt = n[0] + n[1] + n[2];
+    kn_attn_view rebased[3];
+    for (int i = 0, off = 0; i < 3; off += (int)n[i], i++) {
+        rebased[i] = av[i];
+        if (!rebase_rows(&rebased[i], n[i], nt, off)) return KILN_OK;
+    }
+    kn_tensor *w = NULL, *b = NULL;
+    int64_t wd[2] = {K, nt}, bd[1] = {nt};
+    KN_TRY(kn_tensor_new(KILN_DTYPE_FLOAT, 2, wd, &w));
+    const bool bias = p[0].b || p[1].b || p[2].b;
+    if (bias && kn_tensor_new(KILN_DTYPE_FLOAT, 1, bd, &b) != KILN_OK) {
+        kn_tensor_free(w);
+        return KN_OOM();
+    }
+    for (int i = 0, off = 0; i < 3; off += (int)n[i], i++) {
+        const float *wi = p[i].w->data;
+        for (int64_t r = 0; r < K; r++) memcpy((float *)w->data + r * nt + off, wi + r * n[i], sizeof(float) * (size_t)n[i]);
+        if (b) {
+            if (p[i].b) memcpy((float *)b->data + off, p[i].b->data, sizeof(float) * (size_t)n[i]);
+            else memset((float *)b->data + off, 0, sizeof(float) * (size_t)n[i]);
+        }
+    }
+    int wv = kn_opt_new_const(c, "qkv_weight", w);
+    if (wv < 0) return KN_OOM();
+    int bv = -1;
+    if (b && (bv = kn_opt_new_const(c, "qkv_bias", b)) < 0) return KN_OOM();
+    kn_opt_proto pr;
+    kn_proto_init(&pr, "", "MatMul");
+    kn_proto_in(&pr, p[0].x);
+    kn_proto_in(&pr, wv);
+    int mv = kn_opt_new_value(c, "qkv", NULL);
+    if (mv < 0) return KN_OOM();
+    kn_proto_out(&pr, mv);
+    int made;
+    KN_TRY(kn_opt_emit(c, &pr, p[0].matmul, &made));
+    if (made < 0) return KILN_OK;
+    int out = mv;
+    if (bv >= 0) {
+        kn_opt_proto pa;
+        kn_proto_init(&pa, "", "Add");
+        kn_proto_in(&pa, mv);
+        kn_proto_in(&pa, bv);
+        if ((out = kn_opt_new_value(c, "qkv_biased", NULL)) < 0) return KN_OOM();
+        kn_proto_out(&pa, out);
+        KN_TRY(kn_opt_emit(c, &pa, p[0].add >= 0 ? p[0].add : p[0].matmul, &made));
+        if (made < 0) return KILN_OK; /* the lone MatMul goes as dead */
+    }
+    for (int i = 0; i < 3; i++) {
+        src[i] = out;
+        av[i] = rebased[i];
+    }
+    *merged = true;
+    return KILN_OK;
+}
+
+static kiln_status fold(kn_opt_ctx *c, int node) {
+    const kn_node *N = &c->g->nodes[node];
+    for (int i = 0; i < 4; i++)
+        if (kn_node_attr(N, kn_attn_view_name(i))) return KILN_OK; /* folded already */
+    if (N->n_inputs < 3 || N->n_outputs != 1) return KILN_OK;
+    int in[3], reader[3];
+    bool has[4] = {false}, merged = false;
+    kn_attn_view av[4];
+    for (int i = 0; i < 3; i++) {
+        view v;
+        in[i] = N->inputs[i];
+        if (input_view(c, N->inputs[i], &in[i], &reader[i], &v)) {
+            has[i] = true;
+            to_attn_view(&v, &av[i]);
+        }
+    }
+    if (has[0] && has[1] && has[2]) {
+        KN_TRY(merge_projections(c, reader, in, av, &merged));
+        N = &c->g->nodes[node]; /* the arrays may have moved */
+    }
+    int y = N->outputs[0], out_nodes[MAX_CHAIN], n_out = 0;
+    view yv;
+    if (!kn_opt_pinned(c, y) && output_view(c, y, &y, out_nodes, &n_out, &yv)) {
+        has[3] = true;
+        to_attn_view(&yv, &av[3]);
+    }
+    if (!has[0] && !has[1] && !has[2] && !has[3]) return KILN_OK;
+
+    kn_opt_proto pr;
+    kn_proto_init(&pr, "kiln", "Attention");
+    for (int i = 0; i < 3; i++) kn_proto_in(&pr, in[i]);
+    if (N->n_inputs > 3) kn_proto_in(&pr, N->inputs[3]);
+    kn_proto_out(&pr, y);
+    kn_proto_copy_attr(&pr, c, node, "scale");
+    kn_proto_copy_attr(&pr, c, node, "nan_to_zero");
+    int64_t ints[4][2 + 2 * KN_ATTN_VIEW_MAX_RANK], shape[KILN_MAX_RANK];
+    for (int i = 0; i < 4; i++)
+        if (has[i]) kn_proto_ints(&pr, kn_attn_view_name(i), ints[i], kn_attn_view_encode(&av[i], ints[i]));
+    if (has[3]) {
+        int rank = 0;
+        static_dims(&c->g->values[y].type, shape, &rank);
+        kn_proto_ints(&pr, "y_shape", shape, rank);
+    }
+    int made;
+    KN_TRY(kn_opt_emit(c, &pr, node, &made));
+    if (made < 0) return KILN_OK;
+    kn_opt_kill(c, node);
+    for (int k = 0; k < n_out; k++) kn_opt_kill(c, out_nodes[k]);
+    for (int i = 0; i < 3; i++)
+        if (has[i]) kn_opt_note(c, i == 0 ? "Q read in place" : i == 1 ? "K read in place" : "V read in place");
+    if (has[3]) kn_opt_note(c, "output written in place");
+    if (merged) kn_opt_note(c, "Q, K and V projections as one product");
+    return kn_opt_refresh(c);
+}
+
+kiln_status kn_pass_fold_attention_views(kn_opt_ctx *c) {
+    int n = c->g->n_nodes; /* nodes the pass adds are done */
+    for (int i = 0; i < n; i++)
+        if (kn_opt_is_in(c, i, "kiln", "Attention")) KN_TRY(fold(c, i));
+    return KILN_OK;
+}
