@@ -498,3 +498,78 @@ KN_TEST(run_into_from_threads_on_one_session) {
     }
     free(m);
 }
+
+/* ------------------------------------------------------------------ kernels that write every element */
+
+/* Kernels flagged KN_KERNEL_OVERWRITES get the caller's memory as it is (not zeroed): run_into over
+ * tensors full of 0xff bytes (NaN) must give what kiln_session_run gives. MatMul and Gemm over
+ * their paths: K = 0, one row, batched B, broadcast batch, float16, int32, Gemm with and without
+ * C, transposed. */
+static void check_overwrites(const char *op, kiln_dtype dt, int ra, const int64_t *da, int rb, const int64_t *db,
+                             int rc, const int64_t *dc, bool ta, bool tb) {
+    tmb b;
+    tmb_init(&b, 17);
+    int a = tmb_input(&b, "a", dt, ra, da, NULL), bb = tmb_input(&b, "b", dt, rb, db, NULL);
+    int c = rc >= 0 ? tmb_input(&b, "c", dt, rc, dc, NULL) : -1, y = tmb_value(&b, "y");
+    int node = tmb_node(&b, op, (int[]){a, bb, c}, c >= 0 ? 3 : 2, y);
+    if (!strcmp(op, "Gemm")) {
+        tmb_int(&b, node, "transA", ta);
+        tmb_int(&b, node, "transB", tb);
+    }
+    tmb_output(&b, y);
+    size_t size;
+    unsigned char *m = tmb_finish(&b, &size);
+    if (!m) return;
+    kiln_session *s = session_at(m, size, 0, 2);
+    if (s) {
+        const char *names[3] = {"a", "b", "c"};
+        kiln_tensor *ins[3] = {0};
+        const int ranks[3] = {ra, rb, rc};
+        const int64_t *dims[3] = {da, db, dc};
+        uint32_t seed = 5;
+        for (int i = 0; i < (rc >= 0 ? 3 : 2); i++) {
+            kiln_tensor_create(dt, dims[i], ranks[i], &ins[i]);
+            unsigned char *p = kiln_tensor_data(ins[i]);
+            size_t es = kiln_dtype_size(dt), n = kiln_tensor_bytes(ins[i]) / es;
+            for (size_t e = 0; e < n; e++) {
+                float v = tmb_rand(&seed);
+                if (dt == KILN_DTYPE_FLOAT) memcpy(p + e * 4, &v, 4);
+                else if (dt == KILN_DTYPE_INT32) ((int32_t *)p)[e] = (int32_t)(v * 10);
+                else ((uint16_t *)p)[e] = (uint16_t)(0x3c00 + ((int)(v * 100) & 0x3ff)); /* float16 in [1, 2) */
+            }
+        }
+        kiln_tensor *want = NULL;
+        CHECK_STATUS(kiln_session_run(s, names, ins, rc >= 0 ? 3 : 2, NULL, 1, &want), KILN_OK);
+        if (want) {
+            guarded g = guarded_like(want, 0);
+            for (int run = 0; run < 2; run++) {
+                memset(kiln_tensor_data(g.t), 0xff, kiln_tensor_bytes(g.t));
+                CHECK_STATUS(kiln_session_run_into(s, names, ins, rc >= 0 ? 3 : 2, NULL, 1, &g.t), KILN_OK);
+                CHECK_MSG(same_bytes(g.t, want) && guards_intact(&g),
+                          "%s %s [%lld..] x [%lld..]: run_into over 0xff bytes differs from kiln_session_run", op,
+                          kiln_dtype_name(dt), (long long)da[0], (long long)db[0]);
+            }
+            guarded_free(&g);
+        }
+        kiln_tensor_destroy(want);
+        for (int i = 0; i < 3; i++) kiln_tensor_destroy(ins[i]);
+        kiln_session_destroy(s);
+    }
+    free(m);
+}
+
+KN_TEST(run_into_kernels_that_overwrite_fill_every_element) {
+    const kiln_dtype F = KILN_DTYPE_FLOAT;
+    check_overwrites("MatMul", F, 2, (int64_t[]){5, 0}, 2, (int64_t[]){0, 7}, -1, NULL, false, false); /* K = 0 */
+    check_overwrites("MatMul", F, 2, (int64_t[]){1, 33}, 2, (int64_t[]){33, 70}, -1, NULL, false, false);
+    check_overwrites("MatMul", F, 3, (int64_t[]){3, 17, 40}, 3, (int64_t[]){3, 40, 19}, -1, NULL, false, false);
+    check_overwrites("MatMul", F, 3, (int64_t[]){4, 9, 8}, 2, (int64_t[]){8, 65}, -1, NULL, false, false);
+    check_overwrites("MatMul", F, 4, (int64_t[]){2, 1, 5, 6}, 3, (int64_t[]){3, 6, 7}, -1, NULL, false, false);
+    check_overwrites("MatMul", KILN_DTYPE_FLOAT16, 2, (int64_t[]){6, 12}, 2, (int64_t[]){12, 5}, -1, NULL, false, false);
+    check_overwrites("MatMul", KILN_DTYPE_INT32, 2, (int64_t[]){6, 12}, 2, (int64_t[]){12, 5}, -1, NULL, false, false);
+    check_overwrites("Gemm", F, 2, (int64_t[]){7, 30}, 2, (int64_t[]){30, 21}, -1, NULL, false, false);
+    check_overwrites("Gemm", F, 2, (int64_t[]){30, 7}, 2, (int64_t[]){21, 30}, 1, (int64_t[]){21}, true, true);
+    check_overwrites("Gemm", F, 2, (int64_t[]){7, 0}, 2, (int64_t[]){0, 21}, 2, (int64_t[]){7, 1}, false, false);
+    check_overwrites("Gemm", F, 2, (int64_t[]){7, 0}, 2, (int64_t[]){0, 21}, -1, NULL, false, false);
+    check_overwrites("Gemm", KILN_DTYPE_INT32, 2, (int64_t[]){4, 6}, 2, (int64_t[]){6, 3}, 1, (int64_t[]){3}, false, false);
+}

@@ -444,10 +444,12 @@ static kiln_status run_qlinear_matmul(kn_kernel_ctx *c) {
 /* ------------------------------------------------------------------ table */
 
 const kn_cpu_kernel kn_cpu_linalg[] = {
-    {"", "MatMul", run_matmul, NULL},
+    /* MatMul and Gemm write each output element: the GEMM with beta 0 (zeros for K == 0, sgemm.c
+     * scale_c), C broadcast first where Gemm adds it, the plain loops with beta 0 */
+    {"", "MatMul", run_matmul, NULL, KN_KERNEL_OVERWRITES},
     {"", "MatMulInteger", run_matmul_integer, NULL},
     {"", "QLinearMatMul", run_qlinear_matmul, NULL},
-    {"", "Gemm", run_gemm, NULL},
+    {"", "Gemm", run_gemm, NULL, KN_KERNEL_OVERWRITES},
     {"", "Einsum", kn_cpu_einsum, NULL},
     {"", "Conv", kn_cpu_conv, NULL, KN_KERNEL_OVERWRITES}, /* every path writes each output element */
     {"", "ConvInteger", kn_cpu_conv_integer, NULL},
