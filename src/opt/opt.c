@@ -4,6 +4,7 @@
 
 #include "exec/exec.h"
 #include "opt/pass.h"
+#include "util/progress.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,6 +190,9 @@ static kiln_status optimize_graph(kn_model *m, kn_graph *g, const kiln_session_o
         c.options = &body_options;
         if (level > 2) level = 2;
     }
+    /* a large model's passes take seconds: the session's creation says where it is (util/progress.h) */
+    kn_progress prog;
+    kn_progress_begin(&prog, g->parent ? NULL : "session: optimisation pass");
     for (int lv = 1; lv <= level && st == KILN_OK; lv++) {
         for (int round = 0; round < KN_OPT_MAX_ROUNDS && st == KILN_OK; round++) {
             bool any = false;
@@ -197,6 +201,11 @@ static kiln_status optimize_graph(kn_model *m, kn_graph *g, const kiln_session_o
                 /* dead-code elimination also cleans up after every later level */
                 bool cleanup = lv > 1 && p->run == kn_pass_eliminate_dead;
                 if ((p->level != lv && !cleanup) || disabled(options, p->name)) continue;
+                if (prog.what) {
+                    char detail[96];
+                    snprintf(detail, sizeof detail, "level %d: %s, %d nodes", lv, p->name, g->n_nodes);
+                    kn_progress_update(&prog, i, kn_opt_n_passes, detail);
+                }
                 bool changed = false;
                 st = run_pass(&c, p, lv, report, arg, &changed);
                 any |= changed;
@@ -204,6 +213,7 @@ static kiln_status optimize_graph(kn_model *m, kn_graph *g, const kiln_session_o
             if (!any) break;
         }
     }
+    kn_progress_end(&prog);
     free(c.cons);
     free(c.cons_start);
     return st;

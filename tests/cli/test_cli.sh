@@ -150,6 +150,7 @@ if [ "$have_model" = 1 ]; then
   if [ -z "$out" ]; then pass=$((pass + 1)); else echo "FAIL progress printed without a terminal: $out"; fail=$((fail + 1)); fi
   KILN_PROGRESS=1 KILN_PROGRESS_INTERVAL_MS=0 expect "progress when asked" 0 "^kiln: run: node 0/1 \(Relu on cpu\), [0-9.]+ s$" -- run "$m" --dim batch=2
   KILN_PROGRESS=1 KILN_PROGRESS_INTERVAL_MS=0 expect "progress ends" 0 "^kiln: run: node 1/1, done in [0-9.]+ s$" -- run "$m" --dim batch=2
+  KILN_CACHE=0 KILN_PROGRESS=1 KILN_PROGRESS_INTERVAL_MS=0 expect "session creation progress (a compile: no cache)" 0 "^kiln: session: optimisation pass [0-9]+/[0-9]+ \(level [123]: [a-z_]+, [0-9]+ nodes\), [0-9.]+ s$" -- run "$m" --dim batch=2
   # KILN_PROFILE=FILE.json: a Chrome/Perfetto trace, a slice per run and per node
   KILN_PROFILE="$work/trace.json" expect "profile trace" 0 "kiln profile: wrote [0-9]+ events \(2 runs\) to $work/trace.json" -- run "$m" --dim batch=2 --repeat 2
   if KILN_PROFILE="$work/trace.json" "$kiln" run "$m" --dim batch=2 --repeat 2 >/dev/null 2>&1 &&
