@@ -511,6 +511,35 @@ static void gpool_range(void *arg, int64_t begin, int64_t end) {
         }
         return;
     }
+#if defined(__AVX512F__)
+    if (j->xf && j->kind == POOL_MAX && j->plane > 0) {
+        /* 4 x 16 running maxima, a masked tail, one reduction (the loop below left the tail and
+         * the reduction scalar: 1.2x ONNX Runtime on 512 planes of 14x14). A NaN past the first
+         * element is skipped, as there (vmaxps gives its second operand for a NaN); all lanes
+         * start at the first element */
+        for (int64_t pl = begin; pl < end; pl++) {
+            const float *x = j->xf + pl * j->plane;
+            const int64_t n = j->plane;
+            __m512 a0 = _mm512_set1_ps(x[0]), a1 = a0, a2 = a0, a3 = a0;
+            int64_t i = 0;
+            for (; i + 64 <= n; i += 64) {
+                a0 = _mm512_max_ps(_mm512_loadu_ps(x + i), a0);
+                a1 = _mm512_max_ps(_mm512_loadu_ps(x + i + 16), a1);
+                a2 = _mm512_max_ps(_mm512_loadu_ps(x + i + 32), a2);
+                a3 = _mm512_max_ps(_mm512_loadu_ps(x + i + 48), a3);
+            }
+            for (; i < n; i += 16) {
+                const int64_t left = n - i;
+                const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+                a0 = _mm512_mask_max_ps(a0, m, _mm512_maskz_loadu_ps(m, x + i), a0);
+            }
+            const float r = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(a0, a1), _mm512_max_ps(a2, a3)));
+            if (j->yf) j->yf[pl] = r;
+            else j->yd[pl] = r;
+        }
+        return;
+    }
+#endif
     if (j->xf && j->kind == POOL_MAX && j->plane > 0) {
         /* 16 independent maxima (vectorised), then one */
         for (int64_t pl = begin; pl < end; pl++) {

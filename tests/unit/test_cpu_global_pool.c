@@ -1,0 +1,56 @@
+/* GlobalMaxPool on the CPU (pool.c, the AVX-512 path): every plane length from 1 to 140 (the
+ * 64-wide loop, the 16-wide masked tail, a plane shorter than a vector), 3 planes each, the maximum
+ * at every position class, a NaN past the first element (skipped, as the scalar loop skips it),
+ * against the definition. */
+#include "test_model_builder.h"
+
+#include "kiln.h"
+
+#include <stdlib.h>
+
+KN_TEST(cpu_global_max_pool_plane_lengths) {
+    int bad = 0;
+    for (int64_t L = 1; L <= 140; L++) {
+        tmb b;
+        tmb_init(&b, 17);
+        int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){1, 3, L}, NULL), y = tmb_value(&b, "y");
+        tmb_node(&b, "GlobalMaxPool", (int[]){x}, 1, y);
+        tmb_output(&b, y);
+        size_t size;
+        unsigned char *m = tmb_finish(&b, &size);
+        if (!m) return;
+        kiln_session_options *o = NULL;
+        kiln_session_options_create(&o);
+        kiln_session_options_set_cache(o, 0, NULL);
+        kiln_session_options_set_intra_op_threads(o, 1);
+        kiln_session *s = NULL;
+        CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
+        kiln_session_options_destroy(o);
+        kiln_tensor *xt = NULL;
+        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){1, 3, L}, 3, &xt);
+        float *xp = kiln_tensor_data(xt);
+        uint32_t seed = (uint32_t)L;
+        for (int64_t i = 0; i < 3 * L; i++) xp[i] = tmb_rand(&seed) - 2.0f; /* all negative */
+        /* plane 0: the maximum last; plane 1: in the middle, a NaN after the first element; plane
+         * 2: the first element */
+        xp[L - 1] = 5.0f;
+        xp[L + L / 2] = 4.0f;
+        if (L > 2) xp[2 * L - 1] = NAN; /* the plane's last element, after the maximum */
+        xp[2 * L] = 3.0f;
+        const float want[3] = {5.0f, 4.0f, 3.0f};
+        const char *names[1] = {"x"};
+        kiln_tensor *ins[1] = {xt}, *yt = NULL;
+        if (s) CHECK_STATUS(kiln_session_run(s, names, ins, 1, NULL, 1, &yt), KILN_OK);
+        if (yt) {
+            const float *yp = kiln_tensor_data(yt);
+            for (int p = 0; p < 3; p++)
+                if (!(yp[p] == want[p]) && bad++ < 5)
+                    CHECK_MSG(0, "plane length %lld, plane %d: %g, want %g", (long long)L, p, yp[p], want[p]);
+        }
+        kiln_tensor_destroy(yt);
+        kiln_tensor_destroy(xt);
+        kiln_session_destroy(s);
+        free(m);
+    }
+    CHECK(bad == 0);
+}
