@@ -226,11 +226,8 @@ static inline __mmask16 sep_tail(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF
         (void)t;                                                                                   \
         const int64_t W = j->W, OW = j->OW, KW = j->KW, dw = j->dw, pw = j->pw, sw = j->sw;         \
         const int64_t ncol = min64(W, j->wext - pw), nv = j->wext + SEP_SLACK(sw);                 \
-        for (int r = 0; r < SEP_ROWS; r++) {                                                       \
-            float *v = vbuf + r * nv;                                                              \
-            for (int64_t i = 0; i < pw; i++) v[i] = PADV;                                          \
-            for (int64_t i = pw + ncol; i < j->wext; i++) v[i] = PADV;                             \
-        }                                                                                          \
+        /* (the rows' pads and slack hold PADV from the range's start: only [pw, pw + ncol) is      \
+         * ever written) */                                                                        \
         const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30); \
         const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); \
         for (int64_t oh0 = 0; oh0 < j->OH; oh0 += SEP_ROWS) {                                      \
