@@ -101,15 +101,23 @@ def gpt2_kv(n_layer=2, n_head=4, n_embd=64):
 
         def forward(self, input_ids, attention_mask, *past):
             pkv = tuple((past[2 * i], past[2 * i + 1]) for i in range(n_layer))
-            try:
+            try:  # transformers 4.x: a cache object from the legacy tuples, or the tuples themselves
                 from transformers.cache_utils import DynamicCache
-                pkv = DynamicCache.from_legacy_cache(pkv)
-            except (ImportError, AttributeError):
+                if hasattr(DynamicCache, "from_legacy_cache"):
+                    pkv = DynamicCache.from_legacy_cache(pkv)
+                else:  # transformers 5: filled layer by layer
+                    cache = DynamicCache()
+                    for i, (k, v) in enumerate(pkv):
+                        cache.update(k, v, i)
+                    pkv = cache
+            except ImportError:
                 pass
             out = self.m(input_ids=input_ids, attention_mask=attention_mask, past_key_values=pkv, use_cache=True)
             pres = out.past_key_values
             if hasattr(pres, "to_legacy_cache"):
                 pres = pres.to_legacy_cache()
+            elif hasattr(pres, "layers"):  # transformers 5
+                pres = [(layer.keys, layer.values) for layer in pres.layers]
             return (out.logits, *[t for kv in pres for t in kv])
     return W().eval()
 
