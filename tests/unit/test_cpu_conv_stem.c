@@ -143,3 +143,89 @@ KN_TEST(cpu_conv_channels_in_lanes_matches_definition) {
         free(m);
     }
 }
+
+/* ------------------------------------------------------------------ ConvTranspose, stride 2 */
+
+/* ConvTranspose with stride 2 along the row (col2im's vector path: 16 columns at a time over the
+ * even positions, the rest scalar) against the definition in double: 2x2 s2 (taps that never
+ * meet), 3x3 and 4x4 s2 with pads and output_padding (taps that add up), rows of 7-37 input
+ * columns (tails), bias, 1 and 2 threads. */
+typedef struct ct_case {
+    int64_t C, M, H, W, KH, KW, pad, out_pad;
+    bool bias;
+} ct_case;
+
+KN_TEST(cpu_conv_transpose_stride2_matches_definition) {
+    const ct_case cases[] = {
+        {5, 7, 9, 37, 2, 2, 0, 0, true}, {3, 4, 6, 16, 3, 3, 1, 1, false},
+        {4, 6, 5, 33, 4, 4, 1, 0, true}, {2, 3, 3, 7, 2, 2, 0, 1, false},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const ct_case *t = &cases[ci];
+        tmb b;
+        tmb_init(&b, 17);
+        int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, t->C, t->H, t->W}, NULL);
+        int w = tmb_const(&b, "w", 4, (int64_t[]){t->C, t->M, t->KH, t->KW}, 0.3f);
+        int bias = t->bias ? tmb_const(&b, "b", 1, (int64_t[]){t->M}, 0.5f) : -1, y = tmb_value(&b, "y");
+        kiln_tensor *wt = NULL, *bt = NULL;
+        kn_tensor_clone(b.g->values[w].constant, &wt);
+        if (t->bias) kn_tensor_clone(b.g->values[bias].constant, &bt);
+        int node = tmb_node(&b, "ConvTranspose", (int[]){x, w, bias}, t->bias ? 3 : 2, y);
+        tmb_ints(&b, node, "strides", (int64_t[]){2, 2}, 2);
+        tmb_ints(&b, node, "pads", (int64_t[]){t->pad, t->pad, t->pad, t->pad}, 4);
+        tmb_ints(&b, node, "output_padding", (int64_t[]){t->out_pad, t->out_pad}, 2);
+        tmb_output(&b, y);
+        size_t size;
+        unsigned char *m = tmb_finish(&b, &size);
+        if (!m) continue;
+        const int64_t OH = (t->H - 1) * 2 + t->KH - 2 * t->pad + t->out_pad, OW = (t->W - 1) * 2 + t->KW - 2 * t->pad + t->out_pad;
+        kiln_tensor *xt = NULL;
+        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){1, t->C, t->H, t->W}, 4, &xt);
+        float *xp = kiln_tensor_data(xt);
+        const float *wp = kiln_tensor_data(wt), *bp = bt ? kiln_tensor_data(bt) : NULL;
+        uint32_t seed = 7 + (uint32_t)ci;
+        for (int64_t i = 0; i < kiln_tensor_element_count(xt); i++) xp[i] = tmb_rand(&seed);
+        double *want = calloc((size_t)(t->M * OH * OW), sizeof(double));
+        for (int64_t mo = 0; mo < t->M; mo++)
+            for (int64_t i = 0; i < OH * OW; i++) want[mo * OH * OW + i] = bp ? bp[mo] : 0.0;
+        for (int64_t c = 0; c < t->C; c++)
+            for (int64_t ih = 0; ih < t->H; ih++)
+                for (int64_t iw = 0; iw < t->W; iw++)
+                    for (int64_t mo = 0; mo < t->M; mo++)
+                        for (int64_t kh = 0; kh < t->KH; kh++)
+                            for (int64_t kw = 0; kw < t->KW; kw++) {
+                                int64_t oh = ih * 2 - t->pad + kh, ow = iw * 2 - t->pad + kw;
+                                if (oh < 0 || oh >= OH || ow < 0 || ow >= OW) continue;
+                                want[(mo * OH + oh) * OW + ow] += (double)xp[(c * t->H + ih) * t->W + iw] *
+                                                                  wp[((c * t->M + mo) * t->KH + kh) * t->KW + kw];
+                            }
+        for (int threads = 1; threads <= 2; threads++) {
+            kiln_session_options *o = NULL;
+            kiln_session_options_create(&o);
+            kiln_session_options_set_cache(o, 0, NULL);
+            kiln_session_options_set_intra_op_threads(o, threads);
+            kiln_session *s = NULL;
+            CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
+            kiln_session_options_destroy(o);
+            const char *names[1] = {"x"};
+            kiln_tensor *ins[1] = {xt}, *yt = NULL;
+            if (s) CHECK_STATUS(kiln_session_run(s, names, ins, 1, NULL, 1, &yt), KILN_OK);
+            if (yt) {
+                CHECK_EQ_INT(kiln_tensor_element_count(yt), t->M * OH * OW);
+                const float *got = kiln_tensor_data(yt);
+                int64_t bad = 0;
+                for (int64_t i = 0; i < t->M * OH * OW && kiln_tensor_element_count(yt) == t->M * OH * OW; i++)
+                    bad += !(fabs(got[i] - want[i]) <= 1e-4 + 1e-4 * fabs(want[i]));
+                CHECK_MSG(bad == 0, "ConvTranspose case %zu, %d threads: %lld of %lld outputs differ", ci, threads,
+                          (long long)bad, (long long)(t->M * OH * OW));
+            }
+            kiln_tensor_destroy(yt);
+            kiln_session_destroy(s);
+        }
+        free(want);
+        kiln_tensor_destroy(xt);
+        kiln_tensor_destroy(wt);
+        kiln_tensor_destroy(bt);
+        free(m);
+    }
+}

@@ -1436,10 +1436,30 @@ static void col2im_range(void *arg, int64_t begin, int64_t end) {
                     if (ih < 0 || ih >= IH) continue;
                     float *irow = img + ih * IW + ow0;
                     const float *srow = src + gh * GW;
-                    if (sw == 1)
+                    if (sw == 1) {
                         for (int64_t gw = lo; gw < hi; gw++) irow[gw] += srow[gw];
-                    else
-                        for (int64_t gw = lo; gw < hi; gw++) irow[gw * sw] += srow[gw];
+                        continue;
+                    }
+                    int64_t gw = lo;
+#if defined(__AVX512F__)
+                    if (sw == 2) {
+                        /* 16 columns spread over the even lanes of two vectors, added and stored
+                         * under a mask of those lanes: the odd positions (another tap's) are not
+                         * touched (perf on a 2x2 s2 ConvTranspose: 15% in the scalar loop) */
+                        const __m512i lo8 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+                        const __m512i hi8 = _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+                        const __mmask16 even = 0x5555;
+                        for (; gw + 16 <= hi; gw += 16) {
+                            const __m512 sv = _mm512_loadu_ps(srow + gw);
+                            float *p = irow + 2 * gw;
+                            _mm512_mask_storeu_ps(p, even, _mm512_add_ps(_mm512_maskz_loadu_ps(even, p),
+                                                                         _mm512_permutexvar_ps(lo8, sv)));
+                            _mm512_mask_storeu_ps(p + 16, even, _mm512_add_ps(_mm512_maskz_loadu_ps(even, p + 16),
+                                                                              _mm512_permutexvar_ps(hi8, sv)));
+                        }
+                    }
+#endif
+                    for (; gw < hi; gw++) irow[gw * sw] += srow[gw];
                 }
                 continue;
             }
