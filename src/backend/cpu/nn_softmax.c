@@ -79,11 +79,18 @@ static inline __m512 sm_exp_neg(__m512 d) {
 
 static void row_softmax16(const float *x, float *y, int64_t n, int log) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 mv = ninf;
+    /* four running maxima: one chain of dependent vmaxps ran the pass at its latency */
+    __m512 mv = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
     int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        mv = _mm512_max_ps(_mm512_loadu_ps(x + i), mv);
+        m1 = _mm512_max_ps(_mm512_loadu_ps(x + i + 16), m1);
+        m2 = _mm512_max_ps(_mm512_loadu_ps(x + i + 32), m2);
+        m3 = _mm512_max_ps(_mm512_loadu_ps(x + i + 48), m3);
+    }
     for (; i + 16 <= n; i += 16) mv = _mm512_max_ps(_mm512_loadu_ps(x + i), mv);
     if (i < n) mv = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, kn_v16_tail(n - i), x + i), mv);
-    const float m = _mm512_reduce_max_ps(mv);
+    const float m = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(mv, m1), _mm512_max_ps(m2, m3)));
     const __m512 mm = _mm512_set1_ps(m);
     __m512 s0 = _mm512_setzero_ps(), s1 = s0;
     i = 0;
