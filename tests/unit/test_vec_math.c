@@ -38,6 +38,34 @@ KN_TEST(vec_math_sigmoid_extremes) {
     CHECK_MSG(s[11] == 0.5f && s[12] == 0.5f && u[11] == 0.0f, "sigmoid(0) = %g, silu(0) = %g", s[11], u[11]);
     CHECK_MSG(fabs(s[15] - 0.6224593312f) < 1e-7, "sigmoid(0.5) = %.9g", s[15]);
 }
+/* tanh: within 3e-7 of double everywhere, and exactly +-1 where float's tanh is (|x| > 9.01): a
+ * saturated value short of 1 times a large x (GELU's tanh form at a masked score of -1e4) was a
+ * visible error */
+KN_TEST(vec_math_tanh_accuracy_and_saturation) {
+    double worst = 0;
+    int not_one = 0;
+    for (double x0 = -30.0; x0 < 30.0; x0 += 0.0113) {
+        float x[16], y[16];
+        for (int l = 0; l < 16; l++) x[l] = (float)(x0 + l * 0.0007);
+        eval16(kn_v16_tanh, x, y);
+        for (int l = 0; l < 16; l++) {
+            const double want = tanh((double)x[l]);
+            if (fabs(want) > 1e-30) worst = fmax(worst, fabs(y[l] - want) / fabs(want));
+            if ((float)want == 1.0f || (float)want == -1.0f) not_one += y[l] != (float)want;
+        }
+    }
+    CHECK_MSG(worst < 3e-7, "tanh: max relative error %g", worst);
+    CHECK_MSG(not_one == 0, "tanh: %d arguments where float's tanh is +-1 give something else", not_one);
+    const float x[16] = {1e4f, -1e4f, 3e38f, -3e38f, INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 1e-30f, 9.5f, -9.5f, 8.0f, 0.5f, -0.5f, 20.0f};
+    float y[16];
+    eval16(kn_v16_tanh, x, y);
+    for (int l = 0; l < 6; l++) CHECK_MSG(y[l] == (x[l] > 0 ? 1.0f : -1.0f), "tanh(%g) = %.9g", x[l], y[l]);
+    CHECK_MSG(isnan(y[6]), "tanh(NaN) = %g", y[6]);
+    CHECK_MSG(y[7] == 0.0f && !signbit(y[7]) && y[8] == 0.0f && signbit(y[8]), "tanh(+-0) = %g, %g", y[7], y[8]);
+    CHECK_MSG(fabs(y[9] - 1e-30) < 3e-37, "tanh(1e-30) = %.9g", y[9]);
+    CHECK_MSG(y[10] == 1.0f && y[11] == -1.0f && y[15] == 1.0f, "tanh(+-9.5) = %.9g, %.9g", y[10], y[11]);
+    CHECK_MSG(fabs(y[13] - 0.46211715726f) < 2e-7 && y[14] == -y[13], "tanh(0.5) = %.9g", y[13]);
+}
 #else
 KN_TEST(vec_math_sigmoid_silu_accuracy) { KN_SKIP("no AVX-512 in this build"); }
 #endif
