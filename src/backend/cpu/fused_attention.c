@@ -31,18 +31,25 @@ typedef struct attn_job {
     /* per batch dim, the element stride of Q, KT, V and the mask (0 where it broadcasts) */
     int64_t bstride[4][KILN_MAX_RANK];
     int64_t ms_i, ms_j;            /* the mask's strides along Sq and Sk */
+    /* row strides of Q, KT (along its d rows, or along its keys when kt_by_key: K stored
+     * [key][d], an operand view of an untransposed K), V and Y; the output's batch strides */
+    int64_t q_rs, kt_ld, v_rs, y_rs;
+    bool kt_by_key;
+    int64_t y_bstride[KILN_MAX_RANK];
     int64_t rows_per_block;
     int64_t blocks;                /* row blocks per batch entry */
     kiln_status status;
 } attn_job;
 
 /* Element offsets of batch entry b in Q, KT, V and the mask. */
-static void batch_offsets(const attn_job *j, int64_t b, int64_t off[4]) {
-    off[0] = off[1] = off[2] = off[3] = 0;
+/* Element offsets of batch entry b in Q, KT, V, the mask and Y. */
+static void batch_offsets(const attn_job *j, int64_t b, int64_t off[5]) {
+    off[0] = off[1] = off[2] = off[3] = off[4] = 0;
     for (int d = j->nb - 1; d >= 0; d--) {
         int64_t i = b % j->bdims[d];
         b /= j->bdims[d];
         for (int t = 0; t < 4; t++) off[t] += i * j->bstride[t][d];
+        off[4] += i * j->y_bstride[d];
     }
 }
 
@@ -109,14 +116,14 @@ static void attn_range(void *arg, int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++) {
         int64_t b = t / j->blocks, blk = t % j->blocks;
         int64_t i0 = blk * j->rows_per_block, rows = j->sq - i0 < j->rows_per_block ? j->sq - i0 : j->rows_per_block;
-        int64_t off[4];
+        int64_t off[5];
         batch_offsets(j, b, off);
-        const float *q = j->q + off[0] + i0 * j->d;
+        const float *q = j->q + off[0] + i0 * j->q_rs;
         const float *kt = j->kt + off[1];
         const float *v = j->v + off[2];
-        float *y = j->y + (b * j->sq + i0) * j->dv;
+        float *y = j->y + off[4] + i0 * j->y_rs;
         if (j->d > 0) {
-            if (kn_sgemm(NULL, false, false, rows, j->sk, j->d, j->scale, q, j->d, kt, j->sk, 0.0f, s, j->sk)) {
+            if (kn_sgemm(NULL, false, j->kt_by_key, rows, j->sk, j->d, j->scale, q, j->q_rs, kt, j->kt_ld, 0.0f, s, j->sk)) {
                 j->status = KILN_ERR_OUT_OF_MEMORY;
                 break;
             }
@@ -124,7 +131,7 @@ static void attn_range(void *arg, int64_t t0, int64_t t1) {
             memset(s, 0, sizeof(float) * (size_t)(rows * j->sk));
         }
         softmax_rows(j, s, rows, i0, off[3]);
-        if (j->dv > 0 && kn_sgemm(NULL, false, false, rows, j->dv, j->sk, 1.0f, s, j->sk, v, j->dv, 0.0f, y, j->dv)) {
+        if (j->dv > 0 && kn_sgemm(NULL, false, false, rows, j->dv, j->sk, 1.0f, s, j->sk, v, j->v_rs, 0.0f, y, j->y_rs)) {
             j->status = KILN_ERR_OUT_OF_MEMORY;
             break;
         }
@@ -163,10 +170,12 @@ static bool batch_strides(const kn_tensor *t, int r, const int64_t *bdims, int64
     return true;
 }
 
-static kiln_status fused_attention_dense(kn_kernel_ctx *c);
+static kiln_status fused_attention_dense(kn_kernel_ctx *c, const kn_attn_view *const *vw);
+static bool views_direct(const kn_attn_view *const *vw);
 
-/* With operand views (fold_attention_views): each viewed operand gathered into a dense copy, Y
- * computed into one and scattered through its view. */
+/* With operand views (fold_attention_views) the kernel cannot read in place (a row whose last dim
+ * is not contiguous): each viewed operand gathered into a dense copy, Y computed into one and
+ * scattered through its view. */
 static kiln_status fused_attention_views(kn_kernel_ctx *c, const kn_attn_view *v, const int *has) {
     kn_tensor *tmp[4] = {NULL, NULL, NULL, NULL};
     kn_tensor *ins[4] = {c->in[0], c->in[1], c->in[2], c->n_inputs > 3 ? c->in[3] : NULL}, *outs[1] = {c->out[0]};
@@ -196,7 +205,8 @@ static kiln_status fused_attention_views(kn_kernel_ctx *c, const kn_attn_view *v
         kn_kernel_ctx dense = *c;
         dense.in = ins;
         dense.out = outs;
-        st = fused_attention_dense(&dense);
+        const kn_attn_view *none[4] = {NULL, NULL, NULL, NULL};
+        st = fused_attention_dense(&dense, none);
     }
     if (st == KILN_OK && has[3]) kn_attn_view_copy(kiln_dtype_size(c->out[0]->dtype), c->out[0]->data, &v[3], tmp[3]->data, false);
     for (int i = 0; i < 4; i++) kn_tensor_free(tmp[i]);
@@ -212,35 +222,96 @@ kiln_status kn_cpu_fused_attention(kn_kernel_ctx *c) {
         if (has[i] < 0) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
         any |= has[i];
     }
-    return any ? fused_attention_views(c, v, has) : fused_attention_dense(c);
+    const kn_attn_view *vw[4];
+    for (int i = 0; i < 4; i++) vw[i] = has[i] ? &v[i] : NULL;
+    if (any && !views_direct(vw)) return fused_attention_views(c, v, has);
+    for (int i = 0; i < 4; i++) /* read and written in place: the views must lie inside the tensors */
+        if (vw[i] && !kn_attn_view_fits(vw[i], kn_tensor_count(i < 3 ? c->in[i] : c->out[0])))
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "%s does not fit the %s tensor of %lld elements", kn_attn_view_name(i),
+                                   i < 3 ? "input" : "output", (long long)kn_tensor_count(i < 3 ? c->in[i] : c->out[0]));
+    return fused_attention_dense(c, vw);
 }
 
-static kiln_status fused_attention_dense(kn_kernel_ctx *c) {
-    const kn_tensor *Q = c->in[0], *KT = c->in[1], *V = c->in[2], *M = c->n_inputs > 3 ? c->in[3] : NULL;
+/* An operand's dims and element strides: its view's, or the tensor's own (contiguous). */
+typedef struct operand {
+    int rank;
+    int64_t dims[KILN_MAX_RANK], strides[KILN_MAX_RANK];
+    float *data;
+} operand;
+
+static void operand_of(const kn_tensor *t, const kn_attn_view *v, operand *o) {
+    if (v) {
+        o->rank = v->rank;
+        for (int k = 0; k < v->rank; k++) o->dims[k] = v->dims[k], o->strides[k] = v->strides[k];
+        o->data = (float *)t->data + v->offset;
+        return;
+    }
+    o->rank = t->rank;
+    int64_t st = 1;
+    for (int k = t->rank - 1; k >= 0; k--) {
+        o->dims[k] = t->dims[k];
+        o->strides[k] = st;
+        st *= t->dims[k];
+    }
+    o->data = t->data;
+}
+
+/* Whether the kernel reads (writes) these views in place: rows with their last dim contiguous
+ * (for KT, either of its two dims). */
+static bool views_direct(const kn_attn_view *const *vw) {
+    for (int i = 0; i < 4; i++) {
+        if (!vw[i]) continue;
+        const int r = vw[i]->rank;
+        if (r < 2) return false;
+        if (vw[i]->strides[r - 1] != 1 && !(i == 1 && vw[i]->strides[r - 2] == 1)) return false;
+    }
+    return true;
+}
+
+/* vw[i]: operand i's view (Q, KT, V, Y), or NULL for the tensor itself; views_direct holds. */
+static kiln_status fused_attention_dense(kn_kernel_ctx *c, const kn_attn_view *const *vw) {
+    const kn_tensor *M = c->n_inputs > 3 ? c->in[3] : NULL;
     kn_tensor *Y = c->out[0];
-    int r = Q->rank;
-    if (r < 2 || KT->rank != r || V->rank != r || Y->rank != r || (M && M->rank > r))
+    if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
+    operand q, kt, v, y;
+    operand_of(c->in[0], vw[0], &q);
+    operand_of(c->in[1], vw[1], &kt);
+    operand_of(c->in[2], vw[2], &v);
+    operand_of(Y, vw[3], &y);
+    int r = q.rank;
+    if (r < 2 || kt.rank != r || v.rank != r || y.rank != r || (M && M->rank > r))
         return kn_kernel_error(c, KILN_ERR_SHAPE, "Q, KT, V and the output must have the same rank >= 2");
     attn_job j;
     memset(&j, 0, sizeof j);
-    j.sq = Q->dims[r - 2];
-    j.d = Q->dims[r - 1];
-    j.sk = KT->dims[r - 1];
-    j.dv = V->dims[r - 1];
-    if (KT->dims[r - 2] != j.d || V->dims[r - 2] != j.sk || Y->dims[r - 2] != j.sq || Y->dims[r - 1] != j.dv)
+    j.sq = q.dims[r - 2];
+    j.d = q.dims[r - 1];
+    j.sk = kt.dims[r - 1];
+    j.dv = v.dims[r - 1];
+    if (kt.dims[r - 2] != j.d || v.dims[r - 2] != j.sk || y.dims[r - 2] != j.sq || y.dims[r - 1] != j.dv)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "Q [.., %lld, %lld], KT [.., %lld, %lld] and V [.., %lld, %lld] do not fit",
-                               (long long)j.sq, (long long)j.d, (long long)KT->dims[r - 2], (long long)j.sk,
-                               (long long)V->dims[r - 2], (long long)j.dv);
+                               (long long)j.sq, (long long)j.d, (long long)kt.dims[r - 2], (long long)j.sk,
+                               (long long)v.dims[r - 2], (long long)j.dv);
     j.batch = 1;
     j.nb = r - 2;
     for (int d = 0; d < r - 2; d++) {
-        j.bdims[d] = Y->dims[d];
-        j.batch *= Y->dims[d];
+        j.bdims[d] = y.dims[d];
+        j.y_bstride[d] = y.strides[d];
+        j.batch *= y.dims[d];
     }
-    const kn_tensor *ops[4] = {Q, KT, V, M};
-    for (int t = 0; t < 4; t++)
-        if (ops[t] && !batch_strides(ops[t], r, j.bdims, j.bstride[t]))
-            return kn_kernel_error(c, KILN_ERR_SHAPE, "the batch dims of input %d do not broadcast to the output's", t);
+    const operand *ops[3] = {&q, &kt, &v};
+    for (int t = 0; t < 3; t++)
+        for (int d = 0; d < r - 2; d++) {
+            if (ops[t]->dims[d] != 1 && ops[t]->dims[d] != j.bdims[d])
+                return kn_kernel_error(c, KILN_ERR_SHAPE, "the batch dims of input %d do not broadcast to the output's", t);
+            j.bstride[t][d] = ops[t]->dims[d] == 1 ? 0 : ops[t]->strides[d];
+        }
+    if (M && !batch_strides(M, r, j.bdims, j.bstride[3]))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "the batch dims of input 3 do not broadcast to the output's");
+    j.q_rs = q.strides[r - 2];
+    j.kt_by_key = kt.strides[r - 1] != 1;
+    j.kt_ld = j.kt_by_key ? kt.strides[r - 1] : kt.strides[r - 2];
+    j.v_rs = v.strides[r - 2];
+    j.y_rs = y.strides[r - 2];
     if (M) {
         int64_t mi = M->rank >= 2 ? M->dims[M->rank - 2] : 1, mj = M->rank >= 1 ? M->dims[M->rank - 1] : 1;
         if ((mi != 1 && mi != j.sq) || (mj != 1 && mj != j.sk))
@@ -251,10 +322,10 @@ static kiln_status fused_attention_dense(kn_kernel_ctx *c) {
         j.mask = M->data;
         j.mask_bool = M->dtype == KILN_DTYPE_BOOL;
     }
-    j.q = Q->data;
-    j.kt = KT->data;
-    j.v = V->data;
-    j.y = Y->data;
+    j.q = q.data;
+    j.kt = kt.data;
+    j.v = v.data;
+    j.y = y.data;
     j.scale = kn_attr_float(c->node, "scale", 1.0f);
     j.nan_to_zero = kn_attr_int(c->node, "nan_to_zero", 0) != 0;
     if (j.batch == 0 || j.sq == 0 || j.dv == 0) return KILN_OK;
