@@ -180,6 +180,8 @@ static const struct {
                       "progress on a terminal; 1 shows it in logs too, 0 never"},
     {"KILN_CACHE_MAX_SIZE", "the cache directory's size limit (500M, 2G); the least recently used entries go"},
     {"KILN_MEMORY_PLAN", "0 turns the planned activation arena off"},
+    {"KILN_OUTPUTS_IN_PLACE", "0 makes kiln_session_run_into copy each output into the caller's tensor after the run "
+                              "instead of the node writing it there"},
     {"KILN_LAYOUT", "nhwc forms level 3's channels-last regions at any batch, nchw never"},
     {"KILN_MAX_TENSOR_BYTES", "the largest tensor a model may make (a hostile model's shapes are refused above it)"},
     {"KILN_ALLOW_HARDLINKS", "1 accepts external data files with hard links from outside the model's folder"},
