@@ -1706,6 +1706,7 @@ KN_TEST(opt_layout_nhwc_regions_match_nchw) {
     unsetenv("KILN_LAYOUT");
 }
 
+#ifdef KILN_HAVE_CUDA /* only the CUDA build's test counts them */
 static int count_nhwc_in(const kn_model *m) {
     int n = 0;
     for (int i = 0; m && i < m->graph->n_nodes; i++) {
@@ -1716,6 +1717,7 @@ static int count_nhwc_in(const kn_model *m) {
     }
     return n;
 }
+#endif
 
 /* layout_nhwc's auto rule, judged from CUDA's kernel tables (no GPU needed): channels last for a
  * device provider's float16/bfloat16 convolutions (activations=half) at a known batch of 4 or more,

@@ -55,7 +55,7 @@ static int axis_order(const kn_resize_plan *p, int *order) {
     for (int a = 0; a < rank; a++)
         if (!axis_is_identity(p, a)) order[n_ax++] = a;
     if (n_ax < 2 || n_ax > 4) return n_ax;
-    int perm[4], best[4];
+    int perm[4], best[4] = {0, 1, 2, 3};
     double best_cost = -1;
     for (int i = 0; i < n_ax; i++) perm[i] = i;
     for (;;) {
