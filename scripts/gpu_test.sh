@@ -24,7 +24,10 @@
 # KILN_NODE_TESTS (default $KILN_BUILD/nodetests, written by tests/conformance/write_node_tests.py),
 # KILN_CUDA_ARCH (CMAKE_CUDA_ARCHITECTURES, default: the toolkit's "native" when a GPU is there),
 # KILN_GPU_LOGS (a folder for the full logs), KILN_GPU_SANITIZE=1 (also compute-sanitizer memcheck
-# over the zoo), KILN_GPU_SHARDS (parallel node-test processes, default 8).
+# over the zoo), KILN_GPU_SHARDS (parallel node-test processes, default 8), KILN_GPU_ONLY (an
+# extended regex: only the parts whose names match run, the others count as one skip each; the
+# device machine's calls last 10 minutes, so the suite can be split, e.g. 'unit|zoo|cache' and
+# 'node tests|equivalence|fuzz|Python|contrib|control').
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -48,8 +51,16 @@ add_line() { # NAME LINE
 
 result_line() { grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$1" | tail -1; }
 
+# KILN_GPU_ONLY: whether part NAME runs (a part left out counts as one skip)
+selected() {
+  [ -z "${KILN_GPU_ONLY:-}" ] && return 0
+  echo "$1" | grep -Eq -- "$KILN_GPU_ONLY" && return 0
+  echo "=== $1: not selected (KILN_GPU_ONLY)"; total_skip=$((total_skip + 1)); summary+=("$1: not selected"); return 1
+}
+
 part() { # NAME LOGFILE COMMAND...
   local name="$1" log="$2"; shift 2
+  selected "$name" || return 0
   echo "=== $name: $*"
   "$@" >"$log" 2>&1
   local rc=$?
@@ -128,6 +139,8 @@ fi
 # shard that dies is run again with one process per test.
 run_node_tests() { # NAME TAG COUNTED(0|1) EXTRA-ARGS...
   local name="$1" tag="$2" counted="$3"; shift 3
+  # the CPU baseline runs whenever a counted node-test part does (it makes their expected failures)
+  if [ "$counted" = 1 ]; then selected "$name" || return 0; fi
   local n=${#node_list[@]} per=$(( (${#node_list[@]} + shards - 1) / shards )) i
   echo "=== $name: ${n} tests in $shards shards"
   for ((i = 0; i < shards; i++)); do
@@ -164,6 +177,7 @@ run_node_tests() { # NAME TAG COUNTED(0|1) EXTRA-ARGS...
 }
 
 if [ ${#node_list[@]} -gt 0 ]; then
+ if [ -z "${KILN_GPU_ONLY:-}" ] || echo "node tests, providers cuda,cpu" | grep -Eq -- "$KILN_GPU_ONLY"; then
   # the CPU's own results first: what fails there is expected to fail with cuda,cpu too
   run_node_tests "node tests, cpu (baseline, not counted)" cpu 0 --provider cpu
   sed -E 's/^FAIL ([^:]*):.*/\1/' "$logs/cpu_failures.txt" >"$logs/cpu_expected_failures.txt"
@@ -172,6 +186,7 @@ if [ ${#node_list[@]} -gt 0 ]; then
   for level in 0 3; do
     run_node_tests "node tests, providers cuda,cpu, level $level" "cuda_l$level" 1 --provider cuda,cpu --opt-level "$level" \
       --expected-failures "$logs/cpu_expected_failures.txt"
+    [ -f "$logs/cuda_l${level}_failures.txt" ] || continue # not selected
     fails=$(wc -l <"$logs/cuda_l${level}_failures.txt")
     awk -v c="$cpu_pass" -v f="$fails" -v l="$level" \
       'BEGIN { if (c > 0) printf "    level %s: %d of the %d node tests that pass on the CPU pass with cuda,cpu (%.1f%%)\n", l, c - f, c, 100 * (c - f) / c }' |
@@ -181,6 +196,9 @@ if [ ${#node_list[@]} -gt 0 ]; then
     --provider cuda,cpu --opt-level 0 --expected-failures "$logs/cpu_expected_failures.txt"
   KILN_LAYOUT=nhwc run_node_tests "node tests, providers cuda,cpu, level 3, channels last" cuda_nhwc 1 \
     --provider cuda,cpu --opt-level 3 --expected-failures "$logs/cpu_expected_failures.txt"
+ else
+  echo "=== node tests with cuda,cpu: not selected (KILN_GPU_ONLY)"; total_skip=$((total_skip + 4))
+ fi
   # If, Loop and Scan on CUDA (cuda_ops_control.c): the node tests whose models hold them, with
   # provider cuda alone, so a CPU fallback fails; left out are those carrying sequences or optionals
   # (test_if_seq, test_if_opt, test_loop13_seq, test_loop16_seq_none, the expanded sequence_map
