@@ -345,6 +345,17 @@ int kn_attn_view_get(const kn_node *n, int operand, kn_attn_view *v, char *why, 
     return 1;
 }
 
+void kn_attn_view_whole(const kn_tensor *t, kn_attn_view *v) {
+    memset(v, 0, sizeof *v);
+    v->rank = t->rank;
+    int64_t st = 1;
+    for (int k = t->rank - 1; k >= 0; k--) {
+        v->dims[k] = t->dims[k];
+        v->strides[k] = st;
+        st *= t->dims[k];
+    }
+}
+
 bool kn_attn_view_fits(const kn_attn_view *v, int64_t count) {
     int64_t last = v->offset;
     for (int k = 0; k < v->rank; k++) {

@@ -97,10 +97,10 @@ void kn_stacked_lstm_layer(const kn_kernel_ctx *fused, int layer, kn_tensor *x, 
  * attribute holds [rank, dims..., offset, strides...]. */
 #define KN_ATTN_VIEW_MAX_RANK 4
 typedef struct kn_attn_view {
-    int rank;
-    int64_t dims[KN_ATTN_VIEW_MAX_RANK];
+    int rank; /* at most KN_ATTN_VIEW_MAX_RANK from the attribute; any for a whole tensor */
+    int64_t dims[KILN_MAX_RANK];
     int64_t offset;
-    int64_t strides[KN_ATTN_VIEW_MAX_RANK];
+    int64_t strides[KILN_MAX_RANK];
 } kn_attn_view;
 enum { KN_ATTN_Q, KN_ATTN_KT, KN_ATTN_V, KN_ATTN_Y };
 /* The attribute name of an operand's view ("q_view", "kt_view", "v_view", "y_view"). */
@@ -108,6 +108,9 @@ const char *kn_attn_view_name(int operand);
 /* Reads operand's view: 0 when the node has none, 1 when *v is set, -1 when the attribute is
  * malformed (why says how). */
 int kn_attn_view_get(const kn_node *n, int operand, kn_attn_view *v, char *why, size_t cap);
+/* A whole tensor as a view of itself (contiguous strides, offset 0): the kernels take every
+ * operand as a view, the node's or this. */
+void kn_attn_view_whole(const kn_tensor *t, kn_attn_view *v);
 /* Whether every element of the view lies inside a tensor of `count` elements. */
 bool kn_attn_view_fits(const kn_attn_view *v, int64_t count);
 /* Host copy between a view of `base` (elements of es bytes) and a dense tensor of the view's

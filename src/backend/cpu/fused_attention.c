@@ -232,30 +232,6 @@ kiln_status kn_cpu_fused_attention(kn_kernel_ctx *c) {
     return fused_attention_dense(c, vw);
 }
 
-/* An operand's dims and element strides: its view's, or the tensor's own (contiguous). */
-typedef struct operand {
-    int rank;
-    int64_t dims[KILN_MAX_RANK], strides[KILN_MAX_RANK];
-    float *data;
-} operand;
-
-static void operand_of(const kn_tensor *t, const kn_attn_view *v, operand *o) {
-    if (v) {
-        o->rank = v->rank;
-        for (int k = 0; k < v->rank; k++) o->dims[k] = v->dims[k], o->strides[k] = v->strides[k];
-        o->data = (float *)t->data + v->offset;
-        return;
-    }
-    o->rank = t->rank;
-    int64_t st = 1;
-    for (int k = t->rank - 1; k >= 0; k--) {
-        o->dims[k] = t->dims[k];
-        o->strides[k] = st;
-        st *= t->dims[k];
-    }
-    o->data = t->data;
-}
-
 /* Whether the kernel reads (writes) these views in place: rows with their last dim contiguous
  * (for KT, either of its two dims). */
 static bool views_direct(const kn_attn_view *const *vw) {
@@ -273,11 +249,14 @@ static kiln_status fused_attention_dense(kn_kernel_ctx *c, const kn_attn_view *c
     const kn_tensor *M = c->n_inputs > 3 ? c->in[3] : NULL;
     kn_tensor *Y = c->out[0];
     if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
-    operand q, kt, v, y;
-    operand_of(c->in[0], vw[0], &q);
-    operand_of(c->in[1], vw[1], &kt);
-    operand_of(c->in[2], vw[2], &v);
-    operand_of(Y, vw[3], &y);
+    /* each operand as a view: the node's, or the whole tensor */
+    kn_attn_view q, kt, v, y;
+    kn_tensor *const ts[4] = {c->in[0], c->in[1], c->in[2], Y};
+    kn_attn_view *const ops4[4] = {&q, &kt, &v, &y};
+    for (int i = 0; i < 4; i++) {
+        if (vw[i]) *ops4[i] = *vw[i];
+        else kn_attn_view_whole(ts[i], ops4[i]);
+    }
     int r = q.rank;
     if (r < 2 || kt.rank != r || v.rank != r || y.rank != r || (M && M->rank > r))
         return kn_kernel_error(c, KILN_ERR_SHAPE, "Q, KT, V and the output must have the same rank >= 2");
@@ -298,7 +277,7 @@ static kiln_status fused_attention_dense(kn_kernel_ctx *c, const kn_attn_view *c
         j.y_bstride[d] = y.strides[d];
         j.batch *= y.dims[d];
     }
-    const operand *ops[3] = {&q, &kt, &v};
+    const kn_attn_view *ops[3] = {&q, &kt, &v};
     for (int t = 0; t < 3; t++)
         for (int d = 0; d < r - 2; d++) {
             if (ops[t]->dims[d] != 1 && ops[t]->dims[d] != j.bdims[d])
@@ -322,10 +301,10 @@ static kiln_status fused_attention_dense(kn_kernel_ctx *c, const kn_attn_view *c
         j.mask = M->data;
         j.mask_bool = M->dtype == KILN_DTYPE_BOOL;
     }
-    j.q = q.data;
-    j.kt = kt.data;
-    j.v = v.data;
-    j.y = y.data;
+    j.q = (const float *)c->in[0]->data + q.offset;
+    j.kt = (const float *)c->in[1]->data + kt.offset;
+    j.v = (const float *)c->in[2]->data + v.offset;
+    j.y = (float *)Y->data + y.offset;
     j.scale = kn_attr_float(c->node, "scale", 1.0f);
     j.nan_to_zero = kn_attr_int(c->node, "nan_to_zero", 0) != 0;
     if (j.batch == 0 || j.sq == 0 || j.dv == 0) return KILN_OK;

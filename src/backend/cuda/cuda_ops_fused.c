@@ -141,30 +141,17 @@ static kn_tensor view_of(kiln_dtype dt, int rank, const int64_t *dims, void *dat
  * faster (kn_cu_flash_attention says where). KILN_ERR_UNSUPPORTED (nothing run) sends the node to
  * the general form. KILN_CUDA_FLASH=0 asks for the general form everywhere, =1 for the one kernel
  * wherever it applies (to compare the two). */
-/* An operand as the kernels see it: its dims and element strides over base (a view's, or the
- * tensor's own, contiguous). */
+/* An operand as the kernels see it: its view (the node's, or the whole tensor) and the address of
+ * the view's first element. */
 typedef struct attn_operand {
-    int rank;
-    int64_t dims[KILN_MAX_RANK], strides[KILN_MAX_RANK];
+    kn_attn_view v;
     char *base;
 } attn_operand;
 
 static void operand_of(const kn_tensor *t, const kn_attn_view *v, attn_operand *o) {
-    const size_t es = kiln_dtype_size(t->dtype);
-    if (v) {
-        o->rank = v->rank;
-        for (int k = 0; k < v->rank; k++) o->dims[k] = v->dims[k], o->strides[k] = v->strides[k];
-        o->base = (char *)t->data + (size_t)v->offset * es;
-        return;
-    }
-    o->rank = t->rank;
-    int64_t st = 1;
-    for (int k = t->rank - 1; k >= 0; k--) {
-        o->dims[k] = t->dims[k];
-        o->strides[k] = st;
-        st *= t->dims[k];
-    }
-    o->base = t->data;
+    if (v) o->v = *v;
+    else kn_attn_view_whole(t, &o->v);
+    o->base = (char *)t->data + (size_t)o->v.offset * kiln_dtype_size(t->dtype);
 }
 
 static kiln_status run_flash_attention(kn_cuda *cu, kn_kernel_ctx *c, float scale, const attn_operand *op) {
@@ -172,30 +159,31 @@ static kiln_status run_flash_attention(kn_cuda *cu, kn_kernel_ctx *c, float scal
     const bool enabled = !(flag && !strcmp(flag, "0")), force = flag && !strcmp(flag, "1");
     const kn_tensor *Q = c->in[0], *KT = c->in[1], *V = c->in[2], *M = c->n_inputs > 3 ? c->in[3] : NULL;
     const attn_operand *q = &op[0], *k = &op[1], *v = &op[2], *y = &op[3];
-    const int r = q->rank, nb = r - 2;
+    const int r = q->v.rank, nb = r - 2;
     const kiln_dtype dt = Q->dtype;
     if (!enabled || (dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16) || nb < 1 || nb > 2 || KT->dtype != dt ||
         V->dtype != dt)
         return KILN_ERR_UNSUPPORTED;
-    const int64_t sq = q->dims[r - 2], d = q->dims[r - 1], sk = k->dims[r - 1];
-    if (k->dims[r - 2] != d || v->dims[r - 2] != sk || v->dims[r - 1] != d || (d != 32 && d != 64 && d != 128))
+    const int64_t sq = q->v.dims[r - 2], d = q->v.dims[r - 1], sk = k->v.dims[r - 1];
+    if (k->v.dims[r - 2] != d || v->v.dims[r - 2] != sk || v->v.dims[r - 1] != d || (d != 32 && d != 64 && d != 128))
         return KILN_ERR_UNSUPPORTED;
     for (int i = 0; i < nb; i++)
-        if (q->dims[i] != y->dims[i] || k->dims[i] != y->dims[i] || v->dims[i] != y->dims[i]) return KILN_ERR_UNSUPPORTED;
+        if (q->v.dims[i] != y->v.dims[i] || k->v.dims[i] != y->v.dims[i] || v->v.dims[i] != y->v.dims[i])
+            return KILN_ERR_UNSUPPORTED;
     /* the head dim contiguous in Q, V and Y; K with its keys or its head dim contiguous */
-    if (q->strides[r - 1] != 1 || v->strides[r - 1] != 1 || y->strides[r - 1] != 1) return KILN_ERR_UNSUPPORTED;
-    if (k->strides[r - 1] != 1 && k->strides[r - 2] != 1) return KILN_ERR_UNSUPPORTED;
+    if (q->v.strides[r - 1] != 1 || v->v.strides[r - 1] != 1 || y->v.strides[r - 1] != 1) return KILN_ERR_UNSUPPORTED;
+    if (k->v.strides[r - 1] != 1 && k->v.strides[r - 2] != 1) return KILN_ERR_UNSUPPORTED;
     kn_cu_flash f;
     memset(&f, 0, sizeof f);
     f.q = q->base, f.k = k->base, f.v = v->base, f.y = y->base;
-    f.b0 = nb == 2 ? y->dims[0] : 1, f.b1 = y->dims[nb - 1];
+    f.b0 = nb == 2 ? y->v.dims[0] : 1, f.b1 = y->v.dims[nb - 1];
     f.sq = sq, f.sk = sk, f.d = d, f.scale = scale;
     f.nan_to_zero = kn_attr_int(c->node, "nan_to_zero", 0) != 0;
     f.force = force;
-    f.q_si = q->strides[r - 2], f.q_s1 = q->strides[nb - 1], f.q_s0 = nb == 2 ? q->strides[0] : 0;
-    f.k_sj = k->strides[r - 1], f.k_sc = k->strides[r - 2], f.k_s1 = k->strides[nb - 1], f.k_s0 = nb == 2 ? k->strides[0] : 0;
-    f.v_sj = v->strides[r - 2], f.v_s1 = v->strides[nb - 1], f.v_s0 = nb == 2 ? v->strides[0] : 0;
-    f.y_si = y->strides[r - 2], f.y_s1 = y->strides[nb - 1], f.y_s0 = nb == 2 ? y->strides[0] : 0;
+    f.q_si = q->v.strides[r - 2], f.q_s1 = q->v.strides[nb - 1], f.q_s0 = nb == 2 ? q->v.strides[0] : 0;
+    f.k_sj = k->v.strides[r - 1], f.k_sc = k->v.strides[r - 2], f.k_s1 = k->v.strides[nb - 1], f.k_s0 = nb == 2 ? k->v.strides[0] : 0;
+    f.v_sj = v->v.strides[r - 2], f.v_s1 = v->v.strides[nb - 1], f.v_s0 = nb == 2 ? v->v.strides[0] : 0;
+    f.y_si = y->v.strides[r - 2], f.y_s1 = y->v.strides[nb - 1], f.y_s0 = nb == 2 ? y->v.strides[0] : 0;
     if (M) {
         if (M->dtype != KILN_DTYPE_BOOL && M->dtype != dt) return KILN_ERR_UNSUPPORTED;
         if (M->rank > r) return KILN_ERR_UNSUPPORTED;
@@ -224,9 +212,9 @@ static kiln_status view_copy(kn_cuda *cu, kn_kernel_ctx *c, kiln_dtype dt, const
     kn_cu_attn_copy_dims g;
     int64_t acc = 1;
     for (int k = 3; k >= 0; k--) {
-        const int src = k - (4 - o->rank);
-        g.dims[k] = src >= 0 ? o->dims[src] : 1;
-        const int64_t vs = src >= 0 ? o->strides[src] : 0;
+        const int src = k - (4 - o->v.rank);
+        g.dims[k] = src >= 0 ? o->v.dims[src] : 1;
+        const int64_t vs = src >= 0 ? o->v.strides[src] : 0;
         if (to_dense) g.src[k] = vs, g.dst[k] = acc;
         else g.src[k] = acc, g.dst[k] = vs;
         acc *= g.dims[k];
@@ -259,10 +247,10 @@ static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
                                    i < 3 ? "input" : "output", (long long)kn_tensor_count(ts[i]));
         operand_of(ts[i], has[i] > 0 ? &vw[i] : NULL, &op[i]);
     }
-    const int r = op[0].rank;
-    if (r >= 2 && op[1].rank == r && op[2].rank == r && op[3].rank == r && op[1].dims[r - 1] > 0 && op[0].dims[r - 2] > 0) {
+    const int r = op[0].v.rank;
+    if (r >= 2 && op[1].v.rank == r && op[2].v.rank == r && op[3].v.rank == r && op[1].v.dims[r - 1] > 0 && op[0].v.dims[r - 2] > 0) {
         int64_t batch = 1;
-        for (int i = 0; i < r - 2; i++) batch *= op[3].dims[i];
+        for (int i = 0; i < r - 2; i++) batch *= op[3].v.dims[i];
         if (batch > 0) {
             kiln_status fst = run_flash_attention(cu, c, kn_attr_float(c->node, "scale", 1.0f), op);
             if (fst != KILN_ERR_UNSUPPORTED) return fst;
@@ -279,11 +267,11 @@ static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
         if (has[i] <= 0) continue;
         const kiln_dtype dt = ts[i]->dtype;
         int64_t n = 1;
-        for (int k = 0; k < op[i].rank; k++) n *= op[i].dims[k];
+        for (int k = 0; k < op[i].v.rank; k++) n *= op[i].v.dims[k];
         bytes[i] = (size_t)n * kiln_dtype_size(dt);
         st = kn_cu_scratch(cu, bytes[i] ? bytes[i] : 1, &buf[i]);
         if (st != KILN_OK) break;
-        hdr[i] = view_of(dt, op[i].rank, op[i].dims, buf[i]);
+        hdr[i] = view_of(dt, op[i].v.rank, op[i].v.dims, buf[i]);
         hdr[i].nbytes = bytes[i];
         if (i < 3) {
             st = view_copy(cu, c, dt, &op[i], buf[i], true);
