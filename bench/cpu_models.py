@@ -47,7 +47,15 @@ def export(name, path):
         args, names = (torch.randn(1, 3, 224, 224),), ["input"]
     elif name == "bert_base":
         from transformers import BertConfig, BertModel
-        m = BertModel(BertConfig()).eval()  # bert-base-uncased's shape: 12 layers, 768 wide
+
+        class Bert(torch.nn.Module):  # keyword arguments: transformers 5 reordered forward's
+            def __init__(self):
+                super().__init__()
+                self.m = BertModel(BertConfig())  # bert-base-uncased's shape: 12 layers, 768 wide
+
+            def forward(self, input_ids, attention_mask):
+                return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        m = Bert().eval()
         ids = torch.randint(0, 30522, (1, 128))
         args, names = (ids, torch.ones(1, 128, dtype=torch.int64)), ["input_ids", "attention_mask"]
     else:
