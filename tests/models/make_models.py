@@ -221,6 +221,9 @@ def tiny_rnn():
 
 def write(out, name, model, data):
     import onnxruntime as ort
+    # IR 10 (ONNX 1.16): what every ONNX Runtime still in use loads (the GPU host's 1.30 refuses the
+    # IR version newer onnx packages write by default); nothing here needs a newer one
+    model.ir_version = min(model.ir_version, 10)
     onnx.checker.check_model(model)
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
