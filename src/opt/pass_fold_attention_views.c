@@ -328,11 +328,15 @@ static bool rebase_rows(kn_attn_view *v, int64_t n, int64_t n_total, int64_t off
     return true;
 }
 
-static kiln_status merge_projections(kn_opt_ctx *c, const int *chain_reader, int *src, kn_attn_view *av, bool *merged) {
+/* src[i]: the projections the attention node `attn` reads through views av[i]; chain_reader[i]:
+ * the first node of the chain the views replaced (dead to be), the projection's only other reader. */
+static kiln_status merge_projections(kn_opt_ctx *c, int attn, const int *chain_reader, int *src, kn_attn_view *av,
+                                     bool *merged) {
     *merged = false;
     projection p[3];
     for (int i = 0; i < 3; i++) {
-        if (!projection_of(c, src[i], &p[i]) || kn_opt_only_consumer(c, src[i]) != chain_reader[i]) return KILN_OK;
+        const int readers[2] = {chain_reader[i], attn};
+        if (!projection_of(c, src[i], &p[i]) || !kn_opt_used_only_by(c, src[i], readers, 2)) return KILN_OK;
         if (p[i].x != p[0].x || p[i].w->dims[0] != p[0].w->dims[0]) return KILN_OK;
         for (int j = 0; j < i; j++)
             if (src[j] == src[i]) return KILN_OK;
@@ -360,6 +364,15 @@ static kiln_status merge_projections(kn_opt_ctx *c, const int *chain_reader, int
             else memset((float *)b->data + off, 0, sizeof(float) * (size_t)n[i]);
         }
     }
+    /* the merged product's type, known now: the target check of the node that reads it needs it */
+    kn_type mt = c->g->values[p[0].x].type;
+    if (mt.kind != KN_TYPE_TENSOR || mt.rank < 1) {
+        kn_tensor_free(w);
+        kn_tensor_free(b);
+        return KILN_OK;
+    }
+    mt.dtype = KILN_DTYPE_FLOAT;
+    mt.dims[mt.rank - 1] = (kn_dim){nt, NULL};
     int wv = kn_opt_new_const(c, "qkv_weight", w);
     if (wv < 0) return KN_OOM();
     int bv = -1;
@@ -368,7 +381,7 @@ static kiln_status merge_projections(kn_opt_ctx *c, const int *chain_reader, int
     kn_proto_init(&pr, "", "MatMul");
     kn_proto_in(&pr, p[0].x);
     kn_proto_in(&pr, wv);
-    int mv = kn_opt_new_value(c, "qkv", NULL);
+    int mv = kn_opt_new_value(c, "qkv", &mt);
     if (mv < 0) return KN_OOM();
     kn_proto_out(&pr, mv);
     int made;
@@ -380,7 +393,7 @@ static kiln_status merge_projections(kn_opt_ctx *c, const int *chain_reader, int
         kn_proto_init(&pa, "", "Add");
         kn_proto_in(&pa, mv);
         kn_proto_in(&pa, bv);
-        if ((out = kn_opt_new_value(c, "qkv_biased", NULL)) < 0) return KN_OOM();
+        if ((out = kn_opt_new_value(c, "qkv_biased", &mt)) < 0) return KN_OOM();
         kn_proto_out(&pa, out);
         KN_TRY(kn_opt_emit(c, &pa, p[0].add >= 0 ? p[0].add : p[0].matmul, &made));
         if (made < 0) return KILN_OK; /* the lone MatMul goes as dead */
@@ -408,10 +421,6 @@ static kiln_status fold(kn_opt_ctx *c, int node) {
             has[i] = true;
             to_attn_view(&v, &av[i]);
         }
-    }
-    if (has[0] && has[1] && has[2]) {
-        KN_TRY(merge_projections(c, reader, in, av, &merged));
-        N = &c->g->nodes[node]; /* the arrays may have moved */
     }
     int y = N->outputs[0], out_nodes[MAX_CHAIN], n_out = 0;
     view yv;
@@ -441,6 +450,18 @@ static kiln_status fold(kn_opt_ctx *c, int node) {
     if (made < 0) return KILN_OK;
     kn_opt_kill(c, node);
     for (int k = 0; k < n_out; k++) kn_opt_kill(c, out_nodes[k]);
+    /* the node the target took: its three projections as one product, when they are (its
+     * operands then read the merged product through rebased views) */
+    if (has[0] && has[1] && has[2]) {
+        KN_TRY(kn_opt_refresh(c));
+        KN_TRY(merge_projections(c, made, reader, in, av, &merged));
+        if (merged) {
+            for (int i = 0; i < 3; i++) {
+                c->g->nodes[made].inputs[i] = in[i];
+                KN_TRY(kn_opt_set_ints(c, made, kn_attn_view_name(i), ints[i], kn_attn_view_encode(&av[i], ints[i])));
+            }
+        }
+    }
     for (int i = 0; i < 3; i++)
         if (has[i]) kn_opt_note(c, i == 0 ? "Q read in place" : i == 1 ? "K read in place" : "V read in place");
     if (has[3]) kn_opt_note(c, "output written in place");
