@@ -198,5 +198,30 @@ else
   echo "SKIP the attention-view checks: build/models is not there (scripts/test.sh makes it)"; skip=$((skip + 2))
 fi
 
+# CUDA's opt-in paths, judged from its kernel tables (no GPU needed; the CUDA build CI makes): operand
+# views and control flow on the device only when asked for, until verified on a GPU
+ifm="$work/if.onnx"
+if "$kiln" info 2>/dev/null | grep -q "^providers compiled in:.* cuda" && [ -f "$mha" ] &&
+   "${KILN_PYTHON:-python3}" - "$ifm" <<'PY' 2>/dev/null
+import sys, onnx
+from onnx import helper, TensorProto
+c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+branch = lambda v: helper.make_graph([helper.make_node("Constant", [], ["o"], value=helper.make_tensor("t", TensorProto.FLOAT, [2], [v, v]))],
+                                     "b", [], [helper.make_tensor_value_info("o", TensorProto.FLOAT, [2])])
+g = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=branch(1.0), else_branch=branch(2.0))], "g", [c], [y])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), sys.argv[1])
+PY
+then
+  if "$kiln" inspect "$mha" --opt-level 2 --provider cuda 2>&1 | grep -q fold_attention_views; then
+    echo "FAIL attention views formed for CUDA without KILN_CUDA_ATTN_VIEWS=1"; fail=$((fail + 1))
+  else pass=$((pass + 1)); fi
+  KILN_CUDA_ATTN_VIEWS=1 expect "attention views for CUDA when asked" 0 "fold_attention_views .*Q read in place x2" -- inspect "$mha" --opt-level 2 --provider cuda
+  expect "If stays on the CPU by default" 0 "placement summary: nodes=3 cuda=0 .*fallback=1" -- inspect "$ifm" --provider cuda,cpu
+  KILN_CUDA_CONTROL_FLOW=1 expect "If on CUDA when asked" 0 "placement summary: nodes=3 cuda=3 " -- inspect "$ifm" --provider cuda,cpu
+else
+  echo "SKIP CUDA's opt-in paths: no CUDA backend in this build (or no onnx module or build/models)"; skip=$((skip + 4))
+fi
+
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]
