@@ -1,8 +1,9 @@
 /* CUDA kernels of kiln's fused operators (domain "kiln", src/ops/fused.h): FusedConv, FusedGemm
  * and FusedMatMul run the linear part (cuDNN / cuBLASLt) into the output and then one epilogue
  * pass (bias, residual, activation); Gelu, LayerNormalization and RMSNormalization reuse the
- * ai.onnx kernels; Attention is two batched products around a masked softmax; FusedElementwise
- * runs its program in one kernel (kn_cu_chain_run). */
+ * ai.onnx kernels; Attention runs as one flash-attention kernel where it applies and was measured
+ * faster, else as two batched products around a masked softmax, its operands read through their
+ * views (fold_attention_views); FusedElementwise runs its program in one kernel (kn_cu_chain_run). */
 #include "backend/cuda/cuda_backend.h"
 
 #include "ops/fused.h"
@@ -135,12 +136,6 @@ static kn_tensor view_of(kiln_dtype dt, int rank, const int64_t *dims, void *dat
     return t;
 }
 
-/* kiln.Attention in one kernel (kn_cu_flash_attention) where it applies: float16/bfloat16, head
- * size 32, 64 or 128 for both products, at most two batch dims that Q, KT and V all have in full, a
- * mask (bool or the inputs' type) that broadcasts to the scores, by default where it was measured
- * faster (kn_cu_flash_attention says where). KILN_ERR_UNSUPPORTED (nothing run) sends the node to
- * the general form. KILN_CUDA_FLASH=0 asks for the general form everywhere, =1 for the one kernel
- * wherever it applies (to compare the two). */
 /* An operand as the kernels see it: its view (the node's, or the whole tensor) and the address of
  * the view's first element. */
 typedef struct attn_operand {
@@ -154,6 +149,12 @@ static void operand_of(const kn_tensor *t, const kn_attn_view *v, attn_operand *
     o->base = (char *)t->data + (size_t)o->v.offset * kiln_dtype_size(t->dtype);
 }
 
+/* kiln.Attention in one kernel (kn_cu_flash_attention) where it applies: float16/bfloat16, head
+ * size 32, 64 or 128 for both products, at most two batch dims that Q, KT and V all have in full, a
+ * mask (bool or the inputs' type) that broadcasts to the scores, by default where it was measured
+ * faster (kn_cu_flash_attention says where). KILN_ERR_UNSUPPORTED (nothing run) sends the node to
+ * the general form. KILN_CUDA_FLASH=0 asks for the general form everywhere, =1 for the one kernel
+ * wherever it applies (to compare the two). */
 static kiln_status run_flash_attention(kn_cuda *cu, kn_kernel_ctx *c, float scale, const attn_operand *op) {
     const char *flag = getenv("KILN_CUDA_FLASH");
     const bool enabled = !(flag && !strcmp(flag, "0")), force = flag && !strcmp(flag, "1");
@@ -248,7 +249,8 @@ static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
         operand_of(ts[i], has[i] > 0 ? &vw[i] : NULL, &op[i]);
     }
     const int r = op[0].v.rank;
-    if (r >= 2 && op[1].v.rank == r && op[2].v.rank == r && op[3].v.rank == r && op[1].v.dims[r - 1] > 0 && op[0].v.dims[r - 2] > 0) {
+    if (r >= 2 && op[1].v.rank == r && op[2].v.rank == r && op[3].v.rank == r && op[1].v.dims[r - 1] > 0 &&
+        op[0].v.dims[r - 2] > 0) {
         int64_t batch = 1;
         for (int i = 0; i < r - 2; i++) batch *= op[3].v.dims[i];
         if (batch > 0) {
