@@ -5,6 +5,7 @@
  * operator documentation and its CPU kernels' outputs). */
 #include "ops/linalg_util.h"
 #include "ops/op.h"
+#include "ops/qcontrib.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -64,6 +65,56 @@ static kiln_status int_b(kn_infer_ctx *c, int i, int64_t *K, int64_t *N) {
 }
 
 /* ------------------------------------------------------------------ MatMulNBits */
+
+kiln_status kn_matmul_nbits_check(kn_kernel_ctx *c, kn_nbits_params *p) {
+    const kn_tensor *A = c->in[0], *B = c->in[1], *S = c->in[2];
+    const kn_tensor *zp = c->n_inputs > 3 ? c->in[3] : NULL, *gidx = c->n_inputs > 4 ? c->in[4] : NULL,
+                    *bias = c->n_inputs > 5 ? c->in[5] : NULL;
+    const kn_tensor *Y = c->out[0];
+    if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
+    const int64_t K = kn_attr_int(c->node, "K", 0), N = kn_attr_int(c->node, "N", 0);
+    const int64_t bits = kn_attr_int(c->node, "bits", 4), bs = kn_attr_int(c->node, "block_size", 0);
+    if (K <= 0 || N <= 0 || bs < 16 || (bs & (bs - 1)) || (bits != 2 && bits != 4 && bits != 8))
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "K=%lld, N=%lld, bits=%lld, block_size=%lld are not supported",
+                               (long long)K, (long long)N, (long long)bits, (long long)bs);
+    const int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8;
+    if (A->rank < 1 || A->dims[A->rank - 1] != K || Y->rank != A->rank || Y->dims[Y->rank - 1] != N)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "A's last dimension must be K=%lld (and Y's N=%lld)", (long long)K,
+                               (long long)N);
+    if (Y->dtype != A->dtype)
+        return kn_kernel_error(c, KILN_ERR_INTERNAL, "Y is %s but A %s", kiln_dtype_name(Y->dtype),
+                               kiln_dtype_name(A->dtype));
+    if (B->dtype != KILN_DTYPE_UINT8 || kn_tensor_count(B) != N * kb * blob)
+        return kn_kernel_error(c, KILN_ERR_SHAPE,
+                               "B has %lld %s elements; K=%lld, N=%lld, bits=%lld, block_size=%lld need %lld uint8",
+                               (long long)kn_tensor_count(B), kiln_dtype_name(B->dtype), (long long)K, (long long)N,
+                               (long long)bits, (long long)bs, (long long)(N * kb * blob));
+    if (S->dtype != A->dtype && S->dtype != KILN_DTYPE_FLOAT)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "scales are %s but A is %s", kiln_dtype_name(S->dtype),
+                               kiln_dtype_name(A->dtype));
+    if (kn_tensor_count(S) != N * kb)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "scales have %lld elements; N x ceil(K / block_size) = %lld",
+                               (long long)kn_tensor_count(S), (long long)(N * kb));
+    if (zp) {
+        const int64_t want = zp->dtype == KILN_DTYPE_UINT8 ? N * ((kb * bits + 7) / 8) : N * kb;
+        if (zp->dtype != KILN_DTYPE_UINT8 && zp->dtype != S->dtype)
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL,
+                                   "zero_points are %s; they must be uint8 (packed) or the scales' type %s",
+                                   kiln_dtype_name(zp->dtype), kiln_dtype_name(S->dtype));
+        if (kn_tensor_count(zp) != want)
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "zero_points have %lld elements; expected %lld",
+                                   (long long)kn_tensor_count(zp), (long long)want);
+    }
+    if (gidx && (gidx->dtype != KILN_DTYPE_INT32 || kn_tensor_count(gidx) != K))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "g_idx has %lld %s elements; expected K=%lld int32",
+                               (long long)kn_tensor_count(gidx), kiln_dtype_name(gidx->dtype), (long long)K);
+    if (bias && (kn_tensor_count(bias) != N || bias->dtype != A->dtype))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld %s elements; expected N=%lld of A's type %s",
+                               (long long)kn_tensor_count(bias), kiln_dtype_name(bias->dtype), (long long)N,
+                               kiln_dtype_name(A->dtype));
+    *p = (kn_nbits_params){K, N, bits, bs, kb, blob, kn_tensor_count(A) / K};
+    return KILN_OK;
+}
 
 static kiln_status infer_matmul_nbits(kn_infer_ctx *c) {
     KN_TRY(need(c, 0, "A"));

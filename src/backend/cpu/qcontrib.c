@@ -16,6 +16,7 @@
 #include "backend/cpu/nn_internal.h"
 #include "backend/cpu/qcontrib_impl.h"
 #include "backend/cpu/sgemm.h"
+#include "ops/qcontrib.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -290,48 +291,16 @@ static kiln_status run_matmul_nbits(kn_kernel_ctx *c) {
     const kn_tensor *A = c->in[0], *B = c->in[1], *S = c->in[2];
     const kn_tensor *zp = kn_qc_opt(c, 3), *gidx = kn_qc_opt(c, 4), *bias = kn_qc_opt(c, 5);
     kn_tensor *Y = c->out[0];
-    int64_t K = kn_attr_int(c->node, "K", 0), N = kn_attr_int(c->node, "N", 0);
-    int64_t bits = kn_attr_int(c->node, "bits", 4), bs = kn_attr_int(c->node, "block_size", 0);
-    if (K <= 0 || N <= 0 || bs < 16 || (bs & (bs - 1)) || (bits != 2 && bits != 4 && bits != 8))
-        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "K=%lld, N=%lld, bits=%lld, block_size=%lld are not supported",
-                               (long long)K, (long long)N, (long long)bits, (long long)bs);
-    int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8;
-    if (A->rank < 1 || A->dims[A->rank - 1] != K || Y->rank != A->rank || Y->dims[Y->rank - 1] != N)
-        return kn_kernel_error(c, KILN_ERR_SHAPE, "A's last dimension must be K=%lld (and Y's N=%lld)", (long long)K,
-                               (long long)N);
-    if (kn_tensor_count(B) != N * kb * blob)
-        return kn_kernel_error(c, KILN_ERR_SHAPE, "B has %lld bytes; K=%lld, N=%lld, bits=%lld, block_size=%lld need %lld",
-                               (long long)kn_tensor_count(B), (long long)K, (long long)N, (long long)bits, (long long)bs,
-                               (long long)(N * kb * blob));
-    if (S->dtype != A->dtype && S->dtype != KILN_DTYPE_FLOAT)
-        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "scales are %s but A is %s", kiln_dtype_name(S->dtype),
-                               kiln_dtype_name(A->dtype));
-    if (kn_tensor_count(S) != N * kb)
-        return kn_kernel_error(c, KILN_ERR_SHAPE, "scales have %lld elements; N x ceil(K / block_size) = %lld",
-                               (long long)kn_tensor_count(S), (long long)(N * kb));
-    if (zp) {
-        int64_t want = zp->dtype == KILN_DTYPE_UINT8 ? N * ((kb * bits + 7) / 8) : N * kb;
-        if (zp->dtype != KILN_DTYPE_UINT8 && zp->dtype != S->dtype)
-            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "zero_points are %s; they must be uint8 (packed) or the scales' type %s",
-                                   kiln_dtype_name(zp->dtype), kiln_dtype_name(S->dtype));
-        if (kn_tensor_count(zp) != want)
-            return kn_kernel_error(c, KILN_ERR_SHAPE, "zero_points have %lld elements; expected %lld", (long long)kn_tensor_count(zp),
-                                   (long long)want);
-    }
+    kn_nbits_params np;
+    KN_TRY(kn_matmul_nbits_check(c, &np));
+    const int64_t K = np.K, N = np.N, bits = np.bits, bs = np.bs, kb = np.kb, M = np.M;
     if (gidx) {
-        if (kn_tensor_count(gidx) != K)
-            return kn_kernel_error(c, KILN_ERR_SHAPE, "g_idx has %lld elements; expected K=%lld", (long long)kn_tensor_count(gidx),
-                                   (long long)K);
         const int32_t *g = gidx->data;
         for (int64_t k = 0; k < K; k++)
             if (g[k] < 0 || g[k] >= kb)
                 return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "g_idx[%lld] = %d is outside [0, %lld)", (long long)k, g[k],
                                        (long long)kb);
     }
-    if (bias && kn_tensor_count(bias) != N)
-        return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld elements; expected N=%lld", (long long)kn_tensor_count(bias),
-                               (long long)N);
-    int64_t M = K ? kn_tensor_count(A) / K : 0;
     if (M * N == 0) return KILN_OK;
     /* accuracy_level 4: ONNX Runtime's int8 compute type, which it uses for constant (prepacked)
      * weights without g_idx and with integer zero points: A quantised per row and block to int8

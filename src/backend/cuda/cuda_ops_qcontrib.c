@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_qcontrib.h"
 
 #include "ops/linalg_util.h"
+#include "ops/qcontrib.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -79,41 +80,10 @@ kiln_status kn_cu_run_matmul_nbits(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *A = c->in[0], *B = c->in[1], *S = c->in[2];
     const kn_tensor *zp = opt_in(c, 3), *gidx = opt_in(c, 4), *bias = opt_in(c, 5);
     kn_tensor *Y = c->out[0];
-    if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
-    int64_t K = kn_attr_int(c->node, "K", 0), N = kn_attr_int(c->node, "N", 0);
-    int64_t bits = kn_attr_int(c->node, "bits", 4), bs = kn_attr_int(c->node, "block_size", 0);
-    if (K <= 0 || N <= 0 || bs < 16 || (bs & (bs - 1)) || (bits != 2 && bits != 4 && bits != 8))
-        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "K=%lld, N=%lld, bits=%lld, block_size=%lld are not supported",
-                               (long long)K, (long long)N, (long long)bits, (long long)bs);
-    int64_t kb = (K + bs - 1) / bs, blob = bs * bits / 8;
-    if (A->rank < 1 || A->dims[A->rank - 1] != K || Y->rank != A->rank || Y->dims[Y->rank - 1] != N)
-        return kn_kernel_error(c, KILN_ERR_SHAPE, "A's last dimension must be K=%lld (and Y's N=%lld)", (long long)K,
-                               (long long)N);
-    if (B->dtype != KILN_DTYPE_UINT8 || kn_tensor_count(B) != N * kb * blob)
-        return kn_kernel_error(c, KILN_ERR_SHAPE,
-                               "B has %lld %s elements; K=%lld, N=%lld, bits=%lld, block_size=%lld need %lld uint8",
-                               (long long)kn_tensor_count(B), kiln_dtype_name(B->dtype), (long long)K, (long long)N,
-                               (long long)bits, (long long)bs, (long long)(N * kb * blob));
-    if (S->dtype != A->dtype && S->dtype != KILN_DTYPE_FLOAT)
-        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "scales are %s but A is %s", kiln_dtype_name(S->dtype),
-                               kiln_dtype_name(A->dtype));
-    if (kn_tensor_count(S) != N * kb)
-        return kn_kernel_error(c, KILN_ERR_SHAPE, "scales have %lld elements; N x ceil(K / block_size) = %lld",
-                               (long long)kn_tensor_count(S), (long long)(N * kb));
-    if (zp) {
-        int64_t want = zp->dtype == KILN_DTYPE_UINT8 ? N * ((kb * bits + 7) / 8) : N * kb;
-        if (zp->dtype != KILN_DTYPE_UINT8 && zp->dtype != S->dtype)
-            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL,
-                                   "zero_points are %s; they must be uint8 (packed) or the scales' type %s",
-                                   kiln_dtype_name(zp->dtype), kiln_dtype_name(S->dtype));
-        if (kn_tensor_count(zp) != want)
-            return kn_kernel_error(c, KILN_ERR_SHAPE, "zero_points have %lld elements; expected %lld",
-                                   (long long)kn_tensor_count(zp), (long long)want);
-    }
+    kn_nbits_params np;
+    KN_TRY(kn_matmul_nbits_check(c, &np));
+    const int64_t K = np.K, N = np.N, bits = np.bits, bs = np.bs, kb = np.kb, M = np.M;
     if (gidx) {
-        if (gidx->dtype != KILN_DTYPE_INT32 || kn_tensor_count(gidx) != K)
-            return kn_kernel_error(c, KILN_ERR_SHAPE, "g_idx has %lld %s elements; expected K=%lld int32",
-                                   (long long)kn_tensor_count(gidx), kiln_dtype_name(gidx->dtype), (long long)K);
         /* a constant g_idx is checked on its host copy; another is clamped by the kernels */
         const kn_tensor *h = host_constant(c, 4);
         if (h && h->dtype == KILN_DTYPE_INT32 && kn_tensor_count(h) == K && h->data) {
@@ -124,14 +94,6 @@ kiln_status kn_cu_run_matmul_nbits(kn_cuda *cu, kn_kernel_ctx *c) {
                                            (long long)k, g[k], (long long)kb);
         }
     }
-    if (bias && (kn_tensor_count(bias) != N || bias->dtype != A->dtype))
-        return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld %s elements; expected N=%lld of A's type %s",
-                               (long long)kn_tensor_count(bias), kiln_dtype_name(bias->dtype), (long long)N,
-                               kiln_dtype_name(A->dtype));
-    if (Y->dtype != A->dtype)
-        return kn_kernel_error(c, KILN_ERR_INTERNAL, "Y is %s but A %s", kiln_dtype_name(Y->dtype),
-                               kiln_dtype_name(A->dtype));
-    int64_t M = kn_tensor_count(A) / K;
     if (M * N == 0) return KILN_OK;
     kn_cu_nbits p = {.M = M, .N = N, .K = K, .bs = bs, .kb = kb, .bits = (int)bits, .B = B->data,
                      .scales = S->data, .s_dt = S->dtype, .zp = zp ? zp->data : NULL,

@@ -1,0 +1,21 @@
+/* What the kernels of the quantised com.microsoft operators (src/ops/qcontrib.c) share across
+ * backends. */
+#ifndef KN_OPS_QCONTRIB_H
+#define KN_OPS_QCONTRIB_H
+
+#include "exec/kernel.h"
+
+#include <stdint.h>
+
+/* MatMulNBits' sizes: K and N (attributes), bits, block_size (bs), blocks per column (kb), bytes
+ * per block (blob), rows of A (M). */
+typedef struct kn_nbits_params {
+    int64_t K, N, bits, bs, kb, blob, M;
+} kn_nbits_params;
+
+/* MatMulNBits' attributes and operands checked, the sizes derived: every backend's kernel starts
+ * here (an error names the node, the shapes and the reason). g_idx's values are the kernel's to
+ * check: they may live on a device. */
+kiln_status kn_matmul_nbits_check(kn_kernel_ctx *c, kn_nbits_params *p);
+
+#endif
