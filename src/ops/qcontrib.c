@@ -64,6 +64,25 @@ static kiln_status int_b(kn_infer_ctx *c, int i, int64_t *K, int64_t *N) {
     return KILN_OK;
 }
 
+/* ------------------------------------------------------------------ QLinearSoftmax */
+
+kiln_status kn_qlinear_softmax_rows(kn_kernel_ctx *c, const kn_tensor *X, int64_t *D, int64_t *inner) {
+    const int64_t opset = kn_attr_int(c->node, "opset", -1);
+    const int r = X->rank;
+    int64_t axis = kn_attr_int(c->node, "axis", opset < 13 ? 1 : -1);
+    if (axis < -r || axis >= r || r == 0)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis %lld is out of range for rank %d", (long long)axis, r);
+    if (axis < 0) axis += r;
+    *D = 1, *inner = 1;
+    if (opset < 13) {
+        for (int d = (int)axis; d < r; d++) *D *= X->dims[d];
+    } else {
+        *D = X->dims[axis];
+        for (int d = (int)axis + 1; d < r; d++) *inner *= X->dims[d];
+    }
+    return KILN_OK;
+}
+
 /* ------------------------------------------------------------------ MatMulNBits */
 
 kiln_status kn_matmul_nbits_check(kn_kernel_ctx *c, kn_nbits_params *p) {

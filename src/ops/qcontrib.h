@@ -18,4 +18,8 @@ typedef struct kn_nbits_params {
  * check: they may live on a device. */
 kiln_status kn_matmul_nbits_check(kn_kernel_ctx *c, kn_nbits_params *p);
 
+/* QLinearSoftmax's rows: *D elements each along the axis (before opset 13 every dim from the axis
+ * on, flattened), *inner apart; an axis out of range is an error naming the node. */
+kiln_status kn_qlinear_softmax_rows(kn_kernel_ctx *c, const kn_tensor *X, int64_t *D, int64_t *inner);
+
 #endif

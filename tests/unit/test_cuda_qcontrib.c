@@ -7,6 +7,7 @@
  * bit). Each model runs with provider cuda alone (so a CPU fallback fails the test) and with the
  * CPU backend. Skipped, with the reason, without a device. */
 #include "test_model_builder.h"
+#include "test_onemodel.h" /* om_session */
 
 #include "kiln.h"
 #include "ir/tensor.h"
@@ -94,19 +95,6 @@ static void qm_node(qm *q, const char *op, const int *in, int nin) {
     tmb_output(&q->b, y);
 }
 
-static kiln_session *qm_session(const unsigned char *data, size_t size, const char *provider) {
-    kiln_session_options *opt;
-    kiln_session_options_create(&opt);
-    kiln_session_options_set_opt_level(opt, 0);
-    kiln_session_options_set_cache(opt, 0, NULL);
-    kiln_session_options_append_provider(opt, provider, NULL, NULL, 0);
-    kiln_session *s = NULL;
-    kiln_status st = kiln_session_create_from_memory(data, size, NULL, opt, &s);
-    kiln_session_options_destroy(opt);
-    CHECK_MSG(st == KILN_OK, "session (%s): %s", provider, kiln_last_error());
-    return s;
-}
-
 static kn_tensor *qm_run(kiln_session *s, qm *q, int runs) {
     kn_tensor *out = NULL;
     for (int r = 0; r < runs; r++) {
@@ -126,8 +114,8 @@ static int qm_checked, qm_mismatches;
 static void qm_compare(qm *q, double rtol, double atol, const char *what) {
     size_t size = 0;
     unsigned char *data = tmb_finish(&q->b, &size);
-    kiln_session *cpu = data ? qm_session(data, size, "cpu") : NULL;
-    kiln_session *gpu = cpu ? qm_session(data, size, "cuda") : NULL;
+    kiln_session *cpu = data ? om_session(data, size, "cpu") : NULL;
+    kiln_session *gpu = cpu ? om_session(data, size, "cuda") : NULL;
     if (gpu) {
         kn_tensor *want = qm_run(cpu, q, 1), *got = qm_run(gpu, q, 2);
         if (want && got) {

@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/qcontrib_impl.h"
 #include "ops/linalg_util.h"
+#include "ops/qcontrib.h"
 
 #include <float.h>
 #include <math.h>
@@ -259,20 +260,8 @@ kiln_status kn_cpu_qlinear_softmax(kn_kernel_ctx *c) {
     int32_t zx, zy;
     KN_TRY(qparams(c, 0, 1, 2, &sx, &zx));
     KN_TRY(qparams(c, 0, 3, 4, &sy, &zy));
-    int64_t opset = kn_attr_int(c->node, "opset", -1);
-    int r = X->rank;
-    int64_t axis = kn_attr_int(c->node, "axis", opset < 13 ? 1 : -1);
-    if (axis < -r || axis >= r || r == 0)
-        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis %lld is out of range for rank %d", (long long)axis, r);
-    if (axis < 0) axis += r;
-    /* rows of D elements along the axis (opset < 13: every dim from the axis on, flattened) */
-    int64_t D = 1, inner = 1, n = kn_tensor_count(X);
-    if (opset < 13) {
-        for (int d = (int)axis; d < r; d++) D *= X->dims[d];
-    } else {
-        D = X->dims[axis];
-        for (int d = (int)axis + 1; d < r; d++) inner *= X->dims[d];
-    }
+    int64_t D, inner, n = kn_tensor_count(X);
+    KN_TRY(kn_qlinear_softmax_rows(c, X, &D, &inner));
     if (n == 0 || D == 0) return KILN_OK;
     bool sg = X->dtype == KILN_DTYPE_INT8;
     float table[256];

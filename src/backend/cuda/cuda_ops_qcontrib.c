@@ -320,20 +320,8 @@ kiln_status kn_cu_run_qlinear_softmax(kn_cuda *cu, kn_kernel_ctx *c) {
     kn_cu_qparam qx, qy;
     KN_TRY(qparam(c, 0, 1, 2, &qx));
     KN_TRY(qparam(c, 0, 3, 4, &qy));
-    int64_t opset = kn_attr_int(c->node, "opset", -1);
-    int r = X->rank;
-    int64_t axis = kn_attr_int(c->node, "axis", opset < 13 ? 1 : -1);
-    if (axis < -r || axis >= r || r == 0)
-        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis %lld is out of range for rank %d", (long long)axis, r);
-    if (axis < 0) axis += r;
-    /* rows of D elements along the axis (opset < 13: every dim from the axis on, flattened) */
-    int64_t D = 1, inner = 1, n = kn_tensor_count(X);
-    if (opset < 13) {
-        for (int d = (int)axis; d < r; d++) D *= X->dims[d];
-    } else {
-        D = X->dims[axis];
-        for (int d = (int)axis + 1; d < r; d++) inner *= X->dims[d];
-    }
+    int64_t D, inner, n = kn_tensor_count(X);
+    KN_TRY(kn_qlinear_softmax_rows(c, X, &D, &inner));
     if (n == 0 || D == 0) return KILN_OK;
     return kn_cu_check(c, kn_cu_qlinear_softmax(X->dtype == KILN_DTYPE_INT8, X->data, qx, Y->data, qy, n / D / inner, D,
                                                 inner, cu->stream),
