@@ -19,7 +19,9 @@ def _w(rng, name, *shape, scale=None):
 
 def _model(nodes, inputs, outputs, inits, opset=17):
     g = helper.make_graph(nodes, "regression", inputs, outputs, inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="kiln-opt-fuzz")
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="kiln-opt-fuzz")
+    m.ir_version = 8  # as gen.py: older onnxruntime builds (the GPU host's) refuse newer onnx's default
+    return m
 
 
 def conv_sigmoid_read_in_if(rng):
