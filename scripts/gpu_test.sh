@@ -101,9 +101,6 @@ if ! grep -q '^provider cuda: available' "$logs/info.log"; then
 fi
 
 export KILN_ZOO="$zoo"
-# paths that are opt-in until this suite has passed with them on a GPU: control flow on the device
-# and kiln.Attention's operand views
-export KILN_CUDA_CONTROL_FLOW=1 KILN_CUDA_ATTN_VIEWS=1
 part "GPU unit tests" "$logs/unit.log" env KILN_SOURCE_DIR="$root" "$build/kiln_unit_tests" cuda
 # The compiled-model cache tests with provider cuda (then cpu): hit, miss, rebuilt, corrupt, load
 # paths, dump; the eight-process test in a process of its own (its children fork, and a process

@@ -192,10 +192,10 @@ static const struct {
     {"KILN_CUDA_RNN", "steps runs LSTM/GRU/RNN step by step instead of in one launch"},
     {"KILN_CUDA_FLASH", "0 runs kiln.Attention on CUDA in its general form (two products and a softmax), 1 in one "
                         "kernel wherever it applies (by default: where that was measured faster)"},
-    {"KILN_CUDA_ATTN_VIEWS", "1 lets CUDA run kiln.Attention with operand views (the optimiser folds head splits and "
-                             "merges into them; on the CPU always): opt-in until verified on a GPU"},
-    {"KILN_CUDA_CONTROL_FLOW", "1 runs If, Loop and Scan on CUDA with their bodies on the device (else on the CPU): "
-                               "opt-in until verified on a GPU"},
+    {"KILN_CUDA_ATTN_VIEWS", "0 keeps CUDA from running kiln.Attention with operand views (the optimiser's folded "
+                             "head splits and merges; on by default)"},
+    {"KILN_CUDA_CONTROL_FLOW", "0 keeps If, Loop and Scan on the CPU with providers cuda,cpu (by default they run on "
+                               "CUDA with their bodies on the device)"},
 };
 #define N_ENV (sizeof environment / sizeof environment[0])
 

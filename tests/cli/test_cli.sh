@@ -213,14 +213,14 @@ g = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=branch(1
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), sys.argv[1])
 PY
 then
-  if "$kiln" inspect "$mha" --opt-level 2 --provider cuda 2>&1 | grep -q fold_attention_views; then
-    echo "FAIL attention views formed for CUDA without KILN_CUDA_ATTN_VIEWS=1"; fail=$((fail + 1))
+  if KILN_CUDA_ATTN_VIEWS=0 "$kiln" inspect "$mha" --opt-level 2 --provider cuda 2>&1 | grep -q fold_attention_views; then
+    echo "FAIL attention views formed for CUDA with KILN_CUDA_ATTN_VIEWS=0"; fail=$((fail + 1))
   else pass=$((pass + 1)); fi
-  KILN_CUDA_ATTN_VIEWS=1 expect "attention views for CUDA when asked" 0 "fold_attention_views .*Q read in place x2" -- inspect "$mha" --opt-level 2 --provider cuda
-  expect "If stays on the CPU by default" 0 "placement summary: nodes=3 cuda=0 .*fallback=1" -- inspect "$ifm" --provider cuda,cpu
-  KILN_CUDA_CONTROL_FLOW=1 expect "If on CUDA when asked" 0 "placement summary: nodes=3 cuda=3 " -- inspect "$ifm" --provider cuda,cpu
+  expect "attention views for CUDA by default" 0 "fold_attention_views .*Q read in place x2" -- inspect "$mha" --opt-level 2 --provider cuda
+  KILN_CUDA_CONTROL_FLOW=0 expect "If on the CPU when CUDA's control flow is off" 0 "placement summary: nodes=3 cuda=0 .*fallback=1" -- inspect "$ifm" --provider cuda,cpu
+  expect "If on CUDA by default" 0 "placement summary: nodes=3 cuda=3 " -- inspect "$ifm" --provider cuda,cpu
 else
-  echo "SKIP CUDA's opt-in paths: no CUDA backend in this build (or no onnx module or build/models)"; skip=$((skip + 4))
+  echo "SKIP CUDA's attention views and control-flow placement: no CUDA backend in this build (or no onnx module or build/models)"; skip=$((skip + 4))
 fi
 
 echo "$pass passed, $fail failed, $skip skipped"
