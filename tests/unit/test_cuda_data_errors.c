@@ -1,5 +1,6 @@
 /* Indices out of range found on the device (cuda_errors.c): for each CUDA kernel whose inputs can
- * be out of range by data, a one-node model whose indices are an input runs with valid indices
+ * be out of range by data (Gather, GatherElements, GatherND, ScatterElements, ScatterND,
+ * ReverseSequence, NegativeLogLikelihoodLoss, RotaryEmbedding, LSTM's sequence_lens), a one-node model whose indices are an input runs with valid indices
  * (three times: warm-up, recorded, replayed where graphs are on), then with one index out of range:
  * KILN_ERR_INVALID_ARGUMENT naming the node and the value, as the CPU kernel does (the CPU session
  * of the same model fails too); then valid again: the session is still usable and its output is
@@ -24,13 +25,14 @@ typedef struct err_case {
     int64_t dims[4];
     int64_t good[16], bad[16];
     const char *expect; /* in the message, beside the node's name */
+    bool i32;           /* the input is int32 (sequence_lens of the recurrent operators) */
 } err_case;
 
 static unsigned char *model_for(const err_case *k, size_t *size) {
     tmb b;
     bool rotary = !strcmp(k->op, "RotaryEmbedding");
     tmb_init(&b, rotary ? 23 : 17);
-    int idx = tmb_input(&b, "idx", KILN_DTYPE_INT64, k->rank, k->dims, NULL);
+    int idx = tmb_input(&b, "idx", k->i32 ? KILN_DTYPE_INT32 : KILN_DTYPE_INT64, k->rank, k->dims, NULL);
     int y = tmb_value(&b, "y");
     if (!strcmp(k->op, "Gather")) {
         int data = tmb_const(&b, "data", 2, (int64_t[]){5, 3}, 1.0f);
@@ -57,6 +59,14 @@ static unsigned char *model_for(const err_case *k, size_t *size) {
     } else if (!strcmp(k->op, "NegativeLogLikelihoodLoss")) {
         int x = tmb_const(&b, "logp", 2, (int64_t[]){2, 3}, 1.0f);
         tmb_str(&b, named(&b, k->node, "NegativeLogLikelihoodLoss", (int[]){x, idx}, 2, y), "reduction", "none");
+    } else if (!strcmp(k->op, "LSTM")) {
+        /* X [T 3, batch 2, 2], hidden 2, reverse (a length past T would read before the sequence) */
+        int x = tmb_const(&b, "x", 3, (int64_t[]){3, 2, 2}, 1.0f);
+        int w = tmb_const(&b, "w", 3, (int64_t[]){1, 8, 2}, 0.5f), r = tmb_const(&b, "r", 3, (int64_t[]){1, 8, 2}, 0.5f);
+        int bias = tmb_const(&b, "bias", 2, (int64_t[]){1, 16}, 0.1f);
+        int n = named(&b, k->node, "LSTM", (int[]){x, w, r, bias, idx}, 5, y);
+        tmb_int(&b, n, "hidden_size", 2);
+        tmb_str(&b, n, "direction", "reverse");
     } else if (rotary) {
         int x = tmb_const(&b, "x", 4, (int64_t[]){1, 1, 2, 4}, 1.0f);
         int cs = tmb_const(&b, "cos_cache", 2, (int64_t[]){3, 2}, 1.0f);
@@ -77,6 +87,7 @@ static const err_case cases[] = {
     {"reverse_sequence_node", "ReverseSequence", 1, {2}, {4, 2}, {5, 1}, "sequence_lens[0] = 5 is outside [0, 4]"},
     {"nll_node", "NegativeLogLikelihoodLoss", 1, {2}, {0, 2}, {0, 3}, "target value 3 at position 1 is not a class in [0, 3)"},
     {"rotary_node", "RotaryEmbedding", 2, {1, 2}, {0, 2}, {0, 3}, "position id 3 is outside the cache's 3 rows"},
+    {"lstm_node", "LSTM", 1, {2}, {3, 1}, {3, 4}, "sequence_lens[1] = 4 is outside [0, 3]", true},
 };
 
 static kiln_session *session_for(const unsigned char *m, size_t size, const char *provider, const char *graphs) {
@@ -95,8 +106,12 @@ static kiln_session *session_for(const unsigned char *m, size_t size, const char
 
 static kiln_tensor *indices(const err_case *k, const int64_t *values) {
     kiln_tensor *t = NULL;
-    kiln_tensor_create(KILN_DTYPE_INT64, k->dims, (size_t)k->rank, &t);
-    if (t) memcpy(kiln_tensor_data(t), values, kiln_tensor_bytes(t));
+    kiln_tensor_create(k->i32 ? KILN_DTYPE_INT32 : KILN_DTYPE_INT64, k->dims, (size_t)k->rank, &t);
+    if (!t) return NULL;
+    for (int64_t i = 0; i < kiln_tensor_element_count(t); i++) {
+        if (k->i32) ((int32_t *)kiln_tensor_data(t))[i] = (int32_t)values[i];
+        else ((int64_t *)kiln_tensor_data(t))[i] = values[i];
+    }
     return t;
 }
 
@@ -201,4 +216,8 @@ KN_TEST(cuda_data_error_nll_target) {
 KN_TEST(cuda_data_error_rotary_position) {
     NEED_GPU();
     on_cuda("RotaryEmbedding");
+}
+KN_TEST(cuda_data_error_lstm_sequence_lens) {
+    NEED_GPU();
+    on_cuda("LSTM");
 }

@@ -180,6 +180,13 @@ __global__ void k_scatter_nd(T *y, const int64_t *idx, const T *upd, int k, Dims
     }
 }
 
+__global__ void k_check_range(const void *v, bool v64, int64_t n, int64_t lo, int64_t hi, int code, kn_cu_errp err) {
+    KNCU_LOOP(i, n) {
+        int64_t x = load_index(v, v64, i);
+        if (x < lo || x >= hi) report(err, code, x, lo, hi, i);
+    }
+}
+
 template <typename E>
 __global__ void k_pad(const E *x, E *y, Dims xd, Dims yd, Dims pb, int mode, E value, int64_t n) {
     KNCU_LOOP(i, n) {
@@ -492,6 +499,13 @@ cudaError_t kn_cu_eyelike(size_t esize, uint64_t one_bits, void *y, int64_t rows
     if (esize > 8) return cudaErrorNotSupported;
     KNCU_DISPATCH_SIZE(esize, (k_eyelike<type_><<<grid_for(n, 256), 256, 0, s>>>((type_ *)y, from_bits<type_>(one_bits),
                                                                                    rows, cols, k, n)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_check_range(const void *v, bool v64, int64_t n, int64_t lo, int64_t hi, int code, kn_cu_errp err,
+                              cudaStream_t s) {
+    if (n <= 0 || !err.rec) return cudaSuccess;
+    k_check_range<<<grid_for(n, 256), 256, 0, s>>>(v, v64, n, lo, hi, code, err);
     return cudaGetLastError();
 }
 

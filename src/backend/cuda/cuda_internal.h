@@ -51,7 +51,7 @@ enum {
     KN_CU_ERR_SCATTERND,    /* ScatterND: its indices */
     KN_CU_ERR_POSITION,     /* RotaryEmbedding: a position id outside the cos/sin cache's rows */
     KN_CU_ERR_CLASS,        /* NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss: a target that is no class */
-    KN_CU_ERR_SEQLEN,       /* ReverseSequence: sequence_lens outside [0, T] (hi is T + 1) */
+    KN_CU_ERR_SEQLEN,       /* ReverseSequence, RNN/GRU/LSTM: sequence_lens outside [0, T] (hi is T + 1) */
     KN_CU_ERR_COUNT_
 };
 
@@ -188,6 +188,10 @@ cudaError_t kn_cu_onehot(kiln_dtype idx_dt, size_t esize, const void *idx, uint6
 cudaError_t kn_cu_eyelike(size_t esize, uint64_t one_bits, void *y, int64_t rows, int64_t cols, int64_t k,
                           cudaStream_t s);
 /* ReverseSequence over data viewed as [d0, d1, inner] (batch_first: d0 is the batch axis) */
+/* The first of n indices (int64, else int32) outside [lo, hi) reported to err with `code` (its
+ * position as `where`): a check before kernels that read such values without one of their own. */
+cudaError_t kn_cu_check_range(const void *v, bool v64, int64_t n, int64_t lo, int64_t hi, int code, kn_cu_errp err,
+                              cudaStream_t s);
 /* a length outside [0, T] is reported to err, and its sequence copied as it is */
 cudaError_t kn_cu_reverse_sequence(size_t esize, const void *x, void *y, const int64_t *lens, int64_t d0, int64_t d1,
                                    int64_t inner, bool batch_first, kn_cu_errp err, cudaStream_t s);
