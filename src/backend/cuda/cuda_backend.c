@@ -413,7 +413,7 @@ kiln_status kn_cu_scratch(kn_cuda *cu, size_t bytes, void **out) {
     if (ok) cu->scratch[cu->n_scratch++] = (kn_cu_block){*out, cap};
     pthread_mutex_unlock(&cu->sh->mu);
     if (!ok) {
-        kn_cu_unreserve_block(cu, *out, cap);
+        cu_free_hook(cu->sh->primary, *out, cap);
         *out = NULL;
         return KN_OOM();
     }
