@@ -1,5 +1,6 @@
-/* The CUDA backend's C side: the per-session state (device, stream, library handles, caching
- * allocator, workspace) and the kernel table entry. Each op file (cuda_ops_*.c) exports one table. */
+/* The CUDA backend's C side: the per-session state shared by its lanes (device, caching allocator,
+ * constants, algorithm tables), the per-call lane (stream, library handle, workspace) kernels
+ * receive, and the kernel table entry. Each op file (cuda_ops_*.c) exports one table. */
 #ifndef KN_CUDA_BACKEND_H
 #define KN_CUDA_BACKEND_H
 
