@@ -84,7 +84,7 @@ typedef struct kn_cu_shared {
     int lt_status;       /* cublasLtCreate's status when lt is NULL */
     pthread_mutex_t warm_mu;       /* the start-up threads' joins */
     struct kn_cu_warmup *warmup;   /* library start-up work beside the runs (cuda_warmup.c) */
-    bool warmup_checked;           /* the first run looked for imported choices to replay */
+    _Atomic bool warmup_checked;   /* the first run looked for imported choices to replay (read unlocked per node) */
     _Atomic int64_t standin_products, standin_convs; /* run on kiln's own kernels (cuda_warmup.c) */
     _Atomic int64_t standins_before_ready;           /* their sum when a run was last let go uncaptured */
     bool overlap;   /* lanes' calls may run at once (KILN_CUDA_LANES) */
