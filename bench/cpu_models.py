@@ -15,7 +15,12 @@ scaling from 1 thread.
 
     bench/cpu_models.py [--build build] [--work /tmp/kiln-cpu-models] [--threads 1,4,16]
                         [--rounds 5] [--seconds 1.0] [--only resnet50,bert_base]
-                        [--model NAME=PATH ...] [--ov-default] [--out FILE]
+                        [--model NAME=PATH ...] [--ov-default] [--kiln-base BUILD] [--out FILE]
+
+--kiln-base BUILD times a second kiln build (its libkiln.so) in the same rounds, column kiln_base
+(not a peer): a change measured before/after under the same machine load. Every runtime's outputs
+are checked against ONNX Runtime's once (column "max err": the largest |kiln - ORT| over the
+outputs, relative to ORT's largest magnitude).
 
 Needs onnx and onnxruntime; torch + torchvision + transformers to export; OpenVINO optional
 (`pip install openvino==2026.4.1`). Writes bench/results/cpu-models-DATE.md.
@@ -106,6 +111,7 @@ def main():
     ap.add_argument("--only", default="resnet50,bert_base")
     ap.add_argument("--model", action="append", default=[], help="NAME=PATH of another .onnx")
     ap.add_argument("--ov-default", action="store_true")
+    ap.add_argument("--kiln-base", default=None, help="another kiln build folder, timed as kiln_base")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
 
@@ -123,6 +129,14 @@ def main():
         name, path = spec.split("=", 1)
         models.append((name, path))
     k = Kiln(os.path.join(a.build, "libkiln.so"))
+    # a second build: its own copy of the library, so the loader does not hand back the first
+    kb = None
+    if a.kiln_base:
+        import shutil
+        import tempfile
+        libb = os.path.join(tempfile.mkdtemp(prefix="kiln-base-"), "libkiln-base.so")
+        shutil.copy(os.path.realpath(os.path.join(a.kiln_base, "libkiln.so")), libb)
+        kb = Kiln(libb)
     try:
         import openvino as ov
     except ImportError:
@@ -134,13 +148,23 @@ def main():
         feeds = feeds_for(path)
         for th in threads:
             runners = {}
-            ks = KilnSession(k, open(path, "rb").read(), th, "cpu", feeds)
-            ks.bind_outputs(ks.run_alloc())
+            model_bytes = open(path, "rb").read()
+            ks = KilnSession(k, model_bytes, th, "cpu", feeds)
+            kouts = ks.run_alloc()
+            ks.bind_outputs(kouts)
             runners["kiln"] = ks.run
+            kbs = None
+            if kb is not None:
+                kbs = KilnSession(kb, model_bytes, th, "cpu", feeds)
+                kbs.bind_outputs(kbs.run_alloc())
+                runners["kiln_base"] = kbs.run
             so = ort.SessionOptions()
             so.intra_op_num_threads, so.inter_op_num_threads = th, 1
             sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
             runners["ort"] = lambda s=sess: s.run(None, feeds)
+            oouts = sess.run(None, feeds)
+            scale = max(float(np.max(np.abs(o))) for o in oouts) or 1.0
+            err = max(float(np.max(np.abs(np.asarray(x, np.float64) - o))) for x, o in zip(kouts, oouts)) / scale
             if ov is not None:
                 core = ov.Core()
                 for label, hint in [("ov", "f32")] + ([("ov_default", None)] if a.ov_default else []):
@@ -159,14 +183,18 @@ def main():
                     meds[n].append(timed(fn, a.seconds, 1000))
             res = {n: statistics.median(v) for n, v in meds.items()}
             ks.close()
+            if kbs is not None:
+                kbs.close()
             best = min(v for n, v in res.items() if n in ("ort", "ov"))
-            rows.append((name, th, res, res["kiln"] / best))
+            rows.append((name, th, res, res["kiln"] / best, err))
             print(f"{name:12s} t{th:<3d} " + "  ".join(f"{n} {v:8.3f} ms" for n, v in res.items()) +
-                  f"  kiln/best {res['kiln'] / best:5.2f}", flush=True)
+                  f"  kiln/best {res['kiln'] / best:5.2f}  max err {err:.1e}", flush=True)
 
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     out = a.out or os.path.join(ROOT, "bench", "results", f"cpu-models-{date}.md")
-    cols = ["kiln", "ort"] + (["ov"] if ov else []) + (["ov_default"] if ov and a.ov_default else [])
+    cols = ["kiln"] + (["kiln_base"] if kb else []) + ["ort"] + (["ov"] if ov else []) + \
+        (["ov_default"] if ov and a.ov_default else [])
+    scol = [c for c in cols if c in ("kiln", "ort", "ov")]
     with open(out, "w") as f:
         f.write(f"# Whole models on the CPU: kiln vs onnxruntime {ort.__version__}"
                 + (f" and OpenVINO {ov.__version__}" if ov else "") + f" ({date})\n\n")
@@ -174,12 +202,14 @@ def main():
                 f"medians; OpenVINO f32 forced (ov_default: its default precision, not a peer)\n\n")
         f.write(f"command: `python3 bench/cpu_models.py {' '.join(sys.argv[1:])}`\n\n")
         f.write("| model | threads | " + " | ".join(f"{c} ms" for c in cols) + " | kiln/best | " +
-                " | ".join(f"{c} speed-up from 1 thread" for c in cols[:3]) + " |\n")
-        f.write("|---|---:|" + "---:|" * (len(cols) + 1 + len(cols[:3])) + "\n")
+                ("kiln/kiln_base | " if kb else "") +
+                " | ".join(f"{c} speed-up from 1 thread" for c in scol) + " | max err |\n")
+        f.write("|---|---:|" + "---:|" * (len(cols) + 1 + (1 if kb else 0) + len(scol) + 1) + "\n")
         base = {(r[0], c): r[2][c] for r in rows if r[1] == threads[0] for c in cols}
-        for name, th, res, ratio in rows:
+        for name, th, res, ratio, err in rows:
             f.write(f"| {name} | {th} | " + " | ".join(f"{res[c]:.3f}" for c in cols) + f" | {ratio:.2f} | " +
-                    " | ".join(f"{base[(name, c)] / res[c]:.2f}" for c in cols[:3]) + " |\n")
+                    (f"{res['kiln'] / res['kiln_base']:.2f} | " if kb else "") +
+                    " | ".join(f"{base[(name, c)] / res[c]:.2f}" for c in scol) + f" | {err:.1e} |\n")
     print(f"wrote {out}")
 
 
