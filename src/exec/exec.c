@@ -145,6 +145,8 @@ typedef struct kn_shape_memo {
  * iteration records none. */
 typedef struct kn_body_memos {
     const kn_graph *g;
+    int *outer; /* the body's outer reads (value ids): their shapes are in its signatures */
+    int n_outer;
     kn_shape_memo *m[KN_MEMPLAN_SHAPED];
     uint64_t seen[KN_MEMPLAN_SHAPED]; /* hashes of sets seen once (0: none) */
     int next_seen;
@@ -173,22 +175,52 @@ static bool memo_wanted(void) {
 /* The input-shape set of a main-graph run: per input its element type, device, rank and dims (-1:
  * not given, the initializer's default). NULL when an input is not a tensor (a sequence's items
  * are not in it: no memo) or out of memory. */
-static int64_t *shape_sig(const kn_graph *g, kn_tensor *const *inputs, int *len) {
-    int64_t *sig = malloc(sizeof(int64_t) * (size_t)(g->n_inputs * (KILN_MAX_RANK + 1) + 1));
+static kn_tensor *lookup_outer(const kn_exec *x, const char *name);
+
+/* The value outer read v of x's graph (a body) refers to, as lookup_outer finds it, trying the
+ * loader's guess of its id in the parent first (a body run asks for every outer read). */
+static kn_tensor *outer_tensor(const kn_exec *x, int v) {
+    const kn_value *val = &x->graph->values[v];
+    const kn_exec *p = x->parent;
+    int r = val->outer_ref;
+    if (p && r >= 0 && r < p->graph->n_values) {
+        const kn_value *pv = &p->graph->values[r];
+        if (pv->name == val->name || !strcmp(pv->name, val->name)) {
+            if (p->slots[r]) return p->slots[r];
+            if (pv->constant) return pv->constant;
+            if (!pv->is_outer) return NULL;
+        }
+    }
+    return lookup_outer(x, val->name);
+}
+
+/* Appends t's element type, device, rank and dims (-1 for none); false when t is not a tensor. */
+static bool sig_add(int64_t *sig, int *n, const kn_tensor *t) {
+    if (!t) {
+        sig[(*n)++] = -1;
+        return true;
+    }
+    if (t->kind != KN_VALUE_TENSOR) return false;
+    sig[(*n)++] = (int64_t)t->dtype << 32 | (int64_t)t->device << 16 | t->rank;
+    for (int d = 0; d < t->rank; d++) sig[(*n)++] = t->dims[d];
+    return true;
+}
+
+static int64_t *shape_sig(const kn_exec *x, kn_tensor *const *inputs, const int *outer, int n_outer, int *len) {
+    const kn_graph *g = x->graph;
+    int64_t *sig = malloc(sizeof(int64_t) * (size_t)((g->n_inputs + n_outer) * (KILN_MAX_RANK + 1) + 1));
     int n = 0;
     if (!sig) return NULL;
-    for (int i = 0; i < g->n_inputs; i++) {
-        const kn_tensor *t = inputs[i];
-        if (!t) {
-            sig[n++] = -1;
-            continue;
-        }
-        if (t->kind != KN_VALUE_TENSOR) {
-            free(sig);
-            return NULL;
-        }
-        sig[n++] = (int64_t)t->dtype << 32 | (int64_t)t->device << 16 | t->rank;
-        for (int d = 0; d < t->rank; d++) sig[n++] = t->dims[d];
+    bool ok = true;
+    for (int i = 0; ok && i < g->n_inputs; i++) ok = sig_add(sig, &n, inputs[i]);
+    /* a body's outer reads: an unresolved one (NULL) is an error the run reports */
+    for (int i = 0; ok && i < n_outer; i++) {
+        const kn_tensor *t = outer_tensor(x, outer[i]);
+        ok = t && sig_add(sig, &n, t);
+    }
+    if (!ok) {
+        free(sig);
+        return NULL;
     }
     *len = n;
     return sig;
@@ -197,6 +229,7 @@ static int64_t *shape_sig(const kn_graph *g, kn_tensor *const *inputs, int *len)
 static void body_memos_free(kn_body_memos *b) {
     if (!b) return;
     for (int i = 0; i < KN_MEMPLAN_SHAPED; i++) memo_free(b->m[i]);
+    free(b->outer);
     free(b);
 }
 
@@ -226,7 +259,7 @@ static void choose_memo(kn_exec *x, kn_run_ctx *ctx, kn_shape_memo **home, kn_bo
                         kn_tensor *const *inputs) {
     const kn_graph *g = x->graph;
     int len = 0;
-    int64_t *sig = shape_sig(g, inputs, &len);
+    int64_t *sig = shape_sig(x, inputs, bm ? bm->outer : NULL, bm ? bm->n_outer : 0, &len);
     if (!sig) {
         kn_clear_error();
         return;
@@ -270,10 +303,12 @@ static void choose_memo(kn_exec *x, kn_run_ctx *ctx, kn_shape_memo **home, kn_bo
         if (val->constant) m->val[v] = MEMO_TYPE | (val->is_graph_input ? 0 : MEMO_ELEMS);
     }
     for (int i = 0; i < g->n_inputs; i++) m->val[g->inputs[i]] = MEMO_TYPE;
-    /* a body's outer reads: known when they are an enclosing graph's constants, else inferred at
-     * each run (their shapes are not in the signature) */
-    for (int v = 0; bm && v < g->n_values; v++)
-        if (g->values[v].is_outer && outer_is_constant(g, g->values[v].name)) m->val[v] = MEMO_TYPE | MEMO_ELEMS;
+    /* a body's outer reads: their shapes are in the signature; their elements known when they are
+     * an enclosing graph's constants */
+    for (int i = 0; bm && i < bm->n_outer; i++) {
+        int v = bm->outer[i];
+        m->val[v] = MEMO_TYPE | (outer_is_constant(g, g->values[v].name) ? MEMO_ELEMS : 0);
+    }
     x->rec = m;
     x->memo_home = home;
 }
@@ -288,6 +323,15 @@ static kn_body_memos *body_memos(kn_run_ctx *ctx, const kn_graph *g) {
     kn_body_memos *e = calloc(1, sizeof *e);
     if (!e) return NULL;
     e->g = g;
+    for (int v = 0; v < g->n_values; v++) e->n_outer += g->values[v].is_outer;
+    e->outer = malloc(sizeof *e->outer * (size_t)(e->n_outer ? e->n_outer : 1));
+    if (!e->outer) {
+        free(e);
+        return NULL;
+    }
+    e->n_outer = 0;
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].is_outer) e->outer[e->n_outer++] = v;
     ctx->bodies[ctx->n_bodies++] = e;
     return e;
 }

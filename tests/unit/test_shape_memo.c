@@ -271,8 +271,8 @@ KN_TEST(shape_memo_off_infers_every_run) {
     kiln_session_destroy(s);
 }
 
-/* Loop(M, true, v0) whose body computes v' = Relu(v + w) (w: a constant of the main graph, read from
- * the outer scope) and, with `grow`, also acc' = Concat(acc, [i]) (a carried value one longer at each
+/* Loop(M, true, v0) whose body computes v' = Relu(v + w + bias) (w: a constant of the main graph,
+ * bias: an input of it, both read from the outer scope) and, with `grow`, also acc' = Concat(acc, [i]) (a carried value one longer at each
  * iteration: a new input shape at each run of the body). */
 static unsigned char *loop_model(size_t *size, bool grow) {
     tmb b;
@@ -280,6 +280,7 @@ static unsigned char *loop_model(size_t *size, bool grow) {
     kn_graph *main_g = b.g;
     int m = tmb_input(&b, "M", KILN_DTYPE_INT64, 0, NULL, NULL);
     int v0 = tmb_input(&b, "v0", KILN_DTYPE_FLOAT, 1, (int64_t[]){4}, NULL);
+    tmb_input(&b, "bias", KILN_DTYPE_FLOAT, 1, (int64_t[]){4}, NULL);
     tmb_const(&b, "w", 1, (int64_t[]){4}, 1.0f);
     int64_t none[1] = {0};
     int acc0 = grow ? tmb_input(&b, "acc0", KILN_DTYPE_INT64, 1, none, NULL) : -1;
@@ -295,13 +296,16 @@ static unsigned char *loop_model(size_t *size, bool grow) {
     int bc = tmb_input(&b, "c_in", KILN_DTYPE_BOOL, 0, NULL, NULL);
     int bv = tmb_input(&b, "v_in", KILN_DTYPE_FLOAT, 1, (int64_t[]){4}, NULL);
     int bacc = grow ? tmb_input(&b, "acc_in", KILN_DTYPE_INT64, 1, (int64_t[]){-1}, (const char *[]){"L"}) : -1;
-    int bw = tmb_value(&b, "w");
+    int bw = tmb_value(&b, "w"), bb = tmb_value(&b, "bias");
     b.g->values[bw].is_outer = true;
+    b.g->values[bb].is_outer = true;
     int ax0 = tmb_const_i64(&b, "ax0", none, 1, false);
-    int c_out = tmb_value(&b, "c_out"), a = tmb_value(&b, "a"), v_out = tmb_value(&b, "v_out");
+    int c_out = tmb_value(&b, "c_out"), a = tmb_value(&b, "a"), a2 = tmb_value(&b, "a2");
+    int v_out = tmb_value(&b, "v_out");
     tmb_node(&b, "Identity", (int[]){bc}, 1, c_out);
     tmb_node(&b, "Add", (int[]){bv, bw}, 2, a);
-    tmb_node(&b, "Relu", (int[]){a}, 1, v_out);
+    tmb_node(&b, "Add", (int[]){a, bb}, 2, a2);
+    tmb_node(&b, "Relu", (int[]){a2}, 1, v_out);
     tmb_output(&b, c_out);
     tmb_output(&b, v_out);
     if (grow) {
@@ -333,27 +337,31 @@ KN_TEST(shape_memo_loop_body_infers_nothing_once_its_shapes_repeat) {
         if (!s) continue;
         for (int run = 0; run < 3; run++) {
             int64_t mv = 6 + run; /* trip count: data */
-            float v0[4] = {0.5f, -2.0f, 1.0f + run, -0.25f}, want[4];
+            float v0[4] = {0.5f, -2.0f, 1.0f + run, -0.25f}, bias[4] = {0.1f * run, -0.2f, 0.3f, -0.1f * run}, want[4];
             memcpy(want, v0, sizeof want);
             for (int64_t it = 0; it < mv; it++)
-                for (int k = 0; k < 4; k++) want[k] = want[k] + w[k] > 0 ? want[k] + w[k] : 0;
+                for (int k = 0; k < 4; k++) {
+                    float t = want[k] + w[k] + bias[k];
+                    want[k] = t > 0 ? t : 0;
+                }
             int64_t vd[1] = {4}, ad[1] = {0};
-            kiln_tensor *in[3] = {NULL}, *out[2] = {NULL};
+            kiln_tensor *in[4] = {NULL}, *out[2] = {NULL};
             CHECK_STATUS(kiln_tensor_wrap(KILN_DTYPE_INT64, NULL, 0, &mv, sizeof mv, &in[0]), KILN_OK);
             CHECK_STATUS(kiln_tensor_wrap(KILN_DTYPE_FLOAT, vd, 1, v0, sizeof v0, &in[1]), KILN_OK);
+            CHECK_STATUS(kiln_tensor_wrap(KILN_DTYPE_FLOAT, vd, 1, bias, sizeof bias, &in[2]), KILN_OK);
             int64_t dummy = 0;
-            if (grow) CHECK_STATUS(kiln_tensor_wrap(KILN_DTYPE_INT64, ad, 1, &dummy, 0, &in[2]), KILN_OK);
-            const char *in_names[3] = {"M", "v0", "acc0"};
+            if (grow) CHECK_STATUS(kiln_tensor_wrap(KILN_DTYPE_INT64, ad, 1, &dummy, 0, &in[3]), KILN_OK);
+            const char *in_names[4] = {"M", "v0", "bias", "acc0"};
             uint64_t before = kn_exec_infer_count();
-            CHECK_STATUS(kiln_session_run(s, in_names, in, grow ? 3 : 2, NULL, grow ? 2 : 1, out), KILN_OK);
+            CHECK_STATUS(kiln_session_run(s, in_names, in, grow ? 4 : 3, NULL, grow ? 2 : 1, out), KILN_OK);
             uint64_t infers = kn_exec_infer_count() - before;
             /* from the second call on: the Loop node only (its outputs come from its body) when the
              * body's shapes repeat; with a growing carried value, every body node at each iteration */
             if (run > 0 && !grow)
                 CHECK_MSG(infers == 1, "run %d: %llu infer calls, want 1 (the Loop node)", run, (unsigned long long)infers);
             if (run > 0 && grow)
-                CHECK_MSG(infers == 1 + 5 * (uint64_t)mv, "grow, run %d: %llu infer calls, want %llu", run,
-                          (unsigned long long)infers, (unsigned long long)(1 + 5 * mv));
+                CHECK_MSG(infers == 1 + 6 * (uint64_t)mv, "grow, run %d: %llu infer calls, want %llu", run,
+                          (unsigned long long)infers, (unsigned long long)(1 + 6 * mv));
             if (out[0]) {
                 const float *y = kiln_tensor_data(out[0]);
                 for (int k = 0; k < 4; k++)
@@ -367,7 +375,7 @@ KN_TEST(shape_memo_loop_body_infers_nothing_once_its_shapes_repeat) {
                     CHECK_MSG(av[k] == k, "run %d: acc[%lld] = %lld", run, (long long)k, (long long)av[k]);
             }
             for (int k = 0; k < 2; k++) kiln_tensor_destroy(out[k]);
-            for (int k = 0; k < 3; k++) kiln_tensor_destroy(in[k]);
+            for (int k = 0; k < 4; k++) kiln_tensor_destroy(in[k]);
         }
         kiln_session_destroy(s);
     }
