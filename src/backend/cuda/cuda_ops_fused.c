@@ -98,6 +98,28 @@ static kiln_status run_fused_matmul(kn_cuda *cu, kn_kernel_ctx *c) {
     if (bias && (bias->dtype != y->dtype || (nb != 1 && nb != cols)))
         return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output columns", (long long)nb,
                                (long long)cols);
+    const kn_tensor *A = c->in[0], *B = c->in[1];
+    if (A->rank >= 2 && B->rank == 2 && A->dims[A->rank - 1] == B->dims[0] && (!bias || nb == cols) &&
+        kn_tensor_count(y) > 0 && (!z || z->data != y->data)) {
+        /* B shared by every row of A: one product over all of them, with the bias, the residual and a
+         * ReLU in cuBLASLt's epilogue (kn_cu_gemm_run); another activation as a pass after it */
+        kn_cu_gemm g;
+        memset(&g, 0, sizeof g);
+        g.dt = y->dtype;
+        g.K = B->dims[0];
+        g.N = B->dims[1];
+        g.M = kn_tensor_count(y) / g.N;
+        g.batch = 1;
+        g.A = A->data, g.B = B->data, g.C = y->data;
+        g.lda = g.K, g.ldb = g.N, g.ldc = g.N;
+        g.alpha = 1;
+        g.bias = bias ? bias->data : NULL;
+        g.residual = z ? z->data : NULL;
+        g.relu = a.act == KN_ACT_RELU;
+        KN_TRY(kn_cu_gemm_run(cu, c, &g));
+        if (a.act == KN_ACT_NONE || a.act == KN_ACT_RELU) return KILN_OK;
+        return epilogue(cu, c, y, NULL, cols, 1, NULL, &a);
+    }
     KN_TRY(run_base(cu, c, "MatMul", 2, kn_cu_run_matmul));
     return epilogue(cu, c, y, bias, cols, 1, z, &a);
 }

@@ -1,0 +1,117 @@
+/* kiln's fused operators on CUDA against the CPU's: FusedMatMul's bias, residual and activation,
+ * which cuBLASLt applies in the product where it can (bias and ReLU as its epilogue, the residual as
+ * its C input) and a pass after it elsewhere (kiln's stand-in kernels, widths cuBLASLt refuses). */
+#include "test_onemodel.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static void om_kiln_domain(onemodel *o) {
+    kn_opset_import *ops = kn_arena_alloc(&o->m->arena, 2 * sizeof *ops);
+    ops[0] = o->m->opsets[0];
+    ops[1].domain = "kiln";
+    ops[1].version = 1;
+    o->m->opsets = ops;
+    o->m->n_opsets = 2;
+    o->g->nodes[o->node].domain = "kiln";
+}
+
+static double act_ref(int a, double x) {
+    switch (a) {
+    case 1: return x > 0 ? x : 0;
+    case 2: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    case 3: return 1 / (1 + exp(-x));
+    default: return x;
+    }
+}
+
+/* Runs o's model with provider cuda alone and compares Y with a double-precision evaluation of
+ * act(A x B + bias + Z) over the inputs as given (already in their type). */
+static void check_against_double(onemodel *o, int act, bool bias, bool residual, int64_t M, int64_t K, int64_t N,
+                                 double tol, const char *what) {
+    unsigned char *data = NULL;
+    size_t size = 0;
+    kn_graph_recount(o->g);
+    CHECK_MSG(kn_onnx_write_memory(o->m, &data, &size) == KILN_OK, "%s: writing the model: %s", what, kiln_last_error());
+    kiln_session *s = data ? om_session(data, size, "cuda") : NULL;
+    if (s) {
+        kn_tensor *y = NULL;
+        om_run(s, o, &y);
+        if (y && kn_tensor_count(y) == M * N) {
+            const kn_tensor *A = o->inputs[0], *B = o->inputs[1];
+            const kn_tensor *C = bias ? o->inputs[2] : NULL, *Z = residual ? o->inputs[bias ? 3 : 2] : NULL;
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    double acc = 0;
+                    for (int64_t k = 0; k < K; k++) acc += kn_tensor_get_f64(A, i * K + k) * kn_tensor_get_f64(B, k * N + j);
+                    if (C) acc += kn_tensor_get_f64(C, j);
+                    if (Z) acc += kn_tensor_get_f64(Z, i * N + j);
+                    const double want = act_ref(act, acc), got = kn_tensor_get_f64(y, i * N + j);
+                    if (!(fabs(got - want) <= tol * (1 + fabs(want)))) {
+                        kn_unit_fail(__FILE__, __LINE__, "%s: element [%lld, %lld] is %.7g, %.7g expected", what,
+                                     (long long)i, (long long)j, got, want);
+                        i = M;
+                        break;
+                    }
+                }
+        } else
+            kn_unit_fail(__FILE__, __LINE__, "%s: no output of %lld elements", what, (long long)(M * N));
+        kiln_tensor_destroy(y);
+    }
+    kiln_session_destroy(s);
+    free(data);
+}
+
+/* Y = act(A [2, 5, K] x B [K, N] + bias [N] + Z [2, 5, N]) for each combination of bias, residual
+ * and activation, in float, float16 and bfloat16. */
+static void fused_matmul_cases(const char *mode) {
+    static const kiln_dtype types[3] = {KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
+    static const char *const acts[4] = {"", "Relu", "Gelu", "Sigmoid"};
+    static const int64_t widths[2][2] = {{24, 40}, {9, 7}}; /* K, N: 7 columns leave rows 2-byte aligned in half */
+    for (int t = 0; t < 3; t++)
+        for (int w = 0; w < 2; w++)
+            for (int a = 0; a < 4; a++)
+                for (int extra = 0; extra < 4; extra++) {
+                    const kiln_dtype dt = types[t];
+                    const bool bias = extra & 1, residual = extra & 2;
+                    const int64_t K = widths[w][0], N = widths[w][1];
+                    onemodel o;
+                    om_init(&o, 17);
+                    int64_t ad[3] = {2, 5, K}, bd[2] = {K, N}, cd[1] = {N}, zd[3] = {2, 5, N};
+                    int in[4] = {om_input(&o, "A", dt, 3, ad, 1.0f, NULL), om_input(&o, "B", dt, 2, bd, 0.5f, NULL), -1, -1};
+                    int n_in = 2;
+                    if (bias || residual) in[n_in++] = bias ? om_input(&o, "bias", dt, 1, cd, 1.0f, NULL) : -1;
+                    if (residual) in[n_in++] = om_input(&o, "Z", dt, 3, zd, 1.0f, NULL);
+                    int out[1] = {om_value(&o, "Y")};
+                    om_node(&o, "FusedMatMul", in, n_in, out, 1);
+                    om_kiln_domain(&o);
+                    if (acts[a][0]) om_str(&o, "activation", acts[a]);
+                    char what[160];
+                    snprintf(what, sizeof what, "FusedMatMul %s K=%lld N=%lld activation '%s'%s%s (%s)",
+                             kiln_dtype_name(dt), (long long)K, (long long)N, acts[a], bias ? " bias" : "",
+                             residual ? " residual" : "", mode);
+                    /* the output's rounding (a half ulp of it) and, in float, tf32-free fp32 accumulation */
+                    const double tol = dt == KILN_DTYPE_FLOAT ? 1e-5 : dt == KILN_DTYPE_FLOAT16 ? 2e-3 : 1.6e-2;
+                    check_against_double(&o, a, bias, residual, 10, K, N, tol, what);
+                    om_free(&o);
+                }
+}
+
+KN_TEST(cuda_fused_matmul_epilogue) {
+    NEED_GPU();
+    fused_matmul_cases("cuBLASLt");
+}
+
+/* The same through kiln's stand-in product kernels (read as a session starts): the epilogue then
+ * runs as a pass of its own. */
+KN_TEST(cuda_fused_matmul_epilogue_standins) {
+    NEED_GPU();
+    const char *was = getenv("KILN_CUDA_STAND_INS");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("KILN_CUDA_STAND_INS", "always", 1);
+    fused_matmul_cases("stand-in kernels");
+    if (saved) setenv("KILN_CUDA_STAND_INS", saved, 1);
+    else unsetenv("KILN_CUDA_STAND_INS");
+    free(saved);
+}
