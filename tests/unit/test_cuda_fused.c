@@ -115,3 +115,56 @@ KN_TEST(cuda_fused_matmul_epilogue_standins) {
     else unsetenv("KILN_CUDA_STAND_INS");
     free(saved);
 }
+
+/* Convolutions whose kernel tiles the input (kernel = stride, no padding: a patch embedding), which
+ * CUDA runs as one matrix product over gathered patches; sizes the kernel does not divide leave
+ * the last rows and columns unread. Against the CPU's convolution. */
+KN_TEST(cuda_conv_patchify) {
+    NEED_GPU();
+    static const int64_t shapes[3][6] = {
+        /* N, C, H, W, kernel h, kernel w */
+        {2, 3, 10, 12, 2, 3},
+        {1, 4, 9, 8, 4, 4},
+        {3, 3, 32, 32, 16, 16},
+    };
+    static const kiln_dtype types[2] = {KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT16};
+    for (int s = 0; s < 3; s++)
+        for (int t = 0; t < 2; t++)
+            for (int layout = 0; layout < 2; layout++) {
+                const int64_t *d = shapes[s];
+                const kiln_dtype dt = types[t];
+                const bool nhwc = layout == 1;
+                const int64_t M = 8;
+                onemodel o;
+                om_init(&o, 17);
+                int64_t xd[4] = {d[0], d[1], d[2], d[3]}, wd[4] = {M, d[1], d[4], d[5]}, bd[1] = {M};
+                if (nhwc) {
+                    int64_t xl[4] = {d[0], d[2], d[3], d[1]}, wl[4] = {M, d[4], d[5], d[1]};
+                    memcpy(xd, xl, sizeof xd);
+                    memcpy(wd, wl, sizeof wd);
+                }
+                int in[3] = {om_input(&o, "X", dt, 4, xd, 1.0f, NULL), om_input(&o, "W", dt, 4, wd, 0.25f, NULL),
+                             om_input(&o, "B", dt, 1, bd, 1.0f, NULL)};
+                int out[1] = {om_value(&o, "Y")};
+                om_node(&o, nhwc ? "FusedConv" : "Conv", in, 3, out, 1);
+                if (nhwc) {
+                    om_kiln_domain(&o);
+                    om_str(&o, "layout", "NHWC");
+                }
+                int64_t ks[2] = {d[4], d[5]};
+                kn_attr *a = om_attr(&o, "kernel_shape", KN_ATTR_INTS);
+                a->ints = kn_arena_alloc(&o.m->arena, sizeof ks);
+                memcpy(a->ints, ks, sizeof ks);
+                a->n = 2;
+                a = om_attr(&o, "strides", KN_ATTR_INTS);
+                a->ints = kn_arena_alloc(&o.m->arena, sizeof ks);
+                memcpy(a->ints, ks, sizeof ks);
+                a->n = 2;
+                char what[128];
+                snprintf(what, sizeof what, "%s %s x [%lld, %lld, %lld, %lld] kernel = stride %lldx%lld",
+                         nhwc ? "FusedConv NHWC" : "Conv", kiln_dtype_name(dt), (long long)d[0], (long long)d[1],
+                         (long long)d[2], (long long)d[3], (long long)d[4], (long long)d[5]);
+                /* sums of up to 768 products: float16's accumulation order differs between the two */
+                om_compare(&o, dt == KILN_DTYPE_FLOAT ? 1e-4 : 1e-2, dt == KILN_DTYPE_FLOAT ? 1e-4 : 1e-2, what);
+            }
+}
