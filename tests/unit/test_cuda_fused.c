@@ -135,6 +135,7 @@ KN_TEST(cuda_conv_patchify) {
                 const kiln_dtype dt = types[t];
                 const bool nhwc = layout == 1;
                 const int64_t M = 8;
+                if (nhwc && dt != KILN_DTYPE_FLOAT) continue; /* the CPU's FusedConv takes float only */
                 onemodel o;
                 om_init(&o, 17);
                 int64_t xd[4] = {d[0], d[1], d[2], d[3]}, wd[4] = {M, d[1], d[4], d[5]}, bd[1] = {M};
@@ -167,4 +168,92 @@ KN_TEST(cuda_conv_patchify) {
                 /* sums of up to 768 products: float16's accumulation order differs between the two */
                 om_compare(&o, dt == KILN_DTYPE_FLOAT ? 1e-4 : 1e-2, dt == KILN_DTYPE_FLOAT ? 1e-4 : 1e-2, what);
             }
+}
+
+/* kiln.FusedConv = relu(conv(X, W) + bias [+ Z]) built in dt; NHWC when nhwc. */
+static void fused_conv_model(onemodel *o, kiln_dtype dt, bool nhwc, bool residual, const kn_tensor *const *values) {
+    om_init(o, 17);
+    int64_t xd[4] = {2, 8, 10, 10}, wd[4] = {16, 8, 3, 3}, bd[1] = {16}, zd[4] = {2, 16, 10, 10};
+    if (nhwc) {
+        int64_t xl[4] = {2, 10, 10, 8}, wl[4] = {16, 3, 3, 8}, zl[4] = {2, 10, 10, 16};
+        memcpy(xd, xl, sizeof xd);
+        memcpy(wd, wl, sizeof wd);
+        memcpy(zd, zl, sizeof zd);
+    }
+    const char *names[4] = {"X", "W", "B", "Z"};
+    const int64_t *dims[4] = {xd, wd, bd, zd};
+    const int ranks[4] = {4, 4, 1, 4};
+    int in[4];
+    for (int i = 0; i < (residual ? 4 : 3); i++) {
+        in[i] = om_input(o, names[i], dt, ranks[i], dims[i], i == 1 ? 0.25f : 1.0f, NULL);
+        if (values) /* the other model's values, in this one's type */
+            for (int64_t e = 0; e < kn_tensor_count(values[i]); e++)
+                kn_tensor_set_f64(o->inputs[i], e, kn_tensor_get_f64(values[i], e));
+    }
+    int out[1] = {om_value(o, "Y")};
+    om_node(o, "FusedConv", in, residual ? 4 : 3, out, 1);
+    om_kiln_domain(o);
+    om_str(o, "activation", "Relu");
+    if (nhwc) om_str(o, "layout", "NHWC");
+    int64_t pads[4] = {1, 1, 1, 1}, ks[2] = {3, 3};
+    kn_attr *a = om_attr(o, "pads", KN_ATTR_INTS);
+    a->ints = kn_arena_alloc(&o->m->arena, sizeof pads);
+    memcpy(a->ints, pads, sizeof pads);
+    a->n = 4;
+    a = om_attr(o, "kernel_shape", KN_ATTR_INTS);
+    a->ints = kn_arena_alloc(&o->m->arena, sizeof ks);
+    memcpy(a->ints, ks, sizeof ks);
+    a->n = 2;
+}
+
+static kn_tensor *run_one(onemodel *o, const char *provider, const char *what) {
+    unsigned char *data = NULL;
+    size_t size = 0;
+    kn_graph_recount(o->g);
+    CHECK_MSG(kn_onnx_write_memory(o->m, &data, &size) == KILN_OK, "%s: writing the model: %s", what, kiln_last_error());
+    kiln_session *s = data ? om_session(data, size, provider) : NULL;
+    kn_tensor *y = NULL;
+    if (s) om_run(s, o, &y);
+    kiln_session_destroy(s);
+    free(data);
+    return y;
+}
+
+/* FusedConv with a bias and ReLU (and a residual), which cuDNN runs in one call
+ * (cudnnConvolutionBiasActivationForward): on CUDA in float, float16 and bfloat16 against the
+ * CPU's float FusedConv over the same values, and with KILN_CUDA_CONV_FUSED=0 (conv, then a pass). */
+KN_TEST(cuda_fused_conv_bias_relu) {
+    NEED_GPU();
+    static const kiln_dtype types[3] = {KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
+    for (int off = 0; off < 2; off++)
+        for (int t = 0; t < 3; t++)
+            for (int layout = 0; layout < 2; layout++)
+                for (int residual = 0; residual < 2; residual++) {
+                    const kiln_dtype dt = types[t];
+                    char what[128];
+                    snprintf(what, sizeof what, "FusedConv 3x3 %s %s bias relu%s%s", kiln_dtype_name(dt),
+                             layout ? "NHWC" : "NCHW", residual ? " residual" : "", off ? " (fused call off)" : "");
+                    if (off) setenv("KILN_CUDA_CONV_FUSED", "0", 1);
+                    onemodel gpu, cpu;
+                    fused_conv_model(&gpu, dt, layout, residual, NULL);
+                    fused_conv_model(&cpu, KILN_DTYPE_FLOAT, layout, residual, (const kn_tensor *const *)gpu.inputs);
+                    kn_tensor *got = run_one(&gpu, "cuda", what), *want = run_one(&cpu, "cpu", what);
+                    if (off) unsetenv("KILN_CUDA_CONV_FUSED");
+                    const double tol = dt == KILN_DTYPE_FLOAT ? 1e-4 : dt == KILN_DTYPE_FLOAT16 ? 1e-2 : 6e-2;
+                    if (got && want && kn_tensor_count(got) == kn_tensor_count(want)) {
+                        for (int64_t i = 0; i < kn_tensor_count(want); i++) {
+                            const double w = kn_tensor_get_f64(want, i), g = kn_tensor_get_f64(got, i);
+                            if (!(fabs(g - w) <= tol * (1 + fabs(w)))) {
+                                kn_unit_fail(__FILE__, __LINE__, "%s: element %lld is %.7g on CUDA, %.7g on the CPU", what,
+                                             (long long)i, g, w);
+                                break;
+                            }
+                        }
+                    } else
+                        kn_unit_fail(__FILE__, __LINE__, "%s: no output or outputs of different sizes", what);
+                    kiln_tensor_destroy(got);
+                    kiln_tensor_destroy(want);
+                    om_free(&gpu);
+                    om_free(&cpu);
+                }
 }

@@ -232,6 +232,10 @@ kiln_status kn_cu_tuning_import(void *state, const void *key, size_t key_len, co
 /* cuDNN convolutions (cuda_conv.c) */
 kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c);
 kiln_status kn_cu_run_conv_transpose(kn_cuda *cu, kn_kernel_ctx *c);
+/* Conv (c's first two inputs) with y = relu(conv + bias + z) in cuDNN's fused call where it takes it
+ * (*done); otherwise the plain convolution, and the caller runs bias, z and ReLU after it. */
+kiln_status kn_cu_run_conv_bias_relu(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *bias, const kn_tensor *z,
+                                     bool *done);
 bool kn_cu_conv_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap);
 void kn_cu_conv_release(kn_cuda *cu);
 #ifdef KILN_HAVE_CUDNN

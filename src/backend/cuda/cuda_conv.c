@@ -52,7 +52,18 @@ typedef struct conv_plan {
     cudnnDataType_t dt;
     uint8_t tkey[KN_CU_TUNE_KEY_MAX]; /* the tuning key (kind byte + make_plan's description) */
     size_t klen;
+    /* FusedConv's bias and ReLU in cuDNN's call (run_any's conv_epilogue): made on first use */
+    cudnnTensorDescriptor_t bd;
+    cudnnActivationDescriptor_t ad;
+    bool no_fused; /* cuDNN refused the fused call once: the epilogue runs as a pass */
 } conv_plan;
+
+/* What FusedConv asks of the convolution beyond it: y = relu(conv(x) + bias + z) in cuDNN's one call
+ * (cudnnConvolutionBiasActivationForward) where it takes it; done says whether it did. */
+typedef struct conv_epilogue {
+    const kn_tensor *bias, *z;
+    bool done;
+} conv_epilogue;
 
 static kiln_status dnn_fail(const kn_kernel_ctx *c, cudnnStatus_t s, const char *what) {
     /* the CUDA error behind a failed launch, when cuDNN left one */
@@ -147,6 +158,8 @@ static void plan_free(conv_plan *p) {
     if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
     if (p->wd) cudnnDestroyFilterDescriptor(p->wd);
     if (p->cd) cudnnDestroyConvolutionDescriptor(p->cd);
+    if (p->bd) cudnnDestroyTensorDescriptor(p->bd);
+    if (p->ad) cudnnDestroyActivationDescriptor(p->ad);
     memset(p, 0, sizeof *p);
 }
 
@@ -637,9 +650,19 @@ static kiln_status run_patchify(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom *
     return st;
 }
 
+/* The descriptors of the fused call's bias ([1, C, 1, 1] in the plan's layout and type) and ReLU. */
+static bool fused_descriptors(conv_plan *p, int64_t channels, bool nhwc) {
+    if (!p->bd && cudnnCreateTensorDescriptor(&p->bd) != CUDNN_STATUS_SUCCESS) return false;
+    if (!p->ad && cudnnCreateActivationDescriptor(&p->ad) != CUDNN_STATUS_SUCCESS) return false;
+    return cudnnSetTensor4dDescriptor(p->bd, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, p->dt, 1, (int)channels, 1, 1) ==
+               CUDNN_STATUS_SUCCESS &&
+           cudnnSetActivationDescriptor(p->ad, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0) == CUDNN_STATUS_SUCCESS;
+}
+
 /* Shared by Conv and ConvTranspose: operands converted to the compute type when the precision
- * option asks for it, the cuDNN call, the conversion back, bias. */
-static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
+ * option asks for it, the cuDNN call, the conversion back, bias. ep (may be NULL): FusedConv's
+ * bias, residual and ReLU, in the same call where cuDNN takes them (ep->done). */
+static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_epilogue *ep) {
     const kn_tensor *x = c->in[0], *w = c->in[1], *b = c->n_inputs > 2 ? c->in[2] : NULL;
     NEED_OUT(c, 0);
     kn_tensor *y = c->out[0];
@@ -720,7 +743,28 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
         cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
         /* at most twice: an algorithm that fails to run is replaced by algorithm 0 (implicit GEMM,
          * no workspace), in the plan and in the tuning results */
-        for (int attempt = 0; attempt < 2; attempt++) {
+        /* FusedConv's bias, residual and ReLU in the call: 2-D, in the tensors' own type, straight into y */
+        const kn_tensor *zt = ep ? ep->z : NULL;
+        const bool fuse = ep && ep->bias && !transpose && !p->no_fused && g.nsp == 2 && cdt == dt && !p->explicit_pad &&
+                          yout == y->data && ep->bias->dtype == dt && kn_tensor_count(ep->bias) == g.cout &&
+                          (!zt || (zt->dtype == dt && kn_tensor_count(zt) == kn_tensor_count(y) && zt->data != y->data)) &&
+                          (dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16 || dt == KILN_DTYPE_FLOAT) &&
+                          fused_descriptors(p, g.cout, g.nhwc);
+        if (fuse) {
+            s = cudnnConvolutionBiasActivationForward(cu->dnn, one, p->xd, xin, p->wd, win, p->cd,
+                                                      (cudnnConvolutionFwdAlgo_t)p->algo, cu->workspace, p->ws,
+                                                      zt ? one : zero, p->yd, zt ? zt->data : yout, p->bd,
+                                                      ep->bias->data, p->ad, p->yd, yout);
+            if (s == CUDNN_STATUS_SUCCESS) ep->done = true;
+            else {
+                /* not for this algorithm or layout: the plain call below, and the epilogue as a pass */
+                kn_log(KILN_LOG_DEBUG, "cuda: node '%s': cuDNN's fused convolution refused (%s): a pass after it",
+                       c->node->name, cudnnGetErrorString(s));
+                cudaGetLastError();
+                p->no_fused = true;
+            }
+        }
+        for (int attempt = 0; !(ep && ep->done) && attempt < 2; attempt++) {
             if (!transpose)
                 s = cudnnConvolutionForward(cu->dnn, one, p->xd, xin, p->wd, win, p->cd, (cudnnConvolutionFwdAlgo_t)p->algo,
                                             cu->workspace, p->ws, zero, p->yd, yout);
@@ -773,8 +817,16 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
     return st;
 }
 
-kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c, false); }
-kiln_status kn_cu_run_conv_transpose(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c, true); }
+kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c, false, NULL); }
+kiln_status kn_cu_run_conv_transpose(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c, true, NULL); }
+
+kiln_status kn_cu_run_conv_bias_relu(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *bias, const kn_tensor *z,
+                                     bool *done) {
+    conv_epilogue ep = {bias, z, false};
+    kiln_status st = run_any(cu, c, false, &ep);
+    *done = ep.done;
+    return st;
+}
 
 bool kn_cu_conv_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
     if (!kn_cu_libs_load(NULL, 0) || !kn_cu_lib.dnn_loaded) {

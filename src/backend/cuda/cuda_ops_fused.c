@@ -54,6 +54,13 @@ static kiln_status epilogue(kn_cuda *cu, kn_kernel_ctx *c, kn_tensor *y, const k
                        c->node->op_type);
 }
 
+#ifdef KILN_HAVE_CUDNN
+static bool conv_fused_enabled(void) {
+    const char *v = getenv("KILN_CUDA_CONV_FUSED");
+    return !(v && !strcmp(v, "0"));
+}
+#endif
+
 static kiln_status run_fused_conv(kn_cuda *cu, kn_kernel_ctx *c) {
 #ifdef KILN_HAVE_CUDNN
     kn_act_spec a;
@@ -69,6 +76,18 @@ static kiln_status run_fused_conv(kn_cuda *cu, kn_kernel_ctx *c) {
     if (bias && kn_tensor_count(bias) != channels)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output channels",
                                (long long)kn_tensor_count(bias), (long long)channels);
+    /* with a bias and ReLU: all in cuDNN's call where it takes it (KILN_CUDA_CONV_FUSED=0: never) */
+    if (bias && a.act == KN_ACT_RELU && conv_fused_enabled()) {
+        kn_node proxy = *c->node;
+        proxy.op_type = "Conv", proxy.domain = "", proxy.opset = 13;
+        kn_kernel_ctx pc = *c;
+        pc.node = &proxy;
+        pc.n_inputs = 2;
+        bool done = false;
+        KN_TRY(kn_cu_run_conv_bias_relu(cu, &pc, bias, z, &done));
+        if (done) return KILN_OK;
+        return epilogue(cu, c, y, bias, channels, inner, z, &a);
+    }
     /* the convolution without its bias, then bias, residual and activation in one pass */
     KN_TRY(run_base(cu, c, "Conv", 2, kn_cu_run_conv));
     return epilogue(cu, c, y, bias, channels, inner, z, &a);
