@@ -171,6 +171,10 @@ kiln_status kn_runtime_create(const kiln_session_options *o, kn_runtime **out) {
     *out = NULL;
     kn_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) return KN_OOM();
+    if (pthread_mutex_init(&rt->const_mu, NULL) != 0) {
+        free(rt);
+        return KN_OOM();
+    }
     rt->cpu = -1;
     kiln_status st = KILN_OK;
     for (int i = 0; i < o->n_providers && st == KILN_OK; i++) {
@@ -245,12 +249,12 @@ void kn_runtime_destroy(kn_runtime *rt) {
     free(rt->arena);
     for (int i = 0; i < rt->n_backends; i++)
         if (rt->backends[i].ops && rt->backends[i].ops->destroy) rt->backends[i].ops->destroy(rt->backends[i].state);
+    pthread_mutex_destroy(&rt->const_mu);
     free(rt);
 }
 
-kiln_status kn_runtime_const_on(kn_runtime *rt, int b, int v, const kn_tensor *host, kn_tensor **out) {
+static kiln_status const_on_locked(kn_runtime *rt, int b, int v, const kn_tensor *host, kn_tensor **out) {
     const kn_backend *be = &rt->backends[b];
-    *out = NULL;
     if (!rt->main || v < 0 || v >= rt->main->n_values) return KN_INTERNAL("constant outside the main graph");
     if (rt->n_const_dev < rt->main->n_values) {
         kn_tensor **p = realloc(rt->const_dev, sizeof *p * (size_t)rt->main->n_values);
@@ -264,9 +268,16 @@ kiln_status kn_runtime_const_on(kn_runtime *rt, int b, int v, const kn_tensor *h
     return KILN_OK;
 }
 
-kiln_status kn_runtime_body_const_on(kn_runtime *rt, int b, const kn_tensor *host, kn_tensor **out) {
-    const kn_backend *be = &rt->backends[b];
+kiln_status kn_runtime_const_on(kn_runtime *rt, int b, int v, const kn_tensor *host, kn_tensor **out) {
     *out = NULL;
+    pthread_mutex_lock(&rt->const_mu);
+    kiln_status st = const_on_locked(rt, b, v, host, out);
+    pthread_mutex_unlock(&rt->const_mu);
+    return st;
+}
+
+static kiln_status body_const_on_locked(kn_runtime *rt, int b, const kn_tensor *host, kn_tensor **out) {
+    const kn_backend *be = &rt->backends[b];
     for (int i = 0; i < rt->n_body_const; i++)
         if (rt->body_const_host[i] == host && rt->body_const_dev[i]->device == be->ops->device) {
             *out = rt->body_const_dev[i];
@@ -288,4 +299,12 @@ kiln_status kn_runtime_body_const_on(kn_runtime *rt, int b, const kn_tensor *hos
     rt->body_const_dev[rt->n_body_const++] = t;
     *out = t;
     return KILN_OK;
+}
+
+kiln_status kn_runtime_body_const_on(kn_runtime *rt, int b, const kn_tensor *host, kn_tensor **out) {
+    *out = NULL;
+    pthread_mutex_lock(&rt->const_mu);
+    kiln_status st = body_const_on_locked(rt, b, host, out);
+    pthread_mutex_unlock(&rt->const_mu);
+    return st;
 }

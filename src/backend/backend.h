@@ -106,6 +106,20 @@ typedef struct kn_backend_ops {
      * beside the session's other start-up work (hashing, reading, compiling); init then finds it done
      * or waits for it. Called once per session creation, for each listed provider. */
     void (*prepare)(int device_id);
+    /* Optional: lanes, the per-call state of a device (its stream, library handles, scratch,
+     * recorded graphs' memory, data-error record), so that calls overlap. A session's run context
+     * opens one per such backend at its first call (lane_open) and keeps it until the session ends
+     * (lane_close, before destroy). lane_enter binds it to the calling thread for one call: every
+     * entry of this table the call makes on that thread then works on the lane; lane_leave unbinds
+     * it, after waiting for the lane's work, and returns an error a device kernel recorded (an
+     * index out of range: KILN_ERR_INVALID_ARGUMENT naming the node). lanes_overlap: whether calls
+     * on different lanes may run at once (else the session's calls take turns on one context).
+     * NULL lane_open: the backend has one state, and a session with it runs calls one at a time. */
+    bool (*lanes_overlap)(void *state);
+    kiln_status (*lane_open)(void *state, void **lane_out);
+    void (*lane_close)(void *state, void *lane);
+    void (*lane_enter)(void *state, void *lane);
+    kiln_status (*lane_leave)(void *state, void *lane);
 } kn_backend_ops;
 
 typedef struct kn_backend {
@@ -135,6 +149,9 @@ typedef struct kn_runtime {
     const kn_tensor **body_const_host;
     kn_tensor **body_const_dev;
     int n_body_const, cap_body_const;
+    /* const_dev and body_const_*: made by whichever call needs a constant first (calls of a
+     * session with device lanes run at once) */
+    pthread_mutex_t const_mu;
 } kn_runtime;
 
 extern const kn_backend_ops kn_backend_cpu;
@@ -151,6 +168,9 @@ int kn_cuda_warmup_replayed(void *cuda_state);
  * recording) until it is turned off or the warm-start threads are joined (cuda_warmup.c). */
 int kn_cuda_standin_count(void *cuda_state);
 void kn_cuda_warmup_hold(bool hold);
+/* Tests: lanes open now (the primary one included) and the most calls inside at once on a CUDA
+ * session's lanes (cuda_backend.c). */
+void kn_cuda_lane_stats(void *cuda_state, int *lanes, int *peak_overlap);
 #endif
 
 /* The provider of this name compiled into this build, or NULL. */

@@ -8,6 +8,7 @@
 #include "ops/op.h"
 #include "util/clock.h"
 #include "util/limits.h"
+#include "util/log.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -111,6 +112,237 @@ static kn_tensor *lookup_outer(const kn_exec *x, const char *name) {
     return NULL;
 }
 
+/* ------------------------------------------------------------------ the shape memo
+ *
+ * Which nodes' output types follow from the main graph's input shapes alone, and those types, kept
+ * per input-shape set by the first run with that set (in its run context, so concurrent calls share
+ * nothing). A value's type is known from the input shapes (MEMO_TYPE) when it is a graph input (its
+ * shape is in the set's signature), a constant, or an output of a node whose outputs are; its
+ * elements too (MEMO_ELEMS) when it is a constant the caller cannot replace, or the output of a
+ * deterministic node whose inputs' elements are all known so (a Shape -> Gather -> Concat chain),
+ * or of Shape/Size (elements = the input's shape). A node's output types are kept when its inputs'
+ * types are known, it runs no subgraph, its infer function gives static tensor types with the
+ * elements of only those inputs whose elements are known (the rest hidden: what it still derives
+ * does not depend on data), and its kernel made outputs of exactly those types. Every other node
+ * (NonZero, a Reshape or Range fed by an input's values, If/Loop/Scan, and what reads their
+ * outputs) is inferred at each run, as before. */
+
+enum { MEMO_TYPE = 1, MEMO_ELEMS = 2 };
+
+typedef struct kn_shape_memo {
+    int64_t *sig; /* the input-shape set (shape_sig) */
+    int sig_len;
+    uint64_t last_used;
+    int n_nodes;
+    int *at;             /* per node: index in types of its output 0's type; -1: inferred at each run */
+    kn_type *types;      /* the kept nodes' output types, n_outputs each */
+    int n_types, cap_types;
+    unsigned char *val;  /* while recording: per value, MEMO_TYPE | MEMO_ELEMS */
+} kn_shape_memo;
+
+static _Thread_local uint64_t infer_calls;
+
+uint64_t kn_exec_infer_count(void) { return infer_calls; }
+
+static void memo_free(kn_shape_memo *m) {
+    if (!m) return;
+    free(m->sig);
+    free(m->at);
+    free(m->types);
+    free(m->val);
+    free(m);
+}
+
+/* KILN_SHAPE_MEMO=0: every run infers every node (for measuring and checking what the memo saves;
+ * read at each run). */
+static bool memo_wanted(void) {
+    const char *e = getenv("KILN_SHAPE_MEMO");
+    return !(e && !strcmp(e, "0"));
+}
+
+/* The input-shape set of a main-graph run: per input its element type, device, rank and dims (-1:
+ * not given, the initializer's default). NULL when an input is not a tensor (a sequence's items
+ * are not in it: no memo) or out of memory. */
+static int64_t *shape_sig(const kn_graph *g, kn_tensor *const *inputs, int *len) {
+    int64_t *sig = malloc(sizeof(int64_t) * (size_t)(g->n_inputs * (KILN_MAX_RANK + 1) + 1));
+    int n = 0;
+    if (!sig) return NULL;
+    for (int i = 0; i < g->n_inputs; i++) {
+        const kn_tensor *t = inputs[i];
+        if (!t) {
+            sig[n++] = -1;
+            continue;
+        }
+        if (t->kind != KN_VALUE_TENSOR) {
+            free(sig);
+            return NULL;
+        }
+        sig[n++] = (int64_t)t->dtype << 32 | (int64_t)t->device << 16 | t->rank;
+        for (int d = 0; d < t->rank; d++) sig[n++] = t->dims[d];
+    }
+    *len = n;
+    return sig;
+}
+
+/* The memo for this run's input shapes (x->memo), or a new one for the run to record (x->rec). */
+static void choose_memo(kn_exec *x, kn_run_ctx *ctx, kn_tensor *const *inputs) {
+    const kn_graph *g = x->graph;
+    int len = 0;
+    int64_t *sig = shape_sig(g, inputs, &len);
+    if (!sig) {
+        kn_clear_error();
+        return;
+    }
+    for (int i = 0; i < KN_MEMPLAN_SHAPED; i++) {
+        kn_shape_memo *m = ctx->shapes[i];
+        if (m && m->n_nodes == g->n_nodes && m->sig_len == len && !memcmp(m->sig, sig, sizeof *sig * (size_t)len)) {
+            m->last_used = ++ctx->runs;
+            x->memo = m;
+            free(sig);
+            return;
+        }
+    }
+    kn_shape_memo *m = calloc(1, sizeof *m);
+    if (m) {
+        m->sig = sig;
+        m->sig_len = len;
+        m->n_nodes = g->n_nodes;
+        m->at = malloc(sizeof *m->at * (size_t)(g->n_nodes ? g->n_nodes : 1));
+        m->val = calloc((size_t)(g->n_values ? g->n_values : 1), 1);
+    }
+    if (!m || !m->at || !m->val) {
+        if (m) memo_free(m);
+        else free(sig);
+        return; /* no memo: the run infers as before */
+    }
+    for (int i = 0; i < g->n_nodes; i++) m->at[i] = -1;
+    for (int v = 0; v < g->n_values; v++) {
+        const kn_value *val = &g->values[v];
+        if (val->constant) m->val[v] = MEMO_TYPE | (val->is_graph_input ? 0 : MEMO_ELEMS);
+    }
+    for (int i = 0; i < g->n_inputs; i++) m->val[g->inputs[i]] = MEMO_TYPE;
+    x->rec = m;
+}
+
+/* After a run that recorded a memo: kept, in a free place or in the least recently used one's. */
+static void keep_memo(kn_exec *x, kn_run_ctx *ctx) {
+    kn_shape_memo *m = x->rec;
+    x->rec = NULL;
+    free(m->val);
+    m->val = NULL;
+    if (kn_log_get_level() >= KILN_LOG_DEBUG) {
+        int live = 0, kept = 0;
+        for (int i = 0; i < x->graph->n_nodes; i++) {
+            live += !x->graph->nodes[i].dead;
+            kept += m->at[i] >= 0;
+        }
+        kn_log(KILN_LOG_DEBUG, "shape memo: %d of %d nodes' output types follow from the input shapes; the rest are "
+               "inferred at each run with these shapes", kept, live);
+    }
+    m->last_used = ++ctx->runs;
+    int at = 0;
+    for (int i = 0; i < KN_MEMPLAN_SHAPED; i++) {
+        if (!ctx->shapes[i]) {
+            at = i;
+            break;
+        }
+        if (ctx->shapes[i]->last_used < ctx->shapes[at]->last_used) at = i;
+    }
+    memo_free(ctx->shapes[at]);
+    ctx->shapes[at] = m;
+}
+
+static bool same_static_type(const kn_type *a, const kn_type *b) {
+    if (a->kind != b->kind || a->dtype != b->dtype || a->rank != b->rank) return false;
+    for (int d = 0; d < a->rank; d++)
+        if (a->dims[d].value != b->dims[d].value) return false;
+    return true;
+}
+
+static bool tensor_has_type(const kn_tensor *t, const kn_type *ty) {
+    if (!t || t->kind != KN_VALUE_TENSOR || ty->kind != KN_TYPE_TENSOR || t->dtype != ty->dtype || t->rank != ty->rank)
+        return false;
+    for (int d = 0; d < t->rank; d++)
+        if (t->dims[d] != ty->dims[d].value) return false;
+    return true;
+}
+
+/* While recording: whether node n's output types (types_out, just inferred with every input's
+ * value) follow from what the memo knows without data: its inputs' types, and the elements of only
+ * those inputs whose elements are known from the input shapes. The check infers n once more with
+ * the other inputs' elements hidden. */
+static bool memo_node_static(const kn_exec *x, const kn_node *n, const kn_type *const *in_tp,
+                             const kn_tensor *const *in_val, const kn_type *types_out) {
+    const kn_shape_memo *m = x->rec;
+    if (n->schema->flags & KN_OP_HAS_SUBGRAPH) return false;
+    bool hidden = false;
+    for (int i = 0; i < n->n_inputs; i++) {
+        int v = n->inputs[i];
+        if (v < 0) continue;
+        if (!(m->val[v] & MEMO_TYPE)) return false;
+        hidden |= in_val[i] && !(m->val[v] & MEMO_ELEMS);
+    }
+    for (int o = 0; o < n->n_outputs; o++)
+        if (n->outputs[o] >= 0 && (types_out[o].kind != KN_TYPE_TENSOR || !kn_type_is_static(&types_out[o])))
+            return false;
+    if (!hidden || !n->schema->infer) return true;
+    int ni = n->n_inputs, no = n->n_outputs;
+    const kn_tensor **masked = malloc(sizeof *masked * (size_t)(ni ? ni : 1));
+    kn_type *t2 = malloc(sizeof *t2 * (size_t)(no ? no : 1));
+    bool same = masked && t2;
+    if (same) {
+        for (int i = 0; i < ni; i++)
+            masked[i] = n->inputs[i] >= 0 && (m->val[n->inputs[i]] & MEMO_ELEMS) ? in_val[i] : NULL;
+        for (int o = 0; o < no; o++) kn_type_init(&t2[o]);
+        kn_infer_ctx ic = {n, ni, in_tp, masked, no, t2, &x->graph->model->arena};
+        infer_calls++;
+        if (n->schema->infer(&ic) != KILN_OK) {
+            kn_clear_error(); /* it needs the hidden elements */
+            same = false;
+        }
+        for (int o = 0; same && o < no; o++)
+            if (n->outputs[o] >= 0) same = kn_type_is_static(&t2[o]) && same_static_type(&t2[o], &types_out[o]);
+    }
+    free(masked);
+    free(t2);
+    return same;
+}
+
+/* While recording, after node n (index idx) ran: keeps its output types when they follow from the
+ * input shapes (is_static: memo_node_static's answer) and its outputs have them, and marks what is
+ * known of its outputs. */
+static void memo_node_done(kn_exec *x, const kn_node *n, int idx, bool is_static, const kn_type *types_out) {
+    kn_shape_memo *m = x->rec;
+    int no = n->n_outputs;
+    for (int o = 0; is_static && o < no; o++)
+        if (n->outputs[o] >= 0) is_static = tensor_has_type(x->slots[n->outputs[o]], &types_out[o]);
+    unsigned char known = 0;
+    if (is_static && m->n_types + no > m->cap_types) {
+        int cap = m->cap_types ? m->cap_types * 2 : 64;
+        while (cap < m->n_types + no) cap *= 2;
+        kn_type *t = realloc(m->types, sizeof *t * (size_t)cap);
+        if (t) {
+            m->types = t;
+            m->cap_types = cap;
+        } else {
+            is_static = false; /* out of memory: inferred at each run */
+        }
+    }
+    if (is_static) {
+        m->at[idx] = m->n_types;
+        memcpy(&m->types[m->n_types], types_out, sizeof *types_out * (size_t)no);
+        m->n_types += no;
+        known = MEMO_TYPE;
+        bool elems = !(n->schema->flags & KN_OP_NONDETERMINISTIC);
+        for (int i = 0; elems && i < n->n_inputs; i++)
+            elems = n->inputs[i] < 0 || (m->val[n->inputs[i]] & MEMO_ELEMS);
+        if (!*n->domain && (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size"))) elems = true;
+        if (elems) known |= MEMO_ELEMS;
+    }
+    for (int o = 0; o < no; o++)
+        if (n->outputs[o] >= 0) m->val[n->outputs[o]] = known;
+}
+
 /* ------------------------------------------------------------------ run contexts and bounds */
 
 void kn_run_ctx_begin(kn_run_ctx *c, const int *terminate, int64_t timeout_ms, int64_t mem_limit) {
@@ -129,6 +361,8 @@ void kn_run_ctx_clear(kn_run_ctx *c) {
     for (int i = 0; i < KN_MEMPLAN_SHAPED; i++) {
         kn_memplan_free(c->shaped[i]);
         c->shaped[i] = NULL;
+        memo_free(c->shapes[i]);
+        c->shapes[i] = NULL;
     }
     free(c->arena);
     c->arena = NULL;
@@ -137,6 +371,8 @@ void kn_run_ctx_clear(kn_run_ctx *c) {
 
 _Static_assert(sizeof ((kn_run_ctx *)0)->shaped / sizeof ((kn_run_ctx *)0)->shaped[0] == KN_MEMPLAN_SHAPED,
                "a run context holds KN_MEMPLAN_SHAPED plans");
+_Static_assert(sizeof ((kn_run_ctx *)0)->shapes / sizeof ((kn_run_ctx *)0)->shapes[0] == KN_MEMPLAN_SHAPED,
+               "a run context holds KN_MEMPLAN_SHAPED shape memos");
 
 bool kn_run_ctx_stopping(kn_run_ctx *c) {
     if (!c) return false;
@@ -300,8 +536,15 @@ static kiln_status to_host(kn_exec *x, kn_tensor *t, kn_tensor **out) {
 bool kn_exec_is_view(const kn_node *n) {
     if (*n->domain) return false;
     const char *op = n->op_type;
-    return !strcmp(op, "Reshape") || !strcmp(op, "Flatten") || !strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze") ||
-           !strcmp(op, "Identity");
+    /* asked for every node of every run: one comparison at most */
+    switch (op[0]) {
+    case 'R': return !strcmp(op, "Reshape");
+    case 'F': return !strcmp(op, "Flatten");
+    case 'S': return !strcmp(op, "Squeeze");
+    case 'U': return !strcmp(op, "Unsqueeze");
+    case 'I': return !strcmp(op, "Identity");
+    default: return false;
+    }
 }
 
 /* KILN_MEMORY_PLAN=0: a run allocates every intermediate from the buffer pool instead (for
@@ -473,6 +716,10 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         be = &x->rt->backends[n->provider];
     }
     int ni = n->n_inputs, no = n->n_outputs;
+    const int idx = (int)(n - g->nodes);
+    /* output types kept by the first run with these input shapes: no inference */
+    const int memo_at = x->memo ? x->memo->at[idx] : -1;
+    bool rec_static = false; /* recording: whether n's output types follow from the input shapes */
     if (ni > KN_MAX_IO || no > KN_MAX_IO)
         return kn_error(KILN_ERR_UNSUPPORTED, "%s: more than %d inputs or outputs",
                         kn_node_label(n, lbl, sizeof lbl), KN_MAX_IO);
@@ -482,8 +729,10 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
     const kn_tensor *in_val[KN_MAX_IO];
     kn_type out_types[KN_MAX_IO > 64 ? 64 : KN_MAX_IO];
     kn_tensor *out[KN_MAX_IO];
-    kn_type *types_in = ni <= 64 ? in_types : calloc((size_t)ni, sizeof(kn_type));
-    kn_type *types_out = no <= 64 ? out_types : calloc((size_t)no, sizeof(kn_type));
+    kn_type *types_in = ni <= 64 || memo_at >= 0 ? in_types : calloc((size_t)ni, sizeof(kn_type));
+    kn_type *types_out = no <= 64 || memo_at >= 0 ? out_types : calloc((size_t)no, sizeof(kn_type));
+    /* the types the outputs get: inferred below, or the memo's */
+    const kn_type *tout = memo_at >= 0 ? &x->memo->types[memo_at] : types_out;
     kiln_status st = KILN_OK;
     if (!types_in || !types_out) {
         st = KN_OOM();
@@ -511,6 +760,7 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
                 goto done;
             }
         }
+        if (memo_at >= 0) continue;
         if (in[i]) {
             kn_type_of_tensor(in[i], &types_in[i]);
             in_tp[i] = &types_in[i];
@@ -521,26 +771,28 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         in_val[i] = in[i] && in[i]->device == KN_DEVICE_HOST ? in[i] : NULL;
     }
     for (int o = 0; o < no; o++) {
-        kn_type_init(&types_out[o]);
+        if (memo_at < 0) kn_type_init(&types_out[o]);
         out[o] = NULL;
     }
     const kn_cpu_kernel *k = be ? NULL : n->kernel;
     bool overwrites = be ? be->ops->overwrites && be->ops->overwrites(n->kernel) : (k->flags & KN_KERNEL_OVERWRITES) != 0;
-    kn_infer_ctx ic = {n, ni, in_tp, in_val, no, types_out, &g->model->arena};
-    if (n->schema->infer) {
+    if (memo_at < 0 && n->schema->infer) {
+        kn_infer_ctx ic = {n, ni, in_tp, in_val, no, types_out, &g->model->arena};
+        infer_calls++;
         st = n->schema->infer(&ic);
         if (st != KILN_OK) goto done;
     }
-    if (no == 1 && take_as_view(x, n, in, &types_out[0])) goto done;
+    if (x->rec) rec_static = memo_node_static(x, n, in_tp, in_val, types_out);
+    if (no == 1 && take_as_view(x, n, in, &tout[0])) goto done;
     if (x->run && x->run->mem_limit) {
         /* the outputs whose size is known now, before they are allocated */
         int64_t need = 0, big_bytes = -1;
         int big = -1;
         for (int o = 0; o < no; o++) {
-            if (n->outputs[o] < 0 || !kn_type_is_static(&types_out[o]) || types_out[o].kind != KN_TYPE_TENSOR) continue;
+            if (n->outputs[o] < 0 || !kn_type_is_static(&tout[o]) || tout[o].kind != KN_TYPE_TENSOR) continue;
             int64_t dims[KILN_MAX_RANK];
-            for (int d = 0; d < types_out[o].rank; d++) dims[d] = types_out[o].dims[d].value;
-            int64_t b = (int64_t)kn_dtype_nbytes(types_out[o].dtype, kn_shape_count(dims, types_out[o].rank));
+            for (int d = 0; d < tout[o].rank; d++) dims[d] = tout[o].dims[d].value;
+            int64_t b = (int64_t)kn_dtype_nbytes(tout[o].dtype, kn_shape_count(dims, tout[o].rank));
             need += b;
             if (b > big_bytes) {
                 big = o;
@@ -558,16 +810,16 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
     }
     for (int o = 0; o < no; o++) {
         if (n->outputs[o] < 0 && !(n->schema->flags & KN_OP_HAS_SUBGRAPH)) continue;
-        if (kn_type_is_static(&types_out[o])) {
+        if (kn_type_is_static(&tout[o])) {
             int64_t dims[KILN_MAX_RANK];
-            for (int d = 0; d < types_out[o].rank; d++) dims[d] = types_out[o].dims[d].value;
+            for (int d = 0; d < tout[o].rank; d++) dims[d] = tout[o].dims[d].value;
             if (be && be->ops->device != KN_DEVICE_HOST &&
                 !(be->ops->output_on_host && be->ops->output_on_host(n->kernel, n, o)))
-                st = be->ops->new_tensor(be->state, types_out[o].dtype, types_out[o].rank, dims, &out[o]);
-            else if (!direct_output(x, n, n->outputs[o], in, types_out[o].dtype, types_out[o].rank, dims, !overwrites,
+                st = be->ops->new_tensor(be->state, tout[o].dtype, tout[o].rank, dims, &out[o]);
+            else if (!direct_output(x, n, n->outputs[o], in, tout[o].dtype, tout[o].rank, dims, !overwrites,
                                     &out[o]) &&
-                     !arena_output(x, n->outputs[o], types_out[o].dtype, types_out[o].rank, dims, !overwrites, &out[o])) {
-                st = kn_tensor_new_pooled(x->buffers, !overwrites, types_out[o].dtype, types_out[o].rank, dims,
+                     !arena_output(x, n->outputs[o], tout[o].dtype, tout[o].rank, dims, !overwrites, &out[o])) {
+                st = kn_tensor_new_pooled(x->buffers, !overwrites, tout[o].dtype, tout[o].rank, dims,
                                           &out[o]);
                 if (st == KILN_OK && x->record && n->outputs[o] >= 0) x->record[n->outputs[o]] = (int64_t)out[o]->nbytes;
             }
@@ -591,10 +843,15 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
             goto done;
         }
         if (x->run) {
-            char what[320];
-            snprintf(what, sizeof what, "output %d ('%s')", o, g->values[v].name);
-            st = mem_charge(x, n, what, value_bytes(out[o]), true);
-            if (st != KILN_OK) goto done;
+            int64_t bytes = value_bytes(out[o]);
+            if (x->run->mem_limit && x->run->mem_live + bytes > x->run->mem_limit) {
+                char what[320]; /* (made only for the message: a run makes many outputs) */
+                snprintf(what, sizeof what, "output %d ('%s')", o, g->values[v].name);
+                st = mem_charge(x, n, what, bytes, true);
+                goto done;
+            }
+            x->run->mem_live += bytes;
+            if (x->run->mem_live > x->run->mem_peak) x->run->mem_peak = x->run->mem_live;
         }
         x->slots[v] = out[o];
         x->owned[v] = 1;
@@ -602,6 +859,7 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         out[o] = NULL;
     }
 done:
+    if (st == KILN_OK && x->rec) memo_node_done(x, n, idx, rec_static, types_out);
     if (x->n_handed || x->handed_bytes) handed_clear(x);
     for (int o = 0; o < no; o++) kn_tensor_free(out[o]);
     if (types_in != in_types) free(types_in);
@@ -750,6 +1008,7 @@ static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *
         goto done;
     }
     if (rt && ctx && g == rt->main && !parent && memplan_wanted()) choose_plan(&x, rt, ctx, inputs, &sig, &sig_len);
+    if (rt && ctx && g == rt->main && !parent && memo_wanted()) choose_memo(&x, ctx, inputs);
     if (into && rt && ctx && g == rt->main && !parent) {
         st = bind_direct(&x, inputs, into);
         if (st != KILN_OK) goto done;
@@ -846,6 +1105,8 @@ done:
         for (int i = 0; i < g->n_values; i++) kn_tensor_free(x.alt[i]);
     if (x.record && st == KILN_OK) keep_plan(&x, rt, ctx, sig, sig_len);
     else free(sig);
+    if (x.rec && st == KILN_OK) keep_memo(&x, ctx);
+    else memo_free(x.rec); /* a failed run's record may be partial */
     free(x.record);
     handed_clear(&x);
     free(x.handed);

@@ -1,8 +1,12 @@
 /* The executor: runs a graph's nodes in order on the kernels chosen at compile time.
  *
- * Each run infers concrete output shapes with the ops' infer functions (cheap, and exact
- * because every input value is known), allocates outputs, calls the kernel, and frees each
- * intermediate value after its last use. Subgraphs (If/Loop/Scan bodies) run through
+ * A run gets each node's concrete output types (from the ops' infer functions, exact because
+ * every input value is known), allocates outputs, calls the kernel, and frees each intermediate
+ * value after its last use. The main graph's first run with a set of input shapes also finds which
+ * nodes' output types follow from those shapes alone (not from data) and keeps them (the shape
+ * memo, per run context and input-shape set): later runs with those shapes infer only the nodes
+ * whose shapes depend on data (NonZero, a Reshape or Range fed by an input's values, control flow)
+ * and what reads them. Subgraphs (If/Loop/Scan bodies) run through
  * kn_exec_subgraph with the enclosing run as their outer scope. */
 #ifndef KN_EXEC_H
 #define KN_EXEC_H
@@ -11,6 +15,7 @@
 #include "ir/graph.h"
 
 struct kn_memplan;
+struct kn_shape_memo;
 
 /* What one call of a session mutates, kept apart from the compiled session (which is immutable
  * while runs go on and shared by them): the memory-plan arena, the plans made for input shapes
@@ -21,6 +26,7 @@ typedef struct kn_run_ctx {
     unsigned char *arena;    /* the plans' host memory (the largest one used so far) */
     uint64_t arena_bytes;
     struct kn_memplan *shaped[4]; /* plans made by runs, one per input-shape set (KN_MEMPLAN_SHAPED) */
+    struct kn_shape_memo *shapes[4]; /* output types known from the input shapes, one per input-shape set */
     uint64_t runs;
     /* the current call's bounds (kn_run_ctx_begin) */
     const int *terminate;   /* the run options' flag (atomic), or NULL */
@@ -72,6 +78,10 @@ typedef struct kn_exec {
     /* per value id of the main graph: the caller's host tensor (kiln_session_run_into) its node
      * writes into, or NULL; the array itself is NULL when no output is written in place */
     kn_tensor **direct;
+    /* the main graph's shape memo for this run's input shapes (exec.c), or NULL; `rec`: the one
+     * this run makes (first run with these shapes) */
+    const struct kn_shape_memo *memo;
+    struct kn_shape_memo *rec;
 } kn_exec;
 
 /* Resolves schemas (kn_op_find) for every node of g and its subgraphs; an unknown operator or
@@ -124,6 +134,9 @@ kiln_status kn_exec_subgraph(kn_kernel_ctx *c, const kn_graph *body, kn_tensor *
  * Squeeze, Unsqueeze, Identity): a run hands such a node its input's tensor when it is that
  * tensor's last reader, and the memory plan gives the two one slot. */
 bool kn_exec_is_view(const kn_node *n);
+/* How many infer calls runs made on this thread so far (the run path's shape inference, subgraph
+ * runs included): for tests that check a run infers only what depends on data. */
+uint64_t kn_exec_infer_count(void);
 /* The type of a runtime value, for infer calls. */
 void kn_type_of_tensor(const kn_tensor *t, kn_type *out);
 

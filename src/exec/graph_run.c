@@ -24,11 +24,14 @@
 #include "exec/exec.h"
 #include "util/log.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define KN_MAX_GRAPHS 4 /* captured graphs per session (least recently used goes) */
+typedef struct kn_ctx_graphs kn_ctx_graphs;
+
+#define KN_MAX_GRAPHS 4 /* captured graphs per call context (least recently used goes) */
 #define KN_MAX_SEEN 16  /* input-shape sets remembered as warmed up or not recordable */
 
 typedef struct kn_captured {
@@ -46,14 +49,22 @@ typedef struct kn_seen {
     bool failed; /* recording failed: run uncaptured */
 } kn_seen;
 
+/* The session's decision (runs are recorded, on this backend) and its counts. */
 struct kn_graph_cache {
     int backend; /* index of the recording backend in the session's runtime */
+    _Atomic int n_graphs;       /* graphs held by all the contexts */
+    _Atomic uint64_t launches;  /* graph launches (replays, and the first launch after a recording) */
+};
+
+/* What one call context recorded, on its lane (graph_run.h, kn_call_ctx): used by one call at a
+ * time, so unlocked. Each context warms up and records its own graphs: they replay on its lane's
+ * stream, into that lane's memory. */
+struct kn_ctx_graphs {
     kn_captured graphs[KN_MAX_GRAPHS];
     int n_graphs;
     kn_seen seen[KN_MAX_SEEN];
     int n_seen, next_seen;
     uint64_t tick;
-    uint64_t launches; /* graph launches (replays, and the first launch after a recording) */
 };
 
 /* ------------------------------------------------------------------ recordability */
@@ -235,6 +246,7 @@ kiln_status kn_graph_cache_create(kiln_session *s) {
 }
 
 static void captured_free(kiln_session *s, kn_captured *e) {
+    atomic_fetch_sub(&s->graphs->n_graphs, 1);
     const kn_backend *be = &s->rt->backends[s->graphs->backend];
     const kn_graph *g = s->model->graph;
     if (e->graph) be->ops->graph_destroy(be->state, e->graph);
@@ -246,12 +258,17 @@ static void captured_free(kiln_session *s, kn_captured *e) {
     memset(e, 0, sizeof *e);
 }
 
-void kn_graph_cache_destroy(kiln_session *s) {
-    kn_graph_cache *c = s->graphs;
+void kn_ctx_graphs_free(kiln_session *s, kn_call_ctx *ctx) {
+    kn_ctx_graphs *c = ctx->graphs;
     if (!c) return;
     for (int i = 0; i < c->n_graphs; i++) captured_free(s, &c->graphs[i]);
     for (int i = 0; i < c->n_seen; i++) free(c->seen[i].sig);
     free(c);
+    ctx->graphs = NULL;
+}
+
+void kn_graph_cache_destroy(kiln_session *s) {
+    free(s->graphs);
     s->graphs = NULL;
 }
 
@@ -291,14 +308,14 @@ static const char *sig_str(const kn_graph *g, kn_tensor *const *bound, char *buf
     return buf;
 }
 
-static kn_seen *find_seen(kn_graph_cache *c, const int64_t *sig, size_t len) {
+static kn_seen *find_seen(kn_ctx_graphs *c, const int64_t *sig, size_t len) {
     for (int i = 0; i < c->n_seen; i++)
         if (same_sig(c->seen[i].sig, c->seen[i].sig_len, sig, len)) return &c->seen[i];
     return NULL;
 }
 
 /* Remembers a set of shapes (takes sig). */
-static void remember(kn_graph_cache *c, int64_t *sig, size_t len, bool failed) {
+static void remember(kn_ctx_graphs *c, int64_t *sig, size_t len, bool failed) {
     kn_seen *e = find_seen(c, sig, len);
     if (e) {
         e->failed = failed;
@@ -318,7 +335,7 @@ static void remember(kn_graph_cache *c, int64_t *sig, size_t len, bool failed) {
 }
 
 /* Inputs into the graph's buffers, then the graph. */
-static kiln_status replay(kiln_session *s, kn_captured *e, kn_tensor *const *bound) {
+static kiln_status replay(kiln_session *s, kn_ctx_graphs *c, kn_captured *e, kn_tensor *const *bound) {
     const kn_backend *be = &s->rt->backends[s->graphs->backend];
     const kn_graph *g = s->model->graph;
     for (int i = 0; i < g->n_inputs; i++) {
@@ -327,8 +344,8 @@ static kiln_status replay(kiln_session *s, kn_captured *e, kn_tensor *const *bou
         if (st != KILN_OK)
             return kn_error_prefix(st, "input '%s' into the graph's buffer: ", g->values[g->inputs[i]].name);
     }
-    e->last_used = ++s->graphs->tick;
-    s->graphs->launches++;
+    e->last_used = ++c->tick;
+    atomic_fetch_add(&s->graphs->launches, 1);
     return be->ops->graph_launch(be->state, e->graph);
 }
 
@@ -362,10 +379,10 @@ static void upload_constants(kiln_session *s, kn_tensor *const *bound) {
 }
 
 /* Records a run for these shapes; on success the new graph has not run yet. */
-static kiln_status record(kiln_session *s, kn_run_ctx *ctx, kn_tensor *const *bound, int64_t *sig, size_t sig_len,
+static kiln_status record(kiln_session *s, kn_call_ctx *ctx, kn_tensor *const *bound, int64_t *sig, size_t sig_len,
                           kn_captured **out) {
-    kn_graph_cache *c = s->graphs;
-    const kn_backend *be = &s->rt->backends[c->backend];
+    kn_ctx_graphs *c = ctx->graphs;
+    const kn_backend *be = &s->rt->backends[s->graphs->backend];
     const kn_graph *g = s->model->graph;
     *out = NULL;
     kn_captured e;
@@ -387,7 +404,7 @@ static kiln_status record(kiln_session *s, kn_run_ctx *ctx, kn_tensor *const *bo
         st = be->ops->capture_begin(be->state);
         if (st == KILN_OK) {
             kiln_status run_st =
-                kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, ctx, e.inputs, e.outputs, KN_EXEC_DEVICE_OUTPUTS, NULL);
+                kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, &ctx->run, e.inputs, e.outputs, KN_EXEC_DEVICE_OUTPUTS, NULL);
             char run_msg[1024];
             snprintf(run_msg, sizeof run_msg, "%s", run_st == KILN_OK ? "" : kiln_last_error());
             st = be->ops->capture_end(be->state, run_st == KILN_OK, &e.graph);
@@ -415,17 +432,19 @@ static kiln_status record(kiln_session *s, kn_run_ctx *ctx, kn_tensor *const *bo
     }
     e.sig = sig;
     e.sig_len = sig_len;
+    atomic_fetch_add(&s->graphs->n_graphs, 1);
     c->graphs[c->n_graphs] = e;
     *out = &c->graphs[c->n_graphs++];
     return KILN_OK;
 }
 
-kiln_status kn_session_execute(kiln_session *s, kn_run_ctx *ctx, kn_tensor *const *bound, kn_tensor **outs,
+kiln_status kn_session_execute(kiln_session *s, kn_call_ctx *ctx, kn_tensor *const *bound, kn_tensor **outs,
                                unsigned flags, bool *borrowed, kn_tensor *const *into) {
     const kn_graph *g = s->model->graph;
-    kn_graph_cache *c = s->graphs;
     *borrowed = false;
-    if (!c) return kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, ctx, bound, outs, flags, into);
+    if (!s->graphs) return kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, &ctx->run, bound, outs, flags, into);
+    if (!ctx->graphs && !(ctx->graphs = calloc(1, sizeof *ctx->graphs))) return KN_OOM();
+    kn_ctx_graphs *c = ctx->graphs;
     size_t len = 0;
     int64_t *sig = signature(g, bound, &len);
     if (!sig) return KN_OOM();
@@ -433,7 +452,7 @@ kiln_status kn_session_execute(kiln_session *s, kn_run_ctx *ctx, kn_tensor *cons
     for (int i = 0; i < c->n_graphs && !e; i++)
         if (same_sig(c->graphs[i].sig, c->graphs[i].sig_len, sig, len)) e = &c->graphs[i];
     kn_seen *seen = e ? NULL : find_seen(c, sig, len);
-    const kn_backend *rec = &s->rt->backends[c->backend];
+    const kn_backend *rec = &s->rt->backends[s->graphs->backend];
     /* warmed up, and the backend running its final kernels (asked only now: the question may
      * count, cuda_warmup.c): record this run */
     if (!e && seen && !seen->failed && (!rec->ops->capture_ready || rec->ops->capture_ready(rec->state))) {
@@ -455,13 +474,13 @@ kiln_status kn_session_execute(kiln_session *s, kn_run_ctx *ctx, kn_tensor *cons
     }
     if (e) {
         free(sig);
-        kiln_status st = replay(s, e, bound);
+        kiln_status st = replay(s, c, e, bound);
         if (st != KILN_OK) return st;
         for (int i = 0; i < g->n_outputs; i++) outs[i] = e->outputs[i];
         *borrowed = true;
         return KILN_OK;
     }
-    kiln_status st = kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, ctx, bound, outs, flags, into);
+    kiln_status st = kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, &ctx->run, bound, outs, flags, into);
     if (sig) {
         if (st == KILN_OK && !find_seen(c, sig, len)) remember(c, sig, len, false);
         else free(sig);
@@ -476,8 +495,8 @@ const kn_backend *kn_session_device_backend(const kiln_session *s, kn_device dev
 }
 
 void kn_graph_run_stats(const kiln_session *s, bool *enabled, int *graphs, uint64_t *launches) {
-    const kn_graph_cache *c = s ? s->graphs : NULL;
+    kn_graph_cache *c = s ? s->graphs : NULL;
     if (enabled) *enabled = c != NULL;
-    if (graphs) *graphs = c ? c->n_graphs : 0;
-    if (launches) *launches = c ? c->launches : 0;
+    if (graphs) *graphs = c ? atomic_load(&c->n_graphs) : 0;
+    if (launches) *launches = c ? atomic_load(&c->launches) : 0;
 }

@@ -96,6 +96,14 @@ static void session_free(kiln_session *s) {
     atomic_store(&s->magic, 0);
     if (s->at_end) s->at_end(s);
     kn_threadpool_destroy(s->pool);
+    /* the contexts' recorded graphs and device lanes, while their backends exist */
+    for (kn_run_ctx *c = s->free_ctx; c && s->rt; c = c->next) {
+        kn_call_ctx *cc = (kn_call_ctx *)c;
+        kn_ctx_graphs_free(s, cc);
+        for (int b = 0; b < s->rt->n_backends; b++)
+            if (cc->lanes[b]) s->rt->backends[b].ops->lane_close(s->rt->backends[b].state, cc->lanes[b]);
+        memset(cc->lanes, 0, sizeof cc->lanes);
+    }
     if (s->rt) kn_graph_cache_destroy(s);
     kn_runtime_destroy(s->rt);
     kn_buffer_pool_destroy(s->buffers);
@@ -170,11 +178,15 @@ static kiln_status finish_session(kiln_session *s) {
         }
         s->sync_made = true;
     }
-    /* a device provider's stream, allocator and captured graphs are one per session: its calls
-     * take turns (CPU-only sessions run calls in parallel) */
+    /* a device provider with lanes (a stream and what a call mutates, per call context) runs
+     * calls at once; one without them (or with KILN_CUDA_LANES=0) has one state: its calls take
+     * turns on one context */
     s->serial = false;
-    for (int b = 0; b < s->rt->n_backends; b++)
-        if (s->rt->backends[b].ops->device != KN_DEVICE_HOST) s->serial = true;
+    for (int b = 0; b < s->rt->n_backends; b++) {
+        const kn_backend *be = &s->rt->backends[b];
+        if (be->ops->device != KN_DEVICE_HOST && !(be->ops->lane_open && be->ops->lanes_overlap(be->state)))
+            s->serial = true;
+    }
     atomic_store(&s->magic, KN_SESSION_MAGIC);
     kiln_status st = kn_graph_place(model->graph, s->rt, NULL, NULL);
     if (st == KILN_OK) st = kn_threadpool_create(s->opts.intra_op_threads, &s->pool);
@@ -454,7 +466,7 @@ static bool fits_type(const kn_type *ty, const kn_tensor *t) {
 }
 
 /* The common part of kiln_session_run (outputs_out) and kiln_session_run_into (into). */
-static kiln_status run_body(kiln_session *s, kn_run_ctx *ctx, const char *fn, const char *const *input_names,
+static kiln_status run_body(kiln_session *s, kn_call_ctx *ctx, const char *fn, const char *const *input_names,
                             kiln_tensor *const *inputs, size_t n_inputs, const char *const *output_names,
                             size_t n_outputs, kiln_tensor **outputs_out, kiln_tensor *const *into) {
     if (n_inputs && (!input_names || !inputs))
@@ -605,7 +617,8 @@ static kiln_status ctx_take(kiln_session *s, const char *fn, kn_run_ctx **out) {
             break;
         }
         if (bound <= 0 || s->n_ctx < bound) {
-            c = calloc(1, sizeof *c);
+            kn_call_ctx *cc = calloc(1, sizeof *cc); /* with room for its lanes (graph_run.h) */
+            c = cc ? &cc->run : NULL;
             if (!c) {
                 st = kn_error(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory for a run context", fn);
                 break;
@@ -646,6 +659,47 @@ void kn_session_ctx_stats(const kiln_session *s, int *contexts, int *peak_active
     pthread_mutex_unlock(&m->ctx_mu);
 }
 
+/* The context's device lanes bound to this thread for the call (opened at its first call). */
+static kiln_status lanes_enter(kiln_session *s, kn_call_ctx *cc) {
+    for (int b = 0; b < s->rt->n_backends; b++) {
+        const kn_backend *be = &s->rt->backends[b];
+        if (!be->ops->lane_open) continue;
+        if (!cc->lanes[b]) {
+            kiln_status st = be->ops->lane_open(be->state, &cc->lanes[b]);
+            if (st != KILN_OK) {
+                for (int k = 0; k < b; k++)
+                    if (cc->lanes[k]) (void)s->rt->backends[k].ops->lane_leave(s->rt->backends[k].state, cc->lanes[k]);
+                return st;
+            }
+        }
+        be->ops->lane_enter(be->state, cc->lanes[b]);
+    }
+    return KILN_OK;
+}
+
+/* Unbinds them, once their work is done; an error a device kernel recorded (an index out of
+ * range) fails a call that had succeeded, and its outputs are dropped. */
+static kiln_status lanes_leave(kiln_session *s, kn_call_ctx *cc, kiln_status st, kiln_tensor **outputs_out,
+                               size_t n_outputs) {
+    for (int b = s->rt->n_backends - 1; b >= 0; b--) {
+        const kn_backend *be = &s->rt->backends[b];
+        if (!cc->lanes[b]) continue;
+        char keep[1024];
+        if (st != KILN_OK) snprintf(keep, sizeof keep, "%s", kiln_last_error());
+        kiln_status ls = be->ops->lane_leave(be->state, cc->lanes[b]);
+        if (st != KILN_OK) {
+            if (ls != KILN_OK) kn_error(st, "%s", keep); /* the call's own error is the one to report */
+        } else if (ls != KILN_OK) {
+            st = ls;
+            for (size_t i = 0; outputs_out && i < n_outputs; i++) {
+                kn_tensor_free(outputs_out[i]);
+                outputs_out[i] = NULL;
+            }
+        }
+    }
+    return st;
+}
+
 /* Any number of calls at once: each in a run context of its own (see session.h). */
 static kiln_status run_common(kiln_session *s, const kiln_run_options *ro, const char *fn,
                               const char *const *input_names, kiln_tensor *const *inputs, size_t n_inputs,
@@ -665,7 +719,12 @@ static kiln_status run_common(kiln_session *s, const kiln_run_options *ro, const
     kn_run_ctx_begin(ctx, ro ? (const int *)&ro->terminate : NULL, ro ? (int64_t)atomic_load(&ro->timeout_ms) : 0,
                      (int64_t)(s->opts.memory_limit > INT64_MAX ? INT64_MAX : s->opts.memory_limit));
     double prof_t0 = kn_profile_run_begin(); /* a run's slice in a KILN_PROFILE trace */
-    kiln_status st = run_body(s, ctx, fn, input_names, inputs, n_inputs, output_names, n_outputs, outputs_out, into);
+    kn_call_ctx *cc = (kn_call_ctx *)ctx;
+    kiln_status st = lanes_enter(s, cc);
+    if (st == KILN_OK) {
+        st = run_body(s, cc, fn, input_names, inputs, n_inputs, output_names, n_outputs, outputs_out, into);
+        st = lanes_leave(s, cc, st, outputs_out, n_outputs);
+    }
     kn_profile_run_end(prof_t0, st);
     if (st != KILN_OK && (st == KILN_ERR_CANCELLED || st == KILN_ERR_DEADLINE || st == KILN_ERR_OUT_OF_MEMORY))
         kn_error_prefix(st, "%s: ", fn);

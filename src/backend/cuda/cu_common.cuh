@@ -45,6 +45,24 @@ static inline unsigned grid_for(int64_t n, int block) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
          i += (int64_t)blockDim.x * gridDim.x)
 
+// A data error (cuda_internal.h, kn_cu_err): the first thread of the lane's work to find one since
+// the record was read claims it in device memory and writes the record, `set` last; later finders
+// leave it (the first is what the CPU kernel would report, or one as good).
+__device__ __forceinline__ void report(const kn_cu_errp &e, int code, long long value, long long lo, long long hi,
+                                       long long where) {
+    if (!e.rec || !e.claim) return;
+    if (atomicCAS(e.claim, 0, 1) != 0) return;
+    volatile kn_cu_err *r = e.rec;
+    r->code = code;
+    r->node = e.node;
+    r->value = value;
+    r->lo = lo;
+    r->hi = hi;
+    r->where = where;
+    __threadfence_system();
+    r->set = 1;
+}
+
 // Offset of flat output index i in operand k of a view.
 __device__ __forceinline__ int64_t view_offset(const kn_cu_view &v, int k, int64_t i) {
     int64_t off = 0;

@@ -237,6 +237,30 @@ static double prepared_context_ms(int dev) {
     return ms;
 }
 
+/* ------------------------------------------------------------------ lanes */
+
+/* Why a thread-local binding rather than a lane argument: every entry of the backend table (run,
+ * copy, upload, download, sync, new_tensor, capture, graph launch) and the allocator's free hook
+ * receive the session's state, from the executor, the session and graph_run.c in some twenty
+ * places, and the kernels in every cuda_*.c read cu->stream. The session binds the call's lane to
+ * its thread for the call (lane_enter / lane_leave), so each of those entries finds the call's lane
+ * (kn_cu_lane) with no change to its callers, and the kernels keep taking `kn_cuda *`, now the
+ * lane. Device work is only ever issued on the calling thread (the executor runs nodes in order
+ * there; the intra-op pool runs CPU kernels only), so the binding holds wherever it is needed. */
+static _Thread_local kn_cuda *bound_lane;
+
+kn_cuda *kn_cu_lane(void *state) {
+    kn_cuda *prim = state;
+    kn_cuda *l = bound_lane;
+    return l && prim && l->sh == prim->sh ? l : prim;
+}
+
+/* The lane bound to this thread for this session's blocks, or NULL (outside any call). */
+static kn_cuda *bound_of(const kn_cu_shared *sh) {
+    kn_cuda *l = bound_lane;
+    return l && l->sh == sh ? l : NULL;
+}
+
 /* ------------------------------------------------------------------ allocator */
 
 static size_t round_size(size_t n) {
@@ -244,112 +268,139 @@ static size_t round_size(size_t n) {
     return (n + 511) & ~(size_t)511;
 }
 
-static void release_cached(kn_cuda *cu) {
-    /* cudaFree waits for the device; the blocks are free in stream order */
-    for (int i = 0; i < cu->n_free; i++) cudaFree(cu->free_blocks[i].ptr);
-    cu->n_free = 0;
-    cu->cached_bytes = 0;
+/* cudaFree waits for the device: the blocks are free whatever stream used them. sh->mu held. */
+static void release_list(kn_cu_block *list, int *n, size_t *cached) {
+    for (int i = 0; i < *n; i++) cudaFree(list[i].ptr);
+    *n = 0;
+    *cached = 0;
 }
 
+static void release_cached(kn_cuda *cu) {
+    release_list(cu->sh->free_blocks, &cu->sh->n_free, &cu->sh->cached_bytes);
+    release_list(cu->free_blocks, &cu->n_free, &cu->cached_bytes);
+}
+
+/* The best fitting block of a free list (at least `need`, at most twice that), taken off it. */
+static void *take_fit(kn_cu_block *list, int *n, size_t *cached, size_t need, size_t *cap) {
+    int best = -1;
+    for (int i = 0; i < *n; i++) {
+        size_t c = list[i].size;
+        if (c >= need && c / 2 <= need && (best < 0 || c < list[best].size)) best = i;
+    }
+    if (best < 0) return NULL;
+    void *p = list[best].ptr;
+    *cap = list[best].size;
+    list[best] = list[--*n];
+    *cached -= *cap;
+    return p;
+}
+
+static bool push_block(kn_cu_block **list, int *n, int *capacity, size_t *cached, void *p, size_t size) {
+    if (*n == *capacity) {
+        int nc = *capacity ? *capacity * 2 : 64;
+        kn_cu_block *b = realloc(*list, sizeof *b * (size_t)nc);
+        if (!b) return false;
+        *list = b;
+        *capacity = nc;
+    }
+    (*list)[(*n)++] = (kn_cu_block){p, size};
+    *cached += size;
+    return true;
+}
+
+/* A block for lane `cu`: one its recording reserved, one its own calls freed (in its stream's
+ * order), an idle one, else cudaMalloc. Blocks freed by another lane's calls are never taken: that
+ * lane's stream may still be using them. */
 static kiln_status cu_alloc(kn_cuda *cu, size_t bytes, void **out, size_t *cap_out) {
+    kn_cu_shared *sh = cu->sh;
     size_t need = round_size(bytes);
     void *p = NULL;
     size_t cap = need;
-    pthread_mutex_lock(&cu->mu);
+    pthread_mutex_lock(&sh->mu);
     /* while a graph is recorded, the blocks it already reserved come first */
     if (cu->capture) p = kn_cu_capture_take(cu->capture, need, &cap);
-    int best = -1;
-    for (int i = 0; !p && i < cu->n_free; i++) {
-        size_t c = cu->free_blocks[i].size;
-        if (c >= need && c / 2 <= need && (best < 0 || c < cu->free_blocks[best].size)) best = i;
-    }
-    if (best >= 0) {
-        p = cu->free_blocks[best].ptr;
-        cap = cu->free_blocks[best].size;
-        cu->free_blocks[best] = cu->free_blocks[--cu->n_free];
-        cu->cached_bytes -= cap;
-    }
-    pthread_mutex_unlock(&cu->mu);
+    if (!p) p = take_fit(cu->free_blocks, &cu->n_free, &cu->cached_bytes, need, &cap);
+    if (!p) p = take_fit(sh->free_blocks, &sh->n_free, &sh->cached_bytes, need, &cap);
+    pthread_mutex_unlock(&sh->mu);
     if (!p) {
+        cap = need;
         cudaError_t e = cudaMalloc(&p, cap);
         if (e == cudaErrorMemoryAllocation) {
             cudaGetLastError();
-            pthread_mutex_lock(&cu->mu);
+            pthread_mutex_lock(&sh->mu);
             release_cached(cu);
-            pthread_mutex_unlock(&cu->mu);
+            pthread_mutex_unlock(&sh->mu);
             e = cudaMalloc(&p, cap);
         }
         if (e != cudaSuccess) {
             cudaGetLastError();
             return kn_error(KILN_ERR_OUT_OF_MEMORY, "cudaMalloc of %zu bytes on cuda:%d: %s (%zu bytes in use)", cap,
-                            cu->device, cudaGetErrorString(e), cu->live_bytes);
+                            cu->device, cudaGetErrorString(e), sh->live_bytes);
         }
-        cu->n_mallocs++;
+        pthread_mutex_lock(&sh->mu);
+        sh->n_mallocs++;
+        pthread_mutex_unlock(&sh->mu);
     }
-    pthread_mutex_lock(&cu->mu);
-    cu->live_bytes += cap;
-    if (cu->live_bytes > cu->peak_bytes) cu->peak_bytes = cu->live_bytes;
-    pthread_mutex_unlock(&cu->mu);
+    pthread_mutex_lock(&sh->mu);
+    sh->live_bytes += cap;
+    if (sh->live_bytes > sh->peak_bytes) sh->peak_bytes = sh->live_bytes;
+    pthread_mutex_unlock(&sh->mu);
     *out = p;
     *cap_out = cap;
     return KILN_OK;
 }
 
+static void shared_free(kn_cu_shared *sh);
+
+/* The tensors' free hook; owner is the session's primary lane. A block freed during a call goes
+ * to that call's lane (or its recording); one freed outside any call (a caller's output, at
+ * session end) is idle, since every call waits for its lane's work before it returns. */
 static void cu_free_hook(void *owner, void *data, size_t capacity) {
-    kn_cuda *cu = owner;
-    if (!cu || !data) return;
-    pthread_mutex_lock(&cu->mu);
-    cu->live_bytes -= capacity;
-    if (cu->orphaned) {
+    kn_cuda *prim = owner;
+    if (!prim || !data) return;
+    kn_cu_shared *sh = prim->sh;
+    pthread_mutex_lock(&sh->mu);
+    sh->live_bytes -= capacity;
+    if (sh->orphaned) {
         /* the session is gone and this was one of the last tensors the caller held */
-        bool last = cu->live_bytes == 0;
-        pthread_mutex_unlock(&cu->mu);
+        bool last = sh->live_bytes == 0;
+        pthread_mutex_unlock(&sh->mu);
         int prev = -1;
         cudaGetDevice(&prev);
-        cudaSetDevice(cu->device);
+        cudaSetDevice(prim->device);
         cudaFree(data);
         if (prev >= 0) cudaSetDevice(prev);
         if (last) {
-            pthread_mutex_destroy(&cu->mu);
-            free(cu);
+            shared_free(sh);
+            free(prim);
         }
         return;
     }
-    if (cu->capture) {
+    kn_cuda *lane = bound_of(sh);
+    if (lane && lane->capture) {
         /* reserved for the graph being recorded: a replay writes here again */
-        kn_cu_capture_keep(cu->capture, data, capacity);
-        pthread_mutex_unlock(&cu->mu);
+        kn_cu_capture_keep(lane->capture, data, capacity);
+        pthread_mutex_unlock(&sh->mu);
         return;
     }
-    if (cu->n_free == cu->cap_free) {
-        int nc = cu->cap_free ? cu->cap_free * 2 : 64;
-        kn_cu_block *b = realloc(cu->free_blocks, sizeof *b * (size_t)nc);
-        if (b) {
-            cu->free_blocks = b;
-            cu->cap_free = nc;
-        }
-    }
-    if (cu->n_free < cu->cap_free) {
-        cu->free_blocks[cu->n_free++] = (kn_cu_block){data, capacity};
-        cu->cached_bytes += capacity;
-        data = NULL;
-    }
-    pthread_mutex_unlock(&cu->mu);
-    if (data) cudaFree(data);
+    bool kept = lane ? push_block(&lane->free_blocks, &lane->n_free, &lane->cap_free, &lane->cached_bytes, data, capacity)
+                     : push_block(&sh->free_blocks, &sh->n_free, &sh->cap_free, &sh->cached_bytes, data, capacity);
+    pthread_mutex_unlock(&sh->mu);
+    if (!kept) cudaFree(data);
 }
 
 void kn_cu_unreserve_block(kn_cuda *cu, void *p, size_t size) {
-    pthread_mutex_lock(&cu->mu);
-    cu->live_bytes += size; /* not live while reserved; the hook counts it out again */
-    pthread_mutex_unlock(&cu->mu);
-    cu_free_hook(cu, p, size);
+    pthread_mutex_lock(&cu->sh->mu);
+    cu->sh->live_bytes += size; /* not live while reserved; the hook counts it out again */
+    pthread_mutex_unlock(&cu->sh->mu);
+    cu_free_hook(cu->sh->primary, p, size);
 }
 
 kiln_status kn_cu_scratch(kn_cuda *cu, size_t bytes, void **out) {
     size_t cap;
     *out = NULL;
     KN_TRY(cu_alloc(cu, bytes, out, &cap));
-    pthread_mutex_lock(&cu->mu);
+    pthread_mutex_lock(&cu->sh->mu);
     if (cu->n_scratch == cu->cap_scratch) {
         int nc = cu->cap_scratch ? cu->cap_scratch * 2 : 16;
         kn_cu_block *b = realloc(cu->scratch, sizeof *b * (size_t)nc);
@@ -360,9 +411,9 @@ kiln_status kn_cu_scratch(kn_cuda *cu, size_t bytes, void **out) {
     }
     bool ok = cu->n_scratch < cu->cap_scratch;
     if (ok) cu->scratch[cu->n_scratch++] = (kn_cu_block){*out, cap};
-    pthread_mutex_unlock(&cu->mu);
+    pthread_mutex_unlock(&cu->sh->mu);
     if (!ok) {
-        cu_free_hook(cu, *out, cap);
+        kn_cu_unreserve_block(cu, *out, cap);
         *out = NULL;
         return KN_OOM();
     }
@@ -373,15 +424,15 @@ void kn_cu_scratch_free(kn_cuda *cu, void *p, size_t bytes) {
     (void)bytes; /* the block's true capacity was recorded when it was handed out */
     if (!p) return;
     size_t cap = 0;
-    pthread_mutex_lock(&cu->mu);
+    pthread_mutex_lock(&cu->sh->mu);
     for (int i = cu->n_scratch - 1; i >= 0; i--)
         if (cu->scratch[i].ptr == p) {
             cap = cu->scratch[i].size;
             cu->scratch[i] = cu->scratch[--cu->n_scratch];
             break;
         }
-    pthread_mutex_unlock(&cu->mu);
-    if (cap) cu_free_hook(cu, p, cap);
+    pthread_mutex_unlock(&cu->sh->mu);
+    if (cap) cu_free_hook(cu->sh->primary, p, cap);
 }
 
 kiln_status kn_cu_new_tensor(kn_cuda *cu, kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out) {
@@ -397,8 +448,9 @@ kiln_status kn_cu_new_tensor(kn_cuda *cu, kiln_dtype dtype, int rank, const int6
     void *p;
     size_t cap;
     KN_TRY(cu_alloc(cu, kn_dtype_nbytes(dtype, n), &p, &cap));
-    kiln_status st = kn_tensor_new_device(KN_DEVICE_CUDA, cu, p, cap, dtype, rank, dims, out);
-    if (st != KILN_OK) cu_free_hook(cu, p, cap);
+    /* owned by the primary lane, which lives as long as the session (and past it, orphaned) */
+    kiln_status st = kn_tensor_new_device(KN_DEVICE_CUDA, cu->sh->primary, p, cap, dtype, rank, dims, out);
+    if (st != KILN_OK) cu_free_hook(cu->sh->primary, p, cap);
     else (*out)->device_id = cu->device;
     return st;
 }
@@ -432,20 +484,29 @@ kiln_status kn_cu_check(const kn_kernel_ctx *c, cudaError_t e, const char *what)
 /* ------------------------------------------------------------------ constants and conversions */
 
 static void add_persistent(kn_cuda *cu, const void *p) {
-    if (cu->n_persistent == cu->cap_persistent) {
-        int nc = cu->cap_persistent ? cu->cap_persistent * 2 : 64;
-        const void **b = realloc(cu->persistent, sizeof *b * (size_t)nc);
-        if (!b) return;
-        cu->persistent = b;
-        cu->cap_persistent = nc;
+    kn_cu_shared *sh = cu->sh;
+    pthread_mutex_lock(&sh->cache_mu);
+    if (sh->n_persistent == sh->cap_persistent) {
+        int nc = sh->cap_persistent ? sh->cap_persistent * 2 : 64;
+        const void **b = realloc(sh->persistent, sizeof *b * (size_t)nc);
+        if (!b) {
+            pthread_mutex_unlock(&sh->cache_mu);
+            return;
+        }
+        sh->persistent = b;
+        sh->cap_persistent = nc;
     }
-    cu->persistent[cu->n_persistent++] = p;
+    sh->persistent[sh->n_persistent++] = p;
+    pthread_mutex_unlock(&sh->cache_mu);
 }
 
 bool kn_cu_is_persistent(kn_cuda *cu, const void *p) {
-    for (int i = 0; i < cu->n_persistent; i++)
-        if (cu->persistent[i] == p) return true;
-    return false;
+    kn_cu_shared *sh = cu->sh;
+    bool found = false;
+    pthread_mutex_lock(&sh->cache_mu);
+    for (int i = 0; i < sh->n_persistent && !found; i++) found = sh->persistent[i] == p;
+    pthread_mutex_unlock(&sh->cache_mu);
+    return found;
 }
 
 /* The conversion itself: plain, or fp32 -> fp16 scaled with the scale slot after the elements. */
@@ -455,8 +516,18 @@ static cudaError_t convert(const void *x, kiln_dtype from, void *p, kiln_dtype t
     return kn_cu_cast(from, to, x, p, n, s);
 }
 
+/* A constant's converted copy, or NULL. sh->cache_mu held. */
+static const kn_cu_conv_entry *find_converted(const kn_cu_shared *sh, const void *x, kiln_dtype to, int64_t n,
+                                              bool scaled) {
+    for (int i = 0; i < sh->n_conv; i++)
+        if (sh->conv[i].src == x && sh->conv[i].to == to && sh->conv[i].n == n && sh->conv[i].scaled == scaled)
+            return &sh->conv[i];
+    return NULL;
+}
+
 static kiln_status converted(kn_cuda *cu, const kn_kernel_ctx *c, const void *x, kiln_dtype from, int64_t n,
                              kiln_dtype to, void **out, size_t *bytes, const float **scale) {
+    kn_cu_shared *sh = cu->sh;
     *out = NULL;
     *bytes = 0;
     bool scaled = scale && from == KILN_DTYPE_FLOAT && to == KILN_DTYPE_FLOAT16;
@@ -465,50 +536,66 @@ static kiln_status converted(kn_cuda *cu, const kn_kernel_ctx *c, const void *x,
     size_t slot_at = (elems + 15) & ~(size_t)15; /* the 8-byte scale slot, 16-byte aligned */
     size_t need = scaled ? slot_at + 16 : elems;
     bool persist = kn_cu_is_persistent(cu, x);
-    if (persist)
-        for (int i = 0; i < cu->n_conv; i++)
-            if (cu->conv[i].src == x && cu->conv[i].to == to && cu->conv[i].n == n && cu->conv[i].scaled == scaled) {
-                *out = cu->conv[i].dst;
-                if (scaled) *scale = (const float *)((char *)cu->conv[i].dst + slot_at) + 1;
-                return KILN_OK;
+    if (persist) {
+        /* the cache lock is held over a first conversion too: one lane converts, the others wait
+         * for its copy (a few launches, once per weight) */
+        pthread_mutex_lock(&sh->cache_mu);
+        const kn_cu_conv_entry *e = find_converted(sh, x, to, n, scaled);
+        if (e) {
+            *out = e->dst;
+            if (scaled) *scale = (const float *)((char *)e->dst + slot_at) + 1;
+            pthread_mutex_unlock(&sh->cache_mu);
+            return KILN_OK;
+        }
+        if (cu->capture) {
+            /* recorded, it would never run, and another lane could read the copy: the recording
+             * fails, and the run goes uncaptured (the run before it normally converts them all) */
+            pthread_mutex_unlock(&sh->cache_mu);
+            return kn_kernel_error(c, KILN_ERR_UNSUPPORTED,
+                                   "a weight is converted for the first time while the run is recorded");
+        }
+        void *p;
+        size_t cap;
+        kiln_status st = cu_alloc(cu, need, &p, &cap);
+        if (st == KILN_OK) {
+            st = kn_cu_check(c, convert(x, from, p, to, n, scaled, slot_at, cu->stream), "conversion to reduced precision");
+            /* other lanes read the copy on their own streams: it must be complete before it is
+             * published (once per weight) */
+            if (st == KILN_OK) st = kn_cu_check(c, cudaStreamSynchronize(cu->stream), "conversion to reduced precision");
+            if (st == KILN_OK && sh->n_conv == sh->cap_conv) {
+                int nc = sh->cap_conv ? sh->cap_conv * 2 : 32;
+                kn_cu_conv_entry *b = realloc(sh->conv, sizeof *b * (size_t)nc);
+                if (!b) st = KN_OOM();
+                else {
+                    sh->conv = b;
+                    sh->cap_conv = nc;
+                }
             }
-    void *p;
-    size_t cap;
-    if (!persist) {
-        KN_TRY(kn_cu_scratch(cu, need, &p));
-        kiln_status st = kn_cu_check(c, convert(x, from, p, to, n, scaled, slot_at, cu->stream),
-                                     "conversion to reduced precision");
+            if (st != KILN_OK) cu_free_hook(sh->primary, p, cap);
+        }
         if (st != KILN_OK) {
-            kn_cu_scratch_free(cu, p, need);
+            pthread_mutex_unlock(&sh->cache_mu);
             return st;
         }
+        sh->conv[sh->n_conv++] = (kn_cu_conv_entry){x, to, n, scaled, p, cap};
+        pthread_mutex_lock(&sh->mu);
+        sh->live_bytes -= cap; /* owned by the cache, not a live tensor */
+        pthread_mutex_unlock(&sh->mu);
+        pthread_mutex_unlock(&sh->cache_mu);
         *out = p;
-        *bytes = need ? need : 1;
         if (scaled) *scale = (const float *)((char *)p + slot_at) + 1;
         return KILN_OK;
     }
-    KN_TRY(cu_alloc(cu, need, &p, &cap));
-    kiln_status st = kn_cu_check(c, convert(x, from, p, to, n, scaled, slot_at, cu->stream),
-                                 "conversion to reduced precision");
+    void *p;
+    KN_TRY(kn_cu_scratch(cu, need, &p));
+    kiln_status st =
+        kn_cu_check(c, convert(x, from, p, to, n, scaled, slot_at, cu->stream), "conversion to reduced precision");
     if (st != KILN_OK) {
-        cu_free_hook(cu, p, cap);
+        kn_cu_scratch_free(cu, p, need);
         return st;
     }
-    if (cu->n_conv == cu->cap_conv) {
-        int nc = cu->cap_conv ? cu->cap_conv * 2 : 32;
-        kn_cu_conv_entry *b = realloc(cu->conv, sizeof *b * (size_t)nc);
-        if (!b) {
-            cu_free_hook(cu, p, cap);
-            return KN_OOM();
-        }
-        cu->conv = b;
-        cu->cap_conv = nc;
-    }
-    cu->conv[cu->n_conv++] = (kn_cu_conv_entry){x, to, n, scaled, p, cap};
-    pthread_mutex_lock(&cu->mu);
-    cu->live_bytes -= cap; /* owned by the cache, not a live tensor */
-    pthread_mutex_unlock(&cu->mu);
     *out = p;
+    *bytes = need ? need : 1;
     if (scaled) *scale = (const float *)((char *)p + slot_at) + 1;
     return KILN_OK;
 }
@@ -632,19 +719,19 @@ static bool cu_overwrites(const void *kernel) {
 }
 
 static kiln_status cu_run(void *state, const void *kernel, kn_kernel_ctx *c) {
-    kn_cuda *cu = state;
+    kn_cuda *cu = kn_cu_lane(state);
     const kn_cuda_kernel *k = kernel;
     if (cu->device) cudaSetDevice(cu->device); /* the thread's current device */
-    if (!cu->warmup_checked) kn_cu_warmup_start(cu); /* once, at the first node: a no-op without imported choices */
+    if (!cu->sh->warmup_checked) kn_cu_warmup_start(cu); /* once, at the first node: a no-op without imported choices */
     return k->run(cu, c);
 }
 
 static kiln_status cu_new_tensor_op(void *state, kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out) {
-    return kn_cu_new_tensor(state, dtype, rank, dims, out);
+    return kn_cu_new_tensor(kn_cu_lane(state), dtype, rank, dims, out);
 }
 
 static kiln_status cu_upload(void *state, const kn_tensor *host, bool persistent, kn_tensor **out) {
-    kn_cuda *cu = state;
+    kn_cuda *cu = kn_cu_lane(state);
     *out = NULL;
     if (host->kind != KN_VALUE_TENSOR || host->dtype == KILN_DTYPE_STRING)
         return kn_error(KILN_ERR_UNSUPPORTED, "only numeric tensors can be copied to a CUDA device");
@@ -659,6 +746,9 @@ static kiln_status cu_upload(void *state, const kn_tensor *host, bool persistent
     KN_TRY(kn_cu_new_tensor(cu, host->dtype, host->rank, host->dims, &t));
     if (host->nbytes) {
         cudaError_t e = cudaMemcpyAsync(t->data, src, host->nbytes, cudaMemcpyHostToDevice, cu->stream);
+        /* a constant is read by every lane, each on its own stream: its copy is complete before
+         * any of them has it (once per constant) */
+        if (e == cudaSuccess && persistent) e = cudaStreamSynchronize(cu->stream);
         if (e != cudaSuccess) {
             kn_tensor_free(t);
             return kn_error(KILN_ERR_RUNTIME, "copy of %zu bytes to cuda:%d: %s", host->nbytes, cu->device,
@@ -671,7 +761,7 @@ static kiln_status cu_upload(void *state, const kn_tensor *host, bool persistent
 }
 
 static kiln_status cu_download(void *state, const kn_tensor *dev, kn_tensor **out) {
-    kn_cuda *cu = state;
+    kn_cuda *cu = kn_cu_lane(state);
     *out = NULL;
     if (cu->capture)
         return kn_error(KILN_ERR_UNSUPPORTED, "a %s value of cuda:%d is needed on the host while the run is recorded",
@@ -686,12 +776,15 @@ static kiln_status cu_download(void *state, const kn_tensor *dev, kn_tensor **ou
         return kn_error(KILN_ERR_RUNTIME, "copy of %zu bytes from cuda:%d (after the device work that makes it): %s",
                         dev->nbytes, cu->device, cudaGetErrorString(e));
     }
+    /* a value read on the host (a shape, a Loop's condition) made from an index out of range
+     * would steer the rest of the run: the error is reported now */
+    KN_TRY(kn_cu_err_check(cu));
     *out = t;
     return KILN_OK;
 }
 
 static kiln_status cu_sync(void *state) {
-    kn_cuda *cu = state;
+    kn_cuda *cu = kn_cu_lane(state);
     if (cu->capture)
         return kn_error(KILN_ERR_UNSUPPORTED, "cuda:%d: the host waits for the device while the run is recorded",
                         cu->device);
@@ -701,57 +794,90 @@ static kiln_status cu_sync(void *state) {
 }
 
 static void cu_stats(void *state, uint64_t *allocs, size_t *live, size_t *peak) {
-    kn_cuda *cu = state;
-    pthread_mutex_lock(&cu->mu);
-    if (allocs) *allocs = cu->n_mallocs;
-    if (live) *live = cu->live_bytes;
-    if (peak) *peak = cu->peak_bytes;
-    pthread_mutex_unlock(&cu->mu);
+    kn_cu_shared *sh = ((kn_cuda *)state)->sh;
+    pthread_mutex_lock(&sh->mu);
+    if (allocs) *allocs = sh->n_mallocs;
+    if (live) *live = sh->live_bytes;
+    if (peak) *peak = sh->peak_bytes;
+    pthread_mutex_unlock(&sh->mu);
+}
+
+/* A lane's own device state: stream, cuDNN handle, workspace, error record, cached blocks. */
+static void lane_release(kn_cuda *cu) {
+    if (cu->stream) cudaStreamSynchronize(cu->stream);
+    pthread_mutex_lock(&cu->sh->mu);
+    release_list(cu->free_blocks, &cu->n_free, &cu->cached_bytes);
+    pthread_mutex_unlock(&cu->sh->mu);
+    free(cu->free_blocks);
+    cu->free_blocks = NULL;
+    cu->cap_free = 0;
+    free(cu->scratch);
+    cu->scratch = NULL;
+    kn_cu_err_free(cu);
+    if (cu->workspace) cudaFree(cu->workspace);
+    cu->workspace = NULL;
+#ifdef KILN_HAVE_CUDNN
+    if (cu->dnn) cudnnDestroy(cu->dnn);
+    cu->dnn = NULL;
+#endif
+    if (cu->stream) cudaStreamDestroy(cu->stream);
+    cu->stream = NULL;
+}
+
+static void shared_free(kn_cu_shared *sh) {
+    pthread_mutex_destroy(&sh->mu);
+    pthread_mutex_destroy(&sh->cache_mu);
+    pthread_mutex_destroy(&sh->warm_mu);
+    free(sh);
 }
 
 static void cu_destroy(void *state) {
     kn_cuda *cu = state;
     if (!cu) return;
+    kn_cu_shared *sh = cu->sh;
     cudaSetDevice(cu->device);
     kn_cu_warmup_free(cu);
     if (cu->stream) cudaStreamSynchronize(cu->stream);
-    if (cu->live_bytes)
+    if (sh->live_bytes)
         kn_log(KILN_LOG_DEBUG, "cuda:%d: %zu bytes of device tensors still live at session end", cu->device,
-               cu->live_bytes);
+               sh->live_bytes);
+    if (sh->n_lanes > 1)
+        kn_log(KILN_LOG_DEBUG, "cuda:%d: %d lanes still open at session end", cu->device, sh->n_lanes - 1);
     kn_cu_conv_release(cu);
     kn_cu_tuning_release(cu);
-    release_cached(cu);
-    for (int i = 0; i < cu->n_conv; i++) cudaFree(cu->conv[i].dst);
-    free(cu->conv);
-    free(cu->free_blocks);
-    free(cu->scratch);
-    free(cu->persistent);
-    free(cu->lt_cache);
-    if (cu->workspace) cudaFree(cu->workspace);
-    if (cu->lt) cublasLtDestroy(cu->lt);
-#ifdef KILN_HAVE_CUDNN
-    if (cu->dnn) cudnnDestroy(cu->dnn);
-#endif
-    if (cu->stream) cudaStreamDestroy(cu->stream);
-    pthread_mutex_lock(&cu->mu);
-    if (cu->live_bytes) {
+    pthread_mutex_lock(&sh->mu);
+    release_list(sh->free_blocks, &sh->n_free, &sh->cached_bytes);
+    pthread_mutex_unlock(&sh->mu);
+    for (int i = 0; i < sh->n_conv; i++) cudaFree(sh->conv[i].dst);
+    free(sh->conv);
+    free(sh->free_blocks);
+    free(sh->persistent);
+    free(sh->lt_cache);
+    lane_release(cu);
+    if (sh->lt) cublasLtDestroy(sh->lt);
+    pthread_mutex_lock(&sh->mu);
+    if (sh->live_bytes) {
         /* device tensors the caller still holds (outputs left on the device) free their memory
          * through this state later; the last one frees it */
-        cu->orphaned = true;
-        pthread_mutex_unlock(&cu->mu);
+        sh->orphaned = true;
+        pthread_mutex_unlock(&sh->mu);
         return;
     }
-    pthread_mutex_unlock(&cu->mu);
-    pthread_mutex_destroy(&cu->mu);
+    pthread_mutex_unlock(&sh->mu);
+    shared_free(sh);
     free(cu);
 }
 
 void kn_cu_make_handles(kn_cuda *cu) {
-    cublasStatus_t bs = cublasLtCreate(&cu->lt);
+    cublasStatus_t bs = cublasLtCreate(&cu->sh->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
-        cu->lt = NULL;
-        cu->lt_status = (int)bs;
+        cu->sh->lt = NULL;
+        cu->sh->lt_status = (int)bs;
     }
+    kn_cu_make_dnn(cu);
+}
+
+void kn_cu_make_dnn(kn_cuda *cu) {
 #ifdef KILN_HAVE_CUDNN
     cudnnStatus_t ds = kn_cu_lib.dnn_loaded ? cudnnCreate(&cu->dnn) : CUDNN_STATUS_NOT_INITIALIZED;
     if (ds == CUDNN_STATUS_SUCCESS) ds = cudnnSetStream(cu->dnn, cu->stream);
@@ -761,7 +887,16 @@ void kn_cu_make_handles(kn_cuda *cu) {
         if (cu->dnn) cudnnDestroy(cu->dnn);
         cu->dnn = NULL;
     }
+#else
+    (void)cu;
 #endif
+}
+
+/* KILN_CUDA_LANES: 1 (default) lets a session's calls overlap, each on a lane of its own; 0 makes
+ * them take turns on the one lane, as before lanes. */
+static bool lanes_wanted(void) {
+    const char *e = getenv("KILN_CUDA_LANES");
+    return !(e && !strcmp(e, "0"));
 }
 
 static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
@@ -772,8 +907,23 @@ static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
         return kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: device_id %d asked for, %d device%s present",
                         cfg->device_id, kn_cu_count, kn_cu_count == 1 ? "" : "s");
     kn_cuda *cu = calloc(1, sizeof *cu);
-    if (!cu) return KN_OOM();
-    pthread_mutex_init(&cu->mu, NULL);
+    kn_cu_shared *sh = calloc(1, sizeof *sh);
+    if (!cu || !sh) {
+        free(cu);
+        free(sh);
+        return KN_OOM();
+    }
+    pthread_mutexattr_t rec;
+    pthread_mutexattr_init(&rec);
+    pthread_mutexattr_settype(&rec, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&sh->mu, NULL);
+    pthread_mutex_init(&sh->cache_mu, &rec);
+    pthread_mutex_init(&sh->warm_mu, &rec);
+    pthread_mutexattr_destroy(&rec);
+    sh->primary = cu;
+    sh->n_lanes = 1;
+    sh->overlap = lanes_wanted();
+    cu->sh = sh;
     cu->device = cfg->device_id;
     cu->cfg = *cfg;
     kiln_status st = KILN_OK;
@@ -797,8 +947,8 @@ static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
     /* as soon as there is a context: the start-up threads, the library handles among them */
     if (!kn_cu_warmup_boot(cu)) {
         kn_cu_make_handles(cu);
-        if (!cu->lt) {
-            st = kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: cublasLtCreate failed (status %d)", cu->lt_status);
+        if (!sh->lt) {
+            st = kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: cublasLtCreate failed (status %d)", sh->lt_status);
             goto fail;
         }
     }
@@ -825,6 +975,117 @@ fail:
     cudaGetLastError();
     cu_destroy(cu);
     return st;
+}
+
+/* ------------------------------------------------------------------ lanes of a session's calls */
+
+static bool cu_lanes_overlap(void *state) { return ((kn_cuda *)state)->sh->overlap; }
+
+/* The primary lane if no run context holds it, else a new one: its own stream, cuDNN handle on
+ * that stream and workspace (the shared settings copied). A single-threaded session so uses the
+ * primary lane alone, as before lanes. */
+static kiln_status cu_lane_open(void *state, void **lane_out) {
+    kn_cuda *prim = state;
+    kn_cu_shared *sh = prim->sh;
+    *lane_out = NULL;
+    pthread_mutex_lock(&sh->mu);
+    bool take_primary = !prim->held;
+    if (take_primary) prim->held = true;
+    pthread_mutex_unlock(&sh->mu);
+    if (take_primary) {
+        *lane_out = prim;
+        return KILN_OK;
+    }
+    kn_cuda *cu = calloc(1, sizeof *cu);
+    if (!cu) return KN_OOM();
+    cu->sh = sh;
+    cu->device = prim->device;
+    cu->cfg = prim->cfg;
+    cu->sm_count = prim->sm_count;
+    cu->smem_optin = prim->smem_optin;
+    cu->standin_mode = prim->standin_mode;
+    cu->rnn_steps = prim->rnn_steps;
+    cu->workspace_size = prim->workspace_size;
+    cu->held = true;
+    cudaSetDevice(cu->device);
+    cudaError_t e = cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMalloc(&cu->workspace, cu->workspace_size);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        kiln_status st = kn_error(e == cudaErrorMemoryAllocation ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_RUNTIME,
+                                  "cuda:%d: a lane for a concurrent call (stream and %zu MiB workspace): %s", cu->device,
+                                  cu->workspace_size >> 20, cudaGetErrorString(e));
+        lane_release(cu);
+        free(cu);
+        return st;
+    }
+    /* cuDNN handles are not to be shared between threads: one per lane. Its library is loaded by
+     * now (the probe); the primary lane's is made beside the start (cuda_warmup.c). */
+    kn_cu_make_dnn(cu);
+    pthread_mutex_lock(&sh->mu);
+    sh->n_lanes++;
+    pthread_mutex_unlock(&sh->mu);
+    *lane_out = cu;
+    return KILN_OK;
+}
+
+static void cu_lane_close(void *state, void *lane) {
+    kn_cuda *prim = state, *cu = lane;
+    if (!cu) return;
+    if (cu == prim) {
+        pthread_mutex_lock(&prim->sh->mu);
+        prim->held = false;
+        pthread_mutex_unlock(&prim->sh->mu);
+        return;
+    }
+    cudaSetDevice(cu->device);
+    lane_release(cu);
+    pthread_mutex_lock(&prim->sh->mu);
+    prim->sh->n_lanes--;
+    pthread_mutex_unlock(&prim->sh->mu);
+    free(cu);
+}
+
+static void cu_lane_enter(void *state, void *lane) {
+    kn_cuda *cu = lane ? lane : state;
+    kn_cu_shared *sh = cu->sh;
+    cu->outer = bound_lane;
+    bound_lane = cu;
+    pthread_mutex_lock(&sh->mu);
+    sh->lanes_busy++;
+    if (sh->lanes_busy > sh->peak_lanes) sh->peak_lanes = sh->lanes_busy;
+    pthread_mutex_unlock(&sh->mu);
+}
+
+/* The end of a call on the lane: its work is waited for (every call's outputs are complete when it
+ * returns, and the blocks it freed may then go to other streams), and a data error a kernel
+ * recorded becomes the call's error. Waiting on a stream the call already drained (host outputs
+ * were downloaded) costs no more than a query. */
+static kiln_status cu_lane_leave(void *state, void *lane) {
+    kn_cuda *cu = lane ? lane : state;
+    kn_cu_shared *sh = cu->sh;
+    kiln_status st = KILN_OK;
+    if (cu->capture) st = KN_INTERNAL("a call ended while its lane was recording");
+    cudaError_t e = cu->capture ? cudaSuccess : cudaStreamSynchronize(cu->stream);
+    if (e != cudaSuccess && st == KILN_OK)
+        st = kn_error(KILN_ERR_RUNTIME, "cuda:%d: the call's device work: %s (%s)", cu->device, cudaGetErrorString(e),
+                      cudaGetErrorName(e));
+    kiln_status est = kn_cu_err_check(cu);
+    if (st == KILN_OK) st = est;
+    bound_lane = cu->outer;
+    cu->outer = NULL;
+    pthread_mutex_lock(&sh->mu);
+    sh->lanes_busy--;
+    pthread_mutex_unlock(&sh->mu);
+    return st;
+}
+
+void kn_cuda_lane_stats(void *cuda_state, int *lanes, int *peak_overlap) {
+    kn_cu_shared *sh = ((kn_cuda *)cuda_state)->sh;
+    pthread_mutex_lock(&sh->mu);
+    if (lanes) *lanes = sh->n_lanes;
+    if (peak_overlap) *peak_overlap = sh->peak_lanes;
+    pthread_mutex_unlock(&sh->mu);
 }
 
 const kn_backend_ops kn_backend_cuda = {
@@ -858,4 +1119,9 @@ const kn_backend_ops kn_backend_cuda = {
     .tuning_record = kn_cu_tuning_record,
     .tuning_import = kn_cu_tuning_import,
     .prepare = cu_prepare,
+    .lanes_overlap = cu_lanes_overlap,
+    .lane_open = cu_lane_open,
+    .lane_close = cu_lane_close,
+    .lane_enter = cu_lane_enter,
+    .lane_leave = cu_lane_leave,
 };

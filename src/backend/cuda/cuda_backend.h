@@ -56,25 +56,20 @@ typedef struct kn_cu_tuned {
     bool imported; /* read from a compiled file (checked against the library before first use) */
 } kn_cu_tuned;
 
-typedef struct kn_cuda {
-    int device;
-    kn_backend_config cfg;
-    cudaStream_t stream;
-    cublasLtHandle_t lt; /* made beside the start: kn_cu_handles_wait before use */
-    int lt_status;       /* cublasLtCreate's status when lt is NULL */
-#ifdef KILN_HAVE_CUDNN
-    cudnnHandle_t dnn;
-#endif
-    void *workspace;
-    size_t workspace_size;
-    /* caching allocator: freed blocks are reused by size, in stream order */
-    pthread_mutex_t mu;
-    kn_cu_block *free_blocks;
+
+/* What every lane of a session shares (cuda_backend.c): the device, the caching allocator, the
+ * constants' device copies and converted forms, the algorithm tables and tuning results, cuBLASLt's
+ * handle (thread-safe: stream and workspace are passed per call) and the start-up threads. Lazily
+ * filled tables are locked (cache_mu, recursive: a lookup may add a tuning record); the
+ * allocator has its own lock (mu). */
+typedef struct kn_cu_shared {
+    struct kn_cuda *primary; /* the lane made with the session (the backend's state pointer) */
+    pthread_mutex_t mu;      /* the allocator and the lanes' free lists */
+    kn_cu_block *free_blocks; /* idle blocks (freed outside any call): any stream may reuse them */
     int n_free, cap_free;
     size_t cached_bytes, live_bytes, peak_bytes;
     uint64_t n_mallocs; /* cudaMalloc calls: constant once shapes repeat */
-    kn_cu_block *scratch; /* scratch blocks handed out (their true capacities) */
-    int n_scratch, cap_scratch;
+    pthread_mutex_t cache_mu; /* recursive: the tables below */
     /* persistent (constant) device buffers, for caching derived forms */
     const void **persistent;
     int n_persistent, cap_persistent;
@@ -86,17 +81,66 @@ typedef struct kn_cuda {
     int n_conv_plans, cap_conv_plans;
     kn_cu_tuned *tuned; /* tuning results: made here or imported from a compiled file */
     int n_tuned, cap_tuned, n_tuned_here;
-    struct kn_cu_capture *capture; /* while a run is recorded into a graph (cuda_graph.c) */
+    cublasLtHandle_t lt; /* made beside the start: kn_cu_handles_wait before use */
+    int lt_status;       /* cublasLtCreate's status when lt is NULL */
+    pthread_mutex_t warm_mu;       /* the start-up threads' joins */
     struct kn_cu_warmup *warmup;   /* library start-up work beside the runs (cuda_warmup.c) */
     bool warmup_checked;           /* the first run looked for imported choices to replay */
-    int8_t standin_mode;           /* KILN_CUDA_STAND_INS at init: 0 auto, 1 never, 2 always */
-    bool rnn_steps;                /* KILN_CUDA_RNN=steps at init: recurrences step by step, never in one launch */
-    int sm_count;                  /* the device's multiprocessors */
-    int smem_optin;                /* shared memory one block may have (bytes, opted in) */
-    int64_t standin_products, standin_convs; /* run on kiln's own kernels (cuda_warmup.c) */
-    int64_t standins_before_ready;           /* their sum when a run was last let go uncaptured */
+    _Atomic int64_t standin_products, standin_convs; /* run on kiln's own kernels (cuda_warmup.c) */
+    _Atomic int64_t standins_before_ready;           /* their sum when a run was last let go uncaptured */
+    bool overlap;   /* lanes' calls may run at once (KILN_CUDA_LANES) */
+    int n_lanes;    /* lanes open (the primary one included) */
+    int lanes_busy, peak_lanes; /* lanes inside a call now, and the most at once (under mu) */
     bool orphaned; /* destroyed while the caller held device tensors: the last one frees the state */
+} kn_cu_shared;
+
+/* A lane: what one call mutates on the device. Kernels receive the call's lane as `kn_cuda *cu`
+ * and read cu->stream, cu->dnn, cu->workspace as before; what all lanes share is cu->sh. A session's
+ * run context holds one lane for its calls (session.c, lane_open), so the graphs it records, their
+ * memory and its host arena stay together. The first lane (the primary one) is the backend's state:
+ * it serves single-threaded sessions (no extra stream, workspace or handle) and anything issued
+ * outside a call. device..rnn_steps are copies of the shared settings (read-only). */
+typedef struct kn_cuda {
+    kn_cu_shared *sh;
+    int device;
+    kn_backend_config cfg;
+    int sm_count;         /* the device's multiprocessors */
+    int smem_optin;       /* shared memory one block may have (bytes, opted in) */
+    int8_t standin_mode;  /* KILN_CUDA_STAND_INS at init: 0 auto, 1 never, 2 always */
+    bool rnn_steps;       /* KILN_CUDA_RNN=steps at init: recurrences step by step, never in one launch */
+    cudaStream_t stream;
+#ifdef KILN_HAVE_CUDNN
+    cudnnHandle_t dnn; /* bound to this lane's stream (the primary lane's made beside the start) */
+#endif
+    void *workspace;
+    size_t workspace_size;
+    /* blocks freed by this lane's calls: reused first by its later calls, in its stream's order
+     * (another stream may still be using them until this lane's work is done) */
+    kn_cu_block *free_blocks;
+    int n_free, cap_free;
+    size_t cached_bytes;
+    kn_cu_block *scratch; /* scratch blocks handed out (their true capacities) */
+    int n_scratch, cap_scratch;
+    struct kn_cu_capture *capture; /* while a call on this lane is recorded into a graph (cuda_graph.c) */
+    kn_cu_err *err;                /* the data-error record (host view), made at first use; NULL until then */
+    kn_cu_err *err_dev;            /* its device address */
+    int *err_claim;                /* the record's claim word, device memory */
+    struct kn_cuda *outer;         /* the lane bound to the thread before this one (lane_enter) */
+    bool held;                     /* held by a run context (the primary lane is handed out first) */
 } kn_cuda;
+
+/* Data errors found on the device (cuda_errors.c). kn_cu_err_at: the argument a kernel that can
+ * find one takes (the lane's record, made at first use, and the node); NULL record on failure to
+ * make it (the kernel then checks nothing, as before). kn_cu_err_check: after the lane's work is
+ * done, the recorded error as the node's KILN_ERR_INVALID_ARGUMENT (and the record cleared), else
+ * KILN_OK. */
+kn_cu_errp kn_cu_err_at(kn_cuda *cu, const kn_kernel_ctx *c);
+kiln_status kn_cu_err_check(kn_cuda *cu);
+void kn_cu_err_free(kn_cuda *cu);
+
+/* The lane of the call running on this thread for the session whose primary lane (backend state)
+ * is `state`; outside a call, the primary lane. */
+kn_cuda *kn_cu_lane(void *state);
 
 typedef struct kn_cuda_kernel {
     const char *domain;  /* "" for ai.onnx */
@@ -219,7 +263,8 @@ kiln_status kn_cu_run_layernorm(kn_cuda *cu, kn_kernel_ctx *c);
 kiln_status kn_cu_run_matmul(kn_cuda *cu, kn_kernel_ctx *c);
 kiln_status kn_cu_run_gemm(kn_cuda *cu, kn_kernel_ctx *c);
 
-/* Tuning results (cuda_tuning.c): the record with this key, or NULL; a result this session made
+/* Tuning results (cuda_tuning.c): the record with this key, or NULL (with cu->sh->cache_mu held:
+ * the record lives in a table other lanes may grow); a result this session made
  * (replacing one with the same key); the backend-table functions that export and import them. */
 kn_cu_tuned *kn_cu_tuning_find(kn_cuda *cu, const void *key, size_t key_len);
 kiln_status kn_cu_tuning_add(kn_cuda *cu, const void *key, size_t key_len, const void *val, size_t val_len);
@@ -258,6 +303,8 @@ bool kn_cu_warmup_boot(kn_cuda *cu);
 /* cuBLASLt's and cuDNN's handles (cu->lt NULL and lt_status on failure; cu->dnn NULL, with a
  * warning, when cuDNN is unusable); kn_cu_handles_wait before the first use of either. */
 void kn_cu_make_handles(kn_cuda *cu);
+/* A lane's cuDNN handle on its stream (cu->dnn NULL, with a warning, when cuDNN is unusable). */
+void kn_cu_make_dnn(kn_cuda *cu);
 void kn_cu_handles_wait(kn_cuda *cu);
 void kn_cu_warmup_start(kn_cuda *cu);
 void kn_cu_warmup_join(kn_cuda *cu);

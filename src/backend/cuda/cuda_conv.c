@@ -163,10 +163,12 @@ static void plan_free(conv_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* Plans are allocated one by one (the table holds pointers), so a plan a lane found stays where it
+ * is while another lane adds one. With cu->sh->cache_mu held. */
 static conv_plan *plan_lookup(kn_cuda *cu, const kn_node *n, const kn_tensor *x, const kn_tensor *w, bool transpose) {
-    conv_plan *plans = cu->conv_plans;
-    for (int i = 0; i < cu->n_conv_plans; i++) {
-        conv_plan *p = &plans[i];
+    conv_plan **plans = cu->sh->conv_plans;
+    for (int i = 0; i < cu->sh->n_conv_plans; i++) {
+        conv_plan *p = plans[i];
         if (p->node == n->name && p->xrank == x->rank && p->prec == cu->cfg.precision && p->transpose == transpose &&
             w->rank == x->rank && !memcmp(p->xdims, x->dims, sizeof(int64_t) * (size_t)x->rank) &&
             !memcmp(p->wdims, w->dims, sizeof(int64_t) * (size_t)w->rank))
@@ -176,24 +178,28 @@ static conv_plan *plan_lookup(kn_cuda *cu, const kn_node *n, const kn_tensor *x,
 }
 
 static conv_plan *plan_add(kn_cuda *cu) {
-    if (cu->n_conv_plans == cu->cap_conv_plans) {
-        int nc = cu->cap_conv_plans ? cu->cap_conv_plans * 2 : 16;
-        conv_plan *b = realloc(cu->conv_plans, sizeof *b * (size_t)nc);
+    if (cu->sh->n_conv_plans == cu->sh->cap_conv_plans) {
+        int nc = cu->sh->cap_conv_plans ? cu->sh->cap_conv_plans * 2 : 16;
+        conv_plan **b = realloc(cu->sh->conv_plans, sizeof *b * (size_t)nc);
         if (!b) return NULL;
-        cu->conv_plans = b;
-        cu->cap_conv_plans = nc;
+        cu->sh->conv_plans = b;
+        cu->sh->cap_conv_plans = nc;
     }
-    conv_plan *p = &((conv_plan *)cu->conv_plans)[cu->n_conv_plans++];
-    memset(p, 0, sizeof *p);
+    conv_plan *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    ((conv_plan **)cu->sh->conv_plans)[cu->sh->n_conv_plans++] = p;
     return p;
 }
 
 void kn_cu_conv_release(kn_cuda *cu) {
-    conv_plan *plans = cu->conv_plans;
-    for (int i = 0; i < cu->n_conv_plans; i++) plan_free(&plans[i]);
+    conv_plan **plans = cu->sh->conv_plans;
+    for (int i = 0; i < cu->sh->n_conv_plans; i++) {
+        plan_free(plans[i]);
+        free(plans[i]);
+    }
     free(plans);
-    cu->conv_plans = NULL;
-    cu->n_conv_plans = cu->cap_conv_plans = 0;
+    cu->sh->conv_plans = NULL;
+    cu->sh->n_conv_plans = cu->sh->cap_conv_plans = 0;
 }
 
 /* Whether algorithm a runs this plan's convolution within the workspace (its size in *ws). */
@@ -432,7 +438,23 @@ static kiln_status make_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, cons
     return kn_cu_tuning_add(cu, tkey, klen, &a, sizeof a);
 }
 
-static kiln_status get_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, const conv_geom *g, conv_plan **out) {
+static kiln_status get_plan_locked(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, const conv_geom *g, conv_plan **out);
+
+/* The node's plan for these shapes, made by the first lane to need it (the others wait for it).
+ * *algo and *ws: its algorithm and workspace now (a failing algorithm is replaced under the lock). */
+static kiln_status get_plan(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, const conv_geom *g, conv_plan **out,
+                            int *algo, size_t *ws) {
+    pthread_mutex_lock(&cu->sh->cache_mu);
+    kiln_status st = get_plan_locked(cu, c, transpose, g, out);
+    if (st == KILN_OK) {
+        *algo = (*out)->algo;
+        *ws = (*out)->ws;
+    }
+    pthread_mutex_unlock(&cu->sh->cache_mu);
+    return st;
+}
+
+static kiln_status get_plan_locked(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, const conv_geom *g, conv_plan **out) {
     conv_plan *p = plan_lookup(cu, c->node, c->in[0], c->in[1], transpose);
     if (p) {
         *out = p;
@@ -568,7 +590,7 @@ static kiln_status run_standin(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom *g
         s.dil[off + i] = g->dil[i];
         s.pad[off + i] = g->pb[i];
     }
-    cu->standin_convs++;
+    cu->sh->standin_convs++;
     return kn_cu_check(c, kn_cu_conv_standin_run(c->in[0]->dtype, c->in[0]->data, c->in[1]->data, c->out[0]->data, &s,
                                                  cu->stream),
                        "Conv (kiln's own kernel)");
@@ -683,7 +705,9 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_e
     kn_cu_handles_wait(cu);
     if (!cu->dnn) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "cuDNN is not usable");
     conv_plan *p = NULL;
-    KN_TRY(get_plan(cu, c, transpose, &g, &p));
+    int algo = -1;
+    size_t ws = 0;
+    KN_TRY(get_plan(cu, c, transpose, &g, &p, &algo, &ws));
     kiln_dtype dt = x->dtype, cdt = compute_dtype(cu, dt);
     size_t ces = kiln_dtype_size(cdt);
     kiln_status st = KILN_OK;
@@ -766,17 +790,21 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_e
         }
         for (int attempt = 0; !(ep && ep->done) && attempt < 2; attempt++) {
             if (!transpose)
-                s = cudnnConvolutionForward(cu->dnn, one, p->xd, xin, p->wd, win, p->cd, (cudnnConvolutionFwdAlgo_t)p->algo,
-                                            cu->workspace, p->ws, zero, p->yd, yout);
+                s = cudnnConvolutionForward(cu->dnn, one, p->xd, xin, p->wd, win, p->cd, (cudnnConvolutionFwdAlgo_t)algo,
+                                            cu->workspace, ws, zero, p->yd, yout);
             else
                 s = cudnnConvolutionBackwardData(cu->dnn, one, p->wd, win, p->xd, xin, p->cd,
-                                                 (cudnnConvolutionBwdDataAlgo_t)p->algo, cu->workspace, p->ws, zero, p->yd,
+                                                 (cudnnConvolutionBwdDataAlgo_t)algo, cu->workspace, ws, zero, p->yd,
                                                  yout);
-            if (s == CUDNN_STATUS_SUCCESS || p->algo == 0 || !workspace_of(cu, p, transpose, 0, &p->ws)) break;
+            if (s == CUDNN_STATUS_SUCCESS || algo == 0 || !workspace_of(cu, p, transpose, 0, &ws)) break;
             cudaError_t e = cudaGetLastError();
             kn_log(KILN_LOG_WARNING, "cuda: cuDNN algorithm %d failed for '%s' (%s, CUDA: %s): algorithm 0 instead",
-                   p->algo, c->node->name ? c->node->name : "", cudnnGetErrorString(s), cudaGetErrorString(e));
+                   algo, c->node->name ? c->node->name : "", cudnnGetErrorString(s), cudaGetErrorString(e));
+            algo = 0;
+            pthread_mutex_lock(&cu->sh->cache_mu);
             p->algo = 0;
+            p->ws = ws;
+            pthread_mutex_unlock(&cu->sh->cache_mu);
             int32_t a = 0;
             st = kn_cu_tuning_add(cu, p->tkey, p->klen, &a, sizeof a);
             if (st != KILN_OK) break;
@@ -784,7 +812,7 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_e
         if (st == KILN_OK && s != CUDNN_STATUS_SUCCESS) {
             char what[96];
             snprintf(what, sizeof what, "%s (algorithm %d, workspace %zu bytes)", transpose ? "ConvTranspose" : "Conv",
-                     p->algo, p->ws);
+                     algo, ws);
             st = dnn_fail(c, s, what);
         }
     } else if (st == KILN_OK && fcnt > 0) {

@@ -1,4 +1,4 @@
-/* CUDA graphs for the CUDA backend: recording a run on the session stream, the memory a recorded
+/* CUDA graphs for the CUDA backend: recording a run on its lane's stream, the memory a recorded
  * graph keeps, replays, copies between the host and the device, and checks of caller pointers.
  * See cuda_graph.h for how the memory of a graph stays valid between replays. */
 #include "backend/cuda/cuda_graph.h"
@@ -15,7 +15,6 @@ struct kn_cu_capture {
     size_t reserved_bytes;
     void **pinned; /* host sources of recorded copies */
     int n_pinned, cap_pinned;
-    int n_conv_at_begin; /* converted-weight cache entries when recording began */
     bool lost_block;     /* a block could not be recorded (out of host memory): discard the graph */
 };
 
@@ -91,23 +90,22 @@ static void capture_release(kn_cuda *cu, kn_cu_capture *cap) {
 /* ------------------------------------------------------------------ capture and replay */
 
 kiln_status kn_cu_capture_begin(void *state) {
-    kn_cuda *cu = state;
+    kn_cuda *cu = kn_cu_lane(state); /* the call's lane: its stream is recorded, its frees reserved */
     if (cu->capture) return KN_INTERNAL("a capture is already in progress");
     kn_cu_warmup_join(cu); /* its library calls must not overlap a recording */
     kn_cu_capture *cap = calloc(1, sizeof *cap);
     if (!cap) return KN_OOM();
-    cap->n_conv_at_begin = cu->n_conv;
     cudaSetDevice(cu->device);
-    pthread_mutex_lock(&cu->mu);
+    pthread_mutex_lock(&cu->sh->mu);
     cu->capture = cap;
-    pthread_mutex_unlock(&cu->mu);
+    pthread_mutex_unlock(&cu->sh->mu);
     /* relaxed: an allocator miss may still call cudaMalloc (outside the graph) while recording */
     cudaError_t e = cudaStreamBeginCapture(cu->stream, cudaStreamCaptureModeRelaxed);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        pthread_mutex_lock(&cu->mu);
+        pthread_mutex_lock(&cu->sh->mu);
         cu->capture = NULL;
-        pthread_mutex_unlock(&cu->mu);
+        pthread_mutex_unlock(&cu->sh->mu);
         capture_release(cu, cap);
         return kn_error(KILN_ERR_RUNTIME, "cuda:%d: cudaStreamBeginCapture: %s", cu->device, cudaGetErrorString(e));
     }
@@ -115,14 +113,14 @@ kiln_status kn_cu_capture_begin(void *state) {
 }
 
 kiln_status kn_cu_capture_end(void *state, bool ok, void **graph_out) {
-    kn_cuda *cu = state;
+    kn_cuda *cu = kn_cu_lane(state);
     *graph_out = NULL;
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(cu->stream, &g);
-    pthread_mutex_lock(&cu->mu);
+    pthread_mutex_lock(&cu->sh->mu);
     kn_cu_capture *cap = cu->capture;
     cu->capture = NULL;
-    pthread_mutex_unlock(&cu->mu);
+    pthread_mutex_unlock(&cu->sh->mu);
     if (!cap) {
         if (g) cudaGraphDestroy(g);
         return KN_INTERNAL("capture_end without capture_begin");
@@ -132,8 +130,6 @@ kiln_status kn_cu_capture_end(void *state, bool ok, void **graph_out) {
         st = kn_error(KILN_ERR_RUNTIME, "the run failed while it was recorded");
     else if (e != cudaSuccess || !g)
         st = kn_error(KILN_ERR_RUNTIME, "cudaStreamEndCapture: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
-    else if (cu->n_conv != cap->n_conv_at_begin)
-        st = kn_error(KILN_ERR_RUNTIME, "a weight was converted for the first time while the run was recorded");
     else if (cap->lost_block)
         st = kn_error(KILN_ERR_OUT_OF_MEMORY, "out of host memory recording the graph's memory");
     cudaGraphExec_t exec = NULL;
@@ -153,13 +149,7 @@ kiln_status kn_cu_capture_end(void *state, bool ok, void **graph_out) {
     if (st != KILN_OK) {
         cudaGetLastError(); /* recording errors are not sticky; clear them for the uncaptured run */
         if (exec) cudaGraphExecDestroy(exec);
-        /* a conversion recorded but never executed: drop it so a later run converts for real */
-        for (int i = cap->n_conv_at_begin; i < cu->n_conv; i++) {
-            pthread_mutex_lock(&cu->mu);
-            kn_cu_capture_keep(cap, cu->conv[i].dst, cu->conv[i].cap);
-            pthread_mutex_unlock(&cu->mu);
-        }
-        if (cu->n_conv > cap->n_conv_at_begin) cu->n_conv = cap->n_conv_at_begin;
+        /* (a weight's first conversion is refused while recording, cuda_backend.c: none to drop) */
         capture_release(cu, cap);
         return st;
     }
@@ -175,7 +165,7 @@ kiln_status kn_cu_capture_end(void *state, bool ok, void **graph_out) {
 }
 
 kiln_status kn_cu_graph_launch(void *state, void *graph) {
-    kn_cuda *cu = state;
+    kn_cuda *cu = kn_cu_lane(state); /* the lane of the run context whose graph it is */
     kn_cu_graph *g = graph;
     if (!g) return KN_INTERNAL("launch of a NULL graph");
     if (cu->device) cudaSetDevice(cu->device);
@@ -189,7 +179,7 @@ kiln_status kn_cu_graph_launch(void *state, void *graph) {
 }
 
 void kn_cu_graph_destroy(void *state, void *graph) {
-    kn_cuda *cu = state;
+    kn_cuda *cu = kn_cu_lane(state);
     kn_cu_graph *g = graph;
     if (!g) return;
     /* an executable graph still in flight is freed when it completes; the blocks go back to the
@@ -202,7 +192,7 @@ void kn_cu_graph_destroy(void *state, void *graph) {
 /* ------------------------------------------------------------------ copies */
 
 kiln_status kn_cu_copy(void *state, const kn_tensor *src, kn_tensor *dst) {
-    kn_cuda *cu = state;
+    kn_cuda *cu = kn_cu_lane(state);
     if (src->kind != KN_VALUE_TENSOR || dst->kind != KN_VALUE_TENSOR || src->dtype == KILN_DTYPE_STRING ||
         src->dtype != dst->dtype || src->nbytes != dst->nbytes) {
         char a[256], b[256];

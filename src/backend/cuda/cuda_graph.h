@@ -1,5 +1,5 @@
 /* CUDA graphs and caller memory for the CUDA backend (cuda_graph.c): capture of a run's work on
- * the session stream into a replayable graph, the memory reserved for it, the copies a graph run
+ * a lane's stream into a replayable graph, the memory reserved for it, the copies a graph run
  * needs (inputs in, outputs out), and the check of caller device pointers.
  *
  * Memory while capturing: a graph replays at the addresses it was recorded with, so every block

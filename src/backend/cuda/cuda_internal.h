@@ -21,6 +21,39 @@ typedef struct kn_cu_view {
     int64_t strides[3][KN_CU_MAX_RANK];
 } kn_cu_view;
 
+/* A data error a device kernel found (an index out of range), in the lane's record: pinned host
+ * memory mapped into the device (cuda_errors.c). The first kernel to find one since the record was
+ * last read writes it (`set` from 0 by atomicCAS, then the rest); the lane reads it once its work
+ * is done and turns it into the node's error, as the CPU kernel's. node: the kn_node's address
+ * (nodes live as long as the session, and a recorded graph replays the same one). */
+typedef struct kn_cu_err {
+    int set;  /* 0, or 1 once a kernel wrote the record */
+    int code; /* KN_CU_ERR_*: what the value indexes */
+    unsigned long long node;
+    long long value; /* the offending index */
+    long long lo, hi; /* the valid range [lo, hi) */
+    long long where;  /* the flat position of the value in its tensor */
+} kn_cu_err;
+
+/* What a kernel that can find one takes: the record's device address (NULL: check nothing), the
+ * lane's claim word in device memory (the first finder sets it with atomicCAS there, not on host
+ * memory, where device atomics are not to be relied on) and the node to name. */
+typedef struct kn_cu_errp {
+    kn_cu_err *rec;
+    int *claim;
+    unsigned long long node;
+} kn_cu_errp;
+
+enum {
+    KN_CU_ERR_GATHER = 1,   /* Gather: the gathered axis */
+    KN_CU_ERR_AXIS,         /* GatherElements, ScatterElements: along the axis */
+    KN_CU_ERR_GATHERND,     /* GatherND: its indices */
+    KN_CU_ERR_SCATTERND,    /* ScatterND: its indices */
+    KN_CU_ERR_EMBED,        /* an embedding's token id (Gather-like fused operators) */
+    KN_CU_ERR_POSITION,     /* a position id outside a cache or table */
+    KN_CU_ERR_COUNT_
+};
+
 /* Unary operators (elementwise, same type in and out unless noted). */
 enum {
     KN_CU_ABS, KN_CU_NEG, KN_CU_EXP, KN_CU_LOG, KN_CU_SQRT, KN_CU_RECIP, KN_CU_FLOOR, KN_CU_CEIL,

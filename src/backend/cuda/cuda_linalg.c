@@ -41,26 +41,27 @@ static void tuning_key(const kn_cu_lt_key *key, uint8_t tkey[LT_TKEY_LEN]) {
 /* The per-session lookup table of algorithms by problem key (searched on every product);
  * unproven: an imported choice that no product has run with yet. */
 static void remember(kn_cuda *cu, const kn_cu_lt_key *key, const cublasLtMatmulAlgo_t *algo, bool unproven) {
-    if (cu->n_lt == cu->cap_lt) {
-        int nc = cu->cap_lt ? cu->cap_lt * 2 : 32;
-        kn_cu_lt_entry *b = realloc(cu->lt_cache, sizeof *b * (size_t)nc);
+    if (cu->sh->n_lt == cu->sh->cap_lt) {
+        int nc = cu->sh->cap_lt ? cu->sh->cap_lt * 2 : 32;
+        kn_cu_lt_entry *b = realloc(cu->sh->lt_cache, sizeof *b * (size_t)nc);
         if (!b) return; /* looked up again next time */
-        cu->lt_cache = b;
-        cu->cap_lt = nc;
+        cu->sh->lt_cache = b;
+        cu->sh->cap_lt = nc;
     }
-    cu->lt_cache[cu->n_lt].key = *key;
-    cu->lt_cache[cu->n_lt].algo = *algo;
-    cu->lt_cache[cu->n_lt].unproven = unproven;
-    cu->n_lt++;
+    cu->sh->lt_cache[cu->sh->n_lt].key = *key;
+    cu->sh->lt_cache[cu->sh->n_lt].algo = *algo;
+    cu->sh->lt_cache[cu->sh->n_lt].unproven = unproven;
+    cu->sh->n_lt++;
 }
 
 /* After a product ran with an imported choice: proven (ok) or dropped, table and record, so the
  * next lookup asks the heuristic. */
 static void settle(kn_cuda *cu, const kn_cu_lt_key *key, bool ok) {
-    for (int i = 0; i < cu->n_lt; i++)
-        if (!memcmp(&cu->lt_cache[i].key, key, sizeof *key)) {
-            if (ok) cu->lt_cache[i].unproven = false;
-            else cu->lt_cache[i] = cu->lt_cache[--cu->n_lt];
+    pthread_mutex_lock(&cu->sh->cache_mu);
+    for (int i = 0; i < cu->sh->n_lt; i++)
+        if (!memcmp(&cu->sh->lt_cache[i].key, key, sizeof *key)) {
+            if (ok) cu->sh->lt_cache[i].unproven = false;
+            else cu->sh->lt_cache[i] = cu->sh->lt_cache[--cu->sh->n_lt];
             break;
         }
     if (!ok) {
@@ -68,6 +69,7 @@ static void settle(kn_cuda *cu, const kn_cu_lt_key *key, bool ok) {
         tuning_key(key, tkey);
         kn_cu_tuning_forget(cu, tkey, sizeof tkey);
     }
+    pthread_mutex_unlock(&cu->sh->cache_mu);
 }
 
 /* One product as cuBLASLt sees it: descriptors, the alignments promised, and the operands (for
@@ -100,11 +102,11 @@ static int fastest(kn_cuda *cu, const lt_problem *p, const cublasLtMatmulHeurist
         best = -1;
         for (int i = 0; i < n; i++) {
             if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > cu->workspace_size) continue;
-            bool ok = cublasLtMatmul(cu->lt, p->op, p->alpha, p->A, p->la, p->B, p->lb, p->beta, p->C, p->lc, d, p->lc,
+            bool ok = cublasLtMatmul(cu->sh->lt, p->op, p->alpha, p->A, p->la, p->B, p->lb, p->beta, p->C, p->lc, d, p->lc,
                                      &res[i].algo, cu->workspace, cu->workspace_size, cu->stream) == CUBLAS_STATUS_SUCCESS;
             ok = ok && cudaEventRecord(e0, cu->stream) == cudaSuccess;
             for (int r = 0; ok && r < LT_TIMED_RUNS; r++)
-                ok = cublasLtMatmul(cu->lt, p->op, p->alpha, p->A, p->la, p->B, p->lb, p->beta, p->C, p->lc, d, p->lc,
+                ok = cublasLtMatmul(cu->sh->lt, p->op, p->alpha, p->A, p->la, p->B, p->lb, p->beta, p->C, p->lc, d, p->lc,
                                     &res[i].algo, cu->workspace, cu->workspace_size, cu->stream) == CUBLAS_STATUS_SUCCESS;
             float ms = 0;
             ok = ok && cudaEventRecord(e1, cu->stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
@@ -126,13 +128,26 @@ static int fastest(kn_cuda *cu, const lt_problem *p, const cublasLtMatmulHeurist
 /* The algorithm for a problem: the session's table, a tuning result, else cuBLASLt's heuristic
  * (recorded as a tuning result). *from_file (may be NULL): the algorithm is an imported choice no
  * product has run with yet. */
+static kiln_status find_algo_locked(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_lt_key *key, const lt_problem *p,
+                                    cublasLtMatmulAlgo_t *algo, bool *from_file);
+
+/* Under the shared tables' lock: lanes look the table up at once, and one of them fills a miss
+ * (the others wait for its choice rather than make their own). */
 static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_lt_key *key, const lt_problem *p,
                              cublasLtMatmulAlgo_t *algo, bool *from_file) {
+    pthread_mutex_lock(&cu->sh->cache_mu);
+    kiln_status st = find_algo_locked(cu, c, key, p, algo, from_file);
+    pthread_mutex_unlock(&cu->sh->cache_mu);
+    return st;
+}
+
+static kiln_status find_algo_locked(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_lt_key *key, const lt_problem *p,
+                                    cublasLtMatmulAlgo_t *algo, bool *from_file) {
     if (from_file) *from_file = false;
-    for (int i = 0; i < cu->n_lt; i++)
-        if (!memcmp(&cu->lt_cache[i].key, key, sizeof *key)) {
-            *algo = cu->lt_cache[i].algo;
-            if (from_file) *from_file = cu->lt_cache[i].unproven;
+    for (int i = 0; i < cu->sh->n_lt; i++)
+        if (!memcmp(&cu->sh->lt_cache[i].key, key, sizeof *key)) {
+            *algo = cu->sh->lt_cache[i].algo;
+            if (from_file) *from_file = cu->sh->lt_cache[i].unproven;
             return KILN_OK;
         }
     /* a tuning result (from the compiled file, or an earlier shape of this session) first. An
@@ -163,7 +178,7 @@ static kiln_status find_algo(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_lt
     cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
     int n = 0;
     double t0 = kn_now_ms();
-    s = cublasLtMatmulAlgoGetHeuristic(cu->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, measure ? LT_CANDIDATES : 1, res, &n);
+    s = cublasLtMatmulAlgoGetHeuristic(cu->sh->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, measure ? LT_CANDIDATES : 1, res, &n);
     cublasLtMatmulPreferenceDestroy(pref);
     if (s != CUBLAS_STATUS_SUCCESS || n == 0)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for this product (status %d)", (int)s);
@@ -279,14 +294,14 @@ static kiln_status gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gem
         cudaError_t e = kn_cu_gemm_standin(g->dt, g->M, g->N, g->K, g->batch, g->ta, g->tb, g->A, g->lda, g->sa, g->B,
                                            g->ldb, g->sb, g->C, g->ldc, g->sc, g->alpha, g->beta, cu->stream);
         if (e != cudaErrorInvalidValue && e != cudaErrorNotSupported) { /* else not launched: the library's */
-            cu->standin_products++;
+            cu->sh->standin_products++;
             return kn_cu_check(c, e, "matrix product (kiln's own kernel)");
         }
     }
     kn_cu_handles_wait(cu);
-    if (!cu->lt)
+    if (!cu->sh->lt)
         return kn_kernel_error(c, KILN_ERR_RUNTIME, "cuBLASLt is not usable: cublasLtCreate failed (status %d)",
-                               cu->lt_status);
+                               cu->sh->lt_status);
     cudaDataType_t ab_t, c_t, scale_t = CUDA_R_32F;
     cublasComputeType_t comp = CUBLAS_COMPUTE_32F;
     const void *A = g->A, *B = g->B;
@@ -370,7 +385,7 @@ static kiln_status gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gem
         for (int attempt = 0; attempt < 2; attempt++) {
             st = find_algo(cu, c, &key, &prob, &algo, &from_file);
             if (st != KILN_OK) break;
-            s = cublasLtMatmul(cu->lt, op, alpha, B, la, A, lb, beta, c_in, lc, g->C, lc, &algo, cu->workspace,
+            s = cublasLtMatmul(cu->sh->lt, op, alpha, B, la, A, lb, beta, c_in, lc, g->C, lc, &algo, cu->workspace,
                                cu->workspace_size, cu->stream);
             if (from_file) settle(cu, &key, s == CUBLAS_STATUS_SUCCESS);
             if (s == CUBLAS_STATUS_SUCCESS) break;

@@ -17,8 +17,8 @@
 #include <string.h>
 
 kn_cu_tuned *kn_cu_tuning_find(kn_cuda *cu, const void *key, size_t key_len) {
-    for (int i = 0; i < cu->n_tuned; i++)
-        if (cu->tuned[i].key_len == key_len && !memcmp(cu->tuned[i].key, key, key_len)) return &cu->tuned[i];
+    for (int i = 0; i < cu->sh->n_tuned; i++)
+        if (cu->sh->tuned[i].key_len == key_len && !memcmp(cu->sh->tuned[i].key, key, key_len)) return &cu->sh->tuned[i];
     return NULL;
 }
 
@@ -27,20 +27,20 @@ static kiln_status put(kn_cuda *cu, const void *key, size_t key_len, const void 
         return kn_error(KILN_ERR_INTERNAL, "tuning record of %zu/%zu bytes", key_len, val_len);
     kn_cu_tuned *t = kn_cu_tuning_find(cu, key, key_len);
     if (!t) {
-        if (cu->n_tuned == cu->cap_tuned) {
-            int nc = cu->cap_tuned ? cu->cap_tuned * 2 : 32;
-            kn_cu_tuned *b = realloc(cu->tuned, sizeof *b * (size_t)nc);
+        if (cu->sh->n_tuned == cu->sh->cap_tuned) {
+            int nc = cu->sh->cap_tuned ? cu->sh->cap_tuned * 2 : 32;
+            kn_cu_tuned *b = realloc(cu->sh->tuned, sizeof *b * (size_t)nc);
             if (!b) return KN_OOM();
-            cu->tuned = b;
-            cu->cap_tuned = nc;
+            cu->sh->tuned = b;
+            cu->sh->cap_tuned = nc;
         }
-        t = &cu->tuned[cu->n_tuned++];
+        t = &cu->sh->tuned[cu->sh->n_tuned++];
         memset(t, 0, sizeof *t);
         memcpy(t->key, key, key_len);
         t->key_len = (uint16_t)key_len;
-        if (!imported) cu->n_tuned_here++;
+        if (!imported) cu->sh->n_tuned_here++;
     } else if (t->imported && !imported) {
-        cu->n_tuned_here++; /* an imported choice the library rejected, replaced */
+        cu->sh->n_tuned_here++; /* an imported choice the library rejected, replaced */
     }
     memcpy(t->val, val, val_len);
     t->val_len = (uint16_t)val_len;
@@ -49,35 +49,44 @@ static kiln_status put(kn_cuda *cu, const void *key, size_t key_len, const void 
 }
 
 kiln_status kn_cu_tuning_add(kn_cuda *cu, const void *key, size_t key_len, const void *val, size_t val_len) {
-    return put(cu, key, key_len, val, val_len, false);
+    pthread_mutex_lock(&cu->sh->cache_mu);
+    kiln_status st = put(cu, key, key_len, val, val_len, false);
+    pthread_mutex_unlock(&cu->sh->cache_mu);
+    return st;
 }
 
 void kn_cu_tuning_forget(kn_cuda *cu, const void *key, size_t key_len) {
+    pthread_mutex_lock(&cu->sh->cache_mu);
     kn_cu_tuned *t = kn_cu_tuning_find(cu, key, key_len);
-    if (!t) return;
-    if (!t->imported) cu->n_tuned_here--;
-    *t = cu->tuned[--cu->n_tuned];
+    if (t) {
+        if (!t->imported) cu->sh->n_tuned_here--;
+        *t = cu->sh->tuned[--cu->sh->n_tuned];
+    }
+    pthread_mutex_unlock(&cu->sh->cache_mu);
 }
 
 void kn_cu_tuning_release(kn_cuda *cu) {
-    free(cu->tuned);
-    cu->tuned = NULL;
-    cu->n_tuned = cu->cap_tuned = cu->n_tuned_here = 0;
+    free(cu->sh->tuned);
+    cu->sh->tuned = NULL;
+    cu->sh->n_tuned = cu->sh->cap_tuned = cu->sh->n_tuned_here = 0;
 }
 
 int kn_cu_tuning_count(void *state, int *made_here) {
     kn_cuda *cu = state;
-    if (made_here) *made_here = cu->n_tuned_here;
-    return cu->n_tuned;
+    pthread_mutex_lock(&cu->sh->cache_mu);
+    if (made_here) *made_here = cu->sh->n_tuned_here;
+    int n = cu->sh->n_tuned;
+    pthread_mutex_unlock(&cu->sh->cache_mu);
+    return n;
 }
 
 bool kn_cu_tuning_record(void *state, int i, const void **key, size_t *key_len, const void **val, size_t *val_len) {
     kn_cuda *cu = state;
-    if (i < 0 || i >= cu->n_tuned) return false;
-    *key = cu->tuned[i].key;
-    *key_len = cu->tuned[i].key_len;
-    *val = cu->tuned[i].val;
-    *val_len = cu->tuned[i].val_len;
+    if (i < 0 || i >= cu->sh->n_tuned) return false;
+    *key = cu->sh->tuned[i].key;
+    *key_len = cu->sh->tuned[i].key_len;
+    *val = cu->sh->tuned[i].val;
+    *val_len = cu->sh->tuned[i].val_len;
     return true;
 }
 

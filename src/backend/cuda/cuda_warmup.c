@@ -305,7 +305,7 @@ static void start(warm_job *j, void *(*fn)(void *)) {
  * (a product of 8 x 8 x 8; the answer is not used). */
 static void *boot_products(void *arg) {
     warm_job *j = arg;
-    gate_wait(j->cu->warmup);
+    gate_wait(j->cu->sh->warmup);
     double t0 = kn_now_ms();
     relax_capture();
     cublasLtHandle_t h = NULL;
@@ -372,7 +372,7 @@ static void *load_modules(void *arg) {
         j->replayed += m[i].ok;
     }
     j->ms = kn_now_ms() - t0;
-    gate_release(j->cu->warmup);
+    gate_release(j->cu->sh->warmup);
     atomic_store(&j->done, true);
     return NULL;
 }
@@ -381,12 +381,12 @@ static void *load_modules(void *arg) {
  * session's start goes on; the first library call waits for them (kn_cu_handles_wait). */
 static void *make_handles(void *arg) {
     warm_job *j = arg;
-    gate_wait(j->cu->warmup);
+    gate_wait(j->cu->sh->warmup);
     double t0 = kn_now_ms();
     relax_capture();
     if (cudaSetDevice(j->device) == cudaSuccess) {
         kn_cu_make_handles(j->cu);
-        j->replayed = j->cu->lt != NULL;
+        j->replayed = j->cu->sh->lt != NULL;
     }
     cudaGetLastError();
     j->n = 1;
@@ -397,8 +397,8 @@ static void *make_handles(void *arg) {
 
 /* The imported records of the given kinds, copied into the job; false when there are none. */
 static bool collect(kn_cuda *cu, warm_job *j, uint8_t kind1, uint8_t kind2) {
-    for (int i = 0; i < cu->n_tuned; i++) {
-        const kn_cu_tuned *t = &cu->tuned[i];
+    for (int i = 0; i < cu->sh->n_tuned; i++) {
+        const kn_cu_tuned *t = &cu->sh->tuned[i];
         if (!t->imported || (t->key[0] != kind1 && t->key[0] != kind2)) continue;
         if (j->n % 16 == 0) {
             kn_cu_tuned *b = realloc(j->recs, sizeof *b * (size_t)(j->n + 16));
@@ -429,8 +429,8 @@ static int standin_mode(void) {
 
 bool kn_cu_warmup_boot(kn_cuda *cu) {
     cu->standin_mode = (int8_t)standin_mode(); /* read once, with the session's options */
-    if (cu->warmup || warmup_off() || !(cu->warmup = calloc(1, sizeof *cu->warmup))) return false;
-    struct kn_cu_warmup *w = cu->warmup;
+    if (cu->sh->warmup || warmup_off() || !(cu->sh->warmup = calloc(1, sizeof *cu->sh->warmup))) return false;
+    struct kn_cu_warmup *w = cu->sh->warmup;
     w->handles.device = w->modules.device = w->boot.device = cu->device;
     w->handles.cu = w->modules.cu = w->boot.cu = cu;
     pthread_mutex_init(&w->gate_mu, NULL);
@@ -449,16 +449,30 @@ bool kn_cu_warmup_boot(kn_cuda *cu) {
 }
 
 void kn_cu_warmup_start(kn_cuda *cu) {
-    cu->warmup_checked = true; /* started, or nothing to do: either way once per session */
-    if (warmup_off()) return;
-    if (!cu->warmup && !(cu->warmup = calloc(1, sizeof *cu->warmup))) return; /* the run does the work itself */
-    struct kn_cu_warmup *w = cu->warmup;
+    /* under warm_mu: the first calls of a session may come from several threads at once; and
+     * cache_mu first (collect reads the tuning results), the order every lane takes them in */
+    pthread_mutex_lock(&cu->sh->cache_mu);
+    pthread_mutex_lock(&cu->sh->warm_mu);
+    if (cu->sh->warmup_checked) {
+        pthread_mutex_unlock(&cu->sh->warm_mu);
+        pthread_mutex_unlock(&cu->sh->cache_mu);
+        return;
+    }
+    cu->sh->warmup_checked = true; /* started, or nothing to do: either way once per session */
+    if (warmup_off() || (!cu->sh->warmup && !(cu->sh->warmup = calloc(1, sizeof *cu->sh->warmup)))) {
+        pthread_mutex_unlock(&cu->sh->warm_mu); /* the run does the work itself */
+        pthread_mutex_unlock(&cu->sh->cache_mu);
+        return;
+    }
+    struct kn_cu_warmup *w = cu->sh->warmup;
     if (collect(cu, &w->lt, KN_CU_TUNE_MATMUL, KN_CU_TUNE_MATMUL)) start(&w->lt, replay_products);
 #ifdef KILN_HAVE_CUDNN
     if (kn_cu_lib.dnn_loaded && collect(cu, &w->dnn, KN_CU_TUNE_CONV_FWD, KN_CU_TUNE_CONV_BWD_DATA))
         start(&w->dnn, replay_convolutions);
 #endif
     w->imported = w->lt.running || w->dnn.running;
+    pthread_mutex_unlock(&cu->sh->warm_mu);
+    pthread_mutex_unlock(&cu->sh->cache_mu);
 }
 
 static bool pending(const warm_job *j) {
@@ -467,29 +481,34 @@ static bool pending(const warm_job *j) {
 
 bool kn_cu_standin(kn_cuda *cu, uint8_t kind) {
     if (cu->standin_mode == 2) return true;
-    const struct kn_cu_warmup *w = cu->warmup;
-    if (cu->standin_mode == 1 || !w || !w->imported) return false;
+    if (cu->standin_mode == 1 || !cu->sh->warmup) return false;
+    /* under warm_mu: another lane may be joining the threads (uncontended once they are joined) */
+    pthread_mutex_lock(&cu->sh->warm_mu);
+    const struct kn_cu_warmup *w = cu->sh->warmup;
     /* the products' library is ready once its start-up query and the replays are over */
-    return kind == KN_CU_TUNE_MATMUL ? pending(&w->boot) || pending(&w->lt) : pending(&w->dnn);
+    bool r = w && w->imported &&
+             (kind == KN_CU_TUNE_MATMUL ? pending(&w->boot) || pending(&w->lt) : pending(&w->dnn));
+    pthread_mutex_unlock(&cu->sh->warm_mu);
+    return r;
 }
 
 /* Asked before a run that would be recorded. Not while the stand-ins run; and after they ran, one
  * more run goes uncaptured, so the libraries' first calls of this session (their own set-up, which
  * may allocate or wait) happen outside any recording. */
 bool kn_cu_capture_ready(void *state) {
-    kn_cuda *cu = state;
+    kn_cuda *cu = kn_cu_lane(state);
     bool waiting = kn_cu_standin(cu, KN_CU_TUNE_MATMUL) || kn_cu_standin(cu, KN_CU_TUNE_CONV_FWD);
     if (cu->standin_mode == 2) return true; /* always: the stand-ins are what gets recorded */
     if (waiting) return false;
-    int64_t used = cu->standin_products + cu->standin_convs;
-    if (used == cu->standins_before_ready) return true;
-    cu->standins_before_ready = used;
+    int64_t used = cu->sh->standin_products + cu->sh->standin_convs;
+    if (used == cu->sh->standins_before_ready) return true;
+    cu->sh->standins_before_ready = used;
     return false;
 }
 
 int kn_cuda_standin_count(void *cuda_state) {
     const kn_cuda *cu = cuda_state;
-    return (int)(cu->standin_products + cu->standin_convs);
+    return (int)(cu->sh->standin_products + cu->sh->standin_convs);
 }
 
 void kn_cuda_warmup_hold(bool hold) { atomic_store(&hold_libraries, hold); }
@@ -508,11 +527,22 @@ static void join(warm_job *j, const char *what) {
 }
 
 void kn_cu_handles_wait(kn_cuda *cu) {
-    if (cu->warmup && cu->warmup->handles.running) join(&cu->warmup->handles, "library handles");
+    if (!cu->sh->warmup) return;
+    pthread_mutex_lock(&cu->sh->warm_mu);
+    if (cu->sh->warmup && cu->sh->warmup->handles.running) join(&cu->sh->warmup->handles, "library handles");
+    pthread_mutex_unlock(&cu->sh->warm_mu);
 }
 
+static void warmup_join_locked(kn_cuda *cu);
+
 void kn_cu_warmup_join(kn_cuda *cu) {
-    struct kn_cu_warmup *w = cu->warmup;
+    pthread_mutex_lock(&cu->sh->warm_mu);
+    warmup_join_locked(cu);
+    pthread_mutex_unlock(&cu->sh->warm_mu);
+}
+
+static void warmup_join_locked(kn_cuda *cu) {
+    struct kn_cu_warmup *w = cu->sh->warmup;
     if (!w || (!w->boot.running && !w->modules.running && !w->handles.running && !w->lt.running && !w->dnn.running &&
                !w->lt.recs && !w->dnn.recs))
         return;
@@ -521,19 +551,19 @@ void kn_cu_warmup_join(kn_cuda *cu) {
     join(&w->modules, "kernel module loads");
     join(&w->lt, "cuBLASLt products");
     join(&w->dnn, "cuDNN convolutions");
-    if (cu->standin_products || cu->standin_convs)
+    if (cu->sh->standin_products || cu->sh->standin_convs)
         kn_log(KILN_LOG_DEBUG, "cuda: warm start: %lld products and %lld convolutions ran on kiln's own kernels while "
-               "the libraries started", (long long)cu->standin_products, (long long)cu->standin_convs);
+               "the libraries started", (long long)cu->sh->standin_products, (long long)cu->sh->standin_convs);
 }
 
 int kn_cuda_warmup_replayed(void *cuda_state) {
     kn_cuda *cu = cuda_state;
     kn_cu_warmup_join(cu);
-    return cu->warmup ? cu->warmup->lt.replayed + cu->warmup->dnn.replayed : 0; /* the boot query is no replay */
+    return cu->sh->warmup ? cu->sh->warmup->lt.replayed + cu->sh->warmup->dnn.replayed : 0; /* the boot query is no replay */
 }
 
 void kn_cu_warmup_free(kn_cuda *cu) {
-    struct kn_cu_warmup *w = cu->warmup;
+    struct kn_cu_warmup *w = cu->sh->warmup;
     if (!w) return;
     kn_cu_warmup_join(cu);
     if (w->gate_ready) {
@@ -541,5 +571,5 @@ void kn_cu_warmup_free(kn_cuda *cu) {
         pthread_cond_destroy(&w->gate_cv);
     }
     free(w);
-    cu->warmup = NULL;
+    cu->sh->warmup = NULL;
 }

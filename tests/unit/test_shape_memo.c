@@ -1,0 +1,272 @@
+/* The shape memo (src/exec/exec.c): a run with input shapes seen before infers only the nodes whose
+ * output shapes depend on data. What must hold: a model whose shapes follow from its input shapes
+ * infers nothing after its first run with those shapes (kn_exec_infer_count), for each set of input
+ * shapes; a shape that depends on data (NonZero, Range from an input scalar, Reshape to a shape
+ * given as an input) is inferred again at each run, and the outputs are right when the data change
+ * between runs with the same shapes. References computed here. */
+#include "test_model_builder.h"
+
+#include "exec/exec.h"
+#include "kiln.h"
+
+#include <stdlib.h>
+
+static kiln_session *memo_session(unsigned char *m, size_t size, int level) {
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_opt_level(o, level);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session *s = NULL;
+    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
+    kiln_session_options_destroy(o);
+    return s;
+}
+
+/* x [N,16] (N symbolic), 20 blocks of:
+ *   a = Add(x, c)  r = Relu(a)  t = Reshape(r, Concat(Shape(r)[0], [4,4]))  p = Transpose(t, [0,2,1])
+ *   x' = Reshape(p, Concat(Shape(r)[0], [16]))
+ * Every shape follows from N (the Reshapes' shapes from Shape chains). y = the last x'. */
+static unsigned char *static_model(size_t *size, int *n_nodes) {
+    tmb b;
+    tmb_init(&b, 17);
+    const char *sym[2] = {"N", NULL};
+    int64_t xd[2] = {-1, 16}, cd[2] = {1, 16}, s44[2] = {4, 4}, s16[1] = {16}, zero[1] = {0};
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 2, xd, sym);
+    int c = tmb_const(&b, "c", 2, cd, 0.5f);
+    int k44 = tmb_const_i64(&b, "s44", s44, 2, false), k16 = tmb_const_i64(&b, "s16", s16, 1, false);
+    int i0 = tmb_const_i64(&b, "i0", zero, 1, false);
+    int cur = x, nodes = 0;
+    for (int i = 0; i < 20; i++) {
+        char nm[32];
+#define V(fmt) (snprintf(nm, sizeof nm, fmt "_%d", i), tmb_value(&b, nm))
+        int a = V("a"), r = V("r"), sh = V("sh"), n = V("n"), s1 = V("s1"), t = V("t"), p = V("p"), s2 = V("s2"), o = V("o");
+#undef V
+        tmb_node(&b, "Add", (int[]){cur, c}, 2, a);
+        tmb_node(&b, "Relu", (int[]){a}, 1, r);
+        tmb_node(&b, "Shape", (int[]){r}, 1, sh);
+        int g = tmb_node(&b, "Gather", (int[]){sh, i0}, 2, n);
+        tmb_int(&b, g, "axis", 0);
+        int c1 = tmb_node(&b, "Concat", (int[]){n, k44}, 2, s1);
+        tmb_int(&b, c1, "axis", 0);
+        tmb_node(&b, "Reshape", (int[]){r, s1}, 2, t);
+        int tr = tmb_node(&b, "Transpose", (int[]){t}, 1, p);
+        tmb_ints(&b, tr, "perm", (int64_t[]){0, 2, 1}, 3);
+        int c2 = tmb_node(&b, "Concat", (int[]){n, k16}, 2, s2);
+        tmb_int(&b, c2, "axis", 0);
+        tmb_node(&b, "Reshape", (int[]){p, s2}, 2, o);
+        cur = o;
+        nodes += 9;
+    }
+    tmb_output(&b, cur);
+    *n_nodes = nodes;
+    return tmb_finish(&b, size);
+}
+
+/* The static model's output for x (rows of 16). */
+static void static_ref(const float *x, int rows, const float *c, float *y) {
+    float cur[64 * 16], tmp[16];
+    memcpy(cur, x, sizeof(float) * (size_t)rows * 16);
+    for (int i = 0; i < 20; i++)
+        for (int r = 0; r < rows; r++) {
+            for (int k = 0; k < 16; k++) {
+                float v = cur[r * 16 + k] + c[k];
+                tmp[k] = v > 0 ? v : 0;
+            }
+            for (int p = 0; p < 4; p++)
+                for (int q = 0; q < 4; q++) cur[r * 16 + p * 4 + q] = tmp[q * 4 + p];
+        }
+    memcpy(y, cur, sizeof(float) * (size_t)rows * 16);
+}
+
+static void fill(float *p, int n, uint32_t seed) {
+    for (int i = 0; i < n; i++) p[i] = tmb_rand(&seed) * 2.0f;
+}
+
+KN_TEST(shape_memo_static_model_infers_nothing_after_its_first_run) {
+    size_t size;
+    int n_nodes = 0;
+    unsigned char *m = static_model(&size, &n_nodes);
+    /* the constant c, as the builder drew it: its first 16 random values */
+    float c[16];
+    uint32_t seed = 12345;
+    for (int k = 0; k < 16; k++) c[k] = 0.5f * tmb_rand(&seed);
+    for (int level = 0; level <= 3; level += 3) {
+        kiln_session *s = memo_session(m, size, level);
+        if (!s) continue;
+        const char *in_names[1] = {"x"};
+        /* batch sizes: 2 (first), 2 (memo), 3 (new shapes: first), 2 and 3 again (both kept) */
+        static const int rows_of[5] = {2, 2, 3, 2, 3};
+        for (int run = 0; run < 5; run++) {
+            int rows = rows_of[run];
+            float xv[3 * 16], want[3 * 16];
+            fill(xv, rows * 16, 77u + (uint32_t)run);
+            static_ref(xv, rows, c, want);
+            int64_t xd[2] = {rows, 16};
+            kiln_tensor *x = NULL, *y = NULL;
+            CHECK_STATUS(kiln_tensor_wrap(KILN_DTYPE_FLOAT, xd, 2, xv, sizeof(float) * (size_t)rows * 16, &x), KILN_OK);
+            uint64_t before = kn_exec_infer_count();
+            CHECK_STATUS(kiln_session_run(s, in_names, &x, 1, NULL, 1, &y), KILN_OK);
+            uint64_t infers = kn_exec_infer_count() - before;
+            if (run == 0 || run == 2) {
+                /* the first run with these shapes infers every node (level 3 folds some away) */
+                CHECK_MSG(infers > 0, "level %d run %d (batch %d): no node inferred on a first run", level, run, rows);
+                if (level == 0)
+                    CHECK_MSG(infers >= (uint64_t)n_nodes, "level 0 run %d: %llu infer calls for %d nodes", run,
+                              (unsigned long long)infers, n_nodes);
+            } else {
+                CHECK_MSG(infers == 0, "level %d run %d (batch %d, seen before): %llu infer calls, want none", level,
+                          run, rows, (unsigned long long)infers);
+            }
+            if (y) {
+                const int64_t *d = kiln_tensor_dims(y);
+                CHECK_MSG(kiln_tensor_rank(y) == 2 && d[0] == rows && d[1] == 16, "level %d run %d: output shape", level,
+                          run);
+                const float *yv = kiln_tensor_data(y);
+                for (int i = 0; i < rows * 16; i++)
+                    CHECK_MSG(fabsf(yv[i] - want[i]) <= 1e-5f, "level %d run %d: y[%d] = %g, want %g", level, run, i,
+                              yv[i], want[i]);
+            }
+            kiln_tensor_destroy(y);
+            kiln_tensor_destroy(x);
+        }
+        kiln_session_destroy(s);
+    }
+    free(m);
+}
+
+/* x float [2,3], n int64 scalar, s int64 [2]:
+ *   nz   = NonZero(x)           [2, count]: data
+ *   flat = Reshape(nz, [-1])    [2 * count]
+ *   r    = Range(0, n, 1)       [n]: data
+ *   r2   = Add(r, r)
+ *   rx   = Reshape(x, s)        s's values: data
+ *   rl   = Relu(x)              the only node whose shape follows from the input shapes
+ * outputs flat, r2, rx, rl */
+static unsigned char *dynamic_model(size_t *size) {
+    tmb b;
+    tmb_init(&b, 17);
+    int64_t xd[2] = {2, 3}, sd[1] = {2}, m1[1] = {-1}, zero = 0, one = 1;
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 2, xd, NULL);
+    int n = tmb_input(&b, "n", KILN_DTYPE_INT64, 0, NULL, NULL);
+    int s = tmb_input(&b, "s", KILN_DTYPE_INT64, 1, sd, NULL);
+    int km1 = tmb_const_i64(&b, "minus1", m1, 1, false);
+    int k0 = tmb_const_i64(&b, "zero", &zero, 1, true), k1 = tmb_const_i64(&b, "one", &one, 1, true);
+    int nz = tmb_value(&b, "nz"), flat = tmb_value(&b, "flat"), r = tmb_value(&b, "r"), r2 = tmb_value(&b, "r2");
+    int rx = tmb_value(&b, "rx"), rl = tmb_value(&b, "rl");
+    tmb_node(&b, "NonZero", (int[]){x}, 1, nz);
+    tmb_node(&b, "Reshape", (int[]){nz, km1}, 2, flat);
+    tmb_node(&b, "Range", (int[]){k0, n, k1}, 3, r);
+    tmb_node(&b, "Add", (int[]){r, r}, 2, r2);
+    tmb_node(&b, "Reshape", (int[]){x, s}, 2, rx);
+    tmb_node(&b, "Relu", (int[]){x}, 1, rl);
+    tmb_output(&b, flat);
+    tmb_output(&b, r2);
+    tmb_output(&b, rx);
+    tmb_output(&b, rl);
+    return tmb_finish(&b, size);
+}
+
+KN_TEST(shape_memo_data_dependent_shapes_are_inferred_at_each_run) {
+    size_t size;
+    unsigned char *m = dynamic_model(&size);
+    for (int level = 0; level <= 3; level += 3) {
+        kiln_session *s = memo_session(m, size, level);
+        if (!s) continue;
+        /* the same input shapes each run, other data: 2, 5, 0, 6 nonzeros; n 3, 7, 0, 1; s [3,2], [6,1], [1,6], [2,3] */
+        static const float xs[4][6] = {{0, 1.5f, 0, 0, -2, 0}, {1, 2, 3, 0, 4, 5}, {0, 0, 0, 0, 0, 0}, {1, 1, 1, 1, 1, -1}};
+        static const int64_t ns[4] = {3, 7, 0, 1};
+        static const int64_t ss[4][2] = {{3, 2}, {6, 1}, {1, 6}, {2, 3}};
+        for (int run = 0; run < 4; run++) {
+            float xv[6];
+            memcpy(xv, xs[run], sizeof xv);
+            int64_t nv = ns[run], sv[2] = {ss[run][0], ss[run][1]};
+            int64_t xd[2] = {2, 3}, sd[1] = {2};
+            kiln_tensor *in[3] = {NULL}, *out[4] = {NULL};
+            CHECK_STATUS(kiln_tensor_wrap(KILN_DTYPE_FLOAT, xd, 2, xv, sizeof xv, &in[0]), KILN_OK);
+            CHECK_STATUS(kiln_tensor_wrap(KILN_DTYPE_INT64, NULL, 0, &nv, sizeof nv, &in[1]), KILN_OK);
+            CHECK_STATUS(kiln_tensor_wrap(KILN_DTYPE_INT64, sd, 1, sv, sizeof sv, &in[2]), KILN_OK);
+            const char *in_names[3] = {"x", "n", "s"}, *out_names[4] = {"flat", "r2", "rx", "rl"};
+            uint64_t before = kn_exec_infer_count();
+            CHECK_STATUS(kiln_session_run(s, in_names, in, 3, out_names, 4, out), KILN_OK);
+            uint64_t infers = kn_exec_infer_count() - before;
+            if (run > 0)
+                /* NonZero, both Reshapes, Range and Add again; not Relu */
+                CHECK_MSG(infers == 5, "level %d run %d: %llu infer calls, want 5 (the data-dependent nodes)", level,
+                          run, (unsigned long long)infers);
+            /* flat: NonZero's row indices then column indices */
+            int64_t want_flat[12];
+            int cnt = 0;
+            for (int i = 0; i < 6; i++) cnt += xv[i] != 0;
+            for (int i = 0, k = 0; i < 6; i++)
+                if (xv[i] != 0) {
+                    want_flat[k] = i / 3;
+                    want_flat[cnt + k] = i % 3;
+                    k++;
+                }
+            if (out[0]) {
+                CHECK_MSG(kiln_tensor_rank(out[0]) == 1 && kiln_tensor_dims(out[0])[0] == 2 * cnt,
+                          "level %d run %d: flat has %lld elements, want %d", level, run,
+                          kiln_tensor_rank(out[0]) == 1 ? (long long)kiln_tensor_dims(out[0])[0] : -1LL, 2 * cnt);
+                const int64_t *f = kiln_tensor_data(out[0]);
+                for (int i = 0; kiln_tensor_rank(out[0]) == 1 && i < 2 * cnt && i < kiln_tensor_dims(out[0])[0]; i++)
+                    CHECK_MSG(f[i] == want_flat[i], "level %d run %d: flat[%d] = %lld, want %lld", level, run, i,
+                              (long long)f[i], (long long)want_flat[i]);
+            }
+            if (out[1]) {
+                CHECK_MSG(kiln_tensor_rank(out[1]) == 1 && kiln_tensor_dims(out[1])[0] == nv,
+                          "level %d run %d: r2's shape, want [%lld]", level, run, (long long)nv);
+                const int64_t *r = kiln_tensor_data(out[1]);
+                for (int64_t i = 0; kiln_tensor_rank(out[1]) == 1 && i < nv && i < kiln_tensor_dims(out[1])[0]; i++)
+                    CHECK_MSG(r[i] == 2 * i, "level %d run %d: r2[%lld] = %lld", level, run, (long long)i,
+                              (long long)r[i]);
+            }
+            if (out[2]) {
+                const int64_t *d = kiln_tensor_dims(out[2]);
+                CHECK_MSG(kiln_tensor_rank(out[2]) == 2 && d[0] == sv[0] && d[1] == sv[1],
+                          "level %d run %d: rx is not [%lld,%lld]", level, run, (long long)sv[0], (long long)sv[1]);
+                CHECK(!memcmp(kiln_tensor_data(out[2]), xv, sizeof xv));
+            }
+            if (out[3]) {
+                const float *rl = kiln_tensor_data(out[3]);
+                for (int i = 0; i < 6; i++)
+                    CHECK_MSG(rl[i] == (xv[i] > 0 ? xv[i] : 0), "level %d run %d: rl[%d] = %g", level, run, i, rl[i]);
+            }
+            for (int k = 0; k < 4; k++) kiln_tensor_destroy(out[k]);
+            for (int k = 0; k < 3; k++) kiln_tensor_destroy(in[k]);
+        }
+        kiln_session_destroy(s);
+    }
+    free(m);
+}
+
+/* KILN_SHAPE_MEMO=0 turns it off: every run infers every node. */
+KN_TEST(shape_memo_off_infers_every_run) {
+    size_t size;
+    int n_nodes = 0;
+    unsigned char *m = static_model(&size, &n_nodes);
+    kiln_session *s = memo_session(m, size, 0);
+    free(m);
+    if (!s) return;
+    const char *prev = getenv("KILN_SHAPE_MEMO");
+    char *saved = prev ? strdup(prev) : NULL;
+    setenv("KILN_SHAPE_MEMO", "0", 1);
+    float xv[16];
+    fill(xv, 16, 5);
+    int64_t xd[2] = {1, 16};
+    kiln_tensor *x = NULL;
+    CHECK_STATUS(kiln_tensor_wrap(KILN_DTYPE_FLOAT, xd, 2, xv, sizeof xv, &x), KILN_OK);
+    const char *in_names[1] = {"x"};
+    for (int run = 0; run < 2; run++) {
+        kiln_tensor *y = NULL;
+        uint64_t before = kn_exec_infer_count();
+        CHECK_STATUS(kiln_session_run(s, in_names, &x, 1, NULL, 1, &y), KILN_OK);
+        CHECK_MSG(kn_exec_infer_count() - before == (uint64_t)n_nodes, "run %d: %llu infer calls, want %d", run,
+                  (unsigned long long)(kn_exec_infer_count() - before), n_nodes);
+        kiln_tensor_destroy(y);
+    }
+    if (saved) setenv("KILN_SHAPE_MEMO", saved, 1);
+    else unsetenv("KILN_SHAPE_MEMO");
+    free(saved);
+    kiln_tensor_destroy(x);
+    kiln_session_destroy(s);
+}
