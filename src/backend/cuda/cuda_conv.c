@@ -676,7 +676,8 @@ static kiln_status run_patchify(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom *
 static bool fused_descriptors(conv_plan *p, int64_t channels, bool nhwc) {
     if (!p->bd && cudnnCreateTensorDescriptor(&p->bd) != CUDNN_STATUS_SUCCESS) return false;
     if (!p->ad && cudnnCreateActivationDescriptor(&p->ad) != CUDNN_STATUS_SUCCESS) return false;
-    return cudnnSetTensor4dDescriptor(p->bd, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, p->dt, 1, (int)channels, 1, 1) ==
+    const int dims[4] = {1, (int)channels, 1, 1};
+    return cudnnSetTensorNdDescriptorEx(p->bd, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, p->dt, 4, dims) ==
                CUDNN_STATUS_SUCCESS &&
            cudnnSetActivationDescriptor(p->ad, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0) == CUDNN_STATUS_SUCCESS;
 }
