@@ -594,10 +594,10 @@ done:
 /* ------------------------------------------------------------------ concurrent calls */
 
 /* A run context for a call: a free one, a new one (up to the bound), or, at the bound, the next
- * one given back. A session with a device provider has one context, so its calls take turns
- * here (its device state is one per session; one context also keeps the host arena that its
- * captured graphs may read the same). A call waiting here counts as inside (destroy waits for it
- * and it leaves with KILN_ERR_MISUSE). */
+ * one given back. A context keeps its device lanes and the graphs recorded on them, with the host
+ * arena they may read. A serial session (a device provider without lanes) has one context, so its
+ * calls take turns here. A call waiting here counts as inside (destroy waits for it and it leaves
+ * with KILN_ERR_MISUSE). */
 static kiln_status ctx_take(kiln_session *s, const char *fn, kn_run_ctx **out) {
     *out = NULL;
     kn_run_ctx *c = NULL;

@@ -394,13 +394,19 @@ done:
     return st;
 }
 
+/* Whether two attribute names are equal: short names, compared inline (no library call). */
+static inline bool same_name(const char *a, const char *b) {
+    while (*a && *a == *b) a++, b++;
+    return *a == *b;
+}
+
 const kn_attr *kn_node_attr(const kn_node *n, const char *name) {
-    /* kernels look attributes up at each run: the first byte (and the same pointer) settle most
-     * comparisons without a call */
+    /* kernels look attributes up at each run: the first byte (or the same pointer) settles most
+     * comparisons */
     const char c = name[0];
     for (int i = 0; i < n->n_attrs; i++) {
         const char *a = n->attrs[i].name;
-        if (a == name || (a[0] == c && !strcmp(a, name))) return &n->attrs[i];
+        if (a == name || (a[0] == c && same_name(a, name))) return &n->attrs[i];
     }
     return NULL;
 }

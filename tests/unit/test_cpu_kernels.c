@@ -395,7 +395,7 @@ static void check_softmax(const char *op, kiln_dtype dt, int64_t rows, int64_t n
 
 /* Long rows (the vector body), short and odd rows (the masked tail alone), a wide spread. */
 KN_TEST(cpu_softmax_against_reference) {
-    const int64_t lens[] = {1, 5, 16, 17, 31, 33, 1000, 4096, 4099};
+    const int64_t lens[] = {1, 5, 16, 17, 31, 33, 64, 100, 127, 128, 129, 1000, 4096, 4099};
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
         check_softmax("Softmax", KILN_DTYPE_FLOAT, 7, lens[i], 8.0f, (int)(i % 2));
         check_softmax("LogSoftmax", KILN_DTYPE_FLOAT, 3, lens[i], 8.0f, 1);

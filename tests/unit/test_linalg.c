@@ -440,6 +440,85 @@ KN_TEST(linalg_sgemm_epilogue_once_per_element) {
     kn_threadpool_destroy(pool);
 }
 
+/* op(B) packed by a callback (as a convolution's implicit im2col is): here from a plain K x N B */
+typedef struct plain_pack_ctx {
+    const float *B;
+    int64_t ldb;
+} plain_pack_ctx;
+
+static void plain_pack_b(const void *ctx, int64_t op, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
+    (void)op;
+    const plain_pack_ctx *pc = ctx;
+    const int nr = kn_sgemm_nr();
+    for (int64_t j0 = 0; j0 < nc; j0 += nr)
+        for (int64_t k = 0; k < kc; k++)
+            for (int j = 0; j < nr; j++)
+                dst[j0 * kc + k * nr + j] = j0 + j < nc ? pc->B[(k0 + k) * pc->ldb + n0 + j0 + j] : 0.0f;
+}
+
+/* The transposed path (kn_sgemm_swaps: few columns, many rows): every transposition, edge sizes of
+ * each dimension (not multiples of the panels, K of 1 and past a KC slice), alpha, beta, a row bias,
+ * op(A)^T prepacked (at_packed), op(B) from a packing callback, one and three threads. */
+KN_TEST(linalg_sgemm_transposed_path) {
+    kn_threadpool *pool;
+    CHECK_STATUS(kn_threadpool_create(3, &pool), KILN_OK);
+    static const int64_t shapes[][3] = {{64, 2, 1},    {64, 49, 7},   {65, 17, 33},  {96, 49, 256},
+                                       {200, 3, 257},  {513, 49, 40}, {128, 196, 600}, {2048, 49, 64},
+                                       {96, 100, 1},   {256, 450, 19}, {1000, 37, 300}};
+    int swapped = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int v = 0; v < 8; v++) {
+            const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            const bool ta = v & 1, tb = (v >> 1) & 1, cb = v == 4, pre = v >= 4;
+            swapped += kn_sgemm_swaps(M, N, K);
+            const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 7;
+            float *A = malloc(sizeof(float) * (size_t)((ta ? K : M) * lda));
+            float *B = malloc(sizeof(float) * (size_t)((tb ? N : K) * ldb));
+            float *C = malloc(sizeof(float) * (size_t)(M * ldc)), *R = malloc(sizeof(float) * (size_t)(M * ldc));
+            float *bias = malloc(sizeof(float) * (size_t)M);
+            float *AT = malloc(sizeof(float) * kn_sgemm_packed_b_floats(M, K));
+            fill(A, (ta ? K : M) * lda);
+            fill(B, (tb ? N : K) * ldb);
+            fill(C, M * ldc);
+            fill(bias, M);
+            const float alpha = v & 2 ? 0.5f : 1.0f, beta = v == 3 || v == 6 ? -0.75f : 0.0f;
+            if (beta == 0.0f)
+                for (int64_t i = 0; i < M * ldc; i++) C[i] = NAN;
+            memcpy(R, C, sizeof(float) * (size_t)(M * ldc));
+            ref_gemm(ta, tb && !cb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) R[i * ldc + j] += v >= 5 ? bias[i] : 0.0f;
+            kn_sgemm_pack_b_full(A, lda, !ta, M, K, AT);
+            const float *ap[1] = {A}, *bp[1] = {B}, *atp[1] = {AT}, *rb[1] = {bias};
+            float *cp[1] = {C};
+            plain_pack_ctx ppc = {B, ldb};
+            kn_sgemm_batch g = {.count = 1, .M = M, .N = N, .K = K, .trans_a = ta, .trans_b = tb && !cb,
+                                .alpha = alpha, .beta = beta, .a = ap, .lda = lda, .b = bp, .ldb = ldb, .c = cp,
+                                .ldc = ldc, .at_packed = pre ? atp : NULL, .row_bias = v >= 5 ? rb : NULL};
+            if (cb) {
+                g.b = NULL;
+                g.pack_b = plain_pack_b;
+                g.pack_ctx = &ppc;
+            }
+            CHECK_STATUS(kn_sgemm_run(v & 4 ? pool : NULL, &g), KILN_OK);
+            double err = 0;
+            for (int64_t i = 0; i < M; i++) {
+                for (int64_t j = 0; j < N; j++) {
+                    double d = fabs((double)C[i * ldc + j] - R[i * ldc + j]) / (1.0 + fabs(R[i * ldc + j]));
+                    if (!(d <= err)) err = isnan(d) ? 1e9 : d;
+                }
+                for (int64_t j = N; j < ldc && i + 1 < M; j++) /* the padding between rows is untouched */
+                    if (!(C[i * ldc + j] == R[i * ldc + j] || (isnan(C[i * ldc + j]) && isnan(R[i * ldc + j])))) err = 1e9;
+            }
+            CHECK_MSG(err < gemm_tol(K), "transposed GEMM %lldx%lldx%lld variant %d: error %g", (long long)M,
+                      (long long)N, (long long)K, v, err);
+            free(A), free(B), free(C), free(R), free(bias), free(AT);
+        }
+    /* the shapes above are the ones the transposed path takes */
+    CHECK_MSG(swapped == 8 * (int)(sizeof shapes / sizeof shapes[0]), "%d of the cases ran transposed", swapped / 8);
+    kn_threadpool_destroy(pool);
+}
+
 /* A packed once (kn_sgemm_pack_a) gives the product of A packed per call: K over several packed
  * slices, M not a multiple of the micro-kernel's rows, A transposed or not, on 1 and 3 threads. */
 KN_TEST(linalg_sgemm_prepacked_a) {

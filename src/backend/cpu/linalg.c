@@ -115,12 +115,18 @@ static void mm_offsets(const mm_plan *p, int64_t bi, int64_t *ao, int64_t *bo) {
 }
 
 /* A constant float32 weight operand B (input `input` of the node, its own data) packed whole for
- * the GEMM, once per session. It pays for few rows (gpt2_tiny's 64 tokens: its products 15%
- * faster), where packing B per call is a large part of the work. With more rows packing is
- * amortised and also brings the block into cache just before the micro-kernel reads it, which
- * reading the prepacked copy from memory does not: bert_mini (128 rows) and vit_tiny (197) were
- * 5-9% slower with it. NULL (pack per call) outside 16..64 rows (below 16 the GEMM reads B in
- * place) or when B is not such a constant. */
+ * the GEMM, once per session. Packing B per call costs as much as a large part of the product
+ * when the rows are few (gpt2_tiny's 64 tokens: 15% faster prepacked). It was kept to 64 rows
+ * once: bert_mini (128 rows) and vit_tiny (197) were 5-9% slower reading the prepacked copy from
+ * memory than packing it per call, which also brings each block into cache just before the
+ * micro-kernel reads it. On the 2-core EPYC (Zen 5) the prepacked copy wins there now (1 thread,
+ * kiln bench p50: BERT-base s128 117-122 -> 100 ms, ViT-B/16 175-177 -> 158-160 ms; MatMul 128x768x768 in the
+ * sweep 1.18 -> 1.01 of ONNX Runtime). Above 1024 rows packing per call is amortised (4096 rows x
+ * 256 x 256: the same time either way) and the packed copy would only cost memory. NULL (pack
+ * per call) below 16 rows (the GEMM reads B in place) or when B is not such a constant. */
+#ifndef KN_PACKED_B_MAX_M
+#define KN_PACKED_B_MAX_M 1024
+#endif
 typedef struct packed_b_ctx {
     const float *B;
     int64_t ldb, N, K;
@@ -134,7 +140,7 @@ static void make_packed_b(const void *ctx, void *dst) {
 
 static const float *const_packed_b(const kn_kernel_ctx *c, int input, const float *B, int64_t ldb, bool trans,
                                    int64_t M, int64_t N, int64_t K) {
-    if (M < 16 || M > 64 || input >= c->n_inputs || !c->in[input] || c->in[input]->dtype != KILN_DTYPE_FLOAT ||
+    if (M < 16 || M > KN_PACKED_B_MAX_M || input >= c->n_inputs || !c->in[input] || c->in[input]->dtype != KILN_DTYPE_FLOAT ||
         B != c->in[input]->data)
         return NULL;
     packed_b_ctx pc = {B, ldb, N, K, trans};

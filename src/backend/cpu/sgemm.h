@@ -60,6 +60,10 @@ typedef struct kn_sgemm_batch {
      * place instead of packing B per tile. b/ldb/trans_b must still describe B (the paths for
      * small M read B directly). */
     const float *const *b_packed;
+    /* Optional: at_packed[i] is op(A)^T of product i packed whole as B is (kn_sgemm_pack_b_full of
+     * A with trans = !trans_a), for the products kn_sgemm_swaps() runs transposed; a/lda/trans_a
+     * must still describe A. Ignored by the other products. */
+    const float *const *at_packed;
 } kn_sgemm_batch;
 
 /* Floats of op(A) (M x K) in the packed layout, and the packing itself: A as for kn_sgemm_batch
@@ -70,6 +74,13 @@ void kn_sgemm_pack_a(const float *A, int64_t lda, bool trans_a, int64_t M, int64
  * the NR-column panels of every column as the blocked path packs them per tile. */
 size_t kn_sgemm_packed_b_floats(int64_t N, int64_t K);
 void kn_sgemm_pack_b_full(const float *B, int64_t ldb, bool trans_b, int64_t N, int64_t K, float *dst);
+
+/* Whether kn_sgemm_run computes an M x N x K product (without a_packed) as its transpose, C^T =
+ * op(B)^T op(A)^T: when N would leave the micro-kernel's column vectors partly empty (N = 49 or
+ * 196 spatial positions of a convolution) and M fills them (output channels, a multiple of the
+ * panel width). Such a product reads op(A)^T packed as B is: callers packing constant weights
+ * once pack them with kn_sgemm_pack_b_full for it (kn_sgemm_batch.at_packed). */
+bool kn_sgemm_swaps(int64_t M, int64_t N, int64_t K);
 
 /* Runs the batch on the pool (NULL = the caller's thread only). Must not be called from inside
  * a kn_parallel_for on the same pool. Returns KILN_ERR_OUT_OF_MEMORY when a thread's packing

@@ -243,7 +243,8 @@ template <typename T> __global__ void k_attn_rows(T *S, kn_cu_attn_rows p) {
 // ------------------------------------------------------------------ RotaryEmbedding
 
 template <typename T>
-__global__ void k_rotary(const T *x, const T *cs, const T *sn, const int64_t *pos, T *y, kn_cu_rotary p, int64_t n) {
+__global__ void k_rotary(const T *x, const T *cs, const T *sn, const int64_t *pos, T *y, kn_cu_rotary p, int64_t n,
+                         kn_cu_errp err) {
     typedef typename acc<T>::type A;
     const int64_t half = p.rot_dim / 2;
     KNCU_LOOP(idx, n) {
@@ -262,6 +263,7 @@ __global__ void k_rotary(const T *x, const T *cs, const T *sn, const int64_t *po
         }
         int64_t row = pos ? pos[b * p.seq + s] : b * p.seq + s;
         if (pos && (row < 0 || row >= p.max_pos)) { // a position outside the cache: no value
+            report(err, KN_CU_ERR_POSITION, row, 0, p.max_pos, b * p.seq + s);
             y[idx] = st<T>((A)NAN);
             continue;
         }
@@ -453,13 +455,14 @@ extern "C" cudaError_t kn_cu_attn_rows_run(kiln_dtype st, void *scores, const kn
 }
 
 extern "C" cudaError_t kn_cu_rotary_run(kiln_dtype dt, const void *x, const void *cos_cache, const void *sin_cache,
-                                        const int64_t *position_ids, void *y, const kn_cu_rotary *p, cudaStream_t s) {
+                                        const int64_t *position_ids, void *y, const kn_cu_rotary *p, kn_cu_errp err,
+                                        cudaStream_t s) {
     int64_t n = p->batch * p->heads * p->seq * p->head;
     if (n == 0) return cudaSuccess;
     unsigned grid = grid_for(n, 256);
     KNCU_DISPATCH_FLOAT(dt, (k_rotary<type_><<<grid, 256, 0, s>>>((const type_ *)x, (const type_ *)cos_cache,
                                                                     (const type_ *)sin_cache, position_ids,
-                                                                    (type_ *)y, *p, n)));
+                                                                    (type_ *)y, *p, n, err)));
     return cudaGetLastError();
 }
 

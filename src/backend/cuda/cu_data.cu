@@ -24,13 +24,14 @@ __device__ __forceinline__ int64_t load_index(const void *idx, bool idx64, int64
 
 template <typename E>
 __global__ void k_gather(const E *data, const void *idx, bool idx64, E *y, int64_t axis_len, int64_t n_idx,
-                         int64_t inner, int64_t n) {
+                         int64_t inner, int64_t n, kn_cu_errp err) {
     KNCU_LOOP(i, n) {
         int64_t in = i % inner, rest = i / inner;
         int64_t j = rest % n_idx, o = rest / n_idx;
         int64_t k = load_index(idx, idx64, j);
         if (k < 0) k += axis_len;
         if (k < 0 || k >= axis_len) {
+            report(err, KN_CU_ERR_GATHER, load_index(idx, idx64, j), -axis_len, axis_len, j);
             y[i] = E();
             continue;
         }
@@ -41,19 +42,20 @@ __global__ void k_gather(const E *data, const void *idx, bool idx64, E *y, int64
 // The same with 32-bit index arithmetic, for gathers whose sizes fit (the common case).
 template <typename E>
 __global__ void k_gather32(const E *data, const void *idx, bool idx64, E *y, int32_t axis_len, int32_t n_idx,
-                           int32_t inner, int32_t n) {
+                           int32_t inner, int32_t n, kn_cu_errp err) {
     for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
         const int32_t in = i % inner, rest = i / inner;
         const int32_t j = rest % n_idx, o = rest / n_idx;
         int64_t k = load_index(idx, idx64, j);
         if (k < 0) k += axis_len;
+        if (k < 0 || k >= axis_len) report(err, KN_CU_ERR_GATHER, load_index(idx, idx64, j), -axis_len, axis_len, j);
         y[i] = k < 0 || k >= axis_len ? E() : data[((int64_t)o * axis_len + k) * inner + in];
     }
 }
 
 template <typename E>
 __global__ void k_gather_elements(const E *data, const void *idx, bool idx64, E *y, Dims dd, Dims id, int axis,
-                                  int64_t n) {
+                                  int64_t n, kn_cu_errp err) {
     KNCU_LOOP(i, n) {
         int64_t rest = i, off = 0, stride = 1;
         for (int d = id.rank - 1; d >= 0; d--) {
@@ -62,7 +64,10 @@ __global__ void k_gather_elements(const E *data, const void *idx, bool idx64, E 
             if (d == axis) {
                 c = load_index(idx, idx64, i);
                 if (c < 0) c += dd.d[d];
-                if (c < 0 || c >= dd.d[d]) c = 0;
+                if (c < 0 || c >= dd.d[d]) {
+                    report(err, KN_CU_ERR_AXIS, load_index(idx, idx64, i), -dd.d[d], dd.d[d], i);
+                    c = 0;
+                }
             }
             off += c * stride;
             stride *= dd.d[d];
@@ -111,7 +116,7 @@ template <typename T> __device__ void atomic_red(T *p, T v, int red) {
 
 template <typename T>
 __global__ void k_scatter_elements(T *y, const void *idx, bool idx64, const T *upd, Dims yd, Dims id, int axis,
-                                   int red, int64_t n) {
+                                   int red, int64_t n, kn_cu_errp err) {
     KNCU_LOOP(i, n) {
         int64_t rest = i, off = 0, stride = 1;
         for (int d = id.rank - 1; d >= 0; d--) {
@@ -120,7 +125,10 @@ __global__ void k_scatter_elements(T *y, const void *idx, bool idx64, const T *u
             if (d == axis) {
                 c = load_index(idx, idx64, i);
                 if (c < 0) c += yd.d[d];
-                if (c < 0 || c >= yd.d[d]) return;
+                if (c < 0 || c >= yd.d[d]) {
+                    report(err, KN_CU_ERR_AXIS, load_index(idx, idx64, i), -yd.d[d], yd.d[d], i);
+                    return;
+                }
             }
             off += c * stride;
             stride *= yd.d[d];
@@ -131,7 +139,7 @@ __global__ void k_scatter_elements(T *y, const void *idx, bool idx64, const T *u
 
 template <typename E>
 __global__ void k_gather_nd(const E *data, const int64_t *idx, E *y, int64_t n_per_batch, int k, Dims dd,
-                            int batch_dims, int64_t slice, int64_t batch_stride, int64_t n) {
+                            int batch_dims, int64_t slice, int64_t batch_stride, int64_t n, kn_cu_errp err) {
     KNCU_LOOP(i, n) {
         int64_t in = i % slice, pos = i / slice;
         int64_t b = pos / n_per_batch;
@@ -141,7 +149,10 @@ __global__ void k_gather_nd(const E *data, const int64_t *idx, E *y, int64_t n_p
             int64_t dim = dd.d[batch_dims + j];
             int64_t c = ix[j];
             if (c < 0) c += dim;
-            if (c < 0 || c >= dim) c = 0;
+            if (c < 0 || c >= dim) {
+                report(err, KN_CU_ERR_GATHERND, ix[j], -dim, dim, pos * k + j);
+                c = 0;
+            }
             off = off * dim + c;
         }
         y[i] = data[b * batch_stride + off * slice + in];
@@ -150,7 +161,7 @@ __global__ void k_gather_nd(const E *data, const int64_t *idx, E *y, int64_t n_p
 
 template <typename T>
 __global__ void k_scatter_nd(T *y, const int64_t *idx, const T *upd, int k, Dims yd, int64_t slice, int red,
-                             int64_t n) {
+                             int64_t n, kn_cu_errp err) {
     KNCU_LOOP(i, n) {
         int64_t in = i % slice, pos = i / slice;
         const int64_t *ix = idx + pos * k;
@@ -159,10 +170,20 @@ __global__ void k_scatter_nd(T *y, const int64_t *idx, const T *upd, int k, Dims
             int64_t dim = yd.d[j];
             int64_t c = ix[j];
             if (c < 0) c += dim;
-            if (c < 0 || c >= dim) return;
+            if (c < 0 || c >= dim) {
+                report(err, KN_CU_ERR_SCATTERND, ix[j], -dim, dim, pos * k + j);
+                return;
+            }
             off = off * dim + c;
         }
         atomic_red(&y[off * slice + in], upd[i], red);
+    }
+}
+
+__global__ void k_check_range(const void *v, bool v64, int64_t n, int64_t lo, int64_t hi, int code, kn_cu_errp err) {
+    KNCU_LOOP(i, n) {
+        int64_t x = load_index(v, v64, i);
+        if (x < lo || x >= hi) report(err, code, x, lo, hi, i);
     }
 }
 
@@ -273,11 +294,17 @@ template <typename E> __global__ void k_eyelike(E *y, E one, int64_t rows, int64
 // data viewed as [d0, d1, inner]; the time axis and the batch axis are dims 0 and 1 (in some order)
 template <typename E>
 __global__ void k_reverse_sequence(const E *x, E *y, const int64_t *lens, int64_t d0, int64_t d1, int64_t inner,
-                                   bool batch_first, int64_t n) {
+                                   bool batch_first, int64_t n, kn_cu_errp err) {
+    const int64_t T = batch_first ? d1 : d0;
     KNCU_LOOP(i, n) {
         int64_t in = i % inner, a1 = (i / inner) % d1, a0 = i / (inner * d1);
         int64_t b = batch_first ? a0 : a1, t = batch_first ? a1 : a0;
-        int64_t len = lens[b], tt = t < len ? len - 1 - t : t;
+        int64_t len = lens[b];
+        if (len < 0 || len > T) { // no reversal (and no read past the time axis)
+            if (t == 0 && in == 0) report(err, KN_CU_ERR_SEQLEN, len, 0, T + 1, b);
+            len = 0;
+        }
+        int64_t tt = t < len ? len - 1 - t : t;
         int64_t s0 = batch_first ? a0 : tt, s1 = batch_first ? tt : a1;
         y[i] = x[(s0 * d1 + s1) * inner + in];
     }
@@ -313,7 +340,7 @@ template <typename E> static E from_bits(uint64_t bits) {
 extern "C" {
 
 cudaError_t kn_cu_gather(size_t esize, const void *data, const void *idx, bool idx64, void *y, int64_t outer,
-                         int64_t axis_len, int64_t n_idx, int64_t inner, cudaStream_t s) {
+                         int64_t axis_len, int64_t n_idx, int64_t inner, kn_cu_errp err, cudaStream_t s) {
     int64_t n = outer * n_idx * inner;
     if (n == 0) return cudaSuccess;
     /* whole rows of `inner` elements move: in 16-byte words where their size and alignment allow */
@@ -327,41 +354,43 @@ cudaError_t kn_cu_gather(size_t esize, const void *data, const void *idx, bool i
     if (n < INT32_MAX && outer * axis_len * inner < INT32_MAX) {
         KNCU_DISPATCH_SIZE(esize, (k_gather32<type_><<<grid_for(n, 256), 256, 0, s>>>(
                                       (const type_ *)data, idx, idx64, (type_ *)y, (int32_t)axis_len, (int32_t)n_idx,
-                                      (int32_t)inner, (int32_t)n)));
+                                      (int32_t)inner, (int32_t)n, err)));
         return cudaGetLastError();
     }
     KNCU_DISPATCH_SIZE(esize, (k_gather<type_><<<grid_for(n, 256), 256, 0, s>>>((const type_ *)data, idx, idx64,
-                                                                              (type_ *)y, axis_len, n_idx, inner, n)));
+                                                                              (type_ *)y, axis_len, n_idx, inner, n,
+                                                                              err)));
     return cudaGetLastError();
 }
 
 cudaError_t kn_cu_gather_elements(size_t esize, const void *data, const void *idx, bool idx64, void *y, int rank,
-                                  const int64_t *data_dims, const int64_t *idx_dims, int axis, cudaStream_t s) {
+                                  const int64_t *data_dims, const int64_t *idx_dims, int axis, kn_cu_errp err,
+                                  cudaStream_t s) {
     Dims dd = make_dims(rank, data_dims), id = make_dims(rank, idx_dims);
     int64_t n = 1;
     for (int i = 0; i < rank; i++) n *= idx_dims[i];
     if (n == 0) return cudaSuccess;
     KNCU_DISPATCH_SIZE(esize, (k_gather_elements<type_><<<grid_for(n, 256), 256, 0, s>>>(
-                                  (const type_ *)data, idx, idx64, (type_ *)y, dd, id, axis, n)));
+                                  (const type_ *)data, idx, idx64, (type_ *)y, dd, id, axis, n, err)));
     return cudaGetLastError();
 }
 
 cudaError_t kn_cu_scatter_elements(kiln_dtype dt, void *y, const void *idx, bool idx64, const void *upd, int rank,
                                    const int64_t *y_dims, const int64_t *idx_dims, int axis, int reduction,
-                                   cudaStream_t s) {
+                                   kn_cu_errp err, cudaStream_t s) {
     Dims yd = make_dims(rank, y_dims), id = make_dims(rank, idx_dims);
     int64_t n = 1;
     for (int i = 0; i < rank; i++) n *= idx_dims[i];
     if (n == 0) return cudaSuccess;
     if (dt == KILN_DTYPE_BOOL) dt = KILN_DTYPE_UINT8;
     KNCU_DISPATCH_NUM(dt, (k_scatter_elements<type_><<<grid_for(n, 256), 256, 0, s>>>(
-                              (type_ *)y, idx, idx64, (const type_ *)upd, yd, id, axis, reduction, n)));
+                              (type_ *)y, idx, idx64, (const type_ *)upd, yd, id, axis, reduction, n, err)));
     return cudaGetLastError();
 }
 
 cudaError_t kn_cu_gather_nd(size_t esize, const void *data, const void *idx, void *y, int64_t batch,
                             int64_t n_per_batch, int k, const int64_t *data_dims, int data_rank, int batch_dims,
-                            int64_t slice, cudaStream_t s) {
+                            int64_t slice, kn_cu_errp err, cudaStream_t s) {
     Dims dd = make_dims(data_rank, data_dims);
     int64_t batch_stride = 1;
     for (int i = batch_dims; i < data_rank; i++) batch_stride *= data_dims[i];
@@ -369,18 +398,19 @@ cudaError_t kn_cu_gather_nd(size_t esize, const void *data, const void *idx, voi
     if (n == 0) return cudaSuccess;
     KNCU_DISPATCH_SIZE(esize, (k_gather_nd<type_><<<grid_for(n, 256), 256, 0, s>>>(
                                   (const type_ *)data, (const int64_t *)idx, (type_ *)y, n_per_batch, k, dd,
-                                  batch_dims, slice, batch_stride, n)));
+                                  batch_dims, slice, batch_stride, n, err)));
     return cudaGetLastError();
 }
 
 cudaError_t kn_cu_scatter_nd(kiln_dtype dt, void *y, const void *idx, const void *upd, int64_t n_upd, int k,
-                             const int64_t *y_dims, int y_rank, int64_t slice, int reduction, cudaStream_t s) {
+                             const int64_t *y_dims, int y_rank, int64_t slice, int reduction, kn_cu_errp err,
+                             cudaStream_t s) {
     Dims yd = make_dims(y_rank, y_dims);
     int64_t n = n_upd * slice;
     if (n == 0) return cudaSuccess;
     if (dt == KILN_DTYPE_BOOL) dt = KILN_DTYPE_UINT8;
     KNCU_DISPATCH_NUM(dt, (k_scatter_nd<type_><<<grid_for(n, 256), 256, 0, s>>>(
-                              (type_ *)y, (const int64_t *)idx, (const type_ *)upd, k, yd, slice, reduction, n)));
+                              (type_ *)y, (const int64_t *)idx, (const type_ *)upd, k, yd, slice, reduction, n, err)));
     return cudaGetLastError();
 }
 
@@ -472,12 +502,19 @@ cudaError_t kn_cu_eyelike(size_t esize, uint64_t one_bits, void *y, int64_t rows
     return cudaGetLastError();
 }
 
+cudaError_t kn_cu_check_range(const void *v, bool v64, int64_t n, int64_t lo, int64_t hi, int code, kn_cu_errp err,
+                              cudaStream_t s) {
+    if (n <= 0 || !err.rec) return cudaSuccess;
+    k_check_range<<<grid_for(n, 256), 256, 0, s>>>(v, v64, n, lo, hi, code, err);
+    return cudaGetLastError();
+}
+
 cudaError_t kn_cu_reverse_sequence(size_t esize, const void *x, void *y, const int64_t *lens, int64_t d0, int64_t d1,
-                                   int64_t inner, bool batch_first, cudaStream_t s) {
+                                   int64_t inner, bool batch_first, kn_cu_errp err, cudaStream_t s) {
     int64_t n = d0 * d1 * inner;
     if (n == 0) return cudaSuccess;
     KNCU_DISPATCH_SIZE(esize, (k_reverse_sequence<type_><<<grid_for(n, 256), 256, 0, s>>>(
-                                  (const type_ *)x, (type_ *)y, lens, d0, d1, inner, batch_first, n)));
+                                  (const type_ *)x, (type_ *)y, lens, d0, d1, inner, batch_first, n, err)));
     return cudaGetLastError();
 }
 

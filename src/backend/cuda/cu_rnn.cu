@@ -21,9 +21,11 @@ namespace {
 __device__ __forceinline__ float sigm(float x) { return 1.f / (1.f + expf(-x)); }
 __device__ __forceinline__ float clipf(float x, float c) { return c > 0.f ? fminf(fmaxf(x, -c), c) : x; }
 
-// Time index of item b at step s, or -1 past its length.
+// Time index of item b at step s, or -1 past its length. A length past T (reported before the
+// launch, kn_cu_check_range) counts as T: no step reads outside the sequence.
 __device__ __forceinline__ int64_t time_of(const int32_t *lens, int64_t b, int64_t s, int64_t T, bool reverse) {
     int64_t len = lens ? (int64_t)lens[b] : T;
+    if (len > T) len = T;
     if (s >= len) return -1;
     return reverse ? len - 1 - s : s;
 }

@@ -413,7 +413,7 @@ kiln_status kn_cu_scratch(kn_cuda *cu, size_t bytes, void **out) {
     if (ok) cu->scratch[cu->n_scratch++] = (kn_cu_block){*out, cap};
     pthread_mutex_unlock(&cu->sh->mu);
     if (!ok) {
-        kn_cu_unreserve_block(cu, *out, cap);
+        cu_free_hook(cu->sh->primary, *out, cap);
         *out = NULL;
         return KN_OOM();
     }
@@ -1051,6 +1051,11 @@ static void cu_lane_enter(void *state, void *lane) {
     kn_cu_shared *sh = cu->sh;
     cu->outer = bound_lane;
     bound_lane = cu;
+    /* relaxed for the call: another lane's thread may be recording (ours are relaxed captures),
+     * or cuDNN measuring algorithms (its own capture), while this one allocates */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess) cu->outer_mode = (int)mode;
+    else cu->outer_mode = -1;
     pthread_mutex_lock(&sh->mu);
     sh->lanes_busy++;
     if (sh->lanes_busy > sh->peak_lanes) sh->peak_lanes = sh->lanes_busy;
@@ -1074,6 +1079,10 @@ static kiln_status cu_lane_leave(void *state, void *lane) {
     if (st == KILN_OK) st = est;
     bound_lane = cu->outer;
     cu->outer = NULL;
+    if (cu->outer_mode >= 0) {
+        enum cudaStreamCaptureMode mode = (enum cudaStreamCaptureMode)cu->outer_mode;
+        cudaThreadExchangeStreamCaptureMode(&mode);
+    }
     pthread_mutex_lock(&sh->mu);
     sh->lanes_busy--;
     pthread_mutex_unlock(&sh->mu);

@@ -126,6 +126,7 @@ typedef struct kn_cuda {
     kn_cu_err *err_dev;            /* its device address */
     int *err_claim;                /* the record's claim word, device memory */
     struct kn_cuda *outer;         /* the lane bound to the thread before this one (lane_enter) */
+    int outer_mode;                /* the thread's stream-capture mode before lane_enter (-1: unknown) */
     bool held;                     /* held by a run context (the primary lane is handed out first) */
 } kn_cuda;
 

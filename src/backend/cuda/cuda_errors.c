@@ -49,8 +49,6 @@ static const char *where_of(int code) {
     case KN_CU_ERR_AXIS: return "along the axis";
     case KN_CU_ERR_GATHERND: return "in GatherND indices";
     case KN_CU_ERR_SCATTERND: return "in ScatterND indices";
-    case KN_CU_ERR_EMBED: return "for the embedding table's rows";
-    case KN_CU_ERR_POSITION: return "for the table's rows (a position id)";
     default: return "";
     }
 }
@@ -70,12 +68,26 @@ kiln_status kn_cu_err_check(kn_cuda *cu) {
     cudaMemsetAsync(cu->err_claim, 0, sizeof *cu->err_claim, cu->stream);
     cudaGetLastError();
     const kn_node *n = (const kn_node *)(uintptr_t)e.node;
-    char lbl[256];
+    char lbl[256], msg[512];
     const char *who = n ? kn_node_label(n, lbl, sizeof lbl) : "a CUDA kernel";
-    char at[64] = "";
-    if (e.where >= 0) snprintf(at, sizeof at, " (element %lld of the indices)", e.where);
-    return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: index %lld is out of range [%lld, %lld) %s%s, found on cuda:%d", who,
-                    e.value, e.lo, e.hi, where_of(e.code), at, cu->device);
+    /* the CPU kernels' words (src/backend/cpu: tensor_index.c, attention_misc.c, nn_softmax.c) */
+    switch (e.code) {
+    case KN_CU_ERR_POSITION:
+        snprintf(msg, sizeof msg, "position id %lld is outside the cache's %lld rows (element %lld of position_ids)",
+                 e.value, e.hi, e.where);
+        break;
+    case KN_CU_ERR_CLASS:
+        snprintf(msg, sizeof msg, "target value %lld at position %lld is not a class in [0, %lld)", e.value, e.where,
+                 e.hi);
+        break;
+    case KN_CU_ERR_SEQLEN:
+        snprintf(msg, sizeof msg, "sequence_lens[%lld] = %lld is outside [0, %lld]", e.where, e.value, e.hi - 1);
+        break;
+    default:
+        snprintf(msg, sizeof msg, "index %lld is out of range [%lld, %lld) %s (element %lld of the indices)", e.value,
+                 e.lo, e.hi, where_of(e.code), e.where);
+    }
+    return kn_error(KILN_ERR_INVALID_ARGUMENT, "%s: %s; found on cuda:%d", who, msg, cu->device);
 }
 
 void kn_cu_err_free(kn_cuda *cu) {

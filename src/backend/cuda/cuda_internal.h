@@ -49,8 +49,9 @@ enum {
     KN_CU_ERR_AXIS,         /* GatherElements, ScatterElements: along the axis */
     KN_CU_ERR_GATHERND,     /* GatherND: its indices */
     KN_CU_ERR_SCATTERND,    /* ScatterND: its indices */
-    KN_CU_ERR_EMBED,        /* an embedding's token id (Gather-like fused operators) */
-    KN_CU_ERR_POSITION,     /* a position id outside a cache or table */
+    KN_CU_ERR_POSITION,     /* RotaryEmbedding: a position id outside the cos/sin cache's rows */
+    KN_CU_ERR_CLASS,        /* NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss: a target that is no class */
+    KN_CU_ERR_SEQLEN,       /* ReverseSequence, RNN/GRU/LSTM: sequence_lens outside [0, T] (hi is T + 1) */
     KN_CU_ERR_COUNT_
 };
 
@@ -151,20 +152,23 @@ typedef struct kn_cu_chain {
 cudaError_t kn_cu_chain_run(kiln_dtype dt, const kn_cu_chain *c, void *y, int64_t n, cudaStream_t s);
 
 /* data movement (cu_data.cu) */
+/* err: where an index out of range is reported (kn_cu_errp; its rec NULL: nowhere); the element
+ * then reads as zero, or the write is skipped */
 cudaError_t kn_cu_gather(size_t esize, const void *data, const void *idx, bool idx64, void *y, int64_t outer,
-                         int64_t axis_len, int64_t n_idx, int64_t inner, cudaStream_t s);
+                         int64_t axis_len, int64_t n_idx, int64_t inner, kn_cu_errp err, cudaStream_t s);
 cudaError_t kn_cu_gather_elements(size_t esize, const void *data, const void *idx, bool idx64, void *y,
                                   int rank, const int64_t *data_dims, const int64_t *idx_dims, int axis,
-                                  cudaStream_t s);
+                                  kn_cu_errp err, cudaStream_t s);
 /* scatter_elements: y already holds data; reduction 0 none, 1 add, 2 mul, 3 max, 4 min */
 cudaError_t kn_cu_scatter_elements(kiln_dtype dt, void *y, const void *idx, bool idx64, const void *upd, int rank,
                                    const int64_t *y_dims, const int64_t *idx_dims, int axis, int reduction,
-                                   cudaStream_t s);
+                                   kn_cu_errp err, cudaStream_t s);
 cudaError_t kn_cu_gather_nd(size_t esize, const void *data, const void *idx, void *y, int64_t batch,
                             int64_t n_per_batch, int k, const int64_t *data_dims, int data_rank, int batch_dims,
-                            int64_t slice, cudaStream_t s);
+                            int64_t slice, kn_cu_errp err, cudaStream_t s);
 cudaError_t kn_cu_scatter_nd(kiln_dtype dt, void *y, const void *idx, const void *upd, int64_t n_upd, int k,
-                             const int64_t *y_dims, int y_rank, int64_t slice, int reduction, cudaStream_t s);
+                             const int64_t *y_dims, int y_rank, int64_t slice, int reduction, kn_cu_errp err,
+                             cudaStream_t s);
 /* pad modes: 0 constant, 1 reflect, 2 edge, 3 wrap */
 cudaError_t kn_cu_pad(size_t esize, const void *x, void *y, int rank, const int64_t *x_dims, const int64_t *y_dims,
                       const int64_t *pads_begin, int mode, const void *value, cudaStream_t s);
@@ -184,8 +188,13 @@ cudaError_t kn_cu_onehot(kiln_dtype idx_dt, size_t esize, const void *idx, uint6
 cudaError_t kn_cu_eyelike(size_t esize, uint64_t one_bits, void *y, int64_t rows, int64_t cols, int64_t k,
                           cudaStream_t s);
 /* ReverseSequence over data viewed as [d0, d1, inner] (batch_first: d0 is the batch axis) */
+/* The first of n indices (int64, else int32) outside [lo, hi) reported to err with `code` (its
+ * position as `where`): a check before kernels that read such values without one of their own. */
+cudaError_t kn_cu_check_range(const void *v, bool v64, int64_t n, int64_t lo, int64_t hi, int code, kn_cu_errp err,
+                              cudaStream_t s);
+/* a length outside [0, T] is reported to err, and its sequence copied as it is */
 cudaError_t kn_cu_reverse_sequence(size_t esize, const void *x, void *y, const int64_t *lens, int64_t d0, int64_t d1,
-                                   int64_t inner, bool batch_first, cudaStream_t s);
+                                   int64_t inner, bool batch_first, kn_cu_errp err, cudaStream_t s);
 /* local response normalisation across channels of [N, C, inner] */
 cudaError_t kn_cu_lrn(kiln_dtype dt, const void *x, void *y, int64_t N, int64_t C, int64_t inner, int64_t size,
                       float alpha, float beta, float bias, cudaStream_t s);
@@ -251,8 +260,10 @@ cudaError_t kn_cu_topk(kiln_dtype dt, const void *x, void *values, int64_t *indi
 
 /* negative log-likelihood (cu_loss.cu): per element of target ([N, D]), loss = -x[n, t, d] * w[t]
  * and the weight w[t] (both 0 for ignore_index) */
+/* a target neither ignored nor in [0, C) is reported to err (and counts as ignored) */
 cudaError_t kn_cu_nll(kiln_dtype dt, const void *x, const void *target, bool t64, const void *weight, void *loss,
-                      void *wout, int64_t N, int64_t C, int64_t D, int64_t ignore, bool has_ignore, cudaStream_t s);
+                      void *wout, int64_t N, int64_t C, int64_t D, int64_t ignore, bool has_ignore, kn_cu_errp err,
+                      cudaStream_t s);
 
 /* recurrent cells (cu_rnn.cu). gx: [T, batch, G*H] input projections with biases for all times;
  * gh: [batch, G*H] the previous state's projection; y (may be NULL): element (t, b, j) at
@@ -410,7 +421,8 @@ typedef struct kn_cu_rotary {
     int rank3, interleaved;
 } kn_cu_rotary;
 cudaError_t kn_cu_rotary_run(kiln_dtype dt, const void *x, const void *cos_cache, const void *sin_cache,
-                             const int64_t *position_ids, void *y, const kn_cu_rotary *p, cudaStream_t s);
+                             const int64_t *position_ids, void *y, const kn_cu_rotary *p, kn_cu_errp err,
+                             cudaStream_t s);
 /* SwiGLU: y = a * sigmoid(alpha * a) * b (float16/bfloat16 rounded at each step as the reference) */
 cudaError_t kn_cu_swiglu(kiln_dtype dt, const void *a, const void *b, void *y, int64_t n, float alpha, cudaStream_t s);
 /* CausalConvWithState: x [B, C, L], w [C, 1, k], bias [C] (may be NULL), past [B, C, k-1] (may be

@@ -700,6 +700,11 @@ static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
                 st = kn_cu_check(c, cudaMemsetAsync(outs[k]->data, 0, outs[k]->nbytes, cu->stream), op);
         return st;
     }
+    /* sequence_lens outside [0, T]: the node's error, as on the CPU (the kernels clamp them to T) */
+    if (lens && kn_tensor_count(lens) > 0)
+        KN_TRY(kn_cu_check(c, kn_cu_check_range(lens->data, false, kn_tensor_count(lens), 0, T + 1, KN_CU_ERR_SEQLEN,
+                                                kn_cu_err_at(cu, c), cu->stream),
+                           op));
     int rows = 0;
     size_t smem = 0;
     if (rnn_in_one_launch(cu, dt, G, dirs, B, H, &rows, &smem)) {

@@ -453,7 +453,7 @@ static kiln_status run_rotary(kn_cuda *cu, kn_kernel_ctx *c) {
     KN_TRY(opt_out(cu, c, 0, X->dtype, X->rank, X->dims, &Y));
     if (!Y) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "output Y is required");
     return kn_cu_check(c, kn_cu_rotary_run(X->dtype, X->data, C->data, Sn->data, P ? P->data : NULL, Y->data, &p,
-                                           cu->stream),
+                                           P ? kn_cu_err_at(cu, c) : (kn_cu_errp){NULL, NULL, 0}, cu->stream),
                        "RotaryEmbedding");
 }
 

@@ -410,7 +410,8 @@ static kiln_status nll_core(kn_cuda *cu, kn_kernel_ctx *c, const void *logp, kil
     if (st == KILN_OK) st = kn_cu_scratch(cu, bytes ? bytes : 1, &w);
     if (st == KILN_OK)
         st = kn_cu_check(c, kn_cu_nll(dt, logp, target->data, target->dtype == KILN_DTYPE_INT64, weight ? weight->data : NULL,
-                                      none ? y->data : loss, w, N, C, D, ig ? ig->i : 0, ig != NULL, cu->stream),
+                                      none ? y->data : loss, w, N, C, D, ig ? ig->i : 0, ig != NULL,
+                                      kn_cu_err_at(cu, c), cu->stream),
                          c->node->op_type);
     if (st == KILN_OK && !none) {
         int64_t n = N * D;

@@ -219,7 +219,7 @@ static kiln_status run_gather(kn_cuda *cu, kn_kernel_ctx *c) {
     int64_t outer, inner;
     outer_inner(x->dims, x->rank, axis, &outer, &inner);
     return kn_cu_check(c, kn_cu_gather(kiln_dtype_size(x->dtype), x->data, idx->data, idx64_of(idx), y->data, outer,
-                                       x->dims[axis], kn_tensor_count(idx), inner, cu->stream),
+                                       x->dims[axis], kn_tensor_count(idx), inner, kn_cu_err_at(cu, c), cu->stream),
                        "Gather");
 }
 
@@ -228,7 +228,8 @@ static kiln_status run_gather_elements(kn_cuda *cu, kn_kernel_ctx *c) {
     NEED_OUT(c, 0);
     int axis = norm_axis(kn_attr_int(c->node, "axis", 0), x->rank);
     return kn_cu_check(c, kn_cu_gather_elements(kiln_dtype_size(x->dtype), x->data, idx->data, idx64_of(idx),
-                                                c->out[0]->data, x->rank, x->dims, idx->dims, axis, cu->stream),
+                                                c->out[0]->data, x->rank, x->dims, idx->dims, axis,
+                                                kn_cu_err_at(cu, c), cu->stream),
                        "GatherElements");
 }
 
@@ -244,7 +245,7 @@ static kiln_status run_scatter_elements(kn_cuda *cu, kn_kernel_ctx *c) {
     KN_TRY(device_copy(cu, c, y->data, x->data, x->nbytes));
     int axis = norm_axis(kn_attr_int(c->node, "axis", 0), x->rank);
     return kn_cu_check(c, kn_cu_scatter_elements(x->dtype, y->data, idx->data, idx64_of(idx), upd->data, x->rank, y->dims,
-                                                 idx->dims, axis, reduction_code(c->node), cu->stream),
+                                                 idx->dims, axis, reduction_code(c->node), kn_cu_err_at(cu, c), cu->stream),
                        "ScatterElements");
 }
 
@@ -259,7 +260,7 @@ static kiln_status run_gather_nd(kn_cuda *cu, kn_kernel_ctx *c) {
     for (int d = b; d < q - 1; d++) per *= idx->dims[d];
     for (int d = b + k; d < x->rank; d++) slice *= x->dims[d];
     return kn_cu_check(c, kn_cu_gather_nd(kiln_dtype_size(x->dtype), x->data, idx->data, c->out[0]->data, batch, per, k,
-                                          x->dims, x->rank, b, slice, cu->stream),
+                                          x->dims, x->rank, b, slice, kn_cu_err_at(cu, c), cu->stream),
                        "GatherND");
 }
 
@@ -274,7 +275,7 @@ static kiln_status run_scatter_nd(kn_cuda *cu, kn_kernel_ctx *c) {
     for (int d = 0; d < q - 1; d++) n_upd *= idx->dims[d];
     for (int d = k; d < x->rank; d++) slice *= x->dims[d];
     return kn_cu_check(c, kn_cu_scatter_nd(x->dtype, y->data, idx->data, upd->data, n_upd, k, y->dims, y->rank, slice,
-                                           reduction_code(c->node), cu->stream),
+                                           reduction_code(c->node), kn_cu_err_at(cu, c), cu->stream),
                        "ScatterND");
 }
 
@@ -475,7 +476,7 @@ static kiln_status run_reverse_sequence(kn_cuda *cu, kn_kernel_ctx *c) {
     int64_t inner = 1;
     for (int d = 2; d < x->rank; d++) inner *= x->dims[d];
     return kn_cu_check(c, kn_cu_reverse_sequence(kiln_dtype_size(x->dtype), x->data, c->out[0]->data, lens->data,
-                                                 x->dims[0], x->dims[1], inner, ba == 0, cu->stream),
+                                                 x->dims[0], x->dims[1], inner, ba == 0, kn_cu_err_at(cu, c), cu->stream),
                        "ReverseSequence");
 }
 
