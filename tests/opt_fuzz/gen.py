@@ -293,7 +293,10 @@ def torch_mha_batch_first(g, x, s, heads):
     tb = r.random() < 0.5
     y = g.node("Gemm", [y, g.fconst((d, d), 1.0 / np.sqrt(d)), g.fconst((d,), 0.1)], (n * b, d), transB=int(tb))
     y = g.node("Reshape", [y, g.ints([n, b, d])], (n, b, d))
-    return g.node("Transpose", [y], s, perm=[1, 0, 2]), s
+    y = g.node("Transpose", [y], s, perm=[1, 0, 2])
+    if r.random() < 0.5:  # the block's residual (kiln: a FusedMatMul over the rows with it)
+        y = g.node("Add", [x, y] if r.random() < 0.5 else [y, x], s)
+    return y, s
 
 
 def elementwise(g, x, s, same=True):
