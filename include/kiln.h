@@ -320,8 +320,11 @@ KILN_API kiln_status kiln_session_output_info(const kiln_session *session, size_
  * _with forms) on one session at once. The compiled model and its weights are shared; each call
  * takes a run context (intermediate buffers, memory-plan arena, scratch) from the session's pool
  * and gives it back on return, so the pool grows to the concurrency the session sees
- * (kiln_session_options_set_max_concurrent_runs bounds it). CPU calls run in parallel; a session
- * with a CUDA provider runs its calls one after another (they queue on a lock). Destroying the
+ * (kiln_session_options_set_max_concurrent_runs bounds it). CPU calls run in parallel; on CUDA a
+ * run context also holds a stream of its own (with its library handles, workspace and captured
+ * graphs), so calls overlap on the device (KILN_CUDA_LANES=0: they take turns). Every call waits
+ * for its device work before it returns. An index out of range found by a CUDA kernel (Gather,
+ * the scatters, ...) fails the call with KILN_ERR_INVALID_ARGUMENT naming the node. Destroying the
  * session while a call runs is the caller's error: calls that enter during kiln_session_destroy
  * return KILN_ERR_MISUSE, and destroy waits for calls already inside. */
 KILN_API kiln_status kiln_session_run(kiln_session *session, const char *const *input_names,

@@ -159,7 +159,7 @@ static const cli_cmd commands[] = {
     {"info", "", "build options, providers compiled in, devices seen",
      "Prints kiln's version and build, the providers compiled in, and for each whether it can run here and why "
      "not (no NVIDIA driver, no device, a driver older than the CUDA runtime, a missing library), with the "
-     "devices seen.",
+     "devices seen; with the CUDA backend, also whether cuBLASLt and cuDNN load here, GPU or not.",
      no_opts, NULL},
     {"help", "[COMMAND] [--man|--bash-completion [FILE]]", "this help, or a command's",
      "Prints the list of commands, or one command's options with their defaults.", help_opts,

@@ -8,6 +8,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef KILN_HAVE_CUDA
+#include "backend/backend.h"
+
+/* The libraries the CUDA backend loads at first use, checked whether or not a driver and a GPU are
+ * there (the provider line above says why CUDA cannot run; this one what else would be missing):
+ * cuBLASLt is required, cuDNN optional (without it Conv and ConvTranspose run on another provider;
+ * the loader's reason is the warning it logs). */
+static void info_cuda_libraries(void) {
+    char why[512] = "";
+    int n = 0, dnn = 0;
+    if (!kn_cuda_libs_report(why, sizeof why, &n, &dnn))
+        printf("  libraries: cuBLASLt not usable: %s (the CUDA provider needs it)\n", why);
+    else if (!dnn)
+        printf("  libraries: cuBLASLt loaded; cuDNN not loaded (the warning says why): Conv and ConvTranspose run on another "
+               "provider\n");
+    else printf("  libraries: cuBLASLt and cuDNN loaded (%d functions)\n", n);
+}
+#endif
+
 static int cmd_info(void) {
     printf("kiln %s\n", kiln_version());
     printf("build: %s, %s, C11\n", KILN_BUILD_TYPE_STR, KILN_COMPILER_STR);
@@ -26,6 +45,9 @@ static int cmd_info(void) {
         if (!compiled_in && !strcmp(all[p], "cuda"))
             printf("  (the CUDA backend is built where the CUDA toolkit is found and a GPU is present, or with\n"
                    "   cmake -DKILN_CUDA=ON wherever the toolkit is)\n");
+#ifdef KILN_HAVE_CUDA
+        if (!strcmp(all[p], "cuda")) info_cuda_libraries();
+#endif
     }
     return 0;
 }

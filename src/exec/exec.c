@@ -140,6 +140,16 @@ typedef struct kn_shape_memo {
     unsigned char *val;  /* while recording: per value, MEMO_TYPE | MEMO_ELEMS */
 } kn_shape_memo;
 
+/* A control-flow body's memos (kn_run_ctx.bodies), with the input-shape sets seen once: a body's
+ * memo is made by its second run with a set, so that a Loop whose carried values grow at each
+ * iteration records none. */
+typedef struct kn_body_memos {
+    const kn_graph *g;
+    kn_shape_memo *m[KN_MEMPLAN_SHAPED];
+    uint64_t seen[KN_MEMPLAN_SHAPED]; /* hashes of sets seen once (0: none) */
+    int next_seen;
+} kn_body_memos;
+
 static _Thread_local uint64_t infer_calls;
 
 uint64_t kn_exec_infer_count(void) { return infer_calls; }
@@ -184,8 +194,36 @@ static int64_t *shape_sig(const kn_graph *g, kn_tensor *const *inputs, int *len)
     return sig;
 }
 
-/* The memo for this run's input shapes (x->memo), or a new one for the run to record (x->rec). */
-static void choose_memo(kn_exec *x, kn_run_ctx *ctx, kn_tensor *const *inputs) {
+static void body_memos_free(kn_body_memos *b) {
+    if (!b) return;
+    for (int i = 0; i < KN_MEMPLAN_SHAPED; i++) memo_free(b->m[i]);
+    free(b);
+}
+
+static uint64_t sig_hash(const int64_t *sig, int len) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < len; i++) h = (h ^ (uint64_t)sig[i]) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+/* Whether the value an outer reference `name` of body g resolves to (as lookup_outer finds it) is
+ * a constant of an enclosing graph: the same tensor at every run of the session. */
+static bool outer_is_constant(const kn_graph *g, const char *name) {
+    for (const kn_graph *p = g->parent; p; p = p->parent) {
+        int id = kn_graph_find_value(p, name);
+        if (id < 0) continue;
+        const kn_value *v = &p->values[id];
+        if (v->is_outer) continue;
+        return v->constant && !v->is_graph_input;
+    }
+    return false;
+}
+
+/* The memo for this run's input shapes (x->memo), or a new one for the run to record (x->rec),
+ * among the KN_MEMPLAN_SHAPED in `home`; body: a control-flow body's (bm: its entry), which records
+ * only a set seen before. */
+static void choose_memo(kn_exec *x, kn_run_ctx *ctx, kn_shape_memo **home, kn_body_memos *bm,
+                        kn_tensor *const *inputs) {
     const kn_graph *g = x->graph;
     int len = 0;
     int64_t *sig = shape_sig(g, inputs, &len);
@@ -194,10 +232,21 @@ static void choose_memo(kn_exec *x, kn_run_ctx *ctx, kn_tensor *const *inputs) {
         return;
     }
     for (int i = 0; i < KN_MEMPLAN_SHAPED; i++) {
-        kn_shape_memo *m = ctx->shapes[i];
+        kn_shape_memo *m = home[i];
         if (m && m->n_nodes == g->n_nodes && m->sig_len == len && !memcmp(m->sig, sig, sizeof *sig * (size_t)len)) {
             m->last_used = ++ctx->runs;
             x->memo = m;
+            free(sig);
+            return;
+        }
+    }
+    if (bm) {
+        uint64_t h = sig_hash(sig, len);
+        bool seen = false;
+        for (int i = 0; i < KN_MEMPLAN_SHAPED && !seen; i++) seen = bm->seen[i] == h;
+        if (!seen) {
+            bm->seen[bm->next_seen] = h;
+            bm->next_seen = (bm->next_seen + 1) % KN_MEMPLAN_SHAPED;
             free(sig);
             return;
         }
@@ -221,12 +270,31 @@ static void choose_memo(kn_exec *x, kn_run_ctx *ctx, kn_tensor *const *inputs) {
         if (val->constant) m->val[v] = MEMO_TYPE | (val->is_graph_input ? 0 : MEMO_ELEMS);
     }
     for (int i = 0; i < g->n_inputs; i++) m->val[g->inputs[i]] = MEMO_TYPE;
+    /* a body's outer reads: known when they are an enclosing graph's constants, else inferred at
+     * each run (their shapes are not in the signature) */
+    for (int v = 0; bm && v < g->n_values; v++)
+        if (g->values[v].is_outer && outer_is_constant(g, g->values[v].name)) m->val[v] = MEMO_TYPE | MEMO_ELEMS;
     x->rec = m;
+    x->memo_home = home;
+}
+
+/* A body's entry in the run context (made on its first run); NULL when out of memory. */
+static kn_body_memos *body_memos(kn_run_ctx *ctx, const kn_graph *g) {
+    for (int i = 0; i < ctx->n_bodies; i++)
+        if (ctx->bodies[i]->g == g) return ctx->bodies[i];
+    kn_body_memos **b = realloc(ctx->bodies, sizeof *b * (size_t)(ctx->n_bodies + 1));
+    if (!b) return NULL;
+    ctx->bodies = b;
+    kn_body_memos *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->g = g;
+    ctx->bodies[ctx->n_bodies++] = e;
+    return e;
 }
 
 /* After a run that recorded a memo: kept, in a free place or in the least recently used one's. */
 static void keep_memo(kn_exec *x, kn_run_ctx *ctx) {
-    kn_shape_memo *m = x->rec;
+    kn_shape_memo *m = x->rec, **home = x->memo_home;
     x->rec = NULL;
     free(m->val);
     m->val = NULL;
@@ -236,20 +304,20 @@ static void keep_memo(kn_exec *x, kn_run_ctx *ctx) {
             live += !x->graph->nodes[i].dead;
             kept += m->at[i] >= 0;
         }
-        kn_log(KILN_LOG_DEBUG, "shape memo: %d of %d nodes' output types follow from the input shapes; the rest are "
-               "inferred at each run with these shapes", kept, live);
+        kn_log(KILN_LOG_DEBUG, "shape memo of graph '%s': %d of %d nodes' output types follow from the input shapes; "
+               "the rest are inferred at each run with these shapes", x->graph->name, kept, live);
     }
     m->last_used = ++ctx->runs;
     int at = 0;
     for (int i = 0; i < KN_MEMPLAN_SHAPED; i++) {
-        if (!ctx->shapes[i]) {
+        if (!home[i]) {
             at = i;
             break;
         }
-        if (ctx->shapes[i]->last_used < ctx->shapes[at]->last_used) at = i;
+        if (home[i]->last_used < home[at]->last_used) at = i;
     }
-    memo_free(ctx->shapes[at]);
-    ctx->shapes[at] = m;
+    memo_free(home[at]);
+    home[at] = m;
 }
 
 static bool same_static_type(const kn_type *a, const kn_type *b) {
@@ -364,6 +432,10 @@ void kn_run_ctx_clear(kn_run_ctx *c) {
         memo_free(c->shapes[i]);
         c->shapes[i] = NULL;
     }
+    for (int i = 0; i < c->n_bodies; i++) body_memos_free(c->bodies[i]);
+    free(c->bodies);
+    c->bodies = NULL;
+    c->n_bodies = 0;
     free(c->arena);
     c->arena = NULL;
     c->arena_bytes = 0;
@@ -1008,7 +1080,12 @@ static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *
         goto done;
     }
     if (rt && ctx && g == rt->main && !parent && memplan_wanted()) choose_plan(&x, rt, ctx, inputs, &sig, &sig_len);
-    if (rt && ctx && g == rt->main && !parent && memo_wanted()) choose_memo(&x, ctx, inputs);
+    if (ctx && !parent) ctx->memo_off = !memo_wanted();
+    if (rt && ctx && g == rt->main && !parent && !ctx->memo_off) choose_memo(&x, ctx, ctx->shapes, NULL, inputs);
+    if (parent && x.run && !x.run->memo_off) {
+        kn_body_memos *bm = body_memos(x.run, g);
+        if (bm) choose_memo(&x, x.run, bm->m, bm, inputs);
+    }
     if (into && rt && ctx && g == rt->main && !parent) {
         st = bind_direct(&x, inputs, into);
         if (st != KILN_OK) goto done;
@@ -1105,7 +1182,7 @@ done:
         for (int i = 0; i < g->n_values; i++) kn_tensor_free(x.alt[i]);
     if (x.record && st == KILN_OK) keep_plan(&x, rt, ctx, sig, sig_len);
     else free(sig);
-    if (x.rec && st == KILN_OK) keep_memo(&x, ctx);
+    if (x.rec && st == KILN_OK) keep_memo(&x, x.run);
     else memo_free(x.rec); /* a failed run's record may be partial */
     free(x.record);
     handed_clear(&x);

@@ -6,7 +6,8 @@
  * nodes' output types follow from those shapes alone (not from data) and keeps them (the shape
  * memo, per run context and input-shape set): later runs with those shapes infer only the nodes
  * whose shapes depend on data (NonZero, a Reshape or Range fed by an input's values, control flow)
- * and what reads them. Subgraphs (If/Loop/Scan bodies) run through
+ * and what reads them. Control-flow bodies keep theirs per body graph and body input shapes (from
+ * the second run with those shapes: a Loop whose carried shapes change at each iteration keeps none). Subgraphs (If/Loop/Scan bodies) run through
  * kn_exec_subgraph with the enclosing run as their outer scope. */
 #ifndef KN_EXEC_H
 #define KN_EXEC_H
@@ -27,6 +28,9 @@ typedef struct kn_run_ctx {
     uint64_t arena_bytes;
     struct kn_memplan *shaped[4]; /* plans made by runs, one per input-shape set (KN_MEMPLAN_SHAPED) */
     struct kn_shape_memo *shapes[4]; /* output types known from the input shapes, one per input-shape set */
+    struct kn_body_memos **bodies;   /* the same for control-flow bodies, per body graph */
+    int n_bodies;
+    bool memo_off;                   /* KILN_SHAPE_MEMO=0, read at the call's start */
     uint64_t runs;
     /* the current call's bounds (kn_run_ctx_begin) */
     const int *terminate;   /* the run options' flag (atomic), or NULL */
@@ -82,6 +86,7 @@ typedef struct kn_exec {
      * this run makes (first run with these shapes) */
     const struct kn_shape_memo *memo;
     struct kn_shape_memo *rec;
+    struct kn_shape_memo **memo_home; /* where rec goes when the run succeeds (KN_MEMPLAN_SHAPED places) */
 } kn_exec;
 
 /* Resolves schemas (kn_op_find) for every node of g and its subgraphs; an unknown operator or

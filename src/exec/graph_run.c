@@ -2,7 +2,9 @@
  * each set of input shapes once as usual, which makes every lazy choice (algorithms, converted
  * weights, constants on the device, allocator blocks); the next run with the same shapes is
  * recorded into a graph with its own input buffers, and later runs replay it: inputs are copied
- * into those buffers, the graph is launched, and the caller copies the outputs out of it.
+ * into those buffers, the graph is launched, and the caller copies the outputs out of it. Each
+ * call context (graph_run.h, kn_call_ctx) does this on its own lane, with graphs of its own, so
+ * concurrent calls never share a graph or its buffers.
  *
  * What makes a session not recordable is checked once, from the placement: a node on the CPU that
  * reads a value computed at run time (it would need the device's data on the host in the middle of

@@ -89,6 +89,58 @@ else
   echo "SKIP kiln info's no-driver message: this machine has an NVIDIA driver"; skip=$((skip + 1))
 fi
 
+# --- kiln info with stand-ins for the driver and the libraries, first in LD_LIBRARY_PATH, so that
+# every case is checked on any machine (a GPU host's real driver included): the CUDA runtime linked
+# into kiln dlopens "libcuda.so.1" and takes the stand-in (tests/cli/stub_libcuda.c: a version and no
+# GPU); a libcuda.so.1 that cannot be loaded (it needs a library that does not exist) is a machine
+# without a driver. A stand-in driver with a GPU is not possible (the runtime then asks the driver
+# for its private export tables), so the libraries are checked by kiln info's own "libraries:" line,
+# which it prints with or without a GPU, against stand-ins without the functions kiln resolves.
+cc=$(command -v cc || command -v gcc || true)
+if grep -q "^providers compiled in:.* cuda" <<<"$info" && [ -n "$cc" ]; then
+  st="$work/stubs"
+  mkdir -p "$st/nodrv" "$st/drv" "$st/lt" "$st/dnn"
+  echo 'int kiln_absent_dependency(void) { return 0; }' >"$st/dep.c"
+  echo 'int kiln_absent_dependency(void); int cuInit(unsigned f) { (void)f; return kiln_absent_dependency(); }' >"$st/nodrv.c"
+  echo 'int kiln_stub_library_without_functions;' >"$st/empty.c"
+  if "$cc" -shared -fPIC -o "$st/libkiln_absent_dependency.so" "$st/dep.c" &&
+     "$cc" -shared -fPIC -o "$st/nodrv/libcuda.so.1" "$st/nodrv.c" -L"$st" -Wl,--no-as-needed -lkiln_absent_dependency &&
+     rm "$st/libkiln_absent_dependency.so" &&
+     "$cc" -shared -fPIC -o "$st/drv/libcuda.so.1" "$root/tests/cli/stub_libcuda.c" &&
+     "$cc" -shared -fPIC -o "$st/empty.so" "$st/empty.c"; then
+    for v in 11 12 13 14; do cp "$st/empty.so" "$st/lt/libcublasLt.so.$v"; done
+    cp "$st/empty.so" "$st/lt/libcublasLt.so"
+    for v in 8 9 10; do cp "$st/empty.so" "$st/dnn/libcudnn.so.$v"; done
+    cp "$st/empty.so" "$st/dnn/libcudnn.so"
+    lp="${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    LD_LIBRARY_PATH="$st/nodrv$lp" expect "info: no driver (stand-in)" 0 \
+      "^provider cuda: no CUDA device: no NVIDIA driver \(libcuda.so.1 cannot be loaded: libkiln_absent_dependency.so" -- info
+    LD_LIBRARY_PATH="$st/drv$lp" KILN_STUB_CUDA_VERSION=99000 expect "info: driver without a GPU (stand-in)" 0 \
+      "^provider cuda: no CUDA device: the NVIDIA driver \(CUDA 99\.0\) is installed but sees no GPU" -- info
+    LD_LIBRARY_PATH="$st/drv$lp" KILN_STUB_CUDA_VERSION=11080 expect "info: driver too old (stand-in)" 0 \
+      "^provider cuda: no CUDA device: the NVIDIA driver is too old \(it supports CUDA 11\.8; this kiln was built with CUDA [0-9]+\.[0-9]+\): update the driver" -- info
+    LD_LIBRARY_PATH="$st/drv:$st/lt$lp" expect "info: cuBLASLt unusable (stand-in)" 0 \
+      "^  libraries: cuBLASLt not usable: libcublasLt\.so\.[0-9]+ has no symbol cublasLt[A-Za-z]+ \(the CUDA provider needs it\)" -- info
+    # the real libraries: the genuine "missing" message where they are not installed
+    real=$(LD_LIBRARY_PATH="$st/drv$lp" "$kiln" info 2>&1)
+    if grep -q "^  libraries: cuBLASLt not usable: cannot load" <<<"$real"; then
+      pass=$((pass + 1)); echo "SKIP kiln info's cuDNN check: cuBLASLt is not installed here (reported missing, as it should)"; skip=$((skip + 1))
+    elif grep -q "^  libraries: cuBLASLt and cuDNN loaded" <<<"$real"; then
+      pass=$((pass + 1))
+      LD_LIBRARY_PATH="$st/drv:$st/dnn$lp" expect "info: cuDNN unusable (stand-in)" 0 \
+        "^  libraries: cuBLASLt loaded; cuDNN not loaded \(the warning says why\): Conv and ConvTranspose run on another provider" -- info
+      LD_LIBRARY_PATH="$st/drv:$st/dnn$lp" expect "info: cuDNN's reason (stand-in)" 0 \
+        "cuDNN unusable \(libcudnn\.so\.[0-9]+ has no symbol cudnn[A-Za-z]+\)" -- info
+    else
+      echo "FAIL kiln info's libraries line, real libraries:"; sed 's/^/    /' <<<"$real"; fail=$((fail + 1))
+    fi
+  else
+    echo "FAIL kiln info stand-ins: $cc could not build them"; fail=$((fail + 1))
+  fi
+else
+  echo "SKIP kiln info with stand-in drivers and libraries: no CUDA backend in this build or no C compiler"; skip=$((skip + 1))
+fi
+
 # --- help: every command, both ways, the same text; every option the code parses is listed
 cmds=$("$kiln" help | awk '/^commands:/{on=1; next} on && /^  [a-z]/{print $1} on && /^$/{exit}' | tr '\n' ' ')
 n_cmds=$(wc -w <<<"$cmds")

@@ -270,3 +270,105 @@ KN_TEST(shape_memo_off_infers_every_run) {
     kiln_tensor_destroy(x);
     kiln_session_destroy(s);
 }
+
+/* Loop(M, true, v0) whose body computes v' = Relu(v + w) (w: a constant of the main graph, read from
+ * the outer scope) and, with `grow`, also acc' = Concat(acc, [i]) (a carried value one longer at each
+ * iteration: a new input shape at each run of the body). */
+static unsigned char *loop_model(size_t *size, bool grow) {
+    tmb b;
+    tmb_init(&b, 17);
+    kn_graph *main_g = b.g;
+    int m = tmb_input(&b, "M", KILN_DTYPE_INT64, 0, NULL, NULL);
+    int v0 = tmb_input(&b, "v0", KILN_DTYPE_FLOAT, 1, (int64_t[]){4}, NULL);
+    tmb_const(&b, "w", 1, (int64_t[]){4}, 1.0f);
+    int64_t none[1] = {0};
+    int acc0 = grow ? tmb_input(&b, "acc0", KILN_DTYPE_INT64, 1, none, NULL) : -1;
+    kn_tensor *ct = NULL;
+    kn_tensor_new(KILN_DTYPE_BOOL, 0, NULL, &ct);
+    ((unsigned char *)ct->data)[0] = 1;
+    int cond = tmb_const_tensor(&b, "cond", ct);
+    int v = tmb_value(&b, "v"), acc = grow ? tmb_value(&b, "acc") : -1;
+    kn_graph *body = NULL;
+    kn_graph_new(b.m, main_g, "body", &body);
+    b.g = body;
+    int bi = tmb_input(&b, "i", KILN_DTYPE_INT64, 0, NULL, NULL);
+    int bc = tmb_input(&b, "c_in", KILN_DTYPE_BOOL, 0, NULL, NULL);
+    int bv = tmb_input(&b, "v_in", KILN_DTYPE_FLOAT, 1, (int64_t[]){4}, NULL);
+    int bacc = grow ? tmb_input(&b, "acc_in", KILN_DTYPE_INT64, 1, (int64_t[]){-1}, (const char *[]){"L"}) : -1;
+    int bw = tmb_value(&b, "w");
+    b.g->values[bw].is_outer = true;
+    int ax0 = tmb_const_i64(&b, "ax0", none, 1, false);
+    int c_out = tmb_value(&b, "c_out"), a = tmb_value(&b, "a"), v_out = tmb_value(&b, "v_out");
+    tmb_node(&b, "Identity", (int[]){bc}, 1, c_out);
+    tmb_node(&b, "Add", (int[]){bv, bw}, 2, a);
+    tmb_node(&b, "Relu", (int[]){a}, 1, v_out);
+    tmb_output(&b, c_out);
+    tmb_output(&b, v_out);
+    if (grow) {
+        int iu = tmb_value(&b, "iu"), acc_out = tmb_value(&b, "acc_out");
+        tmb_node(&b, "Unsqueeze", (int[]){bi, ax0}, 2, iu);
+        int cn = tmb_node(&b, "Concat", (int[]){bacc, iu}, 2, acc_out);
+        tmb_int(&b, cn, "axis", 0);
+        tmb_output(&b, acc_out);
+    }
+    kn_graph_recount(body);
+    b.g = main_g;
+    int in[4] = {m, cond, v0, acc0}, outs[2] = {v, acc};
+    int node = kn_graph_add_node(b.g, "loop", "Loop", "", in, grow ? 4 : 3, outs, grow ? 2 : 1);
+    tmb_attr(&b, node, "body", KN_ATTR_GRAPH)->g = body;
+    tmb_output(&b, v);
+    if (grow) tmb_output(&b, acc);
+    return tmb_finish(&b, size);
+}
+
+KN_TEST(shape_memo_loop_body_infers_nothing_once_its_shapes_repeat) {
+    float w[4];
+    uint32_t seed = 12345;
+    for (int k = 0; k < 4; k++) w[k] = tmb_rand(&seed);
+    for (int grow = 0; grow <= 1; grow++) {
+        size_t size;
+        unsigned char *m = loop_model(&size, grow);
+        kiln_session *s = memo_session(m, size, 0);
+        free(m);
+        if (!s) continue;
+        for (int run = 0; run < 3; run++) {
+            int64_t mv = 6 + run; /* trip count: data */
+            float v0[4] = {0.5f, -2.0f, 1.0f + run, -0.25f}, want[4];
+            memcpy(want, v0, sizeof want);
+            for (int64_t it = 0; it < mv; it++)
+                for (int k = 0; k < 4; k++) want[k] = want[k] + w[k] > 0 ? want[k] + w[k] : 0;
+            int64_t vd[1] = {4}, ad[1] = {0};
+            kiln_tensor *in[3] = {NULL}, *out[2] = {NULL};
+            CHECK_STATUS(kiln_tensor_wrap(KILN_DTYPE_INT64, NULL, 0, &mv, sizeof mv, &in[0]), KILN_OK);
+            CHECK_STATUS(kiln_tensor_wrap(KILN_DTYPE_FLOAT, vd, 1, v0, sizeof v0, &in[1]), KILN_OK);
+            int64_t dummy = 0;
+            if (grow) CHECK_STATUS(kiln_tensor_wrap(KILN_DTYPE_INT64, ad, 1, &dummy, 0, &in[2]), KILN_OK);
+            const char *in_names[3] = {"M", "v0", "acc0"};
+            uint64_t before = kn_exec_infer_count();
+            CHECK_STATUS(kiln_session_run(s, in_names, in, grow ? 3 : 2, NULL, grow ? 2 : 1, out), KILN_OK);
+            uint64_t infers = kn_exec_infer_count() - before;
+            /* from the second call on: the Loop node only (its outputs come from its body) when the
+             * body's shapes repeat; with a growing carried value, every body node at each iteration */
+            if (run > 0 && !grow)
+                CHECK_MSG(infers == 1, "run %d: %llu infer calls, want 1 (the Loop node)", run, (unsigned long long)infers);
+            if (run > 0 && grow)
+                CHECK_MSG(infers == 1 + 5 * (uint64_t)mv, "grow, run %d: %llu infer calls, want %llu", run,
+                          (unsigned long long)infers, (unsigned long long)(1 + 5 * mv));
+            if (out[0]) {
+                const float *y = kiln_tensor_data(out[0]);
+                for (int k = 0; k < 4; k++)
+                    CHECK_MSG(fabsf(y[k] - want[k]) <= 1e-6f, "grow %d run %d: v[%d] = %g, want %g", grow, run, k, y[k],
+                              want[k]);
+            }
+            if (grow && out[1]) {
+                CHECK_MSG(kiln_tensor_rank(out[1]) == 1 && kiln_tensor_dims(out[1])[0] == mv, "run %d: acc's shape", run);
+                const int64_t *av = kiln_tensor_data(out[1]);
+                for (int64_t k = 0; kiln_tensor_rank(out[1]) == 1 && k < mv && k < kiln_tensor_dims(out[1])[0]; k++)
+                    CHECK_MSG(av[k] == k, "run %d: acc[%lld] = %lld", run, (long long)k, (long long)av[k]);
+            }
+            for (int k = 0; k < 2; k++) kiln_tensor_destroy(out[k]);
+            for (int k = 0; k < 3; k++) kiln_tensor_destroy(in[k]);
+        }
+        kiln_session_destroy(s);
+    }
+}

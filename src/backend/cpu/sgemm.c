@@ -39,6 +39,9 @@
 #define KC 256       /* depth of a packed slice: B micro-panel KC*NR floats sits in L1 */
 #define MC (MR * 16) /* rows of A packed at once (L2) */
 #define NC 1024      /* columns of B packed at once (L2/L3); a multiple of NR */
+#ifndef NC_FEW_ROWS
+#define NC_FEW_ROWS 256 /* the same when all the rows are one block of MC */
+#endif
 /* Small M with B untransposed: read B in place instead of packing it. */
 #define DIRECT_B_MAX_M (2 * MR)
 /* Small M with B transposed: dot products instead of packing B. */
@@ -650,8 +653,11 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
     float *Aws = ws, *Bp = ws + (size_t)MC * KC;
     const float *Ap = Aws;
     const bool direct = !B_packed && !p->pack_b && !p->trans_b && (m1 - m0) <= DIRECT_B_MAX_M;
-    for (int64_t jc = n0; jc < n1; jc += NC) {
-        int64_t nc = min64(NC, n1 - jc);
+    /* few rows (one block of A): the packed block of B is read back by only a few micro-kernel
+     * calls per panel, so it should come back from L2, not L3: blocks of NC_FEW_ROWS columns */
+    const int64_t ncb = m1 - m0 <= MC ? NC_FEW_ROWS : NC;
+    for (int64_t jc = n0; jc < n1; jc += ncb) {
+        int64_t nc = min64(ncb, n1 - jc);
         for (int64_t pc = 0; pc < p->K; pc += KC) {
             int64_t kc = min64(KC, p->K - pc);
             float beta = pc == 0 ? p->beta : 1.0f;

@@ -1,6 +1,7 @@
-/* The CUDA backend behind the backend interface: device discovery, the per-session state (one
- * stream, cuBLASLt and cuDNN handles, a workspace), a caching allocator (freed blocks are reused by
- * size in stream order, so steady-state runs with repeating shapes make no cudaMalloc/cudaFree),
+/* The CUDA backend behind the backend interface: device discovery, the per-session state (what
+ * the lanes share: allocator, constants, tables) and the lanes of concurrent calls (a stream,
+ * cuDNN handle and workspace each), a caching allocator (freed blocks are reused by size in their
+ * lane's stream order, so steady-state runs with repeating shapes make no cudaMalloc/cudaFree),
  * host<->device copies, and kernel selection from the op tables. */
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_graph.h"

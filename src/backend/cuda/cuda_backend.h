@@ -1,5 +1,6 @@
-/* The CUDA backend's C side: the per-session state (device, stream, library handles, caching
- * allocator, workspace) and the kernel table entry. Each op file (cuda_ops_*.c) exports one table. */
+/* The CUDA backend's C side: the per-session state shared by its lanes (device, caching allocator,
+ * constants, algorithm tables), the per-call lane (stream, library handle, workspace) kernels
+ * receive, and the kernel table entry. Each op file (cuda_ops_*.c) exports one table. */
 #ifndef KN_CUDA_BACKEND_H
 #define KN_CUDA_BACKEND_H
 
@@ -85,7 +86,7 @@ typedef struct kn_cu_shared {
     int lt_status;       /* cublasLtCreate's status when lt is NULL */
     pthread_mutex_t warm_mu;       /* the start-up threads' joins */
     struct kn_cu_warmup *warmup;   /* library start-up work beside the runs (cuda_warmup.c) */
-    bool warmup_checked;           /* the first run looked for imported choices to replay */
+    _Atomic bool warmup_checked;   /* the first run looked for imported choices to replay (read unlocked per node) */
     _Atomic int64_t standin_products, standin_convs; /* run on kiln's own kernels (cuda_warmup.c) */
     _Atomic int64_t standins_before_ready;           /* their sum when a run was last let go uncaptured */
     bool overlap;   /* lanes' calls may run at once (KILN_CUDA_LANES) */

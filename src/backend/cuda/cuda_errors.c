@@ -83,6 +83,9 @@ kiln_status kn_cu_err_check(kn_cuda *cu) {
     case KN_CU_ERR_SEQLEN:
         snprintf(msg, sizeof msg, "sequence_lens[%lld] = %lld is outside [0, %lld]", e.where, e.value, e.hi - 1);
         break;
+    case KN_CU_ERR_GIDX:
+        snprintf(msg, sizeof msg, "g_idx[%lld] = %lld is outside [0, %lld)", e.where, e.value, e.hi);
+        break;
     default:
         snprintf(msg, sizeof msg, "index %lld is out of range [%lld, %lld) %s (element %lld of the indices)", e.value,
                  e.lo, e.hi, where_of(e.code), e.where);

@@ -52,6 +52,7 @@ enum {
     KN_CU_ERR_POSITION,     /* RotaryEmbedding: a position id outside the cos/sin cache's rows */
     KN_CU_ERR_CLASS,        /* NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss: a target that is no class */
     KN_CU_ERR_SEQLEN,       /* ReverseSequence, RNN/GRU/LSTM: sequence_lens outside [0, T] (hi is T + 1) */
+    KN_CU_ERR_GIDX,         /* MatMulNBits: a g_idx (computed at run time) outside [0, k_blocks) */
     KN_CU_ERR_COUNT_
 };
 

@@ -84,7 +84,8 @@ kiln_status kn_cu_run_matmul_nbits(kn_cuda *cu, kn_kernel_ctx *c) {
     KN_TRY(kn_matmul_nbits_check(c, &np));
     const int64_t K = np.K, N = np.N, bits = np.bits, bs = np.bs, kb = np.kb, M = np.M;
     if (gidx) {
-        /* a constant g_idx is checked on its host copy; another is clamped by the kernels */
+        /* a constant g_idx is checked on its host copy; another on the device (the call's error
+         * once its work is done, cuda_errors.c), and clamped by the kernels meanwhile */
         const kn_tensor *h = host_constant(c, 4);
         if (h && h->dtype == KILN_DTYPE_INT32 && kn_tensor_count(h) == K && h->data) {
             const int32_t *g = h->data;
@@ -92,6 +93,10 @@ kiln_status kn_cu_run_matmul_nbits(kn_cuda *cu, kn_kernel_ctx *c) {
                 if (g[k] < 0 || g[k] >= kb)
                     return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "g_idx[%lld] = %d is outside [0, %lld)",
                                            (long long)k, g[k], (long long)kb);
+        } else if (!h) {
+            KN_TRY(kn_cu_check(c, kn_cu_check_range(gidx->data, false, kn_tensor_count(gidx), 0, kb, KN_CU_ERR_GIDX,
+                                                    kn_cu_err_at(cu, c), cu->stream),
+                               "MatMulNBits (g_idx)"));
         }
     }
     if (M * N == 0) return KILN_OK;
