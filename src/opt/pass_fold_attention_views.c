@@ -406,10 +406,212 @@ static kiln_status merge_projections(kn_opt_ctx *c, int attn, const int *chain_r
     return KILN_OK;
 }
 
-static kiln_status fold(kn_opt_ctx *c, int node) {
+/* ---- Transposes of rows moved onto the views ----
+ *
+ * A product whose B is one matrix treats the rows of A (all dims but the last) one by one, so a
+ * Transpose that keeps the last dim commutes with it: MatMul(Transpose(x), W) = Transpose(MatMul(x,
+ * W)). torch's batch-first MultiheadAttention puts such Transposes (batch and sequence swapped)
+ * before its packed Q/K/V projection and after its output projection (a Gemm over the rows, then
+ * Reshape and Transpose back); moved to the attention's side of the product they join the operand
+ * chains and become part of the views. */
+
+static bool rows_perm(const kn_opt_ctx *c, int node, int rank, int64_t *perm64) {
+    int perm[KILN_MAX_RANK];
+    if (!kn_opt_is(c, node, "Transpose") || rank < 2 || !perm_of(&c->g->nodes[node], rank, perm) ||
+        perm[rank - 1] != rank - 1)
+        return false;
+    for (int k = 0; k < rank; k++) perm64[k] = perm[k];
+    return true;
+}
+
+/* The value the operand chain of x starts from (through view nodes only). */
+static int chain_source(const kn_opt_ctx *c, int x) {
+    for (int n = 0; n < MAX_CHAIN; n++) {
+        int p = kn_opt_producer(c, x);
+        if (!is_view_op(c, p, true) || c->g->nodes[p].n_inputs < 1) break;
+        x = c->g->nodes[p].inputs[0];
+    }
+    return x;
+}
+
+static kiln_status new_shape_const(kn_opt_ctx *c, const int64_t *dims, int rank, int *out) {
+    kn_tensor *t = NULL;
+    int64_t n = rank;
+    KN_TRY(kn_tensor_new(KILN_DTYPE_INT64, 1, &n, &t));
+    memcpy(t->data, dims, sizeof(int64_t) * (size_t)rank);
+    *out = kn_opt_new_const(c, "shape", t);
+    return *out < 0 ? KN_OOM() : KILN_OK;
+}
+
+/* Input side: src = [Add(] MatMul(Transpose_p(x), W) [, b)], read only by view nodes, becomes
+ * Transpose_p([Add(] MatMul(x, W) [, b)]) (the old Transpose goes with its last reader). */
+static kiln_status commute_input(kn_opt_ctx *c, int src, bool *changed) {
+    projection pj;
+    if (!projection_of(c, src, &pj)) return KILN_OK;
+    const int t = kn_opt_producer(c, pj.x);
+    int64_t perm[KILN_MAX_RANK], xd[KILN_MAX_RANK];
+    int xr;
+    if (t < 0 || kn_opt_pinned(c, src)) return KILN_OK;
+    /* a Transpose that other products read too stays for them until they are moved as well */
+    const bool last_reader = kn_opt_only_consumer(c, pj.x) == pj.matmul && !kn_opt_pinned(c, pj.x);
+    const int x = c->g->nodes[t].inputs[0];
+    if (!static_dims(&c->g->values[x].type, xd, &xr) || xr < 3 || !rows_perm(c, t, xr, perm)) return KILN_OK;
+    for (int r = c->cons_start[src]; r < c->cons_start[src + 1]; r++)
+        if (!is_view_op(c, c->cons[r], true)) return KILN_OK;
+    if (pj.add >= 0 && kn_opt_pinned(c, c->g->nodes[pj.matmul].outputs[0])) return KILN_OK;
+    kn_type mt = c->g->values[x].type;
+    mt.dims[xr - 1] = (kn_dim){pj.w->dims[1], NULL};
+    mt.dtype = c->g->values[src].type.dtype;
+    int mv = kn_opt_new_value(c, "rows_product", &mt), made;
+    if (mv < 0) return KN_OOM();
+    kn_opt_proto pm;
+    kn_proto_init(&pm, "", "MatMul");
+    kn_proto_in(&pm, x);
+    kn_proto_in(&pm, c->g->nodes[pj.matmul].inputs[1]);
+    kn_proto_out(&pm, mv);
+    KN_TRY(kn_opt_emit(c, &pm, pj.matmul, &made));
+    if (made < 0) return KILN_OK;
+    int last = mv;
+    if (pj.add >= 0) {
+        const kn_node *a = &c->g->nodes[pj.add];
+        int bias = a->inputs[0] == c->g->nodes[pj.matmul].outputs[0] ? a->inputs[1] : a->inputs[0];
+        if ((last = kn_opt_new_value(c, "rows_biased", &mt)) < 0) return KN_OOM();
+        kn_opt_proto pa;
+        kn_proto_init(&pa, "", "Add");
+        kn_proto_in(&pa, mv);
+        kn_proto_in(&pa, bias);
+        kn_proto_out(&pa, last);
+        KN_TRY(kn_opt_emit(c, &pa, pj.add, &made));
+        if (made < 0) return KILN_OK; /* the new product goes as dead */
+    }
+    kn_opt_proto pt;
+    kn_proto_init(&pt, "", "Transpose");
+    kn_proto_in(&pt, last);
+    kn_proto_out(&pt, src);
+    kn_proto_ints(&pt, "perm", perm, xr);
+    KN_TRY(kn_opt_emit(c, &pt, t, &made));
+    if (made < 0) return KILN_OK;
+    if (last_reader) kn_opt_kill(c, t);
+    kn_opt_kill(c, pj.matmul);
+    if (pj.add >= 0) kn_opt_kill(c, pj.add);
+    kn_opt_note(c, "Transpose moved before the product onto the views");
+    *changed = true;
+    return kn_opt_refresh(c);
+}
+
+/* Output side: y's chain of view nodes ends in Y2 [R, K], read only by P = Gemm (not transposing
+ * A) or MatMul with one matrix B, whose output goes only through Reshape to [d..., N] and then a
+ * Transpose_p keeping the last dim, to U. The rows are permuted before the product instead:
+ * Reshape(Y2, [d..., K]) -> Transpose_p -> Reshape([R, K]) -> P -> Reshape(U's shape) -> U. */
+static kiln_status commute_output(kn_opt_ctx *c, int y, bool *changed) {
+    int v = y;
+    for (int n = 0; n < MAX_CHAIN; n++) {
+        int r = kn_opt_only_consumer(c, v);
+        if (!is_view_op(c, r, false) || c->g->nodes[r].inputs[0] != v || c->g->nodes[r].n_outputs != 1) break;
+        v = c->g->nodes[r].outputs[0];
+    }
+    const int P = kn_opt_only_consumer(c, v);
+    int64_t yd[KILN_MAX_RANK], zd[KILN_MAX_RANK], rd[KILN_MAX_RANK], ud[KILN_MAX_RANK], perm[KILN_MAX_RANK];
+    int yr, zr, rr, ur;
+    if (P < 0 || kn_opt_pinned(c, v) || c->g->nodes[P].inputs[0] != v || !static_dims(&c->g->values[v].type, yd, &yr) ||
+        yr != 2)
+        return KILN_OK;
+    const kn_node *pn = &c->g->nodes[P];
+    if (kn_opt_is(c, P, "Gemm")) {
+        if (kn_attr_int(pn, "transA", 0) != 0) return KILN_OK;
+        if (pn->n_inputs > 2 && pn->inputs[2] >= 0) { /* C broadcast over the rows, or the rows' order matters */
+            const kn_type *ct = &c->g->values[pn->inputs[2]].type;
+            if (ct->kind != KN_TYPE_TENSOR || ct->rank > 2 || (ct->rank == 2 && ct->dims[0].value != 1)) return KILN_OK;
+        }
+    } else if (kn_opt_is(c, P, "MatMul")) {
+        const kn_type *bt = &c->g->values[pn->inputs[1]].type;
+        if (bt->kind != KN_TYPE_TENSOR || bt->rank != 2) return KILN_OK;
+    } else
+        return KILN_OK;
+    const int z = pn->outputs[0], rs = kn_opt_only_consumer(c, z);
+    if (pn->n_outputs != 1 || kn_opt_pinned(c, z) || !kn_opt_is(c, rs, "Reshape") || c->g->nodes[rs].inputs[0] != z ||
+        !static_dims(&c->g->values[z].type, zd, &zr))
+        return KILN_OK;
+    const int rv = c->g->nodes[rs].outputs[0], tr = kn_opt_only_consumer(c, rv);
+    if (kn_opt_pinned(c, rv) || tr < 0 || c->g->nodes[tr].inputs[0] != rv || !static_dims(&c->g->values[rv].type, rd, &rr) ||
+        rr < 3 || rd[rr - 1] != zd[1] || !rows_perm(c, tr, rr, perm))
+        return KILN_OK;
+    const int u = c->g->nodes[tr].outputs[0];
+    if (!static_dims(&c->g->values[u].type, ud, &ur)) return KILN_OK;
+    /* the rows of Y2 as [d..., K], permuted, flattened back */
+    int64_t split[KILN_MAX_RANK], perm_split[KILN_MAX_RANK];
+    for (int k = 0; k + 1 < rr; k++) split[k] = rd[k];
+    split[rr - 1] = yd[1];
+    for (int k = 0; k < rr; k++) perm_split[k] = split[perm[k]];
+    int s1, s2, s3;
+    KN_TRY(new_shape_const(c, split, rr, &s1));
+    KN_TRY(new_shape_const(c, yd, 2, &s2));
+    KN_TRY(new_shape_const(c, ud, ur, &s3));
+    kn_type t1 = c->g->values[v].type, t2 = t1, t3 = t1, tz = c->g->values[z].type;
+    t1.rank = t2.rank = rr;
+    for (int k = 0; k < rr; k++) t1.dims[k] = (kn_dim){split[k], NULL}, t2.dims[k] = (kn_dim){perm_split[k], NULL};
+    int v1 = kn_opt_new_value(c, "rows", &t1), v2 = kn_opt_new_value(c, "rows_permuted", &t2);
+    int v3 = kn_opt_new_value(c, "rows_flat", &t3), zv = kn_opt_new_value(c, "rows_product", &tz);
+    if (v1 < 0 || v2 < 0 || v3 < 0 || zv < 0) return KN_OOM();
+    kn_opt_proto p1, p2, p3, pp, p4;
+    int made;
+    kn_proto_init(&p1, "", "Reshape");
+    kn_proto_in(&p1, v);
+    kn_proto_in(&p1, s1);
+    kn_proto_out(&p1, v1);
+    KN_TRY(kn_opt_emit(c, &p1, rs, &made));
+    if (made < 0) return KILN_OK;
+    kn_proto_init(&p2, "", "Transpose");
+    kn_proto_in(&p2, v1);
+    kn_proto_out(&p2, v2);
+    kn_proto_ints(&p2, "perm", perm, rr);
+    KN_TRY(kn_opt_emit(c, &p2, tr, &made));
+    if (made < 0) return KILN_OK;
+    kn_proto_init(&p3, "", "Reshape");
+    kn_proto_in(&p3, v2);
+    kn_proto_in(&p3, s2);
+    kn_proto_out(&p3, v3);
+    KN_TRY(kn_opt_emit(c, &p3, rs, &made));
+    if (made < 0) return KILN_OK;
+    kn_proto_init(&pp, "", c->g->nodes[P].op_type);
+    kn_proto_in(&pp, v3);
+    for (int k = 1; k < c->g->nodes[P].n_inputs; k++) kn_proto_in(&pp, c->g->nodes[P].inputs[k]);
+    kn_proto_out(&pp, zv);
+    static const char *const gemm_attrs[] = {"alpha", "beta", "transA", "transB"};
+    for (int k = 0; k < 4; k++) kn_proto_copy_attr(&pp, c, P, gemm_attrs[k]);
+    KN_TRY(kn_opt_emit(c, &pp, P, &made));
+    if (made < 0) return KILN_OK;
+    kn_proto_init(&p4, "", "Reshape");
+    kn_proto_in(&p4, zv);
+    kn_proto_in(&p4, s3);
+    kn_proto_out(&p4, u);
+    KN_TRY(kn_opt_emit(c, &p4, tr, &made));
+    if (made < 0) return KILN_OK;
+    kn_opt_kill(c, P);
+    kn_opt_kill(c, rs);
+    kn_opt_kill(c, tr);
+    kn_opt_note(c, "Transpose moved before the product onto the output view");
+    *changed = true;
+    return kn_opt_refresh(c);
+}
+
+static kiln_status commute_transposes(kn_opt_ctx *c, int node) {
+    bool changed = false;
+    for (int i = 0; i < 3; i++) {
+        const kn_node *N = &c->g->nodes[node];
+        if (i < N->n_inputs && N->inputs[i] >= 0) KN_TRY(commute_input(c, chain_source(c, N->inputs[i]), &changed));
+    }
     const kn_node *N = &c->g->nodes[node];
+    if (N->n_outputs == 1 && !kn_opt_pinned(c, N->outputs[0])) KN_TRY(commute_output(c, N->outputs[0], &changed));
+    (void)changed;
+    return KILN_OK;
+}
+
+static kiln_status fold(kn_opt_ctx *c, int node) {
     for (int i = 0; i < 4; i++)
-        if (kn_node_attr(N, kn_attn_view_name(i))) return KILN_OK; /* folded already */
+        if (kn_node_attr(&c->g->nodes[node], kn_attn_view_name(i))) return KILN_OK; /* folded already */
+    KN_TRY(commute_transposes(c, node));
+    const kn_node *N = &c->g->nodes[node];
     if (N->n_inputs < 3 || N->n_outputs != 1) return KILN_OK;
     int in[3], reader[3];
     bool has[4] = {false}, merged = false;

@@ -4,8 +4,13 @@
  *  - otherwise kiln.FusedMatMul(A, B, bias, Z) = act(A B + bias + Z), which also takes a residual
  *    Add of exactly the output's shape after the bias and an activation after that. Its bias is a
  *    scalar or one value per output column; any other addend of the output's shape is a residual.
- * A MatMul with only an activation after it becomes a FusedMatMul too. */
+ * A MatMul with only an activation after it becomes a FusedMatMul too.
+ * And a Gemm over the rows of a tensor (its bias broadcast over them), reshaped back to the rows'
+ * dims and added to a residual (torch MultiheadAttention's output projection): a FusedMatMul over
+ * the rows in place, with the bias and the residual in it. */
 #include "opt/pass.h"
+
+#include <string.h>
 
 /* A bias for FusedMatMul: float, a scalar or [.., N] with leading 1s, rank <= y's. */
 static bool is_column_bias(const kn_opt_ctx *c, int b, int y) {
@@ -31,6 +36,82 @@ static int residual_add(const kn_opt_ctx *c, int v, int *z_out) {
         return -1;
     *z_out = other;
     return add;
+}
+
+/* Gemm(A [R, K], B, C) -> Reshape([d..., N]) -> Add(residual of that shape), with alpha 1, beta 1
+ * (or no C), A not transposed and C one value per column (or none): FusedMatMul(Reshape(A,
+ * [d..., K]), B (B^T as a new constant when transB), C, residual). */
+static kiln_status fuse_gemm_reshape_residual(kn_opt_ctx *c, int i) {
+    kn_graph *g = c->g;
+    const kn_node *n = &g->nodes[i];
+    if (n->n_outputs != 1 || n->n_inputs < 2 || kn_attr_int(n, "transA", 0) != 0 ||
+        kn_attr_float(n, "alpha", 1.0f) != 1.0f || (n->n_inputs > 2 && n->inputs[2] >= 0 && kn_attr_float(n, "beta", 1.0f) != 1.0f))
+        return KILN_OK;
+    const int a = n->inputs[0], b = n->inputs[1], cb = n->n_inputs > 2 ? n->inputs[2] : -1, y = n->outputs[0];
+    const bool tb = kn_attr_int(n, "transB", 0) != 0;
+    const kn_type *ta = &g->values[a].type, *ty = &g->values[y].type;
+    if (!kn_opt_is_f32(c, y) || ta->rank != 2 || ty->rank != 2 || ta->dims[1].value < 1 || ty->dims[1].value < 1 ||
+        kn_opt_pinned(c, y))
+        return KILN_OK;
+    if (cb >= 0 && !is_column_bias(c, cb, y)) return KILN_OK;
+    const int rs = kn_opt_only_consumer(c, y);
+    if (!kn_opt_is(c, rs, "Reshape") || g->nodes[rs].inputs[0] != y) return KILN_OK;
+    const int r = g->nodes[rs].outputs[0];
+    const kn_type *tr = &g->values[r].type;
+    if (kn_opt_pinned(c, r) || tr->rank < 3 || tr->dims[tr->rank - 1].value != ty->dims[1].value) return KILN_OK;
+    int64_t rows = 1, shape[KILN_MAX_RANK];
+    for (int k = 0; k < tr->rank; k++) {
+        if (tr->dims[k].value < 0) return KILN_OK;
+        shape[k] = tr->dims[k].value;
+        if (k + 1 < tr->rank) rows *= shape[k];
+    }
+    if (rows != ty->dims[0].value) return KILN_OK;
+    int z = -1;
+    const int add = residual_add(c, r, &z);
+    if (add < 0) return KILN_OK;
+    int bm = b;
+    if (tb) { /* B^T, once, as a constant */
+        const kn_tensor *bt = kn_opt_const(c, b);
+        if (!bt || bt->rank != 2 || bt->dtype != KILN_DTYPE_FLOAT) return KILN_OK;
+        kn_tensor *t = NULL;
+        int64_t d[2] = {bt->dims[1], bt->dims[0]};
+        KN_TRY(kn_tensor_new(KILN_DTYPE_FLOAT, 2, d, &t));
+        for (int64_t p = 0; p < d[0]; p++)
+            for (int64_t q = 0; q < d[1]; q++) ((float *)t->data)[p * d[1] + q] = ((const float *)bt->data)[q * d[0] + p];
+        if ((bm = kn_opt_new_const(c, "weight_t", t)) < 0) return KN_OOM();
+    }
+    kn_tensor *st = NULL;
+    int64_t sn = tr->rank;
+    KN_TRY(kn_tensor_new(KILN_DTYPE_INT64, 1, &sn, &st));
+    memcpy(st->data, shape, sizeof(int64_t) * (size_t)tr->rank);
+    ((int64_t *)st->data)[tr->rank - 1] = ta->dims[1].value;
+    const int sv = kn_opt_new_const(c, "rows_shape", st);
+    if (sv < 0) return KN_OOM();
+    kn_type t3 = *tr;
+    t3.dims[tr->rank - 1] = ta->dims[1];
+    const int a3 = kn_opt_new_value(c, "rows", &t3);
+    if (a3 < 0) return KN_OOM();
+    kn_opt_proto pr, pf;
+    int made;
+    kn_proto_init(&pr, "", "Reshape");
+    kn_proto_in(&pr, a);
+    kn_proto_in(&pr, sv);
+    kn_proto_out(&pr, a3);
+    KN_TRY(kn_opt_emit(c, &pr, rs, &made));
+    if (made < 0) return KILN_OK;
+    kn_proto_init(&pf, "kiln", "FusedMatMul");
+    kn_proto_in(&pf, a3);
+    kn_proto_in(&pf, bm);
+    kn_proto_in(&pf, cb);
+    kn_proto_in(&pf, z);
+    kn_proto_out(&pf, g->nodes[add].outputs[0]);
+    KN_TRY(kn_opt_emit(c, &pf, i, &made));
+    if (made < 0) return KILN_OK; /* the Reshape goes as dead */
+    kn_opt_kill(c, i);
+    kn_opt_kill(c, rs);
+    kn_opt_kill(c, add);
+    kn_opt_note(c, "Gemm over rows+bias+residual");
+    return kn_opt_refresh(c);
 }
 
 kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c) {
@@ -103,5 +184,7 @@ kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c) {
         if (act.act != KN_ACT_NONE) kn_opt_note(c, "+activation");
         KN_TRY(kn_opt_refresh(c));
     }
+    for (int i = 0; i < g->n_nodes; i++)
+        if (kn_opt_is(c, i, "Gemm")) KN_TRY(fuse_gemm_reshape_residual(c, i));
     return KILN_OK;
 }

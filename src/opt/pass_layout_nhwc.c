@@ -14,10 +14,13 @@
  * (bench/results/layout-cuda-2026-12-01.md: efficientnet_b0 and mobilenet_v3_small, kiln's own
  * kernels, steady state, NHWC/NCHW time) channels last was, in float16: 1.08-1.16 at batch 1,
  * 0.85-1.03 at 2, 0.78-0.89 at 4, 0.57-0.59 at 8, 0.38 at 32; in float32 and tf32: 0.60-0.77 at 8,
- * 0.42-0.74 at 32 (batch 4 and below not measured). So auto (the default) forms a region around
- * the convolutions of a device provider with a known batch of at least 4 in float16 or bfloat16
- * (lower_precision ran first: activations=half) or 8 in float32; a symbolic batch stays channels
- * first. KILN_LAYOUT=nhwc forms the regions wherever the target runs them (the CPU's NHWC FusedConv
+ * 0.42-0.74 at 32 (batch 4 and below not measured). Since FusedConv's bias and ReLU run in cuDNN's
+ * convolution call (cuda_conv.c), networks of dense convolutions gained most at batch 1 in float16
+ * (bench/results/gpu-peers-2026-12-02-views.md: ResNet-50 0.94 -> 0.42 ms, a YOLOv8s 1.60 -> 1.20 ms).
+ * So auto (the default) forms a region around the convolutions of a device provider with a known
+ * batch of at least 4 in float16 or bfloat16 (lower_precision ran first: activations=half), or of
+ * any batch there when the graph has no grouped convolution, or of at least 8 in float32; a
+ * symbolic batch stays channels first. KILN_LAYOUT=nhwc forms the regions wherever the target runs them (the CPU's NHWC FusedConv
  * is a reference that permutes around its convolution: for tests), =nchw never. */
 #include "opt/pass.h"
 #include "util/log.h"
@@ -55,11 +58,25 @@ static bool layout_wanted(const kn_opt_ctx *c, int mode) {
     return b && b->device != KN_DEVICE_HOST;
 }
 
-/* auto: a convolution whose input x has a known batch where channels last was measured faster. */
-static bool auto_conv_faster(const kn_type *x) {
+/* auto: a convolution whose input x has a known batch where channels last was measured faster;
+ * dense: the graph has no grouped (e.g. depthwise) convolution. */
+static bool auto_conv_faster(const kn_type *x, bool dense) {
     int64_t batch = x->dims[0].value;
-    if (x->dtype == KILN_DTYPE_FLOAT16 || x->dtype == KILN_DTYPE_BFLOAT16) return batch >= AUTO_MIN_BATCH_HALF;
+    if (x->dtype == KILN_DTYPE_FLOAT16 || x->dtype == KILN_DTYPE_BFLOAT16)
+        return batch >= AUTO_MIN_BATCH_HALF || (batch >= 1 && dense);
     return x->dtype == KILN_DTYPE_FLOAT && batch >= AUTO_MIN_BATCH_FLOAT;
+}
+
+/* Whether no convolution of the graph has groups (depthwise networks were slower channels last at
+ * batch 1-2 in half precision; dense ones faster). */
+static bool graph_dense(const kn_opt_ctx *c) {
+    for (int i = 0; i < c->g->n_nodes; i++) {
+        const kn_node *n = &c->g->nodes[i];
+        if (!n->dead && (kn_opt_is(c, i, "Conv") || kn_opt_is_in(c, i, "kiln", "FusedConv")) &&
+            kn_attr_int(n, "group", 1) != 1)
+            return false;
+    }
+    return true;
 }
 
 static bool rank4_float(const kn_type *t) {
@@ -120,7 +137,7 @@ static bool conv_target_supports(const kn_opt_ctx *c, int i) {
 }
 
 /* What node i would be in a channels-last region, or ROLE_NONE. */
-static int role_of(const kn_opt_ctx *c, int i, int mode) {
+static int role_of(const kn_opt_ctx *c, int i, int mode, bool dense) {
     const kn_graph *g = c->g;
     const kn_node *n = &g->nodes[i];
     if (n->dead || n->n_outputs != 1 || n->outputs[0] < 0 || n->n_inputs > MAX_INPUTS ||
@@ -131,7 +148,7 @@ static int role_of(const kn_opt_ctx *c, int i, int mode) {
     if (conv) {
         bool nhwc;
         if (x < 0 || !rank4_float(&g->values[x].type) || kn_opt_const(c, x)) return ROLE_NONE;
-        if (mode == 0 && !auto_conv_faster(&g->values[x].type)) return ROLE_NONE;
+        if (mode == 0 && !auto_conv_faster(&g->values[x].type, dense)) return ROLE_NONE;
         if (!kn_fused_conv_layout(n, &nhwc) || nhwc) return ROLE_NONE;
         int z = n->n_inputs > 3 ? n->inputs[3] : -1, w = n->n_inputs > 1 ? n->inputs[1] : -1;
         if (z >= 0 && (!rank4_float(&g->values[z].type) || kn_opt_const(c, z))) return ROLE_NONE;
@@ -249,9 +266,10 @@ kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c) {
         st = KN_OOM();
         goto done;
     }
+    const bool dense = graph_dense(c);
     for (int i = 0; i < n_nodes; i++) {
         parent[i] = i;
-        role[i] = role_of(c, i, mode);
+        role[i] = role_of(c, i, mode, dense);
         anchor[i] = role[i] == ROLE_CONV;
     }
     /* regions: producer and reader joined through 4-D values */

@@ -226,6 +226,8 @@ def attention(g, x, s, same=True):
     r = g.rng
     b, n, d = s
     heads = int(r.choice([1, 2])) if d % 2 == 0 else 1
+    if r.random() < 0.25:
+        return torch_mha_batch_first(g, x, s, heads)
     split = heads > 1 or r.random() < 0.3
     q, k, v = (g.node("MatMul", [x, g.fconst((d, d), 1.0 / np.sqrt(d))], s) for _ in range(3))
     scale = 1.0 / np.sqrt(d // heads)
@@ -257,6 +259,43 @@ def attention(g, x, s, same=True):
     y = g.node("MatMul", [p, vh], ss[:-1] + (d // heads if split else d,))
     if split:
         y = g.node("Reshape", [g.node("Transpose", [y], (b, n, heads, d // heads), perm=[0, 2, 1, 3]), g.ints([b, n, d])], s)
+    return y, s
+
+
+def torch_mha_batch_first(g, x, s, heads):
+    """torch MultiheadAttention(batch_first=True) as exported: x [b, n, d] transposed to sequence
+    first, projections over its rows (MatMul, perhaps + bias), heads merged with the batch, the
+    output projection a Gemm over the rows, then Reshape and Transpose back (kiln moves those
+    Transposes onto the attention's views: fold_attention_views)."""
+    r = g.rng
+    b, n, d = s
+    hd = d // heads
+    xt = g.node("Transpose", [x], (n, b, d), perm=[1, 0, 2])
+
+    def proj():
+        y = g.node("MatMul", [xt, g.fconst((d, d), 1.0 / np.sqrt(d))], (n, b, d))
+        if r.random() < 0.5:
+            y = g.node("Add", [y, g.fconst((d,), 0.1)], (n, b, d))
+        return y
+
+    def heads_of(t):  # [n, b, d] -> [b, heads, n, hd]
+        t = g.node("Reshape", [t, g.ints([n, b * heads, hd])], (n, b * heads, hd))
+        t = g.node("Transpose", [t], (b * heads, n, hd), perm=[1, 0, 2])
+        return g.node("Reshape", [t, g.ints([b, heads, n, hd])], (b, heads, n, hd))
+
+    q, k, v = heads_of(proj()), heads_of(proj()), heads_of(proj())
+    kt = g.node("Transpose", [k], (b, heads, hd, n), perm=[0, 1, 3, 2])
+    sc = g.node("MatMul", [g.node("Mul", [q, g.scalar(float(1 / np.sqrt(hd)))], None), kt], (b, heads, n, n))
+    p = g.node("Softmax", [sc], (b, heads, n, n), axis=-1)
+    y = g.node("MatMul", [p, v], (b, heads, n, hd))
+    y = g.node("Transpose", [y], (n, b, heads, hd), perm=[2, 0, 1, 3])
+    y = g.node("Reshape", [y, g.ints([n * b, d])], (n * b, d))
+    tb = r.random() < 0.5
+    y = g.node("Gemm", [y, g.fconst((d, d), 1.0 / np.sqrt(d)), g.fconst((d,), 0.1)], (n * b, d), transB=int(tb))
+    y = g.node("Reshape", [y, g.ints([n, b, d])], (n, b, d))
+    y = g.node("Transpose", [y], s, perm=[1, 0, 2])
+    if r.random() < 0.5:  # the block's residual (kiln: a FusedMatMul over the rows with it)
+        y = g.node("Add", [x, y] if r.random() < 0.5 else [y, x], s)
     return y, s
 
 

@@ -1633,6 +1633,7 @@ KN_TEST(opt_lower_precision_cuda_matches_fp32) {
  * Mul) -> Add of a [8,10,10] constant -> PRelu with a [8,1,1] slope -> two outputs: the map itself
  * and GlobalAveragePool -> Flatten. */
 static int64_t cnn_batch = 2; /* the block's batch (layout_nhwc's auto rule reads it) */
+static bool cnn_depthwise = false; /* the second convolution depthwise (8 groups): so is the auto rule's */
 
 static kn_model *build_cnn_block(void) {
     tb b;
@@ -1645,8 +1646,10 @@ static kn_model *build_cnn_block(void) {
                                          tb_const(&b, "b1", KILN_DTYPE_FLOAT, 1, bd, -0.2f, 0.2f)}, 3, "c1");
     tb_ints_attr(&b, "pads", 4, pads);
     int r1 = tb_node(&b, "Relu", &c1, 1, "r1");
+    if (cnn_depthwise) w2d[1] = 1;
     int c2 = tb_node(&b, "Conv", (int[]){r1, tb_const(&b, "w2", KILN_DTYPE_FLOAT, 4, w2d, -0.3f, 0.3f)}, 2, "c2");
     tb_ints_attr(&b, "pads", 4, pads);
+    if (cnn_depthwise) tb_int(&b, "group", 8);
     int sum = tb_node(&b, "Add", (int[]){c2, r1}, 2, "sum");
     int gap = tb_node(&b, "GlobalAveragePool", &sum, 1, "gap");
     int s1 = tb_node(&b, "Conv", (int[]){gap, tb_const(&b, "s1", KILN_DTYPE_FLOAT, 4, s1d, -0.5f, 0.5f),
@@ -1721,8 +1724,9 @@ static int count_nhwc_in(const kn_model *m) {
 
 /* layout_nhwc's auto rule, judged from CUDA's kernel tables (no GPU needed): channels last for a
  * device provider's float16/bfloat16 convolutions (activations=half) at a known batch of 4 or more,
- * its float32 ones (fp32, tf32, or half precision with float32 activations) at 8 or more; not below,
- * not for the CPU. KILN_LAYOUT=nhwc forms the regions at any batch, =nchw at none. */
+ * or of any batch when no convolution of the graph is grouped; its float32 ones (fp32, tf32, or half
+ * precision with float32 activations) at 8 or more; not below, not for the CPU. KILN_LAYOUT=nhwc
+ * forms the regions at any batch, =nchw at none. */
 KN_TEST(opt_layout_nhwc_auto_for_device_batches) {
 #ifndef KILN_HAVE_CUDA
     KN_SKIP("no CUDA backend in this build");
@@ -1735,16 +1739,21 @@ KN_TEST(opt_layout_nhwc_auto_for_device_batches) {
         bool half;
         int64_t batch;
         int nhwc;
+        bool depthwise;
     } cases[] = {
-        {NULL, "cuda", "fp16", true, 8, 4},    {NULL, "cuda", "bf16", true, 4, 4},  {NULL, "cuda", "fp16", true, 2, 0},
-        {NULL, "cuda", "fp32", false, 8, 4},   {NULL, "cuda", "tf32", false, 4, 0}, {NULL, "cuda", "fp16", false, 8, 4},
-        {NULL, "cuda", "fp16", false, 4, 0},   {NULL, "cpu", NULL, false, 8, 0},
-        {"nhwc", "cuda", "fp16", true, 2, 4},  {"nchw", "cuda", "fp16", true, 8, 0},
+        {NULL, "cuda", "fp16", true, 8, 4, false},   {NULL, "cuda", "bf16", true, 4, 4, false},
+        {NULL, "cuda", "fp16", true, 2, 4, false},   {NULL, "cuda", "fp16", true, 1, 4, false},
+        {NULL, "cuda", "fp16", true, 2, 0, true},    {NULL, "cuda", "fp16", true, 4, 4, true},
+        {NULL, "cuda", "fp32", false, 8, 4, false},  {NULL, "cuda", "tf32", false, 4, 0, false},
+        {NULL, "cuda", "fp16", false, 8, 4, false},  {NULL, "cuda", "fp16", false, 4, 0, false},
+        {NULL, "cpu", NULL, false, 8, 0, false},     {"nhwc", "cuda", "fp16", true, 2, 4, false},
+        {"nchw", "cuda", "fp16", true, 8, 0, false},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         if (cases[k].layout) setenv("KILN_LAYOUT", cases[k].layout, 1);
         else unsetenv("KILN_LAYOUT");
         cnn_batch = cases[k].batch;
+        cnn_depthwise = cases[k].depthwise;
         kiln_session_options *o = precision_options(cases[k].provider, cases[k].precision, cases[k].half, 3);
         kn_model *m = optimised_from_tables(build_cnn_block, o);
         kiln_session_options_destroy(o);
@@ -1759,6 +1768,7 @@ KN_TEST(opt_layout_nhwc_auto_for_device_batches) {
         kn_model_free(m);
     }
     cnn_batch = 2;
+    cnn_depthwise = false;
     unsetenv("KILN_LAYOUT");
 #endif
 }

@@ -34,8 +34,10 @@ typedef struct kn_cu_conv_entry {
 typedef struct kn_cu_lt_key {
     int64_t m, n, k, batch, lda, ldb, ldc, sa, sb, sc;
     int32_t ta, tb, ab_type, c_type, compute, scale_type, align_a, align_b, align_c, device_scalars;
+    int32_t epilogue; /* 0, or the cublasLtEpilogue_t in the product: bias, ReLU or both (kn_cu_gemm) */
+    int32_t zero;     /* always 0: keeps the key free of padding */
 } kn_cu_lt_key;
-_Static_assert(sizeof(kn_cu_lt_key) == 10 * 8 + 10 * 4, "kn_cu_lt_key is compared and stored whole: no padding");
+_Static_assert(sizeof(kn_cu_lt_key) == 10 * 8 + 12 * 4, "kn_cu_lt_key is compared and stored whole: no padding");
 
 /* A cached cuBLASLt algorithm for one problem shape. */
 typedef struct kn_cu_lt_entry {
@@ -46,7 +48,7 @@ typedef struct kn_cu_lt_entry {
 
 /* One tuning result: which algorithm a library call with this key uses (cuda_tuning.c). Keys
  * start with a kind byte (KN_CU_TUNE_*); the rest is the call's problem description. */
-#define KN_CU_TUNE_KEY_MAX 128
+#define KN_CU_TUNE_KEY_MAX 160
 #define KN_CU_TUNE_VAL_MAX 64
 enum { KN_CU_TUNE_MATMUL = 'L', KN_CU_TUNE_CONV_FWD = 'F', KN_CU_TUNE_CONV_BWD_DATA = 'B' };
 typedef struct kn_cu_tuned {
@@ -228,12 +230,21 @@ typedef struct kn_cu_gemm {
     int64_t lda, ldb, ldc; /* row-major leading dimensions */
     int64_t sa, sb, sc;    /* batch strides */
     float alpha, beta;
+    /* Optional epilogue, for one product (batch 1) into rows of C that follow each other (ldc = N):
+     * C = relu?(alpha op(A) op(B) + bias + residual), bias N values of C's type (one per column),
+     * residual M x N like C (beta must be 0 with it). cuBLASLt applies it in the product where it
+     * can (bias and ReLU as its epilogue, the residual as its C input with beta 1); elsewhere (kiln's
+     * stand-in kernels, double) a pass after the product does. */
+    const void *bias, *residual;
+    bool relu;
 } kn_cu_gemm;
 kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm *g);
 /* The cuBLASLt descriptors of a product (all NULL on failure; undescribe frees them), and the
  * elements its operands A, B and C span (false where that overflows: a key from a file). */
 cublasStatus_t kn_cu_lt_describe(const kn_cu_lt_key *k, cublasLtMatmulDesc_t *op, cublasLtMatrixLayout_t *la,
                                  cublasLtMatrixLayout_t *lb, cublasLtMatrixLayout_t *lc);
+/* Points an epilogue with a bias (key->epilogue) at it: a per-call attribute, not in the key. */
+cublasStatus_t kn_cu_lt_set_bias(cublasLtMatmulDesc_t op, const void *bias);
 void kn_cu_lt_undescribe(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                          cublasLtMatrixLayout_t lc);
 bool kn_cu_lt_extents(const kn_cu_lt_key *k, int64_t *a, int64_t *b, int64_t *c);
@@ -268,6 +279,10 @@ kiln_status kn_cu_tuning_import(void *state, const void *key, size_t key_len, co
 /* cuDNN convolutions (cuda_conv.c) */
 kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c);
 kiln_status kn_cu_run_conv_transpose(kn_cuda *cu, kn_kernel_ctx *c);
+/* Conv (c's first two inputs) with y = relu(conv + bias + z) in cuDNN's fused call where it takes it
+ * (*done); otherwise the plain convolution, and the caller runs bias, z and ReLU after it. */
+kiln_status kn_cu_run_conv_bias_relu(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *bias, const kn_tensor *z,
+                                     bool *done);
 bool kn_cu_conv_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap);
 void kn_cu_conv_release(kn_cuda *cu);
 #ifdef KILN_HAVE_CUDNN

@@ -52,7 +52,18 @@ typedef struct conv_plan {
     cudnnDataType_t dt;
     uint8_t tkey[KN_CU_TUNE_KEY_MAX]; /* the tuning key (kind byte + make_plan's description) */
     size_t klen;
+    /* FusedConv's bias and ReLU in cuDNN's call (run_any's conv_epilogue): made on first use */
+    cudnnTensorDescriptor_t bd;
+    cudnnActivationDescriptor_t ad;
+    bool no_fused; /* cuDNN refused the fused call once: the epilogue runs as a pass */
 } conv_plan;
+
+/* What FusedConv asks of the convolution beyond it: y = relu(conv(x) + bias + z) in cuDNN's one call
+ * (cudnnConvolutionBiasActivationForward) where it takes it; done says whether it did. */
+typedef struct conv_epilogue {
+    const kn_tensor *bias, *z;
+    bool done;
+} conv_epilogue;
 
 static kiln_status dnn_fail(const kn_kernel_ctx *c, cudnnStatus_t s, const char *what) {
     /* the CUDA error behind a failed launch, when cuDNN left one */
@@ -147,6 +158,8 @@ static void plan_free(conv_plan *p) {
     if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
     if (p->wd) cudnnDestroyFilterDescriptor(p->wd);
     if (p->cd) cudnnDestroyConvolutionDescriptor(p->cd);
+    if (p->bd) cudnnDestroyTensorDescriptor(p->bd);
+    if (p->ad) cudnnDestroyActivationDescriptor(p->ad);
     memset(p, 0, sizeof *p);
 }
 
@@ -596,9 +609,83 @@ static kiln_status add_bias(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *b, b
     return kn_cu_check(c, kn_cu_bias_act(y->dtype, y->data, b->data, rows, cols, inner, 0, 0, 0, cu->stream), "bias");
 }
 
+/* A 2-D convolution whose kernel tiles its input: kernel = stride, no padding or dilation, one
+ * group, over float types (a vision transformer's patch embedding). */
+static bool patchify(const conv_geom *g, const kn_tensor *w) {
+    kiln_dtype dt = w->dtype;
+    if (g->nsp != 2 || g->group != 1 || w->rank != 4 ||
+        (dt != KILN_DTYPE_FLOAT && dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16))
+        return false;
+    for (int i = 0; i < 2; i++)
+        if (g->k[i] < 2 || g->stride[i] != g->k[i] || g->dil[i] != 1 || g->pb[i] || g->pe[i] ||
+            g->out[i] * g->k[i] > g->in[i])
+            return false;
+    return true;
+}
+
+/* A patchifying convolution is one matrix product over every patch of every image: the patches
+ * gathered into rows, P [N*OH*OW, C*kh*kw] (in the weights' order: [C][kh][kw] channels first,
+ * [kh][kw][C] channels last), then Y [N*OH*OW, M] = P W^T, transposed to [N, M, OH*OW] when
+ * channels first. cuDNN ran ViT-B/16's 16x16 stride-16 embedding over 3 channels (no tensor-core
+ * algorithm for 3 channels) in 0.81 ms at batch 64 on the H200; this is two copies and a product
+ * of 15 GFLOP. */
+static kiln_status run_patchify(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom *g) {
+    const kn_tensor *x = c->in[0], *w = c->in[1];
+    kn_tensor *y = c->out[0];
+    const size_t es = kiln_dtype_size(x->dtype);
+    const int64_t N = g->n, C = g->cin, H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1];
+    const int64_t kh = g->k[0], kw = g->k[1], K = C * kh * kw, rows = N * OH * OW, M = g->cout;
+    kn_cu_view v;
+    memset(&v, 0, sizeof v);
+    v.rank = 6;
+    const int64_t dims_first[6] = {N, OH, OW, C, kh, kw}, str_first[6] = {C * H * W, kh * W, kw, H * W, W, 1};
+    const int64_t dims_last[6] = {N, OH, OW, kh, kw, C}, str_last[6] = {H * W * C, kh * W * C, kw * C, W * C, C, 1};
+    memcpy(v.dims, g->nhwc ? dims_last : dims_first, sizeof v.dims[0] * 6);
+    memcpy(v.strides[0], g->nhwc ? str_last : str_first, sizeof v.strides[0][0] * 6);
+    void *patches = NULL, *ynhwc = NULL;
+    const size_t p_bytes = (size_t)(rows * K) * es, y_bytes = g->nhwc ? 0 : (size_t)(rows * M) * es;
+    kiln_status st = kn_cu_scratch(cu, p_bytes ? p_bytes : 1, &patches);
+    if (st == KILN_OK && y_bytes) st = kn_cu_scratch(cu, y_bytes, &ynhwc);
+    if (st == KILN_OK) st = kn_cu_check(c, kn_cu_copy_view(es, x->data, 0, patches, &v, cu->stream), "Conv patches");
+    if (st == KILN_OK) {
+        kn_cu_gemm m;
+        memset(&m, 0, sizeof m);
+        m.dt = x->dtype;
+        m.M = rows, m.N = M, m.K = K, m.batch = 1;
+        m.A = patches, m.lda = K;
+        m.B = w->data, m.tb = true, m.ldb = K;
+        m.C = g->nhwc ? y->data : ynhwc, m.ldc = M;
+        m.alpha = 1;
+        st = kn_cu_gemm_run(cu, c, &m);
+    }
+    if (st == KILN_OK && !g->nhwc) {
+        /* [N, OH*OW, M] -> [N, M, OH*OW] */
+        kn_cu_view t;
+        memset(&t, 0, sizeof t);
+        t.rank = 3;
+        t.dims[0] = N, t.dims[1] = M, t.dims[2] = OH * OW;
+        t.strides[0][0] = OH * OW * M, t.strides[0][1] = 1, t.strides[0][2] = M;
+        st = kn_cu_check(c, kn_cu_copy_view(es, ynhwc, 0, y->data, &t, cu->stream), "Conv output layout");
+    }
+    if (ynhwc) kn_cu_scratch_free(cu, ynhwc, y_bytes);
+    if (patches) kn_cu_scratch_free(cu, patches, p_bytes ? p_bytes : 1);
+    return st;
+}
+
+/* The descriptors of the fused call's bias ([1, C, 1, 1] in the plan's layout and type) and ReLU. */
+static bool fused_descriptors(conv_plan *p, int64_t channels, bool nhwc) {
+    if (!p->bd && cudnnCreateTensorDescriptor(&p->bd) != CUDNN_STATUS_SUCCESS) return false;
+    if (!p->ad && cudnnCreateActivationDescriptor(&p->ad) != CUDNN_STATUS_SUCCESS) return false;
+    const int dims[4] = {1, (int)channels, 1, 1};
+    return cudnnSetTensorNdDescriptorEx(p->bd, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, p->dt, 4, dims) ==
+               CUDNN_STATUS_SUCCESS &&
+           cudnnSetActivationDescriptor(p->ad, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0) == CUDNN_STATUS_SUCCESS;
+}
+
 /* Shared by Conv and ConvTranspose: operands converted to the compute type when the precision
- * option asks for it, the cuDNN call, the conversion back, bias. */
-static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
+ * option asks for it, the cuDNN call, the conversion back, bias. ep (may be NULL): FusedConv's
+ * bias, residual and ReLU, in the same call where cuDNN takes them (ep->done). */
+static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_epilogue *ep) {
     const kn_tensor *x = c->in[0], *w = c->in[1], *b = c->n_inputs > 2 ? c->in[2] : NULL;
     NEED_OUT(c, 0);
     kn_tensor *y = c->out[0];
@@ -606,6 +693,10 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
     KN_TRY(geometry(c, transpose, &g));
     if (!transpose && x->dtype == w->dtype && pointwise(&g, w) && kn_tensor_count(y) > 0) {
         KN_TRY(run_pointwise(cu, c, &g));
+        return add_bias(cu, c, b, g.nhwc);
+    }
+    if (!transpose && x->dtype == w->dtype && patchify(&g, w) && kn_tensor_count(y) > 0) {
+        KN_TRY(run_patchify(cu, c, &g));
         return add_bias(cu, c, b, g.nhwc);
     }
     if (!transpose && x->dtype == w->dtype && standin_fits(&g, w) && kn_cu_standin(cu, KN_CU_TUNE_CONV_FWD)) {
@@ -677,7 +768,28 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
         cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
         /* at most twice: an algorithm that fails to run is replaced by algorithm 0 (implicit GEMM,
          * no workspace), in the plan and in the tuning results */
-        for (int attempt = 0; attempt < 2; attempt++) {
+        /* FusedConv's bias, residual and ReLU in the call: 2-D, in the tensors' own type, straight into y */
+        const kn_tensor *zt = ep ? ep->z : NULL;
+        const bool fuse = ep && ep->bias && !transpose && !p->no_fused && g.nsp == 2 && cdt == dt && !p->explicit_pad &&
+                          yout == y->data && ep->bias->dtype == dt && kn_tensor_count(ep->bias) == g.cout &&
+                          (!zt || (zt->dtype == dt && kn_tensor_count(zt) == kn_tensor_count(y) && zt->data != y->data)) &&
+                          (dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16 || dt == KILN_DTYPE_FLOAT) &&
+                          fused_descriptors(p, g.cout, g.nhwc);
+        if (fuse) {
+            s = cudnnConvolutionBiasActivationForward(cu->dnn, one, p->xd, xin, p->wd, win, p->cd,
+                                                      (cudnnConvolutionFwdAlgo_t)p->algo, cu->workspace, p->ws,
+                                                      zt ? one : zero, p->yd, zt ? zt->data : yout, p->bd,
+                                                      ep->bias->data, p->ad, p->yd, yout);
+            if (s == CUDNN_STATUS_SUCCESS) ep->done = true;
+            else {
+                /* not for this algorithm or layout: the plain call below, and the epilogue as a pass */
+                kn_log(KILN_LOG_DEBUG, "cuda: node '%s': cuDNN's fused convolution refused (%s): a pass after it",
+                       c->node->name, cudnnGetErrorString(s));
+                cudaGetLastError();
+                p->no_fused = true;
+            }
+        }
+        for (int attempt = 0; !(ep && ep->done) && attempt < 2; attempt++) {
             if (!transpose)
                 s = cudnnConvolutionForward(cu->dnn, one, p->xd, xin, p->wd, win, p->cd, (cudnnConvolutionFwdAlgo_t)algo,
                                             cu->workspace, ws, zero, p->yd, yout);
@@ -734,8 +846,16 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose) {
     return st;
 }
 
-kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c, false); }
-kiln_status kn_cu_run_conv_transpose(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c, true); }
+kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c, false, NULL); }
+kiln_status kn_cu_run_conv_transpose(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c, true, NULL); }
+
+kiln_status kn_cu_run_conv_bias_relu(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *bias, const kn_tensor *z,
+                                     bool *done) {
+    conv_epilogue ep = {bias, z, false};
+    kiln_status st = run_any(cu, c, false, &ep);
+    *done = ep.done;
+    return st;
+}
 
 bool kn_cu_conv_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
     if (!kn_cu_libs_load(NULL, 0) || !kn_cu_lib.dnn_loaded) {

@@ -32,7 +32,9 @@
     X(cudnnGetConvolutionForwardAlgorithm_v7) X(cudnnGetConvolutionForwardWorkspaceSize)                  \
     X(cudnnConvolutionForward) X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                             \
     X(cudnnGetConvolutionBackwardDataWorkspaceSize) X(cudnnConvolutionBackwardData)                          \
-    X(cudnnFindConvolutionForwardAlgorithmEx) X(cudnnFindConvolutionBackwardDataAlgorithmEx)
+    X(cudnnFindConvolutionForwardAlgorithmEx) X(cudnnFindConvolutionBackwardDataAlgorithmEx)             \
+    X(cudnnCreateActivationDescriptor) X(cudnnDestroyActivationDescriptor) X(cudnnSetActivationDescriptor) \
+    X(cudnnConvolutionBiasActivationForward)
 #else
 #define KN_CU_DNN_FUNCS(X)
 #endif
@@ -94,6 +96,10 @@ bool kn_cu_libs_load(char *why, size_t cap);
 #define cudnnConvolutionBackwardData (kn_cu_lib.cudnnConvolutionBackwardData)
 #define cudnnFindConvolutionForwardAlgorithmEx (kn_cu_lib.cudnnFindConvolutionForwardAlgorithmEx)
 #define cudnnFindConvolutionBackwardDataAlgorithmEx (kn_cu_lib.cudnnFindConvolutionBackwardDataAlgorithmEx)
+#define cudnnCreateActivationDescriptor (kn_cu_lib.cudnnCreateActivationDescriptor)
+#define cudnnDestroyActivationDescriptor (kn_cu_lib.cudnnDestroyActivationDescriptor)
+#define cudnnSetActivationDescriptor (kn_cu_lib.cudnnSetActivationDescriptor)
+#define cudnnConvolutionBiasActivationForward (kn_cu_lib.cudnnConvolutionBiasActivationForward)
 #endif
 #endif
 

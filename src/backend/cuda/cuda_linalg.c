@@ -222,6 +222,10 @@ cublasStatus_t kn_cu_lt_describe(const kn_cu_lt_key *k, cublasLtMatmulDesc_t *op
         cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
         s = cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm);
     }
+    if (s == CUBLAS_STATUS_SUCCESS && k->epilogue) {
+        cublasLtEpilogue_t ep = (cublasLtEpilogue_t)k->epilogue;
+        s = cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
+    }
     /* Lt's A is our B, Lt's B is our A (see the top of the file) */
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatrixLayoutCreate(la, ab_t, k->tb ? (uint64_t)k->k : (uint64_t)k->n, k->tb ? (uint64_t)k->n : (uint64_t)k->k,
@@ -245,6 +249,10 @@ cublasStatus_t kn_cu_lt_describe(const kn_cu_lt_key *k, cublasLtMatmulDesc_t *op
     return s;
 }
 
+cublasStatus_t kn_cu_lt_set_bias(cublasLtMatmulDesc_t op, const void *bias) {
+    return cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+}
+
 void kn_cu_lt_undescribe(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                          cublasLtMatrixLayout_t lc) {
     if (lc) cublasLtMatrixLayoutDestroy(lc);
@@ -253,8 +261,14 @@ void kn_cu_lt_undescribe(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cub
     if (op) cublasLtMatmulDescDestroy(op);
 }
 
-kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm *g) {
+static bool has_epilogue(const kn_cu_gemm *g) { return g->bias || g->residual || g->relu; }
+
+/* The product; with `fused`, also its epilogue (kn_cu_gemm) in cuBLASLt's call, or
+ * KILN_ERR_UNSUPPORTED with nothing run where that cannot be (the caller then runs it after). */
+static kiln_status gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm *g, bool fused) {
     if (g->M == 0 || g->N == 0 || g->batch == 0) return KILN_OK;
+    if (fused && (g->K == 0 || g->dt == KILN_DTYPE_DOUBLE || kn_cu_standin(cu, KN_CU_TUNE_MATMUL)))
+        return KILN_ERR_UNSUPPORTED;
     if (g->K == 0) {
         /* an empty sum: C = beta * C */
         int64_t n = g->M * g->N * g->batch;
@@ -270,7 +284,7 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
             one.A = (const char *)g->A + (size_t)(b * g->sa) * es;
             one.B = (const char *)g->B + (size_t)(b * g->sb) * es;
             one.C = (char *)g->C + (size_t)(b * g->sc) * es;
-            KN_TRY(kn_cu_gemm_run(cu, c, &one));
+            KN_TRY(gemm_run(cu, c, &one, false));
         }
         return KILN_OK;
     }
@@ -316,7 +330,8 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
                 st = kn_cu_scratch(cu, 2 * sizeof(float), &p);
                 dev_scalars = p;
                 if (st == KILN_OK)
-                    st = kn_cu_check(c, kn_cu_gemm_scalars(dev_scalars, g->alpha, g->beta, scale_a, scale_b, cu->stream),
+                    st = kn_cu_check(c, kn_cu_gemm_scalars(dev_scalars, g->alpha, fused && g->residual ? 1.0f : g->beta,
+                                                           scale_a, scale_b, cu->stream),
                                      "fp16 scales");
             }
             A = convA;
@@ -338,31 +353,39 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
     kn_cu_lt_key key;
     memset(&key, 0, sizeof key); /* no padding in it, but compared and stored whole */
+    /* the beta term's input: the residual with beta 1 when the epilogue is fused, else C itself */
+    const void *c_in = fused && g->residual ? g->residual : g->C;
+    const float beta_f = fused && g->residual ? 1.0f : g->beta;
     if (st == KILN_OK) {
+        uint64_t al_c = align_of(g->C, g->ldc, g->sc, cs), al_in = align_of(c_in, g->ldc, g->sc, cs);
+        int32_t ep = 0;
+        if (fused) ep = g->bias ? (g->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                : (g->relu ? CUBLASLT_EPILOGUE_RELU : 0);
         key = (kn_cu_lt_key){g->M, g->N, g->K, g->batch, g->lda, g->ldb, g->ldc, g->sa, g->sb, g->sc, g->ta, g->tb,
                              (int32_t)ab_t, (int32_t)c_t, (int32_t)comp, (int32_t)scale_t,
                              (int32_t)align_of(B, g->ldb, g->sb, abs_), (int32_t)align_of(A, g->lda, g->sa, abs_),
-                             (int32_t)align_of(g->C, g->ldc, g->sc, cs), dev_scalars != NULL};
+                             (int32_t)(al_in < al_c ? al_in : al_c), dev_scalars != NULL, ep, 0};
         s = kn_cu_lt_describe(&key, &op, &la, &lb, &lc);
+        if (s == CUBLAS_STATUS_SUCCESS && fused && g->bias) s = kn_cu_lt_set_bias(op, g->bias);
         if (s != CUBLAS_STATUS_SUCCESS) st = lt_fail(c, s, "descriptor");
     }
     if (st == KILN_OK) {
         uint32_t al_a = (uint32_t)key.align_a, al_b = (uint32_t)key.align_b, al_c = (uint32_t)key.align_c;
         cublasLtMatmulAlgo_t algo;
         bool from_file = false;
-        double ad = g->alpha, bd = g->beta;
-        float af = g->alpha, bf = g->beta;
+        double ad = g->alpha, bd = beta_f;
+        float af = g->alpha, bf = beta_f;
         const void *alpha = dev_scalars ? (const void *)dev_scalars
                             : scale_t == CUDA_R_64F ? (const void *)&ad : (const void *)&af;
         const void *beta = dev_scalars ? (const void *)(dev_scalars + 1)
                            : scale_t == CUDA_R_64F ? (const void *)&bd : (const void *)&bf;
-        lt_problem prob = {op, la, lb, lc, al_a, al_b, al_c, alpha, beta, B, A, g->C,
+        lt_problem prob = {op, la, lb, lc, al_a, al_b, al_c, alpha, beta, B, A, c_in,
                            (size_t)extent(g->M, g->ldc, g->batch, g->sc) * cs};
         /* at most twice: an imported choice cuBLASLt refuses is dropped for the heuristic's */
         for (int attempt = 0; attempt < 2; attempt++) {
             st = find_algo(cu, c, &key, &prob, &algo, &from_file);
             if (st != KILN_OK) break;
-            s = cublasLtMatmul(cu->sh->lt, op, alpha, B, la, A, lb, beta, g->C, lc, g->C, lc, &algo, cu->workspace,
+            s = cublasLtMatmul(cu->sh->lt, op, alpha, B, la, A, lb, beta, c_in, lc, g->C, lc, &algo, cu->workspace,
                                cu->workspace_size, cu->stream);
             if (from_file) settle(cu, &key, s == CUBLAS_STATUS_SUCCESS);
             if (s == CUBLAS_STATUS_SUCCESS) break;
@@ -372,12 +395,33 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
                    "heuristic instead", c->node && c->node->name ? c->node->name : "", (int)s);
             cudaGetLastError();
         }
+        /* an epilogue this algorithm or layout does not take: the caller runs it as a pass */
+        if (fused && st != KILN_OK && s == CUBLAS_STATUS_NOT_SUPPORTED) st = KILN_ERR_UNSUPPORTED;
     }
     kn_cu_lt_undescribe(op, la, lb, lc);
     if (dev_scalars) kn_cu_scratch_free(cu, dev_scalars, 2 * sizeof(float));
     if (convA_bytes) kn_cu_scratch_free(cu, convA, convA_bytes);
     if (convB_bytes) kn_cu_scratch_free(cu, convB, convB_bytes);
     return st;
+}
+
+kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm *g) {
+    if (!has_epilogue(g)) return gemm_run(cu, c, g, false);
+    if (g->batch != 1 || g->ldc != g->N || g->beta != 0 || (g->residual && g->residual == g->C))
+        return kn_kernel_error(c, KILN_ERR_INTERNAL, "a product's epilogue needs one product into whole rows, beta 0, "
+                               "a residual apart from the output");
+    kiln_status st = gemm_run(cu, c, g, true);
+    if (st != KILN_ERR_UNSUPPORTED) return st;
+    /* cuBLASLt cannot take it here (kiln's stand-ins, double, no algorithm with the epilogue): the
+     * product, then the epilogue as a pass of its own */
+    kn_clear_error();
+    kn_cu_gemm plain = *g;
+    plain.bias = plain.residual = NULL;
+    plain.relu = false;
+    KN_TRY(gemm_run(cu, c, &plain, false));
+    return kn_cu_check(c, kn_cu_epilogue(g->dt, g->C, g->bias, g->bias ? g->N : 0, g->N, 1, g->residual,
+                                         g->relu ? KN_ACT_RELU : KN_ACT_NONE, 0, 0, g->M * g->N, cu->stream),
+                       "the product's epilogue");
 }
 
 /* ------------------------------------------------------------------ MatMul */

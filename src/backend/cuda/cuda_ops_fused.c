@@ -54,6 +54,13 @@ static kiln_status epilogue(kn_cuda *cu, kn_kernel_ctx *c, kn_tensor *y, const k
                        c->node->op_type);
 }
 
+#ifdef KILN_HAVE_CUDNN
+static bool conv_fused_enabled(void) {
+    const char *v = getenv("KILN_CUDA_CONV_FUSED");
+    return !(v && !strcmp(v, "0"));
+}
+#endif
+
 static kiln_status run_fused_conv(kn_cuda *cu, kn_kernel_ctx *c) {
 #ifdef KILN_HAVE_CUDNN
     kn_act_spec a;
@@ -69,6 +76,18 @@ static kiln_status run_fused_conv(kn_cuda *cu, kn_kernel_ctx *c) {
     if (bias && kn_tensor_count(bias) != channels)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output channels",
                                (long long)kn_tensor_count(bias), (long long)channels);
+    /* with a bias and ReLU: all in cuDNN's call where it takes it (KILN_CUDA_CONV_FUSED=0: never) */
+    if (bias && a.act == KN_ACT_RELU && conv_fused_enabled()) {
+        kn_node proxy = *c->node;
+        proxy.op_type = "Conv", proxy.domain = "", proxy.opset = 13;
+        kn_kernel_ctx pc = *c;
+        pc.node = &proxy;
+        pc.n_inputs = 2;
+        bool done = false;
+        KN_TRY(kn_cu_run_conv_bias_relu(cu, &pc, bias, z, &done));
+        if (done) return KILN_OK;
+        return epilogue(cu, c, y, bias, channels, inner, z, &a);
+    }
     /* the convolution without its bias, then bias, residual and activation in one pass */
     KN_TRY(run_base(cu, c, "Conv", 2, kn_cu_run_conv));
     return epilogue(cu, c, y, bias, channels, inner, z, &a);
@@ -98,6 +117,28 @@ static kiln_status run_fused_matmul(kn_cuda *cu, kn_kernel_ctx *c) {
     if (bias && (bias->dtype != y->dtype || (nb != 1 && nb != cols)))
         return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output columns", (long long)nb,
                                (long long)cols);
+    const kn_tensor *A = c->in[0], *B = c->in[1];
+    if (A->rank >= 2 && B->rank == 2 && A->dims[A->rank - 1] == B->dims[0] && (!bias || nb == cols) &&
+        kn_tensor_count(y) > 0 && (!z || z->data != y->data)) {
+        /* B shared by every row of A: one product over all of them, with the bias, the residual and a
+         * ReLU in cuBLASLt's epilogue (kn_cu_gemm_run); another activation as a pass after it */
+        kn_cu_gemm g;
+        memset(&g, 0, sizeof g);
+        g.dt = y->dtype;
+        g.K = B->dims[0];
+        g.N = B->dims[1];
+        g.M = kn_tensor_count(y) / g.N;
+        g.batch = 1;
+        g.A = A->data, g.B = B->data, g.C = y->data;
+        g.lda = g.K, g.ldb = g.N, g.ldc = g.N;
+        g.alpha = 1;
+        g.bias = bias ? bias->data : NULL;
+        g.residual = z ? z->data : NULL;
+        g.relu = a.act == KN_ACT_RELU;
+        KN_TRY(kn_cu_gemm_run(cu, c, &g));
+        if (a.act == KN_ACT_NONE || a.act == KN_ACT_RELU) return KILN_OK;
+        return epilogue(cu, c, y, NULL, cols, 1, NULL, &a);
+    }
     KN_TRY(run_base(cu, c, "MatMul", 2, kn_cu_run_matmul));
     return epilogue(cu, c, y, bias, cols, 1, z, &a);
 }

@@ -114,8 +114,12 @@ static void *finish(warm_job *j, double t0, cudaStream_t stream, void *base, voi
     return NULL;
 }
 
-/* Where a product's operands lie in its scratch (A at 0, then B, C and the device scalars), and the
- * bytes in all; false for one too large to replay. */
+static bool lt_has_bias(const kn_cu_lt_key *k) {
+    return k->epilogue == CUBLASLT_EPILOGUE_BIAS || k->epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
+}
+
+/* Where a product's operands lie in its scratch (A at 0, then B, C, the device scalars and an
+ * epilogue's bias), and the bytes in all; false for one too large to replay. */
 static bool lt_layout(const kn_cu_lt_key *k, size_t *at_b, size_t *at_c, size_t *at_s, size_t *bytes) {
     int64_t ea, eb, ec;
     if (!kn_cu_lt_extents(k, &ea, &eb, &ec)) return false;
@@ -126,7 +130,7 @@ static bool lt_layout(const kn_cu_lt_key *k, size_t *at_b, size_t *at_c, size_t 
     *at_b = round_up((size_t)ea * es);
     *at_c = *at_b + round_up((size_t)eb * es);
     *at_s = *at_c + round_up((size_t)ec * cs);
-    *bytes = *at_s + 256;
+    *bytes = *at_s + 256 + (lt_has_bias(k) ? round_up((size_t)k->n * cs) : 0); /* the bias after the scalars */
     return *bytes <= WARM_MAX_BYTES;
 }
 
@@ -159,6 +163,10 @@ static void *replay_products(void *arg) {
         cublasLtMatrixLayout_t la, lb, lc;
         if (!lt_layout(&k, &at_b, &at_c, &at_s, &bytes) || kn_cu_lt_describe(&k, &op, &la, &lb, &lc) != CUBLAS_STATUS_SUCCESS)
             continue;
+        if (lt_has_bias(&k) && kn_cu_lt_set_bias(op, base + at_s + 256) != CUBLAS_STATUS_SUCCESS) {
+            kn_cu_lt_undescribe(op, la, lb, lc);
+            continue;
+        }
         double one_d = 1, zero_d = 0;
         float one_f = 1, zero_f = 0;
         const void *alpha = (cudaDataType_t)k.scale_type == CUDA_R_64F ? (const void *)&one_d : (const void *)&one_f;

@@ -1,0 +1,259 @@
+/* kiln's fused operators on CUDA against the CPU's: FusedMatMul's bias, residual and activation,
+ * which cuBLASLt applies in the product where it can (bias and ReLU as its epilogue, the residual as
+ * its C input) and a pass after it elsewhere (kiln's stand-in kernels, widths cuBLASLt refuses). */
+#include "test_onemodel.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static void om_kiln_domain(onemodel *o) {
+    kn_opset_import *ops = kn_arena_alloc(&o->m->arena, 2 * sizeof *ops);
+    ops[0] = o->m->opsets[0];
+    ops[1].domain = "kiln";
+    ops[1].version = 1;
+    o->m->opsets = ops;
+    o->m->n_opsets = 2;
+    o->g->nodes[o->node].domain = "kiln";
+}
+
+static double act_ref(int a, double x) {
+    switch (a) {
+    case 1: return x > 0 ? x : 0;
+    case 2: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    case 3: return 1 / (1 + exp(-x));
+    default: return x;
+    }
+}
+
+/* Runs o's model with provider cuda alone and compares Y with a double-precision evaluation of
+ * act(A x B + bias + Z) over the inputs as given (already in their type). */
+static void check_against_double(onemodel *o, int act, bool bias, bool residual, int64_t M, int64_t K, int64_t N,
+                                 double tol, const char *what) {
+    unsigned char *data = NULL;
+    size_t size = 0;
+    kn_graph_recount(o->g);
+    CHECK_MSG(kn_onnx_write_memory(o->m, &data, &size) == KILN_OK, "%s: writing the model: %s", what, kiln_last_error());
+    kiln_session *s = data ? om_session(data, size, "cuda") : NULL;
+    if (s) {
+        kn_tensor *y = NULL;
+        om_run(s, o, &y);
+        if (y && kn_tensor_count(y) == M * N) {
+            const kn_tensor *A = o->inputs[0], *B = o->inputs[1];
+            const kn_tensor *C = bias ? o->inputs[2] : NULL, *Z = residual ? o->inputs[bias ? 3 : 2] : NULL;
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    double acc = 0;
+                    for (int64_t k = 0; k < K; k++) acc += kn_tensor_get_f64(A, i * K + k) * kn_tensor_get_f64(B, k * N + j);
+                    if (C) acc += kn_tensor_get_f64(C, j);
+                    if (Z) acc += kn_tensor_get_f64(Z, i * N + j);
+                    const double want = act_ref(act, acc), got = kn_tensor_get_f64(y, i * N + j);
+                    if (!(fabs(got - want) <= tol * (1 + fabs(want)))) {
+                        kn_unit_fail(__FILE__, __LINE__, "%s: element [%lld, %lld] is %.7g, %.7g expected", what,
+                                     (long long)i, (long long)j, got, want);
+                        i = M;
+                        break;
+                    }
+                }
+        } else
+            kn_unit_fail(__FILE__, __LINE__, "%s: no output of %lld elements", what, (long long)(M * N));
+        kiln_tensor_destroy(y);
+    }
+    kiln_session_destroy(s);
+    free(data);
+}
+
+/* Y = act(A [2, 5, K] x B [K, N] + bias [N] + Z [2, 5, N]) for each combination of bias, residual
+ * and activation, in float, float16 and bfloat16. */
+static void fused_matmul_cases(const char *mode) {
+    static const kiln_dtype types[3] = {KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
+    static const char *const acts[4] = {"", "Relu", "Gelu", "Sigmoid"};
+    static const int64_t widths[2][2] = {{24, 40}, {9, 7}}; /* K, N: 7 columns leave rows 2-byte aligned in half */
+    for (int t = 0; t < 3; t++)
+        for (int w = 0; w < 2; w++)
+            for (int a = 0; a < 4; a++)
+                for (int extra = 0; extra < 4; extra++) {
+                    const kiln_dtype dt = types[t];
+                    const bool bias = extra & 1, residual = extra & 2;
+                    const int64_t K = widths[w][0], N = widths[w][1];
+                    onemodel o;
+                    om_init(&o, 17);
+                    int64_t ad[3] = {2, 5, K}, bd[2] = {K, N}, cd[1] = {N}, zd[3] = {2, 5, N};
+                    int in[4] = {om_input(&o, "A", dt, 3, ad, 1.0f, NULL), om_input(&o, "B", dt, 2, bd, 0.5f, NULL), -1, -1};
+                    int n_in = 2;
+                    if (bias || residual) in[n_in++] = bias ? om_input(&o, "bias", dt, 1, cd, 1.0f, NULL) : -1;
+                    if (residual) in[n_in++] = om_input(&o, "Z", dt, 3, zd, 1.0f, NULL);
+                    int out[1] = {om_value(&o, "Y")};
+                    om_node(&o, "FusedMatMul", in, n_in, out, 1);
+                    om_kiln_domain(&o);
+                    if (acts[a][0]) om_str(&o, "activation", acts[a]);
+                    char what[160];
+                    snprintf(what, sizeof what, "FusedMatMul %s K=%lld N=%lld activation '%s'%s%s (%s)",
+                             kiln_dtype_name(dt), (long long)K, (long long)N, acts[a], bias ? " bias" : "",
+                             residual ? " residual" : "", mode);
+                    /* the output's rounding (a half ulp of it) and, in float, tf32-free fp32 accumulation */
+                    const double tol = dt == KILN_DTYPE_FLOAT ? 1e-5 : dt == KILN_DTYPE_FLOAT16 ? 2e-3 : 1.6e-2;
+                    check_against_double(&o, a, bias, residual, 10, K, N, tol, what);
+                    om_free(&o);
+                }
+}
+
+KN_TEST(cuda_fused_matmul_epilogue) {
+    NEED_GPU();
+    fused_matmul_cases("cuBLASLt");
+}
+
+/* The same through kiln's stand-in product kernels (read as a session starts): the epilogue then
+ * runs as a pass of its own. */
+KN_TEST(cuda_fused_matmul_epilogue_standins) {
+    NEED_GPU();
+    const char *was = getenv("KILN_CUDA_STAND_INS");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("KILN_CUDA_STAND_INS", "always", 1);
+    fused_matmul_cases("stand-in kernels");
+    if (saved) setenv("KILN_CUDA_STAND_INS", saved, 1);
+    else unsetenv("KILN_CUDA_STAND_INS");
+    free(saved);
+}
+
+/* Convolutions whose kernel tiles the input (kernel = stride, no padding: a patch embedding), which
+ * CUDA runs as one matrix product over gathered patches; sizes the kernel does not divide leave
+ * the last rows and columns unread. Against the CPU's convolution. */
+KN_TEST(cuda_conv_patchify) {
+    NEED_GPU();
+    static const int64_t shapes[3][6] = {
+        /* N, C, H, W, kernel h, kernel w */
+        {2, 3, 10, 12, 2, 3},
+        {1, 4, 9, 8, 4, 4},
+        {3, 3, 32, 32, 16, 16},
+    };
+    static const kiln_dtype types[2] = {KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT16};
+    for (int s = 0; s < 3; s++)
+        for (int t = 0; t < 2; t++)
+            for (int layout = 0; layout < 2; layout++) {
+                const int64_t *d = shapes[s];
+                const kiln_dtype dt = types[t];
+                const bool nhwc = layout == 1;
+                const int64_t M = 8;
+                if (nhwc && dt != KILN_DTYPE_FLOAT) continue; /* the CPU's FusedConv takes float only */
+                onemodel o;
+                om_init(&o, 17);
+                int64_t xd[4] = {d[0], d[1], d[2], d[3]}, wd[4] = {M, d[1], d[4], d[5]}, bd[1] = {M};
+                if (nhwc) {
+                    int64_t xl[4] = {d[0], d[2], d[3], d[1]}, wl[4] = {M, d[4], d[5], d[1]};
+                    memcpy(xd, xl, sizeof xd);
+                    memcpy(wd, wl, sizeof wd);
+                }
+                int in[3] = {om_input(&o, "X", dt, 4, xd, 1.0f, NULL), om_input(&o, "W", dt, 4, wd, 0.25f, NULL),
+                             om_input(&o, "B", dt, 1, bd, 1.0f, NULL)};
+                int out[1] = {om_value(&o, "Y")};
+                om_node(&o, nhwc ? "FusedConv" : "Conv", in, 3, out, 1);
+                if (nhwc) {
+                    om_kiln_domain(&o);
+                    om_str(&o, "layout", "NHWC");
+                }
+                int64_t ks[2] = {d[4], d[5]};
+                kn_attr *a = om_attr(&o, "kernel_shape", KN_ATTR_INTS);
+                a->ints = kn_arena_alloc(&o.m->arena, sizeof ks);
+                memcpy(a->ints, ks, sizeof ks);
+                a->n = 2;
+                a = om_attr(&o, "strides", KN_ATTR_INTS);
+                a->ints = kn_arena_alloc(&o.m->arena, sizeof ks);
+                memcpy(a->ints, ks, sizeof ks);
+                a->n = 2;
+                char what[128];
+                snprintf(what, sizeof what, "%s %s x [%lld, %lld, %lld, %lld] kernel = stride %lldx%lld",
+                         nhwc ? "FusedConv NHWC" : "Conv", kiln_dtype_name(dt), (long long)d[0], (long long)d[1],
+                         (long long)d[2], (long long)d[3], (long long)d[4], (long long)d[5]);
+                /* sums of up to 768 products: float16's accumulation order differs between the two */
+                om_compare(&o, dt == KILN_DTYPE_FLOAT ? 1e-4 : 1e-2, dt == KILN_DTYPE_FLOAT ? 1e-4 : 1e-2, what);
+            }
+}
+
+/* kiln.FusedConv = relu(conv(X, W) + bias [+ Z]) built in dt; NHWC when nhwc. */
+static void fused_conv_model(onemodel *o, kiln_dtype dt, bool nhwc, bool residual, const kn_tensor *const *values) {
+    om_init(o, 17);
+    int64_t xd[4] = {2, 8, 10, 10}, wd[4] = {16, 8, 3, 3}, bd[1] = {16}, zd[4] = {2, 16, 10, 10};
+    if (nhwc) {
+        int64_t xl[4] = {2, 10, 10, 8}, wl[4] = {16, 3, 3, 8}, zl[4] = {2, 10, 10, 16};
+        memcpy(xd, xl, sizeof xd);
+        memcpy(wd, wl, sizeof wd);
+        memcpy(zd, zl, sizeof zd);
+    }
+    const char *names[4] = {"X", "W", "B", "Z"};
+    const int64_t *dims[4] = {xd, wd, bd, zd};
+    const int ranks[4] = {4, 4, 1, 4};
+    int in[4];
+    for (int i = 0; i < (residual ? 4 : 3); i++) {
+        in[i] = om_input(o, names[i], dt, ranks[i], dims[i], i == 1 ? 0.25f : 1.0f, NULL);
+        if (values) /* the other model's values, in this one's type */
+            for (int64_t e = 0; e < kn_tensor_count(values[i]); e++)
+                kn_tensor_set_f64(o->inputs[i], e, kn_tensor_get_f64(values[i], e));
+    }
+    int out[1] = {om_value(o, "Y")};
+    om_node(o, "FusedConv", in, residual ? 4 : 3, out, 1);
+    om_kiln_domain(o);
+    om_str(o, "activation", "Relu");
+    if (nhwc) om_str(o, "layout", "NHWC");
+    int64_t pads[4] = {1, 1, 1, 1}, ks[2] = {3, 3};
+    kn_attr *a = om_attr(o, "pads", KN_ATTR_INTS);
+    a->ints = kn_arena_alloc(&o->m->arena, sizeof pads);
+    memcpy(a->ints, pads, sizeof pads);
+    a->n = 4;
+    a = om_attr(o, "kernel_shape", KN_ATTR_INTS);
+    a->ints = kn_arena_alloc(&o->m->arena, sizeof ks);
+    memcpy(a->ints, ks, sizeof ks);
+    a->n = 2;
+}
+
+static kn_tensor *run_one(onemodel *o, const char *provider, const char *what) {
+    unsigned char *data = NULL;
+    size_t size = 0;
+    kn_graph_recount(o->g);
+    CHECK_MSG(kn_onnx_write_memory(o->m, &data, &size) == KILN_OK, "%s: writing the model: %s", what, kiln_last_error());
+    kiln_session *s = data ? om_session(data, size, provider) : NULL;
+    kn_tensor *y = NULL;
+    if (s) om_run(s, o, &y);
+    kiln_session_destroy(s);
+    free(data);
+    return y;
+}
+
+/* FusedConv with a bias and ReLU (and a residual), which cuDNN runs in one call
+ * (cudnnConvolutionBiasActivationForward): on CUDA in float, float16 and bfloat16 against the
+ * CPU's float FusedConv over the same values, and with KILN_CUDA_CONV_FUSED=0 (conv, then a pass). */
+KN_TEST(cuda_fused_conv_bias_relu) {
+    NEED_GPU();
+    static const kiln_dtype types[3] = {KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
+    for (int off = 0; off < 2; off++)
+        for (int t = 0; t < 3; t++)
+            for (int layout = 0; layout < 2; layout++)
+                for (int residual = 0; residual < 2; residual++) {
+                    const kiln_dtype dt = types[t];
+                    char what[128];
+                    snprintf(what, sizeof what, "FusedConv 3x3 %s %s bias relu%s%s", kiln_dtype_name(dt),
+                             layout ? "NHWC" : "NCHW", residual ? " residual" : "", off ? " (fused call off)" : "");
+                    if (off) setenv("KILN_CUDA_CONV_FUSED", "0", 1);
+                    onemodel gpu, cpu;
+                    fused_conv_model(&gpu, dt, layout, residual, NULL);
+                    fused_conv_model(&cpu, KILN_DTYPE_FLOAT, layout, residual, (const kn_tensor *const *)gpu.inputs);
+                    kn_tensor *got = run_one(&gpu, "cuda", what), *want = run_one(&cpu, "cpu", what);
+                    if (off) unsetenv("KILN_CUDA_CONV_FUSED");
+                    const double tol = dt == KILN_DTYPE_FLOAT ? 1e-4 : dt == KILN_DTYPE_FLOAT16 ? 1e-2 : 6e-2;
+                    if (got && want && kn_tensor_count(got) == kn_tensor_count(want)) {
+                        for (int64_t i = 0; i < kn_tensor_count(want); i++) {
+                            const double w = kn_tensor_get_f64(want, i), g = kn_tensor_get_f64(got, i);
+                            if (!(fabs(g - w) <= tol * (1 + fabs(w)))) {
+                                kn_unit_fail(__FILE__, __LINE__, "%s: element %lld is %.7g on CUDA, %.7g on the CPU", what,
+                                             (long long)i, g, w);
+                                break;
+                            }
+                        }
+                    } else
+                        kn_unit_fail(__FILE__, __LINE__, "%s: no output or outputs of different sizes", what);
+                    kiln_tensor_destroy(got);
+                    kiln_tensor_destroy(want);
+                    om_free(&gpu);
+                    om_free(&cpu);
+                }
+}
