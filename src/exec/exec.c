@@ -147,6 +147,11 @@ typedef struct kn_body_memos {
     const kn_graph *g;
     int *outer; /* the body's outer reads (value ids): their shapes are in its signatures */
     int n_outer;
+    /* for each: the enclosing graph that holds the name first (levels up from the body's parent)
+     * and its id there, found once: lookup_outer's walk by name at each run costs as much as the
+     * body's small nodes */
+    int *outer_level, *outer_id;
+    const kn_graph **outer_graph;
     kn_shape_memo *m[KN_MEMPLAN_SHAPED];
     uint64_t seen[KN_MEMPLAN_SHAPED]; /* hashes of sets seen once (0: none) */
     int next_seen;
@@ -177,21 +182,18 @@ static bool memo_wanted(void) {
  * are not in it: no memo) or out of memory. */
 static kn_tensor *lookup_outer(const kn_exec *x, const char *name);
 
-/* The value outer read v of x's graph (a body) refers to, as lookup_outer finds it, trying the
- * loader's guess of its id in the parent first (a body run asks for every outer read). */
-static kn_tensor *outer_tensor(const kn_exec *x, int v) {
-    const kn_value *val = &x->graph->values[v];
+/* The value the body's outer read i (bm->outer[i]) refers to, as lookup_outer finds it, through
+ * the place found when the body's entry was made. */
+static kn_tensor *outer_tensor(const kn_exec *x, const kn_body_memos *bm, int i) {
     const kn_exec *p = x->parent;
-    int r = val->outer_ref;
-    if (p && r >= 0 && r < p->graph->n_values) {
-        const kn_value *pv = &p->graph->values[r];
-        if (pv->name == val->name || !strcmp(pv->name, val->name)) {
-            if (p->slots[r]) return p->slots[r];
-            if (pv->constant) return pv->constant;
-            if (!pv->is_outer) return NULL;
-        }
+    for (int l = 0; p && l < bm->outer_level[i]; l++) p = p->parent;
+    const int id = bm->outer_id[i];
+    if (p && p->graph == bm->outer_graph[i] && id >= 0 && id < p->graph->n_values) {
+        if (p->slots[id]) return p->slots[id];
+        if (p->graph->values[id].constant) return p->graph->values[id].constant;
+        if (!p->graph->values[id].is_outer) return NULL;
     }
-    return lookup_outer(x, val->name);
+    return lookup_outer(x, x->graph->values[bm->outer[i]].name);
 }
 
 /* Appends t's element type, device, rank and dims (-1 for none); false when t is not a tensor. */
@@ -206,8 +208,9 @@ static bool sig_add(int64_t *sig, int *n, const kn_tensor *t) {
     return true;
 }
 
-static int64_t *shape_sig(const kn_exec *x, kn_tensor *const *inputs, const int *outer, int n_outer, int *len) {
+static int64_t *shape_sig(const kn_exec *x, kn_tensor *const *inputs, const kn_body_memos *bm, int *len) {
     const kn_graph *g = x->graph;
+    const int n_outer = bm ? bm->n_outer : 0;
     int64_t *sig = malloc(sizeof(int64_t) * (size_t)((g->n_inputs + n_outer) * (KILN_MAX_RANK + 1) + 1));
     int n = 0;
     if (!sig) return NULL;
@@ -215,7 +218,7 @@ static int64_t *shape_sig(const kn_exec *x, kn_tensor *const *inputs, const int 
     for (int i = 0; ok && i < g->n_inputs; i++) ok = sig_add(sig, &n, inputs[i]);
     /* a body's outer reads: an unresolved one (NULL) is an error the run reports */
     for (int i = 0; ok && i < n_outer; i++) {
-        const kn_tensor *t = outer_tensor(x, outer[i]);
+        const kn_tensor *t = outer_tensor(x, bm, i);
         ok = t && sig_add(sig, &n, t);
     }
     if (!ok) {
@@ -230,6 +233,9 @@ static void body_memos_free(kn_body_memos *b) {
     if (!b) return;
     for (int i = 0; i < KN_MEMPLAN_SHAPED; i++) memo_free(b->m[i]);
     free(b->outer);
+    free(b->outer_level);
+    free(b->outer_id);
+    free(b->outer_graph);
     free(b);
 }
 
@@ -259,7 +265,7 @@ static void choose_memo(kn_exec *x, kn_run_ctx *ctx, kn_shape_memo **home, kn_bo
                         kn_tensor *const *inputs) {
     const kn_graph *g = x->graph;
     int len = 0;
-    int64_t *sig = shape_sig(x, inputs, bm ? bm->outer : NULL, bm ? bm->n_outer : 0, &len);
+    int64_t *sig = shape_sig(x, inputs, bm, &len);
     if (!sig) {
         kn_clear_error();
         return;
@@ -324,14 +330,27 @@ static kn_body_memos *body_memos(kn_run_ctx *ctx, const kn_graph *g) {
     if (!e) return NULL;
     e->g = g;
     for (int v = 0; v < g->n_values; v++) e->n_outer += g->values[v].is_outer;
-    e->outer = malloc(sizeof *e->outer * (size_t)(e->n_outer ? e->n_outer : 1));
-    if (!e->outer) {
-        free(e);
+    size_t no = (size_t)(e->n_outer ? e->n_outer : 1);
+    e->outer = malloc(sizeof *e->outer * no);
+    e->outer_level = malloc(sizeof *e->outer_level * no);
+    e->outer_id = malloc(sizeof *e->outer_id * no);
+    e->outer_graph = malloc(sizeof *e->outer_graph * no);
+    if (!e->outer || !e->outer_level || !e->outer_id || !e->outer_graph) {
+        body_memos_free(e);
         return NULL;
     }
     e->n_outer = 0;
-    for (int v = 0; v < g->n_values; v++)
-        if (g->values[v].is_outer) e->outer[e->n_outer++] = v;
+    for (int v = 0; v < g->n_values; v++) {
+        if (!g->values[v].is_outer) continue;
+        int i = e->n_outer++, level = 0, id = -1;
+        const kn_graph *q = g->parent;
+        for (; q; q = q->parent, level++)
+            if ((id = kn_graph_find_value(q, g->values[v].name)) >= 0) break;
+        e->outer[i] = v;
+        e->outer_level[i] = level;
+        e->outer_id[i] = id;
+        e->outer_graph[i] = q;
+    }
     ctx->bodies[ctx->n_bodies++] = e;
     return e;
 }
@@ -1096,7 +1115,9 @@ kiln_status kn_exec_graph_ctx(const kn_graph *g, kn_runtime *rt, kn_threadpool *
                               kn_tensor *const *into) {
     bool bounded = ctx && (ctx->terminate || ctx->deadline_ms > 0);
     if (bounded) kn_parallel_set_stop(stop_check, ctx);
+    kn_tensor_bytes_limit_pin(); /* (asked at each allocation of the run) */
     kiln_status st = exec_graph(g, rt, pool, buffers, NULL, ctx, inputs, outputs, flags, into);
+    kn_tensor_bytes_limit_unpin();
     if (bounded) kn_parallel_set_stop(NULL, NULL);
     return st;
 }
@@ -1111,10 +1132,14 @@ static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *
     int64_t *sig = NULL; /* the input shapes, for a run that makes a memory plan */
     int sig_len = 0;
     size_t nv = (size_t)(g->n_values ? g->n_values : 1);
-    x.slots = calloc(nv, sizeof *x.slots);
-    x.owned = calloc(nv, 1);
-    x.remaining = calloc(nv, sizeof *x.remaining);
-    x.alt = calloc(nv, sizeof *x.alt);
+    /* one block for the four per-value arrays (a Loop body's run makes them at each iteration) */
+    unsigned char *block = calloc(nv, sizeof *x.slots + sizeof *x.alt + sizeof *x.remaining + 1);
+    if (block) {
+        x.slots = (kn_tensor **)block;
+        x.alt = (kn_tensor **)(block + nv * sizeof *x.slots);
+        x.remaining = (int *)(block + nv * (sizeof *x.slots + sizeof *x.alt));
+        x.owned = block + nv * (sizeof *x.slots + sizeof *x.alt + sizeof *x.remaining);
+    }
     kiln_status st = KILN_OK;
     kn_progress prog = {0};
     char lbl[256];
@@ -1232,10 +1257,7 @@ done:
     handed_clear(&x);
     free(x.handed);
     free(x.direct);
-    free(x.alt);
-    free(x.slots);
-    free(x.owned);
-    free(x.remaining);
+    free(block);
     return st;
 }
 

@@ -18,7 +18,23 @@ static void physical_read(void) {
     physical_bytes = pages <= 0 || page <= 0 ? (uint64_t)1 << 40 : kn_bytes_of((uint64_t)pages, (uint64_t)page);
 }
 
-uint64_t kn_tensor_bytes_limit(void) {
+static uint64_t limit_read(void);
+
+/* the pinned limit of the run on this thread (pinned > 0) */
+static _Thread_local uint64_t pinned_limit;
+static _Thread_local int pinned;
+
+void kn_tensor_bytes_limit_pin(void) {
+    if (pinned++ == 0) pinned_limit = limit_read();
+}
+
+void kn_tensor_bytes_limit_unpin(void) {
+    if (pinned > 0) pinned--;
+}
+
+uint64_t kn_tensor_bytes_limit(void) { return pinned > 0 ? pinned_limit : limit_read(); }
+
+static uint64_t limit_read(void) {
     const char *e = getenv("KILN_MAX_TENSOR_BYTES");
     if (e && *e) {
         char *end;

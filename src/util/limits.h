@@ -9,6 +9,11 @@
  * memory (a tensor larger than that cannot be computed here anyway, and asking for it is the mark
  * of a hostile or broken model: a 300-byte TfIdfVectorizer asked for 7 GB). */
 uint64_t kn_tensor_bytes_limit(void);
+/* Reads the limit now and has kn_tensor_bytes_limit return it on this thread until unpinned: a run
+ * pins it for its duration (the environment is read once per run instead of at each of its
+ * allocations). Pins nest: each pin needs its unpin. */
+void kn_tensor_bytes_limit_pin(void);
+void kn_tensor_bytes_limit_unpin(void);
 /* count * elem_size, or UINT64_MAX when it overflows. */
 uint64_t kn_bytes_of(uint64_t count, uint64_t elem_size);
 
