@@ -52,10 +52,12 @@ typedef struct conv_plan {
     cudnnDataType_t dt;
     uint8_t tkey[KN_CU_TUNE_KEY_MAX]; /* the tuning key (kind byte + make_plan's description) */
     size_t klen;
-    /* FusedConv's bias and ReLU in cuDNN's call (run_any's conv_epilogue): made on first use */
+    /* FusedConv's bias and ReLU in cuDNN's call (run_any's conv_epilogue): made on first use, under
+     * cu->sh->cache_mu, then only read */
     cudnnTensorDescriptor_t bd;
     cudnnActivationDescriptor_t ad;
-    bool no_fused; /* cuDNN refused the fused call once: the epilogue runs as a pass */
+    bool fused_ready;
+    _Atomic bool no_fused; /* cuDNN refused the fused call once: the epilogue runs as a pass */
 } conv_plan;
 
 /* What FusedConv asks of the convolution beyond it: y = relu(conv(x) + bias + z) in cuDNN's one call
@@ -672,14 +674,23 @@ static kiln_status run_patchify(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom *
     return st;
 }
 
-/* The descriptors of the fused call's bias ([1, C, 1, 1] in the plan's layout and type) and ReLU. */
-static bool fused_descriptors(conv_plan *p, int64_t channels, bool nhwc) {
-    if (!p->bd && cudnnCreateTensorDescriptor(&p->bd) != CUDNN_STATUS_SUCCESS) return false;
-    if (!p->ad && cudnnCreateActivationDescriptor(&p->ad) != CUDNN_STATUS_SUCCESS) return false;
-    const int dims[4] = {1, (int)channels, 1, 1};
-    return cudnnSetTensorNdDescriptorEx(p->bd, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, p->dt, 4, dims) ==
-               CUDNN_STATUS_SUCCESS &&
-           cudnnSetActivationDescriptor(p->ad, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0) == CUDNN_STATUS_SUCCESS;
+/* The descriptors of the fused call's bias ([1, C, 1, 1] in the plan's layout and type) and ReLU,
+ * made by the first lane to ask (plans are shared); false where they cannot be. */
+static bool fused_descriptors(kn_cuda *cu, conv_plan *p, int64_t channels, bool nhwc) {
+    pthread_mutex_lock(&cu->sh->cache_mu);
+    if (!p->fused_ready && !p->no_fused) {
+        const int dims[4] = {1, (int)channels, 1, 1};
+        p->fused_ready =
+            (p->bd || cudnnCreateTensorDescriptor(&p->bd) == CUDNN_STATUS_SUCCESS) &&
+            (p->ad || cudnnCreateActivationDescriptor(&p->ad) == CUDNN_STATUS_SUCCESS) &&
+            cudnnSetTensorNdDescriptorEx(p->bd, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, p->dt, 4, dims) ==
+                CUDNN_STATUS_SUCCESS &&
+            cudnnSetActivationDescriptor(p->ad, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0) == CUDNN_STATUS_SUCCESS;
+        if (!p->fused_ready) p->no_fused = true;
+    }
+    const bool ready = p->fused_ready && !p->no_fused;
+    pthread_mutex_unlock(&cu->sh->cache_mu);
+    return ready;
 }
 
 /* Shared by Conv and ConvTranspose: operands converted to the compute type when the precision
@@ -766,18 +777,16 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_e
         const void *one = cdt == KILN_DTYPE_DOUBLE ? (const void *)&one_d : (const void *)&one_f;
         const void *zero = cdt == KILN_DTYPE_DOUBLE ? (const void *)&zero_d : (const void *)&zero_f;
         cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
-        /* at most twice: an algorithm that fails to run is replaced by algorithm 0 (implicit GEMM,
-         * no workspace), in the plan and in the tuning results */
         /* FusedConv's bias, residual and ReLU in the call: 2-D, in the tensors' own type, straight into y */
         const kn_tensor *zt = ep ? ep->z : NULL;
         const bool fuse = ep && ep->bias && !transpose && !p->no_fused && g.nsp == 2 && cdt == dt && !p->explicit_pad &&
                           yout == y->data && ep->bias->dtype == dt && kn_tensor_count(ep->bias) == g.cout &&
                           (!zt || (zt->dtype == dt && kn_tensor_count(zt) == kn_tensor_count(y) && zt->data != y->data)) &&
                           (dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16 || dt == KILN_DTYPE_FLOAT) &&
-                          fused_descriptors(p, g.cout, g.nhwc);
+                          fused_descriptors(cu, p, g.cout, g.nhwc);
         if (fuse) {
             s = cudnnConvolutionBiasActivationForward(cu->dnn, one, p->xd, xin, p->wd, win, p->cd,
-                                                      (cudnnConvolutionFwdAlgo_t)p->algo, cu->workspace, p->ws,
+                                                      (cudnnConvolutionFwdAlgo_t)algo, cu->workspace, ws,
                                                       zt ? one : zero, p->yd, zt ? zt->data : yout, p->bd,
                                                       ep->bias->data, p->ad, p->yd, yout);
             if (s == CUDNN_STATUS_SUCCESS) ep->done = true;
@@ -789,6 +798,8 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_e
                 p->no_fused = true;
             }
         }
+        /* at most twice: an algorithm that fails to run is replaced by algorithm 0 (implicit GEMM,
+         * no workspace), in the plan and in the tuning results */
         for (int attempt = 0; !(ep && ep->done) && attempt < 2; attempt++) {
             if (!transpose)
                 s = cudnnConvolutionForward(cu->dnn, one, p->xd, xin, p->wd, win, p->cd, (cudnnConvolutionFwdAlgo_t)algo,
