@@ -180,6 +180,8 @@ static const struct {
                       "progress on a terminal; 1 shows it in logs too, 0 never"},
     {"KILN_CACHE_MAX_SIZE", "the cache directory's size limit (500M, 2G); the least recently used entries go"},
     {"KILN_MEMORY_PLAN", "0 turns the planned activation arena off"},
+    {"KILN_SHAPE_MEMO", "0 makes every run infer every node's output shapes (by default a run with input shapes "
+                        "seen before infers only the nodes whose shapes depend on data)"},
     {"KILN_OUTPUTS_IN_PLACE", "0 makes kiln_session_run_into copy each output into the caller's tensor after the run "
                               "instead of the node writing it there"},
     {"KILN_LAYOUT", "nhwc forms level 3's channels-last regions at any batch, nchw never"},
