@@ -556,7 +556,9 @@ KN_TEST(linalg_sgemm_prepacked_a) {
 KN_TEST(linalg_sgemm_prepacked_b) {
     kn_threadpool *pool;
     CHECK_STATUS(kn_threadpool_create(3, &pool), KILN_OK);
-    static const int64_t shapes[][3] = {{16, 300, 40}, {100, 257, 600}, {37, 1500, 300}, {64, 7, 1100}, {200, 33, 17}};
+    static const int64_t shapes[][3] = {{16, 300, 40}, {100, 257, 600}, {37, 1500, 300}, {64, 7, 1100}, {200, 33, 17},
+                                        /* one row: the packed GEMV */
+                                        {1, 300, 40},   {1, 77, 600},    {1, 1000, 2048}, {1, 5, 3}};
     for (int threads = 0; threads < 2; threads++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             for (int tb = 0; tb < 2; tb++) {

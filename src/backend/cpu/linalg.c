@@ -140,7 +140,11 @@ static void make_packed_b(const void *ctx, void *dst) {
 
 static const float *const_packed_b(const kn_kernel_ctx *c, int input, const float *B, int64_t ldb, bool trans,
                                    int64_t M, int64_t N, int64_t K) {
-    if (M < 16 || M > KN_PACKED_B_MAX_M || input >= c->n_inputs || !c->in[input] || c->in[input]->dtype != KILN_DTYPE_FLOAT ||
+    /* one row times a transposed B (a classifier's Gemm, transB = 1): the dot products read 16
+     * rows of B at once; packed, B is one stream per panel. Only up to 64 MB of weights: the
+     * packed copy doubles them */
+    const bool row = M == 1 && trans && (double)N * (double)K <= 16.0 * 1024 * 1024;
+    if ((M < 16 && !row) || M > KN_PACKED_B_MAX_M || input >= c->n_inputs || !c->in[input] || c->in[input]->dtype != KILN_DTYPE_FLOAT ||
         B != c->in[input]->data)
         return NULL;
     packed_b_ctx pc = {B, ldb, N, K, trans};

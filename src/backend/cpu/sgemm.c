@@ -653,9 +653,12 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
     float *Aws = ws, *Bp = ws + (size_t)MC * KC;
     const float *Ap = Aws;
     const bool direct = !B_packed && !p->pack_b && !p->trans_b && (m1 - m0) <= DIRECT_B_MAX_M;
-    /* few rows (one block of A): the packed block of B is read back by only a few micro-kernel
-     * calls per panel, so it should come back from L2, not L3: blocks of NC_FEW_ROWS columns */
-    const int64_t ncb = m1 - m0 <= MC ? NC_FEW_ROWS : NC;
+    /* Columns of B per block. Few rows (one block of A) with B packed here: the packed block is
+     * read back by only a few micro-kernel calls per panel, so it should come back from L2, not
+     * L3: NC_FEW_ROWS columns. B prepacked or read in place: no block to keep in cache, and every
+     * block packs A again (a transposing copy: 256 columns made BERT's 128 x 3072 x 768 8% slower),
+     * so the whole tile at once. */
+    const int64_t ncb = B_packed || direct ? n1 - n0 : m1 - m0 <= MC ? NC_FEW_ROWS : NC;
     for (int64_t jc = n0; jc < n1; jc += ncb) {
         int64_t nc = min64(ncb, n1 - jc);
         for (int64_t pc = 0; pc < p->K; pc += KC) {
@@ -785,6 +788,56 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
     return true;
 }
 
+/* c[j] = alpha * sum_k a[k] * op(B)[k][j] + beta * c[j] for j in [n0, n1) (n0 a multiple of NR),
+ * op(B) prepacked whole (kn_sgemm_pack_b_full, Np columns padded): each NR-column panel of a slice
+ * is one contiguous stream, where the unpacked row-times-matrix paths read many rows at once. */
+static void gemv_packed(const float *a, int64_t K, const float *Bp, int64_t Np, float *c, int64_t n0, int64_t n1,
+                        float alpha, float beta) {
+    for (int64_t j = n0; j < n1; j += NR) {
+        const int n = (int)min64(NR, n1 - j);
+#if defined(KN_GEMM_AVX512)
+        __m512 s0[4], s1[4];
+        for (int u = 0; u < 4; u++) s0[u] = s1[u] = _mm512_setzero_ps();
+        for (int64_t pc = 0; pc < K; pc += KC) {
+            const int64_t kc = min64(KC, K - pc);
+            const float *b = Bp + pc * Np + j * kc, *ak = a + pc;
+            int64_t k = 0;
+            for (; k + 4 <= kc; k += 4)
+#pragma GCC unroll 4
+                for (int u = 0; u < 4; u++) {
+                    const __m512 av = _mm512_set1_ps(ak[k + u]);
+                    s0[u] = _mm512_fmadd_ps(av, _mm512_loadu_ps(b + (k + u) * NR), s0[u]);
+                    s1[u] = _mm512_fmadd_ps(av, _mm512_loadu_ps(b + (k + u) * NR + 16), s1[u]);
+                }
+            for (; k < kc; k++) {
+                const __m512 av = _mm512_set1_ps(ak[k]);
+                s0[0] = _mm512_fmadd_ps(av, _mm512_loadu_ps(b + k * NR), s0[0]);
+                s1[0] = _mm512_fmadd_ps(av, _mm512_loadu_ps(b + k * NR + 16), s1[0]);
+            }
+        }
+        const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+        const __mmask16 m0 = mask16(n), m1 = mask16(n - 16);
+        __m512 r0 = _mm512_mul_ps(va, _mm512_add_ps(_mm512_add_ps(s0[0], s0[1]), _mm512_add_ps(s0[2], s0[3])));
+        __m512 r1 = _mm512_mul_ps(va, _mm512_add_ps(_mm512_add_ps(s1[0], s1[1]), _mm512_add_ps(s1[2], s1[3])));
+        if (beta != 0.0f) {
+            r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, c + j), r0);
+            r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, c + j + 16), r1);
+        }
+        _mm512_mask_storeu_ps(c + j, m0, r0);
+        _mm512_mask_storeu_ps(c + j + 16, m1, r1);
+#else
+        float acc[NR] = {0};
+        for (int64_t pc = 0; pc < K; pc += KC) {
+            const int64_t kc = min64(KC, K - pc);
+            const float *b = Bp + pc * Np + j * kc;
+            for (int64_t k = 0; k < kc; k++)
+                for (int l = 0; l < NR; l++) acc[l] += a[pc + k] * b[k * NR + l];
+        }
+        for (int l = 0; l < n; l++) c[j + l] = finish(acc[l], alpha, beta, c + j + l);
+#endif
+    }
+}
+
 static void run_row_tile(const kn_sgemm_batch *p, int64_t op, int64_t n0, int64_t n1, float *ws) {
     /* M == 1: a is row 0 of op(A); copy it when strided */
     const float *A = p->a[op], *B = p->b[op];
@@ -794,7 +847,8 @@ static void run_row_tile(const kn_sgemm_batch *p, int64_t op, int64_t n0, int64_
         for (int64_t k = 0; k < p->K; k++) ws[k] = A[k * p->lda];
         a = ws;
     }
-    if (p->trans_b) dot_rows(B + n0 * p->ldb, p->ldb, n1 - n0, a, p->K, C + n0, 1, p->alpha, p->beta);
+    if (p->b_packed) gemv_packed(a, p->K, p->b_packed[op], padded_n(p->N), C, n0, n1, p->alpha, p->beta);
+    else if (p->trans_b) dot_rows(B + n0 * p->ldb, p->ldb, n1 - n0, a, p->K, C + n0, 1, p->alpha, p->beta);
     else gemv_rows(a, p->K, B, p->ldb, C, n0, n1, p->alpha, p->beta);
 }
 
