@@ -682,12 +682,18 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
                                                : Bp + jr * kc;
                     int64_t bs = direct ? p->ldb : NR;
                     float *cp = C + ic * p->ldc + jc + jr;
-                    /* prepacked A comes from memory on the first panel of B: each call prefetches
-                     * the next row panel (MR * kc floats, fewer than the kc lines it fetches) */
+                    /* Operands prepacked once per session come from memory. Prepacked B: the first
+                     * two calls prefetch half each of the next panel (NR * kc floats, 2 * kc lines;
+                     * BERT-base's 128 x 768 x 3072 products read theirs 20% slower without). Else
+                     * prepacked A, on the first panel of B: each call prefetches the next row panel
+                     * (MR * kc floats, fewer than the kc lines it fetches). */
+                    const float *nextb = B_packed && jr + NR < nc ? bp + NR * kc : NULL;
                     for (int64_t ir = 0; ir < mc; ir += MR)
                         ukr_any((int)min64(MR, mc - ir), kc, Ap + ir * kc, MR, bp, bs, cp + ir * p->ldc, p->ldc, n,
                                 p->alpha, beta, bias && pc == 0 ? bias + ic + ir : NULL,
-                                A_packed && jr == 0 ? Ap + (ir + MR) * kc : Ap + ir * kc);
+                                nextb && ir < 2 * MR ? nextb + ir / MR * kc * (NR / 2)
+                                : A_packed && jr == 0 ? Ap + (ir + MR) * kc
+                                                      : Ap + ir * kc);
                     /* the strip is final after the last slice of K: post-process it while cached */
                     if (p->epilogue && pc + kc == p->K) p->epilogue(p->epilogue_ctx, op, ic, jc + jr, mc, n, cp, p->ldc);
                 }
