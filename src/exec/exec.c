@@ -137,6 +137,7 @@ typedef struct kn_shape_memo {
     int *at;             /* per node: index in types of its output 0's type; -1: inferred at each run */
     kn_type *types;      /* the kept nodes' output types, n_outputs each */
     int n_types, cap_types;
+    void **prep;         /* per node: its kernel's prepared block (kn_kernel_ctx.prep), kept nodes only */
     unsigned char *val;  /* while recording: per value, MEMO_TYPE | MEMO_ELEMS */
 } kn_shape_memo;
 
@@ -163,6 +164,8 @@ uint64_t kn_exec_infer_count(void) { return infer_calls; }
 
 static void memo_free(kn_shape_memo *m) {
     if (!m) return;
+    for (int i = 0; m->prep && i < m->n_nodes; i++) free(m->prep[i]);
+    free(m->prep);
     free(m->sig);
     free(m->at);
     free(m->types);
@@ -297,8 +300,9 @@ static void choose_memo(kn_exec *x, kn_run_ctx *ctx, kn_shape_memo **home, kn_bo
         m->n_nodes = g->n_nodes;
         m->at = malloc(sizeof *m->at * (size_t)(g->n_nodes ? g->n_nodes : 1));
         m->val = calloc((size_t)(g->n_values ? g->n_values : 1), 1);
+        m->prep = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *m->prep);
     }
-    if (!m || !m->at || !m->val) {
+    if (!m || !m->at || !m->val || !m->prep) {
         if (m) memo_free(m);
         else free(sig);
         return; /* no memo: the run infers as before */
@@ -964,7 +968,8 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
             }
         }
     }
-    kn_kernel_ctx kc = {n, g, ni, in, no, out, x->pool, x};
+    /* a kept node's kernel may keep what it prepares for these shapes */
+    kn_kernel_ctx kc = {n, g, ni, in, no, out, x->pool, x, memo_at >= 0 ? &x->memo->prep[idx] : NULL};
     double prof_t0 = kn_profile_on() ? kn_profile_begin(be) : 0;
     st = be ? be->ops->run(be->state, n->kernel, &kc) : k->run(&kc);
     if (prof_t0 != 0 && st == KILN_OK) kn_profile_end_call(&kc, n, be, prof_t0);

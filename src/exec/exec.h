@@ -84,7 +84,7 @@ typedef struct kn_exec {
     kn_tensor **direct;
     /* the main graph's shape memo for this run's input shapes (exec.c), or NULL; `rec`: the one
      * this run makes (first run with these shapes) */
-    const struct kn_shape_memo *memo;
+    struct kn_shape_memo *memo; /* (its types are read only; its kernels' prepared blocks change) */
     struct kn_shape_memo *rec;
     struct kn_shape_memo **memo_home; /* where rec goes when the run succeeds (KN_MEMPLAN_SHAPED places) */
 } kn_exec;

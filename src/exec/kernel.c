@@ -4,6 +4,7 @@
 #include "util/limits.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,46 @@ kiln_status kn_ctx_output(kn_kernel_ctx *c, int i, kiln_dtype dtype, int rank, c
     c->out[i] = n;
     *out = n;
     return KILN_OK;
+}
+
+/* A prepared block: its owner (tag, node), its key, then the data. */
+typedef struct prep_block {
+    const void *tag;
+    const kn_node *node;
+    size_t key_bytes, bytes;
+    /* key bytes, then data bytes (max_align_t-aligned) */
+} prep_block;
+
+static size_t prep_key_room(size_t key_bytes) {
+    const size_t a = _Alignof(max_align_t);
+    return (key_bytes + a - 1) / a * a;
+}
+
+static unsigned char *prep_key(prep_block *b) { return (unsigned char *)b + prep_key_room(sizeof *b); }
+
+const void *kn_ctx_prep_get(const kn_kernel_ctx *c, const void *tag, const void *key, size_t key_bytes) {
+    prep_block *b = c && c->prep ? *c->prep : NULL;
+    if (!b || b->tag != tag || b->node != c->node || b->key_bytes != key_bytes) return NULL;
+    unsigned char *k = prep_key(b);
+    if (key_bytes && memcmp(k, key, key_bytes)) return NULL;
+    return k + prep_key_room(key_bytes);
+}
+
+void kn_ctx_prep_put(kn_kernel_ctx *c, const void *tag, const void *key, size_t key_bytes, const void *data,
+                     size_t bytes) {
+    if (!c || !c->prep) return;
+    size_t head = prep_key_room(sizeof(prep_block)), kr = prep_key_room(key_bytes);
+    prep_block *b = malloc(head + kr + bytes);
+    if (!b) return; /* prepared again at the next call */
+    b->tag = tag;
+    b->node = c->node;
+    b->key_bytes = key_bytes;
+    b->bytes = bytes;
+    unsigned char *k = prep_key(b);
+    if (key_bytes) memcpy(k, key, key_bytes);
+    if (bytes) memcpy(k + kr, data, bytes);
+    free(*c->prep);
+    *c->prep = b;
 }
 
 kiln_status kn_kernel_error(const kn_kernel_ctx *c, kiln_status status, const char *fmt, ...) {

@@ -20,7 +20,22 @@ typedef struct kn_kernel_ctx {
     kn_tensor **out;
     kn_threadpool *pool;  /* intra-op threads */
     struct kn_exec *exec; /* for subgraphs (If/Loop/Scan) */
+    /* Where the kernel may keep what it prepares from the node and its inputs' shapes and types
+     * (a broadcast plan: never data or addresses), so that runs with the same input shapes do not
+     * prepare it again; NULL: prepare at each call. *prep is NULL or a block a kernel stored there
+     * with kn_ctx_prep_put; the run context's shape memo holds it and frees it (free()). A block
+     * is found only through kn_ctx_prep_get with the same tag, node and key, so a fused kernel
+     * that passes a copy of its context to another kernel does not hand it the wrong one. */
+    void **prep;
 } kn_kernel_ctx;
+
+/* The block stored for tag (the address of a kernel's own static object), c->node and the key
+ * bytes (what the preparation depends on: shapes, types), or NULL. */
+const void *kn_ctx_prep_get(const kn_kernel_ctx *c, const void *tag, const void *key, size_t key_bytes);
+/* Stores a copy of `bytes` bytes of data under tag, c->node and the key (replacing what was there);
+ * does nothing without a place (c->prep NULL) or memory. */
+void kn_ctx_prep_put(kn_kernel_ctx *c, const void *tag, const void *key, size_t key_bytes, const void *data,
+                     size_t bytes);
 
 typedef kiln_status (*kn_kernel_fn)(kn_kernel_ctx *c);
 

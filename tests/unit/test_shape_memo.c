@@ -431,3 +431,36 @@ KN_TEST(shape_memo_kept_nodes_still_check_their_data) {
     }
     kiln_session_destroy(s);
 }
+
+/* kn_ctx_prep_get finds a prepared block only under the tag, node and key it was stored with (a
+ * fused kernel may pass its context, prep slot included, to another kernel with other inputs). */
+KN_TEST(kernel_prep_blocks_are_found_only_by_their_owner_and_key) {
+    static const char tag_a = 0, tag_b = 0;
+    kn_node n1 = {0}, n2 = {0};
+    void *slot = NULL;
+    kn_kernel_ctx c = {0};
+    c.node = &n1;
+    c.prep = &slot;
+    const int64_t k1[2] = {1, 16}, k2[2] = {2, 16};
+    const double data = 42.5;
+    CHECK(kn_ctx_prep_get(&c, &tag_a, k1, sizeof k1) == NULL);
+    kn_ctx_prep_put(&c, &tag_a, k1, sizeof k1, &data, sizeof data);
+    const double *got = kn_ctx_prep_get(&c, &tag_a, k1, sizeof k1);
+    CHECK(got && *got == 42.5);
+    CHECK(kn_ctx_prep_get(&c, &tag_b, k1, sizeof k1) == NULL);    /* another kernel */
+    CHECK(kn_ctx_prep_get(&c, &tag_a, k2, sizeof k2) == NULL);    /* other shapes */
+    CHECK(kn_ctx_prep_get(&c, &tag_a, k1, sizeof k1[0]) == NULL); /* another key length */
+    kn_kernel_ctx copy = c;
+    copy.node = &n2; /* a fused kernel's call of another node's kernel through a copy */
+    CHECK(kn_ctx_prep_get(&copy, &tag_a, k1, sizeof k1) == NULL);
+    const double other = -1;
+    kn_ctx_prep_put(&c, &tag_a, k2, sizeof k2, &other, sizeof other); /* replaces */
+    CHECK(kn_ctx_prep_get(&c, &tag_a, k1, sizeof k1) == NULL);
+    got = kn_ctx_prep_get(&c, &tag_a, k2, sizeof k2);
+    CHECK(got && *got == -1);
+    kn_kernel_ctx none = {0};
+    none.node = &n1;
+    kn_ctx_prep_put(&none, &tag_a, k1, sizeof k1, &data, sizeof data); /* no place: nothing */
+    CHECK(kn_ctx_prep_get(&none, &tag_a, k1, sizeof k1) == NULL);
+    free(slot);
+}

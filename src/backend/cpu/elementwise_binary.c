@@ -7,6 +7,7 @@
  * through the float32 loop in chunks. */
 #include "backend/cpu/elementwise_impl.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -284,9 +285,40 @@ static kiln_status legacy_dims(kn_kernel_ctx *c, const kn_tensor *a, const kn_te
     return KILN_OK;
 }
 
+/* What bin_prepare makes from the inputs' shapes, kept for the node's later calls with them
+ * (kn_ctx_prep_get: a kept node of a run with input shapes seen before). */
+typedef struct bin_key {
+    int32_t ranks[2], out_dtype, legacy;
+    int64_t dims[2 * KILN_MAX_RANK]; /* a's dims, then b's: only ranks[0] + ranks[1] are compared */
+} bin_key;
+typedef struct bin_prepared {
+    int rank;
+    int64_t dims[KILN_MAX_RANK];
+    kn_ew_plan plan;
+} bin_prepared;
+static const char bin_tag = 0;
+
 /* Broadcasts a and b into the output and plans the loop. */
 static kiln_status bin_prepare(kn_kernel_ctx *c, const kn_tensor *a, const kn_tensor *b,
                                kiln_dtype out_dtype, bool legacy, kn_tensor **out, kn_ew_plan *plan) {
+    bin_key key;
+    size_t key_bytes = 0;
+    const bin_prepared *kept = NULL;
+    if (c->prep) {
+        key.ranks[0] = a->rank;
+        key.ranks[1] = b->rank;
+        key.out_dtype = (int32_t)out_dtype;
+        key.legacy = legacy;
+        memcpy(key.dims, a->dims, sizeof(int64_t) * (size_t)a->rank);
+        memcpy(key.dims + a->rank, b->dims, sizeof(int64_t) * (size_t)b->rank);
+        key_bytes = offsetof(bin_key, dims) + sizeof(int64_t) * (size_t)(a->rank + b->rank);
+        kept = kn_ctx_prep_get(c, &bin_tag, &key, key_bytes);
+    }
+    if (kept) {
+        KN_TRY(kn_ctx_output(c, 0, out_dtype, kept->rank, kept->dims, out));
+        *plan = kept->plan;
+        return KILN_OK;
+    }
     int rb = b->rank, rank;
     int64_t db[KILN_MAX_RANK], dims[KILN_MAX_RANK];
     memcpy(db, b->dims, sizeof(int64_t) * (size_t)b->rank);
@@ -305,6 +337,14 @@ static kiln_status bin_prepare(kn_kernel_ctx *c, const kn_tensor *a, const kn_te
     KN_TRY(kn_ctx_output(c, 0, out_dtype, rank, dims, out));
     s = kn_ew_plan_init(plan, rank, dims, 2, ranks, dd);
     if (s != KILN_OK) return kn_kernel_error(c, s, "%s", kn_last_error());
+    if (c->prep) {
+        bin_prepared p;
+        memset(&p, 0, sizeof p);
+        p.rank = rank;
+        memcpy(p.dims, dims, sizeof(int64_t) * (size_t)rank);
+        p.plan = *plan;
+        kn_ctx_prep_put(c, &bin_tag, &key, key_bytes, &p, sizeof p);
+    }
     return KILN_OK;
 }
 
