@@ -198,6 +198,10 @@ static const struct {
                              "head splits and merges; on by default)"},
     {"KILN_CUDA_CONTROL_FLOW", "0 keeps If, Loop and Scan on the CPU with providers cuda,cpu (by default they run on "
                                "CUDA with their bodies on the device)"},
+    {"KILN_CUDA_LANES", "0 gives a CUDA session one lane (stream, handles, workspace): its calls take turns instead "
+                        "of overlapping"},
+    {"KILN_CUDA_CONV_FUSED", "0 runs FusedConv's bias and ReLU on CUDA as a pass after the convolution instead of in "
+                             "cuDNN's fused convolution call"},
 };
 #define N_ENV (sizeof environment / sizeof environment[0])
 
