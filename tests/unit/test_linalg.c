@@ -272,6 +272,12 @@ static void conv_cases(kn_threadpool *pool) {
         {2, 1, 6, 5, 1, {8, 8}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, true},    /* strided 1x1 */
         {2, 1, 32, 70, 1, {20, 37}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, true}, /* several GEMM blocks */
         {2, 1, 3, 2, 1, {4, 3}, {4, 3}, {1, 1}, {1, 1}, {0, 0}, {0, 0}, false},  /* kernel = input */
+        /* strided on small planes: a group of 16 outputs spans two output rows (two runs of
+         * loads), three (gathers); the GEMM transposed (many channels, 49 or 196 columns) */
+        {2, 1, 8, 64, 1, {28, 28}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, true},
+        {2, 2, 6, 33, 1, {30, 26}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, {0, 1}, true},
+        {2, 1, 5, 70, 1, {14, 14}, {1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, false},
+        {2, 1, 16, 96, 1, {7, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, true},
         /* 3-D */
         {3, 1, 2, 3, 1, {5, 6, 4}, {3, 2, 2}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1}, {1, 1, 0}, true},
     };

@@ -111,6 +111,26 @@ typedef struct conv_pack_ctx {
 
 #define PACK_COLS 1024 /* columns whose coordinates are precomputed at once (a multiple of NR) */
 
+#if defined(__AVX512F__)
+/* Lane l of the result is p[l] (stride 1) or p[2l] (stride 2) where lane l of m is set, else 0;
+ * nothing outside those elements is read (masked loads; for stride 2 the mask spread over the even
+ * elements of two vectors of 16). */
+static inline __m512 run_load(const float *p, __mmask16 m, bool stride2, __m512i even) {
+    if (!stride2) return _mm512_maskz_loadu_ps(m, p);
+    const uint32_t mm = m;
+#if defined(__BMI2__)
+    const __mmask16 lo = (__mmask16)_pdep_u32(mm & 0xFFu, 0x5555u), hi = (__mmask16)_pdep_u32(mm >> 8, 0x5555u);
+#else
+    __mmask16 lo = 0, hi = 0;
+    for (int l = 0; l < 8; l++) {
+        lo |= (__mmask16)(((mm >> l) & 1u) << (2 * l));
+        hi |= (__mmask16)(((mm >> (l + 8)) & 1u) << (2 * l));
+    }
+#endif
+    return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo, p), even, _mm512_maskz_loadu_ps(hi, p + 16));
+}
+#endif
+
 /* The im2col block rows k0..k0+kc, columns n0..n0+nc of image n, group g, for windows of rank
  * <= 2, in the GEMM's packed-B layout. Column coordinates are computed once per block; rows
  * walk (channel, kh, kw) incrementally. Each group of 16 columns whose input addresses are
@@ -141,8 +161,12 @@ static void pack_conv2d(const conv_pack_ctx *cc, const float *xg, int64_t k0, in
 #if defined(__AVX512F__)
         if (cc->vec_ok && NRv % 16 == 0) {
             int32_t hb32[PACK_COLS], wb32[PACK_COLS];
-            int8_t kind[PACK_COLS / 16]; /* 0 gather, 1 consecutive, 2 stride 2 */
-            int64_t base0[PACK_COLS / 16];
+            /* 0 gather; 1 consecutive, 2 stride 2; 3 and 4: the same in two runs, lanes [0, split)
+             * from base0 and [split, 16) from base1 (a group of 16 outputs across two output rows
+             * of a strided convolution: 14-wide rows at stride 2 were all gathers, 29% of a
+             * 3x3 s2 128->128 convolution's time on 28x28) */
+            int8_t kind[PACK_COLS / 16], split[PACK_COLS / 16];
+            int64_t base0[PACK_COLS / 16], base1[PACK_COLS / 16];
             const int64_t groups = lanes / 16, gpp = NRv / 16;
             for (int64_t j = 0; j < lanes; j++) {
                 hb32[j] = j < cn ? (int32_t)hb[j] : INT32_MIN / 2;
@@ -151,11 +175,25 @@ static void pack_conv2d(const conv_pack_ctx *cc, const float *xg, int64_t k0, in
             for (int64_t gi = 0; gi < groups; gi++) {
                 int64_t cnt = max64(0, min64(16, cn - gi * 16)), j0 = gi * 16;
                 base0[gi] = cnt ? hb[j0] * v->W + wb[j0] : 0;
+                base1[gi] = 0;
                 kind[gi] = 0;
+                split[gi] = 16;
                 for (int step = 1; step <= 2 && !kind[gi] && cnt; step++) {
-                    bool ok = true;
-                    for (int64_t l = 1; l < cnt && ok; l++) ok = hb[j0 + l] * v->W + wb[j0 + l] == base0[gi] + step * l;
-                    if (ok) kind[gi] = (int8_t)step;
+                    int64_t l = 1;
+                    while (l < cnt && hb[j0 + l] * v->W + wb[j0 + l] == base0[gi] + step * l) l++;
+                    if (l == cnt) {
+                        kind[gi] = (int8_t)step;
+                        continue;
+                    }
+                    /* a second run from lane l to the end */
+                    const int64_t b1 = hb[j0 + l] * v->W + wb[j0 + l] - step * l;
+                    int64_t q = l + 1;
+                    while (q < cnt && hb[j0 + q] * v->W + wb[j0 + q] == b1 + step * q) q++;
+                    if (q == cnt) {
+                        kind[gi] = (int8_t)(step + 2);
+                        split[gi] = (int8_t)l;
+                        base1[gi] = b1;
+                    }
                 }
             }
             const __m512i vH = _mm512_set1_epi32((int32_t)v->H), vW = _mm512_set1_epi32((int32_t)v->W);
@@ -172,11 +210,15 @@ static void pack_conv2d(const conv_pack_ctx *cc, const float *xg, int64_t k0, in
                     __mmask16 m = _mm512_cmpge_epi32_mask(ih, zero) & _mm512_cmplt_epi32_mask(ih, vH) &
                                   _mm512_cmpge_epi32_mask(iw, zero) & _mm512_cmplt_epi32_mask(iw, vW);
                     __m512 val;
+                    const int kd = kind[gi];
                     if (!m) val = _mm512_setzero_ps();
-                    else if (kind[gi] == 1) val = _mm512_maskz_loadu_ps(m, src + base0[gi] + koff);
-                    else if (kind[gi] == 2 && m == 0xFFFF) {
-                        const float *p = src + base0[gi] + koff;
-                        val = _mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_maskz_loadu_ps(0x7FFF, p + 16));
+                    else if (kd == 1) val = _mm512_maskz_loadu_ps(m, src + base0[gi] + koff);
+                    else if (kd == 2 || kd == 4 || kd == 3) {
+                        const __mmask16 first = kd == 2 ? (__mmask16)0xFFFF : (__mmask16)((1u << split[gi]) - 1);
+                        val = run_load(src + base0[gi] + koff, (__mmask16)(m & first), kd != 3, even);
+                        if (kd != 2)
+                            val = _mm512_mask_mov_ps(val, (__mmask16)~first,
+                                                     run_load(src + base1[gi] + koff, (__mmask16)(m & ~first), kd == 4, even));
                     } else
                         val = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m,
                                                        _mm512_add_epi32(_mm512_mullo_epi32(ih, vW), iw), src, 4);
