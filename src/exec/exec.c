@@ -125,7 +125,9 @@ static kn_tensor *lookup_outer(const kn_exec *x, const char *name) {
  * elements of only those inputs whose elements are known (the rest hidden: what it still derives
  * does not depend on data), and its kernel made outputs of exactly those types. Every other node
  * (NonZero, a Reshape or Range fed by an input's values, If/Loop/Scan, and what reads their
- * outputs) is inferred at each run, as before. */
+ * outputs) is inferred at each run, as before. Control-flow bodies have memos of their own
+ * (kn_body_memos), keyed by their inputs' and outer reads' shapes. A kept node's kernel may also
+ * keep what it prepares from those shapes (kn_kernel_ctx.prep). */
 
 enum { MEMO_TYPE = 1, MEMO_ELEMS = 2 };
 
@@ -174,15 +176,12 @@ static void memo_free(kn_shape_memo *m) {
 }
 
 /* KILN_SHAPE_MEMO=0: every run infers every node (for measuring and checking what the memo saves;
- * read at each run). */
+ * read at the start of each call). */
 static bool memo_wanted(void) {
     const char *e = getenv("KILN_SHAPE_MEMO");
     return !(e && !strcmp(e, "0"));
 }
 
-/* The input-shape set of a main-graph run: per input its element type, device, rank and dims (-1:
- * not given, the initializer's default). NULL when an input is not a tensor (a sequence's items
- * are not in it: no memo) or out of memory. */
 static kn_tensor *lookup_outer(const kn_exec *x, const char *name);
 
 /* The value the body's outer read i (bm->outer[i]) refers to, as lookup_outer finds it, through
@@ -211,6 +210,9 @@ static bool sig_add(int64_t *sig, int *n, const kn_tensor *t) {
     return true;
 }
 
+/* The input-shape set of a graph's run: per input its element type, device, rank and dims (-1: not
+ * given, the initializer's default), and for a body (bm) the same of each outer read. NULL when
+ * one is not a tensor (a sequence's items are not in it: no memo) or out of memory. */
 static int64_t *shape_sig(const kn_exec *x, kn_tensor *const *inputs, const kn_body_memos *bm, int *len) {
     const kn_graph *g = x->graph;
     const int n_outer = bm ? bm->n_outer : 0;
