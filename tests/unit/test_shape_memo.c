@@ -7,6 +7,7 @@
 #include "test_model_builder.h"
 
 #include "exec/exec.h"
+#include "unit_zoo.h"
 #include "kiln.h"
 
 #include <stdlib.h>
@@ -463,4 +464,68 @@ KN_TEST(kernel_prep_blocks_are_found_only_by_their_owner_and_key) {
     kn_ctx_prep_put(&none, &tag_a, k1, sizeof k1, &data, sizeof data); /* no place: nothing */
     CHECK(kn_ctx_prep_get(&none, &tag_a, k1, sizeof k1) == NULL);
     free(slot);
+}
+
+/* The zoo's models run three times on one session (levels 0 and 3): the runs after the first use
+ * the memo (fewer infer calls, none where every shape follows from the input shapes) and give the
+ * first run's outputs bit for bit, within the reference tolerance. */
+typedef struct memo_zoo_arg {
+    int models;
+} memo_zoo_arg;
+
+static void memo_zoo_one(const char *dir, const char *name, void *arg) {
+    memo_zoo_arg *z = arg;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/model.onnx", dir);
+    for (int level = 0; level <= 3; level += 3) {
+        kiln_session_options *o = NULL;
+        kiln_session_options_create(&o);
+        kiln_session_options_set_cache(o, 0, NULL);
+        kiln_session_options_set_opt_level(o, level);
+        kiln_session_options_set_intra_op_threads(o, 1);
+        kiln_session *s = NULL;
+        kiln_status st = kiln_session_create(path, o, &s);
+        kiln_session_options_destroy(o);
+        CHECK_MSG(st == KILN_OK, "%s: %s", name, kiln_last_error());
+        if (!s) return;
+        kn_unit_zoo_data d;
+        kn_unit_zoo_read(dir, s, &d);
+        kiln_tensor *first[KN_UNIT_ZOO_MAX_IO] = {NULL};
+        uint64_t infers[3] = {0};
+        for (int run = 0; run < 3; run++) {
+            kiln_tensor *out[KN_UNIT_ZOO_MAX_IO] = {NULL};
+            uint64_t before = kn_exec_infer_count();
+            CHECK_STATUS(kiln_session_run(s, d.names, d.in, d.n_in, NULL, d.n_out, out), KILN_OK);
+            infers[run] = kn_exec_infer_count() - before;
+            for (size_t k = 0; k < d.n_out; k++) {
+                if (!out[k]) continue;
+                if (run == 0) {
+                    first[k] = out[k];
+                    if (d.want[k] && kn_unit_rel_l2(out[k], d.want[k]) > 1e-3)
+                        kn_unit_fail(__FILE__, __LINE__, "%s level %d: output %zu differs from the reference", name,
+                                     level, k);
+                    continue;
+                }
+                bool same = first[k] && kiln_tensor_bytes(out[k]) == kiln_tensor_bytes(first[k]) &&
+                            !memcmp(kiln_tensor_data(out[k]), kiln_tensor_data(first[k]), kiln_tensor_bytes(out[k]));
+                CHECK_MSG(same, "%s level %d run %d: output %zu differs from the first run's", name, level, run, k);
+                kiln_tensor_destroy(out[k]);
+            }
+        }
+        CHECK_MSG(infers[1] < infers[0] && infers[2] == infers[1],
+                  "%s level %d: infer calls per run %llu, %llu, %llu (want fewer after the first, then the same)", name,
+                  level, (unsigned long long)infers[0], (unsigned long long)infers[1], (unsigned long long)infers[2]);
+        for (size_t k = 0; k < d.n_out; k++) kiln_tensor_destroy(first[k]);
+        kn_unit_zoo_free(&d);
+        kiln_session_destroy(s);
+    }
+    z->models++;
+}
+
+KN_TEST(shape_memo_zoo_runs_repeat_bit_for_bit) {
+    memo_zoo_arg z = {0};
+    int n = kn_unit_each_zoo_model(memo_zoo_one, &z);
+    if (!n) KN_SKIP("no model zoo");
+    CHECK_EQ_INT(z.models, n);
+    printf("  %d zoo models, 3 runs each at levels 0 and 3\n", z.models);
 }
