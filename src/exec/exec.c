@@ -875,6 +875,9 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
     /* the types the outputs get: inferred below, or the memo's */
     const kn_type *tout = memo_at >= 0 ? &x->memo->types[memo_at] : types_out;
     kiln_status st = KILN_OK;
+    /* before anything can fail: `done` frees the outputs (an input that could not be placed on
+     * its device freed uninitialised pointers) */
+    for (int o = 0; o < no; o++) out[o] = NULL;
     if (!types_in || !types_out) {
         st = KN_OOM();
         goto done;
@@ -911,10 +914,7 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         /* infer reads values on the host only; a device kernel marks the inputs it needs there */
         in_val[i] = in[i] && in[i]->device == KN_DEVICE_HOST ? in[i] : NULL;
     }
-    for (int o = 0; o < no; o++) {
-        if (memo_at < 0) kn_type_init(&types_out[o]);
-        out[o] = NULL;
-    }
+    for (int o = 0; memo_at < 0 && o < no; o++) kn_type_init(&types_out[o]);
     const kn_cpu_kernel *k = be ? NULL : n->kernel;
     bool overwrites = be ? be->ops->overwrites && be->ops->overwrites(n->kernel) : (k->flags & KN_KERNEL_OVERWRITES) != 0;
     if (memo_at < 0 && n->schema->infer) {
