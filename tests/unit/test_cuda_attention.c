@@ -185,16 +185,6 @@ KN_TEST(cuda_linear_attention) {
 
 /* ------------------------------------------------------------------ kiln.Attention in one kernel */
 
-/* Makes the model's last node kiln.Attention (domain kiln, imported at version 1). */
-static void om_kiln_attention(onemodel *o) {
-    kn_opset_import *ops = kn_arena_alloc(&o->m->arena, 2 * sizeof *ops);
-    ops[0] = o->m->opsets[0];
-    ops[1].domain = "kiln";
-    ops[1].version = 1;
-    o->m->opsets = ops;
-    o->m->n_opsets = 2;
-    o->g->nodes[o->node].domain = "kiln";
-}
 
 /* got (NULL when the run failed) against want[0..n) in a half type: the scores and probabilities
  * are rounded to the type, so a few of its ulps */
@@ -282,7 +272,7 @@ KN_TEST(cuda_kiln_attention_half) {
                     }
                     int out[1] = {om_value(&o, "Y")};
                     om_node(&o, "Attention", in, n_in, out, 1);
-                    om_kiln_attention(&o);
+                    om_kiln_domain(&o);
                     const double scale = 1.0 / sqrt((double)hd);
                     om_float(&o, "scale", (float)scale);
                     if (form == 0) om_int(&o, "nan_to_zero", 1);
@@ -341,7 +331,7 @@ KN_TEST(cuda_kiln_attention_views) {
                 const int p = om_input(&o, "qkv", dt, 3, pd, 0.5f, NULL);
                 int in[3] = {p, p, p}, out[1] = {om_value(&o, "Y")};
                 om_node(&o, "Attention", in, 3, out, 1);
-                om_kiln_attention(&o);
+                om_kiln_domain(&o);
                 const double scale = 1.0 / sqrt((double)hd);
                 om_float(&o, "scale", (float)scale);
                 /* q[b, h, s, e] = qkv[s, b, h * hd + e]; kt[b, h, e, s] = qkv[s, b, E + h * hd + e]; v: + 2E;

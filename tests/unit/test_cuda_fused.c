@@ -7,16 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static void om_kiln_domain(onemodel *o) {
-    kn_opset_import *ops = kn_arena_alloc(&o->m->arena, 2 * sizeof *ops);
-    ops[0] = o->m->opsets[0];
-    ops[1].domain = "kiln";
-    ops[1].version = 1;
-    o->m->opsets = ops;
-    o->m->n_opsets = 2;
-    o->g->nodes[o->node].domain = "kiln";
-}
-
 static double act_ref(int a, double x) {
     switch (a) {
     case 1: return x > 0 ? x : 0;

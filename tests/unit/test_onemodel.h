@@ -89,6 +89,17 @@ static inline kn_attr *om_attr(onemodel *o, const char *name, kn_attr_type type)
     r->type = type;
     return r;
 }
+/* Moves the model's last node into domain kiln (imported at version 1): kiln's fused operators. */
+static inline void om_kiln_domain(onemodel *o) {
+    kn_opset_import *ops = kn_arena_alloc(&o->m->arena, 2 * sizeof *ops);
+    ops[0] = o->m->opsets[0];
+    ops[1].domain = "kiln";
+    ops[1].version = 1;
+    o->m->opsets = ops;
+    o->m->n_opsets = 2;
+    o->g->nodes[o->node].domain = "kiln";
+}
+
 static inline void om_int(onemodel *o, const char *name, int64_t v) { om_attr(o, name, KN_ATTR_INT)->i = v; }
 static inline void om_float(onemodel *o, const char *name, float v) { om_attr(o, name, KN_ATTR_FLOAT)->f = v; }
 static inline void om_str(onemodel *o, const char *name, const char *v) {
