@@ -555,8 +555,8 @@ KN_TEST(session_destroyed_while_running_is_misuse) {
     kiln_run_options_destroy(ro);
 }
 
-/* A session with a device provider has one run context, so its calls take turns (simulated on the
- * CPU by marking the session so; a GPU machine runs the same through the CUDA tests). */
+/* A serial session (a device provider with KILN_CUDA_LANES=0) has one run context, so its calls take
+ * turns (simulated on the CPU by marking the session so; test_cuda_lanes.c runs both on a GPU). */
 KN_TEST(session_with_a_device_takes_calls_in_turn) {
     size_t size;
     unsigned char *m = mlp_model(&size);
