@@ -459,12 +459,51 @@ static inline __attribute__((always_inline)) void dw_rows_impl(const float *xs, 
     }
 }
 
+/* One output row (1-D convolutions: a Conformer's 31-tap depthwise layer), stride 1: four vectors of
+ * 16 outputs, even and odd taps into separate accumulators, so eight independent FMA chains (the
+ * rows path keeps R = 2 rows of four, and with one row only four chains, half the FMA rate). */
+static void dw_row1_s1(const float *xs, const float *ws, float *ys, const win2 *v, const dw_tap *taps) {
+    const int64_t KW = v->KW;
+    const float *xrow = xs + (0 * v->sh - v->ph) * v->W; /* the one input row the window covers */
+    for (int64_t c = 0, ow0 = 0; ow0 < v->OW; ow0 += 16 * DW_CHUNKS, c += DW_CHUNKS) {
+        __mmask16 om[DW_CHUNKS];
+        __m512 a0[DW_CHUNKS], a1[DW_CHUNKS];
+        for (int q = 0; q < DW_CHUNKS; q++) {
+            om[q] = (__mmask16)range_mask32(0, min64(16, v->OW - ow0 - 16 * q));
+            a0[q] = _mm512_maskz_loadu_ps(om[q], ys + ow0 + 16 * q);
+            a1[q] = _mm512_setzero_ps();
+        }
+        int64_t kw = 0;
+        for (; kw + 2 <= KW; kw += 2) {
+            const __m512 w0 = _mm512_set1_ps(ws[kw]), w1 = _mm512_set1_ps(ws[kw + 1]);
+#pragma GCC unroll 4
+            for (int q = 0; q < DW_CHUNKS; q++) {
+                const dw_tap *t0 = &taps[(c + q) * KW + kw], *t1 = t0 + 1;
+                a0[q] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps((__mmask16)t0->mask, xrow + t0->i0), a0[q]);
+                a1[q] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps((__mmask16)t1->mask, xrow + t1->i0), a1[q]);
+            }
+        }
+        if (kw < KW) {
+            const __m512 w0 = _mm512_set1_ps(ws[kw]);
+            for (int q = 0; q < DW_CHUNKS; q++) {
+                const dw_tap *t0 = &taps[(c + q) * KW + kw];
+                a0[q] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps((__mmask16)t0->mask, xrow + t0->i0), a0[q]);
+            }
+        }
+        for (int q = 0; q < DW_CHUNKS; q++) _mm512_mask_storeu_ps(ys + ow0 + 16 * q, om[q], _mm512_add_ps(a0[q], a1[q]));
+    }
+}
+
 #define DW_ROWS(SW, SH)                                                                                do {                                                                                                   if (nch == 1) dw_rows_impl(xs, ws, ys, v, taps, SW, SH, 1, 8);                                    else if (nch == 2) dw_rows_impl(xs, ws, ys, v, taps, SW, SH, 2, 4);                               else dw_rows_impl(xs, ws, ys, v, taps, SW, SH, DW_CHUNKS, 2);                                 } while (0)
 
 /* As many vectors per step as the row needs, up to DW_CHUNKS: a 7- or 14-wide row (late
  * MobileNet/EfficientNet layers) would otherwise compute three all-masked vectors per tap. */
 static void dw_plane_avx512(const float *xs, const float *ws, float *ys, const win2 *v, const dw_tap *taps) {
     const int nch = v->OW <= 16 ? 1 : v->OW <= 32 ? 2 : DW_CHUNKS;
+    if (v->OH == 1 && v->H == 1 && v->KH == 1 && v->ph == 0 && v->sw == 1 && nch == DW_CHUNKS) {
+        dw_row1_s1(xs, ws, ys, v, taps);
+        return;
+    }
     if (v->dh == 1 && v->sh <= 2) {
         if (v->sw == 1 && v->sh == 1) DW_ROWS(1, 1);
         else if (v->sw == 1) DW_ROWS(1, 2);
