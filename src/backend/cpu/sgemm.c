@@ -967,8 +967,19 @@ kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
          * columns again (at 2 threads, 8 tiles of rows made a 3x3 512->512 convolution on 7x7 1.3x
          * slower than the usual orientation) */
         const int64_t target = (threads + p->count - 1) / p->count;
-        j.tn = min64(target, j.units_n);
-        j.tm = min64((target + j.tn - 1) / j.tn, j.units_m);
+        /* among grids of at least `target` tiles (or as many as there are), the one whose tiles
+         * spread most evenly over the threads (16 threads, 49 columns in 5 units: 4 x 4 tiles,
+         * not 5 x 4 = 20, where 4 threads would run two), then the fewest rows of tiles */
+        double best = 0;
+        for (int64_t tn = 1; tn <= min64(target, j.units_n); tn++) {
+            const int64_t tm = min64((target + tn - 1) / tn, j.units_m), tiles = tm * tn * p->count;
+            const double share = (double)((tiles + threads - 1) / threads) / (double)tiles; /* of the work, on the busiest thread */
+            if (best == 0 || share < best - 1e-12 || (share < best + 1e-12 && tm < j.tm)) {
+                best = share;
+                j.tm = tm;
+                j.tn = tn;
+            }
+        }
     } else if (p->count < tiles_wanted) {
         int64_t target = (tiles_wanted + p->count - 1) / p->count;
         int64_t best_tiles = 0;
