@@ -11,26 +11,32 @@
 #       --python-version 3.12 --platform manylinux_2_28_x86_64 -d WHEEL_DIR
 #
 # (--python-version: the host's, which this script prints when the wheel does not fit; the two
-# wheels are about 50 MB). Without a usable wheel the tables are made with ONNX Runtime alone.
+# wheels are about 60 MB). Without a usable wheel the tables are made with ONNX Runtime alone.
+# On the device machine: download into an ignored folder of the repository (build-ovwheels/
+# matches /build*/) and carry it: run(command="bash bench/cpu_host_run.sh build-ovwheels",
+# carry=["build-ovwheels"]) (carry allows 64 MiB: the two wheels fit).
 #
 # What it does, each part under a time limit so the whole stays under 8 minutes:
 #   1. builds kiln for this CPU (Release, CPU only, -march=native) in build-cpuhost/  (~1-2 min)
-#   2. installs OpenVINO from WHEEL_DIR into OUT_DIR/ovsite (no network, no other packages)
-#   3. exports ResNet-50 and BERT-base (s128, b1) with torch into OUT_DIR/models       (~1 min)
+#   2. installs OpenVINO from WHEEL_DIR into WORK/ovsite (no network, no other packages)
+#   3. exports ResNet-50 and BERT-base (s128, b1) with torch into WORK/models          (~1 min)
 #   4. bench/cpu_models.py at 1, 4 and 16 threads: kiln, ORT, OpenVINO f32 (and OpenVINO's default
 #      precision for reference), alternating rounds -> OUT_DIR/cpu-models-host.md           (~2 min)
 #   5. with the time left, the operator sweep at 1 and 16 threads -> OUT_DIR/op-sweep-host.md
-# Everything it writes is under OUT_DIR (default $OUT when set, else /tmp/kiln-cpu-host) and
+# Tables and logs go to OUT_DIR (default $OUT when set, else /tmp/kiln-cpu-host); models and the
+# OpenVINO install to WORK (KILN_HOST_WORK, default /tmp/kiln-cpu-host-work); the build to
 # build-cpuhost/. Environment: PYTHON (default python3), KILN_HOST_BUDGET_S (default 470),
 # KILN_BUILD (a kiln build folder with libkiln.so to use instead of building one).
 set -u
 WHEELS=${1:?usage: bash bench/cpu_host_run.sh WHEEL_DIR [OUT_DIR]}
 OUT_DIR=${2:-${OUT:-/tmp/kiln-cpu-host}}
+# models (500 MB) and the OpenVINO install stay out of OUT_DIR, which gets only tables and logs
+WORK=${KILN_HOST_WORK:-/tmp/kiln-cpu-host-work}
 PY=${PYTHON:-python3}
 BUDGET=${KILN_HOST_BUDGET_S:-470}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 START=$(date +%s)
-mkdir -p "$OUT_DIR/models"
+mkdir -p "$OUT_DIR" "$WORK/models"
 LOG="$OUT_DIR/cpu_host_run.log"
 exec > >(tee -a "$LOG") 2>&1
 
@@ -62,7 +68,7 @@ fi
 
 # 2. OpenVINO from the wheel folder, into a folder of its own on PYTHONPATH
 step "installing OpenVINO from $WHEELS"
-OVSITE="$OUT_DIR/ovsite"
+OVSITE="$WORK/ovsite"
 if "$PY" -m pip install --no-index --no-deps --find-links "$WHEELS" --target "$OVSITE" --upgrade \
      openvino openvino-telemetry > "$OUT_DIR/ov-install.log" 2>&1; then
   export PYTHONPATH="$OVSITE${PYTHONPATH:+:$PYTHONPATH}"
@@ -76,7 +82,7 @@ ONLY=resnet50
 "$PY" -c "import transformers" 2>/dev/null && ONLY=resnet50,bert_base
 step "whole models ($ONLY) at 1, 4, 16 threads ($(left) s left)"
 timeout $(( $(left) - 150 > 120 ? $(left) - 150 : 120 )) \
-  "$PY" "$ROOT/bench/cpu_models.py" --build "$BUILD" --work "$OUT_DIR/models" --threads 1,4,16 --rounds 3 \
+  "$PY" "$ROOT/bench/cpu_models.py" --build "$BUILD" --work "$WORK/models" --threads 1,4,16 --rounds 3 \
     --seconds 0.5 --only "$ONLY" --ov-default --out "$OUT_DIR/cpu-models-host.md"
 [ -f "$OUT_DIR/cpu-models-host.md" ] && cat "$OUT_DIR/cpu-models-host.md"
 
