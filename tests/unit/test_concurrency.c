@@ -101,10 +101,13 @@ static unsigned char *loop_model(int kind, size_t *size) {
     return tmb_finish(&b, size);
 }
 
-static kiln_session *make_session(const unsigned char *m, size_t size, int threads, uint64_t mem_limit, int max_runs) {
+/* provider: NULL for the default (the CPU), else the only provider */
+static kiln_session *make_session_on(const unsigned char *m, size_t size, int threads, uint64_t mem_limit, int max_runs,
+                                     const char *provider) {
     kiln_session_options *o = NULL;
     kiln_session_options_create(&o);
     kiln_session_options_set_cache(o, 0, NULL);
+    if (provider) kiln_session_options_append_provider(o, provider, NULL, NULL, 0);
     kiln_session_options_set_intra_op_threads(o, threads);
     if (mem_limit) kiln_session_options_set_memory_limit(o, mem_limit);
     if (max_runs) kiln_session_options_set_max_concurrent_runs(o, max_runs);
@@ -113,6 +116,10 @@ static kiln_session *make_session(const unsigned char *m, size_t size, int threa
     CHECK_MSG(st == KILN_OK, "session: %s", kiln_last_error());
     kiln_session_options_destroy(o);
     return s;
+}
+
+static kiln_session *make_session(const unsigned char *m, size_t size, int threads, uint64_t mem_limit, int max_runs) {
+    return make_session_on(m, size, threads, mem_limit, max_runs, NULL);
 }
 
 static bool same_tensor(const kiln_tensor *a, const kiln_tensor *b) {
@@ -351,12 +358,10 @@ static bool wait_done(loop_call *c, double guard_ms) {
     return true;
 }
 
-KN_TEST(run_options_cancel_and_deadline_stop_an_endless_loop) {
-    size_t size;
-    unsigned char *m = loop_model(0, &size);
-    kiln_session *s = make_session(m, size, 1, 0, 0);
-    free(m);
-    if (!s) return;
+/* Run options on an endless Loop (2^62 trips) of session s: a bounded loop runs to its end, terminate
+ * set from another thread stops the call promptly and every later call until cleared, a deadline
+ * stops it, and runs without the options or within the limit are unaffected. Destroys s. */
+static void check_cancel_and_deadline(kiln_session *s) {
     kiln_run_options *ro = NULL;
     CHECK_STATUS(kiln_run_options_create(&ro), KILN_OK);
     CHECK_STATUS(kiln_run_options_set_timeout_ms(ro, -1), KILN_ERR_INVALID_ARGUMENT);
@@ -420,6 +425,26 @@ KN_TEST(run_options_cancel_and_deadline_stop_an_endless_loop) {
     kiln_run_options_destroy(ro);
     kiln_run_options_destroy(NULL);
     kiln_session_destroy(s);
+}
+
+
+KN_TEST(run_options_cancel_and_deadline_stop_an_endless_loop) {
+    size_t size;
+    unsigned char *m = loop_model(0, &size);
+    kiln_session *s = make_session(m, size, 1, 0, 0);
+    free(m);
+    if (s) check_cancel_and_deadline(s);
+}
+
+/* The same with the Loop and its body on CUDA (provider cuda alone): the run stops between the body's
+ * device nodes as it does between the CPU's. */
+KN_TEST(cuda_run_options_cancel_and_deadline_stop_an_endless_loop) {
+    NEED_GPU();
+    size_t size;
+    unsigned char *m = loop_model(0, &size);
+    kiln_session *s = make_session_on(m, size, 1, 0, 0, "cuda");
+    free(m);
+    if (s) check_cancel_and_deadline(s);
 }
 
 /* One options object stops several calls on several threads at once. */
