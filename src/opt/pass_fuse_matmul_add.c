@@ -49,23 +49,24 @@ static kiln_status fuse_gemm_reshape_residual(kn_opt_ctx *c, int i) {
         return KILN_OK;
     const int a = n->inputs[0], b = n->inputs[1], cb = n->n_inputs > 2 ? n->inputs[2] : -1, y = n->outputs[0];
     const bool tb = kn_attr_int(n, "transB", 0) != 0;
-    const kn_type *ta = &g->values[a].type, *ty = &g->values[y].type;
-    if (!kn_opt_is_f32(c, y) || ta->rank != 2 || ty->rank != 2 || ta->dims[1].value < 1 || ty->dims[1].value < 1 ||
+    /* copies: adding values below may move the value table */
+    const kn_type ta = g->values[a].type, ty = g->values[y].type;
+    if (!kn_opt_is_f32(c, y) || ta.rank != 2 || ty.rank != 2 || ta.dims[1].value < 1 || ty.dims[1].value < 1 ||
         kn_opt_pinned(c, y))
         return KILN_OK;
     if (cb >= 0 && !is_column_bias(c, cb, y)) return KILN_OK;
     const int rs = kn_opt_only_consumer(c, y);
     if (!kn_opt_is(c, rs, "Reshape") || g->nodes[rs].inputs[0] != y) return KILN_OK;
     const int r = g->nodes[rs].outputs[0];
-    const kn_type *tr = &g->values[r].type;
-    if (kn_opt_pinned(c, r) || tr->rank < 3 || tr->dims[tr->rank - 1].value != ty->dims[1].value) return KILN_OK;
+    const kn_type tr = g->values[r].type;
+    if (kn_opt_pinned(c, r) || tr.rank < 3 || tr.dims[tr.rank - 1].value != ty.dims[1].value) return KILN_OK;
     int64_t rows = 1, shape[KILN_MAX_RANK];
-    for (int k = 0; k < tr->rank; k++) {
-        if (tr->dims[k].value < 0) return KILN_OK;
-        shape[k] = tr->dims[k].value;
-        if (k + 1 < tr->rank) rows *= shape[k];
+    for (int k = 0; k < tr.rank; k++) {
+        if (tr.dims[k].value < 0) return KILN_OK;
+        shape[k] = tr.dims[k].value;
+        if (k + 1 < tr.rank) rows *= shape[k];
     }
-    if (rows != ty->dims[0].value) return KILN_OK;
+    if (rows != ty.dims[0].value) return KILN_OK;
     int z = -1;
     const int add = residual_add(c, r, &z);
     if (add < 0) return KILN_OK;
@@ -81,14 +82,14 @@ static kiln_status fuse_gemm_reshape_residual(kn_opt_ctx *c, int i) {
         if ((bm = kn_opt_new_const(c, "weight_t", t)) < 0) return KN_OOM();
     }
     kn_tensor *st = NULL;
-    int64_t sn = tr->rank;
+    int64_t sn = tr.rank;
     KN_TRY(kn_tensor_new(KILN_DTYPE_INT64, 1, &sn, &st));
-    memcpy(st->data, shape, sizeof(int64_t) * (size_t)tr->rank);
-    ((int64_t *)st->data)[tr->rank - 1] = ta->dims[1].value;
+    memcpy(st->data, shape, sizeof(int64_t) * (size_t)tr.rank);
+    ((int64_t *)st->data)[tr.rank - 1] = ta.dims[1].value;
     const int sv = kn_opt_new_const(c, "rows_shape", st);
     if (sv < 0) return KN_OOM();
-    kn_type t3 = *tr;
-    t3.dims[tr->rank - 1] = ta->dims[1];
+    kn_type t3 = tr;
+    t3.dims[tr.rank - 1] = ta.dims[1];
     const int a3 = kn_opt_new_value(c, "rows", &t3);
     if (a3 < 0) return KN_OOM();
     kn_opt_proto pr, pf;
