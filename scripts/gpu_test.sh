@@ -112,7 +112,7 @@ part "cache test, 8 processes, provider cuda" "$logs/cache8.log" env KILN_SOURCE
 if [ "$zoo_count" -gt 0 ]; then
   for level in 0 3; do
     part "zoo, provider cuda only, level $level" "$logs/zoo_l$level.log" \
-      "$build/kiln" test --provider cuda --opt-level "$level" "$zoo"
+      "$build/kiln" test --repeat 2 --provider cuda --opt-level "$level" "$zoo"
   done
   # kiln's own product and convolution kernels, which run a warm start's first runs while cuBLASLt
   # and cuDNN start (cuda_warmup.c): here for every product and convolution of every run

@@ -67,7 +67,7 @@ if [ ! -f "$node_dir/.complete" ]; then
   rm -rf "$node_dir"
   "$KILN_PYTHON" tests/conformance/write_node_tests.py "$node_dir" 2>/dev/null && touch "$node_dir/.complete"
 fi
-part "ONNX node tests (cpu)" build/kiln test --expected-failures tests/conformance/expected_failures.txt "$node_dir"
+part "ONNX node tests (cpu), each data set run twice per session" build/kiln test --repeat 2 --expected-failures tests/conformance/expected_failures.txt "$node_dir"
 # the older corpus of Debian's libonnx-testdata (onnx 1.12: older opset versions), installed by setup_deps.sh
 deb_dir=/usr/share/libonnx-testdata/data
 if [ -d "$deb_dir" ]; then
@@ -78,12 +78,12 @@ else
 fi
 
 if [ -d "$zoo" ]; then
-  part "model zoo (cpu)" build/kiln test --threads 0 "$zoo"
+  part "model zoo (cpu), each data set run twice per session" build/kiln test --repeat 2 --threads 0 "$zoo"
 else
   echo "=== model zoo: $zoo not found (set KILN_ZOO): skipped; the project's own models run below"
   total_skip=$((total_skip + 1))
 fi
-part "project models (cpu)" build/kiln test --threads 0 build/models
+part "project models (cpu), each data set run twice per session" build/kiln test --repeat 2 --threads 0 build/models
 # com.microsoft operators against onnxruntime's outputs (regenerated when the script changes)
 [ build/contrib_tests/.complete -nt tests/conformance/make_contrib_tests.py ] || { rm -rf build/contrib_tests && "$KILN_PYTHON" tests/conformance/make_contrib_tests.py build/contrib_tests >/dev/null 2>&1 && touch build/contrib_tests/.complete; }
 part "com.microsoft operators vs onnxruntime (cpu)" build/kiln test build/contrib_tests
@@ -104,7 +104,7 @@ if [ -z "${KILN_TEST_QUICK:-}" ]; then
   if build build-asan -DKILN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     part "unit tests (asan+ubsan)" env KILN_SOURCE_DIR="$root" build-asan/kiln_unit_tests
-    part "ONNX node tests (asan+ubsan)" build-asan/kiln test --expected-failures tests/conformance/expected_failures.txt "$node_dir"
+    part "ONNX node tests (asan+ubsan), each data set run twice per session" build-asan/kiln test --repeat 2 --expected-failures tests/conformance/expected_failures.txt "$node_dir"
     part "project models (asan+ubsan)" build-asan/kiln test build/models
     if [ -d "$zoo" ]; then
       part "model zoo (asan+ubsan)" build-asan/kiln test --threads 0 "$zoo/field_conv1d_gemm" "$zoo/lstm_gru" "$zoo/bert_mini"

@@ -81,6 +81,8 @@ static const cli_opt test_opts[] = {
     {"--expected-failures", "FILE", "tests listed here may fail; a listed test that passes fails the run", NULL,
      "@file"},
     {"--compare-levels", NULL, "run each test at levels 0..3; every level must equal level 0", NULL, NULL},
+    {"--repeat", "N", "run each data set N times in one session, comparing every run (later runs take the "
+     "shape memo's and recorded graphs' paths; not with --compare-levels)", "1", NULL},
     {"--no-isolate", NULL, "run the tests in this process (faster; a crash ends the run)", "a child per test", NULL},
     {"-v, --verbose", NULL, "print every comparison", NULL, NULL},
     OPT_PROVIDER("cpu"),

@@ -328,6 +328,11 @@ static bool outputs_match(const kiln_session *s, kn_tensor *const *got, kn_tenso
     return true;
 }
 
+/* --repeat: runs of each data set in one session, every one compared (a later run takes the paths a
+ * first one does not: the shape memo, prepared kernel parameters, recorded CUDA graphs). A child
+ * process of an isolated test inherits it. */
+static int test_repeat = 1;
+
 /* Runs one test folder in this process; returns 0 pass, 1 fail (reason in why), 2 skip. */
 static int run_one(const char *dir, const cli_common *common, char *why, size_t cap) {
     double rtol = 1e-3, atol = 1e-5;
@@ -345,15 +350,18 @@ static int run_one(const char *dir, const cli_common *common, char *why, size_t 
             result = 1;
             break;
         }
-        char reason[1024];
-        if (data_set_run(s, &d, got) != KILN_OK) {
-            snprintf(why, cap, "data set %d: %s", set, kiln_last_error());
-            result = 1;
-        } else if (!outputs_match(s, got, d.want, d.n_want, rtol, atol, reason, sizeof reason)) {
-            snprintf(why, cap, "data set %d, %s", set, reason);
-            result = 1;
+        for (int run = 1; run <= test_repeat && result == 0; run++) {
+            char reason[1024], which[48] = "";
+            if (test_repeat > 1) snprintf(which, sizeof which, " (run %d of %d)", run, test_repeat);
+            if (data_set_run(s, &d, got) != KILN_OK) {
+                snprintf(why, cap, "data set %d%s: %s", set, which, kiln_last_error());
+                result = 1;
+            } else if (!outputs_match(s, got, d.want, d.n_want, rtol, atol, reason, sizeof reason)) {
+                snprintf(why, cap, "data set %d%s, %s", set, which, reason);
+                result = 1;
+            }
+            outputs_free(got, no);
         }
-        outputs_free(got, no);
         data_set_free(&d);
     }
     free(got);
@@ -706,7 +714,9 @@ int cmd_test(int argc, char **argv) {
         if (!strcmp(argv[i], "--expected-failures") && i + 1 < argc) load_expected(argv[++i], &expected, &random_tests);
         else if (!strcmp(argv[i], "--no-isolate")) isolate = 0;
         else if (!strcmp(argv[i], "--compare-levels")) compare = 1;
-        else if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) verbose = 1;
+        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
+            if (!cli_parse_int_as("--repeat", argv[++i], 1, 1000, &test_repeat)) return 2;
+        } else if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) verbose = 1;
         else if (argv[i][0] == '-') {
             fprintf(stderr, "kiln test: unknown option '%s'\n", argv[i]);
             return 2;
@@ -714,7 +724,7 @@ int cmd_test(int argc, char **argv) {
     }
     if (!dirs.n) {
         fprintf(stderr, "usage: kiln test [--provider P] [--opt-level N | --compare-levels] [--expected-failures FILE]\n"
-                        "                 [--no-isolate] [-v] DIR...\n"
+                        "                 [--repeat N] [--no-isolate] [-v] DIR...\n"
                         "  --compare-levels  run each test at levels 0..3; each level must equal level 0\n");
         return 2;
     }

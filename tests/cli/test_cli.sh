@@ -70,6 +70,8 @@ expect "cache verify extra"    2 "kiln cache verify: takes only --delete, not '-
 mkdir -p -m 700 "$work/c2"
 expect "cache verify"          0 "0 ok" -- cache --cache-dir "$work/c2" verify
 expect "test threads"          2 "kiln test: --threads: 'x'"            -- test --threads x "$work"
+expect "test repeat 0"         2 "kiln test: --repeat: '0' is out of range \(1..1000\)" -- test --repeat 0 "$work"
+expect "help test repeat"      0 "--repeat N .*run each data set N times" -- test --help
 expect "input twice"           2 "--input x given twice"                -- run "$m" --input x=a.npy --input x=b.npy
 expect "input not NAME=FILE"   2 "--input takes NAME=FILE"              -- run "$m" --input a.npy
 expect "value missing"         2 "--threads needs a value"              -- run "$m" --threads
@@ -243,11 +245,12 @@ fi
 mha="$root/build/models/mha_static/model.onnx"
 if [ -f "$mha" ] && [ -f "$root/build/models/tiny_transformer/model.onnx" ]; then
   expect "attention views and merged projections" 0 "fold_attention_views .*Q read in place x2, K read in place x2, V read in place x2, output written in place x2, Q, K and V projections as one product x1" -- inspect "$mha" --opt-level 2
+  expect "test --repeat runs every data set again" 0 "1 passed, 0 failed" -- test --repeat 3 "$root/build/models/mha_static"
   if "$kiln" inspect "$root/build/models/tiny_transformer/model.onnx" --opt-level 2 2>&1 | grep -q fold_attention_views; then
     echo "FAIL attention views at a symbolic shape: fold_attention_views formed in tiny_transformer"; fail=$((fail + 1))
   else pass=$((pass + 1)); fi
 else
-  echo "SKIP the attention-view checks: build/models is not there (scripts/test.sh makes it)"; skip=$((skip + 2))
+  echo "SKIP the attention-view checks: build/models is not there (scripts/test.sh makes it)"; skip=$((skip + 3))
 fi
 
 # CUDA's opt-in paths, judged from its kernel tables (no GPU needed; the CUDA build CI makes): operand
