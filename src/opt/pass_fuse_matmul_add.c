@@ -5,9 +5,9 @@
  *    Add of exactly the output's shape after the bias and an activation after that. Its bias is a
  *    scalar or one value per output column; any other addend of the output's shape is a residual.
  * A MatMul with only an activation after it becomes a FusedMatMul too.
- * And a Gemm over the rows of a tensor (its bias broadcast over them), reshaped back to the rows'
- * dims and added to a residual (torch MultiheadAttention's output projection): a FusedMatMul over
- * the rows in place, with the bias and the residual in it. */
+ * And a Gemm (or 2-D MatMul) over the rows of a tensor (a Gemm's bias broadcast over them), reshaped
+ * back to the rows' dims and added to a residual (torch MultiheadAttention's output projection): a
+ * FusedMatMul over the rows in place, with the bias and the residual in it. */
 #include "opt/pass.h"
 
 #include <string.h>
@@ -40,15 +40,19 @@ static int residual_add(const kn_opt_ctx *c, int v, int *z_out) {
 
 /* Gemm(A [R, K], B, C) -> Reshape([d..., N]) -> Add(residual of that shape), with alpha 1, beta 1
  * (or no C), A not transposed and C one value per column (or none): FusedMatMul(Reshape(A,
- * [d..., K]), B (B^T as a new constant when transB), C, residual). */
+ * [d..., K]), B (B^T as a new constant when transB), C, residual). A MatMul of two matrices is the
+ * same without C. */
 static kiln_status fuse_gemm_reshape_residual(kn_opt_ctx *c, int i) {
     kn_graph *g = c->g;
     const kn_node *n = &g->nodes[i];
-    if (n->n_outputs != 1 || n->n_inputs < 2 || kn_attr_int(n, "transA", 0) != 0 ||
-        kn_attr_float(n, "alpha", 1.0f) != 1.0f || (n->n_inputs > 2 && n->inputs[2] >= 0 && kn_attr_float(n, "beta", 1.0f) != 1.0f))
+    const bool gemm = kn_opt_is(c, i, "Gemm");
+    if (n->n_outputs != 1 || n->n_inputs < 2 || (!gemm && n->n_inputs != 2)) return KILN_OK;
+    if (gemm && (kn_attr_int(n, "transA", 0) != 0 || kn_attr_float(n, "alpha", 1.0f) != 1.0f ||
+                 (n->n_inputs > 2 && n->inputs[2] >= 0 && kn_attr_float(n, "beta", 1.0f) != 1.0f)))
         return KILN_OK;
     const int a = n->inputs[0], b = n->inputs[1], cb = n->n_inputs > 2 ? n->inputs[2] : -1, y = n->outputs[0];
-    const bool tb = kn_attr_int(n, "transB", 0) != 0;
+    const bool tb = gemm && kn_attr_int(n, "transB", 0) != 0;
+    if (!gemm && g->values[b].type.rank != 2) return KILN_OK;
     /* copies: adding values below may move the value table */
     const kn_type ta = g->values[a].type, ty = g->values[y].type;
     if (!kn_opt_is_f32(c, y) || ta.rank != 2 || ty.rank != 2 || ta.dims[1].value < 1 || ty.dims[1].value < 1 ||
@@ -111,7 +115,7 @@ static kiln_status fuse_gemm_reshape_residual(kn_opt_ctx *c, int i) {
     kn_opt_kill(c, i);
     kn_opt_kill(c, rs);
     kn_opt_kill(c, add);
-    kn_opt_note(c, "Gemm over rows+bias+residual");
+    kn_opt_note(c, gemm ? "Gemm over rows+bias+residual" : "MatMul over rows+residual");
     return kn_opt_refresh(c);
 }
 
@@ -186,6 +190,6 @@ kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c) {
         KN_TRY(kn_opt_refresh(c));
     }
     for (int i = 0; i < g->n_nodes; i++)
-        if (kn_opt_is(c, i, "Gemm")) KN_TRY(fuse_gemm_reshape_residual(c, i));
+        if (kn_opt_is(c, i, "Gemm") || kn_opt_is(c, i, "MatMul")) KN_TRY(fuse_gemm_reshape_residual(c, i));
     return KILN_OK;
 }

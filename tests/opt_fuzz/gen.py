@@ -290,8 +290,11 @@ def torch_mha_batch_first(g, x, s, heads):
     y = g.node("MatMul", [p, v], (b, heads, n, hd))
     y = g.node("Transpose", [y], (n, b, heads, hd), perm=[2, 0, 1, 3])
     y = g.node("Reshape", [y, g.ints([n * b, d])], (n * b, d))
-    tb = r.random() < 0.5
-    y = g.node("Gemm", [y, g.fconst((d, d), 1.0 / np.sqrt(d)), g.fconst((d,), 0.1)], (n * b, d), transB=int(tb))
+    if r.random() < 0.25:  # a projection without bias: a MatMul of two matrices
+        y = g.node("MatMul", [y, g.fconst((d, d), 1.0 / np.sqrt(d))], (n * b, d))
+    else:
+        tb = r.random() < 0.5
+        y = g.node("Gemm", [y, g.fconst((d, d), 1.0 / np.sqrt(d)), g.fconst((d,), 0.1)], (n * b, d), transB=int(tb))
     y = g.node("Reshape", [y, g.ints([n, b, d])], (n, b, d))
     y = g.node("Transpose", [y], s, perm=[1, 0, 2])
     if r.random() < 0.5:  # the block's residual (kiln: a FusedMatMul over the rows with it)
