@@ -122,14 +122,6 @@ static kiln_session *make_session(const unsigned char *m, size_t size, int threa
     return make_session_on(m, size, threads, mem_limit, max_runs, NULL);
 }
 
-static bool same_tensor(const kiln_tensor *a, const kiln_tensor *b) {
-    if (!a || !b || kiln_tensor_dtype(a) != kiln_tensor_dtype(b) || kiln_tensor_rank(a) != kiln_tensor_rank(b)) return false;
-    if (kiln_tensor_rank(a) && memcmp(kiln_tensor_dims(a), kiln_tensor_dims(b), sizeof(int64_t) * (size_t)kiln_tensor_rank(a)))
-        return false;
-    return kiln_tensor_bytes(a) == kiln_tensor_bytes(b) &&
-           !memcmp(kiln_tensor_data((kiln_tensor *)a), kiln_tensor_data((kiln_tensor *)b), kiln_tensor_bytes(a));
-}
-
 /* ------------------------------------------------------------------ 16 threads, one session */
 
 #define KN_CASES 8
@@ -171,7 +163,7 @@ static void *worker_main(void *arg) {
             if (atomic_fetch_add(&sh->failed, 1) == 0) fprintf(stderr, "  thread %d: %s\n", w->id, kiln_last_error());
         } else {
             for (size_t k = 0; k < sh->n_out; k++)
-                if (!same_tensor(out[k], sh->want[c][k])) atomic_fetch_add(&sh->bad, 1);
+                if (!tmb_same_tensor(out[k], sh->want[c][k])) atomic_fetch_add(&sh->bad, 1);
         }
         for (size_t k = 0; k < sh->n_out; k++) kiln_tensor_destroy(out[k]);
     }

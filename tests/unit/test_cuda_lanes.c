@@ -117,14 +117,6 @@ static uint64_t device_allocs(kiln_session *s) {
     return 0;
 }
 
-static bool same_tensor(const kiln_tensor *a, const kiln_tensor *b) {
-    if (!a || !b || kiln_tensor_dtype(a) != kiln_tensor_dtype(b) || kiln_tensor_rank(a) != kiln_tensor_rank(b)) return false;
-    if (kiln_tensor_rank(a) && memcmp(kiln_tensor_dims(a), kiln_tensor_dims(b), sizeof(int64_t) * (size_t)kiln_tensor_rank(a)))
-        return false;
-    return kiln_tensor_bytes(a) == kiln_tensor_bytes(b) &&
-           !memcmp(kiln_tensor_data((kiln_tensor *)a), kiln_tensor_data((kiln_tensor *)b), kiln_tensor_bytes(a));
-}
-
 /* ------------------------------------------------------------------ many threads */
 
 #define N_CASES 6
@@ -165,7 +157,7 @@ static void *worker_main(void *arg) {
             if (atomic_fetch_add(&sh->failed, 1) == 0) fprintf(stderr, "  thread %d: %s\n", w->id, kiln_last_error());
         } else {
             for (size_t k = 0; k < sh->n_out; k++)
-                if (!same_tensor(out[k], sh->want[c][k])) atomic_fetch_add(&sh->bad, 1);
+                if (!tmb_same_tensor(out[k], sh->want[c][k])) atomic_fetch_add(&sh->bad, 1);
         }
         for (size_t k = 0; k < sh->n_out; k++) kiln_tensor_destroy(out[k]);
     }
@@ -195,7 +187,7 @@ static void serial_outputs(lanes_run *sh) {
                     sh->want[c][k] = out[k];
                     continue;
                 }
-                CHECK_MSG(same_tensor(out[k], sh->want[c][k]), "case %d output %zu: serial run %d differs from the first",
+                CHECK_MSG(tmb_same_tensor(out[k], sh->want[c][k]), "case %d output %zu: serial run %d differs from the first",
                           c, k, rep);
                 kiln_tensor_destroy(out[k]);
             }

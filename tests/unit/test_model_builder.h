@@ -12,6 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Whether a and b (either may be NULL) have the same type, shape and bytes: a run's outputs against
+ * another run's, bit for bit. */
+static inline bool tmb_same_tensor(const kiln_tensor *a, const kiln_tensor *b) {
+    if (!a || !b || kiln_tensor_dtype(a) != kiln_tensor_dtype(b) || kiln_tensor_rank(a) != kiln_tensor_rank(b)) return false;
+    if (kiln_tensor_rank(a) && memcmp(kiln_tensor_dims(a), kiln_tensor_dims(b), sizeof(int64_t) * (size_t)kiln_tensor_rank(a)))
+        return false;
+    return kiln_tensor_bytes(a) == kiln_tensor_bytes(b) &&
+           !memcmp(kiln_tensor_data((kiln_tensor *)a), kiln_tensor_data((kiln_tensor *)b), kiln_tensor_bytes(a));
+}
+
 typedef struct tmb {
     kn_model *m;
     kn_graph *g;
