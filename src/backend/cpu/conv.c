@@ -18,6 +18,7 @@
  * float16/bfloat16 are converted to float around the float path; double and the integer convs
  * run direct loops. */
 #include "backend/cpu/const_cache.h"
+#include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/sgemm.h"
@@ -1242,6 +1243,13 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     for (int i = 0; i < s->nsp; i++)
         pointwise &= s->w.kernel[i] == 1 && s->w.stride[i] == 1 && s->w.pad_begin[i] == 0 && s->w.pad_end[i] == 0;
     int64_t count = s->N * s->G, K = s->Cg * s->kk;
+    if (s->nsp == 2 && s->G == 1 && s->w.kernel[0] == 3 && s->w.kernel[1] == 3 && s->w.stride[0] == 1 &&
+        s->w.stride[1] == 1 && s->w.dilation[0] == 1 && s->w.dilation[1] == 1) {
+        const kn_wino_shape ws = {s->N, s->C, s->M, s->w.in[0], s->w.in[1], s->w.out[0], s->w.out[1],
+                                  s->w.pad_begin[0], s->w.pad_begin[1]};
+        if (kn_wino_suits(&ws, kn_threadpool_size(c->pool)))
+            return kn_wino_conv(c, &ws, x, w, bias, y, epi, epi_ctx, w_is_input);
+    }
 #if defined(__AVX512F__)
     if (pointwise && pw_suits(s)) return pw_conv(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
     if (!pointwise && sk_suits(s)) {
