@@ -1,12 +1,13 @@
-/* The CPU's 3x3 convolutions (conv_winograd.c's F(4x4, 3x3) for stride 1; the implicit GEMM for
- * what it leaves: stride 2, dilation, groups) against the definition in double over many shapes:
- * odd plane sizes (partial 4x4 tiles, rows of more than 16 tiles), every padding combination
- * including none and asymmetric, batch > 1, channel counts that are not multiples of the vector
- * width (3, 5, 17, 19, 21), bias or none, weights a constant (transformed once per session, two
- * runs) or a graph input (transformed per call), a fused Relu (level 3: the epilogue), 1 and 2
- * threads, and the Winograd path forced on (KILN_WINO=1) for the small shapes that its choice
- * leaves to the GEMM. The error bound scales with sum |x| |w| over each output's window: F(4x4,
- * 3x3) rounds more than a direct sum, within float accuracy. */
+/* The CPU's 3x3 convolutions (conv_winograd.c's F(4x4, 3x3) at stride 1, conv.c's direct kernel
+ * with output channels in the lanes at stride 2, the implicit GEMM for the rest: dilation, groups,
+ * few channels) against the definition in double over many shapes: odd plane sizes (partial 4x4
+ * tiles, rows of more than 16 tiles, partial pixel tiles), every padding combination including
+ * none and asymmetric, batch > 1, channel counts that are not multiples of the vector width, bias
+ * or none, weights a constant (transformed once per session, two runs) or a graph input
+ * (transformed per call), a fused Relu (level 3: the epilogue), 1 and 2 threads, and both fast
+ * paths forced on (KILN_WINO=1, KILN_CL3=1) for the shapes their choice leaves to the GEMM. The
+ * error bound scales with sum |x| |w| over each output's window: F(4x4, 3x3) rounds more than a
+ * direct sum (about 10x), within float accuracy. */
 #include "test_model_builder.h"
 
 #include "kiln.h"
@@ -97,6 +98,11 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         {1, 16, 20, 20, 16, 1, 2, 1, {2, 2, 2, 2}, true, false, false},   /* dilation 2: GEMM */
         {1, 32, 12, 12, 32, 1, 1, 2, {1, 1, 1, 1}, true, false, false},   /* groups: GEMM */
         {2, 128, 14, 14, 96, 1, 1, 1, {1, 1, 1, 1}, true, false, true},   /* deeper channels */
+        {1, 64, 28, 28, 64, 2, 1, 1, {1, 1, 1, 1}, true, false, true},    /* stride 2: the direct path */
+        {2, 12, 33, 47, 32, 2, 1, 1, {1, 0, 0, 1}, false, false, false},  /* odd, 24 columns a row */
+        {1, 24, 40, 200, 32, 2, 1, 1, {1, 1, 1, 1}, true, true, false},   /* 100-pixel rows, W input */
+        {1, 16, 15, 15, 64, 2, 1, 1, {0, 0, 0, 0}, true, false, false},   /* 7-pixel rows, no pads */
+        {3, 40, 14, 14, 32, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* stride 1 (forced direct) */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const c3_case *t = &cases[ci];
@@ -120,7 +126,7 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
         c3_reference(t, xp, kiln_tensor_data(w), consts[1] ? kiln_tensor_data(consts[1]) : NULL, OH, OW, want, scale);
         for (int force = 0; force <= 1; force++) {
-            if (force) setenv("KILN_WINO", "1", 1);
+            if (force) setenv("KILN_WINO", "1", 1), setenv("KILN_CL3", "1", 1);
             for (int threads = 1; threads <= 2; threads++)
                 for (int level = 0; level <= 3; level += 3) {
                     kiln_session_options *o = NULL;
@@ -156,7 +162,7 @@ KN_TEST(cpu_conv3x3_matches_definition) {
                     }
                     kiln_session_destroy(s);
                 }
-            if (force) unsetenv("KILN_WINO");
+            if (force) unsetenv("KILN_WINO"), unsetenv("KILN_CL3");
         }
         free(want);
         free(scale);

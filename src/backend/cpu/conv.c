@@ -1008,7 +1008,35 @@ static void sk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const
  * padding, one group, up to 4 input channels, output channels a multiple of 32. */
 #define CL_SEG 60
 
+/* 3x3 convolutions with many channels, stride 2 (ResNet's and YOLO's downsamplers) or small planes
+ * at stride 1 that Winograd leaves (7x7): the same kernel, 32 channels by a row tile of 7-14 pixels
+ * (cl_p_of: the width that wastes fewest columns), every tap a broadcast of the input read in place
+ * from the padded copy. Against the implicit GEMM (1 thread, Zen 5): see cpu-conv3x3-2026-12-03.md. */
+static bool cl3_suits(const conv_shape *s) {
+    if (s->G != 1 || s->nsp != 2 || s->M % 32 || s->C < 8 || s->w.kernel[0] != 3 || s->w.kernel[1] != 3) return false;
+    const win2 v = win2_of(&s->w);
+    if (v.dh != 1 || v.dw != 1 || v.sh != v.sw || v.sw > 2 || v.OW < 7 || v.W >= (1 << 20) || v.H >= (1 << 20))
+        return false;
+    const char *e = getenv("KILN_CL3");
+    if (e) return e[0] == '1';
+    /* stride 2 on rows of 8 or more (7-wide rows: 512 -> 512 on 14x14 ran 1.17 ms, the GEMM 1.05) */
+    return v.sw == 2 && v.OW >= 8;
+}
+
+/* Pixels per tile for a row of OW outputs with 32 channels a tile: 7..14, the fewest columns
+ * computed past the row, then the widest. */
+static int cl_p_of(int64_t OW) {
+    int best = 14;
+    int64_t best_cols = (OW + 13) / 14 * 14;
+    for (int p = 13; p >= 7; p--) {
+        const int64_t cols = (OW + p - 1) / p * p;
+        if (cols < best_cols) best = p, best_cols = cols;
+    }
+    return best;
+}
+
 static bool cl_suits(const conv_shape *s) {
+    if (cl3_suits(s)) return true;
     if (s->G != 1 || s->nsp != 2 || s->Cg * s->kk <= SK_MAX || s->C > 4 || s->M % 32 || s->M > 1024) return false;
     const win2 v = win2_of(&s->w);
     /* strided: at stride 1 the im2col rows are plain loads and the GEMM is as fast (5x5 s1 3->64) */
@@ -1035,7 +1063,7 @@ typedef struct cl_job {
     int64_t Hp, Wp;
     const float *wp, *bias;
     float *y;
-    int MV;
+    int MV, P;
     int64_t bands;
     kn_conv_epilogue_fn epi;
     const void *epi_ctx;
@@ -1048,8 +1076,8 @@ static inline __attribute__((always_inline)) void cl_tile(const cl_job *j, const
     const conv_shape *s = j->s;
     const win2 *v = &j->v;
     const int64_t plane = j->Hp * j->Wp, sw = v->sw, MB = 16 * MV;
-    __m512 acc[CL_SEG > 12 ? 12 : CL_SEG][4];
-#pragma GCC unroll 12
+    __m512 acc[14][4];
+#pragma GCC unroll 14
     for (int p = 0; p < P; p++)
 #pragma GCC unroll 4
         for (int q = 0; q < MV; q++) acc[p][q] = bias[q];
@@ -1061,7 +1089,7 @@ static inline __attribute__((always_inline)) void cl_tile(const cl_job *j, const
                 __m512 wv[4];
 #pragma GCC unroll 4
                 for (int q = 0; q < MV; q++) wv[q] = _mm512_loadu_ps(w + 16 * q);
-#pragma GCC unroll 12
+#pragma GCC unroll 14
                 for (int p = 0; p < P; p++) {
                     const __m512 b = _mm512_set1_ps(px[p * sw]);
 #pragma GCC unroll 4
@@ -1069,10 +1097,28 @@ static inline __attribute__((always_inline)) void cl_tile(const cl_job *j, const
                 }
             }
         }
-#pragma GCC unroll 12
+#pragma GCC unroll 14
     for (int p = 0; p < P; p++)
 #pragma GCC unroll 4
         for (int q = 0; q < MV; q++) _mm512_storeu_ps(out + p * MB + 16 * q, acc[p][q]);
+}
+
+/* cl_tile with the job's tile shape as constants. */
+static void cl_tile_any(const cl_job *j, const float *x0, const float *w, const __m512 *bias, float *out) {
+    if (j->MV == 4) {
+        cl_tile(j, x0, w, bias, out, 4, 6);
+        return;
+    }
+    switch (j->P) {
+    case 7: cl_tile(j, x0, w, bias, out, 2, 7); break;
+    case 8: cl_tile(j, x0, w, bias, out, 2, 8); break;
+    case 9: cl_tile(j, x0, w, bias, out, 2, 9); break;
+    case 10: cl_tile(j, x0, w, bias, out, 2, 10); break;
+    case 11: cl_tile(j, x0, w, bias, out, 2, 11); break;
+    case 13: cl_tile(j, x0, w, bias, out, 2, 13); break;
+    case 14: cl_tile(j, x0, w, bias, out, 2, 14); break;
+    default: cl_tile(j, x0, w, bias, out, 2, 12); break;
+    }
 }
 
 /* Tasks are (image, band of output rows). */
@@ -1080,9 +1126,9 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
     const cl_job *j = arg;
     const conv_shape *s = j->s;
     const win2 *v = &j->v;
-    const int MV = j->MV, P = 24 / MV;
+    const int MV = j->MV, P = j->P, SEG = CL_SEG / P * P;
     const int64_t MB = 16 * MV, K = s->C * s->kk, OW = v->OW, plane = s->out_plane;
-    float seg[(CL_SEG + 12) * 64] __attribute__((aligned(64)));
+    float seg[(CL_SEG + 14) * 64] __attribute__((aligned(64)));
     for (int64_t t = begin; t < end; t++) {
         const int64_t n = t / j->bands, band = t % j->bands;
         const int64_t oh0 = band * v->OH / j->bands, oh1 = (band + 1) * v->OH / j->bands;
@@ -1094,12 +1140,11 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
                 __m512 bias[4];
                 for (int q = 0; q < MV; q++)
                     bias[q] = j->bias ? _mm512_loadu_ps(j->bias + m0 + 16 * q) : _mm512_setzero_ps();
-                for (int64_t s0 = 0; s0 < OW; s0 += CL_SEG) {
-                    const int64_t sn = min64(CL_SEG, OW - s0);
+                for (int64_t s0 = 0; s0 < OW; s0 += SEG) {
+                    const int64_t sn = min64(SEG, OW - s0);
                     for (int64_t p0 = 0; p0 < sn; p0 += P) {
                         const float *x0 = xn + oh * v->sh * j->Wp + (s0 + p0) * v->sw;
-                        if (MV == 4) cl_tile(j, x0, w, bias, seg + p0 * MB, 4, 6);
-                        else cl_tile(j, x0, w, bias, seg + p0 * MB, 2, 12);
+                        cl_tile_any(j, x0, w, bias, seg + p0 * MB);
                     }
                     /* seg [pixel][channel] -> output rows [channel][pixel] */
                     for (int64_t r0 = 0; r0 < sn; r0 += 16) {
@@ -1120,11 +1165,12 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
 
 static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w, const float *bias,
                            float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_is_input) {
-    cl_job j = {s, win2_of(&s->w), NULL, 0, 0, NULL, bias, y, s->M % 64 ? 2 : 4, 1, epi, epi_ctx};
+    const bool many = cl3_suits(s);
+    cl_job j = {s, win2_of(&s->w), NULL, 0, 0, NULL, bias, y, many || s->M % 64 ? 2 : 4, 0, 1, epi, epi_ctx};
     const win2 *v = &j.v;
-    const int P = 24 / j.MV;
+    const int P = j.P = many ? cl_p_of(v->OW) : 24 / j.MV, SEG = CL_SEG / P * P;
     /* the padded input covers every tap of every tile, the last tile's pixels past the row too */
-    const int64_t tiles_w = (min64(CL_SEG, v->OW) + P - 1) / P * P + (v->OW / CL_SEG) * CL_SEG;
+    const int64_t tiles_w = (min64(SEG, v->OW) + P - 1) / P * P + (v->OW / SEG) * SEG;
     j.Hp = max64(v->H + v->ph, (v->OH - 1) * v->sh + (v->KH - 1) * v->dh + 1);
     j.Wp = max64(v->W + v->pw, (tiles_w - 1) * v->sw + (v->KW - 1) * v->dw + 1);
     const size_t xbytes = sizeof(float) * (size_t)(s->N * s->C * j.Hp * j.Wp);
