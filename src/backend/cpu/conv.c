@@ -1012,10 +1012,13 @@ static void sk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const
  * at stride 1 that Winograd leaves (7x7): the same kernel, 32 channels by a row tile of 7-14 pixels
  * (cl_p_of: the width that wastes fewest columns), every tap a broadcast of the input read in place
  * from the padded copy. Against the implicit GEMM (1 thread, Zen 5): see cpu-conv3x3-2026-12-03.md. */
+#define CL3_MAX_OW 4096
+
 static bool cl3_suits(const conv_shape *s) {
     if (s->G != 1 || s->nsp != 2 || s->M % 32 || s->C < 8 || s->w.kernel[0] != 3 || s->w.kernel[1] != 3) return false;
     const win2 v = win2_of(&s->w);
-    if (v.dh != 1 || v.dw != 1 || v.sh != v.sw || v.sw > 2 || v.OW < 7 || v.W >= (1 << 20) || v.H >= (1 << 20))
+    if (v.dh != 1 || v.dw != 1 || v.sh != v.sw || v.sw > 2 || v.OW < 7 || v.OW > CL3_MAX_OW || v.W >= (1 << 20) ||
+        v.H >= (1 << 20))
         return false;
     const char *e = getenv("KILN_CL3");
     if (e) return e[0] == '1';
@@ -1067,6 +1070,11 @@ typedef struct cl_job {
     int64_t bands;
     kn_conv_epilogue_fn epi;
     const void *epi_ctx;
+    /* inplace (many channels): no padded copy of the whole input (its serial copy was a fifth of
+     * the time on 16 x 320 x 320): cl_range reads x in place and pads only the tiles at the edges */
+    const float *x;
+    bool inplace;
+    int *failed;
 } cl_job;
 
 /* out[p*16MV + 16v + r] = bias + sum over taps of w[tap][16v + r] * x(tap, pixel p) for p < P;
@@ -1122,6 +1130,29 @@ static void cl_tile_any(const cl_job *j, const float *x0, const float *w, const 
 }
 
 /* Tasks are (image, band of output rows). */
+/* Pads the input columns [c0, c0 + cols) of rows [ih0, ih0 + rows) of every channel of image n into
+ * dst ([C][rows][cols], zero outside the image). */
+static void cl_pad_block(const cl_job *j, int64_t n, int64_t ih0, int64_t rows, int64_t c0, int64_t cols, float *dst) {
+    const conv_shape *s = j->s;
+    const win2 *v = &j->v;
+    const int64_t a = max64(c0, 0), b = min64(c0 + cols, v->W);
+    for (int64_t ch = 0; ch < s->C; ch++) {
+        const float *xc = j->x + (n * s->C + ch) * v->H * v->W;
+        for (int64_t r = 0; r < rows; r++) {
+            float *row = dst + (ch * rows + r) * cols;
+            const int64_t ih = ih0 + r;
+            if (ih < 0 || ih >= v->H || b <= a) {
+                memset(row, 0, sizeof(float) * (size_t)cols);
+                continue;
+            }
+            if (a > c0) memset(row, 0, sizeof(float) * (size_t)(a - c0));
+            memcpy(row + (a - c0), xc + ih * v->W + a, sizeof(float) * (size_t)(b - a));
+            if (c0 + cols > b) memset(row + (b - c0), 0, sizeof(float) * (size_t)(c0 + cols - b));
+        }
+    }
+}
+
+/* Tasks are (image, band of output rows). */
 static void cl_range(void *arg, int64_t begin, int64_t end) {
     const cl_job *j = arg;
     const conv_shape *s = j->s;
@@ -1129,22 +1160,72 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
     const int MV = j->MV, P = j->P, SEG = CL_SEG / P * P;
     const int64_t MB = 16 * MV, K = s->C * s->kk, OW = v->OW, plane = s->out_plane;
     float seg[(CL_SEG + 14) * 64] __attribute__((aligned(64)));
+    /* in place (many channels): tiles whose window lies inside the image read it where it is;
+     * a row whose window crosses the top or bottom is padded whole into the thread's buffer,
+     * and in the other rows the tiles that cross the left or right edge are padded one by one
+     * (ew columns each) */
+    const int64_t ew = (P - 1) * v->sw + v->KW;
+    const int64_t ntile_row = (min64(SEG, OW) + P - 1) / P + OW / SEG * (SEG / P); /* tiles a row, upper bound */
+    float *own = NULL, *buf = NULL;
+    size_t row_floats = 0;
+    if (j->inplace) {
+        row_floats = (size_t)(s->C * v->KH * j->Wp);
+        const size_t bf = row_floats + (size_t)(ntile_row * s->C * v->KH * ew);
+        buf = kn_conv_thread_buffer(bf);
+        if (!buf) buf = own = malloc(sizeof(float) * bf);
+        if (!buf) {
+            __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
+            return;
+        }
+    }
+    cl_job rowj = *j, inj = *j, edgej = *j;
+    rowj.Hp = v->KH, edgej.Hp = v->KH, edgej.Wp = ew, inj.Hp = v->H, inj.Wp = v->W;
+    /* per tile of a row: where it reads and with which job (cl3_suits: at most CL3_MAX_OW / 7) */
+    const float *tsrc[CL3_MAX_OW / 7 + 1];
+    const cl_job *tjob[CL3_MAX_OW / 7 + 1];
     for (int64_t t = begin; t < end; t++) {
         const int64_t n = t / j->bands, band = t % j->bands;
         const int64_t oh0 = band * v->OH / j->bands, oh1 = (band + 1) * v->OH / j->bands;
-        const float *xn = j->xp + n * s->C * j->Hp * j->Wp;
+        const float *xn = j->inplace ? NULL : j->xp + n * s->C * j->Hp * j->Wp;
         float *yn = j->y + n * s->M * plane;
-        for (int64_t oh = oh0; oh < oh1; oh++)
+        for (int64_t oh = oh0; oh < oh1; oh++) {
+            if (j->inplace) {
+                const int64_t ih0 = oh * v->sh - v->ph;
+                const bool inside = ih0 >= 0 && ih0 + v->KH <= v->H;
+                if (!inside) cl_pad_block(j, n, ih0, v->KH, -v->pw, j->Wp, buf);
+                int64_t k = 0, e = 0;
+                for (int64_t s0 = 0; s0 < OW; s0 += SEG)
+                    for (int64_t p0 = 0; p0 < min64(SEG, OW - s0); p0 += P, k++) {
+                        const int64_t col = (s0 + p0) * v->sw - v->pw; /* first input column */
+                        if (!inside) {
+                            tsrc[k] = buf + (s0 + p0) * v->sw;
+                            tjob[k] = &rowj;
+                        } else if (col >= 0 && col + ew <= v->W) {
+                            tsrc[k] = j->x + (n * s->C * v->H + ih0) * v->W + col;
+                            tjob[k] = &inj;
+                        } else {
+                            float *eb = buf + row_floats + (size_t)(e++ * s->C * v->KH * ew);
+                            cl_pad_block(j, n, ih0, v->KH, col, ew, eb);
+                            tsrc[k] = eb;
+                            tjob[k] = &edgej;
+                        }
+                    }
+            }
             for (int64_t m0 = 0; m0 < s->M; m0 += MB) {
                 const float *w = j->wp + m0 * K;
                 __m512 bias[4];
                 for (int q = 0; q < MV; q++)
                     bias[q] = j->bias ? _mm512_loadu_ps(j->bias + m0 + 16 * q) : _mm512_setzero_ps();
+                int64_t k = 0;
                 for (int64_t s0 = 0; s0 < OW; s0 += SEG) {
                     const int64_t sn = min64(SEG, OW - s0);
-                    for (int64_t p0 = 0; p0 < sn; p0 += P) {
-                        const float *x0 = xn + oh * v->sh * j->Wp + (s0 + p0) * v->sw;
-                        cl_tile_any(j, x0, w, bias, seg + p0 * MB);
+                    for (int64_t p0 = 0; p0 < sn; p0 += P, k++) {
+                        if (j->inplace) {
+                            cl_tile_any(tjob[k], tsrc[k], w, bias, seg + p0 * MB);
+                        } else {
+                            const float *x0 = xn + oh * v->sh * j->Wp + (s0 + p0) * v->sw;
+                            cl_tile_any(j, x0, w, bias, seg + p0 * MB);
+                        }
                     }
                     /* seg [pixel][channel] -> output rows [channel][pixel] */
                     for (int64_t r0 = 0; r0 < sn; r0 += 16) {
@@ -1159,14 +1240,17 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
                     }
                 }
             }
+        }
         if (j->epi && oh1 > oh0) j->epi(j->epi_ctx, j->y, n * s->M * plane + oh0 * OW, s->M, (oh1 - oh0) * OW, plane);
     }
+    free(own);
 }
 
 static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w, const float *bias,
                            float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_is_input) {
     const bool many = cl3_suits(s);
-    cl_job j = {s, win2_of(&s->w), NULL, 0, 0, NULL, bias, y, many || s->M % 64 ? 2 : 4, 0, 1, epi, epi_ctx};
+    int failed = 0;
+    cl_job j = {s, win2_of(&s->w), NULL, 0, 0, NULL, bias, y, many || s->M % 64 ? 2 : 4, 0, 1, epi, epi_ctx, x, false, &failed};
     const win2 *v = &j.v;
     const int P = j.P = many ? cl_p_of(v->OW) : 24 / j.MV, SEG = CL_SEG / P * P;
     /* the padded input covers every tap of every tile, the last tile's pixels past the row too */
@@ -1175,12 +1259,17 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
     j.Wp = max64(v->W + v->pw, (tiles_w - 1) * v->sw + (v->KW - 1) * v->dw + 1);
     const size_t xbytes = sizeof(float) * (size_t)(s->N * s->C * j.Hp * j.Wp);
     float *xp = NULL;
-    KN_TRY(kn_ctx_scratch(c, xbytes, "the zero-padded input", (void **)&xp));
-    memset(xp, 0, xbytes);
-    for (int64_t nc = 0; nc < s->N * s->C; nc++)
-        for (int64_t h = 0; h < v->H; h++)
-            memcpy(xp + (nc * j.Hp + h + v->ph) * j.Wp + v->pw, x + (nc * v->H + h) * v->W, sizeof(float) * (size_t)v->W);
-    j.xp = xp;
+    if (many) {
+        j.inplace = true;
+    } else {
+        KN_TRY(kn_ctx_scratch(c, xbytes, "the zero-padded input", (void **)&xp));
+        memset(xp, 0, xbytes);
+        for (int64_t nc = 0; nc < s->N * s->C; nc++)
+            for (int64_t h = 0; h < v->H; h++)
+                memcpy(xp + (nc * j.Hp + h + v->ph) * j.Wp + v->pw, x + (nc * v->H + h) * v->W,
+                       sizeof(float) * (size_t)v->W);
+        j.xp = xp;
+    }
     const int64_t MB = 16 * j.MV, K = s->C * s->kk;
     const size_t wbytes = sizeof(float) * (size_t)(s->M * K);
     cl_wctx wc = {w, s->M, K, MB};
@@ -1189,7 +1278,7 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
     float *own = NULL;
     if (!wp) {
         if (!(own = aligned_alloc(64, (wbytes + 63) / 64 * 64))) {
-            kn_ctx_scratch_free(c, xp, xbytes);
+            if (xp) kn_ctx_scratch_free(c, xp, xbytes);
             return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
         }
         cl_make_weights(&wc, own);
@@ -1201,8 +1290,8 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
     const int64_t work = s->M * K * s->out_plane / j.bands + 1;
     kn_parallel_for(c->pool, s->N * j.bands, work > 65536 ? 1 : 65536 / work + 1, cl_range, &j);
     free(own);
-    kn_ctx_scratch_free(c, xp, xbytes);
-    return KILN_OK;
+    if (xp) kn_ctx_scratch_free(c, xp, xbytes);
+    return failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
 }
 #endif
 

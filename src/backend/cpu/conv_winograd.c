@@ -22,6 +22,7 @@
 #include "backend/cpu/const_cache.h"
 #include "backend/cpu/sgemm.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -250,6 +251,47 @@ static void wino_out_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* ------------------------------------------------------------------ the thread's scratch */
+
+typedef struct tbuf {
+    size_t cap;
+    float *data;
+} tbuf;
+
+static pthread_key_t tb_key;
+static pthread_once_t tb_once = PTHREAD_ONCE_INIT;
+static int tb_key_ok;
+
+static void tb_free(void *p) {
+    tbuf *b = p;
+    free(b->data);
+    free(b);
+}
+static void tb_init(void) { tb_key_ok = pthread_key_create(&tb_key, tb_free) == 0; }
+
+float *kn_conv_thread_buffer(size_t floats) {
+    if (floats > ((size_t)64 << 20) / sizeof(float)) return NULL;
+    pthread_once(&tb_once, tb_init);
+    if (!tb_key_ok) return NULL;
+    tbuf *b = pthread_getspecific(tb_key);
+    if (!b) {
+        if (!(b = calloc(1, sizeof *b))) return NULL;
+        if (pthread_setspecific(tb_key, b) != 0) {
+            free(b);
+            return NULL;
+        }
+    }
+    if (b->cap < floats) {
+        const size_t cap = (floats + 1023) / 1024 * 1024;
+        float *d = aligned_alloc(64, cap * sizeof(float));
+        if (!d) return NULL;
+        free(b->data);
+        b->data = d;
+        b->cap = cap;
+    }
+    return b->data;
+}
+
 /* ------------------------------------------------------------------ driver */
 
 /* Bytes of V and O per chunk: sized to stay in the caches (measured: see the results file). */
@@ -301,10 +343,12 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
     const int64_t row_bytes = 36 * 4 * (s->C + s->M) * tw;
     const int64_t rows = max64(1, min64(R, wino_chunk_bytes() / row_bytes));
     const int64_t Tmax = rows * tw;
-    float *V = aligned_alloc(64, sizeof(float) * (size_t)(36 * (s->C + s->M) * Tmax + 16));
+    const size_t vfloats = (size_t)(36 * (s->C + s->M) * Tmax + 16);
+    float *V = kn_conv_thread_buffer(vfloats), *Vown = NULL;
+    if (!V) V = Vown = aligned_alloc(64, sizeof(float) * vfloats);
     const float **ap = malloc(sizeof(float *) * 36 * 4);
     if (!V || !ap) {
-        free(V);
+        free(Vown);
         free(ap);
         free(own);
         return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
@@ -331,7 +375,7 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
         if (st) break;
         kn_parallel_for(c->pool, out_items, max64(1, 16 / ((tw + 15) / 16 * 4)), wino_out_range, &j);
     }
-    free(V);
+    free(Vown);
     free(ap);
     free(own);
     return st ? kn_kernel_error(c, st, "out of memory in the GEMM") : KILN_OK;

@@ -23,4 +23,11 @@ bool kn_wino_suits(const kn_wino_shape *s, int threads);
 kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *x, const float *w, const float *bias,
                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const);
 
+/* A buffer of at least `floats` floats (64-byte aligned, contents undefined) owned by the calling
+ * thread, kept between calls so that the multi-megabyte scratch of a convolution is not mapped and
+ * page-faulted again on every run (a 4 MB buffer per call cost as much as the convolution); freed
+ * when the thread exits. NULL when out of memory or above 64 MB: the caller allocates its own. The
+ * caller's pool threads may use it until the call returns; one user at a time per thread. */
+float *kn_conv_thread_buffer(size_t floats);
+
 #endif
