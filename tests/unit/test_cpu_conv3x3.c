@@ -92,7 +92,7 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         {3, 16, 9, 9, 16, 1, 1, 1, {1, 1, 1, 1}, true, true, false},      /* W a graph input, batch 3 */
         {1, 3, 20, 21, 5, 1, 1, 1, {1, 1, 1, 1}, true, false, false},     /* 3 -> 5 channels */
         {1, 16, 8, 150, 18, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* 38 tiles a row: 3 vectors */
-        {2, 20, 3, 4, 24, 1, 1, 1, {0, 1, 0, 1}, false, false, false},    /* one tile row, partial */
+        {2, 20, 3, 4, 24, 1, 1, 1, {0, 1, 0, 1}, false, false, true},     /* one tile row, partial */
         {1, 40, 10, 10, 48, 1, 1, 1, {1, 1, 1, 1}, true, false, false},
         {1, 33, 28, 28, 31, 2, 1, 1, {1, 1, 1, 1}, true, false, false},   /* stride 2: GEMM */
         {1, 16, 20, 20, 16, 1, 2, 1, {2, 2, 2, 2}, true, false, false},   /* dilation 2: GEMM */

@@ -91,6 +91,7 @@ typedef struct wino_job {
     int64_t Tb;          /* tiles in the chunk: rows * tw */
     kn_conv_epilogue_fn epi;
     const void *epi_ctx;
+    int64_t G;           /* rows of fewer than 16 tiles: G whole tile rows a vector (wino_*_multi) */
 } wino_job;
 
 static inline __mmask16 lane_range(int64_t lo, int64_t hi) { /* lanes l with lo <= l < hi, l in [0, 16) */
@@ -177,6 +178,81 @@ static void wino_in_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* ------------------------------------------------------------------ rows of fewer than 16 tiles
+ * (14x14 planes: 4 tiles a row, 25% of the lanes above): a vector holds G = 16 / tw whole tile
+ * rows so the lanes stay full; the patches are gathered (masked lanes read nothing, so the padding
+ * needs no copy) and the outputs stored 4 columns a tile. Items: (vector, block of 16 channels). */
+
+typedef struct wino_lanes {
+    int32_t base[16]; /* offset of the tile's patch origin in channel 0's plane of its image */
+    int64_t yoff[16]; /* offset of the tile's first output in output channel 0 */
+    int ti[16], tj[16], n[16];
+    __mmask16 valid, row[6], col[6];
+} wino_lanes;
+
+static void wino_lanes_of(const wino_job *j, int64_t vec, wino_lanes *L) {
+    const kn_wino_shape *s = j->s;
+    memset(L, 0, sizeof *L);
+    for (int l = 0; l < 16; l++) {
+        const int64_t rr = vec * j->G + l / j->tw, tj = l % j->tw;
+        if (l >= j->G * j->tw || rr >= j->rows) continue;
+        const int64_t r = j->r0 + rr, n = r / j->th, ti = r % j->th;
+        L->valid |= (__mmask16)(1u << l);
+        L->base[l] = (int32_t)((n * s->C * s->H + ti * 4 - s->ph) * s->W + tj * 4 - s->pw);
+        L->yoff[l] = n * s->M * s->OH * s->OW + ti * 4 * s->OW + tj * 4;
+        L->ti[l] = (int)ti, L->tj[l] = (int)tj, L->n[l] = (int)n;
+        for (int k = 0; k < 6; k++) {
+            const int64_t ih = ti * 4 - s->ph + k, iw = tj * 4 - s->pw + k;
+            if (ih >= 0 && ih < s->H) L->row[k] |= (__mmask16)(1u << l);
+            if (iw >= 0 && iw < s->W) L->col[k] |= (__mmask16)(1u << l);
+        }
+    }
+}
+
+static void wino_in_multi(void *arg, int64_t begin, int64_t end) {
+    const wino_job *j = arg;
+    const kn_wino_shape *s = j->s;
+    const int64_t ncb = (s->C + 15) / 16, xs = s->C * j->Tb, plane = s->H * s->W;
+    float h[6][6][16] __attribute__((aligned(64)));
+    wino_lanes L;
+    int64_t have = -1;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t vec = it / ncb, cb = it % ncb;
+        if (vec != have) wino_lanes_of(j, vec, &L), have = vec;
+        const __m512i vbase = _mm512_loadu_si512(L.base);
+        __mmask16 mk[6][6];
+        for (int r = 0; r < 6; r++)
+            for (int q = 0; q < 6; q++) mk[r][q] = L.row[r] & L.col[q] & L.valid;
+        const int64_t t0 = vec * j->G * j->tw;
+        for (int64_t c = cb * 16; c < min64(s->C, cb * 16 + 16); c++) {
+            const float *xc = j->x + c * plane;
+            for (int r = 0; r < 6; r++) {
+                __m512 d[6];
+                for (int q = 0; q < 6; q++) {
+                    const __m512i idx = _mm512_add_epi32(vbase, _mm512_set1_epi32((int32_t)(r * s->W + q)));
+                    d[q] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk[r][q], idx, xc, 4);
+                }
+                __m512 o0, o1, o2, o3, o4, o5;
+                WINO_BT(d[0], d[1], d[2], d[3], d[4], d[5], o0, o1, o2, o3, o4, o5);
+                _mm512_store_ps(h[r][0], o0);
+                _mm512_store_ps(h[r][1], o1);
+                _mm512_store_ps(h[r][2], o2);
+                _mm512_store_ps(h[r][3], o3);
+                _mm512_store_ps(h[r][4], o4);
+                _mm512_store_ps(h[r][5], o5);
+            }
+            float *dst = j->V + c * j->Tb + t0;
+            for (int b = 0; b < 6; b++) {
+                __m512 o[6];
+                WINO_BT(_mm512_load_ps(h[0][b]), _mm512_load_ps(h[1][b]), _mm512_load_ps(h[2][b]),
+                        _mm512_load_ps(h[3][b]), _mm512_load_ps(h[4][b]), _mm512_load_ps(h[5][b]), o[0], o[1], o[2],
+                        o[3], o[4], o[5]);
+                for (int a = 0; a < 6; a++) _mm512_mask_storeu_ps(dst + (a * 6 + b) * xs, L.valid, o[a]);
+            }
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ output transform */
 
 /* A^T (4x6) applied to six vectors. */
@@ -248,6 +324,82 @@ static void wino_out_range(void *arg, int64_t begin, int64_t end) {
             }
         }
         if (j->epi) j->epi(j->epi_ctx, j->y, off, nrows, s->OW, s->OW);
+    }
+}
+
+/* y = A^T O A + bias for one output channel and the 16 tiles of a vector, interleaved: out[r][v]
+ * holds output row r of tiles 4v..4v+3, 4 columns each. */
+static inline void wino_out_tiles(const float *src, int64_t xs, __mmask16 keep, __m512 bias, const __m512i *idx,
+                                  __m512 out[4][4]) {
+    float sbuf[6][4][16] __attribute__((aligned(64)));
+    for (int a = 0; a < 6; a++) {
+        __m512 q[6];
+        for (int b = 0; b < 6; b++) q[b] = _mm512_maskz_loadu_ps(keep, src + (a * 6 + b) * xs);
+        __m512 o0, o1, o2, o3;
+        WINO_AT(q[0], q[1], q[2], q[3], q[4], q[5], o0, o1, o2, o3);
+        _mm512_store_ps(sbuf[a][0], o0);
+        _mm512_store_ps(sbuf[a][1], o1);
+        _mm512_store_ps(sbuf[a][2], o2);
+        _mm512_store_ps(sbuf[a][3], o3);
+    }
+    __m512 yr[4][4];
+    for (int cc = 0; cc < 4; cc++) {
+        __m512 o0, o1, o2, o3;
+        WINO_AT(_mm512_load_ps(sbuf[0][cc]), _mm512_load_ps(sbuf[1][cc]), _mm512_load_ps(sbuf[2][cc]),
+                _mm512_load_ps(sbuf[3][cc]), _mm512_load_ps(sbuf[4][cc]), _mm512_load_ps(sbuf[5][cc]), o0, o1, o2, o3);
+        yr[0][cc] = _mm512_add_ps(o0, bias);
+        yr[1][cc] = _mm512_add_ps(o1, bias);
+        yr[2][cc] = _mm512_add_ps(o2, bias);
+        yr[3][cc] = _mm512_add_ps(o3, bias);
+    }
+    for (int r = 0; r < 4; r++)
+        for (int v = 0; v < 4; v++)
+            out[r][v] = _mm512_mask_blend_ps(0xCCCC, _mm512_permutex2var_ps(yr[r][0], idx[v], yr[r][1]),
+                                             _mm512_permutex2var_ps(yr[r][2], idx[v], yr[r][3]));
+}
+
+static void wino_out_multi(void *arg, int64_t begin, int64_t end) {
+    const wino_job *j = arg;
+    const kn_wino_shape *s = j->s;
+    const int64_t nmb = (s->M + 15) / 16, xs = s->M * j->Tb, plane = s->OH * s->OW;
+    __m512i idx[4];
+    for (int v = 0; v < 4; v++) {
+        int32_t t[16];
+        for (int l = 0; l < 16; l++) t[l] = ((l & 1) ? 16 : 0) + 4 * v + (l >> 2);
+        idx[v] = _mm512_loadu_si512(t);
+    }
+    wino_lanes L;
+    int64_t have = -1;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t vec = it / nmb, mb = it % nmb;
+        if (vec != have) wino_lanes_of(j, vec, &L), have = vec;
+        const int64_t t0 = vec * j->G * j->tw, m1 = min64(s->M, mb * 16 + 16);
+        for (int64_t m = mb * 16; m < m1; m++) {
+            __m512 out[4][4];
+            wino_out_tiles(j->O + m * j->Tb + t0, xs, L.valid, _mm512_set1_ps(j->bias ? j->bias[m] : 0.0f), idx, out);
+            for (int l = 0; l < 16; l++) {
+                if (!(L.valid >> l & 1)) continue;
+                const int v = l >> 2, i = l & 3;
+                const int64_t rows = min64(4, s->OH - 4 * (int64_t)L.ti[l]), cols = min64(4, s->OW - 4 * (int64_t)L.tj[l]);
+                const __mmask16 mk = (__mmask16)(((1u << cols) - 1u) << (4 * i));
+                float *p = j->y + m * plane + L.yoff[l] - 4 * i;
+                for (int64_t r = 0; r < rows; r++) _mm512_mask_storeu_ps(p + r * s->OW, mk, out[r][v]);
+            }
+        }
+        if (j->epi) { /* the vector's tile rows, one run per image */
+            for (int l = 0; l < 16;) {
+                if (!(L.valid >> l & 1)) {
+                    l++;
+                    continue;
+                }
+                int e = l;
+                while (e + 1 < 16 && (L.valid >> (e + 1) & 1) && L.n[e + 1] == L.n[l]) e++;
+                const int64_t oh0 = 4 * (int64_t)L.ti[l], oh1 = min64(s->OH, 4 * (int64_t)L.ti[e] + 4);
+                for (int64_t m = mb * 16; m < m1; m++)
+                    j->epi(j->epi_ctx, j->y, (L.n[l] * s->M + m) * plane + oh0 * s->OW, oh1 - oh0, s->OW, s->OW);
+                l = e + 1;
+            }
+        }
     }
 }
 
@@ -339,6 +491,11 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
         wino_make_weights(&wc, own);
         U = own;
     }
+    /* rows of 4 tiles or fewer: whole tile rows gathered into full vectors (int32 offsets); at 5-7
+     * tiles a row the gathers cost more than the idle lanes (1 thread: 28x28 128->128 0.39 -> 0.47 ms,
+     * 20x20 256->256 0.76 -> 0.96 ms), at 4 they cost less (14x14 256->256 0.73 -> 0.46 ms) */
+    const char *me = getenv("KILN_WINO_MULTI");
+    const bool multi = (me ? me[0] == '1' : tw <= 4) && s->N * s->C * s->H * s->W < ((int64_t)1 << 31) - ((int64_t)1 << 24);
     /* tile rows per chunk: V and O within the budget, at least one row */
     const int64_t row_bytes = 36 * 4 * (s->C + s->M) * tw;
     const int64_t rows = max64(1, min64(R, wino_chunk_bytes() / row_bytes));
@@ -359,9 +516,10 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
     kiln_status st = KILN_OK;
     for (int64_t r0 = 0; r0 < R && !st; r0 += rows) {
         const int64_t nr = min64(rows, R - r0), Tb = nr * tw;
-        wino_job j = {s, x, y, bias, V, O, th, tw, r0, nr, Tb, epi, epi_ctx};
-        const int64_t in_items = s->C * nr, out_items = s->M * nr;
-        kn_parallel_for(c->pool, in_items, max64(1, 16 / ((tw + 15) / 16 * 4)), wino_in_range, &j);
+        wino_job j = {s, x, y, bias, V, O, th, tw, r0, nr, Tb, epi, epi_ctx, multi ? 16 / tw : 1};
+        const int64_t nvec = (nr + j.G - 1) / j.G;
+        if (multi) kn_parallel_for(c->pool, nvec * ((s->C + 15) / 16), 1, wino_in_multi, &j);
+        else kn_parallel_for(c->pool, s->C * nr, max64(1, 16 / ((tw + 15) / 16 * 4)), wino_in_range, &j);
         for (int xi = 0; xi < 36; xi++) {
             ap[xi] = U + xi * s->M * s->C;
             apk[xi] = P ? P + xi * per : NULL;
@@ -373,7 +531,8 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
         if (P) g.a_packed = apk;
         st = kn_sgemm_run(c->pool, &g);
         if (st) break;
-        kn_parallel_for(c->pool, out_items, max64(1, 16 / ((tw + 15) / 16 * 4)), wino_out_range, &j);
+        if (multi) kn_parallel_for(c->pool, nvec * ((s->M + 15) / 16), 1, wino_out_multi, &j);
+        else kn_parallel_for(c->pool, s->M * nr, max64(1, 16 / ((tw + 15) / 16 * 4)), wino_out_range, &j);
     }
     free(Vown);
     free(ap);
