@@ -495,7 +495,8 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
      * tiles a row the gathers cost more than the idle lanes (1 thread: 28x28 128->128 0.39 -> 0.47 ms,
      * 20x20 256->256 0.76 -> 0.96 ms), at 4 they cost less (14x14 256->256 0.73 -> 0.46 ms) */
     const char *me = getenv("KILN_WINO_MULTI");
-    const bool multi = (me ? me[0] == '1' : tw <= 4) && s->N * s->C * s->H * s->W < ((int64_t)1 << 31) - ((int64_t)1 << 24);
+    const bool multi = (me ? me[0] == '1' : tw <= 4) && tw <= 16 &&
+                       s->N * s->C * s->H * s->W < ((int64_t)1 << 31) - ((int64_t)1 << 24);
     /* tile rows per chunk: V and O within the budget, at least one row */
     const int64_t row_bytes = 36 * 4 * (s->C + s->M) * tw;
     const int64_t rows = max64(1, min64(R, wino_chunk_bytes() / row_bytes));
