@@ -103,6 +103,8 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         {1, 24, 40, 200, 32, 2, 1, 1, {1, 1, 1, 1}, true, true, false},   /* 100-pixel rows, W input */
         {1, 16, 15, 15, 64, 2, 1, 1, {0, 0, 0, 0}, true, false, false},   /* 7-pixel rows, no pads */
         {3, 40, 14, 14, 32, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* stride 1 (forced direct) */
+        {1, 64, 7, 7, 64, 1, 1, 1, {1, 1, 1, 1}, true, false, true},      /* 7x7 stride 1: direct */
+        {2, 128, 9, 9, 256, 2, 1, 1, {1, 1, 1, 1}, true, false, true},    /* 1.2 MB of weights: by channel blocks */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const c3_case *t = &cases[ci];

@@ -1010,8 +1010,10 @@ static void sk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const
 
 /* 3x3 convolutions with many channels, stride 2 (ResNet's and YOLO's downsamplers) or small planes
  * at stride 1 that Winograd leaves (7x7): the same kernel, 32 channels by a row tile of 7-14 pixels
- * (cl_p_of: the width that wastes fewest columns), every tap a broadcast of the input read in place
- * from the padded copy. Against the implicit GEMM (1 thread, Zen 5): see cpu-conv3x3-2026-12-03.md. */
+ * (cl_p_of: the width that wastes fewest columns; cl3_tile: all addresses constant offsets), every
+ * tap a broadcast of the input read in place (cl_range) or, when the weights exceed the caches,
+ * from a padded copy per task over ranges of channel blocks (cl_range_mfirst). Against the
+ * implicit GEMM: bench/results/cpu-conv3x3-2026-12-03.md. */
 #define CL3_MAX_OW 4096
 
 static bool cl3_suits(const conv_shape *s) {
@@ -1022,8 +1024,12 @@ static bool cl3_suits(const conv_shape *s) {
         return false;
     const char *e = getenv("KILN_CL3");
     if (e) return e[0] == '1';
-    /* stride 2 on rows of 8 or more (7-wide rows: 512 -> 512 on 14x14 ran 1.17 ms, the GEMM 1.05) */
-    return v.sw == 2 && v.OW >= 8;
+    /* stride 2; stride 1 on the small planes Winograd leaves (fewer than 16 tiles: 7x7), 16 channels
+     * or more. 1 thread, CPU time, min of 4 alternating rounds (busy machine), GEMM -> this:
+     * s2 128->128 28x28 0.305 -> 0.276 ms, 512->512 14x14 1.06 -> 0.95, 16->32 320x320 1.93 -> 1.30,
+     * s1 512->512 7x7 0.99 -> 0.92 */
+    if (v.sw == 2) return true;
+    return s->C >= 16 && s->N * ((v.OH + 3) / 4) * ((v.OW + 3) / 4) < 16;
 }
 
 /* Pixels per tile for a row of OW outputs with 32 channels a tile: 7..14, the fewest columns
@@ -1075,6 +1081,7 @@ typedef struct cl_job {
     const float *x;
     bool inplace;
     int *failed;
+    bool mfirst; /* bands are ranges of channel blocks (cl_range_mfirst) */
 } cl_job;
 
 /* out[p*16MV + 16v + r] = bias + sum over taps of w[tap][16v + r] * x(tap, pixel p) for p < P;
@@ -1111,11 +1118,60 @@ static inline __attribute__((always_inline)) void cl_tile(const cl_job *j, const
         for (int q = 0; q < MV; q++) _mm512_storeu_ps(out + p * MB + 16 * q, acc[p][q]);
 }
 
+/* cl_tile for 3x3 windows without dilation, 32 channels, stride SW: every address a constant
+ * offset from three row pointers (the generic tile kept 14 pixel offsets in registers and
+ * spilled). */
+static inline __attribute__((always_inline)) void cl3_tile(const cl_job *j, const float *x0, const float *w,
+                                                           const __m512 *bias, float *out, const int P, const int SW) {
+    const int64_t plane = j->Hp * j->Wp, Wp = j->Wp, C = j->s->C;
+    __m512 acc[14][2];
+#pragma GCC unroll 14
+    for (int p = 0; p < P; p++) acc[p][0] = bias[0], acc[p][1] = bias[1];
+    for (int64_t c = 0; c < C; c++, w += 9 * 32) {
+        const float *r0 = x0 + c * plane;
+#pragma GCC unroll 3
+        for (int kh = 0; kh < 3; kh++) {
+            const float *row = r0 + kh * Wp;
+#pragma GCC unroll 3
+            for (int kw = 0; kw < 3; kw++) {
+                const __m512 w0 = _mm512_loadu_ps(w + (kh * 3 + kw) * 32), w1 = _mm512_loadu_ps(w + (kh * 3 + kw) * 32 + 16);
+#pragma GCC unroll 14
+                for (int p = 0; p < P; p++) {
+                    const __m512 b = _mm512_set1_ps(row[kw + p * SW]);
+                    acc[p][0] = _mm512_fmadd_ps(w0, b, acc[p][0]);
+                    acc[p][1] = _mm512_fmadd_ps(w1, b, acc[p][1]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 14
+    for (int p = 0; p < P; p++) _mm512_storeu_ps(out + p * 32, acc[p][0]), _mm512_storeu_ps(out + p * 32 + 16, acc[p][1]);
+}
+
+#define CL3_CASE(PP)                                                                                               \
+    case PP:                                                                                                       \
+        if (j->v.sw == 1) cl3_tile(j, x0, w, bias, out, PP, 1);                                                    \
+        else cl3_tile(j, x0, w, bias, out, PP, 2);                                                                 \
+        return;
+
 /* cl_tile with the job's tile shape as constants. */
 static void cl_tile_any(const cl_job *j, const float *x0, const float *w, const __m512 *bias, float *out) {
     if (j->MV == 4) {
         cl_tile(j, x0, w, bias, out, 4, 6);
         return;
+    }
+    if (j->inplace) { /* cl3_suits: 3x3, dilation 1, stride 1 or 2 */
+        switch (j->P) {
+            CL3_CASE(7)
+            CL3_CASE(8)
+            CL3_CASE(9)
+            CL3_CASE(10)
+            CL3_CASE(11)
+            CL3_CASE(12)
+            CL3_CASE(13)
+            CL3_CASE(14)
+        default: break;
+        }
     }
     switch (j->P) {
     case 7: cl_tile(j, x0, w, bias, out, 2, 7); break;
@@ -1246,6 +1302,61 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
     free(own);
 }
 
+/* Weights too large for the caches (512 -> 512: 9.4 MB): tasks are (image, range of 32-channel
+ * blocks) instead of bands of rows, so that each block of weights (K x 32, 590 KB at 512 input
+ * channels) is read once per task and stays in L2 over all the rows, where the bands read every
+ * weight once per row; each task pads its image whole into its thread's buffer (small next to the
+ * weights: 400 KB at 512 x 14 x 14). */
+static void cl_range_mfirst(void *arg, int64_t begin, int64_t end) {
+    const cl_job *j = arg;
+    const conv_shape *s = j->s;
+    const win2 *v = &j->v;
+    const int MV = j->MV, P = j->P, SEG = CL_SEG / P * P;
+    const int64_t MB = 16 * MV, K = s->C * s->kk, OW = v->OW, plane = s->out_plane, nmb = s->M / MB;
+    float seg[(CL_SEG + 14) * 64] __attribute__((aligned(64)));
+    const size_t pf = (size_t)(s->C * j->Hp * j->Wp);
+    float *own = NULL, *pad = kn_conv_thread_buffer(pf);
+    if (!pad) pad = own = malloc(sizeof(float) * pf);
+    if (!pad) {
+        __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    cl_job pj = *j;
+    pj.xp = pad;
+    int64_t have = -1;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t n = t / j->bands, ch = t % j->bands;
+        const int64_t mb0 = ch * nmb / j->bands, mb1 = (ch + 1) * nmb / j->bands;
+        if (mb1 <= mb0) continue;
+        if (n != have) cl_pad_block(j, n, -v->ph, j->Hp, -v->pw, j->Wp, pad), have = n;
+        float *yn = j->y + n * s->M * plane;
+        for (int64_t m0 = mb0 * MB; m0 < mb1 * MB; m0 += MB) {
+            const float *w = j->wp + m0 * K;
+            __m512 bias[4];
+            for (int q = 0; q < MV; q++)
+                bias[q] = j->bias ? _mm512_loadu_ps(j->bias + m0 + 16 * q) : _mm512_setzero_ps();
+            for (int64_t oh = 0; oh < v->OH; oh++)
+                for (int64_t s0 = 0; s0 < OW; s0 += SEG) {
+                    const int64_t sn = min64(SEG, OW - s0);
+                    for (int64_t p0 = 0; p0 < sn; p0 += P)
+                        cl_tile_any(&pj, pad + oh * v->sh * j->Wp + (s0 + p0) * v->sw, w, bias, seg + p0 * MB);
+                    for (int64_t r0 = 0; r0 < sn; r0 += 16) {
+                        const int rows = (int)min64(16, sn - r0);
+                        const __mmask16 keep = kn_v16_tail(rows);
+                        for (int q = 0; q < MV; q++) {
+                            __m512 o[16];
+                            kn_v16_transpose(seg + r0 * MB + 16 * q, MB, rows, 16, o);
+                            float *yo = yn + (m0 + 16 * q) * plane + oh * OW + s0 + r0;
+                            for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(yo + c * plane, keep, o[c]);
+                        }
+                    }
+                }
+        }
+        if (j->epi) j->epi(j->epi_ctx, j->y, (n * s->M + mb0 * MB) * plane, (mb1 - mb0) * MB, plane, plane);
+    }
+    free(own);
+}
+
 static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w, const float *bias,
                            float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_is_input) {
     const bool many = cl3_suits(s);
@@ -1286,9 +1397,15 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
     }
     j.wp = wp;
     const int64_t threads = kn_threadpool_size(c->pool);
-    j.bands = max64(1, min64(v->OH, (4 * threads + s->N - 1) / s->N));
+    if (many) {
+        const char *e = getenv("KILN_CL3_MFIRST");
+        j.mfirst = e ? e[0] == '1' : wbytes > ((size_t)1 << 20);
+    }
+    if (j.mfirst) j.bands = max64(1, min64(s->M / MB, (2 * threads + s->N - 1) / s->N));
+    else j.bands = max64(1, min64(v->OH, (4 * threads + s->N - 1) / s->N));
     const int64_t work = s->M * K * s->out_plane / j.bands + 1;
-    kn_parallel_for(c->pool, s->N * j.bands, work > 65536 ? 1 : 65536 / work + 1, cl_range, &j);
+    kn_parallel_for(c->pool, s->N * j.bands, work > 65536 ? 1 : 65536 / work + 1, j.mfirst ? cl_range_mfirst : cl_range,
+                    &j);
     free(own);
     if (xp) kn_ctx_scratch_free(c, xp, xbytes);
     return failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
