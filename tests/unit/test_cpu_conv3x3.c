@@ -1,6 +1,6 @@
 /* The CPU's 3x3 convolutions (conv_winograd.c's F(4x4, 3x3) at stride 1, conv.c's direct kernel
- * with output channels in the lanes at stride 2, the implicit GEMM for the rest: dilation, groups,
- * few channels) against the definition in double over many shapes: odd plane sizes (partial 4x4
+ * with output channels in the lanes at stride 2, dilation 2 and on 7x7 planes, the implicit GEMM
+ * for the rest: dilation 3, groups, few channels) against the definition in double over many shapes: odd plane sizes (partial 4x4
  * tiles, rows of more than 16 tiles, partial pixel tiles), every padding combination including
  * none and asymmetric, batch > 1, channel counts that are not multiples of the vector width, bias
  * or none, weights a constant (transformed once per session, two runs) or a graph input
@@ -95,7 +95,9 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         {2, 20, 3, 4, 24, 1, 1, 1, {0, 1, 0, 1}, false, false, true},     /* one tile row, partial */
         {1, 40, 10, 10, 48, 1, 1, 1, {1, 1, 1, 1}, true, false, false},
         {1, 33, 28, 28, 31, 2, 1, 1, {1, 1, 1, 1}, true, false, false},   /* stride 2: GEMM */
-        {1, 16, 20, 20, 16, 1, 2, 1, {2, 2, 2, 2}, true, false, false},   /* dilation 2: GEMM */
+        {1, 16, 20, 20, 16, 1, 2, 1, {2, 2, 2, 2}, true, false, false},   /* dilation 2, 16 channels: GEMM */
+        {2, 24, 21, 23, 32, 1, 2, 1, {2, 1, 2, 3}, true, false, true},    /* dilation 2: direct */
+        {1, 16, 12, 40, 64, 1, 3, 1, {3, 3, 3, 3}, true, false, false},   /* dilation 3: GEMM */
         {1, 32, 12, 12, 32, 1, 1, 2, {1, 1, 1, 1}, true, false, false},   /* groups: GEMM */
         {2, 128, 14, 14, 96, 1, 1, 1, {1, 1, 1, 1}, true, false, true},   /* deeper channels */
         {1, 64, 28, 28, 64, 2, 1, 1, {1, 1, 1, 1}, true, false, true},    /* stride 2: the direct path */

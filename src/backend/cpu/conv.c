@@ -1020,8 +1020,9 @@ static void sk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const
 static bool cl3_suits(const conv_shape *s) {
     if (s->G != 1 || s->nsp != 2 || s->M % 32 || s->C < 8 || s->w.kernel[0] != 3 || s->w.kernel[1] != 3) return false;
     const win2 v = win2_of(&s->w);
-    if (v.dh != 1 || v.dw != 1 || v.sh != v.sw || v.sw > 2 || v.OW < 7 || v.OW > CL3_MAX_OW || v.W >= (1 << 20) ||
-        v.H >= (1 << 20))
+    /* dilation 2 at stride 1 only (cl_tile_any's instances) */
+    if (v.dh != v.dw || v.dw > 2 || (v.dw == 2 && v.sw != 1) || v.sh != v.sw || v.sw > 2 || v.OW < 7 ||
+        v.OW > CL3_MAX_OW || v.W >= (1 << 20) || v.H >= (1 << 20))
         return false;
     const char *e = getenv("KILN_CL3");
     if (e) return e[0] == '1';
@@ -1029,7 +1030,7 @@ static bool cl3_suits(const conv_shape *s) {
      * or more. 1 thread, CPU time, min of 4 alternating rounds (busy machine), GEMM -> this:
      * s2 128->128 28x28 0.305 -> 0.276 ms, 512->512 14x14 1.06 -> 0.95, 16->32 320x320 1.93 -> 1.30,
      * s1 512->512 7x7 0.99 -> 0.92 */
-    if (v.sw == 2) return true;
+    if (v.sw == 2 || v.dw == 2) return true;
     return s->C >= 16 && s->N * ((v.OH + 3) / 4) * ((v.OW + 3) / 4) < 16;
 }
 
@@ -1123,7 +1124,8 @@ static inline __attribute__((always_inline)) void cl_tile(const cl_job *j, const
  * offset from three row pointers (the generic tile kept 14 pixel offsets in registers and
  * spilled). */
 static inline __attribute__((always_inline)) void cl3_tile(const cl_job *j, const float *x0, const float *w,
-                                                           const __m512 *bias, float *out, const int P, const int SW) {
+                                                           const __m512 *bias, float *out, const int P, const int SW,
+                                                           const int D) {
     const int64_t plane = j->Hp * j->Wp, Wp = j->Wp, C = j->s->C;
     __m512 acc[14][2];
     /* blocks of CL3_CB channels, each summed from zero and added to the running total in `out`:
@@ -1137,13 +1139,13 @@ static inline __attribute__((always_inline)) void cl3_tile(const cl_job *j, cons
         const float *r0 = x0 + c * plane;
 #pragma GCC unroll 3
         for (int kh = 0; kh < 3; kh++) {
-            const float *row = r0 + kh * Wp;
+            const float *row = r0 + kh * D * Wp;
 #pragma GCC unroll 3
             for (int kw = 0; kw < 3; kw++) {
                 const __m512 w0 = _mm512_loadu_ps(w + (kh * 3 + kw) * 32), w1 = _mm512_loadu_ps(w + (kh * 3 + kw) * 32 + 16);
 #pragma GCC unroll 14
                 for (int p = 0; p < P; p++) {
-                    const __m512 b = _mm512_set1_ps(row[kw + p * SW]);
+                    const __m512 b = _mm512_set1_ps(row[kw * D + p * SW]);
                     acc[p][0] = _mm512_fmadd_ps(w0, b, acc[p][0]);
                     acc[p][1] = _mm512_fmadd_ps(w1, b, acc[p][1]);
                 }
@@ -1163,8 +1165,9 @@ static inline __attribute__((always_inline)) void cl3_tile(const cl_job *j, cons
 
 #define CL3_CASE(PP)                                                                                               \
     case PP:                                                                                                       \
-        if (j->v.sw == 1) cl3_tile(j, x0, w, bias, out, PP, 1);                                                    \
-        else cl3_tile(j, x0, w, bias, out, PP, 2);                                                                 \
+        if (j->v.dw == 2) cl3_tile(j, x0, w, bias, out, PP, 1, 2);                                                 \
+        else if (j->v.sw == 1) cl3_tile(j, x0, w, bias, out, PP, 1, 1);                                            \
+        else cl3_tile(j, x0, w, bias, out, PP, 2, 1);                                                              \
         return;
 
 /* cl_tile with the job's tile shape as constants. */
@@ -1173,7 +1176,7 @@ static void cl_tile_any(const cl_job *j, const float *x0, const float *w, const 
         cl_tile(j, x0, w, bias, out, 4, 6);
         return;
     }
-    if (j->inplace) { /* cl3_suits: 3x3, dilation 1, stride 1 or 2 */
+    if (j->inplace) { /* cl3_suits: 3x3, stride 1 or 2, dilation 1 (or 2 at stride 1) */
         switch (j->P) {
             CL3_CASE(7)
             CL3_CASE(8)
@@ -1235,13 +1238,13 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
      * a row whose window crosses the top or bottom is padded whole into the thread's buffer,
      * and in the other rows the tiles that cross the left or right edge are padded one by one
      * (ew columns each) */
-    const int64_t ew = (P - 1) * v->sw + v->KW;
+    const int64_t kh_ext = (v->KH - 1) * v->dh + 1, ew = (P - 1) * v->sw + (v->KW - 1) * v->dw + 1;
     const int64_t ntile_row = (min64(SEG, OW) + P - 1) / P + OW / SEG * (SEG / P); /* tiles a row, upper bound */
     float *own = NULL, *buf = NULL;
     size_t row_floats = 0;
     if (j->inplace) {
-        row_floats = (size_t)(s->C * v->KH * j->Wp);
-        const size_t bf = row_floats + (size_t)(ntile_row * s->C * v->KH * ew);
+        row_floats = (size_t)(s->C * kh_ext * j->Wp);
+        const size_t bf = row_floats + (size_t)(ntile_row * s->C * kh_ext * ew);
         buf = kn_conv_thread_buffer(bf);
         if (!buf) buf = own = malloc(sizeof(float) * bf);
         if (!buf) {
@@ -1250,7 +1253,7 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
         }
     }
     cl_job rowj = *j, inj = *j, edgej = *j;
-    rowj.Hp = v->KH, edgej.Hp = v->KH, edgej.Wp = ew, inj.Hp = v->H, inj.Wp = v->W;
+    rowj.Hp = kh_ext, edgej.Hp = kh_ext, edgej.Wp = ew, inj.Hp = v->H, inj.Wp = v->W;
     /* per tile of a row: where it reads and with which job (cl3_suits: at most CL3_MAX_OW / 7) */
     const float *tsrc[CL3_MAX_OW / 7 + 1];
     const cl_job *tjob[CL3_MAX_OW / 7 + 1];
@@ -1262,8 +1265,8 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
         for (int64_t oh = oh0; oh < oh1; oh++) {
             if (j->inplace) {
                 const int64_t ih0 = oh * v->sh - v->ph;
-                const bool inside = ih0 >= 0 && ih0 + v->KH <= v->H;
-                if (!inside) cl_pad_block(j, n, ih0, v->KH, -v->pw, j->Wp, buf);
+                const bool inside = ih0 >= 0 && ih0 + kh_ext <= v->H;
+                if (!inside) cl_pad_block(j, n, ih0, kh_ext, -v->pw, j->Wp, buf);
                 int64_t k = 0, e = 0;
                 for (int64_t s0 = 0; s0 < OW; s0 += SEG)
                     for (int64_t p0 = 0; p0 < min64(SEG, OW - s0); p0 += P, k++) {
@@ -1275,8 +1278,8 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
                             tsrc[k] = j->x + (n * s->C * v->H + ih0) * v->W + col;
                             tjob[k] = &inj;
                         } else {
-                            float *eb = buf + row_floats + (size_t)(e++ * s->C * v->KH * ew);
-                            cl_pad_block(j, n, ih0, v->KH, col, ew, eb);
+                            float *eb = buf + row_floats + (size_t)(e++ * s->C * kh_ext * ew);
+                            cl_pad_block(j, n, ih0, kh_ext, col, ew, eb);
                             tsrc[k] = eb;
                             tjob[k] = &edgej;
                         }
@@ -1414,7 +1417,17 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
     const int64_t threads = kn_threadpool_size(c->pool);
     if (many) {
         const char *e = getenv("KILN_CL3_MFIRST");
-        j.mfirst = e ? e[0] == '1' : wbytes > ((size_t)1 << 20);
+        /* or rows whose every tile crosses the left or right edge, which the in-place reading pads
+         * tile by tile on every row (d2 64->64 28x28: 0.32 ms, by channel blocks 0.27; s2 on 56x56,
+         * one tile of two at the edge, stays: 1.15 against 1.21) */
+        const int64_t ew = (P - 1) * v->sw + (v->KW - 1) * v->dw + 1;
+        bool all_edges = true;
+        for (int64_t s0 = 0; s0 < v->OW && all_edges; s0 += SEG)
+            for (int64_t p0 = 0; p0 < min64(SEG, v->OW - s0); p0 += P) {
+                const int64_t col = (s0 + p0) * v->sw - v->pw;
+                if (col >= 0 && col + ew <= v->W) all_edges = false;
+            }
+        j.mfirst = e ? e[0] == '1' : wbytes > ((size_t)1 << 20) || all_edges;
     }
     if (j.mfirst) j.bands = max64(1, min64(s->M / MB, (2 * threads + s->N - 1) / s->N));
     else j.bands = max64(1, min64(v->OH, (4 * threads + s->N - 1) / s->N));
