@@ -51,6 +51,7 @@ typedef struct wino_wctx {
     const float *w;
     int64_t M, C;
     bool pack; /* also the packed copy after the plain one */
+    bool swap; /* packed for the transposed product (U^T as the GEMM's B: kn_sgemm_swaps) */
 } wino_wctx;
 
 static size_t wino_u_floats(int64_t M, int64_t C) { return (size_t)(36 * M * C + 15) / 16 * 16; }
@@ -73,8 +74,11 @@ static void wino_make_weights(const void *ctx, void *dst) {
         }
     if (k->pack) {
         float *p = u + wino_u_floats(k->M, k->C);
-        const size_t per = kn_sgemm_packed_a_floats(k->M, k->C);
-        for (int xi = 0; xi < 36; xi++) kn_sgemm_pack_a(u + xi * MC, k->C, false, k->M, k->C, p + xi * per);
+        const size_t per = k->swap ? kn_sgemm_packed_b_floats(k->M, k->C) : kn_sgemm_packed_a_floats(k->M, k->C);
+        for (int xi = 0; xi < 36; xi++) {
+            if (k->swap) kn_sgemm_pack_b_full(u + xi * MC, k->C, true, k->M, k->C, p + xi * per);
+            else kn_sgemm_pack_a(u + xi * MC, k->C, false, k->M, k->C, p + xi * per);
+        }
     }
 }
 
@@ -475,9 +479,22 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
 #if defined(__AVX512F__)
     const int64_t th = (s->OH + 3) / 4, tw = (s->OW + 3) / 4, R = s->N * th;
-    const size_t ufl = wino_u_floats(s->M, s->C), per = kn_sgemm_packed_a_floats(s->M, s->C);
-    wino_wctx wc = {w, s->M, s->C, true};
-    kn_const_layout lay = {9, {s->M, s->C, 0, 0}};
+    /* tile rows per chunk: V and O within the budget, at least one row */
+    const int64_t row_bytes = 36 * 4 * (s->C + s->M) * tw;
+    const int64_t rows = max64(1, min64(R, wino_chunk_bytes() / row_bytes));
+    const int64_t Tmax = rows * tw;
+    /* few tiles a chunk (16 on a 14x14 plane) fill half the micro-kernel's 32 columns: at 1 thread
+     * the GEMM then runs transposed, output channels in the lanes, from weights packed for it
+     * (CPU time, min of 4 rounds: 256->256 14x14 0.444 -> 0.420 ms, 128->128 28x28 0.380 -> 0.332;
+     * 196 and 452 tiles 2-4% slower, so under 64 tiles only). At 2 threads the transposed GEMM made
+     * 14x14 2x slower (0.27 -> 0.54-0.61 ms) and 28x28 no faster: not taken there. */
+    const char *se = getenv("KILN_WINO_SWAP");
+    const bool swap = kn_sgemm_swaps(s->M, Tmax, s->C) &&
+                      (se ? se[0] == '1' : Tmax < 64 && kn_threadpool_size(c->pool) == 1);
+    const size_t ufl = wino_u_floats(s->M, s->C),
+                 per = swap ? kn_sgemm_packed_b_floats(s->M, s->C) : kn_sgemm_packed_a_floats(s->M, s->C);
+    wino_wctx wc = {w, s->M, s->C, true, swap};
+    kn_const_layout lay = {9, {s->M, s->C, swap, 0}};
     const float *U = w_const ? kn_cpu_const_derived(c, 1, &lay, sizeof(float) * (ufl + 36 * per), wino_make_weights, &wc)
                              : NULL;
     float *own = NULL;
@@ -497,10 +514,6 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
     const char *me = getenv("KILN_WINO_MULTI");
     const bool multi = (me ? me[0] == '1' : tw <= 4) && tw <= 16 &&
                        s->N * s->C * s->H * s->W < ((int64_t)1 << 31) - ((int64_t)1 << 24);
-    /* tile rows per chunk: V and O within the budget, at least one row */
-    const int64_t row_bytes = 36 * 4 * (s->C + s->M) * tw;
-    const int64_t rows = max64(1, min64(R, wino_chunk_bytes() / row_bytes));
-    const int64_t Tmax = rows * tw;
     const size_t vfloats = (size_t)(36 * (s->C + s->M) * Tmax + 16);
     float *V = kn_conv_thread_buffer(vfloats), *Vown = NULL;
     if (!V) V = Vown = aligned_alloc(64, sizeof(float) * vfloats);
@@ -529,7 +542,9 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
         }
         kn_sgemm_batch g = {.count = 36, .M = s->M, .N = Tb, .K = s->C, .alpha = 1.0f, .beta = 0.0f, .a = ap,
                             .lda = s->C, .b = bp, .ldb = Tb, .c = cp, .ldc = Tb};
-        if (P) g.a_packed = apk;
+        /* the last chunk may have fewer tiles: it runs transposed only if the GEMM would */
+        if (P && swap && kn_sgemm_swaps(s->M, Tb, s->C)) g.at_packed = apk;
+        else if (P && !swap) g.a_packed = apk;
         st = kn_sgemm_run(c->pool, &g);
         if (st) break;
         if (multi) kn_parallel_for(c->pool, nvec * ((s->M + 15) / 16), 1, wino_out_multi, &j);
