@@ -102,6 +102,55 @@ __device__ __forceinline__ void load_tile(T *dst, int lds, const T *src, int row
     }
 }
 
+// A tile of ROWS x COLS elements (COLS a multiple of 8) in 16-byte words, NT threads: word u of this
+// thread is element row e / (COLS / 8), column (e % (COLS / 8)) * 8 with e = threadIdx.x + u * NT.
+// Loads and stores apart, in chunks of CHUNK words a thread: every load of a chunk is in flight at
+// once (a loop that stored each word before loading the next waited for memory once per word:
+// four round trips per tile for BERT-base's heads, the most of the kernel's time at batch 32).
+template <typename T, int ROWS, int COLS, int NT> struct VecTile {
+    static constexpr int WPR = COLS / 8, WORDS = ROWS * WPR, PER = (WORDS + NT - 1) / NT;
+    __device__ static __forceinline__ uint4 fetch(const T *src, int64_t rs, int64_t n_rows, int64_t n_cols, int u) {
+        const int e = threadIdx.x + u * NT, r = e / WPR, c = (e % WPR) * 8;
+        uint4 w = make_uint4(0, 0, 0, 0);
+        if (e < WORDS && r < n_rows) {
+            if (c + 8 <= n_cols) w = *(const uint4 *)(src + r * rs + c);
+            else {
+                T tmp[8];
+                for (int x = 0; x < 8; x++) tmp[x] = c + x < n_cols ? src[r * rs + c + x] : from_float<T>(0.0f);
+                w = *(uint4 *)tmp;
+            }
+        }
+        return w;
+    }
+    __device__ static __forceinline__ void store(T *dst, int lds, int u, uint4 w) {
+        const int e = threadIdx.x + u * NT;
+        if (e < WORDS) *(uint4 *)(dst + (e / WPR) * lds + (e % WPR) * 8) = w;
+    }
+};
+
+constexpr int CHUNK = 4;
+
+// Two tiles (A and B) loaded together, CHUNK words of each in flight per thread.
+template <typename T, typename TA, typename TB>
+__device__ __forceinline__ void load_tiles_vec(T *da, int lda, const T *sa, int64_t rsa, int64_t ra, int64_t ca, T *db,
+                                               int ldb, const T *sb, int64_t rsb, int64_t rb, int64_t cb) {
+    constexpr int PER = TA::PER > TB::PER ? TA::PER : TB::PER;
+#pragma unroll
+    for (int u0 = 0; u0 < PER; u0 += CHUNK) {
+        uint4 wa[CHUNK], wb[CHUNK];
+#pragma unroll
+        for (int u = 0; u < CHUNK; u++) {
+            if (u0 + u < TA::PER) wa[u] = TA::fetch(sa, rsa, ra, ca, u0 + u);
+            if (u0 + u < TB::PER) wb[u] = TB::fetch(sb, rsb, rb, cb, u0 + u);
+        }
+#pragma unroll
+        for (int u = 0; u < CHUNK; u++) {
+            if (u0 + u < TA::PER) TA::store(da, lda, u0 + u, wa[u]);
+            if (u0 + u < TB::PER) TB::store(db, ldb, u0 + u, wb[u]);
+        }
+    }
+}
+
 // KT: K arrives transposed ([d][key], keys contiguous); else [key][d].
 template <typename T, int WARPS, int D, bool KT> __global__ void __launch_bounds__(32 * WARPS) k_flash(kn_cu_flash p) {
     constexpr int BM = 16 * WARPS;
@@ -125,7 +174,13 @@ template <typename T, int WARPS, int D, bool KT> __global__ void __launch_bounds
     const bool vk = (KT ? p.k_sc : p.k_sj) % 8 == 0 && ((uintptr_t)k & 15) == 0;
     const bool vv = p.v_sj % 8 == 0 && ((uintptr_t)v & 15) == 0;
 
-    load_tile(sQ, LDQ, q + i0 * p.q_si, BM, D, p.q_si, p.sq - i0, D, vq);
+    if (vq) { /* (a tile of no words as the second) */
+        typedef VecTile<T, BM, D, 32 * WARPS> TQ;
+        typedef VecTile<T, 0, 8, 32 * WARPS> TNone;
+        load_tiles_vec<T, TQ, TNone>(sQ, LDQ, q + i0 * p.q_si, p.q_si, p.sq - i0, D, NULL, 0, NULL, 0, 0, 0);
+    } else {
+        load_tile(sQ, LDQ, q + i0 * p.q_si, BM, D, p.q_si, p.sq - i0, D, vq);
+    }
     __syncthreads();
 
     // the warp's 16 query rows as operand fragments, for the whole head dim
@@ -145,9 +200,20 @@ template <typename T, int WARPS, int D, bool KT> __global__ void __launch_bounds
 
     for (int64_t j0 = 0; j0 < p.sk; j0 += BN) {
         __syncthreads(); // every warp is done with the previous block's tiles
-        if (KT) load_tile(sK, LDK, k + j0, D, BN, p.k_sc, D, p.sk - j0, vk);
-        else load_tile(sK, LDK, k + j0 * p.k_sj, BN, D, p.k_sj, p.sk - j0, D, vk);
-        load_tile(sV, LDV, v + j0 * p.v_sj, BN, D, p.v_sj, p.sk - j0, D, vv);
+        if (vk && vv) {
+            typedef VecTile<T, KT ? D : BN, KT ? BN : D, 32 * WARPS> TK;
+            typedef VecTile<T, BN, D, 32 * WARPS> TV;
+            if (KT)
+                load_tiles_vec<T, TK, TV>(sK, LDK, k + j0, p.k_sc, D, p.sk - j0, sV, LDV, v + j0 * p.v_sj, p.v_sj,
+                                          p.sk - j0, D);
+            else
+                load_tiles_vec<T, TK, TV>(sK, LDK, k + j0 * p.k_sj, p.k_sj, p.sk - j0, D, sV, LDV, v + j0 * p.v_sj,
+                                          p.v_sj, p.sk - j0, D);
+        } else {
+            if (KT) load_tile(sK, LDK, k + j0, D, BN, p.k_sc, D, p.sk - j0, vk);
+            else load_tile(sK, LDK, k + j0 * p.k_sj, BN, D, p.k_sj, p.sk - j0, D, vk);
+            load_tile(sV, LDV, v + j0 * p.v_sj, BN, D, p.v_sj, p.sk - j0, D, vv);
+        }
         __syncthreads();
 
         float s[BN / 8][4];
