@@ -18,6 +18,12 @@ typedef struct kn_reduce_prm {
     bool axes_from_input; /* axes are input 1 (ReduceSum from opset 13, the rest from 18) */
 } kn_reduce_prm;
 kiln_status kn_reduce_prepare(const kn_node *n, void *params);
+/* ArgMax and ArgMin's attributes (their prepare hook) */
+typedef struct kn_argminmax_prm {
+    int is_max, last;
+    int64_t axis;
+} kn_argminmax_prm;
+kiln_status kn_argminmax_prepare(const kn_node *n, void *params);
 kiln_status kn_cpu_argminmax(kn_kernel_ctx *c);   /* ArgMax, ArgMin */
 kiln_status kn_cpu_topk(kn_kernel_ctx *c);
 kiln_status kn_cpu_softmax(kn_kernel_ctx *c);     /* Softmax, LogSoftmax */

@@ -375,13 +375,24 @@ static void argrow_range(void *arg, int64_t b, int64_t e) {
     }
 }
 
+kiln_status kn_argminmax_prepare(const kn_node *n, void *params) {
+    kn_argminmax_prm *p = params;
+    p->is_max = !strcmp(n->op_type, "ArgMax");
+    p->last = kn_attr_int(n, "select_last_index", 0) != 0;
+    p->axis = kn_attr_int(n, "axis", 0);
+    return KILN_OK;
+}
+
 kiln_status kn_cpu_argminmax(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return KILN_OK;
-    int is_max = !strcmp(c->node->op_type, "ArgMax");
-    int last = kn_attr_int(c->node, "select_last_index", 0) != 0;
-    int64_t axis = kn_attr_int(c->node, "axis", 0);
+    kn_argminmax_prm local;
+    const kn_argminmax_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_argminmax_prepare, &local, (const void **)&prm));
+    int is_max = prm->is_max;
+    int last = prm->last;
+    int64_t axis = prm->axis;
     if (axis < 0) axis += x->rank;
     if (axis < 0 || axis >= x->rank) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
     int64_t outer = 1, n = x->dims[axis], inner = 1;

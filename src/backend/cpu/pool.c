@@ -15,6 +15,7 @@
 #include <immintrin.h>
 #endif
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -376,18 +377,46 @@ static double lp_p(const kn_node *n) {
     return a->type == KN_ATTR_FLOAT ? a->f : (double)a->i;
 }
 
+/* What run_pool prepares from the node and the input's shape (kn_ctx_prep). */
+typedef struct pool_key {
+    int32_t kind, rank;
+    int64_t dims[KILN_MAX_RANK]; /* only rank of them are compared */
+} pool_key;
+typedef struct pool_prepared {
+    kn_window w;
+    double p;
+    bool include_pad;
+    int storage_order;
+} pool_prepared;
+static const char pool_tag = 0;
+
 static kiln_status run_pool(kn_kernel_ctx *c, int kind) {
     const kn_tensor *X = c->in[0];
     kn_tensor *Y = c->out[0];
     kn_tensor *I = kind == POOL_MAX && c->n_outputs > 1 ? c->out[1] : NULL;
     if (X->rank < 3) return kn_kernel_error(c, KILN_ERR_SHAPE, "X must have rank >= 3");
-    kn_window w;
-    char why[512];
-    kiln_status st = kn_window_plan(c->node, KN_WINDOW_POOL, X->rank - 2, X->dims + 2, NULL, &w, why, sizeof why);
-    if (st) return kn_kernel_error(c, st, "%s", why);
-    pool_job j = {.w = &w, .kind = kind, .p = lp_p(c->node), .in_plane = 1, .out_plane = 1, .kernel_total = 1};
-    j.include_pad = kind == POOL_LP || (kind == POOL_AVG && kn_attr_int(c->node, "count_include_pad", 0) != 0);
-    j.storage_order = (int)kn_attr_int(c->node, "storage_order", 0);
+    /* the window and attributes, kept for the node's later calls with this input shape
+     * (kn_ctx_prep: a node whose shapes the run's memo knows) */
+    pool_key key = {kind, X->rank, {0}};
+    memcpy(key.dims, X->dims, sizeof(int64_t) * (size_t)X->rank);
+    const size_t key_bytes = offsetof(pool_key, dims) + sizeof(int64_t) * (size_t)X->rank;
+    const pool_prepared *kept = kn_ctx_prep_get(c, &pool_tag, &key, key_bytes);
+    pool_prepared pp;
+    if (kept) {
+        pp = *kept;
+    } else {
+        char why[512];
+        kiln_status st = kn_window_plan(c->node, KN_WINDOW_POOL, X->rank - 2, X->dims + 2, NULL, &pp.w, why, sizeof why);
+        if (st) return kn_kernel_error(c, st, "%s", why);
+        pp.p = lp_p(c->node);
+        pp.include_pad = kind == POOL_LP || (kind == POOL_AVG && kn_attr_int(c->node, "count_include_pad", 0) != 0);
+        pp.storage_order = (int)kn_attr_int(c->node, "storage_order", 0);
+        kn_ctx_prep_put(c, &pool_tag, &key, key_bytes, &pp, sizeof pp);
+    }
+    kn_window w = pp.w;
+    pool_job j = {.w = &w, .kind = kind, .p = pp.p, .in_plane = 1, .out_plane = 1, .kernel_total = 1};
+    j.include_pad = pp.include_pad;
+    j.storage_order = pp.storage_order;
     for (int i = 0; i < w.nsp; i++) {
         j.in_plane *= w.in[i];
         j.out_plane *= w.out[i];

@@ -104,10 +104,25 @@ static kiln_status run_dropout(kn_kernel_ctx *c) {
     return KILN_OK;
 }
 
+/* Shape's start and end (its prepare hook) */
+typedef struct shape_prm {
+    int64_t start, end;
+} shape_prm;
+
+static kiln_status shape_prepare(const kn_node *n, void *params) {
+    shape_prm *p = params;
+    p->start = kn_attr_int(n, "start", 0);
+    p->end = kn_attr_int(n, "end", INT64_MAX);
+    return KILN_OK;
+}
+
 static kiln_status run_shape(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     int r = x->rank;
-    int64_t start = kn_attr_int(c->node, "start", 0), end = kn_attr_int(c->node, "end", INT64_MAX);
+    shape_prm local;
+    const shape_prm *prm;
+    KN_TRY(kn_ctx_params(c, shape_prepare, &local, (const void **)&prm));
+    int64_t start = prm->start, end = prm->end;
     if (start < 0) start += r;
     if (end < 0) end += r;
     start = start < 0 ? 0 : start > r ? r : start;
@@ -130,7 +145,7 @@ const kn_cpu_kernel kn_cpu_tensor[] = {
     {"", "Constant", run_constant, NULL},
     {"", "Identity", run_copy, NULL, KN_KERNEL_OVERWRITES},
     {"", "Dropout", run_dropout, NULL},
-    {"", "Shape", run_shape, NULL, KN_KERNEL_OVERWRITES},
+    {"", "Shape", run_shape, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(shape_prepare, shape_prm)},
     {"", "Size", run_size, NULL, KN_KERNEL_OVERWRITES},
     {"", "Reshape", run_copy, NULL, KN_KERNEL_OVERWRITES},
     {"", "Flatten", run_copy, NULL, KN_KERNEL_OVERWRITES},
