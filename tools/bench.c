@@ -16,6 +16,7 @@
  */
 #include "cli.h"
 
+#include "exec/graph_run.h"
 #include "util/clock.h"
 
 #include <math.h>
@@ -518,6 +519,16 @@ int cmd_bench(int argc, char **argv) {
                pct(cmp, n, 50), d2h_mean);
     printf("throughput      %.1f items/s  (%.1f runs/s)\n", throughput, wall_s > 0 ? (double)n / wall_s : 0);
     if (a.cuda) printf("device memory   %.1f MiB (in use above the context, after the runs)\n", mem_peak / 1048576.0);
+    /* whether the runs replayed CUDA graphs: a run that cannot be captured pays every launch on
+     * the host, the first thing to know about a batch-1 latency */
+    bool graphs_on = false;
+    int n_graphs = 0;
+    uint64_t launches = 0;
+    kn_graph_run_stats(b0->session, &graphs_on, &n_graphs, &launches);
+    if (a.cuda)
+        printf("cuda graphs     %s\n", !graphs_on ? "off (--log info says why)"
+                                     : n_graphs ? "on" : "on, but no run was captured (--log info says why)");
+    if (a.cuda && graphs_on) printf("                %d recorded, %llu replays\n", n_graphs, (unsigned long long)launches);
     if (a.json) {
         FILE *f = fopen(a.json, "w");
         if (!f) {
@@ -541,6 +552,8 @@ int cmd_bench(int argc, char **argv) {
             if (b0->split)
                 fprintf(f, "  \"h2d_ms\": %.5f,\n  \"compute_ms\": %.5f,\n  \"d2h_ms\": %.5f,\n", h2d_mean, cmp_mean,
                         d2h_mean);
+            fprintf(f, "  \"cuda_graphs\": {\"enabled\": %s, \"recorded\": %d, \"replays\": %llu},\n",
+                    graphs_on ? "true" : "false", n_graphs, (unsigned long long)launches);
             fprintf(f, "  \"throughput_per_s\": %.3f,\n  \"device_memory_bytes\": %zu\n}\n", throughput, mem_peak);
             fclose(f);
         }

@@ -52,6 +52,17 @@ assert l["min"] <= l["mean"] <= l["max"], l
 assert j["session_create_ms"] > 0 and j["first_run_ms"] > 0
 want = runs * items / j["duration_s"]
 assert abs(j["throughput_per_s"] - want) <= 1e-3 * want + 1e-6, (j["throughput_per_s"], want)
+g = j["cuda_graphs"]
+assert g["recorded"] >= 0 and g["replays"] >= 0 and (g["enabled"] or g["recorded"] == g["replays"] == 0), g
+PY
+}
+
+# graphs JSON RUNS: the timed runs replayed a recorded CUDA graph
+graphs() {
+  "$py" - "$@" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))["cuda_graphs"]
+assert g["enabled"] and g["recorded"] == 1 and g["replays"] >= int(sys.argv[2]), g
 PY
 }
 
@@ -80,7 +91,8 @@ if "$kiln" info 2>/dev/null | grep -q '^provider cuda: available'; then
   if "$kiln" bench "$work/m.onnx" --provider cuda --dim batch=8 --iterations 10 --io host --json "$work/c.json" >"$work/out" 2>&1 &&
      grep -q "host I/O split" "$work/out" && check "$work/c.json" 10 8 &&
      "$kiln" bench "$work/m.onnx" --provider cuda --dim batch=8 --iterations 10 --json "$work/d.json" >"$work/out" 2>&1 &&
-     check "$work/d.json" 10 8; then ok; else bad "cuda: $(tail -3 "$work/out")"; fi
+     check "$work/d.json" 10 8 && graphs "$work/d.json" 10 && grep -q "cuda graphs *on" "$work/out"; then ok
+  else bad "cuda: $(tail -3 "$work/out")"; fi
 else
   skip=$((skip + 1))
 fi
