@@ -1034,12 +1034,16 @@ static bool cl3_suits(const conv_shape *s) {
     return s->C >= 16 && s->N * ((v.OH + 3) / 4) * ((v.OW + 3) / 4) < 16;
 }
 
-/* Pixels per tile for a row of OW outputs with 32 channels a tile: 7..14, the fewest columns
- * computed past the row, then the widest. */
+/* Pixels per tile for a row of OW outputs with 32 channels a tile: 7..12, the fewest columns
+ * computed past the row, then the widest. 13 and 14 (28 accumulators) spilled half of them to the
+ * stack once the nine taps were unrolled: 1 thread, CPU time, s2 128->128 28x28 0.292 ms with
+ * tiles of 14, 0.237 with 7 (ORT 0.245); s2 256->256 28x28 1.17 -> 0.85 (the GEMM 1.06). */
 static int cl_p_of(int64_t OW) {
-    int best = 14;
-    int64_t best_cols = (OW + 13) / 14 * 14;
-    for (int p = 13; p >= 7; p--) {
+    const char *e = getenv("KILN_CL3_PMAX");
+    const int pmax = e && atoi(e) >= 7 && atoi(e) <= 12 ? atoi(e) : 12;
+    int best = pmax;
+    int64_t best_cols = (OW + pmax - 1) / pmax * pmax;
+    for (int p = pmax - 1; p >= 7; p--) {
         const int64_t cols = (OW + p - 1) / p * p;
         if (cols < best_cols) best = p, best_cols = cols;
     }
@@ -1093,8 +1097,8 @@ static inline __attribute__((always_inline)) void cl_tile(const cl_job *j, const
     const conv_shape *s = j->s;
     const win2 *v = &j->v;
     const int64_t plane = j->Hp * j->Wp, sw = v->sw, MB = 16 * MV;
-    __m512 acc[14][4];
-#pragma GCC unroll 14
+    __m512 acc[12][4];
+#pragma GCC unroll 12
     for (int p = 0; p < P; p++)
 #pragma GCC unroll 4
         for (int q = 0; q < MV; q++) acc[p][q] = bias[q];
@@ -1106,7 +1110,7 @@ static inline __attribute__((always_inline)) void cl_tile(const cl_job *j, const
                 __m512 wv[4];
 #pragma GCC unroll 4
                 for (int q = 0; q < MV; q++) wv[q] = _mm512_loadu_ps(w + 16 * q);
-#pragma GCC unroll 14
+#pragma GCC unroll 12
                 for (int p = 0; p < P; p++) {
                     const __m512 b = _mm512_set1_ps(px[p * sw]);
 #pragma GCC unroll 4
@@ -1114,7 +1118,7 @@ static inline __attribute__((always_inline)) void cl_tile(const cl_job *j, const
                 }
             }
         }
-#pragma GCC unroll 14
+#pragma GCC unroll 12
     for (int p = 0; p < P; p++)
 #pragma GCC unroll 4
         for (int q = 0; q < MV; q++) _mm512_storeu_ps(out + p * MB + 16 * q, acc[p][q]);
@@ -1127,12 +1131,12 @@ static inline __attribute__((always_inline)) void cl3_tile(const cl_job *j, cons
                                                            const __m512 *bias, float *out, const int P, const int SW,
                                                            const int D) {
     const int64_t plane = j->Hp * j->Wp, Wp = j->Wp, C = j->s->C;
-    __m512 acc[14][2];
+    __m512 acc[12][2];
     /* blocks of CL3_CB channels, each summed from zero and added to the running total in `out`:
      * one chain of 9 C products rounded 10x more than the GEMM's slices of 256 (512 -> 512 on
      * 7x7: max error relative to the largest output 3.4e-6, ORT 2.3e-7) */
     for (int64_t cb = 0; cb < C; cb += CL3_CB) {
-#pragma GCC unroll 14
+#pragma GCC unroll 12
     for (int p = 0; p < P; p++)
         acc[p][0] = cb ? _mm512_setzero_ps() : bias[0], acc[p][1] = cb ? _mm512_setzero_ps() : bias[1];
     for (int64_t c = cb; c < min64(C, cb + CL3_CB); c++, w += 9 * 32) {
@@ -1143,7 +1147,7 @@ static inline __attribute__((always_inline)) void cl3_tile(const cl_job *j, cons
 #pragma GCC unroll 3
             for (int kw = 0; kw < 3; kw++) {
                 const __m512 w0 = _mm512_loadu_ps(w + (kh * 3 + kw) * 32), w1 = _mm512_loadu_ps(w + (kh * 3 + kw) * 32 + 16);
-#pragma GCC unroll 14
+#pragma GCC unroll 12
                 for (int p = 0; p < P; p++) {
                     const __m512 b = _mm512_set1_ps(row[kw * D + p * SW]);
                     acc[p][0] = _mm512_fmadd_ps(w0, b, acc[p][0]);
@@ -1153,12 +1157,12 @@ static inline __attribute__((always_inline)) void cl3_tile(const cl_job *j, cons
         }
     }
     if (cb) {
-#pragma GCC unroll 14
+#pragma GCC unroll 12
         for (int p = 0; p < P; p++)
             acc[p][0] = _mm512_add_ps(acc[p][0], _mm512_loadu_ps(out + p * 32)),
             acc[p][1] = _mm512_add_ps(acc[p][1], _mm512_loadu_ps(out + p * 32 + 16));
     }
-#pragma GCC unroll 14
+#pragma GCC unroll 12
     for (int p = 0; p < P; p++) _mm512_storeu_ps(out + p * 32, acc[p][0]), _mm512_storeu_ps(out + p * 32 + 16, acc[p][1]);
     }
 }
@@ -1184,8 +1188,6 @@ static void cl_tile_any(const cl_job *j, const float *x0, const float *w, const 
             CL3_CASE(10)
             CL3_CASE(11)
             CL3_CASE(12)
-            CL3_CASE(13)
-            CL3_CASE(14)
         default: break;
         }
     }
@@ -1195,8 +1197,6 @@ static void cl_tile_any(const cl_job *j, const float *x0, const float *w, const 
     case 9: cl_tile(j, x0, w, bias, out, 2, 9); break;
     case 10: cl_tile(j, x0, w, bias, out, 2, 10); break;
     case 11: cl_tile(j, x0, w, bias, out, 2, 11); break;
-    case 13: cl_tile(j, x0, w, bias, out, 2, 13); break;
-    case 14: cl_tile(j, x0, w, bias, out, 2, 14); break;
     default: cl_tile(j, x0, w, bias, out, 2, 12); break;
     }
 }
