@@ -184,10 +184,10 @@ kiln_status kn_cf_loop(kn_kernel_ctx *c, const kn_cf_mover *m) {
         /* the carried values and scan outputs are this kernel's from here, the condition too */
         int64_t next = 0;
         st = read_scalar(c, m, outs[0], "the body's condition output", &next);
-        kn_tensor_free(outs[0]);
+        kn_exec_discard(c, outs[0]);
         outs[0] = NULL;
         for (int i = 0; i < n_carried; i++) {
-            kn_tensor_free(state[i]);
+            kn_exec_discard(c, state[i]);
             state[i] = outs[i + 1];
         }
         if (st == KILN_OK && n_iter == cap) {

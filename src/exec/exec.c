@@ -165,6 +165,10 @@ static _Thread_local uint64_t infer_calls;
 
 uint64_t kn_exec_infer_count(void) { return infer_calls; }
 
+static _Thread_local uint64_t plans_made;
+
+uint64_t kn_exec_plan_count(void) { return plans_made; }
+
 static void memo_free(kn_shape_memo *m) {
     if (!m) return;
     for (int i = 0; m->prep && i < m->n_nodes; i++) free(m->prep[i]);
@@ -513,6 +517,8 @@ void kn_run_ctx_clear(kn_run_ctx *c) {
     free(c->spare);
     c->spare = NULL;
     c->n_spare = 0;
+    for (int i = 0; i < c->n_arrays; i++) free(c->arrays[i]);
+    c->n_arrays = 0;
     for (int i = 0; i < c->n_spare_blocks; i++) kn_tensor_free(c->spare_blocks[i]);
     free(c->spare_blocks);
     c->spare_blocks = NULL;
@@ -642,6 +648,12 @@ static bool keep_spare(kn_run_ctx *r, kn_buffer_pool *pool, kn_tensor *t) {
     if (r->n_spare >= KN_SPARE_HEADERS) return false;
     r->spare[r->n_spare++] = t;
     return true;
+}
+
+void kn_exec_discard(kn_kernel_ctx *c, kn_tensor *t) {
+    kn_exec *x = c ? c->exec : NULL;
+    if (!t) return;
+    if (!x || !keep_spare(x->run, x->buffers, t)) kn_tensor_free(t);
 }
 
 /* Frees owned value v (its memory no longer counted). */
@@ -1219,6 +1231,34 @@ kiln_status kn_exec_graph_ctx(const kn_graph *g, kn_runtime *rt, kn_threadpool *
 
 /* Runs g; ctx: the call's context for the main graph (NULL for a subgraph: its parent's); into:
  * the caller's tensors for the main graph's outputs (kn_exec_graph_ctx), or NULL. */
+/* Zeroed memory for a graph run's per-value arrays: a block the run context kept (the most recent
+ * one large enough), or a new one; *cap: its size. */
+static unsigned char *arrays_take(kn_run_ctx *r, size_t bytes, size_t *cap) {
+    for (int i = r ? r->n_arrays - 1 : -1; i >= 0; i--) {
+        if (r->arrays_bytes[i] < bytes) continue;
+        unsigned char *b = r->arrays[i];
+        *cap = r->arrays_bytes[i];
+        r->n_arrays--;
+        r->arrays[i] = r->arrays[r->n_arrays];
+        r->arrays_bytes[i] = r->arrays_bytes[r->n_arrays];
+        memset(b, 0, bytes);
+        return b;
+    }
+    *cap = bytes;
+    return calloc(bytes, 1);
+}
+
+static void arrays_give(kn_run_ctx *r, unsigned char *b, size_t cap) {
+    const int room = (int)(sizeof r->arrays / sizeof r->arrays[0]);
+    if (!b) return;
+    if (!r || r->n_arrays == room || cap > ((size_t)1 << 20)) { /* (a large graph's: not kept) */
+        free(b);
+        return;
+    }
+    r->arrays[r->n_arrays] = b;
+    r->arrays_bytes[r->n_arrays++] = cap;
+}
+
 static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
                               kn_exec *parent, kn_run_ctx *ctx, kn_tensor *const *inputs, kn_tensor **outputs,
                               unsigned flags, kn_tensor *const *into) {
@@ -1228,7 +1268,9 @@ static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *
     int sig_len = 0;
     size_t nv = (size_t)(g->n_values ? g->n_values : 1);
     /* one block for the four per-value arrays (a Loop body's run makes them at each iteration) */
-    unsigned char *block = calloc(nv, sizeof *x.slots + sizeof *x.alt + sizeof *x.remaining + 1);
+    const size_t block_bytes = nv * (sizeof *x.slots + sizeof *x.alt + sizeof *x.remaining + 1);
+    size_t block_cap = 0;
+    unsigned char *block = arrays_take(x.run, block_bytes, &block_cap);
     if (block) {
         x.slots = (kn_tensor **)block;
         x.alt = (kn_tensor **)(block + nv * sizeof *x.slots);
@@ -1248,6 +1290,7 @@ static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *
      * a run outside a session) */
     const kn_graph_plan *gp = x.run && x.run->plan ? kn_plan_find(x.run->plan, g) : NULL;
     if (!gp) {
+        plans_made++;
         st = kn_plan_build(g, rt, false, &own_plan);
         if (st != KILN_OK) goto done;
         gp = &own_plan->graphs[0];
@@ -1364,7 +1407,7 @@ done:
     handed_clear(&x);
     free(x.handed);
     free(x.direct);
-    free(block);
+    arrays_give(x.run, block, block_cap);
     kn_plan_free(own_plan);
     return st;
 }

@@ -49,6 +49,10 @@ typedef struct kn_run_ctx {
      * output that fits */
     kn_tensor **spare_blocks;
     int n_spare_blocks;
+    /* graph runs' per-value arrays given back (a Loop body's run makes them at each iteration) */
+    void *arrays[4];
+    size_t arrays_bytes[4];
+    int n_arrays;
     int64_t mem_limit;      /* bytes a run may hold (0 = no limit) */
     int64_t mem_live;       /* bytes the run holds now */
     int64_t mem_peak;
@@ -147,6 +151,11 @@ kiln_status kn_exec_graph_ctx(const kn_graph *g, struct kn_runtime *rt, kn_threa
  * and the current run as outer scope; outputs as for kn_exec_graph. */
 kiln_status kn_exec_subgraph(kn_kernel_ctx *c, const kn_graph *body, kn_tensor *const *inputs,
                              int n_inputs, kn_tensor **outputs, int n_outputs);
+/* For control-flow kernels: frees t, a value a subgraph run handed to the kernel that it no longer
+ * needs (a Loop's previous carried state, its condition), or keeps it for the run context's next
+ * output of that size (a small host tensor of the session's buffer pool: no pool lock, no
+ * allocation at the next iteration). */
+void kn_exec_discard(kn_kernel_ctx *c, kn_tensor *t);
 /* Operators whose output is their first input's elements under another shape (Reshape, Flatten,
  * Squeeze, Unsqueeze, Identity): a run hands such a node its input's tensor when it is that
  * tensor's last reader, and the memory plan gives the two one slot. */
@@ -154,6 +163,10 @@ bool kn_exec_is_view(const kn_node *n);
 /* How many infer calls runs made on this thread so far (the run path's shape inference, subgraph
  * runs included): for tests that check a run infers only what depends on data. */
 uint64_t kn_exec_infer_count(void);
+/* How many graph runs on this thread made a plan of their own (exec/plan.h) because their run
+ * context had none for the graph: for tests that check a session's runs, bodies included, walk
+ * the session's plan. */
+uint64_t kn_exec_plan_count(void);
 /* The type of a runtime value, for infer calls. */
 void kn_type_of_tensor(const kn_tensor *t, kn_type *out);
 

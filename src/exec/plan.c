@@ -5,6 +5,7 @@
 #include "exec/exec.h"
 #include "ops/op.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,6 +114,11 @@ static kiln_status add_bodies(kn_plan *p, const kn_graph *g, const kn_runtime *r
     return KILN_OK;
 }
 
+static int by_graph(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)((const kn_graph_plan *)a)->g, y = (uintptr_t)((const kn_graph_plan *)b)->g;
+    return x < y ? -1 : x > y;
+}
+
 kiln_status kn_plan_build(const kn_graph *g, const kn_runtime *rt, bool params, kn_plan **out) {
     *out = NULL;
     kn_plan *p = calloc(1, sizeof *p);
@@ -123,12 +129,23 @@ kiln_status kn_plan_build(const kn_graph *g, const kn_runtime *rt, bool params, 
         kn_plan_free(p);
         return st;
     }
+    /* the bodies by address, for kn_plan_find (a model with hundreds of If branches runs each by
+     * a search) */
+    if (p->n_graphs > 2) qsort(p->graphs + 1, (size_t)(p->n_graphs - 1), sizeof *p->graphs, by_graph);
     *out = p;
     return KILN_OK;
 }
 
 const kn_graph_plan *kn_plan_find(const kn_plan *p, const kn_graph *g) {
-    for (int i = 0; p && i < p->n_graphs; i++)
-        if (p->graphs[i].g == g) return &p->graphs[i];
+    if (!p || !p->n_graphs) return NULL;
+    if (p->graphs[0].g == g) return &p->graphs[0];
+    int lo = 1, hi = p->n_graphs - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        uintptr_t m = (uintptr_t)p->graphs[mid].g;
+        if (m == (uintptr_t)g) return &p->graphs[mid];
+        if (m < (uintptr_t)g) lo = mid + 1;
+        else hi = mid - 1;
+    }
     return NULL;
 }

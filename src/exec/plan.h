@@ -52,13 +52,13 @@ typedef struct kn_graph_plan {
 } kn_graph_plan;
 
 typedef struct kn_plan {
-    kn_graph_plan *graphs; /* [0]: the main graph, then the bodies */
+    kn_graph_plan *graphs; /* [0]: the main graph, then the bodies by address */
     int n_graphs, cap_graphs;
 } kn_plan;
 
-/* The plan of g and its bodies for the session's runtime rt (NULL: every node on the CPU kernel
- * kn_graph_assign_cpu chose). params: whether kernels' prepare hooks run (a session's plan) or
- * not (a plan made for one run). */
+/* The plan of g for the session's runtime rt (NULL: every node on the CPU kernel
+ * kn_graph_assign_cpu chose). params: a session's plan (with every body at any depth, and the
+ * blocks of kernels' prepare hooks), or not (g alone, no blocks: a plan made for one run). */
 kiln_status kn_plan_build(const kn_graph *g, const struct kn_runtime *rt, bool params, kn_plan **out);
 /* The steps of graph g, or NULL when the plan has none for it. */
 const kn_graph_plan *kn_plan_find(const kn_plan *p, const kn_graph *g);

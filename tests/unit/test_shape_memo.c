@@ -353,9 +353,12 @@ KN_TEST(shape_memo_loop_body_infers_nothing_once_its_shapes_repeat) {
             int64_t dummy = 0;
             if (grow) CHECK_STATUS(kiln_tensor_wrap(KILN_DTYPE_INT64, ad, 1, &dummy, 0, &in[3]), KILN_OK);
             const char *in_names[4] = {"M", "v0", "bias", "acc0"};
-            uint64_t before = kn_exec_infer_count();
+            uint64_t before = kn_exec_infer_count(), plans = kn_exec_plan_count();
             CHECK_STATUS(kiln_session_run(s, in_names, in, grow ? 4 : 3, NULL, grow ? 2 : 1, out), KILN_OK);
             uint64_t infers = kn_exec_infer_count() - before;
+            /* the main graph and the body run on the session's compiled plan (exec/plan.h) */
+            CHECK_MSG(kn_exec_plan_count() == plans, "run %d: %llu graph runs made a plan of their own", run,
+                      (unsigned long long)(kn_exec_plan_count() - plans));
             /* from the second call on: the Loop node only (its outputs come from its body) when the
              * body's shapes repeat; with a growing carried value, every body node at each iteration */
             if (run > 0 && !grow)
