@@ -161,8 +161,8 @@ int main(int argc, char **argv) {
         call h = {pool, {.count = 1, .M = M, .N = N, .K = K, .trans_a = sh->ta, .trans_b = sh->tb, .alpha = 1.0f,
                          .a = ap, .lda = lda, .b = bp, .ldb = ldb, .c = cp, .ldc = N}, NULL, NULL, 1};
         if (sh->weights_a) {
-            w16 = aligned_alloc(64, (2 * kn_bgemm_packed_a_elems(M, K) + 63) / 64 * 64);
-            kn_bgemm_pack_a(A, lda, sh->ta, M, K, w16);
+            w16 = aligned_alloc(64, (2 * kn_bgemm_packed_a_elems(M, N, K) + 63) / 64 * 64);
+            kn_bgemm_pack_a(A, lda, sh->ta, M, N, K, w16);
             w16p[0] = w16;
             h.a16 = w16p;
         } else {

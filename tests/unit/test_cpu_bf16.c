@@ -91,7 +91,8 @@ static void count_epilogue(const void *ctx, int64_t op, int64_t i0, int64_t j0, 
 }
 
 /* One case through kn_bgemm_run: two products, padded leading dimensions; mode 1 adds a row bias
- * and an epilogue, mode 2 takes B from a packing callback (B untransposed). Returns the max error
+ * and an epilogue, mode 2 takes B from a packing callback (B untransposed), mode 3 passes both
+ * operands prepacked in bf16. Returns the max error
  * relative to 1 + |reference|, or 1e9 for a status error, a bad epilogue count or touched padding. */
 static double bgemm_case(kn_threadpool *pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                          float beta, int mode) {
@@ -127,7 +128,21 @@ static double bgemm_case(kn_threadpool *pool, bool ta, bool tb, int64_t M, int64
         g.pack_b = cb_pack;
         g.pack_ctx = &cc;
     }
-    double err = kn_bgemm_run(pool, &g) == KILN_OK ? 0 : 1e9;
+    double err;
+    if (mode == 3) { /* both operands prepacked in bf16 (as kept weights are) */
+        uint16_t *pa[2], *pb[2];
+        for (int op = 0; op < 2; op++) {
+            pa[op] = malloc(2 * kn_bgemm_packed_a_elems(M, N, K) + 64);
+            pb[op] = malloc(2 * kn_bgemm_packed_b_elems(N, K) + 64);
+            kn_bgemm_pack_a(ap[op], lda, ta, M, N, K, pa[op]);
+            kn_bgemm_pack_b(bp[op], ldb, tb, N, K, pb[op]);
+        }
+        const uint16_t *cpa[2] = {pa[0], pa[1]}, *cpb[2] = {pb[0], pb[1]};
+        err = kn_bgemm_run_prepacked(pool, &g, cpa, cpb) == KILN_OK ? 0 : 1e9;
+        for (int op = 0; op < 2; op++) free(pa[op]), free(pb[op]);
+    } else {
+        err = kn_bgemm_run(pool, &g) == KILN_OK ? 0 : 1e9;
+    }
     for (int op = 0; op < 2; op++) {
         float *r = R + op * M * ldc;
         ref_gemm(ta, tb, M, N, K, alpha, ap[op], lda, bp[op], ldb, beta, mode == 1 ? bias : NULL, r, ldc);
@@ -156,11 +171,11 @@ static void bgemm_shapes(kn_threadpool *pool) {
     const int64_t shapes[][3] = {{1, 1, 1},       {4, 8, 8},       {5, 9, 3},         {11, 31, 7},
                                  {12, 32, 16},    {13, 33, 17},    {23, 47, 255},     {25, 65, 257},
                                  {37, 100, 513},  {mr * 16 + 5, 70, 33}, {200, 1100, 40}, {64, 49, 300},
-                                 {96, 196, 577},  {17, 1, 20},     {1, 40, 30}};
+                                 {96, 196, 577},  {200, 100, 40},  {17, 1, 20},       {1, 40, 30}};
     int checked = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++)
-            for (int mode = 0; mode < 3; mode++) {
+            for (int mode = 0; mode < 4; mode++) {
                 const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
                 const float alpha = t & 1 ? 0.5f : 1.0f, beta = t == 0 ? 0.0f : t == 1 ? 1.0f : -0.75f;
                 const double err = bgemm_case(pool, t & 1, (t >> 1) & 1, M, N, K, alpha, beta, mode);
@@ -169,6 +184,9 @@ static void bgemm_shapes(kn_threadpool *pool) {
                 checked++;
             }
     CHECK(checked >= 100);
+    /* the transposed products (small N, M filling the columns) are among them */
+    CHECK(kn_bgemm_swaps(64, 49, 300) && kn_bgemm_swaps(96, 196, 577) && kn_bgemm_swaps(200, 100, 40));
+    CHECK(!kn_bgemm_swaps(128, 768, 768) && !kn_bgemm_swaps(64, 3136, 576));
 }
 
 KN_TEST(bf16_gemm_single_thread) {

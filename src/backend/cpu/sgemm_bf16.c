@@ -309,7 +309,8 @@ static size_t b_whole_elems(int64_t N, int64_t K) { return (size_t)(pad_to(N, BN
 
 /* C[0:mr, 0:n] = alpha * A_panel * B_panel + beta * C + rb (beta == 0: C not read); kq pairs. */
 static inline __attribute__((always_inline)) void ukr(const int mr, const int nv, int64_t kq,
-                                                      const uint32_t *restrict a, const uint32_t *restrict b,
+                                                      const uint32_t *restrict a, const int64_t as,
+                                                      const uint32_t *restrict b,
                                                       float *restrict c, int64_t ldc, int n, float alpha,
                                                       float beta, const float *rb) {
     __m512 acc0[BMR], acc1[BMR];
@@ -330,7 +331,7 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
             acc0[r] = _mm512_dpbf16_ps(acc0[r], ar, b0);
             if (nv > 1) acc1[r] = _mm512_dpbf16_ps(acc1[r], ar, b1);
         }
-        a += BMR;
+        a += as;
         b += BNR;
     }
     const __mmask16 m0 = m16(n), m1 = m16(n - 16);
@@ -360,16 +361,40 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
 
 #define UKR_CASE(R)                                                                                \
     case R:                                                                                        \
-        if (n > 16) ukr(R, 2, kq, a, b, c, ldc, n, alpha, beta, rb);                               \
-        else ukr(R, 1, kq, a, b, c, ldc, n, alpha, beta, rb);                                      \
+        if (n > 16) ukr(R, 2, kq, a, as, b, c, ldc, n, alpha, beta, rb);                           \
+        else ukr(R, 1, kq, a, as, b, c, ldc, n, alpha, beta, rb);                                  \
         break;
 
-static void ukr_any(int mr, int64_t kq, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc, int n,
-                    float alpha, float beta, const float *rb) {
+/* a: BMR-row panel units, `as` units apart per pair of K (BMR packed; BNR when the rows are the
+ * columns of a packed B panel, in the transposed products) */
+static void ukr_any(int mr, int64_t kq, const uint32_t *a, int64_t as, const uint32_t *b, float *c, int64_t ldc,
+                    int n, float alpha, float beta, const float *rb) {
     switch (mr) {
         UKR_CASE(12) UKR_CASE(11) UKR_CASE(10) UKR_CASE(9) UKR_CASE(8) UKR_CASE(7)
         UKR_CASE(6) UKR_CASE(5) UKR_CASE(4) UKR_CASE(3) UKR_CASE(2) UKR_CASE(1)
         default: break;
+    }
+}
+
+/* C[i][j] = T[j][i] + bias[i] (+ beta * C[i][j]) for i < m, j < n (T: n rows, ldt a multiple of 16) */
+static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, float *C, int64_t ldc,
+                             const float *bias, float beta) {
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        const int cols = (int)min64(16, n - j0);
+        const __mmask16 keep = m16(cols);
+        for (int64_t i0 = 0; i0 < m; i0 += 16) {
+            const int rows = (int)min64(16, m - i0);
+            __m512i v[16], o[16];
+            for (int r = 0; r < 16; r++)
+                v[r] = r < cols ? _mm512_maskz_loadu_epi32(m16(rows), T + (j0 + r) * ldt + i0) : _mm512_setzero_si512();
+            tr16(v, o);
+            for (int q = 0; q < rows; q++) {
+                float *cp = C + (i0 + q) * ldc + j0;
+                __m512 x = _mm512_add_ps(_mm512_castsi512_ps(o[q]), _mm512_set1_ps(bias ? bias[i0 + q] : 0.0f));
+                if (beta != 0.0f) x = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(keep, cp), x);
+                _mm512_mask_storeu_ps(cp, keep, x);
+            }
+        }
     }
 }
 
@@ -383,7 +408,7 @@ typedef struct tbuf {
     void *data;
 } tbuf;
 
-static pthread_key_t buf_key[2];
+static pthread_key_t buf_key[3];
 static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
 static int buf_ok;
 
@@ -393,10 +418,12 @@ static void buf_free(void *p) {
     free(t);
 }
 static void buf_init(void) {
-    buf_ok = pthread_key_create(&buf_key[0], buf_free) == 0 && pthread_key_create(&buf_key[1], buf_free) == 0;
+    buf_ok = pthread_key_create(&buf_key[0], buf_free) == 0 && pthread_key_create(&buf_key[1], buf_free) == 0 &&
+             pthread_key_create(&buf_key[2], buf_free) == 0;
 }
 
-/* which 0: a pool thread's block workspace; 1: the calling thread's whole-operand buffer */
+/* which 0: a pool thread's block workspace; 1: the calling thread's whole-operand buffer; 2: a pool
+ * thread's C^T of a transposed tile */
 static void *thread_buffer(int which, size_t bytes) {
     pthread_once(&buf_once, buf_init);
     if (!buf_ok) return NULL;
@@ -430,6 +457,7 @@ typedef struct bjob {
     uint16_t **a_own, **b_own; /* per product: where this call packs it (NULL: kept form) */
     int64_t tm, tn, units_m, units_n;
     int64_t pa, pb; /* panels of A / B per product */
+    bool swap;      /* C^T = op(B)^T op(A)^T (kn_bgemm_swaps): aw holds op(A) packed as B is */
     int failed;
 } bjob;
 
@@ -440,7 +468,10 @@ static void pack_range(void *arg, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; t++) {
         const int64_t op = t / per, u = t % per;
         if (u < j->pa) {
-            if (j->a_own[op]) pack_a_whole_panel(p->a[op], p->lda, p->trans_a, p->M, p->K, u * BMR, j->a_own[op]);
+            if (j->a_own[op] && j->swap)
+                pack_b_whole_panel(p->a[op], p->lda, !p->trans_a, p->M, p->K, u * BNR, j->a_own[op]);
+            else if (j->a_own[op])
+                pack_a_whole_panel(p->a[op], p->lda, p->trans_a, p->M, p->K, u * BMR, j->a_own[op]);
         } else if (j->b_own[op]) {
             pack_b_whole_panel(p->b[op], p->ldb, p->trans_b, p->N, p->K, (u - j->pa) * BNR, j->b_own[op]);
         }
@@ -479,7 +510,7 @@ static void run_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t 
                     const uint32_t *bp = Bblk + jr * kq;
                     float *cp = C + ic * p->ldc + jc + jr;
                     for (int64_t ir = 0; ir < mc; ir += BMR)
-                        ukr_any((int)min64(BMR, mc - ir), kq, Ablk + ir * kq, bp, cp + ir * p->ldc, p->ldc, n,
+                        ukr_any((int)min64(BMR, mc - ir), kq, Ablk + ir * kq, BMR, bp, cp + ir * p->ldc, p->ldc, n,
                                 p->alpha, beta, bias && pc == 0 ? bias + ic + ir : NULL);
                     if (p->epilogue && pc + kc == p->K)
                         p->epilogue(p->epilogue_ctx, op, ic, jc + jr, mc, n, cp, p->ldc);
@@ -487,6 +518,45 @@ static void run_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t 
             }
         }
     }
+}
+
+/* Rows [m0, m1) (m0 a multiple of BNR) and columns [n0, n1) of C as C^T = op(B)^T op(A)^T: the
+ * packed B block (panels of BNR columns) is the transposed product's A, read BMR of a panel's BNR
+ * units per pair of K; op(A) packed as B (aw) its B. C^T gathers in T (a buffer of the thread),
+ * then goes into C transposed, with the bias, beta and the epilogue. */
+static void run_swapped_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                             uint32_t *wsb, float *wsf, float *T) {
+    const kn_sgemm_batch *p = j->p;
+    const uint16_t *ATw = j->aw[op], *Bw = j->bw[op];
+    const int64_t Mp = pad_to(p->M, BNR), Np = pad_to(p->N, BNR), nn = n1 - n0, mt = m1 - m0;
+    const int64_t ldt = pad_to(mt, 16);
+    for (int64_t pc = 0; pc < p->K; pc += BKC) {
+        const int64_t kc = min64(BKC, p->K - pc), kcp = pad_to(kc, 2), kq = kcp / 2;
+        const float beta = pc == 0 ? 0.0f : 1.0f;
+        const uint32_t *Bblk;
+        if (Bw) {
+            Bblk = (const uint32_t *)(Bw + pc * Np + n0 * kcp);
+        } else {
+            for (int64_t cj = 0; cj < nn; cj += CB_NC) {
+                const int64_t cn = min64(CB_NC, nn - cj);
+                p->pack_b(p->pack_ctx, op, pc, kc, n0 + cj, cn, wsf);
+                round_b_panels(wsf, (cn + BNR - 1) / BNR, kc, wsb + cj * kq);
+            }
+            Bblk = wsb;
+        }
+        const uint32_t *ATblk = (const uint32_t *)(ATw + pc * Mp + m0 * kcp);
+        for (int64_t ir = 0; ir < mt; ir += BNR) {
+            const int n = (int)min64(BNR, mt - ir);
+            const uint32_t *bp = ATblk + ir * kq;
+            for (int64_t pp = 0; pp < nn; pp += BNR)
+                for (int64_t q = 0; q < BNR && pp + q < nn; q += BMR)
+                    ukr_any((int)min64(BMR, min64(BNR - q, nn - pp - q)), kq, Bblk + pp * kq + q, BNR, bp,
+                            T + (pp + q) * ldt + ir, ldt, n, p->alpha, beta, NULL);
+        }
+    }
+    float *cp = p->c[op] + m0 * p->ldc + n0;
+    store_transposed(T, ldt, mt, nn, cp, p->ldc, p->row_bias ? p->row_bias[op] + m0 : NULL, p->beta);
+    if (p->epilogue) p->epilogue(p->epilogue_ctx, op, m0, n0, mt, nn, cp, p->ldc);
 }
 
 static void tile_range(void *arg, int64_t begin, int64_t end) {
@@ -503,12 +573,23 @@ static void tile_range(void *arg, int64_t begin, int64_t end) {
         wsb = (uint32_t *)w;
         wsf = (float *)(w + WS_B_BYTES);
     }
-    const int64_t per = j->tm * j->tn;
+    const int64_t per = j->tm * j->tn, um = j->swap ? BNR : BMR;
+    float *T = NULL;
+    if (j->swap) {
+        const int64_t rows = min64(p->N, ((j->units_n + j->tn - 1) / j->tn) * BNR);
+        const int64_t cols = pad_to(min64(p->M, ((j->units_m + j->tm - 1) / j->tm) * BNR), 16);
+        if (!(T = thread_buffer(2, sizeof(float) * (size_t)(rows * cols)))) {
+            __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+            return;
+        }
+    }
     for (int64_t t = begin; t < end; t++) {
         const int64_t op = t / per, r = t % per, im = r / j->tn, in = r % j->tn;
-        const int64_t m0 = (im * j->units_m / j->tm) * BMR, m1 = min64(p->M, ((im + 1) * j->units_m / j->tm) * BMR);
+        const int64_t m0 = (im * j->units_m / j->tm) * um, m1 = min64(p->M, ((im + 1) * j->units_m / j->tm) * um);
         const int64_t n0 = (in * j->units_n / j->tn) * BNR, n1 = min64(p->N, ((in + 1) * j->units_n / j->tn) * BNR);
-        if (m0 < m1 && n0 < n1) run_tile(j, op, m0, m1, n0, n1, wsb, wsf);
+        if (m0 >= m1 || n0 >= n1) continue;
+        if (j->swap) run_swapped_tile(j, op, m0, m1, n0, n1, wsb, wsf, T);
+        else run_tile(j, op, m0, m1, n0, n1, wsb, wsf);
     }
 }
 
@@ -528,11 +609,15 @@ static void make_b_whole(const void *ctx, void *dst) {
     for (int64_t jr = 0; jr < w->rows; jr += BNR) pack_b_whole_panel(w->x, w->ld, w->trans, w->rows, w->K, jr, dst);
 }
 
-size_t kn_bgemm_packed_a_elems(int64_t M, int64_t K) { return a_whole_elems(M, K); }
+size_t kn_bgemm_packed_a_elems(int64_t M, int64_t N, int64_t K) {
+    return kn_bgemm_swaps(M, N, K) ? b_whole_elems(M, K) : a_whole_elems(M, K);
+}
 size_t kn_bgemm_packed_b_elems(int64_t N, int64_t K) { return b_whole_elems(N, K); }
-void kn_bgemm_pack_a(const float *A, int64_t lda, bool trans_a, int64_t M, int64_t K, uint16_t *dst) {
-    whole_ctx w = {A, lda, M, K, trans_a};
-    make_a_whole(&w, dst);
+void kn_bgemm_pack_a(const float *A, int64_t lda, bool trans_a, int64_t M, int64_t N, int64_t K, uint16_t *dst) {
+    const bool swap = kn_bgemm_swaps(M, N, K);
+    whole_ctx w = {A, lda, M, K, swap ? !trans_a : trans_a};
+    if (swap) make_b_whole(&w, dst);
+    else make_a_whole(&w, dst);
 }
 void kn_bgemm_pack_b(const float *B, int64_t ldb, bool trans_b, int64_t N, int64_t K, uint16_t *dst) {
     whole_ctx w = {B, ldb, N, K, trans_b};
@@ -541,6 +626,13 @@ void kn_bgemm_pack_b(const float *B, int64_t ldb, bool trans_b, int64_t N, int64
 
 static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
                              const uint16_t *const *b_bf16);
+
+/* As kn_sgemm_swaps: N leaves the micro-kernel's 32 columns partly empty (7x7 = 49, 14x14 = 196
+ * positions of a convolution) where M (output channels) fills them. */
+bool kn_bgemm_swaps(int64_t M, int64_t N, int64_t K) {
+    if (N > 512 || N < 2 || M < 2 * BNR || K < 1) return false;
+    return (double)pad_to(N, BNR) / (double)N > 1.06 * (double)pad_to(M, BNR) / (double)M;
+}
 
 kiln_status kn_bgemm_run_prepacked(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
                                    const uint16_t *const *b_bf16) {
@@ -558,7 +650,8 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
                              const uint16_t *const *b_bf16) {
     const int64_t count = p->count;
     bjob j = {.p = p};
-    j.pa = (p->M + BMR - 1) / BMR;
+    j.swap = kn_bgemm_swaps(p->M, p->N, p->K);
+    j.pa = j.swap ? (p->M + BNR - 1) / BNR : (p->M + BMR - 1) / BMR;
     j.pb = p->pack_b ? 0 : (p->N + BNR - 1) / BNR;
     void **ptrs = calloc((size_t)count * 4, sizeof(void *));
     if (!ptrs) return KN_OOM();
@@ -567,7 +660,7 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
     j.a_own = (uint16_t **)(ptrs + 2 * count);
     j.b_own = (uint16_t **)(ptrs + 3 * count);
     kn_cpu_state *state = tl_state;
-    const size_t ae = a_whole_elems(p->M, p->K), be = b_whole_elems(p->N, p->K);
+    const size_t ae = j.swap ? b_whole_elems(p->M, p->K) : a_whole_elems(p->M, p->K), be = b_whole_elems(p->N, p->K);
     for (int64_t op = 0; op < count; op++) {
         if (a_bf16) j.aw[op] = a_bf16[op];
         if (b_bf16 && !p->pack_b) j.bw[op] = b_bf16[op];
@@ -576,9 +669,9 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
     for (int64_t op = 0; op < count && state && !a_bf16 && !b_bf16; op++) {
         const float *const *ak = p->a_packed ? p->a_packed : p->at_packed;
         if (ak && ak[op]) {
-            whole_ctx w = {p->a[op], p->lda, p->M, p->K, p->trans_a};
-            kn_const_layout lay = {1, {p->M, p->K, p->lda, p->trans_a}};
-            j.aw[op] = kn_cpu_const_rederived(state, ak[op], &lay, ae * 2, make_a_whole, &w);
+            whole_ctx w = {p->a[op], p->lda, p->M, p->K, j.swap ? !p->trans_a : p->trans_a};
+            kn_const_layout lay = {j.swap ? 3 : 1, {p->M, p->K, p->lda, p->trans_a}};
+            j.aw[op] = kn_cpu_const_rederived(state, ak[op], &lay, ae * 2, j.swap ? make_b_whole : make_a_whole, &w);
         }
         if (p->b_packed && !p->pack_b && p->b_packed[op]) {
             whole_ctx w = {p->b[op], p->ldb, p->N, p->K, p->trans_b};
@@ -615,7 +708,7 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
         else kn_parallel_for(pool, units, grain, pack_range, &j);
     }
 
-    /* tiles, as sgemm.c chooses them */
+    /* tiles, as sgemm.c chooses them (transposed: whole columns first, one tile per thread) */
     j.units_m = j.pa;
     j.units_n = (p->N + BNR - 1) / BNR;
     const double flops = 2.0 * (double)p->M * (double)p->N * (double)p->K * (double)count;
@@ -625,7 +718,10 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
     j.tm = j.tn = 1;
     int64_t tiles_wanted = threads;
     if (threads > 1 && flops / (double)(threads * OVERSUB) >= MIN_TILE_FLOPS) tiles_wanted = threads * OVERSUB;
-    if (count < tiles_wanted) {
+    if (j.swap && count < threads) {
+        /* transposed: every tile packs its columns' op(B) (a convolution's im2col): split the rows */
+        j.tm = min64((threads + count - 1) / count, j.units_m);
+    } else if (count < tiles_wanted) {
         const int64_t target = (tiles_wanted + count - 1) / count;
         int64_t best_tiles = 0;
         double best_cost = 0;
@@ -659,10 +755,17 @@ kiln_status kn_bgemm_run_prepacked(kn_threadpool *pool, const kn_sgemm_batch *p,
     return kn_error(KILN_ERR_UNSUPPORTED, "this build of kiln has no bf16 GEMM (x86-64 with AVX512_BF16 only)");
 }
 kiln_status kn_bgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) { return kn_bgemm_run_prepacked(pool, p, NULL, NULL); }
-size_t kn_bgemm_packed_a_elems(int64_t M, int64_t K) { return (size_t)(pad_to(M, BMR) * pad_to(K, 2)); }
+size_t kn_bgemm_packed_a_elems(int64_t M, int64_t N, int64_t K) {
+    (void)N;
+    return (size_t)(pad_to(M, BNR) * pad_to(K, 2));
+}
 size_t kn_bgemm_packed_b_elems(int64_t N, int64_t K) { return (size_t)(pad_to(N, BNR) * pad_to(K, 2)); }
-void kn_bgemm_pack_a(const float *A, int64_t lda, bool trans_a, int64_t M, int64_t K, uint16_t *dst) {
-    (void)A, (void)lda, (void)trans_a, (void)M, (void)K, (void)dst;
+void kn_bgemm_pack_a(const float *A, int64_t lda, bool trans_a, int64_t M, int64_t N, int64_t K, uint16_t *dst) {
+    (void)A, (void)lda, (void)trans_a, (void)M, (void)N, (void)K, (void)dst;
+}
+bool kn_bgemm_swaps(int64_t M, int64_t N, int64_t K) {
+    (void)M, (void)N, (void)K;
+    return false;
 }
 void kn_bgemm_pack_b(const float *B, int64_t ldb, bool trans_b, int64_t N, int64_t K, uint16_t *dst) {
     (void)B, (void)ldb, (void)trans_b, (void)N, (void)K, (void)dst;

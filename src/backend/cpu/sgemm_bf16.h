@@ -59,16 +59,20 @@ bool kn_bgemm_takes(const kn_sgemm_batch *p);
  * first use and kept while the CPU state of kn_bgemm_enter lives). Needs kn_bf16_cpu_supported. */
 kiln_status kn_bgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p);
 
-/* The same with operands the caller packed whole in bf16 (kn_bgemm_pack_a/_b; either array may be
- * NULL, and then that operand is packed for the call): benches, tests, callers that keep their own
- * converted weights. a/b must still describe the operands. */
+/* The same with operands the caller packed whole in bf16 (kn_bgemm_pack_a/_b for this M, N, K;
+ * either array may be NULL, and then that operand is packed for the call): benches, tests, callers
+ * that keep their own converted weights. a/b must still describe the operands. */
 kiln_status kn_bgemm_run_prepacked(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
                                    const uint16_t *const *b_bf16);
-/* Elements (uint16) of op(A) (M x K) / op(B) (K x N) packed whole, and the packing. */
-size_t kn_bgemm_packed_a_elems(int64_t M, int64_t K);
+/* Elements (uint16) of op(A) (M x K) / op(B) (K x N) packed whole for an M x N x K product, and
+ * the packing (op(A) packed as B is when the product runs transposed: kn_bgemm_swaps). */
+size_t kn_bgemm_packed_a_elems(int64_t M, int64_t N, int64_t K);
 size_t kn_bgemm_packed_b_elems(int64_t N, int64_t K);
-void kn_bgemm_pack_a(const float *A, int64_t lda, bool trans_a, int64_t M, int64_t K, uint16_t *dst);
+void kn_bgemm_pack_a(const float *A, int64_t lda, bool trans_a, int64_t M, int64_t N, int64_t K, uint16_t *dst);
 void kn_bgemm_pack_b(const float *B, int64_t ldb, bool trans_b, int64_t N, int64_t K, uint16_t *dst);
+
+/* Whether kn_bgemm_run computes an M x N x K product (without a_bf16) as its transpose. */
+bool kn_bgemm_swaps(int64_t M, int64_t N, int64_t K);
 
 /* bf16 rounding of one float as the kernel does it (round to nearest even, NaN kept), for
  * references in tests. */
