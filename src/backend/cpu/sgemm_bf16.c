@@ -36,7 +36,7 @@
 #ifndef BKC
 #define BKC 256 /* depth of a slice (even): a B micro-panel is BKC * BNR * 2 bytes (16 KB) */
 #endif
-#define BMC (BMR * 16) /* rows per block of A */
+#define BMC (BMR * 24) /* rows per block of A: 288 takes ViT's 197 and 256 in one (a 5-row second block re-read all of B) */
 #define BNC 1024       /* columns per block of B made by a packing callback */
 #define CB_NC 256      /* columns per packing-callback call (its fp32 output is CB_NC * BKC floats) */
 #define MIN_FLOPS_PER_THREAD 5e5
@@ -302,6 +302,34 @@ static void pack_b_whole_panel(const float *B, int64_t ldb, bool trans, int64_t 
     }
 }
 
+/* Units of work packing op(B) (K x N) whole: NR-column panels when B is transposed (its rows are
+ * columns of op(B), contiguous along K), else groups of 32 rows of B, read row after row (a 1x1
+ * convolution's input planes are long rows: packing them panel by panel read them 128 bytes a row) */
+static int64_t b_units(bool trans, int64_t N, int64_t K) { return trans ? (N + BNR - 1) / BNR : (K + 31) / 32; }
+
+static void pack_b_unit(const float *B, int64_t ldb, bool trans, int64_t N, int64_t K, int64_t u, uint16_t *dst) {
+    if (trans) {
+        pack_b_whole_panel(B, ldb, true, N, K, u * BNR, dst);
+        return;
+    }
+    const int64_t Np = pad_to(N, BNR);
+    for (int64_t k = u * 32; k < min64(K, u * 32 + 32); k += 2) {
+        const int64_t pc = k / BKC * BKC, kq = pad_to(min64(BKC, K - pc), 2) / 2, ql = (k - pc) / 2;
+        const bool two = k + 1 < K;
+        const float *r0 = B + k * ldb, *r1 = r0 + ldb;
+        uint32_t *d = (uint32_t *)(dst + pc * Np) + ql * BNR;
+        for (int64_t jr = 0; jr < N; jr += BNR, d += kq * BNR) {
+            const int64_t nr = min64(BNR, N - jr);
+            const __mmask16 m0 = m16(nr), m1 = m16(nr - 16);
+            __m512 l0 = _mm512_maskz_loadu_ps(m0, r0 + jr), l1 = _mm512_maskz_loadu_ps(m1, r0 + jr + 16);
+            __m512 h0 = two ? _mm512_maskz_loadu_ps(m0, r1 + jr) : _mm512_setzero_ps();
+            __m512 h1 = two ? _mm512_maskz_loadu_ps(m1, r1 + jr + 16) : _mm512_setzero_ps();
+            _mm512_storeu_si512(d, pairs_of(l0, h0));
+            _mm512_storeu_si512(d + 16, pairs_of(l1, h1));
+        }
+    }
+}
+
 static size_t a_whole_elems(int64_t M, int64_t K) { return (size_t)(pad_to(M, BMR) * pad_to(K, 2)); }
 static size_t b_whole_elems(int64_t N, int64_t K) { return (size_t)(pad_to(N, BNR) * pad_to(K, 2)); }
 
@@ -312,7 +340,7 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
                                                       const uint32_t *restrict a, const int64_t as,
                                                       const uint32_t *restrict b,
                                                       float *restrict c, int64_t ldc, int n, float alpha,
-                                                      float beta, const float *rb) {
+                                                      float beta, const float *rb, const char *pf) {
     __m512 acc0[BMR], acc1[BMR];
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) {
@@ -323,6 +351,8 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
     for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
 #pragma GCC unroll 2
     for (int64_t q = 0; q < kq; q++) {
+        /* a line of what the next calls read first from memory (kept weights) */
+        _mm_prefetch(pf + 64 * q, _MM_HINT_T1);
         const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
         const __m512bh b1 = nv > 1 ? (__m512bh)_mm512_loadu_si512(b + 16) : (__m512bh)_mm512_setzero_si512();
 #pragma GCC unroll 12
@@ -361,14 +391,15 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
 
 #define UKR_CASE(R)                                                                                \
     case R:                                                                                        \
-        if (n > 16) ukr(R, 2, kq, a, as, b, c, ldc, n, alpha, beta, rb);                           \
-        else ukr(R, 1, kq, a, as, b, c, ldc, n, alpha, beta, rb);                                  \
+        if (n > 16) ukr(R, 2, kq, a, as, b, c, ldc, n, alpha, beta, rb, pf);                       \
+        else ukr(R, 1, kq, a, as, b, c, ldc, n, alpha, beta, rb, pf);                              \
         break;
 
 /* a: BMR-row panel units, `as` units apart per pair of K (BMR packed; BNR when the rows are the
- * columns of a packed B panel, in the transposed products) */
+ * columns of a packed B panel, in the transposed products). pf: kq lines from there are prefetched
+ * into L2 (any address: prefetches do not fault). */
 static void ukr_any(int mr, int64_t kq, const uint32_t *a, int64_t as, const uint32_t *b, float *c, int64_t ldc,
-                    int n, float alpha, float beta, const float *rb) {
+                    int n, float alpha, float beta, const float *rb, const void *pf) {
     switch (mr) {
         UKR_CASE(12) UKR_CASE(11) UKR_CASE(10) UKR_CASE(9) UKR_CASE(8) UKR_CASE(7)
         UKR_CASE(6) UKR_CASE(5) UKR_CASE(4) UKR_CASE(3) UKR_CASE(2) UKR_CASE(1)
@@ -456,7 +487,7 @@ typedef struct bjob {
     const uint16_t **bw; /* per product: whole packed op(B), NULL with a packing callback */
     uint16_t **a_own, **b_own; /* per product: where this call packs it (NULL: kept form) */
     int64_t tm, tn, units_m, units_n;
-    int64_t pa, pb; /* panels of A / B per product */
+    int64_t pa, pb; /* units of packing work for A / B per product (pack_range) */
     bool swap;      /* C^T = op(B)^T op(A)^T (kn_bgemm_swaps): aw holds op(A) packed as B is */
     int failed;
 } bjob;
@@ -468,12 +499,11 @@ static void pack_range(void *arg, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; t++) {
         const int64_t op = t / per, u = t % per;
         if (u < j->pa) {
-            if (j->a_own[op] && j->swap)
-                pack_b_whole_panel(p->a[op], p->lda, !p->trans_a, p->M, p->K, u * BNR, j->a_own[op]);
+            if (j->a_own[op] && j->swap) pack_b_unit(p->a[op], p->lda, !p->trans_a, p->M, p->K, u, j->a_own[op]);
             else if (j->a_own[op])
                 pack_a_whole_panel(p->a[op], p->lda, p->trans_a, p->M, p->K, u * BMR, j->a_own[op]);
         } else if (j->b_own[op]) {
-            pack_b_whole_panel(p->b[op], p->ldb, p->trans_b, p->N, p->K, (u - j->pa) * BNR, j->b_own[op]);
+            pack_b_unit(p->b[op], p->ldb, p->trans_b, p->N, p->K, u - j->pa, j->b_own[op]);
         }
     }
 }
@@ -509,9 +539,13 @@ static void run_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t 
                     const int n = (int)min64(BNR, nc - jr);
                     const uint32_t *bp = Bblk + jr * kq;
                     float *cp = C + ic * p->ldc + jc + jr;
+                    /* kept B comes from memory: the first two calls on a panel prefetch half each of
+                     * the next one (kq * BNR units, 2 * kq lines) */
+                    const char *nextb = Bw && jr + BNR < nc ? (const char *)(bp + BNR * kq) : NULL;
                     for (int64_t ir = 0; ir < mc; ir += BMR)
                         ukr_any((int)min64(BMR, mc - ir), kq, Ablk + ir * kq, BMR, bp, cp + ir * p->ldc, p->ldc, n,
-                                p->alpha, beta, bias && pc == 0 ? bias + ic + ir : NULL);
+                                p->alpha, beta, bias && pc == 0 ? bias + ic + ir : NULL,
+                                nextb && ir < 2 * BMR ? nextb + (ir / BMR) * 64 * kq : (const void *)bp);
                     if (p->epilogue && pc + kc == p->K)
                         p->epilogue(p->epilogue_ctx, op, ic, jc + jr, mc, n, cp, p->ldc);
                 }
@@ -551,7 +585,9 @@ static void run_swapped_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, 
             for (int64_t pp = 0; pp < nn; pp += BNR)
                 for (int64_t q = 0; q < BNR && pp + q < nn; q += BMR)
                     ukr_any((int)min64(BMR, min64(BNR - q, nn - pp - q)), kq, Bblk + pp * kq + q, BNR, bp,
-                            T + (pp + q) * ldt + ir, ldt, n, p->alpha, beta, NULL);
+                            T + (pp + q) * ldt + ir, ldt, n, p->alpha, beta, NULL,
+                            pp == 0 && q < 2 * BMR && ir + BNR < mt ? (const char *)(bp + BNR * kq) + (q / BMR) * 64 * kq
+                                                                    : (const void *)bp);
         }
     }
     float *cp = p->c[op] + m0 * p->ldc + n0;
@@ -651,8 +687,8 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
     const int64_t count = p->count;
     bjob j = {.p = p};
     j.swap = kn_bgemm_swaps(p->M, p->N, p->K);
-    j.pa = j.swap ? (p->M + BNR - 1) / BNR : (p->M + BMR - 1) / BMR;
-    j.pb = p->pack_b ? 0 : (p->N + BNR - 1) / BNR;
+    j.pa = j.swap ? b_units(!p->trans_a, p->M, p->K) : (p->M + BMR - 1) / BMR;
+    j.pb = p->pack_b ? 0 : b_units(p->trans_b, p->N, p->K);
     void **ptrs = calloc((size_t)count * 4, sizeof(void *));
     if (!ptrs) return KN_OOM();
     j.aw = (const uint16_t **)ptrs;
@@ -709,7 +745,7 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
     }
 
     /* tiles, as sgemm.c chooses them (transposed: whole columns first, one tile per thread) */
-    j.units_m = j.pa;
+    j.units_m = j.swap ? (p->M + BNR - 1) / BNR : (p->M + BMR - 1) / BMR;
     j.units_n = (p->N + BNR - 1) / BNR;
     const double flops = 2.0 * (double)p->M * (double)p->N * (double)p->K * (double)count;
     int64_t threads = kn_threadpool_size(pool);
