@@ -489,6 +489,7 @@ typedef struct bjob {
     int64_t tm, tn, units_m, units_n;
     int64_t pa, pb; /* units of packing work for A / B per product (pack_range) */
     bool swap;      /* C^T = op(B)^T op(A)^T (kn_bgemm_swaps): aw holds op(A) packed as B is */
+    int64_t un;     /* columns of C per tile unit: BNR, or BMR for transposed tiles split by columns */
     int failed;
 } bjob;
 
@@ -612,7 +613,7 @@ static void tile_range(void *arg, int64_t begin, int64_t end) {
     const int64_t per = j->tm * j->tn, um = j->swap ? BNR : BMR;
     float *T = NULL;
     if (j->swap) {
-        const int64_t rows = min64(p->N, ((j->units_n + j->tn - 1) / j->tn) * BNR);
+        const int64_t rows = min64(p->N, ((j->units_n + j->tn - 1) / j->tn) * j->un);
         const int64_t cols = pad_to(min64(p->M, ((j->units_m + j->tm - 1) / j->tm) * BNR), 16);
         if (!(T = thread_buffer(2, sizeof(float) * (size_t)(rows * cols)))) {
             __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
@@ -622,7 +623,7 @@ static void tile_range(void *arg, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; t++) {
         const int64_t op = t / per, r = t % per, im = r / j->tn, in = r % j->tn;
         const int64_t m0 = (im * j->units_m / j->tm) * um, m1 = min64(p->M, ((im + 1) * j->units_m / j->tm) * um);
-        const int64_t n0 = (in * j->units_n / j->tn) * BNR, n1 = min64(p->N, ((in + 1) * j->units_n / j->tn) * BNR);
+        const int64_t n0 = (in * j->units_n / j->tn) * j->un, n1 = min64(p->N, ((in + 1) * j->units_n / j->tn) * j->un);
         if (m0 >= m1 || n0 >= n1) continue;
         if (j->swap) run_swapped_tile(j, op, m0, m1, n0, n1, wsb, wsf, T);
         else run_tile(j, op, m0, m1, n0, n1, wsb, wsf);
@@ -746,7 +747,11 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
 
     /* tiles, as sgemm.c chooses them (transposed: whole columns first, one tile per thread) */
     j.units_m = j.swap ? (p->M + BNR - 1) / BNR : (p->M + BMR - 1) / BMR;
-    j.units_n = (p->N + BNR - 1) / BNR;
+    /* transposed with a packing callback: tiles split the columns (each tile runs the callback, a
+     * convolution's im2col, for its own columns only; split by rows, every tile made all of it),
+     * in units of the micro-kernel's rows (49 columns: 24 + 25) */
+    j.un = j.swap && p->pack_b ? BMR : BNR;
+    j.units_n = (p->N + j.un - 1) / j.un;
     const double flops = 2.0 * (double)p->M * (double)p->N * (double)p->K * (double)count;
     int64_t threads = kn_threadpool_size(pool);
     const int64_t by_work = (int64_t)(flops / MIN_FLOPS_PER_THREAD);
@@ -755,8 +760,8 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
     int64_t tiles_wanted = threads;
     if (threads > 1 && flops / (double)(threads * OVERSUB) >= MIN_TILE_FLOPS) tiles_wanted = threads * OVERSUB;
     if (j.swap && count < threads) {
-        /* transposed: every tile packs its columns' op(B) (a convolution's im2col): split the rows */
-        j.tm = min64((threads + count - 1) / count, j.units_m);
+        if (p->pack_b) j.tn = min64((threads + count - 1) / count, j.units_n);
+        else j.tm = min64((threads + count - 1) / count, j.units_m); /* op(B) packed once, shared */
     } else if (count < tiles_wanted) {
         const int64_t target = (tiles_wanted + count - 1) / count;
         int64_t best_tiles = 0;
