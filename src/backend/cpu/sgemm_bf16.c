@@ -25,7 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 10)
+/* The kernel: x86-64 with a compiler that has the AVX512_BF16 intrinsics (compiled for that ISA
+ * whatever the build's -march: only called once cpuid said yes). Elsewhere, or with
+ * -DKN_NO_BF16_KERNEL, stubs: no CPU supports the option there. */
+#if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 10) && !defined(KN_NO_BF16_KERNEL)
 #define KN_BF16_X86 1
 #include <cpuid.h>
 #include <immintrin.h>
