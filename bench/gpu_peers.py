@@ -23,6 +23,7 @@ Writes bench/results/gpu-peers-DATE.md (or --out) with the device and the comman
 device, torch, torchvision, transformers and onnx.
 """
 import argparse
+import copy
 import datetime
 import json
 import os
@@ -137,7 +138,9 @@ class TorchRunner:
         self.fns = {}
         formats = [torch.contiguous_format] + ([torch.channels_last] if WORKLOADS[name][2] else [])
         for fmt in formats:
-            mm = m.to("cuda", dt).eval().to(memory_format=fmt)
+            # a copy per format: converting one module in place changed the weights' strides under
+            # the compiled function of the other format (its guards then failed)
+            mm = copy.deepcopy(m).to("cuda", dt).eval().to(memory_format=fmt)
             xs = [x.to("cuda") for x in inputs(batch)]
             xs = [x.to(dt).contiguous(memory_format=fmt) if x.is_floating_point() else x for x in xs]
             tag = "" if fmt is torch.contiguous_format else " (channels_last)"

@@ -45,8 +45,10 @@ static bool cpu_overwrites(const void *kernel) {
     return (((const kn_cpu_kernel *)kernel)->flags & KN_KERNEL_OVERWRITES) != 0;
 }
 
+bool kn_cpu_node_wraps(void *state, const kn_node *n) { return kn_cpu_state_bf16(state) && kn_bgemm_node(n); }
+
 static kiln_status cpu_run(void *state, const void *kernel, kn_kernel_ctx *c) {
-    if (kn_cpu_state_bf16(state) && kn_bgemm_node(c->node)) {
+    if (kn_cpu_node_wraps(state, c->node)) {
         /* precision=bf16: this node's GEMM calls run in bf16 */
         kn_bgemm_scope scope;
         kn_bgemm_enter(state, &scope);

@@ -1,5 +1,6 @@
 #include "exec/exec.h"
 #include "exec/memplan.h"
+#include "exec/plan.h"
 #include "exec/profile.h"
 #include "util/progress.h"
 
@@ -508,6 +509,14 @@ void kn_run_ctx_clear(kn_run_ctx *c) {
     free(c->arena);
     c->arena = NULL;
     c->arena_bytes = 0;
+    for (int i = 0; i < c->n_spare; i++) free(c->spare[i]);
+    free(c->spare);
+    c->spare = NULL;
+    c->n_spare = 0;
+    for (int i = 0; i < c->n_spare_blocks; i++) kn_tensor_free(c->spare_blocks[i]);
+    free(c->spare_blocks);
+    c->spare_blocks = NULL;
+    c->n_spare_blocks = 0;
 }
 
 _Static_assert(sizeof ((kn_run_ctx *)0)->shaped / sizeof ((kn_run_ctx *)0)->shaped[0] == KN_MEMPLAN_SHAPED,
@@ -603,10 +612,42 @@ static void carried_outputs(const kn_node *n, const kn_graph *body, int *first, 
     if (*count < 0) *count = 0;
 }
 
+enum { KN_SPARE_HEADERS = 64, KN_SPARE_BLOCK_BYTES = 16384 };
+
+/* Whether t, a host tensor whose block is a small one of the session's buffer pool `pool`, was
+ * kept whole for the context's next output of that size. */
+static bool keep_spare_block(kn_run_ctx *r, kn_buffer_pool *pool, kn_tensor *t) {
+    if (!pool || t->pool != pool || !t->owns_data || t->dtype == KILN_DTYPE_STRING || t->capacity > KN_SPARE_BLOCK_BYTES ||
+        !t->data)
+        return false;
+    if (!r->spare_blocks) {
+        r->spare_blocks = malloc(sizeof *r->spare_blocks * KN_SPARE_HEADERS);
+        if (!r->spare_blocks) return false;
+    }
+    if (r->n_spare_blocks >= KN_SPARE_HEADERS) return false;
+    r->spare_blocks[r->n_spare_blocks++] = t;
+    return true;
+}
+
+/* Whether t, a header that kn_tensor_free would only free() (a host tensor viewing memory it does
+ * not own: the arena's), or a small tensor of the buffer pool, was kept for the context's next
+ * output. */
+static bool keep_spare(kn_run_ctx *r, kn_buffer_pool *pool, kn_tensor *t) {
+    if (!r || !t || t->kind != KN_VALUE_TENSOR || t->device != KN_DEVICE_HOST || t->items || t->n_items) return false;
+    if (t->owns_data || t->pool) return keep_spare_block(r, pool, t);
+    if (!r->spare) {
+        r->spare = malloc(sizeof *r->spare * KN_SPARE_HEADERS);
+        if (!r->spare) return false;
+    }
+    if (r->n_spare >= KN_SPARE_HEADERS) return false;
+    r->spare[r->n_spare++] = t;
+    return true;
+}
+
 /* Frees owned value v (its memory no longer counted). */
 static void free_owned(kn_exec *x, int v) {
     if (x->run) mem_refund(x, value_bytes(x->slots[v]));
-    kn_tensor_free(x->slots[v]);
+    if (!keep_spare(x->run, x->buffers, x->slots[v])) kn_tensor_free(x->slots[v]);
 }
 
 static void release(kn_exec *x, int v) {
@@ -615,8 +656,10 @@ static void release(kn_exec *x, int v) {
     if (x->owned[v]) free_owned(x, v);
     if (x->owned[v]) x->slots[v] = NULL;
     x->owned[v] = 0;
-    kn_tensor_free(x->alt[v]);
-    x->alt[v] = NULL;
+    if (x->alt[v]) {
+        kn_tensor_free(x->alt[v]);
+        x->alt[v] = NULL;
+    }
 }
 
 static const kn_backend *backend_of_device(const kn_runtime *rt, kn_device d) {
@@ -708,14 +751,60 @@ static bool arena_output(kn_exec *x, int v, kiln_dtype dtype, int rank, const in
     const kn_memplan *p = x->plan;
     if (!x->arena || v < 0 || v >= p->n_values || p->offset[v] < 0 || p->alias[v] >= 0 || dtype == KILN_DTYPE_STRING)
         return false;
-    if (kn_dtype_nbytes(dtype, kn_shape_count(dims, rank)) > (size_t)p->size[v]) return false;
-    if (kn_tensor_new_view(dtype, rank, dims, x->arena + p->offset[v], (size_t)p->size[v], out) != KILN_OK) {
+    const int64_t count = kn_shape_count(dims, rank);
+    if (count < 0 || rank < 0 || rank > KILN_MAX_RANK) return false;
+    const size_t nbytes = kn_dtype_nbytes(dtype, count);
+    if (nbytes > (size_t)p->size[v]) return false;
+    kn_run_ctx *r = x->run;
+    if (r && r->n_spare && kiln_dtype_size(dtype)) {
+        /* a header kept from a released view: set as kn_tensor_new_view sets a new one */
+        kn_tensor *t = r->spare[--r->n_spare];
+        /* field by field (a compound literal's zeroing of the whole header cost as much as the
+         * malloc it replaces); keep_spare took it with device host, no pool and no items */
+        t->kind = KN_VALUE_TENSOR;
+        t->dtype = dtype;
+        t->rank = rank;
+        for (int d = 0; d < KILN_MAX_RANK; d++) t->dims[d] = d < rank ? dims[d] : 0;
+        t->data = x->arena + p->offset[v];
+        t->nbytes = nbytes;
+        t->owns_data = false;
+        t->device_owner = NULL;
+        t->device_id = 0;
+        *out = t;
+    } else if (kn_tensor_new_view(dtype, rank, dims, x->arena + p->offset[v], (size_t)p->size[v], out) != KILN_OK) {
         kn_clear_error();
         return false;
     }
     (*out)->capacity = (size_t)p->size[v];
     if (zero) memset((*out)->data, 0, (size_t)p->size[v]);
     return true;
+}
+
+/* An output from the buffer pool: a small tensor the context kept (keep_spare_block) whose block
+ * holds it, or a new one (kn_tensor_new_pooled). */
+static kiln_status pooled_output(kn_exec *x, bool zero, kiln_dtype dtype, int rank, const int64_t *dims,
+                                 kn_tensor **out) {
+    kn_run_ctx *r = x->run;
+    if (r && r->n_spare_blocks && dtype != KILN_DTYPE_STRING && kiln_dtype_size(dtype) && rank >= 0 &&
+        rank <= KILN_MAX_RANK) {
+        const int64_t count = kn_shape_count(dims, rank);
+        const size_t nbytes = count >= 0 ? kn_dtype_nbytes(dtype, count) : 0;
+        /* a block at most twice what is needed: small ones are not taken by much larger ones */
+        for (int i = r->n_spare_blocks - 1; count >= 0 && i >= 0; i--) {
+            kn_tensor *t = r->spare_blocks[i];
+            if (t->capacity < nbytes || t->capacity > 2 * nbytes + 64) continue;
+            r->spare_blocks[i] = r->spare_blocks[--r->n_spare_blocks];
+            t->kind = KN_VALUE_TENSOR;
+            t->dtype = dtype;
+            t->rank = rank;
+            for (int d = 0; d < KILN_MAX_RANK; d++) t->dims[d] = d < rank ? dims[d] : 0;
+            t->nbytes = nbytes;
+            if (zero) memset(t->data, 0, t->capacity);
+            *out = t;
+            return KILN_OK;
+        }
+    }
+    return kn_tensor_new_pooled(x->buffers, zero, dtype, rank, dims, out);
 }
 
 /* ------------------------------------------------------------------ outputs in the caller's memory */
@@ -820,7 +909,7 @@ static bool direct_output(kn_exec *x, const kn_node *n, int v, kn_tensor *const 
  * in every run and in every captured graph). Otherwise the kernel copies as before. */
 static bool take_as_view(kn_exec *x, const kn_node *n, kn_tensor *const *in, const kn_type *out_type) {
     int v = n->n_inputs > 0 ? n->inputs[0] : -1;
-    if (!kn_exec_is_view(n) || n->n_outputs != 1 || n->outputs[0] < 0 || v < 0) return false;
+    if (n->n_outputs != 1 || n->outputs[0] < 0 || v < 0) return false;
     if (!x->owned[v] || x->remaining[v] != 1 || in[0] != x->slots[v] || in[0]->kind != KN_VALUE_TENSOR) return false;
     for (int i = 1; i < n->n_inputs; i++)
         if (n->inputs[i] == v) return false;
@@ -842,22 +931,22 @@ static bool take_as_view(kn_exec *x, const kn_node *n, kn_tensor *const *in, con
     int o = n->outputs[0];
     x->slots[o] = t;
     x->owned[o] = 1;
-    x->remaining[o] = x->graph->values[o].uses;
+    x->remaining[o] = x->pv[o].uses;
     return true;
 }
 
-static kiln_status run_node(kn_exec *x, const kn_node *n) {
+/* Runs step s of the graph's plan (its node, kernel and traits were found at compile time). */
+static kiln_status run_node(kn_exec *x, const kn_step *s) {
     const kn_graph *g = x->graph;
+    const kn_node *n = s->node;
     char lbl[256];
-    const kn_backend *be = NULL;
-    if (x->rt) {
-        if (n->provider < 0 || n->provider >= x->rt->n_backends || !n->kernel)
-            return kn_error(KILN_ERR_INTERNAL, "%s: not placed on a provider (at %s:%d)",
-                            kn_node_label(n, lbl, sizeof lbl), __FILE__, __LINE__);
-        be = &x->rt->backends[n->provider];
-    }
+    if (s->flags & KN_STEP_UNPLACED)
+        return kn_error(KILN_ERR_INTERNAL, "%s: not placed on a provider (at %s:%d)",
+                        kn_node_label(n, lbl, sizeof lbl), __FILE__, __LINE__);
+    const kn_backend *be = s->be;
+    const bool device = (s->flags & KN_STEP_DEVICE) != 0;
     int ni = n->n_inputs, no = n->n_outputs;
-    const int idx = (int)(n - g->nodes);
+    const int idx = s->idx;
     /* output types kept by the first run with these input shapes: no inference */
     const int memo_at = x->memo ? x->memo->at[idx] : -1;
     bool rec_static = false; /* recording: whether n's output types follow from the input shapes */
@@ -887,17 +976,18 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         in[i] = NULL;
         if (v >= 0) {
             in[i] = x->slots[v];
-            if (!in[i]) in[i] = g->values[v].constant;
-            if (!in[i] && g->values[v].is_outer) in[i] = lookup_outer(x, g->values[v].name);
+            if (!in[i]) in[i] = x->pv[v].constant;
+            if (!in[i] && x->pv[v].outer) in[i] = lookup_outer(x, g->values[v].name);
             if (!in[i]) {
                 st = kn_error(KILN_ERR_INTERNAL, "%s: input '%s' has no value at run time (at %s:%d)",
                               kn_node_label(n, lbl, sizeof lbl), g->values[v].name, __FILE__, __LINE__);
                 goto done;
             }
         }
-        if (in[i] && be && !(be->ops->input_metadata_only && be->ops->input_metadata_only(n->kernel, n, i))) {
-            bool want_host = be->ops->device == KN_DEVICE_HOST ||
-                             (be->ops->input_on_host && be->ops->input_on_host(n->kernel, n, i));
+        /* a host kernel's input is placed only when it is on a device (a mixed session) */
+        if (in[i] && be && (device || in[i]->device != KN_DEVICE_HOST) &&
+            !(be->ops->input_metadata_only && be->ops->input_metadata_only(n->kernel, n, i))) {
+            bool want_host = !device || (be->ops->input_on_host && be->ops->input_on_host(n->kernel, n, i));
             st = place_input(x, be, v, want_host, in[i], &in[i]);
             if (st != KILN_OK) {
                 kn_error_prefix(st, "%s: input %d: ", kn_node_label(n, lbl, sizeof lbl), i);
@@ -915,8 +1005,7 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         in_val[i] = in[i] && in[i]->device == KN_DEVICE_HOST ? in[i] : NULL;
     }
     for (int o = 0; memo_at < 0 && o < no; o++) kn_type_init(&types_out[o]);
-    const kn_cpu_kernel *k = be ? NULL : n->kernel;
-    bool overwrites = be ? be->ops->overwrites && be->ops->overwrites(n->kernel) : (k->flags & KN_KERNEL_OVERWRITES) != 0;
+    const bool overwrites = (s->flags & KN_STEP_OVERWRITES) != 0;
     if (memo_at < 0 && n->schema->infer) {
         kn_infer_ctx ic = {n, ni, in_tp, in_val, no, types_out, &g->model->arena};
         infer_calls++;
@@ -924,7 +1013,7 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         if (st != KILN_OK) goto done;
     }
     if (x->rec) rec_static = memo_node_static(x, n, in_tp, in_val, types_out);
-    if (no == 1 && take_as_view(x, n, in, &tout[0])) goto done;
+    if (no == 1 && (s->flags & KN_STEP_VIEW) && take_as_view(x, n, in, &tout[0])) goto done;
     if (x->run && x->run->mem_limit) {
         /* the outputs whose size is known now, before they are allocated */
         int64_t need = 0, big_bytes = -1;
@@ -950,18 +1039,17 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         }
     }
     for (int o = 0; o < no; o++) {
-        if (n->outputs[o] < 0 && !(n->schema->flags & KN_OP_HAS_SUBGRAPH)) continue;
+        if (n->outputs[o] < 0 && !(s->flags & KN_STEP_SUBGRAPH)) continue;
         if (kn_type_is_static(&tout[o])) {
             int64_t dims[KILN_MAX_RANK];
             for (int d = 0; d < tout[o].rank; d++) dims[d] = tout[o].dims[d].value;
-            if (be && be->ops->device != KN_DEVICE_HOST &&
+            if (device &&
                 !(be->ops->output_on_host && be->ops->output_on_host(n->kernel, n, o)))
                 st = be->ops->new_tensor(be->state, tout[o].dtype, tout[o].rank, dims, &out[o]);
             else if (!direct_output(x, n, n->outputs[o], in, tout[o].dtype, tout[o].rank, dims, !overwrites,
                                     &out[o]) &&
                      !arena_output(x, n->outputs[o], tout[o].dtype, tout[o].rank, dims, !overwrites, &out[o])) {
-                st = kn_tensor_new_pooled(x->buffers, !overwrites, tout[o].dtype, tout[o].rank, dims,
-                                          &out[o]);
+                st = pooled_output(x, !overwrites, tout[o].dtype, tout[o].rank, dims, &out[o]);
                 if (st == KILN_OK && x->record && n->outputs[o] >= 0) x->record[n->outputs[o]] = (int64_t)out[o]->nbytes;
             }
             if (st != KILN_OK) {
@@ -971,9 +1059,9 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         }
     }
     /* a kept node's kernel may keep what it prepares for these shapes */
-    kn_kernel_ctx kc = {n, g, ni, in, no, out, x->pool, x, memo_at >= 0 ? &x->memo->prep[idx] : NULL};
+    kn_kernel_ctx kc = {n, g, ni, in, no, out, x->pool, x, memo_at >= 0 ? &x->memo->prep[idx] : NULL, s->params};
     double prof_t0 = kn_profile_on() ? kn_profile_begin(be) : 0;
-    st = be ? be->ops->run(be->state, n->kernel, &kc) : k->run(&kc);
+    st = s->cpu ? s->cpu(&kc) : be->ops->run(be->state, n->kernel, &kc);
     if (prof_t0 != 0 && st == KILN_OK) kn_profile_end_call(&kc, n, be, prof_t0);
     if (st != KILN_OK) goto done;
     for (int o = 0; o < no; o++) {
@@ -997,7 +1085,7 @@ static kiln_status run_node(kn_exec *x, const kn_node *n) {
         }
         x->slots[v] = out[o];
         x->owned[v] = 1;
-        x->remaining[v] = g->values[v].uses;
+        x->remaining[v] = x->pv[v].uses;
         out[o] = NULL;
     }
 done:
@@ -1134,7 +1222,7 @@ kiln_status kn_exec_graph_ctx(const kn_graph *g, kn_runtime *rt, kn_threadpool *
 static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *pool, kn_buffer_pool *buffers,
                               kn_exec *parent, kn_run_ctx *ctx, kn_tensor *const *inputs, kn_tensor **outputs,
                               unsigned flags, kn_tensor *const *into) {
-    kn_exec x = {g, NULL, NULL, NULL, pool, buffers, parent, rt, NULL};
+    kn_exec x = {g, NULL, NULL, NULL, NULL, pool, buffers, parent, rt, NULL};
     x.run = parent ? parent->run : ctx;
     int64_t *sig = NULL; /* the input shapes, for a run that makes a memory plan */
     int sig_len = 0;
@@ -1149,12 +1237,22 @@ static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *
     }
     kiln_status st = KILN_OK;
     kn_progress prog = {0};
+    kn_plan *own_plan = NULL;
     char lbl[256];
     for (int i = 0; i < g->n_outputs; i++) outputs[i] = NULL;
     if (!x.slots || !x.owned || !x.remaining || !x.alt) {
         st = KN_OOM();
         goto done;
     }
+    /* the graph's steps in the session's compiled plan (or made for this run where there is none:
+     * a run outside a session) */
+    const kn_graph_plan *gp = x.run && x.run->plan ? kn_plan_find(x.run->plan, g) : NULL;
+    if (!gp) {
+        st = kn_plan_build(g, rt, false, &own_plan);
+        if (st != KILN_OK) goto done;
+        gp = &own_plan->graphs[0];
+    }
+    x.pv = gp->values;
     if (rt && ctx && g == rt->main && !parent && memplan_wanted()) choose_plan(&x, rt, ctx, inputs, &sig, &sig_len);
     if (ctx && !parent) ctx->memo_off = !memo_wanted();
     if (rt && ctx && g == rt->main && !parent && !ctx->memo_off) choose_memo(&x, ctx, ctx->shapes, NULL, inputs);
@@ -1169,15 +1267,16 @@ static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *
     for (int i = 0; i < g->n_inputs; i++) {
         int v = g->inputs[i];
         x.slots[v] = inputs[i] ? inputs[i] : g->values[v].constant;
-        x.remaining[v] = g->values[v].uses; /* frees a device copy of the input after its last use */
+        x.remaining[v] = x.pv[v].uses; /* frees a device copy of the input after its last use */
     }
     /* a main-graph run that takes more than a second (a first run tuning its kernels, a large
      * model) shows its progress on a terminal (util/progress.h) */
     kn_progress_begin(&prog, parent ? NULL : "run: node");
-    for (int i = 0; i < g->n_nodes; i++) {
-        const kn_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        if ((i & 7) == 0 && prog.what && prog.t_start != 0 && kn_progress_due(&prog)) {
+    for (int si = 0; si < gp->n_steps; si++) {
+        const kn_step *step = &gp->steps[si];
+        const kn_node *n = step->node;
+        const int i = step->idx;
+        if ((si & 7) == 0 && prog.what && prog.t_start != 0 && kn_progress_due(&prog)) {
             char what[96];
             snprintf(what, sizeof what, "%s%s", n->op_type,
                      n->provider >= 0 && rt && n->provider < rt->n_backends ? " on " : "");
@@ -1191,7 +1290,7 @@ static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *
             st = stop_error(x.run, where);
             goto done;
         }
-        st = run_node(&x, n);
+        st = run_node(&x, step);
         /* a kernel whose parallel chunks saw the stop left its outputs incomplete */
         if (st == KILN_OK && x.run && atomic_load_explicit((_Atomic int *)&x.run->stop, memory_order_relaxed)) {
             char where[320];
@@ -1255,7 +1354,8 @@ done:
         for (int i = 0; i < g->n_values; i++)
             if (x.owned[i]) free_owned(&x, i);
     if (x.alt)
-        for (int i = 0; i < g->n_values; i++) kn_tensor_free(x.alt[i]);
+        for (int i = 0; i < g->n_values; i++)
+            if (x.alt[i]) kn_tensor_free(x.alt[i]); /* (rare: a call per value cost a tenth of the loop) */
     if (x.record && st == KILN_OK) keep_plan(&x, rt, ctx, sig, sig_len);
     else free(sig);
     if (x.rec && st == KILN_OK) keep_memo(&x, x.run);
@@ -1265,6 +1365,7 @@ done:
     free(x.handed);
     free(x.direct);
     free(block);
+    kn_plan_free(own_plan);
     return st;
 }
 

@@ -24,6 +24,7 @@ struct kn_shape_memo;
  * takes one on entry and gives it back on return. */
 typedef struct kn_run_ctx {
     struct kn_run_ctx *next; /* in the session's free list */
+    const struct kn_plan *plan; /* the session's compiled plan (exec/plan.h; shared, read only), or NULL */
     unsigned char *arena;    /* the plans' host memory (the largest one used so far) */
     uint64_t arena_bytes;
     struct kn_memplan *shaped[4]; /* plans made by runs, one per input-shape set (KN_MEMPLAN_SHAPED) */
@@ -38,6 +39,16 @@ typedef struct kn_run_ctx {
     int64_t timeout_ms;     /* as given, for the message */
     double started_ms;
     int stop;               /* atomic: 0, or KILN_ERR_CANCELLED / KILN_ERR_DEADLINE once seen (sticky) */
+    /* headers of views of the arena that runs of this context released, for the next outputs placed
+     * there (a run makes one header per node output: malloc, checks and free were a fifth of a
+     * tiny-node run); freed with the context */
+    kn_tensor **spare;
+    int n_spare;
+    /* small tensors of the session's buffer pool that runs of this context released (a Loop
+     * body's values, which no memory plan places), header and block kept together for the next
+     * output that fits */
+    kn_tensor **spare_blocks;
+    int n_spare_blocks;
     int64_t mem_limit;      /* bytes a run may hold (0 = no limit) */
     int64_t mem_live;       /* bytes the run holds now */
     int64_t mem_peak;
@@ -64,6 +75,7 @@ typedef struct kn_handed {
 
 typedef struct kn_exec {
     const kn_graph *graph;
+    const struct kn_plan_value *pv; /* the graph's values as its plan packs them (exec/plan.h) */
     kn_tensor **slots;      /* per value id: the value in this run (borrowed or owned) */
     unsigned char *owned;   /* per value id: 1 when slots[i] is owned by this run */
     int *remaining;         /* per value id: uses left in this run */

@@ -6,7 +6,22 @@
 #include "util/status.h"
 #include "util/threadpool.h"
 
+#include <stddef.h>
+
 struct kn_exec;
+
+/* Attributes read once, at compile time: a kernel's prepare hook (kn_cpu_kernel.prepare) fills its
+ * parameter block from the node alone (attributes, opset, op type: never shapes, types or data).
+ * The compiled plan (exec/plan.h) keeps the block per node, immutable and shared by concurrent
+ * runs; the kernel reads it through kn_ctx_params. A failing hook keeps no block: the kernel's own
+ * call then fails with the hook's error, at run time as before. */
+typedef kiln_status (*kn_params_fn)(const kn_node *n, void *params);
+
+typedef struct kn_params {
+    kn_params_fn fn;     /* the hook that made it (the kernel's tag) */
+    const kn_node *node; /* the node it was made from */
+    max_align_t data[];  /* the kernel's parameter struct */
+} kn_params;
 
 typedef struct kn_kernel_ctx {
     const kn_node *node;
@@ -27,7 +42,24 @@ typedef struct kn_kernel_ctx {
      * is found only through kn_ctx_prep_get with the same tag, node and key, so a fused kernel
      * that passes a copy of its context to another kernel does not hand it the wrong one. */
     void **prep;
+    /* The node's attributes as its kernel's prepare hook read them at compile time, or NULL (a
+     * run without a compiled plan, a kernel without a hook): read with kn_ctx_params. */
+    const kn_params *params;
 } kn_kernel_ctx;
+
+/* The kernel's parameters for c->node: the block its hook `fn` made at compile time when the plan
+ * holds one for this node and hook, else `local` (the kernel's own struct) filled by fn now (a
+ * fused kernel's copy of its context for another node, a run without a plan). *out points to one
+ * of the two; fn's error otherwise. */
+static inline kiln_status kn_ctx_params(const kn_kernel_ctx *c, kn_params_fn fn, void *local, const void **out) {
+    const kn_params *p = c->params;
+    if (p && p->fn == fn && p->node == c->node) {
+        *out = p->data;
+        return KILN_OK;
+    }
+    *out = local;
+    return fn(c->node, local);
+}
 
 /* The block stored for tag (the address of a kernel's own static object), c->node and the key
  * bytes (what the preparation depends on: shapes, types), or NULL. */

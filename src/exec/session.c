@@ -1,6 +1,7 @@
 #include "exec/session.h"
 #include "exec/profile.h"
 #include "exec/memplan.h"
+#include "exec/plan.h"
 
 #include "backend/backend.h"
 #include "cache/cache.h"
@@ -106,6 +107,7 @@ static void session_free(kiln_session *s) {
     }
     if (s->rt) kn_graph_cache_destroy(s);
     kn_runtime_destroy(s->rt);
+    kn_plan_free(s->plan);
     kn_buffer_pool_destroy(s->buffers);
     kn_model_free(s->model);
     free(s->inputs);
@@ -193,6 +195,7 @@ static kiln_status finish_session(kiln_session *s) {
     if (st == KILN_OK) st = kn_buffer_pool_create(&s->buffers);
     if (st == KILN_OK) st = fill_io(s);
     if (st == KILN_OK) st = kn_graph_cache_create(s);
+    if (st == KILN_OK) st = kn_plan_build(model->graph, s->rt, true, &s->plan);
     return st;
 }
 
@@ -633,6 +636,7 @@ static kiln_status ctx_take(kiln_session *s, const char *fn, kn_run_ctx **out) {
         pthread_cond_broadcast(&s->ctx_cv);
     } else {
         c->next = NULL;
+        c->plan = s->plan;
         s->running++;
         if (s->running > s->peak_active) s->peak_active = s->running;
     }

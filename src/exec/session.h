@@ -72,6 +72,9 @@ struct kiln_session {
     kn_io_info *outputs;
     int n_outputs;
     struct kn_graph_cache *graphs; /* captured runs (graph_run.c); NULL when runs are not captured */
+    /* the compiled plan (exec/plan.h): the steps every run walks, made once after placement and
+     * read only while calls run; each call's run context points at it */
+    struct kn_plan *plan;
     /* Called once as the session is destroyed, while its providers still exist: the compiled
      * cache writes the tuning results its runs made into the session's compiled file. */
     void (*at_end)(kiln_session *s);

@@ -230,6 +230,35 @@ static kiln_status infer_fused_conv(kn_infer_ctx *c) {
     return check_residual(c, 3);
 }
 
+/* kiln.MaxPool / kiln.AveragePool: the ai.onnx pooling's inference on X with its channels moved to
+ * dim 1 (layout NHWC), the output's moved back. */
+static kiln_status infer_pool_layout(kn_infer_ctx *c) {
+    bool nhwc;
+    if (!kn_fused_conv_layout(c->node, &nhwc))
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "layout must be \"NCHW\" or \"NHWC\", not \"%s\"",
+                              kn_attr_string(c->node, "layout", ""));
+    const kn_type *x = c->n_inputs > 0 ? c->in[0] : NULL;
+    if (!nhwc || !x || x->rank < 0) return infer_as(c, c->node->op_type, 1);
+    if (x->rank < 3 || x->rank > KILN_MAX_RANK)
+        return kn_infer_error(c, KILN_ERR_SHAPE, "layout NHWC needs X of rank 3 or more, not %d", x->rank);
+    int to_first[KILN_MAX_RANK], to_last[KILN_MAX_RANK];
+    kn_nhwc_perms(x->rank, to_first, to_last);
+    kn_type x_first;
+    permuted_type(x, to_first, &x_first);
+    const kn_type *in[1] = {&x_first};
+    const kn_tensor *none[1] = {NULL};
+    kn_infer_ctx pc = *c;
+    pc.in = in;
+    pc.in_value = none;
+    pc.n_inputs = 1;
+    KN_TRY(infer_as(&pc, c->node->op_type, 1));
+    if (c->out[0].rank == x->rank) {
+        kn_type y_first = c->out[0];
+        permuted_type(&y_first, to_last, &c->out[0]);
+    }
+    return KILN_OK;
+}
+
 static kiln_status infer_fused_gemm(kn_infer_ctx *c) {
     KN_TRY(check_act(c));
     return infer_as(c, "Gemm", 3);
@@ -578,6 +607,8 @@ static kiln_status infer_stacked_lstm(kn_infer_ctx *c) {
 const kn_op_schema kn_ops_fused[] = {
     {"kiln", "FusedConv", 1, 0, 2, 4, 1, 1, infer_fused_conv, 0},
     {"kiln", "FusedGemm", 1, 0, 2, 3, 1, 1, infer_fused_gemm, 0},
+    {"kiln", "MaxPool", 1, 0, 1, 1, 1, 1, infer_pool_layout, 0},
+    {"kiln", "AveragePool", 1, 0, 1, 1, 1, 1, infer_pool_layout, 0},
     {"kiln", "FusedMatMul", 1, 0, 2, 4, 1, 1, infer_fused_matmul, 0},
     {"kiln", "Gelu", 1, 0, 1, 1, 1, 1, infer_gelu, 0},
     {"kiln", "LayerNormalization", 1, 0, 1, 3, 1, 1, infer_norm, 0},

@@ -7,6 +7,8 @@
  *                                    layout = "NCHW" (default) | "NHWC": with NHWC, X, Z and Y hold
  *                                    their channels last ([N, spatial..., C]) and so does W
  *                                    ([M, kernel..., C/group], cuDNN's KRSC); B is as in Conv
+ *   MaxPool(X), AveragePool(X)       ai.onnx's pooling (its attributes; Y only) with a layout attribute
+ *                                    as FusedConv's: with NHWC, X and Y hold their channels last
  *   FusedGemm(A, B, C?)              Y = act(alpha op(A) op(B) + beta C); Gemm's attributes
  *   FusedMatMul(A, B, bias?, Z?)     Y = act(MatMul(A, B) + bias + Z); bias is a scalar or one value
  *                                    per output column; Z has Y's shape

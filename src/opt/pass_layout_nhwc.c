@@ -3,9 +3,11 @@
  * cuDNN's tensor-core convolutions work channels last; fed channels-first tensors in fp16/bf16
  * they transpose around every convolution. A region of convolutions and the operators between them
  * that do not care about the order of dims (elementwise operators, chains of them, global average
- * pooling) can instead keep its activations channels last: the convolutions become kiln.FusedConv
- * with layout NHWC (their weights permuted to [M, kh, kw, C/g] here, once, so the compiled file
- * holds them so), the pooling a ReduceMean over the spatial axes, the elementwise operators stay
+ * pooling) or that have a channels-last form (max and average pooling over windows) can instead keep
+ * its activations channels last: the convolutions become kiln.FusedConv with layout NHWC (their
+ * weights permuted to [M, kh, kw, C/g] here, once, so the compiled file holds them so), the global
+ * pooling a ReduceMean over the spatial axes, MaxPool and AveragePool kiln's forms with layout NHWC
+ * (ResNet-50's stem MaxPool sat between two Transposes), the elementwise operators stay
  * as they are with their constant operands permuted once, here, and a Transpose enters the region
  * where a channels-first value flows in and leaves it where one flows out (a graph output, or a
  * reader outside the region). Graph inputs and outputs keep their layout.
@@ -28,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { ROLE_NONE, ROLE_CONV, ROLE_POOL, ROLE_ELEMENTWISE };
+enum { ROLE_NONE, ROLE_CONV, ROLE_POOL, ROLE_WINDOW_POOL, ROLE_ELEMENTWISE };
 #define MAX_INPUTS 8 /* a node with more stays channels first */
 
 static const char *const elementwise_ops[] = {
@@ -136,6 +138,34 @@ static bool conv_target_supports(const kn_opt_ctx *c, int i) {
     return false;
 }
 
+/* Whether the target runs MaxPool / AveragePool node i as kiln's channels-last form. */
+static bool window_pool_target_supports(const kn_opt_ctx *c, int i) {
+    const kn_node *n = &c->g->nodes[i];
+    kn_attr attrs[KN_PROTO_MAX_ATTRS + 1];
+    if (n->n_attrs > KN_PROTO_MAX_ATTRS) return false;
+    int na = 0;
+    for (int a = 0; a < n->n_attrs; a++) attrs[na++] = n->attrs[a];
+    memset(&attrs[na], 0, sizeof attrs[na]);
+    attrs[na].name = "layout";
+    attrs[na].type = KN_ATTR_STRING;
+    attrs[na].s = "NHWC";
+    attrs[na].s_len = 4;
+    na++;
+    kn_node trial = *n;
+    trial.domain = "kiln";
+    trial.opset = 1;
+    trial.attrs = attrs;
+    trial.n_attrs = na;
+    trial.schema = kn_op_find("kiln", n->op_type, 1, NULL);
+    if (!trial.schema) return false;
+    kn_type x = channels_last_type(&c->g->values[n->inputs[0]].type);
+    const kn_type *in[1] = {&x};
+    char why[256];
+    if (kn_opt_target_supports(c, &trial, in, 1, i, why, sizeof why)) return true;
+    kn_log(KILN_LOG_DEBUG, "optimiser: node '%s' stays channels first: %s", n->name, why);
+    return false;
+}
+
 /* What node i would be in a channels-last region, or ROLE_NONE. */
 static int role_of(const kn_opt_ctx *c, int i, int mode, bool dense) {
     const kn_graph *g = c->g;
@@ -158,6 +188,12 @@ static int role_of(const kn_opt_ctx *c, int i, int mode, bool dense) {
     }
     if (kn_opt_is(c, i, "GlobalAveragePool"))
         return x >= 0 && rank4_float(&g->values[x].type) && !kn_opt_const(c, x) ? ROLE_POOL : ROLE_NONE;
+    /* (n_outputs 1: MaxPool's Indices, numbered channels first, are not asked for) */
+    if (kn_opt_is(c, i, "MaxPool") || kn_opt_is(c, i, "AveragePool"))
+        return x >= 0 && n->n_inputs == 1 && rank4_float(&g->values[x].type) && !kn_opt_const(c, x) &&
+                       window_pool_target_supports(c, i)
+                   ? ROLE_WINDOW_POOL
+                   : ROLE_NONE;
     bool elementwise = kn_opt_is_in(c, i, "kiln", "FusedElementwise");
     for (size_t k = 0; !elementwise && k < sizeof elementwise_ops / sizeof elementwise_ops[0]; k++)
         elementwise = kn_opt_is(c, i, elementwise_ops[k]);
@@ -253,6 +289,23 @@ static kiln_status pool_node(kn_opt_ctx *c, int i, int x, int out) {
     return KILN_OK;
 }
 
+/* MaxPool / AveragePool channels last: kiln's form with layout NHWC, the attributes as they are. */
+static kiln_status window_pool_node(kn_opt_ctx *c, int i, int x, int out) {
+    static const char *const copied[] = {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape",
+                                         "pads", "strides"};
+    kn_opt_proto p;
+    kn_proto_init(&p, "kiln", c->g->nodes[i].op_type);
+    kn_proto_in(&p, x);
+    kn_proto_out(&p, out);
+    for (size_t a = 0; a < sizeof copied / sizeof copied[0]; a++) kn_proto_copy_attr(&p, c, i, copied[a]);
+    kn_proto_string(&p, "layout", "NHWC");
+    kn_opt_kill(c, i);
+    int node;
+    KN_TRY(kn_opt_emit(c, &p, i, &node));
+    if (node < 0) return kn_error(KILN_ERR_INTERNAL, "node '%s': its channels-last form was refused", c->g->nodes[i].name);
+    return KILN_OK;
+}
+
 kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c) {
     const int mode = layout_mode();
     if (!layout_wanted(c, mode)) return KILN_OK;
@@ -334,6 +387,9 @@ kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c) {
         } else if (role[i] == ROLE_POOL) {
             st = pool_node(c, i, in[0], out);
             kn_opt_note(c, "pooling as ReduceMean");
+        } else if (role[i] == ROLE_WINDOW_POOL) {
+            st = window_pool_node(c, i, in[0], out);
+            kn_opt_note(c, "pooling channels last");
         } else {
             for (int k = 0; k < n_in; k++) g->nodes[i].inputs[k] = in[k];
             kn_opt_note(c, "elementwise node channels last");

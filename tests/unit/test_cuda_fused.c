@@ -160,12 +160,14 @@ KN_TEST(cuda_conv_patchify) {
             }
 }
 
-/* kiln.FusedConv = relu(conv(X, W) + bias [+ Z]) built in dt; NHWC when nhwc. */
-static void fused_conv_model(onemodel *o, kiln_dtype dt, bool nhwc, bool residual, const kn_tensor *const *values) {
+/* kiln.FusedConv = act(conv(X, W) + bias [+ Z]) built in dt with k x k kernels (3: padded by 1; 1:
+ * pointwise), act NULL for none; NHWC when nhwc. */
+static void fused_conv_model(onemodel *o, kiln_dtype dt, bool nhwc, bool residual, int k, const char *act,
+                             const kn_tensor *const *values) {
     om_init(o, 17);
-    int64_t xd[4] = {2, 8, 10, 10}, wd[4] = {16, 8, 3, 3}, bd[1] = {16}, zd[4] = {2, 16, 10, 10};
+    int64_t xd[4] = {2, 8, 10, 10}, wd[4] = {16, 8, k, k}, bd[1] = {16}, zd[4] = {2, 16, 10, 10};
     if (nhwc) {
-        int64_t xl[4] = {2, 10, 10, 8}, wl[4] = {16, 3, 3, 8}, zl[4] = {2, 10, 10, 16};
+        int64_t xl[4] = {2, 10, 10, 8}, wl[4] = {16, k, k, 8}, zl[4] = {2, 10, 10, 16};
         memcpy(xd, xl, sizeof xd);
         memcpy(wd, wl, sizeof wd);
         memcpy(zd, zl, sizeof zd);
@@ -183,9 +185,10 @@ static void fused_conv_model(onemodel *o, kiln_dtype dt, bool nhwc, bool residua
     int out[1] = {om_value(o, "Y")};
     om_node(o, "FusedConv", in, residual ? 4 : 3, out, 1);
     om_kiln_domain(o);
-    om_str(o, "activation", "Relu");
+    if (act) om_str(o, "activation", act);
     if (nhwc) om_str(o, "layout", "NHWC");
-    int64_t pads[4] = {1, 1, 1, 1}, ks[2] = {3, 3};
+    const int64_t p = k / 2;
+    int64_t pads[4] = {p, p, p, p}, ks[2] = {k, k};
     kn_attr *a = om_attr(o, "pads", KN_ATTR_INTS);
     a->ints = kn_arena_alloc(&o->m->arena, sizeof pads);
     memcpy(a->ints, pads, sizeof pads);
@@ -209,41 +212,48 @@ static kn_tensor *run_one(onemodel *o, const char *provider, const char *what) {
     return y;
 }
 
-/* FusedConv with a bias and ReLU (and a residual), which cuDNN runs in one call
- * (cudnnConvolutionBiasActivationForward): on CUDA in float, float16 and bfloat16 against the
- * CPU's float FusedConv over the same values, and with KILN_CUDA_CONV_FUSED=0 (conv, then a pass). */
+/* FusedConv with a bias, an activation and maybe a residual: 3x3 with ReLU in cuDNN's one call
+ * (cudnnConvolutionBiasActivationForward), pointwise channels last in cuBLASLt's epilogue (bias,
+ * residual, ReLU; another activation a pass after), the rest as a pass. On CUDA in float, float16
+ * and bfloat16 against the CPU's float FusedConv over the same values, and with
+ * KILN_CUDA_CONV_FUSED=0 (the convolution, then a pass). */
 KN_TEST(cuda_fused_conv_bias_relu) {
     NEED_GPU();
     static const kiln_dtype types[3] = {KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
+    static const char *const acts[3] = {"Relu", NULL, "Sigmoid"};
     for (int off = 0; off < 2; off++)
         for (int t = 0; t < 3; t++)
             for (int layout = 0; layout < 2; layout++)
-                for (int residual = 0; residual < 2; residual++) {
-                    const kiln_dtype dt = types[t];
-                    char what[128];
-                    snprintf(what, sizeof what, "FusedConv 3x3 %s %s bias relu%s%s", kiln_dtype_name(dt),
-                             layout ? "NHWC" : "NCHW", residual ? " residual" : "", off ? " (fused call off)" : "");
-                    if (off) setenv("KILN_CUDA_CONV_FUSED", "0", 1);
-                    onemodel gpu, cpu;
-                    fused_conv_model(&gpu, dt, layout, residual, NULL);
-                    fused_conv_model(&cpu, KILN_DTYPE_FLOAT, layout, residual, (const kn_tensor *const *)gpu.inputs);
-                    kn_tensor *got = run_one(&gpu, "cuda", what), *want = run_one(&cpu, "cpu", what);
-                    if (off) unsetenv("KILN_CUDA_CONV_FUSED");
-                    const double tol = dt == KILN_DTYPE_FLOAT ? 1e-4 : dt == KILN_DTYPE_FLOAT16 ? 1e-2 : 6e-2;
-                    if (got && want && kn_tensor_count(got) == kn_tensor_count(want)) {
-                        for (int64_t i = 0; i < kn_tensor_count(want); i++) {
-                            const double w = kn_tensor_get_f64(want, i), g = kn_tensor_get_f64(got, i);
-                            if (!(fabs(g - w) <= tol * (1 + fabs(w)))) {
-                                kn_unit_fail(__FILE__, __LINE__, "%s: element %lld is %.7g on CUDA, %.7g on the CPU", what,
-                                             (long long)i, g, w);
-                                break;
-                            }
+                for (int residual = 0; residual < 2; residual++)
+                    for (int k = 1; k <= 3; k += 2)
+                        for (int ai = 0; ai < 3; ai++) {
+                            const kiln_dtype dt = types[t];
+                            char what[160];
+                            snprintf(what, sizeof what, "FusedConv %dx%d %s %s bias %s%s%s", k, k, kiln_dtype_name(dt),
+                                     layout ? "NHWC" : "NCHW", acts[ai] ? acts[ai] : "no activation",
+                                     residual ? " residual" : "", off ? " (fused call off)" : "");
+                            if (off) setenv("KILN_CUDA_CONV_FUSED", "0", 1);
+                            onemodel gpu, cpu;
+                            fused_conv_model(&gpu, dt, layout, residual, k, acts[ai], NULL);
+                            fused_conv_model(&cpu, KILN_DTYPE_FLOAT, layout, residual, k, acts[ai],
+                                             (const kn_tensor *const *)gpu.inputs);
+                            kn_tensor *got = run_one(&gpu, "cuda", what), *want = run_one(&cpu, "cpu", what);
+                            if (off) unsetenv("KILN_CUDA_CONV_FUSED");
+                            const double tol = dt == KILN_DTYPE_FLOAT ? 1e-4 : dt == KILN_DTYPE_FLOAT16 ? 1e-2 : 6e-2;
+                            if (got && want && kn_tensor_count(got) == kn_tensor_count(want)) {
+                                for (int64_t i = 0; i < kn_tensor_count(want); i++) {
+                                    const double w = kn_tensor_get_f64(want, i), g = kn_tensor_get_f64(got, i);
+                                    if (!(fabs(g - w) <= tol * (1 + fabs(w)))) {
+                                        kn_unit_fail(__FILE__, __LINE__, "%s: element %lld is %.7g on CUDA, %.7g on the CPU",
+                                                     what, (long long)i, g, w);
+                                        break;
+                                    }
+                                }
+                            } else
+                                kn_unit_fail(__FILE__, __LINE__, "%s: no output or outputs of different sizes", what);
+                            kiln_tensor_destroy(got);
+                            kiln_tensor_destroy(want);
+                            om_free(&gpu);
+                            om_free(&cpu);
                         }
-                    } else
-                        kn_unit_fail(__FILE__, __LINE__, "%s: no output or outputs of different sizes", what);
-                    kiln_tensor_destroy(got);
-                    kiln_tensor_destroy(want);
-                    om_free(&gpu);
-                    om_free(&cpu);
-                }
 }

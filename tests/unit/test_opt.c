@@ -1709,6 +1709,56 @@ KN_TEST(opt_layout_nhwc_regions_match_nchw) {
     unsetenv("KILN_LAYOUT");
 }
 
+/* x [cnn_batch, 3, 13, 11] -> Conv 3x3 -> Relu -> MaxPool 3x3 stride 2 pads 1 (a ResNet stem) ->
+ * Conv 3x3 -> Add (the pool) -> AveragePool 2x2 stride 2 ceil_mode, counting pads (odd map sizes:
+ * the last windows hang over) -> out; a second MaxPool, 5x5 stride 1 pads 2 (a detector's SPP),
+ * reads the first pool's output and is an output too. */
+static kn_model *build_pool_block(void) {
+    tb b;
+    tb_init(&b, 17);
+    int64_t xd[] = {cnn_batch, 3, 13, 11}, w1d[] = {8, 3, 3, 3}, w2d[] = {8, 8, 3, 3}, bd[] = {8};
+    int64_t pads[] = {1, 1, 1, 1}, k3[] = {3, 3}, s2[] = {2, 2}, k2[] = {2, 2}, k5[] = {5, 5}, pads2[] = {2, 2, 2, 2};
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd);
+    int c1 = tb_node(&b, "Conv", (int[]){x, tb_const(&b, "w1", KILN_DTYPE_FLOAT, 4, w1d, -0.5f, 0.5f),
+                                         tb_const(&b, "b1", KILN_DTYPE_FLOAT, 1, bd, -0.2f, 0.2f)}, 3, "c1");
+    tb_ints_attr(&b, "pads", 4, pads);
+    int r1 = tb_node(&b, "Relu", &c1, 1, "r1");
+    int mp = tb_node(&b, "MaxPool", &r1, 1, "mp");
+    tb_ints_attr(&b, "kernel_shape", 2, k3);
+    tb_ints_attr(&b, "strides", 2, s2);
+    tb_ints_attr(&b, "pads", 4, pads);
+    int c2 = tb_node(&b, "Conv", (int[]){mp, tb_const(&b, "w2", KILN_DTYPE_FLOAT, 4, w2d, -0.3f, 0.3f)}, 2, "c2");
+    tb_ints_attr(&b, "pads", 4, pads);
+    int sum = tb_node(&b, "Add", (int[]){c2, mp}, 2, "sum");
+    int ap = tb_node(&b, "AveragePool", &sum, 1, "ap");
+    tb_ints_attr(&b, "kernel_shape", 2, k2);
+    tb_ints_attr(&b, "strides", 2, s2);
+    tb_int(&b, "ceil_mode", 1);
+    tb_int(&b, "count_include_pad", 1);
+    int spp = tb_node(&b, "MaxPool", &mp, 1, "spp");
+    tb_ints_attr(&b, "kernel_shape", 2, k5);
+    tb_ints_attr(&b, "pads", 4, pads2);
+    tb_output(&b, ap);
+    tb_output(&b, spp);
+    return b.m;
+}
+
+/* The pooling block with KILN_LAYOUT=nhwc on the CPU: one region, its pools kiln's channels-last
+ * forms, one Transpose in and one out per output; levels agree. */
+KN_TEST(opt_layout_nhwc_pools_in_the_region) {
+    setenv("KILN_LAYOUT", "nhwc", 1);
+    kiln_session *s = compare_levels(build_pool_block, 3, 1e-5);
+    if (s) {
+        CHECK_EQ_INT(count_nhwc_convs(s), 2);
+        CHECK_EQ_INT(count_op(s, "kiln", "MaxPool"), 2);
+        CHECK_EQ_INT(count_op(s, "kiln", "AveragePool"), 1);
+        CHECK_EQ_INT(count_op(s, "", "MaxPool") + count_op(s, "", "AveragePool"), 0);
+        CHECK_EQ_INT(count_op(s, "", "Transpose"), 3);
+    }
+    kiln_session_destroy(s);
+    unsetenv("KILN_LAYOUT");
+}
+
 #ifdef KILN_HAVE_CUDA /* only the CUDA build's test counts them */
 static int count_nhwc_in(const kn_model *m) {
     int n = 0;
@@ -1794,6 +1844,17 @@ KN_TEST(opt_layout_nhwc_cuda_matches_fp32) {
             check_outputs(ref, low, cases[k].tol, true);
             CHECK_MSG(count_nhwc_convs(low) == 4, "%s%s: %d channels-last convolutions", cases[k].precision,
                       cases[k].half ? " half" : "", count_nhwc_convs(low));
+        }
+        kiln_session_destroy(ref);
+        kiln_session_destroy(low);
+        /* the pooling block: its MaxPools and AveragePool channels last on the device too */
+        ref = session_with(build_pool_block, precision_options("cuda", "fp32", false, 0));
+        low = session_with(build_pool_block, precision_options("cuda", cases[k].precision, cases[k].half, 3));
+        if (ref && low) {
+            check_outputs(ref, low, cases[k].tol, true);
+            CHECK_MSG(count_op(low, "kiln", "MaxPool") == 2 && count_op(low, "kiln", "AveragePool") == 1,
+                      "%s%s: %d + %d channels-last pools", cases[k].precision, cases[k].half ? " half" : "",
+                      count_op(low, "kiln", "MaxPool"), count_op(low, "kiln", "AveragePool"));
         }
         kiln_session_destroy(ref);
         kiln_session_destroy(low);

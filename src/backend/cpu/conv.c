@@ -18,6 +18,7 @@
  * float16/bfloat16 are converted to float around the float path; double and the integer convs
  * run direct loops. */
 #include "backend/cpu/const_cache.h"
+#include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/sgemm.h"
@@ -1007,7 +1008,45 @@ static void sk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const
  * padding, one group, up to 4 input channels, output channels a multiple of 32. */
 #define CL_SEG 60
 
+/* 3x3 convolutions with many channels, stride 2 (ResNet's and YOLO's downsamplers) or small planes
+ * at stride 1 that Winograd leaves (7x7): the same kernel, 32 channels by a row tile of 7-14 pixels
+ * (cl_p_of: the width that wastes fewest columns; cl3_tile: all addresses constant offsets), every
+ * tap a broadcast of the input read in place (cl_range) or, when the weights exceed the caches,
+ * from a padded copy per task over ranges of channel blocks (cl_range_mfirst). Against the
+ * implicit GEMM: bench/results/cpu-conv3x3-2026-12-03.md. */
+#define CL3_MAX_OW 4096
+#define CL3_CB 32 /* input channels per partial sum in cl3_tile */
+
+static bool cl3_suits(const conv_shape *s) {
+    if (s->G != 1 || s->nsp != 2 || s->M % 32 || s->C < 8 || s->w.kernel[0] != 3 || s->w.kernel[1] != 3) return false;
+    const win2 v = win2_of(&s->w);
+    if (v.dh != 1 || v.dw != 1 || v.sh != v.sw || v.sw > 2 || v.OW < 7 || v.OW > CL3_MAX_OW || v.W >= (1 << 20) ||
+        v.H >= (1 << 20))
+        return false;
+    const char *e = getenv("KILN_CL3");
+    if (e) return e[0] == '1';
+    /* stride 2; stride 1 on the small planes Winograd leaves (fewer than 16 tiles: 7x7), 16 channels
+     * or more. 1 thread, CPU time, min of 4 alternating rounds (busy machine), GEMM -> this:
+     * s2 128->128 28x28 0.305 -> 0.276 ms, 512->512 14x14 1.06 -> 0.95, 16->32 320x320 1.93 -> 1.30,
+     * s1 512->512 7x7 0.99 -> 0.92 */
+    if (v.sw == 2) return true;
+    return s->C >= 16 && s->N * ((v.OH + 3) / 4) * ((v.OW + 3) / 4) < 16;
+}
+
+/* Pixels per tile for a row of OW outputs with 32 channels a tile: 7..14, the fewest columns
+ * computed past the row, then the widest. */
+static int cl_p_of(int64_t OW) {
+    int best = 14;
+    int64_t best_cols = (OW + 13) / 14 * 14;
+    for (int p = 13; p >= 7; p--) {
+        const int64_t cols = (OW + p - 1) / p * p;
+        if (cols < best_cols) best = p, best_cols = cols;
+    }
+    return best;
+}
+
 static bool cl_suits(const conv_shape *s) {
+    if (cl3_suits(s)) return true;
     if (s->G != 1 || s->nsp != 2 || s->Cg * s->kk <= SK_MAX || s->C > 4 || s->M % 32 || s->M > 1024) return false;
     const win2 v = win2_of(&s->w);
     /* strided: at stride 1 the im2col rows are plain loads and the GEMM is as fast (5x5 s1 3->64) */
@@ -1034,10 +1073,16 @@ typedef struct cl_job {
     int64_t Hp, Wp;
     const float *wp, *bias;
     float *y;
-    int MV;
+    int MV, P;
     int64_t bands;
     kn_conv_epilogue_fn epi;
     const void *epi_ctx;
+    /* inplace (many channels): no padded copy of the whole input (its serial copy was a fifth of
+     * the time on 16 x 320 x 320): cl_range reads x in place and pads only the tiles at the edges */
+    const float *x;
+    bool inplace;
+    int *failed;
+    bool mfirst; /* bands are ranges of channel blocks (cl_range_mfirst) */
 } cl_job;
 
 /* out[p*16MV + 16v + r] = bias + sum over taps of w[tap][16v + r] * x(tap, pixel p) for p < P;
@@ -1047,8 +1092,8 @@ static inline __attribute__((always_inline)) void cl_tile(const cl_job *j, const
     const conv_shape *s = j->s;
     const win2 *v = &j->v;
     const int64_t plane = j->Hp * j->Wp, sw = v->sw, MB = 16 * MV;
-    __m512 acc[CL_SEG > 12 ? 12 : CL_SEG][4];
-#pragma GCC unroll 12
+    __m512 acc[14][4];
+#pragma GCC unroll 14
     for (int p = 0; p < P; p++)
 #pragma GCC unroll 4
         for (int q = 0; q < MV; q++) acc[p][q] = bias[q];
@@ -1060,7 +1105,7 @@ static inline __attribute__((always_inline)) void cl_tile(const cl_job *j, const
                 __m512 wv[4];
 #pragma GCC unroll 4
                 for (int q = 0; q < MV; q++) wv[q] = _mm512_loadu_ps(w + 16 * q);
-#pragma GCC unroll 12
+#pragma GCC unroll 14
                 for (int p = 0; p < P; p++) {
                     const __m512 b = _mm512_set1_ps(px[p * sw]);
 #pragma GCC unroll 4
@@ -1068,10 +1113,114 @@ static inline __attribute__((always_inline)) void cl_tile(const cl_job *j, const
                 }
             }
         }
-#pragma GCC unroll 12
+#pragma GCC unroll 14
     for (int p = 0; p < P; p++)
 #pragma GCC unroll 4
         for (int q = 0; q < MV; q++) _mm512_storeu_ps(out + p * MB + 16 * q, acc[p][q]);
+}
+
+/* cl_tile for 3x3 windows without dilation, 32 channels, stride SW: every address a constant
+ * offset from three row pointers (the generic tile kept 14 pixel offsets in registers and
+ * spilled). */
+static inline __attribute__((always_inline)) void cl3_tile(const cl_job *j, const float *x0, const float *w,
+                                                           const __m512 *bias, float *out, const int P, const int SW) {
+    const int64_t plane = j->Hp * j->Wp, Wp = j->Wp, C = j->s->C;
+    __m512 acc[14][2];
+    /* blocks of CL3_CB channels, each summed from zero and added to the running total in `out`:
+     * one chain of 9 C products rounded 10x more than the GEMM's slices of 256 (512 -> 512 on
+     * 7x7: max error relative to the largest output 3.4e-6, ORT 2.3e-7) */
+    for (int64_t cb = 0; cb < C; cb += CL3_CB) {
+#pragma GCC unroll 14
+    for (int p = 0; p < P; p++)
+        acc[p][0] = cb ? _mm512_setzero_ps() : bias[0], acc[p][1] = cb ? _mm512_setzero_ps() : bias[1];
+    for (int64_t c = cb; c < min64(C, cb + CL3_CB); c++, w += 9 * 32) {
+        const float *r0 = x0 + c * plane;
+#pragma GCC unroll 3
+        for (int kh = 0; kh < 3; kh++) {
+            const float *row = r0 + kh * Wp;
+#pragma GCC unroll 3
+            for (int kw = 0; kw < 3; kw++) {
+                const __m512 w0 = _mm512_loadu_ps(w + (kh * 3 + kw) * 32), w1 = _mm512_loadu_ps(w + (kh * 3 + kw) * 32 + 16);
+#pragma GCC unroll 14
+                for (int p = 0; p < P; p++) {
+                    const __m512 b = _mm512_set1_ps(row[kw + p * SW]);
+                    acc[p][0] = _mm512_fmadd_ps(w0, b, acc[p][0]);
+                    acc[p][1] = _mm512_fmadd_ps(w1, b, acc[p][1]);
+                }
+            }
+        }
+    }
+    if (cb) {
+#pragma GCC unroll 14
+        for (int p = 0; p < P; p++)
+            acc[p][0] = _mm512_add_ps(acc[p][0], _mm512_loadu_ps(out + p * 32)),
+            acc[p][1] = _mm512_add_ps(acc[p][1], _mm512_loadu_ps(out + p * 32 + 16));
+    }
+#pragma GCC unroll 14
+    for (int p = 0; p < P; p++) _mm512_storeu_ps(out + p * 32, acc[p][0]), _mm512_storeu_ps(out + p * 32 + 16, acc[p][1]);
+    }
+}
+
+#define CL3_CASE(PP)                                                                                               \
+    case PP:                                                                                                       \
+        if (j->v.sw == 1) cl3_tile(j, x0, w, bias, out, PP, 1);                                                    \
+        else cl3_tile(j, x0, w, bias, out, PP, 2);                                                                 \
+        return;
+
+/* cl_tile with the job's tile shape as constants. */
+static void cl_tile_any(const cl_job *j, const float *x0, const float *w, const __m512 *bias, float *out) {
+    if (j->MV == 4) {
+        cl_tile(j, x0, w, bias, out, 4, 6);
+        return;
+    }
+    if (j->inplace) { /* cl3_suits: 3x3, dilation 1, stride 1 or 2 */
+        switch (j->P) {
+            CL3_CASE(7)
+            CL3_CASE(8)
+            CL3_CASE(9)
+            CL3_CASE(10)
+            CL3_CASE(11)
+            CL3_CASE(12)
+            CL3_CASE(13)
+            CL3_CASE(14)
+        default: break;
+        }
+    }
+    switch (j->P) {
+    case 7: cl_tile(j, x0, w, bias, out, 2, 7); break;
+    case 8: cl_tile(j, x0, w, bias, out, 2, 8); break;
+    case 9: cl_tile(j, x0, w, bias, out, 2, 9); break;
+    case 10: cl_tile(j, x0, w, bias, out, 2, 10); break;
+    case 11: cl_tile(j, x0, w, bias, out, 2, 11); break;
+    case 13: cl_tile(j, x0, w, bias, out, 2, 13); break;
+    case 14: cl_tile(j, x0, w, bias, out, 2, 14); break;
+    default: cl_tile(j, x0, w, bias, out, 2, 12); break;
+    }
+}
+
+/* Tasks are (image, band of output rows). */
+/* Pads the input columns [c0, c0 + cols) of rows [ih0, ih0 + rows) of every channel of image n into
+ * dst ([C][rows][cols], zero outside the image). */
+static void cl_pad_block(const cl_job *j, int64_t n, int64_t ih0, int64_t rows, int64_t c0, int64_t cols, float *dst) {
+    const conv_shape *s = j->s;
+    const win2 *v = &j->v;
+    /* masked vectors, no memcpy/memset calls: edge tiles are rows of about 30 floats, and the calls
+     * were 8% of 3x3 s2 128->128 on 56x56 */
+    for (int64_t ch = 0; ch < s->C; ch++) {
+        const float *xc = j->x + (n * s->C + ch) * v->H * v->W;
+        for (int64_t r = 0; r < rows; r++) {
+            float *row = dst + (ch * rows + r) * cols;
+            const int64_t ih = ih0 + r;
+            const bool in = ih >= 0 && ih < v->H;
+            const float *xr = xc + (in ? ih : 0) * v->W;
+            for (int64_t q = 0; q < cols; q += 16) {
+                const int64_t lo = max64(0, -(c0 + q)), hi = min64(16, v->W - (c0 + q));
+                const __mmask16 keep = kn_v16_tail((int)min64(16, cols - q));
+                const __mmask16 m = in && hi > lo ? (__mmask16)(keep & (((1u << hi) - 1u) & ~((1u << lo) - 1u))) : 0;
+                _mm512_mask_storeu_ps(row + q, keep, _mm512_maskz_loadu_ps(m, xr + c0 + q));
+            }
+        }
+    }
 }
 
 /* Tasks are (image, band of output rows). */
@@ -1079,26 +1228,75 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
     const cl_job *j = arg;
     const conv_shape *s = j->s;
     const win2 *v = &j->v;
-    const int MV = j->MV, P = 24 / MV;
+    const int MV = j->MV, P = j->P, SEG = CL_SEG / P * P;
     const int64_t MB = 16 * MV, K = s->C * s->kk, OW = v->OW, plane = s->out_plane;
-    float seg[(CL_SEG + 12) * 64] __attribute__((aligned(64)));
+    float seg[(CL_SEG + 14) * 64] __attribute__((aligned(64)));
+    /* in place (many channels): tiles whose window lies inside the image read it where it is;
+     * a row whose window crosses the top or bottom is padded whole into the thread's buffer,
+     * and in the other rows the tiles that cross the left or right edge are padded one by one
+     * (ew columns each) */
+    const int64_t ew = (P - 1) * v->sw + v->KW;
+    const int64_t ntile_row = (min64(SEG, OW) + P - 1) / P + OW / SEG * (SEG / P); /* tiles a row, upper bound */
+    float *own = NULL, *buf = NULL;
+    size_t row_floats = 0;
+    if (j->inplace) {
+        row_floats = (size_t)(s->C * v->KH * j->Wp);
+        const size_t bf = row_floats + (size_t)(ntile_row * s->C * v->KH * ew);
+        buf = kn_conv_thread_buffer(bf);
+        if (!buf) buf = own = malloc(sizeof(float) * bf);
+        if (!buf) {
+            __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
+            return;
+        }
+    }
+    cl_job rowj = *j, inj = *j, edgej = *j;
+    rowj.Hp = v->KH, edgej.Hp = v->KH, edgej.Wp = ew, inj.Hp = v->H, inj.Wp = v->W;
+    /* per tile of a row: where it reads and with which job (cl3_suits: at most CL3_MAX_OW / 7) */
+    const float *tsrc[CL3_MAX_OW / 7 + 1];
+    const cl_job *tjob[CL3_MAX_OW / 7 + 1];
     for (int64_t t = begin; t < end; t++) {
         const int64_t n = t / j->bands, band = t % j->bands;
         const int64_t oh0 = band * v->OH / j->bands, oh1 = (band + 1) * v->OH / j->bands;
-        const float *xn = j->xp + n * s->C * j->Hp * j->Wp;
+        const float *xn = j->inplace ? NULL : j->xp + n * s->C * j->Hp * j->Wp;
         float *yn = j->y + n * s->M * plane;
-        for (int64_t oh = oh0; oh < oh1; oh++)
+        for (int64_t oh = oh0; oh < oh1; oh++) {
+            if (j->inplace) {
+                const int64_t ih0 = oh * v->sh - v->ph;
+                const bool inside = ih0 >= 0 && ih0 + v->KH <= v->H;
+                if (!inside) cl_pad_block(j, n, ih0, v->KH, -v->pw, j->Wp, buf);
+                int64_t k = 0, e = 0;
+                for (int64_t s0 = 0; s0 < OW; s0 += SEG)
+                    for (int64_t p0 = 0; p0 < min64(SEG, OW - s0); p0 += P, k++) {
+                        const int64_t col = (s0 + p0) * v->sw - v->pw; /* first input column */
+                        if (!inside) {
+                            tsrc[k] = buf + (s0 + p0) * v->sw;
+                            tjob[k] = &rowj;
+                        } else if (col >= 0 && col + ew <= v->W) {
+                            tsrc[k] = j->x + (n * s->C * v->H + ih0) * v->W + col;
+                            tjob[k] = &inj;
+                        } else {
+                            float *eb = buf + row_floats + (size_t)(e++ * s->C * v->KH * ew);
+                            cl_pad_block(j, n, ih0, v->KH, col, ew, eb);
+                            tsrc[k] = eb;
+                            tjob[k] = &edgej;
+                        }
+                    }
+            }
             for (int64_t m0 = 0; m0 < s->M; m0 += MB) {
                 const float *w = j->wp + m0 * K;
                 __m512 bias[4];
                 for (int q = 0; q < MV; q++)
                     bias[q] = j->bias ? _mm512_loadu_ps(j->bias + m0 + 16 * q) : _mm512_setzero_ps();
-                for (int64_t s0 = 0; s0 < OW; s0 += CL_SEG) {
-                    const int64_t sn = min64(CL_SEG, OW - s0);
-                    for (int64_t p0 = 0; p0 < sn; p0 += P) {
-                        const float *x0 = xn + oh * v->sh * j->Wp + (s0 + p0) * v->sw;
-                        if (MV == 4) cl_tile(j, x0, w, bias, seg + p0 * MB, 4, 6);
-                        else cl_tile(j, x0, w, bias, seg + p0 * MB, 2, 12);
+                int64_t k = 0;
+                for (int64_t s0 = 0; s0 < OW; s0 += SEG) {
+                    const int64_t sn = min64(SEG, OW - s0);
+                    for (int64_t p0 = 0; p0 < sn; p0 += P, k++) {
+                        if (j->inplace) {
+                            cl_tile_any(tjob[k], tsrc[k], w, bias, seg + p0 * MB);
+                        } else {
+                            const float *x0 = xn + oh * v->sh * j->Wp + (s0 + p0) * v->sw;
+                            cl_tile_any(j, x0, w, bias, seg + p0 * MB);
+                        }
                     }
                     /* seg [pixel][channel] -> output rows [channel][pixel] */
                     for (int64_t r0 = 0; r0 < sn; r0 += 16) {
@@ -1113,27 +1311,91 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
                     }
                 }
             }
+        }
         if (j->epi && oh1 > oh0) j->epi(j->epi_ctx, j->y, n * s->M * plane + oh0 * OW, s->M, (oh1 - oh0) * OW, plane);
     }
+    free(own);
+}
+
+/* Weights too large for the caches (512 -> 512: 9.4 MB): tasks are (image, range of 32-channel
+ * blocks) instead of bands of rows, so that each block of weights (K x 32, 590 KB at 512 input
+ * channels) is read once per task and stays in L2 over all the rows, where the bands read every
+ * weight once per row; each task pads its image whole into its thread's buffer (small next to the
+ * weights: 400 KB at 512 x 14 x 14). */
+static void cl_range_mfirst(void *arg, int64_t begin, int64_t end) {
+    const cl_job *j = arg;
+    const conv_shape *s = j->s;
+    const win2 *v = &j->v;
+    const int MV = j->MV, P = j->P, SEG = CL_SEG / P * P;
+    const int64_t MB = 16 * MV, K = s->C * s->kk, OW = v->OW, plane = s->out_plane, nmb = s->M / MB;
+    float seg[(CL_SEG + 14) * 64] __attribute__((aligned(64)));
+    const size_t pf = (size_t)(s->C * j->Hp * j->Wp);
+    float *own = NULL, *pad = kn_conv_thread_buffer(pf);
+    if (!pad) pad = own = malloc(sizeof(float) * pf);
+    if (!pad) {
+        __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    cl_job pj = *j;
+    pj.xp = pad;
+    int64_t have = -1;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t n = t / j->bands, ch = t % j->bands;
+        const int64_t mb0 = ch * nmb / j->bands, mb1 = (ch + 1) * nmb / j->bands;
+        if (mb1 <= mb0) continue;
+        if (n != have) cl_pad_block(j, n, -v->ph, j->Hp, -v->pw, j->Wp, pad), have = n;
+        float *yn = j->y + n * s->M * plane;
+        for (int64_t m0 = mb0 * MB; m0 < mb1 * MB; m0 += MB) {
+            const float *w = j->wp + m0 * K;
+            __m512 bias[4];
+            for (int q = 0; q < MV; q++)
+                bias[q] = j->bias ? _mm512_loadu_ps(j->bias + m0 + 16 * q) : _mm512_setzero_ps();
+            for (int64_t oh = 0; oh < v->OH; oh++)
+                for (int64_t s0 = 0; s0 < OW; s0 += SEG) {
+                    const int64_t sn = min64(SEG, OW - s0);
+                    for (int64_t p0 = 0; p0 < sn; p0 += P)
+                        cl_tile_any(&pj, pad + oh * v->sh * j->Wp + (s0 + p0) * v->sw, w, bias, seg + p0 * MB);
+                    for (int64_t r0 = 0; r0 < sn; r0 += 16) {
+                        const int rows = (int)min64(16, sn - r0);
+                        const __mmask16 keep = kn_v16_tail(rows);
+                        for (int q = 0; q < MV; q++) {
+                            __m512 o[16];
+                            kn_v16_transpose(seg + r0 * MB + 16 * q, MB, rows, 16, o);
+                            float *yo = yn + (m0 + 16 * q) * plane + oh * OW + s0 + r0;
+                            for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(yo + c * plane, keep, o[c]);
+                        }
+                    }
+                }
+        }
+        if (j->epi) j->epi(j->epi_ctx, j->y, (n * s->M + mb0 * MB) * plane, (mb1 - mb0) * MB, plane, plane);
+    }
+    free(own);
 }
 
 static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w, const float *bias,
                            float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_is_input) {
-    cl_job j = {s, win2_of(&s->w), NULL, 0, 0, NULL, bias, y, s->M % 64 ? 2 : 4, 1, epi, epi_ctx};
+    const bool many = cl3_suits(s);
+    int failed = 0;
+    cl_job j = {s, win2_of(&s->w), NULL, 0, 0, NULL, bias, y, many || s->M % 64 ? 2 : 4, 0, 1, epi, epi_ctx, x, false, &failed};
     const win2 *v = &j.v;
-    const int P = 24 / j.MV;
+    const int P = j.P = many ? cl_p_of(v->OW) : 24 / j.MV, SEG = CL_SEG / P * P;
     /* the padded input covers every tap of every tile, the last tile's pixels past the row too */
-    const int64_t tiles_w = (min64(CL_SEG, v->OW) + P - 1) / P * P + (v->OW / CL_SEG) * CL_SEG;
+    const int64_t tiles_w = (min64(SEG, v->OW) + P - 1) / P * P + (v->OW / SEG) * SEG;
     j.Hp = max64(v->H + v->ph, (v->OH - 1) * v->sh + (v->KH - 1) * v->dh + 1);
     j.Wp = max64(v->W + v->pw, (tiles_w - 1) * v->sw + (v->KW - 1) * v->dw + 1);
     const size_t xbytes = sizeof(float) * (size_t)(s->N * s->C * j.Hp * j.Wp);
     float *xp = NULL;
-    KN_TRY(kn_ctx_scratch(c, xbytes, "the zero-padded input", (void **)&xp));
-    memset(xp, 0, xbytes);
-    for (int64_t nc = 0; nc < s->N * s->C; nc++)
-        for (int64_t h = 0; h < v->H; h++)
-            memcpy(xp + (nc * j.Hp + h + v->ph) * j.Wp + v->pw, x + (nc * v->H + h) * v->W, sizeof(float) * (size_t)v->W);
-    j.xp = xp;
+    if (many) {
+        j.inplace = true;
+    } else {
+        KN_TRY(kn_ctx_scratch(c, xbytes, "the zero-padded input", (void **)&xp));
+        memset(xp, 0, xbytes);
+        for (int64_t nc = 0; nc < s->N * s->C; nc++)
+            for (int64_t h = 0; h < v->H; h++)
+                memcpy(xp + (nc * j.Hp + h + v->ph) * j.Wp + v->pw, x + (nc * v->H + h) * v->W,
+                       sizeof(float) * (size_t)v->W);
+        j.xp = xp;
+    }
     const int64_t MB = 16 * j.MV, K = s->C * s->kk;
     const size_t wbytes = sizeof(float) * (size_t)(s->M * K);
     cl_wctx wc = {w, s->M, K, MB};
@@ -1142,7 +1404,7 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
     float *own = NULL;
     if (!wp) {
         if (!(own = aligned_alloc(64, (wbytes + 63) / 64 * 64))) {
-            kn_ctx_scratch_free(c, xp, xbytes);
+            if (xp) kn_ctx_scratch_free(c, xp, xbytes);
             return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
         }
         cl_make_weights(&wc, own);
@@ -1150,12 +1412,18 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
     }
     j.wp = wp;
     const int64_t threads = kn_threadpool_size(c->pool);
-    j.bands = max64(1, min64(v->OH, (4 * threads + s->N - 1) / s->N));
+    if (many) {
+        const char *e = getenv("KILN_CL3_MFIRST");
+        j.mfirst = e ? e[0] == '1' : wbytes > ((size_t)1 << 20);
+    }
+    if (j.mfirst) j.bands = max64(1, min64(s->M / MB, (2 * threads + s->N - 1) / s->N));
+    else j.bands = max64(1, min64(v->OH, (4 * threads + s->N - 1) / s->N));
     const int64_t work = s->M * K * s->out_plane / j.bands + 1;
-    kn_parallel_for(c->pool, s->N * j.bands, work > 65536 ? 1 : 65536 / work + 1, cl_range, &j);
+    kn_parallel_for(c->pool, s->N * j.bands, work > 65536 ? 1 : 65536 / work + 1, j.mfirst ? cl_range_mfirst : cl_range,
+                    &j);
     free(own);
-    kn_ctx_scratch_free(c, xp, xbytes);
-    return KILN_OK;
+    if (xp) kn_ctx_scratch_free(c, xp, xbytes);
+    return failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
 }
 #endif
 
@@ -1242,6 +1510,13 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     for (int i = 0; i < s->nsp; i++)
         pointwise &= s->w.kernel[i] == 1 && s->w.stride[i] == 1 && s->w.pad_begin[i] == 0 && s->w.pad_end[i] == 0;
     int64_t count = s->N * s->G, K = s->Cg * s->kk;
+    if (s->nsp == 2 && s->G == 1 && s->w.kernel[0] == 3 && s->w.kernel[1] == 3 && s->w.stride[0] == 1 &&
+        s->w.stride[1] == 1 && s->w.dilation[0] == 1 && s->w.dilation[1] == 1) {
+        const kn_wino_shape ws = {s->N, s->C, s->M, s->w.in[0], s->w.in[1], s->w.out[0], s->w.out[1],
+                                  s->w.pad_begin[0], s->w.pad_begin[1]};
+        if (kn_wino_suits(&ws, kn_threadpool_size(c->pool)))
+            return kn_wino_conv(c, &ws, x, w, bias, y, epi, epi_ctx, w_is_input);
+    }
 #if defined(__AVX512F__)
     if (pointwise && pw_suits(s)) return pw_conv(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
     if (!pointwise && sk_suits(s)) {

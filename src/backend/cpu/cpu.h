@@ -17,7 +17,14 @@ typedef struct kn_cpu_kernel {
      * schema allows). On false it writes the reason, e.g. "element type int8 not supported". */
     bool (*supports)(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap);
     unsigned flags; /* KN_KERNEL_* */
+    /* Optional: reads the node's attributes into a block of params_bytes bytes once, at compile
+     * time (exec/kernel.h: kn_params_fn, kn_ctx_params); the kernel passes the same function to
+     * kn_ctx_params. KN_PARAMS(fn, type) fills both fields. */
+    kn_params_fn prepare;
+    size_t params_bytes;
 } kn_cpu_kernel;
+
+#define KN_PARAMS(fn, type) fn, sizeof(type)
 
 enum {
     /* The kernel writes every element of every preallocated output, so the executor need not

@@ -665,7 +665,7 @@ static void cast_range(void *arg, int64_t b, int64_t e) {
                  j->dst + b * (int64_t)kiln_dtype_size(j->to), e - b, j->saturate);
 }
 
-static kiln_status cast_run(kn_kernel_ctx *c, kiln_dtype to) {
+static kiln_status cast_run(kn_kernel_ctx *c, kiln_dtype to, const kn_ew_cast_prm *prm) {
     const kn_tensor *x = c->n_inputs > 0 ? c->in[0] : NULL;
     if (!x || x->kind != KN_VALUE_TENSOR) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "input 0 must be a tensor");
     if (!kn_ew_cast_supported(x->dtype, to))
@@ -673,7 +673,7 @@ static kiln_status cast_run(kn_kernel_ctx *c, kiln_dtype to) {
                                kiln_dtype_name(x->dtype), kiln_dtype_name(to));
     kn_tensor *o;
     KN_TRY(kn_ctx_output(c, 0, to, x->rank, x->dims, &o));
-    int saturate = (int)kn_attr_int(c->node, "saturate", 1);
+    int saturate = prm->saturate;
     cast_job j = {x->dtype, to, x->data, o->data, saturate};
     int64_t n = kn_tensor_count(x);
     if (x->dtype == KILN_DTYPE_STRING || to == KILN_DTYPE_STRING) {
@@ -683,10 +683,10 @@ static kiln_status cast_run(kn_kernel_ctx *c, kiln_dtype to) {
         return KILN_OK;
     }
     if (to == KILN_DTYPE_FLOAT8E8M0) {
-        const char *rm = kn_attr_string(c->node, "round_mode", "up");
-        int mode = !strcmp(rm, "up") ? E8_UP : !strcmp(rm, "down") ? E8_DOWN : !strcmp(rm, "nearest") ? E8_NEAREST : -1;
+        int mode = prm->round_mode;
         if (mode < 0)
-            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "round_mode='%s' is not up, down or nearest", rm);
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "round_mode='%s' is not up, down or nearest",
+                                   kn_attr_string(c->node, "round_mode", "up"));
         if (mode != E8_UP) { /* the default goes through kn_ew_cast_n below */
             size_t si = kiln_dtype_size(x->dtype);
             uint8_t *d = o->data;
@@ -731,13 +731,35 @@ static kiln_status cast_target(kn_kernel_ctx *c, kiln_dtype *to) {
     return KILN_OK;
 }
 
+/* Cast and CastLike's attributes: saturate, round_mode, and Cast's `to` (left undefined when it
+ * is missing or not an element type: the kernel's call says why). */
+kiln_status kn_ew_cast_prepare(const kn_node *n, void *params) {
+    kn_ew_cast_prm *p = params;
+    p->saturate = (int)kn_attr_int(n, "saturate", 1);
+    const char *rm = kn_attr_string(n, "round_mode", "up");
+    p->round_mode = !strcmp(rm, "up") ? E8_UP : !strcmp(rm, "down") ? E8_DOWN : !strcmp(rm, "nearest") ? E8_NEAREST : -1;
+    p->to = KILN_DTYPE_UNDEFINED;
+    kn_kernel_ctx c = {.node = n};
+    if (!strcmp(n->op_type, "Cast") && cast_target(&c, &p->to) != KILN_OK) {
+        kn_clear_error();
+        p->to = KILN_DTYPE_UNDEFINED;
+    }
+    return KILN_OK;
+}
+
 kiln_status kn_cpu_ew_Cast(kn_kernel_ctx *c) {
-    kiln_dtype to = KILN_DTYPE_UNDEFINED;
-    KN_TRY(cast_target(c, &to));
-    return cast_run(c, to);
+    kn_ew_cast_prm local;
+    const kn_ew_cast_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_ew_cast_prepare, &local, (const void **)&prm));
+    kiln_dtype to = prm->to;
+    if (to == KILN_DTYPE_UNDEFINED) KN_TRY(cast_target(c, &to));
+    return cast_run(c, to, prm);
 }
 
 kiln_status kn_cpu_ew_CastLike(kn_kernel_ctx *c) {
     if (c->n_inputs < 2 || !c->in[1]) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "input 'target_type' is missing");
-    return cast_run(c, c->in[1]->dtype);
+    kn_ew_cast_prm local;
+    const kn_ew_cast_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_ew_cast_prepare, &local, (const void **)&prm));
+    return cast_run(c, c->in[1]->dtype, prm);
 }

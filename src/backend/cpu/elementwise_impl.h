@@ -310,19 +310,50 @@ static inline float kn_ew_mishf(float x) {
 void kn_ew_sqrt_f32(int64_t n, float *o, const float *x);
 
 
+/* The unary operators with attributes: read once at compile time (kn_ew_un_prepare). */
+#define KN_EW_ATTR_KERNELS(X)                                                                      \
+    X(IsInf) X(LeakyRelu) X(HardSigmoid) X(Elu) X(Selu) X(Celu) X(ThresholdedRelu) X(Shrink)       \
+    X(Gelu) X(Swish)
+
+/* Cast and CastLike: attributes read once (kn_ew_cast_prepare). */
+#define KN_EW_CAST_KERNELS(X) X(Cast) X(CastLike)
+
 #define KN_EW_KERNELS(X)                                                                           \
     X(Abs) X(Neg) X(Reciprocal) X(Sqrt) X(Exp) X(Log) X(Ceil) X(Floor) X(Round) X(Sign) X(Sin)     \
     X(Cos) X(Tan) X(Asin) X(Acos) X(Atan) X(Sinh) X(Cosh) X(Asinh) X(Acosh) X(Atanh) X(Erf)        \
-    X(IsNaN) X(IsInf) X(Not) X(BitwiseNot) X(Relu) X(LeakyRelu) X(Sigmoid) X(HardSigmoid)          \
-    X(HardSwish) X(Tanh) X(Elu) X(Selu) X(Celu) X(Softplus) X(Softsign) X(ThresholdedRelu)         \
-    X(Shrink) X(Mish) X(Gelu) X(Swish) X(Clip)                                                     \
+    X(IsNaN) X(Not) X(BitwiseNot) X(Relu) X(Sigmoid)                                               \
+    X(HardSwish) X(Tanh) X(Softplus) X(Softsign)                                                   \
+    X(Mish) X(Clip)                                                                                \
     X(Add) X(Sub) X(Mul) X(Div) X(Pow) X(Mod) X(BitShift) X(BitwiseAnd) X(BitwiseOr)               \
     X(BitwiseXor) X(And) X(Or) X(Xor) X(Equal) X(Less) X(LessOrEqual) X(Greater)                   \
-    X(GreaterOrEqual) X(PRelu) X(Sum) X(Mean) X(Max) X(Min) X(Where) X(Cast) X(CastLike)
+    X(GreaterOrEqual) X(PRelu) X(Sum) X(Mean) X(Max) X(Min) X(Where)
 
 #define KN_EW_DECLARE(op) kiln_status kn_cpu_ew_##op(kn_kernel_ctx *c);
 KN_EW_KERNELS(KN_EW_DECLARE)
+KN_EW_ATTR_KERNELS(KN_EW_DECLARE)
+KN_EW_CAST_KERNELS(KN_EW_DECLARE)
 #undef KN_EW_DECLARE
+
+/* Cast and CastLike's attributes (their prepare hook, kn_ew_cast_prepare) */
+typedef struct kn_ew_cast_prm {
+    int saturate;
+    int round_mode;  /* float8e8m0 targets: up, down, nearest (0-2); -1 not one of them */
+    kiln_dtype to;   /* Cast; UNDEFINED: missing or not an element type (the call says why) */
+} kn_ew_cast_prm;
+kiln_status kn_ew_cast_prepare(const kn_node *n, void *params);
+
+/* A unary kernel's parameters: its attributes (alpha/beta/gamma with the operator's defaults,
+ * IsInf's detect_* as 1/0, Shrink's lambd/bias; Gelu's mode in `mode`), and Clip's bounds, which
+ * come from its inputs at each call. */
+typedef struct kn_ew_un_prm {
+    float alpha, beta, gamma;
+    int mode;              /* Gelu: 0 erf, 1 tanh, -1 neither (an error at run time) */
+    double lo_d, hi_d;     /* Clip bounds for float types */
+    int64_t lo_i, hi_i;    /* ... signed integers */
+    uint64_t lo_u, hi_u;   /* ... unsigned integers */
+} kn_ew_un_prm;
+/* The prepare hook (kn_params_fn) of KN_EW_ATTR_KERNELS. */
+kiln_status kn_ew_un_prepare(const kn_node *n, void *params);
 
 /* Cast of n elements between two element types (numeric, bool, half, float8, string). saturate
  * applies to float8 targets. Used by Cast, CastLike and the mixed-type paths of Pow. */

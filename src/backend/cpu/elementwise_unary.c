@@ -9,12 +9,7 @@
 #include <float.h>
 #include <stdio.h>
 
-typedef struct un_prm {
-    float alpha, beta, gamma;
-    double lo_d, hi_d;     /* Clip bounds for float types */
-    int64_t lo_i, hi_i;    /* ... signed integers */
-    uint64_t lo_u, hi_u;   /* ... unsigned integers */
-} un_prm;
+typedef kn_ew_un_prm un_prm;
 
 typedef void (*un_fn)(int64_t n, void *restrict o, const void *restrict x, const un_prm *p);
 
@@ -381,15 +376,6 @@ static kiln_status un_run(kn_kernel_ctx *c, const un_op *op, const un_prm *p) {
     return KILN_OK;
 }
 
-static un_prm prm_attrs(const kn_node *n, float alpha, float beta, float gamma) {
-    un_prm p;
-    memset(&p, 0, sizeof p);
-    p.alpha = kn_attr_float(n, "alpha", alpha);
-    p.beta = kn_attr_float(n, "beta", beta);
-    p.gamma = kn_attr_float(n, "gamma", gamma);
-    return p;
-}
-
 /* Operators without attributes. */
 #define UN_PLAIN(op)                                                                               \
     kiln_status kn_cpu_ew_##op(kn_kernel_ctx *c) {                                                 \
@@ -430,43 +416,71 @@ UN_PLAIN(Softplus)
 UN_PLAIN(Softsign)
 UN_PLAIN(Mish)
 
-/* Operators whose attributes are alpha/beta/gamma with these defaults. */
-#define UN_ATTRS(op, a, b, g)                                                                      \
-    kiln_status kn_cpu_ew_##op(kn_kernel_ctx *c) {                                                 \
-        un_prm p = prm_attrs(c->node, (a), (b), (g));                                              \
-        return un_run(c, &op_##op, &p);                                                            \
+/* The attributes of the operators of KN_EW_ATTR_KERNELS, read once (at compile time when the run
+ * has a plan: kn_ctx_params). */
+kiln_status kn_ew_un_prepare(const kn_node *n, void *params) {
+    static const struct {
+        const char *op;
+        float alpha, beta, gamma;
+    } dflt[] = {
+        {"LeakyRelu", 0.01f, 0.0f, 0.0f},
+        {"HardSigmoid", 0.2f, 0.5f, 0.0f},
+        {"Elu", 1.0f, 0.0f, 0.0f},
+        {"Selu", 1.67326319217681884765625f, 0.0f, 1.05070102214813232421875f},
+        {"Celu", 1.0f, 0.0f, 0.0f},
+        {"ThresholdedRelu", 1.0f, 0.0f, 0.0f},
+        {"Swish", 1.0f, 0.0f, 0.0f},
+    };
+    un_prm *p = params;
+    memset(p, 0, sizeof *p);
+    const char *op = n->op_type;
+    if (!strcmp(op, "IsInf")) {
+        p->alpha = kn_attr_int(n, "detect_positive", 1) ? 1.0f : 0.0f;
+        p->beta = kn_attr_int(n, "detect_negative", 1) ? 1.0f : 0.0f;
+    } else if (!strcmp(op, "Shrink")) {
+        p->alpha = kn_attr_float(n, "lambd", 0.5f);
+        p->beta = kn_attr_float(n, "bias", 0.0f);
+    } else if (!strcmp(op, "Gelu")) {
+        const char *mode = kn_attr_string(n, "approximate", "none");
+        p->mode = !strcmp(mode, "tanh") ? 1 : !strcmp(mode, "none") ? 0 : -1;
+    } else {
+        for (size_t i = 0; i < sizeof dflt / sizeof dflt[0]; i++)
+            if (!strcmp(op, dflt[i].op)) {
+                p->alpha = kn_attr_float(n, "alpha", dflt[i].alpha);
+                p->beta = kn_attr_float(n, "beta", dflt[i].beta);
+                p->gamma = kn_attr_float(n, "gamma", dflt[i].gamma);
+            }
     }
-UN_ATTRS(LeakyRelu, 0.01f, 0.0f, 0.0f)
-UN_ATTRS(HardSigmoid, 0.2f, 0.5f, 0.0f)
-UN_ATTRS(Elu, 1.0f, 0.0f, 0.0f)
-UN_ATTRS(Selu, 1.67326319217681884765625f, 0.0f, 1.05070102214813232421875f)
-UN_ATTRS(Celu, 1.0f, 0.0f, 0.0f)
-UN_ATTRS(ThresholdedRelu, 1.0f, 0.0f, 0.0f)
-UN_ATTRS(Swish, 1.0f, 0.0f, 0.0f)
-
-kiln_status kn_cpu_ew_IsInf(kn_kernel_ctx *c) {
-    un_prm p;
-    memset(&p, 0, sizeof p);
-    p.alpha = kn_attr_int(c->node, "detect_positive", 1) ? 1.0f : 0.0f;
-    p.beta = kn_attr_int(c->node, "detect_negative", 1) ? 1.0f : 0.0f;
-    return un_run(c, &op_IsInf, &p);
+    return KILN_OK;
 }
 
-kiln_status kn_cpu_ew_Shrink(kn_kernel_ctx *c) {
-    un_prm p;
-    memset(&p, 0, sizeof p);
-    p.alpha = kn_attr_float(c->node, "lambd", 0.5f);
-    p.beta = kn_attr_float(c->node, "bias", 0.0f);
-    return un_run(c, &op_Shrink, &p);
-}
+/* Operators with attributes: their parameters from the plan, or read now. */
+#define UN_ATTRS(op)                                                                               \
+    kiln_status kn_cpu_ew_##op(kn_kernel_ctx *c) {                                                 \
+        un_prm local;                                                                              \
+        const void *p;                                                                             \
+        KN_TRY(kn_ctx_params(c, kn_ew_un_prepare, &local, &p));                                    \
+        return un_run(c, &op_##op, p);                                                             \
+    }
+UN_ATTRS(LeakyRelu)
+UN_ATTRS(HardSigmoid)
+UN_ATTRS(Elu)
+UN_ATTRS(Selu)
+UN_ATTRS(Celu)
+UN_ATTRS(ThresholdedRelu)
+UN_ATTRS(Swish)
+UN_ATTRS(IsInf)
+UN_ATTRS(Shrink)
 
 kiln_status kn_cpu_ew_Gelu(kn_kernel_ctx *c) {
-    const char *mode = kn_attr_string(c->node, "approximate", "none");
-    un_prm p;
-    memset(&p, 0, sizeof p);
-    if (!strcmp(mode, "tanh")) return un_run(c, &op_GeluTanh, &p);
-    if (!strcmp(mode, "none")) return un_run(c, &op_GeluErf, &p);
-    return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "approximate='%s' is not 'none' or 'tanh'", mode);
+    un_prm local;
+    const void *pp;
+    KN_TRY(kn_ctx_params(c, kn_ew_un_prepare, &local, &pp));
+    const un_prm *p = pp;
+    if (p->mode == 1) return un_run(c, &op_GeluTanh, p);
+    if (p->mode == 0) return un_run(c, &op_GeluErf, p);
+    return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "approximate='%s' is not 'none' or 'tanh'",
+                           kn_attr_string(c->node, "approximate", "none"));
 }
 
 /* Clip: bounds from attributes (opset < 11) or optional scalar inputs of the input's type. */

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/linalg_impl.h"
+#include "backend/cpu/nn_internal.h"
 #include "backend/cpu/vec_math.h"
 
 #include <math.h>
@@ -228,7 +229,34 @@ static kiln_status run_base(kn_kernel_ctx *c, int which, int n) {
     return k->run(&pc);
 }
 
+/* The fused kernels' attributes (their prepare hook): the activation, FusedConv's layout, Gelu's
+ * form. What does not parse is read again by the call, which says why. */
+typedef struct fused_prm {
+    bool act_ok, layout_ok, nhwc, gelu_tanh;
+    kn_act_spec act;
+} fused_prm;
+
+static kiln_status fused_prepare(const kn_node *n, void *params) {
+    fused_prm *p = params;
+    char why[128];
+    p->act_ok = kn_act_from_node(n, &p->act, why, sizeof why);
+    p->layout_ok = kn_fused_conv_layout(n, &p->nhwc);
+    p->gelu_tanh = !strcmp(kn_attr_string(n, "approximate", "none"), "tanh");
+    return KILN_OK;
+}
+
+static kiln_status read_params(kn_kernel_ctx *c, fused_prm *local, const fused_prm **out) {
+    return kn_ctx_params(c, fused_prepare, local, (const void **)out);
+}
+
 static kiln_status read_act(kn_kernel_ctx *c, kn_act_spec *a) {
+    fused_prm local;
+    const fused_prm *p;
+    KN_TRY(read_params(c, &local, &p));
+    if (p->act_ok) {
+        *a = p->act;
+        return KILN_OK;
+    }
     char why[128];
     if (!kn_act_from_node(c->node, a, why, sizeof why)) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
     return KILN_OK;
@@ -314,9 +342,11 @@ static kiln_status fused_conv_channels_last(kn_kernel_ctx *c, const kn_act_spec 
 static kiln_status run_fused_conv(kn_kernel_ctx *c) {
     kn_act_spec a;
     KN_TRY(read_act(c, &a));
-    bool nhwc;
-    if (!kn_fused_conv_layout(c->node, &nhwc))
-        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "layout must be NCHW or NHWC");
+    fused_prm local;
+    const fused_prm *p;
+    KN_TRY(read_params(c, &local, &p));
+    bool nhwc = p->nhwc;
+    if (!p->layout_ok) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "layout must be NCHW or NHWC");
     return nhwc ? fused_conv_channels_last(c, &a) : fused_conv_channels_first(c, &a);
 }
 
@@ -380,20 +410,25 @@ static void gelu_range(void *arg, int64_t i0, int64_t i1) {
 }
 
 static kiln_status run_gelu(kn_kernel_ctx *c) {
-    const char *mode = kn_attr_string(c->node, "approximate", "none");
-    gelu_job j = {c->in[0]->data, c->out[0]->data, !strcmp(mode, "tanh")};
+    fused_prm local;
+    const fused_prm *p;
+    KN_TRY(read_params(c, &local, &p));
+    gelu_job j = {c->in[0]->data, c->out[0]->data, p->gelu_tanh};
     kn_parallel_for(c->pool, kn_tensor_count(c->in[0]), KN_EW_GRAIN, gelu_range, &j);
     return KILN_OK;
 }
 
 const kn_cpu_kernel kn_cpu_fused[] = {
-    {"kiln", "FusedConv", run_fused_conv, kn_fused_supports_f32, KN_KERNEL_OVERWRITES},
-    {"kiln", "FusedGemm", run_fused_gemm, kn_fused_supports_f32, 0},
-    {"kiln", "FusedMatMul", run_fused_matmul, kn_fused_supports_f32, 0},
-    {"kiln", "Gelu", run_gelu, kn_fused_supports_f32, KN_KERNEL_OVERWRITES},
-    {"kiln", "LayerNormalization", kn_cpu_fused_layernorm, kn_fused_supports_f32, KN_KERNEL_OVERWRITES},
-    {"kiln", "RMSNormalization", kn_cpu_fused_rmsnorm, kn_fused_supports_f32, KN_KERNEL_OVERWRITES},
+    {"kiln", "FusedConv", run_fused_conv, kn_fused_supports_f32, KN_KERNEL_OVERWRITES, KN_PARAMS(fused_prepare, fused_prm)},
+    {"kiln", "FusedGemm", run_fused_gemm, kn_fused_supports_f32, 0, KN_PARAMS(fused_prepare, fused_prm)},
+    {"kiln", "FusedMatMul", run_fused_matmul, kn_fused_supports_f32, 0, KN_PARAMS(fused_prepare, fused_prm)},
+    {"kiln", "Gelu", run_gelu, kn_fused_supports_f32, KN_KERNEL_OVERWRITES, KN_PARAMS(fused_prepare, fused_prm)},
+    {"kiln", "LayerNormalization", kn_cpu_fused_layernorm, kn_fused_supports_f32, KN_KERNEL_OVERWRITES,
+     KN_PARAMS(kn_norm_rows_prepare, kn_norm_rows_prm)},
+    {"kiln", "RMSNormalization", kn_cpu_fused_rmsnorm, kn_fused_supports_f32, KN_KERNEL_OVERWRITES,
+     KN_PARAMS(kn_norm_rows_prepare, kn_norm_rows_prm)},
     {"kiln", "Attention", kn_cpu_fused_attention, kn_cpu_fused_attention_supports, KN_KERNEL_OVERWRITES},
-    {"kiln", "FusedElementwise", kn_cpu_fused_elementwise, kn_cpu_fused_elementwise_supports, KN_KERNEL_OVERWRITES},
+    {"kiln", "FusedElementwise", kn_cpu_fused_elementwise, kn_cpu_fused_elementwise_supports, KN_KERNEL_OVERWRITES,
+     KN_PARAMS(kn_chain_prepare, kn_chain_prm)},
     {0},
 };

@@ -20,7 +20,7 @@
 typedef enum { IN_CONTIGUOUS, IN_SCALAR, IN_STRIDED } in_mode;
 
 typedef struct chain_job {
-    kn_chain_program prog;
+    const kn_chain_program *prog;
     int rank;
     int64_t dims[KILN_MAX_RANK];
     const float *in[KN_CHAIN_MAX_INPUTS];
@@ -157,7 +157,7 @@ static void step(const kn_chain_step *s, int m, const float *restrict A, const f
 
 static void chain_range(void *arg, int64_t b, int64_t e) {
     const chain_job *j = arg;
-    const kn_chain_program *p = &j->prog;
+    const kn_chain_program *p = j->prog;
     int base = p->n_inputs, steps_at = p->n_inputs + p->n_consts;
     float regs[KN_CHAIN_MAX_REGS][BLOCK];
     const float *reg[KN_CHAIN_MAX_REGS];
@@ -191,13 +191,32 @@ static void chain_range(void *arg, int64_t b, int64_t e) {
     }
 }
 
-kiln_status kn_cpu_fused_elementwise(kn_kernel_ctx *c) {
-    chain_job *j = calloc(1, sizeof *j);
-    if (!j) return KN_OOM();
+kiln_status kn_chain_prepare(const kn_node *n, void *params) {
+    kn_chain_prm *p = params;
     char why[160];
-    if (!kn_chain_from_node(c->node, c->n_inputs, &j->prog, why, sizeof why)) {
-        free(j);
-        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+    p->ok = kn_chain_from_node(n, n->n_inputs, &p->prog, why, sizeof why);
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_fused_elementwise(kn_kernel_ctx *c) {
+    /* the program as read at compile time, or now (another input count than the node's, an
+     * invalid program: read again for the message) */
+    const kn_chain_prm *prm = NULL;
+    if (c->params && c->params->fn == kn_chain_prepare && c->params->node == c->node &&
+        c->n_inputs == c->node->n_inputs)
+        prm = (const kn_chain_prm *)c->params->data;
+    chain_job *j = calloc(1, sizeof *j + (prm && prm->ok ? 0 : sizeof(kn_chain_program)));
+    if (!j) return KN_OOM();
+    if (prm && prm->ok) {
+        j->prog = &prm->prog;
+    } else {
+        kn_chain_program *own = (kn_chain_program *)(j + 1);
+        char why[160];
+        if (!kn_chain_from_node(c->node, c->n_inputs, own, why, sizeof why)) {
+            free(j);
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+        }
+        j->prog = own;
     }
     int ranks[KN_CHAIN_MAX_INPUTS];
     const int64_t *dims[KN_CHAIN_MAX_INPUTS];

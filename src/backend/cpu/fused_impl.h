@@ -23,6 +23,12 @@ bool kn_cpu_fused_attention_supports(const kn_node *node, const kn_type *const *
 
 /* fused_elementwise.c */
 kiln_status kn_cpu_fused_elementwise(kn_kernel_ctx *c);
+/* FusedElementwise's program, read and checked once (its prepare hook) */
+typedef struct kn_chain_prm {
+    bool ok; /* false: the call reads it again and says why not */
+    kn_chain_program prog;
+} kn_chain_prm;
+kiln_status kn_chain_prepare(const kn_node *n, void *params);
 bool kn_cpu_fused_elementwise_supports(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap);
 
 #endif

@@ -3,6 +3,7 @@
  * where the decomposed graph makes seven full passes through memory. Sums use 16 float lanes
  * (vectorised) folded into double at the end of the row. */
 #include "backend/cpu/fused_impl.h"
+#include "backend/cpu/nn_internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -69,7 +70,10 @@ static void norm_rows(void *arg, int64_t r0, int64_t r1) {
 static kiln_status run_norm(kn_kernel_ctx *c, bool rms) {
     const kn_tensor *X = c->in[0];
     const kn_tensor *S = c->n_inputs > 1 ? c->in[1] : NULL, *B = !rms && c->n_inputs > 2 ? c->in[2] : NULL;
-    int64_t axis = kn_attr_int(c->node, "axis", -1);
+    kn_norm_rows_prm local;
+    const kn_norm_rows_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_norm_rows_prepare, &local, (const void **)&prm));
+    int64_t axis = prm->axis;
     if (axis < 0) axis += X->rank;
     if (axis < 0 || axis >= X->rank) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
     int64_t d = 1, rows = 1;
@@ -81,7 +85,7 @@ static kiln_status run_norm(kn_kernel_ctx *c, bool rms) {
         return kn_kernel_error(c, KILN_ERR_SHAPE, "scale and bias must hold the %lld normalised elements", (long long)d);
     if (d == 0 || rows == 0) return KILN_OK;
     norm_job j = {X->data, S ? S->data : NULL, B ? B->data : NULL, c->out[0]->data, d,
-                  kn_attr_float(c->node, "epsilon", 1e-5f), rms};
+                  prm->eps, rms};
     kn_parallel_for(c->pool, rows, 8192 / d + 1, norm_rows, &j);
     return KILN_OK;
 }

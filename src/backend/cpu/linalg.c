@@ -469,6 +469,8 @@ const kn_cpu_kernel kn_cpu_linalg[] = {
     {"", "DeformConv", kn_cpu_deform_conv, NULL},
     {"", "MaxPool", kn_cpu_max_pool, NULL},
     {"", "AveragePool", kn_cpu_average_pool, NULL},
+    {"kiln", "MaxPool", kn_cpu_max_pool_layout, NULL},
+    {"kiln", "AveragePool", kn_cpu_average_pool_layout, NULL},
     {"", "LpPool", kn_cpu_lp_pool, NULL},
     {"", "GlobalAveragePool", kn_cpu_global_average_pool, NULL},
     {"", "GlobalMaxPool", kn_cpu_global_max_pool, NULL},

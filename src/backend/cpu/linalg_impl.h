@@ -32,6 +32,9 @@ kiln_status kn_cpu_global_average_pool(kn_kernel_ctx *c);
 kiln_status kn_cpu_global_max_pool(kn_kernel_ctx *c);
 kiln_status kn_cpu_global_lp_pool(kn_kernel_ctx *c);
 kiln_status kn_cpu_max_unpool(kn_kernel_ctx *c);
+/* pool_layout.c: kiln.MaxPool / kiln.AveragePool (layout NCHW or NHWC) */
+kiln_status kn_cpu_max_pool_layout(kn_kernel_ctx *c);
+kiln_status kn_cpu_average_pool_layout(kn_kernel_ctx *c);
 
 /* einsum.c */
 kiln_status kn_cpu_einsum(kn_kernel_ctx *c);

@@ -12,13 +12,32 @@
 
 /* ---- kernels ---- */
 kiln_status kn_cpu_reduce(kn_kernel_ctx *c);      /* every Reduce* op */
+/* The Reduce* kernel's operator kind and axes form (its prepare hook) */
+typedef struct kn_reduce_prm {
+    int kind;             /* RK_* (nn_reduce.c), -1: not a reduction */
+    bool axes_from_input; /* axes are input 1 (ReduceSum from opset 13, the rest from 18) */
+} kn_reduce_prm;
+kiln_status kn_reduce_prepare(const kn_node *n, void *params);
 kiln_status kn_cpu_argminmax(kn_kernel_ctx *c);   /* ArgMax, ArgMin */
 kiln_status kn_cpu_topk(kn_kernel_ctx *c);
 kiln_status kn_cpu_softmax(kn_kernel_ctx *c);     /* Softmax, LogSoftmax */
 kiln_status kn_cpu_hardmax(kn_kernel_ctx *c);
+/* Softmax, LogSoftmax and Hardmax's attributes (their prepare hook, kn_params_fn) */
+typedef struct kn_softmax_prm {
+    int64_t axis;
+    bool old; /* opset < 13: the input coerced to 2-D at the axis */
+    bool log; /* LogSoftmax */
+} kn_softmax_prm;
+kiln_status kn_softmax_prepare(const kn_node *n, void *params);
 kiln_status kn_cpu_nll_loss(kn_kernel_ctx *c);
 kiln_status kn_cpu_sce_loss(kn_kernel_ctx *c);
 kiln_status kn_cpu_layernorm(kn_kernel_ctx *c);
+/* LayerNormalization and RMSNormalization's attributes (their prepare hook) */
+typedef struct kn_norm_rows_prm {
+    int64_t axis;
+    float eps;
+} kn_norm_rows_prm;
+kiln_status kn_norm_rows_prepare(const kn_node *n, void *params);
 kiln_status kn_cpu_rmsnorm(kn_kernel_ctx *c);
 kiln_status kn_cpu_batchnorm(kn_kernel_ctx *c);
 kiln_status kn_cpu_instancenorm(kn_kernel_ctx *c);

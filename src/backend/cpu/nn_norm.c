@@ -100,13 +100,23 @@ LN_ROWS(float, f32)
 LN_ROWS(double, f64)
 
 /* Shared by LayerNormalization (rms = 0) and RMSNormalization (rms = 1). */
+kiln_status kn_norm_rows_prepare(const kn_node *n, void *params) {
+    kn_norm_rows_prm *p = params;
+    p->axis = kn_attr_int(n, "axis", -1);
+    p->eps = kn_attr_float(n, "epsilon", 1e-5f);
+    return KILN_OK;
+}
+
 static kiln_status norm_rows(kn_kernel_ctx *c, int rms) {
+    kn_norm_rows_prm local;
+    const kn_norm_rows_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_norm_rows_prepare, &local, (const void **)&prm));
     const kn_tensor *x = c->in[0], *scale = c->in[1];
     const kn_tensor *bias = !rms && c->n_inputs > 2 ? c->in[2] : NULL;
     kn_tensor *y = c->out[0];
     kn_tensor *mean_t = !rms && c->n_outputs > 1 ? c->out[1] : NULL;
     kn_tensor *inv_t = !rms && c->n_outputs > 2 ? c->out[2] : NULL;
-    int64_t axis = kn_attr_int(c->node, "axis", -1);
+    int64_t axis = prm->axis;
     if (axis < 0) axis += x->rank;
     if (axis < 0 || axis >= x->rank) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
     int64_t rows = kn_shape_count(x->dims, (int)axis);
@@ -136,7 +146,7 @@ static kiln_status norm_rows(kn_kernel_ctx *c, int rms) {
     }
     j.n = n;
     j.rms = rms;
-    j.eps = kn_attr_float(c->node, "epsilon", 1e-5f);
+    j.eps = prm->eps;
     if (dbl) {
         memcpy(params, pd, (size_t)n * 2 * sizeof(double));
         j.x = x->data;

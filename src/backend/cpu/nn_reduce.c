@@ -141,13 +141,23 @@ static void permute_copy(const void *src, void *dst, int nd, const int64_t *dims
     }
 }
 
+kiln_status kn_reduce_prepare(const kn_node *n, void *params) {
+    kn_reduce_prm *p = params;
+    p->kind = reduce_kind(n->op_type);
+    p->axes_from_input = kn_nn_reduce_axes_from_input(n);
+    return KILN_OK;
+}
+
 kiln_status kn_cpu_reduce(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return KILN_OK;
-    int kind = reduce_kind(c->node->op_type);
+    kn_reduce_prm local;
+    const kn_reduce_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_reduce_prepare, &local, (const void **)&prm));
+    int kind = prm->kind;
     if (kind < 0) return kn_kernel_error(c, KILN_ERR_INTERNAL, "not a reduction");
-    const kn_tensor *axes = kn_nn_reduce_axes_from_input(c->node) && c->n_inputs > 1 ? c->in[1] : NULL;
+    const kn_tensor *axes = prm->axes_from_input && c->n_inputs > 1 ? c->in[1] : NULL;
     bool mask[KILN_MAX_RANK], noop;
     KN_TRY(kn_nn_reduce_mask(c->node, x->rank, axes, mask, &noop));
     if (noop) {

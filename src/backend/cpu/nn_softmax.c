@@ -10,11 +10,19 @@
 #include <stdlib.h>
 
 /* outer/n/inner of the softmax-like ops for this node and input */
-static kiln_status softmax_geometry(kn_kernel_ctx *c, const kn_tensor *x, int64_t *outer, int64_t *n,
-                                    int64_t *inner) {
+kiln_status kn_softmax_prepare(const kn_node *n, void *params) {
+    kn_softmax_prm *p = params;
+    p->old = n->opset < 13;
+    p->axis = kn_attr_int(n, "axis", p->old ? 1 : -1);
+    p->log = !strcmp(n->op_type, "LogSoftmax");
+    return KILN_OK;
+}
+
+static kiln_status softmax_geometry(kn_kernel_ctx *c, const kn_softmax_prm *p, const kn_tensor *x, int64_t *outer,
+                                    int64_t *n, int64_t *inner) {
     int rank = x->rank;
-    int old = c->node->opset < 13;
-    int64_t axis = kn_attr_int(c->node, "axis", old ? 1 : -1);
+    int old = p->old;
+    int64_t axis = p->axis;
     if (rank == 0) {
         *outer = 1, *n = 1, *inner = 1;
         return KILN_OK;
@@ -225,16 +233,19 @@ static void softmax_f64(void *arg, int64_t b, int64_t e) {
 }
 
 kiln_status kn_cpu_softmax(kn_kernel_ctx *c) {
+    kn_softmax_prm local;
+    const kn_softmax_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_softmax_prepare, &local, (const void **)&prm));
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return KILN_OK;
     int64_t outer = 1, n = 1, inner = 1;
-    KN_TRY(softmax_geometry(c, x, &outer, &n, &inner));
+    KN_TRY(softmax_geometry(c, prm, x, &outer, &n, &inner));
     if (outer * n * inner == 0) return KILN_OK;
     softmax_job j = {0};
     j.n = n;
     j.inner = inner;
-    j.log = !strcmp(c->node->op_type, "LogSoftmax");
+    j.log = prm->log;
     if (x->dtype == KILN_DTYPE_DOUBLE) {
         j.xd = x->data;
         j.yd = y->data;
@@ -274,11 +285,14 @@ kiln_status kn_cpu_softmax(kn_kernel_ctx *c) {
 }
 
 kiln_status kn_cpu_hardmax(kn_kernel_ctx *c) {
+    kn_softmax_prm local;
+    const kn_softmax_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_softmax_prepare, &local, (const void **)&prm));
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return KILN_OK;
     int64_t outer = 1, n = 1, inner = 1;
-    KN_TRY(softmax_geometry(c, x, &outer, &n, &inner));
+    KN_TRY(softmax_geometry(c, prm, x, &outer, &n, &inner));
     memset(y->data, 0, y->nbytes);
     if (outer * n * inner == 0) return KILN_OK;
     double *v = malloc((size_t)(outer * n * inner) * sizeof *v);

@@ -56,7 +56,10 @@ kiln_status kn_cpu_gather(kn_kernel_ctx *c) {
     kn_tensor *y;
     KN_TRY(kn_cpu_out(c, 0, &y));
     int r = x->rank;
-    int a = norm_axis(kn_attr_int(c->node, "axis", 0), r);
+    kn_cpu_axis_prm local;
+    const kn_cpu_axis_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_axis_prepare, &local, (const void **)&prm));
+    int a = norm_axis(prm->axis, r);
     if (a < 0 || a >= r) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
     gather_job j = {.x = x, .idx = idx, .y = y, .D = x->dims[a], .post = 1, .es = kiln_dtype_size(x->dtype)};
     atomic_init(&j.oom, 0);
@@ -112,7 +115,10 @@ kiln_status kn_cpu_gather_elements(kn_kernel_ctx *c) {
     kn_tensor *y;
     KN_TRY(kn_cpu_out(c, 0, &y));
     int r = x->rank;
-    int a = norm_axis(kn_attr_int(c->node, "axis", 0), r);
+    kn_cpu_axis_prm local;
+    const kn_cpu_axis_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_axis_prepare, &local, (const void **)&prm));
+    int a = norm_axis(prm->axis, r);
     if (a < 0 || a >= r || idx->rank != r) return kn_kernel_error(c, KILN_ERR_SHAPE, "axis or ranks do not fit");
     for (int k = 0; k < r; k++)
         if (k != a && idx->dims[k] > x->dims[k])

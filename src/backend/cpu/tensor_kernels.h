@@ -48,6 +48,17 @@ static inline int64_t kn_cpu_index(const kn_tensor *t, int64_t i) {
 
 /* layout (tensor_layout.c) */
 kiln_status kn_cpu_transpose(kn_kernel_ctx *c);
+/* Prepare hooks (kn_params_fn): Transpose's perm; the "axis" of Concat (1 before opset 4), Split,
+ * Gather and GatherElements (default 0). */
+typedef struct kn_cpu_perm_prm {
+    int n; /* entries in perm (at most KILN_MAX_RANK kept; more fails the rank check); -1: none */
+    int64_t perm[KILN_MAX_RANK];
+} kn_cpu_perm_prm;
+kiln_status kn_cpu_perm_prepare(const kn_node *n, void *params);
+typedef struct kn_cpu_axis_prm {
+    int64_t axis;
+} kn_cpu_axis_prm;
+kiln_status kn_cpu_axis_prepare(const kn_node *n, void *params);
 kiln_status kn_cpu_slice(kn_kernel_ctx *c);
 kiln_status kn_cpu_concat(kn_kernel_ctx *c);
 kiln_status kn_cpu_split(kn_kernel_ctx *c);

@@ -414,12 +414,30 @@ kiln_status kn_cpu_strided_copy(kn_kernel_ctx *c, kn_tensor *dst, const kn_tenso
 
 #define IN_VALS(c) ((const kn_tensor *const *)(c)->in), (c)->n_inputs
 
+kiln_status kn_cpu_perm_prepare(const kn_node *n, void *params) {
+    kn_cpu_perm_prm *p = params;
+    int cnt = 0;
+    const int64_t *a = kn_attr_ints(n, "perm", &cnt);
+    p->n = a ? cnt : -1;
+    for (int k = 0; a && k < cnt && k < KILN_MAX_RANK; k++) p->perm[k] = a[k];
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_axis_prepare(const kn_node *n, void *params) {
+    kn_cpu_axis_prm *p = params;
+    p->axis = kn_attr_int(n, "axis", !strcmp(n->op_type, "Concat") && n->opset < 4 ? 1 : 0);
+    return KILN_OK;
+}
+
 kiln_status kn_cpu_transpose(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y;
     KN_TRY(kn_cpu_out(c, 0, &y));
-    int r = x->rank, n, perm[KILN_MAX_RANK];
-    const int64_t *p = kn_attr_ints(c->node, "perm", &n);
+    kn_cpu_perm_prm local;
+    const kn_cpu_perm_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_perm_prepare, &local, (const void **)&prm));
+    int r = x->rank, n = prm->n, perm[KILN_MAX_RANK];
+    const int64_t *p = n >= 0 ? prm->perm : NULL;
     if (p && n != r) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "perm has %d entries for rank %d", n, r);
     for (int k = 0; k < r; k++) perm[k] = p ? (int)(p[k] < 0 ? p[k] + r : p[k]) : r - 1 - k;
     kn_strided s;
@@ -471,7 +489,10 @@ kiln_status kn_cpu_concat(kn_kernel_ctx *c) {
     kn_tensor *y;
     KN_TRY(kn_cpu_out(c, 0, &y));
     int r = y->rank;
-    int a = norm_axis(kn_attr_int(c->node, "axis", c->node->opset < 4 ? 1 : 0), r);
+    kn_cpu_axis_prm local;
+    const kn_cpu_axis_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_axis_prepare, &local, (const void **)&prm));
+    int a = norm_axis(prm->axis, r);
     if (a < 0 || a >= r) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
     int64_t ys[KILN_MAX_RANK], off = 0;
     kn_cpu_strides(y->dims, r, ys);
@@ -495,7 +516,10 @@ kiln_status kn_cpu_concat(kn_kernel_ctx *c) {
 kiln_status kn_cpu_split(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     int r = x->rank;
-    int a = norm_axis(kn_attr_int(c->node, "axis", 0), r);
+    kn_cpu_axis_prm local;
+    const kn_cpu_axis_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_axis_prepare, &local, (const void **)&prm));
+    int a = norm_axis(prm->axis, r);
     if (a < 0 || a >= r) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
     int64_t xs[KILN_MAX_RANK], off = 0;
     kn_cpu_strides(x->dims, r, xs);

@@ -955,6 +955,16 @@ static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
     }
     double t_dnn = kn_now_ms();
     cu->workspace_size = (size_t)(cfg->workspace_mb ? cfg->workspace_mb : 64) << 20;
+    cu->conv_workspace_max = cu->workspace_size;
+    if (!cfg->workspace_mb) {
+        /* unbounded by the caller: a sixteenth of the device's memory, at most 4 GiB */
+        size_t free_b = 0, total_b = 0;
+        if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+            size_t cap = total_b / 16 < ((size_t)4 << 30) ? total_b / 16 : (size_t)4 << 30;
+            if (cap > cu->conv_workspace_max) cu->conv_workspace_max = cap;
+        } else
+            cudaGetLastError();
+    }
     e = cudaMalloc(&cu->workspace, cu->workspace_size);
     if (e != cudaSuccess) {
         st = kn_error(KILN_ERR_OUT_OF_MEMORY, "cuda:%d: workspace of %zu MiB: %s", cu->device, cu->workspace_size >> 20,
@@ -1007,6 +1017,7 @@ static kiln_status cu_lane_open(void *state, void **lane_out) {
     cu->standin_mode = prim->standin_mode;
     cu->rnn_steps = prim->rnn_steps;
     cu->workspace_size = prim->workspace_size;
+    cu->conv_workspace_max = prim->conv_workspace_max;
     cu->held = true;
     cudaSetDevice(cu->device);
     cudaError_t e = cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking);

@@ -115,6 +115,10 @@ typedef struct kn_cuda {
 #endif
     void *workspace;
     size_t workspace_size;
+    /* the most a convolution algorithm may use: beyond the lane's workspace it takes scratch for the
+     * call (cuDNN's precomputed-index GEMM wants ~0.6 GiB for ResNet-50's stem at batch 256, and
+     * was 5x faster there than the algorithm that fits 64 MiB); the workspace_mb option bounds it */
+    size_t conv_workspace_max;
     /* blocks freed by this lane's calls: reused first by its later calls, in its stream's order
      * (another stream may still be using them until this lane's work is done) */
     kn_cu_block *free_blocks;
@@ -279,10 +283,11 @@ kiln_status kn_cu_tuning_import(void *state, const void *key, size_t key_len, co
 /* cuDNN convolutions (cuda_conv.c) */
 kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c);
 kiln_status kn_cu_run_conv_transpose(kn_cuda *cu, kn_kernel_ctx *c);
-/* Conv (c's first two inputs) with y = relu(conv + bias + z) in cuDNN's fused call where it takes it
- * (*done); otherwise the plain convolution, and the caller runs bias, z and ReLU after it. */
-kiln_status kn_cu_run_conv_bias_relu(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *bias, const kn_tensor *z,
-                                     bool *done);
+/* Conv (c's first two inputs) with y = relu?(conv + bias + z) in the same call where the library
+ * takes it (*done: cuDNN's fused call for bias and ReLU, cuBLASLt's epilogue for a pointwise one
+ * channels last); otherwise the plain convolution, and the caller runs bias, z and relu after it. */
+kiln_status kn_cu_run_conv_fused(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *bias, const kn_tensor *z, bool relu,
+                                 bool *done);
 bool kn_cu_conv_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap);
 void kn_cu_conv_release(kn_cuda *cu);
 #ifdef KILN_HAVE_CUDNN

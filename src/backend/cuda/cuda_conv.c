@@ -60,10 +60,12 @@ typedef struct conv_plan {
     _Atomic bool no_fused; /* cuDNN refused the fused call once: the epilogue runs as a pass */
 } conv_plan;
 
-/* What FusedConv asks of the convolution beyond it: y = relu(conv(x) + bias + z) in cuDNN's one call
- * (cudnnConvolutionBiasActivationForward) where it takes it; done says whether it did. */
+/* What FusedConv asks of the convolution beyond it: y = relu?(conv(x) + bias + z), in cuDNN's one
+ * call (cudnnConvolutionBiasActivationForward: bias and ReLU) or, for a pointwise convolution, in
+ * cuBLASLt's epilogue (bias, residual, ReLU each optional); done says whether it was. */
 typedef struct conv_epilogue {
     const kn_tensor *bias, *z;
+    bool relu;
     bool done;
 } conv_epilogue;
 
@@ -211,7 +213,7 @@ static bool workspace_of(kn_cuda *cu, const conv_plan *p, bool transpose, int32_
                                                                             (cudnnConvolutionFwdAlgo_t)a, &need)
                                  : cudnnGetConvolutionBackwardDataWorkspaceSize(cu->dnn, p->wd, p->xd, p->cd, p->yd,
                                                                                 (cudnnConvolutionBwdDataAlgo_t)a, &need);
-    if (s != CUDNN_STATUS_SUCCESS || need > cu->workspace_size) return false;
+    if (s != CUDNN_STATUS_SUCCESS || need > cu->conv_workspace_max) return false;
     *ws = need;
     return true;
 }
@@ -220,7 +222,7 @@ static bool workspace_of(kn_cuda *cu, const conv_plan *p, bool transpose, int32_
 static void pick_first_fitting(kn_cuda *cu, conv_plan *p, bool transpose, const int *algos, const size_t *mem, int n) {
     p->algo = -1;
     for (int i = 0; i < n && p->algo < 0; i++)
-        if (algos[i] >= 0 && mem[i] <= cu->workspace_size && workspace_of(cu, p, transpose, algos[i], &p->ws))
+        if (algos[i] >= 0 && mem[i] <= cu->conv_workspace_max && workspace_of(cu, p, transpose, algos[i], &p->ws))
             p->algo = algos[i];
 }
 
@@ -276,11 +278,26 @@ static kiln_status measure_algo(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, c
     int n = 0, algos[16];
     size_t mem[16];
     cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+    /* the search's workspace: what the hungriest algorithm within the limit needs, when that is
+     * more than the lane's (its own allocation, given back after: a search happens once) */
+    void *ws_buf = cu->workspace, *big = NULL;
+    size_t ws_size = cu->workspace_size, most = 0, need;
+    for (int a = 0; a < (transpose ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT : CUDNN_CONVOLUTION_FWD_ALGO_COUNT); a++)
+        if (workspace_of(cu, p, transpose, a, &need) && need > most) most = need;
+    if (st == KILN_OK && most > ws_size) {
+        if (cudaMalloc(&big, most) == cudaSuccess) {
+            ws_buf = big;
+            ws_size = most;
+        } else {
+            cudaGetLastError();
+            big = NULL;
+        }
+    }
     /* xd/yd are cuDNN's x/y for Conv and dy/dx for ConvTranspose (its backward data pass) */
     if (st == KILN_OK && !transpose) {
         cudnnConvolutionFwdAlgoPerf_t perf[16];
         s = cudnnFindConvolutionForwardAlgorithmEx(cu->dnn, p->xd, buf[0], p->wd, buf[2], p->cd, p->yd, buf[1], 16, &n, perf,
-                                                   cu->workspace, cu->workspace_size);
+                                                   ws_buf, ws_size);
         for (int i = 0; i < n; i++) {
             algos[i] = allowed(perf[i].status, perf[i].mathType, m) ? (int)perf[i].algo : -1;
             mem[i] = perf[i].memory;
@@ -288,7 +305,7 @@ static kiln_status measure_algo(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, c
     } else if (st == KILN_OK) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[16];
         s = cudnnFindConvolutionBackwardDataAlgorithmEx(cu->dnn, p->wd, buf[2], p->xd, buf[0], p->cd, p->yd, buf[1], 16, &n,
-                                                        perf, cu->workspace, cu->workspace_size);
+                                                        perf, ws_buf, ws_size);
         for (int i = 0; i < n; i++) {
             algos[i] = allowed(perf[i].status, perf[i].mathType, m) ? (int)perf[i].algo : -1;
             mem[i] = perf[i].memory;
@@ -296,6 +313,7 @@ static kiln_status measure_algo(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, c
     }
     for (int t = 0; t < 3; t++)
         if (buf[t]) kn_cu_scratch_free(cu, buf[t], bytes[t]);
+    if (big) cudaFree(big);
     KN_TRY(st);
     if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(c, s, "algorithm measurement");
     pick_first_fitting(cu, p, transpose, algos, mem, n);
@@ -518,7 +536,7 @@ static bool pointwise(const conv_geom *g, const kn_tensor *w) {
  * precision option's operand conversion), where cuDNN's fp32 FMA algorithms took 28 us for each of
  * efficientnet_b0's pointwise convolutions on the H200 (implicit_convolve_sgemm, the fastest the
  * legacy API measured): a fraction of that. */
-static kiln_status run_pointwise(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom *g) {
+static kiln_status run_pointwise(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom *g, conv_epilogue *ep) {
     int64_t S = 1;
     for (int i = 0; i < g->nsp; i++) S *= g->in[i];
     kn_cu_gemm m;
@@ -538,7 +556,21 @@ static kiln_status run_pointwise(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom 
         m.ldc = g->cout;
         m.batch = 1;
         m.alpha = 1;
-        return kn_cu_gemm_run(cu, c, &m);
+        /* FusedConv's bias (one per column), residual and ReLU in the product's epilogue: the
+         * separate pass read and wrote the whole output again (ResNet-50's 1x1 convolutions at
+         * batch 256: gigabytes per run) */
+        const kn_tensor *b = ep ? ep->bias : NULL, *z = ep ? ep->z : NULL;
+        const kn_tensor *y = c->out[0];
+        const bool fuse = ep && (!b || (b->dtype == y->dtype && kn_tensor_count(b) == g->cout)) &&
+                          (!z || (z->dtype == y->dtype && kn_tensor_count(z) == kn_tensor_count(y) && z->data != y->data));
+        if (fuse) {
+            m.bias = b ? b->data : NULL;
+            m.residual = z ? z->data : NULL;
+            m.relu = ep->relu;
+        }
+        KN_TRY(kn_cu_gemm_run(cu, c, &m));
+        if (fuse) ep->done = true;
+        return KILN_OK;
     }
     m.M = g->cout;
     m.N = S;
@@ -703,7 +735,7 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_e
     conv_geom g;
     KN_TRY(geometry(c, transpose, &g));
     if (!transpose && x->dtype == w->dtype && pointwise(&g, w) && kn_tensor_count(y) > 0) {
-        KN_TRY(run_pointwise(cu, c, &g));
+        KN_TRY(run_pointwise(cu, c, &g, ep));
         return add_bias(cu, c, b, g.nhwc);
     }
     if (!transpose && x->dtype == w->dtype && patchify(&g, w) && kn_tensor_count(y) > 0) {
@@ -771,6 +803,13 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_e
         st = kn_cu_scratch(cu, ycomp_b ? ycomp_b : 1, &ycomp);
         yout = ycomp;
     }
+    /* an algorithm wanting more than the lane's workspace takes scratch for the call */
+    void *ws_ptr = cu->workspace, *ws_big = NULL;
+    if (st == KILN_OK && ws > cu->workspace_size && fcnt > 0 && kn_tensor_count(x) > 0) {
+        st = kn_cu_scratch(cu, ws, &ws_big);
+        ws_ptr = ws_big;
+    }
+    const size_t ws_have = ws_big ? ws : cu->workspace_size;
     if (st == KILN_OK && fcnt > 0 && kn_tensor_count(x) > 0) {
         double one_d = 1, zero_d = 0;
         float one_f = 1, zero_f = 0;
@@ -779,14 +818,14 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_e
         cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
         /* FusedConv's bias, residual and ReLU in the call: 2-D, in the tensors' own type, straight into y */
         const kn_tensor *zt = ep ? ep->z : NULL;
-        const bool fuse = ep && ep->bias && !transpose && !p->no_fused && g.nsp == 2 && cdt == dt && !p->explicit_pad &&
+        const bool fuse = ep && ep->bias && ep->relu && !transpose && !p->no_fused && g.nsp == 2 && cdt == dt && !p->explicit_pad &&
                           yout == y->data && ep->bias->dtype == dt && kn_tensor_count(ep->bias) == g.cout &&
                           (!zt || (zt->dtype == dt && kn_tensor_count(zt) == kn_tensor_count(y) && zt->data != y->data)) &&
                           (dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16 || dt == KILN_DTYPE_FLOAT) &&
                           fused_descriptors(cu, p, g.cout, g.nhwc);
         if (fuse) {
             s = cudnnConvolutionBiasActivationForward(cu->dnn, one, p->xd, xin, p->wd, win, p->cd,
-                                                      (cudnnConvolutionFwdAlgo_t)algo, cu->workspace, ws,
+                                                      (cudnnConvolutionFwdAlgo_t)algo, ws_ptr, ws,
                                                       zt ? one : zero, p->yd, zt ? zt->data : yout, p->bd,
                                                       ep->bias->data, p->ad, p->yd, yout);
             if (s == CUDNN_STATUS_SUCCESS) ep->done = true;
@@ -803,12 +842,12 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_e
         for (int attempt = 0; !(ep && ep->done) && attempt < 2; attempt++) {
             if (!transpose)
                 s = cudnnConvolutionForward(cu->dnn, one, p->xd, xin, p->wd, win, p->cd, (cudnnConvolutionFwdAlgo_t)algo,
-                                            cu->workspace, ws, zero, p->yd, yout);
+                                            ws_ptr, ws, zero, p->yd, yout);
             else
                 s = cudnnConvolutionBackwardData(cu->dnn, one, p->wd, win, p->xd, xin, p->cd,
-                                                 (cudnnConvolutionBwdDataAlgo_t)algo, cu->workspace, ws, zero, p->yd,
+                                                 (cudnnConvolutionBwdDataAlgo_t)algo, ws_ptr, ws, zero, p->yd,
                                                  yout);
-            if (s == CUDNN_STATUS_SUCCESS || algo == 0 || !workspace_of(cu, p, transpose, 0, &ws)) break;
+            if (s == CUDNN_STATUS_SUCCESS || algo == 0 || !workspace_of(cu, p, transpose, 0, &ws) || ws > ws_have) break;
             cudaError_t e = cudaGetLastError();
             kn_log(KILN_LOG_WARNING, "cuda: cuDNN algorithm %d failed for '%s' (%s, CUDA: %s): algorithm 0 instead",
                    algo, c->node->name ? c->node->name : "", cudnnGetErrorString(s), cudaGetErrorString(e));
@@ -853,6 +892,7 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_e
     if (xpad) kn_cu_scratch_free(cu, xpad, xpad_b ? xpad_b : 1);
     if (wconv_b) kn_cu_scratch_free(cu, wconv, wconv_b);
     if (ycomp) kn_cu_scratch_free(cu, ycomp, ycomp_b ? ycomp_b : 1);
+    if (ws_big) kn_cu_scratch_free(cu, ws_big, ws);
     if (yfull) kn_cu_scratch_free(cu, yfull, yfull_b ? yfull_b : 1);
     return st;
 }
@@ -860,9 +900,9 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_e
 kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c, false, NULL); }
 kiln_status kn_cu_run_conv_transpose(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c, true, NULL); }
 
-kiln_status kn_cu_run_conv_bias_relu(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *bias, const kn_tensor *z,
-                                     bool *done) {
-    conv_epilogue ep = {bias, z, false};
+kiln_status kn_cu_run_conv_fused(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *bias, const kn_tensor *z, bool relu,
+                                 bool *done) {
+    conv_epilogue ep = {bias, z, relu, false};
     kiln_status st = run_any(cu, c, false, &ep);
     *done = ep.done;
     return st;

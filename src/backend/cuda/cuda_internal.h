@@ -252,6 +252,7 @@ typedef struct kn_cu_pool {
     int64_t in[3], out[3], k[3], stride[3], pad_b[3], pad_e[3], dil[3];
     int kind, p;
     int storage_order; /* for the indices output */
+    bool nhwc;         /* channels last: x [n, in..., c], y [n, out..., c] (2-D, no indices) */
 } kn_cu_pool;
 cudaError_t kn_cu_pool_run(kiln_dtype dt, const void *x, void *y, int64_t *indices, const kn_cu_pool *p,
                            cudaStream_t s);

@@ -76,17 +76,20 @@ static kiln_status run_fused_conv(kn_cuda *cu, kn_kernel_ctx *c) {
     if (bias && kn_tensor_count(bias) != channels)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output channels",
                                (long long)kn_tensor_count(bias), (long long)channels);
-    /* with a bias and ReLU: all in cuDNN's call where it takes it (KILN_CUDA_CONV_FUSED=0: never) */
-    if (bias && a.act == KN_ACT_RELU && conv_fused_enabled()) {
+    /* bias, residual and ReLU in the library's call where it takes them (KILN_CUDA_CONV_FUSED=0:
+     * never): cuDNN's for bias + ReLU, cuBLASLt's epilogue for a pointwise convolution; another
+     * activation then runs as a pass over the output alone */
+    if ((bias || z) && conv_fused_enabled()) {
         kn_node proxy = *c->node;
         proxy.op_type = "Conv", proxy.domain = "", proxy.opset = 13;
         kn_kernel_ctx pc = *c;
         pc.node = &proxy;
         pc.n_inputs = 2;
         bool done = false;
-        KN_TRY(kn_cu_run_conv_bias_relu(cu, &pc, bias, z, &done));
-        if (done) return KILN_OK;
-        return epilogue(cu, c, y, bias, channels, inner, z, &a);
+        KN_TRY(kn_cu_run_conv_fused(cu, &pc, bias, z, a.act == KN_ACT_RELU, &done));
+        if (!done) return epilogue(cu, c, y, bias, channels, inner, z, &a);
+        if (a.act == KN_ACT_NONE || a.act == KN_ACT_RELU) return KILN_OK;
+        return epilogue(cu, c, y, NULL, channels, inner, NULL, &a);
     }
     /* the convolution without its bias, then bias, residual and activation in one pass */
     KN_TRY(run_base(cu, c, "Conv", 2, kn_cu_run_conv));

@@ -2,6 +2,7 @@
  * normalisations (Layer, RMS, Batch (inference), Instance, Group, Lp), pooling (Max, Average, Lp,
  * Global*) and TopK. Statistics accumulate in fp32 whatever the element type. */
 #include "backend/cuda/cuda_backend.h"
+#include "ops/fused.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -306,8 +307,12 @@ static kiln_status run_pool(kn_cuda *cu, kn_kernel_ctx *c) {
     memset(&p, 0, sizeof p);
     p.nsp = x->rank - 2;
     if (p.nsp < 1 || p.nsp > 3) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%d spatial dims", p.nsp);
+    /* kiln.MaxPool / kiln.AveragePool: layout NHWC keeps the channels last */
+    if (!strcmp(c->node->domain, "kiln") && !kn_fused_conv_layout(c->node, &p.nhwc))
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "layout must be NCHW or NHWC");
+    const int sp = p.nhwc ? 1 : 2; /* the first spatial dim */
     p.n = x->dims[0];
-    p.c = x->dims[1];
+    p.c = x->dims[p.nhwc ? x->rank - 1 : 1];
     int nk, ns, np, nd;
     const int64_t *k = kn_attr_ints(c->node, "kernel_shape", &nk);
     const int64_t *s = kn_attr_ints(c->node, "strides", &ns);
@@ -316,8 +321,8 @@ static kiln_status run_pool(kn_cuda *cu, kn_kernel_ctx *c) {
     if (!k || nk != p.nsp) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "kernel_shape has %d entries", nk);
     const char *ap = kn_attr_string(c->node, "auto_pad", "NOTSET");
     for (int d = 0; d < p.nsp; d++) {
-        p.in[d] = x->dims[2 + d];
-        p.out[d] = y->dims[2 + d];
+        p.in[d] = x->dims[sp + d];
+        p.out[d] = y->dims[sp + d];
         p.k[d] = k[d];
         p.stride[d] = s && ns == p.nsp ? s[d] : 1;
         p.dil[d] = dil && nd == p.nsp ? dil[d] : 1;
@@ -344,6 +349,11 @@ static kiln_status run_pool(kn_cuda *cu, kn_kernel_ctx *c) {
 
 static bool pool_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
     (void)n_in;
+    bool nhwc = false;
+    if (!strcmp(n->domain, "kiln") && kn_fused_conv_layout(n, &nhwc) && nhwc && in[0]->rank != 4) {
+        snprintf(why, cap, "channels-last pooling is 2-D only");
+        return false;
+    }
     if (in[0]->rank >= 0 && (in[0]->rank < 3 || in[0]->rank > 5)) {
         snprintf(why, cap, "%d spatial dims (1 to 3 supported)", in[0]->rank - 2);
         return false;
@@ -517,6 +527,8 @@ const kn_cuda_kernel kn_cuda_nn[] = {
     {"", "LpNormalization", run_lpnorm, NULL, F, 0, 0},
     {"", "MaxPool", run_pool, pool_supports, F, 0, 0},
     {"", "AveragePool", run_pool, pool_supports, F, 0, 0},
+    {"kiln", "MaxPool", run_pool, pool_supports, F, 0, 0},
+    {"kiln", "AveragePool", run_pool, pool_supports, F, 0, 0},
     {"", "LpPool", run_pool, pool_supports, F, 0, 0},
     {"", "GlobalAveragePool", run_global_pool, NULL, F, 0, 0},
     {"", "GlobalMaxPool", run_global_pool, NULL, F, 0, 0},

@@ -1,0 +1,546 @@
+/* Winograd F(4x4, 3x3) convolution on the CPU (AVX-512).
+ *
+ * A 3x3 stride-1 convolution computes each 4x4 block of outputs ("tile") from a 6x6 patch of
+ * input with 36 multiplications per (input channel, output channel) pair instead of 144 (Lavin &
+ * Gray 2016, interpolation points 0, +-1, +-2, infinity):
+ *
+ *     Y = A^T [ (G g G^T) (.) (B^T d B) ] A
+ *
+ * The weights are transformed once per session into U[36][M][C] (in double, then rounded), also
+ * packed in the GEMM's A layout. A run goes over chunks of tile rows; per chunk:
+ *  1. input transform: V[36][C][T] = B^T d B for every (channel, tile), 16 tiles along a row per
+ *     vector (the patch columns come from 4-way deinterleaving permutes of contiguous loads);
+ *  2. 36 independent GEMMs O[xi] = U[xi] V[xi] (M x T x C) over the existing micro-kernel;
+ *  3. output transform: y = A^T O A + bias, interleaved back into the output rows, then the
+ *     fused node's epilogue on the finished rows while they are in cache.
+ * The transforms are O(C T) and O(M T); the products carry the work at 4x fewer FLOPs than the
+ * direct convolution. Error: F(4x4, 3x3)'s transforms amplify rounding by about 10x over the
+ * direct sum's (|G| entries 1/24..1, |A^T| up to 8); measured max error against a double
+ * reference is reported in bench/results/cpu-conv3x3-2026-12-03.md and checked by the unit test. */
+#include "backend/cpu/conv_winograd.h"
+
+#include "backend/cpu/const_cache.h"
+#include "backend/cpu/sgemm.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+#if defined(__AVX512F__)
+
+/* ------------------------------------------------------------------ weights */
+
+/* G of F(4x4, 3x3): u = G g G^T, 6x6 from 3x3. */
+static const double WG[6][3] = {
+    {1.0 / 4, 0, 0},
+    {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+    {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+    {1.0 / 24, 1.0 / 12, 1.0 / 6},
+    {1.0 / 24, -1.0 / 12, 1.0 / 6},
+    {0, 0, 1},
+};
+
+typedef struct wino_wctx {
+    const float *w;
+    int64_t M, C;
+    bool pack; /* also the packed copy after the plain one */
+} wino_wctx;
+
+static size_t wino_u_floats(int64_t M, int64_t C) { return (size_t)(36 * M * C + 15) / 16 * 16; }
+
+/* dst: U[36][M][C], then (pack) 36 blocks of kn_sgemm_packed_a_floats(M, C). */
+static void wino_make_weights(const void *ctx, void *dst) {
+    const wino_wctx *k = ctx;
+    float *u = dst;
+    const int64_t MC = k->M * k->C;
+    for (int64_t m = 0; m < k->M; m++)
+        for (int64_t c = 0; c < k->C; c++) {
+            const float *g = k->w + (m * k->C + c) * 9;
+            double t[6][3];
+            for (int a = 0; a < 6; a++)
+                for (int j = 0; j < 3; j++) t[a][j] = WG[a][0] * g[j] + WG[a][1] * g[3 + j] + WG[a][2] * g[6 + j];
+            for (int a = 0; a < 6; a++)
+                for (int b = 0; b < 6; b++)
+                    u[(a * 6 + b) * MC + m * k->C + c] =
+                        (float)(t[a][0] * WG[b][0] + t[a][1] * WG[b][1] + t[a][2] * WG[b][2]);
+        }
+    if (k->pack) {
+        float *p = u + wino_u_floats(k->M, k->C);
+        const size_t per = kn_sgemm_packed_a_floats(k->M, k->C);
+        for (int xi = 0; xi < 36; xi++) kn_sgemm_pack_a(u + xi * MC, k->C, false, k->M, k->C, p + xi * per);
+    }
+}
+
+/* ------------------------------------------------------------------ input transform */
+
+typedef struct wino_job {
+    const kn_wino_shape *s;
+    const float *x;
+    float *y;
+    const float *bias;
+    float *V, *O;        /* V[36][C][Tb], O[36][M][Tb] of the chunk */
+    int64_t th, tw;      /* tiles per column and row of an image */
+    int64_t r0, rows;    /* the chunk: tile rows [r0, r0 + rows) over all images */
+    int64_t Tb;          /* tiles in the chunk: rows * tw */
+    kn_conv_epilogue_fn epi;
+    const void *epi_ctx;
+    int64_t G;           /* rows of fewer than 16 tiles: G whole tile rows a vector (wino_*_multi) */
+} wino_job;
+
+static inline __mmask16 lane_range(int64_t lo, int64_t hi) { /* lanes l with lo <= l < hi, l in [0, 16) */
+    lo = max64(lo, 0);
+    hi = min64(hi, 16);
+    if (hi <= lo) return 0;
+    return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+/* B^T (6x6) applied to six vectors. */
+#define WINO_BT(d0, d1, d2, d3, d4, d5, o0, o1, o2, o3, o4, o5)                                         \
+    do {                                                                                                \
+        const __m512 f4 = _mm512_set1_ps(4.0f), f5 = _mm512_set1_ps(5.0f), f2 = _mm512_set1_ps(2.0f); \
+        o0 = _mm512_fnmadd_ps(f5, d2, _mm512_fmadd_ps(f4, d0, d4));                                     \
+        o5 = _mm512_fnmadd_ps(f5, d3, _mm512_fmadd_ps(f4, d1, d5));                                     \
+        const __m512 s12 = _mm512_add_ps(d1, d2), s34 = _mm512_add_ps(d3, d4);                          \
+        const __m512 m12 = _mm512_sub_ps(d1, d2), m43 = _mm512_sub_ps(d4, d3);                          \
+        o1 = _mm512_fnmadd_ps(f4, s12, s34);                                                            \
+        o2 = _mm512_fmadd_ps(f4, m12, m43);                                                             \
+        const __m512 m42 = _mm512_sub_ps(d4, d2), m31 = _mm512_sub_ps(d3, d1);                          \
+        o3 = _mm512_fmadd_ps(f2, m31, m42);                                                             \
+        o4 = _mm512_fnmadd_ps(f2, m31, m42);                                                            \
+    } while (0)
+
+static void wino_in_range(void *arg, int64_t begin, int64_t end) {
+    const wino_job *j = arg;
+    const kn_wino_shape *s = j->s;
+    const int64_t groups = (j->tw + 15) / 16;
+    float u[6][80] __attribute__((aligned(64)));
+    /* lane l of P_m is element 4l + m of 64: index (4l + m) mod 32 into the pair (lo, hi) */
+    __m512i idx[4];
+    for (int m = 0; m < 4; m++) {
+        int32_t t[16];
+        for (int l = 0; l < 16; l++) t[l] = (4 * l + m) & 31;
+        idx[m] = _mm512_loadu_si512(t);
+    }
+    const __m512i one = _mm512_set1_epi32(1);
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t c = it / j->rows, rr = it % j->rows, r = j->r0 + rr;
+        const int64_t n = r / j->th, ti = r % j->th;
+        const float *xc = j->x + (n * s->C + c) * s->H * s->W;
+        const float *rowp[6];
+        for (int k = 0; k < 6; k++) {
+            const int64_t ih = ti * 4 - s->ph + k;
+            rowp[k] = ih >= 0 && ih < s->H ? xc + ih * s->W : NULL;
+        }
+        for (int64_t g = 0; g < groups; g++) {
+            const int64_t nt = min64(16, j->tw - 16 * g);
+            /* vertical: the six patch rows over 5 vectors of columns */
+            for (int v = 0; v < 5; v++) {
+                const int64_t iw0 = 64 * g + 16 * v - s->pw;
+                const __mmask16 mk = lane_range(-iw0, s->W - iw0);
+                __m512 d[6];
+                for (int k = 0; k < 6; k++)
+                    d[k] = rowp[k] && mk ? _mm512_maskz_loadu_ps(mk, rowp[k] + iw0) : _mm512_setzero_ps();
+                __m512 o0, o1, o2, o3, o4, o5;
+                WINO_BT(d[0], d[1], d[2], d[3], d[4], d[5], o0, o1, o2, o3, o4, o5);
+                _mm512_store_ps(u[0] + 16 * v, o0);
+                _mm512_store_ps(u[1] + 16 * v, o1);
+                _mm512_store_ps(u[2] + 16 * v, o2);
+                _mm512_store_ps(u[3] + 16 * v, o3);
+                _mm512_store_ps(u[4] + 16 * v, o4);
+                _mm512_store_ps(u[5] + 16 * v, o5);
+            }
+            /* horizontal: per row a, the six columns of 16 tiles, then B^T along them */
+            const __mmask16 keep = (__mmask16)((1u << nt) - 1u);
+            float *dst = j->V + c * j->Tb + rr * j->tw + 16 * g;
+            const int64_t xs = s->C * j->Tb; /* between consecutive xi */
+            for (int a = 0; a < 6; a++) {
+                const __m512 A = _mm512_load_ps(u[a]), B = _mm512_load_ps(u[a] + 16), C = _mm512_load_ps(u[a] + 32),
+                             D = _mm512_load_ps(u[a] + 48), E = _mm512_load_ps(u[a] + 64);
+                __m512 p[6];
+                for (int m = 0; m < 4; m++)
+                    p[m] = _mm512_mask_blend_ps(0xFF00, _mm512_permutex2var_ps(A, idx[m], B),
+                                                _mm512_permutex2var_ps(C, idx[m], D));
+                p[4] = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(E), _mm512_castps_si512(p[0]), 1));
+                const __m512 E1 = _mm512_permutexvar_ps(one, E);
+                p[5] = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(E1), _mm512_castps_si512(p[1]), 1));
+                __m512 o[6];
+                WINO_BT(p[0], p[1], p[2], p[3], p[4], p[5], o[0], o[1], o[2], o[3], o[4], o[5]);
+                for (int b = 0; b < 6; b++) _mm512_mask_storeu_ps(dst + (a * 6 + b) * xs, keep, o[b]);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ rows of fewer than 16 tiles
+ * (14x14 planes: 4 tiles a row, 25% of the lanes above): a vector holds G = 16 / tw whole tile
+ * rows so the lanes stay full; the patches are gathered (masked lanes read nothing, so the padding
+ * needs no copy) and the outputs stored 4 columns a tile. Items: (vector, block of 16 channels). */
+
+typedef struct wino_lanes {
+    int32_t base[16]; /* offset of the tile's patch origin in channel 0's plane of its image */
+    int64_t yoff[16]; /* offset of the tile's first output in output channel 0 */
+    int ti[16], tj[16], n[16];
+    __mmask16 valid, row[6], col[6];
+} wino_lanes;
+
+static void wino_lanes_of(const wino_job *j, int64_t vec, wino_lanes *L) {
+    const kn_wino_shape *s = j->s;
+    memset(L, 0, sizeof *L);
+    for (int l = 0; l < 16; l++) {
+        const int64_t rr = vec * j->G + l / j->tw, tj = l % j->tw;
+        if (l >= j->G * j->tw || rr >= j->rows) continue;
+        const int64_t r = j->r0 + rr, n = r / j->th, ti = r % j->th;
+        L->valid |= (__mmask16)(1u << l);
+        L->base[l] = (int32_t)((n * s->C * s->H + ti * 4 - s->ph) * s->W + tj * 4 - s->pw);
+        L->yoff[l] = n * s->M * s->OH * s->OW + ti * 4 * s->OW + tj * 4;
+        L->ti[l] = (int)ti, L->tj[l] = (int)tj, L->n[l] = (int)n;
+        for (int k = 0; k < 6; k++) {
+            const int64_t ih = ti * 4 - s->ph + k, iw = tj * 4 - s->pw + k;
+            if (ih >= 0 && ih < s->H) L->row[k] |= (__mmask16)(1u << l);
+            if (iw >= 0 && iw < s->W) L->col[k] |= (__mmask16)(1u << l);
+        }
+    }
+}
+
+static void wino_in_multi(void *arg, int64_t begin, int64_t end) {
+    const wino_job *j = arg;
+    const kn_wino_shape *s = j->s;
+    const int64_t ncb = (s->C + 15) / 16, xs = s->C * j->Tb, plane = s->H * s->W;
+    float h[6][6][16] __attribute__((aligned(64)));
+    wino_lanes L;
+    int64_t have = -1;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t vec = it / ncb, cb = it % ncb;
+        if (vec != have) wino_lanes_of(j, vec, &L), have = vec;
+        const __m512i vbase = _mm512_loadu_si512(L.base);
+        __mmask16 mk[6][6];
+        for (int r = 0; r < 6; r++)
+            for (int q = 0; q < 6; q++) mk[r][q] = L.row[r] & L.col[q] & L.valid;
+        const int64_t t0 = vec * j->G * j->tw;
+        for (int64_t c = cb * 16; c < min64(s->C, cb * 16 + 16); c++) {
+            const float *xc = j->x + c * plane;
+            for (int r = 0; r < 6; r++) {
+                __m512 d[6];
+                for (int q = 0; q < 6; q++) {
+                    const __m512i idx = _mm512_add_epi32(vbase, _mm512_set1_epi32((int32_t)(r * s->W + q)));
+                    d[q] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk[r][q], idx, xc, 4);
+                }
+                __m512 o0, o1, o2, o3, o4, o5;
+                WINO_BT(d[0], d[1], d[2], d[3], d[4], d[5], o0, o1, o2, o3, o4, o5);
+                _mm512_store_ps(h[r][0], o0);
+                _mm512_store_ps(h[r][1], o1);
+                _mm512_store_ps(h[r][2], o2);
+                _mm512_store_ps(h[r][3], o3);
+                _mm512_store_ps(h[r][4], o4);
+                _mm512_store_ps(h[r][5], o5);
+            }
+            float *dst = j->V + c * j->Tb + t0;
+            for (int b = 0; b < 6; b++) {
+                __m512 o[6];
+                WINO_BT(_mm512_load_ps(h[0][b]), _mm512_load_ps(h[1][b]), _mm512_load_ps(h[2][b]),
+                        _mm512_load_ps(h[3][b]), _mm512_load_ps(h[4][b]), _mm512_load_ps(h[5][b]), o[0], o[1], o[2],
+                        o[3], o[4], o[5]);
+                for (int a = 0; a < 6; a++) _mm512_mask_storeu_ps(dst + (a * 6 + b) * xs, L.valid, o[a]);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ output transform */
+
+/* A^T (4x6) applied to six vectors. */
+#define WINO_AT(m0, m1, m2, m3, m4, m5, o0, o1, o2, o3)                                                    \
+    do {                                                                                                   \
+        const __m512 s12 = _mm512_add_ps(m1, m2), d12 = _mm512_sub_ps(m1, m2);                             \
+        const __m512 s34 = _mm512_add_ps(m3, m4), d34 = _mm512_sub_ps(m3, m4);                             \
+        o0 = _mm512_add_ps(_mm512_add_ps(m0, s12), s34);                                                   \
+        o1 = _mm512_fmadd_ps(_mm512_set1_ps(2.0f), d34, d12);                                              \
+        o2 = _mm512_fmadd_ps(_mm512_set1_ps(4.0f), s34, s12);                                              \
+        o3 = _mm512_add_ps(_mm512_fmadd_ps(_mm512_set1_ps(8.0f), d34, d12), m5);                           \
+    } while (0)
+
+static void wino_out_range(void *arg, int64_t begin, int64_t end) {
+    const wino_job *j = arg;
+    const kn_wino_shape *s = j->s;
+    const int64_t groups = (j->tw + 15) / 16, plane = s->OH * s->OW;
+    /* output vector v, lane l: tile 4v + l/4, column l%4: from y_c (c = l%4) lane 4v + l/4 */
+    __m512i idx[4];
+    for (int v = 0; v < 4; v++) {
+        int32_t t[16];
+        for (int l = 0; l < 16; l++) t[l] = ((l & 1) ? 16 : 0) + 4 * v + (l >> 2);
+        idx[v] = _mm512_loadu_si512(t);
+    }
+    float sbuf[6][4][16] __attribute__((aligned(64)));
+    const int64_t xs = s->M * j->Tb;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t m = it / j->rows, rr = it % j->rows, r = j->r0 + rr;
+        const int64_t n = r / j->th, ti = r % j->th;
+        const int64_t off = (n * s->M + m) * plane + ti * 4 * s->OW;
+        float *yb = j->y + off;
+        const int64_t nrows = min64(4, s->OH - ti * 4);
+        const __m512 bias = _mm512_set1_ps(j->bias ? j->bias[m] : 0.0f);
+        for (int64_t g = 0; g < groups; g++) {
+            const int64_t nt = min64(16, j->tw - 16 * g);
+            const __mmask16 keep = (__mmask16)((1u << nt) - 1u);
+            const float *src = j->O + m * j->Tb + rr * j->tw + 16 * g;
+            for (int a = 0; a < 6; a++) {
+                __m512 q[6];
+                for (int b = 0; b < 6; b++) q[b] = _mm512_maskz_loadu_ps(keep, src + (a * 6 + b) * xs);
+                __m512 o0, o1, o2, o3;
+                WINO_AT(q[0], q[1], q[2], q[3], q[4], q[5], o0, o1, o2, o3);
+                _mm512_store_ps(sbuf[a][0], o0);
+                _mm512_store_ps(sbuf[a][1], o1);
+                _mm512_store_ps(sbuf[a][2], o2);
+                _mm512_store_ps(sbuf[a][3], o3);
+            }
+            __m512 yr[4][4];
+            for (int cc = 0; cc < 4; cc++) {
+                __m512 o0, o1, o2, o3;
+                WINO_AT(_mm512_load_ps(sbuf[0][cc]), _mm512_load_ps(sbuf[1][cc]), _mm512_load_ps(sbuf[2][cc]),
+                        _mm512_load_ps(sbuf[3][cc]), _mm512_load_ps(sbuf[4][cc]), _mm512_load_ps(sbuf[5][cc]), o0, o1,
+                        o2, o3);
+                yr[0][cc] = _mm512_add_ps(o0, bias);
+                yr[1][cc] = _mm512_add_ps(o1, bias);
+                yr[2][cc] = _mm512_add_ps(o2, bias);
+                yr[3][cc] = _mm512_add_ps(o3, bias);
+            }
+            const int64_t col0 = 64 * g;
+            for (int64_t rw = 0; rw < nrows; rw++) {
+                float *yp = yb + rw * s->OW + col0;
+                for (int v = 0; v < 4; v++) {
+                    const __mmask16 mk = lane_range(0, s->OW - col0 - 16 * v);
+                    if (!mk) break;
+                    const __m512 z01 = _mm512_permutex2var_ps(yr[rw][0], idx[v], yr[rw][1]);
+                    const __m512 z23 = _mm512_permutex2var_ps(yr[rw][2], idx[v], yr[rw][3]);
+                    _mm512_mask_storeu_ps(yp + 16 * v, mk, _mm512_mask_blend_ps(0xCCCC, z01, z23));
+                }
+            }
+        }
+        if (j->epi) j->epi(j->epi_ctx, j->y, off, nrows, s->OW, s->OW);
+    }
+}
+
+/* y = A^T O A + bias for one output channel and the 16 tiles of a vector, interleaved: out[r][v]
+ * holds output row r of tiles 4v..4v+3, 4 columns each. */
+static inline void wino_out_tiles(const float *src, int64_t xs, __mmask16 keep, __m512 bias, const __m512i *idx,
+                                  __m512 out[4][4]) {
+    float sbuf[6][4][16] __attribute__((aligned(64)));
+    for (int a = 0; a < 6; a++) {
+        __m512 q[6];
+        for (int b = 0; b < 6; b++) q[b] = _mm512_maskz_loadu_ps(keep, src + (a * 6 + b) * xs);
+        __m512 o0, o1, o2, o3;
+        WINO_AT(q[0], q[1], q[2], q[3], q[4], q[5], o0, o1, o2, o3);
+        _mm512_store_ps(sbuf[a][0], o0);
+        _mm512_store_ps(sbuf[a][1], o1);
+        _mm512_store_ps(sbuf[a][2], o2);
+        _mm512_store_ps(sbuf[a][3], o3);
+    }
+    __m512 yr[4][4];
+    for (int cc = 0; cc < 4; cc++) {
+        __m512 o0, o1, o2, o3;
+        WINO_AT(_mm512_load_ps(sbuf[0][cc]), _mm512_load_ps(sbuf[1][cc]), _mm512_load_ps(sbuf[2][cc]),
+                _mm512_load_ps(sbuf[3][cc]), _mm512_load_ps(sbuf[4][cc]), _mm512_load_ps(sbuf[5][cc]), o0, o1, o2, o3);
+        yr[0][cc] = _mm512_add_ps(o0, bias);
+        yr[1][cc] = _mm512_add_ps(o1, bias);
+        yr[2][cc] = _mm512_add_ps(o2, bias);
+        yr[3][cc] = _mm512_add_ps(o3, bias);
+    }
+    for (int r = 0; r < 4; r++)
+        for (int v = 0; v < 4; v++)
+            out[r][v] = _mm512_mask_blend_ps(0xCCCC, _mm512_permutex2var_ps(yr[r][0], idx[v], yr[r][1]),
+                                             _mm512_permutex2var_ps(yr[r][2], idx[v], yr[r][3]));
+}
+
+static void wino_out_multi(void *arg, int64_t begin, int64_t end) {
+    const wino_job *j = arg;
+    const kn_wino_shape *s = j->s;
+    const int64_t nmb = (s->M + 15) / 16, xs = s->M * j->Tb, plane = s->OH * s->OW;
+    __m512i idx[4];
+    for (int v = 0; v < 4; v++) {
+        int32_t t[16];
+        for (int l = 0; l < 16; l++) t[l] = ((l & 1) ? 16 : 0) + 4 * v + (l >> 2);
+        idx[v] = _mm512_loadu_si512(t);
+    }
+    wino_lanes L;
+    int64_t have = -1;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t vec = it / nmb, mb = it % nmb;
+        if (vec != have) wino_lanes_of(j, vec, &L), have = vec;
+        const int64_t t0 = vec * j->G * j->tw, m1 = min64(s->M, mb * 16 + 16);
+        for (int64_t m = mb * 16; m < m1; m++) {
+            __m512 out[4][4];
+            wino_out_tiles(j->O + m * j->Tb + t0, xs, L.valid, _mm512_set1_ps(j->bias ? j->bias[m] : 0.0f), idx, out);
+            for (int l = 0; l < 16; l++) {
+                if (!(L.valid >> l & 1)) continue;
+                const int v = l >> 2, i = l & 3;
+                const int64_t rows = min64(4, s->OH - 4 * (int64_t)L.ti[l]), cols = min64(4, s->OW - 4 * (int64_t)L.tj[l]);
+                const __mmask16 mk = (__mmask16)(((1u << cols) - 1u) << (4 * i));
+                float *p = j->y + m * plane + L.yoff[l] - 4 * i;
+                for (int64_t r = 0; r < rows; r++) _mm512_mask_storeu_ps(p + r * s->OW, mk, out[r][v]);
+            }
+        }
+        if (j->epi) { /* the vector's tile rows, one run per image */
+            for (int l = 0; l < 16;) {
+                if (!(L.valid >> l & 1)) {
+                    l++;
+                    continue;
+                }
+                int e = l;
+                while (e + 1 < 16 && (L.valid >> (e + 1) & 1) && L.n[e + 1] == L.n[l]) e++;
+                const int64_t oh0 = 4 * (int64_t)L.ti[l], oh1 = min64(s->OH, 4 * (int64_t)L.ti[e] + 4);
+                for (int64_t m = mb * 16; m < m1; m++)
+                    j->epi(j->epi_ctx, j->y, (L.n[l] * s->M + m) * plane + oh0 * s->OW, oh1 - oh0, s->OW, s->OW);
+                l = e + 1;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ the thread's scratch */
+
+typedef struct tbuf {
+    size_t cap;
+    float *data;
+} tbuf;
+
+static pthread_key_t tb_key;
+static pthread_once_t tb_once = PTHREAD_ONCE_INIT;
+static int tb_key_ok;
+
+static void tb_free(void *p) {
+    tbuf *b = p;
+    free(b->data);
+    free(b);
+}
+static void tb_init(void) { tb_key_ok = pthread_key_create(&tb_key, tb_free) == 0; }
+
+float *kn_conv_thread_buffer(size_t floats) {
+    if (floats > ((size_t)64 << 20) / sizeof(float)) return NULL;
+    pthread_once(&tb_once, tb_init);
+    if (!tb_key_ok) return NULL;
+    tbuf *b = pthread_getspecific(tb_key);
+    if (!b) {
+        if (!(b = calloc(1, sizeof *b))) return NULL;
+        if (pthread_setspecific(tb_key, b) != 0) {
+            free(b);
+            return NULL;
+        }
+    }
+    if (b->cap < floats) {
+        const size_t cap = (floats + 1023) / 1024 * 1024;
+        float *d = aligned_alloc(64, cap * sizeof(float));
+        if (!d) return NULL;
+        free(b->data);
+        b->data = d;
+        b->cap = cap;
+    }
+    return b->data;
+}
+
+/* ------------------------------------------------------------------ driver */
+
+/* Bytes of V and O per chunk: sized to stay in the caches (measured: see the results file). */
+static int64_t wino_chunk_bytes(void) {
+    const char *e = getenv("KILN_WINO_CHUNK_KB");
+    const int64_t v = e ? atoll(e) * 1024 : 4 << 20;
+    return v > 0 ? v : 4 << 20;
+}
+
+#endif /* __AVX512F__ */
+
+bool kn_wino_suits(const kn_wino_shape *s, int threads) {
+#if defined(__AVX512F__)
+    (void)threads;
+    const char *e = getenv("KILN_WINO");
+    if (e && e[0] == '0') return false;
+    if (e && e[0] == '1') return s->C >= 1 && s->M >= 1;
+    const int64_t th = (s->OH + 3) / 4, tw = (s->OW + 3) / 4, T = s->N * th * tw;
+    /* 16 tiles: 14x14 planes (256 -> 256: 1.2 -> 0.8 ms in ResNet-50 at 1 thread, its transformed
+     * weights from memory); 7x7 (4 tiles) ran 2x slower than the GEMM */
+    return s->C >= 16 && s->M >= 16 && T >= 16;
+#else
+    (void)s, (void)threads;
+    return false;
+#endif
+}
+
+kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *x, const float *w, const float *bias,
+                         float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
+#if defined(__AVX512F__)
+    const int64_t th = (s->OH + 3) / 4, tw = (s->OW + 3) / 4, R = s->N * th;
+    const size_t ufl = wino_u_floats(s->M, s->C), per = kn_sgemm_packed_a_floats(s->M, s->C);
+    wino_wctx wc = {w, s->M, s->C, true};
+    kn_const_layout lay = {9, {s->M, s->C, 0, 0}};
+    const float *U = w_const ? kn_cpu_const_derived(c, 1, &lay, sizeof(float) * (ufl + 36 * per), wino_make_weights, &wc)
+                             : NULL;
+    float *own = NULL;
+    const float *P = NULL;
+    if (U) {
+        P = U + ufl;
+    } else {
+        wc.pack = false;
+        own = aligned_alloc(64, sizeof(float) * ufl);
+        if (!own) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        wino_make_weights(&wc, own);
+        U = own;
+    }
+    /* rows of 4 tiles or fewer: whole tile rows gathered into full vectors (int32 offsets); at 5-7
+     * tiles a row the gathers cost more than the idle lanes (1 thread: 28x28 128->128 0.39 -> 0.47 ms,
+     * 20x20 256->256 0.76 -> 0.96 ms), at 4 they cost less (14x14 256->256 0.73 -> 0.46 ms) */
+    const char *me = getenv("KILN_WINO_MULTI");
+    const bool multi = (me ? me[0] == '1' : tw <= 4) && tw <= 16 &&
+                       s->N * s->C * s->H * s->W < ((int64_t)1 << 31) - ((int64_t)1 << 24);
+    /* tile rows per chunk: V and O within the budget, at least one row */
+    const int64_t row_bytes = 36 * 4 * (s->C + s->M) * tw;
+    const int64_t rows = max64(1, min64(R, wino_chunk_bytes() / row_bytes));
+    const int64_t Tmax = rows * tw;
+    const size_t vfloats = (size_t)(36 * (s->C + s->M) * Tmax + 16);
+    float *V = kn_conv_thread_buffer(vfloats), *Vown = NULL;
+    if (!V) V = Vown = aligned_alloc(64, sizeof(float) * vfloats);
+    const float **ap = malloc(sizeof(float *) * 36 * 4);
+    if (!V || !ap) {
+        free(Vown);
+        free(ap);
+        free(own);
+        return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    const float **apk = ap + 36, **bp = ap + 72;
+    float **cp = (float **)(ap + 108);
+    float *O = V + 36 * s->C * Tmax;
+    kiln_status st = KILN_OK;
+    for (int64_t r0 = 0; r0 < R && !st; r0 += rows) {
+        const int64_t nr = min64(rows, R - r0), Tb = nr * tw;
+        wino_job j = {s, x, y, bias, V, O, th, tw, r0, nr, Tb, epi, epi_ctx, multi ? 16 / tw : 1};
+        const int64_t nvec = (nr + j.G - 1) / j.G;
+        if (multi) kn_parallel_for(c->pool, nvec * ((s->C + 15) / 16), 1, wino_in_multi, &j);
+        else kn_parallel_for(c->pool, s->C * nr, max64(1, 16 / ((tw + 15) / 16 * 4)), wino_in_range, &j);
+        for (int xi = 0; xi < 36; xi++) {
+            ap[xi] = U + xi * s->M * s->C;
+            apk[xi] = P ? P + xi * per : NULL;
+            bp[xi] = V + xi * s->C * Tb;
+            cp[xi] = O + xi * s->M * Tb;
+        }
+        kn_sgemm_batch g = {.count = 36, .M = s->M, .N = Tb, .K = s->C, .alpha = 1.0f, .beta = 0.0f, .a = ap,
+                            .lda = s->C, .b = bp, .ldb = Tb, .c = cp, .ldc = Tb};
+        if (P) g.a_packed = apk;
+        st = kn_sgemm_run(c->pool, &g);
+        if (st) break;
+        if (multi) kn_parallel_for(c->pool, nvec * ((s->M + 15) / 16), 1, wino_out_multi, &j);
+        else kn_parallel_for(c->pool, s->M * nr, max64(1, 16 / ((tw + 15) / 16 * 4)), wino_out_range, &j);
+    }
+    free(Vown);
+    free(ap);
+    free(own);
+    return st ? kn_kernel_error(c, st, "out of memory in the GEMM") : KILN_OK;
+#else
+    (void)s, (void)x, (void)w, (void)bias, (void)y, (void)epi, (void)epi_ctx, (void)w_const;
+    return kn_kernel_error(c, KILN_ERR_INTERNAL, "Winograd convolution without AVX-512");
+#endif
+}

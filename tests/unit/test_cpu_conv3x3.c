@@ -1,0 +1,176 @@
+/* The CPU's 3x3 convolutions (conv_winograd.c's F(4x4, 3x3) at stride 1, conv.c's direct kernel
+ * with output channels in the lanes at stride 2, the implicit GEMM for the rest: dilation, groups,
+ * few channels) against the definition in double over many shapes: odd plane sizes (partial 4x4
+ * tiles, rows of more than 16 tiles, partial pixel tiles), every padding combination including
+ * none and asymmetric, batch > 1, channel counts that are not multiples of the vector width, bias
+ * or none, weights a constant (transformed once per session, two runs) or a graph input
+ * (transformed per call), a fused Relu (level 3: the epilogue), 1 and 2 threads, and both fast
+ * paths forced on (KILN_WINO=1, KILN_CL3=1) for the shapes their choice leaves to the GEMM. The
+ * error bound scales with sum |x| |w| over each output's window: F(4x4, 3x3) rounds more than a
+ * direct sum (about 10x), within float accuracy. */
+#include "test_model_builder.h"
+
+#include "kiln.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct c3_case {
+    int64_t N, C, H, W, M, s, d, g;
+    int64_t pads[4]; /* top, left, bottom, right */
+    bool bias, w_input, relu;
+} c3_case;
+
+static int64_t c3_out(int64_t in, int64_t s, int64_t d, int64_t p0, int64_t p1) {
+    return (in + p0 + p1 - d * 2 - 1) / s + 1;
+}
+
+static unsigned char *c3_model(const c3_case *t, kiln_tensor **consts, size_t *size) {
+    tmb b;
+    tmb_init(&b, 23);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){t->N, t->C, t->H, t->W}, NULL);
+    int64_t wd[4] = {t->M, t->C / t->g, 3, 3};
+    int w;
+    if (t->w_input) {
+        w = tmb_input(&b, "w", KILN_DTYPE_FLOAT, 4, wd, NULL);
+    } else {
+        w = tmb_const(&b, "w", 4, wd, 0.3f);
+        kn_tensor_clone(b.g->values[w].constant, &consts[0]);
+    }
+    int bias = t->bias ? tmb_const(&b, "b", 1, (int64_t[]){t->M}, 0.5f) : -1;
+    if (t->bias) kn_tensor_clone(b.g->values[bias].constant, &consts[1]);
+    int y = tmb_value(&b, "y"), r = tmb_value(&b, "r");
+    int node = tmb_node(&b, "Conv", (int[]){x, w, bias}, t->bias ? 3 : 2, y);
+    tmb_ints(&b, node, "kernel_shape", (int64_t[]){3, 3}, 2);
+    tmb_ints(&b, node, "strides", (int64_t[]){t->s, t->s}, 2);
+    tmb_ints(&b, node, "dilations", (int64_t[]){t->d, t->d}, 2);
+    tmb_ints(&b, node, "pads", (int64_t[]){t->pads[0], t->pads[1], t->pads[2], t->pads[3]}, 4);
+    if (t->g > 1) tmb_int(&b, node, "group", t->g);
+    if (t->relu) {
+        tmb_node(&b, "Relu", (int[]){y}, 1, r);
+        tmb_output(&b, r);
+    } else {
+        tmb_output(&b, y);
+    }
+    return tmb_finish(&b, size);
+}
+
+/* want: the convolution in double; scale: sum |x w| over each output's window (+ |bias|). */
+static void c3_reference(const c3_case *t, const float *x, const float *w, const float *bias, int64_t OH, int64_t OW,
+                         double *want, double *scale) {
+    const int64_t Cg = t->C / t->g, Mg = t->M / t->g;
+    for (int64_t n = 0; n < t->N; n++)
+        for (int64_t m = 0; m < t->M; m++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    double acc = bias ? bias[m] : 0.0, sc = bias ? fabs(bias[m]) : 0.0;
+                    const int64_t g = m / Mg;
+                    for (int64_t c = 0; c < Cg; c++)
+                        for (int64_t kh = 0; kh < 3; kh++)
+                            for (int64_t kw = 0; kw < 3; kw++) {
+                                int64_t ih = oh * t->s - t->pads[0] + kh * t->d, iw = ow * t->s - t->pads[1] + kw * t->d;
+                                if (ih < 0 || ih >= t->H || iw < 0 || iw >= t->W) continue;
+                                double p = (double)x[((n * t->C + g * Cg + c) * t->H + ih) * t->W + iw] *
+                                           w[((m * Cg + c) * 3 + kh) * 3 + kw];
+                                acc += p;
+                                sc += fabs(p);
+                            }
+                    if (t->relu && acc < 0) acc = 0;
+                    const size_t i = (size_t)(((n * t->M + m) * OH + oh) * OW + ow);
+                    want[i] = acc;
+                    scale[i] = sc;
+                }
+}
+
+KN_TEST(cpu_conv3x3_matches_definition) {
+    const c3_case cases[] = {
+        {1, 64, 56, 56, 64, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* ResNet layer 1 */
+        {2, 32, 14, 14, 32, 1, 1, 1, {1, 1, 1, 1}, false, false, true},   /* batch, Relu fused */
+        {1, 19, 23, 37, 21, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* odd sizes and channels */
+        {1, 17, 30, 70, 40, 1, 1, 1, {0, 0, 0, 0}, true, false, false},   /* no pads, 17 tiles a row */
+        {1, 24, 33, 29, 33, 1, 1, 1, {2, 0, 1, 2}, false, false, true},   /* asymmetric pads */
+        {3, 16, 9, 9, 16, 1, 1, 1, {1, 1, 1, 1}, true, true, false},      /* W a graph input, batch 3 */
+        {1, 3, 20, 21, 5, 1, 1, 1, {1, 1, 1, 1}, true, false, false},     /* 3 -> 5 channels */
+        {1, 16, 8, 150, 18, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* 38 tiles a row: 3 vectors */
+        {2, 20, 3, 4, 24, 1, 1, 1, {0, 1, 0, 1}, false, false, true},     /* one tile row, partial */
+        {1, 40, 10, 10, 48, 1, 1, 1, {1, 1, 1, 1}, true, false, false},
+        {1, 33, 28, 28, 31, 2, 1, 1, {1, 1, 1, 1}, true, false, false},   /* stride 2: GEMM */
+        {1, 16, 20, 20, 16, 1, 2, 1, {2, 2, 2, 2}, true, false, false},   /* dilation 2: GEMM */
+        {1, 32, 12, 12, 32, 1, 1, 2, {1, 1, 1, 1}, true, false, false},   /* groups: GEMM */
+        {2, 128, 14, 14, 96, 1, 1, 1, {1, 1, 1, 1}, true, false, true},   /* deeper channels */
+        {1, 64, 28, 28, 64, 2, 1, 1, {1, 1, 1, 1}, true, false, true},    /* stride 2: the direct path */
+        {2, 12, 33, 47, 32, 2, 1, 1, {1, 0, 0, 1}, false, false, false},  /* odd, 24 columns a row */
+        {1, 24, 40, 200, 32, 2, 1, 1, {1, 1, 1, 1}, true, true, false},   /* 100-pixel rows, W input */
+        {1, 16, 15, 15, 64, 2, 1, 1, {0, 0, 0, 0}, true, false, false},   /* 7-pixel rows, no pads */
+        {3, 40, 14, 14, 32, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* stride 1 (forced direct) */
+        {1, 64, 7, 7, 64, 1, 1, 1, {1, 1, 1, 1}, true, false, true},      /* 7x7 stride 1: direct */
+        {2, 128, 9, 9, 256, 2, 1, 1, {1, 1, 1, 1}, true, false, true},    /* 1.2 MB of weights: by channel blocks */
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const c3_case *t = &cases[ci];
+        kiln_tensor *consts[2] = {0};
+        size_t size;
+        unsigned char *m = c3_model(t, consts, &size);
+        if (!m) continue;
+        const int64_t OH = c3_out(t->H, t->s, t->d, t->pads[0], t->pads[2]);
+        const int64_t OW = c3_out(t->W, t->s, t->d, t->pads[1], t->pads[3]);
+        uint32_t seed = 1234 + (uint32_t)ci;
+        kiln_tensor *x = NULL, *w = consts[0];
+        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->C, t->H, t->W}, 4, &x);
+        float *xp = kiln_tensor_data(x);
+        for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) xp[i] = tmb_rand(&seed);
+        if (t->w_input) {
+            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->M, t->C / t->g, 3, 3}, 4, &w);
+            float *wp = kiln_tensor_data(w);
+            for (int64_t i = 0; i < kiln_tensor_element_count(w); i++) wp[i] = 0.3f * tmb_rand(&seed);
+        }
+        const size_t ny = (size_t)(t->N * t->M * OH * OW);
+        double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
+        c3_reference(t, xp, kiln_tensor_data(w), consts[1] ? kiln_tensor_data(consts[1]) : NULL, OH, OW, want, scale);
+        for (int force = 0; force <= 1; force++) {
+            if (force) setenv("KILN_WINO", "1", 1), setenv("KILN_CL3", "1", 1);
+            for (int threads = 1; threads <= 2; threads++)
+                for (int level = 0; level <= 3; level += 3) {
+                    kiln_session_options *o = NULL;
+                    kiln_session_options_create(&o);
+                    kiln_session_options_set_cache(o, 0, NULL);
+                    kiln_session_options_set_intra_op_threads(o, threads);
+                    kiln_session_options_set_opt_level(o, level);
+                    kiln_session *s = NULL;
+                    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
+                    kiln_session_options_destroy(o);
+                    if (!s) continue;
+                    const char *names[2] = {"x", "w"};
+                    kiln_tensor *ins[2] = {x, w};
+                    for (int run = 0; run < 2; run++) {
+                        kiln_tensor *y = NULL;
+                        CHECK_STATUS(kiln_session_run(s, names, ins, t->w_input ? 2 : 1, NULL, 1, &y), KILN_OK);
+                        if (!y) continue;
+                        CHECK_EQ_INT(kiln_tensor_element_count(y), (int64_t)ny);
+                        const float *got = kiln_tensor_data(y);
+                        size_t bad = 0, first = 0;
+                        for (size_t i = 0; i < ny && kiln_tensor_element_count(y) == (int64_t)ny; i++)
+                            if (!(fabs(got[i] - want[i]) <= 1e-6 + 5e-6 * scale[i])) {
+                                if (!bad) first = i;
+                                bad++;
+                            }
+                        CHECK_MSG(bad == 0,
+                                  "case %zu (%lldx%lldx%lldx%lld -> %lld, s%lld d%lld g%lld), forced %d, %d threads, "
+                                  "level %d, run %d: %zu of %zu outputs differ, first at %zu: %.9g, want %.9g (scale %g)",
+                                  ci, (long long)t->N, (long long)t->C, (long long)t->H, (long long)t->W, (long long)t->M,
+                                  (long long)t->s, (long long)t->d, (long long)t->g, force, threads, level, run, bad, ny,
+                                  first, bad ? got[first] : 0.0, bad ? want[first] : 0.0, bad ? scale[first] : 0.0);
+                        kiln_tensor_destroy(y);
+                    }
+                    kiln_session_destroy(s);
+                }
+            if (force) unsetenv("KILN_WINO"), unsetenv("KILN_CL3");
+        }
+        free(want);
+        free(scale);
+        kiln_tensor_destroy(x);
+        kiln_tensor_destroy(w);
+        kiln_tensor_destroy(consts[1]);
+        free(m);
+    }
+}
