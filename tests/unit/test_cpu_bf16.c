@@ -3,6 +3,7 @@
  * callback, threads), the decision on CPUs without AVX512_BF16 (forced), sessions in bf16 against
  * fp32 within a bf16 bound, and the option in the compiled-cache key. */
 #include "backend/backend.h"
+#include "backend/cpu/const_cache.h"
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/sgemm_bf16.h"
 #include "cache/key.h"
@@ -256,6 +257,27 @@ KN_TEST(bf16_node_list) {
         kn_node n = {.domain = no[i][0], .op_type = no[i][1]};
         CHECK_MSG(!kn_bgemm_node(&n), "%s:%s", no[i][0], no[i][1]);
     }
+}
+
+/* Kept bf16 forms are made only from memory the CPU state already holds (a constant's packed
+ * weights): an address outside it (a per-call buffer) gets NULL, so it is never taken for a
+ * constant whose converted form was kept */
+static void fill_ones(const void *ctx, void *dst) {
+    (void)ctx;
+    memset(dst, 1, 64);
+}
+
+KN_TEST(bf16_kept_forms_only_of_state_memory) {
+    kn_cpu_state *st = NULL;
+    CHECK_STATUS(kn_cpu_state_create(&st), KILN_OK);
+    float local[16] = {0};
+    kn_const_layout lay = {1, {16, 16, 0, 0}};
+    CHECK(kn_cpu_const_rederived(st, local, &lay, 64, fill_ones, NULL) == NULL);
+    CHECK(kn_cpu_const_rederived(NULL, local, &lay, 64, fill_ones, NULL) == NULL);
+    CHECK(!kn_cpu_state_bf16(st));
+    kn_cpu_state_set_bf16(st, true);
+    CHECK(kn_cpu_state_bf16(st));
+    kn_cpu_state_destroy(st);
 }
 
 /* ------------------------------------------------------------------ sessions */
