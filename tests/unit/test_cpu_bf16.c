@@ -10,6 +10,7 @@
 #include "test_model_builder.h"
 #include "unit.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -319,7 +320,7 @@ static kiln_session_options *opts_for(const char *precision) {
 
 /* Runs the mixed model; outs[0..1] are y and z (caller destroys). */
 static kiln_status run_mixed(kiln_session *s, kiln_tensor *outs[2]) {
-    static float xd[40 * 96], cd[8 * 400];
+    float xd[40 * 96], cd[8 * 400]; /* per call: threads call it at once */
     uint32_t seed = 99;
     for (size_t i = 0; i < sizeof xd / sizeof xd[0]; i++) xd[i] = tmb_rand(&seed);
     for (size_t i = 0; i < sizeof cd / sizeof cd[0]; i++) cd[i] = tmb_rand(&seed);
@@ -371,6 +372,52 @@ KN_TEST(bf16_session_against_fp32) {
     kiln_session_destroy(h);
     kiln_session_options_destroy(of);
     kiln_session_options_destroy(oh);
+    free(m);
+}
+
+/* Calls from several threads on one fresh bf16 session (the first ones make the kept weights at
+ * once): every result equals the serial one bit for bit */
+typedef struct par_ctx {
+    kiln_session *s;
+    kiln_tensor *want[2];
+    int bad, failed;
+} par_ctx;
+
+static void *par_main(void *arg) {
+    par_ctx *p = arg;
+    for (int i = 0; i < 6; i++) {
+        kiln_tensor *o[2] = {0};
+        if (run_mixed(p->s, o) != KILN_OK) __atomic_add_fetch(&p->failed, 1, __ATOMIC_RELAXED);
+        else if (p->want[0] && (!tmb_same_tensor(o[0], p->want[0]) || !tmb_same_tensor(o[1], p->want[1])))
+            __atomic_add_fetch(&p->bad, 1, __ATOMIC_RELAXED);
+        kiln_tensor_destroy(o[0]);
+        kiln_tensor_destroy(o[1]);
+    }
+    return NULL;
+}
+
+KN_TEST(bf16_session_concurrent_calls) {
+    NEED_BF16();
+    size_t size;
+    unsigned char *m = mixed_model(&size);
+    if (!m) return;
+    kiln_session_options *o = opts_for("bf16");
+    kiln_session_options_set_max_concurrent_runs(o, 4);
+    kiln_session *ref = NULL, *s = NULL;
+    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &ref), KILN_OK);
+    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
+    par_ctx p = {s, {NULL, NULL}, 0, 0};
+    if (ref && s && run_mixed(ref, p.want) == KILN_OK) {
+        pthread_t t[4];
+        for (int i = 0; i < 4; i++) CHECK(pthread_create(&t[i], NULL, par_main, &p) == 0);
+        for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+        CHECK_MSG(p.failed == 0 && p.bad == 0, "%d calls failed, %d differ from the serial result", p.failed, p.bad);
+    }
+    kiln_tensor_destroy(p.want[0]);
+    kiln_tensor_destroy(p.want[1]);
+    kiln_session_destroy(ref);
+    kiln_session_destroy(s);
+    kiln_session_options_destroy(o);
     free(m);
 }
 
