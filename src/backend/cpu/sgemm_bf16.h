@@ -8,9 +8,11 @@
  * once per product call.
  *
  * How it is wired, so that no kernel file needs to know: the CPU backend's run function marks the
- * calling thread while such a node runs (kn_bgemm_enter/leave), and kn_sgemm_run hands the
- * products it is given on a marked thread to kn_bgemm_run when kn_bgemm_takes says the shape is
- * worth it (else they stay fp32: a row times a matrix, a matrix times a column, a few rows).
+ * calling thread while such a node runs (kn_bgemm_enter/leave; the compiled plan calls such nodes
+ * through that run, not the kernel directly: kn_cpu_node_wraps in backend.h), and kn_sgemm_run
+ * hands the products it is given on a marked thread to kn_bgemm_run when kn_bgemm_takes says the
+ * shape is worth it (else they stay fp32: a row times a matrix, a matrix times a column, a few
+ * rows). Convolutions that do not use the GEMM (Winograd, the direct kernels) stay fp32.
  *
  * CPU support is checked at run time (cpuid and the OS's AVX-512 state), never assumed from the
  * build flags: a CPU without AVX512_BF16 refuses the option when the session is created
@@ -31,7 +33,7 @@ bool kn_bf16_cpu_supported(void);
 bool kn_bf16_cpu_usable(void);
 
 /* The CPU provider's decision on its precision option, made when the session is created:
- * KILN_OK for fp32, and for bf16 when has_bf16 (pass kn_bf16_cpu_supported(); tests force it);
+ * KILN_OK for fp32, and for bf16 when has_bf16 (pass kn_bf16_cpu_usable(); tests force it);
  * otherwise KILN_ERR_UNSUPPORTED with a message saying why (bf16 without AVX512_BF16, or tf32 and
  * fp16, which the CPU provider does not have). `precision` is a kn_precision. */
 kiln_status kn_cpu_precision_check(int precision, bool has_bf16);
