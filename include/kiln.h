@@ -203,7 +203,12 @@ KILN_API void kiln_session_options_destroy(kiln_session_options *options);
 /* Appends an execution provider; providers are tried in the order they were appended, and each
  * node runs on the first one that supports it. With none appended, "cpu" is used.
  * name: "cpu" or "cuda" (copied). keys/values: n provider options as strings (copied), e.g.
- *   cpu:  none yet
+ *   cpu:  "precision"="fp32|bf16": with bf16 the matrix products (MatMul, Gemm, Conv,
+ *         ConvTranspose, kiln's fused MatMul/Gemm/Conv) round their operands to bfloat16 and
+ *         multiply them with AVX512_BF16 (vdpbf16ps), accumulating in fp32; weights are converted
+ *         once per session, everything else stays fp32 (about 2^-9 relative error per product).
+ *         A CPU without AVX512_BF16 refuses it when the session is created (KILN_ERR_NO_DEVICE,
+ *         the message says why); "fp16" and "tf32" are refused too. Default "fp32".
  *   cuda: "device_id"="0", "precision"="fp32|tf32|fp16|bf16", "strict"="0|1",
  *         "workspace_mb"="N", "tuning"="exhaustive|heuristic": how each convolution's cuDNN
  *         algorithm and each product's cuBLASLt algorithm are chosen: by measuring the candidates

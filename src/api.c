@@ -110,7 +110,7 @@ void kiln_session_options_destroy(kiln_session_options *o) {
     } while (0)
 
 /* Provider option keys each provider accepts; values are checked when the session is made. */
-static const char *const kn_cpu_keys[] = {NULL};
+static const char *const kn_cpu_keys[] = {"precision", NULL}; /* fp32 or bf16 (sgemm_bf16.h) */
 static const char *const kn_cuda_keys[] = {"device_id", "precision", "strict", "workspace_mb", "tuning", "graphs",
                                            "activations", NULL};
 

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 /* Options shared by compile and cache key: the common flags, --dim, and provider options that
- * change compilation (--precision, --tuning: options of the cuda provider). */
+ * change compilation (--precision: of the cuda provider, else the cpu's; --tuning: of the cuda provider). */
 typedef struct job_flags {
     cli_common common;
     cli_dim dims[CLI_MAX_DIMS];
@@ -49,17 +49,22 @@ static kiln_session_options *job_options(const job_flags *j, const char *cmd) {
     if (st == KILN_OK) st = kiln_session_options_set_opt_level(o, j->common.opt_level);
     if (st == KILN_OK) st = kiln_session_options_set_intra_op_threads(o, j->common.threads);
     if (st == KILN_OK) st = kiln_session_options_set_log_level(o, (kiln_log_level)j->common.log_level);
-    /* the --provider list (items NAME[:KEY=VALUE...]), with --precision and --tuning added to cuda's */
+    /* the --provider list (items NAME[:KEY=VALUE...]), with --precision and --tuning added to cuda's;
+     * without cuda, --precision goes to the cpu's (fp32 or bf16) */
     char list[512], items[256];
     size_t used = 0;
     bool cuda_named = false;
     list[0] = 0;
     snprintf(items, sizeof items, "%s", j->common.providers);
+    for (char *save = NULL, *p = strtok_r(items, ",", &save); p; p = strtok_r(NULL, ",", &save))
+        cuda_named |= strcspn(p, ":") == 4 && !strncmp(p, "cuda", 4);
+    snprintf(items, sizeof items, "%s", j->common.providers);
     for (char *save = NULL, *p = strtok_r(items, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
         size_t name_len = strcspn(p, ":");
         used += (size_t)snprintf(list + used, used < sizeof list ? sizeof list - used : 0, "%s%s", used ? "," : "", p);
+        if (!cuda_named && name_len == 3 && !strncmp(p, "cpu", 3) && j->precision)
+            used += (size_t)snprintf(list + used, used < sizeof list ? sizeof list - used : 0, ":precision=%s", j->precision);
         if (name_len != 4 || strncmp(p, "cuda", 4)) continue;
-        cuda_named = true;
         if (j->precision)
             used += (size_t)snprintf(list + used, used < sizeof list ? sizeof list - used : 0, ":precision=%s", j->precision);
         if (j->tuning)
@@ -67,8 +72,8 @@ static kiln_session_options *job_options(const job_flags *j, const char *cmd) {
     }
     if (st == KILN_OK && used >= sizeof list)
         st = kn_error(KILN_ERR_INVALID_ARGUMENT, "the provider list is too long");
-    if (st == KILN_OK && (j->precision || j->tuning) && !cuda_named)
-        st = kn_error(KILN_ERR_INVALID_ARGUMENT, "--precision and --tuning are options of the cuda provider: add --provider cuda");
+    if (st == KILN_OK && j->tuning && !cuda_named)
+        st = kn_error(KILN_ERR_INVALID_ARGUMENT, "--tuning is an option of the cuda provider: add --provider cuda");
     if (st == KILN_OK && cli_add_providers(o, list)) {
         kiln_session_options_destroy(o);
         return NULL;

@@ -66,7 +66,7 @@ static const cli_opt inspect_opts[] = {
 static const cli_opt compile_opts[] = {
     {"-o, --output", "FILE.kiln", "the compiled file to write (required)", NULL, "@file"},
     OPT_DIM,
-    {"--precision", "P", "cuda precision: fp32, tf32, fp16 or bf16 (needs --provider cuda)", "fp32",
+    {"--precision", "P", "cuda precision: fp32, tf32, fp16 or bf16 (with --provider cuda); without cuda, the cpu's: fp32 or bf16", "fp32",
      "fp32 tf32 fp16 bf16"},
     {"--tuning", "T", "cuda kernel choice: exhaustive (measured) or heuristic (needs --provider cuda)",
      "exhaustive", "exhaustive heuristic"},

@@ -5,6 +5,7 @@
 
 #include "backend/cpu/const_cache.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/sgemm_bf16.h"
 #include "util/log.h"
 
 #include <errno.h>
@@ -21,11 +22,16 @@ static int cpu_available(const char **reason) {
 static size_t cpu_device_count(void) { return 1; }
 static const char *cpu_device_description(size_t i) { return kiln_device_description("cpu", i); }
 
-/* The state holds what kernels derive once per session from constants (packed weights). */
+/* The state holds what kernels derive once per session from constants (packed weights), and the
+ * precision: fp32, or bf16 where the CPU has AVX512_BF16 (refused here otherwise: sgemm_bf16.h). */
 static kiln_status cpu_init(const kn_backend_config *cfg, void **state_out) {
-    (void)cfg;
     *state_out = NULL;
-    return kn_cpu_state_create((kn_cpu_state **)state_out);
+    const bool bf16 = cfg && cfg->precision == KN_PRECISION_BF16;
+    if (cfg) KN_TRY(kn_cpu_precision_check(cfg->precision, bf16 && kn_bf16_cpu_usable()));
+    KN_TRY(kn_cpu_state_create((kn_cpu_state **)state_out));
+    kn_cpu_state_set_bf16(*state_out, bf16);
+    if (bf16) kn_log(KILN_LOG_INFO, "provider 'cpu': matrix products in bf16 with fp32 accumulation (AVX512_BF16)");
+    return KILN_OK;
 }
 static void cpu_destroy(void *state) { kn_cpu_state_destroy(state); }
 
@@ -39,8 +45,17 @@ static bool cpu_overwrites(const void *kernel) {
     return (((const kn_cpu_kernel *)kernel)->flags & KN_KERNEL_OVERWRITES) != 0;
 }
 
+bool kn_cpu_node_wraps(void *state, const kn_node *n) { return kn_cpu_state_bf16(state) && kn_bgemm_node(n); }
+
 static kiln_status cpu_run(void *state, const void *kernel, kn_kernel_ctx *c) {
-    (void)state;
+    if (kn_cpu_node_wraps(state, c->node)) {
+        /* precision=bf16: this node's GEMM calls run in bf16 */
+        kn_bgemm_scope scope;
+        kn_bgemm_enter(state, &scope);
+        kiln_status st = ((const kn_cpu_kernel *)kernel)->run(c);
+        kn_bgemm_leave(&scope);
+        return st;
+    }
     return ((const kn_cpu_kernel *)kernel)->run(c);
 }
 

@@ -155,6 +155,10 @@ typedef struct kn_runtime {
 } kn_runtime;
 
 extern const kn_backend_ops kn_backend_cpu;
+/* Whether the CPU backend's run does work around this node's kernel (precision=bf16: it marks the
+ * thread so that the node's products run in bf16), so that an executor must call the kernel through
+ * kn_backend_cpu.run with this state, not directly. */
+bool kn_cpu_node_wraps(void *state, const kn_node *n);
 #ifdef KILN_HAVE_CUDA
 extern const kn_backend_ops kn_backend_cuda;
 /* cuBLASLt and cuDNN, loaded at first use (cuda_libs.c): loads them, says whether cuBLASLt loaded

@@ -77,8 +77,11 @@ static kiln_status add_graph(kn_plan *p, const kn_graph *g, const kn_runtime *rt
             s->be = be;
             if (be->ops->overwrites && be->ops->overwrites(n->kernel)) s->flags |= KN_STEP_OVERWRITES;
             if (be->ops->device != KN_DEVICE_HOST) s->flags |= KN_STEP_DEVICE;
-            /* the CPU backend's run calls the kernel: the step calls it directly */
-            if (be->ops == &kn_backend_cpu) k = n->kernel;
+            /* the CPU backend's run calls the kernel: the step calls it directly, unless the run
+             * wraps it (precision=bf16 marks the thread around a matrix product's kernel); such a
+             * step goes through the run, with the kernel's prepared parameters all the same */
+            if (be->ops == &kn_backend_cpu && !kn_cpu_node_wraps(be->state, n)) k = n->kernel;
+            else if (be->ops == &kn_backend_cpu && params) s->params = prepare_params(n, n->kernel);
         } else {
             k = n->kernel;
             if (!k) {

@@ -230,6 +230,11 @@ PY
   expect "inspect .kiln plan"     0 "^memory plan: " -- inspect "$work/relu.kiln"
   expect "inspect .kiln tuning"   0 "^tuning records: " -- inspect "$work/relu.kiln"
   expect "inspect .kiln graph"    0 "^  x: float\[2,4\]" -- inspect "$work/relu.kiln"
+  # --precision without cuda is the cpu's (bf16 needs AVX512_BF16: KILN_CPU_NO_BF16=1 acts as a CPU without)
+  expect "compile --precision bf16 (cpu)" 0 "providers=cpu\{precision=bf16\}" -- cache key "$m" --dim batch=2 --precision bf16
+  expect "compile --tuning without cuda" 1 "--tuning is an option of the cuda provider" -- compile "$m" --dim batch=2 --tuning heuristic -o "$work/x.kiln"
+  out=$(KILN_CPU_NO_BF16=1 "$kiln" run "$m" --dim batch=2 --provider cpu:precision=bf16 2>&1); rc=$?
+  if [ "$rc" -ne 0 ] && grep -q "AVX512_BF16" <<<"$out"; then pass=$((pass + 1)); else echo "FAIL cpu:precision=bf16 without AVX512_BF16: status $rc: $out"; fail=$((fail + 1)); fi
   size=$(stat -c %s "$work/relu.kiln")
   cp "$work/relu.kiln" "$work/bad.kiln"; printf 'XXXX' | dd of="$work/bad.kiln" bs=1 seek=$((size - 8)) conv=notrunc 2>/dev/null
   expect "inspect corrupt .kiln"  1 "bad.kiln: .*the file is corrupt" -- inspect "$work/bad.kiln"

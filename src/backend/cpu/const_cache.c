@@ -13,13 +13,20 @@ typedef struct const_entry {
     const kn_tensor *tensor; /* NULL: empty slot */
     kn_const_layout layout;
     void *data;
+    size_t bytes;
 } const_entry;
 
 struct kn_cpu_state {
     pthread_mutex_t lock; /* a session runs one call at a time, but subgraphs may share it */
     const_entry *slots;
     size_t cap, used; /* cap is a power of two */
+    bool bf16;        /* precision=bf16 (sgemm_bf16.h) */
 };
+
+void kn_cpu_state_set_bf16(kn_cpu_state *s, bool on) {
+    if (s) s->bf16 = on;
+}
+bool kn_cpu_state_bf16(const kn_cpu_state *s) { return s && s->bf16; }
 
 kiln_status kn_cpu_state_create(kn_cpu_state **out) {
     *out = NULL;
@@ -106,8 +113,44 @@ const void *kn_cpu_const_derived(const kn_kernel_ctx *c, int input, const kn_con
         if (data) {
             make(ctx, data);
             const_entry *e = probe(s, t, layout);
-            *e = (const_entry){t, *layout, data};
+            *e = (const_entry){t, *layout, data, bytes};
             s->used++;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return data;
+}
+
+/* Derived forms of derived forms (the bf16 copies of packed weights) are keyed by the address they
+ * were made from, in the same table: the key's tensor field holds that address, which no tensor
+ * can share while the form it points into lives, and the layout's kind is negated. */
+const void *kn_cpu_const_rederived(kn_cpu_state *s, const void *base, const kn_const_layout *layout, size_t bytes,
+                                   kn_const_make_fn make, const void *ctx) {
+    if (!s || !base) return NULL;
+    const kn_tensor *key = (const kn_tensor *)base;
+    kn_const_layout lay = *layout;
+    lay.kind = -1 - layout->kind;
+    void *data = NULL;
+    pthread_mutex_lock(&s->lock);
+    if (s->cap && probe(s, key, &lay)->tensor) {
+        data = probe(s, key, &lay)->data;
+    } else {
+        /* first request: base must lie inside a form of this state (it then lives as long) */
+        bool owned = false;
+        const char *b = base;
+        for (size_t i = 0; i < s->cap && !owned; i++) {
+            const const_entry *e = &s->slots[i];
+            owned = e->tensor && e->layout.kind >= 0 && b >= (const char *)e->data && b < (const char *)e->data + e->bytes;
+        }
+        if (owned && ((s->used + 1) * 2 <= s->cap || grow(s))) {
+            size_t rounded = (bytes + 63) / 64 * 64;
+            data = aligned_alloc(64, rounded ? rounded : 64);
+            if (data) {
+                make(ctx, data);
+                const_entry *e = probe(s, key, &lay);
+                *e = (const_entry){key, lay, data, bytes};
+                s->used++;
+            }
         }
     }
     pthread_mutex_unlock(&s->lock);

@@ -10,6 +10,7 @@
 
 #include "exec/kernel.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,5 +35,18 @@ typedef void (*kn_const_make_fn)(const void *ctx, void *dst);
  * runs outside a session, or when memory runs out: the caller then derives it per call. */
 const void *kn_cpu_const_derived(const kn_kernel_ctx *c, int input, const kn_const_layout *layout, size_t bytes,
                                  kn_const_make_fn make, const void *ctx);
+
+/* bf16 precision (sgemm_bf16.h): whether the session's CPU provider runs its matrix products in
+ * bf16, set once when the backend is made. */
+void kn_cpu_state_set_bf16(kn_cpu_state *s, bool on);
+bool kn_cpu_state_bf16(const kn_cpu_state *s);
+
+/* A form derived from `base`, where base points into a derived form this state already holds (a
+ * constant's packed weights, the data of a kn_cpu_const_derived result or a part of it): made by
+ * make(ctx, dst) the first time, keyed by base and layout, kept with the session. NULL when base is
+ * not inside such a form (so a per-call buffer is never mistaken for a constant) or when memory
+ * runs out: the caller then derives it per call. */
+const void *kn_cpu_const_rederived(kn_cpu_state *s, const void *base, const kn_const_layout *layout, size_t bytes,
+                                   kn_const_make_fn make, const void *ctx);
 
 #endif

@@ -15,6 +15,7 @@
  * streaming GEMV / dot products without packing; small M with untransposed B reads B in place
  * (packing B would cost as much as the product). */
 #include "backend/cpu/sgemm.h"
+#include "backend/cpu/sgemm_bf16.h"
 #include "backend/cpu/vec_math.h"
 
 #include <pthread.h>
@@ -919,6 +920,8 @@ static void scale_c(const kn_sgemm_batch *p) {
 
 kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
     if (p->count <= 0 || p->M <= 0 || p->N <= 0) return KILN_OK;
+    /* precision=bf16: the products of a node that runs in bf16 (sgemm_bf16.h) */
+    if (kn_bgemm_active() && kn_bgemm_takes(p)) return kn_bgemm_run(pool, p);
     if (p->K <= 0) {
         scale_c(p);
         return KILN_OK;

@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""kiln's CPU precision=bf16 on whole models: kiln bf16, OpenVINO bf16 and kiln fp32 side by side.
+
+Models: ResNet-50 (torchvision's v1.5 layout), BERT-base (12 layers, 768 wide, sequence 128, the
+transformers export's graph: LayerNormalization, Erf GELU, attention as MatMul/Softmax with the
+additive mask) and ViT-B/16 (timm's layout: patch Conv, class token, pre-LN blocks, head). Where
+torch is installed, bench/cpu_models.py exports ResNet-50 and BERT-base; this script builds all
+three directly with onnx.helper (seeded random weights at the frameworks' initialisation scales,
+as the zoo's models have), so it runs on machines without torch. --model NAME=PATH adds any .onnx.
+
+For each model and thread count, in one process, alternating rounds (each round the median of its
+runs, the result the median of the rounds): kiln with cpu:precision=bf16, OpenVINO with
+INFERENCE_PRECISION_HINT=bf16 (its default on CPUs with avx512_bf16), kiln fp32, and OpenVINO f32
+and ONNX Runtime fp32 for reference. Accuracy of every runtime against ONNX Runtime fp32: relative
+L2 (||got - ref|| / ||ref||) and max |got - ref| / max |ref| over the outputs.
+
+    bench/cpu_bf16_models.py [--build build] [--work /tmp/kiln-bf16-models] [--threads 1,2]
+                             [--rounds 5] [--seconds 1.0] [--only resnet50,bert_base,vit_base]
+                             [--model NAME=PATH ...] [--no-peers] [--clock wall|process] [--out FILE]
+
+Needs numpy, onnx, onnxruntime; OpenVINO optional (`pip install openvino`).
+Writes bench/results/cpu-bf16-DATE.md (or --out).
+"""
+import argparse
+import ctypes
+import datetime
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from benchutil import cpu_name  # noqa: E402
+from op_sweep import Kiln, KilnSession  # noqa: E402
+
+
+# ------------------------------------------------------------------ model builders
+
+class G:
+    """Nodes and initialisers of one graph, named in order."""
+
+    def __init__(self, seed):
+        self.nodes, self.inits, self.n = [], [], 0
+        self.rng = np.random.default_rng(seed)
+
+    def name(self, p):
+        self.n += 1
+        return f"{p}_{self.n}"
+
+    def const(self, a, p="w"):
+        n = self.name(p)
+        self.inits.append(numpy_helper.from_array(np.asarray(a), n))
+        return n
+
+    def op(self, t, ins, p=None, **attrs):
+        out = self.name(p or t.lower())
+        self.nodes.append(helper.make_node(t, ins, [out], name=out, **attrs))
+        return out
+
+    def normal(self, shape, std):
+        return (self.rng.standard_normal(shape) * std).astype(np.float32)
+
+    def uniform(self, shape, lo, hi):
+        return self.rng.uniform(lo, hi, shape).astype(np.float32)
+
+    def model(self, inputs, outputs, opset=17):
+        g = helper.make_graph(self.nodes, "g", inputs, outputs, self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="kiln-bench")
+        m.ir_version = 8
+        return m
+
+
+def conv_bn(g, x, cin, cout, k, stride, relu=True):
+    # torchvision: kaiming_normal_(fan_out, relu); eval-mode BatchNorm with running statistics
+    w = g.normal((cout, cin, k, k), np.sqrt(2.0 / (cout * k * k)))
+    y = g.op("Conv", [x, g.const(w)], kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4)
+    y = g.op("BatchNormalization", [y, g.const(g.uniform(cout, 0.5, 1.5)), g.const(g.normal(cout, 0.1)),
+                                    g.const(g.normal(cout, 0.1)), g.const(g.uniform(cout, 0.5, 1.5))], epsilon=1e-5)
+    return g.op("Relu", [y]) if relu else y
+
+
+def resnet50():
+    g = G(0)
+    y = conv_bn(g, "input", 3, 64, 7, 2)
+    y = g.op("MaxPool", [y], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for width, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
+        for b in range(blocks):
+            s = stride if b == 0 else 1
+            h = conv_bn(g, y, cin, width, 1, 1)
+            h = conv_bn(g, h, width, width, 3, s)
+            h = conv_bn(g, h, width, width * 4, 1, 1, relu=False)
+            sc = conv_bn(g, y, cin, width * 4, 1, s, relu=False) if b == 0 else y
+            y = g.op("Relu", [g.op("Add", [h, sc])])
+            cin = width * 4
+    y = g.op("Flatten", [g.op("GlobalAveragePool", [y])])
+    bound = 1 / np.sqrt(2048)
+    y = g.op("Gemm", [y, g.const(g.uniform((1000, 2048), -bound, bound)), g.const(g.uniform(1000, -bound, bound))],
+             transB=1)
+    g.nodes[-1].output[0] = "logits"
+    return g.model([helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 224, 224])],
+                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])])
+
+
+def linear(g, x, din, dout, std=0.02):
+    y = g.op("MatMul", [x, g.const(g.normal((din, dout), std))])
+    return g.op("Add", [y, g.const(g.normal(dout, std))])
+
+
+def layer_norm(g, x, d):
+    return g.op("LayerNormalization", [x, g.const(g.uniform(d, 0.8, 1.2)), g.const(g.normal(d, 0.02))],
+                axis=-1, epsilon=1e-12)
+
+
+def gelu(g, x):
+    e = g.op("Erf", [g.op("Div", [x, g.const(np.float32(np.sqrt(2.0)))])])
+    return g.op("Mul", [g.op("Mul", [x, g.op("Add", [e, g.const(np.float32(1.0))])]), g.const(np.float32(0.5))])
+
+
+def attention(g, x, s, d, heads, mask=None):
+    hd = d // heads
+    shp = g.const(np.array([1, s, heads, hd], np.int64))
+
+    def split(t, perm):
+        return g.op("Transpose", [g.op("Reshape", [t, shp])], perm=perm)
+    q = split(linear(g, x, d, d), [0, 2, 1, 3])
+    k = split(linear(g, x, d, d), [0, 2, 3, 1])
+    v = split(linear(g, x, d, d), [0, 2, 1, 3])
+    sc = g.op("Div", [g.op("MatMul", [q, k]), g.const(np.float32(np.sqrt(hd)))])
+    if mask is not None:
+        sc = g.op("Add", [sc, mask])
+    p = g.op("Softmax", [sc], axis=-1)
+    o = g.op("Transpose", [g.op("MatMul", [p, v])], perm=[0, 2, 1, 3])
+    o = g.op("Reshape", [o, g.const(np.array([1, s, d], np.int64))])
+    return linear(g, o, d, d)
+
+
+def bert_base(s=128, d=768, heads=12, layers=12, ff=3072, vocab=30522):
+    g = G(1)
+    emb = g.op("Gather", [g.const(g.normal((vocab, d), 0.02)), "input_ids"])
+    emb = g.op("Add", [emb, g.const(g.normal((1, s, d), 0.02))])  # positions 0..s-1 and token type 0
+    x = layer_norm(g, emb, d)
+    m = g.op("Cast", [g.op("Unsqueeze", ["attention_mask", g.const(np.array([1, 2], np.int64))])], to=TensorProto.FLOAT)
+    mask = g.op("Mul", [g.op("Sub", [g.const(np.float32(1.0)), m]), g.const(np.float32(-10000.0))])
+    for _ in range(layers):
+        x = layer_norm(g, g.op("Add", [attention(g, x, s, d, heads, mask), x]), d)
+        h = linear(g, gelu(g, linear(g, x, d, ff)), ff, d)
+        x = layer_norm(g, g.op("Add", [h, x]), d)
+    g.nodes[-1].output[0] = "last_hidden_state"
+    return g.model([helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, s]),
+                    helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, s])],
+                   [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [1, s, d])])
+
+
+def vit_base(d=768, heads=12, layers=12, ff=3072, patch=16, img=224):
+    g = G(2)
+    n = (img // patch) ** 2
+    w = g.normal((d, 3, patch, patch), np.sqrt(1.0 / (3 * patch * patch)))
+    y = g.op("Conv", ["pixel_values", g.const(w), g.const(g.normal(d, 0.02))], kernel_shape=[patch, patch],
+             strides=[patch, patch])
+    y = g.op("Transpose", [g.op("Reshape", [y, g.const(np.array([1, d, n], np.int64))])], perm=[0, 2, 1])
+    x = g.op("Concat", [g.const(g.normal((1, 1, d), 0.02)), y], axis=1)
+    x = g.op("Add", [x, g.const(g.normal((1, n + 1, d), 0.02))])
+    for _ in range(layers):
+        x = g.op("Add", [x, attention(g, layer_norm(g, x, d), n + 1, d, heads)])
+        x = g.op("Add", [x, linear(g, gelu(g, linear(g, layer_norm(g, x, d), d, ff)), ff, d)])
+    x = layer_norm(g, x, d)
+    cls = g.op("Gather", [x, g.const(np.array(0, np.int64))], axis=1)
+    y = g.op("Gemm", [cls, g.const(g.normal((1000, d), 0.02)), g.const(np.zeros(1000, np.float32))], transB=1)
+    g.nodes[-1].output[0] = "logits"
+    return g.model([helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, [1, 3, img, img])],
+                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])])
+
+
+BUILDERS = {"resnet50": resnet50, "bert_base": bert_base, "vit_base": vit_base}
+
+
+def feeds_for(path):
+    m = onnx.load(path, load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for i in m.graph.input:
+        if i.name in inits:
+            continue
+        t = i.type.tensor_type
+        shape = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
+        if t.elem_type == TensorProto.FLOAT:
+            feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+        elif "mask" in i.name:
+            feeds[i.name] = np.ones(shape, np.int64)
+        else:
+            feeds[i.name] = rng.integers(0, 1000, shape).astype(np.int64)
+    return feeds
+
+
+# ------------------------------------------------------------------ runners
+
+class KilnOptSession(KilnSession):
+    """op_sweep.KilnSession with provider options ("cpu:precision=bf16")."""
+
+    def __init__(self, k, model, threads, provider, feeds):
+        L = k.L
+        o = ctypes.c_void_p()
+        L.kiln_session_options_create(ctypes.byref(o))
+        L.kiln_session_options_set_cache(o, 0, None)
+        L.kiln_session_options_set_intra_op_threads(o, threads)
+        for item in provider.split(","):
+            name, *kvs = item.split(":")
+            keys = [kv.split("=", 1)[0].encode() for kv in kvs]
+            vals = [kv.split("=", 1)[1].encode() for kv in kvs]
+            ka, va = (ctypes.c_char_p * max(1, len(keys)))(*keys), (ctypes.c_char_p * max(1, len(vals)))(*vals)
+            if L.kiln_session_options_append_provider(o, name.encode(), ka, va, len(keys)):
+                L.kiln_session_options_destroy(o)
+                raise RuntimeError(k.err())
+        s = ctypes.c_void_p()
+        st = L.kiln_session_create_from_memory(model, len(model), None, o, ctypes.byref(s))
+        L.kiln_session_options_destroy(o)
+        if st:
+            raise RuntimeError(k.err())
+        self.k, self.s, self.feeds = k, s, feeds
+        self.names = (ctypes.c_char_p * len(feeds))(*[n.encode() for n in feeds])
+        self.tins = [k.wrap(a) for a in feeds.values()]
+        self.ins = (ctypes.c_void_p * len(feeds))(*[t.value for t in self.tins])
+        self.n_out = L.kiln_session_output_count(s)
+        self.outs, self.touts = None, []
+
+
+CLOCK = time.perf_counter
+
+
+def timed(fn, seconds_cap, n=1000):
+    ts = []
+    t_end = time.perf_counter() + seconds_cap
+    for _ in range(n):
+        t = CLOCK()
+        fn()
+        ts.append((CLOCK() - t) * 1e3)
+        if time.perf_counter() > t_end and len(ts) >= 3:
+            break
+    return statistics.median(ts)
+
+
+def errors(outs, ref):
+    num = sum(float(np.sum((np.asarray(o, np.float64) - r) ** 2)) for o, r in zip(outs, ref))
+    den = sum(float(np.sum(np.asarray(r, np.float64) ** 2)) for r in ref)
+    mx = max(float(np.max(np.abs(np.asarray(o, np.float64) - r))) for o, r in zip(outs, ref))
+    scale = max(float(np.max(np.abs(r))) for r in ref) or 1.0
+    return np.sqrt(num / (den or 1.0)), mx / scale
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--work", default="/tmp/kiln-bf16-models")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=1.0, help="time per runtime per round")
+    ap.add_argument("--only", default="resnet50,bert_base,vit_base")
+    ap.add_argument("--model", action="append", default=[], help="NAME=PATH of another .onnx")
+    ap.add_argument("--no-peers", action="store_true", help="kiln only (accuracy against ORT still)")
+    ap.add_argument("--clock", default="wall", choices=["wall", "process"],
+                    help="process: the process's CPU time per run (1 thread on a shared machine: other "
+                         "processes' load does not count; wrong for several threads, which spin)")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if a.clock == "process" else time.perf_counter
+
+    import onnxruntime as ort
+    cores = os.cpu_count() or 1
+    threads = [t for t in (int(x) for x in a.threads.split(",")) if t <= cores] or [cores]
+    os.makedirs(a.work, exist_ok=True)
+    models = []
+    for name in [n for n in a.only.split(",") if n]:
+        path = os.path.join(a.work, f"{name}.onnx")
+        if not os.path.exists(path):
+            print(f"building {name} -> {path}", flush=True)
+            onnx.save(BUILDERS[name](), path)
+        models.append((name, path))
+    for spec in a.model:
+        models.append(tuple(spec.split("=", 1)))
+    k = Kiln(os.path.join(a.build, "libkiln.so"))
+    ov = None
+    if not a.no_peers:
+        try:
+            import openvino as ov
+        except ImportError:
+            print("OpenVINO not installed: no OpenVINO columns", file=sys.stderr)
+
+    rows = []
+    for name, path in models:
+        feeds = feeds_for(path)
+        model_bytes = open(path, "rb").read()
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = max(threads)
+        ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+        for th in threads:
+            runners, acc, sessions = {}, {}, []
+            for label, prov in [("kiln_bf16", "cpu:precision=bf16"), ("kiln_fp32", "cpu")]:
+                ks = KilnOptSession(k, model_bytes, th, prov, feeds)
+                outs = ks.run_alloc()
+                ks.bind_outputs(outs)
+                runners[label], acc[label] = ks.run, errors(outs, ref)
+                sessions.append(ks)
+            if ov is not None:
+                core = ov.Core()
+                for label, hint in [("ov_bf16", "bf16"), ("ov_f32", "f32")]:
+                    cfg = {"INFERENCE_NUM_THREADS": th, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+                           "INFERENCE_PRECISION_HINT": hint}
+                    req = core.compile_model(core.read_model(path), "CPU", cfg).create_infer_request()
+                    res = req.infer(feeds)
+                    acc[label] = errors([res[o] for o in req.model_outputs], ref)
+                    runners[label] = lambda r=req: r.infer(feeds)
+            if not a.no_peers:
+                so = ort.SessionOptions()
+                so.intra_op_num_threads, so.inter_op_num_threads = th, 1
+                sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+                runners["ort_fp32"] = lambda s=sess: s.run(None, feeds)
+                acc["ort_fp32"] = (0.0, 0.0)
+            for fn in runners.values():  # warm-up
+                for _ in range(3):
+                    fn()
+            meds = {n: [] for n in runners}
+            for _ in range(a.rounds):
+                for n, fn in runners.items():
+                    time.sleep(0.2)  # let the previous runtime's spinning threads idle
+                    meds[n].append(timed(fn, a.seconds))
+            res = {n: statistics.median(v) for n, v in meds.items()}
+            for ks in sessions:
+                ks.close()
+            rows.append((name, th, res, acc))
+            print(f"{name:10s} t{th} " + "  ".join(f"{n} {v:8.2f} ms" for n, v in res.items()) + "  |  " +
+                  "  ".join(f"{n} L2 {e[0]:.1e} max {e[1]:.1e}" for n, e in acc.items() if n != "ort_fp32"), flush=True)
+
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    out = a.out or os.path.join(ROOT, "bench", "results", f"cpu-bf16-{date}.md")
+    cols = [c for c in ["kiln_bf16", "ov_bf16", "kiln_fp32", "ov_f32", "ort_fp32"] if any(c in r[2] for r in rows)]
+    with open(out, "w") as f:
+        f.write(f"# kiln CPU precision=bf16 on whole models ({date})\n\n")
+        f.write(f"machine: {cpu_name()}, {cores} cores; onnxruntime {ort.__version__}"
+                + (f", OpenVINO {ov.__version__}" if ov else "") +
+                f"; {a.rounds} alternating rounds, median of the rounds' medians (ms per run, "
+                + ("the process's CPU time" if a.clock == "process" else "wall clock") + ")\n\n")
+        f.write(f"command: `python3 bench/cpu_bf16_models.py {' '.join(sys.argv[1:])}`\n\n")
+        f.write("| model | threads | " + " | ".join(f"{c} ms" for c in cols) +
+                " | kiln_bf16 / ov_bf16 | kiln_bf16 / kiln_fp32 |\n")
+        f.write("|---|---:|" + "---:|" * (len(cols) + 2) + "\n")
+        for name, th, res, _ in rows:
+            f.write(f"| {name} | {th} | " + " | ".join(f"{res[c]:.2f}" if c in res else "-" for c in cols) +
+                    (f" | {res['kiln_bf16'] / res['ov_bf16']:.2f}" if "ov_bf16" in res else " | -") +
+                    f" | {res['kiln_bf16'] / res['kiln_fp32']:.2f} |\n")
+        f.write("\nAccuracy against ONNX Runtime fp32 (same inputs): relative L2 = ||got - ref|| / ||ref||, "
+                "max = max |got - ref| / max |ref|\n\n")
+        acols = [c for c in ["kiln_bf16", "ov_bf16", "kiln_fp32", "ov_f32"] if any(c in r[3] for r in rows)]
+        f.write("| model | " + " | ".join(f"{c} rel L2 | {c} max" for c in acols) + " |\n")
+        f.write("|---|" + "---:|" * (2 * len(acols)) + "\n")
+        seen = set()
+        for name, th, _, acc in rows:
+            if name in seen:
+                continue
+            seen.add(name)
+            f.write(f"| {name} | " + " | ".join(f"{acc[c][0]:.1e} | {acc[c][1]:.1e}" if c in acc else "- | -"
+                                                for c in acols) + " |\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

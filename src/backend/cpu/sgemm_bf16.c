@@ -1,0 +1,818 @@
+/* bf16 GEMM for the CPU provider's precision=bf16 (see sgemm_bf16.h).
+ *
+ * Layout: vdpbf16ps multiplies pairs: lane i of the accumulator gains a[2i]*b[2i] + a[2i+1]*b[2i+1].
+ * So both packed operands hold pairs of consecutive K (even K first, zero past K) as 32-bit
+ * units. Packed A: panels of BMR rows, per pair of K the BMR rows' pairs (BMR units). Packed B:
+ * panels of BNR columns, per pair of K the BNR columns' pairs (BNR units = 2 vectors). Whole
+ * operands are packed slice by slice of BKC (as sgemm.c does): slice pc starts at element
+ * pc * Mp (Mp: M rounded up to BMR) and holds the panels of all rows, panel ic at ic * kcp.
+ *
+ * The micro-kernel keeps a BMR x BNR block of C in 24 accumulators; per pair of K it loads the
+ * two vectors of B and broadcasts each row's pair of A (a memory operand of vdpbf16ps).
+ *
+ * A product call packs (rounds) op(A) and op(B) whole once, on the pool, unless they are constant
+ * weights already packed for the session (kn_cpu_const_rederived: the bf16 form is made from the
+ * fp32 operand the first time and kept), or B comes from a packing callback (a convolution's
+ * implicit im2col: packed per block, in fp32 by the callback, then rounded). Tiles of C run on
+ * the pool as in sgemm.c. */
+#include "backend/cpu/sgemm_bf16.h"
+
+#include "backend/backend.h"
+#include "backend/cpu/const_cache.h"
+#include "util/status.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The kernel: x86-64 with a compiler that has the AVX512_BF16 intrinsics (compiled for that ISA
+ * whatever the build's -march: only called once cpuid said yes). Elsewhere, or with
+ * -DKN_NO_BF16_KERNEL, stubs: no CPU supports the option there. */
+#if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 10) && !defined(KN_NO_BF16_KERNEL)
+#define KN_BF16_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
+#define BMR 12
+#define BNR 32
+#ifndef BKC
+#define BKC 256 /* depth of a slice (even): a B micro-panel is BKC * BNR * 2 bytes (16 KB) */
+#endif
+#define BMC (BMR * 24) /* rows per block of A: 288 takes ViT's 197 and 256 in one (a 5-row second block re-read all of B) */
+#define BNC 1024       /* columns per block of B made by a packing callback */
+#define CB_NC 256      /* columns per packing-callback call (its fp32 output is CB_NC * BKC floats) */
+#define MIN_FLOPS_PER_THREAD 5e5
+#define MIN_TILE_FLOPS 1.6e7
+#define OVERSUB 4
+
+_Static_assert(BKC % 2 == 0 && BNC % CB_NC == 0 && CB_NC % BNR == 0, "block sizes");
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t pad_to(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+void kn_bgemm_tile(int *mr, int *nr, int *kc) {
+    *mr = BMR;
+    *nr = BNR;
+    *kc = BKC;
+}
+
+float kn_bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u; /* NaN: quiet, keep it a NaN */
+    else u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* ---------------------------------------------------------------- CPU support and the option */
+
+#if defined(KN_BF16_X86)
+static bool detect(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false; /* OSXSAVE */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 0xE6u) != 0xE6u) return false; /* the OS saves SSE, AVX, opmask and ZMM state */
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    const unsigned max_sub = a;
+    const bool f = b & (1u << 16), bw = b & (1u << 30), vl = b & (1u << 31);
+    if (!f || !bw || !vl || max_sub < 1) return false;
+    __cpuid_count(7, 1, a, b, c, d);
+    return (a & (1u << 5)) != 0; /* AVX512_BF16 */
+}
+#else
+static bool detect(void) { return false; }
+#endif
+
+static bool cpu_has;
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+static void cpu_init_once(void) { cpu_has = detect(); }
+
+bool kn_bf16_cpu_supported(void) {
+    pthread_once(&cpu_once, cpu_init_once);
+    return cpu_has;
+}
+
+bool kn_bf16_cpu_usable(void) {
+    const char *e = getenv("KILN_CPU_NO_BF16");
+    return kn_bf16_cpu_supported() && !(e && *e && strcmp(e, "0"));
+}
+
+kiln_status kn_cpu_precision_check(int precision, bool has_bf16) {
+    switch (precision) {
+    case KN_PRECISION_FP32: return KILN_OK;
+    case KN_PRECISION_BF16:
+        if (has_bf16) return KILN_OK;
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "provider 'cpu': precision=bf16 needs a CPU with AVX512_BF16 (and AVX-512 enabled by the "
+                        "OS); this one has none, so the bf16 products cannot run here: use precision=fp32 (the default)");
+    case KN_PRECISION_TF32:
+    case KN_PRECISION_FP16:
+        return kn_error(KILN_ERR_UNSUPPORTED, "provider 'cpu': precision=%s is not a CPU precision (fp32 or bf16)",
+                        precision == KN_PRECISION_TF32 ? "tf32" : "fp16");
+    default: return kn_error(KILN_ERR_INVALID_ARGUMENT, "provider 'cpu': unknown precision %d", precision);
+    }
+}
+
+bool kn_bgemm_node(const kn_node *n) {
+    static const char *const onnx[] = {"MatMul", "Gemm", "Conv", "ConvTranspose", NULL};
+    static const char *const fused[] = {"FusedMatMul", "FusedGemm", "FusedConv", NULL};
+    if (!n || !n->op_type) return false;
+    const char *const *list = !n->domain || !*n->domain ? onnx
+                              : !strcmp(n->domain, "kiln") || !strcmp(n->domain, "com.microsoft") ? fused
+                                                                                                   : NULL;
+    for (int i = 0; list && list[i]; i++)
+        if (!strcmp(n->op_type, list[i])) return true;
+    return false;
+}
+
+/* ---------------------------------------------------------------- the thread's mark */
+
+static _Thread_local void *tl_state;
+static _Thread_local bool tl_on;
+
+void kn_bgemm_enter(void *state, kn_bgemm_scope *save) {
+    save->prev_state = tl_state;
+    save->prev_on = tl_on;
+    tl_state = state;
+    tl_on = true;
+}
+
+void kn_bgemm_leave(const kn_bgemm_scope *save) {
+    tl_state = save->prev_state;
+    tl_on = save->prev_on;
+}
+
+bool kn_bgemm_active(void) { return tl_on; }
+
+bool kn_bgemm_takes(const kn_sgemm_batch *p) {
+    if (!kn_bf16_cpu_supported() || p->count <= 0 || p->M < 4 || p->N < 8 || p->K < 8) return false;
+    /* rounding an operand costs about as much per element as a row (column) of products: with few
+     * rows (columns) and the other operand not kept converted, fp32 is as fast */
+    const bool a_kept = p->a_packed || p->at_packed, b_kept = (p->b_packed && !p->pack_b) || p->pack_b;
+    if (p->M < 16 && !b_kept) return false;
+    if (p->N < 16 && !a_kept) return false;
+    return true;
+}
+
+#if defined(KN_BF16_X86)
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
+
+/* ---------------------------------------------------------------- conversion helpers */
+
+static inline __mmask16 m16(int64_t n) {
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+/* lane j = (bf16(lo[j]), bf16(hi[j])) as one 32-bit unit, lo in the low half */
+static inline __m512i pairs_of(__m512 lo, __m512 hi) {
+    __m256i l = (__m256i)_mm512_cvtneps_pbh(lo), h = (__m256i)_mm512_cvtneps_pbh(hi);
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(l), _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* 16 pairs of a contiguous row segment x[0:n] (n <= 32; zero past n) */
+static inline __m512i row_pairs(const float *x, int64_t n) {
+    __m512 a = _mm512_maskz_loadu_ps(m16(n), x), b = _mm512_maskz_loadu_ps(m16(n - 16), x + 16);
+    return (__m512i)_mm512_cvtne2ps_pbh(b, a); /* elements 0..15 from a, 16..31 from b: in order */
+}
+
+/* r[i] lane j -> o[j] lane i (32-bit elements) */
+static inline __attribute__((always_inline)) void tr16(__m512i in[16], __m512i out[16]) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_castsi512_ps(in[i]);
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int b = 0; b < 16; b += 4) {
+        __m512d t0 = _mm512_castps_pd(t[b]), t1 = _mm512_castps_pd(t[b + 1]);
+        __m512d t2 = _mm512_castps_pd(t[b + 2]), t3 = _mm512_castps_pd(t[b + 3]);
+        r[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+        r[b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+        r[b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+        r[b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+    }
+    for (int q = 0; q < 4; q++) {
+        __m512 v = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x44);
+        __m512 v2 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xEE);
+        __m512 w = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x44);
+        __m512 w2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xEE);
+        out[q] = _mm512_castps_si512(_mm512_shuffle_f32x4(v, w, 0x88));
+        out[4 + q] = _mm512_castps_si512(_mm512_shuffle_f32x4(v, w, 0xDD));
+        out[8 + q] = _mm512_castps_si512(_mm512_shuffle_f32x4(v2, w2, 0x88));
+        out[12 + q] = _mm512_castps_si512(_mm512_shuffle_f32x4(v2, w2, 0xDD));
+    }
+}
+
+/* ---------------------------------------------------------------- packing */
+
+/* Rows [i0, i0+mr) of op(A), depth [p0, p0+kc), as one panel: kq = ceil(kc/2) pairs of BMR units. */
+static void pack_a_panel(const float *A, int64_t lda, bool trans, int64_t i0, int mr, int64_t p0, int64_t kc,
+                         uint32_t *dst) {
+    const int64_t kq = (kc + 1) / 2;
+    const __mmask16 keep = (__mmask16)((1u << BMR) - 1);
+    if (trans) {
+        const __mmask16 lm = m16(mr);
+        for (int64_t q = 0; q < kq; q++) {
+            const float *r0 = A + (p0 + 2 * q) * lda + i0;
+            __m512 lo = _mm512_maskz_loadu_ps(lm, r0);
+            __m512 hi = 2 * q + 1 < kc ? _mm512_maskz_loadu_ps(lm, r0 + lda) : _mm512_setzero_ps();
+            _mm512_mask_storeu_epi32(dst + q * BMR, keep, pairs_of(lo, hi));
+        }
+        return;
+    }
+    for (int64_t q0 = 0; q0 < kq; q0 += 16) {
+        __m512i v[16], o[16];
+        const int64_t left = kc - 2 * q0;
+        for (int r = 0; r < 16; r++)
+            v[r] = r < mr ? row_pairs(A + (i0 + r) * lda + p0 + 2 * q0, left) : _mm512_setzero_si512();
+        tr16(v, o);
+        const int n = (int)min64(16, kq - q0);
+        for (int t = 0; t < n; t++) _mm512_mask_storeu_epi32(dst + (q0 + t) * BMR, keep, o[t]);
+    }
+}
+
+/* Columns [j0, j0+nr) of op(B) (nr <= BNR), depth [p0, p0+kc), as one panel of kq pairs of BNR units. */
+static void pack_b_panel(const float *B, int64_t ldb, bool trans, int64_t j0, int nr, int64_t p0, int64_t kc,
+                         uint32_t *dst) {
+    const int64_t kq = (kc + 1) / 2;
+    if (!trans) {
+        const __mmask16 m0 = m16(nr), m1 = m16(nr - 16);
+        for (int64_t q = 0; q < kq; q++) {
+            const float *r0 = B + (p0 + 2 * q) * ldb + j0;
+            const bool two = 2 * q + 1 < kc;
+            __m512 l0 = _mm512_maskz_loadu_ps(m0, r0), l1 = _mm512_maskz_loadu_ps(m1, r0 + 16);
+            __m512 h0 = two ? _mm512_maskz_loadu_ps(m0, r0 + ldb) : _mm512_setzero_ps();
+            __m512 h1 = two ? _mm512_maskz_loadu_ps(m1, r0 + ldb + 16) : _mm512_setzero_ps();
+            _mm512_storeu_si512(dst + q * BNR, pairs_of(l0, h0));
+            _mm512_storeu_si512(dst + q * BNR + 16, pairs_of(l1, h1));
+        }
+        return;
+    }
+    /* column j of op(B) is row j of B: 16 columns at a time, transposed */
+    for (int h = 0; h < BNR / 16; h++) {
+        const int rows = (int)min64(16, nr - 16 * h);
+        for (int64_t q0 = 0; q0 < kq; q0 += 16) {
+            __m512i v[16], o[16];
+            const int64_t left = kc - 2 * q0;
+            for (int r = 0; r < 16; r++)
+                v[r] = r < rows ? row_pairs(B + (j0 + 16 * h + r) * ldb + p0 + 2 * q0, left) : _mm512_setzero_si512();
+            tr16(v, o);
+            const int n = (int)min64(16, kq - q0);
+            for (int t = 0; t < n; t++) _mm512_storeu_si512(dst + (q0 + t) * BNR + 16 * h, o[t]);
+        }
+    }
+}
+
+/* A packing callback's fp32 panels (kc x BNR floats each, k-major) rounded into bf16 panels. */
+static void round_b_panels(const float *src, int64_t panels, int64_t kc, uint32_t *dst) {
+    const int64_t kq = (kc + 1) / 2;
+    for (int64_t pnl = 0; pnl < panels; pnl++, src += kc * BNR, dst += kq * BNR) {
+        for (int64_t q = 0; q < kq; q++) {
+            const float *r0 = src + 2 * q * BNR;
+            const bool two = 2 * q + 1 < kc;
+            __m512 l0 = _mm512_loadu_ps(r0), l1 = _mm512_loadu_ps(r0 + 16);
+            __m512 h0 = two ? _mm512_loadu_ps(r0 + BNR) : _mm512_setzero_ps();
+            __m512 h1 = two ? _mm512_loadu_ps(r0 + BNR + 16) : _mm512_setzero_ps();
+            _mm512_storeu_si512(dst + q * BNR, pairs_of(l0, h0));
+            _mm512_storeu_si512(dst + q * BNR + 16, pairs_of(l1, h1));
+        }
+    }
+}
+
+/* Whole op(A) panel `ir` (rows ir..ir+BMR) over every slice, into the whole layout at dst. */
+static void pack_a_whole_panel(const float *A, int64_t lda, bool trans, int64_t M, int64_t K, int64_t ir,
+                               uint16_t *dst) {
+    const int64_t Mp = pad_to(M, BMR);
+    for (int64_t pc = 0; pc < K; pc += BKC) {
+        const int64_t kc = min64(BKC, K - pc), kcp = pad_to(kc, 2);
+        pack_a_panel(A, lda, trans, ir, (int)min64(BMR, M - ir), pc, kc, (uint32_t *)(dst + pc * Mp + ir * kcp));
+    }
+}
+
+static void pack_b_whole_panel(const float *B, int64_t ldb, bool trans, int64_t N, int64_t K, int64_t jr,
+                               uint16_t *dst) {
+    const int64_t Np = pad_to(N, BNR);
+    for (int64_t pc = 0; pc < K; pc += BKC) {
+        const int64_t kc = min64(BKC, K - pc), kcp = pad_to(kc, 2);
+        pack_b_panel(B, ldb, trans, jr, (int)min64(BNR, N - jr), pc, kc, (uint32_t *)(dst + pc * Np + jr * kcp));
+    }
+}
+
+/* Units of work packing op(B) (K x N) whole: NR-column panels when B is transposed (its rows are
+ * columns of op(B), contiguous along K), else groups of 32 rows of B, read row after row (a 1x1
+ * convolution's input planes are long rows: packing them panel by panel read them 128 bytes a row) */
+static int64_t b_units(bool trans, int64_t N, int64_t K) { return trans ? (N + BNR - 1) / BNR : (K + 31) / 32; }
+
+static void pack_b_unit(const float *B, int64_t ldb, bool trans, int64_t N, int64_t K, int64_t u, uint16_t *dst) {
+    if (trans) {
+        pack_b_whole_panel(B, ldb, true, N, K, u * BNR, dst);
+        return;
+    }
+    const int64_t Np = pad_to(N, BNR);
+    for (int64_t k = u * 32; k < min64(K, u * 32 + 32); k += 2) {
+        const int64_t pc = k / BKC * BKC, kq = pad_to(min64(BKC, K - pc), 2) / 2, ql = (k - pc) / 2;
+        const bool two = k + 1 < K;
+        const float *r0 = B + k * ldb, *r1 = r0 + ldb;
+        uint32_t *d = (uint32_t *)(dst + pc * Np) + ql * BNR;
+        for (int64_t jr = 0; jr < N; jr += BNR, d += kq * BNR) {
+            const int64_t nr = min64(BNR, N - jr);
+            const __mmask16 m0 = m16(nr), m1 = m16(nr - 16);
+            __m512 l0 = _mm512_maskz_loadu_ps(m0, r0 + jr), l1 = _mm512_maskz_loadu_ps(m1, r0 + jr + 16);
+            __m512 h0 = two ? _mm512_maskz_loadu_ps(m0, r1 + jr) : _mm512_setzero_ps();
+            __m512 h1 = two ? _mm512_maskz_loadu_ps(m1, r1 + jr + 16) : _mm512_setzero_ps();
+            _mm512_storeu_si512(d, pairs_of(l0, h0));
+            _mm512_storeu_si512(d + 16, pairs_of(l1, h1));
+        }
+    }
+}
+
+static size_t a_whole_elems(int64_t M, int64_t K) { return (size_t)(pad_to(M, BMR) * pad_to(K, 2)); }
+static size_t b_whole_elems(int64_t N, int64_t K) { return (size_t)(pad_to(N, BNR) * pad_to(K, 2)); }
+
+/* ---------------------------------------------------------------- micro-kernel */
+
+/* C[0:mr, 0:n] = alpha * A_panel * B_panel + beta * C + rb (beta == 0: C not read); kq pairs. */
+static inline __attribute__((always_inline)) void ukr(const int mr, const int nv, int64_t kq,
+                                                      const uint32_t *restrict a, const int64_t as,
+                                                      const uint32_t *restrict b,
+                                                      float *restrict c, int64_t ldc, int n, float alpha,
+                                                      float beta, const float *rb, const char *pf) {
+    __m512 acc0[BMR], acc1[BMR];
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) {
+        acc0[r] = _mm512_setzero_ps();
+        acc1[r] = _mm512_setzero_ps();
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
+#pragma GCC unroll 2
+    for (int64_t q = 0; q < kq; q++) {
+        /* a line of what the next calls read first from memory (kept weights) */
+        _mm_prefetch(pf + 64 * q, _MM_HINT_T1);
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
+        const __m512bh b1 = nv > 1 ? (__m512bh)_mm512_loadu_si512(b + 16) : (__m512bh)_mm512_setzero_si512();
+#pragma GCC unroll 12
+        for (int r = 0; r < mr; r++) {
+            const __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[r]);
+            acc0[r] = _mm512_dpbf16_ps(acc0[r], ar, b0);
+            if (nv > 1) acc1[r] = _mm512_dpbf16_ps(acc1[r], ar, b1);
+        }
+        a += as;
+        b += BNR;
+    }
+    const __mmask16 m0 = m16(n), m1 = m16(n - 16);
+    const __m512 va = _mm512_set1_ps(alpha);
+    if (beta == 0.0f) {
+#pragma GCC unroll 12
+        for (int r = 0; r < mr; r++) {
+            const __m512 br = rb ? _mm512_set1_ps(rb[r]) : _mm512_setzero_ps();
+            _mm512_mask_storeu_ps(c + r * ldc, m0, _mm512_fmadd_ps(va, acc0[r], br));
+            if (nv > 1) _mm512_mask_storeu_ps(c + r * ldc + 16, m1, _mm512_fmadd_ps(va, acc1[r], br));
+        }
+    } else {
+        const __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+        for (int r = 0; r < mr; r++) {
+            float *cr = c + r * ldc;
+            const __m512 br = rb ? _mm512_set1_ps(rb[r]) : _mm512_setzero_ps();
+            __m512 c0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), br);
+            _mm512_mask_storeu_ps(cr, m0, _mm512_fmadd_ps(va, acc0[r], c0));
+            if (nv > 1) {
+                __m512 c1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), br);
+                _mm512_mask_storeu_ps(cr + 16, m1, _mm512_fmadd_ps(va, acc1[r], c1));
+            }
+        }
+    }
+}
+
+#define UKR_CASE(R)                                                                                \
+    case R:                                                                                        \
+        if (n > 16) ukr(R, 2, kq, a, as, b, c, ldc, n, alpha, beta, rb, pf);                       \
+        else ukr(R, 1, kq, a, as, b, c, ldc, n, alpha, beta, rb, pf);                              \
+        break;
+
+/* a: BMR-row panel units, `as` units apart per pair of K (BMR packed; BNR when the rows are the
+ * columns of a packed B panel, in the transposed products). pf: kq lines from there are prefetched
+ * into L2 (any address: prefetches do not fault). */
+static void ukr_any(int mr, int64_t kq, const uint32_t *a, int64_t as, const uint32_t *b, float *c, int64_t ldc,
+                    int n, float alpha, float beta, const float *rb, const void *pf) {
+    switch (mr) {
+        UKR_CASE(12) UKR_CASE(11) UKR_CASE(10) UKR_CASE(9) UKR_CASE(8) UKR_CASE(7)
+        UKR_CASE(6) UKR_CASE(5) UKR_CASE(4) UKR_CASE(3) UKR_CASE(2) UKR_CASE(1)
+        default: break;
+    }
+}
+
+/* C[i][j] = T[j][i] + bias[i] (+ beta * C[i][j]) for i < m, j < n (T: n rows, ldt a multiple of 16) */
+static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, float *C, int64_t ldc,
+                             const float *bias, float beta) {
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        const int cols = (int)min64(16, n - j0);
+        const __mmask16 keep = m16(cols);
+        for (int64_t i0 = 0; i0 < m; i0 += 16) {
+            const int rows = (int)min64(16, m - i0);
+            __m512i v[16], o[16];
+            for (int r = 0; r < 16; r++)
+                v[r] = r < cols ? _mm512_maskz_loadu_epi32(m16(rows), T + (j0 + r) * ldt + i0) : _mm512_setzero_si512();
+            tr16(v, o);
+            for (int q = 0; q < rows; q++) {
+                float *cp = C + (i0 + q) * ldc + j0;
+                __m512 x = _mm512_add_ps(_mm512_castsi512_ps(o[q]), _mm512_set1_ps(bias ? bias[i0 + q] : 0.0f));
+                if (beta != 0.0f) x = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(keep, cp), x);
+                _mm512_mask_storeu_ps(cp, keep, x);
+            }
+        }
+    }
+}
+
+#pragma GCC pop_options
+
+/* ---------------------------------------------------------------- buffers */
+
+/* A thread's growable 64-byte aligned buffer, freed when the thread exits. */
+typedef struct tbuf {
+    size_t cap;
+    void *data;
+} tbuf;
+
+static pthread_key_t buf_key[3];
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+static int buf_ok;
+
+static void buf_free(void *p) {
+    tbuf *t = p;
+    free(t->data);
+    free(t);
+}
+static void buf_init(void) {
+    buf_ok = pthread_key_create(&buf_key[0], buf_free) == 0 && pthread_key_create(&buf_key[1], buf_free) == 0 &&
+             pthread_key_create(&buf_key[2], buf_free) == 0;
+}
+
+/* which 0: a pool thread's block workspace; 1: the calling thread's whole-operand buffer; 2: a pool
+ * thread's C^T of a transposed tile */
+static void *thread_buffer(int which, size_t bytes) {
+    pthread_once(&buf_once, buf_init);
+    if (!buf_ok) return NULL;
+    tbuf *t = pthread_getspecific(buf_key[which]);
+    if (!t) {
+        if (!(t = calloc(1, sizeof *t))) return NULL;
+        if (pthread_setspecific(buf_key[which], t) != 0) {
+            free(t);
+            return NULL;
+        }
+    }
+    if (t->cap < bytes) {
+        void *d = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        if (!d) return NULL;
+        free(t->data);
+        t->data = d;
+        t->cap = bytes;
+    }
+    return t->data;
+}
+
+#define WS_B_BYTES ((size_t)BKC * BNC * 2)
+#define WS_F_BYTES ((size_t)BKC * CB_NC * 4)
+
+/* ---------------------------------------------------------------- the batch */
+
+typedef struct bjob {
+    const kn_sgemm_batch *p;
+    const uint16_t **aw; /* per product: whole packed op(A) */
+    const uint16_t **bw; /* per product: whole packed op(B), NULL with a packing callback */
+    uint16_t **a_own, **b_own; /* per product: where this call packs it (NULL: kept form) */
+    int64_t tm, tn, units_m, units_n;
+    int64_t pa, pb; /* units of packing work for A / B per product (pack_range) */
+    bool swap;      /* C^T = op(B)^T op(A)^T (kn_bgemm_swaps): aw holds op(A) packed as B is */
+    int64_t un;     /* columns of C per tile unit: BNR, or BMR for transposed tiles split by columns */
+    int failed;
+} bjob;
+
+static void pack_range(void *arg, int64_t begin, int64_t end) {
+    bjob *j = arg;
+    const kn_sgemm_batch *p = j->p;
+    const int64_t per = j->pa + j->pb;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t op = t / per, u = t % per;
+        if (u < j->pa) {
+            if (j->a_own[op] && j->swap) pack_b_unit(p->a[op], p->lda, !p->trans_a, p->M, p->K, u, j->a_own[op]);
+            else if (j->a_own[op])
+                pack_a_whole_panel(p->a[op], p->lda, p->trans_a, p->M, p->K, u * BMR, j->a_own[op]);
+        } else if (j->b_own[op]) {
+            pack_b_unit(p->b[op], p->ldb, p->trans_b, p->N, p->K, u - j->pa, j->b_own[op]);
+        }
+    }
+}
+
+static void run_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1, uint32_t *wsb,
+                     float *wsf) {
+    const kn_sgemm_batch *p = j->p;
+    const uint16_t *Aw = j->aw[op], *Bw = j->bw[op];
+    const float *bias = p->row_bias ? p->row_bias[op] : NULL;
+    float *C = p->c[op];
+    const int64_t Mp = pad_to(p->M, BMR), Np = pad_to(p->N, BNR);
+    const int64_t ncb = Bw ? n1 - n0 : BNC;
+    for (int64_t jc = n0; jc < n1; jc += ncb) {
+        const int64_t nc = min64(ncb, n1 - jc);
+        for (int64_t pc = 0; pc < p->K; pc += BKC) {
+            const int64_t kc = min64(BKC, p->K - pc), kcp = pad_to(kc, 2), kq = kcp / 2;
+            const float beta = pc == 0 ? p->beta : 1.0f;
+            const uint32_t *Bblk;
+            if (Bw) {
+                Bblk = (const uint32_t *)(Bw + pc * Np + jc * kcp);
+            } else {
+                for (int64_t cj = 0; cj < nc; cj += CB_NC) {
+                    const int64_t cn = min64(CB_NC, nc - cj);
+                    p->pack_b(p->pack_ctx, op, pc, kc, jc + cj, cn, wsf);
+                    round_b_panels(wsf, (cn + BNR - 1) / BNR, kc, wsb + cj * kq);
+                }
+                Bblk = wsb;
+            }
+            for (int64_t ic = m0; ic < m1; ic += BMC) {
+                const int64_t mc = min64(BMC, m1 - ic);
+                const uint32_t *Ablk = (const uint32_t *)(Aw + pc * Mp + ic * kcp);
+                for (int64_t jr = 0; jr < nc; jr += BNR) {
+                    const int n = (int)min64(BNR, nc - jr);
+                    const uint32_t *bp = Bblk + jr * kq;
+                    float *cp = C + ic * p->ldc + jc + jr;
+                    /* kept B comes from memory: the first two calls on a panel prefetch half each of
+                     * the next one (kq * BNR units, 2 * kq lines) */
+                    const char *nextb = Bw && jr + BNR < nc ? (const char *)(bp + BNR * kq) : NULL;
+                    for (int64_t ir = 0; ir < mc; ir += BMR)
+                        ukr_any((int)min64(BMR, mc - ir), kq, Ablk + ir * kq, BMR, bp, cp + ir * p->ldc, p->ldc, n,
+                                p->alpha, beta, bias && pc == 0 ? bias + ic + ir : NULL,
+                                nextb && ir < 2 * BMR ? nextb + (ir / BMR) * 64 * kq : (const void *)bp);
+                    if (p->epilogue && pc + kc == p->K)
+                        p->epilogue(p->epilogue_ctx, op, ic, jc + jr, mc, n, cp, p->ldc);
+                }
+            }
+        }
+    }
+}
+
+/* Rows [m0, m1) (m0 a multiple of BNR) and columns [n0, n1) of C as C^T = op(B)^T op(A)^T: the
+ * packed B block (panels of BNR columns) is the transposed product's A, read BMR of a panel's BNR
+ * units per pair of K; op(A) packed as B (aw) its B. C^T gathers in T (a buffer of the thread),
+ * then goes into C transposed, with the bias, beta and the epilogue. */
+static void run_swapped_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                             uint32_t *wsb, float *wsf, float *T) {
+    const kn_sgemm_batch *p = j->p;
+    const uint16_t *ATw = j->aw[op], *Bw = j->bw[op];
+    const int64_t Mp = pad_to(p->M, BNR), Np = pad_to(p->N, BNR), nn = n1 - n0, mt = m1 - m0;
+    const int64_t ldt = pad_to(mt, 16);
+    for (int64_t pc = 0; pc < p->K; pc += BKC) {
+        const int64_t kc = min64(BKC, p->K - pc), kcp = pad_to(kc, 2), kq = kcp / 2;
+        const float beta = pc == 0 ? 0.0f : 1.0f;
+        const uint32_t *Bblk;
+        if (Bw) {
+            Bblk = (const uint32_t *)(Bw + pc * Np + n0 * kcp);
+        } else {
+            for (int64_t cj = 0; cj < nn; cj += CB_NC) {
+                const int64_t cn = min64(CB_NC, nn - cj);
+                p->pack_b(p->pack_ctx, op, pc, kc, n0 + cj, cn, wsf);
+                round_b_panels(wsf, (cn + BNR - 1) / BNR, kc, wsb + cj * kq);
+            }
+            Bblk = wsb;
+        }
+        const uint32_t *ATblk = (const uint32_t *)(ATw + pc * Mp + m0 * kcp);
+        for (int64_t ir = 0; ir < mt; ir += BNR) {
+            const int n = (int)min64(BNR, mt - ir);
+            const uint32_t *bp = ATblk + ir * kq;
+            for (int64_t pp = 0; pp < nn; pp += BNR)
+                for (int64_t q = 0; q < BNR && pp + q < nn; q += BMR)
+                    ukr_any((int)min64(BMR, min64(BNR - q, nn - pp - q)), kq, Bblk + pp * kq + q, BNR, bp,
+                            T + (pp + q) * ldt + ir, ldt, n, p->alpha, beta, NULL,
+                            pp == 0 && q < 2 * BMR && ir + BNR < mt ? (const char *)(bp + BNR * kq) + (q / BMR) * 64 * kq
+                                                                    : (const void *)bp);
+        }
+    }
+    float *cp = p->c[op] + m0 * p->ldc + n0;
+    store_transposed(T, ldt, mt, nn, cp, p->ldc, p->row_bias ? p->row_bias[op] + m0 : NULL, p->beta);
+    if (p->epilogue) p->epilogue(p->epilogue_ctx, op, m0, n0, mt, nn, cp, p->ldc);
+}
+
+static void tile_range(void *arg, int64_t begin, int64_t end) {
+    bjob *j = arg;
+    const kn_sgemm_batch *p = j->p;
+    uint32_t *wsb = NULL;
+    float *wsf = NULL;
+    if (p->pack_b) {
+        char *w = thread_buffer(0, WS_B_BYTES + WS_F_BYTES);
+        if (!w) {
+            __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+            return;
+        }
+        wsb = (uint32_t *)w;
+        wsf = (float *)(w + WS_B_BYTES);
+    }
+    const int64_t per = j->tm * j->tn, um = j->swap ? BNR : BMR;
+    float *T = NULL;
+    if (j->swap) {
+        const int64_t rows = min64(p->N, ((j->units_n + j->tn - 1) / j->tn) * j->un);
+        const int64_t cols = pad_to(min64(p->M, ((j->units_m + j->tm - 1) / j->tm) * BNR), 16);
+        if (!(T = thread_buffer(2, sizeof(float) * (size_t)(rows * cols)))) {
+            __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+            return;
+        }
+    }
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t op = t / per, r = t % per, im = r / j->tn, in = r % j->tn;
+        const int64_t m0 = (im * j->units_m / j->tm) * um, m1 = min64(p->M, ((im + 1) * j->units_m / j->tm) * um);
+        const int64_t n0 = (in * j->units_n / j->tn) * j->un, n1 = min64(p->N, ((in + 1) * j->units_n / j->tn) * j->un);
+        if (m0 >= m1 || n0 >= n1) continue;
+        if (j->swap) run_swapped_tile(j, op, m0, m1, n0, n1, wsb, wsf, T);
+        else run_tile(j, op, m0, m1, n0, n1, wsb, wsf);
+    }
+}
+
+/* make functions of the kept bf16 forms (const_cache.h) */
+typedef struct whole_ctx {
+    const float *x;
+    int64_t ld, rows, K; /* rows: M for A, N for B */
+    bool trans;
+} whole_ctx;
+
+static void make_a_whole(const void *ctx, void *dst) {
+    const whole_ctx *w = ctx;
+    for (int64_t ir = 0; ir < w->rows; ir += BMR) pack_a_whole_panel(w->x, w->ld, w->trans, w->rows, w->K, ir, dst);
+}
+static void make_b_whole(const void *ctx, void *dst) {
+    const whole_ctx *w = ctx;
+    for (int64_t jr = 0; jr < w->rows; jr += BNR) pack_b_whole_panel(w->x, w->ld, w->trans, w->rows, w->K, jr, dst);
+}
+
+size_t kn_bgemm_packed_a_elems(int64_t M, int64_t N, int64_t K) {
+    return kn_bgemm_swaps(M, N, K) ? b_whole_elems(M, K) : a_whole_elems(M, K);
+}
+size_t kn_bgemm_packed_b_elems(int64_t N, int64_t K) { return b_whole_elems(N, K); }
+void kn_bgemm_pack_a(const float *A, int64_t lda, bool trans_a, int64_t M, int64_t N, int64_t K, uint16_t *dst) {
+    const bool swap = kn_bgemm_swaps(M, N, K);
+    whole_ctx w = {A, lda, M, K, swap ? !trans_a : trans_a};
+    if (swap) make_b_whole(&w, dst);
+    else make_a_whole(&w, dst);
+}
+void kn_bgemm_pack_b(const float *B, int64_t ldb, bool trans_b, int64_t N, int64_t K, uint16_t *dst) {
+    whole_ctx w = {B, ldb, N, K, trans_b};
+    make_b_whole(&w, dst);
+}
+
+static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
+                             const uint16_t *const *b_bf16);
+
+/* As kn_sgemm_swaps: N leaves the micro-kernel's 32 columns partly empty (7x7 = 49, 14x14 = 196
+ * positions of a convolution) where M (output channels) fills them. */
+bool kn_bgemm_swaps(int64_t M, int64_t N, int64_t K) {
+    if (N > 512 || N < 2 || M < 2 * BNR || K < 1) return false;
+    return (double)pad_to(N, BNR) / (double)N > 1.06 * (double)pad_to(M, BNR) / (double)M;
+}
+
+kiln_status kn_bgemm_run_prepacked(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
+                                   const uint16_t *const *b_bf16) {
+    if (p->count <= 0 || p->M <= 0 || p->N <= 0) return KILN_OK;
+    if (!kn_bf16_cpu_supported()) return KN_INTERNAL("the bf16 GEMM called on a CPU without AVX512_BF16");
+    if (p->K <= 0) return kn_sgemm_run(pool, p);
+    return run_batch(pool, p, a_bf16, b_bf16);
+}
+
+kiln_status kn_bgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
+    return kn_bgemm_run_prepacked(pool, p, NULL, NULL);
+}
+
+static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
+                             const uint16_t *const *b_bf16) {
+    const int64_t count = p->count;
+    bjob j = {.p = p};
+    j.swap = kn_bgemm_swaps(p->M, p->N, p->K);
+    j.pa = j.swap ? b_units(!p->trans_a, p->M, p->K) : (p->M + BMR - 1) / BMR;
+    j.pb = p->pack_b ? 0 : b_units(p->trans_b, p->N, p->K);
+    void **ptrs = calloc((size_t)count * 4, sizeof(void *));
+    if (!ptrs) return KN_OOM();
+    j.aw = (const uint16_t **)ptrs;
+    j.bw = (const uint16_t **)(ptrs + count);
+    j.a_own = (uint16_t **)(ptrs + 2 * count);
+    j.b_own = (uint16_t **)(ptrs + 3 * count);
+    kn_cpu_state *state = tl_state;
+    const size_t ae = j.swap ? b_whole_elems(p->M, p->K) : a_whole_elems(p->M, p->K), be = b_whole_elems(p->N, p->K);
+    for (int64_t op = 0; op < count; op++) {
+        if (a_bf16) j.aw[op] = a_bf16[op];
+        if (b_bf16 && !p->pack_b) j.bw[op] = b_bf16[op];
+    }
+    /* kept forms of constant weights (the fp32 packed copies identify them) */
+    for (int64_t op = 0; op < count && state && !a_bf16 && !b_bf16; op++) {
+        const float *const *ak = p->a_packed ? p->a_packed : p->at_packed;
+        if (ak && ak[op]) {
+            whole_ctx w = {p->a[op], p->lda, p->M, p->K, j.swap ? !p->trans_a : p->trans_a};
+            kn_const_layout lay = {j.swap ? 3 : 1, {p->M, p->K, p->lda, p->trans_a}};
+            j.aw[op] = kn_cpu_const_rederived(state, ak[op], &lay, ae * 2, j.swap ? make_b_whole : make_a_whole, &w);
+        }
+        if (p->b_packed && !p->pack_b && p->b_packed[op]) {
+            whole_ctx w = {p->b[op], p->ldb, p->N, p->K, p->trans_b};
+            kn_const_layout lay = {2, {p->N, p->K, p->ldb, p->trans_b}};
+            j.bw[op] = kn_cpu_const_rederived(state, p->b_packed[op], &lay, be * 2, make_b_whole, &w);
+        }
+    }
+    /* the rest rounded and packed for this call, on the pool */
+    size_t need = 0;
+    for (int64_t op = 0; op < count; op++) {
+        if (!j.aw[op]) need += ae;
+        if (!j.bw[op] && !p->pack_b) need += be;
+    }
+    if (need) {
+        uint16_t *buf = thread_buffer(1, need * 2);
+        if (!buf) {
+            free(ptrs);
+            return KN_OOM();
+        }
+        for (int64_t op = 0; op < count; op++) {
+            if (!j.aw[op]) {
+                j.aw[op] = j.a_own[op] = buf;
+                buf += ae;
+            }
+            if (!j.bw[op] && !p->pack_b) {
+                j.bw[op] = j.b_own[op] = buf;
+                buf += be;
+            }
+        }
+        const int64_t units = count * (j.pa + j.pb);
+        const double elems = (double)need;
+        int64_t grain = elems / (double)units > 16384 ? 1 : (int64_t)(16384.0 * (double)units / elems) + 1;
+        if (kn_threadpool_size(pool) <= 1 || elems < 65536) pack_range(&j, 0, units);
+        else kn_parallel_for(pool, units, grain, pack_range, &j);
+    }
+
+    /* tiles, as sgemm.c chooses them (transposed: whole columns first, one tile per thread) */
+    j.units_m = j.swap ? (p->M + BNR - 1) / BNR : (p->M + BMR - 1) / BMR;
+    /* transposed with a packing callback: tiles split the columns (each tile runs the callback, a
+     * convolution's im2col, for its own columns only; split by rows, every tile made all of it),
+     * in units of the micro-kernel's rows (49 columns: 24 + 25) */
+    j.un = j.swap && p->pack_b ? BMR : BNR;
+    j.units_n = (p->N + j.un - 1) / j.un;
+    const double flops = 2.0 * (double)p->M * (double)p->N * (double)p->K * (double)count;
+    int64_t threads = kn_threadpool_size(pool);
+    const int64_t by_work = (int64_t)(flops / MIN_FLOPS_PER_THREAD);
+    if (threads > by_work) threads = by_work > 0 ? by_work : 1;
+    j.tm = j.tn = 1;
+    int64_t tiles_wanted = threads;
+    if (threads > 1 && flops / (double)(threads * OVERSUB) >= MIN_TILE_FLOPS) tiles_wanted = threads * OVERSUB;
+    if (j.swap && count < threads) {
+        if (p->pack_b) j.tn = min64((threads + count - 1) / count, j.units_n);
+        else j.tm = min64((threads + count - 1) / count, j.units_m); /* op(B) packed once, shared */
+    } else if (count < tiles_wanted) {
+        const int64_t target = (tiles_wanted + count - 1) / count;
+        int64_t best_tiles = 0;
+        double best_cost = 0;
+        for (int64_t tm = 1; tm <= target && tm <= j.units_m; tm++) {
+            int64_t tn = target / tm;
+            if (tn > j.units_n) tn = j.units_n;
+            if (tn < 1) tn = 1;
+            const int64_t tiles = tm * tn;
+            /* a tile re-reads (with a callback: re-packs) B once per row of tiles */
+            const double cost = (double)tn * (double)p->M + (double)tm * (double)p->N * (p->pack_b ? 4.0 : 1.0);
+            if (tiles > best_tiles || (tiles == best_tiles && cost < best_cost)) {
+                best_tiles = tiles;
+                best_cost = cost;
+                j.tm = tm;
+                j.tn = tn;
+            }
+        }
+    }
+    const int64_t tasks = count * j.tm * j.tn;
+    if (threads <= 1) tile_range(&j, 0, tasks);
+    else kn_parallel_for(pool, tasks, 1, tile_range, &j);
+    free(ptrs);
+    return j.failed ? KN_OOM() : KILN_OK;
+}
+
+#else /* not x86 with a compiler that has the bf16 intrinsics */
+
+kiln_status kn_bgemm_run_prepacked(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
+                                   const uint16_t *const *b_bf16) {
+    (void)pool, (void)p, (void)a_bf16, (void)b_bf16;
+    return kn_error(KILN_ERR_UNSUPPORTED, "this build of kiln has no bf16 GEMM (x86-64 with AVX512_BF16 only)");
+}
+kiln_status kn_bgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) { return kn_bgemm_run_prepacked(pool, p, NULL, NULL); }
+size_t kn_bgemm_packed_a_elems(int64_t M, int64_t N, int64_t K) {
+    (void)N;
+    return (size_t)(pad_to(M, BNR) * pad_to(K, 2));
+}
+size_t kn_bgemm_packed_b_elems(int64_t N, int64_t K) { return (size_t)(pad_to(N, BNR) * pad_to(K, 2)); }
+void kn_bgemm_pack_a(const float *A, int64_t lda, bool trans_a, int64_t M, int64_t N, int64_t K, uint16_t *dst) {
+    (void)A, (void)lda, (void)trans_a, (void)M, (void)N, (void)K, (void)dst;
+}
+bool kn_bgemm_swaps(int64_t M, int64_t N, int64_t K) {
+    (void)M, (void)N, (void)K;
+    return false;
+}
+void kn_bgemm_pack_b(const float *B, int64_t ldb, bool trans_b, int64_t N, int64_t K, uint16_t *dst) {
+    (void)B, (void)ldb, (void)trans_b, (void)N, (void)K, (void)dst;
+}
+
+#endif

@@ -1,0 +1,86 @@
+/* bf16 matrix products for the CPU provider's `precision=bf16` option.
+ *
+ * What runs in bf16: the products of MatMul, Gemm, Conv/ConvTranspose and the fused linear ops
+ * (kn_bgemm_node). Their operands are rounded to bf16 (round to nearest even) and multiplied
+ * with AVX512_BF16's vdpbf16ps, which accumulates pairs of products in fp32; alpha, beta, the
+ * bias, the epilogue and every other operator stay fp32. Constant weights are rounded and packed
+ * once per session (kept in the CPU backend's state beside the fp32 packed copies), activations
+ * once per product call.
+ *
+ * How it is wired, so that no kernel file needs to know: the CPU backend's run function marks the
+ * calling thread while such a node runs (kn_bgemm_enter/leave; the compiled plan calls such nodes
+ * through that run, not the kernel directly: kn_cpu_node_wraps in backend.h), and kn_sgemm_run
+ * hands the products it is given on a marked thread to kn_bgemm_run when kn_bgemm_takes says the
+ * shape is worth it (else they stay fp32: a row times a matrix, a matrix times a column, a few
+ * rows). Convolutions that do not use the GEMM (Winograd, the direct kernels) stay fp32.
+ *
+ * CPU support is checked at run time (cpuid and the OS's AVX-512 state), never assumed from the
+ * build flags: a CPU without AVX512_BF16 refuses the option when the session is created
+ * (kn_cpu_precision_check), so no bf16 instruction ever runs there. */
+#ifndef KN_SGEMM_BF16_H
+#define KN_SGEMM_BF16_H
+
+#include "backend/cpu/sgemm.h"
+#include "ir/graph.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Whether this CPU and OS run AVX512F/BW/VL and AVX512_BF16 (cpuid, xgetbv; cached). */
+bool kn_bf16_cpu_supported(void);
+/* The same, unless the environment variable KILN_CPU_NO_BF16 is set (not "0"): sessions created
+ * then refuse precision=bf16 as on a CPU without it (to try that path on any machine). */
+bool kn_bf16_cpu_usable(void);
+
+/* The CPU provider's decision on its precision option, made when the session is created:
+ * KILN_OK for fp32, and for bf16 when has_bf16 (pass kn_bf16_cpu_usable(); tests force it);
+ * otherwise KILN_ERR_UNSUPPORTED with a message saying why (bf16 without AVX512_BF16, or tf32 and
+ * fp16, which the CPU provider does not have). `precision` is a kn_precision. */
+kiln_status kn_cpu_precision_check(int precision, bool has_bf16);
+
+/* Whether a node's matrix products run in bf16 under precision=bf16. */
+bool kn_bgemm_node(const kn_node *n);
+
+/* Marks the calling thread as running a bf16 node of the session whose CPU state is `state`
+ * (where converted weights are kept); leave restores what enter found (nodes nest through
+ * control flow). */
+typedef struct kn_bgemm_scope {
+    void *prev_state;
+    bool prev_on;
+} kn_bgemm_scope;
+void kn_bgemm_enter(void *state, kn_bgemm_scope *save);
+void kn_bgemm_leave(const kn_bgemm_scope *save);
+/* Whether the calling thread is marked. */
+bool kn_bgemm_active(void);
+
+/* Whether kn_bgemm_run computes this batch in bf16 (else the caller runs it in fp32). */
+bool kn_bgemm_takes(const kn_sgemm_batch *p);
+
+/* The batch in bf16, with the contract of kn_sgemm_run (sgemm.h): the same operands, packing
+ * callback, row bias, epilogue and prepacked weights (whose bf16 forms are made from a/b on
+ * first use and kept while the CPU state of kn_bgemm_enter lives). Needs kn_bf16_cpu_supported. */
+kiln_status kn_bgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p);
+
+/* The same with operands the caller packed whole in bf16 (kn_bgemm_pack_a/_b for this M, N, K;
+ * either array may be NULL, and then that operand is packed for the call): benches, tests, callers
+ * that keep their own converted weights. a/b must still describe the operands. */
+kiln_status kn_bgemm_run_prepacked(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
+                                   const uint16_t *const *b_bf16);
+/* Elements (uint16) of op(A) (M x K) / op(B) (K x N) packed whole for an M x N x K product, and
+ * the packing (op(A) packed as B is when the product runs transposed: kn_bgemm_swaps). */
+size_t kn_bgemm_packed_a_elems(int64_t M, int64_t N, int64_t K);
+size_t kn_bgemm_packed_b_elems(int64_t N, int64_t K);
+void kn_bgemm_pack_a(const float *A, int64_t lda, bool trans_a, int64_t M, int64_t N, int64_t K, uint16_t *dst);
+void kn_bgemm_pack_b(const float *B, int64_t ldb, bool trans_b, int64_t N, int64_t K, uint16_t *dst);
+
+/* Whether kn_bgemm_run computes an M x N x K product (without a_bf16) as its transpose. */
+bool kn_bgemm_swaps(int64_t M, int64_t N, int64_t K);
+
+/* bf16 rounding of one float as the kernel does it (round to nearest even, NaN kept), for
+ * references in tests. */
+float kn_bf16_round(float x);
+
+/* The micro-kernel's tile (rows x columns) and depth of a packed slice, for tests and benches. */
+void kn_bgemm_tile(int *mr, int *nr, int *kc);
+
+#endif

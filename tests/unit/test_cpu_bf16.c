@@ -1,0 +1,491 @@
+/* The CPU provider's precision=bf16: the bf16 GEMM against a double-precision reference on
+ * bf16-rounded operands (odd shapes, transposes, alpha/beta, row bias, epilogue, a packing
+ * callback, threads), the decision on CPUs without AVX512_BF16 (forced), sessions in bf16 against
+ * fp32 within a bf16 bound, and the option in the compiled-cache key. */
+#include "backend/backend.h"
+#include "backend/cpu/const_cache.h"
+#include "backend/cpu/sgemm.h"
+#include "backend/cpu/sgemm_bf16.h"
+#include "cache/key.h"
+#include "test_model_builder.h"
+#include "unit.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+static uint32_t rng = 777;
+static float frand(void) {
+    rng = rng * 1664525u + 1013904223u;
+    return (float)((rng >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+static void fill(float *p, int64_t n) {
+    for (int64_t i = 0; i < n; i++) p[i] = frand();
+}
+
+#define NEED_BF16()                                                                                \
+    do {                                                                                           \
+        if (!kn_bf16_cpu_supported()) KN_SKIP("this CPU has no AVX512_BF16");                      \
+    } while (0)
+
+/* ------------------------------------------------------------------ rounding */
+
+KN_TEST(bf16_round_nearest_even) {
+    CHECK(kn_bf16_round(1.0f) == 1.0f);
+    /* 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1) */
+    CHECK(kn_bf16_round(1.0f + 0x1p-8f) == 1.0f);
+    CHECK(kn_bf16_round(1.0f + 0x1p-8f + 0x1p-20f) == 1.0f + 0x1p-7f);
+    CHECK(kn_bf16_round(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f); /* tie, odd below: up */
+    CHECK(isnan(kn_bf16_round(NAN)));
+    CHECK(isinf(kn_bf16_round(INFINITY)));
+}
+
+/* ------------------------------------------------------------------ the GEMM */
+
+/* C = alpha * bf16(op(A)) bf16(op(B)) + beta * C + bias, in double */
+static void ref_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                     const float *B, int64_t ldb, float beta, const float *bias, float *C, int64_t ldc) {
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++)
+                s += (double)kn_bf16_round(ta ? A[k * lda + i] : A[i * lda + k]) *
+                     (double)kn_bf16_round(tb ? B[j * ldb + k] : B[k * ldb + j]);
+            C[i * ldc + j] = (float)(alpha * s + (beta == 0.0f ? 0.0 : (double)beta * C[i * ldc + j]) +
+                                     (bias ? bias[i] : 0.0));
+        }
+}
+
+/* fp32 accumulation of exact bf16 products: the error grows with K */
+static double tol(int64_t K) { return 1e-5 + 2e-7 * (double)K; }
+
+typedef struct cb_ctx {
+    const float *B;
+    int64_t ldb;
+} cb_ctx;
+
+/* a packing callback (as a convolution's implicit im2col): B's block in fp32 panels of NR columns */
+static void cb_pack(const void *ctx, int64_t op, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
+    (void)op;
+    const cb_ctx *c = ctx;
+    const int NR = kn_sgemm_nr();
+    for (int64_t p = 0; p < (nc + NR - 1) / NR; p++)
+        for (int64_t k = 0; k < kc; k++)
+            for (int j = 0; j < NR; j++) {
+                const int64_t col = n0 + p * NR + j;
+                dst[(p * kc + k) * NR + j] = p * NR + j < nc ? c->B[(k0 + k) * c->ldb + col] : 0.0f;
+            }
+}
+
+typedef struct epi_ctx {
+    int64_t N;
+    int *hits;
+} epi_ctx;
+
+static void count_epilogue(const void *ctx, int64_t op, int64_t i0, int64_t j0, int64_t m, int64_t n, float *c,
+                           int64_t ldc) {
+    const epi_ctx *e = ctx;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            __atomic_fetch_add(&e->hits[(op * 4096 + i0 + i) * e->N + j0 + j], 1, __ATOMIC_RELAXED);
+            c[i * ldc + j] += 1.0f;
+        }
+}
+
+/* One case through kn_bgemm_run: two products, padded leading dimensions; mode 1 adds a row bias
+ * and an epilogue, mode 2 takes B from a packing callback (B untransposed), mode 3 passes both
+ * operands prepacked in bf16. Returns the max error
+ * relative to 1 + |reference|, or 1e9 for a status error, a bad epilogue count or touched padding. */
+static double bgemm_case(kn_threadpool *pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                         float beta, int mode) {
+    if (mode == 2) tb = false;
+    const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 7;
+    const int64_t arows = ta ? K : M, brows = tb ? N : K;
+    float *A = malloc(sizeof(float) * (size_t)(2 * arows * lda + 1));
+    float *B = malloc(sizeof(float) * (size_t)(2 * brows * ldb + 1));
+    float *C = malloc(sizeof(float) * (size_t)(2 * M * ldc + 1));
+    float *R = malloc(sizeof(float) * (size_t)(2 * M * ldc + 1));
+    float *bias = malloc(sizeof(float) * (size_t)M);
+    int *hits = calloc((size_t)(4096 * 2) * (size_t)N, sizeof(int));
+    fill(A, 2 * arows * lda);
+    fill(B, 2 * brows * ldb);
+    fill(C, 2 * M * ldc);
+    fill(bias, M);
+    if (beta == 0.0f)
+        for (int64_t i = 0; i < 2 * M * ldc; i++) C[i] = NAN;
+    memcpy(R, C, sizeof(float) * (size_t)(2 * M * ldc));
+    const float *ap[2] = {A, A + arows * lda}, *bp[2] = {B, mode == 2 ? B : B + brows * ldb};
+    float *cp[2] = {C, C + M * ldc};
+    const float *rb[2] = {bias, bias};
+    epi_ctx e = {N, hits};
+    cb_ctx cc = {B, ldb};
+    kn_sgemm_batch g = {.count = 2, .M = M, .N = N, .K = K, .trans_a = ta, .trans_b = tb, .alpha = alpha,
+                        .beta = beta, .a = ap, .lda = lda, .b = bp, .ldb = ldb, .c = cp, .ldc = ldc};
+    if (mode == 1) {
+        g.row_bias = rb;
+        g.epilogue = count_epilogue;
+        g.epilogue_ctx = &e;
+    }
+    if (mode == 2) {
+        g.pack_b = cb_pack;
+        g.pack_ctx = &cc;
+    }
+    double err;
+    if (mode == 3) { /* both operands prepacked in bf16 (as kept weights are) */
+        uint16_t *pa[2], *pb[2];
+        for (int op = 0; op < 2; op++) {
+            pa[op] = malloc(2 * kn_bgemm_packed_a_elems(M, N, K) + 64);
+            pb[op] = malloc(2 * kn_bgemm_packed_b_elems(N, K) + 64);
+            kn_bgemm_pack_a(ap[op], lda, ta, M, N, K, pa[op]);
+            kn_bgemm_pack_b(bp[op], ldb, tb, N, K, pb[op]);
+        }
+        const uint16_t *cpa[2] = {pa[0], pa[1]}, *cpb[2] = {pb[0], pb[1]};
+        err = kn_bgemm_run_prepacked(pool, &g, cpa, cpb) == KILN_OK ? 0 : 1e9;
+        for (int op = 0; op < 2; op++) free(pa[op]), free(pb[op]);
+    } else {
+        err = kn_bgemm_run(pool, &g) == KILN_OK ? 0 : 1e9;
+    }
+    for (int op = 0; op < 2; op++) {
+        float *r = R + op * M * ldc;
+        ref_gemm(ta, tb, M, N, K, alpha, ap[op], lda, bp[op], ldb, beta, mode == 1 ? bias : NULL, r, ldc);
+        if (mode == 1)
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) r[i * ldc + j] += 1.0f;
+        for (int64_t i = 0; i < M; i++) {
+            for (int64_t j = 0; j < N; j++) {
+                const double d = fabs((double)cp[op][i * ldc + j] - r[i * ldc + j]) / (1.0 + fabs(r[i * ldc + j]));
+                if (!(d <= err)) err = isnan(d) ? 1e9 : d;
+                if (mode == 1 && hits[(op * 4096 + i) * N + j] != 1) err = 1e9;
+            }
+            for (int64_t j = N; j < ldc && i + 1 < M; j++) /* the padding between rows is untouched */
+                if (!(cp[op][i * ldc + j] == r[i * ldc + j] || (isnan(cp[op][i * ldc + j]) && isnan(r[i * ldc + j]))))
+                    err = 1e9;
+        }
+    }
+    free(A), free(B), free(C), free(R), free(bias), free(hits);
+    return err;
+}
+
+static void bgemm_shapes(kn_threadpool *pool) {
+    int mr, nr, kc;
+    kn_bgemm_tile(&mr, &nr, &kc);
+    /* around the tile (12 x 32), the slice depth (256, odd K), and the blocks of rows / callback columns */
+    const int64_t shapes[][3] = {{1, 1, 1},       {4, 8, 8},       {5, 9, 3},         {11, 31, 7},
+                                 {12, 32, 16},    {13, 33, 17},    {23, 47, 255},     {25, 65, 257},
+                                 {37, 100, 513},  {mr * 16 + 5, 70, 33}, {200, 1100, 40}, {64, 49, 300},
+                                 {96, 196, 577},  {200, 100, 40},  {17, 1, 20},       {1, 40, 30}};
+    int checked = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int t = 0; t < 4; t++)
+            for (int mode = 0; mode < 4; mode++) {
+                const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                const float alpha = t & 1 ? 0.5f : 1.0f, beta = t == 0 ? 0.0f : t == 1 ? 1.0f : -0.75f;
+                const double err = bgemm_case(pool, t & 1, (t >> 1) & 1, M, N, K, alpha, beta, mode);
+                CHECK_MSG(err < tol(K), "bf16 GEMM %lldx%lldx%lld transA=%d transB=%d alpha=%g beta=%g mode %d: error %g",
+                          (long long)M, (long long)N, (long long)K, t & 1, (t >> 1) & 1, alpha, beta, mode, err);
+                checked++;
+            }
+    CHECK(checked >= 100);
+    /* the transposed products (small N, M filling the columns) are among them */
+    CHECK(kn_bgemm_swaps(64, 49, 300) && kn_bgemm_swaps(96, 196, 577) && kn_bgemm_swaps(200, 100, 40));
+    CHECK(!kn_bgemm_swaps(128, 768, 768) && !kn_bgemm_swaps(64, 3136, 576));
+}
+
+KN_TEST(bf16_gemm_single_thread) {
+    NEED_BF16();
+    bgemm_shapes(NULL);
+}
+
+KN_TEST(bf16_gemm_threads) {
+    NEED_BF16();
+    kn_threadpool *pool;
+    CHECK_STATUS(kn_threadpool_create(3, &pool), KILN_OK);
+    bgemm_shapes(pool);
+    kn_threadpool_destroy(pool);
+}
+
+/* the bf16 products differ from fp32 by bf16's rounding, not more: a sanity bound on random data */
+KN_TEST(bf16_gemm_error_against_fp32) {
+    NEED_BF16();
+    const int64_t M = 64, N = 96, K = 768;
+    float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N);
+    float *C = malloc(sizeof(float) * M * N), *F = malloc(sizeof(float) * M * N);
+    fill(A, M * K);
+    fill(B, K * N);
+    const float *ap[1] = {A}, *bp[1] = {B};
+    float *cp[1] = {C};
+    kn_sgemm_batch g = {.count = 1, .M = M, .N = N, .K = K, .alpha = 1.0f, .a = ap, .lda = K, .b = bp, .ldb = N,
+                        .c = cp, .ldc = N};
+    CHECK_STATUS(kn_bgemm_run(NULL, &g), KILN_OK);
+    CHECK_STATUS(kn_sgemm(NULL, false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, F, N), KILN_OK);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < M * N; i++) {
+        num += (double)(C[i] - F[i]) * (C[i] - F[i]);
+        den += (double)F[i] * F[i];
+    }
+    const double rel = sqrt(num / den);
+    /* two roundings of 2^-9 relative each, averaged over K random terms: about 2^-9 */
+    CHECK_MSG(rel > 1e-4 && rel < 8e-3, "relative L2 error of bf16 against fp32: %g", rel);
+    free(A), free(B), free(C), free(F);
+}
+
+/* ------------------------------------------------------------------ the decision */
+
+KN_TEST(bf16_precision_decision) {
+    CHECK_STATUS(kn_cpu_precision_check(KN_PRECISION_FP32, false), KILN_OK);
+    CHECK_STATUS(kn_cpu_precision_check(KN_PRECISION_FP32, true), KILN_OK);
+    CHECK_STATUS(kn_cpu_precision_check(KN_PRECISION_BF16, true), KILN_OK);
+    /* forced: a CPU without AVX512_BF16 refuses, saying why */
+    CHECK_STATUS(kn_cpu_precision_check(KN_PRECISION_BF16, false), KILN_ERR_UNSUPPORTED);
+    CHECK_ERROR_HAS("AVX512_BF16");
+    CHECK_ERROR_HAS("precision=fp32");
+    CHECK_STATUS(kn_cpu_precision_check(KN_PRECISION_FP16, true), KILN_ERR_UNSUPPORTED);
+    CHECK_ERROR_HAS("fp16");
+    CHECK_STATUS(kn_cpu_precision_check(KN_PRECISION_TF32, true), KILN_ERR_UNSUPPORTED);
+    CHECK_ERROR_HAS("tf32");
+}
+
+KN_TEST(bf16_node_list) {
+    static const char *const yes[][2] = {{"", "MatMul"},        {"", "Gemm"},         {"", "Conv"},
+                                         {"kiln", "FusedMatMul"}, {"kiln", "FusedConv"}, {"kiln", "FusedGemm"},
+                                         {"com.microsoft", "FusedMatMul"}};
+    static const char *const no[][2] = {{"", "Relu"}, {"", "MatMulInteger"}, {"kiln", "Attention"}, {"x", "MatMul"}};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        kn_node n = {.domain = yes[i][0], .op_type = yes[i][1]};
+        CHECK_MSG(kn_bgemm_node(&n), "%s:%s", yes[i][0], yes[i][1]);
+    }
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        kn_node n = {.domain = no[i][0], .op_type = no[i][1]};
+        CHECK_MSG(!kn_bgemm_node(&n), "%s:%s", no[i][0], no[i][1]);
+    }
+}
+
+/* Kept bf16 forms are made only from memory the CPU state already holds (a constant's packed
+ * weights): an address outside it (a per-call buffer) gets NULL, so it is never taken for a
+ * constant whose converted form was kept */
+static void fill_ones(const void *ctx, void *dst) {
+    (void)ctx;
+    memset(dst, 1, 64);
+}
+
+KN_TEST(bf16_kept_forms_only_of_state_memory) {
+    kn_cpu_state *st = NULL;
+    CHECK_STATUS(kn_cpu_state_create(&st), KILN_OK);
+    float local[16] = {0};
+    kn_const_layout lay = {1, {16, 16, 0, 0}};
+    CHECK(kn_cpu_const_rederived(st, local, &lay, 64, fill_ones, NULL) == NULL);
+    CHECK(kn_cpu_const_rederived(NULL, local, &lay, 64, fill_ones, NULL) == NULL);
+    CHECK(!kn_cpu_state_bf16(st));
+    kn_cpu_state_set_bf16(st, true);
+    CHECK(kn_cpu_state_bf16(st));
+    kn_cpu_state_destroy(st);
+}
+
+/* ------------------------------------------------------------------ sessions */
+
+/* x [R, 96] -> MatMul W1 [96, 80] -> Relu -> Gemm (transB) W2 [72, 80] + b -> y [R, 72];
+ * c [1, 8, 20, 20] -> Conv 3x3 pad 1, 32 channels + bias -> z (the GEMM with implicit im2col) */
+static unsigned char *mixed_model(size_t *size) {
+    tmb b;
+    tmb_init(&b, 17);
+    const int64_t R = 40;
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){R, 96}, NULL);
+    int c = tmb_input(&b, "c", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 8, 20, 20}, NULL);
+    int w1 = tmb_const(&b, "w1", 2, (int64_t[]){96, 80}, 0.2f);
+    int w2 = tmb_const(&b, "w2", 2, (int64_t[]){72, 80}, 0.2f);
+    int b2 = tmb_const(&b, "b2", 1, (int64_t[]){72}, 1.0f);
+    int wc = tmb_const(&b, "wc", 4, (int64_t[]){32, 8, 3, 3}, 0.3f);
+    int bc = tmb_const(&b, "bc", 1, (int64_t[]){32}, 1.0f);
+    int h = tmb_value(&b, "h"), r = tmb_value(&b, "r"), y = tmb_value(&b, "y"), z = tmb_value(&b, "z");
+    tmb_node(&b, "MatMul", (int[]){x, w1}, 2, h);
+    tmb_node(&b, "Relu", (int[]){h}, 1, r);
+    int gn = tmb_node(&b, "Gemm", (int[]){r, w2, b2}, 3, y);
+    tmb_int(&b, gn, "transB", 1);
+    int cn = tmb_node(&b, "Conv", (int[]){c, wc, bc}, 3, z);
+    tmb_ints(&b, cn, "pads", (int64_t[]){1, 1, 1, 1}, 4);
+    tmb_output(&b, y);
+    tmb_output(&b, z);
+    return tmb_finish(&b, size);
+}
+
+static kiln_session_options *opts_for(const char *precision) {
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session_options_set_intra_op_threads(o, 2);
+    const char *k[1] = {"precision"}, *v[1] = {precision};
+    kiln_session_options_append_provider(o, "cpu", k, v, precision ? 1 : 0);
+    return o;
+}
+
+/* Runs the mixed model; outs[0..1] are y and z (caller destroys). */
+static kiln_status run_mixed(kiln_session *s, kiln_tensor *outs[2]) {
+    float xd[40 * 96], cd[8 * 400]; /* per call: threads call it at once */
+    uint32_t seed = 99;
+    for (size_t i = 0; i < sizeof xd / sizeof xd[0]; i++) xd[i] = tmb_rand(&seed);
+    for (size_t i = 0; i < sizeof cd / sizeof cd[0]; i++) cd[i] = tmb_rand(&seed);
+    kiln_tensor *in[2] = {NULL, NULL};
+    kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){40, 96}, 2, &in[0]);
+    kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){1, 8, 20, 20}, 4, &in[1]);
+    memcpy(kiln_tensor_data(in[0]), xd, sizeof xd);
+    memcpy(kiln_tensor_data(in[1]), cd, sizeof cd);
+    const char *names[2] = {"x", "c"};
+    kiln_status st = kiln_session_run(s, names, in, 2, NULL, 2, outs);
+    kiln_tensor_destroy(in[0]);
+    kiln_tensor_destroy(in[1]);
+    return st;
+}
+
+KN_TEST(bf16_session_against_fp32) {
+    NEED_BF16();
+    size_t size;
+    unsigned char *m = mixed_model(&size);
+    if (!m) return;
+    kiln_session *f = NULL, *h = NULL;
+    kiln_session_options *of = opts_for(NULL), *oh = opts_for("bf16");
+    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, of, &f), KILN_OK);
+    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, oh, &h), KILN_OK);
+    kiln_tensor *fo[2] = {0}, *ho[2] = {0}, *ho2[2] = {0};
+    if (f && h) {
+        CHECK_STATUS(run_mixed(f, fo), KILN_OK);
+        CHECK_STATUS(run_mixed(h, ho), KILN_OK);
+        CHECK_STATUS(run_mixed(h, ho2), KILN_OK); /* weights converted once: the same results again */
+        for (int o = 0; o < 2 && fo[o] && ho[o]; o++) {
+            const float *a = kiln_tensor_data(fo[o]), *b = kiln_tensor_data(ho[o]);
+            const size_t n = kiln_tensor_bytes(fo[o]) / 4;
+            double num = 0, den = 0, maxe = 0, maxv = 0;
+            for (size_t i = 0; i < n; i++) {
+                num += (double)(a[i] - b[i]) * (a[i] - b[i]);
+                den += (double)a[i] * a[i];
+                maxe = fmax(maxe, fabs(a[i] - b[i]));
+                maxv = fmax(maxv, fabs(a[i]));
+            }
+            const double rel = sqrt(num / den);
+            /* bf16 operands (8 significant bits): about 2^-9 relative, never 1e-2; not exactly fp32 */
+            CHECK_MSG(rel < 1e-2 && maxe < 3e-2 * maxv, "output %d: relative L2 %g, max error %g of %g", o, rel, maxe, maxv);
+            CHECK_MSG(rel > 1e-5, "output %d: relative L2 %g: the products did not run in bf16", o, rel);
+            CHECK_MSG(tmb_same_tensor(ho[o], ho2[o]), "output %d: a second bf16 run differs", o);
+        }
+    }
+    for (int o = 0; o < 2; o++) kiln_tensor_destroy(fo[o]), kiln_tensor_destroy(ho[o]), kiln_tensor_destroy(ho2[o]);
+    kiln_session_destroy(f);
+    kiln_session_destroy(h);
+    kiln_session_options_destroy(of);
+    kiln_session_options_destroy(oh);
+    free(m);
+}
+
+/* Calls from several threads on one fresh bf16 session (the first ones make the kept weights at
+ * once): every result equals the serial one bit for bit */
+typedef struct par_ctx {
+    kiln_session *s;
+    kiln_tensor *want[2];
+    int bad, failed;
+} par_ctx;
+
+static void *par_main(void *arg) {
+    par_ctx *p = arg;
+    for (int i = 0; i < 6; i++) {
+        kiln_tensor *o[2] = {0};
+        if (run_mixed(p->s, o) != KILN_OK) __atomic_add_fetch(&p->failed, 1, __ATOMIC_RELAXED);
+        else if (p->want[0] && (!tmb_same_tensor(o[0], p->want[0]) || !tmb_same_tensor(o[1], p->want[1])))
+            __atomic_add_fetch(&p->bad, 1, __ATOMIC_RELAXED);
+        kiln_tensor_destroy(o[0]);
+        kiln_tensor_destroy(o[1]);
+    }
+    return NULL;
+}
+
+KN_TEST(bf16_session_concurrent_calls) {
+    NEED_BF16();
+    size_t size;
+    unsigned char *m = mixed_model(&size);
+    if (!m) return;
+    kiln_session_options *o = opts_for("bf16");
+    kiln_session_options_set_max_concurrent_runs(o, 4);
+    kiln_session *ref = NULL, *s = NULL;
+    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &ref), KILN_OK);
+    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
+    par_ctx p = {s, {NULL, NULL}, 0, 0};
+    if (ref && s && run_mixed(ref, p.want) == KILN_OK) {
+        pthread_t t[4];
+        for (int i = 0; i < 4; i++) CHECK(pthread_create(&t[i], NULL, par_main, &p) == 0);
+        for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+        CHECK_MSG(p.failed == 0 && p.bad == 0, "%d calls failed, %d differ from the serial result", p.failed, p.bad);
+    }
+    kiln_tensor_destroy(p.want[0]);
+    kiln_tensor_destroy(p.want[1]);
+    kiln_session_destroy(ref);
+    kiln_session_destroy(s);
+    kiln_session_options_destroy(o);
+    free(m);
+}
+
+/* precision=fp32 spelled out runs exactly as the default */
+KN_TEST(bf16_session_fp32_option_is_default) {
+    size_t size;
+    unsigned char *m = mixed_model(&size);
+    if (!m) return;
+    kiln_session *f = NULL, *g = NULL;
+    kiln_session_options *of = opts_for(NULL), *og = opts_for("fp32");
+    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, of, &f), KILN_OK);
+    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, og, &g), KILN_OK);
+    kiln_tensor *fo[2] = {0}, *go[2] = {0};
+    if (f && g) {
+        CHECK_STATUS(run_mixed(f, fo), KILN_OK);
+        CHECK_STATUS(run_mixed(g, go), KILN_OK);
+        for (int o = 0; o < 2; o++) CHECK(tmb_same_tensor(fo[o], go[o]));
+    }
+    for (int o = 0; o < 2; o++) kiln_tensor_destroy(fo[o]), kiln_tensor_destroy(go[o]);
+    kiln_session_destroy(f);
+    kiln_session_destroy(g);
+    kiln_session_options_destroy(of);
+    kiln_session_options_destroy(og);
+    free(m);
+}
+
+/* A CPU without AVX512_BF16 (forced by KILN_CPU_NO_BF16): the session is refused with the reason;
+ * fp16 / tf32 are not CPU precisions */
+KN_TEST(bf16_session_refused_without_the_instructions) {
+    size_t size;
+    unsigned char *m = mixed_model(&size);
+    if (!m) return;
+    setenv("KILN_CPU_NO_BF16", "1", 1);
+    kiln_session *s = NULL;
+    kiln_session_options *o = opts_for("bf16");
+    kiln_status st = kiln_session_create_from_memory(m, size, NULL, o, &s);
+    CHECK(st != KILN_OK && s == NULL);
+    CHECK_ERROR_HAS("AVX512_BF16");
+    kiln_session_options_destroy(o);
+    unsetenv("KILN_CPU_NO_BF16");
+    o = opts_for("fp16");
+    st = kiln_session_create_from_memory(m, size, NULL, o, &s);
+    CHECK(st != KILN_OK && s == NULL);
+    CHECK_ERROR_HAS("not a CPU precision");
+    kiln_session_options_destroy(o);
+    kiln_session_destroy(s);
+    free(m);
+}
+
+/* The option is part of the compiled-cache key: a bf16 compile never loads as fp32 or back */
+KN_TEST(bf16_option_in_cache_key) {
+    size_t size;
+    unsigned char *m = mixed_model(&size);
+    if (!m) return;
+    kiln_session_options *of = opts_for(NULL), *oh = opts_for("bf16"), *o32 = opts_for("fp32");
+    kn_cache_key kf, kh, k32;
+    CHECK_STATUS(kn_cache_key_for_memory(m, size, NULL, of, &kf), KILN_OK);
+    CHECK_STATUS(kn_cache_key_for_memory(m, size, NULL, oh, &kh), KILN_OK);
+    CHECK_STATUS(kn_cache_key_for_memory(m, size, NULL, o32, &k32), KILN_OK);
+    CHECK(strcmp(kf.name, kh.name) != 0);
+    CHECK(strcmp(k32.name, kh.name) != 0);
+    const char *t = kn_cache_key_get(&kh, "options");
+    CHECK_MSG(t && strstr(t, "cpu{precision=bf16}"), "options field: %s", t ? t : "(none)");
+    kn_cache_key_free(&kf);
+    kn_cache_key_free(&kh);
+    kn_cache_key_free(&k32);
+    kiln_session_options_destroy(of);
+    kiln_session_options_destroy(oh);
+    kiln_session_options_destroy(o32);
+    free(m);
+}
