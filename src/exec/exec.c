@@ -1103,7 +1103,8 @@ static kiln_status run_node(kn_exec *x, const kn_step *s) {
 done:
     if (st == KILN_OK && x->rec) memo_node_done(x, n, idx, rec_static, types_out);
     if (x->n_handed || x->handed_bytes) handed_clear(x);
-    for (int o = 0; o < no; o++) kn_tensor_free(out[o]);
+    for (int o = 0; o < no; o++)
+        if (out[o]) kn_tensor_free(out[o]); /* (set only on an error: no call per output) */
     if (types_in != in_types) free(types_in);
     if (types_out != out_types) free(types_out);
     if (st == KILN_OK)

@@ -79,7 +79,7 @@ const kn_cpu_kernel kn_cpu_nn[] = {
     {"", "ReduceSumSquare", kn_cpu_reduce, supports_numeric, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_reduce_prepare, kn_reduce_prm)},
     {"", "ArgMax", kn_cpu_argminmax, supports_numeric, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_argminmax_prepare, kn_argminmax_prm)},
     {"", "ArgMin", kn_cpu_argminmax, supports_numeric, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_argminmax_prepare, kn_argminmax_prm)},
-    {"", "TopK", kn_cpu_topk, supports_numeric},
+    {"", "TopK", kn_cpu_topk, supports_numeric, 0, KN_PARAMS(kn_topk_prepare, kn_topk_prm)},
     {"", "Softmax", kn_cpu_softmax, supports_float, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_softmax_prepare, kn_softmax_prm)},
     {"", "LogSoftmax", kn_cpu_softmax, supports_float, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_softmax_prepare, kn_softmax_prm)},
     {"", "Hardmax", kn_cpu_hardmax, supports_numeric, 0, KN_PARAMS(kn_softmax_prepare, kn_softmax_prm)},

@@ -24,6 +24,13 @@ typedef struct kn_argminmax_prm {
     int64_t axis;
 } kn_argminmax_prm;
 kiln_status kn_argminmax_prepare(const kn_node *n, void *params);
+/* TopK's attributes (its prepare hook) */
+typedef struct kn_topk_prm {
+    int64_t k; /* opset < 10: the attribute; later an input */
+    int64_t axis;
+    bool largest, sorted;
+} kn_topk_prm;
+kiln_status kn_topk_prepare(const kn_node *n, void *params);
 kiln_status kn_cpu_argminmax(kn_kernel_ctx *c);   /* ArgMax, ArgMin */
 kiln_status kn_cpu_topk(kn_kernel_ctx *c);
 kiln_status kn_cpu_softmax(kn_kernel_ctx *c);     /* Softmax, LogSoftmax */

@@ -576,16 +576,28 @@ static void topk_range(void *arg, int64_t b, int64_t e) {
     free(items);
 }
 
+kiln_status kn_topk_prepare(const kn_node *n, void *params) {
+    kn_topk_prm *p = params;
+    p->k = n->opset < 10 ? kn_attr_int(n, "k", 0) : -1;
+    p->axis = kn_attr_int(n, "axis", -1);
+    p->largest = n->opset < 11 || kn_attr_int(n, "largest", 1) != 0;
+    p->sorted = n->opset < 11 || kn_attr_int(n, "sorted", 1) != 0;
+    return KILN_OK;
+}
+
 kiln_status kn_cpu_topk(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
+    kn_topk_prm local;
+    const kn_topk_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_topk_prepare, &local, (const void **)&prm));
     int64_t k;
-    if (c->node->opset < 10) k = kn_attr_int(c->node, "k", 0);
+    if (c->node->opset < 10) k = prm->k;
     else {
         if (!c->in[1] || kn_tensor_count(c->in[1]) != 1)
             return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "input 'K' must hold one integer");
         k = kn_tensor_get_i64(c->in[1], 0);
     }
-    int64_t axis = kn_attr_int(c->node, "axis", -1);
+    int64_t axis = prm->axis;
     if (axis < 0) axis += x->rank;
     if (axis < 0 || axis >= x->rank) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
     int64_t n = x->dims[axis];
@@ -609,8 +621,8 @@ kiln_status kn_cpu_topk(kn_kernel_ctx *c) {
     j.n = n;
     j.inner = inner;
     j.k = k;
-    j.largest = c->node->opset < 11 || kn_attr_int(c->node, "largest", 1) != 0;
-    j.sorted = c->node->opset < 11 || kn_attr_int(c->node, "sorted", 1) != 0;
+    j.largest = prm->largest;
+    j.sorted = prm->sorted;
     int64_t grain = n >= 4096 ? 1 : 4096 / n;
     kn_parallel_for(c->pool, outer * inner, grain, topk_range, &j);
     if (j.xv != x->data) free((void *)j.xv);
