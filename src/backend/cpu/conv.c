@@ -7,6 +7,10 @@
  *  - pointwise (1x1 kernel, stride 1, no pads) on small planes (7x7), AVX-512: vectors along the
  *    output channels, 48 x 7 tiles;
  *  - other pointwise: the input planes are already the GEMM's B;
+ *  - 3x3 at stride 1 with 16+ channels on planes of 16+ tiles: Winograd F(4x4, 3x3)
+ *    (conv_winograd.c);
+ *  - 3x3 at stride 2, dilation 2, or stride 1 on small planes, M a multiple of 32: the direct kernel
+ *    with output channels in the lanes (cl_conv, cl3_tile), as for the few-channel stems;
  *  - everything else: implicit GEMM. W_g [M/g, C/g*k] times the im2col matrix of the input,
  *    whose panels the GEMM asks for through a pack callback that gathers them straight from the
  *    input (contiguous masked loads where the window row is contiguous, gathers otherwise), so no
