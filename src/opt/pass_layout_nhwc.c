@@ -101,8 +101,9 @@ static kn_type channels_last_type(const kn_type *t) {
     return o;
 }
 
-/* Whether the target runs this Conv or FusedConv as a channels-last kiln.FusedConv. */
-static bool conv_target_supports(const kn_opt_ctx *c, int i) {
+/* Whether the target runs node i as kiln's `op_type` with its attributes and layout NHWC, its
+ * inputs of the given (channels-last) types. */
+static bool nhwc_form_supported(const kn_opt_ctx *c, int i, const char *op_type, const kn_type *const *in, int n_in) {
     const kn_node *n = &c->g->nodes[i];
     kn_attr attrs[KN_PROTO_MAX_ATTRS + 1];
     if (n->n_attrs > KN_PROTO_MAX_ATTRS) return false;
@@ -117,12 +118,22 @@ static bool conv_target_supports(const kn_opt_ctx *c, int i) {
     na++;
     kn_node trial = *n;
     trial.domain = "kiln";
-    trial.op_type = "FusedConv";
+    trial.op_type = op_type;
     trial.opset = 1;
     trial.attrs = attrs;
     trial.n_attrs = na;
-    trial.schema = kn_op_find("kiln", "FusedConv", 1, NULL);
-    if (!trial.schema || n->n_inputs > 4) return false;
+    trial.schema = kn_op_find("kiln", op_type, 1, NULL);
+    if (!trial.schema) return false;
+    char why[256];
+    if (kn_opt_target_supports(c, &trial, in, n_in, i, why, sizeof why)) return true;
+    kn_log(KILN_LOG_DEBUG, "optimiser: node '%s' stays channels first: %s", n->name, why);
+    return false;
+}
+
+/* Whether the target runs this Conv or FusedConv as a channels-last kiln.FusedConv. */
+static bool conv_target_supports(const kn_opt_ctx *c, int i) {
+    const kn_node *n = &c->g->nodes[i];
+    if (n->n_inputs > 4) return false;
     kn_type types[4];
     const kn_type *in[4] = {NULL, NULL, NULL, NULL};
     for (int k = 0; k < n->n_inputs; k++) {
@@ -132,38 +143,14 @@ static bool conv_target_supports(const kn_opt_ctx *c, int i) {
         if (k != 2) types[k] = channels_last_type(&types[k]); /* X, W, Z */
         in[k] = &types[k];
     }
-    char why[256];
-    if (kn_opt_target_supports(c, &trial, in, n->n_inputs, i, why, sizeof why)) return true;
-    kn_log(KILN_LOG_DEBUG, "optimiser: node '%s' stays channels first: %s", n->name, why);
-    return false;
+    return nhwc_form_supported(c, i, "FusedConv", in, n->n_inputs);
 }
 
 /* Whether the target runs MaxPool / AveragePool node i as kiln's channels-last form. */
 static bool window_pool_target_supports(const kn_opt_ctx *c, int i) {
-    const kn_node *n = &c->g->nodes[i];
-    kn_attr attrs[KN_PROTO_MAX_ATTRS + 1];
-    if (n->n_attrs > KN_PROTO_MAX_ATTRS) return false;
-    int na = 0;
-    for (int a = 0; a < n->n_attrs; a++) attrs[na++] = n->attrs[a];
-    memset(&attrs[na], 0, sizeof attrs[na]);
-    attrs[na].name = "layout";
-    attrs[na].type = KN_ATTR_STRING;
-    attrs[na].s = "NHWC";
-    attrs[na].s_len = 4;
-    na++;
-    kn_node trial = *n;
-    trial.domain = "kiln";
-    trial.opset = 1;
-    trial.attrs = attrs;
-    trial.n_attrs = na;
-    trial.schema = kn_op_find("kiln", n->op_type, 1, NULL);
-    if (!trial.schema) return false;
-    kn_type x = channels_last_type(&c->g->values[n->inputs[0]].type);
+    kn_type x = channels_last_type(&c->g->values[c->g->nodes[i].inputs[0]].type);
     const kn_type *in[1] = {&x};
-    char why[256];
-    if (kn_opt_target_supports(c, &trial, in, 1, i, why, sizeof why)) return true;
-    kn_log(KILN_LOG_DEBUG, "optimiser: node '%s' stays channels first: %s", n->name, why);
-    return false;
+    return nhwc_form_supported(c, i, c->g->nodes[i].op_type, in, 1);
 }
 
 /* What node i would be in a channels-last region, or ROLE_NONE. */

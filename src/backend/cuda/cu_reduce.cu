@@ -536,84 +536,59 @@ struct Pool2d {
     int kind; // 0 max, 1 average counting the pads, 2 average over the inside taps
 };
 
-template <typename T> __global__ void k_pool2d(const T *x, T *y, Pool2d q, int32_t n) {
+// One output of a 2-D pool: the window at (oy, ox) over the map whose tap (yy, xx) is
+// px[(yy * iw + xx) * step] (step 1 channels first, the channel count channels last).
+template <typename T>
+__device__ __forceinline__ T pool2d_window(const T *px, int64_t step, const Pool2d &q, int32_t oy, int32_t ox) {
     typedef typename acc<T>::type A;
-    for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
-        const int32_t ox = i % q.ow, t = i / q.ow, oy = t % q.oh, nc = t / q.oh;
-        const T *px = x + (int64_t)nc * q.ih * q.iw;
-        const int32_t y0 = oy * q.sh - q.ph, x0 = ox * q.sw - q.pw;
-        A best = lowest<A>(), sum = 0;
-        bool nan = false;
-        int32_t inside = 0, rows_pad = 0, cols_pad = 0;
-        for (int32_t a = 0; a < q.kh; a++) {
-            const int32_t yy = y0 + a * q.dh;
-            if (yy >= -q.ph && yy < q.ih + q.peh) rows_pad++;
-            if (yy < 0 || yy >= q.ih) continue;
-            for (int32_t b = 0; b < q.kw; b++) {
-                const int32_t xx = x0 + b * q.dw;
-                if (xx < 0 || xx >= q.iw) continue;
-                A v = ld(px[yy * q.iw + xx]);
-                inside++;
-                if (q.kind == 0) {
-                    nan |= v != v;
-                    best = inside == 1 || v > best ? v : best; // the first tap sets it (-inf included)
-                } else {
-                    sum += v;
-                }
-            }
-        }
+    const int32_t y0 = oy * q.sh - q.ph, x0 = ox * q.sw - q.pw;
+    A best = lowest<A>(), sum = 0;
+    bool nan = false;
+    int32_t inside = 0, rows_pad = 0, cols_pad = 0;
+    for (int32_t a = 0; a < q.kh; a++) {
+        const int32_t yy = y0 + a * q.dh;
+        if (yy >= -q.ph && yy < q.ih + q.peh) rows_pad++;
+        if (yy < 0 || yy >= q.ih) continue;
         for (int32_t b = 0; b < q.kw; b++) {
             const int32_t xx = x0 + b * q.dw;
-            if (xx >= -q.pw && xx < q.iw + q.pew) cols_pad++;
+            if (xx < 0 || xx >= q.iw) continue;
+            A v = ld(px[(int64_t)(yy * q.iw + xx) * step]); // a plane's taps fit 32 bits (the launch checks)
+            inside++;
+            if (q.kind == 0) {
+                nan |= v != v;
+                best = inside == 1 || v > best ? v : best; // the first tap sets it (-inf included)
+            } else {
+                sum += v;
+            }
         }
-        A r;
-        if (q.kind == 0) r = nan ? (A)NAN : best;
-        else if (q.kind == 1) r = rows_pad * cols_pad ? sum / (A)(rows_pad * cols_pad) : (A)0;
-        else r = inside ? sum / (A)inside : (A)0;
-        y[i] = st<T>(r);
+    }
+    for (int32_t b = 0; b < q.kw; b++) {
+        const int32_t xx = x0 + b * q.dw;
+        if (xx >= -q.pw && xx < q.iw + q.pew) cols_pad++;
+    }
+    A r;
+    if (q.kind == 0) r = nan ? (A)NAN : best;
+    else if (q.kind == 1) r = rows_pad * cols_pad ? sum / (A)(rows_pad * cols_pad) : (A)0;
+    else r = inside ? sum / (A)inside : (A)0;
+    return st<T>(r);
+}
+
+template <typename T> __global__ void k_pool2d(const T *x, T *y, Pool2d q, int32_t n) {
+    for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+        const int32_t ox = i % q.ow, t = i / q.ow, oy = t % q.oh, nc = t / q.oh;
+        y[i] = pool2d_window(x + (int64_t)nc * q.ih * q.iw, 1, q, oy, ox);
     }
 }
 
 // The same channels last: neighbouring threads take neighbouring channels of one output position,
 // so every tap is a coalesced row of the warp.
 template <typename T> __global__ void k_pool2d_nhwc(const T *x, T *y, Pool2d q, int32_t c, int64_t n) {
-    typedef typename acc<T>::type A;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)blockDim.x * gridDim.x) {
         const int32_t ch = (int32_t)(i % c);
         const int64_t t = i / c;
         const int32_t ox = (int32_t)(t % q.ow), oy = (int32_t)((t / q.ow) % q.oh);
         const int64_t img = t / ((int64_t)q.ow * q.oh);
-        const T *px = x + img * q.ih * q.iw * (int64_t)c + ch;
-        const int32_t y0 = oy * q.sh - q.ph, x0 = ox * q.sw - q.pw;
-        A best = lowest<A>(), sum = 0;
-        bool nan = false;
-        int32_t inside = 0, rows_pad = 0, cols_pad = 0;
-        for (int32_t a = 0; a < q.kh; a++) {
-            const int32_t yy = y0 + a * q.dh;
-            if (yy >= -q.ph && yy < q.ih + q.peh) rows_pad++;
-            if (yy < 0 || yy >= q.ih) continue;
-            for (int32_t b = 0; b < q.kw; b++) {
-                const int32_t xx = x0 + b * q.dw;
-                if (xx < 0 || xx >= q.iw) continue;
-                A v = ld(px[((int64_t)yy * q.iw + xx) * c]);
-                inside++;
-                if (q.kind == 0) {
-                    nan |= v != v;
-                    best = inside == 1 || v > best ? v : best;
-                } else {
-                    sum += v;
-                }
-            }
-        }
-        for (int32_t b = 0; b < q.kw; b++) {
-            const int32_t xx = x0 + b * q.dw;
-            if (xx >= -q.pw && xx < q.iw + q.pew) cols_pad++;
-        }
-        A r;
-        if (q.kind == 0) r = nan ? (A)NAN : best;
-        else if (q.kind == 1) r = rows_pad * cols_pad ? sum / (A)(rows_pad * cols_pad) : (A)0;
-        else r = inside ? sum / (A)inside : (A)0;
-        y[i] = st<T>(r);
+        y[i] = pool2d_window(x + img * q.ih * q.iw * (int64_t)c + ch, c, q, oy, ox);
     }
 }
 
@@ -851,6 +826,7 @@ cudaError_t kn_cu_pool_run(kiln_dtype dt, const void *x, void *y, int64_t *indic
         if (p->nsp != 2 || indices || p->kind > 2 || p->c > INT32_MAX) return cudaErrorNotSupported;
         for (int d = 0; d < 2; d++)
             if (p->in[d] > INT32_MAX / 2 || p->out[d] > INT32_MAX / 2) return cudaErrorNotSupported;
+        if (p->in[0] * p->in[1] >= INT32_MAX) return cudaErrorNotSupported;
         Pool2d q = {(int32_t)p->in[0], (int32_t)p->in[1], (int32_t)p->out[0], (int32_t)p->out[1], (int32_t)p->k[0],
                     (int32_t)p->k[1], (int32_t)p->stride[0], (int32_t)p->stride[1], (int32_t)p->pad_b[0],
                     (int32_t)p->pad_b[1], (int32_t)p->pad_e[0], (int32_t)p->pad_e[1], (int32_t)p->dil[0],
