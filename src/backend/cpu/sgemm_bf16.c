@@ -161,8 +161,13 @@ bool kn_bgemm_takes(const kn_sgemm_batch *p) {
 
 #if defined(KN_BF16_X86)
 
+/* the kernels' own target, whatever the file's -march (clang ignores GCC's target pragma) */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
+#endif
 
 /* ---------------------------------------------------------------- conversion helpers */
 
@@ -432,7 +437,11 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
     }
 }
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 /* ---------------------------------------------------------------- buffers */
 
