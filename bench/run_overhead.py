@@ -11,6 +11,9 @@ Builds three synthetic models (in --models, default a temporary folder):
                Reshape, Tanh) on [N,16] (N symbolic, 2 at run time): exporters' shape arithmetic
   loop100      a Loop of 100 iterations (trip count a constant) over a body of 5 nodes on [1,16]
                (Add and MatMul read the main graph's constants)
+  attrs150     25 x (Gemm [4,16] transB alpha, Reshape, Attention (opset 23, 2 heads of 8 on
+               [1,4,16]), Conv 1-D 4->4 k3, Reshape, Einsum "ij,jk->ik"): kernels with many
+               attributes on tiny tensors
 and times them and the small zoo models with `kiln bench MODEL --iterations N --threads 1` for each
 build given with --kiln LABEL=PATH[:ENV=VALUE...], in alternating rounds; latency is the median of
 the rounds' p50s, and the fastest run of all rounds is given too (on a loaded machine the steadier
@@ -31,9 +34,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def save(folder, name, nodes, inits, inputs, outputs):
+def save(folder, name, nodes, inits, inputs, outputs, opset=17):
     g = helper.make_graph(nodes, name, inputs, outputs, inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     onnx.checker.check_model(m)
     path = os.path.join(folder, name + ".onnx")
@@ -91,6 +94,23 @@ def make_models(folder):
                              numpy_helper.from_array(f32(rng.standard_normal((16, 16)) * 0.2), "w"),
                              i64("M", 100)],
                             [io("x", [1, 16])], [io("y", [1, 16])])
+    nodes, cur = [], "x"
+    for i in range(25):
+        nodes += [n("Gemm", [cur, "gw", "gb"], [f"g{i}"], transB=1, alpha=0.5),
+                  n("Reshape", [f"g{i}", "s1416"], [f"r{i}"]),
+                  n("Attention", [f"r{i}", f"r{i}", f"r{i}"], [f"a{i}"], q_num_heads=2, kv_num_heads=2),
+                  n("Conv", [f"a{i}", "cw"], [f"c{i}"], pads=[1, 1], kernel_shape=[3]),
+                  n("Reshape", [f"c{i}", "s416"], [f"q{i}"]),
+                  n("Einsum", [f"q{i}", "ew"], [f"l{i}"], equation="ij,jk->ik")]
+        cur = f"l{i}"
+    nodes.append(n("Identity", [cur], ["y"]))
+    paths["attrs150"] = save(folder, "attrs150", nodes,
+                             [numpy_helper.from_array(f32(rng.standard_normal((16, 16)) * 0.2), "gw"),
+                              numpy_helper.from_array(f32(rng.standard_normal(16) * 0.1), "gb"),
+                              numpy_helper.from_array(f32(rng.standard_normal((4, 4, 3)) * 0.3), "cw"),
+                              numpy_helper.from_array(f32(rng.standard_normal((16, 16)) * 0.2), "ew"),
+                              i64("s1416", [1, 4, 16]), i64("s416", [4, 16])],
+                             [io("x", [4, 16])], [io("y", [4, 16])], opset=23)
     return paths
 
 
@@ -133,7 +153,8 @@ def main():
              ("mixed240", syn["mixed240"], 0, 10000, []), ("mixed240", syn["mixed240"], 3, 10000, []),
              ("dynbatch400 (N=2)", syn["dynbatch400"], 0, 5000, ["N=2"]),
              ("dynbatch400 (N=2)", syn["dynbatch400"], 3, 10000, ["N=2"]),
-             ("loop100", syn["loop100"], 0, 2000, []), ("loop100", syn["loop100"], 3, 2000, [])]
+             ("loop100", syn["loop100"], 0, 2000, []), ("loop100", syn["loop100"], 3, 2000, []),
+             ("attrs150", syn["attrs150"], 0, 5000, []), ("attrs150", syn["attrs150"], 3, 5000, [])]
     zoo = [("field_conv1d_gemm", 3, 5000, ["batch=1"]), ("lstm_gru", 3, 1000, ["batch=1", "time=50"]),
            ("bert_mini (seq 16)", 0, 1000, ["batch=1", "seq=16"]), ("bert_mini (seq 16)", 3, 1000, ["batch=1", "seq=16"]),
            ("mobilenet_v3_small", 3, 200, ["batch=1"])]

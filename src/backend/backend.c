@@ -45,6 +45,12 @@ static bool cpu_overwrites(const void *kernel) {
     return (((const kn_cpu_kernel *)kernel)->flags & KN_KERNEL_OVERWRITES) != 0;
 }
 
+static kn_params_fn cpu_kernel_params(const void *kernel, size_t *bytes) {
+    const kn_cpu_kernel *k = kernel;
+    *bytes = k->params_bytes;
+    return k->prepare;
+}
+
 bool kn_cpu_node_wraps(void *state, const kn_node *n) { return kn_cpu_state_bf16(state) && kn_bgemm_node(n); }
 
 static kiln_status cpu_run(void *state, const void *kernel, kn_kernel_ctx *c) {
@@ -70,6 +76,7 @@ const kn_backend_ops kn_backend_cpu = {
     .select = cpu_select,
     .overwrites = cpu_overwrites,
     .run = cpu_run,
+    .kernel_params = cpu_kernel_params,
 };
 
 /* ------------------------------------------------------------------ registry */

@@ -57,6 +57,11 @@ typedef struct kn_backend_ops {
     /* Whether the kernel writes every element of its outputs (so they need not be zeroed). */
     bool (*overwrites)(const void *kernel);
     kiln_status (*run)(void *state, const void *kernel, kn_kernel_ctx *c);
+    /* Optional: the kernel's prepare hook (exec/kernel.h: kn_params_fn), or NULL, with the size of
+     * the block it fills in *bytes. The compiled plan (exec/plan.c) calls the hook once per node
+     * when the session is created and hands the block to each call as kn_kernel_ctx.params, so the
+     * kernel reads its attributes through kn_ctx_params instead of by name at every run. */
+    kn_params_fn (*kernel_params)(const void *kernel, size_t *bytes);
     /* Device memory (NULL for the host backend). upload: persistent marks a value that lives as
      * long as the session (a constant), so the backend may cache derived forms of it. download
      * waits for the device work that produces the value. */

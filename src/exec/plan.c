@@ -22,15 +22,15 @@ void kn_plan_free(kn_plan *p) {
     free(p);
 }
 
-/* The block of node n's kernel k's prepare hook, or NULL (no hook, or it failed: the kernel's call
- * then reports the error). */
-static const kn_params *prepare_params(const kn_node *n, const kn_cpu_kernel *k) {
-    if (!k || !k->prepare) return NULL;
-    kn_params *b = calloc(1, sizeof *b + k->params_bytes);
+/* The block of node n's kernel's prepare hook fn (bytes long), or NULL (no hook, or it failed: the
+ * kernel's call then reports the error). */
+static const kn_params *prepare_params(const kn_node *n, kn_params_fn fn, size_t bytes) {
+    if (!fn) return NULL;
+    kn_params *b = calloc(1, sizeof *b + bytes);
     if (!b) return NULL;
-    b->fn = k->prepare;
+    b->fn = fn;
     b->node = n;
-    if (k->prepare(n, b->data) != KILN_OK) {
+    if (fn(n, b->data) != KILN_OK) {
         kn_clear_error();
         free(b);
         return NULL;
@@ -79,9 +79,15 @@ static kiln_status add_graph(kn_plan *p, const kn_graph *g, const kn_runtime *rt
             if (be->ops->device != KN_DEVICE_HOST) s->flags |= KN_STEP_DEVICE;
             /* the CPU backend's run calls the kernel: the step calls it directly, unless the run
              * wraps it (precision=bf16 marks the thread around a matrix product's kernel); such a
-             * step goes through the run, with the kernel's prepared parameters all the same */
-            if (be->ops == &kn_backend_cpu && !kn_cpu_node_wraps(be->state, n)) k = n->kernel;
-            else if (be->ops == &kn_backend_cpu && params) s->params = prepare_params(n, n->kernel);
+             * step goes through the run, with the kernel's prepared parameters all the same, as a
+             * device backend's step with its kernel's */
+            if (be->ops == &kn_backend_cpu && !kn_cpu_node_wraps(be->state, n)) {
+                k = n->kernel;
+            } else if (params && be->ops->kernel_params) {
+                size_t bytes = 0;
+                kn_params_fn fn = be->ops->kernel_params(n->kernel, &bytes);
+                s->params = prepare_params(n, fn, bytes);
+            }
         } else {
             k = n->kernel;
             if (!k) {
@@ -92,7 +98,7 @@ static kiln_status add_graph(kn_plan *p, const kn_graph *g, const kn_runtime *rt
         }
         if (k) {
             s->cpu = k->run;
-            if (params) s->params = prepare_params(n, k);
+            if (params) s->params = prepare_params(n, k->prepare, k->params_bytes);
         }
     }
     return KILN_OK;

@@ -1,6 +1,7 @@
 /* The attention family: Attention (opset 23+), RotaryEmbedding (23), SwiGLU (28), LinearAttention
  * and CausalConvWithState (27), and ai.onnx.preview FlexAttention (1). Schemas and shape
  * inference. */
+#include "ops/attention.h"
 #include "ops/op.h"
 
 #include <stdio.h>
@@ -290,3 +291,43 @@ const kn_op_schema kn_ops_attention[] = {
     {"ai.onnx.preview", "FlexAttention", 1, 0, 3, 3, 1, 1, infer_flex_attention, KN_OP_HAS_SUBGRAPH},
     {0},
 };
+
+/* ------------------------------------------------------------------ attributes for the kernels */
+
+static const kn_graph *graph_attr(const kn_node *n, const char *name) {
+    const kn_attr *a = kn_node_attr(n, name);
+    return a && a->type == KN_ATTR_GRAPH ? a->g : NULL;
+}
+
+kiln_status kn_attn_attrs_prepare(const kn_node *n, void *params) {
+    kn_attn_attrs *p = params;
+    memset(p, 0, sizeof *p);
+    p->q_heads = kn_attr_int(n, "q_num_heads", 0);
+    p->kv_heads = kn_attr_int(n, "kv_num_heads", 0);
+    p->num_heads = kn_attr_int(n, "num_heads", 0);
+    const kn_attr *sa = kn_node_attr(n, "scale");
+    p->has_scale = sa != NULL;
+    p->scale_raw = sa ? sa->f : 0.0f;
+    p->scale = kn_attr_float(n, "scale", 0.0f);
+    p->softmax_precision = kn_attr_int(n, "softmax_precision", 0);
+    p->softcap = kn_attr_float(n, "softcap", 0.0f);
+    p->is_causal = kn_attr_int(n, "is_causal", 0) != 0;
+    p->left_window = kn_attr_int(n, "left_window_size", -1);
+    p->right_window = kn_attr_int(n, "right_window_size", -1);
+    p->qk_mode = (int)kn_attr_int(n, "qk_matmul_output_mode", 0);
+    p->rotary_dim = kn_attr_int(n, "rotary_embedding_dim", 0);
+    p->interleaved = kn_attr_int(n, "interleaved", 0) != 0;
+    p->alpha = kn_attr_float(n, "alpha", 1.0f);
+    p->activation = kn_attr_string(n, "activation", "none");
+    p->update_rule = kn_attr_string(n, "update_rule", "gated_delta");
+    p->score_mod = graph_attr(n, "score_mod");
+    p->prob_mod = graph_attr(n, "prob_mod");
+    p->unidirectional = kn_attr_int(n, "unidirectional", 0) != 0;
+    p->mask_filter_value = kn_attr_float(n, "mask_filter_value", -10000.0f);
+    p->qkv_hidden_sizes = kn_attr_ints(n, "qkv_hidden_sizes", &p->n_qkv_hidden_sizes);
+    p->do_rotary = kn_attr_int(n, "do_rotary", 0) != 0;
+    p->rotary_interleaved = kn_attr_int(n, "rotary_interleaved", 0) != 0;
+    p->smooth_softmax = kn_attr_int(n, "smooth_softmax", 0) != 0;
+    p->local_window_size = kn_attr_int(n, "local_window_size", -1);
+    return KILN_OK;
+}

@@ -56,9 +56,27 @@ void kn_slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_
     *len_out = len;
 }
 
+kiln_status kn_slice_prepare(const kn_node *n, void *params) {
+    kn_slice_prm *a = params;
+    memset(a, 0, sizeof *a);
+    if (n->opset >= 10) return KILN_OK;
+    a->starts = kn_attr_ints(n, "starts", &a->n_starts);
+    a->ends = kn_attr_ints(n, "ends", &a->n_ends);
+    a->axes = kn_attr_ints(n, "axes", &a->n_axes);
+    return KILN_OK;
+}
+
 kiln_status kn_slice_plan_make(const kn_node *n, const kn_tensor *const *vals, int n_vals,
                                const int64_t *dims, int rank, kn_slice_plan *p, bool *known,
                                char *why, size_t cap) {
+    kn_slice_prm a;
+    kn_slice_prepare(n, &a);
+    return kn_slice_plan_from(n, &a, vals, n_vals, dims, rank, p, known, why, cap);
+}
+
+kiln_status kn_slice_plan_from(const kn_node *n, const kn_slice_prm *attrs, const kn_tensor *const *vals, int n_vals,
+                               const int64_t *dims, int rank, kn_slice_plan *p, bool *known, char *why,
+                               size_t cap) {
     enum { CAP = KILN_MAX_RANK };
     int64_t starts[CAP], ends[CAP], axes[CAP], steps[CAP];
     int ns, ne, na = -1, nst = -1;
@@ -71,7 +89,9 @@ kiln_status kn_slice_plan_make(const kn_node *n, const kn_tensor *const *vals, i
         p->whole[k] = true;
     }
     if (n->opset < 10) {
-        const int64_t *s = kn_attr_ints(n, "starts", &ns), *e = kn_attr_ints(n, "ends", &ne);
+        const int64_t *s = attrs->starts, *e = attrs->ends;
+        ns = attrs->n_starts;
+        ne = attrs->n_ends;
         if (!s || !e) {
             snprintf(why, cap, "attributes 'starts' and 'ends' are required");
             return KILN_ERR_INVALID_MODEL;
@@ -82,7 +102,8 @@ kiln_status kn_slice_plan_make(const kn_node *n, const kn_tensor *const *vals, i
         }
         memcpy(starts, s, sizeof(int64_t) * (size_t)ns);
         memcpy(ends, e, sizeof(int64_t) * (size_t)ne);
-        const int64_t *a = kn_attr_ints(n, "axes", &na);
+        const int64_t *a = attrs->axes;
+        na = attrs->n_axes;
         if (a) {
             if (na > CAP) {
                 snprintf(why, cap, "more than %d sliced axes", CAP);

@@ -29,6 +29,18 @@ typedef struct kn_slice_plan {
 kiln_status kn_slice_plan_make(const kn_node *n, const kn_tensor *const *vals, int n_vals,
                                const int64_t *dims, int rank, kn_slice_plan *p, bool *known,
                                char *why, size_t cap);
+/* Slice's attributes (opset < 10: starts, ends, axes; later they are inputs), read once: the
+ * prepare hook (kn_params_fn) of the Slice kernels, which pass the block to kn_slice_plan_from. The
+ * pointers are the node's attribute arrays (they live as long as the node); NULL when absent. */
+typedef struct kn_slice_prm {
+    const int64_t *starts, *ends, *axes;
+    int n_starts, n_ends, n_axes;
+} kn_slice_prm;
+kiln_status kn_slice_prepare(const kn_node *n, void *params);
+/* kn_slice_plan_make with the attributes a kn_slice_prepare read. */
+kiln_status kn_slice_plan_from(const kn_node *n, const kn_slice_prm *a, const kn_tensor *const *vals, int n_vals,
+                               const int64_t *dims, int rank, kn_slice_plan *p, bool *known, char *why,
+                               size_t cap);
 /* The ONNX clamping of one axis: start/end adjusted for negatives and clamped by step's sign. */
 void kn_slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t *start_out,
                    int64_t *len_out);

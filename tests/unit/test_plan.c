@@ -1,10 +1,12 @@
 /* The compiled plan (src/exec/plan.h): one step per live node with its kernel and the attributes its
- * prepare hook read at compile time. What must hold: the steps are the live nodes in order; a
+ * prepare hook read at compile time (the CPU kernel's, or a device backend's through its
+ * kernel_params). What must hold: the steps are the live nodes in order; a
  * kernel with a hook runs on the block made at compile time (an attribute changed on the node
  * afterwards does not reach it), and on the node's own attributes without one (kn_ctx_params
  * falls back for another node or another hook, as a fused kernel's copy of its context is). */
 #include "test_model_builder.h"
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu.h"
 #include "exec/exec.h"
 #include "exec/plan.h"
@@ -78,5 +80,178 @@ KN_TEST(plan_steps_carry_attributes_read_at_compile_time) {
     CHECK_STATUS(kn_plan_build(g, NULL, false, &p), KILN_OK);
     CHECK(p && p->graphs[0].n_steps == 3 && !p->graphs[0].steps[0].params && p->graphs[0].steps[0].cpu);
     kn_plan_free(p);
+    kn_model_free(b.m);
+}
+
+/* Runs step s's kernel on inputs in (n of them) into one output of out_dims, with the block params;
+ * returns the output (to free) or NULL. */
+static kn_tensor *run_kernel(const kn_step *s, const kn_params *params, kn_tensor **in, int n, int rank,
+                             const int64_t *out_dims) {
+    kn_tensor *y = NULL;
+    CHECK_STATUS(kn_tensor_new(KILN_DTYPE_FLOAT, rank, out_dims, &y), KILN_OK);
+    if (!y) return NULL;
+    kn_tensor *out[1] = {y};
+    kn_kernel_ctx kc = {.node = s->node, .n_inputs = n, .in = in, .n_outputs = 1, .out = out, .params = params};
+    kiln_status st = s->cpu(&kc);
+    CHECK_STATUS(st, KILN_OK);
+    if (st != KILN_OK) {
+        kn_tensor_free(out[0]);
+        return NULL;
+    }
+    return out[0];
+}
+
+static kn_tensor *filled(int rank, const int64_t *dims, const float *v) {
+    kn_tensor *t = NULL;
+    CHECK_STATUS(kn_tensor_new(KILN_DTYPE_FLOAT, rank, dims, &t), KILN_OK);
+    if (t) memcpy(t->data, v, sizeof(float) * (size_t)kn_tensor_count(t));
+    return t;
+}
+
+static bool same_floats(const kn_tensor *a, const kn_tensor *b) {
+    return a && b && kn_tensor_count(a) == kn_tensor_count(b) &&
+           !memcmp(a->data, b->data, sizeof(float) * (size_t)kn_tensor_count(a));
+}
+
+/* The kernels whose attributes the plan's note of 2026-12-03 listed as still read by name at run
+ * time (Gemm, Einsum, Slice before opset 10, the attention family): each has a compiled block, runs
+ * on it (Gemm: an alpha changed on the node afterwards does not reach it) and gives with it what it
+ * gives reading the node. */
+KN_TEST(plan_gemm_einsum_slice_attention_read_attributes_at_compile_time) {
+    tmb b;
+    tmb_init(&b, 23);
+    int64_t xd[2] = {2, 4};
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 2, xd, NULL);
+    int w = tmb_const(&b, "w", 2, (int64_t[]){4, 4}, 0.5f);
+    int gv = tmb_value(&b, "g"), ev = tmb_value(&b, "e"), sv = tmb_value(&b, "s"), av = tmb_value(&b, "a");
+    int gm = tmb_node(&b, "Gemm", (int[]){x, w}, 2, gv);
+    tmb_int(&b, gm, "transB", 1);
+    tmb_attr(&b, gm, "alpha", KN_ATTR_FLOAT)->f = 2.0f;
+    int es = tmb_node(&b, "Einsum", (int[]){gv, w}, 2, ev);
+    tmb_str(&b, es, "equation", "ij,kj->ik");
+    int sl = tmb_node(&b, "Slice", (int[]){ev}, 1, sv);
+    tmb_ints(&b, sl, "starts", (int64_t[]){0, 1}, 2);
+    tmb_ints(&b, sl, "ends", (int64_t[]){2, 3}, 2);
+    /* x as [batch 1, seq 2, 2 heads of 2] */
+    int64_t qd[3] = {1, 2, 4};
+    int q = tmb_input(&b, "q", KILN_DTYPE_FLOAT, 3, qd, NULL);
+    int at = tmb_node(&b, "Attention", (int[]){q, q, q}, 3, av);
+    tmb_int(&b, at, "q_num_heads", 2);
+    tmb_int(&b, at, "kv_num_heads", 2);
+    tmb_int(&b, at, "is_causal", 1);
+    tmb_output(&b, sv);
+    tmb_output(&b, av);
+    kn_graph *g = b.g;
+    kn_graph_recount(g);
+    for (int i = 0; i < g->n_nodes; i++) g->nodes[i].opset = 23;
+    g->nodes[sl].opset = 9; /* starts and ends as attributes */
+    CHECK_STATUS(kn_graph_resolve(g), KILN_OK);
+    CHECK_STATUS(kn_graph_infer(g), KILN_OK);
+    CHECK_STATUS(kn_graph_assign_cpu(g), KILN_OK);
+    kn_plan *p = NULL;
+    CHECK_STATUS(kn_plan_build(g, NULL, true, &p), KILN_OK);
+    if (!p) {
+        kn_model_free(b.m);
+        return;
+    }
+    const kn_graph_plan *gp = kn_plan_find(p, g);
+    CHECK_EQ_INT(gp->n_steps, 4);
+    for (int i = 0; i < gp->n_steps; i++) {
+        const kn_cpu_kernel *k = gp->steps[i].node->kernel;
+        CHECK_MSG(gp->steps[i].params && k->prepare && gp->steps[i].params->fn == k->prepare,
+                  "%s has no compiled block", gp->steps[i].node->op_type);
+    }
+    const kn_step *s = gp->steps;
+    float xv[8] = {1, 2, 3, 4, -1, 0.5f, 2, -3};
+    kn_tensor *xt = filled(2, xd, xv), *wt = g->values[w].constant;
+    /* Gemm: compiled alpha 2; the node now says 3 */
+    ((kn_attr *)kn_node_attr(&g->nodes[gm], "alpha"))->f = 3.0f;
+    kn_tensor *gin[2] = {xt, wt};
+    kn_tensor *g2 = run_kernel(&s[0], s[0].params, gin, 2, 2, (int64_t[]){2, 4});
+    kn_tensor *g3 = run_kernel(&s[0], NULL, gin, 2, 2, (int64_t[]){2, 4});
+    if (g2 && g3)
+        for (int i = 0; i < 8; i++) CHECK_NEAR(((float *)g3->data)[i], 1.5f * ((float *)g2->data)[i], 1e-5);
+    /* Einsum, Slice, Attention: the same with the block and without */
+    kn_tensor *ein[2] = {g2, wt};
+    kn_tensor *e1 = run_kernel(&s[1], s[1].params, ein, 2, 2, (int64_t[]){2, 4});
+    kn_tensor *e2 = run_kernel(&s[1], NULL, ein, 2, 2, (int64_t[]){2, 4});
+    CHECK(same_floats(e1, e2));
+    kn_tensor *sin_[1] = {e1};
+    kn_tensor *s1 = run_kernel(&s[2], s[2].params, sin_, 1, 2, (int64_t[]){2, 2});
+    kn_tensor *s2 = run_kernel(&s[2], NULL, sin_, 1, 2, (int64_t[]){2, 2});
+    CHECK(same_floats(s1, s2));
+    if (s1 && e1) {
+        CHECK_NEAR(((float *)s1->data)[0], ((float *)e1->data)[1], 0);
+        CHECK_NEAR(((float *)s1->data)[3], ((float *)e1->data)[6], 0);
+    }
+    kn_tensor *qt = filled(3, qd, xv);
+    kn_tensor *ain[3] = {qt, qt, qt};
+    kn_tensor *a1 = run_kernel(&s[3], s[3].params, ain, 3, 3, qd);
+    kn_tensor *a2 = run_kernel(&s[3], NULL, ain, 3, 3, qd);
+    CHECK(same_floats(a1, a2));
+    /* causal: the first query sees only the first key, so its output is that key's value */
+    if (a1)
+        for (int i = 0; i < 4; i++) CHECK_NEAR(((float *)a1->data)[i], xv[i], 1e-6);
+    kn_tensor *all[] = {xt, g2, g3, e1, e2, s1, s2, qt, a1, a2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kn_tensor_free(all[i]);
+    kn_plan_free(p);
+    kn_model_free(b.m);
+}
+
+/* A device backend's kernels get their blocks too: the plan asks the backend's kernel_params for
+ * the hook of the node's kernel (a stand-in backend here: the CUDA kernels' path, without a GPU). */
+static int fake_hook_calls;
+static kiln_status fake_prepare(const kn_node *n, void *params) {
+    fake_hook_calls++;
+    *(int64_t *)params = kn_attr_int(n, "alpha", 7) + 1000;
+    return KILN_OK;
+}
+static kn_params_fn fake_kernel_params(const void *kernel, size_t *bytes) {
+    *bytes = sizeof(int64_t);
+    return kernel == (const void *)&fake_hook_calls ? fake_prepare : NULL;
+}
+static const kn_backend_ops fake_device = {.name = "fake", .device = KN_DEVICE_CUDA, .kernel_params = fake_kernel_params};
+
+KN_TEST(plan_device_steps_get_their_backends_prepared_parameters) {
+    tmb b;
+    tmb_init(&b, 17);
+    int64_t xd[2] = {1, 4};
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 2, xd, NULL);
+    int a = tmb_value(&b, "a"), y = tmb_value(&b, "y");
+    int n0 = tmb_node(&b, "LeakyRelu", (int[]){x}, 1, a);
+    tmb_int(&b, n0, "alpha", 5);
+    int n1 = tmb_node(&b, "Relu", (int[]){a}, 1, y);
+    tmb_output(&b, y);
+    kn_graph *g = b.g;
+    kn_graph_recount(g);
+    kn_runtime rt;
+    memset(&rt, 0, sizeof rt);
+    rt.n_backends = 1;
+    rt.backends[0].ops = &fake_device;
+    g->nodes[n0].provider = g->nodes[n1].provider = 0;
+    g->nodes[n0].kernel = (void *)&fake_hook_calls; /* the stand-in's kernel with a hook */
+    g->nodes[n1].kernel = (void *)&rt;              /* ... and one without */
+    fake_hook_calls = 0;
+    kn_plan *p = NULL;
+    CHECK_STATUS(kn_plan_build(g, &rt, true, &p), KILN_OK);
+    if (p) {
+        const kn_step *s = p->graphs[0].steps;
+        CHECK_EQ_INT(p->graphs[0].n_steps, 2);
+        CHECK(s[0].flags & KN_STEP_DEVICE);
+        CHECK(!s[0].cpu && s[0].be == &rt.backends[0]);
+        CHECK(s[0].params && s[0].params->fn == fake_prepare && s[0].params->node == &g->nodes[n0]);
+        int64_t got = 0;
+        if (s[0].params) memcpy(&got, s[0].params->data, sizeof got);
+        CHECK_EQ_INT(got, 1005);
+        CHECK(!s[1].params);
+        CHECK_EQ_INT(fake_hook_calls, 1); /* once, at compile time */
+        kn_plan_free(p);
+    }
+    /* a plan made for one run has no blocks */
+    CHECK_STATUS(kn_plan_build(g, &rt, false, &p), KILN_OK);
+    if (p) CHECK(!p->graphs[0].steps[0].params);
+    kn_plan_free(p);
+    CHECK_EQ_INT(fake_hook_calls, 1);
+    for (int i = 0; i < g->n_nodes; i++) g->nodes[i].kernel = NULL;
     kn_model_free(b.m);
 }

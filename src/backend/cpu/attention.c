@@ -71,11 +71,14 @@ static kiln_status run_attention(kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_SHAPE, "Q, K and V must all be 3-D or all 4-D");
     if ((PK == NULL) != (PV == NULL))
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "past_key and past_value must be given together");
+    kn_attn_attrs local;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_attn_attrs_of(c, &local, &at));
     const int64_t B = Q->dims[0];
     int64_t Hq, Hkv, Sq, Skv, Dk, Dv;
     if (rank == 3) {
-        Hq = kn_attr_int(c->node, "q_num_heads", 0);
-        Hkv = kn_attr_int(c->node, "kv_num_heads", 0);
+        Hq = at->q_heads;
+        Hkv = at->kv_heads;
         if (Hq <= 0 || Hkv <= 0) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "3-D inputs need q_num_heads and kv_num_heads");
         Sq = Q->dims[1];
         Skv = K->dims[1];
@@ -136,9 +139,8 @@ static kiln_status run_attention(kn_kernel_ctx *c) {
     }
 
     /* scale: 1/sqrt(head size) unless given; the reference scales Q and K by sqrt(scale) */
-    const kn_attr *sa = kn_node_attr(c->node, "scale");
-    double scale = sa ? (double)sa->f : 1.0 / sqrt((double)Dk);
-    int64_t smp = kn_attr_int(c->node, "softmax_precision", 0);
+    double scale = at->has_scale ? (double)at->scale_raw : 1.0 / sqrt((double)Dk);
+    int64_t smp = at->softmax_precision;
     a.round_to = dt == KILN_DTYPE_DOUBLE ? KILN_DTYPE_FLOAT : dt;
     a.softmax_to = smp ? (kiln_dtype)smp : KILN_DTYPE_UNDEFINED;
     const bool emulate = dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16 || smp == KILN_DTYPE_FLOAT16 ||
@@ -191,10 +193,10 @@ static kiln_status run_attention(kn_kernel_ctx *c) {
     if (vsrc != V || rank == 4) a.v = (kn_attn_mat){vf, Hkv * T * Dv, T * Dv, Dv};
     else a.v = (kn_attn_mat){vf, Skv * Hkv * Dv, Dv, Hkv * Dv};
 
-    a.softcap = kn_attr_float(c->node, "softcap", 0.0f);
-    a.causal = kn_attr_int(c->node, "is_causal", 0) != 0;
-    a.left_window = kn_attr_int(c->node, "left_window_size", -1);
-    a.right_window = kn_attr_int(c->node, "right_window_size", -1);
+    a.softcap = at->softcap;
+    a.causal = at->is_causal;
+    a.left_window = at->left_window;
+    a.right_window = at->right_window;
     if (a.left_window < -1 || a.right_window < -1) {
         st = kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "left_window_size and right_window_size must be -1 or >= 0");
         goto done;
@@ -246,7 +248,7 @@ static kiln_status run_attention(kn_kernel_ctx *c) {
         a.offset = bf.offset;
     }
     if (QKo) {
-        a.qk_mode = (int)kn_attr_int(c->node, "qk_matmul_output_mode", 0);
+        a.qk_mode = at->qk_mode;
         if (QKo->dtype == KILN_DTYPE_FLOAT) {
             a.qk = QKo->data;
         } else {
@@ -271,11 +273,15 @@ done:
 }
 
 const kn_cpu_kernel kn_cpu_attention[] = {
-    {"", "Attention", run_attention, NULL, KN_KERNEL_OVERWRITES},
-    {"", "RotaryEmbedding", kn_cpu_rotary_embedding, NULL, KN_KERNEL_OVERWRITES},
-    {"", "SwiGLU", kn_cpu_swiglu, NULL, KN_KERNEL_OVERWRITES},
-    {"", "LinearAttention", kn_cpu_linear_attention, NULL, KN_KERNEL_OVERWRITES},
-    {"", "CausalConvWithState", kn_cpu_causal_conv_with_state, NULL, KN_KERNEL_OVERWRITES},
-    {"ai.onnx.preview", "FlexAttention", kn_cpu_flex_attention, NULL, KN_KERNEL_OVERWRITES},
+    {"", "Attention", run_attention, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
+    {"", "RotaryEmbedding", kn_cpu_rotary_embedding, NULL, KN_KERNEL_OVERWRITES,
+     KN_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
+    {"", "SwiGLU", kn_cpu_swiglu, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
+    {"", "LinearAttention", kn_cpu_linear_attention, NULL, KN_KERNEL_OVERWRITES,
+     KN_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
+    {"", "CausalConvWithState", kn_cpu_causal_conv_with_state, NULL, KN_KERNEL_OVERWRITES,
+     KN_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
+    {"ai.onnx.preview", "FlexAttention", kn_cpu_flex_attention, NULL, KN_KERNEL_OVERWRITES,
+     KN_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
     {0},
 };

@@ -18,11 +18,6 @@ static double round_to(kiln_dtype t, double x) {
     return x;
 }
 
-static const kn_graph *graph_attr(const kn_node *n, const char *name) {
-    const kn_attr *a = kn_node_attr(n, name);
-    return a && a->type == KN_ATTR_GRAPH ? a->g : NULL;
-}
-
 /* Runs a modifier subgraph on t (dtype ct, shape dims) and copies its result back into vals. */
 static kiln_status run_mod(kn_kernel_ctx *c, const kn_graph *g, const char *name, kiln_dtype ct, const int64_t *dims,
                            double *vals, int64_t n) {
@@ -57,9 +52,11 @@ kiln_status kn_cpu_flex_attention(kn_kernel_ctx *c) {
     if (K->dims[0] != B || V->dims[0] != B || K->dims[3] != E || V->dims[1] != Hkv || V->dims[2] != S || Hkv <= 0 ||
         Hq % Hkv)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "Q, K and V do not fit together");
-    const kn_attr *sa = kn_node_attr(c->node, "scale");
-    double scale = sa ? (double)sa->f : 1.0 / sqrt((double)E);
-    int64_t smp = kn_attr_int(c->node, "softmax_precision", 0);
+    kn_attn_attrs local;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_attn_attrs_of(c, &local, &at));
+    double scale = at->has_scale ? (double)at->scale_raw : 1.0 / sqrt((double)E);
+    int64_t smp = at->softmax_precision;
     kiln_dtype ct = smp ? (kiln_dtype)smp : (t == KILN_DTYPE_DOUBLE ? KILN_DTYPE_DOUBLE : KILN_DTYPE_FLOAT);
     if (ct != KILN_DTYPE_FLOAT && ct != KILN_DTYPE_DOUBLE && ct != KILN_DTYPE_FLOAT16 && ct != KILN_DTYPE_BFLOAT16)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "softmax_precision %lld is not a float type", (long long)smp);
@@ -88,7 +85,7 @@ kiln_status kn_cpu_flex_attention(kn_kernel_ctx *c) {
             }
         }
     kiln_status st = KILN_OK;
-    const kn_graph *score_mod = graph_attr(c->node, "score_mod"), *prob_mod = graph_attr(c->node, "prob_mod");
+    const kn_graph *score_mod = at->score_mod, *prob_mod = at->prob_mod;
     if (score_mod && (st = run_mod(c, score_mod, "score_mod", ct, dims, sc, n)) != KILN_OK) goto done;
     for (int64_t r = 0; r < B * Hq * L; r++) {
         double *row = sc + r * S, mx = -INFINITY, sum = 0.0;

@@ -6,10 +6,16 @@
 #define KN_ATTENTION_IMPL_H
 
 #include "exec/kernel.h"
+#include "ops/attention.h"
 #include "util/threadpool.h"
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/* The node's attributes: the block kn_attn_attrs_prepare made at compile time, or *local read now. */
+static inline kiln_status kn_attn_attrs_of(kn_kernel_ctx *c, kn_attn_attrs *local, const kn_attn_attrs **out) {
+    return kn_ctx_params(c, kn_attn_attrs_prepare, local, (const void **)out);
+}
 
 /* A [batch, heads, seq, d] operand: element (b, h, s, x) is at p[b*sb + h*sh + s*ss + x]. */
 typedef struct kn_attn_mat {

@@ -80,11 +80,14 @@ kiln_status kn_cpu_rotary_embedding(kn_kernel_ctx *c) {
     kn_tensor *Y = c->out[0];
     if (!float_like(X->dtype) || C->dtype != X->dtype || Sn->dtype != X->dtype)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "X, cos_cache and sin_cache must share a float type");
+    kn_attn_attrs local;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_attn_attrs_of(c, &local, &at));
     rope_job j = {0};
     j.rank3 = X->rank == 3;
     j.B = X->dims[0];
     if (j.rank3) {
-        j.H = kn_attr_int(c->node, "num_heads", 0);
+        j.H = at->num_heads;
         if (j.H <= 0 || X->dims[2] % j.H)
             return kn_kernel_error(c, KILN_ERR_SHAPE, "hidden size %lld is not a multiple of num_heads %lld",
                                    (long long)X->dims[2], (long long)j.H);
@@ -97,12 +100,12 @@ kiln_status kn_cpu_rotary_embedding(kn_kernel_ctx *c) {
     } else {
         return kn_kernel_error(c, KILN_ERR_SHAPE, "X must be 3-D or 4-D");
     }
-    j.rd = kn_attr_int(c->node, "rotary_embedding_dim", 0);
+    j.rd = at->rotary_dim;
     if (j.rd == 0) j.rd = j.D;
     if (j.rd < 0 || j.rd > j.D || j.rd % 2)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "rotary_embedding_dim %lld must be even and at most the head "
                                "size %lld", (long long)j.rd, (long long)j.D);
-    j.interleaved = kn_attr_int(c->node, "interleaved", 0) != 0;
+    j.interleaved = at->interleaved;
     const int64_t half = j.rd / 2;
     if (P) {
         if (P->dtype != KILN_DTYPE_INT64 || P->rank != 2 || P->dims[0] != j.B || P->dims[1] != j.S)
@@ -185,7 +188,10 @@ kiln_status kn_cpu_swiglu(kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "A and B must share a float type");
     int64_t n = kn_tensor_count(A);
     if (kn_tensor_count(Bt) != n) return kn_kernel_error(c, KILN_ERR_SHAPE, "A and B must have the same shape");
-    swiglu_job j = {A, Bt, c->out[0], kn_attr_float(c->node, "alpha", 1.0f)};
+    kn_attn_attrs local;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_attn_attrs_of(c, &local, &at));
+    swiglu_job j = {A, Bt, c->out[0], at->alpha};
     kn_parallel_for(c->pool, n, 4096, swiglu_range, &j);
     return KILN_OK;
 }
@@ -208,7 +214,10 @@ kiln_status kn_cpu_causal_conv_with_state(kn_kernel_ctx *c) {
     if (Ps && (Ps->rank != 3 || Ps->dims[0] != B || Ps->dims[1] != C || Ps->dims[2] != P))
         return kn_kernel_error(c, KILN_ERR_SHAPE, "past_state must be [%lld, %lld, %lld]", (long long)B, (long long)C,
                                (long long)P);
-    const char *act = kn_attr_string(c->node, "activation", "none");
+    kn_attn_attrs local;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_attn_attrs_of(c, &local, &at));
+    const char *act = at->activation;
     const bool silu = !strcmp(act, "silu") || !strcmp(act, "swish");
     float *fx = NULL, *fw = NULL, *fb = NULL, *fp = NULL, *pad = NULL, *fy = NULL;
     kiln_status st = KILN_OK;
@@ -318,9 +327,12 @@ kiln_status kn_cpu_linear_attention(kn_kernel_ctx *c) {
     const kn_tensor *Q = c->in[0], *K = c->in[1], *V = c->in[2], *Ps = opt_in(c, 3), *D = opt_in(c, 4),
                     *Bt = opt_in(c, 5);
     kn_tensor *O = c->out[0], *St = opt_out(c, 1);
+    kn_attn_attrs local;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_attn_attrs_of(c, &local, &at));
     lin_job j = {0};
-    j.Hq = kn_attr_int(c->node, "q_num_heads", 0);
-    j.Hkv = kn_attr_int(c->node, "kv_num_heads", 0);
+    j.Hq = at->q_heads;
+    j.Hkv = at->kv_heads;
     if (j.Hq <= 0 || j.Hkv <= 0 || j.Hq % j.Hkv)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "q_num_heads must be a positive multiple of kv_num_heads");
     if (Q->rank != 3 || K->rank != 3 || V->rank != 3)
@@ -336,7 +348,7 @@ kiln_status kn_cpu_linear_attention(kn_kernel_ctx *c) {
     if (K->dims[0] != j.B || V->dims[0] != j.B || K->dims[1] != j.T || V->dims[1] != j.T ||
         K->dims[2] != j.Hkv * j.dk || Q->dims[2] != j.Hq * j.dk || V->dims[2] != j.Hkv * j.dv)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "query, key and value do not fit the head counts");
-    const char *rule = kn_attr_string(c->node, "update_rule", "gated_delta");
+    const char *rule = at->update_rule;
     j.gating = !strcmp(rule, "gated") || !strcmp(rule, "gated_delta");
     j.delta = !strcmp(rule, "delta") || !strcmp(rule, "gated_delta");
     if (j.gating != (D != NULL) || j.delta != (Bt != NULL))
@@ -357,7 +369,7 @@ kiln_status kn_cpu_linear_attention(kn_kernel_ctx *c) {
     if (Ps && (Ps->rank != 4 || Ps->dims[0] != j.B || Ps->dims[1] != j.Hkv || Ps->dims[2] != j.dk || Ps->dims[3] != j.dv))
         return kn_kernel_error(c, KILN_ERR_SHAPE, "past_state must be [%lld, %lld, %lld, %lld]", (long long)j.B,
                                (long long)j.Hkv, (long long)j.dk, (long long)j.dv);
-    float sc = kn_attr_float(c->node, "scale", 0.0f);
+    float sc = at->scale;
     j.scale = sc == 0.0f ? (float)(1.0 / sqrt((double)j.dk)) : sc;
     float *fq = NULL, *fk = NULL, *fv = NULL, *fd = NULL, *fb = NULL, *fp = NULL, *fo = NULL, *fs = NULL;
     kiln_status st = KILN_OK;

@@ -8,6 +8,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/sgemm.h"
+#include "ops/attention.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -298,9 +299,13 @@ const kn_cpu_kernel kn_cpu_contrib[] = {
     /* ai.onnx LayerNormalization before opset 17 (ONNX Runtime's) runs on the nn family's kernel */
     {"", "SimplifiedLayerNormalization", kn_cpu_ms_simplified_layernorm, NULL, KN_KERNEL_OVERWRITES},
     {MS, "FusedMatMul", run_fused_matmul, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "RotaryEmbedding", kn_cpu_ms_rotary_embedding, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "Attention", kn_cpu_ms_attention, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "MultiHeadAttention", kn_cpu_ms_multihead_attention, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "GroupQueryAttention", kn_cpu_ms_group_query_attention, NULL, KN_KERNEL_OVERWRITES},
+    /* the attention family's attributes: one hook for CPU and CUDA (ops/attention.h) */
+    {MS, "RotaryEmbedding", kn_cpu_ms_rotary_embedding, NULL, KN_KERNEL_OVERWRITES,
+     KN_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
+    {MS, "Attention", kn_cpu_ms_attention, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
+    {MS, "MultiHeadAttention", kn_cpu_ms_multihead_attention, NULL, KN_KERNEL_OVERWRITES,
+     KN_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
+    {MS, "GroupQueryAttention", kn_cpu_ms_group_query_attention, NULL, KN_KERNEL_OVERWRITES,
+     KN_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
     {0},
 };

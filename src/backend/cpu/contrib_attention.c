@@ -146,10 +146,13 @@ kiln_status kn_cpu_ms_attention(kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "input, weights, bias, past and attention_bias must share a float type");
     if (X->rank != 3 || W->rank != 2 || X->dims[2] != W->dims[0])
         return kn_kernel_error(c, KILN_ERR_SHAPE, "input must be (B, S, D) and weights (D, 3*hidden)");
+    kn_attn_attrs local;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_attn_attrs_of(c, &local, &at));
     const int64_t B = X->dims[0], S = X->dims[1], Din = X->dims[2], Wc = W->dims[1];
-    const int64_t N = kn_attr_int(c->node, "num_heads", 0);
-    int cnt = 0;
-    const int64_t *hs = kn_attr_ints(c->node, "qkv_hidden_sizes", &cnt);
+    const int64_t N = at->num_heads;
+    const int cnt = at->n_qkv_hidden_sizes;
+    const int64_t *hs = at->qkv_hidden_sizes;
     const int64_t Dq = cnt == 3 ? hs[0] : Wc / 3, Dv = cnt == 3 ? hs[2] : Wc / 3;
     if (N <= 0 || Dq % N || Dv % N || Dq + Dq + Dv != Wc)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "weights' %lld columns do not split into Q, K, V for %lld heads",
@@ -204,16 +207,15 @@ kiln_status kn_cpu_ms_attention(kn_kernel_ctx *c) {
     a.y_sb = S * Dv;
     a.y_sh = Hv;
     a.y_ss = Dv;
-    const kn_attr *sa = kn_node_attr(c->node, "scale");
-    a.scale = sa && sa->f != 0.0f ? sa->f : (float)(1.0 / sqrt((double)H));
-    a.causal = kn_attr_int(c->node, "unidirectional", 0) != 0;
+    a.scale = at->has_scale && at->scale_raw != 0.0f ? at->scale_raw : (float)(1.0 / sqrt((double)H));
+    a.causal = at->unidirectional;
     if (a.causal || P) {
         int64_t *off = palloc(&p, sizeof(int64_t) * (size_t)B);
         if (!off) goto oom;
         for (int64_t b = 0; b < B; b++) off[b] = P;
         a.offset = off;
     }
-    a.masked = kn_attr_float(c->node, "mask_filter_value", -10000.0f);
+    a.masked = at->mask_filter_value;
     a.zero_masked_rows = false;
     if ((st = setup_mask(c, &p, &a, M, P, "mask_index")) != KILN_OK) goto done;
     if ((st = setup_bias(c, &p, &a, AB, N)) != KILN_OK) goto done;
@@ -256,7 +258,10 @@ kiln_status kn_cpu_ms_multihead_attention(kn_kernel_ctx *c) {
             return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "query, key, value, bias, attention_bias and past must "
                                    "share a float type");
     if (opt_in(c, 9)) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "cache_indirection is not supported");
-    const int64_t N = kn_attr_int(c->node, "num_heads", 0);
+    kn_attn_attrs local;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_attn_attrs_of(c, &local, &at));
+    const int64_t N = at->num_heads;
     if (N <= 0) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "num_heads must be positive");
     pool16 p = {0};
     kiln_status st = KILN_OK;
@@ -392,16 +397,15 @@ kiln_status kn_cpu_ms_multihead_attention(kn_kernel_ctx *c) {
     a.y_sb = S * N * Hv;
     a.y_sh = Hv;
     a.y_ss = N * Hv;
-    const kn_attr *sa = kn_node_attr(c->node, "scale");
-    a.scale = sa && sa->f != 0.0f ? sa->f : (float)(1.0 / sqrt((double)H));
-    a.causal = kn_attr_int(c->node, "unidirectional", 0) != 0;
+    a.scale = at->has_scale && at->scale_raw != 0.0f ? at->scale_raw : (float)(1.0 / sqrt((double)H));
+    a.causal = at->unidirectional;
     if (a.causal || P) {
         int64_t *off = palloc(&p, sizeof(int64_t) * (size_t)(B > 0 ? B : 1));
         if (!off) goto oom;
         for (int64_t b = 0; b < B; b++) off[b] = P;
         a.offset = off;
     }
-    a.masked = kn_attr_float(c->node, "mask_filter_value", -10000.0f);
+    a.masked = at->mask_filter_value;
     a.zero_masked_rows = false;
     a.qk = qk;
     a.qk_mode = 0;
@@ -435,7 +439,10 @@ kiln_status kn_cpu_ms_rotary_embedding(kn_kernel_ctx *c) {
     const int64_t half = Cs->dims[1], max_pos = Cs->dims[0];
     int64_t Bn, S, N, H;
     bool rank3 = X->rank == 3;
-    int64_t nh = kn_attr_int(c->node, "num_heads", 0), rd = kn_attr_int(c->node, "rotary_embedding_dim", 0);
+    kn_attn_attrs local;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_attn_attrs_of(c, &local, &at));
+    int64_t nh = at->num_heads, rd = at->rotary_dim;
     if (rank3) {
         Bn = X->dims[0];
         S = X->dims[1];
@@ -460,7 +467,7 @@ kiln_status kn_cpu_ms_rotary_embedding(kn_kernel_ctx *c) {
     const int64_t npos = kn_tensor_count(Pos);
     if (npos != 1 && npos != Bn * S)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "position_ids must have 1 or %lld elements", (long long)(Bn * S));
-    const bool inter = kn_attr_int(c->node, "interleaved", 0) != 0;
+    const bool inter = at->interleaved;
     pool16 p = {0};
     kiln_status st = KILN_OK;
     const float *x = f32_of(&p, X), *cs = f32_of(&p, Cs), *sn = f32_of(&p, Sn);
@@ -555,20 +562,23 @@ kiln_status kn_cpu_ms_group_query_attention(kn_kernel_ctx *c) {
         (PK && PK->dtype != dt) || (PV && PV->dtype != dt))
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "query, key, value and past must share one type of float, "
                                "float16 or bfloat16");
-    const bool rotary = kn_attr_int(c->node, "do_rotary", 0) != 0;
+    kn_attn_attrs local;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_attn_attrs_of(c, &local, &at));
+    const bool rotary = at->do_rotary;
     const kn_tensor *Cs = opt_in(c, 7), *Sn = opt_in(c, 8), *Pos = opt_in(c, 9);
     if (rotary && (!Cs || !Sn))
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "do_rotary=1 needs cos_cache and sin_cache (inputs 7 and 8)");
     if (Pos && !kn_dtype_is_int(Pos->dtype))
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "position_ids must be integers");
-    const bool smooth = kn_attr_int(c->node, "smooth_softmax", 0) != 0;
+    const bool smooth = at->smooth_softmax;
     const kn_tensor *Sink = opt_in(c, 11), *AB = opt_in(c, 10);
     if (c->n_outputs > 3 && c->out[3])
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "the output_qk output is not supported");
     if (!SL || !TL || SL->dtype != KILN_DTYPE_INT32 || TL->dtype != KILN_DTYPE_INT32 || kn_tensor_count(TL) != 1)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "seqlens_k and total_sequence_length must be int32 "
                                "(a vector and a scalar)");
-    const int64_t N = kn_attr_int(c->node, "num_heads", 0), KV = kn_attr_int(c->node, "kv_num_heads", 0);
+    const int64_t N = at->num_heads, KV = at->kv_heads;
     if (N <= 0 || KV <= 0 || N % KV)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "num_heads (%lld) must be a positive multiple of kv_num_heads "
                                "(%lld)", (long long)N, (long long)KV);
@@ -628,7 +638,7 @@ kiln_status kn_cpu_ms_group_query_attention(kn_kernel_ctx *c) {
     if (!q || (K && !k) || (V && !v) || (PK && (!pk || !pv)) || !y || !kc || !vc) goto oom;
     if (rotary) {
         /* rotated copies of the queries and new keys (the inputs stay as they are) */
-        const bool inter = kn_attr_int(c->node, "rotary_interleaved", 0) != 0;
+        const bool inter = at->rotary_interleaved;
         size_t nq = (size_t)(B * S * D);
         float *qr = palloc(&p, sizeof(float) * nq);
         if (!qr) goto oom;
@@ -697,13 +707,13 @@ kiln_status kn_cpu_ms_group_query_attention(kn_kernel_ctx *c) {
     a.k = (kn_attn_mat){kc, KV * T * H, T * H, H};
     a.v = (kn_attn_mat){vc, KV * T * H, T * H, H};
     a.y = y, a.y_sb = S * N * H, a.y_sh = H, a.y_ss = N * H;
-    const float scale = kn_attr_float(c->node, "scale", 0.0f);
+    const float scale = at->scale;
     a.scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)H);
-    a.softcap = kn_attr_float(c->node, "softcap", 0.0f);
+    a.softcap = at->softcap;
     a.causal = true;
     a.offset = offset;
     a.kv_end = kv_end;
-    const int64_t window = kn_attr_int(c->node, "local_window_size", -1);
+    const int64_t window = at->local_window_size;
     a.left_window = window > 0 ? window - 1 : -1; /* the window holds the query's own key and window - 1 before */
     a.zero_masked_rows = true;
     if ((st = kn_attn_run(c->pool, &a)) != KILN_OK) {

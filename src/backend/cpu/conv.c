@@ -31,6 +31,7 @@
 #include "util/limits.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,37 @@ typedef struct conv_shape {
     int64_t in_plane, out_plane, kk;
 } conv_shape;
 
+/* What conv_shape_make keeps for the node's later calls with these shapes (kn_ctx_prep: a node
+ * whose shapes the run's memo knows), so that those read no attribute: the geometry comes from
+ * the node's attributes (group, kernel_shape, strides, pads, dilations, auto_pad, output_padding,
+ * output_shape) and the two shapes alone. */
+typedef struct conv_key {
+    int32_t transpose, rank;
+    int64_t dims[2 * KILN_MAX_RANK]; /* X's then W's (2 * rank of them compared) */
+} conv_key;
+static const char conv_tag = 0;
+
+static kiln_status conv_shape_read(kn_kernel_ctx *c, const kn_tensor *X, const kn_tensor *W, bool transpose,
+                                   conv_shape *s);
+
 static kiln_status conv_shape_make(kn_kernel_ctx *c, const kn_tensor *X, const kn_tensor *W, bool transpose,
+                                   conv_shape *s) {
+    if (X->rank < 3 || W->rank != X->rank || X->rank > KILN_MAX_RANK) return conv_shape_read(c, X, W, transpose, s);
+    conv_key key = {transpose, X->rank, {0}};
+    memcpy(key.dims, X->dims, sizeof(int64_t) * (size_t)X->rank);
+    memcpy(key.dims + X->rank, W->dims, sizeof(int64_t) * (size_t)X->rank);
+    const size_t key_bytes = offsetof(conv_key, dims) + 2 * sizeof(int64_t) * (size_t)X->rank;
+    const conv_shape *kept = kn_ctx_prep_get(c, &conv_tag, &key, key_bytes);
+    if (kept) {
+        *s = *kept;
+        return KILN_OK;
+    }
+    KN_TRY(conv_shape_read(c, X, W, transpose, s));
+    kn_ctx_prep_put(c, &conv_tag, &key, key_bytes, s, sizeof *s);
+    return KILN_OK;
+}
+
+static kiln_status conv_shape_read(kn_kernel_ctx *c, const kn_tensor *X, const kn_tensor *W, bool transpose,
                                    conv_shape *s) {
     memset(s, 0, sizeof *s);
     if (X->rank < 3 || W->rank != X->rank)

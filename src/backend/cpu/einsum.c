@@ -36,6 +36,12 @@ static void permute_f32(const float *src, int r, const int64_t *dims, const int 
     }
 }
 
+static bool identity_perm(const int *perm, int r) {
+    for (int i = 0; i < r; i++)
+        if (perm[i] != i) return false;
+    return true;
+}
+
 /* The GEMM path; returns false (and does nothing) when the equation does not fit it. */
 static bool einsum_gemm(kn_kernel_ctx *c, const kn_einsum_plan *p, kiln_status *st) {
     if (p->n_in != 2 || c->in[0]->dtype != KILN_DTYPE_FLOAT || c->in[1]->dtype != KILN_DTYPE_FLOAT) return false;
@@ -92,7 +98,10 @@ static bool einsum_gemm(kn_kernel_ctx *c, const kn_einsum_plan *p, kiln_status *
     for (int i = 0; i < p->out_rank; i++) /* output axis j comes from tmp axis po[j] */
         for (int q = 0; q < p->out_rank; q++)
             if (tmp_axis[q] == i) po[i] = q;
-    int64_t na = kn_tensor_count(A), nb = kn_tensor_count(B), no = Bsz * M * N;
+    /* an operand already in the GEMM's order is read in place; an output in it is written in place */
+    const bool ida = identity_perm(pa, A->rank), idb = identity_perm(pb, B->rank),
+               ido = identity_perm(po, p->out_rank);
+    int64_t na = ida ? 0 : kn_tensor_count(A), nb = idb ? 0 : kn_tensor_count(B), no = ido ? 0 : Bsz * M * N;
     float *buf = malloc(sizeof(float) * (size_t)(na + nb + no + 1));
     const float **ap = malloc(sizeof(float *) * (size_t)(Bsz * 2 + 1));
     float **cp = malloc(sizeof(float *) * (size_t)(Bsz + 1));
@@ -103,9 +112,9 @@ static bool einsum_gemm(kn_kernel_ctx *c, const kn_einsum_plan *p, kiln_status *
         *st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
         return true;
     }
-    float *ta = buf, *tb = buf + na, *to = buf + na + nb;
-    permute_f32(A->data, A->rank, A->dims, pa, ta);
-    permute_f32(B->data, B->rank, B->dims, pb, tb);
+    float *ta = ida ? A->data : buf, *tb = idb ? B->data : buf + na, *to = ido ? c->out[0]->data : buf + na + nb;
+    if (!ida) permute_f32(A->data, A->rank, A->dims, pa, ta);
+    if (!idb) permute_f32(B->data, B->rank, B->dims, pb, tb);
     const float **bp = ap + Bsz;
     for (int64_t i = 0; i < Bsz; i++) {
         ap[i] = ta + i * M * K;
@@ -116,7 +125,7 @@ static bool einsum_gemm(kn_kernel_ctx *c, const kn_einsum_plan *p, kiln_status *
                         .a = ap, .lda = K, .b = bp, .ldb = N, .c = cp, .ldc = N};
     *st = kn_sgemm_run(c->pool, &g);
     if (*st) *st = kn_kernel_error(c, *st, "out of memory in the GEMM");
-    else if (p->out_rank == 0) ((float *)c->out[0]->data)[0] = to[0];
+    else if (ido) (void)0; /* written in place */
     else permute_f32(to, p->out_rank, tdims, po, c->out[0]->data);
     free(buf);
     free(ap);
@@ -124,20 +133,42 @@ static bool einsum_gemm(kn_kernel_ctx *c, const kn_einsum_plan *p, kiln_status *
     return true;
 }
 
+kiln_status kn_einsum_prepare(const kn_node *n, void *params) {
+    ((kn_einsum_prm *)params)->equation = kn_attr_string(n, "equation", "");
+    return KILN_OK;
+}
+
+/* The resolved equation, kept for the node's later calls with these input shapes (kn_ctx_prep) */
+static const char einsum_tag = 0;
+
 kiln_status kn_cpu_einsum(kn_kernel_ctx *c) {
-    const char *eq = kn_attr_string(c->node, "equation", "");
     int n = c->n_inputs;
     if (n > KN_EINSUM_MAX_IN) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "too many inputs");
     int ranks[KN_EINSUM_MAX_IN];
     const int64_t *dims[KN_EINSUM_MAX_IN];
+    /* the key: per input its rank and dims */
+    int64_t key[KN_EINSUM_MAX_IN * (KILN_MAX_RANK + 1)];
+    size_t nk = 0;
     for (int i = 0; i < n; i++) {
         ranks[i] = c->in[i]->rank;
         dims[i] = c->in[i]->dims;
+        key[nk++] = ranks[i];
+        for (int a = 0; a < ranks[i]; a++) key[nk++] = dims[i][a];
     }
     kn_einsum_plan p;
-    char why[512];
-    kiln_status st = kn_einsum_plan_make(eq, n, ranks, dims, &p, why, sizeof why);
-    if (st) return kn_kernel_error(c, st, "equation '%s': %s", eq, why);
+    kiln_status st = KILN_OK;
+    const kn_einsum_plan *kept = kn_ctx_prep_get(c, &einsum_tag, key, nk * sizeof *key);
+    if (kept) {
+        p = *kept;
+    } else {
+        kn_einsum_prm local;
+        const kn_einsum_prm *prm;
+        KN_TRY(kn_ctx_params(c, kn_einsum_prepare, &local, (const void **)&prm));
+        char why[512];
+        st = kn_einsum_plan_make(prm->equation, n, ranks, dims, &p, why, sizeof why);
+        if (st) return kn_kernel_error(c, st, "equation '%s': %s", prm->equation, why);
+        kn_ctx_prep_put(c, &einsum_tag, key, nk * sizeof *key, &p, sizeof p);
+    }
     kn_tensor *Y = c->out[0];
     if (einsum_gemm(c, &p, &st)) return st;
 

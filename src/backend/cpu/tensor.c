@@ -154,7 +154,7 @@ const kn_cpu_kernel kn_cpu_tensor[] = {
     {"", "Transpose", kn_cpu_transpose, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_perm_prepare, kn_cpu_perm_prm)},
     {"", "Concat", kn_cpu_concat, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_axis_prepare, kn_cpu_axis_prm)},
     {"", "Split", kn_cpu_split, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_axis_prepare, kn_cpu_axis_prm)},
-    {"", "Slice", kn_cpu_slice, NULL, KN_KERNEL_OVERWRITES},
+    {"", "Slice", kn_cpu_slice, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_slice_prepare, kn_slice_prm)},
     {"", "Gather", kn_cpu_gather, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_axis_prepare, kn_cpu_axis_prm)},
     {"", "GatherElements", kn_cpu_gather_elements, NULL, 0, KN_PARAMS(kn_cpu_axis_prepare, kn_cpu_axis_prm)},
     {"", "GatherND", kn_cpu_gather_nd, NULL},

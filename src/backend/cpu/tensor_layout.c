@@ -460,10 +460,13 @@ kiln_status kn_cpu_slice(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y;
     KN_TRY(kn_cpu_out(c, 0, &y));
+    kn_slice_prm local;
+    const kn_slice_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_slice_prepare, &local, (const void **)&prm));
     kn_slice_plan p;
     bool known;
     char why[256];
-    kiln_status st = kn_slice_plan_make(c->node, IN_VALS(c), x->dims, x->rank, &p, &known, why, sizeof why);
+    kiln_status st = kn_slice_plan_from(c->node, prm, IN_VALS(c), x->dims, x->rank, &p, &known, why, sizeof why);
     if (st) return kn_kernel_error(c, st, "%s", why);
     if (!known) return kn_kernel_error(c, KILN_ERR_INTERNAL, "slice parameters unknown at run time");
     kn_strided s;
