@@ -1,11 +1,13 @@
-/* The CPU's 3x3 convolutions (conv_winograd.c's F(4x4, 3x3) at stride 1, conv.c's direct kernel
- * with output channels in the lanes at stride 2, dilation 2 and on 7x7 planes, the implicit GEMM
- * for the rest: dilation 3, groups, few channels) against the definition in double over many shapes: odd plane sizes (partial 4x4
+/* The CPU's 3x3 convolutions (conv_winograd.c's F(4x4, 3x3) at stride 1, dilated or not, conv.c's
+ * direct kernel with output channels in the lanes at stride 2 and on 7x7 planes, the implicit GEMM
+ * for the rest: groups, few channels) against the definition in double over many shapes: odd plane sizes (partial 4x4
  * tiles, rows of more than 16 tiles, partial pixel tiles), every padding combination including
  * none and asymmetric, batch > 1, channel counts that are not multiples of the vector width, bias
  * or none, weights a constant (transformed once per session, two runs) or a graph input
  * (transformed per call), a fused Relu (level 3: the epilogue), 1 and 2 threads, and both fast
- * paths forced on (KILN_WINO=1, KILN_CL3=1) for the shapes their choice leaves to the GEMM. The
+ * paths forced on (KILN_WINO=1, KILN_CL3=1) for the shapes their choice leaves to the GEMM, and the
+ * direct kernel forced with Winograd off (dilated and stride-1 shapes). Dilated stride-1 shapes run
+ * Winograd over their phase images (rows and columns of one residue mod the dilation). The
  * error bound scales with sum |x| |w| over each output's window: F(4x4, 3x3) rounds more than a
  * direct sum (about 10x), within float accuracy. */
 #include "test_model_builder.h"
@@ -19,7 +21,10 @@ typedef struct c3_case {
     int64_t N, C, H, W, M, s, d, g;
     int64_t pads[4]; /* top, left, bottom, right */
     bool bias, w_input, relu;
+    int64_t dw; /* the columns' dilation when it differs from d (0: d) */
 } c3_case;
+
+static int64_t c3_dw(const c3_case *t) { return t->dw ? t->dw : t->d; }
 
 static int64_t c3_out(int64_t in, int64_t s, int64_t d, int64_t p0, int64_t p1) {
     return (in + p0 + p1 - d * 2 - 1) / s + 1;
@@ -43,7 +48,7 @@ static unsigned char *c3_model(const c3_case *t, kiln_tensor **consts, size_t *s
     int node = tmb_node(&b, "Conv", (int[]){x, w, bias}, t->bias ? 3 : 2, y);
     tmb_ints(&b, node, "kernel_shape", (int64_t[]){3, 3}, 2);
     tmb_ints(&b, node, "strides", (int64_t[]){t->s, t->s}, 2);
-    tmb_ints(&b, node, "dilations", (int64_t[]){t->d, t->d}, 2);
+    tmb_ints(&b, node, "dilations", (int64_t[]){t->d, c3_dw(t)}, 2);
     tmb_ints(&b, node, "pads", (int64_t[]){t->pads[0], t->pads[1], t->pads[2], t->pads[3]}, 4);
     if (t->g > 1) tmb_int(&b, node, "group", t->g);
     if (t->relu) {
@@ -68,7 +73,7 @@ static void c3_reference(const c3_case *t, const float *x, const float *w, const
                     for (int64_t c = 0; c < Cg; c++)
                         for (int64_t kh = 0; kh < 3; kh++)
                             for (int64_t kw = 0; kw < 3; kw++) {
-                                int64_t ih = oh * t->s - t->pads[0] + kh * t->d, iw = ow * t->s - t->pads[1] + kw * t->d;
+                                int64_t ih = oh * t->s - t->pads[0] + kh * t->d, iw = ow * t->s - t->pads[1] + kw * c3_dw(t);
                                 if (ih < 0 || ih >= t->H || iw < 0 || iw >= t->W) continue;
                                 double p = (double)x[((n * t->C + g * Cg + c) * t->H + ih) * t->W + iw] *
                                            w[((m * Cg + c) * 3 + kh) * 3 + kw];
@@ -95,9 +100,9 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         {2, 20, 3, 4, 24, 1, 1, 1, {0, 1, 0, 1}, false, false, true},     /* one tile row, partial */
         {1, 40, 10, 10, 48, 1, 1, 1, {1, 1, 1, 1}, true, false, false},
         {1, 33, 28, 28, 31, 2, 1, 1, {1, 1, 1, 1}, true, false, false},   /* stride 2: GEMM */
-        {1, 16, 20, 20, 16, 1, 2, 1, {2, 2, 2, 2}, true, false, false},   /* dilation 2, 16 channels: GEMM */
-        {2, 24, 21, 23, 32, 1, 2, 1, {2, 1, 2, 3}, true, false, true},    /* dilation 2: direct */
-        {1, 16, 12, 40, 64, 1, 3, 1, {3, 3, 3, 3}, true, false, false},   /* dilation 3: GEMM */
+        {1, 16, 20, 20, 16, 1, 2, 1, {2, 2, 2, 2}, true, false, false},   /* d2: Winograd on 4 phases of 10x10 */
+        {2, 24, 21, 23, 32, 1, 2, 1, {2, 1, 2, 3}, true, false, true},    /* d2, asymmetric pads */
+        {1, 16, 12, 40, 64, 1, 3, 1, {3, 3, 3, 3}, true, false, false},   /* d3: 9 phases of 4x14 */
         {1, 32, 12, 12, 32, 1, 1, 2, {1, 1, 1, 1}, true, false, false},   /* groups: GEMM */
         {2, 128, 14, 14, 96, 1, 1, 1, {1, 1, 1, 1}, true, false, true},   /* deeper channels */
         {1, 64, 14, 14, 64, 1, 1, 1, {1, 1, 1, 1}, true, false, true},    /* 16 tiles: transposed GEMM */
@@ -108,6 +113,14 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         {3, 40, 14, 14, 32, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* stride 1 (forced direct) */
         {1, 64, 7, 7, 64, 1, 1, 1, {1, 1, 1, 1}, true, false, true},      /* 7x7 stride 1: direct */
         {2, 128, 9, 9, 256, 2, 1, 1, {1, 1, 1, 1}, true, false, true},    /* 1.2 MB of weights: by channel blocks */
+        /* dilation at stride 1: Winograd over the phase images (conv_winograd.c) */
+        {1, 64, 28, 28, 64, 1, 2, 1, {2, 2, 2, 2}, true, false, false},   /* d2, 4 phases of 14x14 */
+        {2, 20, 17, 19, 24, 1, 2, 1, {1, 0, 3, 2}, true, false, true},    /* odd pads and sizes, Relu */
+        {1, 16, 25, 26, 20, 1, 2, 1, {0, 0, 0, 0}, false, false, false},  /* no pads */
+        {1, 32, 30, 33, 32, 1, 4, 1, {4, 4, 4, 4}, true, true, false},    /* d4, W an input */
+        {3, 17, 40, 21, 18, 1, 2, 1, {2, 1, 2, 1}, true, false, true, 1}, /* d2 rows only, batch 3 */
+        {1, 24, 22, 70, 16, 1, 1, 1, {1, 3, 1, 3}, true, false, false, 3},/* d3 columns only, 64+ columns */
+        {1, 16, 36, 36, 40, 1, 3, 1, {3, 2, 3, 4}, true, false, true, 2}, /* d3 x d2 */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const c3_case *t = &cases[ci];
@@ -116,7 +129,7 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         unsigned char *m = c3_model(t, consts, &size);
         if (!m) continue;
         const int64_t OH = c3_out(t->H, t->s, t->d, t->pads[0], t->pads[2]);
-        const int64_t OW = c3_out(t->W, t->s, t->d, t->pads[1], t->pads[3]);
+        const int64_t OW = c3_out(t->W, t->s, c3_dw(t), t->pads[1], t->pads[3]);
         uint32_t seed = 1234 + (uint32_t)ci;
         kiln_tensor *x = NULL, *w = consts[0];
         kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->C, t->H, t->W}, 4, &x);
@@ -130,8 +143,10 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         const size_t ny = (size_t)(t->N * t->M * OH * OW);
         double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
         c3_reference(t, xp, kiln_tensor_data(w), consts[1] ? kiln_tensor_data(consts[1]) : NULL, OH, OW, want, scale);
-        for (int force = 0; force <= 1; force++) {
-            if (force) setenv("KILN_WINO", "1", 1), setenv("KILN_CL3", "1", 1);
+        /* force 1: the fast paths wherever they apply; 2: Winograd off, the direct kernel on (the
+         * dilated and stride-1 shapes that Winograd takes otherwise) */
+        for (int force = 0; force <= 2; force++) {
+            if (force) setenv("KILN_WINO", force == 1 ? "1" : "0", 1), setenv("KILN_CL3", "1", 1);
             for (int threads = 1; threads <= 2; threads++)
                 for (int level = 0; level <= 3; level += 3) {
                     kiln_session_options *o = NULL;
@@ -158,10 +173,10 @@ KN_TEST(cpu_conv3x3_matches_definition) {
                                 bad++;
                             }
                         CHECK_MSG(bad == 0,
-                                  "case %zu (%lldx%lldx%lldx%lld -> %lld, s%lld d%lld g%lld), forced %d, %d threads, "
+                                  "case %zu (%lldx%lldx%lldx%lld -> %lld, s%lld d%lld,%lld g%lld), forced %d, %d threads, "
                                   "level %d, run %d: %zu of %zu outputs differ, first at %zu: %.9g, want %.9g (scale %g)",
                                   ci, (long long)t->N, (long long)t->C, (long long)t->H, (long long)t->W, (long long)t->M,
-                                  (long long)t->s, (long long)t->d, (long long)t->g, force, threads, level, run, bad, ny,
+                                  (long long)t->s, (long long)t->d, (long long)c3_dw(t), (long long)t->g, force, threads, level, run, bad, ny,
                                   first, bad ? got[first] : 0.0, bad ? want[first] : 0.0, bad ? scale[first] : 0.0);
                         kiln_tensor_destroy(y);
                     }

@@ -8,7 +8,8 @@
  *    output channels, 48 x 7 tiles;
  *  - other pointwise: the input planes are already the GEMM's B;
  *  - 3x3 at stride 1 with 16+ channels on planes of 16+ tiles: Winograd F(4x4, 3x3)
- *    (conv_winograd.c);
+ *    (conv_winograd.c); dilated, over the phase images (rows and columns of one residue mod the
+ *    dilation), when they make 16+ tiles;
  *  - 3x3 at stride 2, dilation 2, or stride 1 on small planes, M a multiple of 32: the direct kernel
  *    with output channels in the lanes (cl_conv, cl3_tile), as for the few-channel stems;
  *  - everything else: implicit GEMM. W_g [M/g, C/g*k] times the im2col matrix of the input,
@@ -1558,10 +1559,11 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     for (int i = 0; i < s->nsp; i++)
         pointwise &= s->w.kernel[i] == 1 && s->w.stride[i] == 1 && s->w.pad_begin[i] == 0 && s->w.pad_end[i] == 0;
     int64_t count = s->N * s->G, K = s->Cg * s->kk;
+    /* dilated: Winograd over the phase images (conv_winograd.c) */
     if (s->nsp == 2 && s->G == 1 && s->w.kernel[0] == 3 && s->w.kernel[1] == 3 && s->w.stride[0] == 1 &&
-        s->w.stride[1] == 1 && s->w.dilation[0] == 1 && s->w.dilation[1] == 1) {
+        s->w.stride[1] == 1) {
         const kn_wino_shape ws = {s->N, s->C, s->M, s->w.in[0], s->w.in[1], s->w.out[0], s->w.out[1],
-                                  s->w.pad_begin[0], s->w.pad_begin[1]};
+                                  s->w.pad_begin[0], s->w.pad_begin[1], s->w.dilation[0], s->w.dilation[1]};
         if (kn_wino_suits(&ws, kn_threadpool_size(c->pool)))
             return kn_wino_conv(c, &ws, x, w, bias, y, epi, epi_ctx, w_is_input);
     }

@@ -410,8 +410,8 @@ static void wino_out_multi(void *arg, int64_t begin, int64_t end) {
 /* ------------------------------------------------------------------ the thread's scratch */
 
 typedef struct tbuf {
-    size_t cap;
-    float *data;
+    size_t cap[2];
+    float *data[2];
 } tbuf;
 
 static pthread_key_t tb_key;
@@ -420,13 +420,16 @@ static int tb_key_ok;
 
 static void tb_free(void *p) {
     tbuf *b = p;
-    free(b->data);
+    free(b->data[0]);
+    free(b->data[1]);
     free(b);
 }
 static void tb_init(void) { tb_key_ok = pthread_key_create(&tb_key, tb_free) == 0; }
 
-float *kn_conv_thread_buffer(size_t floats) {
-    if (floats > ((size_t)64 << 20) / sizeof(float)) return NULL;
+/* Slot 0 is kn_conv_thread_buffer's; slot 1 the dilated path's phase images (its undilated
+ * convolution takes slot 0 meanwhile). */
+static float *thread_buffer_slot(int slot, size_t floats) {
+    if (slot < 0 || slot > 1 || floats > ((size_t)64 << 20) / sizeof(float)) return NULL;
     pthread_once(&tb_once, tb_init);
     if (!tb_key_ok) return NULL;
     tbuf *b = pthread_getspecific(tb_key);
@@ -437,16 +440,18 @@ float *kn_conv_thread_buffer(size_t floats) {
             return NULL;
         }
     }
-    if (b->cap < floats) {
+    if (b->cap[slot] < floats) {
         const size_t cap = (floats + 1023) / 1024 * 1024;
         float *d = aligned_alloc(64, cap * sizeof(float));
         if (!d) return NULL;
-        free(b->data);
-        b->data = d;
-        b->cap = cap;
+        free(b->data[slot]);
+        b->data[slot] = d;
+        b->cap[slot] = cap;
     }
-    return b->data;
+    return b->data[slot];
 }
+
+float *kn_conv_thread_buffer(size_t floats) { return thread_buffer_slot(0, floats); }
 
 /* ------------------------------------------------------------------ driver */
 
@@ -457,6 +462,147 @@ static int64_t wino_chunk_bytes(void) {
     return v > 0 ? v : 4 << 20;
 }
 
+/* ------------------------------------------------------------------ dilation: phase images
+ * With dilation d (stride 1), output row oh reads input rows oh - ph + d kh, all of one residue
+ * q = (oh - ph) mod d: writing oh - ph = d a + q, y(oh) = sum_kh w(kh) x_q(a + kh) with
+ * x_q(r) = x(d r + q), an undilated 3x3 convolution over the phase image x_q. Per axis, a runs over
+ * [amin, amax] = [floor(-ph / d), floor((OH - 1 - ph) / d)] for every phase (the few (a, q) past
+ * the output are computed and dropped), so the d_h d_w phase images of every image form one batch
+ * of N d_h d_w images of ceil(H / d) x ceil(W / d) (zero past the input) with pads -amin, -bmin,
+ * run by the undilated path. The input is split into phases once (masked loads and permutes at
+ * d = 2), the output interleaved back, and the fused epilogue runs on each finished plane. */
+
+static int64_t fdiv64(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+typedef struct wino_phase {
+    const kn_wino_shape *s; /* the dilated convolution */
+    kn_wino_shape sub;      /* the phase images' undilated one: image (n dh + qh) dw + qw */
+    int64_t dh, dw, amin, bmin;
+    const float *x;
+    float *xs, *ys, *y;
+    kn_conv_epilogue_fn epi;
+    const void *epi_ctx;
+} wino_phase;
+
+static void wino_phase_geom(const kn_wino_shape *s, wino_phase *p) {
+    p->dh = s->dh > 1 ? s->dh : 1, p->dw = s->dw > 1 ? s->dw : 1;
+    p->amin = fdiv64(-s->ph, p->dh), p->bmin = fdiv64(-s->pw, p->dw);
+    const int64_t A = fdiv64(s->OH - 1 - s->ph, p->dh) - p->amin + 1, B = fdiv64(s->OW - 1 - s->pw, p->dw) - p->bmin + 1;
+    p->sub = (kn_wino_shape){s->N * p->dh * p->dw, s->C, s->M, (s->H + p->dh - 1) / p->dh, (s->W + p->dw - 1) / p->dw,
+                             A, B, -p->amin, -p->bmin, 1, 1};
+}
+
+/* Items (image, channel): the channel's phase images. */
+static void wino_split_range(void *arg, int64_t begin, int64_t end) {
+    const wino_phase *p = arg;
+    const kn_wino_shape *s = p->s, *u = &p->sub;
+    const int64_t dh = p->dh, dw = p->dw, Hs = u->H, Ws = u->W;
+    __m512i ev, od;
+    {
+        int32_t t[16], o[16];
+        for (int l = 0; l < 16; l++) t[l] = 2 * l, o[l] = 2 * l + 1;
+        ev = _mm512_loadu_si512(t), od = _mm512_loadu_si512(o);
+    }
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t n = it / s->C, c = it % s->C;
+        const float *xc = p->x + it * s->H * s->W;
+        for (int64_t qh = 0; qh < dh; qh++)
+            for (int64_t r = 0; r < Hs; r++) {
+                const int64_t ih = r * dh + qh;
+                float *dst[64];
+                for (int64_t qw = 0; qw < dw; qw++)
+                    dst[qw] = p->xs + (((n * dh + qh) * dw + qw) * s->C + c) * Hs * Ws + r * Ws;
+                if (ih >= s->H) {
+                    for (int64_t qw = 0; qw < dw; qw++) memset(dst[qw], 0, sizeof(float) * (size_t)Ws);
+                    continue;
+                }
+                const float *xr = xc + ih * s->W;
+                if (dw == 1) {
+                    memcpy(dst[0], xr, sizeof(float) * (size_t)s->W);
+                } else if (dw == 2) {
+                    for (int64_t b0 = 0; b0 < Ws; b0 += 16) {
+                        const __m512 lo = _mm512_maskz_loadu_ps(lane_range(0, s->W - 2 * b0), xr + 2 * b0);
+                        const __m512 hi = _mm512_maskz_loadu_ps(lane_range(0, s->W - 2 * b0 - 16), xr + 2 * b0 + 16);
+                        const __mmask16 keep = lane_range(0, Ws - b0);
+                        _mm512_mask_storeu_ps(dst[0] + b0, keep, _mm512_permutex2var_ps(lo, ev, hi));
+                        _mm512_mask_storeu_ps(dst[1] + b0, keep, _mm512_permutex2var_ps(lo, od, hi));
+                    }
+                } else {
+                    for (int64_t qw = 0; qw < dw; qw++)
+                        for (int64_t b = 0; b < Ws; b++) {
+                            const int64_t iw = b * dw + qw;
+                            dst[qw][b] = iw < s->W ? xr[iw] : 0.0f;
+                        }
+                }
+            }
+    }
+}
+
+/* Items (image, output channel): the plane interleaved back from its phases, then the epilogue. */
+static void wino_merge_range(void *arg, int64_t begin, int64_t end) {
+    const wino_phase *p = arg;
+    const kn_wino_shape *s = p->s, *u = &p->sub;
+    const int64_t dh = p->dh, dw = p->dw, A = u->OH, B = u->OW, plane = s->OH * s->OW;
+    __m512i ilo, ihi;
+    {
+        int32_t t[16], h[16];
+        for (int l = 0; l < 16; l++) t[l] = (l & 1 ? 16 : 0) + (l >> 1), h[l] = t[l] + 8;
+        ilo = _mm512_loadu_si512(t), ihi = _mm512_loadu_si512(h);
+    }
+    /* dw == 2: even outputs from phase qe at column be + k, odd ones from qo at bo + k */
+    const int64_t te = -s->pw, to = 1 - s->pw;
+    const int64_t qe = te - 2 * fdiv64(te, 2), be = fdiv64(te, 2) - p->bmin;
+    const int64_t qo = to - 2 * fdiv64(to, 2), bo = fdiv64(to, 2) - p->bmin;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t n = it / s->M, m = it % s->M;
+        float *yp = p->y + it * plane;
+        for (int64_t oh = 0; oh < s->OH; oh++) {
+            const int64_t t = oh - s->ph, a = fdiv64(t, dh), qh = t - a * dh;
+            const float *sp[64];
+            for (int64_t qw = 0; qw < dw; qw++)
+                sp[qw] = p->ys + (((n * dh + qh) * dw + qw) * s->M + m) * A * B + (a - p->amin) * B;
+            float *yr = yp + oh * s->OW;
+            if (dw == 1) {
+                memcpy(yr, sp[0] + (-s->pw - p->bmin), sizeof(float) * (size_t)s->OW);
+            } else if (dw == 2) {
+                for (int64_t k0 = 0; 2 * k0 < s->OW; k0 += 16) {
+                    const int64_t rem = s->OW - 2 * k0;
+                    const __m512 E = _mm512_maskz_loadu_ps(lane_range(0, (rem + 1) / 2), sp[qe] + be + k0);
+                    const __m512 O = _mm512_maskz_loadu_ps(lane_range(0, rem / 2), sp[qo] + bo + k0);
+                    _mm512_mask_storeu_ps(yr + 2 * k0, lane_range(0, rem), _mm512_permutex2var_ps(E, ilo, O));
+                    if (rem > 16) _mm512_mask_storeu_ps(yr + 2 * k0 + 16, lane_range(0, rem - 16), _mm512_permutex2var_ps(E, ihi, O));
+                }
+            } else {
+                for (int64_t ow = 0; ow < s->OW; ow++) {
+                    const int64_t tw = ow - s->pw, b = fdiv64(tw, dw);
+                    yr[ow] = sp[tw - b * dw][b - p->bmin];
+                }
+            }
+        }
+        if (p->epi) p->epi(p->epi_ctx, p->y, it * plane, s->OH, s->OW, s->OW);
+    }
+}
+
+static kiln_status wino_conv_dilated(kn_kernel_ctx *c, const kn_wino_shape *s, const float *x, const float *w,
+                                     const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx,
+                                     bool w_const) {
+    wino_phase p = {.s = s, .x = x, .y = y, .epi = epi, .epi_ctx = epi_ctx};
+    wino_phase_geom(s, &p);
+    const kn_wino_shape *u = &p.sub;
+    const size_t xf = (size_t)(u->N * u->C * u->H * u->W + 16), yf = (size_t)(u->N * u->M * u->OH * u->OW + 16);
+    /* slot 1: the undilated convolution takes the thread's slot 0 for its own scratch */
+    float *buf = thread_buffer_slot(1, xf + yf), *own = NULL;
+    if (!buf && !(buf = own = aligned_alloc(64, sizeof(float) * (xf + yf))))
+        return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    p.xs = buf, p.ys = buf + xf;
+    const int64_t in_plane = s->H * s->W, out_plane = s->OH * s->OW;
+    kn_parallel_for(c->pool, s->N * s->C, max64(1, 4096 / (in_plane + 1)), wino_split_range, &p);
+    kiln_status st = kn_wino_conv(c, u, p.xs, w, bias, p.ys, NULL, NULL, w_const);
+    if (!st) kn_parallel_for(c->pool, s->N * s->M, max64(1, 4096 / (out_plane + 1)), wino_merge_range, &p);
+    free(own);
+    return st;
+}
+
 #endif /* __AVX512F__ */
 
 bool kn_wino_suits(const kn_wino_shape *s, int threads) {
@@ -464,6 +610,13 @@ bool kn_wino_suits(const kn_wino_shape *s, int threads) {
     (void)threads;
     const char *e = getenv("KILN_WINO");
     if (e && e[0] == '0') return false;
+    if (s->dh > 1 || s->dw > 1) {
+        /* the phase images' undilated convolution; at most 64 phases (d <= 8 per axis) */
+        if (s->dh > 8 || s->dw > 8) return false;
+        wino_phase p;
+        wino_phase_geom(s, &p);
+        return kn_wino_suits(&p.sub, threads);
+    }
     if (e && e[0] == '1') return s->C >= 1 && s->M >= 1;
     const int64_t th = (s->OH + 3) / 4, tw = (s->OW + 3) / 4, T = s->N * th * tw;
     /* 16 tiles: 14x14 planes (256 -> 256: 1.2 -> 0.8 ms in ResNet-50 at 1 thread, its transformed
@@ -478,6 +631,10 @@ bool kn_wino_suits(const kn_wino_shape *s, int threads) {
 kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *x, const float *w, const float *bias,
                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
 #if defined(__AVX512F__)
+    if (s->dh > 1 || s->dw > 1) {
+        if (s->dh > 8 || s->dw > 8) return kn_kernel_error(c, KILN_ERR_INTERNAL, "Winograd with dilation above 8");
+        return wino_conv_dilated(c, s, x, w, bias, y, epi, epi_ctx, w_const);
+    }
     const int64_t th = (s->OH + 3) / 4, tw = (s->OW + 3) / 4, R = s->N * th;
     /* tile rows per chunk: V and O within the budget, at least one row */
     const int64_t row_bytes = 36 * 4 * (s->C + s->M) * tw;

@@ -9,9 +9,11 @@
 #include <stdint.h>
 
 /* One group-free 2-D convolution: x [N, C, H, W] -> y [N, M, OH, OW], kernel 3x3, stride 1,
- * dilation 1, pads ph (top) and pw (left); bottom/right pads are implied by OH and OW. */
+ * dilation dh x dw (0 means 1), pads ph (top) and pw (left); bottom/right pads are implied by OH
+ * and OW. A dilated convolution runs as the undilated one over the dh * dw phase images (the
+ * input's rows and columns of one residue mod dh, dw: a stride-1 3x3 convolution each). */
 typedef struct kn_wino_shape {
-    int64_t N, C, M, H, W, OH, OW, ph, pw;
+    int64_t N, C, M, H, W, OH, OW, ph, pw, dh, dw;
 } kn_wino_shape;
 
 /* Whether the Winograd path is built (AVX-512) and faster than the implicit GEMM for this shape
