@@ -379,3 +379,8 @@ too_many:
     snprintf(why, cap, "the output would have more than %d dims", KILN_MAX_RANK);
     return KILN_ERR_UNSUPPORTED;
 }
+
+kiln_status kn_einsum_prepare(const kn_node *n, void *params) {
+    ((kn_einsum_prm *)params)->equation = kn_attr_string(n, "equation", "");
+    return KILN_OK;
+}

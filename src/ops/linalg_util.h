@@ -57,6 +57,13 @@ typedef struct kn_einsum_plan {
     int64_t size[KN_EINSUM_LABELS];
 } kn_einsum_plan;
 
+/* Einsum's equation, read once: the prepare hook (exec/kernel.h: kn_params_fn) of the CPU and
+ * CUDA kernels. The string is the node's attribute (it lives as long as the node); "" when absent. */
+typedef struct kn_einsum_prm {
+    const char *equation;
+} kn_einsum_prm;
+kiln_status kn_einsum_prepare(const kn_node *n, void *params);
+
 /* dims[i] holds ranks[i] sizes of input i (-1 unknown). */
 kiln_status kn_einsum_plan_make(const char *equation, int n_in, const int *ranks, const int64_t *const *dims,
                                 kn_einsum_plan *p, char *why, size_t cap);

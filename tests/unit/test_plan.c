@@ -255,3 +255,86 @@ KN_TEST(plan_device_steps_get_their_backends_prepared_parameters) {
     for (int i = 0; i < g->n_nodes; i++) g->nodes[i].kernel = NULL;
     kn_model_free(b.m);
 }
+
+#ifdef KILN_HAVE_CUDA
+#include "ops/attention.h"
+#include "ops/linalg_util.h"
+#include "ops/tensor_util.h"
+
+/* The CUDA kernels read their attributes from the plan's blocks too: for a node of each converted
+ * family the kernel the CUDA backend selects names a prepare hook (through kernel_params) that fills
+ * its block from the node. No GPU needed: select and the hooks run on the host. */
+KN_TEST(cuda_kernels_name_their_prepare_hooks) {
+    tmb b;
+    tmb_init(&b, 23);
+    int64_t xd[3] = {1, 2, 4};
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 3, xd, NULL);
+    struct {
+        const char *op;
+        int n_in;
+        int node;
+    } cases[] = {{"LeakyRelu", 1, 0}, {"Mod", 2, 0},     {"Cast", 1, 0},          {"Transpose", 1, 0},
+                 {"Concat", 2, 0},    {"Gather", 2, 0},  {"Slice", 1, 0},         {"Softmax", 1, 0},
+                 {"ReduceMax", 1, 0}, {"Einsum", 2, 0},  {"Attention", 3, 0},     {"LayerNormalization", 1, 0},
+                 {"ArgMax", 1, 0},    {"QuantizeLinear", 2, 0}};
+    const int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n_cases; i++) {
+        int ins[3] = {x, x, x};
+        cases[i].node = tmb_node(&b, cases[i].op, ins, cases[i].n_in, tmb_value(&b, cases[i].op));
+    }
+    kn_graph *g = b.g;
+    kn_node *slice = &g->nodes[cases[6].node], *einsum = &g->nodes[cases[9].node], *attn = &g->nodes[cases[10].node];
+    tmb_int(&b, cases[0].node, "alpha", 2);
+    tmb_int(&b, cases[2].node, "to", KILN_DTYPE_FLOAT16);
+    tmb_ints(&b, cases[6].node, "starts", (int64_t[]){0, 1}, 2);
+    tmb_ints(&b, cases[6].node, "ends", (int64_t[]){1, 3}, 2);
+    tmb_str(&b, cases[9].node, "equation", "bij,bkj->bik");
+    tmb_int(&b, cases[10].node, "q_num_heads", 2);
+    tmb_int(&b, cases[10].node, "kv_num_heads", 1);
+    for (int i = 0; i < g->n_nodes; i++) g->nodes[i].opset = 23;
+    slice->opset = 9;
+    kn_type t = {0};
+    t.kind = KN_TYPE_TENSOR;
+    t.dtype = KILN_DTYPE_FLOAT;
+    t.rank = 3;
+    for (int d = 0; d < 3; d++) t.dims[d].value = xd[d];
+    kn_type ti = t;
+    ti.dtype = KILN_DTYPE_INT64;
+    ti.rank = 1;
+    const kn_backend_ops *cu = kn_backend_find("cuda");
+    CHECK(cu && cu->kernel_params);
+    if (!cu || !cu->kernel_params) {
+        kn_model_free(b.m);
+        return;
+    }
+    for (int i = 0; i < n_cases; i++) {
+        kn_node *n = &g->nodes[cases[i].node];
+        const kn_type *in[3] = {&t, &t, &t};
+        if (!strcmp(n->op_type, "Gather")) in[1] = &ti;
+        char why[256] = "";
+        const void *k = cu->select(NULL, n, in, cases[i].n_in, why, sizeof why);
+        CHECK_MSG(k != NULL, "%s: no CUDA kernel (%s)", n->op_type, why);
+        if (!k) continue;
+        size_t bytes = 0;
+        kn_params_fn fn = cu->kernel_params(k, &bytes);
+        CHECK_MSG(fn && bytes > 0, "%s: the CUDA kernel has no prepare hook", n->op_type);
+        if (!fn) continue;
+        max_align_t block[64];
+        CHECK(bytes <= sizeof block);
+        CHECK_STATUS(fn(n, block), KILN_OK);
+        const void *p = block;
+        if (n == slice) {
+            CHECK(fn == kn_slice_prepare);
+            const kn_slice_prm *s = p;
+            CHECK(s->n_starts == 2 && s->starts && s->starts[1] == 1 && s->n_ends == 2 && s->ends[1] == 3);
+        } else if (n == einsum) {
+            CHECK(fn == kn_einsum_prepare && !strcmp(((const kn_einsum_prm *)p)->equation, "bij,bkj->bik"));
+        } else if (n == attn) {
+            const kn_attn_attrs *a = p;
+            CHECK(fn == kn_attn_attrs_prepare && a->q_heads == 2 && a->kv_heads == 1 && !a->has_scale &&
+                  a->left_window == -1);
+        }
+    }
+    kn_model_free(b.m);
+}
+#endif

@@ -133,11 +133,6 @@ static bool einsum_gemm(kn_kernel_ctx *c, const kn_einsum_plan *p, kiln_status *
     return true;
 }
 
-kiln_status kn_einsum_prepare(const kn_node *n, void *params) {
-    ((kn_einsum_prm *)params)->equation = kn_attr_string(n, "equation", "");
-    return KILN_OK;
-}
-
 /* The resolved equation, kept for the node's later calls with these input shapes (kn_ctx_prep) */
 static const char einsum_tag = 0;
 

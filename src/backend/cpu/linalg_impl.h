@@ -4,6 +4,7 @@
 #define KN_CPU_LINALG_IMPL_H
 
 #include "backend/cpu/cpu.h"
+#include "ops/linalg_util.h" /* kn_einsum_prepare (Einsum's hook, shared with CUDA) */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -38,11 +39,6 @@ kiln_status kn_cpu_average_pool_layout(kn_kernel_ctx *c);
 
 /* einsum.c */
 kiln_status kn_cpu_einsum(kn_kernel_ctx *c);
-/* Einsum's equation (its prepare hook): the attribute's string, which lives as long as the node */
-typedef struct kn_einsum_prm {
-    const char *equation;
-} kn_einsum_prm;
-kiln_status kn_einsum_prepare(const kn_node *n, void *params);
 
 /* linalg.c: float working copies of float16/bfloat16/double tensors.
  * kn_linalg_f32_in returns the tensor's own data for FLOAT (*owned false) or a converted copy

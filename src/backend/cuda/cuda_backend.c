@@ -719,6 +719,12 @@ static bool cu_overwrites(const void *kernel) {
     return true;
 }
 
+static kn_params_fn cu_kernel_params(const void *kernel, size_t *bytes) {
+    const kn_cuda_kernel *k = kernel;
+    *bytes = k->params_bytes;
+    return k->prepare;
+}
+
 static kiln_status cu_run(void *state, const void *kernel, kn_kernel_ctx *c) {
     kn_cuda *cu = kn_cu_lane(state);
     const kn_cuda_kernel *k = kernel;
@@ -1124,6 +1130,7 @@ const kn_backend_ops kn_backend_cuda = {
     .input_metadata_only = cu_input_metadata_only,
     .overwrites = cu_overwrites,
     .run = cu_run,
+    .kernel_params = cu_kernel_params,
     .new_tensor = cu_new_tensor_op,
     .upload = cu_upload,
     .download = cu_download,

@@ -157,7 +157,14 @@ typedef struct kn_cuda_kernel {
     uint32_t types;       /* element types of input 0 it takes: bit (1 << dtype); 0 = any */
     uint32_t host_inputs; /* bit i: input i is read on the host (by infer or the kernel) */
     unsigned flags;       /* KN_CUK_* */
+    /* Optional: reads the node's attributes into a block of params_bytes bytes once, when the
+     * session is compiled (exec/kernel.h: kn_params_fn); the kernel reads it with kn_ctx_params,
+     * passing the same function. KN_CU_PARAMS(fn, type) fills both fields. */
+    kn_params_fn prepare;
+    size_t params_bytes;
 } kn_cuda_kernel;
+
+#define KN_CU_PARAMS(fn, type) fn, sizeof(type)
 
 enum {
     KN_CUK_HOST_OUTPUTS = 1u << 0, /* outputs on the host (reads only input metadata: Shape, Size) */

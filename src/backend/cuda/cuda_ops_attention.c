@@ -13,6 +13,7 @@
  *   continues step by step. The scores of many heads are processed in chunks of at most
  *   SCORE_CHUNK_BYTES. */
 #include "backend/cuda/cuda_backend.h"
+#include "ops/attention.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -214,11 +215,14 @@ static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "past_key and past_value must be given together");
     if (PK && NP)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "nonpad_kv_seqlen cannot be combined with past_key/past_value");
+    kn_attn_attrs local_at;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_ctx_params(c, kn_attn_attrs_prepare, &local_at, (const void **)&at));
     const int64_t B = Q->dims[0];
     int64_t Hq, Hkv, Sq, Skv, Dk, Dv;
     if (rank == 3) {
-        Hq = kn_attr_int(c->node, "q_num_heads", 0);
-        Hkv = kn_attr_int(c->node, "kv_num_heads", 0);
+        Hq = at->q_heads;
+        Hkv = at->kv_heads;
         if (Hq <= 0 || Hkv <= 0)
             return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "3-D inputs need q_num_heads and kv_num_heads");
         Sq = Q->dims[1];
@@ -268,9 +272,8 @@ static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
 
     /* scale: 1/sqrt(head size) unless given. For half-precision computations the reference scales
      * Q and K by sqrt(scale) in that type before the product. */
-    const kn_attr *sa = kn_node_attr(c->node, "scale");
-    const double scale = sa ? (double)sa->f : 1.0 / sqrt((double)Dk);
-    const int64_t smp = kn_attr_int(c->node, "softmax_precision", 0);
+    const double scale = at->has_scale ? (double)at->scale_raw : 1.0 / sqrt((double)Dk);
+    const int64_t smp = at->softmax_precision;
     const kiln_dtype round_to = is_half(dt) ? dt : KILN_DTYPE_FLOAT;
     e.prescale = is_half(dt) || is_half((kiln_dtype)smp);
     e.qk_mult = round_host(round_to, (float)sqrt(scale));
@@ -281,12 +284,12 @@ static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
     r->mask_cols = -1;
     r->past = Sp;
     r->kv_end = NP ? NP->data : NULL;
-    r->causal = kn_attr_int(c->node, "is_causal", 0) != 0;
-    r->left_window = kn_attr_int(c->node, "left_window_size", -1);
-    r->right_window = kn_attr_int(c->node, "right_window_size", -1);
+    r->causal = at->is_causal;
+    r->left_window = at->left_window;
+    r->right_window = at->right_window;
     if (r->left_window < -1 || r->right_window < -1)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "left_window_size and right_window_size must be -1 or >= 0");
-    r->softcap = kn_attr_float(c->node, "softcap", 0.0f);
+    r->softcap = at->softcap;
     r->round_to = round_to;
     r->softmax_to = smp ? (kiln_dtype)smp : KILN_DTYPE_UNDEFINED;
     r->probs_to = round_to;
@@ -315,7 +318,7 @@ static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
     if (QKo) {
         r->qk = QKo->data;
         r->qk_dt = dt;
-        r->qk_mode = (int)kn_attr_int(c->node, "qk_matmul_output_mode", 0);
+        r->qk_mode = at->qk_mode;
         if (r->qk_mode < 0 || r->qk_mode > 3)
             return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "qk_matmul_output_mode must be 0..3, got %d", r->qk_mode);
     }
@@ -372,8 +375,11 @@ static bool flex_supports(const kn_node *n, const kn_type *const *in, int n_in, 
  * (the CPU computes in double; float here). */
 static kiln_status run_flex(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *Q = c->in[0], *K = c->in[1], *V = c->in[2];
+    kn_attn_attrs local_at;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_ctx_params(c, kn_attn_attrs_prepare, &local_at, (const void **)&at));
     const kiln_dtype t = Q->dtype;
-    if (kn_node_attr(c->node, "score_mod") || kn_node_attr(c->node, "prob_mod"))
+    if (at->score_mod || at->prob_mod)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "score_mod/prob_mod subgraphs are not run on CUDA");
     if (!is_float_type(t) || K->dtype != t || V->dtype != t)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "Q, K and V must share a float type");
@@ -387,8 +393,7 @@ static kiln_status run_flex(kn_cuda *cu, kn_kernel_ctx *c) {
     const int64_t yd[4] = {B, Hq, L, Ev};
     KN_TRY(opt_out(cu, c, 0, t, 4, yd, &Y));
     if (!Y) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "output Y is required");
-    const kn_attr *sa = kn_node_attr(c->node, "scale");
-    const double scale = sa ? (double)sa->f : 1.0 / sqrt((double)E);
+    const double scale = at->has_scale ? (double)at->scale_raw : 1.0 / sqrt((double)E);
     attn_engine e;
     memset(&e, 0, sizeof e);
     e.dt = t;
@@ -414,11 +419,14 @@ static kiln_status run_rotary(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *X = c->in[0], *C = c->in[1], *Sn = c->in[2], *P = opt_in(c, 3);
     if (!is_float_type(X->dtype) || C->dtype != X->dtype || Sn->dtype != X->dtype)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "X, cos_cache and sin_cache must share a float type");
+    kn_attn_attrs local_at;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_ctx_params(c, kn_attn_attrs_prepare, &local_at, (const void **)&at));
     kn_cu_rotary p;
     memset(&p, 0, sizeof p);
     p.rank3 = X->rank == 3;
     if (X->rank == 3) {
-        p.heads = kn_attr_int(c->node, "num_heads", 0);
+        p.heads = at->num_heads;
         if (p.heads <= 0 || X->dims[2] % p.heads)
             return kn_kernel_error(c, KILN_ERR_SHAPE, "hidden size %lld is not a multiple of num_heads %lld",
                                    (long long)X->dims[2], (long long)p.heads);
@@ -430,12 +438,12 @@ static kiln_status run_rotary(kn_cuda *cu, kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_SHAPE, "X must be 3-D or 4-D");
     }
     p.batch = X->dims[0];
-    p.rot_dim = kn_attr_int(c->node, "rotary_embedding_dim", 0);
+    p.rot_dim = at->rotary_dim;
     if (p.rot_dim == 0) p.rot_dim = p.head;
     if (p.rot_dim < 0 || p.rot_dim > p.head || p.rot_dim % 2)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "rotary_embedding_dim %lld must be even and at most the head "
                                "size %lld", (long long)p.rot_dim, (long long)p.head);
-    p.interleaved = kn_attr_int(c->node, "interleaved", 0) != 0;
+    p.interleaved = at->interleaved;
     const int64_t half = p.rot_dim / 2;
     if (P) {
         if (P->dtype != KILN_DTYPE_INT64 || P->rank != 2 || P->dims[0] != p.batch || P->dims[1] != p.seq)
@@ -482,8 +490,10 @@ static kiln_status run_swiglu(kn_cuda *cu, kn_kernel_ctx *c) {
     kn_tensor *Y;
     KN_TRY(opt_out(cu, c, 0, A->dtype, A->rank, A->dims, &Y));
     if (!Y) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "output Y is required");
-    return kn_cu_check(c, kn_cu_swiglu(A->dtype, A->data, Bt->data, Y->data, n, kn_attr_float(c->node, "alpha", 1.0f),
-                                       cu->stream),
+    kn_attn_attrs local_at;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_ctx_params(c, kn_attn_attrs_prepare, &local_at, (const void **)&at));
+    return kn_cu_check(c, kn_cu_swiglu(A->dtype, A->data, Bt->data, Y->data, n, at->alpha, cu->stream),
                        "SwiGLU");
 }
 
@@ -513,7 +523,10 @@ static kiln_status run_causal_conv(kn_cuda *cu, kn_kernel_ctx *c) {
     if (Ps && (Ps->rank != 3 || Ps->dims[0] != B || Ps->dims[1] != C || Ps->dims[2] != P))
         return kn_kernel_error(c, KILN_ERR_SHAPE, "past_state must be [%lld, %lld, %lld]", (long long)B, (long long)C,
                                (long long)P);
-    const char *act = kn_attr_string(c->node, "activation", "none");
+    kn_attn_attrs local_at;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_ctx_params(c, kn_attn_attrs_prepare, &local_at, (const void **)&at));
+    const char *act = at->activation;
     const bool silu = !strcmp(act, "silu") || !strcmp(act, "swish");
     if (!silu && strcmp(act, "none"))
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "activation '%s' is not none, silu or swish", act);
@@ -532,10 +545,13 @@ static kiln_status run_causal_conv(kn_cuda *cu, kn_kernel_ctx *c) {
 static kiln_status run_linear_attention(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *Q = c->in[0], *K = c->in[1], *V = c->in[2], *Ps = opt_in(c, 3), *D = opt_in(c, 4),
                     *Bt = opt_in(c, 5);
+    kn_attn_attrs local_at;
+    const kn_attn_attrs *at;
+    KN_TRY(kn_ctx_params(c, kn_attn_attrs_prepare, &local_at, (const void **)&at));
     kn_cu_linear_attn p;
     memset(&p, 0, sizeof p);
-    p.q_heads = kn_attr_int(c->node, "q_num_heads", 0);
-    p.kv_heads = kn_attr_int(c->node, "kv_num_heads", 0);
+    p.q_heads = at->q_heads;
+    p.kv_heads = at->kv_heads;
     if (p.q_heads <= 0 || p.kv_heads <= 0 || p.q_heads % p.kv_heads)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "q_num_heads must be a positive multiple of kv_num_heads");
     if (Q->rank != 3 || K->rank != 3 || V->rank != 3)
@@ -554,7 +570,7 @@ static kiln_status run_linear_attention(kn_cuda *cu, kn_kernel_ctx *c) {
     if (p.dk > KN_CU_LINEAR_ATTN_MAX_DK)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "key head size %lld is above the CUDA kernel's %d",
                                (long long)p.dk, KN_CU_LINEAR_ATTN_MAX_DK);
-    const char *rule = kn_attr_string(c->node, "update_rule", "gated_delta");
+    const char *rule = at->update_rule;
     const bool gating = !strcmp(rule, "gated") || !strcmp(rule, "gated_delta");
     const bool delta = !strcmp(rule, "delta") || !strcmp(rule, "gated_delta");
     if (gating != (D != NULL) || delta != (Bt != NULL))
@@ -577,7 +593,7 @@ static kiln_status run_linear_attention(kn_cuda *cu, kn_kernel_ctx *c) {
                Ps->dims[3] != p.dv))
         return kn_kernel_error(c, KILN_ERR_SHAPE, "past_state must be [%lld, %lld, %lld, %lld]", (long long)p.batch,
                                (long long)p.kv_heads, (long long)p.dk, (long long)p.dv);
-    const float sc = kn_attr_float(c->node, "scale", 0.0f);
+    const float sc = at->scale;
     p.scale = sc == 0.0f ? (float)(1.0 / sqrt((double)p.dk)) : sc;
     kn_tensor *O, *St;
     const int64_t od[3] = {p.batch, p.seq, p.q_heads * p.dv}, sd[4] = {p.batch, p.kv_heads, p.dk, p.dv};
@@ -615,11 +631,11 @@ static bool linear_attention_supports(const kn_node *n, const kn_type *const *in
 }
 
 const kn_cuda_kernel kn_cuda_attention[] = {
-    {"", "Attention", run_attention, attention_supports, KN_T_FLOATS, 0, 0},
-    {"", "RotaryEmbedding", run_rotary, rotary_supports, KN_T_FLOATS, 0, 0},
-    {"", "SwiGLU", run_swiglu, same_types_supports, KN_T_FLOATS, 0, 0},
-    {"", "LinearAttention", run_linear_attention, linear_attention_supports, KN_T_FLOATS, 0, 0},
-    {"", "CausalConvWithState", run_causal_conv, same_types_supports, KN_T_FLOATS, 0, 0},
-    {"ai.onnx.preview", "FlexAttention", run_flex, flex_supports, KN_T_FLOATS, 0, 0},
+    {"", "Attention", run_attention, attention_supports, KN_T_FLOATS, 0, 0, KN_CU_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
+    {"", "RotaryEmbedding", run_rotary, rotary_supports, KN_T_FLOATS, 0, 0, KN_CU_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
+    {"", "SwiGLU", run_swiglu, same_types_supports, KN_T_FLOATS, 0, 0, KN_CU_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
+    {"", "LinearAttention", run_linear_attention, linear_attention_supports, KN_T_FLOATS, 0, 0, KN_CU_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
+    {"", "CausalConvWithState", run_causal_conv, same_types_supports, KN_T_FLOATS, 0, 0, KN_CU_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
+    {"ai.onnx.preview", "FlexAttention", run_flex, flex_supports, KN_T_FLOATS, 0, 0, KN_CU_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
     {NULL, NULL, NULL, NULL, 0, 0, 0},
 };

@@ -121,7 +121,10 @@ static bool einsum_gemm(kn_cuda *cu, kn_kernel_ctx *c, const kn_einsum_plan *p, 
 }
 
 static kiln_status run_einsum(kn_cuda *cu, kn_kernel_ctx *c) {
-    const char *eq = kn_attr_string(c->node, "equation", "");
+    kn_einsum_prm local;
+    const kn_einsum_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_einsum_prepare, &local, (const void **)&prm));
+    const char *eq = prm->equation;
     int n = c->n_inputs;
     if (n < 1 || n > KN_CU_EINSUM_MAX_IN)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%d inputs (the CUDA kernel takes 1 to %d)", n,
@@ -188,6 +191,6 @@ static bool einsum_supports(const kn_node *n, const kn_type *const *in, int n_in
 }
 
 const kn_cuda_kernel kn_cuda_einsum[] = {
-    {"", "Einsum", run_einsum, einsum_supports, KN_T_NUM, 0, 0},
+    {"", "Einsum", run_einsum, einsum_supports, KN_T_NUM, 0, 0, KN_CU_PARAMS(kn_einsum_prepare, kn_einsum_prm)},
     {NULL, NULL, NULL, NULL, 0, 0, 0},
 };

@@ -68,20 +68,34 @@ static const unary_def *unary_find(const char *op) {
     return NULL;
 }
 
+/* A unary node's operator and parameters (its prepare hook): code -1 when the op has no definition */
+typedef struct unary_prm {
+    int code;
+    float a, b;
+} unary_prm;
+
+static kiln_status unary_prepare(const kn_node *n, void *params) {
+    unary_prm *p = params;
+    const unary_def *d = unary_find(n->op_type);
+    p->code = d ? d->code : -1;
+    p->a = d && d->a_name ? kn_attr_float(n, d->a_name, d->a_def) : 0;
+    p->b = d && d->b_name ? kn_attr_float(n, d->b_name, d->b_def) : 0;
+    if (p->code == KN_CU_GELU && !strcmp(kn_attr_string(n, "approximate", "none"), "tanh")) p->code = KN_CU_GELU_TANH;
+    if (p->code == KN_CU_ISINF) {
+        p->a = (float)kn_attr_int(n, "detect_positive", 1);
+        p->b = (float)kn_attr_int(n, "detect_negative", 1);
+    }
+    return KILN_OK;
+}
+
 static kiln_status run_unary(kn_cuda *cu, kn_kernel_ctx *c) {
-    const unary_def *d = unary_find(c->node->op_type);
+    unary_prm local;
+    const unary_prm *p;
+    KN_TRY(kn_ctx_params(c, unary_prepare, &local, (const void **)&p));
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
-    if (!d || !y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "unary kernel without a definition or an output");
-    int code = d->code;
-    float a = d->a_name ? kn_attr_float(c->node, d->a_name, d->a_def) : 0;
-    float b = d->b_name ? kn_attr_float(c->node, d->b_name, d->b_def) : 0;
-    if (code == KN_CU_GELU && !strcmp(kn_attr_string(c->node, "approximate", "none"), "tanh")) code = KN_CU_GELU_TANH;
-    if (code == KN_CU_ISINF) {
-        a = (float)kn_attr_int(c->node, "detect_positive", 1);
-        b = (float)kn_attr_int(c->node, "detect_negative", 1);
-    }
-    return kn_cu_check(c, kn_cu_unary(code, x->dtype, x->data, y->data, kn_tensor_count(x), a, b, cu->stream),
+    if (p->code < 0 || !y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "unary kernel without a definition or an output");
+    return kn_cu_check(c, kn_cu_unary(p->code, x->dtype, x->data, y->data, kn_tensor_count(x), p->a, p->b, cu->stream),
                        c->node->op_type);
 }
 
@@ -118,14 +132,29 @@ static kiln_status binary_into(kn_cuda *cu, kn_kernel_ctx *c, int code, const kn
     return kn_cu_check(c, kn_cu_binary(code, a->dtype, a->data, b->data, y->data, &v, cu->stream), c->node->op_type);
 }
 
-static kiln_status run_binary(kn_cuda *cu, kn_kernel_ctx *c) {
+/* A binary node's operator (its prepare hook, with Mod's fmod and BitShift's direction): -1 when the
+ * op has no definition */
+typedef struct binary_prm {
+    int code;
+} binary_prm;
+
+static kiln_status binary_prepare(const kn_node *n, void *params) {
     const binary_def *d = kn_binary_defs;
-    while (d->op && strcmp(d->op, c->node->op_type)) d++;
+    while (d->op && strcmp(d->op, n->op_type)) d++;
+    int code = d->op ? d->code : -1;
+    if (code == KN_CU_MOD && kn_attr_int(n, "fmod", 0)) code = KN_CU_FMOD;
+    if (code == KN_CU_SHL && !strcmp(kn_attr_string(n, "direction", "LEFT"), "RIGHT")) code = KN_CU_SHR;
+    ((binary_prm *)params)->code = code;
+    return KILN_OK;
+}
+
+static kiln_status run_binary(kn_cuda *cu, kn_kernel_ctx *c) {
+    binary_prm local;
+    const binary_prm *p;
+    KN_TRY(kn_ctx_params(c, binary_prepare, &local, (const void **)&p));
     kn_tensor *y = c->out[0];
-    if (!d->op || !y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "binary kernel without a definition or an output");
-    int code = d->code;
-    if (code == KN_CU_MOD && kn_attr_int(c->node, "fmod", 0)) code = KN_CU_FMOD;
-    if (code == KN_CU_SHL && !strcmp(kn_attr_string(c->node, "direction", "LEFT"), "RIGHT")) code = KN_CU_SHR;
+    if (p->code < 0 || !y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "binary kernel without a definition or an output");
+    int code = p->code;
     const kn_tensor *a = c->in[0], *b = c->in[1];
     if (code == KN_CU_POW && kn_dtype_is_int(a->dtype) && kn_dtype_is_float(b->dtype)) {
         /* an integer base with a float exponent: in the exponent's type, then back */
@@ -229,18 +258,36 @@ static bool where_supports(const kn_node *n, const kn_type *const *in, int n_in,
 
 /* ------------------------------------------------------------------ cast, clip */
 
+/* Cast and CastLike's attributes (their prepare hook) */
+typedef struct cast_prm {
+    bool saturate;
+    int round_mode;         /* up, down, nearest: 0-2; -1 none of them */
+    const char *round_name; /* for the message */
+} cast_prm;
+
+static kiln_status cast_prepare(const kn_node *n, void *params) {
+    cast_prm *p = params;
+    p->saturate = n->opset < 19 || kn_attr_int(n, "saturate", 1) != 0;
+    const char *rm = kn_attr_string(n, "round_mode", "up");
+    p->round_name = rm;
+    p->round_mode = !strcmp(rm, "up") ? 0 : !strcmp(rm, "down") ? 1 : !strcmp(rm, "nearest") ? 2 : -1;
+    return KILN_OK;
+}
+
 static kiln_status run_cast(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
     if (x->dtype == y->dtype) return run_copy(cu, c);
-    bool saturate = c->node->opset < 19 || kn_attr_int(c->node, "saturate", 1) != 0;
+    cast_prm local;
+    const cast_prm *p;
+    KN_TRY(kn_ctx_params(c, cast_prepare, &local, (const void **)&p));
+    const bool saturate = p->saturate;
     if (kn_cu_cast_packed_supported(x->dtype, y->dtype)) {
-        const char *rm = kn_attr_string(c->node, "round_mode", "up");
-        int mode = !strcmp(rm, "up") ? 0 : !strcmp(rm, "down") ? 1 : !strcmp(rm, "nearest") ? 2 : -1;
-        if (mode < 0) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "round_mode='%s' is not up, down or nearest", rm);
-        return kn_cu_check(c, kn_cu_cast_packed(x->dtype, y->dtype, x->data, y->data, kn_tensor_count(x), saturate, mode,
-                                                cu->stream),
+        if (p->round_mode < 0)
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "round_mode='%s' is not up, down or nearest", p->round_name);
+        return kn_cu_check(c, kn_cu_cast_packed(x->dtype, y->dtype, x->data, y->data, kn_tensor_count(x), saturate,
+                                                p->round_mode, cu->stream),
                            "Cast");
     }
     return kn_cu_check(c, kn_cu_cast_f8(x->dtype, y->dtype, x->data, y->data, kn_tensor_count(x), saturate, cu->stream),
@@ -274,13 +321,28 @@ static double scalar_of(const kn_tensor *t, double dflt) {
     return kn_tensor_get_f64(t, 0);
 }
 
+/* Clip's bounds before opset 11 (attributes; later they are inputs): its prepare hook */
+typedef struct clip_prm {
+    float lo, hi;
+} clip_prm;
+
+static kiln_status clip_prepare(const kn_node *n, void *params) {
+    clip_prm *p = params;
+    p->lo = kn_attr_float(n, "min", -INFINITY);
+    p->hi = kn_attr_float(n, "max", INFINITY);
+    return KILN_OK;
+}
+
 static kiln_status run_clip(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     double lo = NAN, hi = NAN;
     if (c->node->opset < 11) {
-        lo = kn_attr_float(c->node, "min", -INFINITY);
-        hi = kn_attr_float(c->node, "max", INFINITY);
+        clip_prm local;
+        const clip_prm *p;
+        KN_TRY(kn_ctx_params(c, clip_prepare, &local, (const void **)&p));
+        lo = p->lo;
+        hi = p->hi;
     } else {
         lo = scalar_of(c->n_inputs > 1 ? c->in[1] : NULL, NAN);
         hi = scalar_of(c->n_inputs > 2 ? c->in[2] : NULL, NAN);
@@ -324,9 +386,9 @@ static bool dropout_supports(const kn_node *n, const kn_type *const *in, int n_i
 
 /* ------------------------------------------------------------------ table */
 
-#define UNARY_F(op) {"", op, run_unary, NULL, KN_T_FLOATS, 0, 0}
-#define UNARY_N(op) {"", op, run_unary, NULL, KN_T_FLOATS | KN_T_SINTS, 0, 0}
-#define BINARY(op, types) {"", op, run_binary, same_type_inputs, types, 0, 0}
+#define UNARY_F(op) {"", op, run_unary, NULL, KN_T_FLOATS, 0, 0, KN_CU_PARAMS(unary_prepare, unary_prm)}
+#define UNARY_N(op) {"", op, run_unary, NULL, KN_T_FLOATS | KN_T_SINTS, 0, 0, KN_CU_PARAMS(unary_prepare, unary_prm)}
+#define BINARY(op, types) {"", op, run_binary, same_type_inputs, types, 0, 0, KN_CU_PARAMS(binary_prepare, binary_prm)}
 
 const kn_cuda_kernel kn_cuda_elementwise[] = {
     UNARY_N("Abs"), UNARY_N("Neg"), UNARY_F("Exp"), UNARY_F("Log"), UNARY_F("Sqrt"), UNARY_F("Reciprocal"),
@@ -336,12 +398,13 @@ const kn_cuda_kernel kn_cuda_elementwise[] = {
     UNARY_F("Asin"), UNARY_F("Acos"), UNARY_F("Atan"), UNARY_F("Sinh"), UNARY_F("Cosh"), UNARY_F("Asinh"),
     UNARY_F("Acosh"), UNARY_F("Atanh"), UNARY_F("Gelu"), UNARY_F("Mish"), UNARY_F("ThresholdedRelu"), UNARY_F("Celu"),
     UNARY_F("Shrink"), UNARY_F("Swish"), UNARY_F("IsNaN"), UNARY_F("IsInf"),
-    {"", "Not", run_unary, NULL, KN_T_BOOL, 0, 0},
-    {"", "BitwiseNot", run_unary, NULL, KN_T_INTS, 0, 0},
+    {"", "Not", run_unary, NULL, KN_T_BOOL, 0, 0, KN_CU_PARAMS(unary_prepare, unary_prm)},
+    {"", "BitwiseNot", run_unary, NULL, KN_T_INTS, 0, 0, KN_CU_PARAMS(unary_prepare, unary_prm)},
     {"", "Identity", run_copy, NULL, KN_T_DENSE, 0, 0},
     {"", "Dropout", run_dropout, dropout_supports, KN_T_FLOATS, 0x6, 0},
     BINARY("Add", KN_T_NUM), BINARY("Sub", KN_T_NUM), BINARY("Mul", KN_T_NUM), BINARY("Div", KN_T_NUM),
-    {"", "Pow", run_binary, pow_supports, KN_T_FLOATS | KN_T(KILN_DTYPE_INT32) | KN_T(KILN_DTYPE_INT64), 0, 0},
+    {"", "Pow", run_binary, pow_supports, KN_T_FLOATS | KN_T(KILN_DTYPE_INT32) | KN_T(KILN_DTYPE_INT64), 0, 0,
+     KN_CU_PARAMS(binary_prepare, binary_prm)},
     BINARY("Mod", KN_T_NUM), BINARY("PRelu", KN_T_FLOATS | KN_T_SINTS),
     BINARY("BitwiseAnd", KN_T_INTS), BINARY("BitwiseOr", KN_T_INTS), BINARY("BitwiseXor", KN_T_INTS),
     BINARY("BitShift", KN_T_INTS),
@@ -353,8 +416,8 @@ const kn_cuda_kernel kn_cuda_elementwise[] = {
     {"", "Sum", run_variadic, same_type_inputs, KN_T_NUM, 0, 0},
     {"", "Mean", run_variadic, same_type_inputs, KN_T_FLOATS, 0, 0},
     {"", "Where", run_where, where_supports, KN_T_BOOL, 0, 0},
-    {"", "Cast", run_cast, cast_supports, 0, 0, KN_CUK_ANY_TYPES},
-    {"", "CastLike", run_cast, cast_supports, 0, 0, KN_CUK_ANY_TYPES},
-    {"", "Clip", run_clip, NULL, KN_T_NUM, 0x6, 0},
+    {"", "Cast", run_cast, cast_supports, 0, 0, KN_CUK_ANY_TYPES, KN_CU_PARAMS(cast_prepare, cast_prm)},
+    {"", "CastLike", run_cast, cast_supports, 0, 0, KN_CUK_ANY_TYPES, KN_CU_PARAMS(cast_prepare, cast_prm)},
+    {"", "Clip", run_clip, NULL, KN_T_NUM, 0x6, 0, KN_CU_PARAMS(clip_prepare, clip_prm)},
     {NULL, NULL, NULL, NULL, 0, 0, 0},
 };

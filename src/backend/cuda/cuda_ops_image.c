@@ -186,6 +186,22 @@ static bool resize_supports(const kn_node *n, const kn_type *const *in, int n_in
 
 /* ------------------------------------------------------------------ GridSample */
 
+/* GridSample's attributes (its prepare hook) */
+typedef struct gridsample_prm {
+    int mode, pad;
+    bool align;
+} gridsample_prm;
+
+static kiln_status gridsample_prepare(const kn_node *n, void *params) {
+    gridsample_prm *p = params;
+    const char *mode = kn_attr_string(n, "mode", n->opset >= 20 ? "linear" : "bilinear");
+    p->mode = !strcmp(mode, "nearest") ? 0 : (!strcmp(mode, "cubic") || !strcmp(mode, "bicubic")) ? 2 : 1;
+    const char *pad = kn_attr_string(n, "padding_mode", "zeros");
+    p->pad = !strcmp(pad, "border") ? 1 : !strcmp(pad, "reflection") ? 2 : 0;
+    p->align = kn_attr_int(n, "align_corners", 0) != 0;
+    return KILN_OK;
+}
+
 static kiln_status run_gridsample(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *grid = c->in[1];
     int rank = x->rank, r = rank - 2;
@@ -193,13 +209,14 @@ static kiln_status run_gridsample(kn_cuda *cu, kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_SHAPE, "X must be [N, C, D1..Dr] and grid [N, H1..Hr, r] with the same N");
     if (r > 3)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%d spatial dimensions (the CUDA kernel takes 1 to 3)", r);
+    gridsample_prm local;
+    const gridsample_prm *prm;
+    KN_TRY(kn_ctx_params(c, gridsample_prepare, &local, (const void **)&prm));
     kn_cu_gridsample p;
     memset(&p, 0, sizeof p);
-    const char *mode = kn_attr_string(c->node, "mode", c->node->opset >= 20 ? "linear" : "bilinear");
-    p.mode = !strcmp(mode, "nearest") ? 0 : (!strcmp(mode, "cubic") || !strcmp(mode, "bicubic")) ? 2 : 1;
-    const char *pad = kn_attr_string(c->node, "padding_mode", "zeros");
-    p.pad = !strcmp(pad, "border") ? 1 : !strcmp(pad, "reflection") ? 2 : 0;
-    p.align = kn_attr_int(c->node, "align_corners", 0) != 0;
+    p.mode = prm->mode;
+    p.pad = prm->pad;
+    p.align = prm->align;
     p.r = r;
     p.n = x->dims[0];
     p.c = x->dims[1];
@@ -253,6 +270,6 @@ const kn_cuda_kernel kn_cuda_image[] = {
     /* roi, scales, sizes (Resize-10 and Upsample-9: scales) are read on the host */
     {"", "Resize", run_resize, resize_supports, KN_T_DENSE, 0xe, 0},
     {"", "Upsample", run_resize, resize_supports, KN_T_DENSE, 0x2, 0},
-    {"", "GridSample", run_gridsample, gridsample_supports, KN_T_NUM, 0, 0},
+    {"", "GridSample", run_gridsample, gridsample_supports, KN_T_NUM, 0, 0, KN_CU_PARAMS(gridsample_prepare, gridsample_prm)},
     {NULL, NULL, NULL, NULL, 0, 0, 0},
 };

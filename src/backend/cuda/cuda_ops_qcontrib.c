@@ -76,6 +76,18 @@ bool kn_cu_matmul_nbits_supports(const kn_node *n, const kn_type *const *in, int
     return true;
 }
 
+kiln_status kn_cu_q_prepare(const kn_node *n, void *params) {
+    kn_cu_q_prm *p = params;
+    p->alpha = kn_attr_float(n, "alpha", 0.01f);
+    p->axis = kn_attr_int(n, "axis", 0);
+    p->channels_last = kn_attr_int(n, "channels_last", 0) != 0;
+    p->count_include_pad = kn_attr_int(n, "count_include_pad", 0) != 0;
+    p->accuracy_level = kn_attr_int(n, "accuracy_level", 0);
+    p->precision = kn_attr_int(n, "precision", 0);
+    p->saturate = kn_attr_int(n, "saturate", 1) != 0;
+    return KILN_OK;
+}
+
 kiln_status kn_cu_run_matmul_nbits(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *A = c->in[0], *B = c->in[1], *S = c->in[2];
     const kn_tensor *zp = opt_in(c, 3), *gidx = opt_in(c, 4), *bias = opt_in(c, 5);
@@ -104,8 +116,11 @@ kiln_status kn_cu_run_matmul_nbits(kn_cuda *cu, kn_kernel_ctx *c) {
                      .scales = S->data, .s_dt = S->dtype, .zp = zp ? zp->data : NULL,
                      .zp_dt = zp ? zp->dtype : KILN_DTYPE_UINT8, .g_idx = gidx ? gidx->data : NULL,
                      .bias = bias ? bias->data : NULL, .b_dt = A->dtype};
+    kn_cu_q_prm local_prm;
+    const kn_cu_q_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cu_q_prepare, &local_prm, (const void **)&prm));
     /* accuracy_level 4: ONNX Runtime's CPU kernel computes in int8 where it prepacks the weights */
-    bool int8 = kn_attr_int(c->node, "accuracy_level", 0) == 4 && bs <= 256 && !gidx &&
+    bool int8 = prm->accuracy_level == 4 && bs <= 256 && !gidx &&
                 (!zp || zp->dtype == KILN_DTYPE_UINT8) && kn_cu_is_persistent(cu, B->data) &&
                 kn_cu_is_persistent(cu, S->data) && (!zp || kn_cu_is_persistent(cu, zp->data));
     if (int8) {
@@ -265,7 +280,10 @@ static kiln_status run_table(kn_cuda *cu, kn_kernel_ctx *c, int fn) {
     if (kn_tensor_count(Y) != kn_tensor_count(X))
         return kn_kernel_error(c, KILN_ERR_INTERNAL, "output has %lld elements but X %lld", (long long)kn_tensor_count(Y),
                                (long long)kn_tensor_count(X));
-    return kn_cu_check(c, kn_cu_qlinear_table(fn, kn_attr_float(c->node, "alpha", 0.01f), X->dtype == KILN_DTYPE_INT8,
+    kn_cu_q_prm local_prm;
+    const kn_cu_q_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cu_q_prepare, &local_prm, (const void **)&prm));
+    return kn_cu_check(c, kn_cu_qlinear_table(fn, prm->alpha, X->dtype == KILN_DTYPE_INT8,
                                               X->data, qx, Y->data, qy, kn_tensor_count(X), cu->stream),
                        fn == 1 ? "QLinearSigmoid" : "QLinearLeakyRelu");
 }
@@ -283,8 +301,11 @@ kiln_status kn_cu_run_qlinear_concat(kn_cuda *cu, kn_kernel_ctx *c) {
     KN_TRY(need_q8(c, Y, "Y"));
     kn_cu_qparam qy;
     KN_TRY(qparam(c, 1, 0, 1, &qy));
+    kn_cu_q_prm local_prm;
+    const kn_cu_q_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cu_q_prepare, &local_prm, (const void **)&prm));
     int r = Y->rank;
-    int64_t axis = kn_attr_int(c->node, "axis", 0);
+    int64_t axis = prm->axis;
     if (axis < -r || axis >= r)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis %lld is out of range for rank %d", (long long)axis, r);
     if (axis < 0) axis += r;
@@ -342,7 +363,10 @@ kiln_status kn_cu_run_qlinear_global_average_pool(kn_cuda *cu, kn_kernel_ctx *c)
     kn_cu_qparam qx, qy;
     KN_TRY(qparam(c, 0, 1, 2, &qx));
     KN_TRY(qparam(c, 0, 3, 4, &qy));
-    bool cl = kn_attr_int(c->node, "channels_last", 0);
+    kn_cu_q_prm local_prm;
+    const kn_cu_q_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cu_q_prepare, &local_prm, (const void **)&prm));
+    bool cl = prm->channels_last;
     int64_t N = X->dims[0], C = cl ? X->dims[X->rank - 1] : X->dims[1], img = 1;
     for (int d = cl ? 1 : 2; d < (cl ? X->rank - 1 : X->rank); d++) img *= X->dims[d];
     if (kn_tensor_count(Y) != N * C)
@@ -364,7 +388,10 @@ kiln_status kn_cu_run_qlinear_average_pool(kn_cuda *cu, kn_kernel_ctx *c) {
     kn_cu_qparam qx, qy;
     KN_TRY(qparam(c, 0, 1, 2, &qx));
     KN_TRY(qparam(c, 0, 3, 4, &qy));
-    bool cl = kn_attr_int(c->node, "channels_last", 0);
+    kn_cu_q_prm local_prm;
+    const kn_cu_q_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cu_q_prepare, &local_prm, (const void **)&prm));
+    bool cl = prm->channels_last;
     int nsp = X->rank - 2, s0 = cl ? 1 : 2;
     int64_t in[KN_MAX_SPATIAL];
     for (int i = 0; i < nsp; i++) in[i] = X->dims[s0 + i];
@@ -378,7 +405,7 @@ kiln_status kn_cu_run_qlinear_average_pool(kn_cuda *cu, kn_kernel_ctx *c) {
     p.n = X->dims[0];
     p.c = cl ? X->dims[X->rank - 1] : X->dims[1];
     p.channels_last = cl;
-    p.count_include_pad = kn_attr_int(c->node, "count_include_pad", 0) != 0;
+    p.count_include_pad = prm->count_include_pad;
     int64_t yimg = 1;
     for (int i = 0; i < nsp; i++) {
         if (w.dilation[i] != 1)

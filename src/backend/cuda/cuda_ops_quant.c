@@ -53,9 +53,8 @@ static const kn_tensor *zero_point(kn_kernel_ctx *c, const kn_tensor *s, kiln_st
 
 /* ------------------------------------------------------------------ QuantizeLinear */
 
-static kiln_dtype quotient_type(const kn_node *node, kiln_dtype xt, kiln_dtype st) {
-    int64_t p = kn_attr_int(node, "precision", 0);
-    if (p) return (kiln_dtype)p;
+static kiln_dtype quotient_type(int64_t precision, kiln_dtype xt, kiln_dtype st) {
+    if (precision) return (kiln_dtype)precision;
     if (xt == KILN_DTYPE_DOUBLE || st == KILN_DTYPE_DOUBLE || xt == KILN_DTYPE_INT32) return KILN_DTYPE_DOUBLE;
     if (xt == st && (xt == KILN_DTYPE_FLOAT16 || xt == KILN_DTYPE_BFLOAT16)) return xt;
     return KILN_DTYPE_FLOAT;
@@ -70,7 +69,10 @@ static kiln_status run_quantize(kn_cuda *cu, kn_kernel_ctx *c) {
     kiln_status st;
     const kn_tensor *zp = zero_point(c, s, &st);
     KN_TRY(st);
-    kiln_dtype ot = y->dtype, qt = quotient_type(c->node, x->dtype, s->dtype);
+    kn_cu_q_prm local_prm;
+    const kn_cu_q_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cu_q_prepare, &local_prm, (const void **)&prm));
+    kiln_dtype ot = y->dtype, qt = quotient_type(prm->precision, x->dtype, s->dtype);
     int64_t n = kn_tensor_count(x);
     if (zp && zp->dtype != ot)
         return kn_kernel_error(c, KILN_ERR_INTERNAL, "output is %s but the zero point %s", kiln_dtype_name(ot),
@@ -87,8 +89,7 @@ static kiln_status run_quantize(kn_cuda *cu, kn_kernel_ctx *c) {
                                        &l, cu->stream),
                      "QuantizeLinear");
     if (st == KILN_OK)
-        st = kn_cu_check(c, kn_cu_cast_f8(KILN_DTYPE_FLOAT, ot, q, y->data, n, kn_attr_int(c->node, "saturate", 1) != 0,
-                                          cu->stream),
+        st = kn_cu_check(c, kn_cu_cast_f8(KILN_DTYPE_FLOAT, ot, q, y->data, n, prm->saturate, cu->stream),
                          "QuantizeLinear (float8 cast)");
     kn_cu_scratch_free(cu, q, bytes);
     return st;
@@ -297,7 +298,8 @@ static bool imatmul_supports(const kn_node *n, const kn_type *const *in, int n_i
 }
 
 const kn_cuda_kernel kn_cuda_quant[] = {
-    {"", "QuantizeLinear", run_quantize, quantize_supports, 0, 0, KN_CUK_ANY_TYPES},
+    {"", "QuantizeLinear", run_quantize, quantize_supports, 0, 0, KN_CUK_ANY_TYPES,
+     KN_CU_PARAMS(kn_cu_q_prepare, kn_cu_q_prm)},
     {"", "DequantizeLinear", run_dequantize, dequantize_supports, 0, 0, KN_CUK_ANY_TYPES},
     {"", "BitCast", run_bitcast, bitcast_supports, KN_T_DENSE, 0, 0},
     {"", "MatMulInteger", run_matmul_integer, imatmul_supports, 0, 0, 0},

@@ -47,12 +47,70 @@ static kiln_status strided_copy(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *
     return kn_cu_check(c, kn_cu_copy_view(kiln_dtype_size(x->dtype), x->data, offset, y->data, &v, cu->stream), what);
 }
 
+static int reduction_code(const kn_node *n) {
+    const char *r = kn_attr_string(n, "reduction", "none");
+    return !strcmp(r, "add") ? 1 : !strcmp(r, "mul") ? 2 : !strcmp(r, "max") ? 3 : !strcmp(r, "min") ? 4 : 0;
+}
+
+/* The attributes this file's kernels read, read once when the session is compiled (one prepare
+ * hook for the table: tensor_prepare). Each holds the attribute as the node has it; `has_axis`
+ * false lets each kernel apply its own default. */
+typedef struct tensor_prm {
+    const int64_t *perm; /* Transpose (NULL: reversed dims) */
+    int n_perm;
+    bool has_axis;
+    int64_t axis;
+    float pad_value;      /* Pad before opset 11 (0) */
+    const char *mode;     /* Pad's, DepthToSpace's mode ("": absent) */
+    int64_t batch_dims;   /* GatherND (0) */
+    int reduction;        /* ScatterElements: reduction_code */
+    const kn_tensor *value; /* ConstantOfShape's value (NULL: absent) */
+    bool exclusive, reverse, upper; /* CumSum/CumProd (0, 0), Trilu (1) */
+    int64_t k, blocksize, batch_axis, time_axis; /* EyeLike (0), DepthToSpace (1), ReverseSequence (1, 0) */
+} tensor_prm;
+
+static kiln_status tensor_prepare(const kn_node *n, void *params) {
+    tensor_prm *p = params;
+    memset(p, 0, sizeof *p);
+    p->perm = kn_attr_ints(n, "perm", &p->n_perm);
+    const kn_attr *ax = kn_node_attr(n, "axis");
+    p->has_axis = ax && ax->type == KN_ATTR_INT;
+    p->axis = p->has_axis ? ax->i : 0;
+    p->pad_value = kn_attr_float(n, "value", 0.0f);
+    p->mode = kn_attr_string(n, "mode", "");
+    p->batch_dims = kn_attr_int(n, "batch_dims", 0);
+    p->reduction = reduction_code(n);
+    const kn_attr *v = kn_node_attr(n, "value");
+    p->value = v ? v->t : NULL;
+    p->exclusive = kn_attr_int(n, "exclusive", 0) != 0;
+    p->reverse = kn_attr_int(n, "reverse", 0) != 0;
+    p->upper = kn_attr_int(n, "upper", 1) != 0;
+    p->k = kn_attr_int(n, "k", 0);
+    p->blocksize = kn_attr_int(n, "blocksize", 1);
+    p->batch_axis = kn_attr_int(n, "batch_axis", 1);
+    p->time_axis = kn_attr_int(n, "time_axis", 0);
+    return KILN_OK;
+}
+
+static kiln_status tensor_params(kn_kernel_ctx *c, tensor_prm *local, const tensor_prm **out) {
+    return kn_ctx_params(c, tensor_prepare, local, (const void **)out);
+}
+
+static int64_t axis_or(const tensor_prm *p, int64_t dflt) { return p->has_axis ? p->axis : dflt; }
+
+static const char *pad_mode_name(kn_pad_mode m) {
+    return m == KN_PAD_REFLECT ? "reflect" : m == KN_PAD_EDGE ? "edge" : m == KN_PAD_WRAP ? "wrap" : "constant";
+}
+
 static kiln_status run_transpose(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     NEED_OUT(c, 0);
     kn_tensor *y = c->out[0];
-    int r = x->rank, np;
-    const int64_t *perm = kn_attr_ints(c->node, "perm", &np);
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
+    int r = x->rank, np = prm->n_perm;
+    const int64_t *perm = prm->perm;
     int64_t xs[KILN_MAX_RANK], st[KILN_MAX_RANK];
     contiguous_strides(x->dims, r, xs);
     for (int d = 0; d < r; d++) {
@@ -86,8 +144,11 @@ static void outer_inner(const int64_t *dims, int rank, int axis, int64_t *outer,
 static kiln_status run_concat(kn_cuda *cu, kn_kernel_ctx *c) {
     NEED_OUT(c, 0);
     kn_tensor *y = c->out[0];
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
     int r = y->rank;
-    int axis = norm_axis(kn_attr_int(c->node, "axis", 0), r);
+    int axis = norm_axis(axis_or(prm, 0), r);
     int64_t outer, inner;
     outer_inner(y->dims, r, axis, &outer, &inner);
     size_t es = kiln_dtype_size(y->dtype);
@@ -109,8 +170,11 @@ static kiln_status run_concat(kn_cuda *cu, kn_kernel_ctx *c) {
 
 static kiln_status run_split(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
     int r = x->rank;
-    int axis = norm_axis(kn_attr_int(c->node, "axis", 0), r);
+    int axis = norm_axis(axis_or(prm, 0), r);
     int64_t outer, inner;
     outer_inner(x->dims, r, axis, &outer, &inner);
     size_t es = kiln_dtype_size(x->dtype);
@@ -137,11 +201,14 @@ static kiln_status run_slice(kn_cuda *cu, kn_kernel_ctx *c) {
     kn_tensor *y = c->out[0];
     const kn_tensor *vals[5] = {NULL};
     for (int i = 1; i < c->n_inputs && i < 5; i++) vals[i] = c->in[i];
+    kn_slice_prm local;
+    const kn_slice_prm *sp;
+    KN_TRY(kn_ctx_params(c, kn_slice_prepare, &local, (const void **)&sp));
     kn_slice_plan p;
     bool known;
     char why[256];
-    kiln_status st = kn_slice_plan_make(c->node, vals, c->n_inputs < 5 ? c->n_inputs : 5, x->dims, x->rank, &p, &known,
-                                        why, sizeof why);
+    kiln_status st = kn_slice_plan_from(c->node, sp, vals, c->n_inputs < 5 ? c->n_inputs : 5, x->dims, x->rank, &p,
+                                        &known, why, sizeof why);
     if (st) return kn_kernel_error(c, st, "%s", why);
     if (!known) return kn_kernel_error(c, KILN_ERR_INTERNAL, "slice parameters unknown at run time");
     int64_t xs[KILN_MAX_RANK], strides[KILN_MAX_RANK], off = 0;
@@ -180,10 +247,13 @@ static kiln_status run_pad(kn_cuda *cu, kn_kernel_ctx *c) {
     if (st) return kn_kernel_error(c, st, "%s", why);
     if (!known) return kn_kernel_error(c, KILN_ERR_INTERNAL, "pads unknown at run time");
     if (mode != KN_PAD_CONSTANT && kn_tensor_count(x) == 0 && kn_tensor_count(y) > 0)
-        return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "cannot %s-pad an empty tensor", kn_attr_string(c->node, "mode", ""));
+        return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "cannot %s-pad an empty tensor", pad_mode_name(mode));
     /* the constant value in the element type, as raw bytes */
     unsigned char value[16] = {0};
-    double v = c->node->opset < 11 ? kn_attr_float(c->node, "value", 0.0f)
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
+    double v = c->node->opset < 11 ? prm->pad_value
                                    : (c->n_inputs > 2 && c->in[2] && kn_tensor_count(c->in[2]) ? kn_tensor_get_f64(c->in[2], 0) : 0.0);
     kn_tensor tmp = {0};
     tmp.kind = KN_VALUE_TENSOR;
@@ -215,7 +285,10 @@ static kiln_status run_gather(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *idx = c->in[1];
     NEED_OUT(c, 0);
     kn_tensor *y = c->out[0];
-    int axis = norm_axis(kn_attr_int(c->node, "axis", 0), x->rank);
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
+    int axis = norm_axis(axis_or(prm, 0), x->rank);
     int64_t outer, inner;
     outer_inner(x->dims, x->rank, axis, &outer, &inner);
     return kn_cu_check(c, kn_cu_gather(kiln_dtype_size(x->dtype), x->data, idx->data, idx64_of(idx), y->data, outer,
@@ -226,16 +299,14 @@ static kiln_status run_gather(kn_cuda *cu, kn_kernel_ctx *c) {
 static kiln_status run_gather_elements(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *idx = c->in[1];
     NEED_OUT(c, 0);
-    int axis = norm_axis(kn_attr_int(c->node, "axis", 0), x->rank);
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
+    int axis = norm_axis(axis_or(prm, 0), x->rank);
     return kn_cu_check(c, kn_cu_gather_elements(kiln_dtype_size(x->dtype), x->data, idx->data, idx64_of(idx),
                                                 c->out[0]->data, x->rank, x->dims, idx->dims, axis,
                                                 kn_cu_err_at(cu, c), cu->stream),
                        "GatherElements");
-}
-
-static int reduction_code(const kn_node *n) {
-    const char *r = kn_attr_string(n, "reduction", "none");
-    return !strcmp(r, "add") ? 1 : !strcmp(r, "mul") ? 2 : !strcmp(r, "max") ? 3 : !strcmp(r, "min") ? 4 : 0;
 }
 
 static kiln_status run_scatter_elements(kn_cuda *cu, kn_kernel_ctx *c) {
@@ -243,16 +314,22 @@ static kiln_status run_scatter_elements(kn_cuda *cu, kn_kernel_ctx *c) {
     NEED_OUT(c, 0);
     kn_tensor *y = c->out[0];
     KN_TRY(device_copy(cu, c, y->data, x->data, x->nbytes));
-    int axis = norm_axis(kn_attr_int(c->node, "axis", 0), x->rank);
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
+    int axis = norm_axis(axis_or(prm, 0), x->rank);
     return kn_cu_check(c, kn_cu_scatter_elements(x->dtype, y->data, idx->data, idx64_of(idx), upd->data, x->rank, y->dims,
-                                                 idx->dims, axis, reduction_code(c->node), kn_cu_err_at(cu, c), cu->stream),
+                                                 idx->dims, axis, prm->reduction, kn_cu_err_at(cu, c), cu->stream),
                        "ScatterElements");
 }
 
 static kiln_status run_gather_nd(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *idx = c->in[1];
     NEED_OUT(c, 0);
-    int b = (int)kn_attr_int(c->node, "batch_dims", 0);
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
+    int b = (int)prm->batch_dims;
     int q = idx->rank;
     int k = q ? (int)idx->dims[q - 1] : 0;
     int64_t batch = 1, per = 1, slice = 1;
@@ -274,8 +351,11 @@ static kiln_status run_scatter_nd(kn_cuda *cu, kn_kernel_ctx *c) {
     int64_t n_upd = 1, slice = 1;
     for (int d = 0; d < q - 1; d++) n_upd *= idx->dims[d];
     for (int d = k; d < x->rank; d++) slice *= x->dims[d];
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
     return kn_cu_check(c, kn_cu_scatter_nd(x->dtype, y->data, idx->data, upd->data, n_upd, k, y->dims, y->rank, slice,
-                                           reduction_code(c->node), kn_cu_err_at(cu, c), cu->stream),
+                                           prm->reduction, kn_cu_err_at(cu, c), cu->stream),
                        "ScatterND");
 }
 
@@ -301,9 +381,12 @@ static kiln_status run_constant_of_shape(kn_cuda *cu, kn_kernel_ctx *c) {
     NEED_OUT(c, 0);
     kn_tensor *y = c->out[0];
     unsigned char value[16] = {0};
-    const kn_attr *a = kn_node_attr(c->node, "value");
-    if (a && a->t && a->t->nbytes >= kiln_dtype_size(y->dtype) && a->t->device == KN_DEVICE_HOST)
-        memcpy(value, a->t->data, kiln_dtype_size(y->dtype));
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
+    const kn_tensor *t = prm->value;
+    if (t && t->nbytes >= kiln_dtype_size(y->dtype) && t->device == KN_DEVICE_HOST)
+        memcpy(value, t->data, kiln_dtype_size(y->dtype));
     return kn_cu_check(c, kn_cu_fill(kiln_dtype_size(y->dtype), value, y->data, kn_tensor_count(y), cu->stream),
                        "ConstantOfShape");
 }
@@ -343,10 +426,12 @@ static kiln_status run_cumulative(kn_cuda *cu, kn_kernel_ctx *c) {
     if (axis < 0 || axis >= x->rank) return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "axis out of range");
     int64_t outer, inner;
     outer_inner(x->dims, x->rank, axis, &outer, &inner);
-    bool product = !strcmp(c->node->op_type, "CumProd");
+    bool product = c->node->op_type[3] == 'P'; /* CumProd, CumSum */
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
     return kn_cu_check(c, kn_cu_cumulative(x->dtype, x->data, c->out[0]->data, outer, x->dims[axis], inner,
-                                           kn_attr_int(c->node, "exclusive", 0) != 0,
-                                           kn_attr_int(c->node, "reverse", 0) != 0, product, cu->stream),
+                                           prm->exclusive, prm->reverse, product, cu->stream),
                        c->node->op_type);
 }
 
@@ -358,8 +443,11 @@ static kiln_status run_trilu(kn_cuda *cu, kn_kernel_ctx *c) {
     if (r < 2) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "Trilu needs rank >= 2");
     int64_t rows = x->dims[r - 2], cols = x->dims[r - 1], batch = 1;
     for (int d = 0; d < r - 2; d++) batch *= x->dims[d];
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
     return kn_cu_check(c, kn_cu_trilu(kiln_dtype_size(x->dtype), x->data, c->out[0]->data, batch, rows, cols, k,
-                                      kn_attr_int(c->node, "upper", 1) != 0, cu->stream),
+                                      prm->upper, cu->stream),
                        "Trilu");
 }
 
@@ -367,7 +455,10 @@ static kiln_status run_onehot(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *idx = c->in[0], *vals = c->in[2];
     NEED_OUT(c, 0);
     kn_tensor *y = c->out[0];
-    int axis = norm_axis(kn_attr_int(c->node, "axis", -1), y->rank);
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
+    int axis = norm_axis(axis_or(prm, -1), y->rank);
     int64_t outer, inner;
     outer_inner(y->dims, y->rank, axis, &outer, &inner);
     size_t es = kiln_dtype_size(y->dtype);
@@ -406,8 +497,11 @@ static kiln_status run_eyelike(kn_cuda *cu, kn_kernel_ctx *c) {
     kn_tensor_set_f64(&tmp, 0, 1.0);
     uint64_t bits = 0;
     memcpy(&bits, one, es > 8 ? 8 : es);
-    return kn_cu_check(c, kn_cu_eyelike(es, bits, y->data, y->dims[0], y->rank > 1 ? y->dims[1] : 1,
-                                        kn_attr_int(c->node, "k", 0), cu->stream),
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
+    return kn_cu_check(c, kn_cu_eyelike(es, bits, y->data, y->dims[0], y->rank > 1 ? y->dims[1] : 1, prm->k,
+                                        cu->stream),
                        "EyeLike");
 }
 
@@ -417,12 +511,15 @@ static kiln_status run_depth_space(kn_cuda *cu, kn_kernel_ctx *c) {
     NEED_OUT(c, 0);
     kn_tensor *y = c->out[0];
     if (x->rank != 4) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "rank %d (4 expected)", x->rank);
-    int64_t b = kn_attr_int(c->node, "blocksize", 1);
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
+    int64_t b = prm->blocksize;
+    const bool crd = !strcmp(prm->mode, "CRD"); /* DCR when absent */
     int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
     int64_t d6[6], perm[6], st6[6], in6[6];
     bool d2s = !strcmp(c->node->op_type, "DepthToSpace");
     if (d2s) {
-        bool crd = !strcmp(kn_attr_string(c->node, "mode", "DCR"), "CRD");
         int64_t cc = C / (b * b);
         if (crd) {
             int64_t s[6] = {N, cc, b, b, H, W}, p[6] = {0, 1, 4, 2, 5, 3};
@@ -434,7 +531,6 @@ static kiln_status run_depth_space(kn_cuda *cu, kn_kernel_ctx *c) {
             memcpy(perm, p, sizeof p);
         }
     } else {
-        bool crd = !strcmp(kn_attr_string(c->node, "mode", "DCR"), "CRD");
         int64_t s[6] = {N, C, H / b, b, W / b, b}, p_dcr[6] = {0, 3, 5, 1, 2, 4}, p_crd[6] = {0, 1, 3, 5, 2, 4};
         memcpy(in6, s, sizeof s);
         memcpy(perm, crd ? p_crd : p_dcr, sizeof p_dcr);
@@ -470,7 +566,10 @@ static kiln_status run_center_crop_pad(kn_cuda *cu, kn_kernel_ctx *c) {
 static kiln_status run_reverse_sequence(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *lens = c->in[1];
     NEED_OUT(c, 0);
-    int64_t ba = kn_attr_int(c->node, "batch_axis", 1), ta = kn_attr_int(c->node, "time_axis", 0);
+    tensor_prm local_prm;
+    const tensor_prm *prm;
+    KN_TRY(tensor_params(c, &local_prm, &prm));
+    int64_t ba = prm->batch_axis, ta = prm->time_axis;
     if (x->rank < 2 || !((ba == 0 && ta == 1) || (ba == 1 && ta == 0)))
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "batch_axis/time_axis must be 0 and 1");
     int64_t inner = 1;
@@ -487,32 +586,32 @@ const kn_cuda_kernel kn_cuda_tensor[] = {
     {"", "Flatten", run_view, NULL, ALL, 0, 0},
     {"", "Squeeze", run_view, NULL, ALL, 0x2, 0},
     {"", "Unsqueeze", run_view, NULL, ALL, 0x2, 0},
-    {"", "Transpose", run_transpose, NULL, ALL, 0, 0},
-    {"", "Concat", run_concat, NULL, ALL, 0, 0},
-    {"", "Split", run_split, NULL, ALL, 0x2, 0},
-    {"", "Slice", run_slice, NULL, ALL, 0x1e, 0},
+    {"", "Transpose", run_transpose, NULL, ALL, 0, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "Concat", run_concat, NULL, ALL, 0, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "Split", run_split, NULL, ALL, 0x2, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "Slice", run_slice, NULL, ALL, 0x1e, 0, KN_CU_PARAMS(kn_slice_prepare, kn_slice_prm)},
     {"", "Expand", run_expand, NULL, ALL, 0x2, 0},
     {"", "Tile", run_tile, NULL, ALL, 0x2, 0},
-    {"", "Pad", run_pad, NULL, ALL, 0xe, 0},
-    {"", "Gather", run_gather, index_types, ALL, 0, 0},
-    {"", "GatherElements", run_gather_elements, index_types, ALL, 0, 0},
-    {"", "GatherND", run_gather_nd, int64_indices, ALL, 0, 0},
-    {"", "ScatterElements", run_scatter_elements, index_types, KN_T_NUM | KN_T_BOOL, 0, 0},
-    {"", "Scatter", run_scatter_elements, index_types, KN_T_NUM | KN_T_BOOL, 0, 0},
-    {"", "ScatterND", run_scatter_nd, int64_indices, KN_T_NUM | KN_T_BOOL, 0, 0},
+    {"", "Pad", run_pad, NULL, ALL, 0xe, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "Gather", run_gather, index_types, ALL, 0, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "GatherElements", run_gather_elements, index_types, ALL, 0, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "GatherND", run_gather_nd, int64_indices, ALL, 0, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "ScatterElements", run_scatter_elements, index_types, KN_T_NUM | KN_T_BOOL, 0, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "Scatter", run_scatter_elements, index_types, KN_T_NUM | KN_T_BOOL, 0, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "ScatterND", run_scatter_nd, int64_indices, KN_T_NUM | KN_T_BOOL, 0, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
     {"", "Range", run_range, NULL, KN_T_FLOATS | KN_T_SINTS, 0x7, 0},
-    {"", "ConstantOfShape", run_constant_of_shape, NULL, 0, 0x1, 0},
+    {"", "ConstantOfShape", run_constant_of_shape, NULL, 0, 0x1, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
     {"", "Constant", run_host_metadata, constant_supports, 0, 0, KN_CUK_HOST_OUTPUTS},
     {"", "Shape", run_host_metadata, NULL, 0, 0, KN_CUK_HOST_OUTPUTS | KN_CUK_METADATA},
     {"", "Size", run_host_metadata, NULL, 0, 0, KN_CUK_HOST_OUTPUTS | KN_CUK_METADATA},
-    {"", "CumSum", run_cumulative, NULL, KN_T_NUM, 0x2, 0},
-    {"", "CumProd", run_cumulative, NULL, KN_T_NUM, 0x2, 0},
-    {"", "Trilu", run_trilu, NULL, ALL, 0x2, 0},
-    {"", "OneHot", run_onehot, onehot_supports, 0, 0x6, 0},
-    {"", "EyeLike", run_eyelike, NULL, ALL, 0, KN_CUK_METADATA},
-    {"", "DepthToSpace", run_depth_space, NULL, ALL, 0, 0},
+    {"", "CumSum", run_cumulative, NULL, KN_T_NUM, 0x2, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "CumProd", run_cumulative, NULL, KN_T_NUM, 0x2, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "Trilu", run_trilu, NULL, ALL, 0x2, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "OneHot", run_onehot, onehot_supports, 0, 0x6, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "EyeLike", run_eyelike, NULL, ALL, 0, KN_CUK_METADATA, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "DepthToSpace", run_depth_space, NULL, ALL, 0, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
     {"", "CenterCropPad", run_center_crop_pad, NULL, ALL, 0x2, 0},
-    {"", "ReverseSequence", run_reverse_sequence, int64_indices, ALL, 0, 0},
-    {"", "SpaceToDepth", run_depth_space, NULL, ALL, 0, 0},
+    {"", "ReverseSequence", run_reverse_sequence, int64_indices, ALL, 0, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "SpaceToDepth", run_depth_space, NULL, ALL, 0, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
     {NULL, NULL, NULL, NULL, 0, 0, 0},
 };

@@ -95,6 +95,19 @@ cudaError_t kn_cu_qlinear_avgpool(bool is_signed, const void *X, kn_cu_qparam x,
 
 #include "backend/cuda/cuda_backend.h"
 
+/* The attributes the quantised kernels (this file's and cuda_ops_quant.c's) read, read once when the
+ * session is compiled: one prepare hook for their table entries (kn_cu_q_prepare). */
+typedef struct kn_cu_q_prm {
+    float alpha;            /* QLinearLeakyRelu (0.01) */
+    int64_t axis;           /* QLinearConcat (0) */
+    bool channels_last;     /* QLinear(Global)AveragePool (0) */
+    bool count_include_pad; /* QLinearAveragePool (0) */
+    int64_t accuracy_level; /* MatMulNBits (0) */
+    int64_t precision;      /* QuantizeLinear (0: absent) */
+    bool saturate;          /* QuantizeLinear to float8 (1) */
+} kn_cu_q_prm;
+kiln_status kn_cu_q_prepare(const kn_node *n, void *params);
+
 kiln_status kn_cu_run_matmul_nbits(kn_cuda *cu, kn_kernel_ctx *c);
 bool kn_cu_matmul_nbits_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap);
 kiln_status kn_cu_run_qlinear_add(kn_cuda *cu, kn_kernel_ctx *c);
@@ -108,17 +121,17 @@ kiln_status kn_cu_run_qlinear_global_average_pool(kn_cuda *cu, kn_kernel_ctx *c)
 /* every QLinear operator: int8/uint8 data, float scales */
 bool kn_cu_qlinear_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap);
 
-#define KN_CUDA_QCONTRIB_KERNELS                                                                                     \
-    {"com.microsoft", "MatMulNBits", kn_cu_run_matmul_nbits, kn_cu_matmul_nbits_supports, 0, 0, 0},                  \
-    {"com.microsoft", "QLinearAdd", kn_cu_run_qlinear_add, kn_cu_qlinear_supports, 0, 0, 0},                         \
-    {"com.microsoft", "QLinearMul", kn_cu_run_qlinear_mul, kn_cu_qlinear_supports, 0, 0, 0},                         \
-    {"com.microsoft", "QLinearSigmoid", kn_cu_run_qlinear_sigmoid, kn_cu_qlinear_supports, 0, 0, 0},                 \
-    {"com.microsoft", "QLinearLeakyRelu", kn_cu_run_qlinear_leaky_relu, kn_cu_qlinear_supports, 0, 0, 0},            \
-    {"com.microsoft", "QLinearConcat", kn_cu_run_qlinear_concat, kn_cu_qlinear_supports, 0, 0, 0},                   \
-    {"com.microsoft", "QLinearSoftmax", kn_cu_run_qlinear_softmax, kn_cu_qlinear_supports, 0, 0, 0},                 \
-    {"com.microsoft", "QLinearAveragePool", kn_cu_run_qlinear_average_pool, kn_cu_qlinear_supports, 0, 0, 0},        \
-    {"com.microsoft", "QLinearGlobalAveragePool", kn_cu_run_qlinear_global_average_pool, kn_cu_qlinear_supports, 0,  \
-     0, 0},
+#define KN_CU_Q_ENTRY(op, run, supports) {"com.microsoft", op, run, supports, 0, 0, 0, KN_CU_PARAMS(kn_cu_q_prepare, kn_cu_q_prm)}
+#define KN_CUDA_QCONTRIB_KERNELS                                                                              \
+    KN_CU_Q_ENTRY("MatMulNBits", kn_cu_run_matmul_nbits, kn_cu_matmul_nbits_supports),                        \
+    KN_CU_Q_ENTRY("QLinearAdd", kn_cu_run_qlinear_add, kn_cu_qlinear_supports),                               \
+    KN_CU_Q_ENTRY("QLinearMul", kn_cu_run_qlinear_mul, kn_cu_qlinear_supports),                               \
+    KN_CU_Q_ENTRY("QLinearSigmoid", kn_cu_run_qlinear_sigmoid, kn_cu_qlinear_supports),                       \
+    KN_CU_Q_ENTRY("QLinearLeakyRelu", kn_cu_run_qlinear_leaky_relu, kn_cu_qlinear_supports),                  \
+    KN_CU_Q_ENTRY("QLinearConcat", kn_cu_run_qlinear_concat, kn_cu_qlinear_supports),                         \
+    KN_CU_Q_ENTRY("QLinearSoftmax", kn_cu_run_qlinear_softmax, kn_cu_qlinear_supports),                       \
+    KN_CU_Q_ENTRY("QLinearAveragePool", kn_cu_run_qlinear_average_pool, kn_cu_qlinear_supports),              \
+    KN_CU_Q_ENTRY("QLinearGlobalAveragePool", kn_cu_run_qlinear_global_average_pool, kn_cu_qlinear_supports),
 
 #endif
 
