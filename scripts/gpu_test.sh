@@ -245,6 +245,10 @@ fi
 # graphs at levels 1-3 against level 0 and level 0 against ONNX Runtime, providers cuda,cpu
 part "optimiser differential fuzzing, providers cuda,cpu" "$logs/opt_fuzz.log" \
   bash tests/opt_fuzz/run.sh --provider cuda,cpu "$build/kiln"
+# and with level 3's channels-last regions formed wherever the graph has them (the auto rule
+# takes few of the fuzzer's small float32 graphs)
+part "optimiser differential fuzzing, providers cuda,cpu, channels last" "$logs/opt_fuzz_nhwc.log" \
+  env KILN_LAYOUT=nhwc bash tests/opt_fuzz/run.sh --provider cuda,cpu "$build/kiln"
 
 # The Python package over this build, where its CUDA tests run: DLPack in from torch CUDA tensors,
 # io binding to device memory, every model with provider cuda

@@ -95,6 +95,8 @@ part "optimiser differential fuzzing (1000 random graphs of the passes' patterns
 # reference NHWC convolution
 part "optimisation equivalence, channels-last regions (KILN_LAYOUT=nhwc)" env KILN_LAYOUT=nhwc \
   bash scripts/equivalence.sh build/kiln "$node_dir" build/models $([ -d "$zoo" ] && echo "$zoo")
+part "optimiser differential fuzzing, channels-last regions (KILN_LAYOUT=nhwc)" env KILN_LAYOUT=nhwc \
+  bash tests/opt_fuzz/run.sh build/kiln
 
 # the Python package (the extension the build above made, in build/python) and the C packaging
 part "Python package and C packaging (pytest)" env PYTHONPATH="$root/build/python" KILN_BUILD_DIR="$root/build" "$KILN_PYTHON" -m pytest -q -p no:cacheprovider tests/python

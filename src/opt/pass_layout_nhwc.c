@@ -8,7 +8,9 @@
  * weights permuted to [M, kh, kw, C/g] here, once, so the compiled file holds them so), the global
  * pooling a ReduceMean over the spatial axes, MaxPool and AveragePool kiln's forms with layout NHWC
  * (ResNet-50's stem MaxPool sat between two Transposes), the elementwise operators stay
- * as they are with their constant operands permuted once, here, and a Transpose enters the region
+ * as they are with their constant operands permuted once, here, the operators that name their axes
+ * (Concat, Split, Slice, Resize: a detector's C2f blocks and its neck, where YOLOv8s had 57
+ * Transposes around 63 convolutions) with those axes renumbered, and a Transpose enters the region
  * where a channels-first value flows in and leaves it where one flows out (a graph output, or a
  * reader outside the region). Graph inputs and outputs keep their layout.
  *
@@ -30,8 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { ROLE_NONE, ROLE_CONV, ROLE_POOL, ROLE_WINDOW_POOL, ROLE_ELEMENTWISE };
-#define MAX_INPUTS 8 /* a node with more stays channels first */
+enum { ROLE_NONE, ROLE_CONV, ROLE_POOL, ROLE_WINDOW_POOL, ROLE_ELEMENTWISE, ROLE_AXES };
+#define MAX_INPUTS 8  /* a node with more stays channels first */
+#define MAX_OUTPUTS 8 /* a Split with more stays channels first */
 
 static const char *const elementwise_ops[] = {
     "Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Selu", "Celu", "Softplus", "Softsign",
@@ -101,6 +104,76 @@ static kn_type channels_last_type(const kn_type *t) {
     return o;
 }
 
+/* Axis a (negative from the end) of a 4-D channels-first value, numbered in its channels-last
+ * form; -1 when out of range. */
+static int64_t axis_channels_last(int64_t a) {
+    if (a < 0) a += 4;
+    return a >= 0 && a < 4 ? TO_FIRST[a] : -1;
+}
+
+/* The integer constant behind value v (int64 or int32), at most `cap` values into out; its count,
+ * or -1 when v is not such a constant. */
+static int const_ints(const kn_opt_ctx *c, int v, int64_t *out, int cap) {
+    const kn_tensor *t = v >= 0 ? kn_opt_const(c, v) : NULL;
+    if (!t || t->rank > 1 || (t->dtype != KILN_DTYPE_INT64 && t->dtype != KILN_DTYPE_INT32)) return -1;
+    int64_t n = kn_tensor_count(t);
+    if (n > cap) return -1;
+    for (int64_t k = 0; k < n; k++)
+        out[k] = t->dtype == KILN_DTYPE_INT64 ? ((const int64_t *)t->data)[k] : ((const int32_t *)t->data)[k];
+    return (int)n;
+}
+
+/* Whether optional input k of node i is absent or an empty constant (a Resize's unused roi). */
+static bool input_absent(const kn_opt_ctx *c, int i, int k) {
+    const kn_node *n = &c->g->nodes[i];
+    int v = k < n->n_inputs ? n->inputs[k] : -1;
+    if (v < 0) return true;
+    const kn_tensor *t = kn_opt_const(c, v);
+    return t && kn_tensor_count(t) == 0;
+}
+
+/* Whether an operator that names axes can run channels last, its axes renumbered: Concat and
+ * Split (the axis attribute), Slice (constant axes, or as many as starts has when absent) and
+ * Resize (constant roi, scales and sizes, over all four axes). */
+static bool axes_op_fits(const kn_opt_ctx *c, int i) {
+    const kn_graph *g = c->g;
+    const kn_node *n = &g->nodes[i];
+    int64_t tmp[8];
+    if (kn_opt_is(c, i, "Concat")) {
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] < 0 || !rank4_float(&g->values[n->inputs[k]].type)) return false;
+        return n->n_inputs > 0 && axis_channels_last(kn_attr_int(n, "axis", 1)) >= 0;
+    }
+    if (kn_opt_is(c, i, "Split"))
+        return axis_channels_last(kn_attr_int(n, "axis", 0)) >= 0;
+    if (kn_opt_is(c, i, "Slice")) {
+        if (n->opset < 10 || n->n_inputs < 3) return false; /* the axes as inputs since opset 10 */
+        if (n->n_inputs > 3 && n->inputs[3] >= 0) {
+            int na = const_ints(c, n->inputs[3], tmp, 8);
+            if (na < 0) return false;
+            for (int k = 0; k < na; k++)
+                if (axis_channels_last(tmp[k]) < 0) return false;
+            return true;
+        }
+        const kn_type *st = n->inputs[1] >= 0 ? &g->values[n->inputs[1]].type : NULL;
+        return st && st->kind == KN_TYPE_TENSOR && (st->dtype == KILN_DTYPE_INT64 || st->dtype == KILN_DTYPE_INT32) &&
+               st->rank == 1 && st->dims[0].value >= 1 && st->dims[0].value <= 4;
+    }
+    if (kn_opt_is(c, i, "Resize")) {
+        if (n->opset < 11 || kn_node_attr(n, "axes")) return false;
+        for (int k = 1; k <= 3; k++) {
+            if (input_absent(c, i, k)) continue;
+            int cnt = const_ints(c, n->inputs[k], tmp, 8);
+            const kn_tensor *t = kn_opt_const(c, n->inputs[k]);
+            if (k == 1 && (!t || t->rank != 1 || kn_tensor_count(t) != 8)) return false; /* roi: starts, ends */
+            if (k == 2 && (!t || t->rank != 1 || kn_tensor_count(t) != 4)) return false; /* scales */
+            if (k == 3 && cnt != 4) return false;                                          /* sizes */
+        }
+        return true;
+    }
+    return false;
+}
+
 /* Whether the target runs node i as kiln's `op_type` with its attributes and layout NHWC, its
  * inputs of the given (channels-last) types. */
 static bool nhwc_form_supported(const kn_opt_ctx *c, int i, const char *op_type, const kn_type *const *in, int n_in) {
@@ -157,9 +230,10 @@ static bool window_pool_target_supports(const kn_opt_ctx *c, int i) {
 static int role_of(const kn_opt_ctx *c, int i, int mode, bool dense) {
     const kn_graph *g = c->g;
     const kn_node *n = &g->nodes[i];
-    if (n->dead || n->n_outputs != 1 || n->outputs[0] < 0 || n->n_inputs > MAX_INPUTS ||
-        !rank4_float(&g->values[n->outputs[0]].type))
-        return ROLE_NONE;
+    if (n->dead || n->n_outputs < 1 || n->n_outputs > MAX_OUTPUTS || n->n_inputs > MAX_INPUTS) return ROLE_NONE;
+    if (n->n_outputs > 1 && !kn_opt_is(c, i, "Split")) return ROLE_NONE;
+    for (int o = 0; o < n->n_outputs; o++)
+        if (n->outputs[o] < 0 || !rank4_float(&g->values[n->outputs[o]].type)) return ROLE_NONE;
     int x = n->n_inputs > 0 ? n->inputs[0] : -1;
     bool conv = kn_opt_is(c, i, "Conv") || kn_opt_is_in(c, i, "kiln", "FusedConv");
     if (conv) {
@@ -181,6 +255,9 @@ static int role_of(const kn_opt_ctx *c, int i, int mode, bool dense) {
                        window_pool_target_supports(c, i)
                    ? ROLE_WINDOW_POOL
                    : ROLE_NONE;
+    if (kn_opt_is(c, i, "Concat") || kn_opt_is(c, i, "Split") || kn_opt_is(c, i, "Slice") || kn_opt_is(c, i, "Resize"))
+        return x >= 0 && rank4_float(&g->values[x].type) && !kn_opt_const(c, x) && axes_op_fits(c, i) ? ROLE_AXES
+                                                                                                   : ROLE_NONE;
     bool elementwise = kn_opt_is_in(c, i, "kiln", "FusedElementwise");
     for (size_t k = 0; !elementwise && k < sizeof elementwise_ops / sizeof elementwise_ops[0]; k++)
         elementwise = kn_opt_is(c, i, elementwise_ops[k]);
@@ -293,6 +370,74 @@ static kiln_status window_pool_node(kn_opt_ctx *c, int i, int x, int out) {
     return KILN_OK;
 }
 
+/* A new 1-D integer constant (int64 or int32) of n values. */
+static int ints_const(kn_opt_ctx *c, const char *base, kiln_dtype dt, const int64_t *v, int64_t n) {
+    kn_tensor *t = NULL;
+    if (kn_tensor_new(dt, 1, &n, &t) != KILN_OK) return -1;
+    for (int64_t k = 0; k < n; k++) {
+        if (dt == KILN_DTYPE_INT32) ((int32_t *)t->data)[k] = (int32_t)v[k];
+        else ((int64_t *)t->data)[k] = v[k];
+    }
+    return kn_opt_new_const(c, base, t);
+}
+
+/* A 1-D constant of 4 * parts values (a Resize's scales or sizes, parts 1; its roi, parts 2), each
+ * group of four permuted channels last, as a new constant of the same type. */
+static int permuted_axes_const(kn_opt_ctx *c, int v, int parts) {
+    const kn_tensor *t = kn_opt_const(c, v);
+    kn_tensor *o = NULL;
+    if (kn_tensor_new(t->dtype, t->rank, t->dims, &o) != KILN_OK) return -1;
+    const size_t es = kiln_dtype_size(t->dtype);
+    for (int part = 0; part < parts; part++)
+        for (int d = 0; d < 4; d++)
+            memcpy((char *)o->data + (size_t)(part * 4 + d) * es, (const char *)t->data + (size_t)(part * 4 + TO_LAST[d]) * es, es);
+    return kn_opt_new_const(c, c->g->values[v].name, o);
+}
+
+/* The channels-last form of a Concat, Split, Slice or Resize (the data inputs already channels
+ * last in `in`; the outputs already the region's values): its axes renumbered. */
+static kiln_status axes_node(kn_opt_ctx *c, int i, int *in, int n_in) {
+    const kn_node *n = &c->g->nodes[i];
+    if (kn_opt_is(c, i, "Resize")) { /* roi, scales and sizes permuted; the node as it is */
+        for (int k = 1; k <= 3 && k < n_in; k++) {
+            if (input_absent(c, i, k)) continue;
+            in[k] = permuted_axes_const(c, n->inputs[k], k == 1 ? 2 : 1);
+            if (in[k] < 0) return KN_OOM();
+        }
+        for (int k = 0; k < n_in; k++) c->g->nodes[i].inputs[k] = in[k];
+        return KILN_OK;
+    }
+    const bool slice = kn_opt_is(c, i, "Slice");
+    kn_opt_proto p;
+    kn_proto_init(&p, "", n->op_type);
+    for (int a = 0; a < n->n_attrs; a++)
+        if (strcmp(n->attrs[a].name, "axis")) kn_proto_copy_attr(&p, c, i, n->attrs[a].name);
+    if (slice) {
+        int64_t axes[8];
+        int na = n_in > 3 && n->inputs[3] >= 0 ? const_ints(c, n->inputs[3], axes, 8)
+                                                : (int)c->g->values[n->inputs[1]].type.dims[0].value;
+        for (int k = 0; k < na; k++) axes[k] = axis_channels_last(n_in > 3 && n->inputs[3] >= 0 ? axes[k] : k);
+        /* in the type of starts and ends (Slice takes one integer type for all four) */
+        int av = ints_const(c, "axes", c->g->values[n->inputs[1]].type.dtype, axes, na);
+        if (av < 0) return KN_OOM();
+        kn_proto_in(&p, in[0]);
+        kn_proto_in(&p, in[1]);
+        kn_proto_in(&p, in[2]);
+        kn_proto_in(&p, av);
+        if (n_in > 4) kn_proto_in(&p, in[4]);
+    } else {
+        for (int k = 0; k < n_in; k++) kn_proto_in(&p, in[k]);
+        kn_proto_int(&p, "axis", axis_channels_last(kn_attr_int(n, "axis", kn_opt_is(c, i, "Concat") ? 1 : 0)));
+    }
+    for (int o = 0; o < n->n_outputs; o++) kn_proto_out(&p, n->outputs[o]);
+    const char *name = n->name;
+    kn_opt_kill(c, i);
+    int node;
+    KN_TRY(kn_opt_emit(c, &p, i, &node));
+    if (node < 0) return kn_error(KILN_ERR_INTERNAL, "node '%s': its channels-last form was refused", name);
+    return KILN_OK;
+}
+
 kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c) {
     const int mode = layout_mode();
     if (!layout_wanted(c, mode)) return KILN_OK;
@@ -331,14 +476,16 @@ kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c) {
     for (int v = 0; v < n_values; v++) last_of[v] = -1;
     for (int i = 0; i < n_nodes && st == KILN_OK; i++) {
         if (!role[i]) continue;
-        int v = g->nodes[i].outputs[0];
-        bool out = kn_opt_pinned(c, v);
-        for (int r = c->cons_start[v]; r < c->cons_start[v + 1] && !out; r++) out = !role[c->cons[r]];
-        leaves[v] = out;
-        kn_type t = channels_last_type(&g->values[v].type);
-        last_of[v] = kn_opt_new_value(c, g->values[v].name, &t);
-        if (last_of[v] < 0) st = KN_OOM();
-        else g->nodes[i].outputs[0] = last_of[v];
+        for (int o = 0; o < g->nodes[i].n_outputs && st == KILN_OK; o++) {
+            int v = g->nodes[i].outputs[o];
+            bool out = kn_opt_pinned(c, v);
+            for (int r = c->cons_start[v]; r < c->cons_start[v + 1] && !out; r++) out = !role[c->cons[r]];
+            leaves[v] = out;
+            kn_type t = channels_last_type(&g->values[v].type);
+            last_of[v] = kn_opt_new_value(c, g->values[v].name, &t);
+            if (last_of[v] < 0) st = KN_OOM();
+            else g->nodes[i].outputs[o] = last_of[v];
+        }
     }
     /* inputs: the region's own values, permuted constants, a Transpose in; then the node itself */
     for (int i = 0; i < n_nodes && st == KILN_OK; i++) {
@@ -349,7 +496,8 @@ kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c) {
             int v = g->nodes[i].inputs[k];
             in[k] = v;
             /* channels last: every operand of an elementwise node, a convolution's X, W and Z, X */
-            bool channels = role[i] == ROLE_ELEMENTWISE || k == 0 || (role[i] == ROLE_CONV && k != 2);
+            bool channels = role[i] == ROLE_ELEMENTWISE || k == 0 || (role[i] == ROLE_CONV && k != 2) ||
+                            (role[i] == ROLE_AXES && kn_opt_is(c, i, "Concat"));
             if (v < 0 || v >= n_values || !channels || layout_free(&g->values[v].type)) continue;
             if (last_of[v] < 0) {
                 if (kn_opt_const(c, v)) {
@@ -377,6 +525,9 @@ kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c) {
         } else if (role[i] == ROLE_WINDOW_POOL) {
             st = window_pool_node(c, i, in[0], out);
             kn_opt_note(c, "pooling channels last");
+        } else if (role[i] == ROLE_AXES) {
+            st = axes_node(c, i, in, n_in);
+            kn_opt_note(c, "axes renumbered channels last");
         } else {
             for (int k = 0; k < n_in; k++) g->nodes[i].inputs[k] = in[k];
             kn_opt_note(c, "elementwise node channels last");

@@ -402,6 +402,70 @@ def transposes(g, x, s, same=False):
     return y, cur
 
 
+def detector(g, x, s, same=False):
+    """The operators that name axes around convolutions (a detector's C2f block and neck: Split,
+    Slice, Concat, Resize), which layout_nhwc renumbers inside channels-last regions."""
+    if len(s) != 4:
+        return None
+    r = g.rng
+    if r.random() < 0.6:  # after a convolution, so that a channels-last region reaches them
+        x, s = conv(g, x, s)
+    n, c, h, w = s
+    kind = int(r.integers(4))
+    if kind == 0 and c >= 2:  # C2f: split the channels, convolve one part, concatenate
+        a = int(r.integers(1, c))
+        axis = int(r.choice([1, -3]))
+        if g.opset >= 13:
+            parts = g.node("Split", [x, g.ints([a, c - a])], None, n_out=2, axis=axis)
+        else:
+            parts = g.node("Split", [x], None, n_out=2, axis=axis, split=[a, c - a])
+        g.vals += [(parts[0], (n, a, h, w)), (parts[1], (n, c - a, h, w))]
+        conv_out = conv(g, parts[1], (n, c - a, h, w), same=True)
+        ins = [parts[0], conv_out[0]] + ([x] if r.random() < 0.5 else [])
+        cout = a + (c - a) + (c if len(ins) == 3 else 0)
+        out_s = (n, cout, h, w)
+        return g.node("Concat", ins, out_s, axis=int(r.choice([1, -3]))), out_s
+    if kind == 1:  # Slice: one or two axes, axes given (maybe negative, int32) or implied
+        dt = np.int32 if r.random() < 0.3 else np.int64
+        k = int(r.integers(1, 3))
+        given = r.random() < 0.7
+        axes = sorted(int(a) for a in r.choice(4, k, replace=False)) if given else list(range(k))
+        starts, ends, steps, out_s = [], [], [], list(s)
+        for a in axes:
+            d = s[a]
+            st = int(r.integers(0, d))
+            en = int(r.integers(st + 1, d + 1)) if r.random() < 0.8 else 1 << 30
+            step = int(r.choice([1, 1, 2]))
+            starts.append(st), ends.append(en), steps.append(step)
+            out_s[a] = len(range(st, min(en, d), step))
+        ins = [x, g.const(np.array(starts, dt), "i"), g.const(np.array(ends, dt), "i")]
+        if given or r.random() < 0.5:
+            shown = [a - 4 if r.random() < 0.4 else a for a in axes]
+            ins.append(g.const(np.array(shown, dt), "i"))
+            if any(st != 1 for st in steps):
+                ins.append(g.const(np.array(steps, dt), "i"))
+        else:
+            out_s = list(s)
+            for a, st, en in zip(axes, starts, ends):
+                out_s[a] = len(range(st, min(en, s[a])))
+        out_s = tuple(out_s)
+        return g.node("Slice", ins, out_s), out_s
+    if kind == 2:  # Resize: nearest x2 by scales, or linear by sizes
+        if r.random() < 0.5:
+            out_s = (n, c, 2 * h, 2 * w)
+            sc = g.const(np.array([1, 1, 2, 2], np.float32), "sc")
+            return g.node("Resize", [x, "", sc], out_s, mode="nearest"), out_s
+        out_s = (n, c, int(r.integers(1, 2 * h + 1)), int(r.integers(1, 2 * w + 1)))
+        return g.node("Resize", [x, "", "", g.ints(list(out_s))], out_s, mode="linear"), out_s
+    # Concat on a spatial axis, with itself or another value of the same shape
+    other = pick(g, lambda t: t == tuple(s)) or (x, s)
+    axis = int(r.choice([2, 3, -1, -2]))
+    out_s = list(s)
+    out_s[axis] *= 2
+    out_s = tuple(out_s)
+    return g.node("Concat", [x, other[0]], out_s, axis=axis), out_s
+
+
 def cse(g, x, s, same=True):
     r = g.rng
     op = str(r.choice(["Relu", "Sigmoid", "Abs", "Neg", "Tanh"]))
@@ -437,7 +501,7 @@ def noops(g, x, s, same=True):
 
 
 BLOCKS = [conv, conv, matmul, matmul, gemm, layernorm, gelu_block, attention, elementwise, const_fold, flatten,
-          unflatten, transposes, cse, noops]
+          unflatten, transposes, cse, noops, detector]
 SAME_BLOCKS = [conv, matmul, layernorm, gelu_block, elementwise, cse, noops, attention]
 
 

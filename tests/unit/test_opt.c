@@ -1759,6 +1759,93 @@ KN_TEST(opt_layout_nhwc_pools_in_the_region) {
     unsetenv("KILN_LAYOUT");
 }
 
+/* An integer constant (int64 or int32) of n values. */
+static int tb_ints_const(tb *b, const char *name, kiln_dtype dt, int n, const int64_t *v) {
+    kn_tensor *t = NULL;
+    int64_t d = n;
+    kn_tensor_new(dt, 1, &d, &t);
+    for (int i = 0; i < n; i++) kn_tensor_set_f64(t, i, (double)v[i]);
+    kn_model_own_tensor(b->m, t);
+    int c = kn_graph_add_value(b->g, name);
+    b->g->values[c].constant = t;
+    kn_type_set_tensor(&b->g->values[c].type, dt, 1, &d);
+    return c;
+}
+
+/* A detector's blocks (YOLOv8's C2f and its neck): x [cnn_batch, 3, 12, 10] -> Conv 3x3 (8) ->
+ * Split on channels (4 + 4); a 3x3 Conv + Relu on the second half; Slice of channels 2..5 (axes
+ * [-3], int32); Concat of the first half, the convolved half and the slice on axis 1 -> 1x1 Conv
+ * (8) -> Resize nearest by scales [1,1,2,2] -> Conv 3x3 stride 2 -> Concat with the first
+ * convolution on axis -3 -> Conv 1x1 (out); also outputs: a linear Resize by sizes of the 1x1
+ * convolution, and a Slice without axes (batch 0.., channels 1..6) of the first convolution. */
+static kn_model *build_detector_blocks(void) {
+    tb b;
+    tb_init(&b, 17);
+    const int64_t N = cnn_batch;
+    int64_t xd[] = {N, 3, 12, 10}, w1d[] = {8, 3, 3, 3}, wmd[] = {4, 4, 3, 3}, w2d[] = {8, 12, 1, 1}, w3d[] = {8, 8, 3, 3};
+    int64_t w4d[] = {5, 16, 1, 1}, bd[] = {8}, pads[] = {1, 1, 1, 1}, s2[] = {2, 2};
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd);
+    int c1 = tb_node(&b, "Conv", (int[]){x, tb_const(&b, "w1", KILN_DTYPE_FLOAT, 4, w1d, -0.5f, 0.5f),
+                                         tb_const(&b, "b1", KILN_DTYPE_FLOAT, 1, bd, -0.2f, 0.2f)}, 3, "c1");
+    tb_ints_attr(&b, "pads", 4, pads);
+    /* Split: two outputs */
+    int halves[2] = {kn_graph_add_value(b.g, "half0"), kn_graph_add_value(b.g, "half1")};
+    int split_in[2] = {c1, tb_ints_const(&b, "split", KILN_DTYPE_INT64, 2, (int64_t[]){4, 4})};
+    last_node = kn_graph_add_node(b.g, "split", "Split", "", split_in, 2, halves, 2);
+    b.g->nodes[last_node].opset = 17;
+    tb_int(&b, "axis", 1);
+    int m = tb_node(&b, "Conv", (int[]){halves[1], tb_const(&b, "wm", KILN_DTYPE_FLOAT, 4, wmd, -0.4f, 0.4f)}, 2, "m");
+    tb_ints_attr(&b, "pads", 4, pads);
+    int mr = tb_node(&b, "Relu", &m, 1, "mr");
+    int sl = tb_node(&b, "Slice", (int[]){c1, tb_ints_const(&b, "st", KILN_DTYPE_INT32, 1, (int64_t[]){2}),
+                                          tb_ints_const(&b, "en", KILN_DTYPE_INT32, 1, (int64_t[]){6}),
+                                          tb_ints_const(&b, "ax", KILN_DTYPE_INT32, 1, (int64_t[]){-3})}, 4, "sl");
+    int cat = tb_node(&b, "Concat", (int[]){halves[0], mr, sl}, 3, "cat");
+    tb_int(&b, "axis", 1);
+    int c2 = tb_node(&b, "Conv", (int[]){cat, tb_const(&b, "w2", KILN_DTYPE_FLOAT, 4, w2d, -0.3f, 0.3f)}, 2, "c2");
+    int up = tb_node(&b, "Resize", (int[]){c2, -1, tb_const(&b, "scales", KILN_DTYPE_FLOAT, 1, (int64_t[]){4}, 1, 1)}, 3, "up");
+    kn_tensor_set_f64((kn_tensor *)b.g->values[b.g->nodes[last_node].inputs[2]].constant, 2, 2.0);
+    kn_tensor_set_f64((kn_tensor *)b.g->values[b.g->nodes[last_node].inputs[2]].constant, 3, 2.0);
+    tb_attr(&b, "mode", KN_ATTR_STRING)->s = "nearest";
+    b.g->nodes[last_node].attrs[b.g->nodes[last_node].n_attrs - 1].s_len = 7;
+    int c3 = tb_node(&b, "Conv", (int[]){up, tb_const(&b, "w3", KILN_DTYPE_FLOAT, 4, w3d, -0.3f, 0.3f)}, 2, "c3");
+    tb_ints_attr(&b, "pads", 4, pads);
+    tb_ints_attr(&b, "strides", 2, s2);
+    int cat2 = tb_node(&b, "Concat", (int[]){c3, c1}, 2, "cat2");
+    tb_int(&b, "axis", -3);
+    int out = tb_node(&b, "Conv", (int[]){cat2, tb_const(&b, "w4", KILN_DTYPE_FLOAT, 4, w4d, -0.3f, 0.3f)}, 2, "out");
+    int lin = tb_node(&b, "Resize", (int[]){c2, -1, -1, tb_ints_const(&b, "sizes", KILN_DTYPE_INT64, 4, (int64_t[]){N, 8, 18, 15})},
+                      4, "lin");
+    tb_attr(&b, "mode", KN_ATTR_STRING)->s = "linear";
+    b.g->nodes[last_node].attrs[b.g->nodes[last_node].n_attrs - 1].s_len = 6;
+    int sl2 = tb_node(&b, "Slice", (int[]){c1, tb_ints_const(&b, "st2", KILN_DTYPE_INT64, 2, (int64_t[]){0, 1}),
+                                           tb_ints_const(&b, "en2", KILN_DTYPE_INT64, 2, (int64_t[]){1000, 7})}, 3, "sl2");
+    tb_output(&b, out);
+    tb_output(&b, lin);
+    tb_output(&b, sl2);
+    return b.m;
+}
+
+/* The detector's blocks with KILN_LAYOUT=nhwc on the CPU: Split, Slice (with and without axes,
+ * negative and int32 ones), Concat and Resize (scales and sizes) join the region with their axes
+ * renumbered: one Transpose in, one per output out, none between; levels agree. */
+KN_TEST(opt_layout_nhwc_axes_operators_in_the_region) {
+    setenv("KILN_LAYOUT", "nhwc", 1);
+    for (int64_t batch = 1; batch <= 2; batch++) {
+        cnn_batch = batch;
+        kiln_session *s = compare_levels(build_detector_blocks, 3, 1e-5);
+        if (s) {
+            CHECK_EQ_INT(count_nhwc_convs(s), 5);
+            CHECK_EQ_INT(count_op(s, "", "Transpose"), 4);
+            CHECK_EQ_INT(count_op(s, "", "Split") + count_op(s, "", "Concat"), 3);
+            CHECK_EQ_INT(count_op(s, "", "Slice") + count_op(s, "", "Resize"), 4);
+        }
+        kiln_session_destroy(s);
+    }
+    cnn_batch = 2;
+    unsetenv("KILN_LAYOUT");
+}
+
 #ifdef KILN_HAVE_CUDA /* only the CUDA build's test counts them */
 static int count_nhwc_in(const kn_model *m) {
     int n = 0;
