@@ -325,14 +325,16 @@ template <typename T, int WARPS, int D, bool KT> cudaError_t launch(const kn_cu_
     return cudaGetLastError();
 }
 
-template <typename T, int D, bool KT> cudaError_t launch_warps(const kn_cu_flash *p, cudaStream_t s, bool small) {
-    return small ? launch<T, 1, D, KT>(p, s) : launch<T, 4, D, KT>(p, s);
+template <typename T, int D, bool KT> cudaError_t launch_warps(const kn_cu_flash *p, cudaStream_t s, int warps) {
+    if (warps == 1) return launch<T, 1, D, KT>(p, s);
+    if (warps == 2) return launch<T, 2, D, KT>(p, s);
+    return launch<T, 4, D, KT>(p, s);
 }
 
-template <typename T, bool KT> cudaError_t launch_d(const kn_cu_flash *p, cudaStream_t s, bool small) {
-    if (p->d == 32) return launch_warps<T, 32, KT>(p, s, small);
-    if (p->d == 64) return launch_warps<T, 64, KT>(p, s, small);
-    return launch_warps<T, 128, KT>(p, s, small);
+template <typename T, bool KT> cudaError_t launch_d(const kn_cu_flash *p, cudaStream_t s, int warps) {
+    if (p->d == 32) return launch_warps<T, 32, KT>(p, s, warps);
+    if (p->d == 64) return launch_warps<T, 64, KT>(p, s, warps);
+    return launch_warps<T, 128, KT>(p, s, warps);
 }
 
 // Blocks of four warps share their key and value tiles; where that leaves too few blocks to fill
@@ -352,7 +354,8 @@ template <typename T> cudaError_t launch_any(const kn_cu_flash *p, cudaStream_t 
                        p->k_s1 % 8 == 0 && (kt ? p->k_sc : p->k_sj) % 8 == 0 && p->v_s0 % 8 == 0 && p->v_s1 % 8 == 0 &&
                        p->v_sj % 8 == 0;
     if (!p->force && (small || !aligned16 || !rows8)) return cudaErrorNotSupported;
-    return kt ? launch_d<T, true>(p, s, small) : launch_d<T, false>(p, s, small);
+    const int warps = p->warps == 1 || p->warps == 2 || p->warps == 4 ? p->warps : small ? 1 : 4;
+    return kt ? launch_d<T, true>(p, s, warps) : launch_d<T, false>(p, s, warps);
 }
 
 } // namespace

@@ -239,6 +239,7 @@ typedef struct kn_cu_flash {
     void *y;
     int mask_bool, nan_to_zero;
     int force; /* also where the general form was measured faster (see launch_any) */
+    int warps; /* warps per block (1, 2 or 4; KILN_CUDA_FLASH_WARPS, to measure); 0: launch_any's rule */
     int64_t b0, b1, sq, sk, d;
     int64_t q_s0, q_s1, q_si, k_s0, k_s1, k_sj, k_sc, v_s0, v_s1, v_sj, y_s0, y_s1, y_si;
     int64_t m_s0, m_s1, m_si, m_sj;

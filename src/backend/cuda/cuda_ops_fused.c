@@ -225,6 +225,8 @@ static kiln_status run_flash_attention(kn_cuda *cu, kn_kernel_ctx *c, float scal
     f.sq = sq, f.sk = sk, f.d = d, f.scale = scale;
     f.nan_to_zero = kn_attr_int(c->node, "nan_to_zero", 0) != 0;
     f.force = force;
+    const char *warps = getenv("KILN_CUDA_FLASH_WARPS");
+    f.warps = warps ? atoi(warps) : 0;
     f.q_si = q->v.strides[r - 2], f.q_s1 = q->v.strides[nb - 1], f.q_s0 = nb == 2 ? q->v.strides[0] : 0;
     f.k_sj = k->v.strides[r - 1], f.k_sc = k->v.strides[r - 2], f.k_s1 = k->v.strides[nb - 1], f.k_s0 = nb == 2 ? k->v.strides[0] : 0;
     f.v_sj = v->v.strides[r - 2], f.v_s1 = v->v.strides[nb - 1], f.v_s0 = nb == 2 ? v->v.strides[0] : 0;
