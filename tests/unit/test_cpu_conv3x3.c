@@ -1,5 +1,6 @@
 /* The CPU's 3x3 convolutions (conv_winograd.c's F(4x4, 3x3) at stride 1, dilated or not, conv.c's
- * direct kernel with output channels in the lanes at stride 2 and on 7x7 planes, the implicit GEMM
+ * direct kernel with output channels in the lanes at stride 2 and on 7x7 planes, output pixels in
+ * the lanes at stride 2 with at most 16 input channels, the implicit GEMM
  * for the rest: groups, few channels) against the definition in double over many shapes: odd plane sizes (partial 4x4
  * tiles, rows of more than 16 tiles, partial pixel tiles), every padding combination including
  * none and asymmetric, batch > 1, channel counts that are not multiples of the vector width, bias
@@ -113,6 +114,12 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         {3, 40, 14, 14, 32, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* stride 1 (forced direct) */
         {1, 64, 7, 7, 64, 1, 1, 1, {1, 1, 1, 1}, true, false, true},      /* 7x7 stride 1: direct */
         {2, 128, 9, 9, 256, 2, 1, 1, {1, 1, 1, 1}, true, false, true},    /* 1.2 MB of weights: by channel blocks */
+        /* stride 2 with at most 16 input channels: output pixels in the lanes (conv.c's rk_conv) */
+        {1, 16, 64, 130, 32, 2, 1, 1, {1, 1, 1, 1}, true, false, false},  /* 65 pixels a row: tiles 3 + 2 */
+        {3, 5, 35, 70, 8, 2, 1, 1, {0, 1, 2, 0}, false, false, true},     /* 35 a row, 5 channels, batch 3 */
+        {1, 16, 40, 128, 16, 2, 1, 1, {1, 1, 1, 1}, true, true, false},   /* 4 vectors: 2 + 2, W an input */
+        {2, 7, 21, 33, 24, 2, 1, 1, {2, 2, 2, 2}, true, false, true},     /* pads of 2: first taps skipped */
+        {1, 16, 9, 200, 32, 2, 1, 1, {0, 0, 0, 0}, true, false, false},   /* no pads, 99 a row: 3 + 2 + 2 */
         /* dilation at stride 1: Winograd over the phase images (conv_winograd.c) */
         {1, 64, 28, 28, 64, 1, 2, 1, {2, 2, 2, 2}, true, false, false},   /* d2, 4 phases of 14x14 */
         {2, 20, 17, 19, 24, 1, 2, 1, {1, 0, 3, 2}, true, false, true},    /* odd pads and sizes, Relu */
@@ -143,10 +150,11 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         const size_t ny = (size_t)(t->N * t->M * OH * OW);
         double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
         c3_reference(t, xp, kiln_tensor_data(w), consts[1] ? kiln_tensor_data(consts[1]) : NULL, OH, OW, want, scale);
-        /* force 1: the fast paths wherever they apply; 2: Winograd off, the direct kernel on (the
-         * dilated and stride-1 shapes that Winograd takes otherwise) */
+        /* force 1: the fast paths wherever they apply; 2: Winograd and rk_conv off, the direct
+         * kernel on (the dilated, stride-1 and few-channel stride-2 shapes taken otherwise) */
         for (int force = 0; force <= 2; force++) {
             if (force) setenv("KILN_WINO", force == 1 ? "1" : "0", 1), setenv("KILN_CL3", "1", 1);
+            if (force == 2) setenv("KILN_RK", "0", 1);
             for (int threads = 1; threads <= 2; threads++)
                 for (int level = 0; level <= 3; level += 3) {
                     kiln_session_options *o = NULL;
@@ -182,7 +190,7 @@ KN_TEST(cpu_conv3x3_matches_definition) {
                     }
                     kiln_session_destroy(s);
                 }
-            if (force) unsetenv("KILN_WINO"), unsetenv("KILN_CL3");
+            if (force) unsetenv("KILN_WINO"), unsetenv("KILN_CL3"), unsetenv("KILN_RK");
         }
         free(want);
         free(scale);

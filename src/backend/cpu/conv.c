@@ -1474,6 +1474,206 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
     if (xp) kn_ctx_scratch_free(c, xp, xbytes);
     return failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
 }
+
+/* ---- 3x3 at stride 2 with few input channels (YOLO's 16 -> 32 downsampler on 320x320): output
+ * pixels in the lanes. With 16 input channels the channels-in-lanes kernel above spent a fifth of
+ * its time turning its [pixel][channel] tiles into output rows and padding edge tiles (perf:
+ * cl_range 16%, cl_pad_block 5%, the tiles 70%). Here a tile is RK_MB = 8 output channels by NV
+ * vectors of 16 consecutive output pixels of one row (24 accumulators at NV = 3), stored straight
+ * into the output rows. Per output row the three input rows of every channel are split once into
+ * their even and odd columns, zero-padded (the thread's buffer: [C][3][even, odd][RK_WH]), so that
+ * the taps kw = 0, 1, 2 of output pixel ow are even[ow], odd[ow], even[ow + 1]: plain loads, no
+ * bounds checks; the tap's 8 weights are broadcasts (packed once per session as
+ * [M / 8][C][3][3][8]). Rows outside the image are skipped. */
+#define RK_MB 8
+
+static bool rk_suits(const conv_shape *s) {
+    if (s->G != 1 || s->nsp != 2 || s->M % RK_MB || s->w.kernel[0] != 3 || s->w.kernel[1] != 3) return false;
+    const win2 v = win2_of(&s->w);
+    if (v.sh != 2 || v.sw != 2 || v.dh != 1 || v.dw != 1 || v.OW < 16 || v.W >= (1 << 24) || v.H >= (1 << 24))
+        return false;
+    const char *e = getenv("KILN_RK");
+    if (e) return e[0] == '1';
+    return s->C <= 16;
+}
+
+typedef struct rk_wctx {
+    const float *w;
+    int64_t M, C;
+} rk_wctx;
+
+static void rk_make_weights(const void *ctx, void *dst) {
+    const rk_wctx *k = ctx;
+    float *d = dst;
+    for (int64_t m0 = 0; m0 < k->M; m0 += RK_MB)
+        for (int64_t c = 0; c < k->C; c++)
+            for (int t = 0; t < 9; t++, d += RK_MB)
+                for (int r = 0; r < RK_MB; r++) d[r] = k->w[((m0 + r) * k->C + c) * 9 + t];
+}
+
+typedef struct rk_job {
+    const conv_shape *s;
+    win2 v;
+    const float *x, *wp, *bias;
+    float *y;
+    int64_t bands, wh; /* wh: floats per split half-row, a multiple of 16 above OW */
+    kn_conv_epilogue_fn epi;
+    const void *epi_ctx;
+    int *failed;
+} rk_job;
+
+/* Output channels [m0, m0 + 8) of row oh, pixels [ow0, ow0 + 16 NV) (the last vector cut to `last`
+ * lanes) from the split rows sp ([C][3 slots][2][wh], at column ow0; tap kh's row in slot sl[kh]);
+ * taps kh in [kh0, kh1). */
+static inline __attribute__((always_inline)) void rk_tile(const rk_job *j, const float *sp, const float *w,
+                                                          const float *bias, float *yo, const int *sl, int64_t kh0,
+                                                          int64_t kh1, __mmask16 last, const int NV) {
+    const int64_t C = j->s->C, wh = j->wh, plane = j->v.OH * j->v.OW;
+    __m512 acc[RK_MB][3];
+#pragma GCC unroll 8
+    for (int mi = 0; mi < RK_MB; mi++) {
+        const __m512 b = bias ? _mm512_set1_ps(bias[mi]) : _mm512_setzero_ps();
+#pragma GCC unroll 3
+        for (int q = 0; q < NV; q++) acc[mi][q] = b;
+    }
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t kh = kh0; kh < kh1; kh++) {
+            const float *ev = sp + (c * 3 + sl[kh]) * 2 * wh, *od = ev + wh;
+            const float *wt = w + (c * 9 + kh * 3) * RK_MB;
+#pragma GCC unroll 3
+            for (int kw = 0; kw < 3; kw++) {
+                const float *src = kw == 1 ? od : ev + (kw >> 1);
+                __m512 in[3];
+#pragma GCC unroll 3
+                for (int q = 0; q < NV; q++) in[q] = _mm512_loadu_ps(src + 16 * q);
+#pragma GCC unroll 8
+                for (int mi = 0; mi < RK_MB; mi++) {
+                    const __m512 wv = _mm512_set1_ps(wt[kw * RK_MB + mi]);
+#pragma GCC unroll 3
+                    for (int q = 0; q < NV; q++) acc[mi][q] = _mm512_fmadd_ps(in[q], wv, acc[mi][q]);
+                }
+            }
+        }
+#pragma GCC unroll 8
+    for (int mi = 0; mi < RK_MB; mi++)
+#pragma GCC unroll 3
+        for (int q = 0; q < NV; q++) {
+            float *p = yo + mi * plane + 16 * q;
+            if (q == NV - 1) _mm512_mask_storeu_ps(p, last, acc[mi][q]);
+            else _mm512_storeu_ps(p, acc[mi][q]);
+        }
+}
+
+static void rk_tile_any(const rk_job *j, const float *sp, const float *w, const float *bias, float *yo, const int *sl,
+                        int64_t kh0, int64_t kh1, __mmask16 last, int nv) {
+    if (nv == 3) rk_tile(j, sp, w, bias, yo, sl, kh0, kh1, last, 3);
+    else if (nv == 2) rk_tile(j, sp, w, bias, yo, sl, kh0, kh1, last, 2);
+    else rk_tile(j, sp, w, bias, yo, sl, kh0, kh1, last, 1);
+}
+
+/* Splits row ih of every channel of image n (zero outside the image) into even and odd columns of
+ * the padded row: dst[c][r][0][i] = x(ih, 2i - pw), dst[c][r][1][i] = x(ih, 2i + 1 - pw). */
+static void rk_split_rows(const rk_job *j, const float *xn, int64_t ih, int r, float *dst) {
+    const win2 *v = &j->v;
+    const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    for (int64_t c = 0; c < j->s->C; c++) {
+        const float *row = xn + (c * v->H + ih) * v->W;
+        float *e = dst + (c * 3 + r) * 2 * j->wh, *o = e + j->wh;
+        for (int64_t i = 0; i < j->wh; i += 16) {
+            const int64_t u = 2 * i - v->pw; /* first input column of this pair of vectors */
+            __m512 a, b;
+            if (u >= 0 && u + 32 <= v->W) {
+                a = _mm512_loadu_ps(row + u), b = _mm512_loadu_ps(row + u + 16);
+            } else {
+                __mmask16 m0 = 0, m1 = 0;
+                const int64_t lo = max64(0, -u), hi = min64(16, v->W - u);
+                if (hi > lo) m0 = (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+                const int64_t lo1 = max64(0, -(u + 16)), hi1 = min64(16, v->W - u - 16);
+                if (hi1 > lo1) m1 = (__mmask16)(((1u << hi1) - 1u) & ~((1u << lo1) - 1u));
+                a = _mm512_maskz_loadu_ps(m0, row + u), b = _mm512_maskz_loadu_ps(m1, row + u + 16);
+            }
+            _mm512_store_ps(e + i, _mm512_permutex2var_ps(a, ev, b));
+            _mm512_store_ps(o + i, _mm512_permutex2var_ps(a, od, b));
+        }
+    }
+}
+
+/* Tasks are (image, band of output rows); per row, per tile position every block of 8 channels
+ * (the tile's inputs stay in L1 across the blocks). */
+static void rk_range(void *arg, int64_t begin, int64_t end) {
+    const rk_job *j = arg;
+    const conv_shape *s = j->s;
+    const win2 *v = &j->v;
+    const int64_t OW = v->OW, plane = v->OH * OW, nvec = (OW + 15) / 16;
+    const size_t bf = (size_t)(s->C * 6 * j->wh);
+    float *own = NULL, *sp = kn_conv_thread_buffer(bf);
+    if (!sp && !(sp = own = aligned_alloc(64, sizeof(float) * bf))) {
+        __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t n = t / j->bands, band = t % j->bands;
+        const int64_t oh0 = band * v->OH / j->bands, oh1 = (band + 1) * v->OH / j->bands;
+        const float *xn = j->x + n * s->C * v->H * v->W;
+        float *yn = j->y + n * s->M * plane;
+        int64_t have[3] = {-1, -1, -1}; /* the input row in each slot: row ih in slot ih mod 3 */
+        for (int64_t oh = oh0; oh < oh1; oh++) {
+            const int64_t ih0 = oh * 2 - v->ph, kh0 = max64(0, -ih0), kh1 = min64(3, v->H - ih0);
+            int sl[3] = {0, 0, 0};
+            for (int64_t kh = kh0; kh < kh1; kh++) {
+                const int64_t ih = ih0 + kh;
+                sl[kh] = (int)(ih % 3);
+                if (have[sl[kh]] != ih) rk_split_rows(j, xn, ih, sl[kh], sp), have[sl[kh]] = ih;
+            }
+            /* the next output row's two new input rows, into L2 while this row computes: the split
+             * had waited on memory for a fifth of the time (16 streams of a 320-float row each) */
+            for (int64_t ih = ih0 + 3; ih < min64(ih0 + 5, v->H) && oh + 1 < oh1; ih++)
+                for (int64_t ch = 0; ch < s->C; ch++) {
+                    const char *p = (const char *)(xn + (ch * v->H + ih) * v->W);
+                    for (int64_t b = 0; b < (int64_t)sizeof(float) * v->W; b += 64) _mm_prefetch(p + b, _MM_HINT_T1);
+                }
+            for (int64_t q0 = 0; q0 < nvec;) {
+                /* tiles of 3 vectors; a remainder of 1 or 2 vectors as 2 + 2 or 2 (not 3 + 1) */
+                const int64_t left = nvec - q0;
+                const int nv = left == 4 ? 2 : (int)min64(3, left);
+                const int64_t ow0 = 16 * q0, cols = min64(16 * nv, OW - ow0);
+                const __mmask16 last = kn_v16_tail(cols - 16 * (nv - 1));
+                for (int64_t m0 = 0; m0 < s->M; m0 += RK_MB)
+                    rk_tile_any(j, sp + ow0, j->wp + m0 * s->C * 9, j->bias ? j->bias + m0 : NULL,
+                                yn + m0 * plane + oh * OW + ow0, sl, kh0, kh1, last, nv);
+                q0 += nv;
+            }
+        }
+        if (j->epi && oh1 > oh0) j->epi(j->epi_ctx, j->y, n * s->M * plane + oh0 * OW, s->M, (oh1 - oh0) * OW, plane);
+    }
+    free(own);
+}
+
+static kiln_status rk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w, const float *bias,
+                           float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_is_input) {
+    int failed = 0;
+    rk_job j = {s, win2_of(&s->w), x, NULL, bias, y, 1, 0, epi, epi_ctx, &failed};
+    j.wh = (j.v.OW + 1 + 15) / 16 * 16; /* even[ow + 1] for the last pixel */
+    const size_t wbytes = sizeof(float) * (size_t)(s->M * s->C * 9);
+    rk_wctx wc = {w, s->M, s->C};
+    kn_const_layout lay = {10, {s->M, s->C, 0, 0}};
+    const float *wp = w_is_input ? kn_cpu_const_derived(c, 1, &lay, wbytes, rk_make_weights, &wc) : NULL;
+    float *own = NULL;
+    if (!wp) {
+        if (!(own = aligned_alloc(64, (wbytes + 63) / 64 * 64))) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        rk_make_weights(&wc, own);
+        wp = own;
+    }
+    j.wp = wp;
+    const int64_t threads = kn_threadpool_size(c->pool);
+    j.bands = max64(1, min64(j.v.OH, (4 * threads + s->N - 1) / s->N));
+    const int64_t work = s->M * s->C * 9 * s->out_plane / j.bands + 1;
+    kn_parallel_for(c->pool, s->N * j.bands, work > 65536 ? 1 : 65536 / work + 1, rk_range, &j);
+    free(own);
+    return failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
+}
+
 #endif
 
 /* ------------------------------------------------------------------ float Conv */
@@ -1573,6 +1773,7 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
         sk_conv(c, s, x, w, bias, y, epi, epi_ctx);
         return KILN_OK;
     }
+    if (!pointwise && rk_suits(s)) return rk_conv(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
     if (!pointwise && cl_suits(s)) return cl_conv(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
 #endif
     const float **ap = malloc(sizeof(float *) * (size_t)count * 2);
