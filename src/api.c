@@ -3,6 +3,7 @@
 #include "kiln.h"
 
 #include "backend/backend.h"
+#include "backend/cpu/isa.h"
 #include "exec/session.h"
 #include "ir/tensor.h"
 #include "util/status.h"
@@ -322,7 +323,7 @@ int kiln_provider_available(const char *name, const char **reason_out) {
     return 0;
 }
 
-static char kn_cpu_desc[256];
+static char kn_cpu_desc[1024];
 
 size_t kiln_device_count(const char *provider) {
     const kn_backend_ops *b = kn_backend_find(provider);
@@ -337,16 +338,6 @@ const char *kiln_device_description(const char *provider, size_t index) {
     }
     if (!provider || index != 0) return NULL;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *isa =
-#if defined(__AVX512F__)
-        "avx512f";
-#elif defined(__AVX2__)
-        "avx2";
-#elif defined(__SSE2__)
-        "sse2";
-#else
-        "generic";
-#endif
     char model[128] = "unknown cpu";
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (f) {
@@ -364,6 +355,6 @@ const char *kiln_device_description(const char *provider, size_t index) {
             }
         fclose(f);
     }
-    snprintf(kn_cpu_desc, sizeof kn_cpu_desc, "cpu: %s, %ld cores, kernels built for %s", model, cores, isa);
+    snprintf(kn_cpu_desc, sizeof kn_cpu_desc, "cpu: %s, %ld cores, kernels: %s", model, cores, kn_cpu_isa_describe());
     return kn_cpu_desc;
 }

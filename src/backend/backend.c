@@ -5,6 +5,7 @@
 
 #include "backend/cpu/const_cache.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/sgemm_bf16.h"
 #include "util/log.h"
 
@@ -27,6 +28,7 @@ static const char *cpu_device_description(size_t i) { return kiln_device_descrip
 static kiln_status cpu_init(const kn_backend_config *cfg, void **state_out) {
     *state_out = NULL;
     const bool bf16 = cfg && cfg->precision == KN_PRECISION_BF16;
+    KN_TRY(kn_cpu_isa_check()); /* KILN_CPU_ISA named a level this CPU or build lacks */
     if (cfg) KN_TRY(kn_cpu_precision_check(cfg->precision, bf16 && kn_bf16_cpu_usable()));
     KN_TRY(kn_cpu_state_create((kn_cpu_state **)state_out));
     kn_cpu_state_set_bf16(*state_out, bf16);

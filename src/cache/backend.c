@@ -17,12 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const kn_cpu_kernel *const kn_sect_cpu_tables[] = {
-#define KN_FAMILY(name) kn_cpu_##name,
-    KN_OP_FAMILIES
-#undef KN_FAMILY
-};
-#define N_CPU_TABLES (sizeof kn_sect_cpu_tables / sizeof kn_sect_cpu_tables[0])
 #define NOT_CPU 0xffffu
 
 typedef struct kwalk {
@@ -37,10 +31,12 @@ typedef struct kwalk {
 static uint32_t encode(const kn_node *n, int cpu) {
     uint32_t prov = (uint32_t)(n->provider & 0xff);
     if (n->provider != cpu || !n->kernel) return prov << 24 | 0xff0000u | NOT_CPU;
-    for (size_t t = 0; t < N_CPU_TABLES; t++)
-        for (const kn_cpu_kernel *k = kn_sect_cpu_tables[t]; k->op_type; k++)
+    size_t n_tables;
+    const kn_cpu_kernel *const *tables = kn_cpu_tables(&n_tables); /* the level's in use (backend/cpu/isa.h) */
+    for (size_t t = 0; t < n_tables; t++)
+        for (const kn_cpu_kernel *k = tables[t]; k->op_type; k++)
             if (k == (const kn_cpu_kernel *)n->kernel)
-                return prov << 24 | (uint32_t)t << 16 | (uint32_t)(k - kn_sect_cpu_tables[t]);
+                return prov << 24 | (uint32_t)t << 16 | (uint32_t)(k - tables[t]);
     return prov << 24 | 0xff0000u | NOT_CPU;
 }
 

@@ -1,12 +1,13 @@
 /* Device fingerprints for the cache key: what about the machine changes the compiled result.
  *
- * CPU: the processor model and the instruction sets this build of kiln was compiled to use (the
- * kernels are compiled once, for those), plus the architecture and byte order (compiled files
- * store tensors in host order). A provider adds its own fields under device.<provider>.*; the CUDA
+ * CPU: the processor model, the instruction sets this build of kiln was compiled to use and the
+ * level its CPU kernels run at (backend/cpu/isa.h: chosen at run time in a portable build), plus
+ * the architecture and byte order (compiled files store tensors in host order). A provider adds its own fields under device.<provider>.*; the CUDA
  * backend adds name, compute capability, driver, runtime, cuDNN and cuBLAS versions. */
 #include "cache/key.h"
 
 #include "backend/backend.h"
+#include "backend/cpu/isa.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -111,7 +112,11 @@ static void cpu_model_init(void) {
 static kiln_status cpu_fields(kn_cache_key *k) {
     pthread_once(&kn_cpu_once, cpu_model_init);
     KN_TRY(kn_cache_key_set(k, "device.cpu.model", kn_cpu_model));
-    return kn_cache_key_set(k, "device.cpu.isa", build_isa());
+    /* the level the CPU kernels run at (chosen at run time in a portable build: packed weights'
+     * layouts and the kernels chosen differ between levels) */
+    char isa[256];
+    snprintf(isa, sizeof isa, "%s,kernels=%s", build_isa(), kn_cpu_isa_name(kn_cpu_isa_active()));
+    return kn_cache_key_set(k, "device.cpu.isa", isa);
 }
 
 static kiln_status provider_fields(const kn_provider_request *req, kn_cache_key *k) {

@@ -265,12 +265,6 @@ char *kn_cache_shapes_text(const kiln_session_options *o) {
 
 /* ---- build: the operator registry and CPU kernel tables ---- */
 
-static const kn_cpu_kernel *const kn_key_cpu_tables[] = {
-#define KN_FAMILY(name) kn_cpu_##name,
-    KN_OP_FAMILIES
-#undef KN_FAMILY
-};
-
 static void hash_schema(const kn_op_schema *s, void *arg) {
     kn_hasher *h = arg;
     kn_hasher_str(h, s->domain);
@@ -291,9 +285,11 @@ static void registry_init(void) {
     kn_hasher h;
     kn_hasher_init(&h, 0x726567);
     kn_op_foreach(hash_schema, &h);
-    for (size_t f = 0; f < sizeof kn_key_cpu_tables / sizeof kn_key_cpu_tables[0]; f++) {
+    size_t n_tables;
+    const kn_cpu_kernel *const *tables = kn_cpu_tables(&n_tables);
+    for (size_t f = 0; f < n_tables; f++) {
         kn_hasher_u64(&h, f);
-        for (const kn_cpu_kernel *k = kn_key_cpu_tables[f]; k->op_type; k++) {
+        for (const kn_cpu_kernel *k = tables[f]; k->op_type; k++) {
             kn_hasher_str(&h, k->domain);
             kn_hasher_str(&h, k->op_type);
             kn_hasher_u64(&h, k->supports != NULL);

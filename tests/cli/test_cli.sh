@@ -91,6 +91,25 @@ else
   echo "SKIP kiln info's no-driver message: this machine has an NVIDIA driver"; skip=$((skip + 1))
 fi
 
+# --- the CPU kernels' level (src/backend/cpu/isa.h): kiln info names it and how it was chosen; a
+# level the CPU lacks (KILN_CPU_MASK hides features: it stands for such a CPU) or the build lacks
+# fails the session with the reason (status 1), never with an illegal instruction
+expect "info: CPU kernels' level" 0 "kernels: (baseline|avx2|avx512) \(" -- info
+KILN_CPU_ISA=avx9 expect "CPU level unknown" 1 "provider 'cpu': KILN_CPU_ISA='avx9' is not a CPU level" -- run "$m" --dim batch=2
+KILN_CPU_MASK=sse9 expect "CPU mask unknown" 1 "KILN_CPU_MASK: unknown CPU feature 'sse9'" -- run "$m" --dim batch=2
+if grep -q "run-time dispatch" <<<"$info"; then
+  KILN_CPU_ISA=avx512 KILN_CPU_MASK=avx512f,avx512bw expect "CPU level the CPU lacks" 1 \
+    "provider 'cpu': KILN_CPU_ISA=avx512: this CPU lacks avx512f,avx512bw \(hidden by KILN_CPU_MASK\)" -- run "$m" --dim batch=2
+  KILN_CPU_ISA=avx2 KILN_CPU_MASK=fma expect "CPU level the CPU lacks (avx2)" 1 \
+    "KILN_CPU_ISA=avx2: this CPU lacks fma \(hidden by KILN_CPU_MASK\)" -- run "$m" --dim batch=2
+  KILN_CPU_ISA=baseline expect "CPU level forced" 0 "kernels: baseline \(run-time dispatch .*KILN_CPU_ISA chose it" -- info
+  KILN_CPU_ISA=baseline expect "CPU level forced: runs" 0 "y: float\\[2,4\\]" -- run "$m" --dim batch=2
+  KILN_CPU_MASK=avx512f expect "CPU mask: the next level down" 0 "kernels: (baseline|avx2) \(" -- info
+else
+  other=baseline; grep -q "kernels: baseline" <<<"$info" && other=avx2
+  KILN_CPU_ISA=$other expect "CPU level not built (native build)" 1 "KILN_CPU_ISA=$other: this build of kiln has the CPU kernels of .* only" -- run "$m" --dim batch=2
+fi
+
 # --- kiln info with stand-ins for the driver and the libraries, first in LD_LIBRARY_PATH, so that
 # every case is checked on any machine (a GPU host's real driver included): the CUDA runtime linked
 # into kiln dlopens "libcuda.so.1" and takes the stand-in (tests/cli/stub_libcuda.c: a version and no

@@ -36,6 +36,11 @@ enum {
 const kn_cpu_kernel *kn_cpu_find(const kn_node *node, const kn_type *const *in, int n_in,
                                  char *why, size_t cap);
 
+/* The kernel tables (kn_cpu_<family> below, in KN_OP_FAMILIES' order) and their count: code outside
+ * the backend (the cache key, the compiled file's kernel indices) reads them through this, which in
+ * a build with run-time dispatch gives the chosen level's (isa.h). */
+const kn_cpu_kernel *const *kn_cpu_tables(size_t *count);
+
 #define KN_FAMILY(name) extern const kn_cpu_kernel kn_cpu_##name[];
 KN_OP_FAMILIES
 #undef KN_FAMILY

@@ -21,6 +21,11 @@ static bool reads_packed(const kn_node *node) {
     return false;
 }
 
+const kn_cpu_kernel *const *kn_cpu_tables(size_t *count) {
+    *count = sizeof kn_cpu_families / sizeof kn_cpu_families[0];
+    return kn_cpu_families;
+}
+
 const kn_cpu_kernel *kn_cpu_find(const kn_node *node, const kn_type *const *in, int n_in,
                                  char *why, size_t cap) {
     for (size_t f = 0; f < sizeof kn_cpu_families / sizeof kn_cpu_families[0]; f++)

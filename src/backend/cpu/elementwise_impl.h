@@ -279,6 +279,9 @@ static inline float kn_ew_log1p_pos(float y) {
 /* 0.5 x (1 + erf(x/sqrt2)); below x/sqrt2 = -1 as 0.5 x erfc(-x/sqrt2), keeping relative
  * accuracy where 1 + erf cancels */
 static inline float kn_ew_gelu_erff(float x) {
+    /* below x = -10 sqrt2 the result is below 1e-43: 0 with x's sign (as kn_v16_gelu_erf), not
+     * erfc(10) (a subnormal, where the clamp below puts it) times a huge x */
+    if (x < -14.1421356f) return 0.0f * x;
     float z = x * 0.70710678118654752f;
     float a = fabsf(z);
     /* erfc(|z|) for |z| >= 1, with z^2 = x^2/2 from x (z itself carries x/sqrt2's rounding) */

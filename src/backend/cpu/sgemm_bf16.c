@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/const_cache.h"
+#include "backend/cpu/isa.h"
 #include "util/status.h"
 
 #include <pthread.h>
@@ -90,7 +91,11 @@ static bool detect(void) { return false; }
 
 static bool cpu_has;
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
-static void cpu_init_once(void) { cpu_has = detect(); }
+/* also needs the avx512 level in use (backend/cpu/isa.h): KILN_CPU_ISA=avx2 or baseline, or
+ * KILN_CPU_MASK=avx512bf16, stands for a CPU without it */
+static void cpu_init_once(void) {
+    cpu_has = detect() && kn_cpu_isa_active() >= KN_ISA_AVX512 && (kn_cpu_features() & KN_CPUF_AVX512BF16);
+}
 
 bool kn_bf16_cpu_supported(void) {
     pthread_once(&cpu_once, cpu_init_once);
