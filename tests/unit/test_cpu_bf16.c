@@ -284,7 +284,8 @@ KN_TEST(bf16_kept_forms_only_of_state_memory) {
 /* ------------------------------------------------------------------ sessions */
 
 /* x [R, 96] -> MatMul W1 [96, 80] -> Relu -> Gemm (transB) W2 [72, 80] + b -> y [R, 72];
- * c [1, 8, 20, 20] -> Conv 3x3 pad 1, 32 channels + bias -> z (the GEMM with implicit im2col) */
+ * c [1, 8, 20, 20] -> Conv 5x5 pad 2, 32 channels + bias -> z (the GEMM with implicit im2col; a
+ * 3x3 on 8 channels runs conv.c's direct kernel rk_conv, which stays fp32) */
 static unsigned char *mixed_model(size_t *size) {
     tmb b;
     tmb_init(&b, 17);
@@ -294,7 +295,7 @@ static unsigned char *mixed_model(size_t *size) {
     int w1 = tmb_const(&b, "w1", 2, (int64_t[]){96, 80}, 0.2f);
     int w2 = tmb_const(&b, "w2", 2, (int64_t[]){72, 80}, 0.2f);
     int b2 = tmb_const(&b, "b2", 1, (int64_t[]){72}, 1.0f);
-    int wc = tmb_const(&b, "wc", 4, (int64_t[]){32, 8, 3, 3}, 0.3f);
+    int wc = tmb_const(&b, "wc", 4, (int64_t[]){32, 8, 5, 5}, 0.3f);
     int bc = tmb_const(&b, "bc", 1, (int64_t[]){32}, 1.0f);
     int h = tmb_value(&b, "h"), r = tmb_value(&b, "r"), y = tmb_value(&b, "y"), z = tmb_value(&b, "z");
     tmb_node(&b, "MatMul", (int[]){x, w1}, 2, h);
@@ -302,7 +303,7 @@ static unsigned char *mixed_model(size_t *size) {
     int gn = tmb_node(&b, "Gemm", (int[]){r, w2, b2}, 3, y);
     tmb_int(&b, gn, "transB", 1);
     int cn = tmb_node(&b, "Conv", (int[]){c, wc, bc}, 3, z);
-    tmb_ints(&b, cn, "pads", (int64_t[]){1, 1, 1, 1}, 4);
+    tmb_ints(&b, cn, "pads", (int64_t[]){2, 2, 2, 2}, 4);
     tmb_output(&b, y);
     tmb_output(&b, z);
     return tmb_finish(&b, size);

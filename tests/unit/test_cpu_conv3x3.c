@@ -1,6 +1,6 @@
 /* The CPU's 3x3 convolutions (conv_winograd.c's F(4x4, 3x3) at stride 1, dilated or not, conv.c's
  * direct kernel with output channels in the lanes at stride 2 and on 7x7 planes, output pixels in
- * the lanes at stride 2 with at most 16 input channels, the implicit GEMM
+ * the lanes at stride 1 and 2 with at most 16 input channels, the implicit GEMM
  * for the rest: groups, few channels) against the definition in double over many shapes: odd plane sizes (partial 4x4
  * tiles, rows of more than 16 tiles, partial pixel tiles), every padding combination including
  * none and asymmetric, batch > 1, channel counts that are not multiples of the vector width, bias
@@ -120,6 +120,11 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         {1, 16, 40, 128, 16, 2, 1, 1, {1, 1, 1, 1}, true, true, false},   /* 4 vectors: 2 + 2, W an input */
         {2, 7, 21, 33, 24, 2, 1, 1, {2, 2, 2, 2}, true, false, true},     /* pads of 2: first taps skipped */
         {1, 16, 9, 200, 32, 2, 1, 1, {0, 0, 0, 0}, true, false, false},   /* no pads, 99 a row: 3 + 2 + 2 */
+        /* stride 1 with fewer than 16 input channels: the same kernel (rk_conv) */
+        {1, 1, 40, 37, 32, 1, 1, 1, {1, 1, 1, 1}, true, false, false},    /* one channel, 37 a row */
+        {2, 6, 19, 50, 16, 1, 1, 1, {0, 2, 1, 0}, false, false, true},    /* asymmetric pads, batch 2 */
+        {1, 12, 33, 100, 24, 1, 1, 1, {0, 0, 0, 0}, true, true, false},   /* no pads: 98 a row, W input */
+        {1, 3, 17, 64, 8, 1, 1, 1, {1, 1, 1, 1}, true, false, true},      /* 4 vectors: 2 + 2 */
         /* dilation at stride 1: Winograd over the phase images (conv_winograd.c) */
         {1, 64, 28, 28, 64, 1, 2, 1, {2, 2, 2, 2}, true, false, false},   /* d2, 4 phases of 14x14 */
         {2, 20, 17, 19, 24, 1, 2, 1, {1, 0, 3, 2}, true, false, true},    /* odd pads and sizes, Relu */
