@@ -335,9 +335,53 @@ template <typename E> static E from_bits(uint64_t bits) {
     return e;
 }
 
+// One element (a unit of 1-16 bytes) of the joined tensor per step: its piece found by a walk over
+// the ascending offsets (at most KN_CU_MAX_PIECES), then read from or written to it.
+template <typename E, typename I> __global__ void k_pieces(E *joined, I row, I n, kn_cu_pieces p, bool split) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (I)blockDim.x * gridDim.x) {
+        const I r = i / row, c = i % row;
+        int k = 0;
+        while (k + 1 < p.n && c >= (I)p.off[k + 1]) k++;
+        E *piece = (E *)p.ptr[k] + (int64_t)r * p.width[k] + (c - (I)p.off[k]);
+        if (split) *piece = joined[i];
+        else joined[i] = *piece;
+    }
+}
+
 } // namespace
 
 extern "C" {
+
+cudaError_t kn_cu_pieces_copy(size_t esize, void *joined, int64_t outer, int64_t row, const kn_cu_pieces *p, bool split,
+                              cudaStream_t s) {
+    if (p->n > KN_CU_MAX_PIECES || p->n < 1) return cudaErrorNotSupported;
+    if (outer == 0 || row == 0) return cudaSuccess;
+    // in the widest unit (up to 16 bytes) that every row, piece and address is a whole number of:
+    // a channels-last Concat's pieces are rows of a few dozen bytes
+    kn_cu_pieces q = *p;
+    size_t unit = esize;
+    for (size_t w = 16; w > esize; w /= 2) {
+        bool fits = (size_t)row * esize % w == 0 && (uintptr_t)joined % w == 0;
+        for (int k = 0; fits && k < p->n; k++)
+            fits = (size_t)p->width[k] * esize % w == 0 && (size_t)p->off[k] * esize % w == 0 && (uintptr_t)p->ptr[k] % w == 0;
+        if (fits) {
+            unit = w;
+            break;
+        }
+    }
+    const int64_t per = (int64_t)(unit / esize);
+    for (int k = 0; k < q.n; k++) q.width[k] /= per, q.off[k] /= per;
+    row /= per;
+    const int64_t n = outer * row;
+    if (n < INT32_MAX) {
+        KNCU_DISPATCH_SIZE(unit, (k_pieces<type_, int32_t><<<grid_for(n, 256), 256, 0, s>>>((type_ *)joined, (int32_t)row,
+                                                                                         (int32_t)n, q, split)));
+    } else {
+        KNCU_DISPATCH_SIZE(unit, (k_pieces<type_, int64_t><<<grid_for(n, 256), 256, 0, s>>>((type_ *)joined, row, n, q,
+                                                                                         split)));
+    }
+    return cudaGetLastError();
+}
 
 cudaError_t kn_cu_gather(size_t esize, const void *data, const void *idx, bool idx64, void *y, int64_t outer,
                          int64_t axis_len, int64_t n_idx, int64_t inner, kn_cu_errp err, cudaStream_t s) {

@@ -337,24 +337,21 @@ template <typename T, bool KT> cudaError_t launch_d(const kn_cu_flash *p, cudaSt
     return launch_warps<T, 128, KT>(p, s, warps);
 }
 
-// Blocks of four warps share their key and value tiles; where that leaves too few blocks to fill
-// the device (a batch of one), blocks of one warp.
+// Blocks of four warps, which share their key and value tiles: also at batch 1, where they leave
+// most of the device idle (ViT-B/16: 48 blocks) and still beat blocks of one or two warps (H200,
+// fp16, kiln bench --io device, CUDA graphs: ViT-B/16 b1 0.763 / 0.700 / 0.688 ms with 1 / 2 / 4
+// warps, BERT-base b1 0.647 / 0.637 / 0.626; the general form 0.808 and 0.694).
 template <typename T> cudaError_t launch_any(const kn_cu_flash *p, cudaStream_t s) {
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) sms = 100;
-    const bool small = ((p->sq + 63) / 64) * p->b0 * p->b1 < 2 * sms;
     const bool kt = p->k_sj == 1 && p->k_sc != 1;
-    // By default only where it was measured faster than the general form on the H200: blocks of
-    // four warps and operand rows that take 16-byte loads (BERT-base batch 32: 12 nodes in 0.58 ms
-    // against 1.96). Blocks of one warp (BERT-base and ViT-B/16 at batch 1) and element-wise loads
-    // (ViT-B/16's 197 keys transposed) ran slower; p->force (KILN_CUDA_FLASH=1) takes them too.
+    // By default only where it was measured faster than the general form on the H200: operand rows
+    // that take 16-byte loads (BERT-base batch 32: 12 nodes in 0.58 ms against 1.96). Element-wise
+    // loads (ViT-B/16's 197 keys transposed) ran slower; p->force (KILN_CUDA_FLASH=1) takes them too.
     const bool aligned16 = ((uintptr_t)p->q & 15) == 0 && ((uintptr_t)p->k & 15) == 0 && ((uintptr_t)p->v & 15) == 0;
     const bool rows8 = p->q_s0 % 8 == 0 && p->q_s1 % 8 == 0 && p->q_si % 8 == 0 && p->k_s0 % 8 == 0 &&
                        p->k_s1 % 8 == 0 && (kt ? p->k_sc : p->k_sj) % 8 == 0 && p->v_s0 % 8 == 0 && p->v_s1 % 8 == 0 &&
                        p->v_sj % 8 == 0;
-    if (!p->force && (small || !aligned16 || !rows8)) return cudaErrorNotSupported;
-    const int warps = p->warps == 1 || p->warps == 2 || p->warps == 4 ? p->warps : small ? 1 : 4;
+    if (!p->force && (!aligned16 || !rows8)) return cudaErrorNotSupported;
+    const int warps = p->warps == 1 || p->warps == 2 ? p->warps : 4;
     return kt ? launch_d<T, true>(p, s, warps) : launch_d<T, false>(p, s, warps);
 }
 

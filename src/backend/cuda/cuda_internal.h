@@ -153,6 +153,17 @@ typedef struct kn_cu_chain {
 cudaError_t kn_cu_chain_run(kiln_dtype dt, const kn_cu_chain *c, void *y, int64_t n, cudaStream_t s);
 
 /* data movement (cu_data.cu) */
+/* Concat (split false) or Split (true) in one launch: the joined tensor is `outer` rows of `row`
+ * elements of esize bytes; piece i holds width[i] elements of every row, from element off[i] on
+ * (offsets ascending, no width 0). cudaErrorNotSupported for more than KN_CU_MAX_PIECES pieces. */
+#define KN_CU_MAX_PIECES 16
+typedef struct kn_cu_pieces {
+    int n;
+    void *ptr[KN_CU_MAX_PIECES];
+    int64_t width[KN_CU_MAX_PIECES], off[KN_CU_MAX_PIECES];
+} kn_cu_pieces;
+cudaError_t kn_cu_pieces_copy(size_t esize, void *joined, int64_t outer, int64_t row, const kn_cu_pieces *p, bool split,
+                              cudaStream_t s);
 /* err: where an index out of range is reported (kn_cu_errp; its rec NULL: nowhere); the element
  * then reads as zero, or the write is skipped */
 cudaError_t kn_cu_gather(size_t esize, const void *data, const void *idx, bool idx64, void *y, int64_t outer,
@@ -239,7 +250,7 @@ typedef struct kn_cu_flash {
     void *y;
     int mask_bool, nan_to_zero;
     int force; /* also where the general form was measured faster (see launch_any) */
-    int warps; /* warps per block (1, 2 or 4; KILN_CUDA_FLASH_WARPS, to measure); 0: launch_any's rule */
+    int warps; /* warps per block (1, 2 or 4; KILN_CUDA_FLASH_WARPS, to measure); 0: 4 */
     int64_t b0, b1, sq, sk, d;
     int64_t q_s0, q_s1, q_si, k_s0, k_s1, k_sj, k_sc, v_s0, v_s1, v_sj, y_s0, y_s1, y_si;
     int64_t m_s0, m_s1, m_si, m_sj;

@@ -141,6 +141,27 @@ static void outer_inner(const int64_t *dims, int rank, int axis, int64_t *outer,
     for (int d = axis + 1; d < rank; d++) *inner *= dims[d];
 }
 
+/* The non-empty tensors of a Concat's inputs or a Split's outputs as pieces of the joined rows
+ * along `axis` (inner: the elements after it); false when there are more than one launch takes. */
+static bool gather_pieces(const kn_tensor *const *ts, int n, int axis, int64_t inner, kn_cu_pieces *pc) {
+    pc->n = 0;
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        const kn_tensor *t = ts[i];
+        if (!t) continue;
+        const int64_t len = t->rank ? t->dims[axis] : 1;
+        if (len * inner > 0) {
+            if (pc->n == KN_CU_MAX_PIECES) return false;
+            pc->ptr[pc->n] = (void *)t->data;
+            pc->width[pc->n] = len * inner;
+            pc->off[pc->n] = at * inner;
+            pc->n++;
+        }
+        at += len;
+    }
+    return pc->n > 0;
+}
+
 static kiln_status run_concat(kn_cuda *cu, kn_kernel_ctx *c) {
     NEED_OUT(c, 0);
     kn_tensor *y = c->out[0];
@@ -153,6 +174,11 @@ static kiln_status run_concat(kn_cuda *cu, kn_kernel_ctx *c) {
     outer_inner(y->dims, r, axis, &outer, &inner);
     size_t es = kiln_dtype_size(y->dtype);
     size_t dpitch = (size_t)(y->dims[axis] * inner) * es;
+    /* every input in one launch (a channels-last Concat joins thousands of short rows, which a
+     * copy per input and row moved slowly) */
+    kn_cu_pieces pc;
+    if (gather_pieces((const kn_tensor *const *)c->in, c->n_inputs, axis, inner, &pc))
+        return kn_cu_check(c, kn_cu_pieces_copy(es, y->data, outer, y->dims[axis] * inner, &pc, false, cu->stream), "Concat");
     int64_t at = 0;
     for (int i = 0; i < c->n_inputs; i++) {
         const kn_tensor *x = c->in[i];
@@ -179,6 +205,16 @@ static kiln_status run_split(kn_cuda *cu, kn_kernel_ctx *c) {
     outer_inner(x->dims, r, axis, &outer, &inner);
     size_t es = kiln_dtype_size(x->dtype);
     size_t spitch = (size_t)(x->dims[axis] * inner) * es;
+    for (int o = 0; o < c->n_outputs; o++)
+        if (c->node->outputs[o] >= 0) NEED_OUT(c, o);
+    /* every output in one launch, as Concat */
+    kn_cu_pieces pc;
+    if (c->n_outputs <= KN_CU_MAX_PIECES) {
+        const kn_tensor *outs[KN_CU_MAX_PIECES];
+        for (int o = 0; o < c->n_outputs; o++) outs[o] = c->node->outputs[o] >= 0 ? c->out[o] : NULL;
+        if (gather_pieces(outs, c->n_outputs, axis, inner, &pc))
+            return kn_cu_check(c, kn_cu_pieces_copy(es, x->data, outer, x->dims[axis] * inner, &pc, true, cu->stream), "Split");
+    }
     int64_t at = 0;
     for (int o = 0; o < c->n_outputs; o++) {
         if (c->node->outputs[o] < 0) continue;
