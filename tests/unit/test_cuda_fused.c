@@ -3,6 +3,10 @@
  * its C input) and a pass after it elsewhere (kiln's stand-in kernels, widths cuBLASLt refuses). */
 #include "test_onemodel.h"
 
+#ifdef KILN_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -256,4 +260,56 @@ KN_TEST(cuda_fused_conv_bias_relu) {
                             om_free(&gpu);
                             om_free(&cpu);
                         }
+}
+
+/* FusedConv channels last with an activation only cuDNN's operation graph takes (SiLU, Sigmoid,
+ * Tanh, Gelu, GeluTanh), with and without bias and residual, 3x3 and pointwise, in float16 and
+ * bfloat16: against the CPU's float FusedConv over the same values, with the graph (which must
+ * have run: cuda_conv_graph.c counts its runs) and without it (KILN_CUDA_CONV_GRAPH=0: the
+ * convolution, then a pass). */
+KN_TEST(cuda_fused_conv_graph_activations) {
+    NEED_GPU();
+#if defined(KILN_HAVE_CUDA) && defined(KILN_HAVE_CUDNN)
+    static const kiln_dtype types[2] = {KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
+    static const char *const acts[5] = {"SiLU", "Sigmoid", "Tanh", "Gelu", "GeluTanh"};
+    for (int graph = 1; graph >= 0; graph--) {
+        const unsigned long long runs0 = kn_cu_conv_graph_runs();
+        if (!graph) setenv("KILN_CUDA_CONV_GRAPH", "0", 1);
+        for (int t = 0; t < 2; t++)
+            for (int residual = 0; residual < 2; residual++)
+                for (int k = 1; k <= 3; k += 2)
+                    for (int ai = 0; ai < 5; ai++) {
+                        const kiln_dtype dt = types[t];
+                        char what[160];
+                        snprintf(what, sizeof what, "FusedConv %dx%d %s NHWC bias %s%s, graph %s", k, k,
+                                 kiln_dtype_name(dt), acts[ai], residual ? " residual" : "", graph ? "on" : "off");
+                        onemodel gpu, cpu;
+                        fused_conv_model(&gpu, dt, true, residual, k, acts[ai], NULL);
+                        fused_conv_model(&cpu, KILN_DTYPE_FLOAT, true, residual, k, acts[ai],
+                                         (const kn_tensor *const *)gpu.inputs);
+                        kn_tensor *got = run_one(&gpu, "cuda", what), *want = run_one(&cpu, "cpu", what);
+                        /* products of 72 terms in float, rounded once to the type */
+                        const double tol = dt == KILN_DTYPE_FLOAT16 ? 1e-2 : 6e-2;
+                        if (got && want && kn_tensor_count(got) == kn_tensor_count(want)) {
+                            for (int64_t i = 0; i < kn_tensor_count(want); i++) {
+                                const double w = kn_tensor_get_f64(want, i), g = kn_tensor_get_f64(got, i);
+                                if (!(fabs(g - w) <= tol * (1 + fabs(w)))) {
+                                    kn_unit_fail(__FILE__, __LINE__, "%s: element %lld is %.7g on CUDA, %.7g on the CPU", what,
+                                                 (long long)i, g, w);
+                                    break;
+                                }
+                            }
+                        } else
+                            kn_unit_fail(__FILE__, __LINE__, "%s: no output or outputs of different sizes", what);
+                        kiln_tensor_destroy(got);
+                        kiln_tensor_destroy(want);
+                        om_free(&gpu);
+                        om_free(&cpu);
+                    }
+        unsetenv("KILN_CUDA_CONV_GRAPH");
+        const unsigned long long ran = kn_cu_conv_graph_runs() - runs0;
+        if (graph) CHECK_MSG(ran >= 40, "cuDNN's operation graph ran %llu of 40 convolutions", ran);
+        else CHECK_MSG(ran == 0, "KILN_CUDA_CONV_GRAPH=0, yet the graph ran %llu times", ran);
+    }
+#endif
 }

@@ -80,6 +80,8 @@ typedef struct kn_cu_shared {
     int n_lt, cap_lt;
     void *conv_plans; /* cuDNN plans per node and input shape (cuda_conv.c) */
     int n_conv_plans, cap_conv_plans;
+    void *conv_graphs; /* cuDNN operation graphs per FusedConv node and input shape (cuda_conv_graph.c) */
+    int n_conv_graphs, cap_conv_graphs;
     kn_cu_tuned *tuned; /* tuning results: made here or imported from a compiled file */
     int n_tuned, cap_tuned, n_tuned_here;
     cublasLtHandle_t lt; /* made beside the start: kn_cu_handles_wait before use */
@@ -290,13 +292,30 @@ kiln_status kn_cu_tuning_import(void *state, const void *key, size_t key_len, co
 /* cuDNN convolutions (cuda_conv.c) */
 kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c);
 kiln_status kn_cu_run_conv_transpose(kn_cuda *cu, kn_kernel_ctx *c);
-/* Conv (c's first two inputs) with y = relu?(conv + bias + z) in the same call where the library
- * takes it (*done: cuDNN's fused call for bias and ReLU, cuBLASLt's epilogue for a pointwise one
- * channels last); otherwise the plain convolution, and the caller runs bias, z and relu after it. */
-kiln_status kn_cu_run_conv_fused(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *bias, const kn_tensor *z, bool relu,
-                                 bool *done);
+/* Conv (c's first two inputs) with y = act(conv + bias + z) in the same call where the library
+ * takes it: *done when bias and z were (cuDNN's fused call for bias and ReLU, cuBLASLt's epilogue
+ * for a pointwise one channels last, cuDNN's operation graph for the activations it takes), and
+ * *act_done when the activation was too; otherwise the plain convolution, and the caller runs what
+ * is left after it. */
+kiln_status kn_cu_run_conv_fused(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *bias, const kn_tensor *z, int act,
+                                 float p0, float p1, bool *done, bool *act_done);
 bool kn_cu_conv_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap);
 void kn_cu_conv_release(kn_cuda *cu);
+
+/* FusedConv channels last as one cuDNN operation graph (cuda_conv_graph.c): x [N, H, W, C], w [K, R,
+ * S, C], y [N, P, Q, K]; bias and z optional; act one that kn_cu_conv_graph_takes. *ran false
+ * (and KILN_OK) where no engine runs it: the caller then runs the convolution and a pass. */
+typedef struct kn_cu_conv_graph_args {
+    const kn_tensor *x, *w, *bias, *z;
+    kn_tensor *y;
+    int64_t stride[2], dil[2], pad_b[2], pad_e[2];
+    int act;
+} kn_cu_conv_graph_args;
+kiln_status kn_cu_conv_graph_run(kn_cuda *cu, kn_kernel_ctx *c, const kn_cu_conv_graph_args *a, bool *ran);
+bool kn_cu_conv_graph_takes(int act); /* an activation the graph runs and the other fused paths do not */
+bool kn_cu_conv_graph_enabled(void);  /* KILN_CUDA_CONV_GRAPH is not 0 */
+unsigned long long kn_cu_conv_graph_runs(void); /* graphs run in this process (tests) */
+void kn_cu_conv_graph_release(kn_cuda *cu);
 #ifdef KILN_HAVE_CUDNN
 /* A convolution's descriptors from its tuning key (the int32 words after the kind byte: rank,
  * data type, math type, groups, then x/y/w dims and pad/stride/dilation interleaved); counts gets

@@ -66,7 +66,8 @@ typedef struct conv_plan {
 typedef struct conv_epilogue {
     const kn_tensor *bias, *z;
     bool relu;
-    bool done;
+    int act; /* the node's activation (kn_act), for cuDNN's operation graph */
+    bool done, act_done;
 } conv_epilogue;
 
 static kiln_status dnn_fail(const kn_kernel_ctx *c, cudnnStatus_t s, const char *what) {
@@ -734,6 +735,21 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_e
     kn_tensor *y = c->out[0];
     conv_geom g;
     KN_TRY(geometry(c, transpose, &g));
+    /* an activation the other fused paths leave to a pass (SiLU, ...): the whole FusedConv as one
+     * cuDNN operation graph where an engine runs it (cuda_conv_graph.c) */
+    if (ep && kn_cu_conv_graph_takes(ep->act) && !transpose && g.nhwc && g.nsp == 2 && g.group == 1 &&
+        x->dtype == w->dtype && compute_dtype(cu, x->dtype) == x->dtype && kn_tensor_count(y) > 0 &&
+        kn_cu_conv_graph_enabled()) {
+        kn_cu_handles_wait(cu);
+        kn_cu_conv_graph_args ga = {x, w, ep->bias, ep->z, y, {g.stride[0], g.stride[1]}, {g.dil[0], g.dil[1]},
+                                    {g.pb[0], g.pb[1]}, {g.pe[0], g.pe[1]}, ep->act};
+        bool ran = false;
+        KN_TRY(kn_cu_conv_graph_run(cu, c, &ga, &ran));
+        if (ran) {
+            ep->done = ep->act_done = true;
+            return KILN_OK;
+        }
+    }
     if (!transpose && x->dtype == w->dtype && pointwise(&g, w) && kn_tensor_count(y) > 0) {
         KN_TRY(run_pointwise(cu, c, &g, ep));
         return add_bias(cu, c, b, g.nhwc);
@@ -900,11 +916,14 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_e
 kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c, false, NULL); }
 kiln_status kn_cu_run_conv_transpose(kn_cuda *cu, kn_kernel_ctx *c) { return run_any(cu, c, true, NULL); }
 
-kiln_status kn_cu_run_conv_fused(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *bias, const kn_tensor *z, bool relu,
-                                 bool *done) {
-    conv_epilogue ep = {bias, z, relu, false};
+kiln_status kn_cu_run_conv_fused(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *bias, const kn_tensor *z, int act,
+                                 float p0, float p1, bool *done, bool *act_done) {
+    (void)p0, (void)p1; /* (the graph's activations take no parameters yet) */
+    conv_epilogue ep = {bias, z, act == KN_ACT_RELU, act, false, false};
     kiln_status st = run_any(cu, c, false, &ep);
     *done = ep.done;
+    /* cuDNN's fused call and cuBLASLt's epilogue apply the ReLU they were given */
+    *act_done = ep.act_done || (ep.done && (act == KN_ACT_NONE || act == KN_ACT_RELU));
     return st;
 }
 

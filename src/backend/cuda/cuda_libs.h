@@ -34,7 +34,9 @@
     X(cudnnGetConvolutionBackwardDataWorkspaceSize) X(cudnnConvolutionBackwardData)                          \
     X(cudnnFindConvolutionForwardAlgorithmEx) X(cudnnFindConvolutionBackwardDataAlgorithmEx)             \
     X(cudnnCreateActivationDescriptor) X(cudnnDestroyActivationDescriptor) X(cudnnSetActivationDescriptor) \
-    X(cudnnConvolutionBiasActivationForward)
+    X(cudnnConvolutionBiasActivationForward)                                                                \
+    X(cudnnBackendCreateDescriptor) X(cudnnBackendDestroyDescriptor) X(cudnnBackendSetAttribute)           \
+    X(cudnnBackendGetAttribute) X(cudnnBackendFinalize) X(cudnnBackendExecute)
 #else
 #define KN_CU_DNN_FUNCS(X)
 #endif
@@ -100,6 +102,12 @@ bool kn_cu_libs_load(char *why, size_t cap);
 #define cudnnDestroyActivationDescriptor (kn_cu_lib.cudnnDestroyActivationDescriptor)
 #define cudnnSetActivationDescriptor (kn_cu_lib.cudnnSetActivationDescriptor)
 #define cudnnConvolutionBiasActivationForward (kn_cu_lib.cudnnConvolutionBiasActivationForward)
+#define cudnnBackendCreateDescriptor (kn_cu_lib.cudnnBackendCreateDescriptor)
+#define cudnnBackendDestroyDescriptor (kn_cu_lib.cudnnBackendDestroyDescriptor)
+#define cudnnBackendSetAttribute (kn_cu_lib.cudnnBackendSetAttribute)
+#define cudnnBackendGetAttribute (kn_cu_lib.cudnnBackendGetAttribute)
+#define cudnnBackendFinalize (kn_cu_lib.cudnnBackendFinalize)
+#define cudnnBackendExecute (kn_cu_lib.cudnnBackendExecute)
 #endif
 #endif
 

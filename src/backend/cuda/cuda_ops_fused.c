@@ -76,19 +76,20 @@ static kiln_status run_fused_conv(kn_cuda *cu, kn_kernel_ctx *c) {
     if (bias && kn_tensor_count(bias) != channels)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output channels",
                                (long long)kn_tensor_count(bias), (long long)channels);
-    /* bias, residual and ReLU in the library's call where it takes them (KILN_CUDA_CONV_FUSED=0:
-     * never): cuDNN's for bias + ReLU, cuBLASLt's epilogue for a pointwise convolution; another
-     * activation then runs as a pass over the output alone */
-    if ((bias || z) && conv_fused_enabled()) {
+    /* bias, residual and activation in the library's call where it takes them (KILN_CUDA_CONV_FUSED=0:
+     * never): cuDNN's legacy call for bias + ReLU, cuBLASLt's epilogue for a pointwise convolution,
+     * cuDNN's operation graph for SiLU and the other activations it has (channels last, half
+     * precision); what is left then runs as a pass over the output */
+    if ((bias || z || kn_cu_conv_graph_takes(a.act)) && conv_fused_enabled()) {
         kn_node proxy = *c->node;
         proxy.op_type = "Conv", proxy.domain = "", proxy.opset = 13;
         kn_kernel_ctx pc = *c;
         pc.node = &proxy;
         pc.n_inputs = 2;
-        bool done = false;
-        KN_TRY(kn_cu_run_conv_fused(cu, &pc, bias, z, a.act == KN_ACT_RELU, &done));
+        bool done = false, act_done = false;
+        KN_TRY(kn_cu_run_conv_fused(cu, &pc, bias, z, a.act, a.p0, a.p1, &done, &act_done));
         if (!done) return epilogue(cu, c, y, bias, channels, inner, z, &a);
-        if (a.act == KN_ACT_NONE || a.act == KN_ACT_RELU) return KILN_OK;
+        if (act_done) return KILN_OK;
         return epilogue(cu, c, y, NULL, channels, inner, NULL, &a);
     }
     /* the convolution without its bias, then bias, residual and activation in one pass */

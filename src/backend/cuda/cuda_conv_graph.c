@@ -1,0 +1,390 @@
+/* FusedConv as one cuDNN operation graph (the graph API's runtime fusion): the convolution, its
+ * bias, a residual and an activation that neither cuDNN's legacy fused call (bias and ReLU only)
+ * nor cuBLASLt's epilogue takes (SiLU above all: a YOLOv8 runs one after each of its 57
+ * convolutions, each a pass over the output that the graph's engine does in registers).
+ *
+ * Channels last (x [N, H, W, C], w [K, R, S, C], y [N, P, Q, K]), 2-D, one group, float16 or
+ * bfloat16 with float accumulation. The graph per node and shapes is built once and shared by the
+ * session's lanes (cu->sh->cache_mu); where cuDNN has no engine for it, or building fails, the node
+ * is marked and runs as before (the convolution, then a pass). Among the engines cuDNN's heuristics
+ * rank first, up to GRAPH_CANDIDATES are built and timed on the first run outside a capture, the
+ * fastest kept. KILN_CUDA_CONV_GRAPH=0 turns the path off. */
+#include "backend/cuda/cuda_backend.h"
+
+#include "ops/fused.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef KILN_HAVE_CUDNN
+
+#define GRAPH_CANDIDATES 4
+#define GRAPH_TIMED_RUNS 3
+
+/* unique ids of the graph's tensors in the variant pack */
+enum { UID_X = 1, UID_W, UID_B, UID_Z, UID_Y, UID_CONV = 10, UID_BIASED, UID_SUMMED };
+
+typedef struct conv_graph {
+    const char *node; /* the node's name (stable in the model's arena) */
+    int64_t xdims[4], wdims[4];
+    kiln_dtype dt;
+    cudnnBackendDescriptor_t plan; /* NULL: cuDNN could not run this graph */
+    int64_t ws;
+    bool bias, z;
+} conv_graph;
+
+static _Atomic unsigned long long graph_runs;
+
+unsigned long long kn_cu_conv_graph_runs(void) { return graph_runs; }
+
+bool kn_cu_conv_graph_enabled(void) {
+    const char *v = getenv("KILN_CUDA_CONV_GRAPH");
+    return !(v && !strcmp(v, "0"));
+}
+
+/* The cuDNN pointwise mode of an activation the graph takes (false for the others). */
+static bool act_mode(int act, cudnnPointwiseMode_t *m) {
+    switch (act) {
+    case KN_ACT_RELU: *m = CUDNN_POINTWISE_RELU_FWD; return true;
+    case KN_ACT_SIGMOID: *m = CUDNN_POINTWISE_SIGMOID_FWD; return true;
+    case KN_ACT_TANH: *m = CUDNN_POINTWISE_TANH_FWD; return true;
+    case KN_ACT_SILU: *m = CUDNN_POINTWISE_SWISH_FWD; return true;
+    case KN_ACT_GELU: *m = CUDNN_POINTWISE_GELU_FWD; return true;
+    case KN_ACT_GELU_TANH: *m = CUDNN_POINTWISE_GELU_APPROX_TANH_FWD; return true;
+    default: return false;
+    }
+}
+
+bool kn_cu_conv_graph_takes(int act) {
+    cudnnPointwiseMode_t m;
+    return act != KN_ACT_NONE && act != KN_ACT_RELU && act_mode(act, &m);
+}
+
+/* ---------------------------------------------------------------- building */
+
+/* A descriptor being built: every call after the first failure does nothing (s keeps it). */
+typedef struct builder {
+    cudnnStatus_t s;
+    const char *what; /* the step that failed */
+} builder;
+
+static cudnnBackendDescriptor_t make(builder *b, cudnnBackendDescriptorType_t type, const char *what) {
+    cudnnBackendDescriptor_t d = NULL;
+    if (b->s != CUDNN_STATUS_SUCCESS) return NULL;
+    b->s = cudnnBackendCreateDescriptor(type, &d);
+    if (b->s != CUDNN_STATUS_SUCCESS) b->what = what;
+    return d;
+}
+
+static void set(builder *b, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+                int64_t n, const void *v, const char *what) {
+    if (b->s != CUDNN_STATUS_SUCCESS) return;
+    b->s = cudnnBackendSetAttribute(d, name, type, n, v);
+    if (b->s != CUDNN_STATUS_SUCCESS) b->what = what;
+}
+
+static void finish(builder *b, cudnnBackendDescriptor_t d, const char *what) {
+    if (b->s != CUDNN_STATUS_SUCCESS) return;
+    b->s = cudnnBackendFinalize(d);
+    if (b->s != CUDNN_STATUS_SUCCESS) b->what = what;
+}
+
+static void drop(cudnnBackendDescriptor_t *d) {
+    if (*d) cudnnBackendDestroyDescriptor(*d);
+    *d = NULL;
+}
+
+/* A 4-D tensor in cuDNN's dim order (N, C, H, W) with channels-last strides. */
+static cudnnBackendDescriptor_t tensor(builder *b, int64_t uid, cudnnDataType_t dt, int64_t n, int64_t c, int64_t h,
+                                       int64_t w, bool is_virtual, const char *what) {
+    cudnnBackendDescriptor_t d = make(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR, what);
+    const int64_t dims[4] = {n, c, h, w}, strides[4] = {h * w * c, 1, w * c, c}, align = 16;
+    set(b, d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, what);
+    set(b, d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, what);
+    set(b, d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides, what);
+    set(b, d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, what);
+    set(b, d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, what);
+    set(b, d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual, what);
+    finish(b, d, what);
+    return d;
+}
+
+/* A pointwise operation y = mode(x [, other]) in float. */
+static cudnnBackendDescriptor_t pointwise(builder *b, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                                          cudnnBackendDescriptor_t other, cudnnBackendDescriptor_t y,
+                                          cudnnBackendDescriptor_t *pw_out, const char *what) {
+    cudnnBackendDescriptor_t pw = make(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, what);
+    const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+    set(b, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, what);
+    set(b, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, what);
+    finish(b, pw, what);
+    *pw_out = pw;
+    cudnnBackendDescriptor_t op = make(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what);
+    set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw, what);
+    set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
+    if (other) set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &other, what);
+    set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
+    finish(b, op, what);
+    return op;
+}
+
+/* The execution plan of engine config cfg, or NULL when cuDNN does not build it. */
+static cudnnBackendDescriptor_t plan_of(cudnnHandle_t h, cudnnBackendDescriptor_t cfg, int64_t *ws) {
+    builder b = {CUDNN_STATUS_SUCCESS, NULL};
+    cudnnBackendDescriptor_t plan = make(&b, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "plan");
+    set(&b, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "plan");
+    set(&b, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg, "plan");
+    finish(&b, plan, "plan");
+    int64_t n = 0;
+    if (b.s == CUDNN_STATUS_SUCCESS)
+        b.s = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, ws);
+    if (b.s != CUDNN_STATUS_SUCCESS) drop(&plan);
+    return plan;
+}
+
+typedef struct graph_io {
+    const void *x, *w, *b, *z;
+    void *y, *ws;
+} graph_io;
+
+static cudnnStatus_t execute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const conv_graph *g, const graph_io *io) {
+    int64_t uids[5];
+    void *ptrs[5];
+    int n = 0;
+    uids[n] = UID_X, ptrs[n++] = (void *)io->x;
+    uids[n] = UID_W, ptrs[n++] = (void *)io->w;
+    if (g->bias) uids[n] = UID_B, ptrs[n++] = (void *)io->b;
+    if (g->z) uids[n] = UID_Z, ptrs[n++] = (void *)io->z;
+    uids[n] = UID_Y, ptrs[n++] = io->y;
+    builder b = {CUDNN_STATUS_SUCCESS, NULL};
+    cudnnBackendDescriptor_t vp = make(&b, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
+    set(&b, vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids, "variant pack");
+    set(&b, vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs, "variant pack");
+    set(&b, vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &io->ws, "variant pack");
+    finish(&b, vp, "variant pack");
+    if (b.s == CUDNN_STATUS_SUCCESS) b.s = cudnnBackendExecute(h, plan, vp);
+    drop(&vp);
+    return b.s;
+}
+
+/* Mean time in ms of GRAPH_TIMED_RUNS executions of plan (a negative value: it failed). */
+static float time_plan(kn_cuda *cu, cudnnBackendDescriptor_t plan, const conv_graph *g, const graph_io *io) {
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float ms = -1;
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) goto done;
+    if (execute(cu->dnn, plan, g, io) != CUDNN_STATUS_SUCCESS) goto done; /* warm */
+    cudaEventRecord(e0, cu->stream);
+    for (int r = 0; r < GRAPH_TIMED_RUNS; r++)
+        if (execute(cu->dnn, plan, g, io) != CUDNN_STATUS_SUCCESS) goto done;
+    cudaEventRecord(e1, cu->stream);
+    if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess) ms /= GRAPH_TIMED_RUNS;
+    else ms = -1;
+done:
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaGetLastError();
+    return ms;
+}
+
+/* Builds g's plan: the operation graph, cuDNN's ranked engine configs, the first that build (up to
+ * GRAPH_CANDIDATES) timed when the stream is not capturing. why says what failed. */
+static void build(kn_cuda *cu, const kn_cu_conv_graph_args *a, conv_graph *g, const graph_io *io, char *why,
+                  size_t cap) {
+    const cudnnDataType_t io_t = a->x->dtype == KILN_DTYPE_FLOAT16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16,
+                          f32 = CUDNN_DATA_FLOAT;
+    const int64_t N = a->x->dims[0], H = a->x->dims[1], W = a->x->dims[2], C = a->x->dims[3];
+    const int64_t K = a->w->dims[0], R = a->w->dims[1], S = a->w->dims[2];
+    const int64_t P = a->y->dims[1], Q = a->y->dims[2];
+    builder b = {CUDNN_STATUS_SUCCESS, NULL};
+    cudnnBackendDescriptor_t ds[16] = {0}, ops[4] = {0}, pws[3] = {0}, cfgs[GRAPH_CANDIDATES * 2] = {0};
+    int nd = 0, nops = 0;
+    cudnnBackendDescriptor_t xd = ds[nd++] = tensor(&b, UID_X, io_t, N, C, H, W, false, "X");
+    cudnnBackendDescriptor_t wd = ds[nd++] = tensor(&b, UID_W, io_t, K, C, R, S, false, "W");
+    cudnnBackendDescriptor_t cd = ds[nd++] = tensor(&b, UID_CONV, f32, N, K, P, Q, true, "convolution output");
+    cudnnBackendDescriptor_t yd = ds[nd++] = tensor(&b, UID_Y, io_t, N, K, P, Q, false, "Y");
+    cudnnBackendDescriptor_t conv = ds[nd++] = make(&b, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, "convolution");
+    const int64_t two = 2;
+    const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+    set(&b, conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, "convolution");
+    set(&b, conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, "convolution");
+    set(&b, conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &two, "convolution");
+    set(&b, conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, a->dil, "convolution");
+    set(&b, conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, a->stride, "convolution");
+    set(&b, conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, a->pad_b, "convolution");
+    set(&b, conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, a->pad_e, "convolution");
+    finish(&b, conv, "convolution");
+    cudnnBackendDescriptor_t fwd = ops[nops++] = make(&b, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, "forward");
+    const float one = 1, zero = 0;
+    set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xd, "forward");
+    set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &wd, "forward");
+    set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd, "forward");
+    set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv, "forward");
+    set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &one, "forward");
+    set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &zero, "forward");
+    finish(&b, fwd, "forward");
+    cudnnBackendDescriptor_t cur = cd;
+    if (g->bias) { /* + bias [1, K, 1, 1] */
+        cudnnBackendDescriptor_t bd = ds[nd++] = tensor(&b, UID_B, io_t, 1, K, 1, 1, false, "bias");
+        cudnnBackendDescriptor_t t = ds[nd++] = tensor(&b, UID_BIASED, f32, N, K, P, Q, true, "biased");
+        ops[nops++] = pointwise(&b, CUDNN_POINTWISE_ADD, cur, bd, t, &pws[0], "bias add");
+        cur = t;
+    }
+    if (g->z) { /* + residual */
+        cudnnBackendDescriptor_t zd = ds[nd++] = tensor(&b, UID_Z, io_t, N, K, P, Q, false, "residual");
+        cudnnBackendDescriptor_t t = ds[nd++] = tensor(&b, UID_SUMMED, f32, N, K, P, Q, true, "summed");
+        ops[nops++] = pointwise(&b, CUDNN_POINTWISE_ADD, cur, zd, t, &pws[1], "residual add");
+        cur = t;
+    }
+    cudnnPointwiseMode_t am = CUDNN_POINTWISE_IDENTITY;
+    act_mode(a->act, &am);
+    ops[nops++] = pointwise(&b, am, cur, NULL, yd, &pws[2], "activation");
+
+    cudnnBackendDescriptor_t graph = make(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
+    set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, nops, ops, "operation graph");
+    set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &cu->dnn, "operation graph");
+    finish(&b, graph, "operation graph");
+    cudnnBackendDescriptor_t heur = make(&b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
+    const cudnnBackendHeurMode_t hm = CUDNN_HEUR_MODE_A;
+    set(&b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heuristics");
+    set(&b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &hm, "heuristics");
+    finish(&b, heur, "heuristics");
+    int64_t n_cfg = 0;
+    const int64_t want = GRAPH_CANDIDATES * 2;
+    for (int i = 0; i < want && b.s == CUDNN_STATUS_SUCCESS; i++)
+        cfgs[i] = make(&b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine configs");
+    if (b.s == CUDNN_STATUS_SUCCESS) {
+        b.s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, want, &n_cfg, cfgs);
+        if (b.s != CUDNN_STATUS_SUCCESS) b.what = "engine configs";
+    }
+    /* the first configs that build; timed unless a capture is under way (then the first) */
+    enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(cu->stream, &capturing);
+    int built = 0;
+    float best = -1;
+    for (int64_t i = 0; i < n_cfg && i < want && built < GRAPH_CANDIDATES && b.s == CUDNN_STATUS_SUCCESS; i++) {
+        int64_t ws = 0;
+        cudnnBackendDescriptor_t plan = plan_of(cu->dnn, cfgs[i], &ws);
+        if (!plan) continue;
+        if (ws > (int64_t)cu->workspace_size) { /* kept to the lane's workspace: no scratch per call */
+            drop(&plan);
+            continue;
+        }
+        built++;
+        graph_io tio = *io;
+        tio.ws = cu->workspace;
+        const float ms = capturing == cudaStreamCaptureStatusNone ? time_plan(cu, plan, g, &tio) : 0;
+        if (ms >= 0 && (best < 0 || ms < best)) {
+            if (g->plan) cudnnBackendDestroyDescriptor(g->plan);
+            g->plan = plan, g->ws = ws, best = ms;
+        } else {
+            drop(&plan);
+        }
+        if (capturing != cudaStreamCaptureStatusNone && g->plan) break;
+    }
+    if (b.s != CUDNN_STATUS_SUCCESS)
+        snprintf(why, cap, "%s: %s", b.what ? b.what : "building", cudnnGetErrorString(b.s));
+    else if (!g->plan)
+        snprintf(why, cap, "no engine of %lld built and ran within the lane's workspace", (long long)n_cfg);
+    for (int i = 0; i < want; i++) drop(&cfgs[i]);
+    drop(&heur);
+    drop(&graph);
+    for (int i = 0; i < nops; i++) drop(&ops[i]);
+    for (int i = 0; i < 3; i++) drop(&pws[i]);
+    for (int i = 0; i < nd; i++) drop(&ds[i]);
+}
+
+/* ---------------------------------------------------------------- the table and the run */
+
+static conv_graph *lookup(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_conv_graph_args *a) {
+    conv_graph *gs = cu->sh->conv_graphs;
+    for (int i = 0; i < cu->sh->n_conv_graphs; i++) {
+        conv_graph *g = &gs[i];
+        if (g->node == c->node->name && g->dt == a->x->dtype && !memcmp(g->xdims, a->x->dims, sizeof g->xdims) &&
+            !memcmp(g->wdims, a->w->dims, sizeof g->wdims) && g->bias == (a->bias != NULL) && g->z == (a->z != NULL))
+            return g;
+    }
+    return NULL;
+}
+
+kiln_status kn_cu_conv_graph_run(kn_cuda *cu, kn_kernel_ctx *c, const kn_cu_conv_graph_args *a, bool *ran) {
+    *ran = false;
+    const kn_tensor *x = a->x, *w = a->w, *bias = a->bias, *z = a->z;
+    kn_tensor *y = a->y;
+    if (!kn_cu_conv_graph_enabled() || !cu->dnn || !kn_cu_conv_graph_takes(a->act)) return KILN_OK;
+    if ((x->dtype != KILN_DTYPE_FLOAT16 && x->dtype != KILN_DTYPE_BFLOAT16) || x->rank != 4 || w->rank != 4 ||
+        y->rank != 4 || w->dtype != x->dtype || y->dtype != x->dtype || w->dims[3] != x->dims[3] ||
+        y->dims[3] != w->dims[0] || (bias && (bias->dtype != x->dtype || kn_tensor_count(bias) != w->dims[0])) ||
+        (z && (z->dtype != x->dtype || kn_tensor_count(z) != kn_tensor_count(y) || z->data == y->data)))
+        return KILN_OK;
+    /* 16-byte operands (the tensors' byte alignment the graph was described with) */
+    const void *ptrs[5] = {x->data, w->data, y->data, bias ? bias->data : NULL, z ? z->data : NULL};
+    for (int i = 0; i < 5; i++)
+        if ((uintptr_t)ptrs[i] % 16) return KILN_OK;
+    if (x->dims[3] % 8 || w->dims[0] % 8) return KILN_OK; /* tensor-core engines want whole 16-byte channel rows */
+    graph_io io = {x->data, w->data, bias ? bias->data : NULL, z ? z->data : NULL, y->data, NULL};
+    pthread_mutex_lock(&cu->sh->cache_mu);
+    conv_graph *g = lookup(cu, c, a);
+    if (!g) {
+        if (cu->sh->n_conv_graphs == cu->sh->cap_conv_graphs) {
+            const int nc = cu->sh->cap_conv_graphs ? cu->sh->cap_conv_graphs * 2 : 16;
+            conv_graph *grown = realloc(cu->sh->conv_graphs, sizeof *grown * (size_t)nc);
+            if (!grown) {
+                pthread_mutex_unlock(&cu->sh->cache_mu);
+                return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory for cuDNN's graph plans");
+            }
+            cu->sh->conv_graphs = grown;
+            cu->sh->cap_conv_graphs = nc;
+        }
+        g = &((conv_graph *)cu->sh->conv_graphs)[cu->sh->n_conv_graphs++];
+        memset(g, 0, sizeof *g);
+        g->node = c->node->name;
+        g->dt = x->dtype;
+        memcpy(g->xdims, x->dims, sizeof g->xdims);
+        memcpy(g->wdims, w->dims, sizeof g->wdims);
+        g->bias = bias != NULL;
+        g->z = z != NULL;
+        char why[256] = "";
+        const double t0 = kn_now_ms();
+        build(cu, a, g, &io, why, sizeof why);
+        if (!g->plan)
+            kn_log(KILN_LOG_DEBUG, "cuda: node '%s': no cuDNN graph for the convolution with its epilogue (%s): a pass after it",
+                   c->node->name, why);
+        else
+            kn_log(KILN_LOG_DEBUG, "cuda: node '%s': convolution, bias%s and %s as one cuDNN graph (%.1f ms to build)",
+                   c->node->name, z ? ", residual" : "", kn_act_name((kn_act)a->act), kn_now_ms() - t0);
+    }
+    cudnnBackendDescriptor_t plan = g->plan;
+    const conv_graph gc = *g; /* (the table may move once the lock is released) */
+    pthread_mutex_unlock(&cu->sh->cache_mu);
+    if (!plan) return KILN_OK;
+    io.ws = cu->workspace;
+    const cudnnStatus_t s = execute(cu->dnn, plan, &gc, &io);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        cudaGetLastError();
+        kn_log(KILN_LOG_DEBUG, "cuda: node '%s': cuDNN's graph did not run (%s): a pass after the convolution",
+               c->node->name, cudnnGetErrorString(s));
+        return KILN_OK;
+    }
+    graph_runs++;
+    *ran = true;
+    return KILN_OK;
+}
+
+void kn_cu_conv_graph_release(kn_cuda *cu) {
+    conv_graph *gs = cu->sh->conv_graphs;
+    for (int i = 0; i < cu->sh->n_conv_graphs; i++)
+        if (gs[i].plan) cudnnBackendDestroyDescriptor(gs[i].plan);
+    free(gs);
+    cu->sh->conv_graphs = NULL;
+    cu->sh->n_conv_graphs = cu->sh->cap_conv_graphs = 0;
+}
+
+#else
+
+void kn_cu_conv_graph_release(kn_cuda *cu) { (void)cu; }
+
+#endif
