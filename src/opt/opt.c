@@ -115,18 +115,58 @@ static void format_notes(const kn_opt_ctx *c, char *buf, size_t cap) {
         used += (size_t)snprintf(buf + used, cap - used, "%s%s x%d", i ? ", " : "", c->notes[i].what, c->notes[i].n);
 }
 
-/* Runs one pass; afterwards the graph is compact, sorted and its types inferred again. */
-static kiln_status run_pass(kn_opt_ctx *c, const kn_pass *p, int level, kn_opt_report_fn report, void *arg,
-                           bool *changed) {
+/* KILN_OPT_CHECK_FRESH=1 (tests): where a refresh is skipped because no pass changed the graph
+ * since the last one, make it anyway and fail when anything differs: a pass that rewrote the graph
+ * without kn_opt_note would otherwise leave the next pass stale tables. */
+static kiln_status check_fresh(kn_opt_ctx *c, const char *after) {
+    static int mode = -1;
+    if (mode < 0) {
+        const char *e = getenv("KILN_OPT_CHECK_FRESH");
+        mode = e && *e && strcmp(e, "0") != 0;
+    }
+    if (!mode) return KILN_OK;
+    kn_graph *g = c->g;
+    const int nv = g->n_values, total = c->cons_start ? c->cons_start[nv] : 0;
+    int *was = malloc(sizeof(int) * (size_t)(3 * nv + nv + 1 + total + 1));
+    if (!was) return KN_OOM();
+    for (int v = 0; v < nv; v++) {
+        was[3 * v] = g->values[v].uses;
+        was[3 * v + 1] = g->values[v].sub_reads;
+        was[3 * v + 2] = g->values[v].producer;
+    }
+    memcpy(was + 3 * nv, c->cons_start, sizeof(int) * (size_t)(nv + 1));
+    memcpy(was + 4 * nv + 1, c->cons, sizeof(int) * (size_t)total);
+    kiln_status st = kn_opt_refresh(c);
+    bool same = st == KILN_OK && c->cons_start[nv] == total &&
+                !memcmp(was + 3 * nv, c->cons_start, sizeof(int) * (size_t)(nv + 1)) &&
+                !memcmp(was + 4 * nv + 1, c->cons, sizeof(int) * (size_t)total);
+    for (int v = 0; same && v < nv; v++)
+        same = was[3 * v] == g->values[v].uses && was[3 * v + 1] == g->values[v].sub_reads &&
+               was[3 * v + 2] == g->values[v].producer;
+    free(was);
+    if (st == KILN_OK && !same)
+        st = kn_error(KILN_ERR_INTERNAL, "optimisation pass '%s' changed graph '%s' without noting it (its "
+                      "producer/consumer tables went stale)", after, g->name);
+    return st;
+}
+
+/* Runs one pass; afterwards the graph is compact, sorted and its types inferred again. The
+ * producer/consumer tables are refreshed first unless no pass changed the graph since they last
+ * were (most passes find nothing in most rounds: a refresh is a walk over every value and node,
+ * half of a large graph's optimisation time when it was made before every pass). */
+static kiln_status run_pass(kn_opt_ctx *c, const kn_pass *p, const char *prev, int level, kn_opt_report_fn report,
+                           void *arg, bool *changed) {
     kn_graph *g = c->g;
     int before = live_nodes(g);
     c->n_notes = 0;
     c->changes = 0;
-    KN_TRY(kn_opt_refresh(c));
+    if (!c->fresh || c->fresh_nodes != g->n_nodes || c->fresh_values != g->n_values) KN_TRY(kn_opt_refresh(c));
+    else KN_TRY(check_fresh(c, prev ? prev : "(none)"));
     kiln_status st = p->run(c);
     if (st != KILN_OK) return kn_error_prefix(st, "optimisation pass '%s': ", p->name);
     *changed = c->changes > 0;
     if (!*changed) return KILN_OK;
+    c->fresh = false; /* compacted, sorted, inferred again below */
     compact(g);
     st = kn_graph_sort(g);
     if (st == KILN_OK) st = kn_graph_infer(g);
@@ -193,6 +233,7 @@ static kiln_status optimize_graph(kn_model *m, kn_graph *g, const kiln_session_o
     /* a large model's passes take seconds: the session's creation says where it is (util/progress.h) */
     kn_progress prog;
     kn_progress_begin(&prog, g->parent ? NULL : "session: optimisation pass");
+    const char *prev = NULL; /* the pass run last (for check_fresh's message) */
     for (int lv = 1; lv <= level && st == KILN_OK; lv++) {
         for (int round = 0; round < KN_OPT_MAX_ROUNDS && st == KILN_OK; round++) {
             bool any = false;
@@ -207,7 +248,8 @@ static kiln_status optimize_graph(kn_model *m, kn_graph *g, const kiln_session_o
                     kn_progress_update(&prog, i, kn_opt_n_passes, detail);
                 }
                 bool changed = false;
-                st = run_pass(&c, p, lv, report, arg, &changed);
+                st = run_pass(&c, p, prev, lv, report, arg, &changed);
+                prev = p->name;
                 any |= changed;
             }
             if (!any) break;

@@ -36,6 +36,10 @@ typedef struct kn_opt_ctx {
     } notes[KN_OPT_MAX_NOTES];
     int n_notes;
     int changes; /* rewrites done by the running pass */
+    /* the tables above (and the values' uses, sub_reads and producers) are those of the graph as
+     * it is: refreshed since the last pass that changed it (opt.c skips a refresh then) */
+    bool fresh;
+    int fresh_nodes, fresh_values; /* the graph's sizes at that refresh */
     int name_counter;
     /* providers that cannot run on this machine are judged from their kernel tables as if they
      * could (kiln inspect --provider: what a machine with the device would do) */

@@ -61,6 +61,9 @@ kiln_status kn_opt_refresh(kn_opt_ctx *c) {
     free(rstart);
     free(rids);
     c->cons_values = nv;
+    c->fresh = true;
+    c->fresh_nodes = g->n_nodes;
+    c->fresh_values = g->n_values;
     return KILN_OK;
 }
 

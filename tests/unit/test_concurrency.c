@@ -10,6 +10,7 @@
  * - The memory limit turns a Loop that grows (a carried value, or scan outputs piling up) into
  *   KILN_ERR_OUT_OF_MEMORY naming the limit.
  * - Misuse: a call entering while the session is destroyed gets KILN_ERR_MISUSE.
+ * - The log level is per session: it holds on the threads creating and running that session only.
  * Times are printed, not judged (a guard only keeps a broken cancellation from hanging the test). */
 #include "test_model_builder.h"
 #include "unit_zoo.h"
@@ -602,4 +603,108 @@ KN_TEST(session_with_a_device_takes_calls_in_turn) {
     CHECK_EQ_INT(peak, 1);
     for (int c = 0; c < 2; c++) kiln_tensor_destroy(sh.in[c][0]);
     kiln_session_destroy(s);
+}
+
+/* ------------------------------------------------------------------ per-session log level */
+
+#include "util/log.h"
+
+#include <fcntl.h>
+
+typedef struct log_worker {
+    kiln_session *s;
+    int id, rounds;
+    atomic_int *failed;
+} log_worker;
+
+/* Runs the MLP with a batch of its own per round: each run context's first run with a shape set
+ * records a shape memo, which a session at level debug logs ("shape memo of graph"). */
+static void *log_worker_main(void *arg) {
+    log_worker *w = arg;
+    const char *names[1] = {"x"};
+    for (int r = 0; r < w->rounds; r++) {
+        int64_t d[2] = {1 + (w->id + r) % 5, 32};
+        kiln_tensor *x = NULL;
+        kiln_tensor_create(KILN_DTYPE_FLOAT, d, 2, &x);
+        if (x) memset(kiln_tensor_data(x), 0, (size_t)(d[0] * d[1]) * sizeof(float));
+        kiln_tensor *out[2] = {NULL, NULL};
+        if (!x || kiln_session_run(w->s, names, &x, 1, NULL, 2, out) != KILN_OK) atomic_fetch_add(w->failed, 1);
+        kiln_tensor_destroy(out[0]);
+        kiln_tensor_destroy(out[1]);
+        kiln_tensor_destroy(x);
+    }
+    return NULL;
+}
+
+/* Counts "shape memo" lines written to fd 2 while `n` threads run s. */
+static int memo_lines_while_running(kiln_session *s, int n) {
+    char path[] = "/tmp/kiln_log_level_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return -1;
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    atomic_int failed = 0;
+    pthread_t t[8];
+    log_worker w[8];
+    for (int i = 0; i < n; i++) {
+        w[i] = (log_worker){s, i, 6, &failed};
+        CHECK(pthread_create(&t[i], NULL, log_worker_main, &w[i]) == 0);
+    }
+    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    CHECK_EQ_INT(atomic_load(&failed), 0);
+    int lines = 0;
+    FILE *f = fdopen(fd, "r");
+    if (f) {
+        rewind(f);
+        char line[1024];
+        while (fgets(line, sizeof line, f))
+            if (strstr(line, "shape memo of graph")) lines++;
+        fclose(f);
+    } else {
+        close(fd);
+    }
+    unlink(path);
+    return lines;
+}
+
+/* The log level is the session's, on the threads that create and run it, and nothing else's: a
+ * session at level error run from 4 threads logs nothing at debug while the creating thread's own
+ * level is debug, a session at level debug run the same way does, and the threads' levels are
+ * back to what they were after each call (issue 23: every session creation used to write a
+ * process-wide level, a data race under ThreadSanitizer). */
+KN_TEST(session_log_level_holds_on_its_own_threads) {
+    if (getenv("KILN_LOG")) {
+        printf("  KILN_LOG is set (it overrides every level): skipped\n");
+        return;
+    }
+    size_t size = 0;
+    unsigned char *m = mlp_model(&size);
+    kiln_session *quiet = NULL, *loud = NULL;
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session_options_set_intra_op_threads(o, 1);
+    CHECK_EQ_INT((int)kn_log_get_level(), KILN_LOG_WARNING);
+    kiln_session_options_set_log_level(o, KILN_LOG_ERROR);
+    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &quiet), KILN_OK);
+    kiln_session_options_set_log_level(o, KILN_LOG_DEBUG);
+    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &loud), KILN_OK);
+    kiln_session_options_destroy(o);
+    CHECK_EQ_INT((int)kn_log_get_level(), KILN_LOG_WARNING); /* creation left this thread's level */
+    if (quiet && loud) {
+        int prev = kn_log_swap_level(KILN_LOG_DEBUG); /* this thread's own level: not the runs' */
+        CHECK_EQ_INT(memo_lines_while_running(quiet, 4), 0);
+        kn_log_restore_level(prev);
+        int loud_lines = memo_lines_while_running(loud, 4);
+        CHECK_MSG(loud_lines > 0, "a session at level debug logged no shape memo from its threads");
+        CHECK_EQ_INT((int)kn_log_get_level(), KILN_LOG_WARNING);
+    }
+    kiln_session_destroy(quiet);
+    kiln_session_destroy(loud);
+    free(m);
 }
