@@ -269,6 +269,9 @@ static void conv_cases(kn_threadpool *pool) {
         {1, 2, 5, 5, 5, {100}, {7}, {1}, {3}, {9}, {9}, false},                     /* 1-D depthwise dilated */
         {1, 1, 6, 6, 6, {500}, {31}, {1}, {1}, {15}, {15}, true},                   /* 1-D depthwise, 31 taps */
         {1, 2, 3, 3, 3, {150}, {8}, {1}, {1}, {3}, {4}, false},                     /* ... an even count */
+        {1, 2, 4, 4, 4, {77}, {31}, {1}, {1}, {20}, {5}, true},                     /* 31 taps, asymmetric pads */
+        {1, 1, 3, 3, 3, {300}, {15}, {1}, {2}, {0}, {0}, false},                    /* dilated, no pads: 272 */
+        {1, 1, 2, 2, 2, {7000}, {9}, {1}, {1}, {4}, {4}, true},                     /* longer than the padded copy */
         /* depthwise on small planes: 16 channels per vector, full and partial channel groups */
         {2, 2, 20, 20, 20, {7, 7}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, true},
         {2, 1, 33, 33, 33, {14, 14}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, true},

@@ -534,6 +534,40 @@ static void dw_row1_s1(const float *xs, const float *ws, float *ys, const win2 *
     }
 }
 
+/* dw_row1_s1 from a zero-padded copy of the row (on the stack, rows up to DW_PAD_MAX floats): every
+ * tap a plain load at a constant offset, no tap table or masks (the Conformer's 31 taps over 500
+ * outputs: 0.137 ms with the masked taps, ONNX Runtime 0.45, OpenVINO 0.113), eight vectors of 16
+ * outputs a step (eight FMA chains). */
+#define DW_PAD_MAX 6144
+static bool dw_row1_pad(const float *xs, const float *ws, float *ys, const win2 *v) {
+    const int64_t KW = v->KW, dw = v->dw, OW = v->OW, ext = (KW - 1) * dw, owr = (OW + 127) / 128 * 128;
+    if (owr + ext + 16 > DW_PAD_MAX) return false;
+    float xp[DW_PAD_MAX] __attribute__((aligned(64)));
+    /* xp[i] = x[i - pw], zero outside the row */
+    for (int64_t i = 0; i < owr + ext; i += 16) {
+        const int64_t u = i - v->pw;
+        _mm512_store_ps(xp + i, _mm512_maskz_loadu_ps((__mmask16)range_mask32(-u, v->W - u), xs + u));
+    }
+    for (int64_t ow0 = 0; ow0 < OW; ow0 += 128) {
+        __m512 acc[8];
+        __mmask16 om[8];
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) {
+            om[q] = (__mmask16)range_mask32(0, OW - ow0 - 16 * q);
+            acc[q] = _mm512_maskz_loadu_ps(om[q], ys + ow0 + 16 * q);
+        }
+        const float *x0 = xp + ow0;
+        for (int64_t kw = 0; kw < KW; kw++, x0 += dw) {
+            const __m512 wv = _mm512_set1_ps(ws[kw]);
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++) acc[q] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x0 + 16 * q), acc[q]);
+        }
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) _mm512_mask_storeu_ps(ys + ow0 + 16 * q, om[q], acc[q]);
+    }
+    return true;
+}
+
 #define DW_ROWS(SW, SH)                                                                                do {                                                                                                   if (nch == 1) dw_rows_impl(xs, ws, ys, v, taps, SW, SH, 1, 8);                                    else if (nch == 2) dw_rows_impl(xs, ws, ys, v, taps, SW, SH, 2, 4);                               else dw_rows_impl(xs, ws, ys, v, taps, SW, SH, DW_CHUNKS, 2);                                 } while (0)
 
 /* As many vectors per step as the row needs, up to DW_CHUNKS: a 7- or 14-wide row (late
@@ -541,6 +575,7 @@ static void dw_row1_s1(const float *xs, const float *ws, float *ys, const win2 *
 static void dw_plane_avx512(const float *xs, const float *ws, float *ys, const win2 *v, const dw_tap *taps) {
     const int nch = v->OW <= 16 ? 1 : v->OW <= 32 ? 2 : DW_CHUNKS;
     if (v->OH == 1 && v->H == 1 && v->KH == 1 && v->ph == 0 && v->sw == 1 && nch == DW_CHUNKS) {
+        if (dw_row1_pad(xs, ws, ys, v)) return;
         dw_row1_s1(xs, ws, ys, v, taps);
         return;
     }
