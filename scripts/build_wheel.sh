@@ -6,8 +6,9 @@
 #   bash scripts/build_wheel.sh [OUT_DIR]        (default dist/)
 #
 # The wheel is built by `pip wheel .` (scikit-build-core over the project's CMake) with
-#   KILN_NATIVE=OFF  code for any x86-64 CPU (no -march=native: kiln has no run-time dispatch, so
-#                    a native build would fault on an older CPU than the builder's);
+#   KILN_NATIVE=OFF  code for any x86-64 CPU (no -march=native, which would fault on an older CPU
+#                    than the builder's: the CPU kernels are compiled for baseline, avx2 and avx512
+#                    and the best the CPU runs is chosen at run time, src/backend/cpu/isa.h);
 #   KILN_CUDA=OFF    the CPU build (KILN_WHEEL_CUDA=ON builds the CUDA backend in, where the
 #                    toolkit is: the module then holds CUDA's runtime statically and loads cuBLASLt
 #                    and cuDNN at first use, so they must be installed where it runs).
