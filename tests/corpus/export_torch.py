@@ -9,14 +9,28 @@ build/corpus as torch_<model>_<exporter>/ in the backend-test layout with ONNX R
 initialisation with a fixed seed: the machines that run this reach no model hub. A model whose
 export fails is reported (it is the exporter's failure, not kiln's) and left out.
 
-    export_torch.py [--out build/corpus] [NAME...]
+    export_torch.py [--out build/corpus] [--jobs N] [--timeout S] [--status FILE] [NAME...]
+      --jobs N     N exports at a time, each in a process of its own (default 1: in this process)
+      --timeout S  an export still running after S seconds is stopped and reported (each export then
+                   runs in a process of its own)
+      --status F   writes a line per export to F as it ends: "ok FOLDER SECONDS" or "failed NAME EXPORTER: why"
+      --deadline T no export starts after T (seconds since the epoch) and one still running then is
+                   stopped (each runs in a process of its own); zoo.json is rewritten after each export
 Where torch is absent it says so and exits 0 having made nothing (the wheel corpus does not need it).
+A folder appears only once its model and references are written (made as FOLDER.tmp, then renamed),
+so a failed export never leaves a half-made test behind.
 Then: build/kiln test --opt-level N build/corpus/torch_*  and  tests/corpus/report.py.
 """
 import argparse
 import json
 import os
+import re
+import shutil
+import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -187,8 +201,10 @@ def export(name, exporter, out):
     torch.manual_seed(0)
     model = make()
     inputs, names = make_inputs()
-    folder = os.path.join(out, f"torch_{name}_{exporter}")
-    os.makedirs(os.path.join(folder, "test_data_set_0"), exist_ok=True)
+    final = os.path.join(out, f"torch_{name}_{exporter}")
+    folder = final + ".tmp"
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(os.path.join(folder, "test_data_set_0"))
     path = os.path.join(folder, "model.onnx")
     with torch.no_grad():
         if exporter == "dynamo":
@@ -205,6 +221,7 @@ def export(name, exporter, out):
         feed[n] = t.numpy()
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = int(os.environ.get("EXPORT_TORCH_ORT_THREADS", "0"))  # 0: ORT's default
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     for i, v in enumerate(sess.get_inputs()):
         with open(os.path.join(folder, "test_data_set_0", f"input_{i}.pb"), "wb") as f:
@@ -212,12 +229,74 @@ def export(name, exporter, out):
     for i, (o, val) in enumerate(zip(sess.get_outputs(), sess.run(None, feed))):
         with open(os.path.join(folder, "test_data_set_0", f"output_{i}.pb"), "wb") as f:
             f.write(numpy_helper.from_array(np.asarray(val), o.name).SerializeToString())
-    return os.path.basename(folder)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(folder, final)
+    return os.path.basename(final)
+
+
+def export_logged(name, exporter, out):
+    """export() with its time; (folder, seconds) or raises. The half-made folder is removed."""
+    t = time.monotonic()
+    try:
+        folder = export(name, exporter, out)
+    finally:
+        shutil.rmtree(os.path.join(out, f"torch_{name}_{exporter}.tmp"), ignore_errors=True)
+    return folder, time.monotonic() - t
+
+
+class ExportFailed(Exception):
+    """An export that failed in its own process (--jobs): the message is that process's verdict."""
+
+
+def export_in_child(name, exporter, out, timeout):
+    """One export in a process of its own (--jobs): (folder, seconds) or raises ExportFailed."""
+    t = time.monotonic()
+    cmd = [sys.executable, os.path.abspath(__file__), "--out", out, "--single", exporter, name]
+    try:
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(os.path.join(out, f"torch_{name}_{exporter}.tmp"), ignore_errors=True)
+        raise ExportFailed(f"TimeoutExpired: still exporting after {timeout:.0f} s, stopped")
+    done = [line for line in r.stdout.splitlines() if line.startswith("export_torch.py: single ok ")]
+    if r.returncode == 0 and done:
+        return done[-1].split()[3], time.monotonic() - t
+    why = [line for line in r.stdout.splitlines() if line.startswith("export_torch.py: single failed: ")]
+    shutil.rmtree(os.path.join(out, f"torch_{name}_{exporter}.tmp"), ignore_errors=True)
+    if why:
+        raise ExportFailed(why[-1][len("export_torch.py: single failed: "):])
+    tail = (r.stdout.strip().splitlines() or ["no output"])[-1]
+    raise ExportFailed(f"the export process ended with status {r.returncode}: {tail}")
+
+
+# the slowest exports first (both exporters: swin_t 63 + 122 s, convnext_tiny 53 + 85 s, mobilevit 35 + 68 s,
+# the others 15-50 s each, two at a time on a loaded 2-core machine): --jobs starts them first so
+# that they do not finish last
+SLOW_FIRST = ["swin_t", "convnext_tiny", "timm_mobilevit_xxs", "timm_levit_128s", "shufflenet_v2_x0_5", "mobilenet_v2",
+              "regnet_y_400mf", "lraspp_mobilenet_v3_large", "t5_tiny_encoder", "bert_tiny_cls",
+              "ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"]
+
+
+def first_line(e):
+    """An exception in one line: its type and first line, and so for its cause (torch's exporter
+    wraps the real error in a TorchExportError whose first line says only "step 1/3 failed")."""
+    if isinstance(e, ExportFailed):
+        return str(e)
+    parts = []
+    while e is not None and len(parts) < 3:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+        parts.append(f"{type(e).__name__}: {text.splitlines()[0] if text else ''}")
+        e = e.__cause__
+    return " <- ".join(parts)
 
 
 def main():
     ap = argparse.ArgumentParser(description="export the corpus's torch models (needs torch)")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "corpus"))
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=None)
+    ap.add_argument("--status", default=None)
+    ap.add_argument("--deadline", type=float, default=None)
+    ap.add_argument("--single", choices=["torchscript", "dynamo"], help=argparse.SUPPRESS)
     ap.add_argument("names", nargs="*")
     args = ap.parse_args()
     try:
@@ -226,22 +305,76 @@ def main():
         print("export_torch.py: torch is not installed here: the exported part of the corpus is skipped "
               "(the wheel models need no torch: fetch_corpus.py)")
         return 0
-    os.makedirs(args.out, exist_ok=True)
-    zoo_path = os.path.join(args.out, "zoo.json")
+    for n in args.names:
+        if n not in MODELS:
+            ap.error(f"no model {n!r} (known: {', '.join(MODELS)})")
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    if args.single:  # one export, for a parent running several (--jobs): its verdict on stdout
+        torch.set_num_threads(int(os.environ.get("EXPORT_TORCH_THREADS", "1")))
+        try:
+            folder, secs = export_logged(args.names[0], args.single, out)
+        except Exception as e:
+            print(f"export_torch.py: single failed: {first_line(e)}")
+            return 1
+        print(f"export_torch.py: single ok {folder} {secs:.1f}")
+        return 0
+    names = args.names or list(MODELS)
+    todo = [(n, x) for n in sorted(names, key=lambda n: SLOW_FIRST.index(n) if n in SLOW_FIRST else len(SLOW_FIRST))
+            for x in ("dynamo", "torchscript")]
+    zoo_path = os.path.join(out, "zoo.json")
     tol = json.load(open(zoo_path)) if os.path.exists(zoo_path) else {}
-    failed = []
-    for name in args.names or MODELS:
-        for exporter in ("torchscript", "dynamo"):
-            try:
-                folder = export(name, exporter, args.out)
+    if args.status:
+        open(args.status, "w").close()
+    failed, lock = [], threading.Lock()
+
+    def record(name, exporter, done, why):
+        """Each export's verdict as it comes: zoo.json and the status file stay whole if this
+        process is stopped later (gpu_full.sh runs the folders made so far)."""
+        with lock:
+            if done:
+                folder, secs = done
                 tol[folder] = {"rtol": MODELS[name][2], "atol": MODELS[name][3]}
-                print(f"export_torch.py: {folder}")
-            except Exception as e:  # the exporter's failure: reported, the model left out
-                failed.append(f"{name} ({exporter}): {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-    with open(zoo_path, "w") as f:
+                with open(zoo_path + ".tmp", "w") as f:
+                    json.dump(tol, f, indent=1)
+                os.replace(zoo_path + ".tmp", zoo_path)
+                line = f"ok {folder} {secs:.1f}"
+                print(f"export_torch.py: {folder} ({secs:.1f} s)", flush=True)
+            else:
+                failed.append(f"{name} ({exporter}): {why}")
+                line = f"failed {name} {exporter}: {why}"
+            if args.status:
+                with open(args.status, "a") as f:
+                    f.write(line + "\n")
+
+    def one(job):
+        name, exporter = job
+        timeout = args.timeout
+        if args.deadline is not None:
+            left = args.deadline - time.time()
+            if left <= 5:
+                record(name, exporter, None, "not started: the time given to the exports (--deadline) was over")
+                return
+            timeout = left if timeout is None else min(timeout, left)
+        try:
+            if args.jobs > 1 or args.deadline is not None or args.timeout is not None:
+                done = export_in_child(name, exporter, out, timeout)
+            else:
+                done = export_logged(name, exporter, out)
+            record(name, exporter, done, None)
+        except Exception as e:  # the exporter's failure: reported, the model left out
+            record(name, exporter, None, first_line(e))
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        list(pool.map(one, todo))
+    with open(zoo_path + ".tmp", "w") as f:
         json.dump(tol, f, indent=1)
+    os.replace(zoo_path + ".tmp", zoo_path)
     for line in failed:
         print(f"export_torch.py: export failed: {line}")
+    print(f"export_torch.py: {len(todo) - len(failed)} of {len(todo)} exported in {time.monotonic() - start:.0f} s "
+          f"(jobs {args.jobs})")
     return 0
 
 
