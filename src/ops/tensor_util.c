@@ -173,24 +173,44 @@ kiln_status kn_slice_plan_from(const kn_node *n, const kn_slice_prm *attrs, cons
     return KILN_OK;
 }
 
+kiln_status kn_pad_prepare(const kn_node *n, void *params) {
+    kn_pad_prm *a = params;
+    const char *m = kn_attr_string(n, "mode", "constant");
+    a->mode_name = m;
+    a->mode = !strcmp(m, "constant") ? KN_PAD_CONSTANT
+              : !strcmp(m, "reflect") ? KN_PAD_REFLECT
+              : !strcmp(m, "edge")    ? KN_PAD_EDGE
+              : !strcmp(m, "wrap")    ? KN_PAD_WRAP
+                                      : -1;
+    a->n_pads = 0;
+    a->pads = n->opset < 11 ? kn_attr_ints(n, n->opset < 2 ? "paddings" : "pads", &a->n_pads) : NULL;
+    a->value = kn_attr_float(n, "value", 0.0f);
+    return KILN_OK;
+}
+
 kiln_status kn_pad_plan(const kn_node *n, const kn_tensor *const *vals, int n_vals, int rank,
                         int64_t *begin, int64_t *end, kn_pad_mode *mode, bool *known, char *why,
                         size_t cap) {
+    kn_pad_prm a;
+    kn_pad_prepare(n, &a);
+    return kn_pad_plan_from(n, &a, vals, n_vals, rank, begin, end, mode, known, why, cap);
+}
+
+kiln_status kn_pad_plan_from(const kn_node *n, const kn_pad_prm *a, const kn_tensor *const *vals, int n_vals,
+                             int rank, int64_t *begin, int64_t *end, kn_pad_mode *mode, bool *known, char *why,
+                             size_t cap) {
     *known = false;
-    const char *m = kn_attr_string(n, "mode", "constant");
-    if (!strcmp(m, "constant")) *mode = KN_PAD_CONSTANT;
-    else if (!strcmp(m, "reflect")) *mode = KN_PAD_REFLECT;
-    else if (!strcmp(m, "edge")) *mode = KN_PAD_EDGE;
-    else if (!strcmp(m, "wrap")) *mode = KN_PAD_WRAP;
-    else {
-        snprintf(why, cap, "mode '%s' is not one of constant, reflect, edge, wrap", m);
+    if (a->mode < 0) {
+        snprintf(why, cap, "mode '%s' is not one of constant, reflect, edge, wrap", a->mode_name);
         return KILN_ERR_INVALID_MODEL;
     }
+    *mode = (kn_pad_mode)a->mode;
     for (int k = 0; k < rank; k++) begin[k] = end[k] = 0;
     int64_t pads[2 * KILN_MAX_RANK], axes[KILN_MAX_RANK];
     int np, na = -1;
     if (n->opset < 11) {
-        const int64_t *p = kn_attr_ints(n, n->opset < 2 ? "paddings" : "pads", &np);
+        const int64_t *p = a->pads;
+        np = a->n_pads;
         if (!p) {
             snprintf(why, cap, "attribute '%s' is required", n->opset < 2 ? "paddings" : "pads");
             return KILN_ERR_INVALID_MODEL;

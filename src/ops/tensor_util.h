@@ -52,6 +52,19 @@ typedef enum kn_pad_mode { KN_PAD_CONSTANT, KN_PAD_REFLECT, KN_PAD_EDGE, KN_PAD_
 kiln_status kn_pad_plan(const kn_node *n, const kn_tensor *const *vals, int n_vals, int rank,
                         int64_t *begin, int64_t *end, kn_pad_mode *mode, bool *known, char *why,
                         size_t cap);
+/* Pad's attributes, read once: the prepare hook (kn_params_fn) of the CPU and CUDA kernels, which
+ * pass the block to kn_pad_plan_from. */
+typedef struct kn_pad_prm {
+    int mode;              /* a kn_pad_mode, -1 when the attribute names none (mode_name says what) */
+    const char *mode_name;
+    const int64_t *pads;   /* before opset 11: the pads (or paddings) attribute, NULL when absent */
+    int n_pads;
+    float value;           /* before opset 11: the constant (0) */
+} kn_pad_prm;
+kiln_status kn_pad_prepare(const kn_node *n, void *params);
+kiln_status kn_pad_plan_from(const kn_node *n, const kn_pad_prm *a, const kn_tensor *const *vals, int n_vals,
+                             int rank, int64_t *begin, int64_t *end, kn_pad_mode *mode, bool *known, char *why,
+                             size_t cap);
 
 /* Split: the size of each of n_out parts along an axis of size dim (dim < 0: unknown). */
 kiln_status kn_split_sizes(const kn_node *n, const kn_tensor *const *vals, int n_vals, int64_t dim,

@@ -164,7 +164,7 @@ const kn_cpu_kernel kn_cpu_tensor[] = {
     {"", "TensorScatter", kn_cpu_tensor_scatter, NULL},
     {"", "Expand", kn_cpu_expand, NULL, KN_KERNEL_OVERWRITES},
     {"", "Tile", kn_cpu_tile, NULL, KN_KERNEL_OVERWRITES},
-    {"", "Pad", kn_cpu_pad, NULL},
+    {"", "Pad", kn_cpu_pad, NULL, 0, KN_PARAMS(kn_pad_prepare, kn_pad_prm)},
     {"", "CenterCropPad", kn_cpu_center_crop_pad, NULL},
     {"", "DepthToSpace", kn_cpu_depth_to_space, NULL},
     {"", "SpaceToDepth", kn_cpu_space_to_depth, NULL},

@@ -657,10 +657,13 @@ kiln_status kn_cpu_pad(kn_kernel_ctx *c) {
     KN_TRY(kn_cpu_out(c, 0, &y));
     int r = x->rank;
     int64_t b[KILN_MAX_RANK], e[KILN_MAX_RANK];
+    kn_pad_prm local;
+    const kn_pad_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_pad_prepare, &local, (const void **)&prm));
     kn_pad_mode mode;
     bool known;
     char why[256];
-    kiln_status st = kn_pad_plan(c->node, IN_VALS(c), r, b, e, &mode, &known, why, sizeof why);
+    kiln_status st = kn_pad_plan_from(c->node, prm, IN_VALS(c), r, b, e, &mode, &known, why, sizeof why);
     if (st) return kn_kernel_error(c, st, "%s", why);
     if (!known) return kn_kernel_error(c, KILN_ERR_INTERNAL, "pads unknown at run time");
     if (kn_tensor_count(y) == 0) return KILN_OK;
@@ -690,7 +693,7 @@ kiln_status kn_cpu_pad(kn_kernel_ctx *c) {
         memcpy(&v, cv->data, kiln_dtype_size(cv->dtype));
     } else if (c->node->opset < 11 && y->dtype != KILN_DTYPE_STRING) {
         kn_tensor tmp = {.kind = KN_VALUE_TENSOR, .dtype = y->dtype, .data = &v};
-        kn_tensor_set_f64(&tmp, 0, kn_attr_float(c->node, "value", 0.0f));
+        kn_tensor_set_f64(&tmp, 0, prm->value);
     }
     if (!kn_cpu_fill_elems(y, 0, kn_tensor_count(y), &v)) return KN_OOM();
     kn_strided s;

@@ -60,8 +60,7 @@ typedef struct tensor_prm {
     int n_perm;
     bool has_axis;
     int64_t axis;
-    float pad_value;      /* Pad before opset 11 (0) */
-    const char *mode;     /* Pad's, DepthToSpace's mode ("": absent) */
+    const char *mode;     /* DepthToSpace's mode ("": absent) */
     int64_t batch_dims;   /* GatherND (0) */
     int reduction;        /* ScatterElements: reduction_code */
     const kn_tensor *value; /* ConstantOfShape's value (NULL: absent) */
@@ -76,7 +75,6 @@ static kiln_status tensor_prepare(const kn_node *n, void *params) {
     const kn_attr *ax = kn_node_attr(n, "axis");
     p->has_axis = ax && ax->type == KN_ATTR_INT;
     p->axis = p->has_axis ? ax->i : 0;
-    p->pad_value = kn_attr_float(n, "value", 0.0f);
     p->mode = kn_attr_string(n, "mode", "");
     p->batch_dims = kn_attr_int(n, "batch_dims", 0);
     p->reduction = reduction_code(n);
@@ -275,21 +273,21 @@ static kiln_status run_pad(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *vals[4] = {NULL};
     for (int i = 1; i < c->n_inputs && i < 4; i++) vals[i] = c->in[i];
     int64_t begin[KILN_MAX_RANK], end[KILN_MAX_RANK];
+    kn_pad_prm local_prm;
+    const kn_pad_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_pad_prepare, &local_prm, (const void **)&prm));
     kn_pad_mode mode;
     bool known;
     char why[256];
-    kiln_status st = kn_pad_plan(c->node, vals, c->n_inputs < 4 ? c->n_inputs : 4, x->rank, begin, end, &mode, &known,
-                                 why, sizeof why);
+    kiln_status st = kn_pad_plan_from(c->node, prm, vals, c->n_inputs < 4 ? c->n_inputs : 4, x->rank, begin, end, &mode,
+                                      &known, why, sizeof why);
     if (st) return kn_kernel_error(c, st, "%s", why);
     if (!known) return kn_kernel_error(c, KILN_ERR_INTERNAL, "pads unknown at run time");
     if (mode != KN_PAD_CONSTANT && kn_tensor_count(x) == 0 && kn_tensor_count(y) > 0)
         return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "cannot %s-pad an empty tensor", pad_mode_name(mode));
     /* the constant value in the element type, as raw bytes */
     unsigned char value[16] = {0};
-    tensor_prm local_prm;
-    const tensor_prm *prm;
-    KN_TRY(tensor_params(c, &local_prm, &prm));
-    double v = c->node->opset < 11 ? prm->pad_value
+    double v = c->node->opset < 11 ? prm->value
                                    : (c->n_inputs > 2 && c->in[2] && kn_tensor_count(c->in[2]) ? kn_tensor_get_f64(c->in[2], 0) : 0.0);
     kn_tensor tmp = {0};
     tmp.kind = KN_VALUE_TENSOR;
@@ -628,7 +626,7 @@ const kn_cuda_kernel kn_cuda_tensor[] = {
     {"", "Slice", run_slice, NULL, ALL, 0x1e, 0, KN_CU_PARAMS(kn_slice_prepare, kn_slice_prm)},
     {"", "Expand", run_expand, NULL, ALL, 0x2, 0},
     {"", "Tile", run_tile, NULL, ALL, 0x2, 0},
-    {"", "Pad", run_pad, NULL, ALL, 0xe, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
+    {"", "Pad", run_pad, NULL, ALL, 0xe, 0, KN_CU_PARAMS(kn_pad_prepare, kn_pad_prm)},
     {"", "Gather", run_gather, index_types, ALL, 0, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
     {"", "GatherElements", run_gather_elements, index_types, ALL, 0, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
     {"", "GatherND", run_gather_nd, int64_indices, ALL, 0, 0, KN_CU_PARAMS(tensor_prepare, tensor_prm)},
