@@ -113,7 +113,7 @@ void kiln_session_options_destroy(kiln_session_options *o) {
 /* Provider option keys each provider accepts; values are checked when the session is made. */
 static const char *const kn_cpu_keys[] = {"precision", NULL}; /* fp32 or bf16 (sgemm_bf16.h) */
 static const char *const kn_cuda_keys[] = {"device_id", "precision", "strict", "workspace_mb", "tuning", "graphs",
-                                           "activations", NULL};
+                                           "activations", "conv_graph", NULL};
 
 kiln_status kiln_session_options_append_provider(kiln_session_options *o, const char *name,
                                                  const char *const *keys, const char *const *values,

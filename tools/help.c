@@ -196,8 +196,8 @@ static const struct {
     {"KILN_CUDA_RNN", "steps runs LSTM/GRU/RNN step by step instead of in one launch"},
     {"KILN_CUDA_FLASH", "0 runs kiln.Attention on CUDA in its general form (two products and a softmax), 1 in one "
                         "kernel wherever it applies (by default: where that was measured faster)"},
-    {"KILN_CUDA_CONV_GRAPH", "0 keeps FusedConv's SiLU, Sigmoid, Tanh and Gelu on CUDA out of cuDNN's operation graph "
-                             "(the convolution, then a pass; by default one graph, channels last, half precision)"},
+    {"KILN_CUDA_CONV_GRAPH", "1 runs FusedConv's SiLU, Sigmoid, Tanh and Gelu on CUDA in cuDNN's operation graph with "
+                             "the convolution (the provider option conv_graph=1), 0 never (the convolution, then a pass)"},
     {"KILN_CUDA_FLASH_WARPS", "1, 2 or 4: warps per block of that one kernel (by default 4; to measure)"},
     {"KILN_CUDA_ATTN_VIEWS", "0 keeps CUDA from running kiln.Attention with operand views (the optimiser's folded "
                              "head splits and merges; on by default)"},

@@ -152,6 +152,10 @@ kiln_status kn_backend_parse_config(const kn_provider_request *req, kn_backend_c
             if (!strcmp(v, "1") || !strcmp(v, "true")) cfg->graphs = 1;
             else if (!strcmp(v, "0") || !strcmp(v, "false")) cfg->graphs = 0;
             else goto bad;
+        } else if (!strcmp(k, "conv_graph")) {
+            if (!strcmp(v, "1") || !strcmp(v, "true")) cfg->conv_graph = true;
+            else if (!strcmp(v, "0") || !strcmp(v, "false")) cfg->conv_graph = false;
+            else goto bad;
         } else if (!strcmp(k, "activations")) {
             if (!strcmp(v, "fp32")) cfg->half_activations = false;
             else if (!strcmp(v, "half")) cfg->half_activations = true;

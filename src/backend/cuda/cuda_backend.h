@@ -313,8 +313,9 @@ typedef struct kn_cu_conv_graph_args {
 } kn_cu_conv_graph_args;
 kiln_status kn_cu_conv_graph_run(kn_cuda *cu, kn_kernel_ctx *c, const kn_cu_conv_graph_args *a, bool *ran);
 bool kn_cu_conv_graph_takes(int act); /* an activation the graph runs and the other fused paths do not */
-bool kn_cu_conv_graph_enabled(void);  /* KILN_CUDA_CONV_GRAPH is not 0 */
+bool kn_cu_conv_graph_enabled(const kn_cuda *cu); /* conv_graph=1, or KILN_CUDA_CONV_GRAPH=1 (=0 overrides) */
 unsigned long long kn_cu_conv_graph_runs(void); /* graphs run in this process (tests) */
+bool kn_cu_conv_graph_available(void);          /* built with cuDNN, and it loads */
 void kn_cu_conv_graph_release(kn_cuda *cu);
 #ifdef KILN_HAVE_CUDNN
 /* A convolution's descriptors from its tuning key (the int32 words after the kind byte: rank,

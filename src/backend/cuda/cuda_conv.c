@@ -739,7 +739,7 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_e
      * cuDNN operation graph where an engine runs it (cuda_conv_graph.c) */
     if (ep && kn_cu_conv_graph_takes(ep->act) && !transpose && g.nhwc && g.nsp == 2 && g.group == 1 &&
         x->dtype == w->dtype && compute_dtype(cu, x->dtype) == x->dtype && kn_tensor_count(y) > 0 &&
-        kn_cu_conv_graph_enabled()) {
+        kn_cu_conv_graph_enabled(cu)) {
         kn_cu_handles_wait(cu);
         kn_cu_conv_graph_args ga = {x, w, ep->bias, ep->z, y, {g.stride[0], g.stride[1]}, {g.dil[0], g.dil[1]},
                                     {g.pb[0], g.pb[1]}, {g.pe[0], g.pe[1]}, ep->act};

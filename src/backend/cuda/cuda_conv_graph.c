@@ -8,7 +8,12 @@
  * session's lanes (cu->sh->cache_mu); where cuDNN has no engine for it, or building fails, the node
  * is marked and runs as before (the convolution, then a pass). Among the engines cuDNN's heuristics
  * rank first, up to GRAPH_CANDIDATES are built and timed on the first run outside a capture, the
- * fastest kept. KILN_CUDA_CONV_GRAPH=0 turns the path off. */
+ * fastest kept.
+ *
+ * Off by default (provider option conv_graph=1, or KILN_CUDA_CONV_GRAPH=1|0 over the option): the
+ * engines for these graphs compile their kernels at run time (NVRTC), about 150-220 ms per
+ * convolution with the candidates timed, so YOLOv8s's first run took 10-20 s instead of 0.6 s on an
+ * H200, in every process; its runs then took 0.71 ms instead of 1.01. */
 #include "backend/cuda/cuda_backend.h"
 
 #include "ops/fused.h"
@@ -41,9 +46,12 @@ static _Atomic unsigned long long graph_runs;
 
 unsigned long long kn_cu_conv_graph_runs(void) { return graph_runs; }
 
-bool kn_cu_conv_graph_enabled(void) {
+bool kn_cu_conv_graph_available(void) { return kn_cu_libs_load(NULL, 0) && kn_cu_lib.dnn_loaded; }
+
+bool kn_cu_conv_graph_enabled(const kn_cuda *cu) {
     const char *v = getenv("KILN_CUDA_CONV_GRAPH");
-    return !(v && !strcmp(v, "0"));
+    if (v && (!strcmp(v, "0") || !strcmp(v, "1"))) return v[0] == '1';
+    return cu->cfg.conv_graph;
 }
 
 /* The cuDNN pointwise mode of an activation the graph takes (false for the others). */
@@ -314,7 +322,7 @@ kiln_status kn_cu_conv_graph_run(kn_cuda *cu, kn_kernel_ctx *c, const kn_cu_conv
     *ran = false;
     const kn_tensor *x = a->x, *w = a->w, *bias = a->bias, *z = a->z;
     kn_tensor *y = a->y;
-    if (!kn_cu_conv_graph_enabled() || !cu->dnn || !kn_cu_conv_graph_takes(a->act)) return KILN_OK;
+    if (!kn_cu_conv_graph_enabled(cu) || !cu->dnn || !kn_cu_conv_graph_takes(a->act)) return KILN_OK;
     if ((x->dtype != KILN_DTYPE_FLOAT16 && x->dtype != KILN_DTYPE_BFLOAT16) || x->rank != 4 || w->rank != 4 ||
         y->rank != 4 || w->dtype != x->dtype || y->dtype != x->dtype || w->dims[3] != x->dims[3] ||
         y->dims[3] != w->dims[0] || (bias && (bias->dtype != x->dtype || kn_tensor_count(bias) != w->dims[0])) ||
@@ -386,5 +394,7 @@ void kn_cu_conv_graph_release(kn_cuda *cu) {
 #else
 
 void kn_cu_conv_graph_release(kn_cuda *cu) { (void)cu; }
+unsigned long long kn_cu_conv_graph_runs(void) { return 0; }
+bool kn_cu_conv_graph_available(void) { return false; }
 
 #endif
