@@ -16,7 +16,7 @@ timed with a synchronisation after it, as kiln bench times run_into (which retur
 kiln / best is kiln's latency over the best PyTorch column of the same row.
 
     bench/gpu_peers.py [--kiln build/kiln] [--work DIR] [--rounds R] [--seconds S]
-                       [--only resnet50,bert_base,...] [--precisions fp16,bf16,fp32] [--compile]
+                       [--only resnet50,bert_base,...] [--precisions fp16,bf16,fp32] [--compile] [--kiln-options conv_graph=1]
                        [--out FILE]
 
 Writes bench/results/gpu-peers-DATE.md (or --out) with the device and the command. Needs a CUDA
@@ -99,8 +99,8 @@ def export(name, work):
     return path
 
 
-def kiln_round(kiln, model, batch, precision, seconds, work):
-    prov = f"cuda:precision={precision}" + (":activations=half" if precision in ("fp16", "bf16") else "")
+def kiln_round(kiln, model, batch, precision, seconds, work, options=""):
+    prov = f"cuda:precision={precision}" + (":activations=half" if precision in ("fp16", "bf16") else "") + options
     js = os.path.join(work, "bench.json")
     cmd = [kiln, "bench", model, "--provider", prov, "--dim", f"batch={batch}", "--io", "device",
            "--duration", str(seconds), "--json", js]
@@ -183,6 +183,7 @@ def main():
     ap.add_argument("--batches", default=None, help="override every workload's batches, e.g. 1,32")
     ap.add_argument("--precisions", default="fp16")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--kiln-options", default="", help="more cuda provider options for kiln, e.g. conv_graph=1")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
@@ -205,7 +206,8 @@ def main():
                     runner, err = None, f"PyTorch: {e}"
                 for _ in range(a.rounds):
                     try:
-                        kiln_t.append(kiln_round(a.kiln, model, b, prec, a.seconds, a.work))
+                        kiln_t.append(kiln_round(a.kiln, model, b, prec, a.seconds, a.work,
+                                                 "".join(":" + o for o in a.kiln_options.split(",") if o)))
                     except RuntimeError as e:
                         err = f"kiln: {e}"
                         break
