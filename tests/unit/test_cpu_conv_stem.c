@@ -146,8 +146,8 @@ KN_TEST(cpu_conv_channels_in_lanes_matches_definition) {
 
 /* ------------------------------------------------------------------ ConvTranspose, stride 2 */
 
-/* ConvTranspose with stride 2 along the row (col2im's vector path: 16 columns at a time over the
- * even positions, the rest scalar) against the definition in double: 2x2 s2 (taps that never
+/* ConvTranspose with stride 2 along the row (col2im's vector paths: taps kw, kw + 1 interleaved into
+ * whole vectors, 16 columns at a time over the even positions, the rest scalar) against the definition in double: 2x2 s2 (taps that never
  * meet), 3x3 and 4x4 s2 with pads and output_padding (taps that add up), rows of 7-37 input
  * columns (tails), bias, 1 and 2 threads. */
 typedef struct ct_case {
@@ -159,6 +159,10 @@ KN_TEST(cpu_conv_transpose_stride2_matches_definition) {
     const ct_case cases[] = {
         {5, 7, 9, 37, 2, 2, 0, 0, true}, {3, 4, 6, 16, 3, 3, 1, 1, false},
         {4, 6, 5, 33, 4, 4, 1, 0, true}, {2, 3, 3, 7, 2, 2, 0, 1, false},
+        /* taps kw, kw + 1 added as pairs (col2im_pair_s2): pads 0-2, kernel widths 4-6 (an odd
+         * last tap alone), rows of 1-40 columns */
+        {6, 5, 4, 40, 4, 4, 2, 1, true}, {3, 2, 5, 29, 6, 6, 1, 0, false},
+        {2, 3, 4, 1, 4, 4, 1, 0, true}, {4, 4, 7, 18, 5, 5, 2, 1, true},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const ct_case *t = &cases[ci];
