@@ -82,6 +82,10 @@ typedef struct kn_cu_shared {
     int n_conv_plans, cap_conv_plans;
     void *conv_graphs; /* cuDNN operation graphs per FusedConv node and input shape (cuda_conv_graph.c) */
     int n_conv_graphs, cap_conv_graphs;
+    /* their kernel caches, one per topology (bias, residual, activation) */
+#define KN_CU_CONV_GRAPH_TOPOLOGIES (4 * 16)
+    void *conv_graph_caches[KN_CU_CONV_GRAPH_TOPOLOGIES];
+    bool conv_graph_cache_failed[KN_CU_CONV_GRAPH_TOPOLOGIES];
     kn_cu_tuned *tuned; /* tuning results: made here or imported from a compiled file */
     int n_tuned, cap_tuned, n_tuned_here;
     cublasLtHandle_t lt; /* made beside the start: kn_cu_handles_wait before use */

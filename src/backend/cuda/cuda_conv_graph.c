@@ -8,7 +8,9 @@
  * session's lanes (cu->sh->cache_mu); where cuDNN has no engine for it, or building fails, the node
  * is marked and runs as before (the convolution, then a pass). Among the engines cuDNN's heuristics
  * rank first, up to GRAPH_CANDIDATES are built and timed on the first run outside a capture, the
- * fastest kept.
+ * fastest kept. The graphs are built with dynamic shapes and one kernel cache per topology (bias,
+ * residual, activation), so a convolution of another shape binds the kernels an earlier one
+ * compiled instead of compiling its own (KILN_CUDA_CONV_GRAPH_CACHE=0: no cache, static shapes).
  *
  * Off by default (provider option conv_graph=1, or KILN_CUDA_CONV_GRAPH=1|0 over the option): the
  * engines for these graphs compile their kernels at run time (NVRTC), about 150-220 ms per
@@ -28,6 +30,7 @@
 #ifdef KILN_HAVE_CUDNN
 
 #define GRAPH_CANDIDATES 4
+_Static_assert(4 * KN_ACT_COUNT <= KN_CU_CONV_GRAPH_TOPOLOGIES, "a kernel cache per topology");
 #define GRAPH_TIMED_RUNS 3
 
 /* unique ids of the graph's tensors in the variant pack */
@@ -140,12 +143,38 @@ static cudnnBackendDescriptor_t pointwise(builder *b, cudnnPointwiseMode_t mode,
     return op;
 }
 
-/* The execution plan of engine config cfg, or NULL when cuDNN does not build it. */
-static cudnnBackendDescriptor_t plan_of(cudnnHandle_t h, cudnnBackendDescriptor_t cfg, int64_t *ws) {
+static bool kernel_cache_wanted(void) {
+    const char *v = getenv("KILN_CUDA_CONV_GRAPH_CACHE");
+    return !(v && !strcmp(v, "0"));
+}
+
+/* The session's kernel cache for graphs of this topology (made from the first such graph), or
+ * NULL where cuDNN makes none. With cu->sh->cache_mu held. */
+static cudnnBackendDescriptor_t kernel_cache(kn_cuda *cu, int topology, cudnnBackendDescriptor_t graph) {
+    cudnnBackendDescriptor_t *kc = &((cudnnBackendDescriptor_t *)cu->sh->conv_graph_caches)[topology];
+    if (*kc || cu->sh->conv_graph_cache_failed[topology]) return *kc;
+    builder b = {CUDNN_STATUS_SUCCESS, NULL};
+    cudnnBackendDescriptor_t d = make(&b, CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR, "kernel cache");
+    set(&b, d, CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "kernel cache");
+    finish(&b, d, "kernel cache");
+    if (b.s != CUDNN_STATUS_SUCCESS) {
+        kn_log(KILN_LOG_DEBUG, "cuda: no cuDNN kernel cache for convolution graphs (%s): each compiles its own",
+               cudnnGetErrorString(b.s));
+        drop(&d);
+        cu->sh->conv_graph_cache_failed[topology] = true;
+    }
+    return *kc = d;
+}
+
+/* The execution plan of engine config cfg (binding the kernel cache kc, when not NULL), or NULL
+ * when cuDNN does not build it. */
+static cudnnBackendDescriptor_t plan_of(cudnnHandle_t h, cudnnBackendDescriptor_t cfg, cudnnBackendDescriptor_t kc,
+                                        int64_t *ws) {
     builder b = {CUDNN_STATUS_SUCCESS, NULL};
     cudnnBackendDescriptor_t plan = make(&b, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "plan");
     set(&b, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "plan");
     set(&b, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg, "plan");
+    if (kc) set(&b, plan, CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &kc, "plan");
     finish(&b, plan, "plan");
     int64_t n = 0;
     if (b.s == CUDNN_STATUS_SUCCESS)
@@ -254,7 +283,12 @@ static void build(kn_cuda *cu, const kn_cu_conv_graph_args *a, conv_graph *g, co
     cudnnBackendDescriptor_t graph = make(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
     set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, nops, ops, "operation graph");
     set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &cu->dnn, "operation graph");
+    const bool dynamic = kernel_cache_wanted(); /* (the kernel cache takes dynamic-shape graphs only) */
+    if (dynamic)
+        set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED, CUDNN_TYPE_BOOLEAN, 1, &dynamic, "operation graph");
     finish(&b, graph, "operation graph");
+    const int topology = (g->bias ? 1 : 0) + (g->z ? 2 : 0) + 4 * a->act;
+    cudnnBackendDescriptor_t kc = dynamic && b.s == CUDNN_STATUS_SUCCESS ? kernel_cache(cu, topology, graph) : NULL;
     cudnnBackendDescriptor_t heur = make(&b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
     const cudnnBackendHeurMode_t hm = CUDNN_HEUR_MODE_A;
     set(&b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heuristics");
@@ -275,7 +309,8 @@ static void build(kn_cuda *cu, const kn_cu_conv_graph_args *a, conv_graph *g, co
     float best = -1;
     for (int64_t i = 0; i < n_cfg && i < want && built < GRAPH_CANDIDATES && b.s == CUDNN_STATUS_SUCCESS; i++) {
         int64_t ws = 0;
-        cudnnBackendDescriptor_t plan = plan_of(cu->dnn, cfgs[i], &ws);
+        cudnnBackendDescriptor_t plan = plan_of(cu->dnn, cfgs[i], kc, &ws);
+        if (!plan && kc) plan = plan_of(cu->dnn, cfgs[i], NULL, &ws); /* (the cache refused it) */
         if (!plan) continue;
         if (ws > (int64_t)cu->workspace_size) { /* kept to the lane's workspace: no scratch per call */
             drop(&plan);
@@ -387,6 +422,8 @@ void kn_cu_conv_graph_release(kn_cuda *cu) {
     for (int i = 0; i < cu->sh->n_conv_graphs; i++)
         if (gs[i].plan) cudnnBackendDestroyDescriptor(gs[i].plan);
     free(gs);
+    cudnnBackendDescriptor_t *kc = (cudnnBackendDescriptor_t *)cu->sh->conv_graph_caches;
+    for (int i = 0; i < KN_CU_CONV_GRAPH_TOPOLOGIES; i++) drop(&kc[i]);
     cu->sh->conv_graphs = NULL;
     cu->sh->n_conv_graphs = cu->sh->cap_conv_graphs = 0;
 }
