@@ -216,6 +216,22 @@ static kn_tensor *run_one(onemodel *o, const char *provider, const char *what) {
     return y;
 }
 
+/* CUDA's output against the CPU's, element by element within tol relative to 1 + |CPU's|; frees both. */
+static void check_conv_close(kn_tensor *got, kn_tensor *want, double tol, const char *what) {
+    if (got && want && kn_tensor_count(got) == kn_tensor_count(want)) {
+        for (int64_t i = 0; i < kn_tensor_count(want); i++) {
+            const double w = kn_tensor_get_f64(want, i), g = kn_tensor_get_f64(got, i);
+            if (!(fabs(g - w) <= tol * (1 + fabs(w)))) {
+                kn_unit_fail(__FILE__, __LINE__, "%s: element %lld is %.7g on CUDA, %.7g on the CPU", what, (long long)i, g, w);
+                break;
+            }
+        }
+    } else
+        kn_unit_fail(__FILE__, __LINE__, "%s: no output or outputs of different sizes", what);
+    kiln_tensor_destroy(got);
+    kiln_tensor_destroy(want);
+}
+
 /* FusedConv with a bias, an activation and maybe a residual: 3x3 with ReLU in cuDNN's one call
  * (cudnnConvolutionBiasActivationForward), pointwise channels last in cuBLASLt's epilogue (bias,
  * residual, ReLU; another activation a pass after), the rest as a pass. On CUDA in float, float16
@@ -244,19 +260,7 @@ KN_TEST(cuda_fused_conv_bias_relu) {
                             kn_tensor *got = run_one(&gpu, "cuda", what), *want = run_one(&cpu, "cpu", what);
                             if (off) unsetenv("KILN_CUDA_CONV_FUSED");
                             const double tol = dt == KILN_DTYPE_FLOAT ? 1e-4 : dt == KILN_DTYPE_FLOAT16 ? 1e-2 : 6e-2;
-                            if (got && want && kn_tensor_count(got) == kn_tensor_count(want)) {
-                                for (int64_t i = 0; i < kn_tensor_count(want); i++) {
-                                    const double w = kn_tensor_get_f64(want, i), g = kn_tensor_get_f64(got, i);
-                                    if (!(fabs(g - w) <= tol * (1 + fabs(w)))) {
-                                        kn_unit_fail(__FILE__, __LINE__, "%s: element %lld is %.7g on CUDA, %.7g on the CPU",
-                                                     what, (long long)i, g, w);
-                                        break;
-                                    }
-                                }
-                            } else
-                                kn_unit_fail(__FILE__, __LINE__, "%s: no output or outputs of different sizes", what);
-                            kiln_tensor_destroy(got);
-                            kiln_tensor_destroy(want);
+                            check_conv_close(got, want, tol, what);
                             om_free(&gpu);
                             om_free(&cpu);
                         }
@@ -291,19 +295,7 @@ KN_TEST(cuda_fused_conv_graph_activations) {
                         kn_tensor *got = run_one(&gpu, "cuda", what), *want = run_one(&cpu, "cpu", what);
                         /* products of 72 terms in float, rounded once to the type */
                         const double tol = dt == KILN_DTYPE_FLOAT16 ? 1e-2 : 6e-2;
-                        if (got && want && kn_tensor_count(got) == kn_tensor_count(want)) {
-                            for (int64_t i = 0; i < kn_tensor_count(want); i++) {
-                                const double w = kn_tensor_get_f64(want, i), g = kn_tensor_get_f64(got, i);
-                                if (!(fabs(g - w) <= tol * (1 + fabs(w)))) {
-                                    kn_unit_fail(__FILE__, __LINE__, "%s: element %lld is %.7g on CUDA, %.7g on the CPU", what,
-                                                 (long long)i, g, w);
-                                    break;
-                                }
-                            }
-                        } else
-                            kn_unit_fail(__FILE__, __LINE__, "%s: no output or outputs of different sizes", what);
-                        kiln_tensor_destroy(got);
-                        kiln_tensor_destroy(want);
+                        check_conv_close(got, want, tol, what);
                         om_free(&gpu);
                         om_free(&cpu);
                     }
