@@ -29,8 +29,13 @@ static bool resize_is_legacy(const kn_node *node) {
 
 void kn_resize_inputs(const kn_node *node, int n_inputs, const kn_tensor *const *values,
                       const kn_tensor **roi, const kn_tensor **scales, const kn_tensor **sizes) {
+    kn_resize_inputs_of(resize_is_legacy(node), n_inputs, values, roi, scales, sizes);
+}
+
+void kn_resize_inputs_of(bool legacy, int n_inputs, const kn_tensor *const *values, const kn_tensor **roi,
+                         const kn_tensor **scales, const kn_tensor **sizes) {
     *roi = *scales = *sizes = NULL;
-    if (resize_is_legacy(node)) {
+    if (legacy) {
         if (n_inputs > 1) *scales = nonempty(values[1]);
         return;
     }
@@ -74,9 +79,47 @@ static bool parse_nearest(const char *s, kn_resize_nearest *n) {
     return true;
 }
 
+kiln_status kn_resize_prepare(const kn_node *node, void *params) {
+    kn_resize_attrs *a = params;
+    memset(a, 0, sizeof *a);
+    a->legacy = resize_is_legacy(node);
+    a->mode_name = kn_attr_string(node, "mode", "nearest");
+    a->mode_ok = parse_mode(a->mode_name, &a->mode);
+    a->cubic_a = -0.75;
+    a->coord_ok = a->nearest_ok = true;
+    a->policy_name = "stretch";
+    if (!a->legacy) {
+        a->coord_name = kn_attr_string(node, "coordinate_transformation_mode", "half_pixel");
+        a->coord_ok = parse_coord(a->coord_name, &a->coord);
+        a->nearest_name = kn_attr_string(node, "nearest_mode", "round_prefer_floor");
+        a->nearest_ok = parse_nearest(a->nearest_name, &a->nearest);
+        a->cubic_a = kn_attr_float(node, "cubic_coeff_a", -0.75f);
+        a->exclude_outside = kn_attr_int(node, "exclude_outside", 0) != 0;
+        a->extrapolation = kn_attr_float(node, "extrapolation_value", 0.0f);
+        a->antialias = kn_attr_int(node, "antialias", 0) != 0;
+        a->axes = kn_attr_ints(node, "axes", &a->n_axes);
+        a->policy_name = kn_attr_string(node, "keep_aspect_ratio_policy", "stretch");
+    }
+    a->keep = !strcmp(a->policy_name, "stretch")      ? 0
+              : !strcmp(a->policy_name, "not_larger")  ? 1
+              : !strcmp(a->policy_name, "not_smaller") ? 2
+                                                       : -1;
+    a->attr_scales = !strcmp(node->op_type, "Upsample") && node->opset < 9;
+    if (a->attr_scales) a->scales = kn_attr_floats(node, "scales", &a->n_scales);
+    return KILN_OK;
+}
+
 kiln_status kn_resize_plan_make(const kn_node *node, int rank, const int64_t *in_dims,
                                 const kn_tensor *roi, const kn_tensor *scales, const kn_tensor *sizes,
                                 bool pending, kn_resize_plan *p, char *why, size_t cap) {
+    kn_resize_attrs a;
+    kn_resize_prepare(node, &a);
+    return kn_resize_plan_from(&a, rank, in_dims, roi, scales, sizes, pending, p, why, cap);
+}
+
+kiln_status kn_resize_plan_from(const kn_resize_attrs *at, int rank, const int64_t *in_dims, const kn_tensor *roi,
+                                const kn_tensor *scales, const kn_tensor *sizes, bool pending, kn_resize_plan *p,
+                                char *why, size_t cap) {
     memset(p, 0, sizeof *p);
     if (rank < 0 || rank > KILN_MAX_RANK)
         return why_error(why, cap, KILN_ERR_UNSUPPORTED, "input rank %d is not supported", rank);
@@ -88,10 +131,11 @@ kiln_status kn_resize_plan_make(const kn_node *node, int rank, const int64_t *in
         p->roi_start[k] = 0.0;
         p->roi_end[k] = 1.0;
     }
-    const char *mode = kn_attr_string(node, "mode", "nearest");
-    if (!parse_mode(mode, &p->mode))
-        return why_error(why, cap, KILN_ERR_INVALID_MODEL, "mode '%s' is not one of nearest, linear, cubic", mode);
-    bool legacy = resize_is_legacy(node);
+    if (!at->mode_ok)
+        return why_error(why, cap, KILN_ERR_INVALID_MODEL, "mode '%s' is not one of nearest, linear, cubic",
+                         at->mode_name);
+    p->mode = at->mode;
+    const bool legacy = at->legacy;
     p->cubic_a = -0.75;
     if (legacy) {
         /* Upsample and Resize-10: output pixel x reads input x / scale */
@@ -100,24 +144,26 @@ kiln_status kn_resize_plan_make(const kn_node *node, int rank, const int64_t *in
         p->coord = KN_COORD_ASYMMETRIC;
         p->nearest = KN_NEAREST_SIMPLE;
     } else {
-        const char *ct = kn_attr_string(node, "coordinate_transformation_mode", "half_pixel");
-        if (!parse_coord(ct, &p->coord))
-            return why_error(why, cap, KILN_ERR_INVALID_MODEL, "coordinate_transformation_mode '%s' is not known", ct);
-        const char *nm = kn_attr_string(node, "nearest_mode", "round_prefer_floor");
-        if (!parse_nearest(nm, &p->nearest))
+        if (!at->coord_ok)
+            return why_error(why, cap, KILN_ERR_INVALID_MODEL, "coordinate_transformation_mode '%s' is not known",
+                             at->coord_name);
+        p->coord = at->coord;
+        if (!at->nearest_ok)
             return why_error(why, cap, KILN_ERR_INVALID_MODEL,
-                             "nearest_mode '%s' is not one of round_prefer_floor, round_prefer_ceil, floor, ceil", nm);
-        p->cubic_a = kn_attr_float(node, "cubic_coeff_a", -0.75f);
-        p->exclude_outside = kn_attr_int(node, "exclude_outside", 0) != 0;
-        p->extrapolation = kn_attr_float(node, "extrapolation_value", 0.0f);
-        p->antialias = kn_attr_int(node, "antialias", 0) != 0;
+                             "nearest_mode '%s' is not one of round_prefer_floor, round_prefer_ceil, floor, ceil",
+                             at->nearest_name);
+        p->nearest = at->nearest;
+        p->cubic_a = at->cubic_a;
+        p->exclude_outside = at->exclude_outside;
+        p->extrapolation = at->extrapolation;
+        p->antialias = at->antialias;
     }
 
     /* the resized axes, in the order the scales/sizes/roi entries list them */
     int axes[KILN_MAX_RANK], n_axes = rank;
     for (int k = 0; k < rank; k++) axes[k] = k;
-    int n_attr_axes = 0;
-    const int64_t *attr_axes = legacy ? NULL : kn_attr_ints(node, "axes", &n_attr_axes);
+    const int n_attr_axes = legacy ? 0 : at->n_axes;
+    const int64_t *attr_axes = legacy ? NULL : at->axes;
     if (attr_axes && n_attr_axes > 0) {
         if (n_attr_axes > rank)
             return why_error(why, cap, KILN_ERR_INVALID_MODEL, "attribute 'axes' has %d entries for rank %d",
@@ -136,13 +182,11 @@ kiln_status kn_resize_plan_make(const kn_node *node, int rank, const int64_t *in
         }
         n_axes = n_attr_axes;
     }
-    const char *policy = legacy ? "stretch" : kn_attr_string(node, "keep_aspect_ratio_policy", "stretch");
-    int keep = 0; /* 0 stretch, 1 not_larger, 2 not_smaller */
-    if (!strcmp(policy, "not_larger")) keep = 1;
-    else if (!strcmp(policy, "not_smaller")) keep = 2;
-    else if (strcmp(policy, "stretch"))
+    const int keep = legacy ? 0 : at->keep; /* 0 stretch, 1 not_larger, 2 not_smaller */
+    if (keep < 0)
         return why_error(why, cap, KILN_ERR_INVALID_MODEL,
-                         "keep_aspect_ratio_policy '%s' is not one of stretch, not_larger, not_smaller", policy);
+                         "keep_aspect_ratio_policy '%s' is not one of stretch, not_larger, not_smaller",
+                         at->policy_name);
 
     if (roi) {
         int64_t n = kn_tensor_count(roi);
@@ -158,9 +202,9 @@ kiln_status kn_resize_plan_make(const kn_node *node, int rank, const int64_t *in
     /* Upsample-7 carries its scales as an attribute */
     double sv[KILN_MAX_RANK];
     int n_scales = -1;
-    if (!strcmp(node->op_type, "Upsample") && node->opset < 9) {
-        int n = 0;
-        const float *f = kn_attr_floats(node, "scales", &n);
+    if (at->attr_scales) {
+        int n = at->n_scales;
+        const float *f = at->scales;
         if (!f) return why_error(why, cap, KILN_ERR_INVALID_MODEL, "attribute 'scales' is missing");
         if (n > KILN_MAX_RANK) n = KILN_MAX_RANK + 1;
         for (int i = 0; i < n && i < KILN_MAX_RANK; i++) sv[i] = f[i];

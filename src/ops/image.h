@@ -56,4 +56,31 @@ kiln_status kn_resize_plan_make(const kn_node *node, int rank, const int64_t *in
                                 const kn_tensor *roi, const kn_tensor *scales, const kn_tensor *sizes,
                                 bool pending, kn_resize_plan *p, char *why, size_t cap);
 
+/* Resize/Upsample's attributes, read once: the prepare hook (exec/kernel.h: kn_params_fn) of the
+ * CPU and CUDA kernels, which pass the block to kn_resize_plan_from. A name that parses to none of
+ * its values is kept (its *_ok false) for the plan's message. */
+typedef struct kn_resize_attrs {
+    bool legacy; /* Upsample, or Resize before opset 11 */
+    bool mode_ok, coord_ok, nearest_ok;
+    kn_resize_mode mode;
+    kn_resize_coord coord;
+    kn_resize_nearest nearest;
+    const char *mode_name, *coord_name, *nearest_name, *policy_name;
+    int keep; /* keep_aspect_ratio_policy: 0 stretch, 1 not_larger, 2 not_smaller, -1 none of them */
+    double cubic_a, extrapolation;
+    bool exclude_outside, antialias;
+    const int64_t *axes; /* the axes attribute (NULL: every axis) */
+    int n_axes;
+    bool attr_scales;    /* Upsample before opset 9: scales is an attribute ... */
+    const float *scales; /* ... these (NULL: missing) */
+    int n_scales;
+} kn_resize_attrs;
+kiln_status kn_resize_prepare(const kn_node *node, void *params);
+/* kn_resize_inputs for a node whose kn_resize_attrs.legacy is given */
+void kn_resize_inputs_of(bool legacy, int n_inputs, const kn_tensor *const *values, const kn_tensor **roi,
+                         const kn_tensor **scales, const kn_tensor **sizes);
+kiln_status kn_resize_plan_from(const kn_resize_attrs *a, int rank, const int64_t *in_dims, const kn_tensor *roi,
+                                const kn_tensor *scales, const kn_tensor *sizes, bool pending, kn_resize_plan *p,
+                                char *why, size_t cap);
+
 #endif

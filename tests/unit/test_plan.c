@@ -276,7 +276,7 @@ KN_TEST(cuda_kernels_name_their_prepare_hooks) {
     } cases[] = {{"LeakyRelu", 1, 0}, {"Mod", 2, 0},     {"Cast", 1, 0},          {"Transpose", 1, 0},
                  {"Concat", 2, 0},    {"Gather", 2, 0},  {"Slice", 1, 0},         {"Softmax", 1, 0},
                  {"ReduceMax", 1, 0}, {"Einsum", 2, 0},  {"Attention", 3, 0},     {"LayerNormalization", 1, 0},
-                 {"ArgMax", 1, 0},    {"QuantizeLinear", 2, 0}};
+                 {"ArgMax", 1, 0},    {"QuantizeLinear", 2, 0}, {"Pad", 2, 0},          {"Resize", 1, 0}};
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n_cases; i++) {
         int ins[3] = {x, x, x};
@@ -310,7 +310,7 @@ KN_TEST(cuda_kernels_name_their_prepare_hooks) {
     for (int i = 0; i < n_cases; i++) {
         kn_node *n = &g->nodes[cases[i].node];
         const kn_type *in[3] = {&t, &t, &t};
-        if (!strcmp(n->op_type, "Gather")) in[1] = &ti;
+        if (!strcmp(n->op_type, "Gather") || !strcmp(n->op_type, "Pad")) in[1] = &ti;
         char why[256] = "";
         const void *k = cu->select(NULL, n, in, cases[i].n_in, why, sizeof why);
         CHECK_MSG(k != NULL, "%s: no CUDA kernel (%s)", n->op_type, why);

@@ -13,8 +13,8 @@ static bool supports_float(const kn_node *node, const kn_type *const *in, int n_
 }
 
 const kn_cpu_kernel kn_cpu_image[] = {
-    {"", "Resize", kn_cpu_resize, NULL, KN_KERNEL_OVERWRITES},
-    {"", "Upsample", kn_cpu_resize, NULL, KN_KERNEL_OVERWRITES},
+    {"", "Resize", kn_cpu_resize, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_resize_prepare, kn_resize_attrs)},
+    {"", "Upsample", kn_cpu_resize, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_resize_prepare, kn_resize_attrs)},
     {"", "GridSample", kn_cpu_gridsample, NULL, KN_KERNEL_OVERWRITES},
     {"", "AffineGrid", kn_cpu_affinegrid, supports_float, KN_KERNEL_OVERWRITES},
     {"", "RoiAlign", kn_cpu_roialign, supports_float, KN_KERNEL_OVERWRITES},

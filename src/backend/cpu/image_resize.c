@@ -662,11 +662,14 @@ static kiln_status resize_nearest(kn_kernel_ctx *c, const kn_resize_plan *p, con
 
 kiln_status kn_cpu_resize(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
+    kn_resize_attrs local;
+    const kn_resize_attrs *at;
+    KN_TRY(kn_ctx_params(c, kn_resize_prepare, &local, (const void **)&at));
     const kn_tensor *roi, *scales, *sizes;
-    kn_resize_inputs(c->node, c->n_inputs, (const kn_tensor *const *)c->in, &roi, &scales, &sizes);
+    kn_resize_inputs_of(at->legacy, c->n_inputs, (const kn_tensor *const *)c->in, &roi, &scales, &sizes);
     kn_resize_plan p;
     char why[512];
-    kiln_status st = kn_resize_plan_make(c->node, x->rank, x->dims, roi, scales, sizes, false, &p, why, sizeof why);
+    kiln_status st = kn_resize_plan_from(at, x->rank, x->dims, roi, scales, sizes, false, &p, why, sizeof why);
     if (st != KILN_OK) return kn_kernel_error(c, st, "%s", why);
     if (p.coord == KN_COORD_TF_CROP_AND_RESIZE && !roi)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "coordinate_transformation_mode tf_crop_and_resize needs 'roi'");

@@ -136,11 +136,14 @@ static kiln_status resize_interp(kn_cuda *cu, kn_kernel_ctx *c, const kn_resize_
 
 static kiln_status run_resize(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
+    kn_resize_attrs local;
+    const kn_resize_attrs *at;
+    KN_TRY(kn_ctx_params(c, kn_resize_prepare, &local, (const void **)&at));
     const kn_tensor *roi, *scales, *sizes;
-    kn_resize_inputs(c->node, c->n_inputs, (const kn_tensor *const *)c->in, &roi, &scales, &sizes);
+    kn_resize_inputs_of(at->legacy, c->n_inputs, (const kn_tensor *const *)c->in, &roi, &scales, &sizes);
     kn_resize_plan p;
     char why[512];
-    kiln_status st = kn_resize_plan_make(c->node, x->rank, x->dims, roi, scales, sizes, false, &p, why, sizeof why);
+    kiln_status st = kn_resize_plan_from(at, x->rank, x->dims, roi, scales, sizes, false, &p, why, sizeof why);
     if (st != KILN_OK) return kn_kernel_error(c, st, "%s", why);
     if (p.coord == KN_COORD_TF_CROP_AND_RESIZE && !roi)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "coordinate_transformation_mode tf_crop_and_resize needs 'roi'");
@@ -268,8 +271,8 @@ static bool gridsample_supports(const kn_node *n, const kn_type *const *in, int 
 
 const kn_cuda_kernel kn_cuda_image[] = {
     /* roi, scales, sizes (Resize-10 and Upsample-9: scales) are read on the host */
-    {"", "Resize", run_resize, resize_supports, KN_T_DENSE, 0xe, 0},
-    {"", "Upsample", run_resize, resize_supports, KN_T_DENSE, 0x2, 0},
+    {"", "Resize", run_resize, resize_supports, KN_T_DENSE, 0xe, 0, KN_CU_PARAMS(kn_resize_prepare, kn_resize_attrs)},
+    {"", "Upsample", run_resize, resize_supports, KN_T_DENSE, 0x2, 0, KN_CU_PARAMS(kn_resize_prepare, kn_resize_attrs)},
     {"", "GridSample", run_gridsample, gridsample_supports, KN_T_NUM, 0, 0, KN_CU_PARAMS(gridsample_prepare, gridsample_prm)},
     {NULL, NULL, NULL, NULL, 0, 0, 0},
 };
