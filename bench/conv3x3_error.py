@@ -2,8 +2,9 @@
 
 For each shape (ResNet-50, YOLO, UNet 3x3 layers; weights scaled as op_sweep.py scales them, inputs
 uniform in [-1, 1]) runs the one-node model with kiln's default choice (Winograd F(4x4,3x3) at
-stride 1, the direct kernel at stride 2 and on 7x7 planes), with the implicit GEMM forced
-(KILN_WINO=0 KILN_CL3=0) and with ONNX Runtime, and prints each one's largest |y - y_ref| and that
+stride 1, dilated through its phase images, the direct kernels at stride 2, on 7x7 planes and with
+few input channels), with the implicit GEMM forced (KILN_WINO=0 KILN_CL3=0 KILN_RK=0) and with
+ONNX Runtime, and prints each one's largest |y - y_ref| and that
 error relative to the largest |y_ref|. The reference is the convolution in float64 (numpy).
 
     python3 bench/conv3x3_error.py --build build-h3x3 [--out FILE]
@@ -29,20 +30,23 @@ SHAPES = [  # label, n, c, hw, m, stride
     ("3x3 32->32 160x160", 1, 32, 160, 32, 1),
     ("3x3 64->64 128x128", 1, 64, 128, 64, 1),
     ("3x3 32->32 14x14 b32", 32, 32, 14, 32, 1),
+    ("3x3 d2 64->64 28x28 (Winograd, phases)", 1, 64, 28, 64, 1, 2),
+    ("3x3 16->32 s2 320x320 (rk)", 1, 16, 320, 32, 2),
+    ("3x3 1->32 128x128 (rk)", 1, 1, 128, 32, 1),
 ]
 
 
-def reference(x, w, b, stride):
+def reference(x, w, b, stride, d=1):
     x = x.astype(np.float64)
     w = w.astype(np.float64)
     n, c, h, wd = x.shape
     m = w.shape[0]
-    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    oh, ow = (h + 2 - 3) // stride + 1, (wd + 2 - 3) // stride + 1
+    xp = np.pad(x, ((0, 0), (0, 0), (d, d), (d, d)))
+    oh, ow = (h + 2 * d - 2 * d - 1) // stride + 1, (wd + 2 * d - 2 * d - 1) // stride + 1
     y = np.zeros((n, m, oh, ow)) + b.astype(np.float64)[None, :, None, None]
     for kh in range(3):
         for kw in range(3):
-            patch = xp[:, :, kh:kh + stride * (oh - 1) + 1:stride, kw:kw + stride * (ow - 1) + 1:stride]
+            patch = xp[:, :, kh * d:kh * d + stride * (oh - 1) + 1:stride, kw * d:kw * d + stride * (ow - 1) + 1:stride]
             y += np.einsum("nchw,mc->nmhw", patch, w[:, :, kh, kw])
     return y
 
@@ -56,15 +60,16 @@ def main():
     k = Kiln(lib)
     lines = ["| case | kiln default: max abs err | rel. to max abs y | kiln GEMM forced: max abs err | rel. | ORT: max abs err | rel. |",
              "|---|---:|---:|---:|---:|---:|---:|"]
-    for label, n, c, hw, m, s in SHAPES:
-        case = conv(label, n, c, hw, m, 3, s=s)
+    for label, n, c, hw, m, s, *rest in SHAPES:
+        d = rest[0] if rest else 1
+        case = conv(label, n, c, hw, m, 3, s=s, d=d)
         model = case.model()
         x = case.inputs["x"]
-        ref = reference(x, case.inits["w"], case.inits["b"], s)
+        ref = reference(x, case.inits["w"], case.inits["b"], s, d)
         scale = np.abs(ref).max()
         errs = []
-        for env in ({}, {"KILN_WINO": "0", "KILN_CL3": "0"}):
-            saved = {e: os.environ.get(e) for e in ("KILN_WINO", "KILN_CL3")}
+        for env in ({}, {"KILN_WINO": "0", "KILN_CL3": "0", "KILN_RK": "0"}):
+            saved = {e: os.environ.get(e) for e in ("KILN_WINO", "KILN_CL3", "KILN_RK")}
             os.environ.update(env)
             try:
                 ks = KilnSession(k, model, 1, "cpu", case.inputs)
