@@ -10,26 +10,29 @@
 static kiln_status run_constant(kn_kernel_ctx *c) {
     kn_tensor *y;
     KN_TRY(kn_cpu_out(c, 0, &y));
-    const kn_node *n = c->node;
-    const kn_attr *a;
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
+    const kn_attr *a = prm->value;
+    const int kind = a ? prm->value_kind : -1;
     int64_t cnt = kn_tensor_count(y);
-    if ((a = kn_node_attr(n, "value")) && a->t) return kn_cpu_copy_all(c, y, a->t);
-    if ((a = kn_node_attr(n, "value_float"))) {
+    if (kind == 0) return kn_cpu_copy_all(c, y, a->t);
+    if (kind == 1) {
         if (y->dtype != KILN_DTYPE_FLOAT || cnt != 1) goto mismatch;
         ((float *)y->data)[0] = a->f;
-    } else if ((a = kn_node_attr(n, "value_floats"))) {
+    } else if (kind == 2) {
         if (y->dtype != KILN_DTYPE_FLOAT || cnt != a->n) goto mismatch;
         if (cnt) memcpy(y->data, a->floats, sizeof(float) * (size_t)cnt);
-    } else if ((a = kn_node_attr(n, "value_int"))) {
+    } else if (kind == 3) {
         if (y->dtype != KILN_DTYPE_INT64 || cnt != 1) goto mismatch;
         ((int64_t *)y->data)[0] = a->i;
-    } else if ((a = kn_node_attr(n, "value_ints"))) {
+    } else if (kind == 4) {
         if (y->dtype != KILN_DTYPE_INT64 || cnt != a->n) goto mismatch;
         if (cnt) memcpy(y->data, a->ints, sizeof(int64_t) * (size_t)cnt);
-    } else if ((a = kn_node_attr(n, "value_string"))) {
+    } else if (kind == 5) {
         if (y->dtype != KILN_DTYPE_STRING || cnt != 1) goto mismatch;
         if (!kn_cpu_fill_elems(y, 0, 1, &a->s)) return KN_OOM();
-    } else if ((a = kn_node_attr(n, "value_strings"))) {
+    } else if (kind == 6) {
         if (y->dtype != KILN_DTYPE_STRING || cnt != a->n) goto mismatch;
         for (int64_t i = 0; i < cnt; i++)
             if (!kn_cpu_fill_elems(y, i, 1, &a->strings[i])) return KN_OOM();
@@ -91,7 +94,10 @@ static kiln_status run_dropout(kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "training-mode Dropout on %s", kiln_dtype_name(x->dtype));
     if (!(ratio >= 0 && ratio < 1)) return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "ratio %g is outside [0, 1)", ratio);
     kn_rng state, *rng = &state; /* 2.5 KB on the stack */
-    kn_rng_seed(rng, (uint32_t)kn_attr_int(c->node, "seed", 0));
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
+    kn_rng_seed(rng, (uint32_t)prm->seed);
     double scale = 1.0 / (1.0 - ratio);
     for (int64_t i = 0; i < n; i++) {
         bool keep = kn_rng_uniform(rng) >= ratio;
@@ -142,9 +148,9 @@ static kiln_status run_size(kn_kernel_ctx *c) {
 }
 
 const kn_cpu_kernel kn_cpu_tensor[] = {
-    {"", "Constant", run_constant, NULL},
+    {"", "Constant", run_constant, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
     {"", "Identity", run_copy, NULL, KN_KERNEL_OVERWRITES},
-    {"", "Dropout", run_dropout, NULL},
+    {"", "Dropout", run_dropout, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
     {"", "Shape", run_shape, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(shape_prepare, shape_prm)},
     {"", "Size", run_size, NULL, KN_KERNEL_OVERWRITES},
     {"", "Reshape", run_copy, NULL, KN_KERNEL_OVERWRITES},
@@ -157,27 +163,27 @@ const kn_cpu_kernel kn_cpu_tensor[] = {
     {"", "Slice", kn_cpu_slice, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_slice_prepare, kn_slice_prm)},
     {"", "Gather", kn_cpu_gather, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_axis_prepare, kn_cpu_axis_prm)},
     {"", "GatherElements", kn_cpu_gather_elements, NULL, 0, KN_PARAMS(kn_cpu_axis_prepare, kn_cpu_axis_prm)},
-    {"", "GatherND", kn_cpu_gather_nd, NULL},
-    {"", "ScatterElements", kn_cpu_scatter_elements, NULL},
-    {"", "Scatter", kn_cpu_scatter_elements, NULL},
-    {"", "ScatterND", kn_cpu_scatter_nd, NULL},
-    {"", "TensorScatter", kn_cpu_tensor_scatter, NULL},
+    {"", "GatherND", kn_cpu_gather_nd, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "ScatterElements", kn_cpu_scatter_elements, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "Scatter", kn_cpu_scatter_elements, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "ScatterND", kn_cpu_scatter_nd, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "TensorScatter", kn_cpu_tensor_scatter, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
     {"", "Expand", kn_cpu_expand, NULL, KN_KERNEL_OVERWRITES},
     {"", "Tile", kn_cpu_tile, NULL, KN_KERNEL_OVERWRITES},
     {"", "Pad", kn_cpu_pad, NULL, 0, KN_PARAMS(kn_pad_prepare, kn_pad_prm)},
     {"", "CenterCropPad", kn_cpu_center_crop_pad, NULL},
-    {"", "DepthToSpace", kn_cpu_depth_to_space, NULL},
-    {"", "SpaceToDepth", kn_cpu_space_to_depth, NULL},
-    {"", "ConstantOfShape", kn_cpu_constant_of_shape, NULL},
-    {"", "Range", kn_cpu_range, NULL},
-    {"", "CumSum", kn_cpu_cumulative, NULL},
-    {"", "CumProd", kn_cpu_cumulative, NULL},
-    {"", "Trilu", kn_cpu_trilu, NULL},
-    {"", "OneHot", kn_cpu_onehot, NULL},
-    {"", "EyeLike", kn_cpu_eyelike, NULL},
-    {"", "ReverseSequence", kn_cpu_reverse_sequence, NULL},
-    {"", "Compress", kn_cpu_compress, NULL},
+    {"", "DepthToSpace", kn_cpu_depth_to_space, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "SpaceToDepth", kn_cpu_space_to_depth, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "ConstantOfShape", kn_cpu_constant_of_shape, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "Range", kn_cpu_range, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "CumSum", kn_cpu_cumulative, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "CumProd", kn_cpu_cumulative, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "Trilu", kn_cpu_trilu, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "OneHot", kn_cpu_onehot, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "EyeLike", kn_cpu_eyelike, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "ReverseSequence", kn_cpu_reverse_sequence, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "Compress", kn_cpu_compress, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
     {"", "NonZero", kn_cpu_nonzero, NULL},
-    {"", "Unique", kn_cpu_unique, NULL},
+    {"", "Unique", kn_cpu_unique, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
     {0},
 };

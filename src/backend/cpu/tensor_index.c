@@ -141,8 +141,11 @@ kiln_status kn_cpu_gather_nd(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *idx = c->in[1];
     kn_tensor *y;
     KN_TRY(kn_cpu_out(c, 0, &y));
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
     int r = x->rank, q = idx->rank;
-    int b = (int)kn_attr_int(c->node, "batch_dims", 0);
+    int b = (int)prm->batch_dims;
     if (q < 1 || b < 0 || b >= r || b >= q) return kn_kernel_error(c, KILN_ERR_SHAPE, "ranks do not fit batch_dims");
     int64_t last = idx->dims[q - 1];
     if (last < 1 || last > r - b) return kn_kernel_error(c, KILN_ERR_SHAPE, "index depth does not fit the data");
@@ -180,6 +183,37 @@ static int parse_reduction(const kn_node *n) {
     if (!strcmp(s, "max")) return RED_MAX;
     if (!strcmp(s, "min")) return RED_MIN;
     return RED_NONE;
+}
+
+kiln_status kn_cpu_tensor_prepare(const kn_node *n, void *params) {
+    kn_cpu_tensor_prm *p = params;
+    memset(p, 0, sizeof *p);
+    p->axis = kn_node_attr(n, "axis");
+    p->batch_dims = kn_attr_int(n, "batch_dims", 0);
+    p->reduction = parse_reduction(n);
+    p->circular = !strcmp(kn_attr_string(n, "mode", "linear"), "circular");
+    p->crd = !strcmp(kn_attr_string(n, "mode", "DCR"), "CRD");
+    p->blocksize = kn_attr_int(n, "blocksize", 1);
+    p->batch_axis = kn_attr_int(n, "batch_axis", 1);
+    p->time_axis = kn_attr_int(n, "time_axis", 0);
+    p->exclusive = kn_attr_int(n, "exclusive", 0) != 0;
+    p->reverse = kn_attr_int(n, "reverse", 0) != 0;
+    p->upper = kn_attr_int(n, "upper", 1) != 0;
+    p->k = kn_attr_int(n, "k", 0);
+    p->sorted = kn_attr_int(n, "sorted", 1) != 0;
+    p->stash_double = n->opset >= 27 && kn_attr_int(n, "stash_type", KILN_DTYPE_FLOAT) == KILN_DTYPE_DOUBLE;
+    p->seed = kn_attr_int(n, "seed", 0);
+    /* ConstantOfShape's value; Constant's first value attribute, in the order its kernel asks */
+    static const char *const names[] = {"value", "value_float", "value_floats", "value_int", "value_ints",
+                                        "value_string", "value_strings"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !p->value; i++) {
+        const kn_attr *a = kn_node_attr(n, names[i]);
+        if (a && (i > 0 || a->t)) {
+            p->value = a;
+            p->value_kind = (int)i;
+        }
+    }
+    return KILN_OK;
 }
 
 #define RED_T(T)                                                                                   \
@@ -252,8 +286,11 @@ kiln_status kn_cpu_scatter_elements(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *idx = c->in[1], *u = c->in[2];
     kn_tensor *y;
     KN_TRY(kn_cpu_out(c, 0, &y));
-    int r = x->rank, op = parse_reduction(c->node);
-    int a = norm_axis(kn_attr_int(c->node, "axis", 0), r);
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
+    int r = x->rank, op = prm->reduction;
+    int a = norm_axis(kn_cpu_axis_or(prm, 0), r);
     if (a < 0 || a >= r || idx->rank != r || u->rank != r)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "axis or ranks do not fit");
     if (op != RED_NONE && !reducible(x->dtype))
@@ -283,7 +320,10 @@ kiln_status kn_cpu_scatter_nd(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *idx = c->in[1], *u = c->in[2];
     kn_tensor *y;
     KN_TRY(kn_cpu_out(c, 0, &y));
-    int r = x->rank, q = idx->rank, op = parse_reduction(c->node);
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
+    int r = x->rank, q = idx->rank, op = prm->reduction;
     if (op != RED_NONE && !reducible(x->dtype))
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "reduction on %s elements", kiln_dtype_name(x->dtype));
     if (q < 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "indices must have rank >= 1");
@@ -311,9 +351,12 @@ kiln_status kn_cpu_tensor_scatter(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *u = c->in[1], *w = c->n_inputs > 2 ? c->in[2] : NULL;
     kn_tensor *y;
     KN_TRY(kn_cpu_out(c, 0, &y));
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
     int r = x->rank;
-    int a = norm_axis(kn_attr_int(c->node, "axis", -2), r);
-    bool circular = !strcmp(kn_attr_string(c->node, "mode", "linear"), "circular");
+    int a = norm_axis(kn_cpu_axis_or(prm, -2), r);
+    bool circular = prm->circular;
     if (a < 0 || a >= r || u->rank != r) return kn_kernel_error(c, KILN_ERR_SHAPE, "axis or ranks do not fit");
     KN_TRY(kn_cpu_copy_all(c, y, x));
     int64_t pre = 1, post = 1, maxlen = x->dims[a], seq = u->dims[a];
@@ -343,8 +386,11 @@ kiln_status kn_cpu_onehot(kn_kernel_ctx *c) {
     const kn_tensor *idx = c->in[0], *vals = c->in[2];
     kn_tensor *y;
     KN_TRY(kn_cpu_out(c, 0, &y));
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
     int r = idx->rank;
-    int a = norm_axis(kn_attr_int(c->node, "axis", -1), r + 1);
+    int a = norm_axis(kn_cpu_axis_or(prm, -1), r + 1);
     if (a < 0 || a > r || y->rank != r + 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "axis does not fit");
     if (kn_tensor_count(vals) < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "values needs [off, on]");
     int64_t depth = y->dims[a], pre = 1, post = 1;
@@ -367,7 +413,10 @@ kiln_status kn_cpu_onehot(kn_kernel_ctx *c) {
 
 kiln_status kn_cpu_compress(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *cond = c->in[1];
-    const kn_attr *aa = kn_node_attr(c->node, "axis");
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
+    const kn_attr *aa = prm->axis;
     int64_t nc = kn_tensor_count(cond);
     int64_t pre = 1, D, post = 1, dims[KILN_MAX_RANK];
     int rank;
@@ -449,7 +498,10 @@ kiln_status kn_cpu_reverse_sequence(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *lens = c->in[1];
     kn_tensor *y;
     KN_TRY(kn_cpu_out(c, 0, &y));
-    int ba = (int)kn_attr_int(c->node, "batch_axis", 1), ta = (int)kn_attr_int(c->node, "time_axis", 0);
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
+    int ba = (int)prm->batch_axis, ta = (int)prm->time_axis;
     if (x->rank < 2 || ba == ta || ba < 0 || ba > 1 || ta < 0 || ta > 1)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "needs rank >= 2 and batch/time axes 0 and 1");
     int64_t B = x->dims[ba], T = x->dims[ta], post = 1;

@@ -59,6 +59,33 @@ typedef struct kn_cpu_axis_prm {
     int64_t axis;
 } kn_cpu_axis_prm;
 kiln_status kn_cpu_axis_prepare(const kn_node *n, void *params);
+/* The other tensor kernels' attributes (one hook for them, tensor_index.c): GatherND, the Scatter
+ * family, TensorScatter, OneHot, Compress, ReverseSequence, CumSum/CumProd, Trilu, EyeLike,
+ * ConstantOfShape, Unique, DepthToSpace/SpaceToDepth, Range, Constant, Dropout. Pointers are the
+ * node's attributes (they live as long as the node). */
+typedef struct kn_cpu_tensor_prm {
+    const kn_attr *axis;      /* NULL: absent (each kernel has its default) */
+    int64_t batch_dims;       /* GatherND (0) */
+    int reduction;            /* the Scatter family's, parsed (tensor_index.c's RED_*) */
+    bool circular;            /* TensorScatter mode (linear) */
+    bool crd;                 /* DepthToSpace/SpaceToDepth mode (DCR) */
+    int64_t blocksize;        /* (1) */
+    int64_t batch_axis, time_axis; /* ReverseSequence (1, 0) */
+    bool exclusive, reverse;  /* CumSum/CumProd */
+    bool upper;               /* Trilu (1) */
+    int64_t k;                /* EyeLike (0) */
+    bool sorted;              /* Unique (1) */
+    bool stash_double;        /* Range from opset 27: stash_type double */
+    const kn_attr *value;     /* ConstantOfShape's value; Constant's one value attribute ... */
+    int value_kind;           /* ... which: 0 value, 1 value_float, 2 value_floats, 3 value_int, 4 value_ints,
+                               * 5 value_string, 6 value_strings */
+    int64_t seed;             /* Dropout (0) */
+} kn_cpu_tensor_prm;
+kiln_status kn_cpu_tensor_prepare(const kn_node *n, void *params);
+/* "axis" as kn_attr_int reads it */
+static inline int64_t kn_cpu_axis_or(const kn_cpu_tensor_prm *p, int64_t dflt) {
+    return p->axis && p->axis->type == KN_ATTR_INT ? p->axis->i : dflt;
+}
 kiln_status kn_cpu_slice(kn_kernel_ctx *c);
 kiln_status kn_cpu_concat(kn_kernel_ctx *c);
 kiln_status kn_cpu_split(kn_kernel_ctx *c);

@@ -767,10 +767,13 @@ static kiln_status six_d(kn_kernel_ctx *c, const int64_t *v, const int *perm) {
 
 kiln_status kn_cpu_depth_to_space(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
-    int64_t b = kn_attr_int(c->node, "blocksize", 1);
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
+    int64_t b = prm->blocksize;
     if (x->rank != 4 || b < 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "needs a 4-D input and blocksize >= 1");
     int64_t N = x->dims[0], C = x->dims[1] / (b * b), H = x->dims[2], W = x->dims[3];
-    if (!strcmp(kn_attr_string(c->node, "mode", "DCR"), "CRD")) {
+    if (prm->crd) {
         int64_t v[6] = {N, C, b, b, H, W};
         static const int perm[6] = {0, 1, 4, 2, 5, 3};
         return six_d(c, v, perm);
@@ -782,9 +785,12 @@ kiln_status kn_cpu_depth_to_space(kn_kernel_ctx *c) {
 
 kiln_status kn_cpu_space_to_depth(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
-    int64_t b = kn_attr_int(c->node, "blocksize", 1);
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
+    int64_t b = prm->blocksize;
     if (x->rank != 4 || b < 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "needs a 4-D input and blocksize >= 1");
     int64_t v[6] = {x->dims[0], x->dims[1], x->dims[2] / b, b, x->dims[3] / b, b};
     static const int dcr[6] = {0, 3, 5, 1, 2, 4}, crd[6] = {0, 1, 3, 5, 2, 4};
-    return six_d(c, v, !strcmp(kn_attr_string(c->node, "mode", "DCR"), "CRD") ? crd : dcr);
+    return six_d(c, v, prm->crd ? crd : dcr);
 }

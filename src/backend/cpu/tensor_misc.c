@@ -30,7 +30,10 @@ kiln_status kn_cpu_range(kn_kernel_ctx *c) {
     case KILN_DTYPE_FLOAT16:
     case KILN_DTYPE_BFLOAT16: {
         /* stash_type (opset 27, default float) is the precision of the computation */
-        bool dbl = c->node->opset >= 27 && kn_attr_int(c->node, "stash_type", KILN_DTYPE_FLOAT) == KILN_DTYPE_DOUBLE;
+        kn_cpu_tensor_prm local_prm;
+        const kn_cpu_tensor_prm *prm;
+        KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
+        bool dbl = prm->stash_double;
         double a = kn_tensor_get_f64(s, 0), st = kn_tensor_get_f64(d, 0);
         float af = (float)a, sf = (float)st;
         for (int64_t i = 0; i < n; i++) kn_tensor_set_f64(y, i, dbl ? a + (double)i * st : (double)(af + (float)i * sf));
@@ -98,8 +101,11 @@ kiln_status kn_cpu_cumulative(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *ax = c->in[1];
     kn_tensor *y;
     KN_TRY(kn_cpu_out(c, 0, &y));
-    bool prod = !strcmp(c->node->op_type, "CumProd");
-    bool excl = kn_attr_int(c->node, "exclusive", 0) != 0, rev = kn_attr_int(c->node, "reverse", 0) != 0;
+    bool prod = c->node->op_type[3] == 'P'; /* CumProd, CumSum */
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
+    bool excl = prm->exclusive, rev = prm->reverse;
     int r = x->rank;
     if (kn_tensor_count(ax) != 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "axis must be a scalar");
     int64_t a = kn_cpu_index(ax, 0);
@@ -143,7 +149,10 @@ kiln_status kn_cpu_trilu(kn_kernel_ctx *c) {
     KN_TRY(kn_cpu_out(c, 0, &y));
     if (x->rank < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "input must have rank >= 2");
     int64_t k = kt && kn_tensor_count(kt) >= 1 ? kn_cpu_index(kt, 0) : 0;
-    bool upper = kn_attr_int(c->node, "upper", 1) != 0;
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
+    bool upper = prm->upper;
     KN_TRY(kn_cpu_copy_all(c, y, x));
     int64_t N = x->dims[x->rank - 2], M = x->dims[x->rank - 1];
     int64_t mats = (N * M) != 0 ? kn_tensor_count(x) / (N * M) : 0;
@@ -165,7 +174,10 @@ kiln_status kn_cpu_eyelike(kn_kernel_ctx *c) {
     kn_tensor *y;
     KN_TRY(kn_cpu_out(c, 0, &y));
     if (y->rank != 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "input must be 2-D");
-    int64_t k = kn_attr_int(c->node, "k", 0), N = y->dims[0], M = y->dims[1];
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
+    int64_t k = prm->k, N = y->dims[0], M = y->dims[1];
     if (!kn_cpu_fill_elems(y, 0, N * M, zero_elem(y->dtype))) return KN_OOM();
     if (y->dtype == KILN_DTYPE_STRING) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "string output");
     for (int64_t i = 0; i < N; i++) {
@@ -178,7 +190,10 @@ kiln_status kn_cpu_eyelike(kn_kernel_ctx *c) {
 kiln_status kn_cpu_constant_of_shape(kn_kernel_ctx *c) {
     kn_tensor *y;
     KN_TRY(kn_cpu_out(c, 0, &y));
-    const kn_attr *va = kn_node_attr(c->node, "value");
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
+    const kn_attr *va = prm->value;
     if (!va || !va->t) return kn_cpu_fill_elems(y, 0, kn_tensor_count(y), zero_elem(y->dtype)) ? KILN_OK : KN_OOM();
     if (va->t->dtype != y->dtype || kn_tensor_count(va->t) != 1)
         return kn_kernel_error(c, KILN_ERR_INTERNAL, "value does not match the output");
@@ -258,8 +273,11 @@ static void msort_plain(int64_t *v, int64_t *tmp, int64_t n, const int64_t *key)
 
 kiln_status kn_cpu_unique(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
-    const kn_attr *aa = kn_node_attr(c->node, "axis");
-    bool sorted = kn_attr_int(c->node, "sorted", 1) != 0;
+    kn_cpu_tensor_prm local_prm;
+    const kn_cpu_tensor_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
+    const kn_attr *aa = prm->axis;
+    bool sorted = prm->sorted;
     uq_ctx u = {.x = x, .pre = 1, .post = 1};
     int a = -1;
     if (aa) {
