@@ -190,8 +190,8 @@ bool kn_cpu_isa_resolve(const char *want, unsigned features, unsigned built, uns
     if (!(built & (1u << asked))) {
         level_list(built, lv, sizeof lv);
         snprintf(why, cap,
-                 "KILN_CPU_ISA=%s: this build of kiln has the CPU kernels of %s only (compiled for the build "
-                 "machine, -DKILN_NATIVE=ON); a build with -DKILN_NATIVE=OFF chooses among baseline, avx2 and "
+                 "KILN_CPU_ISA=%s: this build of kiln has the CPU kernels of %s only; a build with "
+                 "-DKILN_NATIVE=OFF (and KILN_CPU_DISPATCH on, the default) chooses among baseline, avx2 and "
                  "avx512 at run time",
                  want, lv);
         return false;
@@ -238,7 +238,12 @@ static void choose(void) {
                  error[0] ? error : forced && *forced && strcmp(forced, "auto") ? "KILN_CPU_ISA chose it"
                                                                                 : "the best this CPU runs");
     else
-        snprintf(describe, sizeof describe, "%s (built for this level only, -march=native)%s%s", level_names[active],
+        snprintf(describe, sizeof describe, "%s (the only level built: %s)%s%s", level_names[active],
+#if defined(KILN_CPU_NATIVE)
+                 "-march=native",
+#else
+                 "no run-time dispatch",
+#endif
                  error[0] ? "; " : "", error);
 }
 
