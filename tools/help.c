@@ -198,8 +198,8 @@ static const struct {
                         "kernel wherever it applies (by default: where that was measured faster)"},
     {"KILN_CUDA_CONV_GRAPH", "1 runs FusedConv's SiLU, Sigmoid, Tanh and Gelu on CUDA in cuDNN's operation graph with "
                              "the convolution (the provider option conv_graph=1), 0 never (the convolution, then a pass)"},
-    {"KILN_CUDA_CONV_GRAPH_CACHE", "0 builds those graphs with static shapes and no kernel cache (each convolution "
-                                   "compiles its own kernels)"},
+    {"KILN_CUDA_CONV_GRAPH_CACHE", "1 builds those graphs with dynamic shapes and a kernel cache (a fast first run, "
+                                   "slower kernels); by default static shapes, each convolution compiling its own"},
     {"KILN_CUDA_FLASH_WARPS", "1, 2 or 4: warps per block of that one kernel (by default 4; to measure)"},
     {"KILN_CUDA_ATTN_VIEWS", "0 keeps CUDA from running kiln.Attention with operand views (the optimiser's folded "
                              "head splits and merges; on by default)"},
