@@ -27,6 +27,17 @@ static float run_step(const kn_step *s, const kn_params *params, float xv) {
     return r;
 }
 
+/* g resolved, its shapes inferred, every node on the CPU, and its compiled plan (NULL on failure,
+ * reported). */
+static kn_plan *cpu_plan_of(kn_graph *g) {
+    CHECK_STATUS(kn_graph_resolve(g), KILN_OK);
+    CHECK_STATUS(kn_graph_infer(g), KILN_OK);
+    CHECK_STATUS(kn_graph_assign_cpu(g), KILN_OK);
+    kn_plan *p = NULL;
+    CHECK_STATUS(kn_plan_build(g, NULL, true, &p), KILN_OK);
+    return p;
+}
+
 KN_TEST(plan_steps_carry_attributes_read_at_compile_time) {
     tmb b;
     tmb_init(&b, 17);
@@ -42,11 +53,7 @@ KN_TEST(plan_steps_carry_attributes_read_at_compile_time) {
     kn_graph *g = b.g;
     kn_graph_recount(g);
     for (int i = 0; i < g->n_nodes; i++) g->nodes[i].opset = 17; /* (the loader sets it from the imports) */
-    CHECK_STATUS(kn_graph_resolve(g), KILN_OK);
-    CHECK_STATUS(kn_graph_infer(g), KILN_OK);
-    CHECK_STATUS(kn_graph_assign_cpu(g), KILN_OK);
-    kn_plan *p = NULL;
-    CHECK_STATUS(kn_plan_build(g, NULL, true, &p), KILN_OK);
+    kn_plan *p = cpu_plan_of(g);
     if (!p) {
         kn_model_free(b.m);
         return;
@@ -145,11 +152,7 @@ KN_TEST(plan_gemm_einsum_slice_attention_read_attributes_at_compile_time) {
     kn_graph_recount(g);
     for (int i = 0; i < g->n_nodes; i++) g->nodes[i].opset = 23;
     g->nodes[sl].opset = 9; /* starts and ends as attributes */
-    CHECK_STATUS(kn_graph_resolve(g), KILN_OK);
-    CHECK_STATUS(kn_graph_infer(g), KILN_OK);
-    CHECK_STATUS(kn_graph_assign_cpu(g), KILN_OK);
-    kn_plan *p = NULL;
-    CHECK_STATUS(kn_plan_build(g, NULL, true, &p), KILN_OK);
+    kn_plan *p = cpu_plan_of(g);
     if (!p) {
         kn_model_free(b.m);
         return;
