@@ -68,8 +68,12 @@ static kiln_status int_b(kn_infer_ctx *c, int i, int64_t *K, int64_t *N) {
 
 kiln_status kn_qlinear_softmax_rows(kn_kernel_ctx *c, const kn_tensor *X, int64_t *D, int64_t *inner) {
     const int64_t opset = kn_attr_int(c->node, "opset", -1);
+    return kn_qlinear_softmax_rows_with(c, X, opset, kn_attr_int(c->node, "axis", opset < 13 ? 1 : -1), D, inner);
+}
+
+kiln_status kn_qlinear_softmax_rows_with(kn_kernel_ctx *c, const kn_tensor *X, int64_t opset, int64_t axis, int64_t *D,
+                                         int64_t *inner) {
     const int r = X->rank;
-    int64_t axis = kn_attr_int(c->node, "axis", opset < 13 ? 1 : -1);
     if (axis < -r || axis >= r || r == 0)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis %lld is out of range for rank %d", (long long)axis, r);
     if (axis < 0) axis += r;
@@ -86,13 +90,17 @@ kiln_status kn_qlinear_softmax_rows(kn_kernel_ctx *c, const kn_tensor *X, int64_
 /* ------------------------------------------------------------------ MatMulNBits */
 
 kiln_status kn_matmul_nbits_check(kn_kernel_ctx *c, kn_nbits_params *p) {
+    return kn_matmul_nbits_check_with(c, kn_attr_int(c->node, "K", 0), kn_attr_int(c->node, "N", 0),
+                                      kn_attr_int(c->node, "bits", 4), kn_attr_int(c->node, "block_size", 0), p);
+}
+
+kiln_status kn_matmul_nbits_check_with(kn_kernel_ctx *c, int64_t K, int64_t N, int64_t bits, int64_t bs,
+                                       kn_nbits_params *p) {
     const kn_tensor *A = c->in[0], *B = c->in[1], *S = c->in[2];
     const kn_tensor *zp = c->n_inputs > 3 ? c->in[3] : NULL, *gidx = c->n_inputs > 4 ? c->in[4] : NULL,
                     *bias = c->n_inputs > 5 ? c->in[5] : NULL;
     const kn_tensor *Y = c->out[0];
     if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
-    const int64_t K = kn_attr_int(c->node, "K", 0), N = kn_attr_int(c->node, "N", 0);
-    const int64_t bits = kn_attr_int(c->node, "bits", 4), bs = kn_attr_int(c->node, "block_size", 0);
     if (K <= 0 || N <= 0 || bs < 16 || (bs & (bs - 1)) || (bits != 2 && bits != 4 && bits != 8))
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "K=%lld, N=%lld, bits=%lld, block_size=%lld are not supported",
                                (long long)K, (long long)N, (long long)bits, (long long)bs);

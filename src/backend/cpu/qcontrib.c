@@ -16,6 +16,7 @@
 #include "backend/cpu/nn_internal.h"
 #include "backend/cpu/qcontrib_impl.h"
 #include "backend/cpu/sgemm.h"
+#include "ops/attention.h"
 #include "ops/qcontrib.h"
 
 #include <math.h>
@@ -291,8 +292,11 @@ static kiln_status run_matmul_nbits(kn_kernel_ctx *c) {
     const kn_tensor *A = c->in[0], *B = c->in[1], *S = c->in[2];
     const kn_tensor *zp = kn_qc_opt(c, 3), *gidx = kn_qc_opt(c, 4), *bias = kn_qc_opt(c, 5);
     kn_tensor *Y = c->out[0];
+    kn_cpu_qc_prm local;
+    const kn_cpu_qc_prm *prm;
+    KN_QC_PRM(c, &local, &prm);
     kn_nbits_params np;
-    KN_TRY(kn_matmul_nbits_check(c, &np));
+    KN_TRY(kn_matmul_nbits_check_with(c, prm->K, prm->N, prm->bits, prm->block_size, &np));
     const int64_t K = np.K, N = np.N, bits = np.bits, bs = np.bs, kb = np.kb, M = np.M;
     if (gidx) {
         const int32_t *g = gidx->data;
@@ -306,7 +310,7 @@ static kiln_status run_matmul_nbits(kn_kernel_ctx *c) {
      * weights without g_idx and with integer zero points: A quantised per row and block to int8
      * (scale max|a| / 127, round half to even), integer block dot products scaled by both blocks'
      * scales. Otherwise it dequantises, as here. */
-    bool int8 = kn_attr_int(c->node, "accuracy_level", 0) == 4 && bs <= 256 && !gidx &&
+    bool int8 = prm->accuracy_level == 4 && bs <= 256 && !gidx &&
                 (!zp || zp->dtype == KILN_DTYPE_UINT8) &&
                 kn_qc_is_const(c, 1) && kn_qc_is_const(c, 2) && (!zp || kn_qc_is_const(c, 3));
     nbits_ctx pc = {B, S, zp, gidx, K, N, bits, bs, kb, int8, 0, N};
@@ -519,8 +523,11 @@ static kiln_status run_qgemm(kn_kernel_ctx *c) {
     const kn_tensor *A = c->in[0], *as = c->in[1], *az = c->in[2], *B = c->in[3], *bs = c->in[4], *bz = c->in[5];
     const kn_tensor *C = kn_qc_opt(c, 6), *ys = kn_qc_opt(c, 7), *yz = kn_qc_opt(c, 8);
     kn_tensor *Y = c->out[0];
-    bool ta = kn_attr_int(c->node, "transA", 0), tb = kn_attr_int(c->node, "transB", 0);
-    float alpha = kn_attr_float(c->node, "alpha", 1.0f);
+    kn_cpu_qc_prm local;
+    const kn_cpu_qc_prm *prm;
+    KN_QC_PRM(c, &local, &prm);
+    bool ta = prm->trans_a, tb = prm->trans_b;
+    float alpha = prm->alpha;
     if (A->rank != 2 || B->rank != 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "A and B must be 2-D");
     int64_t M = A->dims[ta ? 1 : 0], K = A->dims[ta ? 0 : 1], N = B->dims[tb ? 0 : 1];
     if (B->dims[tb ? 1 : 0] != K)
@@ -767,22 +774,42 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
     return st;
 }
 
+/* ------------------------------------------------------------------ attributes */
+
+kiln_status kn_cpu_qc_prepare(const kn_node *n, void *params) {
+    kn_cpu_qc_prm *p = params;
+    memset(p, 0, sizeof *p);
+    p->K = kn_attr_int(n, "K", 0);
+    p->N = kn_attr_int(n, "N", 0);
+    p->bits = kn_attr_int(n, "bits", 4);
+    p->block_size = kn_attr_int(n, "block_size", 0);
+    p->accuracy_level = kn_attr_int(n, "accuracy_level", 0);
+    p->trans_a = kn_attr_int(n, "transA", 0) != 0;
+    p->trans_b = kn_attr_int(n, "transB", 0) != 0;
+    p->alpha = kn_attr_float(n, "alpha", strcmp(n->op_type, "QGemm") ? 0.01f : 1.0f);
+    p->opset = kn_attr_int(n, "opset", -1);
+    p->axis = kn_attr_int(n, "axis", strcmp(n->op_type, "QLinearSoftmax") ? 0 : p->opset < 13 ? 1 : -1);
+    p->channels_last = kn_attr_int(n, "channels_last", 0) != 0;
+    p->count_include_pad = kn_attr_int(n, "count_include_pad", 0) != 0;
+    return KILN_OK;
+}
+
 /* ------------------------------------------------------------------ table */
 
 const kn_cpu_kernel kn_cpu_qcontrib[] = {
-    {MS, "MatMulNBits", run_matmul_nbits, NULL, KN_KERNEL_OVERWRITES},
+    {MS, "MatMulNBits", run_matmul_nbits, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_qc_prepare, kn_cpu_qc_prm)},
     {MS, "DynamicQuantizeMatMul", run_dq_matmul, NULL, 0},
     {MS, "MatMulIntegerToFloat", run_matmul_int_to_float, NULL, 0},
-    {MS, "QGemm", run_qgemm, NULL, 0},
-    {MS, "QAttention", run_qattention, NULL, 0},
+    {MS, "QGemm", run_qgemm, NULL, 0, KN_PARAMS(kn_cpu_qc_prepare, kn_cpu_qc_prm)},
+    {MS, "QAttention", run_qattention, NULL, 0, KN_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
     {MS, "DynamicQuantizeLSTM", run_dq_lstm, NULL, 0},
     {MS, "QLinearAdd", kn_cpu_qlinear_add, NULL, KN_KERNEL_OVERWRITES},
     {MS, "QLinearMul", kn_cpu_qlinear_mul, NULL, KN_KERNEL_OVERWRITES},
     {MS, "QLinearSigmoid", kn_cpu_qlinear_sigmoid, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "QLinearLeakyRelu", kn_cpu_qlinear_leaky_relu, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "QLinearConcat", kn_cpu_qlinear_concat, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "QLinearSoftmax", kn_cpu_qlinear_softmax, NULL, 0},
-    {MS, "QLinearAveragePool", kn_cpu_qlinear_average_pool, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "QLinearGlobalAveragePool", kn_cpu_qlinear_global_average_pool, NULL, KN_KERNEL_OVERWRITES},
+    {MS, "QLinearLeakyRelu", kn_cpu_qlinear_leaky_relu, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_qc_prepare, kn_cpu_qc_prm)},
+    {MS, "QLinearConcat", kn_cpu_qlinear_concat, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_qc_prepare, kn_cpu_qc_prm)},
+    {MS, "QLinearSoftmax", kn_cpu_qlinear_softmax, NULL, 0, KN_PARAMS(kn_cpu_qc_prepare, kn_cpu_qc_prm)},
+    {MS, "QLinearAveragePool", kn_cpu_qlinear_average_pool, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_qc_prepare, kn_cpu_qc_prm)},
+    {MS, "QLinearGlobalAveragePool", kn_cpu_qlinear_global_average_pool, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_qc_prepare, kn_cpu_qc_prm)},
     {0},
 };

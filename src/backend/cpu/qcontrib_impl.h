@@ -8,6 +8,21 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The family's attributes, read once at compile time by kn_cpu_qc_prepare (every kernel of
+ * kn_cpu_qcontrib but QAttention, which takes the attention family's block): MatMulNBits' K, N,
+ * bits, block_size and accuracy_level; QGemm's transA, transB and alpha; QLinearLeakyRelu's alpha;
+ * QLinearConcat's axis; QLinearSoftmax's opset and axis; the pools' channels_last and
+ * count_include_pad. */
+typedef struct kn_cpu_qc_prm {
+    int64_t K, N, bits, block_size, accuracy_level;
+    int64_t opset, axis;
+    float alpha;
+    bool trans_a, trans_b, channels_last, count_include_pad;
+} kn_cpu_qc_prm;
+kiln_status kn_cpu_qc_prepare(const kn_node *n, void *params);
+/* c's block (the plan's, or `local` filled now) */
+#define KN_QC_PRM(c, local, out) KN_TRY(kn_ctx_params((c), kn_cpu_qc_prepare, (local), (const void **)(out)))
+
 /* Input i, or NULL when omitted. */
 const kn_tensor *kn_qc_opt(const kn_kernel_ctx *c, int i);
 /* Whether input i is a constant of the session's graph (read as itself). */

@@ -190,8 +190,11 @@ static kiln_status run_table_op(kn_kernel_ctx *c, table_fn fn) {
     int32_t zx, zy;
     KN_TRY(qparams(c, 0, 1, 2, &sx, &zx));
     KN_TRY(qparams(c, 0, 3, 4, &sy, &zy));
+    kn_cpu_qc_prm local;
+    const kn_cpu_qc_prm *prm;
+    KN_QC_PRM(c, &local, &prm);
     uint8_t table[256];
-    build_table(table, X->dtype, sx, zx, sy, zy, fn, kn_attr_float(c->node, "alpha", 0.01f));
+    build_table(table, X->dtype, sx, zx, sy, zy, fn, prm->alpha);
     const uint8_t *x = X->data;
     uint8_t *y = Y->data;
     int64_t n = kn_tensor_count(X);
@@ -213,7 +216,10 @@ kiln_status kn_cpu_qlinear_concat(kn_kernel_ctx *c) {
     if ((c->n_inputs - 2) % 3 || c->n_inputs < 5)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "inputs after Y_scale and Y_zero_point must come in (X, scale, zero point) triples");
     int r = Y->rank;
-    int axis = (int)kn_attr_int(c->node, "axis", 0);
+    kn_cpu_qc_prm local;
+    const kn_cpu_qc_prm *prm;
+    KN_QC_PRM(c, &local, &prm);
+    int axis = (int)prm->axis;
     if (axis < 0) axis += r;
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < axis; d++) outer *= Y->dims[d];
@@ -261,7 +267,10 @@ kiln_status kn_cpu_qlinear_softmax(kn_kernel_ctx *c) {
     KN_TRY(qparams(c, 0, 1, 2, &sx, &zx));
     KN_TRY(qparams(c, 0, 3, 4, &sy, &zy));
     int64_t D, inner, n = kn_tensor_count(X);
-    KN_TRY(kn_qlinear_softmax_rows(c, X, &D, &inner));
+    kn_cpu_qc_prm local;
+    const kn_cpu_qc_prm *prm;
+    KN_QC_PRM(c, &local, &prm);
+    KN_TRY(kn_qlinear_softmax_rows_with(c, X, prm->opset, prm->axis, &D, &inner));
     if (n == 0 || D == 0) return KILN_OK;
     bool sg = X->dtype == KILN_DTYPE_INT8;
     float table[256];
@@ -313,7 +322,10 @@ kiln_status kn_cpu_qlinear_global_average_pool(kn_kernel_ctx *c) {
     int32_t zx, zy;
     KN_TRY(qparams(c, 0, 1, 2, &sx, &zx));
     KN_TRY(qparams(c, 0, 3, 4, &sy, &zy));
-    bool cl = kn_attr_int(c->node, "channels_last", 0);
+    kn_cpu_qc_prm local;
+    const kn_cpu_qc_prm *prm;
+    KN_QC_PRM(c, &local, &prm);
+    bool cl = prm->channels_last;
     int64_t N = X->dims[0], C = cl ? X->dims[X->rank - 1] : X->dims[1], img = 1;
     for (int d = cl ? 1 : 2; d < (cl ? X->rank - 1 : X->rank); d++) img *= X->dims[d];
     if (img == 0) return KILN_OK;
@@ -340,7 +352,10 @@ kiln_status kn_cpu_qlinear_average_pool(kn_kernel_ctx *c) {
     int32_t zx, zy;
     KN_TRY(qparams(c, 0, 1, 2, &sx, &zx));
     KN_TRY(qparams(c, 0, 3, 4, &sy, &zy));
-    bool cl = kn_attr_int(c->node, "channels_last", 0), incl = kn_attr_int(c->node, "count_include_pad", 0);
+    kn_cpu_qc_prm local;
+    const kn_cpu_qc_prm *prm;
+    KN_QC_PRM(c, &local, &prm);
+    bool cl = prm->channels_last, incl = prm->count_include_pad;
     int nsp = X->rank - 2, s0 = cl ? 1 : 2;
     int64_t in[KN_MAX_SPATIAL];
     for (int i = 0; i < nsp; i++) in[i] = X->dims[s0 + i];
