@@ -59,6 +59,22 @@ kiln_status kn_cpu_lpnorm(kn_kernel_ctx *c);
 kiln_status kn_cpu_mvn(kn_kernel_ctx *c);
 kiln_status kn_cpu_lrn(kn_kernel_ctx *c);
 kiln_status kn_cpu_rnn(kn_kernel_ctx *c);         /* RNN, GRU, LSTM */
+/* The RNN family's attributes, read once at compile time by kn_cpu_rnn_prepare (RNN, GRU, LSTM,
+ * com.microsoft DynamicQuantizeLSTM): direction, layout, hidden_size, clip and the gate options
+ * (a bad one fails the hook, so the kernel reports it at run time as before), and the activations
+ * per direction with their alpha/beta resolved (acts_ok false: the list is wrong, and the kernel
+ * reads it again for the message). */
+typedef struct kn_rnn_act {
+    int kind;
+    float alpha, beta;
+} kn_rnn_act;
+typedef struct kn_cpu_rnn_prm {
+    kn_nn_rnn_attrs at;
+    int gates;
+    bool acts_ok;
+    kn_rnn_act acts[6];
+} kn_cpu_rnn_prm;
+kiln_status kn_cpu_rnn_prepare(const kn_node *n, void *params);
 /* An LSTM whose W ([nd, I, 4H]) and R ([nd, H, 4H]) are quantised (com.microsoft
  * DynamicQuantizeLSTM): its two products go through gemm, which quantises A (M x K floats)
  * dynamically and adds A x weights of direction d (which 0: W, 1: R) into out (M x 4H, row

@@ -24,10 +24,7 @@ typedef enum {
     ACT_SCALEDTANH, ACT_HARDSIGMOID, ACT_ELU, ACT_SOFTSIGN, ACT_SOFTPLUS
 } act_kind;
 
-typedef struct act {
-    act_kind kind;
-    float alpha, beta;
-} act;
+typedef kn_rnn_act act; /* kind: an act_kind */
 
 static const struct {
     const char *name;
@@ -97,19 +94,21 @@ static void act_apply(const act *a, float *v, int64_t n) {
     }
 }
 
-/* Reads `activations`, `activation_alpha`, `activation_beta` into acts[dir * per + k]. */
-static kiln_status read_acts(kn_kernel_ctx *c, int gates, int nd, act *acts) {
+/* Reads `activations`, `activation_alpha`, `activation_beta` of node n into acts[dir * per + k]. An
+ * error names the node through c, or is only returned when c is NULL (the prepare hook). */
+#define ACT_ERR(code, ...) (c ? kn_kernel_error(c, code, __VA_ARGS__) : (code))
+static kiln_status read_acts(kn_kernel_ctx *c, const kn_node *n, int gates, int nd, act *acts) {
     int per = gates == 4 ? 3 : (gates == 3 ? 2 : 1);
     static const act_kind dflt[3][3] = {{ACT_TANH}, {ACT_SIGMOID, ACT_TANH}, {ACT_SIGMOID, ACT_TANH, ACT_TANH}};
     const act_kind *d = dflt[per - 1];
-    const kn_attr *names = kn_node_attr(c->node, "activations");
+    const kn_attr *names = kn_node_attr(n, "activations");
     int na = names && names->type == KN_ATTR_STRINGS ? names->n : 0;
     if (na && na != per && na != per * nd)
-        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "activations has %d entries; %s needs %d (%d per direction)",
-                               na, c->node->op_type, per * nd, per);
+        return ACT_ERR(KILN_ERR_INVALID_MODEL, "activations has %d entries; %s needs %d (%d per direction)", na,
+                       n->op_type, per * nd, per);
     int nalpha = 0, nbeta = 0;
-    const float *alphas = kn_attr_floats(c->node, "activation_alpha", &nalpha);
-    const float *betas = kn_attr_floats(c->node, "activation_beta", &nbeta);
+    const float *alphas = kn_attr_floats(n, "activation_alpha", &nalpha);
+    const float *betas = kn_attr_floats(n, "activation_beta", &nbeta);
     int ia = 0, ib = 0;
     for (int i = 0; i < per * nd; i++) {
         act *a = &acts[i];
@@ -122,7 +121,7 @@ static kiln_status read_acts(kn_kernel_ctx *c, int gates, int nd, act *acts) {
         size_t t = 0, nt = sizeof act_table / sizeof act_table[0];
         for (; t < nt; t++)
             if (name_eq(nm, act_table[t].name)) break;
-        if (t == nt) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "activation '%s' is not supported", nm);
+        if (t == nt) return ACT_ERR(KILN_ERR_UNSUPPORTED, "activation '%s' is not supported", nm);
         a->kind = act_table[t].kind;
         a->alpha = act_table[t].alpha;
         a->beta = act_table[t].beta;
@@ -410,8 +409,10 @@ static void swap01(const float *src, float *dst, int64_t a, int64_t b, int64_t n
 
 static kiln_status rnn(kn_kernel_ctx *c, const kn_rnn_qgemm *q) {
     int G = q ? 4 : kn_nn_rnn_gates(c->node);
-    kn_nn_rnn_attrs at;
-    KN_TRY(kn_nn_rnn_read_attrs(c->node, &at));
+    kn_cpu_rnn_prm local;
+    const kn_cpu_rnn_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_rnn_prepare, &local, (const void **)&prm));
+    const kn_nn_rnn_attrs at = prm->at;
     const kn_tensor *X = c->in[0], *W = c->in[1], *R = c->in[2];
     const kn_tensor *Bt = c->n_inputs > 3 ? c->in[3] : NULL;
     const kn_tensor *L = c->n_inputs > 4 ? c->in[4] : NULL;
@@ -447,7 +448,8 @@ static kiln_status rnn(kn_kernel_ctx *c, const kn_rnn_qgemm *q) {
     if (L && kn_tensor_count(L) != Bn)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "sequence_lens must have batch_size = %lld elements", (long long)Bn);
     act acts[6];
-    KN_TRY(read_acts(c, G, nd, acts));
+    if (prm->acts_ok && prm->gates == G) memcpy(acts, prm->acts, sizeof prm->acts);
+    else KN_TRY(read_acts(c, c->node, G, nd, acts));
     int per = G == 4 ? 3 : (G == 3 ? 2 : 1);
     if (T == 0 || Bn == 0) return KILN_OK; /* outputs stay zero */
 
@@ -623,6 +625,16 @@ done:
     if (C0) kn_nn_release(C0, c0v);
     kn_nn_release(X, xv0);
     return st;
+}
+
+kiln_status kn_cpu_rnn_prepare(const kn_node *n, void *params) {
+    kn_cpu_rnn_prm *p = params;
+    memset(p, 0, sizeof *p);
+    KN_TRY(kn_nn_rnn_read_attrs(n, &p->at));
+    p->gates = strstr(n->op_type, "LSTM") ? 4 : kn_nn_rnn_gates(n);
+    p->acts_ok = p->at.num_directions >= 1 && p->at.num_directions <= 2 &&
+                 read_acts(NULL, n, p->gates, p->at.num_directions, p->acts) == KILN_OK;
+    return KILN_OK;
 }
 
 kiln_status kn_cpu_rnn(kn_kernel_ctx *c) { return rnn(c, NULL); }

@@ -802,7 +802,7 @@ const kn_cpu_kernel kn_cpu_qcontrib[] = {
     {MS, "MatMulIntegerToFloat", run_matmul_int_to_float, NULL, 0},
     {MS, "QGemm", run_qgemm, NULL, 0, KN_PARAMS(kn_cpu_qc_prepare, kn_cpu_qc_prm)},
     {MS, "QAttention", run_qattention, NULL, 0, KN_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},
-    {MS, "DynamicQuantizeLSTM", run_dq_lstm, NULL, 0},
+    {MS, "DynamicQuantizeLSTM", run_dq_lstm, NULL, 0, KN_PARAMS(kn_cpu_rnn_prepare, kn_cpu_rnn_prm)},
     {MS, "QLinearAdd", kn_cpu_qlinear_add, NULL, KN_KERNEL_OVERWRITES},
     {MS, "QLinearMul", kn_cpu_qlinear_mul, NULL, KN_KERNEL_OVERWRITES},
     {MS, "QLinearSigmoid", kn_cpu_qlinear_sigmoid, NULL, KN_KERNEL_OVERWRITES},
