@@ -2372,6 +2372,13 @@ static float bilinear(const float *x, int64_t H, int64_t W, float h, float w) {
 
 /* 2-D only (as the ONNX reference): per image and group, the offset- and mask-adjusted im2col
  * matrix is sampled into a buffer and multiplied by the group's weights. */
+/* DeformConv's offset_group (its prepare hook); the geometry is conv_shape_make's */
+kiln_status kn_cpu_deform_conv_prepare(const kn_node *n, void *params) {
+    kn_cpu_deform_prm *p = params;
+    p->offset_group = kn_attr_int(n, "offset_group", 1);
+    return KILN_OK;
+}
+
 kiln_status kn_cpu_deform_conv(kn_kernel_ctx *c) {
     const kn_tensor *X = c->in[0], *W = c->in[1], *O = c->in[2];
     const kn_tensor *B = c->n_inputs > 3 ? c->in[3] : NULL, *Mk = c->n_inputs > 4 ? c->in[4] : NULL;
@@ -2380,7 +2387,10 @@ kiln_status kn_cpu_deform_conv(kn_kernel_ctx *c) {
     conv_shape s;
     KN_TRY(conv_shape_make(c, X, W, false, &s));
     win2 v = win2_of(&s.w);
-    int64_t og = kn_attr_int(c->node, "offset_group", 1);
+    kn_cpu_deform_prm local;
+    const kn_cpu_deform_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_deform_conv_prepare, &local, (const void **)&prm));
+    int64_t og = prm->offset_group;
     if (og < 1 || s.C % og)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "offset_group %lld does not divide the %lld channels", (long long)og,
                                (long long)s.C);

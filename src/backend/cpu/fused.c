@@ -214,26 +214,23 @@ static void find_bases(void) {
 }
 
 /* Runs the ai.onnx kernel `which` on the first n inputs of the fused node, into its output. */
-static kiln_status run_base(kn_kernel_ctx *c, int which, int n) {
-    pthread_once(&base_once, find_bases);
-    const kn_cpu_kernel *k = base_kernels[which];
-    const char *op = base_ops[which];
-    kn_node proxy = *c->node;
-    proxy.op_type = op;
+static kn_node base_proxy(const kn_node *n, int which) {
+    kn_node proxy = *n;
+    proxy.op_type = base_ops[which];
     proxy.domain = "";
     proxy.opset = 13;
-    if (!k) return kn_kernel_error(c, KILN_ERR_INTERNAL, "the CPU backend has no %s kernel", op);
-    kn_kernel_ctx pc = *c;
-    pc.node = &proxy;
-    pc.n_inputs = n < c->n_inputs ? n : c->n_inputs;
-    return k->run(&pc);
+    return proxy;
 }
 
 /* The fused kernels' attributes (their prepare hook): the activation, FusedConv's layout, Gelu's
- * form. What does not parse is read again by the call, which says why. */
+ * form, and FusedGemm's inner Gemm's block (its kernel's hook on the proxy node; base_ok false:
+ * the Gemm reads its attributes itself). What does not parse is read again by the call, which
+ * says why. */
+#define FUSED_BASE_BYTES 64
 typedef struct fused_prm {
-    bool act_ok, layout_ok, nhwc, gelu_tanh;
+    bool act_ok, layout_ok, nhwc, gelu_tanh, base_ok;
     kn_act_spec act;
+    _Alignas(max_align_t) unsigned char base[FUSED_BASE_BYTES];
 } fused_prm;
 
 static kiln_status fused_prepare(const kn_node *n, void *params) {
@@ -242,7 +239,43 @@ static kiln_status fused_prepare(const kn_node *n, void *params) {
     p->act_ok = kn_act_from_node(n, &p->act, why, sizeof why);
     p->layout_ok = kn_fused_conv_layout(n, &p->nhwc);
     p->gelu_tanh = !strcmp(kn_attr_string(n, "approximate", "none"), "tanh");
+    p->base_ok = false;
+    if (!strcmp(n->op_type, "FusedGemm")) {
+        pthread_once(&base_once, find_bases);
+        const kn_cpu_kernel *k = base_kernels[BASE_GEMM];
+        if (k && k->prepare && k->params_bytes <= sizeof p->base) {
+            kn_node proxy = base_proxy(n, BASE_GEMM);
+            p->base_ok = k->prepare(&proxy, p->base) == KILN_OK;
+            if (!p->base_ok) kn_clear_error();
+        }
+    }
     return KILN_OK;
+}
+
+/* Runs the base kernel on a proxy node (the fused node as the ai.onnx op); p (or NULL) hands it
+ * the block fused_prepare made for it. */
+static kiln_status run_base(kn_kernel_ctx *c, int which, int n, const fused_prm *p) {
+    pthread_once(&base_once, find_bases);
+    const kn_cpu_kernel *k = base_kernels[which];
+    const char *op = base_ops[which];
+    kn_node proxy = base_proxy(c->node, which);
+    if (!k) return kn_kernel_error(c, KILN_ERR_INTERNAL, "the CPU backend has no %s kernel", op);
+    kn_kernel_ctx pc = *c;
+    pc.node = &proxy;
+    pc.n_inputs = n < c->n_inputs ? n : c->n_inputs;
+    pc.params = NULL;
+    union {
+        kn_params h;
+        max_align_t a;
+        unsigned char b[sizeof(kn_params) + FUSED_BASE_BYTES];
+    } blk;
+    if (p && p->base_ok && k->prepare && k->params_bytes <= FUSED_BASE_BYTES) {
+        blk.h.fn = k->prepare;
+        blk.h.node = &proxy;
+        memcpy(blk.h.data, p->base, k->params_bytes);
+        pc.params = &blk.h;
+    }
+    return k->run(&pc);
 }
 
 static kiln_status read_params(kn_kernel_ctx *c, fused_prm *local, const fused_prm **out) {
@@ -370,7 +403,10 @@ static kiln_status fused_conv_channels_first(kn_kernel_ctx *c, const kn_act_spec
 static kiln_status run_fused_gemm(kn_kernel_ctx *c) {
     kn_act_spec a;
     KN_TRY(read_act(c, &a));
-    KN_TRY(run_base(c, BASE_GEMM, 3));
+    fused_prm local;
+    const fused_prm *p;
+    KN_TRY(read_params(c, &local, &p));
+    KN_TRY(run_base(c, BASE_GEMM, 3, p));
     kn_tensor *Y = c->out[0];
     epi_job j = {Y->data, NULL, NULL, 0, Y->rank == 2 ? Y->dims[1] : kn_tensor_count(Y), a};
     epilogue(c->pool, &j, kn_tensor_count(Y));
@@ -387,7 +423,7 @@ static kiln_status run_fused_matmul(kn_kernel_ctx *c) {
     if (bias && (bias->dtype != KILN_DTYPE_FLOAT || (nb != 1 && nb != cols)))
         return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output columns", (long long)nb,
                                (long long)cols);
-    KN_TRY(run_base(c, BASE_MATMUL, 2));
+    KN_TRY(run_base(c, BASE_MATMUL, 2, NULL));
     epi_job j = {Y->data, Z ? Z->data : NULL, bias ? bias->data : NULL, nb, cols, a};
     epilogue(c->pool, &j, kn_tensor_count(Y));
     return KILN_OK;

@@ -484,7 +484,7 @@ const kn_cpu_kernel kn_cpu_linalg[] = {
     {"", "QLinearConv", kn_cpu_qlinear_conv, NULL},
     {"", "ConvTranspose", kn_cpu_conv_transpose, NULL},
     {"", "Col2Im", kn_cpu_col2im, NULL},
-    {"", "DeformConv", kn_cpu_deform_conv, NULL},
+    {"", "DeformConv", kn_cpu_deform_conv, NULL, 0, KN_PARAMS(kn_cpu_deform_conv_prepare, kn_cpu_deform_prm)},
     {"", "MaxPool", kn_cpu_max_pool, NULL},
     {"", "AveragePool", kn_cpu_average_pool, NULL},
     {"kiln", "MaxPool", kn_cpu_max_pool_layout, NULL},

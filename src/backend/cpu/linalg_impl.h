@@ -24,6 +24,11 @@ kiln_status kn_cpu_conv_integer(kn_kernel_ctx *c);
 kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c);
 kiln_status kn_cpu_col2im(kn_kernel_ctx *c);
 kiln_status kn_cpu_deform_conv(kn_kernel_ctx *c);
+/* DeformConv's attribute read at compile time (the rest of its geometry is Conv's, per shapes) */
+typedef struct kn_cpu_deform_prm {
+    int64_t offset_group;
+} kn_cpu_deform_prm;
+kiln_status kn_cpu_deform_conv_prepare(const kn_node *n, void *params);
 
 /* pool.c */
 kiln_status kn_cpu_max_pool(kn_kernel_ctx *c);

@@ -632,16 +632,32 @@ kiln_status kn_cpu_global_lp_pool(kn_kernel_ctx *c) { return run_global(c, POOL_
 
 /* ------------------------------------------------------------------ MaxUnpool */
 
+typedef struct unpool_key {
+    int rank;
+    int64_t dims[KILN_MAX_RANK];
+} unpool_key;
+static const char unpool_tag = 0;
+
 kiln_status kn_cpu_max_unpool(kn_kernel_ctx *c) {
     const kn_tensor *X = c->in[0], *I = c->in[1];
     kn_tensor *Y = c->out[0];
     if (I->dtype != KILN_DTYPE_INT64 || kn_tensor_count(I) != kn_tensor_count(X) || X->rank < 3 ||
         Y->rank != X->rank)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "indices must be int64 with the shape of X");
+    /* the window, kept for the node's later calls with this input shape (kn_ctx_prep) */
+    unpool_key key = {X->rank, {0}};
+    memcpy(key.dims, X->dims, sizeof(int64_t) * (size_t)X->rank);
+    const size_t key_bytes = offsetof(unpool_key, dims) + sizeof(int64_t) * (size_t)X->rank;
+    const kn_window *kept = kn_ctx_prep_get(c, &unpool_tag, &key, key_bytes);
     kn_window w;
-    char why[512];
-    kiln_status st = kn_window_plan(c->node, KN_WINDOW_POOL, X->rank - 2, X->dims + 2, NULL, &w, why, sizeof why);
-    if (st) return kn_kernel_error(c, st, "%s", why);
+    if (kept) {
+        w = *kept;
+    } else {
+        char why[512];
+        kiln_status st = kn_window_plan(c->node, KN_WINDOW_POOL, X->rank - 2, X->dims + 2, NULL, &w, why, sizeof why);
+        if (st) return kn_kernel_error(c, st, "%s", why);
+        kn_ctx_prep_put(c, &unpool_tag, &key, key_bytes, &w, sizeof w);
+    }
     /* the indices address the tensor MaxPool read: [N, C, (x-1)*stride - pads + kernel]; when
      * output_shape differs, that tensor sits at the origin of the output */
     int64_t inf[KILN_MAX_RANK];
