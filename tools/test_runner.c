@@ -69,7 +69,7 @@ static void find_tests(const char *root, test_list *out, int depth) {
             if (is_dir(p)) list_add(&sub, p);
         }
     closedir(d);
-    qsort(sub.items, (size_t)sub.n, sizeof(char *), cmp_str);
+    if (sub.n > 1) qsort(sub.items, (size_t)sub.n, sizeof(char *), cmp_str); /* (NULL items when empty: UB) */
     for (int i = 0; i < sub.n; i++) {
         find_tests(sub.items[i], out, depth + 1);
         free(sub.items[i]);
