@@ -310,6 +310,28 @@ static kiln_status transpose_node(kn_opt_ctx *c, int from, int to, const int *pe
     return KILN_OK;
 }
 
+/* A new 1-D integer constant (int64 or int32) of n values. */
+static int ints_const(kn_opt_ctx *c, const char *base, kiln_dtype dt, const int64_t *v, int64_t n) {
+    kn_tensor *t = NULL;
+    if (kn_tensor_new(dt, 1, &n, &t) != KILN_OK) return -1;
+    for (int64_t k = 0; k < n; k++) {
+        if (dt == KILN_DTYPE_INT32) ((int32_t *)t->data)[k] = (int32_t)v[k];
+        else ((int64_t *)t->data)[k] = v[k];
+    }
+    return kn_opt_new_const(c, base, t);
+}
+
+/* Node i replaced by the node p describes (its channels-last form, writing the region's values). */
+static kiln_status replace_node(kn_opt_ctx *c, int i, const kn_opt_proto *p) {
+    kn_opt_kill(c, i);
+    int node;
+    KN_TRY(kn_opt_emit(c, p, i, &node));
+    if (node < 0)
+        return kn_error(KILN_ERR_INTERNAL, "node '%s': its channels-last form (%s) was refused", c->g->nodes[i].name,
+                        p->op_type);
+    return KILN_OK;
+}
+
 /* The channels-last form of a Conv or FusedConv (inputs already channels last). */
 static kiln_status conv_node(kn_opt_ctx *c, int i, const int *in, int n_in, int out) {
     static const char *const copied[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides",
@@ -320,11 +342,7 @@ static kiln_status conv_node(kn_opt_ctx *c, int i, const int *in, int n_in, int 
     kn_proto_out(&p, out);
     for (size_t a = 0; a < sizeof copied / sizeof copied[0]; a++) kn_proto_copy_attr(&p, c, i, copied[a]);
     kn_proto_string(&p, "layout", "NHWC");
-    kn_opt_kill(c, i);
-    int node;
-    KN_TRY(kn_opt_emit(c, &p, i, &node));
-    if (node < 0) return kn_error(KILN_ERR_INTERNAL, "node '%s': its channels-last form was refused", c->g->nodes[i].name);
-    return KILN_OK;
+    return replace_node(c, i, &p);
 }
 
 /* GlobalAveragePool channels last: ReduceMean over the spatial axes 1 and 2, dims kept. */
@@ -334,11 +352,7 @@ static kiln_status pool_node(kn_opt_ctx *c, int i, int x, int out) {
     kn_proto_init(&p, "", "ReduceMean");
     kn_proto_in(&p, x);
     if (kn_model_opset(c->model, "") >= 18) {
-        kn_tensor *t = NULL;
-        int64_t two = 2;
-        if (kn_tensor_new(KILN_DTYPE_INT64, 1, &two, &t) != KILN_OK) return KN_OOM();
-        memcpy(t->data, axes, sizeof axes);
-        int a = kn_opt_new_const(c, "axes", t);
+        int a = ints_const(c, "axes", KILN_DTYPE_INT64, axes, 2);
         if (a < 0) return KN_OOM();
         kn_proto_in(&p, a);
     } else {
@@ -346,11 +360,7 @@ static kiln_status pool_node(kn_opt_ctx *c, int i, int x, int out) {
     }
     kn_proto_int(&p, "keepdims", 1);
     kn_proto_out(&p, out);
-    kn_opt_kill(c, i);
-    int node;
-    KN_TRY(kn_opt_emit(c, &p, i, &node));
-    if (node < 0) return kn_error(KILN_ERR_INTERNAL, "node '%s': ReduceMean in its place was refused", c->g->nodes[i].name);
-    return KILN_OK;
+    return replace_node(c, i, &p);
 }
 
 /* MaxPool / AveragePool channels last: kiln's form with layout NHWC, the attributes as they are. */
@@ -363,22 +373,7 @@ static kiln_status window_pool_node(kn_opt_ctx *c, int i, int x, int out) {
     kn_proto_out(&p, out);
     for (size_t a = 0; a < sizeof copied / sizeof copied[0]; a++) kn_proto_copy_attr(&p, c, i, copied[a]);
     kn_proto_string(&p, "layout", "NHWC");
-    kn_opt_kill(c, i);
-    int node;
-    KN_TRY(kn_opt_emit(c, &p, i, &node));
-    if (node < 0) return kn_error(KILN_ERR_INTERNAL, "node '%s': its channels-last form was refused", c->g->nodes[i].name);
-    return KILN_OK;
-}
-
-/* A new 1-D integer constant (int64 or int32) of n values. */
-static int ints_const(kn_opt_ctx *c, const char *base, kiln_dtype dt, const int64_t *v, int64_t n) {
-    kn_tensor *t = NULL;
-    if (kn_tensor_new(dt, 1, &n, &t) != KILN_OK) return -1;
-    for (int64_t k = 0; k < n; k++) {
-        if (dt == KILN_DTYPE_INT32) ((int32_t *)t->data)[k] = (int32_t)v[k];
-        else ((int64_t *)t->data)[k] = v[k];
-    }
-    return kn_opt_new_const(c, base, t);
+    return replace_node(c, i, &p);
 }
 
 /* A 1-D constant of 4 * parts values (a Resize's scales or sizes, parts 1; its roi, parts 2), each
@@ -414,9 +409,9 @@ static kiln_status axes_node(kn_opt_ctx *c, int i, int *in, int n_in) {
         if (strcmp(n->attrs[a].name, "axis")) kn_proto_copy_attr(&p, c, i, n->attrs[a].name);
     if (slice) {
         int64_t axes[8];
-        int na = n_in > 3 && n->inputs[3] >= 0 ? const_ints(c, n->inputs[3], axes, 8)
-                                                : (int)c->g->values[n->inputs[1]].type.dims[0].value;
-        for (int k = 0; k < na; k++) axes[k] = axis_channels_last(n_in > 3 && n->inputs[3] >= 0 ? axes[k] : k);
+        const bool given = n_in > 3 && n->inputs[3] >= 0; /* else the first len(starts) axes */
+        const int na = given ? const_ints(c, n->inputs[3], axes, 8) : (int)c->g->values[n->inputs[1]].type.dims[0].value;
+        for (int k = 0; k < na; k++) axes[k] = axis_channels_last(given ? axes[k] : k);
         /* in the type of starts and ends (Slice takes one integer type for all four) */
         int av = ints_const(c, "axes", c->g->values[n->inputs[1]].type.dtype, axes, na);
         if (av < 0) return KN_OOM();
@@ -430,12 +425,7 @@ static kiln_status axes_node(kn_opt_ctx *c, int i, int *in, int n_in) {
         kn_proto_int(&p, "axis", axis_channels_last(kn_attr_int(n, "axis", kn_opt_is(c, i, "Concat") ? 1 : 0)));
     }
     for (int o = 0; o < n->n_outputs; o++) kn_proto_out(&p, n->outputs[o]);
-    const char *name = n->name;
-    kn_opt_kill(c, i);
-    int node;
-    KN_TRY(kn_opt_emit(c, &p, i, &node));
-    if (node < 0) return kn_error(KILN_ERR_INTERNAL, "node '%s': its channels-last form was refused", name);
-    return KILN_OK;
+    return replace_node(c, i, &p);
 }
 
 kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c) {
