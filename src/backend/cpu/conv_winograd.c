@@ -270,67 +270,6 @@ static void wino_in_multi(void *arg, int64_t begin, int64_t end) {
         o3 = _mm512_add_ps(_mm512_fmadd_ps(_mm512_set1_ps(8.0f), d34, d12), m5);                           \
     } while (0)
 
-static void wino_out_range(void *arg, int64_t begin, int64_t end) {
-    const wino_job *j = arg;
-    const kn_wino_shape *s = j->s;
-    const int64_t groups = (j->tw + 15) / 16, plane = s->OH * s->OW;
-    /* output vector v, lane l: tile 4v + l/4, column l%4: from y_c (c = l%4) lane 4v + l/4 */
-    __m512i idx[4];
-    for (int v = 0; v < 4; v++) {
-        int32_t t[16];
-        for (int l = 0; l < 16; l++) t[l] = ((l & 1) ? 16 : 0) + 4 * v + (l >> 2);
-        idx[v] = _mm512_loadu_si512(t);
-    }
-    float sbuf[6][4][16] __attribute__((aligned(64)));
-    const int64_t xs = s->M * j->Tb;
-    for (int64_t it = begin; it < end; it++) {
-        const int64_t m = it / j->rows, rr = it % j->rows, r = j->r0 + rr;
-        const int64_t n = r / j->th, ti = r % j->th;
-        const int64_t off = (n * s->M + m) * plane + ti * 4 * s->OW;
-        float *yb = j->y + off;
-        const int64_t nrows = min64(4, s->OH - ti * 4);
-        const __m512 bias = _mm512_set1_ps(j->bias ? j->bias[m] : 0.0f);
-        for (int64_t g = 0; g < groups; g++) {
-            const int64_t nt = min64(16, j->tw - 16 * g);
-            const __mmask16 keep = (__mmask16)((1u << nt) - 1u);
-            const float *src = j->O + m * j->Tb + rr * j->tw + 16 * g;
-            for (int a = 0; a < 6; a++) {
-                __m512 q[6];
-                for (int b = 0; b < 6; b++) q[b] = _mm512_maskz_loadu_ps(keep, src + (a * 6 + b) * xs);
-                __m512 o0, o1, o2, o3;
-                WINO_AT(q[0], q[1], q[2], q[3], q[4], q[5], o0, o1, o2, o3);
-                _mm512_store_ps(sbuf[a][0], o0);
-                _mm512_store_ps(sbuf[a][1], o1);
-                _mm512_store_ps(sbuf[a][2], o2);
-                _mm512_store_ps(sbuf[a][3], o3);
-            }
-            __m512 yr[4][4];
-            for (int cc = 0; cc < 4; cc++) {
-                __m512 o0, o1, o2, o3;
-                WINO_AT(_mm512_load_ps(sbuf[0][cc]), _mm512_load_ps(sbuf[1][cc]), _mm512_load_ps(sbuf[2][cc]),
-                        _mm512_load_ps(sbuf[3][cc]), _mm512_load_ps(sbuf[4][cc]), _mm512_load_ps(sbuf[5][cc]), o0, o1,
-                        o2, o3);
-                yr[0][cc] = _mm512_add_ps(o0, bias);
-                yr[1][cc] = _mm512_add_ps(o1, bias);
-                yr[2][cc] = _mm512_add_ps(o2, bias);
-                yr[3][cc] = _mm512_add_ps(o3, bias);
-            }
-            const int64_t col0 = 64 * g;
-            for (int64_t rw = 0; rw < nrows; rw++) {
-                float *yp = yb + rw * s->OW + col0;
-                for (int v = 0; v < 4; v++) {
-                    const __mmask16 mk = lane_range(0, s->OW - col0 - 16 * v);
-                    if (!mk) break;
-                    const __m512 z01 = _mm512_permutex2var_ps(yr[rw][0], idx[v], yr[rw][1]);
-                    const __m512 z23 = _mm512_permutex2var_ps(yr[rw][2], idx[v], yr[rw][3]);
-                    _mm512_mask_storeu_ps(yp + 16 * v, mk, _mm512_mask_blend_ps(0xCCCC, z01, z23));
-                }
-            }
-        }
-        if (j->epi) j->epi(j->epi_ctx, j->y, off, nrows, s->OW, s->OW);
-    }
-}
-
 /* y = A^T O A + bias for one output channel and the 16 tiles of a vector, interleaved: out[r][v]
  * holds output row r of tiles 4v..4v+3, 4 columns each. */
 static inline void wino_out_tiles(const float *src, int64_t xs, __mmask16 keep, __m512 bias, const __m512i *idx,
@@ -362,16 +301,55 @@ static inline void wino_out_tiles(const float *src, int64_t xs, __mmask16 keep, 
                                              _mm512_permutex2var_ps(yr[r][2], idx[v], yr[r][3]));
 }
 
-static void wino_out_multi(void *arg, int64_t begin, int64_t end) {
-    const wino_job *j = arg;
-    const kn_wino_shape *s = j->s;
-    const int64_t nmb = (s->M + 15) / 16, xs = s->M * j->Tb, plane = s->OH * s->OW;
-    __m512i idx[4];
+/* The lane permutations that interleave four A^T O A column vectors into output vectors: output
+ * vector v, lane l is tile 4v + l/4, column l%4, taken from column vector l%4's lane 4v + l/4. */
+static inline void wino_out_idx(__m512i idx[4]) {
     for (int v = 0; v < 4; v++) {
         int32_t t[16];
         for (int l = 0; l < 16; l++) t[l] = ((l & 1) ? 16 : 0) + 4 * v + (l >> 2);
         idx[v] = _mm512_loadu_si512(t);
     }
+}
+
+static void wino_out_range(void *arg, int64_t begin, int64_t end) {
+    const wino_job *j = arg;
+    const kn_wino_shape *s = j->s;
+    const int64_t groups = (j->tw + 15) / 16, plane = s->OH * s->OW;
+    __m512i idx[4];
+    wino_out_idx(idx);
+    const int64_t xs = s->M * j->Tb;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t m = it / j->rows, rr = it % j->rows, r = j->r0 + rr;
+        const int64_t n = r / j->th, ti = r % j->th;
+        const int64_t off = (n * s->M + m) * plane + ti * 4 * s->OW;
+        float *yb = j->y + off;
+        const int64_t nrows = min64(4, s->OH - ti * 4);
+        const __m512 bias = _mm512_set1_ps(j->bias ? j->bias[m] : 0.0f);
+        for (int64_t g = 0; g < groups; g++) {
+            const int64_t nt = min64(16, j->tw - 16 * g);
+            const __mmask16 keep = (__mmask16)((1u << nt) - 1u);
+            __m512 out[4][4];
+            wino_out_tiles(j->O + m * j->Tb + rr * j->tw + 16 * g, xs, keep, bias, idx, out);
+            const int64_t col0 = 64 * g;
+            for (int64_t rw = 0; rw < nrows; rw++) {
+                float *yp = yb + rw * s->OW + col0;
+                for (int v = 0; v < 4; v++) {
+                    const __mmask16 mk = lane_range(0, s->OW - col0 - 16 * v);
+                    if (!mk) break;
+                    _mm512_mask_storeu_ps(yp + 16 * v, mk, out[rw][v]);
+                }
+            }
+        }
+        if (j->epi) j->epi(j->epi_ctx, j->y, off, nrows, s->OW, s->OW);
+    }
+}
+
+static void wino_out_multi(void *arg, int64_t begin, int64_t end) {
+    const wino_job *j = arg;
+    const kn_wino_shape *s = j->s;
+    const int64_t nmb = (s->M + 15) / 16, xs = s->M * j->Tb, plane = s->OH * s->OW;
+    __m512i idx[4];
+    wino_out_idx(idx);
     wino_lanes L;
     int64_t have = -1;
     for (int64_t it = begin; it < end; it++) {
