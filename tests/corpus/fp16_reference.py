@@ -12,6 +12,11 @@ kiln's or than a float32-per-node evaluation of the same graph (tests/corpus/REA
 
     fp16_reference.py MODEL.onnx TEST_DATA_SET_DIR...   # prints each data set's largest difference
                                                          # between output_N.pb and this reference
+    fp16_reference.py --exact MODEL.onnx DIR...         # the same against the exact evaluation
+
+The exact evaluation (--exact) rounds nothing between nodes: the fp16 weights and inputs, float64
+arithmetic throughout. A runtime that fuses nodes (one rounding for a whole chain) lands between the
+two, so how far apart they are is the least a tolerance for such a model must allow.
 """
 import os
 import sys
@@ -19,9 +24,10 @@ import sys
 import numpy as np
 
 
-def float64_graph(model):
+def float64_graph(model, exact=False):
     """MODEL with every node that reads fp16 computing in float64 (Casts in, a Cast to fp16 after
-    each fp16 output); nodes in topological order (onnx.reference runs them in the order given)."""
+    each fp16 output, or with EXACT none: values stay float64 between nodes); nodes in topological
+    order (onnx.reference runs them in the order given)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper, shape_inference
 
@@ -36,6 +42,7 @@ def float64_graph(model):
                 if a.name == "value":
                     types[n.output[0]] = a.t.data_type
     F16, F64 = TensorProto.FLOAT16, TensorProto.DOUBLE
+    rounded = F64 if exact else F16  # the type of a node's fp16 output once computed
     inits = {t.name: t for t in m.graph.initializer}
     nodes, cast_done = [], set()
 
@@ -70,7 +77,7 @@ def float64_graph(model):
             x = as_f64(n.input[0]) if types.get(n.input[0]) == F16 else n.input[0]
             nodes.append(helper.make_node("Mul", [x, y + "__bn_a"], [y + "__bn_m"]))
             nodes.append(helper.make_node("Add", [y + "__bn_m", y + "__bn_b"], [y + "__o64"]))
-            nodes.append(helper.make_node("Cast", [y + "__o64"], [y], to=F16))
+            nodes.append(helper.make_node("Cast", [y + "__o64"], [y], to=rounded))
             continue
         new = onnx.NodeProto()
         new.CopyFrom(n)
@@ -82,7 +89,7 @@ def float64_graph(model):
         for o in n.output:
             if o and types.get(o) == F16:
                 new.output.append(o + "__o64")
-                post.append(helper.make_node("Cast", [o + "__o64"], [o], to=F16))
+                post.append(helper.make_node("Cast", [o + "__o64"], [o], to=rounded))
             else:
                 new.output.append(o)
         nodes.append(new)
@@ -106,11 +113,12 @@ def float64_graph(model):
 
 
 class Float64Reference:
-    """run(feed) -> outputs of MODEL (an fp16 graph) computed node by node in float64."""
+    """run(feed) -> outputs of MODEL (an fp16 graph) computed node by node in float64 (EXACT: with
+    no rounding between nodes)."""
 
-    def __init__(self, model):
+    def __init__(self, model, exact=False):
         from onnx.reference import ReferenceEvaluator
-        self.graph = float64_graph(model)
+        self.graph = float64_graph(model, exact)
         self.names = [o.name for o in model.graph.output]
         self.ev = ReferenceEvaluator(self.graph)
 
@@ -121,11 +129,14 @@ class Float64Reference:
 def main():
     import onnx
     from onnx import numpy_helper
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    exact = bool(args) and args[0] == "--exact"
+    args = args[1:] if exact else args
+    if len(args) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    model = onnx.load(sys.argv[1])
-    ref = Float64Reference(model)
+    model = onnx.load(args[0])
+    ref = Float64Reference(model, exact)
     inits = {i.name for i in model.graph.initializer}
     inputs = [v.name for v in model.graph.input if v.name not in inits]
 
@@ -134,7 +145,7 @@ def main():
         with open(path, "rb") as f:
             t.ParseFromString(f.read())
         return numpy_helper.to_array(t)
-    for ds in sys.argv[2:]:
+    for ds in args[1:]:
         feed = {n: read(os.path.join(ds, f"input_{i}.pb")) for i, n in enumerate(inputs)}
         for i, y in enumerate(ref.run(feed)):
             want = read(os.path.join(ds, f"output_{i}.pb"))
