@@ -117,7 +117,10 @@ static kiln_status run_act(kn_kernel_ctx *c, act_kind kind, const kn_tensor *bia
     if (skip && kn_tensor_count(skip) != n) return kn_kernel_error(c, KILN_ERR_SHAPE, "skip must have the input's shape");
     if (kind == ACT_SPLIT_GELU && cols % 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "the last dimension must be even");
     if (n == 0 || cols == 0) return KILN_OK;
-    act_job j = {kind, kn_attr_float(c->node, "alpha", 1.702f), X, bias, skip, Y, cols, 0};
+    kn_cpu_ms_prm local;
+    const kn_cpu_ms_prm *prm;
+    KN_MS_PRM(c, &local, &prm);
+    act_job j = {kind, prm->alpha, X, bias, skip, Y, cols, 0};
     int64_t grain = (16384 + cols - 1) / cols;
     kn_parallel_for(c->pool, n / cols, grain, act_range, &j);
     if (j.failed) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
@@ -181,11 +184,14 @@ static kiln_status run_fused_matmul(kn_kernel_ctx *c) {
     if (!float_like(A->dtype) || B->dtype != A->dtype)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "A and B must share one float type");
     if (A->rank < 1 || B->rank < 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "A and B must have rank >= 1");
-    const bool ta = A->rank >= 2 && kn_attr_int(c->node, "transA", 0), tb = B->rank >= 2 && kn_attr_int(c->node, "transB", 0);
-    const float alpha = kn_attr_float(c->node, "alpha", 1.0f);
+    kn_cpu_ms_prm local;
+    const kn_cpu_ms_prm *prm;
+    KN_MS_PRM(c, &local, &prm);
+    const bool ta = A->rank >= 2 && prm->trans_a, tb = B->rank >= 2 && prm->trans_b;
+    const float alpha = prm->alpha;
     mat_view va, vb;
-    make_view(A, kn_attr_int(c->node, "transBatchA", 0) != 0, false, &va);
-    make_view(B, kn_attr_int(c->node, "transBatchB", 0) != 0, true, &vb);
+    make_view(A, prm->trans_batch_a, false, &va);
+    make_view(B, prm->trans_batch_b, true, &vb);
     const int64_t M = ta ? va.cols : va.rows, K = ta ? va.rows : va.cols;
     const int64_t K2 = tb ? vb.cols : vb.rows, N = tb ? vb.rows : vb.cols;
     if (K != K2) return kn_kernel_error(c, KILN_ERR_SHAPE, "inner dimensions differ: %lld vs %lld", (long long)K, (long long)K2);
@@ -284,21 +290,36 @@ done:
     return st;
 }
 
+kiln_status kn_cpu_ms_prepare(const kn_node *n, void *params) {
+    kn_cpu_ms_prm *p = params;
+    memset(p, 0, sizeof *p);
+    const bool matmul = !strcmp(n->op_type, "FusedMatMul");
+    p->alpha = kn_attr_float(n, "alpha", matmul ? 1.0f : 1.702f);
+    p->trans_a = kn_attr_int(n, "transA", 0) != 0;
+    p->trans_b = kn_attr_int(n, "transB", 0) != 0;
+    p->trans_batch_a = kn_attr_int(n, "transBatchA", 0) != 0;
+    p->trans_batch_b = kn_attr_int(n, "transBatchB", 0) != 0;
+    p->eps = kn_attr_float(n, "epsilon", !strcmp(n->op_type, "SimplifiedLayerNormalization") ? 1e-5f : 1e-12f);
+    p->axis = kn_attr_int(n, "axis", -1);
+    return KILN_OK;
+}
+
 #define MS "com.microsoft"
+#define MS_PRM KN_PARAMS(kn_cpu_ms_prepare, kn_cpu_ms_prm)
 
 const kn_cpu_kernel kn_cpu_contrib[] = {
-    {MS, "Gelu", run_gelu, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "QuickGelu", run_quick_gelu, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "FastGelu", run_fast_gelu, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "BiasGelu", run_bias_gelu, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "BiasAdd", run_bias_add, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "BiasSplitGelu", run_bias_split_gelu, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "SkipLayerNormalization", kn_cpu_ms_skip_layernorm, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "SkipSimplifiedLayerNormalization", kn_cpu_ms_skip_simplified_layernorm, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "EmbedLayerNormalization", kn_cpu_ms_embed_layernorm, NULL, KN_KERNEL_OVERWRITES},
+    {MS, "Gelu", run_gelu, NULL, KN_KERNEL_OVERWRITES, MS_PRM},
+    {MS, "QuickGelu", run_quick_gelu, NULL, KN_KERNEL_OVERWRITES, MS_PRM},
+    {MS, "FastGelu", run_fast_gelu, NULL, KN_KERNEL_OVERWRITES, MS_PRM},
+    {MS, "BiasGelu", run_bias_gelu, NULL, KN_KERNEL_OVERWRITES, MS_PRM},
+    {MS, "BiasAdd", run_bias_add, NULL, KN_KERNEL_OVERWRITES, MS_PRM},
+    {MS, "BiasSplitGelu", run_bias_split_gelu, NULL, KN_KERNEL_OVERWRITES, MS_PRM},
+    {MS, "SkipLayerNormalization", kn_cpu_ms_skip_layernorm, NULL, KN_KERNEL_OVERWRITES, MS_PRM},
+    {MS, "SkipSimplifiedLayerNormalization", kn_cpu_ms_skip_simplified_layernorm, NULL, KN_KERNEL_OVERWRITES, MS_PRM},
+    {MS, "EmbedLayerNormalization", kn_cpu_ms_embed_layernorm, NULL, KN_KERNEL_OVERWRITES, MS_PRM},
     /* ai.onnx LayerNormalization before opset 17 (ONNX Runtime's) runs on the nn family's kernel */
-    {"", "SimplifiedLayerNormalization", kn_cpu_ms_simplified_layernorm, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "FusedMatMul", run_fused_matmul, NULL, KN_KERNEL_OVERWRITES},
+    {"", "SimplifiedLayerNormalization", kn_cpu_ms_simplified_layernorm, NULL, KN_KERNEL_OVERWRITES, MS_PRM},
+    {MS, "FusedMatMul", run_fused_matmul, NULL, KN_KERNEL_OVERWRITES, MS_PRM},
     /* the attention family's attributes: one hook for CPU and CUDA (ops/attention.h) */
     {MS, "RotaryEmbedding", kn_cpu_ms_rotary_embedding, NULL, KN_KERNEL_OVERWRITES,
      KN_PARAMS(kn_attn_attrs_prepare, kn_attn_attrs)},

@@ -4,6 +4,21 @@
 
 #include "exec/kernel.h"
 
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The family's attributes, read once at compile time (kn_cpu_ms_prepare, contrib.c) by the kernels
+ * of kn_cpu_contrib but the attention family's (which take kn_attn_attrs): alpha (the Gelu family's
+ * 1.702, FusedMatMul's 1), FusedMatMul's transposes, the normalisations' epsilon (1e-12; 1e-5 for
+ * SimplifiedLayerNormalization) and axis (-1). */
+typedef struct kn_cpu_ms_prm {
+    float alpha, eps;
+    int64_t axis;
+    bool trans_a, trans_b, trans_batch_a, trans_batch_b;
+} kn_cpu_ms_prm;
+kiln_status kn_cpu_ms_prepare(const kn_node *n, void *params);
+#define KN_MS_PRM(c, local, out) KN_TRY(kn_ctx_params((c), kn_cpu_ms_prepare, (local), (const void **)(out)))
+
 /* contrib_norm.c */
 kiln_status kn_cpu_ms_skip_layernorm(kn_kernel_ctx *c);            /* SkipLayerNormalization */
 kiln_status kn_cpu_ms_skip_simplified_layernorm(kn_kernel_ctx *c); /* SkipSimplifiedLayerNormalization */

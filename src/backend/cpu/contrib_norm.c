@@ -170,7 +170,10 @@ static kiln_status skip_norm(kn_kernel_ctx *c, bool rms) {
     j.inv = opt_out(c, 2);
     j.sum = opt_out(c, 3);
     j.n = j.x->rank > 0 ? j.x->dims[j.x->rank - 1] : 1;
-    j.eps = kn_attr_float(c->node, "epsilon", 1e-12f);
+    kn_cpu_ms_prm local;
+    const kn_cpu_ms_prm *prm;
+    KN_MS_PRM(c, &local, &prm);
+    j.eps = prm->eps;
     j.rms = rms;
     return run_norm(c, &j, rms ? "SkipSimplifiedLayerNormalization" : "SkipLayerNormalization");
 }
@@ -184,15 +187,17 @@ kiln_status kn_cpu_ms_simplified_layernorm(kn_kernel_ctx *c) {
     j.gamma = c->in[1];
     j.y = c->out[0];
     j.inv = opt_out(c, 1);
-    int64_t axis = kn_attr_int(c->node, "axis", -1);
+    kn_cpu_ms_prm local;
+    const kn_cpu_ms_prm *prm;
+    KN_MS_PRM(c, &local, &prm);
+    int64_t axis = prm->axis;
     int r = j.x->rank;
     if (axis < 0) axis += r;
     if (axis < 0 || axis >= (r > 0 ? r : 1))
-        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis %lld is out of range for rank %d",
-                               (long long)kn_attr_int(c->node, "axis", -1), r);
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis %lld is out of range for rank %d", (long long)prm->axis, r);
     j.n = 1;
     for (int k = (int)axis; k < r; k++) j.n *= j.x->dims[k];
-    j.eps = kn_attr_float(c->node, "epsilon", 1e-5f);
+    j.eps = prm->eps;
     j.rms = true;
     return run_norm(c, &j, "SimplifiedLayerNormalization");
 }
@@ -219,7 +224,10 @@ kiln_status kn_cpu_ms_embed_layernorm(kn_kernel_ctx *c) {
     if (!float_like(we->dtype) || pe->dtype != we->dtype || (se && se->dtype != we->dtype) || gamma->dtype != we->dtype ||
         beta->dtype != we->dtype || !kn_dtype_is_int(ids->dtype))
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "embeddings, gamma and beta must share a float type, ids be integers");
-    const float eps = kn_attr_float(c->node, "epsilon", 1e-12f);
+    kn_cpu_ms_prm local;
+    const kn_cpu_ms_prm *prm;
+    KN_MS_PRM(c, &local, &prm);
+    const float eps = prm->eps;
     float *buf = malloc(sizeof(float) * (size_t)(7 * H + 1));
     if (!buf) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     float *x = buf, *t = buf + H, *y = buf + 2 * H, *gb = buf + 3 * H, *bb = buf + 4 * H, *t2 = buf + 5 * H,

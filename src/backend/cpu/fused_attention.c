@@ -170,13 +170,14 @@ static bool batch_strides(const kn_tensor *t, int r, const int64_t *bdims, int64
     return true;
 }
 
-static kiln_status fused_attention_dense(kn_kernel_ctx *c, const kn_attn_view *const *vw);
+static kiln_status fused_attention_dense(kn_kernel_ctx *c, const kn_attn_view *const *vw, const kn_cpu_attn_prm *prm);
 static bool views_direct(const kn_attn_view *const *vw);
 
 /* With operand views (fold_attention_views) the kernel cannot read in place (a row whose last dim
  * is not contiguous): each viewed operand gathered into a dense copy, Y computed into one and
  * scattered through its view. */
-static kiln_status fused_attention_views(kn_kernel_ctx *c, const kn_attn_view *v, const int *has) {
+static kiln_status fused_attention_views(kn_kernel_ctx *c, const kn_attn_view *v, const int *has,
+                                         const kn_cpu_attn_prm *prm) {
     kn_tensor *tmp[4] = {NULL, NULL, NULL, NULL};
     kn_tensor *ins[4] = {c->in[0], c->in[1], c->in[2], c->n_inputs > 3 ? c->in[3] : NULL}, *outs[1] = {c->out[0]};
     kiln_status st = KILN_OK;
@@ -206,30 +207,47 @@ static kiln_status fused_attention_views(kn_kernel_ctx *c, const kn_attn_view *v
         dense.in = ins;
         dense.out = outs;
         const kn_attn_view *none[4] = {NULL, NULL, NULL, NULL};
-        st = fused_attention_dense(&dense, none);
+        st = fused_attention_dense(&dense, none, prm);
     }
     if (st == KILN_OK && has[3]) kn_attn_view_copy(kiln_dtype_size(c->out[0]->dtype), c->out[0]->data, &v[3], tmp[3]->data, false);
     for (int i = 0; i < 4; i++) kn_tensor_free(tmp[i]);
     return st;
 }
 
-kiln_status kn_cpu_fused_attention(kn_kernel_ctx *c) {
-    kn_attn_view v[4];
-    int has[4], any = 0;
+kiln_status kn_cpu_fused_attention_prepare(const kn_node *n, void *params) {
+    kn_cpu_attn_prm *p = params;
+    memset(p, 0, sizeof *p);
     char why[160];
+    for (int i = 0; i < 4; i++) p->has[i] = kn_attn_view_get(n, i, &p->v[i], why, sizeof why);
+    p->scale = kn_attr_float(n, "scale", 1.0f);
+    p->nan_to_zero = kn_attr_int(n, "nan_to_zero", 0) != 0;
+    return KILN_OK;
+}
+
+kiln_status kn_cpu_fused_attention(kn_kernel_ctx *c) {
+    kn_cpu_attn_prm local;
+    const kn_cpu_attn_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_fused_attention_prepare, &local, (const void **)&prm));
+    const kn_attn_view *v = prm->v;
+    const int *has = prm->has;
+    int any = 0;
     for (int i = 0; i < 4; i++) {
-        has[i] = kn_attn_view_get(c->node, i, &v[i], why, sizeof why);
-        if (has[i] < 0) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+        if (has[i] < 0) { /* malformed: read again for the reason */
+            kn_attn_view bad;
+            char why[160];
+            kn_attn_view_get(c->node, i, &bad, why, sizeof why);
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+        }
         any |= has[i];
     }
     const kn_attn_view *vw[4];
     for (int i = 0; i < 4; i++) vw[i] = has[i] ? &v[i] : NULL;
-    if (any && !views_direct(vw)) return fused_attention_views(c, v, has);
+    if (any && !views_direct(vw)) return fused_attention_views(c, v, has, prm);
     for (int i = 0; i < 4; i++) /* read and written in place: the views must lie inside the tensors */
         if (vw[i] && !kn_attn_view_fits(vw[i], kn_tensor_count(i < 3 ? c->in[i] : c->out[0])))
             return kn_kernel_error(c, KILN_ERR_SHAPE, "%s does not fit the %s tensor of %lld elements", kn_attn_view_name(i),
                                    i < 3 ? "input" : "output", (long long)kn_tensor_count(i < 3 ? c->in[i] : c->out[0]));
-    return fused_attention_dense(c, vw);
+    return fused_attention_dense(c, vw, prm);
 }
 
 /* Whether the kernel reads (writes) these views in place: rows with their last dim contiguous
@@ -245,7 +263,7 @@ static bool views_direct(const kn_attn_view *const *vw) {
 }
 
 /* vw[i]: operand i's view (Q, KT, V, Y), or NULL for the tensor itself; views_direct holds. */
-static kiln_status fused_attention_dense(kn_kernel_ctx *c, const kn_attn_view *const *vw) {
+static kiln_status fused_attention_dense(kn_kernel_ctx *c, const kn_attn_view *const *vw, const kn_cpu_attn_prm *prm) {
     const kn_tensor *M = c->n_inputs > 3 ? c->in[3] : NULL;
     kn_tensor *Y = c->out[0];
     if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
@@ -305,8 +323,8 @@ static kiln_status fused_attention_dense(kn_kernel_ctx *c, const kn_attn_view *c
     j.kt = (const float *)c->in[1]->data + kt.offset;
     j.v = (const float *)c->in[2]->data + v.offset;
     j.y = (float *)Y->data + y.offset;
-    j.scale = kn_attr_float(c->node, "scale", 1.0f);
-    j.nan_to_zero = kn_attr_int(c->node, "nan_to_zero", 0) != 0;
+    j.scale = prm->scale;
+    j.nan_to_zero = prm->nan_to_zero;
     if (j.batch == 0 || j.sq == 0 || j.dv == 0) return KILN_OK;
     if (j.sk == 0) {
         /* softmax over nothing: NaN rows (0 with nan_to_zero) times an empty V is 0 */

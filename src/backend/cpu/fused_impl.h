@@ -19,6 +19,15 @@ kiln_status kn_cpu_fused_rmsnorm(kn_kernel_ctx *c);
 
 /* fused_attention.c */
 kiln_status kn_cpu_fused_attention(kn_kernel_ctx *c);
+/* kiln.Attention's attributes, read once (its prepare hook): the operand views (has[i]: 1 set, 0
+ * none, -1 malformed: the call reads it again and says why), scale and nan_to_zero */
+typedef struct kn_cpu_attn_prm {
+    kn_attn_view v[4];
+    int has[4];
+    float scale;
+    bool nan_to_zero;
+} kn_cpu_attn_prm;
+kiln_status kn_cpu_fused_attention_prepare(const kn_node *n, void *params);
 bool kn_cpu_fused_attention_supports(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap);
 
 /* fused_elementwise.c */

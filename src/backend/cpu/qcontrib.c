@@ -805,7 +805,7 @@ const kn_cpu_kernel kn_cpu_qcontrib[] = {
     {MS, "DynamicQuantizeLSTM", run_dq_lstm, NULL, 0, KN_PARAMS(kn_cpu_rnn_prepare, kn_cpu_rnn_prm)},
     {MS, "QLinearAdd", kn_cpu_qlinear_add, NULL, KN_KERNEL_OVERWRITES},
     {MS, "QLinearMul", kn_cpu_qlinear_mul, NULL, KN_KERNEL_OVERWRITES},
-    {MS, "QLinearSigmoid", kn_cpu_qlinear_sigmoid, NULL, KN_KERNEL_OVERWRITES},
+    {MS, "QLinearSigmoid", kn_cpu_qlinear_sigmoid, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_qc_prepare, kn_cpu_qc_prm)},
     {MS, "QLinearLeakyRelu", kn_cpu_qlinear_leaky_relu, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_qc_prepare, kn_cpu_qc_prm)},
     {MS, "QLinearConcat", kn_cpu_qlinear_concat, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_qc_prepare, kn_cpu_qc_prm)},
     {MS, "QLinearSoftmax", kn_cpu_qlinear_softmax, NULL, 0, KN_PARAMS(kn_cpu_qc_prepare, kn_cpu_qc_prm)},
