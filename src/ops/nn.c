@@ -23,8 +23,14 @@ bool kn_nn_reduce_axes_from_input(const kn_node *node) {
     return node->opset >= since;
 }
 
-kiln_status kn_nn_reduce_mask(const kn_node *node, int rank, const kn_tensor *axes, bool *mask,
-                              bool *noop_out) {
+void kn_nn_reduce_attrs(const kn_node *node, kn_nn_reduce_attr *a) {
+    a->n_axes = 0;
+    a->axes = kn_attr_ints(node, "axes", &a->n_axes);
+    a->noop_empty = kn_attr_int(node, "noop_with_empty_axes", 0) != 0;
+}
+
+kiln_status kn_nn_reduce_mask(const kn_node *node, const kn_nn_reduce_attr *a, int rank, const kn_tensor *axes,
+                              bool *mask, bool *noop_out) {
     for (int k = 0; k < KILN_MAX_RANK; k++) mask[k] = false;
     *noop_out = false;
     int64_t vals[KILN_MAX_RANK * 4];
@@ -41,17 +47,16 @@ kiln_status kn_nn_reduce_mask(const kn_node *node, int rank, const kn_tensor *ax
                                   (long long)cnt, rank);
             for (int64_t i = 0; i < cnt; i++) vals[n++] = kn_tensor_get_i64(axes, i);
         }
-        if (n == 0 && kn_attr_int(node, "noop_with_empty_axes", 0)) {
+        if (n == 0 && a->noop_empty) {
             *noop_out = true;
             return KILN_OK;
         }
     } else {
-        int cnt = 0;
-        const int64_t *a = kn_attr_ints(node, "axes", &cnt);
+        const int cnt = a->n_axes;
         if (cnt > (int)(sizeof vals / sizeof vals[0]))
             return node_error(node, KILN_ERR_INVALID_MODEL, "attribute 'axes' has %d entries for rank %d",
                               cnt, rank);
-        for (int i = 0; i < cnt; i++) vals[n++] = a[i];
+        for (int i = 0; i < cnt; i++) vals[n++] = a->axes[i];
     }
     if (n == 0) {
         for (int k = 0; k < rank; k++) mask[k] = true;
@@ -151,7 +156,9 @@ static kiln_status infer_reduce(kn_infer_ctx *c) {
         }
     }
     bool mask[KILN_MAX_RANK], noop;
-    KN_TRY(kn_nn_reduce_mask(c->node, rank, axes, mask, &noop));
+    kn_nn_reduce_attr ra;
+    kn_nn_reduce_attrs(c->node, &ra);
+    KN_TRY(kn_nn_reduce_mask(c->node, &ra, rank, axes, mask, &noop));
     if (noop) return kn_infer_same(c, 0, 0);
     kn_dim d[KILN_MAX_RANK];
     int r = 0;

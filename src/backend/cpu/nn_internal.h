@@ -16,6 +16,7 @@ kiln_status kn_cpu_reduce(kn_kernel_ctx *c);      /* every Reduce* op */
 typedef struct kn_reduce_prm {
     int kind;             /* RK_* (nn_reduce.c), -1: not a reduction */
     bool axes_from_input; /* axes are input 1 (ReduceSum from opset 13, the rest from 18) */
+    kn_nn_reduce_attr attr; /* axes (the attribute form), noop_with_empty_axes */
 } kn_reduce_prm;
 kiln_status kn_reduce_prepare(const kn_node *n, void *params);
 /* ArgMax and ArgMin's attributes (their prepare hook) */
@@ -51,6 +52,19 @@ typedef struct kn_norm_rows_prm {
     float eps;
 } kn_norm_rows_prm;
 kiln_status kn_norm_rows_prepare(const kn_node *n, void *params);
+/* The other normalisations' attributes (one hook, nn_norm.c): BatchNormalization's training form
+ * (training: 1, 0, or -1 when the outputs decide, opsets 7-13), epsilon and momentum; the epsilon
+ * of InstanceNormalization and GroupNormalization; GroupNormalization's num_groups;
+ * LpNormalization's p and axis; MeanVarianceNormalization's axes; LRN's alpha, beta, bias, size. */
+typedef struct kn_nn_norm_prm {
+    int training;
+    float eps, momentum;
+    int64_t num_groups, p, axis, size;
+    const int64_t *axes; /* the node's; NULL: absent */
+    int n_axes;
+    float alpha, beta, bias;
+} kn_nn_norm_prm;
+kiln_status kn_nn_norm_prepare(const kn_node *n, void *params);
 kiln_status kn_cpu_rmsnorm(kn_kernel_ctx *c);
 kiln_status kn_cpu_batchnorm(kn_kernel_ctx *c);
 kiln_status kn_cpu_instancenorm(kn_kernel_ctx *c);

@@ -210,22 +210,47 @@ kiln_status kn_cpu_rmsnorm(kn_kernel_ctx *c) { return norm_rows(c, 1); }
 
 /* ------------------------------------------------------------------ BatchNormalization */
 
+kiln_status kn_nn_norm_prepare(const kn_node *n, void *params) {
+    kn_nn_norm_prm *p = params;
+    memset(p, 0, sizeof *p);
+    p->training = -1;
+    if (!strcmp(n->op_type, "BatchNormalization")) {
+        if (n->opset >= 14) p->training = kn_attr_int(n, "training_mode", 0) != 0;
+        else if (n->opset < 7) p->training = kn_attr_int(n, "is_test", 0) == 0;
+    }
+    p->eps = kn_attr_float(n, "epsilon", 1e-5f);
+    p->momentum = kn_attr_float(n, "momentum", 0.9f);
+    p->num_groups = kn_attr_int(n, "num_groups", 0);
+    p->p = kn_attr_int(n, "p", 2);
+    p->axis = kn_attr_int(n, "axis", -1);
+    p->axes = kn_attr_ints(n, "axes", &p->n_axes);
+    p->alpha = kn_attr_float(n, "alpha", 1e-4f);
+    p->beta = kn_attr_float(n, "beta", 0.75f);
+    p->bias = kn_attr_float(n, "bias", 1.0f);
+    p->size = kn_attr_int(n, "size", 1);
+    return KILN_OK;
+}
+
+#define NORM_PRM(c)                                                                                \
+    kn_nn_norm_prm local_prm;                                                                      \
+    const kn_nn_norm_prm *prm;                                                                     \
+    KN_TRY(kn_ctx_params((c), kn_nn_norm_prepare, &local_prm, (const void **)&prm))
+
 kiln_status kn_cpu_batchnorm(kn_kernel_ctx *c) {
+    NORM_PRM(c);
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
-    int opset = c->node->opset;
     if (x->rank < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "input 'X' needs rank >= 2");
     int64_t N = x->dims[0], C = x->dims[1], inner = kn_shape_count(x->dims + 2, x->rank - 2);
     int training;
-    if (opset >= 14) training = kn_attr_int(c->node, "training_mode", 0) != 0;
-    else if (opset < 7) training = kn_attr_int(c->node, "is_test", 0) == 0;
+    if (prm->training >= 0) training = prm->training;
     else {
         training = 0;
         for (int o = 1; o < c->n_outputs; o++)
             if (c->out[o]) training = 1;
     }
-    double eps = kn_attr_float(c->node, "epsilon", 1e-5f);
-    double momentum = kn_attr_float(c->node, "momentum", 0.9f);
+    double eps = prm->eps;
+    double momentum = prm->momentum;
     /* per-channel parameters; spatial=0 (before opset 9) gives per-element [C, D...] */
     int64_t pcount = kn_tensor_count(c->in[1]);
     int64_t per = pcount == C ? 1 : (pcount == C * inner ? inner : 0);
@@ -474,7 +499,7 @@ static void gn_range(void *arg, int64_t b, int64_t e) {
     }
 }
 
-static kiln_status group_norm(kn_kernel_ctx *c, int64_t G, int per_group) {
+static kiln_status group_norm(kn_kernel_ctx *c, int64_t G, int per_group, float eps) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return KILN_OK;
@@ -514,7 +539,7 @@ static kiln_status group_norm(kn_kernel_ctx *c, int64_t G, int per_group) {
     j.inner = inner;
     j.G = G;
     j.per_group = per_group;
-    j.eps = kn_attr_float(c->node, "epsilon", 1e-5f);
+    j.eps = eps;
     if (dbl) {
         kn_nn_to_f64(x, buf);
         j.x = buf;
@@ -537,16 +562,18 @@ static kiln_status group_norm(kn_kernel_ctx *c, int64_t G, int per_group) {
 kiln_status kn_cpu_instancenorm(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     if (x->rank < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "input needs rank >= 2");
-    return group_norm(c, x->dims[1], 0);
+    NORM_PRM(c);
+    return group_norm(c, x->dims[1], 0, prm->eps);
 }
 
 kiln_status kn_cpu_groupnorm(kn_kernel_ctx *c) {
-    int64_t G = kn_attr_int(c->node, "num_groups", 0);
+    NORM_PRM(c);
+    int64_t G = prm->num_groups;
     const kn_tensor *x = c->in[0];
     int64_t C = x->rank >= 2 ? x->dims[1] : 0;
     /* opset 18 has one scale/bias per group; opset 21 one per channel */
     int per_group = c->node->opset < 21 && kn_tensor_count(c->in[1]) == G && G != C;
-    return group_norm(c, G, per_group);
+    return group_norm(c, G, per_group, prm->eps);
 }
 
 /* ------------------------------------------------------------------ LpNormalization */
@@ -555,8 +582,9 @@ kiln_status kn_cpu_lpnorm(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return KILN_OK;
-    int64_t p = kn_attr_int(c->node, "p", 2);
-    int64_t axis = kn_attr_int(c->node, "axis", -1);
+    NORM_PRM(c);
+    int64_t p = prm->p;
+    int64_t axis = prm->axis;
     if (axis < 0) axis += x->rank;
     if (axis < 0 || axis >= x->rank) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
     int64_t outer = kn_shape_count(x->dims, (int)axis), n = x->dims[axis];
@@ -587,8 +615,9 @@ kiln_status kn_cpu_mvn(kn_kernel_ctx *c) {
     if (!y) return KILN_OK;
     int rank = x->rank;
     bool mask[KILN_MAX_RANK] = {0};
-    int na = 0;
-    const int64_t *axes = kn_attr_ints(c->node, "axes", &na);
+    NORM_PRM(c);
+    int na = prm->n_axes;
+    const int64_t *axes = prm->axes;
     static const int64_t dflt[] = {0, 2, 3};
     if (!axes) axes = dflt, na = 3;
     for (int i = 0; i < na; i++) {
@@ -647,9 +676,10 @@ kiln_status kn_cpu_lrn(kn_kernel_ctx *c) {
     kn_tensor *y = c->out[0];
     if (!y) return KILN_OK;
     if (x->rank < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "input needs rank >= 2");
-    double alpha = kn_attr_float(c->node, "alpha", 1e-4f), beta = kn_attr_float(c->node, "beta", 0.75f);
-    double bias = kn_attr_float(c->node, "bias", 1.0f);
-    int64_t size = kn_attr_int(c->node, "size", 1);
+    NORM_PRM(c);
+    double alpha = prm->alpha, beta = prm->beta;
+    double bias = prm->bias;
+    int64_t size = prm->size;
     int64_t N = x->dims[0], C = x->dims[1], inner = kn_shape_count(x->dims + 2, x->rank - 2);
     int64_t total = N * C * inner;
     if (total == 0) return KILN_OK;

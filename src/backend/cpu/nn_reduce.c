@@ -145,6 +145,7 @@ kiln_status kn_reduce_prepare(const kn_node *n, void *params) {
     kn_reduce_prm *p = params;
     p->kind = reduce_kind(n->op_type);
     p->axes_from_input = kn_nn_reduce_axes_from_input(n);
+    kn_nn_reduce_attrs(n, &p->attr);
     return KILN_OK;
 }
 
@@ -159,7 +160,7 @@ kiln_status kn_cpu_reduce(kn_kernel_ctx *c) {
     if (kind < 0) return kn_kernel_error(c, KILN_ERR_INTERNAL, "not a reduction");
     const kn_tensor *axes = prm->axes_from_input && c->n_inputs > 1 ? c->in[1] : NULL;
     bool mask[KILN_MAX_RANK], noop;
-    KN_TRY(kn_nn_reduce_mask(c->node, x->rank, axes, mask, &noop));
+    KN_TRY(kn_nn_reduce_mask(c->node, &prm->attr, x->rank, axes, mask, &noop));
     if (noop) {
         if (y->dtype != x->dtype || kn_tensor_count(y) != kn_tensor_count(x))
             return kn_kernel_error(c, KILN_ERR_INTERNAL, "output does not match the input");
