@@ -63,19 +63,23 @@ kiln_status kn_quant_out_dtype(const kn_node *node, kiln_dtype zp_dtype, kiln_dt
 
 kiln_status kn_quant_layout_get(const kn_node *node, int x_rank, const int64_t *x_dims, int s_rank,
                                 const int64_t *s_dims, kn_quant_layout *l, char *why, size_t cap) {
+    return kn_quant_layout_get_with(kn_attr_int(node, "axis", 1), kn_attr_int(node, "block_size", 0), x_rank, x_dims,
+                                    s_rank, s_dims, l, why, cap);
+}
+
+kiln_status kn_quant_layout_get_with(int64_t axis, int64_t block, int x_rank, const int64_t *x_dims, int s_rank,
+                                     const int64_t *s_dims, kn_quant_layout *l, char *why, size_t cap) {
     char xs[256], ss[256];
     memset(l, 0, sizeof *l);
     l->outer = l->D = l->inner = l->Ds = 1;
     int64_t s_count = 1;
     for (int i = 0; i < s_rank; i++) s_count = s_dims[i] < 0 || s_count < 0 ? -1 : s_count * s_dims[i];
-    int64_t block = kn_attr_int(node, "block_size", 0);
     if (block < 0) return why_error(why, cap, KILN_ERR_INVALID_MODEL, "block_size %lld is negative", (long long)block);
     /* a scalar, or any one-element scale, is per-tensor (as the reference reads it) */
     if (s_rank == 0 || s_count == 1) {
         l->mode = KN_QUANT_TENSOR;
         return KILN_OK;
     }
-    int64_t axis = kn_attr_int(node, "axis", 1);
     if (axis < -x_rank || axis >= x_rank)
         return why_error(why, cap, KILN_ERR_INVALID_MODEL, "axis %lld is out of range for x %s (rank %d)",
                          (long long)axis, kn_dims_str(x_dims, x_rank, xs, sizeof xs), x_rank);

@@ -25,6 +25,10 @@ typedef struct kn_quant_layout {
  * that need them are skipped). On failure writes the reason to why and returns the status. */
 kiln_status kn_quant_layout_get(const kn_node *node, int x_rank, const int64_t *x_dims, int s_rank,
                                 const int64_t *s_dims, kn_quant_layout *l, char *why, size_t cap);
+/* The same with the node's axis (default 1) and block_size (default 0) already read (a kernel's
+ * prepare hook). */
+kiln_status kn_quant_layout_get_with(int64_t axis, int64_t block, int x_rank, const int64_t *x_dims, int s_rank,
+                                     const int64_t *s_dims, kn_quant_layout *l, char *why, size_t cap);
 
 /* Scale index of element i. */
 static inline int64_t kn_quant_index(const kn_quant_layout *l, int64_t i) {

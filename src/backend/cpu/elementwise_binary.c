@@ -428,15 +428,20 @@ kiln_status kn_cpu_ew_Equal(kn_kernel_ctx *c) {
 }
 
 kiln_status kn_cpu_ew_Mod(kn_kernel_ctx *c) {
-    int64_t fmod_attr = kn_attr_int(c->node, "fmod", 0);
-    return bin_run(c, fmod_attr ? &op_ModC : &op_ModPy, false);
+    kn_ew_un_prm local;
+    const kn_ew_un_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_ew_un_prepare, &local, (const void **)&prm));
+    return bin_run(c, prm->mode ? &op_ModC : &op_ModPy, false);
 }
 
 kiln_status kn_cpu_ew_BitShift(kn_kernel_ctx *c) {
-    const char *dir = kn_attr_string(c->node, "direction", "");
-    if (!strcmp(dir, "LEFT")) return bin_run(c, &op_ShiftL, false);
-    if (!strcmp(dir, "RIGHT")) return bin_run(c, &op_ShiftR, false);
-    return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "direction='%s' is not LEFT or RIGHT", dir);
+    kn_ew_un_prm local;
+    const kn_ew_un_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_ew_un_prepare, &local, (const void **)&prm));
+    if (prm->mode == 0) return bin_run(c, &op_ShiftL, false);
+    if (prm->mode == 1) return bin_run(c, &op_ShiftR, false);
+    return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "direction='%s' is not LEFT or RIGHT",
+                           kn_attr_string(c->node, "direction", ""));
 }
 
 /* ------------------------------------------------------------------ Pow */

@@ -313,10 +313,11 @@ static inline float kn_ew_mishf(float x) {
 void kn_ew_sqrt_f32(int64_t n, float *o, const float *x);
 
 
-/* The unary operators with attributes: read once at compile time (kn_ew_un_prepare). */
+/* The operators with attributes (unary, and Clip before opset 11, Mod, BitShift): read once at
+ * compile time (kn_ew_un_prepare). */
 #define KN_EW_ATTR_KERNELS(X)                                                                      \
     X(IsInf) X(LeakyRelu) X(HardSigmoid) X(Elu) X(Selu) X(Celu) X(ThresholdedRelu) X(Shrink)       \
-    X(Gelu) X(Swish)
+    X(Gelu) X(Swish) X(Clip) X(Mod) X(BitShift)
 
 /* Cast and CastLike: attributes read once (kn_ew_cast_prepare). */
 #define KN_EW_CAST_KERNELS(X) X(Cast) X(CastLike)
@@ -326,8 +327,8 @@ void kn_ew_sqrt_f32(int64_t n, float *o, const float *x);
     X(Cos) X(Tan) X(Asin) X(Acos) X(Atan) X(Sinh) X(Cosh) X(Asinh) X(Acosh) X(Atanh) X(Erf)        \
     X(IsNaN) X(Not) X(BitwiseNot) X(Relu) X(Sigmoid)                                               \
     X(HardSwish) X(Tanh) X(Softplus) X(Softsign)                                                   \
-    X(Mish) X(Clip)                                                                                \
-    X(Add) X(Sub) X(Mul) X(Div) X(Pow) X(Mod) X(BitShift) X(BitwiseAnd) X(BitwiseOr)               \
+    X(Mish)                                                                                        \
+    X(Add) X(Sub) X(Mul) X(Div) X(Pow) X(BitwiseAnd) X(BitwiseOr)                                  \
     X(BitwiseXor) X(And) X(Or) X(Xor) X(Equal) X(Less) X(LessOrEqual) X(Greater)                   \
     X(GreaterOrEqual) X(PRelu) X(Sum) X(Mean) X(Max) X(Min) X(Where)
 
@@ -346,11 +347,13 @@ typedef struct kn_ew_cast_prm {
 kiln_status kn_ew_cast_prepare(const kn_node *n, void *params);
 
 /* A unary kernel's parameters: its attributes (alpha/beta/gamma with the operator's defaults,
- * IsInf's detect_* as 1/0, Shrink's lambd/bias; Gelu's mode in `mode`), and Clip's bounds, which
- * come from its inputs at each call. */
+ * IsInf's detect_* as 1/0, Shrink's lambd/bias; Gelu's, Mod's and BitShift's mode in `mode`), and
+ * Clip's bounds, which come from its inputs at each call (from opset 11) or its min/max attributes
+ * (the hook's lo_d/hi_d). */
 typedef struct kn_ew_un_prm {
     float alpha, beta, gamma;
-    int mode;              /* Gelu: 0 erf, 1 tanh, -1 neither (an error at run time) */
+    int mode;              /* Gelu: 0 erf, 1 tanh, -1 neither (an error at run time); Mod: fmod;
+                            * BitShift: 0 LEFT, 1 RIGHT, -1 neither (an error at run time) */
     double lo_d, hi_d;     /* Clip bounds for float types */
     int64_t lo_i, hi_i;    /* ... signed integers */
     uint64_t lo_u, hi_u;   /* ... unsigned integers */

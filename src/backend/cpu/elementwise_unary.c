@@ -443,6 +443,16 @@ kiln_status kn_ew_un_prepare(const kn_node *n, void *params) {
     } else if (!strcmp(op, "Gelu")) {
         const char *mode = kn_attr_string(n, "approximate", "none");
         p->mode = !strcmp(mode, "tanh") ? 1 : !strcmp(mode, "none") ? 0 : -1;
+    } else if (!strcmp(op, "Clip")) {
+        if (n->opset < 11) {
+            p->lo_d = kn_attr_float(n, "min", -FLT_MAX);
+            p->hi_d = kn_attr_float(n, "max", FLT_MAX);
+        }
+    } else if (!strcmp(op, "Mod")) {
+        p->mode = kn_attr_int(n, "fmod", 0) != 0;
+    } else if (!strcmp(op, "BitShift")) {
+        const char *dir = kn_attr_string(n, "direction", "");
+        p->mode = !strcmp(dir, "LEFT") ? 0 : !strcmp(dir, "RIGHT") ? 1 : -1;
     } else {
         for (size_t i = 0; i < sizeof dflt / sizeof dflt[0]; i++)
             if (!strcmp(op, dflt[i].op)) {
@@ -504,8 +514,11 @@ kiln_status kn_cpu_ew_Clip(kn_kernel_ctx *c) {
     default: break;
     }
     if (c->node->opset < 11) {
-        p.lo_d = kn_attr_float(c->node, "min", -FLT_MAX);
-        p.hi_d = kn_attr_float(c->node, "max", FLT_MAX);
+        un_prm local;
+        const un_prm *prm;
+        KN_TRY(kn_ctx_params(c, kn_ew_un_prepare, &local, (const void **)&prm));
+        p.lo_d = prm->lo_d;
+        p.hi_d = prm->hi_d;
     } else {
         for (int k = 1; k <= 2 && k < c->n_inputs; k++) {
             const kn_tensor *b = c->in[k];

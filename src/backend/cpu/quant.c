@@ -19,9 +19,25 @@
 
 #define GRAIN 32768
 
-static kiln_status layout_of(kn_kernel_ctx *c, const kn_tensor *x, const kn_tensor *s, kn_quant_layout *l) {
+/* QuantizeLinear's and DequantizeLinear's attributes, read once (their prepare hook) */
+typedef struct quant_prm {
+    int64_t axis, block, precision;
+    int saturate;
+} quant_prm;
+
+static kiln_status quant_prepare(const kn_node *n, void *params) {
+    quant_prm *p = params;
+    p->axis = kn_attr_int(n, "axis", 1);
+    p->block = kn_attr_int(n, "block_size", 0);
+    p->precision = kn_attr_int(n, "precision", 0);
+    p->saturate = (int)kn_attr_int(n, "saturate", 1);
+    return KILN_OK;
+}
+
+static kiln_status layout_of(kn_kernel_ctx *c, const quant_prm *prm, const kn_tensor *x, const kn_tensor *s,
+                             kn_quant_layout *l) {
     char why[512];
-    kiln_status st = kn_quant_layout_get(c->node, x->rank, x->dims, s->rank, s->dims, l, why, sizeof why);
+    kiln_status st = kn_quant_layout_get_with(prm->axis, prm->block, x->rank, x->dims, s->rank, s->dims, l, why, sizeof why);
     if (st != KILN_OK) return kn_kernel_error(c, st, "%s", why);
     return KILN_OK;
 }
@@ -77,8 +93,8 @@ static void q8_range(void *arg, int64_t b, int64_t e) {
 }
 
 /* x / scale rounded to the type numpy would compute it in */
-static kiln_dtype quotient_type(const kn_node *node, kiln_dtype xt, kiln_dtype st) {
-    int64_t p = kn_attr_int(node, "precision", 0);
+static kiln_dtype quotient_type(const quant_prm *prm, kiln_dtype xt, kiln_dtype st) {
+    int64_t p = prm->precision;
     if (p) return (kiln_dtype)p;
     if (xt == KILN_DTYPE_DOUBLE || st == KILN_DTYPE_DOUBLE || xt == KILN_DTYPE_INT32) return KILN_DTYPE_DOUBLE;
     if (xt == st && (xt == KILN_DTYPE_FLOAT16 || xt == KILN_DTYPE_BFLOAT16)) return xt;
@@ -99,15 +115,18 @@ static kiln_status run_quantize(kn_kernel_ctx *c) {
     const kn_tensor *zp = c->n_inputs > 2 ? c->in[2] : NULL;
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
+    quant_prm local;
+    const quant_prm *prm;
+    KN_TRY(kn_ctx_params(c, quant_prepare, &local, (const void **)&prm));
     kn_quant_layout l;
-    KN_TRY(layout_of(c, x, s, &l));
+    KN_TRY(layout_of(c, prm, x, s, &l));
     KN_TRY(check_zp(c, s, zp));
     int64_t n = kn_tensor_count(x), ns = kn_tensor_count(s);
     kiln_dtype ot = y->dtype;
     if (zp && zp->dtype != ot)
         return kn_kernel_error(c, KILN_ERR_INTERNAL, "output is %s but the zero point %s", kiln_dtype_name(ot),
                                kiln_dtype_name(zp->dtype));
-    kiln_dtype qt = quotient_type(c->node, x->dtype, s->dtype);
+    kiln_dtype qt = quotient_type(prm, x->dtype, s->dtype);
     if (x->dtype == KILN_DTYPE_FLOAT && s->dtype == KILN_DTYPE_FLOAT && qt == KILN_DTYPE_FLOAT &&
         (ot == KILN_DTYPE_UINT8 || ot == KILN_DTYPE_INT8)) {
         q8_job j = {x->data, s->data, zp ? zp->data : NULL, y->data, ot == KILN_DTYPE_INT8, l};
@@ -144,7 +163,7 @@ static kiln_status run_quantize(kn_kernel_ctx *c) {
         }
     }
     st = kn_ew_cast_n(int_out ? KILN_DTYPE_INT32 : KILN_DTYPE_DOUBLE, r, ot, y->data, n,
-                      (int)kn_attr_int(c->node, "saturate", 1));
+                      prm->saturate);
     if (st != KILN_OK) st = kn_kernel_error(c, st, "%s", kn_last_error());
 done:
     free(xd);
@@ -185,8 +204,11 @@ static kiln_status run_dequantize(kn_kernel_ctx *c) {
     const kn_tensor *zp = c->n_inputs > 2 ? c->in[2] : NULL;
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
+    quant_prm local;
+    const quant_prm *prm;
+    KN_TRY(kn_ctx_params(c, quant_prepare, &local, (const void **)&prm));
     kn_quant_layout l;
-    KN_TRY(layout_of(c, x, s, &l));
+    KN_TRY(layout_of(c, prm, x, s, &l));
     KN_TRY(check_zp(c, s, zp));
     int64_t n = kn_tensor_count(x), ns = kn_tensor_count(s);
     /* float8 and float4 zero points are 0 by definition: not read */
@@ -273,8 +295,8 @@ static kiln_status run_bitcast(kn_kernel_ctx *c) {
 }
 
 const kn_cpu_kernel kn_cpu_quant[] = {
-    {"", "QuantizeLinear", run_quantize, NULL, KN_KERNEL_OVERWRITES},
-    {"", "DequantizeLinear", run_dequantize, NULL, KN_KERNEL_OVERWRITES},
+    {"", "QuantizeLinear", run_quantize, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(quant_prepare, quant_prm)},
+    {"", "DequantizeLinear", run_dequantize, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(quant_prepare, quant_prm)},
     {"", "DynamicQuantizeLinear", run_dynamic_quantize, NULL, KN_KERNEL_OVERWRITES},
     {"", "BitCast", run_bitcast, NULL, KN_KERNEL_OVERWRITES},
     {0},
