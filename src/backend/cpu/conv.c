@@ -1,9 +1,10 @@
 /* Convolutions on the CPU: Conv, ConvTranspose, ConvInteger, QLinearConv and Col2Im.
  *
  * float Conv takes one of these paths:
- *  - depthwise (one input channel per group), AVX-512: 16 channels per vector through a
- *    zero-bordered scratch image of [rows][cols][16] (planes too small to fill vectors along
- *    their rows); dilated or very wide planes: direct loops vectorised along the output row;
+ *  - depthwise (one input channel per group), AVX-512 or AVX2 (isa_vec.h: written once, 16 or 8
+ *    lanes): a vector of channels through a zero-bordered scratch image of [rows][cols][lanes]
+ *    (planes too small to fill vectors along their rows); dilated or very wide planes: direct
+ *    loops vectorised along the output row;
  *  - pointwise (1x1 kernel, stride 1, no pads) on small planes (7x7), AVX-512: vectors along the
  *    output channels, 48 x 7 tiles;
  *  - other pointwise: the input planes are already the GEMM's B;
@@ -40,9 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "backend/cpu/isa_vec.h"
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -358,7 +357,7 @@ typedef struct dw_job {
     int *failed;
 } dw_job;
 
-#if defined(__AVX512F__)
+#if KN_VL
 /* bits [lo, hi) of a 32-bit mask */
 static inline uint32_t range_mask32(int64_t lo, int64_t hi) {
     if (lo < 0) lo = 0;
@@ -368,7 +367,14 @@ static inline uint32_t range_mask32(int64_t lo, int64_t hi) {
     return up & ~((1u << lo) - 1);
 }
 
-/* Per chunk of 16 outputs along a row and per kw: the input index of lane 0 and the lanes (for
+/* lane l: 2l (kn_vf_perm2 of two vectors keeps their even elements) */
+static inline kn_vi dw_even(void) {
+    int32_t t[KN_VL];
+    for (int l = 0; l < KN_VL; l++) t[l] = 2 * l;
+    return kn_vi_loadu(t);
+}
+
+/* Per chunk of KN_VL outputs along a row and per kw: the input index of lane 0 and the lanes (for
  * stride 2, the input lanes of a 32-float window) that fall inside the row. The same for every
  * row and plane, so computed once per call. */
 typedef struct dw_tap {
@@ -377,10 +383,10 @@ typedef struct dw_tap {
 } dw_tap;
 
 static void dw_taps(const win2 *v, dw_tap *taps) {
-    const int64_t chunks = (v->OW + 15) / 16;
+    const int64_t chunks = (v->OW + KN_VL - 1) / KN_VL;
     memset(taps + chunks * v->KW, 0, sizeof(dw_tap) * (size_t)(3 * v->KW)); /* spare chunks: no lanes */
-    for (int64_t c = 0, ow0 = 0; ow0 < v->OW; ow0 += 16, c++) {
-        const int64_t nout = min64(16, v->OW - ow0);
+    for (int64_t c = 0, ow0 = 0; ow0 < v->OW; ow0 += KN_VL, c++) {
+        const int64_t nout = min64(KN_VL, v->OW - ow0);
         for (int64_t kw = 0; kw < v->KW; kw++) {
             dw_tap *t = &taps[c * v->KW + kw];
             t->i0 = ow0 * v->sw + kw * v->dw - v->pw;
@@ -390,7 +396,7 @@ static void dw_taps(const win2 *v, dw_tap *taps) {
     }
 }
 
-/* One depthwise plane, strides 1 and 2 along the row: 16 outputs per vector, every tap a masked
+/* One depthwise plane, strides 1 and 2 along the row: KN_VL outputs per vector, every tap a masked
  * load (stride 2: two loads and a permute keeping the even lanes). Four vectors at a time, so
  * four independent FMA chains hide the FMA latency. The tap table has DW_CHUNKS - 1 spare
  * all-zero chunks at its end. */
@@ -398,7 +404,7 @@ static void dw_taps(const win2 *v, dw_tap *taps) {
 static inline __attribute__((always_inline)) void dw_plane_impl(const float *xs, const float *ws, float *ys,
                                                                 const win2 *v, const dw_tap *taps, const int SW,
                                                                 const int NCH) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const kn_vi even = dw_even();
     const int64_t KW = v->KW;
     for (int64_t oh = 0; oh < v->OH; oh++) {
         float *yrow = ys + oh * v->OW;
@@ -406,39 +412,39 @@ static inline __attribute__((always_inline)) void dw_plane_impl(const float *xs,
         int64_t kh0 = 0, kh1 = v->KH, ih0 = oh * v->sh - v->ph;
         while (kh0 < kh1 && ih0 + kh0 * v->dh < 0) kh0++;
         while (kh1 > kh0 && ih0 + (kh1 - 1) * v->dh >= v->H) kh1--;
-        for (int64_t c = 0, ow0 = 0; ow0 < v->OW; ow0 += 16 * NCH, c += NCH) {
-            __mmask16 om[4];
-            __m512 acc[4];
+        for (int64_t c = 0, ow0 = 0; ow0 < v->OW; ow0 += KN_VL * NCH, c += NCH) {
+            kn_vmask om[4];
+            kn_vf acc[4];
             for (int q = 0; q < NCH; q++) {
-                om[q] = (__mmask16)range_mask32(0, min64(16, v->OW - ow0 - 16 * q));
-                acc[q] = _mm512_maskz_loadu_ps(om[q], yrow + ow0 + 16 * q);
+                om[q] = (kn_vmask)range_mask32(0, min64(KN_VL, v->OW - ow0 - KN_VL * q));
+                acc[q] = kn_vf_maskz_loadu(om[q], yrow + ow0 + KN_VL * q);
             }
             for (int64_t kh = kh0; kh < kh1; kh++) {
                 const float *xrow = xs + (ih0 + kh * v->dh) * v->W;
                 const float *wr = ws + kh * KW;
                 for (int64_t kw = 0; kw < KW; kw++) {
-                    const __m512 wv = _mm512_set1_ps(wr[kw]);
+                    const kn_vf wv = kn_vf_set1(wr[kw]);
 #pragma GCC unroll 4
                     for (int q = 0; q < NCH; q++) {
                         const dw_tap *t = &taps[(c + q) * KW + kw];
-                        __m512 xv;
+                        kn_vf xv;
                         if (SW == 1) {
-                            xv = _mm512_maskz_loadu_ps((__mmask16)t->mask, xrow + t->i0);
+                            xv = kn_vf_maskz_loadu((kn_vmask)t->mask, xrow + t->i0);
                         } else {
-                            __m512 a = _mm512_maskz_loadu_ps((__mmask16)(t->mask & 0xFFFF), xrow + t->i0);
-                            __m512 b = _mm512_maskz_loadu_ps((__mmask16)(t->mask >> 16), xrow + t->i0 + 16);
-                            xv = _mm512_permutex2var_ps(a, even, b);
+                            kn_vf a = kn_vf_maskz_loadu((kn_vmask)(t->mask & KN_VALL), xrow + t->i0);
+                            kn_vf b = kn_vf_maskz_loadu((kn_vmask)(t->mask >> KN_VL), xrow + t->i0 + KN_VL);
+                            xv = kn_vf_perm2(a, even, b);
                         }
-                        acc[q] = _mm512_fmadd_ps(wv, xv, acc[q]);
+                        acc[q] = kn_vf_fmadd(wv, xv, acc[q]);
                     }
                 }
             }
-            for (int q = 0; q < NCH; q++) _mm512_mask_storeu_ps(yrow + ow0 + 16 * q, om[q], acc[q]);
+            for (int q = 0; q < NCH; q++) kn_vf_mask_storeu(yrow + ow0 + KN_VL * q, om[q], acc[q]);
         }
     }
 }
 
-/* Undilated windows: R output rows at once, NCH vectors of 16 outputs each. Every input row
+/* Undilated windows: R output rows at once, NCH vectors of KN_VL outputs each. Every input row
  * loaded (per tap column, per vector) serves each of the R output rows whose window covers it, so
  * loads drop from R*KH*KW to about (R*sh+KH)*KW per group, and the R*NCH accumulators are
  * independent FMA chains: with one row of one vector per step (7- and 14-wide planes) each tap's
@@ -446,20 +452,20 @@ static inline __attribute__((always_inline)) void dw_plane_impl(const float *xs,
 static inline __attribute__((always_inline)) void dw_rows_impl(const float *xs, const float *ws, float *ys,
                                                                const win2 *v, const dw_tap *taps, const int SW,
                                                                const int SH, const int NCH, const int R) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const kn_vi even = dw_even();
     const int64_t KW = v->KW, KH = v->KH, OH = v->OH;
     for (int64_t oh0 = 0; oh0 < OH; oh0 += R) {
-        for (int64_t c = 0, ow0 = 0; ow0 < v->OW; ow0 += 16 * NCH, c += NCH) {
-            __mmask16 om[4];
-            __m512 acc[8][4];
+        for (int64_t c = 0, ow0 = 0; ow0 < v->OW; ow0 += KN_VL * NCH, c += NCH) {
+            kn_vmask om[4];
+            kn_vf acc[8][4];
 #pragma GCC unroll 4
-            for (int q = 0; q < NCH; q++) om[q] = (__mmask16)range_mask32(0, min64(16, v->OW - ow0 - 16 * q));
+            for (int q = 0; q < NCH; q++) om[q] = (kn_vmask)range_mask32(0, min64(KN_VL, v->OW - ow0 - KN_VL * q));
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
                 for (int q = 0; q < NCH; q++)
-                    acc[r][q] = oh0 + r < OH ? _mm512_maskz_loadu_ps(om[q], ys + (oh0 + r) * v->OW + ow0 + 16 * q)
-                                             : _mm512_setzero_ps();
+                    acc[r][q] = oh0 + r < OH ? kn_vf_maskz_loadu(om[q], ys + (oh0 + r) * v->OW + ow0 + KN_VL * q)
+                                             : kn_vf_zero();
             /* input rows ih0 + t, t < (R-1)*SH + KH, feed output row r through kernel row t - r*SH */
             const int64_t ih0 = oh0 * SH - v->ph, tn = (R - 1) * SH + KH;
             for (int64_t t = 0; t < tn; t++) {
@@ -467,25 +473,25 @@ static inline __attribute__((always_inline)) void dw_rows_impl(const float *xs, 
                 if (ih < 0 || ih >= v->H) continue;
                 const float *xrow = xs + ih * v->W;
                 for (int64_t kw = 0; kw < KW; kw++) {
-                    __m512 xv[4];
+                    kn_vf xv[4];
 #pragma GCC unroll 4
                     for (int q = 0; q < NCH; q++) {
                         const dw_tap *tp = &taps[(c + q) * KW + kw];
                         if (SW == 1) {
-                            xv[q] = _mm512_maskz_loadu_ps((__mmask16)tp->mask, xrow + tp->i0);
+                            xv[q] = kn_vf_maskz_loadu((kn_vmask)tp->mask, xrow + tp->i0);
                         } else {
-                            __m512 a = _mm512_maskz_loadu_ps((__mmask16)(tp->mask & 0xFFFF), xrow + tp->i0);
-                            __m512 b = _mm512_maskz_loadu_ps((__mmask16)(tp->mask >> 16), xrow + tp->i0 + 16);
-                            xv[q] = _mm512_permutex2var_ps(a, even, b);
+                            kn_vf a = kn_vf_maskz_loadu((kn_vmask)(tp->mask & KN_VALL), xrow + tp->i0);
+                            kn_vf b = kn_vf_maskz_loadu((kn_vmask)(tp->mask >> KN_VL), xrow + tp->i0 + KN_VL);
+                            xv[q] = kn_vf_perm2(a, even, b);
                         }
                     }
 #pragma GCC unroll 8
                     for (int r = 0; r < R; r++) {
                         const int64_t kh = t - (int64_t)r * SH;
                         if (kh < 0 || kh >= KH) continue;
-                        const __m512 wv = _mm512_set1_ps(ws[kh * KW + kw]);
+                        const kn_vf wv = kn_vf_set1(ws[kh * KW + kw]);
 #pragma GCC unroll 4
-                        for (int q = 0; q < NCH; q++) acc[r][q] = _mm512_fmadd_ps(wv, xv[q], acc[r][q]);
+                        for (int q = 0; q < NCH; q++) acc[r][q] = kn_vf_fmadd(wv, xv[q], acc[r][q]);
                     }
                 }
             }
@@ -494,76 +500,76 @@ static inline __attribute__((always_inline)) void dw_rows_impl(const float *xs, 
                 if (oh0 + r < OH)
 #pragma GCC unroll 4
                     for (int q = 0; q < NCH; q++)
-                        _mm512_mask_storeu_ps(ys + (oh0 + r) * v->OW + ow0 + 16 * q, om[q], acc[r][q]);
+                        kn_vf_mask_storeu(ys + (oh0 + r) * v->OW + ow0 + KN_VL * q, om[q], acc[r][q]);
         }
     }
 }
 
 /* One output row (1-D convolutions: a Conformer's 31-tap depthwise layer), stride 1: four vectors of
- * 16 outputs, even and odd taps into separate accumulators, so eight independent FMA chains (the
+ * KN_VL outputs, even and odd taps into separate accumulators, so eight independent FMA chains (the
  * rows path keeps R = 2 rows of four, and with one row only four chains, half the FMA rate). */
 static void dw_row1_s1(const float *xs, const float *ws, float *ys, const win2 *v, const dw_tap *taps) {
     const int64_t KW = v->KW;
     const float *xrow = xs + (0 * v->sh - v->ph) * v->W; /* the one input row the window covers */
-    for (int64_t c = 0, ow0 = 0; ow0 < v->OW; ow0 += 16 * DW_CHUNKS, c += DW_CHUNKS) {
-        __mmask16 om[DW_CHUNKS];
-        __m512 a0[DW_CHUNKS], a1[DW_CHUNKS];
+    for (int64_t c = 0, ow0 = 0; ow0 < v->OW; ow0 += KN_VL * DW_CHUNKS, c += DW_CHUNKS) {
+        kn_vmask om[DW_CHUNKS];
+        kn_vf a0[DW_CHUNKS], a1[DW_CHUNKS];
         for (int q = 0; q < DW_CHUNKS; q++) {
-            om[q] = (__mmask16)range_mask32(0, min64(16, v->OW - ow0 - 16 * q));
-            a0[q] = _mm512_maskz_loadu_ps(om[q], ys + ow0 + 16 * q);
-            a1[q] = _mm512_setzero_ps();
+            om[q] = (kn_vmask)range_mask32(0, min64(KN_VL, v->OW - ow0 - KN_VL * q));
+            a0[q] = kn_vf_maskz_loadu(om[q], ys + ow0 + KN_VL * q);
+            a1[q] = kn_vf_zero();
         }
         int64_t kw = 0;
         for (; kw + 2 <= KW; kw += 2) {
-            const __m512 w0 = _mm512_set1_ps(ws[kw]), w1 = _mm512_set1_ps(ws[kw + 1]);
+            const kn_vf w0 = kn_vf_set1(ws[kw]), w1 = kn_vf_set1(ws[kw + 1]);
 #pragma GCC unroll 4
             for (int q = 0; q < DW_CHUNKS; q++) {
                 const dw_tap *t0 = &taps[(c + q) * KW + kw], *t1 = t0 + 1;
-                a0[q] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps((__mmask16)t0->mask, xrow + t0->i0), a0[q]);
-                a1[q] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps((__mmask16)t1->mask, xrow + t1->i0), a1[q]);
+                a0[q] = kn_vf_fmadd(w0, kn_vf_maskz_loadu((kn_vmask)t0->mask, xrow + t0->i0), a0[q]);
+                a1[q] = kn_vf_fmadd(w1, kn_vf_maskz_loadu((kn_vmask)t1->mask, xrow + t1->i0), a1[q]);
             }
         }
         if (kw < KW) {
-            const __m512 w0 = _mm512_set1_ps(ws[kw]);
+            const kn_vf w0 = kn_vf_set1(ws[kw]);
             for (int q = 0; q < DW_CHUNKS; q++) {
                 const dw_tap *t0 = &taps[(c + q) * KW + kw];
-                a0[q] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps((__mmask16)t0->mask, xrow + t0->i0), a0[q]);
+                a0[q] = kn_vf_fmadd(w0, kn_vf_maskz_loadu((kn_vmask)t0->mask, xrow + t0->i0), a0[q]);
             }
         }
-        for (int q = 0; q < DW_CHUNKS; q++) _mm512_mask_storeu_ps(ys + ow0 + 16 * q, om[q], _mm512_add_ps(a0[q], a1[q]));
+        for (int q = 0; q < DW_CHUNKS; q++) kn_vf_mask_storeu(ys + ow0 + KN_VL * q, om[q], kn_vf_add(a0[q], a1[q]));
     }
 }
 
 /* dw_row1_s1 from a zero-padded copy of the row (on the stack, rows up to DW_PAD_MAX floats): every
  * tap a plain load at a constant offset, no tap table or masks (the Conformer's 31 taps over 500
- * outputs: 0.137 ms with the masked taps, ONNX Runtime 0.45, OpenVINO 0.113), eight vectors of 16
- * outputs a step (eight FMA chains). */
+ * outputs: 0.137 ms with the masked taps, ONNX Runtime 0.45, OpenVINO 0.113), eight vectors of
+ * KN_VL outputs a step (eight FMA chains). */
 #define DW_PAD_MAX 6144
 static bool dw_row1_pad(const float *xs, const float *ws, float *ys, const win2 *v) {
     const int64_t KW = v->KW, dw = v->dw, OW = v->OW, ext = (KW - 1) * dw, owr = (OW + 127) / 128 * 128;
-    if (owr + ext + 16 > DW_PAD_MAX) return false;
+    if (owr + ext + KN_VL > DW_PAD_MAX) return false;
     float xp[DW_PAD_MAX] __attribute__((aligned(64)));
     /* xp[i] = x[i - pw], zero outside the row */
-    for (int64_t i = 0; i < owr + ext; i += 16) {
+    for (int64_t i = 0; i < owr + ext; i += KN_VL) {
         const int64_t u = i - v->pw;
-        _mm512_store_ps(xp + i, _mm512_maskz_loadu_ps((__mmask16)range_mask32(-u, v->W - u), xs + u));
+        kn_vf_store(xp + i, kn_vf_maskz_loadu((kn_vmask)range_mask32(-u, v->W - u), xs + u));
     }
-    for (int64_t ow0 = 0; ow0 < OW; ow0 += 128) {
-        __m512 acc[8];
-        __mmask16 om[8];
+    for (int64_t ow0 = 0; ow0 < OW; ow0 += 8 * KN_VL) {
+        kn_vf acc[8];
+        kn_vmask om[8];
 #pragma GCC unroll 8
         for (int q = 0; q < 8; q++) {
-            om[q] = (__mmask16)range_mask32(0, OW - ow0 - 16 * q);
-            acc[q] = _mm512_maskz_loadu_ps(om[q], ys + ow0 + 16 * q);
+            om[q] = kn_v_tail(OW - ow0 - KN_VL * q);
+            acc[q] = kn_vf_maskz_loadu(om[q], ys + ow0 + KN_VL * q);
         }
         const float *x0 = xp + ow0;
         for (int64_t kw = 0; kw < KW; kw++, x0 += dw) {
-            const __m512 wv = _mm512_set1_ps(ws[kw]);
+            const kn_vf wv = kn_vf_set1(ws[kw]);
 #pragma GCC unroll 8
-            for (int q = 0; q < 8; q++) acc[q] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x0 + 16 * q), acc[q]);
+            for (int q = 0; q < 8; q++) acc[q] = kn_vf_fmadd(wv, kn_vf_loadu(x0 + KN_VL * q), acc[q]);
         }
 #pragma GCC unroll 8
-        for (int q = 0; q < 8; q++) _mm512_mask_storeu_ps(ys + ow0 + 16 * q, om[q], acc[q]);
+        for (int q = 0; q < 8; q++) kn_vf_mask_storeu(ys + ow0 + KN_VL * q, om[q], acc[q]);
     }
     return true;
 }
@@ -572,8 +578,8 @@ static bool dw_row1_pad(const float *xs, const float *ws, float *ys, const win2 
 
 /* As many vectors per step as the row needs, up to DW_CHUNKS: a 7- or 14-wide row (late
  * MobileNet/EfficientNet layers) would otherwise compute three all-masked vectors per tap. */
-static void dw_plane_avx512(const float *xs, const float *ws, float *ys, const win2 *v, const dw_tap *taps) {
-    const int nch = v->OW <= 16 ? 1 : v->OW <= 32 ? 2 : DW_CHUNKS;
+static void dw_plane_vec(const float *xs, const float *ws, float *ys, const win2 *v, const dw_tap *taps) {
+    const int nch = v->OW <= KN_VL ? 1 : v->OW <= 2 * KN_VL ? 2 : DW_CHUNKS;
     if (v->OH == 1 && v->H == 1 && v->KH == 1 && v->ph == 0 && v->sw == 1 && nch == DW_CHUNKS) {
         if (dw_row1_pad(xs, ws, ys, v)) return;
         dw_row1_s1(xs, ws, ys, v, taps);
@@ -598,12 +604,12 @@ static void dw_plane_avx512(const float *xs, const float *ws, float *ys, const w
 }
 #endif
 
-#if defined(__AVX512F__)
-/* ---- depthwise, 16 channels per vector (small planes) ----
- * A 7x7 or 14x14 plane fills a 16-lane vector poorly along its rows. Here the 16 lanes are 16
- * channels at one pixel: each group of 16 channel planes is transposed into a zero-bordered
- * scratch image of [rows][cols][16] (so window taps need no bounds checks), convolved with the
- * group's weights laid out [tap][16], and transposed back. Up to 8 output pixels of a row are
+#if KN_VL
+/* ---- depthwise, KN_VL channels per vector (small planes) ----
+ * A 7x7 or 14x14 plane fills a vector poorly along its rows. Here the KN_VL lanes (isa_vec.h) are KN_VL
+ * channels at one pixel: each group of KN_VL channel planes is transposed into a zero-bordered
+ * scratch image of [rows][cols][KN_VL] (so window taps need no bounds checks), convolved with the
+ * group's weights laid out [tap][KN_VL], and transposed back. Up to 8 output pixels of a row are
  * computed at once: 8 independent FMA chains sharing each tap's weight vector. */
 #ifndef DW16_MAX_OW
 #define DW16_MAX_OW 128
@@ -628,15 +634,15 @@ static dw16_geom dw16_geom_of(const win2 *v) {
     g.SC = max64(v->pw + v->W, (v->OW - 1) * v->sw + (v->KW - 1) * v->dw + 1);
     const int64_t halo = (v->KH - 1) * v->dh + 1;
     g.band = v->OH;
-    while (g.band > 1 && (((g.band - 1) * v->sh + halo) * g.SC + g.band * v->OW) * 16 > DW16_BAND_FLOATS)
+    while (g.band > 1 && (((g.band - 1) * v->sh + halo) * g.SC + g.band * v->OW) * KN_VL > DW16_BAND_FLOATS)
         g.band = (g.band + 1) / 2;
     g.SR = (g.band - 1) * v->sh + halo;
-    g.scratch = g.SR * g.SC * 16;
-    g.out = g.band * v->OW * 16;
+    g.scratch = g.SR * g.SC * KN_VL;
+    g.out = g.band * v->OW * KN_VL;
     return g;
 }
 
-/* The weights of channels c0..c0+16 as [tap][16] for every group: (C+15)/16 * kk * 16 floats. */
+/* The weights of channels c0..c0+KN_VL as [tap][KN_VL] for every group: (C + KN_VL - 1) / KN_VL * kk * KN_VL floats. */
 typedef struct dw16_wctx {
     const float *w;
     int64_t C, kk;
@@ -645,32 +651,32 @@ typedef struct dw16_wctx {
 static void dw16_make_weights(const void *ctx, void *dst) {
     const dw16_wctx *k = ctx;
     float *d = dst;
-    for (int64_t c0 = 0; c0 < k->C; c0 += 16)
-        for (int64_t t = 0; t < k->kk; t++, d += 16)
-            for (int64_t l = 0; l < 16; l++) d[l] = c0 + l < k->C ? k->w[(c0 + l) * k->kk + t] : 0.0f;
+    for (int64_t c0 = 0; c0 < k->C; c0 += KN_VL)
+        for (int64_t t = 0; t < k->kk; t++, d += KN_VL)
+            for (int64_t l = 0; l < KN_VL; l++) d[l] = c0 + l < k->C ? k->w[(c0 + l) * k->kk + t] : 0.0f;
 }
 
-static inline __attribute__((always_inline)) void dw16_block(const float *srow, const float *wg, const __m512 b,
+static inline __attribute__((always_inline)) void dw16_block(const float *srow, const float *wg, const kn_vf b,
                                                              float *orow, const win2 *v, int64_t SC, const int NB) {
-    __m512 acc[8];
+    kn_vf acc[8];
 #pragma GCC unroll 8
     for (int j = 0; j < NB; j++) acc[j] = b;
-    const int64_t xs = v->sw * 16, KW = v->KW;
+    const int64_t xs = v->sw * KN_VL, KW = v->KW;
     for (int64_t kh = 0; kh < v->KH; kh++) {
-        const float *r = srow + kh * v->dh * SC * 16;
-        const float *wr = wg + kh * KW * 16;
+        const float *r = srow + kh * v->dh * SC * KN_VL;
+        const float *wr = wg + kh * KW * KN_VL;
         for (int64_t kw = 0; kw < KW; kw++) {
-            const __m512 wv = _mm512_loadu_ps(wr + kw * 16);
-            const float *p = r + kw * v->dw * 16;
+            const kn_vf wv = kn_vf_loadu(wr + kw * KN_VL);
+            const float *p = r + kw * v->dw * KN_VL;
 #pragma GCC unroll 8
-            for (int j = 0; j < NB; j++) acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(p + j * xs), wv, acc[j]);
+            for (int j = 0; j < NB; j++) acc[j] = kn_vf_fmadd(kn_vf_loadu(p + j * xs), wv, acc[j]);
         }
     }
 #pragma GCC unroll 8
-    for (int j = 0; j < NB; j++) _mm512_storeu_ps(orow + j * 16, acc[j]);
+    for (int j = 0; j < NB; j++) kn_vf_storeu(orow + j * KN_VL, acc[j]);
 }
 
-/* Output rows [oh_begin, oh_end) of channels c0..c0+nc (< 16 at the end) of image n, band after
+/* Output rows [oh_begin, oh_end) of channels c0..c0+nc (< KN_VL at the end) of image n, band after
  * band. scratch: geometry g, its border columns already 0. */
 static void dw16_group(const dw_job *j, int64_t n, int64_t c0, int nc, const float *wg, int64_t oh_begin,
                        int64_t oh_end, float *scratch, float *obuf, const dw16_geom *g) {
@@ -678,39 +684,39 @@ static void dw16_group(const dw_job *j, int64_t n, int64_t c0, int nc, const flo
     const win2 *v = &j->v;
     const float *x = j->x + (n * s->C + c0) * s->in_plane;
     float *y = j->y + (n * s->M + c0) * s->out_plane;
-    __m512 b = _mm512_setzero_ps();
-    if (j->bias) b = _mm512_maskz_loadu_ps(kn_v16_tail(nc), j->bias + c0);
+    kn_vf b = kn_vf_zero();
+    if (j->bias) b = kn_vf_maskz_loadu(kn_v_tail(nc), j->bias + c0);
     for (int64_t ob0 = oh_begin; ob0 < oh_end; ob0 += g->band) {
         const int64_t ob1 = min64(oh_end, ob0 + g->band);
         /* scratch row r is input row r0 + r; rows outside the input are zeros */
         const int64_t r0 = ob0 * v->sh - v->ph, rows = (ob1 - 1 - ob0) * v->sh + (v->KH - 1) * v->dh + 1;
         const int64_t lo = max64(r0, 0), hi = min64(r0 + rows, v->H);
         for (int64_t r = 0; r < rows; r++)
-            if (r0 + r < lo || r0 + r >= hi) memset(scratch + r * g->SC * 16, 0, sizeof(float) * (size_t)(g->SC * 16));
-        /* in: 16 channel planes -> scratch pixels; (ih, iw) of pixel p0 + q advance with q (a
+            if (r0 + r < lo || r0 + r >= hi) memset(scratch + r * g->SC * KN_VL, 0, sizeof(float) * (size_t)(g->SC * KN_VL));
+        /* in: KN_VL channel planes -> scratch pixels; (ih, iw) of pixel p0 + q advance with q (a
          * division per pixel cost more than the transpose) */
         int64_t ih = lo, iw = 0;
-        for (int64_t p0 = lo * v->W; p0 < hi * v->W; p0 += 16) {
-            const int cnt = (int)min64(16, hi * v->W - p0);
-            __m512 o[16];
-            if (nc == 16) kn_v16_transpose(x + p0, s->in_plane, 16, cnt, o); /* constant rows: no tests */
-            else kn_v16_transpose(x + p0, s->in_plane, nc, cnt, o);
-            float *dst = scratch + ((ih - r0) * g->SC + iw + v->pw) * 16;
+        for (int64_t p0 = lo * v->W; p0 < hi * v->W; p0 += KN_VL) {
+            const int cnt = (int)min64(KN_VL, hi * v->W - p0);
+            kn_vf o[KN_VL];
+            if (nc == KN_VL) kn_v_transpose(x + p0, s->in_plane, KN_VL, cnt, o); /* constant rows: no tests */
+            else kn_v_transpose(x + p0, s->in_plane, nc, cnt, o);
+            float *dst = scratch + ((ih - r0) * g->SC + iw + v->pw) * KN_VL;
             for (int q = 0; q < cnt; q++) {
-                _mm512_storeu_ps(dst, o[q]);
-                dst += 16;
+                kn_vf_storeu(dst, o[q]);
+                dst += KN_VL;
                 if (++iw == v->W) {
                     iw = 0, ih++;
-                    dst = scratch + ((ih - r0) * g->SC + v->pw) * 16;
+                    dst = scratch + ((ih - r0) * g->SC + v->pw) * KN_VL;
                 }
             }
         }
         for (int64_t oh = ob0; oh < ob1; oh++) {
-            const float *srow = scratch + (oh - ob0) * v->sh * g->SC * 16;
-            float *orow = obuf + (oh - ob0) * v->OW * 16;
+            const float *srow = scratch + (oh - ob0) * v->sh * g->SC * KN_VL;
+            float *orow = obuf + (oh - ob0) * v->OW * KN_VL;
             for (int64_t ow = 0; ow < v->OW; ow += 8) {
-                const float *sp = srow + ow * v->sw * 16;
-                float *op = orow + ow * 16;
+                const float *sp = srow + ow * v->sw * KN_VL;
+                float *op = orow + ow * KN_VL;
                 switch (min64(8, v->OW - ow)) {
                 case 8: dw16_block(sp, wg, b, op, v, g->SC, 8); break;
                 case 7: dw16_block(sp, wg, b, op, v, g->SC, 7); break;
@@ -723,21 +729,21 @@ static void dw16_group(const dw_job *j, int64_t n, int64_t c0, int nc, const flo
                 }
             }
         }
-        /* out: pixels -> 16 channel planes */
+        /* out: pixels -> KN_VL channel planes */
         const int64_t q0 = ob0 * v->OW, q1 = ob1 * v->OW;
-        for (int64_t p0 = q0; p0 < q1; p0 += 16) {
-            const int cnt = (int)min64(16, q1 - p0);
-            const __mmask16 m = kn_v16_tail(cnt);
-            __m512 o[16];
-            if (cnt == 16) kn_v16_transpose(obuf + (p0 - q0) * 16, 16, 16, 16, o);
-            else kn_v16_transpose(obuf + (p0 - q0) * 16, 16, cnt, 16, o);
-            for (int l = 0; l < nc; l++) _mm512_mask_storeu_ps(y + l * s->out_plane + p0, m, o[l]);
+        for (int64_t p0 = q0; p0 < q1; p0 += KN_VL) {
+            const int cnt = (int)min64(KN_VL, q1 - p0);
+            const kn_vmask m = kn_v_tail(cnt);
+            kn_vf o[KN_VL];
+            if (cnt == KN_VL) kn_v_transpose(obuf + (p0 - q0) * KN_VL, KN_VL, KN_VL, KN_VL, o);
+            else kn_v_transpose(obuf + (p0 - q0) * KN_VL, KN_VL, cnt, KN_VL, o);
+            for (int l = 0; l < nc; l++) kn_vf_mask_storeu(y + l * s->out_plane + p0, m, o[l]);
         }
         if (j->epi) j->epi(j->epi_ctx, j->y, (n * s->M + c0) * s->out_plane + q0, nc, q1 - q0, s->out_plane);
     }
 }
 
-/* Where the 16-channel path wins: one input channel per output channel and rows too short to
+/* Where the KN_VL-channel path wins: one input channel per output channel and rows too short to
  * fill vectors along them (measured on EfficientNet/MobileNet layers, see the commit), with a
  * scratch image that stays in L1/L2. */
 static bool dw16_suits(const conv_shape *s) {
@@ -747,12 +753,12 @@ static bool dw16_suits(const conv_shape *s) {
     return v.OW <= DW16_MAX_OW && g.scratch + g.out <= DW16_MAX_FLOATS && s->in_plane < ((int64_t)1 << 30);
 }
 
-/* Tasks are (image, group of 16 channels, slice of output rows). */
+/* Tasks are (image, group of KN_VL channels, slice of output rows). */
 static void dw16_range(void *arg, int64_t begin, int64_t end) {
     const dw_job *j = arg;
     const conv_shape *s = j->s;
     const dw16_geom g = dw16_geom_of(&j->v);
-    const int64_t groups = (s->C + 15) / 16;
+    const int64_t groups = (s->C + KN_VL - 1) / KN_VL;
     float *scratch = aligned_alloc(64, sizeof(float) * (size_t)(g.scratch + g.out));
     if (!scratch) {
         __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
@@ -761,8 +767,8 @@ static void dw16_range(void *arg, int64_t begin, int64_t end) {
     memset(scratch, 0, sizeof(float) * (size_t)g.scratch);
     const int64_t OH = j->v.OH, split = j->split;
     for (int64_t t = begin; t < end; t++) {
-        const int64_t ng = t / split, part = t % split, n = ng / groups, c0 = (ng % groups) * 16;
-        dw16_group(j, n, c0, (int)min64(16, s->C - c0), j->w16 + (c0 / 16) * s->kk * 16, part * OH / split,
+        const int64_t ng = t / split, part = t % split, n = ng / groups, c0 = (ng % groups) * KN_VL;
+        dw16_group(j, n, c0, (int)min64(KN_VL, s->C - c0), j->w16 + (c0 / KN_VL) * s->kk * KN_VL, part * OH / split,
                    (part + 1) * OH / split, scratch, scratch + g.scratch, &g);
     }
     free(scratch);
@@ -778,9 +784,9 @@ static void dw_range(void *arg, int64_t begin, int64_t end) {
         const float *xs = j->x + (n * s->C + g) * s->in_plane;
         const float *ws = j->w + m * s->kk;
         float *ys = j->y + p * s->out_plane;
-#if defined(__AVX512F__)
+#if KN_VL
         if (j->taps) {
-            dw_plane_avx512(xs, ws, ys, v, j->taps);
+            dw_plane_vec(xs, ws, ys, v, j->taps);
             if (j->epi) j->epi(j->epi_ctx, j->y, p * s->out_plane, 1, s->out_plane, s->out_plane);
             continue;
         }
@@ -1748,8 +1754,8 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
      * (W_g [Mg, kk] times the strided im2col of that one channel) like any other convolution;
      * the per-channel loops ran it 30-40x slower than ONNX Runtime */
     const bool depthwise = s->Cg == 1 && s->nsp <= 2 && (s->Mg == 1 || s->Mg * s->kk < 64);
-    bool dw16 = false; /* the 16-channel depthwise path writes every output itself, bias included */
-#if defined(__AVX512F__)
+    bool dw16 = false; /* the channels-in-lanes depthwise path writes every output itself, bias included */
+#if KN_VL
     dw16 = depthwise && s->kk > 0 && dw16_suits(s);
 #endif
     if (s->Cg == 0 || s->kk == 0 || (depthwise && !dw16)) {
@@ -1764,13 +1770,13 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     if (depthwise) {
         dw_job j = {s, win2_of(&s->w), x, w, y, NULL, epi, epi_ctx, bias, NULL, 1, NULL};
         int64_t work = s->out_plane * s->kk;
-#if defined(__AVX512F__)
+#if KN_VL
         if (dw16) {
             int failed = 0;
             j.failed = &failed;
             dw16_wctx wc = {w, s->C, s->kk};
-            const size_t wfloats = (size_t)((s->C + 15) / 16 * s->kk * 16);
-            kn_const_layout lay = {2, {s->C, s->kk, 0, 0}};
+            const size_t wfloats = (size_t)((s->C + KN_VL - 1) / KN_VL * s->kk * KN_VL);
+            kn_const_layout lay = {2, {s->C, s->kk, KN_VL, 0}};
             const float *w16 = w_is_input ? kn_cpu_const_derived(c, 1, &lay, sizeof(float) * wfloats, dw16_make_weights, &wc)
                                           : NULL;
             float *own = NULL;
@@ -1783,25 +1789,25 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
             j.w16 = w16;
             /* few channel groups (16 or 72 channels) would leave threads idle or unevenly loaded:
              * cut each group's rows into slices (of 4 rows at least), for 4 tasks per thread */
-            const int64_t groups = (s->C + 15) / 16, tasks = s->N * groups, threads = kn_threadpool_size(c->pool);
+            const int64_t groups = (s->C + KN_VL - 1) / KN_VL, tasks = s->N * groups, threads = kn_threadpool_size(c->pool);
             j.split = 1;
             if (threads > 1 && tasks < 4 * threads)
                 j.split = max64(1, min64((4 * threads + tasks - 1) / tasks, j.v.OH / 4));
-            const int64_t twork = 16 * work / j.split;
+            const int64_t twork = KN_VL * work / j.split;
             kn_parallel_for(c->pool, tasks * j.split, twork > 65536 ? 1 : 65536 / (twork + 1) + 1, dw16_range, &j);
             free(own);
             return failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
         }
         dw_tap *taps = NULL;
         if (j.v.sw <= 2) {
-            taps = malloc(sizeof(dw_tap) * (size_t)(((j.v.OW + 15) / 16 + DW_CHUNKS - 1) * j.v.KW + 1));
+            taps = malloc(sizeof(dw_tap) * (size_t)(((j.v.OW + KN_VL - 1) / KN_VL + DW_CHUNKS - 1) * j.v.KW + 1));
             if (!taps) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
             dw_taps(&j.v, taps);
             j.taps = taps;
         }
 #endif
         kn_parallel_for(c->pool, s->N * s->M, work > 16384 ? 1 : 16384 / (work + 1) + 1, dw_range, &j);
-#if defined(__AVX512F__)
+#if KN_VL
         free(taps);
 #endif
         return KILN_OK;

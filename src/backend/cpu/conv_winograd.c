@@ -1,4 +1,4 @@
-/* Winograd F(4x4, 3x3) convolution on the CPU (AVX-512).
+/* Winograd F(4x4, 3x3) convolution on the CPU (AVX-512 or AVX2).
  *
  * A 3x3 stride-1 convolution computes each 4x4 block of outputs ("tile") from a 6x6 patch of
  * input with 36 multiplications per (input channel, output channel) pair instead of 144 (Lavin &
@@ -8,8 +8,8 @@
  *
  * The weights are transformed once per session into U[36][M][C] (in double, then rounded), also
  * packed in the GEMM's A layout. A run goes over chunks of tile rows; per chunk:
- *  1. input transform: V[36][C][T] = B^T d B for every (channel, tile), 16 tiles along a row per
- *     vector (the patch columns come from 4-way deinterleaving permutes of contiguous loads);
+ *  1. input transform: V[36][C][T] = B^T d B for every (channel, tile), 16 (AVX-512) or 8 (AVX2)
+ *     tiles along a row per vector (isa_vec.h: the kernels are written once for both widths) (the patch columns come from 4-way deinterleaving permutes of contiguous loads);
  *  2. 36 independent GEMMs O[xi] = U[xi] V[xi] (M x T x C) over the existing micro-kernel;
  *  3. output transform: y = A^T O A + bias, interleaved back into the output rows, then the
  *     fused node's epilogue on the finished rows while they are in cache.
@@ -26,14 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "backend/cpu/isa_vec.h"
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-#if defined(__AVX512F__)
+#if KN_VL
 
 /* ------------------------------------------------------------------ weights */
 
@@ -95,44 +93,46 @@ typedef struct wino_job {
     int64_t Tb;          /* tiles in the chunk: rows * tw */
     kn_conv_epilogue_fn epi;
     const void *epi_ctx;
-    int64_t G;           /* rows of fewer than 16 tiles: G whole tile rows a vector (wino_*_multi) */
+    int64_t G;           /* rows of fewer than KN_VL tiles: G whole tile rows a vector (wino_*_multi) */
 } wino_job;
 
-static inline __mmask16 lane_range(int64_t lo, int64_t hi) { /* lanes l with lo <= l < hi, l in [0, 16) */
-    lo = max64(lo, 0);
-    hi = min64(hi, 16);
-    if (hi <= lo) return 0;
-    return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-}
+#define lane_range kn_v_range /* lanes l with lo <= l < hi, l in [0, KN_VL) */
 
 /* B^T (6x6) applied to six vectors. */
 #define WINO_BT(d0, d1, d2, d3, d4, d5, o0, o1, o2, o3, o4, o5)                                         \
     do {                                                                                                \
-        const __m512 f4 = _mm512_set1_ps(4.0f), f5 = _mm512_set1_ps(5.0f), f2 = _mm512_set1_ps(2.0f); \
-        o0 = _mm512_fnmadd_ps(f5, d2, _mm512_fmadd_ps(f4, d0, d4));                                     \
-        o5 = _mm512_fnmadd_ps(f5, d3, _mm512_fmadd_ps(f4, d1, d5));                                     \
-        const __m512 s12 = _mm512_add_ps(d1, d2), s34 = _mm512_add_ps(d3, d4);                          \
-        const __m512 m12 = _mm512_sub_ps(d1, d2), m43 = _mm512_sub_ps(d4, d3);                          \
-        o1 = _mm512_fnmadd_ps(f4, s12, s34);                                                            \
-        o2 = _mm512_fmadd_ps(f4, m12, m43);                                                             \
-        const __m512 m42 = _mm512_sub_ps(d4, d2), m31 = _mm512_sub_ps(d3, d1);                          \
-        o3 = _mm512_fmadd_ps(f2, m31, m42);                                                             \
-        o4 = _mm512_fnmadd_ps(f2, m31, m42);                                                            \
+        const kn_vf f4 = kn_vf_set1(4.0f), f5 = kn_vf_set1(5.0f), f2 = kn_vf_set1(2.0f); \
+        o0 = kn_vf_fnmadd(f5, d2, kn_vf_fmadd(f4, d0, d4));                                     \
+        o5 = kn_vf_fnmadd(f5, d3, kn_vf_fmadd(f4, d1, d5));                                     \
+        const kn_vf s12 = kn_vf_add(d1, d2), s34 = kn_vf_add(d3, d4);                          \
+        const kn_vf m12 = kn_vf_sub(d1, d2), m43 = kn_vf_sub(d4, d3);                          \
+        o1 = kn_vf_fnmadd(f4, s12, s34);                                                            \
+        o2 = kn_vf_fmadd(f4, m12, m43);                                                             \
+        const kn_vf m42 = kn_vf_sub(d4, d2), m31 = kn_vf_sub(d3, d1);                          \
+        o3 = kn_vf_fmadd(f2, m31, m42);                                                             \
+        o4 = kn_vf_fnmadd(f2, m31, m42);                                                            \
     } while (0)
 
 static void wino_in_range(void *arg, int64_t begin, int64_t end) {
     const wino_job *j = arg;
     const kn_wino_shape *s = j->s;
-    const int64_t groups = (j->tw + 15) / 16;
-    float u[6][80] __attribute__((aligned(64)));
-    /* lane l of P_m is element 4l + m of 64: index (4l + m) mod 32 into the pair (lo, hi) */
-    __m512i idx[4];
-    for (int m = 0; m < 4; m++) {
-        int32_t t[16];
-        for (int l = 0; l < 16; l++) t[l] = (4 * l + m) & 31;
-        idx[m] = _mm512_loadu_si512(t);
+    const int64_t groups = (j->tw + KN_VL - 1) / KN_VL;
+    float u[6][5 * KN_VL] __attribute__((aligned(64)));
+    /* lane l of P_m is element 4l + m of 4 KN_VL: index (4l + m) mod 2 KN_VL into the pair (lo, hi);
+     * P_4 and P_5 are P_0 and P_1 a lane on, their last lane E's first or second */
+    kn_vi idx[4], sh0, sh1;
+    {
+        int32_t t[KN_VL];
+        for (int m = 0; m < 4; m++) {
+            for (int l = 0; l < KN_VL; l++) t[l] = (4 * l + m) & (2 * KN_VL - 1);
+            idx[m] = kn_vi_loadu(t);
+        }
+        for (int l = 0; l < KN_VL; l++) t[l] = l + 1;
+        sh0 = kn_vi_loadu(t);
+        t[KN_VL - 1] = KN_VL + 1;
+        sh1 = kn_vi_loadu(t);
     }
-    const __m512i one = _mm512_set1_epi32(1);
+    const kn_vmask upper = (kn_vmask)(KN_VALL & ~kn_v_tail(KN_VL / 2));
     for (int64_t it = begin; it < end; it++) {
         const int64_t c = it / j->rows, rr = it % j->rows, r = j->r0 + rr;
         const int64_t n = r / j->th, ti = r % j->th;
@@ -143,72 +143,70 @@ static void wino_in_range(void *arg, int64_t begin, int64_t end) {
             rowp[k] = ih >= 0 && ih < s->H ? xc + ih * s->W : NULL;
         }
         for (int64_t g = 0; g < groups; g++) {
-            const int64_t nt = min64(16, j->tw - 16 * g);
+            const int64_t nt = min64(KN_VL, j->tw - KN_VL * g);
             /* vertical: the six patch rows over 5 vectors of columns */
             for (int v = 0; v < 5; v++) {
-                const int64_t iw0 = 64 * g + 16 * v - s->pw;
-                const __mmask16 mk = lane_range(-iw0, s->W - iw0);
-                __m512 d[6];
+                const int64_t iw0 = 4 * KN_VL * g + KN_VL * v - s->pw;
+                const kn_vmask mk = lane_range(-iw0, s->W - iw0);
+                kn_vf d[6];
                 for (int k = 0; k < 6; k++)
-                    d[k] = rowp[k] && mk ? _mm512_maskz_loadu_ps(mk, rowp[k] + iw0) : _mm512_setzero_ps();
-                __m512 o0, o1, o2, o3, o4, o5;
+                    d[k] = rowp[k] && mk ? kn_vf_maskz_loadu(mk, rowp[k] + iw0) : kn_vf_zero();
+                kn_vf o0, o1, o2, o3, o4, o5;
                 WINO_BT(d[0], d[1], d[2], d[3], d[4], d[5], o0, o1, o2, o3, o4, o5);
-                _mm512_store_ps(u[0] + 16 * v, o0);
-                _mm512_store_ps(u[1] + 16 * v, o1);
-                _mm512_store_ps(u[2] + 16 * v, o2);
-                _mm512_store_ps(u[3] + 16 * v, o3);
-                _mm512_store_ps(u[4] + 16 * v, o4);
-                _mm512_store_ps(u[5] + 16 * v, o5);
+                kn_vf_store(u[0] + KN_VL * v, o0);
+                kn_vf_store(u[1] + KN_VL * v, o1);
+                kn_vf_store(u[2] + KN_VL * v, o2);
+                kn_vf_store(u[3] + KN_VL * v, o3);
+                kn_vf_store(u[4] + KN_VL * v, o4);
+                kn_vf_store(u[5] + KN_VL * v, o5);
             }
-            /* horizontal: per row a, the six columns of 16 tiles, then B^T along them */
-            const __mmask16 keep = (__mmask16)((1u << nt) - 1u);
-            float *dst = j->V + c * j->Tb + rr * j->tw + 16 * g;
+            /* horizontal: per row a, the six columns of KN_VL tiles, then B^T along them */
+            const kn_vmask keep = kn_v_tail(nt);
+            float *dst = j->V + c * j->Tb + rr * j->tw + KN_VL * g;
             const int64_t xs = s->C * j->Tb; /* between consecutive xi */
             for (int a = 0; a < 6; a++) {
-                const __m512 A = _mm512_load_ps(u[a]), B = _mm512_load_ps(u[a] + 16), C = _mm512_load_ps(u[a] + 32),
-                             D = _mm512_load_ps(u[a] + 48), E = _mm512_load_ps(u[a] + 64);
-                __m512 p[6];
+                const kn_vf A = kn_vf_load(u[a]), B = kn_vf_load(u[a] + KN_VL), C = kn_vf_load(u[a] + 2 * KN_VL),
+                            D = kn_vf_load(u[a] + 3 * KN_VL), E = kn_vf_load(u[a] + 4 * KN_VL);
+                kn_vf p[6];
                 for (int m = 0; m < 4; m++)
-                    p[m] = _mm512_mask_blend_ps(0xFF00, _mm512_permutex2var_ps(A, idx[m], B),
-                                                _mm512_permutex2var_ps(C, idx[m], D));
-                p[4] = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(E), _mm512_castps_si512(p[0]), 1));
-                const __m512 E1 = _mm512_permutexvar_ps(one, E);
-                p[5] = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(E1), _mm512_castps_si512(p[1]), 1));
-                __m512 o[6];
+                    p[m] = kn_vf_blend(upper, kn_vf_perm2(A, idx[m], B), kn_vf_perm2(C, idx[m], D));
+                p[4] = kn_vf_perm2(p[0], sh0, E);
+                p[5] = kn_vf_perm2(p[1], sh1, E);
+                kn_vf o[6];
                 WINO_BT(p[0], p[1], p[2], p[3], p[4], p[5], o[0], o[1], o[2], o[3], o[4], o[5]);
-                for (int b = 0; b < 6; b++) _mm512_mask_storeu_ps(dst + (a * 6 + b) * xs, keep, o[b]);
+                for (int b = 0; b < 6; b++) kn_vf_mask_storeu(dst + (a * 6 + b) * xs, keep, o[b]);
             }
         }
     }
 }
 
-/* ------------------------------------------------------------------ rows of fewer than 16 tiles
- * (14x14 planes: 4 tiles a row, 25% of the lanes above): a vector holds G = 16 / tw whole tile
+/* ------------------------------------------------------------------ rows of fewer than KN_VL tiles
+ * (14x14 planes: 4 tiles a row, 25% of AVX-512's lanes above): a vector holds G = KN_VL / tw whole tile
  * rows so the lanes stay full; the patches are gathered (masked lanes read nothing, so the padding
  * needs no copy) and the outputs stored 4 columns a tile. Items: (vector, block of 16 channels). */
 
 typedef struct wino_lanes {
-    int32_t base[16]; /* offset of the tile's patch origin in channel 0's plane of its image */
-    int64_t yoff[16]; /* offset of the tile's first output in output channel 0 */
-    int ti[16], tj[16], n[16];
-    __mmask16 valid, row[6], col[6];
+    int32_t base[KN_VL]; /* offset of the tile's patch origin in channel 0's plane of its image */
+    int64_t yoff[KN_VL]; /* offset of the tile's first output in output channel 0 */
+    int ti[KN_VL], tj[KN_VL], n[KN_VL];
+    kn_vmask valid, row[6], col[6];
 } wino_lanes;
 
 static void wino_lanes_of(const wino_job *j, int64_t vec, wino_lanes *L) {
     const kn_wino_shape *s = j->s;
     memset(L, 0, sizeof *L);
-    for (int l = 0; l < 16; l++) {
+    for (int l = 0; l < KN_VL; l++) {
         const int64_t rr = vec * j->G + l / j->tw, tj = l % j->tw;
         if (l >= j->G * j->tw || rr >= j->rows) continue;
         const int64_t r = j->r0 + rr, n = r / j->th, ti = r % j->th;
-        L->valid |= (__mmask16)(1u << l);
+        L->valid |= (kn_vmask)(1u << l);
         L->base[l] = (int32_t)((n * s->C * s->H + ti * 4 - s->ph) * s->W + tj * 4 - s->pw);
         L->yoff[l] = n * s->M * s->OH * s->OW + ti * 4 * s->OW + tj * 4;
         L->ti[l] = (int)ti, L->tj[l] = (int)tj, L->n[l] = (int)n;
         for (int k = 0; k < 6; k++) {
             const int64_t ih = ti * 4 - s->ph + k, iw = tj * 4 - s->pw + k;
-            if (ih >= 0 && ih < s->H) L->row[k] |= (__mmask16)(1u << l);
-            if (iw >= 0 && iw < s->W) L->col[k] |= (__mmask16)(1u << l);
+            if (ih >= 0 && ih < s->H) L->row[k] |= (kn_vmask)(1u << l);
+            if (iw >= 0 && iw < s->W) L->col[k] |= (kn_vmask)(1u << l);
         }
     }
 }
@@ -217,41 +215,41 @@ static void wino_in_multi(void *arg, int64_t begin, int64_t end) {
     const wino_job *j = arg;
     const kn_wino_shape *s = j->s;
     const int64_t ncb = (s->C + 15) / 16, xs = s->C * j->Tb, plane = s->H * s->W;
-    float h[6][6][16] __attribute__((aligned(64)));
+    float h[6][6][KN_VL] __attribute__((aligned(64)));
     wino_lanes L;
     int64_t have = -1;
     for (int64_t it = begin; it < end; it++) {
         const int64_t vec = it / ncb, cb = it % ncb;
         if (vec != have) wino_lanes_of(j, vec, &L), have = vec;
-        const __m512i vbase = _mm512_loadu_si512(L.base);
-        __mmask16 mk[6][6];
+        const kn_vi vbase = kn_vi_loadu(L.base);
+        kn_vmask mk[6][6];
         for (int r = 0; r < 6; r++)
             for (int q = 0; q < 6; q++) mk[r][q] = L.row[r] & L.col[q] & L.valid;
         const int64_t t0 = vec * j->G * j->tw;
         for (int64_t c = cb * 16; c < min64(s->C, cb * 16 + 16); c++) {
             const float *xc = j->x + c * plane;
             for (int r = 0; r < 6; r++) {
-                __m512 d[6];
+                kn_vf d[6];
                 for (int q = 0; q < 6; q++) {
-                    const __m512i idx = _mm512_add_epi32(vbase, _mm512_set1_epi32((int32_t)(r * s->W + q)));
-                    d[q] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk[r][q], idx, xc, 4);
+                    const kn_vi idx = kn_vi_add(vbase, kn_vi_set1((int32_t)(r * s->W + q)));
+                    d[q] = kn_vf_mask_gather(mk[r][q], idx, xc);
                 }
-                __m512 o0, o1, o2, o3, o4, o5;
+                kn_vf o0, o1, o2, o3, o4, o5;
                 WINO_BT(d[0], d[1], d[2], d[3], d[4], d[5], o0, o1, o2, o3, o4, o5);
-                _mm512_store_ps(h[r][0], o0);
-                _mm512_store_ps(h[r][1], o1);
-                _mm512_store_ps(h[r][2], o2);
-                _mm512_store_ps(h[r][3], o3);
-                _mm512_store_ps(h[r][4], o4);
-                _mm512_store_ps(h[r][5], o5);
+                kn_vf_store(h[r][0], o0);
+                kn_vf_store(h[r][1], o1);
+                kn_vf_store(h[r][2], o2);
+                kn_vf_store(h[r][3], o3);
+                kn_vf_store(h[r][4], o4);
+                kn_vf_store(h[r][5], o5);
             }
             float *dst = j->V + c * j->Tb + t0;
             for (int b = 0; b < 6; b++) {
-                __m512 o[6];
-                WINO_BT(_mm512_load_ps(h[0][b]), _mm512_load_ps(h[1][b]), _mm512_load_ps(h[2][b]),
-                        _mm512_load_ps(h[3][b]), _mm512_load_ps(h[4][b]), _mm512_load_ps(h[5][b]), o[0], o[1], o[2],
+                kn_vf o[6];
+                WINO_BT(kn_vf_load(h[0][b]), kn_vf_load(h[1][b]), kn_vf_load(h[2][b]),
+                        kn_vf_load(h[3][b]), kn_vf_load(h[4][b]), kn_vf_load(h[5][b]), o[0], o[1], o[2],
                         o[3], o[4], o[5]);
-                for (int a = 0; a < 6; a++) _mm512_mask_storeu_ps(dst + (a * 6 + b) * xs, L.valid, o[a]);
+                for (int a = 0; a < 6; a++) kn_vf_mask_storeu(dst + (a * 6 + b) * xs, L.valid, o[a]);
             }
         }
     }
@@ -262,60 +260,61 @@ static void wino_in_multi(void *arg, int64_t begin, int64_t end) {
 /* A^T (4x6) applied to six vectors. */
 #define WINO_AT(m0, m1, m2, m3, m4, m5, o0, o1, o2, o3)                                                    \
     do {                                                                                                   \
-        const __m512 s12 = _mm512_add_ps(m1, m2), d12 = _mm512_sub_ps(m1, m2);                             \
-        const __m512 s34 = _mm512_add_ps(m3, m4), d34 = _mm512_sub_ps(m3, m4);                             \
-        o0 = _mm512_add_ps(_mm512_add_ps(m0, s12), s34);                                                   \
-        o1 = _mm512_fmadd_ps(_mm512_set1_ps(2.0f), d34, d12);                                              \
-        o2 = _mm512_fmadd_ps(_mm512_set1_ps(4.0f), s34, s12);                                              \
-        o3 = _mm512_add_ps(_mm512_fmadd_ps(_mm512_set1_ps(8.0f), d34, d12), m5);                           \
+        const kn_vf s12 = kn_vf_add(m1, m2), d12 = kn_vf_sub(m1, m2);                             \
+        const kn_vf s34 = kn_vf_add(m3, m4), d34 = kn_vf_sub(m3, m4);                             \
+        o0 = kn_vf_add(kn_vf_add(m0, s12), s34);                                                   \
+        o1 = kn_vf_fmadd(kn_vf_set1(2.0f), d34, d12);                                              \
+        o2 = kn_vf_fmadd(kn_vf_set1(4.0f), s34, s12);                                              \
+        o3 = kn_vf_add(kn_vf_fmadd(kn_vf_set1(8.0f), d34, d12), m5);                           \
     } while (0)
 
-/* y = A^T O A + bias for one output channel and the 16 tiles of a vector, interleaved: out[r][v]
- * holds output row r of tiles 4v..4v+3, 4 columns each. */
-static inline void wino_out_tiles(const float *src, int64_t xs, __mmask16 keep, __m512 bias, const __m512i *idx,
-                                  __m512 out[4][4]) {
-    float sbuf[6][4][16] __attribute__((aligned(64)));
+/* y = A^T O A + bias for one output channel and the KN_VL tiles of a vector, interleaved: out[r][v]
+ * holds output row r of tiles v KN_VL/4 .. (v + 1) KN_VL/4 - 1, 4 columns each. */
+static inline void wino_out_tiles(const float *src, int64_t xs, kn_vmask keep, kn_vf bias, const kn_vi *idx,
+                                  kn_vf out[4][4]) {
+    float sbuf[6][4][KN_VL] __attribute__((aligned(64)));
     for (int a = 0; a < 6; a++) {
-        __m512 q[6];
-        for (int b = 0; b < 6; b++) q[b] = _mm512_maskz_loadu_ps(keep, src + (a * 6 + b) * xs);
-        __m512 o0, o1, o2, o3;
+        kn_vf q[6];
+        for (int b = 0; b < 6; b++) q[b] = kn_vf_maskz_loadu(keep, src + (a * 6 + b) * xs);
+        kn_vf o0, o1, o2, o3;
         WINO_AT(q[0], q[1], q[2], q[3], q[4], q[5], o0, o1, o2, o3);
-        _mm512_store_ps(sbuf[a][0], o0);
-        _mm512_store_ps(sbuf[a][1], o1);
-        _mm512_store_ps(sbuf[a][2], o2);
-        _mm512_store_ps(sbuf[a][3], o3);
+        kn_vf_store(sbuf[a][0], o0);
+        kn_vf_store(sbuf[a][1], o1);
+        kn_vf_store(sbuf[a][2], o2);
+        kn_vf_store(sbuf[a][3], o3);
     }
-    __m512 yr[4][4];
+    kn_vf yr[4][4];
     for (int cc = 0; cc < 4; cc++) {
-        __m512 o0, o1, o2, o3;
-        WINO_AT(_mm512_load_ps(sbuf[0][cc]), _mm512_load_ps(sbuf[1][cc]), _mm512_load_ps(sbuf[2][cc]),
-                _mm512_load_ps(sbuf[3][cc]), _mm512_load_ps(sbuf[4][cc]), _mm512_load_ps(sbuf[5][cc]), o0, o1, o2, o3);
-        yr[0][cc] = _mm512_add_ps(o0, bias);
-        yr[1][cc] = _mm512_add_ps(o1, bias);
-        yr[2][cc] = _mm512_add_ps(o2, bias);
-        yr[3][cc] = _mm512_add_ps(o3, bias);
+        kn_vf o0, o1, o2, o3;
+        WINO_AT(kn_vf_load(sbuf[0][cc]), kn_vf_load(sbuf[1][cc]), kn_vf_load(sbuf[2][cc]),
+                kn_vf_load(sbuf[3][cc]), kn_vf_load(sbuf[4][cc]), kn_vf_load(sbuf[5][cc]), o0, o1, o2, o3);
+        yr[0][cc] = kn_vf_add(o0, bias);
+        yr[1][cc] = kn_vf_add(o1, bias);
+        yr[2][cc] = kn_vf_add(o2, bias);
+        yr[3][cc] = kn_vf_add(o3, bias);
     }
     for (int r = 0; r < 4; r++)
         for (int v = 0; v < 4; v++)
-            out[r][v] = _mm512_mask_blend_ps(0xCCCC, _mm512_permutex2var_ps(yr[r][0], idx[v], yr[r][1]),
-                                             _mm512_permutex2var_ps(yr[r][2], idx[v], yr[r][3]));
+            out[r][v] = kn_vf_blend((kn_vmask)(0xCCCCu & KN_VALL), kn_vf_perm2(yr[r][0], idx[v], yr[r][1]),
+                                             kn_vf_perm2(yr[r][2], idx[v], yr[r][3]));
 }
 
 /* The lane permutations that interleave four A^T O A column vectors into output vectors: output
- * vector v, lane l is tile 4v + l/4, column l%4, taken from column vector l%4's lane 4v + l/4. */
-static inline void wino_out_idx(__m512i idx[4]) {
+ * vector v, lane l is tile v KN_VL/4 + l/4, column l%4, taken from column vector l%4's lane
+ * v KN_VL/4 + l/4. */
+static inline void wino_out_idx(kn_vi idx[4]) {
     for (int v = 0; v < 4; v++) {
-        int32_t t[16];
-        for (int l = 0; l < 16; l++) t[l] = ((l & 1) ? 16 : 0) + 4 * v + (l >> 2);
-        idx[v] = _mm512_loadu_si512(t);
+        int32_t t[KN_VL];
+        for (int l = 0; l < KN_VL; l++) t[l] = ((l & 1) ? KN_VL : 0) + KN_VL / 4 * v + (l >> 2);
+        idx[v] = kn_vi_loadu(t);
     }
 }
 
 static void wino_out_range(void *arg, int64_t begin, int64_t end) {
     const wino_job *j = arg;
     const kn_wino_shape *s = j->s;
-    const int64_t groups = (j->tw + 15) / 16, plane = s->OH * s->OW;
-    __m512i idx[4];
+    const int64_t groups = (j->tw + KN_VL - 1) / KN_VL, plane = s->OH * s->OW;
+    kn_vi idx[4];
     wino_out_idx(idx);
     const int64_t xs = s->M * j->Tb;
     for (int64_t it = begin; it < end; it++) {
@@ -324,19 +323,19 @@ static void wino_out_range(void *arg, int64_t begin, int64_t end) {
         const int64_t off = (n * s->M + m) * plane + ti * 4 * s->OW;
         float *yb = j->y + off;
         const int64_t nrows = min64(4, s->OH - ti * 4);
-        const __m512 bias = _mm512_set1_ps(j->bias ? j->bias[m] : 0.0f);
+        const kn_vf bias = kn_vf_set1(j->bias ? j->bias[m] : 0.0f);
         for (int64_t g = 0; g < groups; g++) {
-            const int64_t nt = min64(16, j->tw - 16 * g);
-            const __mmask16 keep = (__mmask16)((1u << nt) - 1u);
-            __m512 out[4][4];
-            wino_out_tiles(j->O + m * j->Tb + rr * j->tw + 16 * g, xs, keep, bias, idx, out);
-            const int64_t col0 = 64 * g;
+            const int64_t nt = min64(KN_VL, j->tw - KN_VL * g);
+            const kn_vmask keep = kn_v_tail(nt);
+            kn_vf out[4][4];
+            wino_out_tiles(j->O + m * j->Tb + rr * j->tw + KN_VL * g, xs, keep, bias, idx, out);
+            const int64_t col0 = 4 * KN_VL * g;
             for (int64_t rw = 0; rw < nrows; rw++) {
                 float *yp = yb + rw * s->OW + col0;
                 for (int v = 0; v < 4; v++) {
-                    const __mmask16 mk = lane_range(0, s->OW - col0 - 16 * v);
+                    const kn_vmask mk = lane_range(0, s->OW - col0 - KN_VL * v);
                     if (!mk) break;
-                    _mm512_mask_storeu_ps(yp + 16 * v, mk, out[rw][v]);
+                    kn_vf_mask_storeu(yp + KN_VL * v, mk, out[rw][v]);
                 }
             }
         }
@@ -348,7 +347,7 @@ static void wino_out_multi(void *arg, int64_t begin, int64_t end) {
     const wino_job *j = arg;
     const kn_wino_shape *s = j->s;
     const int64_t nmb = (s->M + 15) / 16, xs = s->M * j->Tb, plane = s->OH * s->OW;
-    __m512i idx[4];
+    kn_vi idx[4];
     wino_out_idx(idx);
     wino_lanes L;
     int64_t have = -1;
@@ -357,25 +356,25 @@ static void wino_out_multi(void *arg, int64_t begin, int64_t end) {
         if (vec != have) wino_lanes_of(j, vec, &L), have = vec;
         const int64_t t0 = vec * j->G * j->tw, m1 = min64(s->M, mb * 16 + 16);
         for (int64_t m = mb * 16; m < m1; m++) {
-            __m512 out[4][4];
-            wino_out_tiles(j->O + m * j->Tb + t0, xs, L.valid, _mm512_set1_ps(j->bias ? j->bias[m] : 0.0f), idx, out);
-            for (int l = 0; l < 16; l++) {
+            kn_vf out[4][4];
+            wino_out_tiles(j->O + m * j->Tb + t0, xs, L.valid, kn_vf_set1(j->bias ? j->bias[m] : 0.0f), idx, out);
+            for (int l = 0; l < KN_VL; l++) {
                 if (!(L.valid >> l & 1)) continue;
-                const int v = l >> 2, i = l & 3;
+                const int v = l / (KN_VL / 4), i = l % (KN_VL / 4);
                 const int64_t rows = min64(4, s->OH - 4 * (int64_t)L.ti[l]), cols = min64(4, s->OW - 4 * (int64_t)L.tj[l]);
-                const __mmask16 mk = (__mmask16)(((1u << cols) - 1u) << (4 * i));
+                const kn_vmask mk = (kn_vmask)(((1u << cols) - 1u) << (4 * i));
                 float *p = j->y + m * plane + L.yoff[l] - 4 * i;
-                for (int64_t r = 0; r < rows; r++) _mm512_mask_storeu_ps(p + r * s->OW, mk, out[r][v]);
+                for (int64_t r = 0; r < rows; r++) kn_vf_mask_storeu(p + r * s->OW, mk, out[r][v]);
             }
         }
         if (j->epi) { /* the vector's tile rows, one run per image */
-            for (int l = 0; l < 16;) {
+            for (int l = 0; l < KN_VL;) {
                 if (!(L.valid >> l & 1)) {
                     l++;
                     continue;
                 }
                 int e = l;
-                while (e + 1 < 16 && (L.valid >> (e + 1) & 1) && L.n[e + 1] == L.n[l]) e++;
+                while (e + 1 < KN_VL && (L.valid >> (e + 1) & 1) && L.n[e + 1] == L.n[l]) e++;
                 const int64_t oh0 = 4 * (int64_t)L.ti[l], oh1 = min64(s->OH, 4 * (int64_t)L.ti[e] + 4);
                 for (int64_t m = mb * 16; m < m1; m++)
                     j->epi(j->epi_ctx, j->y, (L.n[l] * s->M + m) * plane + oh0 * s->OW, oh1 - oh0, s->OW, s->OW);
@@ -475,11 +474,11 @@ static void wino_split_range(void *arg, int64_t begin, int64_t end) {
     const wino_phase *p = arg;
     const kn_wino_shape *s = p->s, *u = &p->sub;
     const int64_t dh = p->dh, dw = p->dw, Hs = u->H, Ws = u->W;
-    __m512i ev, od;
+    kn_vi ev, od;
     {
-        int32_t t[16], o[16];
-        for (int l = 0; l < 16; l++) t[l] = 2 * l, o[l] = 2 * l + 1;
-        ev = _mm512_loadu_si512(t), od = _mm512_loadu_si512(o);
+        int32_t t[KN_VL], o[KN_VL];
+        for (int l = 0; l < KN_VL; l++) t[l] = 2 * l, o[l] = 2 * l + 1;
+        ev = kn_vi_loadu(t), od = kn_vi_loadu(o);
     }
     for (int64_t it = begin; it < end; it++) {
         const int64_t n = it / s->C, c = it % s->C;
@@ -498,12 +497,12 @@ static void wino_split_range(void *arg, int64_t begin, int64_t end) {
                 if (dw == 1) {
                     memcpy(dst[0], xr, sizeof(float) * (size_t)s->W);
                 } else if (dw == 2) {
-                    for (int64_t b0 = 0; b0 < Ws; b0 += 16) {
-                        const __m512 lo = _mm512_maskz_loadu_ps(lane_range(0, s->W - 2 * b0), xr + 2 * b0);
-                        const __m512 hi = _mm512_maskz_loadu_ps(lane_range(0, s->W - 2 * b0 - 16), xr + 2 * b0 + 16);
-                        const __mmask16 keep = lane_range(0, Ws - b0);
-                        _mm512_mask_storeu_ps(dst[0] + b0, keep, _mm512_permutex2var_ps(lo, ev, hi));
-                        _mm512_mask_storeu_ps(dst[1] + b0, keep, _mm512_permutex2var_ps(lo, od, hi));
+                    for (int64_t b0 = 0; b0 < Ws; b0 += KN_VL) {
+                        const kn_vf lo = kn_vf_maskz_loadu(lane_range(0, s->W - 2 * b0), xr + 2 * b0);
+                        const kn_vf hi = kn_vf_maskz_loadu(lane_range(0, s->W - 2 * b0 - KN_VL), xr + 2 * b0 + KN_VL);
+                        const kn_vmask keep = lane_range(0, Ws - b0);
+                        kn_vf_mask_storeu(dst[0] + b0, keep, kn_vf_perm2(lo, ev, hi));
+                        kn_vf_mask_storeu(dst[1] + b0, keep, kn_vf_perm2(lo, od, hi));
                     }
                 } else {
                     for (int64_t qw = 0; qw < dw; qw++)
@@ -521,11 +520,11 @@ static void wino_merge_range(void *arg, int64_t begin, int64_t end) {
     const wino_phase *p = arg;
     const kn_wino_shape *s = p->s, *u = &p->sub;
     const int64_t dh = p->dh, dw = p->dw, A = u->OH, B = u->OW, plane = s->OH * s->OW;
-    __m512i ilo, ihi;
+    kn_vi ilo, ihi;
     {
-        int32_t t[16], h[16];
-        for (int l = 0; l < 16; l++) t[l] = (l & 1 ? 16 : 0) + (l >> 1), h[l] = t[l] + 8;
-        ilo = _mm512_loadu_si512(t), ihi = _mm512_loadu_si512(h);
+        int32_t t[KN_VL], h[KN_VL];
+        for (int l = 0; l < KN_VL; l++) t[l] = (l & 1 ? KN_VL : 0) + (l >> 1), h[l] = t[l] + KN_VL / 2;
+        ilo = kn_vi_loadu(t), ihi = kn_vi_loadu(h);
     }
     /* dw == 2: even outputs from phase qe at column be + k, odd ones from qo at bo + k */
     const int64_t te = -s->pw, to = 1 - s->pw;
@@ -543,12 +542,12 @@ static void wino_merge_range(void *arg, int64_t begin, int64_t end) {
             if (dw == 1) {
                 memcpy(yr, sp[0] + (-s->pw - p->bmin), sizeof(float) * (size_t)s->OW);
             } else if (dw == 2) {
-                for (int64_t k0 = 0; 2 * k0 < s->OW; k0 += 16) {
+                for (int64_t k0 = 0; 2 * k0 < s->OW; k0 += KN_VL) {
                     const int64_t rem = s->OW - 2 * k0;
-                    const __m512 E = _mm512_maskz_loadu_ps(lane_range(0, (rem + 1) / 2), sp[qe] + be + k0);
-                    const __m512 O = _mm512_maskz_loadu_ps(lane_range(0, rem / 2), sp[qo] + bo + k0);
-                    _mm512_mask_storeu_ps(yr + 2 * k0, lane_range(0, rem), _mm512_permutex2var_ps(E, ilo, O));
-                    if (rem > 16) _mm512_mask_storeu_ps(yr + 2 * k0 + 16, lane_range(0, rem - 16), _mm512_permutex2var_ps(E, ihi, O));
+                    const kn_vf E = kn_vf_maskz_loadu(lane_range(0, (rem + 1) / 2), sp[qe] + be + k0);
+                    const kn_vf O = kn_vf_maskz_loadu(lane_range(0, rem / 2), sp[qo] + bo + k0);
+                    kn_vf_mask_storeu(yr + 2 * k0, lane_range(0, rem), kn_vf_perm2(E, ilo, O));
+                    if (rem > KN_VL) kn_vf_mask_storeu(yr + 2 * k0 + KN_VL, lane_range(0, rem - KN_VL), kn_vf_perm2(E, ihi, O));
                 }
             } else {
                 for (int64_t ow = 0; ow < s->OW; ow++) {
@@ -581,10 +580,10 @@ static kiln_status wino_conv_dilated(kn_kernel_ctx *c, const kn_wino_shape *s, c
     return st;
 }
 
-#endif /* __AVX512F__ */
+#endif /* KN_VL */
 
 bool kn_wino_suits(const kn_wino_shape *s, int threads) {
-#if defined(__AVX512F__)
+#if KN_VL
     (void)threads;
     const char *e = getenv("KILN_WINO");
     if (e && e[0] == '0') return false;
@@ -608,7 +607,7 @@ bool kn_wino_suits(const kn_wino_shape *s, int threads) {
 
 kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *x, const float *w, const float *bias,
                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
-#if defined(__AVX512F__)
+#if KN_VL
     if (s->dh > 1 || s->dw > 1) {
         if (s->dh > 8 || s->dw > 8) return kn_kernel_error(c, KILN_ERR_INTERNAL, "Winograd with dilation above 8");
         return wino_conv_dilated(c, s, x, w, bias, y, epi, epi_ctx, w_const);
@@ -647,7 +646,7 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
      * tiles a row the gathers cost more than the idle lanes (1 thread: 28x28 128->128 0.39 -> 0.47 ms,
      * 20x20 256->256 0.76 -> 0.96 ms), at 4 they cost less (14x14 256->256 0.73 -> 0.46 ms) */
     const char *me = getenv("KILN_WINO_MULTI");
-    const bool multi = (me ? me[0] == '1' : tw <= 4) && tw <= 16 &&
+    const bool multi = (me ? me[0] == '1' : tw <= 4) && tw <= KN_VL &&
                        s->N * s->C * s->H * s->W < ((int64_t)1 << 31) - ((int64_t)1 << 24);
     const size_t vfloats = (size_t)(36 * (s->C + s->M) * Tmax + 16);
     float *V = kn_conv_thread_buffer(vfloats), *Vown = NULL;
@@ -665,10 +664,10 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
     kiln_status st = KILN_OK;
     for (int64_t r0 = 0; r0 < R && !st; r0 += rows) {
         const int64_t nr = min64(rows, R - r0), Tb = nr * tw;
-        wino_job j = {s, x, y, bias, V, O, th, tw, r0, nr, Tb, epi, epi_ctx, multi ? 16 / tw : 1};
+        wino_job j = {s, x, y, bias, V, O, th, tw, r0, nr, Tb, epi, epi_ctx, multi ? KN_VL / tw : 1};
         const int64_t nvec = (nr + j.G - 1) / j.G;
         if (multi) kn_parallel_for(c->pool, nvec * ((s->C + 15) / 16), 1, wino_in_multi, &j);
-        else kn_parallel_for(c->pool, s->C * nr, max64(1, 16 / ((tw + 15) / 16 * 4)), wino_in_range, &j);
+        else kn_parallel_for(c->pool, s->C * nr, max64(1, 16 / ((tw + KN_VL - 1) / KN_VL * 4)), wino_in_range, &j);
         for (int xi = 0; xi < 36; xi++) {
             ap[xi] = U + xi * s->M * s->C;
             apk[xi] = P ? P + xi * per : NULL;
@@ -683,7 +682,7 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
         st = kn_sgemm_run(c->pool, &g);
         if (st) break;
         if (multi) kn_parallel_for(c->pool, nvec * ((s->M + 15) / 16), 1, wino_out_multi, &j);
-        else kn_parallel_for(c->pool, s->M * nr, max64(1, 16 / ((tw + 15) / 16 * 4)), wino_out_range, &j);
+        else kn_parallel_for(c->pool, s->M * nr, max64(1, 16 / ((tw + KN_VL - 1) / KN_VL * 4)), wino_out_range, &j);
     }
     free(Vown);
     free(ap);
@@ -691,6 +690,6 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
     return st ? kn_kernel_error(c, st, "out of memory in the GEMM") : KILN_OK;
 #else
     (void)s, (void)x, (void)w, (void)bias, (void)y, (void)epi, (void)epi_ctx, (void)w_const;
-    return kn_kernel_error(c, KILN_ERR_INTERNAL, "Winograd convolution without AVX-512");
+    return kn_kernel_error(c, KILN_ERR_INTERNAL, "Winograd convolution without AVX2 or AVX-512");
 #endif
 }

@@ -16,7 +16,7 @@ typedef struct kn_wino_shape {
     int64_t N, C, M, H, W, OH, OW, ph, pw, dh, dw;
 } kn_wino_shape;
 
-/* Whether the Winograd path is built (AVX-512) and faster than the implicit GEMM for this shape
+/* Whether the Winograd path is built (AVX-512 or AVX2) and faster than the implicit GEMM for this shape
  * with `threads` threads (a choice measured on Zen 5; see bench/results/cpu-conv3x3-2026-12-03.md). */
 bool kn_wino_suits(const kn_wino_shape *s, int threads);
 

@@ -10,10 +10,9 @@
 #include "backend/cpu/linalg_impl.h"
 #include "ops/linalg_util.h"
 
+#include "backend/cpu/isa_vec.h"
+
 #include <math.h>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 #include <stdlib.h>
 #include <stddef.h>
 #include <string.h>
@@ -208,29 +207,28 @@ static void dim_taps(int64_t o, int64_t stride, int64_t pad, int64_t d, int64_t 
         }                                                                                          \
     }
 
-#if !defined(__AVX512F__)
+#if !KN_VL
 DEF_SEP_PLANE(sep_max_f32, float, MAX_OP, -INFINITY)
 DEF_SEP_PLANE(sep_sum_f32, float, SUM_OP, 0.0f)
 #endif
 DEF_SEP_PLANE(sep_max_i8, int8_t, MAX_OP, INT8_MIN)
 DEF_SEP_PLANE(sep_max_u8, uint8_t, MAX_OP, 0)
 
-#if defined(__AVX512F__)
-/* float with AVX-512: 16 outputs a vector, masked tails (planes of 13 or 20 columns are one or
- * two vectors per row); the column pass keeps its vector in a register across the window's rows;
- * stride 2 along the row deinterleaves two loads, other strides gather. v has slack after wext
- * (read only by lanes whose outputs are masked off). */
-static inline __mmask16 sep_tail(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
-
-#define DEF_SEP_PLANE16(NAME, VOP, PADV)                                                           \
+#if KN_VL
+/* float with AVX-512 or AVX2 (isa_vec.h): KN_VL outputs a vector, masked tails (planes of 13 or 20
+ * columns are one or two vectors per row); the column pass keeps its vector in a register across
+ * the window's rows; stride 2 along the row deinterleaves two loads, other strides gather. v has
+ * slack after wext (read only by lanes whose outputs are masked off). */
+#define DEF_SEP_PLANEV(NAME, VOP, PADV)                                                            \
     static void NAME(const sep_job *j, const float *x, float *y, float *vbuf, float *t) {          \
         (void)t;                                                                                   \
         const int64_t W = j->W, OW = j->OW, KW = j->KW, dw = j->dw, pw = j->pw, sw = j->sw;         \
         const int64_t ncol = min64(W, j->wext - pw), nv = j->wext + SEP_SLACK(sw);                 \
         /* (the rows' pads and slack hold PADV from the range's start: only [pw, pw + ncol) is      \
          * ever written) */                                                                        \
-        const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30); \
-        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); \
+        int32_t ti[KN_VL], te[KN_VL];                                                              \
+        for (int l = 0; l < KN_VL; l++) ti[l] = l, te[l] = 2 * l;                                  \
+        const kn_vi even = kn_vi_loadu(te), lane = kn_vi_loadu(ti);                                \
         for (int64_t oh0 = 0; oh0 < j->OH; oh0 += SEP_ROWS) {                                      \
             const int64_t oh1 = min64(j->OH, oh0 + SEP_ROWS);                                      \
             /* the column pass of SEP_ROWS output rows first: the row pass then reads what it      \
@@ -241,50 +239,48 @@ static inline __mmask16 sep_tail(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF
                 const float *a = x + (r0 + lo * j->dh) * W;                                        \
                 const int64_t rstep = j->dh * W, nr = hi - lo;                                     \
                 float *vc = vbuf + (oh - oh0) * nv + pw;                                           \
-                for (int64_t i = 0; i < ncol; i += 16) {                                           \
-                    const __mmask16 m = sep_tail(ncol - i);                                        \
-                    __m512 acc = _mm512_maskz_loadu_ps(m, a + i);                                  \
-                    for (int64_t k = 1; k < nr; k++) acc = VOP(acc, _mm512_maskz_loadu_ps(m, a + k * rstep + i)); \
-                    _mm512_mask_storeu_ps(vc + i, m, acc);                                         \
+                for (int64_t i = 0; i < ncol; i += KN_VL) {                                        \
+                    const kn_vmask m = kn_v_tail(ncol - i);                                        \
+                    kn_vf acc = kn_vf_maskz_loadu(m, a + i);                                       \
+                    for (int64_t k = 1; k < nr; k++) acc = VOP(acc, kn_vf_maskz_loadu(m, a + k * rstep + i)); \
+                    kn_vf_mask_storeu(vc + i, m, acc);                                             \
                 }                                                                                  \
             }                                                                                      \
             for (int64_t oh = oh0; oh < oh1; oh++) {                                               \
                 const float *v = vbuf + (oh - oh0) * nv;                                           \
                 float *yr = y + oh * OW;                                                           \
-                const __m512 ih = _mm512_set1_ps(j->kind == POOL_AVG ? j->inv_h[oh] : 1.0f);       \
-                for (int64_t o = 0; o < OW; o += 16) {                                             \
-                    const __mmask16 m = sep_tail(OW - o);                                          \
-                    __m512 acc;                                                                    \
+                const kn_vf ih = kn_vf_set1(j->kind == POOL_AVG ? j->inv_h[oh] : 1.0f);            \
+                for (int64_t o = 0; o < OW; o += KN_VL) {                                          \
+                    const kn_vmask m = kn_v_tail(OW - o);                                          \
+                    kn_vf acc;                                                                     \
                     if (sw == 1) {                                                                 \
-                        acc = _mm512_loadu_ps(v + o);                                              \
-                        for (int64_t k = 1; k < KW; k++) acc = VOP(acc, _mm512_loadu_ps(v + o + k * dw)); \
+                        acc = kn_vf_loadu(v + o);                                                  \
+                        for (int64_t k = 1; k < KW; k++) acc = VOP(acc, kn_vf_loadu(v + o + k * dw)); \
                     } else if (sw == 2) {                                                          \
                         const float *p = v + 2 * o;                                                \
-                        acc = _mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_loadu_ps(p + 16)); \
+                        acc = kn_vf_perm2(kn_vf_loadu(p), even, kn_vf_loadu(p + KN_VL));           \
                         for (int64_t k = 1; k < KW; k++) {                                         \
                             const float *q = p + k * dw;                                           \
-                            acc = VOP(acc, _mm512_permutex2var_ps(_mm512_loadu_ps(q), even, _mm512_loadu_ps(q + 16))); \
+                            acc = VOP(acc, kn_vf_perm2(kn_vf_loadu(q), even, kn_vf_loadu(q + KN_VL))); \
                         }                                                                          \
                     } else {                                                                       \
-                        const __m512i idx = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32((int)o)), \
-                                                               _mm512_set1_epi32((int)sw));         \
-                        acc = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, v, 4);         \
-                        for (int64_t k = 1; k < KW; k++)                                           \
-                            acc = VOP(acc, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, v + k * dw, 4)); \
+                        const kn_vi idx = kn_vi_mullo(kn_vi_add(lane, kn_vi_set1((int)o)), kn_vi_set1((int)sw)); \
+                        acc = kn_vf_mask_gather(m, idx, v);                                        \
+                        for (int64_t k = 1; k < KW; k++) acc = VOP(acc, kn_vf_mask_gather(m, idx, v + k * dw)); \
                     }                                                                              \
-                    if (j->kind == POOL_AVG) acc = _mm512_mul_ps(acc, _mm512_mul_ps(ih, _mm512_maskz_loadu_ps(m, j->inv_w + o))); \
-                    _mm512_mask_storeu_ps(yr + o, m, acc);                                         \
+                    if (j->kind == POOL_AVG) acc = kn_vf_mul(acc, kn_vf_mul(ih, kn_vf_maskz_loadu(m, j->inv_w + o))); \
+                    kn_vf_mask_storeu(yr + o, m, acc);                                             \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
     }
 
-#define SEP_SLACK(sw) (16 * (sw) + 64)
+#define SEP_SLACK(sw) (KN_VL * (sw) + 64)
 #define SEP_ROWS 16 /* output rows whose column pass runs before their row pass */
-DEF_SEP_PLANE16(sep16_max_f32, _mm512_max_ps, -INFINITY)
-DEF_SEP_PLANE16(sep16_sum_f32, _mm512_add_ps, 0.0f)
-#define SEP_MAX_F32 sep16_max_f32
-#define SEP_SUM_F32 sep16_sum_f32
+DEF_SEP_PLANEV(sepv_max_f32, kn_vf_max, -INFINITY)
+DEF_SEP_PLANEV(sepv_sum_f32, kn_vf_add, 0.0f)
+#define SEP_MAX_F32 sepv_max_f32
+#define SEP_SUM_F32 sepv_sum_f32
 #else
 #define SEP_MAX_F32 sep_max_f32
 #define SEP_SUM_F32 sep_sum_f32
@@ -491,28 +487,26 @@ typedef struct gpool_job {
 } gpool_job;
 
 /* Sum of a float plane in double, in 8 independent lanes so the compiler vectorises it (a single
- * running sum waits on the previous add for every element). With AVX-512 explicitly: 32 floats a
- * step into four 8-double accumulators and a masked tail (the compiler's loop used 8 floats a
- * step, half-width vectors, and a scalar tail: most of a 7x7 plane). */
-#if defined(__AVX512F__)
+ * running sum waits on the previous add for every element). With AVX-512 or AVX2 explicitly: 2
+ * vectors of floats a step into four accumulators of KN_VL / 2 doubles and a masked tail (the
+ * compiler's loop used 8 floats a step, half-width vectors, and a scalar tail: most of a 7x7 plane). */
+#if KN_VL
 static double plane_sum_f32(const float *x, int64_t n) {
-    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    kn_vd a0 = kn_vd_zero(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
-        a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(v0)));
-        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v0), 1))));
-        a2 = _mm512_add_pd(a2, _mm512_cvtps_pd(_mm512_castps512_ps256(v1)));
-        a3 = _mm512_add_pd(a3, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v1), 1))));
+    for (; i + 2 * KN_VL <= n; i += 2 * KN_VL) {
+        const kn_vf v0 = kn_vf_loadu(x + i), v1 = kn_vf_loadu(x + i + KN_VL);
+        a0 = kn_vd_add(a0, kn_vd_of_lo(v0));
+        a1 = kn_vd_add(a1, kn_vd_of_hi(v0));
+        a2 = kn_vd_add(a2, kn_vd_of_lo(v1));
+        a3 = kn_vd_add(a3, kn_vd_of_hi(v1));
     }
-    for (; i < n; i += 16) {
-        const int64_t left = n - i;
-        const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-        const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-        a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+    for (; i < n; i += KN_VL) {
+        const kn_vf v = kn_vf_maskz_loadu(kn_v_tail(n - i), x + i);
+        a0 = kn_vd_add(a0, kn_vd_of_lo(v));
+        a1 = kn_vd_add(a1, kn_vd_of_hi(v));
     }
-    return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+    return kn_vd_reduce_add(kn_vd_add(kn_vd_add(a0, a1), kn_vd_add(a2, a3)));
 }
 #else
 static double plane_sum_f32(const float *x, int64_t n) {
@@ -537,29 +531,28 @@ static void gpool_range(void *arg, int64_t begin, int64_t end) {
         }
         return;
     }
-#if defined(__AVX512F__)
+#if KN_VL
     if (j->xf && j->kind == POOL_MAX && j->plane > 0) {
-        /* 4 x 16 running maxima, a masked tail, one reduction (the loop below left the tail and
+        /* 4 x KN_VL running maxima, a masked tail, one reduction (the loop below left the tail and
          * the reduction scalar: 1.2x ONNX Runtime on 512 planes of 14x14). A NaN past the first
          * element is skipped, as there (vmaxps gives its second operand for a NaN); all lanes
          * start at the first element */
         for (int64_t pl = begin; pl < end; pl++) {
             const float *x = j->xf + pl * j->plane;
             const int64_t n = j->plane;
-            __m512 a0 = _mm512_set1_ps(x[0]), a1 = a0, a2 = a0, a3 = a0;
+            kn_vf a0 = kn_vf_set1(x[0]), a1 = a0, a2 = a0, a3 = a0;
             int64_t i = 0;
-            for (; i + 64 <= n; i += 64) {
-                a0 = _mm512_max_ps(_mm512_loadu_ps(x + i), a0);
-                a1 = _mm512_max_ps(_mm512_loadu_ps(x + i + 16), a1);
-                a2 = _mm512_max_ps(_mm512_loadu_ps(x + i + 32), a2);
-                a3 = _mm512_max_ps(_mm512_loadu_ps(x + i + 48), a3);
+            for (; i + 4 * KN_VL <= n; i += 4 * KN_VL) {
+                a0 = kn_vf_max(kn_vf_loadu(x + i), a0);
+                a1 = kn_vf_max(kn_vf_loadu(x + i + KN_VL), a1);
+                a2 = kn_vf_max(kn_vf_loadu(x + i + 2 * KN_VL), a2);
+                a3 = kn_vf_max(kn_vf_loadu(x + i + 3 * KN_VL), a3);
             }
-            for (; i < n; i += 16) {
-                const int64_t left = n - i;
-                const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-                a0 = _mm512_mask_max_ps(a0, m, _mm512_maskz_loadu_ps(m, x + i), a0);
+            for (; i < n; i += KN_VL) {
+                const kn_vmask m = kn_v_tail(n - i);
+                a0 = kn_vf_blend(m, a0, kn_vf_max(kn_vf_maskz_loadu(m, x + i), a0));
             }
-            const float r = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(a0, a1), _mm512_max_ps(a2, a3)));
+            const float r = kn_vf_reduce_max(kn_vf_max(kn_vf_max(a0, a1), kn_vf_max(a2, a3)));
             if (j->yf) j->yf[pl] = r;
             else j->yd[pl] = r;
         }
