@@ -94,9 +94,9 @@ const kn_cpu_kernel kn_cpu_nn[] = {
     {"", "RNN", kn_cpu_rnn, supports_float, 0, KN_PARAMS(kn_cpu_rnn_prepare, kn_cpu_rnn_prm)},
     {"", "GRU", kn_cpu_rnn, supports_float, 0, KN_PARAMS(kn_cpu_rnn_prepare, kn_cpu_rnn_prm)},
     {"", "LSTM", kn_cpu_rnn, supports_float, 0, KN_PARAMS(kn_cpu_rnn_prepare, kn_cpu_rnn_prm)},
-    {"kiln", "StackedLSTM", kn_cpu_stacked_lstm, supports_float},
-    {"", "NegativeLogLikelihoodLoss", kn_cpu_nll_loss, supports_float},
-    {"", "SoftmaxCrossEntropyLoss", kn_cpu_sce_loss, supports_float},
+    {"kiln", "StackedLSTM", kn_cpu_stacked_lstm, supports_float, 0, KN_PARAMS(kn_cpu_stacked_lstm_prepare, kn_cpu_rnn_prm)},
+    {"", "NegativeLogLikelihoodLoss", kn_cpu_nll_loss, supports_float, 0, KN_PARAMS(kn_loss_prepare, kn_loss_prm)},
+    {"", "SoftmaxCrossEntropyLoss", kn_cpu_sce_loss, supports_float, 0, KN_PARAMS(kn_loss_prepare, kn_loss_prm)},
     {"", "Det", run_det, supports_float, KN_KERNEL_OVERWRITES},
     {0},
 };

@@ -43,6 +43,13 @@ typedef struct kn_softmax_prm {
     bool log; /* LogSoftmax */
 } kn_softmax_prm;
 kiln_status kn_softmax_prepare(const kn_node *n, void *params);
+/* NegativeLogLikelihoodLoss's and SoftmaxCrossEntropyLoss's attributes (their prepare hook) */
+typedef struct kn_loss_prm {
+    int reduction; /* 0 mean, 1 sum, 2 none */
+    bool has_ignore;
+    int64_t ignore;
+} kn_loss_prm;
+kiln_status kn_loss_prepare(const kn_node *n, void *params);
 kiln_status kn_cpu_nll_loss(kn_kernel_ctx *c);
 kiln_status kn_cpu_sce_loss(kn_kernel_ctx *c);
 kiln_status kn_cpu_layernorm(kn_kernel_ctx *c);
@@ -104,6 +111,8 @@ typedef struct kn_rnn_qgemm {
 } kn_rnn_qgemm;
 kiln_status kn_cpu_rnn_quantised(kn_kernel_ctx *c, const kn_rnn_qgemm *q);
 kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c); /* kiln.StackedLSTM */
+/* kiln.StackedLSTM's hook: the block of its layers' LSTM (no attributes), handed to each layer */
+kiln_status kn_cpu_stacked_lstm_prepare(const kn_node *n, void *params);
 
 /* ---- element conversion (any numeric or bool dtype) ---- */
 void kn_nn_to_f32(const kn_tensor *t, float *dst);

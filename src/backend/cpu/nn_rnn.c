@@ -646,10 +646,31 @@ kiln_status kn_cpu_rnn_quantised(kn_kernel_ctx *c, const kn_rnn_qgemm *q) { retu
 /* The layers one after another, each as its ONNX LSTM (forward, default attributes); a layer's Y
  * [T, 1, B, H] is the next one's X [T, B, H]. The fusion pays on devices that overlap the layers;
  * here it is the unfused computation, so the two agree. */
+kiln_status kn_cpu_stacked_lstm_prepare(const kn_node *n, void *params) {
+    (void)n;
+    kn_node layer; /* every layer's node: an LSTM with no attributes (kn_stacked_lstm_layer) */
+    memset(&layer, 0, sizeof layer);
+    layer.op_type = "LSTM";
+    layer.domain = "";
+    layer.opset = 14;
+    return kn_cpu_rnn_prepare(&layer, params);
+}
+
 kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c) {
     int layers = kn_stacked_lstm_layers(c->n_inputs);
     const kn_tensor *x = c->in[0];
     if (x->rank != 3) return kn_kernel_error(c, KILN_ERR_SHAPE, "X must be [seq, batch, input]");
+    kn_cpu_rnn_prm local;
+    const kn_cpu_rnn_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_stacked_lstm_prepare, &local, (const void **)&prm));
+    /* each layer's LSTM call gets this block as its own (made for its node) */
+    union {
+        kn_params h;
+        max_align_t a;
+        unsigned char b[sizeof(kn_params) + sizeof(kn_cpu_rnn_prm)];
+    } blk;
+    blk.h.fn = kn_cpu_rnn_prepare;
+    memcpy(blk.h.data, prm, sizeof *prm);
     kn_tensor *prev = NULL;
     kiln_status st = KILN_OK;
     for (int l = 0; l < layers && st == KILN_OK; l++) {
@@ -664,6 +685,8 @@ kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c) {
         kn_tensor *y = NULL;
         kn_stacked_layer layer;
         kn_stacked_lstm_layer(c, l, prev ? &xv : (kn_tensor *)x, last ? NULL : &y, &layer);
+        blk.h.node = &layer.node;
+        layer.ctx.params = &blk.h;
         if (!last) {
             const kn_tensor *r = layer.in[2];
             int64_t dims[4] = {x->dims[0], 1, x->dims[1], r->rank == 3 ? r->dims[2] : 0};

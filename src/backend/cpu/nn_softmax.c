@@ -314,19 +314,30 @@ kiln_status kn_cpu_hardmax(kn_kernel_ctx *c) {
 
 /* loss[n, d] = -logp[n, t, d] * w[t] with t = target[n, d]; entries equal to ignore_index
  * contribute 0 with weight 0. Reduction mean divides by the sum of the weights used. */
+kiln_status kn_loss_prepare(const kn_node *n, void *params) {
+    kn_loss_prm *p = params;
+    const char *red = kn_attr_string(n, "reduction", "mean");
+    p->reduction = !strcmp(red, "none") ? 2 : !strcmp(red, "sum") ? 1 : 0;
+    p->has_ignore = kn_node_attr(n, "ignore_index") != NULL;
+    p->ignore = kn_attr_int(n, "ignore_index", 0);
+    return KILN_OK;
+}
+
 static kiln_status nll(kn_kernel_ctx *c, const double *logp, int64_t N, int64_t C, int64_t D, kn_tensor *out) {
     const kn_tensor *target = c->in[1];
     const kn_tensor *weight = c->n_inputs > 2 ? c->in[2] : NULL;
-    const char *red = kn_attr_string(c->node, "reduction", "mean");
-    int has_ignore = kn_node_attr(c->node, "ignore_index") != NULL;
-    int64_t ignore = kn_attr_int(c->node, "ignore_index", 0);
+    kn_loss_prm local;
+    const kn_loss_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_loss_prepare, &local, (const void **)&prm));
+    int has_ignore = prm->has_ignore;
+    int64_t ignore = prm->ignore;
     if (kn_tensor_count(target) != N * D)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "target has %lld elements, expected N*d1*... = %lld",
                                (long long)kn_tensor_count(target), (long long)(N * D));
     if (weight && kn_tensor_count(weight) != C)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "weight has %lld elements, expected C = %lld",
                                (long long)kn_tensor_count(weight), (long long)C);
-    int none = !strcmp(red, "none");
+    int none = prm->reduction == 2;
     double *loss = none ? malloc((size_t)(N * D + 1) * sizeof *loss) : NULL;
     if (none && !loss) return KN_OOM();
     double sum = 0, wsum = 0;
@@ -351,7 +362,7 @@ static kiln_status nll(kn_kernel_ctx *c, const double *logp, int64_t N, int64_t 
         kn_nn_from_f64(out, loss);
         free(loss);
     } else {
-        double r = !strcmp(red, "sum") ? sum : sum / wsum;
+        double r = prm->reduction == 1 ? sum : sum / wsum;
         kn_tensor_set_f64(out, 0, r);
     }
     return KILN_OK;

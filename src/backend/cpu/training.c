@@ -32,14 +32,40 @@ static kiln_status common(kn_kernel_ctx *c, int groups, double *r, int64_t *t, i
     return KILN_OK;
 }
 
+/* The optimisers' attributes, read once (their prepare hook), with each operator's defaults */
+typedef struct train_prm {
+    double decay, eps, norm, post, alpha, beta;
+    int nesterov; /* Momentum's mode: 0 standard, 1 nesterov, -1 neither (the call says why) */
+} train_prm;
+
+static kiln_status train_prepare(const kn_node *n, void *params) {
+    train_prm *p = params;
+    const bool adam = !strcmp(n->op_type, "Adam");
+    p->decay = kn_attr_float(n, "decay_factor", 0.0f);
+    p->eps = kn_attr_float(n, "epsilon", 1e-6f);
+    p->norm = kn_attr_float(n, "norm_coefficient", 0.0f);
+    p->post = kn_attr_float(n, "norm_coefficient_post", 0.0f);
+    p->alpha = kn_attr_float(n, "alpha", adam ? 0.9f : 0.0f);
+    p->beta = kn_attr_float(n, "beta", adam ? 0.999f : 0.0f);
+    const char *mode = kn_attr_string(n, "mode", "standard");
+    p->nesterov = !strcmp(mode, "nesterov") ? 1 : !strcmp(mode, "standard") ? 0 : -1;
+    return KILN_OK;
+}
+
+#define TRAIN_PRM(c)                                                                               \
+    train_prm local_prm;                                                                           \
+    const train_prm *prm;                                                                          \
+    KN_TRY(kn_ctx_params((c), train_prepare, &local_prm, (const void **)&prm))
+
 static kiln_status run_adagrad(kn_kernel_ctx *c) {
     double r = 0;
     int64_t t = 0;
     int n = 0;
     KN_TRY(common(c, 3, &r, &t, &n));
-    double decay = kn_attr_float(c->node, "decay_factor", 0.0f);
-    double eps = kn_attr_float(c->node, "epsilon", 1e-6f);
-    double norm = kn_attr_float(c->node, "norm_coefficient", 0.0f);
+    TRAIN_PRM(c);
+    double decay = prm->decay;
+    double eps = prm->eps;
+    double norm = prm->norm;
     double rate = r / (1.0 + (double)t * decay);
     for (int p = 0; p < n; p++) {
         const kn_tensor *X = c->in[2 + p], *G = c->in[2 + n + p], *H = c->in[2 + 2 * n + p];
@@ -60,10 +86,11 @@ static kiln_status run_adam(kn_kernel_ctx *c) {
     int64_t t = 0;
     int n = 0;
     KN_TRY(common(c, 4, &r, &t, &n));
-    double alpha = kn_attr_float(c->node, "alpha", 0.9f), beta = kn_attr_float(c->node, "beta", 0.999f);
-    double eps = kn_attr_float(c->node, "epsilon", 1e-6f);
-    double norm = kn_attr_float(c->node, "norm_coefficient", 0.0f);
-    double post = kn_attr_float(c->node, "norm_coefficient_post", 0.0f);
+    TRAIN_PRM(c);
+    double alpha = prm->alpha, beta = prm->beta;
+    double eps = prm->eps;
+    double norm = prm->norm;
+    double post = prm->post;
     /* bias correction of the moments from the second step on */
     double rate = t > 0 ? r * sqrt(1.0 - pow(beta, (double)t)) / (1.0 - pow(alpha, (double)t)) : r;
     for (int p = 0; p < n; p++) {
@@ -88,12 +115,13 @@ static kiln_status run_momentum(kn_kernel_ctx *c) {
     int64_t t = 0;
     int n = 0;
     KN_TRY(common(c, 3, &r, &t, &n));
-    const char *mode = kn_attr_string(c->node, "mode", "standard");
-    bool nesterov = !strcmp(mode, "nesterov");
-    if (!nesterov && strcmp(mode, "standard"))
-        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "mode '%s' is neither standard nor nesterov", mode);
-    double alpha = kn_attr_float(c->node, "alpha", 0.0f), beta = kn_attr_float(c->node, "beta", 0.0f);
-    double norm = kn_attr_float(c->node, "norm_coefficient", 0.0f);
+    TRAIN_PRM(c);
+    bool nesterov = prm->nesterov == 1;
+    if (prm->nesterov < 0)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "mode '%s' is neither standard nor nesterov",
+                               kn_attr_string(c->node, "mode", "standard"));
+    double alpha = prm->alpha, beta = prm->beta;
+    double norm = prm->norm;
     double b = t > 0 ? beta : 1.0; /* the first step takes the whole gradient */
     for (int p = 0; p < n; p++) {
         const kn_tensor *X = c->in[2 + p], *G = c->in[2 + n + p], *V = c->in[2 + 2 * n + p];
@@ -110,8 +138,8 @@ static kiln_status run_momentum(kn_kernel_ctx *c) {
 }
 
 const kn_cpu_kernel kn_cpu_training[] = {
-    {TRAINING, "Adagrad", run_adagrad, NULL, KN_KERNEL_OVERWRITES},
-    {TRAINING, "Adam", run_adam, NULL, KN_KERNEL_OVERWRITES},
-    {TRAINING, "Momentum", run_momentum, NULL, KN_KERNEL_OVERWRITES},
+    {TRAINING, "Adagrad", run_adagrad, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(train_prepare, train_prm)},
+    {TRAINING, "Adam", run_adam, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(train_prepare, train_prm)},
+    {TRAINING, "Momentum", run_momentum, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(train_prepare, train_prm)},
     {0},
 };
