@@ -12,14 +12,16 @@ static bool supports_float(const kn_node *node, const kn_type *const *in, int n_
     return false;
 }
 
+#define IMAGE_PRM KN_PARAMS(kn_cpu_image_prepare, kn_cpu_image_prm)
+
 const kn_cpu_kernel kn_cpu_image[] = {
     {"", "Resize", kn_cpu_resize, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_resize_prepare, kn_resize_attrs)},
     {"", "Upsample", kn_cpu_resize, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_resize_prepare, kn_resize_attrs)},
-    {"", "GridSample", kn_cpu_gridsample, NULL, KN_KERNEL_OVERWRITES},
-    {"", "AffineGrid", kn_cpu_affinegrid, supports_float, KN_KERNEL_OVERWRITES},
-    {"", "RoiAlign", kn_cpu_roialign, supports_float, KN_KERNEL_OVERWRITES},
-    {"", "MaxRoiPool", kn_cpu_maxroipool, supports_float, KN_KERNEL_OVERWRITES},
-    {"", "NonMaxSuppression", kn_cpu_nms, supports_float},
-    {"", "ImageDecoder", kn_cpu_image_decode, NULL},
+    {"", "GridSample", kn_cpu_gridsample, NULL, KN_KERNEL_OVERWRITES, IMAGE_PRM},
+    {"", "AffineGrid", kn_cpu_affinegrid, supports_float, KN_KERNEL_OVERWRITES, IMAGE_PRM},
+    {"", "RoiAlign", kn_cpu_roialign, supports_float, KN_KERNEL_OVERWRITES, IMAGE_PRM},
+    {"", "MaxRoiPool", kn_cpu_maxroipool, supports_float, KN_KERNEL_OVERWRITES, IMAGE_PRM},
+    {"", "NonMaxSuppression", kn_cpu_nms, supports_float, 0, IMAGE_PRM},
+    {"", "ImageDecoder", kn_cpu_image_decode, NULL, 0, IMAGE_PRM},
     {0},
 };

@@ -334,9 +334,13 @@ kiln_status kn_cpu_image_decode(kn_kernel_ctx *c) {
     const kn_tensor *in = c->in[0];
     if (in->dtype != KILN_DTYPE_UINT8 || in->rank != 1)
         return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "encoded_stream must be a 1-D uint8 tensor");
-    const char *fmt = kn_attr_string(c->node, "pixel_format", "RGB");
-    int mode = !strcmp(fmt, "RGB") ? 0 : !strcmp(fmt, "BGR") ? 1 : !strcmp(fmt, "Grayscale") ? 2 : -1;
-    if (mode < 0) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "pixel_format '%s' is not one of RGB, BGR, Grayscale", fmt);
+    kn_cpu_image_prm local;
+    const kn_cpu_image_prm *prm;
+    KN_IMAGE_PRM(c, &local, &prm);
+    int mode = prm->pixel_format;
+    if (mode < 0)
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "pixel_format '%s' is not one of RGB, BGR, Grayscale",
+                               kn_attr_string(c->node, "pixel_format", "RGB"));
     const uint8_t *d = in->data;
     size_t n = (size_t)kn_tensor_count(in);
     rgb_image im = {0};

@@ -66,7 +66,10 @@ kiln_status kn_cpu_nms(kn_kernel_ctx *c) {
         scores->dims[2] != boxes->dims[1])
         return kn_kernel_error(c, KILN_ERR_SHAPE,
                                "boxes must be [B, n, 4] and scores [B, classes, n] with the same B and n");
-    int center = kn_attr_int(c->node, "center_point_box", 0) != 0;
+    kn_cpu_image_prm local;
+    const kn_cpu_image_prm *prm;
+    KN_IMAGE_PRM(c, &local, &prm);
+    int center = prm->center;
     int64_t max_out = tmax && kn_tensor_count(tmax) > 0 ? kn_tensor_get_i64(tmax, 0) : 0;
     if (max_out < 0) max_out = 0;
     float iou = tiou && kn_tensor_count(tiou) > 0 ? (float)kn_tensor_get_f64(tiou, 0) : 0.0f;

@@ -152,19 +152,42 @@ static void gs_rows(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+kiln_status kn_cpu_image_prepare(const kn_node *n, void *params) {
+    kn_cpu_image_prm *p = params;
+    memset(p, 0, sizeof *p);
+    const bool roi = !strcmp(n->op_type, "RoiAlign");
+    const char *mode = kn_attr_string(n, "mode", roi ? "avg" : n->opset >= 20 ? "linear" : "bilinear");
+    p->gs_mode = !strcmp(mode, "nearest") ? GS_NEAREST : (!strcmp(mode, "cubic") || !strcmp(mode, "bicubic")) ? GS_CUBIC : GS_LINEAR;
+    const char *pad = kn_attr_string(n, "padding_mode", "zeros");
+    p->gs_pad = !strcmp(pad, "border") ? PAD_BORDER : !strcmp(pad, "reflection") ? PAD_REFLECTION : PAD_ZEROS;
+    p->align = kn_attr_int(n, "align_corners", 0) != 0;
+    p->oh = kn_attr_int(n, "output_height", 1);
+    p->ow = kn_attr_int(n, "output_width", 1);
+    p->scale = kn_attr_float(n, "spatial_scale", 1.0f);
+    p->sampling = kn_attr_int(n, "sampling_ratio", 0);
+    p->max_mode = !strcmp(mode, "max");
+    p->half_pixel = n->opset >= 16 && !strcmp(kn_attr_string(n, "coordinate_transformation_mode", "half_pixel"), "half_pixel");
+    p->pooled = kn_attr_ints(n, "pooled_shape", &p->n_pooled);
+    p->center = kn_attr_int(n, "center_point_box", 0) != 0;
+    const char *fmt = kn_attr_string(n, "pixel_format", "RGB");
+    p->pixel_format = !strcmp(fmt, "RGB") ? 0 : !strcmp(fmt, "BGR") ? 1 : !strcmp(fmt, "Grayscale") ? 2 : -1;
+    return KILN_OK;
+}
+
 kiln_status kn_cpu_gridsample(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *grid = c->in[1];
     int rank = x->rank, r = rank - 2;
     if (rank < 3 || grid->rank != rank || grid->dims[rank - 1] != r || grid->dims[0] != x->dims[0])
         return kn_kernel_error(c, KILN_ERR_SHAPE, "X must be [N, C, D1..Dr] and grid [N, H1..Hr, r] with the same N");
     if (r > 6) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%d spatial dimensions (at most 6)", r);
+    kn_cpu_image_prm local;
+    const kn_cpu_image_prm *prm;
+    KN_IMAGE_PRM(c, &local, &prm);
     gs_args a;
     memset(&a, 0, sizeof a);
-    const char *mode = kn_attr_string(c->node, "mode", c->node->opset >= 20 ? "linear" : "bilinear");
-    a.mode = !strcmp(mode, "nearest") ? GS_NEAREST : (!strcmp(mode, "cubic") || !strcmp(mode, "bicubic")) ? GS_CUBIC : GS_LINEAR;
-    const char *pad = kn_attr_string(c->node, "padding_mode", "zeros");
-    a.pad = !strcmp(pad, "border") ? PAD_BORDER : !strcmp(pad, "reflection") ? PAD_REFLECTION : PAD_ZEROS;
-    a.align = kn_attr_int(c->node, "align_corners", 0) != 0;
+    a.mode = prm->gs_mode;
+    a.pad = prm->gs_pad;
+    a.align = prm->align;
     int64_t od[KILN_MAX_RANK];
     od[0] = x->dims[0];
     od[1] = x->dims[1];
@@ -215,7 +238,10 @@ kiln_status kn_cpu_affinegrid(kn_kernel_ctx *c) {
     od[sp + 1] = sp;
     kn_tensor *y;
     KN_TRY(kn_ctx_output(c, 0, theta->dtype, sp + 2, od, &y));
-    bool align = kn_attr_int(c->node, "align_corners", 0) != 0;
+    kn_cpu_image_prm local;
+    const kn_cpu_image_prm *prm;
+    KN_IMAGE_PRM(c, &local, &prm);
+    bool align = prm->align;
     int64_t pts = 1;
     for (int i = 0; i < sp; i++) pts *= sz[2 + i];
     int64_t oi = 0;
@@ -351,18 +377,20 @@ kiln_status kn_cpu_roialign(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *rois = c->in[1], *bi = c->in[2];
     if (x->rank != 4 || rois->rank != 2 || rois->dims[1] != 4 || bi->rank != 1 || bi->dims[0] != rois->dims[0])
         return kn_kernel_error(c, KILN_ERR_SHAPE, "X must be [N, C, H, W], rois [R, 4] and batch_indices [R]");
+    kn_cpu_image_prm local;
+    const kn_cpu_image_prm *prm;
+    KN_IMAGE_PRM(c, &local, &prm);
     roi_args a;
     memset(&a, 0, sizeof a);
     a.C = x->dims[1];
     a.H = x->dims[2];
     a.W = x->dims[3];
-    a.oh = kn_attr_int(c->node, "output_height", 1);
-    a.ow = kn_attr_int(c->node, "output_width", 1);
-    a.scale = kn_attr_float(c->node, "spatial_scale", 1.0f);
-    a.sampling = kn_attr_int(c->node, "sampling_ratio", 0);
-    a.max_mode = !strcmp(kn_attr_string(c->node, "mode", "avg"), "max");
-    a.half_pixel = c->node->opset >= 16 &&
-                   !strcmp(kn_attr_string(c->node, "coordinate_transformation_mode", "half_pixel"), "half_pixel");
+    a.oh = prm->oh;
+    a.ow = prm->ow;
+    a.scale = prm->scale;
+    a.sampling = prm->sampling;
+    a.max_mode = prm->max_mode;
+    a.half_pixel = prm->half_pixel;
     a.bidx = bi;
     a.f32 = x->dtype != KILN_DTYPE_DOUBLE;
     int64_t R = rois->dims[0];
@@ -393,10 +421,13 @@ kiln_status kn_cpu_maxroipool(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *rois = c->in[1];
     if (x->rank != 4 || rois->rank != 2 || rois->dims[1] != 5)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "X must be [N, C, H, W] and rois [R, 5]");
-    int np = 0;
-    const int64_t *ps = kn_attr_ints(c->node, "pooled_shape", &np);
+    kn_cpu_image_prm local;
+    const kn_cpu_image_prm *prm;
+    KN_IMAGE_PRM(c, &local, &prm);
+    int np = prm->n_pooled;
+    const int64_t *ps = prm->pooled;
     if (!ps || np != 2) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "attribute 'pooled_shape' must have 2 values");
-    double ss = kn_attr_float(c->node, "spatial_scale", 1.0f);
+    double ss = prm->scale;
     int64_t R = rois->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3], PH = ps[0], PW = ps[1];
     int64_t od[4] = {R, C, PH, PW};
     kn_tensor *y;
