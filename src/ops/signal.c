@@ -21,12 +21,26 @@ static bool scalar_int(const kn_tensor *t, int64_t *v) {
     return true;
 }
 
+void kn_dft_attrs_read(const kn_node *node, kn_dft_attrs *a) {
+    a->inverse = kn_attr_int(node, "inverse", 0) != 0;
+    a->onesided = kn_attr_int(node, "onesided", 0) != 0;
+    a->axis = kn_attr_int(node, "axis", 1);
+}
+
 kiln_status kn_dft_params_get(const kn_node *node, int rank, const int64_t *dims, const kn_tensor *dft_length,
                               bool length_pending, const kn_tensor *axis_t, bool axis_pending, kn_dft_params *p,
                               char *why, size_t cap) {
+    kn_dft_attrs a;
+    kn_dft_attrs_read(node, &a);
+    return kn_dft_params_get_with(node, &a, rank, dims, dft_length, length_pending, axis_t, axis_pending, p, why, cap);
+}
+
+kiln_status kn_dft_params_get_with(const kn_node *node, const kn_dft_attrs *a, int rank, const int64_t *dims,
+                                   const kn_tensor *dft_length, bool length_pending, const kn_tensor *axis_t,
+                                   bool axis_pending, kn_dft_params *p, char *why, size_t cap) {
     memset(p, 0, sizeof *p);
-    p->inverse = kn_attr_int(node, "inverse", 0) != 0;
-    p->onesided = kn_attr_int(node, "onesided", 0) != 0;
+    p->inverse = a->inverse;
+    p->onesided = a->onesided;
     p->out_last = p->inverse && p->onesided ? 1 : 2;
     p->n = p->out_len = -1;
     p->axis = -1;
@@ -43,7 +57,7 @@ kiln_status kn_dft_params_get(const kn_node *node, int rank, const int64_t *dims
         } else if (axis_pending)
             return KILN_OK;
     } else
-        axis = kn_attr_int(node, "axis", 1);
+        axis = a->axis;
     if (axis < -rank || axis >= rank)
         return why_error(why, cap, KILN_ERR_INVALID_MODEL, "axis %lld is out of range for rank %d", (long long)axis, rank);
     if (axis < 0) axis += rank;

@@ -22,5 +22,15 @@ typedef struct kn_dft_params {
 kiln_status kn_dft_params_get(const kn_node *node, int rank, const int64_t *dims, const kn_tensor *dft_length,
                               bool length_pending, const kn_tensor *axis, bool axis_pending, kn_dft_params *p,
                               char *why, size_t cap);
+/* DFT's attributes, read once (kn_dft_attrs_read): inverse, onesided, and axis (before opset 20) */
+typedef struct kn_dft_attrs {
+    bool inverse, onesided;
+    int64_t axis;
+} kn_dft_attrs;
+void kn_dft_attrs_read(const kn_node *node, kn_dft_attrs *a);
+/* kn_dft_params_get with the attributes already read */
+kiln_status kn_dft_params_get_with(const kn_node *node, const kn_dft_attrs *a, int rank, const int64_t *dims,
+                                   const kn_tensor *dft_length, bool length_pending, const kn_tensor *axis,
+                                   bool axis_pending, kn_dft_params *p, char *why, size_t cap);
 
 #endif

@@ -9,11 +9,44 @@
 #include <stdlib.h>
 #include <string.h>
 
-static kn_rng *rng_for(const kn_kernel_ctx *c) {
+/* The family's attributes, read once (their prepare hook) */
+typedef struct random_prm {
+    bool has_seed, normal;
+    float seed;
+    double mul, add;      /* scale and mean (Normal), or high - low and low (Uniform) */
+    int64_t sample_size;  /* Multinomial */
+    kiln_dtype dtype;     /* Multinomial's output */
+} random_prm;
+
+static kiln_status random_prepare(const kn_node *n, void *params) {
+    random_prm *p = params;
+    memset(p, 0, sizeof *p);
+    const kn_attr *s = kn_node_attr(n, "seed");
+    p->has_seed = s != NULL;
+    p->seed = s ? (s->type == KN_ATTR_INT ? (float)s->i : s->f) : 0.0f;
+    p->normal = strstr(n->op_type, "Normal") != NULL;
+    if (p->normal) {
+        p->mul = kn_attr_float(n, "scale", 1.0f);
+        p->add = kn_attr_float(n, "mean", 0.0f);
+    } else {
+        double hi = kn_attr_float(n, "high", 1.0f), lo = kn_attr_float(n, "low", 0.0f);
+        p->mul = hi - lo;
+        p->add = lo;
+    }
+    p->sample_size = kn_attr_int(n, "sample_size", 1);
+    p->dtype = (kiln_dtype)kn_attr_int(n, "dtype", KILN_DTYPE_INT32);
+    return KILN_OK;
+}
+
+#define RANDOM_PRM(c)                                                                              \
+    random_prm local_prm;                                                                          \
+    const random_prm *prm;                                                                         \
+    KN_TRY(kn_ctx_params((c), random_prepare, &local_prm, (const void **)&prm))
+
+static kn_rng *rng_for(const random_prm *p) {
     kn_rng *r = malloc(sizeof *r);
     if (!r) return NULL;
-    const kn_attr *s = kn_node_attr(c->node, "seed");
-    kn_rng_seed_attr(r, s != NULL, s ? (s->type == KN_ATTR_INT ? (float)s->i : s->f) : 0.0f);
+    kn_rng_seed_attr(r, p->has_seed, p->seed);
     return r;
 }
 
@@ -32,17 +65,10 @@ static kiln_status run_random(kn_kernel_ctx *c) {
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
     if (!kn_dtype_is_float(y->dtype))
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "output element type %s", kiln_dtype_name(y->dtype));
-    bool normal = strstr(c->node->op_type, "Normal") != NULL;
-    double mul, add;
-    if (normal) {
-        mul = kn_attr_float(c->node, "scale", 1.0f);
-        add = kn_attr_float(c->node, "mean", 0.0f);
-    } else {
-        double hi = kn_attr_float(c->node, "high", 1.0f), lo = kn_attr_float(c->node, "low", 0.0f);
-        mul = hi - lo;
-        add = lo;
-    }
-    kn_rng *r = rng_for(c);
+    RANDOM_PRM(c);
+    bool normal = prm->normal;
+    double mul = prm->mul, add = prm->add;
+    kn_rng *r = rng_for(prm);
     if (!r) return KN_OOM();
     int64_t n = kn_tensor_count(y);
     for (int64_t i = 0; i < n; i++) store_affine(y, i, normal ? kn_rng_normal(r) : kn_rng_uniform(r), mul, add);
@@ -54,7 +80,8 @@ static kiln_status run_bernoulli(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
-    kn_rng *r = rng_for(c);
+    RANDOM_PRM(c);
+    kn_rng *r = rng_for(prm);
     if (!r) return KN_OOM();
     int64_t n = kn_tensor_count(x);
     kiln_status st = KILN_OK;
@@ -76,15 +103,16 @@ static kiln_status run_bernoulli(kn_kernel_ctx *c) {
 static kiln_status run_multinomial(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     if (x->rank != 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "input must be [batch_size, class_size]");
-    int64_t B = x->dims[0], K = x->dims[1], S = kn_attr_int(c->node, "sample_size", 1);
-    kiln_dtype dt = (kiln_dtype)kn_attr_int(c->node, "dtype", KILN_DTYPE_INT32);
+    RANDOM_PRM(c);
+    int64_t B = x->dims[0], K = x->dims[1], S = prm->sample_size;
+    kiln_dtype dt = prm->dtype;
     int64_t od[2] = {B, S};
     kn_tensor *y;
     KN_TRY(kn_ctx_output(c, 0, dt, 2, od, &y));
     if (B * S == 0) return KILN_OK;
     if (K == 0) return kn_kernel_error(c, KILN_ERR_SHAPE, "class_size is 0: there is nothing to sample");
     double *cum = malloc((size_t)K * sizeof *cum);
-    kn_rng *r = rng_for(c);
+    kn_rng *r = rng_for(prm);
     if (!cum || !r) {
         free(cum);
         free(r);
@@ -112,11 +140,11 @@ static kiln_status run_multinomial(kn_kernel_ctx *c) {
 }
 
 const kn_cpu_kernel kn_cpu_random[] = {
-    {"", "RandomUniform", run_random, NULL, KN_KERNEL_OVERWRITES},
-    {"", "RandomNormal", run_random, NULL, KN_KERNEL_OVERWRITES},
-    {"", "RandomUniformLike", run_random, NULL, KN_KERNEL_OVERWRITES},
-    {"", "RandomNormalLike", run_random, NULL, KN_KERNEL_OVERWRITES},
-    {"", "Bernoulli", run_bernoulli, NULL, KN_KERNEL_OVERWRITES},
-    {"", "Multinomial", run_multinomial, NULL, KN_KERNEL_OVERWRITES},
+    {"", "RandomUniform", run_random, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(random_prepare, random_prm)},
+    {"", "RandomNormal", run_random, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(random_prepare, random_prm)},
+    {"", "RandomUniformLike", run_random, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(random_prepare, random_prm)},
+    {"", "RandomNormalLike", run_random, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(random_prepare, random_prm)},
+    {"", "Bernoulli", run_bernoulli, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(random_prepare, random_prm)},
+    {"", "Multinomial", run_multinomial, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(random_prepare, random_prm)},
     {0},
 };

@@ -68,14 +68,37 @@ static void dft_lines(void *arg, int64_t begin, int64_t end) {
     free(buf);
 }
 
+/* The family's attributes, read once (their prepare hook): DFT's, STFT's onesided, the windows'
+ * periodic, the windows' and MelWeightMatrix's output_datatype */
+typedef struct signal_prm {
+    kn_dft_attrs dft;
+    bool stft_onesided, periodic;
+    kiln_dtype out_dtype;
+} signal_prm;
+
+static kiln_status signal_prepare(const kn_node *n, void *params) {
+    signal_prm *p = params;
+    kn_dft_attrs_read(n, &p->dft);
+    p->stft_onesided = kn_attr_int(n, "onesided", 1) != 0;
+    p->periodic = kn_attr_int(n, "periodic", 1) != 0;
+    p->out_dtype = (kiln_dtype)kn_attr_int(n, "output_datatype", KILN_DTYPE_FLOAT);
+    return KILN_OK;
+}
+
+#define SIGNAL_PRM(c)                                                                              \
+    signal_prm local_prm;                                                                          \
+    const signal_prm *prm;                                                                         \
+    KN_TRY(kn_ctx_params((c), signal_prepare, &local_prm, (const void **)&prm))
+
 static kiln_status run_dft(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     const kn_tensor *len = c->n_inputs > 1 ? c->in[1] : NULL;
     const kn_tensor *axis = c->node->opset >= 20 && c->n_inputs > 2 ? c->in[2] : NULL;
     if (len && kn_tensor_count(len) == 0) len = NULL;
+    SIGNAL_PRM(c);
     kn_dft_params p;
     char why[512];
-    kiln_status st = kn_dft_params_get(c->node, x->rank, x->dims, len, false, axis, false, &p, why, sizeof why);
+    kiln_status st = kn_dft_params_get_with(c->node, &prm->dft, x->rank, x->dims, len, false, axis, false, &p, why, sizeof why);
     if (st != KILN_OK) return kn_kernel_error(c, st, "%s", why);
     int64_t od[KILN_MAX_RANK];
     memcpy(od, x->dims, sizeof(int64_t) * (size_t)x->rank);
@@ -114,7 +137,8 @@ static kiln_status run_stft(kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT,
                                "frame_step %lld and frame_length %lld do not fit a signal of length %lld", (long long)step,
                                (long long)fl, (long long)L);
-    bool onesided = kn_attr_int(c->node, "onesided", 1) != 0;
+    SIGNAL_PRM(c);
+    bool onesided = prm->stft_onesided;
     int64_t frames = 1 + (L - fl) / step, bins = onesided ? fl / 2 + 1 : fl;
     int64_t od[4] = {B, frames, bins, 2};
     kn_tensor *y;
@@ -153,10 +177,11 @@ static kiln_status run_window(kn_kernel_ctx *c) {
     if (kn_tensor_count(s) != 1) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "size must be a scalar");
     int64_t n = kn_tensor_get_i64(s, 0);
     if (n < 0) return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "size %lld is negative", (long long)n);
-    kiln_dtype dt = (kiln_dtype)kn_attr_int(c->node, "output_datatype", KILN_DTYPE_FLOAT);
+    SIGNAL_PRM(c);
+    kiln_dtype dt = prm->out_dtype;
     kn_tensor *y;
     KN_TRY(kn_ctx_output(c, 0, dt, 1, &n, &y));
-    bool periodic = kn_attr_int(c->node, "periodic", 1) != 0;
+    bool periodic = prm->periodic;
     double N = (double)(periodic ? n : n - 1);
     const char *op = c->node->op_type;
     for (int64_t i = 0; i < n; i++) {
@@ -186,7 +211,8 @@ static kiln_status run_mel(kn_kernel_ctx *c) {
                                "edges [%g, %g] Hz must satisfy 0 <= lower <= upper <= sample_rate / 2 = %g", (double)lo,
                                (double)hi, (double)rate / 2);
     int64_t spec = dft / 2 + 1;
-    kiln_dtype dt = (kiln_dtype)kn_attr_int(c->node, "output_datatype", KILN_DTYPE_FLOAT);
+    SIGNAL_PRM(c);
+    kiln_dtype dt = prm->out_dtype;
     int64_t od[2] = {spec, mel};
     kn_tensor *y;
     KN_TRY(kn_ctx_output(c, 0, dt, 2, od, &y));
@@ -222,11 +248,11 @@ static kiln_status run_mel(kn_kernel_ctx *c) {
 }
 
 const kn_cpu_kernel kn_cpu_signal[] = {
-    {"", "DFT", run_dft, supports_float, KN_KERNEL_OVERWRITES},
-    {"", "STFT", run_stft, supports_float, KN_KERNEL_OVERWRITES},
-    {"", "HannWindow", run_window, NULL, KN_KERNEL_OVERWRITES},
-    {"", "HammingWindow", run_window, NULL, KN_KERNEL_OVERWRITES},
-    {"", "BlackmanWindow", run_window, NULL, KN_KERNEL_OVERWRITES},
-    {"", "MelWeightMatrix", run_mel, NULL, 0},
+    {"", "DFT", run_dft, supports_float, KN_KERNEL_OVERWRITES, KN_PARAMS(signal_prepare, signal_prm)},
+    {"", "STFT", run_stft, supports_float, KN_KERNEL_OVERWRITES, KN_PARAMS(signal_prepare, signal_prm)},
+    {"", "HannWindow", run_window, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(signal_prepare, signal_prm)},
+    {"", "HammingWindow", run_window, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(signal_prepare, signal_prm)},
+    {"", "BlackmanWindow", run_window, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(signal_prepare, signal_prm)},
+    {"", "MelWeightMatrix", run_mel, NULL, 0, KN_PARAMS(signal_prepare, signal_prm)},
     {0},
 };
