@@ -109,20 +109,73 @@ static int le_cmp_in(const le_list *k, int64_t i, int64_t xi, double xf, const c
     }
 }
 
-static kiln_status run_label_encoder_v1(kn_kernel_ctx *c) {
+/* TreeEnsemble's attributes (the node's arrays and tensors) */
+typedef struct te_attrs {
+    int n_feat, n_tid, n_fid, n_tl, n_fl, n_miss, n_ltid, n_roots;
+    const int64_t *feat, *tid, *fid, *tleaf, *fleaf, *miss, *leaf_tid, *roots;
+    const kn_tensor *splits, *weights, *modes, *mv;
+    int64_t n_targets;
+    int agg, post;
+} te_attrs;
+
+/* The family's attributes, read once (their prepare hook); pointers are the node's */
+typedef struct ml_prm {
+    /* LabelEncoder: keys and values (keys_ok/vals_ok false: missing, the call says so), the
+     * default tensor, the defaults; opset 1's classes_strings */
+    bool keys_ok, vals_ok;
+    le_list keys, vals, dl;
+    int64_t d_i;
+    float d_f;
+    const char *d_s;
+    const kn_attr *classes;
+    double threshold; /* Binarizer */
+    te_attrs te;
+} ml_prm;
+
+static void te_attrs_read(const kn_node *nd, te_attrs *t);
+
+static kiln_status ml_prepare(const kn_node *n, void *params) {
+    ml_prm *p = params;
+    memset(p, 0, sizeof *p);
+    if (!strcmp(n->op_type, "LabelEncoder")) {
+        p->keys_ok = le_list_get(n, "keys", &p->keys);
+        p->vals_ok = le_list_get(n, "values", &p->vals);
+        const kn_attr *dt = kn_node_attr(n, "default_tensor");
+        if (dt && dt->type == KN_ATTR_TENSOR && dt->t && kn_tensor_count(dt->t) >= 1) {
+            p->dl.t = dt->t;
+            p->dl.kind = p->vals.kind;
+            p->dl.n = 1;
+            if (p->dl.kind == K_STR) p->dl.s = (const char *const *)dt->t->data;
+        }
+        p->d_i = kn_attr_int(n, "default_int64", -1);
+        p->d_f = kn_attr_float(n, "default_float", -0.0f);
+        p->d_s = kn_attr_string(n, "default_string", "_Unused");
+        p->classes = kn_node_attr(n, "classes_strings");
+    }
+    p->threshold = kn_attr_float(n, "threshold", 0.0f);
+    if (!strcmp(n->op_type, "TreeEnsemble")) te_attrs_read(n, &p->te);
+    return KILN_OK;
+}
+
+#define ML_PRM(c)                                                                                  \
+    ml_prm local_prm;                                                                              \
+    const ml_prm *prm;                                                                             \
+    KN_TRY(kn_ctx_params((c), ml_prepare, &local_prm, (const void **)&prm))
+
+static kiln_status run_label_encoder_v1(kn_kernel_ctx *c, const ml_prm *prm) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
-    const kn_attr *cl = kn_node_attr(c->node, "classes_strings");
+    const kn_attr *cl = prm->classes;
     int nc = cl && cl->type == KN_ATTR_STRINGS ? cl->n : 0;
     int64_t n = kn_tensor_count(x);
     if (x->dtype == KILN_DTYPE_INT64) {
-        const char *dflt = kn_attr_string(c->node, "default_string", "_Unused");
+        const char *dflt = prm->d_s;
         for (int64_t i = 0; i < n; i++) {
             int64_t v = ((const int64_t *)x->data)[i];
             KN_TRY(put_str(y, i, v >= 0 && v < nc ? cl->strings[v] : dflt));
         }
     } else {
-        int64_t dflt = kn_attr_int(c->node, "default_int64", -1);
+        int64_t dflt = prm->d_i;
         for (int64_t i = 0; i < n; i++) {
             const char *s = ((char *const *)x->data)[i];
             int64_t v = dflt;
@@ -138,27 +191,21 @@ static kiln_status run_label_encoder_v1(kn_kernel_ctx *c) {
 }
 
 static kiln_status run_label_encoder(kn_kernel_ctx *c) {
-    if (c->node->opset < 2) return run_label_encoder_v1(c);
+    ML_PRM(c);
+    if (c->node->opset < 2) return run_label_encoder_v1(c, prm);
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
-    le_list keys, vals;
-    if (!le_list_get(c->node, "keys", &keys) || !le_list_get(c->node, "values", &vals))
+    if (!prm->keys_ok || !prm->vals_ok)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "LabelEncoder needs one keys_* and one values_* attribute");
+    const le_list keys = prm->keys, vals = prm->vals;
     if (keys.n != vals.n)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%lld keys but %lld values", (long long)keys.n, (long long)vals.n);
     /* the default value */
-    const kn_attr *dt = kn_node_attr(c->node, "default_tensor");
-    le_list dl = {0};
-    if (dt && dt->type == KN_ATTR_TENSOR && dt->t && kn_tensor_count(dt->t) >= 1) {
-        dl.t = dt->t;
-        dl.kind = vals.kind;
-        dl.n = 1;
-        if (dl.kind == K_STR) dl.s = (const char *const *)dt->t->data;
-    }
-    int64_t d_i = kn_attr_int(c->node, "default_int64", -1);
-    float d_f = kn_attr_float(c->node, "default_float", -0.0f);
-    const char *d_s = kn_attr_string(c->node, "default_string", "_Unused");
+    const le_list dl = prm->dl;
+    int64_t d_i = prm->d_i;
+    float d_f = prm->d_f;
+    const char *d_s = prm->d_s;
     int64_t *order = malloc(sizeof *order * (size_t)(keys.n > 0 ? keys.n : 1));
     if (!order) return KN_OOM();
     for (int64_t i = 0; i < keys.n; i++) order[i] = i;
@@ -203,7 +250,8 @@ static kiln_status run_binarizer(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
-    double th = kn_attr_float(c->node, "threshold", 0.0f);
+    ML_PRM(c);
+    double th = prm->threshold;
     int64_t n = kn_tensor_count(x);
     switch (x->dtype) {
     case KILN_DTYPE_FLOAT: {
@@ -295,29 +343,51 @@ typedef struct te {
     double *members;
 } te;
 
+static void te_attrs_read(const kn_node *nd, te_attrs *t) {
+    memset(t, 0, sizeof *t);
+    t->feat = kn_attr_ints(nd, "nodes_featureids", &t->n_feat);
+    t->tid = kn_attr_ints(nd, "nodes_truenodeids", &t->n_tid);
+    t->fid = kn_attr_ints(nd, "nodes_falsenodeids", &t->n_fid);
+    t->tleaf = kn_attr_ints(nd, "nodes_trueleafs", &t->n_tl);
+    t->fleaf = kn_attr_ints(nd, "nodes_falseleafs", &t->n_fl);
+    t->miss = kn_attr_ints(nd, "nodes_missing_value_tracks_true", &t->n_miss);
+    t->leaf_tid = kn_attr_ints(nd, "leaf_targetids", &t->n_ltid);
+    t->roots = kn_attr_ints(nd, "tree_roots", &t->n_roots);
+    const kn_attr *a;
+    t->splits = (a = kn_node_attr(nd, "nodes_splits")) && a->type == KN_ATTR_TENSOR ? a->t : NULL;
+    t->weights = (a = kn_node_attr(nd, "leaf_weights")) && a->type == KN_ATTR_TENSOR ? a->t : NULL;
+    t->modes = (a = kn_node_attr(nd, "nodes_modes")) && a->type == KN_ATTR_TENSOR ? a->t : NULL;
+    t->mv = (a = kn_node_attr(nd, "membership_values")) && a->type == KN_ATTR_TENSOR ? a->t : NULL;
+    t->n_targets = kn_attr_int(nd, "n_targets", 0);
+    t->agg = (int)kn_attr_int(nd, "aggregate_function", AGG_SUM);
+    t->post = (int)kn_attr_int(nd, "post_transform", PT_NONE);
+}
+
 static kiln_status run_tree_ensemble(kn_kernel_ctx *c) {
-    const kn_node *nd = c->node;
     const kn_tensor *X = c->in[0];
     kn_tensor *Y = c->out[0];
     if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
-    int n_feat, n_tid, n_fid, n_tl, n_fl, n_ltid, n_roots;
+    ML_PRM(c);
+    const te_attrs *ta = &prm->te;
+    int n_feat = ta->n_feat, n_tid = ta->n_tid, n_fid = ta->n_fid, n_tl = ta->n_tl, n_fl = ta->n_fl, n_ltid = ta->n_ltid,
+        n_roots = ta->n_roots;
     te t = {0};
-    t.feat = kn_attr_ints(nd, "nodes_featureids", &n_feat);
-    t.tid = kn_attr_ints(nd, "nodes_truenodeids", &n_tid);
-    t.fid = kn_attr_ints(nd, "nodes_falsenodeids", &n_fid);
-    t.tleaf = kn_attr_ints(nd, "nodes_trueleafs", &n_tl);
-    t.fleaf = kn_attr_ints(nd, "nodes_falseleafs", &n_fl);
-    t.miss = kn_attr_ints(nd, "nodes_missing_value_tracks_true", &t.n_miss);
-    t.leaf_tid = kn_attr_ints(nd, "leaf_targetids", &n_ltid);
-    const int64_t *roots = kn_attr_ints(nd, "tree_roots", &n_roots);
-    const kn_attr *a;
-    t.splits = (a = kn_node_attr(nd, "nodes_splits")) && a->type == KN_ATTR_TENSOR ? a->t : NULL;
-    t.weights = (a = kn_node_attr(nd, "leaf_weights")) && a->type == KN_ATTR_TENSOR ? a->t : NULL;
-    t.modes = (a = kn_node_attr(nd, "nodes_modes")) && a->type == KN_ATTR_TENSOR ? a->t : NULL;
-    const kn_tensor *mv = (a = kn_node_attr(nd, "membership_values")) && a->type == KN_ATTR_TENSOR ? a->t : NULL;
-    int64_t n_targets = kn_attr_int(nd, "n_targets", 0);
-    int agg = (int)kn_attr_int(nd, "aggregate_function", AGG_SUM);
-    int post = (int)kn_attr_int(nd, "post_transform", PT_NONE);
+    t.feat = ta->feat;
+    t.tid = ta->tid;
+    t.fid = ta->fid;
+    t.tleaf = ta->tleaf;
+    t.fleaf = ta->fleaf;
+    t.miss = ta->miss;
+    t.n_miss = ta->n_miss;
+    t.leaf_tid = ta->leaf_tid;
+    const int64_t *roots = ta->roots;
+    t.splits = ta->splits;
+    t.weights = ta->weights;
+    t.modes = ta->modes;
+    const kn_tensor *mv = ta->mv;
+    int64_t n_targets = ta->n_targets;
+    int agg = ta->agg;
+    int post = ta->post;
     t.n_nodes = n_feat;
     if (!t.splits || !t.weights || !t.modes)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "nodes_splits, nodes_modes and leaf_weights are required tensors");
@@ -438,9 +508,9 @@ done:
 }
 
 const kn_cpu_kernel kn_cpu_ml[] = {
-    {ML, "LabelEncoder", run_label_encoder, NULL, KN_KERNEL_OVERWRITES},
-    {ML, "Binarizer", run_binarizer, NULL, KN_KERNEL_OVERWRITES},
+    {ML, "LabelEncoder", run_label_encoder, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(ml_prepare, ml_prm)},
+    {ML, "Binarizer", run_binarizer, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(ml_prepare, ml_prm)},
     {ML, "ArrayFeatureExtractor", run_array_feature_extractor, NULL, KN_KERNEL_OVERWRITES},
-    {ML, "TreeEnsemble", run_tree_ensemble, NULL, KN_KERNEL_OVERWRITES},
+    {ML, "TreeEnsemble", run_tree_ensemble, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(ml_prepare, ml_prm)},
     {0},
 };

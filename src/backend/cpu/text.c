@@ -118,11 +118,55 @@ static char *map_case(const char *s, uint32_t (*fn)(uint32_t)) {
 
 /* ------------------------------------------------------------------ StringNormalizer */
 
+/* The family's attributes, read once (their prepare hook); pointers are the node's */
+typedef struct text_prm {
+    const char *case_action;     /* StringNormalizer */
+    bool sensitive;
+    const kn_attr *stopwords;
+    const char *delim;           /* StringSplit: NULL splits on whitespace */
+    int64_t maxsplit;            /* -1: absent */
+    const char *pattern;         /* RegexFullMatch */
+    const char *mode;            /* TfIdfVectorizer */
+    int64_t min_n, max_n, max_skip;
+    const int64_t *counts, *idx, *pool_i;
+    int n_counts, n_idx, n_w, n_pool;
+    const float *w;
+    const kn_attr *pool_s;
+} text_prm;
+
+static kiln_status text_prepare(const kn_node *n, void *params) {
+    text_prm *p = params;
+    memset(p, 0, sizeof *p);
+    p->case_action = kn_attr_string(n, "case_change_action", "NONE");
+    p->sensitive = kn_attr_int(n, "is_case_sensitive", 0) != 0;
+    p->stopwords = kn_node_attr(n, "stopwords");
+    const kn_attr *da = kn_node_attr(n, "delimiter");
+    p->delim = da && da->type == KN_ATTR_STRING ? da->s : NULL;
+    p->maxsplit = kn_node_attr(n, "maxsplit") ? kn_attr_int(n, "maxsplit", 0) : -1;
+    p->pattern = kn_attr_string(n, "pattern", "");
+    p->mode = kn_attr_string(n, "mode", "TF");
+    p->min_n = kn_attr_int(n, "min_gram_length", 1);
+    p->max_n = kn_attr_int(n, "max_gram_length", 1);
+    p->max_skip = kn_attr_int(n, "max_skip_count", 0);
+    p->counts = kn_attr_ints(n, "ngram_counts", &p->n_counts);
+    p->idx = kn_attr_ints(n, "ngram_indexes", &p->n_idx);
+    p->w = kn_attr_floats(n, "weights", &p->n_w);
+    p->pool_s = kn_node_attr(n, "pool_strings");
+    p->pool_i = kn_attr_ints(n, "pool_int64s", &p->n_pool);
+    return KILN_OK;
+}
+
+#define TEXT_PRM(c)                                                                                \
+    text_prm local_prm;                                                                            \
+    const text_prm *prm;                                                                           \
+    KN_TRY(kn_ctx_params((c), text_prepare, &local_prm, (const void **)&prm))
+
 static kiln_status run_string_normalizer(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
-    const char *act = kn_attr_string(c->node, "case_change_action", "NONE");
-    bool sensitive = kn_attr_int(c->node, "is_case_sensitive", 0) != 0;
-    const kn_attr *sw = kn_node_attr(c->node, "stopwords");
+    TEXT_PRM(c);
+    const char *act = prm->case_action;
+    bool sensitive = prm->sensitive;
+    const kn_attr *sw = prm->stopwords;
     int n_stop = sw && sw->type == KN_ATTR_STRINGS ? sw->n : 0;
     uint32_t (*fn)(uint32_t) = !strcmp(act, "LOWER") ? to_lower : !strcmp(act, "UPPER") ? to_upper : NULL;
     int64_t n = kn_tensor_count(x);
@@ -260,9 +304,9 @@ static int64_t split(const char *s, const char *delim, int64_t maxsplit, piece *
 
 static kiln_status run_string_split(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
-    const kn_attr *da = kn_node_attr(c->node, "delimiter");
-    const char *delim = da && da->type == KN_ATTR_STRING ? da->s : NULL;
-    int64_t maxsplit = kn_node_attr(c->node, "maxsplit") ? kn_attr_int(c->node, "maxsplit", 0) : -1;
+    TEXT_PRM(c);
+    const char *delim = prm->delim;
+    int64_t maxsplit = prm->maxsplit;
     int64_t n = kn_tensor_count(x), most = 0;
     kn_tensor *z;
     KN_TRY(kn_ctx_output(c, 1, KILN_DTYPE_INT64, x->rank, x->dims, &z));
@@ -294,7 +338,8 @@ static kiln_status run_regex_full_match(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
-    const char *pat = kn_attr_string(c->node, "pattern", "");
+    TEXT_PRM(c);
+    const char *pat = prm->pattern;
     regex_t re;
     char why[512];
     kiln_status st = kn_regex_compile(pat, &re, why, sizeof why);
@@ -357,16 +402,16 @@ static bool tf_equal(const tf_ctx *t, const tf_entry *e, int64_t pos, int64_t d,
 
 static kiln_status run_tfidf(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
-    const kn_node *node = c->node;
-    const char *mode = kn_attr_string(node, "mode", "TF");
-    int64_t min_n = kn_attr_int(node, "min_gram_length", 1), max_n = kn_attr_int(node, "max_gram_length", 1);
-    int64_t max_skip = kn_attr_int(node, "max_skip_count", 0);
-    int n_counts, n_idx, n_w = 0, n_pool;
-    const int64_t *counts = kn_attr_ints(node, "ngram_counts", &n_counts);
-    const int64_t *idx = kn_attr_ints(node, "ngram_indexes", &n_idx);
-    const float *w = kn_attr_floats(node, "weights", &n_w);
-    const kn_attr *ps = kn_node_attr(node, "pool_strings");
-    const int64_t *pool_i = kn_attr_ints(node, "pool_int64s", &n_pool);
+    TEXT_PRM(c);
+    const char *mode = prm->mode;
+    int64_t min_n = prm->min_n, max_n = prm->max_n;
+    int64_t max_skip = prm->max_skip;
+    int n_counts = prm->n_counts, n_idx = prm->n_idx, n_w = prm->n_w, n_pool = prm->n_pool;
+    const int64_t *counts = prm->counts;
+    const int64_t *idx = prm->idx;
+    const float *w = prm->w;
+    const kn_attr *ps = prm->pool_s;
+    const int64_t *pool_i = prm->pool_i;
     bool strings = x->dtype == KILN_DTYPE_STRING;
     if (strings) n_pool = ps && ps->type == KN_ATTR_STRINGS ? ps->n : 0;
     if (strings && !n_pool && pool_i)
@@ -463,10 +508,10 @@ done:
 }
 
 const kn_cpu_kernel kn_cpu_text[] = {
-    {"", "StringNormalizer", run_string_normalizer, NULL, 0},
+    {"", "StringNormalizer", run_string_normalizer, NULL, 0, KN_PARAMS(text_prepare, text_prm)},
     {"", "StringConcat", run_string_concat, NULL, KN_KERNEL_OVERWRITES},
-    {"", "StringSplit", run_string_split, NULL, 0},
-    {"", "RegexFullMatch", run_regex_full_match, NULL, KN_KERNEL_OVERWRITES},
-    {"", "TfIdfVectorizer", run_tfidf, NULL, KN_KERNEL_OVERWRITES},
+    {"", "StringSplit", run_string_split, NULL, 0, KN_PARAMS(text_prepare, text_prm)},
+    {"", "RegexFullMatch", run_regex_full_match, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(text_prepare, text_prm)},
+    {"", "TfIdfVectorizer", run_tfidf, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(text_prepare, text_prm)},
     {0},
 };
