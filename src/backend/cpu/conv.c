@@ -367,13 +367,6 @@ static inline uint32_t range_mask32(int64_t lo, int64_t hi) {
     return up & ~((1u << lo) - 1);
 }
 
-/* lane l: 2l (kn_vf_perm2 of two vectors keeps their even elements) */
-static inline kn_vi dw_even(void) {
-    int32_t t[KN_VL];
-    for (int l = 0; l < KN_VL; l++) t[l] = 2 * l;
-    return kn_vi_loadu(t);
-}
-
 /* Per chunk of KN_VL outputs along a row and per kw: the input index of lane 0 and the lanes (for
  * stride 2, the input lanes of a 32-float window) that fall inside the row. The same for every
  * row and plane, so computed once per call. */
@@ -404,7 +397,7 @@ static void dw_taps(const win2 *v, dw_tap *taps) {
 static inline __attribute__((always_inline)) void dw_plane_impl(const float *xs, const float *ws, float *ys,
                                                                 const win2 *v, const dw_tap *taps, const int SW,
                                                                 const int NCH) {
-    const kn_vi even = dw_even();
+    const kn_vi even = kn_vi_iota(0, 2);
     const int64_t KW = v->KW;
     for (int64_t oh = 0; oh < v->OH; oh++) {
         float *yrow = ys + oh * v->OW;
@@ -452,7 +445,7 @@ static inline __attribute__((always_inline)) void dw_plane_impl(const float *xs,
 static inline __attribute__((always_inline)) void dw_rows_impl(const float *xs, const float *ws, float *ys,
                                                                const win2 *v, const dw_tap *taps, const int SW,
                                                                const int SH, const int NCH, const int R) {
-    const kn_vi even = dw_even();
+    const kn_vi even = kn_vi_iota(0, 2);
     const int64_t KW = v->KW, KH = v->KH, OH = v->OH;
     for (int64_t oh0 = 0; oh0 < OH; oh0 += R) {
         for (int64_t c = 0, ow0 = 0; ow0 < v->OW; ow0 += KN_VL * NCH, c += NCH) {
@@ -850,15 +843,15 @@ static void make_packed_weights_t(const void *ctx, void *dst) {
         kn_sgemm_pack_b_full(p->w + g * p->Mg * p->K, p->K, true, p->Mg, p->K, (float *)dst + g * per);
 }
 
-#if defined(__AVX512F__)
+#if KN_VL
 /* ---- pointwise convolution on small planes ----
  * A 7x7 plane gives the GEMM 49 = 32 + 17 columns: vectors along the plane compute 64. Here the
- * 16 lanes run along the output channels instead: a tile is 48 channels x 7 pixels, 21
- * accumulators fed per input channel by 3 loads of weights (packed once per session as
- * [M/48][K][48]) and 7 broadcasts of input pixels read in place; the tile is transposed into the
- * output rows. */
-#define PW_MB 48
-#define PW_NB 7
+ * lanes run along the output channels instead: a tile is PW_MB = 3 vectors of channels (48 or 24)
+ * x PW_NB pixels (7 with AVX-512's 32 registers, 4 with AVX2's 16), 21 or 12 accumulators fed per
+ * input channel by 3 loads of weights (packed once per session as [M/PW_MB][K][PW_MB]) and PW_NB
+ * broadcasts of input pixels read in place; the tile is transposed into the output rows. */
+#define PW_MB (3 * KN_VL)
+#define PW_NB (KN_VREGS == 32 ? 7 : 4)
 
 typedef struct pw_wctx {
     const float *w;
@@ -891,29 +884,29 @@ typedef struct pw_job {
     const void *epi_ctx;
 } pw_job;
 
-/* out[j*PW_MB + r] = bias + sum_c a[c][r] * b[c*ldb + j] for j < NB, r < 48 */
+/* out[j*PW_MB + r] = bias + sum_c a[c][r] * b[c*ldb + j] for j < NB, r < PW_MB */
 static inline __attribute__((always_inline)) void pw_tile(const float *a, const float *b, int64_t ldb, int64_t K,
-                                                          const __m512 bias[3], float *out, const int NB) {
-    __m512 acc[PW_NB][3];
+                                                          const kn_vf bias[3], float *out, const int NB) {
+    kn_vf acc[7][3];
 #pragma GCC unroll 7
     for (int j = 0; j < NB; j++)
         for (int v = 0; v < 3; v++) acc[j][v] = bias[v];
     for (int64_t c = 0; c < K; c++, a += PW_MB, b += ldb) {
-        const __m512 a0 = _mm512_loadu_ps(a), a1 = _mm512_loadu_ps(a + 16), a2 = _mm512_loadu_ps(a + 32);
+        const kn_vf a0 = kn_vf_loadu(a), a1 = kn_vf_loadu(a + KN_VL), a2 = kn_vf_loadu(a + 2 * KN_VL);
 #pragma GCC unroll 7
         for (int j = 0; j < NB; j++) {
-            const __m512 bj = _mm512_set1_ps(b[j]);
-            acc[j][0] = _mm512_fmadd_ps(a0, bj, acc[j][0]);
-            acc[j][1] = _mm512_fmadd_ps(a1, bj, acc[j][1]);
-            acc[j][2] = _mm512_fmadd_ps(a2, bj, acc[j][2]);
+            const kn_vf bj = kn_vf_set1(b[j]);
+            acc[j][0] = kn_vf_fmadd(a0, bj, acc[j][0]);
+            acc[j][1] = kn_vf_fmadd(a1, bj, acc[j][1]);
+            acc[j][2] = kn_vf_fmadd(a2, bj, acc[j][2]);
         }
     }
 #pragma GCC unroll 7
     for (int j = 0; j < NB; j++)
-        for (int v = 0; v < 3; v++) _mm512_storeu_ps(out + j * PW_MB + v * 16, acc[j][v]);
+        for (int v = 0; v < 3; v++) kn_vf_storeu(out + j * PW_MB + v * KN_VL, acc[j][v]);
 }
 
-/* Tasks are (image, panel of 48 output channels). */
+/* Tasks are (image, panel of PW_MB output channels). */
 static void pw_range(void *arg, int64_t begin, int64_t end) {
     const pw_job *jb = arg;
     const conv_shape *s = jb->s;
@@ -923,10 +916,10 @@ static void pw_range(void *arg, int64_t begin, int64_t end) {
         const int64_t n = t / panels, m0 = (t % panels) * PW_MB, mr = min64(PW_MB, s->M - m0);
         const float *a = jb->wp + m0 * K, *b = jb->x + n * K * N;
         float *y = jb->y + (n * s->M + m0) * N;
-        __m512 bias[3];
+        kn_vf bias[3];
         for (int v = 0; v < 3; v++)
-            bias[v] = jb->bias ? _mm512_maskz_loadu_ps(kn_v16_tail(mr - 16 * v), jb->bias + m0 + 16 * v)
-                               : _mm512_setzero_ps();
+            bias[v] = jb->bias ? kn_vf_maskz_loadu(kn_v_tail(mr - KN_VL * v), jb->bias + m0 + KN_VL * v)
+                               : kn_vf_zero();
         for (int64_t j0 = 0; j0 < N; j0 += PW_NB) {
             const int nb = (int)min64(PW_NB, N - j0);
             switch (nb) {
@@ -939,12 +932,12 @@ static void pw_range(void *arg, int64_t begin, int64_t end) {
             default: pw_tile(a, b + j0, N, K, bias, tile, 1); break;
             }
             /* tile [pixel][channel] -> output rows [channel][pixel] */
-            const __mmask16 keep = kn_v16_tail(nb);
-            for (int v = 0; v < 3 && 16 * v < mr; v++) {
-                __m512 o[16];
-                kn_v16_transpose(tile + 16 * v, PW_MB, nb, 16, o);
-                const int rows = (int)min64(16, mr - 16 * v);
-                for (int q = 0; q < rows; q++) _mm512_mask_storeu_ps(y + (16 * v + q) * N + j0, keep, o[q]);
+            const kn_vmask keep = kn_v_tail(nb);
+            for (int v = 0; v < 3 && KN_VL * v < mr; v++) {
+                kn_vf o[KN_VL];
+                kn_v_transpose(tile + KN_VL * v, PW_MB, nb, KN_VL, o);
+                const int rows = (int)min64(KN_VL, mr - KN_VL * v);
+                for (int q = 0; q < rows; q++) kn_vf_mask_storeu(y + (KN_VL * v + q) * N + j0, keep, o[q]);
             }
         }
         if (jb->epi) jb->epi(jb->epi_ctx, jb->y, (n * s->M + m0) * N, mr, N, N);
@@ -958,7 +951,7 @@ static kiln_status pw_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
     const int64_t panels = (s->M + PW_MB - 1) / PW_MB, K = s->C;
     const size_t bytes = sizeof(float) * (size_t)(panels * PW_MB * K);
     pw_wctx wc = {w, s->M, K};
-    kn_const_layout lay = {3, {s->M, K, 0, 0}};
+    kn_const_layout lay = {3, {s->M, K, PW_MB, 0}};
     const float *wp = w_is_input ? kn_cpu_const_derived(c, 1, &lay, bytes, pw_make_weights, &wc) : NULL;
     float *own = NULL;
     if (!wp) {
@@ -974,11 +967,11 @@ static kiln_status pw_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
 }
 #endif
 
-#if defined(__AVX512F__)
+#if KN_VL
 /* ---- few input taps (stems): direct, in registers ----
  * A convolution whose im2col depth C*KH*KW is small (an RGB stem: 27 for 3x3, 147 is too deep)
  * spent half its GEMM time packing that im2col (perf: 3x3 s2 3->16 on 224x224). Here each block
- * of 16 outputs along a row loads its K input vectors once (masked loads, stride 2 by
+ * of KN_VL outputs along a row loads its K input vectors once (masked loads, stride 2 by
  * deinterleaving two loads, gathers at the borders) and every output channel is K FMAs on them,
  * 8 channels at a time in registers. Undilated rows, strides 1 and 2, one group. */
 #define SK_MAX 32
@@ -1004,21 +997,20 @@ static void sk_range(void *arg, int64_t begin, int64_t end) {
     const conv_shape *s = j->s;
     const win2 *v = &j->v;
     const int64_t K = s->Cg * s->kk, M = s->M, OW = v->OW;
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    __m512 xv[SK_MAX];
+    const kn_vi even = kn_vi_iota(0, 2), lane = kn_vi_iota(0, 1);
+    kn_vf xv[SK_MAX];
     for (int64_t t = begin; t < end; t++) {
         const int64_t n = t / j->bands, band = t % j->bands;
         const int64_t oh0 = band * v->OH / j->bands, oh1 = (band + 1) * v->OH / j->bands;
         const float *xn = j->x + n * s->C * s->in_plane;
         float *yn = j->y + n * M * s->out_plane;
         for (int64_t oh = oh0; oh < oh1; oh++)
-            for (int64_t ow = 0; ow < OW; ow += 16) {
-                const __mmask16 om = kn_v16_tail(OW - ow);
+            for (int64_t ow = 0; ow < OW; ow += KN_VL) {
+                const kn_vmask om = kn_v_tail(OW - ow);
                 const int64_t iw0 = ow * v->sw - v->pw;
-                /* input columns of the 16 lanes for kw = 0: iw0 + lane * sw */
-                const __m512i cols = _mm512_add_epi32(_mm512_set1_epi32((int)iw0),
-                                                      _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)v->sw)));
+                /* input columns of the lanes for kw = 0: iw0 + lane * sw */
+                const kn_vi cols = kn_vi_add(kn_vi_set1((int)iw0),
+                                                      kn_vi_mullo(lane, kn_vi_set1((int)v->sw)));
                 int k = 0;
                 for (int64_t c = 0; c < s->Cg; c++)
                     for (int64_t kh = 0; kh < v->KH; kh++) {
@@ -1027,36 +1019,36 @@ static void sk_range(void *arg, int64_t begin, int64_t end) {
                         const float *row = xn + c * s->in_plane + (row_ok ? ih : 0) * v->W;
                         for (int64_t kw = 0; kw < v->KW; kw++, k++) {
                             if (!row_ok) {
-                                xv[k] = _mm512_setzero_ps();
+                                xv[k] = kn_vf_zero();
                                 continue;
                             }
-                            const int64_t first = iw0 + kw, last = first + 15 * v->sw;
+                            const int64_t first = iw0 + kw, last = first + (KN_VL - 1) * v->sw;
                             if (first >= 0 && last + (v->sw == 2 ? 1 : 0) < v->W) {
-                                xv[k] = v->sw == 1 ? _mm512_loadu_ps(row + first)
-                                                   : _mm512_permutex2var_ps(_mm512_loadu_ps(row + first), even,
-                                                                            _mm512_loadu_ps(row + first + 16));
+                                xv[k] = v->sw == 1 ? kn_vf_loadu(row + first)
+                                                   : kn_vf_perm2(kn_vf_loadu(row + first), even,
+                                                                            kn_vf_loadu(row + first + KN_VL));
                             } else {
-                                const __m512i ci = _mm512_add_epi32(cols, _mm512_set1_epi32((int)kw));
-                                const __mmask16 in = om & _mm512_cmpge_epi32_mask(ci, _mm512_setzero_si512()) &
-                                                     _mm512_cmplt_epi32_mask(ci, _mm512_set1_epi32((int)v->W));
-                                xv[k] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in, ci, row, 4);
+                                const kn_vi ci = kn_vi_add(cols, kn_vi_set1((int)kw));
+                                const kn_vmask in = om & kn_vi_cmpge_mask(ci, kn_vi_zero()) &
+                                                     kn_vi_cmplt_mask(ci, kn_vi_set1((int)v->W));
+                                xv[k] = kn_vf_mask_gather(in, ci, row);
                             }
                         }
                     }
                 float *yo = yn + oh * OW + ow;
                 int64_t m = 0;
                 for (; m + 8 <= M; m += 8) {
-                    __m512 acc[8];
-                    for (int r = 0; r < 8; r++) acc[r] = _mm512_set1_ps(j->bias ? j->bias[m + r] : 0.0f);
+                    kn_vf acc[8];
+                    for (int r = 0; r < 8; r++) acc[r] = kn_vf_set1(j->bias ? j->bias[m + r] : 0.0f);
                     const float *wm = j->w + m * K;
                     for (int q = 0; q < K; q++)
-                        for (int r = 0; r < 8; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(wm[r * K + q]), xv[q], acc[r]);
-                    for (int r = 0; r < 8; r++) _mm512_mask_storeu_ps(yo + (m + r) * s->out_plane, om, acc[r]);
+                        for (int r = 0; r < 8; r++) acc[r] = kn_vf_fmadd(kn_vf_set1(wm[r * K + q]), xv[q], acc[r]);
+                    for (int r = 0; r < 8; r++) kn_vf_mask_storeu(yo + (m + r) * s->out_plane, om, acc[r]);
                 }
                 for (; m < M; m++) {
-                    __m512 acc = _mm512_set1_ps(j->bias ? j->bias[m] : 0.0f);
-                    for (int q = 0; q < K; q++) acc = _mm512_fmadd_ps(_mm512_set1_ps(j->w[m * K + q]), xv[q], acc);
-                    _mm512_mask_storeu_ps(yo + m * s->out_plane, om, acc);
+                    kn_vf acc = kn_vf_set1(j->bias ? j->bias[m] : 0.0f);
+                    for (int q = 0; q < K; q++) acc = kn_vf_fmadd(kn_vf_set1(j->w[m * K + q]), xv[q], acc);
+                    kn_vf_mask_storeu(yo + m * s->out_plane, om, acc);
                 }
             }
         if (j->epi && oh1 > oh0)
@@ -1075,27 +1067,32 @@ static void sk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const
 }
 #endif
 
-#if defined(__AVX512F__)
+#if KN_VL
 /* ---- few input channels, deep windows (the 7x7 RGB stem): output channels in the lanes ----
  * The 7x7 s2 3->64 stem has an im2col depth of 147, too deep for the few-taps path above, and the
  * implicit GEMM spent a quarter of its time packing that im2col (perf on 1x3x224x224: packing
  * 26%, micro-kernel 71%, 11% of whose rows were padding: 64 channels in panels of 12). Here the
- * 16 lanes run along the output channels: a tile of MV x 16 channels by P pixels of one output row
- * (4 x 6 or 2 x 12: 24 accumulators) takes, per tap, MV loads of weights (packed once per session
- * as [M / 16MV][C*KH*KW][16MV]) and P broadcasts of input pixels read from a zero-padded copy of
+ * KN_VL lanes (isa_vec.h) run along the output channels: a tile of MV x KN_VL channels by P pixels of
+ * one output row (CL_ACC accumulators: AVX-512 4 x 6 or 2 x 12, AVX2 4 x 3 or 2 x 6) takes, per tap,
+ * MV loads of weights (packed once per session as [M / KN_VL MV][C*KH*KW][KN_VL MV]) and P broadcasts of input pixels read from a zero-padded copy of
  * the input (no bounds checks anywhere); each segment of up to 60 pixels lands channels-last in a
  * buffer on the stack and is transposed into the output rows. Strides 2 to 4, any dilation and
  * padding, one group, up to 4 input channels, output channels a multiple of 32. */
 #define CL_SEG 60
+#define CL_ACC (KN_VREGS == 32 ? 24 : 12) /* accumulators of a tile */
+#define CL_PMAX (CL_ACC / 2)              /* pixels of a tile of two vectors of channels */
+#define CL_PMIN (CL_PMAX / 2 + 1)
 
 /* 3x3 convolutions with many channels, stride 2 (ResNet's and YOLO's downsamplers) or small planes
- * at stride 1 that Winograd leaves (7x7): the same kernel, 32 channels by a row tile of 7-14 pixels
+ * at stride 1 that Winograd leaves (7x7): the same kernel, two vectors of channels (32 or 16) by a row
+ * tile of CL_PMIN..CL_PMAX pixels
  * (cl_p_of: the width that wastes fewest columns; cl3_tile: all addresses constant offsets), every
  * tap a broadcast of the input read in place (cl_range) or, when the weights exceed the caches,
  * from a padded copy per task over ranges of channel blocks (cl_range_mfirst). Against the
  * implicit GEMM: bench/results/cpu-conv3x3-2026-12-03.md. */
 #define CL3_MAX_OW 4096
 #define CL3_CB 32 /* input channels per partial sum in cl3_tile */
+#define CLB (2 * KN_VL) /* output channels of a cl3_tile */
 
 static bool cl3_suits(const conv_shape *s) {
     if (s->G != 1 || s->nsp != 2 || s->M % 32 || s->C < 8 || s->w.kernel[0] != 3 || s->w.kernel[1] != 3) return false;
@@ -1114,16 +1111,16 @@ static bool cl3_suits(const conv_shape *s) {
     return s->C >= 16 && s->N * ((v.OH + 3) / 4) * ((v.OW + 3) / 4) < 16;
 }
 
-/* Pixels per tile for a row of OW outputs with 32 channels a tile: 7..12, the fewest columns
- * computed past the row, then the widest. 13 and 14 (28 accumulators) spilled half of them to the
+/* Pixels per tile for a row of OW outputs with two vectors of channels a tile: CL_PMIN..CL_PMAX
+ * (AVX-512 7..12, AVX2 4..6), the fewest columns computed past the row, then the widest. 13 and 14 (28 accumulators) spilled half of them to the
  * stack once the nine taps were unrolled: 1 thread, CPU time, s2 128->128 28x28 0.292 ms with
  * tiles of 14, 0.237 with 7 (ORT 0.245); s2 256->256 28x28 1.17 -> 0.85 (the GEMM 1.06). */
 static int cl_p_of(int64_t OW) {
     const char *e = getenv("KILN_CL3_PMAX");
-    const int pmax = e && atoi(e) >= 7 && atoi(e) <= 12 ? atoi(e) : 12;
+    const int pmax = e && atoi(e) >= CL_PMIN && atoi(e) <= CL_PMAX ? atoi(e) : CL_PMAX;
     int best = pmax;
     int64_t best_cols = (OW + pmax - 1) / pmax * pmax;
-    for (int p = pmax - 1; p >= 7; p--) {
+    for (int p = pmax - 1; p >= CL_PMIN; p--) {
         const int64_t cols = (OW + p - 1) / p * p;
         if (cols < best_cols) best = p, best_cols = cols;
     }
@@ -1140,7 +1137,7 @@ static bool cl_suits(const conv_shape *s) {
 
 typedef struct cl_wctx {
     const float *w;
-    int64_t M, K, MB; /* MB: channels per block, 16 * MV */
+    int64_t M, K, MB; /* MB: channels per block, KN_VL * MV */
 } cl_wctx;
 
 static void cl_make_weights(const void *ctx, void *dst) {
@@ -1170,14 +1167,14 @@ typedef struct cl_job {
     bool mfirst; /* bands are ranges of channel blocks (cl_range_mfirst) */
 } cl_job;
 
-/* out[p*16MV + 16v + r] = bias + sum over taps of w[tap][16v + r] * x(tap, pixel p) for p < P;
+/* out[p*MB + KN_VL v + r] = bias + sum over taps of w[tap][KN_VL v + r] * x(tap, pixel p) for p < P;
  * x0: the padded input at channel 0 and the first tap of pixel 0. */
 static inline __attribute__((always_inline)) void cl_tile(const cl_job *j, const float *x0, const float *w,
-                                                          const __m512 *bias, float *out, const int MV, const int P) {
+                                                          const kn_vf *bias, float *out, const int MV, const int P) {
     const conv_shape *s = j->s;
     const win2 *v = &j->v;
-    const int64_t plane = j->Hp * j->Wp, sw = v->sw, MB = 16 * MV;
-    __m512 acc[12][4];
+    const int64_t plane = j->Hp * j->Wp, sw = v->sw, MB = KN_VL * MV;
+    kn_vf acc[12][4];
 #pragma GCC unroll 12
     for (int p = 0; p < P; p++)
 #pragma GCC unroll 4
@@ -1187,51 +1184,51 @@ static inline __attribute__((always_inline)) void cl_tile(const cl_job *j, const
             const float *row = x0 + c * plane + kh * v->dh * j->Wp;
             for (int64_t kw = 0; kw < v->KW; kw++, w += MB) {
                 const float *px = row + kw * v->dw;
-                __m512 wv[4];
+                kn_vf wv[4];
 #pragma GCC unroll 4
-                for (int q = 0; q < MV; q++) wv[q] = _mm512_loadu_ps(w + 16 * q);
+                for (int q = 0; q < MV; q++) wv[q] = kn_vf_loadu(w + KN_VL * q);
 #pragma GCC unroll 12
                 for (int p = 0; p < P; p++) {
-                    const __m512 b = _mm512_set1_ps(px[p * sw]);
+                    const kn_vf b = kn_vf_set1(px[p * sw]);
 #pragma GCC unroll 4
-                    for (int q = 0; q < MV; q++) acc[p][q] = _mm512_fmadd_ps(wv[q], b, acc[p][q]);
+                    for (int q = 0; q < MV; q++) acc[p][q] = kn_vf_fmadd(wv[q], b, acc[p][q]);
                 }
             }
         }
 #pragma GCC unroll 12
     for (int p = 0; p < P; p++)
 #pragma GCC unroll 4
-        for (int q = 0; q < MV; q++) _mm512_storeu_ps(out + p * MB + 16 * q, acc[p][q]);
+        for (int q = 0; q < MV; q++) kn_vf_storeu(out + p * MB + KN_VL * q, acc[p][q]);
 }
 
-/* cl_tile for 3x3 windows without dilation, 32 channels, stride SW: every address a constant
+/* cl_tile for 3x3 windows, two vectors of channels (CLB), stride SW, dilation D: every address a constant
  * offset from three row pointers (the generic tile kept 14 pixel offsets in registers and
  * spilled). */
 static inline __attribute__((always_inline)) void cl3_tile(const cl_job *j, const float *x0, const float *w,
-                                                           const __m512 *bias, float *out, const int P, const int SW,
+                                                           const kn_vf *bias, float *out, const int P, const int SW,
                                                            const int D) {
     const int64_t plane = j->Hp * j->Wp, Wp = j->Wp, C = j->s->C;
-    __m512 acc[12][2];
+    kn_vf acc[12][2];
     /* blocks of CL3_CB channels, each summed from zero and added to the running total in `out`:
      * one chain of 9 C products rounded 10x more than the GEMM's slices of 256 (512 -> 512 on
      * 7x7: max error relative to the largest output 3.4e-6, ORT 2.3e-7) */
     for (int64_t cb = 0; cb < C; cb += CL3_CB) {
 #pragma GCC unroll 12
     for (int p = 0; p < P; p++)
-        acc[p][0] = cb ? _mm512_setzero_ps() : bias[0], acc[p][1] = cb ? _mm512_setzero_ps() : bias[1];
-    for (int64_t c = cb; c < min64(C, cb + CL3_CB); c++, w += 9 * 32) {
+        acc[p][0] = cb ? kn_vf_zero() : bias[0], acc[p][1] = cb ? kn_vf_zero() : bias[1];
+    for (int64_t c = cb; c < min64(C, cb + CL3_CB); c++, w += 9 * CLB) {
         const float *r0 = x0 + c * plane;
 #pragma GCC unroll 3
         for (int kh = 0; kh < 3; kh++) {
             const float *row = r0 + kh * D * Wp;
 #pragma GCC unroll 3
             for (int kw = 0; kw < 3; kw++) {
-                const __m512 w0 = _mm512_loadu_ps(w + (kh * 3 + kw) * 32), w1 = _mm512_loadu_ps(w + (kh * 3 + kw) * 32 + 16);
+                const kn_vf w0 = kn_vf_loadu(w + (kh * 3 + kw) * CLB), w1 = kn_vf_loadu(w + (kh * 3 + kw) * CLB + KN_VL);
 #pragma GCC unroll 12
                 for (int p = 0; p < P; p++) {
-                    const __m512 b = _mm512_set1_ps(row[kw * D + p * SW]);
-                    acc[p][0] = _mm512_fmadd_ps(w0, b, acc[p][0]);
-                    acc[p][1] = _mm512_fmadd_ps(w1, b, acc[p][1]);
+                    const kn_vf b = kn_vf_set1(row[kw * D + p * SW]);
+                    acc[p][0] = kn_vf_fmadd(w0, b, acc[p][0]);
+                    acc[p][1] = kn_vf_fmadd(w1, b, acc[p][1]);
                 }
             }
         }
@@ -1239,11 +1236,11 @@ static inline __attribute__((always_inline)) void cl3_tile(const cl_job *j, cons
     if (cb) {
 #pragma GCC unroll 12
         for (int p = 0; p < P; p++)
-            acc[p][0] = _mm512_add_ps(acc[p][0], _mm512_loadu_ps(out + p * 32)),
-            acc[p][1] = _mm512_add_ps(acc[p][1], _mm512_loadu_ps(out + p * 32 + 16));
+            acc[p][0] = kn_vf_add(acc[p][0], kn_vf_loadu(out + p * CLB)),
+            acc[p][1] = kn_vf_add(acc[p][1], kn_vf_loadu(out + p * CLB + KN_VL));
     }
 #pragma GCC unroll 12
-    for (int p = 0; p < P; p++) _mm512_storeu_ps(out + p * 32, acc[p][0]), _mm512_storeu_ps(out + p * 32 + 16, acc[p][1]);
+    for (int p = 0; p < P; p++) kn_vf_storeu(out + p * CLB, acc[p][0]), kn_vf_storeu(out + p * CLB + KN_VL, acc[p][1]);
     }
 }
 
@@ -1255,29 +1252,41 @@ static inline __attribute__((always_inline)) void cl3_tile(const cl_job *j, cons
         return;
 
 /* cl_tile with the job's tile shape as constants. */
-static void cl_tile_any(const cl_job *j, const float *x0, const float *w, const __m512 *bias, float *out) {
+static void cl_tile_any(const cl_job *j, const float *x0, const float *w, const kn_vf *bias, float *out) {
     if (j->MV == 4) {
-        cl_tile(j, x0, w, bias, out, 4, 6);
+        cl_tile(j, x0, w, bias, out, 4, CL_ACC / 4);
         return;
     }
     if (j->inplace) { /* cl3_suits: 3x3, stride 1 or 2, dilation 1 (or 2 at stride 1) */
         switch (j->P) {
+#if KN_VREGS < 32
+            CL3_CASE(4)
+            CL3_CASE(5)
+            CL3_CASE(6)
+#else
             CL3_CASE(7)
             CL3_CASE(8)
             CL3_CASE(9)
             CL3_CASE(10)
             CL3_CASE(11)
             CL3_CASE(12)
+#endif
         default: break;
         }
     }
     switch (j->P) {
+#if KN_VREGS < 32
+    case 4: cl_tile(j, x0, w, bias, out, 2, 4); break;
+    case 5: cl_tile(j, x0, w, bias, out, 2, 5); break;
+    default: cl_tile(j, x0, w, bias, out, 2, 6); break;
+#else
     case 7: cl_tile(j, x0, w, bias, out, 2, 7); break;
     case 8: cl_tile(j, x0, w, bias, out, 2, 8); break;
     case 9: cl_tile(j, x0, w, bias, out, 2, 9); break;
     case 10: cl_tile(j, x0, w, bias, out, 2, 10); break;
     case 11: cl_tile(j, x0, w, bias, out, 2, 11); break;
     default: cl_tile(j, x0, w, bias, out, 2, 12); break;
+#endif
     }
 }
 
@@ -1296,12 +1305,26 @@ static void cl_pad_block(const cl_job *j, int64_t n, int64_t ih0, int64_t rows, 
             const int64_t ih = ih0 + r;
             const bool in = ih >= 0 && ih < v->H;
             const float *xr = xc + (in ? ih : 0) * v->W;
-            for (int64_t q = 0; q < cols; q += 16) {
-                const int64_t lo = max64(0, -(c0 + q)), hi = min64(16, v->W - (c0 + q));
-                const __mmask16 keep = kn_v16_tail((int)min64(16, cols - q));
-                const __mmask16 m = in && hi > lo ? (__mmask16)(keep & (((1u << hi) - 1u) & ~((1u << lo) - 1u))) : 0;
-                _mm512_mask_storeu_ps(row + q, keep, _mm512_maskz_loadu_ps(m, xr + c0 + q));
+            for (int64_t q = 0; q < cols; q += KN_VL) {
+                const kn_vmask keep = kn_v_tail(cols - q);
+                const kn_vmask m = in ? (kn_vmask)(keep & kn_v_range(-(c0 + q), v->W - (c0 + q))) : 0;
+                kn_vf_mask_storeu(row + q, keep, kn_vf_maskz_loadu(m, xr + c0 + q));
             }
+        }
+    }
+}
+
+/* A segment's tiles, seg [pixel][channel] (sn pixels of MB channels), into the output rows
+ * [channel][pixel] at y (channels a plane apart). */
+static void cl_store_seg(const float *seg, int64_t MB, int MV, int64_t sn, float *y, int64_t plane) {
+    for (int64_t r0 = 0; r0 < sn; r0 += KN_VL) {
+        const int rows = (int)min64(KN_VL, sn - r0);
+        const kn_vmask keep = kn_v_tail(rows);
+        for (int q = 0; q < MV; q++) {
+            kn_vf o[KN_VL];
+            kn_v_transpose(seg + r0 * MB + KN_VL * q, MB, rows, KN_VL, o);
+            float *yo = y + KN_VL * q * plane + r0;
+            for (int c = 0; c < KN_VL; c++) kn_vf_mask_storeu(yo + c * plane, keep, o[c]);
         }
     }
 }
@@ -1312,7 +1335,7 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
     const conv_shape *s = j->s;
     const win2 *v = &j->v;
     const int MV = j->MV, P = j->P, SEG = CL_SEG / P * P;
-    const int64_t MB = 16 * MV, K = s->C * s->kk, OW = v->OW, plane = s->out_plane;
+    const int64_t MB = KN_VL * MV, K = s->C * s->kk, OW = v->OW, plane = s->out_plane;
     float seg[(CL_SEG + 14) * 64] __attribute__((aligned(64)));
     /* in place (many channels): tiles whose window lies inside the image read it where it is;
      * a row whose window crosses the top or bottom is padded whole into the thread's buffer,
@@ -1334,9 +1357,9 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
     }
     cl_job rowj = *j, inj = *j, edgej = *j;
     rowj.Hp = kh_ext, edgej.Hp = kh_ext, edgej.Wp = ew, inj.Hp = v->H, inj.Wp = v->W;
-    /* per tile of a row: where it reads and with which job (cl3_suits: at most CL3_MAX_OW / 7) */
-    const float *tsrc[CL3_MAX_OW / 7 + 1];
-    const cl_job *tjob[CL3_MAX_OW / 7 + 1];
+    /* per tile of a row: where it reads and with which job (cl3_suits: at most CL3_MAX_OW / CL_PMIN) */
+    const float *tsrc[CL3_MAX_OW / CL_PMIN + 1];
+    const cl_job *tjob[CL3_MAX_OW / CL_PMIN + 1];
     for (int64_t t = begin; t < end; t++) {
         const int64_t n = t / j->bands, band = t % j->bands;
         const int64_t oh0 = band * v->OH / j->bands, oh1 = (band + 1) * v->OH / j->bands;
@@ -1367,9 +1390,9 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
             }
             for (int64_t m0 = 0; m0 < s->M; m0 += MB) {
                 const float *w = j->wp + m0 * K;
-                __m512 bias[4];
+                kn_vf bias[4];
                 for (int q = 0; q < MV; q++)
-                    bias[q] = j->bias ? _mm512_loadu_ps(j->bias + m0 + 16 * q) : _mm512_setzero_ps();
+                    bias[q] = j->bias ? kn_vf_loadu(j->bias + m0 + KN_VL * q) : kn_vf_zero();
                 int64_t k = 0;
                 for (int64_t s0 = 0; s0 < OW; s0 += SEG) {
                     const int64_t sn = min64(SEG, OW - s0);
@@ -1382,16 +1405,7 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
                         }
                     }
                     /* seg [pixel][channel] -> output rows [channel][pixel] */
-                    for (int64_t r0 = 0; r0 < sn; r0 += 16) {
-                        const int rows = (int)min64(16, sn - r0);
-                        const __mmask16 keep = kn_v16_tail(rows);
-                        for (int q = 0; q < MV; q++) {
-                            __m512 o[16];
-                            kn_v16_transpose(seg + r0 * MB + 16 * q, MB, rows, 16, o);
-                            float *yo = yn + (m0 + 16 * q) * plane + oh * OW + s0 + r0;
-                            for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(yo + c * plane, keep, o[c]);
-                        }
-                    }
+                    cl_store_seg(seg, MB, MV, sn, yn + m0 * plane + oh * OW + s0, plane);
                 }
             }
         }
@@ -1400,7 +1414,7 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
     free(own);
 }
 
-/* Weights too large for the caches (512 -> 512: 9.4 MB): tasks are (image, range of 32-channel
+/* Weights too large for the caches (512 -> 512: 9.4 MB): tasks are (image, range of channel
  * blocks) instead of bands of rows, so that each block of weights (K x 32, 590 KB at 512 input
  * channels) is read once per task and stays in L2 over all the rows, where the bands read every
  * weight once per row; each task pads its image whole into its thread's buffer (small next to the
@@ -1410,7 +1424,7 @@ static void cl_range_mfirst(void *arg, int64_t begin, int64_t end) {
     const conv_shape *s = j->s;
     const win2 *v = &j->v;
     const int MV = j->MV, P = j->P, SEG = CL_SEG / P * P;
-    const int64_t MB = 16 * MV, K = s->C * s->kk, OW = v->OW, plane = s->out_plane, nmb = s->M / MB;
+    const int64_t MB = KN_VL * MV, K = s->C * s->kk, OW = v->OW, plane = s->out_plane, nmb = s->M / MB;
     float seg[(CL_SEG + 14) * 64] __attribute__((aligned(64)));
     const size_t pf = (size_t)(s->C * j->Hp * j->Wp);
     float *own = NULL, *pad = kn_conv_thread_buffer(pf);
@@ -1430,24 +1444,15 @@ static void cl_range_mfirst(void *arg, int64_t begin, int64_t end) {
         float *yn = j->y + n * s->M * plane;
         for (int64_t m0 = mb0 * MB; m0 < mb1 * MB; m0 += MB) {
             const float *w = j->wp + m0 * K;
-            __m512 bias[4];
+            kn_vf bias[4];
             for (int q = 0; q < MV; q++)
-                bias[q] = j->bias ? _mm512_loadu_ps(j->bias + m0 + 16 * q) : _mm512_setzero_ps();
+                bias[q] = j->bias ? kn_vf_loadu(j->bias + m0 + KN_VL * q) : kn_vf_zero();
             for (int64_t oh = 0; oh < v->OH; oh++)
                 for (int64_t s0 = 0; s0 < OW; s0 += SEG) {
                     const int64_t sn = min64(SEG, OW - s0);
                     for (int64_t p0 = 0; p0 < sn; p0 += P)
                         cl_tile_any(&pj, pad + oh * v->sh * j->Wp + (s0 + p0) * v->sw, w, bias, seg + p0 * MB);
-                    for (int64_t r0 = 0; r0 < sn; r0 += 16) {
-                        const int rows = (int)min64(16, sn - r0);
-                        const __mmask16 keep = kn_v16_tail(rows);
-                        for (int q = 0; q < MV; q++) {
-                            __m512 o[16];
-                            kn_v16_transpose(seg + r0 * MB + 16 * q, MB, rows, 16, o);
-                            float *yo = yn + (m0 + 16 * q) * plane + oh * OW + s0 + r0;
-                            for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(yo + c * plane, keep, o[c]);
-                        }
-                    }
+                    cl_store_seg(seg, MB, MV, sn, yn + m0 * plane + oh * OW + s0, plane);
                 }
         }
         if (j->epi) j->epi(j->epi_ctx, j->y, (n * s->M + mb0 * MB) * plane, (mb1 - mb0) * MB, plane, plane);
@@ -1459,9 +1464,10 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
                            float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_is_input) {
     const bool many = cl3_suits(s);
     int failed = 0;
-    cl_job j = {s, win2_of(&s->w), NULL, 0, 0, NULL, bias, y, many || s->M % 64 ? 2 : 4, 0, 1, epi, epi_ctx, x, false, &failed};
+    cl_job j = {s, win2_of(&s->w), NULL, 0, 0, NULL, bias, y, many || s->M % (4 * KN_VL) ? 2 : 4, 0, 1, epi, epi_ctx, x,
+                false, &failed};
     const win2 *v = &j.v;
-    const int P = j.P = many ? cl_p_of(v->OW) : 24 / j.MV, SEG = CL_SEG / P * P;
+    const int P = j.P = many ? cl_p_of(v->OW) : CL_ACC / j.MV, SEG = CL_SEG / P * P;
     /* the padded input covers every tap of every tile, the last tile's pixels past the row too */
     const int64_t tiles_w = (min64(SEG, v->OW) + P - 1) / P * P + (v->OW / SEG) * SEG;
     j.Hp = max64(v->H + v->ph, (v->OH - 1) * v->sh + (v->KH - 1) * v->dh + 1);
@@ -1479,7 +1485,7 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
                        sizeof(float) * (size_t)v->W);
         j.xp = xp;
     }
-    const int64_t MB = 16 * j.MV, K = s->C * s->kk;
+    const int64_t MB = KN_VL * j.MV, K = s->C * s->kk;
     const size_t wbytes = sizeof(float) * (size_t)(s->M * K);
     cl_wctx wc = {w, s->M, K, MB};
     kn_const_layout lay = {7, {s->M, K, MB, 0}};
@@ -1523,14 +1529,16 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
  * and grayscale stems): output pixels in the lanes. With 16 input channels the channels-in-lanes
  * kernel above spent a fifth of its time turning its [pixel][channel] tiles into output rows and
  * padding edge tiles (perf: cl_range 16%, cl_pad_block 5%, the tiles 70%). Here a tile is RK_MB = 8
- * output channels by NV vectors of 16 consecutive output pixels of one row (24 accumulators at
- * NV = 3), stored straight into the output rows. Per output row the three input rows of every
+ * output channels by NV vectors of KN_VL consecutive output pixels of one row (NV up to RK_NV: 24
+ * accumulators at NV = 3 with AVX-512, 8 at NV = 1 with AVX2's 16 registers), stored straight into
+ * the output rows. Per output row the three input rows of every
  * channel are copied once, zero-padded, into the thread's buffer ([C][3 slots][SW][wh]; a row
  * shared with the previous output row is kept), at stride 2 split into even and odd columns, so
  * that the taps kw = 0, 1, 2 of output pixel ow are even[ow], odd[ow], even[ow + 1] (stride 1:
  * row[ow + kw]): plain loads, no bounds checks; the tap's 8 weights are broadcasts (packed once per
  * session as [M / 8][C][3][3][8]). Rows outside the image are skipped. */
 #define RK_MB 8
+#define RK_NV (KN_VREGS == 32 ? 3 : 1)
 
 static bool rk_suits(const conv_shape *s) {
     if (s->G != 1 || s->nsp != 2 || s->M % RK_MB || s->w.kernel[0] != 3 || s->w.kernel[1] != 3) return false;
@@ -1567,17 +1575,17 @@ typedef struct rk_job {
     int *failed;
 } rk_job;
 
-/* Output channels [m0, m0 + 8) of row oh, pixels [ow0, ow0 + 16 NV) (the last vector cut to `last`
+/* Output channels [m0, m0 + 8) of row oh, pixels [ow0, ow0 + KN_VL NV) (the last vector cut to `last`
  * lanes) from the split rows sp ([C][3 slots][2][wh], at column ow0; tap kh's row in slot sl[kh]);
  * taps kh in [kh0, kh1). */
 static inline __attribute__((always_inline)) void rk_tile(const rk_job *j, const float *sp, const float *w,
                                                           const float *bias, float *yo, const int *sl, int64_t kh0,
-                                                          int64_t kh1, __mmask16 last, const int NV, const int SW) {
+                                                          int64_t kh1, kn_vmask last, const int NV, const int SW) {
     const int64_t C = j->s->C, wh = j->wh, plane = j->v.OH * j->v.OW;
-    __m512 acc[RK_MB][3];
+    kn_vf acc[RK_MB][3];
 #pragma GCC unroll 8
     for (int mi = 0; mi < RK_MB; mi++) {
-        const __m512 b = bias ? _mm512_set1_ps(bias[mi]) : _mm512_setzero_ps();
+        const kn_vf b = bias ? kn_vf_set1(bias[mi]) : kn_vf_zero();
 #pragma GCC unroll 3
         for (int q = 0; q < NV; q++) acc[mi][q] = b;
     }
@@ -1588,14 +1596,14 @@ static inline __attribute__((always_inline)) void rk_tile(const rk_job *j, const
 #pragma GCC unroll 3
             for (int kw = 0; kw < 3; kw++) {
                 const float *src = SW == 1 ? ev + kw : kw == 1 ? od : ev + (kw >> 1);
-                __m512 in[3];
+                kn_vf in[3];
 #pragma GCC unroll 3
-                for (int q = 0; q < NV; q++) in[q] = _mm512_loadu_ps(src + 16 * q);
+                for (int q = 0; q < NV; q++) in[q] = kn_vf_loadu(src + KN_VL * q);
 #pragma GCC unroll 8
                 for (int mi = 0; mi < RK_MB; mi++) {
-                    const __m512 wv = _mm512_set1_ps(wt[kw * RK_MB + mi]);
+                    const kn_vf wv = kn_vf_set1(wt[kw * RK_MB + mi]);
 #pragma GCC unroll 3
-                    for (int q = 0; q < NV; q++) acc[mi][q] = _mm512_fmadd_ps(in[q], wv, acc[mi][q]);
+                    for (int q = 0; q < NV; q++) acc[mi][q] = kn_vf_fmadd(in[q], wv, acc[mi][q]);
                 }
             }
         }
@@ -1603,14 +1611,14 @@ static inline __attribute__((always_inline)) void rk_tile(const rk_job *j, const
     for (int mi = 0; mi < RK_MB; mi++)
 #pragma GCC unroll 3
         for (int q = 0; q < NV; q++) {
-            float *p = yo + mi * plane + 16 * q;
-            if (q == NV - 1) _mm512_mask_storeu_ps(p, last, acc[mi][q]);
-            else _mm512_storeu_ps(p, acc[mi][q]);
+            float *p = yo + mi * plane + KN_VL * q;
+            if (q == NV - 1) kn_vf_mask_storeu(p, last, acc[mi][q]);
+            else kn_vf_storeu(p, acc[mi][q]);
         }
 }
 
 static void rk_tile_any(const rk_job *j, const float *sp, const float *w, const float *bias, float *yo, const int *sl,
-                        int64_t kh0, int64_t kh1, __mmask16 last, int nv) {
+                        int64_t kh0, int64_t kh1, kn_vmask last, int nv) {
     if (j->v.sw == 1) {
         if (nv == 3) rk_tile(j, sp, w, bias, yo, sl, kh0, kh1, last, 3, 1);
         else if (nv == 2) rk_tile(j, sp, w, bias, yo, sl, kh0, kh1, last, 2, 1);
@@ -1628,29 +1636,27 @@ static void rk_tile_any(const rk_job *j, const float *sp, const float *w, const 
 static void rk_split_rows(const rk_job *j, const float *xn, int64_t ih, int r, float *dst) {
     const win2 *v = &j->v;
     const int64_t SW = v->sw, wh = j->wh;
-    const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    const kn_vi ev = kn_vi_iota(0, 2), od = kn_vi_iota(1, 2);
     for (int64_t c = 0; c < j->s->C; c++) {
         const float *row = xn + (c * v->H + ih) * v->W;
         float *e = dst + (c * 3 + r) * SW * wh, *o = e + wh;
-        for (int64_t i = 0; i < wh; i += 16) {
+        for (int64_t i = 0; i < wh; i += KN_VL) {
             const int64_t u = SW * i - v->pw; /* the first input column of this vector (or pair) */
             if (SW == 1) {
-                const __m512 a = u >= 0 && u + 16 <= v->W ? _mm512_loadu_ps(row + u)
-                                                          : _mm512_maskz_loadu_ps(range_mask32(-u, v->W - u) & 0xFFFF, row + u);
-                _mm512_store_ps(e + i, a);
+                const kn_vf a = u >= 0 && u + KN_VL <= v->W ? kn_vf_loadu(row + u)
+                                                            : kn_vf_maskz_loadu(kn_v_range(-u, v->W - u), row + u);
+                kn_vf_store(e + i, a);
                 continue;
             }
-            __m512 a, b;
-            if (u >= 0 && u + 32 <= v->W) {
-                a = _mm512_loadu_ps(row + u), b = _mm512_loadu_ps(row + u + 16);
+            kn_vf a, b;
+            if (u >= 0 && u + 2 * KN_VL <= v->W) {
+                a = kn_vf_loadu(row + u), b = kn_vf_loadu(row + u + KN_VL);
             } else {
-                const uint32_t m = range_mask32(-u, v->W - u);
-                a = _mm512_maskz_loadu_ps((__mmask16)(m & 0xFFFF), row + u);
-                b = _mm512_maskz_loadu_ps((__mmask16)(m >> 16), row + u + 16);
+                a = kn_vf_maskz_loadu(kn_v_range(-u, v->W - u), row + u);
+                b = kn_vf_maskz_loadu(kn_v_range(-u - KN_VL, v->W - u - KN_VL), row + u + KN_VL);
             }
-            _mm512_store_ps(e + i, _mm512_permutex2var_ps(a, ev, b));
-            _mm512_store_ps(o + i, _mm512_permutex2var_ps(a, od, b));
+            kn_vf_store(e + i, kn_vf_perm2(a, ev, b));
+            kn_vf_store(o + i, kn_vf_perm2(a, od, b));
         }
     }
 }
@@ -1661,7 +1667,7 @@ static void rk_range(void *arg, int64_t begin, int64_t end) {
     const rk_job *j = arg;
     const conv_shape *s = j->s;
     const win2 *v = &j->v;
-    const int64_t OW = v->OW, plane = v->OH * OW, nvec = (OW + 15) / 16;
+    const int64_t OW = v->OW, plane = v->OH * OW, nvec = (OW + KN_VL - 1) / KN_VL;
     const size_t bf = (size_t)(s->C * 3 * v->sw * j->wh);
     float *own = NULL, *sp = kn_conv_thread_buffer(bf);
     if (!sp && !(sp = own = aligned_alloc(64, sizeof(float) * bf))) {
@@ -1693,9 +1699,9 @@ static void rk_range(void *arg, int64_t begin, int64_t end) {
             for (int64_t q0 = 0; q0 < nvec;) {
                 /* tiles of 3 vectors; a remainder of 1 or 2 vectors as 2 + 2 or 2 (not 3 + 1) */
                 const int64_t left = nvec - q0;
-                const int nv = left == 4 ? 2 : (int)min64(3, left);
-                const int64_t ow0 = 16 * q0, cols = min64(16 * nv, OW - ow0);
-                const __mmask16 last = kn_v16_tail(cols - 16 * (nv - 1));
+                const int nv = RK_NV < 3 ? (int)min64(RK_NV, left) : left == 4 ? 2 : (int)min64(3, left);
+                const int64_t ow0 = KN_VL * q0, cols = min64(KN_VL * nv, OW - ow0);
+                const kn_vmask last = kn_v_tail(cols - KN_VL * (nv - 1));
                 for (int64_t m0 = 0; m0 < s->M; m0 += RK_MB)
                     rk_tile_any(j, sp + ow0, j->wp + m0 * s->C * 9, j->bias ? j->bias + m0 : NULL,
                                 yn + m0 * plane + oh * OW + ow0, sl, kh0, kh1, last, nv);
@@ -1825,7 +1831,7 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
         if (kn_wino_suits(&ws, kn_threadpool_size(c->pool)))
             return kn_wino_conv(c, &ws, x, w, bias, y, epi, epi_ctx, w_is_input);
     }
-#if defined(__AVX512F__)
+#if KN_VL
     if (pointwise && pw_suits(s)) return pw_conv(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
     /* 3x3 stride 1-2, few channels: ahead of the few-taps path (3x3 s2 3->16 on 224x224: 0.089 ->
      * 0.060 ms, 1 thread) */

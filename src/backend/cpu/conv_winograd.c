@@ -474,12 +474,7 @@ static void wino_split_range(void *arg, int64_t begin, int64_t end) {
     const wino_phase *p = arg;
     const kn_wino_shape *s = p->s, *u = &p->sub;
     const int64_t dh = p->dh, dw = p->dw, Hs = u->H, Ws = u->W;
-    kn_vi ev, od;
-    {
-        int32_t t[KN_VL], o[KN_VL];
-        for (int l = 0; l < KN_VL; l++) t[l] = 2 * l, o[l] = 2 * l + 1;
-        ev = kn_vi_loadu(t), od = kn_vi_loadu(o);
-    }
+    const kn_vi ev = kn_vi_iota(0, 2), od = kn_vi_iota(1, 2);
     for (int64_t it = begin; it < end; it++) {
         const int64_t n = it / s->C, c = it % s->C;
         const float *xc = p->x + it * s->H * s->W;

@@ -27,6 +27,7 @@
 
 #include <immintrin.h>
 #define KN_VL 16
+#define KN_VREGS 32 /* vector registers: what a kernel's tile of accumulators may take */
 typedef __m512 kn_vf;
 typedef __m512i kn_vi;
 typedef __mmask16 kn_vmask;
@@ -76,6 +77,7 @@ typedef __m512d kn_vd;
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define KN_VL 8
+#define KN_VREGS 16
 typedef __m256 kn_vf;
 typedef __m256i kn_vi;
 typedef uint8_t kn_vmask;
@@ -178,6 +180,12 @@ static inline kn_vmask kn_v_range(int64_t lo, int64_t hi) {
     return (kn_vmask)(kn_v_tail(hi) & ~kn_v_tail(lo));
 }
 #define KN_VALL ((kn_vmask)((1u << KN_VL) - 1u))
+/* lane l: start + step l */
+static inline kn_vi kn_vi_iota(int32_t start, int32_t step) {
+    int32_t t[KN_VL];
+    for (int l = 0; l < KN_VL; l++) t[l] = start + step * l;
+    return kn_vi_loadu(t);
+}
 #endif
 
 #endif

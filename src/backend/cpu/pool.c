@@ -226,9 +226,7 @@ DEF_SEP_PLANE(sep_max_u8, uint8_t, MAX_OP, 0)
         const int64_t ncol = min64(W, j->wext - pw), nv = j->wext + SEP_SLACK(sw);                 \
         /* (the rows' pads and slack hold PADV from the range's start: only [pw, pw + ncol) is      \
          * ever written) */                                                                        \
-        int32_t ti[KN_VL], te[KN_VL];                                                              \
-        for (int l = 0; l < KN_VL; l++) ti[l] = l, te[l] = 2 * l;                                  \
-        const kn_vi even = kn_vi_loadu(te), lane = kn_vi_loadu(ti);                                \
+        const kn_vi even = kn_vi_iota(0, 2), lane = kn_vi_iota(0, 1);                              \
         for (int64_t oh0 = 0; oh0 < j->OH; oh0 += SEP_ROWS) {                                      \
             const int64_t oh1 = min64(j->OH, oh0 + SEP_ROWS);                                      \
             /* the column pass of SEP_ROWS output rows first: the row pass then reads what it      \
