@@ -17,6 +17,26 @@ static const kn_graph *graph_attr(const kn_node *n, const char *name) {
 
 static bool is_op(const kn_node *n, const char *op) { return !*n->domain && !strcmp(n->op_type, op); }
 
+kiln_status kn_cf_prepare(const kn_node *n, void *params) {
+    kn_cf_prm *p = params;
+    memset(p, 0, sizeof *p);
+    p->then_branch = graph_attr(n, "then_branch");
+    p->else_branch = graph_attr(n, "else_branch");
+    p->body = graph_attr(n, "body");
+    p->num_scan_inputs = kn_attr_int(n, "num_scan_inputs", 0);
+    const bool v8 = n->opset < 9;
+    if (!v8) p->in_axes = kn_attr_ints(n, "scan_input_axes", &p->n_in_axes);
+    p->in_dirs = kn_attr_ints(n, v8 ? "directions" : "scan_input_directions", &p->n_in_dirs);
+    if (!v8) p->out_axes = kn_attr_ints(n, "scan_output_axes", &p->n_out_axes);
+    if (!v8) p->out_dirs = kn_attr_ints(n, "scan_output_directions", &p->n_out_dirs);
+    return KILN_OK;
+}
+
+#define CF_PRM(c)                                                                                  \
+    kn_cf_prm local_prm;                                                                           \
+    const kn_cf_prm *prm;                                                                          \
+    KN_TRY(kn_ctx_params((c), kn_cf_prepare, &local_prm, (const void **)&prm))
+
 int kn_cf_host_body_inputs(const kn_node *n) { return is_op(n, "Loop") ? 2 : 0; }
 int kn_cf_host_read_body_outputs(const kn_node *n) { return is_op(n, "Loop") ? 1 : 0; }
 
@@ -120,7 +140,8 @@ kiln_status kn_cf_if(kn_kernel_ctx *c, const kn_cf_mover *m) {
     int64_t v = 0;
     KN_TRY(read_scalar(c, m, cond, "the condition", &v));
     const char *which = v ? "then_branch" : "else_branch";
-    const kn_graph *g = graph_attr(c->node, which);
+    CF_PRM(c);
+    const kn_graph *g = v ? prm->then_branch : prm->else_branch;
     if (!g) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s is not a graph", which);
     if (g->n_outputs > KN_CF_MAX_IO)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "more than %d branch outputs", KN_CF_MAX_IO);
@@ -142,7 +163,8 @@ kiln_status kn_cf_if(kn_kernel_ctx *c, const kn_cf_mover *m) {
 /* ------------------------------------------------------------------ Loop */
 
 kiln_status kn_cf_loop(kn_kernel_ctx *c, const kn_cf_mover *m) {
-    const kn_graph *body = graph_attr(c->node, "body");
+    CF_PRM(c);
+    const kn_graph *body = prm->body;
     if (!body) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "the body is not a graph");
     int n_carried = c->n_inputs - 2, n_scan = body->n_outputs - 1 - n_carried;
     if (n_carried < 0 || n_scan < 0)
@@ -245,18 +267,21 @@ done:
  * axes all 0). */
 static kiln_status scan_core(kn_kernel_ctx *c, const kn_cf_mover *m, kn_tensor *const *in, int n_in, int n_out, int v8,
                              kn_tensor **results) {
-    const kn_graph *body = graph_attr(c->node, "body");
+    CF_PRM(c);
+    const kn_graph *body = prm->body;
     if (!body) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "the body is not a graph");
-    int n_scan_in = (int)kn_attr_int(c->node, "num_scan_inputs", 0);
+    int n_scan_in = (int)prm->num_scan_inputs;
     int n_state = n_in - n_scan_in, k_out = n_out - n_state;
     if (n_scan_in < 0 || n_state < 0 || k_out < 0 || body->n_outputs != n_out)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "num_scan_inputs=%d with %d inputs and %d outputs", n_scan_in,
                                n_in, n_out);
-    int n_in_axes = 0, n_in_dirs = 0, n_out_axes = 0, n_out_dirs = 0;
-    const int64_t *in_axes = v8 ? NULL : kn_attr_ints(c->node, "scan_input_axes", &n_in_axes);
-    const int64_t *in_dirs = kn_attr_ints(c->node, v8 ? "directions" : "scan_input_directions", &n_in_dirs);
-    const int64_t *out_axes = v8 ? NULL : kn_attr_ints(c->node, "scan_output_axes", &n_out_axes);
-    const int64_t *out_dirs = v8 ? NULL : kn_attr_ints(c->node, "scan_output_directions", &n_out_dirs);
+    (void)v8; /* the hook read opset 8's names for an opset 8 node */
+    int n_in_axes = prm->n_in_axes, n_in_dirs = prm->n_in_dirs, n_out_axes = prm->n_out_axes,
+        n_out_dirs = prm->n_out_dirs;
+    const int64_t *in_axes = prm->in_axes;
+    const int64_t *in_dirs = prm->in_dirs;
+    const int64_t *out_axes = prm->out_axes;
+    const int64_t *out_dirs = prm->out_dirs;
     int64_t len = -1;
     for (int j = 0; j < n_scan_in; j++) {
         const kn_tensor *x = in[n_state + j];
@@ -343,7 +368,8 @@ done:
 /* Scan before opset 9: every state and scan input has a leading batch axis (scan inputs scan
  * their axis 1); input 0 is the optional sequence_lens. Each batch element is one scan. */
 static kiln_status scan8(kn_kernel_ctx *c, const kn_cf_mover *m) {
-    const kn_graph *body = graph_attr(c->node, "body");
+    CF_PRM(c);
+    const kn_graph *body = prm->body;
     int n_in = c->n_inputs - 1, n_out = c->n_outputs;
     if (!body || n_in < 1) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "a body and at least one input are required");
     if (n_in > KN_CF_MAX_IO || n_out > KN_CF_MAX_IO)

@@ -35,6 +35,17 @@ typedef struct kn_cf_mover {
 /* The host's: plain memory (strings duplicated, packed types element by element). */
 extern const kn_cf_mover kn_cf_host;
 
+/* If's, Loop's and Scan's attributes, read once: the kernels' prepare hook (a backend's table
+ * names it; without it they read them at each call). Pointers are the node's. */
+typedef struct kn_cf_prm {
+    const kn_graph *then_branch, *else_branch, *body; /* NULL: absent or not a graph */
+    int64_t num_scan_inputs;
+    /* Scan's axes and directions (opset 8: `directions` as in_dirs, no axes) */
+    const int64_t *in_axes, *in_dirs, *out_axes, *out_dirs;
+    int n_in_axes, n_in_dirs, n_out_axes, n_out_dirs;
+} kn_cf_prm;
+kiln_status kn_cf_prepare(const kn_node *n, void *params);
+
 kiln_status kn_cf_if(kn_kernel_ctx *c, const kn_cf_mover *m);
 kiln_status kn_cf_loop(kn_kernel_ctx *c, const kn_cf_mover *m);
 /* Scan of every opset (opset 8: batched, sequence_lens first). */

@@ -38,6 +38,33 @@ static const kn_graph *graph_attr(const kn_node *n, const char *name) {
     return a && a->type == KN_ATTR_GRAPH ? a->g : NULL;
 }
 
+/* The sequence and optional kernels' attributes, read once (their prepare hook) */
+typedef struct seq_prm {
+    kiln_dtype dtype;     /* SequenceEmpty */
+    int64_t axis;         /* SplitToSequence, ConcatFromSequence */
+    int keepdims, new_axis;
+    const kn_graph *body; /* SequenceMap */
+    kiln_dtype opt_type;  /* Optional's type attribute (UNDEFINED: none) */
+} seq_prm;
+
+static kiln_status seq_prepare(const kn_node *n, void *params) {
+    seq_prm *p = params;
+    memset(p, 0, sizeof *p);
+    p->dtype = (kiln_dtype)kn_attr_int(n, "dtype", KILN_DTYPE_FLOAT);
+    p->axis = kn_attr_int(n, "axis", 0);
+    p->keepdims = (int)kn_attr_int(n, "keepdims", 1);
+    p->new_axis = (int)kn_attr_int(n, "new_axis", 0);
+    p->body = graph_attr(n, "body");
+    const kn_attr *a = kn_node_attr(n, "type");
+    p->opt_type = a && a->type == KN_ATTR_TYPE_PROTO && a->type_protos ? a->type_protos[0].dtype : KILN_DTYPE_UNDEFINED;
+    return KILN_OK;
+}
+
+#define SEQ_PRM(c)                                                                                 \
+    seq_prm local_prm;                                                                             \
+    const seq_prm *prm;                                                                            \
+    KN_TRY(kn_ctx_params((c), seq_prepare, &local_prm, (const void **)&prm))
+
 /* ---- sequences ---- */
 
 static kiln_status seq_clone_into(kn_kernel_ctx *c, const kn_tensor *src, kn_tensor **out) {
@@ -56,7 +83,8 @@ static kiln_status seq_position(kn_kernel_ctx *c, const kn_tensor *pos, int n, i
 
 static kiln_status run_sequence_empty(kn_kernel_ctx *c) {
     kn_tensor *s;
-    KN_TRY(kn_tensor_new_sequence((kiln_dtype)kn_attr_int(c->node, "dtype", KILN_DTYPE_FLOAT), &s));
+    SEQ_PRM(c);
+    KN_TRY(kn_tensor_new_sequence(prm->dtype, &s));
     set_output(c, 0, s);
     return KILN_OK;
 }
@@ -132,8 +160,9 @@ static kiln_status run_sequence_length(kn_kernel_ctx *c) {
 
 static kiln_status run_split_to_sequence(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *split = c->n_inputs > 1 ? c->in[1] : NULL;
-    int64_t axis = kn_attr_int(c->node, "axis", 0);
-    int keepdims = (int)kn_attr_int(c->node, "keepdims", 1);
+    SEQ_PRM(c);
+    int64_t axis = prm->axis;
+    int keepdims = prm->keepdims;
     if (axis < 0) axis += x->rank;
     if (axis < 0 || axis >= x->rank) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis is out of range");
     int64_t len = x->dims[axis];
@@ -183,8 +212,9 @@ static kiln_status run_split_to_sequence(kn_kernel_ctx *c) {
 
 static kiln_status run_concat_from_sequence(kn_kernel_ctx *c) {
     const kn_tensor *s = c->in[0];
-    int new_axis = (int)kn_attr_int(c->node, "new_axis", 0);
-    int64_t axis = kn_attr_int(c->node, "axis", 0);
+    SEQ_PRM(c);
+    int new_axis = prm->new_axis;
+    int64_t axis = prm->axis;
     if (s->n_items == 0) return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "the sequence is empty");
     const kn_tensor *f = s->items[0];
     int rank = f->rank + (new_axis ? 1 : 0);
@@ -226,7 +256,8 @@ static kiln_status run_concat_from_sequence(kn_kernel_ctx *c) {
 }
 
 static kiln_status run_sequence_map(kn_kernel_ctx *c) {
-    const kn_graph *body = graph_attr(c->node, "body");
+    SEQ_PRM(c);
+    const kn_graph *body = prm->body;
     const kn_tensor *first = c->in[0];
     int n = first->n_items;
     for (int i = 1; i < c->n_inputs; i++)
@@ -268,8 +299,8 @@ static kiln_status run_optional(kn_kernel_ctx *c) {
         KN_TRY(kn_tensor_clone(c->in[0], &item));
         dt = item->dtype;
     } else {
-        const kn_attr *a = kn_node_attr(c->node, "type");
-        if (a && a->type == KN_ATTR_TYPE_PROTO && a->type_protos) dt = a->type_protos[0].dtype;
+        SEQ_PRM(c);
+        if (prm->opt_type != KILN_DTYPE_UNDEFINED) dt = prm->opt_type;
     }
     kiln_status st = kn_tensor_new_optional(dt, item, &opt);
     if (st != KILN_OK) {
@@ -301,19 +332,19 @@ static kiln_status run_optional_get_element(kn_kernel_ctx *c) {
 }
 
 const kn_cpu_kernel kn_cpu_control[] = {
-    {"", "If", run_if, NULL},
-    {"", "Loop", run_loop, NULL},
-    {"", "Scan", run_scan, NULL},
-    {"", "SequenceEmpty", run_sequence_empty, NULL},
+    {"", "If", run_if, NULL, 0, KN_PARAMS(kn_cf_prepare, kn_cf_prm)},
+    {"", "Loop", run_loop, NULL, 0, KN_PARAMS(kn_cf_prepare, kn_cf_prm)},
+    {"", "Scan", run_scan, NULL, 0, KN_PARAMS(kn_cf_prepare, kn_cf_prm)},
+    {"", "SequenceEmpty", run_sequence_empty, NULL, 0, KN_PARAMS(seq_prepare, seq_prm)},
     {"", "SequenceConstruct", run_sequence_construct, NULL},
     {"", "SequenceInsert", run_sequence_insert, NULL},
     {"", "SequenceErase", run_sequence_erase, NULL},
     {"", "SequenceAt", run_sequence_at, NULL},
     {"", "SequenceLength", run_sequence_length, NULL},
-    {"", "SplitToSequence", run_split_to_sequence, NULL},
-    {"", "ConcatFromSequence", run_concat_from_sequence, NULL},
-    {"", "SequenceMap", run_sequence_map, NULL},
-    {"", "Optional", run_optional, NULL},
+    {"", "SplitToSequence", run_split_to_sequence, NULL, 0, KN_PARAMS(seq_prepare, seq_prm)},
+    {"", "ConcatFromSequence", run_concat_from_sequence, NULL, 0, KN_PARAMS(seq_prepare, seq_prm)},
+    {"", "SequenceMap", run_sequence_map, NULL, 0, KN_PARAMS(seq_prepare, seq_prm)},
+    {"", "Optional", run_optional, NULL, 0, KN_PARAMS(seq_prepare, seq_prm)},
     {"", "OptionalHasElement", run_optional_has_element, NULL},
     {"", "OptionalGetElement", run_optional_get_element, NULL},
     {0},
