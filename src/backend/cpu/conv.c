@@ -150,29 +150,30 @@ typedef struct conv_pack_ctx {
 
 #define PACK_COLS 1024 /* columns whose coordinates are precomputed at once (a multiple of NR) */
 
-#if defined(__AVX512F__)
+#if KN_VL
 /* Lane l of the result is p[l] (stride 1) or p[2l] (stride 2) where lane l of m is set, else 0;
  * nothing outside those elements is read (masked loads; for stride 2 the mask spread over the even
- * elements of two vectors of 16). */
-static inline __m512 run_load(const float *p, __mmask16 m, bool stride2, __m512i even) {
-    if (!stride2) return _mm512_maskz_loadu_ps(m, p);
-    const uint32_t mm = m;
+ * elements of two vectors). */
+static inline kn_vf run_load(const float *p, kn_vmask m, bool stride2, kn_vi even) {
+    if (!stride2) return kn_vf_maskz_loadu(m, p);
+    const uint32_t mm = m, half = KN_VL / 2;
 #if defined(__BMI2__)
-    const __mmask16 lo = (__mmask16)_pdep_u32(mm & 0xFFu, 0x5555u), hi = (__mmask16)_pdep_u32(mm >> 8, 0x5555u);
+    const uint32_t ev = 0x5555u & KN_VALL;
+    const kn_vmask lo = (kn_vmask)_pdep_u32(mm & ((1u << half) - 1u), ev), hi = (kn_vmask)_pdep_u32(mm >> half, ev);
 #else
-    __mmask16 lo = 0, hi = 0;
-    for (int l = 0; l < 8; l++) {
-        lo |= (__mmask16)(((mm >> l) & 1u) << (2 * l));
-        hi |= (__mmask16)(((mm >> (l + 8)) & 1u) << (2 * l));
+    kn_vmask lo = 0, hi = 0;
+    for (uint32_t l = 0; l < half; l++) {
+        lo |= (kn_vmask)(((mm >> l) & 1u) << (2 * l));
+        hi |= (kn_vmask)(((mm >> (l + half)) & 1u) << (2 * l));
     }
 #endif
-    return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo, p), even, _mm512_maskz_loadu_ps(hi, p + 16));
+    return kn_vf_perm2(kn_vf_maskz_loadu(lo, p), even, kn_vf_maskz_loadu(hi, p + KN_VL));
 }
 #endif
 
 /* The im2col block rows k0..k0+kc, columns n0..n0+nc of image n, group g, for windows of rank
  * <= 2, in the GEMM's packed-B layout. Column coordinates are computed once per block; rows
- * walk (channel, kh, kw) incrementally. Each group of 16 columns whose input addresses are
+ * walk (channel, kh, kw) incrementally. Each group of KN_VL columns whose input addresses are
  * consecutive (stride 1 within a row, or whole rows when the output is as wide as the input)
  * is one masked load; stride 2 is two loads and a permute; anything else a masked gather. */
 static void pack_conv2d(const conv_pack_ctx *cc, const float *xg, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
@@ -197,26 +198,26 @@ static void pack_conv2d(const conv_pack_ctx *cc, const float *xg, int64_t k0, in
             }
         }
         int64_t ci = k0 / (v->KH * v->KW), r = k0 % (v->KH * v->KW), kh = r / v->KW, kw = r % v->KW;
-#if defined(__AVX512F__)
-        if (cc->vec_ok && NRv % 16 == 0) {
+#if KN_VL
+        if (cc->vec_ok && NRv % KN_VL == 0) {
             int32_t hb32[PACK_COLS], wb32[PACK_COLS];
             /* 0 gather; 1 consecutive, 2 stride 2; 3 and 4: the same in two runs, lanes [0, split)
-             * from base0 and [split, 16) from base1 (a group of 16 outputs across two output rows
+             * from base0 and [split, KN_VL) from base1 (a group of outputs across two output rows
              * of a strided convolution: 14-wide rows at stride 2 were all gathers, 29% of a
              * 3x3 s2 128->128 convolution's time on 28x28) */
-            int8_t kind[PACK_COLS / 16], split[PACK_COLS / 16];
-            int64_t base0[PACK_COLS / 16], base1[PACK_COLS / 16];
-            const int64_t groups = lanes / 16, gpp = NRv / 16;
+            int8_t kind[PACK_COLS / KN_VL], split[PACK_COLS / KN_VL];
+            int64_t base0[PACK_COLS / KN_VL], base1[PACK_COLS / KN_VL];
+            const int64_t groups = lanes / KN_VL, gpp = NRv / KN_VL;
             for (int64_t j = 0; j < lanes; j++) {
                 hb32[j] = j < cn ? (int32_t)hb[j] : INT32_MIN / 2;
                 wb32[j] = (int32_t)wb[j];
             }
             for (int64_t gi = 0; gi < groups; gi++) {
-                int64_t cnt = max64(0, min64(16, cn - gi * 16)), j0 = gi * 16;
+                int64_t cnt = max64(0, min64(KN_VL, cn - gi * KN_VL)), j0 = gi * KN_VL;
                 base0[gi] = cnt ? hb[j0] * v->W + wb[j0] : 0;
                 base1[gi] = 0;
                 kind[gi] = 0;
-                split[gi] = 16;
+                split[gi] = KN_VL;
                 for (int step = 1; step <= 2 && !kind[gi] && cnt; step++) {
                     int64_t l = 1;
                     while (l < cnt && hb[j0 + l] * v->W + wb[j0 + l] == base0[gi] + step * l) l++;
@@ -235,33 +236,31 @@ static void pack_conv2d(const conv_pack_ctx *cc, const float *xg, int64_t k0, in
                     }
                 }
             }
-            const __m512i vH = _mm512_set1_epi32((int32_t)v->H), vW = _mm512_set1_epi32((int32_t)v->W);
-            const __m512i zero = _mm512_setzero_si512();
-            const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            const kn_vi vH = kn_vi_set1((int32_t)v->H), vW = kn_vi_set1((int32_t)v->W);
+            const kn_vi zero = kn_vi_zero(), even = kn_vi_iota(0, 2);
             for (int64_t k = 0; k < kc; k++) {
                 const float *src = xg + ci * in_plane;
-                const __m512i voh = _mm512_set1_epi32((int32_t)(kh * v->dh)), vow = _mm512_set1_epi32((int32_t)(kw * v->dw));
+                const kn_vi voh = kn_vi_set1((int32_t)(kh * v->dh)), vow = kn_vi_set1((int32_t)(kw * v->dw));
                 const int64_t koff = kh * v->dh * v->W + kw * v->dw;
                 for (int64_t gi = 0; gi < groups; gi++) {
-                    float *row = d0 + (gi / gpp) * NRv * kc + k * NRv + (gi % gpp) * 16;
-                    __m512i ih = _mm512_add_epi32(_mm512_loadu_si512(hb32 + gi * 16), voh);
-                    __m512i iw = _mm512_add_epi32(_mm512_loadu_si512(wb32 + gi * 16), vow);
-                    __mmask16 m = _mm512_cmpge_epi32_mask(ih, zero) & _mm512_cmplt_epi32_mask(ih, vH) &
-                                  _mm512_cmpge_epi32_mask(iw, zero) & _mm512_cmplt_epi32_mask(iw, vW);
-                    __m512 val;
+                    float *row = d0 + (gi / gpp) * NRv * kc + k * NRv + (gi % gpp) * KN_VL;
+                    const kn_vi ih = kn_vi_add(kn_vi_loadu(hb32 + gi * KN_VL), voh);
+                    const kn_vi iw = kn_vi_add(kn_vi_loadu(wb32 + gi * KN_VL), vow);
+                    const kn_vmask m = kn_vi_cmpge_mask(ih, zero) & kn_vi_cmplt_mask(ih, vH) &
+                                       kn_vi_cmpge_mask(iw, zero) & kn_vi_cmplt_mask(iw, vW);
+                    kn_vf val;
                     const int kd = kind[gi];
-                    if (!m) val = _mm512_setzero_ps();
-                    else if (kd == 1) val = _mm512_maskz_loadu_ps(m, src + base0[gi] + koff);
+                    if (!m) val = kn_vf_zero();
+                    else if (kd == 1) val = kn_vf_maskz_loadu(m, src + base0[gi] + koff);
                     else if (kd == 2 || kd == 4 || kd == 3) {
-                        const __mmask16 first = kd == 2 ? (__mmask16)0xFFFF : (__mmask16)((1u << split[gi]) - 1);
-                        val = run_load(src + base0[gi] + koff, (__mmask16)(m & first), kd != 3, even);
+                        const kn_vmask first = kd == 2 ? KN_VALL : kn_v_tail(split[gi]);
+                        val = run_load(src + base0[gi] + koff, (kn_vmask)(m & first), kd != 3, even);
                         if (kd != 2)
-                            val = _mm512_mask_mov_ps(val, (__mmask16)~first,
-                                                     run_load(src + base1[gi] + koff, (__mmask16)(m & ~first), kd == 4, even));
+                            val = kn_vf_blend((kn_vmask)~first, val,
+                                              run_load(src + base1[gi] + koff, (kn_vmask)(m & ~first), kd == 4, even));
                     } else
-                        val = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m,
-                                                       _mm512_add_epi32(_mm512_mullo_epi32(ih, vW), iw), src, 4);
-                    _mm512_storeu_ps(row, val);
+                        val = kn_vf_mask_gather(m, kn_vi_add(kn_vi_mullo(ih, vW), iw), src);
+                    kn_vf_storeu(row, val);
                 }
                 if (++kw == v->KW) {
                     kw = 0;
@@ -2100,10 +2099,10 @@ typedef struct col2im_job {
     float *out;
 } col2im_job;
 
-#if defined(__AVX512F__)
+#if KN_VL
 /* Stride 2 along the row, undilated: taps kw and kw + 1 of one kernel row land on the even and odd
  * columns of the same image columns, so their two columns of the column buffer interleave into
- * whole vectors: one load, add and store per 32 image columns for both (ConvTranspose 4x4 s2
+ * whole vectors: one load, add and store per two vectors of image columns for both (ConvTranspose 4x4 s2
  * 64->32 on 28x28: col2im was a fifth of the time with a masked add per tap). Columns where
  * only one of the two lands stay with the caller's per-tap loop: returns how many grid columns
  * [lo, hi) it did per row. */
@@ -2112,19 +2111,21 @@ static void col2im_pair_s2(const col2im_job *j, float *img, const float *sa, con
     const int nsp = j->nsp;
     const int64_t GH = nsp == 2 ? j->grid[0] : 1, GW = j->grid[nsp - 1];
     const int64_t IH = nsp == 2 ? j->image[0] : 1, IW = j->image[nsp - 1], sh = nsp == 2 ? j->stride[0] : 1;
-    const __m512i ilo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-    const __m512i ihi = _mm512_add_epi32(ilo, _mm512_set1_epi32(8));
+    /* lane l: element l/2 of a (even l) or of b (odd l); ihi the same KN_VL/2 elements on */
+    int32_t t[KN_VL];
+    for (int l = 0; l < KN_VL; l++) t[l] = (l & 1 ? KN_VL : 0) + (l >> 1);
+    const kn_vi ilo = kn_vi_loadu(t), ihi = kn_vi_add(ilo, kn_vi_set1(KN_VL / 2));
     for (int64_t gh = 0; gh < GH; gh++) {
         const int64_t ih = gh * sh + oh0;
         if (ih < 0 || ih >= IH) continue;
         float *irow = img + ih * IW + ow0;
         const float *ra = sa + gh * GW, *rb = sb + gh * GW;
         int64_t gw = lo;
-        for (; gw + 16 <= hi; gw += 16) {
-            const __m512 a = _mm512_loadu_ps(ra + gw), b = _mm512_loadu_ps(rb + gw);
+        for (; gw + KN_VL <= hi; gw += KN_VL) {
+            const kn_vf a = kn_vf_loadu(ra + gw), b = kn_vf_loadu(rb + gw);
             float *p = irow + 2 * gw;
-            _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), _mm512_permutex2var_ps(a, ilo, b)));
-            _mm512_storeu_ps(p + 16, _mm512_add_ps(_mm512_loadu_ps(p + 16), _mm512_permutex2var_ps(a, ihi, b)));
+            kn_vf_storeu(p, kn_vf_add(kn_vf_loadu(p), kn_vf_perm2(a, ilo, b)));
+            kn_vf_storeu(p + KN_VL, kn_vf_add(kn_vf_loadu(p + KN_VL), kn_vf_perm2(a, ihi, b)));
         }
         for (; gw < hi; gw++) irow[2 * gw] += ra[gw], irow[2 * gw + 1] += rb[gw];
     }
@@ -2146,7 +2147,7 @@ static void col2im_range(void *arg, int64_t begin, int64_t end) {
         int64_t done_lo = 0, done_hi = 0;
         for (int64_t r = 0; r < j->kk; r++) {
             const float *src = j->col + (ch * j->kk + r) * j->gplane;
-#if defined(__AVX512F__)
+#if KN_VL
             const int64_t KW = j->kernel[nsp - 1], kw = r % KW;
             if (nsp <= 2 && j->stride[nsp - 1] == 2 && j->dilation[nsp - 1] == 1) {
                 if (kw % 2 == 0 && kw + 1 < KW) {
@@ -2197,21 +2198,20 @@ static void col2im_range(void *arg, int64_t begin, int64_t end) {
                         continue;
                     }
                     int64_t gw = lo;
-#if defined(__AVX512F__)
+#if KN_VL
                     if (sw == 2) {
-                        /* 16 columns spread over the even lanes of two vectors, added and stored
-                         * under a mask of those lanes: the odd positions (another tap's) are not
-                         * touched (perf on a 2x2 s2 ConvTranspose: 15% in the scalar loop) */
-                        const __m512i lo8 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-                        const __m512i hi8 = _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-                        const __mmask16 even = 0x5555;
-                        for (; gw + 16 <= hi; gw += 16) {
-                            const __m512 sv = _mm512_loadu_ps(srow + gw);
+                        /* a vector of columns spread over the even lanes of two vectors, added and
+                         * stored under a mask of those lanes: the odd positions (another tap's) are
+                         * not touched (perf on a 2x2 s2 ConvTranspose: 15% in the scalar loop) */
+                        int32_t t[KN_VL];
+                        for (int l = 0; l < KN_VL; l++) t[l] = l >> 1;
+                        const kn_vi lo8 = kn_vi_loadu(t), hi8 = kn_vi_add(lo8, kn_vi_set1(KN_VL / 2));
+                        const kn_vmask even = (kn_vmask)(0x5555u & KN_VALL);
+                        for (; gw + KN_VL <= hi; gw += KN_VL) {
+                            const kn_vf sv = kn_vf_loadu(srow + gw);
                             float *p = irow + 2 * gw;
-                            _mm512_mask_storeu_ps(p, even, _mm512_add_ps(_mm512_maskz_loadu_ps(even, p),
-                                                                         _mm512_permutexvar_ps(lo8, sv)));
-                            _mm512_mask_storeu_ps(p + 16, even, _mm512_add_ps(_mm512_maskz_loadu_ps(even, p + 16),
-                                                                              _mm512_permutexvar_ps(hi8, sv)));
+                            kn_vf_mask_storeu(p, even, kn_vf_add(kn_vf_maskz_loadu(even, p), kn_vf_perm(lo8, sv)));
+                            kn_vf_mask_storeu(p + KN_VL, even, kn_vf_add(kn_vf_maskz_loadu(even, p + KN_VL), kn_vf_perm(hi8, sv)));
                         }
                     }
 #endif
