@@ -267,6 +267,17 @@ const char *kn_cpu_isa_describe(void) {
     return describe;
 }
 
+const kn_cpu_level_entry *kn_cpu_isa_entry(kn_cpu_isa level) {
+#if defined(KILN_CPU_DISPATCH)
+    if ((unsigned)level >= KN_ISA_COUNT || !(BUILT & (1u << level))) return NULL;
+    const unsigned needs = kn_cpu_isa_needs(level);
+    return (kn_cpu_features() & needs) == needs ? levels[level] : NULL;
+#else
+    (void)level;
+    return NULL;
+#endif
+}
+
 /* ---------------------------------------------------------------- forwarding */
 
 #if defined(KILN_CPU_DISPATCH)

@@ -79,6 +79,11 @@ kiln_status kn_cpu_isa_check(void);
 /* One line for `kiln info`: the level in use and how it was chosen. */
 const char *kn_cpu_isa_describe(void);
 
+/* One level's functions (isa_calls.h), whichever level runs (tests: each level's kernels against
+ * the baseline's in one process): NULL when the build has no run-time dispatch, lacks the level,
+ * or the CPU (less KILN_CPU_MASK's features) cannot run it. */
+const struct kn_cpu_level_entry *kn_cpu_isa_entry(kn_cpu_isa level);
+
 /* The choice itself, without the environment (tests): want is KILN_CPU_ISA's value (NULL, "" or
  * "auto": the best level), features what the CPU has, built the levels built (kn_cpu_isa_built's
  * form), masked the features KILN_CPU_MASK hid (for the message). Returns true with *out set, or

@@ -44,7 +44,11 @@
       (B, ldb, trans_b, N, K, dst))                                                                                 \
     /* kernels the unit tests call directly */                                                                      \
     F(kiln_status, kn_cpu_conv, (kn_kernel_ctx *c), (c))                                                            \
+    F(kiln_status, kn_cpu_conv_transpose, (kn_kernel_ctx *c), (c))                                                  \
+    F(kiln_status, kn_cpu_max_pool, (kn_kernel_ctx *c), (c))                                                        \
+    F(kiln_status, kn_cpu_average_pool, (kn_kernel_ctx *c), (c))                                                    \
     F(kiln_status, kn_cpu_global_average_pool, (kn_kernel_ctx *c), (c))                                             \
+    F(kiln_status, kn_cpu_global_max_pool, (kn_kernel_ctx *c), (c))                                                 \
     F(kiln_status, kn_cpu_image_decode, (kn_kernel_ctx *c), (c))                                                    \
     F(kiln_status, kn_cpu_resize, (kn_kernel_ctx *c), (c))                                                          \
     F(kiln_status, kn_cpu_layernorm, (kn_kernel_ctx *c), (c))                                                       \
