@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static double act_ref(int a, double x) {
     switch (a) {
@@ -304,5 +305,59 @@ KN_TEST(cuda_fused_conv_graph_activations) {
         if (graph) CHECK_MSG(ran >= 40, "cuDNN's operation graph ran %llu of 40 convolutions", ran);
         else CHECK_MSG(ran == 0, "KILN_CUDA_CONV_GRAPH=0, yet the graph ran %llu times", ran);
     }
+#endif
+}
+
+/* A plan of cuDNN's operation graph is kept in the compiled file: a session saving its compiled
+ * model (FusedConv 3x3 float16 with SiLU and a residual, conv_graph on), then a session loading
+ * that file, which must make the plan from the file's record instead of building it, and give the
+ * very same output. */
+KN_TEST(cuda_fused_conv_graph_plan_kept) {
+    NEED_GPU();
+#ifdef KILN_HAVE_CUDA
+    if (!kn_cu_conv_graph_available()) KN_SKIP("this build has no cuDNN, or it does not load");
+    char dir[] = "/tmp/kiln-graph-plan-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[64];
+    snprintf(path, sizeof path, "%s/model.kiln", dir);
+    onemodel o;
+    fused_conv_model(&o, KILN_DTYPE_FLOAT16, true, true, 3, "SiLU", NULL);
+    unsigned char *data = NULL;
+    size_t size = 0;
+    kn_graph_recount(o.g);
+    CHECK(kn_onnx_write_memory(o.m, &data, &size) == KILN_OK);
+    kn_tensor *y[2] = {NULL, NULL};
+    unsigned long long loaded[2] = {0, 0}, ran[2] = {0, 0};
+    for (int pass = 0; pass < 2 && data; pass++) {
+        kiln_session_options *opt;
+        kiln_session_options_create(&opt);
+        kiln_session_options_set_opt_level(opt, 0);
+        kiln_session_options_set_cache(opt, 0, NULL);
+        kiln_session_options_set_compiled_paths(opt, pass ? NULL : path, pass ? path : NULL);
+        const char *keys[1] = {"conv_graph"}, *vals[1] = {"1"};
+        kiln_session_options_append_provider(opt, "cuda", keys, vals, 1);
+        kiln_session *s = NULL;
+        const unsigned long long l0 = kn_cu_conv_graph_plans_loaded(), r0 = kn_cu_conv_graph_runs();
+        CHECK_MSG(kiln_session_create_from_memory(data, size, NULL, opt, &s) == KILN_OK, "session %d: %s", pass,
+                  kiln_last_error());
+        if (s) om_run(s, &o, &y[pass]);
+        kiln_session_destroy(s); /* (the first writes its file again, with the plan) */
+        kiln_session_options_destroy(opt);
+        loaded[pass] = kn_cu_conv_graph_plans_loaded() - l0;
+        ran[pass] = kn_cu_conv_graph_runs() - r0;
+    }
+    CHECK_MSG(ran[0] == 1 && ran[1] == 1, "the graph ran %llu and %llu times, once each expected", ran[0], ran[1]);
+    CHECK_MSG(loaded[0] == 0 && loaded[1] == 1, "plans made from the file: %llu then %llu (0 then 1 expected)",
+              loaded[0], loaded[1]);
+    if (y[0] && y[1]) {
+        CHECK(kn_tensor_count(y[0]) == kn_tensor_count(y[1]));
+        CHECK_MSG(!memcmp(y[0]->data, y[1]->data, (size_t)kn_tensor_count(y[0]) * kiln_dtype_size(y[0]->dtype)), "the plan from the file computed another output");
+    }
+    kiln_tensor_destroy(y[0]);
+    kiln_tensor_destroy(y[1]);
+    free(data);
+    om_free(&o);
+    unlink(path);
+    rmdir(dir);
 #endif
 }

@@ -47,15 +47,22 @@ typedef struct kn_cu_lt_entry {
 } kn_cu_lt_entry;
 
 /* One tuning result: which algorithm a library call with this key uses (cuda_tuning.c). Keys
- * start with a kind byte (KN_CU_TUNE_*); the rest is the call's problem description. */
+ * start with a kind byte (KN_CU_TUNE_*); the rest is the call's problem description. A value up
+ * to KN_CU_TUNE_VAL_MAX bytes is held in the record; a larger one (a cuDNN execution plan,
+ * KN_CU_TUNE_CONV_GRAPH: its serialized form, 50-70 KB) in `big`, owned by the record. */
 #define KN_CU_TUNE_KEY_MAX 160
 #define KN_CU_TUNE_VAL_MAX 64
-enum { KN_CU_TUNE_MATMUL = 'L', KN_CU_TUNE_CONV_FWD = 'F', KN_CU_TUNE_CONV_BWD_DATA = 'B' };
+#define KN_CU_TUNE_BIG_MAX (8u << 20)
+enum { KN_CU_TUNE_MATMUL = 'L', KN_CU_TUNE_CONV_FWD = 'F', KN_CU_TUNE_CONV_BWD_DATA = 'B', KN_CU_TUNE_CONV_GRAPH = 'G' };
 typedef struct kn_cu_tuned {
     uint8_t key[KN_CU_TUNE_KEY_MAX], val[KN_CU_TUNE_VAL_MAX];
-    uint16_t key_len, val_len;
+    uint8_t *big; /* the value when longer than val (malloc'ed), else NULL */
+    uint32_t val_len;
+    uint16_t key_len;
     bool imported; /* read from a compiled file (checked against the library before first use) */
 } kn_cu_tuned;
+/* The value's bytes of a tuning record. */
+static inline const uint8_t *kn_cu_tuned_value(const kn_cu_tuned *t) { return t->big ? t->big : t->val; }
 
 
 /* What every lane of a session shares (cuda_backend.c): the device, the caching allocator, the
@@ -281,6 +288,12 @@ kiln_status kn_cu_run_layernorm(kn_cuda *cu, kn_kernel_ctx *c);
 /* MatMul and Gemm (cuda_linalg.c), for the fused operators */
 kiln_status kn_cu_run_matmul(kn_cuda *cu, kn_kernel_ctx *c);
 kiln_status kn_cu_run_gemm(kn_cuda *cu, kn_kernel_ctx *c);
+/* Gemm's attributes, read once (its prepare hook, cuda_linalg.c; FusedGemm's proxy takes it too) */
+typedef struct kn_cu_gemm_prm {
+    bool ta, tb;
+    float alpha, beta;
+} kn_cu_gemm_prm;
+kiln_status kn_cu_gemm_prepare(const kn_node *n, void *params);
 
 /* Tuning results (cuda_tuning.c): the record with this key, or NULL (with cu->sh->cache_mu held:
  * the record lives in a table other lanes may grow); a result this session made
@@ -294,6 +307,16 @@ bool kn_cu_tuning_record(void *state, int i, const void **key, size_t *key_len, 
 kiln_status kn_cu_tuning_import(void *state, const void *key, size_t key_len, const void *val, size_t val_len);
 
 /* cuDNN convolutions (cuda_conv.c) */
+/* Conv's and ConvTranspose's attributes, read once (their prepare hook; FusedConv's proxy takes it
+ * too); the arrays are the node's */
+typedef struct kn_cu_conv_prm {
+    int64_t group;
+    const int64_t *strides, *dilations, *pads, *kernel_shape, *output_padding;
+    int n_strides, n_dilations, n_pads, n_kernel_shape, n_output_padding;
+    const char *auto_pad;
+    bool layout_ok, nhwc; /* kn_fused_conv_layout's answer */
+} kn_cu_conv_prm;
+kiln_status kn_cu_conv_prepare(const kn_node *n, void *params);
 kiln_status kn_cu_run_conv(kn_cuda *cu, kn_kernel_ctx *c);
 kiln_status kn_cu_run_conv_transpose(kn_cuda *cu, kn_kernel_ctx *c);
 /* Conv (c's first two inputs) with y = act(conv + bias + z) in the same call where the library
@@ -319,7 +342,15 @@ kiln_status kn_cu_conv_graph_run(kn_cuda *cu, kn_kernel_ctx *c, const kn_cu_conv
 bool kn_cu_conv_graph_takes(int act); /* an activation the graph runs and the other fused paths do not */
 bool kn_cu_conv_graph_enabled(const kn_cuda *cu); /* conv_graph=1, or KILN_CUDA_CONV_GRAPH=1 (=0 overrides) */
 unsigned long long kn_cu_conv_graph_runs(void); /* graphs run in this process (tests) */
+unsigned long long kn_cu_conv_graph_plans_loaded(void); /* plans made from compiled files' records (tests) */
 bool kn_cu_conv_graph_available(void);          /* built with cuDNN, and it loads */
+/* The problem of a cuDNN graph plan's tuning record (KN_CU_TUNE_CONV_GRAPH key after the kind
+ * byte); kn_cu_conv_graph_key_valid checks an imported one. */
+typedef struct kn_cu_graph_key {
+    int32_t dtype, act, bias, z;
+    int64_t x[4], w[4], stride[2], dil[2], pad_b[2], pad_e[2];
+} kn_cu_graph_key;
+bool kn_cu_conv_graph_key_valid(const kn_cu_graph_key *k);
 void kn_cu_conv_graph_release(kn_cuda *cu);
 #ifdef KILN_HAVE_CUDNN
 /* A convolution's descriptors from its tuning key (the int32 words after the kind byte: rank,

@@ -15,8 +15,11 @@
  *
  * Off by default (provider option conv_graph=1, or KILN_CUDA_CONV_GRAPH=1|0 over the option): the
  * engines for these graphs compile their kernels at run time (NVRTC), about 150-220 ms per
- * convolution with the candidates timed, so YOLOv8s's first run took 10-20 s instead of 0.6 s on an
- * H200, in every process; its runs then took 0.71 ms instead of 1.01. */
+ * convolution with the candidates timed, so YOLOv8s's first run took 10-30 s instead of 0.6 s on an
+ * H200; its runs then took 0.71 ms instead of 1.01. The plan chosen is kept as a tuning record
+ * (KN_CU_TUNE_CONV_GRAPH: cuDNN's serialized plan, which holds the compiled kernels, 50-70 KB), so
+ * the compiled file (cache entry or saved file) carries it and a later session makes the plan from
+ * it in about 1.5 ms instead of compiling: that cost is paid once per machine, model and shape. */
 #include "backend/cuda/cuda_backend.h"
 
 #include "ops/fused.h"
@@ -46,9 +49,10 @@ typedef struct conv_graph {
     bool bias, z;
 } conv_graph;
 
-static _Atomic unsigned long long graph_runs;
+static _Atomic unsigned long long graph_runs, plans_loaded;
 
 unsigned long long kn_cu_conv_graph_runs(void) { return graph_runs; }
+unsigned long long kn_cu_conv_graph_plans_loaded(void) { return plans_loaded; }
 
 bool kn_cu_conv_graph_available(void) { return kn_cu_libs_load(NULL, 0) && kn_cu_lib.dnn_loaded; }
 
@@ -232,9 +236,9 @@ done:
 }
 
 /* Builds g's plan: the operation graph, cuDNN's ranked engine configs, the first that build (up to
- * GRAPH_CANDIDATES) timed when the stream is not capturing. why says what failed. */
+ * GRAPH_CANDIDATES) timed when the stream is not capturing (*timed). why says what failed. */
 static void build(kn_cuda *cu, const kn_cu_conv_graph_args *a, conv_graph *g, const graph_io *io, char *why,
-                  size_t cap) {
+                  size_t cap, bool *timed) {
     const cudnnDataType_t io_t = a->x->dtype == KILN_DTYPE_FLOAT16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16,
                           f32 = CUDNN_DATA_FLOAT;
     const int64_t N = a->x->dims[0], H = a->x->dims[1], W = a->x->dims[2], C = a->x->dims[3];
@@ -332,6 +336,7 @@ static void build(kn_cuda *cu, const kn_cu_conv_graph_args *a, conv_graph *g, co
         }
         if (capturing != cudaStreamCaptureStatusNone && g->plan) break;
     }
+    *timed = capturing == cudaStreamCaptureStatusNone;
     if (b.s != CUDNN_STATUS_SUCCESS)
         snprintf(why, cap, "%s: %s", b.what ? b.what : "building", cudnnGetErrorString(b.s));
     else if (!g->plan)
@@ -342,6 +347,81 @@ static void build(kn_cuda *cu, const kn_cu_conv_graph_args *a, conv_graph *g, co
     for (int i = 0; i < nops; i++) drop(&ops[i]);
     for (int i = 0; i < 3; i++) drop(&pws[i]);
     for (int i = 0; i < nd; i++) drop(&ds[i]);
+}
+
+/* ---------------------------------------------------------------- plans kept in the compiled file */
+
+static kn_cu_graph_key graph_key(const kn_cu_conv_graph_args *a) {
+    kn_cu_graph_key k;
+    memset(&k, 0, sizeof k); /* (no padding bytes of another call's key) */
+    k.dtype = (int32_t)a->x->dtype;
+    k.act = a->act;
+    k.bias = a->bias != NULL;
+    k.z = a->z != NULL;
+    memcpy(k.x, a->x->dims, sizeof k.x);
+    memcpy(k.w, a->w->dims, sizeof k.w);
+    memcpy(k.stride, a->stride, sizeof k.stride);
+    memcpy(k.dil, a->dil, sizeof k.dil);
+    memcpy(k.pad_b, a->pad_b, sizeof k.pad_b);
+    memcpy(k.pad_e, a->pad_e, sizeof k.pad_e);
+    return k;
+}
+
+static void record_key(const kn_cu_graph_key *k, uint8_t out[1 + sizeof(kn_cu_graph_key)]) {
+    out[0] = KN_CU_TUNE_CONV_GRAPH;
+    memcpy(out + 1, k, sizeof *k);
+}
+
+/* plan's serialized form (malloc'ed text, *n bytes without the terminator), or NULL. */
+static char *plan_text(cudnnBackendDescriptor_t plan, size_t *n) {
+    int64_t len = 0, got = 0;
+    if (cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, 0, &len, NULL) !=
+            CUDNN_STATUS_SUCCESS ||
+        len <= 1 || (uint64_t)len > KN_CU_TUNE_BIG_MAX)
+        return NULL;
+    char *text = calloc((size_t)len + 1, 1);
+    if (!text) return NULL;
+    if (cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, len, &got, text) !=
+        CUDNN_STATUS_SUCCESS) {
+        free(text);
+        return NULL;
+    }
+    *n = strlen(text);
+    return text;
+}
+
+/* A plan made from its serialized form (a record of a compiled file), or NULL with why. */
+static cudnnBackendDescriptor_t plan_from_text(kn_cuda *cu, const uint8_t *text, size_t n, int64_t *ws, char *why,
+                                               size_t cap) {
+    builder b = {CUDNN_STATUS_SUCCESS, NULL};
+    cudnnBackendDescriptor_t plan = make(&b, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "plan");
+    set(&b, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &cu->dnn, "plan");
+    set(&b, plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, (int64_t)n, text, "plan's text");
+    finish(&b, plan, "plan");
+    int64_t got = 0;
+    if (b.s == CUDNN_STATUS_SUCCESS)
+        b.s = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got, ws);
+    if (b.s != CUDNN_STATUS_SUCCESS) {
+        snprintf(why, cap, "%s: %s", b.what ? b.what : "workspace size", cudnnGetErrorString(b.s));
+        drop(&plan);
+    } else if (*ws > (int64_t)cu->workspace_size) {
+        snprintf(why, cap, "it needs %lld bytes of workspace, the lane has %zu", (long long)*ws, cu->workspace_size);
+        drop(&plan);
+    }
+    return plan;
+}
+
+bool kn_cu_conv_graph_key_valid(const kn_cu_graph_key *k) {
+    if ((k->dtype != KILN_DTYPE_FLOAT16 && k->dtype != KILN_DTYPE_BFLOAT16) || !kn_cu_conv_graph_takes(k->act) ||
+        (k->bias != 0 && k->bias != 1) || (k->z != 0 && k->z != 1))
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (k->x[i] < 1 || k->w[i] < 1 || k->x[i] > INT32_MAX || k->w[i] > INT32_MAX) return false;
+    for (int i = 0; i < 2; i++)
+        if (k->stride[i] < 1 || k->dil[i] < 1 || k->pad_b[i] < 0 || k->pad_e[i] < 0 || k->stride[i] > INT32_MAX ||
+            k->dil[i] > INT32_MAX || k->pad_b[i] > INT32_MAX || k->pad_e[i] > INT32_MAX)
+            return false;
+    return true;
 }
 
 /* ---------------------------------------------------------------- the table and the run */
@@ -373,6 +453,12 @@ kiln_status kn_cu_conv_graph_run(kn_cuda *cu, kn_kernel_ctx *c, const kn_cu_conv
         if ((uintptr_t)ptrs[i] % 16) return KILN_OK;
     if (x->dims[3] % 8 || w->dims[0] % 8) return KILN_OK; /* tensor-core engines want whole 16-byte channel rows */
     graph_io io = {x->data, w->data, bias ? bias->data : NULL, z ? z->data : NULL, y->data, NULL};
+    const kn_cu_graph_key gk = graph_key(a);
+    uint8_t rkey[1 + sizeof(kn_cu_graph_key)];
+    record_key(&gk, rkey);
+    char *keep = NULL; /* the serialized form of a plan built here, for the compiled file */
+    size_t keep_len = 0;
+    bool timed = false;
     pthread_mutex_lock(&cu->sh->cache_mu);
     conv_graph *g = lookup(cu, c, a);
     if (!g) {
@@ -396,17 +482,37 @@ kiln_status kn_cu_conv_graph_run(kn_cuda *cu, kn_kernel_ctx *c, const kn_cu_conv
         g->z = z != NULL;
         char why[256] = "";
         const double t0 = kn_now_ms();
-        build(cu, a, g, &io, why, sizeof why);
-        if (!g->plan)
-            kn_log(KILN_LOG_DEBUG, "cuda: node '%s': no cuDNN graph for the convolution with its epilogue (%s): a pass after it",
-                   c->node->name, why);
-        else
-            kn_log(KILN_LOG_DEBUG, "cuda: node '%s': convolution, bias%s and %s as one cuDNN graph (%.1f ms to build)",
-                   c->node->name, z ? ", residual" : "", kn_act_name((kn_act)a->act), kn_now_ms() - t0);
+        const kn_cu_tuned *kept = kn_cu_tuning_find(cu, rkey, sizeof rkey);
+        if (kept) { /* a plan a compiled file carried */
+            g->plan = plan_from_text(cu, kn_cu_tuned_value(kept), kept->val_len, &g->ws, why, sizeof why);
+            if (g->plan) {
+                plans_loaded++;
+                kn_log(KILN_LOG_DEBUG, "cuda: node '%s': cuDNN graph plan made from the compiled file's (%.1f ms)",
+                       c->node->name, kn_now_ms() - t0);
+            }
+            else
+                kn_log(KILN_LOG_INFO, "cuda: node '%s': the compiled file's cuDNN graph plan was not usable (%s): building it",
+                       c->node->name, why);
+        }
+        if (!g->plan) {
+            build(cu, a, g, &io, why, sizeof why, &timed);
+            if (!g->plan)
+                kn_log(KILN_LOG_DEBUG, "cuda: node '%s': no cuDNN graph for the convolution with its epilogue (%s): a pass after it",
+                       c->node->name, why);
+            else
+                kn_log(KILN_LOG_DEBUG, "cuda: node '%s': convolution, bias%s and %s as one cuDNN graph (%.1f ms to build)",
+                       c->node->name, z ? ", residual" : "", kn_act_name((kn_act)a->act), kn_now_ms() - t0);
+            /* kept when chosen by timing (a plan picked during a capture is the heuristics' first) */
+            if (g->plan && timed) keep = plan_text(g->plan, &keep_len);
+        }
     }
     cudnnBackendDescriptor_t plan = g->plan;
     const conv_graph gc = *g; /* (the table may move once the lock is released) */
     pthread_mutex_unlock(&cu->sh->cache_mu);
+    if (keep) {
+        if (kn_cu_tuning_add(cu, rkey, sizeof rkey, keep, keep_len) != KILN_OK) kn_clear_error(); /* (then built again next time) */
+        free(keep);
+    }
     if (!plan) return KILN_OK;
     io.ws = cu->workspace;
     const cudnnStatus_t s = execute(cu->dnn, plan, &gc, &io);
@@ -436,6 +542,11 @@ void kn_cu_conv_graph_release(kn_cuda *cu) {
 
 void kn_cu_conv_graph_release(kn_cuda *cu) { (void)cu; }
 unsigned long long kn_cu_conv_graph_runs(void) { return 0; }
+unsigned long long kn_cu_conv_graph_plans_loaded(void) { return 0; }
+bool kn_cu_conv_graph_key_valid(const kn_cu_graph_key *k) {
+    (void)k;
+    return false; /* (no cuDNN: a record of this kind is of no use) */
+}
 bool kn_cu_conv_graph_available(void) { return false; }
 
 #endif

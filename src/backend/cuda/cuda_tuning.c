@@ -23,14 +23,23 @@ kn_cu_tuned *kn_cu_tuning_find(kn_cuda *cu, const void *key, size_t key_len) {
 }
 
 static kiln_status put(kn_cuda *cu, const void *key, size_t key_len, const void *val, size_t val_len, bool imported) {
-    if (key_len == 0 || key_len > KN_CU_TUNE_KEY_MAX || val_len > KN_CU_TUNE_VAL_MAX)
+    if (key_len == 0 || key_len > KN_CU_TUNE_KEY_MAX || val_len > KN_CU_TUNE_BIG_MAX)
         return kn_error(KILN_ERR_INTERNAL, "tuning record of %zu/%zu bytes", key_len, val_len);
+    uint8_t *big = NULL;
+    if (val_len > KN_CU_TUNE_VAL_MAX) {
+        big = malloc(val_len);
+        if (!big) return KN_OOM();
+        memcpy(big, val, val_len);
+    }
     kn_cu_tuned *t = kn_cu_tuning_find(cu, key, key_len);
     if (!t) {
         if (cu->sh->n_tuned == cu->sh->cap_tuned) {
             int nc = cu->sh->cap_tuned ? cu->sh->cap_tuned * 2 : 32;
             kn_cu_tuned *b = realloc(cu->sh->tuned, sizeof *b * (size_t)nc);
-            if (!b) return KN_OOM();
+            if (!b) {
+                free(big);
+                return KN_OOM();
+            }
             cu->sh->tuned = b;
             cu->sh->cap_tuned = nc;
         }
@@ -42,8 +51,10 @@ static kiln_status put(kn_cuda *cu, const void *key, size_t key_len, const void 
     } else if (t->imported && !imported) {
         cu->sh->n_tuned_here++; /* an imported choice the library rejected, replaced */
     }
-    memcpy(t->val, val, val_len);
-    t->val_len = (uint16_t)val_len;
+    free(t->big);
+    t->big = big;
+    if (!big) memcpy(t->val, val, val_len);
+    t->val_len = (uint32_t)val_len;
     t->imported = imported;
     return KILN_OK;
 }
@@ -60,12 +71,14 @@ void kn_cu_tuning_forget(kn_cuda *cu, const void *key, size_t key_len) {
     kn_cu_tuned *t = kn_cu_tuning_find(cu, key, key_len);
     if (t) {
         if (!t->imported) cu->sh->n_tuned_here--;
+        free(t->big);
         *t = cu->sh->tuned[--cu->sh->n_tuned];
     }
     pthread_mutex_unlock(&cu->sh->cache_mu);
 }
 
 void kn_cu_tuning_release(kn_cuda *cu) {
+    for (int i = 0; i < cu->sh->n_tuned; i++) free(cu->sh->tuned[i].big);
     free(cu->sh->tuned);
     cu->sh->tuned = NULL;
     cu->sh->n_tuned = cu->sh->cap_tuned = cu->sh->n_tuned_here = 0;
@@ -85,7 +98,7 @@ bool kn_cu_tuning_record(void *state, int i, const void **key, size_t *key_len, 
     if (i < 0 || i >= cu->sh->n_tuned) return false;
     *key = cu->sh->tuned[i].key;
     *key_len = cu->sh->tuned[i].key_len;
-    *val = cu->sh->tuned[i].val;
+    *val = kn_cu_tuned_value(&cu->sh->tuned[i]);
     *val_len = cu->sh->tuned[i].val_len;
     return true;
 }
@@ -106,6 +119,19 @@ static bool key_well_formed(const uint8_t *k, size_t key_len, char *why, size_t 
                    p.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS) && p.zero == 0;
         if (!ok) snprintf(why, cap, "a product's key with sizes, strides, flags or epilogue out of range");
         return ok;
+    }
+    if (k[0] == KN_CU_TUNE_CONV_GRAPH) {
+        kn_cu_graph_key g;
+        if (key_len != 1 + sizeof g) {
+            snprintf(why, cap, "a cuDNN graph's key of %zu bytes, %zu expected", key_len, 1 + sizeof g);
+            return false;
+        }
+        memcpy(&g, k + 1, sizeof g);
+        if (!kn_cu_conv_graph_key_valid(&g)) {
+            snprintf(why, cap, "a cuDNN graph's key with a type, activation, size, stride or padding out of range");
+            return false;
+        }
+        return true;
     }
     int32_t nb = 0;
     if ((key_len - 1) % sizeof(int32_t) == 0 && key_len >= 1 + sizeof nb) memcpy(&nb, k + 1, sizeof nb);
@@ -140,6 +166,13 @@ kiln_status kn_cu_tuning_import(void *state, const void *key, size_t key_len, co
         }
         break;
     }
+    case KN_CU_TUNE_CONV_GRAPH:
+        /* a cuDNN execution plan's serialized form (JSON text: cuda_conv_graph.c), which cuDNN
+         * parses and checks against the device when the plan is made from it */
+        if (val_len < 2 || val_len > KN_CU_TUNE_BIG_MAX || memchr(val, 0, val_len))
+            return kn_error(KILN_ERR_CACHE, "tuning record of kind 'G': a %zu-byte plan that is no plan's text", val_len);
+        want = val_len;
+        break;
     default: return kn_error(KILN_ERR_CACHE, "tuning record of unknown kind 0x%02x", k[0]);
     }
     if (val_len != want)
