@@ -1527,17 +1527,16 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
 /* ---- 3x3 at stride 1 or 2 with few input channels (YOLO's 16 -> 32 downsampler on 320x320, RGB
  * and grayscale stems): output pixels in the lanes. With 16 input channels the channels-in-lanes
  * kernel above spent a fifth of its time turning its [pixel][channel] tiles into output rows and
- * padding edge tiles (perf: cl_range 16%, cl_pad_block 5%, the tiles 70%). Here a tile is RK_MB = 8
- * output channels by NV vectors of KN_VL consecutive output pixels of one row (NV up to RK_NV: 24
- * accumulators at NV = 3 with AVX-512, 8 at NV = 1 with AVX2's 16 registers), stored straight into
- * the output rows. Per output row the three input rows of every
+ * padding edge tiles (perf: cl_range 16%, cl_pad_block 5%, the tiles 70%). Here a tile is RK_MB
+ * output channels by NV vectors of KN_VL consecutive output pixels of one row (24 accumulators at
+ * RK_MB = 8, NV = 3 with AVX-512; 12 at RK_MB = 4 with AVX2's 16 registers: 8 x 1 vectors there ran
+ * 3x3 1->32 on 128x128 3.9x and s2 3->16 on 224x224 1.25x slower), stored straight into the output rows. Per output row the three input rows of every
  * channel are copied once, zero-padded, into the thread's buffer ([C][3 slots][SW][wh]; a row
  * shared with the previous output row is kept), at stride 2 split into even and odd columns, so
  * that the taps kw = 0, 1, 2 of output pixel ow are even[ow], odd[ow], even[ow + 1] (stride 1:
- * row[ow + kw]): plain loads, no bounds checks; the tap's 8 weights are broadcasts (packed once per
- * session as [M / 8][C][3][3][8]). Rows outside the image are skipped. */
-#define RK_MB 8
-#define RK_NV (KN_VREGS == 32 ? 3 : 1)
+ * row[ow + kw]): plain loads, no bounds checks; the tap's RK_MB weights are broadcasts (packed once
+ * per session as [M / RK_MB][C][3][3][RK_MB]). Rows outside the image are skipped. */
+#define RK_MB (KN_VREGS == 32 ? 8 : 4)
 
 static bool rk_suits(const conv_shape *s) {
     if (s->G != 1 || s->nsp != 2 || s->M % RK_MB || s->w.kernel[0] != 3 || s->w.kernel[1] != 3) return false;
@@ -1574,7 +1573,7 @@ typedef struct rk_job {
     int *failed;
 } rk_job;
 
-/* Output channels [m0, m0 + 8) of row oh, pixels [ow0, ow0 + KN_VL NV) (the last vector cut to `last`
+/* Output channels [m0, m0 + RK_MB) of row oh, pixels [ow0, ow0 + KN_VL NV) (the last vector cut to `last`
  * lanes) from the split rows sp ([C][3 slots][2][wh], at column ow0; tap kh's row in slot sl[kh]);
  * taps kh in [kh0, kh1). */
 static inline __attribute__((always_inline)) void rk_tile(const rk_job *j, const float *sp, const float *w,
@@ -1660,7 +1659,7 @@ static void rk_split_rows(const rk_job *j, const float *xn, int64_t ih, int r, f
     }
 }
 
-/* Tasks are (image, band of output rows); per row, per tile position every block of 8 channels
+/* Tasks are (image, band of output rows); per row, per tile position every block of RK_MB channels
  * (the tile's inputs stay in L1 across the blocks). */
 static void rk_range(void *arg, int64_t begin, int64_t end) {
     const rk_job *j = arg;
@@ -1698,7 +1697,7 @@ static void rk_range(void *arg, int64_t begin, int64_t end) {
             for (int64_t q0 = 0; q0 < nvec;) {
                 /* tiles of 3 vectors; a remainder of 1 or 2 vectors as 2 + 2 or 2 (not 3 + 1) */
                 const int64_t left = nvec - q0;
-                const int nv = RK_NV < 3 ? (int)min64(RK_NV, left) : left == 4 ? 2 : (int)min64(3, left);
+                const int nv = left == 4 ? 2 : (int)min64(3, left);
                 const int64_t ow0 = KN_VL * q0, cols = min64(KN_VL * nv, OW - ow0);
                 const kn_vmask last = kn_v_tail(cols - KN_VL * (nv - 1));
                 for (int64_t m0 = 0; m0 < s->M; m0 += RK_MB)
@@ -1720,7 +1719,7 @@ static kiln_status rk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
     j.wh = (j.v.OW + 3 - j.v.sw + 15) / 16 * 16;
     const size_t wbytes = sizeof(float) * (size_t)(s->M * s->C * 9);
     rk_wctx wc = {w, s->M, s->C};
-    kn_const_layout lay = {10, {s->M, s->C, 0, 0}};
+    kn_const_layout lay = {10, {s->M, s->C, RK_MB, 0}};
     const float *wp = w_is_input ? kn_cpu_const_derived(c, 1, &lay, wbytes, rk_make_weights, &wc) : NULL;
     float *own = NULL;
     if (!wp) {

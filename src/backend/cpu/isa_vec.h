@@ -101,10 +101,16 @@ static inline __m256i kn_vmask_vec(unsigned m) {
 #define kn_vf_min _mm256_min_ps
 #define kn_vf_fmadd _mm256_fmadd_ps
 #define kn_vf_fnmadd _mm256_fnmadd_ps
+/* a whole vector takes the plain load or store: vmaskmovps stores are microcoded on AMD's cores
+ * (and the mask costs three instructions to make) */
 static inline kn_vf kn_vf_maskz_loadu(unsigned m, const float *p) {
+    if ((m & 0xFFu) == 0xFFu) return _mm256_loadu_ps(p);
     return _mm256_maskload_ps(p, kn_vmask_vec(m));
 }
-static inline void kn_vf_mask_storeu(float *p, unsigned m, kn_vf v) { _mm256_maskstore_ps(p, kn_vmask_vec(m), v); }
+static inline void kn_vf_mask_storeu(float *p, unsigned m, kn_vf v) {
+    if ((m & 0xFFu) == 0xFFu) _mm256_storeu_ps(p, v);
+    else _mm256_maskstore_ps(p, kn_vmask_vec(m), v);
+}
 static inline kn_vf kn_vf_perm(__m256i idx, kn_vf a) { return _mm256_permutevar8x32_ps(a, idx); }
 static inline kn_vf kn_vf_perm2(kn_vf a, __m256i idx, kn_vf b) {
     const __m256 from_b = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)); /* index bit 3 in the sign */
