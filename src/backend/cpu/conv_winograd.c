@@ -28,10 +28,9 @@
 
 #include "backend/cpu/isa_vec.h"
 
+#if KN_VL
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-
-#if KN_VL
 
 /* ------------------------------------------------------------------ weights */
 

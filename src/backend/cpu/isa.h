@@ -9,7 +9,10 @@
  *   avx512     + AVX512 F, BW, DQ, VL, CD (x86-64-v4)
  *
  * Each copy is the same source with its own compiler flags and a name suffix (isa_names.h renames
- * every external symbol of the backend, e.g. kn_sgemm -> kn_sgemm_avx2). The level is chosen once
+ * every external symbol of the backend, e.g. kn_sgemm -> kn_sgemm_avx2). Vector kernels are written
+ * once for the avx2 and avx512 levels through isa_vec.h (KN_VL lanes: 8 or 16; the convolutions, the
+ * Winograd 3x3 and the pools), so a level never falls back to scalar code the other has vectorised.
+ * The level is chosen once
  * per process, the first time any of this is asked: the highest level whose features cpuid
  * reports (and the OS enables: xgetbv), or KILN_CPU_ISA=baseline|avx2|avx512 to force a lower one
  * (tests, benchmarks). A level the CPU lacks is refused: kn_cpu_isa_check() returns the reason
