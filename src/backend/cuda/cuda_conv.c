@@ -78,6 +78,20 @@ static kiln_status dnn_fail(const kn_kernel_ctx *c, cudnnStatus_t s, const char 
                            e != cudaSuccess ? ")" : "");
 }
 
+kiln_status kn_cu_conv_prepare(const kn_node *n, void *params) {
+    kn_cu_conv_prm *p = params;
+    memset(p, 0, sizeof *p);
+    p->layout_ok = kn_fused_conv_layout(n, &p->nhwc);
+    p->group = kn_attr_int(n, "group", 1);
+    p->strides = kn_attr_ints(n, "strides", &p->n_strides);
+    p->dilations = kn_attr_ints(n, "dilations", &p->n_dilations);
+    p->pads = kn_attr_ints(n, "pads", &p->n_pads);
+    p->kernel_shape = kn_attr_ints(n, "kernel_shape", &p->n_kernel_shape);
+    p->output_padding = kn_attr_ints(n, "output_padding", &p->n_output_padding);
+    p->auto_pad = kn_attr_string(n, "auto_pad", "NOTSET");
+    return KILN_OK;
+}
+
 static kiln_status geometry(const kn_kernel_ctx *c, bool transpose, conv_geom *g) {
     const kn_tensor *x = c->in[0], *w = c->in[1];
     const kn_tensor *y = c->out[0];
@@ -86,21 +100,25 @@ static kiln_status geometry(const kn_kernel_ctx *c, bool transpose, conv_geom *g
     if (g->nsp < 1 || g->nsp > 3)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%d spatial dims (1 to 3 supported on CUDA)", g->nsp);
     if (w->rank != x->rank) return kn_kernel_error(c, KILN_ERR_SHAPE, "weight rank %d for input rank %d", w->rank, x->rank);
-    if (!kn_fused_conv_layout(c->node, &g->nhwc)) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "layout must be NCHW or NHWC");
+    kn_cu_conv_prm local;
+    const kn_cu_conv_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cu_conv_prepare, &local, (const void **)&prm));
+    g->nhwc = prm->nhwc;
+    if (!prm->layout_ok) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "layout must be NCHW or NHWC");
     if (g->nhwc && transpose) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "ConvTranspose channels last");
     /* where the channels and the spatial dims are */
     const int ch = g->nhwc ? x->rank - 1 : 1, sp = g->nhwc ? 1 : 2;
     g->n = x->dims[0];
     g->cin = x->dims[ch];
     g->cout = y->dims[ch];
-    g->group = kn_attr_int(c->node, "group", 1);
-    int ns, nd, np, nk, no;
-    const int64_t *s = kn_attr_ints(c->node, "strides", &ns);
-    const int64_t *d = kn_attr_ints(c->node, "dilations", &nd);
-    const int64_t *p = kn_attr_ints(c->node, "pads", &np);
-    const int64_t *ks = kn_attr_ints(c->node, "kernel_shape", &nk);
-    const int64_t *op = kn_attr_ints(c->node, "output_padding", &no);
-    const char *ap = kn_attr_string(c->node, "auto_pad", "NOTSET");
+    g->group = prm->group;
+    int ns = prm->n_strides, nd = prm->n_dilations, np = prm->n_pads, nk = prm->n_kernel_shape, no = prm->n_output_padding;
+    const int64_t *s = prm->strides;
+    const int64_t *d = prm->dilations;
+    const int64_t *p = prm->pads;
+    const int64_t *ks = prm->kernel_shape;
+    const int64_t *op = prm->output_padding;
+    const char *ap = prm->auto_pad;
     bool same = !strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER"), upper = !strcmp(ap, "SAME_UPPER");
     for (int i = 0; i < g->nsp; i++) {
         g->in[i] = x->dims[sp + i];

@@ -518,13 +518,25 @@ static bool same_types(const kn_node *n, const kn_type *const *in, int n_in, cha
 
 /* ------------------------------------------------------------------ Gemm */
 
+kiln_status kn_cu_gemm_prepare(const kn_node *n, void *params) {
+    kn_cu_gemm_prm *p = params;
+    p->ta = kn_attr_int(n, "transA", 0) != 0;
+    p->tb = kn_attr_int(n, "transB", 0) != 0;
+    p->alpha = kn_attr_float(n, "alpha", 1.0f);
+    p->beta = kn_attr_float(n, "beta", 1.0f);
+    return KILN_OK;
+}
+
 kiln_status kn_cu_run_gemm(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *a = c->in[0], *b = c->in[1], *cc = c->n_inputs > 2 ? c->in[2] : NULL;
     NEED_OUT(c, 0);
     kn_tensor *y = c->out[0];
     if (a->rank != 2 || b->rank != 2) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "Gemm takes 2-D A and B");
-    bool ta = kn_attr_int(c->node, "transA", 0) != 0, tb = kn_attr_int(c->node, "transB", 0) != 0;
-    float alpha = kn_attr_float(c->node, "alpha", 1.0f), beta = kn_attr_float(c->node, "beta", 1.0f);
+    kn_cu_gemm_prm local;
+    const kn_cu_gemm_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cu_gemm_prepare, &local, (const void **)&prm));
+    bool ta = prm->ta, tb = prm->tb;
+    float alpha = prm->alpha, beta = prm->beta;
     kn_cu_gemm g = {0};
     g.dt = a->dtype;
     g.ta = ta;
@@ -669,6 +681,32 @@ static kiln_status run_rnn_one_launch(kn_cuda *cu, kn_kernel_ctx *c, kn_cu_rnn_s
     return st;
 }
 
+/* LSTM's, GRU's and RNN's attributes, read once (their prepare hook) */
+typedef struct cu_rnn_prm {
+    int dirs;
+    bool has_hidden; /* hidden_size given (an int): else R's */
+    int64_t hidden;
+    float clip;
+    bool reverse_only, lbr, input_forget;
+    int act; /* RNN's first activation: 0 Tanh, 1 Relu, 2 Sigmoid */
+} cu_rnn_prm;
+
+static kiln_status cu_rnn_prepare(const kn_node *n, void *params) {
+    cu_rnn_prm *p = params;
+    memset(p, 0, sizeof *p);
+    p->dirs = dirs_of(n);
+    const kn_attr *hs = kn_node_attr(n, "hidden_size");
+    p->has_hidden = hs && hs->type == KN_ATTR_INT;
+    p->hidden = p->has_hidden ? hs->i : 0;
+    p->clip = kn_attr_float(n, "clip", 0.0f);
+    p->reverse_only = !strcmp(kn_attr_string(n, "direction", "forward"), "reverse");
+    p->lbr = kn_attr_int(n, "linear_before_reset", 0) != 0;
+    p->input_forget = kn_attr_int(n, "input_forget", 0) != 0;
+    const kn_attr *a = kn_node_attr(n, "activations");
+    if (a && a->n > 0) p->act = !strcasecmp(a->strings[0], "Relu") ? 1 : !strcasecmp(a->strings[0], "Sigmoid") ? 2 : 0;
+    return KILN_OK;
+}
+
 static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
     const char *op = c->node->op_type;
     int G = !strcmp(op, "LSTM") ? 4 : !strcmp(op, "GRU") ? 3 : 1;
@@ -680,17 +718,16 @@ static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
               *Yc = G == 4 && c->n_outputs > 2 ? c->out[2] : NULL;
     if (X->rank != 3) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "X must be [seq, batch, input]");
     int64_t T = X->dims[0], B = X->dims[1], I = X->dims[2];
-    int dirs = dirs_of(c->node);
-    int64_t H = kn_attr_int(c->node, "hidden_size", R->dims[2]);
-    float clip = kn_attr_float(c->node, "clip", 0.0f);
-    bool reverse_only = !strcmp(kn_attr_string(c->node, "direction", "forward"), "reverse");
-    bool lbr = kn_attr_int(c->node, "linear_before_reset", 0) != 0;
-    bool input_forget = kn_attr_int(c->node, "input_forget", 0) != 0;
-    int act = 0;
-    if (G == 1) {
-        const kn_attr *a = kn_node_attr(c->node, "activations");
-        if (a && a->n > 0) act = !strcasecmp(a->strings[0], "Relu") ? 1 : !strcasecmp(a->strings[0], "Sigmoid") ? 2 : 0;
-    }
+    cu_rnn_prm local;
+    const cu_rnn_prm *prm;
+    KN_TRY(kn_ctx_params(c, cu_rnn_prepare, &local, (const void **)&prm));
+    int dirs = prm->dirs;
+    int64_t H = prm->has_hidden ? prm->hidden : R->dims[2];
+    float clip = prm->clip;
+    bool reverse_only = prm->reverse_only;
+    bool lbr = prm->lbr;
+    bool input_forget = prm->input_forget;
+    int act = G == 1 ? prm->act : 0;
     kiln_dtype dt = X->dtype;
     if (T == 0) { /* no step: every output is zero (the CPU's and ONNX Runtime's answer) */
         kn_tensor *outs[3] = {Y, Yh, Yc};
@@ -841,9 +878,30 @@ static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
 
 /* ------------------------------------------------------------------ kiln.StackedLSTM */
 
+/* StackedLSTM's hook: the block of its layers' LSTM (no attributes), handed to each layer's call */
+static kiln_status cu_stacked_prepare(const kn_node *n, void *params) {
+    (void)n;
+    kn_node layer;
+    memset(&layer, 0, sizeof layer);
+    layer.op_type = "LSTM";
+    layer.domain = "";
+    layer.opset = 14;
+    return cu_rnn_prepare(&layer, params);
+}
+
 /* The layers one after another as LSTM nodes (what the pipeline falls back to). */
 static kiln_status run_layers(kn_cuda *cu, kn_kernel_ctx *c) {
     int layers = kn_stacked_lstm_layers(c->n_inputs);
+    cu_rnn_prm local;
+    const cu_rnn_prm *prm;
+    KN_TRY(kn_ctx_params(c, cu_stacked_prepare, &local, (const void **)&prm));
+    union {
+        kn_params h;
+        max_align_t a;
+        unsigned char b[sizeof(kn_params) + sizeof(cu_rnn_prm)];
+    } blk;
+    blk.h.fn = cu_rnn_prepare;
+    memcpy(blk.h.data, prm, sizeof *prm);
     const kn_tensor *X = c->in[0];
     size_t es = kiln_dtype_size(X->dtype);
     kn_tensor prev, *prev_p = NULL;
@@ -855,6 +913,8 @@ static kiln_status run_layers(kn_cuda *cu, kn_kernel_ctx *c) {
         kn_tensor y, *y_p = &y;
         kn_stacked_layer layer;
         kn_stacked_lstm_layer(c, l, prev_p ? prev_p : (kn_tensor *)X, last ? NULL : &y_p, &layer);
+        blk.h.node = &layer.node;
+        layer.ctx.params = &blk.h;
         void *y_mem = NULL;
         size_t y_bytes = 0;
         if (!last) { /* Y [T, 1, B, H], the next layer's X as [T, B, H] */
@@ -966,14 +1026,16 @@ static bool stacked_lstm_supports(const kn_node *n, const kn_type *const *in, in
 
 const kn_cuda_kernel kn_cuda_linalg[] = {
     {"", "MatMul", kn_cu_run_matmul, same_types, MM_TYPES, 0, 0},
-    {"", "Gemm", kn_cu_run_gemm, same_types, MM_TYPES, 0, 0},
-    {"", "LSTM", run_rnn, rnn_supports, KN_T_FLOATS, 0, 0},
-    {"", "GRU", run_rnn, rnn_supports, KN_T_FLOATS, 0, 0},
-    {"", "RNN", run_rnn, rnn_supports, KN_T_FLOATS, 0, 0},
-    {"kiln", "StackedLSTM", run_stacked_lstm, stacked_lstm_supports, KN_T_FLOATS, 0, 0},
+    {"", "Gemm", kn_cu_run_gemm, same_types, MM_TYPES, 0, 0, KN_CU_PARAMS(kn_cu_gemm_prepare, kn_cu_gemm_prm)},
+    {"", "LSTM", run_rnn, rnn_supports, KN_T_FLOATS, 0, 0, KN_CU_PARAMS(cu_rnn_prepare, cu_rnn_prm)},
+    {"", "GRU", run_rnn, rnn_supports, KN_T_FLOATS, 0, 0, KN_CU_PARAMS(cu_rnn_prepare, cu_rnn_prm)},
+    {"", "RNN", run_rnn, rnn_supports, KN_T_FLOATS, 0, 0, KN_CU_PARAMS(cu_rnn_prepare, cu_rnn_prm)},
+    {"kiln", "StackedLSTM", run_stacked_lstm, stacked_lstm_supports, KN_T_FLOATS, 0, 0,
+     KN_CU_PARAMS(cu_stacked_prepare, cu_rnn_prm)},
 #ifdef KILN_HAVE_CUDNN
-    {"", "Conv", kn_cu_run_conv, kn_cu_conv_supports, KN_T_FLOATS, 0, 0},
-    {"", "ConvTranspose", kn_cu_run_conv_transpose, kn_cu_conv_supports, KN_T_FLOATS, 0, 0},
+    {"", "Conv", kn_cu_run_conv, kn_cu_conv_supports, KN_T_FLOATS, 0, 0, KN_CU_PARAMS(kn_cu_conv_prepare, kn_cu_conv_prm)},
+    {"", "ConvTranspose", kn_cu_run_conv_transpose, kn_cu_conv_supports, KN_T_FLOATS, 0, 0,
+     KN_CU_PARAMS(kn_cu_conv_prepare, kn_cu_conv_prm)},
 #endif
     {NULL, NULL, NULL, NULL, 0, 0, 0},
 };

@@ -199,8 +199,8 @@ static bool supports_body(const kn_node *n, const kn_type *const *in, int n_in, 
  * every other input (Loop's carried values, Scan's states and scan inputs; opset 8's sequence_lens,
  * read back when given) is a device tensor of a numeric or bool type. */
 const kn_cuda_kernel kn_cuda_control[] = {
-    {"", "If", run_if, supports_if, 0, 0x1, 0},
-    {"", "Loop", run_loop, supports_body, 0, 0x3, 0},
-    {"", "Scan", run_scan, supports_body, 0, 0, 0},
+    {"", "If", run_if, supports_if, 0, 0x1, 0, KN_CU_PARAMS(kn_cf_prepare, kn_cf_prm)},
+    {"", "Loop", run_loop, supports_body, 0, 0x3, 0, KN_CU_PARAMS(kn_cf_prepare, kn_cf_prm)},
+    {"", "Scan", run_scan, supports_body, 0, 0, 0, KN_CU_PARAMS(kn_cf_prepare, kn_cf_prm)},
     {0},
 };

@@ -18,22 +18,97 @@ _Static_assert(KN_ACT_NONE == 0 && KN_ACT_RELU == 1 && KN_ACT_LEAKY_RELU == 2 &&
                    KN_ACT_SILU == 8 && KN_ACT_GELU == 9 && KN_ACT_GELU_TANH == 10,
                "kn_cu_epilogue numbers the activations as kn_act");
 
-static kiln_status read_act(kn_kernel_ctx *c, kn_act_spec *a) {
+/* The fused kernels' attributes but FusedElementwise's, read once (their prepare hook): the
+ * activation, FusedConv's layout, Gelu's form, the normalisations' axis, Attention's scale,
+ * nan_to_zero and operand views (has[i] -1: malformed), and the blocks of FusedConv's and
+ * FusedGemm's inner Conv and Gemm (their hooks on the proxy node). What does not parse is read
+ * again by the call, which says why. */
+typedef struct cu_fused_prm {
+    bool act_ok, layout_ok, nhwc, gelu_tanh, nan_to_zero, conv_ok, gemm_ok;
+    kn_act_spec act;
+    int64_t axis;
+    float scale;
+    kn_attn_view v[4];
+    int has[4];
+    kn_cu_conv_prm conv;
+    kn_cu_gemm_prm gemm;
+} cu_fused_prm;
+
+static kn_node proxy_of(const kn_node *n, const char *op) {
+    kn_node proxy = *n;
+    proxy.op_type = op;
+    proxy.domain = "";
+    proxy.opset = 13;
+    return proxy;
+}
+
+static kiln_status cu_fused_prepare(const kn_node *n, void *params) {
+    cu_fused_prm *p = params;
+    memset(p, 0, sizeof *p);
+    char why[160];
+    p->act_ok = kn_act_from_node(n, &p->act, why, sizeof why);
+    p->layout_ok = kn_fused_conv_layout(n, &p->nhwc);
+    p->gelu_tanh = !strcmp(kn_attr_string(n, "approximate", "none"), "tanh");
+    p->axis = kn_attr_int(n, "axis", -1);
+    p->scale = kn_attr_float(n, "scale", 1.0f);
+    p->nan_to_zero = kn_attr_int(n, "nan_to_zero", 0) != 0;
+    for (int i = 0; i < 4; i++) p->has[i] = kn_attn_view_get(n, i, &p->v[i], why, sizeof why);
+    kn_node proxy;
+#ifdef KILN_HAVE_CUDNN
+    proxy = proxy_of(n, "Conv");
+    p->conv_ok = kn_cu_conv_prepare(&proxy, &p->conv) == KILN_OK;
+#endif
+    proxy = proxy_of(n, "Gemm");
+    p->gemm_ok = kn_cu_gemm_prepare(&proxy, &p->gemm) == KILN_OK;
+    return KILN_OK;
+}
+
+#define FUSED_PRM(c)                                                                               \
+    cu_fused_prm local_prm;                                                                        \
+    const cu_fused_prm *prm;                                                                       \
+    KN_TRY(kn_ctx_params((c), cu_fused_prepare, &local_prm, (const void **)&prm))
+
+static kiln_status read_act(kn_kernel_ctx *c, const cu_fused_prm *prm, kn_act_spec *a) {
     char why[128];
+    if (prm->act_ok) {
+        *a = prm->act;
+        return KILN_OK;
+    }
     if (!kn_act_from_node(c->node, a, why, sizeof why)) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
     return KILN_OK;
 }
 
+/* A parameter block made for a proxy node: `data` (bytes of them) under the hook fn */
+typedef union proxy_params {
+    kn_params h;
+    max_align_t a;
+    unsigned char b[sizeof(kn_params) + (sizeof(kn_cu_conv_prm) > sizeof(kn_cu_gemm_prm) ? sizeof(kn_cu_conv_prm)
+                                                                                            : sizeof(kn_cu_gemm_prm))];
+} proxy_params;
+
+/* pc's params: the block the fused node's hook made for the proxy's kernel (fn), when it made one */
+static void hand_params(kn_kernel_ctx *pc, proxy_params *blk, kn_params_fn fn, bool ok, const void *data, size_t bytes) {
+    pc->params = NULL;
+    if (!ok) return;
+    blk->h.fn = fn;
+    blk->h.node = pc->node;
+    memcpy(blk->h.data, data, bytes);
+    pc->params = &blk->h;
+}
+
 /* Runs `run` as the ai.onnx operator `op` on the first n inputs of the fused node. */
 static kiln_status run_base(kn_cuda *cu, kn_kernel_ctx *c, const char *op, int n,
-                            kiln_status (*run)(kn_cuda *, kn_kernel_ctx *)) {
-    kn_node proxy = *c->node;
-    proxy.op_type = op;
-    proxy.domain = "";
-    proxy.opset = 13;
+                            kiln_status (*run)(kn_cuda *, kn_kernel_ctx *), const cu_fused_prm *prm) {
+    kn_node proxy = proxy_of(c->node, op);
     kn_kernel_ctx pc = *c;
     pc.node = &proxy;
     pc.n_inputs = n < c->n_inputs ? n : c->n_inputs;
+    proxy_params blk;
+    pc.params = NULL;
+#ifdef KILN_HAVE_CUDNN
+    if (!strcmp(op, "Conv")) hand_params(&pc, &blk, kn_cu_conv_prepare, prm->conv_ok, &prm->conv, sizeof prm->conv);
+#endif
+    if (!strcmp(op, "Gemm")) hand_params(&pc, &blk, kn_cu_gemm_prepare, prm->gemm_ok, &prm->gemm, sizeof prm->gemm);
     return run(cu, &pc);
 }
 
@@ -63,14 +138,14 @@ static bool conv_fused_enabled(void) {
 
 static kiln_status run_fused_conv(kn_cuda *cu, kn_kernel_ctx *c) {
 #ifdef KILN_HAVE_CUDNN
+    FUSED_PRM(c);
     kn_act_spec a;
-    KN_TRY(read_act(c, &a));
+    KN_TRY(read_act(c, prm, &a));
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
     const kn_tensor *bias = c->n_inputs > 2 ? c->in[2] : NULL, *z = c->n_inputs > 3 ? c->in[3] : NULL;
     KN_TRY(check_residual(c, z, y));
-    bool nhwc = false;
-    kn_fused_conv_layout(c->node, &nhwc);
+    bool nhwc = prm->nhwc;
     int64_t channels = y->rank > 1 ? y->dims[nhwc ? y->rank - 1 : 1] : 1, inner = 1;
     for (int i = 2; !nhwc && i < y->rank; i++) inner *= y->dims[i]; /* channels last: the bias is per column */
     if (bias && kn_tensor_count(bias) != channels)
@@ -81,11 +156,12 @@ static kiln_status run_fused_conv(kn_cuda *cu, kn_kernel_ctx *c) {
      * cuDNN's operation graph for SiLU and the other activations it has (channels last, half
      * precision); what is left then runs as a pass over the output */
     if ((bias || z || kn_cu_conv_graph_takes(a.act)) && conv_fused_enabled()) {
-        kn_node proxy = *c->node;
-        proxy.op_type = "Conv", proxy.domain = "", proxy.opset = 13;
+        kn_node proxy = proxy_of(c->node, "Conv");
         kn_kernel_ctx pc = *c;
         pc.node = &proxy;
         pc.n_inputs = 2;
+        proxy_params blk;
+        hand_params(&pc, &blk, kn_cu_conv_prepare, prm->conv_ok, &prm->conv, sizeof prm->conv);
         bool done = false, act_done = false;
         KN_TRY(kn_cu_run_conv_fused(cu, &pc, bias, z, a.act, a.p0, a.p1, &done, &act_done));
         if (!done) return epilogue(cu, c, y, bias, channels, inner, z, &a);
@@ -93,7 +169,7 @@ static kiln_status run_fused_conv(kn_cuda *cu, kn_kernel_ctx *c) {
         return epilogue(cu, c, y, NULL, channels, inner, NULL, &a);
     }
     /* the convolution without its bias, then bias, residual and activation in one pass */
-    KN_TRY(run_base(cu, c, "Conv", 2, kn_cu_run_conv));
+    KN_TRY(run_base(cu, c, "Conv", 2, kn_cu_run_conv, prm));
     return epilogue(cu, c, y, bias, channels, inner, z, &a);
 #else
     (void)cu;
@@ -102,17 +178,19 @@ static kiln_status run_fused_conv(kn_cuda *cu, kn_kernel_ctx *c) {
 }
 
 static kiln_status run_fused_gemm(kn_cuda *cu, kn_kernel_ctx *c) {
+    FUSED_PRM(c);
     kn_act_spec a;
-    KN_TRY(read_act(c, &a));
+    KN_TRY(read_act(c, prm, &a));
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
-    KN_TRY(run_base(cu, c, "Gemm", 3, kn_cu_run_gemm));
+    KN_TRY(run_base(cu, c, "Gemm", 3, kn_cu_run_gemm, prm));
     return epilogue(cu, c, y, NULL, 1, 1, NULL, &a);
 }
 
 static kiln_status run_fused_matmul(kn_cuda *cu, kn_kernel_ctx *c) {
+    FUSED_PRM(c);
     kn_act_spec a;
-    KN_TRY(read_act(c, &a));
+    KN_TRY(read_act(c, prm, &a));
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
     const kn_tensor *bias = c->n_inputs > 2 ? c->in[2] : NULL, *z = c->n_inputs > 3 ? c->in[3] : NULL;
@@ -143,13 +221,14 @@ static kiln_status run_fused_matmul(kn_cuda *cu, kn_kernel_ctx *c) {
         if (a.act == KN_ACT_NONE || a.act == KN_ACT_RELU) return KILN_OK;
         return epilogue(cu, c, y, NULL, cols, 1, NULL, &a);
     }
-    KN_TRY(run_base(cu, c, "MatMul", 2, kn_cu_run_matmul));
+    KN_TRY(run_base(cu, c, "MatMul", 2, kn_cu_run_matmul, prm));
     return epilogue(cu, c, y, bias, cols, 1, z, &a);
 }
 
 static kiln_status run_gelu(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
-    int code = !strcmp(kn_attr_string(c->node, "approximate", "none"), "tanh") ? KN_CU_GELU_TANH : KN_CU_GELU;
+    FUSED_PRM(c);
+    int code = prm->gelu_tanh ? KN_CU_GELU_TANH : KN_CU_GELU;
     return kn_cu_check(c, kn_cu_unary(code, x->dtype, x->data, c->out[0]->data, kn_tensor_count(x), 0, 0, cu->stream),
                        "Gelu");
 }
@@ -157,7 +236,8 @@ static kiln_status run_gelu(kn_cuda *cu, kn_kernel_ctx *c) {
 static kiln_status run_norm(kn_cuda *cu, kn_kernel_ctx *c) {
     /* the kiln forms take the ai.onnx attributes and have only the Y output */
     const kn_tensor *x = c->in[0];
-    int64_t axis = kn_attr_int(c->node, "axis", -1);
+    FUSED_PRM(c);
+    int64_t axis = prm->axis;
     if (axis < 0) axis += x->rank;
     if (axis < 0 || axis >= x->rank) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "axis out of range");
     int64_t d = 1;
@@ -200,7 +280,8 @@ static void operand_of(const kn_tensor *t, const kn_attn_view *v, attn_operand *
  * faster (kn_cu_flash_attention says where). KILN_ERR_UNSUPPORTED (nothing run) sends the node to
  * the general form. KILN_CUDA_FLASH=0 asks for the general form everywhere, =1 for the one kernel
  * wherever it applies (to compare the two). */
-static kiln_status run_flash_attention(kn_cuda *cu, kn_kernel_ctx *c, float scale, const attn_operand *op) {
+static kiln_status run_flash_attention(kn_cuda *cu, kn_kernel_ctx *c, float scale, bool nan_to_zero,
+                                       const attn_operand *op) {
     const char *flag = getenv("KILN_CUDA_FLASH");
     const bool enabled = !(flag && !strcmp(flag, "0")), force = flag && !strcmp(flag, "1");
     const kn_tensor *Q = c->in[0], *KT = c->in[1], *V = c->in[2], *M = c->n_inputs > 3 ? c->in[3] : NULL;
@@ -224,7 +305,7 @@ static kiln_status run_flash_attention(kn_cuda *cu, kn_kernel_ctx *c, float scal
     f.q = q->base, f.k = k->base, f.v = v->base, f.y = y->base;
     f.b0 = nb == 2 ? y->v.dims[0] : 1, f.b1 = y->v.dims[nb - 1];
     f.sq = sq, f.sk = sk, f.d = d, f.scale = scale;
-    f.nan_to_zero = kn_attr_int(c->node, "nan_to_zero", 0) != 0;
+    f.nan_to_zero = nan_to_zero;
     f.force = force;
     const char *warps = getenv("KILN_CUDA_FLASH_WARPS");
     f.warps = warps ? atoi(warps) : 0;
@@ -272,17 +353,22 @@ static kiln_status view_copy(kn_cuda *cu, kn_kernel_ctx *c, kiln_dtype dt, const
                        "Attention operand view");
 }
 
-static kiln_status run_attention_dense(kn_cuda *cu, kn_kernel_ctx *c);
+static kiln_status run_attention_dense(kn_cuda *cu, kn_kernel_ctx *c, const cu_fused_prm *prm);
 
 /* kiln.Attention, with or without operand views (fold_attention_views): the one-kernel form reads
  * and writes through them; the general form takes dense copies. */
 static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
-    kn_attn_view vw[4];
-    int has[4], any = 0;
-    char why[160];
+    FUSED_PRM(c);
+    const kn_attn_view *vw = prm->v;
+    const int *has = prm->has;
+    int any = 0;
     for (int i = 0; i < 4; i++) {
-        has[i] = kn_attn_view_get(c->node, i, &vw[i], why, sizeof why);
-        if (has[i] < 0) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+        if (has[i] < 0) { /* malformed: read again for the reason */
+            kn_attn_view bad;
+            char why[160];
+            kn_attn_view_get(c->node, i, &bad, why, sizeof why);
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+        }
         any |= has[i];
     }
     kn_tensor *Y = c->out[0];
@@ -301,11 +387,11 @@ static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
         int64_t batch = 1;
         for (int i = 0; i < r - 2; i++) batch *= op[3].v.dims[i];
         if (batch > 0) {
-            kiln_status fst = run_flash_attention(cu, c, kn_attr_float(c->node, "scale", 1.0f), op);
+            kiln_status fst = run_flash_attention(cu, c, prm->scale, prm->nan_to_zero, op);
             if (fst != KILN_ERR_UNSUPPORTED) return fst;
         }
     }
-    if (!any) return run_attention_dense(cu, c);
+    if (!any) return run_attention_dense(cu, c, prm);
     /* the general form over dense copies of the viewed operands */
     kn_tensor hdr[4];
     kn_tensor *ins[4] = {c->in[0], c->in[1], c->in[2], c->n_inputs > 3 ? c->in[3] : NULL}, *outs[1] = {Y};
@@ -333,7 +419,7 @@ static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
         kn_kernel_ctx dense = *c;
         dense.in = ins;
         dense.out = outs;
-        st = run_attention_dense(cu, &dense);
+        st = run_attention_dense(cu, &dense, prm);
     }
     if (st == KILN_OK && has[3] > 0) st = view_copy(cu, c, Y->dtype, &op[3], buf[3], false);
     for (int i = 0; i < 4; i++)
@@ -341,7 +427,7 @@ static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
     return st;
 }
 
-static kiln_status run_attention_dense(kn_cuda *cu, kn_kernel_ctx *c) {
+static kiln_status run_attention_dense(kn_cuda *cu, kn_kernel_ctx *c, const cu_fused_prm *prm) {
     const kn_tensor *Q = c->in[0], *KT = c->in[1], *V = c->in[2], *M = c->n_inputs > 3 ? c->in[3] : NULL;
     kn_tensor *Y = c->out[0];
     if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
@@ -358,7 +444,7 @@ static kiln_status run_attention_dense(kn_cuda *cu, kn_kernel_ctx *c) {
     kiln_dtype dt = Q->dtype;
     size_t es = kiln_dtype_size(dt);
     if (sk == 0) return kn_cu_check(c, cudaMemsetAsync(Y->data, 0, Y->nbytes, cu->stream), "Attention");
-    float scale = kn_attr_float(c->node, "scale", 1.0f);
+    float scale = prm->scale;
     size_t sbytes = (size_t)(batch * sq * sk) * es;
     void *S;
     KN_TRY(kn_cu_scratch(cu, sbytes, &S));
@@ -391,7 +477,7 @@ static kiln_status run_attention_dense(kn_cuda *cu, kn_kernel_ctx *c) {
         st = kn_cu_check(c, kn_cu_binary(KN_CU_ADD, dt, S, M->data, S, &v, cu->stream), "Attention mask");
     }
     if (st == KILN_OK) st = kn_cu_check(c, kn_cu_softmax(dt, S, S, batch * sq, sk, 1, 0, cu->stream), "Attention softmax");
-    if (st == KILN_OK && kn_attr_int(c->node, "nan_to_zero", 0))
+    if (st == KILN_OK && prm->nan_to_zero)
         st = kn_cu_check(c, kn_cu_unary(KN_CU_NAN_TO_ZERO, dt, S, S, batch * sq * sk, 0, 0, cu->stream), "Attention");
     if (st == KILN_OK)
         st = kn_cu_matmul_bcast(cu, c, dt, S, sdims, nb, V->data, V->dims, nb, Y->data, Y->dims, nb, sq, dv, sk, 1.0f);
@@ -436,11 +522,35 @@ static bool chain_step_to_cu(int op, uint8_t *kind, uint8_t *cu_op) {
     return true;
 }
 
-static kiln_status run_chain(kn_cuda *cu, kn_kernel_ctx *c) {
+/* FusedElementwise's program, read and checked once (its prepare hook; ok false: the call reads it
+ * again and says why) */
+typedef struct cu_chain_prm {
+    bool ok;
     kn_chain_program prog;
+} cu_chain_prm;
+
+static kiln_status cu_chain_prepare(const kn_node *n, void *params) {
+    cu_chain_prm *p = params;
     char why[160];
-    if (!kn_chain_from_node(c->node, c->n_inputs, &prog, why, sizeof why))
-        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+    p->ok = kn_chain_from_node(n, n->n_inputs, &p->prog, why, sizeof why);
+    return KILN_OK;
+}
+
+static kiln_status run_chain(kn_cuda *cu, kn_kernel_ctx *c) {
+    /* the program as read at compile time, or now (another input count than the node's, an
+     * invalid program: read again for the message) */
+    const cu_chain_prm *cp = NULL;
+    if (c->params && c->params->fn == cu_chain_prepare && c->params->node == c->node && c->n_inputs == c->node->n_inputs)
+        cp = (const cu_chain_prm *)c->params->data;
+    kn_chain_program own;
+    const kn_chain_program *pg = &own;
+    if (cp && cp->ok) {
+        pg = &cp->prog;
+    } else {
+        char why[160];
+        if (!kn_chain_from_node(c->node, c->n_inputs, &own, why, sizeof why))
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+    }
     kn_cu_chain ch;
     memset(&ch, 0, sizeof ch);
     kiln_dtype dt = c->in[0]->dtype;
@@ -464,18 +574,18 @@ static kiln_status run_chain(kn_cuda *cu, kn_kernel_ctx *c) {
     KN_TRY(kn_ctx_output(c, 0, dt, rank, dims, &Y));
     int64_t total = kn_tensor_count(Y);
     ch.rank = kn_cu_collapse(dims, rank, (const kn_tensor *const *)c->in, c->n_inputs, ch.dims, ch.strides);
-    ch.n_inputs = prog.n_inputs;
-    ch.n_consts = prog.n_consts;
-    ch.n_steps = prog.n_steps;
+    ch.n_inputs = pg->n_inputs;
+    ch.n_consts = pg->n_consts;
+    ch.n_steps = pg->n_steps;
     for (int i = 0; i < c->n_inputs; i++) {
         int64_t count = kn_tensor_count(c->in[i]);
         ch.in[i] = c->in[i]->data;
         ch.mode[i] = count == total ? KN_CU_CHAIN_CONTIGUOUS : count == 1 ? KN_CU_CHAIN_SCALAR : KN_CU_CHAIN_STRIDED;
         ch.any_strided |= ch.mode[i] == KN_CU_CHAIN_STRIDED;
     }
-    for (int k = 0; k < prog.n_consts; k++) ch.consts[k] = prog.consts[k];
-    for (int t = 0; t < prog.n_steps; t++) {
-        const kn_chain_step *ps = &prog.steps[t];
+    for (int k = 0; k < pg->n_consts; k++) ch.consts[k] = pg->consts[k];
+    for (int t = 0; t < pg->n_steps; t++) {
+        const kn_chain_step *ps = &pg->steps[t];
         kn_cu_chain_step *cs = &ch.steps[t];
         if (!chain_step_to_cu(ps->op, &cs->kind, &cs->op))
             return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "step %d: operator %s has no CUDA form", t,
@@ -549,17 +659,20 @@ static bool fused_supports(const kn_node *n, const kn_type *const *in, int n_in,
     return true;
 }
 
+#define FUSED_PARAMS KN_CU_PARAMS(cu_fused_prepare, cu_fused_prm)
+
 const kn_cuda_kernel kn_cuda_fused[] = {
 #ifdef KILN_HAVE_CUDNN
-    {"kiln", "FusedConv", run_fused_conv, fused_supports, KN_T_FLOATS, 0, 0},
+    {"kiln", "FusedConv", run_fused_conv, fused_supports, KN_T_FLOATS, 0, 0, FUSED_PARAMS},
 #endif
-    {"kiln", "FusedGemm", run_fused_gemm, fused_supports, KN_T_FLOATS, 0, 0},
-    {"kiln", "FusedMatMul", run_fused_matmul, fused_supports, KN_T_FLOATS, 0, 0},
-    {"kiln", "Gelu", run_gelu, NULL, KN_T_FLOATS, 0, 0},
-    {"kiln", "LayerNormalization", run_norm, fused_supports, KN_T_FLOATS, 0, 0},
-    {"kiln", "RMSNormalization", run_norm, fused_supports, KN_T_FLOATS, 0, 0},
-    {"kiln", "Attention", run_attention, fused_supports, KN_T_FLOATS, 0, 0},
+    {"kiln", "FusedGemm", run_fused_gemm, fused_supports, KN_T_FLOATS, 0, 0, FUSED_PARAMS},
+    {"kiln", "FusedMatMul", run_fused_matmul, fused_supports, KN_T_FLOATS, 0, 0, FUSED_PARAMS},
+    {"kiln", "Gelu", run_gelu, NULL, KN_T_FLOATS, 0, 0, FUSED_PARAMS},
+    {"kiln", "LayerNormalization", run_norm, fused_supports, KN_T_FLOATS, 0, 0, FUSED_PARAMS},
+    {"kiln", "RMSNormalization", run_norm, fused_supports, KN_T_FLOATS, 0, 0, FUSED_PARAMS},
+    {"kiln", "Attention", run_attention, fused_supports, KN_T_FLOATS, 0, 0, FUSED_PARAMS},
     {"kiln", "FusedElementwise", run_chain, chain_supports,
-     KN_T(KILN_DTYPE_FLOAT) | KN_T(KILN_DTYPE_FLOAT16) | KN_T(KILN_DTYPE_BFLOAT16), 0, 0},
+     KN_T(KILN_DTYPE_FLOAT) | KN_T(KILN_DTYPE_FLOAT16) | KN_T(KILN_DTYPE_BFLOAT16), 0, 0,
+     KN_CU_PARAMS(cu_chain_prepare, cu_chain_prm)},
     {NULL, NULL, NULL, NULL, 0, 0, 0},
 };

@@ -18,6 +18,7 @@
 #include "ops/linalg_util.h"
 #include "ops/qcontrib.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -85,6 +86,13 @@ kiln_status kn_cu_q_prepare(const kn_node *n, void *params) {
     p->accuracy_level = kn_attr_int(n, "accuracy_level", 0);
     p->precision = kn_attr_int(n, "precision", 0);
     p->saturate = kn_attr_int(n, "saturate", 1) != 0;
+    p->K = kn_attr_int(n, "K", 0);
+    p->N = kn_attr_int(n, "N", 0);
+    p->bits = kn_attr_int(n, "bits", 4);
+    p->block_size = kn_attr_int(n, "block_size", 0);
+    p->quant_axis = kn_attr_int(n, "axis", 1);
+    p->opset = kn_attr_int(n, "opset", -1);
+    p->softmax_axis = kn_attr_int(n, "axis", p->opset < 13 ? 1 : -1);
     return KILN_OK;
 }
 
@@ -92,8 +100,11 @@ kiln_status kn_cu_run_matmul_nbits(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *A = c->in[0], *B = c->in[1], *S = c->in[2];
     const kn_tensor *zp = opt_in(c, 3), *gidx = opt_in(c, 4), *bias = opt_in(c, 5);
     kn_tensor *Y = c->out[0];
+    kn_cu_q_prm local_prm;
+    const kn_cu_q_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cu_q_prepare, &local_prm, (const void **)&prm));
     kn_nbits_params np;
-    KN_TRY(kn_matmul_nbits_check(c, &np));
+    KN_TRY(kn_matmul_nbits_check_with(c, prm->K, prm->N, prm->bits, prm->block_size, &np));
     const int64_t K = np.K, N = np.N, bits = np.bits, bs = np.bs, kb = np.kb, M = np.M;
     if (gidx) {
         /* a constant g_idx is checked on its host copy; another on the device (the call's error
@@ -116,9 +127,6 @@ kiln_status kn_cu_run_matmul_nbits(kn_cuda *cu, kn_kernel_ctx *c) {
                      .scales = S->data, .s_dt = S->dtype, .zp = zp ? zp->data : NULL,
                      .zp_dt = zp ? zp->dtype : KILN_DTYPE_UINT8, .g_idx = gidx ? gidx->data : NULL,
                      .bias = bias ? bias->data : NULL, .b_dt = A->dtype};
-    kn_cu_q_prm local_prm;
-    const kn_cu_q_prm *prm;
-    KN_TRY(kn_ctx_params(c, kn_cu_q_prepare, &local_prm, (const void **)&prm));
     /* accuracy_level 4: ONNX Runtime's CPU kernel computes in int8 where it prepacks the weights */
     bool int8 = prm->accuracy_level == 4 && bs <= 256 && !gidx &&
                 (!zp || zp->dtype == KILN_DTYPE_UINT8) && kn_cu_is_persistent(cu, B->data) &&
@@ -346,8 +354,11 @@ kiln_status kn_cu_run_qlinear_softmax(kn_cuda *cu, kn_kernel_ctx *c) {
     kn_cu_qparam qx, qy;
     KN_TRY(qparam(c, 0, 1, 2, &qx));
     KN_TRY(qparam(c, 0, 3, 4, &qy));
+    kn_cu_q_prm local_prm;
+    const kn_cu_q_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cu_q_prepare, &local_prm, (const void **)&prm));
     int64_t D, inner, n = kn_tensor_count(X);
-    KN_TRY(kn_qlinear_softmax_rows(c, X, &D, &inner));
+    KN_TRY(kn_qlinear_softmax_rows_with(c, X, prm->opset, prm->softmax_axis, &D, &inner));
     if (n == 0 || D == 0) return KILN_OK;
     return kn_cu_check(c, kn_cu_qlinear_softmax(X->dtype == KILN_DTYPE_INT8, X->data, qx, Y->data, qy, n / D / inner, D,
                                                 inner, cu->stream),
@@ -378,6 +389,12 @@ kiln_status kn_cu_run_qlinear_global_average_pool(kn_cuda *cu, kn_kernel_ctx *c)
                        "QLinearGlobalAveragePool");
 }
 
+typedef struct qpool_key {
+    int nsp;
+    int64_t in[KN_MAX_SPATIAL];
+} qpool_key;
+static const char qpool_tag = 0;
+
 kiln_status kn_cu_run_qlinear_average_pool(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *X = c->in[0];
     kn_tensor *Y;
@@ -395,10 +412,20 @@ kiln_status kn_cu_run_qlinear_average_pool(kn_cuda *cu, kn_kernel_ctx *c) {
     int nsp = X->rank - 2, s0 = cl ? 1 : 2;
     int64_t in[KN_MAX_SPATIAL];
     for (int i = 0; i < nsp; i++) in[i] = X->dims[s0 + i];
+    /* the window, kept for the node's later calls with these spatial sizes (kn_ctx_prep) */
+    qpool_key key = {nsp, {0}};
+    memcpy(key.in, in, sizeof(int64_t) * (size_t)nsp);
+    const size_t key_bytes = offsetof(qpool_key, in) + sizeof(int64_t) * (size_t)nsp;
+    const kn_window *kept = kn_ctx_prep_get(c, &qpool_tag, &key, key_bytes);
     kn_window w;
-    char why[512];
-    kiln_status st = kn_window_plan(c->node, KN_WINDOW_POOL, nsp, in, NULL, &w, why, sizeof why);
-    if (st) return kn_kernel_error(c, st, "%s", why);
+    if (kept) {
+        w = *kept;
+    } else {
+        char why[512];
+        kiln_status st = kn_window_plan(c->node, KN_WINDOW_POOL, nsp, in, NULL, &w, why, sizeof why);
+        if (st) return kn_kernel_error(c, st, "%s", why);
+        kn_ctx_prep_put(c, &qpool_tag, &key, key_bytes, &w, sizeof w);
+    }
     kn_cu_qpool p;
     memset(&p, 0, sizeof p);
     p.nsp = nsp;

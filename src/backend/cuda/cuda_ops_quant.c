@@ -30,8 +30,12 @@ static bool is_quant_int(kiln_dtype t) {
 
 static kiln_status layout_of(kn_kernel_ctx *c, const kn_tensor *x, const kn_tensor *s, kn_cu_qlayout *d) {
     char why[512];
+    kn_cu_q_prm local_prm;
+    const kn_cu_q_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cu_q_prepare, &local_prm, (const void **)&prm));
     kn_quant_layout l;
-    kiln_status st = kn_quant_layout_get(c->node, x->rank, x->dims, s->rank, s->dims, &l, why, sizeof why);
+    kiln_status st = kn_quant_layout_get_with(prm->quant_axis, prm->block_size, x->rank, x->dims, s->rank, s->dims, &l,
+                                              why, sizeof why);
     if (st != KILN_OK) return kn_kernel_error(c, st, "%s", why);
     d->mode = l.mode == KN_QUANT_AXIS ? 1 : l.mode == KN_QUANT_BLOCKED ? 2 : 0;
     d->D = l.D;
@@ -300,7 +304,8 @@ static bool imatmul_supports(const kn_node *n, const kn_type *const *in, int n_i
 const kn_cuda_kernel kn_cuda_quant[] = {
     {"", "QuantizeLinear", run_quantize, quantize_supports, 0, 0, KN_CUK_ANY_TYPES,
      KN_CU_PARAMS(kn_cu_q_prepare, kn_cu_q_prm)},
-    {"", "DequantizeLinear", run_dequantize, dequantize_supports, 0, 0, KN_CUK_ANY_TYPES},
+    {"", "DequantizeLinear", run_dequantize, dequantize_supports, 0, 0, KN_CUK_ANY_TYPES,
+     KN_CU_PARAMS(kn_cu_q_prepare, kn_cu_q_prm)},
     {"", "BitCast", run_bitcast, bitcast_supports, KN_T_DENSE, 0, 0},
     {"", "MatMulInteger", run_matmul_integer, imatmul_supports, 0, 0, 0},
     {"", "QLinearMatMul", run_qlinear_matmul, imatmul_supports, 0, 0, 0},

@@ -105,6 +105,10 @@ typedef struct kn_cu_q_prm {
     int64_t accuracy_level; /* MatMulNBits (0) */
     int64_t precision;      /* QuantizeLinear (0: absent) */
     bool saturate;          /* QuantizeLinear to float8 (1) */
+    int64_t K, N, bits;     /* MatMulNBits (0, 0, 4) */
+    int64_t block_size;     /* MatMulNBits, QuantizeLinear, DequantizeLinear (0) */
+    int64_t quant_axis;     /* QuantizeLinear, DequantizeLinear (1) */
+    int64_t opset, softmax_axis; /* QLinearSoftmax: its opset attribute (-1), axis (1 before 13, else -1) */
 } kn_cu_q_prm;
 kiln_status kn_cu_q_prepare(const kn_node *n, void *params);
 
