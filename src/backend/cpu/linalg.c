@@ -490,9 +490,9 @@ const kn_cpu_kernel kn_cpu_linalg[] = {
     {"kiln", "MaxPool", kn_cpu_max_pool_layout, NULL},
     {"kiln", "AveragePool", kn_cpu_average_pool_layout, NULL},
     {"", "LpPool", kn_cpu_lp_pool, NULL},
-    {"", "GlobalAveragePool", kn_cpu_global_average_pool, NULL},
-    {"", "GlobalMaxPool", kn_cpu_global_max_pool, NULL},
-    {"", "GlobalLpPool", kn_cpu_global_lp_pool, NULL},
+    {"", "GlobalAveragePool", kn_cpu_global_average_pool, NULL, 0, KN_PARAMS(kn_cpu_gpool_prepare, kn_cpu_gpool_prm)},
+    {"", "GlobalMaxPool", kn_cpu_global_max_pool, NULL, 0, KN_PARAMS(kn_cpu_gpool_prepare, kn_cpu_gpool_prm)},
+    {"", "GlobalLpPool", kn_cpu_global_lp_pool, NULL, 0, KN_PARAMS(kn_cpu_gpool_prepare, kn_cpu_gpool_prm)},
     {"", "MaxUnpool", kn_cpu_max_unpool, NULL},
     {0},
 };

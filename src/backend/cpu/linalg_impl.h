@@ -37,6 +37,11 @@ kiln_status kn_cpu_lp_pool(kn_kernel_ctx *c);
 kiln_status kn_cpu_global_average_pool(kn_kernel_ctx *c);
 kiln_status kn_cpu_global_max_pool(kn_kernel_ctx *c);
 kiln_status kn_cpu_global_lp_pool(kn_kernel_ctx *c);
+/* The global pools' p (GlobalLpPool's; 2 when absent), read at compile time (their prepare hook) */
+typedef struct kn_cpu_gpool_prm {
+    double p;
+} kn_cpu_gpool_prm;
+kiln_status kn_cpu_gpool_prepare(const kn_node *n, void *params);
 kiln_status kn_cpu_max_unpool(kn_kernel_ctx *c);
 /* pool_layout.c: kiln.MaxPool / kiln.AveragePool (layout NCHW or NHWC) */
 kiln_status kn_cpu_max_pool_layout(kn_kernel_ctx *c);

@@ -590,12 +590,20 @@ static void gpool_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+kiln_status kn_cpu_gpool_prepare(const kn_node *n, void *params) {
+    ((kn_cpu_gpool_prm *)params)->p = lp_p(n);
+    return KILN_OK;
+}
+
 static kiln_status run_global(kn_kernel_ctx *c, int kind) {
     const kn_tensor *X = c->in[0];
     kn_tensor *Y = c->out[0];
     if (X->rank < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "X must have rank >= 2");
     int64_t planes = X->dims[0] * X->dims[1];
-    gpool_job j = {.kind = kind, .p = lp_p(c->node), .plane = planes ? kn_tensor_count(X) / planes : 0};
+    kn_cpu_gpool_prm local;
+    const kn_cpu_gpool_prm *prm;
+    KN_TRY(kn_ctx_params(c, kn_cpu_gpool_prepare, &local, (const void **)&prm));
+    gpool_job j = {.kind = kind, .p = prm->p, .plane = planes ? kn_tensor_count(X) / planes : 0};
     bool ox = false;
     float *tmp = NULL;
     if (X->dtype == KILN_DTYPE_DOUBLE) {
