@@ -32,11 +32,6 @@ kiln_status kn_cf_prepare(const kn_node *n, void *params) {
     return KILN_OK;
 }
 
-#define CF_PRM(c)                                                                                  \
-    kn_cf_prm local_prm;                                                                           \
-    const kn_cf_prm *prm;                                                                          \
-    KN_TRY(kn_ctx_params((c), kn_cf_prepare, &local_prm, (const void **)&prm))
-
 int kn_cf_host_body_inputs(const kn_node *n) { return is_op(n, "Loop") ? 2 : 0; }
 int kn_cf_host_read_body_outputs(const kn_node *n) { return is_op(n, "Loop") ? 1 : 0; }
 
@@ -140,7 +135,7 @@ kiln_status kn_cf_if(kn_kernel_ctx *c, const kn_cf_mover *m) {
     int64_t v = 0;
     KN_TRY(read_scalar(c, m, cond, "the condition", &v));
     const char *which = v ? "then_branch" : "else_branch";
-    CF_PRM(c);
+    KN_CTX_PRM(c, kn_cf_prepare, kn_cf_prm, prm);
     const kn_graph *g = v ? prm->then_branch : prm->else_branch;
     if (!g) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s is not a graph", which);
     if (g->n_outputs > KN_CF_MAX_IO)
@@ -163,7 +158,7 @@ kiln_status kn_cf_if(kn_kernel_ctx *c, const kn_cf_mover *m) {
 /* ------------------------------------------------------------------ Loop */
 
 kiln_status kn_cf_loop(kn_kernel_ctx *c, const kn_cf_mover *m) {
-    CF_PRM(c);
+    KN_CTX_PRM(c, kn_cf_prepare, kn_cf_prm, prm);
     const kn_graph *body = prm->body;
     if (!body) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "the body is not a graph");
     int n_carried = c->n_inputs - 2, n_scan = body->n_outputs - 1 - n_carried;
@@ -267,7 +262,7 @@ done:
  * axes all 0). */
 static kiln_status scan_core(kn_kernel_ctx *c, const kn_cf_mover *m, kn_tensor *const *in, int n_in, int n_out, int v8,
                              kn_tensor **results) {
-    CF_PRM(c);
+    KN_CTX_PRM(c, kn_cf_prepare, kn_cf_prm, prm);
     const kn_graph *body = prm->body;
     if (!body) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "the body is not a graph");
     int n_scan_in = (int)prm->num_scan_inputs;
@@ -368,7 +363,7 @@ done:
 /* Scan before opset 9: every state and scan input has a leading batch axis (scan inputs scan
  * their axis 1); input 0 is the optional sequence_lens. Each batch element is one scan. */
 static kiln_status scan8(kn_kernel_ctx *c, const kn_cf_mover *m) {
-    CF_PRM(c);
+    KN_CTX_PRM(c, kn_cf_prepare, kn_cf_prm, prm);
     const kn_graph *body = prm->body;
     int n_in = c->n_inputs - 1, n_out = c->n_outputs;
     if (!body || n_in < 1) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "a body and at least one input are required");

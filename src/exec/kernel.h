@@ -7,6 +7,7 @@
 #include "util/threadpool.h"
 
 #include <stddef.h>
+#include <string.h>
 
 struct kn_exec;
 
@@ -59,6 +60,32 @@ static inline kiln_status kn_ctx_params(const kn_kernel_ctx *c, kn_params_fn fn,
     }
     *out = local;
     return fn(c->node, local);
+}
+
+/* In a kernel: declares `const type *name`, c's block for hook fn as kn_ctx_params gives it (with a
+ * local `type` for the fallback), returning fn's error from the kernel. */
+#define KN_CTX_PRM(c, fn, type, name)                                                              \
+    type name##_local;                                                                             \
+    const type *name;                                                                              \
+    KN_TRY(kn_ctx_params((c), (fn), &name##_local, (const void **)&name))
+
+/* A parameter block handed to a call for another node than the plan's (a fused kernel's proxy
+ * node, a layer's node): the header and the hook's struct, on the caller's stack. */
+#define KN_PARAMS_HANDED_MAX 512
+typedef union kn_params_handed {
+    kn_params h;
+    max_align_t a;
+    unsigned char b[sizeof(kn_params) + KN_PARAMS_HANDED_MAX];
+} kn_params_handed;
+/* Fills blk with the block fn made (data, bytes of it) for node, for a kn_kernel_ctx's params; NULL
+ * (the call runs fn itself) when bytes is over KN_PARAMS_HANDED_MAX. */
+static inline const kn_params *kn_params_hand(kn_params_handed *blk, kn_params_fn fn, const kn_node *node,
+                                              const void *data, size_t bytes) {
+    if (bytes > KN_PARAMS_HANDED_MAX) return NULL;
+    blk->h.fn = fn;
+    blk->h.node = node;
+    memcpy(blk->h.data, data, bytes);
+    return &blk->h;
 }
 
 /* The block stored for tag (the address of a kernel's own static object), c->node and the key

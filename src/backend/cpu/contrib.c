@@ -117,9 +117,7 @@ static kiln_status run_act(kn_kernel_ctx *c, act_kind kind, const kn_tensor *bia
     if (skip && kn_tensor_count(skip) != n) return kn_kernel_error(c, KILN_ERR_SHAPE, "skip must have the input's shape");
     if (kind == ACT_SPLIT_GELU && cols % 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "the last dimension must be even");
     if (n == 0 || cols == 0) return KILN_OK;
-    kn_cpu_ms_prm local;
-    const kn_cpu_ms_prm *prm;
-    KN_MS_PRM(c, &local, &prm);
+    KN_CTX_PRM(c, kn_cpu_ms_prepare, kn_cpu_ms_prm, prm);
     act_job j = {kind, prm->alpha, X, bias, skip, Y, cols, 0};
     int64_t grain = (16384 + cols - 1) / cols;
     kn_parallel_for(c->pool, n / cols, grain, act_range, &j);
@@ -184,9 +182,7 @@ static kiln_status run_fused_matmul(kn_kernel_ctx *c) {
     if (!float_like(A->dtype) || B->dtype != A->dtype)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "A and B must share one float type");
     if (A->rank < 1 || B->rank < 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "A and B must have rank >= 1");
-    kn_cpu_ms_prm local;
-    const kn_cpu_ms_prm *prm;
-    KN_MS_PRM(c, &local, &prm);
+    KN_CTX_PRM(c, kn_cpu_ms_prepare, kn_cpu_ms_prm, prm);
     const bool ta = A->rank >= 2 && prm->trans_a, tb = B->rank >= 2 && prm->trans_b;
     const float alpha = prm->alpha;
     mat_view va, vb;

@@ -17,7 +17,6 @@ typedef struct kn_cpu_ms_prm {
     bool trans_a, trans_b, trans_batch_a, trans_batch_b;
 } kn_cpu_ms_prm;
 kiln_status kn_cpu_ms_prepare(const kn_node *n, void *params);
-#define KN_MS_PRM(c, local, out) KN_TRY(kn_ctx_params((c), kn_cpu_ms_prepare, (local), (const void **)(out)))
 
 /* contrib_norm.c */
 kiln_status kn_cpu_ms_skip_layernorm(kn_kernel_ctx *c);            /* SkipLayerNormalization */

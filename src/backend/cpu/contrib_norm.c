@@ -170,9 +170,7 @@ static kiln_status skip_norm(kn_kernel_ctx *c, bool rms) {
     j.inv = opt_out(c, 2);
     j.sum = opt_out(c, 3);
     j.n = j.x->rank > 0 ? j.x->dims[j.x->rank - 1] : 1;
-    kn_cpu_ms_prm local;
-    const kn_cpu_ms_prm *prm;
-    KN_MS_PRM(c, &local, &prm);
+    KN_CTX_PRM(c, kn_cpu_ms_prepare, kn_cpu_ms_prm, prm);
     j.eps = prm->eps;
     j.rms = rms;
     return run_norm(c, &j, rms ? "SkipSimplifiedLayerNormalization" : "SkipLayerNormalization");
@@ -187,9 +185,7 @@ kiln_status kn_cpu_ms_simplified_layernorm(kn_kernel_ctx *c) {
     j.gamma = c->in[1];
     j.y = c->out[0];
     j.inv = opt_out(c, 1);
-    kn_cpu_ms_prm local;
-    const kn_cpu_ms_prm *prm;
-    KN_MS_PRM(c, &local, &prm);
+    KN_CTX_PRM(c, kn_cpu_ms_prepare, kn_cpu_ms_prm, prm);
     int64_t axis = prm->axis;
     int r = j.x->rank;
     if (axis < 0) axis += r;
@@ -224,9 +220,7 @@ kiln_status kn_cpu_ms_embed_layernorm(kn_kernel_ctx *c) {
     if (!float_like(we->dtype) || pe->dtype != we->dtype || (se && se->dtype != we->dtype) || gamma->dtype != we->dtype ||
         beta->dtype != we->dtype || !kn_dtype_is_int(ids->dtype))
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "embeddings, gamma and beta must share a float type, ids be integers");
-    kn_cpu_ms_prm local;
-    const kn_cpu_ms_prm *prm;
-    KN_MS_PRM(c, &local, &prm);
+    KN_CTX_PRM(c, kn_cpu_ms_prepare, kn_cpu_ms_prm, prm);
     const float eps = prm->eps;
     float *buf = malloc(sizeof(float) * (size_t)(7 * H + 1));
     if (!buf) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");

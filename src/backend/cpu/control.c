@@ -60,11 +60,6 @@ static kiln_status seq_prepare(const kn_node *n, void *params) {
     return KILN_OK;
 }
 
-#define SEQ_PRM(c)                                                                                 \
-    seq_prm local_prm;                                                                             \
-    const seq_prm *prm;                                                                            \
-    KN_TRY(kn_ctx_params((c), seq_prepare, &local_prm, (const void **)&prm))
-
 /* ---- sequences ---- */
 
 static kiln_status seq_clone_into(kn_kernel_ctx *c, const kn_tensor *src, kn_tensor **out) {
@@ -83,7 +78,7 @@ static kiln_status seq_position(kn_kernel_ctx *c, const kn_tensor *pos, int n, i
 
 static kiln_status run_sequence_empty(kn_kernel_ctx *c) {
     kn_tensor *s;
-    SEQ_PRM(c);
+    KN_CTX_PRM(c, seq_prepare, seq_prm, prm);
     KN_TRY(kn_tensor_new_sequence(prm->dtype, &s));
     set_output(c, 0, s);
     return KILN_OK;
@@ -160,7 +155,7 @@ static kiln_status run_sequence_length(kn_kernel_ctx *c) {
 
 static kiln_status run_split_to_sequence(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *split = c->n_inputs > 1 ? c->in[1] : NULL;
-    SEQ_PRM(c);
+    KN_CTX_PRM(c, seq_prepare, seq_prm, prm);
     int64_t axis = prm->axis;
     int keepdims = prm->keepdims;
     if (axis < 0) axis += x->rank;
@@ -212,7 +207,7 @@ static kiln_status run_split_to_sequence(kn_kernel_ctx *c) {
 
 static kiln_status run_concat_from_sequence(kn_kernel_ctx *c) {
     const kn_tensor *s = c->in[0];
-    SEQ_PRM(c);
+    KN_CTX_PRM(c, seq_prepare, seq_prm, prm);
     int new_axis = prm->new_axis;
     int64_t axis = prm->axis;
     if (s->n_items == 0) return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "the sequence is empty");
@@ -256,7 +251,7 @@ static kiln_status run_concat_from_sequence(kn_kernel_ctx *c) {
 }
 
 static kiln_status run_sequence_map(kn_kernel_ctx *c) {
-    SEQ_PRM(c);
+    KN_CTX_PRM(c, seq_prepare, seq_prm, prm);
     const kn_graph *body = prm->body;
     const kn_tensor *first = c->in[0];
     int n = first->n_items;
@@ -299,7 +294,7 @@ static kiln_status run_optional(kn_kernel_ctx *c) {
         KN_TRY(kn_tensor_clone(c->in[0], &item));
         dt = item->dtype;
     } else {
-        SEQ_PRM(c);
+        KN_CTX_PRM(c, seq_prepare, seq_prm, prm);
         if (prm->opt_type != KILN_DTYPE_UNDEFINED) dt = prm->opt_type;
     }
     kiln_status st = kn_tensor_new_optional(dt, item, &opt);

@@ -428,16 +428,12 @@ kiln_status kn_cpu_ew_Equal(kn_kernel_ctx *c) {
 }
 
 kiln_status kn_cpu_ew_Mod(kn_kernel_ctx *c) {
-    kn_ew_un_prm local;
-    const kn_ew_un_prm *prm;
-    KN_TRY(kn_ctx_params(c, kn_ew_un_prepare, &local, (const void **)&prm));
+    KN_CTX_PRM(c, kn_ew_un_prepare, kn_ew_un_prm, prm);
     return bin_run(c, prm->mode ? &op_ModC : &op_ModPy, false);
 }
 
 kiln_status kn_cpu_ew_BitShift(kn_kernel_ctx *c) {
-    kn_ew_un_prm local;
-    const kn_ew_un_prm *prm;
-    KN_TRY(kn_ctx_params(c, kn_ew_un_prepare, &local, (const void **)&prm));
+    KN_CTX_PRM(c, kn_ew_un_prepare, kn_ew_un_prm, prm);
     if (prm->mode == 0) return bin_run(c, &op_ShiftL, false);
     if (prm->mode == 1) return bin_run(c, &op_ShiftR, false);
     return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "direction='%s' is not LEFT or RIGHT",

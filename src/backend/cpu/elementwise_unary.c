@@ -514,9 +514,7 @@ kiln_status kn_cpu_ew_Clip(kn_kernel_ctx *c) {
     default: break;
     }
     if (c->node->opset < 11) {
-        un_prm local;
-        const un_prm *prm;
-        KN_TRY(kn_ctx_params(c, kn_ew_un_prepare, &local, (const void **)&prm));
+        KN_CTX_PRM(c, kn_ew_un_prepare, un_prm, prm);
         p.lo_d = prm->lo_d;
         p.hi_d = prm->hi_d;
     } else {

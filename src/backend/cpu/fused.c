@@ -264,17 +264,9 @@ static kiln_status run_base(kn_kernel_ctx *c, int which, int n, const fused_prm 
     pc.node = &proxy;
     pc.n_inputs = n < c->n_inputs ? n : c->n_inputs;
     pc.params = NULL;
-    union {
-        kn_params h;
-        max_align_t a;
-        unsigned char b[sizeof(kn_params) + FUSED_BASE_BYTES];
-    } blk;
-    if (p && p->base_ok && k->prepare && k->params_bytes <= FUSED_BASE_BYTES) {
-        blk.h.fn = k->prepare;
-        blk.h.node = &proxy;
-        memcpy(blk.h.data, p->base, k->params_bytes);
-        pc.params = &blk.h;
-    }
+    kn_params_handed blk;
+    if (p && p->base_ok && k->prepare && k->params_bytes <= FUSED_BASE_BYTES)
+        pc.params = kn_params_hand(&blk, k->prepare, &proxy, p->base, k->params_bytes);
     return k->run(&pc);
 }
 

@@ -225,9 +225,7 @@ kiln_status kn_cpu_fused_attention_prepare(const kn_node *n, void *params) {
 }
 
 kiln_status kn_cpu_fused_attention(kn_kernel_ctx *c) {
-    kn_cpu_attn_prm local;
-    const kn_cpu_attn_prm *prm;
-    KN_TRY(kn_ctx_params(c, kn_cpu_fused_attention_prepare, &local, (const void **)&prm));
+    KN_CTX_PRM(c, kn_cpu_fused_attention_prepare, kn_cpu_attn_prm, prm);
     const kn_attn_view *v = prm->v;
     const int *has = prm->has;
     int any = 0;

@@ -334,9 +334,7 @@ kiln_status kn_cpu_image_decode(kn_kernel_ctx *c) {
     const kn_tensor *in = c->in[0];
     if (in->dtype != KILN_DTYPE_UINT8 || in->rank != 1)
         return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "encoded_stream must be a 1-D uint8 tensor");
-    kn_cpu_image_prm local;
-    const kn_cpu_image_prm *prm;
-    KN_IMAGE_PRM(c, &local, &prm);
+    KN_CTX_PRM(c, kn_cpu_image_prepare, kn_cpu_image_prm, prm);
     int mode = prm->pixel_format;
     if (mode < 0)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "pixel_format '%s' is not one of RGB, BGR, Grayscale",

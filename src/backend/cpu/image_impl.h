@@ -32,7 +32,6 @@ typedef struct kn_cpu_image_prm {
     int pixel_format;
 } kn_cpu_image_prm;
 kiln_status kn_cpu_image_prepare(const kn_node *n, void *params);
-#define KN_IMAGE_PRM(c, local, out) KN_TRY(kn_ctx_params((c), kn_cpu_image_prepare, (local), (const void **)(out)))
 
 /* Writes v into element i of a numeric tensor: integers are rounded half to even and saturated
  * (as the reference implementation's saturate_cast), floats converted. */

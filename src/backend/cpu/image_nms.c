@@ -66,9 +66,7 @@ kiln_status kn_cpu_nms(kn_kernel_ctx *c) {
         scores->dims[2] != boxes->dims[1])
         return kn_kernel_error(c, KILN_ERR_SHAPE,
                                "boxes must be [B, n, 4] and scores [B, classes, n] with the same B and n");
-    kn_cpu_image_prm local;
-    const kn_cpu_image_prm *prm;
-    KN_IMAGE_PRM(c, &local, &prm);
+    KN_CTX_PRM(c, kn_cpu_image_prepare, kn_cpu_image_prm, prm);
     int center = prm->center;
     int64_t max_out = tmax && kn_tensor_count(tmax) > 0 ? kn_tensor_get_i64(tmax, 0) : 0;
     if (max_out < 0) max_out = 0;

@@ -180,9 +180,7 @@ kiln_status kn_cpu_gridsample(kn_kernel_ctx *c) {
     if (rank < 3 || grid->rank != rank || grid->dims[rank - 1] != r || grid->dims[0] != x->dims[0])
         return kn_kernel_error(c, KILN_ERR_SHAPE, "X must be [N, C, D1..Dr] and grid [N, H1..Hr, r] with the same N");
     if (r > 6) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%d spatial dimensions (at most 6)", r);
-    kn_cpu_image_prm local;
-    const kn_cpu_image_prm *prm;
-    KN_IMAGE_PRM(c, &local, &prm);
+    KN_CTX_PRM(c, kn_cpu_image_prepare, kn_cpu_image_prm, prm);
     gs_args a;
     memset(&a, 0, sizeof a);
     a.mode = prm->gs_mode;
@@ -238,9 +236,7 @@ kiln_status kn_cpu_affinegrid(kn_kernel_ctx *c) {
     od[sp + 1] = sp;
     kn_tensor *y;
     KN_TRY(kn_ctx_output(c, 0, theta->dtype, sp + 2, od, &y));
-    kn_cpu_image_prm local;
-    const kn_cpu_image_prm *prm;
-    KN_IMAGE_PRM(c, &local, &prm);
+    KN_CTX_PRM(c, kn_cpu_image_prepare, kn_cpu_image_prm, prm);
     bool align = prm->align;
     int64_t pts = 1;
     for (int i = 0; i < sp; i++) pts *= sz[2 + i];
@@ -377,9 +373,7 @@ kiln_status kn_cpu_roialign(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *rois = c->in[1], *bi = c->in[2];
     if (x->rank != 4 || rois->rank != 2 || rois->dims[1] != 4 || bi->rank != 1 || bi->dims[0] != rois->dims[0])
         return kn_kernel_error(c, KILN_ERR_SHAPE, "X must be [N, C, H, W], rois [R, 4] and batch_indices [R]");
-    kn_cpu_image_prm local;
-    const kn_cpu_image_prm *prm;
-    KN_IMAGE_PRM(c, &local, &prm);
+    KN_CTX_PRM(c, kn_cpu_image_prepare, kn_cpu_image_prm, prm);
     roi_args a;
     memset(&a, 0, sizeof a);
     a.C = x->dims[1];
@@ -421,9 +415,7 @@ kiln_status kn_cpu_maxroipool(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *rois = c->in[1];
     if (x->rank != 4 || rois->rank != 2 || rois->dims[1] != 5)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "X must be [N, C, H, W] and rois [R, 5]");
-    kn_cpu_image_prm local;
-    const kn_cpu_image_prm *prm;
-    KN_IMAGE_PRM(c, &local, &prm);
+    KN_CTX_PRM(c, kn_cpu_image_prepare, kn_cpu_image_prm, prm);
     int np = prm->n_pooled;
     const int64_t *ps = prm->pooled;
     if (!ps || np != 2) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "attribute 'pooled_shape' must have 2 values");

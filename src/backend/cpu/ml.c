@@ -157,11 +157,6 @@ static kiln_status ml_prepare(const kn_node *n, void *params) {
     return KILN_OK;
 }
 
-#define ML_PRM(c)                                                                                  \
-    ml_prm local_prm;                                                                              \
-    const ml_prm *prm;                                                                             \
-    KN_TRY(kn_ctx_params((c), ml_prepare, &local_prm, (const void **)&prm))
-
 static kiln_status run_label_encoder_v1(kn_kernel_ctx *c, const ml_prm *prm) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
@@ -191,7 +186,7 @@ static kiln_status run_label_encoder_v1(kn_kernel_ctx *c, const ml_prm *prm) {
 }
 
 static kiln_status run_label_encoder(kn_kernel_ctx *c) {
-    ML_PRM(c);
+    KN_CTX_PRM(c, ml_prepare, ml_prm, prm);
     if (c->node->opset < 2) return run_label_encoder_v1(c, prm);
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
@@ -250,7 +245,7 @@ static kiln_status run_binarizer(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
-    ML_PRM(c);
+    KN_CTX_PRM(c, ml_prepare, ml_prm, prm);
     double th = prm->threshold;
     int64_t n = kn_tensor_count(x);
     switch (x->dtype) {
@@ -335,10 +330,6 @@ static double erfinv(double x) {
 
 typedef struct te {
     int n_nodes, n_leaves;
-    const int64_t *feat, *tid, *fid, *tleaf, *fleaf, *miss, *leaf_tid;
-    int n_miss;
-    const kn_tensor *splits, *weights;
-    const kn_tensor *modes;
     int64_t *set_off, *set_len; /* per node: its members in `members` */
     double *members;
 } te;
@@ -367,51 +358,40 @@ static kiln_status run_tree_ensemble(kn_kernel_ctx *c) {
     const kn_tensor *X = c->in[0];
     kn_tensor *Y = c->out[0];
     if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
-    ML_PRM(c);
+    KN_CTX_PRM(c, ml_prepare, ml_prm, prm);
     const te_attrs *ta = &prm->te;
     int n_feat = ta->n_feat, n_tid = ta->n_tid, n_fid = ta->n_fid, n_tl = ta->n_tl, n_fl = ta->n_fl, n_ltid = ta->n_ltid,
         n_roots = ta->n_roots;
     te t = {0};
-    t.feat = ta->feat;
-    t.tid = ta->tid;
-    t.fid = ta->fid;
-    t.tleaf = ta->tleaf;
-    t.fleaf = ta->fleaf;
-    t.miss = ta->miss;
-    t.n_miss = ta->n_miss;
-    t.leaf_tid = ta->leaf_tid;
     const int64_t *roots = ta->roots;
-    t.splits = ta->splits;
-    t.weights = ta->weights;
-    t.modes = ta->modes;
     const kn_tensor *mv = ta->mv;
     int64_t n_targets = ta->n_targets;
     int agg = ta->agg;
     int post = ta->post;
     t.n_nodes = n_feat;
-    if (!t.splits || !t.weights || !t.modes)
+    if (!ta->splits || !ta->weights || !ta->modes)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "nodes_splits, nodes_modes and leaf_weights are required tensors");
-    if (n_tid != n_feat || n_fid != n_feat || n_tl != n_feat || n_fl != n_feat || kn_tensor_count(t.splits) != n_feat ||
-        kn_tensor_count(t.modes) != n_feat || (t.n_miss && t.n_miss != n_feat))
+    if (n_tid != n_feat || n_fid != n_feat || n_tl != n_feat || n_fl != n_feat || kn_tensor_count(ta->splits) != n_feat ||
+        kn_tensor_count(ta->modes) != n_feat || (ta->n_miss && ta->n_miss != n_feat))
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "the nodes_* attributes must all have %d entries", n_feat);
     t.n_leaves = n_ltid;
-    if (kn_tensor_count(t.weights) != n_ltid)
+    if (kn_tensor_count(ta->weights) != n_ltid)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "leaf_weights has %lld entries, leaf_targetids %d",
-                               (long long)kn_tensor_count(t.weights), n_ltid);
+                               (long long)kn_tensor_count(ta->weights), n_ltid);
     if (agg < AGG_AVERAGE || agg > AGG_MAX) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "aggregate_function %d is unknown", agg);
     if (post < PT_NONE || post > PT_PROBIT) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "post_transform %d is unknown", post);
     int64_t F = X->dims[1], N = X->dims[0];
     for (int i = 0; i < n_feat; i++) {
-        int64_t m = kn_tensor_get_i64(t.modes, i);
+        int64_t m = kn_tensor_get_i64(ta->modes, i);
         if (m < M_LEQ || m > M_MEMBER) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "nodes_modes[%d] = %lld is unknown", i, (long long)m);
-        if (t.feat[i] < 0 || t.feat[i] >= F)
-            return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "node %d reads feature %lld of %lld", i, (long long)t.feat[i], (long long)F);
-        if (t.tid[i] < 0 || t.tid[i] >= (t.tleaf[i] ? n_ltid : n_feat) || t.fid[i] < 0 || t.fid[i] >= (t.fleaf[i] ? n_ltid : n_feat))
+        if (ta->feat[i] < 0 || ta->feat[i] >= F)
+            return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "node %d reads feature %lld of %lld", i, (long long)ta->feat[i], (long long)F);
+        if (ta->tid[i] < 0 || ta->tid[i] >= (ta->tleaf[i] ? n_ltid : n_feat) || ta->fid[i] < 0 || ta->fid[i] >= (ta->fleaf[i] ? n_ltid : n_feat))
             return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "node %d branches to a node or leaf that does not exist", i);
     }
     for (int i = 0; i < n_ltid; i++)
-        if (t.leaf_tid[i] < 0 || t.leaf_tid[i] >= n_targets)
-            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "leaf %d has target %lld of %lld", i, (long long)t.leaf_tid[i], (long long)n_targets);
+        if (ta->leaf_tid[i] < 0 || ta->leaf_tid[i] >= n_targets)
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "leaf %d has target %lld of %lld", i, (long long)ta->leaf_tid[i], (long long)n_targets);
     for (int r = 0; r < n_roots; r++)
         if (roots[r] < 0 || roots[r] >= n_feat) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "tree root %lld does not exist", (long long)roots[r]);
     /* set-membership nodes take their members from membership_values in node order, each set
@@ -430,7 +410,7 @@ static kiln_status run_tree_ensemble(kn_kernel_ctx *c) {
     for (int64_t i = 0; i < n_mv; i++) t.members[i] = kn_tensor_get_f64(mv, i);
     int64_t pos = 0;
     for (int i = 0; i < n_feat; i++) {
-        if (kn_tensor_get_i64(t.modes, i) != M_MEMBER) continue;
+        if (kn_tensor_get_i64(ta->modes, i) != M_MEMBER) continue;
         if (pos >= n_mv) {
             st = kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "membership_values has no set for set-membership node %d", i);
             goto done;
@@ -447,15 +427,15 @@ static kiln_status run_tree_ensemble(kn_kernel_ctx *c) {
         for (int64_t k = 0; k < n_targets; k++) acc[k] = init;
         for (int tr = 0; tr < n_roots; tr++) {
             int64_t node = roots[tr], leaf = -1;
-            if (t.tleaf[node] && t.fleaf[node] && t.tid[node] == t.fid[node]) leaf = t.tid[node]; /* a lone leaf */
+            if (ta->tleaf[node] && ta->fleaf[node] && ta->tid[node] == ta->fid[node]) leaf = ta->tid[node]; /* a lone leaf */
             for (int steps = 0; leaf < 0; steps++) {
                 if (steps > n_feat) {
                     st = kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "tree %d has a cycle", tr);
                     goto done;
                 }
-                double x = kn_tensor_get_f64(X, r * F + t.feat[node]), s = kn_tensor_get_f64(t.splits, node);
+                double x = kn_tensor_get_f64(X, r * F + ta->feat[node]), s = kn_tensor_get_f64(ta->splits, node);
                 bool cond;
-                switch (kn_tensor_get_i64(t.modes, node)) {
+                switch (kn_tensor_get_i64(ta->modes, node)) {
                 case M_LEQ: cond = x <= s; break;
                 case M_LT: cond = x < s; break;
                 case M_GTE: cond = x >= s; break;
@@ -467,13 +447,13 @@ static kiln_status run_tree_ensemble(kn_kernel_ctx *c) {
                     for (int64_t m = 0; m < t.set_len[node] && !cond; m++) cond = x == t.members[t.set_off[node] + m];
                     break;
                 }
-                if (!cond && t.n_miss && t.miss[node] && isnan(x)) cond = true;
-                int64_t next = cond ? t.tid[node] : t.fid[node];
-                if (cond ? t.tleaf[node] : t.fleaf[node]) leaf = next;
+                if (!cond && ta->n_miss && ta->miss[node] && isnan(x)) cond = true;
+                int64_t next = cond ? ta->tid[node] : ta->fid[node];
+                if (cond ? ta->tleaf[node] : ta->fleaf[node]) leaf = next;
                 else node = next;
             }
-            double w = kn_tensor_get_f64(t.weights, leaf);
-            int64_t k = t.leaf_tid[leaf];
+            double w = kn_tensor_get_f64(ta->weights, leaf);
+            int64_t k = ta->leaf_tid[leaf];
             switch (agg) {
             case AGG_SUM: acc[k] += w; break;
             case AGG_AVERAGE: acc[k] += w / n_roots; break;

@@ -231,13 +231,8 @@ kiln_status kn_nn_norm_prepare(const kn_node *n, void *params) {
     return KILN_OK;
 }
 
-#define NORM_PRM(c)                                                                                \
-    kn_nn_norm_prm local_prm;                                                                      \
-    const kn_nn_norm_prm *prm;                                                                     \
-    KN_TRY(kn_ctx_params((c), kn_nn_norm_prepare, &local_prm, (const void **)&prm))
-
 kiln_status kn_cpu_batchnorm(kn_kernel_ctx *c) {
-    NORM_PRM(c);
+    KN_CTX_PRM(c, kn_nn_norm_prepare, kn_nn_norm_prm, prm);
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (x->rank < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "input 'X' needs rank >= 2");
@@ -562,12 +557,12 @@ static kiln_status group_norm(kn_kernel_ctx *c, int64_t G, int per_group, float 
 kiln_status kn_cpu_instancenorm(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     if (x->rank < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "input needs rank >= 2");
-    NORM_PRM(c);
+    KN_CTX_PRM(c, kn_nn_norm_prepare, kn_nn_norm_prm, prm);
     return group_norm(c, x->dims[1], 0, prm->eps);
 }
 
 kiln_status kn_cpu_groupnorm(kn_kernel_ctx *c) {
-    NORM_PRM(c);
+    KN_CTX_PRM(c, kn_nn_norm_prepare, kn_nn_norm_prm, prm);
     int64_t G = prm->num_groups;
     const kn_tensor *x = c->in[0];
     int64_t C = x->rank >= 2 ? x->dims[1] : 0;
@@ -582,7 +577,7 @@ kiln_status kn_cpu_lpnorm(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return KILN_OK;
-    NORM_PRM(c);
+    KN_CTX_PRM(c, kn_nn_norm_prepare, kn_nn_norm_prm, prm);
     int64_t p = prm->p;
     int64_t axis = prm->axis;
     if (axis < 0) axis += x->rank;
@@ -615,7 +610,7 @@ kiln_status kn_cpu_mvn(kn_kernel_ctx *c) {
     if (!y) return KILN_OK;
     int rank = x->rank;
     bool mask[KILN_MAX_RANK] = {0};
-    NORM_PRM(c);
+    KN_CTX_PRM(c, kn_nn_norm_prepare, kn_nn_norm_prm, prm);
     int na = prm->n_axes;
     const int64_t *axes = prm->axes;
     static const int64_t dflt[] = {0, 2, 3};
@@ -676,7 +671,7 @@ kiln_status kn_cpu_lrn(kn_kernel_ctx *c) {
     kn_tensor *y = c->out[0];
     if (!y) return KILN_OK;
     if (x->rank < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "input needs rank >= 2");
-    NORM_PRM(c);
+    KN_CTX_PRM(c, kn_nn_norm_prepare, kn_nn_norm_prm, prm);
     double alpha = prm->alpha, beta = prm->beta;
     double bias = prm->bias;
     int64_t size = prm->size;

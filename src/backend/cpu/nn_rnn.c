@@ -409,9 +409,7 @@ static void swap01(const float *src, float *dst, int64_t a, int64_t b, int64_t n
 
 static kiln_status rnn(kn_kernel_ctx *c, const kn_rnn_qgemm *q) {
     int G = q ? 4 : kn_nn_rnn_gates(c->node);
-    kn_cpu_rnn_prm local;
-    const kn_cpu_rnn_prm *prm;
-    KN_TRY(kn_ctx_params(c, kn_cpu_rnn_prepare, &local, (const void **)&prm));
+    KN_CTX_PRM(c, kn_cpu_rnn_prepare, kn_cpu_rnn_prm, prm);
     const kn_nn_rnn_attrs at = prm->at;
     const kn_tensor *X = c->in[0], *W = c->in[1], *R = c->in[2];
     const kn_tensor *Bt = c->n_inputs > 3 ? c->in[3] : NULL;
@@ -646,6 +644,8 @@ kiln_status kn_cpu_rnn_quantised(kn_kernel_ctx *c, const kn_rnn_qgemm *q) { retu
 /* The layers one after another, each as its ONNX LSTM (forward, default attributes); a layer's Y
  * [T, 1, B, H] is the next one's X [T, B, H]. The fusion pays on devices that overlap the layers;
  * here it is the unfused computation, so the two agree. */
+_Static_assert(sizeof(kn_cpu_rnn_prm) <= KN_PARAMS_HANDED_MAX, "a layer's block is handed on the stack");
+
 kiln_status kn_cpu_stacked_lstm_prepare(const kn_node *n, void *params) {
     (void)n;
     kn_node layer; /* every layer's node: an LSTM with no attributes (kn_stacked_lstm_layer) */
@@ -660,17 +660,9 @@ kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c) {
     int layers = kn_stacked_lstm_layers(c->n_inputs);
     const kn_tensor *x = c->in[0];
     if (x->rank != 3) return kn_kernel_error(c, KILN_ERR_SHAPE, "X must be [seq, batch, input]");
-    kn_cpu_rnn_prm local;
-    const kn_cpu_rnn_prm *prm;
-    KN_TRY(kn_ctx_params(c, kn_cpu_stacked_lstm_prepare, &local, (const void **)&prm));
+    KN_CTX_PRM(c, kn_cpu_stacked_lstm_prepare, kn_cpu_rnn_prm, prm);
     /* each layer's LSTM call gets this block as its own (made for its node) */
-    union {
-        kn_params h;
-        max_align_t a;
-        unsigned char b[sizeof(kn_params) + sizeof(kn_cpu_rnn_prm)];
-    } blk;
-    blk.h.fn = kn_cpu_rnn_prepare;
-    memcpy(blk.h.data, prm, sizeof *prm);
+    kn_params_handed blk;
     kn_tensor *prev = NULL;
     kiln_status st = KILN_OK;
     for (int l = 0; l < layers && st == KILN_OK; l++) {
@@ -685,8 +677,7 @@ kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c) {
         kn_tensor *y = NULL;
         kn_stacked_layer layer;
         kn_stacked_lstm_layer(c, l, prev ? &xv : (kn_tensor *)x, last ? NULL : &y, &layer);
-        blk.h.node = &layer.node;
-        layer.ctx.params = &blk.h;
+        layer.ctx.params = kn_params_hand(&blk, kn_cpu_rnn_prepare, &layer.node, prm, sizeof *prm);
         if (!last) {
             const kn_tensor *r = layer.in[2];
             int64_t dims[4] = {x->dims[0], 1, x->dims[1], r->rank == 3 ? r->dims[2] : 0};

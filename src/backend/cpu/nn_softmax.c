@@ -233,9 +233,7 @@ static void softmax_f64(void *arg, int64_t b, int64_t e) {
 }
 
 kiln_status kn_cpu_softmax(kn_kernel_ctx *c) {
-    kn_softmax_prm local;
-    const kn_softmax_prm *prm;
-    KN_TRY(kn_ctx_params(c, kn_softmax_prepare, &local, (const void **)&prm));
+    KN_CTX_PRM(c, kn_softmax_prepare, kn_softmax_prm, prm);
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return KILN_OK;
@@ -285,9 +283,7 @@ kiln_status kn_cpu_softmax(kn_kernel_ctx *c) {
 }
 
 kiln_status kn_cpu_hardmax(kn_kernel_ctx *c) {
-    kn_softmax_prm local;
-    const kn_softmax_prm *prm;
-    KN_TRY(kn_ctx_params(c, kn_softmax_prepare, &local, (const void **)&prm));
+    KN_CTX_PRM(c, kn_softmax_prepare, kn_softmax_prm, prm);
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return KILN_OK;
@@ -326,9 +322,7 @@ kiln_status kn_loss_prepare(const kn_node *n, void *params) {
 static kiln_status nll(kn_kernel_ctx *c, const double *logp, int64_t N, int64_t C, int64_t D, kn_tensor *out) {
     const kn_tensor *target = c->in[1];
     const kn_tensor *weight = c->n_inputs > 2 ? c->in[2] : NULL;
-    kn_loss_prm local;
-    const kn_loss_prm *prm;
-    KN_TRY(kn_ctx_params(c, kn_loss_prepare, &local, (const void **)&prm));
+    KN_CTX_PRM(c, kn_loss_prepare, kn_loss_prm, prm);
     int has_ignore = prm->has_ignore;
     int64_t ignore = prm->ignore;
     if (kn_tensor_count(target) != N * D)

@@ -600,9 +600,7 @@ static kiln_status run_global(kn_kernel_ctx *c, int kind) {
     kn_tensor *Y = c->out[0];
     if (X->rank < 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "X must have rank >= 2");
     int64_t planes = X->dims[0] * X->dims[1];
-    kn_cpu_gpool_prm local;
-    const kn_cpu_gpool_prm *prm;
-    KN_TRY(kn_ctx_params(c, kn_cpu_gpool_prepare, &local, (const void **)&prm));
+    KN_CTX_PRM(c, kn_cpu_gpool_prepare, kn_cpu_gpool_prm, prm);
     gpool_job j = {.kind = kind, .p = prm->p, .plane = planes ? kn_tensor_count(X) / planes : 0};
     bool ox = false;
     float *tmp = NULL;

@@ -115,9 +115,7 @@ static kiln_status run_quantize(kn_kernel_ctx *c) {
     const kn_tensor *zp = c->n_inputs > 2 ? c->in[2] : NULL;
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
-    quant_prm local;
-    const quant_prm *prm;
-    KN_TRY(kn_ctx_params(c, quant_prepare, &local, (const void **)&prm));
+    KN_CTX_PRM(c, quant_prepare, quant_prm, prm);
     kn_quant_layout l;
     KN_TRY(layout_of(c, prm, x, s, &l));
     KN_TRY(check_zp(c, s, zp));
@@ -204,9 +202,7 @@ static kiln_status run_dequantize(kn_kernel_ctx *c) {
     const kn_tensor *zp = c->n_inputs > 2 ? c->in[2] : NULL;
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
-    quant_prm local;
-    const quant_prm *prm;
-    KN_TRY(kn_ctx_params(c, quant_prepare, &local, (const void **)&prm));
+    KN_CTX_PRM(c, quant_prepare, quant_prm, prm);
     kn_quant_layout l;
     KN_TRY(layout_of(c, prm, x, s, &l));
     KN_TRY(check_zp(c, s, zp));

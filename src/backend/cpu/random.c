@@ -38,11 +38,6 @@ static kiln_status random_prepare(const kn_node *n, void *params) {
     return KILN_OK;
 }
 
-#define RANDOM_PRM(c)                                                                              \
-    random_prm local_prm;                                                                          \
-    const random_prm *prm;                                                                         \
-    KN_TRY(kn_ctx_params((c), random_prepare, &local_prm, (const void **)&prm))
-
 static kn_rng *rng_for(const random_prm *p) {
     kn_rng *r = malloc(sizeof *r);
     if (!r) return NULL;
@@ -65,7 +60,7 @@ static kiln_status run_random(kn_kernel_ctx *c) {
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
     if (!kn_dtype_is_float(y->dtype))
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "output element type %s", kiln_dtype_name(y->dtype));
-    RANDOM_PRM(c);
+    KN_CTX_PRM(c, random_prepare, random_prm, prm);
     bool normal = prm->normal;
     double mul = prm->mul, add = prm->add;
     kn_rng *r = rng_for(prm);
@@ -80,7 +75,7 @@ static kiln_status run_bernoulli(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
-    RANDOM_PRM(c);
+    KN_CTX_PRM(c, random_prepare, random_prm, prm);
     kn_rng *r = rng_for(prm);
     if (!r) return KN_OOM();
     int64_t n = kn_tensor_count(x);
@@ -103,7 +98,7 @@ static kiln_status run_bernoulli(kn_kernel_ctx *c) {
 static kiln_status run_multinomial(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     if (x->rank != 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "input must be [batch_size, class_size]");
-    RANDOM_PRM(c);
+    KN_CTX_PRM(c, random_prepare, random_prm, prm);
     int64_t B = x->dims[0], K = x->dims[1], S = prm->sample_size;
     kiln_dtype dt = prm->dtype;
     int64_t od[2] = {B, S};

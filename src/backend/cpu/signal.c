@@ -85,17 +85,12 @@ static kiln_status signal_prepare(const kn_node *n, void *params) {
     return KILN_OK;
 }
 
-#define SIGNAL_PRM(c)                                                                              \
-    signal_prm local_prm;                                                                          \
-    const signal_prm *prm;                                                                         \
-    KN_TRY(kn_ctx_params((c), signal_prepare, &local_prm, (const void **)&prm))
-
 static kiln_status run_dft(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     const kn_tensor *len = c->n_inputs > 1 ? c->in[1] : NULL;
     const kn_tensor *axis = c->node->opset >= 20 && c->n_inputs > 2 ? c->in[2] : NULL;
     if (len && kn_tensor_count(len) == 0) len = NULL;
-    SIGNAL_PRM(c);
+    KN_CTX_PRM(c, signal_prepare, signal_prm, prm);
     kn_dft_params p;
     char why[512];
     kiln_status st = kn_dft_params_get_with(c->node, &prm->dft, x->rank, x->dims, len, false, axis, false, &p, why, sizeof why);
@@ -137,7 +132,7 @@ static kiln_status run_stft(kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT,
                                "frame_step %lld and frame_length %lld do not fit a signal of length %lld", (long long)step,
                                (long long)fl, (long long)L);
-    SIGNAL_PRM(c);
+    KN_CTX_PRM(c, signal_prepare, signal_prm, prm);
     bool onesided = prm->stft_onesided;
     int64_t frames = 1 + (L - fl) / step, bins = onesided ? fl / 2 + 1 : fl;
     int64_t od[4] = {B, frames, bins, 2};
@@ -177,7 +172,7 @@ static kiln_status run_window(kn_kernel_ctx *c) {
     if (kn_tensor_count(s) != 1) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "size must be a scalar");
     int64_t n = kn_tensor_get_i64(s, 0);
     if (n < 0) return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "size %lld is negative", (long long)n);
-    SIGNAL_PRM(c);
+    KN_CTX_PRM(c, signal_prepare, signal_prm, prm);
     kiln_dtype dt = prm->out_dtype;
     kn_tensor *y;
     KN_TRY(kn_ctx_output(c, 0, dt, 1, &n, &y));
@@ -211,7 +206,7 @@ static kiln_status run_mel(kn_kernel_ctx *c) {
                                "edges [%g, %g] Hz must satisfy 0 <= lower <= upper <= sample_rate / 2 = %g", (double)lo,
                                (double)hi, (double)rate / 2);
     int64_t spec = dft / 2 + 1;
-    SIGNAL_PRM(c);
+    KN_CTX_PRM(c, signal_prepare, signal_prm, prm);
     kiln_dtype dt = prm->out_dtype;
     int64_t od[2] = {spec, mel};
     kn_tensor *y;

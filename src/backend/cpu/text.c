@@ -156,14 +156,9 @@ static kiln_status text_prepare(const kn_node *n, void *params) {
     return KILN_OK;
 }
 
-#define TEXT_PRM(c)                                                                                \
-    text_prm local_prm;                                                                            \
-    const text_prm *prm;                                                                           \
-    KN_TRY(kn_ctx_params((c), text_prepare, &local_prm, (const void **)&prm))
-
 static kiln_status run_string_normalizer(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
-    TEXT_PRM(c);
+    KN_CTX_PRM(c, text_prepare, text_prm, prm);
     const char *act = prm->case_action;
     bool sensitive = prm->sensitive;
     const kn_attr *sw = prm->stopwords;
@@ -304,7 +299,7 @@ static int64_t split(const char *s, const char *delim, int64_t maxsplit, piece *
 
 static kiln_status run_string_split(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
-    TEXT_PRM(c);
+    KN_CTX_PRM(c, text_prepare, text_prm, prm);
     const char *delim = prm->delim;
     int64_t maxsplit = prm->maxsplit;
     int64_t n = kn_tensor_count(x), most = 0;
@@ -338,7 +333,7 @@ static kiln_status run_regex_full_match(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
-    TEXT_PRM(c);
+    KN_CTX_PRM(c, text_prepare, text_prm, prm);
     const char *pat = prm->pattern;
     regex_t re;
     char why[512];
@@ -402,7 +397,7 @@ static bool tf_equal(const tf_ctx *t, const tf_entry *e, int64_t pos, int64_t d,
 
 static kiln_status run_tfidf(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
-    TEXT_PRM(c);
+    KN_CTX_PRM(c, text_prepare, text_prm, prm);
     const char *mode = prm->mode;
     int64_t min_n = prm->min_n, max_n = prm->max_n;
     int64_t max_skip = prm->max_skip;

@@ -52,17 +52,12 @@ static kiln_status train_prepare(const kn_node *n, void *params) {
     return KILN_OK;
 }
 
-#define TRAIN_PRM(c)                                                                               \
-    train_prm local_prm;                                                                           \
-    const train_prm *prm;                                                                          \
-    KN_TRY(kn_ctx_params((c), train_prepare, &local_prm, (const void **)&prm))
-
 static kiln_status run_adagrad(kn_kernel_ctx *c) {
     double r = 0;
     int64_t t = 0;
     int n = 0;
     KN_TRY(common(c, 3, &r, &t, &n));
-    TRAIN_PRM(c);
+    KN_CTX_PRM(c, train_prepare, train_prm, prm);
     double decay = prm->decay;
     double eps = prm->eps;
     double norm = prm->norm;
@@ -86,7 +81,7 @@ static kiln_status run_adam(kn_kernel_ctx *c) {
     int64_t t = 0;
     int n = 0;
     KN_TRY(common(c, 4, &r, &t, &n));
-    TRAIN_PRM(c);
+    KN_CTX_PRM(c, train_prepare, train_prm, prm);
     double alpha = prm->alpha, beta = prm->beta;
     double eps = prm->eps;
     double norm = prm->norm;
@@ -115,7 +110,7 @@ static kiln_status run_momentum(kn_kernel_ctx *c) {
     int64_t t = 0;
     int n = 0;
     KN_TRY(common(c, 3, &r, &t, &n));
-    TRAIN_PRM(c);
+    KN_CTX_PRM(c, train_prepare, train_prm, prm);
     bool nesterov = prm->nesterov == 1;
     if (prm->nesterov < 0)
         return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "mode '%s' is neither standard nor nesterov",
