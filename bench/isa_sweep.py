@@ -3,7 +3,7 @@
 build (and optionally of a second build: before/after a change) against ONNX Runtime, in one process.
 
     bench/isa_sweep.py --build build [--before OTHER_BUILD] [--levels avx2,avx512,baseline]
-                       [--only REGEX] [--threads 1] [--rounds 5] [--target-ms 15] [--out FILE]
+                       [--only REGEX] [--threads 1] [--rounds 5] [--target-ms 15] [--passes 1] [--out FILE]
 
 A portable build (-DKILN_NATIVE=OFF) chooses its level once per process, the first time it is asked
 (KILN_CPU_ISA, isa.h). Here each (build, level) is a copy of libkiln.so loaded on its own
@@ -11,7 +11,9 @@ A portable build (-DKILN_NATIVE=OFF) chooses its level once per process, the fir
 case's runtimes then run alternating rounds (ORT, kiln level 1, kiln level 2, ..., ORT, ...), the
 median of each round's per-run latencies, the median of those; outputs are checked against ORT's
 as op_sweep.py does. The table gives ratios only (the box may be shared): kiln level / ORT per
-level, kiln avx2 / kiln avx512, and with --before each level's after / before.
+level, kiln avx2 / kiln avx512, and with --before each level's after / before. --passes N sweeps
+all the cases N times (sessions made again each time) and gives each cell's median over the
+passes, so that a burst of other work on a shared machine moves one pass, not the table.
 
 --only defaults to the float convolution and pooling classes (Conv, ConvTranspose, MaxPool,
 AveragePool, GlobalAveragePool, GlobalMaxPool).
@@ -49,6 +51,42 @@ def load_level(build, level, tag, tmp):
     return k
 
 
+def measure(case, a, libs, row):
+    """One case: ORT and every kiln (build, level) checked against ORT, then timed in alternating
+    rounds; returns {runtime: median of the round medians} (ms), mismatches noted in row."""
+    model, th, feeds = case.model(), a.threads, case.inputs
+    sessions = []
+    try:
+        ref, ort_run = osw.ort_session(model, th, feeds)
+        runners = {"ort": ort_run}
+        for name, k in libs.items():
+            ks = osw.KilnSession(k, model, th, "cpu", feeds)
+            sessions.append(ks)
+            got = ks.run_alloc()
+            bad = osw.check(case, got, ref)
+            if bad:
+                row["note"] += f"{name}: {bad}; "
+            ks.bind_outputs(got)
+            runners[name] = ks.run
+        per = {}
+        for name, fn in runners.items():
+            fn(), fn()
+            t = time.perf_counter()
+            fn()
+            per[name] = max((time.perf_counter() - t) * 1e3, 1e-3)
+        n = max(1, min(500, int(a.target_ms / max(per.values()))))
+        meds = {name: [] for name in runners}
+        for _ in range(a.rounds):
+            for name, fn in runners.items():
+                if th > 1:
+                    time.sleep(0.05)  # the previous runtime's spinning workers
+                meds[name].append(osw.time_runs(fn, n))
+        return {name: statistics.median(v) for name, v in meds.items()}
+    finally:
+        for ks in sessions:
+            ks.close()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", required=True, help="portable build folder (libkiln.so)")
@@ -58,6 +96,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--target-ms", type=float, default=15.0, help="time per runtime per round")
+    ap.add_argument("--passes", type=int, default=1, help="sweeps over all the cases; each cell the median")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     if osw.ort is None:
@@ -76,51 +115,25 @@ def main():
         os.environ.pop("KILN_CPU_ISA", None)
 
     sel = [c for c in osw.cases() if re.search(a.only, c.key)]
-    rows, passed, failed = [], 0, 0
-    for case in sel:
-        model, th, feeds = case.model(), a.threads, case.inputs
-        row = {"key": case.key, "t": {}, "note": ""}
-        rows.append(row)
-        sessions = []
-        try:
-            ref, ort_run = osw.ort_session(model, th, feeds)
-            runners = {"ort": ort_run}
-            for name, k in libs.items():
-                ks = osw.KilnSession(k, model, th, "cpu", feeds)
-                sessions.append(ks)
-                got = ks.run_alloc()
-                bad = osw.check(case, got, ref)
-                if bad:
-                    row["note"] += f"{name}: {bad}; "
-                ks.bind_outputs(got)
-                runners[name] = ks.run
-            if row["note"]:
-                failed += 1
+    rows = {c.key: {"key": c.key, "t": [], "note": ""} for c in sel}
+    bad_keys = set()
+    for p in range(a.passes):
+        for case in sel:
+            row = rows[case.key]
+            try:
+                t = measure(case, a, libs, row)
+                if t:
+                    row["t"].append(t)
+                    print(f"pass {p + 1} {case.key:60s} " +
+                          " ".join(f"{n}/ort {t[n] / t['ort']:5.2f}" for n in libs), flush=True)
+            except Exception as e:  # noqa: BLE001
+                row["note"] += f"{type(e).__name__}: {str(e).splitlines()[0][:120]}; "
+            if row["note"] and case.key not in bad_keys:
+                bad_keys.add(case.key)
                 print(f"FAIL {case.key}: {row['note']}", flush=True)
-            else:
-                passed += 1
-            per = {}
-            for name, fn in runners.items():
-                fn(), fn()
-                t = time.perf_counter()
-                fn()
-                per[name] = max((time.perf_counter() - t) * 1e3, 1e-3)
-            n = max(1, min(500, int(a.target_ms / max(per.values()))))
-            meds = {name: [] for name in runners}
-            for _ in range(a.rounds):
-                for name, fn in runners.items():
-                    meds[name].append(osw.time_runs(fn, n))
-            row["t"] = {name: statistics.median(v) for name, v in meds.items()}
-        except Exception as e:  # noqa: BLE001
-            failed += 1
-            row["note"] += f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-            print(f"FAIL {case.key}: {row['note']}", flush=True)
-        finally:
-            for ks in sessions:
-                ks.close()
-        t = row["t"]
-        if t:
-            print(f"{case.key:60s} " + " ".join(f"{n}/ort {t[n] / t['ort']:5.2f}" for n in libs), flush=True)
+    failed = len(bad_keys)
+    passed = len(sel) - failed
+    th = a.threads
 
     cols = [f"kiln {n} / ORT" for n in libs]
     have = set(libs)
@@ -135,17 +148,19 @@ def main():
     lines = []
     lines.append(f"# kiln's CPU levels against ONNX Runtime, {datetime.date.today().isoformat()}\n")
     lines.append(f"Machine: {cpu_name()}, {os.cpu_count()} cores, {platform.system()}; onnxruntime "
-                 f"{osw.ort.__version__}; {th} thread(s); {a.rounds} rounds of ~{a.target_ms:g} ms per runtime, "
-                 "alternating; ratios of medians of round medians (lower is faster for kiln).\n")
+                 f"{osw.ort.__version__}; {th} thread(s); {a.passes} pass(es) over the cases, each case {a.rounds} "
+                 f"rounds of ~{a.target_ms:g} ms per runtime, alternating; per pass the ratio of the medians of the "
+                 "round medians, each cell the median over the passes (lower is faster for kiln).\n")
     lines.append("Command: `" + " ".join(["python3", "bench/isa_sweep.py"] + sys.argv[1:]) + "`\n")
     lines.append("| case | " + " | ".join(cols + [e[0] for e in extra]) + " | note |")
     lines.append("|" + "---|" * (len(cols) + len(extra) + 2))
-    for r in rows:
-        t = r["t"]
-        if not t:
+    for r in rows.values():
+        ts = r["t"]
+        if not ts:
             lines.append(f"| {r['key']} | " + " | ".join(["n/a"] * (len(cols) + len(extra))) + f" | {r['note']} |")
             continue
-        vals = [f"{t[n] / t['ort']:.2f}" for n in libs] + [f"{f(t):.2f}" for _, f in extra]
+        med = lambda f: statistics.median(f(t) for t in ts)  # noqa: E731
+        vals = [f"{med(lambda t, n=n: t[n] / t['ort']):.2f}" for n in libs] + [f"{med(f):.2f}" for _, f in extra]
         lines.append(f"| {r['key']} | " + " | ".join(vals) + f" | {r['note']} |")
     lines.append("")
     lines.append(f"{passed} passed, {failed} failed, 0 skipped")
