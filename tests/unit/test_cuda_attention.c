@@ -243,12 +243,14 @@ KN_TEST(cuda_kiln_attention_half) {
     for (int flash = 0; flash < 2; flash++)
         for (int t = 0; t < 2; t++)
             for (int hd = 32; hd <= 128; hd *= 2)
-                for (int form = 0; form < 3; form++) {
+                for (int form = 0; form < 4; form++) {
                     setenv("KILN_CUDA_FLASH", flash ? "1" : "0", 1);
                     kiln_dtype dt = types[t];
                     onemodel o;
                     om_init(&o, 24);
-                    const int64_t B = 2, H = 3, sq = form == 2 ? 200 : 77, sk = form == 2 ? 64 : 130;
+                    /* form 3: no mask, 136 keys (16-byte rows of K transposed: three key blocks
+                     * copied while the previous one is computed on) */
+                    const int64_t B = 2, H = 3, sq = form == 2 ? 200 : 77, sk = form == 2 ? 64 : form == 3 ? 136 : 130;
                     int64_t qd[4] = {B, H, sq, hd}, kd[4] = {B, H, hd, sk}, vd[4] = {B, H, sk, hd};
                     const int rank = form == 1 ? 3 : 4;
                     /* 3-D: the batch and head dims as one of B * H */

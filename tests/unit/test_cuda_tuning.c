@@ -272,7 +272,9 @@ KN_TEST(cuda_tuning_refused_matmul_choice_recovers) {
     }
     CHECK_MSG(corrupted >= 1, "no cuBLASLt choice to corrupt (%d records)", n);
     kiln_tensor *got = run_once(given, x);
-    CHECK_MSG(max_rel_diff(got, want) <= 1e-6, "outputs after a refused choice differ (%g)", max_rel_diff(got, want));
+    /* the heuristic's algorithm may sum the products in another order than the one measured
+     * fastest: float32 rounding apart (1.02e-6 seen on an H200), not a wrong result */
+    CHECK_MSG(max_rel_diff(got, want) <= 1e-5, "outputs after a refused choice differ (%g)", max_rel_diff(got, want));
     int here = 0;
     b->ops->tuning_count(b->state, &here);
     CHECK_MSG(here >= corrupted, "%d refused choices, %d made again", corrupted, here);

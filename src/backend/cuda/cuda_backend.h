@@ -255,14 +255,19 @@ typedef struct kn_cu_gemm {
     int64_t sa, sb, sc;    /* batch strides */
     float alpha, beta;
     /* Optional epilogue, for one product (batch 1) into rows of C that follow each other (ldc = N):
-     * C = relu?(alpha op(A) op(B) + bias + residual), bias N values of C's type (one per column),
-     * residual M x N like C (beta must be 0 with it). cuBLASLt applies it in the product where it
-     * can (bias and ReLU as its epilogue, the residual as its C input with beta 1); elsewhere (kiln's
-     * stand-in kernels, double) a pass after the product does. */
+     * C = act(alpha op(A) op(B) + bias + residual), bias N values of C's type (one per column),
+     * residual M x N like C (beta must be 0 with it), act ReLU (relu) or gelu (KN_ACT_GELU or
+     * KN_ACT_GELU_TANH; 0 none). cuBLASLt applies it in the product where it can (bias, ReLU and
+     * GELU as its epilogue, the residual as its C input with beta 1); elsewhere (kiln's stand-in
+     * kernels, double, an algorithm without that epilogue) a pass after the product does.
+     * cuBLASLt's GELU is the tanh form: gelu KN_ACT_GELU (erf) is taken only for float16 and
+     * bfloat16 outputs (kn_cu_gelu_epilogue_ok says why that is within their precision). */
     const void *bias, *residual;
     bool relu;
+    int gelu;
 } kn_cu_gemm;
 kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm *g);
+bool kn_cu_gelu_epilogue_ok(int act, kiln_dtype dt); /* cuBLASLt's GELU may stand for act on a dt output */
 /* The cuBLASLt descriptors of a product (all NULL on failure; undescribe frees them), and the
  * elements its operands A, B and C span (false where that overflows: a key from a file). */
 cublasStatus_t kn_cu_lt_describe(const kn_cu_lt_key *k, cublasLtMatmulDesc_t *op, cublasLtMatrixLayout_t *la,

@@ -261,7 +261,21 @@ void kn_cu_lt_undescribe(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cub
     if (op) cublasLtMatmulDescDestroy(op);
 }
 
-static bool has_epilogue(const kn_cu_gemm *g) { return g->bias || g->residual || g->relu; }
+static bool has_epilogue(const kn_cu_gemm *g) { return g->bias || g->residual || g->relu || g->gelu; }
+
+/* Whether cuBLASLt's GELU epilogue may stand for activation act (KN_ACT_GELU or KN_ACT_GELU_TANH)
+ * on a product with output type dt. It computes the tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x +
+ * 0.044715 x^3))): exact for GeluTanh; for Gelu (erf) it differs by at most 4.7e-4 (at x = 2.70),
+ * which in float16 and bfloat16 is below the output's own rounding wherever |y| >= 0.5 and a
+ * fraction of an ulp of the activations' scale below that (relative L2 error of the tanh form over
+ * a BERT layer's activations ~1e-4, fp16's unit roundoff 4.9e-4). In float32 it would not be, so
+ * there the erf form runs as a pass. KILN_CUDA_GELU_EPILOGUE=0 turns the epilogue off. */
+bool kn_cu_gelu_epilogue_ok(int act, kiln_dtype dt) {
+    const char *v = getenv("KILN_CUDA_GELU_EPILOGUE");
+    if (v && !strcmp(v, "0")) return false;
+    if (act == KN_ACT_GELU_TANH) return true;
+    return act == KN_ACT_GELU && (dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16);
+}
 
 /* The product; with `fused`, also its epilogue (kn_cu_gemm) in cuBLASLt's call, or
  * KILN_ERR_UNSUPPORTED with nothing run where that cannot be (the caller then runs it after). */
@@ -359,8 +373,9 @@ static kiln_status gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gem
     if (st == KILN_OK) {
         uint64_t al_c = align_of(g->C, g->ldc, g->sc, cs), al_in = align_of(c_in, g->ldc, g->sc, cs);
         int32_t ep = 0;
-        if (fused) ep = g->bias ? (g->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-                                : (g->relu ? CUBLASLT_EPILOGUE_RELU : 0);
+        if (fused)
+            ep = g->bias ? (g->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : g->gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                         : (g->relu ? CUBLASLT_EPILOGUE_RELU : g->gelu ? CUBLASLT_EPILOGUE_GELU : 0);
         key = (kn_cu_lt_key){g->M, g->N, g->K, g->batch, g->lda, g->ldb, g->ldc, g->sa, g->sb, g->sc, g->ta, g->tb,
                              (int32_t)ab_t, (int32_t)c_t, (int32_t)comp, (int32_t)scale_t,
                              (int32_t)align_of(B, g->ldb, g->sb, abs_), (int32_t)align_of(A, g->lda, g->sa, abs_),
@@ -418,9 +433,11 @@ kiln_status kn_cu_gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm
     kn_cu_gemm plain = *g;
     plain.bias = plain.residual = NULL;
     plain.relu = false;
+    plain.gelu = 0;
     KN_TRY(gemm_run(cu, c, &plain, false));
     return kn_cu_check(c, kn_cu_epilogue(g->dt, g->C, g->bias, g->bias ? g->N : 0, g->N, 1, g->residual,
-                                         g->relu ? KN_ACT_RELU : KN_ACT_NONE, 0, 0, g->M * g->N, cu->stream),
+                                         g->relu ? KN_ACT_RELU : g->gelu ? g->gelu : KN_ACT_NONE, 0, 0, g->M * g->N,
+                                         cu->stream),
                        "the product's epilogue");
 }
 

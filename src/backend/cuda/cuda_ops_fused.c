@@ -203,7 +203,7 @@ static kiln_status run_fused_matmul(kn_cuda *cu, kn_kernel_ctx *c) {
     if (A->rank >= 2 && B->rank == 2 && A->dims[A->rank - 1] == B->dims[0] && (!bias || nb == cols) &&
         kn_tensor_count(y) > 0 && (!z || z->data != y->data)) {
         /* B shared by every row of A: one product over all of them, with the bias, the residual and a
-         * ReLU in cuBLASLt's epilogue (kn_cu_gemm_run); another activation as a pass after it */
+         * ReLU or GELU in cuBLASLt's epilogue (kn_cu_gemm_run); another activation as a pass after it */
         kn_cu_gemm g;
         memset(&g, 0, sizeof g);
         g.dt = y->dtype;
@@ -217,8 +217,9 @@ static kiln_status run_fused_matmul(kn_cuda *cu, kn_kernel_ctx *c) {
         g.bias = bias ? bias->data : NULL;
         g.residual = z ? z->data : NULL;
         g.relu = a.act == KN_ACT_RELU;
+        g.gelu = kn_cu_gelu_epilogue_ok(a.act, y->dtype) ? (int)a.act : 0;
         KN_TRY(kn_cu_gemm_run(cu, c, &g));
-        if (a.act == KN_ACT_NONE || a.act == KN_ACT_RELU) return KILN_OK;
+        if (a.act == KN_ACT_NONE || a.act == KN_ACT_RELU || g.gelu) return KILN_OK;
         return epilogue(cu, c, y, NULL, cols, 1, NULL, &a);
     }
     KN_TRY(run_base(cu, c, "MatMul", 2, kn_cu_run_matmul, prm));

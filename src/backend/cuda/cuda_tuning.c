@@ -116,7 +116,8 @@ static bool key_well_formed(const uint8_t *k, size_t key_len, char *why, size_t 
         bool ok = p.m >= 1 && p.n >= 1 && p.k >= 1 && p.batch >= 1 && p.lda >= 1 && p.ldb >= 1 && p.ldc >= 1 && p.sa >= 0 &&
                   p.sb >= 0 && p.sc >= 0 && (p.ta | p.tb | p.device_scalars) >= 0 && (p.ta | p.tb | p.device_scalars) <= 1 &&
                   (p.epilogue == 0 || p.epilogue == CUBLASLT_EPILOGUE_BIAS || p.epilogue == CUBLASLT_EPILOGUE_RELU ||
-                   p.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS) && p.zero == 0;
+                   p.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS || p.epilogue == CUBLASLT_EPILOGUE_GELU ||
+                   p.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS) && p.zero == 0;
         if (!ok) snprintf(why, cap, "a product's key with sizes, strides, flags or epilogue out of range");
         return ok;
     }

@@ -115,7 +115,8 @@ static void *finish(warm_job *j, double t0, cudaStream_t stream, void *base, voi
 }
 
 static bool lt_has_bias(const kn_cu_lt_key *k) {
-    return k->epilogue == CUBLASLT_EPILOGUE_BIAS || k->epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
+    return k->epilogue == CUBLASLT_EPILOGUE_BIAS || k->epilogue == CUBLASLT_EPILOGUE_RELU_BIAS ||
+           k->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS;
 }
 
 /* Where a product's operands lie in its scratch (A at 0, then B, C, the device scalars and an
