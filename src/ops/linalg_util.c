@@ -1,6 +1,8 @@
 /* Window geometry for Conv, ConvTranspose and the pools (see linalg_util.h). */
 #include "ops/linalg_util.h"
 
+#include "exec/kernel.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -382,5 +384,40 @@ too_many:
 
 kiln_status kn_einsum_prepare(const kn_node *n, void *params) {
     ((kn_einsum_prm *)params)->equation = kn_attr_string(n, "equation", "");
+    return KILN_OK;
+}
+
+/* What kn_window_plan_kept keeps a window under: its kind and sizes */
+typedef struct window_key {
+    int32_t kind, nsp;
+    int64_t sizes[2 * KN_MAX_SPATIAL]; /* in, then kernel (-2: none given) */
+} window_key;
+static const char window_tag = 0;
+
+kiln_status kn_window_plan_kept(struct kn_kernel_ctx *c, kn_window_kind kind, int nsp, const int64_t *in,
+                                const int64_t *kernel, kn_window *w, char *why, size_t cap) {
+    if (nsp < 0 || nsp > KN_MAX_SPATIAL) return kn_window_plan(c->node, kind, nsp, in, kernel, w, why, cap);
+    window_key key = {(int32_t)kind, nsp, {0}};
+    for (int i = 0; i < nsp; i++) {
+        key.sizes[i] = in[i];
+        key.sizes[nsp + i] = kernel ? kernel[i] : -2;
+    }
+    const size_t key_bytes = offsetof(window_key, sizes) + sizeof(int64_t) * (size_t)(2 * nsp);
+    const kn_window *kept = kn_ctx_prep_get(c, &window_tag, &key, key_bytes);
+    if (kept) {
+        *w = *kept;
+        return KILN_OK;
+    }
+    kiln_status st = kn_window_plan(c->node, kind, nsp, in, kernel, w, why, cap);
+    if (st == KILN_OK) kn_ctx_prep_put(c, &window_tag, &key, key_bytes, w, sizeof *w);
+    return st;
+}
+
+kiln_status kn_gemm_attrs_prepare(const kn_node *n, void *params) {
+    kn_gemm_attrs *p = params;
+    p->ta = kn_attr_int(n, "transA", 0) != 0;
+    p->tb = kn_attr_int(n, "transB", 0) != 0;
+    p->alpha = kn_attr_float(n, "alpha", 1.0f);
+    p->beta = kn_attr_float(n, "beta", 1.0f);
     return KILN_OK;
 }

@@ -43,6 +43,20 @@ typedef struct kn_window {
 kiln_status kn_window_plan(const kn_node *n, kn_window_kind kind, int nsp, const int64_t *in,
                            const int64_t *kernel, kn_window *w, char *why, size_t cap);
 
+struct kn_kernel_ctx;
+/* kn_window_plan for a kernel's call on node c->node, kept for the node's later calls with the same
+ * sizes (kn_ctx_prep: a node whose shapes the run's memo knows); planned at each call otherwise. */
+kiln_status kn_window_plan_kept(struct kn_kernel_ctx *c, kn_window_kind kind, int nsp, const int64_t *in,
+                                const int64_t *kernel, kn_window *w, char *why, size_t cap);
+
+/* Gemm's attributes, read once: the prepare hook (exec/kernel.h's kn_params_fn) of the CPU's and
+ * CUDA's Gemm kernels, and of the inner Gemm of their FusedGemm. */
+typedef struct kn_gemm_attrs {
+    bool ta, tb;
+    float alpha, beta;
+} kn_gemm_attrs;
+kiln_status kn_gemm_attrs_prepare(const kn_node *n, void *params);
+
 /* Einsum: the equation resolved against the input ranks. Labels are ids 0..63: letters a-z are
  * 0-25, A-Z 26-51, and the dims an ellipsis stands for are 52.. (right-aligned across inputs, so
  * they broadcast like numpy). size[l] is the label's size (-1 unknown, -2 unused). */

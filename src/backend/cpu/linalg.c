@@ -307,28 +307,12 @@ static void fill_broadcast(const kn_tensor *C, void *Y, int64_t M, int64_t N, si
     }
 }
 
-/* Gemm's attributes (its prepare hook) */
-typedef struct gemm_prm {
-    bool ta, tb;
-    float alpha, beta;
-} gemm_prm;
-
-static kiln_status gemm_prepare(const kn_node *n, void *params) {
-    gemm_prm *p = params;
-    p->ta = kn_attr_int(n, "transA", 0) != 0;
-    p->tb = kn_attr_int(n, "transB", 0) != 0;
-    p->alpha = kn_attr_float(n, "alpha", 1.0f);
-    p->beta = kn_attr_float(n, "beta", 1.0f);
-    return KILN_OK;
-}
 
 static kiln_status run_gemm(kn_kernel_ctx *c) {
     const kn_tensor *A = c->in[0], *B = c->in[1];
     const kn_tensor *C = c->n_inputs > 2 ? c->in[2] : NULL;
     kn_tensor *Y = c->out[0];
-    gemm_prm local;
-    const gemm_prm *prm;
-    KN_TRY(kn_ctx_params(c, gemm_prepare, &local, (const void **)&prm));
+    KN_CTX_PRM(c, kn_gemm_attrs_prepare, kn_gemm_attrs, prm);
     const bool ta = prm->ta, tb = prm->tb;
     const float alpha = prm->alpha, beta = prm->beta;
     if (A->rank != 2 || B->rank != 2) return kn_kernel_error(c, KILN_ERR_SHAPE, "A and B must be 2-D");
@@ -477,7 +461,7 @@ const kn_cpu_kernel kn_cpu_linalg[] = {
     {"", "MatMul", run_matmul, NULL, KN_KERNEL_OVERWRITES},
     {"", "MatMulInteger", run_matmul_integer, NULL},
     {"", "QLinearMatMul", run_qlinear_matmul, NULL},
-    {"", "Gemm", run_gemm, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(gemm_prepare, gemm_prm)},
+    {"", "Gemm", run_gemm, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_gemm_attrs_prepare, kn_gemm_attrs)},
     {"", "Einsum", kn_cpu_einsum, NULL, 0, KN_PARAMS(kn_einsum_prepare, kn_einsum_prm)},
     {"", "Conv", kn_cpu_conv, NULL, KN_KERNEL_OVERWRITES}, /* every path writes each output element */
     {"", "ConvInteger", kn_cpu_conv_integer, NULL},

@@ -4,7 +4,7 @@
 #define KN_CPU_LINALG_IMPL_H
 
 #include "backend/cpu/cpu.h"
-#include "ops/linalg_util.h" /* kn_einsum_prepare (Einsum's hook, shared with CUDA) */
+#include "ops/linalg_util.h" /* kn_einsum_prepare, kn_gemm_attrs_prepare (hooks shared with CUDA) */
 
 #include <stdbool.h>
 #include <stdint.h>

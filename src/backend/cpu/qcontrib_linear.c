@@ -20,7 +20,6 @@
 
 #include <float.h>
 #include <math.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -344,12 +343,6 @@ kiln_status kn_cpu_qlinear_global_average_pool(kn_kernel_ctx *c) {
     return KILN_OK;
 }
 
-typedef struct qpool_key {
-    int nsp;
-    int64_t in[KN_MAX_SPATIAL];
-} qpool_key;
-static const char qpool_tag = 0;
-
 kiln_status kn_cpu_qlinear_average_pool(kn_kernel_ctx *c) {
     const kn_tensor *X = c->in[0];
     kn_tensor *Y = c->out[0];
@@ -366,20 +359,10 @@ kiln_status kn_cpu_qlinear_average_pool(kn_kernel_ctx *c) {
     int nsp = X->rank - 2, s0 = cl ? 1 : 2;
     int64_t in[KN_MAX_SPATIAL];
     for (int i = 0; i < nsp; i++) in[i] = X->dims[s0 + i];
-    /* the window, kept for the node's later calls with these spatial sizes (kn_ctx_prep) */
-    qpool_key key = {nsp, {0}};
-    memcpy(key.in, in, sizeof(int64_t) * (size_t)nsp);
-    const size_t key_bytes = offsetof(qpool_key, in) + sizeof(int64_t) * (size_t)nsp;
-    const kn_window *kept = kn_ctx_prep_get(c, &qpool_tag, &key, key_bytes);
     kn_window w;
-    if (kept) {
-        w = *kept;
-    } else {
-        char why[512];
-        kiln_status st = kn_window_plan(c->node, KN_WINDOW_POOL, nsp, in, NULL, &w, why, sizeof why);
-        if (st) return kn_kernel_error(c, st, "%s", why);
-        kn_ctx_prep_put(c, &qpool_tag, &key, key_bytes, &w, sizeof w);
-    }
+    char why[512];
+    kiln_status st = kn_window_plan_kept(c, KN_WINDOW_POOL, nsp, in, NULL, &w, why, sizeof why);
+    if (st) return kn_kernel_error(c, st, "%s", why);
     for (int i = 0; i < nsp; i++)
         if (w.dilation[i] != 1) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "dilations other than 1 are not supported");
     int64_t N = X->dims[0], C = cl ? X->dims[X->rank - 1] : X->dims[1], ximg = 1, yimg = 1, ksize = 1;

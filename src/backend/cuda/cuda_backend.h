@@ -293,12 +293,6 @@ kiln_status kn_cu_run_layernorm(kn_cuda *cu, kn_kernel_ctx *c);
 /* MatMul and Gemm (cuda_linalg.c), for the fused operators */
 kiln_status kn_cu_run_matmul(kn_cuda *cu, kn_kernel_ctx *c);
 kiln_status kn_cu_run_gemm(kn_cuda *cu, kn_kernel_ctx *c);
-/* Gemm's attributes, read once (its prepare hook, cuda_linalg.c; FusedGemm's proxy takes it too) */
-typedef struct kn_cu_gemm_prm {
-    bool ta, tb;
-    float alpha, beta;
-} kn_cu_gemm_prm;
-kiln_status kn_cu_gemm_prepare(const kn_node *n, void *params);
 
 /* Tuning results (cuda_tuning.c): the record with this key, or NULL (with cu->sh->cache_mu held:
  * the record lives in a table other lanes may grow); a result this session made

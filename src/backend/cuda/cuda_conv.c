@@ -100,9 +100,7 @@ static kiln_status geometry(const kn_kernel_ctx *c, bool transpose, conv_geom *g
     if (g->nsp < 1 || g->nsp > 3)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%d spatial dims (1 to 3 supported on CUDA)", g->nsp);
     if (w->rank != x->rank) return kn_kernel_error(c, KILN_ERR_SHAPE, "weight rank %d for input rank %d", w->rank, x->rank);
-    kn_cu_conv_prm local;
-    const kn_cu_conv_prm *prm;
-    KN_TRY(kn_ctx_params(c, kn_cu_conv_prepare, &local, (const void **)&prm));
+    KN_CTX_PRM(c, kn_cu_conv_prepare, kn_cu_conv_prm, prm);
     g->nhwc = prm->nhwc;
     if (!prm->layout_ok) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "layout must be NCHW or NHWC");
     if (g->nhwc && transpose) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "ConvTranspose channels last");

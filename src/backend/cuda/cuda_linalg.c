@@ -7,6 +7,7 @@
  * C^T = op(B)^T op(A)^T, i.e. with the operands swapped and no data movement. */
 #include "backend/cuda/cuda_backend.h"
 #include "ops/fused.h"
+#include "ops/linalg_util.h"
 #include "util/log.h"
 
 #include <stdio.h>
@@ -535,23 +536,12 @@ static bool same_types(const kn_node *n, const kn_type *const *in, int n_in, cha
 
 /* ------------------------------------------------------------------ Gemm */
 
-kiln_status kn_cu_gemm_prepare(const kn_node *n, void *params) {
-    kn_cu_gemm_prm *p = params;
-    p->ta = kn_attr_int(n, "transA", 0) != 0;
-    p->tb = kn_attr_int(n, "transB", 0) != 0;
-    p->alpha = kn_attr_float(n, "alpha", 1.0f);
-    p->beta = kn_attr_float(n, "beta", 1.0f);
-    return KILN_OK;
-}
-
 kiln_status kn_cu_run_gemm(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *a = c->in[0], *b = c->in[1], *cc = c->n_inputs > 2 ? c->in[2] : NULL;
     NEED_OUT(c, 0);
     kn_tensor *y = c->out[0];
     if (a->rank != 2 || b->rank != 2) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "Gemm takes 2-D A and B");
-    kn_cu_gemm_prm local;
-    const kn_cu_gemm_prm *prm;
-    KN_TRY(kn_ctx_params(c, kn_cu_gemm_prepare, &local, (const void **)&prm));
+    KN_CTX_PRM(c, kn_gemm_attrs_prepare, kn_gemm_attrs, prm);
     bool ta = prm->ta, tb = prm->tb;
     float alpha = prm->alpha, beta = prm->beta;
     kn_cu_gemm g = {0};
@@ -735,9 +725,7 @@ static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
               *Yc = G == 4 && c->n_outputs > 2 ? c->out[2] : NULL;
     if (X->rank != 3) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "X must be [seq, batch, input]");
     int64_t T = X->dims[0], B = X->dims[1], I = X->dims[2];
-    cu_rnn_prm local;
-    const cu_rnn_prm *prm;
-    KN_TRY(kn_ctx_params(c, cu_rnn_prepare, &local, (const void **)&prm));
+    KN_CTX_PRM(c, cu_rnn_prepare, cu_rnn_prm, prm);
     int dirs = prm->dirs;
     int64_t H = prm->has_hidden ? prm->hidden : R->dims[2];
     float clip = prm->clip;
@@ -895,6 +883,8 @@ static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
 
 /* ------------------------------------------------------------------ kiln.StackedLSTM */
 
+_Static_assert(sizeof(cu_rnn_prm) <= KN_PARAMS_HANDED_MAX, "a layer's block is handed on the stack");
+
 /* StackedLSTM's hook: the block of its layers' LSTM (no attributes), handed to each layer's call */
 static kiln_status cu_stacked_prepare(const kn_node *n, void *params) {
     (void)n;
@@ -909,16 +899,8 @@ static kiln_status cu_stacked_prepare(const kn_node *n, void *params) {
 /* The layers one after another as LSTM nodes (what the pipeline falls back to). */
 static kiln_status run_layers(kn_cuda *cu, kn_kernel_ctx *c) {
     int layers = kn_stacked_lstm_layers(c->n_inputs);
-    cu_rnn_prm local;
-    const cu_rnn_prm *prm;
-    KN_TRY(kn_ctx_params(c, cu_stacked_prepare, &local, (const void **)&prm));
-    union {
-        kn_params h;
-        max_align_t a;
-        unsigned char b[sizeof(kn_params) + sizeof(cu_rnn_prm)];
-    } blk;
-    blk.h.fn = cu_rnn_prepare;
-    memcpy(blk.h.data, prm, sizeof *prm);
+    KN_CTX_PRM(c, cu_stacked_prepare, cu_rnn_prm, prm);
+    kn_params_handed blk; /* each layer's call gets the block as its own */
     const kn_tensor *X = c->in[0];
     size_t es = kiln_dtype_size(X->dtype);
     kn_tensor prev, *prev_p = NULL;
@@ -930,8 +912,7 @@ static kiln_status run_layers(kn_cuda *cu, kn_kernel_ctx *c) {
         kn_tensor y, *y_p = &y;
         kn_stacked_layer layer;
         kn_stacked_lstm_layer(c, l, prev_p ? prev_p : (kn_tensor *)X, last ? NULL : &y_p, &layer);
-        blk.h.node = &layer.node;
-        layer.ctx.params = &blk.h;
+        layer.ctx.params = kn_params_hand(&blk, cu_rnn_prepare, &layer.node, prm, sizeof *prm);
         void *y_mem = NULL;
         size_t y_bytes = 0;
         if (!last) { /* Y [T, 1, B, H], the next layer's X as [T, B, H] */
@@ -1043,7 +1024,7 @@ static bool stacked_lstm_supports(const kn_node *n, const kn_type *const *in, in
 
 const kn_cuda_kernel kn_cuda_linalg[] = {
     {"", "MatMul", kn_cu_run_matmul, same_types, MM_TYPES, 0, 0},
-    {"", "Gemm", kn_cu_run_gemm, same_types, MM_TYPES, 0, 0, KN_CU_PARAMS(kn_cu_gemm_prepare, kn_cu_gemm_prm)},
+    {"", "Gemm", kn_cu_run_gemm, same_types, MM_TYPES, 0, 0, KN_CU_PARAMS(kn_gemm_attrs_prepare, kn_gemm_attrs)},
     {"", "LSTM", run_rnn, rnn_supports, KN_T_FLOATS, 0, 0, KN_CU_PARAMS(cu_rnn_prepare, cu_rnn_prm)},
     {"", "GRU", run_rnn, rnn_supports, KN_T_FLOATS, 0, 0, KN_CU_PARAMS(cu_rnn_prepare, cu_rnn_prm)},
     {"", "RNN", run_rnn, rnn_supports, KN_T_FLOATS, 0, 0, KN_CU_PARAMS(cu_rnn_prepare, cu_rnn_prm)},

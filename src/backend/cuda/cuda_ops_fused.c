@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include "ops/fused.h"
+#include "ops/linalg_util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -31,8 +32,10 @@ typedef struct cu_fused_prm {
     kn_attn_view v[4];
     int has[4];
     kn_cu_conv_prm conv;
-    kn_cu_gemm_prm gemm;
+    kn_gemm_attrs gemm;
 } cu_fused_prm;
+_Static_assert(sizeof(kn_cu_conv_prm) <= KN_PARAMS_HANDED_MAX && sizeof(kn_gemm_attrs) <= KN_PARAMS_HANDED_MAX,
+               "the inner kernels' blocks are handed on the stack");
 
 static kn_node proxy_of(const kn_node *n, const char *op) {
     kn_node proxy = *n;
@@ -59,14 +62,11 @@ static kiln_status cu_fused_prepare(const kn_node *n, void *params) {
     p->conv_ok = kn_cu_conv_prepare(&proxy, &p->conv) == KILN_OK;
 #endif
     proxy = proxy_of(n, "Gemm");
-    p->gemm_ok = kn_cu_gemm_prepare(&proxy, &p->gemm) == KILN_OK;
+    p->gemm_ok = kn_gemm_attrs_prepare(&proxy, &p->gemm) == KILN_OK;
     return KILN_OK;
 }
 
-#define FUSED_PRM(c)                                                                               \
-    cu_fused_prm local_prm;                                                                        \
-    const cu_fused_prm *prm;                                                                       \
-    KN_TRY(kn_ctx_params((c), cu_fused_prepare, &local_prm, (const void **)&prm))
+#define FUSED_PRM(c) KN_CTX_PRM(c, cu_fused_prepare, cu_fused_prm, prm)
 
 static kiln_status read_act(kn_kernel_ctx *c, const cu_fused_prm *prm, kn_act_spec *a) {
     char why[128];
@@ -78,24 +78,6 @@ static kiln_status read_act(kn_kernel_ctx *c, const cu_fused_prm *prm, kn_act_sp
     return KILN_OK;
 }
 
-/* A parameter block made for a proxy node: `data` (bytes of them) under the hook fn */
-typedef union proxy_params {
-    kn_params h;
-    max_align_t a;
-    unsigned char b[sizeof(kn_params) + (sizeof(kn_cu_conv_prm) > sizeof(kn_cu_gemm_prm) ? sizeof(kn_cu_conv_prm)
-                                                                                            : sizeof(kn_cu_gemm_prm))];
-} proxy_params;
-
-/* pc's params: the block the fused node's hook made for the proxy's kernel (fn), when it made one */
-static void hand_params(kn_kernel_ctx *pc, proxy_params *blk, kn_params_fn fn, bool ok, const void *data, size_t bytes) {
-    pc->params = NULL;
-    if (!ok) return;
-    blk->h.fn = fn;
-    blk->h.node = pc->node;
-    memcpy(blk->h.data, data, bytes);
-    pc->params = &blk->h;
-}
-
 /* Runs `run` as the ai.onnx operator `op` on the first n inputs of the fused node. */
 static kiln_status run_base(kn_cuda *cu, kn_kernel_ctx *c, const char *op, int n,
                             kiln_status (*run)(kn_cuda *, kn_kernel_ctx *), const cu_fused_prm *prm) {
@@ -103,12 +85,15 @@ static kiln_status run_base(kn_cuda *cu, kn_kernel_ctx *c, const char *op, int n
     kn_kernel_ctx pc = *c;
     pc.node = &proxy;
     pc.n_inputs = n < c->n_inputs ? n : c->n_inputs;
-    proxy_params blk;
+    /* the proxy's kernel gets the block the fused node's hook made for it */
+    kn_params_handed blk;
     pc.params = NULL;
 #ifdef KILN_HAVE_CUDNN
-    if (!strcmp(op, "Conv")) hand_params(&pc, &blk, kn_cu_conv_prepare, prm->conv_ok, &prm->conv, sizeof prm->conv);
+    if (!strcmp(op, "Conv") && prm->conv_ok)
+        pc.params = kn_params_hand(&blk, kn_cu_conv_prepare, &proxy, &prm->conv, sizeof prm->conv);
 #endif
-    if (!strcmp(op, "Gemm")) hand_params(&pc, &blk, kn_cu_gemm_prepare, prm->gemm_ok, &prm->gemm, sizeof prm->gemm);
+    if (!strcmp(op, "Gemm") && prm->gemm_ok)
+        pc.params = kn_params_hand(&blk, kn_gemm_attrs_prepare, &proxy, &prm->gemm, sizeof prm->gemm);
     return run(cu, &pc);
 }
 
@@ -160,8 +145,8 @@ static kiln_status run_fused_conv(kn_cuda *cu, kn_kernel_ctx *c) {
         kn_kernel_ctx pc = *c;
         pc.node = &proxy;
         pc.n_inputs = 2;
-        proxy_params blk;
-        hand_params(&pc, &blk, kn_cu_conv_prepare, prm->conv_ok, &prm->conv, sizeof prm->conv);
+        kn_params_handed blk;
+        pc.params = prm->conv_ok ? kn_params_hand(&blk, kn_cu_conv_prepare, &proxy, &prm->conv, sizeof prm->conv) : NULL;
         bool done = false, act_done = false;
         KN_TRY(kn_cu_run_conv_fused(cu, &pc, bias, z, a.act, a.p0, a.p1, &done, &act_done));
         if (!done) return epilogue(cu, c, y, bias, channels, inner, z, &a);

@@ -18,7 +18,6 @@
 #include "ops/linalg_util.h"
 #include "ops/qcontrib.h"
 
-#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -100,9 +99,7 @@ kiln_status kn_cu_run_matmul_nbits(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *A = c->in[0], *B = c->in[1], *S = c->in[2];
     const kn_tensor *zp = opt_in(c, 3), *gidx = opt_in(c, 4), *bias = opt_in(c, 5);
     kn_tensor *Y = c->out[0];
-    kn_cu_q_prm local_prm;
-    const kn_cu_q_prm *prm;
-    KN_TRY(kn_ctx_params(c, kn_cu_q_prepare, &local_prm, (const void **)&prm));
+    KN_CTX_PRM(c, kn_cu_q_prepare, kn_cu_q_prm, prm);
     kn_nbits_params np;
     KN_TRY(kn_matmul_nbits_check_with(c, prm->K, prm->N, prm->bits, prm->block_size, &np));
     const int64_t K = np.K, N = np.N, bits = np.bits, bs = np.bs, kb = np.kb, M = np.M;
@@ -354,9 +351,7 @@ kiln_status kn_cu_run_qlinear_softmax(kn_cuda *cu, kn_kernel_ctx *c) {
     kn_cu_qparam qx, qy;
     KN_TRY(qparam(c, 0, 1, 2, &qx));
     KN_TRY(qparam(c, 0, 3, 4, &qy));
-    kn_cu_q_prm local_prm;
-    const kn_cu_q_prm *prm;
-    KN_TRY(kn_ctx_params(c, kn_cu_q_prepare, &local_prm, (const void **)&prm));
+    KN_CTX_PRM(c, kn_cu_q_prepare, kn_cu_q_prm, prm);
     int64_t D, inner, n = kn_tensor_count(X);
     KN_TRY(kn_qlinear_softmax_rows_with(c, X, prm->opset, prm->softmax_axis, &D, &inner));
     if (n == 0 || D == 0) return KILN_OK;
@@ -389,12 +384,6 @@ kiln_status kn_cu_run_qlinear_global_average_pool(kn_cuda *cu, kn_kernel_ctx *c)
                        "QLinearGlobalAveragePool");
 }
 
-typedef struct qpool_key {
-    int nsp;
-    int64_t in[KN_MAX_SPATIAL];
-} qpool_key;
-static const char qpool_tag = 0;
-
 kiln_status kn_cu_run_qlinear_average_pool(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *X = c->in[0];
     kn_tensor *Y;
@@ -412,20 +401,10 @@ kiln_status kn_cu_run_qlinear_average_pool(kn_cuda *cu, kn_kernel_ctx *c) {
     int nsp = X->rank - 2, s0 = cl ? 1 : 2;
     int64_t in[KN_MAX_SPATIAL];
     for (int i = 0; i < nsp; i++) in[i] = X->dims[s0 + i];
-    /* the window, kept for the node's later calls with these spatial sizes (kn_ctx_prep) */
-    qpool_key key = {nsp, {0}};
-    memcpy(key.in, in, sizeof(int64_t) * (size_t)nsp);
-    const size_t key_bytes = offsetof(qpool_key, in) + sizeof(int64_t) * (size_t)nsp;
-    const kn_window *kept = kn_ctx_prep_get(c, &qpool_tag, &key, key_bytes);
     kn_window w;
-    if (kept) {
-        w = *kept;
-    } else {
-        char why[512];
-        kiln_status st = kn_window_plan(c->node, KN_WINDOW_POOL, nsp, in, NULL, &w, why, sizeof why);
-        if (st) return kn_kernel_error(c, st, "%s", why);
-        kn_ctx_prep_put(c, &qpool_tag, &key, key_bytes, &w, sizeof w);
-    }
+    char why[512];
+    kiln_status st = kn_window_plan_kept(c, KN_WINDOW_POOL, nsp, in, NULL, &w, why, sizeof why);
+    if (st) return kn_kernel_error(c, st, "%s", why);
     kn_cu_qpool p;
     memset(&p, 0, sizeof p);
     p.nsp = nsp;

@@ -30,9 +30,7 @@ static bool is_quant_int(kiln_dtype t) {
 
 static kiln_status layout_of(kn_kernel_ctx *c, const kn_tensor *x, const kn_tensor *s, kn_cu_qlayout *d) {
     char why[512];
-    kn_cu_q_prm local_prm;
-    const kn_cu_q_prm *prm;
-    KN_TRY(kn_ctx_params(c, kn_cu_q_prepare, &local_prm, (const void **)&prm));
+    KN_CTX_PRM(c, kn_cu_q_prepare, kn_cu_q_prm, prm);
     kn_quant_layout l;
     kiln_status st = kn_quant_layout_get_with(prm->quant_axis, prm->block_size, x->rank, x->dims, s->rank, s->dims, &l,
                                               why, sizeof why);
