@@ -66,11 +66,6 @@ static kiln_status int_b(kn_infer_ctx *c, int i, int64_t *K, int64_t *N) {
 
 /* ------------------------------------------------------------------ QLinearSoftmax */
 
-kiln_status kn_qlinear_softmax_rows(kn_kernel_ctx *c, const kn_tensor *X, int64_t *D, int64_t *inner) {
-    const int64_t opset = kn_attr_int(c->node, "opset", -1);
-    return kn_qlinear_softmax_rows_with(c, X, opset, kn_attr_int(c->node, "axis", opset < 13 ? 1 : -1), D, inner);
-}
-
 kiln_status kn_qlinear_softmax_rows_with(kn_kernel_ctx *c, const kn_tensor *X, int64_t opset, int64_t axis, int64_t *D,
                                          int64_t *inner) {
     const int r = X->rank;
@@ -88,11 +83,6 @@ kiln_status kn_qlinear_softmax_rows_with(kn_kernel_ctx *c, const kn_tensor *X, i
 }
 
 /* ------------------------------------------------------------------ MatMulNBits */
-
-kiln_status kn_matmul_nbits_check(kn_kernel_ctx *c, kn_nbits_params *p) {
-    return kn_matmul_nbits_check_with(c, kn_attr_int(c->node, "K", 0), kn_attr_int(c->node, "N", 0),
-                                      kn_attr_int(c->node, "bits", 4), kn_attr_int(c->node, "block_size", 0), p);
-}
 
 kiln_status kn_matmul_nbits_check_with(kn_kernel_ctx *c, int64_t K, int64_t N, int64_t bits, int64_t bs,
                                        kn_nbits_params *p) {
