@@ -169,11 +169,13 @@ static double bgemm_case(kn_threadpool *pool, bool ta, bool tb, int64_t M, int64
 static void bgemm_shapes(kn_threadpool *pool) {
     int mr, nr, kc;
     kn_bgemm_tile(&mr, &nr, &kc);
-    /* around the tile (12 x 32), the slice depth (256, odd K), and the blocks of rows / callback columns */
+    /* around the tile (12 x 32 with vdpbf16ps, 32 x 32 of 16 x 16 tiles with AMX), the slice depth
+     * (256, odd K, AMX's depth of 32), and the blocks of rows / callback columns */
     const int64_t shapes[][3] = {{1, 1, 1},       {4, 8, 8},       {5, 9, 3},         {11, 31, 7},
                                  {12, 32, 16},    {13, 33, 17},    {23, 47, 255},     {25, 65, 257},
                                  {37, 100, 513},  {mr * 16 + 5, 70, 33}, {200, 1100, 40}, {64, 49, 300},
-                                 {96, 196, 577},  {200, 100, 40},  {17, 1, 20},       {1, 40, 30}};
+                                 {96, 196, 577},  {200, 100, 40},  {17, 1, 20},       {1, 40, 30},
+                                 {16, 16, 32},    {31, 17, 31},    {33, 48, 64},      {48, 15, 290}};
     int checked = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++)
@@ -186,21 +188,31 @@ static void bgemm_shapes(kn_threadpool *pool) {
                 checked++;
             }
     CHECK(checked >= 100);
-    /* the transposed products (small N, M filling the columns) are among them */
-    CHECK(kn_bgemm_swaps(64, 49, 300) && kn_bgemm_swaps(96, 196, 577) && kn_bgemm_swaps(200, 100, 40));
+    /* with vdpbf16ps, the transposed products (small N, M filling the columns) are among them */
+    if (!kn_bgemm_amx()) CHECK(kn_bgemm_swaps(64, 49, 300) && kn_bgemm_swaps(96, 196, 577) && kn_bgemm_swaps(200, 100, 40));
     CHECK(!kn_bgemm_swaps(128, 768, 768) && !kn_bgemm_swaps(64, 3136, 576));
+}
+
+/* every kernel this CPU runs: AMX's tiles where it has them, vdpbf16ps always */
+static void bgemm_kernels(kn_threadpool *pool) {
+    const bool amx = kn_bgemm_amx();
+    for (int k = amx ? 0 : 1; k < 2; k++) {
+        CHECK(kn_bgemm_force_amx(k == 0));
+        bgemm_shapes(pool);
+    }
+    CHECK(kn_bgemm_force_amx(amx));
 }
 
 KN_TEST(bf16_gemm_single_thread) {
     NEED_BF16();
-    bgemm_shapes(NULL);
+    bgemm_kernels(NULL);
 }
 
 KN_TEST(bf16_gemm_threads) {
     NEED_BF16();
     kn_threadpool *pool;
     CHECK_STATUS(kn_threadpool_create(3, &pool), KILN_OK);
-    bgemm_shapes(pool);
+    bgemm_kernels(pool);
     kn_threadpool_destroy(pool);
 }
 

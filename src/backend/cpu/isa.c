@@ -21,7 +21,7 @@ _Static_assert(sizeof level_names / sizeof level_names[0] == KN_ISA_COUNT, "a na
 
 static const char *const feature_names[KN_CPUF_COUNT_] = {
     "sse4.2", "popcnt", "avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "lzcnt",
-    "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512bf16",
+    "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512bf16", "amxbf16",
 };
 _Static_assert(sizeof feature_names / sizeof feature_names[0] == KN_CPUF_COUNT_, "a name per feature");
 
@@ -101,7 +101,7 @@ static unsigned detect(void) {
     }
     if (__get_cpuid_max(0, NULL) >= 7) {
         __cpuid_count(7, 0, a, b, c, d);
-        const unsigned max_sub = a;
+        const unsigned max_sub = a, edx7 = d;
         if (b & (1u << 3)) f |= KN_CPUF_BMI1;
         if (b & (1u << 8)) f |= KN_CPUF_BMI2;
         if (os_ymm && (b & (1u << 5))) f |= KN_CPUF_AVX2;
@@ -116,6 +116,9 @@ static unsigned detect(void) {
                 if (a & (1u << 5)) f |= KN_CPUF_AVX512BF16;
             }
         }
+        /* AMX-BF16 (EDX bit 22) and AMX-TILE (bit 24), with XCR0's XTILECFG and XTILEDATA (bits 17,
+         * 18); Linux still wants each process to ask for the tile data (sgemm_bf16.c does) */
+        if (os_zmm && (edx7 & (1u << 22)) && (edx7 & (1u << 24)) && (xcr0 & 0x60000u) == 0x60000u) f |= KN_CPUF_AMXBF16;
     }
     if (__get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 5))) f |= KN_CPUF_LZCNT;
 #endif

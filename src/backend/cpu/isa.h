@@ -61,7 +61,8 @@ enum {
     KN_CPUF_AVX512VL = 1u << 12,
     KN_CPUF_AVX512CD = 1u << 13,
     KN_CPUF_AVX512BF16 = 1u << 14,
-    KN_CPUF_COUNT_ = 15
+    KN_CPUF_AMXBF16 = 1u << 15, /* AMX-TILE and AMX-BF16, with the OS saving the tile state */
+    KN_CPUF_COUNT_ = 16
 };
 
 /* "baseline", "avx2", "avx512" (NULL for a value out of range). */

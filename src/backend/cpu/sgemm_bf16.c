@@ -10,6 +10,14 @@
  * The micro-kernel keeps a BMR x BNR block of C in 24 accumulators; per pair of K it loads the
  * two vectors of B and broadcasts each row's pair of A (a memory operand of vdpbf16ps).
  *
+ * On CPUs with AMX (AMX-TILE, AMX-BF16) the tiles do the products instead: TDPBF16PS multiplies a
+ * 16-row tile of A (16 rows x 16 pairs of K, each row's pairs contiguous) by a tile of B (16 pairs
+ * of K x 16 columns' pairs: exactly 16 rows of a packed B panel, 128 bytes apart) into 16 x 16
+ * fp32. So B keeps its layout, only with each slice's depth rounded up to a tile's (32, zeros
+ * past K), and A's panels become 16 rows, row-major ([row][pair], zeros past K and M). That
+ * kernel keeps a 32 x 32 block of C in four tiles. Which kernel (and so which packing) a process
+ * runs is chosen once, with the CPU support (kn_bgemm_amx).
+ *
  * A product call packs (rounds) op(A) and op(B) whole once, on the pool, unless they are constant
  * weights already packed for the session (kn_cpu_const_rederived: the bf16 form is made from the
  * fp32 operand the first time and kept), or B comes from a packing callback (a convolution's
@@ -25,6 +33,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 /* The kernel: x86-64 with a compiler that has the AVX512_BF16 intrinsics (compiled for that ISA
  * whatever the build's -march: only called once cpuid said yes). Elsewhere, or with
@@ -33,6 +45,10 @@
 #define KN_BF16_X86 1
 #include <cpuid.h>
 #include <immintrin.h>
+/* AMX's intrinsics: GCC 11, clang 12 */
+#if (defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11)
+#define KN_AMX_X86 1
+#endif
 #endif
 
 #define BMR 12
@@ -52,8 +68,19 @@ _Static_assert(BKC % 2 == 0 && BNC % CB_NC == 0 && CB_NC % BNR == 0, "block size
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t pad_to(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+/* The packing of the kernel this process runs (set with the CPU support, or by a test's
+ * kn_bgemm_force_amx): vdpbf16ps's (depth in pairs, panels of BMR rows) or AMX's (depth in tiles
+ * of 32, panels of AMR rows, C in blocks of AMX_MR rows). */
+#define AMR 16
+#define AMX_MR 32
+static bool use_amx;
+static int64_t kpad = 2; /* a slice's depth rounded up to this */
+static int64_t amr = BMR; /* rows of a packed A panel */
+static int64_t cmr = BMR; /* rows of C per micro-kernel call: where tiles of C start */
+
 void kn_bgemm_tile(int *mr, int *nr, int *kc) {
-    *mr = BMR;
+    kn_bf16_cpu_supported();
+    *mr = (int)cmr;
     *nr = BNR;
     *kc = BKC;
 }
@@ -89,12 +116,42 @@ static bool detect(void) {
 static bool detect(void) { return false; }
 #endif
 
-static bool cpu_has;
+/* Linux hands a process the AMX tile state only when it asks (arch_prctl ARCH_REQ_XCOMP_PERM for
+ * XFEATURE_XTILEDATA); a refusal (an old kernel, a seccomp filter) leaves vdpbf16ps. */
+static bool amx_permitted(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl) && defined(KN_AMX_X86)
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#else
+    return false;
+#endif
+}
+
+static bool cpu_has, amx_has;
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+static void set_amx(bool on) {
+    use_amx = on;
+    kpad = on ? 32 : 2;
+    amr = on ? AMR : BMR;
+    cmr = on ? AMX_MR : BMR;
+}
 /* also needs the avx512 level in use (backend/cpu/isa.h): KILN_CPU_ISA=avx2 or baseline, or
- * KILN_CPU_MASK=avx512bf16, stands for a CPU without it */
+ * KILN_CPU_MASK=avx512bf16, stands for a CPU without it; KILN_CPU_MASK=amxbf16 for one without AMX */
 static void cpu_init_once(void) {
     cpu_has = detect() && kn_cpu_isa_active() >= KN_ISA_AVX512 && (kn_cpu_features() & KN_CPUF_AVX512BF16);
+    amx_has = cpu_has && (kn_cpu_features() & KN_CPUF_AMXBF16) && amx_permitted();
+    set_amx(amx_has);
+}
+
+bool kn_bgemm_amx(void) {
+    pthread_once(&cpu_once, cpu_init_once);
+    return use_amx;
+}
+
+bool kn_bgemm_force_amx(bool on) {
+    pthread_once(&cpu_once, cpu_init_once);
+    if (on && !amx_has) return false;
+    set_amx(on);
+    return true;
 }
 
 bool kn_bf16_cpu_supported(void) {
@@ -167,11 +224,17 @@ bool kn_bgemm_takes(const kn_sgemm_batch *p) {
 #if defined(KN_BF16_X86)
 
 /* the kernels' own target, whatever the file's -march (clang ignores GCC's target pragma) */
-#if defined(__clang__)
+#if defined(__clang__) && defined(KN_AMX_X86)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16"))), apply_to = function)
+#elif defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))), apply_to = function)
 #else
 #pragma GCC push_options
+#if defined(KN_AMX_X86)
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")
+#else
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
+#endif
 #endif
 
 /* ---------------------------------------------------------------- conversion helpers */
@@ -248,16 +311,44 @@ static void pack_a_panel(const float *A, int64_t lda, bool trans, int64_t i0, in
     }
 }
 
-/* Columns [j0, j0+nr) of op(B) (nr <= BNR), depth [p0, p0+kc), as one panel of kq pairs of BNR units. */
+/* The same for AMX: rows [i0, i0+mr) (mr <= AMR) as a panel of AMR rows of kqp units each (a row's
+ * pairs in order; zero past kc and past mr). */
+static void pack_a_panel_rows(const float *A, int64_t lda, bool trans, int64_t i0, int mr, int64_t p0, int64_t kc,
+                              int64_t kqp, uint32_t *dst) {
+    for (int64_t q0 = 0; q0 < kqp; q0 += 16) {
+        __m512i v[16], o[16];
+        const int64_t left = kc - 2 * q0;
+        if (trans) { /* op(A)'s rows are A's columns: v[t] holds pair q0+t of the 16 rows, transposed */
+            const __mmask16 lm = m16(mr);
+            for (int t = 0; t < 16; t++) {
+                const int64_t k = p0 + 2 * (q0 + t);
+                const float *r0 = A + k * lda + i0;
+                __m512 lo = 2 * t < left ? _mm512_maskz_loadu_ps(lm, r0) : _mm512_setzero_ps();
+                __m512 hi = 2 * t + 1 < left ? _mm512_maskz_loadu_ps(lm, r0 + lda) : _mm512_setzero_ps();
+                v[t] = pairs_of(lo, hi);
+            }
+            tr16(v, o);
+            for (int r = 0; r < AMR; r++) _mm512_storeu_si512(dst + r * kqp + q0, o[r]);
+        } else {
+            for (int r = 0; r < AMR; r++)
+                _mm512_storeu_si512(dst + r * kqp + q0, r < mr ? row_pairs(A + (i0 + r) * lda + p0 + 2 * q0, left)
+                                                               : _mm512_setzero_si512());
+        }
+    }
+}
+
+/* Columns [j0, j0+nr) of op(B) (nr <= BNR), depth [p0, p0+kc), as one panel of kq pairs of BNR units
+ * (kq: kc rounded up to kpad, halved; zero past kc). */
 static void pack_b_panel(const float *B, int64_t ldb, bool trans, int64_t j0, int nr, int64_t p0, int64_t kc,
                          uint32_t *dst) {
-    const int64_t kq = (kc + 1) / 2;
+    const int64_t kq = pad_to(kc, kpad) / 2;
     if (!trans) {
         const __mmask16 m0 = m16(nr), m1 = m16(nr - 16);
         for (int64_t q = 0; q < kq; q++) {
             const float *r0 = B + (p0 + 2 * q) * ldb + j0;
-            const bool two = 2 * q + 1 < kc;
-            __m512 l0 = _mm512_maskz_loadu_ps(m0, r0), l1 = _mm512_maskz_loadu_ps(m1, r0 + 16);
+            const bool one = 2 * q < kc, two = 2 * q + 1 < kc;
+            __m512 l0 = one ? _mm512_maskz_loadu_ps(m0, r0) : _mm512_setzero_ps();
+            __m512 l1 = one ? _mm512_maskz_loadu_ps(m1, r0 + 16) : _mm512_setzero_ps();
             __m512 h0 = two ? _mm512_maskz_loadu_ps(m0, r0 + ldb) : _mm512_setzero_ps();
             __m512 h1 = two ? _mm512_maskz_loadu_ps(m1, r0 + ldb + 16) : _mm512_setzero_ps();
             _mm512_storeu_si512(dst + q * BNR, pairs_of(l0, h0));
@@ -282,10 +373,15 @@ static void pack_b_panel(const float *B, int64_t ldb, bool trans, int64_t j0, in
 
 /* A packing callback's fp32 panels (kc x BNR floats each, k-major) rounded into bf16 panels. */
 static void round_b_panels(const float *src, int64_t panels, int64_t kc, uint32_t *dst) {
-    const int64_t kq = (kc + 1) / 2;
+    const int64_t kq = pad_to(kc, kpad) / 2;
     for (int64_t pnl = 0; pnl < panels; pnl++, src += kc * BNR, dst += kq * BNR) {
         for (int64_t q = 0; q < kq; q++) {
             const float *r0 = src + 2 * q * BNR;
+            if (2 * q >= kc) { /* AMX's depth past K */
+                _mm512_storeu_si512(dst + q * BNR, _mm512_setzero_si512());
+                _mm512_storeu_si512(dst + q * BNR + 16, _mm512_setzero_si512());
+                continue;
+            }
             const bool two = 2 * q + 1 < kc;
             __m512 l0 = _mm512_loadu_ps(r0), l1 = _mm512_loadu_ps(r0 + 16);
             __m512 h0 = two ? _mm512_loadu_ps(r0 + BNR) : _mm512_setzero_ps();
@@ -299,10 +395,12 @@ static void round_b_panels(const float *src, int64_t panels, int64_t kc, uint32_
 /* Whole op(A) panel `ir` (rows ir..ir+BMR) over every slice, into the whole layout at dst. */
 static void pack_a_whole_panel(const float *A, int64_t lda, bool trans, int64_t M, int64_t K, int64_t ir,
                                uint16_t *dst) {
-    const int64_t Mp = pad_to(M, BMR);
+    const int64_t Mp = pad_to(M, amr);
     for (int64_t pc = 0; pc < K; pc += BKC) {
-        const int64_t kc = min64(BKC, K - pc), kcp = pad_to(kc, 2);
-        pack_a_panel(A, lda, trans, ir, (int)min64(BMR, M - ir), pc, kc, (uint32_t *)(dst + pc * Mp + ir * kcp));
+        const int64_t kc = min64(BKC, K - pc), kcp = pad_to(kc, kpad);
+        uint32_t *d = (uint32_t *)(dst + pc * Mp + ir * kcp);
+        if (use_amx) pack_a_panel_rows(A, lda, trans, ir, (int)min64(AMR, M - ir), pc, kc, kcp / 2, d);
+        else pack_a_panel(A, lda, trans, ir, (int)min64(BMR, M - ir), pc, kc, d);
     }
 }
 
@@ -310,7 +408,7 @@ static void pack_b_whole_panel(const float *B, int64_t ldb, bool trans, int64_t 
                                uint16_t *dst) {
     const int64_t Np = pad_to(N, BNR);
     for (int64_t pc = 0; pc < K; pc += BKC) {
-        const int64_t kc = min64(BKC, K - pc), kcp = pad_to(kc, 2);
+        const int64_t kc = min64(BKC, K - pc), kcp = pad_to(kc, kpad);
         pack_b_panel(B, ldb, trans, jr, (int)min64(BNR, N - jr), pc, kc, (uint32_t *)(dst + pc * Np + jr * kcp));
     }
 }
@@ -326,8 +424,18 @@ static void pack_b_unit(const float *B, int64_t ldb, bool trans, int64_t N, int6
         return;
     }
     const int64_t Np = pad_to(N, BNR);
-    for (int64_t k = u * 32; k < min64(K, u * 32 + 32); k += 2) {
-        const int64_t pc = k / BKC * BKC, kq = pad_to(min64(BKC, K - pc), 2) / 2, ql = (k - pc) / 2;
+    /* the last unit also writes AMX's zero pairs past K (up to the padded depth) */
+    const int64_t k_end = u * 32 + 32 >= K ? pad_to(K, kpad) : u * 32 + 32;
+    for (int64_t k = u * 32; k < k_end; k += 2) {
+        const int64_t pc = k / BKC * BKC, kq = pad_to(min64(BKC, K - pc), kpad) / 2, ql = (k - pc) / 2;
+        if (k >= K) {
+            uint32_t *d = (uint32_t *)(dst + pc * Np) + ql * BNR;
+            for (int64_t jr = 0; jr < N; jr += BNR, d += kq * BNR) {
+                _mm512_storeu_si512(d, _mm512_setzero_si512());
+                _mm512_storeu_si512(d + 16, _mm512_setzero_si512());
+            }
+            continue;
+        }
         const bool two = k + 1 < K;
         const float *r0 = B + k * ldb, *r1 = r0 + ldb;
         uint32_t *d = (uint32_t *)(dst + pc * Np) + ql * BNR;
@@ -343,10 +451,28 @@ static void pack_b_unit(const float *B, int64_t ldb, bool trans, int64_t N, int6
     }
 }
 
-static size_t a_whole_elems(int64_t M, int64_t K) { return (size_t)(pad_to(M, BMR) * pad_to(K, 2)); }
-static size_t b_whole_elems(int64_t N, int64_t K) { return (size_t)(pad_to(N, BNR) * pad_to(K, 2)); }
+static size_t a_whole_elems(int64_t M, int64_t K) { return (size_t)(pad_to(M, amr) * pad_to(K, kpad)); }
+static size_t b_whole_elems(int64_t N, int64_t K) { return (size_t)(pad_to(N, BNR) * pad_to(K, kpad)); }
 
 /* ---------------------------------------------------------------- micro-kernel */
+
+/* One row of C from its accumulators (nv vectors; masks m0, m1 of the columns kept):
+ * alpha * acc + beta * C + bias (beta == 0: C not read). */
+static inline __attribute__((always_inline)) void store_c_row(float *cr, const int nv, __m512 acc0, __m512 acc1,
+                                                              __mmask16 m0, __mmask16 m1, float alpha, float beta,
+                                                              float bias) {
+    const __m512 va = _mm512_set1_ps(alpha), br = _mm512_set1_ps(bias);
+    if (beta == 0.0f) {
+        _mm512_mask_storeu_ps(cr, m0, _mm512_fmadd_ps(va, acc0, br));
+        if (nv > 1) _mm512_mask_storeu_ps(cr + 16, m1, _mm512_fmadd_ps(va, acc1, br));
+        return;
+    }
+    const __m512 vb = _mm512_set1_ps(beta);
+    _mm512_mask_storeu_ps(cr, m0, _mm512_fmadd_ps(va, acc0, _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), br)));
+    if (nv > 1)
+        _mm512_mask_storeu_ps(cr + 16, m1,
+                              _mm512_fmadd_ps(va, acc1, _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), br)));
+}
 
 /* C[0:mr, 0:n] = alpha * A_panel * B_panel + beta * C + rb (beta == 0: C not read); kq pairs. */
 static inline __attribute__((always_inline)) void ukr(const int mr, const int nv, int64_t kq,
@@ -378,28 +504,8 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
         b += BNR;
     }
     const __mmask16 m0 = m16(n), m1 = m16(n - 16);
-    const __m512 va = _mm512_set1_ps(alpha);
-    if (beta == 0.0f) {
 #pragma GCC unroll 12
-        for (int r = 0; r < mr; r++) {
-            const __m512 br = rb ? _mm512_set1_ps(rb[r]) : _mm512_setzero_ps();
-            _mm512_mask_storeu_ps(c + r * ldc, m0, _mm512_fmadd_ps(va, acc0[r], br));
-            if (nv > 1) _mm512_mask_storeu_ps(c + r * ldc + 16, m1, _mm512_fmadd_ps(va, acc1[r], br));
-        }
-    } else {
-        const __m512 vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 12
-        for (int r = 0; r < mr; r++) {
-            float *cr = c + r * ldc;
-            const __m512 br = rb ? _mm512_set1_ps(rb[r]) : _mm512_setzero_ps();
-            __m512 c0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), br);
-            _mm512_mask_storeu_ps(cr, m0, _mm512_fmadd_ps(va, acc0[r], c0));
-            if (nv > 1) {
-                __m512 c1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), br);
-                _mm512_mask_storeu_ps(cr + 16, m1, _mm512_fmadd_ps(va, acc1[r], c1));
-            }
-        }
-    }
+    for (int r = 0; r < mr; r++) store_c_row(c + r * ldc, nv, acc0[r], acc1[r], m0, m1, alpha, beta, rb ? rb[r] : 0.0f);
 }
 
 #define UKR_CASE(R)                                                                                \
@@ -419,6 +525,80 @@ static void ukr_any(int mr, int64_t kq, const uint32_t *a, int64_t as, const uin
         default: break;
     }
 }
+
+#if defined(KN_AMX_X86)
+/* Every tile 16 rows of 64 bytes: C (0-3, fp32 16 x 16), A (4, 5), B (6, 7). The configuration is
+ * the thread's (part of its saved state): set before a thread's run of tiles, released after. */
+typedef struct __attribute__((aligned(64))) amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+static void amx_begin(void) {
+    amx_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+}
+static void amx_end(void) { _tile_release(); }
+
+/* C[0:mr, 0:n] (mr <= 32, n <= 32) = alpha * A * B + beta * C + rb, as ukr: A is two AMR-row
+ * panels, row r's kq pairs at a + r * kq (kq a multiple of 16); B a packed panel. */
+static inline __attribute__((always_inline)) void ukr_amx_t(const bool two_m, const bool two_n, int mr, int64_t kq,
+                                                             const uint32_t *a, const uint32_t *b, float *c,
+                                                             int64_t ldc, int n, float alpha, float beta,
+                                                             const float *rb) {
+    float t[AMX_MR * BNR] __attribute__((aligned(64)));
+    const size_t as = (size_t)kq * 4, bs = BNR * 4;
+    _tile_zero(0);
+    if (two_n) _tile_zero(1);
+    if (two_m) _tile_zero(2);
+    if (two_m && two_n) _tile_zero(3);
+    for (int64_t q = 0; q < kq; q += 16) {
+        _tile_loadd(4, a + q, as);
+        _tile_loadd(6, b + q * BNR, bs);
+        if (two_n) _tile_loadd(7, b + q * BNR + 16, bs);
+        _tile_dpbf16ps(0, 4, 6);
+        if (two_n) _tile_dpbf16ps(1, 4, 7);
+        if (two_m) {
+            _tile_loadd(5, a + AMR * kq + q, as);
+            _tile_dpbf16ps(2, 5, 6);
+            if (two_n) _tile_dpbf16ps(3, 5, 7);
+        }
+    }
+    _tile_stored(0, t, bs);
+    if (two_n) _tile_stored(1, t + 16, bs);
+    if (two_m) _tile_stored(2, t + AMR * BNR, bs);
+    if (two_m && two_n) _tile_stored(3, t + AMR * BNR + 16, bs);
+    const __mmask16 m0 = m16(n), m1 = m16(n - 16);
+    for (int r = 0; r < mr; r++)
+        store_c_row(c + r * ldc, two_n ? 2 : 1, _mm512_load_ps(t + r * BNR), two_n ? _mm512_load_ps(t + r * BNR + 16) : _mm512_setzero_ps(),
+                    m0, m1, alpha, beta, rb ? rb[r] : 0.0f);
+}
+
+static void ukr_amx(int mr, int64_t kq, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc, int n,
+                    float alpha, float beta, const float *rb) {
+    if (mr > AMR) {
+        if (n > 16) ukr_amx_t(true, true, mr, kq, a, b, c, ldc, n, alpha, beta, rb);
+        else ukr_amx_t(true, false, mr, kq, a, b, c, ldc, n, alpha, beta, rb);
+    } else {
+        if (n > 16) ukr_amx_t(false, true, mr, kq, a, b, c, ldc, n, alpha, beta, rb);
+        else ukr_amx_t(false, false, mr, kq, a, b, c, ldc, n, alpha, beta, rb);
+    }
+}
+#else
+static void amx_begin(void) {}
+static void amx_end(void) {}
+static void ukr_amx(int mr, int64_t kq, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc, int n,
+                    float alpha, float beta, const float *rb) {
+    (void)mr, (void)kq, (void)a, (void)b, (void)c, (void)ldc, (void)n, (void)alpha, (void)beta, (void)rb;
+}
+#endif
 
 /* C[i][j] = T[j][i] + bias[i] (+ beta * C[i][j]) for i < m, j < n (T: n rows, ldt a multiple of 16) */
 static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, float *C, int64_t ldc,
@@ -519,7 +699,7 @@ static void pack_range(void *arg, int64_t begin, int64_t end) {
         if (u < j->pa) {
             if (j->a_own[op] && j->swap) pack_b_unit(p->a[op], p->lda, !p->trans_a, p->M, p->K, u, j->a_own[op]);
             else if (j->a_own[op])
-                pack_a_whole_panel(p->a[op], p->lda, p->trans_a, p->M, p->K, u * BMR, j->a_own[op]);
+                pack_a_whole_panel(p->a[op], p->lda, p->trans_a, p->M, p->K, u * amr, j->a_own[op]);
         } else if (j->b_own[op]) {
             pack_b_unit(p->b[op], p->ldb, p->trans_b, p->N, p->K, u - j->pa, j->b_own[op]);
         }
@@ -532,12 +712,12 @@ static void run_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t 
     const uint16_t *Aw = j->aw[op], *Bw = j->bw[op];
     const float *bias = p->row_bias ? p->row_bias[op] : NULL;
     float *C = p->c[op];
-    const int64_t Mp = pad_to(p->M, BMR), Np = pad_to(p->N, BNR);
+    const int64_t Mp = pad_to(p->M, amr), Np = pad_to(p->N, BNR);
     const int64_t ncb = Bw ? n1 - n0 : BNC;
     for (int64_t jc = n0; jc < n1; jc += ncb) {
         const int64_t nc = min64(ncb, n1 - jc);
         for (int64_t pc = 0; pc < p->K; pc += BKC) {
-            const int64_t kc = min64(BKC, p->K - pc), kcp = pad_to(kc, 2), kq = kcp / 2;
+            const int64_t kc = min64(BKC, p->K - pc), kcp = pad_to(kc, kpad), kq = kcp / 2;
             const float beta = pc == 0 ? p->beta : 1.0f;
             const uint32_t *Bblk;
             if (Bw) {
@@ -560,8 +740,13 @@ static void run_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t 
                     /* kept B comes from memory: the first two calls on a panel prefetch half each of
                      * the next one (kq * BNR units, 2 * kq lines) */
                     const char *nextb = Bw && jr + BNR < nc ? (const char *)(bp + BNR * kq) : NULL;
-                    for (int64_t ir = 0; ir < mc; ir += BMR)
-                        ukr_any((int)min64(BMR, mc - ir), kq, Ablk + ir * kq, BMR, bp, cp + ir * p->ldc, p->ldc, n,
+                    if (use_amx)
+                        for (int64_t ir = 0; ir < mc; ir += AMX_MR)
+                            ukr_amx((int)min64(AMX_MR, mc - ir), kq, Ablk + ir * kq, bp, cp + ir * p->ldc, p->ldc, n,
+                                    p->alpha, beta, bias && pc == 0 ? bias + ic + ir : NULL);
+                    else
+                        for (int64_t ir = 0; ir < mc; ir += BMR)
+                            ukr_any((int)min64(BMR, mc - ir), kq, Ablk + ir * kq, BMR, bp, cp + ir * p->ldc, p->ldc, n,
                                 p->alpha, beta, bias && pc == 0 ? bias + ic + ir : NULL,
                                 nextb && ir < 2 * BMR ? nextb + (ir / BMR) * 64 * kq : (const void *)bp);
                     if (p->epilogue && pc + kc == p->K)
@@ -583,7 +768,7 @@ static void run_swapped_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, 
     const int64_t Mp = pad_to(p->M, BNR), Np = pad_to(p->N, BNR), nn = n1 - n0, mt = m1 - m0;
     const int64_t ldt = pad_to(mt, 16);
     for (int64_t pc = 0; pc < p->K; pc += BKC) {
-        const int64_t kc = min64(BKC, p->K - pc), kcp = pad_to(kc, 2), kq = kcp / 2;
+        const int64_t kc = min64(BKC, p->K - pc), kcp = pad_to(kc, kpad), kq = kcp / 2;
         const float beta = pc == 0 ? 0.0f : 1.0f;
         const uint32_t *Bblk;
         if (Bw) {
@@ -627,7 +812,7 @@ static void tile_range(void *arg, int64_t begin, int64_t end) {
         wsb = (uint32_t *)w;
         wsf = (float *)(w + WS_B_BYTES);
     }
-    const int64_t per = j->tm * j->tn, um = j->swap ? BNR : BMR;
+    const int64_t per = j->tm * j->tn, um = j->swap ? BNR : cmr;
     float *T = NULL;
     if (j->swap) {
         const int64_t rows = min64(p->N, ((j->units_n + j->tn - 1) / j->tn) * j->un);
@@ -637,6 +822,7 @@ static void tile_range(void *arg, int64_t begin, int64_t end) {
             return;
         }
     }
+    if (use_amx) amx_begin();
     for (int64_t t = begin; t < end; t++) {
         const int64_t op = t / per, r = t % per, im = r / j->tn, in = r % j->tn;
         const int64_t m0 = (im * j->units_m / j->tm) * um, m1 = min64(p->M, ((im + 1) * j->units_m / j->tm) * um);
@@ -645,6 +831,7 @@ static void tile_range(void *arg, int64_t begin, int64_t end) {
         if (j->swap) run_swapped_tile(j, op, m0, m1, n0, n1, wsb, wsf, T);
         else run_tile(j, op, m0, m1, n0, n1, wsb, wsf);
     }
+    if (use_amx) amx_end();
 }
 
 /* make functions of the kept bf16 forms (const_cache.h) */
@@ -656,7 +843,7 @@ typedef struct whole_ctx {
 
 static void make_a_whole(const void *ctx, void *dst) {
     const whole_ctx *w = ctx;
-    for (int64_t ir = 0; ir < w->rows; ir += BMR) pack_a_whole_panel(w->x, w->ld, w->trans, w->rows, w->K, ir, dst);
+    for (int64_t ir = 0; ir < w->rows; ir += amr) pack_a_whole_panel(w->x, w->ld, w->trans, w->rows, w->K, ir, dst);
 }
 static void make_b_whole(const void *ctx, void *dst) {
     const whole_ctx *w = ctx;
@@ -684,6 +871,7 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
 /* As kn_sgemm_swaps: N leaves the micro-kernel's 32 columns partly empty (7x7 = 49, 14x14 = 196
  * positions of a convolution) where M (output channels) fills them. */
 bool kn_bgemm_swaps(int64_t M, int64_t N, int64_t K) {
+    if (kn_bgemm_amx()) return false; /* AMX's tiles read A by rows: no transposed form */
     if (N > 512 || N < 2 || M < 2 * BNR || K < 1) return false;
     return (double)pad_to(N, BNR) / (double)N > 1.06 * (double)pad_to(M, BNR) / (double)M;
 }
@@ -705,7 +893,7 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
     const int64_t count = p->count;
     bjob j = {.p = p};
     j.swap = kn_bgemm_swaps(p->M, p->N, p->K);
-    j.pa = j.swap ? b_units(!p->trans_a, p->M, p->K) : (p->M + BMR - 1) / BMR;
+    j.pa = j.swap ? b_units(!p->trans_a, p->M, p->K) : (p->M + amr - 1) / amr;
     j.pb = p->pack_b ? 0 : b_units(p->trans_b, p->N, p->K);
     void **ptrs = calloc((size_t)count * 4, sizeof(void *));
     if (!ptrs) return KN_OOM();
@@ -724,12 +912,12 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
         const float *const *ak = p->a_packed ? p->a_packed : p->at_packed;
         if (ak && ak[op]) {
             whole_ctx w = {p->a[op], p->lda, p->M, p->K, j.swap ? !p->trans_a : p->trans_a};
-            kn_const_layout lay = {j.swap ? 3 : 1, {p->M, p->K, p->lda, p->trans_a}};
+            kn_const_layout lay = {(j.swap ? 3 : 1) + (use_amx ? 10 : 0), {p->M, p->K, p->lda, p->trans_a}};
             j.aw[op] = kn_cpu_const_rederived(state, ak[op], &lay, ae * 2, j.swap ? make_b_whole : make_a_whole, &w);
         }
         if (p->b_packed && !p->pack_b && p->b_packed[op]) {
             whole_ctx w = {p->b[op], p->ldb, p->N, p->K, p->trans_b};
-            kn_const_layout lay = {2, {p->N, p->K, p->ldb, p->trans_b}};
+            kn_const_layout lay = {use_amx ? 12 : 2, {p->N, p->K, p->ldb, p->trans_b}};
             j.bw[op] = kn_cpu_const_rederived(state, p->b_packed[op], &lay, be * 2, make_b_whole, &w);
         }
     }
@@ -763,7 +951,7 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
     }
 
     /* tiles, as sgemm.c chooses them (transposed: whole columns first, one tile per thread) */
-    j.units_m = j.swap ? (p->M + BNR - 1) / BNR : (p->M + BMR - 1) / BMR;
+    j.units_m = j.swap ? (p->M + BNR - 1) / BNR : (p->M + cmr - 1) / cmr;
     /* transposed with a packing callback: tiles split the columns (each tile runs the callback, a
      * convolution's im2col, for its own columns only; split by rows, every tile made all of it),
      * in units of the micro-kernel's rows (49 columns: 24 + 25) */
@@ -825,6 +1013,8 @@ bool kn_bgemm_swaps(int64_t M, int64_t N, int64_t K) {
     (void)M, (void)N, (void)K;
     return false;
 }
+bool kn_bgemm_amx(void) { return false; }
+bool kn_bgemm_force_amx(bool on) { return !on; }
 void kn_bgemm_pack_b(const float *B, int64_t ldb, bool trans_b, int64_t N, int64_t K, uint16_t *dst) {
     (void)B, (void)ldb, (void)trans_b, (void)N, (void)K, (void)dst;
 }

@@ -73,6 +73,13 @@ size_t kn_bgemm_packed_b_elems(int64_t N, int64_t K);
 void kn_bgemm_pack_a(const float *A, int64_t lda, bool trans_a, int64_t M, int64_t N, int64_t K, uint16_t *dst);
 void kn_bgemm_pack_b(const float *B, int64_t ldb, bool trans_b, int64_t N, int64_t K, uint16_t *dst);
 
+/* Whether the products run on AMX's tiles (AMX-TILE and AMX-BF16, the OS's permission given),
+ * else on AVX512_BF16's vdpbf16ps. The two pack operands differently (kn_bgemm_pack_a/_b). */
+bool kn_bgemm_amx(void);
+/* Tests: run the products on AMX (true; false where the CPU has none) or on vdpbf16ps (false).
+ * Only while no product runs; forms packed before stay in the other packing. */
+bool kn_bgemm_force_amx(bool on);
+
 /* Whether kn_bgemm_run computes an M x N x K product (without a_bf16) as its transpose. */
 bool kn_bgemm_swaps(int64_t M, int64_t N, int64_t K);
 
