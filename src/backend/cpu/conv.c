@@ -850,7 +850,11 @@ static void make_packed_weights_t(const void *ctx, void *dst) {
  * input channel by 3 loads of weights (packed once per session as [M/PW_MB][K][PW_MB]) and PW_NB
  * broadcasts of input pixels read in place; the tile is transposed into the output rows. */
 #define PW_MB (3 * KN_VL)
-#define PW_NB (KN_VREGS == 32 ? 7 : 4)
+#if KN_VREGS == 32
+#define PW_NB 7
+#else
+#define PW_NB 4
+#endif
 
 typedef struct pw_wctx {
     const float *w;
@@ -886,7 +890,7 @@ typedef struct pw_job {
 /* out[j*PW_MB + r] = bias + sum_c a[c][r] * b[c*ldb + j] for j < NB, r < PW_MB */
 static inline __attribute__((always_inline)) void pw_tile(const float *a, const float *b, int64_t ldb, int64_t K,
                                                           const kn_vf bias[3], float *out, const int NB) {
-    kn_vf acc[7][3];
+    kn_vf acc[PW_NB][3];
 #pragma GCC unroll 7
     for (int j = 0; j < NB; j++)
         for (int v = 0; v < 3; v++) acc[j][v] = bias[v];
@@ -922,9 +926,11 @@ static void pw_range(void *arg, int64_t begin, int64_t end) {
         for (int64_t j0 = 0; j0 < N; j0 += PW_NB) {
             const int nb = (int)min64(PW_NB, N - j0);
             switch (nb) {
+#if PW_NB == 7
             case 7: pw_tile(a, b + j0, N, K, bias, tile, 7); break;
             case 6: pw_tile(a, b + j0, N, K, bias, tile, 6); break;
             case 5: pw_tile(a, b + j0, N, K, bias, tile, 5); break;
+#endif
             case 4: pw_tile(a, b + j0, N, K, bias, tile, 4); break;
             case 3: pw_tile(a, b + j0, N, K, bias, tile, 3); break;
             case 2: pw_tile(a, b + j0, N, K, bias, tile, 2); break;

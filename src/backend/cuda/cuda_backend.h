@@ -290,6 +290,8 @@ extern const kn_cuda_kernel kn_cuda_einsum[];
 extern const kn_cuda_kernel kn_cuda_attention[]; /* the attention family (cuda_ops_attention.c) */
 /* LayerNormalization / RMSNormalization (ai.onnx and kiln), by op_type (cuda_ops_nn.c) */
 kiln_status kn_cu_run_layernorm(kn_cuda *cu, kn_kernel_ctx *c);
+/* The same with the axis (-1 when absent) and epsilon read already (the kiln forms' prepared block) */
+kiln_status kn_cu_run_layernorm_with(kn_cuda *cu, kn_kernel_ctx *c, int64_t axis, float eps);
 /* MatMul and Gemm (cuda_linalg.c), for the fused operators */
 kiln_status kn_cu_run_matmul(kn_cuda *cu, kn_kernel_ctx *c);
 kiln_status kn_cu_run_gemm(kn_cuda *cu, kn_kernel_ctx *c);

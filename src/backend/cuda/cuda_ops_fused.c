@@ -28,7 +28,7 @@ typedef struct cu_fused_prm {
     bool act_ok, layout_ok, nhwc, gelu_tanh, nan_to_zero, conv_ok, gemm_ok;
     kn_act_spec act;
     int64_t axis;
-    float scale;
+    float scale, eps;
     kn_attn_view v[4];
     int has[4];
     kn_cu_conv_prm conv;
@@ -53,6 +53,7 @@ static kiln_status cu_fused_prepare(const kn_node *n, void *params) {
     p->layout_ok = kn_fused_conv_layout(n, &p->nhwc);
     p->gelu_tanh = !strcmp(kn_attr_string(n, "approximate", "none"), "tanh");
     p->axis = kn_attr_int(n, "axis", -1);
+    p->eps = kn_attr_float(n, "epsilon", 1e-5f);
     p->scale = kn_attr_float(n, "scale", 1.0f);
     p->nan_to_zero = kn_attr_int(n, "nan_to_zero", 0) != 0;
     for (int i = 0; i < 4; i++) p->has[i] = kn_attn_view_get(n, i, &p->v[i], why, sizeof why);
@@ -231,7 +232,7 @@ static kiln_status run_norm(kn_cuda *cu, kn_kernel_ctx *c) {
     for (int i = 1; i < c->n_inputs; i++)
         if (c->in[i] && kn_tensor_count(c->in[i]) != d)
             return kn_kernel_error(c, KILN_ERR_SHAPE, "scale and bias must hold the %lld normalised elements", (long long)d);
-    return kn_cu_run_layernorm(cu, c);
+    return kn_cu_run_layernorm_with(cu, c, prm->axis, prm->eps);
 }
 
 /* a tensor header over device memory the caller owns (never freed) */

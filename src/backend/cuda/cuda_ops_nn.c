@@ -268,15 +268,18 @@ static kiln_status param_as_len(kn_cuda *cu, kn_kernel_ctx *c, const kn_tensor *
 }
 
 kiln_status kn_cu_run_layernorm(kn_cuda *cu, kn_kernel_ctx *c) {
-    const kn_tensor *x = c->in[0];
-    NEED_OUT(c, 0);
-    bool rms = !strcmp(c->node->op_type, "RMSNormalization");
     nn_prm local_prm;
     const nn_prm *prm;
     KN_TRY(nn_params(c, &local_prm, &prm));
+    return kn_cu_run_layernorm_with(cu, c, axis_or(prm, -1), prm->eps);
+}
+
+kiln_status kn_cu_run_layernorm_with(kn_cuda *cu, kn_kernel_ctx *c, int64_t axis_attr, float eps) {
+    const kn_tensor *x = c->in[0];
+    NEED_OUT(c, 0);
+    bool rms = !strcmp(c->node->op_type, "RMSNormalization");
     int r = x->rank;
-    int axis = norm_axis(axis_or(prm, -1), r);
-    float eps = prm->eps;
+    int axis = norm_axis(axis_attr, r);
     int64_t rows = 1, len = 1;
     for (int d = 0; d < axis; d++) rows *= x->dims[d];
     for (int d = axis; d < r; d++) len *= x->dims[d];
