@@ -535,6 +535,10 @@ typedef struct __attribute__((aligned(64))) amx_cfg {
     uint8_t rows[16];
 } amx_cfg;
 
+/* GCC's tile intrinsics are asm statements that do not tell the compiler which memory they read
+ * or write: a compiler barrier orders them with the plain loads and stores around them. */
+#define AMX_FENCE() __asm__ volatile("" ::: "memory")
+
 static void amx_begin(void) {
     amx_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -543,60 +547,119 @@ static void amx_begin(void) {
         cfg.colsb[t] = 64;
         cfg.rows[t] = 16;
     }
+    AMX_FENCE();
     _tile_loadconfig(&cfg);
 }
 static void amx_end(void) { _tile_release(); }
 
-/* C[0:mr, 0:n] (mr <= 32, n <= 32) = alpha * A * B + beta * C + rb, as ukr: A is two AMR-row
- * panels, row r's kq pairs at a + r * kq (kq a multiple of 16); B a packed panel. */
-static inline __attribute__((always_inline)) void ukr_amx_t(const bool two_m, const bool two_n, int mr, int64_t kq,
-                                                             const uint32_t *a, const uint32_t *b, float *c,
-                                                             int64_t ldc, int n, float alpha, float beta,
-                                                             const float *rb) {
-    float t[AMX_MR * BNR] __attribute__((aligned(64)));
-    const size_t as = (size_t)kq * 4, bs = BNR * 4;
-    _tile_zero(0);
-    if (two_n) _tile_zero(1);
-    if (two_m) _tile_zero(2);
-    if (two_m && two_n) _tile_zero(3);
-    for (int64_t q = 0; q < kq; q += 16) {
-        _tile_loadd(4, a + q, as);
-        _tile_loadd(6, b + q * BNR, bs);
-        if (two_n) _tile_loadd(7, b + q * BNR + 16, bs);
-        _tile_dpbf16ps(0, 4, 6);
-        if (two_n) _tile_dpbf16ps(1, 4, 7);
-        if (two_m) {
-            _tile_loadd(5, a + AMR * kq + q, as);
-            _tile_dpbf16ps(2, 5, 6);
-            if (two_n) _tile_dpbf16ps(3, 5, 7);
+/* C[0:mr, 0:n] (mr <= 32, n <= 32) = alpha * A * B + beta * C + rb over the slices of depth [k0,
+ * k1) (beta == 0: C not read), in the four C tiles. A: packed whole (Aw, Mp rows a slice), from row
+ * `row` (a panel's first). B: packed slices of Np columns, slice pc at (pc - bk0) * Np (a whole B:
+ * bk0 = 0; a block made for one slice: bk0 = that slice, Np unused), from column `col`. Whole tiles
+ * with alpha 1 go straight between C and the tiles (C or the bias loaded into them first); the
+ * rest through a block on the stack. pf_parts > 0: B is read from memory (kept weights, used by
+ * few rows), so the call brings part pf_part of pf_parts of the next panel (the same slices) into
+ * L2 while it computes: without that, the tile loads of B waited on memory (perf: most samples
+ * on the instruction after them). */
+static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, const bool two_n, int mr, int n,
+                                                             const uint16_t *Aw, int64_t Mp, int64_t row,
+                                                             const uint16_t *Bw, int64_t Np, int64_t col, int64_t bk0,
+                                                             int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc,
+                                                             float alpha, float beta, const float *rb, int pf_part,
+                                                             int pf_parts) {
+    const bool direct = alpha == 1.0f && mr == (two_m ? 2 * AMR : AMR) && n == (two_n ? 32 : 16) &&
+                        (beta == 0.0f || (beta == 1.0f && !rb));
+    const size_t cs = (size_t)ldc * 4, bs = BNR * 4;
+    AMX_FENCE();
+    if (direct && beta == 1.0f) {
+        _tile_loadd(0, c, cs);
+        if (two_n) _tile_loadd(1, c + 16, cs);
+        if (two_m) _tile_loadd(2, c + AMR * ldc, cs);
+        if (two_m && two_n) _tile_loadd(3, c + AMR * ldc + 16, cs);
+    } else if (direct && rb) {
+        float bb[2 * AMR * 16] __attribute__((aligned(64)));
+        for (int r = 0; r < mr; r++) _mm512_store_ps(bb + 16 * r, _mm512_set1_ps(rb[r]));
+        AMX_FENCE();
+        _tile_loadd(0, bb, 64);
+        if (two_n) _tile_loadd(1, bb, 64);
+        if (two_m) _tile_loadd(2, bb + AMR * 16, 64);
+        if (two_m && two_n) _tile_loadd(3, bb + AMR * 16, 64);
+    } else {
+        _tile_zero(0);
+        if (two_n) _tile_zero(1);
+        if (two_m) _tile_zero(2);
+        if (two_m && two_n) _tile_zero(3);
+    }
+    for (int64_t pc = k0; pc < k1; pc += BKC) {
+        const int64_t kcp = pad_to(min64(BKC, K - pc), 32), kq = kcp / 2;
+        const uint32_t *a = (const uint32_t *)(Aw + pc * Mp + row * kcp);
+        const uint32_t *b = (const uint32_t *)(Bw + (pc - bk0) * Np + col * kcp);
+        const size_t as = (size_t)kq * 4;
+        /* this call's lines of the next panel's slice (kq * BNR units = 2 * kq lines), spread over its steps */
+        const char *pf = (const char *)(b + BNR * kq);
+        int64_t pl = 0, pl_end = 0, pl_step = 0;
+        if (pf_parts > 0) {
+            pl = 2 * kq * pf_part / pf_parts;
+            pl_end = 2 * kq * (pf_part + 1) / pf_parts;
+            pl_step = (pl_end - pl + kq / 16 - 1) / (kq / 16);
+        }
+        for (int64_t q = 0; q < kq; q += 16) {
+            for (int64_t i = 0; i < pl_step && pl < pl_end; i++, pl++) _mm_prefetch(pf + 64 * pl, _MM_HINT_T1);
+            _tile_loadd(4, a + q, as);
+            _tile_loadd(6, b + q * BNR, bs);
+            if (two_n) _tile_loadd(7, b + q * BNR + 16, bs);
+            _tile_dpbf16ps(0, 4, 6);
+            if (two_n) _tile_dpbf16ps(1, 4, 7);
+            if (two_m) {
+                _tile_loadd(5, a + AMR * kq + q, as);
+                _tile_dpbf16ps(2, 5, 6);
+                if (two_n) _tile_dpbf16ps(3, 5, 7);
+            }
         }
     }
+    if (direct) {
+        _tile_stored(0, c, cs);
+        if (two_n) _tile_stored(1, c + 16, cs);
+        if (two_m) _tile_stored(2, c + AMR * ldc, cs);
+        if (two_m && two_n) _tile_stored(3, c + AMR * ldc + 16, cs);
+        AMX_FENCE();
+        return;
+    }
+    float t[2 * AMR * BNR] __attribute__((aligned(64)));
     _tile_stored(0, t, bs);
     if (two_n) _tile_stored(1, t + 16, bs);
     if (two_m) _tile_stored(2, t + AMR * BNR, bs);
     if (two_m && two_n) _tile_stored(3, t + AMR * BNR + 16, bs);
+    AMX_FENCE();
     const __mmask16 m0 = m16(n), m1 = m16(n - 16);
     for (int r = 0; r < mr; r++)
-        store_c_row(c + r * ldc, two_n ? 2 : 1, _mm512_load_ps(t + r * BNR), two_n ? _mm512_load_ps(t + r * BNR + 16) : _mm512_setzero_ps(),
-                    m0, m1, alpha, beta, rb ? rb[r] : 0.0f);
+        store_c_row(c + r * ldc, two_n ? 2 : 1, _mm512_load_ps(t + r * BNR),
+                    two_n ? _mm512_load_ps(t + r * BNR + 16) : _mm512_setzero_ps(), m0, m1, alpha, beta,
+                    rb ? rb[r] : 0.0f);
 }
 
-static void ukr_amx(int mr, int64_t kq, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc, int n,
-                    float alpha, float beta, const float *rb) {
+static void ukr_amx(int mr, int n, const uint16_t *Aw, int64_t Mp, int64_t row, const uint16_t *Bw, int64_t Np,
+                    int64_t col, int64_t bk0, int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc, float alpha,
+                    float beta, const float *rb, int pf_part, int pf_parts) {
+#define AMX_CALL(TM, TN)                                                                                               \
+    amx_tiles(TM, TN, mr, n, Aw, Mp, row, Bw, Np, col, bk0, k0, k1, K, c, ldc, alpha, beta, rb, pf_part, pf_parts)
     if (mr > AMR) {
-        if (n > 16) ukr_amx_t(true, true, mr, kq, a, b, c, ldc, n, alpha, beta, rb);
-        else ukr_amx_t(true, false, mr, kq, a, b, c, ldc, n, alpha, beta, rb);
+        if (n > 16) AMX_CALL(true, true);
+        else AMX_CALL(true, false);
     } else {
-        if (n > 16) ukr_amx_t(false, true, mr, kq, a, b, c, ldc, n, alpha, beta, rb);
-        else ukr_amx_t(false, false, mr, kq, a, b, c, ldc, n, alpha, beta, rb);
+        if (n > 16) AMX_CALL(false, true);
+        else AMX_CALL(false, false);
     }
+#undef AMX_CALL
 }
 #else
 static void amx_begin(void) {}
 static void amx_end(void) {}
-static void ukr_amx(int mr, int64_t kq, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc, int n,
-                    float alpha, float beta, const float *rb) {
-    (void)mr, (void)kq, (void)a, (void)b, (void)c, (void)ldc, (void)n, (void)alpha, (void)beta, (void)rb;
+static void ukr_amx(int mr, int n, const uint16_t *Aw, int64_t Mp, int64_t row, const uint16_t *Bw, int64_t Np,
+                    int64_t col, int64_t bk0, int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc, float alpha,
+                    float beta, const float *rb, int pf_part, int pf_parts) {
+    (void)mr, (void)n, (void)Aw, (void)Mp, (void)row, (void)Bw, (void)Np, (void)col, (void)bk0, (void)k0, (void)k1;
+    (void)K, (void)c, (void)ldc, (void)alpha, (void)beta, (void)rb, (void)pf_part, (void)pf_parts;
 }
 #endif
 
@@ -706,9 +769,35 @@ static void pack_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* Rows [m0, m1) and columns [n0, n1) of C on AMX with B packed whole: each 32 x 32 block of C
+ * stays in the tiles over the whole depth (no partial sums through memory between slices); the
+ * rows in blocks of BMC (their A from L2) over each B panel in turn. */
+static void run_tile_amx(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    const kn_sgemm_batch *p = j->p;
+    const uint16_t *Aw = j->aw[op], *Bw = j->bw[op];
+    const float *bias = p->row_bias ? p->row_bias[op] : NULL;
+    const int64_t Mp = pad_to(p->M, amr), Np = pad_to(p->N, BNR);
+    for (int64_t ic = m0; ic < m1; ic += BMC) {
+        const int64_t mc = min64(BMC, m1 - ic);
+        for (int64_t jr = n0; jr < n1; jr += BNR) {
+            const int n = (int)min64(BNR, n1 - jr);
+            float *cp = p->c[op] + ic * p->ldc + jr;
+            const int parts = jr + BNR < n1 ? (int)((mc + AMX_MR - 1) / AMX_MR) : 0;
+            for (int64_t ir = 0; ir < mc; ir += AMX_MR)
+                ukr_amx((int)min64(AMX_MR, mc - ir), n, Aw, Mp, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cp + ir * p->ldc,
+                        p->ldc, p->alpha, p->beta, bias ? bias + ic + ir : NULL, (int)(ir / AMX_MR), parts);
+            if (p->epilogue) p->epilogue(p->epilogue_ctx, op, ic, jr, mc, n, cp, p->ldc);
+        }
+    }
+}
+
 static void run_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1, uint32_t *wsb,
                      float *wsf) {
     const kn_sgemm_batch *p = j->p;
+    if (use_amx && j->bw[op]) {
+        run_tile_amx(j, op, m0, m1, n0, n1);
+        return;
+    }
     const uint16_t *Aw = j->aw[op], *Bw = j->bw[op];
     const float *bias = p->row_bias ? p->row_bias[op] : NULL;
     float *C = p->c[op];
@@ -740,15 +829,16 @@ static void run_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t 
                     /* kept B comes from memory: the first two calls on a panel prefetch half each of
                      * the next one (kq * BNR units, 2 * kq lines) */
                     const char *nextb = Bw && jr + BNR < nc ? (const char *)(bp + BNR * kq) : NULL;
-                    if (use_amx)
+                    if (use_amx) /* B made for this slice by the callback (a whole B: run_tile_amx) */
                         for (int64_t ir = 0; ir < mc; ir += AMX_MR)
-                            ukr_amx((int)min64(AMX_MR, mc - ir), kq, Ablk + ir * kq, bp, cp + ir * p->ldc, p->ldc, n,
-                                    p->alpha, beta, bias && pc == 0 ? bias + ic + ir : NULL);
+                            ukr_amx((int)min64(AMX_MR, mc - ir), n, Aw, Mp, ic + ir, (const uint16_t *)Bblk, 0, jr, pc,
+                                    pc, pc + kc, p->K, cp + ir * p->ldc, p->ldc, p->alpha, beta,
+                                    bias && pc == 0 ? bias + ic + ir : NULL, 0, 0);
                     else
                         for (int64_t ir = 0; ir < mc; ir += BMR)
                             ukr_any((int)min64(BMR, mc - ir), kq, Ablk + ir * kq, BMR, bp, cp + ir * p->ldc, p->ldc, n,
-                                p->alpha, beta, bias && pc == 0 ? bias + ic + ir : NULL,
-                                nextb && ir < 2 * BMR ? nextb + (ir / BMR) * 64 * kq : (const void *)bp);
+                                    p->alpha, beta, bias && pc == 0 ? bias + ic + ir : NULL,
+                                    nextb && ir < 2 * BMR ? nextb + (ir / BMR) * 64 * kq : (const void *)bp);
                     if (p->epilogue && pc + kc == p->K)
                         p->epilogue(p->epilogue_ctx, op, ic, jc + jr, mc, n, cp, p->ldc);
                 }
