@@ -16,10 +16,11 @@
 
 /* ------------------------------------------------------------------ activations */
 
-/* GELU for kiln.Gelu and the epilogues, apart from the ai.onnx kernel's (kn_ew_gelu_erff, which
- * squares x / sqrt2 with its rounding error carried, for the last ulps in the far tail): using that
- * one here made bert_mini and vit_tiny 20% slower on one CPU thread (measured 2026-12-01), for
- * differences far inside every tolerance. */
+/* GELU for kiln.Gelu and the epilogues where the target has no AVX-512 (with it, vec_math.h's
+ * vector forms, which the ai.onnx Gelu runs too), apart from the scalar ai.onnx kernel's
+ * (kn_ew_gelu_erff, which squares x / sqrt2 with its rounding error carried, for the last ulps in
+ * the far tail): using that one here made bert_mini and vit_tiny 20% slower on one CPU thread
+ * (measured 2026-12-01), for differences far inside every tolerance. */
 
 /* 0.5 x (1 + erf(x / sqrt2)); for x / sqrt2 <= -1 through erfc, where 1 + erf cancels */
 static inline float gelu_erf(float x) {
@@ -121,10 +122,18 @@ static inline __attribute__((always_inline)) void act_apply(float *p, int64_t n,
 #endif
         break;
     case KN_ACT_GELU:
+#if defined(__AVX512F__)
+        ACT_V16(kn_v16_gelu_erf(x)); /* the loop below, auto-vectorised: 3x the time (BERT-base's FFN) */
+#else
         for (int64_t i = 0; i < n; i++) p[i] = gelu_erf(p[i]);
+#endif
         break;
     case KN_ACT_GELU_TANH:
+#if defined(__AVX512F__)
+        ACT_V16(kn_v16_gelu_tanh(x));
+#else
         for (int64_t i = 0; i < n; i++) p[i] = gelu_tanh(p[i]);
+#endif
         break;
     default: break;
     }
