@@ -31,6 +31,7 @@
 #include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/sgemm.h"
+#include "backend/cpu/sgemm_bf16.h"
 #include "backend/cpu/vec_math.h"
 #include "ops/linalg_util.h"
 #include "util/limits.h"
@@ -1834,8 +1835,11 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     for (int i = 0; i < s->nsp; i++)
         pointwise &= s->w.kernel[i] == 1 && s->w.stride[i] == 1 && s->w.pad_begin[i] == 0 && s->w.pad_end[i] == 0;
     int64_t count = s->N * s->G, K = s->Cg * s->kk;
+    /* precision=bf16 on AMX: the GEMM's tiles outrun every fp32 kernel below (Winograd included)
+     * wherever the bf16 GEMM takes the product (sgemm_bf16.h); with vdpbf16ps they do not */
+    const bool amx_gemm = kn_bgemm_active() && kn_bgemm_amx() && s->Mg >= 16 && s->out_plane >= 16 && K >= 16;
     /* dilated: Winograd over the phase images (conv_winograd.c) */
-    if (s->nsp == 2 && s->G == 1 && s->w.kernel[0] == 3 && s->w.kernel[1] == 3 && s->w.stride[0] == 1 &&
+    if (!amx_gemm && s->nsp == 2 && s->G == 1 && s->w.kernel[0] == 3 && s->w.kernel[1] == 3 && s->w.stride[0] == 1 &&
         s->w.stride[1] == 1) {
         const kn_wino_shape ws = {s->N, s->C, s->M, s->w.in[0], s->w.in[1], s->w.out[0], s->w.out[1],
                                   s->w.pad_begin[0], s->w.pad_begin[1], s->w.dilation[0], s->w.dilation[1]};
@@ -1843,15 +1847,17 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
             return kn_wino_conv(c, &ws, x, w, bias, y, epi, epi_ctx, w_is_input);
     }
 #if KN_VL
-    if (pointwise && pw_suits(s)) return pw_conv(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
-    /* 3x3 stride 1-2, few channels: ahead of the few-taps path (3x3 s2 3->16 on 224x224: 0.089 ->
-     * 0.060 ms, 1 thread) */
-    if (!pointwise && rk_suits(s)) return rk_conv(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
-    if (!pointwise && sk_suits(s)) {
-        sk_conv(c, s, x, w, bias, y, epi, epi_ctx);
-        return KILN_OK;
+    if (!amx_gemm) {
+        if (pointwise && pw_suits(s)) return pw_conv(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
+        /* 3x3 stride 1-2, few channels: ahead of the few-taps path (3x3 s2 3->16 on 224x224: 0.089 ->
+         * 0.060 ms, 1 thread) */
+        if (!pointwise && rk_suits(s)) return rk_conv(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
+        if (!pointwise && sk_suits(s)) {
+            sk_conv(c, s, x, w, bias, y, epi, epi_ctx);
+            return KILN_OK;
+        }
+        if (!pointwise && cl_suits(s)) return cl_conv(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
     }
-    if (!pointwise && cl_suits(s)) return cl_conv(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
 #endif
     const float **ap = malloc(sizeof(float *) * (size_t)count * 2);
     float **cp = malloc(sizeof(float *) * (size_t)count);
