@@ -440,10 +440,18 @@ static void gelu_range(void *arg, int64_t i0, int64_t i1) {
     const gelu_job *j = arg;
     const float *restrict x = j->x;
     float *restrict y = j->y;
+#if defined(__AVX512F__)
+    for (int64_t i = i0; i < i1; i += 16) {
+        const __mmask16 m = kn_v16_tail(i1 - i);
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        _mm512_mask_storeu_ps(y + i, m, j->tanh_form ? kn_v16_gelu_tanh(v) : kn_v16_gelu_erf(v));
+    }
+#else
     if (j->tanh_form)
         for (int64_t i = i0; i < i1; i++) y[i] = gelu_tanh(x[i]);
     else
         for (int64_t i = i0; i < i1; i++) y[i] = gelu_erf(x[i]);
+#endif
 }
 
 static kiln_status run_gelu(kn_kernel_ctx *c) {
@@ -457,8 +465,10 @@ static kiln_status run_gelu(kn_kernel_ctx *c) {
 
 const kn_cpu_kernel kn_cpu_fused[] = {
     {"kiln", "FusedConv", run_fused_conv, kn_fused_supports_f32, KN_KERNEL_OVERWRITES, KN_PARAMS(fused_prepare, fused_prm)},
-    {"kiln", "FusedGemm", run_fused_gemm, kn_fused_supports_f32, 0, KN_PARAMS(fused_prepare, fused_prm)},
-    {"kiln", "FusedMatMul", run_fused_matmul, kn_fused_supports_f32, 0, KN_PARAMS(fused_prepare, fused_prm)},
+    /* the Gemm / MatMul kernel writes every element, the epilogue then rewrites them in place */
+    {"kiln", "FusedGemm", run_fused_gemm, kn_fused_supports_f32, KN_KERNEL_OVERWRITES, KN_PARAMS(fused_prepare, fused_prm)},
+    {"kiln", "FusedMatMul", run_fused_matmul, kn_fused_supports_f32, KN_KERNEL_OVERWRITES,
+     KN_PARAMS(fused_prepare, fused_prm)},
     {"kiln", "Gelu", run_gelu, kn_fused_supports_f32, KN_KERNEL_OVERWRITES, KN_PARAMS(fused_prepare, fused_prm)},
     {"kiln", "LayerNormalization", kn_cpu_fused_layernorm, kn_fused_supports_f32, KN_KERNEL_OVERWRITES,
      KN_PARAMS(kn_norm_rows_prepare, kn_norm_rows_prm)},
