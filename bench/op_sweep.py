@@ -555,15 +555,25 @@ def torch_runner(case, dev_feeds):
 # ------------------------------------------------------------------ timing
 
 
-def time_runs(fn, n, sync=None):
+def time_runs(fn, n, sync=None, clock=time.perf_counter):
     ts = []
     for _ in range(n):
-        t = time.perf_counter()
+        t = clock()
         fn()
         if sync:
             sync()
-        ts.append((time.perf_counter() - t) * 1e3)
+        ts.append((clock() - t) * 1e3)
     return statistics.median(ts)
+
+
+def clock_for(name, threads, mode):
+    """--clock cpu at 1 thread: kiln and ONNX Runtime run on the calling thread (its CPU clock);
+    OpenVINO infers on a worker thread of its own (the process's CPU clock: the others are idle
+    then). Time spent descheduled by other processes does not count; cache and memory contention
+    does. Several threads: always wall clock (CPU time would count spinning workers)."""
+    if mode != "cpu" or threads != 1:
+        return time.perf_counter
+    return time.process_time if name == "ov" else time.thread_time
 
 
 def tolerance(case):
@@ -606,6 +616,11 @@ def main():
     ap.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--no-openvino", action="store_true")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                    help="cpu: 1-thread rows timed in CPU time (for a shared box), see clock_for")
+    ap.add_argument("--passes", type=int, default=1,
+                    help="run the whole sweep N times; each row is the median over passes (ratio: median "
+                         "of the passes' ratios, each pass's ratio in the note)")
     a = ap.parse_args()
 
     cores = os.cpu_count() or 1
@@ -651,12 +666,12 @@ def main():
     passed = failed = skipped = 0
     rows = []
     t_start = time.time()
-    for case in sel:
+    for pass_no, case in [(p, c) for p in range(a.passes) for c in sel]:
         model = case.model()
-        checked = False
+        checked = pass_no > 0  # outputs counted in the first pass (still checked in every pass)
         for th in threads:
             row = dict(op=case.op, case=case.label, dtype=DT_NAME.get(case.dtype, "?"), threads=th, kiln=None,
-                       ort=None, ov=None, torch=None, check="", note="")
+                       ort=None, ov=None, torch=None, check="", note="", key=case.key, pass_no=pass_no)
             rows.append(row)
             ks = None
             try:
@@ -728,18 +743,19 @@ def main():
                         fn()
                     if sync:
                         sync()
-                    t = time.perf_counter()
+                    clk = clock_for(name, th, a.clock)
+                    t = clk()
                     fn()
                     if sync:
                         sync()
-                    per[name] = max((time.perf_counter() - t) * 1e3, 1e-3)
+                    per[name] = max((clk() - t) * 1e3, 1e-3)
                 n = max(1, min(500, int(target / max(per.values()))))
                 meds = {name: [] for name in runners}
                 for _ in range(rounds):
                     for name, fn in runners.items():
                         if th > 1:
                             time.sleep(0.05)  # the previous runtime's spinning workers
-                        meds[name].append(time_runs(fn, n, sync))
+                        meds[name].append(time_runs(fn, n, sync, clock_for(name, th, a.clock)))
                 for name in runners:
                     row[name] = statistics.median(meds[name])
             except Exception as e:  # a runtime that crashed mid-way: say so, keep going
@@ -761,6 +777,8 @@ def main():
             print(f"{case.key:60s} t{th:<2d} kiln {fmt(row['kiln'])} ort {fmt(row['ort'])}{extra} ms  "
                   f"kiln/peer {r}  {row['check']}", flush=True)
 
+    if a.passes > 1:
+        rows = merge_passes(rows)
     elapsed = time.time() - t_start
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     if a.out:
@@ -773,6 +791,29 @@ def main():
     print(f"wrote {out} ({elapsed:.0f} s)")
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0
+
+
+def merge_passes(rows):
+    """One row per (case, threads): each runtime's median over passes, the median of the passes'
+    ratios, each pass's ratio in the note; a failed check in any pass is kept."""
+    by = {}
+    for r in rows:
+        by.setdefault((r["key"], r["threads"]), []).append(r)
+    merged = []
+    for rs in by.values():
+        m = dict(rs[0])
+        for name in ("kiln", "ort", "ov", "torch", "peer"):
+            v = [r[name] for r in rs if r.get(name)]
+            m[name] = statistics.median(v) if v else None
+        ratios = [r["ratio"] for r in rs if r.get("ratio")]
+        m["ratio"] = statistics.median(ratios) if ratios else None
+        bad = [r for r in rs if r["check"] not in ("ok", "no reference")]
+        if bad:
+            m["check"], m["note"] = bad[0]["check"], bad[0]["note"]
+        passes = "passes " + ", ".join(f"{r['ratio']:.2f}" if r.get("ratio") else "n/a" for r in rs)
+        m["note"] = passes + ("; " + m["note"] if m["note"] else "")
+        merged.append(m)
+    return merged
 
 
 def write_table(out, a, rows, threads, rounds, elapsed, ov, torch, k, date):
@@ -790,8 +831,11 @@ def write_table(out, a, rows, threads, rounds, elapsed, ov, torch, k, date):
         return "n/a" if v is None else f"{v:.4f}"
     with open(out, "w") as f:
         f.write(f"# Operator sweep, kiln vs {peers} ({a.provider}, {date})\n\n")
+        clock = ("1 thread in CPU time (kiln, ORT: the calling thread's; OpenVINO: the process's), more threads "
+                 "in wall time") if a.clock == "cpu" else "wall time"
         f.write(f"machine: {machine}; kiln {k.L.kiln_version().decode()}; threads {threads}; {rounds} alternating "
-                f"rounds, median of the rounds' medians; {elapsed:.0f} s\n\n")
+                f"rounds, median of the rounds' medians; {a.passes} pass(es), median over passes; {clock}; "
+                f"{elapsed:.0f} s\n\n")
         f.write(f"command: `python3 bench/op_sweep.py {' '.join(sys.argv[1:])}`\n\n")
         f.write("kiln/peer: kiln's latency over the fastest peer's; sorted worst first. check: kiln's outputs "
                 "against ONNX Runtime's.\n\n")
