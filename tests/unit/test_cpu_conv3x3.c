@@ -107,6 +107,8 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         {1, 32, 12, 12, 32, 1, 1, 2, {1, 1, 1, 1}, true, false, false},   /* groups: GEMM */
         {2, 128, 14, 14, 96, 1, 1, 1, {1, 1, 1, 1}, true, false, true},   /* deeper channels */
         {1, 64, 14, 14, 64, 1, 1, 1, {1, 1, 1, 1}, true, false, true},    /* 16 tiles: transposed GEMM */
+        {32, 16, 14, 14, 16, 1, 1, 1, {1, 1, 1, 1}, true, false, true},  /* 128 tile rows gathered: L2-sized chunks */
+        {1, 16, 96, 93, 24, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* 24 tile rows of 24: L2-sized chunks */
         {1, 64, 28, 28, 64, 2, 1, 1, {1, 1, 1, 1}, true, false, true},    /* stride 2: the direct path */
         {2, 12, 33, 47, 32, 2, 1, 1, {1, 0, 0, 1}, false, false, false},  /* odd, 24 columns a row */
         {1, 24, 40, 200, 32, 2, 1, 1, {1, 1, 1, 1}, true, true, false},   /* 100-pixel rows, W input */

@@ -23,8 +23,10 @@
 #include "backend/cpu/sgemm.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cpu/isa_vec.h"
 
@@ -431,11 +433,48 @@ float *kn_conv_thread_buffer(size_t floats) { return thread_buffer_slot(0, float
 
 /* ------------------------------------------------------------------ driver */
 
-/* Bytes of V and O per chunk: sized to stay in the caches (measured: see the results file). */
-static int64_t wino_chunk_bytes(void) {
+/* The core's L2 in bytes (sysconf, which asks cpuid: once per process; 1 MB where unknown). */
+static int64_t wino_l2_bytes(void) {
+    static _Atomic int64_t kept;
+    int64_t v = atomic_load_explicit(&kept, memory_order_relaxed);
+    if (!v) {
+        const long l = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        v = l >= (64 << 10) && l <= (64 << 20) ? l : 1 << 20;
+        atomic_store_explicit(&kept, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+/* Tile rows per chunk (V and O of a chunk: row_bytes a tile row of tw tiles; R rows in all).
+ * Every chunk streams all 36 M C transformed weights U (u_bytes) through the products, and V and O
+ * that do not fit in L2 go out to L3 and back (written by one pass, read by the next); the
+ * products run 32 tiles a micro-panel, so a chunk of Tb tiles does padded(Tb) / Tb of the work.
+ * Chunks of at most half the L2 (the rows r in [fit/2, fit], G a vector's rows in wino_*_multi
+ * dividing them, filling the panels best; the larger r of a tie) are taken where their weight
+ * bytes (chunks x |U|) are at most half of the whole V and O, or at most all of it with panels
+ * at least 95% full; else chunks of up to 4 MB (the budget that measured best on the Zen 5 box,
+ * whose L3 is near): large weights (256->256: |U| 9.4 MB) go through as few times as that allows.
+ * Intel Xeon (2 MB L2, a far L3), 1 thread, CPU time (bench/op_ab.py): 32->32 14x14 b32
+ * 1.16 -> 0.60 ms, 32->32 160x160 -15%, 64->64 128x128 -16%; 64->64 56x56 and 80x80, whose
+ * L2-sized chunks (56 and 40 tiles) measured 6-8% slower, keep 4 MB. KILN_WINO_CHUNK_KB=N forces
+ * chunks of N KB. */
+static int64_t wino_chunk_rows(int64_t R, int64_t tw, int64_t row_bytes, int64_t u_bytes, int64_t G) {
     const char *e = getenv("KILN_WINO_CHUNK_KB");
-    const int64_t v = e ? atoll(e) * 1024 : 4 << 20;
-    return v > 0 ? v : 4 << 20;
+    if (e && atoll(e) > 0) return max64(1, min64(R, atoll(e) * 1024 / row_bytes));
+    const int64_t big = max64(1, min64(R, ((int64_t)4 << 20) / row_bytes));
+    const int64_t fit = max64(1, min64(R, wino_l2_bytes() / 2 / row_bytes));
+    if (fit >= R) return R;
+    int64_t best = 0;
+    double fill = 0;
+    for (int64_t r = (fit + 1) / 2; r <= fit; r++) {
+        if (r % G && r != fit) continue;
+        const double f = (double)(r * tw) / (double)((r * tw + 31) / 32 * 32);
+        if (f >= fill) fill = f, best = r;
+    }
+    if (!best) best = fit;
+    const int64_t chunks = (R + best - 1) / best;
+    const double score = (double)chunks * (double)u_bytes / ((double)R * (double)row_bytes);
+    return score <= 0.5 || (score <= 1.0 && fill >= 0.95) ? best : big;
 }
 
 /* ------------------------------------------------------------------ dilation: phase images
@@ -609,7 +648,13 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
     const int64_t th = (s->OH + 3) / 4, tw = (s->OW + 3) / 4, R = s->N * th;
     /* tile rows per chunk: V and O within the budget, at least one row */
     const int64_t row_bytes = 36 * 4 * (s->C + s->M) * tw;
-    const int64_t rows = max64(1, min64(R, wino_chunk_bytes() / row_bytes));
+    /* rows of 4 tiles or fewer: whole tile rows gathered into full vectors (int32 offsets); at 5-7
+     * tiles a row the gathers cost more than the idle lanes (1 thread: 28x28 128->128 0.39 -> 0.47 ms,
+     * 20x20 256->256 0.76 -> 0.96 ms), at 4 they cost less (14x14 256->256 0.73 -> 0.46 ms) */
+    const char *me = getenv("KILN_WINO_MULTI");
+    const bool multi = (me ? me[0] == '1' : tw <= 4) && tw <= KN_VL &&
+                       s->N * s->C * s->H * s->W < ((int64_t)1 << 31) - ((int64_t)1 << 24);
+    const int64_t rows = wino_chunk_rows(R, tw, row_bytes, 36 * 4 * s->M * s->C, multi ? KN_VL / tw : 1);
     const int64_t Tmax = rows * tw;
     /* few tiles a chunk (16 on a 14x14 plane) fill half the micro-kernel's 32 columns: at 1 thread
      * the GEMM then runs transposed, output channels in the lanes, from weights packed for it
@@ -636,12 +681,6 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
         wino_make_weights(&wc, own);
         U = own;
     }
-    /* rows of 4 tiles or fewer: whole tile rows gathered into full vectors (int32 offsets); at 5-7
-     * tiles a row the gathers cost more than the idle lanes (1 thread: 28x28 128->128 0.39 -> 0.47 ms,
-     * 20x20 256->256 0.76 -> 0.96 ms), at 4 they cost less (14x14 256->256 0.73 -> 0.46 ms) */
-    const char *me = getenv("KILN_WINO_MULTI");
-    const bool multi = (me ? me[0] == '1' : tw <= 4) && tw <= KN_VL &&
-                       s->N * s->C * s->H * s->W < ((int64_t)1 << 31) - ((int64_t)1 << 24);
     const size_t vfloats = (size_t)(36 * (s->C + s->M) * Tmax + 16);
     float *V = kn_conv_thread_buffer(vfloats), *Vown = NULL;
     if (!V) V = Vown = aligned_alloc(64, sizeof(float) * vfloats);
