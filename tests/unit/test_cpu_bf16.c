@@ -170,12 +170,14 @@ static void bgemm_shapes(kn_threadpool *pool) {
     int mr, nr, kc;
     kn_bgemm_tile(&mr, &nr, &kc);
     /* around the tile (12 x 32 with vdpbf16ps, 32 x 32 of 16 x 16 tiles with AMX), the slice depth
-     * (256, odd K, AMX's depth of 32), and the blocks of rows / callback columns */
+     * (256, odd K, AMX's depth of 32), the blocks of rows / callback columns, and AMX's two orders */
     const int64_t shapes[][3] = {{1, 1, 1},       {4, 8, 8},       {5, 9, 3},         {11, 31, 7},
                                  {12, 32, 16},    {13, 33, 17},    {23, 47, 255},     {25, 65, 257},
                                  {37, 100, 513},  {mr * 16 + 5, 70, 33}, {200, 1100, 40}, {64, 49, 300},
                                  {96, 196, 577},  {200, 100, 40},  {17, 1, 20},       {1, 40, 30},
-                                 {16, 16, 32},    {31, 17, 31},    {33, 48, 64},      {48, 15, 290}};
+                                 {16, 16, 32},    {31, 17, 31},    {33, 48, 64},      {48, 15, 290},
+                                 /* AMX: B over 1 MB, so the rows in blocks over each panel */
+                                 {20, 600, 900}};
     int checked = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++)

@@ -557,7 +557,9 @@ static void amx_end(void) { _tile_release(); }
  * `row` (a panel's first). B: packed slices of Np columns, slice pc at (pc - bk0) * Np (a whole B:
  * bk0 = 0; a block made for one slice: bk0 = that slice, Np unused), from column `col`. Whole tiles
  * with alpha 1 go straight between C and the tiles (C or the bias loaded into them first); the
- * rest through a block on the stack. pf_parts > 0: B is read from memory (kept weights, used by
+ * rest through a block on the stack. rbb: the bias rows rb broadcast, 16 floats a row, made
+ * ahead by the caller (tile loads of just-stored data wait for the stores to drain: building it
+ * here cost most of a 1x1 convolution's time). pf_parts > 0: B is read from memory (kept weights, used by
  * few rows), so the call brings part pf_part of pf_parts of the next panel (the same slices) into
  * L2 while it computes: without that, the tile loads of B waited on memory (perf: most samples
  * on the instruction after them). */
@@ -565,10 +567,10 @@ static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, co
                                                              const uint16_t *Aw, int64_t Mp, int64_t row,
                                                              const uint16_t *Bw, int64_t Np, int64_t col, int64_t bk0,
                                                              int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc,
-                                                             float alpha, float beta, const float *rb, int pf_part,
-                                                             int pf_parts) {
+                                                             float alpha, float beta, const float *rb,
+                                                             const float *rbb, int pf_part, int pf_parts) {
     const bool direct = alpha == 1.0f && mr == (two_m ? 2 * AMR : AMR) && n == (two_n ? 32 : 16) &&
-                        (beta == 0.0f || (beta == 1.0f && !rb));
+                        (beta == 0.0f || (beta == 1.0f && !rb)) && (!rb || rbb);
     const size_t cs = (size_t)ldc * 4, bs = BNR * 4;
     AMX_FENCE();
     if (direct && beta == 1.0f) {
@@ -576,14 +578,11 @@ static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, co
         if (two_n) _tile_loadd(1, c + 16, cs);
         if (two_m) _tile_loadd(2, c + AMR * ldc, cs);
         if (two_m && two_n) _tile_loadd(3, c + AMR * ldc + 16, cs);
-    } else if (direct && rb) {
-        float bb[2 * AMR * 16] __attribute__((aligned(64)));
-        for (int r = 0; r < mr; r++) _mm512_store_ps(bb + 16 * r, _mm512_set1_ps(rb[r]));
-        AMX_FENCE();
-        _tile_loadd(0, bb, 64);
-        if (two_n) _tile_loadd(1, bb, 64);
-        if (two_m) _tile_loadd(2, bb + AMR * 16, 64);
-        if (two_m && two_n) _tile_loadd(3, bb + AMR * 16, 64);
+    } else if (direct && rb && rbb) {
+        _tile_loadd(0, rbb, 64);
+        if (two_n) _tile_loadd(1, rbb, 64);
+        if (two_m) _tile_loadd(2, rbb + AMR * 16, 64);
+        if (two_m && two_n) _tile_loadd(3, rbb + AMR * 16, 64);
     } else {
         _tile_zero(0);
         if (two_n) _tile_zero(1);
@@ -640,9 +639,9 @@ static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, co
 
 static void ukr_amx(int mr, int n, const uint16_t *Aw, int64_t Mp, int64_t row, const uint16_t *Bw, int64_t Np,
                     int64_t col, int64_t bk0, int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc, float alpha,
-                    float beta, const float *rb, int pf_part, int pf_parts) {
+                    float beta, const float *rb, const float *rbb, int pf_part, int pf_parts) {
 #define AMX_CALL(TM, TN)                                                                                               \
-    amx_tiles(TM, TN, mr, n, Aw, Mp, row, Bw, Np, col, bk0, k0, k1, K, c, ldc, alpha, beta, rb, pf_part, pf_parts)
+    amx_tiles(TM, TN, mr, n, Aw, Mp, row, Bw, Np, col, bk0, k0, k1, K, c, ldc, alpha, beta, rb, rbb, pf_part, pf_parts)
     if (mr > AMR) {
         if (n > 16) AMX_CALL(true, true);
         else AMX_CALL(true, false);
@@ -657,9 +656,9 @@ static void amx_begin(void) {}
 static void amx_end(void) {}
 static void ukr_amx(int mr, int n, const uint16_t *Aw, int64_t Mp, int64_t row, const uint16_t *Bw, int64_t Np,
                     int64_t col, int64_t bk0, int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc, float alpha,
-                    float beta, const float *rb, int pf_part, int pf_parts) {
+                    float beta, const float *rb, const float *rbb, int pf_part, int pf_parts) {
     (void)mr, (void)n, (void)Aw, (void)Mp, (void)row, (void)Bw, (void)Np, (void)col, (void)bk0, (void)k0, (void)k1;
-    (void)K, (void)c, (void)ldc, (void)alpha, (void)beta, (void)rb, (void)pf_part, (void)pf_parts;
+    (void)K, (void)c, (void)ldc, (void)alpha, (void)beta, (void)rb, (void)rbb, (void)pf_part, (void)pf_parts;
 }
 #endif
 
@@ -714,7 +713,7 @@ static void buf_init(void) {
 }
 
 /* which 0: a pool thread's block workspace; 1: the calling thread's whole-operand buffer; 2: a pool
- * thread's C^T of a transposed tile */
+ * thread's C^T of a transposed tile, or on AMX its bias rows */
 static void *thread_buffer(int which, size_t bytes) {
     pthread_once(&buf_once, buf_init);
     if (!buf_ok) return NULL;
@@ -769,33 +768,56 @@ static void pack_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* bb[16 r + i] = bias[r] for r < rows (the tiles' bias rows, amx_tiles' rbb) */
+static void broadcast_rows(const float *bias, int64_t rows, float *bb) {
+    for (int64_t r = 0; r < rows; r++) _mm512_store_ps(bb + 16 * r, _mm512_set1_ps(bias[r]));
+    AMX_FENCE();
+}
+
 /* Rows [m0, m1) and columns [n0, n1) of C on AMX with B packed whole: each 32 x 32 block of C
- * stays in the tiles over the whole depth (no partial sums through memory between slices); the
- * rows in blocks of BMC (their A from L2) over each B panel in turn. */
-static void run_tile_amx(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+ * stays in the tiles over the whole depth (no partial sums through memory between slices). Where
+ * this tile's part of B fits in half of L2 (a convolution's input: 64 x 3136 is 400 KB), 32 rows
+ * at a time across every column, so that C and the epilogue's other operand (a residual) go by
+ * whole rows; else the rows in blocks of BMC over each B panel in turn, B (weights larger than L2)
+ * read once per block. bb: BMC * 16 floats for the bias rows. */
+static void run_tile_amx(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1, float *bb) {
     const kn_sgemm_batch *p = j->p;
     const uint16_t *Aw = j->aw[op], *Bw = j->bw[op];
     const float *bias = p->row_bias ? p->row_bias[op] : NULL;
-    const int64_t Mp = pad_to(p->M, amr), Np = pad_to(p->N, BNR);
+    const int64_t Mp = pad_to(p->M, amr), Np = pad_to(p->N, BNR), ldc = p->ldc;
+    const bool rows_outer = (double)(n1 - n0) * (double)pad_to(p->K, kpad) * 2.0 <= 1024.0 * 1024.0;
     for (int64_t ic = m0; ic < m1; ic += BMC) {
         const int64_t mc = min64(BMC, m1 - ic);
+        if (bias) broadcast_rows(bias + ic, mc, bb);
+        if (rows_outer) {
+            for (int64_t ir = 0; ir < mc; ir += AMX_MR) {
+                const int mr = (int)min64(AMX_MR, mc - ir);
+                float *cr = p->c[op] + (ic + ir) * ldc;
+                for (int64_t jr = n0; jr < n1; jr += BNR)
+                    ukr_amx(mr, (int)min64(BNR, n1 - jr), Aw, Mp, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cr + jr, ldc,
+                            p->alpha, p->beta, bias ? bias + ic + ir : NULL, bias ? bb + 16 * ir : NULL, 0, 0);
+                if (p->epilogue) p->epilogue(p->epilogue_ctx, op, ic + ir, n0, mr, n1 - n0, cr + n0, ldc);
+            }
+            continue;
+        }
         for (int64_t jr = n0; jr < n1; jr += BNR) {
             const int n = (int)min64(BNR, n1 - jr);
-            float *cp = p->c[op] + ic * p->ldc + jr;
+            float *cp = p->c[op] + ic * ldc + jr;
             const int parts = jr + BNR < n1 ? (int)((mc + AMX_MR - 1) / AMX_MR) : 0;
             for (int64_t ir = 0; ir < mc; ir += AMX_MR)
-                ukr_amx((int)min64(AMX_MR, mc - ir), n, Aw, Mp, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cp + ir * p->ldc,
-                        p->ldc, p->alpha, p->beta, bias ? bias + ic + ir : NULL, (int)(ir / AMX_MR), parts);
-            if (p->epilogue) p->epilogue(p->epilogue_ctx, op, ic, jr, mc, n, cp, p->ldc);
+                ukr_amx((int)min64(AMX_MR, mc - ir), n, Aw, Mp, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cp + ir * ldc,
+                        ldc, p->alpha, p->beta, bias ? bias + ic + ir : NULL, bias ? bb + 16 * ir : NULL,
+                        (int)(ir / AMX_MR), parts);
+            if (p->epilogue) p->epilogue(p->epilogue_ctx, op, ic, jr, mc, n, cp, ldc);
         }
     }
 }
 
 static void run_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1, uint32_t *wsb,
-                     float *wsf) {
+                     float *wsf, float *bb) {
     const kn_sgemm_batch *p = j->p;
     if (use_amx && j->bw[op]) {
-        run_tile_amx(j, op, m0, m1, n0, n1);
+        run_tile_amx(j, op, m0, m1, n0, n1, bb);
         return;
     }
     const uint16_t *Aw = j->aw[op], *Bw = j->bw[op];
@@ -822,6 +844,7 @@ static void run_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t 
             for (int64_t ic = m0; ic < m1; ic += BMC) {
                 const int64_t mc = min64(BMC, m1 - ic);
                 const uint32_t *Ablk = (const uint32_t *)(Aw + pc * Mp + ic * kcp);
+                if (use_amx && bias && pc == 0) broadcast_rows(bias + ic, mc, bb);
                 for (int64_t jr = 0; jr < nc; jr += BNR) {
                     const int n = (int)min64(BNR, nc - jr);
                     const uint32_t *bp = Bblk + jr * kq;
@@ -833,7 +856,8 @@ static void run_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t 
                         for (int64_t ir = 0; ir < mc; ir += AMX_MR)
                             ukr_amx((int)min64(AMX_MR, mc - ir), n, Aw, Mp, ic + ir, (const uint16_t *)Bblk, 0, jr, pc,
                                     pc, pc + kc, p->K, cp + ir * p->ldc, p->ldc, p->alpha, beta,
-                                    bias && pc == 0 ? bias + ic + ir : NULL, 0, 0);
+                                    bias && pc == 0 ? bias + ic + ir : NULL, bias && pc == 0 ? bb + 16 * ir : NULL,
+                                    0, 0);
                     else
                         for (int64_t ir = 0; ir < mc; ir += BMR)
                             ukr_any((int)min64(BMR, mc - ir), kq, Ablk + ir * kq, BMR, bp, cp + ir * p->ldc, p->ldc, n,
@@ -912,14 +936,21 @@ static void tile_range(void *arg, int64_t begin, int64_t end) {
             return;
         }
     }
-    if (use_amx) amx_begin();
+    float *bb = NULL; /* AMX: the bias rows of a block of BMC (buffer 2: AMX never runs transposed) */
+    if (use_amx) {
+        if (!(bb = thread_buffer(2, sizeof(float) * 16 * BMC))) {
+            __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+            return;
+        }
+        amx_begin();
+    }
     for (int64_t t = begin; t < end; t++) {
         const int64_t op = t / per, r = t % per, im = r / j->tn, in = r % j->tn;
         const int64_t m0 = (im * j->units_m / j->tm) * um, m1 = min64(p->M, ((im + 1) * j->units_m / j->tm) * um);
         const int64_t n0 = (in * j->units_n / j->tn) * j->un, n1 = min64(p->N, ((in + 1) * j->units_n / j->tn) * j->un);
         if (m0 >= m1 || n0 >= n1) continue;
         if (j->swap) run_swapped_tile(j, op, m0, m1, n0, n1, wsb, wsf, T);
-        else run_tile(j, op, m0, m1, n0, n1, wsb, wsf);
+        else run_tile(j, op, m0, m1, n0, n1, wsb, wsf, bb);
     }
     if (use_amx) amx_end();
 }
