@@ -2,8 +2,8 @@
  *
  * What runs in bf16: the products of MatMul, Gemm, Conv/ConvTranspose and the fused linear ops
  * (kn_bgemm_node). Their operands are rounded to bf16 (round to nearest even) and multiplied
- * with AVX512_BF16's vdpbf16ps, which accumulates pairs of products in fp32; alpha, beta, the
- * bias, the epilogue and every other operator stay fp32. Constant weights are rounded and packed
+ * with AMX's TDPBF16PS tiles where the CPU has them, else AVX512_BF16's vdpbf16ps; both accumulate
+ * pairs of products in fp32. alpha, beta, the bias, the epilogue and every other operator stay fp32. Constant weights are rounded and packed
  * once per session (kept in the CPU backend's state beside the fp32 packed copies), activations
  * once per product call.
  *
@@ -12,7 +12,8 @@
  * through that run, not the kernel directly: kn_cpu_node_wraps in backend.h), and kn_sgemm_run
  * hands the products it is given on a marked thread to kn_bgemm_run when kn_bgemm_takes says the
  * shape is worth it (else they stay fp32: a row times a matrix, a matrix times a column, a few
- * rows). Convolutions that do not use the GEMM (Winograd, the direct kernels) stay fp32.
+ * rows). With vdpbf16ps, convolutions that do not use the GEMM (Winograd, the direct kernels) stay
+ * fp32; with AMX every convolution but the depthwise ones uses it (conv.c).
  *
  * CPU support is checked at run time (cpuid and the OS's AVX-512 state), never assumed from the
  * build flags: a CPU without AVX512_BF16 refuses the option when the session is created
