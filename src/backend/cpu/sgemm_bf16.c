@@ -551,6 +551,8 @@ static void amx_begin(void) {
     _tile_loadconfig(&cfg);
 }
 static void amx_end(void) { _tile_release(); }
+void kn_amx_tiles_begin(void) { amx_begin(); }
+void kn_amx_tiles_end(void) { amx_end(); }
 
 /* C[0:mr, 0:n] (mr <= 32, n <= 32) = alpha * A * B + beta * C + rb over the slices of depth [k0,
  * k1) (beta == 0: C not read), in the four C tiles. A: packed whole (Aw, Mp rows a slice), from row
@@ -654,6 +656,8 @@ static void ukr_amx(int mr, int n, const uint16_t *Aw, int64_t Mp, int64_t row, 
 #else
 static void amx_begin(void) {}
 static void amx_end(void) {}
+void kn_amx_tiles_begin(void) {}
+void kn_amx_tiles_end(void) {}
 static void ukr_amx(int mr, int n, const uint16_t *Aw, int64_t Mp, int64_t row, const uint16_t *Bw, int64_t Np,
                     int64_t col, int64_t bk0, int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc, float alpha,
                     float beta, const float *rb, const float *rbb, int pf_part, int pf_parts) {

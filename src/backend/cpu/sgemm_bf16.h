@@ -77,6 +77,10 @@ void kn_bgemm_pack_b(const float *B, int64_t ldb, bool trans_b, int64_t N, int64
 /* Whether the products run on AMX's tiles (AMX-TILE and AMX-BF16, the OS's permission given),
  * else on AVX512_BF16's vdpbf16ps. The two pack operands differently (kn_bgemm_pack_a/_b). */
 bool kn_bgemm_amx(void);
+/* The other AMX kernels (conv_amx.c): this thread's tiles configured as the GEMM's (all eight 16
+ * rows of 64 bytes) before their use, released after. Only where kn_bgemm_amx(). */
+void kn_amx_tiles_begin(void);
+void kn_amx_tiles_end(void);
 /* Tests: run the products on AMX (true; false where the CPU has none) or on vdpbf16ps (false).
  * Only while no product runs; forms packed before stay in the other packing. */
 bool kn_bgemm_force_amx(bool on);

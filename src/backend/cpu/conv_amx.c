@@ -1,0 +1,342 @@
+/* bf16 convolution on AMX tiles without im2col (conv_amx.h).
+ *
+ * At stride 1, tap (kh, kw) of a convolution reads the input shifted by a constant: with the input
+ * zero-padded to Hp x Wp and the output computed at every padded column (p = oh * Wp + ow, the
+ * columns ow >= OW dropped when stored), output column p of tap (kh, kw) reads padded position
+ * p + kh * dh * Wp + kw * dw. So the padded input is packed once, in AMX's B layout over whole
+ * rows: unit (q, col) = channels 2q and 2q+1 at padded position col, rows of NX units (the padded
+ * plane rounded up, plus the largest shift), and a B tile for channel pairs q..q+15 and 16
+ * columns is a tile load from (q, col + shift) with a stride of one such row. No im2col (KH * KW
+ * copies of the input, 73% of a 3x3 64-channel convolution's time through the GEMM) and the
+ * input rounded to bf16 once.
+ *
+ * The weights are packed per tap as AMX A tiles: [tap][M rounded to 16][C/2 pairs rounded to 16].
+ * A task computes 32 output channels over a chunk of columns, 32 at a time in four C tiles,
+ * over every tap and channel pair; the tiles go through a block on the stack into y (only the
+ * valid columns, the bias added), and the epilogue runs on the chunk's output.
+ *
+ * Compiled once with its own target (as sgemm_bf16.c), called only when kn_bgemm_amx(). */
+#include "backend/cpu/conv_amx.h"
+
+#include "backend/cpu/const_cache.h"
+#include "backend/cpu/sgemm_bf16.h"
+#include "ir/tensor.h"
+#include "util/threadpool.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) &&                                                                      \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11)) &&                    \
+    !defined(KN_NO_BF16_KERNEL)
+#define KN_CONV_AMX 1
+#include <immintrin.h>
+#endif
+
+#define COL_CHUNK 256 /* padded columns per task */
+#define MAX_INPUT_BYTES ((size_t)64 << 20)
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t pad_to(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* the padded geometry */
+typedef struct geom {
+    int64_t Hp, Wp, npad, npad32, shift_max, nx, cq, mp; /* cq: channel pairs (rounded to 16); mp: M rounded to 16 */
+} geom;
+
+static geom geom_of(const kn_amx_conv_shape *s) {
+    geom g;
+    g.Hp = s->OH + (s->KH - 1) * s->dh;
+    g.Wp = s->OW + (s->KW - 1) * s->dw;
+    g.npad = s->OH * g.Wp;
+    g.npad32 = pad_to(g.npad, 32);
+    g.shift_max = (s->KH - 1) * s->dh * g.Wp + (s->KW - 1) * s->dw;
+    g.nx = pad_to(g.npad32 + g.shift_max, 16);
+    g.cq = pad_to((s->C + 1) / 2, 16);
+    g.mp = pad_to(s->M, 16);
+    return g;
+}
+
+bool kn_amx_conv_suits(const kn_amx_conv_shape *s) {
+#if defined(KN_CONV_AMX)
+    /* a 1x1 kernel has no shifted copies to save: the GEMM reads its input as it is */
+    if (!kn_bgemm_amx() || s->KH * s->KW < 2 || s->C < 16 || s->M < 16 || s->OH < 1 || s->OW < 1 || s->dh < 1 ||
+        s->dw < 1)
+        return false;
+    const geom g = geom_of(s);
+    /* the input's padding is at most the window's (ONNX pads are not negative) */
+    if (s->pt < 0 || s->pl < 0 || g.Hp < s->pt + s->H || g.Wp < s->pl + s->W) return false;
+    return (double)g.cq * (double)g.nx * 4.0 * (double)s->N <= (double)MAX_INPUT_BYTES;
+#else
+    (void)s;
+    return false;
+#endif
+}
+
+#if defined(KN_CONV_AMX)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")
+#endif
+
+/* GCC's tile intrinsics are asm statements that name no memory: order them with the plain loads
+ * and stores around them */
+#define FENCE() __asm__ volatile("" ::: "memory")
+
+static inline __mmask16 m16(int64_t n) {
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+/* lane j = (bf16(lo[j]), bf16(hi[j])), lo in the low half (round to nearest even) */
+static inline __m512i pairs_of(__m512 lo, __m512 hi) {
+    __m256i l = (__m256i)_mm512_cvtneps_pbh(lo), h = (__m256i)_mm512_cvtneps_pbh(hi);
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(l), _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* ---------------------------------------------------------------- weights */
+
+typedef struct wctx {
+    const float *w;
+    int64_t M, C, KH, KW, cq, mp;
+} wctx;
+
+static size_t weight_units(const wctx *c) { return (size_t)(c->KH * c->KW * c->mp * c->cq); }
+
+/* unit ((t * mp + m) * cq + q) = (w[m][2q][t], w[m][2q+1][t]) in bf16, zero past M and C */
+static void make_weights(const void *ctx, void *dst) {
+    const wctx *c = ctx;
+    uint32_t *u = dst;
+    const int64_t taps = c->KH * c->KW;
+    for (int64_t t = 0; t < taps; t++)
+        for (int64_t m = 0; m < c->mp; m++)
+            for (int64_t q = 0; q < c->cq; q++) {
+                uint32_t v = 0;
+                for (int h = 0; h < 2; h++) {
+                    const int64_t ch = 2 * q + h;
+                    if (m < c->M && ch < c->C) v |= (uint32_t)kn_f32_to_bf16(c->w[(m * c->C + ch) * taps + t]) << (16 * h);
+                }
+                u[(t * c->mp + m) * c->cq + q] = v;
+            }
+}
+
+/* ---------------------------------------------------------------- the input */
+
+/* The calling thread's buffer for the packed input, kept between calls (mapping and faulting a
+ * fresh one every call costs as much as a small convolution), freed when the thread exits. */
+typedef struct tbuf {
+    size_t cap;
+    void *data;
+} tbuf;
+static pthread_key_t buf_key;
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+static int buf_ok;
+static void buf_free(void *p) {
+    tbuf *t = p;
+    free(t->data);
+    free(t);
+}
+static void buf_init(void) { buf_ok = pthread_key_create(&buf_key, buf_free) == 0; }
+static void *thread_buffer(size_t bytes) {
+    pthread_once(&buf_once, buf_init);
+    if (!buf_ok) return NULL;
+    tbuf *t = pthread_getspecific(buf_key);
+    if (!t) {
+        if (!(t = calloc(1, sizeof *t))) return NULL;
+        if (pthread_setspecific(buf_key, t) != 0) {
+            free(t);
+            return NULL;
+        }
+    }
+    if (t->cap < bytes) {
+        void *d = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        if (!d) return NULL;
+        free(t->data);
+        t->data = d;
+        t->cap = bytes;
+    }
+    return t->data;
+}
+
+typedef struct in_job {
+    const kn_amx_conv_shape *s;
+    const geom *g;
+    const float *x;
+    uint32_t *xv; /* N images of cq rows of nx units */
+} in_job;
+
+/* rows (image, pair) of the packed input: zeros, then the image's rows at their padded place */
+static void pack_input(void *arg, int64_t begin, int64_t end) {
+    const in_job *j = arg;
+    const kn_amx_conv_shape *s = j->s;
+    const geom *g = j->g;
+    const int64_t plane = s->H * s->W;
+    for (int64_t r = begin; r < end; r++) {
+        const int64_t n = r / g->cq, q = r % g->cq, c0 = 2 * q;
+        uint32_t *dst = j->xv + r * g->nx;
+        memset(dst, 0, sizeof(uint32_t) * (size_t)g->nx);
+        if (c0 >= s->C) continue;
+        const float *lo = j->x + (n * s->C + c0) * plane, *hi = c0 + 1 < s->C ? lo + plane : NULL;
+        for (int64_t ih = 0; ih < s->H; ih++) {
+            uint32_t *row = dst + (ih + s->pt) * g->Wp + s->pl;
+            for (int64_t iw = 0; iw < s->W; iw += 16) {
+                const __mmask16 m = m16(s->W - iw);
+                const __m512 a = _mm512_maskz_loadu_ps(m, lo + ih * s->W + iw);
+                const __m512 b = hi ? _mm512_maskz_loadu_ps(m, hi + ih * s->W + iw) : _mm512_setzero_ps();
+                _mm512_mask_storeu_epi32(row + iw, m, pairs_of(a, b));
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- the tiles */
+
+typedef struct run_job {
+    const kn_amx_conv_shape *s;
+    const geom *g;
+    const uint32_t *wa, *xv;
+    const float *bias;
+    float *y;
+    kn_conv_epilogue_fn epi;
+    const void *epi_ctx;
+    int64_t mblocks, chunks;
+} run_job;
+
+/* the output position of padded column p (p <= npad): columns past OW map to the next row's start */
+static inline int64_t out_pos(const kn_amx_conv_shape *s, const geom *g, int64_t p) {
+    const int64_t oh = p / g->Wp, ow = p % g->Wp;
+    return oh * s->OW + (ow < s->OW ? ow : s->OW);
+}
+
+/* 32 padded columns from p0 of output rows m0..m0+mr of image y: the valid columns of T (32 x 32,
+ * row r for channel m0 + r) plus the bias */
+static void store_block(const kn_amx_conv_shape *s, const geom *g, const float *T, int mr, int64_t p0, float *y,
+                        int64_t m0, const float *bias) {
+    const int64_t plane = s->OH * s->OW, ncols = min64(32, g->npad - p0);
+    for (int64_t j = 0; j < ncols;) {
+        const int64_t p = p0 + j, oh = p / g->Wp, ow = p % g->Wp;
+        const int64_t seg = min64(ncols - j, g->Wp - ow), valid = ow < s->OW ? min64(seg, s->OW - ow) : 0;
+        if (valid > 0) {
+            const __mmask16 k0 = m16(valid), k1 = m16(valid - 16);
+            for (int r = 0; r < mr; r++) {
+                float *d = y + (m0 + r) * plane + oh * s->OW + ow;
+                const __m512 b = _mm512_set1_ps(bias ? bias[m0 + r] : 0.0f);
+                _mm512_mask_storeu_ps(d, k0, _mm512_add_ps(_mm512_maskz_loadu_ps(k0, T + r * 32 + j), b));
+                if (valid > 16)
+                    _mm512_mask_storeu_ps(d + 16, k1, _mm512_add_ps(_mm512_maskz_loadu_ps(k1, T + r * 32 + j + 16), b));
+            }
+        }
+        j += seg;
+    }
+}
+
+static inline __attribute__((always_inline)) void tiles(const bool two_m, const run_job *j, const uint32_t *xv,
+                                                         int64_t m0, int64_t p0, float *T) {
+    const kn_amx_conv_shape *s = j->s;
+    const geom *g = j->g;
+    const size_t as = (size_t)g->cq * 4, bs = (size_t)g->nx * 4;
+    _tile_zero(0);
+    _tile_zero(1);
+    if (two_m) {
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int64_t kh = 0; kh < s->KH; kh++)
+        for (int64_t kw = 0; kw < s->KW; kw++) {
+            const int64_t t = kh * s->KW + kw, shift = kh * s->dh * g->Wp + kw * s->dw;
+            const uint32_t *a = j->wa + (t * g->mp + m0) * g->cq, *b = xv + p0 + shift;
+            for (int64_t q = 0; q < g->cq; q += 16) {
+                _tile_loadd(4, a + q, as);
+                _tile_loadd(6, b + q * g->nx, bs);
+                _tile_loadd(7, b + q * g->nx + 16, bs);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                if (two_m) {
+                    _tile_loadd(5, a + 16 * g->cq + q, as);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+        }
+    _tile_stored(0, T, 128);
+    _tile_stored(1, T + 16, 128);
+    if (two_m) {
+        _tile_stored(2, T + 16 * 32, 128);
+        _tile_stored(3, T + 16 * 32 + 16, 128);
+    }
+    FENCE();
+}
+
+static void run_range(void *arg, int64_t begin, int64_t end) {
+    const run_job *j = arg;
+    const kn_amx_conv_shape *s = j->s;
+    const geom *g = j->g;
+    const int64_t plane = s->OH * s->OW;
+    float T[32 * 32] __attribute__((aligned(64)));
+    kn_amx_tiles_begin();
+    for (int64_t task = begin; task < end; task++) {
+        const int64_t n = task / (j->mblocks * j->chunks), r = task % (j->mblocks * j->chunks);
+        const int64_t m0 = (r / j->chunks) * 32, c0 = (r % j->chunks) * COL_CHUNK;
+        const int64_t c1 = min64(g->npad, c0 + COL_CHUNK);
+        const int mr = (int)min64(32, s->M - m0);
+        const uint32_t *xv = j->xv + n * g->cq * g->nx;
+        float *y = j->y + n * s->M * plane;
+        FENCE();
+        for (int64_t p0 = c0; p0 < c1; p0 += 32) {
+            if (mr > 16) tiles(true, j, xv, m0, p0, T);
+            else tiles(false, j, xv, m0, p0, T);
+            store_block(s, g, T, mr, p0, y, m0, j->bias);
+        }
+        if (j->epi) {
+            const int64_t o0 = out_pos(s, g, c0), o1 = out_pos(s, g, c1);
+            if (o1 > o0) j->epi(j->epi_ctx, j->y, n * s->M * plane + m0 * plane + o0, mr, o1 - o0, plane);
+        }
+    }
+    kn_amx_tiles_end();
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s, const float *x, const float *w,
+                        const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
+    const geom g = geom_of(s);
+    wctx wc = {w, s->M, s->C, s->KH, s->KW, g.cq, g.mp};
+    const size_t wbytes = sizeof(uint32_t) * weight_units(&wc);
+    kn_const_layout lay = {31, {s->M, s->C, s->KH, s->KW}};
+    const uint32_t *wa = w_const ? kn_cpu_const_derived(c, 1, &lay, wbytes, make_weights, &wc) : NULL;
+    uint32_t *own = NULL;
+    if (!wa) {
+        if (!(own = aligned_alloc(64, (wbytes + 63) / 64 * 64)))
+            return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        make_weights(&wc, own);
+        wa = own;
+    }
+    uint32_t *xv = thread_buffer(sizeof(uint32_t) * (size_t)(s->N * g.cq * g.nx));
+    if (!xv) {
+        free(own);
+        return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    in_job ij = {s, &g, x, xv};
+    kn_parallel_for(c->pool, s->N * g.cq, 4, pack_input, &ij);
+    run_job rj = {s, &g, wa, xv, bias, y, epi, epi_ctx, (s->M + 31) / 32, (g.npad + COL_CHUNK - 1) / COL_CHUNK};
+    kn_parallel_for(c->pool, s->N * rj.mblocks * rj.chunks, 1, run_range, &rj);
+    free(own);
+    return KILN_OK;
+}
+
+#else /* no AMX intrinsics: kn_amx_conv_suits is false, this is never called */
+
+kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s, const float *x, const float *w,
+                        const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
+    (void)s, (void)x, (void)w, (void)bias, (void)y, (void)epi, (void)epi_ctx, (void)w_const;
+    return kn_kernel_error(c, KILN_ERR_INTERNAL, "this build has no AMX convolution");
+}
+
+#endif

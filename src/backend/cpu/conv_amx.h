@@ -1,0 +1,27 @@
+/* bf16 convolution on AMX tiles without im2col, for the CPU provider's precision=bf16 (conv_amx.c):
+ * conv.c calls it for the stride-1 2-D convolutions when the products run on AMX. */
+#ifndef KN_CPU_CONV_AMX_H
+#define KN_CPU_CONV_AMX_H
+
+#include "backend/cpu/linalg_impl.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* One group-free 2-D convolution at stride 1: x [N, C, H, W] -> y [N, M, OH, OW], kernel KH x KW,
+ * dilation dh x dw, pads pt (top) and pl (left); the bottom and right pads are implied by OH, OW. */
+typedef struct kn_amx_conv_shape {
+    int64_t N, C, M, H, W, OH, OW, KH, KW, pt, pl, dh, dw;
+} kn_amx_conv_shape;
+
+/* Whether this process runs bf16 products on AMX and the shape is one this kernel takes (a kernel
+ * larger than 1x1, 16 or more input and output channels, a packed input of at most 64 MB). */
+bool kn_amx_conv_suits(const kn_amx_conv_shape *s);
+
+/* y = conv(bf16(x), bf16(w)) + bias with fp32 sums, then epi on every finished block. w is
+ * [M, C, KH, KW]; w_const: w is the running node's constant input 1, whose packed form is kept for
+ * the session. */
+kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s, const float *x, const float *w,
+                        const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const);
+
+#endif
