@@ -233,8 +233,11 @@ static void store_block(const kn_amx_conv_shape *s, const geom *g, const float *
     }
 }
 
+/* The four C tiles of 32 channels from m0 and 32 padded columns from p0, into T. first: the task's
+ * first columns, whose weights come from memory (a deep layer's are larger than L2): each tap
+ * brings the next tap's rows into L2 while it computes. */
 static inline __attribute__((always_inline)) void tiles(const bool two_m, const run_job *j, const uint32_t *xv,
-                                                         int64_t m0, int64_t p0, float *T) {
+                                                         int64_t m0, int64_t p0, bool first, float *T) {
     const kn_amx_conv_shape *s = j->s;
     const geom *g = j->g;
     const size_t as = (size_t)g->cq * 4, bs = (size_t)g->nx * 4;
@@ -248,7 +251,10 @@ static inline __attribute__((always_inline)) void tiles(const bool two_m, const 
         for (int64_t kw = 0; kw < s->KW; kw++) {
             const int64_t t = kh * s->KW + kw, shift = kh * s->dh * g->Wp + kw * s->dw;
             const uint32_t *a = j->wa + (t * g->mp + m0) * g->cq, *b = xv + p0 + shift;
+            const char *pf = first && t + 1 < s->KH * s->KW ? (const char *)(a + g->mp * g->cq) : NULL;
             for (int64_t q = 0; q < g->cq; q += 16) {
+                if (pf) /* the next tap's 64 bytes of each of the 32 rows this step reads */
+                    for (int r = 0; r < 32; r++) _mm_prefetch(pf + (size_t)r * as + (size_t)q * 4, _MM_HINT_T1);
                 _tile_loadd(4, a + q, as);
                 _tile_loadd(6, b + q * g->nx, bs);
                 _tile_loadd(7, b + q * g->nx + 16, bs);
@@ -286,8 +292,8 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
         float *y = j->y + n * s->M * plane;
         FENCE();
         for (int64_t p0 = c0; p0 < c1; p0 += 32) {
-            if (mr > 16) tiles(true, j, xv, m0, p0, T);
-            else tiles(false, j, xv, m0, p0, T);
+            if (mr > 16) tiles(true, j, xv, m0, p0, p0 == c0, T);
+            else tiles(false, j, xv, m0, p0, p0 == c0, T);
             store_block(s, g, T, mr, p0, y, m0, j->bias);
         }
         if (j->epi) {

@@ -561,16 +561,18 @@ void kn_amx_tiles_end(void) { amx_end(); }
  * with alpha 1 go straight between C and the tiles (C or the bias loaded into them first); the
  * rest through a block on the stack. rbb: the bias rows rb broadcast, 16 floats a row, made
  * ahead by the caller (tile loads of just-stored data wait for the stores to drain: building it
- * here cost most of a 1x1 convolution's time). pf_parts > 0: B is read from memory (kept weights, used by
- * few rows), so the call brings part pf_part of pf_parts of the next panel (the same slices) into
- * L2 while it computes: without that, the tile loads of B waited on memory (perf: most samples
- * on the instruction after them). */
+ * here cost most of a 1x1 convolution's time). pf_parts > 0: the operand that comes from memory
+ * (kept weights used by few rows or columns) is brought into L2 ahead, this call's part pf_part of
+ * pf_parts of the next block (the same slices): the next B panel (pf_a false), or A's next 32 rows
+ * (pf_a true); without that the tile loads waited on memory (perf: most samples on the
+ * instruction after them). */
 static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, const bool two_n, int mr, int n,
                                                              const uint16_t *Aw, int64_t Mp, int64_t row,
                                                              const uint16_t *Bw, int64_t Np, int64_t col, int64_t bk0,
                                                              int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc,
                                                              float alpha, float beta, const float *rb,
-                                                             const float *rbb, int pf_part, int pf_parts) {
+                                                             const float *rbb, bool pf_a, int pf_part,
+                                                             int pf_parts) {
     const bool direct = alpha == 1.0f && mr == (two_m ? 2 * AMR : AMR) && n == (two_n ? 32 : 16) &&
                         (beta == 0.0f || (beta == 1.0f && !rb)) && (!rb || rbb);
     const size_t cs = (size_t)ldc * 4, bs = BNR * 4;
@@ -596,8 +598,8 @@ static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, co
         const uint32_t *a = (const uint32_t *)(Aw + pc * Mp + row * kcp);
         const uint32_t *b = (const uint32_t *)(Bw + (pc - bk0) * Np + col * kcp);
         const size_t as = (size_t)kq * 4;
-        /* this call's lines of the next panel's slice (kq * BNR units = 2 * kq lines), spread over its steps */
-        const char *pf = (const char *)(b + BNR * kq);
+        /* this call's lines of the next block's slice (kq * 32 units = 2 * kq lines), spread over its steps */
+        const char *pf = pf_a ? (const char *)(a + AMX_MR * kq) : (const char *)(b + BNR * kq);
         int64_t pl = 0, pl_end = 0, pl_step = 0;
         if (pf_parts > 0) {
             pl = 2 * kq * pf_part / pf_parts;
@@ -641,9 +643,10 @@ static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, co
 
 static void ukr_amx(int mr, int n, const uint16_t *Aw, int64_t Mp, int64_t row, const uint16_t *Bw, int64_t Np,
                     int64_t col, int64_t bk0, int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc, float alpha,
-                    float beta, const float *rb, const float *rbb, int pf_part, int pf_parts) {
+                    float beta, const float *rb, const float *rbb, bool pf_a, int pf_part, int pf_parts) {
 #define AMX_CALL(TM, TN)                                                                                               \
-    amx_tiles(TM, TN, mr, n, Aw, Mp, row, Bw, Np, col, bk0, k0, k1, K, c, ldc, alpha, beta, rb, rbb, pf_part, pf_parts)
+    amx_tiles(TM, TN, mr, n, Aw, Mp, row, Bw, Np, col, bk0, k0, k1, K, c, ldc, alpha, beta, rb, rbb, pf_a, pf_part,    \
+              pf_parts)
     if (mr > AMR) {
         if (n > 16) AMX_CALL(true, true);
         else AMX_CALL(true, false);
@@ -660,9 +663,10 @@ void kn_amx_tiles_begin(void) {}
 void kn_amx_tiles_end(void) {}
 static void ukr_amx(int mr, int n, const uint16_t *Aw, int64_t Mp, int64_t row, const uint16_t *Bw, int64_t Np,
                     int64_t col, int64_t bk0, int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc, float alpha,
-                    float beta, const float *rb, const float *rbb, int pf_part, int pf_parts) {
+                    float beta, const float *rb, const float *rbb, bool pf_a, int pf_part, int pf_parts) {
     (void)mr, (void)n, (void)Aw, (void)Mp, (void)row, (void)Bw, (void)Np, (void)col, (void)bk0, (void)k0, (void)k1;
-    (void)K, (void)c, (void)ldc, (void)alpha, (void)beta, (void)rb, (void)rbb, (void)pf_part, (void)pf_parts;
+    (void)K, (void)c, (void)ldc, (void)alpha, (void)beta, (void)rb, (void)rbb, (void)pf_a, (void)pf_part;
+    (void)pf_parts;
 }
 #endif
 
@@ -797,9 +801,12 @@ static void run_tile_amx(const bjob *j, int64_t op, int64_t m0, int64_t m1, int6
             for (int64_t ir = 0; ir < mc; ir += AMX_MR) {
                 const int mr = (int)min64(AMX_MR, mc - ir);
                 float *cr = p->c[op] + (ic + ir) * ldc;
+                /* A (a convolution's weights) from memory: the calls on these rows bring the next rows' in */
+                const int parts = ic + ir + AMX_MR < m1 ? (int)((n1 - n0 + BNR - 1) / BNR) : 0;
                 for (int64_t jr = n0; jr < n1; jr += BNR)
                     ukr_amx(mr, (int)min64(BNR, n1 - jr), Aw, Mp, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cr + jr, ldc,
-                            p->alpha, p->beta, bias ? bias + ic + ir : NULL, bias ? bb + 16 * ir : NULL, 0, 0);
+                            p->alpha, p->beta, bias ? bias + ic + ir : NULL, bias ? bb + 16 * ir : NULL, true,
+                            (int)((jr - n0) / BNR), parts);
                 if (p->epilogue) p->epilogue(p->epilogue_ctx, op, ic + ir, n0, mr, n1 - n0, cr + n0, ldc);
             }
             continue;
@@ -810,7 +817,7 @@ static void run_tile_amx(const bjob *j, int64_t op, int64_t m0, int64_t m1, int6
             const int parts = jr + BNR < n1 ? (int)((mc + AMX_MR - 1) / AMX_MR) : 0;
             for (int64_t ir = 0; ir < mc; ir += AMX_MR)
                 ukr_amx((int)min64(AMX_MR, mc - ir), n, Aw, Mp, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cp + ir * ldc,
-                        ldc, p->alpha, p->beta, bias ? bias + ic + ir : NULL, bias ? bb + 16 * ir : NULL,
+                        ldc, p->alpha, p->beta, bias ? bias + ic + ir : NULL, bias ? bb + 16 * ir : NULL, false,
                         (int)(ir / AMX_MR), parts);
             if (p->epilogue) p->epilogue(p->epilogue_ctx, op, ic, jr, mc, n, cp, ldc);
         }
@@ -861,7 +868,7 @@ static void run_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t 
                             ukr_amx((int)min64(AMX_MR, mc - ir), n, Aw, Mp, ic + ir, (const uint16_t *)Bblk, 0, jr, pc,
                                     pc, pc + kc, p->K, cp + ir * p->ldc, p->ldc, p->alpha, beta,
                                     bias && pc == 0 ? bias + ic + ir : NULL, bias && pc == 0 ? bb + 16 * ir : NULL,
-                                    0, 0);
+                                    false, 0, 0);
                     else
                         for (int64_t ir = 0; ir < mc; ir += BMR)
                             ukr_any((int)min64(BMR, mc - ir), kq, Ablk + ir * kq, BMR, bp, cp + ir * p->ldc, p->ldc, n,
