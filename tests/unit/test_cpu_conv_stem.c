@@ -163,6 +163,9 @@ KN_TEST(cpu_conv_transpose_stride2_matches_definition) {
          * last tap alone), rows of 1-40 columns */
         {6, 5, 4, 40, 4, 4, 2, 1, true}, {3, 2, 5, 29, 6, 6, 1, 0, false},
         {2, 3, 4, 1, 4, 4, 1, 0, true}, {4, 4, 7, 18, 5, 5, 2, 1, true},
+        /* kernel = stride, no pads: the column buffer written straight into the output (ct_tiles_range),
+         * the packed weights several panels deep */
+        {40, 24, 10, 20, 2, 2, 0, 0, false}, {33, 17, 3, 53, 2, 2, 0, 0, true},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const ct_case *t = &cases[ci];

@@ -2276,11 +2276,92 @@ void kn_linalg_col2im(kn_threadpool *pool, const float *col, int64_t channels, i
 
 /* ------------------------------------------------------------------ ConvTranspose */
 
+/* Kernel == stride, undilated, no pads, output exactly input x stride (the 2x2 s2 upsamplers of
+ * UNet and YOLO heads): the taps' outputs do not overlap and cover the output, so the column
+ * buffer is a permutation of it: y[m][ih sh + a][iw sw + b] = col[(m kh + a) kw + b][ih IW + iw]
+ * + bias, written once (no zero fill, no adds). */
+static bool conv_transpose_tiles(const conv_shape *s) {
+    if (s->nsp < 1 || s->nsp > 2) return false;
+    for (int d = 0; d < s->nsp; d++)
+        if (s->w.kernel[d] != s->w.stride[d] || s->w.dilation[d] != 1 || s->w.pad_begin[d] != 0 ||
+            s->w.out[d] != s->w.in[d] * s->w.stride[d])
+            return false;
+    return true;
+}
+
+typedef struct ct_tiles_job {
+    const conv_shape *s;
+    const float *col, *bias;
+    float *y;
+} ct_tiles_job;
+
+/* items: output channels */
+static void ct_tiles_range(void *arg, int64_t begin, int64_t end) {
+    const ct_tiles_job *j = arg;
+    const conv_shape *s = j->s;
+    const int two = s->nsp == 2;
+    const int64_t IH = two ? s->w.in[0] : 1, IW = s->w.in[s->nsp - 1];
+    const int64_t kh = two ? s->w.kernel[0] : 1, kw = s->w.kernel[s->nsp - 1], OW = s->w.out[s->nsp - 1];
+#if KN_VL
+    int32_t t[KN_VL];
+    for (int l = 0; l < KN_VL; l++) t[l] = (l & 1 ? KN_VL : 0) + (l >> 1);
+    const kn_vi ilo = kn_vi_loadu(t), ihi = kn_vi_add(ilo, kn_vi_set1(KN_VL / 2));
+#endif
+    for (int64_t m = begin; m < end; m++) {
+        const float bm = j->bias ? j->bias[m] : 0.0f;
+        float *ym = j->y + m * s->out_plane;
+        for (int64_t a = 0; a < kh; a++) {
+            const float *src = j->col + (m * kh + a) * kw * s->in_plane;
+            for (int64_t ih = 0; ih < IH; ih++) {
+                float *yr = ym + (ih * kh + a) * OW;
+                const float *r0 = src + ih * IW;
+                int64_t iw = 0;
+#if KN_VL
+                if (kw == 2) {
+                    const float *r1 = r0 + s->in_plane;
+                    const kn_vf vb = kn_vf_set1(bm);
+                    for (; iw + KN_VL <= IW; iw += KN_VL) {
+                        const kn_vf e = kn_vf_loadu(r0 + iw), o = kn_vf_loadu(r1 + iw);
+                        kn_vf_storeu(yr + 2 * iw, kn_vf_add(kn_vf_perm2(e, ilo, o), vb));
+                        kn_vf_storeu(yr + 2 * iw + KN_VL, kn_vf_add(kn_vf_perm2(e, ihi, o), vb));
+                    }
+                }
+#endif
+                for (; iw < IW; iw++)
+                    for (int64_t b = 0; b < kw; b++) yr[iw * kw + b] = r0[b * s->in_plane + iw] + bm;
+            }
+        }
+    }
+}
+
+typedef struct ct_weight_pack {
+    const float *w;
+    int64_t G, Cg, rows;
+    bool swap;
+} ct_weight_pack;
+
+/* W_g^T (rows x Cg, W_g read transposed) packed as the GEMM's A, or as B for the transposed GEMM */
+static void ct_make_packed_weights(const void *ctx, void *dst) {
+    const ct_weight_pack *p = ctx;
+    const size_t per = p->swap ? kn_sgemm_packed_b_floats(p->rows, p->Cg) : kn_sgemm_packed_a_floats(p->rows, p->Cg);
+    for (int64_t g = 0; g < p->G; g++) {
+        const float *a = p->w + g * p->Cg * p->rows;
+        if (p->swap) kn_sgemm_pack_b_full(a, p->rows, false, p->rows, p->Cg, (float *)dst + g * per);
+        else kn_sgemm_pack_a(a, p->rows, true, p->rows, p->Cg, (float *)dst + g * per);
+    }
+}
+
 static kiln_status conv_transpose_f32(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w,
-                                      const float *bias, float *y) {
+                                      const float *bias, float *y, bool w_is_input) {
     int64_t ny = s->N * s->M * s->out_plane;
-    if (bias) fill_bias(y, bias, s->N, s->M, s->out_plane);
-    else memset(y, 0, sizeof(float) * (size_t)ny);
+    const bool tiles = conv_transpose_tiles(s) && s->in_plane > 0 && s->Cg > 0;
+    if (tiles) {
+        /* every output written once by ct_tiles_range */
+    } else if (bias) {
+        fill_bias(y, bias, s->N, s->M, s->out_plane);
+    } else {
+        memset(y, 0, sizeof(float) * (size_t)ny);
+    }
     if (ny == 0 || s->in_plane == 0 || s->Cg == 0) return KILN_OK;
     int64_t rows = s->Mg * s->kk; /* col rows per group */
     /* kH*kW times the output's channels over the input's plane: bounded (kn_ctx_scratch) */
@@ -2298,6 +2379,19 @@ static kiln_status conv_transpose_f32(kn_kernel_ctx *c, const conv_shape *s, con
                                (long long)(s->G * rows), (long long)s->in_plane);
     }
     const float **bp = ap + s->G;
+    /* constant weights: W_g^T packed once per session (the GEMM would pack them on every call; 9%
+     * of a 2x2 s2 256->128 20x20 at 1 thread); not where the GEMM reads A in place */
+    const float **apk = NULL;
+    if (w_is_input && rows > 1 && s->in_plane > 1) {
+        const bool swap = kn_sgemm_swaps(rows, s->in_plane, s->Cg);
+        ct_weight_pack wp = {w, s->G, s->Cg, rows, swap};
+        kn_const_layout lay = {swap ? 15 : 14, {s->G, s->Cg, rows, 0}};
+        const size_t per = swap ? kn_sgemm_packed_b_floats(rows, s->Cg) : kn_sgemm_packed_a_floats(rows, s->Cg);
+        const float *packed =
+            kn_cpu_const_derived(c, 1, &lay, sizeof(float) * per * (size_t)s->G, ct_make_packed_weights, &wp);
+        if (packed && (apk = malloc(sizeof(float *) * (size_t)s->G)) != NULL)
+            for (int64_t g = 0; g < s->G; g++) apk[g] = packed + g * per;
+    }
     kiln_status st = KILN_OK;
     for (int64_t n = 0; n < s->N && st == KILN_OK; n++) {
         for (int64_t g = 0; g < s->G; g++) {
@@ -2308,17 +2402,27 @@ static kiln_status conv_transpose_f32(kn_kernel_ctx *c, const conv_shape *s, con
         kn_sgemm_batch gb = {.count = s->G, .M = rows, .N = s->in_plane, .K = s->Cg, .trans_a = true,
                              .alpha = 1.0f, .beta = 0.0f, .a = ap, .lda = rows, .b = bp, .ldb = s->in_plane,
                              .c = cp, .ldc = s->in_plane};
+        if (apk) {
+            if (kn_sgemm_swaps(rows, s->in_plane, s->Cg)) gb.at_packed = apk;
+            else gb.a_packed = apk;
+        }
         st = kn_sgemm_run(c->pool, &gb);
         if (st) {
             st = kn_kernel_error(c, st, "out of memory in the GEMM");
             break;
         }
-        kn_linalg_col2im(c->pool, col, s->M, s->nsp, s->w.out, s->w.in, s->w.kernel, s->w.stride, s->w.dilation,
-                         s->w.pad_begin, y + n * s->M * s->out_plane);
+        if (tiles) {
+            ct_tiles_job tj = {s, col, bias, y + n * s->M * s->out_plane};
+            kn_parallel_for(c->pool, s->M, max64(1, 16384 / (s->out_plane + 1)), ct_tiles_range, &tj);
+        } else {
+            kn_linalg_col2im(c->pool, col, s->M, s->nsp, s->w.out, s->w.in, s->w.kernel, s->w.stride, s->w.dilation,
+                             s->w.pad_begin, y + n * s->M * s->out_plane);
+        }
     }
     kn_ctx_scratch_free(c, col, col_bytes);
     free(ap);
     free(cp);
+    free(apk);
     return st;
 }
 
@@ -2340,7 +2444,8 @@ kiln_status kn_cpu_conv_transpose(kn_kernel_ctx *c) {
     float *y = Y->dtype == KILN_DTYPE_FLOAT ? Y->data : malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1));
     kiln_status st;
     if (!x || !w || (B && !b) || !y) st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    else if ((st = conv_transpose_f32(c, &s, x, w, b, y)) == KILN_OK && y != Y->data) kn_linalg_f32_out(y, Y, ny);
+    else if ((st = conv_transpose_f32(c, &s, x, w, b, y, w == W->data)) == KILN_OK && y != Y->data)
+        kn_linalg_f32_out(y, Y, ny);
     if (ox) free((void *)x);
     if (ow) free((void *)w);
     if (ob) free((void *)b);
