@@ -796,6 +796,7 @@ KN_TEST(cpu_matmul_float16_against_reference) {
     check_matmul_f16(2, 5, 33, 17, 1);
     check_matmul_f16(1, 1, 100, 7, 1);
     check_matmul_f16(3, 9, 31, 40, 0);
+    check_matmul_f16(2, 40, 96, 70, 1); /* 80 rows: the constant's float copy packed once (layout 16) */
 }
 
 /* ------------------------------------------------------------------ Exp, Tanh, Erf, Gelu */
