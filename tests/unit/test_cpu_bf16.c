@@ -262,8 +262,9 @@ KN_TEST(bf16_precision_decision) {
 KN_TEST(bf16_node_list) {
     static const char *const yes[][2] = {{"", "MatMul"},        {"", "Gemm"},         {"", "Conv"},
                                          {"kiln", "FusedMatMul"}, {"kiln", "FusedConv"}, {"kiln", "FusedGemm"},
-                                         {"com.microsoft", "FusedMatMul"}};
-    static const char *const no[][2] = {{"", "Relu"}, {"", "MatMulInteger"}, {"kiln", "Attention"}, {"x", "MatMul"}};
+                                         {"com.microsoft", "FusedMatMul"}, {"kiln", "Attention"}};
+    static const char *const no[][2] = {{"", "Relu"}, {"", "MatMulInteger"}, {"com.microsoft", "Attention"},
+                                        {"", "Attention"}, {"x", "MatMul"}};
     for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
         kn_node n = {.domain = yes[i][0], .op_type = yes[i][1]};
         CHECK_MSG(kn_bgemm_node(&n), "%s:%s", yes[i][0], yes[i][1]);

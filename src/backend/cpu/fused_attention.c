@@ -7,6 +7,7 @@
 
 #include "backend/cpu/nn_internal.h"
 #include "backend/cpu/sgemm.h"
+#include "backend/cpu/sgemm_bf16.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -38,6 +39,7 @@ typedef struct attn_job {
     int64_t y_bstride[KILN_MAX_RANK];
     int64_t rows_per_block;
     int64_t blocks;                /* row blocks per batch entry */
+    void *bf16_state;              /* precision=bf16: the mark for the pool's threads (sgemm_bf16.h) */
     kiln_status status;
 } attn_job;
 
@@ -113,6 +115,8 @@ static void attn_range(void *arg, int64_t t0, int64_t t1) {
         j->status = KILN_ERR_OUT_OF_MEMORY;
         return;
     }
+    kn_bgemm_scope scope;
+    if (j->bf16_state) kn_bgemm_enter(j->bf16_state, &scope);
     for (int64_t t = t0; t < t1; t++) {
         int64_t b = t / j->blocks, blk = t % j->blocks;
         int64_t i0 = blk * j->rows_per_block, rows = j->sq - i0 < j->rows_per_block ? j->sq - i0 : j->rows_per_block;
@@ -136,6 +140,7 @@ static void attn_range(void *arg, int64_t t0, int64_t t1) {
             break;
         }
     }
+    if (j->bf16_state) kn_bgemm_leave(&scope);
     free(s);
 }
 
@@ -338,6 +343,7 @@ static kiln_status fused_attention_dense(kn_kernel_ctx *c, const kn_attn_view *c
         j.rows_per_block = (j.rows_per_block + 1) / 2;
     j.blocks = (j.sq + j.rows_per_block - 1) / j.rows_per_block;
     j.status = KILN_OK;
+    j.bf16_state = kn_bgemm_state();
     kn_parallel_for(c->pool, j.batch * j.blocks, 1, attn_range, &j);
     if (j.status != KILN_OK) return kn_kernel_error(c, j.status, "out of memory for the attention scores");
     return KILN_OK;

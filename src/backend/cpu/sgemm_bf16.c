@@ -182,11 +182,14 @@ kiln_status kn_cpu_precision_check(int precision, bool has_bf16) {
 
 bool kn_bgemm_node(const kn_node *n) {
     static const char *const onnx[] = {"MatMul", "Gemm", "Conv", "ConvTranspose", NULL};
-    static const char *const fused[] = {"FusedMatMul", "FusedGemm", "FusedConv", NULL};
+    static const char *const ms[] = {"FusedMatMul", "FusedGemm", "FusedConv", NULL};
+    /* kiln.Attention: its two products per block of query rows (fused_attention.c) */
+    static const char *const kiln[] = {"FusedMatMul", "FusedGemm", "FusedConv", "Attention", NULL};
     if (!n || !n->op_type) return false;
-    const char *const *list = !n->domain || !*n->domain ? onnx
-                              : !strcmp(n->domain, "kiln") || !strcmp(n->domain, "com.microsoft") ? fused
-                                                                                                   : NULL;
+    const char *const *list = !n->domain || !*n->domain          ? onnx
+                              : !strcmp(n->domain, "kiln")          ? kiln
+                              : !strcmp(n->domain, "com.microsoft") ? ms
+                                                                    : NULL;
     for (int i = 0; list && list[i]; i++)
         if (!strcmp(n->op_type, list[i])) return true;
     return false;
@@ -210,6 +213,7 @@ void kn_bgemm_leave(const kn_bgemm_scope *save) {
 }
 
 bool kn_bgemm_active(void) { return tl_on; }
+void *kn_bgemm_state(void) { return tl_on ? tl_state : NULL; }
 
 bool kn_bgemm_takes(const kn_sgemm_batch *p) {
     if (!kn_bf16_cpu_supported() || p->count <= 0 || p->M < 4 || p->N < 8 || p->K < 8) return false;

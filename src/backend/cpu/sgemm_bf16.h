@@ -1,7 +1,7 @@
 /* bf16 matrix products for the CPU provider's `precision=bf16` option.
  *
- * What runs in bf16: the products of MatMul, Gemm, Conv/ConvTranspose and the fused linear ops
- * (kn_bgemm_node). Their operands are rounded to bf16 (round to nearest even) and multiplied
+ * What runs in bf16: the products of MatMul, Gemm, Conv/ConvTranspose, the fused linear ops and
+ * kiln.Attention's two (kn_bgemm_node). Their operands are rounded to bf16 (round to nearest even) and multiplied
  * with AMX's TDPBF16PS tiles where the CPU has them, else AVX512_BF16's vdpbf16ps; both accumulate
  * pairs of products in fp32. alpha, beta, the bias, the epilogue and every other operator stay fp32. Constant weights are rounded and packed
  * once per session (kept in the CPU backend's state beside the fp32 packed copies), activations
@@ -53,6 +53,9 @@ void kn_bgemm_enter(void *state, kn_bgemm_scope *save);
 void kn_bgemm_leave(const kn_bgemm_scope *save);
 /* Whether the calling thread is marked. */
 bool kn_bgemm_active(void);
+/* The state the calling thread is marked with, or NULL: a kernel whose products run on its pool's
+ * threads (kiln.Attention) marks those with it (kn_bgemm_enter/leave around their work). */
+void *kn_bgemm_state(void);
 
 /* Whether kn_bgemm_run computes this batch in bf16 (else the caller runs it in fp32). */
 bool kn_bgemm_takes(const kn_sgemm_batch *p);
