@@ -21,9 +21,9 @@
 #include "backend/cpu/const_cache.h"
 #include "backend/cpu/sgemm_bf16.h"
 #include "ir/tensor.h"
+#include "util/thread_buffer.h"
 #include "util/threadpool.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,41 +125,8 @@ static void make_weights(const void *ctx, void *dst) {
 
 /* ---------------------------------------------------------------- the input */
 
-/* The calling thread's buffer for the packed input, kept between calls (mapping and faulting a
- * fresh one every call costs as much as a small convolution), freed when the thread exits. */
-typedef struct tbuf {
-    size_t cap;
-    void *data;
-} tbuf;
-static pthread_key_t buf_key;
-static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
-static int buf_ok;
-static void buf_free(void *p) {
-    tbuf *t = p;
-    free(t->data);
-    free(t);
-}
-static void buf_init(void) { buf_ok = pthread_key_create(&buf_key, buf_free) == 0; }
-static void *thread_buffer(size_t bytes) {
-    pthread_once(&buf_once, buf_init);
-    if (!buf_ok) return NULL;
-    tbuf *t = pthread_getspecific(buf_key);
-    if (!t) {
-        if (!(t = calloc(1, sizeof *t))) return NULL;
-        if (pthread_setspecific(buf_key, t) != 0) {
-            free(t);
-            return NULL;
-        }
-    }
-    if (t->cap < bytes) {
-        void *d = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        if (!d) return NULL;
-        free(t->data);
-        t->data = d;
-        t->cap = bytes;
-    }
-    return t->data;
-}
+/* the calling thread's buffer for the packed input */
+static kn_thread_buffer input_buffer = KN_THREAD_BUFFER_INIT;
 
 typedef struct in_job {
     const kn_amx_conv_shape *s;
@@ -324,7 +291,7 @@ kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s, const floa
         make_weights(&wc, own);
         wa = own;
     }
-    uint32_t *xv = thread_buffer(sizeof(uint32_t) * (size_t)(s->N * g.cq * g.nx));
+    uint32_t *xv = kn_thread_buffer_get(&input_buffer, sizeof(uint32_t) * (size_t)(s->N * g.cq * g.nx));
     if (!xv) {
         free(own);
         return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");

@@ -17,6 +17,7 @@
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/sgemm_bf16.h"
 #include "backend/cpu/vec_math.h"
+#include "util/thread_buffer.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -114,44 +115,9 @@ static float *workspace(void) {
     return w;
 }
 
-/* The calling thread's buffer for C^T of a transposed tile, at least `floats` long (grown as
- * needed, freed when the thread exits). */
-typedef struct tbuf {
-    size_t cap;
-    float *data;
-} tbuf;
-
-static pthread_key_t tb_key;
-static pthread_once_t tb_once = PTHREAD_ONCE_INIT;
-static int tb_key_ok;
-
-static void tb_free(void *p) {
-    tbuf *t = p;
-    free(t->data);
-    free(t);
-}
-static void tb_init(void) { tb_key_ok = pthread_key_create(&tb_key, tb_free) == 0; }
-
-static float *tile_buffer(size_t floats) {
-    pthread_once(&tb_once, tb_init);
-    if (!tb_key_ok) return NULL;
-    tbuf *t = pthread_getspecific(tb_key);
-    if (!t) {
-        if (!(t = calloc(1, sizeof *t))) return NULL;
-        if (pthread_setspecific(tb_key, t) != 0) {
-            free(t);
-            return NULL;
-        }
-    }
-    if (t->cap < floats) {
-        float *d = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
-        if (!d) return NULL;
-        free(t->data);
-        t->data = d;
-        t->cap = floats;
-    }
-    return t->data;
-}
+/* The calling thread's buffer for C^T of a transposed tile, at least `floats` long. */
+static kn_thread_buffer tile_buffers = KN_THREAD_BUFFER_INIT;
+static float *tile_buffer(size_t floats) { return kn_thread_buffer_get(&tile_buffers, floats * sizeof(float)); }
 
 /* ---------------------------------------------------------------- micro-kernels */
 

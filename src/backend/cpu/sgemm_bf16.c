@@ -29,6 +29,7 @@
 #include "backend/cpu/const_cache.h"
 #include "backend/cpu/isa.h"
 #include "util/status.h"
+#include "util/thread_buffer.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -704,48 +705,10 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
 
 /* ---------------------------------------------------------------- buffers */
 
-/* A thread's growable 64-byte aligned buffer, freed when the thread exits. */
-typedef struct tbuf {
-    size_t cap;
-    void *data;
-} tbuf;
-
-static pthread_key_t buf_key[3];
-static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
-static int buf_ok;
-
-static void buf_free(void *p) {
-    tbuf *t = p;
-    free(t->data);
-    free(t);
-}
-static void buf_init(void) {
-    buf_ok = pthread_key_create(&buf_key[0], buf_free) == 0 && pthread_key_create(&buf_key[1], buf_free) == 0 &&
-             pthread_key_create(&buf_key[2], buf_free) == 0;
-}
-
 /* which 0: a pool thread's block workspace; 1: the calling thread's whole-operand buffer; 2: a pool
  * thread's C^T of a transposed tile, or on AMX its bias rows */
-static void *thread_buffer(int which, size_t bytes) {
-    pthread_once(&buf_once, buf_init);
-    if (!buf_ok) return NULL;
-    tbuf *t = pthread_getspecific(buf_key[which]);
-    if (!t) {
-        if (!(t = calloc(1, sizeof *t))) return NULL;
-        if (pthread_setspecific(buf_key[which], t) != 0) {
-            free(t);
-            return NULL;
-        }
-    }
-    if (t->cap < bytes) {
-        void *d = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        if (!d) return NULL;
-        free(t->data);
-        t->data = d;
-        t->cap = bytes;
-    }
-    return t->data;
-}
+static kn_thread_buffer buffers[3] = {KN_THREAD_BUFFER_INIT, KN_THREAD_BUFFER_INIT, KN_THREAD_BUFFER_INIT};
+static void *thread_buffer(int which, size_t bytes) { return kn_thread_buffer_get(&buffers[which], bytes); }
 
 #define WS_B_BYTES ((size_t)BKC * BNC * 2)
 #define WS_F_BYTES ((size_t)BKC * CB_NC * 4)
