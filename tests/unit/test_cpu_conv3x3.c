@@ -104,7 +104,13 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         {1, 16, 20, 20, 16, 1, 2, 1, {2, 2, 2, 2}, true, false, false},   /* d2: Winograd on 4 phases of 10x10 */
         {2, 24, 21, 23, 32, 1, 2, 1, {2, 1, 2, 3}, true, false, true},    /* d2, asymmetric pads */
         {1, 16, 12, 40, 64, 1, 3, 1, {3, 3, 3, 3}, true, false, false},   /* d3: 9 phases of 4x14 */
-        {1, 32, 12, 12, 32, 1, 1, 2, {1, 1, 1, 1}, true, false, false},   /* groups: GEMM */
+        {1, 32, 12, 12, 32, 1, 1, 2, {1, 1, 1, 1}, true, false, false},   /* groups of 16: rk_conv, span 16 */
+        /* grouped, output pixels in the lanes (rk_conv): a block of output channels spanning groups */
+        {1, 64, 18, 21, 64, 1, 1, 16, {1, 1, 1, 1}, true, false, true},   /* 4 a group: ResNeXt's g32 shape */
+        {2, 32, 17, 33, 32, 2, 1, 8, {1, 0, 1, 1}, false, false, false},  /* stride 2, batch 2 */
+        {1, 16, 20, 19, 32, 1, 1, 8, {1, 1, 1, 1}, true, true, false},    /* 2 in, 4 out a group, W input */
+        {1, 48, 16, 24, 48, 1, 1, 4, {1, 1, 1, 1}, true, false, false},   /* 12 a group: GEMM */
+        {1, 24, 16, 20, 48, 1, 1, 3, {0, 0, 0, 0}, true, false, false},   /* 8 in, 16 out a group */
         {2, 128, 14, 14, 96, 1, 1, 1, {1, 1, 1, 1}, true, false, true},   /* deeper channels */
         {1, 64, 14, 14, 64, 1, 1, 1, {1, 1, 1, 1}, true, false, true},    /* 16 tiles: transposed GEMM */
         {32, 16, 14, 14, 16, 1, 1, 1, {1, 1, 1, 1}, true, false, true},  /* 128 tile rows gathered: L2-sized chunks */
