@@ -223,6 +223,55 @@ static kiln_status run_kernel(kn_node *n, kn_tensor **in, int nin, kn_tensor **o
     return k->run(&c);
 }
 
+/* Constant Pad that only grows (every output row written once: pad_const_rows) against the
+ * definition, for 1-, 2-, 4- and 8-byte elements, zero and nonzero values, pads of 0-3 on every
+ * axis; the output starts as garbage (the kernel is marked as writing every element), and one
+ * case crops (a negative pad: the fill-then-copy path). */
+KN_TEST(tensor_pad_constant_writes_every_element) {
+    tg t;
+    tg_open(&t);
+    int x = tg_value(&t, "x", 0, -1, NULL), p = tg_value(&t, "p", 0, -1, NULL), v = tg_value(&t, "v", 0, -1, NULL),
+        y = tg_value(&t, "y", 0, -1, NULL);
+    int np = tg_node(&t, "Pad", 18, (int[]){x, p, v}, 3, &y, 1, NULL, 0);
+    static const kiln_dtype dts[] = {KILN_DTYPE_FLOAT, KILN_DTYPE_INT8, KILN_DTYPE_FLOAT16, KILN_DTYPE_INT64,
+                                     KILN_DTYPE_DOUBLE, KILN_DTYPE_FLOAT};
+    static const int64_t pads[6][6] = {{1, 0, 2, 0, 2, 1}, {0, 3, 1, 2, 0, 0}, {2, 1, 0, 1, 1, 3},
+                                       {0, 0, 0, 0, 0, 5}, {1, 1, 1, 1, 1, 1}, {1, -1, 2, 0, 2, -2}};
+    const int64_t xd[3] = {2, 3, 21};
+    for (int ci = 0; ci < 6; ci++) {
+        const kiln_dtype dt = dts[ci];
+        const size_t es = kiln_dtype_size(dt);
+        int64_t yd[3], d3 = 3, d6 = 6, d1 = 1;
+        for (int k = 0; k < 3; k++) yd[k] = xd[k] + pads[ci][k] + pads[ci][k + 3];
+        kn_tensor *in[3], *out;
+        kn_tensor_new(dt, 3, xd, &in[0]);
+        kn_tensor_new(KILN_DTYPE_INT64, 1, &d6, &in[1]);
+        kn_tensor_new(dt, 1, &d1, &in[2]);
+        kn_tensor_new(dt, 3, yd, &out);
+        (void)d3;
+        unsigned char *xb = in[0]->data, *vb = in[2]->data, *yb = out->data;
+        for (int64_t i = 0; i < 2 * 3 * 21 * (int64_t)es; i++) xb[i] = (unsigned char)(i * 7 + 1);
+        memcpy(in[1]->data, pads[ci], sizeof pads[ci]);
+        for (size_t i = 0; i < es; i++) vb[i] = ci % 2 ? (unsigned char)(0x11 * (i + 1)) : 0;
+        memset(yb, 0xAB, (size_t)(yd[0] * yd[1] * yd[2]) * es);
+        CHECK_STATUS(run_kernel(&t.g->nodes[np], in, 3, &out, 1), KILN_OK);
+        int64_t bad = 0;
+        for (int64_t a = 0; a < yd[0]; a++)
+            for (int64_t b = 0; b < yd[1]; b++)
+                for (int64_t c = 0; c < yd[2]; c++) {
+                    const int64_t i = a - pads[ci][0], j = b - pads[ci][1], k = c - pads[ci][2];
+                    const bool inside = i >= 0 && i < xd[0] && j >= 0 && j < xd[1] && k >= 0 && k < xd[2];
+                    const unsigned char *want = inside ? xb + ((i * xd[1] + j) * xd[2] + k) * (int64_t)es : vb;
+                    bad += memcmp(yb + ((a * yd[1] + b) * yd[2] + c) * (int64_t)es, want, es) != 0;
+                }
+        CHECK_MSG(bad == 0, "Pad case %d (%s): %lld of %lld elements wrong", ci, kiln_dtype_name(dt), (long long)bad,
+                  (long long)(yd[0] * yd[1] * yd[2]));
+        for (int k = 0; k < 3; k++) kn_tensor_free(in[k]);
+        kn_tensor_free(out);
+    }
+    kn_model_free(t.m);
+}
+
 KN_TEST(tensor_transpose_matches_naive) {
     tg t;
     tg_open(&t);

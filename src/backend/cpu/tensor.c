@@ -170,7 +170,8 @@ const kn_cpu_kernel kn_cpu_tensor[] = {
     {"", "TensorScatter", kn_cpu_tensor_scatter, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
     {"", "Expand", kn_cpu_expand, NULL, KN_KERNEL_OVERWRITES},
     {"", "Tile", kn_cpu_tile, NULL, KN_KERNEL_OVERWRITES},
-    {"", "Pad", kn_cpu_pad, NULL, 0, KN_PARAMS(kn_pad_prepare, kn_pad_prm)},
+    /* every path writes every output element (the pad value, the input, or edge/reflect/wrap copies) */
+    {"", "Pad", kn_cpu_pad, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_pad_prepare, kn_pad_prm)},
     {"", "CenterCropPad", kn_cpu_center_crop_pad, NULL},
     {"", "DepthToSpace", kn_cpu_depth_to_space, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
     {"", "SpaceToDepth", kn_cpu_space_to_depth, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},

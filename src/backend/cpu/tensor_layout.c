@@ -651,6 +651,80 @@ static void pad_rows(void *arg, int64_t b, int64_t e) {
     }
 }
 
+/* Constant mode without cropping (every pad >= 0): each output row written once, as the pad value
+ * or as the value around one input row (was: the whole output filled, then the input copied in:
+ * Pad 1x64x56x56 +1, 1 thread, perf: memset 46%, memcpy 35%). Items: rows of the last axis. */
+typedef struct pad_const_job {
+    const kn_tensor *x;
+    kn_tensor *y;
+    const int64_t *begin;
+    int64_t xs[KILN_MAX_RANK];
+    const void *value;
+    bool zero;
+} pad_const_job;
+
+static void pad_fill(char *d, int64_t n, size_t es, const void *v, bool zero) {
+    if (n <= 0) return;
+    if (zero && (size_t)n * es > 64) { /* short runs (a row's 1-3 edge values) stay inline */
+        memset(d, 0, (size_t)n * es);
+        return;
+    }
+    switch (es) {
+    case 1: memset(d, *(const unsigned char *)v, (size_t)n); break;
+    case 2: {
+        uint16_t t;
+        memcpy(&t, v, 2);
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)d)[i] = t;
+        break;
+    }
+    case 4: {
+        uint32_t t;
+        memcpy(&t, v, 4);
+        for (int64_t i = 0; i < n; i++) ((uint32_t *)d)[i] = t;
+        break;
+    }
+    case 8: {
+        uint64_t t;
+        memcpy(&t, v, 8);
+        for (int64_t i = 0; i < n; i++) ((uint64_t *)d)[i] = t;
+        break;
+    }
+    default:
+        for (int64_t i = 0; i < n; i++) memcpy(d + (size_t)i * es, v, es);
+        break;
+    }
+}
+
+static void pad_const_rows(void *arg, int64_t b, int64_t e) {
+    const pad_const_job *j = arg;
+    const kn_tensor *x = j->x;
+    kn_tensor *y = j->y;
+    const int r = y->rank;
+    const int64_t W = y->dims[r - 1], XW = x->dims[r - 1], b0 = j->begin[r - 1];
+    const size_t es = kiln_dtype_size(y->dtype);
+    /* the row's coordinates over the outer axes, stepped like an odometer (no division a row) */
+    int64_t o[KILN_MAX_RANK];
+    for (int64_t rem = b, k = r - 2; k >= 0; k--) o[k] = rem % y->dims[k], rem /= y->dims[k];
+    for (int64_t row = b; row < e; row++) {
+        int64_t soff = 0;
+        bool inside = true;
+        for (int k = 0; k < r - 1 && inside; k++) {
+            const int64_t i = o[k] - j->begin[k];
+            inside = i >= 0 && i < x->dims[k];
+            soff += i * j->xs[k];
+        }
+        char *d = (char *)y->data + (size_t)(row * W) * es;
+        if (!inside) {
+            pad_fill(d, W, es, j->value, j->zero);
+        } else {
+            pad_fill(d, b0, es, j->value, j->zero);
+            memcpy(d + (size_t)b0 * es, (const char *)x->data + (size_t)soff * es, (size_t)XW * es);
+            pad_fill(d + (size_t)(b0 + XW) * es, W - b0 - XW, es, j->value, j->zero);
+        }
+        for (int k = r - 2; k >= 0 && ++o[k] == y->dims[k]; k--) o[k] = 0;
+    }
+}
+
 kiln_status kn_cpu_pad(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y;
@@ -694,6 +768,19 @@ kiln_status kn_cpu_pad(kn_kernel_ctx *c) {
     } else if (c->node->opset < 11 && y->dtype != KILN_DTYPE_STRING) {
         kn_tensor tmp = {.kind = KN_VALUE_TENSOR, .dtype = y->dtype, .data = &v};
         kn_tensor_set_f64(&tmp, 0, prm->value);
+    }
+    bool grows = y->dtype != KILN_DTYPE_STRING && kn_tensor_count(x) > 0;
+    for (int k = 0; k < r && grows; k++) grows = b[k] >= 0 && e[k] >= 0 && y->dims[k] == x->dims[k] + b[k] + e[k];
+    if (grows) {
+        pad_const_job j = {.x = x, .y = y, .begin = b, .value = &v};
+        const size_t es = kiln_dtype_size(y->dtype);
+        static const char zeros[16];
+        j.zero = es <= sizeof zeros && !memcmp(&v, zeros, es);
+        kn_cpu_strides(x->dims, r, j.xs);
+        const int64_t rows = kn_tensor_count(y) / y->dims[r - 1];
+        const int64_t grain = 16384 / (y->dims[r - 1] * (int64_t)es / 4 + 1) + 1;
+        kn_parallel_for(c->pool, rows, grain, pad_const_rows, &j);
+        return KILN_OK;
     }
     if (!kn_cpu_fill_elems(y, 0, kn_tensor_count(y), &v)) return KN_OOM();
     kn_strided s;
