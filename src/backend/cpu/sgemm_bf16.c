@@ -531,6 +531,10 @@ static void ukr_any(int mr, int64_t kq, const uint32_t *a, int64_t as, const uin
     }
 }
 
+/* GCC's tile intrinsics are asm statements that do not tell the compiler which memory they read
+ * or write: a compiler barrier orders them with the plain loads and stores around them. */
+#define AMX_FENCE() __asm__ volatile("" ::: "memory")
+
 #if defined(KN_AMX_X86)
 /* Every tile 16 rows of 64 bytes: C (0-3, fp32 16 x 16), A (4, 5), B (6, 7). The configuration is
  * the thread's (part of its saved state): set before a thread's run of tiles, released after. */
@@ -539,10 +543,6 @@ typedef struct __attribute__((aligned(64))) amx_cfg {
     uint16_t colsb[16];
     uint8_t rows[16];
 } amx_cfg;
-
-/* GCC's tile intrinsics are asm statements that do not tell the compiler which memory they read
- * or write: a compiler barrier orders them with the plain loads and stores around them. */
-#define AMX_FENCE() __asm__ volatile("" ::: "memory")
 
 static void amx_begin(void) {
     amx_cfg cfg;
@@ -743,9 +743,11 @@ static void pack_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-/* bb[16 r + i] = bias[r] for r < rows (the tiles' bias rows, amx_tiles' rbb) */
+/* bb[16 r + i] = bias[r] for r < rows (the tiles' bias rows, amx_tiles' rbb; plain C: this is
+ * outside the file's AVX-512 region, which a build for the baseline level does not have) */
 static void broadcast_rows(const float *bias, int64_t rows, float *bb) {
-    for (int64_t r = 0; r < rows; r++) _mm512_store_ps(bb + 16 * r, _mm512_set1_ps(bias[r]));
+    for (int64_t r = 0; r < rows; r++)
+        for (int i = 0; i < 16; i++) bb[16 * r + i] = bias[r];
     AMX_FENCE();
 }
 
