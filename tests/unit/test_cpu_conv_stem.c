@@ -166,6 +166,8 @@ KN_TEST(cpu_conv_transpose_stride2_matches_definition) {
         /* kernel = stride, no pads: the column buffer written straight into the output (ct_tiles_range),
          * the packed weights several panels deep */
         {40, 24, 10, 20, 2, 2, 0, 0, false}, {33, 17, 3, 53, 2, 2, 0, 0, true},
+        /* a 3.3 MB column buffer: the GEMM and col2im in chunks of input rows (L2-sized) */
+        {8, 32, 40, 41, 4, 4, 1, 1, true},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const ct_case *t = &cases[ci];

@@ -2403,8 +2403,9 @@ static kiln_status conv_transpose_f32(kn_kernel_ctx *c, const conv_shape *s, con
     /* constant weights: W_g^T packed once per session (the GEMM would pack them on every call; 9%
      * of a 2x2 s2 256->128 20x20 at 1 thread); not where the GEMM reads A in place */
     const float **apk = NULL;
+    bool apk_swap = false;
     if (w_is_input && rows > 1 && s->in_plane > 1) {
-        const bool swap = kn_sgemm_swaps(rows, s->in_plane, s->Cg);
+        const bool swap = apk_swap = kn_sgemm_swaps(rows, s->in_plane, s->Cg);
         ct_weight_pack wp = {w, s->G, s->Cg, rows, swap};
         kn_const_layout lay = {swap ? 15 : 14, {s->G, s->Cg, rows, 0}};
         const size_t per = swap ? kn_sgemm_packed_b_floats(rows, s->Cg) : kn_sgemm_packed_a_floats(rows, s->Cg);
@@ -2413,31 +2414,61 @@ static kiln_status conv_transpose_f32(kn_kernel_ctx *c, const conv_shape *s, con
         if (packed && (apk = malloc(sizeof(float *) * (size_t)s->G)) != NULL)
             for (int64_t g = 0; g < s->G; g++) apk[g] = packed + g * per;
     }
+    /* 2-D with overlapping taps: the input's rows in chunks whose column buffer fits in half the L2,
+     * the GEMM then col2im per chunk (col2im's rows shifted by the chunk's first row: its pad), so the
+     * column buffer goes from the GEMM to col2im through L2, not L3 (4x4 s2 64->32 28x28: 1.6 MB) */
+    const int64_t IH = s->nsp == 2 ? s->w.in[0] : 1, IW = s->nsp == 2 ? s->w.in[1] : s->in_plane;
+    int64_t crows = IH;
+    if (!tiles && s->nsp == 2) {
+        const int64_t per_row = s->G * rows * IW * (int64_t)sizeof(float);
+        const int64_t fit = max64(1, kn_conv_l2_bytes() / 2 / (per_row > 0 ? per_row : 1));
+        if (fit < IH) {
+            /* of [fit/2, fit] rows, the count whose columns fill the GEMM's 32-wide panels best and
+             * keep the product's orientation (a transposed product would not read the packed weights) */
+            double best = 0;
+            for (int64_t r = (fit + 1) / 2; r <= fit; r++) {
+                const int64_t n = r * IW;
+                if (apk && kn_sgemm_swaps(rows, n, s->Cg) != apk_swap) continue;
+                const double f = (double)n / (double)((n + 31) / 32 * 32);
+                if (f >= best) best = f, crows = r;
+            }
+        }
+    }
     kiln_status st = KILN_OK;
     for (int64_t n = 0; n < s->N && st == KILN_OK; n++) {
-        for (int64_t g = 0; g < s->G; g++) {
-            ap[g] = w + g * s->Cg * rows;
-            bp[g] = x + (n * s->C + g * s->Cg) * s->in_plane;
-            cp[g] = col + g * rows * s->in_plane;
-        }
-        kn_sgemm_batch gb = {.count = s->G, .M = rows, .N = s->in_plane, .K = s->Cg, .trans_a = true,
-                             .alpha = 1.0f, .beta = 0.0f, .a = ap, .lda = rows, .b = bp, .ldb = s->in_plane,
-                             .c = cp, .ldc = s->in_plane};
-        if (apk) {
-            if (kn_sgemm_swaps(rows, s->in_plane, s->Cg)) gb.at_packed = apk;
-            else gb.a_packed = apk;
-        }
-        st = kn_sgemm_run(c->pool, &gb);
-        if (st) {
-            st = kn_kernel_error(c, st, "out of memory in the GEMM");
-            break;
-        }
-        if (tiles) {
-            ct_tiles_job tj = {s, col, bias, y + n * s->M * s->out_plane};
-            kn_parallel_for(c->pool, s->M, max64(1, 16384 / (s->out_plane + 1)), ct_tiles_range, &tj);
-        } else {
-            kn_linalg_col2im(c->pool, col, s->M, s->nsp, s->w.out, s->w.in, s->w.kernel, s->w.stride, s->w.dilation,
-                             s->w.pad_begin, y + n * s->M * s->out_plane);
+        for (int64_t r0 = 0; r0 < IH && st == KILN_OK; r0 += crows) {
+            const int64_t nr = min64(crows, IH - r0), cn = nr * IW;
+            for (int64_t g = 0; g < s->G; g++) {
+                ap[g] = w + g * s->Cg * rows;
+                bp[g] = x + (n * s->C + g * s->Cg) * s->in_plane + r0 * IW;
+                cp[g] = col + g * rows * cn;
+            }
+            kn_sgemm_batch gb = {.count = s->G, .M = rows, .N = cn, .K = s->Cg, .trans_a = true,
+                                 .alpha = 1.0f, .beta = 0.0f, .a = ap, .lda = rows, .b = bp, .ldb = s->in_plane,
+                                 .c = cp, .ldc = cn};
+            if (apk) { /* packed for the whole plane: used where the chunk's product runs the same way */
+                const bool swap_now = kn_sgemm_swaps(rows, cn, s->Cg);
+                if (swap_now == apk_swap) {
+                    if (swap_now) gb.at_packed = apk;
+                    else gb.a_packed = apk;
+                }
+            }
+            st = kn_sgemm_run(c->pool, &gb);
+            if (st) {
+                st = kn_kernel_error(c, st, "out of memory in the GEMM");
+                break;
+            }
+            if (tiles) {
+                ct_tiles_job tj = {s, col, bias, y + n * s->M * s->out_plane};
+                kn_parallel_for(c->pool, s->M, max64(1, 16384 / (s->out_plane + 1)), ct_tiles_range, &tj);
+            } else if (nr == IH) {
+                kn_linalg_col2im(c->pool, col, s->M, s->nsp, s->w.out, s->w.in, s->w.kernel, s->w.stride,
+                                 s->w.dilation, s->w.pad_begin, y + n * s->M * s->out_plane);
+            } else {
+                const int64_t grid[2] = {nr, IW}, pad[2] = {s->w.pad_begin[0] - r0 * s->w.stride[0], s->w.pad_begin[1]};
+                kn_linalg_col2im(c->pool, col, s->M, 2, s->w.out, grid, s->w.kernel, s->w.stride, s->w.dilation, pad,
+                                 y + n * s->M * s->out_plane);
+            }
         }
     }
     kn_ctx_scratch_free(c, col, col_bytes);

@@ -30,6 +30,18 @@
 
 #include "backend/cpu/isa_vec.h"
 
+/* The core's L2 in bytes (sysconf, which asks cpuid: once per process; 1 MB where unknown). */
+int64_t kn_conv_l2_bytes(void) {
+    static _Atomic int64_t kept;
+    int64_t v = atomic_load_explicit(&kept, memory_order_relaxed);
+    if (!v) {
+        const long l = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        v = l >= (64 << 10) && l <= (64 << 20) ? l : 1 << 20;
+        atomic_store_explicit(&kept, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 #if KN_VL
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -433,18 +445,6 @@ float *kn_conv_thread_buffer(size_t floats) { return thread_buffer_slot(0, float
 
 /* ------------------------------------------------------------------ driver */
 
-/* The core's L2 in bytes (sysconf, which asks cpuid: once per process; 1 MB where unknown). */
-static int64_t wino_l2_bytes(void) {
-    static _Atomic int64_t kept;
-    int64_t v = atomic_load_explicit(&kept, memory_order_relaxed);
-    if (!v) {
-        const long l = sysconf(_SC_LEVEL2_CACHE_SIZE);
-        v = l >= (64 << 10) && l <= (64 << 20) ? l : 1 << 20;
-        atomic_store_explicit(&kept, v, memory_order_relaxed);
-    }
-    return v;
-}
-
 /* Tile rows per chunk (V and O of a chunk: row_bytes a tile row of tw tiles; R rows in all).
  * Every chunk streams all 36 M C transformed weights U (u_bytes) through the products, and V and O
  * that do not fit in L2 go out to L3 and back (written by one pass, read by the next); the
@@ -462,7 +462,7 @@ static int64_t wino_chunk_rows(int64_t R, int64_t tw, int64_t row_bytes, int64_t
     const char *e = getenv("KILN_WINO_CHUNK_KB");
     if (e && atoll(e) > 0) return max64(1, min64(R, atoll(e) * 1024 / row_bytes));
     const int64_t big = max64(1, min64(R, ((int64_t)4 << 20) / row_bytes));
-    const int64_t fit = max64(1, min64(R, wino_l2_bytes() / 2 / row_bytes));
+    const int64_t fit = max64(1, min64(R, kn_conv_l2_bytes() / 2 / row_bytes));
     if (fit >= R) return R;
     int64_t best = 0;
     double fill = 0;

@@ -32,4 +32,7 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
  * caller's pool threads may use it until the call returns; one user at a time per thread. */
 float *kn_conv_thread_buffer(size_t floats);
 
+/* The core's L2 cache in bytes (1 MB where the system does not say), asked once per process. */
+int64_t kn_conv_l2_bytes(void);
+
 #endif
