@@ -1702,7 +1702,9 @@ static void rk_range(void *arg, int64_t begin, int64_t end) {
     const conv_shape *s = j->s;
     const win2 *v = &j->v;
     const int64_t OW = v->OW, plane = v->OH * OW, nvec = (OW + KN_VL - 1) / KN_VL;
-    const size_t bf = (size_t)(s->C * 3 * v->sw * j->wh);
+    /* a tile loads whole vectors: its masked-off lanes read up to 2 floats past the last row (OW
+     * 14: wh 16, the last tap reads column 17), so the buffer has a vector of slack */
+    const size_t bf = (size_t)(s->C * 3 * v->sw * j->wh) + KN_VL;
     float *own = NULL, *sp = kn_conv_thread_buffer(bf);
     if (!sp && !(sp = own = aligned_alloc(64, sizeof(float) * bf))) {
         __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
