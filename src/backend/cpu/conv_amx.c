@@ -87,15 +87,7 @@ bool kn_amx_conv_suits(const kn_amx_conv_shape *s) {
  * and stores around them */
 #define FENCE() __asm__ volatile("" ::: "memory")
 
-static inline __mmask16 m16(int64_t n) {
-    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
-}
-
-/* lane j = (bf16(lo[j]), bf16(hi[j])), lo in the low half (round to nearest even) */
-static inline __m512i pairs_of(__m512 lo, __m512 hi) {
-    __m256i l = (__m256i)_mm512_cvtneps_pbh(lo), h = (__m256i)_mm512_cvtneps_pbh(hi);
-    return _mm512_or_si512(_mm512_cvtepu16_epi32(l), _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
+#include "backend/cpu/bf16_pairs.h"
 
 /* ---------------------------------------------------------------- weights */
 
