@@ -5,6 +5,10 @@
  * (so a CPU fallback fails the test) and compared with the CPU backend. Skipped without a device. */
 #include "test_onemodel.h"
 
+#ifdef KILN_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,13 +207,17 @@ static void check_half_result(const kn_tensor *got, const double *want, int64_t 
 }
 
 /* kiln.Attention on CUDA in float16/bfloat16 (the CPU's kernel takes float32 only) against a
- * reference computed here in double from the same inputs, with the one-kernel form
- * (cu_flash_attention.cu) and the general one (KILN_CUDA_FLASH=0): head sizes 32, 64 and 128, query and
- * key counts that are not multiples of the kernel's blocks, a boolean mask with a fully masked row
- * (nan_to_zero), an additive mask broadcast over the heads, 3-D and 4-D. */
+ * reference computed here in double from the same inputs, in each of its three forms: kiln's one
+ * kernel (cu_flash_attention.cu, KILN_CUDA_FLASH=1), the general one (KILN_CUDA_FLASH=0) and the
+ * default, which takes cuDNN's fused attention where it applies (cuda_sdpa.c): head sizes 32, 64
+ * and 128, query and key counts that are not multiples of the kernels' blocks, a boolean mask with a
+ * fully masked row (nan_to_zero), an additive mask broadcast over the heads, one broadcast over heads
+ * and queries ([B, 1, 1, sk]: BERT's), one with a row of -inf (nan_to_zero), 3-D and 4-D. Forms 3 and
+ * 4 must run on cuDNN by default where it is there. */
 static void attention_reference(const onemodel *o, int64_t B, int64_t H, int64_t sq, int64_t sk, int64_t hd,
                                 int form, double scale, double *want) {
-    const kn_tensor *Q = o->inputs[0], *KT = o->inputs[1], *V = o->inputs[2], *M = form < 2 ? o->inputs[3] : NULL;
+    const kn_tensor *Q = o->inputs[0], *KT = o->inputs[1], *V = o->inputs[2];
+    const kn_tensor *M = form < 2 || form > 3 ? o->inputs[3] : NULL;
     double *s = malloc(sizeof(double) * (size_t)sk);
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
@@ -222,7 +230,8 @@ static void attention_reference(const onemodel *o, int64_t B, int64_t H, int64_t
                         a += kn_tensor_get_f64(Q, (bh * sq + i) * hd + c) * kn_tensor_get_f64(KT, (bh * hd + c) * sk + j);
                     a *= scale;
                     if (form == 0 && !kn_tensor_get_f64(M, (b * sq + i) * sk + j)) a = -INFINITY; /* [B, 1, sq, sk] */
-                    if (form == 1) a += kn_tensor_get_f64(M, i * sk + j);                          /* [sq, sk] */
+                    if (form == 1 || form == 5) a += kn_tensor_get_f64(M, i * sk + j);             /* [sq, sk] */
+                    if (form == 4) a += kn_tensor_get_f64(M, b * sk + j);                          /* [B, 1, 1, sk] */
                     s[j] = a;
                     mx = a > mx ? a : mx;
                 }
@@ -240,17 +249,20 @@ static void attention_reference(const onemodel *o, int64_t B, int64_t H, int64_t
 KN_TEST(cuda_kiln_attention_half) {
     NEED_GPU();
     const kiln_dtype types[2] = {KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
-    for (int flash = 0; flash < 2; flash++)
+    static const char *const kernel_names[3] = {"general form", "one kernel", "default"};
+    for (int flash = 0; flash < 3; flash++) /* 0: the general form, 1: kiln's one kernel, 2: the default */
         for (int t = 0; t < 2; t++)
             for (int hd = 32; hd <= 128; hd *= 2)
-                for (int form = 0; form < 4; form++) {
-                    setenv("KILN_CUDA_FLASH", flash ? "1" : "0", 1);
+                for (int form = 0; form < 6; form++) {
+                    if (flash == 2) unsetenv("KILN_CUDA_FLASH");
+                    else setenv("KILN_CUDA_FLASH", flash ? "1" : "0", 1);
                     kiln_dtype dt = types[t];
                     onemodel o;
                     om_init(&o, 24);
                     /* form 3: no mask, 136 keys (16-byte rows of K transposed: three key blocks
-                     * copied while the previous one is computed on) */
-                    const int64_t B = 2, H = 3, sq = form == 2 ? 200 : 77, sk = form == 2 ? 64 : form == 3 ? 136 : 130;
+                     * copied while the previous one is computed on); form 4: 128 keys */
+                    const int64_t B = 2, H = 3, sq = form == 2 ? 200 : 77;
+                    const int64_t sk = form == 2 ? 64 : form == 3 ? 136 : form == 4 ? 128 : 130;
                     int64_t qd[4] = {B, H, sq, hd}, kd[4] = {B, H, hd, sk}, vd[4] = {B, H, sk, hd};
                     const int rank = form == 1 ? 3 : 4;
                     /* 3-D: the batch and head dims as one of B * H */
@@ -271,16 +283,26 @@ KN_TEST(cuda_kiln_attention_half) {
                         int64_t md[2] = {sq, sk};
                         in[3] = om_input(&o, "mask", dt, 2, md, 2.0f, NULL);
                         n_in = 4;
+                    } else if (form == 4) { /* additive [B, 1, 1, sk] */
+                        int64_t md[4] = {B, 1, 1, sk};
+                        in[3] = om_input(&o, "mask", dt, 4, md, 2.0f, NULL);
+                        n_in = 4;
+                    } else if (form == 5) { /* additive [sq, sk], query 3 sees no key */
+                        int64_t md[2] = {sq, sk};
+                        in[3] = om_input(&o, "mask", dt, 2, md, 2.0f, NULL);
+                        kn_tensor *m = o.inputs[3];
+                        for (int64_t j = 0; j < sk; j++) kn_tensor_set_f64(m, 3 * sk + j, -INFINITY);
+                        n_in = 4;
                     }
                     int out[1] = {om_value(&o, "Y")};
                     om_node(&o, "Attention", in, n_in, out, 1);
                     om_kiln_domain(&o);
                     const double scale = 1.0 / sqrt((double)hd);
                     om_float(&o, "scale", (float)scale);
-                    if (form == 0) om_int(&o, "nan_to_zero", 1);
+                    if (form == 0 || form == 5) om_int(&o, "nan_to_zero", 1);
                     char what[112];
-                    snprintf(what, sizeof what, "kiln.Attention %s, %s, head %d, form %d",
-                             flash ? "one kernel" : "general form", kiln_dtype_name(dt), hd, form);
+                    snprintf(what, sizeof what, "kiln.Attention %s, %s, head %d, form %d", kernel_names[flash],
+                             kiln_dtype_name(dt), hd, form);
                     const int64_t n = B * H * sq * hd;
                     double *want = malloc(sizeof(double) * (size_t)n);
                     attention_reference(&o, B, H, sq, sk, hd, form, scale, want);
@@ -292,9 +314,16 @@ KN_TEST(cuda_kiln_attention_half) {
                     kiln_session *gpu = st == KILN_OK ? om_session(data, size, "cuda") : NULL;
                     if (gpu) {
                         kn_tensor *got[1];
+#ifdef KILN_HAVE_CUDA
+                        const unsigned long long fused0 = kn_cu_sdpa_runs();
+#endif
                         om_run(gpu, &o, got);
                         check_half_result(got[0], want, n, dt, what);
                         kiln_tensor_destroy(got[0]);
+#ifdef KILN_HAVE_CUDA /* (kn_cu_conv_graph_available: built with cuDNN, and it loads) */
+                        if (flash == 2 && (form == 3 || form == 4) && !getenv("KILN_CUDA_SDPA") && kn_cu_conv_graph_available())
+                            CHECK_MSG(kn_cu_sdpa_runs() > fused0, "%s: cuDNN's fused attention did not run", what);
+#endif
                     }
                     kiln_session_destroy(gpu);
                     free(data);
@@ -308,8 +337,8 @@ KN_TEST(cuda_kiln_attention_half) {
 /* kiln.Attention with operand views (what fold_attention_views writes for torch's
  * MultiheadAttention): Q, K and V read in place from one packed projection [S, B, 3 * E] (K with
  * its head dim contiguous: the one-kernel form's untransposed path), Y written in place into
- * [S * B, E]; float16 and bfloat16, the one-kernel form and the general one (dense copies), head
- * sizes 32, 64 and 128, against a reference computed here in double through the same views. */
+ * [S * B, E]; float16 and bfloat16, the one-kernel form, the general one (dense copies) and the
+ * default (cuDNN's fused attention, which must run here where cuDNN is there), head sizes 32, 64 and 128, against a reference computed here in double through the same views. */
 static void om_ints(onemodel *o, const char *name, const int64_t *v, int n) {
     kn_attr *a = om_attr(o, name, KN_ATTR_INTS);
     a->ints = kn_arena_alloc(&o->m->arena, sizeof(int64_t) * (size_t)n);
@@ -321,10 +350,12 @@ KN_TEST(cuda_kiln_attention_views) {
     NEED_GPU();
     setenv("KILN_CUDA_ATTN_VIEWS", "1", 1); /* on, whatever the environment says */
     const kiln_dtype types[2] = {KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
-    for (int flash = 0; flash < 2; flash++)
+    static const char *const kernel_names[3] = {"general form", "one kernel", "default"};
+    for (int flash = 0; flash < 3; flash++) /* 0: the general form, 1: kiln's one kernel, 2: the default (cuDNN's) */
         for (int t = 0; t < 2; t++)
             for (int hd = 32; hd <= 128; hd *= 2) {
-                setenv("KILN_CUDA_FLASH", flash ? "1" : "0", 1);
+                if (flash == 2) unsetenv("KILN_CUDA_FLASH");
+                else setenv("KILN_CUDA_FLASH", flash ? "1" : "0", 1);
                 const kiln_dtype dt = types[t];
                 const int64_t B = 3, H = 2, S = 75, E = H * hd;
                 onemodel o;
@@ -371,7 +402,7 @@ KN_TEST(cuda_kiln_attention_views) {
                             }
                         }
                 char what[112];
-                snprintf(what, sizeof what, "kiln.Attention with views, %s, %s, head %d", flash ? "one kernel" : "general form",
+                snprintf(what, sizeof what, "kiln.Attention with views, %s, %s, head %d", kernel_names[flash],
                          kiln_dtype_name(dt), hd);
                 unsigned char *data = NULL;
                 size_t size = 0;
@@ -381,11 +412,18 @@ KN_TEST(cuda_kiln_attention_views) {
                 kiln_session *gpu = st == KILN_OK ? om_session(data, size, "cuda") : NULL;
                 if (gpu) {
                     kn_tensor *got[1];
+#ifdef KILN_HAVE_CUDA
+                    const unsigned long long fused0 = kn_cu_sdpa_runs();
+#endif
                     om_run(gpu, &o, got);
                     CHECK_MSG(got[0] && got[0]->rank == 2, "%s: output of rank %d, want 2 ([S * B, E])", what,
                               got[0] ? got[0]->rank : -1);
                     check_half_result(got[0], want, S * B * E, dt, what);
                     kiln_tensor_destroy(got[0]);
+#ifdef KILN_HAVE_CUDA
+                    if (flash == 2 && !getenv("KILN_CUDA_SDPA") && kn_cu_conv_graph_available())
+                        CHECK_MSG(kn_cu_sdpa_runs() > fused0, "%s: cuDNN's fused attention did not run", what);
+#endif
                 }
                 kiln_session_destroy(gpu);
                 free(data);

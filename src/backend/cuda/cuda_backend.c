@@ -852,6 +852,7 @@ static void cu_destroy(void *state) {
         kn_log(KILN_LOG_DEBUG, "cuda:%d: %d lanes still open at session end", cu->device, sh->n_lanes - 1);
     kn_cu_conv_release(cu);
     kn_cu_conv_graph_release(cu);
+    kn_cu_sdpa_release(cu);
     kn_cu_tuning_release(cu);
     pthread_mutex_lock(&sh->mu);
     release_list(sh->free_blocks, &sh->n_free, &sh->cached_bytes);

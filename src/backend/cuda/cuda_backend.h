@@ -93,6 +93,8 @@ typedef struct kn_cu_shared {
 #define KN_CU_CONV_GRAPH_TOPOLOGIES (4 * 16)
     void *conv_graph_caches[KN_CU_CONV_GRAPH_TOPOLOGIES];
     bool conv_graph_cache_failed[KN_CU_CONV_GRAPH_TOPOLOGIES];
+    void *sdpa_plans; /* cuDNN fused-attention plans per problem (cuda_sdpa.c) */
+    int n_sdpa_plans, cap_sdpa_plans;
     kn_cu_tuned *tuned; /* tuning results: made here or imported from a compiled file */
     int n_tuned, cap_tuned, n_tuned_here;
     cublasLtHandle_t lt; /* made beside the start: kn_cu_handles_wait before use */
@@ -353,6 +355,13 @@ typedef struct kn_cu_graph_key {
 } kn_cu_graph_key;
 bool kn_cu_conv_graph_key_valid(const kn_cu_graph_key *k);
 void kn_cu_conv_graph_release(kn_cuda *cu);
+
+/* kiln.Attention as cuDNN's fused attention (cuda_sdpa.c), for the operands kiln's own flash
+ * kernel reads (p, type dt); *ran false: not taken here (nothing run), the caller runs its own. */
+kiln_status kn_cu_sdpa_run(kn_cuda *cu, kn_kernel_ctx *c, kiln_dtype dt, const kn_cu_flash *p, bool *ran);
+unsigned long long kn_cu_sdpa_runs(void); /* fused attentions run in this process (tests) */
+void kn_cu_sdpa_release(kn_cuda *cu);
+
 #ifdef KILN_HAVE_CUDNN
 /* A convolution's descriptors from its tuning key (the int32 words after the kind byte: rank,
  * data type, math type, groups, then x/y/w dims and pad/stride/dilation interleaved); counts gets

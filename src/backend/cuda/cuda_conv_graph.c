@@ -21,6 +21,7 @@
  * the compiled file (cache entry or saved file) carries it and a later session makes the plan from
  * it in about 1.5 ms instead of compiling: that cost is paid once per machine, model and shape. */
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_dnn_graph.h"
 
 #include "ops/fused.h"
 #include "util/clock.h"
@@ -82,70 +83,11 @@ bool kn_cu_conv_graph_takes(int act) {
 
 /* ---------------------------------------------------------------- building */
 
-/* A descriptor being built: every call after the first failure does nothing (s keeps it). */
-typedef struct builder {
-    cudnnStatus_t s;
-    const char *what; /* the step that failed */
-} builder;
-
-static cudnnBackendDescriptor_t make(builder *b, cudnnBackendDescriptorType_t type, const char *what) {
-    cudnnBackendDescriptor_t d = NULL;
-    if (b->s != CUDNN_STATUS_SUCCESS) return NULL;
-    b->s = cudnnBackendCreateDescriptor(type, &d);
-    if (b->s != CUDNN_STATUS_SUCCESS) b->what = what;
-    return d;
-}
-
-static void set(builder *b, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
-                int64_t n, const void *v, const char *what) {
-    if (b->s != CUDNN_STATUS_SUCCESS) return;
-    b->s = cudnnBackendSetAttribute(d, name, type, n, v);
-    if (b->s != CUDNN_STATUS_SUCCESS) b->what = what;
-}
-
-static void finish(builder *b, cudnnBackendDescriptor_t d, const char *what) {
-    if (b->s != CUDNN_STATUS_SUCCESS) return;
-    b->s = cudnnBackendFinalize(d);
-    if (b->s != CUDNN_STATUS_SUCCESS) b->what = what;
-}
-
-static void drop(cudnnBackendDescriptor_t *d) {
-    if (*d) cudnnBackendDestroyDescriptor(*d);
-    *d = NULL;
-}
-
 /* A 4-D tensor in cuDNN's dim order (N, C, H, W) with channels-last strides. */
-static cudnnBackendDescriptor_t tensor(builder *b, int64_t uid, cudnnDataType_t dt, int64_t n, int64_t c, int64_t h,
+static cudnnBackendDescriptor_t tensor(kn_dnn_builder *b, int64_t uid, cudnnDataType_t dt, int64_t n, int64_t c, int64_t h,
                                        int64_t w, bool is_virtual, const char *what) {
-    cudnnBackendDescriptor_t d = make(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR, what);
-    const int64_t dims[4] = {n, c, h, w}, strides[4] = {h * w * c, 1, w * c, c}, align = 16;
-    set(b, d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, what);
-    set(b, d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, what);
-    set(b, d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides, what);
-    set(b, d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, what);
-    set(b, d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, what);
-    set(b, d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual, what);
-    finish(b, d, what);
-    return d;
-}
-
-/* A pointwise operation y = mode(x [, other]) in float. */
-static cudnnBackendDescriptor_t pointwise(builder *b, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
-                                          cudnnBackendDescriptor_t other, cudnnBackendDescriptor_t y,
-                                          cudnnBackendDescriptor_t *pw_out, const char *what) {
-    cudnnBackendDescriptor_t pw = make(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, what);
-    const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
-    set(b, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, what);
-    set(b, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, what);
-    finish(b, pw, what);
-    *pw_out = pw;
-    cudnnBackendDescriptor_t op = make(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what);
-    set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw, what);
-    set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
-    if (other) set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &other, what);
-    set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
-    finish(b, op, what);
-    return op;
+    const int64_t dims[4] = {n, c, h, w}, strides[4] = {h * w * c, 1, w * c, c};
+    return kn_dnn_tensor(b, uid, dt, 4, dims, strides, is_virtual, false, what);
 }
 
 /* Off unless KILN_CUDA_CONV_GRAPH_CACHE=1: on the H200 the dynamic-shape engines the cache needs ran
@@ -161,34 +103,17 @@ static bool kernel_cache_wanted(void) {
 static cudnnBackendDescriptor_t kernel_cache(kn_cuda *cu, int topology, cudnnBackendDescriptor_t graph) {
     cudnnBackendDescriptor_t *kc = &((cudnnBackendDescriptor_t *)cu->sh->conv_graph_caches)[topology];
     if (*kc || cu->sh->conv_graph_cache_failed[topology]) return *kc;
-    builder b = {CUDNN_STATUS_SUCCESS, NULL};
-    cudnnBackendDescriptor_t d = make(&b, CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR, "kernel cache");
-    set(&b, d, CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "kernel cache");
-    finish(&b, d, "kernel cache");
+    kn_dnn_builder b = KN_DNN_BUILDER_INIT;
+    cudnnBackendDescriptor_t d = kn_dnn_make(&b, CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR, "kernel cache");
+    kn_dnn_set(&b, d, CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "kernel cache");
+    kn_dnn_finish(&b, d, "kernel cache");
     if (b.s != CUDNN_STATUS_SUCCESS) {
         kn_log(KILN_LOG_DEBUG, "cuda: no cuDNN kernel cache for convolution graphs (%s): each compiles its own",
                cudnnGetErrorString(b.s));
-        drop(&d);
+        kn_dnn_drop(&d);
         cu->sh->conv_graph_cache_failed[topology] = true;
     }
     return *kc = d;
-}
-
-/* The execution plan of engine config cfg (binding the kernel cache kc, when not NULL), or NULL
- * when cuDNN does not build it. */
-static cudnnBackendDescriptor_t plan_of(cudnnHandle_t h, cudnnBackendDescriptor_t cfg, cudnnBackendDescriptor_t kc,
-                                        int64_t *ws) {
-    builder b = {CUDNN_STATUS_SUCCESS, NULL};
-    cudnnBackendDescriptor_t plan = make(&b, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "plan");
-    set(&b, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "plan");
-    set(&b, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg, "plan");
-    if (kc) set(&b, plan, CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &kc, "plan");
-    finish(&b, plan, "plan");
-    int64_t n = 0;
-    if (b.s == CUDNN_STATUS_SUCCESS)
-        b.s = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, ws);
-    if (b.s != CUDNN_STATUS_SUCCESS) drop(&plan);
-    return plan;
 }
 
 typedef struct graph_io {
@@ -205,15 +130,7 @@ static cudnnStatus_t execute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, con
     if (g->bias) uids[n] = UID_B, ptrs[n++] = (void *)io->b;
     if (g->z) uids[n] = UID_Z, ptrs[n++] = (void *)io->z;
     uids[n] = UID_Y, ptrs[n++] = io->y;
-    builder b = {CUDNN_STATUS_SUCCESS, NULL};
-    cudnnBackendDescriptor_t vp = make(&b, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
-    set(&b, vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids, "variant pack");
-    set(&b, vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs, "variant pack");
-    set(&b, vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &io->ws, "variant pack");
-    finish(&b, vp, "variant pack");
-    if (b.s == CUDNN_STATUS_SUCCESS) b.s = cudnnBackendExecute(h, plan, vp);
-    drop(&vp);
-    return b.s;
+    return kn_dnn_execute(h, plan, n, uids, ptrs, io->ws);
 }
 
 /* Mean time in ms of GRAPH_TIMED_RUNS executions of plan (a negative value: it failed). */
@@ -244,72 +161,56 @@ static void build(kn_cuda *cu, const kn_cu_conv_graph_args *a, conv_graph *g, co
     const int64_t N = a->x->dims[0], H = a->x->dims[1], W = a->x->dims[2], C = a->x->dims[3];
     const int64_t K = a->w->dims[0], R = a->w->dims[1], S = a->w->dims[2];
     const int64_t P = a->y->dims[1], Q = a->y->dims[2];
-    builder b = {CUDNN_STATUS_SUCCESS, NULL};
+    kn_dnn_builder b = KN_DNN_BUILDER_INIT;
     cudnnBackendDescriptor_t ds[16] = {0}, ops[4] = {0}, pws[3] = {0}, cfgs[GRAPH_CANDIDATES * 2] = {0};
     int nd = 0, nops = 0;
     cudnnBackendDescriptor_t xd = ds[nd++] = tensor(&b, UID_X, io_t, N, C, H, W, false, "X");
     cudnnBackendDescriptor_t wd = ds[nd++] = tensor(&b, UID_W, io_t, K, C, R, S, false, "W");
     cudnnBackendDescriptor_t cd = ds[nd++] = tensor(&b, UID_CONV, f32, N, K, P, Q, true, "convolution output");
     cudnnBackendDescriptor_t yd = ds[nd++] = tensor(&b, UID_Y, io_t, N, K, P, Q, false, "Y");
-    cudnnBackendDescriptor_t conv = ds[nd++] = make(&b, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, "convolution");
+    cudnnBackendDescriptor_t conv = ds[nd++] = kn_dnn_make(&b, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, "convolution");
     const int64_t two = 2;
     const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-    set(&b, conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, "convolution");
-    set(&b, conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, "convolution");
-    set(&b, conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &two, "convolution");
-    set(&b, conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, a->dil, "convolution");
-    set(&b, conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, a->stride, "convolution");
-    set(&b, conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, a->pad_b, "convolution");
-    set(&b, conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, a->pad_e, "convolution");
-    finish(&b, conv, "convolution");
-    cudnnBackendDescriptor_t fwd = ops[nops++] = make(&b, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, "forward");
+    kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, "convolution");
+    kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, "convolution");
+    kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &two, "convolution");
+    kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, a->dil, "convolution");
+    kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, a->stride, "convolution");
+    kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, a->pad_b, "convolution");
+    kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, a->pad_e, "convolution");
+    kn_dnn_finish(&b, conv, "convolution");
+    cudnnBackendDescriptor_t fwd = ops[nops++] = kn_dnn_make(&b, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, "forward");
     const float one = 1, zero = 0;
-    set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xd, "forward");
-    set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &wd, "forward");
-    set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd, "forward");
-    set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv, "forward");
-    set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &one, "forward");
-    set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &zero, "forward");
-    finish(&b, fwd, "forward");
+    kn_dnn_set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xd, "forward");
+    kn_dnn_set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &wd, "forward");
+    kn_dnn_set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd, "forward");
+    kn_dnn_set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv, "forward");
+    kn_dnn_set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &one, "forward");
+    kn_dnn_set(&b, fwd, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &zero, "forward");
+    kn_dnn_finish(&b, fwd, "forward");
     cudnnBackendDescriptor_t cur = cd;
     if (g->bias) { /* + bias [1, K, 1, 1] */
         cudnnBackendDescriptor_t bd = ds[nd++] = tensor(&b, UID_B, io_t, 1, K, 1, 1, false, "bias");
         cudnnBackendDescriptor_t t = ds[nd++] = tensor(&b, UID_BIASED, f32, N, K, P, Q, true, "biased");
-        ops[nops++] = pointwise(&b, CUDNN_POINTWISE_ADD, cur, bd, t, &pws[0], "bias add");
+        ops[nops++] = kn_dnn_pointwise(&b, CUDNN_POINTWISE_ADD, cur, bd, t, &pws[0], "bias add");
         cur = t;
     }
     if (g->z) { /* + residual */
         cudnnBackendDescriptor_t zd = ds[nd++] = tensor(&b, UID_Z, io_t, N, K, P, Q, false, "residual");
         cudnnBackendDescriptor_t t = ds[nd++] = tensor(&b, UID_SUMMED, f32, N, K, P, Q, true, "summed");
-        ops[nops++] = pointwise(&b, CUDNN_POINTWISE_ADD, cur, zd, t, &pws[1], "residual add");
+        ops[nops++] = kn_dnn_pointwise(&b, CUDNN_POINTWISE_ADD, cur, zd, t, &pws[1], "residual add");
         cur = t;
     }
     cudnnPointwiseMode_t am = CUDNN_POINTWISE_IDENTITY;
     act_mode(a->act, &am);
-    ops[nops++] = pointwise(&b, am, cur, NULL, yd, &pws[2], "activation");
+    ops[nops++] = kn_dnn_pointwise(&b, am, cur, NULL, yd, &pws[2], "activation");
 
-    cudnnBackendDescriptor_t graph = make(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
-    set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, nops, ops, "operation graph");
-    set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &cu->dnn, "operation graph");
     const bool dynamic = kernel_cache_wanted(); /* (the kernel cache takes dynamic-shape graphs only) */
-    if (dynamic)
-        set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED, CUDNN_TYPE_BOOLEAN, 1, &dynamic, "operation graph");
-    finish(&b, graph, "operation graph");
+    cudnnBackendDescriptor_t graph = kn_dnn_op_graph(&b, cu->dnn, ops, nops, dynamic);
     const int topology = (g->bias ? 1 : 0) + (g->z ? 2 : 0) + 4 * a->act;
     cudnnBackendDescriptor_t kc = dynamic && b.s == CUDNN_STATUS_SUCCESS ? kernel_cache(cu, topology, graph) : NULL;
-    cudnnBackendDescriptor_t heur = make(&b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
-    const cudnnBackendHeurMode_t hm = CUDNN_HEUR_MODE_A;
-    set(&b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heuristics");
-    set(&b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &hm, "heuristics");
-    finish(&b, heur, "heuristics");
-    int64_t n_cfg = 0;
     const int64_t want = GRAPH_CANDIDATES * 2;
-    for (int i = 0; i < want && b.s == CUDNN_STATUS_SUCCESS; i++)
-        cfgs[i] = make(&b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine configs");
-    if (b.s == CUDNN_STATUS_SUCCESS) {
-        b.s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, want, &n_cfg, cfgs);
-        if (b.s != CUDNN_STATUS_SUCCESS) b.what = "engine configs";
-    }
+    const int64_t n_cfg = kn_dnn_engine_configs(&b, graph, cfgs, want);
     /* the first configs that build; timed unless a capture is under way (then the first) */
     enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing(cu->stream, &capturing);
@@ -317,11 +218,11 @@ static void build(kn_cuda *cu, const kn_cu_conv_graph_args *a, conv_graph *g, co
     float best = -1;
     for (int64_t i = 0; i < n_cfg && i < want && built < GRAPH_CANDIDATES && b.s == CUDNN_STATUS_SUCCESS; i++) {
         int64_t ws = 0;
-        cudnnBackendDescriptor_t plan = plan_of(cu->dnn, cfgs[i], kc, &ws);
-        if (!plan && kc) plan = plan_of(cu->dnn, cfgs[i], NULL, &ws); /* (the cache refused it) */
+        cudnnBackendDescriptor_t plan = kn_dnn_plan(cu->dnn, cfgs[i], kc, &ws);
+        if (!plan && kc) plan = kn_dnn_plan(cu->dnn, cfgs[i], NULL, &ws); /* (the cache refused it) */
         if (!plan) continue;
         if (ws > (int64_t)cu->workspace_size) { /* kept to the lane's workspace: no scratch per call */
-            drop(&plan);
+            kn_dnn_drop(&plan);
             continue;
         }
         built++;
@@ -332,7 +233,7 @@ static void build(kn_cuda *cu, const kn_cu_conv_graph_args *a, conv_graph *g, co
             if (g->plan) cudnnBackendDestroyDescriptor(g->plan);
             g->plan = plan, g->ws = ws, best = ms;
         } else {
-            drop(&plan);
+            kn_dnn_drop(&plan);
         }
         if (capturing != cudaStreamCaptureStatusNone && g->plan) break;
     }
@@ -341,12 +242,11 @@ static void build(kn_cuda *cu, const kn_cu_conv_graph_args *a, conv_graph *g, co
         snprintf(why, cap, "%s: %s", b.what ? b.what : "building", cudnnGetErrorString(b.s));
     else if (!g->plan)
         snprintf(why, cap, "no engine of %lld built and ran within the lane's workspace", (long long)n_cfg);
-    for (int i = 0; i < want; i++) drop(&cfgs[i]);
-    drop(&heur);
-    drop(&graph);
-    for (int i = 0; i < nops; i++) drop(&ops[i]);
-    for (int i = 0; i < 3; i++) drop(&pws[i]);
-    for (int i = 0; i < nd; i++) drop(&ds[i]);
+    for (int i = 0; i < want; i++) kn_dnn_drop(&cfgs[i]);
+    kn_dnn_drop(&graph);
+    for (int i = 0; i < nops; i++) kn_dnn_drop(&ops[i]);
+    for (int i = 0; i < 3; i++) kn_dnn_drop(&pws[i]);
+    for (int i = 0; i < nd; i++) kn_dnn_drop(&ds[i]);
 }
 
 /* ---------------------------------------------------------------- plans kept in the compiled file */
@@ -370,45 +270,6 @@ static kn_cu_graph_key graph_key(const kn_cu_conv_graph_args *a) {
 static void record_key(const kn_cu_graph_key *k, uint8_t out[1 + sizeof(kn_cu_graph_key)]) {
     out[0] = KN_CU_TUNE_CONV_GRAPH;
     memcpy(out + 1, k, sizeof *k);
-}
-
-/* plan's serialized form (malloc'ed text, *n bytes without the terminator), or NULL. */
-static char *plan_text(cudnnBackendDescriptor_t plan, size_t *n) {
-    int64_t len = 0, got = 0;
-    if (cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, 0, &len, NULL) !=
-            CUDNN_STATUS_SUCCESS ||
-        len <= 1 || (uint64_t)len > KN_CU_TUNE_BIG_MAX)
-        return NULL;
-    char *text = calloc((size_t)len + 1, 1);
-    if (!text) return NULL;
-    if (cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, len, &got, text) !=
-        CUDNN_STATUS_SUCCESS) {
-        free(text);
-        return NULL;
-    }
-    *n = strlen(text);
-    return text;
-}
-
-/* A plan made from its serialized form (a record of a compiled file), or NULL with why. */
-static cudnnBackendDescriptor_t plan_from_text(kn_cuda *cu, const uint8_t *text, size_t n, int64_t *ws, char *why,
-                                               size_t cap) {
-    builder b = {CUDNN_STATUS_SUCCESS, NULL};
-    cudnnBackendDescriptor_t plan = make(&b, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "plan");
-    set(&b, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &cu->dnn, "plan");
-    set(&b, plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, (int64_t)n, text, "plan's text");
-    finish(&b, plan, "plan");
-    int64_t got = 0;
-    if (b.s == CUDNN_STATUS_SUCCESS)
-        b.s = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got, ws);
-    if (b.s != CUDNN_STATUS_SUCCESS) {
-        snprintf(why, cap, "%s: %s", b.what ? b.what : "workspace size", cudnnGetErrorString(b.s));
-        drop(&plan);
-    } else if (*ws > (int64_t)cu->workspace_size) {
-        snprintf(why, cap, "it needs %lld bytes of workspace, the lane has %zu", (long long)*ws, cu->workspace_size);
-        drop(&plan);
-    }
-    return plan;
 }
 
 bool kn_cu_conv_graph_key_valid(const kn_cu_graph_key *k) {
@@ -484,7 +345,8 @@ kiln_status kn_cu_conv_graph_run(kn_cuda *cu, kn_kernel_ctx *c, const kn_cu_conv
         const double t0 = kn_now_ms();
         const kn_cu_tuned *kept = kn_cu_tuning_find(cu, rkey, sizeof rkey);
         if (kept) { /* a plan a compiled file carried */
-            g->plan = plan_from_text(cu, kn_cu_tuned_value(kept), kept->val_len, &g->ws, why, sizeof why);
+            g->plan = kn_dnn_plan_from_text(cu->dnn, kn_cu_tuned_value(kept), kept->val_len, cu->workspace_size, &g->ws, why,
+                                            sizeof why);
             if (g->plan) {
                 plans_loaded++;
                 kn_log(KILN_LOG_DEBUG, "cuda: node '%s': cuDNN graph plan made from the compiled file's (%.1f ms)",
@@ -503,7 +365,7 @@ kiln_status kn_cu_conv_graph_run(kn_cuda *cu, kn_kernel_ctx *c, const kn_cu_conv
                 kn_log(KILN_LOG_DEBUG, "cuda: node '%s': convolution, bias%s and %s as one cuDNN graph (%.1f ms to build)",
                        c->node->name, z ? ", residual" : "", kn_act_name((kn_act)a->act), kn_now_ms() - t0);
             /* kept when chosen by timing (a plan picked during a capture is the heuristics' first) */
-            if (g->plan && timed) keep = plan_text(g->plan, &keep_len);
+            if (g->plan && timed) keep = kn_dnn_plan_text(g->plan, &keep_len);
         }
     }
     cudnnBackendDescriptor_t plan = g->plan;
@@ -533,7 +395,7 @@ void kn_cu_conv_graph_release(kn_cuda *cu) {
         if (gs[i].plan) cudnnBackendDestroyDescriptor(gs[i].plan);
     free(gs);
     cudnnBackendDescriptor_t *kc = (cudnnBackendDescriptor_t *)cu->sh->conv_graph_caches;
-    for (int i = 0; i < KN_CU_CONV_GRAPH_TOPOLOGIES; i++) drop(&kc[i]);
+    for (int i = 0; i < KN_CU_CONV_GRAPH_TOPOLOGIES; i++) kn_dnn_drop(&kc[i]);
     cu->sh->conv_graphs = NULL;
     cu->sh->n_conv_graphs = cu->sh->cap_conv_graphs = 0;
 }

@@ -317,6 +317,9 @@ static kiln_status run_flash_attention(kn_cuda *cu, kn_kernel_ctx *c, float scal
         f.mask_bool = M->dtype == KILN_DTYPE_BOOL;
         f.m_s0 = st[0], f.m_s1 = st[1], f.m_si = st[2], f.m_sj = st[3];
     }
+    bool ran = false;
+    KN_TRY(kn_cu_sdpa_run(cu, c, dt, &f, &ran)); /* cuDNN's fused attention where it has an engine */
+    if (ran) return KILN_OK;
     cudaError_t e = kn_cu_flash_attention(dt, &f, cu->stream);
     if (e == cudaErrorNotSupported) return KILN_ERR_UNSUPPORTED;
     return kn_cu_check(c, e, "Attention (one kernel)");
