@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ Attention */
 
@@ -332,6 +333,71 @@ KN_TEST(cuda_kiln_attention_half) {
                     om_free(&o);
                 }
     unsetenv("KILN_CUDA_FLASH");
+}
+
+/* cuDNN's fused-attention plan goes to the compiled file and a later session makes it from there
+ * instead of compiling it: a model of two attention nodes of one problem (one plan for both) written
+ * with its compiled file, then read back; the same output from both sessions. */
+KN_TEST(cuda_kiln_attention_fused_plan_kept) {
+    NEED_GPU();
+#ifdef KILN_HAVE_CUDA
+    if (!kn_cu_conv_graph_available()) KN_SKIP("this build has no cuDNN, or it does not load");
+    char dir[] = "/tmp/kiln-sdpa-plan-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[64];
+    snprintf(path, sizeof path, "%s/model.kiln", dir);
+    onemodel o;
+    om_init(&o, 24);
+    const int64_t qd[4] = {2, 4, 96, 64}, kd[4] = {2, 4, 64, 96};
+    const kiln_dtype dt = KILN_DTYPE_FLOAT16;
+    int in[3] = {om_input(&o, "Q", dt, 4, qd, 0.5f, NULL), om_input(&o, "KT", dt, 4, kd, 0.5f, NULL),
+                 om_input(&o, "V", dt, 4, qd, 1.0f, NULL)};
+    int mid[1] = {om_value(&o, "Y1")}, out[1] = {om_value(&o, "Y")};
+    om_node(&o, "Attention", in, 3, mid, 1);
+    om_kiln_domain(&o);
+    om_float(&o, "scale", 0.125f);
+    int in2[3] = {mid[0], in[1], in[2]};
+    om_node(&o, "Attention", in2, 3, out, 1);
+    om_kiln_domain(&o);
+    om_float(&o, "scale", 0.125f);
+    unsigned char *data = NULL;
+    size_t size = 0;
+    kn_graph_recount(o.g);
+    CHECK(kn_onnx_write_memory(o.m, &data, &size) == KILN_OK);
+    kn_tensor *y[2] = {NULL, NULL};
+    unsigned long long loaded[2] = {0, 0}, ran[2] = {0, 0};
+    for (int pass = 0; pass < 2 && data; pass++) {
+        kiln_session_options *opt;
+        kiln_session_options_create(&opt);
+        kiln_session_options_set_opt_level(opt, 0);
+        kiln_session_options_set_cache(opt, 0, NULL);
+        kiln_session_options_set_compiled_paths(opt, pass ? NULL : path, pass ? path : NULL);
+        kiln_session_options_append_provider(opt, "cuda", NULL, NULL, 0);
+        kiln_session *s = NULL;
+        const unsigned long long l0 = kn_cu_sdpa_plans_loaded(), r0 = kn_cu_sdpa_runs();
+        CHECK_MSG(kiln_session_create_from_memory(data, size, NULL, opt, &s) == KILN_OK, "session %d: %s", pass,
+                  kiln_last_error());
+        if (s) om_run(s, &o, &y[pass]);
+        kiln_session_destroy(s); /* (the first writes its file again, with the plan) */
+        kiln_session_options_destroy(opt);
+        loaded[pass] = kn_cu_sdpa_plans_loaded() - l0;
+        ran[pass] = kn_cu_sdpa_runs() - r0;
+    }
+    CHECK_MSG(ran[0] == 2 && ran[1] == 2, "the fused attention ran %llu and %llu times, twice each expected", ran[0], ran[1]);
+    CHECK_MSG(loaded[0] == 0 && loaded[1] == 1, "plans made from the file: %llu then %llu (0 then 1 expected)", loaded[0],
+              loaded[1]);
+    if (y[0] && y[1]) {
+        CHECK(kn_tensor_count(y[0]) == kn_tensor_count(y[1]));
+        CHECK_MSG(!memcmp(y[0]->data, y[1]->data, (size_t)kn_tensor_count(y[0]) * kiln_dtype_size(y[0]->dtype)),
+                  "the plan from the file computed another output");
+    }
+    kiln_tensor_destroy(y[0]);
+    kiln_tensor_destroy(y[1]);
+    free(data);
+    om_free(&o);
+    unlink(path);
+    rmdir(dir);
+#endif
 }
 
 /* kiln.Attention with operand views (what fold_attention_views writes for torch's

@@ -53,7 +53,13 @@ typedef struct kn_cu_lt_entry {
 #define KN_CU_TUNE_KEY_MAX 160
 #define KN_CU_TUNE_VAL_MAX 64
 #define KN_CU_TUNE_BIG_MAX (8u << 20)
-enum { KN_CU_TUNE_MATMUL = 'L', KN_CU_TUNE_CONV_FWD = 'F', KN_CU_TUNE_CONV_BWD_DATA = 'B', KN_CU_TUNE_CONV_GRAPH = 'G' };
+enum {
+    KN_CU_TUNE_MATMUL = 'L',
+    KN_CU_TUNE_CONV_FWD = 'F',
+    KN_CU_TUNE_CONV_BWD_DATA = 'B',
+    KN_CU_TUNE_CONV_GRAPH = 'G',
+    KN_CU_TUNE_SDPA = 'A' /* a cuDNN fused-attention plan's serialized form (cuda_sdpa.c) */
+};
 typedef struct kn_cu_tuned {
     uint8_t key[KN_CU_TUNE_KEY_MAX], val[KN_CU_TUNE_VAL_MAX];
     uint8_t *big; /* the value when longer than val (malloc'ed), else NULL */
@@ -359,7 +365,17 @@ void kn_cu_conv_graph_release(kn_cuda *cu);
 /* kiln.Attention as cuDNN's fused attention (cuda_sdpa.c), for the operands kiln's own flash
  * kernel reads (p, type dt); *ran false: not taken here (nothing run), the caller runs its own. */
 kiln_status kn_cu_sdpa_run(kn_cuda *cu, kn_kernel_ctx *c, kiln_dtype dt, const kn_cu_flash *p, bool *ran);
-unsigned long long kn_cu_sdpa_runs(void); /* fused attentions run in this process (tests) */
+unsigned long long kn_cu_sdpa_runs(void);         /* fused attentions run in this process (tests) */
+unsigned long long kn_cu_sdpa_plans_loaded(void); /* their plans made from compiled files' records (tests) */
+/* One fused-attention problem (also a KN_CU_TUNE_SDPA record's key after the kind byte): shapes and
+ * strides in elements as the graph describes them (Q [b, h, sq, d], KT [b, h, d, sk], V [b, h, sk,
+ * d], O like Q; the mask's strides over [b, h, sq, sk], 0 where it broadcasts). */
+typedef struct kn_cu_sdpa_key {
+    int32_t dtype, mask; /* mask: 0 none, 1 an additive one */
+    int32_t b, h, sq, sk, d;
+    int32_t q[4], kt[4], v[4], o[4], m[4];
+} kn_cu_sdpa_key;
+bool kn_cu_sdpa_key_valid(const kn_cu_sdpa_key *k); /* an imported record's key describes a problem */
 void kn_cu_sdpa_release(kn_cuda *cu);
 
 #ifdef KILN_HAVE_CUDNN

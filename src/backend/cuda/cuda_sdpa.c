@@ -11,7 +11,9 @@
  * contiguous is copied to rows first); an additive mask of the inputs' type that broadcasts to
  * [b, h, sq, sk]. A plan per problem (shapes, strides, mask layout) is built once and shared by the
  * session's lanes and by every node of that problem (BERT's 12 layers share one); where cuDNN has
- * no engine for it the problem is marked and the node runs kiln's own kernels.
+ * no engine for it the problem is marked and the node runs kiln's own kernels. The engines compile
+ * their kernels when the plan is built (NVRTC); the plan goes to the compiled file as a tuning
+ * record (KN_CU_TUNE_SDPA: its serialized form), from which a later session makes it instead.
  *
  * Differences from kiln's own kernel, within the type's precision: the scaled and masked scores
  * stay in float (kiln's kernel rounds them to the inputs' type, as the unfused graph does) and the
@@ -36,23 +38,19 @@
 /* unique ids of the graph's tensors */
 enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_SCALE, UID_BIAS, UID_S = 20, UID_SCALED, UID_BIASED, UID_MAX, UID_SUB, UID_EXP, UID_SUM, UID_P };
 
-/* One problem: shapes and strides (elements) as the graph describes them. */
-typedef struct sdpa_key {
-    int64_t dtype, mask; /* mask: 0 none, 1 an additive one */
-    int64_t b, h, sq, sk, d;
-    int64_t q[4], kt[4], v[4], o[4]; /* strides of Q, KT [b, h, d, sk], V, O */
-    int64_t m[4];                    /* the mask's strides over [b, h, sq, sk] (0: broadcast) */
-} sdpa_key;
+typedef kn_cu_sdpa_key sdpa_key;
 
 typedef struct sdpa_plan {
     sdpa_key key;
     cudnnBackendDescriptor_t plan; /* NULL: cuDNN has no engine for this problem */
     int64_t ws;
+    bool built; /* built here (or tried): not made from a record */
 } sdpa_plan;
 
-static _Atomic unsigned long long sdpa_runs;
+static _Atomic unsigned long long sdpa_runs, plans_loaded;
 
 unsigned long long kn_cu_sdpa_runs(void) { return sdpa_runs; }
+unsigned long long kn_cu_sdpa_plans_loaded(void) { return plans_loaded; }
 
 static bool sdpa_enabled(void) {
     const char *v = getenv("KILN_CUDA_SDPA");
@@ -60,16 +58,22 @@ static bool sdpa_enabled(void) {
 }
 
 /* A 4-D operand's strides: a dim of 1 gets the stride a dense layout would give it (a view's
- * stride there is arbitrary, 0 included, and cuDNN reads 0 as overlapping rows). */
-static void strides4(int64_t *out, const int64_t dims[4], int64_t s0, int64_t s1, int64_t s2, int64_t s3) {
-    out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;
+ * stride there is arbitrary, 0 included, and cuDNN reads 0 as overlapping rows). False where one
+ * does not fit the key's 32 bits. */
+static bool strides4(int32_t *out, const int64_t dims[4], int64_t s0, int64_t s1, int64_t s2, int64_t s3) {
+    int64_t st[4] = {s0, s1, s2, s3};
     for (int i = 3; i >= 0; i--) {
         if (dims[i] != 1) continue;
         int64_t span = 1;
         for (int j = i + 1; j < 4; j++)
-            if (dims[j] != 1 && out[j] * dims[j] > span) span = out[j] * dims[j];
-        out[i] = span;
+            if (dims[j] != 1 && st[j] * dims[j] > span) span = st[j] * dims[j];
+        st[i] = span;
     }
+    for (int i = 0; i < 4; i++) {
+        if (st[i] < 0 || st[i] > INT32_MAX) return false;
+        out[i] = (int32_t)st[i];
+    }
+    return true;
 }
 
 /* The mask's dims and strides in the graph: broadcast dims as dims of 1 (form 1) or as full dims
@@ -136,10 +140,12 @@ static cudnnBackendDescriptor_t build(kn_cuda *cu, const sdpa_key *k, int form, 
     const int64_t sd[4] = {B, H, SQ, SK}, ss[4] = {H * SQ * SK, SQ * SK, SK, 1};
     const int64_t rd[4] = {B, H, SQ, 1}, rs[4] = {H * SQ, SQ, 1, 1};
     const int64_t one[4] = {1, 1, 1, 1};
-    cudnnBackendDescriptor_t q = ds[nd++] = kn_dnn_tensor(&b, UID_Q, io, 4, qd, k->q, false, false, "Q");
-    cudnnBackendDescriptor_t kt = ds[nd++] = kn_dnn_tensor(&b, UID_K, io, 4, ktd, k->kt, false, false, "K");
-    cudnnBackendDescriptor_t v = ds[nd++] = kn_dnn_tensor(&b, UID_V, io, 4, vd, k->v, false, false, "V");
-    cudnnBackendDescriptor_t o = ds[nd++] = kn_dnn_tensor(&b, UID_O, io, 4, qd, k->o, false, false, "O");
+    int64_t qs[4], kts[4], vs[4], os[4];
+    for (int i = 0; i < 4; i++) qs[i] = k->q[i], kts[i] = k->kt[i], vs[i] = k->v[i], os[i] = k->o[i];
+    cudnnBackendDescriptor_t q = ds[nd++] = kn_dnn_tensor(&b, UID_Q, io, 4, qd, qs, false, false, "Q");
+    cudnnBackendDescriptor_t kt = ds[nd++] = kn_dnn_tensor(&b, UID_K, io, 4, ktd, kts, false, false, "K");
+    cudnnBackendDescriptor_t v = ds[nd++] = kn_dnn_tensor(&b, UID_V, io, 4, vd, vs, false, false, "V");
+    cudnnBackendDescriptor_t o = ds[nd++] = kn_dnn_tensor(&b, UID_O, io, 4, qd, os, false, false, "O");
     cudnnBackendDescriptor_t s = ds[nd++] = kn_dnn_tensor(&b, UID_S, f32, 4, sd, ss, true, false, "scores");
     cudnnBackendDescriptor_t scale = ds[nd++] = kn_dnn_tensor(&b, UID_SCALE, f32, scale_rank, one, one, false, true, "scale");
     cudnnBackendDescriptor_t scaled = ds[nd++] = kn_dnn_tensor(&b, UID_SCALED, f32, 4, sd, ss, true, false, "scaled");
@@ -194,29 +200,46 @@ static cudnnBackendDescriptor_t build(kn_cuda *cu, const sdpa_key *k, int form, 
 }
 
 /* The problem of p, or false where the graph cannot describe it. K rows (head dim contiguous) in
- * k_rows' layout when K arrives transposed (keys contiguous). */
+ * a dense copy's layout when K arrives transposed (keys contiguous: k_copied). */
 static bool key_of(kiln_dtype dt, const kn_cu_flash *p, bool k_copied, sdpa_key *k) {
-    memset(k, 0, sizeof *k); /* (compared whole) */
-    k->dtype = dt;
-    k->b = p->b0, k->h = p->b1, k->sq = p->sq, k->sk = p->sk, k->d = p->d;
+    memset(k, 0, sizeof *k); /* (compared and stored whole) */
+    const int64_t sizes[5] = {p->b0, p->b1, p->sq, p->sk, p->d};
+    for (int i = 0; i < 5; i++)
+        if (sizes[i] < 1 || sizes[i] > INT32_MAX) return false;
+    k->dtype = (int32_t)dt;
+    k->b = (int32_t)p->b0, k->h = (int32_t)p->b1, k->sq = (int32_t)p->sq, k->sk = (int32_t)p->sk, k->d = (int32_t)p->d;
     const int64_t qd[4] = {p->b0, p->b1, p->sq, p->d}, ktd[4] = {p->b0, p->b1, p->d, p->sk},
                   vd[4] = {p->b0, p->b1, p->sk, p->d};
-    strides4(k->q, qd, p->q_s0, p->q_s1, p->q_si, 1);
+    bool ok = strides4(k->q, qd, p->q_s0, p->q_s1, p->q_si, 1) && strides4(k->v, vd, p->v_s0, p->v_s1, p->v_sj, 1) &&
+              strides4(k->o, qd, p->y_s0, p->y_s1, p->y_si, 1);
     if (k_copied) /* a dense copy [b0, b1, sk, d] */
-        strides4(k->kt, ktd, p->b1 * p->sk * p->d, p->sk * p->d, 1, p->d);
+        ok = ok && strides4(k->kt, ktd, p->b1 * p->sk * p->d, p->sk * p->d, 1, p->d);
     else
-        strides4(k->kt, ktd, p->k_s0, p->k_s1, p->k_sc, p->k_sj);
-    strides4(k->v, vd, p->v_s0, p->v_s1, p->v_sj, 1);
-    strides4(k->o, qd, p->y_s0, p->y_s1, p->y_si, 1);
+        ok = ok && strides4(k->kt, ktd, p->k_s0, p->k_s1, p->k_sc, p->k_sj);
     if (p->mask) {
+        const int64_t m[4] = {p->m_s0, p->m_s1, p->m_si, p->m_sj};
         k->mask = 1;
-        k->m[0] = p->m_s0, k->m[1] = p->m_s1, k->m[2] = p->m_si, k->m[3] = p->m_sj;
+        for (int i = 0; i < 4; i++) {
+            if (m[i] < 0 || m[i] > INT32_MAX) return false;
+            k->m[i] = (int32_t)m[i];
+        }
     }
     /* 16-byte rows for the engines' tile loads: strides (but the unit ones) multiples of 8 */
-    const int64_t *all[4] = {k->q, k->kt, k->v, k->o};
-    for (int t = 0; t < 4; t++)
+    const int32_t *all[4] = {k->q, k->kt, k->v, k->o};
+    for (int t = 0; t < 4 && ok; t++)
         for (int i = 0; i < 4; i++)
             if (all[t][i] != 1 && all[t][i] % 8) return false;
+    return ok;
+}
+
+bool kn_cu_sdpa_key_valid(const kn_cu_sdpa_key *k) {
+    if ((k->dtype != KILN_DTYPE_FLOAT16 && k->dtype != KILN_DTYPE_BFLOAT16) || (k->mask != 0 && k->mask != 1) ||
+        k->b < 1 || k->h < 1 || k->sq < 1 || k->sk < 1 || k->d < 8 || k->d > 256 || k->d % 8)
+        return false;
+    const int32_t *all[5] = {k->q, k->kt, k->v, k->o, k->m};
+    for (int t = 0; t < 5; t++)
+        for (int i = 0; i < 4; i++)
+            if (all[t][i] < (t == 4 ? 0 : 1) || (t == 4 && !k->mask && all[t][i] != 0)) return false;
     return true;
 }
 
@@ -243,6 +266,11 @@ kiln_status kn_cu_sdpa_run(kn_cuda *cu, kn_kernel_ctx *c, kiln_dtype dt, const k
     sdpa_key key;
     if (!key_of(dt, p, k_copy, &key)) return KILN_OK;
 
+    uint8_t rkey[1 + sizeof key]; /* its tuning record's key */
+    rkey[0] = KN_CU_TUNE_SDPA;
+    memcpy(rkey + 1, &key, sizeof key);
+    char *keep = NULL; /* the serialized form of a plan built here */
+    size_t keep_len = 0;
     pthread_mutex_lock(&cu->sh->cache_mu);
     sdpa_plan *e = lookup(cu, &key);
     if (!e) {
@@ -259,6 +287,19 @@ kiln_status kn_cu_sdpa_run(kn_cuda *cu, kn_kernel_ctx *c, kiln_dtype dt, const k
         e = &((sdpa_plan *)cu->sh->sdpa_plans)[cu->sh->n_sdpa_plans++];
         memset(e, 0, sizeof *e);
         e->key = key;
+        const kn_cu_tuned *kept = kn_cu_tuning_find(cu, rkey, sizeof rkey);
+        if (kept) { /* a plan a compiled file carried */
+            char why[256] = "";
+            e->plan = kn_dnn_plan_from_text(cu->dnn, kn_cu_tuned_value(kept), kept->val_len, cu->workspace_size, &e->ws, why,
+                                            sizeof why);
+            if (e->plan) plans_loaded++;
+            else /* (then built below) */
+                kn_log(KILN_LOG_INFO, "cuda: node '%s': the compiled file's fused-attention plan was not usable (%s): building it",
+                       c->node->name, why);
+        }
+    }
+    if (!e->plan && !e->built) {
+        e->built = true;
         const double t0 = kn_now_ms();
         /* the descriptions cuDNN's versions take: the mask's broadcast as dims of 1 or strides of 0,
          * the scale as a scalar of rank 4 or 1; the first that builds */
@@ -267,21 +308,27 @@ kiln_status kn_cu_sdpa_run(kn_cuda *cu, kn_kernel_ctx *c, kiln_dtype dt, const k
         for (int scale_rank = 4; scale_rank >= 1 && !e->plan; scale_rank -= 3)
             for (int form = 1; form <= (key.mask ? 2 : 1) && !e->plan; form++, tried++)
                 e->plan = build(cu, &key, form, scale_rank, &e->ws, why[tried], sizeof why[tried]);
-        if (e->plan)
+        if (e->plan) {
             kn_log(KILN_LOG_DEBUG,
                    "cuda: node '%s': attention [%lld, %lld, %lld, %lld] x %lld keys%s as cuDNN's fused attention (%.1f ms to "
                    "build, description %d)",
                    c->node->name, (long long)key.b, (long long)key.h, (long long)key.sq, (long long)key.d, (long long)key.sk,
                    key.mask ? " with a mask" : "", kn_now_ms() - t0, tried);
-        else
+            keep = kn_dnn_plan_text(e->plan, &keep_len);
+        } else {
             kn_log(KILN_LOG_DEBUG,
                    "cuda: node '%s': no cuDNN fused attention for [%lld, %lld, %lld, %lld] x %lld keys (%s | %s | %s | %s): "
                    "kiln's kernels",
                    c->node->name, (long long)key.b, (long long)key.h, (long long)key.sq, (long long)key.d, (long long)key.sk,
                    why[0], why[1], why[2], why[3]);
+        }
     }
     cudnnBackendDescriptor_t plan = e->plan;
     pthread_mutex_unlock(&cu->sh->cache_mu);
+    if (keep) { /* for the compiled file: a later session makes the plan from it instead of compiling */
+        if (kn_cu_tuning_add(cu, rkey, sizeof rkey, keep, keep_len) != KILN_OK) kn_clear_error();
+        free(keep);
+    }
     if (!plan) return KILN_OK;
 
     void *kbuf = NULL;
@@ -327,6 +374,11 @@ void kn_cu_sdpa_release(kn_cuda *cu) {
 
 #else
 
+bool kn_cu_sdpa_key_valid(const kn_cu_sdpa_key *k) {
+    (void)k;
+    return false; /* (no cuDNN: a record of this kind is of no use) */
+}
+unsigned long long kn_cu_sdpa_plans_loaded(void) { return 0; }
 kiln_status kn_cu_sdpa_run(kn_cuda *cu, kn_kernel_ctx *c, kiln_dtype dt, const kn_cu_flash *p, bool *ran) {
     (void)cu, (void)c, (void)dt, (void)p;
     *ran = false;

@@ -134,6 +134,19 @@ static bool key_well_formed(const uint8_t *k, size_t key_len, char *why, size_t 
         }
         return true;
     }
+    if (k[0] == KN_CU_TUNE_SDPA) {
+        kn_cu_sdpa_key a;
+        if (key_len != 1 + sizeof a) {
+            snprintf(why, cap, "a fused attention's key of %zu bytes, %zu expected", key_len, 1 + sizeof a);
+            return false;
+        }
+        memcpy(&a, k + 1, sizeof a);
+        if (!kn_cu_sdpa_key_valid(&a)) {
+            snprintf(why, cap, "a fused attention's key with a type, size or stride out of range");
+            return false;
+        }
+        return true;
+    }
     int32_t nb = 0;
     if ((key_len - 1) % sizeof(int32_t) == 0 && key_len >= 1 + sizeof nb) memcpy(&nb, k + 1, sizeof nb);
     size_t words = (key_len - 1) / sizeof(int32_t);
@@ -168,10 +181,12 @@ kiln_status kn_cu_tuning_import(void *state, const void *key, size_t key_len, co
         break;
     }
     case KN_CU_TUNE_CONV_GRAPH:
-        /* a cuDNN execution plan's serialized form (JSON text: cuda_conv_graph.c), which cuDNN
-         * parses and checks against the device when the plan is made from it */
+    case KN_CU_TUNE_SDPA:
+        /* a cuDNN execution plan's serialized form (JSON text: cuda_conv_graph.c, cuda_sdpa.c),
+         * which cuDNN parses and checks against the device when the plan is made from it */
         if (val_len < 2 || val_len > KN_CU_TUNE_BIG_MAX || memchr(val, 0, val_len))
-            return kn_error(KILN_ERR_CACHE, "tuning record of kind 'G': a %zu-byte plan that is no plan's text", val_len);
+            return kn_error(KILN_ERR_CACHE, "tuning record of kind '%c': a %zu-byte plan that is no plan's text", k[0],
+                            val_len);
         want = val_len;
         break;
     default: return kn_error(KILN_ERR_CACHE, "tuning record of unknown kind 0x%02x", k[0]);
