@@ -9,7 +9,7 @@ per-turn ratio to the first variant, and the median over runs of kiln / ORT.
 
     python3 bench/op_ab.py --only REGEX --variant before=build-a --variant after=build-b
                            [--variant tuned=build-b:KILN_WINO_CHUNK_KB=1024,...] [--runs 200]
-                           [--passes 3] [--suite op_sweep|conv3x3]
+                           [--passes 3] [--suite op_sweep|conv3x3|conv1x1]
 
 A variant is NAME=BUILD_DIR, optionally followed by :VAR=VALUE,... set in the environment around
 its session's creation and each of its runs (for settings read at run time). Two build folders'
@@ -36,8 +36,8 @@ def main():
     ap.add_argument("--runs", type=int, default=200, help="turns per pass (each runs every variant once)")
     ap.add_argument("--passes", type=int, default=1)
     ap.add_argument("--no-ort", action="store_true")
-    ap.add_argument("--suite", default="op_sweep", choices=["op_sweep", "conv3x3"],
-                    help="whose cases: op_sweep.py's or conv3x3_sweep.py's")
+    ap.add_argument("--suite", default="op_sweep", choices=["op_sweep", "conv3x3", "conv1x1"],
+                    help="whose cases: op_sweep.py's, conv3x3_sweep.py's or conv1x1_sweep.py's")
     a = ap.parse_args()
 
     libs, variants = {}, []
@@ -65,6 +65,9 @@ def main():
     if a.suite == "conv3x3":
         import conv3x3_sweep
         all_cases = conv3x3_sweep.cases()
+    elif a.suite == "conv1x1":
+        import conv1x1_sweep
+        all_cases = conv1x1_sweep.cases()
     else:
         all_cases = op_sweep.cases()
     cases = [c for c in all_cases if re.search(a.only, c.key)]

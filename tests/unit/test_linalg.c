@@ -486,6 +486,8 @@ static void plain_pack_b(const void *ctx, int64_t op, int64_t k0, int64_t kc, in
 KN_TEST(linalg_sgemm_transposed_path) {
     kn_threadpool *pool;
     CHECK_STATUS(kn_threadpool_create(3, &pool), KILN_OK);
+    /* the rule (saved lanes against K) would leave the small-K shapes to the usual path */
+    setenv("KILN_GEMM_SWAP", "1", 1);
     static const int64_t shapes[][3] = {{64, 2, 1},    {64, 49, 7},   {65, 17, 33},  {96, 49, 256},
                                        {200, 3, 257},  {513, 49, 40}, {128, 196, 600}, {2048, 49, 64},
                                        {96, 100, 1},   {256, 450, 19}, {1000, 37, 300}};
@@ -538,14 +540,105 @@ KN_TEST(linalg_sgemm_transposed_path) {
                       (long long)N, (long long)K, v, err);
             free(A), free(B), free(C), free(R), free(bias), free(AT);
         }
-    /* the shapes above are the ones the transposed path takes with the AVX-512 micro-kernel (32
-     * columns); the narrower ones of the avx2 and baseline levels (16, 8: backend/cpu/isa.h) pad
-     * fewer columns, so fewer shapes gain from it */
     const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
-    if (kn_sgemm_nr() >= 32)
-        CHECK_MSG(swapped == 8 * n_shapes, "%d of the cases ran transposed", swapped / 8);
-    else
-        CHECK_MSG(swapped >= 8 * (n_shapes / 2), "%d of the cases ran transposed", swapped / 8);
+    CHECK_MSG(swapped == 8 * n_shapes, "%d of the cases ran transposed", swapped / 8);
+    unsetenv("KILN_GEMM_SWAP");
+    /* the rule, with the AVX-512 micro-kernel (vectors of 16): 7x7 planes (49 columns in 64 lanes)
+     * with deep K run transposed, 14x14 (196 in 208) only when K is large, full vectors never */
+    if (kn_sgemm_nr() == 32) {
+        CHECK(kn_sgemm_swaps(512, 49, 2048) && kn_sgemm_swaps(2048, 49, 512) && kn_sgemm_swaps(160, 49, 960));
+        CHECK(kn_sgemm_swaps(256, 196, 1024) && !kn_sgemm_swaps(1024, 196, 256) && !kn_sgemm_swaps(64, 49, 16));
+        CHECK(!kn_sgemm_swaps(256, 64, 4096) && !kn_sgemm_swaps(200, 784, 512));
+    }
+    kn_threadpool_destroy(pool);
+}
+
+/* c_add and clamp (a fused node's residual and Relu/Clip, applied as C is stored): every path of
+ * kn_sgemm_run (the usual order, rows first with A prepacked, transposed, B from a callback, one
+ * row, one column, dot products, K = 0) against the definition, with alpha, beta, a row bias and
+ * an epilogue after them; the addend with a row stride of its own; C's padding untouched; NaN
+ * through the clamp stays NaN. 1 and 3 threads. */
+static int tail_epi_calls;
+static void tail_epilogue_twice(const void *ctx, int64_t op, int64_t i0, int64_t j0, int64_t m, int64_t n, float *c,
+                                int64_t ldc) {
+    (void)ctx, (void)op, (void)i0, (void)j0;
+    __atomic_fetch_add(&tail_epi_calls, 1, __ATOMIC_RELAXED);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) c[i * ldc + j] *= 2.0f; /* after the clamp */
+}
+
+KN_TEST(linalg_sgemm_residual_and_clamp) {
+    kn_threadpool *pool;
+    CHECK_STATUS(kn_threadpool_create(3, &pool), KILN_OK);
+    /* M, N, K, flags: 1 A prepacked, 2 B from a callback, 4 trans_b, 8 forced transposed, 16 rows
+     * first off */
+    static const int64_t cases[][4] = {
+        {256, 3136, 64, 1},  {64, 3136, 256, 1},  {37, 300, 600, 1},   {200, 899, 72, 1},  {13, 1500, 3, 1},
+        {100, 257, 600, 1 | 16}, {256, 196, 256, 1}, {512, 49, 300, 1 | 8}, {96, 49, 40, 8},
+        {200, 225, 72, 1 | 2}, {40, 77, 300, 2},  {300, 70, 600, 0},   {1, 300, 40, 0},    {300, 1, 40, 0},
+        {20, 300, 40, 4},    {50, 70, 0, 0},      {12, 2000, 2048, 1}, {97, 1031, 9, 4}};
+    for (int threads = 0; threads < 2; threads++)
+        for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++)
+            for (int v = 0; v < 4; v++) {
+                const int64_t M = cases[s][0], N = cases[s][1], K = cases[s][2], f = cases[s][3];
+                const bool tb = f & 4, pre = f & 1, cb = f & 2;
+                const bool add = v != 1, clamp = v != 2, epi = v == 3, with_bias = v & 1;
+                const float alpha = v == 2 ? 0.5f : 1.0f, beta = v == 3 ? 0.25f : 0.0f;
+                const float lo = v == 3 ? -0.5f : 0.0f, hi = v == 3 ? 0.75f : INFINITY;
+                const int64_t ldb = tb ? K + 5 : N == 1 ? 1 : N + 5, ldc = N + 3, ldz = N + 11;
+                float *A = malloc(sizeof(float) * (size_t)(M * K + 1)), *B = malloc(sizeof(float) * (size_t)((tb ? N : K) * ldb + 1));
+                float *C = malloc(sizeof(float) * (size_t)(M * ldc)), *R = malloc(sizeof(float) * (size_t)(M * ldc));
+                float *Z = malloc(sizeof(float) * (size_t)(M * ldz)), *bias = malloc(sizeof(float) * (size_t)M);
+                float *P = malloc(sizeof(float) * (kn_sgemm_packed_a_floats(M, K) + 1));
+                float *AT = malloc(sizeof(float) * (kn_sgemm_packed_b_floats(M, K) + 1));
+                fill(A, M * K), fill(B, (tb ? N : K) * ldb), fill(C, M * ldc), fill(Z, M * ldz), fill(bias, M);
+                if (M * N > 7) Z[7 % N + (7 / N) * ldz] = NAN; /* NaN through the clamp */
+                if (pre) kn_sgemm_pack_a(A, K, false, M, K, P);
+                kn_sgemm_pack_b_full(A, K, true, M, K, AT);
+                memcpy(R, C, sizeof(float) * (size_t)(M * ldc));
+                ref_gemm(false, tb, M, N, K, alpha, A, K, B, ldb, beta, R, ldc);
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        float r = R[i * ldc + j] + (with_bias ? bias[i] : 0.0f) + (add ? Z[i * ldz + j] : 0.0f);
+                        if (clamp) r = isnan(r) ? r : r < lo ? lo : r > hi ? hi : r;
+                        R[i * ldc + j] = epi ? 2.0f * r : r;
+                    }
+                const float *ap[1] = {A}, *bp[1] = {B}, *pp[1] = {P}, *atp[1] = {AT}, *zp[1] = {Z}, *rb[1] = {bias};
+                float *cp[1] = {C};
+                plain_pack_ctx ppc = {B, ldb};
+                kn_sgemm_batch g = {.count = 1, .M = M, .N = N, .K = K, .trans_b = tb, .alpha = alpha, .beta = beta,
+                                    .a = ap, .lda = K, .b = cb ? NULL : bp, .ldb = ldb, .c = cp, .ldc = ldc,
+                                    .a_packed = pre ? pp : NULL, .at_packed = f & 8 ? atp : NULL,
+                                    .row_bias = with_bias ? rb : NULL, .c_add = add ? zp : NULL, .ldc_add = ldz,
+                                    .clamp = clamp, .clamp_lo = lo, .clamp_hi = hi,
+                                    .pack_b = cb ? plain_pack_b : NULL, .pack_ctx = &ppc,
+                                    .epilogue = epi ? tail_epilogue_twice : NULL};
+                if (f & 8) setenv("KILN_GEMM_SWAP", "1", 1);
+                if (f & 16) setenv("KILN_GEMM_ROWS_FIRST", "0", 1);
+                CHECK(!(f & 8) || kn_sgemm_swaps(M, N, K));
+                tail_epi_calls = 0;
+                CHECK_STATUS(kn_sgemm_run(threads ? pool : NULL, &g), KILN_OK);
+                unsetenv("KILN_GEMM_SWAP"), unsetenv("KILN_GEMM_ROWS_FIRST");
+                double err = 0;
+                int64_t bad_nan = 0;
+                for (int64_t i = 0; i < M; i++) {
+                    for (int64_t j = 0; j < N; j++) {
+                        const float got = C[i * ldc + j], want = R[i * ldc + j];
+                        if (isnan(want) || isnan(got)) {
+                            bad_nan += isnan(want) != isnan(got);
+                            continue;
+                        }
+                        err = fmax(err, fabs(got - want) / (1 + fabs(want)));
+                    }
+                    for (int64_t j = N; j < ldc && i + 1 < M; j++) /* the padding between rows is untouched */
+                        if (C[i * ldc + j] != R[i * ldc + j]) err = 1e9;
+                }
+                CHECK_MSG(err < gemm_tol(K) && bad_nan == 0 && (!epi || tail_epi_calls > 0),
+                          "GEMM tail %lldx%lldx%lld flags %lld variant %d, %d threads: error %g, %lld NaN wrong",
+                          (long long)M, (long long)N, (long long)K, (long long)f, v, threads ? 3 : 1, err,
+                          (long long)bad_nan);
+                free(A), free(B), free(C), free(R), free(Z), free(bias), free(P), free(AT);
+            }
     kn_threadpool_destroy(pool);
 }
 

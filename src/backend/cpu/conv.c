@@ -1788,7 +1788,7 @@ static void fill_bias(float *y, const float *bias, int64_t N, int64_t M, int64_t
 
 static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w,
                             const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx,
-                            bool w_is_input) {
+                            const kn_conv_tail *tail, bool w_is_input) {
     if (s->N == 0 || s->M == 0 || s->out_plane == 0) return KILN_OK;
     /* one input channel per group: the direct per-channel loops, unless each input channel feeds
      * many output channels through a long enough window (a 1 -> 258 channel, kernel-256,
@@ -1914,7 +1914,21 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     kn_sgemm_batch g = {.count = count, .M = s->Mg, .N = s->out_plane, .K = K, .alpha = 1.0f,
                         .beta = 0.0f, .a = ap, .lda = K, .c = cp, .ldc = s->out_plane};
     conv_epi_ctx ec = {epi, epi_ctx, y};
-    if (epi) {
+    float **addp = NULL;
+    if (tail) {
+        /* the GEMM's micro-kernel adds the residual and clamps as it stores C */
+        if (tail->residual && !(addp = malloc(sizeof(float *) * (size_t)count))) {
+            free(ap);
+            free(cp);
+            return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        for (int64_t op = 0; tail->residual && op < count; op++) addp[op] = (float *)tail->residual + (cp[op] - y);
+        g.c_add = (const float *const *)addp;
+        g.ldc_add = s->out_plane;
+        g.clamp = true;
+        g.clamp_lo = tail->lo;
+        g.clamp_hi = tail->hi;
+    } else if (epi) {
         g.epilogue = conv_gemm_epilogue;
         g.epilogue_ctx = &ec;
     }
@@ -1958,6 +1972,7 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     free(cp);
     free(apk);
     free(rbias);
+    free(addp);
     return st ? kn_kernel_error(c, st, "out of memory in the GEMM") : KILN_OK;
 }
 
@@ -2019,6 +2034,11 @@ static void f16_weights_make(const void *ctx, void *dst) {
 }
 
 kiln_status kn_cpu_conv_with_epilogue(kn_kernel_ctx *c, kn_conv_epilogue_fn epi, const void *epi_ctx) {
+    return kn_cpu_conv_with_tail(c, epi, epi_ctx, NULL);
+}
+
+kiln_status kn_cpu_conv_with_tail(kn_kernel_ctx *c, kn_conv_epilogue_fn epi, const void *epi_ctx,
+                                  const kn_conv_tail *tail) {
     const kn_tensor *X = c->in[0], *W = c->in[1], *B = c->n_inputs > 2 ? c->in[2] : NULL;
     kn_tensor *Y = c->out[0];
     conv_shape s;
@@ -2050,7 +2070,8 @@ kiln_status kn_cpu_conv_with_epilogue(kn_kernel_ctx *c, kn_conv_epilogue_fn epi,
     float *y = Y->dtype == KILN_DTYPE_FLOAT ? Y->data : malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1));
     kiln_status st;
     if (!x || !w || (B && !b) || !y) st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    else if ((st = conv_f32(c, &s, x, w, b, y, y == Y->data ? epi : NULL, epi_ctx, w == W->data || w_const)) ==
+    else if ((st = conv_f32(c, &s, x, w, b, y, y == Y->data ? epi : NULL, epi_ctx, y == Y->data && epi ? tail : NULL,
+                              w == W->data || w_const)) ==
                  KILN_OK &&
              y != Y->data) {
         if (epi) epi(epi_ctx, y, 0, 1, ny, ny); /* converted output: after the whole convolution */

@@ -398,7 +398,12 @@ static kiln_status fused_conv_channels_first(kn_kernel_ctx *c, const kn_act_spec
     pc.n_inputs = c->n_inputs < 3 ? c->n_inputs : 3;
     conv_epi e = {Z ? Z->data : NULL, a};
     bool any = Z || a.act != KN_ACT_NONE;
-    return kn_cpu_conv_with_epilogue(&pc, any ? conv_epilogue : NULL, &e);
+    /* the residual and a Relu or Clip as data too, for the kernels that apply them as they store */
+    kn_conv_tail tail = {Z ? Z->data : NULL, -INFINITY, INFINITY};
+    bool as_tail = a.act == KN_ACT_NONE || a.act == KN_ACT_RELU || a.act == KN_ACT_CLIP;
+    if (a.act == KN_ACT_RELU) tail.lo = 0.0f;
+    if (a.act == KN_ACT_CLIP) tail.lo = a.p0, tail.hi = a.p1;
+    return kn_cpu_conv_with_tail(&pc, any ? conv_epilogue : NULL, &e, any && as_tail ? &tail : NULL);
 }
 
 static kiln_status run_fused_gemm(kn_kernel_ctx *c) {

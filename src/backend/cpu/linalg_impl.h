@@ -19,6 +19,14 @@ typedef void (*kn_conv_epilogue_fn)(const void *ctx, float *y, int64_t offset, i
 /* kn_cpu_conv with an epilogue (float output only: for other outputs it runs after the whole
  * convolution). */
 kiln_status kn_cpu_conv_with_epilogue(kn_kernel_ctx *c, kn_conv_epilogue_fn fn, const void *ctx);
+/* The same epilogue described as data, for the kernels that apply it as they store the output
+ * (the GEMM's micro-kernel): y = min(hi, max(lo, y + residual)), residual (the output's shape)
+ * optional. `fn` must do the same: the kernels that cannot take the tail call it instead. */
+typedef struct kn_conv_tail {
+    const float *residual;
+    float lo, hi;
+} kn_conv_tail;
+kiln_status kn_cpu_conv_with_tail(kn_kernel_ctx *c, kn_conv_epilogue_fn fn, const void *ctx, const kn_conv_tail *tail);
 kiln_status kn_cpu_conv_transpose(kn_kernel_ctx *c);
 kiln_status kn_cpu_conv_integer(kn_kernel_ctx *c);
 kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c);

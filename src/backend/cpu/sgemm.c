@@ -11,6 +11,11 @@
  * its own operands into a per-thread buffer, so one kn_parallel_for runs the whole batch with no
  * barrier. The tile grid is chosen to minimise the re-packing it causes.
  *
+ * With A prepacked (constant weights: convolutions) and B packed here, the tile runs rows first
+ * instead (run_rows_first): C by panels of MR whole rows, all of K per block of C, so C and a
+ * fused residual go by sequential rows and are finished once. A fused node's residual and
+ * Relu/Clip (c_add, clamp) are applied by the micro-kernel as it stores C.
+ *
  * Special shapes: M == 1 (a row times a matrix) and N == 1 (a matrix times a column) run as
  * streaming GEMV / dot products without packing; small M with untransposed B reads B in place
  * (packing B would cost as much as the product). */
@@ -19,6 +24,7 @@
 #include "backend/cpu/vec_math.h"
 #include "util/thread_buffer.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +75,9 @@
  * op(B) into MR-row panels instead, running whole slices of KC, or keeping C^T to 256 KB by
  * taking the rows in parts were each 3-10% slower. */
 #define SWAP_MAX_N 512
+#ifndef SWAP_MIN_SAVED
+#define SWAP_MIN_SAVED 40.0 /* lanes saved per output element, times K (kn_sgemm_swaps) */
+#endif
 #define SWAP_MC (6 * NR)
 #define SWAP_KS 128
 #ifndef SWAP_PF_AHEAD
@@ -121,6 +130,14 @@ static float *tile_buffer(size_t floats) { return kn_thread_buffer_get(&tile_buf
 
 /* ---------------------------------------------------------------- micro-kernels */
 
+/* What a micro-kernel does to C as it stores it for the last time (kn_sgemm_batch's c_add and
+ * clamp): add[r * ld + j] is added to C[r][j] (add may be NULL), then C is clamped to [lo, hi]. */
+typedef struct ukr_tail {
+    const float *add;
+    int64_t ld;
+    float lo, hi;
+} ukr_tail;
+
 #if defined(KN_GEMM_AVX512)
 
 static inline __mmask16 mask16(int64_t n) {
@@ -134,7 +151,7 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
                                                       const float *restrict b, int64_t bs,
                                                       float *restrict c, int64_t ldc, int n,
                                                       float alpha, float beta, const float *rb,
-                                                      const float *pf) {
+                                                      const float *pf, const ukr_tail *t) {
     __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) {
@@ -160,7 +177,27 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
         b += bs;
     }
     const __m512 va = _mm512_set1_ps(alpha);
-    if (beta == 0.0f) {
+    if (t) {
+        /* C finished here: + the addend, clamped (the same operations, in the same order, as
+         * apply_tail on stored C) */
+        const __m512 lo = _mm512_set1_ps(t->lo), hi = _mm512_set1_ps(t->hi), vb = _mm512_set1_ps(beta);
+        const float *ad = t->add;
+#pragma GCC unroll 12
+        for (int r = 0; r < mr; r++) {
+            float *cr = c + r * ldc;
+            const __m512 br = rb ? _mm512_set1_ps(rb[r]) : _mm512_setzero_ps();
+            __m512 v0 = beta == 0.0f ? br : _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), br);
+            v0 = _mm512_fmadd_ps(va, acc0[r], v0);
+            if (ad) v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ad + r * t->ld));
+            _mm512_mask_storeu_ps(cr, m0, _mm512_min_ps(hi, _mm512_max_ps(lo, v0)));
+            if (nv > 1) {
+                __m512 v1 = beta == 0.0f ? br : _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), br);
+                v1 = _mm512_fmadd_ps(va, acc1[r], v1);
+                if (ad) v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ad + r * t->ld + 16));
+                _mm512_mask_storeu_ps(cr + 16, m1, _mm512_min_ps(hi, _mm512_max_ps(lo, v1)));
+            }
+        }
+    } else if (beta == 0.0f) {
 #pragma GCC unroll 12
         for (int r = 0; r < mr; r++) {
             const __m512 br = rb ? _mm512_set1_ps(rb[r]) : _mm512_setzero_ps();
@@ -185,13 +222,14 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
 
 #define UKR_CASE(R)                                                                                \
     case R:                                                                                        \
-        if (n > 16) ukr(R, 2, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, pf);                        \
-        else ukr(R, 1, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, pf);                                \
+        if (n > 16) ukr(R, 2, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, pf, t);                     \
+        else ukr(R, 1, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, pf, t);                             \
         break;
 
 /* pf: kc lines from there are prefetched into L2 (AVX-512 only; any address: prefetches do not fault) */
 static void ukr_any(int mr, int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c,
-                    int64_t ldc, int n, float alpha, float beta, const float *rb, const float *pf) {
+                    int64_t ldc, int n, float alpha, float beta, const float *rb, const float *pf,
+                    const ukr_tail *t) {
     switch (mr) {
         UKR_CASE(12) UKR_CASE(11) UKR_CASE(10) UKR_CASE(9) UKR_CASE(8) UKR_CASE(7)
         UKR_CASE(6) UKR_CASE(5) UKR_CASE(4) UKR_CASE(3) UKR_CASE(2) UKR_CASE(1)
@@ -210,7 +248,8 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
                                                       const float *restrict a, int64_t as,
                                                       const float *restrict b, int64_t bs,
                                                       float *restrict c, int64_t ldc, int n,
-                                                      float alpha, float beta, const float *rb) {
+                                                      float alpha, float beta, const float *rb,
+                                                      const ukr_tail *t) {
     __m256 acc0[MR], acc1[MR];
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++) {
@@ -232,16 +271,22 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
         b += bs;
     }
     const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    const __m256 lo = _mm256_set1_ps(t ? t->lo : 0.0f), hi = _mm256_set1_ps(t ? t->hi : 0.0f);
+    const float *ad = t ? t->add : NULL;
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++) {
         float *cr = c + r * ldc;
         const __m256 br = rb ? _mm256_set1_ps(rb[r]) : _mm256_setzero_ps();
         __m256 v0 = _mm256_fmadd_ps(va, acc0[r], br);
         if (beta != 0.0f) v0 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr, m0), v0);
+        if (ad) v0 = _mm256_add_ps(v0, _mm256_maskload_ps(ad + r * t->ld, m0));
+        if (t) v0 = _mm256_min_ps(hi, _mm256_max_ps(lo, v0));
         _mm256_maskstore_ps(cr, m0, v0);
         if (nv > 1) {
             __m256 v1 = _mm256_fmadd_ps(va, acc1[r], br);
             if (beta != 0.0f) v1 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr + 8, m1), v1);
+            if (ad) v1 = _mm256_add_ps(v1, _mm256_maskload_ps(ad + r * t->ld + 8, m1));
+            if (t) v1 = _mm256_min_ps(hi, _mm256_max_ps(lo, v1));
             _mm256_maskstore_ps(cr + 8, m1, v1);
         }
     }
@@ -249,12 +294,13 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
 
 #define UKR_CASE(R)                                                                                \
     case R:                                                                                        \
-        if (n > 8) ukr(R, 2, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb);                             \
-        else ukr(R, 1, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb);                                    \
+        if (n > 8) ukr(R, 2, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, t);                          \
+        else ukr(R, 1, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, t);                                 \
         break;
 
 static void ukr_any(int mr, int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c,
-                    int64_t ldc, int n, float alpha, float beta, const float *rb, const float *pf) {
+                    int64_t ldc, int n, float alpha, float beta, const float *rb, const float *pf,
+                    const ukr_tail *t) {
     (void)pf;
     switch (mr) {
         UKR_CASE(6) UKR_CASE(5) UKR_CASE(4) UKR_CASE(3) UKR_CASE(2) UKR_CASE(1)
@@ -265,7 +311,8 @@ static void ukr_any(int mr, int64_t kc, const float *a, int64_t as, const float 
 #else /* portable C */
 
 static void ukr_any(int mr, int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c,
-                    int64_t ldc, int n, float alpha, float beta, const float *rb, const float *pf) {
+                    int64_t ldc, int n, float alpha, float beta, const float *rb, const float *pf,
+                    const ukr_tail *t) {
     (void)pf;
     float acc[MR][NR];
     memset(acc, 0, sizeof acc);
@@ -285,8 +332,15 @@ static void ukr_any(int mr, int64_t kc, const float *a, int64_t as, const float 
         }
     }
     for (int r = 0; r < mr; r++)
-        for (int j = 0; j < n; j++)
-            c[r * ldc + j] = alpha * acc[r][j] + (beta == 0.0f ? 0.0f : beta * c[r * ldc + j]) + (rb ? rb[r] : 0.0f);
+        for (int j = 0; j < n; j++) {
+            float v = alpha * acc[r][j] + (beta == 0.0f ? 0.0f : beta * c[r * ldc + j]) + (rb ? rb[r] : 0.0f);
+            if (t && t->add) v += t->add[r * t->ld + j];
+            if (t) {
+                v = v < t->lo ? t->lo : v;
+                v = v > t->hi ? t->hi : v;
+            }
+            c[r * ldc + j] = v;
+        }
 }
 
 #endif
@@ -608,6 +662,103 @@ void kn_sgemm_pack_b_full(const float *B, int64_t ldb, bool trans_b, int64_t N, 
     for (int64_t pc = 0; pc < K; pc += KC) pack_b(B, ldb, trans_b, 0, N, pc, min64(KC, K - pc), dst + pc * Np);
 }
 
+/* KILN_GEMM_ROWS_FIRST=0: the usual order everywhere (tests, measurements) */
+static bool rows_first_on(void) {
+    const char *e = getenv("KILN_GEMM_ROWS_FIRST");
+    return !e || *e != '0';
+}
+
+/* The tail (c_add, clamp) of product op for C's block at rows i0, columns j0, or NULL (none). */
+static const ukr_tail *tail_at(const kn_sgemm_batch *p, int64_t op, int64_t i0, int64_t j0, ukr_tail *t) {
+    if (!p->c_add && !p->clamp) return NULL;
+    t->add = p->c_add ? p->c_add[op] + i0 * p->ldc_add + j0 : NULL;
+    t->ld = p->ldc_add;
+    t->lo = p->clamp ? p->clamp_lo : -INFINITY;
+    t->hi = p->clamp ? p->clamp_hi : INFINITY;
+    return t;
+}
+
+/* The tail on C already stored (the paths whose kernels do not take it): rows [i0, i0+m),
+ * columns [j0, j0+n) of product op. */
+static void apply_tail(const kn_sgemm_batch *p, int64_t op, int64_t i0, int64_t j0, int64_t m, int64_t n, float *c,
+                       int64_t ldc) {
+    ukr_tail tb;
+    const ukr_tail *t = tail_at(p, op, i0, j0, &tb);
+    if (!t) return;
+    for (int64_t r = 0; r < m; r++) {
+        float *cr = c + r * ldc;
+        const float *ad = t->add ? t->add + r * t->ld : NULL;
+        int64_t j = 0;
+#if defined(KN_GEMM_AVX512)
+        const __m512 lo = _mm512_set1_ps(t->lo), hi = _mm512_set1_ps(t->hi);
+        for (; j < n; j += 16) {
+            const __mmask16 m16 = mask16(n - j);
+            __m512 v = _mm512_maskz_loadu_ps(m16, cr + j);
+            if (ad) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m16, ad + j));
+            _mm512_mask_storeu_ps(cr + j, m16, _mm512_min_ps(hi, _mm512_max_ps(lo, v)));
+        }
+#endif
+        for (; j < n; j++) {
+            float v = cr[j] + (ad ? ad[j] : 0.0f);
+            v = v < t->lo ? t->lo : v;
+            cr[j] = v > t->hi ? t->hi : v;
+        }
+    }
+}
+
+/* Rows first (B packed here, A prepacked): the tile's columns in blocks of ncb whose packed B,
+ * every slice of K, stays in L2; over a block, each MR-row panel of C runs across every column
+ * with all the slices of K innermost, so a block of C is finished while in L1 (no partial sums
+ * through memory), and C, its addend (a residual) and the epilogue go by whole rows, a few
+ * sequential streams, where the usual order writes MC rows at once, a column strip at a time
+ * (pointwise convolutions, where C is as large as B: 64->256 on 56x56 writes 3.2 MB). */
+#ifndef RF_B_FLOATS
+#define RF_B_FLOATS (128 * 1024) /* packed B of a block: 512 KB, a quarter of the L2 */
+#endif
+#define RF_MIN_NC 64
+static int64_t rows_first_ncb(const kn_sgemm_batch *p, int64_t n) {
+    int64_t ncb = RF_B_FLOATS / p->K / NR * NR;
+    if (ncb > NC) ncb = NC;
+    if (ncb > n) ncb = (n + NR - 1) / NR * NR;
+    if (ncb < RF_MIN_NC && ncb < n) return 0;
+    return (size_t)(ncb * p->K) <= WS_FLOATS ? ncb : 0;
+}
+
+static void run_rows_first(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                           int64_t ncb, float *Bp) {
+    const float *B = p->b ? p->b[op] : NULL;
+    const float *Apk = p->a_packed[op];
+    const float *bias = p->row_bias ? p->row_bias[op] : NULL;
+    const int64_t Mp = padded_m(p->M), K = p->K;
+    float *C = p->c[op];
+    for (int64_t jc = n0; jc < n1; jc += ncb) {
+        const int64_t nc = min64(ncb, n1 - jc), ncp = (nc + NR - 1) / NR * NR;
+        for (int64_t pc = 0; pc < K; pc += KC) {
+            const int64_t kc = min64(KC, K - pc);
+            if (p->pack_b) p->pack_b(p->pack_ctx, op, pc, kc, jc, nc, Bp + pc * ncp);
+            else pack_b(B, p->ldb, p->trans_b, jc, nc, pc, kc, Bp + pc * ncp);
+        }
+        for (int64_t i = m0; i < m1; i += MR) {
+            const int mr = (int)min64(MR, m1 - i);
+            float *cr = C + i * p->ldc;
+            for (int64_t jr = 0; jr < nc; jr += NR) {
+                const int n = (int)min64(NR, nc - jr);
+                ukr_tail tb;
+                const ukr_tail *t = tail_at(p, op, i, jc + jr, &tb);
+                for (int64_t pc = 0; pc < K; pc += KC) {
+                    const int64_t kc = min64(KC, K - pc);
+                    const float *a = Apk + pc * Mp + i * kc;
+                    /* A (prepacked weights) from memory: the calls on the first panel bring the next rows' in */
+                    ukr_any(mr, kc, a, MR, Bp + pc * ncp + jr * kc, NR, cr + jc + jr, p->ldc, n, p->alpha,
+                            pc == 0 ? p->beta : 1.0f, bias && pc == 0 ? bias + i : NULL,
+                            jr == 0 && i + MR < m1 ? a + MR * kc : a, pc + kc == K ? t : NULL);
+                }
+            }
+            if (p->epilogue) p->epilogue(p->epilogue_ctx, op, i, jc, mr, nc, cr + jc, p->ldc);
+        }
+    }
+}
+
 static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                           float *ws) {
     const float *A = p->a[op];
@@ -620,6 +771,13 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
     float *Aws = ws, *Bp = ws + (size_t)MC * KC;
     const float *Ap = Aws;
     const bool direct = !B_packed && !p->pack_b && !p->trans_b && (m1 - m0) <= DIRECT_B_MAX_M;
+    if (A_packed && !direct && !B_packed && rows_first_on()) {
+        const int64_t ncb = rows_first_ncb(p, n1 - n0);
+        if (ncb) {
+            run_rows_first(p, op, m0, m1, n0, n1, ncb, ws);
+            return;
+        }
+    }
     /* Columns of B per block. Few rows (one block of A) with B packed here: the packed block is
      * read back by only a few micro-kernel calls per panel, so it should come back from L2, not
      * L3: NC_FEW_ROWS columns. B prepacked or read in place: no block to keep in cache, and every
@@ -655,12 +813,16 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
                      * prepacked A, on the first panel of B: each call prefetches the next row panel
                      * (MR * kc floats, fewer than the kc lines it fetches). */
                     const float *nextb = B_packed && jr + NR < nc ? bp + NR * kc : NULL;
-                    for (int64_t ir = 0; ir < mc; ir += MR)
+                    for (int64_t ir = 0; ir < mc; ir += MR) {
+                        ukr_tail tb;
+                        const ukr_tail *t = pc + kc == p->K ? tail_at(p, op, ic + ir, jc + jr, &tb) : NULL;
                         ukr_any((int)min64(MR, mc - ir), kc, Ap + ir * kc, MR, bp, bs, cp + ir * p->ldc, p->ldc, n,
                                 p->alpha, beta, bias && pc == 0 ? bias + ic + ir : NULL,
                                 nextb && ir < 2 * MR ? nextb + ir / MR * kc * (NR / 2)
                                 : A_packed && jr == 0 ? Ap + (ir + MR) * kc
-                                                      : Ap + ir * kc);
+                                                      : Ap + ir * kc,
+                                t);
+                    }
                     /* the strip is final after the last slice of K: post-process it while cached */
                     if (p->epilogue && pc + kc == p->K) p->epilogue(p->epilogue_ctx, op, ic, jc + jr, mc, n, cp, p->ldc);
                 }
@@ -672,8 +834,9 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
 /* C[i][j] = T[j][i] (+ bias[i]) (+ beta * C[i][j]) for i < m, j < n: a chunk of C^T (row stride
  * ldt) written back into C. */
 static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, float *C, int64_t ldc,
-                             const float *bias, float beta) {
+                             const float *bias, float beta, const ukr_tail *t) {
 #if defined(KN_GEMM_AVX512)
+    const __m512 lo = _mm512_set1_ps(t ? t->lo : 0.0f), hi = _mm512_set1_ps(t ? t->hi : 0.0f);
     for (int64_t j0 = 0; j0 < n; j0 += 16) {
         const int rows = (int)min64(16, n - j0);
         const __mmask16 keep = mask16(rows);
@@ -686,6 +849,8 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
                 __m512 v = o[q];
                 if (bias) v = _mm512_add_ps(v, _mm512_set1_ps(bias[i0 + q]));
                 if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(keep, cp), v);
+                if (t && t->add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, t->add + (i0 + q) * t->ld + j0));
+                if (t) v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
                 _mm512_mask_storeu_ps(cp, keep, v);
             }
         }
@@ -694,20 +859,42 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             float v = T[j * ldt + i] + (bias ? bias[i] : 0.0f);
-            C[i * ldc + j] = beta == 0.0f ? v : v + beta * C[i * ldc + j];
+            v = beta == 0.0f ? v : v + beta * C[i * ldc + j];
+            if (t && t->add) v += t->add[i * t->ld + j];
+            if (t) {
+                v = v < t->lo ? t->lo : v;
+                v = v > t->hi ? t->hi : v;
+            }
+            C[i * ldc + j] = v;
         }
 #endif
 }
 
 static int64_t padded_n(int64_t N);
 
+/* The micro-kernel's cost of n columns of a row of C, in lanes: whole panels of NR, a last part
+ * past half a panel as a whole one, a last half panel alone as 3/4 of one (one vector of B per MR
+ * broadcasts of A: bound by loads, not multiply-adds). */
+static double row_cost(int64_t n) {
+    const int64_t rem = n % NR;
+    return (double)(n - rem) + (rem == 0 ? 0.0 : rem > NR / 2 ? (double)NR : 0.75 * NR);
+}
+
 bool kn_sgemm_swaps(int64_t M, int64_t N, int64_t K) {
 #if defined(KN_SGEMM_NO_SWAP) /* for measuring the path against the usual one */
     return false;
 #endif
     if (N > SWAP_MAX_N || N < 2 || M < 2 * NR || K < 1) return false;
-    /* lanes filled: N / padded N as it is, M / padded M transposed; swap for 6% more */
-    return (double)padded_n(N) / (double)N > 1.06 * (double)padded_n(M) / (double)M;
+    /* KILN_GEMM_SWAP=1: wherever it can (tests), 0: never (measurements) */
+    const char *e = getenv("KILN_GEMM_SWAP");
+    if (e && *e) return *e == '1';
+    /* The cost of a row of C per column used: swapped_cost(N) / N as it is, (M) / M transposed.
+     * The transposed product pays for C^T's round trip through a buffer, M * N against the
+     * M * N * K multiply-adds, so it must save that much: measured (1 thread, AVX-512 Xeon, 1x1
+     * convolutions on 14x14, N = 196, M = 256 or 1024): K = 256 13% slower transposed, K = 1024 4%
+     * faster; on 7x7 (N = 49) K = 512..2048 5-16% faster; 3x3 512->512 on 4x4 (N = 16, K = 4608)
+     * 10% faster. */
+    return (row_cost(N) / (double)N - row_cost(M) / (double)M) * (double)K > SWAP_MIN_SAVED;
 }
 
 /* Rows [m0, m1) and columns [n0, n1) of C computed as C^T = op(B)^T op(A)^T: op(B)'s columns
@@ -750,13 +937,14 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
                         for (int64_t q = 0; q < NR && pp + q < nn; q += MR, call++)
                             ukr_any((int)min64(MR, min64(NR - q, nn - pp - q)), kk, Ap + pp * kc + ks * NR + q, NR, b,
                                     NR, t + (pp + q) * ldt, ldt, n, p->alpha, beta, NULL,
-                                    call < 2 ? pf + call * kk * (NR / 2) : b);
+                                    call < 2 ? pf + call * kk * (NR / 2) : b, NULL);
                 }
             }
         }
     }
     float *cp = C + m0 * p->ldc + n0;
-    store_transposed(T, ldt, mt, nn, cp, p->ldc, bias ? bias + m0 : NULL, p->beta);
+    ukr_tail tb;
+    store_transposed(T, ldt, mt, nn, cp, p->ldc, bias ? bias + m0 : NULL, p->beta, tail_at(p, op, m0, n0, &tb));
     if (p->epilogue) p->epilogue(p->epilogue_ctx, op, m0, n0, mt, nn, cp, p->ldc);
     return true;
 }
@@ -866,10 +1054,19 @@ static void job_range(void *arg, int64_t begin, int64_t end) {
         }
         if (j->path != PATH_GEMM && j->path != PATH_SWAP) {
             if (p->row_bias) add_row_bias(p->c[op] + m0 * p->ldc + n0, p->ldc, p->row_bias[op] + m0, m1 - m0, n1 - n0);
+            apply_tail(p, op, m0, n0, m1 - m0, n1 - n0, p->c[op] + m0 * p->ldc + n0, p->ldc);
             if (p->epilogue)
                 p->epilogue(p->epilogue_ctx, op, m0, n0, m1 - m0, n1 - n0, p->c[op] + m0 * p->ldc + n0, p->ldc);
         }
     }
+}
+
+/* The tail, then the caller's epilogue (ctx: the caller's batch). */
+static void tail_epilogue(const void *ctx, int64_t op, int64_t i0, int64_t j0, int64_t m, int64_t n, float *c,
+                          int64_t ldc) {
+    const kn_sgemm_batch *p = ctx;
+    apply_tail(p, op, i0, j0, m, n, c, ldc);
+    if (p->epilogue) p->epilogue(p->epilogue_ctx, op, i0, j0, m, n, c, ldc);
 }
 
 /* C = beta * C for K == 0. */
@@ -880,6 +1077,7 @@ static void scale_c(const kn_sgemm_batch *p) {
             for (int64_t j = 0; j < p->N; j++) c[j] = p->beta == 0.0f ? 0.0f : p->beta * c[j];
         }
         if (p->row_bias) add_row_bias(p->c[op], p->ldc, p->row_bias[op], p->M, p->N);
+        apply_tail(p, op, 0, 0, p->M, p->N, p->c[op], p->ldc);
         if (p->epilogue) p->epilogue(p->epilogue_ctx, op, 0, 0, p->M, p->N, p->c[op], p->ldc);
     }
 }
@@ -887,7 +1085,16 @@ static void scale_c(const kn_sgemm_batch *p) {
 kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
     if (p->count <= 0 || p->M <= 0 || p->N <= 0) return KILN_OK;
     /* precision=bf16: the products of a node that runs in bf16 (sgemm_bf16.h) */
-    if (kn_bgemm_active() && kn_bgemm_takes(p)) return kn_bgemm_run(pool, p);
+    if (kn_bgemm_active() && kn_bgemm_takes(p)) {
+        if (!p->c_add && !p->clamp) return kn_bgemm_run(pool, p);
+        /* the bf16 kernels apply the tail as part of the epilogue */
+        kn_sgemm_batch q = *p;
+        q.c_add = NULL;
+        q.clamp = false;
+        q.epilogue = tail_epilogue;
+        q.epilogue_ctx = p;
+        return kn_bgemm_run(pool, &q);
+    }
     if (p->K <= 0) {
         scale_c(p);
         return KILN_OK;

@@ -64,6 +64,16 @@ typedef struct kn_sgemm_batch {
      * A with trans = !trans_a), for the products kn_sgemm_swaps() runs transposed; a/lda/trans_a
      * must still describe A. Ignored by the other products. */
     const float *const *at_packed;
+    /* Optional: c_add[i] (a matrix of C's shape, row stride ldc_add) is added to C of product i
+     * as C is finished, after the bias and before the clamp and the epilogue (a fused node's
+     * residual): the kernels add it as they store C, with no pass of its own. */
+    const float *const *c_add;
+    int64_t ldc_add;
+    /* Optional: as C is finished (after c_add, before the epilogue) it is clamped to
+     * [clamp_lo, clamp_hi], as max(lo, x) then min(hi, x): Relu is 0, +inf, Clip its bounds; a NaN
+     * stays NaN. */
+    bool clamp;
+    float clamp_lo, clamp_hi;
 } kn_sgemm_batch;
 
 /* Floats of op(A) (M x K) in the packed layout, and the packing itself: A as for kn_sgemm_batch

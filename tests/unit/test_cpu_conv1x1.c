@@ -1,0 +1,195 @@
+/* The CPU's 1x1 (pointwise) convolutions with their fused epilogues against the definition in
+ * double: Conv (+ bias) (+ Add of a residual input) (+ Relu or Clip), which level 3 fuses into one
+ * kiln.FusedConv whose residual and clamp the GEMM's micro-kernel applies as it stores the output
+ * (sgemm.c: c_add, clamp), at level 0 as separate nodes. Every GEMM order the shapes reach is
+ * forced in turn: the usual one, rows first (A prepacked: constant weights), transposed
+ * (KILN_GEMM_SWAP=1, on planes up to 512 pixels) and never transposed; stride 1 (the input planes
+ * read as B) and 2 (B gathered by the packing callback), a padded 1x1 (not pointwise: the implicit
+ * GEMM), odd channel counts and planes, batch > 1, weights a constant or a graph input, the
+ * 7x7-plane kernel with channels in the lanes (pw_conv), 1 and 2 threads. */
+#include "test_model_builder.h"
+
+#include "kiln.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct pw_case {
+    int64_t N, C, H, W, M, s, pad;
+    bool res, w_input;
+    int act; /* 0 none, 1 Relu, 2 Clip(-0.25, 0.5) */
+} pw_case;
+
+static int64_t pw_out(const pw_case *t, int64_t in) { return (in + 2 * t->pad - 1) / t->s + 1; }
+
+static int pw_scalar(tmb *b, const char *name, float v) {
+    kn_tensor *t;
+    kn_tensor_new(KILN_DTYPE_FLOAT, 0, NULL, &t);
+    *(float *)t->data = v;
+    return tmb_const_tensor(b, name, t);
+}
+
+static unsigned char *pw_model(const pw_case *t, kiln_tensor **consts, size_t *size) {
+    tmb b;
+    tmb_init(&b, 13);
+    const int64_t OH = pw_out(t, t->H), OW = pw_out(t, t->W);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){t->N, t->C, t->H, t->W}, NULL);
+    int64_t wd[4] = {t->M, t->C, 1, 1};
+    int w;
+    if (t->w_input) {
+        w = tmb_input(&b, "w", KILN_DTYPE_FLOAT, 4, wd, NULL);
+    } else {
+        w = tmb_const(&b, "w", 4, wd, 1.0f / sqrtf((float)t->C));
+        kn_tensor_clone(b.g->values[w].constant, &consts[0]);
+    }
+    int z = t->res ? tmb_input(&b, "z", KILN_DTYPE_FLOAT, 4, (int64_t[]){t->N, t->M, OH, OW}, NULL) : -1;
+    int bias = tmb_const(&b, "b", 1, (int64_t[]){t->M}, 0.5f);
+    kn_tensor_clone(b.g->values[bias].constant, &consts[1]);
+    int y = tmb_value(&b, "y");
+    int node = tmb_node(&b, "Conv", (int[]){x, w, bias}, 3, y);
+    tmb_ints(&b, node, "kernel_shape", (int64_t[]){1, 1}, 2);
+    tmb_ints(&b, node, "strides", (int64_t[]){t->s, t->s}, 2);
+    tmb_ints(&b, node, "pads", (int64_t[]){t->pad, t->pad, t->pad, t->pad}, 4);
+    int cur = y;
+    if (t->res) {
+        int a = tmb_value(&b, "a");
+        tmb_node(&b, "Add", (int[]){cur, z}, 2, a);
+        cur = a;
+    }
+    if (t->act == 1) {
+        int r = tmb_value(&b, "r");
+        tmb_node(&b, "Relu", (int[]){cur}, 1, r);
+        cur = r;
+    } else if (t->act == 2) {
+        int r = tmb_value(&b, "r");
+        int lo = pw_scalar(&b, "lo", -0.25f), hi = pw_scalar(&b, "hi", 0.5f);
+        tmb_node(&b, "Clip", (int[]){cur, lo, hi}, 3, r);
+        cur = r;
+    }
+    tmb_output(&b, cur);
+    return tmb_finish(&b, size);
+}
+
+/* want: the definition in double; scale: sum |x w| + |bias| + |z| for the error bound. */
+static void pw_reference(const pw_case *t, const float *x, const float *w, const float *bias, const float *z,
+                         int64_t OH, int64_t OW, double *want, double *scale) {
+    for (int64_t n = 0; n < t->N; n++)
+        for (int64_t m = 0; m < t->M; m++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    const int64_t ih = oh * t->s - t->pad, iw = ow * t->s - t->pad;
+                    double acc = bias[m], sc = fabs(bias[m]);
+                    if (ih >= 0 && ih < t->H && iw >= 0 && iw < t->W)
+                        for (int64_t c = 0; c < t->C; c++) {
+                            double p = (double)x[((n * t->C + c) * t->H + ih) * t->W + iw] * w[m * t->C + c];
+                            acc += p;
+                            sc += fabs(p);
+                        }
+                    const size_t i = (size_t)(((n * t->M + m) * OH + oh) * OW + ow);
+                    if (z) acc += z[i], sc += fabs(z[i]);
+                    if (t->act == 1) acc = acc < 0 ? 0 : acc;
+                    if (t->act == 2) acc = acc < -0.25 ? -0.25 : acc > 0.5 ? 0.5 : acc;
+                    want[i] = acc;
+                    scale[i] = sc;
+                }
+}
+
+KN_TEST(cpu_conv1x1_matches_definition) {
+    const pw_case cases[] = {
+        {1, 64, 56, 56, 256, 1, 0, true, false, 1},   /* ResNet-50 expansion: rows first, residual */
+        {1, 256, 28, 28, 64, 1, 0, false, false, 1},  /* reduction */
+        {1, 256, 14, 14, 1024, 1, 0, true, false, 1}, /* 196 pixels: usual orientation at K 256 */
+        {1, 1024, 14, 14, 96, 1, 0, true, false, 2},  /* deep K: several slices, transposed by the rule */
+        {2, 512, 7, 7, 160, 1, 0, true, false, 1},    /* 7x7: transposed, batch 2 */
+        {1, 200, 7, 7, 96, 1, 0, true, false, 1},     /* 7x7, few K: channels in the lanes (pw_conv) */
+        {2, 17, 13, 29, 40, 1, 0, true, false, 2},    /* odd everything, Clip */
+        {1, 72, 29, 31, 200, 2, 0, false, false, 1},  /* stride 2: B gathered */
+        {3, 33, 15, 15, 70, 2, 0, true, false, 1},    /* stride 2, residual, batch 3 */
+        {1, 300, 28, 28, 130, 2, 0, true, false, 0},  /* stride 2, K past a slice */
+        {1, 3, 20, 20, 5, 1, 0, true, false, 0},      /* tiny: residual, no activation */
+        {1, 16, 10, 12, 24, 1, 1, true, false, 1},    /* padded 1x1: the implicit GEMM */
+        {1, 48, 30, 30, 64, 1, 0, true, true, 1},     /* W a graph input: A packed per call */
+        {1, 600, 9, 40, 37, 1, 0, true, false, 1},    /* 3 slices of K, rows first */
+        {1, 16, 112, 112, 24, 1, 0, false, false, 2}, /* wide plane, few channels */
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const pw_case *t = &cases[ci];
+        kiln_tensor *consts[2] = {0};
+        size_t size;
+        unsigned char *m = pw_model(t, consts, &size);
+        if (!m) continue;
+        const int64_t OH = pw_out(t, t->H), OW = pw_out(t, t->W);
+        uint32_t seed = 777 + (uint32_t)ci;
+        const size_t ny = (size_t)(t->N * t->M * OH * OW);
+        kiln_tensor *x = NULL, *w = consts[0], *z = NULL;
+        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->C, t->H, t->W}, 4, &x);
+        float *xp = kiln_tensor_data(x);
+        for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) xp[i] = tmb_rand(&seed);
+        if (t->w_input) {
+            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->M, t->C, 1, 1}, 4, &w);
+            float *wp = kiln_tensor_data(w);
+            for (int64_t i = 0; i < kiln_tensor_element_count(w); i++) wp[i] = tmb_rand(&seed) / sqrtf((float)t->C);
+        }
+        if (t->res) {
+            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->M, OH, OW}, 4, &z);
+            float *zp = kiln_tensor_data(z);
+            for (size_t i = 0; i < ny; i++) zp[i] = tmb_rand(&seed);
+        }
+        double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
+        pw_reference(t, xp, kiln_tensor_data(w), kiln_tensor_data(consts[1]), z ? kiln_tensor_data(z) : NULL, OH, OW,
+                     want, scale);
+        /* 0: as chosen; 1: transposed wherever it can; 2: never transposed, rows first off */
+        for (int force = 0; force <= 2; force++) {
+            if (force) setenv("KILN_GEMM_SWAP", force == 1 ? "1" : "0", 1);
+            if (force == 2) setenv("KILN_GEMM_ROWS_FIRST", "0", 1);
+            for (int threads = 1; threads <= 2; threads++)
+                for (int level = 0; level <= 3; level += 3) {
+                    kiln_session_options *o = NULL;
+                    kiln_session_options_create(&o);
+                    kiln_session_options_set_cache(o, 0, NULL);
+                    kiln_session_options_set_intra_op_threads(o, threads);
+                    kiln_session_options_set_opt_level(o, level);
+                    kiln_session *s = NULL;
+                    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
+                    kiln_session_options_destroy(o);
+                    if (!s) continue;
+                    const char *names[3] = {"x", "w", "z"};
+                    kiln_tensor *ins[3] = {x, w, z};
+                    int nin = 1;
+                    if (t->w_input) names[nin] = "w", ins[nin++] = w;
+                    if (t->res) names[nin] = "z", ins[nin++] = z;
+                    for (int run = 0; run < 2; run++) {
+                        kiln_tensor *y = NULL;
+                        CHECK_STATUS(kiln_session_run(s, names, ins, nin, NULL, 1, &y), KILN_OK);
+                        if (!y) continue;
+                        CHECK_EQ_INT(kiln_tensor_element_count(y), (int64_t)ny);
+                        const float *got = kiln_tensor_data(y);
+                        size_t bad = 0, first = 0;
+                        for (size_t i = 0; i < ny && kiln_tensor_element_count(y) == (int64_t)ny; i++)
+                            if (!(fabs(got[i] - want[i]) <= 1e-6 + 2e-6 * scale[i])) {
+                                if (!bad) first = i;
+                                bad++;
+                            }
+                        CHECK_MSG(bad == 0,
+                                  "case %zu (%lldx%lldx%lldx%lld -> %lld, s%lld pad %lld, res %d, act %d), forced %d, "
+                                  "%d threads, level %d, run %d: %zu of %zu outputs differ, first at %zu: %.9g, want "
+                                  "%.9g (scale %g)",
+                                  ci, (long long)t->N, (long long)t->C, (long long)t->H, (long long)t->W,
+                                  (long long)t->M, (long long)t->s, (long long)t->pad, t->res, t->act, force, threads,
+                                  level, run, bad, ny, first, bad ? got[first] : 0.0, bad ? want[first] : 0.0,
+                                  bad ? scale[first] : 0.0);
+                        kiln_tensor_destroy(y);
+                    }
+                    kiln_session_destroy(s);
+                }
+            unsetenv("KILN_GEMM_SWAP"), unsetenv("KILN_GEMM_ROWS_FIRST");
+        }
+        free(want);
+        free(scale);
+        kiln_tensor_destroy(x);
+        kiln_tensor_destroy(w);
+        kiln_tensor_destroy(z);
+        kiln_tensor_destroy(consts[1]);
+        free(m);
+    }
+}
