@@ -76,7 +76,7 @@
  * taking the rows in parts were each 3-10% slower. */
 #define SWAP_MAX_N 512
 #ifndef SWAP_MIN_SAVED
-#define SWAP_MIN_SAVED 40.0 /* lanes saved per output element, times K (kn_sgemm_swaps) */
+#define SWAP_MIN_SAVED 64.0 /* lanes saved per output element, times K (kn_sgemm_swaps) */
 #endif
 #define SWAP_MC (6 * NR)
 #define SWAP_KS 128
@@ -441,18 +441,26 @@ static void pack_b_panel(const float *B, int64_t ldb, bool trans, int64_t j0, in
 }
 
 
+#define PACK_B_ROWS 8
 static void pack_b(const float *B, int64_t ldb, bool trans, int64_t j0, int64_t nc, int64_t p0, int64_t kc,
                    float *dst) {
 #if defined(KN_GEMM_AVX512)
     if (!trans) {
-        /* row by row, so B is read sequentially (its rows may be long: a 1x1 conv's planes) */
-        for (int64_t p = 0; p < kc; p++) {
-            const float *src = B + (p0 + p) * ldb + j0;
+        /* PACK_B_ROWS rows at a time across every panel, so B is read by a few sequential
+         * streams (its rows may be long: a 1x1 conv's planes) and each panel gets PACK_B_ROWS * NR
+         * contiguous floats: row by row, the stores went to panels kc * NR floats apart, the same
+         * L1 set (1x1 256->64 on 56x56: 4-5% faster by 8 rows, op_ab) */
+        for (int64_t q = 0; q < kc; q += PACK_B_ROWS) {
+            const int64_t qe = min64(kc, q + PACK_B_ROWS);
             for (int64_t jr = 0; jr < nc; jr += NR) {
                 const int64_t nr = min64(NR, nc - jr);
-                float *d = dst + jr * kc + p * NR;
-                _mm512_storeu_ps(d, _mm512_maskz_loadu_ps(mask16(nr), src + jr));
-                _mm512_storeu_ps(d + 16, _mm512_maskz_loadu_ps(mask16(nr - 16), src + jr + 16));
+                const __mmask16 k0 = mask16(nr), k1 = mask16(nr - 16);
+                for (int64_t p = q; p < qe; p++) {
+                    const float *src = B + (p0 + p) * ldb + j0;
+                    float *d = dst + jr * kc + p * NR;
+                    _mm512_storeu_ps(d, _mm512_maskz_loadu_ps(k0, src + jr));
+                    _mm512_storeu_ps(d + 16, _mm512_maskz_loadu_ps(k1, src + jr + 16));
+                }
             }
         }
         return;
@@ -716,6 +724,7 @@ static void apply_tail(const kn_sgemm_batch *p, int64_t op, int64_t i0, int64_t 
 #define RF_B_FLOATS (128 * 1024) /* packed B of a block: 512 KB, a quarter of the L2 */
 #endif
 #define RF_MIN_NC 64
+#define RF_PF_LINES 4
 static int64_t rows_first_ncb(const kn_sgemm_batch *p, int64_t n) {
     int64_t ncb = RF_B_FLOATS / p->K / NR * NR;
     if (ncb > NC) ncb = NC;
@@ -731,6 +740,7 @@ static void run_rows_first(const kn_sgemm_batch *p, int64_t op, int64_t m0, int6
     const float *bias = p->row_bias ? p->row_bias[op] : NULL;
     const int64_t Mp = padded_m(p->M), K = p->K;
     float *C = p->c[op];
+    const bool plain_b = !p->pack_b && !p->trans_b;
     for (int64_t jc = n0; jc < n1; jc += ncb) {
         const int64_t nc = min64(ncb, n1 - jc), ncp = (nc + NR - 1) / NR * NR;
         for (int64_t pc = 0; pc < K; pc += KC) {
@@ -738,11 +748,26 @@ static void run_rows_first(const kn_sgemm_batch *p, int64_t op, int64_t m0, int6
             if (p->pack_b) p->pack_b(p->pack_ctx, op, pc, kc, jc, nc, Bp + pc * ncp);
             else pack_b(B, p->ldb, p->trans_b, jc, nc, pc, kc, Bp + pc * ncp);
         }
+        /* The next block's part of B (K rows, from memory: a convolution's input planes) is
+         * started towards L2 while this block computes: the first RF_PF_LINES lines of each of its
+         * rows, spread over the block's micro-kernel calls, and the hardware's streams take the
+         * rows on (perf of 1x1 256->64 on 56x56: pack_b 17% of the node, waiting on memory with
+         * nothing to overlap; op_ab: 2-4 lines a row 3% faster on 56x56 and 28x28 1x1s, whole
+         * rows 3% slower) */
+        const int64_t jn = jc + ncb, nn = plain_b && jn < n1 ? min64(ncb, n1 - jn) : 0;
+        const int64_t row_lines = nn ? min64(RF_PF_LINES, (nn * (int64_t)sizeof(float) + 63) / 64 + 1) : 0;
+        const int64_t calls = ((m1 - m0 + MR - 1) / MR) * ((nc + NR - 1) / NR);
+        const int64_t per_call = (K * row_lines + calls - 1) / calls;
+        int64_t pf_row = 0, pf_line = 0;
         for (int64_t i = m0; i < m1; i += MR) {
             const int mr = (int)min64(MR, m1 - i);
             float *cr = C + i * p->ldc;
             for (int64_t jr = 0; jr < nc; jr += NR) {
                 const int n = (int)min64(NR, nc - jr);
+                for (int64_t q = 0; q < per_call && pf_row < K; q++) {
+                    __builtin_prefetch((const char *)(B + pf_row * p->ldb + jn) + 64 * pf_line, 0, 2);
+                    if (++pf_line == row_lines) pf_line = 0, pf_row++;
+                }
                 ukr_tail tb;
                 const ukr_tail *t = tail_at(p, op, i, jc + jr, &tb);
                 for (int64_t pc = 0; pc < K; pc += KC) {
@@ -891,9 +916,9 @@ bool kn_sgemm_swaps(int64_t M, int64_t N, int64_t K) {
     /* The cost of a row of C per column used: swapped_cost(N) / N as it is, (M) / M transposed.
      * The transposed product pays for C^T's round trip through a buffer, M * N against the
      * M * N * K multiply-adds, so it must save that much: measured (1 thread, AVX-512 Xeon, 1x1
-     * convolutions on 14x14, N = 196, M = 256 or 1024): K = 256 13% slower transposed, K = 1024 4%
-     * faster; on 7x7 (N = 49) K = 512..2048 5-16% faster; 3x3 512->512 on 4x4 (N = 16, K = 4608)
-     * 10% faster. */
+     * convolutions on 14x14, N = 196, M = 256 or 1024): K = 256 13% slower transposed, K = 512
+     * (stride 2 from 28x28) 13% slower, K = 1024 4% faster; on 7x7 (N = 49) K = 512..2048 5-16%
+     * faster; 3x3 512->512 on 4x4 (N = 16, K = 4608) 10% faster. */
     return (row_cost(N) / (double)N - row_cost(M) / (double)M) * (double)K > SWAP_MIN_SAVED;
 }
 
