@@ -210,7 +210,7 @@ static void build(kn_cuda *cu, const kn_cu_conv_graph_args *a, conv_graph *g, co
     const int topology = (g->bias ? 1 : 0) + (g->z ? 2 : 0) + 4 * a->act;
     cudnnBackendDescriptor_t kc = dynamic && b.s == CUDNN_STATUS_SUCCESS ? kernel_cache(cu, topology, graph) : NULL;
     const int64_t want = GRAPH_CANDIDATES * 2;
-    const int64_t n_cfg = kn_dnn_engine_configs(&b, graph, cfgs, want);
+    const int64_t n_cfg = kn_dnn_engine_configs(&b, graph, cfgs, want, CUDNN_HEUR_MODE_A);
     /* the first configs that build; timed unless a capture is under way (then the first) */
     enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing(cu->stream, &capturing);

@@ -79,11 +79,10 @@ cudnnBackendDescriptor_t kn_dnn_op_graph(kn_dnn_builder *b, cudnnHandle_t h, cud
 }
 
 int64_t kn_dnn_engine_configs(kn_dnn_builder *b, cudnnBackendDescriptor_t graph, cudnnBackendDescriptor_t *cfgs,
-                              int64_t want) {
+                              int64_t want, cudnnBackendHeurMode_t mode) {
     cudnnBackendDescriptor_t heur = kn_dnn_make(b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
-    const cudnnBackendHeurMode_t hm = CUDNN_HEUR_MODE_A;
     kn_dnn_set(b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heuristics");
-    kn_dnn_set(b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &hm, "heuristics");
+    kn_dnn_set(b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics");
     kn_dnn_finish(b, heur, "heuristics");
     int64_t n = 0;
     for (int64_t i = 0; i < want && b->s == CUDNN_STATUS_SUCCESS; i++)
@@ -94,6 +93,28 @@ int64_t kn_dnn_engine_configs(kn_dnn_builder *b, cudnnBackendDescriptor_t graph,
     }
     kn_dnn_drop(&heur);
     return n < want ? n : want;
+}
+
+int64_t kn_dnn_engine_count(cudnnBackendDescriptor_t graph) {
+    int64_t n = 0, got = 0;
+    if (cudnnBackendGetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT, CUDNN_TYPE_INT64, 1, &got, &n) !=
+        CUDNN_STATUS_SUCCESS)
+        return 0;
+    return n;
+}
+
+cudnnBackendDescriptor_t kn_dnn_engine_config(cudnnBackendDescriptor_t graph, int64_t index) {
+    kn_dnn_builder b = KN_DNN_BUILDER_INIT;
+    cudnnBackendDescriptor_t engine = kn_dnn_make(&b, CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
+    kn_dnn_set(&b, engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "engine");
+    kn_dnn_set(&b, engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &index, "engine");
+    kn_dnn_finish(&b, engine, "engine"); /* fails where the engine does not take the graph */
+    cudnnBackendDescriptor_t cfg = kn_dnn_make(&b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config");
+    kn_dnn_set(&b, cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &engine, "engine config");
+    kn_dnn_finish(&b, cfg, "engine config");
+    kn_dnn_drop(&engine);
+    if (b.s != CUDNN_STATUS_SUCCESS) kn_dnn_drop(&cfg);
+    return cfg;
 }
 
 cudnnBackendDescriptor_t kn_dnn_plan(cudnnHandle_t h, cudnnBackendDescriptor_t cfg, cudnnBackendDescriptor_t kc,

@@ -41,10 +41,16 @@ cudnnBackendDescriptor_t kn_dnn_pointwise(kn_dnn_builder *b, cudnnPointwiseMode_
 cudnnBackendDescriptor_t kn_dnn_op_graph(kn_dnn_builder *b, cudnnHandle_t h, cudnnBackendDescriptor_t *ops, int n,
                                          bool dynamic);
 
-/* Up to `want` engine configs that cuDNN's heuristics (mode A) rank for graph, best first, into
- * cfgs (made here; the caller drops every one of the `want`); their count. */
+/* Up to `want` engine configs that cuDNN's heuristics (in mode `mode`) rank for graph, best
+ * first, into cfgs (made here; the caller drops every one of the `want`); their count. */
 int64_t kn_dnn_engine_configs(kn_dnn_builder *b, cudnnBackendDescriptor_t graph, cudnnBackendDescriptor_t *cfgs,
-                              int64_t want);
+                              int64_t want, cudnnBackendHeurMode_t mode);
+
+/* The number of engines cuDNN has for graph (by global index), or 0. */
+int64_t kn_dnn_engine_count(cudnnBackendDescriptor_t graph);
+
+/* The default config of engine `index` for graph, or NULL where that engine does not take it. */
+cudnnBackendDescriptor_t kn_dnn_engine_config(cudnnBackendDescriptor_t graph, int64_t index);
 
 /* The execution plan of engine config cfg (binding kernel cache kc, when not NULL) and its
  * workspace size, or NULL where cuDNN does not build it. */

@@ -182,17 +182,33 @@ static cudnnBackendDescriptor_t build(kn_cuda *cu, const sdpa_key *k, int form, 
     nops++;
 
     cudnnBackendDescriptor_t graph = kn_dnn_op_graph(&b, cu->dnn, ops, nops, false);
-    const int64_t n_cfg = kn_dnn_engine_configs(&b, graph, cfgs, SDPA_CANDIDATES);
+    /* the engines cuDNN's heuristics rank (modes A, B, then the fallback list), else any engine that
+     * takes the graph: the first that builds within the lane's workspace */
     cudnnBackendDescriptor_t plan = NULL;
-    for (int64_t i = 0; i < n_cfg && !plan && b.s == CUDNN_STATUS_SUCCESS; i++) {
-        int64_t ws = 0;
-        plan = kn_dnn_plan(cu->dnn, cfgs[i], NULL, &ws);
-        if (plan && ws > (int64_t)cu->workspace_size) kn_dnn_drop(&plan); /* kept to the lane's workspace */
-        if (plan) *ws_out = ws;
+    const cudnnBackendHeurMode_t modes[3] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B, CUDNN_HEUR_MODE_FALLBACK};
+    int64_t n_cfg = 0, ws = 0;
+    for (int m = 0; m < 3 && !plan && b.s == CUDNN_STATUS_SUCCESS; m++) {
+        kn_dnn_builder hb = KN_DNN_BUILDER_INIT; /* (a mode without results is no failure) */
+        n_cfg = kn_dnn_engine_configs(&hb, graph, cfgs, SDPA_CANDIDATES, modes[m]);
+        for (int64_t i = 0; i < n_cfg && !plan && hb.s == CUDNN_STATUS_SUCCESS; i++) {
+            plan = kn_dnn_plan(cu->dnn, cfgs[i], NULL, &ws);
+            if (plan && ws > (int64_t)cu->workspace_size) kn_dnn_drop(&plan);
+        }
+        for (int i = 0; i < SDPA_CANDIDATES; i++) kn_dnn_drop(&cfgs[i]);
+        if (plan) snprintf(why, cap, "heuristics mode %d", m);
     }
-    if (b.s != CUDNN_STATUS_SUCCESS) snprintf(why, cap, "%s: %s", b.what ? b.what : "building", cudnnGetErrorString(b.s));
-    else if (!plan) snprintf(why, cap, "no engine of %lld built within the lane's workspace", (long long)n_cfg);
-    for (int i = 0; i < SDPA_CANDIDATES; i++) kn_dnn_drop(&cfgs[i]);
+    const int64_t n_engines = b.s == CUDNN_STATUS_SUCCESS ? kn_dnn_engine_count(graph) : 0;
+    for (int64_t e = 0; e < n_engines && !plan; e++) {
+        cudnnBackendDescriptor_t cfg = kn_dnn_engine_config(graph, e);
+        if (!cfg) continue;
+        plan = kn_dnn_plan(cu->dnn, cfg, NULL, &ws);
+        if (plan && ws > (int64_t)cu->workspace_size) kn_dnn_drop(&plan);
+        kn_dnn_drop(&cfg);
+        if (plan) snprintf(why, cap, "engine %lld", (long long)e);
+    }
+    if (plan) *ws_out = ws;
+    else if (b.s != CUDNN_STATUS_SUCCESS) snprintf(why, cap, "%s: %s", b.what ? b.what : "building", cudnnGetErrorString(b.s));
+    else snprintf(why, cap, "no engine of %lld built within the lane's workspace", (long long)n_engines);
     kn_dnn_drop(&graph);
     for (int i = 0; i < nops; i++) kn_dnn_drop(&ops[i]), kn_dnn_drop(&descs[i]);
     for (int i = 0; i < nd; i++) kn_dnn_drop(&ds[i]);
@@ -311,9 +327,9 @@ kiln_status kn_cu_sdpa_run(kn_cuda *cu, kn_kernel_ctx *c, kiln_dtype dt, const k
         if (e->plan) {
             kn_log(KILN_LOG_DEBUG,
                    "cuda: node '%s': attention [%lld, %lld, %lld, %lld] x %lld keys%s as cuDNN's fused attention (%.1f ms to "
-                   "build, description %d)",
+                   "build, description %d, %s)",
                    c->node->name, (long long)key.b, (long long)key.h, (long long)key.sq, (long long)key.d, (long long)key.sk,
-                   key.mask ? " with a mask" : "", kn_now_ms() - t0, tried);
+                   key.mask ? " with a mask" : "", kn_now_ms() - t0, tried, why[tried - 1]);
             keep = kn_dnn_plan_text(e->plan, &keep_len);
         } else {
             kn_log(KILN_LOG_DEBUG,
