@@ -146,12 +146,13 @@ static inline __mmask16 mask16(int64_t n) {
 
 /* C[0:mr, 0:n] = alpha * A_panel * B_panel + beta * C (beta == 0: C not read). NV vectors of 16
  * columns (1 or 2); b advances by bs floats per k (NR when packed, ldb when read in place). */
-static inline __attribute__((always_inline)) void ukr(const int mr, const int nv, int64_t kc,
+static inline __attribute__((always_inline)) void ukr(const int mr, const int nv, const int pack, int64_t kc,
                                                       const float *restrict a, int64_t as,
                                                       const float *restrict b, int64_t bs,
                                                       float *restrict c, int64_t ldc, int n,
                                                       float alpha, float beta, const float *rb,
-                                                      const float *pf, const ukr_tail *t) {
+                                                      const float *pf, const ukr_tail *t,
+                                                      float *restrict bcopy) {
     __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) {
@@ -163,10 +164,19 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
     for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
 #pragma GCC unroll 2
     for (int64_t p = 0; p < kc; p++) {
-        /* a line of the operand the next call reads first from memory (prepacked weights) */
-        _mm_prefetch((const char *)(pf + 16 * p), _MM_HINT_T1);
         __m512 b0 = _mm512_maskz_loadu_ps(m0, b);
         __m512 b1 = nv > 1 ? _mm512_maskz_loadu_ps(m1, b + 16) : _mm512_setzero_ps();
+        if (pack) {
+            /* B read in place (rows bs apart), stored packed for the calls on the other rows, and
+             * the same rows of the next panel (pf, rows bs apart too) brought into L2 */
+            _mm512_storeu_ps(bcopy + p * NR, b0);
+            _mm512_storeu_ps(bcopy + p * NR + 16, b1);
+            _mm_prefetch((const char *)(pf + p * bs), _MM_HINT_T1);
+            _mm_prefetch((const char *)(pf + p * bs + 16), _MM_HINT_T1);
+        } else {
+            /* a line of the operand the next call reads first from memory (prepacked weights) */
+            _mm_prefetch((const char *)(pf + 16 * p), _MM_HINT_T1);
+        }
 #pragma GCC unroll 12
         for (int r = 0; r < mr; r++) {
             __m512 ar = _mm512_set1_ps(a[r]);
@@ -222,8 +232,8 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
 
 #define UKR_CASE(R)                                                                                \
     case R:                                                                                        \
-        if (n > 16) ukr(R, 2, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, pf, t);                     \
-        else ukr(R, 1, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, pf, t);                             \
+        if (n > 16) ukr(R, 2, 0, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, pf, t, NULL);          \
+        else ukr(R, 1, 0, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, pf, t, NULL);                  \
         break;
 
 /* pf: kc lines from there are prefetched into L2 (AVX-512 only; any address: prefetches do not fault) */
@@ -233,6 +243,27 @@ static void ukr_any(int mr, int64_t kc, const float *a, int64_t as, const float 
     switch (mr) {
         UKR_CASE(12) UKR_CASE(11) UKR_CASE(10) UKR_CASE(9) UKR_CASE(8) UKR_CASE(7)
         UKR_CASE(6) UKR_CASE(5) UKR_CASE(4) UKR_CASE(3) UKR_CASE(2) UKR_CASE(1)
+        default: break;
+    }
+}
+
+#define KN_UKR_PACKS 1
+#define UKR_PACK_CASE(R)                                                                           \
+    case R:                                                                                        \
+        if (n > 16) ukr(R, 2, 1, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, pf, t, bcopy);         \
+        else ukr(R, 1, 1, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, pf, t, bcopy);                 \
+        break;
+
+/* ukr_any on B read in place (rows bs apart) that also stores the panel packed into bcopy (kc *
+ * NR floats, columns past n zero, as pack_b_panel writes it) and brings the rows of the next
+ * panel, at pf with the same stride, into L2: the first rows of a rows-first block pack B as they
+ * use it, its reads overlapped with their multiply-adds. */
+static void ukr_pack_any(int mr, int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c,
+                         int64_t ldc, int n, float alpha, float beta, const float *rb, const float *pf,
+                         const ukr_tail *t, float *bcopy) {
+    switch (mr) {
+        UKR_PACK_CASE(12) UKR_PACK_CASE(11) UKR_PACK_CASE(10) UKR_PACK_CASE(9) UKR_PACK_CASE(8) UKR_PACK_CASE(7)
+        UKR_PACK_CASE(6) UKR_PACK_CASE(5) UKR_PACK_CASE(4) UKR_PACK_CASE(3) UKR_PACK_CASE(2) UKR_PACK_CASE(1)
         default: break;
     }
 }
@@ -743,18 +774,25 @@ static void run_rows_first(const kn_sgemm_batch *p, int64_t op, int64_t m0, int6
     const bool plain_b = !p->pack_b && !p->trans_b;
     for (int64_t jc = n0; jc < n1; jc += ncb) {
         const int64_t nc = min64(ncb, n1 - jc), ncp = (nc + NR - 1) / NR * NR;
-        for (int64_t pc = 0; pc < K; pc += KC) {
+#if defined(KN_UKR_PACKS)
+        /* B untransposed: the first rows' calls read it in place and pack it as they go (perf of
+         * 1x1 256->64 on 56x56: packing B apart was 17% of the node, waiting on memory; op_ab
+         * over the 1x1 sweep: 2-11% faster) */
+        const bool fused_pack = plain_b;
+#else
+        const bool fused_pack = false;
+#endif
+        for (int64_t pc = 0; pc < K && !fused_pack; pc += KC) {
             const int64_t kc = min64(KC, K - pc);
             if (p->pack_b) p->pack_b(p->pack_ctx, op, pc, kc, jc, nc, Bp + pc * ncp);
             else pack_b(B, p->ldb, p->trans_b, jc, nc, pc, kc, Bp + pc * ncp);
         }
-        /* The next block's part of B (K rows, from memory: a convolution's input planes) is
-         * started towards L2 while this block computes: the first RF_PF_LINES lines of each of its
-         * rows, spread over the block's micro-kernel calls, and the hardware's streams take the
-         * rows on (perf of 1x1 256->64 on 56x56: pack_b 17% of the node, waiting on memory with
-         * nothing to overlap; op_ab: 2-4 lines a row 3% faster on 56x56 and 28x28 1x1s, whole
-         * rows 3% slower) */
-        const int64_t jn = jc + ncb, nn = plain_b && jn < n1 ? min64(ncb, n1 - jn) : 0;
+        /* Packed apart (the micro-kernel that packs is AVX-512's): the next block's part of B (K
+         * rows, from memory: a convolution's input planes) is started towards L2 while this block
+         * computes: the first RF_PF_LINES lines of each of its rows, spread over the block's
+         * micro-kernel calls, and the hardware's streams take the rows on (op_ab: 2-4 lines a
+         * row 3% faster on 56x56 and 28x28 1x1s, whole rows 3% slower) */
+        const int64_t jn = jc + ncb, nn = plain_b && !fused_pack && jn < n1 ? min64(ncb, n1 - jn) : 0;
         const int64_t row_lines = nn ? min64(RF_PF_LINES, (nn * (int64_t)sizeof(float) + 63) / 64 + 1) : 0;
         const int64_t calls = ((m1 - m0 + MR - 1) / MR) * ((nc + NR - 1) / NR);
         const int64_t per_call = (K * row_lines + calls - 1) / calls;
@@ -773,6 +811,16 @@ static void run_rows_first(const kn_sgemm_batch *p, int64_t op, int64_t m0, int6
                 for (int64_t pc = 0; pc < K; pc += KC) {
                     const int64_t kc = min64(KC, K - pc);
                     const float *a = Apk + pc * Mp + i * kc;
+#if defined(KN_UKR_PACKS)
+                    if (fused_pack && i == m0) {
+                        /* the next panel's rows: this block's next, else the next block's first */
+                        const int64_t jnext = jr + NR < nc ? jc + jr + NR : jn < n1 ? jn : jc + jr;
+                        ukr_pack_any(mr, kc, a, MR, B + pc * p->ldb + jc + jr, p->ldb, cr + jc + jr, p->ldc, n,
+                                     p->alpha, pc == 0 ? p->beta : 1.0f, bias && pc == 0 ? bias + i : NULL,
+                                     B + pc * p->ldb + jnext, pc + kc == K ? t : NULL, Bp + pc * ncp + jr * kc);
+                        continue;
+                    }
+#endif
                     /* A (prepacked weights) from memory: the calls on the first panel bring the next rows' in */
                     ukr_any(mr, kc, a, MR, Bp + pc * ncp + jr * kc, NR, cr + jc + jr, p->ldc, n, p->alpha,
                             pc == 0 ? p->beta : 1.0f, bias && pc == 0 ? bias + i : NULL,
