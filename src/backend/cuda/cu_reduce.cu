@@ -613,7 +613,8 @@ __global__ void k_topk(const T *x, T *values, int64_t *indices, int64_t len, int
         }
     }
     __syncthreads();
-    // "a before b": larger (or smaller) value first, lower index first on ties; padding last
+    // "a before b": larger (or smaller) value first, NaN as the largest value (the CPU kernel's
+    // order), lower index first on ties (two NaNs tie); padding last
     for (int size = 2; size <= pow2; size <<= 1)
         for (int stride = size >> 1; stride > 0; stride >>= 1) {
             for (int j = threadIdx.x; j < pow2; j += blockDim.x) {
@@ -623,9 +624,11 @@ __global__ void k_topk(const T *x, T *values, int64_t *indices, int64_t len, int
                     A va = sv[j], vb = sv[partner];
                     int ia = si[j], ib = si[partner];
                     bool a_first;
+                    const bool na = va != va, nb = vb != vb;
                     if (ia == INT32_MAX) a_first = false;
                     else if (ib == INT32_MAX) a_first = true;
-                    else if (va != vb) a_first = largest ? (va > vb || vb != vb) : (va < vb || vb != vb);
+                    else if (na != nb) a_first = largest ? na : nb;
+                    else if (!na && va != vb) a_first = largest ? va > vb : va < vb;
                     else a_first = ia < ib;
                     if (a_first != up) {
                         sv[j] = vb;
