@@ -650,11 +650,12 @@ void kn_cu_view_strided(kn_cu_view *v, int rank, const int64_t *dims, const int6
 /* ------------------------------------------------------------------ the backend interface */
 
 extern const kn_cuda_kernel kn_cuda_control[]; /* If, Loop, Scan (cuda_ops_control.c) */
+extern const kn_cuda_kernel kn_cuda_datadep[]; /* NonZero, DynamicQuantizeLinear (cuda_ops_datadep.c) */
 
 static const kn_cuda_kernel *const kn_cuda_tables[] = {kn_cuda_elementwise, kn_cuda_tensor, kn_cuda_nn, kn_cuda_linalg,
                                                        kn_cuda_fused, kn_cuda_attention,
                                                        kn_cuda_image, kn_cuda_quant, kn_cuda_einsum,
-                                                       kn_cuda_control};
+                                                       kn_cuda_control, kn_cuda_datadep};
 
 static const kn_cuda_kernel *find_kernel(const kn_node *n) {
     for (size_t t = 0; t < sizeof kn_cuda_tables / sizeof kn_cuda_tables[0]; t++)

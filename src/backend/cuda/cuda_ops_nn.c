@@ -2,6 +2,7 @@
  * normalisations (Layer, RMS, Batch (inference), Instance, Group, Lp), pooling (Max, Average, Lp,
  * Global*) and TopK. Statistics accumulate in fp32 whatever the element type. */
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_datadep.h" /* TopK over long lines */
 #include "ops/fused.h"
 
 #include <math.h>
@@ -501,22 +502,12 @@ static kiln_status run_topk(kn_cuda *cu, kn_kernel_ctx *c) {
     int64_t k = c->node->opset >= 10 ? kn_tensor_get_i64(c->in[1], 0) : prm->k;
     int64_t outer, inner;
     outer_inner(x->dims, x->rank, axis, &outer, &inner);
+    /* a line longer than one block's shared memory sorts (a length known only now may be) */
+    if (x->dims[axis] > KN_CU_TOPK_BLOCK_MAX)
+        return kn_cu_run_topk_sorted(cu, c, x, c->out[0], c->out[1], outer, x->dims[axis], inner, k, prm->largest);
     return kn_cu_check(c, kn_cu_topk(x->dtype, x->data, c->out[0]->data, c->out[1]->data, outer, x->dims[axis], inner, k,
                                      prm->largest, true, cu->stream),
                        "TopK");
-}
-
-static bool topk_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
-    (void)n_in;
-    const kn_type *t = in[0];
-    if (t->rank > 0) {
-        int a = norm_axis(kn_attr_int(n, "axis", -1), t->rank);
-        if (a >= 0 && a < t->rank && (t->dims[a].value < 0 || t->dims[a].value > 4096)) {
-            snprintf(why, cap, "axis length %lld (at most 4096, known when placed)", (long long)t->dims[a].value);
-            return false;
-        }
-    }
-    return true;
 }
 
 /* ------------------------------------------------------------------ losses */
@@ -649,7 +640,7 @@ const kn_cuda_kernel kn_cuda_nn[] = {
     {"", "GlobalAveragePool", run_global_pool, NULL, F, 0, 0, KN_CU_PARAMS(nn_prepare, nn_prm)},
     {"", "GlobalMaxPool", run_global_pool, NULL, F, 0, 0, KN_CU_PARAMS(nn_prepare, nn_prm)},
     {"", "GlobalLpPool", run_global_pool, NULL, F, 0, 0, KN_CU_PARAMS(nn_prepare, nn_prm)},
-    {"", "TopK", run_topk, topk_supports, KN_T_NUM, 0x2, 0, KN_CU_PARAMS(nn_prepare, nn_prm)},
+    {"", "TopK", run_topk, NULL, KN_T_NUM, 0x2, 0, KN_CU_PARAMS(nn_prepare, nn_prm)},
     {"", "NegativeLogLikelihoodLoss", run_nll, loss_supports, F, 0, 0, KN_CU_PARAMS(nn_prepare, nn_prm)},
     {"", "LRN", run_lrn, NULL, F, 0, 0, KN_CU_PARAMS(nn_prepare, nn_prm)},
     {"", "SoftmaxCrossEntropyLoss", run_sce, loss_supports, F, 0, 0, KN_CU_PARAMS(nn_prepare, nn_prm)},
