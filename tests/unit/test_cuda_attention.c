@@ -364,7 +364,7 @@ KN_TEST(cuda_kiln_attention_fused_plan_kept) {
     size_t size = 0;
     kn_graph_recount(o.g);
     CHECK(kn_onnx_write_memory(o.m, &data, &size) == KILN_OK);
-    kn_tensor *y[2] = {NULL, NULL};
+    kn_tensor *y[2][2] = {{NULL, NULL}, {NULL, NULL}}; /* per session: Y1 and Y (both graph outputs) */
     unsigned long long loaded[2] = {0, 0}, ran[2] = {0, 0};
     for (int pass = 0; pass < 2 && data; pass++) {
         kiln_session_options *opt;
@@ -377,7 +377,7 @@ KN_TEST(cuda_kiln_attention_fused_plan_kept) {
         const unsigned long long l0 = kn_cu_sdpa_plans_loaded(), r0 = kn_cu_sdpa_runs();
         CHECK_MSG(kiln_session_create_from_memory(data, size, NULL, opt, &s) == KILN_OK, "session %d: %s", pass,
                   kiln_last_error());
-        if (s) om_run(s, &o, &y[pass]);
+        if (s) om_run(s, &o, y[pass]);
         kiln_session_destroy(s); /* (the first writes its file again, with the plan) */
         kiln_session_options_destroy(opt);
         loaded[pass] = kn_cu_sdpa_plans_loaded() - l0;
@@ -386,13 +386,15 @@ KN_TEST(cuda_kiln_attention_fused_plan_kept) {
     CHECK_MSG(ran[0] == 2 && ran[1] == 2, "the fused attention ran %llu and %llu times, twice each expected", ran[0], ran[1]);
     CHECK_MSG(loaded[0] == 0 && loaded[1] == 1, "plans made from the file: %llu then %llu (0 then 1 expected)", loaded[0],
               loaded[1]);
-    if (y[0] && y[1]) {
-        CHECK(kn_tensor_count(y[0]) == kn_tensor_count(y[1]));
-        CHECK_MSG(!memcmp(y[0]->data, y[1]->data, (size_t)kn_tensor_count(y[0]) * kiln_dtype_size(y[0]->dtype)),
-                  "the plan from the file computed another output");
+    for (int i = 0; i < 2; i++) {
+        if (y[0][i] && y[1][i]) {
+            CHECK(kn_tensor_count(y[0][i]) == kn_tensor_count(y[1][i]));
+            CHECK_MSG(!memcmp(y[0][i]->data, y[1][i]->data, (size_t)kn_tensor_count(y[0][i]) * kiln_dtype_size(y[0][i]->dtype)),
+                      "the plan from the file computed another output");
+        }
+        kiln_tensor_destroy(y[0][i]);
+        kiln_tensor_destroy(y[1][i]);
     }
-    kiln_tensor_destroy(y[0]);
-    kiln_tensor_destroy(y[1]);
     free(data);
     om_free(&o);
     unlink(path);

@@ -268,7 +268,9 @@ static sdpa_plan *lookup(kn_cuda *cu, const sdpa_key *k) {
 
 kiln_status kn_cu_sdpa_run(kn_cuda *cu, kn_kernel_ctx *c, kiln_dtype dt, const kn_cu_flash *p, bool *ran) {
     *ran = false;
-    if (!sdpa_enabled() || !cu->dnn || p->force || (dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16)) return KILN_OK;
+    if (!sdpa_enabled() || p->force || (dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16)) return KILN_OK;
+    kn_cu_handles_wait(cu); /* (cuDNN's handle is made beside the start) */
+    if (!cu->dnn) return KILN_OK;
     /* a bool mask would need a select in the graph, and a row whose every key is masked out has
      * no softmax (kiln: NaN, or 0 with nan_to_zero): kiln's own kernel keeps those semantics */
     if (p->mask && (p->mask_bool || p->m_sj != 1)) return KILN_OK;
