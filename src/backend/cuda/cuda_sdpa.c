@@ -20,7 +20,12 @@
  * probabilities are normalised before the second product. A row whose every score is -inf: see
  * kn_cu_sdpa_run.
  *
- * On by default where it applies; KILN_CUDA_SDPA=0 turns it off (to compare). */
+ * Off unless asked for (KILN_CUDA_SDPA=1): on the H200 with cuDNN 9.14 the graph as described here
+ * finalises, but cuDNN's heuristics (modes A, B and fallback) rank no engine for it and none of
+ * the 7 engines it lists for it builds a plan (every shape of the GPU tests, with and without a
+ * mask, the scale as a scalar of rank 4; rank 1 is refused). What the engines want differently
+ * is not found yet (next: cuDNN's own log, CUDNN_LOGLEVEL_DBG=3, on the device). Until then the
+ * node runs kiln's own flash kernel, as before; the tests check the outputs whichever runs. */
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_dnn_graph.h"
 
@@ -52,9 +57,10 @@ static _Atomic unsigned long long sdpa_runs, plans_loaded;
 unsigned long long kn_cu_sdpa_runs(void) { return sdpa_runs; }
 unsigned long long kn_cu_sdpa_plans_loaded(void) { return plans_loaded; }
 
+/* Opt-in (KILN_CUDA_SDPA=1) until cuDNN builds a plan for the graph: see the top of this file. */
 static bool sdpa_enabled(void) {
     const char *v = getenv("KILN_CUDA_SDPA");
-    return !(v && !strcmp(v, "0"));
+    return v && !strcmp(v, "1");
 }
 
 /* A 4-D operand's strides: a dim of 1 gets the stride a dense layout would give it (a view's
