@@ -483,6 +483,43 @@ KN_TEST(nn_layernorm_stats_and_constant_rows) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kn_tensor_free(all[i]);
 }
 
+/* Several NaNs: NaN ranks as the largest value and NaNs tie among themselves (lower index first),
+ * on both paths (k = 3 of 100: the running buffer; k = 30: selection and sort), largest and
+ * smallest. The CUDA kernels order them the same way (test_cuda_datadep.c compares them). */
+KN_TEST(nn_topk_several_nans_in_index_order) {
+    int64_t d[] = {100}, kd[] = {1};
+    const int64_t ks[] = {3, 30};
+    for (int p = 0; p < 2; p++) {
+        int64_t od[] = {ks[p]};
+        kn_tensor *in = tf(1, d, NULL), *vals = tf(1, od, NULL), *idx, *k;
+        float *x = in->data;
+        for (int i = 0; i < 100; i++) x[i] = (float)(i % 9);
+        const int nan_at[] = {7, 20, 41, 63, 90};
+        for (int i = 0; i < 5; i++) x[nan_at[i]] = NAN;
+        kn_tensor_new(KILN_DTYPE_INT64, 1, od, &idx);
+        kn_tensor_new(KILN_DTYPE_INT64, 1, kd, &k);
+        ((int64_t *)k->data)[0] = ks[p];
+        kn_tensor *ins[] = {in, k}, *outs[] = {vals, idx};
+        tnode t;
+        tn_init(&t, "TopK", 11);
+        const int64_t *ix = idx->data;
+        CHECK_STATUS(run_kernel(kn_cpu_topk, &t, ins, 2, outs, 2), KILN_OK);
+        for (int i = 0; i < 3; i++) CHECK_MSG(ix[i] == nan_at[i], "k %lld largest: index %d is %lld, expected %d",
+                                              (long long)ks[p], i, (long long)ix[i], nan_at[i]);
+        if (ks[p] == 30) {
+            CHECK(ix[4] == 90);
+            CHECK(ix[5] == 8 && ((float *)vals->data)[5] == 8.0f); /* then the 8s, in index order */
+        }
+        tn_int(&t, "largest", 0);
+        CHECK_STATUS(run_kernel(kn_cpu_topk, &t, ins, 2, outs, 2), KILN_OK);
+        CHECK(ix[0] == 0 && ix[1] == 9);
+        kn_tensor_free(in);
+        kn_tensor_free(vals);
+        kn_tensor_free(idx);
+        kn_tensor_free(k);
+    }
+}
+
 KN_TEST(nn_topk_small_k_path_ties_and_nan) {
     /* k * 16 <= n takes the running-buffer path; same rules as the sort path */
     int64_t d[] = {100}, od[] = {3}, kd[] = {1};

@@ -440,23 +440,21 @@ typedef struct topk_item {
     int64_t idx;
 } topk_item;
 
-/* Orders best first: larger (or smaller) value, then the lower index (the ONNX rule for ties). */
+/* Orders best first: larger (or smaller) value, then the lower index (the ONNX rule for ties).
+ * NaN is the largest value, and two NaNs tie (a strict total order, as select_k and the sorted
+ * insertion need: NaN before NaN either way round put them in an order of no rule). */
 static int cmp_largest_f(const void *a, const void *b) {
     const topk_item *p = a, *q = b;
-    if (p->v != q->v) {
-        if (p->v != p->v) return -1; /* NaN first, like the largest */
-        if (q->v != q->v) return 1;
-        return p->v > q->v ? -1 : 1;
-    }
+    const bool pn = p->v != p->v, qn = q->v != q->v;
+    if (pn != qn) return pn ? -1 : 1; /* NaN first, like the largest */
+    if (!pn && p->v != q->v) return p->v > q->v ? -1 : 1;
     return p->idx < q->idx ? -1 : p->idx > q->idx;
 }
 static int cmp_smallest_f(const void *a, const void *b) {
     const topk_item *p = a, *q = b;
-    if (p->v != q->v) {
-        if (p->v != p->v) return 1;
-        if (q->v != q->v) return -1;
-        return p->v < q->v ? -1 : 1;
-    }
+    const bool pn = p->v != p->v, qn = q->v != q->v;
+    if (pn != qn) return pn ? 1 : -1;
+    if (!pn && p->v != q->v) return p->v < q->v ? -1 : 1;
     return p->idx < q->idx ? -1 : p->idx > q->idx;
 }
 static int cmp_largest_i(const void *a, const void *b) {
