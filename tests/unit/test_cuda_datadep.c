@@ -293,4 +293,12 @@ KN_TEST(cuda_datadep_topk_long_lines) {
     topk_case(KILN_DTYPE_FLOAT, 2, a, 1, 1000, 1, false, false, true);
     topk_case(KILN_DTYPE_FLOAT, 2, small, 1, 10, 1, true, true, true);
     topk_case(KILN_DTYPE_FLOAT, 2, small, 1, 10, 0, false, true, false); /* the one-block kernel, NaN */
+    topk_case(KILN_DTYPE_FLOAT16, 2, small, 1, 10, 1, false, true, false); /* NaN's bytes kept */
+    /* short lines of small types: the one-block kernel's index array first (it was misaligned after
+     * 1 or 2 one-byte values) */
+    const int64_t two[2] = {5, 2}, single[2] = {4, 1}, three[3] = {2, 3, 3};
+    topk_case(KILN_DTYPE_UINT8, 2, two, 1, 2, 1, true, false, false);
+    topk_case(KILN_DTYPE_INT8, 2, single, 1, 1, 0, false, false, false);
+    topk_case(KILN_DTYPE_INT16, 2, single, 1, 1, 1, false, false, false);
+    topk_case(KILN_DTYPE_DOUBLE, 3, three, 1, 2, 1, true, false, false);
 }

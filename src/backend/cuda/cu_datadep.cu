@@ -224,35 +224,35 @@ template <typename A> __device__ __forceinline__ bool topk_before(A va, int ia, 
     return ia < ib;
 }
 
+// The lines' elements are sorted as they are (their bytes come out unchanged, NaN payloads too, as
+// the CPU kernel copies them) and compared through ld().
 template <typename T>
-__global__ void k_topk_fill(const T *x, typename acc<T>::type *sv, int *si, int64_t lines, int64_t len, int64_t inner,
-                            int64_t pow2) {
-    typedef typename acc<T>::type A;
+__global__ void k_topk_fill(const T *x, T *sv, int *si, int64_t lines, int64_t len, int64_t inner, int64_t pow2) {
     KNCU_LOOP(t, lines * pow2) {
         const int64_t line = t / pow2, j = t % pow2;
         if (j < len) {
             const int64_t o = line / inner, in = line % inner;
-            sv[t] = ld(x[(o * len + j) * inner + in]);
+            sv[t] = x[(o * len + j) * inner + in];
             si[t] = (int)j;
         } else {
-            sv[t] = (A)0;
+            sv[t] = x[0]; // any value: padding goes by its index
             si[t] = INT32_MAX;
         }
     }
 }
 
 // One step (size, stride) of the bitonic sort of every line: each thread one pair.
-template <typename A>
-__global__ void k_topk_step(A *sv, int *si, int64_t lines, int64_t pow2, int64_t size, int64_t stride, bool largest) {
+template <typename T>
+__global__ void k_topk_step(T *sv, int *si, int64_t lines, int64_t pow2, int64_t size, int64_t stride, bool largest) {
     const int64_t half = pow2 >> 1;
     KNCU_LOOP(p, lines * half) {
         const int64_t line = p / half, q = p % half;
         const int64_t j = 2 * stride * (q / stride) + q % stride, partner = j + stride;
         const bool up = (j & size) == 0;
         const int64_t a = line * pow2 + j, b = line * pow2 + partner;
-        const A va = sv[a], vb = sv[b];
+        const T va = sv[a], vb = sv[b];
         const int ia = si[a], ib = si[b];
-        if (topk_before(va, ia, vb, ib, largest) != up) {
+        if (topk_before(ld(va), ia, ld(vb), ib, largest) != up) {
             sv[a] = vb;
             sv[b] = va;
             si[a] = ib;
@@ -262,12 +262,12 @@ __global__ void k_topk_step(A *sv, int *si, int64_t lines, int64_t pow2, int64_t
 }
 
 template <typename T>
-__global__ void k_topk_out(const typename acc<T>::type *sv, const int *si, T *values, int64_t *indices, int64_t lines,
-                           int64_t pow2, int64_t inner, int64_t k) {
+__global__ void k_topk_out(const T *sv, const int *si, T *values, int64_t *indices, int64_t lines, int64_t pow2,
+                           int64_t inner, int64_t k) {
     KNCU_LOOP(t, lines * k) {
         const int64_t line = t / k, j = t % k;
         const int64_t o = line / inner, in = line % inner, off = (o * k + j) * inner + in;
-        values[off] = st<T>(sv[line * pow2 + j]);
+        values[off] = sv[line * pow2 + j];
         indices[off] = si[line * pow2 + j];
     }
 }
@@ -281,21 +281,20 @@ int64_t pow2_of(int64_t len) {
 template <typename T>
 cudaError_t topk_sort(const void *x, void *values, int64_t *indices, int64_t lines, int64_t len, int64_t inner,
                       int64_t k, bool largest, void *scratch, cudaStream_t s) {
-    typedef typename acc<T>::type A;
     const int64_t pow2 = pow2_of(len);
-    A *sv = (A *)scratch;
-    int *si = (int *)((char *)scratch + (((size_t)(lines * pow2) * sizeof(A) + 255) & ~(size_t)255));
+    T *sv = (T *)scratch;
+    int *si = (int *)((char *)scratch + (((size_t)(lines * pow2) * sizeof(T) + 255) & ~(size_t)255));
     k_topk_fill<T><<<grid_for(lines * pow2, 256), 256, 0, s>>>((const T *)x, sv, si, lines, len, inner, pow2);
     for (int64_t size = 2; size <= pow2; size <<= 1)
         for (int64_t stride = size >> 1; stride > 0; stride >>= 1)
-            k_topk_step<A><<<grid_for(lines * (pow2 >> 1), 256), 256, 0, s>>>(sv, si, lines, pow2, size, stride, largest);
+            k_topk_step<T><<<grid_for(lines * (pow2 >> 1), 256), 256, 0, s>>>(sv, si, lines, pow2, size, stride, largest);
     k_topk_out<T><<<grid_for(lines * k, 256), 256, 0, s>>>(sv, si, (T *)values, indices, lines, pow2, inner, k);
     return cudaGetLastError();
 }
 
 template <typename T> size_t topk_scratch(int64_t lines, int64_t len) {
     const size_t m = (size_t)(lines * pow2_of(len));
-    return ((m * sizeof(typename acc<T>::type) + 255) & ~(size_t)255) + m * sizeof(int);
+    return ((m * sizeof(T) + 255) & ~(size_t)255) + m * sizeof(int);
 }
 
 } // namespace
@@ -344,11 +343,11 @@ cudaError_t kn_cu_dynamic_quantize(const float *x, int64_t n, float *part, uint8
 
 size_t kn_cu_topk_sort_scratch(kiln_dtype dt, int64_t lines, int64_t len) {
     if (len > ((int64_t)1 << 30)) return 0;
-    switch (dt) { // by the size of the type the values are sorted in (acc<T>)
+    switch (dt) { // by the element's size
     case KILN_DTYPE_INT8: case KILN_DTYPE_UINT8: return topk_scratch<uint8_t>(lines, len);
-    case KILN_DTYPE_INT16: case KILN_DTYPE_UINT16: return topk_scratch<uint16_t>(lines, len);
-    case KILN_DTYPE_INT32: case KILN_DTYPE_UINT32: case KILN_DTYPE_FLOAT: case KILN_DTYPE_FLOAT16:
-    case KILN_DTYPE_BFLOAT16: return topk_scratch<float>(lines, len);
+    case KILN_DTYPE_INT16: case KILN_DTYPE_UINT16: case KILN_DTYPE_FLOAT16:
+    case KILN_DTYPE_BFLOAT16: return topk_scratch<uint16_t>(lines, len);
+    case KILN_DTYPE_INT32: case KILN_DTYPE_UINT32: case KILN_DTYPE_FLOAT: return topk_scratch<float>(lines, len);
     case KILN_DTYPE_INT64: case KILN_DTYPE_UINT64: case KILN_DTYPE_DOUBLE: return topk_scratch<double>(lines, len);
     default: return 0;
     }

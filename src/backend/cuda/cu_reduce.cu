@@ -592,23 +592,27 @@ template <typename T> __global__ void k_pool2d_nhwc(const T *x, T *y, Pool2d q, 
     }
 }
 
-// Top-k of one line per block: bitonic sort of (value, index) in shared memory.
+// Top-k of one line per block: bitonic sort of (value, index) in shared memory. The elements are
+// sorted as they are (their bytes come out unchanged, NaN payloads too, as the CPU kernel copies
+// them) and compared through ld(); the indices first, so both arrays are aligned whatever pow2.
+static inline size_t topk_values_at(int pow2) { return ((size_t)pow2 * sizeof(int) + 15) & ~(size_t)15; }
+
 template <typename T>
 __global__ void k_topk(const T *x, T *values, int64_t *indices, int64_t len, int64_t inner, int64_t k, bool largest,
                        int pow2) {
     typedef typename acc<T>::type A;
     extern __shared__ __align__(16) unsigned char smem[];
-    A *sv = (A *)smem;
-    int *si = (int *)(sv + pow2);
+    int *si = (int *)smem;
+    T *sv = (T *)(smem + (((size_t)pow2 * sizeof(int) + 15) & ~(size_t)15)); // topk_values_at(pow2)
     int64_t line = blockIdx.x;
     int64_t o = line / inner, in = line % inner;
     const T *px = x + o * len * inner + in;
     for (int j = threadIdx.x; j < pow2; j += blockDim.x) {
         if (j < len) {
-            sv[j] = ld(px[(int64_t)j * inner]);
+            sv[j] = px[(int64_t)j * inner];
             si[j] = j;
         } else {
-            sv[j] = largest ? lowest<A>() : highest<A>();
+            sv[j] = px[0]; // any value: padding goes by its index
             si[j] = INT32_MAX;
         }
     }
@@ -621,7 +625,8 @@ __global__ void k_topk(const T *x, T *values, int64_t *indices, int64_t len, int
                 int partner = j ^ stride;
                 if (partner > j) {
                     bool up = (j & size) == 0;
-                    A va = sv[j], vb = sv[partner];
+                    const T ta = sv[j], tb = sv[partner];
+                    const A va = ld(ta), vb = ld(tb);
                     int ia = si[j], ib = si[partner];
                     bool a_first;
                     const bool na = va != va, nb = vb != vb;
@@ -631,8 +636,8 @@ __global__ void k_topk(const T *x, T *values, int64_t *indices, int64_t len, int
                     else if (!na && va != vb) a_first = largest ? va > vb : va < vb;
                     else a_first = ia < ib;
                     if (a_first != up) {
-                        sv[j] = vb;
-                        sv[partner] = va;
+                        sv[j] = tb;
+                        sv[partner] = ta;
                         si[j] = ib;
                         si[partner] = ia;
                     }
@@ -642,7 +647,7 @@ __global__ void k_topk(const T *x, T *values, int64_t *indices, int64_t len, int
         }
     for (int j = threadIdx.x; j < k; j += blockDim.x) {
         int64_t off = (o * k + j) * inner + in;
-        values[off] = st<T>(sv[j]);
+        values[off] = sv[j];
         indices[off] = si[j];
     }
 }
@@ -713,7 +718,7 @@ template <typename T> cudaError_t launch_reduce(int op, const void *x, void *y, 
 template <typename T>
 cudaError_t launch_topk(const void *x, void *values, int64_t *indices, int64_t lines, int64_t len, int64_t inner,
                         int64_t k, bool largest, int pow2, int threads, cudaStream_t s) {
-    size_t sh = (size_t)pow2 * (sizeof(typename acc<T>::type) + sizeof(int));
+    size_t sh = topk_values_at(pow2) + (size_t)pow2 * sizeof(T);
     k_topk<T><<<(unsigned)lines, threads, sh, s>>>((const T *)x, (T *)values, indices, len, inner, k, largest, pow2);
     return cudaGetLastError();
 }
