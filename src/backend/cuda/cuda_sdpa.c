@@ -23,9 +23,11 @@
  * Off unless asked for (KILN_CUDA_SDPA=1): on the H200 with cuDNN 9.14 the graph as described here
  * finalises, but cuDNN's heuristics (modes A, B and fallback) rank no engine for it and none of
  * the 7 engines it lists for it builds a plan (every shape of the GPU tests, with and without a
- * mask, the scale as a scalar of rank 4; rank 1 is refused). What the engines want differently
- * is not found yet (next: cuDNN's own log, CUDNN_LOGLEVEL_DBG=3, on the device). Until then the
- * node runs kiln's own flash kernel, as before; the tests check the outputs whichever runs. */
+ * mask, the scale as a scalar of rank 4; rank 1 is refused). One difference from the frontend's
+ * graph found since, not yet tried on a device: the frontend (before cuDNN 9.21) gives an
+ * inference softmax its statistics branch too (log of the sum plus the max, to a virtual tensor),
+ * which build() now adds first. Until a plan builds, the node runs kiln's own flash kernel, as
+ * before; the tests check the outputs whichever runs. */
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_dnn_graph.h"
 
@@ -41,7 +43,7 @@
 #define SDPA_CANDIDATES 4
 
 /* unique ids of the graph's tensors */
-enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_SCALE, UID_BIAS, UID_S = 20, UID_SCALED, UID_BIASED, UID_MAX, UID_SUB, UID_EXP, UID_SUM, UID_P };
+enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_SCALE, UID_BIAS, UID_S = 20, UID_SCALED, UID_BIASED, UID_MAX, UID_SUB, UID_EXP, UID_SUM, UID_P, UID_LOG, UID_STATS };
 
 typedef kn_cu_sdpa_key sdpa_key;
 
@@ -133,14 +135,16 @@ static cudnnBackendDescriptor_t matmul(kn_dnn_builder *b, cudnnBackendDescriptor
     return o;
 }
 
-/* The plan of problem k with the mask in form `form` (mask_layout) and the scale a scalar of rank
- * scale_rank (4, or 1 as cuDNN's frontend writes it), or NULL with why. */
-static cudnnBackendDescriptor_t build(kn_cuda *cu, const sdpa_key *k, int form, int scale_rank, int64_t *ws_out, char *why,
-                                      size_t cap) {
+/* The plan of problem k with the mask in form `form` (mask_layout), the scale a scalar of rank
+ * scale_rank (4, or 1 as cuDNN's frontend writes it) and, with `stats`, the softmax statistics
+ * (max + log of the sum) computed into a virtual tensor: cuDNN's frontend (before 9.21) adds that
+ * branch to an inference graph too, so the engines may look for it. NULL with why. */
+static cudnnBackendDescriptor_t build(kn_cuda *cu, const sdpa_key *k, int form, int scale_rank, bool stats, int64_t *ws_out,
+                                      char *why, size_t cap) {
     const cudnnDataType_t io = k->dtype == KILN_DTYPE_FLOAT16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
     const int64_t B = k->b, H = k->h, SQ = k->sq, SK = k->sk, D = k->d;
     kn_dnn_builder b = KN_DNN_BUILDER_INIT;
-    cudnnBackendDescriptor_t ds[16] = {0}, ops[10] = {0}, descs[10] = {0}, cfgs[SDPA_CANDIDATES] = {0};
+    cudnnBackendDescriptor_t ds[18] = {0}, ops[12] = {0}, descs[12] = {0}, cfgs[SDPA_CANDIDATES] = {0};
     int nd = 0, nops = 0;
     const int64_t qd[4] = {B, H, SQ, D}, ktd[4] = {B, H, D, SK}, vd[4] = {B, H, SK, D};
     const int64_t sd[4] = {B, H, SQ, SK}, ss[4] = {H * SQ * SK, SQ * SK, SK, 1};
@@ -182,6 +186,14 @@ static cudnnBackendDescriptor_t build(kn_cuda *cu, const sdpa_key *k, int form, 
     nops++;
     ops[nops] = reduction(&b, CUDNN_REDUCE_TENSOR_ADD, ex, sum, &descs[nops], "row sum");
     nops++;
+    if (stats) { /* the softmax's statistics, max + log(sum), to a virtual tensor (what the frontend adds) */
+        cudnnBackendDescriptor_t lg = ds[nd++] = kn_dnn_tensor(&b, UID_LOG, f32, 4, rd, rs, true, false, "log of sum");
+        cudnnBackendDescriptor_t st = ds[nd++] = kn_dnn_tensor(&b, UID_STATS, f32, 4, rd, rs, true, false, "statistics");
+        ops[nops] = kn_dnn_pointwise(&b, CUDNN_POINTWISE_LOG, sum, NULL, lg, &descs[nops], "log of sum");
+        nops++;
+        ops[nops] = kn_dnn_pointwise(&b, CUDNN_POINTWISE_ADD, mx, lg, st, &descs[nops], "statistics");
+        nops++;
+    }
     ops[nops] = kn_dnn_pointwise(&b, CUDNN_POINTWISE_DIV, ex, sum, p, &descs[nops], "normalise");
     nops++;
     ops[nops] = matmul(&b, p, v, o, &descs[nops], "P x V");
@@ -327,11 +339,12 @@ kiln_status kn_cu_sdpa_run(kn_cuda *cu, kn_kernel_ctx *c, kiln_dtype dt, const k
         const double t0 = kn_now_ms();
         /* the descriptions cuDNN's versions take: the mask's broadcast as dims of 1 or strides of 0,
          * the scale as a scalar of rank 4 or 1; the first that builds */
-        char why[4][160] = {"", "", "", ""};
+        char why[8][120] = {"", "", "", "", "", "", "", ""};
         int tried = 0;
-        for (int scale_rank = 4; scale_rank >= 1 && !e->plan; scale_rank -= 3)
-            for (int form = 1; form <= (key.mask ? 2 : 1) && !e->plan; form++, tried++)
-                e->plan = build(cu, &key, form, scale_rank, &e->ws, why[tried], sizeof why[tried]);
+        for (int stats = 1; stats >= 0 && !e->plan; stats--)
+            for (int scale_rank = 4; scale_rank >= 1 && !e->plan; scale_rank -= 3)
+                for (int form = 1; form <= (key.mask ? 2 : 1) && !e->plan; form++, tried++)
+                    e->plan = build(cu, &key, form, scale_rank, stats, &e->ws, why[tried], sizeof why[tried]);
         if (e->plan) {
             kn_log(KILN_LOG_DEBUG,
                    "cuda: node '%s': attention [%lld, %lld, %lld, %lld] x %lld keys%s as cuDNN's fused attention (%.1f ms to "
@@ -341,10 +354,10 @@ kiln_status kn_cu_sdpa_run(kn_cuda *cu, kn_kernel_ctx *c, kiln_dtype dt, const k
             keep = kn_dnn_plan_text(e->plan, &keep_len);
         } else {
             kn_log(KILN_LOG_DEBUG,
-                   "cuda: node '%s': no cuDNN fused attention for [%lld, %lld, %lld, %lld] x %lld keys (%s | %s | %s | %s): "
-                   "kiln's kernels",
+                   "cuda: node '%s': no cuDNN fused attention for [%lld, %lld, %lld, %lld] x %lld keys (%s | %s | %s | %s | "
+                   "%s | %s | %s | %s): kiln's kernels",
                    c->node->name, (long long)key.b, (long long)key.h, (long long)key.sq, (long long)key.d, (long long)key.sk,
-                   why[0], why[1], why[2], why[3]);
+                   why[0], why[1], why[2], why[3], why[4], why[5], why[6], why[7]);
         }
     }
     cudnnBackendDescriptor_t plan = e->plan;
