@@ -412,21 +412,25 @@ static void *par_main(void *arg) {
     return NULL;
 }
 
-/* AMX's stride-1 convolution without im2col (conv_amx.c): Conv + residual Add + Relu (one FusedConv,
- * its epilogue) in a bf16 session against a double reference on the bf16-rounded input and weights,
+/* AMX's convolution without im2col (conv_amx.c): Conv + residual Add + Relu (one FusedConv, its
+ * epilogue) in a bf16 session against a double reference on the bf16-rounded input and weights,
  * over odd channel counts, output channels past a tile, batch 2, asymmetric pads, a non-square
- * kernel, dilation and planes wider than one task's columns. */
+ * kernel, dilation, planes wider than one task's columns, strides 2-4 (phase images; 1x1 kernels
+ * too, odd sizes whose last columns no output reads) and without the bias or the residual. */
 typedef struct amx_conv_case {
     int64_t N, C, M, H, W, KH, KW, pads[4], dh, dw;
+    int64_t sh, sw;     /* 0: 1 */
+    bool nobias, nores; /* a Conv without its bias input; no residual Add (Conv + Relu) */
 } amx_conv_case;
 
 static double amx_conv_case_error(const amx_conv_case *k) {
-    const int64_t OH = k->H + k->pads[0] + k->pads[2] - k->dh * (k->KH - 1);
-    const int64_t OW = k->W + k->pads[1] + k->pads[3] - k->dw * (k->KW - 1);
+    const int64_t sh = k->sh ? k->sh : 1, sw = k->sw ? k->sw : 1;
+    const int64_t OH = (k->H + k->pads[0] + k->pads[2] - k->dh * (k->KH - 1) - 1) / sh + 1;
+    const int64_t OW = (k->W + k->pads[1] + k->pads[3] - k->dw * (k->KW - 1) - 1) / sw + 1;
     tmb b;
     tmb_init(&b, 17);
     int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){k->N, k->C, k->H, k->W}, NULL);
-    int z = tmb_input(&b, "z", KILN_DTYPE_FLOAT, 4, (int64_t[]){k->N, k->M, OH, OW}, NULL);
+    int z = k->nores ? -1 : tmb_input(&b, "z", KILN_DTYPE_FLOAT, 4, (int64_t[]){k->N, k->M, OH, OW}, NULL);
     int wv = tmb_const(&b, "w", 4, (int64_t[]){k->M, k->C, k->KH, k->KW}, 0.3f);
     int bv = tmb_const(&b, "b", 1, (int64_t[]){k->M}, 1.0f);
     const size_t nw = (size_t)(k->M * k->C * k->KH * k->KW);
@@ -434,11 +438,16 @@ static double amx_conv_case_error(const amx_conv_case *k) {
     memcpy(W, b.g->values[wv].constant->data, sizeof(float) * nw);
     memcpy(B, b.g->values[bv].constant->data, sizeof(float) * (size_t)k->M);
     int cv = tmb_value(&b, "c"), av = tmb_value(&b, "a"), y = tmb_value(&b, "y");
-    int cn = tmb_node(&b, "Conv", (int[]){x, wv, bv}, 3, cv);
+    int cn = tmb_node(&b, "Conv", (int[]){x, wv, bv}, k->nobias ? 2 : 3, cv);
     tmb_ints(&b, cn, "pads", k->pads, 4);
     tmb_ints(&b, cn, "dilations", (int64_t[]){k->dh, k->dw}, 2);
-    tmb_node(&b, "Add", (int[]){cv, z}, 2, av);
-    tmb_node(&b, "Relu", (int[]){av}, 1, y);
+    tmb_ints(&b, cn, "strides", (int64_t[]){sh, sw}, 2);
+    if (k->nores) {
+        tmb_node(&b, "Relu", (int[]){cv}, 1, y);
+    } else {
+        tmb_node(&b, "Add", (int[]){cv, z}, 2, av);
+        tmb_node(&b, "Relu", (int[]){av}, 1, y);
+    }
     tmb_output(&b, y);
     size_t size;
     unsigned char *m = tmb_finish(&b, &size);
@@ -455,24 +464,25 @@ static double amx_conv_case_error(const amx_conv_case *k) {
         for (int64_t i = 0; i < nx; i++) X[i] = tmb_rand(&seed);
         for (int64_t i = 0; i < ny; i++) Z[i] = tmb_rand(&seed);
         const char *names[2] = {"x", "z"};
-        if (kiln_session_run(sess, names, in, 2, NULL, 1, out) == KILN_OK) {
+        if (kiln_session_run(sess, names, in, k->nores ? 1 : 2, NULL, 1, out) == KILN_OK) {
             const float *Y = kiln_tensor_data(out[0]);
             err = 0;
             for (int64_t n = 0; n < k->N; n++)
                 for (int64_t mo = 0; mo < k->M; mo++)
                     for (int64_t oh = 0; oh < OH; oh++)
                         for (int64_t ow = 0; ow < OW; ow++) {
-                            double acc = B[mo];
+                            double acc = k->nobias ? 0.0 : B[mo];
                             for (int64_t ci = 0; ci < k->C; ci++)
                                 for (int64_t kh = 0; kh < k->KH; kh++)
                                     for (int64_t kw = 0; kw < k->KW; kw++) {
-                                        const int64_t ih = oh + kh * k->dh - k->pads[0], iw = ow + kw * k->dw - k->pads[1];
+                                        const int64_t ih = oh * sh + kh * k->dh - k->pads[0];
+                                        const int64_t iw = ow * sw + kw * k->dw - k->pads[1];
                                         if (ih < 0 || ih >= k->H || iw < 0 || iw >= k->W) continue;
                                         acc += (double)kn_bf16_round(X[((n * k->C + ci) * k->H + ih) * k->W + iw]) *
                                                (double)kn_bf16_round(W[((mo * k->C + ci) * k->KH + kh) * k->KW + kw]);
                                     }
                             const int64_t at = ((n * k->M + mo) * OH + oh) * OW + ow;
-                            acc += Z[at];
+                            if (!k->nores) acc += Z[at];
                             const double ref = acc > 0 ? acc : 0;
                             const double d = fabs((double)Y[at] - ref) / (1.0 + fabs(ref));
                             if (!(d <= err)) err = isnan(d) ? 1e9 : d;
@@ -497,6 +507,18 @@ KN_TEST(bf16_amx_convolution_against_reference) {
         {1, 64, 64, 14, 14, 3, 3, {1, 1, 1, 1}, 1, 1}, {2, 19, 40, 9, 13, 3, 3, {1, 1, 1, 1}, 1, 1},
         {1, 32, 17, 7, 30, 5, 3, {2, 0, 1, 2}, 1, 1},  {1, 48, 33, 12, 11, 3, 3, {2, 2, 2, 2}, 2, 2},
         {1, 16, 16, 40, 40, 3, 3, {0, 0, 0, 0}, 1, 1}, {1, 64, 96, 4, 4, 3, 3, {1, 1, 1, 1}, 1, 1},
+        /* strides: ResNet's 3x3 and 1x1 stride-2 layers at small size, odd sizes and pads, stride 3
+         * and 4 (the plain packing loop), a 2x2 stride-2 patch merge, stride with dilation */
+        {1, 64, 48, 14, 14, 3, 3, {1, 1, 1, 1}, 1, 1, 2, 2},
+        {2, 19, 40, 13, 11, 3, 3, {1, 0, 0, 1}, 1, 1, 2, 2, true, false},
+        {1, 96, 70, 15, 15, 1, 1, {0, 0, 0, 0}, 1, 1, 2, 2},
+        {1, 32, 33, 9, 10, 1, 1, {0, 0, 0, 0}, 1, 1, 2, 2, false, true},
+        {1, 40, 20, 64, 40, 3, 3, {1, 1, 1, 1}, 1, 1, 2, 2, true, true},
+        {1, 16, 64, 17, 19, 5, 3, {2, 1, 2, 1}, 1, 1, 3, 2},
+        {1, 24, 17, 19, 23, 4, 4, {0, 1, 2, 3}, 1, 1, 4, 4},
+        {1, 48, 32, 16, 16, 2, 2, {0, 0, 0, 0}, 1, 1, 2, 2},
+        {1, 32, 32, 21, 21, 3, 3, {2, 2, 2, 2}, 2, 2, 2, 2},
+        {1, 17, 18, 12, 9, 3, 2, {1, 1, 1, 1}, 3, 1, 2, 3},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const amx_conv_case *k = &cases[i];

@@ -1862,11 +1862,11 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     /* precision=bf16 on AMX: the GEMM's tiles outrun every fp32 kernel below (Winograd included)
      * wherever the bf16 GEMM takes the product (sgemm_bf16.h); with vdpbf16ps they do not */
     const bool amx_gemm = kn_bgemm_active() && kn_bgemm_amx() && s->Mg >= 16 && s->out_plane >= 16 && K >= 16;
-    /* and at stride 1 without im2col (conv_amx.c) */
-    if (amx_gemm && s->nsp == 2 && s->G == 1 && s->w.stride[0] == 1 && s->w.stride[1] == 1) {
+    /* and without im2col (conv_amx.c: stride 1, and strides 2-4 over phase images) */
+    if (amx_gemm && s->nsp == 2 && s->G == 1) {
         const kn_amx_conv_shape as = {s->N, s->C, s->M, s->w.in[0], s->w.in[1], s->w.out[0], s->w.out[1],
                                       s->w.kernel[0], s->w.kernel[1], s->w.pad_begin[0], s->w.pad_begin[1],
-                                      s->w.dilation[0], s->w.dilation[1]};
+                                      s->w.dilation[0], s->w.dilation[1], s->w.stride[0], s->w.stride[1]};
         if (kn_amx_conv_suits(&as)) return kn_amx_conv(c, &as, x, w, bias, y, epi, epi_ctx, w_is_input);
     }
     /* dilated: Winograd over the phase images (conv_winograd.c) */

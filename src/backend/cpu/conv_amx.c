@@ -10,6 +10,13 @@
  * copies of the input, 73% of a 3x3 64-channel convolution's time through the GEMM) and the
  * input rounded to bf16 once.
  *
+ * At stride s the same holds per phase image: phase (a, b) of the padded input is its rows
+ * s * i + a and columns s * j + b, and tap (kh, kw) reads phase ((kh * dh) % sh, (kw * dw) % sw)
+ * shifted by ((kh * dh) / sh) rows and ((kw * dw) / sw) columns of that image. Each phase a tap
+ * uses is packed as above (cq rows of nx units), one after the other; the output columns' row pitch
+ * Wp is a phase image's width. A 3x3 stride-2 convolution packs four phases (the input once, no
+ * im2col's 2.25x), a 1x1 stride-2 one phase (the input subsampled).
+ *
  * The weights are packed per tap as AMX A tiles: [tap][M rounded to 16][C/2 pairs rounded to 16].
  * A task computes 32 output channels over a chunk of columns, 32 at a time in four C tiles,
  * over every tap and channel pair; the tiles go through a block on the stack into y (only the
@@ -40,34 +47,53 @@
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t pad_to(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* the padded geometry */
+#define MAX_STRIDE 4
+
+/* the padded geometry: Hp x Wp a phase image (at stride 1 the padded input) */
 typedef struct geom {
     int64_t Hp, Wp, npad, npad32, shift_max, nx, cq, mp; /* cq: channel pairs (rounded to 16); mp: M rounded to 16 */
+    int64_t nph; /* phase images packed (1 at stride 1) */
+    int ph_h[MAX_STRIDE], ph_w[MAX_STRIDE]; /* a row / column phase's index among the packed ones, -1: unused */
+    int nph_h, nph_w;
 } geom;
 
 static geom geom_of(const kn_amx_conv_shape *s) {
     geom g;
-    g.Hp = s->OH + (s->KH - 1) * s->dh;
-    g.Wp = s->OW + (s->KW - 1) * s->dw;
+    g.Hp = s->OH + (s->KH - 1) * s->dh / s->sh;
+    g.Wp = s->OW + (s->KW - 1) * s->dw / s->sw;
     g.npad = s->OH * g.Wp;
     g.npad32 = pad_to(g.npad, 32);
-    g.shift_max = (s->KH - 1) * s->dh * g.Wp + (s->KW - 1) * s->dw;
+    g.shift_max = (s->KH - 1) * s->dh / s->sh * g.Wp + (s->KW - 1) * s->dw / s->sw;
     g.nx = pad_to(g.npad32 + g.shift_max, 16);
     g.cq = pad_to((s->C + 1) / 2, 16);
     g.mp = pad_to(s->M, 16);
+    g.nph_h = g.nph_w = 0;
+    for (int a = 0; a < MAX_STRIDE; a++) g.ph_h[a] = g.ph_w[a] = -1;
+    for (int64_t kh = 0; kh < s->KH && s->sh <= MAX_STRIDE; kh++)
+        if (g.ph_h[kh * s->dh % s->sh] < 0) g.ph_h[kh * s->dh % s->sh] = g.nph_h++;
+    for (int64_t kw = 0; kw < s->KW && s->sw <= MAX_STRIDE; kw++)
+        if (g.ph_w[kw * s->dw % s->sw] < 0) g.ph_w[kw * s->dw % s->sw] = g.nph_w++;
+    g.nph = (int64_t)g.nph_h * g.nph_w;
     return g;
+}
+
+/* tap t's B columns from the image's packed start: its phase's rows, then the shift in it */
+static inline int64_t tap_offset(const kn_amx_conv_shape *s, const geom *g, int64_t kh, int64_t kw) {
+    const int64_t ph = (int64_t)g->ph_h[kh * s->dh % s->sh] * g->nph_w + g->ph_w[kw * s->dw % s->sw];
+    return ph * g->cq * g->nx + kh * s->dh / s->sh * g->Wp + kw * s->dw / s->sw;
 }
 
 bool kn_amx_conv_suits(const kn_amx_conv_shape *s) {
 #if defined(KN_CONV_AMX)
-    /* a 1x1 kernel has no shifted copies to save: the GEMM reads its input as it is */
-    if (!kn_bgemm_amx() || s->KH * s->KW < 2 || s->C < 16 || s->M < 16 || s->OH < 1 || s->OW < 1 || s->dh < 1 ||
-        s->dw < 1)
+    /* a 1x1 kernel at stride 1 has no shifted copies to save: the GEMM reads its input as it is */
+    if (!kn_bgemm_amx() || s->C < 16 || s->M < 16 || s->OH < 1 || s->OW < 1 || s->dh < 1 || s->dw < 1 || s->sh < 1 ||
+        s->sw < 1 || s->sh > MAX_STRIDE || s->sw > MAX_STRIDE || s->KH < 1 || s->KW < 1 ||
+        (s->KH * s->KW < 2 && s->sh * s->sw < 2))
         return false;
+    /* (ONNX pads are not negative; input rows and columns no output reads are not packed) */
+    if (s->pt < 0 || s->pl < 0) return false;
     const geom g = geom_of(s);
-    /* the input's padding is at most the window's (ONNX pads are not negative) */
-    if (s->pt < 0 || s->pl < 0 || g.Hp < s->pt + s->H || g.Wp < s->pl + s->W) return false;
-    return (double)g.cq * (double)g.nx * 4.0 * (double)s->N <= (double)MAX_INPUT_BYTES;
+    return (double)g.nph * (double)g.cq * (double)g.nx * 4.0 * (double)s->N <= (double)MAX_INPUT_BYTES;
 #else
     (void)s;
     return false;
@@ -124,28 +150,64 @@ typedef struct in_job {
     const kn_amx_conv_shape *s;
     const geom *g;
     const float *x;
-    uint32_t *xv; /* N images of cq rows of nx units */
+    uint32_t *xv; /* N images of nph phases of cq rows of nx units */
 } in_job;
 
-/* rows (image, pair) of the packed input: zeros, then the image's rows at their padded place */
+/* 16 (or cnt < 16) floats src[0], src[2], ... src[2 * (cnt - 1)] */
+static inline __m512 load_even(const float *src, int64_t cnt) {
+    const int64_t span = 2 * cnt - 1;
+    const __m512i idx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(m16(span), src), idx,
+                                  _mm512_maskz_loadu_ps(m16(span - 16), src + 16));
+}
+
+/* rows (image, phase, pair) of the packed input: zeros, then the phase image's part of the input's
+ * rows at their padded place */
 static void pack_input(void *arg, int64_t begin, int64_t end) {
     const in_job *j = arg;
     const kn_amx_conv_shape *s = j->s;
     const geom *g = j->g;
     const int64_t plane = s->H * s->W;
+    int ah[MAX_STRIDE], aw[MAX_STRIDE]; /* packed phase index -> row / column phase */
+    for (int a = 0; a < MAX_STRIDE; a++) {
+        if (g->ph_h[a] >= 0) ah[g->ph_h[a]] = a;
+        if (g->ph_w[a] >= 0) aw[g->ph_w[a]] = a;
+    }
     for (int64_t r = begin; r < end; r++) {
-        const int64_t n = r / g->cq, q = r % g->cq, c0 = 2 * q;
+        const int64_t n = r / (g->nph * g->cq), ph = r / g->cq % g->nph, q = r % g->cq, c0 = 2 * q;
+        const int64_t a = ah[ph / g->nph_w], b = aw[ph % g->nph_w];
         uint32_t *dst = j->xv + r * g->nx;
         memset(dst, 0, sizeof(uint32_t) * (size_t)g->nx);
         if (c0 >= s->C) continue;
         const float *lo = j->x + (n * s->C + c0) * plane, *hi = c0 + 1 < s->C ? lo + plane : NULL;
-        for (int64_t ih = 0; ih < s->H; ih++) {
-            uint32_t *row = dst + (ih + s->pt) * g->Wp + s->pl;
-            for (int64_t iw = 0; iw < s->W; iw += 16) {
-                const __mmask16 m = m16(s->W - iw);
-                const __m512 a = _mm512_maskz_loadu_ps(m, lo + ih * s->W + iw);
-                const __m512 b = hi ? _mm512_maskz_loadu_ps(m, hi + ih * s->W + iw) : _mm512_setzero_ps();
-                _mm512_mask_storeu_epi32(row + iw, m, pairs_of(a, b));
+        /* phase columns jlo..jhi read input columns sw * j + b - pl inside [0, W) */
+        const int64_t jlo = s->pl - b > 0 ? (s->pl - b + s->sw - 1) / s->sw : 0;
+        const int64_t jend = s->W - 1 + s->pl - b < 0 ? 0 : min64(g->Wp, (s->W - 1 + s->pl - b) / s->sw + 1);
+        for (int64_t i = 0; i < g->Hp; i++) {
+            const int64_t ih = s->sh * i + a - s->pt;
+            if (ih < 0 || ih >= s->H || jlo >= jend) continue;
+            uint32_t *row = dst + i * g->Wp;
+            const float *l = lo + ih * s->W, *h = hi ? hi + ih * s->W : NULL;
+            if (s->sw == 1) {
+                for (int64_t jj = jlo; jj < jend; jj += 16) {
+                    const __mmask16 m = m16(jend - jj);
+                    const int64_t iw = jj + b - s->pl;
+                    const __m512 va = _mm512_maskz_loadu_ps(m, l + iw);
+                    const __m512 vb = h ? _mm512_maskz_loadu_ps(m, h + iw) : _mm512_setzero_ps();
+                    _mm512_mask_storeu_epi32(row + jj, m, pairs_of(va, vb));
+                }
+            } else if (s->sw == 2) {
+                for (int64_t jj = jlo; jj < jend; jj += 16) {
+                    const int64_t cnt = min64(16, jend - jj), iw = 2 * jj + b - s->pl;
+                    const __m512 va = load_even(l + iw, cnt);
+                    const __m512 vb = h ? load_even(h + iw, cnt) : _mm512_setzero_ps();
+                    _mm512_mask_storeu_epi32(row + jj, m16(cnt), pairs_of(va, vb));
+                }
+            } else {
+                for (int64_t jj = jlo; jj < jend; jj++) {
+                    const int64_t iw = s->sw * jj + b - s->pl;
+                    row[jj] = (uint32_t)kn_f32_to_bf16(l[iw]) | (h ? (uint32_t)kn_f32_to_bf16(h[iw]) << 16 : 0u);
+                }
             }
         }
     }
@@ -157,6 +219,7 @@ typedef struct run_job {
     const kn_amx_conv_shape *s;
     const geom *g;
     const uint32_t *wa, *xv;
+    const int64_t *toff; /* per tap: tap_offset */
     const float *bias;
     float *y;
     kn_conv_epilogue_fn epi;
@@ -208,8 +271,8 @@ static inline __attribute__((always_inline)) void tiles(const bool two_m, const 
     }
     for (int64_t kh = 0; kh < s->KH; kh++)
         for (int64_t kw = 0; kw < s->KW; kw++) {
-            const int64_t t = kh * s->KW + kw, shift = kh * s->dh * g->Wp + kw * s->dw;
-            const uint32_t *a = j->wa + (t * g->mp + m0) * g->cq, *b = xv + p0 + shift;
+            const int64_t t = kh * s->KW + kw;
+            const uint32_t *a = j->wa + (t * g->mp + m0) * g->cq, *b = xv + p0 + j->toff[t];
             const char *pf = first && t + 1 < s->KH * s->KW ? (const char *)(a + g->mp * g->cq) : NULL;
             for (int64_t q = 0; q < g->cq; q += 16) {
                 if (pf) /* the next tap's 64 bytes of each of the 32 rows this step reads */
@@ -247,7 +310,7 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
         const int64_t m0 = (r / j->chunks) * 32, c0 = (r % j->chunks) * COL_CHUNK;
         const int64_t c1 = min64(g->npad, c0 + COL_CHUNK);
         const int mr = (int)min64(32, s->M - m0);
-        const uint32_t *xv = j->xv + n * g->cq * g->nx;
+        const uint32_t *xv = j->xv + n * g->nph * g->cq * g->nx;
         float *y = j->y + n * s->M * plane;
         FENCE();
         for (int64_t p0 = c0; p0 < c1; p0 += 32) {
@@ -283,16 +346,21 @@ kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s, const floa
         make_weights(&wc, own);
         wa = own;
     }
-    uint32_t *xv = kn_thread_buffer_get(&input_buffer, sizeof(uint32_t) * (size_t)(s->N * g.cq * g.nx));
-    if (!xv) {
+    uint32_t *xv = kn_thread_buffer_get(&input_buffer, sizeof(uint32_t) * (size_t)(s->N * g.nph * g.cq * g.nx));
+    int64_t *toff = malloc(sizeof(int64_t) * (size_t)(s->KH * s->KW));
+    if (!xv || !toff) {
         free(own);
+        free(toff);
         return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
+    for (int64_t kh = 0; kh < s->KH; kh++)
+        for (int64_t kw = 0; kw < s->KW; kw++) toff[kh * s->KW + kw] = tap_offset(s, &g, kh, kw);
     in_job ij = {s, &g, x, xv};
-    kn_parallel_for(c->pool, s->N * g.cq, 4, pack_input, &ij);
-    run_job rj = {s, &g, wa, xv, bias, y, epi, epi_ctx, (s->M + 31) / 32, (g.npad + COL_CHUNK - 1) / COL_CHUNK};
+    kn_parallel_for(c->pool, s->N * g.nph * g.cq, 4, pack_input, &ij);
+    run_job rj = {s, &g, wa, xv, toff, bias, y, epi, epi_ctx, (s->M + 31) / 32, (g.npad + COL_CHUNK - 1) / COL_CHUNK};
     kn_parallel_for(c->pool, s->N * rj.mblocks * rj.chunks, 1, run_range, &rj);
     free(own);
+    free(toff);
     return KILN_OK;
 }
 

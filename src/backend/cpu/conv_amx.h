@@ -1,5 +1,5 @@
 /* bf16 convolution on AMX tiles without im2col, for the CPU provider's precision=bf16 (conv_amx.c):
- * conv.c calls it for the stride-1 2-D convolutions when the products run on AMX. */
+ * conv.c calls it for the 2-D convolutions (stride 1 to 4) when the products run on AMX. */
 #ifndef KN_CPU_CONV_AMX_H
 #define KN_CPU_CONV_AMX_H
 
@@ -8,14 +8,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* One group-free 2-D convolution at stride 1: x [N, C, H, W] -> y [N, M, OH, OW], kernel KH x KW,
- * dilation dh x dw, pads pt (top) and pl (left); the bottom and right pads are implied by OH, OW. */
+/* One group-free 2-D convolution: x [N, C, H, W] -> y [N, M, OH, OW], kernel KH x KW, dilation
+ * dh x dw, stride sh x sw, pads pt (top) and pl (left); the bottom and right pads are implied by
+ * OH, OW. */
 typedef struct kn_amx_conv_shape {
-    int64_t N, C, M, H, W, OH, OW, KH, KW, pt, pl, dh, dw;
+    int64_t N, C, M, H, W, OH, OW, KH, KW, pt, pl, dh, dw, sh, sw;
 } kn_amx_conv_shape;
 
-/* Whether this process runs bf16 products on AMX and the shape is one this kernel takes (a kernel
- * larger than 1x1, 16 or more input and output channels, a packed input of at most 64 MB). */
+/* Whether this process runs bf16 products on AMX and the shape is one this kernel takes (strides 1
+ * to 4, a kernel larger than 1x1 at stride 1 (a 1x1 kernel at stride 1 is the GEMM on the input as
+ * it is), 16 or more input and output channels, a packed input of at most 64 MB). */
 bool kn_amx_conv_suits(const kn_amx_conv_shape *s);
 
 /* y = conv(bf16(x), bf16(w)) + bias with fp32 sums, then epi on every finished block. w is
