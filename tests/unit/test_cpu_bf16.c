@@ -519,6 +519,13 @@ KN_TEST(bf16_amx_convolution_against_reference) {
         {1, 48, 32, 16, 16, 2, 2, {0, 0, 0, 0}, 1, 1, 2, 2},
         {1, 32, 32, 21, 21, 3, 3, {2, 2, 2, 2}, 2, 2, 2, 2},
         {1, 17, 18, 12, 9, 3, 2, {1, 1, 1, 1}, 3, 1, 2, 3},
+        /* 1x1 at stride 1: the GEMM on AMX with the residual and the Relu applied as its tiles store
+         * C (rows first over all columns, and column panels first where B is over 1 MB), odd rows
+         * and columns, batch 2, without the bias or the residual */
+        {1, 64, 256, 14, 14, 1, 1, {0, 0, 0, 0}, 1, 1},
+        {2, 40, 33, 9, 7, 1, 1, {0, 0, 0, 0}, 1, 1, 1, 1, true, false},
+        {1, 48, 70, 11, 13, 1, 1, {0, 0, 0, 0}, 1, 1, 1, 1, false, true},
+        {1, 512, 40, 48, 48, 1, 1, {0, 0, 0, 0}, 1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const amx_conv_case *k = &cases[i];
