@@ -519,6 +519,13 @@ KN_TEST(bf16_amx_convolution_against_reference) {
         {1, 48, 32, 16, 16, 2, 2, {0, 0, 0, 0}, 1, 1, 2, 2},
         {1, 32, 32, 21, 21, 3, 3, {2, 2, 2, 2}, 2, 2, 2, 2},
         {1, 17, 18, 12, 9, 3, 2, {1, 1, 1, 1}, 3, 1, 2, 3},
+        /* few channels, the kernel's columns folded into them: a ResNet stem (3 channels, 7x7, stride
+         * 2, pads 3) at small size, odd sizes, a 4x4 stride-4 patch stem, stride 1, dilation, batch 2 */
+        {1, 3, 64, 30, 30, 7, 7, {3, 3, 3, 3}, 1, 1, 2, 2},
+        {2, 3, 20, 17, 23, 7, 7, {3, 2, 1, 3}, 1, 1, 2, 2, true, false},
+        {1, 3, 96, 32, 28, 4, 4, {0, 0, 0, 0}, 1, 1, 4, 4, false, true},
+        {1, 5, 17, 9, 41, 3, 3, {1, 1, 1, 1}, 1, 1, 1, 1},
+        {1, 2, 33, 20, 20, 3, 7, {2, 3, 2, 3}, 2, 2, 1, 2},
         /* 1x1 at stride 1: the GEMM on AMX with the residual and the Relu applied as its tiles store
          * C (rows first over all columns, and column panels first where B is over 1 MB), odd rows
          * and columns, batch 2, without the bias or the residual */

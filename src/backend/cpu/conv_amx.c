@@ -17,6 +17,12 @@
  * Wp is a phase image's width. A 3x3 stride-2 convolution packs four phases (the input once, no
  * im2col's 2.25x), a 1x1 stride-2 one phase (the input subsampled).
  *
+ * Few input channels (a stem: 3 channels, 7x7 at stride 2) would leave most of a tile's 32-deep
+ * products empty: the kernel's columns are folded into the channels instead. Channel (c, kw) of
+ * the folded input is x[c] read at columns sw * ow + kw * dw - pl, for each output column ow, so
+ * the convolution becomes one of C * KW channels, a KH x 1 kernel and column stride 1 over a plane
+ * OW wide (its rows still in phases of sh).
+ *
  * The weights are packed per tap as AMX A tiles: [tap][M rounded to 16][C/2 pairs rounded to 16].
  * A task computes 32 output channels over a chunk of columns, 32 at a time in four C tiles,
  * over every tap and channel pair; the tiles go through a block on the stack into y (only the
@@ -83,16 +89,34 @@ static inline int64_t tap_offset(const kn_amx_conv_shape *s, const geom *g, int6
     return ph * g->cq * g->nx + kh * s->dh / s->sh * g->Wp + kw * s->dw / s->sw;
 }
 
+/* whether the kernel's columns go into the channels (few channels: C * KW of them fill more of a
+ * tile's 32-deep products than C) */
+static bool folds(const kn_amx_conv_shape *s) { return s->C < 16 && s->KW > 1 && s->C * s->KW >= 12 && s->C * s->KW <= 64; }
+
+/* the folded convolution (folds(s)): C * KW channels, a KH x 1 kernel, column stride 1, no column
+ * pads, OW columns; x is read through the original shape (pack_input) */
+static kn_amx_conv_shape folded(const kn_amx_conv_shape *s) {
+    kn_amx_conv_shape f = *s;
+    f.C = s->C * s->KW;
+    f.W = s->OW;
+    f.KW = 1;
+    f.pl = 0;
+    f.dw = 1;
+    f.sw = 1;
+    return f;
+}
+
 bool kn_amx_conv_suits(const kn_amx_conv_shape *s) {
 #if defined(KN_CONV_AMX)
     /* a 1x1 kernel at stride 1 has no shifted copies to save: the GEMM reads its input as it is */
-    if (!kn_bgemm_amx() || s->C < 16 || s->M < 16 || s->OH < 1 || s->OW < 1 || s->dh < 1 || s->dw < 1 || s->sh < 1 ||
-        s->sw < 1 || s->sh > MAX_STRIDE || s->sw > MAX_STRIDE || s->KH < 1 || s->KW < 1 ||
+    if (!kn_bgemm_amx() || (s->C < 16 && !folds(s)) || s->M < 16 || s->OH < 1 || s->OW < 1 || s->dh < 1 ||
+        s->dw < 1 || s->sh < 1 || s->sw < 1 || s->sh > MAX_STRIDE || s->sw > MAX_STRIDE || s->KH < 1 || s->KW < 1 ||
         (s->KH * s->KW < 2 && s->sh * s->sw < 2))
         return false;
     /* (ONNX pads are not negative; input rows and columns no output reads are not packed) */
     if (s->pt < 0 || s->pl < 0) return false;
-    const geom g = geom_of(s);
+    const kn_amx_conv_shape e = folds(s) ? folded(s) : *s;
+    const geom g = geom_of(&e);
     return (double)g.nph * (double)g.cq * (double)g.nx * 4.0 * (double)s->N <= (double)MAX_INPUT_BYTES;
 #else
     (void)s;
@@ -119,7 +143,8 @@ bool kn_amx_conv_suits(const kn_amx_conv_shape *s) {
 
 typedef struct wctx {
     const float *w;
-    int64_t M, C, KH, KW, cq, mp;
+    int64_t M, C, KH, KW, cq, mp; /* the convolution as run (folded: C * KW channels, KW 1) */
+    int64_t fold;                 /* folded: the original KW (channel ch is (ch / fold, ch % fold)), else 1 */
 } wctx;
 
 static size_t weight_units(const wctx *c) { return (size_t)(c->KH * c->KW * c->mp * c->cq); }
@@ -135,7 +160,10 @@ static void make_weights(const void *ctx, void *dst) {
                 uint32_t v = 0;
                 for (int h = 0; h < 2; h++) {
                     const int64_t ch = 2 * q + h;
-                    if (m < c->M && ch < c->C) v |= (uint32_t)kn_f32_to_bf16(c->w[(m * c->C + ch) * taps + t]) << (16 * h);
+                    /* folded: w[m][ch / fold][t][ch % fold] of the original [M, C / fold, KH, fold] */
+                    const int64_t at = c->fold > 1 ? ((m * (c->C / c->fold) + ch / c->fold) * c->KH + t) * c->fold + ch % c->fold
+                                                   : (m * c->C + ch) * taps + t;
+                    if (m < c->M && ch < c->C) v |= (uint32_t)kn_f32_to_bf16(c->w[at]) << (16 * h);
                 }
                 u[(t * c->mp + m) * c->cq + q] = v;
             }
@@ -147,7 +175,8 @@ static void make_weights(const void *ctx, void *dst) {
 static kn_thread_buffer input_buffer = KN_THREAD_BUFFER_INIT;
 
 typedef struct in_job {
-    const kn_amx_conv_shape *s;
+    const kn_amx_conv_shape *s; /* as run (folded or not) */
+    const kn_amx_conv_shape *orig; /* folded: the convolution as given, x's shape; else NULL */
     const geom *g;
     const float *x;
     uint32_t *xv; /* N images of nph phases of cq rows of nx units */
@@ -159,6 +188,48 @@ static inline __m512 load_even(const float *src, int64_t cnt) {
     const __m512i idx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(m16(span), src), idx,
                                   _mm512_maskz_loadu_ps(m16(span - 16), src + 16));
+}
+
+/* the folded input's channels c0, c0 + 1 (< C * KW) of image n at row phase a (folds()), into
+ * dst: column ow of channel (c, kw) is x[c] at column sw * ow + kw * dw - pl */
+static void pack_folded(const in_job *j, int64_t a, int64_t c0, int64_t n, uint32_t *dst) {
+    const kn_amx_conv_shape *o = j->orig;
+    const geom *g = j->g;
+    const int64_t plane = o->H * o->W;
+    const float *src[2];
+    int64_t off[2];
+    for (int h = 0; h < 2; h++) {
+        const int64_t ch = c0 + h;
+        src[h] = ch < o->C * o->KW ? j->x + (n * o->C + ch / o->KW) * plane : NULL;
+        off[h] = ch % o->KW * o->dw - o->pl;
+    }
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int64_t i = 0; i < g->Hp; i++) {
+        const int64_t ih = o->sh * i + a - o->pt;
+        if (ih < 0 || ih >= o->H) continue;
+        uint32_t *row = dst + i * g->Wp;
+        for (int64_t jj = 0; jj < o->OW; jj += 16) {
+            const __mmask16 live = m16(o->OW - jj);
+            __m512 v[2];
+            for (int h = 0; h < 2; h++) {
+                v[h] = _mm512_setzero_ps();
+                if (!src[h]) continue;
+                const int64_t cnt = min64(16, o->OW - jj), first = o->sw * jj + off[h];
+                if (o->sw == 2 && first >= 0 && first + 2 * (cnt - 1) < o->W) { /* inside the row: no gather */
+                    v[h] = load_even(src[h] + ih * o->W + first, cnt);
+                    continue;
+                }
+                /* columns sw * (jj + lane) + off, inside [0, W) */
+                const __m512i iw = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32((int)jj), lane),
+                                                                        _mm512_set1_epi32((int)o->sw)),
+                                                    _mm512_set1_epi32((int)off[h]));
+                const __mmask16 in = live & _mm512_cmpge_epi32_mask(iw, _mm512_setzero_si512()) &
+                                     _mm512_cmplt_epi32_mask(iw, _mm512_set1_epi32((int)o->W));
+                v[h] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in, iw, src[h] + ih * o->W, 4);
+            }
+            _mm512_mask_storeu_epi32(row + jj, live, pairs_of(v[0], v[1]));
+        }
+    }
 }
 
 /* rows (image, phase, pair) of the packed input: zeros, then the phase image's part of the input's
@@ -179,6 +250,10 @@ static void pack_input(void *arg, int64_t begin, int64_t end) {
         uint32_t *dst = j->xv + r * g->nx;
         memset(dst, 0, sizeof(uint32_t) * (size_t)g->nx);
         if (c0 >= s->C) continue;
+        if (j->orig) {
+            pack_folded(j, a, c0, n, dst);
+            continue;
+        }
         const float *lo = j->x + (n * s->C + c0) * plane, *hi = c0 + 1 < s->C ? lo + plane : NULL;
         /* phase columns jlo..jhi read input columns sw * j + b - pl inside [0, W) */
         const int64_t jlo = s->pl - b > 0 ? (s->pl - b + s->sw - 1) / s->sw : 0;
@@ -332,12 +407,14 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
 #pragma GCC pop_options
 #endif
 
-kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s, const float *x, const float *w,
+kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, const float *x, const float *w,
                         const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
+    const bool fold = folds(s_in);
+    const kn_amx_conv_shape sf = fold ? folded(s_in) : *s_in, *s = &sf;
     const geom g = geom_of(s);
-    wctx wc = {w, s->M, s->C, s->KH, s->KW, g.cq, g.mp};
+    wctx wc = {w, s->M, s->C, s->KH, s->KW, g.cq, g.mp, fold ? s_in->KW : 1};
     const size_t wbytes = sizeof(uint32_t) * weight_units(&wc);
-    kn_const_layout lay = {31, {s->M, s->C, s->KH, s->KW}};
+    kn_const_layout lay = {fold ? 32 : 31, {s_in->M, s_in->C, s_in->KH, s_in->KW}};
     const uint32_t *wa = w_const ? kn_cpu_const_derived(c, 1, &lay, wbytes, make_weights, &wc) : NULL;
     uint32_t *own = NULL;
     if (!wa) {
@@ -355,7 +432,7 @@ kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s, const floa
     }
     for (int64_t kh = 0; kh < s->KH; kh++)
         for (int64_t kw = 0; kw < s->KW; kw++) toff[kh * s->KW + kw] = tap_offset(s, &g, kh, kw);
-    in_job ij = {s, &g, x, xv};
+    in_job ij = {s, fold ? s_in : NULL, &g, x, xv};
     kn_parallel_for(c->pool, s->N * g.nph * g.cq, 4, pack_input, &ij);
     run_job rj = {s, &g, wa, xv, toff, bias, y, epi, epi_ctx, (s->M + 31) / 32, (g.npad + COL_CHUNK - 1) / COL_CHUNK};
     kn_parallel_for(c->pool, s->N * rj.mblocks * rj.chunks, 1, run_range, &rj);
