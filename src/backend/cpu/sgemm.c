@@ -1159,8 +1159,8 @@ kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
     if (p->count <= 0 || p->M <= 0 || p->N <= 0) return KILN_OK;
     /* precision=bf16: the products of a node that runs in bf16 (sgemm_bf16.h) */
     if (kn_bgemm_active() && kn_bgemm_takes(p)) {
-        if ((!p->c_add && !p->clamp) || kn_bgemm_fuses_tail(p)) return kn_bgemm_run(pool, p);
-        /* the other bf16 kernels apply the tail as part of the epilogue */
+        if (!p->c_add && !p->clamp) return kn_bgemm_run(pool, p);
+        /* the bf16 kernels apply the tail as part of the epilogue */
         kn_sgemm_batch q = *p;
         q.c_add = NULL;
         q.clamp = false;

@@ -551,15 +551,6 @@ static void amx_end(void) { _tile_release(); }
 void kn_amx_tiles_begin(void) { amx_begin(); }
 void kn_amx_tiles_end(void) { amx_end(); }
 
-/* The batch's tail (sgemm.h: c_add, then the clamp) at one block of C: add is the residual at the
- * block's first element (NULL: none), ld its row stride. */
-typedef struct amx_tail {
-    const float *add;
-    int64_t ld;
-    bool clamp;
-    float lo, hi;
-} amx_tail;
-
 /* C[0:mr, 0:n] (mr <= 32, n <= 32) = alpha * A * B + beta * C + rb over the slices of depth [k0,
  * k1) (beta == 0: C not read), in the four C tiles. A: packed whole (Aw, Mp rows a slice), from row
  * `row` (a panel's first). B: packed slices of Np columns, slice pc at (pc - bk0) * Np (a whole B:
@@ -578,7 +569,7 @@ static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, co
                                                              int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc,
                                                              float alpha, float beta, const float *rb,
                                                              const float *rbb, bool pf_a, int pf_part,
-                                                             int pf_parts, const amx_tail *tl) {
+                                                             int pf_parts) {
     const bool direct = alpha == 1.0f && mr == (two_m ? 2 * AMR : AMR) && n == (two_n ? 32 : 16) &&
                         (beta == 0.0f || (beta == 1.0f && !rb)) && (!rb || rbb);
     const size_t cs = (size_t)ldc * 4, bs = BNR * 4;
@@ -626,7 +617,7 @@ static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, co
             }
         }
     }
-    if (direct && !tl) {
+    if (direct) {
         _tile_stored(0, c, cs);
         if (two_n) _tile_stored(1, c + 16, cs);
         if (two_m) _tile_stored(2, c + AMR * ldc, cs);
@@ -641,50 +632,18 @@ static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, co
     if (two_m && two_n) _tile_stored(3, t + AMR * BNR + 16, bs);
     AMX_FENCE();
     const __mmask16 m0 = m16(n), m1 = m16(n - 16);
-    if (!tl) {
-        for (int r = 0; r < mr; r++)
-            store_c_row(c + r * ldc, two_n ? 2 : 1, _mm512_load_ps(t + r * BNR),
-                        two_n ? _mm512_load_ps(t + r * BNR + 16) : _mm512_setzero_ps(), m0, m1, alpha, beta,
-                        rb ? rb[r] : 0.0f);
-        return;
-    }
-    /* the tail as C is stored (a residual read once, C written once: a pass of its own after the
-     * block read C back, 8% of ResNet-50's time) */
-    const __m512 lo = _mm512_set1_ps(tl->lo), hi = _mm512_set1_ps(tl->hi);
-    for (int r = 0; r < mr; r++) {
-        float *cr = c + r * ldc;
-        __m512 v0, v1 = _mm512_setzero_ps();
-        if (direct) { /* the tiles hold the bias (or C) already */
-            v0 = _mm512_load_ps(t + r * BNR);
-            if (two_n) v1 = _mm512_load_ps(t + r * BNR + 16);
-        } else {
-            store_c_row(cr, two_n ? 2 : 1, _mm512_load_ps(t + r * BNR),
-                        two_n ? _mm512_load_ps(t + r * BNR + 16) : _mm512_setzero_ps(), m0, m1, alpha, beta,
-                        rb ? rb[r] : 0.0f);
-            v0 = _mm512_maskz_loadu_ps(m0, cr);
-            if (two_n) v1 = _mm512_maskz_loadu_ps(m1, cr + 16);
-        }
-        if (tl->add) {
-            const float *ad = tl->add + r * tl->ld;
-            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ad));
-            if (two_n) v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ad + 16));
-        }
-        if (tl->clamp) {
-            v0 = _mm512_min_ps(hi, _mm512_max_ps(lo, v0));
-            v1 = _mm512_min_ps(hi, _mm512_max_ps(lo, v1));
-        }
-        _mm512_mask_storeu_ps(cr, m0, v0);
-        if (two_n) _mm512_mask_storeu_ps(cr + 16, m1, v1);
-    }
+    for (int r = 0; r < mr; r++)
+        store_c_row(c + r * ldc, two_n ? 2 : 1, _mm512_load_ps(t + r * BNR),
+                    two_n ? _mm512_load_ps(t + r * BNR + 16) : _mm512_setzero_ps(), m0, m1, alpha, beta,
+                    rb ? rb[r] : 0.0f);
 }
 
 static void ukr_amx(int mr, int n, const uint16_t *Aw, int64_t Mp, int64_t row, const uint16_t *Bw, int64_t Np,
                     int64_t col, int64_t bk0, int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc, float alpha,
-                    float beta, const float *rb, const float *rbb, bool pf_a, int pf_part, int pf_parts,
-                    const amx_tail *tl) {
+                    float beta, const float *rb, const float *rbb, bool pf_a, int pf_part, int pf_parts) {
 #define AMX_CALL(TM, TN)                                                                                               \
     amx_tiles(TM, TN, mr, n, Aw, Mp, row, Bw, Np, col, bk0, k0, k1, K, c, ldc, alpha, beta, rb, rbb, pf_a, pf_part,    \
-              pf_parts, tl)
+              pf_parts)
     if (mr > AMR) {
         if (n > 16) AMX_CALL(true, true);
         else AMX_CALL(true, false);
@@ -699,19 +658,12 @@ static void amx_begin(void) {}
 static void amx_end(void) {}
 void kn_amx_tiles_begin(void) {}
 void kn_amx_tiles_end(void) {}
-typedef struct amx_tail {
-    const float *add;
-    int64_t ld;
-    bool clamp;
-    float lo, hi;
-} amx_tail;
 static void ukr_amx(int mr, int n, const uint16_t *Aw, int64_t Mp, int64_t row, const uint16_t *Bw, int64_t Np,
                     int64_t col, int64_t bk0, int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc, float alpha,
-                    float beta, const float *rb, const float *rbb, bool pf_a, int pf_part, int pf_parts,
-                    const amx_tail *tl) {
+                    float beta, const float *rb, const float *rbb, bool pf_a, int pf_part, int pf_parts) {
     (void)mr, (void)n, (void)Aw, (void)Mp, (void)row, (void)Bw, (void)Np, (void)col, (void)bk0, (void)k0, (void)k1;
     (void)K, (void)c, (void)ldc, (void)alpha, (void)beta, (void)rb, (void)rbb, (void)pf_a, (void)pf_part;
-    (void)pf_parts, (void)tl;
+    (void)pf_parts;
 }
 #endif
 
@@ -803,9 +755,6 @@ static void run_tile_amx(const bjob *j, int64_t op, int64_t m0, int64_t m1, int6
     const float *bias = p->row_bias ? p->row_bias[op] : NULL;
     const int64_t Mp = pad_to(p->M, amr), Np = pad_to(p->N, BNR), ldc = p->ldc;
     const bool rows_outer = (double)(n1 - n0) * (double)pad_to(p->K, kpad) * 2.0 <= 1024.0 * 1024.0;
-    /* the tail, applied by the micro-kernel as it stores C */
-    const float *add = p->c_add ? p->c_add[op] : NULL;
-    amx_tail tail = {NULL, p->ldc_add, p->clamp, p->clamp_lo, p->clamp_hi}, *tl = add || p->clamp ? &tail : NULL;
     for (int64_t ic = m0; ic < m1; ic += BMC) {
         const int64_t mc = min64(BMC, m1 - ic);
         if (bias) broadcast_rows(bias + ic, mc, bb);
@@ -815,12 +764,10 @@ static void run_tile_amx(const bjob *j, int64_t op, int64_t m0, int64_t m1, int6
                 float *cr = p->c[op] + (ic + ir) * ldc;
                 /* A (a convolution's weights) from memory: the calls on these rows bring the next rows' in */
                 const int parts = ic + ir + AMX_MR < m1 ? (int)((n1 - n0 + BNR - 1) / BNR) : 0;
-                for (int64_t jr = n0; jr < n1; jr += BNR) {
-                    if (add) tail.add = add + (ic + ir) * p->ldc_add + jr;
+                for (int64_t jr = n0; jr < n1; jr += BNR)
                     ukr_amx(mr, (int)min64(BNR, n1 - jr), Aw, Mp, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cr + jr, ldc,
                             p->alpha, p->beta, bias ? bias + ic + ir : NULL, bias ? bb + 16 * ir : NULL, true,
-                            (int)((jr - n0) / BNR), parts, tl);
-                }
+                            (int)((jr - n0) / BNR), parts);
                 if (p->epilogue) p->epilogue(p->epilogue_ctx, op, ic + ir, n0, mr, n1 - n0, cr + n0, ldc);
             }
             continue;
@@ -829,12 +776,10 @@ static void run_tile_amx(const bjob *j, int64_t op, int64_t m0, int64_t m1, int6
             const int n = (int)min64(BNR, n1 - jr);
             float *cp = p->c[op] + ic * ldc + jr;
             const int parts = jr + BNR < n1 ? (int)((mc + AMX_MR - 1) / AMX_MR) : 0;
-            for (int64_t ir = 0; ir < mc; ir += AMX_MR) {
-                if (add) tail.add = add + (ic + ir) * p->ldc_add + jr;
+            for (int64_t ir = 0; ir < mc; ir += AMX_MR)
                 ukr_amx((int)min64(AMX_MR, mc - ir), n, Aw, Mp, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cp + ir * ldc,
                         ldc, p->alpha, p->beta, bias ? bias + ic + ir : NULL, bias ? bb + 16 * ir : NULL, false,
-                        (int)(ir / AMX_MR), parts, tl);
-            }
+                        (int)(ir / AMX_MR), parts);
             if (p->epilogue) p->epilogue(p->epilogue_ctx, op, ic, jr, mc, n, cp, ldc);
         }
     }
@@ -884,7 +829,7 @@ static void run_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t 
                             ukr_amx((int)min64(AMX_MR, mc - ir), n, Aw, Mp, ic + ir, (const uint16_t *)Bblk, 0, jr, pc,
                                     pc, pc + kc, p->K, cp + ir * p->ldc, p->ldc, p->alpha, beta,
                                     bias && pc == 0 ? bias + ic + ir : NULL, bias && pc == 0 ? bb + 16 * ir : NULL,
-                                    false, 0, 0, NULL);
+                                    false, 0, 0);
                     else
                         for (int64_t ir = 0; ir < mc; ir += BMR)
                             ukr_any((int)min64(BMR, mc - ir), kq, Ablk + ir * kq, BMR, bp, cp + ir * p->ldc, p->ldc, n,
@@ -1036,13 +981,9 @@ kiln_status kn_bgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
     return kn_bgemm_run_prepacked(pool, p, NULL, NULL);
 }
 
-bool kn_bgemm_fuses_tail(const kn_sgemm_batch *p) { return use_amx && !p->pack_b; }
-
 static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
                              const uint16_t *const *b_bf16) {
     const int64_t count = p->count;
-    if ((p->c_add || p->clamp) && !kn_bgemm_fuses_tail(p))
-        return KN_INTERNAL("a residual or clamp given to the bf16 GEMM where it does not apply them (kn_bgemm_fuses_tail)");
     bjob j = {.p = p};
     j.swap = kn_bgemm_swaps(p->M, p->N, p->K);
     j.pa = j.swap ? b_units(!p->trans_a, p->M, p->K) : (p->M + amr - 1) / amr;
@@ -1166,10 +1107,6 @@ bool kn_bgemm_swaps(int64_t M, int64_t N, int64_t K) {
     return false;
 }
 bool kn_bgemm_amx(void) { return false; }
-bool kn_bgemm_fuses_tail(const kn_sgemm_batch *p) {
-    (void)p;
-    return false;
-}
 bool kn_bgemm_force_amx(bool on) { return !on; }
 void kn_bgemm_pack_b(const float *B, int64_t ldb, bool trans_b, int64_t N, int64_t K, uint16_t *dst) {
     (void)B, (void)ldb, (void)trans_b, (void)N, (void)K, (void)dst;

@@ -59,10 +59,6 @@ void *kn_bgemm_state(void);
 
 /* Whether kn_bgemm_run computes this batch in bf16 (else the caller runs it in fp32). */
 bool kn_bgemm_takes(const kn_sgemm_batch *p);
-/* Whether kn_bgemm_run applies the batch's tail (c_add, clamp) itself, as its AMX tiles store C
- * (AMX, B not made by a packing callback); elsewhere the caller passes a batch without one and
- * applies it in the epilogue (kn_bgemm_run refuses a tail it would not apply). */
-bool kn_bgemm_fuses_tail(const kn_sgemm_batch *p);
 
 /* The batch in bf16, with the contract of kn_sgemm_run (sgemm.h): the same operands, packing
  * callback, row bias, epilogue and prepacked weights (whose bf16 forms are made from a/b on
