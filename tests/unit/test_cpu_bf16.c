@@ -177,7 +177,10 @@ static void bgemm_shapes(kn_threadpool *pool) {
                                  {96, 196, 577},  {200, 100, 40},  {17, 1, 20},       {1, 40, 30},
                                  {16, 16, 32},    {31, 17, 31},    {33, 48, 64},      {48, 15, 290},
                                  /* AMX: B over 1 MB, so the rows in blocks over each panel */
-                                 {20, 600, 900}};
+                                 {20, 600, 900},
+                                 /* 1-3 rows: rows times B's panels (vdpbf16ps on every CPU), several
+                                  * slices, odd depth and columns, a classifier's 1 x 1000 x 2048 */
+                                 {1, 45, 300}, {2, 70, 600}, {3, 33, 257}, {2, 16, 8}, {1, 1000, 2048}};
     int checked = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++)

@@ -61,6 +61,7 @@
 #define BNC 1024       /* columns per block of B made by a packing callback */
 #define CB_NC 256      /* columns per packing-callback call (its fp32 output is CB_NC * BKC floats) */
 #define MIN_FLOPS_PER_THREAD 5e5
+#define ROWS_MAX_M 4 /* products of fewer rows run as rows times B's panels (row_range) */
 #define MIN_TILE_FLOPS 1.6e7
 #define OVERSUB 4
 
@@ -217,7 +218,10 @@ bool kn_bgemm_active(void) { return tl_on; }
 void *kn_bgemm_state(void) { return tl_on ? tl_state : NULL; }
 
 bool kn_bgemm_takes(const kn_sgemm_batch *p) {
-    if (!kn_bf16_cpu_supported() || p->count <= 0 || p->M < 4 || p->N < 8 || p->K < 8) return false;
+    if (!kn_bf16_cpu_supported() || p->count <= 0 || p->N < 8 || p->K < 8) return false;
+    /* 1-3 rows times kept weights (a classifier at batch 1): the weights' bf16 form streams half
+     * the bytes of their fp32 one (row_range) */
+    if (p->M < ROWS_MAX_M) return p->M >= 1 && p->b_packed && !p->pack_b && p->N >= 16;
     /* rounding an operand costs about as much per element as a row (column) of products: with few
      * rows (columns) and the other operand not kept converted, fp32 is as fast */
     const bool a_kept = p->a_packed || p->at_packed, b_kept = (p->b_packed && !p->pack_b) || p->pack_b;
@@ -981,6 +985,78 @@ kiln_status kn_bgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
     return kn_bgemm_run_prepacked(pool, p, NULL, NULL);
 }
 
+/* Fewer than ROWS_MAX_M rows (kn_bgemm_takes: B kept): op(A)'s rows as pairs, q-major (unit
+ * (q * M + r) = row r's pair q, zero past K, slice pc's first pair at pc / 2), times B's packed
+ * panels with vdpbf16ps (the micro-kernel of the non-AMX path: B's packing is the same), one task
+ * per panel of BNR columns. A tile of AMX would be 1-3 of its 16 rows full. */
+typedef struct row_job {
+    const kn_sgemm_batch *p;
+    const uint16_t *const *bw;
+    const uint32_t *au; /* per product: pairs_per_op units */
+    int64_t pairs_per_op, panels;
+} row_job;
+
+static void row_range(void *arg, int64_t begin, int64_t end) {
+    const row_job *j = arg;
+    const kn_sgemm_batch *p = j->p;
+    const int64_t Np = pad_to(p->N, BNR);
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t op = t / j->panels, jr = t % j->panels * BNR;
+        const int n = (int)min64(BNR, p->N - jr);
+        const uint32_t *au = j->au + op * j->pairs_per_op;
+        float *c = p->c[op] + jr;
+        const float *rb = p->row_bias ? p->row_bias[op] : NULL;
+        for (int64_t pc = 0; pc < p->K; pc += BKC) {
+            const int64_t kcp = pad_to(min64(BKC, p->K - pc), kpad), kq = kcp / 2;
+            const uint32_t *b = (const uint32_t *)(j->bw[op] + pc * Np + jr * kcp);
+            const char *pf = jr + BNR < p->N ? (const char *)(b + BNR * kq) : (const char *)b;
+            ukr_any((int)p->M, kq, au + pc / 2 * p->M, p->M, b, c, p->ldc, n, p->alpha, pc == 0 ? p->beta : 1.0f,
+                    pc == 0 ? rb : NULL, pf);
+        }
+        if (p->epilogue) p->epilogue(p->epilogue_ctx, op, 0, jr, p->M, n, c, p->ldc);
+    }
+}
+
+/* bw: per product, B's kept form or NULL (then packed here, whole: outside a session) */
+static kiln_status run_rows(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t **bw) {
+    const int64_t pairs = pad_to(p->K, BKC) > p->K ? (p->K / BKC * BKC + pad_to(p->K % BKC, kpad)) / 2 : p->K / 2;
+    const int64_t per = pairs * p->M;
+    const size_t be = b_whole_elems(p->N, p->K);
+    size_t need = sizeof(uint32_t) * (size_t)(per * p->count);
+    for (int64_t op = 0; op < p->count; op++)
+        if (!bw[op]) need += 2 * be;
+    uint32_t *au = thread_buffer(1, need);
+    if (!au) return KN_OOM();
+    uint16_t *own = (uint16_t *)(au + per * p->count);
+    for (int64_t op = 0; op < p->count; op++)
+        if (!bw[op]) {
+            for (int64_t u = 0; u < b_units(p->trans_b, p->N, p->K); u++)
+                pack_b_unit(p->b[op], p->ldb, p->trans_b, p->N, p->K, u, own);
+            bw[op] = own;
+            own += be;
+        }
+    for (int64_t op = 0; op < p->count; op++)
+        for (int64_t q = 0; q < pairs; q++)
+            for (int64_t r = 0; r < p->M; r++) {
+                uint32_t v = 0;
+                for (int h = 0; h < 2; h++) {
+                    const int64_t k = 2 * q + h;
+                    if (k < p->K) {
+                        const float x = kn_bf16_round(p->trans_a ? p->a[op][k * p->lda + r] : p->a[op][r * p->lda + k]);
+                        uint32_t u;
+                        memcpy(&u, &x, 4);
+                        v |= (u >> 16) << (16 * h);
+                    }
+                }
+                au[op * per + q * p->M + r] = v;
+            }
+    row_job j = {p, bw, au, per, (p->N + BNR - 1) / BNR};
+    const int64_t tasks = p->count * j.panels;
+    if (kn_threadpool_size(pool) <= 1) row_range(&j, 0, tasks);
+    else kn_parallel_for(pool, tasks, 1, row_range, &j);
+    return KILN_OK;
+}
+
 static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
                              const uint16_t *const *b_bf16) {
     const int64_t count = p->count;
@@ -1013,6 +1089,11 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
             kn_const_layout lay = {use_amx ? 12 : 2, {p->N, p->K, p->ldb, p->trans_b}};
             j.bw[op] = kn_cpu_const_rederived(state, p->b_packed[op], &lay, be * 2, make_b_whole, &w);
         }
+    }
+    if (p->M < ROWS_MAX_M && !p->pack_b) {
+        const kiln_status st = run_rows(pool, p, j.bw);
+        free(ptrs);
+        return st;
     }
     /* the rest rounded and packed for this call, on the pool */
     size_t need = 0;
