@@ -48,6 +48,7 @@
 #endif
 
 #define COL_CHUNK 256 /* padded columns per task */
+#define WPF_STEPS 12   /* the weights' prefetch distance, in steps of 16 pairs (rows x 64 bytes each) */
 #define MAX_INPUT_BYTES ((size_t)64 << 20)
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -149,7 +150,17 @@ typedef struct wctx {
 
 static size_t weight_units(const wctx *c) { return (size_t)(c->KH * c->KW * c->mp * c->cq); }
 
-/* unit ((t * mp + m) * cq + q) = (w[m][2q][t], w[m][2q+1][t]) in bf16, zero past M and C */
+/* Unit (m, q, t) = (w[m][2q][t], w[m][2q+1][t]) in bf16, zero past M and C, in the order the tiles
+ * read them: blocks of 32 rows (the last of mp % 32 = 16 rows), each of taps x cq / 16 steps of
+ * its rows' 16 pairs (64 bytes a row, an A tile 16 consecutive rows). A task streams its block's
+ * weights from start to end (a deep layer's are larger than L2 and come from memory): in rows of
+ * cq pairs, a tile read 64 bytes of 16 rows 4 * cq bytes apart and the hardware's prefetchers
+ * did not follow (512 -> 512 3x3 at 7x7: 7 GB/s of weights; memory gives 13). */
+static inline int64_t wunit(int64_t mp, int64_t cq, int64_t taps, int64_t m, int64_t q, int64_t t) {
+    const int64_t m0 = m / 32 * 32, rb = min64(32, mp - m0);
+    return m0 * taps * cq + ((t * (cq / 16) + q / 16) * rb + (m - m0)) * 16 + q % 16;
+}
+
 static void make_weights(const void *ctx, void *dst) {
     const wctx *c = ctx;
     uint32_t *u = dst;
@@ -165,7 +176,7 @@ static void make_weights(const void *ctx, void *dst) {
                                                    : (m * c->C + ch) * taps + t;
                     if (m < c->M && ch < c->C) v |= (uint32_t)kn_f32_to_bf16(c->w[at]) << (16 * h);
                 }
-                u[(t * c->mp + m) * c->cq + q] = v;
+                u[wunit(c->mp, c->cq, taps, m, q, t)] = v;
             }
 }
 
@@ -332,12 +343,14 @@ static void store_block(const kn_amx_conv_shape *s, const geom *g, const float *
 
 /* The four C tiles of 32 channels from m0 and 32 padded columns from p0, into T. first: the task's
  * first columns, whose weights come from memory (a deep layer's are larger than L2): each tap
- * brings the next tap's rows into L2 while it computes. */
+ * streams its block's weights (make_weights' order) a few steps ahead into L2 while it computes. */
 static inline __attribute__((always_inline)) void tiles(const bool two_m, const run_job *j, const uint32_t *xv,
                                                          int64_t m0, int64_t p0, bool first, float *T) {
     const kn_amx_conv_shape *s = j->s;
     const geom *g = j->g;
-    const size_t as = (size_t)g->cq * 4, bs = (size_t)g->nx * 4;
+    const size_t bs = (size_t)g->nx * 4;
+    const int64_t taps = s->KH * s->KW, rb = min64(32, g->mp - m0); /* rb: rows of the block (16 or 32) */
+    const uint32_t *ablk = j->wa + m0 * taps * g->cq;
     _tile_zero(0);
     _tile_zero(1);
     if (two_m) {
@@ -347,18 +360,17 @@ static inline __attribute__((always_inline)) void tiles(const bool two_m, const 
     for (int64_t kh = 0; kh < s->KH; kh++)
         for (int64_t kw = 0; kw < s->KW; kw++) {
             const int64_t t = kh * s->KW + kw;
-            const uint32_t *a = j->wa + (t * g->mp + m0) * g->cq, *b = xv + p0 + j->toff[t];
-            const char *pf = first && t + 1 < s->KH * s->KW ? (const char *)(a + g->mp * g->cq) : NULL;
-            for (int64_t q = 0; q < g->cq; q += 16) {
-                if (pf) /* the next tap's 64 bytes of each of the 32 rows this step reads */
-                    for (int r = 0; r < 32; r++) _mm_prefetch(pf + (size_t)r * as + (size_t)q * 4, _MM_HINT_T1);
-                _tile_loadd(4, a + q, as);
+            const uint32_t *a = ablk + t * g->cq * rb, *b = xv + p0 + j->toff[t];
+            for (int64_t q = 0; q < g->cq; q += 16, a += 16 * rb) {
+                if (first) /* the stream WPF_STEPS steps ahead (past the block's end: the next block's) */
+                    for (int r = 0; r < rb; r++) _mm_prefetch((const char *)(a + (WPF_STEPS * rb + r) * 16), _MM_HINT_T1);
+                _tile_loadd(4, a, 64);
                 _tile_loadd(6, b + q * g->nx, bs);
                 _tile_loadd(7, b + q * g->nx + 16, bs);
                 _tile_dpbf16ps(0, 4, 6);
                 _tile_dpbf16ps(1, 4, 7);
                 if (two_m) {
-                    _tile_loadd(5, a + 16 * g->cq + q, as);
+                    _tile_loadd(5, a + 16 * 16, 64);
                     _tile_dpbf16ps(2, 5, 6);
                     _tile_dpbf16ps(3, 5, 7);
                 }
