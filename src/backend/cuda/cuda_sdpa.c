@@ -17,8 +17,9 @@
  *
  * Differences from kiln's own kernel, within the type's precision: the scaled and masked scores
  * stay in float (kiln's kernel rounds them to the inputs' type, as the unfused graph does) and the
- * probabilities are normalised before the second product. A row whose every score is -inf: see
- * kn_cu_sdpa_run.
+ * probabilities are normalised before the second product. Bool masks stay on kiln's kernel (see
+ * kn_cu_sdpa_run); a float mask with a row of -inf is one of the test's forms, so what cuDNN gives
+ * for a row with no key is checked against kiln's answer once a plan builds.
  *
  * Off unless asked for (KILN_CUDA_SDPA=1): on the H200 with cuDNN 9.14 the graph as described here
  * finalises, but cuDNN's heuristics (modes A, B and fallback) rank no engine for it and none of
@@ -43,7 +44,10 @@
 #define SDPA_CANDIDATES 4
 
 /* unique ids of the graph's tensors */
-enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_SCALE, UID_BIAS, UID_S = 20, UID_SCALED, UID_BIASED, UID_MAX, UID_SUB, UID_EXP, UID_SUM, UID_P, UID_LOG, UID_STATS };
+enum {
+    UID_Q = 1, UID_K, UID_V, UID_O, UID_SCALE, UID_BIAS,
+    UID_S = 20, UID_SCALED, UID_BIASED, UID_MAX, UID_SUB, UID_EXP, UID_SUM, UID_P, UID_LOG, UID_STATS
+};
 
 typedef kn_cu_sdpa_key sdpa_key;
 
