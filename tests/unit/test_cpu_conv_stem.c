@@ -105,14 +105,7 @@ KN_TEST(cpu_conv_channels_in_lanes_matches_definition) {
         reference(t, xp, kiln_tensor_data(w), consts[1] ? kiln_tensor_data(consts[1]) : NULL, OH, OW, want);
         for (int threads = 1; threads <= 2; threads++)
             for (int level = 0; level <= 3; level += 3) {
-                kiln_session_options *o = NULL;
-                kiln_session_options_create(&o);
-                kiln_session_options_set_cache(o, 0, NULL);
-                kiln_session_options_set_intra_op_threads(o, threads);
-                kiln_session_options_set_opt_level(o, level);
-                kiln_session *s = NULL;
-                CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
-                kiln_session_options_destroy(o);
+                kiln_session *s = tmb_session(m, size, threads, level);
                 if (!s) continue;
                 const char *names[2] = {"x", "w"};
                 kiln_tensor *ins[2] = {x, w};

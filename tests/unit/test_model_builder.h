@@ -22,6 +22,20 @@ static inline bool tmb_same_tensor(const kiln_tensor *a, const kiln_tensor *b) {
            !memcmp(kiln_tensor_data((kiln_tensor *)a), kiln_tensor_data((kiln_tensor *)b), kiln_tensor_bytes(a));
 }
 
+/* A session of the serialised model (data, size) on the CPU with `threads` intra-op threads at
+ * optimisation level `level`, no cache; NULL (the test failed) where it was refused. */
+static inline kiln_session *tmb_session(const unsigned char *data, size_t size, int threads, int level) {
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session_options_set_intra_op_threads(o, threads);
+    kiln_session_options_set_opt_level(o, level);
+    kiln_session *s = NULL;
+    CHECK_STATUS(kiln_session_create_from_memory(data, size, NULL, o, &s), KILN_OK);
+    kiln_session_options_destroy(o);
+    return s;
+}
+
 typedef struct tmb {
     kn_model *m;
     kn_graph *g;
