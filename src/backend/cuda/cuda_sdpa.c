@@ -18,17 +18,14 @@
  * Differences from kiln's own kernel, within the type's precision: the scaled and masked scores
  * stay in float (kiln's kernel rounds them to the inputs' type, as the unfused graph does) and the
  * probabilities are normalised before the second product. Bool masks stay on kiln's kernel (see
- * kn_cu_sdpa_run); a float mask with a row of -inf is one of the test's forms, so what cuDNN gives
- * for a row with no key is checked against kiln's answer once a plan builds.
+ * kn_cu_sdpa_run); a float mask with a row of -inf is one of the tests' forms: what cuDNN gives
+ * for a row with no key is checked against kiln's answer (the same, on the H200).
  *
- * Off unless asked for (KILN_CUDA_SDPA=1): on the H200 with cuDNN 9.14 the graph as described here
- * finalises, but cuDNN's heuristics (modes A, B and fallback) rank no engine for it and none of
- * the 7 engines it lists for it builds a plan (every shape of the GPU tests, with and without a
- * mask, the scale as a scalar of rank 4; rank 1 is refused). One difference from the frontend's
- * graph found since, not yet tried on a device: the frontend (before cuDNN 9.21) gives an
- * inference softmax its statistics branch too (log of the sum plus the max, to a virtual tensor),
- * which build() now adds first. Until a plan builds, the node runs kiln's own flash kernel, as
- * before; the tests check the outputs whichever runs. */
+ * The softmax's statistics branch (log of the sum plus the max, to a virtual tensor) is part of the
+ * graph although nothing reads it: cuDNN's frontend (before 9.21) gives every softmax of its SDPA
+ * that branch, and the engines match that pattern. Without it (H200, cuDNN 9.14) the graph
+ * finalises but no engine takes it; with it, heuristics mode A ranks an engine first. On by
+ * default; KILN_CUDA_SDPA=0 keeps every node on kiln's own kernels. */
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_dnn_graph.h"
 
@@ -63,10 +60,10 @@ static _Atomic unsigned long long sdpa_runs, plans_loaded;
 unsigned long long kn_cu_sdpa_runs(void) { return sdpa_runs; }
 unsigned long long kn_cu_sdpa_plans_loaded(void) { return plans_loaded; }
 
-/* Opt-in (KILN_CUDA_SDPA=1) until cuDNN builds a plan for the graph: see the top of this file. */
+/* KILN_CUDA_SDPA=0 turns it off (to compare, or to rule it out). */
 static bool sdpa_enabled(void) {
     const char *v = getenv("KILN_CUDA_SDPA");
-    return v && !strcmp(v, "1");
+    return !(v && !strcmp(v, "0"));
 }
 
 /* A 4-D operand's strides: a dim of 1 gets the stride a dense layout would give it (a view's
