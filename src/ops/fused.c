@@ -201,8 +201,27 @@ static kiln_status infer_fused_conv(kn_infer_ctx *c) {
         return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "layout must be \"NCHW\" or \"NHWC\", not \"%s\"",
                               kn_attr_string(c->node, "layout", ""));
     const kn_type *x = c->n_inputs > 0 ? c->in[0] : NULL;
+    /* y_type [16]: Y in bfloat16 (the CPU's precision=bf16 keeps a value between two convolutions
+     * in bf16: opt pass cpu_bf16_values); X may then be bfloat16 with float W (a reader of such a
+     * value), inferred as for float X */
+    int n_ytype = 0;
+    const int64_t *ytype = kn_attr_ints(c->node, "y_type", &n_ytype);
+    if (ytype && (n_ytype != 1 || (ytype[0] != KILN_DTYPE_BFLOAT16 && ytype[0] != KILN_DTYPE_FLOAT)))
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "y_type must be one element, bfloat16 (16) or float (1)");
+    if (!nhwc && x && x->dtype == KILN_DTYPE_BFLOAT16 && c->n_inputs > 1 && c->in[1] &&
+        c->in[1]->dtype == KILN_DTYPE_FLOAT) {
+        kn_type x_f32 = *x;
+        x_f32.dtype = KILN_DTYPE_FLOAT;
+        const kn_type *in[4] = {&x_f32, c->in[1], c->n_inputs > 2 ? c->in[2] : NULL, c->n_inputs > 3 ? c->in[3] : NULL};
+        kn_infer_ctx pc = *c;
+        pc.in = in;
+        KN_TRY(infer_as(&pc, "Conv", 3));
+        if (ytype) c->out[0].dtype = (kiln_dtype)ytype[0];
+        return check_residual(c, 3);
+    }
     if (!nhwc || !x || x->rank < 0) {
         KN_TRY(infer_as(c, "Conv", 3));
+        if (ytype && !nhwc) c->out[0].dtype = (kiln_dtype)ytype[0];
         return check_residual(c, 3);
     }
     /* channels last: Conv's inference on X with its channels moved to dim 1, the output's back */

@@ -58,6 +58,9 @@ const kn_pass kn_opt_passes[] = {
      "regions of 2-D convolutions and the elementwise operators and pooling between them run channels last (NHWC), "
      "Transposes at the regions' edges, where the provider runs them faster: on CUDA at a known batch of 4+ in fp16/bf16, "
      "8+ in fp32 (KILN_LAYOUT=nhwc|nchw|auto)"},
+    {"cpu_bf16_values", 3, kn_pass_cpu_bf16_values,
+     "with the CPU provider's precision=bf16 on AMX: a convolution's output read only by convolutions (which round it "
+     "to bf16 anyway) is stored in bfloat16 after its bias and Relu/Clip (KILN_CPU_BF16_VALUES=0: off)"},
 };
 const int kn_opt_n_passes = (int)(sizeof kn_opt_passes / sizeof kn_opt_passes[0]);
 

@@ -7,9 +7,11 @@
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/sgemm_bf16.h"
 #include "cache/key.h"
+#include "exec/session.h"
 #include "test_model_builder.h"
 #include "unit.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -544,6 +546,186 @@ KN_TEST(bf16_amx_convolution_against_reference) {
                   (long long)k->C, (long long)k->M, (long long)k->H, (long long)k->W, (long long)k->KH,
                   (long long)k->KW, err);
     }
+}
+
+/* bf16 activations between convolutions (opt pass cpu_bf16_values; conv_amx.c's bf16 input and
+ * output, the GEMM's bf16 B and C): chains of convolutions whose inner values the graph keeps in
+ * bfloat16, run with the pass and without it (KILN_CPU_BF16_VALUES=0). The outputs are the same bit
+ * for bit (every reader rounds its input to bf16 anyway, and Relu/Clip commute with the rounding),
+ * the values were kept in bf16 (the session's graph), and the outputs are within a bf16 bound of a
+ * double reference that rounds each convolution's input and weights to bf16. */
+typedef struct chain_conv {
+    int64_t M, K, stride, pad; /* output channels, kernel K x K */
+    int act;                   /* 0 none, 1 Relu, 2 Clip(0, 6) */
+    int input;                 /* -1: the model's input, else the output of conv `input` */
+    bool residual;             /* + the model's input (then its shape) */
+} chain_conv;
+
+typedef struct chain_case {
+    int64_t N, C, H, W;
+    int n;
+    chain_conv conv[4];
+    int bf16_values; /* values the pass keeps in bf16 */
+} chain_case;
+
+/* y = act(conv(bf16(x), bf16(w)) + b (+ r)) in double, bf16 applied to x as read */
+static void ref_conv(const double *x, int64_t N, int64_t C, int64_t H, int64_t W, const float *w, const float *bias,
+                     const chain_conv *k, const float *res, double *y, int64_t OH, int64_t OW) {
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t m = 0; m < k->M; m++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    double acc = bias[m];
+                    for (int64_t c = 0; c < C; c++)
+                        for (int64_t kh = 0; kh < k->K; kh++)
+                            for (int64_t kw = 0; kw < k->K; kw++) {
+                                const int64_t ih = oh * k->stride + kh - k->pad, iw = ow * k->stride + kw - k->pad;
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                acc += (double)kn_bf16_round((float)x[((n * C + c) * H + ih) * W + iw]) *
+                                       (double)kn_bf16_round(w[((m * C + c) * k->K + kh) * k->K + kw]);
+                            }
+                    const int64_t at = ((n * k->M + m) * OH + oh) * OW + ow;
+                    if (res) acc += res[at];
+                    if (k->act) acc = acc > 0 ? acc : 0;
+                    if (k->act == 2) acc = acc < 6 ? acc : 6;
+                    y[at] = acc;
+                }
+}
+
+static void chain_check(const chain_case *k) {
+    tmb b;
+    tmb_init(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){k->N, k->C, k->H, k->W}, NULL);
+    kn_tensor *t0 = NULL, *t6 = NULL;
+    kn_tensor_new(KILN_DTYPE_FLOAT, 0, NULL, &t0);
+    kn_tensor_new(KILN_DTYPE_FLOAT, 0, NULL, &t6);
+    *(float *)t6->data = 6.0f;
+    int lo = tmb_const_tensor(&b, "lo", t0), hi = tmb_const_tensor(&b, "hi", t6);
+    int64_t C[4], H[4], W[4];
+    int out[4], wv[4], bv[4];
+    for (int i = 0; i < k->n; i++) {
+        const chain_conv *cv = &k->conv[i];
+        const int in = cv->input < 0 ? x : out[cv->input];
+        C[i] = cv->input < 0 ? k->C : k->conv[cv->input].M;
+        const int64_t h = cv->input < 0 ? k->H : H[cv->input], w = cv->input < 0 ? k->W : W[cv->input];
+        H[i] = (h + 2 * cv->pad - cv->K) / cv->stride + 1;
+        W[i] = (w + 2 * cv->pad - cv->K) / cv->stride + 1;
+        char name[16];
+        snprintf(name, sizeof name, "w%d", i);
+        wv[i] = tmb_const(&b, name, 4, (int64_t[]){cv->M, C[i], cv->K, cv->K}, 1.5f / sqrtf((float)(C[i] * cv->K * cv->K)));
+        snprintf(name, sizeof name, "b%d", i);
+        bv[i] = tmb_const(&b, name, 1, (int64_t[]){cv->M}, 0.2f);
+        snprintf(name, sizeof name, "c%d", i);
+        int c = tmb_value(&b, name);
+        int cn = tmb_node(&b, "Conv", (int[]){in, wv[i], bv[i]}, 3, c);
+        tmb_ints(&b, cn, "pads", (int64_t[]){cv->pad, cv->pad, cv->pad, cv->pad}, 4);
+        tmb_ints(&b, cn, "strides", (int64_t[]){cv->stride, cv->stride}, 2);
+        if (cv->residual) {
+            snprintf(name, sizeof name, "a%d", i);
+            int a = tmb_value(&b, name);
+            tmb_node(&b, "Add", (int[]){c, x}, 2, a);
+            c = a;
+        }
+        out[i] = c;
+        if (cv->act) {
+            snprintf(name, sizeof name, "r%d", i);
+            out[i] = tmb_value(&b, name);
+            if (cv->act == 1) tmb_node(&b, "Relu", (int[]){c}, 1, out[i]);
+            else tmb_node(&b, "Clip", (int[]){c, lo, hi}, 3, out[i]);
+        }
+    }
+    /* the outputs: the values no convolution reads */
+    bool read[4] = {false};
+    for (int i = 0; i < k->n; i++)
+        if (k->conv[i].input >= 0) read[k->conv[i].input] = true;
+    int n_out = 0, outs[4];
+    for (int i = 0; i < k->n; i++)
+        if (!read[i]) {
+            tmb_output(&b, out[i]);
+            outs[n_out++] = i;
+        }
+    float *wts[4], *bs[4];
+    for (int i = 0; i < k->n; i++) {
+        wts[i] = b.g->values[wv[i]].constant->data;
+        bs[i] = b.g->values[bv[i]].constant->data;
+    }
+    /* the reference before the model's constants go with the builder */
+    const int64_t nx = k->N * k->C * k->H * k->W;
+    float *X = malloc(sizeof(float) * (size_t)nx);
+    double *xd = malloc(sizeof(double) * (size_t)nx), *ref[4] = {NULL};
+    uint32_t seed = 11;
+    for (int64_t i = 0; i < nx; i++) xd[i] = X[i] = tmb_rand(&seed);
+    for (int i = 0; i < k->n; i++) {
+        const chain_conv *cv = &k->conv[i];
+        ref[i] = malloc(sizeof(double) * (size_t)(k->N * cv->M * H[i] * W[i]));
+        const double *in = cv->input < 0 ? xd : ref[cv->input];
+        ref_conv(in, k->N, C[i], cv->input < 0 ? k->H : H[cv->input], cv->input < 0 ? k->W : W[cv->input], wts[i],
+                 bs[i], cv, cv->residual ? X : NULL, ref[i], H[i], W[i]);
+    }
+    size_t size;
+    unsigned char *m = tmb_finish(&b, &size);
+    kiln_tensor *got[2][4] = {{NULL}};
+    int kept = -1;
+    for (int pass = 0; pass < 2 && m; pass++) {
+        setenv("KILN_CPU_BF16_VALUES", pass ? "1" : "0", 1);
+        kiln_session_options *o = opts_for("bf16");
+        kiln_session *s = NULL;
+        CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
+        kiln_session_options_destroy(o);
+        if (!s) break;
+        int n16 = 0;
+        for (int v = 0; v < s->model->graph->n_values; v++) n16 += s->model->graph->values[v].type.dtype == KILN_DTYPE_BFLOAT16;
+        if (pass) kept = n16;
+        else CHECK_MSG(n16 == 0, "values in bf16 with the pass off: %d", n16);
+        kiln_tensor *in = NULL;
+        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){k->N, k->C, k->H, k->W}, 4, &in);
+        memcpy(kiln_tensor_data(in), X, sizeof(float) * (size_t)nx);
+        const char *names[1] = {"x"};
+        CHECK_STATUS(kiln_session_run(s, names, &in, 1, NULL, n_out, got[pass]), KILN_OK);
+        kiln_tensor_destroy(in);
+        kiln_session_destroy(s);
+    }
+    unsetenv("KILN_CPU_BF16_VALUES");
+    CHECK_MSG(kept == k->bf16_values, "values kept in bf16: %d, expected %d", kept, k->bf16_values);
+    for (int o = 0; o < n_out; o++) {
+        CHECK_MSG(tmb_same_tensor(got[0][o], got[1][o]), "output %d differs with the values in bf16", o);
+        if (!got[1][o]) continue;
+        const float *y = kiln_tensor_data(got[1][o]);
+        const double *r = ref[outs[o]];
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < (int64_t)(kiln_tensor_bytes(got[1][o]) / sizeof(float)); i++) {
+            num += ((double)y[i] - r[i]) * ((double)y[i] - r[i]);
+            den += r[i] * r[i];
+        }
+        const double rel = sqrt(num / (den > 0 ? den : 1));
+        CHECK_MSG(rel < 4e-3, "output %d: relative L2 error %g against the double reference", o, rel);
+    }
+    for (int p = 0; p < 2; p++)
+        for (int o = 0; o < 4; o++) kiln_tensor_destroy(got[p][o]);
+    for (int i = 0; i < k->n; i++) free(ref[i]);
+    free(X);
+    free(xd);
+    free(m);
+}
+
+KN_TEST(bf16_values_between_convolutions) {
+    NEED_BF16();
+    if (!kn_bgemm_amx()) KN_SKIP("this CPU has no AMX (or the OS refused its tile state)");
+    static const chain_case cases[] = {
+        /* a ResNet bottleneck at small size, batch 2: 1x1 (the GEMM's bf16 C, rows first) -> 3x3 (bf16 in
+         * and out) -> 1x1 (bf16 B) + the block's input + Relu */
+        {2, 64, 20, 20, 3, {{32, 1, 1, 0, 1, -1, false}, {32, 3, 1, 1, 1, 0, false}, {64, 1, 1, 0, 1, 1, true}}, 2},
+        /* Clip, odd sizes, a value read by two convolutions (3x3 stride 2 and stride 3) */
+        {1, 48, 23, 21, 4,
+         {{40, 1, 1, 0, 2, -1, false}, {36, 3, 2, 1, 1, 0, false}, {50, 1, 1, 0, 2, 1, false}, {20, 3, 3, 1, 1, 0, false}},
+         2},
+        /* read by a plain Conv (nothing fused into it: its types stay Conv's): kept in fp32 */
+        {1, 32, 12, 12, 3, {{32, 1, 1, 0, 1, -1, false}, {32, 3, 1, 1, 0, 0, false}, {32, 3, 1, 1, 1, 0, false}}, 0},
+        /* B over 1 MB (the GEMM's column panels outer, C stored 256 columns at a time): 512 -> 40 on
+         * 47x47, then 3x3 and 1x1 */
+        {1, 512, 47, 47, 3, {{40, 1, 1, 0, 1, -1, false}, {40, 3, 1, 1, 1, 0, false}, {64, 1, 1, 0, 1, 1, false}}, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) chain_check(&cases[i]);
 }
 
 KN_TEST(bf16_session_concurrent_calls) {

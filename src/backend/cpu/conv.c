@@ -2037,6 +2037,108 @@ kiln_status kn_cpu_conv_with_epilogue(kn_kernel_ctx *c, kn_conv_epilogue_fn epi,
     return kn_cpu_conv_with_tail(c, epi, epi_ctx, NULL);
 }
 
+/* bf16 activations: X and/or Y in bfloat16 (a value the graph keeps in bf16 between two
+ * convolutions under precision=bf16 on AMX: opt pass cpu_bf16_values), read and written as they
+ * are by the AMX convolution (conv_amx.c) or, for a 1x1 stride-1 one, the bf16 GEMM (B read from
+ * bf16 rows, C stored in bf16), where one of them takes the shape. Y in bf16 needs the epilogue to be
+ * a clamp (the tail without a residual: a Relu or Clip, which commutes with the rounding). *done
+ * false: not taken (the caller converts, as for any other type). */
+static kiln_status conv_bf16_io(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *X, const float *w, bool w_const,
+                                const float *bias, kn_tensor *Y, kn_conv_epilogue_fn epi, const void *epi_ctx,
+                                const kn_conv_tail *tail, bool *done) {
+    *done = false;
+    const bool x16 = X->dtype == KILN_DTYPE_BFLOAT16, y16 = Y->dtype == KILN_DTYPE_BFLOAT16;
+    if ((!x16 && X->dtype != KILN_DTYPE_FLOAT) || (!y16 && Y->dtype != KILN_DTYPE_FLOAT)) return KILN_OK;
+    if (!kn_bgemm_active() || !kn_bgemm_amx() || s->nsp != 2 || s->G != 1 || s->Mg < 16 || s->out_plane < 16 ||
+        s->Cg * s->kk < 16 || s->N < 1)
+        return KILN_OK;
+    if (y16 && epi && (!tail || tail->residual)) return KILN_OK;
+    const float lo = y16 && tail ? tail->lo : -INFINITY, hi = y16 && tail ? tail->hi : INFINITY;
+    const kn_amx_conv_shape as = {s->N, s->C, s->M, s->w.in[0], s->w.in[1], s->w.out[0], s->w.out[1],
+                                  s->w.kernel[0], s->w.kernel[1], s->w.pad_begin[0], s->w.pad_begin[1],
+                                  s->w.dilation[0], s->w.dilation[1], s->w.stride[0], s->w.stride[1]};
+    if (x16 ? kn_amx_conv_takes_x16(&as) : kn_amx_conv_suits(&as)) {
+        const kn_amx_io io = {x16 ? X->data : NULL, y16 ? Y->data : NULL, lo, hi};
+        *done = true;
+        return kn_amx_conv_io(c, &as, x16 ? NULL : X->data, w, bias, y16 ? NULL : Y->data, y16 ? NULL : epi, epi_ctx,
+                              w_const, &io);
+    }
+    bool pointwise = true;
+    for (int i = 0; i < s->nsp; i++)
+        pointwise &= s->w.kernel[i] == 1 && s->w.stride[i] == 1 && s->w.pad_begin[i] == 0 && s->w.pad_end[i] == 0;
+    if (!pointwise) return KILN_OK;
+    /* the 1x1 convolution as conv_f32 runs it: per image, W [M, C] times X [C, plane] */
+    const int64_t count = s->N, K = s->C, plane = s->in_plane;
+    void **ptrs = calloc((size_t)count * 5, sizeof(void *));
+    if (!ptrs) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    const float **ap = (const float **)ptrs, **bp = (const float **)(ptrs + count), **rb = (const float **)(ptrs + 2 * count);
+    float **cp = (float **)(ptrs + 3 * count);
+    const float **apk = (const float **)(ptrs + 4 * count);
+    const uint16_t **b16 = NULL;
+    uint16_t **c16 = NULL;
+    if ((x16 && !(b16 = calloc((size_t)count, sizeof *b16))) || (y16 && !(c16 = calloc((size_t)count, sizeof *c16)))) {
+        free(ptrs);
+        free(b16);
+        return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    for (int64_t n = 0; n < count; n++) {
+        ap[n] = w;
+        rb[n] = bias;
+        if (x16) b16[n] = (const uint16_t *)X->data + n * s->C * plane;
+        else bp[n] = (const float *)X->data + n * s->C * plane;
+        if (y16) c16[n] = (uint16_t *)Y->data + n * s->M * s->out_plane;
+        else cp[n] = (float *)Y->data + n * s->M * s->out_plane;
+    }
+    kn_sgemm_batch g = {.count = count, .M = s->M, .N = s->out_plane, .K = K, .alpha = 1.0f, .beta = 0.0f, .a = ap,
+                        .lda = K, .b = bp, .ldb = plane, .c = cp, .ldc = s->out_plane, .row_bias = bias ? rb : NULL};
+    conv_epi_ctx ec = {epi, epi_ctx, Y->data};
+    kn_bgemm_io io = {(const uint16_t *const *)b16, (uint16_t *const *)c16, lo, hi, false, NULL, 0};
+    const float **addp = NULL;
+    if (!y16 && epi && tail) { /* fp32 C: the residual and a Relu or Clip as it is finished */
+        io.tail = true;
+        io.lo = tail->lo;
+        io.hi = tail->hi;
+        if (tail->residual) {
+            addp = malloc(sizeof(float *) * (size_t)count);
+            if (!addp) {
+                free(ptrs);
+                free(b16);
+                free(c16);
+                return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+            }
+            for (int64_t n = 0; n < count; n++) addp[n] = tail->residual + n * s->M * s->out_plane;
+            io.add = addp;
+            io.ld_add = s->out_plane;
+        }
+    } else if (!y16 && epi) { /* other activations on the fp32 C (conv_f32's epilogue) */
+        g.epilogue = conv_gemm_epilogue;
+        g.epilogue_ctx = &ec;
+    }
+    /* constant weights: their kept bf16 form is found through the fp32 packed copy (as conv_f32) */
+    if (w_const) {
+        conv_weight_pack wp = {w, 1, s->M, K};
+        const bool swaps = kn_sgemm_swaps(s->M, s->out_plane, K);
+        kn_const_layout lay = {swaps ? 8 : 1, {1, s->M, K, 0}};
+        const size_t per = swaps ? kn_sgemm_packed_b_floats(s->M, K) : kn_sgemm_packed_a_floats(s->M, K);
+        const float *packed = kn_cpu_const_derived(c, 1, &lay, sizeof(float) * per, swaps ? make_packed_weights_t : make_packed_weights, &wp);
+        if (packed) {
+            for (int64_t n = 0; n < count; n++) apk[n] = packed;
+            if (swaps) g.at_packed = apk;
+            else g.a_packed = apk;
+        }
+    }
+    kiln_status st = KILN_OK;
+    if (kn_bgemm_io_takes(&g, &io)) {
+        *done = true;
+        st = kn_bgemm_run_io(c->pool, &g, &io);
+    }
+    free(addp);
+    free(ptrs);
+    free(b16);
+    free(c16);
+    return st ? kn_kernel_error(c, st, "the bf16 GEMM failed") : KILN_OK;
+}
+
 kiln_status kn_cpu_conv_with_tail(kn_kernel_ctx *c, kn_conv_epilogue_fn epi, const void *epi_ctx,
                                   const kn_conv_tail *tail) {
     const kn_tensor *X = c->in[0], *W = c->in[1], *B = c->n_inputs > 2 ? c->in[2] : NULL;
@@ -2064,8 +2166,17 @@ kiln_status kn_cpu_conv_with_tail(kn_kernel_ctx *c, kn_conv_epilogue_fn epi, con
     }
     const bool w_const = w != NULL;
     if (!w) w = conv_f32_in(W, &ow);
-    const float *x = conv_f32_in(X, &ox);
     const float *b = B ? conv_f32_in(B, &ob) : NULL;
+    if ((X->dtype == KILN_DTYPE_BFLOAT16 || Y->dtype == KILN_DTYPE_BFLOAT16) && w && (!B || b)) {
+        bool done = false;
+        kiln_status st = conv_bf16_io(c, &s, X, w, w == W->data || w_const, b, Y, epi, epi_ctx, tail, &done);
+        if (done || st) {
+            if (ow) free((void *)w);
+            if (ob) free((void *)b);
+            return st;
+        }
+    }
+    const float *x = conv_f32_in(X, &ox);
     int64_t ny = kn_tensor_count(Y);
     float *y = Y->dtype == KILN_DTYPE_FLOAT ? Y->data : malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1));
     kiln_status st;

@@ -125,6 +125,8 @@ bool kn_amx_conv_suits(const kn_amx_conv_shape *s) {
 #endif
 }
 
+bool kn_amx_conv_takes_x16(const kn_amx_conv_shape *s) { return kn_amx_conv_suits(s) && !folds(s); }
+
 #if defined(KN_CONV_AMX)
 
 #if defined(__clang__)
@@ -190,6 +192,7 @@ typedef struct in_job {
     const kn_amx_conv_shape *orig; /* folded: the convolution as given, x's shape; else NULL */
     const geom *g;
     const float *x;
+    const uint16_t *x16; /* x in bf16 instead (kn_amx_conv_io), or NULL */
     uint32_t *xv; /* N images of nph phases of cq rows of nx units */
 } in_job;
 
@@ -243,6 +246,42 @@ static void pack_folded(const in_job *j, int64_t a, int64_t c0, int64_t n, uint3
     }
 }
 
+/* pack_input's rows of channels c0, c0 + 1 of image n at phase (a, b) from a bf16 input (x16): the
+ * pairs are the two channels' elements side by side, nothing to round */
+static void pack_rows16(const in_job *j, int64_t a, int64_t b, int64_t c0, int64_t n, int64_t jlo, int64_t jend,
+                        uint32_t *dst) {
+    const kn_amx_conv_shape *s = j->s;
+    const geom *g = j->g;
+    const int64_t plane = s->H * s->W;
+    const uint16_t *lo = j->x16 + (n * s->C + c0) * plane, *hi = c0 + 1 < s->C ? lo + plane : NULL;
+    const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+    for (int64_t i = 0; i < g->Hp; i++) {
+        const int64_t ih = s->sh * i + a - s->pt;
+        if (ih < 0 || ih >= s->H || jlo >= jend) continue;
+        uint32_t *row = dst + i * g->Wp;
+        const uint16_t *l = lo + ih * s->W, *h = hi ? hi + ih * s->W : NULL;
+        if (s->sw <= 2)
+            for (int64_t jj = jlo; jj < jend; jj += 16) {
+                const int64_t cnt = min64(16, jend - jj), iw = s->sw * jj + b - s->pl;
+                __m512i vl, vh = _mm512_setzero_si512();
+                if (s->sw == 1) {
+                    vl = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m16(cnt), l + iw));
+                    if (h) vh = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m16(cnt), h + iw));
+                } else { /* elements iw, iw + 2, ...: the low halves of 32-bit lanes */
+                    const __mmask32 m = (__mmask32)((1ull << (2 * cnt - 1)) - 1);
+                    vl = _mm512_and_si512(_mm512_maskz_loadu_epi16(m, l + iw), low16);
+                    if (h) vh = _mm512_and_si512(_mm512_maskz_loadu_epi16(m, h + iw), low16);
+                }
+                _mm512_mask_storeu_epi32(row + jj, m16(cnt), _mm512_or_si512(vl, _mm512_slli_epi32(vh, 16)));
+            }
+        else
+            for (int64_t jj = jlo; jj < jend; jj++) {
+                const int64_t iw = s->sw * jj + b - s->pl;
+                row[jj] = (uint32_t)l[iw] | (h ? (uint32_t)h[iw] << 16 : 0u);
+            }
+    }
+}
+
 /* rows (image, phase, pair) of the packed input: zeros, then the phase image's part of the input's
  * rows at their padded place */
 static void pack_input(void *arg, int64_t begin, int64_t end) {
@@ -265,10 +304,14 @@ static void pack_input(void *arg, int64_t begin, int64_t end) {
             pack_folded(j, a, c0, n, dst);
             continue;
         }
-        const float *lo = j->x + (n * s->C + c0) * plane, *hi = c0 + 1 < s->C ? lo + plane : NULL;
         /* phase columns jlo..jhi read input columns sw * j + b - pl inside [0, W) */
         const int64_t jlo = s->pl - b > 0 ? (s->pl - b + s->sw - 1) / s->sw : 0;
         const int64_t jend = s->W - 1 + s->pl - b < 0 ? 0 : min64(g->Wp, (s->W - 1 + s->pl - b) / s->sw + 1);
+        if (j->x16) {
+            pack_rows16(j, a, b, c0, n, jlo, jend, dst);
+            continue;
+        }
+        const float *lo = j->x + (n * s->C + c0) * plane, *hi = c0 + 1 < s->C ? lo + plane : NULL;
         for (int64_t i = 0; i < g->Hp; i++) {
             const int64_t ih = s->sh * i + a - s->pt;
             if (ih < 0 || ih >= s->H || jlo >= jend) continue;
@@ -308,6 +351,8 @@ typedef struct run_job {
     const int64_t *toff; /* per tap: tap_offset */
     const float *bias;
     float *y;
+    uint16_t *y16; /* y in bf16 instead, clamped to [lo, hi] (kn_amx_conv_io), or NULL */
+    float lo, hi;
     kn_conv_epilogue_fn epi;
     const void *epi_ctx;
     int64_t mblocks, chunks;
@@ -335,6 +380,32 @@ static void store_block(const kn_amx_conv_shape *s, const geom *g, const float *
                 _mm512_mask_storeu_ps(d, k0, _mm512_add_ps(_mm512_maskz_loadu_ps(k0, T + r * 32 + j), b));
                 if (valid > 16)
                     _mm512_mask_storeu_ps(d + 16, k1, _mm512_add_ps(_mm512_maskz_loadu_ps(k1, T + r * 32 + j + 16), b));
+            }
+        }
+        j += seg;
+    }
+}
+
+/* store_block into a bf16 y16: plus the bias, clamped to [lo, hi], rounded */
+static void store_block16(const kn_amx_conv_shape *s, const geom *g, const float *T, int mr, int64_t p0, uint16_t *y,
+                          int64_t m0, const float *bias, float lo, float hi) {
+    const int64_t plane = s->OH * s->OW, ncols = min64(32, g->npad - p0);
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    for (int64_t j = 0; j < ncols;) {
+        const int64_t p = p0 + j, oh = p / g->Wp, ow = p % g->Wp;
+        const int64_t seg = min64(ncols - j, g->Wp - ow), valid = ow < s->OW ? min64(seg, s->OW - ow) : 0;
+        if (valid > 0) {
+            const __mmask16 k0 = m16(valid), k1 = m16(valid - 16);
+            for (int r = 0; r < mr; r++) {
+                uint16_t *d = y + (m0 + r) * plane + oh * s->OW + ow;
+                const __m512 b = _mm512_set1_ps(bias ? bias[m0 + r] : 0.0f);
+                __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(k0, T + r * 32 + j), b);
+                _mm256_mask_storeu_epi16(d, k0, (__m256i)_mm512_cvtneps_pbh(_mm512_min_ps(vhi, _mm512_max_ps(vlo, v))));
+                if (valid > 16) {
+                    v = _mm512_add_ps(_mm512_maskz_loadu_ps(k1, T + r * 32 + j + 16), b);
+                    _mm256_mask_storeu_epi16(d + 16, k1,
+                                             (__m256i)_mm512_cvtneps_pbh(_mm512_min_ps(vhi, _mm512_max_ps(vlo, v))));
+                }
             }
         }
         j += seg;
@@ -398,14 +469,14 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
         const int64_t c1 = min64(g->npad, c0 + COL_CHUNK);
         const int mr = (int)min64(32, s->M - m0);
         const uint32_t *xv = j->xv + n * g->nph * g->cq * g->nx;
-        float *y = j->y + n * s->M * plane;
         FENCE();
         for (int64_t p0 = c0; p0 < c1; p0 += 32) {
             if (mr > 16) tiles(true, j, xv, m0, p0, p0 == c0, T);
             else tiles(false, j, xv, m0, p0, p0 == c0, T);
-            store_block(s, g, T, mr, p0, y, m0, j->bias);
+            if (j->y16) store_block16(s, g, T, mr, p0, j->y16 + n * s->M * plane, m0, j->bias, j->lo, j->hi);
+            else store_block(s, g, T, mr, p0, j->y + n * s->M * plane, m0, j->bias);
         }
-        if (j->epi) {
+        if (j->epi && !j->y16) {
             const int64_t o0 = out_pos(s, g, c0), o1 = out_pos(s, g, c1);
             if (o1 > o0) j->epi(j->epi_ctx, j->y, n * s->M * plane + m0 * plane + o0, mr, o1 - o0, plane);
         }
@@ -419,9 +490,17 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
 #pragma GCC pop_options
 #endif
 
-kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, const float *x, const float *w,
+kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s, const float *x, const float *w,
                         const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
+    return kn_amx_conv_io(c, s, x, w, bias, y, epi, epi_ctx, w_const, NULL);
+}
+
+kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, const float *x, const float *w,
+                           const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const,
+                           const kn_amx_io *io) {
     const bool fold = folds(s_in);
+    if (io && ((io->x16 && fold) || (io->y16 && epi) || io->lo > io->hi))
+        return kn_kernel_error(c, KILN_ERR_INTERNAL, "the AMX convolution given bf16 operands it does not take");
     const kn_amx_conv_shape sf = fold ? folded(s_in) : *s_in, *s = &sf;
     const geom g = geom_of(s);
     wctx wc = {w, s->M, s->C, s->KH, s->KW, g.cq, g.mp, fold ? s_in->KW : 1};
@@ -444,9 +523,10 @@ kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, const f
     }
     for (int64_t kh = 0; kh < s->KH; kh++)
         for (int64_t kw = 0; kw < s->KW; kw++) toff[kh * s->KW + kw] = tap_offset(s, &g, kh, kw);
-    in_job ij = {s, fold ? s_in : NULL, &g, x, xv};
+    in_job ij = {s, fold ? s_in : NULL, &g, x, io ? io->x16 : NULL, xv};
     kn_parallel_for(c->pool, s->N * g.nph * g.cq, 4, pack_input, &ij);
-    run_job rj = {s, &g, wa, xv, toff, bias, y, epi, epi_ctx, (s->M + 31) / 32, (g.npad + COL_CHUNK - 1) / COL_CHUNK};
+    run_job rj = {s, &g, wa, xv, toff, bias, y, io ? io->y16 : NULL, io ? io->lo : 0.0f, io ? io->hi : 0.0f,
+                  epi, epi_ctx, (s->M + 31) / 32, (g.npad + COL_CHUNK - 1) / COL_CHUNK};
     kn_parallel_for(c->pool, s->N * rj.mblocks * rj.chunks, 1, run_range, &rj);
     free(own);
     free(toff);
@@ -458,6 +538,12 @@ kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, const f
 kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s, const float *x, const float *w,
                         const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
     (void)s, (void)x, (void)w, (void)bias, (void)y, (void)epi, (void)epi_ctx, (void)w_const;
+    return kn_kernel_error(c, KILN_ERR_INTERNAL, "this build has no AMX convolution");
+}
+kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s, const float *x, const float *w,
+                           const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const,
+                           const kn_amx_io *io) {
+    (void)s, (void)x, (void)w, (void)bias, (void)y, (void)epi, (void)epi_ctx, (void)w_const, (void)io;
     return kn_kernel_error(c, KILN_ERR_INTERNAL, "this build has no AMX convolution");
 }
 

@@ -26,4 +26,20 @@ bool kn_amx_conv_suits(const kn_amx_conv_shape *s);
 kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s, const float *x, const float *w,
                         const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const);
 
+/* bf16 activations (precision=bf16, where the graph keeps a value between two convolutions in
+ * bfloat16): x16, when set, is the input in bf16 (x unused; not for the folded few-channel
+ * convolutions); y16, when set, receives the output in bf16 instead of y, plus the bias, clamped
+ * to [lo, hi] (a Relu or Clip: it commutes with the rounding), rounded to nearest even (no epi then). */
+typedef struct kn_amx_io {
+    const uint16_t *x16;
+    uint16_t *y16;
+    float lo, hi;
+} kn_amx_io;
+/* Whether kn_amx_conv_io takes a bf16 input for this shape (kn_amx_conv_suits, and not folded). */
+bool kn_amx_conv_takes_x16(const kn_amx_conv_shape *s);
+/* kn_amx_conv with io (NULL: kn_amx_conv). */
+kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s, const float *x, const float *w,
+                           const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const,
+                           const kn_amx_io *io);
+
 #endif

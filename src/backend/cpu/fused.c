@@ -164,6 +164,21 @@ bool kn_fused_supports_f32(const kn_node *node, const kn_type *const *in, int n_
     return true;
 }
 
+/* FusedConv: float32, and with layout NCHW also a bfloat16 X (a value kept in bf16 between two
+ * convolutions under precision=bf16: opt pass cpu_bf16_values; conv.c reads it as it is on AMX,
+ * else converts it) */
+static bool fused_conv_supports(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap) {
+    bool nhwc = false;
+    if (n_in > 0 && in[0] && in[0]->kind == KN_TYPE_TENSOR && in[0]->dtype == KILN_DTYPE_BFLOAT16 &&
+        kn_fused_conv_layout(node, &nhwc) && !nhwc) {
+        const kn_type *rest[8] = {NULL};
+        if (n_in > 8) return kn_fused_supports_f32(node, in, n_in, why, cap);
+        for (int i = 1; i < n_in; i++) rest[i] = in[i];
+        return kn_fused_supports_f32(node, rest, n_in, why, cap);
+    }
+    return kn_fused_supports_f32(node, in, n_in, why, cap);
+}
+
 /* ------------------------------------------------------------------ epilogue */
 
 typedef struct epi_job {
@@ -469,7 +484,7 @@ static kiln_status run_gelu(kn_kernel_ctx *c) {
 }
 
 const kn_cpu_kernel kn_cpu_fused[] = {
-    {"kiln", "FusedConv", run_fused_conv, kn_fused_supports_f32, KN_KERNEL_OVERWRITES, KN_PARAMS(fused_prepare, fused_prm)},
+    {"kiln", "FusedConv", run_fused_conv, fused_conv_supports, KN_KERNEL_OVERWRITES, KN_PARAMS(fused_prepare, fused_prm)},
     /* the Gemm / MatMul kernel writes every element, the epilogue then rewrites them in place */
     {"kiln", "FusedGemm", run_fused_gemm, kn_fused_supports_f32, KN_KERNEL_OVERWRITES, KN_PARAMS(fused_prepare, fused_prm)},
     {"kiln", "FusedMatMul", run_fused_matmul, kn_fused_supports_f32, KN_KERNEL_OVERWRITES,

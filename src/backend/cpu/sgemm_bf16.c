@@ -62,6 +62,7 @@
 #define CB_NC 256      /* columns per packing-callback call (its fp32 output is CB_NC * BKC floats) */
 #define MIN_FLOPS_PER_THREAD 5e5
 #define PACK_B_COLS 256 /* columns of B per pass over a unit's rows (pack_b_unit, B untransposed) */
+#define C16_COLS 256 /* columns of C per block stored into a bf16 C (kn_bgemm_io) when B's panels go outer */
 #define ROWS_MAX_M 4 /* products of fewer rows run as rows times B's panels (row_range) */
 #define MIN_TILE_FLOPS 1.6e7
 #define OVERSUB 4
@@ -458,6 +459,57 @@ static void pack_b_unit(const float *B, int64_t ldb, bool trans, int64_t N, int6
     }
 }
 
+/* The same for a B given in bf16 (kn_bgemm_io's b16: untransposed, rows of ldb elements): the pairs
+ * are the two rows' elements side by side, no rounding */
+static void pack_b16_unit(const uint16_t *B, int64_t ldb, int64_t N, int64_t K, int64_t u, uint16_t *dst) {
+    const int64_t Np = pad_to(N, BNR);
+    const int64_t k_end = u * 32 + 32 >= K ? pad_to(K, kpad) : u * 32 + 32;
+    for (int64_t jb = 0; jb < N; jb += PACK_B_COLS)
+        for (int64_t k = u * 32; k < k_end; k += 2) {
+            const int64_t pc = k / BKC * BKC, kq = pad_to(min64(BKC, K - pc), kpad) / 2, ql = (k - pc) / 2;
+            const int64_t je = min64(N, jb + PACK_B_COLS);
+            uint32_t *d = (uint32_t *)(dst + pc * Np) + ql * BNR + jb * kq;
+            const bool one = k < K, two = k + 1 < K;
+            const uint16_t *r0 = B + k * ldb, *r1 = r0 + ldb;
+            for (int64_t jr = jb; jr < je; jr += BNR, d += kq * BNR) {
+                const int64_t nr = min64(BNR, N - jr);
+                const __mmask16 m0 = m16(nr), m1 = m16(nr - 16);
+                const __m512i l0 = one ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m0, r0 + jr)) : _mm512_setzero_si512();
+                const __m512i l1 = one ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m1, r0 + jr + 16)) : _mm512_setzero_si512();
+                const __m512i h0 = two ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m0, r1 + jr)) : _mm512_setzero_si512();
+                const __m512i h1 = two ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m1, r1 + jr + 16)) : _mm512_setzero_si512();
+                _mm512_storeu_si512(d, _mm512_or_si512(l0, _mm512_slli_epi32(h0, 16)));
+                _mm512_storeu_si512(d + 16, _mm512_or_si512(l1, _mm512_slli_epi32(h1, 16)));
+            }
+        }
+}
+
+/* Rows [0, m) and columns [0, n) of S (row stride lds) clamped to [lo, hi] and rounded into d (row
+ * stride ldd, bf16) */
+static void store_c16(const float *S, int64_t lds, int64_t m, int64_t n, float lo, float hi, uint16_t *d,
+                      int64_t ldd) {
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < n; j += 16) {
+            const __mmask16 k = m16(n - j);
+            const __m512 v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, _mm512_maskz_loadu_ps(k, S + r * lds + j)));
+            _mm256_mask_storeu_epi16(d + r * ldd + j, k, (__m256i)_mm512_cvtneps_pbh(v));
+        }
+}
+
+/* Rows [0, m) and columns [0, n) of fp32 C (row stride ldc) plus add (row stride lda; may be NULL),
+ * clamped to [lo, hi] in place (kn_bgemm_io with C in fp32: a residual and a Relu or Clip) */
+static void tail_c32(float *C, int64_t ldc, const float *add, int64_t lda, int64_t m, int64_t n, float lo, float hi) {
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < n; j += 16) {
+            const __mmask16 k = m16(n - j);
+            __m512 v = _mm512_maskz_loadu_ps(k, C + r * ldc + j);
+            if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, add + r * lda + j));
+            _mm512_mask_storeu_ps(C + r * ldc + j, k, _mm512_min_ps(vhi, _mm512_max_ps(vlo, v)));
+        }
+}
+
 static size_t a_whole_elems(int64_t M, int64_t K) { return (size_t)(pad_to(M, amr) * pad_to(K, kpad)); }
 static size_t b_whole_elems(int64_t N, int64_t K) { return (size_t)(pad_to(N, BNR) * pad_to(K, kpad)); }
 
@@ -708,8 +760,9 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
 /* ---------------------------------------------------------------- buffers */
 
 /* which 0: a pool thread's block workspace; 1: the calling thread's whole-operand buffer; 2: a pool
- * thread's C^T of a transposed tile, or on AMX its bias rows */
-static kn_thread_buffer buffers[3] = {KN_THREAD_BUFFER_INIT, KN_THREAD_BUFFER_INIT, KN_THREAD_BUFFER_INIT};
+ * thread's C^T of a transposed tile, or on AMX its bias rows; 3: a pool thread's fp32 part of a bf16 C */
+static kn_thread_buffer buffers[4] = {KN_THREAD_BUFFER_INIT, KN_THREAD_BUFFER_INIT, KN_THREAD_BUFFER_INIT,
+                                      KN_THREAD_BUFFER_INIT};
 static void *thread_buffer(int which, size_t bytes) { return kn_thread_buffer_get(&buffers[which], bytes); }
 
 #define WS_B_BYTES ((size_t)BKC * BNC * 2)
@@ -726,6 +779,7 @@ typedef struct bjob {
     int64_t pa, pb; /* units of packing work for A / B per product (pack_range) */
     bool swap;      /* C^T = op(B)^T op(A)^T (kn_bgemm_swaps): aw holds op(A) packed as B is */
     int64_t un;     /* columns of C per tile unit: BNR, or BMR for transposed tiles split by columns */
+    const kn_bgemm_io *io; /* bf16 B and/or C (kn_bgemm_run_io), or NULL */
     int failed;
 } bjob;
 
@@ -739,6 +793,8 @@ static void pack_range(void *arg, int64_t begin, int64_t end) {
             if (j->a_own[op] && j->swap) pack_b_unit(p->a[op], p->lda, !p->trans_a, p->M, p->K, u, j->a_own[op]);
             else if (j->a_own[op])
                 pack_a_whole_panel(p->a[op], p->lda, p->trans_a, p->M, p->K, u * amr, j->a_own[op]);
+        } else if (j->b_own[op] && j->io && j->io->b16) {
+            pack_b16_unit(j->io->b16[op], p->ldb, p->N, p->K, u - j->pa, j->b_own[op]);
         } else if (j->b_own[op]) {
             pack_b_unit(p->b[op], p->ldb, p->trans_b, p->N, p->K, u - j->pa, j->b_own[op]);
         }
@@ -759,47 +815,65 @@ static void broadcast_rows(const float *bias, int64_t rows, float *bb) {
  * at a time across every column, so that C and the epilogue's other operand (a residual) go by
  * whole rows; else the rows in blocks of BMC over each B panel in turn, B (weights larger than L2)
  * read once per block. bb: BMC * 16 floats for the bias rows. */
-static void run_tile_amx(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1, float *bb) {
+static void run_tile_amx(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1, float *bb,
+                         float *S) {
     const kn_sgemm_batch *p = j->p;
     const uint16_t *Aw = j->aw[op], *Bw = j->bw[op];
     const float *bias = p->row_bias ? p->row_bias[op] : NULL;
-    const int64_t Mp = pad_to(p->M, amr), Np = pad_to(p->N, BNR), ldc = p->ldc;
+    const int64_t Mp = pad_to(p->M, amr), Np = pad_to(p->N, BNR);
     const bool rows_outer = (double)(n1 - n0) * (double)pad_to(p->K, kpad) * 2.0 <= 1024.0 * 1024.0;
+    /* C in bf16 (kn_bgemm_io's c16): the tiles store fp32 into S, a strip of 32 rows by the tile's
+     * columns (rows outer) or a block of rows by C16_COLS columns (panels outer); each goes into C
+     * clamped and rounded once finished */
+    uint16_t *c16 = j->io && j->io->c16 ? j->io->c16[op] : NULL;
+    const int64_t lds = rows_outer ? pad_to(n1 - n0, 16) : C16_COLS;
     for (int64_t ic = m0; ic < m1; ic += BMC) {
         const int64_t mc = min64(BMC, m1 - ic);
         if (bias) broadcast_rows(bias + ic, mc, bb);
         if (rows_outer) {
             for (int64_t ir = 0; ir < mc; ir += AMX_MR) {
                 const int mr = (int)min64(AMX_MR, mc - ir);
-                float *cr = p->c[op] + (ic + ir) * ldc;
+                const int64_t ldc = c16 ? lds : p->ldc;
+                float *cr = c16 ? S : p->c[op] + (ic + ir) * ldc + n0;
                 /* A (a convolution's weights) from memory: the calls on these rows bring the next rows' in */
                 const int parts = ic + ir + AMX_MR < m1 ? (int)((n1 - n0 + BNR - 1) / BNR) : 0;
                 for (int64_t jr = n0; jr < n1; jr += BNR)
-                    ukr_amx(mr, (int)min64(BNR, n1 - jr), Aw, Mp, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cr + jr, ldc,
+                    ukr_amx(mr, (int)min64(BNR, n1 - jr), Aw, Mp, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cr + (jr - n0), ldc,
                             p->alpha, p->beta, bias ? bias + ic + ir : NULL, bias ? bb + 16 * ir : NULL, true,
                             (int)((jr - n0) / BNR), parts);
-                if (p->epilogue) p->epilogue(p->epilogue_ctx, op, ic + ir, n0, mr, n1 - n0, cr + n0, ldc);
+                if (c16)
+                    store_c16(S, lds, mr, n1 - n0, j->io->lo, j->io->hi, c16 + (ic + ir) * p->ldc + n0, p->ldc);
+                else if (j->io && j->io->tail)
+                    tail_c32(cr, ldc, j->io->add ? j->io->add[op] + (ic + ir) * j->io->ld_add + n0 : NULL,
+                             j->io->ld_add, mr, n1 - n0, j->io->lo, j->io->hi);
+                else if (p->epilogue) p->epilogue(p->epilogue_ctx, op, ic + ir, n0, mr, n1 - n0, cr, ldc);
             }
             continue;
         }
         for (int64_t jr = n0; jr < n1; jr += BNR) {
             const int n = (int)min64(BNR, n1 - jr);
-            float *cp = p->c[op] + ic * ldc + jr;
+            const int64_t g0 = n0 + (jr - n0) / C16_COLS * C16_COLS, ldc = c16 ? lds : p->ldc;
+            float *cp = c16 ? S + (jr - g0) : p->c[op] + ic * ldc + jr;
             const int parts = jr + BNR < n1 ? (int)((mc + AMX_MR - 1) / AMX_MR) : 0;
             for (int64_t ir = 0; ir < mc; ir += AMX_MR)
                 ukr_amx((int)min64(AMX_MR, mc - ir), n, Aw, Mp, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cp + ir * ldc,
                         ldc, p->alpha, p->beta, bias ? bias + ic + ir : NULL, bias ? bb + 16 * ir : NULL, false,
                         (int)(ir / AMX_MR), parts);
-            if (p->epilogue) p->epilogue(p->epilogue_ctx, op, ic, jr, mc, n, cp, ldc);
+            if (c16 && (jr + BNR >= n1 || jr + BNR - g0 >= C16_COLS))
+                store_c16(S, lds, mc, jr + n - g0, j->io->lo, j->io->hi, c16 + ic * p->ldc + g0, p->ldc);
+            else if (!c16 && j->io && j->io->tail)
+                tail_c32(cp, ldc, j->io->add ? j->io->add[op] + ic * j->io->ld_add + jr : NULL, j->io->ld_add, mc, n,
+                         j->io->lo, j->io->hi);
+            else if (!c16 && p->epilogue) p->epilogue(p->epilogue_ctx, op, ic, jr, mc, n, cp, ldc);
         }
     }
 }
 
 static void run_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1, uint32_t *wsb,
-                     float *wsf, float *bb) {
+                     float *wsf, float *bb, float *S) {
     const kn_sgemm_batch *p = j->p;
     if (use_amx && j->bw[op]) {
-        run_tile_amx(j, op, m0, m1, n0, n1, bb);
+        run_tile_amx(j, op, m0, m1, n0, n1, bb, S);
         return;
     }
     const uint16_t *Aw = j->aw[op], *Bw = j->bw[op];
@@ -926,13 +1000,23 @@ static void tile_range(void *arg, int64_t begin, int64_t end) {
         }
         amx_begin();
     }
+    float *S = NULL; /* C's fp32 strip or block before it goes into bf16 C (kn_bgemm_io's c16) */
+    if (j->io && j->io->c16) {
+        const int64_t cols = pad_to(min64(p->N, ((j->units_n + j->tn - 1) / j->tn) * j->un), 16);
+        const size_t floats = (size_t)(AMX_MR * cols > BMC * C16_COLS ? AMX_MR * cols : BMC * C16_COLS);
+        if (!(S = thread_buffer(3, sizeof(float) * floats))) {
+            __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+            if (use_amx) amx_end();
+            return;
+        }
+    }
     for (int64_t t = begin; t < end; t++) {
         const int64_t op = t / per, r = t % per, im = r / j->tn, in = r % j->tn;
         const int64_t m0 = (im * j->units_m / j->tm) * um, m1 = min64(p->M, ((im + 1) * j->units_m / j->tm) * um);
         const int64_t n0 = (in * j->units_n / j->tn) * j->un, n1 = min64(p->N, ((in + 1) * j->units_n / j->tn) * j->un);
         if (m0 >= m1 || n0 >= n1) continue;
         if (j->swap) run_swapped_tile(j, op, m0, m1, n0, n1, wsb, wsf, T);
-        else run_tile(j, op, m0, m1, n0, n1, wsb, wsf, bb);
+        else run_tile(j, op, m0, m1, n0, n1, wsb, wsf, bb, S);
     }
     if (use_amx) amx_end();
 }
@@ -969,7 +1053,7 @@ void kn_bgemm_pack_b(const float *B, int64_t ldb, bool trans_b, int64_t N, int64
 }
 
 static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
-                             const uint16_t *const *b_bf16);
+                             const uint16_t *const *b_bf16, const kn_bgemm_io *io);
 
 /* As kn_sgemm_swaps: N leaves the micro-kernel's 32 columns partly empty (7x7 = 49, 14x14 = 196
  * positions of a convolution) where M (output channels) fills them. */
@@ -984,7 +1068,19 @@ kiln_status kn_bgemm_run_prepacked(kn_threadpool *pool, const kn_sgemm_batch *p,
     if (p->count <= 0 || p->M <= 0 || p->N <= 0) return KILN_OK;
     if (!kn_bf16_cpu_supported()) return KN_INTERNAL("the bf16 GEMM called on a CPU without AVX512_BF16");
     if (p->K <= 0) return kn_sgemm_run(pool, p);
-    return run_batch(pool, p, a_bf16, b_bf16);
+    return run_batch(pool, p, a_bf16, b_bf16, NULL);
+}
+
+bool kn_bgemm_io_takes(const kn_sgemm_batch *p, const kn_bgemm_io *io) {
+    return kn_bgemm_amx() && p->count > 0 && p->M >= ROWS_MAX_M && p->N > 0 && p->K > 0 && !p->pack_b &&
+           !p->trans_b && !p->c_add && !p->clamp && (!p->epilogue || (!io->c16 && !io->tail)) &&
+           (!io->add || (io->tail && !io->c16)) && p->alpha == 1.0f && p->beta == 0.0f &&
+           (!io->b16 || !p->b_packed) && !(io->lo > io->hi);
+}
+
+kiln_status kn_bgemm_run_io(kn_threadpool *pool, const kn_sgemm_batch *p, const kn_bgemm_io *io) {
+    if (!kn_bgemm_io_takes(p, io)) return KN_INTERNAL("the bf16 GEMM given bf16 operands it does not take");
+    return run_batch(pool, p, NULL, NULL, io);
 }
 
 kiln_status kn_bgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
@@ -1064,9 +1160,9 @@ static kiln_status run_rows(kn_threadpool *pool, const kn_sgemm_batch *p, const 
 }
 
 static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
-                             const uint16_t *const *b_bf16) {
+                             const uint16_t *const *b_bf16, const kn_bgemm_io *io) {
     const int64_t count = p->count;
-    bjob j = {.p = p};
+    bjob j = {.p = p, .io = io};
     j.swap = kn_bgemm_swaps(p->M, p->N, p->K);
     j.pa = j.swap ? b_units(!p->trans_a, p->M, p->K) : (p->M + amr - 1) / amr;
     j.pb = p->pack_b ? 0 : b_units(p->trans_b, p->N, p->K);
@@ -1181,6 +1277,14 @@ kiln_status kn_bgemm_run_prepacked(kn_threadpool *pool, const kn_sgemm_batch *p,
     return kn_error(KILN_ERR_UNSUPPORTED, "this build of kiln has no bf16 GEMM (x86-64 with AVX512_BF16 only)");
 }
 kiln_status kn_bgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) { return kn_bgemm_run_prepacked(pool, p, NULL, NULL); }
+bool kn_bgemm_io_takes(const kn_sgemm_batch *p, const kn_bgemm_io *io) {
+    (void)p, (void)io;
+    return false;
+}
+kiln_status kn_bgemm_run_io(kn_threadpool *pool, const kn_sgemm_batch *p, const kn_bgemm_io *io) {
+    (void)pool, (void)p, (void)io;
+    return kn_error(KILN_ERR_UNSUPPORTED, "this build of kiln has no bf16 GEMM (x86-64 with AVX512_BF16 only)");
+}
 size_t kn_bgemm_packed_a_elems(int64_t M, int64_t N, int64_t K) {
     (void)N;
     return (size_t)(pad_to(M, BNR) * pad_to(K, 2));

@@ -70,6 +70,27 @@ kiln_status kn_bgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p);
  * that keep their own converted weights. a/b must still describe the operands. */
 kiln_status kn_bgemm_run_prepacked(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
                                    const uint16_t *const *b_bf16);
+/* bf16 activations (precision=bf16 on AMX, where the graph keeps a value between two convolutions
+ * in bfloat16): B read from bf16 rows instead of p->b (untransposed, row stride p->ldb; the pairs
+ * need no rounding), and/or C written in bf16 (row stride p->ldc) instead of p->c, clamped to
+ * [lo, hi] after the bias (a Relu or Clip: it commutes with the rounding) and rounded to nearest
+ * even. Either pointer array may be NULL (that operand as in p). With C in fp32, tail: each finished
+ * part of C gets add (per product, row stride ld_add; may be NULL: a residual) and the clamp, as
+ * kn_sgemm_batch's c_add and clamp. */
+typedef struct kn_bgemm_io {
+    const uint16_t *const *b16;
+    uint16_t *const *c16;
+    float lo, hi;
+    bool tail;
+    const float *const *add;
+    int64_t ld_add;
+} kn_bgemm_io;
+/* Whether kn_bgemm_run_io runs this batch: AMX, at least 4 rows, alpha 1, beta 0, B untransposed
+ * and not from a packing callback, no c_add or clamp (io's instead), and an epilogue only with C in
+ * fp32 and no tail. */
+bool kn_bgemm_io_takes(const kn_sgemm_batch *p, const kn_bgemm_io *io);
+kiln_status kn_bgemm_run_io(kn_threadpool *pool, const kn_sgemm_batch *p, const kn_bgemm_io *io);
+
 /* Elements (uint16) of op(A) (M x K) / op(B) (K x N) packed whole for an M x N x K product, and
  * the packing (op(A) packed as B is when the product runs transposed: kn_bgemm_swaps). */
 size_t kn_bgemm_packed_a_elems(int64_t M, int64_t N, int64_t K);
