@@ -719,6 +719,9 @@ KN_TEST(bf16_values_between_convolutions) {
         {1, 48, 23, 21, 4,
          {{40, 1, 1, 0, 2, -1, false}, {36, 3, 2, 1, 1, 0, false}, {50, 1, 1, 0, 2, 1, false}, {20, 3, 3, 1, 1, 0, false}},
          2},
+        /* 1x1 kernels with pads (neither the AMX convolution's shape nor the GEMM's): conv.c converts
+         * the bf16 values in and out on its other routes */
+        {1, 24, 10, 10, 3, {{32, 1, 1, 1, 1, -1, false}, {32, 1, 1, 1, 1, 0, false}, {16, 3, 1, 1, 1, 1, false}}, 2},
         /* read by a plain Conv (nothing fused into it: its types stay Conv's): kept in fp32 */
         {1, 32, 12, 12, 3, {{32, 1, 1, 0, 1, -1, false}, {32, 3, 1, 1, 0, 0, false}, {32, 3, 1, 1, 1, 0, false}}, 0},
         /* B over 1 MB (the GEMM's column panels outer, C stored 256 columns at a time): 512 -> 40 on
