@@ -13,10 +13,13 @@ With --xz (the pack of tests/corpus/gpu_full.sh) each model folder is stored as 
 and --max-mb counts those compressed sizes (the models shrink to about 0.8 of their size; some, with
 runs of equal bytes, to 0.2); zoo.json, packed.json (in and out, with both sizes) and PACKED.txt
 lie beside. --skip-ci leaves the CI set out (it ran on the GPU already): the others are taken
-smallest first. `pack.py --unpack PACK DEST` unpacks such a pack into DEST (model folders and
+smallest first. --skip leaves out the models of earlier packs (their packed.json, or names), so the
+models one pack had no room for go into the next: the GPU machine takes one pack a call.
+`pack.py --unpack PACK DEST` unpacks such a pack into DEST (model folders and
 zoo.json), as gpu_full.sh does on the GPU machine.
 
     pack.py --xz --skip-ci --max-mb 50 .devsrc/corpus_gpu      # then gpu_full.sh .devsrc/corpus_gpu OUT
+    pack.py --xz --skip-ci --max-mb 55 --skip .devsrc/corpus_gpu/packed.json .devsrc/corpus_gpu2   # the rest
 
 Exit status: 0 packed; 1 a CI model is not built in --corpus, the CI set alone does not fit, or OUT
 exists and is not empty.
@@ -91,6 +94,8 @@ def main():
     ap.add_argument("--max-mb", type=float, default=40.0, help="size limit of OUT in MiB (default 40)")
     ap.add_argument("--xz", action="store_true", help="each model folder as models/NAME.tar.xz; --max-mb counts compressed sizes")
     ap.add_argument("--skip-ci", action="store_true", help="leave the CI set out")
+    ap.add_argument("--skip", action="append", default=[], metavar="PACKED_JSON|NAME,...",
+                    help="leave out these models: an earlier pack's packed.json (its 'in' models) or names; repeatable")
     ap.add_argument("--unpack", metavar="PACK", help="unpack a --xz pack into OUT instead")
     ap.add_argument("out")
     a = ap.parse_args()
@@ -107,9 +112,24 @@ def main():
         return 1
     limit = int(a.max_mb * 1024 * 1024)
     ci = [n for n, e in models.items() if e.get("ci")]
+    skip = set()
+    for item in a.skip:
+        if item.endswith(".json"):
+            with open(item) as f:
+                skip.update(json.load(f)["in"])
+        else:
+            skip.update(n for n in item.split(",") if n)
+    unknown = sorted(skip - set(models))
+    if unknown:
+        print(f"pack.py: --skip names models the manifest does not have: {', '.join(unknown)}", file=sys.stderr)
+        return 1
+    if skip & set(ci) and not a.skip_ci:
+        print("pack.py: --skip leaves out CI models: give --skip-ci too (a pack without --skip-ci holds the CI set)",
+              file=sys.stderr)
+        return 1
     built, missing = {}, []
     for name in models:
-        if a.skip_ci and name in ci:
+        if (a.skip_ci and name in ci) or name in skip:
             continue
         path = os.path.join(a.corpus, name)
         if os.path.isfile(os.path.join(path, "model.onnx")):
@@ -161,11 +181,12 @@ def main():
                    "in": {n: entry(n) for n in chosen},
                    "out": dict([(n, dict(entry(n), why="no room")) for n in left] +
                                [(n, {"why": "CI set, left out (--skip-ci)"}) for n in skipped_ci] +
+                               [(n, {"why": "--skip (an earlier pack)"}) for n in sorted(skip - set(ci))] +
                                [(n, {"why": f"not built in {a.corpus}"}) for n in missing])}, f, indent=1)
     unit = "MiB packed (xz)" if a.xz else "MiB"
     with open(os.path.join(a.out, "PACKED.txt"), "w") as f:
         f.write(f"kiln corpus, packed by tests/corpus/pack.py --max-mb {a.max_mb}{' --xz' if a.xz else ''}"
-                f"{' --skip-ci' if a.skip_ci else ''} from {a.corpus}\n")
+                f"{' --skip-ci' if a.skip_ci else ''}{''.join(' --skip ' + x for x in a.skip)} from {a.corpus}\n")
         f.write(f"{len(chosen)} models, {used / 2**20:.1f} {unit} (the CI set: {0 if a.skip_ci else len(ci)})\n\n")
         for n in chosen:
             f.write(f"in   {n:32s} {built[n] / 2**20:7.2f} MiB" + (f" {size[n] / 2**20:7.2f} packed" if a.xz else "")
@@ -175,6 +196,8 @@ def main():
                     + "  (no room)\n")
         for n in skipped_ci:
             f.write(f"out  {n:32s}     -      (CI set: --skip-ci)\n")
+        for n in sorted(skip - set(ci)):
+            f.write(f"out  {n:32s}     -      (--skip: an earlier pack)\n")
         for n in missing:
             f.write(f"out  {n:32s}     -      (not built in {a.corpus})\n")
         if a.xz:
@@ -182,7 +205,7 @@ def main():
         else:
             f.write("\nOn the GPU machine: bash gpu_run.sh KILN_BIN . RESULTS_DIR\n")
     print(f"pack.py: {len(chosen)} models ({0 if a.skip_ci else len(ci)} CI), {used / 2**20:.1f} {unit} in {a.out}; "
-          f"{len(left)} left out for room, {len(missing)} not built")
+          f"{len(left)} left out for room, {len(skip - set(ci))} by --skip, {len(missing)} not built")
     return 0
 
 if __name__ == "__main__":
