@@ -740,3 +740,103 @@ KN_TEST(linalg_global_average_pool_plane_lengths) {
         kn_tensor_free(Y);
     }
 }
+
+/* B packed whole with A packed per call (run_packed_tile: its slices of K in groups that keep C in
+ * L1 across them, rows never blocked; at several tiles A packed once for all of them): C over 1 MB
+ * (groups of 3 slices and a last shorter one), under it (one slice a group), more rows than a
+ * block of the usual order, rows past what fits the workspace (the usual order), few rows and many
+ * columns; A transposed or not, B transposed or not, alpha, beta, a row bias, the residual and
+ * clamp, an epilogue that must see each element once, two products; 1 and 3 threads, and the
+ * usual order (KILN_GEMM_PACKED_B=0) on the same cases. */
+typedef struct hit_ctx {
+    int64_t M, N;
+    int *hits; /* per element of each product's C */
+} hit_ctx;
+
+static void hit_epilogue(const void *ctx, int64_t op, int64_t i0, int64_t j0, int64_t m, int64_t n, float *c,
+                         int64_t ldc) {
+    const hit_ctx *e = ctx;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            __atomic_fetch_add(&e->hits[(op * e->M + i0 + i) * e->N + j0 + j], 1, __ATOMIC_RELAXED);
+            c[i * ldc + j] += 1.0f; /* the epilogue sees final values: add one to each */
+        }
+}
+
+KN_TEST(linalg_sgemm_prepacked_b_orders) {
+    kn_threadpool *pool;
+    CHECK_STATUS(kn_threadpool_create(3, &pool), KILN_OK);
+    static const int64_t shapes[][3] = {{197, 1400, 900}, {197, 300, 1100}, {13, 2100, 520}, {400, 700, 800},
+                                        {30, 9000, 300},  {1030, 40, 50},   {1300, 250, 70}, {24, 64, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int v = 0; v < 4; v++) {
+            const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            const bool ta = v & 1, tb = v & 2, extras = v >= 2;
+            const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 3, ldz = N + 7;
+            const float alpha = v == 1 ? 0.5f : 1.0f, beta = v == 3 ? 0.25f : 0.0f;
+            const float lo = -0.5f, hi = 0.75f;
+            float *A = malloc(sizeof(float) * (size_t)((ta ? K : M) * lda + 1)); /* product 1 reads A + 1 */
+            float *B = malloc(sizeof(float) * (size_t)((tb ? N : K) * ldb));
+            float *C0 = malloc(sizeof(float) * (size_t)(M * ldc)), *C = malloc(sizeof(float) * (size_t)(2 * M * ldc));
+            float *R = malloc(sizeof(float) * (size_t)(2 * M * ldc));
+            float *Z = malloc(sizeof(float) * (size_t)(M * ldz)), *bias = malloc(sizeof(float) * (size_t)M);
+            float *P = malloc(sizeof(float) * kn_sgemm_packed_b_floats(N, K));
+            int *hits = malloc(sizeof(int) * (size_t)(2 * M * N));
+            fill(A, (ta ? K : M) * lda + 1), fill(B, (tb ? N : K) * ldb), fill(C0, M * ldc), fill(Z, M * ldz);
+            fill(bias, M);
+            if (beta == 0.0f) /* beta == 0 must not read C: poison it */
+                for (int64_t i = 0; i < M * ldc; i++) C0[i] = NAN;
+            for (int op = 0; op < 2; op++) {
+                float *Ro = R + op * M * ldc;
+                memcpy(Ro, C0, sizeof(float) * (size_t)(M * ldc));
+                ref_gemm(ta, tb, M, N, K, alpha, A + op, lda, B, ldb, beta, Ro, ldc);
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        float r = Ro[i * ldc + j];
+                        if (extras) {
+                            r = r + bias[i] + Z[i * ldz + j];
+                            r = r < lo ? lo : r > hi ? hi : r;
+                        }
+                        Ro[i * ldc + j] = r + 1.0f; /* hit_epilogue adds one */
+                    }
+            }
+            kn_sgemm_pack_b_full(B, ldb, tb, N, K, P);
+            for (int mode = 0; mode < 3; mode++) { /* 1 thread, 3 threads, the usual order on 3 threads */
+                memcpy(C, C0, sizeof(float) * (size_t)(M * ldc));
+                memcpy(C + M * ldc, C0, sizeof(float) * (size_t)(M * ldc));
+                memset(hits, 0, sizeof(int) * (size_t)(2 * M * N));
+                const float *ap[2] = {A, A + 1}, *bp[2] = {B, B}, *pp[2] = {P, P}, *zp[2] = {Z, Z}, *rb[2] = {bias, bias};
+                float *cp[2] = {C, C + M * ldc};
+                hit_ctx e = {M, N, hits};
+                kn_sgemm_batch g = {.count = 2, .M = M, .N = N, .K = K, .trans_a = ta, .trans_b = tb, .alpha = alpha,
+                                    .beta = beta, .a = ap, .lda = lda, .b = bp, .ldb = ldb, .c = cp, .ldc = ldc,
+                                    .b_packed = pp, .row_bias = extras ? rb : NULL, .c_add = extras ? zp : NULL,
+                                    .ldc_add = ldz, .clamp = extras, .clamp_lo = lo, .clamp_hi = hi,
+                                    .epilogue = hit_epilogue, .epilogue_ctx = &e};
+                if (mode == 2) setenv("KILN_GEMM_PACKED_B", "0", 1);
+                CHECK_STATUS(kn_sgemm_run(mode ? pool : NULL, &g), KILN_OK);
+                unsetenv("KILN_GEMM_PACKED_B");
+                double err = 0;
+                int64_t bad_hits = 0;
+                for (int64_t op = 0; op < 2; op++)
+                    for (int64_t i = 0; i < M; i++) {
+                        for (int64_t j = 0; j < N; j++) {
+                            const float got = cp[op][i * ldc + j], want = R[(op * M + i) * ldc + j];
+                            const double d = fabs((double)got - want) / (1.0 + fabs(want));
+                            if (!(d <= err)) err = isnan(d) ? 1e9 : d;
+                            bad_hits += hits[(op * M + i) * N + j] != 1;
+                        }
+                        for (int64_t j = N; j < ldc && i + 1 < M; j++) { /* the padding between rows is untouched */
+                            const float got = cp[op][i * ldc + j], want = C0[i * ldc + j];
+                            if (!(got == want || (isnan(got) && isnan(want)))) err = 1e9;
+                        }
+                    }
+                CHECK_MSG(err < gemm_tol(K) && bad_hits == 0,
+                          "prepacked B %lldx%lldx%lld variant %d mode %d: error %g, %lld elements not seen once by the "
+                          "epilogue",
+                          (long long)M, (long long)N, (long long)K, v, mode, err, (long long)bad_hits);
+            }
+            free(A), free(B), free(C0), free(C), free(R), free(Z), free(bias), free(P), free(hits);
+        }
+    kn_threadpool_destroy(pool);
+}

@@ -44,8 +44,12 @@
 #define NR 8
 #endif
 
+#ifndef KC
 #define KC 256       /* depth of a packed slice: B micro-panel KC*NR floats sits in L1 */
+#endif
+#ifndef MC
 #define MC (MR * 16) /* rows of A packed at once (L2) */
+#endif
 #define NC 1024      /* columns of B packed at once (L2/L3); a multiple of NR */
 #ifndef NC_FEW_ROWS
 #define NC_FEW_ROWS 256 /* the same when all the rows are one block of MC */
@@ -66,6 +70,26 @@
 #define MIN_FLOPS_PER_THREAD 5e5
 
 #define WS_FLOATS ((size_t)MC * KC + (size_t)KC * NC)
+
+/* B packed whole (constant weights, packed once per session): run_packed_tile. When C is larger
+ * than PK_C_FLOATS, the slices of K go in groups of up to PK_MAX_SLICES whose packed A (the tile's
+ * rows x the group's depth) is at most PK_A_FLOATS, so that it stays in L2; else one slice a group.
+ * Tuned on the 2-core Sapphire Rapids-class Xeon with bench/gemm_packed_bench.c: groups of up to 5
+ * slices made BERT-base's 128 x 768 x 3072 7% slower (B's part of the group from L2 for every
+ * panel of rows), groups where C fits in L2 3-5% slower (128 x 768 x 768). */
+#ifndef PK_C_FLOATS
+#define PK_C_FLOATS (256 * 1024) /* C up to 1 MB stays in L2 from slice to slice: one slice a group */
+#endif
+#ifndef PK_MAX_SLICES
+#define PK_MAX_SLICES 3
+#endif
+#ifndef PK_A_FLOATS
+#define PK_A_FLOATS (192 * 1024) /* 768 KB */
+#endif
+/* the packed copy of A that kn_sgemm_run shares among its tiles: at most this many floats (64 MB) */
+#ifndef PK_A_MAX_FLOATS
+#define PK_A_MAX_FLOATS ((size_t)16 << 20)
+#endif
 
 /* Transposed products (kn_sgemm_swaps): at most SWAP_MAX_N columns of C. The packed slice of
  * op(B) (KC x SWAP_MAX_N) and a chunk of SWAP_MC rows of op(A) packed as B (KC x SWAP_MC) share the
@@ -701,6 +725,13 @@ void kn_sgemm_pack_b_full(const float *B, int64_t ldb, bool trans_b, int64_t N, 
     for (int64_t pc = 0; pc < K; pc += KC) pack_b(B, ldb, trans_b, 0, N, pc, min64(KC, K - pc), dst + pc * Np);
 }
 
+/* KILN_GEMM_PACKED_B=0: products with B prepacked run the blocked order as others do (tests,
+ * measurements) */
+static bool pk_on(void) {
+    const char *e = getenv("KILN_GEMM_PACKED_B");
+    return !e || *e != '0';
+}
+
 /* KILN_GEMM_ROWS_FIRST=0: the usual order everywhere (tests, measurements) */
 static bool rows_first_on(void) {
     const char *e = getenv("KILN_GEMM_ROWS_FIRST");
@@ -832,8 +863,70 @@ static void run_rows_first(const kn_sgemm_batch *p, int64_t op, int64_t m0, int6
     }
 }
 
+/* B packed whole (see PK_A_FLOATS), A packed whole by kn_sgemm_run (a_packed) or here, a group
+ * of slices at a time into ws: for each group of slices of K whose A fits in L2, each NR-column
+ * panel of B, each MR-row panel of A, the group's slices innermost, so the micro-kernel's block of
+ * C stays in L1 across them and is stored once per group (once in all when K fits one group),
+ * where the blocked order stored C's partial sums once per slice: at 197 x 3072 x 768 (ViT-B/16)
+ * C is 2.4 MB, three times through L3. Rows are not blocked: B, from memory, is read once per
+ * group (rows in blocks of 192 read it twice at 197 rows, the second time for 5). The panel of B
+ * (its slices of the group: 96 KB at K = 768) comes from L2 for each panel of rows; the first two
+ * calls of each slice bring the next panel's part of that slice into L2. m0 is a multiple of MR;
+ * without a_packed, the tile's rows times KC fit ws (pk_tile_fits). */
+static int64_t pk_group_slices(int64_t rows, int64_t cols) {
+    if (rows * cols <= PK_C_FLOATS) return 1;
+    const int64_t per = PK_A_FLOATS / (((rows + MR - 1) / MR * MR) * KC);
+    return per < 1 ? 1 : per > PK_MAX_SLICES ? PK_MAX_SLICES : per;
+}
+
+static bool pk_tile_fits(int64_t rows, int64_t cols) {
+    return (size_t)((rows + MR - 1) / MR * MR) * KC * (size_t)pk_group_slices(rows, cols) <= WS_FLOATS;
+}
+
+static void run_packed_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                            float *ws) {
+    const float *Bpk = p->b_packed[op];
+    const float *bias = p->row_bias ? p->row_bias[op] : NULL;
+    const int64_t Np = padded_n(p->N), K = p->K, rows_p = (m1 - m0 + MR - 1) / MR * MR;
+    /* where slice pc's panel of rows i starts: the shared copy (kn_sgemm_pack_a's layout) or ws
+     * (the group's slices one after another, each rows_p x kc) */
+    const float *Apk = p->a_packed ? p->a_packed[op] : NULL;
+    const int64_t a_ld = Apk ? padded_m(p->M) : rows_p, a_row0 = Apk ? 0 : m0;
+    float *C = p->c[op];
+    const int64_t per = pk_group_slices(m1 - m0, n1 - n0);
+    for (int64_t k0 = 0; k0 < K; k0 += per * KC) {
+        const int64_t k1 = min64(K, k0 + per * KC);
+        const float *Ag = Apk ? Apk : ws - k0 * rows_p; /* ws holds slices k0.. */
+        if (!Apk)
+            for (int64_t pc = k0; pc < k1; pc += KC)
+                pack_a(p->a[op], p->lda, p->trans_a, m0, m1 - m0, pc, min64(KC, K - pc), ws + (pc - k0) * rows_p);
+        for (int64_t j = n0; j < n1; j += NR) {
+            const int n = (int)min64(NR, n1 - j);
+            for (int64_t i = m0; i < m1; i += MR) {
+                const int mr = (int)min64(MR, m1 - i);
+                const int64_t call = (i - m0) / MR;
+                float *cp = C + i * p->ldc + j;
+                ukr_tail tb;
+                const ukr_tail *t = k1 == K ? tail_at(p, op, i, j, &tb) : NULL;
+                for (int64_t pc = k0; pc < k1; pc += KC) {
+                    const int64_t kc = min64(KC, K - pc);
+                    const float *a = Ag + pc * a_ld + (i - a_row0) * kc, *b = Bpk + pc * Np + j * kc;
+                    const float *pf = call < 2 && j + NR < n1 ? b + NR * kc + call * kc * (NR / 2) : a;
+                    ukr_any(mr, kc, a, MR, b, NR, cp, p->ldc, n, p->alpha, pc == 0 ? p->beta : 1.0f,
+                            bias && pc == 0 ? bias + i : NULL, pf, pc + kc == K ? t : NULL);
+                }
+            }
+            if (p->epilogue && k1 == K) p->epilogue(p->epilogue_ctx, op, m0, j, m1 - m0, n, C + m0 * p->ldc + j, p->ldc);
+        }
+    }
+}
+
 static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                           float *ws) {
+    if (p->b_packed && !p->pack_b && (p->a_packed || pk_tile_fits(m1 - m0, n1 - n0)) && pk_on()) {
+        run_packed_tile(p, op, m0, m1, n0, n1, ws);
+        return;
+    }
     const float *A = p->a[op];
     const float *B = p->b ? p->b[op] : NULL;
     const float *A_packed = p->a_packed ? p->a_packed[op] : NULL;
@@ -1155,6 +1248,31 @@ static void scale_c(const kn_sgemm_batch *p) {
     }
 }
 
+/* op(A) of a batch packed whole (kn_sgemm_pack_a's layout), for every tile to read: tasks of one
+ * slice of K by MC rows of one product. */
+typedef struct pack_a_job {
+    const kn_sgemm_batch *p;
+    float *dst;
+    int64_t Mp, slices, blocks;
+} pack_a_job;
+
+static void pack_a_range(void *arg, int64_t begin, int64_t end) {
+    const pack_a_job *j = arg;
+    const kn_sgemm_batch *p = j->p;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t op = t / (j->slices * j->blocks), r = t % (j->slices * j->blocks);
+        const int64_t pc = r / j->blocks * KC, ic = r % j->blocks * MC;
+        const int64_t kc = min64(KC, p->K - pc);
+        pack_a(p->a[op], p->lda, p->trans_a, ic, min64(MC, p->M - ic), pc, kc,
+               j->dst + (size_t)op * (size_t)(j->Mp * p->K) + pc * j->Mp + ic * kc);
+    }
+}
+
+static kn_thread_buffer shared_a_buffers = KN_THREAD_BUFFER_INIT;
+#define PK_MAX_COUNT 8
+
+static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j, int64_t threads);
+
 kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
     if (p->count <= 0 || p->M <= 0 || p->N <= 0) return KILN_OK;
     /* precision=bf16: the products of a node that runs in bf16 (sgemm_bf16.h) */
@@ -1247,10 +1365,39 @@ kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
             }
         }
     }
-    int64_t tasks = p->count * j.tm * j.tn;
-    if (threads <= 1) job_range(&j, 0, tasks);
-    else kn_parallel_for(pool, tasks, 1, job_range, &j);
-    if (j.failed) return KN_OOM();
+    return run_job(pool, p, &j, threads);
+}
+
+static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j, int64_t threads) {
+    /* B packed whole and A not, several tiles: A packed once here for all of them (each tile
+     * packed the rows it needed itself, so at 2 threads every column tile packed all of A again),
+     * then the tiles run on both packed operands (run_packed_tile) */
+    const int64_t Mp = padded_m(p->M);
+    const size_t a_floats = (size_t)(Mp * p->K) * (size_t)p->count;
+    if (j->path == PATH_GEMM && p->b_packed && !p->a_packed && !p->pack_b && p->count <= PK_MAX_COUNT &&
+        j->tm * j->tn > 1 && a_floats <= PK_A_MAX_FLOATS && pk_on()) {
+        float *ap = kn_thread_buffer_get(&shared_a_buffers, a_floats * sizeof(float));
+        if (ap) {
+            pack_a_job pj = {p, ap, Mp, (p->K + KC - 1) / KC, (p->M + MC - 1) / MC};
+            const int64_t n = p->count * pj.slices * pj.blocks;
+            if (threads <= 1) pack_a_range(&pj, 0, n);
+            else kn_parallel_for(pool, n, 1, pack_a_range, &pj);
+            const float *apk[PK_MAX_COUNT];
+            for (int64_t i = 0; i < p->count; i++) apk[i] = ap + (size_t)i * (size_t)(Mp * p->K);
+            kn_sgemm_batch q = *p;
+            q.a_packed = apk;
+            job jq = *j;
+            jq.p = &q;
+            const int64_t tasks = q.count * jq.tm * jq.tn;
+            if (threads <= 1) job_range(&jq, 0, tasks);
+            else kn_parallel_for(pool, tasks, 1, job_range, &jq);
+            return jq.failed ? KN_OOM() : KILN_OK;
+        }
+    }
+    int64_t tasks = p->count * j->tm * j->tn;
+    if (threads <= 1) job_range(j, 0, tasks);
+    else kn_parallel_for(pool, tasks, 1, job_range, j);
+    if (j->failed) return KN_OOM();
     return KILN_OK;
 }
 
