@@ -767,14 +767,16 @@ KN_TEST(opt_regression_layernorm_scale_not_trailing) {
 /* ------------------------------------------------------------------ attention */
 
 static int attn_case;
+static int64_t attn_heads = 2, attn_len = 5, attn_dim = 4;
 
-/* Q [2,2,5,4], K [2,2,5,4] -> Transpose to KT, both scaled by 0.7, MatMul, + mask, Softmax,
- * optional IsNaN guard, MatMul V. 0: float mask [2,1,1,5] with a fully masked row in batch 1;
- * 1: no mask, post-scale Div; 2: guard. */
+/* Q [2,H,S,D], K [2,H,S,D] (H, S, D: attn_heads, attn_len, attn_dim; 2, 5, 4 unless a test sets
+ * them) -> Transpose to KT, both scaled by 0.7, MatMul, + mask, Softmax, optional IsNaN guard,
+ * MatMul V. 0: float mask [2,1,1,S] with key 3 masked out; 1: no mask, post-scale Div; 2: guard,
+ * and every key of batch 1 masked out (rows of NaN, made 0). */
 static kn_model *build_attention(void) {
     tb b;
     tb_init(&b, 17);
-    int64_t qd[] = {2, 2, 5, 4};
+    int64_t qd[] = {2, attn_heads, attn_len, attn_dim};
     int q = tb_input(&b, "q", KILN_DTYPE_FLOAT, 4, qd);
     int k = tb_input(&b, "k", KILN_DTYPE_FLOAT, 4, qd);
     int v = tb_input(&b, "v", KILN_DTYPE_FLOAT, 4, qd);
@@ -789,13 +791,14 @@ static kn_model *build_attention(void) {
         s = tb_node(&b, "Div", (int[]){s, d}, 2, "sd");
     } else {
         kn_tensor *m = NULL;
-        kn_tensor_new(KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 1, 1, 5}, &m);
+        kn_tensor_new(KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 1, 1, attn_len}, &m);
         float *p = m->data;
-        for (int i = 0; i < 10; i++) p[i] = i == 3 ? -INFINITY : (i >= 5 && attn_case == 2 ? -INFINITY : 0.0f);
+        for (int64_t i = 0; i < 2 * attn_len; i++)
+            p[i] = i == 3 ? -INFINITY : (i >= attn_len && attn_case == 2 ? -INFINITY : 0.0f);
         kn_model_own_tensor(b.m, m);
         int mv = kn_graph_add_value(b.g, "mask");
         b.g->values[mv].constant = m;
-        kn_type_set_tensor(&b.g->values[mv].type, KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 1, 1, 5});
+        kn_type_set_tensor(&b.g->values[mv].type, KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 1, 1, attn_len});
         s = tb_node(&b, "Add", (int[]){s, mv}, 2, "sm");
     }
     int p = tb_node(&b, "Softmax", &s, 1, "p");
@@ -819,6 +822,22 @@ KN_TEST(opt_attention_matches_unfused) {
         CHECK_EQ_INT(count_op(s, "", "Softmax"), 0);
         kiln_session_destroy(s);
     }
+}
+
+/* Long rows: 650 keys take 7 row blocks per (batch, head) in the CPU kernel, whose tasks pack KT
+ * and V once for the blocks of an entry they run (a task's range may end one block into an entry,
+ * which then goes unpacked) and take the Softmax operator's row kernel; against the unfused graph
+ * at level 0, with each mask form. */
+KN_TEST(opt_attention_long_rows_matches_unfused) {
+    attn_heads = 3, attn_len = 650, attn_dim = 16;
+    for (attn_case = 0; attn_case < 3; attn_case++) {
+        kiln_session *s = compare_levels(build_attention, 2, 1e-5);
+        if (!s) continue;
+        CHECK_MSG(count_op(s, "kiln", "Attention") == 1, "case %d: %d Attention nodes", attn_case,
+                  count_op(s, "kiln", "Attention"));
+        kiln_session_destroy(s);
+    }
+    attn_heads = 2, attn_len = 5, attn_dim = 4;
 }
 
 /* ------------------------------------------------------------------ GELU (tanh form) */

@@ -43,6 +43,9 @@ typedef struct kn_softmax_prm {
     bool log; /* LogSoftmax */
 } kn_softmax_prm;
 kiln_status kn_softmax_prepare(const kn_node *n, void *params);
+/* One float row's softmax (or log-softmax), y = x allowed: the Softmax operator's row kernel
+ * (AVX-512 where built for it), also kiln.Attention's. A NaN in the row makes every output NaN. */
+void kn_softmax_row_f32(const float *x, float *y, int64_t n, bool take_log);
 /* NegativeLogLikelihoodLoss's and SoftmaxCrossEntropyLoss's attributes (their prepare hook) */
 typedef struct kn_loss_prm {
     int reduction; /* 0 mean, 1 sum, 2 none */

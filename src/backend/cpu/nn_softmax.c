@@ -43,6 +43,7 @@ static kiln_status softmax_geometry(kn_kernel_ctx *c, const kn_softmax_prm *p, c
 
 /* ---- float rows ---- */
 
+#if !defined(__AVX512F__)
 /* y = exp(x - m); returns the sum (16 lanes, so exp and sum run in one vectorised pass) */
 static float row_exp_f32(const float *x, float *y, int64_t n, float m) {
     float acc[16] = {0};
@@ -58,6 +59,7 @@ static float row_exp_f32(const float *x, float *y, int64_t n, float m) {
     for (; i < n; i++) s += (y[i] = kn_nn_expf(x[i] - m));
     return s;
 }
+#endif
 
 typedef struct softmax_job {
     const float *x;
@@ -158,27 +160,27 @@ static void softmax_rows_f16(void *arg, int64_t b, int64_t e) {
 }
 #endif
 
+void kn_softmax_row_f32(const float *x, float *y, int64_t n, bool take_log) {
+#if defined(__AVX512F__)
+    row_softmax16(x, y, n, take_log);
+#else
+    float m = kn_nn_row_maxf(x, n);
+    float s = row_exp_f32(x, y, n, m);
+    if (take_log) {
+        /* (x - m) first: exact near the maximum even for large x */
+        float ls = logf(s);
+        for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - ls;
+    } else {
+        float inv = 1.0f / s;
+        for (int64_t i = 0; i < n; i++) y[i] *= inv;
+    }
+#endif
+}
+
 static void softmax_rows_f32(void *arg, int64_t b, int64_t e) {
     const softmax_job *j = arg;
     int64_t n = j->n;
-    for (int64_t r = b; r < e; r++) {
-        const float *x = j->x + r * n;
-        float *y = j->y + r * n;
-#if defined(__AVX512F__)
-        row_softmax16(x, y, n, j->log);
-        continue;
-#endif
-        float m = kn_nn_row_maxf(x, n);
-        float s = row_exp_f32(x, y, n, m);
-        if (j->log) {
-            /* (x - m) first: exact near the maximum even for large x */
-            float ls = logf(s);
-            for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - ls;
-        } else {
-            float inv = 1.0f / s;
-            for (int64_t i = 0; i < n; i++) y[i] *= inv;
-        }
-    }
+    for (int64_t r = b; r < e; r++) kn_softmax_row_f32(j->x + r * n, j->y + r * n, n, j->log);
 }
 
 /* unit u: outer index u / chunks, inner elements of chunk u % chunks */
