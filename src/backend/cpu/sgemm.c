@@ -1249,7 +1249,9 @@ static void scale_c(const kn_sgemm_batch *p) {
 }
 
 /* op(A) of a batch packed whole (kn_sgemm_pack_a's layout), for every tile to read: tasks of one
- * slice of K by MC rows of one product. */
+ * slice of K by PK_PACK_ROWS rows of one product (blocks of MC left 197 rows as 192 + 5: at 2
+ * threads one thread packed two of the three large blocks). */
+#define PK_PACK_ROWS (4 * MR)
 typedef struct pack_a_job {
     const kn_sgemm_batch *p;
     float *dst;
@@ -1261,9 +1263,9 @@ static void pack_a_range(void *arg, int64_t begin, int64_t end) {
     const kn_sgemm_batch *p = j->p;
     for (int64_t t = begin; t < end; t++) {
         const int64_t op = t / (j->slices * j->blocks), r = t % (j->slices * j->blocks);
-        const int64_t pc = r / j->blocks * KC, ic = r % j->blocks * MC;
+        const int64_t pc = r / j->blocks * KC, ic = r % j->blocks * PK_PACK_ROWS;
         const int64_t kc = min64(KC, p->K - pc);
-        pack_a(p->a[op], p->lda, p->trans_a, ic, min64(MC, p->M - ic), pc, kc,
+        pack_a(p->a[op], p->lda, p->trans_a, ic, min64(PK_PACK_ROWS, p->M - ic), pc, kc,
                j->dst + (size_t)op * (size_t)(j->Mp * p->K) + pc * j->Mp + ic * kc);
     }
 }
@@ -1378,7 +1380,7 @@ static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j,
         j->tm * j->tn > 1 && a_floats <= PK_A_MAX_FLOATS && pk_on()) {
         float *ap = kn_thread_buffer_get(&shared_a_buffers, a_floats * sizeof(float));
         if (ap) {
-            pack_a_job pj = {p, ap, Mp, (p->K + KC - 1) / KC, (p->M + MC - 1) / MC};
+            pack_a_job pj = {p, ap, Mp, (p->K + KC - 1) / KC, (p->M + PK_PACK_ROWS - 1) / PK_PACK_ROWS};
             const int64_t n = p->count * pj.slices * pj.blocks;
             if (threads <= 1) pack_a_range(&pj, 0, n);
             else kn_parallel_for(pool, n, 1, pack_a_range, &pj);
