@@ -111,7 +111,9 @@ void kiln_session_options_destroy(kiln_session_options *o) {
     } while (0)
 
 /* Provider option keys each provider accepts; values are checked when the session is made. */
-static const char *const kn_cpu_keys[] = {"precision", NULL}; /* fp32 or bf16 (sgemm_bf16.h) */
+/* precision: fp32 or bf16 (sgemm_bf16.h); activations: fp32 or half (with bf16 on AMX, the block
+ * outputs a residual reads kept in bf16 too: opt pass cpu_bf16_values) */
+static const char *const kn_cpu_keys[] = {"precision", "activations", NULL};
 static const char *const kn_cuda_keys[] = {"device_id", "precision", "strict", "workspace_mb", "tuning", "graphs",
                                            "activations", "conv_graph", NULL};
 

@@ -186,6 +186,24 @@ static kiln_status check_residual(kn_infer_ctx *c, int i) {
     return KILN_OK;
 }
 
+/* FusedConv (NCHW): the residual Z as check_residual says, except that Z and Y may each be float or
+ * bfloat16 (the CPU's precision=bf16 with activations=half keeps the block outputs it reads in bf16:
+ * opt pass cpu_bf16_values) */
+static kiln_status check_conv_residual(kn_infer_ctx *c) {
+    const kn_type *z = c->n_inputs > 3 ? c->in[3] : NULL;
+    const kiln_dtype yt = c->out[0].dtype;
+    if (!z || !z->dtype || !yt || z->dtype == yt ||
+        (z->dtype != KILN_DTYPE_FLOAT && z->dtype != KILN_DTYPE_BFLOAT16) ||
+        (yt != KILN_DTYPE_FLOAT && yt != KILN_DTYPE_BFLOAT16))
+        return check_residual(c, 3);
+    kn_type zf = *z;
+    zf.dtype = yt;
+    const kn_type *in[4] = {c->in[0], c->in[1], c->in[2], &zf};
+    kn_infer_ctx pc = *c;
+    pc.in = in;
+    return check_residual(&pc, 3);
+}
+
 /* ------------------------------------------------------------------ infer functions */
 
 /* t with its dims in the order perm gives (dims[d] = t.dims[perm[d]]). */
@@ -217,12 +235,12 @@ static kiln_status infer_fused_conv(kn_infer_ctx *c) {
         pc.in = in;
         KN_TRY(infer_as(&pc, "Conv", 3));
         if (ytype) c->out[0].dtype = (kiln_dtype)ytype[0];
-        return check_residual(c, 3);
+        return check_conv_residual(c);
     }
     if (!nhwc || !x || x->rank < 0) {
         KN_TRY(infer_as(c, "Conv", 3));
         if (ytype && !nhwc) c->out[0].dtype = (kiln_dtype)ytype[0];
-        return check_residual(c, 3);
+        return nhwc ? check_residual(c, 3) : check_conv_residual(c);
     }
     /* channels last: Conv's inference on X with its channels moved to dim 1, the output's back */
     if (x->rank < 3 || x->rank > KILN_MAX_RANK)

@@ -7,9 +7,9 @@
  *                                    layout = "NCHW" (default) | "NHWC": with NHWC, X, Z and Y hold
  *                                    their channels last ([N, spatial..., C]) and so does W
  *                                    ([M, kernel..., C/group], cuDNN's KRSC); B is as in Conv;
- *                                    y_type = [16] (NCHW): Y in bfloat16, and X may be bfloat16
- *                                    with float W (the CPU's precision=bf16 keeping a value between
- *                                    two convolutions in bf16: opt pass cpu_bf16_values)
+ *                                    y_type = [16] (NCHW): Y in bfloat16, and X and Z may be
+ *                                    bfloat16 with float W (the CPU's precision=bf16 keeping values
+ *                                    between convolutions in bf16: opt pass cpu_bf16_values)
  *   MaxPool(X), AveragePool(X)       ai.onnx's pooling (its attributes; Y only) with a layout attribute
  *                                    as FusedConv's: with NHWC, X and Y hold their channels last
  *   FusedGemm(A, B, C?)              Y = act(alpha op(A) op(B) + beta C); Gemm's attributes

@@ -2052,12 +2052,14 @@ static kiln_status conv_bf16_io(kn_kernel_ctx *c, const conv_shape *s, const kn_
     if (!kn_bgemm_active() || !kn_bgemm_amx() || s->nsp != 2 || s->G != 1 || s->Mg < 16 || s->out_plane < 16 ||
         s->Cg * s->kk < 16 || s->N < 1)
         return KILN_OK;
-    if (y16 && epi && (!tail || tail->residual)) return KILN_OK;
+    if (y16 && epi && !tail) return KILN_OK;
+    const bool res = tail && (tail->residual || tail->residual16);
     const float lo = y16 && tail ? tail->lo : -INFINITY, hi = y16 && tail ? tail->hi : INFINITY;
     const kn_amx_conv_shape as = {s->N, s->C, s->M, s->w.in[0], s->w.in[1], s->w.out[0], s->w.out[1],
                                   s->w.kernel[0], s->w.kernel[1], s->w.pad_begin[0], s->w.pad_begin[1],
                                   s->w.dilation[0], s->w.dilation[1], s->w.stride[0], s->w.stride[1]};
-    if (x16 ? kn_amx_conv_takes_x16(&as) : kn_amx_conv_suits(&as)) {
+    /* (the AMX convolution's bf16 output takes no residual; its fp32 one gets it from epi) */
+    if (!(y16 && res) && (x16 ? kn_amx_conv_takes_x16(&as) : kn_amx_conv_suits(&as))) {
         const kn_amx_io io = {x16 ? X->data : NULL, y16 ? Y->data : NULL, lo, hi};
         *done = true;
         return kn_amx_conv_io(c, &as, x16 ? NULL : X->data, w, bias, y16 ? NULL : Y->data, y16 ? NULL : epi, epi_ctx,
@@ -2092,22 +2094,25 @@ static kiln_status conv_bf16_io(kn_kernel_ctx *c, const conv_shape *s, const kn_
     kn_sgemm_batch g = {.count = count, .M = s->M, .N = s->out_plane, .K = K, .alpha = 1.0f, .beta = 0.0f, .a = ap,
                         .lda = K, .b = bp, .ldb = plane, .c = cp, .ldc = s->out_plane, .row_bias = bias ? rb : NULL};
     conv_epi_ctx ec = {epi, epi_ctx, Y->data};
-    kn_bgemm_io io = {(const uint16_t *const *)b16, (uint16_t *const *)c16, lo, hi, false, NULL, 0};
-    const float **addp = NULL;
-    if (!y16 && epi && tail) { /* fp32 C: the residual and a Relu or Clip as it is finished */
+    kn_bgemm_io io = {(const uint16_t *const *)b16, (uint16_t *const *)c16, lo, hi, false, NULL, 0, NULL};
+    const void **addp = NULL;
+    if (epi && tail) { /* the residual and a Relu or Clip as C is finished */
         io.tail = true;
         io.lo = tail->lo;
         io.hi = tail->hi;
-        if (tail->residual) {
-            addp = malloc(sizeof(float *) * (size_t)count);
+        if (res) {
+            addp = malloc(sizeof(void *) * (size_t)count);
             if (!addp) {
                 free(ptrs);
                 free(b16);
                 free(c16);
                 return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
             }
-            for (int64_t n = 0; n < count; n++) addp[n] = tail->residual + n * s->M * s->out_plane;
-            io.add = addp;
+            for (int64_t n = 0; n < count; n++)
+                addp[n] = tail->residual ? (const void *)(tail->residual + n * s->M * s->out_plane)
+                                         : (const void *)(tail->residual16 + n * s->M * s->out_plane);
+            if (tail->residual) io.add = (const float *const *)addp;
+            else io.add16 = (const uint16_t *const *)addp;
             io.ld_add = s->out_plane;
         }
     } else if (!y16 && epi) { /* other activations on the fp32 C (conv_f32's epilogue) */
@@ -2181,7 +2186,8 @@ kiln_status kn_cpu_conv_with_tail(kn_kernel_ctx *c, kn_conv_epilogue_fn epi, con
     float *y = Y->dtype == KILN_DTYPE_FLOAT ? Y->data : malloc(sizeof(float) * (size_t)(ny > 0 ? ny : 1));
     kiln_status st;
     if (!x || !w || (B && !b) || !y) st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    else if ((st = conv_f32(c, &s, x, w, b, y, y == Y->data ? epi : NULL, epi_ctx, y == Y->data && epi ? tail : NULL,
+    else if ((st = conv_f32(c, &s, x, w, b, y, y == Y->data ? epi : NULL, epi_ctx,
+                              y == Y->data && epi && !(tail && tail->residual16) ? tail : NULL,
                               w == W->data || w_const)) ==
                  KILN_OK &&
              y != Y->data) {

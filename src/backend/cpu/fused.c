@@ -164,16 +164,16 @@ bool kn_fused_supports_f32(const kn_node *node, const kn_type *const *in, int n_
     return true;
 }
 
-/* FusedConv: float32, and with layout NCHW also a bfloat16 X (a value kept in bf16 between two
- * convolutions under precision=bf16: opt pass cpu_bf16_values; conv.c reads it as it is on AMX,
- * else converts it) */
+/* FusedConv: float32, and with layout NCHW also a bfloat16 X or Z (values kept in bf16 between
+ * convolutions under precision=bf16: opt pass cpu_bf16_values; conv.c reads them as they are on
+ * AMX, else converts them) */
 static bool fused_conv_supports(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap) {
     bool nhwc = false;
-    if (n_in > 0 && in[0] && in[0]->kind == KN_TYPE_TENSOR && in[0]->dtype == KILN_DTYPE_BFLOAT16 &&
-        kn_fused_conv_layout(node, &nhwc) && !nhwc) {
+    const bool x16 = n_in > 0 && in[0] && in[0]->kind == KN_TYPE_TENSOR && in[0]->dtype == KILN_DTYPE_BFLOAT16;
+    const bool z16 = n_in > 3 && in[3] && in[3]->kind == KN_TYPE_TENSOR && in[3]->dtype == KILN_DTYPE_BFLOAT16;
+    if ((x16 || z16) && n_in <= 8 && kn_fused_conv_layout(node, &nhwc) && !nhwc) {
         const kn_type *rest[8] = {NULL};
-        if (n_in > 8) return kn_fused_supports_f32(node, in, n_in, why, cap);
-        for (int i = 1; i < n_in; i++) rest[i] = in[i];
+        for (int i = 0; i < n_in; i++) rest[i] = (i == 0 && x16) || (i == 3 && z16) ? NULL : in[i];
         return kn_fused_supports_f32(node, rest, n_in, why, cap);
     }
     return kn_fused_supports_f32(node, in, n_in, why, cap);
@@ -313,7 +313,7 @@ static kiln_status read_act(kn_kernel_ctx *c, kn_act_spec *a) {
 
 static kiln_status check_residual(kn_kernel_ctx *c, const kn_tensor *z, const kn_tensor *y) {
     if (!z) return KILN_OK;
-    if (z->dtype != KILN_DTYPE_FLOAT || z->rank != y->rank ||
+    if ((z->dtype != KILN_DTYPE_FLOAT && z->dtype != KILN_DTYPE_BFLOAT16) || z->rank != y->rank ||
         (y->rank && memcmp(z->dims, y->dims, sizeof(int64_t) * (size_t)y->rank)))
         return kn_kernel_error(c, KILN_ERR_SHAPE, "the residual input must have the output's shape and type");
     return KILN_OK;
@@ -326,6 +326,7 @@ static kiln_status check_residual(kn_kernel_ctx *c, const kn_tensor *z, const kn
 typedef struct conv_epi {
     const float *z;
     kn_act_spec act;
+    const uint16_t *z16; /* Z in bf16 instead */
 } conv_epi;
 
 static void conv_epilogue(const void *ctx, float *y, int64_t offset, int64_t rows, int64_t cols, int64_t ld) {
@@ -335,6 +336,11 @@ static void conv_epilogue(const void *ctx, float *y, int64_t offset, int64_t row
         const float *z = e->z + offset;
         for (int64_t r = 0; r < rows; r++)
             for (int64_t i = 0; i < cols; i++) p[r * ld + i] += z[r * ld + i];
+    }
+    if (e->z16) {
+        const uint16_t *z = e->z16 + offset;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t i = 0; i < cols; i++) p[r * ld + i] += kn_bf16_to_f32(z[r * ld + i]);
     }
     kn_fused_act_rows(p, rows, cols, ld, &e->act);
 }
@@ -411,10 +417,11 @@ static kiln_status fused_conv_channels_first(kn_kernel_ctx *c, const kn_act_spec
     kn_kernel_ctx pc = *c;
     pc.node = &proxy;
     pc.n_inputs = c->n_inputs < 3 ? c->n_inputs : 3;
-    conv_epi e = {Z ? Z->data : NULL, a};
+    const bool z16 = Z && Z->dtype == KILN_DTYPE_BFLOAT16;
+    conv_epi e = {Z && !z16 ? Z->data : NULL, a, z16 ? Z->data : NULL};
     bool any = Z || a.act != KN_ACT_NONE;
     /* the residual and a Relu or Clip as data too, for the kernels that apply them as they store */
-    kn_conv_tail tail = {Z ? Z->data : NULL, -INFINITY, INFINITY};
+    kn_conv_tail tail = {Z && !z16 ? Z->data : NULL, -INFINITY, INFINITY, z16 ? Z->data : NULL};
     bool as_tail = a.act == KN_ACT_NONE || a.act == KN_ACT_RELU || a.act == KN_ACT_CLIP;
     if (a.act == KN_ACT_RELU) tail.lo = 0.0f;
     if (a.act == KN_ACT_CLIP) tail.lo = a.p0, tail.hi = a.p1;

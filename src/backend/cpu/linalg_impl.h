@@ -25,6 +25,7 @@ kiln_status kn_cpu_conv_with_epilogue(kn_kernel_ctx *c, kn_conv_epilogue_fn fn, 
 typedef struct kn_conv_tail {
     const float *residual;
     float lo, hi;
+    const uint16_t *residual16; /* the residual in bf16 instead (a FusedConv's bf16 Z), or NULL */
 } kn_conv_tail;
 kiln_status kn_cpu_conv_with_tail(kn_kernel_ctx *c, kn_conv_epilogue_fn fn, const void *ctx, const kn_conv_tail *tail);
 kiln_status kn_cpu_conv_transpose(kn_kernel_ctx *c);

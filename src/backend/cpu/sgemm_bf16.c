@@ -486,26 +486,34 @@ static void pack_b16_unit(const uint16_t *B, int64_t ldb, int64_t N, int64_t K, 
 
 /* Rows [0, m) and columns [0, n) of S (row stride lds) clamped to [lo, hi] and rounded into d (row
  * stride ldd, bf16) */
+static inline __m512 load_add(const float *add, const uint16_t *add16, int64_t at, __mmask16 k) {
+    if (add) return _mm512_maskz_loadu_ps(k, add + at);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, add16 + at)), 16));
+}
+
 static void store_c16(const float *S, int64_t lds, int64_t m, int64_t n, float lo, float hi, uint16_t *d,
-                      int64_t ldd) {
+                      int64_t ldd, const float *add, const uint16_t *add16, int64_t lda) {
     const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
     for (int64_t r = 0; r < m; r++)
         for (int64_t j = 0; j < n; j += 16) {
             const __mmask16 k = m16(n - j);
-            const __m512 v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, _mm512_maskz_loadu_ps(k, S + r * lds + j)));
+            __m512 v = _mm512_maskz_loadu_ps(k, S + r * lds + j);
+            if (add || add16) v = _mm512_add_ps(v, load_add(add, add16, r * lda + j, k));
+            v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
             _mm256_mask_storeu_epi16(d + r * ldd + j, k, (__m256i)_mm512_cvtneps_pbh(v));
         }
 }
 
 /* Rows [0, m) and columns [0, n) of fp32 C (row stride ldc) plus add (row stride lda; may be NULL),
  * clamped to [lo, hi] in place (kn_bgemm_io with C in fp32: a residual and a Relu or Clip) */
-static void tail_c32(float *C, int64_t ldc, const float *add, int64_t lda, int64_t m, int64_t n, float lo, float hi) {
+static void tail_c32(float *C, int64_t ldc, const float *add, const uint16_t *add16, int64_t lda, int64_t m, int64_t n,
+                     float lo, float hi) {
     const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
     for (int64_t r = 0; r < m; r++)
         for (int64_t j = 0; j < n; j += 16) {
             const __mmask16 k = m16(n - j);
             __m512 v = _mm512_maskz_loadu_ps(k, C + r * ldc + j);
-            if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, add + r * lda + j));
+            if (add || add16) v = _mm512_add_ps(v, load_add(add, add16, r * lda + j, k));
             _mm512_mask_storeu_ps(C + r * ldc + j, k, _mm512_min_ps(vhi, _mm512_max_ps(vlo, v)));
         }
 }
@@ -841,11 +849,14 @@ static void run_tile_amx(const bjob *j, int64_t op, int64_t m0, int64_t m1, int6
                     ukr_amx(mr, (int)min64(BNR, n1 - jr), Aw, Mp, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cr + (jr - n0), ldc,
                             p->alpha, p->beta, bias ? bias + ic + ir : NULL, bias ? bb + 16 * ir : NULL, true,
                             (int)((jr - n0) / BNR), parts);
+                const int64_t at = (ic + ir) * (j->io ? j->io->ld_add : 0) + n0; /* the residual's first */
+                const float *add = j->io && j->io->add ? j->io->add[op] + at : NULL;
+                const uint16_t *add16 = j->io && j->io->add16 ? j->io->add16[op] + at : NULL;
                 if (c16)
-                    store_c16(S, lds, mr, n1 - n0, j->io->lo, j->io->hi, c16 + (ic + ir) * p->ldc + n0, p->ldc);
+                    store_c16(S, lds, mr, n1 - n0, j->io->lo, j->io->hi, c16 + (ic + ir) * p->ldc + n0, p->ldc, add,
+                              add16, j->io->ld_add);
                 else if (j->io && j->io->tail)
-                    tail_c32(cr, ldc, j->io->add ? j->io->add[op] + (ic + ir) * j->io->ld_add + n0 : NULL,
-                             j->io->ld_add, mr, n1 - n0, j->io->lo, j->io->hi);
+                    tail_c32(cr, ldc, add, add16, j->io->ld_add, mr, n1 - n0, j->io->lo, j->io->hi);
                 else if (p->epilogue) p->epilogue(p->epilogue_ctx, op, ic + ir, n0, mr, n1 - n0, cr, ldc);
             }
             continue;
@@ -859,11 +870,14 @@ static void run_tile_amx(const bjob *j, int64_t op, int64_t m0, int64_t m1, int6
                 ukr_amx((int)min64(AMX_MR, mc - ir), n, Aw, Mp, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cp + ir * ldc,
                         ldc, p->alpha, p->beta, bias ? bias + ic + ir : NULL, bias ? bb + 16 * ir : NULL, false,
                         (int)(ir / AMX_MR), parts);
-            if (c16 && (jr + BNR >= n1 || jr + BNR - g0 >= C16_COLS))
-                store_c16(S, lds, mc, jr + n - g0, j->io->lo, j->io->hi, c16 + ic * p->ldc + g0, p->ldc);
-            else if (!c16 && j->io && j->io->tail)
-                tail_c32(cp, ldc, j->io->add ? j->io->add[op] + ic * j->io->ld_add + jr : NULL, j->io->ld_add, mc, n,
-                         j->io->lo, j->io->hi);
+            const bool last = jr + BNR >= n1 || jr + BNR - g0 >= C16_COLS;
+            const int64_t at = ic * (j->io ? j->io->ld_add : 0) + (c16 ? g0 : jr);
+            const float *add = j->io && j->io->add ? j->io->add[op] + at : NULL;
+            const uint16_t *add16 = j->io && j->io->add16 ? j->io->add16[op] + at : NULL;
+            if (c16 && last)
+                store_c16(S, lds, mc, jr + n - g0, j->io->lo, j->io->hi, c16 + ic * p->ldc + g0, p->ldc, add, add16,
+                          j->io->ld_add);
+            else if (!c16 && j->io && j->io->tail) tail_c32(cp, ldc, add, add16, j->io->ld_add, mc, n, j->io->lo, j->io->hi);
             else if (!c16 && p->epilogue) p->epilogue(p->epilogue_ctx, op, ic, jr, mc, n, cp, ldc);
         }
     }
@@ -1074,7 +1088,7 @@ kiln_status kn_bgemm_run_prepacked(kn_threadpool *pool, const kn_sgemm_batch *p,
 bool kn_bgemm_io_takes(const kn_sgemm_batch *p, const kn_bgemm_io *io) {
     return kn_bgemm_amx() && p->count > 0 && p->M >= ROWS_MAX_M && p->N > 0 && p->K > 0 && !p->pack_b &&
            !p->trans_b && !p->c_add && !p->clamp && (!p->epilogue || (!io->c16 && !io->tail)) &&
-           (!io->add || (io->tail && !io->c16)) && p->alpha == 1.0f && p->beta == 0.0f &&
+           ((!io->add && !io->add16) || io->tail) && !(io->add && io->add16) && p->alpha == 1.0f && p->beta == 0.0f &&
            (!io->b16 || !p->b_packed) && !(io->lo > io->hi);
 }
 

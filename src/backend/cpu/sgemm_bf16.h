@@ -74,9 +74,9 @@ kiln_status kn_bgemm_run_prepacked(kn_threadpool *pool, const kn_sgemm_batch *p,
  * in bfloat16): B read from bf16 rows instead of p->b (untransposed, row stride p->ldb; the pairs
  * need no rounding), and/or C written in bf16 (row stride p->ldc) instead of p->c, clamped to
  * [lo, hi] after the bias (a Relu or Clip: it commutes with the rounding) and rounded to nearest
- * even. Either pointer array may be NULL (that operand as in p). With C in fp32, tail: each finished
- * part of C gets add (per product, row stride ld_add; may be NULL: a residual) and the clamp, as
- * kn_sgemm_batch's c_add and clamp. */
+ * even. Either pointer array may be NULL (that operand as in p). tail: each finished part of C gets
+ * add or add16 (per product, row stride ld_add; both may be NULL: a residual) and then the clamp, as
+ * kn_sgemm_batch's c_add and clamp (with C in bf16, before the rounding). */
 typedef struct kn_bgemm_io {
     const uint16_t *const *b16;
     uint16_t *const *c16;
@@ -84,10 +84,11 @@ typedef struct kn_bgemm_io {
     bool tail;
     const float *const *add;
     int64_t ld_add;
+    const uint16_t *const *add16; /* the residual in bf16 instead of add (row stride ld_add), or NULL */
 } kn_bgemm_io;
 /* Whether kn_bgemm_run_io runs this batch: AMX, at least 4 rows, alpha 1, beta 0, B untransposed
  * and not from a packing callback, no c_add or clamp (io's instead), and an epilogue only with C in
- * fp32 and no tail. */
+ * fp32 and no tail; a residual only with the tail. */
 bool kn_bgemm_io_takes(const kn_sgemm_batch *p, const kn_bgemm_io *io);
 kiln_status kn_bgemm_run_io(kn_threadpool *pool, const kn_sgemm_batch *p, const kn_bgemm_io *io);
 
