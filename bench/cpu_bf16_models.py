@@ -16,7 +16,7 @@ L2 (||got - ref|| / ||ref||) and max |got - ref| / max |ref| over the outputs.
 
     bench/cpu_bf16_models.py [--build build] [--work /tmp/kiln-bf16-models] [--threads 1,2]
                              [--rounds 5] [--seconds 1.0] [--only resnet50,bert_base,vit_base]
-                             [--model NAME=PATH ...] [--no-peers] [--clock wall|process] [--out FILE]
+                             [--model NAME=PATH ...] [--no-peers] [--clock wall|process] [--half] [--out FILE]
 
 Needs numpy, onnx, onnxruntime; OpenVINO optional (`pip install openvino`).
 Writes bench/results/cpu-bf16-DATE.md (or --out).
@@ -267,6 +267,9 @@ def main():
     ap.add_argument("--clock", default="wall", choices=["wall", "process"],
                     help="process: the process's CPU time per run (1 thread on a shared machine: other "
                          "processes' load does not count; wrong for several threads, which spin)")
+    ap.add_argument("--half", action="store_true",
+                    help="also kiln with cpu:precision=bf16:activations=half (the residual stream in bf16 "
+                         "too, as OpenVINO's bf16; not exact): column kiln_bf16h")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     global CLOCK
@@ -302,7 +305,10 @@ def main():
         ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feeds)
         for th in threads:
             runners, acc, sessions = {}, {}, []
-            for label, prov in [("kiln_bf16", "cpu:precision=bf16"), ("kiln_fp32", "cpu")]:
+            kiln_runs = [("kiln_bf16", "cpu:precision=bf16"), ("kiln_fp32", "cpu")]
+            if a.half:
+                kiln_runs.insert(1, ("kiln_bf16h", "cpu:precision=bf16:activations=half"))
+            for label, prov in kiln_runs:
                 ks = KilnOptSession(k, model_bytes, th, prov, feeds)
                 outs = ks.run_alloc()
                 ks.bind_outputs(outs)
@@ -340,7 +346,8 @@ def main():
 
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     out = a.out or os.path.join(ROOT, "bench", "results", f"cpu-bf16-{date}.md")
-    cols = [c for c in ["kiln_bf16", "ov_bf16", "kiln_fp32", "ov_f32", "ort_fp32"] if any(c in r[2] for r in rows)]
+    cols = [c for c in ["kiln_bf16", "kiln_bf16h", "ov_bf16", "kiln_fp32", "ov_f32", "ort_fp32"]
+            if any(c in r[2] for r in rows)]
     with open(out, "w") as f:
         f.write(f"# kiln CPU precision=bf16 on whole models ({date})\n\n")
         f.write(f"machine: {cpu_name()}, {cores} cores; onnxruntime {ort.__version__}"
@@ -348,16 +355,18 @@ def main():
                 f"; {a.rounds} alternating rounds, median of the rounds' medians (ms per run, "
                 + ("the process's CPU time" if a.clock == "process" else "wall clock") + ")\n\n")
         f.write(f"command: `python3 bench/cpu_bf16_models.py {' '.join(sys.argv[1:])}`\n\n")
-        f.write("| model | threads | " + " | ".join(f"{c} ms" for c in cols) +
-                " | kiln_bf16 / ov_bf16 | kiln_bf16 / kiln_fp32 |\n")
-        f.write("|---|---:|" + "---:|" * (len(cols) + 2) + "\n")
+        half = "kiln_bf16h" in cols
+        f.write("| model | threads | " + " | ".join(f"{c} ms" for c in cols) + " | kiln_bf16 / ov_bf16 |" +
+                (" kiln_bf16h / ov_bf16 |" if half else "") + " kiln_bf16 / kiln_fp32 |\n")
+        f.write("|---|---:|" + "---:|" * (len(cols) + 2 + half) + "\n")
         for name, th, res, _ in rows:
             f.write(f"| {name} | {th} | " + " | ".join(f"{res[c]:.2f}" if c in res else "-" for c in cols) +
                     (f" | {res['kiln_bf16'] / res['ov_bf16']:.2f}" if "ov_bf16" in res else " | -") +
+                    ((f" | {res['kiln_bf16h'] / res['ov_bf16']:.2f}" if "ov_bf16" in res else " | -") if half else "") +
                     f" | {res['kiln_bf16'] / res['kiln_fp32']:.2f} |\n")
         f.write("\nAccuracy against ONNX Runtime fp32 (same inputs): relative L2 = ||got - ref|| / ||ref||, "
                 "max = max |got - ref| / max |ref|\n\n")
-        acols = [c for c in ["kiln_bf16", "ov_bf16", "kiln_fp32", "ov_f32"] if any(c in r[3] for r in rows)]
+        acols = [c for c in ["kiln_bf16", "kiln_bf16h", "ov_bf16", "kiln_fp32", "ov_f32"] if any(c in r[3] for r in rows)]
         f.write("| model | " + " | ".join(f"{c} rel L2 | {c} max" for c in acols) + " |\n")
         f.write("|---|" + "---:|" * (2 * len(acols)) + "\n")
         seen = set()
