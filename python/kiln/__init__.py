@@ -964,9 +964,10 @@ class InferenceSession:
     'CPUExecutionProvider') or kiln's ('cuda', 'cpu'), each optionally as (name, options dict);
     provider_options: one dict per provider. CUDA options: device_id, precision
     (fp32|tf32|fp16|bf16), activations, tuning, graphs, conv_graph, strict, workspace_mb, and ONNX Runtime's
-    cudnn_conv_algo_search, enable_cuda_graph and use_tf32. CPU option: precision (fp32|bf16: matrix
+    cudnn_conv_algo_search, enable_cuda_graph and use_tf32. CPU options: precision (fp32|bf16: matrix
     products and convolutions in bf16 with fp32 accumulation, on CPUs with AVX512_BF16; elsewhere the
-    session is refused with the reason). A provider that is not usable here is
+    session is refused with the reason) and activations (fp32|half: with bf16 on AMX, the
+    convolutions' block outputs that residuals read are kept in bf16 too). A provider that is not usable here is
     dropped with a warning, and the CPU runs what the others do not, as in ONNX Runtime.
     """
 
