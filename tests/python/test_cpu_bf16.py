@@ -17,10 +17,13 @@ MODELS = [m for m in model_dirs() if m[0].startswith("zoo/") and "lstm" not in m
 REL_L2_BOUND = 2e-2
 
 
-def bf16_session(path, precision="bf16"):
+def bf16_session(path, precision="bf16", activations=None):
     opts = kiln.SessionOptions()
     opts.cache_enabled = False
-    return kiln.InferenceSession(path, opts, providers=[("CPUExecutionProvider", {"precision": precision})])
+    po = {"precision": precision}
+    if activations:
+        po["activations"] = activations
+    return kiln.InferenceSession(path, opts, providers=[("CPUExecutionProvider", po)])
 
 
 def bf16_available():
@@ -69,3 +72,7 @@ def test_bf16_within_bound_of_fp32(mid, folder, rtol, atol):
     assert all(np.isfinite(np.asarray(g, np.float64)).all() for g in got)
     # the products ran in bf16: not the fp32 results
     assert rel_l2(got, fp32) > 1e-6, f"{mid}: bf16 outputs equal fp32's"
+    # activations=half (on AMX the values residuals read kept in bf16 too): the same bound
+    half = bf16_session(path, activations="half").run(None, feeds)
+    err_half = rel_l2(half, ref)
+    assert err_half < REL_L2_BOUND, f"{mid}: activations=half: relative L2 error {err_half:.3g} against fp32"
