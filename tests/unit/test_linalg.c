@@ -490,7 +490,9 @@ KN_TEST(linalg_sgemm_transposed_path) {
     setenv("KILN_GEMM_SWAP", "1", 1);
     static const int64_t shapes[][3] = {{64, 2, 1},    {64, 49, 7},   {65, 17, 33},  {96, 49, 256},
                                        {200, 3, 257},  {513, 49, 40}, {128, 196, 600}, {2048, 49, 64},
-                                       {96, 100, 1},   {256, 450, 19}, {1000, 37, 300}};
+                                       {96, 100, 1},   {256, 450, 19}, {1000, 37, 300},
+                                       /* op(A)^T prepacked past one slice of KCB (768) */
+                                       {96, 49, 1000}, {130, 20, 1800}};
     int swapped = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int v = 0; v < 8; v++) {

@@ -72,20 +72,19 @@
 #define WS_FLOATS ((size_t)MC * KC + (size_t)KC * NC)
 
 /* B packed whole (constant weights, packed once per session): run_packed_tile. When C is larger
- * than PK_C_FLOATS, the slices of K go in groups of up to PK_MAX_SLICES whose packed A (the tile's
- * rows x the group's depth) is at most PK_A_FLOATS, so that it stays in L2; else one slice a group.
- * Tuned on the 2-core Sapphire Rapids-class Xeon with bench/gemm_packed_bench.c: groups of up to 5
- * slices made BERT-base's 128 x 768 x 3072 7% slower (B's part of the group from L2 for every
- * panel of rows), groups where C fits in L2 3-5% slower (128 x 768 x 768). */
+ * than PK_C_FLOATS, K goes KCB at a time (A's slice of the tile's rows, 627 KB at 197 rows, stays
+ * in L2); else KC at a time. Tuned on the 2-core Sapphire Rapids-class Xeon with
+ * bench/gemm_packed_bench.c: groups of up to 5 slices made BERT-base's 128 x 768 x 3072 7% slower
+ * (B's part of the group from L2 for every panel of rows), deep groups where C fits in L2 3-5%
+ * slower (128 x 768 x 768). */
 #ifndef PK_C_FLOATS
-#define PK_C_FLOATS (256 * 1024) /* C up to 1 MB stays in L2 from slice to slice: one slice a group */
+#define PK_C_FLOATS (256 * 1024) /* C up to 1 MB stays in L2 from slice to slice: slices of KC */
 #endif
-#ifndef PK_MAX_SLICES
-#define PK_MAX_SLICES 3
-#endif
-#ifndef PK_A_FLOATS
-#define PK_A_FLOATS (192 * 1024) /* 768 KB */
-#endif
+/* Operands packed whole (kn_sgemm_pack_b_full, and A shared by the tiles) come in slices of KCB
+ * of K, a multiple of KC: a panel's slice of KC at k0 is the part (k0 - slice start) * NR floats
+ * into the panel's slice of KCB (bpk_panel), so the blocked paths read them KC at a time as
+ * before, and run_packed_tile reads a panel's whole slice of KCB in one micro-kernel call */
+#define KCB (3 * KC)
 /* the packed copy of A that kn_sgemm_run shares among its tiles: at most this many floats (64 MB) */
 #ifndef PK_A_MAX_FLOATS
 #define PK_A_MAX_FLOATS ((size_t)16 << 20)
@@ -709,20 +708,27 @@ typedef struct job {
     int64_t tm, tn;           /* tile grid per product */
     int64_t units_m, units_n; /* rows/columns in units of um/un */
     int64_t um, un;
+    const float *a_deep; /* op(A) of every product packed for run_packed_tile (kn_sgemm_run), or NULL */
     int failed;
 } job;
 
-/* The whole of op(B), packed as run_gemm_tile would pack it block by block: slice pc (KC deep)
- * starts at pc * Np (Np = N rounded up to NR) and holds the NR-column panels of every column, so
- * the block at columns jc of slice pc is at pc * Np + jc * kc, contiguous as a per-tile block is
- * (panels a power-of-two stride apart would share cache sets). */
+/* The whole of op(B): slice ps (KCB deep) starts at ps * Np (Np = N rounded up to NR) and holds
+ * the NR-column panels of every column, each KCB x NR, one after another (panels a power-of-two
+ * stride apart would share cache sets); bpk_panel finds a panel's part of KC. */
 static int64_t padded_n(int64_t N) { return (N + NR - 1) / NR * NR; }
 
 size_t kn_sgemm_packed_b_floats(int64_t N, int64_t K) { return (size_t)(padded_n(N) * K); }
 
 void kn_sgemm_pack_b_full(const float *B, int64_t ldb, bool trans_b, int64_t N, int64_t K, float *dst) {
     const int64_t Np = padded_n(N);
-    for (int64_t pc = 0; pc < K; pc += KC) pack_b(B, ldb, trans_b, 0, N, pc, min64(KC, K - pc), dst + pc * Np);
+    for (int64_t ps = 0; ps < K; ps += KCB) pack_b(B, ldb, trans_b, 0, N, ps, min64(KCB, K - ps), dst + ps * Np);
+}
+
+/* The kc x NR part at depth pc (a multiple of KC) of the panel at column j (a multiple of NR) of
+ * an operand packed whole (Np columns padded, K deep), rows NR floats apart. */
+static inline const float *bpk_panel(const float *P, int64_t Np, int64_t K, int64_t pc, int64_t j) {
+    const int64_t ps = pc / KCB * KCB;
+    return P + ps * Np + j * min64(KCB, K - ps) + (pc - ps) * NR;
 }
 
 /* KILN_GEMM_PACKED_B=0: products with B prepacked run the blocked order as others do (tests,
@@ -863,68 +869,58 @@ static void run_rows_first(const kn_sgemm_batch *p, int64_t op, int64_t m0, int6
     }
 }
 
-/* B packed whole (see PK_A_FLOATS), A packed whole by kn_sgemm_run (a_packed) or here, a group
- * of slices at a time into ws: for each group of slices of K whose A fits in L2, each NR-column
- * panel of B, each MR-row panel of A, the group's slices innermost, so the micro-kernel's block of
- * C stays in L1 across them and is stored once per group (once in all when K fits one group),
- * where the blocked order stored C's partial sums once per slice: at 197 x 3072 x 768 (ViT-B/16)
- * C is 2.4 MB, three times through L3. Rows are not blocked: B, from memory, is read once per
- * group (rows in blocks of 192 read it twice at 197 rows, the second time for 5). The panel of B
- * (its slices of the group: 96 KB at K = 768) comes from L2 for each panel of rows; the first two
- * calls of each slice bring the next panel's part of that slice into L2. m0 is a multiple of MR;
- * without a_packed, the tile's rows times KC fit ws (pk_tile_fits). */
-static int64_t pk_group_slices(int64_t rows, int64_t cols) {
-    if (rows * cols <= PK_C_FLOATS) return 1;
-    const int64_t per = PK_A_FLOATS / (((rows + MR - 1) / MR * MR) * KC);
-    return per < 1 ? 1 : per > PK_MAX_SLICES ? PK_MAX_SLICES : per;
+/* B packed whole (see PK_C_FLOATS), A packed whole by kn_sgemm_run for all the tiles (a_deep: in
+ * B's layout of slices of KCB, rows for columns: slice ps at ps * Mp, the panel of rows i at
+ * i * kcb in it) or here, one slice at a time into ws: for each slice of K, each NR-column panel of
+ * B, each MR-row panel of A. Deep (C over PK_C_FLOATS): slices of KCB, one micro-kernel call each,
+ * so the block of C is stored once per KCB (once in all at K = 768) where the blocked order stored
+ * C's partial sums once per KC: at 197 x 3072 x 768 (ViT-B/16) C is 2.4 MB, three times through
+ * L3; B's panel (KCB x NR, 96 KB) comes from L2 for each panel of rows. Else slices of KC, B's
+ * panel (32 KB) from L1. Rows are not blocked: B, from memory, is read once (rows in blocks of 192
+ * read it twice at 197 rows, the second time for 5). The first two calls of each panel bring the
+ * next panel into L2. m0 is a multiple of MR; without a_deep, the tile's rows fit ws
+ * (pk_tile_fits). */
+static bool pk_deep(int64_t rows, int64_t cols) {
+    return rows * cols > PK_C_FLOATS && (size_t)((rows + MR - 1) / MR * MR) * KCB <= WS_FLOATS;
 }
 
 static bool pk_tile_fits(int64_t rows, int64_t cols) {
-    return (size_t)((rows + MR - 1) / MR * MR) * KC * (size_t)pk_group_slices(rows, cols) <= WS_FLOATS;
+    return (size_t)((rows + MR - 1) / MR * MR) * (pk_deep(rows, cols) ? KCB : KC) <= WS_FLOATS;
 }
 
 static void run_packed_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
-                            float *ws) {
+                            float *ws, const float *a_deep) {
     const float *Bpk = p->b_packed[op];
     const float *bias = p->row_bias ? p->row_bias[op] : NULL;
-    const int64_t Np = padded_n(p->N), K = p->K, rows_p = (m1 - m0 + MR - 1) / MR * MR;
-    /* where slice pc's panel of rows i starts: the shared copy (kn_sgemm_pack_a's layout) or ws
-     * (the group's slices one after another, each rows_p x kc) */
-    const float *Apk = p->a_packed ? p->a_packed[op] : NULL;
-    const int64_t a_ld = Apk ? padded_m(p->M) : rows_p, a_row0 = Apk ? 0 : m0;
+    const int64_t Np = padded_n(p->N), Mp = padded_m(p->M), K = p->K;
+    const int64_t step = pk_deep(m1 - m0, n1 - n0) ? KCB : KC;
     float *C = p->c[op];
-    const int64_t per = pk_group_slices(m1 - m0, n1 - n0);
-    for (int64_t k0 = 0; k0 < K; k0 += per * KC) {
-        const int64_t k1 = min64(K, k0 + per * KC);
-        const float *Ag = Apk ? Apk : ws - k0 * rows_p; /* ws holds slices k0.. */
-        if (!Apk)
-            for (int64_t pc = k0; pc < k1; pc += KC)
-                pack_a(p->a[op], p->lda, p->trans_a, m0, m1 - m0, pc, min64(KC, K - pc), ws + (pc - k0) * rows_p);
+    for (int64_t k0 = 0; k0 < K; k0 += step) {
+        const int64_t kc = min64(step, K - k0), ps = k0 / KCB * KCB, kcb = min64(KCB, K - ps);
+        if (!a_deep) pack_a(p->a[op], p->lda, p->trans_a, m0, m1 - m0, k0, kc, ws);
         for (int64_t j = n0; j < n1; j += NR) {
             const int n = (int)min64(NR, n1 - j);
+            const float *b = bpk_panel(Bpk, Np, K, k0, j);
+            const float *bn = j + NR < n1 ? bpk_panel(Bpk, Np, K, k0, j + NR) : NULL;
             for (int64_t i = m0; i < m1; i += MR) {
                 const int mr = (int)min64(MR, m1 - i);
                 const int64_t call = (i - m0) / MR;
-                float *cp = C + i * p->ldc + j;
+                const float *a = a_deep ? a_deep + ps * Mp + i * kcb + (k0 - ps) * MR : ws + (i - m0) * kc;
                 ukr_tail tb;
-                const ukr_tail *t = k1 == K ? tail_at(p, op, i, j, &tb) : NULL;
-                for (int64_t pc = k0; pc < k1; pc += KC) {
-                    const int64_t kc = min64(KC, K - pc);
-                    const float *a = Ag + pc * a_ld + (i - a_row0) * kc, *b = Bpk + pc * Np + j * kc;
-                    const float *pf = call < 2 && j + NR < n1 ? b + NR * kc + call * kc * (NR / 2) : a;
-                    ukr_any(mr, kc, a, MR, b, NR, cp, p->ldc, n, p->alpha, pc == 0 ? p->beta : 1.0f,
-                            bias && pc == 0 ? bias + i : NULL, pf, pc + kc == K ? t : NULL);
-                }
+                const ukr_tail *t = k0 + kc == K ? tail_at(p, op, i, j, &tb) : NULL;
+                ukr_any(mr, kc, a, MR, b, NR, C + i * p->ldc + j, p->ldc, n, p->alpha, k0 == 0 ? p->beta : 1.0f,
+                        bias && k0 == 0 ? bias + i : NULL, bn && call < 2 ? bn + call * kc * (NR / 2) : a, t);
             }
-            if (p->epilogue && k1 == K) p->epilogue(p->epilogue_ctx, op, m0, j, m1 - m0, n, C + m0 * p->ldc + j, p->ldc);
+            if (p->epilogue && k0 + kc == K)
+                p->epilogue(p->epilogue_ctx, op, m0, j, m1 - m0, n, C + m0 * p->ldc + j, p->ldc);
         }
     }
 }
 
 static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
-                          float *ws) {
-    if (p->b_packed && !p->pack_b && (p->a_packed || pk_tile_fits(m1 - m0, n1 - n0)) && pk_on()) {
-        run_packed_tile(p, op, m0, m1, n0, n1, ws);
+                          float *ws, const float *a_deep) {
+    if (p->b_packed && !p->pack_b && !p->a_packed && (a_deep || pk_tile_fits(m1 - m0, n1 - n0)) && pk_on()) {
+        run_packed_tile(p, op, m0, m1, n0, n1, ws, a_deep);
         return;
     }
     const float *A = p->a[op];
@@ -968,7 +964,7 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     int n = (int)min64(NR, nc - jr);
                     /* jc and jr are multiples of NR: the panel at columns jc + jr of slice pc */
-                    const float *bp = B_packed ? B_packed + pc * padded_n(p->N) + (jc + jr) * kc
+                    const float *bp = B_packed ? bpk_panel(B_packed, padded_n(p->N), p->K, pc, jc + jr)
                                       : direct ? B + pc * p->ldb + jc + jr
                                                : Bp + jr * kc;
                     int64_t bs = direct ? p->ldb : NR;
@@ -978,7 +974,8 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
                      * BERT-base's 128 x 768 x 3072 products read theirs 20% slower without). Else
                      * prepacked A, on the first panel of B: each call prefetches the next row panel
                      * (MR * kc floats, fewer than the kc lines it fetches). */
-                    const float *nextb = B_packed && jr + NR < nc ? bp + NR * kc : NULL;
+                    const float *nextb =
+                        B_packed && jr + NR < nc ? bpk_panel(B_packed, padded_n(p->N), p->K, pc, jc + jr + NR) : NULL;
                     for (int64_t ir = 0; ir < mc; ir += MR) {
                         ukr_tail tb;
                         const ukr_tail *t = pc + kc == p->K ? tail_at(p, op, ic + ir, jc + jr, &tb) : NULL;
@@ -1086,7 +1083,8 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
         else pack_b(B, p->ldb, p->trans_b, n0, nn, pc, kc, Ap);
         for (int64_t jc = m0; jc < m1; jc += SWAP_MC) {
             const int64_t mc = min64(SWAP_MC, m1 - jc);
-            const float *bt = AT ? AT + pc * Mp + jc * kc : Bp;
+            /* op(A)^T prepacked (bpk_panel's layout) or packed here per slice (panels kc x NR) */
+            const float *bt = Bp;
             if (!AT) pack_b(A, p->lda, !p->trans_a, jc, mc, pc, kc, Bp);
             for (int64_t jr = 0; jr < mc; jr += NR) {
                 const int n = (int)min64(NR, mc - jr);
@@ -1094,10 +1092,14 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
                 for (int64_t ks = 0; ks < kc; ks += SWAP_KS) {
                     const int64_t kk = min64(SWAP_KS, kc - ks);
                     const float beta = pc == 0 && ks == 0 ? 0.0f : 1.0f;
-                    const float *b = bt + jr * kc + ks * NR;
+                    const float *b0 = AT ? bpk_panel(AT, Mp, p->K, pc, jc + jr) : bt + jr * kc, *b = b0 + ks * NR;
                     /* prepacked op(A)^T comes from memory, read in order: the first two calls
-                     * prefetch half each of the SWAP_PF_AHEAD-th next part (kk * NR floats) */
-                    const float *pf = b + SWAP_PF_AHEAD * kk * NR;
+                     * prefetch half each of the SWAP_PF_AHEAD-th next part (kk * NR floats): of
+                     * this panel, else of the next one */
+                    const int64_t ahead = ks + SWAP_PF_AHEAD * kk;
+                    const float *pf = ahead < kc ? b0 + ahead * NR
+                                      : AT && jr + NR < mc ? bpk_panel(AT, Mp, p->K, pc, jc + jr + NR) + (ahead - kc) * NR
+                                                           : b0 + kc * NR + (ahead - kc) * NR;
                     int64_t call = 0;
                     for (int64_t pp = 0; pp < nn; pp += NR)
                         for (int64_t q = 0; q < NR && pp + q < nn; q += MR, call++)
@@ -1127,7 +1129,7 @@ static void gemv_packed(const float *a, int64_t K, const float *Bp, int64_t Np, 
         for (int u = 0; u < 4; u++) s0[u] = s1[u] = _mm512_setzero_ps();
         for (int64_t pc = 0; pc < K; pc += KC) {
             const int64_t kc = min64(KC, K - pc);
-            const float *b = Bp + pc * Np + j * kc, *ak = a + pc;
+            const float *b = bpk_panel(Bp, Np, K, pc, j), *ak = a + pc;
             int64_t k = 0;
             for (; k + 4 <= kc; k += 4)
 #pragma GCC unroll 4
@@ -1156,7 +1158,7 @@ static void gemv_packed(const float *a, int64_t K, const float *Bp, int64_t Np, 
         float acc[NR] = {0};
         for (int64_t pc = 0; pc < K; pc += KC) {
             const int64_t kc = min64(KC, K - pc);
-            const float *b = Bp + pc * Np + j * kc;
+            const float *b = bpk_panel(Bp, Np, K, pc, j);
             for (int64_t k = 0; k < kc; k++)
                 for (int l = 0; l < NR; l++) acc[l] += a[pc + k] * b[k * NR + l];
         }
@@ -1216,7 +1218,10 @@ static void job_range(void *arg, int64_t begin, int64_t end) {
         case PATH_SWAP:
             if (!run_swapped_tile(p, op, m0, m1, n0, n1, ws)) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
             break;
-        default: run_gemm_tile(p, op, m0, m1, n0, n1, ws); break;
+        default:
+            run_gemm_tile(p, op, m0, m1, n0, n1, ws,
+                          j->a_deep ? j->a_deep + (size_t)op * (size_t)(padded_m(p->M) * p->K) : NULL);
+            break;
         }
         if (j->path != PATH_GEMM && j->path != PATH_SWAP) {
             if (p->row_bias) add_row_bias(p->c[op] + m0 * p->ldc + n0, p->ldc, p->row_bias[op] + m0, m1 - m0, n1 - n0);
@@ -1248,8 +1253,8 @@ static void scale_c(const kn_sgemm_batch *p) {
     }
 }
 
-/* op(A) of a batch packed whole (kn_sgemm_pack_a's layout), for every tile to read: tasks of one
- * slice of K by PK_PACK_ROWS rows of one product (blocks of MC left 197 rows as 192 + 5: at 2
+/* op(A) of a batch packed whole (run_packed_tile's a_deep), for every tile to read: tasks of one
+ * slice of KCB by PK_PACK_ROWS rows of one product (blocks of MC left 197 rows as 192 + 5: at 2
  * threads one thread packed two of the three large blocks). */
 #define PK_PACK_ROWS (4 * MR)
 typedef struct pack_a_job {
@@ -1263,15 +1268,14 @@ static void pack_a_range(void *arg, int64_t begin, int64_t end) {
     const kn_sgemm_batch *p = j->p;
     for (int64_t t = begin; t < end; t++) {
         const int64_t op = t / (j->slices * j->blocks), r = t % (j->slices * j->blocks);
-        const int64_t pc = r / j->blocks * KC, ic = r % j->blocks * PK_PACK_ROWS;
-        const int64_t kc = min64(KC, p->K - pc);
-        pack_a(p->a[op], p->lda, p->trans_a, ic, min64(PK_PACK_ROWS, p->M - ic), pc, kc,
-               j->dst + (size_t)op * (size_t)(j->Mp * p->K) + pc * j->Mp + ic * kc);
+        const int64_t ps = r / j->blocks * KCB, ic = r % j->blocks * PK_PACK_ROWS;
+        const int64_t kcb = min64(KCB, p->K - ps);
+        pack_a(p->a[op], p->lda, p->trans_a, ic, min64(PK_PACK_ROWS, p->M - ic), ps, kcb,
+               j->dst + (size_t)op * (size_t)(j->Mp * p->K) + ps * j->Mp + ic * kcb);
     }
 }
 
 static kn_thread_buffer shared_a_buffers = KN_THREAD_BUFFER_INIT;
-#define PK_MAX_COUNT 8
 
 static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j, int64_t threads);
 
@@ -1376,21 +1380,17 @@ static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j,
      * then the tiles run on both packed operands (run_packed_tile) */
     const int64_t Mp = padded_m(p->M);
     const size_t a_floats = (size_t)(Mp * p->K) * (size_t)p->count;
-    if (j->path == PATH_GEMM && p->b_packed && !p->a_packed && !p->pack_b && p->count <= PK_MAX_COUNT &&
+    if (j->path == PATH_GEMM && p->b_packed && !p->a_packed && !p->pack_b &&
         j->tm * j->tn > 1 && a_floats <= PK_A_MAX_FLOATS && pk_on()) {
         float *ap = kn_thread_buffer_get(&shared_a_buffers, a_floats * sizeof(float));
         if (ap) {
-            pack_a_job pj = {p, ap, Mp, (p->K + KC - 1) / KC, (p->M + PK_PACK_ROWS - 1) / PK_PACK_ROWS};
+            pack_a_job pj = {p, ap, Mp, (p->K + KCB - 1) / KCB, (p->M + PK_PACK_ROWS - 1) / PK_PACK_ROWS};
             const int64_t n = p->count * pj.slices * pj.blocks;
             if (threads <= 1) pack_a_range(&pj, 0, n);
             else kn_parallel_for(pool, n, 1, pack_a_range, &pj);
-            const float *apk[PK_MAX_COUNT];
-            for (int64_t i = 0; i < p->count; i++) apk[i] = ap + (size_t)i * (size_t)(Mp * p->K);
-            kn_sgemm_batch q = *p;
-            q.a_packed = apk;
             job jq = *j;
-            jq.p = &q;
-            const int64_t tasks = q.count * jq.tm * jq.tn;
+            jq.a_deep = ap;
+            const int64_t tasks = p->count * jq.tm * jq.tn;
             if (threads <= 1) job_range(&jq, 0, tasks);
             else kn_parallel_for(pool, tasks, 1, job_range, &jq);
             return jq.failed ? KN_OOM() : KILN_OK;
