@@ -10,8 +10,16 @@
  *   /tmp/gemm_packed_bench [threads] [filter] [copies]
  * One thread: the thread's CPU time; more: wall time. Prints the median of 11 rounds.
  * A/B in one process: compile another sgemm.c to an object whose kn_sgemm_* symbols are renamed
- * kn_sgemm_*_base (objcopy --redefine-sym), build with -DGPB_AB, and each shape alternates the two
- * round by round; the ratio is the median of the rounds' new/base. */
+ * kn_sgemm_*_base, build with -DGPB_AB, and each shape alternates the two round by round (ABBA);
+ * the ratio is the median of the rounds' new/base. From the repository root, OLD.c being the old
+ * src/backend/cpu/sgemm.c (git show REV:src/backend/cpu/sgemm.c > /tmp/OLD.c):
+ *   cc -O3 -march=native -Iinclude -Isrc -c /tmp/OLD.c -o /tmp/old.o
+ *   for s in kn_sgemm_nr kn_sgemm_isa kn_sgemm_packed_a_floats kn_sgemm_pack_a kn_sgemm_packed_b_floats \
+ *            kn_sgemm_pack_b_full kn_sgemm_swaps kn_sgemm_run kn_sgemm; do echo "$s ${s}_base"; done > /tmp/syms
+ *   objcopy --redefine-syms=/tmp/syms /tmp/old.o /tmp/old_r.o
+ *   cc -O3 -march=native -DGPB_AB -Iinclude -Isrc bench/gemm_packed_bench.c src/backend/cpu/sgemm.c \
+ *      /tmp/old_r.o src/util/threadpool.c src/util/status.c src/util/thread_buffer.c -lpthread -lm -o /tmp/gpb_ab
+ *   /tmp/gpb_ab 1 "" 16 */
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/sgemm_bf16.h"
 #include "util/threadpool.h"
