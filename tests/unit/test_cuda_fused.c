@@ -361,3 +361,49 @@ KN_TEST(cuda_fused_conv_graph_plan_kept) {
     rmdir(dir);
 #endif
 }
+
+/* A FusedConv whose y_type asks for Y in bfloat16 from float X (what the CPU's pass
+ * cpu_bf16_values writes; a model may carry it): CUDA's kernels write Y in X's type, so CUDA refuses
+ * the node. With cuda alone the session says so; with cuda then cpu the node runs on the CPU and
+ * gives the CPU's result. */
+KN_TEST(cuda_fused_conv_y_type_refused) {
+    NEED_GPU();
+    onemodel o;
+    fused_conv_model(&o, KILN_DTYPE_FLOAT, false, false, 3, "Relu", NULL);
+    kn_attr *a = om_attr(&o, "y_type", KN_ATTR_INTS);
+    a->ints = kn_arena_alloc(&o.m->arena, sizeof(int64_t));
+    a->ints[0] = KILN_DTYPE_BFLOAT16;
+    a->n = 1;
+    unsigned char *data = NULL;
+    size_t size = 0;
+    kn_graph_recount(o.g);
+    CHECK(kn_onnx_write_memory(o.m, &data, &size) == KILN_OK);
+    kn_tensor *y[2] = {NULL, NULL};
+    for (int both = 0; both < 2 && data; both++) {
+        kiln_session_options *opt;
+        kiln_session_options_create(&opt);
+        kiln_session_options_set_opt_level(opt, 0);
+        kiln_session_options_set_cache(opt, 0, NULL);
+        kiln_session_options_append_provider(opt, "cuda", NULL, NULL, 0);
+        if (both) kiln_session_options_append_provider(opt, "cpu", NULL, NULL, 0);
+        kiln_session *s = NULL;
+        const kiln_status st = kiln_session_create_from_memory(data, size, NULL, opt, &s);
+        kiln_session_options_destroy(opt);
+        if (!both) {
+            CHECK_MSG(st != KILN_OK && strstr(kiln_last_error(), "y_type"), "cuda alone: %s",
+                      st == KILN_OK ? "the session was made" : kiln_last_error());
+        } else {
+            CHECK_MSG(st == KILN_OK, "cuda,cpu: %s", kiln_last_error());
+            if (s) om_run(s, &o, &y[0]);
+        }
+        kiln_session_destroy(s);
+    }
+    free(data);
+    y[1] = run_one(&o, "cpu", "y_type on the CPU");
+    CHECK(y[0] && y[1] && y[0]->dtype == KILN_DTYPE_BFLOAT16);
+    if (y[0] && y[1] && y[0]->dtype == y[1]->dtype && kn_tensor_count(y[0]) == kn_tensor_count(y[1]))
+        CHECK_MSG(!memcmp(y[0]->data, y[1]->data, (size_t)kn_tensor_count(y[0]) * 2), "cuda,cpu and cpu differ");
+    kiln_tensor_destroy(y[0]);
+    kiln_tensor_destroy(y[1]);
+    om_free(&o);
+}

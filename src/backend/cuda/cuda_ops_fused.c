@@ -627,6 +627,14 @@ static bool fused_supports(const kn_node *n, const kn_type *const *in, int n_in,
             return false;
         }
     }
+    /* y_type (the CPU's bf16 values between convolutions, opt pass cpu_bf16_values) gives Y a type
+     * other than X's: CUDA's kernels write Y in X's type, into a buffer sized for the other */
+    int n_ytype = 0;
+    const int64_t *ytype = kn_attr_ints(n, "y_type", &n_ytype);
+    if (ytype && n_in > 0 && in[0] && (n_ytype != 1 || ytype[0] != (int64_t)in[0]->dtype)) {
+        snprintf(why, cap, "y_type asks for Y in another type than X's %s", kiln_dtype_name(in[0]->dtype));
+        return false;
+    }
     kn_act_spec a;
     if (kn_node_attr(n, "activation") && !kn_act_from_node(n, &a, why, cap)) return false;
     bool nhwc = false;
