@@ -180,12 +180,10 @@ KN_TEST(cpu_conv3x3_matches_definition) {
                         if (!y) continue;
                         CHECK_EQ_INT(kiln_tensor_element_count(y), (int64_t)ny);
                         const float *got = kiln_tensor_data(y);
-                        size_t bad = 0, first = 0;
-                        for (size_t i = 0; i < ny && kiln_tensor_element_count(y) == (int64_t)ny; i++)
-                            if (!(fabs(got[i] - want[i]) <= 1e-6 + 5e-6 * scale[i])) {
-                                if (!bad) first = i;
-                                bad++;
-                            }
+                        size_t first = 0;
+                        const size_t bad = kiln_tensor_element_count(y) == (int64_t)ny
+                                                 ? tmb_count_off(got, want, scale, ny, 1e-6, 5e-6, &first)
+                                                 : 0;
                         CHECK_MSG(bad == 0,
                                   "case %zu (%lldx%lldx%lldx%lld -> %lld, s%lld d%lld,%lld g%lld), forced %d, %d threads, "
                                   "level %d, run %d: %zu of %zu outputs differ, first at %zu: %.9g, want %.9g (scale %g)",

@@ -115,12 +115,10 @@ KN_TEST(cpu_conv_channels_in_lanes_matches_definition) {
                     if (!y) continue;
                     CHECK_EQ_INT(kiln_tensor_element_count(y), (int64_t)ny);
                     const float *got = kiln_tensor_data(y);
-                    size_t bad = 0, first = 0;
-                    for (size_t i = 0; i < ny && kiln_tensor_element_count(y) == (int64_t)ny; i++)
-                        if (!(fabs(got[i] - want[i]) <= 1e-4 + 1e-4 * fabs(want[i]))) {
-                            if (!bad) first = i;
-                            bad++;
-                        }
+                    size_t first = 0;
+                    const size_t bad = kiln_tensor_element_count(y) == (int64_t)ny
+                                             ? tmb_count_off(got, want, NULL, ny, 1e-4, 1e-4, &first)
+                                             : 0;
                     CHECK_MSG(bad == 0, "case %zu (%lldx%lld s%lld d%lld, %lld->%lld), %d threads, level %d, run %d: %zu of %zu "
                               "outputs differ, first at %zu: %g, want %g", ci, (long long)t->KH, (long long)t->KW,
                               (long long)t->sh, (long long)t->dh, (long long)t->C, (long long)t->M, threads, level, run,

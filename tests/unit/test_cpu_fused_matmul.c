@@ -129,12 +129,10 @@ KN_TEST(cpu_fused_matmul_matches_definition) {
                         if (!y) continue;
                         CHECK_EQ_INT(kiln_tensor_element_count(y), (int64_t)ny);
                         const float *got = kiln_tensor_data(y);
-                        size_t bad = 0, first = 0;
-                        for (size_t i = 0; i < ny && kiln_tensor_element_count(y) == (int64_t)ny; i++)
-                            if (!(fabs(got[i] - want[i]) <= 1e-6 + 2e-6 * scale[i])) {
-                                if (!bad) first = i;
-                                bad++;
-                            }
+                        size_t first = 0;
+                        const size_t bad = kiln_tensor_element_count(y) == (int64_t)ny
+                                                 ? tmb_count_off(got, want, scale, ny, 1e-6, 2e-6, &first)
+                                                 : 0;
                         CHECK_MSG(bad == 0,
                                   "case %zu (%lld x %lld x %lld -> %lld, bias %d, res %d, act %d), order %d, %d "
                                   "threads, level %d, run %d: %zu of %zu outputs differ, first at %zu: %.9g, want "

@@ -9,6 +9,7 @@
 #include "ir/graph.h"
 #include "onnx/writer.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,20 @@ static inline bool tmb_same_tensor(const kiln_tensor *a, const kiln_tensor *b) {
         return false;
     return kiln_tensor_bytes(a) == kiln_tensor_bytes(b) &&
            !memcmp(kiln_tensor_data((kiln_tensor *)a), kiln_tensor_data((kiln_tensor *)b), kiln_tensor_bytes(a));
+}
+
+/* How many of got[0, n) lie farther from the reference want than atol + rtol * scale[i] (scale
+ * NULL: |want[i]|); a NaN counts as off. *first: the index of the first such output. */
+static inline size_t tmb_count_off(const float *got, const double *want, const double *scale, size_t n, double atol,
+                                   double rtol, size_t *first) {
+    size_t bad = 0;
+    *first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(fabs(got[i] - want[i]) <= atol + rtol * (scale ? scale[i] : fabs(want[i])))) {
+            if (!bad) *first = i;
+            bad++;
+        }
+    return bad;
 }
 
 /* A session of the serialised model (data, size) on the CPU with `threads` intra-op threads at
