@@ -819,17 +819,22 @@ static void broadcast_rows(const float *bias, int64_t rows, float *bb) {
 
 /* Rows [m0, m1) and columns [n0, n1) of C on AMX with B packed whole: each 32 x 32 block of C
  * stays in the tiles over the whole depth (no partial sums through memory between slices). Where
- * this tile's part of B fits in half of L2 (a convolution's input: 64 x 3136 is 400 KB), 32 rows
- * at a time across every column, so that C and the epilogue's other operand (a residual) go by
- * whole rows; else the rows in blocks of BMC over each B panel in turn, B (weights larger than L2)
- * read once per block. bb: BMC * 16 floats for the bias rows. */
+ * B was packed by this call (in cache: a convolution's input, 64 x 3136 is 400 KB) and this tile's
+ * part of it fits in half of L2, 32 rows at a time across every column, so that C and the
+ * epilogue's other operand (a residual) go by whole rows; else the rows in blocks of BMC over each
+ * B panel in turn, B read once per block, each panel's calls bringing the next panel into L2. Kept
+ * weights come from memory even where they are small: rows outer, the first 32 rows' tile loads
+ * waited on them unprefetched (BERT-base s128's MatMuls at 2 threads, 96-column tiles: 0.90 of the
+ * time panels outer; bert_mini and vit_tiny at 1 thread, 256-wide weights: 0.85).
+ * bb: BMC * 16 floats for the bias rows. */
 static void run_tile_amx(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1, float *bb,
                          float *S) {
     const kn_sgemm_batch *p = j->p;
     const uint16_t *Aw = j->aw[op], *Bw = j->bw[op];
     const float *bias = p->row_bias ? p->row_bias[op] : NULL;
     const int64_t Mp = pad_to(p->M, amr), Np = pad_to(p->N, BNR);
-    const bool rows_outer = (double)(n1 - n0) * (double)pad_to(p->K, kpad) * 2.0 <= 1024.0 * 1024.0;
+    const bool rows_outer =
+        j->b_own[op] && (double)(n1 - n0) * (double)pad_to(p->K, kpad) * 2.0 <= 1024.0 * 1024.0;
     /* C in bf16 (kn_bgemm_io's c16): the tiles store fp32 into S, a strip of 32 rows by the tile's
      * columns (rows outer) or a block of rows by C16_COLS columns (panels outer); each goes into C
      * clamped and rounded once finished */
@@ -1253,7 +1258,12 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
     if (threads > by_work) threads = by_work > 0 ? by_work : 1;
     j.tm = j.tn = 1;
     int64_t tiles_wanted = threads;
-    if (threads > 1 && flops / (double)(threads * OVERSUB) >= MIN_TILE_FLOPS) tiles_wanted = threads * OVERSUB;
+    /* on AMX with B kept (weights from memory, panels outer in run_tile_amx) one tile per thread: a
+     * tile's first panel comes unprefetched, and 4 tiles a thread made that a third of BERT-base's
+     * panels (0.95 of the time at 2 threads without, ViT-B/16 0.95) */
+    bool kept_b = use_amx && !p->pack_b;
+    for (int64_t op = 0; op < count && kept_b; op++) kept_b = !j.b_own[op];
+    if (threads > 1 && !kept_b && flops / (double)(threads * OVERSUB) >= MIN_TILE_FLOPS) tiles_wanted = threads * OVERSUB;
     if (j.swap && count < threads) {
         if (p->pack_b) j.tn = min64((threads + count - 1) / count, j.units_n);
         else j.tm = min64((threads + count - 1) / count, j.units_m); /* op(B) packed once, shared */
