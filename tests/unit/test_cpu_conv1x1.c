@@ -106,6 +106,8 @@ KN_TEST(cpu_conv1x1_matches_definition) {
         {1, 72, 29, 31, 200, 2, 0, false, false, 1},  /* stride 2: B gathered */
         {3, 33, 15, 15, 70, 2, 0, true, false, 1},    /* stride 2, residual, batch 3 */
         {1, 300, 28, 28, 130, 2, 0, true, false, 0},  /* stride 2, K past a slice */
+        {2, 40, 20, 23, 48, 3, 0, true, false, 1},    /* stride 3: the subsample's scalar columns */
+        {1, 24, 9, 70, 32, 2, 0, false, true, 2},     /* stride 2, rows of 35 (a masked tail), W an input */
         {1, 3, 20, 20, 5, 1, 0, true, false, 0},      /* tiny: residual, no activation */
         {1, 16, 10, 12, 24, 1, 1, true, false, 1},    /* padded 1x1: the implicit GEMM */
         {1, 48, 30, 30, 64, 1, 0, true, true, 1},     /* W a graph input: A packed per call */
