@@ -638,6 +638,39 @@ bool kn_wino_suits(const kn_wino_shape *s, int threads) {
 #endif
 }
 
+#if KN_VL
+/* The 36 products, split over the pool by this file instead of the GEMM's: the GEMM gives each
+ * of them a task and the pool cuts 36 tasks into chunks of ceil(36 / (4 threads)), at 2 threads
+ * 7 of 5 and 1 of 1, taken in turn: one thread ran 20 products, the other 16. Here the grain is
+ * the smallest that makes the chunks equal and their count a multiple of the threads (2 threads:
+ * 6 chunks of 6); where none does (16 threads), the GEMM's own split (0). */
+static int64_t wino_gemm_grain(int64_t threads) {
+    if (threads <= 1) return 0;
+    for (int64_t g = 1; g <= 36; g++) {
+        const int64_t nc = min64(4 * threads, 36 / g);
+        if (nc <= 1) break;
+        const int64_t chunk = (36 + nc - 1) / nc, n = (36 + chunk - 1) / chunk;
+        if (36 % chunk == 0 && n % threads == 0) return g;
+    }
+    return 0;
+}
+
+typedef struct wino_gemm_job {
+    const kn_sgemm_batch *g;
+    int failed;
+} wino_gemm_job;
+
+static void wino_gemm_range(void *arg, int64_t begin, int64_t end) {
+    wino_gemm_job *j = arg;
+    kn_sgemm_batch q = *j->g;
+    q.count = end - begin;
+    q.a += begin, q.b += begin, q.c += begin;
+    if (q.a_packed) q.a_packed += begin;
+    if (q.at_packed) q.at_packed += begin;
+    if (kn_sgemm_run(NULL, &q)) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+}
+#endif
+
 kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *x, const float *w, const float *bias,
                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
 #if KN_VL
@@ -695,6 +728,8 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
     float **cp = (float **)(ap + 108);
     float *O = V + 36 * s->C * Tmax;
     kiln_status st = KILN_OK;
+    const char *ge = getenv("KILN_WINO_GEMM_SPLIT");
+    const int64_t gemm_grain = ge && ge[0] == '0' ? 0 : wino_gemm_grain(kn_threadpool_size(c->pool));
     for (int64_t r0 = 0; r0 < R && !st; r0 += rows) {
         const int64_t nr = min64(rows, R - r0), Tb = nr * tw;
         wino_job j = {s, x, y, bias, V, O, th, tw, r0, nr, Tb, epi, epi_ctx, multi ? KN_VL / tw : 1};
@@ -712,7 +747,13 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
         /* the last chunk may have fewer tiles: it runs transposed only if the GEMM would */
         if (P && swap && kn_sgemm_swaps(s->M, Tb, s->C)) g.at_packed = apk;
         else if (P && !swap) g.a_packed = apk;
-        st = kn_sgemm_run(c->pool, &g);
+        if (gemm_grain) {
+            wino_gemm_job gj = {&g, 0};
+            kn_parallel_for(c->pool, 36, gemm_grain, wino_gemm_range, &gj);
+            st = gj.failed ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+        } else {
+            st = kn_sgemm_run(c->pool, &g);
+        }
         if (st) break;
         if (multi) kn_parallel_for(c->pool, nvec * ((s->M + 15) / 16), 1, wino_out_multi, &j);
         else kn_parallel_for(c->pool, s->M * nr, max64(1, 16 / ((tw + KN_VL - 1) / KN_VL * 4)), wino_out_range, &j);
