@@ -365,46 +365,28 @@ static inline int64_t out_pos(const kn_amx_conv_shape *s, const geom *g, int64_t
 }
 
 /* 32 padded columns from p0 of output rows m0..m0+mr of image y: the valid columns of T (32 x 32,
- * row r for channel m0 + r) plus the bias */
-static void store_block(const kn_amx_conv_shape *s, const geom *g, const float *T, int mr, int64_t p0, float *y,
-                        int64_t m0, const float *bias) {
-    const int64_t plane = s->OH * s->OW, ncols = min64(32, g->npad - p0);
-    for (int64_t j = 0; j < ncols;) {
-        const int64_t p = p0 + j, oh = p / g->Wp, ow = p % g->Wp;
-        const int64_t seg = min64(ncols - j, g->Wp - ow), valid = ow < s->OW ? min64(seg, s->OW - ow) : 0;
-        if (valid > 0) {
-            const __mmask16 k0 = m16(valid), k1 = m16(valid - 16);
-            for (int r = 0; r < mr; r++) {
-                float *d = y + (m0 + r) * plane + oh * s->OW + ow;
-                const __m512 b = _mm512_set1_ps(bias ? bias[m0 + r] : 0.0f);
-                _mm512_mask_storeu_ps(d, k0, _mm512_add_ps(_mm512_maskz_loadu_ps(k0, T + r * 32 + j), b));
-                if (valid > 16)
-                    _mm512_mask_storeu_ps(d + 16, k1, _mm512_add_ps(_mm512_maskz_loadu_ps(k1, T + r * 32 + j + 16), b));
-            }
-        }
-        j += seg;
-    }
-}
-
-/* store_block into a bf16 y16: plus the bias, clamped to [lo, hi], rounded */
-static void store_block16(const kn_amx_conv_shape *s, const geom *g, const float *T, int mr, int64_t p0, uint16_t *y,
-                          int64_t m0, const float *bias, float lo, float hi) {
+ * row r for channel m0 + r) plus the bias; half: y is bf16 (y16), the values clamped to [lo, hi]
+ * and rounded (called with a constant half: one copy each) */
+static inline __attribute__((always_inline)) void store_block(const kn_amx_conv_shape *s, const geom *g, const float *T,
+                                                              int mr, int64_t p0, void *y, int64_t m0, const float *bias,
+                                                              const bool half, float lo, float hi) {
     const int64_t plane = s->OH * s->OW, ncols = min64(32, g->npad - p0);
     const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
     for (int64_t j = 0; j < ncols;) {
         const int64_t p = p0 + j, oh = p / g->Wp, ow = p % g->Wp;
         const int64_t seg = min64(ncols - j, g->Wp - ow), valid = ow < s->OW ? min64(seg, s->OW - ow) : 0;
         if (valid > 0) {
-            const __mmask16 k0 = m16(valid), k1 = m16(valid - 16);
             for (int r = 0; r < mr; r++) {
-                uint16_t *d = y + (m0 + r) * plane + oh * s->OW + ow;
+                const int64_t at = (m0 + r) * plane + oh * s->OW + ow;
                 const __m512 b = _mm512_set1_ps(bias ? bias[m0 + r] : 0.0f);
-                __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(k0, T + r * 32 + j), b);
-                _mm256_mask_storeu_epi16(d, k0, (__m256i)_mm512_cvtneps_pbh(_mm512_min_ps(vhi, _mm512_max_ps(vlo, v))));
-                if (valid > 16) {
-                    v = _mm512_add_ps(_mm512_maskz_loadu_ps(k1, T + r * 32 + j + 16), b);
-                    _mm256_mask_storeu_epi16(d + 16, k1,
-                                             (__m256i)_mm512_cvtneps_pbh(_mm512_min_ps(vhi, _mm512_max_ps(vlo, v))));
+                for (int h = 0; h < 2 && valid > 16 * h; h++) {
+                    const __mmask16 k = m16(valid - 16 * h);
+                    const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, T + r * 32 + j + 16 * h), b);
+                    if (half)
+                        _mm256_mask_storeu_epi16((uint16_t *)y + at + 16 * h, k,
+                                                 (__m256i)_mm512_cvtneps_pbh(_mm512_min_ps(vhi, _mm512_max_ps(vlo, v))));
+                    else
+                        _mm512_mask_storeu_ps((float *)y + at + 16 * h, k, v);
                 }
             }
         }
@@ -473,8 +455,8 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
         for (int64_t p0 = c0; p0 < c1; p0 += 32) {
             if (mr > 16) tiles(true, j, xv, m0, p0, p0 == c0, T);
             else tiles(false, j, xv, m0, p0, p0 == c0, T);
-            if (j->y16) store_block16(s, g, T, mr, p0, j->y16 + n * s->M * plane, m0, j->bias, j->lo, j->hi);
-            else store_block(s, g, T, mr, p0, j->y + n * s->M * plane, m0, j->bias);
+            if (j->y16) store_block(s, g, T, mr, p0, j->y16 + n * s->M * plane, m0, j->bias, true, j->lo, j->hi);
+            else store_block(s, g, T, mr, p0, j->y + n * s->M * plane, m0, j->bias, false, 0.0f, 0.0f);
         }
         if (j->epi && !j->y16) {
             const int64_t o0 = out_pos(s, g, c0), o1 = out_pos(s, g, c1);
