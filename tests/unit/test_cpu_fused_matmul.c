@@ -7,6 +7,7 @@
  * slices; the packed-B order and the usual one (KILN_GEMM_PACKED_B=0); 1 and 2 threads. */
 #include "test_model_builder.h"
 
+#include "backend/cpu/sgemm_bf16.h"
 #include "kiln.h"
 
 #include <math.h>
@@ -146,6 +147,102 @@ KN_TEST(cpu_fused_matmul_matches_definition) {
                 }
             unsetenv("KILN_GEMM_PACKED_B");
         }
+        free(want);
+        free(scale);
+        kiln_tensor_destroy(x);
+        kiln_tensor_destroy(z);
+        kiln_tensor_destroy(consts[0]);
+        kiln_tensor_destroy(consts[1]);
+        free(m);
+    }
+}
+
+/* The same under precision=bf16 (1 and 2 threads; level 3: one FusedMatMul, its GEMM on AMX or
+ * vdpbf16ps with B kept in bf16, panels outer; level 0: the MatMul in bf16, the rest as nodes)
+ * against the definition in double on the bf16-rounded x and weights: what is left is fp32
+ * accumulation.
+ * Shapes as above with at least 16 rows in all (fewer run fp32) and BERT-base's 128 x 768 x 768;
+ * a wrong column of the bias, a missing or doubled residual fail it. */
+KN_TEST(cpu_fused_matmul_bf16_epilogue_matches_definition) {
+    if (!kn_bf16_cpu_usable()) KN_SKIP("this CPU has no AVX512_BF16");
+    const fm_case cases[] = {
+        {1, 197, 96, 300, true, true, 0},  {1, 197, 80, 1400, true, false, 3}, {1, 197, 700, 64, true, true, 0},
+        {2, 64, 128, 96, true, true, 2},   {1, 40, 33, 70, false, true, 1},    {3, 7, 20, 33, true, true, 1},
+        {1, 128, 768, 768, true, true, 0},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const fm_case *t = &cases[ci];
+        kiln_tensor *consts[2] = {0};
+        size_t size;
+        unsigned char *m = fm_model(t, consts, &size);
+        if (!m) continue;
+        uint32_t seed = 777 + (uint32_t)ci;
+        const int64_t rows = t->batch * t->M;
+        const size_t ny = (size_t)(rows * t->N);
+        kiln_tensor *x = NULL, *z = NULL;
+        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->batch, t->M, t->K}, 3, &x);
+        float *xp = kiln_tensor_data(x);
+        for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) xp[i] = tmb_rand(&seed);
+        if (t->res) {
+            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->batch, t->M, t->N}, 3, &z);
+            float *zp = kiln_tensor_data(z);
+            for (size_t i = 0; i < ny; i++) zp[i] = tmb_rand(&seed);
+        }
+        const float *w = kiln_tensor_data(consts[0]), *bias = consts[1] ? kiln_tensor_data(consts[1]) : NULL;
+        const float *zp = z ? kiln_tensor_data(z) : NULL;
+        double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < t->N; j++) {
+                double acc = 0, sc = 0;
+                for (int64_t k = 0; k < t->K; k++) {
+                    const double p = (double)kn_bf16_round(xp[r * t->K + k]) * kn_bf16_round(w[k * t->N + j]);
+                    acc += p;
+                    sc += fabs(p);
+                }
+                if (bias) acc += bias[j], sc += fabs(bias[j]);
+                const size_t i = (size_t)(r * t->N + j);
+                if (zp) acc += zp[i], sc += fabs(zp[i]);
+                if (t->act == 1) acc = acc < 0 ? 0 : acc;
+                if (t->act == 2) acc = tanh(acc);
+                if (t->act == 3) acc = 0.5 * acc * (1.0 + erf(acc / sqrt(2.0)));
+                want[i] = acc;
+                scale[i] = sc;
+            }
+        for (int threads = 1; threads <= 2; threads++)
+            for (int level = 0; level <= 3; level += 3) {
+                kiln_session_options *o = NULL;
+                kiln_session_options_create(&o);
+                kiln_session_options_set_cache(o, 0, NULL);
+                kiln_session_options_set_intra_op_threads(o, threads);
+                kiln_session_options_set_opt_level(o, level);
+                const char *k[1] = {"precision"}, *v[1] = {"bf16"};
+                kiln_session_options_append_provider(o, "cpu", k, v, 1);
+                kiln_session *s = NULL;
+                CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
+                kiln_session_options_destroy(o);
+                if (!s) continue;
+                const char *names[2] = {"x", "z"};
+                kiln_tensor *ins[2] = {x, z};
+                for (int run = 0; run < 2; run++) {
+                    kiln_tensor *y = NULL;
+                    CHECK_STATUS(kiln_session_run(s, names, ins, t->res ? 2 : 1, NULL, 1, &y), KILN_OK);
+                    if (!y) continue;
+                    CHECK_EQ_INT(kiln_tensor_element_count(y), (int64_t)ny);
+                    const float *got = kiln_tensor_data(y);
+                    size_t first = 0;
+                    const size_t bad = kiln_tensor_element_count(y) == (int64_t)ny
+                                             ? tmb_count_off(got, want, scale, ny, 1e-6, 1e-5, &first)
+                                             : 0;
+                    CHECK_MSG(bad == 0,
+                              "bf16 case %zu (%lld x %lld x %lld -> %lld, bias %d, res %d, act %d), %d threads, level "
+                              "%d, run %d: %zu of %zu outputs differ, first at %zu: %.9g, want %.9g (scale %g)",
+                              ci, (long long)t->batch, (long long)t->M, (long long)t->K, (long long)t->N, t->bias,
+                              t->res, t->act, threads, level, run, bad, ny, first, bad ? got[first] : 0.0,
+                              bad ? want[first] : 0.0, bad ? scale[first] : 0.0);
+                    kiln_tensor_destroy(y);
+                }
+                kiln_session_destroy(s);
+            }
         free(want);
         free(scale);
         kiln_tensor_destroy(x);
