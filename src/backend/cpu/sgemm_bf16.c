@@ -421,47 +421,14 @@ static void pack_b_whole_panel(const float *B, int64_t ldb, bool trans, int64_t 
  * convolution's input planes are long rows: packing them panel by panel read them 128 bytes a row) */
 static int64_t b_units(bool trans, int64_t N, int64_t K) { return trans ? (N + BNR - 1) / BNR : (K + 31) / 32; }
 
-static void pack_b_unit(const float *B, int64_t ldb, bool trans, int64_t N, int64_t K, int64_t u, uint16_t *dst) {
-    if (trans) {
-        pack_b_whole_panel(B, ldb, true, N, K, u * BNR, dst);
-        return;
-    }
-    const int64_t Np = pad_to(N, BNR);
-    /* the last unit also writes AMX's zero pairs past K (up to the padded depth) */
-    const int64_t k_end = u * 32 + 32 >= K ? pad_to(K, kpad) : u * 32 + 32;
-    /* PACK_B_COLS columns at a time over the unit's rows: each panel's part is then one run of 16
-     * pairs x 128 bytes; across all columns a row's writes went to every panel in turn, kq * 128
-     * bytes apart (16 KB at K 256: one L1 set), 48% of a 256 -> 64 1x1 convolution's time */
-    for (int64_t jb = 0; jb < N; jb += PACK_B_COLS)
-    for (int64_t k = u * 32; k < k_end; k += 2) {
-        const int64_t pc = k / BKC * BKC, kq = pad_to(min64(BKC, K - pc), kpad) / 2, ql = (k - pc) / 2;
-        const int64_t je = min64(N, jb + PACK_B_COLS);
-        if (k >= K) {
-            uint32_t *d = (uint32_t *)(dst + pc * Np) + ql * BNR + jb * kq;
-            for (int64_t jr = jb; jr < je; jr += BNR, d += kq * BNR) {
-                _mm512_storeu_si512(d, _mm512_setzero_si512());
-                _mm512_storeu_si512(d + 16, _mm512_setzero_si512());
-            }
-            continue;
-        }
-        const bool two = k + 1 < K;
-        const float *r0 = B + k * ldb, *r1 = r0 + ldb;
-        uint32_t *d = (uint32_t *)(dst + pc * Np) + ql * BNR + jb * kq;
-        for (int64_t jr = jb; jr < je; jr += BNR, d += kq * BNR) {
-            const int64_t nr = min64(BNR, N - jr);
-            const __mmask16 m0 = m16(nr), m1 = m16(nr - 16);
-            __m512 l0 = _mm512_maskz_loadu_ps(m0, r0 + jr), l1 = _mm512_maskz_loadu_ps(m1, r0 + jr + 16);
-            __m512 h0 = two ? _mm512_maskz_loadu_ps(m0, r1 + jr) : _mm512_setzero_ps();
-            __m512 h1 = two ? _mm512_maskz_loadu_ps(m1, r1 + jr + 16) : _mm512_setzero_ps();
-            _mm512_storeu_si512(d, pairs_of(l0, h0));
-            _mm512_storeu_si512(d + 16, pairs_of(l1, h1));
-        }
-    }
-}
-
-/* The same for a B given in bf16 (kn_bgemm_io's b16: untransposed, rows of ldb elements): the pairs
- * are the two rows' elements side by side, no rounding */
-static void pack_b16_unit(const uint16_t *B, int64_t ldb, int64_t N, int64_t K, int64_t u, uint16_t *dst) {
+/* Unit u of an untransposed op(B) (rows of ldb elements): B in fp32 (b32: pairs rounded) or
+ * already in bf16 (b16, kn_bgemm_io's: a pair is the two rows' elements side by side); one of the
+ * two is NULL. The last unit also writes AMX's zero pairs past K (up to the padded depth).
+ * PACK_B_COLS columns at a time over the unit's rows: each panel's part is then one run of 16
+ * pairs x 128 bytes; across all columns a row's writes went to every panel in turn, kq * 128
+ * bytes apart (16 KB at K 256: one L1 set), 48% of a 256 -> 64 1x1 convolution's time */
+static void pack_b_rows_unit(const float *b32, const uint16_t *b16, int64_t ldb, int64_t N, int64_t K, int64_t u,
+                             uint16_t *dst) {
     const int64_t Np = pad_to(N, BNR);
     const int64_t k_end = u * 32 + 32 >= K ? pad_to(K, kpad) : u * 32 + 32;
     for (int64_t jb = 0; jb < N; jb += PACK_B_COLS)
@@ -470,18 +437,33 @@ static void pack_b16_unit(const uint16_t *B, int64_t ldb, int64_t N, int64_t K, 
             const int64_t je = min64(N, jb + PACK_B_COLS);
             uint32_t *d = (uint32_t *)(dst + pc * Np) + ql * BNR + jb * kq;
             const bool one = k < K, two = k + 1 < K;
-            const uint16_t *r0 = B + k * ldb, *r1 = r0 + ldb;
+            const int64_t r0 = one ? k * ldb : 0, r1 = two ? r0 + ldb : 0; /* rows k and k + 1 */
             for (int64_t jr = jb; jr < je; jr += BNR, d += kq * BNR) {
                 const int64_t nr = min64(BNR, N - jr);
-                const __mmask16 m0 = m16(nr), m1 = m16(nr - 16);
-                const __m512i l0 = one ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m0, r0 + jr)) : _mm512_setzero_si512();
-                const __m512i l1 = one ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m1, r0 + jr + 16)) : _mm512_setzero_si512();
-                const __m512i h0 = two ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m0, r1 + jr)) : _mm512_setzero_si512();
-                const __m512i h1 = two ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m1, r1 + jr + 16)) : _mm512_setzero_si512();
-                _mm512_storeu_si512(d, _mm512_or_si512(l0, _mm512_slli_epi32(h0, 16)));
-                _mm512_storeu_si512(d + 16, _mm512_or_si512(l1, _mm512_slli_epi32(h1, 16)));
+                const __mmask16 m0 = one ? m16(nr) : 0, m1 = one ? m16(nr - 16) : 0;
+                const __mmask16 h0 = two ? m0 : 0, h1 = two ? m1 : 0;
+                __m512i v0, v1;
+                if (b32) {
+                    v0 = pairs_of(_mm512_maskz_loadu_ps(m0, b32 + r0 + jr), _mm512_maskz_loadu_ps(h0, b32 + r1 + jr));
+                    v1 = pairs_of(_mm512_maskz_loadu_ps(m1, b32 + r0 + jr + 16),
+                                  _mm512_maskz_loadu_ps(h1, b32 + r1 + jr + 16));
+                } else {
+                    const __m512i l0 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m0, b16 + r0 + jr));
+                    const __m512i l1 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m1, b16 + r0 + jr + 16));
+                    const __m512i g0 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(h0, b16 + r1 + jr));
+                    const __m512i g1 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(h1, b16 + r1 + jr + 16));
+                    v0 = _mm512_or_si512(l0, _mm512_slli_epi32(g0, 16));
+                    v1 = _mm512_or_si512(l1, _mm512_slli_epi32(g1, 16));
+                }
+                _mm512_storeu_si512(d, v0);
+                _mm512_storeu_si512(d + 16, v1);
             }
         }
+}
+
+static void pack_b_unit(const float *B, int64_t ldb, bool trans, int64_t N, int64_t K, int64_t u, uint16_t *dst) {
+    if (trans) pack_b_whole_panel(B, ldb, true, N, K, u * BNR, dst);
+    else pack_b_rows_unit(B, NULL, ldb, N, K, u, dst);
 }
 
 /* Rows [0, m) and columns [0, n) of S (row stride lds) clamped to [lo, hi] and rounded into d (row
@@ -802,7 +784,7 @@ static void pack_range(void *arg, int64_t begin, int64_t end) {
             else if (j->a_own[op])
                 pack_a_whole_panel(p->a[op], p->lda, p->trans_a, p->M, p->K, u * amr, j->a_own[op]);
         } else if (j->b_own[op] && j->io && j->io->b16) {
-            pack_b16_unit(j->io->b16[op], p->ldb, p->N, p->K, u - j->pa, j->b_own[op]);
+            pack_b_rows_unit(NULL, j->io->b16[op], p->ldb, p->N, p->K, u - j->pa, j->b_own[op]);
         } else if (j->b_own[op]) {
             pack_b_unit(p->b[op], p->ldb, p->trans_b, p->N, p->K, u - j->pa, j->b_own[op]);
         }
