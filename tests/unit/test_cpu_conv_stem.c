@@ -13,7 +13,8 @@
 typedef struct stem_case {
     int64_t N, C, H, W, M, KH, KW, sh, sw, dh, dw;
     int64_t pads[4]; /* top, left, bottom, right */
-    bool bias, w_input, relu;
+    bool bias, w_input;
+    int relu; /* 0 none, 1 Relu (true), 2 Clip(-0.25, 0.5) */
 } stem_case;
 
 static int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1) {
@@ -41,7 +42,16 @@ static unsigned char *stem_model(const stem_case *t, kiln_tensor **w_out, size_t
     tmb_ints(&b, node, "strides", (int64_t[]){t->sh, t->sw}, 2);
     tmb_ints(&b, node, "dilations", (int64_t[]){t->dh, t->dw}, 2);
     tmb_ints(&b, node, "pads", (int64_t[]){t->pads[0], t->pads[1], t->pads[2], t->pads[3]}, 4);
-    if (t->relu) {
+    if (t->relu == 2) {
+        kn_tensor *lo, *hi;
+        kn_tensor_new(KILN_DTYPE_FLOAT, 0, NULL, &lo);
+        kn_tensor_new(KILN_DTYPE_FLOAT, 0, NULL, &hi);
+        *(float *)lo->data = -0.25f;
+        *(float *)hi->data = 0.5f;
+        const int l = tmb_const_tensor(&b, "lo", lo), h = tmb_const_tensor(&b, "hi", hi);
+        tmb_node(&b, "Clip", (int[]){y, l, h}, 3, r);
+        tmb_output(&b, r);
+    } else if (t->relu) {
         tmb_node(&b, "Relu", (int[]){y}, 1, r);
         tmb_output(&b, r);
     } else {
@@ -67,7 +77,8 @@ static void reference(const stem_case *t, const float *x, const float *w, const 
                                 acc += (double)x[((n * t->C + c) * t->H + ih) * t->W + iw] *
                                        w[((m * t->C + c) * t->KH + kh) * t->KW + kw];
                             }
-                    if (t->relu && acc < 0) acc = 0;
+                    if (t->relu == 1 && acc < 0) acc = 0;
+                    if (t->relu == 2) acc = acc < -0.25 ? -0.25 : acc > 0.5 ? 0.5 : acc;
                     y[((n * t->M + m) * OH + oh) * OW + ow] = acc;
                 }
 }
@@ -81,6 +92,7 @@ KN_TEST(cpu_conv_channels_in_lanes_matches_definition) {
         {1, 3, 30, 40, 64, 5, 5, 1, 1, 1, 1, {2, 2, 2, 2}, true, false, false},   /* stride 1: the GEMM */
         {2, 4, 33, 66, 64, 6, 4, 3, 3, 1, 1, {0, 0, 0, 0}, true, false, false},   /* stride 3, no pad */
         {1, 1, 64, 64, 32, 11, 11, 4, 4, 1, 1, {5, 5, 5, 5}, false, true, true}, /* one channel, s4 */
+        {1, 3, 45, 53, 64, 7, 7, 2, 2, 1, 1, {3, 3, 3, 3}, true, false, 2},       /* the stem, Clip as it stores */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const stem_case *t = &cases[ci];

@@ -1179,6 +1179,8 @@ typedef struct cl_job {
     bool inplace;
     int *failed;
     bool mfirst; /* bands are ranges of channel blocks (cl_range_mfirst) */
+    bool clamp;  /* the output clamped to [lo, hi] as it is stored (a Relu or Clip; no epilogue then) */
+    float lo, hi;
 } cl_job;
 
 /* out[p*MB + KN_VL v + r] = bias + sum over taps of w[tap][KN_VL v + r] * x(tap, pixel p) for p < P;
@@ -1343,7 +1345,10 @@ static void cl_pad_range(void *arg, int64_t begin, int64_t end) {
 
 /* A segment's tiles, seg [pixel][channel] (sn pixels of MB channels), into the output rows
  * [channel][pixel] at y (channels a plane apart). */
-static void cl_store_seg(const float *seg, int64_t MB, int MV, int64_t sn, float *y, int64_t plane) {
+static inline __attribute__((always_inline)) void cl_store_seg_impl(const float *seg, int64_t MB, int MV, int64_t sn,
+                                                                    float *y, int64_t plane, const bool clamp, float lo,
+                                                                    float hi) {
+    const kn_vf vlo = kn_vf_set1(lo), vhi = kn_vf_set1(hi);
     for (int64_t r0 = 0; r0 < sn; r0 += KN_VL) {
         const int rows = (int)min64(KN_VL, sn - r0);
         const kn_vmask keep = kn_v_tail(rows);
@@ -1351,9 +1356,17 @@ static void cl_store_seg(const float *seg, int64_t MB, int MV, int64_t sn, float
             kn_vf o[KN_VL];
             kn_v_transpose(seg + r0 * MB + KN_VL * q, MB, rows, KN_VL, o);
             float *yo = y + KN_VL * q * plane + r0;
-            for (int c = 0; c < KN_VL; c++) kn_vf_mask_storeu(yo + c * plane, keep, o[c]);
+            /* min(hi, max(lo, v)): the epilogue's Relu and Clip, NaN kept */
+            for (int c = 0; c < KN_VL; c++)
+                kn_vf_mask_storeu(yo + c * plane, keep, clamp ? kn_vf_min(vhi, kn_vf_max(vlo, o[c])) : o[c]);
         }
     }
+}
+
+/* (clamped to [j->lo, j->hi] where j->clamp) */
+static void cl_store_seg(const cl_job *j, const float *seg, int64_t MB, int MV, int64_t sn, float *y, int64_t plane) {
+    if (j->clamp) cl_store_seg_impl(seg, MB, MV, sn, y, plane, true, j->lo, j->hi);
+    else cl_store_seg_impl(seg, MB, MV, sn, y, plane, false, 0.0f, 0.0f);
 }
 
 /* Tasks are (image, band of output rows). */
@@ -1432,7 +1445,7 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
                         }
                     }
                     /* seg [pixel][channel] -> output rows [channel][pixel] */
-                    cl_store_seg(seg, MB, MV, sn, yn + m0 * plane + oh * OW + s0, plane);
+                    cl_store_seg(j, seg, MB, MV, sn, yn + m0 * plane + oh * OW + s0, plane);
                 }
             }
         }
@@ -1469,7 +1482,7 @@ static void cl_range_mfirst(void *arg, int64_t begin, int64_t end) {
                     const int64_t sn = min64(SEG, OW - s0);
                     for (int64_t p0 = 0; p0 < sn; p0 += P)
                         cl_tile_any(j, pad + oh * v->sh * j->Wp + (s0 + p0) * v->sw, w, bias, seg + p0 * MB);
-                    cl_store_seg(seg, MB, MV, sn, yn + m0 * plane + oh * OW + s0, plane);
+                    cl_store_seg(j, seg, MB, MV, sn, yn + m0 * plane + oh * OW + s0, plane);
                 }
         }
         if (j->epi) j->epi(j->epi_ctx, j->y, (n * s->M + mb0 * MB) * plane, (mb1 - mb0) * MB, plane, plane);
@@ -1477,12 +1490,14 @@ static void cl_range_mfirst(void *arg, int64_t begin, int64_t end) {
 }
 
 static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w, const float *bias,
-                           float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_is_input) {
+                           float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, const kn_conv_tail *clamp,
+                           bool w_is_input) {
     const bool many = cl3_suits(s);
     int failed = 0;
     cl_job j = {s, win2_of(&s->w), NULL, 0, 0, NULL, bias, y, many || s->M % (4 * KN_VL) ? 2 : 4, 0, 1, epi, epi_ctx, x,
                 false, &failed};
     const win2 *v = &j.v;
+    if (clamp) j.clamp = true, j.lo = clamp->lo, j.hi = clamp->hi;
     const int P = j.P = many ? cl_p_of(v->OW) : CL_ACC / j.MV, SEG = CL_SEG / P * P;
     /* the padded input covers every tap of every tile, the last tile's pixels past the row too */
     const int64_t tiles_w = (min64(SEG, v->OW) + P - 1) / P * P + (v->OW / SEG) * SEG;
@@ -1901,6 +1916,8 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     bool pointwise = true;
     for (int i = 0; i < s->nsp; i++)
         pointwise &= s->w.kernel[i] == 1 && s->w.stride[i] == 1 && s->w.pad_begin[i] == 0 && s->w.pad_end[i] == 0;
+    /* the epilogue is the tail's clamp alone (the caller passes tail only with epi) */
+    const bool clamp_only = tail && !tail->residual && !tail->residual16;
     int64_t count = s->N * s->G, K = s->Cg * s->kk;
     /* precision=bf16 on AMX: the GEMM's tiles outrun every fp32 kernel below (Winograd included)
      * wherever the bf16 GEMM takes the product (sgemm_bf16.h); with vdpbf16ps they do not */
@@ -1910,7 +1927,14 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
         const kn_amx_conv_shape as = {s->N, s->C, s->M, s->w.in[0], s->w.in[1], s->w.out[0], s->w.out[1],
                                       s->w.kernel[0], s->w.kernel[1], s->w.pad_begin[0], s->w.pad_begin[1],
                                       s->w.dilation[0], s->w.dilation[1], s->w.stride[0], s->w.stride[1]};
-        if (kn_amx_conv_suits(&as)) return kn_amx_conv(c, &as, x, w, bias, y, epi, epi_ctx, w_is_input);
+        if (kn_amx_conv_suits(&as)) {
+            /* a Relu or Clip alone: applied as the tiles' blocks are stored, no pass of its own */
+            if (clamp_only) {
+                const kn_amx_io io = {NULL, NULL, tail->lo, tail->hi};
+                return kn_amx_conv_io(c, &as, x, w, bias, y, NULL, NULL, w_is_input, &io);
+            }
+            return kn_amx_conv(c, &as, x, w, bias, y, epi, epi_ctx, w_is_input);
+        }
     }
     if (strided_pointwise(s)) {
         sub_job sj = {x, NULL, win2_of(&s->w)};
@@ -1943,7 +1967,8 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
             sk_conv(c, s, x, w, bias, y, epi, epi_ctx);
             return KILN_OK;
         }
-        if (!pointwise && cl_suits(s)) return cl_conv(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
+        if (!pointwise && cl_suits(s))
+            return cl_conv(c, s, x, w, bias, y, clamp_only ? NULL : epi, epi_ctx, clamp_only ? tail : NULL, w_is_input);
     }
 #endif
     const float **ap = malloc(sizeof(float *) * (size_t)count * 2);
@@ -2110,7 +2135,9 @@ static kiln_status conv_bf16_io(kn_kernel_ctx *c, const conv_shape *s, const kn_
         return KILN_OK;
     if (y16 && epi && !tail) return KILN_OK;
     const bool res = tail && (tail->residual || tail->residual16);
-    const float lo = y16 && tail ? tail->lo : -INFINITY, hi = y16 && tail ? tail->hi : INFINITY;
+    /* a bf16 Y clamped and rounded; an fp32 Y without a residual clamped as it is stored (no epi) */
+    const bool clamp = tail && (y16 || !res);
+    const float lo = clamp ? tail->lo : -INFINITY, hi = clamp ? tail->hi : INFINITY;
     const kn_amx_conv_shape as = {s->N, s->C, s->M, s->w.in[0], s->w.in[1], s->w.out[0], s->w.out[1],
                                   s->w.kernel[0], s->w.kernel[1], s->w.pad_begin[0], s->w.pad_begin[1],
                                   s->w.dilation[0], s->w.dilation[1], s->w.stride[0], s->w.stride[1]};
@@ -2118,7 +2145,7 @@ static kiln_status conv_bf16_io(kn_kernel_ctx *c, const conv_shape *s, const kn_
     if (!(y16 && res) && (x16 ? kn_amx_conv_takes_x16(&as) : kn_amx_conv_suits(&as))) {
         const kn_amx_io io = {x16 ? X->data : NULL, y16 ? Y->data : NULL, lo, hi};
         *done = true;
-        return kn_amx_conv_io(c, &as, x16 ? NULL : X->data, w, bias, y16 ? NULL : Y->data, y16 ? NULL : epi, epi_ctx,
+        return kn_amx_conv_io(c, &as, x16 ? NULL : X->data, w, bias, y16 ? NULL : Y->data, clamp ? NULL : epi, epi_ctx,
                               w_const, &io);
     }
     bool pointwise = true;

@@ -37,6 +37,7 @@
 #include "util/thread_buffer.h"
 #include "util/threadpool.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -353,6 +354,7 @@ typedef struct run_job {
     float *y;
     uint16_t *y16; /* y in bf16 instead, clamped to [lo, hi] (kn_amx_conv_io), or NULL */
     float lo, hi;
+    bool clamp; /* y (fp32) clamped to [lo, hi] as it is stored */
     kn_conv_epilogue_fn epi;
     const void *epi_ctx;
     int64_t mblocks, chunks;
@@ -365,11 +367,11 @@ static inline int64_t out_pos(const kn_amx_conv_shape *s, const geom *g, int64_t
 }
 
 /* 32 padded columns from p0 of output rows m0..m0+mr of image y: the valid columns of T (32 x 32,
- * row r for channel m0 + r) plus the bias; half: y is bf16 (y16), the values clamped to [lo, hi]
- * and rounded (called with a constant half: one copy each) */
+ * row r for channel m0 + r) plus the bias; clamped to [lo, hi] where clamp; half: y is bf16 (y16),
+ * the values clamped and rounded (called with constant half and clamp: one copy each) */
 static inline __attribute__((always_inline)) void store_block(const kn_amx_conv_shape *s, const geom *g, const float *T,
                                                               int mr, int64_t p0, void *y, int64_t m0, const float *bias,
-                                                              const bool half, float lo, float hi) {
+                                                              const bool half, const bool clamp, float lo, float hi) {
     const int64_t plane = s->OH * s->OW, ncols = min64(32, g->npad - p0);
     const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
     for (int64_t j = 0; j < ncols;) {
@@ -381,10 +383,11 @@ static inline __attribute__((always_inline)) void store_block(const kn_amx_conv_
                 const __m512 b = _mm512_set1_ps(bias ? bias[m0 + r] : 0.0f);
                 for (int h = 0; h < 2 && valid > 16 * h; h++) {
                     const __mmask16 k = m16(valid - 16 * h);
-                    const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, T + r * 32 + j + 16 * h), b);
+                    __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, T + r * 32 + j + 16 * h), b);
+                    /* (NaN stays NaN, as the epilogue's Relu and Clip leave it) */
+                    if (half || clamp) v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
                     if (half)
-                        _mm256_mask_storeu_epi16((uint16_t *)y + at + 16 * h, k,
-                                                 (__m256i)_mm512_cvtneps_pbh(_mm512_min_ps(vhi, _mm512_max_ps(vlo, v))));
+                        _mm256_mask_storeu_epi16((uint16_t *)y + at + 16 * h, k, (__m256i)_mm512_cvtneps_pbh(v));
                     else
                         _mm512_mask_storeu_ps((float *)y + at + 16 * h, k, v);
                 }
@@ -455,8 +458,9 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
         for (int64_t p0 = c0; p0 < c1; p0 += 32) {
             if (mr > 16) tiles(true, j, xv, m0, p0, p0 == c0, T);
             else tiles(false, j, xv, m0, p0, p0 == c0, T);
-            if (j->y16) store_block(s, g, T, mr, p0, j->y16 + n * s->M * plane, m0, j->bias, true, j->lo, j->hi);
-            else store_block(s, g, T, mr, p0, j->y + n * s->M * plane, m0, j->bias, false, 0.0f, 0.0f);
+            if (j->y16) store_block(s, g, T, mr, p0, j->y16 + n * s->M * plane, m0, j->bias, true, true, j->lo, j->hi);
+            else if (j->clamp) store_block(s, g, T, mr, p0, j->y + n * s->M * plane, m0, j->bias, false, true, j->lo, j->hi);
+            else store_block(s, g, T, mr, p0, j->y + n * s->M * plane, m0, j->bias, false, false, 0.0f, 0.0f);
         }
         if (j->epi && !j->y16) {
             const int64_t o0 = out_pos(s, g, c0), o1 = out_pos(s, g, c1);
@@ -508,7 +512,8 @@ kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, cons
     in_job ij = {s, fold ? s_in : NULL, &g, x, io ? io->x16 : NULL, xv};
     kn_parallel_for(c->pool, s->N * g.nph * g.cq, 4, pack_input, &ij);
     run_job rj = {s, &g, wa, xv, toff, bias, y, io ? io->y16 : NULL, io ? io->lo : 0.0f, io ? io->hi : 0.0f,
-                  epi, epi_ctx, (s->M + 31) / 32, (g.npad + COL_CHUNK - 1) / COL_CHUNK};
+                  io && !io->y16 && (io->lo > -INFINITY || io->hi < INFINITY), epi, epi_ctx, (s->M + 31) / 32,
+                  (g.npad + COL_CHUNK - 1) / COL_CHUNK};
     kn_parallel_for(c->pool, s->N * rj.mblocks * rj.chunks, 1, run_range, &rj);
     free(own);
     free(toff);

@@ -29,7 +29,9 @@ kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s, const floa
 /* bf16 activations (precision=bf16, where the graph keeps a value between two convolutions in
  * bfloat16): x16, when set, is the input in bf16 (x unused; not for the folded few-channel
  * convolutions); y16, when set, receives the output in bf16 instead of y, plus the bias, clamped
- * to [lo, hi] (a Relu or Clip: it commutes with the rounding), rounded to nearest even (no epi then). */
+ * to [lo, hi] (a Relu or Clip: it commutes with the rounding), rounded to nearest even (no epi then).
+ * Without y16, a [lo, hi] other than [-inf, inf] clamps y as it is stored, before epi (a Relu or Clip
+ * without a residual: no pass of its own over y). */
 typedef struct kn_amx_io {
     const uint16_t *x16;
     uint16_t *y16;
