@@ -69,6 +69,9 @@ typedef struct kn_backend_ops {
     kiln_status (*new_tensor)(void *state, kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out);
     kiln_status (*upload)(void *state, const kn_tensor *host, bool persistent, kn_tensor **dev_out);
     kiln_status (*download)(void *state, const kn_tensor *dev, kn_tensor **host_out);
+    /* Optional: a host tensor the device copies into at full speed (pinned memory), for values the
+     * caller gets on the host. NULL: plain host memory. */
+    kiln_status (*new_host_tensor)(void *state, kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out);
     kiln_status (*sync)(void *state);
     /* Optional: device memory statistics (allocation calls made, bytes live, peak bytes). */
     void (*stats)(void *state, uint64_t *device_allocs, size_t *live_bytes, size_t *peak_bytes);

@@ -441,8 +441,9 @@ static kiln_status deliver(const kiln_session *s, kn_tensor **t, bool borrowed, 
     const kn_backend *be = kn_session_device_backend(s, where != KN_DEVICE_HOST ? where : v->device);
     if (!be || !be->ops->copy) return KN_INTERNAL("an output on a device the session has no provider for");
     kn_tensor *n = NULL;
-    kiln_status st = where == KN_DEVICE_HOST ? kn_tensor_new_pooled(NULL, false, v->dtype, v->rank, v->dims, &n)
-                                             : be->ops->new_tensor(be->state, v->dtype, v->rank, v->dims, &n);
+    kiln_status st = where != KN_DEVICE_HOST ? be->ops->new_tensor(be->state, v->dtype, v->rank, v->dims, &n)
+                     : be->ops->new_host_tensor ? be->ops->new_host_tensor(be->state, v->dtype, v->rank, v->dims, &n)
+                                                : kn_tensor_new_pooled(NULL, false, v->dtype, v->rank, v->dims, &n);
     if (st == KILN_OK) st = be->ops->copy(be->state, v, n);
     if (st != KILN_OK) {
         kn_tensor_free(n);

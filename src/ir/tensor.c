@@ -250,25 +250,39 @@ struct kn_buffer_pool {
     pthread_mutex_t mu;
     pool_block *free_blocks;
     int n_free, cap_free;
-    size_t cached_bytes;
-    atomic_int refs; /* the owner's, and one per tensor whose buffer comes back here */
+    size_t cached_bytes, max_cached;
+    kn_host_allocator alloc; /* alloc NULL: aligned_alloc and free */
+    atomic_int refs;         /* the owner's, and one per tensor whose buffer comes back here */
 };
 
 /* Cached bytes beyond this are given back to the system. */
 #define KN_POOL_MAX_CACHED ((size_t)8 << 30)
 
-kiln_status kn_buffer_pool_create(kn_buffer_pool **out) {
+kiln_status kn_buffer_pool_create_with(const kn_host_allocator *a, kn_buffer_pool **out) {
     kn_buffer_pool *p = calloc(1, sizeof *p);
     if (!p) return KN_OOM();
     pthread_mutex_init(&p->mu, NULL);
     atomic_init(&p->refs, 1);
+    p->max_cached = KN_POOL_MAX_CACHED;
+    if (a && a->alloc && a->release) {
+        p->alloc = *a;
+        if (a->max_cached < p->max_cached) p->max_cached = a->max_cached;
+    }
     *out = p;
     return KILN_OK;
 }
 
+kiln_status kn_buffer_pool_create(kn_buffer_pool **out) { return kn_buffer_pool_create_with(NULL, out); }
+
+static void block_free(const kn_buffer_pool *p, void *data) {
+    if (!data) return;
+    if (p->alloc.release) p->alloc.release(data);
+    else free(data);
+}
+
 static void pool_release(kn_buffer_pool *p) {
     if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1) return;
-    for (int i = 0; i < p->n_free; i++) free(p->free_blocks[i].data);
+    for (int i = 0; i < p->n_free; i++) block_free(p, p->free_blocks[i].data);
     free(p->free_blocks);
     pthread_mutex_destroy(&p->mu);
     free(p);
@@ -300,7 +314,7 @@ static void *pool_get(kn_buffer_pool *p, size_t need, size_t *capacity) {
 
 static void pool_put(kn_buffer_pool *p, void *data, size_t capacity) {
     pthread_mutex_lock(&p->mu);
-    if (p->cached_bytes + capacity <= KN_POOL_MAX_CACHED) {
+    if (p->cached_bytes + capacity <= p->max_cached) {
         if (p->n_free == p->cap_free) {
             int nc = p->cap_free ? p->cap_free * 2 : 64;
             pool_block *b = realloc(p->free_blocks, sizeof *b * (size_t)nc);
@@ -316,7 +330,7 @@ static void pool_put(kn_buffer_pool *p, void *data, size_t capacity) {
         }
     }
     pthread_mutex_unlock(&p->mu);
-    free(data);
+    block_free(p, data);
 }
 
 kiln_status kn_tensor_new_pooled(kn_buffer_pool *pool, bool zero, kiln_dtype dtype, int rank,
@@ -340,7 +354,12 @@ kiln_status kn_tensor_new_pooled(kn_buffer_pool *pool, bool zero, kiln_dtype dty
     size_t cap = (t->nbytes + 63) & ~(size_t)63;
     if (cap == 0) cap = 64;
     t->data = pool ? pool_get(pool, cap, &cap) : NULL;
-    if (!t->data) t->data = aligned_alloc(64, cap);
+    if (!t->data && pool && pool->alloc.alloc) t->data = pool->alloc.alloc(cap);
+    if (!t->data) {
+        /* plain memory; it goes back to a pool only if that pool frees with free() */
+        t->data = aligned_alloc(64, cap);
+        if (pool && pool->alloc.alloc) pool = NULL;
+    }
     if (!t->data) {
         size_t want = t->nbytes;
         free(t);

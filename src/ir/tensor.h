@@ -76,6 +76,15 @@ kiln_status kn_sequence_append(kn_tensor *seq, kn_tensor *item);
  * destroyed, and destroying the pool frees it once the last such tensor is gone. */
 typedef struct kn_buffer_pool kn_buffer_pool;
 kiln_status kn_buffer_pool_create(kn_buffer_pool **out);
+/* A pool whose blocks come from alloc and go back through release (pinned host memory: a device
+ * copies into it at full speed), keeping at most max_cached bytes of idle blocks. Where alloc
+ * refuses, the tensor gets plain memory (and does not come back to this pool). */
+typedef struct kn_host_allocator {
+    void *(*alloc)(size_t bytes);
+    void (*release)(void *data);
+    size_t max_cached;
+} kn_host_allocator;
+kiln_status kn_buffer_pool_create_with(const kn_host_allocator *a, kn_buffer_pool **out);
 void kn_buffer_pool_destroy(kn_buffer_pool *p);
 /* As kn_tensor_new, with memory from the pool (NULL pool = plain allocation); zeroed only when
  * `zero` is set. */

@@ -213,6 +213,49 @@ KN_TEST(cuda_graph_replay_matches_uncaptured) {
     free(m);
 }
 
+/* Host outputs of a CUDA session come in pinned memory (the device copies into it at full speed),
+ * replayed or not, hold the right values, and stay valid after the session is destroyed. */
+KN_TEST(cuda_host_outputs_pinned_and_outlive_session) {
+    NEED_GPU();
+    size_t size;
+    unsigned char *m = graph_model(false, &size);
+    if (!m) return;
+    kiln_session *cpu = make_session(m, size, "cpu", NULL, 0, 0);
+    kiln_session *gpu = make_session(m, size, "cuda", NULL, 3, 0);
+    kiln_tensor *keep = NULL, *keep_ref = NULL;
+    for (int r = 0; cpu && gpu && r < 5; r++) { /* warm-up, recorded, replays */
+        kiln_tensor *x = random_x(2, 300u + (uint32_t)r);
+        kiln_tensor *got[2] = {0}, *ref[2] = {0};
+        if (run_x(cpu, x, ref) == KILN_OK && run_x(gpu, x, got) == KILN_OK) {
+            char what[96];
+            snprintf(what, sizeof what, "run %d against the CPU", r);
+            same_floats(got[0], ref[0], 1e-4, 1e-5, what);
+            struct cudaPointerAttributes at;
+            memset(&at, 0, sizeof at);
+            cudaError_t e = cudaPointerGetAttributes(&at, kiln_tensor_data(got[0]));
+            CHECK_MSG(e == cudaSuccess && at.type == cudaMemoryTypeHost,
+                      "run %d: the float output is not in pinned host memory (type %d, %s)", r, (int)at.type,
+                      cudaGetErrorString(e));
+            cudaGetLastError();
+        }
+        if (r == 4) {
+            keep = got[0], keep_ref = ref[0];
+            got[0] = ref[0] = NULL;
+        }
+        for (int i = 0; i < 2; i++) {
+            kiln_tensor_destroy(got[i]);
+            kiln_tensor_destroy(ref[i]);
+        }
+        kiln_tensor_destroy(x);
+    }
+    kiln_session_destroy(gpu);
+    kiln_session_destroy(cpu);
+    if (keep && keep_ref) same_floats(keep, keep_ref, 1e-4, 1e-5, "an output read after its session was destroyed");
+    kiln_tensor_destroy(keep);
+    kiln_tensor_destroy(keep_ref);
+    free(m);
+}
+
 KN_TEST(cuda_graph_shape_change_falls_back) {
     NEED_GPU();
     size_t size;

@@ -408,3 +408,46 @@ KN_TEST(tensor_buffer_pool_reuses_blocks_and_outlives_its_owner) {
     kn_tensor_free(c);
     kn_tensor_free(b); /* the last holder: the pool goes */
 }
+
+/* A pool with its own allocator (the CUDA provider's pinned host memory): blocks come from it and
+ * go back through its release, idle blocks beyond max_cached are released at once, and where the
+ * allocator refuses the tensor gets plain memory that never reaches its release. */
+static int fake_allocs, fake_releases, fake_refuse;
+static void *fake_alloc(size_t bytes) {
+    if (fake_refuse) return NULL;
+    fake_allocs++;
+    return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+static void fake_release(void *p) {
+    fake_releases++;
+    free(p);
+}
+
+KN_TEST(tensor_buffer_pool_with_own_allocator) {
+    fake_allocs = fake_releases = fake_refuse = 0;
+    const kn_host_allocator a = {fake_alloc, fake_release, (size_t)5 << 20};
+    kn_buffer_pool *pool = NULL;
+    CHECK_STATUS(kn_buffer_pool_create_with(&a, &pool), KILN_OK);
+    if (!pool) return;
+    int64_t dims[1] = {1 << 20}; /* 4 MiB */
+    kn_tensor *x = NULL, *y = NULL, *z = NULL;
+    CHECK_STATUS(kn_tensor_new_pooled(pool, false, KILN_DTYPE_FLOAT, 1, dims, &x), KILN_OK);
+    CHECK_STATUS(kn_tensor_new_pooled(pool, false, KILN_DTYPE_FLOAT, 1, dims, &y), KILN_OK);
+    CHECK_MSG(fake_allocs == 2, "%d blocks from the allocator, expected 2", fake_allocs);
+    void *kept = x ? x->data : NULL;
+    kn_tensor_free(x); /* cached (4 MiB <= 5) */
+    kn_tensor_free(y); /* over the cache's 5 MiB: released */
+    CHECK_MSG(fake_releases == 1, "%d released after two frees, expected 1", fake_releases);
+    CHECK_STATUS(kn_tensor_new_pooled(pool, false, KILN_DTYPE_FLOAT, 1, dims, &x), KILN_OK);
+    CHECK(x && x->data == kept && fake_allocs == 2);
+    fake_refuse = 1; /* the allocator refuses: plain memory, freed with free() */
+    CHECK_STATUS(kn_tensor_new_pooled(pool, false, KILN_DTYPE_FLOAT, 1, dims, &z), KILN_OK);
+    CHECK(z && z->data && z->pool == NULL);
+    float *p = z ? z->data : NULL;
+    if (p) p[dims[0] - 1] = 1.0f;
+    kn_tensor_free(z);
+    CHECK_MSG(fake_releases == 1, "plain memory went to the allocator's release (%d)", fake_releases);
+    kn_buffer_pool_destroy(pool);
+    kn_tensor_free(x); /* the last holder: its block goes back through release */
+    CHECK_MSG(fake_releases == 2, "%d released at the end, expected 2", fake_releases);
+}

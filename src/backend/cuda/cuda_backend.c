@@ -768,6 +768,43 @@ static kiln_status cu_upload(void *state, const kn_tensor *host, bool persistent
     return KILN_OK;
 }
 
+/* Host tensors the caller gets (outputs, downloads) in pinned memory: a copy from the device into
+ * pageable memory goes through the driver's staging buffers at about a third of the speed (whisper's
+ * 2.3 MB output: 0.14 ms against ~0.05 on the H200's PCIe). One pool for the process; idle blocks
+ * are kept up to PINNED_CACHED bytes, and a tensor larger than PINNED_MAX_BYTES (pinning costs
+ * about as much as the copy saves) or one cudaHostAlloc refuses gets plain memory. */
+#define PINNED_CACHED ((size_t)256 << 20)
+#define PINNED_MAX_BYTES ((size_t)64 << 20)
+
+static void *pinned_alloc(size_t bytes) {
+    void *p = NULL;
+    /* (portable: the pool serves every device's sessions) */
+    if (bytes > PINNED_MAX_BYTES || cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void pinned_release(void *p) {
+    cudaFreeHost(p);
+    cudaGetLastError();
+}
+
+static kn_buffer_pool *pinned_pool;
+static pthread_once_t pinned_once = PTHREAD_ONCE_INIT;
+
+static void pinned_pool_make(void) {
+    const kn_host_allocator a = {pinned_alloc, pinned_release, PINNED_CACHED};
+    if (kn_buffer_pool_create_with(&a, &pinned_pool) != KILN_OK) pinned_pool = NULL; /* plain memory then */
+}
+
+static kiln_status cu_new_host_tensor(void *state, kiln_dtype dtype, int rank, const int64_t *dims, kn_tensor **out) {
+    (void)state;
+    pthread_once(&pinned_once, pinned_pool_make);
+    return kn_tensor_new_pooled(dtype == KILN_DTYPE_STRING ? NULL : pinned_pool, false, dtype, rank, dims, out);
+}
+
 static kiln_status cu_download(void *state, const kn_tensor *dev, kn_tensor **out) {
     kn_cuda *cu = kn_cu_lane(state);
     *out = NULL;
@@ -775,7 +812,7 @@ static kiln_status cu_download(void *state, const kn_tensor *dev, kn_tensor **ou
         return kn_error(KILN_ERR_UNSUPPORTED, "a %s value of cuda:%d is needed on the host while the run is recorded",
                         kiln_dtype_name(dev->dtype), cu->device);
     kn_tensor *t;
-    KN_TRY(kn_tensor_new_pooled(NULL, false, dev->dtype, dev->rank, dev->dims, &t));
+    KN_TRY(cu_new_host_tensor(state, dev->dtype, dev->rank, dev->dims, &t));
     cudaError_t e = cudaSuccess;
     if (dev->nbytes) e = cudaMemcpyAsync(t->data, dev->data, dev->nbytes, cudaMemcpyDeviceToHost, cu->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(cu->stream);
@@ -1137,6 +1174,7 @@ const kn_backend_ops kn_backend_cuda = {
     .new_tensor = cu_new_tensor_op,
     .upload = cu_upload,
     .download = cu_download,
+    .new_host_tensor = cu_new_host_tensor,
     .sync = cu_sync,
     .stats = cu_stats,
     .check_pointer = kn_cu_check_pointer,
