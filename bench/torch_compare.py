@@ -129,12 +129,20 @@ class TorchRunner:
         if cl:
             model = model.to(memory_format=torch.channels_last)
         self.host = [torch.from_numpy(a) for a in arrays]
-        if half:
+        io32 = variant == "fp16_io32"  # the ONNX model's interface: float32 in and out, halved on the device
+        if half and not io32:
             self.host = [h.half() if h.is_floating_point() else h for h in self.host]
         # pageable host memory, as a kiln caller's malloc'ed buffers (pinned would favour PyTorch)
         self.dev = [h.cuda() for h in self.host]
         if cl:
             self.dev = [d.contiguous(memory_format=torch.channels_last) if d.dim() == 4 else d for d in self.dev]
+        if io32:
+            inner = model
+
+            def model(*xs):
+                out = inner(*[x.half() if x.is_floating_point() else x for x in xs])
+                outs = list(out) if isinstance(out, (tuple, list)) else [out]
+                return [o.float() if o.is_floating_point() else o for o in outs]
         self.model = model
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -181,7 +189,7 @@ def main():
         ctor, cnn = zoo[name]
         d = os.path.join(a.zoo, name)
         in_names, arrays = read_inputs(d)
-        tv = ["fp32", "fp16"] + (["fp16_nhwc"] if cnn else [])
+        tv = ["fp32", "fp16", "fp16_io32"] + (["fp16_nhwc"] if cnn else [])
         runners = {}
         for v in tv:
             try:
@@ -212,24 +220,31 @@ def main():
              f"command: `python3 bench/torch_compare.py {' '.join(sys.argv[1:])}`", "",
              "Batch 1, host input in and host output out in both (kiln run; PyTorch: copy in from pageable "
              "memory, CUDA graph replay, .cpu() out). kiln fp32 and PyTorch fp32 with TF32 off; kiln fp16 with "
-             "activations=half; PyTorch fp16 = model.half(), nhwc = channels_last. Milliseconds, median of "
-             f"{a.rounds} rounds of {a.runs} runs each.", "",
+             "activations=half; PyTorch fp16 = model.half() with fp16 inputs and outputs copied, nhwc = "
+             "channels_last; PyTorch fp16 io32 = model.half() with float32 inputs and outputs copied (halved and "
+             "widened inside the graph), the interface of the ONNX model kiln runs, so both copy the same bytes. "
+             f"Milliseconds, median of {a.rounds} rounds of {a.runs} runs each.", "",
              "| model | kiln fp32 | torch fp32 | kiln/torch fp32 | kiln fp16 | torch fp16 | torch fp16 NHWC | "
-             "kiln fp16 / best torch fp16 |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "kiln fp16 / best torch fp16 | torch fp16 io32 | kiln fp16 / torch fp16 io32 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def f(x):
         return "-" if x is None else f"{x:.3f}"
-    r32, r16 = [], []
+    r32, r16, r16io = [], [], []
     for name, m in rows:
         best16 = min([x for x in (m.get("torch fp16"), m.get("torch fp16_nhwc")) if x] or [float("nan")])
         q32 = m["fp32"] / m["torch fp32"] if m.get("fp32") and m.get("torch fp32") else None
         q16 = m["fp16 half"] / best16 if m.get("fp16 half") and not math.isnan(best16) else None
+        q16io = m["fp16 half"] / m["torch fp16_io32"] if m.get("fp16 half") and m.get("torch fp16_io32") else None
         if q32: r32.append(q32)
         if q16: r16.append(q16)
+        if q16io: r16io.append(q16io)
         lines.append(f"| {name} | {f(m.get('fp32'))} | {f(m.get('torch fp32'))} | {f(q32)} | {f(m.get('fp16 half'))} | "
-                     f"{f(m.get('torch fp16'))} | {f(m.get('torch fp16_nhwc'))} | {f(q16)} |")
+                     f"{f(m.get('torch fp16'))} | {f(m.get('torch fp16_nhwc'))} | {f(q16)} | "
+                     f"{f(m.get('torch fp16_io32'))} | {f(q16io)} |")
     geo = lambda v: math.exp(sum(map(math.log, v)) / len(v)) if v else float("nan")
-    lines += ["", f"Geometric means, kiln/PyTorch (below 1: kiln faster): fp32 {geo(r32):.3f}, fp16 {geo(r16):.3f}."]
+    lines += ["", f"Geometric means, kiln/PyTorch (below 1: kiln faster): fp32 {geo(r32):.3f}, fp16 {geo(r16):.3f}, "
+              f"fp16 against PyTorch with float32 I/O {geo(r16io):.3f}."]
     text = "\n".join(lines) + "\n"
     print(text)
     out = a.out or os.path.join(ROOT, "bench", "results", f"torch-compare-{date}.md")
