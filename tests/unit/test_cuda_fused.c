@@ -3,6 +3,9 @@
  * its C input) and a pass after it elsewhere (kiln's stand-in kernels, widths cuBLASLt refuses). */
 #include "test_onemodel.h"
 
+#include "exec/graph_run.h"
+#include "util/clock.h"
+
 #ifdef KILN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -278,6 +281,7 @@ KN_TEST(cuda_fused_conv_graph_activations) {
     if (!kn_cu_conv_graph_available()) KN_SKIP("this build has no cuDNN, or it does not load");
     static const kiln_dtype types[2] = {KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
     static const char *const acts[5] = {"SiLU", "Sigmoid", "Tanh", "Gelu", "GeluTanh"};
+    setenv("KILN_CUDA_CONV_GRAPH_BUILD", "sync", 1); /* built in the run: each session runs once */
     for (int graph = 1; graph >= 0; graph--) {
         const unsigned long long runs0 = kn_cu_conv_graph_runs();
         setenv("KILN_CUDA_CONV_GRAPH", graph ? "1" : "0", 1);
@@ -305,6 +309,7 @@ KN_TEST(cuda_fused_conv_graph_activations) {
         if (graph) CHECK_MSG(ran >= 40, "cuDNN's operation graph ran %llu of 40 convolutions", ran);
         else CHECK_MSG(ran == 0, "KILN_CUDA_CONV_GRAPH=0, yet the graph ran %llu times", ran);
     }
+    unsetenv("KILN_CUDA_CONV_GRAPH_BUILD");
 #endif
 }
 
@@ -328,6 +333,7 @@ KN_TEST(cuda_fused_conv_graph_plan_kept) {
     CHECK(kn_onnx_write_memory(o.m, &data, &size) == KILN_OK);
     kn_tensor *y[2] = {NULL, NULL};
     unsigned long long loaded[2] = {0, 0}, ran[2] = {0, 0};
+    setenv("KILN_CUDA_CONV_GRAPH_BUILD", "sync", 1); /* built in the first session's one run */
     for (int pass = 0; pass < 2 && data; pass++) {
         kiln_session_options *opt;
         kiln_session_options_create(&opt);
@@ -346,6 +352,7 @@ KN_TEST(cuda_fused_conv_graph_plan_kept) {
         loaded[pass] = kn_cu_conv_graph_plans_loaded() - l0;
         ran[pass] = kn_cu_conv_graph_runs() - r0;
     }
+    unsetenv("KILN_CUDA_CONV_GRAPH_BUILD");
     CHECK_MSG(ran[0] == 1 && ran[1] == 1, "the graph ran %llu and %llu times, once each expected", ran[0], ran[1]);
     CHECK_MSG(loaded[0] == 0 && loaded[1] == 1, "plans made from the file: %llu then %llu (0 then 1 expected)",
               loaded[0], loaded[1]);
@@ -359,6 +366,73 @@ KN_TEST(cuda_fused_conv_graph_plan_kept) {
     om_free(&o);
     unlink(path);
     rmdir(dir);
+#endif
+}
+
+static kn_tensor *copy_of(const kn_tensor *t) {
+    kn_tensor *c = NULL;
+    if (t && kn_tensor_clone(t, &c) != KILN_OK) c = NULL;
+    return c;
+}
+
+/* By default the graphs are built in the background: a session's first run takes the old way
+ * (the convolution, then a pass) without waiting for cuDNN's compiler, a later run takes the graph
+ * once its builder is done, and runs are recorded into a CUDA graph only after that. Every run's
+ * output is checked against the CPU's (FusedConv 3x3 float16 with SiLU and a residual). */
+KN_TEST(cuda_fused_conv_graph_built_in_background) {
+    NEED_GPU();
+#ifdef KILN_HAVE_CUDA
+    if (!kn_cu_conv_graph_available()) KN_SKIP("this build has no cuDNN, or it does not load");
+    onemodel gpu, cpu;
+    fused_conv_model(&gpu, KILN_DTYPE_FLOAT16, true, true, 3, "SiLU", NULL);
+    fused_conv_model(&cpu, KILN_DTYPE_FLOAT, true, true, 3, "SiLU", (const kn_tensor *const *)gpu.inputs);
+    kn_tensor *want = run_one(&cpu, "cpu", "the CPU's FusedConv");
+    unsigned char *data = NULL;
+    size_t size = 0;
+    kn_graph_recount(gpu.g);
+    CHECK(kn_onnx_write_memory(gpu.m, &data, &size) == KILN_OK);
+    kiln_session_options *opt;
+    kiln_session_options_create(&opt);
+    kiln_session_options_set_opt_level(opt, 0);
+    kiln_session_options_set_cache(opt, 0, NULL);
+    const char *keys[1] = {"conv_graph"}, *vals[1] = {"1"};
+    kiln_session_options_append_provider(opt, "cuda", keys, vals, 1);
+    kiln_session *s = NULL;
+    CHECK_MSG(data && kiln_session_create_from_memory(data, size, NULL, opt, &s) == KILN_OK, "session: %s",
+              kiln_last_error());
+    kiln_session_options_destroy(opt);
+    const unsigned long long r0 = kn_cu_conv_graph_runs();
+    int runs = 0, first_with_graph = -1;
+    uint64_t launches_before_graph = 0;
+    const double t0 = kn_now_ms();
+    while (s && first_with_graph < 0 && kn_now_ms() - t0 < 120e3) {
+        kn_tensor *y = NULL;
+        om_run(s, &gpu, &y);
+        char what[64];
+        snprintf(what, sizeof what, "run %d", runs);
+        check_conv_close(y, copy_of(want), 1e-2, what);
+        if (kn_cu_conv_graph_runs() > r0) first_with_graph = runs;
+        else kn_graph_run_stats(s, NULL, NULL, &launches_before_graph);
+        runs++;
+        if (first_with_graph < 0) usleep(20000);
+    }
+    CHECK_MSG(first_with_graph > 0, "the graph ran first at run %d (a later run than the first expected; %d runs)",
+              first_with_graph, runs);
+    CHECK_MSG(launches_before_graph == 0, "%llu CUDA graph launches before the cuDNN graph was in use",
+              (unsigned long long)launches_before_graph);
+    for (int r = 0; s && r < 3; r++) { /* then recorded and replayed, with the graph in it */
+        kn_tensor *y = NULL;
+        om_run(s, &gpu, &y);
+        check_conv_close(y, copy_of(want), 1e-2, "a run after the graph's");
+    }
+    uint64_t launches = 0;
+    kn_graph_run_stats(s, NULL, NULL, &launches);
+    CHECK_MSG(launches > 0, "no run was recorded into a CUDA graph after the cuDNN graph came into use");
+    kiln_session_destroy(s);
+    kiln_tensor_destroy(want);
+    free(data);
+    om_free(&gpu);
+    om_free(&cpu);
 #endif
 }
 

@@ -95,6 +95,7 @@ typedef struct kn_cu_shared {
     int n_conv_plans, cap_conv_plans;
     void *conv_graphs; /* cuDNN operation graphs per FusedConv node and input shape (cuda_conv_graph.c) */
     int n_conv_graphs, cap_conv_graphs;
+    void *conv_graph_builder; /* the threads building them in the background (cuda_conv_graph.c) */
     /* their kernel caches, one per topology (bias, residual, activation) */
 #define KN_CU_CONV_GRAPH_TOPOLOGIES (4 * 16)
     void *conv_graph_caches[KN_CU_CONV_GRAPH_TOPOLOGIES];
@@ -353,6 +354,8 @@ bool kn_cu_conv_graph_enabled(const kn_cuda *cu); /* conv_graph=1, or KILN_CUDA_
 unsigned long long kn_cu_conv_graph_runs(void); /* graphs run in this process (tests) */
 unsigned long long kn_cu_conv_graph_plans_loaded(void); /* plans made from compiled files' records (tests) */
 bool kn_cu_conv_graph_available(void);          /* built with cuDNN, and it loads */
+/* Whether a graph is still being built in the background (runs are then not recorded). */
+bool kn_cu_conv_graph_building(kn_cuda *cu);
 /* The problem of a cuDNN graph plan's tuning record (KN_CU_TUNE_CONV_GRAPH key after the kind
  * byte); kn_cu_conv_graph_key_valid checks an imported one. */
 typedef struct kn_cu_graph_key {

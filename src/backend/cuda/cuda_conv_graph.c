@@ -28,9 +28,12 @@
 #include "util/log.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef KILN_HAVE_CUDNN
 
@@ -45,9 +48,10 @@ typedef struct conv_graph {
     const char *node; /* the node's name (stable in the model's arena) */
     int64_t xdims[4], wdims[4];
     kiln_dtype dt;
-    cudnnBackendDescriptor_t plan; /* NULL: cuDNN could not run this graph */
+    cudnnBackendDescriptor_t plan; /* NULL: cuDNN could not run this graph (or not yet: job) */
     int64_t ws;
     bool bias, z;
+    struct build_job *job; /* being built in the background: runs take the old way meanwhile */
 } conv_graph;
 
 static _Atomic unsigned long long graph_runs, plans_loaded;
@@ -100,9 +104,9 @@ static bool kernel_cache_wanted(void) {
 
 /* The session's kernel cache for graphs of this topology (made from the first such graph), or
  * NULL where cuDNN makes none. With cu->sh->cache_mu held. */
-static cudnnBackendDescriptor_t kernel_cache(kn_cuda *cu, int topology, cudnnBackendDescriptor_t graph) {
-    cudnnBackendDescriptor_t *kc = &((cudnnBackendDescriptor_t *)cu->sh->conv_graph_caches)[topology];
-    if (*kc || cu->sh->conv_graph_cache_failed[topology]) return *kc;
+static cudnnBackendDescriptor_t kernel_cache(kn_cu_shared *sh, int topology, cudnnBackendDescriptor_t graph) {
+    cudnnBackendDescriptor_t *kc = &((cudnnBackendDescriptor_t *)sh->conv_graph_caches)[topology];
+    if (*kc || sh->conv_graph_cache_failed[topology]) return *kc;
     kn_dnn_builder b = KN_DNN_BUILDER_INIT;
     cudnnBackendDescriptor_t d = kn_dnn_make(&b, CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR, "kernel cache");
     kn_dnn_set(&b, d, CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "kernel cache");
@@ -111,7 +115,7 @@ static cudnnBackendDescriptor_t kernel_cache(kn_cuda *cu, int topology, cudnnBac
         kn_log(KILN_LOG_DEBUG, "cuda: no cuDNN kernel cache for convolution graphs (%s): each compiles its own",
                cudnnGetErrorString(b.s));
         kn_dnn_drop(&d);
-        cu->sh->conv_graph_cache_failed[topology] = true;
+        sh->conv_graph_cache_failed[topology] = true;
     }
     return *kc = d;
 }
@@ -134,15 +138,16 @@ static cudnnStatus_t execute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, con
 }
 
 /* Mean time in ms of GRAPH_TIMED_RUNS executions of plan (a negative value: it failed). */
-static float time_plan(kn_cuda *cu, cudnnBackendDescriptor_t plan, const conv_graph *g, const graph_io *io) {
+static float time_plan(cudnnHandle_t h, cudaStream_t stream, cudnnBackendDescriptor_t plan, const conv_graph *g,
+                       const graph_io *io) {
     cudaEvent_t e0 = NULL, e1 = NULL;
     float ms = -1;
     if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) goto done;
-    if (execute(cu->dnn, plan, g, io) != CUDNN_STATUS_SUCCESS) goto done; /* warm */
-    cudaEventRecord(e0, cu->stream);
+    if (execute(h, plan, g, io) != CUDNN_STATUS_SUCCESS) goto done; /* warm */
+    cudaEventRecord(e0, stream);
     for (int r = 0; r < GRAPH_TIMED_RUNS; r++)
-        if (execute(cu->dnn, plan, g, io) != CUDNN_STATUS_SUCCESS) goto done;
-    cudaEventRecord(e1, cu->stream);
+        if (execute(h, plan, g, io) != CUDNN_STATUS_SUCCESS) goto done;
+    cudaEventRecord(e1, stream);
     if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess) ms /= GRAPH_TIMED_RUNS;
     else ms = -1;
 done:
@@ -152,15 +157,25 @@ done:
     return ms;
 }
 
-/* Builds g's plan: the operation graph, cuDNN's ranked engine configs, the first that build (up to
- * GRAPH_CANDIDATES) timed when the stream is not capturing (*timed). why says what failed. */
-static void build(kn_cuda *cu, const kn_cu_conv_graph_args *a, conv_graph *g, const graph_io *io, char *why,
-                  size_t cap, bool *timed) {
-    const cudnnDataType_t io_t = a->x->dtype == KILN_DTYPE_FLOAT16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16,
+/* Where a plan is built: a cuDNN handle, its stream, a workspace, and the session's kernel caches
+ * (sh; NULL: none). */
+typedef struct build_site {
+    cudnnHandle_t dnn;
+    cudaStream_t stream;
+    void *ws;
+    size_t ws_size;
+    kn_cu_shared *sh;
+} build_site;
+
+/* Builds g's plan for the problem k (y [N, P, Q, K]): the operation graph, cuDNN's ranked engine
+ * configs, the first that build (up to GRAPH_CANDIDATES) timed on io when `timing` and the stream
+ * is not capturing (*timed), else the first that builds. why says what failed. */
+static void build(const build_site *at, const kn_cu_graph_key *k, int64_t P, int64_t Q, conv_graph *g,
+                  const graph_io *io, bool timing, char *why, size_t cap, bool *timed) {
+    const cudnnDataType_t io_t = k->dtype == KILN_DTYPE_FLOAT16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16,
                           f32 = CUDNN_DATA_FLOAT;
-    const int64_t N = a->x->dims[0], H = a->x->dims[1], W = a->x->dims[2], C = a->x->dims[3];
-    const int64_t K = a->w->dims[0], R = a->w->dims[1], S = a->w->dims[2];
-    const int64_t P = a->y->dims[1], Q = a->y->dims[2];
+    const int64_t N = k->x[0], H = k->x[1], W = k->x[2], C = k->x[3];
+    const int64_t K = k->w[0], R = k->w[1], S = k->w[2];
     kn_dnn_builder b = KN_DNN_BUILDER_INIT;
     cudnnBackendDescriptor_t ds[16] = {0}, ops[4] = {0}, pws[3] = {0}, cfgs[GRAPH_CANDIDATES * 2] = {0};
     int nd = 0, nops = 0;
@@ -174,10 +189,10 @@ static void build(kn_cuda *cu, const kn_cu_conv_graph_args *a, conv_graph *g, co
     kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, "convolution");
     kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, "convolution");
     kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &two, "convolution");
-    kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, a->dil, "convolution");
-    kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, a->stride, "convolution");
-    kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, a->pad_b, "convolution");
-    kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, a->pad_e, "convolution");
+    kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, k->dil, "convolution");
+    kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, k->stride, "convolution");
+    kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, k->pad_b, "convolution");
+    kn_dnn_set(&b, conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, k->pad_e, "convolution");
     kn_dnn_finish(&b, conv, "convolution");
     cudnnBackendDescriptor_t fwd = ops[nops++] = kn_dnn_make(&b, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, "forward");
     const float one = 1, zero = 0;
@@ -202,33 +217,35 @@ static void build(kn_cuda *cu, const kn_cu_conv_graph_args *a, conv_graph *g, co
         cur = t;
     }
     cudnnPointwiseMode_t am = CUDNN_POINTWISE_IDENTITY;
-    act_mode(a->act, &am);
+    act_mode(k->act, &am);
     ops[nops++] = kn_dnn_pointwise(&b, am, cur, NULL, yd, &pws[2], "activation");
 
     const bool dynamic = kernel_cache_wanted(); /* (the kernel cache takes dynamic-shape graphs only) */
-    cudnnBackendDescriptor_t graph = kn_dnn_op_graph(&b, cu->dnn, ops, nops, dynamic);
-    const int topology = (g->bias ? 1 : 0) + (g->z ? 2 : 0) + 4 * a->act;
-    cudnnBackendDescriptor_t kc = dynamic && b.s == CUDNN_STATUS_SUCCESS ? kernel_cache(cu, topology, graph) : NULL;
+    cudnnBackendDescriptor_t graph = kn_dnn_op_graph(&b, at->dnn, ops, nops, dynamic);
+    const int topology = (g->bias ? 1 : 0) + (g->z ? 2 : 0) + 4 * k->act;
+    cudnnBackendDescriptor_t kc =
+        dynamic && at->sh && b.s == CUDNN_STATUS_SUCCESS ? kernel_cache(at->sh, topology, graph) : NULL;
     const int64_t want = GRAPH_CANDIDATES * 2;
     const int64_t n_cfg = kn_dnn_engine_configs(&b, graph, cfgs, want, CUDNN_HEUR_MODE_A);
     /* the first configs that build; timed unless a capture is under way (then the first) */
     enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing(cu->stream, &capturing);
+    cudaStreamIsCapturing(at->stream, &capturing);
+    if (!timing) capturing = cudaStreamCaptureStatusActive; /* (taken as the first that builds) */
     int built = 0;
     float best = -1;
     for (int64_t i = 0; i < n_cfg && i < want && built < GRAPH_CANDIDATES && b.s == CUDNN_STATUS_SUCCESS; i++) {
         int64_t ws = 0;
-        cudnnBackendDescriptor_t plan = kn_dnn_plan(cu->dnn, cfgs[i], kc, &ws);
-        if (!plan && kc) plan = kn_dnn_plan(cu->dnn, cfgs[i], NULL, &ws); /* (the cache refused it) */
+        cudnnBackendDescriptor_t plan = kn_dnn_plan(at->dnn, cfgs[i], kc, &ws);
+        if (!plan && kc) plan = kn_dnn_plan(at->dnn, cfgs[i], NULL, &ws); /* (the cache refused it) */
         if (!plan) continue;
-        if (ws > (int64_t)cu->workspace_size) { /* kept to the lane's workspace: no scratch per call */
+        if (ws > (int64_t)at->ws_size) { /* kept to the lane's workspace: no scratch per call */
             kn_dnn_drop(&plan);
             continue;
         }
         built++;
         graph_io tio = *io;
-        tio.ws = cu->workspace;
-        const float ms = capturing == cudaStreamCaptureStatusNone ? time_plan(cu, plan, g, &tio) : 0;
+        tio.ws = at->ws;
+        const float ms = capturing == cudaStreamCaptureStatusNone ? time_plan(at->dnn, at->stream, plan, g, &tio) : 0;
         if (ms >= 0 && (best < 0 || ms < best)) {
             if (g->plan) cudnnBackendDestroyDescriptor(g->plan);
             g->plan = plan, g->ws = ws, best = ms;
@@ -283,6 +300,196 @@ bool kn_cu_conv_graph_key_valid(const kn_cu_graph_key *k) {
             k->dil[i] > INT32_MAX || k->pad_b[i] > INT32_MAX || k->pad_e[i] > INT32_MAX)
             return false;
     return true;
+}
+
+/* ---------------------------------------------------------------- building in the background */
+
+/* Compiling a graph's candidates takes 150-220 ms a convolution (NVRTC), so building them in the run
+ * made a YOLOv8s's first run take 10-30 s. Instead a shape's first run hands each new graph to
+ * builder threads (a cuDNN handle, a stream, a workspace and scratch operands each: the candidates
+ * are timed there) and runs the node the old way (the convolution, then a pass). A builder adds the
+ * chosen plan's serialized form to the tuning records, as a compiled file would carry it; a later
+ * run makes the plan from it (about 1.5 ms) and uses it. While any is pending, runs are not
+ * recorded into CUDA graphs (kn_cu_conv_graph_building), so what gets recorded has the final
+ * kernels. KILN_CUDA_CONV_GRAPH_BUILD=sync builds in the run instead (as before; tests counting
+ * one run's graphs). */
+
+#define BUILDERS_MAX 8
+#define BUILD_SCRATCH_MAX ((size_t)1 << 30) /* a problem needing more operand memory is not timed */
+
+enum { JOB_QUEUED, JOB_DONE, JOB_FAILED };
+
+typedef struct build_job {
+    kn_cu_graph_key key;
+    int64_t P, Q;
+    const char *node; /* (the model's arena: lives as long as the session) */
+    _Atomic int state;
+    struct build_job *next_queued, *next_all;
+} build_job;
+
+typedef struct conv_builder {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    build_job *queue, *queue_tail, *all;
+    pthread_t threads[BUILDERS_MAX];
+    int n_threads;
+    bool stop;
+    kn_cuda *cu; /* the primary lane: its tuning records take the plans */
+} conv_builder;
+
+static bool build_async_wanted(void) {
+    const char *v = getenv("KILN_CUDA_CONV_GRAPH_BUILD");
+    return !(v && !strcmp(v, "sync"));
+}
+
+/* Operand memory for timing a plan of k: x, w, bias, residual, y, each 256-byte aligned; NULL
+ * pointers in *io (and false) when it needs more than BUILD_SCRATCH_MAX. */
+static bool scratch_io(const kn_cu_graph_key *k, int64_t P, int64_t Q, void **mem, size_t *cap, graph_io *io) {
+    const size_t es = 2; /* float16 or bfloat16 */
+    const size_t nx = (size_t)k->x[0] * k->x[1] * k->x[2] * k->x[3], nw = (size_t)k->w[0] * k->w[1] * k->w[2] * k->w[3],
+                 ny = (size_t)k->x[0] * P * Q * k->w[0];
+    size_t off[5], at = 0;
+    const size_t sizes[5] = {nx * es, nw * es, (size_t)k->w[0] * es, k->z ? ny * es : 0, ny * es};
+    for (int i = 0; i < 5; i++) {
+        off[i] = at;
+        at += (sizes[i] + 255) / 256 * 256;
+    }
+    memset(io, 0, sizeof *io);
+    if (at > BUILD_SCRATCH_MAX) return false;
+    if (at > *cap) {
+        if (*mem) cudaFree(*mem);
+        *mem = NULL;
+        *cap = 0;
+        if (cudaMalloc(mem, at) != cudaSuccess) {
+            cudaGetLastError();
+            *mem = NULL;
+            return false;
+        }
+        *cap = at;
+    }
+    char *b = *mem;
+    io->x = b + off[0], io->w = b + off[1], io->b = k->bias ? b + off[2] : NULL, io->z = k->z ? b + off[3] : NULL;
+    io->y = b + off[4];
+    return true;
+}
+
+static void run_job(conv_builder *bl, const build_site *at, void **scratch, size_t *scratch_cap, build_job *j) {
+    const double t0 = kn_now_ms();
+    conv_graph g;
+    memset(&g, 0, sizeof g);
+    g.bias = j->key.bias, g.z = j->key.z;
+    graph_io io;
+    const bool timing = scratch_io(&j->key, j->P, j->Q, scratch, scratch_cap, &io);
+    char why[256] = "";
+    bool timed = false;
+    build(at, &j->key, j->P, j->Q, &g, &io, timing, why, sizeof why, &timed);
+    char *text = NULL;
+    size_t len = 0;
+    if (g.plan) text = kn_dnn_plan_text(g.plan, &len);
+    uint8_t rkey[1 + sizeof(kn_cu_graph_key)];
+    record_key(&j->key, rkey);
+    bool ok = text && kn_cu_tuning_add(bl->cu, rkey, sizeof rkey, text, len) == KILN_OK;
+    if (!ok) kn_clear_error();
+    if (g.plan) cudnnBackendDestroyDescriptor(g.plan);
+    free(text);
+    if (ok)
+        kn_log(KILN_LOG_DEBUG, "cuda: node '%s': cuDNN graph plan built in the background (%.1f ms%s)", j->node,
+               kn_now_ms() - t0, timed ? ", candidates timed" : "");
+    else
+        kn_log(KILN_LOG_DEBUG, "cuda: node '%s': no cuDNN graph for the convolution with its epilogue (%s): a pass after it",
+               j->node, *why ? why : "its plan could not be serialized");
+    atomic_store(&j->state, ok ? JOB_DONE : JOB_FAILED);
+}
+
+static void *builder_main(void *arg) {
+    conv_builder *bl = arg;
+    /* relaxed: a run recording on another thread does not make this thread's allocations illegal */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaSetDevice(bl->cu->device);
+    build_site at = {NULL, NULL, NULL, bl->cu->workspace_size, NULL};
+    bool ready = cudaStreamCreateWithFlags(&at.stream, cudaStreamNonBlocking) == cudaSuccess &&
+                 cudnnCreate(&at.dnn) == CUDNN_STATUS_SUCCESS && cudnnSetStream(at.dnn, at.stream) == CUDNN_STATUS_SUCCESS &&
+                 (!at.ws_size || cudaMalloc(&at.ws, at.ws_size) == cudaSuccess);
+    cudaGetLastError();
+    void *scratch = NULL;
+    size_t scratch_cap = 0;
+    for (;;) {
+        pthread_mutex_lock(&bl->mu);
+        while (!bl->stop && !bl->queue) pthread_cond_wait(&bl->cv, &bl->mu);
+        build_job *j = bl->stop ? NULL : bl->queue;
+        if (j && !(bl->queue = j->next_queued)) bl->queue_tail = NULL;
+        pthread_mutex_unlock(&bl->mu);
+        if (!j) break;
+        if (ready) run_job(bl, &at, &scratch, &scratch_cap, j);
+        else atomic_store(&j->state, JOB_FAILED);
+    }
+    if (scratch) cudaFree(scratch);
+    if (at.ws) cudaFree(at.ws);
+    if (at.dnn) cudnnDestroy(at.dnn);
+    if (at.stream) cudaStreamDestroy(at.stream);
+    cudaGetLastError();
+    return NULL;
+}
+
+/* Queues the graph of k for the builders (started on first use); NULL where none can run (then
+ * the caller builds in the run). With cu->sh->cache_mu held. */
+static build_job *build_later(kn_cuda *cu, const kn_cu_graph_key *k, int64_t P, int64_t Q, const char *node) {
+    conv_builder *bl = cu->sh->conv_graph_builder;
+    if (!bl) {
+        if (!(bl = calloc(1, sizeof *bl))) return NULL;
+        pthread_mutex_init(&bl->mu, NULL);
+        pthread_cond_init(&bl->cv, NULL);
+        bl->cu = cu->sh->primary;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int want = cores > 2 ? (int)(cores - 1) : 1;
+        if (want > BUILDERS_MAX) want = BUILDERS_MAX;
+        for (int i = 0; i < want; i++)
+            if (pthread_create(&bl->threads[bl->n_threads], NULL, builder_main, bl) == 0) bl->n_threads++;
+        cu->sh->conv_graph_builder = bl;
+    }
+    if (!bl->n_threads) return NULL;
+    build_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->key = *k, j->P = P, j->Q = Q, j->node = node;
+    atomic_init(&j->state, JOB_QUEUED);
+    pthread_mutex_lock(&bl->mu);
+    j->next_all = bl->all;
+    bl->all = j;
+    if (bl->queue_tail) bl->queue_tail->next_queued = j;
+    else bl->queue = j;
+    bl->queue_tail = j;
+    pthread_cond_signal(&bl->cv);
+    pthread_mutex_unlock(&bl->mu);
+    return j;
+}
+
+/* Stops the builders (each finishes the job it has) and frees the jobs. */
+static void builders_stop(kn_cu_shared *sh) {
+    conv_builder *bl = sh->conv_graph_builder;
+    if (!bl) return;
+    pthread_mutex_lock(&bl->mu);
+    bl->stop = true;
+    pthread_cond_broadcast(&bl->cv);
+    pthread_mutex_unlock(&bl->mu);
+    for (int i = 0; i < bl->n_threads; i++) pthread_join(bl->threads[i], NULL);
+    for (build_job *j = bl->all, *next; j; j = next) {
+        next = j->next_all;
+        free(j);
+    }
+    pthread_mutex_destroy(&bl->mu);
+    pthread_cond_destroy(&bl->cv);
+    free(bl);
+    sh->conv_graph_builder = NULL;
+}
+
+bool kn_cu_conv_graph_building(kn_cuda *cu) {
+    bool pending = false;
+    pthread_mutex_lock(&cu->sh->cache_mu);
+    const conv_graph *gs = cu->sh->conv_graphs;
+    for (int i = 0; i < cu->sh->n_conv_graphs && !pending; i++) pending = gs[i].job != NULL;
+    pthread_mutex_unlock(&cu->sh->cache_mu);
+    return pending;
 }
 
 /* ---------------------------------------------------------------- the table and the run */
@@ -356,8 +563,15 @@ kiln_status kn_cu_conv_graph_run(kn_cuda *cu, kn_kernel_ctx *c, const kn_cu_conv
                 kn_log(KILN_LOG_INFO, "cuda: node '%s': the compiled file's cuDNN graph plan was not usable (%s): building it",
                        c->node->name, why);
         }
-        if (!g->plan) {
-            build(cu, a, g, &io, why, sizeof why, &timed);
+        enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+        cudaStreamIsCapturing(cu->stream, &capturing);
+        if (!g->plan && capturing == cudaStreamCaptureStatusNone && build_async_wanted() && !kernel_cache_wanted() &&
+            (g->job = build_later(cu, &gk, y->dims[1], y->dims[2], c->node->name)))
+            kn_log(KILN_LOG_DEBUG, "cuda: node '%s': cuDNN graph queued for the builders; the old way meanwhile",
+                   c->node->name);
+        if (!g->plan && !g->job) {
+            const build_site here = {cu->dnn, cu->stream, cu->workspace, cu->workspace_size, cu->sh};
+            build(&here, &gk, y->dims[1], y->dims[2], g, &io, true, why, sizeof why, &timed);
             if (!g->plan)
                 kn_log(KILN_LOG_DEBUG, "cuda: node '%s': no cuDNN graph for the convolution with its epilogue (%s): a pass after it",
                        c->node->name, why);
@@ -367,6 +581,17 @@ kiln_status kn_cu_conv_graph_run(kn_cuda *cu, kn_kernel_ctx *c, const kn_cu_conv
             /* kept when chosen by timing (a plan picked during a capture is the heuristics' first) */
             if (g->plan && timed) keep = kn_dnn_plan_text(g->plan, &keep_len);
         }
+    } else if (g->job && atomic_load(&g->job->state) != JOB_QUEUED) {
+        /* its builder is done: the plan from its record (made here, on this lane's handle) */
+        const kn_cu_tuned *built = atomic_load(&g->job->state) == JOB_DONE ? kn_cu_tuning_find(cu, rkey, sizeof rkey) : NULL;
+        char why[256] = "";
+        if (built)
+            g->plan = kn_dnn_plan_from_text(cu->dnn, kn_cu_tuned_value(built), built->val_len, cu->workspace_size, &g->ws,
+                                            why, sizeof why);
+        if (built && !g->plan)
+            kn_log(KILN_LOG_INFO, "cuda: node '%s': the builder's cuDNN graph plan was not usable (%s): a pass after the "
+                   "convolution", c->node->name, why);
+        g->job = NULL;
     }
     cudnnBackendDescriptor_t plan = g->plan;
     const conv_graph gc = *g; /* (the table may move once the lock is released) */
@@ -390,6 +615,7 @@ kiln_status kn_cu_conv_graph_run(kn_cuda *cu, kn_kernel_ctx *c, const kn_cu_conv
 }
 
 void kn_cu_conv_graph_release(kn_cuda *cu) {
+    builders_stop(cu->sh);
     conv_graph *gs = cu->sh->conv_graphs;
     for (int i = 0; i < cu->sh->n_conv_graphs; i++)
         if (gs[i].plan) cudnnBackendDestroyDescriptor(gs[i].plan);
@@ -403,6 +629,10 @@ void kn_cu_conv_graph_release(kn_cuda *cu) {
 #else
 
 void kn_cu_conv_graph_release(kn_cuda *cu) { (void)cu; }
+bool kn_cu_conv_graph_building(kn_cuda *cu) {
+    (void)cu;
+    return false;
+}
 unsigned long long kn_cu_conv_graph_runs(void) { return 0; }
 unsigned long long kn_cu_conv_graph_plans_loaded(void) { return 0; }
 bool kn_cu_conv_graph_key_valid(const kn_cu_graph_key *k) {

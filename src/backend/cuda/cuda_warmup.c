@@ -501,6 +501,7 @@ bool kn_cu_capture_ready(void *state) {
     bool waiting = kn_cu_standin(cu, KN_CU_TUNE_MATMUL) || kn_cu_standin(cu, KN_CU_TUNE_CONV_FWD);
     if (cu->standin_mode == 2) return true; /* always: the stand-ins are what gets recorded */
     if (waiting) return false;
+    if (kn_cu_conv_graph_building(cu)) return false; /* (its plans come into use uncaptured) */
     int64_t used = cu->sh->standin_products + cu->sh->standin_convs;
     if (used == cu->sh->standins_before_ready) return true;
     cu->sh->standins_before_ready = used;
