@@ -236,12 +236,14 @@ KILN_API void kiln_session_options_destroy(kiln_session_options *options);
  *         "conv_graph"="0|1": a channels-last half-precision FusedConv whose activation cuDNN's
  *         legacy call and cuBLASLt's epilogue do not take (SiLU, Sigmoid, Tanh, Gelu) runs as one
  *         cuDNN operation graph, convolution to activation, instead of the convolution and a pass
- *         (YOLOv8s b1 fp16 on an H200: 0.71 ms instead of 1.01). Default 0: cuDNN compiles each
- *         graph's kernels at run time, which made that model's first run 10-30 s instead of 0.6 s.
- *         The plans made are kept in the compiled model (cache entry or saved file), so a later
- *         session from it makes each from there in about 1.5 ms: the cost is paid once per
- *         machine, model and input shape. (A compiled file then carries cuDNN's compiled kernels:
- *         load only files you trust, as you would a TensorRT engine.)
+ *         (YOLOv8s b1 fp16 on an H200: 0.75 ms instead of 1.01). Default 1. cuDNN compiles each
+ *         graph's kernels at run time (150-220 ms a convolution), so threads beside the runs build
+ *         them while the first runs take the old way, and later runs take each graph once it is
+ *         built (they are recorded into a CUDA graph only when all are). The plans made are kept
+ *         in the compiled model (cache entry or saved file), so a later session from it makes each
+ *         from there in about 1.5 ms: the cost is paid once per machine, model and input shape.
+ *         (A compiled file then carries cuDNN's compiled kernels: load only files you trust, as
+ *         you would a TensorRT engine.)
  * An unknown provider name is KILN_ERR_NOT_FOUND; an unknown key or a bad value is
  * KILN_ERR_INVALID_ARGUMENT naming the key. */
 KILN_API kiln_status kiln_session_options_append_provider(kiln_session_options *options,

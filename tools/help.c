@@ -108,7 +108,7 @@ static const cli_opt bench_opts[] = {
     OPT_PROVIDER("cpu"),
     OPT_LEVEL,
     OPT_THREADS("0"),
-    {"--warmup", "N", "runs before timing", "at least 20 runs and 1 s", NULL},
+    {"--warmup", "N", "runs before timing", "at least 20 runs and 1 s, and until the provider has built what it builds beside the runs, at most 60 s", NULL},
     {"--iterations", "N", "timed runs per stream", "as many as --duration allows", NULL},
     {"--duration", "S", "seconds of timed runs", "3", NULL},
     {"--io", "WHERE", "host or device: where inputs and outputs live", "device with cuda, host on the CPU",
@@ -196,8 +196,11 @@ static const struct {
     {"KILN_CUDA_RNN", "steps runs LSTM/GRU/RNN step by step instead of in one launch"},
     {"KILN_CUDA_FLASH", "0 runs kiln.Attention on CUDA in its general form (two products and a softmax), 1 in one "
                         "kernel wherever it applies (by default: where that was measured faster)"},
-    {"KILN_CUDA_CONV_GRAPH", "1 runs FusedConv's SiLU, Sigmoid, Tanh and Gelu on CUDA in cuDNN's operation graph with "
-                             "the convolution (the provider option conv_graph=1), 0 never (the convolution, then a pass)"},
+    {"KILN_CUDA_CONV_GRAPH", "0 never runs FusedConv's SiLU, Sigmoid, Tanh and Gelu on CUDA in cuDNN's operation graph "
+                             "with the convolution (the convolution, then a pass), 1 always: over the provider option "
+                             "conv_graph (default 1)"},
+    {"KILN_CUDA_CONV_GRAPH_BUILD", "sync builds those graphs in the run that first needs them (by default threads "
+                                   "beside the runs build them, and the runs take each once it is built)"},
     {"KILN_CUDA_CONV_GRAPH_CACHE", "1 builds those graphs with dynamic shapes and a kernel cache (a fast first run, "
                                    "slower kernels); by default static shapes, each convolution compiling its own"},
     {"KILN_CUDA_FLASH_WARPS", "1, 2 or 4: warps per block of that one kernel (by default 4; to measure)"},

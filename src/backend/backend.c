@@ -127,6 +127,9 @@ kiln_status kn_backend_parse_config(const kn_provider_request *req, kn_backend_c
     /* measured algorithms by default: paid once per shape, kept in the compiled file; cuDNN's
      * heuristic picks ran efficientnet_b0 5x slower on an H200 */
     cfg->exhaustive = true;
+    /* built in the background (cuda_conv_graph.c), so the first run does not wait for cuDNN's
+     * compiler: YOLOv8s b1 fp16 1.01 -> 0.75 ms on an H200 */
+    cfg->conv_graph = true;
     for (int i = 0; i < req->n_options; i++) {
         const char *k = req->keys[i], *v = req->values[i];
         int64_t x;

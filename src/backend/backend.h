@@ -31,7 +31,7 @@ typedef struct kn_backend_config {
     int64_t workspace_mb; /* scratch memory limit for library calls (0 = the backend's default) */
     bool exhaustive;      /* tuning=exhaustive: measure candidate algorithms instead of heuristics */
     int graphs;           /* graphs=0|1: capture runs into device graphs, one per input-shape set; -1 (unset) = 1 */
-    bool conv_graph;      /* conv_graph=0|1: FusedConv's SiLU & co. in cuDNN's operation graph (cuda_conv_graph.c) */
+    bool conv_graph;      /* conv_graph=0|1 (default 1): FusedConv's SiLU & co. in cuDNN's operation graph (cuda_conv_graph.c) */
     /* activations=fp32|half: with precision fp16/bf16 at optimisation level 3, whether activations
      * between the operators that run in that type stay in it (pass lower_precision) */
     bool half_activations;
@@ -100,6 +100,9 @@ typedef struct kn_backend_ops {
      * backend's own kernels while its libraries start): the run then goes uncaptured, and a later
      * one is recorded. NULL: always ready. */
     bool (*capture_ready)(void *state);
+    /* Optional: whether work the backend does beside the runs (plans built in the background) is
+     * still going, so that later runs may take faster kernels (kiln bench warms up past it). */
+    bool (*background_busy)(void *state);
     kiln_status (*graph_launch)(void *state, void *graph);
     void (*graph_destroy)(void *state, void *graph);
     /* Optional: tuning results (the algorithm each library call was given, chosen by heuristics or

@@ -502,3 +502,11 @@ void kn_graph_run_stats(const kiln_session *s, bool *enabled, int *graphs, uint6
     if (graphs) *graphs = c ? atomic_load(&c->n_graphs) : 0;
     if (launches) *launches = c ? atomic_load(&c->launches) : 0;
 }
+
+bool kn_session_background_busy(const kiln_session *s) {
+    for (int b = 0; s && b < s->rt->n_backends; b++) {
+        const kn_backend *be = &s->rt->backends[b];
+        if (be->ops->background_busy && be->ops->background_busy(be->state)) return true;
+    }
+    return false;
+}

@@ -43,5 +43,8 @@ const kn_backend *kn_session_device_backend(const kiln_session *s, kn_device dev
 /* For tests and tools: whether runs may be captured, graphs held (by all the session's contexts),
  * graph launches so far. */
 void kn_graph_run_stats(const kiln_session *s, bool *enabled, int *graphs, uint64_t *launches);
+/* Whether a provider of the session still does work beside the runs that will make later runs
+ * faster (backend.h: background_busy). */
+bool kn_session_background_busy(const kiln_session *s);
 
 #endif

@@ -369,11 +369,13 @@ KN_TEST(cuda_fused_conv_graph_plan_kept) {
 #endif
 }
 
+#ifdef KILN_HAVE_CUDA
 static kn_tensor *copy_of(const kn_tensor *t) {
     kn_tensor *c = NULL;
     if (t && kn_tensor_clone(t, &c) != KILN_OK) c = NULL;
     return c;
 }
+#endif
 
 /* By default the graphs are built in the background: a session's first run takes the old way
  * (the convolution, then a pass) without waiting for cuDNN's compiler, a later run takes the graph

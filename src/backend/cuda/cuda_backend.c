@@ -805,6 +805,8 @@ static kiln_status cu_new_host_tensor(void *state, kiln_dtype dtype, int rank, c
     return kn_tensor_new_pooled(dtype == KILN_DTYPE_STRING ? NULL : pinned_pool, false, dtype, rank, dims, out);
 }
 
+static bool cu_background_busy(void *state) { return kn_cu_conv_graph_building(kn_cu_lane(state)); }
+
 static kiln_status cu_download(void *state, const kn_tensor *dev, kn_tensor **out) {
     kn_cuda *cu = kn_cu_lane(state);
     *out = NULL;
@@ -1182,6 +1184,7 @@ const kn_backend_ops kn_backend_cuda = {
     .capture_begin = kn_cu_capture_begin,
     .capture_end = kn_cu_capture_end,
     .capture_ready = kn_cu_capture_ready,
+    .background_busy = cu_background_busy,
     .graph_launch = kn_cu_graph_launch,
     .graph_destroy = kn_cu_graph_destroy,
     .tuning_count = kn_cu_tuning_count,

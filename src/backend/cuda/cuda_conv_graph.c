@@ -13,13 +13,15 @@
  * binds the kernels an earlier one compiled instead of compiling its own (see kernel_cache_wanted
  * for why that is not the default).
  *
- * Off by default (provider option conv_graph=1, or KILN_CUDA_CONV_GRAPH=1|0 over the option): the
- * engines for these graphs compile their kernels at run time (NVRTC), about 150-220 ms per
- * convolution with the candidates timed, so YOLOv8s's first run took 10-30 s instead of 0.6 s on an
- * H200; its runs then took 0.71 ms instead of 1.01. The plan chosen is kept as a tuning record
- * (KN_CU_TUNE_CONV_GRAPH: cuDNN's serialized plan, which holds the compiled kernels, 50-70 KB), so
- * the compiled file (cache entry or saved file) carries it and a later session makes the plan from
- * it in about 1.5 ms instead of compiling: that cost is paid once per machine, model and shape. */
+ * On by default (provider option conv_graph=0 or KILN_CUDA_CONV_GRAPH=0 turns it off; =1 over the
+ * option): YOLOv8s b1 fp16 runs in 0.75 ms instead of 1.01 on an H200. The engines for these graphs
+ * compile their kernels at run time (NVRTC), about 150-220 ms per convolution with the candidates
+ * timed, which made that model's first run 10-30 s when they were built in the run: now threads
+ * beside the runs build them (below, "building in the background") and the first run is as before.
+ * The plan chosen is kept as a tuning record (KN_CU_TUNE_CONV_GRAPH: cuDNN's serialized plan, which
+ * holds the compiled kernels, 50-70 KB), so the compiled file (cache entry or saved file) carries it
+ * and a later session makes the plan from it in about 1.5 ms instead of compiling: that cost is paid
+ * once per machine, model and shape. */
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_dnn_graph.h"
 
@@ -342,20 +344,26 @@ static bool build_async_wanted(void) {
     return !(v && !strcmp(v, "sync"));
 }
 
-/* Operand memory for timing a plan of k: x, w, bias, residual, y, each 256-byte aligned; NULL
- * pointers in *io (and false) when it needs more than BUILD_SCRATCH_MAX. */
-static bool scratch_io(const kn_cu_graph_key *k, int64_t P, int64_t Q, void **mem, size_t *cap, graph_io *io) {
+/* Operand memory for timing a plan of k: x, w, bias, residual, y and the workspace, each 256-byte
+ * aligned; NULL pointers in *io (and false: not timed) when it needs more than BUILD_SCRATCH_MAX or
+ * a small share of the device's free memory. */
+static bool scratch_io(const kn_cu_graph_key *k, int64_t P, int64_t Q, size_t ws_size, void **mem, size_t *cap,
+                       graph_io *io) {
     const size_t es = 2; /* float16 or bfloat16 */
     const size_t nx = (size_t)k->x[0] * k->x[1] * k->x[2] * k->x[3], nw = (size_t)k->w[0] * k->w[1] * k->w[2] * k->w[3],
                  ny = (size_t)k->x[0] * P * Q * k->w[0];
-    size_t off[5], at = 0;
-    const size_t sizes[5] = {nx * es, nw * es, (size_t)k->w[0] * es, k->z ? ny * es : 0, ny * es};
-    for (int i = 0; i < 5; i++) {
+    size_t off[6], at = 0;
+    const size_t sizes[6] = {nx * es, nw * es, (size_t)k->w[0] * es, k->z ? ny * es : 0, ny * es, ws_size};
+    for (int i = 0; i < 6; i++) {
         off[i] = at;
         at += (sizes[i] + 255) / 256 * 256;
     }
     memset(io, 0, sizeof *io);
-    if (at > BUILD_SCRATCH_MAX) return false;
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    cudaGetLastError();
+    /* never more than a small share of what the device has free: the session's own runs come first */
+    if (at > BUILD_SCRATCH_MAX || at > free_b / (4 * BUILDERS_MAX)) return false;
     if (at > *cap) {
         if (*mem) cudaFree(*mem);
         *mem = NULL;
@@ -370,19 +378,21 @@ static bool scratch_io(const kn_cu_graph_key *k, int64_t P, int64_t Q, void **me
     char *b = *mem;
     io->x = b + off[0], io->w = b + off[1], io->b = k->bias ? b + off[2] : NULL, io->z = k->z ? b + off[3] : NULL;
     io->y = b + off[4];
+    io->ws = ws_size ? b + off[5] : NULL;
     return true;
 }
 
-static void run_job(conv_builder *bl, const build_site *at, void **scratch, size_t *scratch_cap, build_job *j) {
+static void run_job(conv_builder *bl, build_site at, void **scratch, size_t *scratch_cap, build_job *j) {
     const double t0 = kn_now_ms();
     conv_graph g;
     memset(&g, 0, sizeof g);
     g.bias = j->key.bias, g.z = j->key.z;
     graph_io io;
-    const bool timing = scratch_io(&j->key, j->P, j->Q, scratch, scratch_cap, &io);
+    const bool timing = scratch_io(&j->key, j->P, j->Q, at.ws_size, scratch, scratch_cap, &io);
+    at.ws = io.ws; /* (NULL untimed: the plans are only built, and kept to ws_size) */
     char why[256] = "";
     bool timed = false;
-    build(at, &j->key, j->P, j->Q, &g, &io, timing, why, sizeof why, &timed);
+    build(&at, &j->key, j->P, j->Q, &g, &io, timing, why, sizeof why, &timed);
     char *text = NULL;
     size_t len = 0;
     if (g.plan) text = kn_dnn_plan_text(g.plan, &len);
@@ -409,23 +419,29 @@ static void *builder_main(void *arg) {
     cudaSetDevice(bl->cu->device);
     build_site at = {NULL, NULL, NULL, bl->cu->workspace_size, NULL};
     bool ready = cudaStreamCreateWithFlags(&at.stream, cudaStreamNonBlocking) == cudaSuccess &&
-                 cudnnCreate(&at.dnn) == CUDNN_STATUS_SUCCESS && cudnnSetStream(at.dnn, at.stream) == CUDNN_STATUS_SUCCESS &&
-                 (!at.ws_size || cudaMalloc(&at.ws, at.ws_size) == cudaSuccess);
+                 cudnnCreate(&at.dnn) == CUDNN_STATUS_SUCCESS && cudnnSetStream(at.dnn, at.stream) == CUDNN_STATUS_SUCCESS;
     cudaGetLastError();
+    /* the workspace is part of the scratch block (freed with it when idle) */
     void *scratch = NULL;
     size_t scratch_cap = 0;
     for (;;) {
         pthread_mutex_lock(&bl->mu);
+        if (!bl->stop && !bl->queue && scratch) { /* idle: its device memory back while it waits */
+            pthread_mutex_unlock(&bl->mu);
+            cudaFree(scratch);
+            cudaGetLastError();
+            scratch = NULL, scratch_cap = 0;
+            continue;
+        }
         while (!bl->stop && !bl->queue) pthread_cond_wait(&bl->cv, &bl->mu);
         build_job *j = bl->stop ? NULL : bl->queue;
         if (j && !(bl->queue = j->next_queued)) bl->queue_tail = NULL;
         pthread_mutex_unlock(&bl->mu);
         if (!j) break;
-        if (ready) run_job(bl, &at, &scratch, &scratch_cap, j);
+        if (ready) run_job(bl, at, &scratch, &scratch_cap, j);
         else atomic_store(&j->state, JOB_FAILED);
     }
     if (scratch) cudaFree(scratch);
-    if (at.ws) cudaFree(at.ws);
     if (at.dnn) cudnnDestroy(at.dnn);
     if (at.stream) cudaStreamDestroy(at.stream);
     cudaGetLastError();
