@@ -14,8 +14,14 @@
 
 /* Workers wait for a job by spinning briefly (an operator's next parallel loop usually follows
  * within microseconds, and a condition-variable wake-up costs tens of microseconds per thread),
- * then sleep on a condition variable. A job is published by bumping a generation counter; its
- * chunks are claimed with an atomic counter, so uneven chunks balance themselves. */
+ * then sleep on a condition variable. A job is published by bumping a generation counter. Its
+ * chunks are dealt out as contiguous shares, one per thread in a fixed order (the caller the first,
+ * worker i the (i + 1)-th), each claimed through its own atomic counter: a thread runs its own
+ * share first, then takes the chunks left in the others' shares, so uneven chunks still balance
+ * themselves. With the shares fixed, consecutive loops over the same tensor give each thread the
+ * same part of it (a convolution reads its input in the core's own cache, where the producer
+ * wrote it): with one shared counter the chunks went to the threads in turn, at 2 threads each
+ * thread's half of a layer was half the other core's writes. */
 #define KN_SPIN_ITERATIONS 20000
 
 struct kn_threadpool {
@@ -34,11 +40,12 @@ struct kn_threadpool {
     kn_range_fn fn;
     void *arg;
     int64_t n, chunk, n_chunks;
-    uint64_t ticket;     /* (generation << 32) | next chunk */
+    uint64_t *ticket;    /* per share: (generation << 32) | its next chunk (n_threads of them) */
     int64_t done_chunks; /* atomic */
     kn_stop_fn stop_fn;  /* the job's stop check (atomic, as fn) */
     void *stop_arg;
     int busy;            /* atomic: a caller is running a job on the workers */
+    struct worker_arg *wargs; /* worker i's: (p, i + 1) */
 };
 
 static _Thread_local kn_stop_fn kn_stop_check;
@@ -52,8 +59,12 @@ void kn_parallel_set_stop(kn_stop_fn fn, void *arg) {
 /* A parallel loop started from inside a worker's chunk runs serially instead of deadlocking. */
 static _Thread_local int kn_in_parallel_region;
 
-/* Runs chunks of job `gen` until none is left (nothing at all if that job is over). */
-static void run_chunks(kn_threadpool *p, uint64_t gen) {
+/* Chunks [share_begin(k), share_begin(k + 1)) are share k's. */
+static inline int64_t share_begin(int64_t k, int64_t n_chunks, int threads) { return k * n_chunks / threads; }
+
+/* Runs chunks of job `gen` until none is left (nothing at all if that job is over): share `self`
+ * first, then the others in turn. */
+static void run_chunks(kn_threadpool *p, uint64_t gen, int self) {
     kn_range_fn fn = __atomic_load_n(&p->fn, __ATOMIC_RELAXED);
     void *arg = __atomic_load_n(&p->arg, __ATOMIC_RELAXED);
     int64_t n = __atomic_load_n(&p->n, __ATOMIC_RELAXED);
@@ -61,26 +72,40 @@ static void run_chunks(kn_threadpool *p, uint64_t gen) {
     int64_t n_chunks = __atomic_load_n(&p->n_chunks, __ATOMIC_RELAXED);
     kn_stop_fn stop = __atomic_load_n(&p->stop_fn, __ATOMIC_RELAXED);
     void *stop_arg = __atomic_load_n(&p->stop_arg, __ATOMIC_RELAXED);
-    uint64_t t = __atomic_load_n(&p->ticket, __ATOMIC_ACQUIRE);
-    for (;;) {
-        if ((t >> 32) != (gen & 0xffffffffu) || (int64_t)(t & 0xffffffffu) >= n_chunks) return;
-        if (!__atomic_compare_exchange_n(&p->ticket, &t, t + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-            continue; /* t now holds the current value */
-        int64_t c = (int64_t)(t & 0xffffffffu);
-        int64_t b = c * chunk, e = b + chunk;
-        if (e > n) e = n;
-        if (!stop || !stop(stop_arg)) fn(arg, b, e);
-        if (__atomic_add_fetch(&p->done_chunks, 1, __ATOMIC_ACQ_REL) == n_chunks) {
-            pthread_mutex_lock(&p->mu);
-            if (p->waiting) pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->mu);
+    const int T = p->n_threads;
+    for (int i = 0; i < T; i++) {
+        const int k = (self + i) % T;
+        const int64_t end = share_begin(k + 1, n_chunks, T);
+        uint64_t *ticket = &p->ticket[k];
+        uint64_t t = __atomic_load_n(ticket, __ATOMIC_ACQUIRE);
+        for (;;) {
+            if ((t >> 32) != (gen & 0xffffffffu)) return; /* a later job: this one is over */
+            if ((int64_t)(t & 0xffffffffu) >= end) break;
+            if (!__atomic_compare_exchange_n(ticket, &t, t + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                continue; /* t now holds the current value */
+            int64_t c = (int64_t)(t & 0xffffffffu);
+            int64_t b = c * chunk, e = b + chunk;
+            if (e > n) e = n;
+            if (!stop || !stop(stop_arg)) fn(arg, b, e);
+            if (__atomic_add_fetch(&p->done_chunks, 1, __ATOMIC_ACQ_REL) == n_chunks) {
+                pthread_mutex_lock(&p->mu);
+                if (p->waiting) pthread_cond_signal(&p->done);
+                pthread_mutex_unlock(&p->mu);
+            }
+            t = __atomic_load_n(ticket, __ATOMIC_ACQUIRE);
         }
-        t = __atomic_load_n(&p->ticket, __ATOMIC_ACQUIRE);
     }
 }
 
+typedef struct worker_arg {
+    kn_threadpool *p;
+    int self;
+} worker_arg;
+
 static void *worker_main(void *arg) {
-    kn_threadpool *p = arg;
+    worker_arg *wa = arg;
+    kn_threadpool *p = wa->p;
+    const int self = wa->self;
     uint64_t seen = 0;
     kn_in_parallel_region = 1;
     for (;;) {
@@ -101,7 +126,7 @@ static void *worker_main(void *arg) {
         }
         if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) break;
         seen = gen;
-        run_chunks(p, gen);
+        run_chunks(p, gen, self);
     }
     return NULL;
 }
@@ -116,17 +141,28 @@ kiln_status kn_threadpool_create(int threads, kn_threadpool **out) {
     kn_threadpool *p = calloc(1, sizeof *p);
     if (!p) return KN_OOM();
     p->n_threads = threads;
+    p->ticket = calloc((size_t)threads, sizeof *p->ticket);
+    p->wargs = calloc((size_t)threads, sizeof *p->wargs);
+    if (!p->ticket || !p->wargs) {
+        free(p->ticket);
+        free(p->wargs);
+        free(p);
+        return KN_OOM();
+    }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
     if (threads > 1) {
         p->workers = calloc((size_t)threads - 1, sizeof *p->workers);
         if (!p->workers) {
+            free(p->ticket);
+            free(p->wargs);
             free(p);
             return KN_OOM();
         }
         for (int i = 0; i < threads - 1; i++) {
-            if (pthread_create(&p->workers[i], NULL, worker_main, p) != 0) {
+            p->wargs[i] = (worker_arg){p, i + 1};
+            if (pthread_create(&p->workers[i], NULL, worker_main, &p->wargs[i]) != 0) {
                 p->n_threads = i + 1; /* run with what started */
                 break;
             }
@@ -144,6 +180,8 @@ void kn_threadpool_destroy(kn_threadpool *p) {
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->n_threads - 1; i++) pthread_join(p->workers[i], NULL);
     free(p->workers);
+    free(p->ticket);
+    free(p->wargs);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->done);
@@ -186,13 +224,15 @@ void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn,
     __atomic_store_n(&p->done_chunks, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&p->stop_fn, kn_stop_check, __ATOMIC_RELAXED);
     __atomic_store_n(&p->stop_arg, kn_stop_check_arg, __ATOMIC_RELAXED);
-    __atomic_store_n(&p->ticket, (gen & 0xffffffffu) << 32, __ATOMIC_RELEASE);
+    for (int k = 0; k < p->n_threads; k++)
+        __atomic_store_n(&p->ticket[k], (gen & 0xffffffffu) << 32 | (uint64_t)share_begin(k, n_chunks, p->n_threads),
+                         __ATOMIC_RELEASE);
     pthread_mutex_lock(&p->mu);
     __atomic_store_n(&p->generation, gen, __ATOMIC_RELEASE);
     if (p->sleepers) pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     kn_in_parallel_region = 1;
-    run_chunks(p, gen);
+    run_chunks(p, gen, 0);
     kn_in_parallel_region = 0;
     /* wait for the chunks other threads claimed (not for threads that never joined) */
     for (int spin = 0; spin < KN_SPIN_ITERATIONS * 4 && __atomic_load_n(&p->done_chunks, __ATOMIC_ACQUIRE) < n_chunks; spin++)
