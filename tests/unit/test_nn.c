@@ -550,3 +550,41 @@ KN_TEST(nn_topk_small_k_path_ties_and_nan) {
     kn_tensor_free(idx);
     kn_tensor_free(k);
 }
+
+/* kn_softmax_rows_f32 (kiln.Attention's score rows, four at a time) gives kn_softmax_row_f32's
+ * results bit for bit: row counts around 4, lengths around the 16/32/64-lane steps and the
+ * attention models' 128, 197 and 650 keys, rows with -inf (masked keys), a fully masked row
+ * (NaN) and a NaN score. */
+KN_TEST(softmax_rows_match_row_kernel) {
+    const int64_t lens[] = {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 128, 197, 650};
+    uint32_t seed = 12345;
+    int checked = 0;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int64_t rows = 1; rows <= 9; rows++) {
+            const int64_t n = lens[li], ld = n + 3;
+            float *x = malloc(sizeof(float) * (size_t)(rows * ld)), *want = malloc(sizeof(float) * (size_t)(rows * ld));
+            for (int64_t i = 0; i < rows * ld; i++) {
+                seed = seed * 1664525u + 1013904223u;
+                x[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 20.0f;
+                if ((seed & 63) == 7) x[i] = -INFINITY;
+            }
+            if (rows >= 3) {
+                for (int64_t k = 0; k < n; k++) x[2 * ld + k] = -INFINITY; /* every key masked: NaN */
+                x[ld + n / 2] = NAN;
+            }
+            for (int64_t r = 0; r < rows; r++) kn_softmax_row_f32(x + r * ld, want + r * ld, n, false);
+            kn_softmax_rows_f32(x, rows, n, ld);
+            int bad = 0;
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t k = 0; k < n; k++) {
+                    const float g = x[r * ld + k], w = want[r * ld + k];
+                    if (!(g == w || (g != g && w != w))) bad++;
+                }
+            CHECK_MSG(bad == 0, "softmax rows %lld x %lld: %d values differ from the row kernel's", (long long)rows,
+                      (long long)n, bad);
+            free(x);
+            free(want);
+            checked++;
+        }
+    CHECK(checked == 14 * 9);
+}

