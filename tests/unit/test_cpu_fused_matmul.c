@@ -67,6 +67,46 @@ static unsigned char *fm_model(const fm_case *t, kiln_tensor **consts, size_t *s
     return tmb_finish(&b, size);
 }
 
+/* Random inputs x [batch, M, K] (and the residual z [batch, M, N] where the case has one) from
+ * seed, and the definition in double over them (with bf16: over the operands rounded to bfloat16,
+ * as precision=bf16 multiplies them) with the scale of each sum for the error bound. */
+static void fm_inputs_and_definition(const fm_case *t, uint32_t seed, kiln_tensor *const *consts, bool bf16,
+                                     kiln_tensor **x_out, kiln_tensor **z_out, double *want, double *scale) {
+    const int64_t rows = t->batch * t->M;
+    const size_t ny = (size_t)(rows * t->N);
+    kiln_tensor *x = NULL, *z = NULL;
+    kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->batch, t->M, t->K}, 3, &x);
+    float *xp = kiln_tensor_data(x);
+    for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) xp[i] = tmb_rand(&seed);
+    if (t->res) {
+        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->batch, t->M, t->N}, 3, &z);
+        float *zp = kiln_tensor_data(z);
+        for (size_t i = 0; i < ny; i++) zp[i] = tmb_rand(&seed);
+    }
+    const float *w = kiln_tensor_data(consts[0]), *bias = consts[1] ? kiln_tensor_data(consts[1]) : NULL;
+    const float *zp = z ? kiln_tensor_data(z) : NULL;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < t->N; j++) {
+            double acc = 0, sc = 0;
+            for (int64_t k = 0; k < t->K; k++) {
+                const float a = xp[r * t->K + k], b = w[k * t->N + j];
+                const double p = bf16 ? (double)kn_bf16_round(a) * kn_bf16_round(b) : (double)a * b;
+                acc += p;
+                sc += fabs(p);
+            }
+            if (bias) acc += bias[j], sc += fabs(bias[j]);
+            const size_t i = (size_t)(r * t->N + j);
+            if (zp) acc += zp[i], sc += fabs(zp[i]);
+            if (t->act == 1) acc = acc < 0 ? 0 : acc;
+            if (t->act == 2) acc = tanh(acc);
+            if (t->act == 3) acc = 0.5 * acc * (1.0 + erf(acc / sqrt(2.0)));
+            want[i] = acc;
+            scale[i] = sc;
+        }
+    *x_out = x;
+    *z_out = z;
+}
+
 KN_TEST(cpu_fused_matmul_matches_definition) {
     const fm_case cases[] = {
         {1, 197, 96, 300, true, true, 0},   /* ViT's tokens: bias + residual (its projections) */
@@ -83,39 +123,11 @@ KN_TEST(cpu_fused_matmul_matches_definition) {
         size_t size;
         unsigned char *m = fm_model(t, consts, &size);
         if (!m) continue;
-        uint32_t seed = 4242 + (uint32_t)ci;
         const int64_t rows = t->batch * t->M;
         const size_t ny = (size_t)(rows * t->N);
         kiln_tensor *x = NULL, *z = NULL;
-        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->batch, t->M, t->K}, 3, &x);
-        float *xp = kiln_tensor_data(x);
-        for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) xp[i] = tmb_rand(&seed);
-        if (t->res) {
-            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->batch, t->M, t->N}, 3, &z);
-            float *zp = kiln_tensor_data(z);
-            for (size_t i = 0; i < ny; i++) zp[i] = tmb_rand(&seed);
-        }
-        /* the definition in double, and the scale of the sums for the error bound */
-        const float *w = kiln_tensor_data(consts[0]), *bias = consts[1] ? kiln_tensor_data(consts[1]) : NULL;
-        const float *zp = z ? kiln_tensor_data(z) : NULL;
         double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < t->N; j++) {
-                double acc = 0, sc = 0;
-                for (int64_t k = 0; k < t->K; k++) {
-                    const double p = (double)xp[r * t->K + k] * w[k * t->N + j];
-                    acc += p;
-                    sc += fabs(p);
-                }
-                if (bias) acc += bias[j], sc += fabs(bias[j]);
-                const size_t i = (size_t)(r * t->N + j);
-                if (zp) acc += zp[i], sc += fabs(zp[i]);
-                if (t->act == 1) acc = acc < 0 ? 0 : acc;
-                if (t->act == 2) acc = tanh(acc);
-                if (t->act == 3) acc = 0.5 * acc * (1.0 + erf(acc / sqrt(2.0)));
-                want[i] = acc;
-                scale[i] = sc;
-            }
+        fm_inputs_and_definition(t, 4242 + (uint32_t)ci, consts, false, &x, &z, want, scale);
         for (int order = 0; order < 2; order++) { /* 0: as chosen; 1: the usual GEMM order */
             if (order) setenv("KILN_GEMM_PACKED_B", "0", 1);
             for (int threads = 1; threads <= 2; threads++)
@@ -176,38 +188,11 @@ KN_TEST(cpu_fused_matmul_bf16_epilogue_matches_definition) {
         size_t size;
         unsigned char *m = fm_model(t, consts, &size);
         if (!m) continue;
-        uint32_t seed = 777 + (uint32_t)ci;
         const int64_t rows = t->batch * t->M;
         const size_t ny = (size_t)(rows * t->N);
         kiln_tensor *x = NULL, *z = NULL;
-        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->batch, t->M, t->K}, 3, &x);
-        float *xp = kiln_tensor_data(x);
-        for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) xp[i] = tmb_rand(&seed);
-        if (t->res) {
-            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->batch, t->M, t->N}, 3, &z);
-            float *zp = kiln_tensor_data(z);
-            for (size_t i = 0; i < ny; i++) zp[i] = tmb_rand(&seed);
-        }
-        const float *w = kiln_tensor_data(consts[0]), *bias = consts[1] ? kiln_tensor_data(consts[1]) : NULL;
-        const float *zp = z ? kiln_tensor_data(z) : NULL;
         double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < t->N; j++) {
-                double acc = 0, sc = 0;
-                for (int64_t k = 0; k < t->K; k++) {
-                    const double p = (double)kn_bf16_round(xp[r * t->K + k]) * kn_bf16_round(w[k * t->N + j]);
-                    acc += p;
-                    sc += fabs(p);
-                }
-                if (bias) acc += bias[j], sc += fabs(bias[j]);
-                const size_t i = (size_t)(r * t->N + j);
-                if (zp) acc += zp[i], sc += fabs(zp[i]);
-                if (t->act == 1) acc = acc < 0 ? 0 : acc;
-                if (t->act == 2) acc = tanh(acc);
-                if (t->act == 3) acc = 0.5 * acc * (1.0 + erf(acc / sqrt(2.0)));
-                want[i] = acc;
-                scale[i] = sc;
-            }
+        fm_inputs_and_definition(t, 777 + (uint32_t)ci, consts, true, &x, &z, want, scale);
         for (int threads = 1; threads <= 2; threads++)
             for (int level = 0; level <= 3; level += 3) {
                 kiln_session_options *o = NULL;
