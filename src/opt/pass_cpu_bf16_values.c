@@ -9,14 +9,18 @@
  * written and read; the block outputs, which a residual Add reads in fp32, stay fp32. OpenVINO
  * keeps its activations in bf16 throughout.
  *
- * What it marks: a live NCHW FusedConv without a residual, whose activation is none, Relu or Clip,
+ * What it marks: a live NCHW FusedConv (with or without a residual: its output is rounded after the
+ * residual and activation, as its readers would round it), whose activation is none, Relu or Clip,
  * with constant 4-D float weights of 16 or more output channels, whose float output is not pinned
  * and is read only as input X of NCHW FusedConvs of group 1 with constant 4-D float weights of 16
  * or more input and output channels (the shapes whose products run on AMX's tiles in bf16,
  * src/backend/cpu/conv.c); the producer gets y_type = [16] (its output becomes bfloat16 when
  * types are inferred again). The CPU kernels read and write such values as they are on AMX
  * (conv_amx.c, sgemm_bf16.c) and convert them on any other route, so the mark is never wrong, only
- * slower there. KILN_CPU_BF16_VALUES=0 turns the pass off.
+ * slower there. A plain Conv reading such a value (a ResNet stage's downsample, nothing fused into it)
+ * is first made a FusedConv without activation when every reader of the value could then read it in
+ * bf16 (so the stage's last block output is kept in bf16 too; KILN_CPU_BF16_PLAIN=0: not).
+ * KILN_CPU_BF16_VALUES=0 turns the pass off.
  *
  * With the provider option activations=half the block outputs are kept in bf16 too: a FusedConv
  * with a residual may be marked, and a reader may read the value as its residual Z (not also as
@@ -65,8 +69,9 @@ static bool bf16_writer(const kn_opt_ctx *c, int i, bool residuals) {
     const kn_node *n = &c->g->nodes[i];
     int64_t C = 0;
     if (!kn_opt_is_in(c, i, "kiln", "FusedConv") || !nchw(n) || !group_one(n) || kn_node_attr(n, "y_type") ||
-        n->n_outputs != 1 || kn_opt_n_inputs(c, i) > (residuals ? 4 : 3) || !conv_weights(c, i, &C))
+        n->n_outputs != 1 || kn_opt_n_inputs(c, i) > 4 || !conv_weights(c, i, &C))
         return false;
+    (void)residuals;
     kn_act_spec a;
     char why[128];
     if (!kn_act_from_node(n, &a, why, sizeof why) ||
@@ -80,6 +85,57 @@ static bool bf16_writer(const kn_opt_ctx *c, int i, bool residuals) {
            y->dtype == KILN_DTYPE_FLOAT && y->rank == 4 && !kn_opt_pinned(c, v);
 }
 
+/* A plain Conv (no bias Add or activation to fuse: a ResNet's downsample, whose output is a
+ * residual) that could read a bf16 X as a FusedConv: 2-D, group 1, constant float weights of 16+
+ * input and output channels, an output plane of 16+ */
+static bool plain_reader(const kn_opt_ctx *c, int i) {
+    const kn_node *n = &c->g->nodes[i];
+    int64_t C = 0;
+    if (!kn_opt_is(c, i, "Conv") || n->n_outputs != 1 || !group_one(n) || !conv_weights(c, i, &C) || C < 16) return false;
+    const int x = kn_opt_input(c, i, 0), y = n->outputs[0];
+    if (x < 0 || y < 0 || !kn_opt_is_f32(c, x) || !kn_opt_is_f32(c, y)) return false;
+    const kn_type *t = &c->g->values[y].type;
+    return t->rank == 4 && t->dims[2].value > 0 && t->dims[3].value > 0 && t->dims[2].value * t->dims[3].value >= 16;
+}
+
+/* Such a Conv reading the output of a FusedConv that may be marked, as a kiln.FusedConv without
+ * activation (the same computation, which the CPU's FusedConv kernel runs on a bf16 X): else the
+ * value it reads (a ResNet stage's last block output, read by the next block's first convolution
+ * and this downsample) would stay fp32 for it */
+static kiln_status fuse_plain_readers(kn_opt_ctx *c, bool residuals, bool *changed) {
+    kn_graph *g = c->g;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (!plain_reader(c, i)) continue;
+        const int v = kn_opt_input(c, i, 0), p = kn_opt_producer(c, v);
+        if (p < 0 || !bf16_writer(c, p, residuals)) continue;
+        /* (only where every reader of the value would then take it in bf16) */
+        bool all = true;
+        for (int r = c->cons_start[v]; r < c->cons_start[v + 1] && all; r++) {
+            const int rn = c->cons[r];
+            all = bf16_reader(c, rn, v, residuals) ||
+                  (plain_reader(c, rn) && kn_opt_input(c, rn, 1) != v && kn_opt_input(c, rn, 2) != v);
+        }
+        if (!all) continue;
+        kn_opt_proto pr;
+        kn_proto_init(&pr, "kiln", "FusedConv");
+        for (int k = 0; k < 3; k++) kn_proto_in(&pr, kn_opt_input(c, i, k));
+        kn_proto_out(&pr, g->nodes[i].outputs[0]);
+        static const char *const attrs[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"};
+        for (size_t k = 0; k < sizeof attrs / sizeof attrs[0]; k++) kn_proto_copy_attr(&pr, c, i, attrs[k]);
+        const kn_act_spec none = {KN_ACT_NONE, 0, 0};
+        kn_proto_act(&pr, &none);
+        int node;
+        KN_TRY(kn_opt_emit(c, &pr, i, &node));
+        if (node < 0) continue;
+        kn_opt_kill(c, i);
+        kn_opt_note(c, "Conv as FusedConv reading a bf16 value");
+        KN_TRY(kn_opt_refresh(c));
+        g = c->g;
+        *changed = true;
+    }
+    return KILN_OK;
+}
+
 kiln_status kn_pass_cpu_bf16_values(kn_opt_ctx *c) {
     kn_backend_config cfg;
     const char *provider = kn_opt_first_provider(c, &cfg);
@@ -91,8 +147,10 @@ kiln_status kn_pass_cpu_bf16_values(kn_opt_ctx *c) {
     /* activations=half: the block outputs too (written with a residual, read as one), which is not
      * exact: a residual Add then reads a rounded value */
     const bool residuals = cfg.half_activations;
-    kn_graph *g = c->g;
     bool changed = false;
+    const char *pe = getenv("KILN_CPU_BF16_PLAIN");
+    if (!(pe && !strcmp(pe, "0"))) KN_TRY(fuse_plain_readers(c, residuals, &changed));
+    kn_graph *g = c->g;
     for (int i = 0; i < g->n_nodes; i++) {
         if (!bf16_writer(c, i, residuals)) continue;
         const int v = g->nodes[i].outputs[0];

@@ -743,8 +743,22 @@ KN_TEST(bf16_values_between_convolutions) {
         /* 1x1 kernels with pads (neither the AMX convolution's shape nor the GEMM's): conv.c converts
          * the bf16 values in and out on its other routes */
         {1, 24, 10, 10, 3, {{32, 1, 1, 1, 1, -1, false}, {32, 1, 1, 1, 1, 0, false}, {16, 3, 1, 1, 1, 1, false}}, 2},
-        /* read by a plain Conv (nothing fused into it: its types stay Conv's): kept in fp32 */
-        {1, 32, 12, 12, 3, {{32, 1, 1, 0, 1, -1, false}, {32, 3, 1, 1, 0, 0, false}, {32, 3, 1, 1, 1, 0, false}}, 0},
+        /* read by a plain Conv (nothing fused into it): the pass makes it a FusedConv without
+         * activation, which reads the value in bf16 */
+        {1, 32, 12, 12, 3, {{32, 1, 1, 0, 1, -1, false}, {32, 3, 1, 1, 0, 0, false}, {32, 3, 1, 1, 1, 0, false}}, 1},
+        /* a ResNet stage's end: the last block's output (written with a residual and Relu) read as X
+         * only, by the next block's 1x1 and by a plain 1x1 stride-2 Conv (the downsample, made a
+         * FusedConv), whose output is the residual of the block's last 1x1: kept in bf16 exactly
+         * (every reader rounds it anyway); the downsample's output (read as a residual) stays fp32 */
+        {1, 64, 14, 14, 6,
+         {{32, 1, 1, 0, 1, -1, 0}, {64, 1, 1, 0, 1, 0, 1}, {32, 1, 1, 0, 1, 1, 0}, {128, 1, 2, 0, 0, 1, 0},
+          {32, 3, 2, 1, 1, 2, 0}, {128, 1, 1, 0, 1, 4, 5}},
+         4, false},
+        /* the same with activations=half: the downsample's output too */
+        {1, 64, 14, 14, 6,
+         {{32, 1, 1, 0, 1, -1, 0}, {64, 1, 1, 0, 1, 0, 1}, {32, 1, 1, 0, 1, 1, 0}, {128, 1, 2, 0, 0, 1, 0},
+          {32, 3, 2, 1, 1, 2, 0}, {128, 1, 1, 0, 1, 4, 5}},
+         5, true},
         /* B over 1 MB (the GEMM's column panels outer, C stored 256 columns at a time): 512 -> 40 on
          * 47x47, then 3x3 and 1x1 */
         {1, 512, 47, 47, 3, {{40, 1, 1, 0, 1, -1, false}, {40, 3, 1, 1, 1, 0, false}, {64, 1, 1, 0, 1, 1, false}}, 2},
@@ -755,11 +769,13 @@ KN_TEST(bf16_values_between_convolutions) {
          {{32, 1, 1, 0, 1, -1, 0}, {32, 3, 1, 1, 1, 0, 0}, {64, 1, 1, 0, 1, 1, 1}, {32, 1, 1, 0, 1, 2, 0},
           {64, 1, 1, 0, 1, 3, 4}, {16, 1, 1, 0, 1, 4, 0}},
          5, true},
-        /* the same without activations=half: the block outputs stay fp32 */
+        /* the same without activations=half: the block outputs read as a residual stay fp32; the
+         * second block's, read only as X by the last 1x1, is kept in bf16 (rounded after its
+         * residual and Relu, as its reader would round it) */
         {2, 64, 14, 14, 6,
          {{32, 1, 1, 0, 1, -1, 0}, {32, 3, 1, 1, 1, 0, 0}, {64, 1, 1, 0, 1, 1, 1}, {32, 1, 1, 0, 1, 2, 0},
           {64, 1, 1, 0, 1, 3, 4}, {16, 1, 1, 0, 1, 4, 0}},
-         3, false},
+         4, false},
         /* a bf16 residual read by 3x3 convolutions: one whose output is kept in bf16 (conv.c's
          * converting route: the AMX convolution's bf16 output takes no residual), one whose fp32
          * output gets it in the AMX convolution's epilogue */
