@@ -1100,6 +1100,7 @@ static void sk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const
 #define CL3_MAX_OW 4096
 #define CL3_CB 32 /* input channels per partial sum in cl3_tile */
 #define CLB (2 * KN_VL) /* output channels of a cl3_tile */
+#define CL3_MAX_WBYTES (4 << 20) /* larger weights: the GEMM (cl3_suits) */
 /* the kernel row's three taps unrolled: with AVX2's 16 registers that spilled accumulators (3x3 s2
  * 128->128 on 28x28 12% slower than the loop) */
 #if KN_VREGS < 32
@@ -1121,7 +1122,14 @@ static bool cl3_suits(const conv_shape *s) {
      * or more. 1 thread, CPU time, min of 4 alternating rounds (busy machine), GEMM -> this:
      * s2 128->128 28x28 0.305 -> 0.276 ms, 512->512 14x14 1.06 -> 0.95, 16->32 320x320 1.93 -> 1.30,
      * s1 512->512 7x7 0.99 -> 0.92 */
-    if (v.sw == 2 || v.dw == 2) return true;
+    if (v.dw == 2) return true;
+    /* Weights over 4 MB (3x3 512 -> 512) go to the GEMM, which runs these small planes
+     * transposed: on the 2-core Sapphire Rapids guest (2 MB L2 a core), ResNet-50 per node, GEMM /
+     * this: 1 thread s1 512->512 7x7 0.83-0.86, s2 512->512 14x14 0.78-0.82; 2 threads 0.91-0.94,
+     * 0.91-0.92. s2 256->256 28x28 (2.4 MB) 1.01-1.07 at 1 thread, 0.95 at 2, and s2 128->128
+     * 56x56 (0.6 MB) 1.09 / 1.07 stay here */
+    if ((double)s->M * (double)s->C * 9.0 * sizeof(float) > (double)CL3_MAX_WBYTES) return false;
+    if (v.sw == 2) return true;
     return s->C >= 16 && s->N * ((v.OH + 3) / 4) * ((v.OW + 3) / 4) < 16;
 }
 
