@@ -1,10 +1,11 @@
 /* GPU tests of the recurrent operators' CUDA kernels (cuda_linalg.c, cu_rnn.cu): LSTM, GRU and RNN
  * in the configurations the ONNX operators define (both directions, sequence lengths, initial
  * states, peepholes, clip, input_forget, linear_before_reset 0 and 1, float32 and float16), each
- * compared with the CPU backend both ways CUDA runs a recurrence: in one launch (R in shared
- * memory, the default where it fits) and step by step (KILN_CUDA_RNN=steps, and what a hidden size
- * too large for one block's shared memory or a batch wider than the device takes). Skipped without
- * a device. */
+ * compared with the CPU backend every way CUDA runs a recurrence: in one launch with R in
+ * registers (the default for hidden sizes up to 96), in one launch with R in shared memory
+ * (KILN_CUDA_RNN=shared, and the default where registers do not take it) and step by step
+ * (KILN_CUDA_RNN=steps, and what a hidden size too large for one block's shared memory or a batch
+ * wider than the device takes). Skipped without a device. */
 #include "test_model_builder.h"
 #include "test_onemodel.h"
 
@@ -75,21 +76,32 @@ static void check_case(const rnn_case *k) {
     onemodel o;
     build(&o, k);
 #ifdef KILN_HAVE_CUDA
-    long long before = kn_cuda_rnn_one_launch_runs();
+    long long before = kn_cuda_rnn_one_launch_runs(), before_reg = kn_cuda_rnn_register_runs();
 #endif
     om_check(&o, rtol, atol, what);
 #ifdef KILN_HAVE_CUDA
-    long long ran = kn_cuda_rnn_one_launch_runs() - before;
+    long long ran = kn_cuda_rnn_one_launch_runs() - before, reg = kn_cuda_rnn_register_runs() - before_reg;
     CHECK_MSG((ran > 0) == k->one_launch, "%s: ran %s, expected %s", what, ran > 0 ? "in one launch" : "step by step",
               k->one_launch ? "in one launch" : "step by step");
+    /* registers take hidden sizes up to 96 (a GRU only with linear_before_reset) and up to 4 items
+     * per block */
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    int64_t dirs = !strcmp(k->direction, "bidirectional") ? 2 : 1;
+    bool want_reg = k->one_launch && k->H <= 96 && (strcmp(k->op, "GRU") || k->lbr) && k->B * dirs <= 4 * (int64_t)sms;
+    CHECK_MSG((reg > 0) == want_reg, "%s: R %s registers, expected %s", what, reg > 0 ? "in" : "not in",
+              want_reg ? "in" : "not in");
 #endif
     if (k->one_launch) {
-        /* the same case step by step */
-        setenv("KILN_CUDA_RNN", "steps", 1);
-        char w2[220];
-        snprintf(w2, sizeof w2, "%s, step by step", what);
-        om_check(&o, rtol, atol, w2);
-        unsetenv("KILN_CUDA_RNN");
+        /* the same case with R in shared memory, and step by step */
+        static const char *const modes[2][2] = {{"shared", "R in shared memory"}, {"steps", "step by step"}};
+        for (int m = 0; m < 2; m++) {
+            setenv("KILN_CUDA_RNN", modes[m][0], 1);
+            char w2[240];
+            snprintf(w2, sizeof w2, "%s, %s", what, modes[m][1]);
+            om_check(&o, rtol, atol, w2);
+            unsetenv("KILN_CUDA_RNN");
+        }
     }
     om_free(&o);
 }
@@ -209,8 +221,10 @@ static kiln_session *stacked_session(const unsigned char *m, size_t size, const 
     return s;
 }
 
+/* pipelined: whether KILN_CUDA_RNN=shared runs the layers as one pipelined launch (R in shared
+ * memory); registers: whether by default each layer runs with R in registers, one after another. */
 static void stacked_case(kiln_dtype dt, int64_t T, int64_t B, int64_t I, const int64_t *hs, int layers,
-                         bool pipelined) {
+                         bool pipelined, bool registers) {
     char what[160];
     snprintf(what, sizeof what, "%d stacked LSTM layers (%s, T=%lld B=%lld I=%lld H0=%lld)", layers,
              kiln_dtype_name(dt), (long long)T, (long long)B, (long long)I, (long long)hs[0]);
@@ -227,10 +241,11 @@ static void stacked_case(kiln_dtype dt, int64_t T, int64_t B, int64_t I, const i
     CHECK_MSG(cpu && kiln_session_run(cpu, names, ins, 1, NULL, 3, want) == KILN_OK, "%s on the CPU: %s", what,
               kiln_last_error());
     double tol = dt == KILN_DTYPE_FLOAT ? 2e-5 : 1e-2;
-    for (int mode = 0; mode < 2 && want[0]; mode++) {
-        if (mode == 1) setenv("KILN_CUDA_RNN", "steps", 1); /* the layers one after another */
+    static const char *const mode_env[3] = {NULL, "shared", "steps"}, *const mode_name[3] = {"", ", R in shared memory", ", step by step"};
+    for (int mode = 0; mode < 3 && want[0]; mode++) {
+        if (mode_env[mode]) setenv("KILN_CUDA_RNN", mode_env[mode], 1);
 #ifdef KILN_HAVE_CUDA
-        long long before = kn_cuda_lstm_stack_runs();
+        long long before = kn_cuda_lstm_stack_runs(), before_reg = kn_cuda_rnn_register_runs();
 #endif
         kiln_session *gpu = stacked_session(m, size, "cuda", 3);
         kn_tensor *got[3] = {NULL, NULL, NULL};
@@ -242,15 +257,17 @@ static void stacked_case(kiln_dtype dt, int64_t T, int64_t B, int64_t I, const i
                     double w = kn_tensor_get_f64(want[k], i), g = kn_tensor_get_f64(got[k], i);
                     if (!(fabs(w - g) <= tol + tol * fabs(w))) {
                         kn_unit_fail(__FILE__, __LINE__, "%s%s: output %d element %lld is %.7g on CUDA, %.7g on the CPU",
-                                     what, mode ? ", step by step" : "", k, (long long)i, g, w);
+                                     what, mode_name[mode], k, (long long)i, g, w);
                         break;
                     }
                 }
         }
 #ifdef KILN_HAVE_CUDA
-        bool ran = kn_cuda_lstm_stack_runs() > before;
-        CHECK_MSG(ran == (pipelined && mode == 0), "%s%s: %s pipelined", what, mode ? ", step by step" : "",
-                  ran ? "ran" : "did not run");
+        bool ran = kn_cuda_lstm_stack_runs() > before, reg = kn_cuda_rnn_register_runs() > before_reg;
+        bool want_pipe = pipelined && (mode == 1 || (mode == 0 && !registers));
+        CHECK_MSG(ran == want_pipe, "%s%s: %s pipelined", what, mode_name[mode], ran ? "ran" : "did not run");
+        CHECK_MSG(reg == (registers && mode == 0), "%s%s: %s with R in registers", what, mode_name[mode],
+                  reg ? "ran" : "did not run");
 #endif
         for (int k = 0; k < 3; k++) kn_tensor_free(got[k]);
         kiln_session_destroy(gpu);
@@ -265,10 +282,11 @@ static void stacked_case(kiln_dtype dt, int64_t T, int64_t B, int64_t I, const i
 KN_TEST(cuda_stacked_lstm_matches_cpu) {
     NEED_GPU();
     static const int64_t two[2] = {96, 96}, three[3] = {32, 48, 20}, wide[2] = {256, 256};
-    stacked_case(KILN_DTYPE_FLOAT, 50, 1, 40, two, 2, true);
-    stacked_case(KILN_DTYPE_FLOAT, 17, 3, 40, two, 2, true);
-    stacked_case(KILN_DTYPE_FLOAT, 9, 70, 12, three, 3, true);
-    stacked_case(KILN_DTYPE_FLOAT16, 12, 2, 16, two, 2, true);
-    /* R of 4 * 256 * 256 floats does not fit a block's shared memory: the layers one by one */
-    stacked_case(KILN_DTYPE_FLOAT, 5, 2, 8, wide, 2, false);
+    stacked_case(KILN_DTYPE_FLOAT, 50, 1, 40, two, 2, true, true);
+    stacked_case(KILN_DTYPE_FLOAT, 17, 3, 40, two, 2, true, true);
+    stacked_case(KILN_DTYPE_FLOAT, 9, 70, 12, three, 3, true, true);
+    stacked_case(KILN_DTYPE_FLOAT16, 12, 2, 16, two, 2, true, true);
+    /* R of 4 * 256 * 256 floats fits neither registers nor a block's shared memory: the layers one
+     * by one, step by step */
+    stacked_case(KILN_DTYPE_FLOAT, 5, 2, 8, wide, 2, false, false);
 }

@@ -6,6 +6,8 @@
 // - per step: the state projection in cuBLASLt, then a cell kernel (k_lstm, k_gru, k_rnn) applies
 //   the gates. For large hidden sizes or batches, where one block per direction would be slower
 //   than a device-wide product.
+// - k_rnn_reg: as k_rnn_seq, with R in registers (hidden sizes up to 96): a step is one barrier
+//   and a product with no weight reads, for the small models where a step's latency is the time.
 // Either way the input projections of all steps are one cuBLASLt product before the steps.
 // k_lstm_stack runs kiln.StackedLSTM's layers the first way, as a pipeline across blocks of one
 // cooperative launch: each layer's recurrence and each upper layer's input projection in its own
@@ -431,6 +433,143 @@ template <typename T, int ROWS> __global__ void __launch_bounds__(1024) k_lstm_s
     }
 }
 
+// ---- small hidden sizes: R in registers
+// Thread (j, q) holds row q * H + j of R (gate q's weights of hidden unit j) in registers; the four
+// threads of unit j are adjacent lanes of one warp and hand each other their gates' pre-activations
+// by shuffles; h goes through shared memory in two buffers (a step reads one and writes the other),
+// so a step costs one barrier and no weight reads: its latency is the K-long product (in four
+// chains), the gates and the barrier. Each block: one direction, ROWS batch items. LSTM, GRU with
+// linear_before_reset and RNN (a GRU without it applies r before its product: k_rnn_seq).
+template <typename T, int KMAX, int ROWS>
+__global__ void __launch_bounds__(4 * KMAX, 1) k_rnn_reg(kn_cu_rnn_seq p) {
+    __shared__ __align__(16) float hbuf[2][ROWS][KMAX];
+    const int H = (int)p.hidden, G = p.gates;
+    const int64_t B = p.batch, GH = (int64_t)G * H, T_ = p.T;
+    const int64_t slices = (B + ROWS - 1) / ROWS;
+    const int d = (int)(blockIdx.x / slices);
+    const int64_t b0 = (int64_t)(blockIdx.x % slices) * ROWS;
+    const int nb = (int)min((int64_t)ROWS, B - b0);
+    const bool rev = p.reverse || d == 1;
+    const int j = (int)(threadIdx.x >> 2), q = (int)(threadIdx.x & 3);
+    const bool unit = j < H, gate = unit && q < G;
+    const T *R = (const T *)p.R + (int64_t)d * GH * H;
+    float w[KMAX];
+#pragma unroll
+    for (int k = 0; k < KMAX; k++) w[k] = gate && k < H ? (float)ld(R[((int64_t)q * H + j) * H + k]) : 0.f;
+    // this gate's bias (Wb + Rb); the GRU's h gate keeps Rbh apart, inside r * (Rh h + Rbh)
+    const T *bias = p.bias ? (const T *)p.bias + (int64_t)d * 2 * GH : nullptr;
+    const bool gru_h = G == 3 && q == 2;
+    float bx = 0.f, bh = 0.f;
+    if (gate && bias) {
+        bx = (float)ld(bias[q * H + j]);
+        bh = (float)ld(bias[GH + q * H + j]);
+        if (!gru_h) bx += bh, bh = 0.f;
+    }
+    const T *peep = G == 4 && p.peep ? (const T *)p.peep + (int64_t)d * 3 * H : nullptr;
+    const float pi = unit && peep ? (float)ld(peep[j]) : 0.f, po = unit && peep ? (float)ld(peep[H + j]) : 0.f,
+                pf = unit && peep ? (float)ld(peep[2 * H + j]) : 0.f;
+    const T *h0 = p.h0 ? (const T *)p.h0 + (int64_t)d * B * H : nullptr;
+    const T *c0 = G == 4 && p.c0 ? (const T *)p.c0 + (int64_t)d * B * H : nullptr;
+    float c[ROWS];
+#pragma unroll
+    for (int b = 0; b < ROWS; b++) c[b] = unit && b < nb && c0 ? (float)ld(c0[(b0 + b) * H + j]) : 0.f;
+    for (int i = threadIdx.x; i < 2 * ROWS * KMAX; i += blockDim.x) {
+        int buf = i / (ROWS * KMAX), b = (i / KMAX) % ROWS, k = i % KMAX;
+        hbuf[buf][b][k] = buf == 0 && b < nb && k < H && h0 ? (float)ld(h0[(b0 + b) * H + k]) : 0.f;
+    }
+    const T *gx = (const T *)p.gx;
+    const int64_t gx_row = p.dirs * GH, gx_off = d * GH + (int64_t)q * H + j;
+    T *y = (T *)p.y;
+    const int64_t y_t = p.dirs * B * H, y_off = (int64_t)d * B * H;
+    const float clip = p.clip;
+    const unsigned full = 0xffffffffu;
+    const int lane0 = (int)(threadIdx.x & 31) & ~3; // lane of this unit's gate 0
+    // each item's length (T past it: time_of), read once
+    int64_t len[ROWS];
+#pragma unroll
+    for (int b = 0; b < ROWS; b++) {
+        int64_t l = b < nb ? (p.seq_lens ? (int64_t)p.seq_lens[b0 + b] : T_) : 0;
+        len[b] = l > T_ ? T_ : l;
+    }
+    // time index of row b at step s, or -1 past its length
+#define KN_REG_TIME(b, s) ((s) < len[b] ? (rev ? len[b] - 1 - (s) : (s)) : (int64_t)-1)
+    // x of the next step, loaded a step ahead so its latency passes under the current step
+    float xn[ROWS];
+#pragma unroll
+    for (int b = 0; b < ROWS; b++) {
+        int64_t t = KN_REG_TIME(b, 0);
+        xn[b] = gate && t >= 0 ? (float)ld(gx[(t * B + b0 + b) * gx_row + gx_off]) : 0.f;
+    }
+    __syncthreads();
+    int cur = 0;
+    for (int64_t s = 0; s < T_; s++) {
+        float xc[ROWS];
+        int64_t tc[ROWS];
+#pragma unroll
+        for (int b = 0; b < ROWS; b++) {
+            xc[b] = xn[b];
+            tc[b] = KN_REG_TIME(b, s);
+            int64_t t = KN_REG_TIME(b, s + 1);
+            xn[b] = gate && t >= 0 ? (float)ld(gx[(t * B + b0 + b) * gx_row + gx_off]) : 0.f;
+        }
+#pragma unroll
+        for (int b = 0; b < ROWS; b++) {
+            const float *h = hbuf[cur][b];
+            float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll
+            for (int k = 0; k < KMAX; k += 4) {
+                float4 v = *(const float4 *)(h + k);
+                a0 = fmaf(w[k], v.x, a0);
+                a1 = fmaf(w[k + 1], v.y, a1);
+                a2 = fmaf(w[k + 2], v.z, a2);
+                a3 = fmaf(w[k + 3], v.w, a3);
+            }
+            float rec = (a0 + a1) + (a2 + a3);
+            // gate q's pre-activation; the GRU's h gate: its x part here, r's factor (Rh h + Rbh) apart
+            float pre = gru_h ? xc[b] + bx : xc[b] + rec + bx, rh = rec + bh;
+            float g0 = __shfl_sync(full, pre, lane0), g1 = __shfl_sync(full, pre, lane0 + 1),
+                  g2 = __shfl_sync(full, pre, lane0 + 2), g3 = __shfl_sync(full, pre, lane0 + 3),
+                  gh = __shfl_sync(full, rh, lane0 + 2);
+            float hold = unit ? h[j] : 0.f, hn, cn = c[b];
+            if (G == 4) { // i, o, f, c
+                float cp = c[b];
+                float gi = sigm(clipf(g0 + pi * cp, clip));
+                float gf = p.input_forget ? 1.f - gi : sigm(clipf(g2 + pf * cp, clip));
+                float gc = tanhf(clipf(g3, clip));
+                cn = gf * cp + gi * gc;
+                float go = sigm(clipf(g1 + po * cn, clip));
+                hn = go * tanhf(cn);
+            } else if (G == 3) { // z, r, h
+                float z = sigm(clipf(g0, clip)), r = sigm(clipf(g1, clip));
+                float cand = tanhf(clipf(g2 + r * gh, clip));
+                hn = (1.f - z) * cand + z * hold;
+            } else {
+                float v = clipf(g0, clip);
+                hn = p.act == 1 ? fmaxf(v, 0.f) : (p.act == 2 ? sigm(v) : tanhf(v));
+            }
+            const bool live = tc[b] >= 0; // past an item's length its state holds and its output is zero
+            if (live) c[b] = cn;
+            if (unit && q == 0) {
+                hbuf[cur ^ 1][b][j] = live ? hn : hold;
+                if (y && b < nb) {
+                    if (live) y[tc[b] * y_t + y_off + (b0 + b) * H + j] = st<T>(hn);
+                    else y[s * y_t + y_off + (b0 + b) * H + j] = st<T>(0.f);
+                }
+            }
+        }
+        __syncthreads();
+        cur ^= 1;
+    }
+#pragma unroll
+    for (int b = 0; b < ROWS; b++)
+        if (unit && q == 0 && b < nb) {
+            int64_t at = y_off + (b0 + b) * H + j;
+            if (p.yh) ((T *)p.yh)[at] = st<T>(hbuf[cur][b][j]);
+            if (p.yc) ((T *)p.yc)[at] = st<T>(c[b]);
+        }
+#undef KN_REG_TIME
+}
+
 static int threads_for(int64_t cols, int64_t items) {
     int64_t want = cols > items ? cols : items;
     int t = (int)((want + 31) / 32 * 32);
@@ -490,6 +629,31 @@ static size_t elem_size(kiln_dtype dt) {
 
 static bool rows_ok(int rows) { return rows == 1 || rows == 2 || rows == 4 || rows == 8; }
 
+// k_rnn_reg's width for a hidden size: the smallest of 32, 64, 96 that holds it, 0 past 96 (R of
+// 4 * 128 * 128 floats would take every register of a multiprocessor)
+static int reg_kmax(int64_t hidden) { return hidden < 1 ? 0 : hidden <= 32 ? 32 : hidden <= 64 ? 64 : hidden <= 96 ? 96 : 0; }
+
+typedef void (*reg_kernel_t)(kn_cu_rnn_seq);
+template <typename T, int KMAX> static reg_kernel_t reg_rows(int rows) {
+    return rows == 1 ? k_rnn_reg<T, KMAX, 1> : rows == 2 ? k_rnn_reg<T, KMAX, 2> : rows == 4 ? k_rnn_reg<T, KMAX, 4> : nullptr;
+}
+template <typename T> static reg_kernel_t reg_width(int64_t hidden, int rows) {
+    switch (reg_kmax(hidden)) {
+    case 32: return reg_rows<T, 32>(rows);
+    case 64: return reg_rows<T, 64>(rows);
+    case 96: return reg_rows<T, 96>(rows);
+    default: return nullptr;
+    }
+}
+static reg_kernel_t reg_kernel(kiln_dtype dt, int64_t hidden, int rows) {
+    switch (dt) {
+    case KILN_DTYPE_FLOAT: return reg_width<float>(hidden, rows);
+    case KILN_DTYPE_FLOAT16: return reg_width<f16>(hidden, rows);
+    case KILN_DTYPE_BFLOAT16: return reg_width<bf16>(hidden, rows);
+    default: return nullptr;
+    }
+}
+
 } // namespace
 
 extern "C" {
@@ -537,6 +701,35 @@ cudaError_t kn_cu_rnn_cell(kiln_dtype dt, const void *gx, const void *gh, void *
     KNCU_DISPATCH_FLOAT(dt, (k_rnn<type_><<<grid_for(n, 128), 128, 0, s>>>((const type_ *)gx, (const type_ *)gh,
                                                                             (type_ *)h, (type_ *)y, y_step, seq_lens,
                                                                             step, T, reverse, batch, hidden, clip, act)));
+    return cudaGetLastError();
+}
+
+bool kn_cu_rnn_reg_fits(kiln_dtype dt, int gates, bool linear_before_reset, int64_t hidden, int rows) {
+    if (gates == 3 && !linear_before_reset) return false;
+    reg_kernel_t k = reg_kernel(dt, hidden, rows);
+    if (!k) return false;
+    /* compiled without spilling to local memory, and launchable with a thread per gate row: asked
+     * once per kernel */
+    static int verdict[3][3][3]; /* type, KMAX, rows: 0 not asked, 1 fits, 2 not */
+    int ti = dt == KILN_DTYPE_FLOAT ? 0 : dt == KILN_DTYPE_FLOAT16 ? 1 : 2, ki = reg_kmax(hidden) / 32 - 1,
+        ri = rows == 1 ? 0 : rows == 2 ? 1 : 2;
+    int *v = &verdict[ti][ki][ri];
+    if (!*v) {
+        cudaFuncAttributes a;
+        bool ok = cudaFuncGetAttributes(&a, (const void *)k) == cudaSuccess && a.localSizeBytes == 0 &&
+                  a.maxThreadsPerBlock >= 4 * reg_kmax(hidden);
+        if (!ok) cudaGetLastError();
+        *v = ok ? 1 : 2;
+    }
+    return *v == 1;
+}
+
+cudaError_t kn_cu_rnn_reg_run(kiln_dtype dt, const kn_cu_rnn_seq *p, cudaStream_t s) {
+    if (p->batch == 0 || p->T == 0) return cudaSuccess;
+    reg_kernel_t k = reg_kernel(dt, p->hidden, p->rows);
+    if (!k) return cudaErrorInvalidValue;
+    unsigned blocks = (unsigned)(p->dirs * ((p->batch + p->rows - 1) / p->rows));
+    k<<<blocks, 4 * reg_kmax(p->hidden), 0, s>>>(*p);
     return cudaGetLastError();
 }
 

@@ -988,6 +988,7 @@ static kiln_status cu_init(const kn_backend_config *cfg, void **state_out) {
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&cu->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, cu->device);
     const char *rnn = getenv("KILN_CUDA_RNN");
     cu->rnn_steps = rnn && !strcmp(rnn, "steps");
+    cu->rnn_shared = rnn && !strcmp(rnn, "shared");
     if (e != cudaSuccess) {
         st = kn_error(KILN_ERR_NO_DEVICE, "no CUDA device: cuda:%d: %s", cu->device, cudaGetErrorString(e));
         goto fail;
@@ -1064,6 +1065,7 @@ static kiln_status cu_lane_open(void *state, void **lane_out) {
     cu->smem_optin = prim->smem_optin;
     cu->standin_mode = prim->standin_mode;
     cu->rnn_steps = prim->rnn_steps;
+    cu->rnn_shared = prim->rnn_shared;
     cu->workspace_size = prim->workspace_size;
     cu->conv_workspace_max = prim->conv_workspace_max;
     cu->held = true;

@@ -131,6 +131,7 @@ typedef struct kn_cuda {
     int smem_optin;       /* shared memory one block may have (bytes, opted in) */
     int8_t standin_mode;  /* KILN_CUDA_STAND_INS at init: 0 auto, 1 never, 2 always */
     bool rnn_steps;       /* KILN_CUDA_RNN=steps at init: recurrences step by step, never in one launch */
+    bool rnn_shared;      /* KILN_CUDA_RNN=shared: in one launch with R in shared memory, never in registers */
     cudaStream_t stream;
 #ifdef KILN_HAVE_CUDNN
     cudnnHandle_t dnn; /* bound to this lane's stream (the primary lane's made beside the start) */
@@ -206,6 +207,8 @@ enum {
 /* Recurrent nodes (LSTM, GRU, RNN) run so far with the whole recurrence in one launch, in this
  * process (for tests: which of the two ways ran). */
 long long kn_cuda_rnn_one_launch_runs(void);
+/* Of those, the runs with R in registers (k_rnn_reg, small hidden sizes). */
+long long kn_cuda_rnn_register_runs(void);
 /* kiln.StackedLSTM nodes run so far as one pipelined launch, in this process (for tests). */
 long long kn_cuda_lstm_stack_runs(void);
 

@@ -325,6 +325,10 @@ typedef struct kn_cu_rnn_seq {
 } kn_cu_rnn_seq;
 size_t kn_cu_rnn_seq_smem(kiln_dtype dt, int gates, int64_t hidden, int rows);
 cudaError_t kn_cu_rnn_seq_run(kiln_dtype dt, const kn_cu_rnn_seq *p, size_t smem, cudaStream_t s);
+/* The same with R in registers (k_rnn_reg): whether it takes a recurrence (hidden <= 96, rows 1, 2
+ * or 4, a GRU only with linear_before_reset, compiled without spills), and its launch. */
+bool kn_cu_rnn_reg_fits(kiln_dtype dt, int gates, bool linear_before_reset, int64_t hidden, int rows);
+cudaError_t kn_cu_rnn_reg_run(kiln_dtype dt, const kn_cu_rnn_seq *p, cudaStream_t s);
 
 /* Stacked forward LSTM layers (kiln.StackedLSTM) in one cooperative launch, as a pipeline: per
  * slice of `rows` batch items, one block runs each layer's recurrence and one each layer's input

@@ -646,6 +646,18 @@ static bool rnn_in_one_launch(const kn_cuda *cu, kiln_dtype dt, int G, int dirs,
     return *smem > 0 && *smem <= (size_t)cu->smem_optin;
 }
 
+/* The batch items each block of the register-resident recurrence (k_rnn_reg) takes; false when
+ * it does not take this one: a hidden size over 96, a GRU without linear_before_reset, more than 4
+ * items per block with a block per multiprocessor, or KILN_CUDA_RNN=steps|shared. */
+static bool rnn_in_registers(const kn_cuda *cu, kiln_dtype dt, int G, bool lbr, int dirs, int64_t B, int64_t H,
+                             int *rows) {
+    if (cu->rnn_steps || cu->rnn_shared || B < 1 || cu->sm_count < 1) return false;
+    int64_t r = (B * dirs + cu->sm_count - 1) / cu->sm_count;
+    if (r > 4) return false;
+    *rows = r <= 1 ? 1 : r <= 2 ? 2 : 4;
+    return kn_cu_rnn_reg_fits(dt, G, lbr, H, *rows);
+}
+
 /* A row-major C = A B^T (A [M, K], B [N, K], C [M, N]): the recurrences' products. */
 static kn_cu_gemm gemm_abt(kiln_dtype dt, int64_t M, int64_t N, int64_t K, const void *A, const void *B, void *C) {
     kn_cu_gemm g = {0};
@@ -665,12 +677,15 @@ static kn_cu_gemm gemm_abt(kiln_dtype dt, int64_t M, int64_t N, int64_t K, const
     return g;
 }
 
-/* how often each way ran, for tests (kn_cuda_rnn_one_launch_runs, kn_cuda_lstm_stack_runs) */
-static _Atomic long long one_launch_runs, stack_runs;
+/* how often each way ran, for tests (kn_cuda_rnn_one_launch_runs, kn_cuda_rnn_register_runs,
+ * kn_cuda_lstm_stack_runs) */
+static _Atomic long long one_launch_runs, register_runs, stack_runs;
 long long kn_cuda_rnn_one_launch_runs(void) { return one_launch_runs; }
+long long kn_cuda_rnn_register_runs(void) { return register_runs; }
 long long kn_cuda_lstm_stack_runs(void) { return stack_runs; }
 
-/* X W^T of every step and direction in one product, then the recurrence in one launch. */
+/* X W^T of every step and direction in one product, then the recurrence in one launch: R in
+ * registers (smem 0) or in shared memory. */
 static kiln_status run_rnn_one_launch(kn_cuda *cu, kn_kernel_ctx *c, kn_cu_rnn_seq *p, const kn_tensor *X,
                                       const kn_tensor *W, size_t smem) {
     kiln_dtype dt = X->dtype;
@@ -682,8 +697,13 @@ static kiln_status run_rnn_one_launch(kn_cuda *cu, kn_kernel_ctx *c, kn_cu_rnn_s
     kn_cu_gemm g = gemm_abt(dt, p->T * p->batch, N, I, X->data, W->data, gx);
     if (g.M > 0) st = kn_cu_gemm_run(cu, c, &g);
     p->gx = gx;
-    if (st == KILN_OK) st = kn_cu_check(c, kn_cu_rnn_seq_run(dt, p, smem, cu->stream), c->node->op_type);
-    if (st == KILN_OK) one_launch_runs++;
+    if (st == KILN_OK)
+        st = kn_cu_check(c, smem ? kn_cu_rnn_seq_run(dt, p, smem, cu->stream) : kn_cu_rnn_reg_run(dt, p, cu->stream),
+                         c->node->op_type);
+    if (st == KILN_OK) {
+        one_launch_runs++;
+        if (!smem) register_runs++;
+    }
     kn_cu_scratch_free(cu, gx, gx_b ? gx_b : 1);
     return st;
 }
@@ -749,7 +769,7 @@ static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
                            op));
     int rows = 0;
     size_t smem = 0;
-    if (rnn_in_one_launch(cu, dt, G, dirs, B, H, &rows, &smem)) {
+    if (rnn_in_registers(cu, dt, G, lbr, dirs, B, H, &rows) || rnn_in_one_launch(cu, dt, G, dirs, B, H, &rows, &smem)) {
         kn_cu_rnn_seq p = {0};
         p.gates = G;
         p.dirs = dirs;
@@ -962,6 +982,14 @@ static kiln_status run_stacked_lstm(kn_cuda *cu, kn_kernel_ctx *c) {
     for (int l = 0; l < layers && l < KN_CU_LSTM_STACK_MAX; l++) p.hidden[l] = kn_stacked_lstm_in(c->in, c->n_inputs, l, 1)->dims[2];
     int64_t stages = 2 * layers - 1, r = cu->sm_count > 0 ? (B * stages + cu->sm_count - 1) / cu->sm_count : 0;
     p.rows = r <= 1 ? 1 : r <= 2 ? 2 : r <= 4 ? 4 : 8;
+    /* every layer in registers: one after another (a layer's step is then shorter than the
+     * pipeline's hand-over between blocks) */
+    bool registers = layers <= KN_CU_LSTM_STACK_MAX;
+    for (int l = 0; l < layers && registers; l++) {
+        int rrows;
+        registers = rnn_in_registers(cu, dt, 4, false, 1, B, p.hidden[l], &rrows);
+    }
+    if (registers) return run_layers(cu, c);
     size_t smem = layers <= KN_CU_LSTM_STACK_MAX ? kn_cu_lstm_stack_smem(dt, layers, p.hidden, p.rows) : 0;
     if (cu->rnn_steps || T == 0 || B == 0 || r > 8 || !smem || smem > (size_t)cu->smem_optin ||
         !kn_cu_lstm_stack_resident(dt, layers, p.hidden, p.rows, B, smem, cu->sm_count))
