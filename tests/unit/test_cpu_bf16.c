@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 static uint32_t rng = 777;
 static float frand(void) {
@@ -221,6 +222,94 @@ KN_TEST(bf16_gemm_threads) {
     CHECK_STATUS(kn_threadpool_create(3, &pool), KILN_OK);
     bgemm_kernels(pool);
     kn_threadpool_destroy(pool);
+}
+
+/* kn_bgemm_run_io, a 1x1 convolution's product on AMX (B the input planes in fp32 or bf16, C in fp32
+ * or bf16 with the bias, a residual and a clamp), against its definition in double on bf16-rounded
+ * operands: planes of 512 columns and more (each task packing its own block of B: 16-column and
+ * 1-column remainders, several slices of K with a remainder, rows past a multiple of 32), at 1, 2
+ * and 3 threads, two images */
+static uint16_t bits16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
+}
+static float from16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+KN_TEST(bf16_gemm_io_matches_definition) {
+    NEED_BF16();
+    if (!kn_bgemm_amx()) KN_SKIP("this CPU has no AMX (or the OS refused its tile state)");
+    typedef struct {
+        int64_t M, K, N;
+        bool b16, c16, bias, res;
+        float lo, hi;
+    } io_case;
+    static const io_case cases[] = {
+        {64, 256, 3136, true, true, true, false, 0.0f, INFINITY},  {40, 64, 2209, false, true, true, false, 0.0f, 6.0f},
+        {128, 512, 784, true, false, true, false, -INFINITY, INFINITY}, {17, 1030, 529, false, false, false, false, 0.0f, INFINITY},
+        {256, 64, 1000, true, true, false, false, -0.5f, 0.5f},     {48, 200, 513, true, false, true, true, 0.0f, INFINITY},
+        {64, 40, 700, false, true, true, true, -INFINITY, INFINITY},
+    };
+    for (int th = 1; th <= 3; th++) {
+        kn_threadpool *pool = NULL;
+        if (th > 1) CHECK_STATUS(kn_threadpool_create(th, &pool), KILN_OK);
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+            const io_case *k = &cases[ci];
+            const int64_t M = k->M, K = k->K, N = k->N, cnt = 2;
+            float *A = malloc(sizeof(float) * M * K), *bias = malloc(sizeof(float) * M);
+            float *B = malloc(sizeof(float) * cnt * K * N), *R = malloc(sizeof(float) * cnt * M * N);
+            float *C = malloc(sizeof(float) * cnt * M * N);
+            uint16_t *B16 = malloc(2 * cnt * K * N), *C16 = malloc(2 * cnt * M * N);
+            fill(A, M * K);
+            fill(bias, M);
+            fill(B, cnt * K * N);
+            fill(R, cnt * M * N);
+            for (int64_t i = 0; i < cnt * K * N; i++) {
+                B16[i] = bits16(kn_bf16_round(B[i]));
+                if (k->b16) B[i] = from16(B16[i]);
+            }
+            const float *ap[2] = {A, A}, *bp[2] = {B, B + K * N}, *rb[2] = {bias, bias}, *add[2] = {R, R + M * N};
+            float *cp[2] = {C, C + M * N};
+            const uint16_t *b16[2] = {B16, B16 + K * N};
+            uint16_t *c16[2] = {C16, C16 + M * N};
+            kn_sgemm_batch g = {.count = cnt, .M = M, .N = N, .K = K, .alpha = 1.0f, .a = ap, .lda = K, .b = bp,
+                                .ldb = N, .c = cp, .ldc = N, .row_bias = k->bias ? rb : NULL};
+            const bool tail = k->res || !k->c16;
+            kn_bgemm_io io = {k->b16 ? b16 : NULL, k->c16 ? c16 : NULL, k->lo, k->hi, tail, k->res ? add : NULL,
+                              k->res ? N : 0, NULL};
+            CHECK_MSG(kn_bgemm_io_takes(&g, &io), "case %zu not taken", ci);
+            CHECK_STATUS(kn_bgemm_run_io(pool, &g, &io), KILN_OK);
+            int bad = 0;
+            double worst = 0;
+            for (int64_t op = 0; op < cnt; op++)
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        double sum = k->bias ? bias[i] : 0.0, mag = fabs(sum);
+                        for (int64_t q = 0; q < K; q++) {
+                            const double t = (double)kn_bf16_round(A[i * K + q]) *
+                                             (double)kn_bf16_round(B[op * K * N + q * N + j]);
+                            sum += t;
+                            mag += fabs(t);
+                        }
+                        if (k->res) sum += R[op * M * N + i * N + j], mag += fabs(R[op * M * N + i * N + j]);
+                        sum = sum < k->lo ? k->lo : sum > k->hi ? k->hi : sum;
+                        const double got = k->c16 ? (double)from16(C16[op * M * N + i * N + j]) : C[op * M * N + i * N + j];
+                        const double bound = 1e-6 * (double)K * mag + 1e-6 + (k->c16 ? 0x1p-8 * fabs(sum) : 0.0);
+                        const double e = fabs(got - sum) / bound;
+                        if (!(e <= 1.0)) bad++;
+                        if (e > worst || e != e) worst = e;
+                    }
+            CHECK_MSG(bad == 0, "%d threads, case %zu (M %lld K %lld N %lld): %d elements off, worst %.3g of the bound",
+                      th, ci, (long long)M, (long long)K, (long long)N, bad, worst);
+            free(A), free(bias), free(B), free(R), free(C), free(B16), free(C16);
+        }
+        kn_threadpool_destroy(pool);
+    }
 }
 
 /* the bf16 products differ from fp32 by bf16's rounding, not more: a sanity bound on random data */

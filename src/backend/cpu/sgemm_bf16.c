@@ -500,6 +500,60 @@ static void tail_c32(float *C, int64_t ldc, const float *add, const uint16_t *ad
         }
 }
 
+/* ---------------------------------------------------------------- streamed B (kn_bgemm_io) */
+
+/* Columns [j0, j0 + nb) of an untransposed op(B) (K rows of ldb; fp32 b32, or bf16 b16), packed as
+ * a whole B of nbp columns (nbp >= nb, a multiple of BNR) would be (slices of BKC, panels of BNR
+ * columns of kq pairs, zero past K up to AMX's depth and past nb), into dst: a task's block of B, packed just before its tiles read
+ * it (run_stream) */
+static void pack_b_block(const float *b32, const uint16_t *b16, int64_t ldb, int64_t N, int64_t K, int64_t j0,
+                         int64_t nb, int64_t nbp, uint32_t *dst) {
+    const int64_t kp = pad_to(K, kpad);
+    for (int64_t k = 0; k < kp; k += 2) {
+        const int64_t pc = k / BKC * BKC, kq = pad_to(min64(BKC, K - pc), kpad) / 2, ql = (k - pc) / 2;
+        uint32_t *d = dst + pc / 2 * nbp + ql * BNR;
+        const bool one = k < K, two = k + 1 < K;
+        const int64_t r0 = one ? k * ldb : 0, r1 = two ? r0 + ldb : 0;
+        for (int64_t jr = 0; jr < nb; jr += BNR, d += kq * BNR) {
+            const int64_t nr = min64(BNR, min64(nb, N - j0) - jr), j = j0 + jr;
+            const __mmask16 m0 = one && nr > 0 ? m16(nr) : 0, m1 = one && nr > 16 ? m16(nr - 16) : 0;
+            const __mmask16 h0 = two ? m0 : 0, h1 = two ? m1 : 0;
+            __m512i v0, v1;
+            if (b32) {
+                v0 = pairs_of(_mm512_maskz_loadu_ps(m0, b32 + r0 + j), _mm512_maskz_loadu_ps(h0, b32 + r1 + j));
+                v1 = pairs_of(_mm512_maskz_loadu_ps(m1, b32 + r0 + j + 16), _mm512_maskz_loadu_ps(h1, b32 + r1 + j + 16));
+            } else {
+                const __m512i l0 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m0, b16 + r0 + j));
+                const __m512i l1 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m1, b16 + r0 + j + 16));
+                const __m512i g0 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(h0, b16 + r1 + j));
+                const __m512i g1 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(h1, b16 + r1 + j + 16));
+                v0 = _mm512_or_si512(l0, _mm512_slli_epi32(g0, 16));
+                v1 = _mm512_or_si512(l1, _mm512_slli_epi32(g1, 16));
+            }
+            _mm512_storeu_si512(d, v0);
+            _mm512_storeu_si512(d + 16, v1);
+        }
+    }
+}
+
+/* Rows [0, m) and columns [0, n) of the tiles' sums S (row stride lds; the bias in them) into C:
+ * plus add / add16 (row stride lda; may be NULL), clamped to [lo, hi] where clamp, stored in bf16
+ * (c16) or fp32 (c32), row stride ldc */
+static void stream_store(const float *S, int64_t lds, int64_t m, int64_t n, const float *add, const uint16_t *add16,
+                         int64_t lda, bool clamp, float lo, float hi, uint16_t *c16, float *c32, int64_t ldc) {
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    for (int64_t r = 0; r < m; r++) {
+        for (int64_t j = 0; j < n; j += 16) {
+            const __mmask16 k = m16(n - j);
+            __m512 v = _mm512_maskz_loadu_ps(k, S + r * lds + j);
+            if (add || add16) v = _mm512_add_ps(v, load_add(add, add16, r * lda + j, k));
+            if (clamp) v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
+            if (c16) _mm256_mask_storeu_epi16(c16 + r * ldc + j, k, (__m256i)_mm512_cvtneps_pbh(v));
+            else _mm512_mask_storeu_ps(c32 + r * ldc + j, k, v);
+        }
+    }
+}
+
 static size_t a_whole_elems(int64_t M, int64_t K) { return (size_t)(pad_to(M, amr) * pad_to(K, kpad)); }
 static size_t b_whole_elems(int64_t N, int64_t K) { return (size_t)(pad_to(N, BNR) * pad_to(K, kpad)); }
 
@@ -624,6 +678,10 @@ static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, co
                                                              int pf_parts) {
     const bool direct = alpha == 1.0f && mr == (two_m ? 2 * AMR : AMR) && n == (two_n ? 32 : 16) &&
                         (beta == 0.0f || (beta == 1.0f && !rb)) && (!rb || rbb);
+    /* the tiles start from the bias rows wherever they are given (alpha 1): the sums are then the
+     * same, bias first, for the whole tiles stored directly and the partial ones stored through the
+     * stack, however a product's columns fall into tiles (run_stream's blocks, run_tile_amx's) */
+    const bool pre = rb && rbb && alpha == 1.0f;
     const size_t cs = (size_t)ldc * 4, bs = BNR * 4;
     AMX_FENCE();
     if (direct && beta == 1.0f) {
@@ -631,7 +689,7 @@ static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, co
         if (two_n) _tile_loadd(1, c + 16, cs);
         if (two_m) _tile_loadd(2, c + AMR * ldc, cs);
         if (two_m && two_n) _tile_loadd(3, c + AMR * ldc + 16, cs);
-    } else if (direct && rb && rbb) {
+    } else if (pre) {
         _tile_loadd(0, rbb, 64);
         if (two_n) _tile_loadd(1, rbb, 64);
         if (two_m) _tile_loadd(2, rbb + AMR * 16, 64);
@@ -687,7 +745,7 @@ static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, co
     for (int r = 0; r < mr; r++)
         store_c_row(c + r * ldc, two_n ? 2 : 1, _mm512_load_ps(t + r * BNR),
                     two_n ? _mm512_load_ps(t + r * BNR + 16) : _mm512_setzero_ps(), m0, m1, alpha, beta,
-                    rb ? rb[r] : 0.0f);
+                    rb && !pre ? rb[r] : 0.0f);
 }
 
 static void ukr_amx(int mr, int n, const uint16_t *Aw, int64_t Mp, int64_t row, const uint16_t *Bw, int64_t Np,
@@ -1022,6 +1080,93 @@ static void tile_range(void *arg, int64_t begin, int64_t end) {
     if (use_amx) amx_end();
 }
 
+/* A 1x1 convolution's product on AMX (kn_bgemm_io, B the input planes, N large): tasks of nb
+ * columns, each packing its own block of B (all of K) into a buffer of the thread just before its
+ * tiles read it, then every 32 rows of C over it: the tiles' sums into a strip S of the thread
+ * (32 x nb), which goes into C with the bias, the residual and the clamp (stream_store) while the
+ * next strip's tiles run (two strips: the vector loads do not wait on the tile stores just
+ * issued). Against packing B whole first and storing through C: B's packed form never leaves the
+ * core's caches and C is written once; at 2 threads a thread's columns of one layer are those of
+ * the next (the pool's shares), so it reads its own writes. */
+typedef struct sjob {
+    const kn_sgemm_batch *p;
+    const kn_bgemm_io *io;
+    const uint16_t *const *aw;
+    const float *bb; /* per product M x 16: the bias rows broadcast (amx_tiles' rbb: the tiles start from the bias, as run_tile_amx's) */
+    int64_t nb, blocks;
+    int failed;
+} sjob;
+
+static void stream_range(void *arg, int64_t begin, int64_t end) {
+    sjob *j = arg;
+    const kn_sgemm_batch *p = j->p;
+    const kn_bgemm_io *io = j->io;
+    const int64_t nbp = pad_to(j->nb, BNR), kp = pad_to(p->K, kpad), Mp = pad_to(p->M, amr);
+    const size_t bbytes = (size_t)(kp * nbp * 2), sfloats = (size_t)(AMX_MR * nbp);
+    char *w = thread_buffer(0, bbytes + 2 * sfloats * sizeof(float) + 64);
+    if (!w) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    uint32_t *blk = (uint32_t *)w;
+    float *S[2] = {(float *)(w + bbytes), (float *)(w + bbytes) + sfloats};
+    const bool clamp = (io->c16 != NULL) || io->tail;
+    amx_begin();
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t op = t / j->blocks, j0 = t % j->blocks * j->nb, nb = min64(j->nb, p->N - j0);
+        pack_b_block(io->b16 ? NULL : p->b[op], io->b16 ? io->b16[op] : NULL, p->ldb, p->N, p->K, j0, nb, nbp, blk);
+        const float *bias = p->row_bias ? p->row_bias[op] : NULL;
+        int64_t prev = -1;
+        for (int64_t ir = 0;; ir += AMX_MR) { /* one pass past the last strip, which stores it */
+            if (ir < p->M) {
+                const int mr = (int)min64(AMX_MR, p->M - ir);
+                float *st = S[(ir / AMX_MR) & 1];
+                for (int64_t jr = 0; jr < nb; jr += BNR)
+                    ukr_amx(mr, (int)min64(BNR, nb - jr), j->aw[op], Mp, ir, (const uint16_t *)blk, nbp, jr, 0, 0,
+                            p->K, p->K, st + jr, nbp, 1.0f, 0.0f, bias ? bias + ir : NULL,
+                            bias ? j->bb + (op * pad_to(p->M, AMX_MR) + ir) * 16 : NULL, false, 0, 0);
+            }
+            if (prev >= 0) { /* the previous strip into C */
+                const int64_t m = min64(AMX_MR, p->M - prev), at = prev * io->ld_add + j0;
+                stream_store(S[(prev / AMX_MR) & 1], nbp, m, nb,
+                             io->add ? io->add[op] + at : NULL, io->add16 ? io->add16[op] + at : NULL, io->ld_add,
+                             clamp, io->lo, io->hi, io->c16 ? io->c16[op] + prev * p->ldc + j0 : NULL,
+                             io->c16 ? NULL : p->c[op] + prev * p->ldc + j0, p->ldc);
+            }
+            if (ir >= p->M) break;
+            prev = ir;
+        }
+    }
+    amx_end();
+}
+
+/* whether run_batch streams B (stream_range): AMX, a 1x1 convolution's io without a residual, B read
+ * as it is and large (a plane of 28x28 and up: deeper layers' weights are larger than their input,
+ * and would be re-read for each block of columns). With a residual (64 -> 256 at 56x56 + residual,
+ * fp32 C) it was slower at 1 thread, 0.86 -> 1.10 ms for three layers: its rows of C and of the
+ * residual go by short runs of a block's columns, where the whole-B path's tail reads them by whole
+ * rows. KILN_BGEMM_STREAM=0: never. */
+#define STREAM_MIN_N 512
+static bool streams(const kn_sgemm_batch *p, const kn_bgemm_io *io) {
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("KILN_BGEMM_STREAM");
+        off = e && !strcmp(e, "0");
+    }
+    return !off && use_amx && io && !io->add && !io->add16 && !p->pack_b && !p->trans_b && !p->b_packed && !p->epilogue && !p->c_add &&
+           !p->clamp && p->N >= STREAM_MIN_N && p->M >= ROWS_MAX_M && p->alpha == 1.0f && p->beta == 0.0f;
+}
+
+/* columns a task: its block of B about 128 KB (L2; the tiles read it once per 32 rows of C), at
+ * most 1024 columns, the blocks a multiple of the threads (equal shares) */
+static int64_t stream_cols(int64_t N, int64_t K, int64_t threads) {
+    int64_t nb = pad_to(65536 / K, BNR);
+    nb = nb < BNR ? BNR : nb > 1024 ? 1024 : nb;
+    int64_t blocks = (N + nb - 1) / nb;
+    if (threads > 1) blocks = pad_to(blocks, threads);
+    return pad_to((N + blocks - 1) / blocks, BNR);
+}
+
 /* make functions of the kept bf16 forms (const_cache.h) */
 typedef struct whole_ctx {
     const float *x;
@@ -1198,11 +1343,13 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
         free(ptrs);
         return st;
     }
+    const bool stream = streams(p, io);
+    if (stream) j.pb = 0; /* B packed by the tasks, a block each */
     /* the rest rounded and packed for this call, on the pool */
     size_t need = 0;
     for (int64_t op = 0; op < count; op++) {
         if (!j.aw[op]) need += ae;
-        if (!j.bw[op] && !p->pack_b) need += be;
+        if (!j.bw[op] && !p->pack_b && !stream) need += be;
     }
     if (need) {
         uint16_t *buf = thread_buffer(1, need * 2);
@@ -1215,7 +1362,7 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
                 j.aw[op] = j.a_own[op] = buf;
                 buf += ae;
             }
-            if (!j.bw[op] && !p->pack_b) {
+            if (!j.bw[op] && !p->pack_b && !stream) {
                 j.bw[op] = j.b_own[op] = buf;
                 buf += be;
             }
@@ -1233,6 +1380,26 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
         else kn_parallel_for(pool, units, grain, pack_range, &j);
     }
 
+    if (stream) {
+        float *bb = NULL;
+        if (p->row_bias) {
+            /* (rows to a multiple of 32: a partial strip's tiles load 16 or 32 rows) */
+            const int64_t rows = pad_to(p->M, AMX_MR);
+            if (!(bb = thread_buffer(2, sizeof(float) * 16 * (size_t)(count * rows)))) {
+                free(ptrs);
+                return KN_OOM();
+            }
+            memset(bb, 0, sizeof(float) * 16 * (size_t)(count * rows));
+            for (int64_t op = 0; op < count; op++) broadcast_rows(p->row_bias[op], p->M, bb + op * rows * 16);
+        }
+        sjob sj = {p, io, j.aw, bb, stream_cols(p->N, p->K, kn_threadpool_size(pool)), 0, 0};
+        sj.blocks = (p->N + sj.nb - 1) / sj.nb;
+        const int64_t tasks = count * sj.blocks;
+        if (kn_threadpool_size(pool) <= 1) stream_range(&sj, 0, tasks);
+        else kn_parallel_for(pool, tasks, 1, stream_range, &sj);
+        free(ptrs);
+        return sj.failed ? KN_OOM() : KILN_OK;
+    }
     /* tiles, as sgemm.c chooses them (transposed: whole columns first, one tile per thread) */
     j.units_m = j.swap ? (p->M + BNR - 1) / BNR : (p->M + cmr - 1) / cmr;
     /* transposed with a packing callback: tiles split the columns (each tile runs the callback, a
