@@ -278,6 +278,11 @@ bool kn_cu_gelu_epilogue_ok(int act, kiln_dtype dt) {
     return act == KN_ACT_GELU && (dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16);
 }
 
+/* Multiply-adds up to which a float32 product runs in TF32 under the fp16 and bf16 precisions: a
+ * few microseconds of TF32 tensor work at most on an H100-class GPU, less than the conversions'
+ * three launches and passes over the operands would add to the float16 product */
+#define KN_CU_SMALL_PRODUCT_MACS (double)(1 << 28)
+
 /* The product; with `fused`, also its epilogue (kn_cu_gemm) in cuBLASLt's call, or
  * KILN_ERR_UNSUPPORTED with nothing run where that cannot be (the caller then runs it after). */
 static kiln_status gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gemm *g, bool fused) {
@@ -331,7 +336,14 @@ static kiln_status gemm_run(kn_cuda *cu, const kn_kernel_ctx *c, const kn_cu_gem
     case KILN_DTYPE_FLOAT:
         c_t = CUDA_R_32F;
         ab_t = CUDA_R_32F;
-        if (cu->cfg.precision == KN_PRECISION_TF32) comp = CUBLAS_COMPUTE_32F_FAST_TF32;
+        /* TF32 for the tf32 precision, and for small products under fp16/bf16: converting the
+         * operands there takes three launches (amax, convert, scales) longer than the product, and
+         * TF32 keeps as many significant bits as float16 with float32's range (no scaling) */
+        if (cu->cfg.precision == KN_PRECISION_TF32 || ((cu->cfg.precision == KN_PRECISION_FP16 ||
+                                                        cu->cfg.precision == KN_PRECISION_BF16) &&
+                                                       (double)g->M * (double)g->N * (double)g->K * (double)g->batch <=
+                                                           KN_CU_SMALL_PRODUCT_MACS))
+            comp = CUBLAS_COMPUTE_32F_FAST_TF32;
         else if (cu->cfg.precision == KN_PRECISION_FP16 || cu->cfg.precision == KN_PRECISION_BF16) {
             kiln_dtype to = cu->cfg.precision == KN_PRECISION_FP16 ? KILN_DTYPE_FLOAT16 : KILN_DTYPE_BFLOAT16;
             ab_t = to == KILN_DTYPE_FLOAT16 ? CUDA_R_16F : CUDA_R_16BF;
