@@ -1140,20 +1140,21 @@ static void stream_range(void *arg, int64_t begin, int64_t end) {
     amx_end();
 }
 
-/* whether run_batch streams B (stream_range): AMX, a 1x1 convolution's io without a residual, B read
- * as it is and large (a plane of 28x28 and up: deeper layers' weights are larger than their input,
- * and would be re-read for each block of columns). With a residual (64 -> 256 at 56x56 + residual,
- * fp32 C) it was slower at 1 thread, 0.86 -> 1.10 ms for three layers: its rows of C and of the
- * residual go by short runs of a block's columns, where the whole-B path's tail reads them by whole
- * rows. KILN_BGEMM_STREAM=0: never. */
+/* whether run_batch streams B (stream_range): AMX, a 1x1 convolution's io, B read as it is and large
+ * (a plane of 28x28 and up: deeper layers' weights are larger than their input, and would be re-read
+ * for each block of columns). With a residual only on several threads: at 1 thread it was slower
+ * (64 -> 256 at 56x56 + residual, fp32 C: 0.86 -> 1.10 ms for the three layers; bf16 C 0.78 ->
+ * 0.89), its rows of C and of the residual going by short runs of a block's columns where the
+ * whole-B path's tail reads them by whole rows; at 2 threads it was faster (fp32 C 0.67 -> 0.61 ms,
+ * 128 -> 512 at 28x28 0.61 -> 0.53; bf16 C 0.55 -> 0.50, 0.43 -> 0.41). KILN_BGEMM_STREAM=0: never. */
 #define STREAM_MIN_N 512
-static bool streams(const kn_sgemm_batch *p, const kn_bgemm_io *io) {
+static bool streams(const kn_sgemm_batch *p, const kn_bgemm_io *io, int64_t threads) {
     static int off = -1;
     if (off < 0) {
         const char *e = getenv("KILN_BGEMM_STREAM");
         off = e && !strcmp(e, "0");
     }
-    return !off && use_amx && io && !io->add && !io->add16 && !p->pack_b && !p->trans_b && !p->b_packed && !p->epilogue && !p->c_add &&
+    return !off && use_amx && io && (threads > 1 || (!io->add && !io->add16)) && !p->pack_b && !p->trans_b && !p->b_packed && !p->epilogue && !p->c_add &&
            !p->clamp && p->N >= STREAM_MIN_N && p->M >= ROWS_MAX_M && p->alpha == 1.0f && p->beta == 0.0f;
 }
 
@@ -1343,7 +1344,7 @@ static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const
         free(ptrs);
         return st;
     }
-    const bool stream = streams(p, io);
+    const bool stream = streams(p, io, kn_threadpool_size(pool));
     if (stream) j.pb = 0; /* B packed by the tasks, a block each */
     /* the rest rounded and packed for this call, on the pool */
     size_t need = 0;
