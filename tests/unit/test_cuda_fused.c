@@ -430,6 +430,15 @@ KN_TEST(cuda_fused_conv_graph_built_in_background) {
     uint64_t launches = 0;
     kn_graph_run_stats(s, NULL, NULL, &launches);
     CHECK_MSG(launches > 0, "no run was recorded into a CUDA graph after the cuDNN graph came into use");
+    /* with nothing left to build the builders end (their handles and streams back), while the
+     * session lives on */
+    const double t1 = kn_now_ms();
+    while (kn_cu_conv_graph_builders() > 0 && kn_now_ms() - t1 < 20e3) usleep(50000);
+    CHECK_MSG(kn_cu_conv_graph_builders() == 0, "%d cuDNN graph builder thread(s) still there %.0f ms after the last build",
+              kn_cu_conv_graph_builders(), kn_now_ms() - t1);
+    kn_tensor *y_after = NULL;
+    if (s) om_run(s, &gpu, &y_after);
+    check_conv_close(y_after, copy_of(want), 1e-2, "a run after the builders ended");
     kiln_session_destroy(s);
     kiln_tensor_destroy(want);
     free(data);

@@ -359,6 +359,8 @@ unsigned long long kn_cu_conv_graph_plans_loaded(void); /* plans made from compi
 bool kn_cu_conv_graph_available(void);          /* built with cuDNN, and it loads */
 /* Whether a graph is still being built in the background (runs are then not recorded). */
 bool kn_cu_conv_graph_building(kn_cuda *cu);
+/* Builder threads alive in this process (they end after two idle seconds; tests). */
+int kn_cu_conv_graph_builders(void);
 /* The problem of a cuDNN graph plan's tuning record (KN_CU_TUNE_CONV_GRAPH key after the kind
  * byte); kn_cu_conv_graph_key_valid checks an imported one. */
 typedef struct kn_cu_graph_key {

@@ -31,10 +31,12 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef KILN_HAVE_CUDNN
@@ -318,6 +320,7 @@ bool kn_cu_conv_graph_key_valid(const kn_cu_graph_key *k) {
 
 #define BUILDERS_MAX 8
 #define BUILD_SCRATCH_MAX ((size_t)1 << 30) /* a problem needing more operand memory is not timed */
+#define BUILDER_IDLE_MS 2000 /* a builder with nothing queued this long gives back its handle and stream, and ends */
 
 enum { JOB_QUEUED, JOB_DONE, JOB_FAILED };
 
@@ -329,15 +332,24 @@ typedef struct build_job {
     struct build_job *next_queued, *next_all;
 } build_job;
 
+/* The builders: threads started as jobs come (up to `want`), each ending after BUILDER_IDLE_MS
+ * without work, so an idle session holds no builder, handle or stream. Detached: stopping waits
+ * for `running` to reach zero. */
 typedef struct conv_builder {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;      /* a job queued, or stop */
+    pthread_cond_t gone_cv; /* a builder ended */
     build_job *queue, *queue_tail, *all;
-    pthread_t threads[BUILDERS_MAX];
-    int n_threads;
+    int want;    /* threads at most */
+    int live;    /* threads that take jobs (one leaves this count when it decides to end) */
+    int running; /* threads not yet ended (the ones ending still release their handle and stream) */
+    int idle;    /* threads waiting for a job */
     bool stop;
     kn_cuda *cu; /* the primary lane: its tuning records take the plans */
 } conv_builder;
+
+static _Atomic int builders_live; /* in this process, for tests (kn_cu_conv_graph_builders) */
+int kn_cu_conv_graph_builders(void) { return atomic_load(&builders_live); }
 
 static bool build_async_wanted(void) {
     const char *v = getenv("KILN_CUDA_CONV_GRAPH_BUILD");
@@ -433,9 +445,18 @@ static void *builder_main(void *arg) {
             scratch = NULL, scratch_cap = 0;
             continue;
         }
-        while (!bl->stop && !bl->queue) pthread_cond_wait(&bl->cv, &bl->mu);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += BUILDER_IDLE_MS / 1000;
+        until.tv_nsec += (long)(BUILDER_IDLE_MS % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        bl->idle++;
+        int w = 0;
+        while (!bl->stop && !bl->queue && w != ETIMEDOUT) w = pthread_cond_timedwait(&bl->cv, &bl->mu, &until);
+        bl->idle--;
         build_job *j = bl->stop ? NULL : bl->queue;
         if (j && !(bl->queue = j->next_queued)) bl->queue_tail = NULL;
+        if (!j) bl->live--; /* stopped, or idle long enough: a job queued from now on starts another */
         pthread_mutex_unlock(&bl->mu);
         if (!j) break;
         if (ready) run_job(bl, at, &scratch, &scratch_cap, j);
@@ -445,7 +466,28 @@ static void *builder_main(void *arg) {
     if (at.dnn) cudnnDestroy(at.dnn);
     if (at.stream) cudaStreamDestroy(at.stream);
     cudaGetLastError();
+    /* the last touch of bl: builders_stop may free it as soon as live is zero */
+    pthread_mutex_lock(&bl->mu);
+    bl->running--;
+    atomic_fetch_sub(&builders_live, 1);
+    pthread_cond_broadcast(&bl->gone_cv);
+    pthread_mutex_unlock(&bl->mu);
     return NULL;
+}
+
+/* One more builder when every running one is busy and fewer than `want` run. With bl->mu held. */
+static void builder_add(conv_builder *bl) {
+    if (bl->stop || bl->idle > 0 || bl->live >= bl->want) return;
+    pthread_attr_t attr;
+    pthread_t t;
+    if (pthread_attr_init(&attr)) return;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &attr, builder_main, bl) == 0) {
+        bl->live++;
+        bl->running++;
+        atomic_fetch_add(&builders_live, 1);
+    }
+    pthread_attr_destroy(&attr);
 }
 
 /* Queues the graph of k for the builders (started on first use); NULL where none can run (then
@@ -456,20 +498,24 @@ static build_job *build_later(kn_cuda *cu, const kn_cu_graph_key *k, int64_t P, 
         if (!(bl = calloc(1, sizeof *bl))) return NULL;
         pthread_mutex_init(&bl->mu, NULL);
         pthread_cond_init(&bl->cv, NULL);
+        pthread_cond_init(&bl->gone_cv, NULL);
         bl->cu = cu->sh->primary;
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        int want = cores > 2 ? (int)(cores - 1) : 1;
-        if (want > BUILDERS_MAX) want = BUILDERS_MAX;
-        for (int i = 0; i < want; i++)
-            if (pthread_create(&bl->threads[bl->n_threads], NULL, builder_main, bl) == 0) bl->n_threads++;
+        bl->want = cores > 2 ? (int)(cores - 1) : 1;
+        if (bl->want > BUILDERS_MAX) bl->want = BUILDERS_MAX;
         cu->sh->conv_graph_builder = bl;
     }
-    if (!bl->n_threads) return NULL;
     build_job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
     j->key = *k, j->P = P, j->Q = Q, j->node = node;
     atomic_init(&j->state, JOB_QUEUED);
     pthread_mutex_lock(&bl->mu);
+    builder_add(bl);
+    if (!bl->live) { /* no thread could start: the caller builds it in the run */
+        pthread_mutex_unlock(&bl->mu);
+        free(j);
+        return NULL;
+    }
     j->next_all = bl->all;
     bl->all = j;
     if (bl->queue_tail) bl->queue_tail->next_queued = j;
@@ -487,14 +533,15 @@ static void builders_stop(kn_cu_shared *sh) {
     pthread_mutex_lock(&bl->mu);
     bl->stop = true;
     pthread_cond_broadcast(&bl->cv);
+    while (bl->running > 0) pthread_cond_wait(&bl->gone_cv, &bl->mu);
     pthread_mutex_unlock(&bl->mu);
-    for (int i = 0; i < bl->n_threads; i++) pthread_join(bl->threads[i], NULL);
     for (build_job *j = bl->all, *next; j; j = next) {
         next = j->next_all;
         free(j);
     }
     pthread_mutex_destroy(&bl->mu);
     pthread_cond_destroy(&bl->cv);
+    pthread_cond_destroy(&bl->gone_cv);
     free(bl);
     sh->conv_graph_builder = NULL;
 }
