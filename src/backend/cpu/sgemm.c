@@ -803,7 +803,7 @@ static int64_t rows_first_ncb(const kn_sgemm_batch *p, int64_t n) {
 }
 
 static void run_rows_first(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
-                           int64_t ncb, float *Bp) {
+                           int64_t ncb, float *Bp, const float *b_shared) {
     const float *B = p->b ? p->b[op] : NULL;
     const float *Apk = p->a_packed[op];
     const float *bias = p->row_bias ? p->row_bias[op] : NULL;
@@ -816,11 +816,13 @@ static void run_rows_first(const kn_sgemm_batch *p, int64_t op, int64_t m0, int6
         /* B untransposed: the first rows' calls read it in place and pack it as they go (perf of
          * 1x1 256->64 on 56x56: packing B apart was 17% of the node, waiting on memory; op_ab
          * over the 1x1 sweep: 2-11% faster) */
-        const bool fused_pack = plain_b;
+        const bool fused_pack = plain_b && !b_shared;
 #else
         const bool fused_pack = false;
 #endif
-        for (int64_t pc = 0; pc < K && !fused_pack; pc += KC) {
+        /* b_shared: B of all the columns (one block) packed once for all the tiles (run_job) */
+        if (b_shared) Bp = (float *)b_shared;
+        for (int64_t pc = 0; pc < K && !fused_pack && !b_shared; pc += KC) {
             const int64_t kc = min64(KC, K - pc);
             if (p->pack_b) p->pack_b(p->pack_ctx, op, pc, kc, jc, nc, Bp + pc * ncp);
             else pack_b(B, p->ldb, p->trans_b, jc, nc, pc, kc, Bp + pc * ncp);
@@ -919,7 +921,7 @@ static void run_packed_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int
 }
 
 static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
-                          float *ws, const float *a_deep) {
+                          float *ws, const float *a_deep, const float *b_shared) {
     if (p->b_packed && !p->pack_b && !p->a_packed && (a_deep || pk_tile_fits(m1 - m0, n1 - n0)) && pk_on()) {
         run_packed_tile(p, op, m0, m1, n0, n1, ws, a_deep);
         return;
@@ -937,7 +939,7 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
     if (A_packed && !direct && !B_packed && rows_first_on()) {
         const int64_t ncb = rows_first_ncb(p, n1 - n0);
         if (ncb) {
-            run_rows_first(p, op, m0, m1, n0, n1, ncb, ws);
+            run_rows_first(p, op, m0, m1, n0, n1, ncb, ws, b_shared);
             return;
         }
     }
@@ -1226,7 +1228,8 @@ static void job_range(void *arg, int64_t begin, int64_t end) {
             break;
         default:
             run_gemm_tile(p, op, m0, m1, n0, n1, ws,
-                          j->a_deep ? j->a_deep + (size_t)op * (size_t)(padded_m(p->M) * p->K) : NULL);
+                          j->a_deep ? j->a_deep + (size_t)op * (size_t)(padded_m(p->M) * p->K) : NULL,
+                          j->b_shared ? j->b_shared + (size_t)op * (size_t)(padded_n(p->N) * p->K) : NULL);
             break;
         }
         if (j->path != PATH_GEMM && j->path != PATH_SWAP) {
@@ -1329,6 +1332,12 @@ static void pack_b_shared_range(void *arg, int64_t begin, int64_t end) {
             }
         }
     }
+}
+
+/* KILN_GEMM_RF_SHARED=0: each rows-first tile packs B itself (measurements) */
+static bool rf_shared_on(void) {
+    const char *e = getenv("KILN_GEMM_RF_SHARED");
+    return !e || *e != '0';
 }
 
 /* KILN_GEMM_SWAP_ROWS=0: the transposed path's tiles split the columns as before (measurements) */
@@ -1468,7 +1477,12 @@ static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j,
             return jq.failed ? KN_OOM() : KILN_OK;
         }
     }
-    if (j->path == PATH_SWAP && (p->pack_b || !p->trans_b) && j->tn == 1 && j->tm > 1 && threads > 1) {
+    /* rows first (A prepacked, plain B) with the tiles split by rows over one block of all the
+     * columns: B packed once for all of them, where each tile packed it again */
+    const bool rf_shared = j->path == PATH_GEMM && p->a_packed && !p->pack_b && !p->trans_b && !p->b_packed &&
+                           j->tn == 1 && j->tm > 1 && threads > 1 && p->M > DIRECT_B_MAX_M && rows_first_on() &&
+                           rows_first_ncb(p, p->N) >= p->N && rf_shared_on();
+    if ((j->path == PATH_SWAP && (p->pack_b || !p->trans_b) && j->tn == 1 && j->tm > 1 && threads > 1) || rf_shared) {
         const int64_t Np = padded_n(p->N);
         const size_t b_floats = (size_t)(Np * p->K) * (size_t)p->count;
         float *bs = kn_thread_buffer_get(&shared_b_buffers, b_floats * sizeof(float));
