@@ -1,4 +1,5 @@
-/* The CPU's 3x3 convolutions (conv_winograd.c's F(4x4, 3x3) at stride 1, dilated or not, conv.c's
+/* The CPU's 3x3 convolutions (conv_winograd.c's F(4x4, 3x3) at stride 1, dilated or not, and its
+ * F(2x2, 3x3) on planes up to 14 columns (forced, and where the weights are large: 256 -> 256), conv.c's
  * direct kernel with output channels in the lanes at stride 2 and on 7x7 planes, output pixels in
  * the lanes at stride 1 and 2 with at most 16 input channels, the implicit GEMM
  * for the rest: groups, few channels) against the definition in double over many shapes: odd plane sizes (partial 4x4
@@ -113,6 +114,8 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         {1, 24, 16, 20, 48, 1, 1, 3, {0, 0, 0, 0}, true, false, false},   /* 8 in, 16 out a group */
         {2, 128, 14, 14, 96, 1, 1, 1, {1, 1, 1, 1}, true, false, true},   /* deeper channels */
         {1, 64, 14, 14, 64, 1, 1, 1, {1, 1, 1, 1}, true, false, true},    /* 16 tiles: transposed GEMM */
+        {1, 256, 14, 14, 256, 1, 1, 1, {1, 1, 1, 1}, true, false, true},  /* ResNet-50's: F(2x2, 3x3) */
+        {2, 160, 13, 11, 144, 1, 1, 1, {0, 2, 1, 2}, false, true, false}, /* F(2x2): odd, asymmetric pads, W input */
         {32, 16, 14, 14, 16, 1, 1, 1, {1, 1, 1, 1}, true, false, true},  /* 128 tile rows gathered: L2-sized chunks */
         {1, 16, 96, 93, 24, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* 24 tile rows of 24: L2-sized chunks */
         {1, 64, 28, 28, 64, 2, 1, 1, {1, 1, 1, 1}, true, false, true},    /* stride 2: the direct path */
@@ -163,10 +166,12 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         const size_t ny = (size_t)(t->N * t->M * OH * OW);
         double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
         c3_reference(t, xp, kiln_tensor_data(w), consts[1] ? kiln_tensor_data(consts[1]) : NULL, OH, OW, want, scale);
-        /* force 1: the fast paths wherever they apply; 2: Winograd and rk_conv off, the direct
-         * kernel on (the dilated, stride-1 and few-channel stride-2 shapes taken otherwise) */
-        for (int force = 0; force <= 2; force++) {
-            if (force) setenv("KILN_WINO", force == 1 ? "1" : "0", 1), setenv("KILN_CL3", "1", 1);
+        /* force 1: the fast paths wherever they apply (Winograd as F(4x4, 3x3)); 2: Winograd and
+         * rk_conv off, the direct kernel on (the dilated, stride-1 and few-channel stride-2 shapes
+         * taken otherwise); 3: Winograd as F(2x2, 3x3) wherever it runs (planes up to 14 columns) */
+        for (int force = 0; force <= 3; force++) {
+            if (force) setenv("KILN_WINO", force == 2 ? "0" : "1", 1), setenv("KILN_CL3", "1", 1);
+            if (force == 1 || force == 3) setenv("KILN_WINO2", force == 3 ? "1" : "0", 1);
             if (force == 2) setenv("KILN_RK", "0", 1);
             for (int threads = 1; threads <= 2; threads++)
                 for (int level = 0; level <= 3; level += 3) {
@@ -194,7 +199,7 @@ KN_TEST(cpu_conv3x3_matches_definition) {
                     }
                     kiln_session_destroy(s);
                 }
-            if (force) unsetenv("KILN_WINO"), unsetenv("KILN_CL3"), unsetenv("KILN_RK");
+            if (force) unsetenv("KILN_WINO"), unsetenv("KILN_CL3"), unsetenv("KILN_RK"), unsetenv("KILN_WINO2");
         }
         free(want);
         free(scale);

@@ -644,16 +644,18 @@ bool kn_wino_suits(const kn_wino_shape *s, int threads) {
  * 7 of 5 and 1 of 1, taken in turn: one thread ran 20 products, the other 16. Here the grain is
  * the smallest that makes the chunks equal and their count a multiple of the threads (2 threads:
  * 6 chunks of 6); where none does (16 threads), the GEMM's own split (0). */
-static int64_t wino_gemm_grain(int64_t threads) {
+static int64_t wino_grain_of(int64_t threads, int64_t count) {
     if (threads <= 1) return 0;
-    for (int64_t g = 1; g <= 36; g++) {
-        const int64_t nc = min64(4 * threads, 36 / g);
+    for (int64_t g = 1; g <= count; g++) {
+        const int64_t nc = min64(4 * threads, count / g);
         if (nc <= 1) break;
-        const int64_t chunk = (36 + nc - 1) / nc, n = (36 + chunk - 1) / chunk;
-        if (36 % chunk == 0 && n % threads == 0) return g;
+        const int64_t chunk = (count + nc - 1) / nc, n = (count + chunk - 1) / chunk;
+        if (count % chunk == 0 && n % threads == 0) return g;
     }
     return 0;
 }
+
+static int64_t wino_gemm_grain(int64_t threads) { return wino_grain_of(threads, 36); }
 
 typedef struct wino_gemm_job {
     const kn_sgemm_batch *g;
@@ -671,6 +673,213 @@ static void wino_gemm_range(void *arg, int64_t begin, int64_t end) {
 }
 #endif
 
+#if KN_VL == 16
+/* ------------------------------------------------------------------ F(2x2, 3x3) on small planes
+ * Where F(4x4, 3x3)'s transformed weights (36 M C floats: 9.4 MB at 256 -> 256) do not fit the
+ * L2, every run streams them from memory for only a few tiles each (16 on a 14x14 plane): the
+ * products are bound by those bytes, not by their multiply-adds. F(2x2, 3x3) (points 0, +-1,
+ * infinity) keeps 16 M C floats (2.25x fewer) for 1.78x the products' work; its transforms are
+ * exact sums and differences and G's entries halves, so it also rounds less. Planes up to 14
+ * columns (7 tiles a row): a padded input row is one vector (lane l: column l - pw), B^T's column
+ * part is shifted copies of it, and the 7 tiles of a row are its even lanes.
+ *   U[16][M][C] = G g G^T, V[16][C][T] = B^T d B, O[xi] = U[xi] V[xi], y = A^T O A + bias. */
+static const double WG2[4][3] = {{1.0, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1.0}};
+
+static size_t wino2_u_floats(int64_t M, int64_t C) { return (size_t)(16 * M * C + 15) / 16 * 16; }
+
+/* dst: U[16][M][C], then (pack) 16 blocks packed for the GEMM (A's layout, or B's when swap) */
+static void wino2_make_weights(const void *ctx, void *dst) {
+    const wino_wctx *k = ctx;
+    float *u = dst;
+    const int64_t MC = k->M * k->C;
+    for (int64_t m = 0; m < k->M; m++)
+        for (int64_t c = 0; c < k->C; c++) {
+            const float *g = k->w + (m * k->C + c) * 9;
+            double t[4][3];
+            for (int a = 0; a < 4; a++)
+                for (int q = 0; q < 3; q++) t[a][q] = WG2[a][0] * g[q] + WG2[a][1] * g[3 + q] + WG2[a][2] * g[6 + q];
+            for (int a = 0; a < 4; a++)
+                for (int b = 0; b < 4; b++)
+                    u[(a * 4 + b) * MC + m * k->C + c] =
+                        (float)(t[a][0] * WG2[b][0] + t[a][1] * WG2[b][1] + t[a][2] * WG2[b][2]);
+        }
+    if (k->pack) {
+        float *p = u + wino2_u_floats(k->M, k->C);
+        const size_t per = k->swap ? kn_sgemm_packed_b_floats(k->M, k->C) : kn_sgemm_packed_a_floats(k->M, k->C);
+        for (int xi = 0; xi < 16; xi++) {
+            if (k->swap) kn_sgemm_pack_b_full(u + xi * MC, k->C, true, k->M, k->C, p + xi * per);
+            else kn_sgemm_pack_a(u + xi * MC, k->C, false, k->M, k->C, p + xi * per);
+        }
+    }
+}
+
+typedef struct wino2_job {
+    const kn_wino_shape *s;
+    const float *x;
+    float *y;
+    const float *bias;
+    float *V, *O;       /* V[16][C][Tb], O[16][M][Tb] of the chunk */
+    int64_t th, tw;     /* tiles per column and row of an image */
+    int64_t n0, Tb;     /* the chunk: images n0.., Tb tiles (whole images) */
+    kn_conv_epilogue_fn epi;
+    const void *epi_ctx;
+} wino2_job;
+
+/* Items (image of the chunk, input channel). */
+static void wino2_in_range(void *arg, int64_t begin, int64_t end) {
+    const wino2_job *j = arg;
+    const kn_wino_shape *s = j->s;
+    const kn_vi sh1 = kn_vi_iota(1, 1), sh2 = kn_vi_iota(2, 1), sh3 = kn_vi_iota(3, 1), ev = kn_vi_iota(0, 2);
+    const kn_vmask cols = lane_range(s->pw, s->pw + s->W), keep = kn_v_tail(j->tw);
+    const int64_t xs = s->C * j->Tb, per = j->th * j->tw;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t i = it / s->C, c = it % s->C;
+        const float *xc = j->x + ((j->n0 + i) * s->C + c) * s->H * s->W;
+        float *dst = j->V + c * j->Tb + i * per;
+        for (int64_t ty = 0; ty < j->th; ty++) {
+            kn_vf d[4];
+            for (int k = 0; k < 4; k++) {
+                const int64_t ih = 2 * ty - s->ph + k;
+                d[k] = ih >= 0 && ih < s->H ? kn_vf_maskz_loadu(cols, xc + ih * s->W - s->pw) : kn_vf_zero();
+            }
+            /* B^T d: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3; then the same along the columns
+             * 2 tx .. 2 tx + 3 of each (lane 2 tx of the shifted copies) */
+            const kn_vf t[4] = {kn_vf_sub(d[0], d[2]), kn_vf_add(d[1], d[2]), kn_vf_sub(d[2], d[1]),
+                                kn_vf_sub(d[1], d[3])};
+            for (int a = 0; a < 4; a++) {
+                const kn_vf r1 = kn_vf_perm(sh1, t[a]), r2 = kn_vf_perm(sh2, t[a]), r3 = kn_vf_perm(sh3, t[a]);
+                float *da = dst + a * 4 * xs + ty * j->tw;
+                kn_vf_mask_storeu(da, keep, kn_vf_perm(ev, kn_vf_sub(t[a], r2)));
+                kn_vf_mask_storeu(da + xs, keep, kn_vf_perm(ev, kn_vf_add(r1, r2)));
+                kn_vf_mask_storeu(da + 2 * xs, keep, kn_vf_perm(ev, kn_vf_sub(r2, r1)));
+                kn_vf_mask_storeu(da + 3 * xs, keep, kn_vf_perm(ev, kn_vf_sub(r1, r3)));
+            }
+        }
+    }
+}
+
+/* Items (image of the chunk, output channel): y = A^T O A + bias, the two columns of each tile
+ * interleaved into the output rows, then the epilogue on the finished plane. */
+static void wino2_out_range(void *arg, int64_t begin, int64_t end) {
+    const wino2_job *j = arg;
+    const kn_wino_shape *s = j->s;
+    kn_vi il;
+    {
+        int32_t t[KN_VL];
+        for (int l = 0; l < KN_VL; l++) t[l] = (l & 1 ? KN_VL : 0) + (l >> 1);
+        il = kn_vi_loadu(t);
+    }
+    const kn_vmask keep = kn_v_tail(j->tw), row = kn_v_tail(s->OW);
+    const int64_t xs = s->M * j->Tb, per = j->th * j->tw, plane = s->OH * s->OW;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t i = it / s->M, m = it % s->M, off = ((j->n0 + i) * s->M + m) * plane;
+        const float *src = j->O + m * j->Tb + i * per;
+        float *yp = j->y + off;
+        const kn_vf bias = kn_vf_set1(j->bias ? j->bias[m] : 0.0f);
+        for (int64_t ty = 0; ty < j->th; ty++) {
+            kn_vf o[16];
+            for (int xi = 0; xi < 16; xi++) o[xi] = kn_vf_maskz_loadu(keep, src + xi * xs + ty * j->tw);
+            kn_vf p0[4], p1[4];
+            for (int b = 0; b < 4; b++) {
+                p0[b] = kn_vf_add(kn_vf_add(o[b], o[4 + b]), o[8 + b]);
+                p1[b] = kn_vf_sub(kn_vf_sub(o[4 + b], o[8 + b]), o[12 + b]);
+            }
+            const kn_vf y00 = kn_vf_add(kn_vf_add(kn_vf_add(p0[0], p0[1]), p0[2]), bias);
+            const kn_vf y01 = kn_vf_add(kn_vf_sub(kn_vf_sub(p0[1], p0[2]), p0[3]), bias);
+            kn_vf_mask_storeu(yp + 2 * ty * s->OW, row, kn_vf_perm2(y00, il, y01));
+            if (2 * ty + 1 < s->OH) {
+                const kn_vf y10 = kn_vf_add(kn_vf_add(kn_vf_add(p1[0], p1[1]), p1[2]), bias);
+                const kn_vf y11 = kn_vf_add(kn_vf_sub(kn_vf_sub(p1[1], p1[2]), p1[3]), bias);
+                kn_vf_mask_storeu(yp + (2 * ty + 1) * s->OW, row, kn_vf_perm2(y10, il, y11));
+            }
+        }
+        if (j->epi) j->epi(j->epi_ctx, j->y, off, s->OH, s->OW, s->OW);
+    }
+}
+
+/* KILN_WINO2=1: F(2x2, 3x3) wherever it can run (tests), 0: never (measurements) */
+static bool wino2_suits(const kn_wino_shape *s) {
+    if (s->dh > 1 || s->dw > 1 || s->OW > 14 || s->OW < 1 || s->OH < 1 || s->C < 1 || s->M < 1) return false;
+    const char *e = getenv("KILN_WINO2");
+    if (e && *e) return *e == '1';
+    /* F(4x4)'s weights larger than the L2 (from memory every run), and tiles enough for the
+     * products (7x7 planes: 16, whose 16 M C weights would be more bytes than the plain ones) */
+    const int64_t T = s->N * ((s->OH + 1) / 2) * ((s->OW + 1) / 2);
+    return 36.0 * (double)s->M * (double)s->C * sizeof(float) > (double)kn_conv_l2_bytes() && T >= 32 &&
+           s->C >= 16 && s->M >= 16;
+}
+
+static kiln_status wino2_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *x, const float *w,
+                              const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
+    const int64_t th = (s->OH + 1) / 2, tw = (s->OW + 1) / 2, per = th * tw;
+    /* whole images a chunk, V and O within 4 MB (at least one image) */
+    const int64_t img_bytes = 16 * 4 * (s->C + s->M) * per;
+    const int64_t nimg = max64(1, min64(s->N, ((int64_t)4 << 20) / img_bytes)), Tmax = nimg * per;
+    const char *se = getenv("KILN_WINO2_SWAP");
+    const bool swap = se && *se ? se[0] == '1' && kn_sgemm_swaps(s->M, Tmax, s->C) : kn_sgemm_swaps(s->M, Tmax, s->C);
+    const size_t ufl = wino2_u_floats(s->M, s->C),
+                 pfl = swap ? kn_sgemm_packed_b_floats(s->M, s->C) : kn_sgemm_packed_a_floats(s->M, s->C);
+    wino_wctx wc = {w, s->M, s->C, true, swap};
+    kn_const_layout lay = {77, {s->M, s->C, swap, 0}};
+    const float *U = w_const ? kn_cpu_const_derived(c, 1, &lay, sizeof(float) * (ufl + 16 * pfl), wino2_make_weights, &wc)
+                             : NULL;
+    float *own = NULL;
+    const float *P = NULL;
+    if (U) {
+        P = U + ufl;
+    } else {
+        wc.pack = false;
+        if (!(own = aligned_alloc(64, sizeof(float) * ufl))) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        wino2_make_weights(&wc, own);
+        U = own;
+    }
+    const size_t vfloats = (size_t)(16 * (s->C + s->M) * Tmax + 16);
+    float *V = kn_conv_thread_buffer(vfloats), *Vown = NULL;
+    if (!V) V = Vown = aligned_alloc(64, sizeof(float) * vfloats);
+    const float **ap = malloc(sizeof(float *) * 16 * 4);
+    if (!V || !ap) {
+        free(Vown);
+        free(ap);
+        free(own);
+        return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    const float **apk = ap + 16, **bp = ap + 32;
+    float **cp = (float **)(ap + 48);
+    float *O = V + 16 * s->C * Tmax;
+    const int64_t grain = wino_grain_of(kn_threadpool_size(c->pool), 16);
+    kiln_status st = KILN_OK;
+    for (int64_t n0 = 0; n0 < s->N && !st; n0 += nimg) {
+        const int64_t ni = min64(nimg, s->N - n0), Tb = ni * per;
+        wino2_job j = {s, x, y, bias, V, O, th, tw, n0, Tb, epi, epi_ctx};
+        kn_parallel_for(c->pool, ni * s->C, max64(1, 64 / (th + 1)), wino2_in_range, &j);
+        for (int xi = 0; xi < 16; xi++) {
+            ap[xi] = U + xi * s->M * s->C;
+            apk[xi] = P ? P + xi * pfl : NULL;
+            bp[xi] = V + xi * s->C * Tb;
+            cp[xi] = O + xi * s->M * Tb;
+        }
+        kn_sgemm_batch g = {.count = 16, .M = s->M, .N = Tb, .K = s->C, .alpha = 1.0f, .beta = 0.0f, .a = ap,
+                            .lda = s->C, .b = bp, .ldb = Tb, .c = cp, .ldc = Tb};
+        /* the last chunk may have fewer tiles: it runs transposed only if the GEMM would */
+        if (P && swap && kn_sgemm_swaps(s->M, Tb, s->C)) g.at_packed = apk;
+        else if (P && !swap) g.a_packed = apk;
+        if (grain) {
+            wino_gemm_job gj = {&g, 0};
+            kn_parallel_for(c->pool, 16, grain, wino_gemm_range, &gj);
+            st = gj.failed ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+        } else {
+            st = kn_sgemm_run(c->pool, &g);
+        }
+        if (st) break;
+        kn_parallel_for(c->pool, ni * s->M, max64(1, 64 / (th + 1)), wino2_out_range, &j);
+    }
+    free(Vown);
+    free(ap);
+    free(own);
+    return st ? kn_kernel_error(c, st, "out of memory in the GEMM") : KILN_OK;
+}
+#endif /* KN_VL == 16 */
+
 kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *x, const float *w, const float *bias,
                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
 #if KN_VL
@@ -678,6 +887,9 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
         if (s->dh > 8 || s->dw > 8) return kn_kernel_error(c, KILN_ERR_INTERNAL, "Winograd with dilation above 8");
         return wino_conv_dilated(c, s, x, w, bias, y, epi, epi_ctx, w_const);
     }
+#if KN_VL == 16
+    if (wino2_suits(s)) return wino2_conv(c, s, x, w, bias, y, epi, epi_ctx, w_const);
+#endif
     const int64_t th = (s->OH + 3) / 4, tw = (s->OW + 3) / 4, R = s->N * th;
     /* tile rows per chunk: V and O within the budget, at least one row */
     const int64_t row_bytes = 36 * 4 * (s->C + s->M) * tw;
