@@ -26,6 +26,7 @@ typedef struct rnn_case {
     float clip;
     const char *act; /* RNN's activation, NULL for the default */
     bool one_launch;  /* whether the default run takes the one-launch kernel */
+    bool batch_first; /* layout=1: X [B, T, I], Y [B, T, D, H], states [B, D, H] */
 } rnn_case;
 
 static void build(onemodel *o, const rnn_case *k) {
@@ -34,6 +35,10 @@ static void build(onemodel *o, const rnn_case *k) {
     int64_t D = !strcmp(k->direction, "bidirectional") ? 2 : 1;
     int64_t xd[3] = {k->T, k->B, k->I}, wd[3] = {D, G * k->H, k->I}, rd[3] = {D, G * k->H, k->H},
             bd[2] = {D, 2 * G * k->H}, ld[1] = {k->B}, hd[3] = {D, k->B, k->H}, pd[2] = {D, 3 * k->H};
+    if (k->batch_first) {
+        xd[0] = k->B, xd[1] = k->T;
+        hd[0] = k->B, hd[1] = D;
+    }
     int in[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
     in[0] = om_input(o, "X", k->dt, 3, xd, 1.0f, NULL);
     in[1] = om_input(o, "W", k->dt, 3, wd, 0.3f, NULL);
@@ -57,6 +62,7 @@ static void build(onemodel *o, const rnn_case *k) {
     om_str(o, "direction", k->direction);
     if (k->clip > 0) om_float(o, "clip", k->clip);
     if (k->input_forget) om_int(o, "input_forget", 1);
+    if (k->batch_first) om_int(o, "layout", 1);
     if (G == 3) om_int(o, "linear_before_reset", k->lbr);
     if (k->act) {
         kn_attr *a = om_attr(o, "activations", KN_ATTR_STRINGS);
@@ -68,10 +74,11 @@ static void build(onemodel *o, const rnn_case *k) {
 
 static void check_case(const rnn_case *k) {
     char what[200];
-    snprintf(what, sizeof what, "%s %s %s T=%lld B=%lld I=%lld H=%lld%s%s%s%s%s%s", k->op, k->direction,
+    snprintf(what, sizeof what, "%s %s %s T=%lld B=%lld I=%lld H=%lld%s%s%s%s%s%s%s", k->op, k->direction,
              kiln_dtype_name(k->dt), (long long)k->T, (long long)k->B, (long long)k->I, (long long)k->H,
              k->bias ? " bias" : "", k->lens ? " seq_lens" : "", k->initial ? " initial" : "",
-             k->peepholes ? " peepholes" : "", k->clip > 0 ? " clip" : "", k->lbr ? " linear_before_reset" : "");
+             k->peepholes ? " peepholes" : "", k->clip > 0 ? " clip" : "", k->lbr ? " linear_before_reset" : "",
+             k->batch_first ? " layout=1" : "");
     double rtol = k->dt == KILN_DTYPE_FLOAT ? 1e-4 : 1e-2, atol = k->dt == KILN_DTYPE_FLOAT ? 2e-5 : 1e-2;
     onemodel o;
     build(&o, k);
@@ -124,6 +131,9 @@ KN_TEST(cuda_lstm_matches_cpu) {
         {"LSTM", "bidirectional", F32, 3, 1100, 8, 16, true, false, false, false, false, false, 0, NULL, false},
         /* no time steps: Y empty, Y_h and Y_c zero (as the CPU and ONNX Runtime give them) */
         {"LSTM", "forward", F32, 0, 3, 8, 16, true, false, true, false, false, false, 0, NULL, false},
+        /* layout=1 (batch first): transposed around the time-major recurrence */
+        {"LSTM", "bidirectional", F32, 7, 5, 12, 33, true, true, true, true, false, false, 0, NULL, true, true},
+        {"LSTM", "forward", F32, 4, 2, 16, 200, true, false, true, false, false, false, 0, NULL, false, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
 }
@@ -137,6 +147,7 @@ KN_TEST(cuda_gru_matches_cpu) {
         {"GRU", "forward", F32, 6, 3, 7, 20, false, false, false, false, false, false, 0, NULL, true},
         {"GRU", "bidirectional", F16, 12, 2, 32, 64, true, false, true, false, false, true, 0, NULL, true},
         {"GRU", "forward", F32, 3, 2, 8, 300, true, false, true, false, false, false, 0, NULL, false},
+        {"GRU", "bidirectional", F16, 9, 3, 16, 40, true, true, true, false, false, true, 0, NULL, true, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
 }
@@ -147,6 +158,7 @@ KN_TEST(cuda_rnn_matches_cpu) {
         {"RNN", "bidirectional", F32, 7, 4, 9, 30, true, true, true, false, false, false, 0, NULL, true},
         {"RNN", "forward", F32, 7, 4, 9, 30, true, false, false, false, false, false, 0, "Relu", true},
         {"RNN", "reverse", F32, 5, 2, 6, 12, false, false, true, false, false, false, 0.7f, "Sigmoid", true},
+        {"RNN", "bidirectional", F32, 6, 3, 5, 10, true, false, true, false, false, false, 0, NULL, true, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
 }

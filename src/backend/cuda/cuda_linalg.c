@@ -606,10 +606,6 @@ static int dirs_of(const kn_node *n) {
 }
 
 static bool rnn_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
-    if (kn_attr_int(n, "layout", 0) != 0) {
-        snprintf(why, cap, "layout=1 (batch first)");
-        return false;
-    }
     int dirs = dirs_of(n);
     static const char *const lstm[] = {"Sigmoid", "Tanh", "Tanh"}, *const gru[] = {"Sigmoid", "Tanh"};
     if (!strcmp(n->op_type, "LSTM") && !default_activations(n, lstm, 3, dirs)) {
@@ -727,6 +723,7 @@ typedef struct cu_rnn_prm {
     int64_t hidden;
     float clip;
     bool reverse_only, lbr, input_forget;
+    bool batch_first; /* layout=1: X [batch, seq, input], Y [batch, seq, dirs, hidden], states [batch, dirs, hidden] */
     int act; /* RNN's first activation: 0 Tanh, 1 Relu, 2 Sigmoid */
 } cu_rnn_prm;
 
@@ -741,12 +738,14 @@ static kiln_status cu_rnn_prepare(const kn_node *n, void *params) {
     p->reverse_only = !strcmp(kn_attr_string(n, "direction", "forward"), "reverse");
     p->lbr = kn_attr_int(n, "linear_before_reset", 0) != 0;
     p->input_forget = kn_attr_int(n, "input_forget", 0) != 0;
+    p->batch_first = kn_attr_int(n, "layout", 0) != 0;
     const kn_attr *a = kn_node_attr(n, "activations");
     if (a && a->n > 0) p->act = !strcasecmp(a->strings[0], "Relu") ? 1 : !strcasecmp(a->strings[0], "Sigmoid") ? 2 : 0;
     return KILN_OK;
 }
 
-static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
+/* The recurrence in the time-major layout (layout=0). */
+static kiln_status rnn_time_major(kn_cuda *cu, kn_kernel_ctx *c) {
     const char *op = c->node->op_type;
     int G = !strcmp(op, "LSTM") ? 4 : !strcmp(op, "GRU") ? 3 : 1;
     const kn_tensor *X = c->in[0], *W = c->in[1], *R = c->in[2];
@@ -911,6 +910,93 @@ static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
     if (rh) kn_cu_scratch_free(cu, rh, h_b ? h_b : 1);
     if (ghh) kn_cu_scratch_free(cu, ghh, h_b ? h_b : 1);
     return st;
+}
+
+/* y (rank r, dims ydims) = x read at element strides xs: a permuted copy */
+static kiln_status permuted(kn_cuda *cu, kn_kernel_ctx *c, size_t es, const void *x, void *y, int r, const int64_t *ydims,
+                            const int64_t *xs) {
+    int64_t n = 1;
+    for (int d = 0; d < r; d++) n *= ydims[d];
+    if (n == 0) return KILN_OK;
+    kn_cu_view v;
+    kn_cu_view_strided(&v, r, ydims, xs);
+    return kn_cu_check(c, kn_cu_copy_view(es, x, 0, y, &v, cu->stream), c->node->op_type);
+}
+
+/* A tensor like t over scratch memory with new dims (the run's inner layout). */
+static kn_tensor scratch_like(const kn_tensor *t, int r, const int64_t *dims, void *data) {
+    kn_tensor v = *t;
+    v.rank = r;
+    for (int d = 0; d < r; d++) v.dims[d] = dims[d];
+    v.data = data;
+    v.owns_data = false;
+    v.pool = NULL;
+    return v;
+}
+
+/* layout=1: X [B, T, I] and the initial states [B, dirs, H] to the time-major layout, the recurrence,
+ * then Y [T, dirs, B, H] to [B, T, dirs, H] and Y_h, Y_c to [B, dirs, H]. */
+static kiln_status rnn_batch_first(kn_cuda *cu, kn_kernel_ctx *c, int dirs, int64_t H) {
+    const int G = !strcmp(c->node->op_type, "LSTM") ? 4 : !strcmp(c->node->op_type, "GRU") ? 3 : 1;
+    const kn_tensor *X = c->in[0];
+    if (X->rank != 3) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "X must be [batch, seq, input] (layout=1)");
+    const int64_t B = X->dims[0], T = X->dims[1], I = X->dims[2], D = dirs;
+    const size_t es = kiln_dtype_size(X->dtype);
+    kn_tensor *ins[8] = {NULL}, *outs[3] = {NULL};
+    for (int i = 0; i < c->n_inputs && i < 8; i++) ins[i] = c->in[i];
+    for (int i = 0; i < c->n_outputs && i < 3; i++) outs[i] = c->out[i];
+    /* scratch: x, h0, c0 in, y, y_h, y_c out */
+    const int64_t xd[3] = {T, B, I}, sd[3] = {D, B, H}, yd[4] = {T, D, B, H};
+    const size_t bytes[6] = {(size_t)(T * B * I) * es, (size_t)(D * B * H) * es, (size_t)(D * B * H) * es,
+                             (size_t)(T * D * B * H) * es, (size_t)(D * B * H) * es, (size_t)(D * B * H) * es};
+    void *mem[6] = {NULL};
+    kn_tensor tx, th, tc, ty, tyh, tyc;
+    kiln_status st = KILN_OK;
+    for (int k = 0; k < 6 && st == KILN_OK; k++) st = kn_cu_scratch(cu, bytes[k] ? bytes[k] : 1, &mem[k]);
+    if (st == KILN_OK) { /* x[t, b, i] = X[b, t, i] */
+        const int64_t xs[3] = {I, T * I, 1};
+        st = permuted(cu, c, es, X->data, mem[0], 3, xd, xs);
+        tx = scratch_like(X, 3, xd, mem[0]);
+        ins[0] = &tx;
+    }
+    const int64_t ss[3] = {H, D * H, 1}; /* state[d, b, h] = given[b, d, h] */
+    if (st == KILN_OK && c->n_inputs > 5 && c->in[5]) {
+        st = permuted(cu, c, es, c->in[5]->data, mem[1], 3, sd, ss);
+        th = scratch_like(c->in[5], 3, sd, mem[1]);
+        ins[5] = &th;
+    }
+    if (st == KILN_OK && G == 4 && c->n_inputs > 6 && c->in[6]) {
+        st = permuted(cu, c, es, c->in[6]->data, mem[2], 3, sd, ss);
+        tc = scratch_like(c->in[6], 3, sd, mem[2]);
+        ins[6] = &tc;
+    }
+    if (outs[0]) ty = scratch_like(outs[0], 4, yd, mem[3]), outs[0] = &ty;
+    if (c->n_outputs > 1 && outs[1]) tyh = scratch_like(outs[1], 3, sd, mem[4]), outs[1] = &tyh;
+    if (c->n_outputs > 2 && outs[2]) tyc = scratch_like(outs[2], 3, sd, mem[5]), outs[2] = &tyc;
+    if (st == KILN_OK) {
+        kn_kernel_ctx inner = *c;
+        inner.in = ins;
+        inner.out = outs;
+        st = rnn_time_major(cu, &inner);
+    }
+    if (st == KILN_OK && c->out[0] && c->out[0]->nbytes) { /* Y[b, t, d, h] = y[t, d, b, h] */
+        const int64_t od[4] = {B, T, D, H}, os[4] = {H, D * B * H, B * H, 1};
+        st = permuted(cu, c, es, mem[3], c->out[0]->data, 4, od, os);
+    }
+    const int64_t od[3] = {B, D, H}, os[3] = {H, B * H, 1}; /* Y_h[b, d, h] = y_h[d, b, h] */
+    for (int k = 1; k < 3 && st == KILN_OK; k++)
+        if (c->n_outputs > k && c->out[k] && c->out[k]->nbytes) st = permuted(cu, c, es, mem[3 + k], c->out[k]->data, 3, od, os);
+    for (int k = 0; k < 6; k++)
+        if (mem[k]) kn_cu_scratch_free(cu, mem[k], bytes[k] ? bytes[k] : 1);
+    return st;
+}
+
+static kiln_status run_rnn(kn_cuda *cu, kn_kernel_ctx *c) {
+    KN_CTX_PRM(c, cu_rnn_prepare, cu_rnn_prm, prm);
+    if (!prm->batch_first) return rnn_time_major(cu, c);
+    const kn_tensor *R = c->in[2];
+    if (R->rank != 3) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "R must be [dirs, gates * hidden, hidden]");
+    return rnn_batch_first(cu, c, prm->dirs, prm->has_hidden ? prm->hidden : R->dims[2]);
 }
 
 /* ------------------------------------------------------------------ kiln.StackedLSTM */
