@@ -453,9 +453,22 @@ __global__ void __launch_bounds__(4 * KMAX, 1) k_rnn_reg(kn_cu_rnn_seq p) {
     const int j = (int)(threadIdx.x >> 2), q = (int)(threadIdx.x & 3);
     const bool unit = j < H, gate = unit && q < G;
     const T *R = (const T *)p.R + (int64_t)d * GH * H;
+    // R into registers through shared memory, 16 columns at a time: read thread by thread, a row's
+    // values lie H apart and a warp's load touched 32 cache lines (ncu: the load queue throttled
+    // a quarter of a 50-step launch); this way a warp load covers two 64-byte row pieces
+    __shared__ float stage[4 * KMAX][17];
     float w[KMAX];
 #pragma unroll
-    for (int k = 0; k < KMAX; k++) w[k] = gate && k < H ? (float)ld(R[((int64_t)q * H + j) * H + k]) : 0.f;
+    for (int kc = 0; kc < KMAX; kc += 16) {
+        for (int e = threadIdx.x; e < 4 * KMAX * 16; e += blockDim.x) {
+            const int i = e >> 4, cc = e & 15, ji = i >> 2, qi = i & 3;
+            stage[i][cc] = ji < H && qi < G && kc + cc < H ? (float)ld(R[((int64_t)qi * H + ji) * H + kc + cc]) : 0.f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int cc = 0; cc < 16; cc++) w[kc + cc] = stage[threadIdx.x][cc];
+        __syncthreads();
+    }
     // this gate's bias (Wb + Rb); the GRU's h gate keeps Rbh apart, inside r * (Rh h + Rbh)
     const T *bias = p.bias ? (const T *)p.bias + (int64_t)d * 2 * GH : nullptr;
     const bool gru_h = G == 3 && q == 2;
