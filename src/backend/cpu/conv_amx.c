@@ -357,7 +357,8 @@ typedef struct run_job {
     bool clamp; /* y (fp32) clamped to [lo, hi] as it is stored */
     kn_conv_epilogue_fn epi;
     const void *epi_ctx;
-    int64_t mblocks, chunks;
+    int64_t mblocks, chunks; /* chunk ci: 32-column units [ci * units / chunks, (ci + 1) * units / chunks) */
+    bool chunk_major;        /* tasks (image, chunk, block) instead of (image, block, chunk) */
 } run_job;
 
 /* the output position of padded column p (p <= npad): columns past OW map to the next row's start */
@@ -450,8 +451,11 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
     kn_amx_tiles_begin();
     for (int64_t task = begin; task < end; task++) {
         const int64_t n = task / (j->mblocks * j->chunks), r = task % (j->mblocks * j->chunks);
-        const int64_t m0 = (r / j->chunks) * 32, c0 = (r % j->chunks) * COL_CHUNK;
-        const int64_t c1 = min64(g->npad, c0 + COL_CHUNK);
+        const int64_t m0 = (j->chunk_major ? r % j->mblocks : r / j->chunks) * 32,
+                      ci = j->chunk_major ? r / j->mblocks : r % j->chunks;
+        /* chunk ci: its share of the 32-column units, as even as they go */
+        const int64_t units = (g->npad + 31) / 32, c0 = ci * units / j->chunks * 32;
+        const int64_t c1 = min64(g->npad, (ci + 1) * units / j->chunks * 32);
         const int mr = (int)min64(32, s->M - m0);
         const uint32_t *xv = j->xv + n * g->nph * g->cq * g->nx;
         FENCE();
@@ -513,7 +517,19 @@ kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, cons
     kn_parallel_for(c->pool, s->N * g.nph * g.cq, 4, pack_input, &ij);
     run_job rj = {s, &g, wa, xv, toff, bias, y, io ? io->y16 : NULL, io ? io->lo : 0.0f, io ? io->hi : 0.0f,
                   io && !io->y16 && (io->lo > -INFINITY || io->hi < INFINITY), epi, epi_ctx, (s->M + 31) / 32,
-                  (g.npad + COL_CHUNK - 1) / COL_CHUNK};
+                  (g.npad + COL_CHUNK - 1) / COL_CHUNK, false};
+    /* Several threads, weights small against the input (the large planes: 64 channels 3x3 on 56x56,
+     * the stem, 3x3 stride 2 on 56x56): the tasks column-chunk major, so the pool's contiguous shares
+     * give each thread every channel block of its part of the plane (it reads only that part of the
+     * packed input, though half of it packed by the other thread, which packs by channel pairs, and
+     * writes the part of the output the next layer's share reads), the chunks a multiple of the
+     * threads. Deep layers (weights larger than the input, from memory) stay channel
+     * block major: each thread streams half the weights. */
+    const int64_t th = kn_threadpool_size(c->pool);
+    if (th > 1 && 2.0 * (double)wbytes <= (double)g.nph * (double)g.cq * (double)g.nx * 4.0) {
+        rj.chunk_major = true;
+        rj.chunks = (rj.chunks + th - 1) / th * th;
+    }
     kn_parallel_for(c->pool, s->N * rj.mblocks * rj.chunks, 1, run_range, &rj);
     free(own);
     free(toff);
