@@ -98,6 +98,29 @@ static bool plain_reader(const kn_opt_ctx *c, int i) {
     return t->rank == 4 && t->dims[2].value > 0 && t->dims[3].value > 0 && t->dims[2].value * t->dims[3].value >= 16;
 }
 
+/* v (value the node r reads) read by a MaxPool whose output is read only by bf16 readers (or plain
+ * Convs made so): the max of bf16-rounded values is the rounded max, so a bf16 input gives the
+ * readers what they would round anyway (a ResNet stem's output, read by its MaxPool). The pool's
+ * output becomes bf16 with its input when types are inferred again. */
+static bool pool_through(const kn_opt_ctx *c, int r, int v, bool residuals) {
+    const kn_node *n = &c->g->nodes[r];
+    const char *e = getenv("KILN_CPU_BF16_POOL");
+    if (e && !strcmp(e, "0")) return false;
+    if (!kn_opt_is(c, r, "MaxPool") || n->n_outputs != 1 || kn_opt_n_inputs(c, r) != 1 || kn_opt_input(c, r, 0) != v)
+        return false;
+    const int o = n->outputs[0];
+    if (o < 0 || !kn_opt_is_f32(c, o) || c->g->values[o].type.rank != 4 || kn_opt_pinned(c, o) ||
+        c->cons_start[o + 1] == c->cons_start[o])
+        return false;
+    for (int k = c->cons_start[o]; k < c->cons_start[o + 1]; k++) {
+        const int rn = c->cons[k];
+        if (!bf16_reader(c, rn, o, residuals) &&
+            !(plain_reader(c, rn) && kn_opt_input(c, rn, 1) != o && kn_opt_input(c, rn, 2) != o))
+            return false;
+    }
+    return true;
+}
+
 /* Such a Conv reading the output of a FusedConv that may be marked, as a kiln.FusedConv without
  * activation (the same computation, which the CPU's FusedConv kernel runs on a bf16 X): else the
  * value it reads (a ResNet stage's last block output, read by the next block's first convolution
@@ -107,7 +130,14 @@ static kiln_status fuse_plain_readers(kn_opt_ctx *c, bool residuals, bool *chang
     for (int i = 0; i < g->n_nodes; i++) {
         if (!plain_reader(c, i)) continue;
         const int v = kn_opt_input(c, i, 0), p = kn_opt_producer(c, v);
-        if (p < 0 || !bf16_writer(c, p, residuals)) continue;
+        if (p < 0) continue;
+        if (!bf16_writer(c, p, residuals)) {
+            /* or the output of a MaxPool over such a FusedConv's output, read only by it */
+            const int u = kn_opt_input(c, p, 0), q = u >= 0 ? kn_opt_producer(c, u) : -1;
+            if (q < 0 || !bf16_writer(c, q, residuals) || kn_opt_only_consumer(c, u) != p ||
+                !pool_through(c, p, u, residuals))
+                continue;
+        }
         /* (only where every reader of the value would then take it in bf16) */
         bool all = true;
         for (int r = c->cons_start[v]; r < c->cons_start[v + 1] && all; r++) {
@@ -155,7 +185,8 @@ kiln_status kn_pass_cpu_bf16_values(kn_opt_ctx *c) {
         if (!bf16_writer(c, i, residuals)) continue;
         const int v = g->nodes[i].outputs[0];
         bool ok = c->cons_start[v + 1] > c->cons_start[v];
-        for (int r = c->cons_start[v]; r < c->cons_start[v + 1] && ok; r++) ok = bf16_reader(c, c->cons[r], v, residuals);
+        for (int r = c->cons_start[v]; r < c->cons_start[v + 1] && ok; r++)
+            ok = bf16_reader(c, c->cons[r], v, residuals) || pool_through(c, c->cons[r], v, residuals);
         if (!ok) continue;
         const int64_t t = KILN_DTYPE_BFLOAT16;
         KN_TRY(kn_opt_set_ints(c, i, "y_type", &t, 1));

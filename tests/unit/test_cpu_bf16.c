@@ -252,6 +252,7 @@ KN_TEST(bf16_gemm_io_matches_definition) {
     static const io_case cases[] = {
         {64, 256, 3136, true, true, true, false, 0.0f, INFINITY},  {40, 64, 2209, false, true, true, false, 0.0f, 6.0f},
         {128, 512, 784, true, false, true, false, -INFINITY, INFINITY}, {17, 1030, 529, false, false, false, false, 0.0f, INFINITY},
+        {256, 64, 3136, true, false, true, false, -INFINITY, INFINITY}, {40, 96, 600, false, false, true, false, -INFINITY, INFINITY},
         {256, 64, 1000, true, true, false, false, -0.5f, 0.5f},     {48, 200, 513, true, false, true, true, 0.0f, INFINITY},
         {64, 40, 700, false, true, true, true, -INFINITY, INFINITY},
     };
@@ -279,7 +280,8 @@ KN_TEST(bf16_gemm_io_matches_definition) {
             uint16_t *c16[2] = {C16, C16 + M * N};
             kn_sgemm_batch g = {.count = cnt, .M = M, .N = N, .K = K, .alpha = 1.0f, .a = ap, .lda = K, .b = bp,
                                 .ldb = N, .c = cp, .ldc = N, .row_bias = k->bias ? rb : NULL};
-            const bool tail = k->res || !k->c16;
+            /* (fp32 C without a residual or clamp: no tail, the tiles store C directly) */
+            const bool tail = k->res || (!k->c16 && (k->lo > -INFINITY || k->hi < INFINITY));
             kn_bgemm_io io = {k->b16 ? b16 : NULL, k->c16 ? c16 : NULL, k->lo, k->hi, tail, k->res ? add : NULL,
                               k->res ? N : 0, NULL};
             CHECK_MSG(kn_bgemm_io_takes(&g, &io), "case %zu not taken", ci);
@@ -648,7 +650,23 @@ typedef struct chain_conv {
     int act;                   /* 0 none, 1 Relu, 2 Clip(0, 6) */
     int input;                 /* -1: the model's input, else the output of conv `input` */
     int residual;              /* + 0: nothing, 1: the model's input, 2 + k: conv k's output */
+    bool pool;                 /* then a MaxPool 3x3, stride 2, pads 1 (its output is the conv's value) */
 } chain_conv;
+
+/* y = MaxPool 3x3 stride 2 pads 1 of x (N x M planes of H x W) in double */
+static void ref_pool(const double *x, int64_t planes, int64_t H, int64_t W, double *y, int64_t OH, int64_t OW) {
+    for (int64_t p = 0; p < planes; p++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                double m = -INFINITY;
+                for (int64_t kh = 0; kh < 3; kh++)
+                    for (int64_t kw = 0; kw < 3; kw++) {
+                        const int64_t ih = 2 * oh + kh - 1, iw = 2 * ow + kw - 1;
+                        if (ih >= 0 && ih < H && iw >= 0 && iw < W && x[(p * H + ih) * W + iw] > m) m = x[(p * H + ih) * W + iw];
+                    }
+                y[(p * OH + oh) * OW + ow] = m;
+            }
+}
 
 #define CHAIN_MAX 6
 typedef struct chain_case {
@@ -702,7 +720,7 @@ static void chain_check(const chain_case *k) {
     kn_tensor_new(KILN_DTYPE_FLOAT, 0, NULL, &t6);
     *(float *)t6->data = 6.0f;
     int lo = tmb_const_tensor(&b, "lo", t0), hi = tmb_const_tensor(&b, "hi", t6);
-    int64_t C[CHAIN_MAX], H[CHAIN_MAX], W[CHAIN_MAX];
+    int64_t C[CHAIN_MAX], H[CHAIN_MAX], W[CHAIN_MAX], CH[CHAIN_MAX], CW[CHAIN_MAX]; /* C*: the conv's own, before a pool */
     int out[CHAIN_MAX], wv[CHAIN_MAX], bv[CHAIN_MAX];
     for (int i = 0; i < k->n; i++) {
         const chain_conv *cv = &k->conv[i];
@@ -711,6 +729,8 @@ static void chain_check(const chain_case *k) {
         const int64_t h = cv->input < 0 ? k->H : H[cv->input], w = cv->input < 0 ? k->W : W[cv->input];
         H[i] = (h + 2 * cv->pad - cv->K) / cv->stride + 1;
         W[i] = (w + 2 * cv->pad - cv->K) / cv->stride + 1;
+        CH[i] = H[i];
+        CW[i] = W[i];
         char name[16];
         snprintf(name, sizeof name, "w%d", i);
         wv[i] = tmb_const(&b, name, 4, (int64_t[]){cv->M, C[i], cv->K, cv->K}, 1.5f / sqrtf((float)(C[i] * cv->K * cv->K)));
@@ -733,6 +753,17 @@ static void chain_check(const chain_case *k) {
             out[i] = tmb_value(&b, name);
             if (cv->act == 1) tmb_node(&b, "Relu", (int[]){c}, 1, out[i]);
             else tmb_node(&b, "Clip", (int[]){c, lo, hi}, 3, out[i]);
+        }
+        if (cv->pool) {
+            snprintf(name, sizeof name, "p%d", i);
+            const int pv = tmb_value(&b, name);
+            const int pn = tmb_node(&b, "MaxPool", (int[]){out[i]}, 1, pv);
+            tmb_ints(&b, pn, "kernel_shape", (int64_t[]){3, 3}, 2);
+            tmb_ints(&b, pn, "strides", (int64_t[]){2, 2}, 2);
+            tmb_ints(&b, pn, "pads", (int64_t[]){1, 1, 1, 1}, 4);
+            out[i] = pv;
+            H[i] = (H[i] - 1) / 2 + 1;
+            W[i] = (W[i] - 1) / 2 + 1;
         }
     }
     /* the outputs: the values no convolution reads */
@@ -761,10 +792,16 @@ static void chain_check(const chain_case *k) {
     for (int64_t i = 0; i < nx; i++) xd[i] = X[i] = tmb_rand(&seed);
     for (int i = 0; i < k->n; i++) {
         const chain_conv *cv = &k->conv[i];
-        ref[i] = malloc(sizeof(double) * (size_t)(k->N * cv->M * H[i] * W[i]));
+        ref[i] = malloc(sizeof(double) * (size_t)(k->N * cv->M * CH[i] * CW[i]));
         const double *in = cv->input < 0 ? xd : ref[cv->input];
         ref_conv(in, k->N, C[i], cv->input < 0 ? k->H : H[cv->input], cv->input < 0 ? k->W : W[cv->input], wts[i],
-                 bs[i], cv, cv->residual == 1 ? X : cv->residual >= 2 ? rf[cv->residual - 2] : NULL, ref[i], H[i], W[i]);
+                 bs[i], cv, cv->residual == 1 ? X : cv->residual >= 2 ? rf[cv->residual - 2] : NULL, ref[i], CH[i], CW[i]);
+        if (cv->pool) {
+            double *pooled = malloc(sizeof(double) * (size_t)(k->N * cv->M * H[i] * W[i]));
+            ref_pool(ref[i], k->N * cv->M, CH[i], CW[i], pooled, H[i], W[i]);
+            free(ref[i]);
+            ref[i] = pooled;
+        }
         const int64_t ny = k->N * cv->M * H[i] * W[i];
         rf[i] = malloc(sizeof(float) * (size_t)ny);
         for (int64_t e = 0; e < ny; e++) rf[i][e] = (float)ref[i][e];
@@ -872,6 +909,12 @@ KN_TEST(bf16_values_between_convolutions) {
          {{32, 1, 1, 0, 1, -1, 0}, {32, 1, 1, 0, 1, 0, 0}, {32, 3, 1, 1, 1, 1, 2}, {24, 1, 1, 0, 1, 2, 0},
           {32, 3, 1, 1, 1, 1, 4}},
          3, true},
+        /* a ResNet stem: a few-channel 7x7 stride-2 convolution (its kernel's columns folded into the
+         * channels) + Relu, its MaxPool 3x3 stride 2 (odd planes), read by a 1x1 and by a plain 1x1
+         * Conv (made a FusedConv): the stem's output and the pool's are kept in bf16 (the pool runs
+         * on bf16 planes, by bands of 16 output rows: 19 here), and the 1x1's; batch 2 */
+        {2, 3, 75, 39, 4,
+         {{64, 7, 2, 3, 1, -1, 0, true}, {32, 1, 1, 0, 1, 0, 0}, {64, 1, 1, 0, 0, 0, 0}, {64, 3, 1, 1, 1, 1, 0}}, 3},
         /* B over 1 MB with a bf16 residual, C in bf16 (the GEMM's panels outer) */
         {1, 512, 47, 47, 4,
          {{256, 1, 1, 0, 1, -1, 0}, {256, 1, 1, 0, 1, 0, 0}, {256, 1, 1, 0, 1, 1, 2}, {16, 1, 1, 0, 1, 2, 0}}, 3, true},

@@ -302,19 +302,70 @@ DEF_SEP_PLANEV(sepv_sum_f32, kn_vf_add, 0.0f)
     }
 
 DEF_SEP_RANGE(sep_range_max_f32, float, SEP_MAX_F32, -INFINITY)
+
+/* MaxPool of bf16 planes into bf16 (a value the graph keeps in bf16 between a convolution and its
+ * readers under precision=bf16, opt pass cpu_bf16_values): each plane widened into a buffer of the
+ * thread, pooled as fp32 (the max of bf16 values is one of them: exact), narrowed back by dropping
+ * the low half (exact for bf16 values, NaN included). Against widening the whole tensor first
+ * (run_pool's other 16-bit route): no tensor-sized buffers, the input read once. */
+static void sep_range_max_bf16(void *arg, int64_t begin, int64_t end) {
+    sep_job *j = arg;
+    const int64_t full = (j->OW - 1) * j->sw + 1, nv = j->wext + SEP_SLACK(j->sw);
+    float *buf = malloc(sizeof(float) * (size_t)(SEP_ROWS * nv + full + j->in_plane + j->out_plane));
+    if (!buf) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (int64_t i = 0; i < SEP_ROWS * nv; i++) buf[i] = -INFINITY;
+    float *xf = buf + SEP_ROWS * nv + full, *yf = xf + j->in_plane;
+    for (int64_t pl = begin; pl < end; pl++) {
+        const uint16_t *x = (const uint16_t *)j->x + pl * j->in_plane;
+        uint16_t *y = (uint16_t *)j->y + pl * j->out_plane;
+        /* by bands of SEP_ROWS output rows: only the input rows a band reads are widened, at their
+         * place in the plane's buffer, just before (a 112x112 plane widened whole is 50 KB: over L1) */
+        int64_t done_to = 0; /* input rows widened so far: [0, done_to) */
+        for (int64_t oh0 = 0; oh0 < j->OH; oh0 += SEP_ROWS) {
+            const int64_t oh1 = min64(j->OH, oh0 + SEP_ROWS);
+            int64_t need = done_to;
+            for (int64_t oh = oh0; oh < oh1; oh++) {
+                const int64_t last = oh * j->sh - j->ph + (j->rhi[oh] - 1) * j->dh + 1;
+                if (last > need) need = last;
+            }
+            for (int64_t i = done_to * j->W; i < need * j->W; i++) {
+                const uint32_t u = (uint32_t)x[i] << 16;
+                memcpy(&xf[i], &u, 4);
+            }
+            done_to = need;
+            sep_job b = *j;
+            b.OH = oh1 - oh0;
+            b.rlo = j->rlo + oh0;
+            b.rhi = j->rhi + oh0;
+            b.ph = j->ph - oh0 * j->sh; /* the band's row oh reads the plane's rows of row oh0 + oh */
+            SEP_MAX_F32(&b, xf, yf, buf, buf + SEP_ROWS * nv);
+            for (int64_t i = 0; i < (oh1 - oh0) * j->OW; i++) {
+                uint32_t u;
+                memcpy(&u, &yf[i], 4);
+                y[oh0 * j->OW + i] = (uint16_t)(u >> 16);
+            }
+        }
+    }
+    free(buf);
+}
 DEF_SEP_RANGE(sep_range_sum_f32, float, SEP_SUM_F32, 0.0f)
 DEF_SEP_RANGE(sep_range_max_i8, int8_t, sep_max_i8, INT8_MIN)
 DEF_SEP_RANGE(sep_range_max_u8, uint8_t, sep_max_u8, 0)
 
 /* Runs the separable path when it applies (1 or 2 spatial dims, MaxPool without Indices or
  * AveragePool, float/int8/uint8 for max, float for average, every window with an input position
- * in each dim); *done says whether it ran. x and y are float for float16/bfloat16 (converted). */
+ * in each dim); *done says whether it ran. x and y are float for float16/bfloat16 (converted), but
+ * with bf16_planes (MaxPool, bfloat16 in and out) the tensors' bf16 data (sep_range_max_bf16). */
 static kiln_status try_separable(kn_kernel_ctx *c, const kn_window *w, int kind, bool include_pad, kiln_dtype dt,
-                                 const void *x, void *y, int64_t planes, bool *done) {
+                                 bool bf16_planes, const void *x, void *y, int64_t planes, bool *done) {
     *done = false;
     if (w->nsp > 2 || (kind != POOL_MAX && kind != POOL_AVG)) return KILN_OK;
     kn_range_fn fn = NULL;
-    if (dt == KILN_DTYPE_FLOAT || dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16)
+    if (dt == KILN_DTYPE_BFLOAT16 && kind == POOL_MAX && bf16_planes) fn = sep_range_max_bf16;
+    else if (dt == KILN_DTYPE_FLOAT || dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16)
         fn = kind == POOL_MAX ? sep_range_max_f32 : sep_range_sum_f32;
     else if (kind == POOL_MAX && dt == KILN_DTYPE_INT8) fn = sep_range_max_i8;
     else if (kind == POOL_MAX && dt == KILN_DTYPE_UINT8) fn = sep_range_max_u8;
@@ -435,6 +486,13 @@ static kiln_status run_pool(kn_kernel_ctx *c, int kind) {
     if (!fn) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "element type %s", kiln_dtype_name(X->dtype));
     j.x = X->data;
     j.y = Y->data;
+    /* bf16 MaxPool without Indices: plane by plane, no widened copies (sep_range_max_bf16), where the
+     * separable path takes the window */
+    if (kind == POOL_MAX && !I && X->dtype == KILN_DTYPE_BFLOAT16 && Y->dtype == KILN_DTYPE_BFLOAT16) {
+        bool done = false;
+        KN_TRY(try_separable(c, &w, kind, j.include_pad, X->dtype, true, X->data, Y->data, planes, &done));
+        if (done) return KILN_OK;
+    }
     if (X->dtype == KILN_DTYPE_FLOAT16 || X->dtype == KILN_DTYPE_BFLOAT16) {
         if (X->dtype == KILN_DTYPE_FLOAT16) { /* vcvtph2ps (kn_linalg_f32_in converts one by one) */
             float *xf = malloc(sizeof(float) * (size_t)(kn_tensor_count(X) + 1));
@@ -454,7 +512,7 @@ static kiln_status run_pool(kn_kernel_ctx *c, int kind) {
     }
     bool done = false;
     kiln_status sst = KILN_OK;
-    if (!I) sst = try_separable(c, &w, kind, j.include_pad, X->dtype, j.x, j.y, planes, &done);
+    if (!I) sst = try_separable(c, &w, kind, j.include_pad, X->dtype, false, j.x, j.y, planes, &done);
     if (!done && !sst) {
         int64_t work = j.out_plane * j.kernel_total;
         kn_parallel_for(c->pool, planes, work > 8192 ? 1 : 8192 / (work + 1) + 1, fn, &j);
