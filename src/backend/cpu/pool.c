@@ -311,36 +311,38 @@ DEF_SEP_RANGE(sep_range_max_f32, float, SEP_MAX_F32, -INFINITY)
 static void sep_range_max_bf16(void *arg, int64_t begin, int64_t end) {
     sep_job *j = arg;
     const int64_t full = (j->OW - 1) * j->sw + 1, nv = j->wext + SEP_SLACK(j->sw);
-    float *buf = malloc(sizeof(float) * (size_t)(SEP_ROWS * nv + full + j->in_plane + j->out_plane));
+    /* a band's input rows: at most (SEP_ROWS - 1) * sh + (KH - 1) * dh + 1 */
+    const int64_t band_rows = min64(j->H, (SEP_ROWS - 1) * j->sh + (j->KH - 1) * j->dh + 1);
+    float *buf = malloc(sizeof(float) * (size_t)(SEP_ROWS * nv + full + band_rows * j->W + SEP_ROWS * j->OW));
     if (!buf) {
         __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
         return;
     }
     for (int64_t i = 0; i < SEP_ROWS * nv; i++) buf[i] = -INFINITY;
-    float *xf = buf + SEP_ROWS * nv + full, *yf = xf + j->in_plane;
+    float *xf = buf + SEP_ROWS * nv + full, *yf = xf + band_rows * j->W;
     for (int64_t pl = begin; pl < end; pl++) {
         const uint16_t *x = (const uint16_t *)j->x + pl * j->in_plane;
         uint16_t *y = (uint16_t *)j->y + pl * j->out_plane;
-        /* by bands of SEP_ROWS output rows: only the input rows a band reads are widened, at their
-         * place in the plane's buffer, just before (a 112x112 plane widened whole is 50 KB: over L1) */
-        int64_t done_to = 0; /* input rows widened so far: [0, done_to) */
+        /* by bands of SEP_ROWS output rows: the input rows [rs, re) a band reads widened into a
+         * buffer of the thread that stays in L1 (the plane widened whole, 50 KB at 112x112, missed
+         * it on every store) */
         for (int64_t oh0 = 0; oh0 < j->OH; oh0 += SEP_ROWS) {
             const int64_t oh1 = min64(j->OH, oh0 + SEP_ROWS);
-            int64_t need = done_to;
+            int64_t rs = j->H, re = 0;
             for (int64_t oh = oh0; oh < oh1; oh++) {
-                const int64_t last = oh * j->sh - j->ph + (j->rhi[oh] - 1) * j->dh + 1;
-                if (last > need) need = last;
+                const int64_t r0 = oh * j->sh - j->ph;
+                rs = min64(rs, r0 + j->rlo[oh] * j->dh);
+                re = r0 + (j->rhi[oh] - 1) * j->dh + 1 > re ? r0 + (j->rhi[oh] - 1) * j->dh + 1 : re;
             }
-            for (int64_t i = done_to * j->W; i < need * j->W; i++) {
-                const uint32_t u = (uint32_t)x[i] << 16;
+            for (int64_t i = 0; i < (re - rs) * j->W; i++) {
+                const uint32_t u = (uint32_t)x[rs * j->W + i] << 16;
                 memcpy(&xf[i], &u, 4);
             }
-            done_to = need;
             sep_job b = *j;
             b.OH = oh1 - oh0;
             b.rlo = j->rlo + oh0;
             b.rhi = j->rhi + oh0;
-            b.ph = j->ph - oh0 * j->sh; /* the band's row oh reads the plane's rows of row oh0 + oh */
+            b.ph = j->ph - oh0 * j->sh + rs; /* band row oh reads buffer row (oh0 + oh) * sh - ph + k * dh - rs */
             SEP_MAX_F32(&b, xf, yf, buf, buf + SEP_ROWS * nv);
             for (int64_t i = 0; i < (oh1 - oh0) * j->OW; i++) {
                 uint32_t u;
