@@ -1189,6 +1189,7 @@ typedef struct cl_job {
     bool mfirst; /* bands are ranges of channel blocks (cl_range_mfirst) */
     bool clamp;  /* the output clamped to [lo, hi] as it is stored (a Relu or Clip; no epilogue then) */
     float lo, hi;
+    int64_t pad_bands; /* cl_pad_range: bands of rows a plane */
 } cl_job;
 
 /* out[p*MB + KN_VL v + r] = bias + sum over taps of w[tap][KN_VL v + r] * x(tap, pixel p) for p < P;
@@ -1346,9 +1347,16 @@ static void cl_pad_block(const cl_job *j, int64_t n, int64_t ih0, int64_t rows, 
  * stem's only part on one thread) */
 static void cl_pad_range(void *arg, int64_t begin, int64_t end) {
     const cl_job *j = arg;
-    for (int64_t p = begin; p < end; p++)
-        cl_pad_chan(j, p / j->s->C, p % j->s->C, -j->v.ph, j->Hp, -j->v.pw, j->Wp,
-                    (float *)j->xp + p * j->Hp * j->Wp);
+    /* items (image, band of rows, channel), bands outer within an image: a thread pads the rows
+     * its bands of the convolution read first (the stem's 3 planes were 3 items: at 2 threads one
+     * thread padded two while the other waited) */
+    const int64_t C = j->s->C, nb = j->pad_bands;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t n = t / (nb * C), b = t / C % nb, ch = t % C, p = n * C + ch;
+        const int64_t r0 = b * j->Hp / nb, r1 = (b + 1) * j->Hp / nb;
+        if (r1 > r0)
+            cl_pad_chan(j, n, ch, r0 - j->v.ph, r1 - r0, -j->v.pw, j->Wp, (float *)j->xp + p * j->Hp * j->Wp + r0 * j->Wp);
+    }
 }
 
 /* A segment's tiles, seg [pixel][channel] (sn pixels of MB channels), into the output rows
@@ -1535,7 +1543,11 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
         KN_TRY(kn_ctx_scratch(c, xbytes, "the zero-padded input", (void **)&xp));
         j.xp = xp;
         const int64_t plane_floats = j.Hp * j.Wp;
-        kn_parallel_for(c->pool, s->N * s->C, plane_floats > 16384 ? 1 : 16384 / plane_floats + 1, cl_pad_range, &j);
+        /* bands enough for 4 items a thread where the planes are large (at least 16 rows a band) */
+        j.pad_bands = max64(1, min64((4 * threads + s->N * s->C - 1) / (s->N * s->C), j.Hp / 16));
+        const int64_t item_floats = plane_floats / j.pad_bands;
+        kn_parallel_for(c->pool, s->N * s->C * j.pad_bands, item_floats > 16384 ? 1 : 16384 / item_floats + 1,
+                        cl_pad_range, &j);
     }
     cl_wctx wc = {w, s->M, K, MB};
     kn_const_layout lay = {7, {s->M, K, MB, 0}};
