@@ -44,6 +44,11 @@ struct kn_threadpool {
     int64_t done_chunks; /* atomic */
     kn_stop_fn stop_fn;  /* the job's stop check (atomic, as fn) */
     void *stop_arg;
+    /* atomic: the generation whose job fn..stop_arg describe, 0 while they are being written (a
+     * sequence lock: a worker late for a job that is over could otherwise read the next job's
+     * fields, claim with them a chunk the old job's ticket still allows, run a chunk of the next
+     * job on the side and count it done, and the next caller returned before its last chunk) */
+    uint64_t job_gen;
     int busy;            /* atomic: a caller is running a job on the workers */
     struct worker_arg *wargs; /* worker i's: (p, i + 1) */
 };
@@ -65,6 +70,7 @@ static inline int64_t share_begin(int64_t k, int64_t n_chunks, int threads) { re
 /* Runs chunks of job `gen` until none is left (nothing at all if that job is over): share `self`
  * first, then the others in turn. */
 static void run_chunks(kn_threadpool *p, uint64_t gen, int self) {
+    if (__atomic_load_n(&p->job_gen, __ATOMIC_ACQUIRE) != gen) return;
     kn_range_fn fn = __atomic_load_n(&p->fn, __ATOMIC_RELAXED);
     void *arg = __atomic_load_n(&p->arg, __ATOMIC_RELAXED);
     int64_t n = __atomic_load_n(&p->n, __ATOMIC_RELAXED);
@@ -72,6 +78,9 @@ static void run_chunks(kn_threadpool *p, uint64_t gen, int self) {
     int64_t n_chunks = __atomic_load_n(&p->n_chunks, __ATOMIC_RELAXED);
     kn_stop_fn stop = __atomic_load_n(&p->stop_fn, __ATOMIC_RELAXED);
     void *stop_arg = __atomic_load_n(&p->stop_arg, __ATOMIC_RELAXED);
+    /* the fields read are job gen's only if no caller started writing the next job meanwhile */
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&p->job_gen, __ATOMIC_RELAXED) != gen) return;
     const int T = p->n_threads;
     for (int i = 0; i < T; i++) {
         const int k = (self + i) % T;
@@ -216,6 +225,8 @@ void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn,
         return;
     }
     uint64_t gen = __atomic_load_n(&p->generation, __ATOMIC_RELAXED) + 1;
+    __atomic_store_n(&p->job_gen, 0, __ATOMIC_RELAXED); /* the fields below are being written */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
     __atomic_store_n(&p->fn, fn, __ATOMIC_RELAXED);
     __atomic_store_n(&p->arg, arg, __ATOMIC_RELAXED);
     __atomic_store_n(&p->n, n, __ATOMIC_RELAXED);
@@ -224,6 +235,7 @@ void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn,
     __atomic_store_n(&p->done_chunks, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&p->stop_fn, kn_stop_check, __ATOMIC_RELAXED);
     __atomic_store_n(&p->stop_arg, kn_stop_check_arg, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->job_gen, gen, __ATOMIC_RELEASE);
     for (int k = 0; k < p->n_threads; k++)
         __atomic_store_n(&p->ticket[k], (gen & 0xffffffffu) << 32 | (uint64_t)share_begin(k, n_chunks, p->n_threads),
                          __ATOMIC_RELEASE);
