@@ -116,6 +116,7 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         {1, 64, 14, 14, 64, 1, 1, 1, {1, 1, 1, 1}, true, false, true},    /* 16 tiles: transposed GEMM */
         {1, 256, 14, 14, 256, 1, 1, 1, {1, 1, 1, 1}, true, false, true},  /* ResNet-50's: F(2x2, 3x3) */
         {2, 160, 13, 11, 144, 1, 1, 1, {0, 2, 1, 2}, false, true, false}, /* F(2x2): odd, asymmetric pads, W input */
+        {3, 256, 14, 13, 256, 1, 1, 1, {1, 1, 1, 1}, true, false, false}, /* F(2x2): chunks of 2 images and 1 */
         {32, 16, 14, 14, 16, 1, 1, 1, {1, 1, 1, 1}, true, false, true},  /* 128 tile rows gathered: L2-sized chunks */
         {1, 16, 96, 93, 24, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* 24 tile rows of 24: L2-sized chunks */
         {1, 64, 28, 28, 64, 2, 1, 1, {1, 1, 1, 1}, true, false, true},    /* stride 2: the direct path */
