@@ -171,11 +171,13 @@ static void mask_row(const kn_attn *a, int64_t b, int64_t h, int64_t i, const in
     }
 }
 
+#if !defined(__AVX512F__)
 static inline float exp_nonpos(float x) {
     /* exp of x <= 0 (a score minus the row maximum); -inf and deep underflow give 0 */
     float e = kn_ew_expf_normal(x);
     return x < -87.0f ? 0.0f : e;
 }
+#endif
 
 /* Row maximum and sum: explicit vector reductions (the compiler keeps float reductions in
  * order, one element at a time). */

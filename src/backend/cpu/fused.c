@@ -22,6 +22,7 @@
  * the far tail): using that one here made bert_mini and vit_tiny 20% slower on one CPU thread
  * (measured 2026-12-01), for differences far inside every tolerance. */
 
+#if !defined(__AVX512F__)
 /* 0.5 x (1 + erf(x / sqrt2)); for x / sqrt2 <= -1 through erfc, where 1 + erf cancels */
 static inline float gelu_erf(float x) {
     float z = x * 0.70710678118654752f, a = fabsf(z);
@@ -36,6 +37,7 @@ static inline float gelu_tanh(float x) {
     float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
     return x / (1.0f + kn_ew_expf(-2.0f * u));
 }
+#endif
 
 #if defined(__AVX512F__)
 /* p[i] = F(x) for i < n, x the 16 floats at p + i, whole vectors then one masked: the compiler
