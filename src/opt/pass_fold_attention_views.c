@@ -127,21 +127,90 @@ static bool perm_of(const kn_node *n, int rank, int *perm) {
 
 /* A node that only moves data in a way a view can say: Transpose, the reshapes (Reshape,
  * Squeeze, Unsqueeze, Flatten, Identity: their output's static shape says all) and, reading
- * forward only, Gather of one constant index. */
+ * forward only, Gather of one constant index and the ranges of Split and Slice (a packed QKV
+ * projection taken apart: timm's ViT splits it, GPT-2's exports split or slice it). */
 static bool is_view_op(const kn_opt_ctx *c, int node, bool forward_only) {
     if (node < 0) return false;
     if (kn_opt_is(c, node, "Transpose") || kn_opt_is(c, node, "Reshape") || kn_opt_is(c, node, "Squeeze") ||
         kn_opt_is(c, node, "Unsqueeze") || kn_opt_is(c, node, "Flatten") || kn_opt_is(c, node, "Identity"))
         return true;
-    return forward_only && kn_opt_is(c, node, "Gather");
+    return forward_only && (kn_opt_is(c, node, "Gather") || kn_opt_is(c, node, "Split") || kn_opt_is(c, node, "Slice"));
 }
 
-/* Applies node (from its input's view to its output's), reading forward. */
-static bool apply_forward(const kn_opt_ctx *c, int node, view *v) {
+/* A constant 1-D integer input's k-th element (*ok false when it is not one). */
+static int64_t const_int_at(const kn_opt_ctx *c, int value, int64_t k, bool *ok) {
+    const kn_tensor *t = value >= 0 ? kn_opt_const(c, value) : NULL;
+    if (!t || t->rank != 1 || k >= t->dims[0] || (t->dtype != KILN_DTYPE_INT64 && t->dtype != KILN_DTYPE_INT32)) {
+        *ok = false;
+        return 0;
+    }
+    return t->dtype == KILN_DTYPE_INT64 ? ((const int64_t *)t->data)[k] : ((const int32_t *)t->data)[k];
+}
+
+/* Elements [start, start + len * step) of dim `axis` by step: that dim must be one factor. */
+static bool take_range(view *v, int64_t axis, int64_t start, int64_t len, int64_t step) {
+    if (axis < 0 || axis >= v->rank || v->nf[axis] != 1 || start < 0 || len < 1 || step < 1 ||
+        start + (len - 1) * step >= v->size[axis][0])
+        return false;
+    v->offset += start * v->stride[axis][0];
+    v->size[axis][0] = len;
+    v->stride[axis][0] *= step;
+    return true;
+}
+
+/* Output `out` of a Split: the outputs before it (their static shapes) give its start. */
+static bool split_forward(const kn_opt_ctx *c, const kn_node *n, int out, view *v) {
+    int64_t axis = kn_attr_int(n, "axis", 0), start = 0;
+    if (axis < 0) axis += v->rank;
+    if (axis < 0 || axis >= v->rank) return false;
+    for (int i = 0; i < n->n_outputs; i++) {
+        int64_t d[KILN_MAX_RANK];
+        int r;
+        if (n->outputs[i] < 0 || !static_dims(&c->g->values[n->outputs[i]].type, d, &r) || r != v->rank) return false;
+        if (n->outputs[i] == out) return take_range(v, axis, start, d[axis], 1);
+        start += d[axis];
+    }
+    return false;
+}
+
+/* A Slice of constant starts, ends, axes and positive steps (opset 10 on: inputs). */
+static bool slice_forward(const kn_opt_ctx *c, const kn_node *n, view *v) {
+    if (n->opset < 10 || n->n_inputs < 3) return false;
+    const kn_tensor *st = kn_opt_const(c, n->inputs[1]);
+    if (!st || st->rank != 1) return false;
+    const int64_t count = st->dims[0];
+    bool ok = true;
+    for (int64_t k = 0; k < count && ok; k++) {
+        int64_t axis = n->n_inputs > 3 && n->inputs[3] >= 0 ? const_int_at(c, n->inputs[3], k, &ok) : k;
+        int64_t step = n->n_inputs > 4 && n->inputs[4] >= 0 ? const_int_at(c, n->inputs[4], k, &ok) : 1;
+        int64_t start = const_int_at(c, n->inputs[1], k, &ok), end = const_int_at(c, n->inputs[2], k, &ok);
+        if (!ok) return false;
+        if (axis < 0) axis += v->rank;
+        if (axis < 0 || axis >= v->rank || v->nf[axis] != 1 || step < 1) return false;
+        const int64_t dim = v->size[axis][0];
+        if (start < 0) start += dim;
+        if (end < 0) end += dim;
+        start = start < 0 ? 0 : start > dim ? dim : start;
+        end = end < 0 ? 0 : end > dim ? dim : end;
+        if (end <= start) return false;
+        ok = take_range(v, axis, start, (end - start + step - 1) / step, step);
+    }
+    return ok;
+}
+
+/* Applies node (from its input's view to its output's `out`), reading forward. */
+static bool apply_forward(const kn_opt_ctx *c, int node, int out, view *v) {
     const kn_node *n = &c->g->nodes[node];
     int64_t od[KILN_MAX_RANK];
     int orank;
-    if (n->n_outputs < 1 || !static_dims(&c->g->values[n->outputs[0]].type, od, &orank)) return false;
+    if (n->n_outputs < 1 || !static_dims(&c->g->values[out].type, od, &orank)) return false;
+    if (kn_opt_is(c, node, "Split") || kn_opt_is(c, node, "Slice")) {
+        if (!(kn_opt_is(c, node, "Split") ? split_forward(c, n, out, v) : slice_forward(c, n, v)) || v->rank != orank)
+            return false;
+        for (int k = 0; k < orank; k++)
+            if (dim_size(v, k) != od[k]) return false; /* what the output's static shape says */
+        return true;
+    }
     if (kn_opt_is(c, node, "Transpose")) {
         int perm[KILN_MAX_RANK];
         if (!perm_of(n, v->rank, perm)) return false;
@@ -217,10 +286,11 @@ static void to_attn_view(const view *v, kn_attn_view *a) {
 /* Operand value x as a view of the farthest tensor its chain of view nodes starts from: *src and
  * the view; false when no producer of x joins. */
 static bool input_view(const kn_opt_ctx *c, int x, int *src, int *reader, view *out) {
-    int chain[MAX_CHAIN], n = 0;
+    int chain[MAX_CHAIN], made[MAX_CHAIN], n = 0; /* made[k]: chain[k]'s output on the way to x */
     for (int v = x; n < MAX_CHAIN;) {
         int p = kn_opt_producer(c, v);
         if (!is_view_op(c, p, true) || c->g->nodes[p].n_inputs < 1) break;
+        made[n] = v;
         chain[n++] = p;
         v = c->g->nodes[p].inputs[0];
     }
@@ -232,7 +302,7 @@ static bool input_view(const kn_opt_ctx *c, int x, int *src, int *reader, view *
         view v;
         contiguous(&v, dims, rank);
         bool ok = true;
-        for (int k = s - 1; k >= 0 && ok; k--) ok = apply_forward(c, chain[k], &v);
+        for (int k = s - 1; k >= 0 && ok; k--) ok = apply_forward(c, chain[k], made[k], &v);
         if (ok && encodable(&v)) {
             *src = from;
             *reader = chain[s - 1];

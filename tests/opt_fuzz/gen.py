@@ -229,14 +229,31 @@ def attention(g, x, s, same=True):
     if r.random() < 0.25:
         return torch_mha_batch_first(g, x, s, heads)
     split = heads > 1 or r.random() < 0.3
-    q, k, v = (g.node("MatMul", [x, g.fconst((d, d), 1.0 / np.sqrt(d))], s) for _ in range(3))
+    # with heads split, every other time one packed projection taken apart (decided without a draw,
+    # and with the same number of weights drawn, so the seeds' other choices stay as they were):
+    # by Split after the heads' Transpose (timm's ViT) or by Slices of its columns (GPT-2's exports)
+    packed = split and g.root.counter[0] % 2 == 1
+    if packed:
+        qkv = g.node("MatMul", [x, g.fconst((d, 3 * d), 1.0 / np.sqrt(d))], (b, n, 3 * d))
+        by_split = g.root.counter[0] % 4 < 2
+        if not by_split:
+            q, k, v = (g.node("Slice", [qkv, g.ints([i * d]), g.ints([(i + 1) * d]), g.ints([2])], s) for i in range(3))
+    else:
+        q, k, v = (g.node("MatMul", [x, g.fconst((d, d), 1.0 / np.sqrt(d))], s) for _ in range(3))
     scale = 1.0 / np.sqrt(d // heads)
     if split:
         hd = d // heads
         shp = g.ints([b, n, heads, hd]) if r.random() < 0.5 else g.ints([0, 0, heads, hd])
-        qh = g.node("Transpose", [g.node("Reshape", [q, shp], (b, n, heads, hd))], (b, heads, n, hd), perm=[0, 2, 1, 3])
-        kt = g.node("Transpose", [g.node("Reshape", [k, shp], (b, n, heads, hd))], (b, heads, hd, n), perm=[0, 2, 3, 1])
-        vh = g.node("Transpose", [g.node("Reshape", [v, shp], (b, n, heads, hd))], (b, heads, n, hd), perm=[0, 2, 1, 3])
+        if packed and by_split:
+            t = g.node("Reshape", [qkv, g.ints([b, n, 3, heads, hd])], (b, n, 3, heads, hd))
+            t = g.node("Transpose", [t], (3, b, heads, n, hd), perm=[2, 0, 3, 1, 4])
+            parts = g.node("Split", [t, g.ints([1, 1, 1])], None, n_out=3, axis=0)
+            qh, kh, vh = (g.node("Squeeze", [p, g.ints([0])], (b, heads, n, hd)) for p in parts)
+            kt = g.node("Transpose", [kh], (b, heads, hd, n), perm=[0, 1, 3, 2])
+        else:
+            qh = g.node("Transpose", [g.node("Reshape", [q, shp], (b, n, heads, hd))], (b, heads, n, hd), perm=[0, 2, 1, 3])
+            kt = g.node("Transpose", [g.node("Reshape", [k, shp], (b, n, heads, hd))], (b, heads, hd, n), perm=[0, 2, 3, 1])
+            vh = g.node("Transpose", [g.node("Reshape", [v, shp], (b, n, heads, hd))], (b, heads, n, hd), perm=[0, 2, 1, 3])
         ss = (b, heads, n, n)
     else:
         qh, vh = q, v

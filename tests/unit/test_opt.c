@@ -2371,3 +2371,85 @@ KN_TEST(opt_regression_stacked_lstm_not_formed) {
     }
     stacked_case = 0;
 }
+
+/* ------------------------------------------------------------------ packed QKV into views */
+
+/* One packed projection x [2, 5, 8] @ W [8, 24] taken apart into Q, K, V of 2 heads of 4 and
+ * attention over them, as exporters write it: packed_mode 0 as timm's ViT (Reshape [2, 5, 3, 2, 4],
+ * Transpose to [3, 2, 2, 5, 4], Split on axis 0, Squeeze); 1 as GPT-2's exports (Slices of the
+ * columns, each Reshaped and Transposed into heads); 2 as 1 with the axis given as -1, steps
+ * given and the last range ending past the dim. The output goes back through Transpose and
+ * Reshape. */
+static int packed_mode;
+
+static kn_model *build_packed_attention(void) {
+    tb b;
+    tb_init(&b, 17);
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 8});
+    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){8, 24}, -0.5f, 0.5f);
+    int qkv = tb_node(&b, "MatMul", (int[]){x, w}, 2, "qkv");
+    int q, k, v;
+    if (packed_mode == 0) {
+        int shp = tb_ints_const(&b, "shp5", KILN_DTYPE_INT64, 5, (int64_t[]){2, 5, 3, 2, 4});
+        int r = tb_node(&b, "Reshape", (int[]){qkv, shp}, 2, "qkv5");
+        int t = tb_node(&b, "Transpose", &r, 1, "qkv_heads");
+        tb_ints_attr(&b, "perm", 5, (int64_t[]){2, 0, 3, 1, 4});
+        int sizes = tb_ints_const(&b, "sizes", KILN_DTYPE_INT64, 3, (int64_t[]){1, 1, 1});
+        int parts[3] = {kn_graph_add_value(b.g, "p0"), kn_graph_add_value(b.g, "p1"), kn_graph_add_value(b.g, "p2")};
+        last_node = kn_graph_add_node(b.g, "split", "Split", "", (int[]){t, sizes}, 2, parts, 3);
+        b.g->nodes[last_node].opset = 17;
+        tb_int(&b, "axis", 0);
+        int ax = tb_ints_const(&b, "ax0", KILN_DTYPE_INT64, 1, (int64_t[]){0});
+        const char *names[3] = {"q", "k", "v"};
+        int *dst[3] = {&q, &k, &v};
+        for (int i = 0; i < 3; i++) *dst[i] = tb_node(&b, "Squeeze", (int[]){parts[i], ax}, 2, names[i]);
+    } else {
+        int shp = tb_ints_const(&b, "shp4", KILN_DTYPE_INT64, 4, (int64_t[]){2, 5, 2, 4});
+        int axes = tb_ints_const(&b, "axes", KILN_DTYPE_INT64, 1, (int64_t[]){packed_mode == 2 ? -1 : 2});
+        int step = tb_ints_const(&b, "step", KILN_DTYPE_INT64, 1, (int64_t[]){1});
+        const char *names[3] = {"q", "k", "v"};
+        int *dst[3] = {&q, &k, &v};
+        for (int i = 0; i < 3; i++) {
+            char sn[16], en[16], cn[16], rn[16];
+            snprintf(sn, sizeof sn, "start%d", i), snprintf(en, sizeof en, "end%d", i);
+            snprintf(cn, sizeof cn, "cols%d", i), snprintf(rn, sizeof rn, "rows%d", i);
+            int st = tb_ints_const(&b, sn, KILN_DTYPE_INT64, 1, (int64_t[]){8 * i});
+            /* mode 2: the last range ends past the dim (clamped to it) */
+            int en_v = tb_ints_const(&b, en, KILN_DTYPE_INT64, 1, (int64_t[]){packed_mode == 2 && i == 2 ? 1000 : 8 * (i + 1)});
+            int cols = packed_mode == 2 ? tb_node(&b, "Slice", (int[]){qkv, st, en_v, axes, step}, 5, cn)
+                                        : tb_node(&b, "Slice", (int[]){qkv, st, en_v, axes}, 4, cn);
+            int rs = tb_node(&b, "Reshape", (int[]){cols, shp}, 2, rn);
+            *dst[i] = tb_node(&b, "Transpose", &rs, 1, names[i]);
+            tb_ints_attr(&b, "perm", 4, (int64_t[]){0, 2, 1, 3});
+        }
+    }
+    int kt = tb_node(&b, "Transpose", &k, 1, "kt");
+    tb_ints_attr(&b, "perm", 4, (int64_t[]){0, 1, 3, 2});
+    int s = tb_node(&b, "MatMul", (int[]){q, kt}, 2, "s");
+    int sc = tb_scalar(&b, "sc", KILN_DTYPE_FLOAT, 0.5);
+    s = tb_node(&b, "Mul", (int[]){s, sc}, 2, "ss");
+    int p = tb_node(&b, "Softmax", &s, 1, "p");
+    tb_int(&b, "axis", -1);
+    int y = tb_node(&b, "MatMul", (int[]){p, v}, 2, "yh");
+    int yt = tb_node(&b, "Transpose", &y, 1, "yt");
+    tb_ints_attr(&b, "perm", 4, (int64_t[]){0, 2, 1, 3});
+    int back = tb_ints_const(&b, "back", KILN_DTYPE_INT64, 3, (int64_t[]){2, 5, 8});
+    int out = tb_node(&b, "Reshape", (int[]){yt, back}, 2, "y");
+    tb_output(&b, out);
+    return b.m;
+}
+
+/* fold_attention_views reads Q, K and V straight from the packed projection through Split or
+ * Slice (the Splits, Slices, Reshapes and Transposes go), with the unfused graph's outputs. */
+KN_TEST(opt_packed_qkv_read_in_place) {
+    for (packed_mode = 0; packed_mode < 3; packed_mode++) {
+        kiln_session *s = compare_levels(build_packed_attention, 2, 1e-5);
+        if (!s) continue;
+        CHECK_MSG(count_op(s, "kiln", "Attention") == 1, "mode %d: %d Attention nodes", packed_mode,
+                  count_op(s, "kiln", "Attention"));
+        const char *gone[4] = {"Split", "Slice", "Transpose", "Reshape"};
+        for (int i = 0; i < 4; i++)
+            CHECK_MSG(count_op(s, "", gone[i]) == 0, "mode %d: %d %s nodes left", packed_mode, count_op(s, "", gone[i]), gone[i]);
+        kiln_session_destroy(s);
+    }
+}
