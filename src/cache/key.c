@@ -231,7 +231,7 @@ char *kn_cache_options_text(const kiln_session_options *o) {
         }
     }
     /* the optimiser's environment switches, when any is set */
-    char env[256];
+    char env[512];
     kn_opt_environment(env, sizeof env);
     if (env[0]) {
         sb_add(&s, " environment=");

@@ -290,7 +290,12 @@ const char *kn_opt_pass_info(int i, int *level_out, const char **description_out
 }
 
 void kn_opt_environment(char *buf, size_t cap) {
-    static const char *const names[] = {"KILN_LAYOUT"};
+    /* every switch that changes what is compiled: the passes' (layout, the CPU's bf16 values) and
+     * the kernel tables' verdicts the fusions and placement follow (CUDA's attention views and
+     * control flow, the CPU's bf16 support); the switches of run-time choices stay out */
+    static const char *const names[] = {"KILN_LAYOUT",         "KILN_CPU_BF16_VALUES",  "KILN_CPU_BF16_PLAIN",
+                                        "KILN_CPU_BF16_POOL",  "KILN_CPU_NO_BF16",      "KILN_CUDA_ATTN_VIEWS",
+                                        "KILN_CUDA_CONTROL_FLOW"};
     size_t at = 0;
     if (cap) buf[0] = 0;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && at < cap; i++) {

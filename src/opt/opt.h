@@ -26,7 +26,8 @@ kiln_status kn_optimize_from_tables(kn_model *m, const kiln_session_options *opt
 /* The registered passes, for listing: name, level and description of pass i (NULL past the end). */
 const char *kn_opt_pass_info(int i, int *level_out, const char **description_out);
 
-/* The environment variables that change what the optimiser makes (KILN_LAYOUT), as
+/* The environment variables that change what the optimiser makes (KILN_LAYOUT, the CPU's bf16
+ * switches, CUDA's attention views and control flow), as
  * "NAME=value" items separated by spaces, only those set; "" when none is. The compiled cache keys
  * on it, so a file made under one setting is not loaded under another. */
 void kn_opt_environment(char *buf, size_t cap);

@@ -432,8 +432,11 @@ KN_TEST(cache_key_every_field) {
     CHECK_MSG(strcmp(base, k), "input-shape profile");
     kiln_session_options_destroy(v);
     /* the optimiser's environment switches (set: another key; unset again: the same) */
-    static const char *const env[2][2] = {{"KILN_LAYOUT", "nhwc"}, {"KILN_LAYOUT", "nchw"}};
-    for (int e = 0; e < 2; e++) {
+    static const char *const env[][2] = {{"KILN_LAYOUT", "nhwc"},         {"KILN_LAYOUT", "nchw"},
+                                         {"KILN_CPU_BF16_VALUES", "0"},   {"KILN_CPU_BF16_PLAIN", "0"},
+                                         {"KILN_CPU_BF16_POOL", "0"},     {"KILN_CPU_NO_BF16", "1"},
+                                         {"KILN_CUDA_ATTN_VIEWS", "0"},   {"KILN_CUDA_CONTROL_FLOW", "0"}};
+    for (size_t e = 0; e < sizeof env / sizeof env[0]; e++) {
         setenv(env[e][0], env[e][1], 1);
         key_of(model, o, k);
         unsetenv(env[e][0]);
