@@ -421,6 +421,27 @@ static void pack_b_whole_panel(const float *B, int64_t ldb, bool trans, int64_t 
  * convolution's input planes are long rows: packing them panel by panel read them 128 bytes a row) */
 static int64_t b_units(bool trans, int64_t N, int64_t K) { return trans ? (N + BNR - 1) / BNR : (K + 31) / 32; }
 
+/* One BNR-column unit of rows k and k + 1 of B (offsets r0, r1; column j) as bf16 pairs into d:
+ * from fp32 (b32, rounded) or bf16 (b16); the masks m0, m1 (row k) and h0, h1 (row k + 1) say which
+ * of the unit's two 16-column halves are there (zero elsewhere). */
+static inline void pack_pair_unit(const float *b32, const uint16_t *b16, int64_t r0, int64_t r1, int64_t j, __mmask16 m0,
+                                  __mmask16 m1, __mmask16 h0, __mmask16 h1, uint32_t *d) {
+    __m512i v0, v1;
+    if (b32) {
+        v0 = pairs_of(_mm512_maskz_loadu_ps(m0, b32 + r0 + j), _mm512_maskz_loadu_ps(h0, b32 + r1 + j));
+        v1 = pairs_of(_mm512_maskz_loadu_ps(m1, b32 + r0 + j + 16), _mm512_maskz_loadu_ps(h1, b32 + r1 + j + 16));
+    } else {
+        const __m512i l0 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m0, b16 + r0 + j));
+        const __m512i l1 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m1, b16 + r0 + j + 16));
+        const __m512i g0 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(h0, b16 + r1 + j));
+        const __m512i g1 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(h1, b16 + r1 + j + 16));
+        v0 = _mm512_or_si512(l0, _mm512_slli_epi32(g0, 16));
+        v1 = _mm512_or_si512(l1, _mm512_slli_epi32(g1, 16));
+    }
+    _mm512_storeu_si512(d, v0);
+    _mm512_storeu_si512(d + 16, v1);
+}
+
 /* Unit u of an untransposed op(B) (rows of ldb elements): B in fp32 (b32: pairs rounded) or
  * already in bf16 (b16, kn_bgemm_io's: a pair is the two rows' elements side by side); one of the
  * two is NULL. The last unit also writes AMX's zero pairs past K (up to the padded depth).
@@ -442,21 +463,7 @@ static void pack_b_rows_unit(const float *b32, const uint16_t *b16, int64_t ldb,
                 const int64_t nr = min64(BNR, N - jr);
                 const __mmask16 m0 = one ? m16(nr) : 0, m1 = one ? m16(nr - 16) : 0;
                 const __mmask16 h0 = two ? m0 : 0, h1 = two ? m1 : 0;
-                __m512i v0, v1;
-                if (b32) {
-                    v0 = pairs_of(_mm512_maskz_loadu_ps(m0, b32 + r0 + jr), _mm512_maskz_loadu_ps(h0, b32 + r1 + jr));
-                    v1 = pairs_of(_mm512_maskz_loadu_ps(m1, b32 + r0 + jr + 16),
-                                  _mm512_maskz_loadu_ps(h1, b32 + r1 + jr + 16));
-                } else {
-                    const __m512i l0 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m0, b16 + r0 + jr));
-                    const __m512i l1 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m1, b16 + r0 + jr + 16));
-                    const __m512i g0 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(h0, b16 + r1 + jr));
-                    const __m512i g1 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(h1, b16 + r1 + jr + 16));
-                    v0 = _mm512_or_si512(l0, _mm512_slli_epi32(g0, 16));
-                    v1 = _mm512_or_si512(l1, _mm512_slli_epi32(g1, 16));
-                }
-                _mm512_storeu_si512(d, v0);
-                _mm512_storeu_si512(d + 16, v1);
+                pack_pair_unit(b32, b16, r0, r1, jr, m0, m1, h0, h1, d);
             }
         }
 }
@@ -518,20 +525,7 @@ static void pack_b_block(const float *b32, const uint16_t *b16, int64_t ldb, int
             const int64_t nr = min64(BNR, min64(nb, N - j0) - jr), j = j0 + jr;
             const __mmask16 m0 = one && nr > 0 ? m16(nr) : 0, m1 = one && nr > 16 ? m16(nr - 16) : 0;
             const __mmask16 h0 = two ? m0 : 0, h1 = two ? m1 : 0;
-            __m512i v0, v1;
-            if (b32) {
-                v0 = pairs_of(_mm512_maskz_loadu_ps(m0, b32 + r0 + j), _mm512_maskz_loadu_ps(h0, b32 + r1 + j));
-                v1 = pairs_of(_mm512_maskz_loadu_ps(m1, b32 + r0 + j + 16), _mm512_maskz_loadu_ps(h1, b32 + r1 + j + 16));
-            } else {
-                const __m512i l0 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m0, b16 + r0 + j));
-                const __m512i l1 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m1, b16 + r0 + j + 16));
-                const __m512i g0 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(h0, b16 + r1 + j));
-                const __m512i g1 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(h1, b16 + r1 + j + 16));
-                v0 = _mm512_or_si512(l0, _mm512_slli_epi32(g0, 16));
-                v1 = _mm512_or_si512(l1, _mm512_slli_epi32(g1, 16));
-            }
-            _mm512_storeu_si512(d, v0);
-            _mm512_storeu_si512(d + 16, v1);
+            pack_pair_unit(b32, b16, r0, r1, j, m0, m1, h0, h1, d);
         }
     }
 }
