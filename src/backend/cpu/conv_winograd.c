@@ -67,30 +67,34 @@ typedef struct wino_wctx {
 
 static size_t wino_u_floats(int64_t M, int64_t C) { return (size_t)(36 * M * C + 15) / 16 * 16; }
 
-/* dst: U[36][M][C], then (pack) 36 blocks of kn_sgemm_packed_a_floats(M, C). */
-static void wino_make_weights(const void *ctx, void *dst) {
-    const wino_wctx *k = ctx;
-    float *u = dst;
+/* dst: U[n * n][M][C] = G g G^T (G: n x 3, in double), then (pack) n * n blocks packed for the
+ * GEMM (A's layout, or B's when swap) from u_floats on: F(4x4, 3x3)'s (n 6) and F(2x2, 3x3)'s (n 4). */
+static void wino_transform_weights(const wino_wctx *k, float *u, const double (*G)[3], int n, size_t u_floats) {
     const int64_t MC = k->M * k->C;
     for (int64_t m = 0; m < k->M; m++)
         for (int64_t c = 0; c < k->C; c++) {
             const float *g = k->w + (m * k->C + c) * 9;
             double t[6][3];
-            for (int a = 0; a < 6; a++)
-                for (int j = 0; j < 3; j++) t[a][j] = WG[a][0] * g[j] + WG[a][1] * g[3 + j] + WG[a][2] * g[6 + j];
-            for (int a = 0; a < 6; a++)
-                for (int b = 0; b < 6; b++)
-                    u[(a * 6 + b) * MC + m * k->C + c] =
-                        (float)(t[a][0] * WG[b][0] + t[a][1] * WG[b][1] + t[a][2] * WG[b][2]);
+            for (int a = 0; a < n; a++)
+                for (int j = 0; j < 3; j++) t[a][j] = G[a][0] * g[j] + G[a][1] * g[3 + j] + G[a][2] * g[6 + j];
+            for (int a = 0; a < n; a++)
+                for (int b = 0; b < n; b++)
+                    u[(a * n + b) * MC + m * k->C + c] = (float)(t[a][0] * G[b][0] + t[a][1] * G[b][1] + t[a][2] * G[b][2]);
         }
     if (k->pack) {
-        float *p = u + wino_u_floats(k->M, k->C);
+        float *p = u + u_floats;
         const size_t per = k->swap ? kn_sgemm_packed_b_floats(k->M, k->C) : kn_sgemm_packed_a_floats(k->M, k->C);
-        for (int xi = 0; xi < 36; xi++) {
+        for (int xi = 0; xi < n * n; xi++) {
             if (k->swap) kn_sgemm_pack_b_full(u + xi * MC, k->C, true, k->M, k->C, p + xi * per);
             else kn_sgemm_pack_a(u + xi * MC, k->C, false, k->M, k->C, p + xi * per);
         }
     }
+}
+
+/* dst: U[36][M][C], then (pack) 36 blocks of kn_sgemm_packed_a_floats(M, C). */
+static void wino_make_weights(const void *ctx, void *dst) {
+    const wino_wctx *k = ctx;
+    wino_transform_weights(k, dst, WG, 6, wino_u_floats(k->M, k->C));
 }
 
 /* ------------------------------------------------------------------ input transform */
@@ -690,27 +694,7 @@ static size_t wino2_u_floats(int64_t M, int64_t C) { return (size_t)(16 * M * C 
 /* dst: U[16][M][C], then (pack) 16 blocks packed for the GEMM (A's layout, or B's when swap) */
 static void wino2_make_weights(const void *ctx, void *dst) {
     const wino_wctx *k = ctx;
-    float *u = dst;
-    const int64_t MC = k->M * k->C;
-    for (int64_t m = 0; m < k->M; m++)
-        for (int64_t c = 0; c < k->C; c++) {
-            const float *g = k->w + (m * k->C + c) * 9;
-            double t[4][3];
-            for (int a = 0; a < 4; a++)
-                for (int q = 0; q < 3; q++) t[a][q] = WG2[a][0] * g[q] + WG2[a][1] * g[3 + q] + WG2[a][2] * g[6 + q];
-            for (int a = 0; a < 4; a++)
-                for (int b = 0; b < 4; b++)
-                    u[(a * 4 + b) * MC + m * k->C + c] =
-                        (float)(t[a][0] * WG2[b][0] + t[a][1] * WG2[b][1] + t[a][2] * WG2[b][2]);
-        }
-    if (k->pack) {
-        float *p = u + wino2_u_floats(k->M, k->C);
-        const size_t per = k->swap ? kn_sgemm_packed_b_floats(k->M, k->C) : kn_sgemm_packed_a_floats(k->M, k->C);
-        for (int xi = 0; xi < 16; xi++) {
-            if (k->swap) kn_sgemm_pack_b_full(u + xi * MC, k->C, true, k->M, k->C, p + xi * per);
-            else kn_sgemm_pack_a(u + xi * MC, k->C, false, k->M, k->C, p + xi * per);
-        }
-    }
+    wino_transform_weights(k, dst, WG2, 4, wino2_u_floats(k->M, k->C));
 }
 
 typedef struct wino2_job {
