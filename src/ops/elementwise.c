@@ -153,6 +153,69 @@ static kn_dim arith(char op, kn_dim a, kn_dim b) {
     }
 }
 
+/* Input i's elements where it is a short vector: known values (of any sign, bools as 0/1) from a
+ * constant, else its tracked shape value (known[k] false for a symbolic or unknown dim, sym[k] the
+ * symbol). The count, or -1. */
+static int raw_elems(const kn_infer_ctx *c, int i, int64_t *val, const char **sym, bool *known) {
+    if (i >= c->n_inputs || !c->in[i]) return -1;
+    const kn_tensor *v = c->in_value[i];
+    if (v && v->kind == KN_VALUE_TENSOR && (kn_dtype_is_int(v->dtype) || v->dtype == KILN_DTYPE_BOOL) && v->rank <= 1) {
+        int64_t n = kn_tensor_count(v);
+        if (n < 0 || n > KILN_MAX_RANK) return -1;
+        for (int64_t k = 0; k < n; k++) val[k] = kn_tensor_get_i64(v, k), sym[k] = NULL, known[k] = true;
+        return (int)n;
+    }
+    const kn_type *t = c->in[i];
+    if (t->n_shape_value < 0 || t->n_shape_value > KILN_MAX_RANK || t->rank > 1) return -1;
+    for (int k = 0; k < t->n_shape_value; k++)
+        val[k] = t->shape_value[k].value, sym[k] = t->shape_value[k].symbol, known[k] = val[k] >= 0;
+    return t->n_shape_value;
+}
+
+/* Equal of shape values, tracked as 0/1 where the answer is known: a dim is never negative, so a
+ * symbolic one differs from a negative constant. torch's exports replace the -1s of a target shape
+ * by Where(Equal(shape, -1), ones, shape); with this, Where keeps the shape's symbols. */
+static void propagate_equal(kn_infer_ctx *c) {
+    kn_type *o = &c->out[0];
+    int64_t a[KILN_MAX_RANK], b[KILN_MAX_RANK];
+    const char *sa[KILN_MAX_RANK], *sb[KILN_MAX_RANK];
+    bool ka[KILN_MAX_RANK], kb[KILN_MAX_RANK];
+    int na = raw_elems(c, 0, a, sa, ka), nb = raw_elems(c, 1, b, sb, kb);
+    if (o->rank > 1 || na < 0 || nb < 0 || (na != nb && na != 1 && nb != 1)) return;
+    int n = na > nb ? na : nb;
+    for (int k = 0; k < n; k++) {
+        int i = na == 1 ? 0 : k, j = nb == 1 ? 0 : k;
+        kn_dim r = {-1, NULL};
+        if (ka[i] && kb[j]) r.value = a[i] == b[j];
+        else if ((ka[i] && a[i] < 0 && sb[j]) || (kb[j] && b[j] < 0 && sa[i])) r.value = 0;
+        else if (sa[i] && sb[j] && !strcmp(sa[i], sb[j])) r.value = 1;
+        o->shape_value[k] = r;
+    }
+    o->n_shape_value = n;
+}
+
+/* Where over shape values: each element chosen by its known condition (or the same either way). */
+static void propagate_where(kn_infer_ctx *c) {
+    kn_type *o = &c->out[0];
+    int64_t cv[KILN_MAX_RANK];
+    const char *cs[KILN_MAX_RANK];
+    bool ck[KILN_MAX_RANK];
+    kn_dim x[KILN_MAX_RANK], y[KILN_MAX_RANK];
+    int nc = raw_elems(c, 0, cv, cs, ck), nx = shape_elems(c, 1, x), ny = shape_elems(c, 2, y);
+    if (!(o->dtype == KILN_DTYPE_INT64 || o->dtype == KILN_DTYPE_INT32) || o->rank > 1 || nc < 0 || nx < 0 || ny < 0)
+        return;
+    int n = nc > nx ? nc : nx;
+    if (ny > n) n = ny;
+    if ((nc != n && nc != 1) || (nx != n && nx != 1) || (ny != n && ny != 1)) return;
+    for (int k = 0; k < n; k++) {
+        const int i = nc == 1 ? 0 : k;
+        const kn_dim a = x[nx == 1 ? 0 : k], b = y[ny == 1 ? 0 : k];
+        const bool same = a.value == b.value && (a.value >= 0 || (a.symbol && b.symbol && !strcmp(a.symbol, b.symbol)));
+        o->shape_value[k] = ck[i] ? (cv[i] ? a : b) : same ? a : (kn_dim){-1, NULL};
+    }
+    o->n_shape_value = n;
+}
+
 /* Elementwise arithmetic on the operands' shape values, when both are tracked. */
 static void propagate_shape_value(kn_infer_ctx *c, char op) {
     kn_type *o = &c->out[0];
@@ -235,7 +298,11 @@ static kiln_status infer_bitshift(kn_infer_ctx *c) {
     return binary(c, M_I, false, true, false);
 }
 static kiln_status infer_logic(kn_infer_ctx *c) { return binary(c, M_B, true, true, true); }
-static kiln_status infer_equal(kn_infer_ctx *c) { return binary(c, M_NUM | M_B | M_S, true, true, true); }
+static kiln_status infer_equal(kn_infer_ctx *c) {
+    KN_TRY(binary(c, M_NUM | M_B | M_S, true, true, true));
+    propagate_equal(c);
+    return KILN_OK;
+}
 static kiln_status infer_compare(kn_infer_ctx *c) { return binary(c, M_NUM | M_B, true, true, true); }
 static kiln_status infer_compare12(kn_infer_ctx *c) { return binary(c, M_NUM | M_B, true, true, false); }
 
@@ -281,6 +348,7 @@ static kiln_status infer_where(kn_infer_ctx *c) {
     KN_TRY(check_same(c, 1, 2));
     KN_TRY(kn_infer_broadcast(c, 0, KILN_DTYPE_UNDEFINED));
     c->out[0].dtype = c->in[1]->dtype != KILN_DTYPE_UNDEFINED ? c->in[1]->dtype : c->in[2]->dtype;
+    propagate_where(c);
     return KILN_OK;
 }
 

@@ -612,6 +612,58 @@ KN_TEST(ew_shape_value_arithmetic) {
     kn_tensor_free(bv);
 }
 
+/* torch's exports write a target shape as Where(Equal(shape, -1), ones, shape): Equal of
+ * [batch, 1, seq, 64] and -1 is known false everywhere (a dim is never negative), so Where gives
+ * back [batch, 1, seq, 64] with its symbols; an element Equal cannot decide stays unknown. */
+KN_TEST(ew_shape_value_equal_where) {
+    kn_node en, wn;
+    ew_call ecall = {"Equal", 13, NULL, 0, NULL}, wcall = {"Where", 16, NULL, 0, NULL};
+    node_init(&en, &ecall);
+    node_init(&wn, &wcall);
+    const kn_op_schema *es = kn_op_find("", "Equal", 13, NULL), *ws = kn_op_find("", "Where", 16, NULL);
+    CHECK(es && ws);
+    if (!es || !ws) return;
+    int64_t four = 4;
+    kn_type shape, neg, eq, ones, out;
+    kn_type_set_tensor(&shape, KILN_DTYPE_INT64, 1, &four);
+    shape.n_shape_value = 4;
+    shape.shape_value[0] = (kn_dim){-1, "batch"};
+    shape.shape_value[1] = (kn_dim){1, NULL};
+    shape.shape_value[2] = (kn_dim){-1, "seq"};
+    shape.shape_value[3] = (kn_dim){-1, NULL}; /* unknown: may be -1 */
+    kn_tensor *nv = tensor_of(KILN_DTYPE_INT64, 1, &four), *ov = tensor_of(KILN_DTYPE_INT64, 1, &four);
+    for (int k = 0; k < 4; k++) ((int64_t *)nv->data)[k] = -1, ((int64_t *)ov->data)[k] = 1;
+    kn_type_of_tensor(nv, &neg);
+    kn_type_of_tensor(ov, &ones);
+    kn_type_init(&eq);
+    const kn_type *etp[2] = {&shape, &neg};
+    const kn_tensor *evals[2] = {NULL, nv};
+    kn_infer_ctx eic = {&en, 2, etp, evals, 1, &eq, NULL};
+    CHECK_STATUS(es->infer(&eic), KILN_OK);
+    CHECK_EQ_INT(eq.n_shape_value, 4);
+    if (eq.n_shape_value == 4) {
+        CHECK_EQ_INT(eq.shape_value[0].value, 0);
+        CHECK_EQ_INT(eq.shape_value[1].value, 0);
+        CHECK_EQ_INT(eq.shape_value[2].value, 0);
+        CHECK_EQ_INT(eq.shape_value[3].value, -1);
+    }
+    kn_type_init(&out);
+    const kn_type *wtp[3] = {&eq, &ones, &shape};
+    const kn_tensor *wvals[3] = {NULL, ov, NULL};
+    kn_infer_ctx wic = {&wn, 3, wtp, wvals, 1, &out, NULL};
+    CHECK_STATUS(ws->infer(&wic), KILN_OK);
+    CHECK_EQ_INT(out.n_shape_value, 4);
+    if (out.n_shape_value == 4) {
+        CHECK(out.shape_value[0].symbol && !strcmp(out.shape_value[0].symbol, "batch"));
+        CHECK_EQ_INT(out.shape_value[1].value, 1);
+        CHECK(out.shape_value[2].symbol && !strcmp(out.shape_value[2].symbol, "seq"));
+        CHECK_EQ_INT(out.shape_value[3].value, -1);
+        CHECK(out.shape_value[3].symbol == NULL);
+    }
+    kn_tensor_free(nv);
+    kn_tensor_free(ov);
+}
+
 /* Where's output type is X's even when the condition comes first */
 KN_TEST(ew_where_infer_type) {
     kn_node node;
