@@ -399,8 +399,8 @@ int kn_attn_view_get(const kn_node *n, int operand, kn_attn_view *v, char *why, 
     for (int k = 0; k < v->rank; k++) {
         v->dims[k] = a->ints[1 + k];
         v->strides[k] = a->ints[2 + v->rank + k];
-        if (v->dims[k] < 0 || v->strides[k] < 0) {
-            snprintf(why, cap, "attribute %s has a negative dim or stride", kn_attn_view_name(operand));
+        if (v->dims[k] < KN_ATTN_VIEW_SYMBOLIC(KILN_MAX_RANK - 1)) {
+            snprintf(why, cap, "attribute %s has a dim below -%d", kn_attn_view_name(operand), KILN_MAX_RANK);
             return -1;
         }
     }
@@ -409,6 +409,27 @@ int kn_attn_view_get(const kn_node *n, int operand, kn_attn_view *v, char *why, 
         return -1;
     }
     return 1;
+}
+
+bool kn_attn_view_bind(kn_attn_view *v, const int64_t *dims, int rank) {
+    for (int k = 0; k < v->rank; k++) {
+        if (v->dims[k] < 0) {
+            const int64_t p = -1 - v->dims[k];
+            if (p >= rank) return false;
+            v->dims[k] = dims[p];
+        }
+        if (v->strides[k] < 0) {
+            const int64_t p = (-1 - v->strides[k]) % KILN_MAX_RANK, m = (-1 - v->strides[k]) / KILN_MAX_RANK;
+            if (p >= rank) return false;
+            int64_t s = m;
+            for (int64_t q = p + 1; q < rank; q++) {
+                if (dims[q] > 0 && s > INT64_MAX / dims[q]) return false;
+                s *= dims[q];
+            }
+            v->strides[k] = s;
+        }
+    }
+    return true;
 }
 
 void kn_attn_view_whole(const kn_tensor *t, kn_attn_view *v) {
@@ -467,8 +488,30 @@ static const kn_type *attention_operand(kn_infer_ctx *c, int i, kn_type *buf, ki
     buf->kind = KN_TYPE_TENSOR;
     buf->dtype = t->dtype;
     buf->rank = v.rank;
-    for (int k = 0; k < v.rank; k++) buf->dims[k] = (kn_dim){v.dims[k], NULL};
+    for (int k = 0; k < v.rank; k++) {
+        const int64_t p = -1 - v.dims[k]; /* a symbolic dim: the tensor's dim p, as far as it is known */
+        buf->dims[k] = v.dims[k] >= 0 ? (kn_dim){v.dims[k], NULL} : p < t->rank ? t->dims[p] : (kn_dim){-1, NULL};
+        if (v.dims[k] < 0 && t->rank >= 0 && p >= t->rank)
+            *st = kn_infer_error(c, KILN_ERR_INVALID_MODEL, "%s names dim %lld of a rank-%d input",
+                                 kn_attn_view_name(i), (long long)p, t->rank);
+    }
     return buf;
+}
+
+/* y_shape's entry k: a size, or dim p of input i (KN_ATTN_Y_SHAPE_OF_INPUT) as far as it is known. */
+static kiln_status y_shape_dim(kn_infer_ctx *c, int64_t e, kn_dim *out) {
+    if (e >= 0) {
+        *out = (kn_dim){e, NULL};
+        return KILN_OK;
+    }
+    const int64_t i = (-1 - e) / KILN_MAX_RANK, p = (-1 - e) % KILN_MAX_RANK;
+    if (i >= 3 || i >= c->n_inputs || !c->in[i])
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "y_shape names input %lld, which is not Q, KT or V", (long long)i);
+    const kn_type *t = c->in[i];
+    if (t->rank >= 0 && p >= t->rank)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "y_shape names dim %lld of a rank-%d input", (long long)p, t->rank);
+    *out = t->rank >= 0 ? t->dims[p] : (kn_dim){-1, NULL};
+    return KILN_OK;
 }
 
 static kiln_status infer_attention(kn_infer_ctx *c) {
@@ -488,12 +531,19 @@ static kiln_status infer_attention(kn_infer_ctx *c) {
     if (st != KILN_OK || !ys) return st;
     /* the kernel writes Y through y_view into a tensor of shape y_shape */
     kn_type *y = &c->out[0];
-    int64_t count = 1;
+    kn_dim shape[KILN_MAX_RANK];
+    int64_t count = 1, values[KILN_MAX_RANK];
+    bool known = true;
     for (int k = 0; k < ys->n; k++) {
-        if (ys->ints[k] < 0) return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "y_shape has a negative dim");
-        count *= ys->ints[k];
+        KN_TRY(y_shape_dim(c, ys->ints[k], &shape[k]));
+        values[k] = shape[k].value;
+        known &= values[k] >= 0;
+        if (values[k] >= 0) count *= values[k];
     }
-    if (y->rank >= 0) {
+    /* the checks need every size: at run time they have them */
+    if (known && !kn_attn_view_bind(&yv, values, (int)ys->n))
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "y_view names a dim y_shape lacks");
+    if (known && y->rank >= 0) {
         if (y->rank != yv.rank) return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "y_view's rank is not Y's");
         int64_t n = 1;
         for (int k = 0; k < y->rank; k++) {
@@ -505,7 +555,7 @@ static kiln_status infer_attention(kn_infer_ctx *c) {
             return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "y_view does not cover a tensor of y_shape");
     }
     y->rank = (int)ys->n;
-    for (int k = 0; k < y->rank; k++) y->dims[k] = (kn_dim){ys->ints[k], NULL};
+    for (int k = 0; k < y->rank; k++) y->dims[k] = shape[k];
     return KILN_OK;
 }
 

@@ -98,8 +98,12 @@ void kn_stacked_lstm_layer(const kn_kernel_ctx *fused, int layer, kn_tensor *x, 
 /* A kiln.Attention operand read (or Y written) through a strided view of the node's input (or
  * output) tensor: element idx of the operand, dims[rank], is element offset + sum idx[k] *
  * strides[k] of that tensor. Written by the optimiser (fold_attention_views) where the operand was
- * Transposes, Reshapes, Squeezes, Unsqueezes and constant Gathers of a tensor of static shape. The
- * attribute holds [rank, dims..., offset, strides...]. */
+ * Transposes, Reshapes, Squeezes, Unsqueezes, constant Gathers, Splits and Slices of a tensor whose
+ * shape is static but for symbolic dims that no stride depends on (a model's batch). The attribute
+ * holds [rank, dims..., offset, strides...]; a dim -(1 + p) is "dim p of the tensor the view reads"
+ * (of Y's tensor for y_view) and a stride -(1 + p + KILN_MAX_RANK * m) is "m times the product of
+ * that tensor's dims after p" (its stride of dim p), known at run time. y_shape, Y's tensor's
+ * shape, likewise takes -(1 + KILN_MAX_RANK * i + p) for "dim p of input i". */
 #define KN_ATTN_VIEW_MAX_RANK 4
 typedef struct kn_attn_view {
     int rank; /* at most KN_ATTN_VIEW_MAX_RANK from the attribute; any for a whole tensor */
@@ -111,8 +115,16 @@ enum { KN_ATTN_Q, KN_ATTN_KT, KN_ATTN_V, KN_ATTN_Y };
 /* The attribute name of an operand's view ("q_view", "kt_view", "v_view", "y_view"). */
 const char *kn_attn_view_name(int operand);
 /* Reads operand's view: 0 when the node has none, 1 when *v is set, -1 when the attribute is
- * malformed (why says how). */
+ * malformed (why says how). Its symbolic dims stay -(1 + p) until kn_attn_view_bind. */
 int kn_attn_view_get(const kn_node *n, int operand, kn_attn_view *v, char *why, size_t cap);
+/* Resolves a view's symbolic dims from the dims of the tensor it reads (rank of them); false when
+ * one names a dim the tensor lacks. */
+bool kn_attn_view_bind(kn_attn_view *v, const int64_t *dims, int rank);
+/* The markers of symbolic dim p in a view's dims, of m times the stride of dim p in its strides,
+ * and of dim p of input i in y_shape. */
+#define KN_ATTN_VIEW_SYMBOLIC(p) (-1 - (int64_t)(p))
+#define KN_ATTN_VIEW_STRIDE_OF(p, m) (-1 - (int64_t)(p) - (int64_t)KILN_MAX_RANK * (m))
+#define KN_ATTN_Y_SHAPE_OF_INPUT(i, p) (-1 - (int64_t)KILN_MAX_RANK * (i) - (int64_t)(p))
 /* A whole tensor as a view of itself (contiguous strides, offset 0): the kernels take every
  * operand as a view, the node's or this. */
 void kn_attn_view_whole(const kn_tensor *t, kn_attn_view *v);

@@ -9,9 +9,10 @@
  * (kiln.Attention's q_view, kt_view, v_view and y_view, src/ops/fused.h), so the kernel reads the
  * projection and writes the merged output in place and the copies go.
  *
- * Only where every value of the chain has a static shape (the views are numbers); a Reshape joins
- * only when it is a view of what comes before it (the dims it merges lie evenly in memory). A
- * value read elsewhere too stays computed for its other readers. */
+ * Only where every value of the chain has a static shape but for symbolic dims that no stride or
+ * offset depends on (a model's batch, outermost: the views are numbers, those dims read at run time
+ * from the tensor); a Reshape joins only when it is a view of what comes before it (the dims it
+ * merges lie evenly in memory). A value read elsewhere too stays computed for its other readers. */
 #include "opt/pass.h"
 
 #include <string.h>
@@ -30,19 +31,68 @@ typedef struct view {
     int64_t offset;
 } view;
 
-static bool static_dims(const kn_type *t, int64_t *dims, int *rank) {
+/* Symbolic dims join the view algebra as stand-in sizes: distinct primes above every static dim
+ * taken, so none divides a product of static sizes. A walk is made twice, with two sets of
+ * stand-ins; where the two views differ in a stride or the offset, the view depends on a symbolic
+ * size and is not taken, and a dim that is the one stand-in in one walk and its counterpart in
+ * the other is that symbolic dim. */
+#define MAX_SYMS 2
+#define STAND_IN_MIN 1000003
+static const int64_t stand_in[2][MAX_SYMS] = {{1000003, 1000033}, {1000037, 1000039}};
+
+typedef struct syms {
+    int round; /* which stand-ins */
+    int n;
+    const char *name[MAX_SYMS];
+} syms;
+
+/* A static tensor type's dims; symbolic ones (named) as stand-ins when s is given, and one unknown
+ * dim as what the others leave of `total` elements (a Reshape's -1: the value a chain passes
+ * through has as many elements before as after) when total >= 0. */
+static bool known_dims(const kn_type *t, syms *s, int64_t total, int64_t *dims, int *rank) {
     if (t->kind != KN_TYPE_TENSOR || t->rank < 0) return false;
+    int unknown = -1;
+    int64_t rest = 1;
     for (int k = 0; k < t->rank; k++) {
-        if (t->dims[k].value < 0) return false;
-        dims[k] = t->dims[k].value;
+        const kn_dim *d = &t->dims[k];
+        if (d->value >= STAND_IN_MIN) return false;
+        if (d->value >= 0) {
+            dims[k] = d->value;
+            rest *= d->value;
+            continue;
+        }
+        if (s && !d->symbol && total >= 0 && unknown < 0) {
+            unknown = k;
+            continue;
+        }
+        if (!s || !d->symbol) return false;
+        int j = 0;
+        while (j < s->n && strcmp(s->name[j], d->symbol)) j++;
+        if (j == MAX_SYMS) return false;
+        if (j == s->n) s->name[s->n++] = d->symbol;
+        dims[k] = stand_in[s->round][j];
+        rest *= dims[k];
+    }
+    if (unknown >= 0) {
+        if (rest <= 0 || total % rest) return false;
+        dims[unknown] = total / rest;
     }
     *rank = t->rank;
     return true;
 }
 
+static bool static_dims(const kn_type *t, int64_t *dims, int *rank) { return known_dims(t, NULL, -1, dims, rank); }
+
 static int64_t dim_size(const view *v, int k) {
     int64_t n = 1;
     for (int f = 0; f < v->nf[k]; f++) n *= v->size[k][f];
+    return n;
+}
+
+/* The view's element count (its walk keeps it from node to node). */
+static int64_t view_count(const view *v) {
+    int64_t n = 1;
+    for (int k = 0; k < v->rank; k++) n *= dim_size(v, k);
     return n;
 }
 
@@ -159,14 +209,14 @@ static bool take_range(view *v, int64_t axis, int64_t start, int64_t len, int64_
 }
 
 /* Output `out` of a Split: the outputs before it (their static shapes) give its start. */
-static bool split_forward(const kn_opt_ctx *c, const kn_node *n, int out, view *v) {
+static bool split_forward(const kn_opt_ctx *c, syms *sy, const kn_node *n, int out, view *v) {
     int64_t axis = kn_attr_int(n, "axis", 0), start = 0;
     if (axis < 0) axis += v->rank;
     if (axis < 0 || axis >= v->rank) return false;
     for (int i = 0; i < n->n_outputs; i++) {
         int64_t d[KILN_MAX_RANK];
         int r;
-        if (n->outputs[i] < 0 || !static_dims(&c->g->values[n->outputs[i]].type, d, &r) || r != v->rank) return false;
+        if (n->outputs[i] < 0 || !known_dims(&c->g->values[n->outputs[i]].type, sy, -1, d, &r) || r != v->rank) return false;
         if (n->outputs[i] == out) return take_range(v, axis, start, d[axis], 1);
         start += d[axis];
     }
@@ -199,13 +249,16 @@ static bool slice_forward(const kn_opt_ctx *c, const kn_node *n, view *v) {
 }
 
 /* Applies node (from its input's view to its output's `out`), reading forward. */
-static bool apply_forward(const kn_opt_ctx *c, int node, int out, view *v) {
+static bool apply_forward(const kn_opt_ctx *c, syms *sy, int node, int out, view *v) {
     const kn_node *n = &c->g->nodes[node];
     int64_t od[KILN_MAX_RANK];
     int orank;
-    if (n->n_outputs < 1 || !static_dims(&c->g->values[out].type, od, &orank)) return false;
+    /* an unknown dim of the output is what the others leave where the node keeps the count */
+    const bool keeps_count = !kn_opt_is(c, node, "Split") && !kn_opt_is(c, node, "Slice") && !kn_opt_is(c, node, "Gather");
+    if (n->n_outputs < 1 || !known_dims(&c->g->values[out].type, sy, keeps_count ? view_count(v) : -1, od, &orank))
+        return false;
     if (kn_opt_is(c, node, "Split") || kn_opt_is(c, node, "Slice")) {
-        if (!(kn_opt_is(c, node, "Split") ? split_forward(c, n, out, v) : slice_forward(c, n, v)) || v->rank != orank)
+        if (!(kn_opt_is(c, node, "Split") ? split_forward(c, sy, n, out, v) : slice_forward(c, n, v)) || v->rank != orank)
             return false;
         for (int k = 0; k < orank; k++)
             if (dim_size(v, k) != od[k]) return false; /* what the output's static shape says */
@@ -249,11 +302,11 @@ static bool apply_forward(const kn_opt_ctx *c, int node, int out, view *v) {
 }
 
 /* Undoes node (from its output's view to its input's), reading backward from a written output. */
-static bool apply_backward(const kn_opt_ctx *c, int node, view *v) {
+static bool apply_backward(const kn_opt_ctx *c, syms *sy, int node, view *v) {
     const kn_node *n = &c->g->nodes[node];
     int64_t id[KILN_MAX_RANK];
     int irank;
-    if (!static_dims(&c->g->values[n->inputs[0]].type, id, &irank)) return false;
+    if (!known_dims(&c->g->values[n->inputs[0]].type, sy, view_count(v), id, &irank)) return false;
     if (kn_opt_is(c, node, "Transpose")) {
         int perm[KILN_MAX_RANK];
         if (!perm_of(n, irank, perm)) return false;
@@ -283,9 +336,86 @@ static void to_attn_view(const view *v, kn_attn_view *a) {
     for (int k = 0; k < v->rank; k++) a->dims[k] = v->size[k][0], a->strides[k] = v->stride[k][0];
 }
 
+/* The dim of tensor type t that is symbol name, or -1. */
+static int dim_named(const kn_type *t, const char *name) {
+    for (int p = 0; t->kind == KN_TYPE_TENSOR && p < t->rank; p++)
+        if (t->dims[p].value < 0 && t->dims[p].symbol && !strcmp(t->dims[p].symbol, name)) return p;
+    return -1;
+}
+
+/* A stride s0 in the first walk and s1 in the second as m times the read tensor's stride of one
+ * of its dims (dims rd[walk], rank rr) in both: *s0 becomes KN_ATTN_VIEW_STRIDE_OF(p, m). */
+static bool symbolic_stride(int64_t *s0, int64_t s1, int64_t rd[2][KILN_MAX_RANK], int rr) {
+    int64_t p0 = 1, p1 = 1; /* the products of the dims after p */
+    for (int p = rr - 1; p >= 0; p--) {
+        if (p0 > *s0 || p1 > s1) return false;
+        if (*s0 % p0 == 0 && s1 % p1 == 0 && *s0 / p0 == s1 / p1) {
+            *s0 = KN_ATTN_VIEW_STRIDE_OF(p, *s0 / p0);
+            return true;
+        }
+        p0 *= rd[0][p], p1 *= rd[1][p];
+    }
+    return false;
+}
+
+/* A chain of view nodes walked with both sets of stand-ins (walk(round, &view, &names) gives one
+ * walk's view) as one view: its symbolic dims as KN_ATTN_VIEW_SYMBOLIC(p) of the tensor of type
+ * `reads`; false where a walk fails, the view is not one a kernel takes, or it depends on a
+ * symbolic size. */
+typedef bool (*walk_fn)(const kn_opt_ctx *c, const void *arg, syms *sy, view *v);
+static bool both_walks(const kn_opt_ctx *c, const void *arg, walk_fn walk, const kn_type *reads, kn_attn_view *out) {
+    syms sy[2] = {{.round = 0}, {.round = 1}};
+    view v[2];
+    if (!walk(c, arg, &sy[0], &v[0]) || !walk(c, arg, &sy[1], &v[1]) || !encodable(&v[0]) || !encodable(&v[1]))
+        return false;
+    kn_attn_view a[2];
+    to_attn_view(&v[0], &a[0]);
+    to_attn_view(&v[1], &a[1]);
+    if (a[0].rank != a[1].rank || a[0].offset != a[1].offset || sy[0].n != sy[1].n) return false;
+    int64_t rd[2][KILN_MAX_RANK]; /* the read tensor's dims in each walk */
+    int rr = 0;
+    syms again[2] = {{.round = 0}, {.round = 1}};
+    if (!known_dims(reads, &again[0], -1, rd[0], &rr) || !known_dims(reads, &again[1], -1, rd[1], &rr)) return false;
+    for (int k = 0; k < a[0].rank; k++) {
+        if (a[0].strides[k] != a[1].strides[k] && !symbolic_stride(&a[0].strides[k], a[1].strides[k], rd, rr))
+            return false;
+        if (a[0].dims[k] == a[1].dims[k]) {
+            if (a[0].dims[k] >= STAND_IN_MIN) return false; /* a product of stand-ins */
+            continue;
+        }
+        int j = 0;
+        while (j < sy[0].n && (a[0].dims[k] != stand_in[0][j] || a[1].dims[k] != stand_in[1][j])) j++;
+        const int p = j < sy[0].n ? dim_named(reads, sy[0].name[j]) : -1;
+        if (p < 0) return false;
+        a[0].dims[k] = KN_ATTN_VIEW_SYMBOLIC(p);
+    }
+    *out = a[0];
+    return true;
+}
+
+/* The first s nodes of a chain of view nodes (chain[k] making made[k]), walked from the tensor
+ * `from`: forward from an input to the operand, or backward from the last value to the output. */
+typedef struct chain_walk {
+    const int *chain, *made;
+    int s, from;
+    bool forward;
+} chain_walk;
+
+static bool walk_chain(const kn_opt_ctx *c, const void *arg, syms *sy, view *v) {
+    const chain_walk *w = arg;
+    int64_t dims[KILN_MAX_RANK];
+    int rank;
+    if (!known_dims(&c->g->values[w->from].type, sy, -1, dims, &rank)) return false;
+    contiguous(v, dims, rank);
+    for (int k = w->s - 1; k >= 0; k--)
+        if (!(w->forward ? apply_forward(c, sy, w->chain[k], w->made[k], v) : apply_backward(c, sy, w->chain[k], v)))
+            return false;
+    return true;
+}
+
 /* Operand value x as a view of the farthest tensor its chain of view nodes starts from: *src and
  * the view; false when no producer of x joins. */
-static bool input_view(const kn_opt_ctx *c, int x, int *src, int *reader, view *out) {
+static bool input_view(const kn_opt_ctx *c, int x, int *src, int *reader, kn_attn_view *out) {
     int chain[MAX_CHAIN], made[MAX_CHAIN], n = 0; /* made[k]: chain[k]'s output on the way to x */
     for (int v = x; n < MAX_CHAIN;) {
         int p = kn_opt_producer(c, v);
@@ -295,18 +425,10 @@ static bool input_view(const kn_opt_ctx *c, int x, int *src, int *reader, view *
         v = c->g->nodes[p].inputs[0];
     }
     for (int s = n; s >= 1; s--) { /* the longest chain that is a view */
-        int from = c->g->nodes[chain[s - 1]].inputs[0];
-        int64_t dims[KILN_MAX_RANK];
-        int rank;
-        if (!static_dims(&c->g->values[from].type, dims, &rank)) continue;
-        view v;
-        contiguous(&v, dims, rank);
-        bool ok = true;
-        for (int k = s - 1; k >= 0 && ok; k--) ok = apply_forward(c, chain[k], made[k], &v);
-        if (ok && encodable(&v)) {
-            *src = from;
+        const chain_walk w = {chain, made, s, c->g->nodes[chain[s - 1]].inputs[0], true};
+        if (both_walks(c, &w, walk_chain, &c->g->values[w.from].type, out)) {
+            *src = w.from;
             *reader = chain[s - 1];
-            *out = v;
             return true;
         }
     }
@@ -315,7 +437,7 @@ static bool input_view(const kn_opt_ctx *c, int x, int *src, int *reader, view *
 
 /* The output y followed through its only readers that are view nodes: the last value *dst, the
  * nodes (to remove) and y as a view of it; false when none joins. */
-static bool output_view(const kn_opt_ctx *c, int y, int *dst, int *nodes, int *n_nodes, view *out) {
+static bool output_view(const kn_opt_ctx *c, int y, int *dst, int *nodes, int *n_nodes, kn_attn_view *out) {
     int chain[MAX_CHAIN], n = 0;
     for (int v = y; n < MAX_CHAIN;) {
         int r = kn_opt_only_consumer(c, v);
@@ -324,23 +446,35 @@ static bool output_view(const kn_opt_ctx *c, int y, int *dst, int *nodes, int *n
         v = c->g->nodes[r].outputs[0];
     }
     for (int t = n; t >= 1; t--) {
-        int last = c->g->nodes[chain[t - 1]].outputs[0];
-        int64_t dims[KILN_MAX_RANK];
-        int rank;
-        if (!static_dims(&c->g->values[last].type, dims, &rank)) continue;
-        view v;
-        contiguous(&v, dims, rank);
-        bool ok = true;
-        for (int k = t - 1; k >= 0 && ok; k--) ok = apply_backward(c, chain[k], &v);
-        if (ok && encodable(&v)) {
-            *dst = last;
+        const chain_walk w = {chain, NULL, t, c->g->nodes[chain[t - 1]].outputs[0], false};
+        if (both_walks(c, &w, walk_chain, &c->g->values[w.from].type, out)) {
+            *dst = w.from;
             for (int k = 0; k < t; k++) nodes[k] = chain[k];
             *n_nodes = t;
-            *out = v;
             return true;
         }
     }
     return false;
+}
+
+/* Y's tensor's shape as y_shape: a symbolic dim as the dim of an operand's tensor (in[0..2]) that
+ * is the same symbol; false when none is. */
+static bool y_shape_of(const kn_opt_ctx *c, int y, const int *in, int64_t *shape, int *rank) {
+    const kn_type *t = &c->g->values[y].type;
+    if (t->kind != KN_TYPE_TENSOR || t->rank < 0) return false;
+    for (int k = 0; k < t->rank; k++) {
+        const kn_dim *d = &t->dims[k];
+        shape[k] = d->value;
+        if (d->value >= 0) continue;
+        bool found = false;
+        for (int i = 0; i < 3 && !found && d->symbol; i++) {
+            const int p = dim_named(&c->g->values[in[i]].type, d->symbol);
+            if (p >= 0) shape[k] = KN_ATTN_Y_SHAPE_OF_INPUT(i, p), found = true;
+        }
+        if (!found) return false;
+    }
+    *rank = t->rank;
+    return true;
 }
 
 /* ---- Q, K and V projections of one input as one product ----
@@ -389,8 +523,12 @@ static bool rebase_rows(kn_attn_view *v, int64_t n, int64_t n_total, int64_t off
     kn_attn_view r = *v;
     r.offset = v->offset / n * n_total + off + in_row;
     for (int k = 0; k < v->rank; k++) {
-        if (v->dims[k] <= 1) continue;
+        if (v->dims[k] == 0 || v->dims[k] == 1) continue;
+        /* a stride of a symbolic size steps whole rows (the dims after its dim take in the last):
+         * read from the merged tensor it steps its rows */
+        if (v->strides[k] < 0) continue;
         if (v->strides[k] % n == 0) r.strides[k] = v->strides[k] / n * n_total;
+        else if (v->dims[k] < 0) return false; /* a symbolic dim stepping inside a row */
         else in_row += (v->dims[k] - 1) * v->strides[k];
     }
     if (in_row >= n) return false;
@@ -687,19 +825,14 @@ static kiln_status fold(kn_opt_ctx *c, int node) {
     bool has[4] = {false}, merged = false;
     kn_attn_view av[4];
     for (int i = 0; i < 3; i++) {
-        view v;
         in[i] = N->inputs[i];
-        if (input_view(c, N->inputs[i], &in[i], &reader[i], &v)) {
-            has[i] = true;
-            to_attn_view(&v, &av[i]);
-        }
+        has[i] = input_view(c, N->inputs[i], &in[i], &reader[i], &av[i]);
     }
-    int y = N->outputs[0], out_nodes[MAX_CHAIN], n_out = 0;
-    view yv;
-    if (!kn_opt_pinned(c, y) && output_view(c, y, &y, out_nodes, &n_out, &yv)) {
-        has[3] = true;
-        to_attn_view(&yv, &av[3]);
-    }
+    int y = N->outputs[0], out_nodes[MAX_CHAIN], n_out = 0, y_rank = 0;
+    int64_t shape[KILN_MAX_RANK];
+    if (!kn_opt_pinned(c, y) && output_view(c, y, &y, out_nodes, &n_out, &av[3]))
+        has[3] = y_shape_of(c, y, in, shape, &y_rank);
+    if (!has[3]) y = N->outputs[0], n_out = 0;
     if (!has[0] && !has[1] && !has[2] && !has[3]) return KILN_OK;
 
     kn_opt_proto pr;
@@ -709,14 +842,10 @@ static kiln_status fold(kn_opt_ctx *c, int node) {
     kn_proto_out(&pr, y);
     kn_proto_copy_attr(&pr, c, node, "scale");
     kn_proto_copy_attr(&pr, c, node, "nan_to_zero");
-    int64_t ints[4][2 + 2 * KN_ATTN_VIEW_MAX_RANK], shape[KILN_MAX_RANK];
+    int64_t ints[4][2 + 2 * KN_ATTN_VIEW_MAX_RANK];
     for (int i = 0; i < 4; i++)
         if (has[i]) kn_proto_ints(&pr, kn_attn_view_name(i), ints[i], kn_attn_view_encode(&av[i], ints[i]));
-    if (has[3]) {
-        int rank = 0;
-        static_dims(&c->g->values[y].type, shape, &rank);
-        kn_proto_ints(&pr, "y_shape", shape, rank);
-    }
+    if (has[3]) kn_proto_ints(&pr, "y_shape", shape, y_rank);
     int made;
     KN_TRY(kn_opt_emit(c, &pr, node, &made));
     if (made < 0) return KILN_OK;

@@ -11,6 +11,7 @@
 #include "onnx/writer.h"
 #include "opt/opt.h"
 #include "opt/pass.h"
+#include "ops/fused.h"
 #include "test_model_builder.h"
 #include "unit.h"
 #include "util/log.h"
@@ -134,13 +135,15 @@ static kiln_session *make_session(kn_model *m, int level, const char *disable) {
 }
 
 /* Random inputs for every graph input of the session (same seed each call). */
+static int64_t sym_batch = 3; /* the size inputs get for a symbolic dim */
+
 static int make_inputs(kiln_session *s, kn_tensor **in, const char **names) {
     const kn_graph *g = s->model->graph;
     unsigned seed = 777u;
     for (int i = 0; i < g->n_inputs; i++) {
         const kn_type *t = &g->values[g->inputs[i]].type;
         int64_t dims[KILN_MAX_RANK];
-        for (int d = 0; d < t->rank; d++) dims[d] = t->dims[d].value;
+        for (int d = 0; d < t->rank; d++) dims[d] = t->dims[d].value >= 0 ? t->dims[d].value : sym_batch;
         kn_tensor_new(t->dtype, t->rank, dims, &in[i]);
         for (int64_t k = 0; k < kn_tensor_count(in[i]); k++) {
             seed = seed * 1103515245u + 12345u;
@@ -2379,18 +2382,42 @@ KN_TEST(opt_regression_stacked_lstm_not_formed) {
  * Transpose to [3, 2, 2, 5, 4], Split on axis 0, Squeeze); 1 as GPT-2's exports (Slices of the
  * columns, each Reshaped and Transposed into heads); 2 as 1 with the axis given as -1, steps
  * given and the last range ending past the dim. The output goes back through Transpose and
- * Reshape. */
-static int packed_mode;
+ * Reshape. With packed_symbolic the batch dim of x is symbolic: the shapes' batch comes from
+ * Shape, Gather and Concat as torch's exporter writes it (mode 0) or as Reshape's 0 (1 and 2). */
+static int packed_mode, packed_symbolic;
+
+/* A Reshape target [batch, rest...]: constant, or with a symbolic batch read from x's shape */
+static int packed_shape(tb *b, int x, const char *name, int n, const int64_t *dims) {
+    int64_t d[KILN_MAX_RANK];
+    memcpy(d, dims, sizeof(int64_t) * (size_t)n);
+    if (!packed_symbolic || packed_mode != 0) {
+        if (packed_symbolic) d[0] = 0;
+        return tb_ints_const(b, name, KILN_DTYPE_INT64, n, d);
+    }
+    char nm[64];
+    snprintf(nm, sizeof nm, "%s_shape", name);
+    int shape = tb_node(b, "Shape", &x, 1, nm);
+    snprintf(nm, sizeof nm, "%s_i0", name);
+    int i0 = tb_ints_const(b, nm, KILN_DTYPE_INT64, 1, (int64_t[]){0});
+    snprintf(nm, sizeof nm, "%s_batch", name);
+    int batch = tb_node(b, "Gather", (int[]){shape, i0}, 2, nm);
+    snprintf(nm, sizeof nm, "%s_rest", name);
+    int rest = tb_ints_const(b, nm, KILN_DTYPE_INT64, n - 1, d + 1);
+    int out = tb_node(b, "Concat", (int[]){batch, rest}, 2, name);
+    tb_int(b, "axis", 0);
+    return out;
+}
 
 static kn_model *build_packed_attention(void) {
     tb b;
     tb_init(&b, 17);
     int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 8});
+    if (packed_symbolic) b.g->values[x].type.dims[0] = (kn_dim){-1, "batch"};
     int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){8, 24}, -0.5f, 0.5f);
     int qkv = tb_node(&b, "MatMul", (int[]){x, w}, 2, "qkv");
     int q, k, v;
     if (packed_mode == 0) {
-        int shp = tb_ints_const(&b, "shp5", KILN_DTYPE_INT64, 5, (int64_t[]){2, 5, 3, 2, 4});
+        int shp = packed_shape(&b, x, "shp5", 5, (int64_t[]){2, 5, 3, 2, 4});
         int r = tb_node(&b, "Reshape", (int[]){qkv, shp}, 2, "qkv5");
         int t = tb_node(&b, "Transpose", &r, 1, "qkv_heads");
         tb_ints_attr(&b, "perm", 5, (int64_t[]){2, 0, 3, 1, 4});
@@ -2404,7 +2431,7 @@ static kn_model *build_packed_attention(void) {
         int *dst[3] = {&q, &k, &v};
         for (int i = 0; i < 3; i++) *dst[i] = tb_node(&b, "Squeeze", (int[]){parts[i], ax}, 2, names[i]);
     } else {
-        int shp = tb_ints_const(&b, "shp4", KILN_DTYPE_INT64, 4, (int64_t[]){2, 5, 2, 4});
+        int shp = packed_shape(&b, x, "shp4", 4, (int64_t[]){2, 5, 2, 4});
         int axes = tb_ints_const(&b, "axes", KILN_DTYPE_INT64, 1, (int64_t[]){packed_mode == 2 ? -1 : 2});
         int step = tb_ints_const(&b, "step", KILN_DTYPE_INT64, 1, (int64_t[]){1});
         const char *names[3] = {"q", "k", "v"};
@@ -2433,7 +2460,7 @@ static kn_model *build_packed_attention(void) {
     int y = tb_node(&b, "MatMul", (int[]){p, v}, 2, "yh");
     int yt = tb_node(&b, "Transpose", &y, 1, "yt");
     tb_ints_attr(&b, "perm", 4, (int64_t[]){0, 2, 1, 3});
-    int back = tb_ints_const(&b, "back", KILN_DTYPE_INT64, 3, (int64_t[]){2, 5, 8});
+    int back = packed_shape(&b, x, "back", 3, (int64_t[]){2, 5, 8});
     int out = tb_node(&b, "Reshape", (int[]){yt, back}, 2, "y");
     tb_output(&b, out);
     return b.m;
@@ -2452,4 +2479,45 @@ KN_TEST(opt_packed_qkv_read_in_place) {
             CHECK_MSG(count_op(s, "", gone[i]) == 0, "mode %d: %d %s nodes left", packed_mode, count_op(s, "", gone[i]), gone[i]);
         kiln_session_destroy(s);
     }
+}
+
+/* The same with x's batch symbolic: the views' batch dim is read from the tensor at run time
+ * (KN_ATTN_VIEW_SYMBOLIC), so one session runs every batch, each like the unfused graph. */
+KN_TEST(opt_packed_qkv_symbolic_batch) {
+    packed_symbolic = 1;
+    for (packed_mode = 0; packed_mode < 3; packed_mode++) {
+        kiln_session *ref = make_session(build_packed_attention(), 0, NULL);
+        kiln_session *s = make_session(build_packed_attention(), 2, NULL);
+        if (!ref || !s) {
+            kiln_session_destroy(ref);
+            kiln_session_destroy(s);
+            continue;
+        }
+        const int64_t batches[3] = {3, 1, 4};
+        for (int i = 0; i < 3; i++) {
+            sym_batch = batches[i];
+            check_same(ref, s, 1e-5);
+        }
+        sym_batch = 3;
+        CHECK_MSG(count_op(s, "kiln", "Attention") == 1, "mode %d: %d Attention nodes", packed_mode,
+                  count_op(s, "kiln", "Attention"));
+        const char *gone[4] = {"Split", "Slice", "Transpose", "Reshape"};
+        for (int i = 0; i < 4; i++)
+            CHECK_MSG(count_op(s, "", gone[i]) == 0, "mode %d: %d %s nodes left", packed_mode, count_op(s, "", gone[i]), gone[i]);
+        const kn_graph *g = s->model->graph;
+        for (int n = 0; n < g->n_nodes; n++) {
+            if (g->nodes[n].dead || strcmp(g->nodes[n].op_type, "Attention")) continue;
+            for (int o = 0; o < 4; o++) {
+                kn_attn_view v;
+                char why[160];
+                CHECK_MSG(kn_attn_view_get(&g->nodes[n], o, &v, why, sizeof why) == 1, "mode %d: no %s", packed_mode,
+                          kn_attn_view_name(o));
+                CHECK_MSG(v.dims[0] == KN_ATTN_VIEW_SYMBOLIC(0), "mode %d: %s's batch dim is %lld", packed_mode,
+                          kn_attn_view_name(o), (long long)v.dims[0]);
+            }
+        }
+        kiln_session_destroy(ref);
+        kiln_session_destroy(s);
+    }
+    packed_symbolic = 0;
 }

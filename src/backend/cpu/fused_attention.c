@@ -234,8 +234,8 @@ kiln_status kn_cpu_fused_attention_prepare(const kn_node *n, void *params) {
 
 kiln_status kn_cpu_fused_attention(kn_kernel_ctx *c) {
     KN_CTX_PRM(c, kn_cpu_fused_attention_prepare, kn_cpu_attn_prm, prm);
-    const kn_attn_view *v = prm->v;
     const int *has = prm->has;
+    kn_attn_view v[4]; /* the views with this run's sizes for their symbolic dims */
     int any = 0;
     for (int i = 0; i < 4; i++) {
         if (has[i] < 0) { /* malformed: read again for the reason */
@@ -245,6 +245,11 @@ kiln_status kn_cpu_fused_attention(kn_kernel_ctx *c) {
             return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
         }
         any |= has[i];
+        const kn_tensor *t = i < 3 ? c->in[i] : c->out[0];
+        v[i] = prm->v[i];
+        if (has[i] && t && !kn_attn_view_bind(&v[i], t->dims, t->rank))
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "%s names a dim the rank-%d %s lacks", kn_attn_view_name(i), t->rank,
+                                   i < 3 ? "input" : "output");
     }
     const kn_attn_view *vw[4];
     for (int i = 0; i < 4; i++) vw[i] = has[i] ? &v[i] : NULL;

@@ -349,8 +349,11 @@ static kiln_status run_attention_dense(kn_cuda *cu, kn_kernel_ctx *c, const cu_f
  * and writes through them; the general form takes dense copies. */
 static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
     FUSED_PRM(c);
-    const kn_attn_view *vw = prm->v;
     const int *has = prm->has;
+    kn_tensor *Y = c->out[0];
+    if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
+    kn_tensor *ts[4] = {c->in[0], c->in[1], c->in[2], Y};
+    kn_attn_view vw[4]; /* the views with this run's sizes for their symbolic dims */
     int any = 0;
     for (int i = 0; i < 4; i++) {
         if (has[i] < 0) { /* malformed: read again for the reason */
@@ -360,10 +363,11 @@ static kiln_status run_attention(kn_cuda *cu, kn_kernel_ctx *c) {
             return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
         }
         any |= has[i];
+        vw[i] = prm->v[i];
+        if (has[i] && !kn_attn_view_bind(&vw[i], ts[i]->dims, ts[i]->rank))
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "%s names a dim the rank-%d %s lacks", kn_attn_view_name(i),
+                                   ts[i]->rank, i < 3 ? "input" : "output");
     }
-    kn_tensor *Y = c->out[0];
-    if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
-    kn_tensor *ts[4] = {c->in[0], c->in[1], c->in[2], Y};
     attn_operand op[4];
     for (int i = 0; i < 4; i++) {
         if (has[i] > 0 && !kn_attn_view_fits(&vw[i], kn_tensor_count(ts[i])))
