@@ -1108,21 +1108,35 @@ static void stream_range(void *arg, int64_t begin, int64_t end) {
     /* fp32 C with nothing to add or clamp: the tiles store into C directly (through a strip, a
      * 64 -> 256 1x1 at 56x56 wrote and read its 3.2 MB of C twice: 0.16 -> 0.27 ms) */
     const bool direct = !io->c16 && !clamp && !io->add && !io->add16;
+    const int64_t asz = io->add16 ? 2 : io->add ? 4 : 0;
     amx_begin();
     for (int64_t t = begin; t < end; t++) {
         const int64_t op = t / j->blocks, j0 = t % j->blocks * j->nb, nb = min64(j->nb, p->N - j0);
         pack_b_block(io->b16 ? NULL : p->b[op], io->b16 ? io->b16[op] : NULL, p->ldb, p->N, p->K, j0, nb, nbp, blk);
         const float *bias = p->row_bias ? p->row_bias[op] : NULL;
+        const char *res = asz == 2 ? (const char *)(io->add16[op] + j0) : asz == 4 ? (const char *)(io->add[op] + j0) : NULL;
         int64_t prev = -1;
         for (int64_t ir = 0;; ir += AMX_MR) { /* one pass past the last strip, which stores it */
             if (ir < p->M) {
                 const int mr = (int)min64(AMX_MR, p->M - ir);
                 float *st = direct ? p->c[op] + ir * p->ldc + j0 : S[(ir / AMX_MR) & 1];
                 const int64_t lds = direct ? p->ldc : nbp;
-                for (int64_t jr = 0; jr < nb; jr += BNR)
+                for (int64_t jr = 0; jr < nb; jr += BNR) {
+                    /* this strip's residual (read after the next strip's tiles) into L2, a block's
+                     * rows a tile call: its loads waited on memory (perf: 18% of the streamed
+                     * products' time on the one after them). Tried, slower: the next task's B the
+                     * same way (256 -> 64 at 56x56, 16 calls a task: 0.19 -> 0.28 ms), C's lines */
+                    if (res)
+                        for (int r = 0; r < mr; r++) {
+                            const char *row = res + (ir + r) * io->ld_add * asz;
+                            const int64_t o1 = min64(nb, jr + BNR) * asz;
+                            for (int64_t o = jr * asz; o < o1; o += 64) _mm_prefetch(row + o, _MM_HINT_T1);
+                            _mm_prefetch(row + o1 - 1, _MM_HINT_T1); /* (rows not 64-byte aligned) */
+                        }
                     ukr_amx(mr, (int)min64(BNR, nb - jr), j->aw[op], Mp, ir, (const uint16_t *)blk, nbp, jr, 0, 0,
                             p->K, p->K, st + jr, lds, 1.0f, 0.0f, bias ? bias + ir : NULL,
                             bias ? j->bb + (op * pad_to(p->M, AMX_MR) + ir) * 16 : NULL, false, 0, 0);
+                }
             }
             if (prev >= 0 && !direct) { /* the previous strip into C */
                 const int64_t m = min64(AMX_MR, p->M - prev), at = prev * io->ld_add + j0;
