@@ -31,6 +31,7 @@
 #include "util/status.h"
 #include "util/thread_buffer.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -480,31 +481,90 @@ static inline __m512 load_add(const float *add, const uint16_t *add16, int64_t a
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, add16 + at)), 16));
 }
 
+/* Rows [0, m) and columns [0, n) of S (row stride lds) plus add / add16 (row stride lda; ak: 0
+ * none, 1 fp32, 2 bf16), clamped to [lo, hi] (ck: 0 not, 1 below only (hi +inf: a Relu), 2 both),
+ * into C (row stride ldc): bf16 (c16, rounded) or fp32 (c32; may be S). Called with constant ak, ck
+ * and c16-ness (one copy each): whole pairs of vectors unmasked, a bf16 pair one 64-byte store.
+ * The per-vector masks and the clamp's min with +inf were half the instructions of a 1x1
+ * convolution's epilogue, which bounded it (its 14 uops a vector at ~4 a cycle). Results are
+ * those of the masked loop bit for bit (max and min kept in the same order; cvtne2ps rounds as cvtneps). */
+static inline __attribute__((always_inline)) __m512 epi_vec(const int ak, const int ck, __m512 v, const float *add,
+                                                            const uint16_t *add16, int64_t at, __m512 vlo, __m512 vhi) {
+    if (ak == 1) v = _mm512_add_ps(v, _mm512_loadu_ps(add + at));
+    if (ak == 2)
+        v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(add16 + at))), 16)));
+    if (ck >= 1) v = _mm512_max_ps(vlo, v);
+    if (ck == 2) v = _mm512_min_ps(vhi, v);
+    return v;
+}
+
+static inline __attribute__((always_inline)) void epi_rows_k(const int ak, const int ck, const bool half,
+                                                              const float *S, int64_t lds, int64_t m, int64_t n,
+                                                              const float *add, const uint16_t *add16, int64_t lda,
+                                                              float lo, float hi, uint16_t *c16, float *c32,
+                                                              int64_t ldc) {
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    for (int64_t r = 0; r < m; r++) {
+        const float *sr = S + r * lds;
+        int64_t j = 0;
+        for (; j + 32 <= n; j += 32) {
+            const __m512 v0 = epi_vec(ak, ck, _mm512_loadu_ps(sr + j), add, add16, r * lda + j, vlo, vhi);
+            const __m512 v1 = epi_vec(ak, ck, _mm512_loadu_ps(sr + j + 16), add, add16, r * lda + j + 16, vlo, vhi);
+            if (half) {
+                _mm512_storeu_si512(c16 + r * ldc + j, (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
+            } else {
+                _mm512_storeu_ps(c32 + r * ldc + j, v0);
+                _mm512_storeu_ps(c32 + r * ldc + j + 16, v1);
+            }
+        }
+        for (; j < n; j += 16) {
+            const __mmask16 k = m16(n - j);
+            __m512 v = _mm512_maskz_loadu_ps(k, sr + j);
+            if (ak) v = _mm512_add_ps(v, load_add(add, add16, r * lda + j, k));
+            if (ck >= 1) v = _mm512_max_ps(vlo, v);
+            if (ck == 2) v = _mm512_min_ps(vhi, v);
+            if (half) _mm256_mask_storeu_epi16(c16 + r * ldc + j, k, (__m256i)_mm512_cvtneps_pbh(v));
+            else _mm512_mask_storeu_ps(c32 + r * ldc + j, k, v);
+        }
+    }
+}
+
+static void epi_rows(const float *S, int64_t lds, int64_t m, int64_t n, const float *add, const uint16_t *add16,
+                     int64_t lda, bool clamp, float lo, float hi, uint16_t *c16, float *c32, int64_t ldc) {
+    const int ak = add ? 1 : add16 ? 2 : 0;
+    /* (lo -inf and hi +inf: max and min leave every value as it is, NaN and -0 included) */
+    const int ck = !clamp || (lo == -INFINITY && hi == INFINITY) ? 0 : hi == INFINITY ? 1 : 2;
+#define EPI(AK, CK)                                                                                                    \
+    do {                                                                                                               \
+        if (c16) epi_rows_k(AK, CK, true, S, lds, m, n, add, add16, lda, lo, hi, c16, NULL, ldc);                      \
+        else epi_rows_k(AK, CK, false, S, lds, m, n, add, add16, lda, lo, hi, NULL, c32, ldc);                         \
+        return;                                                                                                        \
+    } while (0)
+    switch (ak * 3 + ck) {
+    case 0: EPI(0, 0);
+    case 1: EPI(0, 1);
+    case 2: EPI(0, 2);
+    case 3: EPI(1, 0);
+    case 4: EPI(1, 1);
+    case 5: EPI(1, 2);
+    case 6: EPI(2, 0);
+    case 7: EPI(2, 1);
+    default: EPI(2, 2);
+    }
+#undef EPI
+}
+
 static void store_c16(const float *S, int64_t lds, int64_t m, int64_t n, float lo, float hi, uint16_t *d,
                       int64_t ldd, const float *add, const uint16_t *add16, int64_t lda) {
-    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-    for (int64_t r = 0; r < m; r++)
-        for (int64_t j = 0; j < n; j += 16) {
-            const __mmask16 k = m16(n - j);
-            __m512 v = _mm512_maskz_loadu_ps(k, S + r * lds + j);
-            if (add || add16) v = _mm512_add_ps(v, load_add(add, add16, r * lda + j, k));
-            v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
-            _mm256_mask_storeu_epi16(d + r * ldd + j, k, (__m256i)_mm512_cvtneps_pbh(v));
-        }
+    epi_rows(S, lds, m, n, add, add16, lda, true, lo, hi, d, NULL, ldd);
 }
 
 /* Rows [0, m) and columns [0, n) of fp32 C (row stride ldc) plus add (row stride lda; may be NULL),
  * clamped to [lo, hi] in place (kn_bgemm_io with C in fp32: a residual and a Relu or Clip) */
 static void tail_c32(float *C, int64_t ldc, const float *add, const uint16_t *add16, int64_t lda, int64_t m, int64_t n,
                      float lo, float hi) {
-    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-    for (int64_t r = 0; r < m; r++)
-        for (int64_t j = 0; j < n; j += 16) {
-            const __mmask16 k = m16(n - j);
-            __m512 v = _mm512_maskz_loadu_ps(k, C + r * ldc + j);
-            if (add || add16) v = _mm512_add_ps(v, load_add(add, add16, r * lda + j, k));
-            _mm512_mask_storeu_ps(C + r * ldc + j, k, _mm512_min_ps(vhi, _mm512_max_ps(vlo, v)));
-        }
+    epi_rows(C, ldc, m, n, add, add16, lda, true, lo, hi, NULL, C, ldc);
 }
 
 /* ---------------------------------------------------------------- streamed B (kn_bgemm_io) */
@@ -535,17 +595,7 @@ static void pack_b_block(const float *b32, const uint16_t *b16, int64_t ldb, int
  * (c16) or fp32 (c32), row stride ldc */
 static void stream_store(const float *S, int64_t lds, int64_t m, int64_t n, const float *add, const uint16_t *add16,
                          int64_t lda, bool clamp, float lo, float hi, uint16_t *c16, float *c32, int64_t ldc) {
-    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-    for (int64_t r = 0; r < m; r++) {
-        for (int64_t j = 0; j < n; j += 16) {
-            const __mmask16 k = m16(n - j);
-            __m512 v = _mm512_maskz_loadu_ps(k, S + r * lds + j);
-            if (add || add16) v = _mm512_add_ps(v, load_add(add, add16, r * lda + j, k));
-            if (clamp) v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
-            if (c16) _mm256_mask_storeu_epi16(c16 + r * ldc + j, k, (__m256i)_mm512_cvtneps_pbh(v));
-            else _mm512_mask_storeu_ps(c32 + r * ldc + j, k, v);
-        }
-    }
+    epi_rows(S, lds, m, n, add, add16, lda, clamp, lo, hi, c16, c32, ldc);
 }
 
 static size_t a_whole_elems(int64_t M, int64_t K) { return (size_t)(pad_to(M, amr) * pad_to(K, kpad)); }
