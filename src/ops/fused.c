@@ -186,6 +186,29 @@ static kiln_status check_residual(kn_infer_ctx *c, int i) {
     return KILN_OK;
 }
 
+/* FusedMatMul's residual: as check_residual says, or Y's rows [d..., N] under other leading dims
+ * when Y is [R, N] (its element count R * N where every dim is known). */
+static kiln_status check_rows_residual(kn_infer_ctx *c, int i) {
+    if (i >= c->n_inputs || !c->in[i]) return KILN_OK;
+    const kn_type *z = c->in[i], *y = &c->out[0];
+    if (z->rank < 0 || y->rank != 2 || z->rank == 2) return check_residual(c, i);
+    char a[128], b[128];
+    if (z->dtype && y->dtype && z->dtype != y->dtype)
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "residual input is %s, the output %s", kiln_dtype_name(z->dtype),
+                              kiln_dtype_name(y->dtype));
+    int64_t zn = 1;
+    bool known = y->dims[0].value >= 0 && y->dims[1].value >= 0;
+    for (int d = 0; d < z->rank; d++) {
+        known &= z->dims[d].value >= 0;
+        if (z->dims[d].value >= 0) zn *= z->dims[d].value;
+    }
+    const int64_t zl = z->rank ? z->dims[z->rank - 1].value : 1, yl = y->dims[1].value;
+    if (z->rank < 1 || (zl >= 0 && yl >= 0 && zl != yl) || (known && zn != y->dims[0].value * yl))
+        return kn_infer_error(c, KILN_ERR_SHAPE, "residual input %s is neither the output's shape %s nor its rows",
+                              kn_type_str(z, a, sizeof a), kn_type_str(y, b, sizeof b));
+    return KILN_OK;
+}
+
 /* FusedConv (NCHW): the residual Z as check_residual says, except that Z and Y may each be float or
  * bfloat16 (the CPU's precision=bf16 with activations=half keeps the block outputs it reads in bf16:
  * opt pass cpu_bf16_values) */
@@ -322,7 +345,7 @@ static kiln_status infer_fused_matmul(kn_infer_ctx *c) {
         if (b->rank > y->rank)
             return kn_infer_error(c, KILN_ERR_SHAPE, "bias has rank %d, the output %d", b->rank, y->rank);
     }
-    return check_residual(c, 3);
+    return check_rows_residual(c, 3);
 }
 
 static kiln_status infer_gelu(kn_infer_ctx *c) {

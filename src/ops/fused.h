@@ -14,7 +14,9 @@
  *                                    as FusedConv's: with NHWC, X and Y hold their channels last
  *   FusedGemm(A, B, C?)              Y = act(alpha op(A) op(B) + beta C); Gemm's attributes
  *   FusedMatMul(A, B, bias?, Z?)     Y = act(MatMul(A, B) + bias + Z); bias is a scalar or one value
- *                                    per output column; Z has Y's shape
+ *                                    per output column; Z has Y's shape or, for a 2-D Y [R, N],
+ *                                    is Y's rows under other leading dims ([d..., N], R elements
+ *                                    of them: a product over the rows of a tensor of symbolic shape)
  *   Gelu(X)                          approximate = "none" (erf) | "tanh"
  *   LayerNormalization(X, scale?, bias?)   axis, epsilon: normalises the dims from axis on;
  *                                    scale/bias hold one value per normalised element

@@ -38,6 +38,39 @@ static int residual_add(const kn_opt_ctx *c, int v, int *z_out) {
     return add;
 }
 
+/* The shape [d..., N] not known (symbolic dims, the Reshape's target computed at run time): the
+ * product stays over the rows, FusedMatMul(A, B, C, residual) -> [R, N] (its residual Z may be the
+ * rows under other leading dims), and the Reshape moves after it: Reshape(that, the target). */
+static kiln_status rows_form(kn_opt_ctx *c, int i, int bm, int rs, int add, int z, bool gemm) {
+    const kn_node *n = &c->g->nodes[i];
+    const int a = n->inputs[0], cb = n->n_inputs > 2 ? n->inputs[2] : -1, out = c->g->nodes[add].outputs[0];
+    const kn_type ty = c->g->values[n->outputs[0]].type;
+    const int y2 = kn_opt_new_value(c, "rows_product", &ty);
+    if (y2 < 0) return KN_OOM();
+    kn_opt_proto pf, pr;
+    int made;
+    kn_proto_init(&pf, "kiln", "FusedMatMul");
+    kn_proto_in(&pf, a);
+    kn_proto_in(&pf, bm);
+    kn_proto_in(&pf, cb);
+    kn_proto_in(&pf, z);
+    kn_proto_out(&pf, y2);
+    KN_TRY(kn_opt_emit(c, &pf, i, &made));
+    if (made < 0) return KILN_OK;
+    kn_proto_init(&pr, "", "Reshape");
+    kn_proto_in(&pr, y2);
+    kn_proto_in(&pr, c->g->nodes[rs].inputs[1]);
+    kn_proto_out(&pr, out);
+    kn_proto_copy_attr(&pr, c, rs, "allowzero");
+    KN_TRY(kn_opt_emit(c, &pr, add, &made));
+    if (made < 0) return KILN_OK; /* the FusedMatMul goes as dead */
+    kn_opt_kill(c, i);
+    kn_opt_kill(c, rs);
+    kn_opt_kill(c, add);
+    kn_opt_note(c, gemm ? "Gemm over rows+bias+residual" : "MatMul over rows+residual");
+    return kn_opt_refresh(c);
+}
+
 /* Gemm(A [R, K], B, C) -> Reshape([d..., N]) -> Add(residual of that shape), with alpha 1, beta 1
  * (or no C), A not transposed and C one value per column (or none): FusedMatMul(Reshape(A,
  * [d..., K]), B (B^T as a new constant when transB), C, residual). A MatMul of two matrices is the
@@ -65,12 +98,13 @@ static kiln_status fuse_gemm_reshape_residual(kn_opt_ctx *c, int i) {
     const kn_type tr = g->values[r].type;
     if (kn_opt_pinned(c, r) || tr.rank < 3 || tr.dims[tr.rank - 1].value != ty.dims[1].value) return KILN_OK;
     int64_t rows = 1, shape[KILN_MAX_RANK];
+    bool known = true;
     for (int k = 0; k < tr.rank; k++) {
-        if (tr.dims[k].value < 0) return KILN_OK;
+        known &= tr.dims[k].value >= 0;
         shape[k] = tr.dims[k].value;
         if (k + 1 < tr.rank) rows *= shape[k];
     }
-    if (rows != ty.dims[0].value) return KILN_OK;
+    if (known && rows != ty.dims[0].value) return KILN_OK;
     int z = -1;
     const int add = residual_add(c, r, &z);
     if (add < 0) return KILN_OK;
@@ -85,6 +119,7 @@ static kiln_status fuse_gemm_reshape_residual(kn_opt_ctx *c, int i) {
             for (int64_t q = 0; q < d[1]; q++) ((float *)t->data)[p * d[1] + q] = ((const float *)bt->data)[q * d[0] + p];
         if ((bm = kn_opt_new_const(c, "weight_t", t)) < 0) return KN_OOM();
     }
+    if (!known) return rows_form(c, i, bm, rs, add, z, gemm);
     kn_tensor *st = NULL;
     int64_t sn = tr.rank;
     KN_TRY(kn_tensor_new(KILN_DTYPE_INT64, 1, &sn, &st));

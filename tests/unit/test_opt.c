@@ -2375,6 +2375,57 @@ KN_TEST(opt_regression_stacked_lstm_not_formed) {
     stacked_case = 0;
 }
 
+/* ------------------------------------------------------------------ products over rows */
+
+/* x [2, 5, 8] -> Reshape [-1, 8] -> Gemm (W [8, 8], transB, bias) -> Reshape to x's shape -> + x,
+ * as torch's dynamo exports write a Linear with a residual (aten addmm). rows_symbolic: x's batch
+ * is symbolic and the shape back is Shape(x), known only at run time. */
+static int rows_symbolic;
+
+static kn_model *build_rows_gemm_residual(void) {
+    tb b;
+    tb_init(&b, 17);
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 8});
+    if (rows_symbolic) b.g->values[x].type.dims[0] = (kn_dim){-1, "batch"};
+    int flat_shape = tb_ints_const(&b, "flat_shape", KILN_DTYPE_INT64, 2, (int64_t[]){-1, 8});
+    int flat = tb_node(&b, "Reshape", (int[]){x, flat_shape}, 2, "flat");
+    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){8, 8}, -0.5f, 0.5f);
+    int bias = tb_const(&b, "bias", KILN_DTYPE_FLOAT, 1, (int64_t[]){8}, -0.5f, 0.5f);
+    int y = tb_node(&b, "Gemm", (int[]){flat, w, bias}, 3, "addmm");
+    tb_int(&b, "transB", 1);
+    int back = rows_symbolic ? tb_node(&b, "Shape", &x, 1, "back")
+                             : tb_ints_const(&b, "back", KILN_DTYPE_INT64, 3, (int64_t[]){2, 5, 8});
+    int r = tb_node(&b, "Reshape", (int[]){y, back}, 2, "view");
+    int out = tb_node(&b, "Add", (int[]){r, x}, 2, "out");
+    tb_output(&b, out);
+    return b.m;
+}
+
+/* fuse_matmul_add takes the Gemm, its bias and the residual into one FusedMatMul, with the shapes
+ * static (over the rows reshaped) and symbolic (over the rows, the Reshape after it; the residual
+ * read as rows): the same outputs as the unfused graph at every batch. */
+KN_TEST(opt_gemm_rows_bias_residual) {
+    for (rows_symbolic = 0; rows_symbolic < 2; rows_symbolic++) {
+        kiln_session *ref = make_session(build_rows_gemm_residual(), 0, NULL);
+        kiln_session *s = make_session(build_rows_gemm_residual(), 2, NULL);
+        if (ref && s) {
+            const int64_t batches[2] = {3, 1};
+            for (int i = 0; i < (rows_symbolic ? 2 : 1); i++) {
+                sym_batch = batches[i];
+                check_same(ref, s, 1e-5);
+            }
+            sym_batch = 3;
+            CHECK_MSG(count_op(s, "kiln", "FusedMatMul") == 1, "symbolic %d: %d FusedMatMul", rows_symbolic,
+                      count_op(s, "kiln", "FusedMatMul"));
+            CHECK_MSG(count_op(s, "", "Gemm") == 0 && count_op(s, "", "Add") == 0, "symbolic %d: Gemm %d, Add %d left",
+                      rows_symbolic, count_op(s, "", "Gemm"), count_op(s, "", "Add"));
+        }
+        kiln_session_destroy(ref);
+        kiln_session_destroy(s);
+    }
+    rows_symbolic = 0;
+}
+
 /* ------------------------------------------------------------------ packed QKV into views */
 
 /* One packed projection x [2, 5, 8] @ W [8, 24] taken apart into Q, K, V of 2 heads of 4 and

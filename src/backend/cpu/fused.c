@@ -321,6 +321,15 @@ static kiln_status check_residual(kn_kernel_ctx *c, const kn_tensor *z, const kn
     return KILN_OK;
 }
 
+/* FusedMatMul's residual: Y's shape, or Y's rows under other leading dims (a 2-D Y; the same bytes) */
+static kiln_status check_rows_residual(kn_kernel_ctx *c, const kn_tensor *z, const kn_tensor *y) {
+    if (!z || y->rank != 2 || z->rank == 2) return check_residual(c, z, y);
+    if ((z->dtype != KILN_DTYPE_FLOAT && z->dtype != KILN_DTYPE_BFLOAT16) || z->rank < 1 ||
+        z->dims[z->rank - 1] != y->dims[1] || kn_tensor_count(z) != kn_tensor_count(y))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "the residual input must hold the output's rows in its type");
+    return KILN_OK;
+}
+
 /* ------------------------------------------------------------------ kernels */
 
 /* FusedConv's residual and activation, applied by the convolution to each finished range of its
@@ -448,7 +457,7 @@ static kiln_status run_fused_matmul(kn_kernel_ctx *c) {
     KN_TRY(read_act(c, &a));
     kn_tensor *Y = c->out[0];
     const kn_tensor *bias = c->n_inputs > 2 ? c->in[2] : NULL, *Z = c->n_inputs > 3 ? c->in[3] : NULL;
-    KN_TRY(check_residual(c, Z, Y));
+    KN_TRY(check_rows_residual(c, Z, Y));
     int64_t cols = Y->rank >= 1 ? Y->dims[Y->rank - 1] : 1, nb = bias ? kn_tensor_count(bias) : 0;
     if (bias && (bias->dtype != KILN_DTYPE_FLOAT || (nb != 1 && nb != cols)))
         return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output columns", (long long)nb,

@@ -105,6 +105,14 @@ static kiln_status check_residual(kn_kernel_ctx *c, const kn_tensor *z, const kn
     return KILN_OK;
 }
 
+/* FusedMatMul's residual: y's shape, or y's rows under other leading dims (a 2-D y; the same bytes) */
+static kiln_status check_rows_residual(kn_kernel_ctx *c, const kn_tensor *z, const kn_tensor *y) {
+    if (!z || y->rank != 2 || z->rank == 2) return check_residual(c, z, y);
+    if (z->dtype != y->dtype || z->rank < 1 || z->dims[z->rank - 1] != y->dims[1] || kn_tensor_count(z) != kn_tensor_count(y))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "the residual input must hold the output's rows in its type");
+    return KILN_OK;
+}
+
 /* y = act(y + bias + z) in one pass; the bias indexes columns (inner 1) or channels (inner = the
  * spatial size of an NC... output). */
 static kiln_status epilogue(kn_cuda *cu, kn_kernel_ctx *c, kn_tensor *y, const kn_tensor *bias, int64_t cols,
@@ -180,7 +188,7 @@ static kiln_status run_fused_matmul(kn_cuda *cu, kn_kernel_ctx *c) {
     kn_tensor *y = c->out[0];
     if (!y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
     const kn_tensor *bias = c->n_inputs > 2 ? c->in[2] : NULL, *z = c->n_inputs > 3 ? c->in[3] : NULL;
-    KN_TRY(check_residual(c, z, y));
+    KN_TRY(check_rows_residual(c, z, y));
     int64_t cols = y->rank >= 1 ? y->dims[y->rank - 1] : 1, nb = bias ? kn_tensor_count(bias) : 0;
     if (bias && (bias->dtype != y->dtype || (nb != 1 && nb != cols)))
         return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld values for %lld output columns", (long long)nb,
