@@ -1141,6 +1141,15 @@ typedef struct sjob {
     int failed;
 } sjob;
 
+/* the residual's rows [r0, r0 + m) and columns [c0, c1) (bytes from each row's first at res) into L2 */
+static inline void prefetch_rows(const char *res, int64_t ld, int64_t r0, int64_t m, int64_t c0, int64_t c1) {
+    for (int64_t r = 0; r < m; r++) {
+        const char *row = res + (r0 + r) * ld;
+        for (int64_t o = c0; o < c1; o += 64) _mm_prefetch(row + o, _MM_HINT_T1);
+        _mm_prefetch(row + c1 - 1, _MM_HINT_T1); /* (rows not 64-byte aligned) */
+    }
+}
+
 static void stream_range(void *arg, int64_t begin, int64_t end) {
     sjob *j = arg;
     const kn_sgemm_batch *p = j->p;
@@ -1159,7 +1168,70 @@ static void stream_range(void *arg, int64_t begin, int64_t end) {
      * 64 -> 256 1x1 at 56x56 wrote and read its 3.2 MB of C twice: 0.16 -> 0.27 ms) */
     const bool direct = !io->c16 && !clamp && !io->add && !io->add16;
     const int64_t asz = io->add16 ? 2 : io->add ? 4 : 0;
+    /* Depth 64 without a residual (64 -> 256 and 64 -> 64 at 56x56), the strips go in chunks of 64
+     * columns: a chunk's tiles into T[cur] (32 x 64, 8 KB: L1), then the previous chunk into C. The
+     * epilogue is most of such a product, and its loads of a 32 x nb strip's sums (100 KB: L2)
+     * waited (perf). 1 thread, node_ab: 64 -> 256 0.191 -> 0.142 ms, 64 -> 64 0.063 -> 0.049; deeper
+     * products (256 -> 64: 0.308 -> 0.330) and those with a residual (64 -> 256 +res at 2 threads:
+     * 0.42 -> 0.48 in chunks of 32) were slower. KILN_BGEMM_CW=N: chunks of N columns for every
+     * streamed product (0: never). */
+    static int64_t cw_env = -2;
+    if (cw_env == -2) {
+        const char *e = getenv("KILN_BGEMM_CW");
+        cw_env = e ? atoi(e) : -1;
+    }
+    const int64_t cw_want = cw_env >= 0 ? cw_env : p->K <= 64 && !asz ? 64 : 0;
     amx_begin();
+    if (cw_want > 0 && !direct) {
+        const int64_t cw = min64(pad_to(j->nb, BNR), pad_to(cw_want, BNR));
+        float *T[2] = {S[0], S[0] + AMX_MR * cw};
+        int64_t pend = -1, pop = 0, pir = 0, pj = 0, pn = 0;
+        int cur = 0;
+        for (int64_t t = begin; t <= end; t++) {
+            const int64_t op = t < end ? t / j->blocks : 0, j0 = t < end ? t % j->blocks * j->nb : 0;
+            const int64_t nb = t < end ? min64(j->nb, p->N - j0) : 0;
+            if (t < end)
+                pack_b_block(io->b16 ? NULL : p->b[op], io->b16 ? io->b16[op] : NULL, p->ldb, p->N, p->K, j0, nb, nbp, blk);
+            const float *bias = t < end && p->row_bias ? p->row_bias[op] : NULL;
+            const int64_t op1 = t + 1 < end ? (t + 1) / j->blocks : -1, j1 = t + 1 < end ? (t + 1) % j->blocks * j->nb : 0;
+            const int64_t n1 = t + 1 < end ? min64(j->nb, p->N - j1) : 0;
+            for (int64_t ir = 0; ir < (t < end ? p->M : 1); ir += AMX_MR)
+                for (int64_t jc = 0; jc < (t < end ? nb : 1); jc += cw) {
+                    const int mr = (int)min64(AMX_MR, p->M - ir);
+                    const int64_t wn = min64(cw, nb - jc);
+                    if (t < end) {
+                        for (int64_t jr = jc; jr < jc + wn; jr += BNR) {
+                            if (asz) {
+                                const bool last = ir + AMX_MR >= p->M;
+                                const int64_t o = last ? op1 : op, c = last ? j1 : j0, cn = last ? n1 : nb;
+                                const int64_t r0 = last ? 0 : ir + AMX_MR;
+                                if (o >= 0 && jr < cn) {
+                                    const char *res = asz == 2 ? (const char *)(io->add16[o] + c) : (const char *)(io->add[o] + c);
+                                    prefetch_rows(res, io->ld_add * asz, r0, min64(AMX_MR, p->M - r0), jr * asz,
+                                                  min64(cn, jr + BNR) * asz);
+                                }
+                            }
+                            ukr_amx(mr, (int)min64(BNR, nb - jr), j->aw[op], Mp, ir, (const uint16_t *)blk, nbp, jr, 0, 0,
+                                    p->K, p->K, T[cur] + (jr - jc), cw, 1.0f, 0.0f, bias ? bias + ir : NULL,
+                                    bias ? j->bb + (op * pad_to(p->M, AMX_MR) + ir) * 16 : NULL, false, 0, 0);
+                        }
+                    }
+                    if (pend >= 0) {
+                        const int64_t m = min64(AMX_MR, p->M - pir), at = pir * io->ld_add + pj;
+                        stream_store(T[cur ^ 1], cw, m, pn, io->add ? io->add[pop] + at : NULL,
+                                     io->add16 ? io->add16[pop] + at : NULL, io->ld_add, clamp, io->lo, io->hi,
+                                     io->c16 ? io->c16[pop] + pir * p->ldc + pj : NULL,
+                                     io->c16 ? NULL : p->c[pop] + pir * p->ldc + pj, p->ldc);
+                    }
+                    if (t < end) {
+                        pend = t, pop = op, pir = ir, pj = j0 + jc, pn = wn;
+                        cur ^= 1;
+                    }
+                }
+        }
+        amx_end();
+        return;
+    }
     for (int64_t t = begin; t < end; t++) {
         const int64_t op = t / j->blocks, j0 = t % j->blocks * j->nb, nb = min64(j->nb, p->N - j0);
         pack_b_block(io->b16 ? NULL : p->b[op], io->b16 ? io->b16[op] : NULL, p->ldb, p->N, p->K, j0, nb, nbp, blk);
