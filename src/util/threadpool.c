@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -24,24 +25,36 @@
  * thread's half of a layer was half the other core's writes. */
 #define KN_SPIN_ITERATIONS 20000
 
+/* One cache line per field the threads write while a job runs: with 16 threads, each claim of a
+ * chunk (a CAS on a share's ticket) and each chunk done (done_chunks) moved a line that every other
+ * thread was reading (eight tickets a line; done_chunks beside the job's fields; the generation the
+ * idle workers spin on beside the caller's flags). */
+#define KN_LINE 64
+typedef struct kn_ticket {
+    _Alignas(KN_LINE) uint64_t v; /* (generation << 32) | the share's next chunk */
+} kn_ticket;
+
 struct kn_threadpool {
     int n_threads; /* workers including the caller */
     pthread_t *workers;
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
-    uint64_t generation; /* atomic; changed under mu */
-    int stop;            /* atomic; changed under mu */
     int sleepers;        /* workers waiting on `wake`; under mu */
     int waiting;         /* the caller sleeps on `done`; under mu */
+    struct worker_arg *wargs; /* worker i's: (p, i + 1) */
+    kn_ticket *ticket;   /* per share, n_threads of them */
+    /* What idle workers spin on, alone in its line. */
+    _Alignas(KN_LINE) uint64_t generation; /* atomic; changed under mu */
+    int stop;            /* atomic; changed under mu */
     /* The current job. A chunk is claimed by a compare-and-swap on `ticket`, whose high 32 bits
      * are the job's generation: a worker that wakes late for a finished job fails the swap and
      * touches nothing, so the caller waits only for claimed chunks, never for idle workers. The
-     * fields are atomics because a late worker may read them while the next job is written. */
-    kn_range_fn fn;
+     * fields are atomics because a late worker may read them while the next job is written.
+     * Written once per job, read by every thread. */
+    _Alignas(KN_LINE) kn_range_fn fn;
     void *arg;
     int64_t n, chunk, n_chunks;
-    uint64_t *ticket;    /* per share: (generation << 32) | its next chunk (n_threads of them) */
-    int64_t done_chunks; /* atomic */
+    int64_t parts;       /* the threads taking part: shares 0 .. parts - 1 (workers self >= parts skip it) */
     kn_stop_fn stop_fn;  /* the job's stop check (atomic, as fn) */
     void *stop_arg;
     /* atomic: the generation whose job fn..stop_arg describe, 0 while they are being written (a
@@ -50,7 +63,8 @@ struct kn_threadpool {
      * job on the side and count it done, and the next caller returned before its last chunk) */
     uint64_t job_gen;
     int busy;            /* atomic: a caller is running a job on the workers */
-    struct worker_arg *wargs; /* worker i's: (p, i + 1) */
+    _Alignas(KN_LINE) int64_t done_chunks; /* atomic */
+    char pad_end[KN_LINE - sizeof(int64_t)];
 };
 
 static _Thread_local kn_stop_fn kn_stop_check;
@@ -78,14 +92,19 @@ static void run_chunks(kn_threadpool *p, uint64_t gen, int self) {
     int64_t n_chunks = __atomic_load_n(&p->n_chunks, __ATOMIC_RELAXED);
     kn_stop_fn stop = __atomic_load_n(&p->stop_fn, __ATOMIC_RELAXED);
     void *stop_arg = __atomic_load_n(&p->stop_arg, __ATOMIC_RELAXED);
+    const int64_t parts = __atomic_load_n(&p->parts, __ATOMIC_RELAXED);
     /* the fields read are job gen's only if no caller started writing the next job meanwhile */
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (__atomic_load_n(&p->job_gen, __ATOMIC_RELAXED) != gen) return;
-    const int T = p->n_threads;
+    /* a thread without a share stays out: it would only race the others for their first chunks
+     * (at 16 threads a loop of 3 chunks had 13 threads stealing them, each chunk then ran on
+     * whichever core got there first, not where the last loop left its part of the tensor) */
+    if (self >= parts) return;
+    const int T = (int)parts;
     for (int i = 0; i < T; i++) {
         const int k = (self + i) % T;
         const int64_t end = share_begin(k + 1, n_chunks, T);
-        uint64_t *ticket = &p->ticket[k];
+        uint64_t *ticket = &p->ticket[k].v;
         uint64_t t = __atomic_load_n(ticket, __ATOMIC_ACQUIRE);
         for (;;) {
             if ((t >> 32) != (gen & 0xffffffffu)) return; /* a later job: this one is over */
@@ -147,10 +166,12 @@ kiln_status kn_threadpool_create(int threads, kn_threadpool **out) {
         threads = n > 0 ? (int)n : 1;
     }
     if (threads > 256) threads = 256;
-    kn_threadpool *p = calloc(1, sizeof *p);
+    kn_threadpool *p = aligned_alloc(KN_LINE, (sizeof *p + KN_LINE - 1) / KN_LINE * KN_LINE);
     if (!p) return KN_OOM();
+    memset(p, 0, sizeof *p);
     p->n_threads = threads;
-    p->ticket = calloc((size_t)threads, sizeof *p->ticket);
+    p->ticket = aligned_alloc(KN_LINE, (size_t)threads * sizeof *p->ticket);
+    if (p->ticket) memset(p->ticket, 0, (size_t)threads * sizeof *p->ticket);
     p->wargs = calloc((size_t)threads, sizeof *p->wargs);
     if (!p->ticket || !p->wargs) {
         free(p->ticket);
@@ -199,6 +220,14 @@ void kn_threadpool_destroy(kn_threadpool *p) {
 
 int kn_threadpool_size(const kn_threadpool *p) { return p ? p->n_threads : 1; }
 
+int64_t kn_parallel_grain_light(const kn_threadpool *p, int64_t grain2) {
+    const int64_t t = kn_threadpool_size(p);
+    if (t <= 2) return grain2;
+    int64_t g = grain2 * 2 / t;
+    if (g < grain2 / 4) g = grain2 / 4;
+    return g > 0 ? g : 1;
+}
+
 void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn, void *arg) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
@@ -213,6 +242,9 @@ void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn,
     if (n_chunks > 0x7fffffff) n_chunks = 0x7fffffff;
     int64_t chunk = (n + n_chunks - 1) / n_chunks;
     n_chunks = (n + chunk - 1) / chunk;
+    /* one share per thread taking part: every thread while there are chunks for all (2 threads:
+     * always), else one thread a chunk */
+    const int64_t parts = n_chunks < p->n_threads ? n_chunks : p->n_threads;
     if (__atomic_exchange_n(&p->busy, 1, __ATOMIC_ACQUIRE)) {
         /* another call has the workers: this one's chunks on this thread, the same chunks */
         kn_in_parallel_region = 1;
@@ -232,12 +264,13 @@ void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn,
     __atomic_store_n(&p->n, n, __ATOMIC_RELAXED);
     __atomic_store_n(&p->chunk, chunk, __ATOMIC_RELAXED);
     __atomic_store_n(&p->n_chunks, n_chunks, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->parts, parts, __ATOMIC_RELAXED);
     __atomic_store_n(&p->done_chunks, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&p->stop_fn, kn_stop_check, __ATOMIC_RELAXED);
     __atomic_store_n(&p->stop_arg, kn_stop_check_arg, __ATOMIC_RELAXED);
     __atomic_store_n(&p->job_gen, gen, __ATOMIC_RELEASE);
-    for (int k = 0; k < p->n_threads; k++)
-        __atomic_store_n(&p->ticket[k], (gen & 0xffffffffu) << 32 | (uint64_t)share_begin(k, n_chunks, p->n_threads),
+    for (int k = 0; k < parts; k++)
+        __atomic_store_n(&p->ticket[k].v, (gen & 0xffffffffu) << 32 | (uint64_t)share_begin(k, n_chunks, (int)parts),
                          __ATOMIC_RELEASE);
     pthread_mutex_lock(&p->mu);
     __atomic_store_n(&p->generation, gen, __ATOMIC_RELEASE);

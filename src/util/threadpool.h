@@ -25,6 +25,14 @@ int kn_threadpool_size(const kn_threadpool *p); /* 1 for a NULL pool */
 typedef void (*kn_range_fn)(void *arg, int64_t begin, int64_t end);
 void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn, void *arg);
 
+/* The grain for this pool of a memory-bound loop whose grain `grain2` was tuned at 2 threads
+ * (there, a chunk must be worth a wake that may find the other thread asleep: tens of microseconds
+ * of work). With more threads the idle workers are usually spinning, a chunk costs about a
+ * microsecond to hand out, and a tensor of a few hundred kilobytes cut at the 2-thread grain ran
+ * on 3 of 16 threads (ONNX Runtime's cost model gives it most of them): grain2 at 1 and 2 threads,
+ * grain2 / 2 at 4, grain2 / 4 from 8 threads on. */
+int64_t kn_parallel_grain_light(const kn_threadpool *p, int64_t grain2);
+
 /* A stop check for the parallel loops the calling thread starts (a run's cancellation and
  * deadline): when fn(arg) returns true, the chunks not yet begun are skipped (the loop's result is
  * then incomplete: the caller must look at its own stop state after the loop and discard it).
