@@ -373,7 +373,7 @@ static kiln_status bin_run(kn_kernel_ctx *c, const bin_op *op, bool legacy) {
     KN_TRY(bin_prepare(c, a, b, ot, legacy, &o, &plan));
     char *base[3] = {o->data, a->data, b->data};
     size_t es[3] = {kiln_dtype_size(ot), kiln_dtype_size(a->dtype), kiln_dtype_size(b->dtype)};
-    kn_ew_plan_run(&plan, c->pool, KN_EW_GRAIN_LIGHT, base, es, bin_row, &bc);
+    kn_ew_plan_run(&plan, c->pool, kn_parallel_grain_light(c->pool, KN_EW_GRAIN_LIGHT), base, es, bin_row, &bc);
     return KILN_OK;
 }
 
@@ -397,7 +397,7 @@ static kiln_status string_equal(kn_kernel_ctx *c) {
     KN_TRY(bin_prepare(c, a, b, KILN_DTYPE_BOOL, false, &o, &plan));
     char *base[3] = {o->data, a->data, b->data};
     size_t es[3] = {1, sizeof(char *), sizeof(char *)};
-    kn_ew_plan_run(&plan, c->pool, KN_EW_GRAIN_LIGHT, base, es, str_eq_row, NULL);
+    kn_ew_plan_run(&plan, c->pool, kn_parallel_grain_light(c->pool, KN_EW_GRAIN_LIGHT), base, es, str_eq_row, NULL);
     return KILN_OK;
 }
 
@@ -527,7 +527,8 @@ kiln_status kn_cpu_ew_Pow(kn_kernel_ctx *c) {
          * exponents exact in float take the float path */
         if ((double)(float)e == e) {
             pow_scalar_job j = {a->data, o->data, (float)e};
-            kn_parallel_for(c->pool, plan.count, j.e == 2.0f || j.e == 1.0f || j.e == 3.0f ? KN_EW_GRAIN_LIGHT : KN_EW_GRAIN,
+            const bool light = j.e == 2.0f || j.e == 1.0f || j.e == 3.0f;
+            kn_parallel_for(c->pool, plan.count, light ? kn_parallel_grain_light(c->pool, KN_EW_GRAIN_LIGHT) : KN_EW_GRAIN,
                             pow_scalar_range, &j);
             return KILN_OK;
         }
@@ -627,11 +628,11 @@ static kiln_status variadic_run(kn_kernel_ctx *c, const bin_op *op, bool mean) {
         if (s != KILN_OK) return kn_kernel_error(c, s, "%s", kn_last_error());
         char *base[3] = {o->data, a->data, b->data};
         size_t ess[3] = {es, es, es};
-        kn_ew_plan_run(&plan, c->pool, KN_EW_GRAIN_LIGHT, base, ess, bin_row, &bc);
+        kn_ew_plan_run(&plan, c->pool, kn_parallel_grain_light(c->pool, KN_EW_GRAIN_LIGHT), base, ess, bin_row, &bc);
     }
     if (mean) {
         scale_job j = {dt, o->data, n};
-        kn_parallel_for(c->pool, kn_tensor_count(o), KN_EW_GRAIN_LIGHT, mean_range, &j);
+        kn_parallel_for(c->pool, kn_tensor_count(o), kn_parallel_grain_light(c->pool, KN_EW_GRAIN_LIGHT), mean_range, &j);
     }
     return KILN_OK;
 }
@@ -738,6 +739,6 @@ kiln_status kn_cpu_ew_Where(kn_kernel_ctx *c) {
         if (w.failed) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory copying strings");
         return KILN_OK;
     }
-    kn_ew_plan_run(&plan, c->pool, KN_EW_GRAIN_LIGHT, base, ess, where_row, &w);
+    kn_ew_plan_run(&plan, c->pool, kn_parallel_grain_light(c->pool, KN_EW_GRAIN_LIGHT), base, ess, where_row, &w);
     return KILN_OK;
 }

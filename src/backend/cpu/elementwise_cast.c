@@ -709,7 +709,7 @@ static kiln_status cast_run(kn_kernel_ctx *c, kiln_dtype to, const kn_ew_cast_pr
         /* packed elements are not byte-addressable: one thread */
         return kn_ew_cast_n(x->dtype, x->data, to, o->data, n, saturate);
     }
-    kn_parallel_for(c->pool, n, KN_EW_GRAIN_LIGHT, cast_range, &j);
+    kn_parallel_for(c->pool, n, kn_parallel_grain_light(c->pool, KN_EW_GRAIN_LIGHT), cast_range, &j);
     return KILN_OK;
 }
 

@@ -372,7 +372,8 @@ static kiln_status un_run(kn_kernel_ctx *c, const un_op *op, const un_prm *p) {
     un_job j = {fn, it, ot, via, x->data, o->data, kiln_dtype_size(it), kiln_dtype_size(ot), p};
     /* half and integer-through-double paths convert every element: not light */
     bool light = op->light && via == it;
-    kn_parallel_for(c->pool, kn_tensor_count(x), light ? KN_EW_GRAIN_LIGHT : KN_EW_GRAIN, un_range, &j);
+    const int64_t grain = light ? kn_parallel_grain_light(c->pool, KN_EW_GRAIN_LIGHT) : KN_EW_GRAIN;
+    kn_parallel_for(c->pool, kn_tensor_count(x), grain, un_range, &j);
     return KILN_OK;
 }
 

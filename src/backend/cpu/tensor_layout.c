@@ -399,13 +399,13 @@ kiln_status kn_cpu_strided_copy(kn_kernel_ctx *c, kn_tensor *dst, const kn_tenso
     if (j->mode == MODE_TILE) {
         int64_t nch = (s->dims[j->tk] + TILE_CHUNK - 1) / TILE_CHUNK;
         work = s->dims[in_] * (s->dims[j->tk] < TILE_CHUNK ? s->dims[j->tk] : TILE_CHUNK);
-        int64_t grain = 32768 / work;
+        int64_t grain = kn_parallel_grain_light(c->pool, 32768) / work;
         kn_parallel_for(c->pool, outer * nch, grain > 0 ? grain : 1, tile_work, j);
     } else if (j->mode == MODE_MEMCPY && !j->string && s->dims[in_] * (int64_t)j->es > 2 * MEMCPY_PIECE) {
         int64_t per_row = (s->dims[in_] * (int64_t)j->es + MEMCPY_PIECE - 1) / MEMCPY_PIECE;
         kn_parallel_for(c->pool, outer * per_row, 1, memcpy_pieces_work, j);
     } else {
-        int64_t grain = 32768 / (work > 0 ? work : 1);
+        int64_t grain = kn_parallel_grain_light(c->pool, 32768) / (work > 0 ? work : 1);
         if (j->string) grain *= 8;
         kn_parallel_for(c->pool, outer, grain > 0 ? grain : 1, sc_work, j);
     }
