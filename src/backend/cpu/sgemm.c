@@ -1391,7 +1391,13 @@ kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
     /* threads worth waking for this much work */
     double flops = 2.0 * (double)p->M * (double)p->N * (double)p->K * (double)p->count;
     int64_t threads = kn_threadpool_size(pool);
-    int64_t by_work = (int64_t)(flops / MIN_FLOPS_PER_THREAD);
+    /* a row times a matrix (or a matrix times a column) does 2 flops a weight read: memory-bound,
+     * a thread's share of 5e5 flops is 1 MB of weights. Beyond 2 threads (whose setting is the
+     * measured one above) an eighth of it, 128 KB of weights: at 16 threads the classifier's Gemm
+     * (1 x 2048 by 1000 x 2048^T, 8 MB) ran on 8 threads and MatMul 1 x 768 by 768 x 768 on 2,
+     * 1.7-2x ONNX Runtime's time on the 16-core host; now on 16 and 12 (one 64-column unit each) */
+    const bool gemv = j.path == PATH_ROW || j.path == PATH_COL;
+    int64_t by_work = (int64_t)(flops / (gemv && threads > 2 ? MIN_FLOPS_PER_THREAD / 8 : MIN_FLOPS_PER_THREAD));
     if (threads > by_work) threads = by_work > 0 ? by_work : 1;
 
     /* tiles per product: enough that all threads have a tile; among grids with that many tiles,
