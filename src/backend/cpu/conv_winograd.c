@@ -461,12 +461,17 @@ float *kn_conv_thread_buffer(size_t floats) { return thread_buffer_slot(0, float
  * Intel Xeon (2 MB L2, a far L3), 1 thread, CPU time (bench/op_ab.py): 32->32 14x14 b32
  * 1.16 -> 0.60 ms, 32->32 160x160 -15%, 64->64 128x128 -16%; 64->64 56x56 and 80x80, whose
  * L2-sized chunks (56 and 40 tiles) measured 6-8% slower, keep 4 MB. KILN_WINO_CHUNK_KB=N forces
- * chunks of N KB. */
-static int64_t wino_chunk_rows(int64_t R, int64_t tw, int64_t row_bytes, int64_t u_bytes, int64_t G) {
+ * chunks of N KB.
+ * Beyond 2 threads the L2 budget is threads / 2 L2s: every pass of a chunk is spread over the
+ * threads, so each thread writes and reads about chunk / threads of V and O, and a chunk is three
+ * parallel loops: at 16 threads 32->32 14x14 b32 ran 5 chunks, 15 loops of 2-3 microseconds of
+ * work a thread, and scaled 2.2x from 1 thread (ONNX Runtime 6.6x); now 1 chunk. */
+static int64_t wino_chunk_rows(int64_t R, int64_t tw, int64_t row_bytes, int64_t u_bytes, int64_t G, int threads) {
     const char *e = getenv("KILN_WINO_CHUNK_KB");
     if (e && atoll(e) > 0) return max64(1, min64(R, atoll(e) * 1024 / row_bytes));
     const int64_t big = max64(1, min64(R, ((int64_t)4 << 20) / row_bytes));
-    const int64_t fit = max64(1, min64(R, kn_conv_l2_bytes() / 2 / row_bytes));
+    const int64_t l2s = threads > 2 ? threads / 2 : 1;
+    const int64_t fit = max64(1, min64(R, kn_conv_l2_bytes() / 2 * l2s / row_bytes));
     if (fit >= R) return R;
     int64_t best = 0;
     double fill = 0;
@@ -883,7 +888,8 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
     const char *me = getenv("KILN_WINO_MULTI");
     const bool multi = (me ? me[0] == '1' : tw <= 4) && tw <= KN_VL &&
                        s->N * s->C * s->H * s->W < ((int64_t)1 << 31) - ((int64_t)1 << 24);
-    const int64_t rows = wino_chunk_rows(R, tw, row_bytes, 36 * 4 * s->M * s->C, multi ? KN_VL / tw : 1);
+    const int64_t rows = wino_chunk_rows(R, tw, row_bytes, 36 * 4 * s->M * s->C, multi ? KN_VL / tw : 1,
+                                         kn_threadpool_size(c->pool));
     const int64_t Tmax = rows * tw;
     /* few tiles a chunk (16 on a 14x14 plane) fill half the micro-kernel's 32 columns: at 1 thread
      * the GEMM then runs transposed, output channels in the lanes, from weights packed for it
