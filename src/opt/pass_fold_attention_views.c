@@ -58,6 +58,7 @@ static bool known_dims(const kn_type *t, syms *s, int64_t total, int64_t *dims, 
         if (d->value >= STAND_IN_MIN) return false;
         if (d->value >= 0) {
             dims[k] = d->value;
+            if (d->value && rest > INT64_MAX / 4 / d->value) return false; /* the walks' products stay in range */
             rest *= d->value;
             continue;
         }
@@ -71,6 +72,7 @@ static bool known_dims(const kn_type *t, syms *s, int64_t total, int64_t *dims, 
         if (j == MAX_SYMS) return false;
         if (j == s->n) s->name[s->n++] = d->symbol;
         dims[k] = stand_in[s->round][j];
+        if (rest > INT64_MAX / 4 / dims[k]) return false;
         rest *= dims[k];
     }
     if (unknown >= 0) {
@@ -358,15 +360,34 @@ static bool symbolic_stride(int64_t *s0, int64_t s1, int64_t rd[2][KILN_MAX_RANK
     return false;
 }
 
-/* A chain of view nodes walked with both sets of stand-ins (walk(round, &view, &names) gives one
- * walk's view) as one view: its symbolic dims as KN_ATTN_VIEW_SYMBOLIC(p) of the tensor of type
- * `reads`; false where a walk fails, the view is not one a kernel takes, or it depends on a
- * symbolic size. */
-typedef bool (*walk_fn)(const kn_opt_ctx *c, const void *arg, syms *sy, view *v);
-static bool both_walks(const kn_opt_ctx *c, const void *arg, walk_fn walk, const kn_type *reads, kn_attn_view *out) {
+/* The first s nodes of a chain of view nodes (chain[k] making made[k]), walked from the tensor
+ * `from`: forward from an input to the operand, or backward from the last value to the output. */
+typedef struct chain_walk {
+    const int *chain, *made;
+    int s, from;
+    bool forward;
+} chain_walk;
+
+static bool walk_chain(const kn_opt_ctx *c, const chain_walk *w, syms *sy, view *v) {
+    int64_t dims[KILN_MAX_RANK];
+    int rank;
+    if (!known_dims(&c->g->values[w->from].type, sy, -1, dims, &rank)) return false;
+    contiguous(v, dims, rank);
+    for (int k = w->s - 1; k >= 0; k--)
+        if (!(w->forward ? apply_forward(c, sy, w->chain[k], w->made[k], v) : apply_backward(c, sy, w->chain[k], v)))
+            return false;
+    return true;
+}
+
+/* The chain walked with both sets of stand-ins as one view of the tensor it starts from: symbolic
+ * dims as KN_ATTN_VIEW_SYMBOLIC(p) of that tensor, strides of a symbolic size as
+ * KN_ATTN_VIEW_STRIDE_OF; false where a walk fails, the view is not one a kernel takes, or its
+ * offset depends on a symbolic size. */
+static bool both_walks(const kn_opt_ctx *c, const chain_walk *w, kn_attn_view *out) {
+    const kn_type *reads = &c->g->values[w->from].type;
     syms sy[2] = {{.round = 0}, {.round = 1}};
     view v[2];
-    if (!walk(c, arg, &sy[0], &v[0]) || !walk(c, arg, &sy[1], &v[1]) || !encodable(&v[0]) || !encodable(&v[1]))
+    if (!walk_chain(c, w, &sy[0], &v[0]) || !walk_chain(c, w, &sy[1], &v[1]) || !encodable(&v[0]) || !encodable(&v[1]))
         return false;
     kn_attn_view a[2];
     to_attn_view(&v[0], &a[0]);
@@ -393,26 +414,6 @@ static bool both_walks(const kn_opt_ctx *c, const void *arg, walk_fn walk, const
     return true;
 }
 
-/* The first s nodes of a chain of view nodes (chain[k] making made[k]), walked from the tensor
- * `from`: forward from an input to the operand, or backward from the last value to the output. */
-typedef struct chain_walk {
-    const int *chain, *made;
-    int s, from;
-    bool forward;
-} chain_walk;
-
-static bool walk_chain(const kn_opt_ctx *c, const void *arg, syms *sy, view *v) {
-    const chain_walk *w = arg;
-    int64_t dims[KILN_MAX_RANK];
-    int rank;
-    if (!known_dims(&c->g->values[w->from].type, sy, -1, dims, &rank)) return false;
-    contiguous(v, dims, rank);
-    for (int k = w->s - 1; k >= 0; k--)
-        if (!(w->forward ? apply_forward(c, sy, w->chain[k], w->made[k], v) : apply_backward(c, sy, w->chain[k], v)))
-            return false;
-    return true;
-}
-
 /* Operand value x as a view of the farthest tensor its chain of view nodes starts from: *src and
  * the view; false when no producer of x joins. */
 static bool input_view(const kn_opt_ctx *c, int x, int *src, int *reader, kn_attn_view *out) {
@@ -426,7 +427,7 @@ static bool input_view(const kn_opt_ctx *c, int x, int *src, int *reader, kn_att
     }
     for (int s = n; s >= 1; s--) { /* the longest chain that is a view */
         const chain_walk w = {chain, made, s, c->g->nodes[chain[s - 1]].inputs[0], true};
-        if (both_walks(c, &w, walk_chain, &c->g->values[w.from].type, out)) {
+        if (both_walks(c, &w, out)) {
             *src = w.from;
             *reader = chain[s - 1];
             return true;
@@ -447,7 +448,7 @@ static bool output_view(const kn_opt_ctx *c, int y, int *dst, int *nodes, int *n
     }
     for (int t = n; t >= 1; t--) {
         const chain_walk w = {chain, NULL, t, c->g->nodes[chain[t - 1]].outputs[0], false};
-        if (both_walks(c, &w, walk_chain, &c->g->values[w.from].type, out)) {
+        if (both_walks(c, &w, out)) {
             *dst = w.from;
             for (int k = 0; k < t; k++) nodes[k] = chain[k];
             *n_nodes = t;
