@@ -576,12 +576,23 @@ static void gather_rows(void *arg, int64_t begin, int64_t end) {
     const unsigned char *src = g->x->data;
     unsigned char *dst = g->y->data;
     int64_t prev_base = -1;
+    /* the row's output index over the outer axes, counted up from begin's (a division per axis
+     * and row was most of the time of a 40-column upsample: 1x256x20x20 x2, uint8, 1 thread) */
+    int64_t o_idx[KILN_MAX_RANK] = {0};
+    for (int64_t r = begin, a = la - 1; a >= 0; a--) {
+        o_idx[a] = r % p->out_dims[a];
+        r /= p->out_dims[a];
+    }
     for (int64_t row = begin; row < end; row++) {
-        int64_t r = row, base = 0;
+        if (row > begin)
+            for (int a = la - 1; a >= 0; a--) {
+                if (++o_idx[a] < p->out_dims[a]) break;
+                o_idx[a] = 0;
+            }
+        int64_t base = 0;
         bool ex = false;
         for (int a = la - 1; a >= 0; a--) {
-            int64_t o = r % p->out_dims[a];
-            r /= p->out_dims[a];
+            const int64_t o = o_idx[a];
             ex |= g->t[a].extrap[o] != 0;
             base += g->t[a].nearest[o] * g->in_stride[a];
         }
