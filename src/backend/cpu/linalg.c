@@ -482,14 +482,18 @@ const kn_cpu_kernel kn_cpu_linalg[] = {
     {"", "ConvTranspose", kn_cpu_conv_transpose, NULL},
     {"", "Col2Im", kn_cpu_col2im, NULL},
     {"", "DeformConv", kn_cpu_deform_conv, NULL, 0, KN_PARAMS(kn_cpu_deform_conv_prepare, kn_cpu_deform_prm)},
-    {"", "MaxPool", kn_cpu_max_pool, NULL},
-    {"", "AveragePool", kn_cpu_average_pool, NULL},
-    {"kiln", "MaxPool", kn_cpu_max_pool_layout, NULL},
-    {"kiln", "AveragePool", kn_cpu_average_pool_layout, NULL},
-    {"", "LpPool", kn_cpu_lp_pool, NULL},
-    {"", "GlobalAveragePool", kn_cpu_global_average_pool, NULL, 0, KN_PARAMS(kn_cpu_gpool_prepare, kn_cpu_gpool_prm)},
-    {"", "GlobalMaxPool", kn_cpu_global_max_pool, NULL, 0, KN_PARAMS(kn_cpu_gpool_prepare, kn_cpu_gpool_prm)},
-    {"", "GlobalLpPool", kn_cpu_global_lp_pool, NULL, 0, KN_PARAMS(kn_cpu_gpool_prepare, kn_cpu_gpool_prm)},
+    /* the pools write each output element (and MaxPool's Indices): the general loop every window's,
+     * empty ones included; the separable and 16-bit paths every plane's rows; NHWC copies all of Y.
+     * Not zeroed first: at 16 threads the caller's serial memset of MaxPool's output (200-400 KB)
+     * left every line of it in its own cache, modified, for the workers to pull over */
+    {"", "MaxPool", kn_cpu_max_pool, NULL, KN_KERNEL_OVERWRITES},
+    {"", "AveragePool", kn_cpu_average_pool, NULL, KN_KERNEL_OVERWRITES},
+    {"kiln", "MaxPool", kn_cpu_max_pool_layout, NULL, KN_KERNEL_OVERWRITES},
+    {"kiln", "AveragePool", kn_cpu_average_pool_layout, NULL, KN_KERNEL_OVERWRITES},
+    {"", "LpPool", kn_cpu_lp_pool, NULL, KN_KERNEL_OVERWRITES},
+    {"", "GlobalAveragePool", kn_cpu_global_average_pool, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_gpool_prepare, kn_cpu_gpool_prm)},
+    {"", "GlobalMaxPool", kn_cpu_global_max_pool, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_gpool_prepare, kn_cpu_gpool_prm)},
+    {"", "GlobalLpPool", kn_cpu_global_lp_pool, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_gpool_prepare, kn_cpu_gpool_prm)},
     {"", "MaxUnpool", kn_cpu_max_unpool, NULL},
     {0},
 };
