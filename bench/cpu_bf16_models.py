@@ -270,6 +270,9 @@ def main():
     ap.add_argument("--half", action="store_true",
                     help="also kiln with cpu:precision=bf16:activations=half (the residual stream in bf16 "
                          "too, as OpenVINO's bf16; not exact): column kiln_bf16h")
+    ap.add_argument("--before", default=None,
+                    help="another build (its libkiln.so loaded beside --build's): its kiln_bf16 (and kiln_bf16h "
+                         "with --half) in the same rotation, columns *_before, and after / before ratios")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     global CLOCK
@@ -289,6 +292,7 @@ def main():
     for spec in a.model:
         models.append(tuple(spec.split("=", 1)))
     k = Kiln(os.path.join(a.build, "libkiln.so"))
+    kb = Kiln(os.path.join(a.before, "libkiln.so")) if a.before else None
     ov = None
     if not a.no_peers:
         try:
@@ -308,8 +312,12 @@ def main():
             kiln_runs = [("kiln_bf16", "cpu:precision=bf16"), ("kiln_fp32", "cpu")]
             if a.half:
                 kiln_runs.insert(1, ("kiln_bf16h", "cpu:precision=bf16:activations=half"))
-            for label, prov in kiln_runs:
-                ks = KilnOptSession(k, model_bytes, th, prov, feeds)
+            kiln_runs = [(l, p, k) for l, p in kiln_runs]
+            if kb:  # the before build's sessions between the after build's and the peers
+                kiln_runs[2 if a.half else 1:2 if a.half else 1] = [
+                    (l + "_before", p, kb) for l, p, _ in kiln_runs if l in ("kiln_bf16", "kiln_bf16h")]
+            for label, prov, lib in kiln_runs:
+                ks = KilnOptSession(lib, model_bytes, th, prov, feeds)
                 outs = ks.run_alloc()
                 ks.bind_outputs(outs)
                 runners[label], acc[label] = ks.run, errors(outs, ref)
@@ -346,7 +354,8 @@ def main():
 
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     out = a.out or os.path.join(ROOT, "bench", "results", f"cpu-bf16-{date}.md")
-    cols = [c for c in ["kiln_bf16", "kiln_bf16h", "ov_bf16", "kiln_fp32", "ov_f32", "ort_fp32"]
+    cols = [c for c in ["kiln_bf16_before", "kiln_bf16", "kiln_bf16h_before", "kiln_bf16h", "ov_bf16", "kiln_fp32",
+                        "ov_f32", "ort_fp32"]
             if any(c in r[2] for r in rows)]
     with open(out, "w") as f:
         f.write(f"# kiln CPU precision=bf16 on whole models ({date})\n\n")
@@ -355,18 +364,26 @@ def main():
                 f"; {a.rounds} alternating rounds, median of the rounds' medians (ms per run, "
                 + ("the process's CPU time" if a.clock == "process" else "wall clock") + ")\n\n")
         f.write(f"command: `python3 bench/cpu_bf16_models.py {' '.join(sys.argv[1:])}`\n\n")
+        before = "kiln_bf16_before" in cols
         half = "kiln_bf16h" in cols
         f.write("| model | threads | " + " | ".join(f"{c} ms" for c in cols) + " | kiln_bf16 / ov_bf16 |" +
-                (" kiln_bf16h / ov_bf16 |" if half else "") + " kiln_bf16 / kiln_fp32 |\n")
-        f.write("|---|---:|" + "---:|" * (len(cols) + 2 + half) + "\n")
+                (" kiln_bf16h / ov_bf16 |" if half else "") + " kiln_bf16 / kiln_fp32 |" +
+                (" bf16 before / ov_bf16 |" + (" bf16h before / ov_bf16 |" if half else "") +
+                 " bf16 after / before |" + (" bf16h after / before |" if half else "") if before else "") + "\n")
+        f.write("|---|---:|" + "---:|" * (len(cols) + 2 + half + (2 + 2 * half if before else 0)) + "\n")
         for name, th, res, _ in rows:
             f.write(f"| {name} | {th} | " + " | ".join(f"{res[c]:.2f}" if c in res else "-" for c in cols) +
                     (f" | {res['kiln_bf16'] / res['ov_bf16']:.2f}" if "ov_bf16" in res else " | -") +
                     ((f" | {res['kiln_bf16h'] / res['ov_bf16']:.2f}" if "ov_bf16" in res else " | -") if half else "") +
-                    f" | {res['kiln_bf16'] / res['kiln_fp32']:.2f} |\n")
+                    f" | {res['kiln_bf16'] / res['kiln_fp32']:.2f} |" +
+                    ((f" {res['kiln_bf16_before'] / res['ov_bf16']:.2f} |" if "ov_bf16" in res else " - |") +
+                     ((f" {res['kiln_bf16h_before'] / res['ov_bf16']:.2f} |" if "ov_bf16" in res else " - |") if half else "") +
+                     f" {res['kiln_bf16'] / res['kiln_bf16_before']:.3f} |" +
+                     (f" {res['kiln_bf16h'] / res['kiln_bf16h_before']:.3f} |" if half else "") if before else "") + "\n")
         f.write("\nAccuracy against ONNX Runtime fp32 (same inputs): relative L2 = ||got - ref|| / ||ref||, "
                 "max = max |got - ref| / max |ref|\n\n")
-        acols = [c for c in ["kiln_bf16", "kiln_bf16h", "ov_bf16", "kiln_fp32", "ov_f32"] if any(c in r[3] for r in rows)]
+        acols = [c for c in ["kiln_bf16_before", "kiln_bf16", "kiln_bf16h_before", "kiln_bf16h", "ov_bf16", "kiln_fp32",
+                             "ov_f32"] if any(c in r[3] for r in rows)]
         f.write("| model | " + " | ".join(f"{c} rel L2 | {c} max" for c in acols) + " |\n")
         f.write("|---|" + "---:|" * (2 * len(acols)) + "\n")
         seen = set()
