@@ -240,6 +240,10 @@ void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn,
     int64_t n_chunks = (int64_t)p->n_threads * 4;
     if (n_chunks > max_chunks) n_chunks = max_chunks;
     if (n_chunks > 0x7fffffff) n_chunks = 0x7fffffff;
+    /* as many chunks for each thread: with 3 chunks at 2 threads the third went to whichever
+     * thread finished first, so a third of a tensor the next loop reads changed cores from run to
+     * run (a 2.4 MB Add whose halves fit the two L2s ran from L3) */
+    if (n_chunks > p->n_threads && n_chunks % p->n_threads) n_chunks -= n_chunks % p->n_threads;
     int64_t chunk = (n + n_chunks - 1) / n_chunks;
     n_chunks = (n + chunk - 1) / chunk;
     /* one share per thread taking part: every thread while there are chunks for all (2 threads:
