@@ -220,6 +220,57 @@ KN_TEST(cuda_pointwise_conv_matches_cpu) {
     }
 }
 
+/* LayerNormalization over rows of len (opset 17), with a scale and perhaps a bias */
+static unsigned char *layernorm_model(int64_t rows, int64_t len, bool bias, size_t *size) {
+    tmb b;
+    tmb_init(&b, 17);
+    int64_t xd[2] = {rows, len}, sd[1] = {len};
+    int x = tmb_input(&b, "X", KILN_DTYPE_FLOAT, 2, xd, NULL);
+    int ins[3] = {x, tmb_const(&b, "scale", 1, sd, 1.5f), bias ? tmb_const(&b, "bias", 1, sd, 0.5f) : -1};
+    int y = tmb_value(&b, "Y");
+    int n = tmb_node_in(&b, "LayerNormalization", "", ins, bias ? 3 : 2, y);
+    tmb_int(&b, n, "axis", -1);
+    tmb_output(&b, y);
+    return tmb_finish(&b, size);
+}
+
+/* The half-precision LayerNorm (a warp a row, the row in registers; one to eight 16-byte words a
+ * lane by the row's length) against the CPU's float32, with and without a bias: row lengths of
+ * one word, of a lane's whole first word set (256), just past it, BERT-base's 768 and 2048. */
+KN_TEST(cuda_layernorm_half_matches_cpu) {
+    NEED_GPU();
+    static const int64_t lens[6] = {8, 192, 256, 264, 768, 2048};
+    for (int k = 0; k < 12; k++) {
+        const int64_t len = lens[k % 6], rows = 37, xd[2] = {rows, len};
+        const bool bias = k >= 6;
+        size_t size;
+        unsigned char *m = layernorm_model(rows, len, bias, &size);
+        kn_tensor *x = random_input(2, xd, 91 + (uint32_t)k);
+        kiln_session_options *o;
+        kiln_session_options_create(&o);
+        kiln_session_options_set_cache(o, 0, NULL);
+        const char *keys[2] = {"precision", "activations"}, *vals[2] = {"fp16", "half"};
+        kiln_session_options_append_provider(o, "cuda", keys, vals, 2);
+        kiln_session *half = NULL;
+        CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &half), KILN_OK);
+        kiln_session_options_destroy(o);
+        kiln_session *ref = session_for(m, size, "cpu", NULL, 0);
+        if (ref && half) {
+            kn_tensor *want = run1(ref, x), *got = run1(half, x);
+            char what[96];
+            snprintf(what, sizeof what, "LayerNorm [%lld, %lld]%s in fp16", (long long)rows, (long long)len,
+                     bias ? " with bias" : "");
+            close_enough(got, want, 1e-2, 1e-2, what);
+            kn_tensor_free(want);
+            kn_tensor_free(got);
+        }
+        kiln_session_destroy(ref);
+        kiln_session_destroy(half);
+        kn_tensor_free(x);
+        free(m);
+    }
+}
+
 KN_TEST(cuda_steady_state_runs_allocate_nothing) {
     NEED_GPU();
     size_t size;

@@ -349,21 +349,30 @@ __global__ void k_layernorm(const T *x, const T *scale, const T *bias, T *y, flo
 // Layer normalisation of rows of at most 32 * 8 * MAXW 16-bit elements (len % 8 == 0): a warp per
 // row, the row held in registers (read once, 16 bytes a load), reductions by shuffles. The
 // block-per-row kernel above reads each row three times and synchronises its block twice, which
-// made BERT-base's LayerNorms run at a fifth of the memory's speed.
+// made BERT-base's LayerNorms run at a fifth of the memory's speed. MAXW is the fewest words a lane
+// needs (1 for rows up to 256, as the small transformers'), and with vec_affine the scale and bias
+// words are loaded with the row, before the reductions, not after them.
 template <typename T, int MAXW>
 __global__ void k_layernorm_warp(const T *x, const T *scale, const T *bias, T *y, float *mean_out, float *inv_out,
-                                 int32_t rows, int32_t len, float eps, bool rms) {
+                                 int32_t rows, int32_t len, float eps, bool rms, bool vec_affine) {
     const int lane = threadIdx.x & 31;
     const int32_t words = len / 8;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
     for (int32_t r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += gridDim.x * (blockDim.x / 32)) {
         const uint4 *px = (const uint4 *)(x + (int64_t)r * len);
         float v[MAXW][8];
+        uint4 sw[MAXW], bw[MAXW];
         float s = 0;
 #pragma unroll
         for (int k = 0; k < MAXW; k++) {
             const int32_t w = k * 32 + lane;
+            sw[k] = bw[k] = zero;
             if (w < words) {
                 uint4 u = px[w];
+                if (vec_affine) {
+                    if (scale) sw[k] = ((const uint4 *)scale)[w];
+                    if (bias) bw[k] = ((const uint4 *)bias)[w];
+                }
                 const T *e = (const T *)&u;
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
@@ -390,12 +399,13 @@ __global__ void k_layernorm_warp(const T *x, const T *scale, const T *bias, T *y
         for (int k = 0; k < MAXW; k++) {
             const int32_t w = k * 32 + lane;
             if (w < words) {
+                const T *se = (const T *)&sw[k], *be = (const T *)&bw[k];
                 T o[8];
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     float a = (v[k][j] - mean) * inv;
-                    if (scale) a *= ld(scale[w * 8 + j]);
-                    if (bias) a += ld(bias[w * 8 + j]);
+                    if (scale) a *= vec_affine ? ld(se[j]) : ld(scale[w * 8 + j]);
+                    if (bias) a += vec_affine ? ld(be[j]) : ld(bias[w * 8 + j]);
                     o[j] = st<T>(a);
                 }
                 py[w] = *(const uint4 *)o;
@@ -767,14 +777,26 @@ cudaError_t kn_cu_layernorm(kiln_dtype dt, const void *x, const void *scale, con
     if ((dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16) && len % 8 == 0 && len <= 32 * 8 * 8 &&
         rows < INT32_MAX && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0) {
         const unsigned blocks = (unsigned)((rows + 7) / 8 < 65535 * 4 ? (rows + 7) / 8 : 65535 * 4); /* 8 warps a block */
-        if (dt == KILN_DTYPE_FLOAT16)
-            k_layernorm_warp<f16, 8><<<blocks, 256, 0, s>>>((const f16 *)x, (const f16 *)scale, (const f16 *)bias, (f16 *)y,
-                                                            (float *)mean, (float *)inv_std, (int32_t)rows, (int32_t)len,
-                                                            eps, rms);
-        else
-            k_layernorm_warp<bf16, 8><<<blocks, 256, 0, s>>>((const bf16 *)x, (const bf16 *)scale, (const bf16 *)bias,
-                                                             (bf16 *)y, (float *)mean, (float *)inv_std, (int32_t)rows,
-                                                             (int32_t)len, eps, rms);
+        const bool vec = (uintptr_t)scale % 16 == 0 && (uintptr_t)bias % 16 == 0; /* NULL is aligned */
+        const int words = (int)(len / 8), maxw = words <= 32 ? 1 : words <= 64 ? 2 : words <= 128 ? 4 : 8;
+#define KN_LN_WARP(T_, W_)                                                                                           \
+    k_layernorm_warp<T_, W_><<<blocks, 256, 0, s>>>((const T_ *)x, (const T_ *)scale, (const T_ *)bias, (T_ *)y,       \
+                                                    (float *)mean, (float *)inv_std, (int32_t)rows, (int32_t)len, eps, \
+                                                    rms, vec)
+#define KN_LN_WARPS(T_)                                                                                              \
+    switch (maxw) {                                                                                                  \
+    case 1: KN_LN_WARP(T_, 1); break;                                                                                \
+    case 2: KN_LN_WARP(T_, 2); break;                                                                                \
+    case 4: KN_LN_WARP(T_, 4); break;                                                                                \
+    default: KN_LN_WARP(T_, 8); break;                                                                               \
+    }
+        if (dt == KILN_DTYPE_FLOAT16) {
+            KN_LN_WARPS(f16)
+        } else {
+            KN_LN_WARPS(bf16)
+        }
+#undef KN_LN_WARPS
+#undef KN_LN_WARP
         return cudaGetLastError();
     }
     unsigned blocks = (unsigned)(rows < 65535 * 4 ? rows : 65535 * 4);
