@@ -428,12 +428,16 @@ static int64_t b_units(bool trans, int64_t N, int64_t K) { return trans ? (N + B
 static inline void pack_pair_unit(const float *b32, const uint16_t *b16, int64_t r0, int64_t r1, int64_t j, __mmask16 m0,
                                   __mmask16 m1, __mmask16 h0, __mmask16 h1, uint32_t *d) {
     __m512i v0, v1;
-    if (!b32 && (m0 & m1 & h0 & h1) == 0xFFFF) {
+    if ((m0 & m1 & h0 & h1) == 0xFFFF) {
         /* both rows whole: each row's 32 columns one load, the pairs by unpacking the two rows'
          * 16-bit elements (pairs of columns 8L..8L+3 in lane L of lo, 8L+4..8L+7 in hi) put back in
          * column order by one permute a vector (8 instructions for 32 pairs; widening each half,
          * shifting and or-ing took 14, and the bf16 packing was ~30% of a streamed 1x1's time) */
-        const __m512i a = _mm512_loadu_si512(b16 + r0 + j), b = _mm512_loadu_si512(b16 + r1 + j);
+        /* (fp32 rows: each rounded to 32 bf16 by one vcvtne2ps2bf16, as vcvtneps2bf16 rounds) */
+        const __m512i a = b32 ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(b32 + r0 + j + 16), _mm512_loadu_ps(b32 + r0 + j))
+                              : _mm512_loadu_si512(b16 + r0 + j);
+        const __m512i b = b32 ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(b32 + r1 + j + 16), _mm512_loadu_ps(b32 + r1 + j))
+                              : _mm512_loadu_si512(b16 + r1 + j);
         const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
         v0 = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi);
         v1 = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi);
