@@ -240,12 +240,18 @@ void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn,
     int64_t n_chunks = (int64_t)p->n_threads * 4;
     if (n_chunks > max_chunks) n_chunks = max_chunks;
     if (n_chunks > 0x7fffffff) n_chunks = 0x7fffffff;
-    /* as many chunks for each thread: with 3 chunks at 2 threads the third went to whichever
-     * thread finished first, so a third of a tensor the next loop reads changed cores from run to
-     * run (a 2.4 MB Add whose halves fit the two L2s ran from L3) */
-    if (n_chunks > p->n_threads && n_chunks % p->n_threads) n_chunks -= n_chunks % p->n_threads;
     int64_t chunk = (n + n_chunks - 1) / n_chunks;
     n_chunks = (n + chunk - 1) / chunk;
+    /* as many chunks for each thread where fewer, larger chunks give that: with 3 chunks at 2
+     * threads the third went to whichever thread finished first, so a third of a tensor the next
+     * loop reads changed cores from run to run (a 2.4 MB Add whose halves fit the two L2s ran from
+     * L3). Only when the larger chunks do come out even (36 products at 16 threads: 32 chunks
+     * would be 18 of 2, two rounds of 2 where 36 of 1 take three of 1: kept) */
+    if (n_chunks > p->n_threads && n_chunks % p->n_threads) {
+        const int64_t fewer = n_chunks - n_chunks % p->n_threads;
+        const int64_t c2 = (n + fewer - 1) / fewer, n2 = (n + c2 - 1) / c2;
+        if (n2 % p->n_threads == 0) chunk = c2, n_chunks = n2;
+    }
     /* one share per thread taking part: every thread while there are chunks for all (2 threads:
      * always), else one thread a chunk */
     const int64_t parts = n_chunks < p->n_threads ? n_chunks : p->n_threads;
