@@ -261,18 +261,8 @@ static void pack_rows16(const in_job *j, int64_t a, int64_t b, int64_t c0, int64
         if (ih < 0 || ih >= s->H || jlo >= jend) continue;
         uint32_t *row = dst + i * g->Wp;
         const uint16_t *l = lo + ih * s->W, *h = hi ? hi + ih * s->W : NULL;
-        int64_t j1 = jlo;
-        if (s->sw == 1 && h) /* 32 columns of both rows whole: unpacked as sgemm_bf16.c's pack_pair_unit */
-            for (; j1 + 32 <= jend; j1 += 32) {
-                const int64_t iw = j1 + b - s->pl;
-                const __m512i va = _mm512_loadu_si512(l + iw), vb = _mm512_loadu_si512(h + iw);
-                const __m512i lo8 = _mm512_unpacklo_epi16(va, vb), hi8 = _mm512_unpackhi_epi16(va, vb);
-                _mm512_storeu_si512(row + j1, _mm512_permutex2var_epi64(lo8, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi8));
-                _mm512_storeu_si512(row + j1 + 16,
-                                    _mm512_permutex2var_epi64(lo8, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi8));
-            }
         if (s->sw <= 2)
-            for (int64_t jj = j1; jj < jend; jj += 16) {
+            for (int64_t jj = jlo; jj < jend; jj += 16) {
                 const int64_t cnt = min64(16, jend - jj), iw = s->sw * jj + b - s->pl;
                 __m512i vl, vh = _mm512_setzero_si512();
                 if (s->sw == 1) {
@@ -329,19 +319,7 @@ static void pack_input(void *arg, int64_t begin, int64_t end) {
             uint32_t *row = dst + i * g->Wp;
             const float *l = lo + ih * s->W, *h = hi ? hi + ih * s->W : NULL;
             if (s->sw == 1) {
-                int64_t j1 = jlo;
-                if (h) /* 32 columns of both rows whole: rounded 32 at a time (vcvtne2ps2bf16), then unpacked */
-                    for (; j1 + 32 <= jend; j1 += 32) {
-                        const int64_t iw = j1 + b - s->pl;
-                        const __m512i va = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(l + iw + 16), _mm512_loadu_ps(l + iw));
-                        const __m512i vb = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(h + iw + 16), _mm512_loadu_ps(h + iw));
-                        const __m512i lo8 = _mm512_unpacklo_epi16(va, vb), hi8 = _mm512_unpackhi_epi16(va, vb);
-                        _mm512_storeu_si512(row + j1,
-                                            _mm512_permutex2var_epi64(lo8, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi8));
-                        _mm512_storeu_si512(row + j1 + 16,
-                                            _mm512_permutex2var_epi64(lo8, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi8));
-                    }
-                for (int64_t jj = j1; jj < jend; jj += 16) {
+                for (int64_t jj = jlo; jj < jend; jj += 16) {
                     const __mmask16 m = m16(jend - jj);
                     const int64_t iw = jj + b - s->pl;
                     const __m512 va = _mm512_maskz_loadu_ps(m, l + iw);
