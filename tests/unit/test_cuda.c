@@ -220,6 +220,96 @@ KN_TEST(cuda_pointwise_conv_matches_cpu) {
     }
 }
 
+/* One Conv1d with a bias: [N, C, L] -> [N, M, OL], kernel k. */
+static unsigned char *conv1d_one_model(const int64_t *xd, int64_t m, int64_t k, int64_t stride, int64_t dil,
+                                       const int64_t *pads, size_t *size) {
+    tmb b;
+    tmb_init(&b, 17);
+    int64_t wd[3] = {m, xd[1], k}, bd[1] = {m};
+    int x = tmb_input(&b, "X", KILN_DTYPE_FLOAT, 3, xd, NULL);
+    int ins[3] = {x, tmb_const(&b, "W", 3, wd, 0.3f), tmb_const(&b, "B", 1, bd, 0.5f)};
+    int y = tmb_value(&b, "Y");
+    int n = tmb_node_in(&b, "Conv", "", ins, 3, y);
+    int64_t st[1] = {stride}, dl[1] = {dil};
+    tmb_ints(&b, n, "strides", st, 1);
+    tmb_ints(&b, n, "dilations", dl, 1);
+    tmb_ints(&b, n, "pads", pads, 2);
+    tmb_output(&b, y);
+    return tmb_finish(&b, size);
+}
+
+static double rel_l2(const kn_tensor *got, const kn_tensor *want) {
+    const float *g = got->data, *w = want->data;
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < kn_tensor_count(want); i++) {
+        num += ((double)g[i] - w[i]) * ((double)g[i] - w[i]);
+        den += (double)w[i] * w[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* 1-D convolutions run as a matrix product over the input's gathered columns (cuda_conv.c,
+ * run_columns_1d), and with KILN_CUDA_CONV1D_COLUMNS=0 through cuDNN: both against the CPU, fp32 at
+ * levels 0 and 3, and fp16 with activations=half within a relative L2 error of 5e-3. The shapes:
+ * a whisper-style front end (kernel 3, pads 1, stride 1 and 2), an STFT-style strided long kernel
+ * (1 channel, kernel 64, stride 32), asymmetric pads with dilation, a strided 1-tap kernel, batch 3. */
+KN_TEST(cuda_conv1d_columns_match_cpu) {
+    NEED_GPU();
+    static const struct {
+        int64_t x[3], m, k, stride, dil, pads[2];
+    } cases[] = {
+        {{1, 80, 300}, 96, 3, 1, 1, {1, 1}},  {{1, 96, 300}, 96, 3, 2, 1, {1, 1}}, {{2, 1, 4000}, 66, 64, 32, 1, {0, 0}},
+        {{3, 12, 77}, 20, 5, 1, 3, {4, 1}},   {{2, 16, 50}, 8, 1, 2, 1, {0, 0}},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        size_t size;
+        unsigned char *m = conv1d_one_model(cases[ci].x, cases[ci].m, cases[ci].k, cases[ci].stride, cases[ci].dil,
+                                            cases[ci].pads, &size);
+        kn_tensor *x = random_input(3, cases[ci].x, 31 + (uint32_t)ci);
+        kiln_session *ref = session_for(m, size, "cpu", NULL, 0);
+        kn_tensor *want = ref ? run1(ref, x) : NULL;
+        for (int columns = 1; want && columns >= 0; columns--) {
+            setenv("KILN_CUDA_CONV1D_COLUMNS", columns ? "1" : "0", 1);
+            char what[160];
+            for (int level = 0; level <= 3; level += 3) {
+                kiln_session *s = session_for(m, size, "cuda", NULL, level);
+                if (!s) continue;
+                kn_tensor *got = run1(s, x);
+                snprintf(what, sizeof what, "Conv1d [%lld,%lld,%lld] k%lld s%lld d%lld, %s, level %d",
+                         (long long)cases[ci].x[0], (long long)cases[ci].x[1], (long long)cases[ci].x[2],
+                         (long long)cases[ci].k, (long long)cases[ci].stride, (long long)cases[ci].dil,
+                         columns ? "columns" : "cuDNN", level);
+                close_enough(got, want, 1e-4, 1e-4, what);
+                kn_tensor_free(got);
+                kiln_session_destroy(s);
+            }
+            kiln_session_options *o;
+            kiln_session_options_create(&o);
+            kiln_session_options_set_opt_level(o, 3);
+            kiln_session_options_set_cache(o, 0, NULL);
+            const char *k[2] = {"precision", "activations"}, *v[2] = {"fp16", "half"};
+            kiln_session_options_append_provider(o, "cuda", k, v, 2);
+            kiln_session *half = NULL;
+            kiln_status st = kiln_session_create_from_memory(m, size, NULL, o, &half);
+            kiln_session_options_destroy(o);
+            CHECK_MSG(st == KILN_OK, "fp16 session: %s", kiln_last_error());
+            if (half) {
+                kn_tensor *got = run1(half, x);
+                double e = got ? rel_l2(got, want) : 1;
+                CHECK_MSG(e < 5e-3, "Conv1d case %zu (%s) in fp16, activations=half: relative L2 error %.3g", ci,
+                          columns ? "columns" : "cuDNN", e);
+                kn_tensor_free(got);
+                kiln_session_destroy(half);
+            }
+        }
+        unsetenv("KILN_CUDA_CONV1D_COLUMNS");
+        kn_tensor_free(want);
+        kiln_session_destroy(ref);
+        kn_tensor_free(x);
+        free(m);
+    }
+}
+
 /* LayerNormalization over rows of len (opset 17), with a scale and perhaps a bias */
 static unsigned char *layernorm_model(int64_t rows, int64_t len, bool bias, size_t *size) {
     tmb b;

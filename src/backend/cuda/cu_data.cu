@@ -348,6 +348,18 @@ template <typename E, typename I> __global__ void k_pieces(E *joined, I row, I n
     }
 }
 
+/* The columns of a 1-D convolution as a matrix: p[n][c][j][o] = x[n][c][o * stride + j * dil - pad],
+ * zero outside x; o (the output position) fastest, so writes coalesce and stride-1 reads do too. */
+template <typename E>
+__global__ void k_im2col_1d(const E *x, E *p, int64_t L, int64_t k, int64_t OL, int64_t stride,
+                            int64_t dil, int64_t pad, int64_t n) {
+    KNCU_LOOP(i, n) {
+        int64_t o = i % OL, r = i / OL, j = r % k, nc = r / k;
+        int64_t at = o * stride + j * dil - pad;
+        p[i] = at >= 0 && at < L ? x[nc * L + at] : E{};
+    }
+}
+
 } // namespace
 
 extern "C" {
@@ -467,6 +479,15 @@ cudaError_t kn_cu_pad(size_t esize, const void *x, void *y, int rank, const int6
     if (n == 0) return cudaSuccess;
     KNCU_DISPATCH_SIZE(esize, (k_pad<type_><<<grid_for(n, 256), 256, 0, s>>>((const type_ *)x, (type_ *)y, xd, yd,
                                                                                pb, mode, *(const type_ *)value, n)));
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cu_im2col_1d(size_t esize, const void *x, void *p, int64_t N, int64_t C, int64_t L, int64_t k,
+                            int64_t OL, int64_t stride, int64_t dil, int64_t pad, cudaStream_t s) {
+    int64_t n = N * C * k * OL;
+    if (n == 0) return cudaSuccess;
+    KNCU_DISPATCH_SIZE(esize, (k_im2col_1d<type_><<<grid_for(n, 256), 256, 0, s>>>((const type_ *)x, (type_ *)p, L, k,
+                                                                                   OL, stride, dil, pad, n)));
     return cudaGetLastError();
 }
 

@@ -606,6 +606,58 @@ static kiln_status run_pointwise(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom 
     return kn_cu_gemm_run(cu, c, &m);
 }
 
+/* KILN_CUDA_CONV1D_COLUMNS=0 leaves 1-D convolutions to cuDNN (to compare). */
+static bool columns_enabled(void) {
+    const char *v = getenv("KILN_CUDA_CONV1D_COLUMNS");
+    return !(v && !strcmp(v, "0"));
+}
+
+/* A 1-D convolution of one group over float types, whose columns fit in scratch (512 MB). */
+static bool columns_1d(const conv_geom *g, const kn_tensor *w) {
+    kiln_dtype dt = w->dtype;
+    if (g->nsp != 1 || g->nhwc || g->group != 1 || w->rank != 3 || w->dims[0] != g->cout || w->dims[1] != g->cin ||
+        w->dims[2] != g->k[0] || g->stride[0] < 1 || g->dil[0] < 1 ||
+        (dt != KILN_DTYPE_FLOAT && dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16 && dt != KILN_DTYPE_DOUBLE))
+        return false;
+    const double bytes = (double)g->n * (double)g->cin * (double)g->k[0] * (double)g->out[0] * kiln_dtype_size(dt);
+    return bytes <= 512.0 * 1024 * 1024;
+}
+
+/* A 1-D convolution as a matrix product per image: the input's columns gathered once,
+ * P_n [Cin*k, OL] (pads as zeros), then Y_n [Cout, OL] = W [Cout, Cin*k] P_n. cuDNN runs 1-D
+ * convolutions as 2-D ones of unit height, for which its legacy API offers no tensor-core
+ * algorithm in half precision: the whisper encoder's two front-end convolutions (80 -> 384 and
+ * 384 -> 384, kernel 3, 3000 positions) took 337 us on the H200 (implicit_convolve_sgemm), for
+ * 1.9 GFLOP that cuBLASLt's tensor cores do in a few microseconds. */
+static kiln_status run_columns_1d(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom *g) {
+    const kn_tensor *x = c->in[0], *w = c->in[1];
+    const size_t es = kiln_dtype_size(x->dtype);
+    const int64_t K = g->cin * g->k[0], OL = g->out[0];
+    const size_t p_bytes = (size_t)(g->n * K * OL) * es;
+    void *cols = NULL;
+    KN_TRY(kn_cu_scratch(cu, p_bytes ? p_bytes : 1, &cols));
+    kiln_status st = kn_cu_check(c, kn_cu_im2col_1d(es, x->data, cols, g->n, g->cin, g->in[0], g->k[0], OL,
+                                                    g->stride[0], g->dil[0], g->pb[0], cu->stream),
+                                 "Conv columns");
+    if (st == KILN_OK) {
+        kn_cu_gemm m;
+        memset(&m, 0, sizeof m);
+        m.dt = x->dtype;
+        m.M = g->cout, m.N = OL, m.K = K;
+        m.A = w->data, m.lda = K;
+        m.B = cols, m.ldb = OL;
+        m.C = c->out[0]->data, m.ldc = OL;
+        m.batch = g->n;
+        m.sa = 0; /* the weights, shared by every image */
+        m.sb = K * OL;
+        m.sc = g->cout * OL;
+        m.alpha = 1;
+        st = kn_cu_gemm_run(cu, c, &m);
+    }
+    kn_cu_scratch_free(cu, cols, p_bytes ? p_bytes : 1);
+    return st;
+}
+
 /* Whether the weights have the shape the geometry promises (the stand-in reads by it; cuDNN checks
  * for itself and reports a mismatch). */
 static bool standin_fits(const conv_geom *g, const kn_tensor *w) {
@@ -768,6 +820,11 @@ static kiln_status run_any(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, conv_e
     }
     if (!transpose && x->dtype == w->dtype && pointwise(&g, w) && kn_tensor_count(y) > 0) {
         KN_TRY(run_pointwise(cu, c, &g, ep));
+        return add_bias(cu, c, b, g.nhwc);
+    }
+    if (!transpose && x->dtype == w->dtype && columns_1d(&g, w) && kn_tensor_count(y) > 0 &&
+        columns_enabled()) {
+        KN_TRY(run_columns_1d(cu, c, &g));
         return add_bias(cu, c, b, g.nhwc);
     }
     if (!transpose && x->dtype == w->dtype && patchify(&g, w) && kn_tensor_count(y) > 0) {

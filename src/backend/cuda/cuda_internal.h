@@ -184,6 +184,9 @@ cudaError_t kn_cu_scatter_nd(kiln_dtype dt, void *y, const void *idx, const void
 /* pad modes: 0 constant, 1 reflect, 2 edge, 3 wrap */
 cudaError_t kn_cu_pad(size_t esize, const void *x, void *y, int rank, const int64_t *x_dims, const int64_t *y_dims,
                       const int64_t *pads_begin, int mode, const void *value, cudaStream_t s);
+/* a 1-D convolution's input columns, p [N, C, k, OL] (zero where the pads are): its product's B */
+cudaError_t kn_cu_im2col_1d(size_t esize, const void *x, void *p, int64_t N, int64_t C, int64_t L, int64_t k,
+                            int64_t OL, int64_t stride, int64_t dil, int64_t pad, cudaStream_t s);
 cudaError_t kn_cu_tile(size_t esize, const void *x, void *y, int rank, const int64_t *x_dims, const int64_t *y_dims,
                        cudaStream_t s);
 cudaError_t kn_cu_range(kiln_dtype dt, double start, double delta, int64_t istart, int64_t idelta, void *y, int64_t n,
