@@ -84,6 +84,15 @@ KN_TEST(nn_row_max_min_nan) {
     v[133] = NAN;
     CHECK(isnan(kn_nn_row_maxf(v, 200)));
     CHECK(isnan(kn_nn_row_minf(v, 200)));
+    v[133] = 0.0f;
+    /* a NaN anywhere (the vector blocks, the remainder) at every length */
+    for (int n = 1; n <= 100; n++)
+        for (int at = 0; at < n; at += 5) {
+            const float keep = v[at];
+            v[at] = NAN;
+            CHECK_MSG(isnan(kn_nn_row_maxf(v, n)) && isnan(kn_nn_row_minf(v, n)), "n %d, NaN at %d", n, at);
+            v[at] = keep;
+        }
 }
 
 /* ------------------------------------------------------------------ softmax */
@@ -109,6 +118,43 @@ KN_TEST(nn_softmax_large_values_do_not_overflow) {
     CHECK(isinf(y[3]) && y[3] < 0);
     kn_tensor_free(in);
     kn_tensor_free(out);
+}
+
+/* rows of every length from 1 to 80 (the vector kernels' blocks and remainders), with masked
+ * (-inf) entries and a wide range of values, Softmax and LogSoftmax against double precision */
+KN_TEST(nn_softmax_row_lengths_against_double) {
+    for (int n = 1; n <= 80; n++) {
+        int64_t d[] = {3, n};
+        float x[240];
+        for (int i = 0; i < 3 * n; i++) x[i] = (float)(((i * 7919) % 613) - 300) * 0.05f;
+        if (n > 1) x[n + n / 2] = -INFINITY; /* row 1 */
+        kn_tensor *in = tf(2, d, x), *out = tf(2, d, NULL);
+        for (int lg = 0; lg < 2; lg++) {
+            tnode t;
+            tn_init(&t, lg ? "LogSoftmax" : "Softmax", 13);
+            CHECK_STATUS(run_kernel(kn_cpu_softmax, &t, &in, 1, &out, 1), KILN_OK);
+            const float *y = out->data;
+            for (int r = 0; r < 3; r++) {
+                double m = -INFINITY, s = 0;
+                for (int i = 0; i < n; i++) m = fmax(m, x[r * n + i]);
+                for (int i = 0; i < n; i++) s += exp((double)x[r * n + i] - m);
+                for (int i = 0; i < n; i++) {
+                    const double xi = x[r * n + i];
+                    if (isinf(xi)) {
+                        CHECK_MSG(lg ? isinf(y[r * n + i]) : y[r * n + i] == 0.0f, "n %d: masked entry gives %g", n, y[r * n + i]);
+                        continue;
+                    }
+                    const double want = lg ? (xi - m) - log(s) : exp(xi - m) / s;
+                    /* x - max rounds to float: exp magnifies that by |x - max| */
+                    const double tol = lg ? 2e-6 * (1 + fabs(want)) : want * (1e-6 + 1.2e-7 * (m - xi)) + 1e-30;
+                    CHECK_MSG(fabs(y[r * n + i] - want) <= tol, "n %d row %d [%d]: %s %.9g, want %.9g", n, r, i,
+                              lg ? "log" : "", y[r * n + i], want);
+                }
+            }
+        }
+        kn_tensor_free(in);
+        kn_tensor_free(out);
+    }
 }
 
 KN_TEST(nn_softmax_opset11_coerces_to_2d) {

@@ -114,20 +114,33 @@ static void step(const kn_chain_step *s, int m, const float *restrict A, const f
     case KN_CHAIN_PRELU: BI(x < 0 ? y * x : x);
     case KN_CHAIN_ABS: UN(fabsf(x));
     case KN_CHAIN_NEG: UN(-x);
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+    /* vec_math.h's 8-lane forms, as the unfused operators run on this target (the scalar loops
+     * stay scalar here: their clamps are branches) */
+    case KN_CHAIN_EXP: KN_V8_MAP(o, A, m, kn_v8_exp); return;
+    case KN_CHAIN_ERF: KN_V8_MAP(o, A, m, kn_v8_erf); return;
+    case KN_CHAIN_TANH: KN_V8_MAP(o, A, m, kn_v8_tanh); return;
+#else
     case KN_CHAIN_EXP: UN(kn_ew_expf(x));
+#endif
     case KN_CHAIN_LOG: UN(kn_ew_logf(x));
     case KN_CHAIN_SQRT: kn_ew_sqrt_f32(m, o, A); return;
     case KN_CHAIN_RECIPROCAL: UN(1.0f / x);
     case KN_CHAIN_FLOOR: UN(floorf(x));
     case KN_CHAIN_CEIL: UN(ceilf(x));
+#if !(!defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__))
     case KN_CHAIN_ERF: UN(kn_ew_erff(x));
     case KN_CHAIN_TANH: UN(kn_ew_tanhf(x));
+#endif
     case KN_CHAIN_SIGMOID:
 #if defined(__AVX512F__)
         for (int i = 0; i < m; i += 16) {
             const __mmask16 k = kn_v16_tail(m - i);
             _mm512_mask_storeu_ps(o + i, k, kn_v16_sigmoid(_mm512_maskz_loadu_ps(k, A + i)));
         }
+        return;
+#elif defined(__AVX2__) && defined(__FMA__)
+        KN_V8_MAP(o, A, m, kn_v8_sigmoid);
         return;
 #else
         UN(kn_ew_sigmoidf(x));

@@ -43,7 +43,7 @@ static kiln_status softmax_geometry(kn_kernel_ctx *c, const kn_softmax_prm *p, c
 
 /* ---- float rows ---- */
 
-#if !defined(__AVX512F__)
+#if !defined(__AVX512F__) && !(defined(__AVX2__) && defined(__FMA__))
 /* y = exp(x - m); returns the sum (16 lanes, so exp and sum run in one vectorised pass) */
 static float row_exp_f32(const float *x, float *y, int64_t n, float m) {
     float acc[16] = {0};
@@ -137,6 +137,89 @@ static void row_softmax16(const float *x, float *y, int64_t n, int log) {
     }
 }
 
+#endif
+
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#define SM_V8 1
+/* row_softmax16 at 8 lanes (vec_math.h's kn_v8_exp_neg) for AVX2 targets: the compiler-vectorised
+ * loops below stay scalar there (kn_nn_expf's clamps are kept as branches: 10-13x ONNX Runtime's
+ * time on an AVX2 CPU). Tails through a buffer: the maximum's padded with -inf, the exponentials'
+ * lanes past the row zeroed. */
+static inline __m256 sm8_exp_neg(__m256 d) {
+    const __m256 under = _mm256_cmp_ps(d, _mm256_set1_ps(87.3365447505531f), _CMP_GT_OQ);
+    return _mm256_andnot_ps(under, kn_v8_exp_neg(d));
+}
+static inline __m256 sm8_part(const float *p, int64_t n, float fill) {
+    float b[8];
+    for (int l = 0; l < 8; l++) b[l] = l < n ? p[l] : fill;
+    return _mm256_loadu_ps(b);
+}
+static inline float sm8_hmax(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+static inline float sm8_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+static void row_softmax8(const float *x, float *y, int64_t n, int log) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    /* four running maxima: one chain of dependent vmaxps would run at its latency */
+    __m256 m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+        m2 = _mm256_max_ps(_mm256_loadu_ps(x + i + 16), m2);
+        m3 = _mm256_max_ps(_mm256_loadu_ps(x + i + 24), m3);
+    }
+    for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+    if (i < n) m0 = _mm256_max_ps(sm8_part(x + i, n - i, -INFINITY), m0);
+    const float m = sm8_hmax(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+    const __m256 mm = _mm256_set1_ps(m);
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+    i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 e0 = sm8_exp_neg(_mm256_sub_ps(mm, _mm256_loadu_ps(x + i)));
+        const __m256 e1 = sm8_exp_neg(_mm256_sub_ps(mm, _mm256_loadu_ps(x + i + 8)));
+        s0 = _mm256_add_ps(s0, e0);
+        s1 = _mm256_add_ps(s1, e1);
+        if (!log) {
+            _mm256_storeu_ps(y + i, e0);
+            _mm256_storeu_ps(y + i + 8, e1);
+        }
+    }
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = sm8_exp_neg(_mm256_sub_ps(mm, _mm256_loadu_ps(x + i)));
+        s0 = _mm256_add_ps(s0, e);
+        if (!log) _mm256_storeu_ps(y + i, e);
+    }
+    if (i < n) {
+        const __m256 live = _mm256_castsi256_ps(
+            _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+        const __m256 e = _mm256_and_ps(live, sm8_exp_neg(_mm256_sub_ps(mm, sm8_part(x + i, n - i, 0.0f))));
+        s0 = _mm256_add_ps(s0, e);
+        if (!log) kn_v8_store_part(y + i, n - i, e);
+    }
+    const float s = sm8_hsum(_mm256_add_ps(s0, s1));
+    i = 0;
+    if (log) {
+        const __m256 ls = _mm256_set1_ps(logf(s));
+        /* (x - m) first: exact near the maximum even for large x */
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), mm), ls));
+        if (i < n) kn_v8_store_part(y + i, n - i, _mm256_sub_ps(_mm256_sub_ps(kn_v8_load_part(x + i, n - i), mm), ls));
+    } else {
+        const __m256 inv = _mm256_set1_ps(1.0f / s);
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), inv));
+        if (i < n) kn_v8_store_part(y + i, n - i, _mm256_mul_ps(kn_v8_load_part(y + i, n - i), inv));
+    }
+}
+#endif
+
+#if defined(__AVX512F__) || defined(SM_V8)
 /* float16 rows: each row converted to float (kn_ew_f16_to_f32: vcvtph2ps) into a scratch row,
  * the float row computed, converted back rounding to nearest even (kn_ew_f32_to_f16); no whole-tensor copies in
  * float (which took 30x ONNX Runtime's time on 64 x 4096 through the scalar conversions). */
@@ -153,7 +236,7 @@ static void softmax_rows_f16(void *arg, int64_t b, int64_t e) {
         const uint16_t *xh = j->xh + r * n;
         uint16_t *yh = j->yh + r * n;
         kn_ew_f16_to_f32(xh, xf, n);
-        row_softmax16(xf, yf, n, j->log);
+        kn_softmax_row_f32(xf, yf, n, j->log);
         kn_ew_f32_to_f16(yf, yh, n);
     }
     free(buf);
@@ -228,6 +311,8 @@ void kn_softmax_rows_f32(float *x, int64_t rows, int64_t n, int64_t ld) {
 void kn_softmax_row_f32(const float *x, float *y, int64_t n, bool take_log) {
 #if defined(__AVX512F__)
     row_softmax16(x, y, n, take_log);
+#elif defined(SM_V8)
+    row_softmax8(x, y, n, take_log);
 #else
     float m = kn_nn_row_maxf(x, n);
     float s = row_exp_f32(x, y, n, m);
@@ -318,7 +403,7 @@ kiln_status kn_cpu_softmax(kn_kernel_ctx *c) {
         kn_parallel_for(c->pool, outer * inner, grain, softmax_f64, &j);
         return KILN_OK;
     }
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(SM_V8)
     if (x->dtype == KILN_DTYPE_FLOAT16 && y->dtype == KILN_DTYPE_FLOAT16 && inner == 1) {
         j.xh = x->data;
         j.yh = y->data;

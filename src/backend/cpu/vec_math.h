@@ -4,8 +4,8 @@
  * cost.
  * Accuracy: a few ulp against double (measured on every float: sigmoid 2.4 ulp, SiLU 2.9 ulp); NaN
  * stays NaN.
- * Only with __AVX512F__; callers keep their scalar loop for other targets and for tails they
- * prefer not to mask. */
+ * With __AVX512F__ (kn_v16_*) or AVX2 + FMA (kn_v8_*, the same functions at 8 lanes, below);
+ * callers keep their scalar loop for other targets and for tails they prefer not to mask. */
 #ifndef KN_CPU_VEC_MATH_H
 #define KN_CPU_VEC_MATH_H
 
@@ -297,6 +297,236 @@ static inline void kn_v16_silu_inplace(float *p, int64_t n) {
         _mm512_mask_storeu_ps(p + i, m, kn_v16_silu(_mm512_maskz_loadu_ps(m, p + i)));
     }
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+/* The same functions at 8 lanes for AVX2 + FMA targets (no AVX-512): the same polynomials, the
+ * same operations in the same order, so the same results as the 16-lane forms, except where
+ * AVX-512 has an instruction AVX2 lacks:
+ *   - vscalefps (p 2^n, one rounding) is two multiplications by normal powers of two,
+ *     2^(n - floor(n/2)) and 2^floor(n/2): the first is exact (p is near 1 and |n| <= 150), so
+ *     the product is rounded once, subnormal results included: the same result;
+ *   - vrcp14ps + a Newton step (erfc's 1 / (1 + z/2)) is a division (as the scalar kernel):
+ *     correctly rounded rather than within 2^-28;
+ *   - lane masks are vectors of all-ones lanes (vcmpps), blends vblendvps.
+ * Without these the AVX2 build ran the scalar loops (the compiler keeps their clamps as branches):
+ * Tanh, Erf, Gelu and Softmax took 10-13x ONNX Runtime's time on an AVX2-only CPU. */
+#include <immintrin.h>
+#include <string.h>
+
+static inline __m256 kn_v8_abs(__m256 x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
+static inline __m256 kn_v8_round(__m256 x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+/* p 2^n for integral n (a float) in [-150, 129] and p in [0.5, 2] (or NaN): one rounding */
+static inline __m256 kn_v8_scale(__m256 p, __m256 n) {
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const __m256 f1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    const __m256 f2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, f2), f1);
+}
+static inline int kn_v8_bits(__m256 m) { return _mm256_movemask_ps(m); }
+
+/* kn_v16_exp_neg at 8 lanes */
+static inline __m256 kn_v8_exp_neg(__m256 x) {
+    x = _mm256_max_ps(_mm256_set1_ps(-88.7f), x);
+    x = _mm256_min_ps(_mm256_set1_ps(87.3f), x);
+    const __m256 n = kn_v8_round(_mm256_mul_ps(x, _mm256_set1_ps(-1.44269504088896341f)));
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(-1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(-1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(-1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    return kn_v8_scale(p, n);
+}
+
+/* kn_v16_exp at 8 lanes */
+static inline __m256 kn_v8_exp(__m256 x) {
+    x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);
+    x = _mm256_min_ps(_mm256_set1_ps(89.0f), x);
+    const __m256 n = kn_v8_round(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(8.312495425e-03f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.189033434e-02f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.666711569e-01f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.999923110e-01f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    return kn_v8_scale(p, n);
+}
+
+/* kn_v16_tanh at 8 lanes */
+static inline __m256 kn_v8_tanh(__m256 x) {
+    const __m256 c = _mm256_set1_ps(7.90531110763549805f);
+    const __m256 big = _mm256_cmp_ps(kn_v8_abs(x), c, _CMP_GT_OQ);
+    const __m256 sign_one = _mm256_or_ps(_mm256_and_ps(x, _mm256_set1_ps(-0.0f)), _mm256_set1_ps(1.0f));
+    x = _mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), c), x);
+    x = _mm256_min_ps(c, x);
+    const __m256 x2 = _mm256_mul_ps(x, x);
+    __m256 p = _mm256_set1_ps(-2.76076847742355e-16f);
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(2.00018790482477e-13f));
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-8.60467152213735e-11f));
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(5.12229709037114e-08f));
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(1.48572235717979e-05f));
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(6.37261928875436e-04f));
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(4.89352455891786e-03f));
+    p = _mm256_mul_ps(p, x);
+    __m256 q = _mm256_set1_ps(1.19825839466702e-06f);
+    q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(1.18534705686654e-04f));
+    q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(2.26843463243900e-03f));
+    q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(4.89352518554385e-03f));
+    return _mm256_blendv_ps(_mm256_div_ps(p, q), sign_one, big);
+}
+
+/* kn_v16_erfc_big_zz at 8 lanes (1 / (1 + z/2) by a division) */
+static inline __m256 kn_v8_erfc_big_zz(__m256 z, __m256 zz, __m256 zz_err) {
+    const __m256 d = _mm256_fmadd_ps(_mm256_set1_ps(0.5f), z, _mm256_set1_ps(1.0f));
+    const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f), d);
+    __m256 p = _mm256_set1_ps(-0.06221897719239693f);
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.3068335952751246f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.5409791232182688f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.3438449109991216f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.07327800652558988f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.22288953791938423f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.23772982255294986f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.283223532480251f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.2820143514707887f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(2.5065902964891325e-06f));
+    const __m256 e = kn_v8_exp(_mm256_sub_ps(_mm256_setzero_ps(), zz));
+    return _mm256_mul_ps(_mm256_mul_ps(e, _mm256_sub_ps(_mm256_set1_ps(1.0f), zz_err)), p);
+}
+
+static inline __m256 kn_v8_erf_p(__m256 s) {
+    __m256 p = _mm256_set1_ps(-5.991075304e-04f);
+    p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(4.993232433e-03f));
+    p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(-2.676666155e-02f));
+    p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(1.128181815e-01f));
+    p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(-3.761249483e-01f));
+    return _mm256_fmadd_ps(p, s, _mm256_set1_ps(1.128379107e+00f));
+}
+static inline __m256 kn_v8_erfc_q(__m256 z) {
+    __m256 q = _mm256_set1_ps(-1.429727035e-05f);
+    q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(3.345998994e-04f));
+    q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(-3.559322096e-03f));
+    q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(2.309718356e-02f));
+    q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(-1.043912321e-01f));
+    q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(-6.376895308e-01f));
+    q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(-1.126911402e+00f));
+    return _mm256_fmadd_ps(q, z, _mm256_set1_ps(-4.712523951e-04f));
+}
+
+/* kn_v16_erf at 8 lanes */
+static inline __m256 kn_v8_erf(__m256 x) {
+    const __m256 a = kn_v8_abs(x);
+    const __m256 small = _mm256_cmp_ps(a, _mm256_set1_ps(0.921875f), _CMP_LT_OQ);
+    const int sm = kn_v8_bits(small);
+    __m256 r = _mm256_setzero_ps();
+    if (sm) r = _mm256_mul_ps(x, kn_v8_erf_p(_mm256_mul_ps(x, x)));
+    if (sm != 0xFF) {
+        const __m256 q = kn_v8_erfc_q(_mm256_min_ps(_mm256_set1_ps(3.925f), a));
+        __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f), kn_v8_exp(q));
+        big = _mm256_or_ps(big, _mm256_and_ps(x, _mm256_set1_ps(-0.0f)));
+        r = _mm256_blendv_ps(big, r, small);
+    }
+    return r;
+}
+
+/* kn_v16_gelu_erf at 8 lanes */
+static inline __m256 kn_v8_gelu_erf(__m256 x) {
+    const __m256 z = _mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f));
+    const __m256 a = kn_v8_abs(z);
+    const __m256 small = _mm256_cmp_ps(a, _mm256_set1_ps(0.921875f), _CMP_LT_OQ);
+    const int sm = kn_v8_bits(small);
+    __m256 ope = _mm256_setzero_ps(); /* 1 + erf(z) */
+    if (sm) ope = _mm256_fmadd_ps(z, kn_v8_erf_p(_mm256_mul_ps(z, z)), _mm256_set1_ps(1.0f));
+    if (sm != 0xFF) {
+        const __m256 e = kn_v8_exp(kn_v8_erfc_q(_mm256_min_ps(_mm256_set1_ps(3.925f), a)));
+        const __m256 pos = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_GT_OQ);
+        __m256 big = _mm256_blendv_ps(e, _mm256_sub_ps(_mm256_set1_ps(2.0f), e), pos);
+        const __m256 deep = _mm256_cmp_ps(z, _mm256_set1_ps(-2.5f), _CMP_LT_OQ);
+        if (kn_v8_bits(deep)) {
+            const __m256 ax = kn_v8_abs(x);
+            const __m256 xc = _mm256_min_ps(_mm256_set1_ps(14.1421356f), ax);
+            const __m256 xx = _mm256_mul_ps(xc, xc);
+            const __m256 half = _mm256_set1_ps(0.5f);
+            __m256 ec = kn_v8_erfc_big_zz(_mm256_mul_ps(xc, _mm256_set1_ps(0.70710678118654752f)),
+                                          _mm256_mul_ps(half, xx), _mm256_mul_ps(half, _mm256_fmsub_ps(xc, xc, xx)));
+            ec = _mm256_blendv_ps(ec, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-14.1421356f), _CMP_LT_OQ));
+            big = _mm256_blendv_ps(big, ec, deep);
+        }
+        ope = _mm256_blendv_ps(big, ope, small);
+    }
+    return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), ope);
+}
+
+/* kn_v16_expm1_reduced at 8 lanes */
+static inline __m256 kn_v8_expm1_reduced(__m256 z, __m256 *n_out) {
+    const __m256 n = kn_v8_round(_mm256_mul_ps(z, _mm256_set1_ps(1.44269504088896341f)));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), z);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.3814534759e-03f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3687454462e-03f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1668392718e-02f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666521132e-01f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.9999994040e-01f));
+    *n_out = n;
+    return _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+}
+
+/* kn_v16_sigmoid at 8 lanes */
+static inline __m256 kn_v8_sigmoid(__m256 x) {
+    x = _mm256_max_ps(_mm256_set1_ps(-88.7f), x);
+    x = _mm256_min_ps(_mm256_set1_ps(87.3f), x);
+    __m256 n;
+    const __m256 t = kn_v8_expm1_reduced(_mm256_sub_ps(_mm256_setzero_ps(), x), &n);
+    const __m256 h = kn_v8_scale(_mm256_set1_ps(0.5f), n);
+    const __m256 d = _mm256_fmadd_ps(h, t, _mm256_add_ps(h, _mm256_set1_ps(0.5f)));
+    return _mm256_div_ps(_mm256_set1_ps(0.5f), d);
+}
+
+/* kn_v16_gelu_tanh at 8 lanes */
+static inline __m256 kn_v8_gelu_tanh(__m256 x) {
+    const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+    const __m256 u2 = _mm256_mul_ps(_mm256_set1_ps(2.0f * 0.79788456080286536f),
+                                    _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
+    const __m256 y = _mm256_mul_ps(x, kn_v8_sigmoid(u2));
+    return _mm256_blendv_ps(y, _mm256_mul_ps(x, _mm256_setzero_ps()),
+                            _mm256_cmp_ps(x, _mm256_set1_ps(-10.0f), _CMP_LT_OQ));
+}
+
+static inline __m256 kn_v8_silu(__m256 x) { return _mm256_mul_ps(x, kn_v8_sigmoid(x)); }
+
+/* the first n (< 8) floats at p, zero above / stored to p */
+static inline __m256 kn_v8_load_part(const float *p, int64_t n) {
+    float b[8] = {0};
+    memcpy(b, p, (size_t)n * sizeof(float));
+    return _mm256_loadu_ps(b);
+}
+static inline void kn_v8_store_part(float *p, int64_t n, __m256 v) {
+    float b[8];
+    _mm256_storeu_ps(b, v);
+    memcpy(p, b, (size_t)n * sizeof(float));
+}
+
+/* o[i] = VFN(x[i]) for i < n (o may be x): whole vectors, then the tail through a buffer */
+#define KN_V8_MAP(o, x, n, VFN)                                                                    \
+    do {                                                                                           \
+        float *kn_map_o = (o);                                                                     \
+        const float *kn_map_x = (x);                                                               \
+        const int64_t kn_map_n = (n);                                                              \
+        int64_t kn_map_i = 0;                                                                      \
+        for (; kn_map_i + 8 <= kn_map_n; kn_map_i += 8)                                            \
+            _mm256_storeu_ps(kn_map_o + kn_map_i, VFN(_mm256_loadu_ps(kn_map_x + kn_map_i)));      \
+        if (kn_map_i < kn_map_n)                                                                   \
+            kn_v8_store_part(kn_map_o + kn_map_i, kn_map_n - kn_map_i,                             \
+                             VFN(kn_v8_load_part(kn_map_x + kn_map_i, kn_map_n - kn_map_i)));      \
+    } while (0)
+
+static inline void kn_v8_sigmoid_inplace(float *p, int64_t n) { KN_V8_MAP(p, p, n, kn_v8_sigmoid); }
+static inline void kn_v8_silu_inplace(float *p, int64_t n) { KN_V8_MAP(p, p, n, kn_v8_silu); }
 #endif
 
 #endif
