@@ -157,6 +157,46 @@ KN_TEST(nn_softmax_row_lengths_against_double) {
     }
 }
 
+/* Softmax over a middle axis ([2, n, inner], axis 1): inner widths around the vector width and
+ * above the kernel's 256-column chunks, a masked entry, against double precision */
+KN_TEST(nn_softmax_middle_axis_against_double) {
+    static const int inners[] = {1, 3, 8, 13, 300};
+    static float x[2 * 5 * 300];
+    for (int q = 0; q < 5; q++) {
+        const int n = 5, inner = inners[q], cnt = 2 * n * inner;
+        int64_t d[] = {2, n, inner};
+        for (int i = 0; i < cnt; i++) x[i] = (float)(((i * 7919) % 613) - 300) * 0.05f;
+        x[inner + inner / 2] = -INFINITY;
+        kn_tensor *in = tf(3, d, x), *out = tf(3, d, NULL);
+        for (int lg = 0; lg < 2; lg++) {
+            tnode t;
+            tn_init(&t, lg ? "LogSoftmax" : "Softmax", 13);
+            tn_int(&t, "axis", 1);
+            CHECK_STATUS(run_kernel(kn_cpu_softmax, &t, &in, 1, &out, 1), KILN_OK);
+            const float *y = out->data;
+            for (int o = 0; o < 2; o++)
+                for (int i = 0; i < inner; i++) {
+                    double m = -INFINITY, s = 0;
+                    for (int r = 0; r < n; r++) m = fmax(m, x[(o * n + r) * inner + i]);
+                    for (int r = 0; r < n; r++) s += exp((double)x[(o * n + r) * inner + i] - m);
+                    for (int r = 0; r < n; r++) {
+                        const int at = (o * n + r) * inner + i;
+                        const double xi = x[at];
+                        if (isinf(xi)) {
+                            CHECK_MSG(lg ? isinf(y[at]) : y[at] == 0.0f, "inner %d: masked entry gives %g", inner, y[at]);
+                            continue;
+                        }
+                        const double want = lg ? (xi - m) - log(s) : exp(xi - m) / s;
+                        const double tol = lg ? 2e-6 * (1 + fabs(want)) : want * (1e-6 + 1.2e-7 * (m - xi)) + 1e-30;
+                        CHECK_MSG(fabs(y[at] - want) <= tol, "inner %d [%d]: %.9g, want %.9g", inner, at, y[at], want);
+                    }
+                }
+        }
+        kn_tensor_free(in);
+        kn_tensor_free(out);
+    }
+}
+
 KN_TEST(nn_softmax_opset11_coerces_to_2d) {
     /* opset < 13: axis 1 of [2, 2, 3] normalises over the last 6 elements together */
     int64_t d[] = {2, 2, 3};

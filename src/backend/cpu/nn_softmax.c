@@ -346,12 +346,31 @@ static void softmax_strided_f32(void *arg, int64_t b, int64_t e) {
         for (int64_t i = 0; i < len; i++) m[i] = -INFINITY, s[i] = 0;
         for (int64_t r = 0; r < n; r++)
             for (int64_t i = 0; i < len; i++) m[i] = x[r * inner + i] > m[i] ? x[r * inner + i] : m[i];
+#if defined(SM_V8)
+        /* 8 columns at a time (the scalar loop below stays scalar on this target) */
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t i = 0; i < len; i += 8) {
+                const int64_t k = len - i < 8 ? len - i : 8;
+                const float *xr = x + r * inner + i;
+                float *yr = y + r * inner + i;
+                if (k == 8) {
+                    const __m256 e = sm8_exp_neg(_mm256_sub_ps(_mm256_loadu_ps(m + i), _mm256_loadu_ps(xr)));
+                    _mm256_storeu_ps(yr, e);
+                    _mm256_storeu_ps(s + i, _mm256_add_ps(_mm256_loadu_ps(s + i), e));
+                } else {
+                    const __m256 e = sm8_exp_neg(_mm256_sub_ps(kn_v8_load_part(m + i, k), kn_v8_load_part(xr, k)));
+                    kn_v8_store_part(yr, k, e);
+                    kn_v8_store_part(s + i, k, _mm256_add_ps(kn_v8_load_part(s + i, k), e));
+                }
+            }
+#else
         for (int64_t r = 0; r < n; r++)
             for (int64_t i = 0; i < len; i++) {
                 float v = kn_nn_expf(x[r * inner + i] - m[i]);
                 y[r * inner + i] = v;
                 s[i] += v;
             }
+#endif
         if (j->log) {
             for (int64_t i = 0; i < len; i++) s[i] = logf(s[i]);
             for (int64_t r = 0; r < n; r++)
