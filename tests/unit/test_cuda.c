@@ -248,6 +248,21 @@ static double rel_l2(const kn_tensor *got, const kn_tensor *want) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* A CUDA session at level 3 with precision fp16 and activations=half (tensors in float16). */
+static kiln_session *half_session(const unsigned char *m, size_t size) {
+    kiln_session_options *o;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_opt_level(o, 3);
+    kiln_session_options_set_cache(o, 0, NULL);
+    const char *k[2] = {"precision", "activations"}, *v[2] = {"fp16", "half"};
+    kiln_session_options_append_provider(o, "cuda", k, v, 2);
+    kiln_session *s = NULL;
+    kiln_status st = kiln_session_create_from_memory(m, size, NULL, o, &s);
+    kiln_session_options_destroy(o);
+    CHECK_MSG(st == KILN_OK, "fp16 session: %s", kiln_last_error());
+    return s;
+}
+
 /* 1-D convolutions run as a matrix product over the input's gathered columns (cuda_conv.c,
  * run_columns_1d), and with KILN_CUDA_CONV1D_COLUMNS=0 through cuDNN: both against the CPU, fp32 at
  * levels 0 and 3, and fp16 with activations=half within a relative L2 error of 5e-3. The shapes:
@@ -283,16 +298,7 @@ KN_TEST(cuda_conv1d_columns_match_cpu) {
                 kn_tensor_free(got);
                 kiln_session_destroy(s);
             }
-            kiln_session_options *o;
-            kiln_session_options_create(&o);
-            kiln_session_options_set_opt_level(o, 3);
-            kiln_session_options_set_cache(o, 0, NULL);
-            const char *k[2] = {"precision", "activations"}, *v[2] = {"fp16", "half"};
-            kiln_session_options_append_provider(o, "cuda", k, v, 2);
-            kiln_session *half = NULL;
-            kiln_status st = kiln_session_create_from_memory(m, size, NULL, o, &half);
-            kiln_session_options_destroy(o);
-            CHECK_MSG(st == KILN_OK, "fp16 session: %s", kiln_last_error());
+            kiln_session *half = half_session(m, size);
             if (half) {
                 kn_tensor *got = run1(half, x);
                 double e = got ? rel_l2(got, want) : 1;
@@ -305,6 +311,52 @@ KN_TEST(cuda_conv1d_columns_match_cpu) {
         unsetenv("KILN_CUDA_CONV1D_COLUMNS");
         kn_tensor_free(want);
         kiln_session_destroy(ref);
+        kn_tensor_free(x);
+        free(m);
+    }
+}
+
+/* Elementwise operators that level 3 fuses into one kiln.FusedElementwise (an interpreted chain on
+ * CUDA, its registers in shared memory): Sub(Sigmoid(Mul(Add(X, B), S)), C) with B [16, 1] and C
+ * [40] broadcast along different dims (strided inputs), S one value; X [N, 16, 40] for a small and
+ * a large N. Against the CPU at every level in fp32, and in float16 (activations=half). */
+static unsigned char *chain_model(int64_t n, size_t *size) {
+    tmb b;
+    tmb_init(&b, 17);
+    int64_t xd[3] = {n, 16, 40}, bd[2] = {16, 1}, cd[1] = {40}, sd[1] = {1};
+    int x = tmb_input(&b, "X", KILN_DTYPE_FLOAT, 3, xd, NULL);
+    int bb = tmb_const(&b, "B", 2, bd, 1.0f), sc = tmb_const(&b, "S", 1, sd, 2.0f), cc = tmb_const(&b, "C", 1, cd, 0.5f);
+    int t1 = tmb_value(&b, "T1"), t2 = tmb_value(&b, "T2"), t3 = tmb_value(&b, "T3"), y = tmb_value(&b, "Y");
+    int i1[2] = {x, bb}, i2[2] = {t1, sc}, i3[1] = {t2}, i4[2] = {t3, cc};
+    tmb_node(&b, "Add", i1, 2, t1);
+    tmb_node(&b, "Mul", i2, 2, t2);
+    tmb_node(&b, "Sigmoid", i3, 1, t3);
+    tmb_node(&b, "Sub", i4, 2, y);
+    tmb_output(&b, y);
+    return tmb_finish(&b, size);
+}
+
+KN_TEST(cuda_elementwise_chain_matches_cpu) {
+    NEED_GPU();
+    static const int64_t batches[2] = {3, 4099};
+    for (int k = 0; k < 2; k++) {
+        size_t size;
+        unsigned char *m = chain_model(batches[k], &size);
+        int64_t xd[3] = {batches[k], 16, 40};
+        kn_tensor *x = random_input(3, xd, 41 + k);
+        char what[96];
+        snprintf(what, sizeof what, "Sub(Sigmoid(Mul(Add(X, B), S)), C), X [%lld, 16, 40]", (long long)batches[k]);
+        compare_levels(m, size, x, what);
+        kiln_session *ref = session_for(m, size, "cpu", NULL, 0), *half = half_session(m, size);
+        if (ref && half) {
+            kn_tensor *want = run1(ref, x), *got = run1(half, x);
+            snprintf(what + strlen(what), sizeof what - strlen(what), " in float16");
+            close_enough(got, want, 4e-3, 4e-3, what);
+            kn_tensor_free(want);
+            kn_tensor_free(got);
+        }
+        kiln_session_destroy(ref);
+        kiln_session_destroy(half);
         kn_tensor_free(x);
         free(m);
     }

@@ -511,45 +511,50 @@ __global__ void k_epilogue_vec(T *y, const T *bias, int32_t n_bias, int32_t cols
 
 // ---------------------------------------------------------------- chains (kiln.FusedElementwise)
 
-// Registers live in a small local array indexed at run time; the step loop and its switch are
-// uniform across the grid, so no warp diverges. An interpreter rather than code generated per
-// chain: no runtime compilation on a session's start path, and a chain is bound by memory traffic,
-// which the interpreter already cuts to one read per input and one write.
-template <typename T> __global__ void k_chain(const kn_cu_chain p, T *y, int64_t n) {
-    constexpr int R = KN_CU_CHAIN_INPUTS + KN_CU_CHAIN_CONSTS + KN_CU_CHAIN_STEPS;
-    KNCU_LOOP(i, n) {
-        float r[R];
+// The chain's registers live in shared memory, one column per thread (register k of thread t at
+// k * blockDim.x + t: no bank conflicts), since they are indexed at run time: as a local array
+// they were per-thread stack that 256 threads a block spilled out of L1 (BERT-base's embedding
+// sum, [32, 128, 768] half, took 71 us on the H200). The step loop and its switch are uniform
+// across the grid, so no warp diverges. An interpreter rather than code generated per chain: no
+// runtime compilation on a session's start path, and a chain is bound by memory traffic, which
+// the interpreter cuts to one read per input and one write. I: the index type, 32 bits wherever
+// every offset fits (64-bit division is several times the cost).
+template <typename T, typename I> __global__ void k_chain(const kn_cu_chain p, T *y, I n) {
+    extern __shared__ float chain_regs[];
+    float *r = chain_regs + threadIdx.x;
+    const int B = blockDim.x;
+    for (int k = 0; k < p.n_consts; k++) r[(p.n_inputs + k) * B] = p.consts[k];
+    const int at = p.n_inputs + p.n_consts;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (I)blockDim.x * gridDim.x) {
         if (!p.any_strided) {
             for (int k = 0; k < p.n_inputs; k++)
-                r[k] = ld(((const T *)p.in[k])[p.mode[k] == KN_CU_CHAIN_SCALAR ? 0 : i]);
+                r[k * B] = ld(((const T *)p.in[k])[p.mode[k] == KN_CU_CHAIN_SCALAR ? 0 : i]);
         } else {
-            int64_t off[KN_CU_CHAIN_INPUTS];
+            I off[KN_CU_CHAIN_INPUTS];
             for (int k = 0; k < p.n_inputs; k++) off[k] = 0;
-            int64_t rest = i;
+            I rest = i;
             for (int d = p.rank - 1; d >= 0; d--) {
-                int64_t c = rest % p.dims[d];
-                rest /= p.dims[d];
-                for (int k = 0; k < p.n_inputs; k++) off[k] += c * p.strides[k][d];
+                const I c = rest % (I)p.dims[d];
+                rest /= (I)p.dims[d];
+                for (int k = 0; k < p.n_inputs; k++) off[k] += c * (I)p.strides[k][d];
             }
             for (int k = 0; k < p.n_inputs; k++) {
-                int64_t at = p.mode[k] == KN_CU_CHAIN_SCALAR ? 0 : p.mode[k] == KN_CU_CHAIN_CONTIGUOUS ? i : off[k];
-                r[k] = ld(((const T *)p.in[k])[at]);
+                I o = p.mode[k] == KN_CU_CHAIN_SCALAR ? 0 : p.mode[k] == KN_CU_CHAIN_CONTIGUOUS ? i : off[k];
+                r[k * B] = ld(((const T *)p.in[k])[o]);
             }
         }
-        for (int k = 0; k < p.n_consts; k++) r[p.n_inputs + k] = p.consts[k];
-        int at = p.n_inputs + p.n_consts;
         for (int t = 0; t < p.n_steps; t++) {
             const kn_cu_chain_step &s = p.steps[t];
-            float a = r[s.a], v;
+            float a = r[s.a * B], v;
             if (s.kind == 0) v = funary<float>(s.op, a, s.p0, s.p1);
-            else if (s.kind == 1) v = fbinary<float>(s.op, a, r[s.b]);
+            else if (s.kind == 1) v = fbinary<float>(s.op, a, r[s.b * B]);
             else {
                 v = a < s.p0 ? s.p0 : a;
                 v = v > s.p1 ? s.p1 : v;
             }
-            r[at + t] = v;
+            r[(at + t) * B] = v;
         }
-        y[i] = st<T>(r[at + p.n_steps - 1]);
+        y[i] = st<T>(r[(at + p.n_steps - 1) * B]);
     }
 }
 
@@ -762,13 +767,26 @@ cudaError_t kn_cu_bias_act(kiln_dtype dt, void *y, const void *bias, int64_t row
 
 cudaError_t kn_cu_chain_run(kiln_dtype dt, const kn_cu_chain *c, void *y, int64_t n, cudaStream_t s) {
     if (n == 0) return cudaSuccess;
-    unsigned g = grid_for(n, 256);
+    const int threads = 128;
+    const size_t smem = (size_t)(c->n_inputs + c->n_consts + c->n_steps) * threads * sizeof(float);
+    bool narrow = n < INT32_MAX; /* every input's offsets fit 32 bits too */
+    for (int k = 0; k < c->n_inputs && narrow; k++) {
+        int64_t last = 0;
+        for (int d = 0; d < c->rank; d++) last += (c->dims[d] - 1) * c->strides[k][d];
+        narrow = c->mode[k] != KN_CU_CHAIN_STRIDED || (last >= 0 && last < INT32_MAX);
+        for (int d = 0; d < c->rank; d++) narrow &= c->strides[k][d] >= 0;
+    }
+    unsigned g = grid_for(n, threads);
+#define KN_CHAIN_LAUNCH(T)                                                                                   \
+    (narrow ? k_chain<T, int32_t><<<g, threads, smem, s>>>(*c, (T *)y, (int32_t)n)                          \
+            : k_chain<T, int64_t><<<g, threads, smem, s>>>(*c, (T *)y, n))
     switch (dt) {
-    case KILN_DTYPE_FLOAT: k_chain<float><<<g, 256, 0, s>>>(*c, (float *)y, n); break;
-    case KILN_DTYPE_FLOAT16: k_chain<f16><<<g, 256, 0, s>>>(*c, (f16 *)y, n); break;
-    case KILN_DTYPE_BFLOAT16: k_chain<bf16><<<g, 256, 0, s>>>(*c, (bf16 *)y, n); break;
+    case KILN_DTYPE_FLOAT: KN_CHAIN_LAUNCH(float); break;
+    case KILN_DTYPE_FLOAT16: KN_CHAIN_LAUNCH(f16); break;
+    case KILN_DTYPE_BFLOAT16: KN_CHAIN_LAUNCH(bf16); break;
     default: return cudaErrorNotSupported;
     }
+#undef KN_CHAIN_LAUNCH
     return cudaGetLastError();
 }
 
