@@ -101,3 +101,47 @@ KN_TEST(cuda_pool_channels_last_matches_cpu) {
                 om_compare(&o, half ? 4e-3 : 1e-5, half ? 2e-3 : 1e-6, what);
             }
 }
+
+/* The copies into and out of a channels-last region: Transpose to NHWC of a few-channel input
+ * (3 colour planes, and 1, 5 and 7 channels: the narrow copy, a thread per position) and of a wide
+ * one (the 32x32 tiles), float32 and float16; and Cast between float32 and the half types over
+ * lengths with and without a tail past a multiple of four (the four-element cast). Exact copies, so
+ * compared exactly. */
+KN_TEST(cuda_transpose_narrow_and_cast_match_cpu) {
+    NEED_GPU();
+    static const int64_t shapes[][4] = {{2, 3, 37, 41}, {1, 1, 20, 30}, {3, 5, 16, 17}, {2, 7, 9, 40}, {2, 64, 9, 10}};
+    static const kiln_dtype types[] = {KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT16};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            onemodel o;
+            om_init(&o, 17);
+            int in[1] = {om_input(&o, "X", types[t], 4, shapes[sh], 1.0f, NULL)};
+            int out[1] = {om_value(&o, "Y")};
+            om_node(&o, "Transpose", in, 1, out, 1);
+            const int64_t perm[4] = {0, 2, 3, 1};
+            ints_attr(&o, "perm", perm, 4);
+            char what[128];
+            snprintf(what, sizeof what, "Transpose to NHWC %s [%lld, %lld, %lld, %lld]", kiln_dtype_name(types[t]),
+                     (long long)shapes[sh][0], (long long)shapes[sh][1], (long long)shapes[sh][2],
+                     (long long)shapes[sh][3]);
+            om_compare(&o, 0, 0, what);
+        }
+    static const int64_t lengths[] = {3, 4, 1001, 4096, 65539};
+    static const kiln_dtype pairs[][2] = {{KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT16},
+                                          {KILN_DTYPE_FLOAT, KILN_DTYPE_BFLOAT16},
+                                          {KILN_DTYPE_FLOAT16, KILN_DTYPE_FLOAT},
+                                          {KILN_DTYPE_BFLOAT16, KILN_DTYPE_FLOAT}};
+    for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++)
+        for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
+            onemodel o;
+            om_init(&o, 19);
+            int in[1] = {om_input(&o, "X", pairs[p][0], 1, &lengths[l], 3.0f, NULL)};
+            int out[1] = {om_value(&o, "Y")};
+            om_node(&o, "Cast", in, 1, out, 1);
+            om_int(&o, "to", pairs[p][1]);
+            char what[96];
+            snprintf(what, sizeof what, "Cast %s -> %s of %lld", kiln_dtype_name(pairs[p][0]), kiln_dtype_name(pairs[p][1]),
+                     (long long)lengths[l]);
+            om_compare(&o, 0, 0, what);
+        }
+}
