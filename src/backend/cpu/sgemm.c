@@ -439,6 +439,41 @@ static inline __attribute__((always_inline)) void tr16(const float *src, int64_t
 }
 #endif
 
+#if defined(KN_GEMM_AVX2)
+/* 8 x 8 transpose of rows x cols floats at src (rows ld apart; rows past `rows` and columns past
+ * `cols` read as zero): o[q] lane r = src[r*ld + q]. */
+static inline __attribute__((always_inline)) void tr8(const float *src, int64_t ld, int rows, int cols,
+                                                      __m256 o[8]) {
+    const __m256i m = mask8(cols);
+    __m256 r[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        r[i] = i >= rows ? _mm256_setzero_ps() : cols >= 8 ? _mm256_loadu_ps(src + i * ld) : _mm256_maskload_ps(src + i * ld, m);
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    o[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    o[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    o[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    o[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    o[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    o[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    o[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    o[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* the first MR (6) lanes of v to d */
+static inline void store6(float *d, __m256 v) {
+    _mm_storeu_ps(d, _mm256_castps256_ps128(v));
+    _mm_storel_pi((__m64 *)(d + 4), _mm256_extractf128_ps(v, 1));
+}
+#endif
+
 /* One MR-row panel of op(A): rows i0..i0+mr, depth p0..p0+kc, k-major, rows past mr zero. */
 static void pack_a_panel(const float *A, int64_t lda, bool trans, int64_t i0, int mr, int64_t p0, int64_t kc,
                          float *dst) {
@@ -456,6 +491,21 @@ static void pack_a_panel(const float *A, int64_t lda, bool trans, int64_t i0, in
         const __mmask16 lm = mask16(mr);
         for (int64_t p = 0; p < kc; p++)
             _mm512_mask_storeu_ps(dst + p * MR, keep, _mm512_maskz_loadu_ps(lm, A + (p0 + p) * lda + i0));
+    }
+#elif defined(KN_GEMM_AVX2)
+    /* 8 x 8 transposes: element by element, packing the activations' rows cost 13% of a batched
+     * attention-scores product (12 x 128x64 @ 64x128) on the AVX2 EPYC */
+    if (!trans) {
+        const float *src = A + i0 * lda + p0;
+        for (int64_t p = 0; p < kc; p += 8) {
+            int kk = (int)min64(8, kc - p);
+            __m256 o[8];
+            tr8(src + p, lda, mr, kk, o);
+            for (int q = 0; q < kk; q++) store6(dst + (p + q) * MR, o[q]);
+        }
+    } else {
+        const __m256i lm = mask8(mr);
+        for (int64_t p = 0; p < kc; p++) store6(dst + p * MR, _mm256_maskload_ps(A + (p0 + p) * lda + i0, lm));
     }
 #else
     for (int64_t p = 0; p < kc; p++) {
@@ -508,6 +558,27 @@ static void pack_b_panel(const float *B, int64_t ldb, bool trans, int64_t j0, in
                 __m512 o[16];
                 tr16(src + p, ldb, rows > 0 ? rows : 0, kk, o);
                 for (int q = 0; q < kk; q++) _mm512_storeu_ps(dst + (p + q) * NR + h * 16, o[q]);
+            }
+        }
+    }
+#elif defined(KN_GEMM_AVX2)
+    if (!trans) {
+        const __m256i m0 = mask8(nr), m1 = mask8(nr - 8);
+        const float *src = B + p0 * ldb + j0;
+        for (int64_t p = 0; p < kc; p++, src += ldb) {
+            _mm256_storeu_ps(dst + p * NR, _mm256_maskload_ps(src, m0));
+            _mm256_storeu_ps(dst + p * NR + 8, _mm256_maskload_ps(src + 8, m1));
+        }
+    } else {
+        for (int h = 0; h < NR / 8; h++) {
+            int rows = nr - h * 8;
+            if (rows > 8) rows = 8;
+            const float *src = B + (j0 + h * 8) * ldb + p0;
+            for (int64_t p = 0; p < kc; p += 8) {
+                int kk = (int)min64(8, kc - p);
+                __m256 o[8];
+                tr8(src + p, ldb, rows > 0 ? rows : 0, kk, o);
+                for (int q = 0; q < kk; q++) _mm256_storeu_ps(dst + (p + q) * NR + h * 8, o[q]);
             }
         }
     }
