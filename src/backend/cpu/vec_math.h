@@ -358,6 +358,22 @@ static inline __m256 kn_v8_exp(__m256 x) {
     return kn_v8_scale(p, n);
 }
 
+/* kn_v8_exp for x in [-87.3, 88.3] (normal results; callers guarantee the range): no clamps and
+ * one power of two, exact where the result is normal, so the same results as kn_v8_exp there */
+static inline __m256 kn_v8_exp_mid(__m256 x) {
+    const __m256 n = kn_v8_round(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(8.312495425e-03f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.189033434e-02f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.666711569e-01f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.999923110e-01f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
 /* kn_v16_tanh at 8 lanes */
 static inline __m256 kn_v8_tanh(__m256 x) {
     const __m256 c = _mm256_set1_ps(7.90531110763549805f);
@@ -420,18 +436,16 @@ static inline __m256 kn_v8_erfc_q(__m256 z) {
 
 /* kn_v16_erf at 8 lanes */
 static inline __m256 kn_v8_erf(__m256 x) {
+    /* both pieces for every vector, no branches: on random data nearly every vector needs both,
+     * and without the branches the compiler interleaves two vectors' chains (KN_V8_MAP) */
     const __m256 a = kn_v8_abs(x);
     const __m256 small = _mm256_cmp_ps(a, _mm256_set1_ps(0.921875f), _CMP_LT_OQ);
-    const int sm = kn_v8_bits(small);
-    __m256 r = _mm256_setzero_ps();
-    if (sm) r = _mm256_mul_ps(x, kn_v8_erf_p(_mm256_mul_ps(x, x)));
-    if (sm != 0xFF) {
-        const __m256 q = kn_v8_erfc_q(_mm256_min_ps(_mm256_set1_ps(3.925f), a));
-        __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f), kn_v8_exp(q));
-        big = _mm256_or_ps(big, _mm256_and_ps(x, _mm256_set1_ps(-0.0f)));
-        r = _mm256_blendv_ps(big, r, small);
-    }
-    return r;
+    const __m256 r = _mm256_mul_ps(x, kn_v8_erf_p(_mm256_mul_ps(x, x)));
+    const __m256 q = kn_v8_erfc_q(_mm256_min_ps(_mm256_set1_ps(3.925f), a));
+    /* q in [-17.9, -0.9] (NaN passes through the product) */
+    __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f), kn_v8_exp_mid(q));
+    big = _mm256_or_ps(big, _mm256_and_ps(x, _mm256_set1_ps(-0.0f)));
+    return _mm256_blendv_ps(big, r, small);
 }
 
 /* kn_v16_gelu_erf at 8 lanes */
@@ -439,11 +453,10 @@ static inline __m256 kn_v8_gelu_erf(__m256 x) {
     const __m256 z = _mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f));
     const __m256 a = kn_v8_abs(z);
     const __m256 small = _mm256_cmp_ps(a, _mm256_set1_ps(0.921875f), _CMP_LT_OQ);
-    const int sm = kn_v8_bits(small);
-    __m256 ope = _mm256_setzero_ps(); /* 1 + erf(z) */
-    if (sm) ope = _mm256_fmadd_ps(z, kn_v8_erf_p(_mm256_mul_ps(z, z)), _mm256_set1_ps(1.0f));
-    if (sm != 0xFF) {
-        const __m256 e = kn_v8_exp(kn_v8_erfc_q(_mm256_min_ps(_mm256_set1_ps(3.925f), a)));
+    /* both pieces for every vector, as kn_v8_erf; only the rare deep tail is a branch */
+    __m256 ope = _mm256_fmadd_ps(z, kn_v8_erf_p(_mm256_mul_ps(z, z)), _mm256_set1_ps(1.0f)); /* 1 + erf(z) */
+    {
+        const __m256 e = kn_v8_exp_mid(kn_v8_erfc_q(_mm256_min_ps(_mm256_set1_ps(3.925f), a)));
         const __m256 pos = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_GT_OQ);
         __m256 big = _mm256_blendv_ps(e, _mm256_sub_ps(_mm256_set1_ps(2.0f), e), pos);
         const __m256 deep = _mm256_cmp_ps(z, _mm256_set1_ps(-2.5f), _CMP_LT_OQ);
@@ -518,6 +531,12 @@ static inline void kn_v8_store_part(float *p, int64_t n, __m256 v) {
         const float *kn_map_x = (x);                                                               \
         const int64_t kn_map_n = (n);                                                              \
         int64_t kn_map_i = 0;                                                                      \
+        for (; kn_map_i + 16 <= kn_map_n; kn_map_i += 16) {                                        \
+            const __m256 kn_map_a = VFN(_mm256_loadu_ps(kn_map_x + kn_map_i));                     \
+            const __m256 kn_map_b = VFN(_mm256_loadu_ps(kn_map_x + kn_map_i + 8));                 \
+            _mm256_storeu_ps(kn_map_o + kn_map_i, kn_map_a);                                       \
+            _mm256_storeu_ps(kn_map_o + kn_map_i + 8, kn_map_b);                                   \
+        }                                                                                          \
         for (; kn_map_i + 8 <= kn_map_n; kn_map_i += 8)                                            \
             _mm256_storeu_ps(kn_map_o + kn_map_i, VFN(_mm256_loadu_ps(kn_map_x + kn_map_i)));      \
         if (kn_map_i < kn_map_n)                                                                   \
