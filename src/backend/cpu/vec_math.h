@@ -489,13 +489,17 @@ static inline __m256 kn_v8_expm1_reduced(__m256 z, __m256 *n_out) {
     return _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
 }
 
-/* kn_v16_sigmoid at 8 lanes */
+/* kn_v16_sigmoid at 8 lanes, the same results: x clamped above at 86 rather than 87.3 (the
+ * sigmoid rounds to 1 from x = 17 on, so nothing changes) keeps h = 2^(n-1) normal, one integer
+ * add and shift instead of kn_v8_scale */
 static inline __m256 kn_v8_sigmoid(__m256 x) {
     x = _mm256_max_ps(_mm256_set1_ps(-88.7f), x);
-    x = _mm256_min_ps(_mm256_set1_ps(87.3f), x);
+    x = _mm256_min_ps(_mm256_set1_ps(86.0f), x);
     __m256 n;
     const __m256 t = kn_v8_expm1_reduced(_mm256_sub_ps(_mm256_setzero_ps(), x), &n);
-    const __m256 h = kn_v8_scale(_mm256_set1_ps(0.5f), n);
+    /* n in [-124, 128]: 2^(n-1) from its exponent field n - 1 + 127 */
+    const __m256 h = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(126)), 23));
     const __m256 d = _mm256_fmadd_ps(h, t, _mm256_add_ps(h, _mm256_set1_ps(0.5f)));
     return _mm256_div_ps(_mm256_set1_ps(0.5f), d);
 }
