@@ -182,28 +182,35 @@ KN_TEST(cuda_field_conv1d_bias_relu) {
 /* A pointwise Conv (1x1 kernel, unit strides, no padding, one group), which CUDA runs as a matrix
  * product per image: [N, 24, H, W] -> [N, 40, H, W] with bias, for a feature map and for a 1x1 map
  * (squeeze-excite), batch 2 and 3; fp32 at every level and the fp16 precision against the CPU. */
-static unsigned char *pointwise_model(const int64_t *xd, size_t *size) {
+static unsigned char *pointwise_model(const int64_t *xd, int64_t stride, size_t *size) {
     tmb b;
     tmb_init(&b, 17);
     int64_t wd[4] = {40, 24, 1, 1}, bd[1] = {40};
     int x = tmb_input(&b, "X", KILN_DTYPE_FLOAT, 4, xd, NULL);
     int ins[3] = {x, tmb_const(&b, "W", 4, wd, 0.3f), tmb_const(&b, "B", 1, bd, 0.5f)};
     int y = tmb_value(&b, "Y");
-    tmb_node_in(&b, "Conv", "", ins, 3, y);
+    int n = tmb_node_in(&b, "Conv", "", ins, 3, y);
+    int64_t st[2] = {stride, stride};
+    tmb_ints(&b, n, "strides", st, 2);
     tmb_output(&b, y);
     return tmb_finish(&b, size);
 }
 
 KN_TEST(cuda_pointwise_conv_matches_cpu) {
     NEED_GPU();
-    static const int64_t shapes[2][4] = {{2, 24, 7, 9}, {3, 24, 1, 1}};
-    for (int k = 0; k < 2; k++) {
+    static const int64_t shapes[4][4] = {{2, 24, 7, 9}, {3, 24, 1, 1}, {2, 24, 7, 9}, {4, 24, 8, 6}};
+    static const int64_t strides[4] = {1, 1, 2, 3};
+    for (int k = 0; k < 8; k++) {
+        /* the second time channels last (level 3 with KILN_LAYOUT=nhwc) */
+        const int s_ = k % 4;
+        if (k == 4) setenv("KILN_LAYOUT", "nhwc", 1);
         size_t size;
-        unsigned char *m = pointwise_model(shapes[k], &size);
-        kn_tensor *x = random_input(4, shapes[k], 21 + k);
-        char what[96];
-        snprintf(what, sizeof what, "pointwise Conv [%lld,24,%lld,%lld] -> 40 channels", (long long)shapes[k][0],
-                 (long long)shapes[k][2], (long long)shapes[k][3]);
+        unsigned char *m = pointwise_model(shapes[s_], strides[s_], &size);
+        kn_tensor *x = random_input(4, shapes[s_], 21 + s_);
+        char what[128];
+        snprintf(what, sizeof what, "pointwise Conv [%lld,24,%lld,%lld] stride %lld -> 40 channels%s",
+                 (long long)shapes[s_][0], (long long)shapes[s_][2], (long long)shapes[s_][3], (long long)strides[s_],
+                 k >= 4 ? " (KILN_LAYOUT=nhwc)" : "");
         compare_levels(m, size, x, what);
         kiln_session *ref = session_for(m, size, "cpu", NULL, 0), *half = session_for(m, size, "cuda", "fp16", 0);
         if (ref && half) {
@@ -218,6 +225,7 @@ KN_TEST(cuda_pointwise_conv_matches_cpu) {
         kn_tensor_free(x);
         free(m);
     }
+    unsetenv("KILN_LAYOUT");
 }
 
 /* One Conv1d with a bias: [N, C, L] -> [N, M, OL], kernel k. */

@@ -641,8 +641,9 @@ template <typename T> __global__ void k_pool2d_nhwc(const T *x, T *y, Pool2d q, 
 // The same with V neighbouring channels a thread (one 16-byte load a tap, 32-bit index arithmetic:
 // the element kernel's 64-bit divisions and 2-byte loads ran ResNet-50's stem MaxPool at batch 256,
 // [256, 112, 112, 64] half, in 1.25 ms, ten times its memory time). The window's bounds and counts
-// are the same for every channel; each channel's max and NaN as pool2d_window.
-template <typename T, int V> __global__ void k_pool2d_nhwc_vec(const T *x, T *y, Pool2d q, int32_t cv, int32_t n) {
+// are the same for every channel; each channel's max and NaN as pool2d_window. K: a square window
+// known when compiled (3, the classifiers' stem pool; 0 any), so its taps' loads unroll.
+template <typename T, int V, int K> __global__ void k_pool2d_nhwc_vec(const T *x, T *y, Pool2d q, int32_t cv, int32_t n) {
     typedef typename acc<T>::type A;
     const int64_t c = (int64_t)cv * V;
     for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
@@ -657,11 +658,14 @@ template <typename T, int V> __global__ void k_pool2d_nhwc_vec(const T *x, T *y,
             nan[j] = false;
         }
         int32_t inside = 0, rows_pad = 0, cols_pad = 0;
-        for (int32_t a = 0; a < q.kh; a++) {
+        const int32_t kh = K ? K : q.kh, kw = K ? K : q.kw;
+#pragma unroll
+        for (int32_t a = 0; a < kh; a++) {
             const int32_t yy = y0 + a * q.dh;
             if (yy >= -q.ph && yy < q.ih + q.peh) rows_pad++;
             if (yy < 0 || yy >= q.ih) continue;
-            for (int32_t b = 0; b < q.kw; b++) {
+#pragma unroll
+            for (int32_t b = 0; b < kw; b++) {
                 const int32_t xx = x0 + b * q.dw;
                 if (xx < 0 || xx >= q.iw) continue;
                 T e[V];
@@ -679,7 +683,7 @@ template <typename T, int V> __global__ void k_pool2d_nhwc_vec(const T *x, T *y,
                 }
             }
         }
-        for (int32_t b = 0; b < q.kw; b++) {
+        for (int32_t b = 0; b < kw; b++) {
             const int32_t xx = x0 + b * q.dw;
             if (xx >= -q.pw && xx < q.iw + q.pew) cols_pad++;
         }
@@ -973,18 +977,17 @@ cudaError_t kn_cu_pool_run(kiln_dtype dt, const void *x, void *y, int64_t *indic
         const bool vec = V && p->c % V == 0 && n / V < INT32_MAX && p->n * p->in[0] * p->in[1] < INT32_MAX &&
                          ((uintptr_t)x | (uintptr_t)y) % 16 == 0;
         const int32_t cv = vec ? (int32_t)(p->c / V) : 0, nv = vec ? (int32_t)(n / V) : 0;
-        if (vec && dt == KILN_DTYPE_FLOAT) {
-            k_pool2d_nhwc_vec<float, 4><<<grid_for(nv, 256), 256, 0, s>>>((const float *)x, (float *)y, q, cv, nv);
-            return cudaGetLastError();
-        }
-        if (vec && dt == KILN_DTYPE_FLOAT16) {
-            k_pool2d_nhwc_vec<f16, 8><<<grid_for(nv, 256), 256, 0, s>>>((const f16 *)x, (f16 *)y, q, cv, nv);
-            return cudaGetLastError();
-        }
-        if (vec && dt == KILN_DTYPE_BFLOAT16) {
-            k_pool2d_nhwc_vec<bf16, 8><<<grid_for(nv, 256), 256, 0, s>>>((const bf16 *)x, (bf16 *)y, q, cv, nv);
-            return cudaGetLastError();
-        }
+        const bool k3 = q.kh == 3 && q.kw == 3;
+#define KN_POOL_VEC(T_, V_)                                                                                        \
+    do {                                                                                                           \
+        if (k3) k_pool2d_nhwc_vec<T_, V_, 3><<<grid_for(nv, 256), 256, 0, s>>>((const T_ *)x, (T_ *)y, q, cv, nv);   \
+        else k_pool2d_nhwc_vec<T_, V_, 0><<<grid_for(nv, 256), 256, 0, s>>>((const T_ *)x, (T_ *)y, q, cv, nv);      \
+        return cudaGetLastError();                                                                                 \
+    } while (0)
+        if (vec && dt == KILN_DTYPE_FLOAT) KN_POOL_VEC(float, 4);
+        if (vec && dt == KILN_DTYPE_FLOAT16) KN_POOL_VEC(f16, 8);
+        if (vec && dt == KILN_DTYPE_BFLOAT16) KN_POOL_VEC(bf16, 8);
+#undef KN_POOL_VEC
         KNCU_DISPATCH_FLOAT(dt, (k_pool2d_nhwc<type_><<<grid_for(n, 256), 256, 0, s>>>((const type_ *)x, (type_ *)y, q,
                                                                                         (int32_t)p->c, n)));
         return cudaGetLastError();

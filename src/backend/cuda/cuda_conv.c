@@ -533,8 +533,8 @@ static kiln_status convert_back(const kn_kernel_ctx *c, kn_cuda *cu, const void 
     return kn_cu_check(c, e, "conversion");
 }
 
-/* A convolution with 1x1 kernels (attribute and weights), unit strides and dilations, no padding
- * and one group. */
+/* A convolution with 1x1 kernels (attribute and weights), no padding and one group; strided ones
+ * read every stride-th input position (subsample). */
 static bool pointwise(const conv_geom *g, const kn_tensor *w) {
     kiln_dtype dt = w->dtype;
     if (g->group != 1 || (dt != KILN_DTYPE_FLOAT && dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16 &&
@@ -543,9 +543,40 @@ static bool pointwise(const conv_geom *g, const kn_tensor *w) {
     const int wc = g->nhwc ? w->rank - 1 : 1, wsp = g->nhwc ? 1 : 2;
     if (w->rank != g->nsp + 2 || w->dims[0] != g->cout || w->dims[wc] != g->cin) return false;
     for (int i = 0; i < g->nsp; i++)
-        if (g->k[i] != 1 || w->dims[wsp + i] != 1 || g->stride[i] != 1 || g->dil[i] != 1 || g->pb[i] || g->pe[i])
+        if (g->k[i] != 1 || w->dims[wsp + i] != 1 || g->stride[i] < 1 || g->pb[i] || g->pe[i] ||
+            (g->in[i] - 1) / g->stride[i] + 1 != g->out[i])
             return false;
     return true;
+}
+
+/* A strided pointwise convolution's input positions (every stride-th of each spatial dim),
+ * gathered into scratch: x_sub [N, OH, OW, C] channels last ([N, C, OH, OW] first). ResNet's
+ * stride-2 1x1 downsampling convolutions ran through cuDNN with their bias as a pass after (its
+ * fused call takes a bias only with a ReLU); this copy reads a quarter of the input and the product
+ * takes the bias in its epilogue. */
+static kiln_status subsample(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom *g, void **out, size_t *bytes) {
+    const kn_tensor *x = c->in[0];
+    const size_t es = kiln_dtype_size(x->dtype);
+    kn_cu_view v;
+    memset(&v, 0, sizeof v);
+    v.rank = g->nsp + 2;
+    int64_t sp_stride[3], acc = g->nhwc ? g->cin : 1;
+    for (int i = g->nsp - 1; i >= 0; i--) {
+        sp_stride[i] = acc * g->stride[i];
+        acc *= g->in[i];
+    }
+    const int64_t image = acc * (g->nhwc ? 1 : g->cin);
+    const int ch = g->nhwc ? v.rank - 1 : 1, sp = g->nhwc ? 1 : 2;
+    v.dims[0] = g->n, v.strides[0][0] = image;
+    v.dims[ch] = g->cin, v.strides[0][ch] = g->nhwc ? 1 : acc;
+    for (int i = 0; i < g->nsp; i++) v.dims[sp + i] = g->out[i], v.strides[0][sp + i] = sp_stride[i];
+    int64_t count = 1;
+    for (int d = 0; d < v.rank; d++) count *= v.dims[d];
+    *bytes = (size_t)count * es;
+    KN_TRY(kn_cu_scratch(cu, *bytes ? *bytes : 1, out));
+    kiln_status st = kn_cu_check(c, kn_cu_copy_view(es, x->data, 0, *out, &v, cu->stream), "Conv input positions");
+    if (st != KILN_OK) kn_cu_scratch_free(cu, *out, *bytes ? *bytes : 1);
+    return st;
 }
 
 /* A pointwise convolution is a matrix product per image: Y_n [Cout, S] = W [Cout, Cin] X_n [Cin, S]
@@ -553,9 +584,31 @@ static bool pointwise(const conv_geom *g, const kn_tensor *w) {
  * precision option's operand conversion), where cuDNN's fp32 FMA algorithms took 28 us for each of
  * efficientnet_b0's pointwise convolutions on the H200 (implicit_convolve_sgemm, the fastest the
  * legacy API measured): a fraction of that. */
+static kiln_status pointwise_product(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom *g, conv_epilogue *ep,
+                                     const void *xdata, int64_t S);
+
 static kiln_status run_pointwise(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom *g, conv_epilogue *ep) {
     int64_t S = 1;
-    for (int i = 0; i < g->nsp; i++) S *= g->in[i];
+    bool strided = false;
+    for (int i = 0; i < g->nsp; i++) {
+        S *= g->out[i];
+        strided |= g->stride[i] > 1;
+    }
+    const void *xdata = c->in[0]->data;
+    void *xsub = NULL;
+    size_t xsub_bytes = 0;
+    if (strided) {
+        KN_TRY(subsample(cu, c, g, &xsub, &xsub_bytes));
+        xdata = xsub;
+    }
+    kiln_status st = pointwise_product(cu, c, g, ep, xdata, S);
+    if (xsub) kn_cu_scratch_free(cu, xsub, xsub_bytes ? xsub_bytes : 1);
+    return st;
+}
+
+/* run_pointwise's product over the input positions at xdata (S of them per image). */
+static kiln_status pointwise_product(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom *g, conv_epilogue *ep,
+                                     const void *xdata, int64_t S) {
     kn_cu_gemm m;
     memset(&m, 0, sizeof m);
     m.dt = c->in[0]->dtype;
@@ -564,7 +617,7 @@ static kiln_status run_pointwise(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom 
         m.M = g->n * S;
         m.N = g->cout;
         m.K = g->cin;
-        m.A = c->in[0]->data;
+        m.A = xdata;
         m.lda = g->cin;
         m.B = c->in[1]->data;
         m.tb = true;
@@ -594,7 +647,7 @@ static kiln_status run_pointwise(kn_cuda *cu, kn_kernel_ctx *c, const conv_geom 
     m.K = g->cin;
     m.A = c->in[1]->data;
     m.lda = g->cin;
-    m.B = c->in[0]->data;
+    m.B = xdata;
     m.ldb = S;
     m.C = c->out[0]->data;
     m.ldc = S;
