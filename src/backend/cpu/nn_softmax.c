@@ -145,9 +145,25 @@ static void row_softmax16(const float *x, float *y, int64_t n, int log) {
  * loops below stay scalar there (kn_nn_expf's clamps are kept as branches: 10-13x ONNX Runtime's
  * time on an AVX2 CPU). Tails through a buffer: the maximum's padded with -inf, the exponentials'
  * lanes past the row zeroed. */
+/* exp(-d) for d = max - x >= 0 (NaN stays NaN): kn_v8_exp_neg's polynomial, without its clamps
+ * and with 2^n built from the exponent field: the lanes kept have d <= 87.34, so n is in
+ * [-126, 0] and 2^n normal (p 2^n rounds once, as vscalefps); lanes past the underflow limit are
+ * exactly 0 (a masked entry, x = -inf, must give 0) */
 static inline __m256 sm8_exp_neg(__m256 d) {
     const __m256 under = _mm256_cmp_ps(d, _mm256_set1_ps(87.3365447505531f), _CMP_GT_OQ);
-    return _mm256_andnot_ps(under, kn_v8_exp_neg(d));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(d, _mm256_set1_ps(-1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(0.693359375f), d);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(-1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(-1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(-1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 static inline __m256 sm8_part(const float *p, int64_t n, float fill) {
     float b[8];
