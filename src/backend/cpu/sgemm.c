@@ -1131,6 +1131,35 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
             }
         }
     }
+#elif defined(KN_GEMM_AVX2)
+    /* 8 x 8 blocks, the operations of the AVX-512 body: element by element this was 20% of a
+     * 1x1 512->2048 convolution on 7x7 (swapped, with its residual) on the AVX2 EPYC */
+    const __m256 lo = _mm256_set1_ps(t ? t->lo : 0.0f), hi = _mm256_set1_ps(t ? t->hi : 0.0f);
+    for (int64_t j0 = 0; j0 < n; j0 += 8) {
+        const int rows = (int)min64(8, n - j0);
+        const __m256i keep = mask8(rows);
+        for (int64_t i0 = 0; i0 < m; i0 += 8) {
+            const int cols = (int)min64(8, m - i0);
+            __m256 o[8];
+            tr8(T + j0 * ldt + i0, ldt, rows, cols, o);
+            for (int q = 0; q < cols; q++) {
+                float *cp = C + (i0 + q) * ldc + j0;
+                __m256 v = o[q];
+                if (bias) v = _mm256_add_ps(v, _mm256_set1_ps(bias[i0 + q]));
+                if (rows == 8) {
+                    if (beta != 0.0f) v = _mm256_fmadd_ps(_mm256_set1_ps(beta), _mm256_loadu_ps(cp), v);
+                    if (t && t->add) v = _mm256_add_ps(v, _mm256_loadu_ps(t->add + (i0 + q) * t->ld + j0));
+                    if (t) v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+                    _mm256_storeu_ps(cp, v);
+                } else {
+                    if (beta != 0.0f) v = _mm256_fmadd_ps(_mm256_set1_ps(beta), _mm256_maskload_ps(cp, keep), v);
+                    if (t && t->add) v = _mm256_add_ps(v, _mm256_maskload_ps(t->add + (i0 + q) * t->ld + j0, keep));
+                    if (t) v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+                    _mm256_maskstore_ps(cp, keep, v);
+                }
+            }
+        }
+    }
 #else
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
