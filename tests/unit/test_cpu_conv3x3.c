@@ -169,9 +169,12 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         c3_reference(t, xp, kiln_tensor_data(w), consts[1] ? kiln_tensor_data(consts[1]) : NULL, OH, OW, want, scale);
         /* force 1: the fast paths wherever they apply (Winograd as F(4x4, 3x3)); 2: Winograd and
          * rk_conv off, the direct kernel on (the dilated, stride-1 and few-channel stride-2 shapes
-         * taken otherwise); 3: Winograd as F(2x2, 3x3) wherever it runs (planes up to 14 columns) */
-        for (int force = 0; force <= 3; force++) {
-            if (force) setenv("KILN_WINO", force == 2 ? "0" : "1", 1), setenv("KILN_CL3", "1", 1);
+         * taken otherwise); 3: Winograd as F(2x2, 3x3) wherever it runs (planes up to 14 columns);
+         * 4: every fast path off, the implicit GEMM everywhere (its im2col packing: stride-2 rows
+         * by two plain loads where the whole group is inside the plane, conv.c even_load) */
+        for (int force = 0; force <= 4; force++) {
+            if (force == 4) setenv("KILN_WINO", "0", 1), setenv("KILN_CL3", "0", 1), setenv("KILN_RK", "0", 1);
+            else if (force) setenv("KILN_WINO", force == 2 ? "0" : "1", 1), setenv("KILN_CL3", "1", 1);
             if (force == 1 || force == 3) setenv("KILN_WINO2", force == 3 ? "1" : "0", 1);
             if (force == 2) setenv("KILN_RK", "0", 1);
             for (int threads = 1; threads <= 2; threads++)

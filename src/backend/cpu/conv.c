@@ -171,6 +171,20 @@ static inline kn_vf run_load(const float *p, kn_vmask m, bool stride2, kn_vi eve
 #endif
     return kn_vf_perm2(kn_vf_maskz_loadu(lo, p), even, kn_vf_maskz_loadu(hi, p + KN_VL));
 }
+
+/* The even elements of p[0 .. 2 KN_VL), every one of them to be read (the caller has checked that
+ * p[2 KN_VL - 1] is inside the plane too): two plain loads. With AVX2 a masked load is a vmaskmovps
+ * after building its mask vector and the two-source permute two vpermps and a blend, and stride-2
+ * im2col packing was a third of a 3x3 s2 128->128 convolution on 56x56 on the AVX2 EPYC. */
+static inline kn_vf even_load(const float *p, kn_vi even) {
+#if KN_VL == 8
+    (void)even;
+    const __m256 t = _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), 0x88); /* a0 a2 b0 b2 a4 a6 b4 b6 */
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), 0xD8));
+#else
+    return kn_vf_perm2(kn_vf_loadu(p), even, kn_vf_loadu(p + KN_VL));
+#endif
+}
 #endif
 
 /* The im2col block rows k0..k0+kc, columns n0..n0+nc of image n, group g, for windows of rank
@@ -253,6 +267,8 @@ static void pack_conv2d(const conv_pack_ctx *cc, const float *xg, int64_t k0, in
                     kn_vf val;
                     const int kd = kind[gi];
                     if (!m) val = kn_vf_zero();
+                    else if (kd == 2 && m == KN_VALL && base0[gi] + koff + 2 * KN_VL <= in_plane)
+                        val = even_load(src + base0[gi] + koff, even);
                     else if (kd == 1) val = kn_vf_maskz_loadu(m, src + base0[gi] + koff);
                     else if (kd == 2 || kd == 4 || kd == 3) {
                         const kn_vmask first = kd == 2 ? KN_VALL : kn_v_tail(split[gi]);
@@ -1129,7 +1145,11 @@ static bool cl3_suits(const conv_shape *s) {
      * 0.91-0.92. s2 256->256 28x28 (2.4 MB) 1.01-1.07 at 1 thread, 0.95 at 2, and s2 128->128
      * 56x56 (0.6 MB) 1.09 / 1.07 stay here */
     if ((double)s->M * (double)s->C * 9.0 * sizeof(float) > (double)CL3_MAX_WBYTES) return false;
-    if (v.sw == 2) return true;
+    /* AVX2 (16 registers: tiles of 2 x 6 accumulators) on output rows of 16+ columns: the GEMM,
+     * whose im2col groups of 8 then lie in one row and load as two plain loads (even_load). 2-core
+     * AVX2 EPYC, 1 thread, CPU time, op_ab against this kernel: s2 128->128 56x56 0.84, 16->32
+     * 320x320 0.99; on 28x28 (14 columns) 1.06, so those stay */
+    if (v.sw == 2) return !(KN_VREGS < 32 && v.OW >= 2 * KN_VL);
     return s->C >= 16 && s->N * ((v.OH + 3) / 4) * ((v.OW + 3) / 4) < 16;
 }
 
