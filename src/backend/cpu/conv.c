@@ -1172,7 +1172,12 @@ static int cl_p_of(int64_t OW) {
 static bool cl_suits(const conv_shape *s) {
     if (cl3_suits(s)) return true;
     if (s->G != 1 || s->nsp != 2 || s->Cg * s->kk <= SK_MAX || s->C > 4 || s->M % 32 || s->M > 1024) return false;
+    const char *e = getenv("KILN_CL"); /* KILN_CL=0: the few-channel stems to the GEMM (measurements) */
+    if (e && e[0] == '0') return false;
     const win2 v = win2_of(&s->w);
+    /* AVX2, stride 2 on rows of 16+ outputs: the GEMM, its im2col by plain loads (even_load). 2-core
+     * AVX2 EPYC, 1 thread, CPU time, 7x7 s2 3->64 on 224x224: GEMM / this 0.93 (op_ab, KILN_CL=0) */
+    if (KN_VREGS < 32 && v.sw == 2 && v.sh == 2 && v.dw == 1 && v.OW >= 2 * KN_VL && !(e && e[0] == '1')) return false;
     /* strided: at stride 1 the im2col rows are plain loads and the GEMM is as fast (5x5 s1 3->64) */
     return v.OW >= 8 && v.sw >= 2 && v.sw <= 4 && v.sh <= 4 && v.W < (1 << 20) && v.H < (1 << 20);
 }
