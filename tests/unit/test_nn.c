@@ -197,6 +197,44 @@ KN_TEST(nn_softmax_middle_axis_against_double) {
     }
 }
 
+/* LpNormalization p = 1 and 2 along the last axis (the float row path) and a middle axis (the
+ * general one), rows of 1-37 elements and an all-zero row, against double precision */
+KN_TEST(nn_lpnorm_against_double) {
+    static float x[3 * 37 * 2];
+    for (int n = 1; n <= 37; n++)
+        for (int p = 1; p <= 2; p++)
+            for (int mid = 0; mid < 2; mid++) {
+                const int inner = mid ? 2 : 1, cnt = 3 * n * inner;
+                for (int i = 0; i < cnt; i++) x[i] = (float)(((i * 7919) % 613) - 300) * 0.013f;
+                for (int i = 0; i < n * inner; i++) x[n * inner + i] = 0.0f; /* row 1: zeros */
+                int64_t d3[] = {3, n, inner};
+                kn_tensor *in = tf(3, d3, x), *out = tf(3, d3, NULL);
+                tnode t;
+                tn_init(&t, "LpNormalization", 1);
+                tn_int(&t, "p", p);
+                tn_int(&t, "axis", 1);
+                CHECK_STATUS(run_kernel(kn_cpu_lpnorm, &t, &in, 1, &out, 1), KILN_OK);
+                const float *y = out->data;
+                for (int o = 0; o < 3; o++)
+                    for (int i = 0; i < inner; i++) {
+                        double s = 0;
+                        for (int r = 0; r < n; r++) {
+                            const double v = x[(o * n + r) * inner + i];
+                            s += p == 1 ? fabs(v) : v * v;
+                        }
+                        const double norm = p == 1 ? s : sqrt(s);
+                        for (int r = 0; r < n; r++) {
+                            const int at = (o * n + r) * inner + i;
+                            const double want = norm == 0 ? 0 : x[at] / norm;
+                            CHECK_MSG(fabs(y[at] - want) <= 1e-7 * fabs(want) + 1e-12, "n %d p %d inner %d [%d]: %.9g, want %.9g",
+                                      n, p, inner, at, y[at], want);
+                        }
+                    }
+                kn_tensor_free(in);
+                kn_tensor_free(out);
+            }
+}
+
 KN_TEST(nn_softmax_opset11_coerces_to_2d) {
     /* opset < 13: axis 1 of [2, 2, 3] normalises over the last 6 elements together */
     int64_t d[] = {2, 2, 3};

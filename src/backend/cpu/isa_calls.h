@@ -52,6 +52,7 @@
     F(kiln_status, kn_cpu_image_decode, (kn_kernel_ctx *c), (c))                                                    \
     F(kiln_status, kn_cpu_resize, (kn_kernel_ctx *c), (c))                                                          \
     F(kiln_status, kn_cpu_layernorm, (kn_kernel_ctx *c), (c))                                                       \
+    F(kiln_status, kn_cpu_lpnorm, (kn_kernel_ctx *c), (c))                                                          \
     F(kiln_status, kn_cpu_reduce, (kn_kernel_ctx *c), (c))                                                          \
     F(kiln_status, kn_cpu_rnn, (kn_kernel_ctx *c), (c))                                                             \
     F(kiln_status, kn_cpu_softmax, (kn_kernel_ctx *c), (c))                                                         \

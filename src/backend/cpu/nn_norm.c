@@ -573,6 +573,45 @@ kiln_status kn_cpu_groupnorm(kn_kernel_ctx *c) {
 
 /* ------------------------------------------------------------------ LpNormalization */
 
+/* float rows along the last axis: the norm accumulated in double (four partial sums), each
+ * element scaled by 1 / norm in double and rounded once to float; rows split over the threads
+ * (the general loop below converts the whole tensor to double and back: 2.5x ONNX Runtime's time
+ * on 1x128x768) */
+typedef struct lp_job {
+    const float *x;
+    float *y;
+    int64_t n;
+    int p;
+} lp_job;
+
+static void lp_rows(void *arg, int64_t b, int64_t e) {
+    const lp_job *j = arg;
+    const int64_t n = j->n;
+    for (int64_t r = b; r < e; r++) {
+        const float *q = j->x + r * n; /* y may be x */
+        float *o = j->y + r * n;
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        int64_t i = 0;
+        if (j->p == 1) {
+            for (; i + 4 <= n; i += 4) {
+                s0 += fabs((double)q[i]), s1 += fabs((double)q[i + 1]);
+                s2 += fabs((double)q[i + 2]), s3 += fabs((double)q[i + 3]);
+            }
+            for (; i < n; i++) s0 += fabs((double)q[i]);
+        } else {
+            for (; i + 4 <= n; i += 4) {
+                const double a = q[i], b2 = q[i + 1], c2 = q[i + 2], d = q[i + 3];
+                s0 += a * a, s1 += b2 * b2, s2 += c2 * c2, s3 += d * d;
+            }
+            for (; i < n; i++) s0 += (double)q[i] * (double)q[i];
+        }
+        const double s = (s0 + s1) + (s2 + s3), norm = j->p == 1 ? s : sqrt(s);
+        /* a zero norm gives zeros (not NaN), as the ONNX reference does */
+        const double inv = norm == 0 ? 0.0 : 1.0 / norm;
+        for (i = 0; i < n; i++) o[i] = (float)((double)q[i] * inv);
+    }
+}
+
 kiln_status kn_cpu_lpnorm(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
@@ -586,6 +625,11 @@ kiln_status kn_cpu_lpnorm(kn_kernel_ctx *c) {
     int64_t inner = kn_shape_count(x->dims + axis + 1, x->rank - (int)axis - 1);
     int64_t total = outer * n * inner;
     if (total == 0) return KILN_OK;
+    if (x->dtype == KILN_DTYPE_FLOAT && y->dtype == KILN_DTYPE_FLOAT && inner == 1 && (p == 1 || p == 2)) {
+        lp_job j = {x->data, y->data, n, (int)p};
+        kn_parallel_for(c->pool, outer, n >= 16384 ? 1 : 16384 / n, lp_rows, &j);
+        return KILN_OK;
+    }
     double *v = malloc((size_t)total * sizeof *v);
     if (!v) return KN_OOM();
     kn_nn_to_f64(x, v);
