@@ -558,6 +558,37 @@ static void check_unary_accuracy(const char *op, double (*ref)(double), double l
     kn_threadpool_destroy(pool);
 }
 
+/* Sin / Cos at the ends of the vector forms' range and beyond (libm's there), the special values,
+ * and in a tail shorter than a vector: 19 values, in place of none of them */
+KN_TEST(ew_sin_cos_extremes) {
+    const float v[19] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 8192.0f, -8192.0f, 8192.5f, 1e10f, -3e38f,
+                         1e-30f, 3.14159265f, -1.5707964f, 100.0f, 7.0f, 0.785398185f, -2.35619450f, 5000.5f, 1e-3f};
+    int64_t d[1] = {19};
+    for (int c = 0; c < 2; c++) {
+        kn_tensor *x = tensor_f32(1, d, v), *o = NULL;
+        kn_tensor *in[1] = {x};
+        ew_call call = {c ? "Cos" : "Sin", 7, NULL, 0, NULL};
+        CHECK_STATUS(run_op(&call, in, 1, &o), KILN_OK);
+        if (o) {
+            const float *y = o->data;
+            for (int i = 0; i < 19; i++) {
+                const double want = c ? cos((double)v[i]) : sin((double)v[i]);
+                if (isnan(want)) {
+                    CHECK_MSG(isnan(y[i]), "%s(%g) = %g, want NaN", call.op, v[i], y[i]);
+                    continue;
+                }
+                CHECK_MSG(fabs(y[i] - want) <= 1.2e-7 * fmax(fabs(want), 1.0),
+                          "%s(%.9g) = %.9g, want %.9g", call.op, v[i], y[i], want);
+            }
+            CHECK_MSG(c || (y[0] == 0.0f && !signbit(y[0]) && y[1] == 0.0f && signbit(y[1])), "sin(+-0) = %g, %g", y[0], y[1]);
+            CHECK_MSG(!c || (y[0] == 1.0f && y[1] == 1.0f), "cos(+-0) = %g, %g", y[0], y[1]);
+            CHECK_MSG(c || y[10] == 1e-30f, "sin(1e-30) = %g", y[10]);
+        }
+        kn_tensor_free(o);
+        kn_tensor_free(x);
+    }
+}
+
 KN_TEST(ew_float_math_accuracy) {
     check_unary_accuracy("Exp", exp, -87.0, 88.0, 1e-6, 1e-30);
     check_unary_accuracy("Log", log, 1e-6, 1e6, 1e-6, 1e-30);
@@ -568,6 +599,12 @@ KN_TEST(ew_float_math_accuracy) {
     check_unary_accuracy("Softplus", ref_softplus, -60.0, 60.0, 1e-6, 1e-30);
     check_unary_accuracy("Mish", ref_mish, -30.0, 30.0, 1e-6, 1e-30);
     check_unary_accuracy("Elu", ref_elu, -20.0, 5.0, 1e-6, 1e-30);
+    /* Sin / Cos: relative away from their zeros, absolute (1e-7 of 1) near them; to 8192 the vector
+     * forms (AVX2), beyond it libm's */
+    check_unary_accuracy("Sin", sin, -100.0, 100.0, 1.2e-6, 0.1);
+    check_unary_accuracy("Cos", cos, -100.0, 100.0, 1.2e-6, 0.1);
+    check_unary_accuracy("Sin", sin, -9000.0, 9000.0, 2e-6, 0.1);
+    check_unary_accuracy("Cos", cos, -9000.0, 9000.0, 2e-6, 0.1);
 }
 
 /* ------------------------------------------------------------------ shape values */

@@ -516,6 +516,46 @@ static inline __m256 kn_v8_gelu_tanh(__m256 x) {
 
 static inline __m256 kn_v8_silu(__m256 x) { return _mm256_mul_ps(x, kn_v8_sigmoid(x)); }
 
+/* sin(x) (cos_form 0) or cos(x) (cos_form 1) for |x| <= 8192, by Cephes' sinf / cosf: j = the
+ * even integer nearest |x| / (pi/4) from below-or-at, z = |x| - j pi/4 in three parts (fused
+ * products: exact for j < 2^16), |z| <= pi/4, then the sine or cosine polynomial of z and the sign
+ * by the octant. Lanes with |x| > 8192, infinities and NaN come out wrong: the caller takes those
+ * from the scalar sinf / cosf (kn_v8_sincos_big says which). Measured against double on |x| <= 8192
+ * (2.2 million arguments): at most 9.3e-8 absolute, 1.3e-7 relative where |result| > 0.1. */
+static inline __m256 kn_v8_sincos(__m256 x, int cos_form) {
+    const __m256 ax = kn_v8_abs(x);
+    __m256i j = _mm256_cvttps_epi32(_mm256_mul_ps(ax, _mm256_set1_ps(1.27323954473516268615f)));
+    j = _mm256_and_si256(_mm256_add_epi32(j, _mm256_set1_epi32(1)), _mm256_set1_epi32(~1));
+    const __m256 y = _mm256_cvtepi32_ps(j);
+    __m256 z = _mm256_fnmadd_ps(y, _mm256_set1_ps(0.78515625f), ax);
+    z = _mm256_fnmadd_ps(y, _mm256_set1_ps(2.4187564849853515625e-4f), z);
+    z = _mm256_fnmadd_ps(y, _mm256_set1_ps(3.77489497744594108e-8f), z);
+    const __m256 zz = _mm256_mul_ps(z, z);
+    __m256 ps = _mm256_fmadd_ps(_mm256_set1_ps(-1.9515295891e-4f), zz, _mm256_set1_ps(8.3321608736e-3f));
+    ps = _mm256_fmadd_ps(ps, zz, _mm256_set1_ps(-1.6666654611e-1f));
+    ps = _mm256_fmadd_ps(_mm256_mul_ps(ps, zz), z, z);
+    __m256 pc = _mm256_fmadd_ps(_mm256_set1_ps(2.443315711809948e-5f), zz, _mm256_set1_ps(-1.388731625493765e-3f));
+    pc = _mm256_fmadd_ps(pc, zz, _mm256_set1_ps(4.166664568298827e-2f));
+    pc = _mm256_fmadd_ps(_mm256_mul_ps(pc, zz), zz, _mm256_fnmadd_ps(_mm256_set1_ps(0.5f), zz, _mm256_set1_ps(1.0f)));
+    /* octant bit 2 (j & 2): the other polynomial; bit 4 (j & 4): the sign flips */
+    const __m256i b2 = _mm256_slli_epi32(_mm256_and_si256(j, _mm256_set1_epi32(2)), 30); /* to the sign bit */
+    const __m256i b4 = _mm256_slli_epi32(_mm256_and_si256(j, _mm256_set1_epi32(4)), 29);
+    const __m256 other = _mm256_castsi256_ps(b2);
+    __m256 r, sign;
+    if (cos_form) {
+        r = _mm256_blendv_ps(pc, ps, other);
+        sign = _mm256_castsi256_ps(_mm256_xor_si256(b4, b2));
+    } else {
+        r = _mm256_blendv_ps(ps, pc, other);
+        sign = _mm256_xor_ps(_mm256_castsi256_ps(b4), _mm256_and_ps(x, _mm256_set1_ps(-0.0f)));
+    }
+    return _mm256_xor_ps(r, sign);
+}
+/* lanes kn_v8_sincos leaves to the scalar functions: |x| > 8192, infinities, NaN */
+static inline int kn_v8_sincos_big(__m256 x) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(kn_v8_abs(x), _mm256_set1_ps(8192.0f), _CMP_NLE_UQ));
+}
+
 /* the first n (< 8) floats at p, zero above / stored to p */
 static inline __m256 kn_v8_load_part(const float *p, int64_t n) {
     float b[8] = {0};
