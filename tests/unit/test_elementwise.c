@@ -435,6 +435,50 @@ KN_TEST(ew_mixed_type_pow) {
     kn_tensor_free(e);
 }
 
+/* float base by float exponent tensors (the powf path): same shapes and a broadcast exponent row,
+ * against double pow rounded to float, within one ulp; NaN for a negative base with a fractional
+ * exponent, the special cases of pow */
+KN_TEST(ew_pow_float_tensors) {
+    enum { R = 3, C = 37 };
+    int64_t d2[2] = {R, C}, d1[1] = {C};
+    kn_tensor *x = tensor_of(KILN_DTYPE_FLOAT, 2, d2), *e2 = tensor_of(KILN_DTYPE_FLOAT, 2, d2),
+              *e1 = tensor_of(KILN_DTYPE_FLOAT, 1, d1), *o = NULL;
+    float *xv = x->data, *ev2 = e2->data, *ev1 = e1->data;
+    for (int i = 0; i < R * C; i++) {
+        xv[i] = (float)(((i * 7919) % 613) - 300) * 0.017f;
+        ev2[i] = (float)(((i * 104729) % 401) - 200) * 0.019f;
+    }
+    for (int i = 0; i < C; i++) ev1[i] = (float)(i % 9) - 3.5f + (i % 2 ? 0.5f : 0.0f);
+    xv[0] = 0.0f, ev2[0] = -1.0f;      /* inf */
+    xv[1] = -2.0f, ev2[1] = 3.0f;      /* -8 */
+    xv[2] = -2.0f, ev2[2] = 0.5f;      /* NaN */
+    xv[3] = 1.0f, ev2[3] = NAN;        /* 1 */
+    xv[4] = NAN, ev2[4] = 0.0f;        /* 1 */
+    xv[5] = INFINITY, ev2[5] = -2.0f;  /* 0 */
+    for (int bc = 0; bc < 2; bc++) {
+        kn_tensor *in[2] = {x, bc ? e1 : e2};
+        ew_call call = {"Pow", 15, NULL, 0, NULL};
+        CHECK_STATUS(run_op(&call, in, 2, &o), KILN_OK);
+        if (o)
+            for (int i = 0; i < R * C; i++) {
+                const float ei = bc ? ev1[i % C] : ev2[i];
+                const float want = (float)pow((double)xv[i], (double)ei), got = ((float *)o->data)[i];
+                if (isnan(want)) {
+                    CHECK_MSG(isnan(got), "pow(%g, %g) = %g, want NaN", xv[i], ei, got);
+                    continue;
+                }
+                const double ulp = isinf(want) ? 0 : (double)nextafterf(fabsf(want), INFINITY) - fabsf(want);
+                CHECK_MSG(got == want || fabs((double)got - want) <= ulp, "pow(%.9g, %.9g) = %.9g, want %.9g", xv[i], ei,
+                          got, want);
+            }
+        kn_tensor_free(o);
+        o = NULL;
+    }
+    kn_tensor_free(x);
+    kn_tensor_free(e1);
+    kn_tensor_free(e2);
+}
+
 /* ------------------------------------------------------------------ conversions */
 
 KN_TEST(ew_half_arithmetic) {
