@@ -701,6 +701,45 @@ static void dot_rows(const float *rows, int64_t ld, int64_t n, const float *v, i
         }
         out[j * os] = finish(_mm512_reduce_add_ps(a0), alpha, beta, out + j * os);
     }
+#elif defined(KN_GEMM_AVX2)
+    /* 8 rows at a time, summed by one 8-way reduction (hadd tree), then row by row: the portable
+     * loop below is what a Gemm with an unpacked transposed B of one row (weights over 64 MB or
+     * not constant) and a matrix times a column ran on AVX2 builds */
+    for (; j + 8 <= n; j += 8) {
+        const float *r0 = rows + j * ld;
+        __m256 acc[8];
+        for (int q = 0; q < 8; q++) acc[q] = _mm256_setzero_ps();
+        int64_t k = 0;
+        for (; k + 8 <= K; k += 8) {
+            const __m256 x = _mm256_loadu_ps(v + k);
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++) acc[q] = _mm256_fmadd_ps(x, _mm256_loadu_ps(r0 + q * ld + k), acc[q]);
+        }
+        if (k < K) {
+            const __m256i m = mask8(K - k);
+            const __m256 x = _mm256_maskload_ps(v + k, m);
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++) acc[q] = _mm256_fmadd_ps(x, _mm256_maskload_ps(r0 + q * ld + k, m), acc[q]);
+        }
+        const __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]), t1 = _mm256_hadd_ps(acc[2], acc[3]);
+        const __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]), t3 = _mm256_hadd_ps(acc[6], acc[7]);
+        const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+        float sum[8];
+        _mm256_storeu_ps(sum, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
+        for (int q = 0; q < 8; q++) out[(j + q) * os] = finish(sum[q], alpha, beta, out + (j + q) * os);
+    }
+    for (; j < n; j++) {
+        const float *r0 = rows + j * ld;
+        __m256 a0 = _mm256_setzero_ps();
+        for (int64_t k = 0; k < K; k += 8) {
+            const __m256i m = mask8(K - k);
+            a0 = _mm256_fmadd_ps(_mm256_maskload_ps(v + k, m), _mm256_maskload_ps(r0 + k, m), a0);
+        }
+        __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
+        s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+        out[j * os] = finish(_mm_cvtss_f32(s4), alpha, beta, out + j * os);
+    }
 #else
     for (; j < n; j++) {
         const float *r0 = rows + j * ld;
