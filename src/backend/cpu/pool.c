@@ -257,11 +257,7 @@ DEF_SEP_PLANE(sep_max_u8, uint8_t, MAX_OP, 0)
                         for (int64_t k = 1; k < KW; k++) acc = VOP(acc, kn_vf_loadu(v + o + k * dw)); \
                     } else if (sw == 2) {                                                          \
                         const float *p = v + 2 * o;                                                \
-                        acc = kn_vf_perm2(kn_vf_loadu(p), even, kn_vf_loadu(p + KN_VL));           \
-                        for (int64_t k = 1; k < KW; k++) {                                         \
-                            const float *q = p + k * dw;                                           \
-                            acc = VOP(acc, kn_vf_perm2(kn_vf_loadu(q), even, kn_vf_loadu(q + KN_VL))); \
-                        }                                                                          \
+                        SEP_ROW_S2(acc, p, VOP);                                                   \
                     } else {                                                                       \
                         const kn_vi idx = kn_vi_mullo(kn_vi_add(lane, kn_vi_set1((int)o)), kn_vi_set1((int)sw)); \
                         acc = kn_vf_mask_gather(m, idx, v);                                        \
@@ -297,6 +293,30 @@ static inline void sep_store_out(float *p, kn_vmask m, int64_t left, kn_vf v) {
 #else
 #define SEP_STORE_PADDED(p, m, v, PADV) kn_vf_mask_storeu((p), (m), (v))
 #define SEP_STORE_OUT(p, m, left, v) kn_vf_mask_storeu((p), (m), (v))
+#endif
+#if KN_VL == 8
+/* stride 2 along the row: every tap's even elements by one vshufps within the 128-bit halves
+ * (lanes q0 q2 q8 q10 | q4 q6 q12 q14), the taps combined in that order, one vpermpd at the end
+ * (the two-source permute is two vpermps and a blend a tap: AveragePool 2x2 s2) */
+#define SEP_ROW_S2(acc, p, VOP)                                                                    \
+    do {                                                                                           \
+        kn_vf a8_ = _mm256_shuffle_ps(kn_vf_loadu(p), kn_vf_loadu((p) + 8), 0x88);                \
+        for (int64_t k = 1; k < KW; k++) {                                                         \
+            const float *q_ = (p) + k * dw;                                                        \
+            a8_ = VOP(a8_, _mm256_shuffle_ps(kn_vf_loadu(q_), kn_vf_loadu(q_ + 8), 0x88));         \
+        }                                                                                          \
+        (acc) = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(a8_), 0xD8));              \
+        (void)even;                                                                                \
+    } while (0)
+#else
+#define SEP_ROW_S2(acc, p, VOP)                                                                    \
+    do {                                                                                           \
+        (acc) = kn_vf_perm2(kn_vf_loadu(p), even, kn_vf_loadu((p) + KN_VL));                      \
+        for (int64_t k = 1; k < KW; k++) {                                                         \
+            const float *q_ = (p) + k * dw;                                                        \
+            (acc) = VOP((acc), kn_vf_perm2(kn_vf_loadu(q_), even, kn_vf_loadu(q_ + KN_VL)));      \
+        }                                                                                          \
+    } while (0)
 #endif
 #define SEP_SLACK(sw) (KN_VL * (sw) + 64)
 #define SEP_ROWS 16 /* output rows whose column pass runs before their row pass */
