@@ -355,6 +355,27 @@ static int64_t argrow_find(const float *p, int64_t n, float want, int last) {
             if (hit) return i + 31 - __builtin_clz((unsigned)hit);
         }
     }
+#elif defined(__AVX2__) && defined(__FMA__)
+    /* 8 lanes a compare and a movemask; the remainder element by element */
+    const __m256 w = _mm256_set1_ps(want);
+    if (!last || nan) {
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            const __m256 v = _mm256_loadu_ps(p + i);
+            const int hit = _mm256_movemask_ps(nan ? _mm256_cmp_ps(v, v, _CMP_UNORD_Q) : _mm256_cmp_ps(v, w, _CMP_EQ_OQ));
+            if (hit) return i + __builtin_ctz((unsigned)hit);
+        }
+        for (; i < n; i++)
+            if (nan ? p[i] != p[i] : p[i] == want) return i;
+    } else {
+        const int64_t t = n - n % 8;
+        for (int64_t i = n - 1; i >= t; i--)
+            if (p[i] == want) return i;
+        for (int64_t i = t - 8; i >= 0; i -= 8) {
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(p + i), w, _CMP_EQ_OQ));
+            if (hit) return i + 31 - __builtin_clz((unsigned)hit);
+        }
+    }
 #else
     if (!last || nan) {
         for (int64_t i = 0; i < n; i++)
