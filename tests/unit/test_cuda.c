@@ -89,6 +89,21 @@ static void compare_levels(const unsigned char *data, size_t size, kn_tensor *x,
     kiln_session_destroy(ref);
 }
 
+/* Runs the model on the CPU at level 0 and in session s (taken: destroyed here); compares within
+ * rtol = atol = tol. */
+static void compare_session(const unsigned char *data, size_t size, kiln_session *s, kn_tensor *x, double tol,
+                            const char *what) {
+    kiln_session *ref = session_for(data, size, "cpu", NULL, 0);
+    if (ref && s) {
+        kn_tensor *want = run1(ref, x), *got = run1(s, x);
+        close_enough(got, want, tol, tol, what);
+        kn_tensor_free(want);
+        kn_tensor_free(got);
+    }
+    kiln_session_destroy(ref);
+    kiln_session_destroy(s);
+}
+
 /* ------------------------------------------------------------------ field regressions */
 
 static unsigned char *gemm_model(bool bias, bool relu, size_t *size) {
@@ -212,16 +227,8 @@ KN_TEST(cuda_pointwise_conv_matches_cpu) {
                  (long long)shapes[s_][0], (long long)shapes[s_][2], (long long)shapes[s_][3], (long long)strides[s_],
                  k >= 4 ? " (KILN_LAYOUT=nhwc)" : "");
         compare_levels(m, size, x, what);
-        kiln_session *ref = session_for(m, size, "cpu", NULL, 0), *half = session_for(m, size, "cuda", "fp16", 0);
-        if (ref && half) {
-            kn_tensor *want = run1(ref, x), *got = run1(half, x);
-            snprintf(what + strlen(what), sizeof what - strlen(what), " in fp16");
-            close_enough(got, want, 1e-2, 1e-2, what);
-            kn_tensor_free(want);
-            kn_tensor_free(got);
-        }
-        kiln_session_destroy(ref);
-        kiln_session_destroy(half);
+        snprintf(what + strlen(what), sizeof what - strlen(what), " in fp16");
+        compare_session(m, size, session_for(m, size, "cuda", "fp16", 0), x, 1e-2, what);
         kn_tensor_free(x);
         free(m);
     }
@@ -355,16 +362,8 @@ KN_TEST(cuda_elementwise_chain_matches_cpu) {
         char what[96];
         snprintf(what, sizeof what, "Sub(Sigmoid(Mul(Add(X, B), S)), C), X [%lld, 16, 40]", (long long)batches[k]);
         compare_levels(m, size, x, what);
-        kiln_session *ref = session_for(m, size, "cpu", NULL, 0), *half = half_session(m, size);
-        if (ref && half) {
-            kn_tensor *want = run1(ref, x), *got = run1(half, x);
-            snprintf(what + strlen(what), sizeof what - strlen(what), " in float16");
-            close_enough(got, want, 4e-3, 4e-3, what);
-            kn_tensor_free(want);
-            kn_tensor_free(got);
-        }
-        kiln_session_destroy(ref);
-        kiln_session_destroy(half);
+        snprintf(what + strlen(what), sizeof what - strlen(what), " in float16");
+        compare_session(m, size, half_session(m, size), x, 4e-3, what);
         kn_tensor_free(x);
         free(m);
     }
