@@ -1,4 +1,5 @@
 #include "util/threadpool.h"
+#include "util/aligned.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -166,11 +167,11 @@ kiln_status kn_threadpool_create(int threads, kn_threadpool **out) {
         threads = n > 0 ? (int)n : 1;
     }
     if (threads > 256) threads = 256;
-    kn_threadpool *p = aligned_alloc(KN_LINE, (sizeof *p + KN_LINE - 1) / KN_LINE * KN_LINE);
+    kn_threadpool *p = kn_aligned_alloc(KN_LINE, (sizeof *p + KN_LINE - 1) / KN_LINE * KN_LINE);
     if (!p) return KN_OOM();
     memset(p, 0, sizeof *p);
     p->n_threads = threads;
-    p->ticket = aligned_alloc(KN_LINE, (size_t)threads * sizeof *p->ticket);
+    p->ticket = kn_aligned_alloc(KN_LINE, (size_t)threads * sizeof *p->ticket);
     if (p->ticket) memset(p->ticket, 0, (size_t)threads * sizeof *p->ticket);
     p->wargs = calloc((size_t)threads, sizeof *p->wargs);
     if (!p->ticket || !p->wargs) {

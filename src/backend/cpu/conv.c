@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "backend/cpu/isa_vec.h"
+#include "util/aligned.h"
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -769,7 +770,7 @@ static void dw16_range(void *arg, int64_t begin, int64_t end) {
     const conv_shape *s = j->s;
     const dw16_geom g = dw16_geom_of(&j->v);
     const int64_t groups = (s->C + KN_VL - 1) / KN_VL;
-    float *scratch = aligned_alloc(64, sizeof(float) * (size_t)(g.scratch + g.out));
+    float *scratch = kn_aligned_alloc(64, sizeof(float) * (size_t)(g.scratch + g.out));
     if (!scratch) {
         __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
         return;
@@ -1579,7 +1580,7 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
     const float *wp = w_is_input ? kn_cpu_const_derived(c, 1, &lay, wbytes, cl_make_weights, &wc) : NULL;
     float *own = NULL;
     if (!wp) {
-        if (!(own = aligned_alloc(64, (wbytes + 63) / 64 * 64))) {
+        if (!(own = kn_aligned_alloc(64, (wbytes + 63) / 64 * 64))) {
             if (xp) kn_ctx_scratch_free(c, xp, xbytes);
             return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
         }
@@ -1764,7 +1765,7 @@ static void rk_range(void *arg, int64_t begin, int64_t end) {
      * 14: wh 16, the last tap reads column 17), so the buffer has a vector of slack */
     const size_t bf = (size_t)(s->C * 3 * v->sw * j->wh) + KN_VL;
     float *own = NULL, *sp = kn_conv_thread_buffer(bf);
-    if (!sp && !(sp = own = aligned_alloc(64, sizeof(float) * bf))) {
+    if (!sp && !(sp = own = kn_aligned_alloc(64, sizeof(float) * bf))) {
         __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
         return;
     }
@@ -1819,7 +1820,7 @@ static kiln_status rk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
     const float *wp = w_is_input ? kn_cpu_const_derived(c, 1, &lay, wbytes, rk_make_weights, &wc) : NULL;
     float *own = NULL;
     if (!wp) {
-        if (!(own = aligned_alloc(64, (wbytes + 63) / 64 * 64))) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        if (!(own = kn_aligned_alloc(64, (wbytes + 63) / 64 * 64))) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
         rk_make_weights(&wc, own);
         wp = own;
     }
@@ -1926,7 +1927,7 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
                                           : NULL;
             float *own = NULL;
             if (!w16) {
-                own = aligned_alloc(64, sizeof(float) * wfloats);
+                own = kn_aligned_alloc(64, sizeof(float) * wfloats);
                 if (!own) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
                 dw16_make_weights(&wc, own);
                 w16 = own;

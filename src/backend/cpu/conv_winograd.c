@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/isa_vec.h"
+#include "util/aligned.h"
 
 /* The core's L2 in bytes (sysconf, which asks cpuid: once per process; 1 MB where unknown). */
 int64_t kn_conv_l2_bytes(void) {
@@ -436,7 +437,7 @@ static float *thread_buffer_slot(int slot, size_t floats) {
     }
     if (b->cap[slot] < floats) {
         const size_t cap = (floats + 1023) / 1024 * 1024;
-        float *d = aligned_alloc(64, cap * sizeof(float));
+        float *d = kn_aligned_alloc(64, cap * sizeof(float));
         if (!d) return NULL;
         free(b->data[slot]);
         b->data[slot] = d;
@@ -611,7 +612,7 @@ static kiln_status wino_conv_dilated(kn_kernel_ctx *c, const kn_wino_shape *s, c
     const size_t xf = (size_t)(u->N * u->C * u->H * u->W + 16), yf = (size_t)(u->N * u->M * u->OH * u->OW + 16);
     /* slot 1: the undilated convolution takes the thread's slot 0 for its own scratch */
     float *buf = thread_buffer_slot(1, xf + yf), *own = NULL;
-    if (!buf && !(buf = own = aligned_alloc(64, sizeof(float) * (xf + yf))))
+    if (!buf && !(buf = own = kn_aligned_alloc(64, sizeof(float) * (xf + yf))))
         return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     p.xs = buf, p.ys = buf + xf;
     const int64_t in_plane = s->H * s->W, out_plane = s->OH * s->OW;
@@ -818,13 +819,13 @@ static kiln_status wino2_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const fl
         P = U + ufl;
     } else {
         wc.pack = false;
-        if (!(own = aligned_alloc(64, sizeof(float) * ufl))) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        if (!(own = kn_aligned_alloc(64, sizeof(float) * ufl))) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
         wino2_make_weights(&wc, own);
         U = own;
     }
     const size_t vfloats = (size_t)(16 * (s->C + s->M) * Tmax + 16);
     float *V = kn_conv_thread_buffer(vfloats), *Vown = NULL;
-    if (!V) V = Vown = aligned_alloc(64, sizeof(float) * vfloats);
+    if (!V) V = Vown = kn_aligned_alloc(64, sizeof(float) * vfloats);
     const float **ap = malloc(sizeof(float *) * 16 * 4);
     if (!V || !ap) {
         free(Vown);
@@ -911,14 +912,14 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
         P = U + ufl;
     } else {
         wc.pack = false;
-        own = aligned_alloc(64, sizeof(float) * ufl);
+        own = kn_aligned_alloc(64, sizeof(float) * ufl);
         if (!own) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
         wino_make_weights(&wc, own);
         U = own;
     }
     const size_t vfloats = (size_t)(36 * (s->C + s->M) * Tmax + 16);
     float *V = kn_conv_thread_buffer(vfloats), *Vown = NULL;
-    if (!V) V = Vown = aligned_alloc(64, sizeof(float) * vfloats);
+    if (!V) V = Vown = kn_aligned_alloc(64, sizeof(float) * vfloats);
     const float **ap = malloc(sizeof(float *) * 36 * 4);
     if (!V || !ap) {
         free(Vown);

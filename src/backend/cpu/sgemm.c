@@ -23,6 +23,7 @@
 #include "backend/cpu/sgemm_bf16.h"
 #include "backend/cpu/vec_math.h"
 #include "util/thread_buffer.h"
+#include "util/aligned.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -144,7 +145,7 @@ static float *workspace(void) {
     if (!ws_key_ok) return NULL;
     float *w = pthread_getspecific(ws_key);
     if (!w) {
-        w = aligned_alloc(64, WS_FLOATS * sizeof(float));
+        w = kn_aligned_alloc(64, WS_FLOATS * sizeof(float));
         if (w && pthread_setspecific(ws_key, w) != 0) {
             free(w);
             w = NULL;
