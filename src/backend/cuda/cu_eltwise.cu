@@ -282,7 +282,7 @@ template <typename S> cudaError_t cast_from(kiln_dtype to, const S *x, void *y, 
     const bool float_s = std::is_same<S, float>::value || std::is_same<S, f16>::value || std::is_same<S, bf16>::value;
     const size_t dsize = to == KILN_DTYPE_FLOAT ? 4 : 2;
     if (float_s && (to == KILN_DTYPE_FLOAT || to == KILN_DTYPE_FLOAT16 || to == KILN_DTYPE_BFLOAT16) && n >= 4 &&
-        n / 4 < INT32_MAX && (uintptr_t)x % (4 * sizeof(S)) == 0 && (uintptr_t)y % (4 * dsize) == 0) {
+        n / 4 < INT32_MAX / 2 && (uintptr_t)x % (4 * sizeof(S)) == 0 && (uintptr_t)y % (4 * dsize) == 0) {
         const int64_t n4 = n / 4, tail = n - n4 * 4;
         const unsigned g4 = grid_for(n4, 256);
         const S *xt = x + n4 * 4;
@@ -779,7 +779,7 @@ cudaError_t kn_cu_copy_view(size_t esize, const void *x, int64_t x_offset, void 
                                                                                 tiles_a, n_tiles)));
         return cudaGetLastError();
     }
-    if (esize <= 8 && tile_view(&v, &t) && t.nb < 8 && t.na >= 32 && n < INT32_MAX) {
+    if (esize <= 8 && tile_view(&v, &t) && t.nb < 8 && t.na >= 32 && n < INT32_MAX / 2) {
         int64_t reach = (t.na - 1) + (t.nb - 1) * t.sb, out_reach = (t.na - 1) * t.ta + t.nb - 1;
         bool fits = t.sb >= 0;
         for (int d = 0; d < t.rank; d++) {
@@ -835,7 +835,8 @@ cudaError_t kn_cu_chain_run(kiln_dtype dt, const kn_cu_chain *c, void *y, int64_
     if (n == 0) return cudaSuccess;
     const int threads = 128;
     const size_t smem = (size_t)(c->n_inputs + c->n_consts + c->n_steps) * threads * sizeof(float);
-    bool narrow = n < INT32_MAX; /* every input's offsets fit 32 bits too */
+    /* 32-bit indices where every offset fits and a grid-stride step past n cannot overflow */
+    bool narrow = n < INT32_MAX / 2;
     for (int k = 0; k < c->n_inputs && narrow; k++) {
         int64_t last = 0;
         for (int d = 0; d < c->rank; d++) last += (c->dims[d] - 1) * c->strides[k][d];

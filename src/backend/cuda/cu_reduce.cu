@@ -974,7 +974,7 @@ cudaError_t kn_cu_pool_run(kiln_dtype dt, const void *x, void *y, int64_t *indic
                     (int32_t)p->dil[1], p->kind};
         const size_t es = kiln_dtype_size(dt);
         const int64_t V = es == 2 || es == 4 ? 16 / (int64_t)es : 0;
-        const bool vec = V && p->c % V == 0 && n / V < INT32_MAX && p->n * p->in[0] * p->in[1] < INT32_MAX &&
+        const bool vec = V && p->c % V == 0 && n / V < INT32_MAX / 2 && p->n * p->in[0] * p->in[1] < INT32_MAX &&
                          ((uintptr_t)x | (uintptr_t)y) % 16 == 0;
         const int32_t cv = vec ? (int32_t)(p->c / V) : 0, nv = vec ? (int32_t)(n / V) : 0;
         const bool k3 = q.kh == 3 && q.kw == 3;
