@@ -5,8 +5,9 @@ Models: ResNet-50 (torchvision's v1.5 layout), BERT-base (12 layers, 768 wide, s
 transformers export's graph: LayerNormalization, Erf GELU, attention as MatMul/Softmax with the
 additive mask) and ViT-B/16 (timm's layout: patch Conv, class token, pre-LN blocks, head). Where
 torch is installed, bench/cpu_models.py exports ResNet-50 and BERT-base; this script builds all
-three directly with onnx.helper (seeded random weights at the frameworks' initialisation scales,
-as the zoo's models have), so it runs on machines without torch. --model NAME=PATH adds any .onnx.
+three directly with onnx.helper (bench/onnx_builders.py's layer-by-layer form: seeded random
+weights at the frameworks' initialisation scales, as the zoo's models have), so it runs on machines
+without torch. --model NAME=PATH adds any .onnx.
 
 For each model and thread count, in one process, alternating rounds (each round the median of its
 runs, the result the median of the rounds): kiln with cpu:precision=bf16, OpenVINO with
@@ -31,153 +32,16 @@ import time
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+import onnx_builders  # noqa: E402
 from benchutil import cpu_name  # noqa: E402
 from op_sweep import Kiln, KilnSession  # noqa: E402
 
 
-# ------------------------------------------------------------------ model builders
-
-class G:
-    """Nodes and initialisers of one graph, named in order."""
-
-    def __init__(self, seed):
-        self.nodes, self.inits, self.n = [], [], 0
-        self.rng = np.random.default_rng(seed)
-
-    def name(self, p):
-        self.n += 1
-        return f"{p}_{self.n}"
-
-    def const(self, a, p="w"):
-        n = self.name(p)
-        self.inits.append(numpy_helper.from_array(np.asarray(a), n))
-        return n
-
-    def op(self, t, ins, p=None, **attrs):
-        out = self.name(p or t.lower())
-        self.nodes.append(helper.make_node(t, ins, [out], name=out, **attrs))
-        return out
-
-    def normal(self, shape, std):
-        return (self.rng.standard_normal(shape) * std).astype(np.float32)
-
-    def uniform(self, shape, lo, hi):
-        return self.rng.uniform(lo, hi, shape).astype(np.float32)
-
-    def model(self, inputs, outputs, opset=17):
-        g = helper.make_graph(self.nodes, "g", inputs, outputs, self.inits)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="kiln-bench")
-        m.ir_version = 8
-        return m
-
-
-def conv_bn(g, x, cin, cout, k, stride, relu=True):
-    # torchvision: kaiming_normal_(fan_out, relu); eval-mode BatchNorm with running statistics
-    w = g.normal((cout, cin, k, k), np.sqrt(2.0 / (cout * k * k)))
-    y = g.op("Conv", [x, g.const(w)], kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4)
-    y = g.op("BatchNormalization", [y, g.const(g.uniform(cout, 0.5, 1.5)), g.const(g.normal(cout, 0.1)),
-                                    g.const(g.normal(cout, 0.1)), g.const(g.uniform(cout, 0.5, 1.5))], epsilon=1e-5)
-    return g.op("Relu", [y]) if relu else y
-
-
-def resnet50():
-    g = G(0)
-    y = conv_bn(g, "input", 3, 64, 7, 2)
-    y = g.op("MaxPool", [y], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
-    cin = 64
-    for width, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
-        for b in range(blocks):
-            s = stride if b == 0 else 1
-            h = conv_bn(g, y, cin, width, 1, 1)
-            h = conv_bn(g, h, width, width, 3, s)
-            h = conv_bn(g, h, width, width * 4, 1, 1, relu=False)
-            sc = conv_bn(g, y, cin, width * 4, 1, s, relu=False) if b == 0 else y
-            y = g.op("Relu", [g.op("Add", [h, sc])])
-            cin = width * 4
-    y = g.op("Flatten", [g.op("GlobalAveragePool", [y])])
-    bound = 1 / np.sqrt(2048)
-    y = g.op("Gemm", [y, g.const(g.uniform((1000, 2048), -bound, bound)), g.const(g.uniform(1000, -bound, bound))],
-             transB=1)
-    g.nodes[-1].output[0] = "logits"
-    return g.model([helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 224, 224])],
-                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])])
-
-
-def linear(g, x, din, dout, std=0.02):
-    y = g.op("MatMul", [x, g.const(g.normal((din, dout), std))])
-    return g.op("Add", [y, g.const(g.normal(dout, std))])
-
-
-def layer_norm(g, x, d):
-    return g.op("LayerNormalization", [x, g.const(g.uniform(d, 0.8, 1.2)), g.const(g.normal(d, 0.02))],
-                axis=-1, epsilon=1e-12)
-
-
-def gelu(g, x):
-    e = g.op("Erf", [g.op("Div", [x, g.const(np.float32(np.sqrt(2.0)))])])
-    return g.op("Mul", [g.op("Mul", [x, g.op("Add", [e, g.const(np.float32(1.0))])]), g.const(np.float32(0.5))])
-
-
-def attention(g, x, s, d, heads, mask=None):
-    hd = d // heads
-    shp = g.const(np.array([1, s, heads, hd], np.int64))
-
-    def split(t, perm):
-        return g.op("Transpose", [g.op("Reshape", [t, shp])], perm=perm)
-    q = split(linear(g, x, d, d), [0, 2, 1, 3])
-    k = split(linear(g, x, d, d), [0, 2, 3, 1])
-    v = split(linear(g, x, d, d), [0, 2, 1, 3])
-    sc = g.op("Div", [g.op("MatMul", [q, k]), g.const(np.float32(np.sqrt(hd)))])
-    if mask is not None:
-        sc = g.op("Add", [sc, mask])
-    p = g.op("Softmax", [sc], axis=-1)
-    o = g.op("Transpose", [g.op("MatMul", [p, v])], perm=[0, 2, 1, 3])
-    o = g.op("Reshape", [o, g.const(np.array([1, s, d], np.int64))])
-    return linear(g, o, d, d)
-
-
-def bert_base(s=128, d=768, heads=12, layers=12, ff=3072, vocab=30522):
-    g = G(1)
-    emb = g.op("Gather", [g.const(g.normal((vocab, d), 0.02)), "input_ids"])
-    emb = g.op("Add", [emb, g.const(g.normal((1, s, d), 0.02))])  # positions 0..s-1 and token type 0
-    x = layer_norm(g, emb, d)
-    m = g.op("Cast", [g.op("Unsqueeze", ["attention_mask", g.const(np.array([1, 2], np.int64))])], to=TensorProto.FLOAT)
-    mask = g.op("Mul", [g.op("Sub", [g.const(np.float32(1.0)), m]), g.const(np.float32(-10000.0))])
-    for _ in range(layers):
-        x = layer_norm(g, g.op("Add", [attention(g, x, s, d, heads, mask), x]), d)
-        h = linear(g, gelu(g, linear(g, x, d, ff)), ff, d)
-        x = layer_norm(g, g.op("Add", [h, x]), d)
-    g.nodes[-1].output[0] = "last_hidden_state"
-    return g.model([helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, s]),
-                    helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, s])],
-                   [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [1, s, d])])
-
-
-def vit_base(d=768, heads=12, layers=12, ff=3072, patch=16, img=224):
-    g = G(2)
-    n = (img // patch) ** 2
-    w = g.normal((d, 3, patch, patch), np.sqrt(1.0 / (3 * patch * patch)))
-    y = g.op("Conv", ["pixel_values", g.const(w), g.const(g.normal(d, 0.02))], kernel_shape=[patch, patch],
-             strides=[patch, patch])
-    y = g.op("Transpose", [g.op("Reshape", [y, g.const(np.array([1, d, n], np.int64))])], perm=[0, 2, 1])
-    x = g.op("Concat", [g.const(g.normal((1, 1, d), 0.02)), y], axis=1)
-    x = g.op("Add", [x, g.const(g.normal((1, n + 1, d), 0.02))])
-    for _ in range(layers):
-        x = g.op("Add", [x, attention(g, layer_norm(g, x, d), n + 1, d, heads)])
-        x = g.op("Add", [x, linear(g, gelu(g, linear(g, layer_norm(g, x, d), d, ff)), ff, d)])
-    x = layer_norm(g, x, d)
-    cls = g.op("Gather", [x, g.const(np.array(0, np.int64))], axis=1)
-    y = g.op("Gemm", [cls, g.const(g.normal((1000, d), 0.02)), g.const(np.zeros(1000, np.float32))], transB=1)
-    g.nodes[-1].output[0] = "logits"
-    return g.model([helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, [1, 3, img, img])],
-                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])])
-
-
-BUILDERS = {"resnet50": resnet50, "bert_base": bert_base, "vit_base": vit_base}
+BUILDERS = {"resnet50": onnx_builders.resnet50, "bert_base": onnx_builders.bert_base, "vit_base": onnx_builders.vit_base}
 
 
 def feeds_for(path):
