@@ -6,7 +6,8 @@
  * (KILN_GEMM_SWAP=1, on planes up to 512 pixels) and never transposed; stride 1 (the input planes
  * read as B) and 2 (B gathered by the packing callback), a padded 1x1 (not pointwise: the implicit
  * GEMM), odd channel counts and planes, batch > 1, weights a constant or a graph input, the
- * 7x7-plane kernel with channels in the lanes (pw_conv), 1 and 2 threads. */
+ * 7x7-plane kernel with channels in the lanes (pw_conv), 1 and 2 threads; Swish (Sigmoid and Mul)
+ * and HardSwish as the convolution's epilogue function. */
 #include "test_model_builder.h"
 
 #include "kiln.h"
@@ -17,7 +18,7 @@
 typedef struct pw_case {
     int64_t N, C, H, W, M, s, pad;
     bool res, w_input;
-    int act; /* 0 none, 1 Relu, 2 Clip(-0.25, 0.5) */
+    int act; /* 0 none, 1 Relu, 2 Clip(-0.25, 0.5), 3 Swish (x * Sigmoid(x)), 4 HardSwish */
 } pw_case;
 
 static int64_t pw_out(const pw_case *t, int64_t in) { return (in + 2 * t->pad - 1) / t->s + 1; }
@@ -31,7 +32,7 @@ static int pw_scalar(tmb *b, const char *name, float v) {
 
 static unsigned char *pw_model(const pw_case *t, kiln_tensor **consts, size_t *size) {
     tmb b;
-    tmb_init(&b, 13);
+    tmb_init(&b, 14); /* HardSwish from opset 14 */
     const int64_t OH = pw_out(t, t->H), OW = pw_out(t, t->W);
     int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){t->N, t->C, t->H, t->W}, NULL);
     int64_t wd[4] = {t->M, t->C, 1, 1};
@@ -65,6 +66,15 @@ static unsigned char *pw_model(const pw_case *t, kiln_tensor **consts, size_t *s
         int lo = pw_scalar(&b, "lo", -0.25f), hi = pw_scalar(&b, "hi", 0.5f);
         tmb_node(&b, "Clip", (int[]){cur, lo, hi}, 3, r);
         cur = r;
+    } else if (t->act == 3) {
+        int sg = tmb_value(&b, "sg"), r = tmb_value(&b, "r");
+        tmb_node(&b, "Sigmoid", (int[]){cur}, 1, sg);
+        tmb_node(&b, "Mul", (int[]){cur, sg}, 2, r);
+        cur = r;
+    } else if (t->act == 4) {
+        int r = tmb_value(&b, "r");
+        tmb_node(&b, "HardSwish", (int[]){cur}, 1, r);
+        cur = r;
     }
     tmb_output(&b, cur);
     return tmb_finish(&b, size);
@@ -89,6 +99,8 @@ static void pw_reference(const pw_case *t, const float *x, const float *w, const
                     if (z) acc += z[i], sc += fabs(z[i]);
                     if (t->act == 1) acc = acc < 0 ? 0 : acc;
                     if (t->act == 2) acc = acc < -0.25 ? -0.25 : acc > 0.5 ? 0.5 : acc;
+                    if (t->act == 3) acc = acc / (1.0 + exp(-acc));
+                    if (t->act == 4) acc = acc * fmin(1.0, fmax(0.0, acc / 6.0 + 0.5));
                     want[i] = acc;
                     scale[i] = sc;
                 }
@@ -113,6 +125,12 @@ KN_TEST(cpu_conv1x1_matches_definition) {
         {1, 48, 30, 30, 64, 1, 0, true, true, 1},     /* W a graph input: A packed per call */
         {1, 600, 9, 40, 37, 1, 0, true, false, 1},    /* 3 slices of K, rows first */
         {1, 16, 112, 112, 24, 1, 0, false, false, 2}, /* wide plane, few channels */
+        /* EfficientNet / MobileNet-V3 expansions on 7x7 with their activations as the GEMM's
+         * epilogue: transposed on AVX2 from K 37 (kn_sgemm_swaps), else channels in the lanes */
+        {1, 192, 7, 7, 1152, 1, 0, false, false, 3},
+        {1, 96, 7, 7, 576, 1, 0, false, false, 4},
+        {2, 40, 7, 7, 120, 1, 0, true, false, 3},
+        {1, 112, 14, 14, 672, 1, 0, false, false, 3},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const pw_case *t = &cases[ci];

@@ -108,6 +108,9 @@
 #ifndef SWAP_MIN_SAVED
 #define SWAP_MIN_SAVED 64.0 /* lanes saved per output element, times K (kn_sgemm_swaps) */
 #endif
+#ifndef SWAP_MIN_SAVED_FEW_N
+#define SWAP_MIN_SAVED_FEW_N 16.0 /* the same for AVX2 and at most 4 * NR columns */
+#endif
 #define SWAP_MC (6 * NR)
 #define SWAP_KS 128
 #ifndef SWAP_PF_AHEAD
@@ -1276,7 +1279,16 @@ bool kn_sgemm_swaps(int64_t M, int64_t N, int64_t K) {
      * convolutions on 14x14, N = 196, M = 256 or 1024): K = 256 13% slower transposed, K = 512
      * (stride 2 from 28x28) 13% slower, K = 1024 4% faster; on 7x7 (N = 49) K = 512..2048 5-16%
      * faster; 3x3 512->512 on 4x4 (N = 16, K = 4608) 10% faster. */
-    return (row_cost(N) / (double)N - row_cost(M) / (double)M) * (double)K > SWAP_MIN_SAVED;
+    double min_saved = SWAP_MIN_SAVED;
+#if defined(KN_GEMM_AVX2)
+    /* AVX2 (MR 6 x NR 16): at most 4 panels of columns, the transposed product wins from a much
+     * smaller K. 1 thread, Zen 3, 1x1 convolutions on 7x7 (N = 49) with their activation:
+     * 192->1152 0.58 -> 0.41 ms, 96->576 0.19 -> 0.14 ms (they ran conv.c's channels-in-lanes
+     * kernel, as fast as the untransposed GEMM there); on 14x14 (N = 196) K = 512 stayed 15%
+     * slower transposed, so the larger planes keep SWAP_MIN_SAVED. */
+    if (N <= 4 * NR) min_saved = SWAP_MIN_SAVED_FEW_N;
+#endif
+    return (row_cost(N) / (double)N - row_cost(M) / (double)M) * (double)K > min_saved;
 }
 
 /* Rows [m0, m1) and columns [n0, n1) of C computed as C^T = op(B)^T op(A)^T: op(B)'s columns
