@@ -455,15 +455,23 @@ __global__ void __launch_bounds__(4 * KMAX, 1) k_rnn_reg(kn_cu_rnn_seq p) {
     const T *R = (const T *)p.R + (int64_t)d * GH * H;
     // R into registers through shared memory, 16 columns at a time: read thread by thread, a row's
     // values lie H apart and a warp's load touched 32 cache lines (ncu: the load queue throttled
-    // a quarter of a 50-step launch); this way a warp load covers two 64-byte row pieces
+    // a quarter of a 50-step launch); this way a warp load covers two 64-byte row pieces. A
+    // thread's 16 loads of a piece are all issued before the first store (blockDim is 4 * KMAX):
+    // one load at a time, a load's latency each, the prologue was 40% of a 50-step launch (ncu's
+    // stall samples on its stores)
     __shared__ float stage[4 * KMAX][17];
     float w[KMAX];
 #pragma unroll
     for (int kc = 0; kc < KMAX; kc += 16) {
-        for (int e = threadIdx.x; e < 4 * KMAX * 16; e += blockDim.x) {
-            const int i = e >> 4, cc = e & 15, ji = i >> 2, qi = i & 3;
-            stage[i][cc] = ji < H && qi < G && kc + cc < H ? (float)ld(R[((int64_t)qi * H + ji) * H + kc + cc]) : 0.f;
+        const int cc = (int)(threadIdx.x & 15), i0 = (int)(threadIdx.x >> 4);
+        float v[16];
+#pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int i = i0 + r * (KMAX / 4), ji = i >> 2, qi = i & 3;
+            v[r] = ji < H && qi < G && kc + cc < H ? (float)ld(R[(qi * H + ji) * H + kc + cc]) : 0.f;
         }
+#pragma unroll
+        for (int r = 0; r < 16; r++) stage[i0 + r * (KMAX / 4)][cc] = v[r];
         __syncthreads();
 #pragma unroll
         for (int cc = 0; cc < 16; cc++) w[kc + cc] = stage[threadIdx.x][cc];
@@ -490,83 +498,91 @@ __global__ void __launch_bounds__(4 * KMAX, 1) k_rnn_reg(kn_cu_rnn_seq p) {
         int buf = i / (ROWS * KMAX), b = (i / KMAX) % ROWS, k = i % KMAX;
         hbuf[buf][b][k] = buf == 0 && b < nb && k < H && h0 ? (float)ld(h0[(b0 + b) * H + k]) : 0.f;
     }
-    const T *gx = (const T *)p.gx;
-    const int64_t gx_row = p.dirs * GH, gx_off = d * GH + (int64_t)q * H + j;
-    T *y = (T *)p.y;
-    const int64_t y_t = p.dirs * B * H, y_off = (int64_t)d * B * H;
-    const float clip = p.clip;
-    const unsigned full = 0xffffffffu;
-    const int lane0 = (int)(threadIdx.x & 31) & ~3; // lane of this unit's gate 0
-    // each item's length (T past it: time_of), read once
+    // each item's length (T past it), read once; s < len[b]: a live step
     int64_t len[ROWS];
 #pragma unroll
     for (int b = 0; b < ROWS; b++) {
         int64_t l = b < nb ? (p.seq_lens ? (int64_t)p.seq_lens[b0 + b] : T_) : 0;
         len[b] = l > T_ ? T_ : l;
     }
-    // time index of row b at step s, or -1 past its length
-#define KN_REG_TIME(b, s) ((s) < len[b] ? (rev ? len[b] - 1 - (s) : (s)) : (int64_t)-1)
+    // pointers to each item's x at its next time, moved a time step per step (time runs backwards
+    // in a reverse direction): no 64-bit products on the way to the next step's load
+    const int64_t gx_t = (int64_t)B * p.dirs * GH, y_t = (int64_t)p.dirs * B * H;
+    const int64_t gx_off = (int64_t)d * GH + (int64_t)q * H + j, y_off = (int64_t)d * B * H;
+    const T *gxp[ROWS];
+    T *y = (T *)p.y;
+#pragma unroll
+    for (int b = 0; b < ROWS; b++) gxp[b] = (const T *)p.gx + ((rev ? len[b] - 1 : 0) * B + b0 + b) * p.dirs * GH + gx_off;
+    const int64_t gx_step = rev ? -gx_t : gx_t;
+    const float clip = p.clip;
+    const unsigned full = 0xffffffffu;
+    const int lane0 = (int)(threadIdx.x & 31) & ~3; // lane of this unit's gate 0
     // x of the next step, loaded a step ahead so its latency passes under the current step
     float xn[ROWS];
 #pragma unroll
-    for (int b = 0; b < ROWS; b++) {
-        int64_t t = KN_REG_TIME(b, 0);
-        xn[b] = gate && t >= 0 ? (float)ld(gx[(t * B + b0 + b) * gx_row + gx_off]) : 0.f;
-    }
+    for (int b = 0; b < ROWS; b++) xn[b] = gate && len[b] > 0 ? (float)ld(*gxp[b]) : 0.f;
+    // the LSTM gate a lane activates before the hand-over (i, o, f sigmoid, c tanh) and the peephole
+    // it adds (i's and f's use the old cell; o's the new one, so o waits when it has one)
+    const float peep_old = q == 0 ? pi : q == 2 ? pf : 0.f;
+    const bool o_after = G == 4 && peep != nullptr;
     __syncthreads();
     int cur = 0;
     for (int64_t s = 0; s < T_; s++) {
         float xc[ROWS];
-        int64_t tc[ROWS];
 #pragma unroll
         for (int b = 0; b < ROWS; b++) {
             xc[b] = xn[b];
-            tc[b] = KN_REG_TIME(b, s);
-            int64_t t = KN_REG_TIME(b, s + 1);
-            xn[b] = gate && t >= 0 ? (float)ld(gx[(t * B + b0 + b) * gx_row + gx_off]) : 0.f;
+            if (s + 1 < len[b]) gxp[b] += gx_step;
+            xn[b] = gate && s + 1 < len[b] ? (float)ld(*gxp[b]) : 0.f;
         }
 #pragma unroll
         for (int b = 0; b < ROWS; b++) {
             const float *h = hbuf[cur][b];
-            float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+            // eight chains where registers allow (four with four items a block, which would spill):
+            // the product's latency is an eighth of K
+            constexpr int CH = ROWS >= 4 ? 4 : 8;
+            float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
             for (int k = 0; k < KMAX; k += 4) {
                 float4 v = *(const float4 *)(h + k);
-                a0 = fmaf(w[k], v.x, a0);
-                a1 = fmaf(w[k + 1], v.y, a1);
-                a2 = fmaf(w[k + 2], v.z, a2);
-                a3 = fmaf(w[k + 3], v.w, a3);
+                const int o = k & (CH - 4);
+                a[o] = fmaf(w[k], v.x, a[o]);
+                a[o + 1] = fmaf(w[k + 1], v.y, a[o + 1]);
+                a[o + 2] = fmaf(w[k + 2], v.z, a[o + 2]);
+                a[o + 3] = fmaf(w[k + 3], v.w, a[o + 3]);
             }
-            float rec = (a0 + a1) + (a2 + a3);
-            // gate q's pre-activation; the GRU's h gate: its x part here, r's factor (Rh h + Rbh) apart
-            float pre = gru_h ? xc[b] + bx : xc[b] + rec + bx, rh = rec + bh;
-            float g0 = __shfl_sync(full, pre, lane0), g1 = __shfl_sync(full, pre, lane0 + 1),
-                  g2 = __shfl_sync(full, pre, lane0 + 2), g3 = __shfl_sync(full, pre, lane0 + 3),
-                  gh = __shfl_sync(full, rh, lane0 + 2);
-            float hold = unit ? h[j] : 0.f, hn, cn = c[b];
-            if (G == 4) { // i, o, f, c
-                float cp = c[b];
-                float gi = sigm(clipf(g0 + pi * cp, clip));
-                float gf = p.input_forget ? 1.f - gi : sigm(clipf(g2 + pf * cp, clip));
-                float gc = tanhf(clipf(g3, clip));
+            float rec = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+            const float hold = unit ? h[j] : 0.f, cp = c[b];
+            const bool live = s < len[b]; // past an item's length its state holds and its output is zero
+            float hn, cn = cp;
+            if (G == 4) { // i, o, f, c: each lane activates its own gate, then the four are shared
+                float v = xc[b] + rec + bx;
+                if (peep) v += peep_old * cp;
+                v = clipf(v, clip);
+                float act = q == 3 ? tanhf(v) : sigm(v);
+                float gi = __shfl_sync(full, act, lane0), go = __shfl_sync(full, act, lane0 + 1),
+                      gf = __shfl_sync(full, act, lane0 + 2), gc = __shfl_sync(full, act, lane0 + 3);
+                if (p.input_forget) gf = 1.f - gi;
                 cn = gf * cp + gi * gc;
-                float go = sigm(clipf(g1 + po * cn, clip));
+                if (o_after) go = sigm(clipf(__shfl_sync(full, xc[b] + rec + bx, lane0 + 1) + po * cn, clip));
                 hn = go * tanhf(cn);
-            } else if (G == 3) { // z, r, h
-                float z = sigm(clipf(g0, clip)), r = sigm(clipf(g1, clip));
-                float cand = tanhf(clipf(g2 + r * gh, clip));
+            } else if (G == 3) { // z, r, h: z and r activated by their lanes; h's needs r
+                float pre = xc[b] + bx + (q == 2 ? 0.f : rec);
+                float act = q == 2 ? pre : sigm(clipf(pre, clip));
+                float z = __shfl_sync(full, act, lane0), r = __shfl_sync(full, act, lane0 + 1),
+                      gx2 = __shfl_sync(full, act, lane0 + 2), gh = __shfl_sync(full, rec + bh, lane0 + 2);
+                float cand = tanhf(clipf(gx2 + r * gh, clip));
                 hn = (1.f - z) * cand + z * hold;
             } else {
-                float v = clipf(g0, clip);
+                float v = clipf(xc[b] + rec + bx, clip);
                 hn = p.act == 1 ? fmaxf(v, 0.f) : (p.act == 2 ? sigm(v) : tanhf(v));
             }
-            const bool live = tc[b] >= 0; // past an item's length its state holds and its output is zero
             if (live) c[b] = cn;
             if (unit && q == 0) {
                 hbuf[cur ^ 1][b][j] = live ? hn : hold;
                 if (y && b < nb) {
-                    if (live) y[tc[b] * y_t + y_off + (b0 + b) * H + j] = st<T>(hn);
-                    else y[s * y_t + y_off + (b0 + b) * H + j] = st<T>(0.f);
+                    const int64_t t = live ? (rev ? len[b] - 1 - s : s) : s;
+                    y[t * y_t + y_off + (b0 + b) * H + j] = st<T>(live ? hn : 0.f);
                 }
             }
         }
@@ -580,7 +596,6 @@ __global__ void __launch_bounds__(4 * KMAX, 1) k_rnn_reg(kn_cu_rnn_seq p) {
             if (p.yh) ((T *)p.yh)[at] = st<T>(hbuf[cur][b][j]);
             if (p.yc) ((T *)p.yc)[at] = st<T>(c[b]);
         }
-#undef KN_REG_TIME
 }
 
 static int threads_for(int64_t cols, int64_t items) {
