@@ -161,6 +161,30 @@ KN_TEST(vec_math_exp_accuracy_and_extremes) {
     for (int l = 9; l < 16; l++) CHECK_MSG(rel_err(y[l], exp((double)x[l])) < 3e-7, "exp(%g) = %.9g", x[l], y[l]);
 }
 
+/* exp_neg_ftz (Softmax's exp(-d), d = max - x >= 0): exp_neg's value bit for bit on [0, 87.3]; a
+ * normal result up to the underflow limit 126 ln2; exactly +0 past it and at d = inf (a masked
+ * entry); NaN kept */
+KN_TEST(vec_math_exp_neg_ftz) {
+    long differ = 0;
+    for (double d0 = 0.0; d0 < 87.3; d0 += 0.0131) {
+        float d[16], a[16], b[16];
+        for (int l = 0; l < 16; l++) d[l] = fminf((float)(d0 + l * 0.0007), 87.3f);
+        eval16(VF(exp_neg), d, a);
+        eval16(VF(exp_neg_ftz), d, b);
+        differ += memcmp(a, b, sizeof a) != 0;
+    }
+    CHECK_MSG(differ == 0, "exp_neg_ftz differs from exp_neg on [0, 87.3] in %ld vectors", differ);
+    const float d[16] = {87.3366f, 88.0f, 100.0f, 104.0f, 1e30f, INFINITY, NAN, 0.0f,
+                         -0.0f, 87.33654f, 87.3f, 50.0f, 1.0f, 0.5f, 20.0f, 87.0f};
+    float y[16];
+    eval16(VF(exp_neg_ftz), d, y);
+    for (int l = 0; l < 6; l++) CHECK_MSG(y[l] == 0.0f && !signbit(y[l]), "exp(-%g) = %g, not +0", d[l], y[l]);
+    CHECK_MSG(isnan(y[6]), "exp(-NaN) = %g", y[6]);
+    CHECK_MSG(y[7] == 1.0f && y[8] == 1.0f, "exp(-+-0) = %g %g", y[7], y[8]);
+    CHECK_MSG(y[9] >= 1.17549435e-38f && y[9] < 1.25e-38f, "exp(-87.33654) = %g: not normal", y[9]);
+    for (int l = 10; l < 16; l++) CHECK_MSG(rel_err(y[l], exp(-(double)d[l])) < 4e-7, "exp(-%g) = %.9g", d[l], y[l]);
+}
+
 /* erf and the two GELU forms against double precision, and at the extremes */
 static double ref_gelu_erf(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752); }
 /* 0.5 x (1 + tanh(u)) as x / (1 + exp(-2u)): 1 + tanh(u) cancels in double too */

@@ -74,18 +74,12 @@ typedef struct softmax_job {
 } softmax_job;
 
 #if defined(__AVX512F__)
-/* One row with AVX-512: the maximum, then exp(x - max) (kn_v16_exp_neg of max - x, a few ulp; 0 past the
- * underflow limit)
- * stored and summed in the same pass, then the scale (or, for LogSoftmax, (x - max) - log sum).
+/* One row with AVX-512: the maximum, then exp(x - max) (kn_v16_exp_neg_ftz of max - x, a few ulp;
+ * exactly 0 past the underflow limit: a masked entry, x = -inf, gives 0) stored and summed in the
+ * same pass, then the scale (or, for LogSoftmax, (x - max) - log sum).
  * 16 lanes and masked tails: rows of 4096 ran 2x slower than ONNX Runtime through the
  * compiler-vectorised loops (256-bit, a scalar tail, exp through a call-free but wider sequence).
  * NaN anywhere in the row makes the sum, and so every output, NaN, as in the scalar form. */
-/* exp(-d) for d = max - x >= 0, exactly 0 past the underflow limit as kn_nn_expf (a masked
- * entry, x = -inf, must give exactly 0; kn_v16_exp_neg clamps there to about 1e-38); NaN stays. */
-static inline __m512 sm_exp_neg(__m512 d) {
-    const __mmask16 under = _mm512_cmp_ps_mask(d, _mm512_set1_ps(87.3365447505531f), _CMP_GT_OQ);
-    return _mm512_maskz_mov_ps((__mmask16)~under, kn_v16_exp_neg(d));
-}
 
 static void row_softmax16(const float *x, float *y, int64_t n, int log) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
@@ -105,8 +99,8 @@ static void row_softmax16(const float *x, float *y, int64_t n, int log) {
     __m512 s0 = _mm512_setzero_ps(), s1 = s0;
     i = 0;
     for (; i + 32 <= n; i += 32) {
-        const __m512 e0 = sm_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i)));
-        const __m512 e1 = sm_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i + 16)));
+        const __m512 e0 = kn_v16_exp_neg_ftz(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i)));
+        const __m512 e1 = kn_v16_exp_neg_ftz(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i + 16)));
         s0 = _mm512_add_ps(s0, e0);
         s1 = _mm512_add_ps(s1, e1);
         if (!log) {
@@ -116,7 +110,7 @@ static void row_softmax16(const float *x, float *y, int64_t n, int log) {
     }
     for (; i < n; i += 16) {
         const __mmask16 k = kn_v16_tail(n - i);
-        const __m512 e = _mm512_maskz_mov_ps(k, sm_exp_neg(_mm512_sub_ps(mm, _mm512_maskz_loadu_ps(k, x + i))));
+        const __m512 e = _mm512_maskz_mov_ps(k, kn_v16_exp_neg_ftz(_mm512_sub_ps(mm, _mm512_maskz_loadu_ps(k, x + i))));
         s0 = _mm512_add_ps(s0, e);
         if (!log) _mm512_mask_storeu_ps(y + i, k, e);
     }
@@ -141,30 +135,10 @@ static void row_softmax16(const float *x, float *y, int64_t n, int log) {
 
 #if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
 #define SM_V8 1
-/* row_softmax16 at 8 lanes (vec_math.h's kn_v8_exp_neg) for AVX2 targets: the compiler-vectorised
- * loops below stay scalar there (kn_nn_expf's clamps are kept as branches: 10-13x ONNX Runtime's
- * time on an AVX2 CPU). Tails through a buffer: the maximum's padded with -inf, the exponentials'
- * lanes past the row zeroed. */
-/* exp(-d) for d = max - x >= 0 (NaN stays NaN): kn_v8_exp_neg's polynomial, without its clamps
- * and with 2^n built from the exponent field: the lanes kept have d <= 87.34, so n is in
- * [-126, 0] and 2^n normal (p 2^n rounds once, as vscalefps); lanes past the underflow limit are
- * exactly 0 (a masked entry, x = -inf, must give 0) */
-static inline __m256 sm8_exp_neg(__m256 d) {
-    const __m256 under = _mm256_cmp_ps(d, _mm256_set1_ps(87.3365447505531f), _CMP_GT_OQ);
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(d, _mm256_set1_ps(-1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(0.693359375f), d);
-    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(-1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(-1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(-1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
+/* row_softmax16 at 8 lanes (vec_math.h's kn_v8_exp_neg_ftz) for AVX2 targets: the
+ * compiler-vectorised loops below stay scalar there (kn_nn_expf's clamps are kept as branches:
+ * 10-13x ONNX Runtime's time on an AVX2 CPU). Tails through a buffer: the maximum's padded with
+ * -inf, the exponentials' lanes past the row zeroed. */
 static inline __m256 sm8_part(const float *p, int64_t n, float fill) {
     float b[8];
     for (int l = 0; l < 8; l++) b[l] = l < n ? p[l] : fill;
@@ -199,8 +173,8 @@ static void row_softmax8(const float *x, float *y, int64_t n, int log) {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0;
     i = 0;
     for (; i + 16 <= n; i += 16) {
-        const __m256 e0 = sm8_exp_neg(_mm256_sub_ps(mm, _mm256_loadu_ps(x + i)));
-        const __m256 e1 = sm8_exp_neg(_mm256_sub_ps(mm, _mm256_loadu_ps(x + i + 8)));
+        const __m256 e0 = kn_v8_exp_neg_ftz(_mm256_sub_ps(mm, _mm256_loadu_ps(x + i)));
+        const __m256 e1 = kn_v8_exp_neg_ftz(_mm256_sub_ps(mm, _mm256_loadu_ps(x + i + 8)));
         s0 = _mm256_add_ps(s0, e0);
         s1 = _mm256_add_ps(s1, e1);
         if (!log) {
@@ -209,14 +183,14 @@ static void row_softmax8(const float *x, float *y, int64_t n, int log) {
         }
     }
     for (; i + 8 <= n; i += 8) {
-        const __m256 e = sm8_exp_neg(_mm256_sub_ps(mm, _mm256_loadu_ps(x + i)));
+        const __m256 e = kn_v8_exp_neg_ftz(_mm256_sub_ps(mm, _mm256_loadu_ps(x + i)));
         s0 = _mm256_add_ps(s0, e);
         if (!log) _mm256_storeu_ps(y + i, e);
     }
     if (i < n) {
         const __m256 live = _mm256_castsi256_ps(
             _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
-        const __m256 e = _mm256_and_ps(live, sm8_exp_neg(_mm256_sub_ps(mm, sm8_part(x + i, n - i, 0.0f))));
+        const __m256 e = _mm256_and_ps(live, kn_v8_exp_neg_ftz(_mm256_sub_ps(mm, sm8_part(x + i, n - i, 0.0f))));
         s0 = _mm256_add_ps(s0, e);
         if (!log) kn_v8_store_part(y + i, n - i, e);
     }
@@ -287,8 +261,8 @@ static void rows4_softmax16(float *const x[4], int64_t n) {
     i = 0;
     for (; i + 32 <= n; i += 32)
         for (int r = 0; r < 4; r++) {
-            const __m512 e0 = sm_exp_neg(_mm512_sub_ps(mm[r], _mm512_loadu_ps(x[r] + i)));
-            const __m512 e1 = sm_exp_neg(_mm512_sub_ps(mm[r], _mm512_loadu_ps(x[r] + i + 16)));
+            const __m512 e0 = kn_v16_exp_neg_ftz(_mm512_sub_ps(mm[r], _mm512_loadu_ps(x[r] + i)));
+            const __m512 e1 = kn_v16_exp_neg_ftz(_mm512_sub_ps(mm[r], _mm512_loadu_ps(x[r] + i + 16)));
             s0[r] = _mm512_add_ps(s0[r], e0);
             s1[r] = _mm512_add_ps(s1[r], e1);
             _mm512_storeu_ps(x[r] + i, e0);
@@ -298,7 +272,7 @@ static void rows4_softmax16(float *const x[4], int64_t n) {
         const __mmask16 k = kn_v16_tail(n - i);
         for (int r = 0; r < 4; r++) {
             const __m512 e =
-                _mm512_maskz_mov_ps(k, sm_exp_neg(_mm512_sub_ps(mm[r], _mm512_maskz_loadu_ps(k, x[r] + i))));
+                _mm512_maskz_mov_ps(k, kn_v16_exp_neg_ftz(_mm512_sub_ps(mm[r], _mm512_maskz_loadu_ps(k, x[r] + i))));
             s0[r] = _mm512_add_ps(s0[r], e);
             _mm512_mask_storeu_ps(x[r] + i, k, e);
         }
@@ -370,11 +344,12 @@ static void softmax_strided_f32(void *arg, int64_t b, int64_t e) {
                 const float *xr = x + r * inner + i;
                 float *yr = y + r * inner + i;
                 if (k == 8) {
-                    const __m256 e = sm8_exp_neg(_mm256_sub_ps(_mm256_loadu_ps(m + i), _mm256_loadu_ps(xr)));
+                    const __m256 e = kn_v8_exp_neg_ftz(_mm256_sub_ps(_mm256_loadu_ps(m + i), _mm256_loadu_ps(xr)));
                     _mm256_storeu_ps(yr, e);
                     _mm256_storeu_ps(s + i, _mm256_add_ps(_mm256_loadu_ps(s + i), e));
                 } else {
-                    const __m256 e = sm8_exp_neg(_mm256_sub_ps(kn_v8_load_part(m + i, k), kn_v8_load_part(xr, k)));
+                    const __m256 e =
+                        kn_v8_exp_neg_ftz(_mm256_sub_ps(kn_v8_load_part(m + i, k), kn_v8_load_part(xr, k)));
                     kn_v8_store_part(yr, k, e);
                     kn_v8_store_part(s + i, k, _mm256_add_ps(kn_v8_load_part(s + i, k), e));
                 }

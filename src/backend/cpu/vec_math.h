@@ -39,6 +39,15 @@ static inline __m512 kn_v16_exp_neg(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+/* exp(-d) for d >= 0 with the results below FLT_MIN flushed to exactly 0 (d > 126 ln2 =
+ * 87.3365...), as the scalar kn_nn_expf: Softmax's exponentials of d = max - x, where a masked
+ * entry (x = -inf, d = inf) must give exactly 0 and kn_v16_exp_neg clamps to about 1e-38.
+ * Elsewhere kn_v16_exp_neg's value (on (87.3, 87.3365] its clamp's, exp(-87.3)); NaN stays NaN. */
+static inline __m512 kn_v16_exp_neg_ftz(__m512 d) {
+    const __mmask16 under = _mm512_cmp_ps_mask(d, _mm512_set1_ps(87.3365447505531f), _CMP_GT_OQ);
+    return _mm512_maskz_mov_ps((__mmask16)~under, kn_v16_exp_neg(d));
+}
+
 /* exp(x) for every lane: overflow gives inf, underflow the correctly scaled subnormal or 0, NaN
  * stays NaN. x is clamped to [-104, 89] (beyond both ends the result is already 0 or inf; the
  * clamp keeps the reduction exact), n = round(x / ln2), exp(x) = 2^n exp(r), r = x - n ln2 in
@@ -325,10 +334,9 @@ static inline __m256 kn_v8_scale(__m256 p, __m256 n) {
 }
 static inline int kn_v8_bits(__m256 m) { return _mm256_movemask_ps(m); }
 
-/* kn_v16_exp_neg at 8 lanes */
-static inline __m256 kn_v8_exp_neg(__m256 x) {
-    x = _mm256_max_ps(_mm256_set1_ps(-88.7f), x);
-    x = _mm256_min_ps(_mm256_set1_ps(87.3f), x);
+/* kn_v16_exp_neg's reduction and polynomial at 8 lanes: exp(-x) = p 2^n, n (an integral float)
+ * through n_out */
+static inline __m256 kn_v8_exp_neg_reduced(__m256 x, __m256 *n_out) {
     const __m256 n = kn_v8_round(_mm256_mul_ps(x, _mm256_set1_ps(-1.44269504088896341f)));
     __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
     r = _mm256_fmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
@@ -338,8 +346,29 @@ static inline __m256 kn_v8_exp_neg(__m256 x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(-1.0f / 6.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(-1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    *n_out = n;
+    return _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+}
+
+/* kn_v16_exp_neg at 8 lanes */
+static inline __m256 kn_v8_exp_neg(__m256 x) {
+    x = _mm256_max_ps(_mm256_set1_ps(-88.7f), x);
+    x = _mm256_min_ps(_mm256_set1_ps(87.3f), x);
+    __m256 n;
+    const __m256 p = kn_v8_exp_neg_reduced(x, &n);
     return kn_v8_scale(p, n);
+}
+
+/* kn_v16_exp_neg_ftz at 8 lanes for d >= 0 (or NaN), without kn_v8_exp_neg's clamps and with 2^n
+ * built from the exponent field: the lanes kept have d <= 87.3365, so n is in [-126, 0] and 2^n
+ * normal (p 2^n rounds once, as vscalefps). The same results as kn_v16_exp_neg_ftz but on
+ * (87.3, 87.3365], where this is exp(-d) rather than the clamp's exp(-87.3). */
+static inline __m256 kn_v8_exp_neg_ftz(__m256 d) {
+    const __m256 under = _mm256_cmp_ps(d, _mm256_set1_ps(87.3365447505531f), _CMP_GT_OQ);
+    __m256 n;
+    const __m256 p = kn_v8_exp_neg_reduced(d, &n);
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
 /* kn_v16_exp at 8 lanes */
