@@ -119,10 +119,20 @@ __host__ __device__ __forceinline__ int64_t weights_bytes(int64_t GH, int64_t K,
     return ((int64_t)GH * pad4(K) * (int64_t)es + 15) / 16 * 16;
 }
 
+// Eight loads a thread in flight before their stores: one at a time, the prologue of a launch
+// cost a global load's latency per element a thread copies (k_rnn_reg's showed it in ncu).
 template <typename T> __device__ void load_transposed(T *Ws, const T *W, int GH, int K, int KP) {
-    for (int i = threadIdx.x; i < GH * KP; i += blockDim.x) {
-        int k = i / GH, col = i - k * GH;
-        Ws[i] = k < K ? W[(int64_t)col * K + k] : st<T>(0.f);
+    const int n = GH * KP, step = (int)blockDim.x;
+    for (int i0 = threadIdx.x; i0 < n; i0 += 8 * step) {
+        T v[8];
+#pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int i = i0 + r * step, k = i / GH, col = i - k * GH;
+            v[r] = i < n && k < K ? W[(int64_t)col * K + k] : st<T>(0.f);
+        }
+#pragma unroll
+        for (int r = 0; r < 8; r++)
+            if (i0 + r * step < n) Ws[i0 + r * step] = v[r];
     }
 }
 
