@@ -1,6 +1,10 @@
-"""What the bench scripts share: the machine's names for their results and a zoo model's inputs."""
+"""What the bench scripts share: the machine's names for their results, a model's inputs (a zoo
+model's names, random feeds) and the timing loop."""
+import os
 import platform
+import statistics
 import subprocess
+import time
 
 
 def cpu_name():
@@ -34,3 +38,44 @@ def input_names(model_path):
     m = onnx.load(model_path, load_external_data=False)
     inits = {i.name for i in m.graph.initializer}
     return [i.name for i in m.graph.input if i.name not in inits]
+
+
+def random_feeds(model):
+    """Random inputs for the graph inputs that are not initializers, in order, from one generator
+    seeded 0: floating-point inputs standard normal, integer inputs named *mask* ones, other
+    integers in [0, 1000); symbolic dimensions 1. model: an onnx.ModelProto or a path (its
+    external weights not loaded)."""
+    import numpy as np
+    import onnx
+    if isinstance(model, (str, os.PathLike)):
+        model = onnx.load(model, load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for i in model.graph.input:
+        if i.name in inits:
+            continue
+        t = i.type.tensor_type
+        shape = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
+        dt = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type))
+        if dt.kind == "f":
+            feeds[i.name] = rng.standard_normal(shape).astype(dt)
+        elif "mask" in i.name:
+            feeds[i.name] = np.ones(shape, dt)
+        else:
+            feeds[i.name] = rng.integers(0, 1000, shape).astype(dt)
+    return feeds
+
+
+def timed(fn, seconds_cap, n=1000, clock=time.perf_counter):
+    """The median time of fn() in ms over n runs, or fewer (at least 3) once seconds_cap of wall
+    time has passed; clock: time.perf_counter (wall) or time.process_time (this process's CPU)."""
+    ts = []
+    t_end = time.perf_counter() + seconds_cap
+    for _ in range(n):
+        t = clock()
+        fn()
+        ts.append((clock() - t) * 1e3)
+        if time.perf_counter() > t_end and len(ts) >= 3:
+            break
+    return statistics.median(ts)

@@ -22,29 +22,17 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
 import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import random_feeds  # noqa: E402
 
 WARM = 5
 
 
-def feeds_for(model):
-    rng = np.random.default_rng(0)
-    init_names = {i.name for i in model.graph.initializer}
-    feeds = {}
-    for i in model.graph.input:
-        if i.name in init_names:
-            continue
-        shp = [d.dim_value or 1 for d in i.type.tensor_type.shape.dim]
-        feeds[i.name] = rng.standard_normal(shp).astype(np.float32)
-    return feeds
-
-
 def kiln_child(build, model_path, runs, trace):
     from op_sweep import Kiln, KilnSession
-    feeds = feeds_for(onnx.load(model_path))
+    feeds = random_feeds(onnx.load(model_path))
     os.environ["KILN_PROFILE"] = trace
     k = Kiln(os.path.abspath(os.path.join(build, "libkiln.so")))
     ks = KilnSession(k, open(model_path, "rb").read(), 1, "cpu", feeds)
@@ -67,7 +55,7 @@ def main():
     a = ap.parse_args()
     import onnxruntime as ort
 
-    feeds = feeds_for(onnx.load(a.model))
+    feeds = random_feeds(onnx.load(a.model))
     tmp = tempfile.mkdtemp()
 
     so = ort.SessionOptions()

@@ -37,8 +37,8 @@ import onnx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from benchutil import cpu_name  # noqa: E402
-from op_sweep import Kiln, KilnSession, ONNX2NP  # noqa: E402
+from benchutil import cpu_name, random_feeds, timed  # noqa: E402
+from op_sweep import Kiln, KilnSession  # noqa: E402
 
 import onnxruntime as ort  # noqa: E402
 
@@ -88,36 +88,10 @@ def feeds_for(path):
             feeds[t.name or name] = numpy_helper.to_array(t)
         if len(feeds) == len(names):
             return feeds
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for i in m.graph.input:
-        if i.name in inits:
-            continue
-        t = i.type.tensor_type
-        shape = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
-        dt = ONNX2NP[t.elem_type]
-        if dt.kind == "f":
-            feeds[i.name] = rng.standard_normal(shape).astype(dt)
-        elif "mask" in i.name:
-            feeds[i.name] = np.ones(shape, dt)
-        else:
-            feeds[i.name] = rng.integers(0, 1000, shape).astype(dt)
-    return feeds
+    return random_feeds(m)
 
 
 CLOCK = time.perf_counter
-
-
-def timed(fn, seconds_cap, n):
-    ts = []
-    t_end = time.perf_counter() + seconds_cap
-    for _ in range(n):
-        t = CLOCK()
-        fn()
-        ts.append((CLOCK() - t) * 1e3)
-        if time.perf_counter() > t_end and len(ts) >= 3:
-            break
-    return statistics.median(ts)
 
 
 def main():
@@ -204,7 +178,7 @@ def main():
             for _ in range(a.rounds):
                 for n, fn in runners.items():
                     time.sleep(0.2)  # idle spinning threads of the previous runtime
-                    meds[n].append(timed(fn, a.seconds, 1000))
+                    meds[n].append(timed(fn, a.seconds, clock=CLOCK))
             res = {n: statistics.median(v) for n, v in meds.items()}
             ks.close()
             if kbs is not None:

@@ -54,13 +54,13 @@ def ov_classes(model, threads, runs, hint):
     import numpy as np
     import openvino as ov
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from cpu_bf16_models import feeds_for
+    from benchutil import random_feeds
     core = ov.Core()
     cfg = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
            "INFERENCE_PRECISION_HINT": hint, "PERF_COUNT": True}
     cm = core.compile_model(core.read_model(model), "CPU", cfg)
     req = cm.create_infer_request()
-    feeds = feeds_for(model)
+    feeds = random_feeds(model)
     for _ in range(10):
         req.infer(feeds)
     tot = collections.defaultdict(float)
