@@ -23,7 +23,6 @@ Needs numpy, onnx, onnxruntime; OpenVINO optional (`pip install openvino`).
 Writes bench/results/cpu-bf16-DATE.md (or --out).
 """
 import argparse
-import ctypes
 import datetime
 import os
 import statistics
@@ -32,82 +31,20 @@ import time
 
 import numpy as np
 import onnx
-from onnx import TensorProto
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import onnx_builders  # noqa: E402
-from benchutil import cpu_name  # noqa: E402
+from benchutil import cpu_name, random_feeds, timed  # noqa: E402
 from op_sweep import Kiln, KilnSession  # noqa: E402
 
 
 BUILDERS = {"resnet50": onnx_builders.resnet50, "bert_base": onnx_builders.bert_base, "vit_base": onnx_builders.vit_base}
 
 
-def feeds_for(path):
-    m = onnx.load(path, load_external_data=False)
-    inits = {i.name for i in m.graph.initializer}
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for i in m.graph.input:
-        if i.name in inits:
-            continue
-        t = i.type.tensor_type
-        shape = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
-        if t.elem_type == TensorProto.FLOAT:
-            feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
-        elif "mask" in i.name:
-            feeds[i.name] = np.ones(shape, np.int64)
-        else:
-            feeds[i.name] = rng.integers(0, 1000, shape).astype(np.int64)
-    return feeds
-
-
 # ------------------------------------------------------------------ runners
 
-class KilnOptSession(KilnSession):
-    """op_sweep.KilnSession with provider options ("cpu:precision=bf16")."""
-
-    def __init__(self, k, model, threads, provider, feeds):
-        L = k.L
-        o = ctypes.c_void_p()
-        L.kiln_session_options_create(ctypes.byref(o))
-        L.kiln_session_options_set_cache(o, 0, None)
-        L.kiln_session_options_set_intra_op_threads(o, threads)
-        for item in provider.split(","):
-            name, *kvs = item.split(":")
-            keys = [kv.split("=", 1)[0].encode() for kv in kvs]
-            vals = [kv.split("=", 1)[1].encode() for kv in kvs]
-            ka, va = (ctypes.c_char_p * max(1, len(keys)))(*keys), (ctypes.c_char_p * max(1, len(vals)))(*vals)
-            if L.kiln_session_options_append_provider(o, name.encode(), ka, va, len(keys)):
-                L.kiln_session_options_destroy(o)
-                raise RuntimeError(k.err())
-        s = ctypes.c_void_p()
-        st = L.kiln_session_create_from_memory(model, len(model), None, o, ctypes.byref(s))
-        L.kiln_session_options_destroy(o)
-        if st:
-            raise RuntimeError(k.err())
-        self.k, self.s, self.feeds = k, s, feeds
-        self.names = (ctypes.c_char_p * len(feeds))(*[n.encode() for n in feeds])
-        self.tins = [k.wrap(a) for a in feeds.values()]
-        self.ins = (ctypes.c_void_p * len(feeds))(*[t.value for t in self.tins])
-        self.n_out = L.kiln_session_output_count(s)
-        self.outs, self.touts = None, []
-
-
 CLOCK = time.perf_counter
-
-
-def timed(fn, seconds_cap, n=1000):
-    ts = []
-    t_end = time.perf_counter() + seconds_cap
-    for _ in range(n):
-        t = CLOCK()
-        fn()
-        ts.append((CLOCK() - t) * 1e3)
-        if time.perf_counter() > t_end and len(ts) >= 3:
-            break
-    return statistics.median(ts)
 
 
 def errors(outs, ref):
@@ -166,7 +103,7 @@ def main():
 
     rows = []
     for name, path in models:
-        feeds = feeds_for(path)
+        feeds = random_feeds(path)
         model_bytes = open(path, "rb").read()
         so = ort.SessionOptions()
         so.intra_op_num_threads = max(threads)
@@ -181,7 +118,7 @@ def main():
                 kiln_runs[2 if a.half else 1:2 if a.half else 1] = [
                     (l + "_before", p, kb) for l, p, _ in kiln_runs if l in ("kiln_bf16", "kiln_bf16h")]
             for label, prov, lib in kiln_runs:
-                ks = KilnOptSession(lib, model_bytes, th, prov, feeds)
+                ks = KilnSession(lib, model_bytes, th, prov, feeds)
                 outs = ks.run_alloc()
                 ks.bind_outputs(outs)
                 runners[label], acc[label] = ks.run, errors(outs, ref)
@@ -208,7 +145,7 @@ def main():
             for _ in range(a.rounds):
                 for n, fn in runners.items():
                     time.sleep(0.2)  # let the previous runtime's spinning threads idle
-                    meds[n].append(timed(fn, a.seconds))
+                    meds[n].append(timed(fn, a.seconds, clock=CLOCK))
             res = {n: statistics.median(v) for n, v in meds.items()}
             for ks in sessions:
                 ks.close()

@@ -29,7 +29,8 @@ import onnx
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import cpu_bf16_models as cbm  # noqa: E402
-from op_sweep import Kiln  # noqa: E402
+from benchutil import random_feeds, timed  # noqa: E402
+from op_sweep import Kiln, KilnSession  # noqa: E402
 
 
 def main():
@@ -48,7 +49,7 @@ def main():
         name = os.path.basename(path).rsplit(".", 1)[0]
         os.makedirs(os.path.dirname(path), exist_ok=True)
         onnx.save(cbm.BUILDERS[name](), path)
-    feeds = cbm.feeds_for(path)
+    feeds = random_feeds(path)
     model_bytes = open(path, "rb").read()
     so = ort.SessionOptions()
     so.intra_op_num_threads = a.threads
@@ -59,7 +60,7 @@ def main():
         label, build = spec.split("=", 1)
         k = Kiln(os.path.join(build, "libkiln.so"))
         kilns.append(label)
-        ks = cbm.KilnOptSession(k, model_bytes, a.threads, "cpu", feeds)
+        ks = KilnSession(k, model_bytes, a.threads, "cpu", feeds)
         outs = ks.run_alloc()
         ks.bind_outputs(outs)
         runners[label], acc[label] = ks.run, cbm.errors(outs, ref)
@@ -92,7 +93,7 @@ def main():
         order = names[r % len(names):] + names[:r % len(names)]
         for n in order:
             time.sleep(0.2)  # let the previous runtime's spinning threads idle
-            rd[n] = cbm.timed(runners[n], a.seconds)
+            rd[n] = timed(runners[n], a.seconds)
         rounds.append(rd)
         print(f"round {r}: " + "  ".join(f"{n} {rd[n]:.2f}" for n in names), f"load {os.getloadavg()[0]:.2f}",
               flush=True)

@@ -368,7 +368,8 @@ class Kiln:
 
 
 class KilnSession:
-    """A session on a model in memory, its inputs bound once; run() = kiln_session_run_into."""
+    """A session on a model in memory, its inputs bound once; run() = kiln_session_run_into.
+    provider: providers in order, each with its options: "cuda,cpu", "cpu:precision=bf16"."""
 
     def __init__(self, k, model, threads, provider, feeds):
         self.k, L = k, k.L
@@ -376,8 +377,11 @@ class KilnSession:
         L.kiln_session_options_create(ctypes.byref(o))
         L.kiln_session_options_set_cache(o, 0, None)
         L.kiln_session_options_set_intra_op_threads(o, threads)
-        for p in provider.split(","):
-            if L.kiln_session_options_append_provider(o, p.encode(), None, None, 0):
+        for item in provider.split(","):
+            name, *kvs = item.split(":")
+            keys = (ctypes.c_char_p * len(kvs))(*[kv.split("=", 1)[0].encode() for kv in kvs]) if kvs else None
+            vals = (ctypes.c_char_p * len(kvs))(*[kv.split("=", 1)[1].encode() for kv in kvs]) if kvs else None
+            if L.kiln_session_options_append_provider(o, name.encode(), keys, vals, len(kvs)):
                 L.kiln_session_options_destroy(o)
                 raise RuntimeError(k.err())
         s = ctypes.c_void_p()
