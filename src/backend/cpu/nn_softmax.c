@@ -5,6 +5,7 @@
  * maximum and use the vectorisable exp; float16/bfloat16 compute in float, double in double. */
 #include "backend/cpu/nn_internal.h"
 #include "backend/cpu/elementwise_impl.h"
+#include "backend/cpu/isa_vec.h"
 #include "backend/cpu/vec_math.h"
 
 #include <stdlib.h>
@@ -144,16 +145,6 @@ static inline __m256 sm8_part(const float *p, int64_t n, float fill) {
     for (int l = 0; l < 8; l++) b[l] = l < n ? p[l] : fill;
     return _mm256_loadu_ps(b);
 }
-static inline float sm8_hmax(__m256 v) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
-}
-static inline float sm8_hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
 
 static void row_softmax8(const float *x, float *y, int64_t n, int log) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
@@ -168,7 +159,7 @@ static void row_softmax8(const float *x, float *y, int64_t n, int log) {
     }
     for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
     if (i < n) m0 = _mm256_max_ps(sm8_part(x + i, n - i, -INFINITY), m0);
-    const float m = sm8_hmax(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+    const float m = kn_vf_reduce_max(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
     const __m256 mm = _mm256_set1_ps(m);
     __m256 s0 = _mm256_setzero_ps(), s1 = s0;
     i = 0;
@@ -194,7 +185,7 @@ static void row_softmax8(const float *x, float *y, int64_t n, int log) {
         s0 = _mm256_add_ps(s0, e);
         if (!log) kn_v8_store_part(y + i, n - i, e);
     }
-    const float s = sm8_hsum(_mm256_add_ps(s0, s1));
+    const float s = kn_vf_reduce_add(_mm256_add_ps(s0, s1));
     i = 0;
     if (log) {
         const __m256 ls = _mm256_set1_ps(logf(s));
