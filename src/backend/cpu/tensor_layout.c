@@ -42,6 +42,34 @@ bool kn_cpu_copy_elems(kn_tensor *dst, int64_t di, const kn_tensor *src, int64_t
     return true;
 }
 
+/* d[0..n) = n copies of the es-byte element at v */
+static inline void repeat_elem(char *d, int64_t n, size_t es, const void *v) {
+    switch (es) {
+    case 1: memset(d, *(const unsigned char *)v, (size_t)n); break;
+    case 2: {
+        uint16_t t;
+        memcpy(&t, v, 2);
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)d)[i] = t;
+        break;
+    }
+    case 4: {
+        uint32_t t;
+        memcpy(&t, v, 4);
+        for (int64_t i = 0; i < n; i++) ((uint32_t *)d)[i] = t;
+        break;
+    }
+    case 8: {
+        uint64_t t;
+        memcpy(&t, v, 8);
+        for (int64_t i = 0; i < n; i++) ((uint64_t *)d)[i] = t;
+        break;
+    }
+    default:
+        for (int64_t i = 0; i < n; i++) memcpy(d + (size_t)i * es, v, es);
+        break;
+    }
+}
+
 bool kn_cpu_fill_elems(kn_tensor *dst, int64_t di, int64_t n, const void *elem) {
     if (n <= 0) return true;
     size_t es = kiln_dtype_size(dst->dtype);
@@ -54,32 +82,8 @@ bool kn_cpu_fill_elems(kn_tensor *dst, int64_t di, int64_t n, const void *elem) 
     }
     bool zero = true;
     for (size_t b = 0; b < es; b++) zero &= ((const unsigned char *)elem)[b] == 0;
-    if (zero || es == 1) {
-        memset(d, zero ? 0 : *(const unsigned char *)elem, (size_t)n * es);
-        return true;
-    }
-    switch (es) {
-    case 2: {
-        uint16_t v;
-        memcpy(&v, elem, 2);
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)d)[i] = v;
-        break;
-    }
-    case 4: {
-        uint32_t v;
-        memcpy(&v, elem, 4);
-        for (int64_t i = 0; i < n; i++) ((uint32_t *)d)[i] = v;
-        break;
-    }
-    case 8: {
-        uint64_t v;
-        memcpy(&v, elem, 8);
-        for (int64_t i = 0; i < n; i++) ((uint64_t *)d)[i] = v;
-        break;
-    }
-    default:
-        for (int64_t i = 0; i < n; i++) memcpy(d + i * (int64_t)es, elem, es);
-    }
+    if (zero) memset(d, 0, (size_t)n * es);
+    else repeat_elem(d, n, es, elem);
     return true;
 }
 
@@ -669,30 +673,7 @@ static void pad_fill(char *d, int64_t n, size_t es, const void *v, bool zero) {
         memset(d, 0, (size_t)n * es);
         return;
     }
-    switch (es) {
-    case 1: memset(d, *(const unsigned char *)v, (size_t)n); break;
-    case 2: {
-        uint16_t t;
-        memcpy(&t, v, 2);
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)d)[i] = t;
-        break;
-    }
-    case 4: {
-        uint32_t t;
-        memcpy(&t, v, 4);
-        for (int64_t i = 0; i < n; i++) ((uint32_t *)d)[i] = t;
-        break;
-    }
-    case 8: {
-        uint64_t t;
-        memcpy(&t, v, 8);
-        for (int64_t i = 0; i < n; i++) ((uint64_t *)d)[i] = t;
-        break;
-    }
-    default:
-        for (int64_t i = 0; i < n; i++) memcpy(d + (size_t)i * es, v, es);
-        break;
-    }
+    repeat_elem(d, n, es, v);
 }
 
 static void pad_const_rows(void *arg, int64_t b, int64_t e) {
