@@ -1,5 +1,7 @@
 """What the bench scripts share: the machine's names for their results, a model's inputs (a zoo
-model's names, random feeds) and the timing loop."""
+model's names, random feeds), the timing loop and kiln's per-node profile."""
+import collections
+import json
 import os
 import platform
 import statistics
@@ -79,3 +81,25 @@ def timed(fn, seconds_cap, n=1000, clock=time.perf_counter):
         if time.perf_counter() > t_end and len(ts) >= 3:
             break
     return statistics.median(ts)
+
+
+def kiln_node_profile(build, model, provider, threads, iters, env=None, quiet=False):
+    """`BUILD/kiln bench MODEL` under flock /tmp/kiln-bench.lock (the shared box's benchmark lock)
+    with KILN_PROFILE: per node its execution times after the first (ms), per node its trace
+    arguments (op, inputs, outputs), and the run times after the first (ms). env: extra
+    environment; quiet: kiln's stderr discarded too."""
+    trace = f"/tmp/kiln_node_profile_{os.getpid()}.json"
+    subprocess.run(["flock", "/tmp/kiln-bench.lock", f"{build}/kiln", "bench", model, "--provider", provider,
+                    "--threads", str(threads), "--warmup", "10", "--iterations", str(iters)],
+                   env=dict(os.environ, KILN_PROFILE=trace, **(env or {})), stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL if quiet else None, check=True)
+    with open(trace) as f:
+        ev = json.load(f)
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    os.unlink(trace)
+    per, info = collections.defaultdict(list), {}
+    for e in ev:
+        if e.get("ph") == "X" and e.get("cat") == "cpu" and not e["args"].get("first"):
+            per[e["name"]].append(e["dur"] / 1000)
+            info[e["name"]] = e["args"]
+    return per, info, [e["dur"] / 1000 for e in ev if e.get("cat") == "run"][1:]

@@ -13,11 +13,12 @@ environment (one build against itself with a setting switched).
 Used for bench/results/cpu-resnet-2t-2026-12-03.md.
 """
 import collections
-import json
 import os
 import statistics
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import kiln_node_profile  # noqa: E402
 
 
 def main():
@@ -36,20 +37,8 @@ def main():
     order = []
     for r in range(rounds):
         for name, build in (variants if r % 2 == 0 else variants[::-1]):
-            trace = f"/tmp/node_ab_{os.getpid()}_{name}.json"
-            env = dict(os.environ, KILN_PROFILE=trace, **envs.get(name, {}))
-            subprocess.run(["flock", "/tmp/kiln-bench.lock", f"{build}/kiln", "bench", model, "--provider", prov,
-                            "--threads", str(threads), "--warmup", "10", "--iterations", "40"],
-                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-            ev = json.load(open(trace))
-            ev = ev["traceEvents"] if isinstance(ev, dict) else ev
-            os.unlink(trace)
-            per, info = collections.defaultdict(list), {}
-            for e in ev:
-                if e.get("ph") == "X" and e.get("cat") == "cpu" and not e["args"].get("first"):
-                    per[e["name"]].append(e["dur"] / 1000)
-                    info[e["name"]] = e["args"]
-            runs[name].append(statistics.median([e["dur"] / 1000 for e in ev if e.get("cat") == "run"][1:]))
+            per, info, run = kiln_node_profile(build, model, prov, threads, 40, env=envs.get(name), quiet=True)
+            runs[name].append(statistics.median(run))
             cls = collections.defaultdict(float)
             for node, v in per.items():
                 a = info[node]

@@ -20,22 +20,13 @@ import statistics
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import kiln_node_profile, random_feeds  # noqa: E402
+
 
 def kiln_classes(model, build, prov, threads, iters):
-    trace = f"/tmp/ov_layer_profile_{os.getpid()}.json"
-    env = dict(os.environ, KILN_PROFILE=trace)
-    subprocess.run(["flock", "/tmp/kiln-bench.lock", f"{build}/kiln", "bench", model, "--provider", prov,
-                    "--threads", str(threads), "--warmup", "10", "--iterations", str(iters)],
-                   env=env, stdout=subprocess.DEVNULL, check=True)
-    ev = json.load(open(trace))
-    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
-    os.unlink(trace)
-    per, info = collections.defaultdict(list), {}
-    for e in ev:
-        if e.get("ph") == "X" and e.get("cat") == "cpu" and not e["args"].get("first"):
-            per[e["name"]].append(e["dur"] / 1000)
-            info[e["name"]] = e["args"]
-    run = statistics.median([e["dur"] / 1000 for e in ev if e.get("cat") == "run"][1:])
+    per, info, runs = kiln_node_profile(build, model, prov, threads, iters)
+    run = statistics.median(runs)
     cls = collections.defaultdict(lambda: [0.0, 0])
     for node, v in per.items():
         a = info[node]
@@ -53,8 +44,6 @@ def kiln_classes(model, build, prov, threads, iters):
 def ov_classes(model, threads, runs, hint):
     import numpy as np
     import openvino as ov
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from benchutil import random_feeds
     core = ov.Core()
     cfg = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
            "INFERENCE_PRECISION_HINT": hint, "PERF_COUNT": True}
