@@ -155,7 +155,9 @@ static inline __attribute__((always_inline)) void kn_v_transpose(const float *sr
                                                                  __m256 o[8]) {
     const __m256i cm = kn_vmask_vec(cols >= 8 ? 0xFFu : (1u << cols) - 1u);
     __m256 r[8], t[8];
-    for (int i = 0; i < 8; i++) r[i] = i < rows ? _mm256_maskload_ps(src + i * ld, cm) : _mm256_setzero_ps();
+    /* whole rows by plain loads (the depthwise kernel's planes: 8 pixels of 8 channels) */
+    for (int i = 0; i < 8; i++)
+        r[i] = i >= rows ? _mm256_setzero_ps() : cols >= 8 ? _mm256_loadu_ps(src + i * ld) : _mm256_maskload_ps(src + i * ld, cm);
     for (int i = 0; i < 8; i += 2) {
         t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
