@@ -274,6 +274,13 @@ static bool allowed(cudnnStatus_t st, cudnnMathType_t got, cudnnMathType_t want)
            (want != CUDNN_FMA_MATH || (got != CUDNN_TENSOR_OP_MATH && got != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
 }
 
+/* How many times cuDNN's algorithm search runs (measure_algo): 2, KILN_CUDA_CONV_SEARCH_PASSES=1
+ * for the single search of before (to compare). */
+static int search_passes(void) {
+    const char *v = getenv("KILN_CUDA_CONV_SEARCH_PASSES");
+    return v && !strcmp(v, "1") ? 1 : 2;
+}
+
 /* tuning=exhaustive: cuDNN runs every algorithm on scratch operands of the plan's shapes and
  * ranks them by time; the fastest that fits the workspace (and keeps FMA math when TF32 is off)
  * wins. Costs tens of milliseconds per distinct convolution, once: the choice goes into the
@@ -310,24 +317,41 @@ static kiln_status measure_algo(kn_cuda *cu, kn_kernel_ctx *c, bool transpose, c
             big = NULL;
         }
     }
-    /* xd/yd are cuDNN's x/y for Conv and dy/dx for ConvTranspose (its backward data pass) */
-    if (st == KILN_OK && !transpose) {
-        cudnnConvolutionFwdAlgoPerf_t perf[16];
-        s = cudnnFindConvolutionForwardAlgorithmEx(cu->dnn, p->xd, buf[0], p->wd, buf[2], p->cd, p->yd, buf[1], 16, &n, perf,
-                                                   ws_buf, ws_size);
-        for (int i = 0; i < n; i++) {
-            algos[i] = allowed(perf[i].status, perf[i].mathType, m) ? (int)perf[i].algo : -1;
-            mem[i] = perf[i].memory;
-        }
-    } else if (st == KILN_OK) {
-        cudnnConvolutionBwdDataAlgoPerf_t perf[16];
-        s = cudnnFindConvolutionBackwardDataAlgorithmEx(cu->dnn, p->wd, buf[2], p->xd, buf[0], p->cd, p->yd, buf[1], 16, &n,
-                                                        perf, ws_buf, ws_size);
-        for (int i = 0; i < n; i++) {
-            algos[i] = allowed(perf[i].status, perf[i].mathType, m) ? (int)perf[i].algo : -1;
-            mem[i] = perf[i].memory;
+    /* xd/yd are cuDNN's x/y for Conv and dy/dx for ConvTranspose (its backward data pass). The
+     * search runs twice and the second ranking counts: CUDA loads a kernel's module at its first
+     * launch (lazy loading), and cuDNN's search times each candidate's first launches, so an
+     * algorithm whose kernels no earlier work had loaded lost by the load's milliseconds. On the
+     * H200 a session now and then chose ResNet-50's 3x3 64 -> 64 convolutions' IMPLICIT_GEMM
+     * (a non-tensor-core kernel, 72 us a run) over IMPLICIT_PRECOMP_GEMM (6 us), depending on what
+     * had run before the search, and the compiled file kept the choice: b1 0.58 ms against 0.34. */
+    const int passes = search_passes();
+    float best_ms[2] = {-1.f, -1.f};
+    int best_algo[2] = {-1, -1};
+    for (int pass = 0; pass < passes && st == KILN_OK && s == CUDNN_STATUS_SUCCESS; pass++) {
+        if (!transpose) {
+            cudnnConvolutionFwdAlgoPerf_t perf[16];
+            s = cudnnFindConvolutionForwardAlgorithmEx(cu->dnn, p->xd, buf[0], p->wd, buf[2], p->cd, p->yd, buf[1], 16, &n,
+                                                       perf, ws_buf, ws_size);
+            for (int i = 0; i < n; i++) {
+                algos[i] = allowed(perf[i].status, perf[i].mathType, m) ? (int)perf[i].algo : -1;
+                mem[i] = perf[i].memory;
+            }
+            if (s == CUDNN_STATUS_SUCCESS && n > 0) best_ms[pass & 1] = perf[0].time, best_algo[pass & 1] = (int)perf[0].algo;
+        } else {
+            cudnnConvolutionBwdDataAlgoPerf_t perf[16];
+            s = cudnnFindConvolutionBackwardDataAlgorithmEx(cu->dnn, p->wd, buf[2], p->xd, buf[0], p->cd, p->yd, buf[1], 16,
+                                                            &n, perf, ws_buf, ws_size);
+            for (int i = 0; i < n; i++) {
+                algos[i] = allowed(perf[i].status, perf[i].mathType, m) ? (int)perf[i].algo : -1;
+                mem[i] = perf[i].memory;
+            }
+            if (s == CUDNN_STATUS_SUCCESS && n > 0) best_ms[pass & 1] = perf[0].time, best_algo[pass & 1] = (int)perf[0].algo;
         }
     }
+    if (passes > 1)
+        kn_log(KILN_LOG_DEBUG, "cuda: cuDNN's search for '%s': fastest algorithm %d (%.3f ms) in the first pass, %d (%.3f ms) in the second",
+               c->node && c->node->name ? c->node->name : "", best_algo[0], (double)best_ms[0], best_algo[1],
+               (double)best_ms[1]);
     for (int t = 0; t < 3; t++)
         if (buf[t]) kn_cu_scratch_free(cu, buf[t], bytes[t]);
     if (big) cudaFree(big);
