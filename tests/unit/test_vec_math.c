@@ -125,6 +125,62 @@ KN_TEST(vec_math_tanh_accuracy_and_saturation) {
     CHECK_MSG(fabs(y[13] - 0.46211715726f) < 2e-7 && y[14] == -y[13], "tanh(0.5) = %.9g", y[13]);
 }
 
+/* tanh near saturation, every float with 7.5 <= |x| <= 9.6 (both signs): within 3e-7 of double,
+ * never above 1 in magnitude (the rational function reaches 1 + 2^-23 on (7.9, 9.01), which the
+ * final clamp removes), exactly +-1 from |x| = 9.01091385 (the smallest float whose tanh rounds to
+ * 1) on, where x is clamped and the rational function is exactly 1 */
+KN_TEST(vec_math_tanh_every_float_near_saturation) {
+    double worst = 0;
+    float at = 0;
+    long over = 0, not_one = 0;
+    const uint32_t lo = 0x40f00000u /* 7.5f */, hi = 0x4119999au /* 9.6f */;
+    for (int sign = 0; sign < 2; sign++) {
+        float x[16], y[16];
+        int k = 0;
+        for (uint32_t bits = lo; bits < hi; bits++) {
+            uint32_t b = bits | (sign ? 0x80000000u : 0u);
+            memcpy(&x[k++], &b, sizeof b);
+            if (k < 16) continue;
+            k = 0;
+            eval16(VF(tanh), x, y);
+            for (int l = 0; l < 16; l++) {
+                const double want = tanh((double)x[l]);
+                const double e = fabs(y[l] - want) / fabs(want);
+                if (e > worst) worst = e, at = x[l];
+                over += fabsf(y[l]) > 1.0f;
+                if ((float)want == 1.0f || (float)want == -1.0f) not_one += y[l] != (float)want;
+            }
+        }
+    }
+    CHECK_MSG(worst < 3e-7, "tanh: max relative error %g at x = %.9g", worst, at);
+    CHECK_MSG(over == 0, "tanh: %ld results above 1 in magnitude", over);
+    CHECK_MSG(not_one == 0, "tanh: %ld arguments where float's tanh is +-1 give something else", not_one);
+}
+
+/* erf in ulps over every 127th float with FLT_MIN <= |x| <= 5 (both signs): at most 2.5 ulp
+ * (measured on every 7th float: 2.45 ulp at x = 0.476, the small piece; the erfc piece, reduced in
+ * base 2 at 8 lanes, within 2 ulp) */
+KN_TEST(vec_math_erf_ulps) {
+    double worst = 0;
+    float at = 0;
+    for (int sign = 0; sign < 2; sign++) {
+        float x[16], y[16];
+        int k = 0;
+        for (uint32_t bits = 0x00800000u; bits < 0x40a00000u /* 5.0f */; bits += 127) {
+            uint32_t b = bits | (sign ? 0x80000000u : 0u);
+            memcpy(&x[k++], &b, sizeof b);
+            if (k < 16) continue;
+            k = 0;
+            eval16(VF(erf), x, y);
+            for (int l = 0; l < 16; l++) {
+                const double e = ulps(y[l], erf((double)x[l]));
+                if (e > worst) worst = e, at = x[l];
+            }
+        }
+    }
+    CHECK_MSG(worst <= 2.5, "erf: %.3f ulp at x = %.9g", worst, at);
+}
+
 /* exp over its whole range against double: relative error for normal results, within 1.5 units of
  * the last place for subnormal ones (the scaling rounds once), inf above 88.72, 0 far below */
 static double rel_err(double got, double want) { return fabs(got - want) / fabs(want); }
