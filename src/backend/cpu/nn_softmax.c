@@ -198,7 +198,7 @@ static void row_softmax8(const float *x, float *y, int64_t n, int log) {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0;
     i = 0;
     /* every d = m - x in [0, 87.3365] (computed in double: exact for floats): no lane needs
-     * kn_v8_exp_neg_ftz's mask (2 of its 17 vector operations), the same results */
+     * kn_v8_exp_neg_ftz's mask (2 of its 15 vector operations), the same results */
     if ((double)m - (double)lo <= 87.3365447505531) SM8_EXP_PASS(kn_v8_exp_neg_normal);
     else SM8_EXP_PASS(kn_v8_exp_neg_ftz);
     if (i < n) {

@@ -82,7 +82,7 @@ static inline __m512 kn_v16_exp(__m512 x) {
  * times a large x, GELU's tanh form at a masked score of -1e4, was a visible error), odd (tanh(-0)
  * = -0), NaN stays NaN (each max/min takes the x-derived value as its second operand). The clamps
  * replace an earlier compare, sign and blend for |x| > 7.9053 (3 vector operations of 19 fewer:
- * 10% on Tanh 1x64x56x56, AVX2, Zen 3), with the same accuracy. */
+ * 8-14% on Tanh 1x64x56x56, AVX2, Zen 3), with the same accuracy. */
 static inline __m512 kn_v16_tanh(__m512 x) {
     x = _mm512_max_ps(_mm512_set1_ps(-9.01091385f), x);
     x = _mm512_min_ps(_mm512_set1_ps(9.01091385f), x);
@@ -492,8 +492,8 @@ static inline __m256 kn_v8_erfc_q(__m256 z) {
  * (each Q coefficient times log2e, rounded to float): n = round(Q') by adding 1.5 2^23 + 127
  * (whose low mantissa bits then hold n + 127, so 2^n is one shift), f = Q' - n exact, 2^f by
  * kn_v16_exp's polynomial with r = f ln2 (coefficients times ln2^k), and 1 - 2^f 2^n in one FMA:
- * 11 vector operations fewer than Q, kn_v8_exp_mid and a subtraction (12% on Erf 1x128x3072, Zen
- * 3). Not bit for bit kn_v16_erf (the reduction differs) but the same accuracy, measured on every
+ * 10 vector operations where kn_v8_exp_mid and the subtraction took 14, 30 in all instead of 34
+ * (12-17% on Erf 1x128x3072, Zen 3). Not bit for bit kn_v16_erf (the reduction differs) but the same accuracy, measured on every
  * 7th float in FLT_MIN <= |x| <= 5 against double: at most 2.45 ulp (x = 0.476, the small piece,
  * unchanged), relative error 1.77e-7, more than 1 ulp for 15.9% of arguments (16% before). */
 static inline __m256 kn_v8_erf(__m256 x) {
@@ -554,8 +554,8 @@ static inline __m256 kn_v8_gelu_erf(__m256 x) {
     return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), ope);
 }
 
-/* kn_v16_sigmoid at 8 lanes, the same results, in fewer operations (16 instead of 19: 12% on Sigmoid
- * 1x64x56x56, Zen 3):
+/* kn_v16_sigmoid at 8 lanes, the same results, in fewer operations (17 instead of 19: 8-15% on
+ * Sigmoid 1x64x56x56, Zen 3):
  *   - x clamped above at 86 rather than 87.3 (the sigmoid rounds to 1 from x = 17 on, so nothing
  *     changes) keeps h = 2^(n-1) normal;
  *   - n = round(-x / ln2) by adding 1.5 2^23 + 126 to the rounded product (the sum rounds to an
