@@ -9,7 +9,10 @@ runtime fuses the Conv with what follows where it can. Same options as op_sweep.
 
     python3 bench/mbconv_sweep.py --build build --threads 1 --rounds 5 --clock cpu --out OUT.md
 
-bench/op_ab.py --suite mbconv takes these cases for A/B runs of two builds.
+bench/op_ab.py --suite mbconv takes these cases for A/B runs of two builds; --suite models takes the
+whole zoo models (model_cases: EfficientNet-B0, MobileNet-V3-small at batch 1, and any .onnx in
+$KILN_AB_MODELS, a colon-separated list such as make_cpu_models.py's resnet50.onnx), timed run by run
+against each other in one process, 1 thread, thread CPU time.
 """
 import os
 import sys
@@ -87,6 +90,35 @@ def cases():
     c.append(MbCase("3x3 s2 3->32 224x224 (stem)", 3, 224, 32, k=3, s=2, act="swish"))
     c.append(MbCase("3x3 s2 3->16 224x224 (stem)", 3, 224, 16, k=3, s=2, act="hswish"))
     return c
+
+
+class ModelCase(Case):
+    """A whole model from a file, its symbolic dims set to 1, random normal inputs."""
+
+    def __init__(self, name, path):
+        import onnx
+        m = onnx.load(path)
+        for v in list(m.graph.input) + list(m.graph.output):
+            for d in v.type.tensor_type.shape.dim:
+                if d.dim_param:
+                    d.ClearField("dim_param")
+                    d.dim_value = 1
+        self.bytes = m.SerializeToString()
+        inits = {i.name for i in m.graph.initializer}
+        rng = np.random.default_rng(0)
+        inputs = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+                  for i in m.graph.input if i.name not in inits}
+        super().__init__("Model", name, inputs, rtol=1e-3, atol=1e-4)
+
+    def model(self):
+        return self.bytes
+
+
+def model_cases():
+    zoo = os.environ.get("KILN_ZOO", "/work/shared/models")
+    paths = [(n, os.path.join(zoo, n, "model.onnx")) for n in ("efficientnet_b0", "mobilenet_v3_small")]
+    paths += [(os.path.basename(p)[:-5], p) for p in os.environ.get("KILN_AB_MODELS", "").split(":") if p]
+    return [ModelCase(n, p) for n, p in paths if os.path.exists(p)]
 
 
 op_sweep.cases = cases

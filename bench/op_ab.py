@@ -36,7 +36,7 @@ def main():
     ap.add_argument("--runs", type=int, default=200, help="turns per pass (each runs every variant once)")
     ap.add_argument("--passes", type=int, default=1)
     ap.add_argument("--no-ort", action="store_true")
-    ap.add_argument("--suite", default="op_sweep", choices=["op_sweep", "conv3x3", "conv1x1", "mbconv"],
+    ap.add_argument("--suite", default="op_sweep", choices=["op_sweep", "conv3x3", "conv1x1", "mbconv", "models"],
                     help="whose cases: op_sweep.py's, conv3x3_sweep.py's, conv1x1_sweep.py's or mbconv_sweep.py's")
     a = ap.parse_args()
 
@@ -71,6 +71,9 @@ def main():
     elif a.suite == "mbconv":
         import mbconv_sweep
         all_cases = mbconv_sweep.cases()
+    elif a.suite == "models":
+        import mbconv_sweep
+        all_cases = mbconv_sweep.model_cases()
     else:
         all_cases = op_sweep.cases()
     cases = [c for c in all_cases if re.search(a.only, c.key)]
