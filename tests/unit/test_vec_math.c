@@ -126,9 +126,8 @@ KN_TEST(vec_math_tanh_accuracy_and_saturation) {
 }
 
 /* tanh near saturation, every float with 7.5 <= |x| <= 9.6 (both signs): within 3e-7 of double,
- * never above 1 in magnitude (the rational function reaches 1 + 2^-23 on (7.9, 9.01), which the
- * final clamp removes), exactly +-1 from |x| = 9.01091385 (the smallest float whose tanh rounds to
- * 1) on, where x is clamped and the rational function is exactly 1 */
+ * never above 1 in magnitude (the rational function reaches 1 + 2^-23 from 8.12743 on: x is clamped
+ * to 8.12742043, where it is exactly 1), exactly +-1 wherever float's tanh is (|x| >= 9.0109) */
 KN_TEST(vec_math_tanh_every_float_near_saturation) {
     double worst = 0;
     float at = 0;
