@@ -277,6 +277,8 @@ def cases():
                   fast=True))
     c.append(Case("ReduceSum", "1x256x56x56 axis 1", {"x": rnd(1, 256, 56, 56)}, {"axes": np.array([1], np.int64)}, opset=18))
     c.append(Case("ReduceMax", "64x4096 last axis", {"x": rnd(64, 4096)}, {"axes": np.array([-1], np.int64)}, opset=18))
+    c.append(Case("ReduceMax", "32x128x256 last axis", {"x": rnd(32, 128, 256)}, {"axes": np.array([-1], np.int64)},
+                  opset=18))
     c.append(Case("ArgMax", "64x4096 last axis", {"x": rnd(64, 4096)}, attrs=dict(axis=-1)))
     # --- data movement
     c.append(Case("Transpose", "1x128x12x64 perm 0213", {"x": rnd(1, 128, 12, 64)}, attrs=dict(perm=[0, 2, 1, 3]),

@@ -75,19 +75,28 @@ KN_TEST(nn_tanh_sigmoid_accuracy) {
 KN_TEST(nn_row_max_min_nan) {
     float v[200];
     for (int i = 0; i < 200; i++) v[i] = (float)((i * 37) % 101) - 50.0f;
-    for (int n = 1; n <= 200; n += 7) {
+    for (int n = 1; n <= 200; n++) {
         float mx = v[0], mn = v[0];
         for (int i = 1; i < n; i++) mx = v[i] > mx ? v[i] : mx, mn = v[i] < mn ? v[i] : mn;
         CHECK_NEAR(kn_nn_row_maxf(v, n), mx, 0);
         CHECK_NEAR(kn_nn_row_minf(v, n), mn, 0);
+        /* the extreme at every position (the 4-vector blocks, single vectors, the last n mod 8) */
+        for (int at = 0; at < n; at++) {
+            const float keep = v[at];
+            v[at] = 1000.0f;
+            CHECK_MSG(kn_nn_row_maxf(v, n) == 1000.0f, "n %d, max at %d", n, at);
+            v[at] = -1000.0f;
+            CHECK_MSG(kn_nn_row_minf(v, n) == -1000.0f, "n %d, min at %d", n, at);
+            v[at] = keep;
+        }
     }
     v[133] = NAN;
     CHECK(isnan(kn_nn_row_maxf(v, 200)));
     CHECK(isnan(kn_nn_row_minf(v, 200)));
     v[133] = 0.0f;
     /* a NaN anywhere (the vector blocks, the remainder) at every length */
-    for (int n = 1; n <= 100; n++)
-        for (int at = 0; at < n; at += 5) {
+    for (int n = 1; n <= 200; n++)
+        for (int at = 0; at < n; at++) {
             const float keep = v[at];
             v[at] = NAN;
             CHECK_MSG(isnan(kn_nn_row_maxf(v, n)) && isnan(kn_nn_row_minf(v, n)), "n %d, NaN at %d", n, at);
