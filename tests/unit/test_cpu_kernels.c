@@ -185,6 +185,15 @@ KN_TEST(cpu_pool_against_reference) {
         {1, 2, 1, 16, {20, 20}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, 0, 0, KILN_DTYPE_INT8},
         {1, 2, 1, 16, {20, 20}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, 0, 0, KILN_DTYPE_UINT8},
         {1, 1, 1, 32, {1000, 1}, {3, 1}, {2, 1}, {1, 1}, {1, 0}, {1, 0}, 0, 0, KILN_DTYPE_FLOAT},
+        /* the separable pool's shapes with constant forms (3x3 s1 / s2, 2x2 s2, 5x5 s1), rows of
+         * whole vectors and with tails, windows cut at the edges (ceil_mode, pads) */
+        {0, 2, 1, 16, {28, 28}, {2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, 0, 0, KILN_DTYPE_FLOAT},
+        {1, 2, 1, 16, {27, 29}, {2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, 1, 0, KILN_DTYPE_FLOAT},
+        {1, 2, 1, 8, {20, 20}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, 0, 0, KILN_DTYPE_FLOAT},
+        {0, 2, 1, 8, {21, 19}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, 0, 1, KILN_DTYPE_FLOAT},
+        {0, 2, 1, 8, {30, 61}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 0, 0, KILN_DTYPE_FLOAT},
+        {0, 2, 1, 8, {30, 61}, {5, 5}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, 1, 1, KILN_DTYPE_FLOAT},
+        {1, 2, 1, 8, {33, 9}, {3, 3}, {1, 1}, {1, 1}, {0, 1}, {1, 0}, 0, 0, KILN_DTYPE_FLOAT16},
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {

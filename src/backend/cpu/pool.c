@@ -220,10 +220,52 @@ DEF_SEP_PLANE(sep_max_u8, uint8_t, MAX_OP, 0)
  * columns are one or two vectors per row); the column pass keeps its vector in a register across
  * the window's rows; stride 2 along the row deinterleaves two loads, other strides gather. v has
  * slack after wext (read only by lanes whose outputs are masked off). */
-#define DEF_SEP_PLANEV(NAME, VOP, PADV)                                                            \
-    static void NAME(const sep_job *j, const float *x, float *y, float *vbuf, float *t) {          \
-        (void)t;                                                                                   \
-        const int64_t W = j->W, OW = j->OW, KW = j->KW, dw = j->dw, pw = j->pw, sw = j->sw;         \
+/* The plane's body takes the window's shape (KH, KW, the row stride sw, the dilations) as
+ * arguments and is inlined into calls with constants for the common shapes (3x3 stride 1 and 2,
+ * 2x2 stride 2, 5x5 stride 1, no dilation): with the trip counts known the tap loops unroll and
+ * the stride branches go; whole vectors and a row's masked tail are separate loops (AveragePool
+ * 3x3 stride 1 on 56x56 planes ran at a third of the speed of that form in the general loop, with
+ * its mask per vector: measured outside kiln). Other shapes take the general call. AVG: the plane
+ * is an AveragePool's sum (scaled by the counts' inverses). */
+#define DEF_SEP_PLANEV(NAME, VOP, PADV, AVG)                                                       \
+    /* one vector of the column pass: taps rows rstep apart */                                     \
+    static inline __attribute__((always_inline)) void NAME##_colv(const float *a, float *vc, int64_t rstep, \
+                                                                  int64_t taps, kn_vmask m) {              \
+        kn_vf acc = kn_vf_maskz_loadu(m, a);                                                       \
+        for (int64_t k = 1; k < taps; k++) acc = VOP(acc, kn_vf_maskz_loadu(m, a + k * rstep));    \
+        SEP_STORE_PADDED(vc, m, acc, PADV);                                                        \
+    }                                                                                              \
+    /* the column pass of one output row: ncol values into vc */                                   \
+    static inline __attribute__((always_inline)) void NAME##_col(const float *a, float *vc, int64_t ncol, \
+                                                                 int64_t rstep, int64_t taps) {           \
+        int64_t i = 0;                                                                             \
+        for (; i + KN_VL <= ncol; i += KN_VL) NAME##_colv(a + i, vc + i, rstep, taps, KN_VALL);    \
+        if (i < ncol) NAME##_colv(a + i, vc + i, rstep, taps, kn_v_tail(ncol - i));                \
+    }                                                                                              \
+    /* one output vector of the row pass (lanes m), from the padded row v */                       \
+    static inline __attribute__((always_inline)) kn_vf NAME##_rowv(const float *v, int64_t o, int64_t KW, \
+                                                                   int64_t sw, int64_t dw, kn_vmask m,  \
+                                                                   kn_vi even, kn_vi lane) {            \
+        kn_vf acc;                                                                                 \
+        if (sw == 1) {                                                                             \
+            acc = kn_vf_loadu(v + o);                                                              \
+            for (int64_t k = 1; k < KW; k++) acc = VOP(acc, kn_vf_loadu(v + o + k * dw));         \
+        } else if (sw == 2) {                                                                      \
+            const float *p = v + 2 * o;                                                            \
+            SEP_ROW_S2(acc, p, VOP);                                                               \
+        } else {                                                                                   \
+            const kn_vi idx = kn_vi_mullo(kn_vi_add(lane, kn_vi_set1((int)o)), kn_vi_set1((int)sw)); \
+            acc = kn_vf_mask_gather(m, idx, v);                                                    \
+            for (int64_t k = 1; k < KW; k++) acc = VOP(acc, kn_vf_mask_gather(m, idx, v + k * dw)); \
+        }                                                                                          \
+        (void)even, (void)lane, (void)m;                                                           \
+        return acc;                                                                                \
+    }                                                                                              \
+    static inline __attribute__((always_inline)) void NAME##_body(const sep_job *j, const float *x, float *y, \
+                                                                  float *vbuf, const int64_t KH, const int64_t KW, \
+                                                                  const int64_t sw, const int64_t dh,         \
+                                                                  const int64_t dw) {                         \
+        const int64_t W = j->W, OW = j->OW, pw = j->pw;                                            \
         const int64_t ncol = min64(W, j->wext - pw), nv = j->wext + SEP_SLACK(sw);                 \
         /* (the rows' pads and slack hold PADV from the range's start: only [pw, pw + ncol) is      \
          * ever written) */                                                                        \
@@ -235,39 +277,41 @@ DEF_SEP_PLANE(sep_max_u8, uint8_t, MAX_OP, 0)
              * forwarded to the unaligned loads: 40% of the time in those loads, perf on SPPF) */    \
             for (int64_t oh = oh0; oh < oh1; oh++) {                                               \
                 const int64_t lo = j->rlo[oh], hi = j->rhi[oh], r0 = oh * j->sh - j->ph;          \
-                const float *a = x + (r0 + lo * j->dh) * W;                                        \
-                const int64_t rstep = j->dh * W, nr = hi - lo;                                     \
+                const float *a = x + (r0 + lo * dh) * W;                                           \
                 float *vc = vbuf + (oh - oh0) * nv + pw;                                           \
-                for (int64_t i = 0; i < ncol; i += KN_VL) {                                        \
-                    const kn_vmask m = kn_v_tail(ncol - i);                                        \
-                    kn_vf acc = kn_vf_maskz_loadu(m, a + i);                                       \
-                    for (int64_t k = 1; k < nr; k++) acc = VOP(acc, kn_vf_maskz_loadu(m, a + k * rstep + i)); \
-                    SEP_STORE_PADDED(vc + i, m, acc, PADV);                                        \
-                }                                                                                  \
+                /* the whole window (KH taps: a constant in the common shapes) or its part inside */ \
+                if (hi - lo == KH) NAME##_col(a, vc, ncol, dh * W, KH);                            \
+                else NAME##_col(a, vc, ncol, dh * W, hi - lo);                                     \
             }                                                                                      \
             for (int64_t oh = oh0; oh < oh1; oh++) {                                               \
                 const float *v = vbuf + (oh - oh0) * nv;                                           \
                 float *yr = y + oh * OW;                                                           \
-                const kn_vf ih = kn_vf_set1(j->kind == POOL_AVG ? j->inv_h[oh] : 1.0f);            \
-                for (int64_t o = 0; o < OW; o += KN_VL) {                                          \
+                const kn_vf ih = kn_vf_set1(AVG ? j->inv_h[oh] : 1.0f);                            \
+                int64_t o = 0;                                                                     \
+                for (; o + KN_VL <= OW; o += KN_VL) {                                              \
+                    kn_vf acc = NAME##_rowv(v, o, KW, sw, dw, KN_VALL, even, lane);                \
+                    if (AVG) acc = kn_vf_mul(acc, kn_vf_mul(ih, kn_vf_loadu(j->inv_w + o)));       \
+                    kn_vf_storeu(yr + o, acc);                                                     \
+                }                                                                                  \
+                if (o < OW) {                                                                      \
                     const kn_vmask m = kn_v_tail(OW - o);                                          \
-                    kn_vf acc;                                                                     \
-                    if (sw == 1) {                                                                 \
-                        acc = kn_vf_loadu(v + o);                                                  \
-                        for (int64_t k = 1; k < KW; k++) acc = VOP(acc, kn_vf_loadu(v + o + k * dw)); \
-                    } else if (sw == 2) {                                                          \
-                        const float *p = v + 2 * o;                                                \
-                        SEP_ROW_S2(acc, p, VOP);                                                   \
-                    } else {                                                                       \
-                        const kn_vi idx = kn_vi_mullo(kn_vi_add(lane, kn_vi_set1((int)o)), kn_vi_set1((int)sw)); \
-                        acc = kn_vf_mask_gather(m, idx, v);                                        \
-                        for (int64_t k = 1; k < KW; k++) acc = VOP(acc, kn_vf_mask_gather(m, idx, v + k * dw)); \
-                    }                                                                              \
-                    if (j->kind == POOL_AVG) acc = kn_vf_mul(acc, kn_vf_mul(ih, kn_vf_maskz_loadu(m, j->inv_w + o))); \
+                    kn_vf acc = NAME##_rowv(v, o, KW, sw, dw, m, even, lane);                      \
+                    if (AVG) acc = kn_vf_mul(acc, kn_vf_mul(ih, kn_vf_maskz_loadu(m, j->inv_w + o))); \
                     SEP_STORE_OUT(yr + o, m, OW - o, acc);                                         \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
+    }                                                                                              \
+    static void NAME(const sep_job *j, const float *x, float *y, float *vbuf, float *t) {          \
+        (void)t;                                                                                   \
+        const int64_t KH = j->KH, KW = j->KW, sw = j->sw, dh = j->dh, dw = j->dw;                  \
+        if (dh == 1 && dw == 1 && KH == KW && (sw == 1 || sw == 2)) {                              \
+            if (KW == 3 && sw == 1) return NAME##_body(j, x, y, vbuf, 3, 3, 1, 1, 1);              \
+            if (KW == 3 && sw == 2) return NAME##_body(j, x, y, vbuf, 3, 3, 2, 1, 1);              \
+            if (KW == 2 && sw == 2) return NAME##_body(j, x, y, vbuf, 2, 2, 2, 1, 1);              \
+            if (KW == 5 && sw == 1) return NAME##_body(j, x, y, vbuf, 5, 5, 1, 1, 1);              \
+        }                                                                                          \
+        NAME##_body(j, x, y, vbuf, KH, KW, sw, dh, dw);                                            \
     }
 
 #if KN_VL == 8
@@ -320,8 +364,8 @@ static inline void sep_store_out(float *p, kn_vmask m, int64_t left, kn_vf v) {
 #endif
 #define SEP_SLACK(sw) (KN_VL * (sw) + 64)
 #define SEP_ROWS 16 /* output rows whose column pass runs before their row pass */
-DEF_SEP_PLANEV(sepv_max_f32, kn_vf_max, -INFINITY)
-DEF_SEP_PLANEV(sepv_sum_f32, kn_vf_add, 0.0f)
+DEF_SEP_PLANEV(sepv_max_f32, kn_vf_max, -INFINITY, 0)
+DEF_SEP_PLANEV(sepv_sum_f32, kn_vf_add, 0.0f, 1)
 #define SEP_MAX_F32 sepv_max_f32
 #define SEP_SUM_F32 sepv_sum_f32
 #else
@@ -331,8 +375,10 @@ DEF_SEP_PLANEV(sepv_sum_f32, kn_vf_add, 0.0f)
 #define SEP_ROWS 1
 #endif
 
+/* 64-byte aligned: the int8 MaxPool's inner loops ran 1.15-1.2x slower when only the function's
+ * address moved (by 0x7b0, to 48 mod 64: the same instructions) */
 #define DEF_SEP_RANGE(NAME, T, PLANE, PADV)                                                        \
-    static void NAME(void *arg, int64_t begin, int64_t end) {                                      \
+    __attribute__((aligned(64))) static void NAME(void *arg, int64_t begin, int64_t end) {         \
         sep_job *j = arg;                                                                          \
         const int64_t full = (j->OW - 1) * j->sw + 1, nv = j->wext + SEP_SLACK(j->sw);             \
         T *buf = malloc(sizeof(T) * (size_t)(SEP_ROWS * nv + full));                               \
