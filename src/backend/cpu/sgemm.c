@@ -57,7 +57,9 @@
 #ifndef MC
 #define MC (MR * 16) /* rows of A packed at once (L2) */
 #endif
+#ifndef NC
 #define NC 1024      /* columns of B packed at once (L2/L3); a multiple of NR */
+#endif
 #ifndef NC_FEW_ROWS
 #define NC_FEW_ROWS 256 /* the same when all the rows are one block of MC */
 #endif
@@ -971,6 +973,23 @@ static bool rows_first_on(void) {
     return !e || *e != '0';
 }
 
+/* Whether a product with A prepacked runs rows first (run_rows_first). AVX2: only where K is one
+ * slice. Rows first streams the block's packed B from L2 once per panel of MR rows, 64 bytes per
+ * step of K, where the usual order keeps B's panel in L1 and streams A's (24 bytes a step);
+ * Zen 3's L2 (512 KB) holds little more than one block. 1 thread, Zen 3, GEMM alone, 1x1
+ * convolutions of ResNet-50 (GFLOP/s, rows first -> usual order): K = 512 and 1024 on 14x14 and
+ * 28x28 81-87 -> 86-93; K = 64 and 256 on 56x56 about even or rows first ahead (64->256 with
+ * its residual 79-82 -> 67-80). */
+#if defined(KN_GEMM_AVX2) && !defined(RF_MAX_K)
+#define RF_MAX_K KC
+#endif
+static bool rows_first_suits(const kn_sgemm_batch *p) {
+#if defined(RF_MAX_K)
+    if (p->K > RF_MAX_K) return false;
+#endif
+    return rows_first_on();
+}
+
 /* The tail (c_add, clamp) of product op for C's block at rows i0, columns j0, or NULL (none). */
 static const ukr_tail *tail_at(const kn_sgemm_batch *p, int64_t op, int64_t i0, int64_t j0, ukr_tail *t) {
     if (!p->c_add && !p->clamp) return NULL;
@@ -1016,8 +1035,8 @@ static void apply_tail(const kn_sgemm_batch *p, int64_t op, int64_t i0, int64_t 
  * sequential streams, where the usual order writes MC rows at once, a column strip at a time
  * (pointwise convolutions, where C is as large as B: 64->256 on 56x56 writes 3.2 MB). */
 #if !defined(RF_B_FLOATS) && defined(KN_GEMM_AVX2)
-/* Zen 3's L2 is 512 KB: a block of half of it (K = 1024: 64 columns), where 512 KB made B come
- * from L3 for every row panel (1x1 1024->256 and 1024->512 on 14x14 4% faster, 1 thread) */
+/* Zen 3's L2 is 512 KB: a block of half of it (K = 256: 256 columns), where 512 KB made B come
+ * from L3 for every row panel (1x1 256->64 and 256->128 on 56x56 about 3% faster, 1 thread) */
 #define RF_B_FLOATS (64 * 1024)
 #endif
 #ifndef RF_B_FLOATS
@@ -1025,12 +1044,6 @@ static void apply_tail(const kn_sgemm_batch *p, int64_t op, int64_t i0, int64_t 
 #endif
 #define RF_MIN_NC 64
 #define RF_PF_LINES 4
-#if !defined(RF_SLICES_OUTER) && defined(KN_GEMM_AVX2)
-#define RF_SLICES_OUTER 1
-#endif
-#ifndef RF_SLICES_OUTER
-#define RF_SLICES_OUTER 0
-#endif
 static int64_t rows_first_ncb(const kn_sgemm_batch *p, int64_t n) {
     int64_t ncb = RF_B_FLOATS / p->K / NR * NR;
     if (ncb > NC) ncb = NC;
@@ -1077,32 +1090,6 @@ static void run_rows_first(const kn_sgemm_batch *p, int64_t op, int64_t m0, int6
         for (int64_t i = m0; i < m1; i += MR) {
             const int mr = (int)min64(MR, m1 - i);
             float *cr = C + i * p->ldc;
-#if RF_SLICES_OUTER
-            if (!fused_pack) {
-                /* slices of K outside the panels of B: the row panel's slice of A (MR x KC, 6 KB)
-                 * stays in L1 across the block's panels of B (from L2) and its C (MR x ncb) in
-                 * L1/L2; all of K per panel cycled A's whole MR x K (24 KB at K = 1024) through
-                 * L1 against the B stream */
-                for (int64_t pc = 0; pc < K; pc += KC) {
-                    const int64_t kc = min64(KC, K - pc);
-                    const float *a = Apk + pc * Mp + i * kc;
-                    for (int64_t jr = 0; jr < nc; jr += NR) {
-                        const int n = (int)min64(NR, nc - jr);
-                        for (int64_t q = 0; pc == 0 && q < per_call && pf_row < K; q++) {
-                            __builtin_prefetch((const char *)(B + pf_row * p->ldb + jn) + 64 * pf_line, 0, 2);
-                            if (++pf_line == row_lines) pf_line = 0, pf_row++;
-                        }
-                        ukr_tail tb;
-                        const ukr_tail *t = pc + kc == K ? tail_at(p, op, i, jc + jr, &tb) : NULL;
-                        ukr_any(mr, kc, a, MR, Bp + pc * ncp + jr * kc, NR, cr + jc + jr, p->ldc, n, p->alpha,
-                                pc == 0 ? p->beta : 1.0f, bias && pc == 0 ? bias + i : NULL,
-                                jr == 0 && i + MR < m1 ? a + MR * kc : a, t);
-                    }
-                }
-                if (p->epilogue) p->epilogue(p->epilogue_ctx, op, i, jc, mr, nc, cr + jc, p->ldc);
-                continue;
-            }
-#endif
             for (int64_t jr = 0; jr < nc; jr += NR) {
                 const int n = (int)min64(NR, nc - jr);
                 for (int64_t q = 0; q < per_call && pf_row < K; q++) {
@@ -1214,7 +1201,7 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
     float *Aws = ws, *Bp = ws + (size_t)MC * KC;
     const float *Ap = Aws;
     const bool direct = !B_packed && !p->pack_b && !p->trans_b && (m1 - m0) <= DIRECT_B_MAX_M;
-    if (A_packed && !direct && !B_packed && rows_first_on()) {
+    if (A_packed && !direct && !B_packed && rows_first_suits(p)) {
         const int64_t ncb = rows_first_ncb(p, n1 - n0);
         if (ncb) {
             run_rows_first(p, op, m0, m1, n0, n1, ncb, ws, b_shared);
@@ -1850,7 +1837,7 @@ static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j,
     /* rows first (A prepacked, plain B) with the tiles split by rows over one block of all the
      * columns: B packed once for all of them, where each tile packed it again */
     const bool rf_shared = j->path == PATH_GEMM && p->a_packed && !p->pack_b && !p->trans_b && !p->b_packed &&
-                           j->tn == 1 && j->tm > 1 && threads > 1 && p->M > DIRECT_B_MAX_M && rows_first_on() &&
+                           j->tn == 1 && j->tm > 1 && threads > 1 && p->M > DIRECT_B_MAX_M && rows_first_suits(p) &&
                            rows_first_ncb(p, p->N) >= p->N && rf_shared_on();
     if ((j->path == PATH_SWAP && (p->pack_b || !p->trans_b) && j->tn == 1 && j->tm > 1 && threads > 1) || rf_shared) {
         const int64_t Np = padded_n(p->N);
