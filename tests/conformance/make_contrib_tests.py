@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Tests for the com.microsoft operators (and ONNX Runtime's opset-1 LayerNormalization and
-SimplifiedLayerNormalization) against onnxruntime's CPU outputs.
+SimplifiedLayerNormalization) and the ONNX integer products (MatMulInteger, ConvInteger,
+QLinearMatMul, QLinearConv: their shape classes beyond the ONNX node tests' few) against
+onnxruntime's CPU outputs.
 
 Builds small models with onnx.helper for each operator in several attribute and shape variants,
 runs them with onnxruntime (CPUExecutionProvider) on seeded random inputs, and writes each in the
@@ -704,6 +706,79 @@ def quantised_contrib_tests(out, rng):
     dqlstm("dynamicquantizelstm_reverse_no_bias", 5, 1, 7, 4, direction="reverse", bias=False)
     dqlstm("dynamicquantizelstm_peepholes_clip", 5, 2, 6, 4, peep=True, clip=0.8)
     dqlstm("dynamicquantizelstm_wide", 3, 1, 40, 32, per_channel=True)
+
+    # ---------------------------------------------------------------- the ONNX integer products
+    # MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv (domain ""): the shapes that take the
+    # integer GEMM's edges (M not a multiple of 6 rows, N not of 16 columns, odd K, K over one
+    # 512-deep block), batches, groups, depthwise, 1-D and 3-D windows, strides, dilations, pads,
+    # weights as constants (as quantisers write them) and as inputs
+    def mmi(name, a_shape, b_shape, at=np.uint8, bt=np.uint8, zp="scalar", const_b=False):
+        qb = w8 if at == np.uint8 else q
+        M, N = a_shape[-2] if len(a_shape) > 1 else 1, b_shape[-1]
+        za = {"none": None, "scalar": q(at), "rows": q(at, M)}[zp]
+        zb = {"none": None, "scalar": qb(bt), "rows": qb(bt, N)}[zp]
+        case(out, name, "MatMulInteger", [("A", q(at, *a_shape)), ("B", qb(bt, *b_shape)), ("a_zero_point", za),
+                                          ("b_zero_point", zb)], ["Y"], domain="",
+             initializers=("B", "b_zero_point") if const_b else ())
+
+    mmi("matmulinteger_u8u8_edges", (13, 37), (37, 45))
+    mmi("matmulinteger_u8s8_deep_const", (7, 1100), (1100, 33), bt=np.int8, const_b=True)
+    mmi("matmulinteger_s8s8", (6, 64), (64, 16), at=np.int8, bt=np.int8)
+    mmi("matmulinteger_u8u8_batched_b", (2, 3, 5, 20), (3, 20, 7))
+    mmi("matmulinteger_u8s8_batched_a_const", (2, 9, 31), (31, 18), bt=np.int8, const_b=True)
+    mmi("matmulinteger_u8u8_one_row_no_zp", (1, 300), (300, 70), zp="none")
+    mmi("matmulinteger_u8u8_vector_a", (40,), (40, 21))
+    mmi("matmulinteger_u8u8_tall_narrow_threads_split_rows", (500, 100), (100, 12), const_b=True)
+
+    def convi(name, x_shape, w_shape, xt=np.uint8, wt=np.uint8, const_w=True, zp=True, **attrs):
+        ins = [("x", q(xt, *x_shape)), ("w", w8(wt, *w_shape)), ("x_zero_point", q(xt) if zp else None),
+               ("w_zero_point", w8(wt) if zp else None)]
+        while ins[-1][1] is None:
+            ins.pop()
+        case(out, name, "ConvInteger", ins, ["y"], domain="",
+             initializers=("w", "w_zero_point") if const_w else (), **attrs)
+
+    convi("convinteger_3x3_pads", (1, 5, 9, 11), (7, 5, 3, 3), pads=[1, 1, 1, 1])
+    convi("convinteger_3x3_s2_asym_pads", (2, 3, 13, 10), (17, 3, 3, 3), strides=[2, 2], pads=[1, 0, 2, 1])
+    convi("convinteger_1x1", (1, 40, 6, 7), (20, 40, 1, 1))
+    convi("convinteger_1x1_strided_input_w", (1, 24, 8, 8), (12, 24, 1, 1), strides=[2, 2], const_w=False)
+    convi("convinteger_deep_k_dilated", (1, 70, 9, 9), (9, 70, 3, 3), dilations=[2, 2], pads=[2, 2, 2, 2])
+    convi("convinteger_groups", (1, 8, 7, 7), (12, 2, 3, 3), group=4, pads=[1, 1, 1, 1])
+    convi("convinteger_depthwise_s2", (1, 6, 10, 9), (6, 1, 3, 3), group=6, strides=[2, 2], pads=[1, 1, 1, 1])
+    convi("convinteger_1d_s2", (2, 4, 41), (5, 4, 7), strides=[2], pads=[3, 3])
+    convi("convinteger_3d", (1, 3, 5, 6, 7), (4, 3, 3, 2, 3), pads=[1, 0, 1, 1, 1, 0])
+    convi("convinteger_same_upper_no_zp", (1, 3, 8, 9), (5, 3, 4, 4), auto_pad="SAME_UPPER", strides=[2, 2], zp=False)
+    convi("convinteger_u8s8_wide_row", (1, 2, 4, 70), (3, 2, 3, 5), wt=np.int8, pads=[1, 2, 1, 2])
+    convi("convinteger_large_plane_threads", (1, 16, 40, 41), (8, 16, 3, 3), pads=[1, 1, 1, 1])
+
+    def qconv(name, x_shape, w_shape, xt=np.uint8, wt=np.int8, per_channel=False, bias=True, **attrs):
+        M = w_shape[0]
+        ins = [("x", q(xt, *x_shape)), ("x_scale", np.float32(0.02)), ("x_zero_point", q(xt)),
+               ("w", w8(wt, *w_shape)),
+               ("w_scale", f32(M, lo=0.002, hi=0.01) if per_channel else np.float32(0.005)),
+               ("w_zero_point", np.zeros(M, wt) if per_channel else w8(wt)),
+               ("y_scale", np.float32(0.3)), ("y_zero_point", q(xt)),
+               ("B", rng.integers(-5000, 5000, M).astype(np.int32) if bias else None)]
+        while ins[-1][1] is None:
+            ins.pop()
+        case(out, name, "QLinearConv", ins, ["y"], domain="",
+             initializers=("w", "w_scale", "w_zero_point", "B"), **attrs)
+
+    qconv("qlinearconv_u8s8_3x3_bias", (1, 8, 9, 9), (10, 8, 3, 3), pads=[1, 1, 1, 1])
+    qconv("qlinearconv_u8s8_per_channel_s2", (1, 16, 12, 11), (19, 16, 3, 3), per_channel=True, strides=[2, 2])
+    qconv("qlinearconv_u8u8_1x1", (2, 33, 5, 5), (7, 33, 1, 1), wt=np.uint8, bias=False)
+    qconv("qlinearconv_s8s8_depthwise", (1, 12, 8, 8), (12, 1, 3, 3), xt=np.int8, group=12, pads=[1, 1, 1, 1])
+
+    def qmm(name, a_shape, b_shape, at=np.uint8, bt=np.int8):
+        qb = w8 if at == np.uint8 else q
+        case(out, name, "QLinearMatMul",
+             [("a", q(at, *a_shape)), ("a_scale", np.float32(0.03)), ("a_zero_point", q(at)), ("b", qb(bt, *b_shape)),
+              ("b_scale", np.float32(0.02)), ("b_zero_point", qb(bt)), ("y_scale", np.float32(0.5)),
+              ("y_zero_point", q(at))], ["y"], domain="", initializers=("b",))
+
+    qmm("qlinearmatmul_u8s8_edges", (11, 70), (70, 19))
+    qmm("qlinearmatmul_s8s8_batched", (2, 7, 40), (40, 17), at=np.int8)
+    qmm("qlinearmatmul_u8u8_deep", (3, 600), (600, 9), bt=np.uint8)
 
     # ---------------------------------------------------------------- QLinear operators
     def sc(v):

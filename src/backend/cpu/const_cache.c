@@ -98,6 +98,8 @@ static const kn_tensor *constant_input(const kn_kernel_ctx *c, int i) {
     return k && c->in[i] == k && k->device == KN_DEVICE_HOST ? k : NULL;
 }
 
+bool kn_cpu_input_is_const(const kn_kernel_ctx *c, int i) { return constant_input(c, i) != NULL; }
+
 const void *kn_cpu_const_derived(const kn_kernel_ctx *c, int input, const kn_const_layout *layout, size_t bytes,
                                  kn_const_make_fn make, const void *ctx) {
     kn_cpu_state *s = state_of(c);

@@ -29,6 +29,10 @@ typedef struct kn_const_layout {
 
 typedef void (*kn_const_make_fn)(const void *ctx, void *dst);
 
+/* Whether input i of the running node is a constant of the session's graph, read as itself (not
+ * an initializer the caller overrode): what kn_cpu_const_derived keeps forms of. */
+bool kn_cpu_input_is_const(const kn_kernel_ctx *c, int i);
+
 /* The derived form of input `input` of the running node with this layout, `bytes` long, made by
  * make(ctx, dst) the first time (64-byte aligned). NULL when the input is not a constant of the
  * session (a graph input, a computed value, an initializer the caller overrode), when the kernel

@@ -24,12 +24,13 @@
  * starts the accumulators or is added as the GEMM stores C, and a fused node's residual and
  * activation run on each finished block while it is in cache (the epilogue).
  * ConvTranspose is a GEMM (W_g^T x_g) into a column buffer followed by col2im.
- * float16/bfloat16 are converted to float around the float path; double and the integer convs
- * run direct loops. */
+ * float16/bfloat16 are converted to float around the float path; the integer convs are exact
+ * 8-bit products (qgemm.h); double runs direct loops. */
 #include "backend/cpu/const_cache.h"
 #include "backend/cpu/conv_amx.h"
 #include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/elementwise_impl.h"
+#include "backend/cpu/qgemm.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/sgemm_bf16.h"
@@ -2103,7 +2104,7 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     return st ? kn_kernel_error(c, st, "out of memory in the GEMM") : KILN_OK;
 }
 
-/* ------------------------------------------------------------------ direct loops (double, integers) */
+/* ------------------------------------------------------------------ direct loops (double) */
 
 /* y[n][m][o] += sum_{c, r} x[n][g*Cg + c][o*s - p + r*d] * w[m][c][r] over any rank. */
 #define DEF_DIRECT_CONV(NAME, T, ACC)                                                              \
@@ -2141,7 +2142,6 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     }
 
 DEF_DIRECT_CONV(direct_conv_f64, double, double)
-DEF_DIRECT_CONV(direct_conv_i32, int32_t, int64_t)
 
 kiln_status kn_cpu_conv(kn_kernel_ctx *c) { return kn_cpu_conv_with_epilogue(c, NULL, NULL); }
 
@@ -2333,56 +2333,235 @@ kiln_status kn_cpu_conv_with_tail(kn_kernel_ctx *c, kn_conv_epilogue_fn epi, con
 
 /* ------------------------------------------------------------------ quantised convs */
 
-/* x - x_zero_point and w - w_zero_point (per output channel) as int32, conv, into acc. */
-static kiln_status int_conv(kn_kernel_ctx *c, const kn_tensor *X, const kn_tensor *xz, const kn_tensor *W,
-                            const kn_tensor *wz, const kn_tensor *bias, conv_shape *s, int32_t **acc_out) {
-    *acc_out = NULL;
+/* The integer convolutions are exact integer products (qgemm.h): W_g less its zero points
+ * [Mg, Cg*kk] times the im2col matrix of x less its zero point (padding reads 0: the zero point
+ * itself), made panel by panel straight from x by the GEMM's threads. A 1x1 convolution at
+ * stride 1 without pads packs x's planes as they are. */
+
+/* W less its zero points (per output channel, or one), every group packed as qgemm's A */
+typedef struct iconv_w_ctx {
+    const conv_shape *s;
+    const kn_tensor *W;
+    const int32_t *zw; /* per output channel, or NULL */
+    int32_t z;
+} iconv_w_ctx;
+
+static void make_iconv_w(const void *ctx, void *dst) {
+    const iconv_w_ctx *q = ctx;
+    const int64_t Kg = q->s->Cg * q->s->kk;
+    const size_t per = kn_qgemm_a_words(q->s->Mg, Kg);
+    for (int64_t g = 0; g < q->s->G; g++)
+        kn_qgemm_pack_a8((const int8_t *)q->W->data + g * q->s->Mg * Kg, q->W->dtype == KILN_DTYPE_INT8, Kg, q->s->Mg,
+                         Kg, q->zw ? q->zw + g * q->s->Mg : NULL, q->z, (int32_t *)dst + g * per);
+}
+
+/* The im2col matrix of one image and group as qgemm's packed B */
+typedef struct iconv_cols {
+    const conv_shape *s;
+    const void *x; /* the group's Cg planes */
+    bool s8;
+    int32_t z;
+} iconv_cols;
+
+static inline int32_t iconv_at(const iconv_cols *j, int64_t ci, int64_t idx) {
+    const int64_t e = ci * j->s->in_plane + idx;
+    return (j->s8 ? (int32_t)((const int8_t *)j->x)[e] : (int32_t)((const uint8_t *)j->x)[e]) - j->z;
+}
+
+static void iconv_pack_cols(const void *ctx, int64_t n0, int64_t nc, int32_t *dst) {
+    const iconv_cols *j = ctx;
+    const conv_shape *s = j->s;
+    const kn_window *w = &s->w;
+    const int nsp = s->nsp;
+    const int64_t K = s->Cg * s->kk, KP = (K + 1) / 2;
+    for (int64_t p = 0; p * KN_QGEMM_NR < nc; p++) {
+        const int64_t cols = min64(KN_QGEMM_NR, nc - p * KN_QGEMM_NR);
+        int64_t base[KN_MAX_SPATIAL][KN_QGEMM_NR];
+        for (int64_t q = 0; q < cols; q++)
+            for (int64_t i = nsp - 1, t = n0 + p * KN_QGEMM_NR + q; i >= 0; i--) {
+                base[i][q] = (t % w->out[i]) * w->stride[i] - w->pad_begin[i];
+                t /= w->out[i];
+            }
+        int32_t *d = dst + p * KP * KN_QGEMM_NR;
+        for (int64_t kp = 0; kp < KP; kp++, d += KN_QGEMM_NR) {
+            int32_t v[2][KN_QGEMM_NR] = {{0}};
+            for (int h = 0; h < 2 && 2 * kp + h < K; h++) {
+                const int64_t k = 2 * kp + h, ci = k / s->kk;
+                int64_t off[KN_MAX_SPATIAL];
+                for (int64_t i = nsp - 1, r = k % s->kk; i >= 0; i--) {
+                    off[i] = (r % w->kernel[i]) * w->dilation[i];
+                    r /= w->kernel[i];
+                }
+                for (int64_t q = 0; q < cols; q++) {
+                    int64_t idx = 0;
+                    bool in = true;
+                    for (int i = 0; i < nsp; i++) {
+                        const int64_t pos = base[i][q] + off[i];
+                        in &= pos >= 0 && pos < w->in[i];
+                        idx = idx * w->in[i] + pos;
+                    }
+                    v[h][q] = in ? iconv_at(j, ci, idx) : 0;
+                }
+            }
+            for (int q = 0; q < KN_QGEMM_NR; q++)
+                d[q] = (int32_t)((uint32_t)(uint16_t)(int16_t)v[0][q] | (uint32_t)(uint16_t)(int16_t)v[1][q] << 16);
+        }
+    }
+}
+
+/* One row k of the im2col matrix of a 1-D or 2-D convolution, columns [n0, n0 + nc), less the
+ * zero point, into out: output row by output row, each a run of in-range taps (contiguous loads
+ * at stride 1) between the padding's zeros. */
+static void iconv_row2(const iconv_cols *j, int64_t k, int64_t n0, int64_t nc, int16_t *out) {
+    const conv_shape *s = j->s;
+    const kn_window *w = &s->w;
+    const bool two = s->nsp == 2;
+    const int64_t H = two ? w->in[0] : 1, W = w->in[two], OW = w->out[two], KW = w->kernel[two];
+    const int64_t sh = two ? w->stride[0] : 1, sw = w->stride[two], ph = two ? w->pad_begin[0] : 0;
+    const int64_t dh = two ? w->dilation[0] : 1, dw = w->dilation[two], pw = w->pad_begin[two];
+    const int64_t ci = k / s->kk, r = k % s->kk, kh = r / KW, kw = r % KW;
+    const int64_t base = kw * dw - pw; /* iw = ow * sw + base */
+    /* the output columns whose tap is inside the row: [lo, hi] */
+    const int64_t lo = base >= 0 ? 0 : (-base + sw - 1) / sw, hi = W - 1 - base < 0 ? -1 : (W - 1 - base) / sw;
+    const int32_t z = j->z;
+    int64_t q = n0, oh = n0 / OW, ow = n0 % OW;
+    while (q < n0 + nc) {
+        const int64_t seg = min64(OW - ow, n0 + nc - q), ih = oh * sh - ph + kh * dh;
+        int16_t *o = out + (q - n0);
+        const int64_t a = ih < 0 || ih >= H ? ow + seg : max64(ow, lo), b = ih < 0 || ih >= H ? ow + seg : min64(ow + seg, hi + 1);
+        for (int64_t t = ow; t < a && t < ow + seg; t++) o[t - ow] = 0;
+        if (a < b) {
+            const int64_t e = ci * s->in_plane + ih * W + a * sw + base;
+            int16_t *d = o + (a - ow);
+            if (j->s8) {
+                const int8_t *p = (const int8_t *)j->x + e;
+                if (sw == 1)
+                    for (int64_t t = 0; t < b - a; t++) d[t] = (int16_t)(p[t] - z);
+                else
+                    for (int64_t t = 0; t < b - a; t++) d[t] = (int16_t)(p[t * sw] - z);
+            } else {
+                const uint8_t *p = (const uint8_t *)j->x + e;
+                if (sw == 1)
+                    for (int64_t t = 0; t < b - a; t++) d[t] = (int16_t)(p[t] - z);
+                else
+                    for (int64_t t = 0; t < b - a; t++) d[t] = (int16_t)(p[t * sw] - z);
+            }
+        }
+        for (int64_t t = max64(a, b); t < ow + seg; t++) o[t - ow] = 0;
+        q += seg;
+        ow = 0;
+        oh++;
+    }
+}
+
+/* 1-D and 2-D: the im2col rows a pair at a time (iconv_row2), interleaved into the panels */
+static void iconv_pack_cols2(const void *ctx, int64_t n0, int64_t nc, int32_t *dst) {
+    const iconv_cols *j = ctx;
+    const int64_t K = j->s->Cg * j->s->kk, KP = (K + 1) / 2, panels = (nc + KN_QGEMM_NR - 1) / KN_QGEMM_NR;
+    const int64_t width = panels * KN_QGEMM_NR;
+    int16_t *r0 = malloc(sizeof(int16_t) * (size_t)width * 2), *r1 = r0 ? r0 + width : NULL;
+    if (!r0) { /* (rare) the general form needs no scratch */
+        iconv_pack_cols(ctx, n0, nc, dst);
+        return;
+    }
+    for (int64_t q = nc; q < width; q++) r0[q] = r1[q] = 0;
+    for (int64_t kp = 0; kp < KP; kp++) {
+        iconv_row2(j, 2 * kp, n0, nc, r0);
+        if (2 * kp + 1 < K) iconv_row2(j, 2 * kp + 1, n0, nc, r1);
+        else memset(r1, 0, sizeof(int16_t) * (size_t)nc);
+        for (int64_t p = 0; p < panels; p++) {
+            int32_t *d = dst + (p * KP + kp) * KN_QGEMM_NR;
+            const int16_t *a = r0 + p * KN_QGEMM_NR, *b = r1 + p * KN_QGEMM_NR;
+            for (int q = 0; q < KN_QGEMM_NR; q++) d[q] = (int32_t)((uint32_t)(uint16_t)a[q] | (uint32_t)(uint16_t)b[q] << 16);
+        }
+    }
+    free(r0);
+}
+
+/* a 1x1 convolution at stride 1 without pads: the planes are B as they are */
+static void iconv_pack_planes(const void *ctx, int64_t n0, int64_t nc, int32_t *dst) {
+    const iconv_cols *j = ctx;
+    kn_qgemm_pack_b8(j->x, j->s8, j->s->in_plane, j->s->Cg, NULL, j->z, n0, nc, dst);
+}
+
+/* acc (the output's shape, int32) = bias (or 0) + the convolution of x - x_zero_point by
+ * w - w_zero_point. Inputs x, its zero point, W, its zero point by index (past the inputs: none). */
+static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int wz_in, const kn_tensor *bias,
+                            conv_shape *s, int32_t *acc) {
+    const kn_tensor *X = c->in[x_in], *W = c->in[w_in];
+    const kn_tensor *xz = xz_in < c->n_inputs ? c->in[xz_in] : NULL, *wz = wz_in < c->n_inputs ? c->in[wz_in] : NULL;
     KN_TRY(conv_shape_make(c, X, W, false, s));
-    int64_t nx = kn_tensor_count(X), nw = kn_tensor_count(W), ny = s->N * s->M * s->out_plane;
-    int64_t nwz = wz ? kn_tensor_count(wz) : 0;
+    const int64_t nwz = wz ? kn_tensor_count(wz) : 0;
     if (nwz > 1 && nwz != s->M)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "w_zero_point has %lld values for %lld output channels",
                                (long long)nwz, (long long)s->M);
-    int32_t *xi = malloc(sizeof(int32_t) * (size_t)(nx + nw + ny + 1));
-    if (!xi) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    int32_t *wi = xi + nx, *acc = wi + nw;
-    int32_t zx = xz && kn_tensor_count(xz) ? (int32_t)kn_tensor_get_i64(xz, 0) : 0;
-    for (int64_t i = 0; i < nx; i++) xi[i] = (int32_t)kn_tensor_get_i64(X, i) - zx;
-    int64_t per_m = nw / (s->M ? s->M : 1);
-    for (int64_t i = 0; i < nw; i++) {
-        int32_t z = nwz ? (int32_t)kn_tensor_get_i64(wz, nwz == 1 ? 0 : i / per_m) : 0;
-        wi[i] = (int32_t)kn_tensor_get_i64(W, i) - z;
+    if (s->N * s->M * s->out_plane == 0) return KILN_OK;
+    if (bias)
+        for (int64_t n = 0; n < s->N; n++)
+            for (int64_t m = 0; m < s->M; m++) {
+                const int32_t b0 = (int32_t)kn_tensor_get_i64(bias, m);
+                int32_t *a = acc + (n * s->M + m) * s->out_plane;
+                for (int64_t o = 0; o < s->out_plane; o++) a[o] = b0;
+            }
+    const int64_t Kg = s->Cg * s->kk;
+    const size_t per_group = kn_qgemm_a_words(s->Mg, Kg), wbytes = sizeof(int32_t) * per_group * (size_t)s->G;
+    int32_t *zw = nwz > 1 ? malloc(sizeof(int32_t) * (size_t)nwz) : NULL;
+    if (nwz > 1 && !zw) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int64_t m = 0; zw && m < nwz; m++) zw[m] = (int32_t)kn_tensor_get_i64(wz, m);
+    /* the packed weights, kept per session when they and their zero points are constants */
+    iconv_w_ctx wc = {s, W, zw, nwz == 1 ? (int32_t)kn_tensor_get_i64(wz, 0) : 0};
+    const int32_t *wp = NULL;
+    int32_t *wown = NULL;
+    if (!wz || kn_cpu_input_is_const(c, wz_in)) {
+        kn_const_layout lay = {61, {s->M, s->G, Kg, (int64_t)(intptr_t)wz}};
+        wp = kn_cpu_const_derived(c, w_in, &lay, wbytes, make_iconv_w, &wc);
     }
-    for (int64_t n = 0; n < s->N; n++)
-        for (int64_t m = 0; m < s->M; m++)
-            for (int64_t o = 0; o < s->out_plane; o++)
-                acc[(n * s->M + m) * s->out_plane + o] = bias ? (int32_t)kn_tensor_get_i64(bias, m) : 0;
-    direct_conv_i32(s, xi, wi, acc);
-    *acc_out = xi; /* acc lives inside this allocation */
-    return KILN_OK;
+    if (!wp && (wown = kn_aligned_alloc(64, wbytes))) {
+        make_iconv_w(&wc, wown);
+        wp = wown;
+    }
+    free(zw);
+    if (!wp) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    bool pointwise = true;
+    for (int i = 0; i < s->nsp; i++)
+        pointwise &= s->w.kernel[i] == 1 && s->w.stride[i] == 1 && s->w.pad_begin[i] == 0 && s->w.pad_end[i] == 0;
+    const int32_t zx = xz && kn_tensor_count(xz) ? (int32_t)kn_tensor_get_i64(xz, 0) : 0;
+    kiln_status st = KILN_OK;
+    for (int64_t n = 0; st == KILN_OK && n < s->N; n++)
+        for (int64_t g = 0; st == KILN_OK && g < s->G; g++) {
+            iconv_cols job = {s, (const int8_t *)X->data + (n * s->C + g * s->Cg) * s->in_plane,
+                              X->dtype == KILN_DTYPE_INT8, zx};
+            kn_qgemm q = {.M = s->Mg, .N = s->out_plane, .K = Kg, .a = wp + g * per_group,
+                          .pack_b = pointwise ? iconv_pack_planes : s->nsp <= 2 ? iconv_pack_cols2 : iconv_pack_cols,
+                          .pack_ctx = &job,
+                          .c = acc + (n * s->M + g * s->Mg) * s->out_plane, .ldc = s->out_plane,
+                          .accumulate = bias != NULL};
+            st = kn_qgemm_run(c->pool, &q);
+        }
+    free(wown);
+    return st ? kn_kernel_error(c, st, "out of memory") : KILN_OK;
 }
 
 kiln_status kn_cpu_conv_integer(kn_kernel_ctx *c) {
-    const kn_tensor *xz = c->n_inputs > 2 ? c->in[2] : NULL, *wz = c->n_inputs > 3 ? c->in[3] : NULL;
     conv_shape s;
-    int32_t *buf;
-    KN_TRY(int_conv(c, c->in[0], xz, c->in[1], wz, NULL, &s, &buf));
-    int64_t ny = s.N * s.M * s.out_plane;
-    memcpy(c->out[0]->data, buf + kn_tensor_count(c->in[0]) + kn_tensor_count(c->in[1]), sizeof(int32_t) * (size_t)ny);
-    free(buf);
-    return KILN_OK;
+    return int_conv(c, 0, 2, 1, 3, NULL, &s, c->out[0]->data);
 }
 
 kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c) {
-    const kn_tensor *x = c->in[0], *xs = c->in[1], *xz = c->in[2], *w = c->in[3], *ws = c->in[4], *wz = c->in[5];
-    const kn_tensor *ys = c->in[6], *yz = c->n_inputs > 7 ? c->in[7] : NULL, *b = c->n_inputs > 8 ? c->in[8] : NULL;
+    const kn_tensor *xs = c->in[1], *ws = c->in[4], *ys = c->in[6], *yz = c->n_inputs > 7 ? c->in[7] : NULL;
+    const kn_tensor *b = c->n_inputs > 8 ? c->in[8] : NULL;
     kn_tensor *Y = c->out[0];
     if (Y->dtype != KILN_DTYPE_INT8 && Y->dtype != KILN_DTYPE_UINT8)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "output type %s", kiln_dtype_name(Y->dtype));
+    const int64_t ny = kn_tensor_count(Y);
+    int32_t *acc = malloc(sizeof(int32_t) * (size_t)(ny > 0 ? ny : 1));
+    if (!acc) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     conv_shape s;
-    int32_t *buf;
-    KN_TRY(int_conv(c, x, xz, w, wz, b, &s, &buf));
-    const int32_t *acc = buf + kn_tensor_count(x) + kn_tensor_count(w);
+    kiln_status st = int_conv(c, 0, 2, 3, 5, b, &s, acc);
+    if (st) {
+        free(acc);
+        return st;
+    }
     int64_t nws = kn_tensor_count(ws);
     double lo = Y->dtype == KILN_DTYPE_INT8 ? -128 : 0, hi = Y->dtype == KILN_DTYPE_INT8 ? 127 : 255;
     double zy = yz ? kn_linalg_qparam(yz, 0) : 0;
@@ -2401,7 +2580,7 @@ kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c) {
                 else ((uint8_t *)Y->data)[e] = (uint8_t)v;
             }
         }
-    free(buf);
+    free(acc);
     return KILN_OK;
 }
 

@@ -5,8 +5,10 @@
  * float32 around it (vectorised; a constant B once per session); double and the integer types use plain loops (rare in models). */
 #include "backend/cpu/const_cache.h"
 #include "backend/cpu/elementwise_impl.h"
+#include "backend/cpu/qgemm.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/sgemm.h"
+#include "util/aligned.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -377,13 +379,34 @@ static kiln_status run_gemm(kn_kernel_ctx *c) {
 
 /* ------------------------------------------------------------------ integer matmuls */
 
-static int32_t qget(const kn_tensor *t, int64_t i) {
-    return t->dtype == KILN_DTYPE_INT8 ? ((const int8_t *)t->data)[i] : ((const uint8_t *)t->data)[i];
+/* Zero points as int32: one (*one) or n of them (into many) */
+static void zero_points(const kn_tensor *zp, int64_t n, int32_t *one, int32_t *many) {
+    const int64_t nz = zp ? kn_tensor_count(zp) : 0;
+    *one = nz == 1 ? (int32_t)kn_tensor_get_i64(zp, 0) : 0;
+    if (nz > 1)
+        for (int64_t i = 0; i < n; i++) many[i] = (int32_t)kn_tensor_get_i64(zp, i);
 }
 
-/* acc[b][i][j] = sum_k (A - za[i]) (B - zb[j]) with numpy batch broadcasting, into int32. */
-static kiln_status int_matmul(kn_kernel_ctx *c, const kn_tensor *A, const kn_tensor *B, const kn_tensor *za,
-                              const kn_tensor *zb, int32_t *acc, mm_plan *p) {
+/* B (K x N, 8-bit) less its zero points, packed whole for the integer GEMM */
+typedef struct qmm_b_ctx {
+    const void *b;
+    bool s8;
+    int64_t K, N;
+    const int32_t *zc;
+    int32_t z;
+} qmm_b_ctx;
+
+static void make_qmm_b(const void *ctx, void *dst) {
+    const qmm_b_ctx *q = ctx;
+    kn_qgemm_pack_b8(q->b, q->s8, q->N, q->K, q->zc, q->z, 0, q->N, dst);
+}
+
+/* acc[b][i][j] = sum_k (A - za[i]) (B - zb[j]) with numpy batch broadcasting, into int32, exact
+ * (qgemm.h). A, B and their zero points are inputs a_in, b_in, za_in, zb_in (a zero point past
+ * the inputs: none). A constant B (with constant zero points) is packed once per session. */
+static kiln_status int_matmul(kn_kernel_ctx *c, int a_in, int b_in, int za_in, int zb_in, int32_t *acc, mm_plan *p) {
+    const kn_tensor *A = c->in[a_in], *B = c->in[b_in];
+    const kn_tensor *za = za_in < c->n_inputs ? c->in[za_in] : NULL, *zb = zb_in < c->n_inputs ? c->in[zb_in] : NULL;
     KN_TRY(mm_plan_make(c, A, B, p));
     int64_t nza = za ? kn_tensor_count(za) : 0, nzb = zb ? kn_tensor_count(zb) : 0;
     if (nza > 1 && nza != p->M)
@@ -392,33 +415,50 @@ static kiln_status int_matmul(kn_kernel_ctx *c, const kn_tensor *A, const kn_ten
     if (nzb > 1 && nzb != p->N)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "b_zero_point has %lld values; expected 1 or N=%lld", (long long)nzb,
                                (long long)p->N);
-    int64_t *row = malloc(sizeof(int64_t) * (size_t)(p->N > 0 ? p->N : 1));
-    if (!row) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    for (int64_t bi = 0; bi < p->batch; bi++) {
+    if (p->batch == 0 || p->M == 0 || p->N == 0) return KILN_OK;
+    /* B one matrix: every batch of A (then dense) as one tall product */
+    const int64_t tall = p->b_batched ? 1 : p->batch, rows = p->M * tall;
+    const bool as8 = A->dtype == KILN_DTYPE_INT8, bs8 = B->dtype == KILN_DTYPE_INT8;
+    int32_t *zr = malloc(sizeof(int32_t) * (size_t)(rows + p->N)), *zc = zr ? zr + rows : NULL, za1, zb1;
+    int32_t *pa = kn_aligned_alloc(64, sizeof(int32_t) * kn_qgemm_a_words(rows, p->K));
+    if (!zr || !pa) {
+        free(zr);
+        free(pa);
+        return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    zero_points(za, p->M, &za1, zr);
+    for (int64_t i = p->M; nza > 1 && i < rows; i++) zr[i] = zr[i - p->M];
+    zero_points(zb, p->N, &zb1, zc);
+    const size_t b_bytes = sizeof(int32_t) * kn_qgemm_b_words(p->N, p->K);
+    qmm_b_ctx bc = {B->data, bs8, p->K, p->N, nzb > 1 ? zc : NULL, zb1};
+    const int32_t *kept = NULL;
+    if (!p->b_batched && (!zb || kn_cpu_input_is_const(c, zb_in))) {
+        kn_const_layout lay = {60, {p->K, p->N, (int64_t)(intptr_t)zb, 0}};
+        kept = kn_cpu_const_derived(c, b_in, &lay, b_bytes, make_qmm_b, &bc);
+    }
+    int32_t *pb = kept ? NULL : kn_aligned_alloc(64, b_bytes);
+    kiln_status st = kept || pb ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    for (int64_t bi = 0; st == KILN_OK && bi < p->batch; bi += tall) {
         int64_t ao, bo;
         mm_offsets(p, bi, &ao, &bo);
-        for (int64_t i = 0; i < p->M; i++) {
-            int32_t zai = za && nza ? qget(za, nza == 1 ? 0 : i) : 0;
-            for (int64_t j = 0; j < p->N; j++) row[j] = 0;
-            for (int64_t k = 0; k < p->K; k++) {
-                int64_t a = qget(A, ao + i * p->K + k) - zai;
-                if (!a) continue;
-                for (int64_t j = 0; j < p->N; j++) {
-                    int32_t zbj = zb && nzb ? qget(zb, nzb == 1 ? 0 : j) : 0;
-                    row[j] += a * (qget(B, bo + k * p->N + j) - zbj);
-                }
-            }
-            for (int64_t j = 0; j < p->N; j++) acc[(bi * p->M + i) * p->N + j] = (int32_t)row[j];
+        kn_qgemm_pack_a8((const int8_t *)A->data + ao, as8, p->K, rows, p->K, nza > 1 ? zr : NULL, za1, pa);
+        if (!kept) {
+            bc.b = (const int8_t *)B->data + bo;
+            make_qmm_b(&bc, pb);
         }
+        kn_qgemm g = {.M = rows, .N = p->N, .K = p->K, .a = pa, .b = kept ? kept : pb, .c = acc + bi * p->M * p->N,
+                      .ldc = p->N};
+        st = kn_qgemm_run(c->pool, &g);
     }
-    free(row);
-    return KILN_OK;
+    free(zr);
+    free(pa);
+    free(pb);
+    return st ? kn_kernel_error(c, st, "out of memory") : KILN_OK;
 }
 
 static kiln_status run_matmul_integer(kn_kernel_ctx *c) {
-    const kn_tensor *za = c->n_inputs > 2 ? c->in[2] : NULL, *zb = c->n_inputs > 3 ? c->in[3] : NULL;
     mm_plan p;
-    return int_matmul(c, c->in[0], c->in[1], za, zb, c->out[0]->data, &p);
+    return int_matmul(c, 0, 1, 2, 3, c->out[0]->data, &p);
 }
 
 /* a_scale * b_scale / y_scale in the scales' own precision (numpy computes it that way) */
@@ -442,8 +482,7 @@ static double saturate_q(double v, kiln_dtype t) {
 }
 
 static kiln_status run_qlinear_matmul(kn_kernel_ctx *c) {
-    const kn_tensor *a = c->in[0], *sa = c->in[1], *za = c->in[2], *b = c->in[3], *sb = c->in[4], *zb = c->in[5];
-    const kn_tensor *sy = c->in[6], *zy = c->n_inputs > 7 ? c->in[7] : NULL;
+    const kn_tensor *sa = c->in[1], *sb = c->in[4], *sy = c->in[6], *zy = c->n_inputs > 7 ? c->in[7] : NULL;
     kn_tensor *Y = c->out[0];
     if (Y->dtype != KILN_DTYPE_INT8 && Y->dtype != KILN_DTYPE_UINT8)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "output type %s", kiln_dtype_name(Y->dtype));
@@ -451,7 +490,7 @@ static kiln_status run_qlinear_matmul(kn_kernel_ctx *c) {
     int32_t *acc = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
     if (!acc) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     mm_plan p;
-    kiln_status s = int_matmul(c, a, b, za, zb, acc, &p);
+    kiln_status s = int_matmul(c, 0, 3, 2, 5, acc, &p);
     if (s == KILN_OK) {
         int64_t nsa = kn_tensor_count(sa), nsb = kn_tensor_count(sb);
         for (int64_t e = 0; e < n; e++) {
@@ -472,12 +511,12 @@ const kn_cpu_kernel kn_cpu_linalg[] = {
     /* MatMul and Gemm write each output element: the GEMM with beta 0 (zeros for K == 0, sgemm.c
      * scale_c), C broadcast first where Gemm adds it, the plain loops with beta 0 */
     {"", "MatMul", run_matmul, NULL, KN_KERNEL_OVERWRITES},
-    {"", "MatMulInteger", run_matmul_integer, NULL},
+    {"", "MatMulInteger", run_matmul_integer, NULL, KN_KERNEL_OVERWRITES}, /* kn_igemm writes each element */
     {"", "QLinearMatMul", run_qlinear_matmul, NULL},
     {"", "Gemm", run_gemm, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_gemm_attrs_prepare, kn_gemm_attrs)},
     {"", "Einsum", kn_cpu_einsum, NULL, 0, KN_PARAMS(kn_einsum_prepare, kn_einsum_prm)},
     {"", "Conv", kn_cpu_conv, NULL, KN_KERNEL_OVERWRITES}, /* every path writes each output element */
-    {"", "ConvInteger", kn_cpu_conv_integer, NULL},
+    {"", "ConvInteger", kn_cpu_conv_integer, NULL, KN_KERNEL_OVERWRITES}, /* the bias or 0, then the products */
     {"", "QLinearConv", kn_cpu_qlinear_conv, NULL},
     {"", "ConvTranspose", kn_cpu_conv_transpose, NULL},
     {"", "Col2Im", kn_cpu_col2im, NULL},

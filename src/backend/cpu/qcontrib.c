@@ -12,6 +12,7 @@
 #include "backend/cpu/const_cache.h"
 #include "backend/cpu/contrib_impl.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/igemm.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/nn_internal.h"
 #include "backend/cpu/qcontrib_impl.h"
@@ -26,12 +27,6 @@
 #define MS "com.microsoft"
 
 const kn_tensor *kn_qc_opt(const kn_kernel_ctx *c, int i) { return i < c->n_inputs ? c->in[i] : NULL; }
-
-bool kn_qc_is_const(const kn_kernel_ctx *c, int i) {
-    if (!c->graph || !c->node || i >= c->n_inputs || i >= c->node->n_inputs || !c->in[i]) return false;
-    int v = c->node->inputs[i];
-    return v >= 0 && v < c->graph->n_values && c->graph->values[v].constant == c->in[i];
-}
 
 int32_t kn_qc_q(const kn_tensor *t, int64_t i) {
     return t->dtype == KILN_DTYPE_INT8 ? ((const int8_t *)t->data)[i] : ((const uint8_t *)t->data)[i];
@@ -65,21 +60,13 @@ static kiln_status oom(kn_kernel_ctx *c) { return kn_kernel_error(c, KILN_ERR_OU
 
 static bool is_q8_t(const kn_tensor *t) { return t->dtype == KILN_DTYPE_UINT8 || t->dtype == KILN_DTYPE_INT8; }
 
-/* ------------------------------------------------------------------ integer GEMM through the float GEMM */
+/* ------------------------------------------------------------------ integer GEMM (igemm.h) */
 
 /* acc (M x N, int32) = A' x op(B'): A' is M x K floats (row stride K); B' is K x N (row stride N),
  * or N x K (row stride K) when tb. Both hold integers of magnitude <= 255. tmp: M x N floats. */
 static kiln_status igemm_on(kn_threadpool *pool, int64_t M, int64_t N, int64_t K, const float *A, const float *B, bool tb,
                             int32_t *acc, float *tmp) {
-    for (int64_t i = 0; i < M * N; i++) acc[i] = 0;
-    for (int64_t k0 = 0; k0 < K; k0 += 256) {
-        int64_t kc = K - k0 < 256 ? K - k0 : 256;
-        const float *b = tb ? B + k0 : B + k0 * N;
-        kiln_status s = kn_sgemm(pool, false, tb, M, N, kc, 1.0f, A + k0, K, b, tb ? K : N, 0.0f, tmp, N);
-        if (s != KILN_OK) return s;
-        for (int64_t i = 0; i < M * N; i++) acc[i] += (int32_t)tmp[i];
-    }
-    return KILN_OK;
+    return kn_igemm(pool, M, N, K, A, K, B, tb ? K : N, tb, acc, N, false, tmp);
 }
 
 static kiln_status igemm(kn_kernel_ctx *c, int64_t M, int64_t N, int64_t K, const float *A, const float *B, bool tb,
@@ -114,7 +101,7 @@ static const float *bprime(kn_kernel_ctx *c, int bi, int zi, int64_t K, int64_t 
     bprime_ctx pc = {c->in[bi], zp, K, N, tb};
     size_t bytes = sizeof(float) * (size_t)(K * N > 0 ? K * N : 1);
     *owned = false;
-    if (!zp || kn_qc_is_const(c, zi)) {
+    if (!zp || kn_cpu_input_is_const(c, zi)) {
         kn_const_layout lay = {41, {K, N, tb, (int64_t)(intptr_t)zp}};
         const void *d = kn_cpu_const_derived(c, bi, &lay, bytes, make_bprime, &pc);
         if (d) return d;
@@ -312,13 +299,13 @@ static kiln_status run_matmul_nbits(kn_kernel_ctx *c) {
      * scales. Otherwise it dequantises, as here. */
     bool int8 = prm->accuracy_level == 4 && bs <= 256 && !gidx &&
                 (!zp || zp->dtype == KILN_DTYPE_UINT8) &&
-                kn_qc_is_const(c, 1) && kn_qc_is_const(c, 2) && (!zp || kn_qc_is_const(c, 3));
+                kn_cpu_input_is_const(c, 1) && kn_cpu_input_is_const(c, 2) && (!zp || kn_cpu_input_is_const(c, 3));
     nbits_ctx pc = {B, S, zp, gidx, K, N, bits, bs, kb, int8, 0, N};
     /* constant weights are dequantised once per session when the float copy is small (it is 8
      * times the 4-bit weights: an LLM's would not fit); otherwise tile by tile on every run */
     size_t wbytes = sizeof(float) * (size_t)(N * K);
     const float *W = NULL;
-    bool consts = (int8 || kn_qc_is_const(c, 2)) && (!zp || kn_qc_is_const(c, 3)) && (!gidx || kn_qc_is_const(c, 4));
+    bool consts = (int8 || kn_cpu_input_is_const(c, 2)) && (!zp || kn_cpu_input_is_const(c, 3)) && (!gidx || kn_cpu_input_is_const(c, 4));
     if (consts && wbytes <= ((size_t)64 << 20)) {
         kn_const_layout lay = {int8 ? 44 : 40, {N, K, bs * 16 + bits, (int64_t)(intptr_t)(int8 ? zp : S)}};
         W = kn_cpu_const_derived(c, 1, &lay, wbytes, make_nbits, &pc);
@@ -736,7 +723,7 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
         wprime_ctx pc = {T, zp, nd, T->dims[1], GH, nz};
         size_t bytes = sizeof(float) * (size_t)(nd * T->dims[1] * GH > 0 ? nd * T->dims[1] * GH : 1);
         const float *wp = NULL;
-        if (kn_qc_is_const(c, 9 + 2 * w)) {
+        if (kn_cpu_input_is_const(c, 9 + 2 * w)) {
             kn_const_layout lay = {42 + w, {nd, T->dims[1], GH, (int64_t)(intptr_t)zp}};
             wp = kn_cpu_const_derived(c, 1 + w, &lay, bytes, make_wprime, &pc);
         }

@@ -25,8 +25,6 @@ kiln_status kn_cpu_qc_prepare(const kn_node *n, void *params);
 
 /* Input i, or NULL when omitted. */
 const kn_tensor *kn_qc_opt(const kn_kernel_ctx *c, int i);
-/* Whether input i is a constant of the session's graph (read as itself). */
-bool kn_qc_is_const(const kn_kernel_ctx *c, int i);
 /* Element i of an int8 or uint8 tensor. */
 int32_t kn_qc_q(const kn_tensor *t, int64_t i);
 /* Element i of a float, float16 or double scale, as float. */

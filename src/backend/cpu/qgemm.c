@@ -1,0 +1,240 @@
+/* Exact 8-bit integer products as int16 pairs (qgemm.h says why and the packed layouts). */
+#include "backend/cpu/qgemm.h"
+
+#include "util/aligned.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#define MR KN_QGEMM_MR
+#define NR KN_QGEMM_NR
+/* pairs of K per pass over C: an A panel's slice (6 KB) and a B panel's (16 KB) stay in L1 */
+#define KP_BLOCK 256
+/* a column block's packed B kept within this many bytes (L2), at least one panel */
+#define B_BLOCK_BYTES (192 * 1024)
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t pairs_of(int64_t K) { return (K + 1) / 2; }
+
+size_t kn_qgemm_a_words(int64_t M, int64_t K) { return (size_t)((M + MR - 1) / MR * MR * pairs_of(K)); }
+size_t kn_qgemm_b_words(int64_t N, int64_t K) { return (size_t)((N + NR - 1) / NR * NR * pairs_of(K)); }
+
+/* two int16 values in one word, lo in the low half (vpmaddwd's order) */
+static inline int32_t pair(int32_t lo, int32_t hi) {
+    return (int32_t)((uint32_t)(uint16_t)(int16_t)lo | (uint32_t)(uint16_t)(int16_t)hi << 16);
+}
+
+#define DEF_PACK_A(NAME, T)                                                                                  \
+    static void NAME(const T *a, int64_t lda, int64_t M, int64_t K, const int32_t *zr, int32_t zp, int32_t *dst) { \
+        const int64_t KP = pairs_of(K);                                                                      \
+        for (int64_t p = 0; p * MR < M; p++)                                                                 \
+            for (int r = 0; r < MR; r++) {                                                                   \
+                const int64_t i = p * MR + r;                                                                \
+                int32_t *d = dst + p * KP * MR + r;                                                          \
+                if (i >= M) {                                                                                \
+                    for (int64_t kp = 0; kp < KP; kp++) d[kp * MR] = 0;                                      \
+                    continue;                                                                                \
+                }                                                                                            \
+                const T *row = a + i * lda;                                                                  \
+                const int32_t z = zr ? zr[i] : zp;                                                           \
+                for (int64_t kp = 0; kp < K / 2; kp++)                                                       \
+                    d[kp * MR] = pair((int32_t)row[2 * kp] - z, (int32_t)row[2 * kp + 1] - z);               \
+                if (K % 2) d[(KP - 1) * MR] = pair((int32_t)row[K - 1] - z, 0);                              \
+            }                                                                                                \
+    }
+DEF_PACK_A(pack_a_s8, int8_t)
+DEF_PACK_A(pack_a_u8, uint8_t)
+
+void kn_qgemm_pack_a8(const void *a, bool is_s8, int64_t lda, int64_t M, int64_t K, const int32_t *zp_rows, int32_t zp,
+                      int32_t *dst) {
+    if (is_s8) pack_a_s8(a, lda, M, K, zp_rows, zp, dst);
+    else pack_a_u8(a, lda, M, K, zp_rows, zp, dst);
+}
+
+#define DEF_PACK_B(NAME, T)                                                                                   \
+    static void NAME(const T *b, int64_t ldb, int64_t K, const int32_t *zc, int32_t zp, int64_t n0, int64_t nc, \
+                     int32_t *dst) {                                                                          \
+        const int64_t KP = pairs_of(K);                                                                       \
+        for (int64_t p = 0; p * NR < nc; p++) {                                                               \
+            const int64_t j0 = n0 + p * NR, w = min64(NR, nc - p * NR);                                       \
+            int32_t z[NR];                                                                                    \
+            for (int j = 0; j < w; j++) z[j] = zc ? zc[j0 + j] : zp;                                          \
+            int32_t *d = dst + p * KP * NR;                                                                   \
+            for (int64_t kp = 0; kp < KP; kp++, d += NR) {                                                    \
+                const T *r0 = b + 2 * kp * ldb + j0, *r1 = 2 * kp + 1 < K ? r0 + ldb : NULL;                  \
+                int j = 0;                                                                                    \
+                if (r1)                                                                                       \
+                    for (; j < w; j++) d[j] = pair((int32_t)r0[j] - z[j], (int32_t)r1[j] - z[j]);             \
+                else                                                                                          \
+                    for (; j < w; j++) d[j] = pair((int32_t)r0[j] - z[j], 0);                                 \
+                for (; j < NR; j++) d[j] = 0;                                                                 \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+DEF_PACK_B(pack_b_s8, int8_t)
+DEF_PACK_B(pack_b_u8, uint8_t)
+
+void kn_qgemm_pack_b8(const void *b, bool is_s8, int64_t ldb, int64_t K, const int32_t *zp_cols, int32_t zp,
+                      int64_t n0, int64_t nc, int32_t *dst) {
+    if (is_s8) pack_b_s8(b, ldb, K, zp_cols, zp, n0, nc, dst);
+    else pack_b_u8(b, ldb, K, zp_cols, zp, n0, nc, dst);
+}
+
+/* ------------------------------------------------------------------ micro-kernels */
+
+/* C[rows][cols] (+)= A panel x B panel over kpn pairs; acc holds NR sums per row */
+static inline void store_tile(const int32_t acc[MR][NR], int rows, int cols, int32_t *C, int64_t ldc, bool add) {
+    for (int r = 0; r < rows; r++) {
+        int32_t *c = C + r * ldc;
+        if (add)
+            for (int j = 0; j < cols; j++) c[j] += acc[r][j];
+        else
+            for (int j = 0; j < cols; j++) c[j] = acc[r][j];
+    }
+}
+
+#if defined(__AVX2__)
+/* rows a constant after inlining: the accumulators are 2 * rows registers */
+static inline __attribute__((always_inline)) void tile_avx2(const int rows, int64_t kpn, const int32_t *A,
+                                                            const int32_t *B, int32_t *C, int64_t ldc, int cols,
+                                                            bool add) {
+    __m256i c0[MR], c1[MR];
+#pragma GCC unroll 6
+    for (int r = 0; r < rows; r++) c0[r] = c1[r] = _mm256_setzero_si256();
+    for (int64_t k = 0; k < kpn; k++, A += MR, B += NR) {
+        const __m256i b0 = _mm256_loadu_si256((const __m256i *)B), b1 = _mm256_loadu_si256((const __m256i *)(B + 8));
+#pragma GCC unroll 6
+        for (int r = 0; r < rows; r++) {
+            const __m256i a = _mm256_set1_epi32(A[r]);
+            c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(a, b0));
+            c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(a, b1));
+        }
+    }
+    if (cols == NR) {
+#pragma GCC unroll 6
+        for (int r = 0; r < rows; r++) {
+            __m256i *p0 = (__m256i *)(C + r * ldc), *p1 = (__m256i *)(C + r * ldc + 8);
+            if (add) {
+                c0[r] = _mm256_add_epi32(c0[r], _mm256_loadu_si256(p0));
+                c1[r] = _mm256_add_epi32(c1[r], _mm256_loadu_si256(p1));
+            }
+            _mm256_storeu_si256(p0, c0[r]);
+            _mm256_storeu_si256(p1, c1[r]);
+        }
+        return;
+    }
+    int32_t acc[MR][NR];
+#pragma GCC unroll 6
+    for (int r = 0; r < rows; r++) {
+        _mm256_storeu_si256((__m256i *)acc[r], c0[r]);
+        _mm256_storeu_si256((__m256i *)(acc[r] + 8), c1[r]);
+    }
+    store_tile(acc, rows, cols, C, ldc, add);
+}
+
+static void tile(int rows, int64_t kpn, const int32_t *A, const int32_t *B, int32_t *C, int64_t ldc, int cols, bool add) {
+    switch (rows) {
+    case 6: tile_avx2(6, kpn, A, B, C, ldc, cols, add); break;
+    case 5: tile_avx2(5, kpn, A, B, C, ldc, cols, add); break;
+    case 4: tile_avx2(4, kpn, A, B, C, ldc, cols, add); break;
+    case 3: tile_avx2(3, kpn, A, B, C, ldc, cols, add); break;
+    case 2: tile_avx2(2, kpn, A, B, C, ldc, cols, add); break;
+    default: tile_avx2(1, kpn, A, B, C, ldc, cols, add); break;
+    }
+}
+#else
+static void tile(int rows, int64_t kpn, const int32_t *A, const int32_t *B, int32_t *C, int64_t ldc, int cols, bool add) {
+    int32_t acc[MR][NR] = {{0}};
+    for (int64_t k = 0; k < kpn; k++, A += MR, B += NR)
+        for (int r = 0; r < rows; r++) {
+            const int32_t a0 = (int16_t)(A[r] & 0xffff), a1 = (int16_t)((uint32_t)A[r] >> 16);
+            for (int j = 0; j < NR; j++)
+                acc[r][j] += a0 * (int16_t)(B[j] & 0xffff) + a1 * (int16_t)((uint32_t)B[j] >> 16);
+        }
+    store_tile(acc, rows, cols, C, ldc, add);
+}
+#endif
+
+/* ------------------------------------------------------------------ blocking and threads */
+
+typedef struct qjob {
+    const kn_qgemm *g;
+    int64_t KP, block_panels, row_panels, col_blocks, row_blocks;
+    atomic_int failed;
+} qjob;
+
+/* units are (column block, row block), column-major: a thread's consecutive units mostly share
+ * one column block, whose packed B it makes once */
+static void qjob_range(void *arg, int64_t u0, int64_t u1) {
+    qjob *j = arg;
+    const kn_qgemm *g = j->g;
+    const int64_t KP = j->KP;
+    int32_t *buf = NULL;
+    int64_t have = -1;
+    if (!g->b) {
+        buf = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(j->block_panels * NR * KP));
+        if (!buf) {
+            atomic_store(&j->failed, 1);
+            return;
+        }
+    }
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t cb = u / j->row_blocks, rb = u % j->row_blocks;
+        const int64_t n0 = cb * j->block_panels * NR, nc = min64(j->block_panels * NR, g->N - n0);
+        const int32_t *B;
+        if (g->b) {
+            B = g->b + n0 * KP;
+        } else {
+            if (have != cb) g->pack_b(g->pack_ctx, n0, nc, buf);
+            have = cb;
+            B = buf;
+        }
+        const int64_t p0 = rb * j->row_panels, p1 = min64(p0 + j->row_panels, (g->M + MR - 1) / MR);
+        for (int64_t k0 = 0; k0 < KP; k0 += KP_BLOCK) {
+            const int64_t kpn = min64(KP_BLOCK, KP - k0);
+            const bool add = g->accumulate || k0 > 0;
+            for (int64_t ip = p0; ip < p1; ip++) {
+                const int rows = (int)min64(MR, g->M - ip * MR);
+                const int32_t *A = g->a + ip * KP * MR + k0 * MR;
+                int32_t *C = g->c + ip * MR * g->ldc + n0;
+                for (int64_t jp = 0; jp * NR < nc; jp++)
+                    tile(rows, kpn, A, B + jp * KP * NR + k0 * NR, C + jp * NR, g->ldc, (int)min64(NR, nc - jp * NR),
+                         add);
+            }
+        }
+    }
+    free(buf);
+}
+
+kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g) {
+    if (g->M <= 0 || g->N <= 0) return KILN_OK;
+    if (g->K <= 0) {
+        if (!g->accumulate)
+            for (int64_t i = 0; i < g->M; i++) memset(g->c + i * g->ldc, 0, sizeof(int32_t) * (size_t)g->N);
+        return KILN_OK;
+    }
+    qjob j = {.g = g, .KP = pairs_of(g->K)};
+    const int64_t panels = (g->N + NR - 1) / NR, row_panels = (g->M + MR - 1) / MR;
+    const int64_t threads = kn_threadpool_size(pool) > 0 ? kn_threadpool_size(pool) : 1;
+    /* a product too small to share: one thread (a pass of the pool costs microseconds) */
+    const double work = (double)g->M * (double)g->N * (double)g->K;
+    const int64_t useful = work < 4e5 ? 1 : min64(threads, (int64_t)(work / 2e5));
+    int64_t bp = (int64_t)(B_BLOCK_BYTES / (sizeof(int32_t) * NR * (size_t)j.KP));
+    bp = bp < 1 ? 1 : bp;
+    if (useful > 1 && (panels + useful - 1) / useful < bp) bp = (panels + useful - 1) / useful;
+    j.block_panels = bp;
+    j.col_blocks = (panels + bp - 1) / bp;
+    /* too few column blocks for the threads: the rows split too */
+    j.row_blocks = j.col_blocks >= useful ? 1 : min64(row_panels, (useful + j.col_blocks - 1) / j.col_blocks);
+    j.row_panels = (row_panels + j.row_blocks - 1) / j.row_blocks;
+    j.row_blocks = (row_panels + j.row_panels - 1) / j.row_panels;
+    const int64_t units = j.col_blocks * j.row_blocks;
+    if (useful <= 1) qjob_range(&j, 0, units);
+    else kn_parallel_for(pool, units, 1, qjob_range, &j);
+    return atomic_load(&j.failed) ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
