@@ -44,6 +44,9 @@
 #ifndef UKR2_PF
 #define UKR2_PF 16
 #endif
+#ifndef UKR2_SPLIT
+#define UKR2_SPLIT 1
+#endif
 #define MR 6
 #define NR 16
 #else
@@ -337,8 +340,42 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
         acc1[r] = _mm256_setzero_ps();
     }
     const __m256i m0 = mask8(n), m1 = mask8(n - 8);
+    int64_t p = 0;
+#if UKR2_SPLIT
+    if (full && mr <= 2) {
+        /* one or two rows: 2 or 4 chains of FMAs wait on the FMA's latency (4 cycles), half the
+         * core's rate. Even and odd steps of K into separate sums, added at the end (the last
+         * row of C^T on a 7x7 plane, 49 = 3 * 16 + 1, is such a call) */
+        __m256 e0[2], e1[2];
 #pragma GCC unroll 2
-    for (int64_t p = 0; p < kc; p++) {
+        for (int r = 0; r < mr; r++) e0[r] = e1[r] = _mm256_setzero_ps();
+        for (; p + 2 <= kc; p += 2) {
+#if UKR2_PF
+            _mm_prefetch((const char *)(b + UKR2_PF * bs), _MM_HINT_T0);
+            _mm_prefetch((const char *)(b + (UKR2_PF + 1) * bs), _MM_HINT_T0);
+#endif
+            const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+            const __m256 c0 = _mm256_loadu_ps(b + bs), c1 = _mm256_loadu_ps(b + bs + 8);
+#pragma GCC unroll 2
+            for (int r = 0; r < mr; r++) {
+                const __m256 ar = _mm256_broadcast_ss(a + r), ar1 = _mm256_broadcast_ss(a + as + r);
+                acc0[r] = _mm256_fmadd_ps(ar, b0, acc0[r]);
+                acc1[r] = _mm256_fmadd_ps(ar, b1, acc1[r]);
+                e0[r] = _mm256_fmadd_ps(ar1, c0, e0[r]);
+                e1[r] = _mm256_fmadd_ps(ar1, c1, e1[r]);
+            }
+            a += 2 * as;
+            b += 2 * bs;
+        }
+#pragma GCC unroll 2
+        for (int r = 0; r < mr; r++) {
+            acc0[r] = _mm256_add_ps(acc0[r], e0[r]);
+            acc1[r] = _mm256_add_ps(acc1[r], e1[r]);
+        }
+    }
+#endif
+#pragma GCC unroll 2
+    for (; p < kc; p++) {
         __m256 b0, b1;
 #if UKR2_PF
         if (full) _mm_prefetch((const char *)(b + UKR2_PF * bs), _MM_HINT_T0);
@@ -1289,12 +1326,14 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
 #elif defined(KN_GEMM_AVX2)
     /* 8 x 8 blocks, the operations of the AVX-512 body: element by element this was 20% of a
      * 1x1 512->2048 convolution on 7x7 (swapped, with its residual) on the AVX2 EPYC */
+    /* rows of C (channels) outer: C and its addend go by whole rows, where a sweep over all the
+     * rows per 8 columns wrote each line of C in parts, once per sweep */
     const __m256 lo = _mm256_set1_ps(t ? t->lo : 0.0f), hi = _mm256_set1_ps(t ? t->hi : 0.0f);
-    for (int64_t j0 = 0; j0 < n; j0 += 8) {
-        const int rows = (int)min64(8, n - j0);
-        const __m256i keep = mask8(rows);
-        for (int64_t i0 = 0; i0 < m; i0 += 8) {
-            const int cols = (int)min64(8, m - i0);
+    for (int64_t i0 = 0; i0 < m; i0 += 8) {
+        const int cols = (int)min64(8, m - i0);
+        for (int64_t j0 = 0; j0 < n; j0 += 8) {
+            const int rows = (int)min64(8, n - j0);
+            const __m256i keep = mask8(rows);
             __m256 o[8];
             tr8(T + j0 * ldt + i0, ldt, rows, cols, o);
             for (int q = 0; q < cols; q++) {
@@ -1379,7 +1418,13 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
     const float *AT = p->at_packed ? p->at_packed[op] : NULL;
     const float *bias = p->row_bias ? p->row_bias[op] : NULL;
     float *C = p->c[op];
-    const int64_t nn = n1 - n0, mt = m1 - m0, Mp = padded_n(p->M), ldt = (mt + 15) / 16 * 16;
+    const int64_t nn = n1 - n0, mt = m1 - m0, Mp = padded_n(p->M);
+    int64_t ldt = (mt + 15) / 16 * 16;
+#if defined(KN_GEMM_AVX2)
+    /* rows of C^T a multiple of 2 KB apart share L1 sets: the micro-kernel's MR rows and
+     * store_transposed's 8 (a 2048-channel 1x1 on 7x7: 8 KB apart) */
+    if (ldt % 512 == 0) ldt += 16;
+#endif
     float *Ap = ws, *Bp = ws + (size_t)KC * SWAP_MAX_N;
     float *T = tile_buffer((size_t)(nn * ldt));
     if (!T) return false;
