@@ -2351,7 +2351,7 @@ static void make_iconv_w(const void *ctx, void *dst) {
     const int64_t Kg = q->s->Cg * q->s->kk;
     const size_t per = kn_qgemm_a_words(q->s->Mg, Kg);
     for (int64_t g = 0; g < q->s->G; g++)
-        kn_qgemm_pack_a8((const int8_t *)q->W->data + g * q->s->Mg * Kg, q->W->dtype == KILN_DTYPE_INT8, Kg, q->s->Mg,
+        kn_qgemm_pack_a8((const int8_t *)q->W->data + g * q->s->Mg * Kg, q->W->dtype == KILN_DTYPE_INT8, Kg, 1, q->s->Mg,
                          Kg, q->zw ? q->zw + g * q->s->Mg : NULL, q->z, (int32_t *)dst + g * per);
 }
 
@@ -2481,7 +2481,7 @@ static void iconv_pack_cols2(const void *ctx, int64_t n0, int64_t nc, int32_t *d
 /* a 1x1 convolution at stride 1 without pads: the planes are B as they are */
 static void iconv_pack_planes(const void *ctx, int64_t n0, int64_t nc, int32_t *dst) {
     const iconv_cols *j = ctx;
-    kn_qgemm_pack_b8(j->x, j->s8, j->s->in_plane, j->s->Cg, NULL, j->z, n0, nc, dst);
+    kn_qgemm_pack_b8(j->x, j->s8, j->s->in_plane, 1, j->s->Cg, NULL, j->z, n0, nc, dst);
 }
 
 /* acc (the output's shape, int32) = bias (or 0) + the convolution of x - x_zero_point by

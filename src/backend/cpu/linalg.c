@@ -398,7 +398,7 @@ typedef struct qmm_b_ctx {
 
 static void make_qmm_b(const void *ctx, void *dst) {
     const qmm_b_ctx *q = ctx;
-    kn_qgemm_pack_b8(q->b, q->s8, q->N, q->K, q->zc, q->z, 0, q->N, dst);
+    kn_qgemm_pack_b8(q->b, q->s8, q->N, 1, q->K, q->zc, q->z, 0, q->N, dst);
 }
 
 /* acc[b][i][j] = sum_k (A - za[i]) (B - zb[j]) with numpy batch broadcasting, into int32, exact
@@ -441,7 +441,7 @@ static kiln_status int_matmul(kn_kernel_ctx *c, int a_in, int b_in, int za_in, i
     for (int64_t bi = 0; st == KILN_OK && bi < p->batch; bi += tall) {
         int64_t ao, bo;
         mm_offsets(p, bi, &ao, &bo);
-        kn_qgemm_pack_a8((const int8_t *)A->data + ao, as8, p->K, rows, p->K, nza > 1 ? zr : NULL, za1, pa);
+        kn_qgemm_pack_a8((const int8_t *)A->data + ao, as8, p->K, 1, rows, p->K, nza > 1 ? zr : NULL, za1, pa);
         if (!kept) {
             bc.b = (const int8_t *)B->data + bo;
             make_qmm_b(&bc, pb);
@@ -511,7 +511,7 @@ const kn_cpu_kernel kn_cpu_linalg[] = {
     /* MatMul and Gemm write each output element: the GEMM with beta 0 (zeros for K == 0, sgemm.c
      * scale_c), C broadcast first where Gemm adds it, the plain loops with beta 0 */
     {"", "MatMul", run_matmul, NULL, KN_KERNEL_OVERWRITES},
-    {"", "MatMulInteger", run_matmul_integer, NULL, KN_KERNEL_OVERWRITES}, /* kn_igemm writes each element */
+    {"", "MatMulInteger", run_matmul_integer, NULL, KN_KERNEL_OVERWRITES}, /* kn_qgemm_run writes each element */
     {"", "QLinearMatMul", run_qlinear_matmul, NULL},
     {"", "Gemm", run_gemm, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_gemm_attrs_prepare, kn_gemm_attrs)},
     {"", "Einsum", kn_cpu_einsum, NULL, 0, KN_PARAMS(kn_einsum_prepare, kn_einsum_prm)},

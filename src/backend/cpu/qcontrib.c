@@ -12,13 +12,14 @@
 #include "backend/cpu/const_cache.h"
 #include "backend/cpu/contrib_impl.h"
 #include "backend/cpu/cpu.h"
-#include "backend/cpu/igemm.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/nn_internal.h"
 #include "backend/cpu/qcontrib_impl.h"
+#include "backend/cpu/qgemm.h"
 #include "backend/cpu/sgemm.h"
 #include "ops/attention.h"
 #include "ops/qcontrib.h"
+#include "util/aligned.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -60,57 +61,56 @@ static kiln_status oom(kn_kernel_ctx *c) { return kn_kernel_error(c, KILN_ERR_OU
 
 static bool is_q8_t(const kn_tensor *t) { return t->dtype == KILN_DTYPE_UINT8 || t->dtype == KILN_DTYPE_INT8; }
 
-/* ------------------------------------------------------------------ integer GEMM (igemm.h) */
+/* ------------------------------------------------------------------ integer GEMM (qgemm.h) */
 
-/* acc (M x N, int32) = A' x op(B'): A' is M x K floats (row stride K); B' is K x N (row stride N),
- * or N x K (row stride K) when tb. Both hold integers of magnitude <= 255. tmp: M x N floats. */
-static kiln_status igemm_on(kn_threadpool *pool, int64_t M, int64_t N, int64_t K, const float *A, const float *B, bool tb,
-                            int32_t *acc, float *tmp) {
-    return kn_igemm(pool, M, N, K, A, K, B, tb ? K : N, tb, acc, N, false, tmp);
-}
-
-static kiln_status igemm(kn_kernel_ctx *c, int64_t M, int64_t N, int64_t K, const float *A, const float *B, bool tb,
-                         int32_t *acc, float *tmp) {
-    kiln_status s = igemm_on(c->pool, M, N, K, A, B, tb, acc, tmp);
-    return s != KILN_OK ? kn_kernel_error(c, s, "out of memory in the GEMM") : KILN_OK;
-}
-
-/* B' = B - zero point per column (j of K x N, or row j of N x K when tb), as floats. */
-typedef struct bprime_ctx {
-    const kn_tensor *B, *zp;
+/* B (K x N, or N x K when tb) less its zero points (per column, or one), packed for kn_qgemm */
+typedef struct qb_ctx {
+    const kn_tensor *B;
+    const int32_t *zc; /* per column, or NULL */
+    int32_t z;
     int64_t K, N;
     bool tb;
-} bprime_ctx;
+} qb_ctx;
 
-static void make_bprime(const void *ctx, void *dst) {
-    const bprime_ctx *p = ctx;
-    float *o = dst;
-    int64_t nz = p->zp ? kn_tensor_count(p->zp) : 0;
-    for (int64_t r = 0, e = 0; r < (p->tb ? p->N : p->K); r++)
-        for (int64_t q = 0; q < (p->tb ? p->K : p->N); q++, e++) {
-            int64_t j = p->tb ? r : q;
-            int32_t z = nz ? kn_qc_q(p->zp, nz == 1 ? 0 : j) : 0;
-            o[e] = (float)(kn_qc_q(p->B, e) - z);
-        }
+static void make_qb(const void *ctx, void *dst) {
+    const qb_ctx *p = ctx;
+    kn_qgemm_pack_b8(p->B->data, p->B->dtype == KILN_DTYPE_INT8, p->tb ? 1 : p->N, p->tb ? p->K : 1, p->K, p->zc, p->z, 0,
+                     p->N, dst);
 }
 
-/* B' for input bi (zero point input zi, -1 none): kept per session when both are constants.
- * *owned tells the caller to free it. */
-static const float *bprime(kn_kernel_ctx *c, int bi, int zi, int64_t K, int64_t N, bool tb, bool *owned) {
-    const kn_tensor *zp = zi >= 0 ? kn_qc_opt(c, zi) : NULL;
-    bprime_ctx pc = {c->in[bi], zp, K, N, tb};
-    size_t bytes = sizeof(float) * (size_t)(K * N > 0 ? K * N : 1);
-    *owned = false;
+/* acc (M x N) = (A - za) x op(B - zb): A, M x K 8-bit values (K x M when ta); B input bi and its
+ * zero point input zi (-1: none), packed once per session when both are constants */
+static kiln_status qproduct(kn_kernel_ctx *c, const void *a, bool as8, bool ta, int32_t za, int64_t M, int64_t K, int bi,
+                            int zi, int64_t N, bool tb, int32_t *acc) {
+    const kn_tensor *B = c->in[bi], *zp = zi >= 0 ? kn_qc_opt(c, zi) : NULL;
+    const int64_t nz = zp ? kn_tensor_count(zp) : 0;
+    int32_t *zc = nz > 1 ? malloc(sizeof(int32_t) * (size_t)N) : NULL;
+    for (int64_t j = 0; zc && j < N; j++) zc[j] = kn_qc_q(zp, j);
+    qb_ctx qc = {B, zc, nz == 1 ? kn_qc_q(zp, 0) : 0, K, N, tb};
+    const size_t bbytes = sizeof(int32_t) * kn_qgemm_b_words(N, K);
+    const int32_t *pb = NULL;
+    int32_t *own = NULL;
     if (!zp || kn_cpu_input_is_const(c, zi)) {
         kn_const_layout lay = {41, {K, N, tb, (int64_t)(intptr_t)zp}};
-        const void *d = kn_cpu_const_derived(c, bi, &lay, bytes, make_bprime, &pc);
-        if (d) return d;
+        pb = kn_cpu_const_derived(c, bi, &lay, bbytes, make_qb, &qc);
     }
-    float *b = malloc(bytes);
-    if (!b) return NULL;
-    make_bprime(&pc, b);
-    *owned = true;
-    return b;
+    if (!pb && (nz <= 1 || zc) && (own = kn_aligned_alloc(64, bbytes))) {
+        make_qb(&qc, own);
+        pb = own;
+    }
+    int32_t *pa = kn_aligned_alloc(64, sizeof(int32_t) * kn_qgemm_a_words(M, K));
+    kiln_status st = KILN_OK;
+    if (!pb || !pa) {
+        st = oom(c);
+    } else {
+        kn_qgemm_pack_a8(a, as8, ta ? 1 : K, ta ? M : 1, M, K, NULL, za, pa);
+        kn_qgemm g = {.M = M, .N = N, .K = K, .a = pa, .b = pb, .c = acc, .ldc = N};
+        if ((st = kn_qgemm_run(c->pool, &g)) != KILN_OK) st = kn_kernel_error(c, st, "out of memory in the GEMM");
+    }
+    free(zc);
+    free(own);
+    free(pa);
+    return st;
 }
 
 /* ------------------------------------------------------------------ MatMulNBits */
@@ -389,21 +389,16 @@ static kiln_status float_out(kn_kernel_ctx *c, const int32_t *acc, const float *
     return KILN_OK;
 }
 
-/* The shared body: A' (M x K floats) times B (input 1) less its zero point (input zi), scaled by
- * mult (nm values) and biased. */
-static kiln_status int_to_float(kn_kernel_ctx *c, const float *Ap, int64_t M, int zi, const float *mult, int64_t nm,
-                                const kn_tensor *bias) {
+/* The shared body: A (M x K 8-bit values less za) times B (input 1) less its zero point (input
+ * zi), scaled by mult (nm values) and biased. */
+static kiln_status int_to_float(kn_kernel_ctx *c, const void *A, bool as8, int32_t za, int64_t M, int zi, const float *mult,
+                                int64_t nm, const kn_tensor *bias) {
     const kn_tensor *B = c->in[1];
     int64_t K = B->dims[0], N = B->dims[1];
-    bool bown;
-    const float *Bp = bprime(c, 1, zi, K, N, false, &bown);
     int32_t *acc = malloc(sizeof(int32_t) * (size_t)(M * N > 0 ? M * N : 1));
-    float *tmp = malloc(sizeof(float) * (size_t)(M * N > 0 ? M * N : 1));
-    kiln_status st = !Bp || !acc || !tmp ? oom(c) : igemm(c, M, N, K, Ap, Bp, false, acc, tmp);
+    kiln_status st = !acc ? oom(c) : qproduct(c, A, as8, false, za, M, K, 1, zi, N, false, acc);
     if (st == KILN_OK) st = float_out(c, acc, mult, nm, bias, c->out[0], M, N);
-    if (bown) free((void *)Bp);
     free(acc);
-    free(tmp);
     return st;
 }
 
@@ -415,9 +410,9 @@ static kiln_status check_b(kn_kernel_ctx *c, const kn_tensor *A, const kn_tensor
 
 /* ONNX Runtime's dynamic quantisation of x (n floats) to uint8: the range widened to include 0,
  * scale (max - min) / 255 (1 when the range is empty), zero point round-half-even(clamp(0 - min
- * / scale)), q = clamp(round-half-even(x / scale) + zero point). Writes q - zero point as floats
- * into out; returns the scale. */
-static float dyn_quant(const float *x, int64_t n, float *out) {
+ * / scale)), q = clamp(round-half-even(x / scale) + zero point). Writes q into out and the zero
+ * point into *zp; returns the scale. */
+static float dyn_quant(const float *x, int64_t n, uint8_t *out, int32_t *zp) {
     float mn = 0.0f, mx = 0.0f;
     for (int64_t i = 0; i < n; i++) {
         mn = x[i] < mn ? x[i] : mn;
@@ -425,12 +420,12 @@ static float dyn_quant(const float *x, int64_t n, float *out) {
     }
     float scale = mx == mn ? 1.0f : (mx - mn) / 255.0f;
     float z0 = 0.0f - mn / scale;
-    float zp = nearbyintf(z0 < 0.0f ? 0.0f : z0 > 255.0f ? 255.0f : z0);
+    float z = nearbyintf(z0 < 0.0f ? 0.0f : z0 > 255.0f ? 255.0f : z0);
     for (int64_t i = 0; i < n; i++) {
-        float v = nearbyintf(x[i] / scale) + zp;
-        v = !(v > 0.0f) ? 0.0f : v > 255.0f ? 255.0f : v;
-        out[i] = v - zp;
+        float v = nearbyintf(x[i] / scale) + z;
+        out[i] = (uint8_t)(!(v > 0.0f) ? 0.0f : v > 255.0f ? 255.0f : v);
     }
+    *zp = (int32_t)z;
     return scale;
 }
 
@@ -444,18 +439,19 @@ static kiln_status run_dq_matmul(kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_SHAPE, "bias has %lld elements; expected N=%lld", (long long)kn_tensor_count(bias),
                                (long long)N);
     if (M * N == 0) return KILN_OK;
-    float *Ap = malloc(sizeof(float) * (size_t)(M * K > 0 ? M * K : 1));
+    uint8_t *Aq = malloc((size_t)(M * K > 0 ? M * K : 1));
     int64_t nm = kn_tensor_count(bs);
     float *mult = malloc(sizeof(float) * (size_t)nm);
-    if (!Ap || !mult) {
-        free(Ap);
+    if (!Aq || !mult) {
+        free(Aq);
         free(mult);
         return oom(c);
     }
-    float scale = dyn_quant(A->data, n, Ap);
+    int32_t za;
+    float scale = dyn_quant(A->data, n, Aq, &za);
     for (int64_t j = 0; j < nm; j++) mult[j] = scale * kn_qc_scale(bs, j);
-    kiln_status st = int_to_float(c, Ap, M, 3, mult, nm, bias);
-    free(Ap);
+    kiln_status st = int_to_float(c, Aq, false, za, M, 3, mult, nm, bias);
+    free(Aq);
     free(mult);
     return st;
 }
@@ -480,18 +476,11 @@ static kiln_status run_matmul_int_to_float(kn_kernel_ctx *c) {
                                (long long)N);
     if (M * N == 0) return KILN_OK;
     int64_t nm = kn_tensor_count(bs);
-    float *Ap = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1)), *mult = malloc(sizeof(float) * (size_t)nm);
-    if (!Ap || !mult) {
-        free(Ap);
-        free(mult);
-        return oom(c);
-    }
-    int32_t za = az ? kn_qc_q(az, 0) : 0;
-    for (int64_t i = 0; i < n; i++) Ap[i] = (float)(kn_qc_q(A, i) - za);
+    float *mult = malloc(sizeof(float) * (size_t)nm);
+    if (!mult) return oom(c);
     float sa = kn_qc_scale(as, 0);
     for (int64_t j = 0; j < nm; j++) mult[j] = sa * kn_qc_scale(bs, j);
-    kiln_status st = int_to_float(c, Ap, M, 5, mult, nm, bias);
-    free(Ap);
+    kiln_status st = int_to_float(c, A->data, A->dtype == KILN_DTYPE_INT8, az ? kn_qc_q(az, 0) : 0, M, 5, mult, nm, bias);
     free(mult);
     return st;
 }
@@ -540,21 +529,12 @@ static kiln_status run_qgemm(kn_kernel_ctx *c) {
             return kn_kernel_error(c, KILN_ERR_SHAPE, "C does not broadcast to (M, N) = (%lld, %lld)", (long long)M, (long long)N);
     }
     if (M * N == 0) return KILN_OK;
-    float *Ap = malloc(sizeof(float) * (size_t)(M * K > 0 ? M * K : 1));
     int32_t *acc = malloc(sizeof(int32_t) * (size_t)(M * N));
-    float *tmp = malloc(sizeof(float) * (size_t)(M * N));
     int64_t nm = kn_tensor_count(bs);
     float *mult = malloc(sizeof(float) * (size_t)nm);
-    bool bown = false;
-    const float *Bp = bprime(c, 3, 5, K, N, tb, &bown);
     kiln_status st = KILN_OK;
-    if (!Ap || !acc || !tmp || !mult || !Bp) st = oom(c);
-    if (st == KILN_OK) {
-        int32_t za = kn_qc_q(az, 0);
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t k = 0; k < K; k++) Ap[i * K + k] = (float)(kn_qc_q(A, ta ? k * M + i : i * K + k) - za);
-        st = igemm(c, M, N, K, Ap, Bp, tb, acc, tmp);
-    }
+    if (!acc || !mult) st = oom(c);
+    if (st == KILN_OK) st = qproduct(c, A->data, A->dtype == KILN_DTYPE_INT8, ta, kn_qc_q(az, 0), M, K, 3, 5, N, tb, acc);
     if (st == KILN_OK) {
         if (C) {
             const int32_t *cv = C->data;
@@ -580,11 +560,8 @@ static kiln_status run_qgemm(kn_kernel_ctx *c) {
                 }
         }
     }
-    free(Ap);
     free(acc);
-    free(tmp);
     free(mult);
-    if (bown) free((void *)Bp);
     return st;
 }
 
@@ -642,14 +619,15 @@ static kiln_status run_qattention(kn_kernel_ctx *c) {
  * outputs for a batch > 1 depend on its thread count; kiln quantises the whole batch at once, as
  * ONNX Runtime does with one thread and, for a batch of 1, with any number. */
 typedef struct dqlstm {
-    const float *w[2];   /* W', R': [nd][K][4H] floats (q - zero point) */
-    const kn_tensor *scale[2];
-    int64_t nscale[2];   /* per direction: 1 or 4H */
+    const int32_t *w[2]; /* W, R less the direction's zero point, packed for kn_qgemm: nd of wwords each */
+    size_t wwords[2];
+    const float *wscale[2]; /* [nd][nscale] */
+    int64_t nscale[2];      /* per direction: 1 or 4H */
     int64_t K[2], GH;
-    /* per direction (they may run at once): quantised A, the int32 and float products, sized for
+    /* per direction (they may run at once): A quantised and packed, the int32 product, sized for
      * the largest product (the input projection's T*B rows) */
-    float *ap[2], *tmp[2];
-    int32_t *acc[2];
+    uint8_t *aq[2];
+    int32_t *ap[2], *acc[2];
     int64_t cap_a, cap_c;
 } dqlstm;
 
@@ -658,19 +636,19 @@ static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int w
     const dqlstm *x = q->ctx;
     int64_t N = x->GH;
     if (M * K > x->cap_a || M * N > x->cap_c) return kn_error(KILN_ERR_INTERNAL, "%s:%d: product larger than planned", __FILE__, __LINE__);
-    float *Ap = x->ap[d], *tmp = x->tmp[d];
-    int32_t *acc = x->acc[d];
-    kiln_status st = KILN_OK;
-    {
-        float s = dyn_quant(A, M * K, Ap);
-        st = igemm_on(pool, M, N, K, Ap, x->w[which] + d * K * N, false, acc, tmp);
-        if (st != KILN_OK) st = kn_error(st, "out of memory in the GEMM");
-        int64_t ns = x->nscale[which];
-        for (int64_t i = 0; st == KILN_OK && i < M; i++)
-            for (int64_t j = 0; j < N; j++)
-                out[i * ldo + j] += (float)acc[i * N + j] * (s * kn_qc_scale(x->scale[which], d * ns + (ns == 1 ? 0 : j)));
-    }
-    return st;
+    int32_t za;
+    const float s = dyn_quant(A, M * K, x->aq[d], &za);
+    kn_qgemm_pack_a8(x->aq[d], false, K, 1, M, K, NULL, za, x->ap[d]);
+    kn_qgemm g = {.M = M, .N = N, .K = K, .a = x->ap[d], .b = x->w[which] + (size_t)d * x->wwords[which],
+                  .c = x->acc[d], .ldc = N};
+    kiln_status st = kn_qgemm_run(pool, &g);
+    if (st != KILN_OK) return kn_error(st, "out of memory in the GEMM");
+    const int64_t ns = x->nscale[which];
+    const float *sc = x->wscale[which] + d * ns;
+    const int32_t *acc = x->acc[d];
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) out[i * ldo + j] += (float)acc[i * N + j] * (s * sc[ns == 1 ? 0 : j]);
+    return KILN_OK;
 }
 
 typedef struct wprime_ctx {
@@ -678,14 +656,14 @@ typedef struct wprime_ctx {
     int64_t nd, K, N, nz;
 } wprime_ctx;
 
-/* per direction d: W[d] (K x N) less the direction's first zero point (ONNX Runtime reads one) */
+/* per direction d: W[d] (K x N) less the direction's first zero point (ONNX Runtime reads one),
+ * packed for kn_qgemm */
 static void make_wprime(const void *ctx, void *dst) {
     const wprime_ctx *p = ctx;
-    float *o = dst;
-    for (int64_t d = 0; d < p->nd; d++) {
-        int32_t z = kn_qc_q(p->zp, d * p->nz);
-        for (int64_t e = 0; e < p->K * p->N; e++) o[d * p->K * p->N + e] = (float)(kn_qc_q(p->W, d * p->K * p->N + e) - z);
-    }
+    const size_t per = kn_qgemm_b_words(p->N, p->K);
+    for (int64_t d = 0; d < p->nd; d++)
+        kn_qgemm_pack_b8((const int8_t *)p->W->data + d * p->K * p->N, p->W->dtype == KILN_DTYPE_INT8, p->N, 1, p->K,
+                         NULL, kn_qc_q(p->zp, d * p->nz), 0, p->N, (int32_t *)dst + d * per);
 }
 
 static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
@@ -695,9 +673,10 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
     int64_t nd = W->dims[0], H = R->dims[1], GH = 4 * H;
     if (X->dtype != KILN_DTYPE_FLOAT) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "X must be float");
     dqlstm q = {.GH = GH};
-    const float *own[2] = {NULL, NULL};
+    const int32_t *own[2] = {NULL, NULL};
+    float *wsc[2] = {NULL, NULL};
     kiln_status st = KILN_OK;
-    for (int w = 0; w < 2 && st == KILN_OK; w++) {
+    for (int w = 0; w < 2; w++) { /* both checked before anything is made */
         const kn_tensor *T = w ? R : W, *sc = c->in[8 + 2 * w], *zp = c->in[9 + 2 * w];
         const char *name = w ? "R" : "W";
         if (!is_q8_t(T) || zp->dtype != T->dtype)
@@ -709,7 +688,6 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
                                        "%s_%s must be [%lld] (per direction) or [%lld, %lld] (per channel)", name,
                                        k ? "zero_point" : "scale", (long long)nd, (long long)nd, (long long)GH);
         }
-        int64_t nz = zp->rank == 2 ? GH : 1;
         if (zp->rank == 2)
             for (int64_t i = 0; i < kn_tensor_count(zp); i++)
                 if (T->dtype == KILN_DTYPE_INT8 ? kn_qc_q(zp, i) != 0 : kn_qc_q(zp, i) != kn_qc_q(zp, 0))
@@ -717,18 +695,28 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
                                            T->dtype == KILN_DTYPE_INT8 ? "%s_zero_point must be zero (int8 weights)"
                                                                        : "%s_zero_point must be one value per channel",
                                            name);
-        q.scale[w] = sc;
+    }
+    for (int w = 0; w < 2 && st == KILN_OK; w++) {
+        const kn_tensor *T = w ? R : W, *sc = c->in[8 + 2 * w], *zp = c->in[9 + 2 * w];
+        const int64_t nz = zp->rank == 2 ? GH : 1;
         q.nscale[w] = sc->rank == 2 ? GH : 1;
+        if (!(wsc[w] = malloc(sizeof(float) * (size_t)(nd * q.nscale[w])))) {
+            st = oom(c);
+            break;
+        }
+        for (int64_t i = 0; i < nd * q.nscale[w]; i++) wsc[w][i] = kn_qc_scale(sc, i);
+        q.wscale[w] = wsc[w];
         q.K[w] = T->dims[1];
+        q.wwords[w] = kn_qgemm_b_words(GH, T->dims[1]);
         wprime_ctx pc = {T, zp, nd, T->dims[1], GH, nz};
-        size_t bytes = sizeof(float) * (size_t)(nd * T->dims[1] * GH > 0 ? nd * T->dims[1] * GH : 1);
-        const float *wp = NULL;
+        size_t bytes = sizeof(int32_t) * q.wwords[w] * (size_t)nd;
+        const int32_t *wp = NULL;
         if (kn_cpu_input_is_const(c, 9 + 2 * w)) {
             kn_const_layout lay = {42 + w, {nd, T->dims[1], GH, (int64_t)(intptr_t)zp}};
             wp = kn_cpu_const_derived(c, 1 + w, &lay, bytes, make_wprime, &pc);
         }
         if (!wp) {
-            float *m = malloc(bytes);
+            int32_t *m = kn_aligned_alloc(64, bytes);
             if (!m) st = oom(c);
             else {
                 make_wprime(&pc, m);
@@ -740,11 +728,13 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
     int64_t TB = X->dims[0] * X->dims[1], I = X->dims[2];
     q.cap_a = TB * I > X->dims[1] * H ? TB * I : X->dims[1] * H;
     q.cap_c = TB * GH;
+    const size_t ap_words = kn_qgemm_a_words(TB, I) > kn_qgemm_a_words(X->dims[1], H) ? kn_qgemm_a_words(TB, I)
+                                                                                     : kn_qgemm_a_words(X->dims[1], H);
     for (int d = 0; d < nd && d < 2 && st == KILN_OK; d++) {
-        q.ap[d] = malloc(sizeof(float) * (size_t)(q.cap_a > 0 ? q.cap_a : 1));
-        q.tmp[d] = malloc(sizeof(float) * (size_t)(q.cap_c > 0 ? q.cap_c : 1));
+        q.aq[d] = malloc((size_t)(q.cap_a > 0 ? q.cap_a : 1));
+        q.ap[d] = kn_aligned_alloc(64, sizeof(int32_t) * (ap_words > 0 ? ap_words : 1));
         q.acc[d] = malloc(sizeof(int32_t) * (size_t)(q.cap_c > 0 ? q.cap_c : 1));
-        if (!q.ap[d] || !q.tmp[d] || !q.acc[d]) st = oom(c);
+        if (!q.aq[d] || !q.ap[d] || !q.acc[d]) st = oom(c);
     }
     if (st == KILN_OK && nd > 2) st = kn_kernel_error(c, KILN_ERR_SHAPE, "W has %lld directions; at most 2", (long long)nd);
     if (st == KILN_OK) {
@@ -752,12 +742,12 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
         st = kn_cpu_rnn_quantised(c, &g);
     }
     for (int d = 0; d < 2; d++) {
+        free(q.aq[d]);
         free(q.ap[d]);
-        free(q.tmp[d]);
         free(q.acc[d]);
+        free((void *)own[d]);
+        free(wsc[d]);
     }
-    free((void *)own[0]);
-    free((void *)own[1]);
     return st;
 }
 

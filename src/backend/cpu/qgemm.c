@@ -29,8 +29,10 @@ static inline int32_t pair(int32_t lo, int32_t hi) {
     return (int32_t)((uint32_t)(uint16_t)(int16_t)lo | (uint32_t)(uint16_t)(int16_t)hi << 16);
 }
 
+/* element (i, k) of A at a[i * rs + k * cs]; a unit cs (the usual layout) takes the plain loop */
 #define DEF_PACK_A(NAME, T)                                                                                  \
-    static void NAME(const T *a, int64_t lda, int64_t M, int64_t K, const int32_t *zr, int32_t zp, int32_t *dst) { \
+    static void NAME(const T *a, int64_t rs, int64_t cs, int64_t M, int64_t K, const int32_t *zr, int32_t zp, \
+                     int32_t *dst) {                                                                         \
         const int64_t KP = pairs_of(K);                                                                      \
         for (int64_t p = 0; p * MR < M; p++)                                                                 \
             for (int r = 0; r < MR; r++) {                                                                   \
@@ -40,25 +42,30 @@ static inline int32_t pair(int32_t lo, int32_t hi) {
                     for (int64_t kp = 0; kp < KP; kp++) d[kp * MR] = 0;                                      \
                     continue;                                                                                \
                 }                                                                                            \
-                const T *row = a + i * lda;                                                                  \
+                const T *row = a + i * rs;                                                                   \
                 const int32_t z = zr ? zr[i] : zp;                                                           \
-                for (int64_t kp = 0; kp < K / 2; kp++)                                                       \
-                    d[kp * MR] = pair((int32_t)row[2 * kp] - z, (int32_t)row[2 * kp + 1] - z);               \
-                if (K % 2) d[(KP - 1) * MR] = pair((int32_t)row[K - 1] - z, 0);                              \
+                if (cs == 1)                                                                                 \
+                    for (int64_t kp = 0; kp < K / 2; kp++)                                                   \
+                        d[kp * MR] = pair((int32_t)row[2 * kp] - z, (int32_t)row[2 * kp + 1] - z);           \
+                else                                                                                         \
+                    for (int64_t kp = 0; kp < K / 2; kp++)                                                   \
+                        d[kp * MR] = pair((int32_t)row[2 * kp * cs] - z, (int32_t)row[(2 * kp + 1) * cs] - z); \
+                if (K % 2) d[(KP - 1) * MR] = pair((int32_t)row[(K - 1) * cs] - z, 0);                       \
             }                                                                                                \
     }
 DEF_PACK_A(pack_a_s8, int8_t)
 DEF_PACK_A(pack_a_u8, uint8_t)
 
-void kn_qgemm_pack_a8(const void *a, bool is_s8, int64_t lda, int64_t M, int64_t K, const int32_t *zp_rows, int32_t zp,
-                      int32_t *dst) {
-    if (is_s8) pack_a_s8(a, lda, M, K, zp_rows, zp, dst);
-    else pack_a_u8(a, lda, M, K, zp_rows, zp, dst);
+void kn_qgemm_pack_a8(const void *a, bool is_s8, int64_t rs, int64_t cs, int64_t M, int64_t K, const int32_t *zp_rows,
+                      int32_t zp, int32_t *dst) {
+    if (is_s8) pack_a_s8(a, rs, cs, M, K, zp_rows, zp, dst);
+    else pack_a_u8(a, rs, cs, M, K, zp_rows, zp, dst);
 }
 
+/* element (k, j) of B at b[k * rs + j * cs] */
 #define DEF_PACK_B(NAME, T)                                                                                   \
-    static void NAME(const T *b, int64_t ldb, int64_t K, const int32_t *zc, int32_t zp, int64_t n0, int64_t nc, \
-                     int32_t *dst) {                                                                          \
+    static void NAME(const T *b, int64_t rs, int64_t cs, int64_t K, const int32_t *zc, int32_t zp, int64_t n0, \
+                     int64_t nc, int32_t *dst) {                                                              \
         const int64_t KP = pairs_of(K);                                                                       \
         for (int64_t p = 0; p * NR < nc; p++) {                                                               \
             const int64_t j0 = n0 + p * NR, w = min64(NR, nc - p * NR);                                       \
@@ -66,12 +73,14 @@ void kn_qgemm_pack_a8(const void *a, bool is_s8, int64_t lda, int64_t M, int64_t
             for (int j = 0; j < w; j++) z[j] = zc ? zc[j0 + j] : zp;                                          \
             int32_t *d = dst + p * KP * NR;                                                                   \
             for (int64_t kp = 0; kp < KP; kp++, d += NR) {                                                    \
-                const T *r0 = b + 2 * kp * ldb + j0, *r1 = 2 * kp + 1 < K ? r0 + ldb : NULL;                  \
+                const T *r0 = b + 2 * kp * rs + j0 * cs, *r1 = 2 * kp + 1 < K ? r0 + rs : NULL;               \
                 int j = 0;                                                                                    \
-                if (r1)                                                                                       \
+                if (r1 && cs == 1)                                                                            \
                     for (; j < w; j++) d[j] = pair((int32_t)r0[j] - z[j], (int32_t)r1[j] - z[j]);             \
+                else if (r1)                                                                                  \
+                    for (; j < w; j++) d[j] = pair((int32_t)r0[j * cs] - z[j], (int32_t)r1[j * cs] - z[j]);   \
                 else                                                                                          \
-                    for (; j < w; j++) d[j] = pair((int32_t)r0[j] - z[j], 0);                                 \
+                    for (; j < w; j++) d[j] = pair((int32_t)r0[j * cs] - z[j], 0);                            \
                 for (; j < NR; j++) d[j] = 0;                                                                 \
             }                                                                                                 \
         }                                                                                                     \
@@ -79,10 +88,10 @@ void kn_qgemm_pack_a8(const void *a, bool is_s8, int64_t lda, int64_t M, int64_t
 DEF_PACK_B(pack_b_s8, int8_t)
 DEF_PACK_B(pack_b_u8, uint8_t)
 
-void kn_qgemm_pack_b8(const void *b, bool is_s8, int64_t ldb, int64_t K, const int32_t *zp_cols, int32_t zp,
+void kn_qgemm_pack_b8(const void *b, bool is_s8, int64_t rs, int64_t cs, int64_t K, const int32_t *zp_cols, int32_t zp,
                       int64_t n0, int64_t nc, int32_t *dst) {
-    if (is_s8) pack_b_s8(b, ldb, K, zp_cols, zp, n0, nc, dst);
-    else pack_b_u8(b, ldb, K, zp_cols, zp, n0, nc, dst);
+    if (is_s8) pack_b_s8(b, rs, cs, K, zp_cols, zp, n0, nc, dst);
+    else pack_b_u8(b, rs, cs, K, zp_cols, zp, n0, nc, dst);
 }
 
 /* ------------------------------------------------------------------ micro-kernels */

@@ -31,13 +31,15 @@
 size_t kn_qgemm_a_words(int64_t M, int64_t K);
 size_t kn_qgemm_b_words(int64_t N, int64_t K);
 
-/* Packs A, M x K 8-bit values (int8 when is_s8, else uint8; row stride lda), less its zero point:
+/* Packs A, M x K 8-bit values (int8 when is_s8, else uint8), element (i, k) at a[i * rs + k * cs]
+ * (rs = lda, cs = 1 for a row-major A; rs = 1, cs = lda for its transpose), less its zero point:
  * zp_rows[i] for row i when zp_rows is set, else zp. */
-void kn_qgemm_pack_a8(const void *a, bool is_s8, int64_t lda, int64_t M, int64_t K, const int32_t *zp_rows, int32_t zp,
-                      int32_t *dst);
-/* Packs columns [n0, n0 + nc) of B, K x N 8-bit values (row stride ldb), less its zero point:
- * zp_cols[j] for column j when zp_cols is set, else zp; ceil(nc / NR) panels into dst. */
-void kn_qgemm_pack_b8(const void *b, bool is_s8, int64_t ldb, int64_t K, const int32_t *zp_cols, int32_t zp,
+void kn_qgemm_pack_a8(const void *a, bool is_s8, int64_t rs, int64_t cs, int64_t M, int64_t K, const int32_t *zp_rows,
+                      int32_t zp, int32_t *dst);
+/* Packs columns [n0, n0 + nc) of B, K x N 8-bit values with element (k, j) at b[k * rs + j * cs],
+ * less its zero point: zp_cols[j] for column j when zp_cols is set, else zp; ceil(nc / NR) panels
+ * into dst. */
+void kn_qgemm_pack_b8(const void *b, bool is_s8, int64_t rs, int64_t cs, int64_t K, const int32_t *zp_cols, int32_t zp,
                       int64_t n0, int64_t nc, int32_t *dst);
 
 /* A producer of packed B (a convolution's im2col): columns [n0, n0 + nc) as ceil(nc / NR)
