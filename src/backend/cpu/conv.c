@@ -2334,9 +2334,9 @@ kiln_status kn_cpu_conv_with_tail(kn_kernel_ctx *c, kn_conv_epilogue_fn epi, con
 /* ------------------------------------------------------------------ quantised convs */
 
 /* The integer convolutions are exact integer products (qgemm.h): W_g less its zero points
- * [Mg, Cg*kk] times the im2col matrix of x less its zero point (padding reads 0: the zero point
- * itself), made panel by panel straight from x by the GEMM's threads. A 1x1 convolution at
- * stride 1 without pads packs x's planes as they are. */
+ * [Mg, Cg*kk] times the im2col matrix of x (x's zero point applied by the product; padding reads
+ * the zero point itself), made panel by panel straight from x by the GEMM's threads. A 1x1
+ * convolution at stride 1 without pads packs x's planes as they are. */
 
 /* W less its zero points (per output channel, or one), every group packed as qgemm's A */
 typedef struct iconv_w_ctx {
@@ -2363,17 +2363,14 @@ typedef struct iconv_cols {
     int32_t z;
 } iconv_cols;
 
-static inline int32_t iconv_at(const iconv_cols *j, int64_t ci, int64_t idx) {
-    const int64_t e = ci * j->s->in_plane + idx;
-    return (j->s8 ? (int32_t)((const int8_t *)j->x)[e] : (int32_t)((const uint8_t *)j->x)[e]) - j->z;
-}
-
-static void iconv_pack_cols(const void *ctx, int64_t n0, int64_t nc, int32_t *dst) {
+/* any rank: element by element, a tap outside x reading the zero point (a' = 0) */
+static void iconv_pack_cols(const void *ctx, int64_t n0, int64_t nc, uint8_t *dst) {
     const iconv_cols *j = ctx;
     const conv_shape *s = j->s;
     const kn_window *w = &s->w;
     const int nsp = s->nsp;
     const int64_t K = s->Cg * s->kk, KP = (K + 1) / 2;
+    const uint8_t *x = j->x, pad = (uint8_t)j->z;
     for (int64_t p = 0; p * KN_QGEMM_NR < nc; p++) {
         const int64_t cols = min64(KN_QGEMM_NR, nc - p * KN_QGEMM_NR);
         int64_t base[KN_MAX_SPATIAL][KN_QGEMM_NR];
@@ -2382,37 +2379,34 @@ static void iconv_pack_cols(const void *ctx, int64_t n0, int64_t nc, int32_t *ds
                 base[i][q] = (t % w->out[i]) * w->stride[i] - w->pad_begin[i];
                 t /= w->out[i];
             }
-        int32_t *d = dst + p * KP * KN_QGEMM_NR;
-        for (int64_t kp = 0; kp < KP; kp++, d += KN_QGEMM_NR) {
-            int32_t v[2][KN_QGEMM_NR] = {{0}};
-            for (int h = 0; h < 2 && 2 * kp + h < K; h++) {
-                const int64_t k = 2 * kp + h, ci = k / s->kk;
-                int64_t off[KN_MAX_SPATIAL];
-                for (int64_t i = nsp - 1, r = k % s->kk; i >= 0; i--) {
-                    off[i] = (r % w->kernel[i]) * w->dilation[i];
-                    r /= w->kernel[i];
-                }
-                for (int64_t q = 0; q < cols; q++) {
-                    int64_t idx = 0;
-                    bool in = true;
-                    for (int i = 0; i < nsp; i++) {
-                        const int64_t pos = base[i][q] + off[i];
-                        in &= pos >= 0 && pos < w->in[i];
-                        idx = idx * w->in[i] + pos;
-                    }
-                    v[h][q] = in ? iconv_at(j, ci, idx) : 0;
-                }
+        uint8_t *d = dst + p * KP * 2 * KN_QGEMM_NR;
+        memset(d, 0, (size_t)(KP * 2 * KN_QGEMM_NR));
+        for (int64_t k = 0; k < K; k++) {
+            const int64_t ci = k / s->kk;
+            int64_t off[KN_MAX_SPATIAL];
+            for (int64_t i = nsp - 1, r = k % s->kk; i >= 0; i--) {
+                off[i] = (r % w->kernel[i]) * w->dilation[i];
+                r /= w->kernel[i];
             }
-            for (int q = 0; q < KN_QGEMM_NR; q++)
-                d[q] = (int32_t)((uint32_t)(uint16_t)(int16_t)v[0][q] | (uint32_t)(uint16_t)(int16_t)v[1][q] << 16);
+            uint8_t *dk = d + k / 2 * 2 * KN_QGEMM_NR + k % 2;
+            for (int64_t q = 0; q < cols; q++) {
+                int64_t idx = 0;
+                bool in = true;
+                for (int i = 0; i < nsp; i++) {
+                    const int64_t pos = base[i][q] + off[i];
+                    in &= pos >= 0 && pos < w->in[i];
+                    idx = idx * w->in[i] + pos;
+                }
+                dk[2 * q] = in ? x[ci * s->in_plane + idx] : pad;
+            }
         }
     }
 }
 
-/* One row k of the im2col matrix of a 1-D or 2-D convolution, columns [n0, n0 + nc), less the
- * zero point, into out: output row by output row, each a run of in-range taps (contiguous loads
- * at stride 1) between the padding's zeros. */
-static void iconv_row2(const iconv_cols *j, int64_t k, int64_t n0, int64_t nc, int16_t *out) {
+/* One row k of the im2col matrix of a 1-D or 2-D convolution, columns [n0, n0 + nc), into out:
+ * output row by output row, each a run of in-range taps (contiguous at stride 1) between the
+ * padding's zero points. */
+static void iconv_row2(const iconv_cols *j, int64_t k, int64_t n0, int64_t nc, uint8_t *out) {
     const conv_shape *s = j->s;
     const kn_window *w = &s->w;
     const bool two = s->nsp == 2;
@@ -2423,31 +2417,22 @@ static void iconv_row2(const iconv_cols *j, int64_t k, int64_t n0, int64_t nc, i
     const int64_t base = kw * dw - pw; /* iw = ow * sw + base */
     /* the output columns whose tap is inside the row: [lo, hi] */
     const int64_t lo = base >= 0 ? 0 : (-base + sw - 1) / sw, hi = W - 1 - base < 0 ? -1 : (W - 1 - base) / sw;
-    const int32_t z = j->z;
+    const uint8_t pad = (uint8_t)j->z, *x = (const uint8_t *)j->x + ci * s->in_plane;
     int64_t q = n0, oh = n0 / OW, ow = n0 % OW;
     while (q < n0 + nc) {
         const int64_t seg = min64(OW - ow, n0 + nc - q), ih = oh * sh - ph + kh * dh;
-        int16_t *o = out + (q - n0);
-        const int64_t a = ih < 0 || ih >= H ? ow + seg : max64(ow, lo), b = ih < 0 || ih >= H ? ow + seg : min64(ow + seg, hi + 1);
-        for (int64_t t = ow; t < a && t < ow + seg; t++) o[t - ow] = 0;
-        if (a < b) {
-            const int64_t e = ci * s->in_plane + ih * W + a * sw + base;
-            int16_t *d = o + (a - ow);
-            if (j->s8) {
-                const int8_t *p = (const int8_t *)j->x + e;
-                if (sw == 1)
-                    for (int64_t t = 0; t < b - a; t++) d[t] = (int16_t)(p[t] - z);
-                else
-                    for (int64_t t = 0; t < b - a; t++) d[t] = (int16_t)(p[t * sw] - z);
-            } else {
-                const uint8_t *p = (const uint8_t *)j->x + e;
-                if (sw == 1)
-                    for (int64_t t = 0; t < b - a; t++) d[t] = (int16_t)(p[t] - z);
-                else
-                    for (int64_t t = 0; t < b - a; t++) d[t] = (int16_t)(p[t * sw] - z);
-            }
+        uint8_t *o = out + (q - n0);
+        const bool row_in = ih >= 0 && ih < H;
+        const int64_t a = row_in ? min64(max64(ow, lo), ow + seg) : ow + seg;
+        const int64_t b = row_in ? max64(a, min64(ow + seg, hi + 1)) : ow + seg;
+        memset(o, pad, (size_t)(a - ow));
+        if (b > a) {
+            const uint8_t *p = x + ih * W + a * sw + base;
+            if (sw == 1) memcpy(o + (a - ow), p, (size_t)(b - a));
+            else
+                for (int64_t t = 0; t < b - a; t++) o[a - ow + t] = p[t * sw];
         }
-        for (int64_t t = max64(a, b); t < ow + seg; t++) o[t - ow] = 0;
+        memset(o + (b - ow), pad, (size_t)(ow + seg - b));
         q += seg;
         ow = 0;
         oh++;
@@ -2455,33 +2440,33 @@ static void iconv_row2(const iconv_cols *j, int64_t k, int64_t n0, int64_t nc, i
 }
 
 /* 1-D and 2-D: the im2col rows a pair at a time (iconv_row2), interleaved into the panels */
-static void iconv_pack_cols2(const void *ctx, int64_t n0, int64_t nc, int32_t *dst) {
+static void iconv_pack_cols2(const void *ctx, int64_t n0, int64_t nc, uint8_t *dst) {
     const iconv_cols *j = ctx;
     const int64_t K = j->s->Cg * j->s->kk, KP = (K + 1) / 2, panels = (nc + KN_QGEMM_NR - 1) / KN_QGEMM_NR;
     const int64_t width = panels * KN_QGEMM_NR;
-    int16_t *r0 = malloc(sizeof(int16_t) * (size_t)width * 2), *r1 = r0 ? r0 + width : NULL;
+    uint8_t *r0 = malloc((size_t)width * 2), *r1 = r0 ? r0 + width : NULL;
     if (!r0) { /* (rare) the general form needs no scratch */
         iconv_pack_cols(ctx, n0, nc, dst);
         return;
     }
-    for (int64_t q = nc; q < width; q++) r0[q] = r1[q] = 0;
+    memset(r0, 0, (size_t)width * 2);
     for (int64_t kp = 0; kp < KP; kp++) {
         iconv_row2(j, 2 * kp, n0, nc, r0);
         if (2 * kp + 1 < K) iconv_row2(j, 2 * kp + 1, n0, nc, r1);
-        else memset(r1, 0, sizeof(int16_t) * (size_t)nc);
+        else memset(r1, 0, (size_t)nc);
         for (int64_t p = 0; p < panels; p++) {
-            int32_t *d = dst + (p * KP + kp) * KN_QGEMM_NR;
-            const int16_t *a = r0 + p * KN_QGEMM_NR, *b = r1 + p * KN_QGEMM_NR;
-            for (int q = 0; q < KN_QGEMM_NR; q++) d[q] = (int32_t)((uint32_t)(uint16_t)a[q] | (uint32_t)(uint16_t)b[q] << 16);
+            uint8_t *d = dst + (p * KP + kp) * 2 * KN_QGEMM_NR;
+            const uint8_t *a = r0 + p * KN_QGEMM_NR, *b = r1 + p * KN_QGEMM_NR;
+            for (int q = 0; q < KN_QGEMM_NR; q++) d[2 * q] = a[q], d[2 * q + 1] = b[q];
         }
     }
     free(r0);
 }
 
 /* a 1x1 convolution at stride 1 without pads: the planes are B as they are */
-static void iconv_pack_planes(const void *ctx, int64_t n0, int64_t nc, int32_t *dst) {
+static void iconv_pack_planes(const void *ctx, int64_t n0, int64_t nc, uint8_t *dst) {
     const iconv_cols *j = ctx;
-    kn_qgemm_pack_b8(j->x, j->s8, j->s->in_plane, 1, j->s->Cg, NULL, j->z, n0, nc, dst);
+    kn_qgemm_pack_b8(j->x, j->s->in_plane, 1, j->s->Cg, n0, nc, dst);
 }
 
 /* acc (the output's shape, int32) = bias (or 0) + the convolution of x - x_zero_point by
@@ -2533,7 +2518,7 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
                               X->dtype == KILN_DTYPE_INT8, zx};
             kn_qgemm q = {.M = s->Mg, .N = s->out_plane, .K = Kg, .a = wp + g * per_group,
                           .pack_b = pointwise ? iconv_pack_planes : s->nsp <= 2 ? iconv_pack_cols2 : iconv_pack_cols,
-                          .pack_ctx = &job,
+                          .pack_ctx = &job, .b_signed = job.s8, .zb = zx,
                           .c = acc + (n * s->M + g * s->Mg) * s->out_plane, .ldc = s->out_plane,
                           .accumulate = bias != NULL};
             st = kn_qgemm_run(c->pool, &q);

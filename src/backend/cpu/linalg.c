@@ -387,23 +387,20 @@ static void zero_points(const kn_tensor *zp, int64_t n, int32_t *one, int32_t *m
         for (int64_t i = 0; i < n; i++) many[i] = (int32_t)kn_tensor_get_i64(zp, i);
 }
 
-/* B (K x N, 8-bit) less its zero points, packed whole for the integer GEMM */
+/* B (K x N, 8-bit) packed whole for the integer GEMM (its zero points apply as it runs) */
 typedef struct qmm_b_ctx {
     const void *b;
-    bool s8;
     int64_t K, N;
-    const int32_t *zc;
-    int32_t z;
 } qmm_b_ctx;
 
 static void make_qmm_b(const void *ctx, void *dst) {
     const qmm_b_ctx *q = ctx;
-    kn_qgemm_pack_b8(q->b, q->s8, q->N, 1, q->K, q->zc, q->z, 0, q->N, dst);
+    kn_qgemm_pack_b8(q->b, q->N, 1, q->K, 0, q->N, dst);
 }
 
 /* acc[b][i][j] = sum_k (A - za[i]) (B - zb[j]) with numpy batch broadcasting, into int32, exact
  * (qgemm.h). A, B and their zero points are inputs a_in, b_in, za_in, zb_in (a zero point past
- * the inputs: none). A constant B (with constant zero points) is packed once per session. */
+ * the inputs: none). A constant B is packed once per session (its zero points apply as it runs). */
 static kiln_status int_matmul(kn_kernel_ctx *c, int a_in, int b_in, int za_in, int zb_in, int32_t *acc, mm_plan *p) {
     const kn_tensor *A = c->in[a_in], *B = c->in[b_in];
     const kn_tensor *za = za_in < c->n_inputs ? c->in[za_in] : NULL, *zb = zb_in < c->n_inputs ? c->in[zb_in] : NULL;
@@ -429,14 +426,14 @@ static kiln_status int_matmul(kn_kernel_ctx *c, int a_in, int b_in, int za_in, i
     zero_points(za, p->M, &za1, zr);
     for (int64_t i = p->M; nza > 1 && i < rows; i++) zr[i] = zr[i - p->M];
     zero_points(zb, p->N, &zb1, zc);
-    const size_t b_bytes = sizeof(int32_t) * kn_qgemm_b_words(p->N, p->K);
-    qmm_b_ctx bc = {B->data, bs8, p->K, p->N, nzb > 1 ? zc : NULL, zb1};
-    const int32_t *kept = NULL;
-    if (!p->b_batched && (!zb || kn_cpu_input_is_const(c, zb_in))) {
-        kn_const_layout lay = {60, {p->K, p->N, (int64_t)(intptr_t)zb, 0}};
+    const size_t b_bytes = kn_qgemm_b_bytes(p->N, p->K);
+    qmm_b_ctx bc = {B->data, p->K, p->N};
+    const uint8_t *kept = NULL;
+    if (!p->b_batched) { /* the packed form depends on B alone */
+        kn_const_layout lay = {60, {p->K, p->N, 0, 0}};
         kept = kn_cpu_const_derived(c, b_in, &lay, b_bytes, make_qmm_b, &bc);
     }
-    int32_t *pb = kept ? NULL : kn_aligned_alloc(64, b_bytes);
+    uint8_t *pb = kept ? NULL : kn_aligned_alloc(64, b_bytes);
     kiln_status st = kept || pb ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
     for (int64_t bi = 0; st == KILN_OK && bi < p->batch; bi += tall) {
         int64_t ao, bo;
@@ -446,8 +443,8 @@ static kiln_status int_matmul(kn_kernel_ctx *c, int a_in, int b_in, int za_in, i
             bc.b = (const int8_t *)B->data + bo;
             make_qmm_b(&bc, pb);
         }
-        kn_qgemm g = {.M = rows, .N = p->N, .K = p->K, .a = pa, .b = kept ? kept : pb, .c = acc + bi * p->M * p->N,
-                      .ldc = p->N};
+        kn_qgemm g = {.M = rows, .N = p->N, .K = p->K, .a = pa, .b = kept ? kept : pb, .b_signed = bs8,
+                      .zb_cols = nzb > 1 ? zc : NULL, .zb = zb1, .c = acc + bi * p->M * p->N, .ldc = p->N};
         st = kn_qgemm_run(c->pool, &g);
     }
     free(zr);

@@ -63,48 +63,43 @@ static bool is_q8_t(const kn_tensor *t) { return t->dtype == KILN_DTYPE_UINT8 ||
 
 /* ------------------------------------------------------------------ integer GEMM (qgemm.h) */
 
-/* B (K x N, or N x K when tb) less its zero points (per column, or one), packed for kn_qgemm */
+/* B (K x N, or N x K when tb) packed for kn_qgemm (its zero points apply as the product runs) */
 typedef struct qb_ctx {
     const kn_tensor *B;
-    const int32_t *zc; /* per column, or NULL */
-    int32_t z;
     int64_t K, N;
     bool tb;
 } qb_ctx;
 
 static void make_qb(const void *ctx, void *dst) {
     const qb_ctx *p = ctx;
-    kn_qgemm_pack_b8(p->B->data, p->B->dtype == KILN_DTYPE_INT8, p->tb ? 1 : p->N, p->tb ? p->K : 1, p->K, p->zc, p->z, 0,
-                     p->N, dst);
+    kn_qgemm_pack_b8(p->B->data, p->tb ? 1 : p->N, p->tb ? p->K : 1, p->K, 0, p->N, dst);
 }
 
 /* acc (M x N) = (A - za) x op(B - zb): A, M x K 8-bit values (K x M when ta); B input bi and its
- * zero point input zi (-1: none), packed once per session when both are constants */
+ * zero point input zi (-1: none); a constant B packed once per session */
 static kiln_status qproduct(kn_kernel_ctx *c, const void *a, bool as8, bool ta, int32_t za, int64_t M, int64_t K, int bi,
                             int zi, int64_t N, bool tb, int32_t *acc) {
     const kn_tensor *B = c->in[bi], *zp = zi >= 0 ? kn_qc_opt(c, zi) : NULL;
     const int64_t nz = zp ? kn_tensor_count(zp) : 0;
     int32_t *zc = nz > 1 ? malloc(sizeof(int32_t) * (size_t)N) : NULL;
     for (int64_t j = 0; zc && j < N; j++) zc[j] = kn_qc_q(zp, j);
-    qb_ctx qc = {B, zc, nz == 1 ? kn_qc_q(zp, 0) : 0, K, N, tb};
-    const size_t bbytes = sizeof(int32_t) * kn_qgemm_b_words(N, K);
-    const int32_t *pb = NULL;
-    int32_t *own = NULL;
-    if (!zp || kn_cpu_input_is_const(c, zi)) {
-        kn_const_layout lay = {41, {K, N, tb, (int64_t)(intptr_t)zp}};
-        pb = kn_cpu_const_derived(c, bi, &lay, bbytes, make_qb, &qc);
-    }
-    if (!pb && (nz <= 1 || zc) && (own = kn_aligned_alloc(64, bbytes))) {
+    qb_ctx qc = {B, K, N, tb};
+    const size_t bbytes = kn_qgemm_b_bytes(N, K);
+    kn_const_layout lay = {41, {K, N, tb, 0}};
+    const uint8_t *pb = kn_cpu_const_derived(c, bi, &lay, bbytes, make_qb, &qc);
+    uint8_t *own = NULL;
+    if (!pb && (own = kn_aligned_alloc(64, bbytes))) {
         make_qb(&qc, own);
         pb = own;
     }
     int32_t *pa = kn_aligned_alloc(64, sizeof(int32_t) * kn_qgemm_a_words(M, K));
     kiln_status st = KILN_OK;
-    if (!pb || !pa) {
+    if (!pb || !pa || (nz > 1 && !zc)) {
         st = oom(c);
     } else {
         kn_qgemm_pack_a8(a, as8, ta ? 1 : K, ta ? M : 1, M, K, NULL, za, pa);
-        kn_qgemm g = {.M = M, .N = N, .K = K, .a = pa, .b = pb, .c = acc, .ldc = N};
+        kn_qgemm g = {.M = M, .N = N, .K = K, .a = pa, .b = pb, .b_signed = B->dtype == KILN_DTYPE_INT8, .zb_cols = zc,
+                      .zb = nz == 1 ? kn_qc_q(zp, 0) : 0, .c = acc, .ldc = N};
         if ((st = kn_qgemm_run(c->pool, &g)) != KILN_OK) st = kn_kernel_error(c, st, "out of memory in the GEMM");
     }
     free(zc);
@@ -619,8 +614,10 @@ static kiln_status run_qattention(kn_kernel_ctx *c) {
  * outputs for a batch > 1 depend on its thread count; kiln quantises the whole batch at once, as
  * ONNX Runtime does with one thread and, for a batch of 1, with any number. */
 typedef struct dqlstm {
-    const int32_t *w[2]; /* W, R less the direction's zero point, packed for kn_qgemm: nd of wwords each */
-    size_t wwords[2];
+    const uint8_t *w[2]; /* W, R packed for kn_qgemm: nd of wbytes each */
+    size_t wbytes[2];
+    int32_t zw[2][2];    /* [which][direction]: the weights' zero point (ONNX Runtime reads one per direction) */
+    bool ws8[2];
     const float *wscale[2]; /* [nd][nscale] */
     int64_t nscale[2];      /* per direction: 1 or 4H */
     int64_t K[2], GH;
@@ -639,8 +636,8 @@ static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int w
     int32_t za;
     const float s = dyn_quant(A, M * K, x->aq[d], &za);
     kn_qgemm_pack_a8(x->aq[d], false, K, 1, M, K, NULL, za, x->ap[d]);
-    kn_qgemm g = {.M = M, .N = N, .K = K, .a = x->ap[d], .b = x->w[which] + (size_t)d * x->wwords[which],
-                  .c = x->acc[d], .ldc = N};
+    kn_qgemm g = {.M = M, .N = N, .K = K, .a = x->ap[d], .b = x->w[which] + (size_t)d * x->wbytes[which],
+                  .b_signed = x->ws8[which], .zb = x->zw[which][d], .c = x->acc[d], .ldc = N};
     kiln_status st = kn_qgemm_run(pool, &g);
     if (st != KILN_OK) return kn_error(st, "out of memory in the GEMM");
     const int64_t ns = x->nscale[which];
@@ -652,18 +649,16 @@ static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int w
 }
 
 typedef struct wprime_ctx {
-    const kn_tensor *W, *zp;
-    int64_t nd, K, N, nz;
+    const kn_tensor *W;
+    int64_t nd, K, N;
 } wprime_ctx;
 
-/* per direction d: W[d] (K x N) less the direction's first zero point (ONNX Runtime reads one),
- * packed for kn_qgemm */
+/* per direction d: W[d] (K x N) packed for kn_qgemm */
 static void make_wprime(const void *ctx, void *dst) {
     const wprime_ctx *p = ctx;
-    const size_t per = kn_qgemm_b_words(p->N, p->K);
+    const size_t per = kn_qgemm_b_bytes(p->N, p->K);
     for (int64_t d = 0; d < p->nd; d++)
-        kn_qgemm_pack_b8((const int8_t *)p->W->data + d * p->K * p->N, p->W->dtype == KILN_DTYPE_INT8, p->N, 1, p->K,
-                         NULL, kn_qc_q(p->zp, d * p->nz), 0, p->N, (int32_t *)dst + d * per);
+        kn_qgemm_pack_b8((const int8_t *)p->W->data + d * p->K * p->N, p->N, 1, p->K, 0, p->N, (uint8_t *)dst + d * per);
 }
 
 static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
@@ -673,7 +668,7 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
     int64_t nd = W->dims[0], H = R->dims[1], GH = 4 * H;
     if (X->dtype != KILN_DTYPE_FLOAT) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "X must be float");
     dqlstm q = {.GH = GH};
-    const int32_t *own[2] = {NULL, NULL};
+    const uint8_t *own[2] = {NULL, NULL};
     float *wsc[2] = {NULL, NULL};
     kiln_status st = KILN_OK;
     for (int w = 0; w < 2; w++) { /* both checked before anything is made */
@@ -707,16 +702,15 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
         for (int64_t i = 0; i < nd * q.nscale[w]; i++) wsc[w][i] = kn_qc_scale(sc, i);
         q.wscale[w] = wsc[w];
         q.K[w] = T->dims[1];
-        q.wwords[w] = kn_qgemm_b_words(GH, T->dims[1]);
-        wprime_ctx pc = {T, zp, nd, T->dims[1], GH, nz};
-        size_t bytes = sizeof(int32_t) * q.wwords[w] * (size_t)nd;
-        const int32_t *wp = NULL;
-        if (kn_cpu_input_is_const(c, 9 + 2 * w)) {
-            kn_const_layout lay = {42 + w, {nd, T->dims[1], GH, (int64_t)(intptr_t)zp}};
-            wp = kn_cpu_const_derived(c, 1 + w, &lay, bytes, make_wprime, &pc);
-        }
+        q.wbytes[w] = kn_qgemm_b_bytes(GH, T->dims[1]);
+        q.ws8[w] = T->dtype == KILN_DTYPE_INT8;
+        for (int64_t d = 0; d < nd && d < 2; d++) q.zw[w][d] = kn_qc_q(zp, d * nz);
+        wprime_ctx pc = {T, nd, T->dims[1], GH};
+        const size_t bytes = q.wbytes[w] * (size_t)nd;
+        kn_const_layout lay = {42 + w, {nd, T->dims[1], GH, 0}};
+        const uint8_t *wp = kn_cpu_const_derived(c, 1 + w, &lay, bytes, make_wprime, &pc);
         if (!wp) {
-            int32_t *m = kn_aligned_alloc(64, bytes);
+            uint8_t *m = kn_aligned_alloc(64, bytes);
             if (!m) st = oom(c);
             else {
                 make_wprime(&pc, m);

@@ -13,7 +13,7 @@
 
 #define MR KN_QGEMM_MR
 #define NR KN_QGEMM_NR
-/* pairs of K per pass over C: an A panel's slice (6 KB) and a B panel's (16 KB) stay in L1 */
+/* pairs of K per pass over C: an A panel's slice (6 KB) and a B panel's (8 KB) stay in L1 */
 #define KP_BLOCK 256
 /* a column block's packed B kept within this many bytes (L2), at least one panel */
 #define B_BLOCK_BYTES (192 * 1024)
@@ -21,8 +21,8 @@
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t pairs_of(int64_t K) { return (K + 1) / 2; }
 
-size_t kn_qgemm_a_words(int64_t M, int64_t K) { return (size_t)((M + MR - 1) / MR * MR * pairs_of(K)); }
-size_t kn_qgemm_b_words(int64_t N, int64_t K) { return (size_t)((N + NR - 1) / NR * NR * pairs_of(K)); }
+size_t kn_qgemm_a_words(int64_t M, int64_t K) { return (size_t)((M + MR - 1) / MR * MR * (pairs_of(K) + 1)); }
+size_t kn_qgemm_b_bytes(int64_t N, int64_t K) { return (size_t)((N + NR - 1) / NR * NR * 2 * pairs_of(K)); }
 
 /* two int16 values in one word, lo in the low half (vpmaddwd's order) */
 static inline int32_t pair(int32_t lo, int32_t hi) {
@@ -30,28 +30,34 @@ static inline int32_t pair(int32_t lo, int32_t hi) {
 }
 
 /* element (i, k) of A at a[i * rs + k * cs]; a unit cs (the usual layout) takes the plain loop */
-#define DEF_PACK_A(NAME, T)                                                                                  \
-    static void NAME(const T *a, int64_t rs, int64_t cs, int64_t M, int64_t K, const int32_t *zr, int32_t zp, \
-                     int32_t *dst) {                                                                         \
-        const int64_t KP = pairs_of(K);                                                                      \
-        for (int64_t p = 0; p * MR < M; p++)                                                                 \
-            for (int r = 0; r < MR; r++) {                                                                   \
-                const int64_t i = p * MR + r;                                                                \
-                int32_t *d = dst + p * KP * MR + r;                                                          \
-                if (i >= M) {                                                                                \
-                    for (int64_t kp = 0; kp < KP; kp++) d[kp * MR] = 0;                                      \
-                    continue;                                                                                \
-                }                                                                                            \
-                const T *row = a + i * rs;                                                                   \
-                const int32_t z = zr ? zr[i] : zp;                                                           \
-                if (cs == 1)                                                                                 \
-                    for (int64_t kp = 0; kp < K / 2; kp++)                                                   \
-                        d[kp * MR] = pair((int32_t)row[2 * kp] - z, (int32_t)row[2 * kp + 1] - z);           \
-                else                                                                                         \
-                    for (int64_t kp = 0; kp < K / 2; kp++)                                                   \
-                        d[kp * MR] = pair((int32_t)row[2 * kp * cs] - z, (int32_t)row[(2 * kp + 1) * cs] - z); \
-                if (K % 2) d[(KP - 1) * MR] = pair((int32_t)row[(K - 1) * cs] - z, 0);                       \
-            }                                                                                                \
+#define DEF_PACK_A(NAME, T)                                                                                   \
+    static void NAME(const T *a, int64_t rs, int64_t cs, int64_t M, int64_t K, const int32_t *zr, int32_t zp,  \
+                     int32_t *dst) {                                                                          \
+        const int64_t KP = pairs_of(K), panels = (M + MR - 1) / MR;                                           \
+        int32_t *sums = dst + panels * MR * KP;                                                               \
+        for (int64_t p = 0; p < panels; p++)                                                                  \
+            for (int r = 0; r < MR; r++) {                                                                    \
+                const int64_t i = p * MR + r;                                                                 \
+                int32_t *d = dst + p * KP * MR + r, sum = 0;                                                  \
+                if (i >= M) {                                                                                 \
+                    for (int64_t kp = 0; kp < KP; kp++) d[kp * MR] = 0;                                       \
+                    sums[i] = 0;                                                                              \
+                    continue;                                                                                 \
+                }                                                                                             \
+                const T *row = a + i * rs;                                                                    \
+                const int32_t z = zr ? zr[i] : zp;                                                            \
+                for (int64_t kp = 0; kp < K / 2; kp++) {                                                      \
+                    const int32_t v0 = (int32_t)row[2 * kp * cs] - z, v1 = (int32_t)row[(2 * kp + 1) * cs] - z; \
+                    d[kp * MR] = pair(v0, v1);                                                                \
+                    sum += v0 + v1;                                                                           \
+                }                                                                                             \
+                if (K % 2) {                                                                                  \
+                    const int32_t v0 = (int32_t)row[(K - 1) * cs] - z;                                        \
+                    d[(KP - 1) * MR] = pair(v0, 0);                                                           \
+                    sum += v0;                                                                                \
+                }                                                                                             \
+                sums[i] = sum;                                                                                \
+            }                                                                                                 \
     }
 DEF_PACK_A(pack_a_s8, int8_t)
 DEF_PACK_A(pack_a_u8, uint8_t)
@@ -62,41 +68,27 @@ void kn_qgemm_pack_a8(const void *a, bool is_s8, int64_t rs, int64_t cs, int64_t
     else pack_a_u8(a, rs, cs, M, K, zp_rows, zp, dst);
 }
 
-/* element (k, j) of B at b[k * rs + j * cs] */
-#define DEF_PACK_B(NAME, T)                                                                                   \
-    static void NAME(const T *b, int64_t rs, int64_t cs, int64_t K, const int32_t *zc, int32_t zp, int64_t n0, \
-                     int64_t nc, int32_t *dst) {                                                              \
-        const int64_t KP = pairs_of(K);                                                                       \
-        for (int64_t p = 0; p * NR < nc; p++) {                                                               \
-            const int64_t j0 = n0 + p * NR, w = min64(NR, nc - p * NR);                                       \
-            int32_t z[NR];                                                                                    \
-            for (int j = 0; j < w; j++) z[j] = zc ? zc[j0 + j] : zp;                                          \
-            int32_t *d = dst + p * KP * NR;                                                                   \
-            for (int64_t kp = 0; kp < KP; kp++, d += NR) {                                                    \
-                const T *r0 = b + 2 * kp * rs + j0 * cs, *r1 = 2 * kp + 1 < K ? r0 + rs : NULL;               \
-                int j = 0;                                                                                    \
-                if (r1 && cs == 1)                                                                            \
-                    for (; j < w; j++) d[j] = pair((int32_t)r0[j] - z[j], (int32_t)r1[j] - z[j]);             \
-                else if (r1)                                                                                  \
-                    for (; j < w; j++) d[j] = pair((int32_t)r0[j * cs] - z[j], (int32_t)r1[j * cs] - z[j]);   \
-                else                                                                                          \
-                    for (; j < w; j++) d[j] = pair((int32_t)r0[j * cs] - z[j], 0);                            \
-                for (; j < NR; j++) d[j] = 0;                                                                 \
-            }                                                                                                 \
-        }                                                                                                     \
+void kn_qgemm_pack_b8(const void *b, int64_t rs, int64_t cs, int64_t K, int64_t n0, int64_t nc, uint8_t *dst) {
+    const uint8_t *src = b;
+    const int64_t KP = pairs_of(K);
+    for (int64_t p = 0; p * NR < nc; p++) {
+        const int64_t j0 = n0 + p * NR, w = min64(NR, nc - p * NR);
+        uint8_t *d = dst + p * KP * 2 * NR;
+        for (int64_t kp = 0; kp < KP; kp++, d += 2 * NR) {
+            const uint8_t *r0 = src + 2 * kp * rs + j0 * cs, *r1 = 2 * kp + 1 < K ? r0 + rs : NULL;
+            int64_t j = 0;
+            if (r1 && cs == 1)
+                for (; j < w; j++) d[2 * j] = r0[j], d[2 * j + 1] = r1[j];
+            else
+                for (; j < w; j++) d[2 * j] = r0[j * cs], d[2 * j + 1] = r1 ? r1[j * cs] : 0;
+            for (; j < NR; j++) d[2 * j] = d[2 * j + 1] = 0;
+        }
     }
-DEF_PACK_B(pack_b_s8, int8_t)
-DEF_PACK_B(pack_b_u8, uint8_t)
-
-void kn_qgemm_pack_b8(const void *b, bool is_s8, int64_t rs, int64_t cs, int64_t K, const int32_t *zp_cols, int32_t zp,
-                      int64_t n0, int64_t nc, int32_t *dst) {
-    if (is_s8) pack_b_s8(b, rs, cs, K, zp_cols, zp, n0, nc, dst);
-    else pack_b_u8(b, rs, cs, K, zp_cols, zp, n0, nc, dst);
 }
 
 /* ------------------------------------------------------------------ micro-kernels */
 
-/* C[rows][cols] (+)= A panel x B panel over kpn pairs; acc holds NR sums per row */
+/* C[rows][cols] (+)= acc, acc holding NR sums per row */
 static inline void store_tile(const int32_t acc[MR][NR], int rows, int cols, int32_t *C, int64_t ldc, bool add) {
     for (int r = 0; r < rows; r++) {
         int32_t *c = C + r * ldc;
@@ -107,21 +99,61 @@ static inline void store_tile(const int32_t acc[MR][NR], int rows, int cols, int
     }
 }
 
+/* One tile: the A panel's rows times the B panel over kpn pairs, less zb[j] * asum[r] where asum
+ * is set (the first block of K), into C. */
 #if defined(__AVX2__)
-/* rows a constant after inlining: the accumulators are 2 * rows registers */
-static inline __attribute__((always_inline)) void tile_avx2(const int rows, int64_t kpn, const int32_t *A,
-                                                            const int32_t *B, int32_t *C, int64_t ldc, int cols,
-                                                            bool add) {
+/* rows and s8 constants after inlining: the accumulators are 2 * rows registers */
+static inline __attribute__((always_inline)) void tile_avx2(const int rows, const bool s8, int64_t kpn, const int32_t *A,
+                                                            const uint8_t *B, int32_t *C, int64_t ldc, int cols,
+                                                            bool add, const int32_t *asum, const int32_t *zb) {
     __m256i c0[MR], c1[MR];
 #pragma GCC unroll 6
     for (int r = 0; r < rows; r++) c0[r] = c1[r] = _mm256_setzero_si256();
-    for (int64_t k = 0; k < kpn; k++, A += MR, B += NR) {
-        const __m256i b0 = _mm256_loadu_si256((const __m256i *)B), b1 = _mm256_loadu_si256((const __m256i *)(B + 8));
+    int64_t k = 0;
+    if (rows <= 2) {
+        /* one or two rows (an RNN step, a decoder's token): 2 or 4 sums on the add-after-multiply
+         * chain are latency-bound, so even and odd pairs of K go to separate sums */
+        __m256i e0[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, e1[2] = {e0[0], e0[0]};
+        for (; k + 2 <= kpn; k += 2, A += 2 * MR, B += 4 * NR) {
+            const __m256i r0 = _mm256_loadu_si256((const __m256i *)B), r1 = _mm256_loadu_si256((const __m256i *)(B + 2 * NR));
+            const __m128i l0 = _mm256_castsi256_si128(r0), h0 = _mm256_extracti128_si256(r0, 1);
+            const __m128i l1 = _mm256_castsi256_si128(r1), h1 = _mm256_extracti128_si256(r1, 1);
+            const __m256i b0 = s8 ? _mm256_cvtepi8_epi16(l0) : _mm256_cvtepu8_epi16(l0);
+            const __m256i b1 = s8 ? _mm256_cvtepi8_epi16(h0) : _mm256_cvtepu8_epi16(h0);
+            const __m256i b2 = s8 ? _mm256_cvtepi8_epi16(l1) : _mm256_cvtepu8_epi16(l1);
+            const __m256i b3 = s8 ? _mm256_cvtepi8_epi16(h1) : _mm256_cvtepu8_epi16(h1);
+            for (int r = 0; r < rows; r++) {
+                const __m256i a0 = _mm256_set1_epi32(A[r]), a1 = _mm256_set1_epi32(A[MR + r]);
+                c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(a0, b0));
+                c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(a0, b1));
+                e0[r] = _mm256_add_epi32(e0[r], _mm256_madd_epi16(a1, b2));
+                e1[r] = _mm256_add_epi32(e1[r], _mm256_madd_epi16(a1, b3));
+            }
+        }
+        for (int r = 0; r < rows; r++) {
+            c0[r] = _mm256_add_epi32(c0[r], e0[r]);
+            c1[r] = _mm256_add_epi32(c1[r], e1[r]);
+        }
+    }
+    for (; k < kpn; k++, A += MR, B += 2 * NR) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)B);
+        const __m128i lo = _mm256_castsi256_si128(raw), hi = _mm256_extracti128_si256(raw, 1);
+        const __m256i b0 = s8 ? _mm256_cvtepi8_epi16(lo) : _mm256_cvtepu8_epi16(lo);
+        const __m256i b1 = s8 ? _mm256_cvtepi8_epi16(hi) : _mm256_cvtepu8_epi16(hi);
 #pragma GCC unroll 6
         for (int r = 0; r < rows; r++) {
             const __m256i a = _mm256_set1_epi32(A[r]);
             c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(a, b0));
             c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(a, b1));
+        }
+    }
+    if (asum) {
+        const __m256i z0 = _mm256_loadu_si256((const __m256i *)zb), z1 = _mm256_loadu_si256((const __m256i *)(zb + 8));
+#pragma GCC unroll 6
+        for (int r = 0; r < rows; r++) {
+            const __m256i sv = _mm256_set1_epi32(asum[r]);
+            c0[r] = _mm256_sub_epi32(c0[r], _mm256_mullo_epi32(sv, z0));
+            c1[r] = _mm256_sub_epi32(c1[r], _mm256_mullo_epi32(sv, z1));
         }
     }
     if (cols == NR) {
@@ -146,25 +178,39 @@ static inline __attribute__((always_inline)) void tile_avx2(const int rows, int6
     store_tile(acc, rows, cols, C, ldc, add);
 }
 
-static void tile(int rows, int64_t kpn, const int32_t *A, const int32_t *B, int32_t *C, int64_t ldc, int cols, bool add) {
-    switch (rows) {
-    case 6: tile_avx2(6, kpn, A, B, C, ldc, cols, add); break;
-    case 5: tile_avx2(5, kpn, A, B, C, ldc, cols, add); break;
-    case 4: tile_avx2(4, kpn, A, B, C, ldc, cols, add); break;
-    case 3: tile_avx2(3, kpn, A, B, C, ldc, cols, add); break;
-    case 2: tile_avx2(2, kpn, A, B, C, ldc, cols, add); break;
-    default: tile_avx2(1, kpn, A, B, C, ldc, cols, add); break;
+#define TILE_ROWS(S)                                                                                          \
+    switch (rows) {                                                                                           \
+    case 6: tile_avx2(6, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
+    case 5: tile_avx2(5, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
+    case 4: tile_avx2(4, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
+    case 3: tile_avx2(3, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
+    case 2: tile_avx2(2, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
+    default: tile_avx2(1, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                  \
+    }
+
+static void tile(int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc, int cols,
+                 bool add, const int32_t *asum, const int32_t *zb) {
+    if (s8) {
+        TILE_ROWS(true)
+    } else {
+        TILE_ROWS(false)
     }
 }
 #else
-static void tile(int rows, int64_t kpn, const int32_t *A, const int32_t *B, int32_t *C, int64_t ldc, int cols, bool add) {
+static void tile(int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc, int cols,
+                 bool add, const int32_t *asum, const int32_t *zb) {
     int32_t acc[MR][NR] = {{0}};
-    for (int64_t k = 0; k < kpn; k++, A += MR, B += NR)
+    for (int64_t k = 0; k < kpn; k++, A += MR, B += 2 * NR)
         for (int r = 0; r < rows; r++) {
             const int32_t a0 = (int16_t)(A[r] & 0xffff), a1 = (int16_t)((uint32_t)A[r] >> 16);
-            for (int j = 0; j < NR; j++)
-                acc[r][j] += a0 * (int16_t)(B[j] & 0xffff) + a1 * (int16_t)((uint32_t)B[j] >> 16);
+            for (int j = 0; j < NR; j++) {
+                const int32_t b0 = s8 ? (int8_t)B[2 * j] : B[2 * j], b1 = s8 ? (int8_t)B[2 * j + 1] : B[2 * j + 1];
+                acc[r][j] += a0 * b0 + a1 * b1;
+            }
         }
+    if (asum)
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < NR; j++) acc[r][j] -= asum[r] * zb[j];
     store_tile(acc, rows, cols, C, ldc, add);
 }
 #endif
@@ -174,6 +220,7 @@ static void tile(int rows, int64_t kpn, const int32_t *A, const int32_t *B, int3
 typedef struct qjob {
     const kn_qgemm *g;
     int64_t KP, block_panels, row_panels, col_blocks, row_blocks;
+    bool has_zb;
     atomic_int failed;
 } qjob;
 
@@ -182,26 +229,32 @@ typedef struct qjob {
 static void qjob_range(void *arg, int64_t u0, int64_t u1) {
     qjob *j = arg;
     const kn_qgemm *g = j->g;
-    const int64_t KP = j->KP;
-    int32_t *buf = NULL;
-    int64_t have = -1;
-    if (!g->b) {
-        buf = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(j->block_panels * NR * KP));
-        if (!buf) {
-            atomic_store(&j->failed, 1);
-            return;
-        }
+    const int64_t KP = j->KP, width = j->block_panels * NR;
+    const int32_t *sums = g->a + (g->M + MR - 1) / MR * MR * KP;
+    uint8_t *buf = NULL;
+    int32_t *zb = j->has_zb ? malloc(sizeof(int32_t) * (size_t)width) : NULL;
+    if (!g->b) buf = kn_aligned_alloc(64, (size_t)(width * 2 * KP));
+    if ((!g->b && !buf) || (j->has_zb && !zb)) {
+        atomic_store(&j->failed, 1);
+        free(buf);
+        free(zb);
+        return;
     }
+    int64_t have = -1, have_zb = -1;
     for (int64_t u = u0; u < u1; u++) {
         const int64_t cb = u / j->row_blocks, rb = u % j->row_blocks;
-        const int64_t n0 = cb * j->block_panels * NR, nc = min64(j->block_panels * NR, g->N - n0);
-        const int32_t *B;
+        const int64_t n0 = cb * width, nc = min64(width, g->N - n0);
+        const uint8_t *B;
         if (g->b) {
-            B = g->b + n0 * KP;
+            B = g->b + n0 * 2 * KP;
         } else {
             if (have != cb) g->pack_b(g->pack_ctx, n0, nc, buf);
             have = cb;
             B = buf;
+        }
+        if (zb && have_zb != cb) {
+            for (int64_t q = 0; q < width; q++) zb[q] = q >= nc ? 0 : g->zb_cols ? g->zb_cols[n0 + q] : g->zb;
+            have_zb = cb;
         }
         const int64_t p0 = rb * j->row_panels, p1 = min64(p0 + j->row_panels, (g->M + MR - 1) / MR);
         for (int64_t k0 = 0; k0 < KP; k0 += KP_BLOCK) {
@@ -209,15 +262,16 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
             const bool add = g->accumulate || k0 > 0;
             for (int64_t ip = p0; ip < p1; ip++) {
                 const int rows = (int)min64(MR, g->M - ip * MR);
-                const int32_t *A = g->a + ip * KP * MR + k0 * MR;
+                const int32_t *A = g->a + ip * KP * MR + k0 * MR, *asum = zb && k0 == 0 ? sums + ip * MR : NULL;
                 int32_t *C = g->c + ip * MR * g->ldc + n0;
                 for (int64_t jp = 0; jp * NR < nc; jp++)
-                    tile(rows, kpn, A, B + jp * KP * NR + k0 * NR, C + jp * NR, g->ldc, (int)min64(NR, nc - jp * NR),
-                         add);
+                    tile(rows, g->b_signed, kpn, A, B + (jp * KP + k0) * 2 * NR, C + jp * NR, g->ldc,
+                         (int)min64(NR, nc - jp * NR), add, asum, zb ? zb + jp * NR : NULL);
             }
         }
     }
     free(buf);
+    free(zb);
 }
 
 kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g) {
@@ -227,13 +281,13 @@ kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g) {
             for (int64_t i = 0; i < g->M; i++) memset(g->c + i * g->ldc, 0, sizeof(int32_t) * (size_t)g->N);
         return KILN_OK;
     }
-    qjob j = {.g = g, .KP = pairs_of(g->K)};
+    qjob j = {.g = g, .KP = pairs_of(g->K), .has_zb = g->zb_cols || g->zb};
     const int64_t panels = (g->N + NR - 1) / NR, row_panels = (g->M + MR - 1) / MR;
     const int64_t threads = kn_threadpool_size(pool) > 0 ? kn_threadpool_size(pool) : 1;
     /* a product too small to share: one thread (a pass of the pool costs microseconds) */
     const double work = (double)g->M * (double)g->N * (double)g->K;
     const int64_t useful = work < 4e5 ? 1 : min64(threads, (int64_t)(work / 2e5));
-    int64_t bp = (int64_t)(B_BLOCK_BYTES / (sizeof(int32_t) * NR * (size_t)j.KP));
+    int64_t bp = (int64_t)(B_BLOCK_BYTES / ((size_t)NR * 2 * (size_t)j.KP));
     bp = bp < 1 ? 1 : bp;
     if (useful > 1 && (panels + useful - 1) / useful < bp) bp = (panels + useful - 1) / useful;
     j.block_panels = bp;
