@@ -119,6 +119,12 @@
 #ifndef PK_PF_SPREAD
 #define PK_PF_SPREAD 1
 #endif
+#if !defined(SWAP_EVEN_ROWS) && defined(KN_GEMM_AVX2)
+#define SWAP_EVEN_ROWS 1
+#endif
+#ifndef SWAP_EVEN_ROWS
+#define SWAP_EVEN_ROWS 0
+#endif
 #ifndef SWAP_PF_SPREAD
 #define SWAP_PF_SPREAD 1
 #endif
@@ -1465,16 +1471,30 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
                     const int64_t per_call = (kk + calls - 1) / calls;
                     int64_t pf_line = 0;
 #endif
-                    for (int64_t pp = 0; pp < nn; pp += NR)
-                        for (int64_t q = 0; q < NR && pp + q < nn; q += MR, call++) {
+                    for (int64_t pp = 0; pp < nn; pp += NR) {
+#if SWAP_EVEN_ROWS
+                        /* a panel's rows in calls of near-equal size (16 = 6 + 5 + 5, not 6 + 6 + 4):
+                         * four rows make 8 chains of FMAs, just the FMA's latency times its rate,
+                         * and ran slower than their share */
+                        const int64_t prow = min64(NR, nn - pp), pcalls = (prow + MR - 1) / MR;
+                        const int64_t pbase = prow / pcalls, pextra = prow % pcalls;
+#endif
+                        for (int64_t q = 0, qi = 0; q < NR && pp + q < nn; qi++, call++) {
+#if SWAP_EVEN_ROWS
+                            const int mr_q = (int)(pbase + (qi < pextra));
+#else
+                            const int mr_q = (int)min64(MR, min64(NR - q, nn - pp - q));
+#endif
 #if defined(KN_GEMM_AVX2) && SWAP_PF_SPREAD
                             for (int64_t e = min64(kk, pf_line + per_call); pf_line < e; pf_line++)
                                 _mm_prefetch((const char *)(pf + pf_line * NR), SWAP_PF_HINT);
 #endif
-                            ukr_any((int)min64(MR, min64(NR - q, nn - pp - q)), kk, Ap + pp * kc + ks * NR + q, NR, b,
+                            ukr_any(mr_q, kk, Ap + pp * kc + ks * NR + q, NR, b,
                                     NR, t + (pp + q) * ldt, ldt, n, p->alpha, beta, NULL,
                                     call < 2 ? pf + call * kk * (NR / 2) : b, NULL);
+                            q += mr_q;
                         }
+                    }
                 }
             }
         }
