@@ -371,11 +371,20 @@ static kiln_status float_out(kn_kernel_ctx *c, const int32_t *acc, const float *
         if (bown) free((void *)bf);
         return oom(c);
     }
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            float v = (float)acc[i * N + j] * mult[nm > 1 ? j : 0];
-            Yf[i * N + j] = bf ? v + bf[j] : v;
-        }
+    /* the cases apart, each loop plain enough to vectorise (one loop with the choices inside
+     * was 30% of a QDQ transformer's time) */
+    for (int64_t i = 0; i < M; i++) {
+        const int32_t *a = acc + i * N;
+        float *y = Yf + i * N;
+        if (nm > 1 && bf)
+            for (int64_t j = 0; j < N; j++) y[j] = (float)a[j] * mult[j] + bf[j];
+        else if (nm > 1)
+            for (int64_t j = 0; j < N; j++) y[j] = (float)a[j] * mult[j];
+        else if (bf)
+            for (int64_t j = 0; j < N; j++) y[j] = (float)a[j] * mult[0] + bf[j];
+        else
+            for (int64_t j = 0; j < N; j++) y[j] = (float)a[j] * mult[0];
+    }
     if (!y32) {
         kn_linalg_f32_out(Yf, Y, M * N);
         free(Yf);
