@@ -120,6 +120,8 @@ static void step(const kn_chain_step *s, int m, const float *restrict A, const f
     case KN_CHAIN_EXP: KN_V8_MAP(o, A, m, kn_v8_exp); return;
     case KN_CHAIN_ERF: KN_V8_MAP(o, A, m, kn_v8_erf); return;
     case KN_CHAIN_TANH: KN_V8_MAP(o, A, m, kn_v8_tanh); return;
+    case KN_CHAIN_GELU: KN_V8_MAP(o, A, m, kn_v8_gelu_erf); return;
+    case KN_CHAIN_GELU_TANH: KN_V8_MAP(o, A, m, kn_v8_gelu_tanh); return;
 #else
     case KN_CHAIN_EXP: UN(kn_ew_expf(x));
 #endif
@@ -155,8 +157,10 @@ static void step(const kn_chain_step *s, int m, const float *restrict A, const f
     case KN_CHAIN_SOFTSIGN: UN(x / (1.0f + fabsf(x)));
     case KN_CHAIN_SIN: UN(sinf(x));
     case KN_CHAIN_COS: UN(cosf(x));
+#if !(!defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__))
     case KN_CHAIN_GELU: UN(kn_ew_gelu_erff(x));
     case KN_CHAIN_GELU_TANH: UN(kn_ew_gelu_tanhf(x));
+#endif
     case KN_CHAIN_CLIP: UN(clip(x, p0, p1));
     case KN_CHAIN_MISH: UN(kn_ew_mishf(x));
     case KN_CHAIN_BINARY_END_:
