@@ -44,6 +44,9 @@
 #ifndef UKR2_PF
 #define UKR2_PF 16
 #endif
+#ifndef UKR2_PART_STORES
+#define UKR2_PART_STORES 1
+#endif
 #ifndef UKR2_SPLIT
 #define UKR2_SPLIT 1
 #endif
@@ -326,6 +329,29 @@ static void ukr_pack_any(int mr, int64_t kc, const float *a, int64_t as, const f
 static inline __m256i mask8(int64_t n) {
     int k = n < 0 ? 0 : n > 8 ? 8 : (int)n;
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* The first n (< 8) lanes of v to d, as _mm256_maskstore_ps with mask8(n) stores them, by 4-, 2-
+ * and 1-lane stores: a masked store is slow on Zen 3 (store_transposed's last block of a 7x7
+ * plane, one pixel per row of C, was 10% of a 1x1 192->1152 convolution). The micro-kernel's
+ * edge stores stay masked: the same change there made the transposed path's calls 1.3x slower
+ * (its code, not its stores: those calls store whole panels) */
+static inline void store_part8(float *d, __m256 v, int64_t n) {
+    if (n <= 0) return;
+    __m128 x = _mm256_castps256_ps128(v);
+    if (n >= 4) {
+        _mm_storeu_ps(d, x);
+        x = _mm256_extractf128_ps(v, 1);
+        d += 4;
+        n -= 4;
+    }
+    if (n >= 2) {
+        _mm_storel_pi((__m64 *)d, x);
+        x = _mm_movehl_ps(x, x);
+        d += 2;
+        n -= 2;
+    }
+    if (n) _mm_store_ss(d, x);
 }
 
 /* full: n == NR, no masks. vmaskmovps on every step of K cost a load port and kept a mask
@@ -1355,7 +1381,11 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
                     if (beta != 0.0f) v = _mm256_fmadd_ps(_mm256_set1_ps(beta), _mm256_maskload_ps(cp, keep), v);
                     if (t && t->add) v = _mm256_add_ps(v, _mm256_maskload_ps(t->add + (i0 + q) * t->ld + j0, keep));
                     if (t) v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+#if UKR2_PART_STORES
+                    store_part8(cp, v, rows);
+#else
                     _mm256_maskstore_ps(cp, keep, v);
+#endif
                 }
             }
         }
