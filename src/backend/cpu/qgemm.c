@@ -102,6 +102,101 @@ static inline void store_tile(const int32_t acc[MR][NR], int rows, int cols, int
 /* One tile: the A panel's rows times the B panel over kpn pairs, less zb[j] * asum[r] where asum
  * is set (the first block of K), into C. */
 #if defined(__AVX2__)
+/* The finished sums of a tile (c0[r] columns 0-7, c1[r] columns 8-15), less zb[j] * asum[r] where
+ * asum is set, into C */
+static inline __attribute__((always_inline)) void tile_store(const int rows, __m256i *c0, __m256i *c1, int32_t *C,
+                                                             int64_t ldc, int cols, bool add, const int32_t *asum,
+                                                             const int32_t *zb) {
+    if (asum) {
+        const __m256i z0 = _mm256_loadu_si256((const __m256i *)zb), z1 = _mm256_loadu_si256((const __m256i *)(zb + 8));
+        for (int r = 0; r < rows; r++) {
+            const __m256i sv = _mm256_set1_epi32(asum[r]);
+            c0[r] = _mm256_sub_epi32(c0[r], _mm256_mullo_epi32(sv, z0));
+            c1[r] = _mm256_sub_epi32(c1[r], _mm256_mullo_epi32(sv, z1));
+        }
+    }
+    if (cols == NR) {
+        for (int r = 0; r < rows; r++) {
+            __m256i *p0 = (__m256i *)(C + r * ldc), *p1 = (__m256i *)(C + r * ldc + 8);
+            if (add) {
+                c0[r] = _mm256_add_epi32(c0[r], _mm256_loadu_si256(p0));
+                c1[r] = _mm256_add_epi32(c1[r], _mm256_loadu_si256(p1));
+            }
+            _mm256_storeu_si256(p0, c0[r]);
+            _mm256_storeu_si256(p1, c1[r]);
+        }
+        return;
+    }
+    int32_t acc[MR][NR];
+    for (int r = 0; r < rows; r++) {
+        _mm256_storeu_si256((__m256i *)acc[r], c0[r]);
+        _mm256_storeu_si256((__m256i *)(acc[r] + 8), c1[r]);
+    }
+    store_tile(acc, rows, cols, C, ldc, add);
+}
+
+/* Six rows, the main case, in assembly: the twelve sums in ymm0-11, B's two vectors widened
+ * straight from memory into ymm12-13, A's broadcast in ymm14 and each product in ymm15, all 16
+ * registers. AVX2 has no integer multiply-add, so a product needs a register before its add, and
+ * from intrinsics GCC kept the sums on the stack (a load and a store per product) whatever the
+ * form (arrays, named variables, B's halves one after the other). */
+#define QGEMM_ROW(OFF, R0, R1)                                                                                \
+    "vpbroadcastd " #OFF "(%[a]), %%ymm14\n\t"                                                                \
+    "vpmaddwd %%ymm12, %%ymm14, %%ymm15\n\t"                                                                  \
+    "vpaddd %%ymm15, %%" #R0 ", %%" #R0 "\n\t"                                                                \
+    "vpmaddwd %%ymm13, %%ymm14, %%ymm15\n\t"                                                                  \
+    "vpaddd %%ymm15, %%" #R1 ", %%" #R1 "\n\t"
+#define QGEMM_TILE6(WIDEN)                                                                                    \
+    __asm__ volatile("vpxor %%ymm0, %%ymm0, %%ymm0\n\t"                                                       \
+                     "vpxor %%ymm1, %%ymm1, %%ymm1\n\t"                                                       \
+                     "vpxor %%ymm2, %%ymm2, %%ymm2\n\t"                                                       \
+                     "vpxor %%ymm3, %%ymm3, %%ymm3\n\t"                                                       \
+                     "vpxor %%ymm4, %%ymm4, %%ymm4\n\t"                                                       \
+                     "vpxor %%ymm5, %%ymm5, %%ymm5\n\t"                                                       \
+                     "vpxor %%ymm6, %%ymm6, %%ymm6\n\t"                                                       \
+                     "vpxor %%ymm7, %%ymm7, %%ymm7\n\t"                                                       \
+                     "vpxor %%ymm8, %%ymm8, %%ymm8\n\t"                                                       \
+                     "vpxor %%ymm9, %%ymm9, %%ymm9\n\t"                                                       \
+                     "vpxor %%ymm10, %%ymm10, %%ymm10\n\t"                                                    \
+                     "vpxor %%ymm11, %%ymm11, %%ymm11\n\t"                                                    \
+                     "test %[n], %[n]\n\t"                                                                    \
+                     "jz 2f\n"                                                                                \
+                     "1:\n\t" WIDEN " (%[b]), %%ymm12\n\t" WIDEN " 16(%[b]), %%ymm13\n\t"                     \
+                     QGEMM_ROW(0, ymm0, ymm1) QGEMM_ROW(4, ymm2, ymm3) QGEMM_ROW(8, ymm4, ymm5)               \
+                     QGEMM_ROW(12, ymm6, ymm7) QGEMM_ROW(16, ymm8, ymm9) QGEMM_ROW(20, ymm10, ymm11)           \
+                     "add $24, %[a]\n\t"                                                                      \
+                     "add $32, %[b]\n\t"                                                                      \
+                     "dec %[n]\n\t"                                                                           \
+                     "jnz 1b\n"                                                                               \
+                     "2:\n\t"                                                                                 \
+                     "vmovdqu %%ymm0, (%[o])\n\t"                                                             \
+                     "vmovdqu %%ymm2, 32(%[o])\n\t"                                                           \
+                     "vmovdqu %%ymm4, 64(%[o])\n\t"                                                           \
+                     "vmovdqu %%ymm6, 96(%[o])\n\t"                                                           \
+                     "vmovdqu %%ymm8, 128(%[o])\n\t"                                                          \
+                     "vmovdqu %%ymm10, 160(%[o])\n\t"                                                         \
+                     "vmovdqu %%ymm1, 192(%[o])\n\t"                                                          \
+                     "vmovdqu %%ymm3, 224(%[o])\n\t"                                                          \
+                     "vmovdqu %%ymm5, 256(%[o])\n\t"                                                          \
+                     "vmovdqu %%ymm7, 288(%[o])\n\t"                                                          \
+                     "vmovdqu %%ymm9, 320(%[o])\n\t"                                                          \
+                     "vmovdqu %%ymm11, 352(%[o])\n\t"                                                         \
+                     : [a] "+r"(A), [b] "+r"(B), [n] "+r"(n)                                                  \
+                     : [o] "r"(sums)                                                                          \
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",         \
+                       "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory", "cc")
+
+static void tile6_avx2(bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc, int cols,
+                       bool add, const int32_t *asum, const int32_t *zb) {
+    __m256i sums[2 * MR]; /* c0[0..5] then c1[0..5] */
+    int64_t n = kpn;
+    if (s8) QGEMM_TILE6("vpmovsxbw");
+    else QGEMM_TILE6("vpmovzxbw");
+    tile_store(6, sums, sums + MR, C, ldc, cols, add, asum, zb);
+}
+#undef QGEMM_TILE6
+#undef QGEMM_ROW
+
 /* rows and s8 constants after inlining: the accumulators are 2 * rows registers */
 static inline __attribute__((always_inline)) void tile_avx2(const int rows, const bool s8, int64_t kpn, const int32_t *A,
                                                             const uint8_t *B, int32_t *C, int64_t ldc, int cols,
@@ -135,6 +230,43 @@ static inline __attribute__((always_inline)) void tile_avx2(const int rows, cons
             c1[r] = _mm256_add_epi32(c1[r], e1[r]);
         }
     }
+    if (rows == MR && k < kpn) {
+        /* six rows: 12 accumulators, B's two widened halves, the broadcast and a product are all 16
+         * registers, which GCC's allocator does not find (it spilled 6 accumulators to the stack
+         * every pair: half the speed); written out */
+        __m256i a0 = c0[0], a1 = c1[0], a2 = c0[1], a3 = c1[1], a4 = c0[2], a5 = c1[2];
+        __m256i a6 = c0[3], a7 = c1[3], a8 = c0[4], a9 = c1[4], a10 = c0[5], a11 = c1[5];
+        int64_t n = kpn - k;
+#define QROW(OFF, X, Y)                                                                                       \
+    "vpbroadcastd " #OFF "(%[a]), %%ymm14\n\t"                                                                 \
+    "vpmaddwd %%ymm12, %%ymm14, %%ymm15\n\t"                                                                  \
+    "vpaddd %%ymm15, %[" #X "], %[" #X "]\n\t"                                                                \
+    "vpmaddwd %%ymm13, %%ymm14, %%ymm14\n\t"                                                                  \
+    "vpaddd %%ymm14, %[" #Y "], %[" #Y "]\n\t"
+#define QBODY(CVT)                                                                                            \
+    __asm__("1:\n\t"                                                                                           \
+            CVT " (%[b]), %%ymm12\n\t" CVT " 16(%[b]), %%ymm13\n\t"                                           \
+            QROW(0, x0, x1) QROW(4, x2, x3) QROW(8, x4, x5) QROW(12, x6, x7) QROW(16, x8, x9) QROW(20, x10, x11) \
+            "add $24, %[a]\n\t"                                                                                 \
+            "add $32, %[b]\n\t"                                                                                 \
+            "dec %[n]\n\t"                                                                                      \
+            "jnz 1b\n\t"                                                                                        \
+            : [x0] "+x"(a0), [x1] "+x"(a1), [x2] "+x"(a2), [x3] "+x"(a3), [x4] "+x"(a4), [x5] "+x"(a5),          \
+              [x6] "+x"(a6), [x7] "+x"(a7), [x8] "+x"(a8), [x9] "+x"(a9), [x10] "+x"(a10), [x11] "+x"(a11),      \
+              [a] "+r"(A), [b] "+r"(B), [n] "+r"(n)                                                           \
+            :                                                                                                 \
+            : "xmm12", "xmm13", "xmm14", "xmm15", "cc", "memory");
+        if (s8) {
+            QBODY("vpmovsxbw")
+        } else {
+            QBODY("vpmovzxbw")
+        }
+#undef QBODY
+#undef QROW
+        c0[0] = a0, c1[0] = a1, c0[1] = a2, c1[1] = a3, c0[2] = a4, c1[2] = a5;
+        c0[3] = a6, c1[3] = a7, c0[4] = a8, c1[4] = a9, c0[5] = a10, c1[5] = a11;
+        k = kpn;
+    }
     for (; k < kpn; k++, A += MR, B += 2 * NR) {
         const __m256i raw = _mm256_loadu_si256((const __m256i *)B);
         const __m128i lo = _mm256_castsi256_si128(raw), hi = _mm256_extracti128_si256(raw, 1);
@@ -147,40 +279,12 @@ static inline __attribute__((always_inline)) void tile_avx2(const int rows, cons
             c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(a, b1));
         }
     }
-    if (asum) {
-        const __m256i z0 = _mm256_loadu_si256((const __m256i *)zb), z1 = _mm256_loadu_si256((const __m256i *)(zb + 8));
-#pragma GCC unroll 6
-        for (int r = 0; r < rows; r++) {
-            const __m256i sv = _mm256_set1_epi32(asum[r]);
-            c0[r] = _mm256_sub_epi32(c0[r], _mm256_mullo_epi32(sv, z0));
-            c1[r] = _mm256_sub_epi32(c1[r], _mm256_mullo_epi32(sv, z1));
-        }
-    }
-    if (cols == NR) {
-#pragma GCC unroll 6
-        for (int r = 0; r < rows; r++) {
-            __m256i *p0 = (__m256i *)(C + r * ldc), *p1 = (__m256i *)(C + r * ldc + 8);
-            if (add) {
-                c0[r] = _mm256_add_epi32(c0[r], _mm256_loadu_si256(p0));
-                c1[r] = _mm256_add_epi32(c1[r], _mm256_loadu_si256(p1));
-            }
-            _mm256_storeu_si256(p0, c0[r]);
-            _mm256_storeu_si256(p1, c1[r]);
-        }
-        return;
-    }
-    int32_t acc[MR][NR];
-#pragma GCC unroll 6
-    for (int r = 0; r < rows; r++) {
-        _mm256_storeu_si256((__m256i *)acc[r], c0[r]);
-        _mm256_storeu_si256((__m256i *)(acc[r] + 8), c1[r]);
-    }
-    store_tile(acc, rows, cols, C, ldc, add);
+    tile_store(rows, c0, c1, C, ldc, cols, add, asum, zb);
 }
 
 #define TILE_ROWS(S)                                                                                          \
     switch (rows) {                                                                                           \
-    case 6: tile_avx2(6, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
+    case 6: tile6_avx2(S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                     \
     case 5: tile_avx2(5, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
     case 4: tile_avx2(4, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
     case 3: tile_avx2(3, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
