@@ -140,6 +140,7 @@ static inline __attribute__((always_inline)) void tile_store(const int rows, __m
  * registers. AVX2 has no integer multiply-add, so a product needs a register before its add, and
  * from intrinsics GCC kept the sums on the stack (a load and a store per product) whatever the
  * form (arrays, named variables, B's halves one after the other). */
+_Static_assert(KN_QGEMM_MR == 6, "the assembly tiles step A by 24 bytes a pair of K");
 #define QGEMM_ROW(OFF, R0, R1)                                                                                \
     "vpbroadcastd " #OFF "(%[a]), %%ymm14\n\t"                                                                \
     "vpmaddwd %%ymm12, %%ymm14, %%ymm15\n\t"                                                                  \
@@ -196,6 +197,61 @@ static void tile6_avx2(bool s8, int64_t kpn, const int32_t *A, const uint8_t *B,
 }
 #undef QGEMM_TILE6
 #undef QGEMM_ROW
+
+/* One row (an RNN step, a decoder's token), in assembly: latency-bound on one sum per B vector, so
+ * even and odd pairs of K go to separate sums (ymm0-1, ymm2-3), four B vectors widened from
+ * memory a step */
+#define QGEMM_TILE1(WIDEN)                                                                                    \
+    __asm__ volatile("vpxor %%ymm0, %%ymm0, %%ymm0\n\t"                                                       \
+                     "vpxor %%ymm1, %%ymm1, %%ymm1\n\t"                                                       \
+                     "vpxor %%ymm2, %%ymm2, %%ymm2\n\t"                                                       \
+                     "vpxor %%ymm3, %%ymm3, %%ymm3\n\t"                                                       \
+                     "cmp $2, %[n]\n\t"                                                                       \
+                     "jb 2f\n"                                                                                \
+                     "1:\n\t" WIDEN " (%[b]), %%ymm4\n\t" WIDEN " 16(%[b]), %%ymm5\n\t"                       \
+                     WIDEN " 32(%[b]), %%ymm6\n\t" WIDEN " 48(%[b]), %%ymm7\n\t"                              \
+                     "vpbroadcastd (%[a]), %%ymm8\n\t"                                                        \
+                     "vpbroadcastd 24(%[a]), %%ymm9\n\t"                                                      \
+                     "vpmaddwd %%ymm4, %%ymm8, %%ymm10\n\t"                                                   \
+                     "vpaddd %%ymm10, %%ymm0, %%ymm0\n\t"                                                     \
+                     "vpmaddwd %%ymm5, %%ymm8, %%ymm11\n\t"                                                   \
+                     "vpaddd %%ymm11, %%ymm1, %%ymm1\n\t"                                                     \
+                     "vpmaddwd %%ymm6, %%ymm9, %%ymm12\n\t"                                                   \
+                     "vpaddd %%ymm12, %%ymm2, %%ymm2\n\t"                                                     \
+                     "vpmaddwd %%ymm7, %%ymm9, %%ymm13\n\t"                                                   \
+                     "vpaddd %%ymm13, %%ymm3, %%ymm3\n\t"                                                     \
+                     "add $48, %[a]\n\t"                                                                      \
+                     "add $64, %[b]\n\t"                                                                      \
+                     "sub $2, %[n]\n\t"                                                                       \
+                     "cmp $2, %[n]\n\t"                                                                       \
+                     "jae 1b\n"                                                                               \
+                     "2:\n\t"                                                                                 \
+                     "test %[n], %[n]\n\t"                                                                    \
+                     "jz 3f\n\t" WIDEN " (%[b]), %%ymm4\n\t" WIDEN " 16(%[b]), %%ymm5\n\t"                    \
+                     "vpbroadcastd (%[a]), %%ymm8\n\t"                                                        \
+                     "vpmaddwd %%ymm4, %%ymm8, %%ymm10\n\t"                                                   \
+                     "vpaddd %%ymm10, %%ymm0, %%ymm0\n\t"                                                     \
+                     "vpmaddwd %%ymm5, %%ymm8, %%ymm11\n\t"                                                   \
+                     "vpaddd %%ymm11, %%ymm1, %%ymm1\n"                                                       \
+                     "3:\n\t"                                                                                 \
+                     "vpaddd %%ymm2, %%ymm0, %%ymm0\n\t"                                                      \
+                     "vpaddd %%ymm3, %%ymm1, %%ymm1\n\t"                                                      \
+                     "vmovdqu %%ymm0, (%[o])\n\t"                                                             \
+                     "vmovdqu %%ymm1, 32(%[o])\n\t"                                                           \
+                     : [a] "+r"(A), [b] "+r"(B), [n] "+r"(n)                                                  \
+                     : [o] "r"(sums)                                                                          \
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",         \
+                       "xmm10", "xmm11", "xmm12", "xmm13", "memory", "cc")
+
+static void tile1_avx2(bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc, int cols,
+                       bool add, const int32_t *asum, const int32_t *zb) {
+    __m256i sums[2];
+    uint64_t n = (uint64_t)kpn;
+    if (s8) QGEMM_TILE1("vpmovsxbw");
+    else QGEMM_TILE1("vpmovzxbw");
+    tile_store(1, sums, sums + 1, C, ldc, cols, add, asum, zb);
+}
+#undef QGEMM_TILE1
 
 /* rows and s8 constants after inlining: the accumulators are 2 * rows registers */
 static inline __attribute__((always_inline)) void tile_avx2(const int rows, const bool s8, int64_t kpn, const int32_t *A,
@@ -289,7 +345,7 @@ static inline __attribute__((always_inline)) void tile_avx2(const int rows, cons
     case 4: tile_avx2(4, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
     case 3: tile_avx2(3, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
     case 2: tile_avx2(2, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
-    default: tile_avx2(1, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                  \
+    default: tile1_avx2(S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                    \
     }
 
 static void tile(int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc, int cols,
