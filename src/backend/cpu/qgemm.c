@@ -187,13 +187,14 @@ _Static_assert(KN_QGEMM_MR == 6, "the assembly tiles step A by 24 bytes a pair o
                      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",         \
                        "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory", "cc")
 
-static void tile6_avx2(bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc, int cols,
-                       bool add, const int32_t *asum, const int32_t *zb) {
+/* (3-5 rows: all six computed, A's rows past M being zeros, and `rows` of them stored) */
+static void tile6_avx2(int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc,
+                       int cols, bool add, const int32_t *asum, const int32_t *zb) {
     __m256i sums[2 * MR]; /* c0[0..5] then c1[0..5] */
     int64_t n = kpn;
     if (s8) QGEMM_TILE6("vpmovsxbw");
     else QGEMM_TILE6("vpmovzxbw");
-    tile_store(6, sums, sums + MR, C, ldc, cols, add, asum, zb);
+    tile_store(rows, sums, sums + MR, C, ldc, cols, add, asum, zb);
 }
 #undef QGEMM_TILE6
 #undef QGEMM_ROW
@@ -253,108 +254,15 @@ static void tile1_avx2(bool s8, int64_t kpn, const int32_t *A, const uint8_t *B,
 }
 #undef QGEMM_TILE1
 
-/* rows and s8 constants after inlining: the accumulators are 2 * rows registers */
-static inline __attribute__((always_inline)) void tile_avx2(const int rows, const bool s8, int64_t kpn, const int32_t *A,
-                                                            const uint8_t *B, int32_t *C, int64_t ldc, int cols,
-                                                            bool add, const int32_t *asum, const int32_t *zb) {
-    __m256i c0[MR], c1[MR];
-#pragma GCC unroll 6
-    for (int r = 0; r < rows; r++) c0[r] = c1[r] = _mm256_setzero_si256();
-    int64_t k = 0;
-    if (rows <= 2) {
-        /* one or two rows (an RNN step, a decoder's token): 2 or 4 sums on the add-after-multiply
-         * chain are latency-bound, so even and odd pairs of K go to separate sums */
-        __m256i e0[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, e1[2] = {e0[0], e0[0]};
-        for (; k + 2 <= kpn; k += 2, A += 2 * MR, B += 4 * NR) {
-            const __m256i r0 = _mm256_loadu_si256((const __m256i *)B), r1 = _mm256_loadu_si256((const __m256i *)(B + 2 * NR));
-            const __m128i l0 = _mm256_castsi256_si128(r0), h0 = _mm256_extracti128_si256(r0, 1);
-            const __m128i l1 = _mm256_castsi256_si128(r1), h1 = _mm256_extracti128_si256(r1, 1);
-            const __m256i b0 = s8 ? _mm256_cvtepi8_epi16(l0) : _mm256_cvtepu8_epi16(l0);
-            const __m256i b1 = s8 ? _mm256_cvtepi8_epi16(h0) : _mm256_cvtepu8_epi16(h0);
-            const __m256i b2 = s8 ? _mm256_cvtepi8_epi16(l1) : _mm256_cvtepu8_epi16(l1);
-            const __m256i b3 = s8 ? _mm256_cvtepi8_epi16(h1) : _mm256_cvtepu8_epi16(h1);
-            for (int r = 0; r < rows; r++) {
-                const __m256i a0 = _mm256_set1_epi32(A[r]), a1 = _mm256_set1_epi32(A[MR + r]);
-                c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(a0, b0));
-                c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(a0, b1));
-                e0[r] = _mm256_add_epi32(e0[r], _mm256_madd_epi16(a1, b2));
-                e1[r] = _mm256_add_epi32(e1[r], _mm256_madd_epi16(a1, b3));
-            }
-        }
-        for (int r = 0; r < rows; r++) {
-            c0[r] = _mm256_add_epi32(c0[r], e0[r]);
-            c1[r] = _mm256_add_epi32(c1[r], e1[r]);
-        }
-    }
-    if (rows == MR && k < kpn) {
-        /* six rows: 12 accumulators, B's two widened halves, the broadcast and a product are all 16
-         * registers, which GCC's allocator does not find (it spilled 6 accumulators to the stack
-         * every pair: half the speed); written out */
-        __m256i a0 = c0[0], a1 = c1[0], a2 = c0[1], a3 = c1[1], a4 = c0[2], a5 = c1[2];
-        __m256i a6 = c0[3], a7 = c1[3], a8 = c0[4], a9 = c1[4], a10 = c0[5], a11 = c1[5];
-        int64_t n = kpn - k;
-#define QROW(OFF, X, Y)                                                                                       \
-    "vpbroadcastd " #OFF "(%[a]), %%ymm14\n\t"                                                                 \
-    "vpmaddwd %%ymm12, %%ymm14, %%ymm15\n\t"                                                                  \
-    "vpaddd %%ymm15, %[" #X "], %[" #X "]\n\t"                                                                \
-    "vpmaddwd %%ymm13, %%ymm14, %%ymm14\n\t"                                                                  \
-    "vpaddd %%ymm14, %[" #Y "], %[" #Y "]\n\t"
-#define QBODY(CVT)                                                                                            \
-    __asm__("1:\n\t"                                                                                           \
-            CVT " (%[b]), %%ymm12\n\t" CVT " 16(%[b]), %%ymm13\n\t"                                           \
-            QROW(0, x0, x1) QROW(4, x2, x3) QROW(8, x4, x5) QROW(12, x6, x7) QROW(16, x8, x9) QROW(20, x10, x11) \
-            "add $24, %[a]\n\t"                                                                                 \
-            "add $32, %[b]\n\t"                                                                                 \
-            "dec %[n]\n\t"                                                                                      \
-            "jnz 1b\n\t"                                                                                        \
-            : [x0] "+x"(a0), [x1] "+x"(a1), [x2] "+x"(a2), [x3] "+x"(a3), [x4] "+x"(a4), [x5] "+x"(a5),          \
-              [x6] "+x"(a6), [x7] "+x"(a7), [x8] "+x"(a8), [x9] "+x"(a9), [x10] "+x"(a10), [x11] "+x"(a11),      \
-              [a] "+r"(A), [b] "+r"(B), [n] "+r"(n)                                                           \
-            :                                                                                                 \
-            : "xmm12", "xmm13", "xmm14", "xmm15", "cc", "memory");
-        if (s8) {
-            QBODY("vpmovsxbw")
-        } else {
-            QBODY("vpmovzxbw")
-        }
-#undef QBODY
-#undef QROW
-        c0[0] = a0, c1[0] = a1, c0[1] = a2, c1[1] = a3, c0[2] = a4, c1[2] = a5;
-        c0[3] = a6, c1[3] = a7, c0[4] = a8, c1[4] = a9, c0[5] = a10, c1[5] = a11;
-        k = kpn;
-    }
-    for (; k < kpn; k++, A += MR, B += 2 * NR) {
-        const __m256i raw = _mm256_loadu_si256((const __m256i *)B);
-        const __m128i lo = _mm256_castsi256_si128(raw), hi = _mm256_extracti128_si256(raw, 1);
-        const __m256i b0 = s8 ? _mm256_cvtepi8_epi16(lo) : _mm256_cvtepu8_epi16(lo);
-        const __m256i b1 = s8 ? _mm256_cvtepi8_epi16(hi) : _mm256_cvtepu8_epi16(hi);
-#pragma GCC unroll 6
-        for (int r = 0; r < rows; r++) {
-            const __m256i a = _mm256_set1_epi32(A[r]);
-            c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(a, b0));
-            c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(a, b1));
-        }
-    }
-    tile_store(rows, c0, c1, C, ldc, cols, add, asum, zb);
-}
-
-#define TILE_ROWS(S)                                                                                          \
-    switch (rows) {                                                                                           \
-    case 6: tile6_avx2(S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                     \
-    case 5: tile_avx2(5, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
-    case 4: tile_avx2(4, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
-    case 3: tile_avx2(3, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
-    case 2: tile_avx2(2, S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                   \
-    default: tile1_avx2(S, kpn, A, B, C, ldc, cols, add, asum, zb); break;                                    \
-    }
-
+/* two rows: the one-row tile twice (the B panel is in L1 the second time) */
 static void tile(int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc, int cols,
                  bool add, const int32_t *asum, const int32_t *zb) {
-    if (s8) {
-        TILE_ROWS(true)
-    } else {
-        TILE_ROWS(false)
+    if (rows >= 3) {
+        tile6_avx2(rows, s8, kpn, A, B, C, ldc, cols, add, asum, zb);
+        return;
     }
+    tile1_avx2(s8, kpn, A, B, C, ldc, cols, add, asum, zb);
+    if (rows == 2) tile1_avx2(s8, kpn, A + 1, B, C + ldc, ldc, cols, add, asum ? asum + 1 : NULL, zb);
 }
 #else
 static void tile(int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc, int cols,
