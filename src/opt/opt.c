@@ -18,6 +18,10 @@
  * holds the rewrites that depend on the backend and the session's precision, after every fusion
  * (it converts the fused nodes too). */
 const kn_pass kn_opt_passes[] = {
+    /* before folding: that would turn the dequantised weights into float constants */
+    {"fuse_qdq_matmul", 1, kn_pass_fuse_qdq_matmul,
+     "MatMul of two DequantizeLinear outputs (B a constant) into com.microsoft.MatMulIntegerToFloat: the exact 8-bit "
+     "product"},
     {"fold_constants", 1, kn_pass_fold_constants,
      "evaluates nodes whose inputs are all constant, and shape arithmetic over known shapes, into initializers"},
     {"drop_zero_rnn_states", 1, kn_pass_drop_zero_rnn_states,

@@ -71,6 +71,7 @@ kiln_status kn_pass_merge_transposes(kn_opt_ctx *c);
 kiln_status kn_pass_merge_reshapes(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_gelu(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_layernorm(kn_opt_ctx *c);
+kiln_status kn_pass_fuse_qdq_matmul(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_conv(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_gemm_activation(kn_opt_ctx *c);

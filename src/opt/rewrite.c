@@ -395,7 +395,7 @@ static kiln_status attrs_to_arena(kn_arena *ar, const kn_opt_proto *p, kn_attr *
     return KILN_OK;
 }
 
-/* The model imports the kiln domain once it holds a kiln node. */
+/* The model imports the kiln domain once it holds a kiln node (com.microsoft: one of its operators). */
 static kiln_status import_domain(kn_model *m, const char *domain, int version) {
     if (kn_model_opset(m, domain)) return KILN_OK;
     kn_opset_import *o = kn_arena_alloc(&m->arena, sizeof *o * (size_t)(m->n_opsets + 1));
@@ -413,7 +413,10 @@ kiln_status kn_opt_emit(kn_opt_ctx *c, const kn_opt_proto *p, int name_from, int
     kn_graph *g = c->g;
     *node_out = -1;
     bool kiln_domain = !strcmp(p->domain, "kiln");
-    int opset = kiln_domain ? 1 : (int)kn_model_opset(c->model, p->domain);
+    /* ONNX Runtime's contrib operators are all version 1: a model that does not import the domain
+     * gets it with the first one a pass forms */
+    bool contrib_new = !strcmp(p->domain, "com.microsoft") && !kn_model_opset(c->model, p->domain);
+    int opset = kiln_domain || contrib_new ? 1 : (int)kn_model_opset(c->model, p->domain);
     const kn_op_schema *schema = kn_op_find(p->domain, p->op_type, opset, NULL);
     if (!schema) return KILN_OK;
     int ni = p->n_inputs;
@@ -472,7 +475,7 @@ kiln_status kn_opt_emit(kn_opt_ctx *c, const kn_opt_proto *p, int name_from, int
 
     kn_attr *attrs;
     KN_TRY(attrs_to_arena(&c->model->arena, p, &attrs));
-    if (kiln_domain) KN_TRY(import_domain(c->model, "kiln", 1));
+    if (kiln_domain || contrib_new) KN_TRY(import_domain(c->model, p->domain, 1));
     char name[512];
     snprintf(name, sizeof name, "%s%s%s", name_from >= 0 ? g->nodes[name_from].name : "", name_from >= 0 ? "/" : "",
              p->op_type);

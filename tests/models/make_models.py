@@ -219,6 +219,41 @@ def tiny_rnn():
     return m, data
 
 
+def qdq_matmul():
+    """Static quantisation's QDQ form (as ONNX Runtime's quantiser writes it): activations through
+    QuantizeLinear/DequantizeLinear, weights stored as 8-bit DequantizeLinear inputs; per-column int8
+    and per-tensor uint8 weights. kiln runs such a MatMul as an exact integer product
+    (MatMulIntegerToFloat); the reference is the float product of the dequantised values."""
+    k, n1, n2 = 32, 48, 16
+    w1 = RNG.integers(-127, 128, (k, n1)).astype(np.int8)
+    w2 = RNG.integers(0, 256, (k, n2)).astype(np.uint8)
+    inits = [numpy_helper.from_array(np.array(0.04, np.float32), "xs"),
+             numpy_helper.from_array(np.array(131, np.uint8), "xz"),
+             numpy_helper.from_array(w1, "w1q"),
+             numpy_helper.from_array((RNG.uniform(0.002, 0.01, n1)).astype(np.float32), "w1s"),
+             numpy_helper.from_array(np.zeros(n1, np.int8), "w1z"),
+             numpy_helper.from_array(w2, "w2q"),
+             numpy_helper.from_array(np.array(0.006, np.float32), "w2s"),
+             numpy_helper.from_array(np.array(119, np.uint8), "w2z"),
+             w("b1", n1, scale=0.1)]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w1q", "w1s", "w1z"], ["w1d"], axis=1),
+        helper.make_node("DequantizeLinear", ["w2q", "w2s", "w2z"], ["w2d"]),
+        helper.make_node("MatMul", ["xd", "w1d"], ["m1"]),
+        helper.make_node("Add", ["m1", "b1"], ["y1"]),
+        helper.make_node("MatMul", ["xd", "w2d"], ["y2"]),
+    ]
+    g = helper.make_graph(nodes, "qdq_matmul",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", k])],
+                          [helper.make_tensor_value_info("y1", TensorProto.FLOAT, ["batch", "seq", n1]),
+                           helper.make_tensor_value_info("y2", TensorProto.FLOAT, ["batch", "seq", n2])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
+    data = [[RNG.standard_normal((b, t, k)).astype(np.float32) * 2] for b, t in ((1, 7), (3, 13))]
+    return m, data
+
+
 def write(out, name, model, data):
     import onnxruntime as ort
     # IR 10 (ONNX 1.16): what every ONNX Runtime still in use loads (the GPU host's 1.30 refuses the
@@ -253,7 +288,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     zoo = {}
     for name, build in (("tiny_cnn", tiny_cnn), ("tiny_transformer", tiny_transformer), ("tiny_rnn", tiny_rnn),
-                        ("mha_static", mha_static)):
+                        ("mha_static", mha_static), ("qdq_matmul", qdq_matmul)):
         model, data = build()
         write(out, name, model, data)
         zoo[name] = {"rtol": 1e-3, "atol": 1e-4, "data_sets": len(data),
