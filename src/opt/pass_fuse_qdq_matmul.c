@@ -8,7 +8,8 @@
  * into float constants four times their size.
  *
  * Taken: A's scale and zero point one value each; B a constant [K, N] with one scale (and zero
- * point) or one per column (axis 1); float32 output; no block_size or output_dtype. It runs before
+ * point) or one per column (axis 1); float32 output; no block_size or output_dtype. A following
+ * Add of a constant bias [N] becomes the operator's bias. It runs before
  * constant folding, which would fold B's DequantizeLinear away. The DequantizeLinear nodes stay for
  * any other reader (else they go as dead code). */
 #include "opt/pass.h"
@@ -57,6 +58,18 @@ static kiln_status fuse(kn_opt_ctx *c, int i, bool *done) {
     const kn_type *tsb = &c->g->values[sb].type;
     const int64_t nsb = count_of(tsb), axis = kn_attr_int(&c->g->nodes[db], "axis", 1);
     if (nsb != 1 && !(tsb->rank == 1 && nsb == bq->dims[1] && (axis == 1 || axis == -1))) return KILN_OK;
+    /* a bias Add after it (a constant of one value per column) becomes the operator's bias */
+    int y = n->outputs[0], bias = -1;
+    const int add = kn_opt_only_consumer(c, y);
+    if (kn_opt_is(c, add, "Add") && !kn_opt_pinned(c, y)) {
+        const int other = kn_opt_other_input(c, add, y);
+        const kn_tensor *bt = other >= 0 ? kn_opt_const(c, other) : NULL;
+        if (bt && bt->dtype == KILN_DTYPE_FLOAT && bt->rank == 1 && bt->dims[0] == bq->dims[1] &&
+            kn_opt_same_shape(&c->g->values[c->g->nodes[add].outputs[0]].type, &c->g->values[y].type)) {
+            bias = other;
+            y = c->g->nodes[add].outputs[0];
+        }
+    }
     kn_opt_proto p;
     int made;
     kn_proto_init(&p, "com.microsoft", "MatMulIntegerToFloat");
@@ -66,10 +79,12 @@ static kiln_status fuse(kn_opt_ctx *c, int i, bool *done) {
     kn_proto_in(&p, sb);
     kn_proto_in(&p, za);
     kn_proto_in(&p, zb);
-    kn_proto_out(&p, n->outputs[0]);
+    kn_proto_in(&p, bias);
+    kn_proto_out(&p, y);
     KN_TRY(kn_opt_emit(c, &p, i, &made));
     if (made < 0) return KILN_OK;
     kn_opt_kill(c, i);
+    if (bias >= 0) kn_opt_kill(c, add);
     *done = true;
     return KILN_OK;
 }
