@@ -750,13 +750,26 @@ def quantised_contrib_tests(out, rng):
     convi("convinteger_same_upper_no_zp", (1, 3, 8, 9), (5, 3, 4, 4), auto_pad="SAME_UPPER", strides=[2, 2], zp=False)
     convi("convinteger_u8s8_wide_row", (1, 2, 4, 70), (3, 2, 3, 5), wt=np.int8, pads=[1, 2, 1, 2])
     convi("convinteger_large_plane_threads", (1, 16, 40, 41), (8, 16, 3, 3), pads=[1, 1, 1, 1])
+    # depthwise (one input channel per group: conv_int_dw.c's direct kernel)
+    convi("convinteger_depthwise_dilated", (1, 10, 17, 19), (10, 1, 3, 3), group=10, dilations=[2, 2], pads=[2, 2, 2, 2])
+    convi("convinteger_depthwise_s8x_s8w", (1, 7, 12, 40), (7, 1, 3, 3), xt=np.int8, wt=np.int8, group=7,
+          pads=[1, 1, 1, 1])
+    convi("convinteger_depthwise_u8s8", (1, 9, 9, 35), (9, 1, 3, 3), wt=np.int8, group=9, pads=[1, 1, 1, 1])
+    convi("convinteger_depthwise_5x5_s2_asym_pads", (2, 5, 15, 37), (5, 1, 5, 5), group=5, strides=[2, 2],
+          pads=[2, 1, 0, 3])
+    convi("convinteger_depthwise_mult2", (1, 6, 11, 13), (12, 1, 3, 3), group=6, pads=[1, 1, 1, 1])
+    convi("convinteger_depthwise_s3x2_k4x3_dil", (1, 4, 20, 23), (8, 1, 4, 3), group=4, strides=[3, 2],
+          dilations=[1, 3], pads=[1, 3, 2, 0])
+    convi("convinteger_depthwise_1d_s2", (2, 8, 50), (8, 1, 5), group=8, strides=[2], pads=[2, 2])
+    convi("convinteger_depthwise_wide_threads", (1, 64, 30, 70), (64, 1, 3, 3), group=64, pads=[1, 1, 1, 1])
+    convi("convinteger_depthwise_one_channel_mult3", (2, 1, 9, 33), (3, 1, 3, 3), pads=[0, 1, 2, 1], const_w=False)
 
-    def qconv(name, x_shape, w_shape, xt=np.uint8, wt=np.int8, per_channel=False, bias=True, **attrs):
+    def qconv(name, x_shape, w_shape, xt=np.uint8, wt=np.int8, per_channel=False, bias=True, wz_rand=False, **attrs):
         M = w_shape[0]
         ins = [("x", q(xt, *x_shape)), ("x_scale", np.float32(0.02)), ("x_zero_point", q(xt)),
                ("w", w8(wt, *w_shape)),
                ("w_scale", f32(M, lo=0.002, hi=0.01) if per_channel else np.float32(0.005)),
-               ("w_zero_point", np.zeros(M, wt) if per_channel else w8(wt)),
+               ("w_zero_point", (w8(wt, M) if wz_rand else np.zeros(M, wt)) if per_channel else w8(wt)),
                ("y_scale", np.float32(0.3)), ("y_zero_point", q(xt)),
                ("B", rng.integers(-5000, 5000, M).astype(np.int32) if bias else None)]
         while ins[-1][1] is None:
@@ -768,6 +781,12 @@ def quantised_contrib_tests(out, rng):
     qconv("qlinearconv_u8s8_per_channel_s2", (1, 16, 12, 11), (19, 16, 3, 3), per_channel=True, strides=[2, 2])
     qconv("qlinearconv_u8u8_1x1", (2, 33, 5, 5), (7, 33, 1, 1), wt=np.uint8, bias=False)
     qconv("qlinearconv_s8s8_depthwise", (1, 12, 8, 8), (12, 1, 3, 3), xt=np.int8, group=12, pads=[1, 1, 1, 1])
+    qconv("qlinearconv_u8u8_depthwise_per_channel_zp", (1, 10, 13, 12), (10, 1, 3, 3), wt=np.uint8, group=10,
+          per_channel=True, wz_rand=True, pads=[1, 1, 1, 1])
+    qconv("qlinearconv_s8s8_depthwise_s2_mult2_dilated", (1, 6, 17, 21), (12, 1, 3, 3), xt=np.int8, group=6,
+          strides=[2, 2], dilations=[2, 2], pads=[2, 1, 2, 2], per_channel=True)
+    qconv("qlinearconv_u8s8_depthwise_asym_pads_no_bias", (2, 16, 10, 9), (16, 1, 3, 3), group=16, bias=False,
+          pads=[0, 1, 1, 0])
 
     def qmm(name, a_shape, b_shape, at=np.uint8, bt=np.int8):
         qb = w8 if at == np.uint8 else q

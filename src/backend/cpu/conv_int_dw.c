@@ -1,0 +1,243 @@
+/* Direct 8-bit integer depthwise convolution (conv_int_dw.h says how). */
+#include "backend/cpu/conv_int_dw.h"
+
+#include "util/aligned.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static inline int32_t pair16(int32_t lo, int32_t hi) {
+    return (int32_t)((uint32_t)(uint16_t)(int16_t)lo | (uint32_t)(uint16_t)(int16_t)hi << 16);
+}
+
+/* The plane's rows as pair words. Row ih holds RW words: where sw == 2 and dw == 1 the pairs of
+ * phase r are the int16 row itself read from element r (no copy: "direct"), else sw phase rows of
+ * QW words, phase r's word j = (xb[j*sw + r], xb[j*sw + r + dw]), xb the int16 row with pw zeros
+ * before it. Pair p of a kernel row (taps 2p, 2p + 1) for output column ow is then the word at
+ * byte offset off[p] + 4 * ow of its input row. */
+typedef struct dw_job {
+    const kn_qdw *p;
+    const int32_t *wk; /* M x KH x KP weight pairs */
+    int64_t KP, QW, XB, RW;
+    bool direct;
+    int64_t *off; /* KP byte offsets */
+    atomic_int failed;
+} dw_job;
+
+/* xb = x's row less zx between zero borders (XB int16 in all) */
+static void row_to_i16(const dw_job *j, const void *xrow, int16_t *xb) {
+    const kn_qdw *p = j->p;
+    const int64_t W = p->W, pw = p->pw;
+    memset(xb, 0, sizeof(int16_t) * (size_t)pw);
+    int16_t *d = xb + pw;
+    int64_t i = 0;
+    const int16_t z = (int16_t)p->zx;
+#if defined(__AVX2__)
+    const __m256i zv = _mm256_set1_epi16(z);
+    for (; i + 16 <= W; i += 16) {
+        const __m128i raw = _mm_loadu_si128((const __m128i *)((const uint8_t *)xrow + i));
+        const __m256i v = p->x_s8 ? _mm256_cvtepi8_epi16(raw) : _mm256_cvtepu8_epi16(raw);
+        _mm256_storeu_si256((__m256i *)(d + i), _mm256_sub_epi16(v, zv));
+    }
+#endif
+    if (p->x_s8)
+        for (; i < W; i++) d[i] = (int16_t)(((const int8_t *)xrow)[i] - z);
+    else
+        for (; i < W; i++) d[i] = (int16_t)(((const uint8_t *)xrow)[i] - z);
+    memset(d + W, 0, sizeof(int16_t) * (size_t)(j->XB - pw - W));
+}
+
+/* the pair words of phase rows from xb (not direct) */
+static void row_pairs(const dw_job *j, const int16_t *xb, int32_t *row) {
+    const kn_qdw *p = j->p;
+    const int64_t sw = p->sw, dw = p->dw, QW = j->QW;
+    if (sw == 1) {
+        int64_t q = 0;
+#if defined(__AVX2__)
+        for (; q + 8 <= QW; q += 8) {
+            const __m128i a = _mm_loadu_si128((const __m128i *)(xb + q)), b = _mm_loadu_si128((const __m128i *)(xb + q + dw));
+            _mm_storeu_si128((__m128i *)(row + q), _mm_unpacklo_epi16(a, b));
+            _mm_storeu_si128((__m128i *)(row + q + 4), _mm_unpackhi_epi16(a, b));
+        }
+#endif
+        for (; q < QW; q++) row[q] = pair16(xb[q], xb[q + dw]);
+        return;
+    }
+    for (int64_t r = 0; r < sw; r++) {
+        int32_t *d = row + r * QW;
+        for (int64_t q = 0; q < QW; q++) d[q] = pair16(xb[q * sw + r], xb[q * sw + r + dw]);
+    }
+}
+
+/* One output row of channel m: y[0, OW) (+)= sum over the nv input rows rows[v] (byte pointers)
+ * with weight pairs wr[v][0, KP) */
+#if defined(__AVX2__)
+/* NA accumulators of 8 output columns from o; kp pairs per kernel row (a constant after inlining) */
+static inline __attribute__((always_inline)) void out_block(const int NA, const int64_t kp, const int64_t *off,
+                                                            const char *const *rows, const int32_t *const *wr, int nv,
+                                                            int32_t *y, int64_t o, int64_t OW, int32_t b0) {
+    __m256i c[4];
+    for (int a = 0; a < NA; a++) c[a] = _mm256_set1_epi32(b0);
+    for (int v = 0; v < nv; v++) {
+        const char *r = rows[v] + 4 * o;
+        for (int64_t k = 0; k < kp; k++) {
+            const __m256i w = _mm256_set1_epi32(wr[v][k]);
+            const char *q = r + off[k];
+            for (int a = 0; a < NA; a++)
+                c[a] = _mm256_add_epi32(c[a], _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * a)), w));
+        }
+    }
+    for (int a = 0; a < NA; a++) {
+        int32_t *d = y + o + 8 * a;
+        if (o + 8 * a + 8 <= OW) {
+            _mm256_storeu_si256((__m256i *)d, c[a]);
+        } else {
+            const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(OW - o - 8 * a)),
+                                                    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            _mm256_maskstore_epi32(d, mask, c[a]);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void out_row_k(const int64_t kp, const int64_t *off,
+                                                            const char *const *rows, const int32_t *const *wr, int nv,
+                                                            int32_t *y, int64_t OW, int32_t b0) {
+    int64_t o = 0;
+    for (; o + 32 <= OW; o += 32) out_block(4, kp, off, rows, wr, nv, y, o, OW, b0);
+    const int64_t left = (OW - o + 7) / 8;
+    if (left == 4) out_block(4, kp, off, rows, wr, nv, y, o, OW, b0);
+    else if (left == 3) out_block(3, kp, off, rows, wr, nv, y, o, OW, b0);
+    else if (left == 2) out_block(2, kp, off, rows, wr, nv, y, o, OW, b0);
+    else if (left == 1) out_block(1, kp, off, rows, wr, nv, y, o, OW, b0);
+}
+
+static void out_row(const dw_job *j, const char *const *rows, const int32_t *const *wr, int nv, int32_t *y,
+                    int32_t b0) {
+    const int64_t OW = j->p->OW, *off = j->off;
+    switch (j->KP) {
+    case 1: out_row_k(1, off, rows, wr, nv, y, OW, b0); break;
+    case 2: out_row_k(2, off, rows, wr, nv, y, OW, b0); break; /* 3x3, 4x4 */
+    case 3: out_row_k(3, off, rows, wr, nv, y, OW, b0); break; /* 5x5 */
+    default: out_row_k(j->KP, off, rows, wr, nv, y, OW, b0); break;
+    }
+}
+#else
+static void out_row(const dw_job *j, const char *const *rows, const int32_t *const *wr, int nv, int32_t *y,
+                    int32_t b0) {
+    const int64_t OW = j->p->OW, KP = j->KP, *off = j->off;
+    for (int64_t o = 0; o < OW; o++) {
+        int32_t s = b0;
+        for (int v = 0; v < nv; v++)
+            for (int64_t k = 0; k < KP; k++) {
+                int32_t q;
+                memcpy(&q, rows[v] + off[k] + 4 * o, sizeof q);
+                const int32_t w = wr[v][k];
+                s += (int16_t)(q & 0xffff) * (int16_t)(w & 0xffff) + (int16_t)((uint32_t)q >> 16) * (int16_t)((uint32_t)w >> 16);
+            }
+        y[o] = s;
+    }
+}
+#endif
+
+static void dw_range(void *arg, int64_t b0, int64_t b1) {
+    dw_job *j = arg;
+    const kn_qdw *p = j->p;
+    const int64_t H = p->H, W = p->W, KH = p->KH, RW = j->RW, KP = j->KP, M = p->C * p->mult;
+    int32_t *buf = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(H * RW + 16));
+    int16_t *xb = j->direct ? NULL : kn_aligned_alloc(64, sizeof(int16_t) * (size_t)(j->XB + 16));
+    const char **rows = malloc(sizeof(char *) * (size_t)KH);
+    const int32_t **wr = malloc(sizeof(int32_t *) * (size_t)KH);
+    if (!buf || (!j->direct && !xb) || !rows || !wr) {
+        atomic_store(&j->failed, 1);
+        goto done;
+    }
+    for (int64_t b = b0; b < b1; b++) { /* plane b = n * C + c */
+        const int64_t n = b / p->C, c = b % p->C;
+        const char *xp = (const char *)p->x + (size_t)b * (size_t)(H * W);
+        for (int64_t ih = 0; ih < H; ih++) {
+            int32_t *row = buf + ih * RW;
+            if (j->direct) row_to_i16(j, xp + ih * W, (int16_t *)row);
+            else {
+                row_to_i16(j, xp + ih * W, xb);
+                row_pairs(j, xb, row);
+            }
+        }
+        for (int64_t t = 0; t < p->mult; t++) {
+            const int64_t m = c * p->mult + t;
+            const int32_t *wm = j->wk + m * KH * KP;
+            int32_t *y = p->y + (n * M + m) * p->OH * p->OW;
+            const int32_t b0 = p->bias ? p->bias[m] : 0;
+            for (int64_t oh = 0; oh < p->OH; oh++) {
+                int nv = 0;
+                for (int64_t kh = 0; kh < KH; kh++) {
+                    const int64_t ih = oh * p->sh - p->ph + kh * p->dh;
+                    if (ih < 0 || ih >= H) continue;
+                    rows[nv] = (const char *)(buf + ih * RW);
+                    wr[nv++] = wm + kh * KP;
+                }
+                int32_t *yr = y + oh * p->OW;
+                if (nv) out_row(j, rows, wr, nv, yr, b0);
+                else
+                    for (int64_t o = 0; o < p->OW; o++) yr[o] = b0;
+            }
+        }
+    }
+done:
+    free(buf);
+    free(xb);
+    free(rows);
+    free(wr);
+}
+
+kiln_status kn_qdw_conv(kn_threadpool *pool, const kn_qdw *p) {
+    const int64_t M = p->C * p->mult, planes = p->N * p->C;
+    if (planes == 0 || p->OH * p->OW == 0 || p->mult == 0) return KILN_OK;
+    dw_job j = {.p = p, .KP = (p->KW + 1) / 2};
+    const int64_t amax = (p->KW - 1) * p->dw / p->sw;
+    j.QW = (p->OW + 31) / 32 * 32 + amax + 1;
+    j.XB = max64(j.QW * p->sw + p->dw + 16, p->pw + p->W + 16);
+    j.direct = p->sw == 2 && p->dw == 1;
+    j.RW = j.direct ? (j.XB + 1) / 2 + 8 : j.QW * p->sw;
+    j.RW = (j.RW + 7) / 8 * 8;
+    int32_t *wk = malloc(sizeof(int32_t) * (size_t)max64(1, M * p->KH * j.KP));
+    int64_t *off = malloc(sizeof(int64_t) * (size_t)j.KP);
+    if (!wk || !off) {
+        free(wk);
+        free(off);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    for (int64_t k = 0; k < j.KP; k++) {
+        const int64_t a = 2 * k * p->dw / p->sw, r = 2 * k * p->dw % p->sw;
+        off[k] = j.direct ? 4 * a + 2 * r : 4 * (r * j.QW + a);
+    }
+    const int64_t kk = p->KH * p->KW;
+    for (int64_t m = 0; m < M; m++) {
+        const int32_t z = p->zw ? p->zw[m] : p->zw0;
+        for (int64_t kh = 0; kh < p->KH; kh++)
+            for (int64_t k = 0; k < j.KP; k++) {
+                int32_t v[2] = {0, 0};
+                for (int e = 0; e < 2; e++) {
+                    const int64_t kw = 2 * k + e;
+                    if (kw >= p->KW) continue;
+                    const int64_t i = m * kk + kh * p->KW + kw;
+                    v[e] = (p->w_s8 ? (int32_t)((const int8_t *)p->w)[i] : (int32_t)((const uint8_t *)p->w)[i]) - z;
+                }
+                wk[(m * p->KH + kh) * j.KP + k] = pair16(v[0], v[1]);
+            }
+    }
+    j.wk = wk;
+    j.off = off;
+    const int threads = kn_threadpool_size(pool);
+    if (threads <= 1 || planes < 2 || planes * p->OH * p->OW * p->mult * kk < 100000) dw_range(&j, 0, planes);
+    else kn_parallel_for(pool, planes, 1, dw_range, &j);
+    free(wk);
+    free(off);
+    return atomic_load(&j.failed) ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}

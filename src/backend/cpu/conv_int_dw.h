@@ -1,0 +1,38 @@
+/* A direct kernel for 8-bit integer depthwise convolutions (ConvInteger and QLinearConv with one
+ * input channel per group, any channel multiplier), exact in int32 (conv_int_dw.c), called from
+ * conv.c's int_conv in place of qgemm's one-row products per group.
+ *
+ * Each input plane, less its zero point, goes to int16 rows with zero borders (the padding), and
+ * from them to words holding two horizontally adjacent taps' values for every output column
+ * (x[ow*sw + kw*dw], x[ow*sw + (kw+1)*dw]) as one int32 (low, high): AVX2's vpmaddwd multiplies
+ * eight output columns' pairs by the broadcast pair of weights (w[kh][kw], w[kh][kw+1]) less
+ * their zero point and sums each pair into int32, output columns in the lanes. An odd kernel
+ * width's last tap pairs with a zero weight. */
+#ifndef KN_CPU_CONV_INT_DW_H
+#define KN_CPU_CONV_INT_DW_H
+
+#include "kiln.h"
+#include "util/threadpool.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct kn_qdw {
+    int64_t N, C, mult; /* output channel m reads input channel m / mult; M = C * mult */
+    /* 2-D geometry (1-D: H = OH = KH = 1, sh = dh = 1, ph = 0) */
+    int64_t H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw;
+    const void *x; /* [N, C, H, W] */
+    bool x_s8;
+    int32_t zx;
+    const void *w; /* [M, 1, KH, KW] */
+    bool w_s8;
+    const int32_t *zw; /* M zero points of w, or NULL: zw0 for all */
+    int32_t zw0;
+    int32_t *y;           /* [N, M, OH, OW] */
+    const int32_t *bias; /* M values added, or NULL */
+} kn_qdw;
+
+/* KILN_ERR_OUT_OF_MEMORY when a buffer cannot be had (y then partly written) */
+kiln_status kn_qdw_conv(kn_threadpool *pool, const kn_qdw *p);
+
+#endif
