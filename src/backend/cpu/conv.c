@@ -2610,8 +2610,17 @@ static void iconv_pack_padded(const void *ctx, int64_t n0, int64_t nc, uint8_t *
 
 /* acc (the output's shape, int32) = bias (or 0) + the convolution of x - x_zero_point by
  * w - w_zero_point. Inputs x, its zero point, W, its zero point by index (past the inputs: none). */
+/* QLinearConv's requantisation for the depthwise kernel to do (conv_int_dw.h), or NULL */
+typedef struct iconv_rq {
+    const float *r; /* M scales */
+    double zy;
+    bool s8;
+    void *y;
+    bool done; /* set when y holds the output */
+} iconv_rq;
+
 static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int wz_in, const kn_tensor *bias,
-                            conv_shape *s, int32_t *acc) {
+                            conv_shape *s, int32_t *acc, iconv_rq *rq) {
     const kn_tensor *X = c->in[x_in], *W = c->in[w_in];
     const kn_tensor *xz = xz_in < c->n_inputs ? c->in[xz_in] : NULL, *wz = wz_in < c->n_inputs ? c->in[wz_in] : NULL;
     KN_TRY(conv_shape_make(c, X, W, false, s));
@@ -2636,6 +2645,10 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
                     X->data, X->dtype == KILN_DTYPE_INT8, xz && kn_tensor_count(xz) ? (int32_t)kn_tensor_get_i64(xz, 0) : 0,
                     W->data, W->dtype == KILN_DTYPE_INT8, zw, nwz == 1 ? (int32_t)kn_tensor_get_i64(wz, 0) : 0,
                     acc, bv};
+        if (rq && rq->r) {
+            d.rq = rq->r, d.zy = rq->zy, d.y_s8 = rq->s8, d.y8 = rq->y;
+            rq->done = true;
+        }
         const kiln_status dst = bias && !bv ? KILN_ERR_OUT_OF_MEMORY : kn_qdw_conv(c->pool, &d);
         free(zw);
         free(bv);
@@ -2697,7 +2710,7 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
 
 kiln_status kn_cpu_conv_integer(kn_kernel_ctx *c) {
     conv_shape s;
-    return int_conv(c, 0, 2, 1, 3, NULL, &s, c->out[0]->data);
+    return int_conv(c, 0, 2, 1, 3, NULL, &s, c->out[0]->data, NULL);
 }
 
 kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c) {
@@ -2715,54 +2728,28 @@ kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c) {
 #endif
     if (!acc && !(acc = own = malloc(sizeof(int32_t) * (size_t)(ny > 0 ? ny : 1))))
         return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    conv_shape s;
-    kiln_status st = int_conv(c, 0, 2, 3, 5, b, &s, acc);
-    if (st) {
+    /* the scales per output channel: x_scale * w_scale / y_scale in float, as the reference */
+    const int64_t nws = kn_tensor_count(ws), M = c->in[3]->rank > 0 ? c->in[3]->dims[0] : 0;
+    float *r = malloc(sizeof(float) * (size_t)(M > 0 ? M : 1));
+    if (!r) {
         free(own);
-        return st;
+        return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    int64_t nws = kn_tensor_count(ws);
-    double lo = Y->dtype == KILN_DTYPE_INT8 ? -128 : 0, hi = Y->dtype == KILN_DTYPE_INT8 ? 127 : 255;
-    double zy = yz ? kn_linalg_qparam(yz, 0) : 0;
-    for (int64_t n = 0; n < s.N; n++)
-        for (int64_t m = 0; m < s.M; m++) {
-            /* x_scale * w_scale / y_scale in float, as the reference computes it */
-            float r = (float)((float)kn_linalg_qparam(xs, 0) * (float)kn_linalg_qparam(ws, nws > 1 ? m : 0)) /
-                      (float)kn_linalg_qparam(ys, 0);
-            int64_t o = 0;
-#if defined(__AVX2__)
-            /* the same double arithmetic 8 at a time (max_pd(NaN, lo) is lo, as below) */
-            {
-                const __m256d rv = _mm256_set1_pd((double)r), zv = _mm256_set1_pd(zy);
-                const __m256d lov = _mm256_set1_pd(lo), hiv = _mm256_set1_pd(hi);
-                const int32_t *a = acc + (n * s.M + m) * s.out_plane;
-                uint8_t *yb = (uint8_t *)Y->data + (n * s.M + m) * s.out_plane;
-                for (; o + 8 <= s.out_plane; o += 8) {
-                    __m128i q[2];
-                    for (int h = 0; h < 2; h++) {
-                        __m256d v = _mm256_cvtepi32_pd(_mm_loadu_si128((const __m128i *)(a + o + 4 * h)));
-                        v = _mm256_add_pd(_mm256_mul_pd(v, rv), zv);
-                        v = _mm256_min_pd(_mm256_max_pd(v, lov), hiv);
-                        q[h] = _mm256_cvtpd_epi32(_mm256_round_pd(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-                    }
-                    const __m128i w16 = _mm_packs_epi32(q[0], q[1]);
-                    _mm_storel_epi64((__m128i *)(yb + o), Y->dtype == KILN_DTYPE_INT8 ? _mm_packs_epi16(w16, w16)
-                                                                                      : _mm_packus_epi16(w16, w16));
-                }
-            }
-#endif
-            for (; o < s.out_plane; o++) {
-                int64_t e = (n * s.M + m) * s.out_plane + o;
-                double v = (double)acc[e] * (double)r + zy;
-                /* NaN (a zero or NaN scale) gives the type's minimum, as in ONNX Runtime on x86 */
-                v = v != v ? lo : v < lo ? lo : v > hi ? hi : v;
-                v = nearbyint(v);
-                if (Y->dtype == KILN_DTYPE_INT8) ((int8_t *)Y->data)[e] = (int8_t)v;
-                else ((uint8_t *)Y->data)[e] = (uint8_t)v;
-            }
-        }
+    for (int64_t m = 0; m < M; m++)
+        r[m] = (float)((float)kn_linalg_qparam(xs, 0) * (float)kn_linalg_qparam(ws, nws > 1 ? m : 0)) /
+               (float)kn_linalg_qparam(ys, 0);
+    const double zy = yz ? kn_linalg_qparam(yz, 0) : 0;
+    iconv_rq rq = {r, zy, Y->dtype == KILN_DTYPE_INT8, Y->data, false};
+    conv_shape s;
+    kiln_status st = int_conv(c, 0, 2, 3, 5, b, &s, acc, &rq);
+    if (st == KILN_OK && !rq.done)
+        for (int64_t n = 0; n < s.N; n++)
+            for (int64_t m = 0; m < s.M; m++)
+                kn_q_requant(acc + (n * s.M + m) * s.out_plane, s.out_plane, r[m], zy, rq.s8,
+                             (uint8_t *)Y->data + (n * s.M + m) * s.out_plane);
+    free(r);
     free(own);
-    return KILN_OK;
+    return st;
 }
 
 /* ------------------------------------------------------------------ col2im */

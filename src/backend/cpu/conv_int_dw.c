@@ -3,6 +3,7 @@
 
 #include "util/aligned.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,35 @@ static void out_row(const dw_job *j, const char *const *rows, const int32_t *con
 }
 #endif
 
+void kn_q_requant(const int32_t *a, int64_t n, float r, double zy, bool s8, void *out) {
+    const double lo = s8 ? -128 : 0, hi = s8 ? 127 : 255;
+    int64_t o = 0;
+#if defined(__AVX2__)
+    /* the same double arithmetic 8 at a time. The conversion rounds as nearbyint (the current
+     * mode) and the saturating packs clamp, which commute as lo and hi are integers; a value over
+     * INT32_MAX is first made 2^31 - 1 (min_pd(big, NaN) stays NaN), and NaN and values under
+     * INT32_MIN convert to INT32_MIN, which the packs make lo */
+    const __m256d rv = _mm256_set1_pd((double)r), zv = _mm256_set1_pd(zy), big = _mm256_set1_pd(2147483647.0);
+    for (; o + 8 <= n; o += 8) {
+        __m128i q[2];
+        for (int h = 0; h < 2; h++) {
+            __m256d v = _mm256_cvtepi32_pd(_mm_loadu_si128((const __m128i *)(a + o + 4 * h)));
+            v = _mm256_min_pd(big, _mm256_add_pd(_mm256_mul_pd(v, rv), zv));
+            q[h] = _mm256_cvtpd_epi32(v);
+        }
+        const __m128i w16 = _mm_packs_epi32(q[0], q[1]);
+        _mm_storel_epi64((__m128i *)((uint8_t *)out + o), s8 ? _mm_packs_epi16(w16, w16) : _mm_packus_epi16(w16, w16));
+    }
+#endif
+    for (; o < n; o++) {
+        double v = (double)a[o] * (double)r + zy;
+        v = v != v ? lo : v < lo ? lo : v > hi ? hi : v;
+        v = nearbyint(v);
+        if (s8) ((int8_t *)out)[o] = (int8_t)v;
+        else ((uint8_t *)out)[o] = (uint8_t)v;
+    }
+}
+
 static void dw_range(void *arg, int64_t b0, int64_t b1) {
     dw_job *j = arg;
     const kn_qdw *p = j->p;
@@ -154,7 +184,8 @@ static void dw_range(void *arg, int64_t b0, int64_t b1) {
     int16_t *xb = j->direct ? NULL : kn_aligned_alloc(64, sizeof(int16_t) * (size_t)(j->XB + 16));
     const char **rows = malloc(sizeof(char *) * (size_t)KH);
     const int32_t **wr = malloc(sizeof(int32_t *) * (size_t)KH);
-    if (!buf || (!j->direct && !xb) || !rows || !wr) {
+    int32_t *plane = p->rq ? malloc(sizeof(int32_t) * (size_t)(p->OH * p->OW)) : NULL;
+    if (!buf || (!j->direct && !xb) || !rows || !wr || (p->rq && !plane)) {
         atomic_store(&j->failed, 1);
         goto done;
     }
@@ -172,7 +203,7 @@ static void dw_range(void *arg, int64_t b0, int64_t b1) {
         for (int64_t t = 0; t < p->mult; t++) {
             const int64_t m = c * p->mult + t;
             const int32_t *wm = j->wk + m * KH * KP;
-            int32_t *y = p->y + (n * M + m) * p->OH * p->OW;
+            int32_t *y = plane ? plane : p->y + (n * M + m) * p->OH * p->OW;
             const int32_t b0 = p->bias ? p->bias[m] : 0;
             for (int64_t oh = 0; oh < p->OH; oh++) {
                 int nv = 0;
@@ -187,6 +218,9 @@ static void dw_range(void *arg, int64_t b0, int64_t b1) {
                 else
                     for (int64_t o = 0; o < p->OW; o++) yr[o] = b0;
             }
+            if (plane)
+                kn_q_requant(plane, p->OH * p->OW, p->rq[m], p->zy, p->y_s8,
+                             (uint8_t *)p->y8 + (n * M + m) * p->OH * p->OW);
         }
     }
 done:
@@ -194,6 +228,7 @@ done:
     free(xb);
     free(rows);
     free(wr);
+    free(plane);
 }
 
 kiln_status kn_qdw_conv(kn_threadpool *pool, const kn_qdw *p) {

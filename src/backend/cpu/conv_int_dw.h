@@ -30,7 +30,17 @@ typedef struct kn_qdw {
     int32_t zw0;
     int32_t *y;           /* [N, M, OH, OW] */
     const int32_t *bias; /* M values added, or NULL */
+    /* QLinearConv: with rq set (M scales), each plane requantised (kn_q_requant) into y8 (int8
+     * when y_s8, else uint8) instead of written to y */
+    const float *rq;
+    double zy;
+    bool y_s8;
+    void *y8;
 } kn_qdw;
+
+/* out[i] = a[i] * r + zy rounded to the nearest (ties to even) and clamped to int8 (s8) or uint8,
+ * in double as the ONNX reference (NaN gives the type's minimum, as ONNX Runtime on x86) */
+void kn_q_requant(const int32_t *a, int64_t n, float r, double zy, bool s8, void *out);
 
 /* KILN_ERR_OUT_OF_MEMORY when a buffer cannot be had (y then partly written) */
 kiln_status kn_qdw_conv(kn_threadpool *pool, const kn_qdw *p);
