@@ -49,6 +49,9 @@ const kn_pass kn_opt_passes[] = {
     {"fuse_matmul_add", 2, kn_pass_fuse_matmul_add,
      "2-D MatMul + Add into Gemm; other MatMul + bias (+ residual) into kiln.FusedMatMul"},
     {"fuse_conv", 2, kn_pass_fuse_conv, "Conv + bias + residual Add + activation into kiln.FusedConv"},
+    {"batch_step_products", 2, kn_pass_batch_step_products,
+     "the per-step products of an unrolled recurrence (Gather(X, t) times the same constant weights) as one "
+     "product over all steps, each step gathering its rows"},
     {"fuse_gemm_activation", 2, kn_pass_fuse_gemm_activation,
      "Gemm/kiln.FusedMatMul + activation into kiln.FusedGemm/kiln.FusedMatMul"},
     {"fuse_stacked_lstm", 2, kn_pass_fuse_stacked_lstm,

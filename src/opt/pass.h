@@ -74,6 +74,7 @@ kiln_status kn_pass_fuse_layernorm(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_qdq_matmul(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_conv(kn_opt_ctx *c);
+kiln_status kn_pass_batch_step_products(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_gemm_activation(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_attention(kn_opt_ctx *c);
 kiln_status kn_pass_fold_attention_views(kn_opt_ctx *c);

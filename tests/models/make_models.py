@@ -254,6 +254,36 @@ def qdq_matmul():
     return m, data
 
 
+def unrolled_rnn():
+    """A recurrence exported step by step (an RNN cell in a Python loop): each step gathers its input
+    and multiplies it by the same weights (Gemm with a bias, transposed weights) before the
+    recurrent product; a second branch takes MatMul products of 4 of the 6 steps."""
+    steps, k, hid, n2 = 6, 20, 16, 8
+    inits = [w("wi", hid, k), w("bi", hid, scale=0.1), w("wh", hid, hid), w("bh", hid, scale=0.1), w("w2", k, n2),
+             numpy_helper.from_array(np.zeros((1, hid), np.float32), "h_init")]
+    nodes, h, outs = [], "h_init", []
+    for t in range(steps):
+        inits.append(numpy_helper.from_array(np.array(t, np.int64), f"t{t}"))
+        nodes += [helper.make_node("Gather", ["x", f"t{t}"], [f"x{t}"], axis=0),
+                  helper.make_node("Gemm", [f"x{t}", "wi", "bi"], [f"i{t}"], transB=1),
+                  helper.make_node("Gemm", [h, "wh", "bh"], [f"r{t}"], transB=1),
+                  helper.make_node("Add", [f"i{t}", f"r{t}"], [f"s{t}"]),
+                  helper.make_node("Tanh", [f"s{t}"], [f"h{t}"])]
+        h = f"h{t}"
+        if t < 4:
+            nodes += [helper.make_node("Gather", ["x", f"t{t}"], [f"g{t}"], axis=0),
+                      helper.make_node("MatMul", [f"g{t}", "w2"], [f"m{t}"])]
+            outs.append(f"m{t}")
+    nodes.append(helper.make_node("Concat", outs, ["m"], axis=1))
+    g = helper.make_graph(nodes, "unrolled_rnn",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, 1, k])],
+                          [helper.make_tensor_value_info(h, TensorProto.FLOAT, [1, hid]),
+                           helper.make_tensor_value_info("m", TensorProto.FLOAT, [1, 4 * n2])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
+    data = [[RNG.standard_normal((steps, 1, k)).astype(np.float32)] for _ in range(2)]
+    return m, data
+
+
 def write(out, name, model, data):
     import onnxruntime as ort
     # IR 10 (ONNX 1.16): what every ONNX Runtime still in use loads (the GPU host's 1.30 refuses the
@@ -288,7 +318,8 @@ def main():
     os.makedirs(out, exist_ok=True)
     zoo = {}
     for name, build in (("tiny_cnn", tiny_cnn), ("tiny_transformer", tiny_transformer), ("tiny_rnn", tiny_rnn),
-                        ("mha_static", mha_static), ("qdq_matmul", qdq_matmul)):
+                        ("mha_static", mha_static), ("qdq_matmul", qdq_matmul),
+                        ("unrolled_rnn", unrolled_rnn)):
         model, data = build()
         write(out, name, model, data)
         zoo[name] = {"rtol": 1e-3, "atol": 1e-4, "data_sets": len(data),
