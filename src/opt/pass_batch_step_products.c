@@ -24,9 +24,13 @@ static bool step_product(const kn_opt_ctx *c, int i, int *x, int *idx) {
     const bool gemm = kn_opt_is(c, i, "Gemm");
     if (!gemm && !kn_opt_is(c, i, "MatMul")) return false;
     if (n->n_outputs != 1 || n->n_inputs < 2 || !kn_opt_const(c, n->inputs[1])) return false;
-    if (gemm && (kn_attr_int(n, "transA", 0) != 0 ||
-                 (n->n_inputs > 2 && n->inputs[2] >= 0 && !kn_opt_const(c, n->inputs[2]))))
-        return false;
+    if (gemm && kn_attr_int(n, "transA", 0) != 0) return false;
+    if (gemm && n->n_inputs > 2 && n->inputs[2] >= 0) {
+        /* a bias that broadcasts over the rows (a scalar, [N] or [1, N]): one per row of a step
+         * ([B, N]) would not broadcast over all steps' rows */
+        const kn_tensor *bias = kn_opt_const(c, n->inputs[2]);
+        if (!bias || bias->rank > 2 || (bias->rank == 2 && bias->dims[0] != 1)) return false;
+    }
     if (!gemm && c->g->values[n->inputs[1]].type.rank != 2) return false;
     const int a = n->inputs[0], gi = kn_opt_producer(c, a);
     if (!kn_opt_is(c, gi, "Gather")) return false;

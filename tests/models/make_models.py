@@ -256,10 +256,11 @@ def qdq_matmul():
 
 def unrolled_rnn():
     """A recurrence exported step by step (an RNN cell in a Python loop): each step gathers its input
-    and multiplies it by the same weights (Gemm with a bias, transposed weights) before the
-    recurrent product; a second branch takes MatMul products of 4 of the 6 steps."""
+    and multiplies it by the same weights (Gemm with a [1, N] bias, transposed weights) before the
+    recurrent product; a second branch takes MatMul products of 4 of the 6 steps; a third, Gemms
+    whose bias has a row per batch row, which must stay per step."""
     steps, k, hid, n2 = 6, 20, 16, 8
-    inits = [w("wi", hid, k), w("bi", hid, scale=0.1), w("wh", hid, hid), w("bh", hid, scale=0.1), w("w2", k, n2),
+    inits = [w("wi", hid, k), w("bi", 1, hid, scale=0.1), w("wh", hid, hid), w("bh", hid, scale=0.1), w("w2", k, n2),
              numpy_helper.from_array(np.zeros((1, hid), np.float32), "h_init")]
     nodes, h, outs = [], "h_init", []
     for t in range(steps):
@@ -274,13 +275,23 @@ def unrolled_rnn():
             nodes += [helper.make_node("Gather", ["x", f"t{t}"], [f"g{t}"], axis=0),
                       helper.make_node("MatMul", [f"g{t}", "w2"], [f"m{t}"])]
             outs.append(f"m{t}")
+    # products whose bias has one row per batch row ([B, N]): each step keeps its own product
+    inits.append(w("w3", k, n2))
+    inits.append(w("b3", 2, n2, scale=0.1))
+    for t in range(steps):
+        nodes += [helper.make_node("Gather", ["xb", f"t{t}"], [f"u{t}"], axis=0),
+                  helper.make_node("Gemm", [f"u{t}", "w3", "b3"], [f"v{t}"])]
+    nodes.append(helper.make_node("Concat", [f"v{t}" for t in range(steps)], ["v"], axis=1))
     nodes.append(helper.make_node("Concat", outs, ["m"], axis=1))
     g = helper.make_graph(nodes, "unrolled_rnn",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, 1, k])],
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, 1, k]),
+                           helper.make_tensor_value_info("xb", TensorProto.FLOAT, [steps, 2, k])],
                           [helper.make_tensor_value_info(h, TensorProto.FLOAT, [1, hid]),
-                           helper.make_tensor_value_info("m", TensorProto.FLOAT, [1, 4 * n2])], inits)
+                           helper.make_tensor_value_info("m", TensorProto.FLOAT, [1, 4 * n2]),
+                           helper.make_tensor_value_info("v", TensorProto.FLOAT, [2, steps * n2])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
-    data = [[RNG.standard_normal((steps, 1, k)).astype(np.float32)] for _ in range(2)]
+    data = [[RNG.standard_normal((steps, 1, k)).astype(np.float32), RNG.standard_normal((steps, 2, k)).astype(np.float32)]
+            for _ in range(2)]
     return m, data
 
 
