@@ -36,6 +36,24 @@ typedef struct dw_job {
 static void row_to_i16(const dw_job *j, const void *xrow, int16_t *xb) {
     const kn_qdw *p = j->p;
     const int64_t W = p->W, pw = p->pw;
+#if defined(__AVX2__)
+    /* sixteen a step from loads anywhere inside the tensor, the lanes outside the row zeroed (as
+     * row_pairs_s1); the first and last rows of the tensor take the plain form below */
+    const int64_t at = (const uint8_t *)xrow - (const uint8_t *)p->x, total = p->N * p->C * p->H * W;
+    if (j->XB < 32000 && at - pw >= 0 && at - pw + (j->XB + 15) / 16 * 16 <= total) {
+        const __m256i zv = _mm256_set1_epi16((int16_t)p->zx), wv = _mm256_set1_epi16((int16_t)W);
+        const __m256i m1 = _mm256_set1_epi16(-1);
+        const __m256i lane = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        for (int64_t q = 0; q < j->XB; q += 16) {
+            const __m256i i = _mm256_add_epi16(_mm256_set1_epi16((int16_t)(q - pw)), lane);
+            const __m256i k = _mm256_and_si256(_mm256_cmpgt_epi16(i, m1), _mm256_cmpgt_epi16(wv, i));
+            const __m128i raw = _mm_loadu_si128((const __m128i *)((const uint8_t *)xrow + q - pw));
+            const __m256i v = p->x_s8 ? _mm256_cvtepi8_epi16(raw) : _mm256_cvtepu8_epi16(raw);
+            _mm256_storeu_si256((__m256i *)(xb + q), _mm256_and_si256(k, _mm256_sub_epi16(v, zv)));
+        }
+        return;
+    }
+#endif
     memset(xb, 0, sizeof(int16_t) * (size_t)pw);
     int16_t *d = xb + pw;
     int64_t i = 0;
@@ -75,6 +93,41 @@ static void row_pairs(const dw_job *j, const int16_t *xb, int32_t *row) {
         int32_t *d = row + r * QW;
         for (int64_t q = 0; q < QW; q++) d[q] = pair16(xb[q * sw + r], xb[q * sw + r + dw]);
     }
+}
+
+/* stride 1: the pair words straight from x's row, word q = (v(q - pw), v(q - pw + dw)) with
+ * v(i) = x[i] - zx inside the row and 0 outside (no int16 row between: its stores and the
+ * overlapping loads after them stalled store forwarding) */
+static void row_pairs_s1(const dw_job *j, const void *xrow, int32_t *row) {
+    const kn_qdw *p = j->p;
+    const int64_t W = p->W, pw = p->pw, dw = p->dw, QW = j->QW;
+    const int32_t z = p->zx;
+    const uint8_t *xu = xrow;
+    const int8_t *xs = xrow;
+#define V(i) ((i) < 0 || (i) >= W ? 0 : p->x_s8 ? (int32_t)xs[i] - z : (int32_t)xu[i] - z)
+    int64_t q = 0;
+#if defined(__AVX2__)
+    /* eight words a step from 8-byte loads anywhere inside the tensor (the neighbouring rows'
+     * bytes read, then zeroed by the lanes' positions): the row's ends need no scalar loop */
+    const int64_t at = xu - (const uint8_t *)p->x, total = p->N * p->C * p->H * W;
+    const __m128i zv = _mm_set1_epi16((int16_t)z), lane = _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m128i wv = _mm_set1_epi16((int16_t)W), m1 = _mm_set1_epi16(-1);
+    for (; q + 8 <= QW && QW + pw + dw < 32000; q += 8) { /* (the lanes' positions in int16) */
+        if (at + q - pw < 0 || at + q - pw + dw + 8 > total) break;
+        const uint8_t *pa = xu + q - pw, *pb = pa + dw;
+        const __m128i ia = _mm_add_epi16(_mm_set1_epi16((int16_t)(q - pw)), lane), ib = _mm_add_epi16(ia, _mm_set1_epi16((int16_t)dw));
+        /* inside: i > -1 and W > i */
+        const __m128i ka = _mm_and_si128(_mm_cmpgt_epi16(ia, m1), _mm_cmpgt_epi16(wv, ia));
+        const __m128i kb = _mm_and_si128(_mm_cmpgt_epi16(ib, m1), _mm_cmpgt_epi16(wv, ib));
+        const __m128i ra = _mm_loadl_epi64((const __m128i *)pa), rb = _mm_loadl_epi64((const __m128i *)pb);
+        const __m128i a = _mm_and_si128(ka, _mm_sub_epi16(p->x_s8 ? _mm_cvtepi8_epi16(ra) : _mm_cvtepu8_epi16(ra), zv));
+        const __m128i b = _mm_and_si128(kb, _mm_sub_epi16(p->x_s8 ? _mm_cvtepi8_epi16(rb) : _mm_cvtepu8_epi16(rb), zv));
+        _mm_storeu_si128((__m128i *)(row + q), _mm_unpacklo_epi16(a, b));
+        _mm_storeu_si128((__m128i *)(row + q + 4), _mm_unpackhi_epi16(a, b));
+    }
+#endif
+    for (; q < QW; q++) row[q] = pair16(V(q - pw), V(q - pw + dw));
+#undef V
 }
 
 /* One output row of channel m: y[0, OW) (+)= sum over the nv input rows rows[v] (byte pointers)
@@ -119,14 +172,34 @@ static inline __attribute__((always_inline)) void out_row_k(const int64_t kp, co
     else if (left == 1) out_block(1, kp, off, rows, wr, nv, y, o, OW, b0);
 }
 
-static void out_row(const dw_job *j, const char *const *rows, const int32_t *const *wr, int nv, int32_t *y,
-                    int32_t b0) {
-    const int64_t OW = j->p->OW, *off = j->off;
+/* all output rows of one channel's plane (the kernel rows inside the input listed per row) */
+static inline __attribute__((always_inline)) void out_plane_k(const int64_t kp, const dw_job *j, const int32_t *buf,
+                                                              const int32_t *wm, int32_t *y, int32_t b0,
+                                                              const char **rows, const int32_t **wr) {
+    const kn_qdw *p = j->p;
+    const int64_t OW = p->OW;
+    for (int64_t oh = 0; oh < p->OH; oh++) {
+        int nv = 0;
+        for (int64_t kh = 0; kh < p->KH; kh++) {
+            const int64_t ih = oh * p->sh - p->ph + kh * p->dh;
+            if (ih < 0 || ih >= p->H) continue;
+            rows[nv] = (const char *)(buf + ih * j->RW);
+            wr[nv++] = wm + kh * kp;
+        }
+        int32_t *yr = y + oh * OW;
+        if (nv) out_row_k(kp, j->off, rows, wr, nv, yr, OW, b0);
+        else
+            for (int64_t o = 0; o < OW; o++) yr[o] = b0;
+    }
+}
+
+static void out_plane(const dw_job *j, const int32_t *buf, const int32_t *wm, int32_t *y, int32_t b0, const char **rows,
+                      const int32_t **wr) {
     switch (j->KP) {
-    case 1: out_row_k(1, off, rows, wr, nv, y, OW, b0); break;
-    case 2: out_row_k(2, off, rows, wr, nv, y, OW, b0); break; /* 3x3, 4x4 */
-    case 3: out_row_k(3, off, rows, wr, nv, y, OW, b0); break; /* 5x5 */
-    default: out_row_k(j->KP, off, rows, wr, nv, y, OW, b0); break;
+    case 1: out_plane_k(1, j, buf, wm, y, b0, rows, wr); break;
+    case 2: out_plane_k(2, j, buf, wm, y, b0, rows, wr); break; /* 3x3, 4x4 */
+    case 3: out_plane_k(3, j, buf, wm, y, b0, rows, wr); break; /* 5x5 */
+    default: out_plane_k(j->KP, j, buf, wm, y, b0, rows, wr); break;
     }
 }
 #else
@@ -143,6 +216,24 @@ static void out_row(const dw_job *j, const char *const *rows, const int32_t *con
                 s += (int16_t)(q & 0xffff) * (int16_t)(w & 0xffff) + (int16_t)((uint32_t)q >> 16) * (int16_t)((uint32_t)w >> 16);
             }
         y[o] = s;
+    }
+}
+
+static void out_plane(const dw_job *j, const int32_t *buf, const int32_t *wm, int32_t *y, int32_t b0, const char **rows,
+                      const int32_t **wr) {
+    const kn_qdw *p = j->p;
+    for (int64_t oh = 0; oh < p->OH; oh++) {
+        int nv = 0;
+        for (int64_t kh = 0; kh < p->KH; kh++) {
+            const int64_t ih = oh * p->sh - p->ph + kh * p->dh;
+            if (ih < 0 || ih >= p->H) continue;
+            rows[nv] = (const char *)(buf + ih * j->RW);
+            wr[nv++] = wm + kh * j->KP;
+        }
+        int32_t *yr = y + oh * p->OW;
+        if (nv) out_row(j, rows, wr, nv, yr, b0);
+        else
+            for (int64_t o = 0; o < p->OW; o++) yr[o] = b0;
     }
 }
 #endif
@@ -195,6 +286,7 @@ static void dw_range(void *arg, int64_t b0, int64_t b1) {
         for (int64_t ih = 0; ih < H; ih++) {
             int32_t *row = buf + ih * RW;
             if (j->direct) row_to_i16(j, xp + ih * W, (int16_t *)row);
+            else if (p->sw == 1) row_pairs_s1(j, xp + ih * W, row);
             else {
                 row_to_i16(j, xp + ih * W, xb);
                 row_pairs(j, xb, row);
@@ -205,19 +297,7 @@ static void dw_range(void *arg, int64_t b0, int64_t b1) {
             const int32_t *wm = j->wk + m * KH * KP;
             int32_t *y = plane ? plane : p->y + (n * M + m) * p->OH * p->OW;
             const int32_t b0 = p->bias ? p->bias[m] : 0;
-            for (int64_t oh = 0; oh < p->OH; oh++) {
-                int nv = 0;
-                for (int64_t kh = 0; kh < KH; kh++) {
-                    const int64_t ih = oh * p->sh - p->ph + kh * p->dh;
-                    if (ih < 0 || ih >= H) continue;
-                    rows[nv] = (const char *)(buf + ih * RW);
-                    wr[nv++] = wm + kh * KP;
-                }
-                int32_t *yr = y + oh * p->OW;
-                if (nv) out_row(j, rows, wr, nv, yr, b0);
-                else
-                    for (int64_t o = 0; o < p->OW; o++) yr[o] = b0;
-            }
+            out_plane(j, buf, wm, y, b0, rows, wr);
             if (plane)
                 kn_q_requant(plane, p->OH * p->OW, p->rq[m], p->zy, p->y_s8,
                              (uint8_t *)p->y8 + (n * M + m) * p->OH * p->OW);
@@ -236,7 +316,7 @@ kiln_status kn_qdw_conv(kn_threadpool *pool, const kn_qdw *p) {
     if (planes == 0 || p->OH * p->OW == 0 || p->mult == 0) return KILN_OK;
     dw_job j = {.p = p, .KP = (p->KW + 1) / 2};
     const int64_t amax = (p->KW - 1) * p->dw / p->sw;
-    j.QW = (p->OW + 31) / 32 * 32 + amax + 1;
+    j.QW = (p->OW + 7) / 8 * 8 + amax + 1; /* out_row reads whole vectors of 8 */
     j.XB = max64(j.QW * p->sw + p->dw + 16, p->pw + p->W + 16);
     j.direct = p->sw == 2 && p->dw == 1;
     j.RW = j.direct ? (j.XB + 1) / 2 + 8 : j.QW * p->sw;
