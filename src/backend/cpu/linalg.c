@@ -2,11 +2,12 @@
  * convolutions, pools and Einsum in conv.c, pool.c and einsum.c; the float GEMM in sgemm.c.
  *
  * float32 runs through kn_sgemm without copying operands; float16/bfloat16 are converted to
- * float32 around it (vectorised; a constant B once per session); double and the integer types use plain loops (rare in models). */
+ * float32 around it (vectorised; a constant B once per session); the 8-bit products through
+ * kn_qgemm_run (qgemm.h, exact); double and int32/int64 use plain loops (rare in models). */
 #include "backend/cpu/const_cache.h"
 #include "backend/cpu/elementwise_impl.h"
-#include "backend/cpu/qgemm.h"
 #include "backend/cpu/linalg_impl.h"
+#include "backend/cpu/qgemm.h"
 #include "backend/cpu/sgemm.h"
 #include "util/aligned.h"
 

@@ -300,7 +300,8 @@ static kiln_status run_matmul_nbits(kn_kernel_ctx *c) {
      * times the 4-bit weights: an LLM's would not fit); otherwise tile by tile on every run */
     size_t wbytes = sizeof(float) * (size_t)(N * K);
     const float *W = NULL;
-    bool consts = (int8 || kn_cpu_input_is_const(c, 2)) && (!zp || kn_cpu_input_is_const(c, 3)) && (!gidx || kn_cpu_input_is_const(c, 4));
+    bool consts = (int8 || kn_cpu_input_is_const(c, 2)) && (!zp || kn_cpu_input_is_const(c, 3)) &&
+                  (!gidx || kn_cpu_input_is_const(c, 4));
     if (consts && wbytes <= ((size_t)64 << 20)) {
         kn_const_layout lay = {int8 ? 44 : 40, {N, K, bs * 16 + bits, (int64_t)(intptr_t)(int8 ? zp : S)}};
         W = kn_cpu_const_derived(c, 1, &lay, wbytes, make_nbits, &pc);
