@@ -225,7 +225,10 @@ def qdq_matmul():
     and per-tensor uint8 weights. kiln runs such a MatMul as an exact integer product
     (MatMulIntegerToFloat); the reference is the float product of the dequantised values."""
     k, n1, n2 = 32, 48, 16
-    w1 = RNG.integers(-127, 128, (k, n1)).astype(np.int8)
+    # int8 weights in 7 bits, as ONNX Runtime's quantiser writes them for x86 (reduce_range): with
+    # its graph optimisations on (the Python tests' reference) ONNX Runtime runs this as a u8 x s8
+    # product whose AVX2 kernel saturates pairs of products beyond that (kiln's is exact)
+    w1 = RNG.integers(-64, 64, (k, n1)).astype(np.int8)
     w2 = RNG.integers(0, 256, (k, n2)).astype(np.uint8)
     inits = [numpy_helper.from_array(np.array(0.04, np.float32), "xs"),
              numpy_helper.from_array(np.array(131, np.uint8), "xz"),
