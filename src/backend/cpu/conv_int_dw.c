@@ -136,7 +136,8 @@ static void row_pairs_s1(const dw_job *j, const void *xrow, int32_t *row) {
 /* NA accumulators of 8 output columns from o; kp pairs per kernel row (a constant after inlining) */
 static inline __attribute__((always_inline)) void out_block(const int NA, const int64_t kp, const int64_t *off,
                                                             const char *const *rows, const int32_t *const *wr, int nv,
-                                                            int32_t *y, int64_t o, int64_t OW, int32_t b0) {
+                                                            int32_t *y, int64_t o, int64_t OW, int32_t b0,
+                                                            bool spill) {
     __m256i c[4];
     for (int a = 0; a < NA; a++) c[a] = _mm256_set1_epi32(b0);
     for (int v = 0; v < nv; v++) {
@@ -152,24 +153,26 @@ static inline __attribute__((always_inline)) void out_block(const int NA, const 
         int32_t *d = y + o + 8 * a;
         if (o + 8 * a + 8 <= OW) {
             _mm256_storeu_si256((__m256i *)d, c[a]);
+        } else if (spill) { /* (vpmaskmovd stores are slow on AMD) */
+            _mm256_storeu_si256((__m256i *)d, c[a]);
         } else {
-            const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(OW - o - 8 * a)),
-                                                    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-            _mm256_maskstore_epi32(d, mask, c[a]);
+            int32_t t[8];
+            _mm256_storeu_si256((__m256i *)t, c[a]);
+            for (int64_t e = 0; e < OW - o - 8 * a; e++) d[e] = t[e];
         }
     }
 }
 
 static inline __attribute__((always_inline)) void out_row_k(const int64_t kp, const int64_t *off,
                                                             const char *const *rows, const int32_t *const *wr, int nv,
-                                                            int32_t *y, int64_t OW, int32_t b0) {
+                                                            int32_t *y, int64_t OW, int32_t b0, bool spill) {
     int64_t o = 0;
-    for (; o + 32 <= OW; o += 32) out_block(4, kp, off, rows, wr, nv, y, o, OW, b0);
+    for (; o + 32 <= OW; o += 32) out_block(4, kp, off, rows, wr, nv, y, o, OW, b0, spill);
     const int64_t left = (OW - o + 7) / 8;
-    if (left == 4) out_block(4, kp, off, rows, wr, nv, y, o, OW, b0);
-    else if (left == 3) out_block(3, kp, off, rows, wr, nv, y, o, OW, b0);
-    else if (left == 2) out_block(2, kp, off, rows, wr, nv, y, o, OW, b0);
-    else if (left == 1) out_block(1, kp, off, rows, wr, nv, y, o, OW, b0);
+    if (left == 4) out_block(4, kp, off, rows, wr, nv, y, o, OW, b0, spill);
+    else if (left == 3) out_block(3, kp, off, rows, wr, nv, y, o, OW, b0, spill);
+    else if (left == 2) out_block(2, kp, off, rows, wr, nv, y, o, OW, b0, spill);
+    else if (left == 1) out_block(1, kp, off, rows, wr, nv, y, o, OW, b0, spill);
 }
 
 /* all output rows of one channel's plane (the kernel rows inside the input listed per row) */
@@ -187,7 +190,9 @@ static inline __attribute__((always_inline)) void out_plane_k(const int64_t kp, 
             wr[nv++] = wm + kh * kp;
         }
         int32_t *yr = y + oh * OW;
-        if (nv) out_row_k(kp, j->off, rows, wr, nv, yr, OW, b0);
+        /* a row's last vector may run on over the next row (written after it) or the plane
+         * buffer's slack */
+        if (nv) out_row_k(kp, j->off, rows, wr, nv, yr, OW, b0, oh + 1 < p->OH || p->rq);
         else
             for (int64_t o = 0; o < OW; o++) yr[o] = b0;
     }
@@ -275,7 +280,7 @@ static void dw_range(void *arg, int64_t b0, int64_t b1) {
     int16_t *xb = j->direct ? NULL : kn_aligned_alloc(64, sizeof(int16_t) * (size_t)(j->XB + 16));
     const char **rows = malloc(sizeof(char *) * (size_t)KH);
     const int32_t **wr = malloc(sizeof(int32_t *) * (size_t)KH);
-    int32_t *plane = p->rq ? malloc(sizeof(int32_t) * (size_t)(p->OH * p->OW)) : NULL;
+    int32_t *plane = p->rq ? malloc(sizeof(int32_t) * (size_t)(p->OH * p->OW + 8)) : NULL;
     if (!buf || (!j->direct && !xb) || !rows || !wr || (p->rq && !plane)) {
         atomic_store(&j->failed, 1);
         goto done;
@@ -316,7 +321,8 @@ kiln_status kn_qdw_conv(kn_threadpool *pool, const kn_qdw *p) {
     if (planes == 0 || p->OH * p->OW == 0 || p->mult == 0) return KILN_OK;
     dw_job j = {.p = p, .KP = (p->KW + 1) / 2};
     const int64_t amax = (p->KW - 1) * p->dw / p->sw;
-    j.QW = (p->OW + 7) / 8 * 8 + amax + 1; /* out_row reads whole vectors of 8 */
+    /* out_row reads whole vectors of 8 words from word amax on; whole vectors of 8 made */
+    j.QW = ((p->OW + 7) / 8 * 8 + amax + 7) / 8 * 8;
     j.XB = max64(j.QW * p->sw + p->dw + 16, p->pw + p->W + 16);
     j.direct = p->sw == 2 && p->dw == 1;
     j.RW = j.direct ? (j.XB + 1) / 2 + 8 : j.QW * p->sw;
