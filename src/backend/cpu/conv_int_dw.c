@@ -112,6 +112,24 @@ static void row_pairs_s1(const dw_job *j, const void *xrow, int32_t *row) {
     const int64_t at = xu - (const uint8_t *)p->x, total = p->N * p->C * p->H * W;
     const __m128i zv = _mm_set1_epi16((int16_t)z), lane = _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7);
     const __m128i wv = _mm_set1_epi16((int16_t)W), m1 = _mm_set1_epi16(-1);
+    if (QW + pw + dw < 32000) { /* sixteen words a step */
+        const __m256i z16 = _mm256_set1_epi16((int16_t)z), w16 = _mm256_set1_epi16((int16_t)W);
+        const __m256i n16 = _mm256_set1_epi16(-1), l16 = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        for (; q + 16 <= QW; q += 16) {
+            if (at + q - pw < 0 || at + q - pw + dw + 16 > total) break;
+            const uint8_t *pa = xu + q - pw, *pb = pa + dw;
+            const __m256i ia = _mm256_add_epi16(_mm256_set1_epi16((int16_t)(q - pw)), l16);
+            const __m256i ib = _mm256_add_epi16(ia, _mm256_set1_epi16((int16_t)dw));
+            const __m256i ka = _mm256_and_si256(_mm256_cmpgt_epi16(ia, n16), _mm256_cmpgt_epi16(w16, ia));
+            const __m256i kb = _mm256_and_si256(_mm256_cmpgt_epi16(ib, n16), _mm256_cmpgt_epi16(w16, ib));
+            const __m128i ra = _mm_loadu_si128((const __m128i *)pa), rb = _mm_loadu_si128((const __m128i *)pb);
+            const __m256i a = _mm256_and_si256(ka, _mm256_sub_epi16(p->x_s8 ? _mm256_cvtepi8_epi16(ra) : _mm256_cvtepu8_epi16(ra), z16));
+            const __m256i b = _mm256_and_si256(kb, _mm256_sub_epi16(p->x_s8 ? _mm256_cvtepi8_epi16(rb) : _mm256_cvtepu8_epi16(rb), z16));
+            const __m256i lo = _mm256_unpacklo_epi16(a, b), hi = _mm256_unpackhi_epi16(a, b); /* words 0-3 8-11, 4-7 12-15 */
+            _mm256_storeu_si256((__m256i *)(row + q), _mm256_permute2x128_si256(lo, hi, 0x20));
+            _mm256_storeu_si256((__m256i *)(row + q + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+        }
+    }
     for (; q + 8 <= QW && QW + pw + dw < 32000; q += 8) { /* (the lanes' positions in int16) */
         if (at + q - pw < 0 || at + q - pw + dw + 8 > total) break;
         const uint8_t *pa = xu + q - pw, *pb = pa + dw;
