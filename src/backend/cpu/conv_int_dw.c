@@ -341,8 +341,10 @@ kiln_status kn_qdw_conv(kn_threadpool *pool, const kn_qdw *p) {
     const int64_t amax = (p->KW - 1) * p->dw / p->sw;
     /* out_row reads whole vectors of 8 words from word amax on; whole vectors of 8 made */
     j.QW = ((p->OW + 7) / 8 * 8 + amax + 7) / 8 * 8;
-    j.XB = max64(j.QW * p->sw + p->dw + 16, p->pw + p->W + 16);
     j.direct = p->sw == 2 && p->dw == 1;
+    /* direct: out_row reads int16 [0, 2 (OW rounded to 8 + amax) + 2) of the row */
+    j.XB = j.direct ? (max64(2 * ((p->OW + 7) / 8 * 8 + amax) + 2, p->pw + p->W) + 15) / 16 * 16
+                    : max64(j.QW * p->sw + p->dw + 16, p->pw + p->W + 16);
     j.RW = j.direct ? (j.XB + 1) / 2 + 8 : j.QW * p->sw;
     j.RW = (j.RW + 7) / 8 * 8;
     int32_t *wk = malloc(sizeof(int32_t) * (size_t)max64(1, M * p->KH * j.KP));
