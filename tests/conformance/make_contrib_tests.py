@@ -750,6 +750,12 @@ def quantised_contrib_tests(out, rng):
     convi("convinteger_same_upper_no_zp", (1, 3, 8, 9), (5, 3, 4, 4), auto_pad="SAME_UPPER", strides=[2, 2], zp=False)
     convi("convinteger_u8s8_wide_row", (1, 2, 4, 70), (3, 2, 3, 5), wt=np.int8, pads=[1, 2, 1, 2])
     convi("convinteger_large_plane_threads", (1, 16, 40, 41), (8, 16, 3, 3), pads=[1, 1, 1, 1])
+    # tiny planes (a 1x1 plane, rows narrower than a vector), which once read and wrote out of
+    # bounds in the depthwise kernel
+    convi("convinteger_depthwise_1x1_plane", (1, 3, 1, 1), (3, 1, 1, 1), group=3)
+    convi("convinteger_depthwise_tiny_s2", (2, 2, 3, 5), (4, 1, 3, 3), group=2, strides=[2, 2], pads=[1, 1, 1, 1])
+    convi("convinteger_s8_depthwise_7_wide", (1, 4, 5, 7), (4, 1, 3, 3), xt=np.int8, wt=np.int8, group=4,
+          pads=[1, 1, 1, 1])
     # depthwise (one input channel per group: conv_int_dw.c's direct kernel)
     convi("convinteger_depthwise_dilated", (1, 10, 17, 19), (10, 1, 3, 3), group=10, dilations=[2, 2], pads=[2, 2, 2, 2])
     convi("convinteger_depthwise_s8x_s8w", (1, 7, 12, 40), (7, 1, 3, 3), xt=np.int8, wt=np.int8, group=7,

@@ -208,9 +208,10 @@ static inline __attribute__((always_inline)) void out_plane_k(const int64_t kp, 
             wr[nv++] = wm + kh * kp;
         }
         int32_t *yr = y + oh * OW;
-        /* a row's last vector may run on over the next row (written after it) or the plane
-         * buffer's slack */
-        if (nv) out_row_k(kp, j->off, rows, wr, nv, yr, OW, b0, oh + 1 < p->OH || p->rq);
+        /* a row's last vector may run on over the rows after it (written later) where they hold
+         * its rounding up to whole vectors, or into the plane buffer's slack of 8 */
+        const bool over = p->rq || (p->OH - oh) * OW >= (OW + 7) / 8 * 8;
+        if (nv) out_row_k(kp, j->off, rows, wr, nv, yr, OW, b0, over);
         else
             for (int64_t o = 0; o < OW; o++) yr[o] = b0;
     }
