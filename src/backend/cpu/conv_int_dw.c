@@ -148,6 +148,20 @@ static void row_pairs_s1(const dw_job *j, const void *xrow, int32_t *row) {
 #undef V
 }
 
+/* The kernel rows of output row oh that lie inside the input: their packed rows and weights */
+static inline int kernel_rows(const dw_job *j, const int32_t *buf, const int32_t *wm, int64_t kp, int64_t oh,
+                              const char **rows, const int32_t **wr) {
+    const kn_qdw *p = j->p;
+    int nv = 0;
+    for (int64_t kh = 0; kh < p->KH; kh++) {
+        const int64_t ih = oh * p->sh - p->ph + kh * p->dh;
+        if (ih < 0 || ih >= p->H) continue;
+        rows[nv] = (const char *)(buf + ih * j->RW);
+        wr[nv++] = wm + kh * kp;
+    }
+    return nv;
+}
+
 /* One output row of channel m: y[0, OW) (+)= sum over the nv input rows rows[v] (byte pointers)
  * with weight pairs wr[v][0, KP) */
 #if defined(__AVX2__)
@@ -200,13 +214,7 @@ static inline __attribute__((always_inline)) void out_plane_k(const int64_t kp, 
     const kn_qdw *p = j->p;
     const int64_t OW = p->OW;
     for (int64_t oh = 0; oh < p->OH; oh++) {
-        int nv = 0;
-        for (int64_t kh = 0; kh < p->KH; kh++) {
-            const int64_t ih = oh * p->sh - p->ph + kh * p->dh;
-            if (ih < 0 || ih >= p->H) continue;
-            rows[nv] = (const char *)(buf + ih * j->RW);
-            wr[nv++] = wm + kh * kp;
-        }
+        const int nv = kernel_rows(j, buf, wm, kp, oh, rows, wr);
         int32_t *yr = y + oh * OW;
         /* a row's last vector may run on over the rows after it (written later) where they hold
          * its rounding up to whole vectors, or into the plane buffer's slack of 8 */
@@ -247,13 +255,7 @@ static void out_plane(const dw_job *j, const int32_t *buf, const int32_t *wm, in
                       const int32_t **wr) {
     const kn_qdw *p = j->p;
     for (int64_t oh = 0; oh < p->OH; oh++) {
-        int nv = 0;
-        for (int64_t kh = 0; kh < p->KH; kh++) {
-            const int64_t ih = oh * p->sh - p->ph + kh * p->dh;
-            if (ih < 0 || ih >= p->H) continue;
-            rows[nv] = (const char *)(buf + ih * j->RW);
-            wr[nv++] = wm + kh * j->KP;
-        }
+        const int nv = kernel_rows(j, buf, wm, j->KP, oh, rows, wr);
         int32_t *yr = y + oh * p->OW;
         if (nv) out_row(j, rows, wr, nv, yr, b0);
         else
