@@ -89,7 +89,7 @@ void kn_qgemm_pack_b8(const void *b, int64_t rs, int64_t cs, int64_t K, int64_t 
 /* ------------------------------------------------------------------ micro-kernels */
 
 /* C[rows][cols] (+)= acc, acc holding NR sums per row */
-static inline void store_tile(const int32_t acc[MR][NR], int rows, int cols, int32_t *C, int64_t ldc, bool add) {
+static inline void store_acc(const int32_t acc[MR][NR], int rows, int cols, int32_t *C, int64_t ldc, bool add) {
     for (int r = 0; r < rows; r++) {
         int32_t *c = C + r * ldc;
         if (add)
@@ -104,7 +104,7 @@ static inline void store_tile(const int32_t acc[MR][NR], int rows, int cols, int
 #if defined(__AVX2__)
 /* The finished sums of a tile (c0[r] columns 0-7, c1[r] columns 8-15), less zb[j] * asum[r] where
  * asum is set, into C */
-static inline __attribute__((always_inline)) void tile_store(const int rows, __m256i *c0, __m256i *c1, int32_t *C,
+static inline __attribute__((always_inline)) void store_sums(const int rows, __m256i *c0, __m256i *c1, int32_t *C,
                                                              int64_t ldc, int cols, bool add, const int32_t *asum,
                                                              const int32_t *zb) {
     if (asum) {
@@ -132,7 +132,7 @@ static inline __attribute__((always_inline)) void tile_store(const int rows, __m
         _mm256_storeu_si256((__m256i *)acc[r], c0[r]);
         _mm256_storeu_si256((__m256i *)(acc[r] + 8), c1[r]);
     }
-    store_tile(acc, rows, cols, C, ldc, add);
+    store_acc(acc, rows, cols, C, ldc, add);
 }
 
 /* Six rows, the main case, in assembly: the twelve sums in ymm0-11, B's two vectors widened
@@ -194,7 +194,7 @@ static void tile6_avx2(int rows, bool s8, int64_t kpn, const int32_t *A, const u
     int64_t n = kpn;
     if (s8) QGEMM_TILE6("vpmovsxbw");
     else QGEMM_TILE6("vpmovzxbw");
-    tile_store(rows, sums, sums + MR, C, ldc, cols, add, asum, zb);
+    store_sums(rows, sums, sums + MR, C, ldc, cols, add, asum, zb);
 }
 #undef QGEMM_TILE6
 #undef QGEMM_ROW
@@ -250,7 +250,7 @@ static void tile1_avx2(bool s8, int64_t kpn, const int32_t *A, const uint8_t *B,
     uint64_t n = (uint64_t)kpn;
     if (s8) QGEMM_TILE1("vpmovsxbw");
     else QGEMM_TILE1("vpmovzxbw");
-    tile_store(1, sums, sums + 1, C, ldc, cols, add, asum, zb);
+    store_sums(1, sums, sums + 1, C, ldc, cols, add, asum, zb);
 }
 #undef QGEMM_TILE1
 
@@ -279,7 +279,7 @@ static void tile(int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t
     if (asum)
         for (int r = 0; r < rows; r++)
             for (int j = 0; j < NR; j++) acc[r][j] -= asum[r] * zb[j];
-    store_tile(acc, rows, cols, C, ldc, add);
+    store_acc(acc, rows, cols, C, ldc, add);
 }
 #endif
 
