@@ -128,10 +128,32 @@ bool kn_opt_is_float(const kn_opt_ctx *c, int v);
  * *n_out = 0 with *all_out set means "all axes" (no axes given, noop_with_empty_axes = 0). */
 bool kn_opt_reduce_axes(const kn_opt_ctx *c, int node, int64_t *axes, int cap, int *n_out);
 
+/* fuse_util.c: closed single-input regions. The nodes between value x and value y: every node an
+ * elementwise Add/Sub/Mul/Div/Pow/Erf/Tanh/Sqrt/Clip/Relu/Max/Min/Sigmoid/Neg/Exp/Reciprocal/
+ * HardSigmoid over x, one-element constants and values of the region, every intermediate value read
+ * only inside it (so the region computes y = f(x) elementwise, and can be replaced as a whole). */
+#define KN_OPT_REGION_MAX 24
+#define KN_OPT_REGION_POINTS 64
+typedef struct kn_opt_region {
+    int nodes[KN_OPT_REGION_MAX];
+    int n;
+} kn_opt_region;
+bool kn_opt_region_op(const kn_opt_ctx *c, int node);
+bool kn_opt_region_has(const kn_opt_region *r, int node);
+/* The region between x and y (at most max_nodes nodes); false when it is not closed. */
+bool kn_opt_region_collect(const kn_opt_ctx *c, int x, int y, int max_nodes, kn_opt_region *r);
+/* f(pts) for the region (in double, n_pts <= KN_OPT_REGION_POINTS); false when an operand is not
+ * a one-element constant or a region value. */
+bool kn_opt_region_eval(const kn_opt_ctx *c, const kn_opt_region *r, int x, int y, const double *pts, int n_pts,
+                        double *out);
+
 /* fuse_util.c: when value v is read only by an activation (Relu, LeakyRelu, Clip with constant
- * bounds, Sigmoid, Tanh, HardSigmoid, HardSwish, kiln.Gelu, or the Sigmoid and Mul of x*sigmoid(x)),
- * describes it: the activation, the value it produces, the nodes it spans (at most 2, appended to
- * nodes[*n_nodes]). */
+ * bounds, Sigmoid, Tanh, HardSigmoid, HardSwish, kiln.Gelu, the Sigmoid and Mul of x*sigmoid(x)),
+ * or by elementwise nodes that compute one of them (HardSwish as x * Clip(x + 3, 0, 6) / 6,
+ * HardSigmoid, SiLU, Relu and Clip from Max/Min: a region, recognised by its values at sample
+ * points), describes it: the activation, the value it produces, the nodes it spans (at most
+ * KN_OPT_ACT_MAX_NODES, appended to nodes[*n_nodes]). */
+#define KN_OPT_ACT_MAX_NODES 8
 bool kn_opt_match_activation(const kn_opt_ctx *c, int v, kn_act_spec *act, int *out_v, int *nodes, int *n_nodes);
 /* Clip's bounds (attributes before opset 11, constant inputs from it; +-inf when absent); false
  * when a bound is given but not a constant scalar. */

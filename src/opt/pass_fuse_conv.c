@@ -14,7 +14,7 @@ kiln_status kn_pass_fuse_conv(kn_opt_ctx *c) {
         if (!kn_opt_is(c, i, "Conv") || g->nodes[i].n_outputs != 1) continue;
         int y = g->nodes[i].outputs[0];
         if (!kn_opt_is_float(c, y)) continue; /* 16-bit types when the target has the kernel */
-        int nodes[4] = {i}, n_nodes = 1;
+        int nodes[2 + KN_OPT_ACT_MAX_NODES] = {i}, n_nodes = 1; /* the Conv, the residual Add, the activation */
         int last = y, z = -1;
         /* residual */
         int add = kn_opt_only_consumer(c, y);

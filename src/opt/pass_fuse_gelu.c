@@ -5,8 +5,8 @@
  * in either order). Rather than listing them, the pass anchors on an Erf or Tanh node, finds the
  * input x it starts from and the candidate outputs y after it, and takes the largest region
  * between x and y that is a closed single-input expression: every node in it an elementwise
- * Add/Sub/Mul/Div/Pow/Erf/Tanh/Sqrt on x, scalar constants and values of the region, every
- * intermediate value read only inside it, y of x's shape. The region is then evaluated (in double)
+ * node on x, scalar constants and values of the region, every intermediate value read only inside
+ * it, y of x's shape (kn_opt_region_collect, fuse_util.c). The region is then evaluated (in double)
  * at points across [-8, 8] and compared with both GELU forms; only an agreement everywhere forms
  * the fused node. */
 #include "opt/pass.h"
@@ -14,112 +14,7 @@
 #include <math.h>
 #include <string.h>
 
-#define MAX_REGION 24
 #define N_POINTS 49
-
-static const char *const region_ops[] = {"Add", "Sub", "Mul", "Div", "Pow", "Erf", "Tanh", "Sqrt"};
-
-static bool region_op(const kn_opt_ctx *c, int node) {
-    for (size_t k = 0; k < sizeof region_ops / sizeof region_ops[0]; k++)
-        if (kn_opt_is(c, node, region_ops[k])) return true;
-    return false;
-}
-
-typedef struct region {
-    int nodes[MAX_REGION];
-    int n;
-} region;
-
-static bool in_region(const region *r, int node) {
-    for (int i = 0; i < r->n; i++)
-        if (r->nodes[i] == node) return true;
-    return false;
-}
-
-/* The nodes between x and y (backwards from y); false when the region is not closed. */
-static bool collect(const kn_opt_ctx *c, int x, int y, region *r) {
-    int stack[MAX_REGION * 2], sp = 0;
-    r->n = 0;
-    stack[sp++] = y;
-    while (sp) {
-        int v = stack[--sp];
-        if (v == x) continue;
-        double s;
-        if (kn_opt_scalar(c, v, &s)) continue;
-        int p = kn_opt_producer(c, v);
-        if (p < 0 || !region_op(c, p) || c->g->nodes[p].n_outputs != 1) return false;
-        if (in_region(r, p)) continue;
-        if (r->n >= MAX_REGION) return false;
-        r->nodes[r->n++] = p;
-        const kn_node *n = &c->g->nodes[p];
-        for (int k = 0; k < n->n_inputs; k++) {
-            if (n->inputs[k] < 0 || sp >= MAX_REGION * 2) return false;
-            stack[sp++] = n->inputs[k];
-        }
-    }
-    /* intermediate values stay inside */
-    for (int i = 0; i < r->n; i++) {
-        int v = c->g->nodes[r->nodes[i]].outputs[0];
-        if (v == y) continue;
-        if (kn_opt_pinned(c, v)) return false;
-        for (int k = c->cons_start[v]; k < c->cons_start[v + 1]; k++)
-            if (!in_region(r, c->cons[k])) return false;
-    }
-    return r->n > 0;
-}
-
-/* Evaluates the region at the test points; false when an operand is missing. */
-static bool evaluate(const kn_opt_ctx *c, const region *r, int x, int y, const double *pts, double *out) {
-    /* the region's nodes in graph (topological) order */
-    int order[MAX_REGION], n = r->n;
-    memcpy(order, r->nodes, sizeof(int) * (size_t)n);
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && order[j - 1] > order[j]; j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
-    double vals[MAX_REGION][N_POINTS];
-    int ids[MAX_REGION];
-    for (int i = 0; i < n; i++) {
-        const kn_node *nd = &c->g->nodes[order[i]];
-        const double *in[2] = {NULL, NULL};
-        double consts[2];
-        for (int k = 0; k < nd->n_inputs && k < 2; k++) {
-            int v = nd->inputs[k];
-            if (v == x) {
-                in[k] = pts;
-                continue;
-            }
-            if (kn_opt_scalar(c, v, &consts[k])) continue;
-            for (int j = 0; j < i; j++)
-                if (ids[j] == v) in[k] = vals[j];
-            if (!in[k]) return false;
-        }
-        const char *op = nd->op_type;
-        for (int p = 0; p < N_POINTS; p++) {
-            double a = in[0] ? in[0][p] : consts[0];
-            double b = nd->n_inputs > 1 ? (in[1] ? in[1][p] : consts[1]) : 0;
-            double v;
-            if (!strcmp(op, "Add")) v = a + b;
-            else if (!strcmp(op, "Sub")) v = a - b;
-            else if (!strcmp(op, "Mul")) v = a * b;
-            else if (!strcmp(op, "Div")) v = a / b;
-            else if (!strcmp(op, "Pow")) v = pow(a, b);
-            else if (!strcmp(op, "Erf")) v = erf(a);
-            else if (!strcmp(op, "Tanh")) v = tanh(a);
-            else v = sqrt(a);
-            vals[i][p] = v;
-        }
-        ids[i] = nd->outputs[0];
-    }
-    for (int i = 0; i < n; i++)
-        if (ids[i] == y) {
-            memcpy(out, vals[i], sizeof(double) * N_POINTS);
-            return true;
-        }
-    return false;
-}
 
 /* Which GELU the region computes: 1 erf, 2 tanh, 0 neither. */
 static int classify(const double *pts, const double *got) {
@@ -170,7 +65,7 @@ kiln_status kn_pass_fuse_gelu(kn_opt_ctx *c) {
         int ys[4], ny = 0, v = g->nodes[i].outputs[0];
         for (int step = 0; step < 4; step++) {
             int nxt = kn_opt_only_consumer(c, v);
-            if (nxt < 0 || !region_op(c, nxt)) break;
+            if (nxt < 0 || !kn_opt_region_op(c, nxt)) break;
             v = g->nodes[nxt].outputs[0];
             ys[ny++] = v;
         }
@@ -179,9 +74,11 @@ kiln_status kn_pass_fuse_gelu(kn_opt_ctx *c) {
             for (int xi = 0; xi < nx && !done; xi++) {
                 int x = xs[xi], y = ys[yi];
                 if (!kn_opt_is_f32(c, x) || !kn_opt_same_shape(&g->values[x].type, &g->values[y].type)) continue;
-                region r;
+                kn_opt_region r;
                 double got[N_POINTS];
-                if (!collect(c, x, y, &r) || !in_region(&r, i) || !evaluate(c, &r, x, y, pts, got)) continue;
+                if (!kn_opt_region_collect(c, x, y, KN_OPT_REGION_MAX, &r) || !kn_opt_region_has(&r, i) ||
+                    !kn_opt_region_eval(c, &r, x, y, pts, N_POINTS, got))
+                    continue;
                 int form = classify(pts, got);
                 if (!form) continue;
                 kn_opt_proto p;

@@ -14,7 +14,7 @@ kiln_status kn_pass_fuse_gemm_activation(kn_opt_ctx *c) {
         if ((!gemm && !fmm) || g->nodes[i].n_outputs != 1) continue;
         int y = g->nodes[i].outputs[0];
         if (!kn_opt_is_float(c, y)) continue; /* 16-bit types when the target has the kernel */
-        int nodes[3] = {i}, n_nodes = 1, last = y;
+        int nodes[1 + KN_OPT_ACT_MAX_NODES] = {i}, n_nodes = 1, last = y;
         kn_act_spec act;
         if (!kn_opt_match_activation(c, y, &act, &last, nodes, &n_nodes)) continue;
         kn_opt_proto p;

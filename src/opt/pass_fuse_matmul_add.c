@@ -161,7 +161,7 @@ kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c) {
         int y = g->nodes[i].outputs[0], a = kn_opt_input(c, i, 0), b = kn_opt_input(c, i, 1);
         /* 16-bit types when the target has the fused kernel (CUDA) */
         if (!kn_opt_is_float(c, y) || a < 0 || b < 0) continue;
-        int nodes[6] = {i}, n_nodes = 1;
+        int nodes[3 + KN_OPT_ACT_MAX_NODES] = {i}, n_nodes = 1; /* MatMul, bias Add, residual Add, activation */
         int last = y, bias = -1, z = -1;
         int add = kn_opt_only_consumer(c, y);
         if (kn_opt_is(c, add, "Add")) {

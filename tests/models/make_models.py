@@ -298,6 +298,54 @@ def unrolled_rnn():
     return m, data
 
 
+def decomposed_activations():
+    """Opset 13 exports (before HardSwish existed in ONNX): HardSwish as x * Clip(x + 3, 0, 6) / 6
+    after a Conv, HardSigmoid as Clip(x / 6 + 0.5, 0, 1) gating channels (squeeze-excite), Relu6
+    as Min(Max(x, 0), 6) after a Gemm, SiLU as x / (1 + Exp(-x)), and a lookalike
+    (x * Clip(x + 3, 0, 6) / 5) that is none of them. Inputs span the knees at -3 and 3."""
+    def s(name, v):
+        return numpy_helper.from_array(np.array(v, np.float32), name)
+    inits = [w("c1_w", 16, 3, 3, 3, scale=0.6), w("c1_b", 16, scale=0.5), w("dw_w", 16, 1, 3, 3, scale=0.6),
+             w("se_w", 16, 16, 1, 1), w("pw_w", 8, 16, 1, 1, scale=0.6), w("pw_b", 8, scale=0.5),
+             w("fc_w", 8, 12, scale=0.8), w("fc_b", 12, scale=0.5),
+             s("three", 3.0), s("zero", 0.0), s("six", 6.0), s("five", 5.0), s("one", 1.0), s("half", 0.5)]
+    nodes = [
+        helper.make_node("Conv", ["x", "c1_w", "c1_b"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c1", "three"], ["c1a"]),
+        helper.make_node("Clip", ["c1a", "zero", "six"], ["c1c"]),
+        helper.make_node("Mul", ["c1", "c1c"], ["c1m"]),
+        helper.make_node("Div", ["c1m", "six"], ["hs"]),
+        helper.make_node("Conv", ["hs", "dw_w"], ["dw"], pads=[1, 1, 1, 1], group=16),
+        helper.make_node("Neg", ["dw"], ["dwn"]),
+        helper.make_node("Exp", ["dwn"], ["dwe"]),
+        helper.make_node("Add", ["one", "dwe"], ["dwd"]),
+        helper.make_node("Div", ["dw", "dwd"], ["silu"]),
+        helper.make_node("GlobalAveragePool", ["silu"], ["gap"]),
+        helper.make_node("Conv", ["gap", "se_w"], ["se"]),
+        helper.make_node("Div", ["se", "six"], ["se6"]),
+        helper.make_node("Add", ["se6", "half"], ["seh"]),
+        helper.make_node("Clip", ["seh", "zero", "one"], ["gate"]),
+        helper.make_node("Mul", ["silu", "gate"], ["scaled"]),
+        helper.make_node("Conv", ["scaled", "pw_w", "pw_b"], ["pw"]),
+        helper.make_node("Add", ["pw", "three"], ["pwa"]),
+        helper.make_node("Clip", ["pwa", "zero", "six"], ["pwc"]),
+        helper.make_node("Mul", ["pw", "pwc"], ["pwm"]),
+        helper.make_node("Div", ["pwm", "five"], ["look"]),
+        helper.make_node("GlobalAveragePool", ["look"], ["gap2"]),
+        helper.make_node("Flatten", ["gap2"], ["flat"], axis=1),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["fc"]),
+        helper.make_node("Max", ["fc", "zero"], ["fcm"]),
+        helper.make_node("Min", ["fcm", "six"], ["out"]),
+    ]
+    g = helper.make_graph(nodes, "decomposed_activations",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 12, 12])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 12]),
+                           helper.make_tensor_value_info("hs", TensorProto.FLOAT, ["batch", 16, 12, 12])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="kiln-tests")
+    data = [[(RNG.standard_normal((n, 3, 12, 12)) * 3).astype(np.float32)] for n in (1, 2)]
+    return m, data
+
+
 def write(out, name, model, data):
     import onnxruntime as ort
     # IR 10 (ONNX 1.16): what every ONNX Runtime still in use loads (the GPU host's 1.30 refuses the
@@ -333,7 +381,7 @@ def main():
     zoo = {}
     for name, build in (("tiny_cnn", tiny_cnn), ("tiny_transformer", tiny_transformer), ("tiny_rnn", tiny_rnn),
                         ("mha_static", mha_static), ("qdq_matmul", qdq_matmul),
-                        ("unrolled_rnn", unrolled_rnn)):
+                        ("unrolled_rnn", unrolled_rnn), ("decomposed_activations", decomposed_activations)):
         model, data = build()
         write(out, name, model, data)
         zoo[name] = {"rtol": 1e-3, "atol": 1e-4, "data_sets": len(data),

@@ -271,6 +271,44 @@ static kn_model *build_conv(void) {
         break;
     case 6: y = tb_node(&b, "HardSwish", &y, 1, "act"); break;
     case 7: y = tb_node(&b, "Tanh", &y, 1, "act"); break;
+    case 8:   /* HardSwish as opset-13 exporters write it: x * Clip(x + 3, 0, 6) / 6 */
+    case 12: { /* a lookalike: divided by 5 */
+        int three = tb_scalar(&b, "three", conv_dtype, 3), zero = tb_scalar(&b, "zero", conv_dtype, 0);
+        int six = tb_scalar(&b, "six", conv_dtype, 6), d = tb_scalar(&b, "d", conv_dtype, conv_act == 8 ? 6 : 5);
+        int a = tb_node(&b, "Add", (int[]){y, three}, 2, "a");
+        int cl = tb_node(&b, "Clip", (int[]){a, zero, six}, 3, "cl");
+        int m = tb_node(&b, "Mul", (int[]){y, cl}, 2, "m");
+        y = tb_node(&b, "Div", (int[]){m, d}, 2, "act");
+        break;
+    }
+    case 9: { /* HardSigmoid(alpha 1/6, beta 0.5) as Clip(x * (1/6) + 0.5, 0, 1), Clip's bounds omitted-min style */
+        int k = tb_scalar(&b, "k", conv_dtype, 1.0 / 6.0), half = tb_scalar(&b, "half", conv_dtype, 0.5);
+        int zero = tb_scalar(&b, "zero", conv_dtype, 0), one = tb_scalar(&b, "one", conv_dtype, 1);
+        int m = tb_node(&b, "Mul", (int[]){k, y}, 2, "m");
+        int a = tb_node(&b, "Add", (int[]){m, half}, 2, "a");
+        y = tb_node(&b, "Clip", (int[]){a, zero, one}, 3, "act");
+        break;
+    }
+    case 10: { /* Relu6 as Min(Max(x, 0), 6) */
+        int zero = tb_scalar(&b, "zero", conv_dtype, 0), six = tb_scalar(&b, "six", conv_dtype, 6);
+        int mx = tb_node(&b, "Max", (int[]){y, zero}, 2, "mx");
+        y = tb_node(&b, "Min", (int[]){mx, six}, 2, "act");
+        break;
+    }
+    case 11: { /* SiLU as x / (1 + exp(-x)) */
+        int one = tb_scalar(&b, "one", conv_dtype, 1);
+        int n = tb_node(&b, "Neg", &y, 1, "n");
+        int e = tb_node(&b, "Exp", &n, 1, "e");
+        int d = tb_node(&b, "Add", (int[]){one, e}, 2, "d");
+        y = tb_node(&b, "Div", (int[]){y, d}, 2, "act");
+        break;
+    }
+    case 13: { /* a clamp at 20 (Max, then Min), which must not be taken for a Relu */
+        int zero = tb_scalar(&b, "zero", conv_dtype, 0), top = tb_scalar(&b, "top", conv_dtype, 20);
+        int mx = tb_node(&b, "Max", (int[]){zero, y}, 2, "mx");
+        y = tb_node(&b, "Min", (int[]){mx, top}, 2, "act");
+        break;
+    }
     }
     tb_output(&b, y);
     return b.m;
@@ -289,6 +327,46 @@ KN_TEST(opt_fused_conv_matches_unfused) {
                           count_op(s, "kiln", "FusedConv"));
                 kiln_session_destroy(s);
             }
+}
+
+/* Activations written out in elementwise nodes are recognised by their values (fuse_util.c's
+ * regions) and fused like the operators: the fused node carries the activation they compute. */
+KN_TEST(opt_fused_conv_activation_forms) {
+    static const struct {
+        int act;
+        const char *name;
+        float p0, p1;
+    } forms[] = {{8, "HardSwish", 0, 0}, {9, "HardSigmoid", 1.0f / 6.0f, 0.5f}, {10, "Clip", 0, 6},
+                 {11, "SiLU", 0, 0}, {13, "Clip", 0, 20}};
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++)
+        for (int res = 0; res <= 1; res++) {
+            conv_act = forms[f].act, conv_residual = res, conv_group = 1, conv_dtype = KILN_DTYPE_FLOAT;
+            kiln_session *s = compare_levels_without(build_conv, 2, 1e-5, "fuse_elementwise");
+            if (!s) continue;
+            const kn_graph *g = s->model->graph;
+            CHECK_MSG(count_op(s, "kiln", "FusedConv") == 1 && live_nodes(s) == 1, "form %d residual %d: %d nodes",
+                      forms[f].act, res, live_nodes(s));
+            for (int i = 0; i < g->n_nodes; i++) {
+                if (g->nodes[i].dead || strcmp(g->nodes[i].op_type, "FusedConv")) continue;
+                CHECK_MSG(!strcmp(kn_attr_string(&g->nodes[i], "activation", ""), forms[f].name), "form %d: %s",
+                          forms[f].act, kn_attr_string(&g->nodes[i], "activation", ""));
+                int np = 0;
+                const float *p = kn_attr_floats(&g->nodes[i], "activation_params", &np);
+                if (forms[f].p0 || forms[f].p1) {
+                    CHECK_MSG(np >= 2 && fabsf(p[0] - forms[f].p0) < 1e-6f && fabsf(p[1] - forms[f].p1) < 1e-6f,
+                              "form %d: %d params", forms[f].act, np);
+                }
+            }
+            kiln_session_destroy(s);
+        }
+    /* x * Clip(x + 3, 0, 6) / 5 is no activation kiln knows: nothing joins the Conv */
+    conv_act = 12, conv_residual = 0;
+    kiln_session *s = compare_levels_without(build_conv, 2, 1e-6, "fuse_elementwise");
+    if (s) {
+        CHECK_EQ_INT(count_op(s, "kiln", "FusedConv"), 0);
+        CHECK_EQ_INT(count_op(s, "", "Clip"), 1);
+        kiln_session_destroy(s);
+    }
 }
 
 /* ------------------------------------------------------------------ subgraph reads (issue 18) */
