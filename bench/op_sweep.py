@@ -116,16 +116,20 @@ def rnd(*shape, dtype=np.float32, lo=-1.0, hi=1.0):
 
 
 def conv(label, n, c, hw, m, k, s=1, p=None, d=1, g=1, fast=False, bias=True, dtype=np.float32):
+    """s: one stride or a tuple per axis; p: one pad, a tuple per axis (begin = end), or a tuple of
+    2 * axes (ONNX order: the begins, then the ends)."""
     hw = hw if isinstance(hw, tuple) else (hw, hw)
     k = k if isinstance(k, tuple) else (k,) * len(hw)
     p = tuple((kk - 1) * d // 2 for kk in k) if p is None else (p if isinstance(p, tuple) else (p,) * len(hw))
+    strides = list(s) if isinstance(s, tuple) else [s] * len(hw)
+    pads = list(p) if len(p) == 2 * len(hw) else list(p) * 2
     x = rnd(n, c, *hw, dtype=dtype)
     w = (rnd(m, c // g, *k) / np.sqrt(c // g * np.prod(k))).astype(dtype)
     inits = {"w": w}
     if bias:
         inits["b"] = rnd(m, dtype=dtype)
     nd = len(hw)
-    return Case("Conv", label, {"x": x}, inits, dict(kernel_shape=list(k), strides=[s] * nd, pads=list(p) * 2,
+    return Case("Conv", label, {"x": x}, inits, dict(kernel_shape=list(k), strides=strides, pads=pads,
                                                       dilations=[d] * nd, group=g), fast=fast)
 
 
@@ -210,6 +214,27 @@ def cases():
     c.append(conv("dw 3x3 s2 64ch 200x152", 1, 64, (200, 152), 64, 3, s=2, g=64))
     c.append(conv("dw 5x5 s2 128ch 100x76", 1, 128, (100, 76), 128, 5, s=2, g=128))
     c.append(conv("grouped 3x3 g32 128->128 28x28", 1, 128, 28, 128, 3, g=32))
+    # direct kernel (conv_direct.c): few output channels on large planes (an audio model's
+    # 172x264 spectrogram), wide depthwise rows, and its edges (row tails, OW < 8, H < KH, pads,
+    # odd widths at stride 2, no bias, multiplier 2, dilation, 1-D)
+    c.append(conv("3x39 8->8 172x264 (basic_pitch)", 1, 8, (172, 264), 8, (3, 39), p=(1, 19)))
+    c.append(conv("5x5 s(1,3) 8->32 172x264 (basic_pitch)", 1, 8, (172, 264), 32, 5, s=(1, 3), p=(2, 1, 2, 1)))
+    c.append(conv("7x7 s(1,3) 1->32 172x264 (basic_pitch)", 1, 1, (172, 264), 32, 7, s=(1, 3), p=(3, 2, 3, 2)))
+    c.append(conv("5x5 8->1 172x264 (basic_pitch)", 1, 8, (172, 264), 1, 5, fast=True))
+    c.append(conv("7x3 32->1 172x88 (basic_pitch)", 1, 32, (172, 88), 1, (7, 3)))
+    c.append(conv("3x3 33->1 172x88 (basic_pitch)", 1, 33, (172, 88), 1, 3))
+    c.append(conv("3x3 16->4 200x152 few out", 1, 16, (200, 152), 4, 3, fast=True))
+    c.append(conv("5x5 s2 6->6 g3 41x301 odd", 1, 6, (41, 301), 6, 5, s=2, g=3, fast=True))
+    c.append(conv("dw 3x3 s2 8ch 37x301 odd", 1, 8, (37, 301), 8, 3, s=2, g=8, fast=True))
+    c.append(conv("dw 5x5 s2 8ch 40x261 pads 0,2,1,1", 1, 8, (40, 261), 8, 5, s=2, p=(0, 2, 1, 1), g=8, fast=True))
+    c.append(conv("dw 3x3 x2 8->16ch 20x300 no bias", 1, 8, (20, 300), 16, 3, g=8, bias=False, fast=True))
+    c.append(conv("dw 3x3 d2 8ch 30x260", 1, 8, (30, 260), 8, 3, d=2, g=8, fast=True))
+    c.append(conv("dw 5x5 8ch 2x300 (H < KH)", 1, 8, (2, 300), 8, 5, p=2, g=8, fast=True))
+    c.append(conv("3x3 4->2 5x6 tiny", 2, 4, (5, 6), 2, 3, fast=True))
+    c.append(conv("5x5 s2 3->3 3x7 (OW < 8, H < KH)", 1, 3, (3, 7), 3, 5, s=2, p=1, fast=True))
+    c.append(conv("7x1 4->4 300x3 no bias", 1, 4, (300, 3), 4, (7, 1), p=(3, 0), bias=False, fast=True))
+    c.append(conv("1d 16->4 k9 s2 L1001", 1, 16, (1001,), 4, 9, s=2, fast=True))
+    c.append(conv("1d dw 32ch k5 s2 L4001", 1, 32, (4001,), 32, 5, s=2, g=32, fast=True))
     # --- Conv 1-D: STFT front ends (1 -> 258, kernel 256, stride 128), speech, long rows
     c.append(conv("1d 1->258 k256 s128 L16000 (STFT)", 1, 1, (16000,), 258, 256, s=128, p=0, fast=True))
     c.append(conv("1d 1->258 k256 s128 L16000 b8 (STFT)", 8, 1, (16000,), 258, 256, s=128, p=0, fast=True))

@@ -28,6 +28,7 @@
  * 8-bit products (qgemm.h); double runs direct loops. */
 #include "backend/cpu/const_cache.h"
 #include "backend/cpu/conv_amx.h"
+#include "backend/cpu/conv_direct.h"
 #include "backend/cpu/conv_int_dw.h"
 #include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/elementwise_impl.h"
@@ -1892,10 +1893,21 @@ static bool strided_pointwise(const conv_shape *s) {
     return strided;
 }
 
+static kn_dconv_shape dconv_shape_of(const conv_shape *s) {
+    const win2 v = win2_of(&s->w);
+    return (kn_dconv_shape){s->N, s->C, s->M, s->G, v.H, v.W, v.OH, v.OW, v.KH, v.KW, v.sh, v.sw, v.dh, v.dw, v.ph, v.pw};
+}
+
 static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w,
                             const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx,
                             const kn_conv_tail *tail, bool w_is_input) {
     if (s->N == 0 || s->M == 0 || s->out_plane == 0) return KILN_OK;
+    /* depthwise layers on wide rows: the direct kernel (conv_direct.c), which starts from the bias
+     * itself (no fill_bias pass) */
+    if (s->Cg == 1 && s->Mg <= 4 && s->nsp <= 2 && s->kk > 1) {
+        const kn_dconv_shape ds = dconv_shape_of(s);
+        if (kn_dconv_suits(&ds)) return kn_dconv_run(c, &ds, x, w, bias, y, epi, epi_ctx, w_is_input);
+    }
     /* one input channel per group: the direct per-channel loops, unless each input channel feeds
      * many output channels through a long enough window (a 1 -> 258 channel, kernel-256,
      * stride-128 STFT front end, a grayscale stem): then the channels' products form a GEMM
@@ -2004,6 +2016,12 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
                                   s->w.pad_begin[0], s->w.pad_begin[1], s->w.dilation[0], s->w.dilation[1]};
         if (kn_wino_suits(&ws, kn_threadpool_size(c->pool)))
             return kn_wino_conv(c, &ws, x, w, bias, y, epi, epi_ctx, w_is_input);
+    }
+    /* few output channels a group, or few input taps (large kernels, large planes, the stems): the
+     * direct kernel (conv_direct.c) ahead of the kernels below and the implicit GEMM */
+    if (!amx_gemm && !pointwise && s->nsp <= 2) {
+        const kn_dconv_shape ds = dconv_shape_of(s);
+        if (kn_dconv_suits(&ds)) return kn_dconv_run(c, &ds, x, w, bias, y, epi, epi_ctx, w_is_input);
     }
 #if KN_VL
     if (!amx_gemm) {

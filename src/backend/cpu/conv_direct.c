@@ -1,0 +1,353 @@
+/* Direct float convolution, output pixels in the vector lanes (conv_direct.h).
+ *
+ * Written once for AVX2 and AVX-512 (isa_vec.h: KN_VL = 8 or 16 lanes); without either the build
+ * has no kernel and kn_dconv_suits says no.
+ *
+ * Per task (image, group, band of output rows) the input rows a window needs are copied once into
+ * a ring of rows per input channel of the group ([channel][slot][phase][wp]; input row ih lives in
+ * slot ih mod span, span = (KH - 1) dh + 1), zero-bordered (the left and right pads, and enough
+ * columns past the row for whole vectors) and, at column stride sw > 1, split into the sw phases of
+ * the row (phase p, element j = padded column j sw + p), so that tap kw of output column ow reads
+ * phase (kw dw) mod sw at element ow + (kw dw) / sw: every tap is a plain unaligned load at a
+ * constant offset, with no mask and no bounds test. Rows of the window outside the image are
+ * left out of the loop (kh0..kh1), not copied as zeros.
+ *
+ * A tile is MB output channels of the group by NV vectors of KN_VL consecutive output pixels of one
+ * row, MB x NV accumulators started from the bias; per tap the NV input vectors are loaded once and
+ * the MB weights broadcast (packed once per session as [group][block of MB][C/G][KH][KW][MB]).
+ * The row's last, partial tile is computed into a buffer and copied. Finished rows of the group
+ * are handed to the epilogue (a fused node's residual and activation) in blocks of a few rows,
+ * while they are in cache. */
+#include "backend/cpu/conv_direct.h"
+
+#include "backend/cpu/const_cache.h"
+#include "backend/cpu/conv_winograd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/isa_vec.h"
+#include "util/aligned.h"
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+#if KN_VL
+
+/* vectors of a tile per block size MB (accumulators MB x NV within the level's registers) */
+#if KN_VREGS == 32
+#define DC_NV1 12
+#define DC_NV2 12
+#define DC_NV4 6
+#else
+#define DC_NV1 8
+#define DC_NV2 6
+#define DC_NV4 3
+#endif
+#define DC_NVMAX (DC_NV1 > DC_NV2 ? DC_NV1 : DC_NV2)
+#define DC_MAX_KW 64
+#define DC_RING_MAX (256 * 1024) /* floats of one task's ring of rows (1 MB) */
+#define DC_EPI_FLOATS 8192      /* output floats per epilogue call (rows of the group, in cache) */
+
+static int dc_mb_of(int64_t Mg) { return Mg % 4 == 0 ? 4 : Mg % 2 == 0 ? 2 : 1; }
+
+typedef struct dc_geom {
+    int64_t span;   /* input rows a window spans */
+    int64_t wp;     /* floats of one phase of a copied row */
+    int64_t rowf;   /* floats of a copied row (sw phases) */
+    int64_t ring;   /* floats of the ring (C/G channels x span slots x rowf) */
+    int64_t scratch; /* floats a task needs: ring, the padded row before its split, a tile buffer */
+} dc_geom;
+
+static dc_geom dc_geom_of(const kn_dconv_shape *s) {
+    dc_geom g;
+    const int64_t Cg = s->C / s->G, owr = (s->OW + KN_VL - 1) / KN_VL * KN_VL;
+    g.span = (s->KH - 1) * s->dh + 1;
+    /* the last tile loads whole vectors up to owr, at offsets up to (KW - 1) dw / sw */
+    g.wp = (owr + (s->KW - 1) * s->dw / s->sw + KN_VL) / KN_VL * KN_VL;
+    g.rowf = s->sw * g.wp;
+    g.ring = Cg * g.span * g.rowf;
+    g.scratch = g.ring + g.rowf + KN_VL + 4 * DC_NVMAX * KN_VL;
+    return g;
+}
+
+typedef struct dc_job {
+    const kn_dconv_shape *s;
+    dc_geom g;
+    const float *x, *wp, *bias;
+    float *y;
+    kn_conv_epilogue_fn epi;
+    const void *epi_ctx;
+    int64_t bands, Cg, Mg, mb;
+    int64_t koff[DC_MAX_KW]; /* tap kw's offset in a copied row: phase (kw dw) mod sw, element (kw dw) / sw */
+    int *failed;
+} dc_job;
+
+/* MB output channels x NV vectors from the rows rows[kh] (channel 0 of the group, at the tile's
+ * first column; channel c is c * cstride further), taps kh in [kh0, kh1); the result to dst, row m
+ * at dst + m * ldm. */
+static inline __attribute__((always_inline)) void dc_tile(const dc_job *j, const float *const *rows, int64_t kh0,
+                                                          int64_t kh1, const float *w, const float *bias, float *dst,
+                                                          int64_t ldm, const int MB, const int NV) {
+    const int64_t KW = j->s->KW, KH = j->s->KH, Cg = j->Cg, cstride = j->g.span * j->g.rowf;
+    const int64_t *koff = j->koff;
+    kn_vf acc[4][DC_NVMAX];
+#pragma GCC unroll 4
+    for (int m = 0; m < MB; m++) {
+        const kn_vf b = bias ? kn_vf_set1(bias[m]) : kn_vf_zero();
+#pragma GCC unroll 16
+        for (int q = 0; q < NV; q++) acc[m][q] = b;
+    }
+    for (int64_t c = 0; c < Cg; c++)
+        for (int64_t kh = kh0; kh < kh1; kh++) {
+            const float *r = rows[kh] + c * cstride;
+            const float *wk = w + (c * KH + kh) * KW * MB;
+            for (int64_t kw = 0; kw < KW; kw++, wk += MB) {
+                const float *src = r + koff[kw];
+                if (MB == 1) {
+                    const kn_vf wv = kn_vf_set1(wk[0]);
+#pragma GCC unroll 16
+                    for (int q = 0; q < NV; q++) acc[0][q] = kn_vf_fmadd(kn_vf_loadu(src + KN_VL * q), wv, acc[0][q]);
+                } else {
+                    kn_vf in[DC_NVMAX];
+#pragma GCC unroll 16
+                    for (int q = 0; q < NV; q++) in[q] = kn_vf_loadu(src + KN_VL * q);
+#pragma GCC unroll 4
+                    for (int m = 0; m < MB; m++) {
+                        const kn_vf wv = kn_vf_set1(wk[m]);
+#pragma GCC unroll 16
+                        for (int q = 0; q < NV; q++) acc[m][q] = kn_vf_fmadd(in[q], wv, acc[m][q]);
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 4
+    for (int m = 0; m < MB; m++)
+#pragma GCC unroll 16
+        for (int q = 0; q < NV; q++) kn_vf_storeu(dst + m * ldm + KN_VL * q, acc[m][q]);
+}
+
+#define DC_CASE(MB, NV)                                                                                      \
+    case NV: dc_tile(j, rows, kh0, kh1, w, bias, dst, ldm, MB, NV); break;
+
+static void dc_tile_1(const dc_job *j, const float *const *rows, int64_t kh0, int64_t kh1, const float *w,
+                      const float *bias, float *dst, int64_t ldm, int nv) {
+    switch (nv) {
+        DC_CASE(1, 1) DC_CASE(1, 2) DC_CASE(1, 3) DC_CASE(1, 4) DC_CASE(1, 5) DC_CASE(1, 6) DC_CASE(1, 7)
+#if DC_NV1 > 8
+        DC_CASE(1, 9) DC_CASE(1, 10) DC_CASE(1, 11) DC_CASE(1, 12)
+#endif
+        default: dc_tile(j, rows, kh0, kh1, w, bias, dst, ldm, 1, 8); break;
+    }
+}
+
+static void dc_tile_2(const dc_job *j, const float *const *rows, int64_t kh0, int64_t kh1, const float *w,
+                      const float *bias, float *dst, int64_t ldm, int nv) {
+    switch (nv) {
+        DC_CASE(2, 1) DC_CASE(2, 2) DC_CASE(2, 3) DC_CASE(2, 4) DC_CASE(2, 5)
+#if DC_NV2 > 6
+        DC_CASE(2, 6) DC_CASE(2, 7) DC_CASE(2, 8) DC_CASE(2, 9) DC_CASE(2, 10) DC_CASE(2, 11)
+        default: dc_tile(j, rows, kh0, kh1, w, bias, dst, ldm, 2, 12); break;
+#else
+        default: dc_tile(j, rows, kh0, kh1, w, bias, dst, ldm, 2, 6); break;
+#endif
+    }
+}
+
+static void dc_tile_4(const dc_job *j, const float *const *rows, int64_t kh0, int64_t kh1, const float *w,
+                      const float *bias, float *dst, int64_t ldm, int nv) {
+    switch (nv) {
+        DC_CASE(4, 1) DC_CASE(4, 2)
+#if DC_NV4 > 3
+        DC_CASE(4, 3) DC_CASE(4, 4) DC_CASE(4, 5)
+        default: dc_tile(j, rows, kh0, kh1, w, bias, dst, ldm, 4, 6); break;
+#else
+        default: dc_tile(j, rows, kh0, kh1, w, bias, dst, ldm, 4, 3); break;
+#endif
+    }
+}
+
+static void dc_tile_any(const dc_job *j, const float *const *rows, int64_t kh0, int64_t kh1, const float *w,
+                        const float *bias, float *dst, int64_t ldm, int nv) {
+    if (j->mb == 1) dc_tile_1(j, rows, kh0, kh1, w, bias, dst, ldm, nv);
+    else if (j->mb == 2) dc_tile_2(j, rows, kh0, kh1, w, bias, dst, ldm, nv);
+    else dc_tile_4(j, rows, kh0, kh1, w, bias, dst, ldm, nv);
+}
+
+/* Input row ih of the group's channels (image n) into ring slot `slot`: padded column i is
+ * x(ih, i - pw), zero outside the row; at sw > 1 split into phases through tmp (rowf + KN_VL floats). */
+static void dc_copy_rows(const dc_job *j, const float *xg, int64_t ih, int64_t slot, float *ring, float *tmp) {
+    const kn_dconv_shape *s = j->s;
+    const int64_t W = s->W, pw = s->pw, sw = s->sw, wp = j->g.wp, rowf = j->g.rowf;
+    const int64_t lo = min64(pw, rowf), hi = min64(rowf, pw + W); /* padded columns that hold input */
+    for (int64_t c = 0; c < j->Cg; c++) {
+        const float *src = xg + (c * s->H + ih) * W;
+        float *dst = ring + (c * j->g.span + slot) * rowf;
+        float *row = sw == 1 ? dst : tmp;
+        if (lo > 0) memset(row, 0, sizeof(float) * (size_t)lo);
+        if (hi > lo) memcpy(row + lo, src, sizeof(float) * (size_t)(hi - lo));
+        if (rowf > max64(hi, lo)) memset(row + max64(hi, lo), 0, sizeof(float) * (size_t)(rowf - max64(hi, lo)));
+        if (sw == 1) continue;
+        if (sw == 2) {
+            float *ev = dst, *od = dst + wp;
+            for (int64_t i = 0; i < wp; i += KN_VL) {
+                const kn_vf a = kn_vf_loadu(tmp + 2 * i), b = kn_vf_loadu(tmp + 2 * i + KN_VL);
+#if KN_VL == 8
+                const __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);
+                kn_vf_storeu(ev + i, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8)));
+                kn_vf_storeu(od + i, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8)));
+#else
+                kn_vf_storeu(ev + i, kn_vf_perm2(a, kn_vi_iota(0, 2), b));
+                kn_vf_storeu(od + i, kn_vf_perm2(a, kn_vi_iota(1, 2), b));
+#endif
+            }
+            continue;
+        }
+        for (int64_t p = 0; p < sw; p++) {
+            float *ph = dst + p * wp;
+            for (int64_t i = 0; i < wp; i++) ph[i] = tmp[i * sw + p];
+        }
+    }
+}
+
+static void dc_range(void *arg, int64_t begin, int64_t end) {
+    const dc_job *j = arg;
+    const kn_dconv_shape *s = j->s;
+    const dc_geom *g = &j->g;
+    const int64_t OW = s->OW, OH = s->OH, plane = OH * OW, Mg = j->Mg, mb = j->mb, KH = s->KH;
+    const int64_t nvec = (OW + KN_VL - 1) / KN_VL;
+    const int nvmax = mb == 1 ? DC_NV1 : mb == 2 ? DC_NV2 : DC_NV4;
+    float *own = NULL, *buf = kn_conv_thread_buffer((size_t)g->scratch);
+    if (!buf && !(buf = own = kn_aligned_alloc(64, sizeof(float) * (size_t)g->scratch))) {
+        __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    float *ring = buf, *tmp = buf + g->ring, *tb = tmp + g->rowf + KN_VL;
+    int64_t have[64];
+    const float *rows[64];
+    const int64_t epi_rows = max64(1, DC_EPI_FLOATS / max64(1, Mg * OW));
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t ng = t / j->bands, band = t % j->bands, n = ng / s->G, gi = ng % s->G;
+        const int64_t oh0 = band * OH / j->bands, oh1 = (band + 1) * OH / j->bands;
+        const float *xg = j->x + (n * s->C + gi * j->Cg) * s->H * s->W;
+        const int64_t ybase = (n * s->M + gi * Mg) * plane;
+        const float *wg = j->wp + gi * Mg * j->Cg * KH * s->KW;
+        for (int64_t i = 0; i < g->span; i++) have[i] = -1;
+        int64_t epi_from = oh0;
+        for (int64_t oh = oh0; oh < oh1; oh++) {
+            const int64_t ih0 = oh * s->sh - s->ph;
+            const int64_t kh0 = ih0 >= 0 ? 0 : (-ih0 + s->dh - 1) / s->dh;
+            const int64_t kh1 = s->H - 1 - ih0 < 0 ? 0 : min64(KH, (s->H - 1 - ih0) / s->dh + 1);
+            for (int64_t kh = kh0; kh < kh1; kh++) {
+                const int64_t ih = ih0 + kh * s->dh, slot = ih % g->span;
+                if (have[slot] != ih) dc_copy_rows(j, xg, ih, slot, ring, tmp), have[slot] = ih;
+                rows[kh] = ring + slot * g->rowf;
+            }
+            for (int64_t q0 = 0; q0 < nvec;) {
+                const int nv = (int)min64(nvmax, nvec - q0);
+                const int64_t ow0 = q0 * KN_VL, cols = min64((int64_t)nv * KN_VL, OW - ow0);
+                const float *tr[64];
+                for (int64_t kh = kh0; kh < kh1; kh++) tr[kh] = rows[kh] + ow0;
+                for (int64_t m0 = 0; m0 < Mg; m0 += mb) {
+                    const float *w = wg + m0 * j->Cg * KH * s->KW;
+                    const float *bias = j->bias ? j->bias + gi * Mg + m0 : NULL;
+                    float *yo = j->y + ybase + m0 * plane + oh * OW + ow0;
+                    if (cols == (int64_t)nv * KN_VL) {
+                        dc_tile_any(j, tr, kh0, kh1, w, bias, yo, plane, nv);
+                    } else {
+                        const int64_t ldb = (int64_t)nv * KN_VL;
+                        dc_tile_any(j, tr, kh0, kh1, w, bias, tb, ldb, nv);
+                        for (int64_t m = 0; m < mb; m++)
+                            memcpy(yo + m * plane, tb + m * ldb, sizeof(float) * (size_t)cols);
+                    }
+                }
+                q0 += nv;
+            }
+            if (j->epi && (oh + 1 == oh1 || oh + 1 - epi_from >= epi_rows)) {
+                j->epi(j->epi_ctx, j->y, ybase + epi_from * OW, Mg, (oh + 1 - epi_from) * OW, plane);
+                epi_from = oh + 1;
+            }
+        }
+    }
+    free(own);
+}
+
+typedef struct dc_wctx {
+    const float *w;
+    int64_t M, Cg, kk, mb;
+} dc_wctx;
+
+/* [M / mb][Cg][kk][mb] (blocks never straddle groups: mb divides M / G) */
+static void dc_make_weights(const void *ctx, void *dst) {
+    const dc_wctx *k = ctx;
+    float *d = dst;
+    const int64_t K = k->Cg * k->kk;
+    for (int64_t m0 = 0; m0 < k->M; m0 += k->mb)
+        for (int64_t i = 0; i < K; i++)
+            for (int64_t r = 0; r < k->mb; r++) *d++ = k->w[(m0 + r) * K + i];
+}
+
+bool kn_dconv_suits(const kn_dconv_shape *s) {
+    if (s->G < 1 || s->C % s->G || s->M % s->G || s->N < 1 || s->OW < 1 || s->OH < 1) return false;
+    if (s->KH < 1 || s->KW < 1 || s->KW > DC_MAX_KW || s->sw < 1 || s->sw > 4 || s->sh < 1 || s->dh < 1 || s->dw < 1)
+        return false;
+    if (s->KH * s->KW < 2) return false;
+    if (s->W >= ((int64_t)1 << 30) || s->H >= ((int64_t)1 << 30)) return false;
+    const dc_geom g = dc_geom_of(s);
+    if (g.span > 64 || g.ring > DC_RING_MAX) return false;
+    const char *e = getenv("KILN_DCONV");
+    if (e) return e[0] == '1';
+    const int64_t Cg = s->C / s->G, Mg = s->M / s->G, owr = (s->OW + KN_VL - 1) / KN_VL * KN_VL;
+    /* depthwise: wide rows (narrower ones fill vectors of channels better: conv.c's dw16) */
+    if (Cg == 1 && Mg <= 4) return s->OW > 128;
+    /* rows that would leave most lanes idle: other kernels (a tiny plane costs little either way) */
+    if (owr > 2 * s->OW && s->OH * s->OW >= 256) return false;
+    /* few output channels a group, or a shallow im2col (Cg KH KW: a stem, a one-channel input),
+     * where the GEMM's packing outweighed its reuse */
+    return Mg <= 8 || (Mg <= 64 && Cg * s->KH * s->KW <= 256);
+}
+
+kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w, const float *bias,
+                         float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
+    int failed = 0;
+    dc_job j;
+    memset(&j, 0, sizeof j);
+    j.s = s, j.g = dc_geom_of(s), j.x = x, j.bias = bias, j.y = y, j.epi = epi, j.epi_ctx = epi_ctx;
+    j.Cg = s->C / s->G, j.Mg = s->M / s->G, j.mb = dc_mb_of(j.Mg), j.failed = &failed;
+    for (int64_t kw = 0; kw < s->KW; kw++) j.koff[kw] = (kw * s->dw) % s->sw * j.g.wp + (kw * s->dw) / s->sw;
+    const int64_t kk = s->KH * s->KW;
+    const size_t wbytes = sizeof(float) * (size_t)(s->M * j.Cg * kk);
+    dc_wctx wc = {w, s->M, j.Cg, kk, j.mb};
+    kn_const_layout lay = {90, {s->M, j.Cg, kk, j.mb}};
+    const float *wp = w_const ? kn_cpu_const_derived(c, 1, &lay, wbytes, dc_make_weights, &wc) : NULL;
+    float *own = NULL;
+    if (!wp) {
+        if (!(own = kn_aligned_alloc(64, (wbytes + 63) / 64 * 64)))
+            return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        dc_make_weights(&wc, own);
+        wp = own;
+    }
+    j.wp = wp;
+    /* tasks are (image, group, band of output rows): about 4 per thread */
+    const int64_t threads = kn_threadpool_size(c->pool), groups = s->N * s->G;
+    j.bands = max64(1, min64(s->OH, (4 * threads + groups - 1) / groups));
+    const int64_t work = j.Mg * j.Cg * kk * s->OH * s->OW / j.bands + 1;
+    kn_parallel_for(c->pool, groups * j.bands, work > 65536 ? 1 : 65536 / work + 1, dc_range, &j);
+    free(own);
+    return failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
+}
+
+#else /* no vector level: conv.c keeps its other paths */
+
+bool kn_dconv_suits(const kn_dconv_shape *s) {
+    (void)s;
+    return false;
+}
+
+kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w, const float *bias,
+                         float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
+    (void)s, (void)x, (void)w, (void)bias, (void)y, (void)epi, (void)epi_ctx, (void)w_const;
+    return kn_kernel_error(c, KILN_ERR_INTERNAL, "the direct convolution is not built for this CPU level");
+}
+
+#endif

@@ -1,0 +1,202 @@
+/* The CPU's direct convolution with output pixels in the lanes (conv_direct.c: depthwise layers on
+ * wide rows, few output channels a group, shallow windows) against the definition in double:
+ * Conv (+ bias) (+ Add of a residual input) (+ Relu or Clip), which level 3 fuses into one
+ * kiln.FusedConv (the kernel's epilogue), at level 0 separate nodes. Edges: rows not a multiple of
+ * the vector (and shorter than one), planes lower than the kernel, asymmetric pads and pads wider
+ * than the kernel's reach, strides 2 and 3 along the row with odd widths, anisotropic strides,
+ * dilation, groups of several channels, depthwise multipliers, batch 2, no bias, weights a
+ * constant (rearranged once per session, two runs) or a graph input; the kernel as chosen, forced
+ * (KILN_DCONV=1) and kept out (KILN_DCONV=0: the other paths), 1 and 2 threads. Under the
+ * sanitizer build this is also the out-of-bounds test for the kernel's row copies and tails. */
+#include "test_model_builder.h"
+
+#include "kiln.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct dc_case {
+    int64_t N, C, H, W, M, G, KH, KW, sh, sw, dh, dw;
+    int64_t pads[4]; /* top, left, bottom, right */
+    bool bias, w_input, res;
+    int act; /* 0 none, 1 Relu, 2 Clip(-0.25, 0.5) */
+} dc_case;
+
+static int64_t dc_out(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1) {
+    return (in + p0 + p1 - d * (k - 1) - 1) / s + 1;
+}
+
+static int dc_scalar(tmb *b, const char *name, float v) {
+    kn_tensor *t;
+    kn_tensor_new(KILN_DTYPE_FLOAT, 0, NULL, &t);
+    *(float *)t->data = v;
+    return tmb_const_tensor(b, name, t);
+}
+
+static unsigned char *dc_model(const dc_case *t, int64_t OH, int64_t OW, kiln_tensor **consts, size_t *size) {
+    tmb b;
+    tmb_init(&b, 17);
+    const int64_t Cg = t->C / t->G;
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){t->N, t->C, t->H, t->W}, NULL);
+    int64_t wd[4] = {t->M, Cg, t->KH, t->KW};
+    int w;
+    if (t->w_input) {
+        w = tmb_input(&b, "w", KILN_DTYPE_FLOAT, 4, wd, NULL);
+    } else {
+        w = tmb_const(&b, "w", 4, wd, 1.0f / sqrtf((float)(Cg * t->KH * t->KW)));
+        kn_tensor_clone(b.g->values[w].constant, &consts[0]);
+    }
+    int z = t->res ? tmb_input(&b, "z", KILN_DTYPE_FLOAT, 4, (int64_t[]){t->N, t->M, OH, OW}, NULL) : -1;
+    int bias = t->bias ? tmb_const(&b, "b", 1, (int64_t[]){t->M}, 0.5f) : -1;
+    if (t->bias) kn_tensor_clone(b.g->values[bias].constant, &consts[1]);
+    int y = tmb_value(&b, "y");
+    int node = tmb_node(&b, "Conv", (int[]){x, w, bias}, t->bias ? 3 : 2, y);
+    tmb_ints(&b, node, "kernel_shape", (int64_t[]){t->KH, t->KW}, 2);
+    tmb_ints(&b, node, "strides", (int64_t[]){t->sh, t->sw}, 2);
+    tmb_ints(&b, node, "dilations", (int64_t[]){t->dh, t->dw}, 2);
+    tmb_ints(&b, node, "pads", (int64_t[]){t->pads[0], t->pads[1], t->pads[2], t->pads[3]}, 4);
+    if (t->G > 1) tmb_int(&b, node, "group", t->G);
+    int cur = y;
+    if (t->res) {
+        int a = tmb_value(&b, "a");
+        tmb_node(&b, "Add", (int[]){cur, z}, 2, a);
+        cur = a;
+    }
+    if (t->act == 1) {
+        int r = tmb_value(&b, "r");
+        tmb_node(&b, "Relu", (int[]){cur}, 1, r);
+        cur = r;
+    } else if (t->act == 2) {
+        int r = tmb_value(&b, "r");
+        int lo = dc_scalar(&b, "lo", -0.25f), hi = dc_scalar(&b, "hi", 0.5f);
+        tmb_node(&b, "Clip", (int[]){cur, lo, hi}, 3, r);
+        cur = r;
+    }
+    tmb_output(&b, cur);
+    return tmb_finish(&b, size);
+}
+
+static void dc_reference(const dc_case *t, const float *x, const float *w, const float *bias, const float *z,
+                         int64_t OH, int64_t OW, double *want, double *scale) {
+    const int64_t Cg = t->C / t->G, Mg = t->M / t->G;
+    for (int64_t n = 0; n < t->N; n++)
+        for (int64_t m = 0; m < t->M; m++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    double acc = bias ? bias[m] : 0.0, sc = bias ? fabs(bias[m]) : 0.0;
+                    for (int64_t c = 0; c < Cg; c++)
+                        for (int64_t kh = 0; kh < t->KH; kh++)
+                            for (int64_t kw = 0; kw < t->KW; kw++) {
+                                const int64_t ih = oh * t->sh - t->pads[0] + kh * t->dh;
+                                const int64_t iw = ow * t->sw - t->pads[1] + kw * t->dw;
+                                if (ih < 0 || ih >= t->H || iw < 0 || iw >= t->W) continue;
+                                const double p = (double)x[((n * t->C + m / Mg * Cg + c) * t->H + ih) * t->W + iw] *
+                                                 w[((m * Cg + c) * t->KH + kh) * t->KW + kw];
+                                acc += p;
+                                sc += fabs(p);
+                            }
+                    const size_t i = (size_t)(((n * t->M + m) * OH + oh) * OW + ow);
+                    if (z) acc += z[i], sc += fabs(z[i]);
+                    if (t->act == 1) acc = acc < 0 ? 0 : acc;
+                    if (t->act == 2) acc = acc < -0.25 ? -0.25 : acc > 0.5 ? 0.5 : acc;
+                    want[i] = acc;
+                    scale[i] = sc;
+                }
+}
+
+KN_TEST(cpu_conv_direct_matches_definition) {
+    const dc_case cases[] = {
+        /* depthwise on wide rows (a detector's 400x304 planes, cut down), stride 1 and 2 */
+        {1, 16, 21, 304, 16, 16, 3, 3, 1, 1, 1, 1, {1, 1, 1, 1}, true, false, false, 0},
+        {1, 8, 24, 301, 8, 8, 3, 3, 2, 2, 1, 1, {1, 1, 1, 1}, true, false, true, 1},   /* odd width, residual */
+        {2, 6, 17, 259, 6, 6, 5, 5, 2, 2, 1, 1, {0, 2, 1, 1}, false, true, false, 2}, /* asymmetric pads, W input */
+        {1, 4, 9, 300, 8, 4, 3, 3, 1, 1, 2, 2, {2, 2, 2, 2}, true, false, false, 0},  /* multiplier 2, dilation 2 */
+        {1, 5, 2, 270, 5, 5, 5, 5, 1, 1, 1, 1, {2, 2, 2, 2}, true, false, false, 1},  /* H < KH */
+        {1, 3, 11, 200, 3, 3, 3, 7, 1, 3, 1, 1, {1, 3, 1, 3}, true, false, false, 0}, /* stride 3 along the row */
+        {1, 4, 6, 140, 4, 4, 3, 3, 1, 1, 1, 1, {6, 6, 6, 6}, true, false, true, 2},   /* pads beyond the window */
+        /* few output channels (an audio model's 172x264 spectrogram, cut down) */
+        {1, 8, 13, 264, 8, 1, 3, 39, 1, 1, 1, 1, {1, 19, 1, 19}, true, false, true, 1},
+        {1, 8, 12, 61, 16, 1, 5, 5, 1, 3, 1, 1, {2, 1, 2, 1}, true, false, false, 1}, /* stride (1, 3) */
+        {1, 8, 15, 45, 1, 1, 5, 5, 1, 1, 1, 1, {2, 2, 2, 2}, true, false, false, 0},  /* one output channel */
+        {2, 33, 9, 21, 1, 1, 3, 3, 1, 1, 1, 1, {1, 1, 1, 1}, false, true, true, 0},  /* no bias, W input */
+        {1, 6, 41, 33, 6, 3, 5, 5, 2, 2, 1, 1, {2, 2, 2, 2}, true, false, false, 2},  /* groups, odd width */
+        {1, 4, 5, 6, 2, 1, 3, 3, 1, 1, 1, 1, {1, 1, 1, 1}, true, false, true, 1},     /* OW < 8 */
+        {1, 3, 3, 7, 3, 1, 5, 5, 2, 2, 1, 1, {1, 1, 1, 1}, true, false, false, 0},    /* 2x2 output, H < KH */
+        {1, 4, 1, 40, 3, 1, 1, 9, 1, 2, 1, 1, {0, 4, 0, 4}, true, false, false, 0},   /* one row (1-D as 2-D) */
+        {1, 3, 30, 52, 32, 1, 7, 7, 2, 2, 1, 1, {3, 3, 3, 3}, true, false, true, 1},  /* a stem: 3 -> 32 */
+        {1, 4, 20, 37, 12, 2, 3, 3, 1, 1, 2, 1, {2, 1, 2, 1}, true, false, false, 0}, /* Mg 6 (blocks of 2), dh 2 */
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const dc_case *t = &cases[ci];
+        const int64_t OH = dc_out(t->H, t->KH, t->sh, t->dh, t->pads[0], t->pads[2]);
+        const int64_t OW = dc_out(t->W, t->KW, t->sw, t->dw, t->pads[1], t->pads[3]);
+        kiln_tensor *consts[2] = {0};
+        size_t size;
+        unsigned char *m = dc_model(t, OH, OW, consts, &size);
+        if (!m) continue;
+        uint32_t seed = 4242 + (uint32_t)ci;
+        const int64_t Cg = t->C / t->G;
+        const size_t ny = (size_t)(t->N * t->M * OH * OW);
+        kiln_tensor *x = NULL, *w = consts[0], *z = NULL;
+        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->C, t->H, t->W}, 4, &x);
+        float *xp = kiln_tensor_data(x);
+        for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) xp[i] = tmb_rand(&seed);
+        if (t->w_input) {
+            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->M, Cg, t->KH, t->KW}, 4, &w);
+            float *wp = kiln_tensor_data(w);
+            for (int64_t i = 0; i < kiln_tensor_element_count(w); i++) wp[i] = tmb_rand(&seed) / 4.0f;
+        }
+        if (t->res) {
+            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->M, OH, OW}, 4, &z);
+            float *zp = kiln_tensor_data(z);
+            for (size_t i = 0; i < ny; i++) zp[i] = tmb_rand(&seed);
+        }
+        double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
+        dc_reference(t, xp, kiln_tensor_data(w), consts[1] ? kiln_tensor_data(consts[1]) : NULL,
+                     z ? kiln_tensor_data(z) : NULL, OH, OW, want, scale);
+        /* 0: as chosen; 1: the direct kernel wherever it can; 2: never */
+        for (int force = 0; force <= 2; force++) {
+            if (force) setenv("KILN_DCONV", force == 1 ? "1" : "0", 1);
+            for (int threads = 1; threads <= 2; threads++)
+                for (int level = 0; level <= 3; level += 3) {
+                    kiln_session *s = tmb_session(m, size, threads, level);
+                    if (!s) continue;
+                    const char *names[3] = {"x", "w", "z"};
+                    kiln_tensor *ins[3] = {x, w, z};
+                    int nin = 1;
+                    if (t->w_input) names[nin] = "w", ins[nin++] = w;
+                    if (t->res) names[nin] = "z", ins[nin++] = z;
+                    for (int run = 0; run < 2; run++) {
+                        kiln_tensor *y = NULL;
+                        CHECK_STATUS(kiln_session_run(s, names, ins, nin, NULL, 1, &y), KILN_OK);
+                        if (!y) continue;
+                        CHECK_EQ_INT(kiln_tensor_element_count(y), (int64_t)ny);
+                        const float *got = kiln_tensor_data(y);
+                        size_t first = 0;
+                        const size_t bad = kiln_tensor_element_count(y) == (int64_t)ny
+                                                 ? tmb_count_off(got, want, scale, ny, 1e-6, 2e-6, &first)
+                                                 : 0;
+                        CHECK_MSG(bad == 0,
+                                  "case %zu (%lldx%lldx%lldx%lld -> %lld g%lld, %lldx%lld s%lldx%lld d%lldx%lld), "
+                                  "KILN_DCONV forced %d, %d threads, level %d, run %d: %zu of %zu outputs differ, "
+                                  "first at %zu: %.9g, want %.9g (scale %g)",
+                                  ci, (long long)t->N, (long long)t->C, (long long)t->H, (long long)t->W,
+                                  (long long)t->M, (long long)t->G, (long long)t->KH, (long long)t->KW,
+                                  (long long)t->sh, (long long)t->sw, (long long)t->dh, (long long)t->dw, force,
+                                  threads, level, run, bad, ny, first, bad ? got[first] : 0.0,
+                                  bad ? want[first] : 0.0, bad ? scale[first] : 0.0);
+                        kiln_tensor_destroy(y);
+                    }
+                    kiln_session_destroy(s);
+                }
+            unsetenv("KILN_DCONV");
+        }
+        free(want);
+        free(scale);
+        kiln_tensor_destroy(x);
+        kiln_tensor_destroy(w);
+        kiln_tensor_destroy(z);
+        kiln_tensor_destroy(consts[1]);
+        free(m);
+    }
+}
