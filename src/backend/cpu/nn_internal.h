@@ -112,8 +112,8 @@ typedef struct kn_rnn_qgemm {
     const void *ctx;
     /* ONNX Runtime's LSTM arithmetic, which the quantisation steps amplify: the sigmoid and tanh
      * activations (when the node uses them), and the biases added after the products */
-    float (*sigmoid)(float);
-    float (*tanh)(float);
+    void (*sigmoid)(float *v, int64_t n); /* in place over v[0..n) */
+    void (*tanh)(float *v, int64_t n);
 } kn_rnn_qgemm;
 kiln_status kn_cpu_rnn_quantised(kn_kernel_ctx *c, const kn_rnn_qgemm *q);
 kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c); /* kiln.StackedLSTM */

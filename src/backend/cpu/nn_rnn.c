@@ -279,12 +279,15 @@ static void make_rt(const void *ctx, void *dst) {
 
 /* act_apply, or with q the sigmoid/tanh it brings */
 static void act_q(const rnn_dir *d, const act *a, float *v, int64_t n) {
-    float (*fn)(float) = !d->q ? NULL : a->kind == ACT_SIGMOID ? d->q->sigmoid : a->kind == ACT_TANH ? d->q->tanh : NULL;
+    void (*fn)(float *, int64_t) = !d->q                      ? NULL
+                                   : a->kind == ACT_SIGMOID ? d->q->sigmoid
+                                   : a->kind == ACT_TANH    ? d->q->tanh
+                                                            : NULL;
     if (!fn) {
         act_apply(a, v, n);
         return;
     }
-    for (int64_t i = 0; i < n; i++) v[i] = fn(v[i]);
+    fn(v, n);
 }
 
 static void add_to(float *v, const float *b, int64_t n) {

@@ -742,7 +742,7 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
     }
     if (st == KILN_OK && nd > 2) st = kn_kernel_error(c, KILN_ERR_SHAPE, "W has %lld directions; at most 2", (long long)nd);
     if (st == KILN_OK) {
-        kn_rnn_qgemm g = {dqlstm_gemm, &q, kn_qc_mlas_logistic, kn_qc_mlas_tanh};
+        kn_rnn_qgemm g = {dqlstm_gemm, &q, kn_qc_mlas_logistic_n, kn_qc_mlas_tanh_n};
         st = kn_cpu_rnn_quantised(c, &g);
     }
     for (int d = 0; d < 2; d++) {

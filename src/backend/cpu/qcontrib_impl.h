@@ -39,6 +39,9 @@ float kn_qc_requant(float v, int32_t zp, bool is_signed, int32_t *out);
  * QLinearSigmoid tables and quantised LSTM compute them */
 float kn_qc_mlas_logistic(float x);
 float kn_qc_mlas_tanh(float x);
+/* the two over v[0..n) in place, bit for bit the scalar forms */
+void kn_qc_mlas_logistic_n(float *v, int64_t n);
+void kn_qc_mlas_tanh_n(float *v, int64_t n);
 kiln_status kn_cpu_qlinear_add(kn_kernel_ctx *c);
 kiln_status kn_cpu_qlinear_mul(kn_kernel_ctx *c);
 kiln_status kn_cpu_qlinear_sigmoid(kn_kernel_ctx *c);
