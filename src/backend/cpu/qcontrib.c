@@ -418,18 +418,12 @@ static kiln_status check_b(kn_kernel_ctx *c, const kn_tensor *A, const kn_tensor
  * / scale)), q = clamp(round-half-even(x / scale) + zero point). Writes q into out and the zero
  * point into *zp; returns the scale. */
 static float dyn_quant(const float *x, int64_t n, uint8_t *out, int32_t *zp) {
-    float mn = 0.0f, mx = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        mn = x[i] < mn ? x[i] : mn;
-        mx = x[i] > mx ? x[i] : mx;
-    }
+    float mn, mx;
+    kn_q8_range(x, n, &mn, &mx);
     float scale = mx == mn ? 1.0f : (mx - mn) / 255.0f;
     float z0 = 0.0f - mn / scale;
     float z = nearbyintf(z0 < 0.0f ? 0.0f : z0 > 255.0f ? 255.0f : z0);
-    for (int64_t i = 0; i < n; i++) {
-        float v = nearbyintf(x[i] / scale) + z;
-        out[i] = (uint8_t)(!(v > 0.0f) ? 0.0f : v > 255.0f ? 255.0f : v);
-    }
+    kn_q8_quantize_u8(x, n, scale, z, out);
     *zp = (int32_t)z;
     return scale;
 }
@@ -636,23 +630,51 @@ typedef struct dqlstm {
     uint8_t *aq[2];
     int32_t *ap[2], *acc[2];
     int64_t cap_a, cap_c;
+    /* the input projection's A (X, the same for both directions) as quantised and packed for
+     * direction 0, reused by direction 1 */
+    const float *x_for;
+    int64_t x_m, x_k;
+    float x_scale;
 } dqlstm;
 
 static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int which, int d, const float *A, int64_t M,
                                int64_t K, float *out, int64_t ldo) {
-    const dqlstm *x = q->ctx;
+    dqlstm *x = (dqlstm *)q->ctx;
     int64_t N = x->GH;
     if (M * K > x->cap_a || M * N > x->cap_c) return kn_error(KILN_ERR_INTERNAL, "%s:%d: product larger than planned", __FILE__, __LINE__);
-    int32_t za;
-    const float s = dyn_quant(A, M * K, x->aq[d], &za);
-    kn_qgemm_pack_a8(x->aq[d], false, K, 1, M, K, NULL, za, x->ap[d]);
-    kn_qgemm g = {.M = M, .N = N, .K = K, .a = x->ap[d], .b = x->w[which] + (size_t)d * x->wbytes[which],
-                  .b_signed = x->ws8[which], .zb = x->zw[which][d], .c = x->acc[d], .ldc = N};
-    kiln_status st = kn_qgemm_run(pool, &g);
-    if (st != KILN_OK) return kn_error(st, "out of memory in the GEMM");
+    const uint8_t *wb = x->w[which] + (size_t)d * x->wbytes[which];
+    int32_t *acc = x->acc[d];
+    float s;
+    if (M == 1) {
+        /* one row (a step of a batch of 1): h quantised into int16 pairs less its zero point, the
+         * product on this thread */
+        int32_t za;
+        s = dyn_quant(A, K, x->aq[d], &za);
+        const uint8_t *hq = x->aq[d];
+        int32_t *pr = x->ap[d], sum = 0;
+        for (int64_t k = 0; k < K; k += 2) {
+            const int32_t lo = (int32_t)hq[k] - za, hi = k + 1 < K ? (int32_t)hq[k + 1] - za : 0;
+            pr[k / 2] = (int32_t)((uint32_t)(uint16_t)(int16_t)lo | (uint32_t)(uint16_t)(int16_t)hi << 16);
+            sum += lo + hi;
+        }
+        kn_qgemv_run(pr, sum, wb, x->ws8[which], x->zw[which][d], N, K, acc);
+    } else {
+        const bool reuse = which == 0 && d == 1 && x->x_for == A && x->x_m == M && x->x_k == K;
+        if (reuse) {
+            s = x->x_scale; /* direction 0's packing of X, in ap[0] */
+        } else {
+            int32_t za;
+            s = dyn_quant(A, M * K, x->aq[d], &za);
+            kn_qgemm_pack_a8(x->aq[d], false, K, 1, M, K, NULL, za, x->ap[d]);
+            if (which == 0 && d == 0) x->x_for = A, x->x_m = M, x->x_k = K, x->x_scale = s;
+        }
+        kn_qgemm g = {.M = M, .N = N, .K = K, .a = reuse ? x->ap[0] : x->ap[d], .b = wb, .b_signed = x->ws8[which], .zb = x->zw[which][d],
+                      .c = acc, .ldc = N};
+        kiln_status st = kn_qgemm_run(pool, &g);
+        if (st != KILN_OK) return kn_error(st, "out of memory in the GEMM");
+    }
     const int64_t ns = x->nscale[which];
     const float *sc = x->wscale[which] + d * ns;
-    const int32_t *acc = x->acc[d];
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) out[i * ldo + j] += (float)acc[i * N + j] * (s * sc[ns == 1 ? 0 : j]);
     return KILN_OK;
@@ -730,10 +752,10 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
         q.w[w] = wp;
     }
     int64_t TB = X->dims[0] * X->dims[1], I = X->dims[2];
-    q.cap_a = TB * I > X->dims[1] * H ? TB * I : X->dims[1] * H;
+    /* the products' rows: T*B for the input projection, a batch (at most T*B) a step */
+    q.cap_a = TB * (I > H ? I : H);
     q.cap_c = TB * GH;
-    const size_t ap_words = kn_qgemm_a_words(TB, I) > kn_qgemm_a_words(X->dims[1], H) ? kn_qgemm_a_words(TB, I)
-                                                                                     : kn_qgemm_a_words(X->dims[1], H);
+    const size_t ap_words = kn_qgemm_a_words(TB, I > H ? I : H);
     for (int d = 0; d < nd && d < 2 && st == KILN_OK; d++) {
         q.aq[d] = malloc((size_t)(q.cap_a > 0 ? q.cap_a : 1));
         q.ap[d] = kn_aligned_alloc(64, sizeof(int32_t) * (ap_words > 0 ? ap_words : 1));

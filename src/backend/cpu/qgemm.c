@@ -3,6 +3,7 @@
 
 #include "util/aligned.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,7 +203,7 @@ static void tile6_avx2(int rows, bool s8, int64_t kpn, const int32_t *A, const u
 /* One row (an RNN step, a decoder's token), in assembly: latency-bound on one sum per B vector, so
  * even and odd pairs of K go to separate sums (ymm0-1, ymm2-3), four B vectors widened from
  * memory a step */
-#define QGEMM_TILE1(WIDEN)                                                                                    \
+#define QGEMM_TILE1(WIDEN, ASTEP, ASTEP2)                                                                     \
     __asm__ volatile("vpxor %%ymm0, %%ymm0, %%ymm0\n\t"                                                       \
                      "vpxor %%ymm1, %%ymm1, %%ymm1\n\t"                                                       \
                      "vpxor %%ymm2, %%ymm2, %%ymm2\n\t"                                                       \
@@ -212,7 +213,7 @@ static void tile6_avx2(int rows, bool s8, int64_t kpn, const int32_t *A, const u
                      "1:\n\t" WIDEN " (%[b]), %%ymm4\n\t" WIDEN " 16(%[b]), %%ymm5\n\t"                       \
                      WIDEN " 32(%[b]), %%ymm6\n\t" WIDEN " 48(%[b]), %%ymm7\n\t"                              \
                      "vpbroadcastd (%[a]), %%ymm8\n\t"                                                        \
-                     "vpbroadcastd 24(%[a]), %%ymm9\n\t"                                                      \
+                     "vpbroadcastd " ASTEP "(%[a]), %%ymm9\n\t"                                                \
                      "vpmaddwd %%ymm4, %%ymm8, %%ymm10\n\t"                                                   \
                      "vpaddd %%ymm10, %%ymm0, %%ymm0\n\t"                                                     \
                      "vpmaddwd %%ymm5, %%ymm8, %%ymm11\n\t"                                                   \
@@ -221,7 +222,7 @@ static void tile6_avx2(int rows, bool s8, int64_t kpn, const int32_t *A, const u
                      "vpaddd %%ymm12, %%ymm2, %%ymm2\n\t"                                                     \
                      "vpmaddwd %%ymm7, %%ymm9, %%ymm13\n\t"                                                   \
                      "vpaddd %%ymm13, %%ymm3, %%ymm3\n\t"                                                     \
-                     "add $48, %[a]\n\t"                                                                      \
+                     "add $" ASTEP2 ", %[a]\n\t"                                                              \
                      "add $64, %[b]\n\t"                                                                      \
                      "sub $2, %[n]\n\t"                                                                       \
                      "cmp $2, %[n]\n\t"                                                                       \
@@ -248,9 +249,19 @@ static void tile1_avx2(bool s8, int64_t kpn, const int32_t *A, const uint8_t *B,
                        bool add, const int32_t *asum, const int32_t *zb) {
     __m256i sums[2];
     uint64_t n = (uint64_t)kpn;
-    if (s8) QGEMM_TILE1("vpmovsxbw");
-    else QGEMM_TILE1("vpmovzxbw");
+    if (s8) QGEMM_TILE1("vpmovsxbw", "24", "48");
+    else QGEMM_TILE1("vpmovzxbw", "24", "48");
     store_sums(1, sums, sums + 1, C, ldc, cols, add, asum, zb);
+}
+
+/* the same over a row of KP contiguous pair words (kn_qgemv) */
+static void gemv_panel_avx2(bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int cols,
+                            const int32_t *asum, const int32_t *zb) {
+    __m256i sums[2];
+    uint64_t n = (uint64_t)kpn;
+    if (s8) QGEMM_TILE1("vpmovsxbw", "4", "8");
+    else QGEMM_TILE1("vpmovzxbw", "4", "8");
+    store_sums(1, sums, sums + 1, C, 0, cols, false, asum, zb);
 }
 #undef QGEMM_TILE1
 
@@ -368,4 +379,85 @@ kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g) {
     if (useful <= 1) qjob_range(&j, 0, units);
     else kn_parallel_for(pool, units, 1, qjob_range, &j);
     return atomic_load(&j.failed) ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+}
+
+/* ------------------------------------------------------------------ one row */
+
+void kn_qgemv_run(const int32_t *a, int32_t asum, const uint8_t *b, bool b_signed, int32_t zb, int64_t N, int64_t K,
+                  int32_t *c) {
+    const int64_t KP = pairs_of(K);
+    int32_t zbv[NR];
+    for (int j = 0; j < NR; j++) zbv[j] = zb;
+    const int32_t *as = zb ? &asum : NULL;
+    for (int64_t jp = 0; jp * NR < N; jp++) {
+        const int cols = (int)min64(NR, N - jp * NR);
+#if defined(__AVX2__)
+        gemv_panel_avx2(b_signed, KP, a, b + jp * KP * 2 * NR, c + jp * NR, cols, as, zbv);
+#else
+        int32_t acc[NR] = {0};
+        const uint8_t *B = b + jp * KP * 2 * NR;
+        for (int64_t kp = 0; kp < KP; kp++, B += 2 * NR) {
+            const int32_t a0 = (int16_t)(a[kp] & 0xffff), a1 = (int16_t)((uint32_t)a[kp] >> 16);
+            for (int j = 0; j < NR; j++) {
+                const int32_t b0 = b_signed ? (int8_t)B[2 * j] : B[2 * j], b1 = b_signed ? (int8_t)B[2 * j + 1] : B[2 * j + 1];
+                acc[j] += a0 * b0 + a1 * b1;
+            }
+        }
+        for (int j = 0; j < cols; j++) c[jp * NR + j] = acc[j] - (as ? asum * zb : 0);
+#endif
+    }
+}
+
+/* ------------------------------------------------------------------ dynamic quantisation */
+
+void kn_q8_range(const float *x, int64_t n, float *mn_out, float *mx_out) {
+    float mn = 0.0f, mx = 0.0f;
+    int64_t i = 0;
+#if defined(__AVX2__)
+    /* max_ps(x, m) is x > m ? x : m, min_ps(x, m) x < m ? x : m: a NaN x leaves m, as below. Lanes
+     * start at +0 and only take values beyond it, so the order of the reduction does not matter */
+    __m256 vmn = _mm256_setzero_ps(), vmx = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        vmn = _mm256_min_ps(v, vmn);
+        vmx = _mm256_max_ps(v, vmx);
+    }
+    float l[8], h[8];
+    _mm256_storeu_ps(l, vmn);
+    _mm256_storeu_ps(h, vmx);
+    for (int k = 0; k < 8; k++) {
+        mn = l[k] < mn ? l[k] : mn;
+        mx = h[k] > mx ? h[k] : mx;
+    }
+#endif
+    for (; i < n; i++) {
+        mn = x[i] < mn ? x[i] : mn;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    *mn_out = mn;
+    *mx_out = mx;
+}
+
+void kn_q8_quantize_u8(const float *x, int64_t n, float scale, float z, uint8_t *out) {
+    int64_t i = 0;
+#if defined(__AVX2__)
+    /* nearbyintf in the default rounding mode, then !(v > 0) ? 0 : v > 255 ? 255 : v (max_ps(v, 0)
+     * is v > 0 ? v : 0, NaN to 0) on whole numbers, converted exactly */
+    const __m256 sv = _mm256_set1_ps(scale), zv = _mm256_set1_ps(z), lo = _mm256_setzero_ps(), hi = _mm256_set1_ps(255.0f);
+    for (; i + 16 <= n; i += 16) {
+        __m256i q[2];
+        for (int h = 0; h < 2; h++) {
+            __m256 v = _mm256_div_ps(_mm256_loadu_ps(x + i + 8 * h), sv);
+            v = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zv);
+            q[h] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+        }
+        const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xd8); /* 16 int16 in order */
+        const __m128i b8 = _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        _mm_storeu_si128((__m128i *)(out + i), b8);
+    }
+#endif
+    for (; i < n; i++) {
+        const float v = nearbyintf(x[i] / scale) + z;
+        out[i] = (uint8_t)(!(v > 0.0f) ? 0.0f : v > 255.0f ? 255.0f : v);
+    }
 }

@@ -66,4 +66,16 @@ typedef struct kn_qgemm {
  * thread's packing buffer cannot be had (C then partly written). */
 kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g);
 
+/* One row, on the caller's thread: c[j] = sum_k a'_k (b[k][j] - zb) for j < N, with a' given as
+ * ceil(K / 2) int16 pair words (a'[2kp] low, a'[2kp + 1] high; an odd K's last high half 0) and
+ * asum = sum_k a'_k; b all N columns packed by kn_qgemm_pack_b8. */
+void kn_qgemv_run(const int32_t *a, int32_t asum, const uint8_t *b, bool b_signed, int32_t zb, int64_t N, int64_t K,
+                  int32_t *c);
+
+/* Dynamic quantisation to uint8 (DynamicQuantizeLinear, the com.microsoft dynamic products):
+ * the range of x[0, n) widened to include 0 (NaNs skipped), and out[i] = nearbyintf(x[i] / scale)
+ * + z clamped to [0, 255] (NaN to 0), as the scalar reference loops compute them */
+void kn_q8_range(const float *x, int64_t n, float *mn, float *mx);
+void kn_q8_quantize_u8(const float *x, int64_t n, float scale, float z, uint8_t *out);
+
 #endif
