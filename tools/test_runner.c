@@ -634,8 +634,10 @@ static void compare_levels_isolated(const char *dir, const cli_common *common, i
 
 /* Reads an expected-failures list: "name  # reason" per line. A reason that starts with
  * "nondeterministic" marks a test whose outcome is random (unseeded random operators): it goes to
- * `random` and is skipped, since it may pass or fail on any run. */
-static void load_expected(const char *path, test_list *out, test_list *random) {
+ * `random` and is skipped, since it may pass or fail on any run. One that starts with "level 0"
+ * marks a test that fails only unoptimised (a float16 graph that the CPU runs in float32 from level
+ * 1 on, against a reference that rounds every step): it goes to `level0`. */
+static void load_expected(const char *path, test_list *out, test_list *random, test_list *level0) {
     unsigned char *data;
     size_t size;
     if (kn_file_read_all(path, &data, &size) != KILN_OK) {
@@ -646,14 +648,15 @@ static void load_expected(const char *path, test_list *out, test_list *random) {
         while (*line == ' ' || *line == '\t') line++;
         if (!*line || *line == '#') continue;
         char *reason = strchr(line, '#');
-        bool nondeterministic = false;
+        bool nondeterministic = false, at_level0 = false;
         if (reason) {
             reason++;
             while (*reason == ' ') reason++;
             nondeterministic = !strncmp(reason, "nondeterministic", 16);
+            at_level0 = !strncmp(reason, "level 0", 7);
         }
         line[strcspn(line, " \t#")] = 0;
-        list_add(nondeterministic ? random : out, line);
+        list_add(nondeterministic ? random : at_level0 ? level0 : out, line);
     }
     free(data);
 }
@@ -704,14 +707,14 @@ int cmd_test(int argc, char **argv) {
     cli_common common;
     cli_common_defaults(&common);
     common.threads = 1; /* tests are small; one thread keeps a parallel CI machine fair */
-    test_list dirs = {0}, tests = {0}, expected = {0}, random_tests = {0};
+    test_list dirs = {0}, tests = {0}, expected = {0}, random_tests = {0}, level0 = {0};
     int err = 0, isolate = 1, verbose = 0, compare = 0;
     for (int i = 0; i < argc; i++) {
         if (cli_parse_common(&common, argc, argv, &i, &err)) {
             if (err) return 2;
             continue;
         }
-        if (!strcmp(argv[i], "--expected-failures") && i + 1 < argc) load_expected(argv[++i], &expected, &random_tests);
+        if (!strcmp(argv[i], "--expected-failures") && i + 1 < argc) load_expected(argv[++i], &expected, &random_tests, &level0);
         else if (!strcmp(argv[i], "--no-isolate")) isolate = 0;
         else if (!strcmp(argv[i], "--compare-levels")) compare = 1;
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
@@ -743,7 +746,8 @@ int cmd_test(int argc, char **argv) {
     int xfail = 0;
     for (int i = 0; i < tests.n; i++) {
         const char *name = base_name(tests.items[i]);
-        int is_listed = listed(&expected, name);
+        /* a level-0 failure: listed where level 0 runs (alone, or first of the compared levels) */
+        int is_listed = listed(&expected, name) || ((compare || common.opt_level == 0) && listed(&level0, name));
         if (listed(&random_tests, name)) {
             printf("SKIP %s: nondeterministic (listed in the expected-failures file)\n", name);
             t.skipped++;
@@ -756,6 +760,8 @@ int cmd_test(int argc, char **argv) {
     for (int i = 0; i < dirs.n; i++) free(dirs.items[i]);
     for (int i = 0; i < tests.n; i++) free(tests.items[i]);
     for (int i = 0; i < expected.n; i++) free(expected.items[i]);
+    for (int i = 0; i < level0.n; i++) free(level0.items[i]);
+    free(level0.items);
     free(dirs.items);
     free(tests.items);
     free(expected.items);

@@ -18,6 +18,12 @@
  * holds the rewrites that depend on the backend and the session's precision, after every fusion
  * (it converts the fused nodes too). */
 const kn_pass kn_opt_passes[] = {
+    /* first: a float16 model's weight decompression (Cast of int8, Mul by a float16 scale) then
+     * folds in float32, as the other runtimes compute it; and every fusion sees float32 */
+    {"raise_float16", 1, kn_pass_raise_float16,
+     "with the CPU provider first: regions of float16 operators holding a matrix product, convolution, recurrence "
+     "or normalisation run in float32 (the CPU's kernels compute float16 in float32 anyway, one conversion per "
+     "operator, and its fusions take float32), float16 constants converted once, Casts at the regions' edges"},
     /* before folding: that would turn the dequantised weights into float constants */
     {"fuse_qdq_matmul", 1, kn_pass_fuse_qdq_matmul,
      "MatMul of two DequantizeLinear outputs (B a constant) into com.microsoft.MatMulIntegerToFloat: the exact 8-bit "

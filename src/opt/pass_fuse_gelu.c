@@ -7,8 +7,8 @@
  * between x and y that is a closed single-input expression: every node in it an elementwise
  * node on x, scalar constants and values of the region, every intermediate value read only inside
  * it, y of x's shape (kn_opt_region_collect, fuse_util.c). The region is then evaluated (in double)
- * at points across [-8, 8] and compared with both GELU forms; only an agreement everywhere forms
- * the fused node. */
+ * at points across [-8, 8] and compared with both GELU forms; only an agreement everywhere (to
+ * 1e-5, or to float16's rounding where every constant is a float16 value) forms the fused node. */
 #include "opt/pass.h"
 
 #include <math.h>
@@ -16,17 +16,33 @@
 
 #define N_POINTS 49
 
-/* Which GELU the region computes: 1 erf, 2 tanh, 0 neither. */
-static int classify(const double *pts, const double *got) {
+/* Which GELU the region computes: 1 erf, 2 tanh, 0 neither, within tol relative to 1 + |GELU|. */
+static int classify(const double *pts, const double *got, double tol) {
     int ok_erf = 1, ok_tanh = 1;
     for (int p = 0; p < N_POINTS; p++) {
         double x = pts[p];
         double ge = 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
         double gt = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-        if (!(fabs(got[p] - ge) <= 1e-5 * (1.0 + fabs(ge)))) ok_erf = 0;
-        if (!(fabs(got[p] - gt) <= 1e-5 * (1.0 + fabs(gt)))) ok_tanh = 0;
+        if (!(fabs(got[p] - ge) <= tol * (1.0 + fabs(ge)))) ok_erf = 0;
+        if (!(fabs(got[p] - gt) <= tol * (1.0 + fabs(gt)))) ok_tanh = 0;
     }
     return ok_erf ? 1 : ok_tanh ? 2 : 0;
+}
+
+/* The agreement a region must reach: 1e-5, or float16's rounding (2^-10) when every constant in
+ * it is a float16 value (a float16 model's GELU: its 1/sqrt(2) is 0.70703125, the function
+ * differs from GELU by 1e-4, far inside what float16 arithmetic adds). */
+static double tolerance(const kn_opt_ctx *c, const kn_opt_region *r) {
+    for (int i = 0; i < r->n; i++) {
+        const kn_node *n = &c->g->nodes[r->nodes[i]];
+        for (int k = 0; k < n->n_inputs; k++) {
+            const kn_tensor *t = kn_opt_const(c, n->inputs[k]);
+            double v;
+            if (!t || !kn_opt_scalar(c, n->inputs[k], &v)) continue;
+            if (t->dtype != KILN_DTYPE_FLOAT16 && (double)kn_f16_to_f32(kn_f32_to_f16((float)v)) != v) return 1e-5;
+        }
+    }
+    return 1.0 / 1024;
 }
 
 /* x candidates for an anchor: the non-constant inputs feeding it through scalings and (tanh) the
@@ -79,7 +95,7 @@ kiln_status kn_pass_fuse_gelu(kn_opt_ctx *c) {
                 if (!kn_opt_region_collect(c, x, y, KN_OPT_REGION_MAX, &r) || !kn_opt_region_has(&r, i) ||
                     !kn_opt_region_eval(c, &r, x, y, pts, N_POINTS, got))
                     continue;
-                int form = classify(pts, got);
+                int form = classify(pts, got, tolerance(c, &r));
                 if (!form) continue;
                 kn_opt_proto p;
                 kn_proto_init(&p, "kiln", "Gelu");

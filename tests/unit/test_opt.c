@@ -551,12 +551,14 @@ KN_TEST(opt_regression_conv_add_group_gt_1_broadcast_is_not_fused) {
 }
 
 /* Regression: a fused node no backend supports is not formed (the CPU's fused kernels are
- * float32 only): a float64 and a float16 Conv + Relu stay as they are. */
+ * float32 only): a float64 and a float16 Conv + Relu stay as they are (float16 with
+ * raise_float16 off: it would run them in float32). */
 KN_TEST(opt_regression_unsupported_fused_node_not_formed) {
     kiln_dtype types[] = {KILN_DTYPE_DOUBLE, KILN_DTYPE_FLOAT16};
     for (int t = 0; t < 2; t++) {
         conv_act = 1, conv_residual = 1, conv_group = 1, conv_dtype = types[t];
-        kiln_session *s = compare_levels(build_conv, 3, types[t] == KILN_DTYPE_FLOAT16 ? 1e-2 : 1e-9);
+        kiln_session *s = compare_levels_without(build_conv, 3, types[t] == KILN_DTYPE_FLOAT16 ? 1e-2 : 1e-9,
+                                                 "raise_float16");
         if (!s) continue;
         CHECK_EQ_INT(count_op(s, "kiln", "FusedConv"), 0);
         CHECK_EQ_INT(count_op(s, "", "Conv"), 1);
@@ -1693,6 +1695,65 @@ KN_TEST(opt_lower_precision_regions_from_tables) {
         CHECK_MSG(model_count_op(m, "", "Cast") == 0, "case %d: %d Casts", k, model_count_op(m, "", "Cast"));
         CHECK_EQ_INT(input_dtype_of(m, "a", 0), KILN_DTYPE_FLOAT);
         kn_model_free(m);
+    }
+}
+
+/* A float16 graph for raise_float16:
+ *   x  float16 [1, 4, 6, 6] input, e float32 [1, 4, 6, 6] input
+ *   c = Conv(Add(x, Cast(e, to float16)), w float16) ; y = Relu(c)          output y (float16)
+ *   z = Sigmoid(Add(x, k float16))                                          output z (float16)
+ * On the CPU at level 1: the Conv's region (Cast, Add, Conv, Relu) runs in float32: a Cast in for
+ * x, one out for y, the weights converted, the Cast of e gone (e read as it is); the Add/Sigmoid
+ * branch has no product to pay for its Casts and stays float16. */
+static kn_model *build_float16(void) {
+    tb b;
+    tb_init(&b, 17);
+    int64_t xd[] = {1, 4, 6, 6};
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT16, 4, xd);
+    int e = tb_input(&b, "e", KILN_DTYPE_FLOAT, 4, xd);
+    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT16, 4, (int64_t[]){4, 4, 3, 3}, -0.5f, 0.5f);
+    int k = tb_const(&b, "k", KILN_DTYPE_FLOAT16, 4, (int64_t[]){1, 4, 1, 1}, -1, 1);
+    int eh = tb_node(&b, "Cast", &e, 1, "eh");
+    tb_int(&b, "to", KILN_DTYPE_FLOAT16);
+    int a = tb_node(&b, "Add", (int[]){x, eh}, 2, "a");
+    int c = tb_node(&b, "Conv", (int[]){a, w}, 2, "c");
+    tb_ints_attr(&b, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    tb_output(&b, tb_node(&b, "Relu", &c, 1, "y"));
+    int t = tb_node(&b, "Add", (int[]){x, k}, 2, "t");
+    tb_output(&b, tb_node(&b, "Sigmoid", &t, 1, "z"));
+    return b.m;
+}
+
+KN_TEST(opt_raise_float16_on_the_cpu) {
+    kiln_session_options *o = precision_options("cpu", NULL, false, 1);
+    kn_model *m = optimised_from_tables(build_float16, o);
+    kiln_session_options_destroy(o);
+    CHECK_EQ_INT(value_dtype(m, "x"), KILN_DTYPE_FLOAT16);
+    CHECK_EQ_INT(value_dtype(m, "y"), KILN_DTYPE_FLOAT16);
+    CHECK_EQ_INT(value_dtype(m, "z"), KILN_DTYPE_FLOAT16);
+    CHECK_EQ_INT(input_dtype_of(m, "c", 0), KILN_DTYPE_FLOAT);
+    CHECK_EQ_INT(input_dtype_of(m, "c", 1), KILN_DTYPE_FLOAT);
+    CHECK_EQ_INT(input_dtype_of(m, "a", 1), KILN_DTYPE_FLOAT); /* e itself */
+    CHECK_EQ_INT(input_dtype_of(m, "t", 0), KILN_DTYPE_FLOAT16);
+    CHECK_EQ_INT(input_dtype_of(m, "z", 0), KILN_DTYPE_FLOAT16);
+    CHECK_EQ_INT(model_count_op(m, "", "Cast"), 2); /* x in, y out */
+    kn_model_free(m);
+    /* disabled, or a device provider first: nothing changes */
+    for (int k = 0; k < 2; k++) {
+        if (k == 1 && !kn_backend_find("cuda")) break;
+        o = precision_options(k ? "cuda" : "cpu", NULL, false, 1);
+        if (!k) kiln_session_options_disable_pass(o, "raise_float16");
+        m = optimised_from_tables(build_float16, o);
+        kiln_session_options_destroy(o);
+        CHECK_EQ_INT(input_dtype_of(m, "c", 0), KILN_DTYPE_FLOAT16);
+        CHECK_EQ_INT(model_count_op(m, "", "Cast"), 1);
+        kn_model_free(m);
+    }
+    /* and it runs: level 3 (fused, float32) against level 0 (float16 after every operator) */
+    kiln_session *s = compare_levels(build_float16, 3, 1e-2);
+    if (s) {
+        CHECK_EQ_INT(count_op(s, "kiln", "FusedConv"), 1);
+        kiln_session_destroy(s);
     }
 }
 
