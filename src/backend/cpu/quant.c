@@ -11,6 +11,7 @@
  * sub-byte types. The common int8/uint8 <-> float32 cases have direct, threaded loops. */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/elementwise_impl.h"
+#include "backend/cpu/qgemm.h"
 #include "ops/quant.h"
 
 #include <math.h>
@@ -306,17 +307,13 @@ static kiln_status run_dynamic_quantize(kn_kernel_ctx *c) {
     KN_TRY(kn_ctx_output(c, 1, KILN_DTYPE_FLOAT, 0, NULL, &ys));
     KN_TRY(kn_ctx_output(c, 2, KILN_DTYPE_UINT8, 0, NULL, &yz));
     const float *xv = x->data;
-    float mx = 0.0f, mn = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        if (xv[i] > mx) mx = xv[i];
-        if (xv[i] < mn) mn = xv[i];
-    }
+    float mx, mn; /* (the range's and the rounding's loops, vectorised, in qgemm.c) */
+    kn_q8_range(xv, n, &mn, &mx);
     float scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
     float zp0 = 0.0f - mn / scale;
     zp0 = zp0 < 0.0f ? 0.0f : zp0 > 255.0f ? 255.0f : zp0;
     float zpi = nearbyintf(zp0);
-    uint8_t *yo = y->data;
-    for (int64_t i = 0; i < n; i++) yo[i] = sat_u8(nearbyintf(xv[i] / scale) + zpi);
+    kn_q8_quantize_u8(xv, n, scale, zpi, y->data);
     *(float *)ys->data = scale;
     *(uint8_t *)yz->data = (uint8_t)zpi;
     return KILN_OK;
