@@ -674,13 +674,45 @@ def quantised_contrib_tests(out, rng):
     # H_{t-1} per chunk of batch rows, one chunk per intra-op thread: its outputs for a batch > 1
     # depend on the machine's thread count. kiln quantises the whole batch, as onnxruntime does
     # with one thread (and with any number for batch 1): the reference runs with one thread.
+    #
+    # A batch of 1 steps through kiln's u8 x s8 one-row product (kn_qgemv8), exact through a
+    # residual list for the weight pairs whose |b0| + |b1| passes 128: weights="sparse_big" makes
+    # most weights small and some full-range (uint8: around 128), "full" all full-range (more
+    # such pairs than the list holds: the vpmaddwd product instead). onnxruntime's u8 x s8 kernel
+    # saturates on such int8 weights, so their reference is onnxruntime on the same product with
+    # the weights as uint8 (w + 128, zero point 128), which it computes exactly (u8 x u8).
+    def wbig(wt, kind, *shape):
+        if kind is None:
+            return w8(wt, *shape)
+        if kind == "full":
+            return q(wt, *shape)
+        off = 0 if wt == np.int8 else 128
+        v = rng.integers(-40, 41, shape) + off
+        big = rng.random(shape) < 0.04
+        v[big] = rng.integers(np.iinfo(wt).min, np.iinfo(wt).max + 1, int(big.sum()))
+        return v.astype(wt)
+
+    def as_u8_reference(op_outputs, attrs):
+        def ref(inputs):
+            ins = []
+            for n, a in inputs.items():
+                if n in ("W", "R") and a is not None and a.dtype == np.int8:
+                    a = (a.astype(np.int16) + 128).astype(np.uint8)
+                elif n in ("W_zero_point", "R_zero_point") and a.dtype == np.int8:
+                    a = (a.astype(np.int16) + 128).astype(np.uint8)
+                ins.append((n, a))
+            node = helper.make_node("DynamicQuantizeLSTM", [n if a is not None else "" for n, a in ins], op_outputs,
+                                    domain=MS, **attrs)
+            return ort_run(node, ins, op_outputs, 17, ("W", "R", "W_scale", "W_zero_point", "R_scale", "R_zero_point"), 1)
+        return ref
+
     def dqlstm(name, T, B, I, H, direction="forward", wt=np.int8, per_channel=False, bias=True, lens=None,
-               states=False, peep=False, **attrs):
+               states=False, peep=False, weights=None, **attrs):
         nd = 2 if direction == "bidirectional" else 1
         ins = [("X", f32(T, B, I, lo=-1, hi=1))]
         qs = []
         for K in (I, H):
-            ins.append(("W" if K == I and not qs else "R", w8(wt, nd, K, 4 * H)))
+            ins.append(("W" if K == I and not qs else "R", wbig(wt, weights, nd, K, 4 * H)))
             shape = (nd, 4 * H) if per_channel else (nd,)
             sc_ = f32(*shape, lo=0.002, hi=0.01)
             if wt == np.int8:
@@ -694,9 +726,11 @@ def quantised_contrib_tests(out, rng):
                 ("initial_c", f32(nd, B, H, lo=-0.5, hi=0.5) if states else None),
                 ("P", f32(nd, 3 * H, lo=-0.3, hi=0.3) if peep else None),
                 ("W_scale", qs[0][0]), ("W_zero_point", qs[0][1]), ("R_scale", qs[1][0]), ("R_zero_point", qs[1][1])]
+        ref = as_u8_reference(["Y", "Y_h", "Y_c"], dict(hidden_size=H, direction=direction, **attrs)) \
+            if weights is not None and wt == np.int8 else None
         case(out, name, "DynamicQuantizeLSTM", ins, ["Y", "Y_h", "Y_c"], hidden_size=H, direction=direction,
              initializers=("W", "R", "W_scale", "W_zero_point", "R_scale", "R_zero_point"), ort_threads=1,
-             **attrs)
+             reference=ref, **attrs)
 
     dqlstm("dynamicquantizelstm", 5, 2, 8, 6)
     dqlstm("dynamicquantizelstm_u8", 5, 2, 8, 6, wt=np.uint8)
@@ -706,6 +740,15 @@ def quantised_contrib_tests(out, rng):
     dqlstm("dynamicquantizelstm_reverse_no_bias", 5, 1, 7, 4, direction="reverse", bias=False)
     dqlstm("dynamicquantizelstm_peepholes_clip", 5, 2, 6, 4, peep=True, clip=0.8)
     dqlstm("dynamicquantizelstm_wide", 3, 1, 40, 32, per_channel=True)
+    # batch 1: hidden sizes off the 4-value quads and 32-column panels, each weight kind
+    dqlstm("dynamicquantizelstm_b1_s8_sparse_big_bidirectional", 5, 1, 10, 19, direction="bidirectional",
+           weights="sparse_big", states=True)
+    dqlstm("dynamicquantizelstm_b1_s8_sparse_big_per_channel", 4, 1, 33, 40, per_channel=True, weights="sparse_big")
+    dqlstm("dynamicquantizelstm_b1_s8_full_range", 4, 1, 9, 13, weights="full")
+    dqlstm("dynamicquantizelstm_b1_u8_sparse_big_reverse", 5, 1, 7, 21, direction="reverse", wt=np.uint8,
+           weights="sparse_big")
+    dqlstm("dynamicquantizelstm_b1_u8_full_range", 5, 1, 8, 6, wt=np.uint8, weights="full")
+    dqlstm("dynamicquantizelstm_b1_u8_per_channel_h1", 6, 1, 3, 1, wt=np.uint8, per_channel=True, weights="sparse_big")
 
     # ---------------------------------------------------------------- the ONNX integer products
     # MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv (domain ""): the shapes that take the

@@ -635,6 +635,9 @@ typedef struct dqlstm {
     const float *x_for;
     int64_t x_m, x_k;
     float x_scale;
+    /* R per direction in kn_qgemv8's form (a constant R whose pairs allow it), else NULL */
+    const uint8_t *r8;
+    size_t r8_bytes;
 } dqlstm;
 
 static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int which, int d, const float *A, int64_t M,
@@ -651,6 +654,10 @@ static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int w
         int32_t za;
         s = dyn_quant(A, K, x->aq[d], &za);
         const uint8_t *hq = x->aq[d];
+        if (which == 1 && x->r8) {
+            kn_qgemv8_run(x->r8 + (size_t)d * x->r8_bytes, hq, za, x->zw[1][d], x->ws8[1], acc);
+            goto scale;
+        }
         int32_t *pr = x->ap[d], sum = 0;
         for (int64_t k = 0; k < K; k += 2) {
             const int32_t lo = (int32_t)hq[k] - za, hi = k + 1 < K ? (int32_t)hq[k + 1] - za : 0;
@@ -673,11 +680,26 @@ static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int w
         kiln_status st = kn_qgemm_run(pool, &g);
         if (st != KILN_OK) return kn_error(st, "out of memory in the GEMM");
     }
+scale:;
     const int64_t ns = x->nscale[which];
     const float *sc = x->wscale[which] + d * ns;
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) out[i * ldo + j] += (float)acc[i * N + j] * (s * sc[ns == 1 ? 0 : j]);
     return KILN_OK;
+}
+
+typedef struct r8_ctx {
+    const kn_tensor *R;
+    int64_t nd, K, N;
+    size_t per;
+} r8_ctx;
+
+/* per direction d: R[d] (K x N) in kn_qgemv8's form */
+static void make_r8(const void *ctx, void *dst) {
+    const r8_ctx *p = ctx;
+    for (int64_t d = 0; d < p->nd; d++)
+        kn_qgemv8_pack((const int8_t *)p->R->data + d * p->K * p->N, p->R->dtype == KILN_DTYPE_INT8, p->K, p->N,
+                       (uint8_t *)dst + d * p->per);
 }
 
 typedef struct wprime_ctx {
@@ -750,6 +772,16 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
             }
         }
         q.w[w] = wp;
+    }
+    if (st == KILN_OK && (X->dims[0] == 1 || X->dims[1] == 1)) {
+        /* a batch of 1 steps through one-row products: R also in the u8 x s8 form, kept with the
+         * session (a non-constant R keeps to kn_qgemv_run) */
+        r8_ctx rc = {R, nd, H, GH, kn_qgemv8_bytes(H, GH)};
+        kn_const_layout lay = {46, {nd, H, GH, 0}};
+        const uint8_t *r8 = kn_cpu_const_derived(c, 2, &lay, rc.per * (size_t)nd, make_r8, &rc);
+        bool ok = r8 != NULL;
+        for (int64_t d = 0; ok && d < nd; d++) ok = kn_qgemv8_usable(r8 + (size_t)d * rc.per);
+        if (ok) q.r8 = r8, q.r8_bytes = rc.per;
     }
     int64_t TB = X->dims[0] * X->dims[1], I = X->dims[2];
     /* the products' rows: T*B for the input projection, a batch (at most T*B) a step */

@@ -461,3 +461,166 @@ void kn_q8_quantize_u8(const float *x, int64_t n, float scale, float z, uint8_t 
         out[i] = (uint8_t)(!(v > 0.0f) ? 0.0f : v > 255.0f ? 255.0f : v);
     }
 }
+
+/* ------------------------------------------------------------------ u8 x s8 one-row products */
+
+/* kn_qgemv8's packed form (qgemm.h): a header, the column sums, the residual entries, then the
+ * panels of 32 columns, in each for every quad of K (4 values) 128 bytes: 4 groups of 8 columns,
+ * column j of a group at bytes 4j .. 4j + 3 (k = 4q .. 4q + 3), as vpmaddubsw pairs them */
+#define G8_NC 32
+typedef struct g8_head {
+    int64_t K, N, KQ, NP, cap, nres, usable, b_off;
+} g8_head;
+_Static_assert(sizeof(g8_head) == 64, "the header fills one cache line");
+
+static int64_t g8_cap(int64_t K, int64_t N) { return 64 + K * N / 256; }
+
+size_t kn_qgemv8_bytes(int64_t K, int64_t N) {
+    const int64_t KQ = (K + 3) / 4, NP = (N + G8_NC - 1) / G8_NC;
+    const size_t head = sizeof(g8_head) + sizeof(int32_t) * (size_t)(NP * G8_NC) + 3 * sizeof(int32_t) * (size_t)g8_cap(K, N);
+    return (head + 63) / 64 * 64 + (size_t)(NP * KQ * 4 * G8_NC);
+}
+
+void kn_qgemv8_pack(const void *b, bool is_s8, int64_t K, int64_t N, void *dst) {
+    g8_head *h = dst;
+    const int64_t KQ = (K + 3) / 4, NP = (N + G8_NC - 1) / G8_NC, cap = g8_cap(K, N);
+    const size_t head = sizeof(g8_head) + sizeof(int32_t) * (size_t)(NP * G8_NC) + 3 * sizeof(int32_t) * (size_t)cap;
+    *h = (g8_head){K, N, KQ, NP, cap, 0, 1, (int64_t)((head + 63) / 64 * 64)};
+    int32_t *colsum = (int32_t *)(h + 1), *res = colsum + NP * G8_NC;
+    int8_t *B = (int8_t *)dst + h->b_off;
+    memset(colsum, 0, sizeof(int32_t) * (size_t)(NP * G8_NC));
+#define BV(k, j) ((k) >= K || (j) >= N ? 0 : is_s8 ? (int32_t)((const int8_t *)b)[(k) * N + (j)] : (int32_t)((const uint8_t *)b)[(k) * N + (j)] - 128)
+    for (int64_t p = 0; p < NP; p++)
+        for (int64_t q = 0; q < KQ; q++)
+            for (int64_t j = 0; j < G8_NC; j++) {
+                const int64_t col = p * G8_NC + j;
+                int8_t *d = B + ((p * KQ + q) * G8_NC + j) * 4;
+                for (int e = 0; e < 4; e += 2) {
+                    /* a pair whose |b0| + |b1| passes 128 could saturate vpmaddubsw's int16 sum with
+                     * a = 255: its second value goes to the residual list */
+                    const int64_t k = 4 * q + e;
+                    const int32_t b0 = BV(k, col), b1 = BV(k + 1, col);
+                    colsum[col] += b0 + b1;
+                    d[e] = (int8_t)b0;
+                    d[e + 1] = (int8_t)b1;
+                    if (abs(b0) + abs(b1) > 128) {
+                        d[e + 1] = 0;
+                        if (h->nres < cap) {
+                            res[3 * h->nres] = (int32_t)(k + 1), res[3 * h->nres + 1] = (int32_t)col;
+                            res[3 * h->nres + 2] = b1;
+                        }
+                        if (++h->nres > cap) h->usable = 0;
+                    }
+                }
+            }
+#undef BV
+}
+
+bool kn_qgemv8_usable(const void *packed) { return ((const g8_head *)packed)->usable != 0; }
+
+#if defined(__AVX2__)
+/* sums[0..32) = A's quads (4 bytes each, n of them) times a panel's 128-byte quads: per 32 bytes
+ * vpmaddubsw (u8 x s8 pairs into int16, exact here), vpmaddwd by ones (the two pairs of a column
+ * into int32) and an add; two quads a step */
+static void g8_panel(const uint8_t *A, const int8_t *B, int64_t n, int32_t *sums) {
+    __asm__ volatile("vpcmpeqw %%ymm15, %%ymm15, %%ymm15\n\t"
+                     "vpsrlw $15, %%ymm15, %%ymm15\n\t"
+                     "vpxor %%ymm0, %%ymm0, %%ymm0\n\t"
+                     "vpxor %%ymm1, %%ymm1, %%ymm1\n\t"
+                     "vpxor %%ymm2, %%ymm2, %%ymm2\n\t"
+                     "vpxor %%ymm3, %%ymm3, %%ymm3\n\t"
+                     "cmp $2, %[n]\n\t"
+                     "jb 2f\n"
+                     "1:\n\t"
+                     "vpbroadcastd (%[a]), %%ymm4\n\t"
+                     "vpbroadcastd 4(%[a]), %%ymm5\n\t"
+                     "vpmaddubsw (%[b]), %%ymm4, %%ymm6\n\t"
+                     "vpmaddubsw 32(%[b]), %%ymm4, %%ymm7\n\t"
+                     "vpmaddubsw 64(%[b]), %%ymm4, %%ymm8\n\t"
+                     "vpmaddubsw 96(%[b]), %%ymm4, %%ymm9\n\t"
+                     "vpmaddwd %%ymm15, %%ymm6, %%ymm6\n\t"
+                     "vpmaddwd %%ymm15, %%ymm7, %%ymm7\n\t"
+                     "vpmaddwd %%ymm15, %%ymm8, %%ymm8\n\t"
+                     "vpmaddwd %%ymm15, %%ymm9, %%ymm9\n\t"
+                     "vpaddd %%ymm6, %%ymm0, %%ymm0\n\t"
+                     "vpaddd %%ymm7, %%ymm1, %%ymm1\n\t"
+                     "vpaddd %%ymm8, %%ymm2, %%ymm2\n\t"
+                     "vpaddd %%ymm9, %%ymm3, %%ymm3\n\t"
+                     "vpmaddubsw 128(%[b]), %%ymm5, %%ymm10\n\t"
+                     "vpmaddubsw 160(%[b]), %%ymm5, %%ymm11\n\t"
+                     "vpmaddubsw 192(%[b]), %%ymm5, %%ymm12\n\t"
+                     "vpmaddubsw 224(%[b]), %%ymm5, %%ymm13\n\t"
+                     "vpmaddwd %%ymm15, %%ymm10, %%ymm10\n\t"
+                     "vpmaddwd %%ymm15, %%ymm11, %%ymm11\n\t"
+                     "vpmaddwd %%ymm15, %%ymm12, %%ymm12\n\t"
+                     "vpmaddwd %%ymm15, %%ymm13, %%ymm13\n\t"
+                     "vpaddd %%ymm10, %%ymm0, %%ymm0\n\t"
+                     "vpaddd %%ymm11, %%ymm1, %%ymm1\n\t"
+                     "vpaddd %%ymm12, %%ymm2, %%ymm2\n\t"
+                     "vpaddd %%ymm13, %%ymm3, %%ymm3\n\t"
+                     "add $8, %[a]\n\t"
+                     "add $256, %[b]\n\t"
+                     "sub $2, %[n]\n\t"
+                     "cmp $2, %[n]\n\t"
+                     "jae 1b\n"
+                     "2:\n\t"
+                     "test %[n], %[n]\n\t"
+                     "jz 3f\n\t"
+                     "vpbroadcastd (%[a]), %%ymm4\n\t"
+                     "vpmaddubsw (%[b]), %%ymm4, %%ymm6\n\t"
+                     "vpmaddubsw 32(%[b]), %%ymm4, %%ymm7\n\t"
+                     "vpmaddubsw 64(%[b]), %%ymm4, %%ymm8\n\t"
+                     "vpmaddubsw 96(%[b]), %%ymm4, %%ymm9\n\t"
+                     "vpmaddwd %%ymm15, %%ymm6, %%ymm6\n\t"
+                     "vpmaddwd %%ymm15, %%ymm7, %%ymm7\n\t"
+                     "vpmaddwd %%ymm15, %%ymm8, %%ymm8\n\t"
+                     "vpmaddwd %%ymm15, %%ymm9, %%ymm9\n\t"
+                     "vpaddd %%ymm6, %%ymm0, %%ymm0\n\t"
+                     "vpaddd %%ymm7, %%ymm1, %%ymm1\n\t"
+                     "vpaddd %%ymm8, %%ymm2, %%ymm2\n\t"
+                     "vpaddd %%ymm9, %%ymm3, %%ymm3\n"
+                     "3:\n\t"
+                     "vmovdqu %%ymm0, (%[o])\n\t"
+                     "vmovdqu %%ymm1, 32(%[o])\n\t"
+                     "vmovdqu %%ymm2, 64(%[o])\n\t"
+                     "vmovdqu %%ymm3, 96(%[o])\n\t"
+                     : [a] "+r"(A), [b] "+r"(B), [n] "+r"(n)
+                     : [o] "r"(sums)
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+                       "xmm11", "xmm12", "xmm13", "xmm15", "memory", "cc");
+}
+#else
+static void g8_panel(const uint8_t *A, const int8_t *B, int64_t n, int32_t *sums) {
+    for (int j = 0; j < G8_NC; j++) sums[j] = 0;
+    for (int64_t q = 0; q < n; q++, A += 4, B += 4 * G8_NC)
+        for (int j = 0; j < G8_NC; j++)
+            for (int e = 0; e < 4; e++) sums[j] += (int32_t)A[e] * (int32_t)B[4 * j + e];
+}
+#endif
+
+void kn_qgemv8_run(const void *packed, const uint8_t *a, int32_t za, int32_t zb, bool b_s8, int32_t *c) {
+    const g8_head *h = packed;
+    const int64_t K = h->K, N = h->N, KQ = h->KQ, full = K / 4;
+    const int32_t *colsum = (const int32_t *)(h + 1), *res = colsum + h->NP * G8_NC;
+    const int8_t *B = (const int8_t *)packed + h->b_off;
+    /* b - zb = b_s - zb' with b_s the packed value (b - 128 for uint8 weights) */
+    const int32_t zbs = b_s8 ? zb : zb - 128;
+    uint8_t tail[4] = {0, 0, 0, 0};
+    int32_t sa = 0;
+    for (int64_t k = 0; k < K; k++) sa += a[k];
+    for (int64_t k = full * 4; k < K; k++) tail[k - full * 4] = a[k];
+    const int32_t base = (int32_t)K * za * zbs - zbs * sa;
+    for (int64_t p = 0; p < h->NP; p++) {
+        int32_t s[G8_NC], t[G8_NC];
+        const int8_t *Bp = B + p * KQ * 4 * G8_NC;
+        g8_panel(a, Bp, full, s);
+        if (full < KQ) {
+            g8_panel(tail, Bp + full * 4 * G8_NC, 1, t);
+            for (int j = 0; j < G8_NC; j++) s[j] += t[j];
+        }
+        /* the groups' lanes are columns 8g .. 8g + 7 in order */
+        const int64_t n0 = p * G8_NC, nc = N - n0 < G8_NC ? N - n0 : G8_NC;
+        for (int64_t j = 0; j < nc; j++) c[n0 + j] = s[j] + base - za * colsum[n0 + j];
+    }
+    for (int64_t r = 0; r < h->nres; r++) c[res[3 * r + 1]] += (int32_t)a[res[3 * r]] * res[3 * r + 2];
+}

@@ -72,6 +72,19 @@ kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g);
 void kn_qgemv_run(const int32_t *a, int32_t asum, const uint8_t *b, bool b_signed, int32_t zb, int64_t N, int64_t K,
                   int32_t *c);
 
+/* One row of uint8 A (a quantised activation) times 8-bit weights B (K x N, row-major, int8
+ * when b_s8 else uint8), exact, through vpmaddubsw's u8 x s8 pairs at twice vpmaddwd's products
+ * an instruction: a pair of weights whose |b0| + |b1| passes 128 could saturate its int16 sum
+ * (255 * 128 = 32640 does not), so such a pair keeps b0 and its b1 goes to a residual list
+ * applied after (weights of real models: 0-0.1% of pairs). The column sums take out A's zero
+ * point; uint8 weights are packed less 128. kn_qgemv8_bytes: the packed size (the list holds up
+ * to 64 + K*N/256 entries); kn_qgemv8_usable: false when the weights have more (use
+ * kn_qgemm then). kn_qgemv8_run: c[j] = sum_k (a[k] - za) (b[k][j] - zb), a K bytes. */
+size_t kn_qgemv8_bytes(int64_t K, int64_t N);
+void kn_qgemv8_pack(const void *b, bool b_s8, int64_t K, int64_t N, void *dst);
+bool kn_qgemv8_usable(const void *packed);
+void kn_qgemv8_run(const void *packed, const uint8_t *a, int32_t za, int32_t zb, bool b_s8, int32_t *c);
+
 /* Dynamic quantisation to uint8 (DynamicQuantizeLinear, the com.microsoft dynamic products):
  * the range of x[0, n) widened to include 0 (NaNs skipped), and out[i] = nearbyintf(x[i] / scale)
  * + z clamped to [0, 255] (NaN to 0), as the scalar reference loops compute them */
