@@ -749,6 +749,13 @@ def quantised_contrib_tests(out, rng):
            weights="sparse_big")
     dqlstm("dynamicquantizelstm_b1_u8_full_range", 5, 1, 8, 6, wt=np.uint8, weights="full")
     dqlstm("dynamicquantizelstm_b1_u8_per_channel_h1", 6, 1, 3, 1, wt=np.uint8, per_channel=True, weights="sparse_big")
+    # batches: the input projection and the steps as several rows (an odd count: the one-row
+    # tile after the two-row ones), K off the 4-value quads
+    dqlstm("dynamicquantizelstm_b3_s8_sparse_big_bidirectional", 5, 3, 10, 19, direction="bidirectional",
+           weights="sparse_big", states=True)
+    dqlstm("dynamicquantizelstm_b2_u8_sparse_big_per_channel", 3, 2, 13, 9, wt=np.uint8, per_channel=True,
+           weights="sparse_big", lens=[3, 2])
+    dqlstm("dynamicquantizelstm_b4_s8_full_range_peepholes", 3, 4, 6, 7, weights="full", peep=True)
 
     # ---------------------------------------------------------------- the ONNX integer products
     # MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv (domain ""): the shapes that take the

@@ -635,9 +635,11 @@ typedef struct dqlstm {
     const float *x_for;
     int64_t x_m, x_k;
     float x_scale;
-    /* R per direction in kn_qgemv8's form (a constant R whose pairs allow it), else NULL */
-    const uint8_t *r8;
-    size_t r8_bytes;
+    int32_t x_za;
+    /* [which]: W, R per direction in kn_qgemm8's form (constant weights whose pairs allow it; w
+     * then unused), else NULL */
+    const uint8_t *w8[2];
+    size_t w8_bytes[2];
 } dqlstm;
 
 static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int which, int d, const float *A, int64_t M,
@@ -645,42 +647,41 @@ static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int w
     dqlstm *x = (dqlstm *)q->ctx;
     int64_t N = x->GH;
     if (M * K > x->cap_a || M * N > x->cap_c) return kn_error(KILN_ERR_INTERNAL, "%s:%d: product larger than planned", __FILE__, __LINE__);
-    const uint8_t *wb = x->w[which] + (size_t)d * x->wbytes[which];
     int32_t *acc = x->acc[d];
+    /* X, the input projection's A, is the same for both directions: direction 1 takes direction
+     * 0's quantisation (in aq[0], packed in ap[0] for kn_qgemm) */
+    const bool reuse = which == 0 && d == 1 && x->x_for == A && x->x_m == M && x->x_k == K;
+    int32_t za;
     float s;
-    if (M == 1) {
-        /* one row (a step of a batch of 1): h quantised into int16 pairs less its zero point, the
-         * product on this thread */
-        int32_t za;
-        s = dyn_quant(A, K, x->aq[d], &za);
-        const uint8_t *hq = x->aq[d];
-        if (which == 1 && x->r8) {
-            kn_qgemv8_run(x->r8 + (size_t)d * x->r8_bytes, hq, za, x->zw[1][d], x->ws8[1], acc);
-            goto scale;
-        }
+    if (reuse) {
+        s = x->x_scale, za = x->x_za;
+    } else {
+        s = dyn_quant(A, M * K, x->aq[d], &za);
+        if (which == 0 && d == 0) x->x_for = A, x->x_m = M, x->x_k = K, x->x_scale = s, x->x_za = za;
+    }
+    const uint8_t *aq = reuse ? x->aq[0] : x->aq[d];
+    if (x->w8[which]) {
+        kiln_status st = kn_qgemm8_run(pool, x->w8[which] + (size_t)d * x->w8_bytes[which], aq, K, M, za,
+                                       x->zw[which][d], x->ws8[which], acc, N);
+        if (st != KILN_OK) return kn_error(st, "out of memory in the GEMM");
+    } else if (M == 1) {
+        /* one row (a step of a batch of 1): h in int16 pairs less its zero point, on this thread */
+        const uint8_t *wb = x->w[which] + (size_t)d * x->wbytes[which];
         int32_t *pr = x->ap[d], sum = 0;
         for (int64_t k = 0; k < K; k += 2) {
-            const int32_t lo = (int32_t)hq[k] - za, hi = k + 1 < K ? (int32_t)hq[k + 1] - za : 0;
+            const int32_t lo = (int32_t)aq[k] - za, hi = k + 1 < K ? (int32_t)aq[k + 1] - za : 0;
             pr[k / 2] = (int32_t)((uint32_t)(uint16_t)(int16_t)lo | (uint32_t)(uint16_t)(int16_t)hi << 16);
             sum += lo + hi;
         }
         kn_qgemv_run(pr, sum, wb, x->ws8[which], x->zw[which][d], N, K, acc);
     } else {
-        const bool reuse = which == 0 && d == 1 && x->x_for == A && x->x_m == M && x->x_k == K;
-        if (reuse) {
-            s = x->x_scale; /* direction 0's packing of X, in ap[0] */
-        } else {
-            int32_t za;
-            s = dyn_quant(A, M * K, x->aq[d], &za);
-            kn_qgemm_pack_a8(x->aq[d], false, K, 1, M, K, NULL, za, x->ap[d]);
-            if (which == 0 && d == 0) x->x_for = A, x->x_m = M, x->x_k = K, x->x_scale = s;
-        }
-        kn_qgemm g = {.M = M, .N = N, .K = K, .a = reuse ? x->ap[0] : x->ap[d], .b = wb, .b_signed = x->ws8[which], .zb = x->zw[which][d],
-                      .c = acc, .ldc = N};
+        if (!reuse) kn_qgemm_pack_a8(aq, false, K, 1, M, K, NULL, za, x->ap[d]);
+        kn_qgemm g = {.M = M, .N = N, .K = K, .a = reuse ? x->ap[0] : x->ap[d],
+                      .b = x->w[which] + (size_t)d * x->wbytes[which], .b_signed = x->ws8[which],
+                      .zb = x->zw[which][d], .c = acc, .ldc = N};
         kiln_status st = kn_qgemm_run(pool, &g);
         if (st != KILN_OK) return kn_error(st, "out of memory in the GEMM");
     }
-scale:;
     const int64_t ns = x->nscale[which];
     const float *sc = x->wscale[which] + d * ns;
     for (int64_t i = 0; i < M; i++)
@@ -689,12 +690,12 @@ scale:;
 }
 
 typedef struct r8_ctx {
-    const kn_tensor *R;
+    const kn_tensor *R; /* W or R */
     int64_t nd, K, N;
     size_t per;
 } r8_ctx;
 
-/* per direction d: R[d] (K x N) in kn_qgemv8's form */
+/* per direction d: W[d] or R[d] (K x N) in kn_qgemm8's form */
 static void make_r8(const void *ctx, void *dst) {
     const r8_ctx *p = ctx;
     for (int64_t d = 0; d < p->nd; d++)
@@ -759,6 +760,17 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
         q.wbytes[w] = kn_qgemm_b_bytes(GH, T->dims[1]);
         q.ws8[w] = T->dtype == KILN_DTYPE_INT8;
         for (int64_t d = 0; d < nd && d < 2; d++) q.zw[w][d] = kn_qc_q(zp, d * nz);
+        /* the u8 x s8 form (kn_qgemm8), kept with the session, when the weights are a constant
+         * whose pairs allow it; else kn_qgemm's */
+        r8_ctx rc = {T, nd, T->dims[1], GH, kn_qgemv8_bytes(T->dims[1], GH)};
+        kn_const_layout lay8 = {46 + w, {nd, T->dims[1], GH, 0}};
+        const uint8_t *w8p = kn_cpu_const_derived(c, 1 + w, &lay8, rc.per * (size_t)nd, make_r8, &rc);
+        bool ok = w8p != NULL;
+        for (int64_t d = 0; ok && d < nd; d++) ok = kn_qgemv8_usable(w8p + (size_t)d * rc.per);
+        if (ok) {
+            q.w8[w] = w8p, q.w8_bytes[w] = rc.per;
+            continue;
+        }
         wprime_ctx pc = {T, nd, T->dims[1], GH};
         const size_t bytes = q.wbytes[w] * (size_t)nd;
         kn_const_layout lay = {42 + w, {nd, T->dims[1], GH, 0}};
@@ -772,16 +784,6 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
             }
         }
         q.w[w] = wp;
-    }
-    if (st == KILN_OK && (X->dims[0] == 1 || X->dims[1] == 1)) {
-        /* a batch of 1 steps through one-row products: R also in the u8 x s8 form, kept with the
-         * session (a non-constant R keeps to kn_qgemv_run) */
-        r8_ctx rc = {R, nd, H, GH, kn_qgemv8_bytes(H, GH)};
-        kn_const_layout lay = {46, {nd, H, GH, 0}};
-        const uint8_t *r8 = kn_cpu_const_derived(c, 2, &lay, rc.per * (size_t)nd, make_r8, &rc);
-        bool ok = r8 != NULL;
-        for (int64_t d = 0; ok && d < nd; d++) ok = kn_qgemv8_usable(r8 + (size_t)d * rc.per);
-        if (ok) q.r8 = r8, q.r8_bytes = rc.per;
     }
     int64_t TB = X->dims[0] * X->dims[1], I = X->dims[2];
     /* the products' rows: T*B for the input projection, a batch (at most T*B) a step */

@@ -589,6 +589,68 @@ static void g8_panel(const uint8_t *A, const int8_t *B, int64_t n, int32_t *sums
                      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
                        "xmm11", "xmm12", "xmm13", "xmm15", "memory", "cc");
 }
+
+/* two rows (A0, A1) against one panel: eight sums in ymm0-7, B's vectors read from memory by
+ * both rows' vpmaddubsw (the panel of a few KB stays in L1 over the rows) */
+static void g8_panel2(const uint8_t *A0, const uint8_t *A1, const int8_t *B, int64_t n, int32_t *sums) {
+    __asm__ volatile("vpcmpeqw %%ymm15, %%ymm15, %%ymm15\n\t"
+                     "vpsrlw $15, %%ymm15, %%ymm15\n\t"
+                     "vpxor %%ymm0, %%ymm0, %%ymm0\n\t"
+                     "vpxor %%ymm1, %%ymm1, %%ymm1\n\t"
+                     "vpxor %%ymm2, %%ymm2, %%ymm2\n\t"
+                     "vpxor %%ymm3, %%ymm3, %%ymm3\n\t"
+                     "vpxor %%ymm4, %%ymm4, %%ymm4\n\t"
+                     "vpxor %%ymm5, %%ymm5, %%ymm5\n\t"
+                     "vpxor %%ymm6, %%ymm6, %%ymm6\n\t"
+                     "vpxor %%ymm7, %%ymm7, %%ymm7\n\t"
+                     "test %[n], %[n]\n\t"
+                     "jz 2f\n"
+                     "1:\n\t"
+                     "vpbroadcastd (%[a0]), %%ymm8\n\t"
+                     "vpbroadcastd (%[a1]), %%ymm9\n\t"
+                     "vpmaddubsw (%[b]), %%ymm8, %%ymm10\n\t"
+                     "vpmaddubsw (%[b]), %%ymm9, %%ymm11\n\t"
+                     "vpmaddubsw 32(%[b]), %%ymm8, %%ymm12\n\t"
+                     "vpmaddubsw 32(%[b]), %%ymm9, %%ymm13\n\t"
+                     "vpmaddwd %%ymm15, %%ymm10, %%ymm10\n\t"
+                     "vpmaddwd %%ymm15, %%ymm11, %%ymm11\n\t"
+                     "vpmaddwd %%ymm15, %%ymm12, %%ymm12\n\t"
+                     "vpmaddwd %%ymm15, %%ymm13, %%ymm13\n\t"
+                     "vpaddd %%ymm10, %%ymm0, %%ymm0\n\t"
+                     "vpaddd %%ymm11, %%ymm4, %%ymm4\n\t"
+                     "vpaddd %%ymm12, %%ymm1, %%ymm1\n\t"
+                     "vpaddd %%ymm13, %%ymm5, %%ymm5\n\t"
+                     "vpmaddubsw 64(%[b]), %%ymm8, %%ymm10\n\t"
+                     "vpmaddubsw 64(%[b]), %%ymm9, %%ymm11\n\t"
+                     "vpmaddubsw 96(%[b]), %%ymm8, %%ymm12\n\t"
+                     "vpmaddubsw 96(%[b]), %%ymm9, %%ymm13\n\t"
+                     "vpmaddwd %%ymm15, %%ymm10, %%ymm10\n\t"
+                     "vpmaddwd %%ymm15, %%ymm11, %%ymm11\n\t"
+                     "vpmaddwd %%ymm15, %%ymm12, %%ymm12\n\t"
+                     "vpmaddwd %%ymm15, %%ymm13, %%ymm13\n\t"
+                     "vpaddd %%ymm10, %%ymm2, %%ymm2\n\t"
+                     "vpaddd %%ymm11, %%ymm6, %%ymm6\n\t"
+                     "vpaddd %%ymm12, %%ymm3, %%ymm3\n\t"
+                     "vpaddd %%ymm13, %%ymm7, %%ymm7\n\t"
+                     "add $4, %[a0]\n\t"
+                     "add $4, %[a1]\n\t"
+                     "add $128, %[b]\n\t"
+                     "dec %[n]\n\t"
+                     "jnz 1b\n"
+                     "2:\n\t"
+                     "vmovdqu %%ymm0, (%[o])\n\t"
+                     "vmovdqu %%ymm1, 32(%[o])\n\t"
+                     "vmovdqu %%ymm2, 64(%[o])\n\t"
+                     "vmovdqu %%ymm3, 96(%[o])\n\t"
+                     "vmovdqu %%ymm4, 128(%[o])\n\t"
+                     "vmovdqu %%ymm5, 160(%[o])\n\t"
+                     "vmovdqu %%ymm6, 192(%[o])\n\t"
+                     "vmovdqu %%ymm7, 224(%[o])\n\t"
+                     : [a0] "+r"(A0), [a1] "+r"(A1), [b] "+r"(B), [n] "+r"(n)
+                     : [o] "r"(sums)
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+                       "xmm11", "xmm12", "xmm13", "xmm15", "memory", "cc");
+}
 #else
 static void g8_panel(const uint8_t *A, const int8_t *B, int64_t n, int32_t *sums) {
     for (int j = 0; j < G8_NC; j++) sums[j] = 0;
@@ -596,31 +658,78 @@ static void g8_panel(const uint8_t *A, const int8_t *B, int64_t n, int32_t *sums
         for (int j = 0; j < G8_NC; j++)
             for (int e = 0; e < 4; e++) sums[j] += (int32_t)A[e] * (int32_t)B[4 * j + e];
 }
+static void g8_panel2(const uint8_t *A0, const uint8_t *A1, const int8_t *B, int64_t n, int32_t *sums) {
+    g8_panel(A0, B, n, sums);
+    g8_panel(A1, B, n, sums + G8_NC);
+}
 #endif
 
-void kn_qgemv8_run(const void *packed, const uint8_t *a, int32_t za, int32_t zb, bool b_s8, int32_t *c) {
-    const g8_head *h = packed;
+typedef struct g8_job {
+    const g8_head *h;
+    const uint8_t *a;
+    int64_t lda, M, ldc;
+    int32_t za, zbs;
+    const int32_t *base; /* per row: K za zb' - zb' sum_k a */
+    int32_t *c;
+} g8_job;
+
+/* panels [p0, p1) for all rows, two at a time (the panel stays in L1 over them) */
+static void g8_range(void *arg, int64_t p0, int64_t p1) {
+    const g8_job *j = arg;
+    const g8_head *h = j->h;
     const int64_t K = h->K, N = h->N, KQ = h->KQ, full = K / 4;
-    const int32_t *colsum = (const int32_t *)(h + 1), *res = colsum + h->NP * G8_NC;
-    const int8_t *B = (const int8_t *)packed + h->b_off;
+    const int32_t *colsum = (const int32_t *)(h + 1);
+    const int8_t *B = (const int8_t *)h + h->b_off;
+    for (int64_t p = p0; p < p1; p++) {
+        const int8_t *Bp = B + p * KQ * 4 * G8_NC;
+        const int64_t n0 = p * G8_NC, nc = N - n0 < G8_NC ? N - n0 : G8_NC;
+        for (int64_t i = 0; i < j->M; i += 2) {
+            const int rows = j->M - i >= 2 ? 2 : 1;
+            int32_t s[2 * G8_NC], t[2 * G8_NC];
+            const uint8_t *a0 = j->a + i * j->lda, *a1 = rows == 2 ? a0 + j->lda : a0;
+            if (rows == 2) g8_panel2(a0, a1, Bp, full, s);
+            else g8_panel(a0, Bp, full, s);
+            if (full < KQ) { /* the last quad of an odd K, from zero-padded copies */
+                uint8_t tl[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+                for (int64_t k = full * 4; k < K; k++) tl[0][k - full * 4] = a0[k], tl[1][k - full * 4] = a1[k];
+                if (rows == 2) g8_panel2(tl[0], tl[1], Bp + full * 4 * G8_NC, 1, t);
+                else g8_panel(tl[0], Bp + full * 4 * G8_NC, 1, t);
+                for (int e = 0; e < rows * G8_NC; e++) s[e] += t[e];
+            }
+            for (int r = 0; r < rows; r++) {
+                int32_t *c = j->c + (i + r) * j->ldc + n0;
+                const int32_t b = j->base[i + r];
+                for (int64_t q = 0; q < nc; q++) c[q] = s[r * G8_NC + q] + b - j->za * colsum[n0 + q];
+            }
+        }
+    }
+}
+
+kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t *a, int64_t lda, int64_t M, int32_t za,
+                          int32_t zb, bool b_s8, int32_t *c, int64_t ldc) {
+    const g8_head *h = packed;
+    const int64_t K = h->K;
+    const int32_t *res = (const int32_t *)(h + 1) + h->NP * G8_NC;
     /* b - zb = b_s - zb' with b_s the packed value (b - 128 for uint8 weights) */
     const int32_t zbs = b_s8 ? zb : zb - 128;
-    uint8_t tail[4] = {0, 0, 0, 0};
-    int32_t sa = 0;
-    for (int64_t k = 0; k < K; k++) sa += a[k];
-    for (int64_t k = full * 4; k < K; k++) tail[k - full * 4] = a[k];
-    const int32_t base = (int32_t)K * za * zbs - zbs * sa;
-    for (int64_t p = 0; p < h->NP; p++) {
-        int32_t s[G8_NC], t[G8_NC];
-        const int8_t *Bp = B + p * KQ * 4 * G8_NC;
-        g8_panel(a, Bp, full, s);
-        if (full < KQ) {
-            g8_panel(tail, Bp + full * 4 * G8_NC, 1, t);
-            for (int j = 0; j < G8_NC; j++) s[j] += t[j];
-        }
-        /* the groups' lanes are columns 8g .. 8g + 7 in order */
-        const int64_t n0 = p * G8_NC, nc = N - n0 < G8_NC ? N - n0 : G8_NC;
-        for (int64_t j = 0; j < nc; j++) c[n0 + j] = s[j] + base - za * colsum[n0 + j];
+    int32_t one, *base = M > 1 ? malloc(sizeof(int32_t) * (size_t)M) : &one;
+    if (!base) return KILN_ERR_OUT_OF_MEMORY;
+    for (int64_t i = 0; i < M; i++) {
+        int32_t sa = 0;
+        const uint8_t *ai = a + i * lda;
+        for (int64_t k = 0; k < K; k++) sa += ai[k];
+        base[i] = (int32_t)K * za * zbs - zbs * sa;
     }
-    for (int64_t r = 0; r < h->nres; r++) c[res[3 * r + 1]] += (int32_t)a[res[3 * r]] * res[3 * r + 2];
+    g8_job j = {h, a, lda, M, ldc, za, zbs, base, c};
+    const double work = (double)M * (double)h->N * (double)K;
+    if (kn_threadpool_size(pool) > 1 && work >= 4e5 && h->NP > 1) kn_parallel_for(pool, h->NP, 1, g8_range, &j);
+    else g8_range(&j, 0, h->NP);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t r = 0; r < h->nres; r++) c[i * ldc + res[3 * r + 1]] += (int32_t)a[i * lda + res[3 * r]] * res[3 * r + 2];
+    if (base != &one) free(base);
+    return KILN_OK;
+}
+
+void kn_qgemv8_run(const void *packed, const uint8_t *a, int32_t za, int32_t zb, bool b_s8, int32_t *c) {
+    kn_qgemm8_run(NULL, packed, a, 0, 1, za, zb, b_s8, c, 0);
 }
