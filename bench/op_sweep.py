@@ -235,6 +235,13 @@ def cases():
     c.append(conv("7x1 4->4 300x3 no bias", 1, 4, (300, 3), 4, (7, 1), p=(3, 0), bias=False, fast=True))
     c.append(conv("1d 16->4 k9 s2 L1001", 1, 16, (1001,), 4, 9, s=2, fast=True))
     c.append(conv("1d dw 32ch k5 s2 L4001", 1, 32, (4001,), 32, 5, s=2, g=32, fast=True))
+    # shallow windows with more output channels that the direct kernel also takes (Cg*KH*KW <= 256)
+    c.append(conv("3x3 s2 3->32 224x224 (EfficientNet stem)", 1, 3, 224, 32, 3, s=2))
+    c.append(conv("3x3 12->24 208x208 (ddddocr det)", 1, 12, 208, 24, 3))
+    c.append(conv("3x3 s2 24->48 208x208 (ddddocr det)", 1, 24, 208, 48, 3, s=2))
+    c.append(conv("1x3 24->24 74x32 (oww)", 1, 24, (74, 32), 24, (1, 3), p=(0, 1)))
+    c.append(conv("3x1 48->48 36x16 (oww)", 1, 48, (36, 16), 48, (3, 1), p=0))
+    c.append(conv("3x3 1->32 900x120 (dnsmos)", 1, 1, (900, 120), 32, 3))
     # --- Conv 1-D: STFT front ends (1 -> 258, kernel 256, stride 128), speech, long rows
     c.append(conv("1d 1->258 k256 s128 L16000 (STFT)", 1, 1, (16000,), 258, 256, s=128, p=0, fast=True))
     c.append(conv("1d 1->258 k256 s128 L16000 b8 (STFT)", 8, 1, (16000,), 258, 256, s=128, p=0, fast=True))

@@ -67,7 +67,7 @@ static dc_geom dc_geom_of(const kn_dconv_shape *s) {
     g.wp = (owr + (s->KW - 1) * s->dw / s->sw + KN_VL) / KN_VL * KN_VL;
     g.rowf = s->sw * g.wp;
     g.ring = Cg * g.span * g.rowf;
-    g.scratch = g.ring + g.rowf + KN_VL + 4 * DC_NVMAX * KN_VL;
+    g.scratch = g.ring + g.rowf + KN_VL + (s->M / s->G) * DC_NVMAX * KN_VL;
     return g;
 }
 
@@ -127,51 +127,68 @@ static inline __attribute__((always_inline)) void dc_tile(const dc_job *j, const
         for (int q = 0; q < NV; q++) kn_vf_storeu(dst + m * ldm + KN_VL * q, acc[m][q]);
 }
 
-#define DC_CASE(MB, NV)                                                                                      \
-    case NV: dc_tile(j, rows, kh0, kh1, w, bias, dst, ldm, MB, NV); break;
+/* `count` tile positions of NV vectors from column offset o0 (rows and dst at o0's column), each
+ * for every block of MB of the group's Mg output channels: one call per run of tiles, so that
+ * shallow windows (a 3x3 one-channel stem: 9 taps a tile) do not pay a call per tile. w and bias:
+ * the group's; dst row m at dst + m * ldm. */
+static inline __attribute__((always_inline)) void dc_tiles(const dc_job *j, const float *const *rows, int64_t o0,
+                                                           int64_t count, int64_t kh0, int64_t kh1, const float *w,
+                                                           const float *bias, float *dst, int64_t ldm, const int MB,
+                                                           const int NV) {
+    const int64_t wblock = j->Cg * j->s->KH * j->s->KW * MB;
+    for (int64_t t = 0; t < count; t++) {
+        const int64_t o = o0 + t * NV * KN_VL;
+        const float *tr[64];
+        for (int64_t kh = kh0; kh < kh1; kh++) tr[kh] = rows[kh] + o;
+        for (int64_t m0 = 0, b = 0; m0 < j->Mg; m0 += MB, b++)
+            dc_tile(j, tr, kh0, kh1, w + b * wblock, bias ? bias + m0 : NULL, dst + m0 * ldm + (o - o0), ldm, MB, NV);
+    }
+}
 
-static void dc_tile_1(const dc_job *j, const float *const *rows, int64_t kh0, int64_t kh1, const float *w,
-                      const float *bias, float *dst, int64_t ldm, int nv) {
+#define DC_CASE(MB, NV)                                                                                      \
+    case NV: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, MB, NV); break;
+#define DC_ARGS                                                                                              \
+    const dc_job *j, const float *const *rows, int64_t o0, int64_t count, int64_t kh0, int64_t kh1,          \
+        const float *w, const float *bias, float *dst, int64_t ldm, int nv
+
+static void dc_tiles_1(DC_ARGS) {
     switch (nv) {
         DC_CASE(1, 1) DC_CASE(1, 2) DC_CASE(1, 3) DC_CASE(1, 4) DC_CASE(1, 5) DC_CASE(1, 6) DC_CASE(1, 7)
 #if DC_NV1 > 8
         DC_CASE(1, 9) DC_CASE(1, 10) DC_CASE(1, 11) DC_CASE(1, 12)
 #endif
-        default: dc_tile(j, rows, kh0, kh1, w, bias, dst, ldm, 1, 8); break;
+        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 1, 8); break;
     }
 }
 
-static void dc_tile_2(const dc_job *j, const float *const *rows, int64_t kh0, int64_t kh1, const float *w,
-                      const float *bias, float *dst, int64_t ldm, int nv) {
+static void dc_tiles_2(DC_ARGS) {
     switch (nv) {
         DC_CASE(2, 1) DC_CASE(2, 2) DC_CASE(2, 3) DC_CASE(2, 4) DC_CASE(2, 5)
 #if DC_NV2 > 6
         DC_CASE(2, 6) DC_CASE(2, 7) DC_CASE(2, 8) DC_CASE(2, 9) DC_CASE(2, 10) DC_CASE(2, 11)
-        default: dc_tile(j, rows, kh0, kh1, w, bias, dst, ldm, 2, 12); break;
+        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 2, 12); break;
 #else
-        default: dc_tile(j, rows, kh0, kh1, w, bias, dst, ldm, 2, 6); break;
+        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 2, 6); break;
 #endif
     }
 }
 
-static void dc_tile_4(const dc_job *j, const float *const *rows, int64_t kh0, int64_t kh1, const float *w,
-                      const float *bias, float *dst, int64_t ldm, int nv) {
+static void dc_tiles_4(DC_ARGS) {
     switch (nv) {
         DC_CASE(4, 1) DC_CASE(4, 2)
 #if DC_NV4 > 3
         DC_CASE(4, 3) DC_CASE(4, 4) DC_CASE(4, 5)
-        default: dc_tile(j, rows, kh0, kh1, w, bias, dst, ldm, 4, 6); break;
+        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 4, 6); break;
 #else
-        default: dc_tile(j, rows, kh0, kh1, w, bias, dst, ldm, 4, 3); break;
+        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 4, 3); break;
 #endif
     }
 }
 
-static void dc_tile_any(const dc_job *j, const float *const *rows, int64_t kh0, int64_t kh1, const float *w,
-                        const float *bias, float *dst, int64_t ldm, int nv) {
-    if (j->mb == 1) dc_tile_1(j, rows, kh0, kh1, w, bias, dst, ldm, nv);
-    else if (j->mb == 2) dc_tile_2(j, rows, kh0, kh1, w, bias, dst, ldm, nv);
-    else dc_tile_4(j, rows, kh0, kh1, w, bias, dst, ldm, nv);
+static void dc_tiles_any(DC_ARGS) {
+    if (j->mb == 1) dc_tiles_1(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, nv);
+    else if (j->mb == 2) dc_tiles_2(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, nv);
+    else dc_tiles_4(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, nv);
 }
 
 /* Input row ih of the group's channels (image n) into ring slot `slot`: padded column i is
@@ -243,23 +260,23 @@ static void dc_range(void *arg, int64_t begin, int64_t end) {
                 if (have[slot] != ih) dc_copy_rows(j, xg, ih, slot, ring, tmp), have[slot] = ih;
                 rows[kh] = ring + slot * g->rowf;
             }
-            for (int64_t q0 = 0; q0 < nvec;) {
-                const int nv = (int)min64(nvmax, nvec - q0);
+            const float *bg = j->bias ? j->bias + gi * Mg : NULL;
+            float *yrow = j->y + ybase + oh * OW;
+            /* tiles of nvmax vectors while 2 nvmax or more are left; the last two split evenly (a tile
+             * of 1 vector by 4 channels is 4 FMA chains, under the 8 that hide the FMA latency) */
+            const int64_t nfull = nvec >= 2 * nvmax ? (nvec - nvmax) / nvmax : 0;
+            if (nfull) dc_tiles_any(j, rows, 0, nfull, kh0, kh1, wg, bg, yrow, plane, nvmax);
+            for (int64_t q0 = nfull * nvmax; q0 < nvec;) {
+                const int64_t left = nvec - q0;
+                const int nv = (int)(left <= nvmax ? left : (left + 1) / 2);
                 const int64_t ow0 = q0 * KN_VL, cols = min64((int64_t)nv * KN_VL, OW - ow0);
-                const float *tr[64];
-                for (int64_t kh = kh0; kh < kh1; kh++) tr[kh] = rows[kh] + ow0;
-                for (int64_t m0 = 0; m0 < Mg; m0 += mb) {
-                    const float *w = wg + m0 * j->Cg * KH * s->KW;
-                    const float *bias = j->bias ? j->bias + gi * Mg + m0 : NULL;
-                    float *yo = j->y + ybase + m0 * plane + oh * OW + ow0;
-                    if (cols == (int64_t)nv * KN_VL) {
-                        dc_tile_any(j, tr, kh0, kh1, w, bias, yo, plane, nv);
-                    } else {
-                        const int64_t ldb = (int64_t)nv * KN_VL;
-                        dc_tile_any(j, tr, kh0, kh1, w, bias, tb, ldb, nv);
-                        for (int64_t m = 0; m < mb; m++)
-                            memcpy(yo + m * plane, tb + m * ldb, sizeof(float) * (size_t)cols);
-                    }
+                if (cols == (int64_t)nv * KN_VL) {
+                    dc_tiles_any(j, rows, ow0, 1, kh0, kh1, wg, bg, yrow + ow0, plane, nv);
+                } else { /* the row's end: through the buffer, Mg rows of nv vectors */
+                    const int64_t ldb = (int64_t)nv * KN_VL;
+                    dc_tiles_any(j, rows, ow0, 1, kh0, kh1, wg, bg, tb, ldb, nv);
+                    for (int64_t m = 0; m < Mg; m++)
+                        memcpy(yrow + ow0 + m * plane, tb + m * ldb, sizeof(float) * (size_t)cols);
                 }
                 q0 += nv;
             }
@@ -303,8 +320,9 @@ bool kn_dconv_suits(const kn_dconv_shape *s) {
     /* rows that would leave most lanes idle: other kernels (a tiny plane costs little either way) */
     if (owr > 2 * s->OW && s->OH * s->OW >= 256) return false;
     /* few output channels a group, or a shallow im2col (Cg KH KW: a stem, a one-channel input),
-     * where the GEMM's packing outweighed its reuse */
-    return Mg <= 8 || (Mg <= 64 && Cg * s->KH * s->KW <= 256);
+     * where the GEMM's packing outweighed its reuse; not on rows of fewer than 3 vectors there
+     * (3x1 48->48 on 36x16: 1.27x the GEMM's time) */
+    return Mg <= 8 || (Mg <= 64 && Cg * s->KH * s->KW <= 256 && s->OW >= 3 * KN_VL);
 }
 
 kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w, const float *bias,
