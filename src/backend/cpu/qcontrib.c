@@ -660,11 +660,15 @@ static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int w
         if (which == 0 && d == 0) x->x_for = A, x->x_m = M, x->x_k = K, x->x_scale = s, x->x_za = za;
     }
     const uint8_t *aq = reuse ? x->aq[0] : x->aq[d];
-    if (x->w8[which]) {
+    const int64_t ns = x->nscale[which];
+    const float *sc = x->wscale[which] + d * ns;
+    if (x->w8[which]) { /* scaled into out by the product's epilogue */
+        const kn_qgemm8_out fo = {out, ldo, s, sc, ns != 1};
         kiln_status st = kn_qgemm8_run(pool, x->w8[which] + (size_t)d * x->w8_bytes[which], aq, K, M, za,
-                                       x->zw[which][d], x->ws8[which], acc, N);
-        if (st != KILN_OK) return kn_error(st, "out of memory in the GEMM");
-    } else if (M == 1) {
+                                       x->zw[which][d], x->ws8[which], NULL, 0, &fo);
+        return st == KILN_OK ? KILN_OK : kn_error(st, "out of memory in the GEMM");
+    }
+    if (M == 1) {
         /* one row (a step of a batch of 1): h in int16 pairs less its zero point, on this thread */
         const uint8_t *wb = x->w[which] + (size_t)d * x->wbytes[which];
         int32_t *pr = x->ap[d], sum = 0;
@@ -682,8 +686,6 @@ static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int w
         kiln_status st = kn_qgemm_run(pool, &g);
         if (st != KILN_OK) return kn_error(st, "out of memory in the GEMM");
     }
-    const int64_t ns = x->nscale[which];
-    const float *sc = x->wscale[which] + d * ns;
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) out[i * ldo + j] += (float)acc[i * N + j] * (s * sc[ns == 1 ? 0 : j]);
     return KILN_OK;

@@ -671,18 +671,72 @@ typedef struct g8_job {
     int32_t za, zbs;
     const int32_t *base; /* per row: K za zb' - zb' sum_k a */
     int32_t *c;
+    const kn_qgemm8_out *fo;
 } g8_job;
+
+/* the first residual entry of panel p or after (entries are in panel order) */
+static int64_t g8_res_from(const g8_head *h, const int32_t *res, int64_t p) {
+    int64_t lo = 0, hi = h->nres < h->cap ? h->nres : h->cap;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi) / 2;
+        if (res[3 * mid + 1] / G8_NC < p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* a row's finished panel: v = s + base - za colsum (+ its residuals, already in s), into C or
+ * out += (float)v * (fs * sc[j]) as the float form asks */
+static void g8_store(const g8_job *j, int64_t i, int64_t n0, int64_t nc, int32_t *s) {
+    const int32_t *colsum = (const int32_t *)(j->h + 1) + n0;
+    const int32_t b = j->base[i], za = j->za;
+    int64_t q = 0;
+    if (!j->fo) {
+        int32_t *c = j->c + i * j->ldc + n0;
+#if defined(__AVX2__)
+        const __m256i bv = _mm256_set1_epi32(b), zv = _mm256_set1_epi32(za);
+        for (; q + 8 <= nc; q += 8)
+            _mm256_storeu_si256((__m256i *)(c + q),
+                                _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(s + q)), bv),
+                                                 _mm256_mullo_epi32(zv, _mm256_loadu_si256((const __m256i *)(colsum + q)))));
+#endif
+        for (; q < nc; q++) c[q] = s[q] + b - za * colsum[q];
+        return;
+    }
+    const kn_qgemm8_out *fo = j->fo;
+    float *o = fo->out + i * fo->ldo + n0;
+    const float fs = fo->s, *sc = fo->sc_per_col ? fo->sc + n0 : NULL, sc0 = fo->sc[0];
+#if defined(__AVX2__)
+    /* (float)v * (fs * sc) then the add: the scalar form's two roundings, no fused multiply-add */
+    const __m256i bv = _mm256_set1_epi32(b), zv = _mm256_set1_epi32(za);
+    const __m256 fv = _mm256_set1_ps(fs), s0 = _mm256_set1_ps(sc0);
+    for (; q + 8 <= nc; q += 8) {
+        const __m256i v = _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(s + q)), bv),
+                                           _mm256_mullo_epi32(zv, _mm256_loadu_si256((const __m256i *)(colsum + q))));
+        const __m256 m = _mm256_mul_ps(fv, sc ? _mm256_loadu_ps(sc + q) : s0);
+        _mm256_storeu_ps(o + q, _mm256_add_ps(_mm256_loadu_ps(o + q), _mm256_mul_ps(_mm256_cvtepi32_ps(v), m)));
+    }
+#endif
+    for (; q < nc; q++) {
+        const int32_t v = s[q] + b - za * colsum[q];
+        o[q] += (float)v * (fs * (sc ? sc[q] : sc0));
+    }
+}
 
 /* panels [p0, p1) for all rows, two at a time (the panel stays in L1 over them) */
 static void g8_range(void *arg, int64_t p0, int64_t p1) {
     const g8_job *j = arg;
     const g8_head *h = j->h;
     const int64_t K = h->K, N = h->N, KQ = h->KQ, full = K / 4;
-    const int32_t *colsum = (const int32_t *)(h + 1);
+    const int32_t *res = (const int32_t *)(h + 1) + h->NP * G8_NC;
     const int8_t *B = (const int8_t *)h + h->b_off;
+    const int64_t nres = h->nres < h->cap ? h->nres : h->cap;
+    int64_t r0 = g8_res_from(h, res, p0);
     for (int64_t p = p0; p < p1; p++) {
         const int8_t *Bp = B + p * KQ * 4 * G8_NC;
         const int64_t n0 = p * G8_NC, nc = N - n0 < G8_NC ? N - n0 : G8_NC;
+        int64_t r1 = r0;
+        while (r1 < nres && res[3 * r1 + 1] < n0 + G8_NC) r1++;
         for (int64_t i = 0; i < j->M; i += 2) {
             const int rows = j->M - i >= 2 ? 2 : 1;
             int32_t s[2 * G8_NC], t[2 * G8_NC];
@@ -697,19 +751,19 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
                 for (int e = 0; e < rows * G8_NC; e++) s[e] += t[e];
             }
             for (int r = 0; r < rows; r++) {
-                int32_t *c = j->c + (i + r) * j->ldc + n0;
-                const int32_t b = j->base[i + r];
-                for (int64_t q = 0; q < nc; q++) c[q] = s[r * G8_NC + q] + b - j->za * colsum[n0 + q];
+                const uint8_t *ar = r ? a1 : a0;
+                for (int64_t e = r0; e < r1; e++) s[r * G8_NC + res[3 * e + 1] - n0] += (int32_t)ar[res[3 * e]] * res[3 * e + 2];
+                g8_store(j, i + r, n0, nc, s + r * G8_NC);
             }
         }
+        r0 = r1;
     }
 }
 
 kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t *a, int64_t lda, int64_t M, int32_t za,
-                          int32_t zb, bool b_s8, int32_t *c, int64_t ldc) {
+                          int32_t zb, bool b_s8, int32_t *c, int64_t ldc, const kn_qgemm8_out *fo) {
     const g8_head *h = packed;
     const int64_t K = h->K;
-    const int32_t *res = (const int32_t *)(h + 1) + h->NP * G8_NC;
     /* b - zb = b_s - zb' with b_s the packed value (b - 128 for uint8 weights) */
     const int32_t zbs = b_s8 ? zb : zb - 128;
     int32_t one, *base = M > 1 ? malloc(sizeof(int32_t) * (size_t)M) : &one;
@@ -720,16 +774,14 @@ kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t
         for (int64_t k = 0; k < K; k++) sa += ai[k];
         base[i] = (int32_t)K * za * zbs - zbs * sa;
     }
-    g8_job j = {h, a, lda, M, ldc, za, zbs, base, c};
+    g8_job j = {h, a, lda, M, ldc, za, zbs, base, c, fo};
     const double work = (double)M * (double)h->N * (double)K;
     if (kn_threadpool_size(pool) > 1 && work >= 4e5 && h->NP > 1) kn_parallel_for(pool, h->NP, 1, g8_range, &j);
     else g8_range(&j, 0, h->NP);
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t r = 0; r < h->nres; r++) c[i * ldc + res[3 * r + 1]] += (int32_t)a[i * lda + res[3 * r]] * res[3 * r + 2];
     if (base != &one) free(base);
     return KILN_OK;
 }
 
 void kn_qgemv8_run(const void *packed, const uint8_t *a, int32_t za, int32_t zb, bool b_s8, int32_t *c) {
-    kn_qgemm8_run(NULL, packed, a, 0, 1, za, zb, b_s8, c, 0);
+    kn_qgemm8_run(NULL, packed, a, 0, 1, za, zb, b_s8, c, 0, NULL);
 }

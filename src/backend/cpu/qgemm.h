@@ -84,10 +84,19 @@ size_t kn_qgemv8_bytes(int64_t K, int64_t N);
 void kn_qgemv8_pack(const void *b, bool b_s8, int64_t K, int64_t N, void *dst);
 bool kn_qgemv8_usable(const void *packed);
 void kn_qgemv8_run(const void *packed, const uint8_t *a, int32_t za, int32_t zb, bool b_s8, int32_t *c);
-/* M rows of A (row i at a + i * lda) into C (row stride ldc), on the pool; KILN_ERR_OUT_OF_MEMORY
- * when its row sums cannot be had */
+/* M rows of A (row i at a + i * lda) into C (row stride ldc), or with fo set into fo's float
+ * rows: out[i][j] += (float)c_ij * (s * sc[j]) (sc[0] for all j unless sc_per_col), the same float
+ * operations as that loop over C. On the pool; KILN_ERR_OUT_OF_MEMORY when its row sums cannot be
+ * had. */
+typedef struct kn_qgemm8_out {
+    float *out;
+    int64_t ldo;
+    float s;
+    const float *sc;
+    bool sc_per_col;
+} kn_qgemm8_out;
 kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t *a, int64_t lda, int64_t M, int32_t za,
-                          int32_t zb, bool b_s8, int32_t *c, int64_t ldc);
+                          int32_t zb, bool b_s8, int32_t *c, int64_t ldc, const kn_qgemm8_out *fo);
 
 /* Dynamic quantisation to uint8 (DynamicQuantizeLinear, the com.microsoft dynamic products):
  * the range of x[0, n) widened to include 0 (NaNs skipped), and out[i] = nearbyintf(x[i] / scale)
