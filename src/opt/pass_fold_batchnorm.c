@@ -1,14 +1,20 @@
-/* Folds an inference-mode BatchNormalization into the layer before it. BN computes
- * y = (x - mean) * f + bias per channel (axis 1), f = scale / sqrt(var + epsilon); when x is a
- * linear layer's output whose channel is axis 1, the factor goes into the weights and the shift
- * into the bias:
+/* Folds an inference-mode BatchNormalization, or a per-channel affine step written out as a Mul or
+ * an Add/Sub of a constant, into the layer before it. BN computes y = (x - mean) * f + bias per
+ * channel (axis 1), f = scale / sqrt(var + epsilon); when x is a linear layer's output whose
+ * channel is axis 1, the factor goes into the weights and the shift into the bias:
  *   Conv           W [M, C/g, k..]: row m scaled by f[m]
  *   ConvTranspose  W [C, M/g, k..]: element (c, j) scaled by f[(c / (C/g)) * (M/g) + j]
  *   Gemm           Y [M, N], channel N: column n of op(B) scaled by f[n]; C must be [N]-like
  *   MatMul         only for a 2-D result with 2-D weights B [K, N] (channel N is then axis 1;
  *                  for a rank > 2 result BN's channel is not the weights' N): becomes a Gemm.
  * Every parameter must be constant, the layer's output read only by the BN, and the BN's mean and
- * variance outputs unused. */
+ * variance outputs unused.
+ *
+ * Exporters that write BatchNormalization out (PaddlePaddle's: Conv without bias, then Add of a
+ * [1, M, 1, 1] constant), or a scale as a Mul, leave the same per-channel step as an elementwise
+ * node: a Conv/ConvTranspose output read only by a Mul by, an Add of, or a Sub of a constant that
+ * varies along axis 1 alone (or not at all) folds the same way (f = the factor, or shift = the
+ * addend), so the convolution keeps its bias and the fusions after it see it. */
 #include "opt/pass.h"
 
 #include <math.h>
@@ -80,7 +86,38 @@ static kn_tensor *new_bias(const kn_tensor *old, kiln_dtype dtype, int64_t chann
     return b;
 }
 
-/* Folds into Conv/ConvTranspose. */
+/* Per-channel factors of node `op` (a Mul, Add or Sub with the layer's output x as one input and
+ * a float constant that varies along axis 1 alone, or not at all, as the other; Sub: x first) for
+ * M channels of an output of rank `rank`; false when it is none. */
+static bool affine_factors(const kn_opt_ctx *c, int op, int x, int64_t M, int rank, double **f_out,
+                           double **shift_out) {
+    const bool mul = kn_opt_is(c, op, "Mul"), sub = kn_opt_is(c, op, "Sub");
+    if (!mul && !sub && !kn_opt_is(c, op, "Add")) return false;
+    const int other = kn_opt_other_input(c, op, x);
+    if (other < 0 || (sub && kn_opt_input(c, op, 0) != x)) return false;
+    const kn_tensor *t = kn_opt_const(c, other);
+    if (!float_const(t) || t->rank > rank) return false;
+    const int64_t n = kn_tensor_count(t);
+    if (n != 1) {
+        /* aligned to the output's last axes: axis 1 of the output is axis t->rank - (rank - 1) */
+        const int ax = t->rank - (rank - 1);
+        for (int d = 0; d < t->rank; d++)
+            if (t->dims[d] != (d == ax ? M : 1)) return false;
+    }
+    double *f = malloc(sizeof(double) * (size_t)M * 2);
+    if (!f) return false;
+    double *shift = f + M;
+    for (int64_t m = 0; m < M; m++) {
+        const double v = kn_tensor_get_f64(t, n == 1 ? 0 : m);
+        f[m] = mul ? v : 1.0;
+        shift[m] = mul ? 0.0 : sub ? -v : v;
+    }
+    *f_out = f;
+    *shift_out = shift;
+    return true;
+}
+
+/* Folds BN (or the per-channel step `after`) into Conv/ConvTranspose. */
 static kiln_status fold_conv(kn_opt_ctx *c, int layer, int bn, bool transpose, bool *done) {
     kn_graph *g = c->g;
     *done = false;
@@ -93,8 +130,11 @@ static kiln_status fold_conv(kn_opt_ctx *c, int layer, int bn, bool transpose, b
     int64_t M = transpose ? W->dims[1] * group : W->dims[0];
     if (transpose && W->dims[0] % group) return KILN_OK;
     if (B && kn_tensor_count(B) != M) return KILN_OK;
+    const int y0 = g->nodes[layer].outputs[0], rank = g->values[y0].type.rank;
     double *f, *shift;
-    if (!bn_factors(c, bn, M, &f, &shift)) return KILN_OK;
+    if (kn_opt_is(c, bn, "BatchNormalization") ? !bn_factors(c, bn, M, &f, &shift)
+                                                : rank < 3 || !affine_factors(c, bn, y0, M, rank, &f, &shift))
+        return KILN_OK;
     kn_tensor *W2 = clone_const(W);
     kn_tensor *B2 = new_bias(B, W->dtype, M, f, shift, 1.0);
     if (!W2 || !B2) {
@@ -200,9 +240,32 @@ static kiln_status fold_gemm(kn_opt_ctx *c, int layer, int bn, bool matmul, bool
     return KILN_OK;
 }
 
+/* A Conv/ConvTranspose whose output only a Mul, Add or Sub reads: that node's other input decides
+ * (affine_factors). */
+static kiln_status fold_affine(kn_opt_ctx *c, int i) {
+    kn_graph *g = c->g;
+    for (int k = 0; k < 2 && k < g->nodes[i].n_inputs; k++) {
+        int x = kn_opt_input(c, i, k), layer = kn_opt_producer(c, x);
+        if (layer < 0 || kn_opt_only_consumer(c, x) != i || g->nodes[layer].n_outputs != 1) continue;
+        const bool conv = kn_opt_is(c, layer, "Conv"), convt = kn_opt_is(c, layer, "ConvTranspose");
+        if (!conv && !convt) continue;
+        bool done = false;
+        KN_TRY(fold_conv(c, layer, i, convt, &done));
+        if (done) {
+            kn_opt_note(c, kn_opt_is(c, i, "Mul") ? "Conv+Mul (per channel)" : "Conv+Add (per channel)");
+            return kn_opt_refresh(c);
+        }
+    }
+    return KILN_OK;
+}
+
 kiln_status kn_pass_fold_batchnorm(kn_opt_ctx *c) {
     kn_graph *g = c->g;
     for (int i = 0; i < g->n_nodes; i++) {
+        if (kn_opt_is(c, i, "Mul") || kn_opt_is(c, i, "Add") || kn_opt_is(c, i, "Sub")) {
+            KN_TRY(fold_affine(c, i));
+            continue;
+        }
         if (!kn_opt_is(c, i, "BatchNormalization") || !bn_is_inference(c, i)) continue;
         int x = kn_opt_input(c, i, 0);
         int layer = kn_opt_producer(c, x);

@@ -162,6 +162,13 @@ static int count_op(const kiln_session *s, const char *domain, const char *op) {
     return n;
 }
 
+/* inputs given, trailing omitted ones dropped */
+static int given_inputs(const kn_node *n) {
+    int k = n->n_inputs;
+    while (k > 0 && n->inputs[k - 1] < 0) k--;
+    return k;
+}
+
 static int live_nodes(const kiln_session *s) {
     int n = 0;
     for (int i = 0; i < s->model->graph->n_nodes; i++) n += !s->model->graph->nodes[i].dead;
@@ -281,10 +288,11 @@ static kn_model *build_conv(void) {
         y = tb_node(&b, "Div", (int[]){m, d}, 2, "act");
         break;
     }
-    case 9: { /* HardSigmoid(alpha 1/6, beta 0.5) as Clip(x * (1/6) + 0.5, 0, 1), Clip's bounds omitted-min style */
-        int k = tb_scalar(&b, "k", conv_dtype, 1.0 / 6.0), half = tb_scalar(&b, "half", conv_dtype, 0.5);
+    case 9: { /* HardSigmoid(alpha 1/6, beta 0.5) as Clip(x / 6 + 0.5, 0, 1) (a Mul and an Add of
+               * constants would fold into the Conv first: fold_batchnorm) */
+        int k = tb_scalar(&b, "k", conv_dtype, 6.0), half = tb_scalar(&b, "half", conv_dtype, 0.5);
         int zero = tb_scalar(&b, "zero", conv_dtype, 0), one = tb_scalar(&b, "one", conv_dtype, 1);
-        int m = tb_node(&b, "Mul", (int[]){k, y}, 2, "m");
+        int m = tb_node(&b, "Div", (int[]){y, k}, 2, "m");
         int a = tb_node(&b, "Add", (int[]){m, half}, 2, "a");
         y = tb_node(&b, "Clip", (int[]){a, zero, one}, 3, "act");
         break;
@@ -365,6 +373,52 @@ KN_TEST(opt_fused_conv_activation_forms) {
     if (s) {
         CHECK_EQ_INT(count_op(s, "kiln", "FusedConv"), 0);
         CHECK_EQ_INT(count_op(s, "", "Clip"), 1);
+        kiln_session_destroy(s);
+    }
+}
+
+/* Per-channel affine steps written out after a Conv (BatchNormalization decomposed: Conv without
+ * bias, Mul by a [4, 1, 1] scale, Add of a [1, 4, 1, 1] shift; a Sub of a scalar) fold into the
+ * Conv's weights and bias at level 1, so the Relu then fuses too; an Add whose constant varies along
+ * the plane (case 1), or a Sub of the Conv from a constant (case 2), is no per-channel step. */
+static int affine_case;
+static kn_model *build_conv_affine(void) {
+    tb b;
+    tb_init(&b, 17);
+    int64_t xd[] = {1, 3, 5, 5};
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd);
+    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 4, (int64_t[]){4, 3, 3, 3}, -0.5f, 0.5f);
+    int y = tb_node(&b, "Conv", (int[]){x, w}, 2, "y");
+    tb_ints_attr(&b, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    if (affine_case == 0) {
+        int sc = tb_const(&b, "sc", KILN_DTYPE_FLOAT, 3, (int64_t[]){4, 1, 1}, 0.5f, 2.0f);
+        int sh = tb_const(&b, "sh", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 4, 1, 1}, -1, 1);
+        int one = tb_scalar(&b, "one", KILN_DTYPE_FLOAT, 0.25);
+        y = tb_node(&b, "Mul", (int[]){sc, y}, 2, "m");
+        y = tb_node(&b, "Add", (int[]){y, sh}, 2, "a");
+        y = tb_node(&b, "Sub", (int[]){y, one}, 2, "s");
+    } else if (affine_case == 1) {
+        int pl = tb_const(&b, "pl", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 1, 5, 5}, -1, 1);
+        y = tb_node(&b, "Add", (int[]){y, pl}, 2, "a");
+    } else {
+        int sh = tb_const(&b, "sh", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 4, 1, 1}, -1, 1);
+        y = tb_node(&b, "Sub", (int[]){sh, y}, 2, "s");
+    }
+    tb_output(&b, tb_node(&b, "Relu", &y, 1, "r"));
+    return b.m;
+}
+
+KN_TEST(opt_fold_per_channel_affine_into_conv) {
+    for (affine_case = 0; affine_case < 3; affine_case++) {
+        kiln_session *s = compare_levels_without(build_conv_affine, 2, 1e-5, "fuse_elementwise");
+        if (!s) continue;
+        if (affine_case == 0) {
+            CHECK_EQ_INT(count_op(s, "kiln", "FusedConv"), 1);
+            CHECK_EQ_INT(live_nodes(s), 1);
+        } else {
+            CHECK_MSG(count_op(s, "", "Conv") == 1 && count_op(s, "kiln", "FusedConv") == 0,
+                      "case %d: the Conv took a step that is not per channel", affine_case);
+        }
         kiln_session_destroy(s);
     }
 }
@@ -526,26 +580,26 @@ KN_TEST(opt_subgraph_reads_are_uses) {
 }
 
 /* Regression: a per-channel Add after a grouped Conv broadcasts; it is not a residual. (With
- * elementwise chains on, the Add and the Relu after it become one chain; the Conv stays.) */
+ * elementwise chains on, the Add and the Relu after it become one chain; the Conv stays.) With
+ * fold_batchnorm on, the Add is what it is, a per-channel shift: it goes into the Conv's bias. */
 KN_TEST(opt_regression_conv_add_group_gt_1_broadcast_is_not_fused) {
     conv_act = 1, conv_residual = 2, conv_group = 4, conv_dtype = KILN_DTYPE_FLOAT;
-    kiln_session *s = compare_levels_without(build_conv, 3, 1e-5, "fuse_elementwise");
+    kiln_session *s = compare_levels_without(build_conv, 3, 1e-5, "fold_batchnorm");
     if (!s) return;
-    CHECK_EQ_INT(count_op(s, "", "Add"), 1);
-    CHECK_EQ_INT(count_op(s, "kiln", "FusedConv"), 0); /* the Relu follows the Add, not the Conv */
+    CHECK_EQ_INT(count_op(s, "", "Conv"), 1);
+    CHECK_EQ_INT(count_op(s, "kiln", "FusedElementwise"), 1); /* the Relu follows the Add, not the Conv */
+    CHECK_EQ_INT(live_nodes(s), 2);
     kiln_session_destroy(s);
-    s = compare_levels(build_conv, 3, 1e-5);
-    if (s) {
-        CHECK_EQ_INT(count_op(s, "", "Conv"), 1);
-        CHECK_EQ_INT(count_op(s, "kiln", "FusedElementwise"), 1);
-        CHECK_EQ_INT(live_nodes(s), 2);
-        kiln_session_destroy(s);
-    }
-    conv_act = 0;
-    s = compare_levels(build_conv, 3, 1e-5);
-    if (s) {
-        CHECK_EQ_INT(count_op(s, "", "Add"), 1);
-        CHECK_EQ_INT(count_op(s, "", "Conv"), 1);
+    for (int act = 1; act >= 0; act--) {
+        conv_act = act;
+        s = compare_levels(build_conv, 3, 1e-5);
+        if (!s) continue;
+        CHECK_EQ_INT(count_op(s, "", "Add"), 0);
+        CHECK_EQ_INT(live_nodes(s), 1);
+        const kn_graph *g = s->model->graph;
+        for (int i = 0; i < g->n_nodes; i++) /* a bias, no residual */
+            if (!g->nodes[i].dead) CHECK_MSG(given_inputs(&g->nodes[i]) == 3, "act %d: %d inputs", act,
+                                             given_inputs(&g->nodes[i]));
         kiln_session_destroy(s);
     }
 }
