@@ -819,6 +819,18 @@ def quantised_contrib_tests(out, rng):
     convi("convinteger_depthwise_1d_s2", (2, 8, 50), (8, 1, 5), group=8, strides=[2], pads=[2, 2])
     convi("convinteger_depthwise_wide_threads", (1, 64, 30, 70), (64, 1, 3, 3), group=64, pads=[1, 1, 1, 1])
     convi("convinteger_depthwise_one_channel_mult3", (2, 1, 9, 33), (3, 1, 3, 3), pads=[0, 1, 2, 1], const_w=False)
+    # the depthwise kernel on small planes (rows narrower than its vectors of 8 and 16, planes of
+    # one to a few rows, kernels reaching past the plane through the pads)
+    convi("convinteger_depthwise_1x2_plane_k3_pads", (2, 3, 1, 2), (6, 1, 3, 3), group=3, pads=[1, 1, 1, 1])
+    convi("convinteger_depthwise_3x3_s8s8_mult2", (1, 5, 3, 3), (10, 1, 3, 3), xt=np.int8, wt=np.int8, group=5,
+          pads=[1, 1, 1, 1])
+    convi("convinteger_depthwise_5x7_s2_dil2", (1, 4, 5, 7), (4, 1, 3, 3), group=4, strides=[2, 2], dilations=[2, 2],
+          pads=[2, 2, 2, 2])
+    convi("convinteger_depthwise_7x7_k5_u8s8", (2, 6, 7, 7), (6, 1, 5, 5), wt=np.int8, group=6, pads=[2, 2, 2, 2])
+    convi("convinteger_depthwise_15_wide", (1, 3, 3, 15), (3, 1, 3, 3), group=3, pads=[1, 1, 1, 1])
+    convi("convinteger_depthwise_16_wide_s2", (1, 3, 2, 16), (3, 1, 3, 3), group=3, strides=[2, 2], pads=[1, 1, 1, 1])
+    convi("convinteger_depthwise_17_wide_asym", (1, 2, 4, 17), (6, 1, 2, 3), group=2, pads=[0, 2, 1, 0])
+    convi("convinteger_depthwise_1d_5_s2", (1, 4, 5), (4, 1, 3), group=4, strides=[2], pads=[1, 1])
 
     def qconv(name, x_shape, w_shape, xt=np.uint8, wt=np.int8, per_channel=False, bias=True, wz_rand=False, **attrs):
         M = w_shape[0]
@@ -843,6 +855,16 @@ def quantised_contrib_tests(out, rng):
           strides=[2, 2], dilations=[2, 2], pads=[2, 1, 2, 2], per_channel=True)
     qconv("qlinearconv_u8s8_depthwise_asym_pads_no_bias", (2, 16, 10, 9), (16, 1, 3, 3), group=16, bias=False,
           pads=[0, 1, 1, 0])
+    # small planes (the depthwise kernel's requantisation from its plane buffer)
+    qconv("qlinearconv_u8s8_depthwise_1x1_plane_k3", (1, 24, 1, 1), (24, 1, 3, 3), group=24, per_channel=True,
+          pads=[1, 1, 1, 1])
+    qconv("qlinearconv_s8s8_depthwise_2x2_s2", (2, 8, 2, 2), (8, 1, 3, 3), xt=np.int8, group=8, strides=[2, 2],
+          pads=[1, 1, 1, 1])
+    qconv("qlinearconv_u8u8_depthwise_7x7_mult2", (1, 5, 7, 7), (10, 1, 3, 3), wt=np.uint8, group=5,
+          per_channel=True, wz_rand=True, pads=[1, 1, 1, 1])
+    qconv("qlinearconv_s8s8_depthwise_3x15_k5", (1, 6, 3, 15), (6, 1, 5, 5), xt=np.int8, group=6, pads=[2, 2, 2, 2])
+    qconv("qlinearconv_u8s8_depthwise_5x17_dil2_asym", (1, 7, 5, 17), (7, 1, 3, 3), group=7, dilations=[2, 2],
+          pads=[2, 0, 1, 2], bias=False)
 
     def qmm(name, a_shape, b_shape, at=np.uint8, bt=np.int8):
         qb = w8 if at == np.uint8 else q
