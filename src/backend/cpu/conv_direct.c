@@ -40,7 +40,7 @@ static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 #define DC_NV2 12
 #define DC_NV4 6
 #else
-#define DC_NV1 8
+#define DC_NV1 12
 #define DC_NV2 6
 #define DC_NV4 3
 #endif
