@@ -70,11 +70,26 @@ kiln_status kn_opt_refresh(kn_opt_ctx *c) {
 /* ------------------------------------------------------------------ queries */
 
 const kn_tensor *kn_opt_const(const kn_opt_ctx *c, int v) {
-    if (v < 0 || v >= c->g->n_values) return NULL;
-    const kn_value *val = &c->g->values[v];
-    if (!val->constant || val->is_graph_input || val->is_outer) return NULL;
-    if (val->constant->kind != KN_VALUE_TENSOR) return NULL;
-    return val->constant;
+    /* a body's reference to an enclosing graph's value is that value: an LSTM inside an If reads
+     * the model's weights through an Unsqueeze that folds like any other (enclosing graphs are
+     * optimised after their bodies, so their initializers count, not what folding will make) */
+    const kn_graph *g = c->g;
+    for (int depth = 0; depth < 64; depth++) {
+        if (v < 0 || v >= g->n_values) return NULL;
+        const kn_value *val = &g->values[v];
+        if (val->is_outer) {
+            const kn_graph *p = g->parent;
+            if (!p) return NULL;
+            int r = val->outer_ref;
+            if (r < 0 || r >= p->n_values || (p->values[r].name != val->name && strcmp(p->values[r].name, val->name)))
+                r = kn_graph_find_value(p, val->name);
+            g = p, v = r;
+            continue;
+        }
+        if (!val->constant || val->is_graph_input || val->constant->kind != KN_VALUE_TENSOR) return NULL;
+        return val->constant;
+    }
+    return NULL;
 }
 
 bool kn_opt_scalar(const kn_opt_ctx *c, int v, double *out) {

@@ -526,6 +526,58 @@ static kn_model *build_subgraph_reads(void) {
 
 static int value_in(const kn_graph *g, const char *name) { return kn_graph_find_value(g, name); }
 
+/* out = If(cond): then: MatMul(x, Unsqueeze(w, 0)), else: MatMul(x, Unsqueeze(w2, 0)), where w is
+ * the model's initializer and w2 one that is also a graph input (overridable: not a constant). The
+ * Unsqueeze of the outer constant w folds inside its body (an LSTM in an If reading the model's
+ * weights: silero VAD), the one of w2 does not. */
+static kn_model *build_body_outer_const(void) {
+    tb b;
+    tb_init(&b, 17);
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){1, 2, 4});
+    int cond = tb_input(&b, "cond", KILN_DTYPE_BOOL, 0, NULL);
+    tb_const(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 3}, -1, 1);
+    int w2 = tb_const(&b, "w2", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 3}, -1, 1);
+    b.g->values[w2].is_graph_input = true;
+    push_id(&b.g->inputs, &b.g->n_inputs, w2);
+    int axes = tb_const(&b, "axes", KILN_DTYPE_INT64, 1, (int64_t[]){1}, 0, 0);
+    (void)x, (void)axes;
+    kn_graph *then_g = body_new(&b, b.g, "then"), *else_g = body_new(&b, b.g, "else");
+    int out = tb_node(&b, "If", &cond, 1, "out");
+    graph_attr(&b, b.g, last_node, "then_branch", then_g);
+    graph_attr(&b, b.g, last_node, "else_branch", else_g);
+    const char *names[2] = {"w", "w2"};
+    kn_graph *bodies[2] = {then_g, else_g};
+    for (int k = 0; k < 2; k++) {
+        kn_graph *g = bodies[k];
+        int bx = body_outer(g, "x"), bw = body_outer(g, names[k]), ba = body_outer(g, "axes");
+        int u = body_node(&b, g, "Unsqueeze", (int[]){bw, ba}, 2, k ? "u2" : "u1");
+        body_output(g, body_node(&b, g, "MatMul", (int[]){bx, u}, 2, k ? "m2" : "m1"));
+    }
+    tb_output(&b, out);
+    return b.m;
+}
+
+KN_TEST(opt_body_folds_outer_constants) {
+    kiln_session *s = compare_levels_without(build_body_outer_const, 1, 1e-6, NULL);
+    if (!s) return;
+    const kn_graph *g = s->model->graph;
+    int folded = -1, kept = -1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (n->dead || strcmp(n->op_type, "If")) continue;
+        for (int a = 0; a < n->n_attrs; a++) {
+            const kn_graph *b = n->attrs[a].g;
+            int unsq = 0;
+            for (int j = 0; b && j < b->n_nodes; j++) unsq += !b->nodes[j].dead && !strcmp(b->nodes[j].op_type, "Unsqueeze");
+            if (!strcmp(n->attrs[a].name, "then_branch")) folded = unsq;
+            else kept = unsq;
+        }
+    }
+    CHECK_EQ_INT(folded, 0);
+    CHECK_EQ_INT(kept, 1);
+    kiln_session_destroy(s);
+}
+
 /* Values read inside If branches (one and two levels down) are uses: counted, kept, named, and
  * their producers ordered before the If; at level 2 Conv+Sigmoid still fuses (its output keeps
  * the name the branches read) unless a branch reads the Conv's own output; the bodies' own chains

@@ -89,12 +89,31 @@ static kn_cpu_state *state_of(const kn_kernel_ctx *c) {
     return rt->backends[rt->cpu].state;
 }
 
-/* Input i when it is a constant of the graph, read as itself (not an override of it). */
+/* The constant behind value v of g: its own, or for a body's reference to an enclosing graph's
+ * value (an LSTM inside an If reading the model's weights), that value's, graph by graph
+ * outwards. Read-only (kn_graph_outer_value's guess of the parent's id is checked here, not
+ * updated: bodies run on several threads). */
+static const kn_tensor *constant_of(const kn_graph *g, int v) {
+    for (int depth = 0; depth < 64 && g && v >= 0 && v < g->n_values; depth++) {
+        const kn_value *val = &g->values[v];
+        if (!val->is_outer) return val->constant;
+        const kn_graph *p = g->parent;
+        if (!p) return NULL;
+        int r = val->outer_ref;
+        if (r < 0 || r >= p->n_values || (p->values[r].name != val->name && strcmp(p->values[r].name, val->name)))
+            r = kn_graph_find_value(p, val->name);
+        g = p, v = r;
+    }
+    return NULL;
+}
+
+/* Input i when it is a constant of the graph (or of a graph enclosing it), read as itself (not an
+ * override of it). */
 static const kn_tensor *constant_input(const kn_kernel_ctx *c, int i) {
     if (!c->graph || !c->node || i < 0 || i >= c->n_inputs || i >= c->node->n_inputs) return NULL;
     int v = c->node->inputs[i];
     if (v < 0 || v >= c->graph->n_values) return NULL;
-    const kn_tensor *k = c->graph->values[v].constant;
+    const kn_tensor *k = constant_of(c->graph, v);
     return k && c->in[i] == k && k->device == KN_DEVICE_HOST ? k : NULL;
 }
 
