@@ -71,12 +71,21 @@ kiln_status kn_opt_refresh(kn_opt_ctx *c) {
 
 const kn_tensor *kn_opt_const(const kn_opt_ctx *c, int v) {
     /* a body's reference to an enclosing graph's value is that value: an LSTM inside an If reads
-     * the model's weights through an Unsqueeze that folds like any other (enclosing graphs are
-     * optimised after their bodies, so their initializers count, not what folding will make) */
+     * the model's weights through an Unsqueeze that folds like any other. Enclosing graphs are
+     * optimised after their bodies, so what their folding will make does not count yet, but a
+     * Constant node's tensor does (exporters that inline a whole model into an If branch write its
+     * weights so). */
     const kn_graph *g = c->g;
     for (int depth = 0; depth < 64; depth++) {
         if (v < 0 || v >= g->n_values) return NULL;
         const kn_value *val = &g->values[v];
+        if (depth > 0 && !val->constant && val->producer >= 0 && val->producer < g->n_nodes) {
+            const kn_node *n = &g->nodes[val->producer];
+            if (!n->dead && !*n->domain && !strcmp(n->op_type, "Constant") && n->n_attrs == 1 &&
+                n->attrs[0].type == KN_ATTR_TENSOR && !strcmp(n->attrs[0].name, "value") && n->attrs[0].t &&
+                n->attrs[0].t->kind == KN_VALUE_TENSOR)
+                return n->attrs[0].t;
+        }
         if (val->is_outer) {
             const kn_graph *p = g->parent;
             if (!p) return NULL;
