@@ -625,8 +625,10 @@ static void dw_plane_vec(const float *xs, const float *ws, float *ys, const win2
  * scratch image of [rows][cols][KN_VL] (so window taps need no bounds checks), convolved with the
  * group's weights laid out [tap][KN_VL], and transposed back. Up to 8 output pixels of a row are
  * computed at once: 8 independent FMA chains sharing each tap's weight vector. */
-#ifndef DW16_MAX_OW
-#define DW16_MAX_OW 128
+#ifndef DW16_MAX_OW /* rows up to 4096 wide (was 128): on 304-wide rows (3x3 16ch 400x304 s1, 32ch s2)
+                     * it ran 0.96 and 0.79 of the direct kernel's (conv_direct.c) time, the 500-wide
+                     * Conformer row 0.82 */
+#define DW16_MAX_OW 4096
 #endif
 #ifndef DW16_MAX_FLOATS
 #define DW16_MAX_FLOATS (512 * 1024)
@@ -1902,12 +1904,6 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
                             const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx,
                             const kn_conv_tail *tail, bool w_is_input) {
     if (s->N == 0 || s->M == 0 || s->out_plane == 0) return KILN_OK;
-    /* depthwise layers on wide rows: the direct kernel (conv_direct.c), which starts from the bias
-     * itself (no fill_bias pass) */
-    if (s->Cg == 1 && s->Mg <= 4 && s->nsp <= 2 && s->kk > 1) {
-        const kn_dconv_shape ds = dconv_shape_of(s);
-        if (kn_dconv_suits(&ds)) return kn_dconv_run(c, &ds, x, w, bias, y, epi, epi_ctx, w_is_input);
-    }
     /* one input channel per group: the direct per-channel loops, unless each input channel feeds
      * many output channels through a long enough window (a 1 -> 258 channel, kernel-256,
      * stride-128 STFT front end, a grayscale stem): then the channels' products form a GEMM
@@ -1918,6 +1914,13 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
 #if KN_VL
     dw16 = depthwise && s->kk > 0 && dw16_suits(s);
 #endif
+    /* other depthwise layers on wide rows (fewer channels than lanes: 4 on 100x300 0.63 of the
+     * channels-in-lanes kernel's time; channel multipliers 2-4; rows its scratch cannot hold): the
+     * direct kernel (conv_direct.c), which starts from the bias itself (no fill_bias pass) */
+    if ((!dw16 || s->C < KN_VL) && s->Cg == 1 && s->Mg <= 4 && s->nsp <= 2 && s->kk > 1) {
+        const kn_dconv_shape ds = dconv_shape_of(s);
+        if (kn_dconv_suits(&ds)) return kn_dconv_run(c, &ds, x, w, bias, y, epi, epi_ctx, w_is_input);
+    }
     if (s->Cg == 0 || s->kk == 0 || (depthwise && !dw16)) {
         if (bias) fill_bias(y, bias, s->N, s->M, s->out_plane);
         else memset(y, 0, sizeof(float) * (size_t)(s->N * s->M * s->out_plane));
