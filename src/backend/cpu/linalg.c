@@ -126,7 +126,7 @@ static void mm_offsets(const mm_plan *p, int64_t bi, int64_t *ao, int64_t *bo) {
  * kiln bench p50: BERT-base s128 117-122 -> 100 ms, ViT-B/16 175-177 -> 158-160 ms; MatMul 128x768x768 in the
  * sweep 1.18 -> 1.01 of ONNX Runtime). Above 1024 rows packing per call is amortised (4096 rows x
  * 256 x 256: the same time either way) and the packed copy would only cost memory. NULL (pack
- * per call) below 16 rows (the GEMM reads B in place) or when B is not such a constant. */
+ * per call) when B is not such a constant. */
 #ifndef KN_PACKED_B_MAX_M
 #define KN_PACKED_B_MAX_M 1024
 #endif
@@ -159,11 +159,12 @@ static const float *const_half_as_f32(const kn_kernel_ctx *c, int input) {
 
 static const float *const_packed_b(const kn_kernel_ctx *c, int input, const float *B, int64_t ldb, bool trans,
                                    int64_t M, int64_t N, int64_t K) {
-    /* one row times a transposed B (a classifier's Gemm, transB = 1): the dot products read 16
-     * rows of B at once; packed, B is one stream per panel. Only up to 64 MB of weights: the
+    /* few rows (a classifier's Gemm, a recurrent cell's step at batch 1-15): the GEMM would pack
+     * B per call, as costly as the product (a GRU decoder at batch 2: 40% of its time in
+     * pack_b_panel); packed once, B is one stream per panel. Only up to 64 MB of weights: the
      * packed copy doubles them */
-    const bool row = M == 1 && trans && (double)N * (double)K <= 16.0 * 1024 * 1024;
-    if ((M < 16 && !row) || M > KN_PACKED_B_MAX_M || input >= c->n_inputs || !c->in[input]) return NULL;
+    const bool few = M < 16 && (double)N * (double)K <= 16.0 * 1024 * 1024;
+    if ((M < 16 && !few) || M > KN_PACKED_B_MAX_M || input >= c->n_inputs || !c->in[input]) return NULL;
     /* float B read in place, or a float16/bfloat16 constant's float copy (kept: layout 6): packed
      * from it once too (MatMul 128x768x768 f16, 1 thread: pack_b was 13% of the time) */
     const kn_tensor *T = c->in[input];
