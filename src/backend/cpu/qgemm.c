@@ -63,8 +63,87 @@ static inline int32_t pair(int32_t lo, int32_t hi) {
 DEF_PACK_A(pack_a_s8, int8_t)
 DEF_PACK_A(pack_a_u8, uint8_t)
 
+#if defined(__AVX2__)
+/* A row-major (cs 1): per panel, 16 values of K (8 pairs) of its six rows at a time, each row less
+ * its zero point as 8 pair words, the 6 x 8 words transposed (rows 6 and 7 zero) and stored six
+ * words a pair; the row sums from the same vectors; the rest of K by the loop above's rule */
+static void pack_a_rows_avx2(const uint8_t *a, bool s8, int64_t lda, int64_t M, int64_t K, const int32_t *zr,
+                             int32_t zp, int32_t *dst) {
+    const int64_t KP = pairs_of(K), panels = (M + MR - 1) / MR, K16 = K / 16 * 16;
+    int32_t *sums = dst + panels * MR * KP;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t p = 0; p < panels; p++) {
+        int32_t *d = dst + p * KP * MR;
+        __m256i acc[MR];
+        int32_t z[MR];
+        const int rows = (int)min64(MR, M - p * MR);
+        for (int r = 0; r < MR; r++) {
+            acc[r] = _mm256_setzero_si256();
+            z[r] = r < rows ? (zr ? zr[p * MR + r] : zp) : 0;
+        }
+        for (int64_t k0 = 0; k0 < K16; k0 += 16) {
+            __m256i w[8];
+            for (int r = 0; r < MR; r++) {
+                if (r >= rows) {
+                    w[r] = _mm256_setzero_si256();
+                    continue;
+                }
+                const __m128i raw = _mm_loadu_si128((const __m128i *)(a + (p * MR + r) * lda + k0));
+                const __m256i v = _mm256_sub_epi16(s8 ? _mm256_cvtepi8_epi16(raw) : _mm256_cvtepu8_epi16(raw),
+                                                   _mm256_set1_epi16((int16_t)z[r]));
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(v, ones));
+                w[r] = v; /* words j = pairs k0/2 + j (lanes 0-3 then 4-7) */
+            }
+            w[6] = w[7] = _mm256_setzero_si256();
+            /* 8 x 8 words transposed: t[j] = (w[0][j], ..., w[7][j]) */
+            __m256i u[8], t[8];
+            for (int i = 0; i < 4; i++) {
+                u[2 * i] = _mm256_unpacklo_epi32(w[2 * i], w[2 * i + 1]);
+                u[2 * i + 1] = _mm256_unpackhi_epi32(w[2 * i], w[2 * i + 1]);
+            }
+            const __m256i v0 = _mm256_unpacklo_epi64(u[0], u[2]), v1 = _mm256_unpackhi_epi64(u[0], u[2]);
+            const __m256i v2 = _mm256_unpacklo_epi64(u[1], u[3]), v3 = _mm256_unpackhi_epi64(u[1], u[3]);
+            const __m256i v4 = _mm256_unpacklo_epi64(u[4], u[6]), v5 = _mm256_unpackhi_epi64(u[4], u[6]);
+            const __m256i v6 = _mm256_unpacklo_epi64(u[5], u[7]), v7 = _mm256_unpackhi_epi64(u[5], u[7]);
+            t[0] = _mm256_permute2x128_si256(v0, v4, 0x20), t[4] = _mm256_permute2x128_si256(v0, v4, 0x31);
+            t[1] = _mm256_permute2x128_si256(v1, v5, 0x20), t[5] = _mm256_permute2x128_si256(v1, v5, 0x31);
+            t[2] = _mm256_permute2x128_si256(v2, v6, 0x20), t[6] = _mm256_permute2x128_si256(v2, v6, 0x31);
+            t[3] = _mm256_permute2x128_si256(v3, v7, 0x20), t[7] = _mm256_permute2x128_si256(v3, v7, 0x31);
+            for (int j = 0; j < 8; j++) {
+                int32_t *o = d + (k0 / 2 + j) * MR;
+                _mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(t[j]));
+                _mm_storel_epi64((__m128i *)(o + 4), _mm256_extracti128_si256(t[j], 1));
+            }
+        }
+        for (int r = 0; r < MR; r++) {
+            int32_t h[8], sum = 0;
+            _mm256_storeu_si256((__m256i *)h, acc[r]);
+            for (int e = 0; e < 8; e++) sum += h[e];
+            if (r < rows) {
+                const uint8_t *row = a + (p * MR + r) * lda;
+                for (int64_t k = K16; k < K; k += 2) {
+                    const int32_t v0 = (s8 ? (int32_t)(int8_t)row[k] : (int32_t)row[k]) - z[r];
+                    const int32_t v1 = k + 1 < K ? (s8 ? (int32_t)(int8_t)row[k + 1] : (int32_t)row[k + 1]) - z[r] : 0;
+                    d[(k / 2) * MR + r] = pair(v0, v1);
+                    sum += v0 + v1;
+                }
+            } else {
+                for (int64_t kp = K16 / 2; kp < KP; kp++) d[kp * MR + r] = 0;
+            }
+            sums[p * MR + r] = sum;
+        }
+    }
+}
+#endif
+
 void kn_qgemm_pack_a8(const void *a, bool is_s8, int64_t rs, int64_t cs, int64_t M, int64_t K, const int32_t *zp_rows,
                       int32_t zp, int32_t *dst) {
+#if defined(__AVX2__)
+    if (cs == 1 && K >= 16) {
+        pack_a_rows_avx2(a, is_s8, rs, M, K, zp_rows, zp, dst);
+        return;
+    }
+#endif
     if (is_s8) pack_a_s8(a, rs, cs, M, K, zp_rows, zp, dst);
     else pack_a_u8(a, rs, cs, M, K, zp_rows, zp, dst);
 }
