@@ -281,6 +281,13 @@ def cases():
     c.append(Case("MatMul", "1x128x768 @ 768x768", {"a": rnd(1, 128, 768)}, {"b": rnd(768, 768) / 28}, fast=True))
     c.append(Case("MatMul", "1x128x768 @ 768x3072", {"a": rnd(1, 128, 768)}, {"b": rnd(768, 3072) / 28}))
     c.append(Case("MatMul", "1x1x768 @ 768x768 (one row)", {"a": rnd(1, 1, 768)}, {"b": rnd(768, 768) / 28}))
+    # few rows (a decoder's step at a small batch, a recurrent cell): constant B, 2-12 rows
+    c.append(Case("MatMul", "4x768 @ 768x768 (few rows)", {"a": rnd(4, 768)}, {"b": rnd(768, 768) / 28}, fast=True))
+    c.append(Case("MatMul", "12x768 @ 768x3072 (few rows)", {"a": rnd(12, 768)}, {"b": rnd(768, 3072) / 28}))
+    c.append(Case("Gemm", "2x256 @ 768x256^T (GRU step, batch 2)", {"a": rnd(2, 256)},
+                  {"b": rnd(768, 256) / 16, "c": rnd(768)}, attrs=dict(transB=1)))
+    c.append(Case("Gemm", "8x512 @ 2048x512^T (LSTM step, batch 8)", {"a": rnd(8, 512)},
+                  {"b": rnd(2048, 512) / 22, "c": rnd(2048)}, attrs=dict(transB=1)))
     c.append(Case("MatMul", "12x128x64 @ 12x64x128 (scores)", {"a": rnd(12, 128, 64), "b": rnd(12, 64, 128)}))
     c.append(Case("MatMul", "32x128x256 @ 256x256 (b32)", {"a": rnd(32, 128, 256)}, {"b": rnd(256, 256) / 16}))
     c.append(Case("MatMul", "1x128x768 @ 768x768", {"a": rnd(1, 128, 768, dtype=np.float16)},
