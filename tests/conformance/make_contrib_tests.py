@@ -831,6 +831,15 @@ def quantised_contrib_tests(out, rng):
     convi("convinteger_depthwise_16_wide_s2", (1, 3, 2, 16), (3, 1, 3, 3), group=3, strides=[2, 2], pads=[1, 1, 1, 1])
     convi("convinteger_depthwise_17_wide_asym", (1, 2, 4, 17), (6, 1, 2, 3), group=2, pads=[0, 2, 1, 0])
     convi("convinteger_depthwise_1d_5_s2", (1, 4, 5), (4, 1, 3), group=4, strides=[2], pads=[1, 1])
+    # eight channels and more (the small-plane form: channels in the lanes), a block's tail of
+    # channels, strides, dilation, 1-D, and enough work for the threads
+    convi("convinteger_depthwise_13ch_7x7_s2_dil2", (2, 13, 7, 7), (13, 1, 3, 3), group=13, strides=[2, 2],
+          dilations=[2, 2], pads=[2, 1, 2, 2])
+    convi("convinteger_depthwise_s8s8_24ch_3x5_k5x3", (1, 24, 3, 5), (24, 1, 5, 3), xt=np.int8, wt=np.int8, group=24,
+          pads=[2, 1, 2, 1])
+    convi("convinteger_depthwise_1d_9ch_11", (1, 9, 11), (9, 1, 4), group=9, pads=[1, 2])
+    convi("convinteger_depthwise_256ch_7x7_threads", (1, 256, 7, 7), (256, 1, 3, 3), wt=np.int8, group=256,
+          pads=[1, 1, 1, 1])
 
     def qconv(name, x_shape, w_shape, xt=np.uint8, wt=np.int8, per_channel=False, bias=True, wz_rand=False, **attrs):
         M = w_shape[0]
@@ -865,6 +874,13 @@ def quantised_contrib_tests(out, rng):
     qconv("qlinearconv_s8s8_depthwise_3x15_k5", (1, 6, 3, 15), (6, 1, 5, 5), xt=np.int8, group=6, pads=[2, 2, 2, 2])
     qconv("qlinearconv_u8s8_depthwise_5x17_dil2_asym", (1, 7, 5, 17), (7, 1, 3, 3), group=7, dilations=[2, 2],
           pads=[2, 0, 1, 2], bias=False)
+    qconv("qlinearconv_u8s8_depthwise_40ch_1x1_plane", (1, 40, 1, 1), (40, 1, 3, 3), group=40, pads=[1, 1, 1, 1])
+    qconv("qlinearconv_s8s8_depthwise_17ch_5x5_s2_per_channel", (2, 17, 5, 5), (17, 1, 3, 3), xt=np.int8, group=17,
+          strides=[2, 2], pads=[1, 1, 1, 1], per_channel=True)
+    qconv("qlinearconv_u8u8_depthwise_16ch_7x7_k5_zp", (1, 16, 7, 7), (16, 1, 5, 5), wt=np.uint8, group=16,
+          per_channel=True, wz_rand=True, pads=[2, 2, 2, 2])
+    qconv("qlinearconv_u8s8_depthwise_320ch_7x7_threads", (1, 320, 7, 7), (320, 1, 3, 3), group=320,
+          per_channel=True, pads=[1, 1, 1, 1])
 
     def qmm(name, a_shape, b_shape, at=np.uint8, bt=np.int8):
         qb = w8 if at == np.uint8 else q

@@ -337,9 +337,202 @@ done:
     free(plane);
 }
 
+#if defined(__AVX2__)
+/* ------------------------------------------------------------------ small planes: channels in the lanes
+ *
+ * A plane narrower than a vector leaves most of the lanes above idle, and each plane pays its rows'
+ * and weights' set-up. With one output channel per input channel (mult 1), eight channels go in
+ * the lanes instead: their padded planes (less zx, zeros outside) transposed to one int16 vector
+ * of 8 channels a position, then pair vectors (x[p], x[p + dw]) per channel as int32 words; each
+ * output position sums vpmaddwd of those with the channels' weight pairs; the 8 x (OH*OW) sums
+ * transposed back into the channels' planes (QLinearConv: then kn_q_requant per plane, as above). */
+typedef struct dws_job {
+    const kn_qdw *p;
+    int64_t blocks, Hp, Wp, T8, KP, total; /* total: bytes of x */
+    atomic_int failed;
+} dws_job;
+
+/* words t[j] = (w[0][j], ..., w[7][j]) of 8 vectors of 8 int32 */
+static inline void transpose8x32(const __m256i *w, __m256i *t) {
+    __m256i u[8];
+    for (int i = 0; i < 4; i++) {
+        u[2 * i] = _mm256_unpacklo_epi32(w[2 * i], w[2 * i + 1]);
+        u[2 * i + 1] = _mm256_unpackhi_epi32(w[2 * i], w[2 * i + 1]);
+    }
+    const __m256i v0 = _mm256_unpacklo_epi64(u[0], u[2]), v1 = _mm256_unpackhi_epi64(u[0], u[2]);
+    const __m256i v2 = _mm256_unpacklo_epi64(u[1], u[3]), v3 = _mm256_unpackhi_epi64(u[1], u[3]);
+    const __m256i v4 = _mm256_unpacklo_epi64(u[4], u[6]), v5 = _mm256_unpackhi_epi64(u[4], u[6]);
+    const __m256i v6 = _mm256_unpacklo_epi64(u[5], u[7]), v7 = _mm256_unpackhi_epi64(u[5], u[7]);
+    t[0] = _mm256_permute2x128_si256(v0, v4, 0x20), t[4] = _mm256_permute2x128_si256(v0, v4, 0x31);
+    t[1] = _mm256_permute2x128_si256(v1, v5, 0x20), t[5] = _mm256_permute2x128_si256(v1, v5, 0x31);
+    t[2] = _mm256_permute2x128_si256(v2, v6, 0x20), t[6] = _mm256_permute2x128_si256(v2, v6, 0x31);
+    t[3] = _mm256_permute2x128_si256(v3, v7, 0x20), t[7] = _mm256_permute2x128_si256(v3, v7, 0x31);
+}
+
+/* units b = n * blocks + channel block */
+static void dws_range(void *arg, int64_t b0, int64_t b1) {
+    dws_job *j = arg;
+    const kn_qdw *p = j->p;
+    const int64_t C = p->C, H = p->H, W = p->W, Hp = j->Hp, Wp = j->Wp, T8 = j->T8, KP = j->KP;
+    const int64_t OH = p->OH, OW = p->OW, OP = OH * OW, OP8 = (OP + 7) / 8 * 8;
+    /* per channel the padded plane (T8 int16: Hp x Wp rounded up to 8), then the positions' channel
+     * vectors (T8 x 8 int16), their pair vectors (Hp x Wp words x 8), the sums (OP8 x 8) and the
+     * sums as planes (8 x OP8) */
+    int16_t *tp = kn_aligned_alloc(64, sizeof(int16_t) * (size_t)(8 * T8 + 16));
+    int16_t *xv = kn_aligned_alloc(64, sizeof(int16_t) * (size_t)(8 * T8));
+    int32_t *pp = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(8 * Hp * Wp));
+    int32_t *acc = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(8 * OP8));
+    int32_t *pl = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(8 * OP8));
+    int32_t *wk = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(8 * p->KH * KP));
+    if (!tp || !xv || !pp || !acc || !pl || !wk) {
+        atomic_store(&j->failed, 1);
+        goto done;
+    }
+    const int64_t kk = p->KH * p->KW;
+    const __m256i zv = _mm256_set1_epi16((int16_t)p->zx);
+    const __m256i lane = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int64_t u = b0; u < b1; u++) {
+        const int64_t n = u / j->blocks, c0 = u % j->blocks * 8, nc = C - c0 < 8 ? C - c0 : 8;
+        /* the padded planes, channel-major; lanes of channels past C zero */
+        memset(tp, 0, sizeof(int16_t) * (size_t)(8 * T8 + 16));
+        for (int64_t c = 0; c < nc; c++) {
+            const size_t plane = (size_t)((n * C + c0 + c) * H * W);
+            for (int64_t hp = 0; hp < Hp; hp++) {
+                const int64_t ih = hp - p->ph;
+                if (ih < 0 || ih >= H) continue;
+                int16_t *d = tp + c * T8 + hp * Wp + p->pw;
+                /* the columns the outputs reach: sixteen a step from loads inside the tensor, the
+                 * lanes past them zeroed (their stores run on into later rows, filled or zero
+                 * after, or the buffer's slack) */
+                const int64_t wn = W < Wp - p->pw ? W : Wp - p->pw;
+                int64_t iw = 0;
+                for (; iw < wn && plane + (size_t)(ih * W + iw) + 16 <= (size_t)j->total; iw += 16) {
+                    const __m128i raw = _mm_loadu_si128((const __m128i *)((const uint8_t *)p->x + plane + ih * W + iw));
+                    const __m256i v = _mm256_sub_epi16(p->x_s8 ? _mm256_cvtepi8_epi16(raw) : _mm256_cvtepu8_epi16(raw), zv);
+                    const __m256i k = _mm256_cmpgt_epi16(_mm256_set1_epi16((int16_t)(wn - iw)), lane);
+                    _mm256_storeu_si256((__m256i *)(d + iw), _mm256_and_si256(k, v));
+                }
+                for (; iw < wn; iw++) {
+                    const size_t at = plane + (size_t)(ih * W + iw);
+                    d[iw] = (int16_t)((p->x_s8 ? (int32_t)((const int8_t *)p->x)[at] : (int32_t)((const uint8_t *)p->x)[at]) - p->zx);
+                }
+            }
+        }
+        /* positions' channel vectors: 8 x 8 int16 transposes (as int32 pairs, then halves) */
+        for (int64_t q = 0; q < T8; q += 8) {
+            __m128i r[8], a[8], b[8];
+            for (int c = 0; c < 8; c++) r[c] = _mm_load_si128((const __m128i *)(tp + c * T8 + q));
+            for (int c = 0; c < 4; c++) {
+                a[2 * c] = _mm_unpacklo_epi16(r[2 * c], r[2 * c + 1]);
+                a[2 * c + 1] = _mm_unpackhi_epi16(r[2 * c], r[2 * c + 1]);
+            }
+            /* a[0]: (p0 c0 c1, p1 c0 c1, p2, p3), a[1]: p4-7 of c0 c1, a[2], a[3]: c2 c3, ... */
+            b[0] = _mm_unpacklo_epi32(a[0], a[2]), b[1] = _mm_unpackhi_epi32(a[0], a[2]);
+            b[2] = _mm_unpacklo_epi32(a[1], a[3]), b[3] = _mm_unpackhi_epi32(a[1], a[3]);
+            b[4] = _mm_unpacklo_epi32(a[4], a[6]), b[5] = _mm_unpackhi_epi32(a[4], a[6]);
+            b[6] = _mm_unpacklo_epi32(a[5], a[7]), b[7] = _mm_unpackhi_epi32(a[5], a[7]);
+            /* b[0]: p0 c0-3, p1 c0-3; b[1]: p2, p3; b[2]: p4, p5; b[3]: p6, p7; b[4..7] the same of c4-7 */
+            for (int k = 0; k < 4; k++) {
+                _mm_store_si128((__m128i *)(xv + (q + 2 * k) * 8), _mm_unpacklo_epi64(b[k], b[4 + k]));
+                _mm_store_si128((__m128i *)(xv + (q + 2 * k + 1) * 8), _mm_unpackhi_epi64(b[k], b[4 + k]));
+            }
+        }
+        /* pair vectors (x[p], x[p + dw]) per channel, a word each, channels in order */
+        for (int64_t hp = 0; hp < Hp; hp++)
+            for (int64_t wp = 0; wp < Wp; wp++) {
+                const __m128i x0 = _mm_load_si128((const __m128i *)(xv + (hp * Wp + wp) * 8));
+                const __m128i x1 = wp + p->dw < Wp ? _mm_load_si128((const __m128i *)(xv + (hp * Wp + wp + p->dw) * 8))
+                                                   : _mm_setzero_si128();
+                _mm256_store_si256((__m256i *)(pp + (hp * Wp + wp) * 8),
+                                   _mm256_set_m128i(_mm_unpackhi_epi16(x0, x1), _mm_unpacklo_epi16(x0, x1)));
+            }
+        /* the block's weight pairs less their zero points, a word per channel: int16 (kh, kw) of
+         * channel c at [(kh KP + kw / 2) 16 + 2c + kw % 2] (read back as vectors) */
+        int16_t *w16 = (int16_t *)wk;
+        memset(w16, 0, sizeof(int32_t) * (size_t)(8 * p->KH * KP));
+        for (int64_t c = 0; c < nc; c++) {
+            const int64_t m = c0 + c;
+            const int32_t z = p->zw ? p->zw[m] : p->zw0;
+            const int8_t *ws = (const int8_t *)p->w + m * kk;
+            const uint8_t *wu = (const uint8_t *)p->w + m * kk;
+            for (int64_t kh = 0; kh < p->KH; kh++)
+                for (int64_t kw = 0; kw < p->KW; kw++)
+                    w16[(kh * KP + kw / 2) * 16 + 2 * c + kw % 2] =
+                        (int16_t)((p->w_s8 ? (int32_t)ws[kh * p->KW + kw] : (int32_t)wu[kh * p->KW + kw]) - z);
+        }
+        int32_t bias[8] = {0};
+        for (int64_t c = 0; c < nc; c++) bias[c] = p->bias ? p->bias[c0 + c] : 0;
+        const __m256i bv = _mm256_loadu_si256((const __m256i *)bias);
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                __m256i s0 = bv, s1 = _mm256_setzero_si256();
+                for (int64_t kh = 0; kh < p->KH; kh++) {
+                    const int32_t *row = pp + ((oh * p->sh + kh * p->dh) * Wp + ow * p->sw) * 8;
+                    const int32_t *wr = wk + kh * KP * 8;
+                    int64_t k = 0;
+                    for (; k + 2 <= KP; k += 2) {
+                        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(row + 2 * k * p->dw * 8)),
+                                                                     _mm256_load_si256((const __m256i *)(wr + k * 8))));
+                        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(row + (2 * k + 2) * p->dw * 8)),
+                                                                     _mm256_load_si256((const __m256i *)(wr + k * 8 + 8))));
+                    }
+                    if (k < KP)
+                        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(row + 2 * k * p->dw * 8)),
+                                                                     _mm256_load_si256((const __m256i *)(wr + k * 8))));
+                }
+                _mm256_store_si256((__m256i *)(acc + (oh * OW + ow) * 8), _mm256_add_epi32(s0, s1));
+            }
+        for (int64_t q = OP; q < OP8; q++) _mm256_store_si256((__m256i *)(acc + q * 8), _mm256_setzero_si256());
+        /* back to channel planes */
+        for (int64_t q = 0; q < OP8; q += 8) {
+            __m256i w[8], t[8];
+            for (int i = 0; i < 8; i++) w[i] = _mm256_load_si256((const __m256i *)(acc + (q + i) * 8));
+            transpose8x32(w, t);
+            for (int c = 0; c < 8; c++) _mm256_store_si256((__m256i *)(pl + c * OP8 + q), t[c]);
+        }
+        const int64_t M = C; /* mult 1 */
+        for (int64_t c = 0; c < nc; c++) {
+            const int64_t m = c0 + c;
+            if (p->rq)
+                kn_q_requant(pl + c * OP8, OP, p->rq[m], p->zy, p->y_s8, (uint8_t *)p->y8 + (n * M + m) * OP);
+            else
+                memcpy(p->y + (n * M + m) * OP, pl + c * OP8, sizeof(int32_t) * (size_t)OP);
+        }
+    }
+done:
+    free(tp);
+    free(xv);
+    free(pp);
+    free(acc);
+    free(pl);
+    free(wk);
+}
+
+/* whether the small-plane form takes p: one output channel per input channel, rows under 16, at
+ * least 8 channels, a padded plane of at most 2048 positions */
+static bool dws_fits(const kn_qdw *p, int64_t *Hp, int64_t *Wp) {
+    const int64_t KP = (p->KW + 1) / 2;
+    *Hp = (p->OH - 1) * p->sh + (p->KH - 1) * p->dh + 1;
+    *Wp = (p->OW - 1) * p->sw + (2 * KP - 1) * p->dw + 1;
+    return p->mult == 1 && p->OW < 16 && p->C >= 8 && *Hp * *Wp <= 2048 && p->H * p->W <= (int64_t)1 << 20;
+}
+#endif
+
 kiln_status kn_qdw_conv(kn_threadpool *pool, const kn_qdw *p) {
     const int64_t M = p->C * p->mult, planes = p->N * p->C;
     if (planes == 0 || p->OH * p->OW == 0 || p->mult == 0) return KILN_OK;
+#if defined(__AVX2__)
+    int64_t Hp, Wp;
+    if (dws_fits(p, &Hp, &Wp)) {
+        dws_job sj = {.p = p, .blocks = (p->C + 7) / 8, .Hp = Hp, .Wp = Wp, .T8 = (Hp * Wp + 7) / 8 * 8, .KP = (p->KW + 1) / 2,
+                      .total = p->N * p->C * p->H * p->W};
+        const int64_t units = p->N * sj.blocks;
+        if (kn_threadpool_size(pool) <= 1 || units < 2 || planes * p->OH * p->OW * p->KH * p->KW < 100000)
+            dws_range(&sj, 0, units);
+        else kn_parallel_for(pool, units, 1, dws_range, &sj);
+        return atomic_load(&sj.failed) ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
+    }
+#endif
     dw_job j = {.p = p, .KP = (p->KW + 1) / 2};
     const int64_t amax = (p->KW - 1) * p->dw / p->sw;
     /* out_row reads whole vectors of 8 words from word amax on; whole vectors of 8 made */

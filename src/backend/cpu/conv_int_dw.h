@@ -7,7 +7,11 @@
  * (x[ow*sw + kw*dw], x[ow*sw + (kw+1)*dw]) as one int32 (low, high): AVX2's vpmaddwd multiplies
  * eight output columns' pairs by the broadcast pair of weights (w[kh][kw], w[kh][kw+1]) less
  * their zero point and sums each pair into int32, output columns in the lanes. An odd kernel
- * width's last tap pairs with a zero weight. */
+ * width's last tap pairs with a zero weight.
+ *
+ * Planes under 16 outputs wide with one output channel per input channel and 8 channels or more
+ * take a second form with eight channels in the lanes instead (conv_int_dw.c, "small planes"): a
+ * 1-15-wide row would fill 1-15 of the lanes above. */
 #ifndef KN_CPU_CONV_INT_DW_H
 #define KN_CPU_CONV_INT_DW_H
 
