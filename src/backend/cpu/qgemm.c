@@ -569,6 +569,17 @@ void kn_qgemv8_pack(const void *b, bool is_s8, int64_t K, int64_t N, void *dst) 
     int8_t *B = (int8_t *)dst + h->b_off;
     memset(colsum, 0, sizeof(int32_t) * (size_t)(NP * G8_NC));
 #define BV(k, j) ((k) >= K || (j) >= N ? 0 : is_s8 ? (int32_t)((const int8_t *)b)[(k) * N + (j)] : (int32_t)((const uint8_t *)b)[(k) * N + (j)] - 128)
+    /* weights with more such pairs than the list holds (full-range ones: about half their pairs)
+     * are found before any packing and left to kn_qgemm */
+    int64_t over = 0;
+    for (int64_t k = 0; k < K && over <= cap; k += 2)
+        for (int64_t j = 0; j < N; j++) over += abs(BV(k, j)) + abs(BV(k + 1, j)) > 128;
+    if (over > cap) {
+        h->nres = over, h->usable = 0;
+        return;
+    }
+#undef BV
+#define BV(k, j) ((k) >= K || (j) >= N ? 0 : is_s8 ? (int32_t)((const int8_t *)b)[(k) * N + (j)] : (int32_t)((const uint8_t *)b)[(k) * N + (j)] - 128)
     for (int64_t p = 0; p < NP; p++)
         for (int64_t q = 0; q < KQ; q++)
             for (int64_t j = 0; j < G8_NC; j++) {
