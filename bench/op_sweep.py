@@ -240,6 +240,7 @@ def cases():
     c.append(conv("1d dw 32ch k5 s2 L4001", 1, 32, (4001,), 32, 5, s=2, g=32, fast=True))
     # shallow windows with more output channels that the direct kernel also takes (Cg*KH*KW <= 256)
     c.append(conv("3x3 s2 3->32 224x224 (EfficientNet stem)", 1, 3, 224, 32, 3, s=2))
+    c.append(conv("3x3 s2 3->16 800x608 (picodet stem)", 1, 3, (800, 608), 16, 3, s=2))
     c.append(conv("3x3 12->24 208x208 (ddddocr det)", 1, 12, 208, 24, 3))
     c.append(conv("3x3 s2 24->48 208x208 (ddddocr det)", 1, 24, 208, 48, 3, s=2))
     c.append(conv("1x3 24->24 74x32 (oww)", 1, 24, (74, 32), 24, (1, 3), p=(0, 1)))
