@@ -35,9 +35,9 @@ static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 #if KN_VL
 
 /* vectors of a tile per block size MB (accumulators MB x NV within the level's registers) */
-#if KN_VREGS == 32
+#if KN_VREGS == 32 /* AVX-512 (not run on the machine this was written on): accumulators + inputs + 1 <= 32 */
 #define DC_NV1 12
-#define DC_NV2 12
+#define DC_NV2 8
 #define DC_NV4 6
 #else
 /* 2 x 6 ran 1.5x slower than 4 x 3 on AVX2: GCC folds each input load into both channels' FMAs
@@ -153,38 +153,121 @@ static inline __attribute__((always_inline)) void dc_tiles(const dc_job *j, cons
     const dc_job *j, const float *const *rows, int64_t o0, int64_t count, int64_t kh0, int64_t kh1,          \
         const float *w, const float *bias, float *dst, int64_t ldm, int nv
 
+/* nv: 1 .. DC_NVn vectors (the row's last tiles), DC_NVn the default */
 static void dc_tiles_1(DC_ARGS) {
     switch (nv) {
-        DC_CASE(1, 1) DC_CASE(1, 2) DC_CASE(1, 3) DC_CASE(1, 4) DC_CASE(1, 5) DC_CASE(1, 6) DC_CASE(1, 7)
-#if DC_NV1 > 8
-        DC_CASE(1, 9) DC_CASE(1, 10) DC_CASE(1, 11) DC_CASE(1, 12)
+#if DC_NV1 > 1
+        DC_CASE(1, 1)
 #endif
-        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 1, 8); break;
+#if DC_NV1 > 2
+        DC_CASE(1, 2)
+#endif
+#if DC_NV1 > 3
+        DC_CASE(1, 3)
+#endif
+#if DC_NV1 > 4
+        DC_CASE(1, 4)
+#endif
+#if DC_NV1 > 5
+        DC_CASE(1, 5)
+#endif
+#if DC_NV1 > 6
+        DC_CASE(1, 6)
+#endif
+#if DC_NV1 > 7
+        DC_CASE(1, 7)
+#endif
+#if DC_NV1 > 8
+        DC_CASE(1, 8)
+#endif
+#if DC_NV1 > 9
+        DC_CASE(1, 9)
+#endif
+#if DC_NV1 > 10
+        DC_CASE(1, 10)
+#endif
+#if DC_NV1 > 11
+        DC_CASE(1, 11)
+#endif
+        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 1, DC_NV1); break;
     }
 }
 
 static void dc_tiles_2(DC_ARGS) {
     switch (nv) {
-        DC_CASE(2, 1) DC_CASE(2, 2) DC_CASE(2, 3)
-#if DC_NV2 > 6
-        DC_CASE(2, 4) DC_CASE(2, 5)
-        DC_CASE(2, 6) DC_CASE(2, 7) DC_CASE(2, 8) DC_CASE(2, 9) DC_CASE(2, 10) DC_CASE(2, 11)
-        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 2, 12); break;
-#else
-        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 2, 4); break;
+#if DC_NV2 > 1
+        DC_CASE(2, 1)
 #endif
+#if DC_NV2 > 2
+        DC_CASE(2, 2)
+#endif
+#if DC_NV2 > 3
+        DC_CASE(2, 3)
+#endif
+#if DC_NV2 > 4
+        DC_CASE(2, 4)
+#endif
+#if DC_NV2 > 5
+        DC_CASE(2, 5)
+#endif
+#if DC_NV2 > 6
+        DC_CASE(2, 6)
+#endif
+#if DC_NV2 > 7
+        DC_CASE(2, 7)
+#endif
+#if DC_NV2 > 8
+        DC_CASE(2, 8)
+#endif
+#if DC_NV2 > 9
+        DC_CASE(2, 9)
+#endif
+#if DC_NV2 > 10
+        DC_CASE(2, 10)
+#endif
+#if DC_NV2 > 11
+        DC_CASE(2, 11)
+#endif
+        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 2, DC_NV2); break;
     }
 }
 
 static void dc_tiles_4(DC_ARGS) {
     switch (nv) {
-        DC_CASE(4, 1) DC_CASE(4, 2)
-#if DC_NV4 > 3
-        DC_CASE(4, 3) DC_CASE(4, 4) DC_CASE(4, 5)
-        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 4, 6); break;
-#else
-        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 4, 3); break;
+#if DC_NV4 > 1
+        DC_CASE(4, 1)
 #endif
+#if DC_NV4 > 2
+        DC_CASE(4, 2)
+#endif
+#if DC_NV4 > 3
+        DC_CASE(4, 3)
+#endif
+#if DC_NV4 > 4
+        DC_CASE(4, 4)
+#endif
+#if DC_NV4 > 5
+        DC_CASE(4, 5)
+#endif
+#if DC_NV4 > 6
+        DC_CASE(4, 6)
+#endif
+#if DC_NV4 > 7
+        DC_CASE(4, 7)
+#endif
+#if DC_NV4 > 8
+        DC_CASE(4, 8)
+#endif
+#if DC_NV4 > 9
+        DC_CASE(4, 9)
+#endif
+#if DC_NV4 > 10
+        DC_CASE(4, 10)
+#endif
+#if DC_NV4 > 11
+        DC_CASE(4, 11)
+#endif
+        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 4, DC_NV4); break;
     }
 }
 
