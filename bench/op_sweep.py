@@ -209,6 +209,8 @@ def cases():
     c.append(conv("dw 3x3 32ch 112x112", 1, 32, 112, 32, 3, g=32))
     c.append(conv("dw 3x3 s2 16ch 240x240", 1, 16, 240, 16, 3, s=2, g=16))
     c.append(conv("dw 3x3 4ch 100x300 (few channels)", 1, 4, (100, 300), 4, 3, g=4))
+    c.append(conv("dw 3x3 16ch 60x1000 (wide rows)", 1, 16, (60, 1000), 16, 3, g=16))
+    c.append(conv("dw 5x5 s2 16ch 60x2000 (wide rows)", 1, 16, (60, 2000), 16, 5, s=2, g=16))
     c.append(conv("dw 7x7 128ch 28x28 (ConvNeXt)", 1, 128, 28, 128, 7, g=128))
     c.append(conv("dw 3x3 d2 64ch 56x56", 1, 64, 56, 64, 3, d=2, g=64))
     # large planes (a layout detector's 800x608 input: planes of 400x304 and 200x152)

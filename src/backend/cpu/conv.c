@@ -625,10 +625,11 @@ static void dw_plane_vec(const float *xs, const float *ws, float *ys, const win2
  * scratch image of [rows][cols][KN_VL] (so window taps need no bounds checks), convolved with the
  * group's weights laid out [tap][KN_VL], and transposed back. Up to 8 output pixels of a row are
  * computed at once: 8 independent FMA chains sharing each tap's weight vector. */
-#ifndef DW16_MAX_OW /* rows up to 4096 wide (was 128): on 304-wide rows (3x3 16ch 400x304 s1, 32ch s2)
+#ifndef DW16_MAX_OW /* rows up to 512 wide (was 128): on 304-wide rows (3x3 16ch 400x304 s1, 32ch s2)
                      * it ran 0.96 and 0.79 of the direct kernel's (conv_direct.c) time, the 500-wide
-                     * Conformer row 0.82 */
-#define DW16_MAX_OW 4096
+                     * Conformer row 0.82; on 1000- and 2000-wide rows 1.17 and 1.3 (its bands of
+                     * rows shrink to a few, each transposing the window's extra rows again) */
+#define DW16_MAX_OW 512
 #endif
 #ifndef DW16_MAX_FLOATS
 #define DW16_MAX_FLOATS (512 * 1024)
