@@ -40,6 +40,9 @@ const kn_pass kn_opt_passes[] = {
      "collapses a Reshape of a Reshape/Flatten/Squeeze/Unsqueeze into one Reshape"},
     {"fold_batchnorm", 1, kn_pass_fold_batchnorm,
      "folds an inference BatchNormalization into the weights of the Conv/ConvTranspose/Gemm/MatMul before it"},
+    {"fold_pad", 1, kn_pass_fold_pad,
+     "a Pad of zeros on the spatial axes before a Conv becomes the Conv's own padding (explicit padding as "
+     "TensorFlow's SAME at stride 2 and ZeroPadding2D export it)"},
     {"mean_before_pointwise", 1, kn_pass_mean_before_pointwise,
      "a mean over spatial axes of a 1x1 Conv becomes the 1x1 Conv of the mean (one position instead of all)"},
     {"cse", 1, kn_pass_cse, "merges nodes that compute the same thing from the same inputs, and equal constants"},

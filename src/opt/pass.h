@@ -82,6 +82,7 @@ kiln_status kn_pass_fuse_stacked_lstm(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_elementwise(kn_opt_ctx *c);
 kiln_status kn_pass_lower_precision(kn_opt_ctx *c);
 kiln_status kn_pass_raise_float16(kn_opt_ctx *c);
+kiln_status kn_pass_fold_pad(kn_opt_ctx *c);
 kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c);
 kiln_status kn_pass_cpu_bf16_values(kn_opt_ctx *c);
 

@@ -423,6 +423,63 @@ KN_TEST(opt_fold_per_channel_affine_into_conv) {
     }
 }
 
+/* A zero Pad of the spatial axes before a Conv folds into the Conv's pads (case 0: pads add up to
+ * [2, 3, 4, 2]; case 4: opset 18's axes input naming the spatial axes); a Pad of ones (1), in
+ * reflect mode (2) or of the channels (3) stays. */
+static int pad_case;
+static kn_model *build_pad_conv(void) {
+    tb b;
+    tb_init(&b, pad_case == 4 ? 18 : 17);
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 6, 5});
+    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 4, (int64_t[]){4, pad_case == 3 ? 4 : 3, 3, 3}, -0.5f, 0.5f);
+    int p;
+    if (pad_case == 4) {
+        p = tb_const(&b, "p", KILN_DTYPE_INT64, 1, (int64_t[]){4}, 0, 0);
+        int64_t pv[4] = {1, 2, 3, 1};
+        for (int k = 0; k < 4; k++) kn_tensor_set_f64(b.g->values[p].constant, k, (double)pv[k]);
+    } else {
+        p = tb_const(&b, "p", KILN_DTYPE_INT64, 1, (int64_t[]){8}, 0, 0);
+        int64_t pv[8] = {0, 0, 1, 2, 0, pad_case == 3 ? 1 : 0, 3, 1};
+        for (int k = 0; k < 8; k++) kn_tensor_set_f64(b.g->values[p].constant, k, (double)pv[k]);
+    }
+    int ins[4] = {x, p, -1, -1}, n_in = 2;
+    if (pad_case == 1) ins[n_in++] = tb_scalar(&b, "one", KILN_DTYPE_FLOAT, 1.0);
+    if (pad_case == 4) {
+        ins[2] = -1;
+        ins[3] = tb_const(&b, "axes", KILN_DTYPE_INT64, 1, (int64_t[]){2}, 0, 0);
+        kn_tensor_set_f64(b.g->values[ins[3]].constant, 0, 2);
+        kn_tensor_set_f64(b.g->values[ins[3]].constant, 1, 3);
+        n_in = 4;
+    }
+    int y = tb_node(&b, "Pad", ins, n_in, "padded");
+    if (pad_case == 2) tb_attr(&b, "mode", KN_ATTR_STRING)->s = "reflect";
+    y = tb_node(&b, "Conv", (int[]){y, w}, 2, "y");
+    tb_ints_attr(&b, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    tb_output(&b, y);
+    return b.m;
+}
+
+KN_TEST(opt_fold_zero_pad_into_conv) {
+    for (pad_case = 0; pad_case <= 4; pad_case++) {
+        kiln_session *s = compare_levels(build_pad_conv, 1, 1e-6);
+        if (!s) continue;
+        const bool folds = pad_case == 0 || pad_case == 4;
+        CHECK_MSG(count_op(s, "", "Pad") == (folds ? 0 : 1), "case %d: %d Pad", pad_case, count_op(s, "", "Pad"));
+        const kn_graph *g = s->model->graph;
+        for (int i = 0; folds && i < g->n_nodes; i++) {
+            if (g->nodes[i].dead || strcmp(g->nodes[i].op_type, "Conv")) continue;
+            int cnt = 0;
+            const int64_t *pads = kn_attr_ints(&g->nodes[i], "pads", &cnt);
+            const int64_t want[4] = {2, 3, 4, 2}; /* Conv's 1 on every side plus the Pad's */
+            CHECK_MSG(cnt == 4 && pads[0] == want[0] && pads[1] == want[1] && pads[2] == want[2] && pads[3] == want[3],
+                      "case %d: pads %lld %lld %lld %lld", pad_case, (long long)(cnt > 0 ? pads[0] : -1),
+                      (long long)(cnt > 1 ? pads[1] : -1), (long long)(cnt > 2 ? pads[2] : -1),
+                      (long long)(cnt > 3 ? pads[3] : -1));
+        }
+        kiln_session_destroy(s);
+    }
+}
+
 /* ------------------------------------------------------------------ subgraph reads (issue 18) */
 
 static int body_last;
