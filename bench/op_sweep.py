@@ -228,6 +228,8 @@ def cases():
     c.append(conv("5x5 8->1 172x264 (basic_pitch)", 1, 8, (172, 264), 1, 5, fast=True))
     c.append(conv("7x3 32->1 172x88 (basic_pitch)", 1, 32, (172, 88), 1, (7, 3)))
     c.append(conv("3x3 33->1 172x88 (basic_pitch)", 1, 33, (172, 88), 1, 3))
+    c.append(conv("1x256 s(1,2) 1->1 1x44098 (basic_pitch)", 1, 1, (1, 44098), 1, (1, 256), s=(1, 2), p=0))
+    c.append(conv("1d dw 8ch k129 s2 L3001", 1, 8, (3001,), 8, 129, s=2, g=8, fast=True))
     c.append(conv("3x3 16->4 200x152 few out", 1, 16, (200, 152), 4, 3, fast=True))
     c.append(conv("5x5 s2 6->6 g3 41x301 odd", 1, 6, (41, 301), 6, 5, s=2, g=3, fast=True))
     c.append(conv("dw 3x3 s2 8ch 37x301 odd", 1, 8, (37, 301), 8, 3, s=2, g=8, fast=True))

@@ -124,6 +124,7 @@ KN_TEST(cpu_conv_direct_matches_definition) {
         {1, 4, 5, 6, 2, 1, 3, 3, 1, 1, 1, 1, {1, 1, 1, 1}, true, false, true, 1},     /* OW < 8 */
         {1, 3, 3, 7, 3, 1, 5, 5, 2, 2, 1, 1, {1, 1, 1, 1}, true, false, false, 0},    /* 2x2 output, H < KH */
         {1, 4, 1, 40, 3, 1, 1, 9, 1, 2, 1, 1, {0, 4, 0, 4}, true, false, false, 0},   /* one row (1-D as 2-D) */
+        {1, 2, 1, 700, 2, 2, 1, 100, 1, 2, 1, 1, {0, 10, 0, 10}, true, false, true, 1}, /* 100 taps, s2, one row */
         {1, 3, 30, 52, 32, 1, 7, 7, 2, 2, 1, 1, {3, 3, 3, 3}, true, false, true, 1},  /* a stem: 3 -> 32 */
         {1, 4, 20, 37, 12, 2, 3, 3, 1, 1, 2, 1, {2, 1, 2, 1}, true, false, false, 0}, /* Mg 6 (blocks of 2), dh 2 */
     };
