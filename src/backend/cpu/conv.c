@@ -2655,13 +2655,13 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
     const size_t per_group = kn_qgemm_a_words(s->Mg, Kg), wbytes = sizeof(int32_t) * per_group * (size_t)s->G;
     int32_t *zw = nwz > 1 ? malloc(sizeof(int32_t) * (size_t)nwz) : NULL;
     if (nwz > 1 && !zw) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    for (int64_t m = 0; zw && m < nwz; m++) zw[m] = (int32_t)kn_tensor_get_i64(wz, m);
+    if (zw) kn_q_int32_values(wz, nwz, zw);
     /* depthwise: conv_int_dw.h, on planes of every size (its loads and stores bounded: 7600 hostile
      * one-node cases from 1x1 up, byte-exact against the qgemm path, clean under ASan+UBSan; 6-25x
      * faster than qgemm's one-row products on 1x1 to 15x15 planes) */
     if (s->Cg == 1 && s->nsp <= 2 && (s->G > 1 || s->Mg <= 4)) {
         int32_t *bv = bias ? malloc(sizeof(int32_t) * (size_t)s->M) : NULL;
-        for (int64_t m = 0; bv && m < s->M; m++) bv[m] = (int32_t)kn_tensor_get_i64(bias, m);
+        if (bv) kn_q_int32_values(bias, s->M, bv);
         const bool two = s->nsp == 2;
         const kn_window *v = &s->w;
         kn_qdw d = {s->N, s->C, s->Mg, two ? v->in[0] : 1, v->in[two], two ? v->out[0] : 1, v->out[two],
@@ -2760,9 +2760,11 @@ kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c) {
         free(own);
         return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    for (int64_t m = 0; m < M; m++)
-        r[m] = (float)((float)kn_linalg_qparam(xs, 0) * (float)kn_linalg_qparam(ws, nws > 1 ? m : 0)) /
-               (float)kn_linalg_qparam(ys, 0);
+    const float xs0 = (float)kn_linalg_qparam(xs, 0), ys0 = (float)kn_linalg_qparam(ys, 0);
+    if (ws->dtype == KILN_DTYPE_FLOAT && nws >= M) /* per channel, in a loop of its type */
+        for (int64_t m = 0; m < M; m++) r[m] = xs0 * ((const float *)ws->data)[m] / ys0;
+    else
+        for (int64_t m = 0; m < M; m++) r[m] = xs0 * (float)kn_linalg_qparam(ws, nws > 1 ? m : 0) / ys0;
     const double zy = yz ? kn_linalg_qparam(yz, 0) : 0;
     iconv_rq rq = {r, zy, Y->dtype == KILN_DTYPE_INT8, Y->data, false};
     conv_shape s;

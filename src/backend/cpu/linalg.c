@@ -385,8 +385,7 @@ static kiln_status run_gemm(kn_kernel_ctx *c) {
 static void zero_points(const kn_tensor *zp, int64_t n, int32_t *one, int32_t *many) {
     const int64_t nz = zp ? kn_tensor_count(zp) : 0;
     *one = nz == 1 ? (int32_t)kn_tensor_get_i64(zp, 0) : 0;
-    if (nz > 1)
-        for (int64_t i = 0; i < n; i++) many[i] = (int32_t)kn_tensor_get_i64(zp, i);
+    if (nz > 1) kn_q_int32_values(zp, n, many);
 }
 
 /* B (K x N, 8-bit) packed whole for the integer GEMM (its zero points apply as it runs) */

@@ -82,7 +82,7 @@ static kiln_status qproduct(kn_kernel_ctx *c, const void *a, bool as8, bool ta, 
     const kn_tensor *B = c->in[bi], *zp = zi >= 0 ? kn_qc_opt(c, zi) : NULL;
     const int64_t nz = zp ? kn_tensor_count(zp) : 0;
     int32_t *zc = nz > 1 ? malloc(sizeof(int32_t) * (size_t)N) : NULL;
-    for (int64_t j = 0; zc && j < N; j++) zc[j] = kn_qc_q(zp, j);
+    if (zc) kn_q_int32_values(zp, N, zc);
     qb_ctx qc = {B, K, N, tb};
     const size_t bbytes = kn_qgemm_b_bytes(N, K);
     kn_const_layout lay = {41, {K, N, tb, 0}};

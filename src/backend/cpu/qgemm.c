@@ -875,3 +875,19 @@ kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t
 void kn_qgemv8_run(const void *packed, const uint8_t *a, int32_t za, int32_t zb, bool b_s8, int32_t *c) {
     kn_qgemm8_run(NULL, packed, a, 0, 1, za, zb, b_s8, c, 0, NULL);
 }
+
+void kn_q_int32_values(const kn_tensor *t, int64_t n, int32_t *out) {
+    switch (t->dtype) {
+    case KILN_DTYPE_INT8:
+        for (int64_t i = 0; i < n; i++) out[i] = ((const int8_t *)t->data)[i];
+        break;
+    case KILN_DTYPE_UINT8:
+        for (int64_t i = 0; i < n; i++) out[i] = ((const uint8_t *)t->data)[i];
+        break;
+    case KILN_DTYPE_INT32:
+        memcpy(out, t->data, sizeof(int32_t) * (size_t)n);
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++) out[i] = (int32_t)kn_tensor_get_i64(t, i);
+    }
+}
