@@ -294,6 +294,13 @@ def cases():
     c.append(Case("Gemm", "8x512 @ 2048x512^T (LSTM step, batch 8)", {"a": rnd(8, 512)},
                   {"b": rnd(2048, 512) / 22, "c": rnd(2048)}, attrs=dict(transB=1)))
     c.append(Case("MatMul", "12x128x64 @ 12x64x128 (scores)", {"a": rnd(12, 128, 64), "b": rnd(12, 64, 128)}))
+    # dynamically quantised products (DynamicQuantizeLinear -> MatMulInteger, as ONNX Runtime's
+    # quantiser writes a transformer): uint8 activations, constant int8 weights
+    for m, k, n, fast in ((128, 768, 768, True), (16, 256, 1024, False)):
+        c.append(Case("MatMulInteger", f"{m}x{k} @ {k}x{n} u8 x s8 (constant)",
+                      {"a": R.integers(0, 256, (m, k)).astype(np.uint8)},
+                      {"b": R.integers(-64, 64, (k, n)).astype(np.int8), "za": np.array(128, np.uint8),
+                       "zb": np.array(0, np.int8)}, opset=13, fast=fast))
     c.append(Case("MatMul", "32x128x256 @ 256x256 (b32)", {"a": rnd(32, 128, 256)}, {"b": rnd(256, 256) / 16}))
     c.append(Case("MatMul", "1x128x768 @ 768x768", {"a": rnd(1, 128, 768, dtype=np.float16)},
                   {"b": (rnd(768, 768) / 28).astype(np.float16)}))

@@ -399,9 +399,24 @@ static void make_qmm_b(const void *ctx, void *dst) {
     kn_qgemm_pack_b8(q->b, q->N, 1, q->K, 0, q->N, dst);
 }
 
+/* B (K x N, 8-bit) in kn_qgemm8's u8 x s8 pair form (qgemm.h) */
+typedef struct qmm_b8_ctx {
+    const void *b;
+    bool s8;
+    int64_t K, N;
+} qmm_b8_ctx;
+
+static void make_qmm_b8(const void *ctx, void *dst) {
+    const qmm_b8_ctx *q = ctx;
+    kn_qgemv8_pack(q->b, q->s8, q->K, q->N, dst);
+}
+
 /* acc[b][i][j] = sum_k (A - za[i]) (B - zb[j]) with numpy batch broadcasting, into int32, exact
  * (qgemm.h). A, B and their zero points are inputs a_in, b_in, za_in, zb_in (a zero point past
- * the inputs: none). A constant B is packed once per session (its zero points apply as it runs). */
+ * the inputs: none). A constant B is packed once per session (its zero points apply as it runs);
+ * with A uint8 and one zero point each, in kn_qgemm8's form where its pairs allow (the u8 x s8
+ * product DynamicQuantizeLSTM uses: one or two rows a pass from A's own bytes, exact through its
+ * residual pairs), else kn_qgemm's. */
 static kiln_status int_matmul(kn_kernel_ctx *c, int a_in, int b_in, int za_in, int zb_in, int32_t *acc, mm_plan *p) {
     const kn_tensor *A = c->in[a_in], *B = c->in[b_in];
     const kn_tensor *za = za_in < c->n_inputs ? c->in[za_in] : NULL, *zb = zb_in < c->n_inputs ? c->in[zb_in] : NULL;
@@ -417,6 +432,22 @@ static kiln_status int_matmul(kn_kernel_ctx *c, int a_in, int b_in, int za_in, i
     /* B one matrix: every batch of A (then dense) as one tall product */
     const int64_t tall = p->b_batched ? 1 : p->batch, rows = p->M * tall;
     const bool as8 = A->dtype == KILN_DTYPE_INT8, bs8 = B->dtype == KILN_DTYPE_INT8;
+    if (!p->b_batched && !as8 && nza <= 1 && nzb <= 1) {
+        qmm_b8_ctx bc8 = {B->data, bs8, p->K, p->N};
+        kn_const_layout lay8 = {62, {p->K, p->N, bs8, 0}};
+        const void *w8 = kn_cpu_const_derived(c, b_in, &lay8, kn_qgemv8_bytes(p->K, p->N), make_qmm_b8, &bc8);
+        if (w8 && kn_qgemv8_usable(w8)) {
+            const int32_t za1 = nza ? (int32_t)kn_tensor_get_i64(za, 0) : 0, zb1 = nzb ? (int32_t)kn_tensor_get_i64(zb, 0) : 0;
+            kiln_status st = KILN_OK;
+            for (int64_t bi = 0; st == KILN_OK && bi < p->batch; bi += tall) {
+                int64_t ao, bo;
+                mm_offsets(p, bi, &ao, &bo);
+                st = kn_qgemm8_run(c->pool, w8, (const uint8_t *)A->data + ao, p->K, rows, za1, zb1, bs8,
+                                   acc + bi * p->M * p->N, p->N, NULL);
+            }
+            return st ? kn_kernel_error(c, st, "out of memory") : KILN_OK;
+        }
+    }
     int32_t *zr = malloc(sizeof(int32_t) * (size_t)(rows + p->N)), *zc = zr ? zr + rows : NULL, za1, zb1;
     int32_t *pa = kn_aligned_alloc(64, sizeof(int32_t) * kn_qgemm_a_words(rows, p->K));
     if (!zr || !pa) {
