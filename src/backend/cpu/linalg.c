@@ -399,7 +399,7 @@ static void make_qmm_b(const void *ctx, void *dst) {
     kn_qgemm_pack_b8(q->b, q->N, 1, q->K, 0, q->N, dst);
 }
 
-/* B (K x N, 8-bit) in kn_qgemm8's u8 x s8 pair form (qgemm.h) */
+/* B (K x N, 8-bit) in kn_qgemm8's u8 x s8 pair form (qgemm.h), or whether its pairs allow it */
 typedef struct qmm_b8_ctx {
     const void *b;
     bool s8;
@@ -409,6 +409,21 @@ typedef struct qmm_b8_ctx {
 static void make_qmm_b8(const void *ctx, void *dst) {
     const qmm_b8_ctx *q = ctx;
     kn_qgemv8_pack(q->b, q->s8, q->K, q->N, dst);
+}
+
+static void make_qmm_b8_fits(const void *ctx, void *dst) {
+    const qmm_b8_ctx *q = ctx;
+    *(int32_t *)dst = kn_qgemv8_fits(q->b, q->s8, q->K, q->N);
+}
+
+const void *kn_linalg_qgemm8_b(const kn_kernel_ctx *c, int input, const kn_tensor *B, int64_t K, int64_t N) {
+    const bool s8 = B->dtype == KILN_DTYPE_INT8;
+    qmm_b8_ctx bc = {B->data, s8, K, N};
+    const kn_const_layout fits_lay = {63, {K, N, s8, 0}}, lay = {62, {K, N, s8, 0}};
+    const int32_t *fits = kn_cpu_const_derived(c, input, &fits_lay, sizeof(int32_t), make_qmm_b8_fits, &bc);
+    if (!fits || !*fits) return NULL;
+    const void *w8 = kn_cpu_const_derived(c, input, &lay, kn_qgemv8_bytes(K, N), make_qmm_b8, &bc);
+    return w8 && kn_qgemv8_usable(w8) ? w8 : NULL;
 }
 
 /* acc[b][i][j] = sum_k (A - za[i]) (B - zb[j]) with numpy batch broadcasting, into int32, exact
@@ -433,10 +448,8 @@ static kiln_status int_matmul(kn_kernel_ctx *c, int a_in, int b_in, int za_in, i
     const int64_t tall = p->b_batched ? 1 : p->batch, rows = p->M * tall;
     const bool as8 = A->dtype == KILN_DTYPE_INT8, bs8 = B->dtype == KILN_DTYPE_INT8;
     if (!p->b_batched && !as8 && nza <= 1 && nzb <= 1) {
-        qmm_b8_ctx bc8 = {B->data, bs8, p->K, p->N};
-        kn_const_layout lay8 = {62, {p->K, p->N, bs8, 0}};
-        const void *w8 = kn_cpu_const_derived(c, b_in, &lay8, kn_qgemv8_bytes(p->K, p->N), make_qmm_b8, &bc8);
-        if (w8 && kn_qgemv8_usable(w8)) {
+        const void *w8 = kn_linalg_qgemm8_b(c, b_in, B, p->K, p->N);
+        if (w8) {
             const int32_t za1 = nza ? (int32_t)kn_tensor_get_i64(za, 0) : 0, zb1 = nzb ? (int32_t)kn_tensor_get_i64(zb, 0) : 0;
             kiln_status st = KILN_OK;
             for (int64_t bi = 0; st == KILN_OK && bi < p->batch; bi += tall) {

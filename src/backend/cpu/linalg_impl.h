@@ -68,6 +68,11 @@ void kn_linalg_f32_out(const float *src, kn_tensor *t, int64_t n);
 /* A quantisation parameter (scale or zero point) as float: element i of a per-axis tensor, or
  * its single element when it has one; 0 when t is NULL. */
 double kn_linalg_qparam(const kn_tensor *t, int64_t i);
+/* The session's kn_qgemm8 form (qgemm.h) of constant input `input`, a K x N 8-bit B, or NULL
+ * when B is no constant or its pairs do not allow the form. The verdict is kept with the session
+ * first, so weights the form cannot hold cost no copy. MatMulInteger's and MatMulIntegerToFloat's
+ * (one cache key: the same form of the same tensor). */
+const void *kn_linalg_qgemm8_b(const kn_kernel_ctx *c, int input, const kn_tensor *B, int64_t K, int64_t N);
 
 /* col2im, shared by ConvTranspose and Col2Im: for each of `channels` planes, adds
  * col[(ch*kk + k) * grid + g] into the image at position g*stride - pad_begin + k*dilation

@@ -76,13 +76,26 @@ static void make_qb(const void *ctx, void *dst) {
 }
 
 /* acc (M x N) = (A - za) x op(B - zb): A, M x K 8-bit values (K x M when ta); B input bi and its
- * zero point input zi (-1: none); a constant B packed once per session */
+ * zero point input zi (-1: none); a constant B packed once per session. With A uint8 in rows, B
+ * not transposed and one zero point (or N equal ones: symmetric per-channel weights), in
+ * kn_qgemm8's exact u8 x s8 form where B's pairs allow it (A's own bytes, no int16 packing). */
 static kiln_status qproduct(kn_kernel_ctx *c, const void *a, bool as8, bool ta, int32_t za, int64_t M, int64_t K, int bi,
                             int zi, int64_t N, bool tb, int32_t *acc) {
     const kn_tensor *B = c->in[bi], *zp = zi >= 0 ? kn_qc_opt(c, zi) : NULL;
     const int64_t nz = zp ? kn_tensor_count(zp) : 0;
     int32_t *zc = nz > 1 ? malloc(sizeof(int32_t) * (size_t)N) : NULL;
     if (zc) kn_q_int32_values(zp, N, zc);
+    bool one_zb = !(nz > 1 && !zc);
+    for (int64_t j = 1; zc && one_zb && j < N; j++) one_zb = zc[j] == zc[0];
+    if (!as8 && !ta && !tb && one_zb) {
+        const void *w8 = kn_linalg_qgemm8_b(c, bi, B, K, N);
+        if (w8) {
+            const int32_t zb = zc ? zc[0] : nz == 1 ? kn_qc_q(zp, 0) : 0;
+            free(zc);
+            kiln_status st = kn_qgemm8_run(c->pool, w8, a, K, M, za, zb, B->dtype == KILN_DTYPE_INT8, acc, N, NULL);
+            return st ? kn_kernel_error(c, st, "out of memory in the GEMM") : KILN_OK;
+        }
+    }
     qb_ctx qc = {B, K, N, tb};
     const size_t bbytes = kn_qgemm_b_bytes(N, K);
     kn_const_layout lay = {41, {K, N, tb, 0}};

@@ -560,6 +560,16 @@ size_t kn_qgemv8_bytes(int64_t K, int64_t N) {
     return (head + 63) / 64 * 64 + (size_t)(NP * KQ * 4 * G8_NC);
 }
 
+bool kn_qgemv8_fits(const void *b, bool is_s8, int64_t K, int64_t N) {
+    const int64_t cap = g8_cap(K, N);
+    int64_t over = 0;
+#define BV(k, j) ((k) >= K ? 0 : is_s8 ? (int32_t)((const int8_t *)b)[(k) * N + (j)] : (int32_t)((const uint8_t *)b)[(k) * N + (j)] - 128)
+    for (int64_t k = 0; k < K && over <= cap; k += 2)
+        for (int64_t j = 0; j < N; j++) over += abs(BV(k, j)) + abs(BV(k + 1, j)) > 128;
+#undef BV
+    return over <= cap;
+}
+
 void kn_qgemv8_pack(const void *b, bool is_s8, int64_t K, int64_t N, void *dst) {
     g8_head *h = dst;
     const int64_t KQ = (K + 3) / 4, NP = (N + G8_NC - 1) / G8_NC, cap = g8_cap(K, N);
@@ -571,11 +581,8 @@ void kn_qgemv8_pack(const void *b, bool is_s8, int64_t K, int64_t N, void *dst) 
 #define BV(k, j) ((k) >= K || (j) >= N ? 0 : is_s8 ? (int32_t)((const int8_t *)b)[(k) * N + (j)] : (int32_t)((const uint8_t *)b)[(k) * N + (j)] - 128)
     /* weights with more such pairs than the list holds (full-range ones: about half their pairs)
      * are found before any packing and left to kn_qgemm */
-    int64_t over = 0;
-    for (int64_t k = 0; k < K && over <= cap; k += 2)
-        for (int64_t j = 0; j < N; j++) over += abs(BV(k, j)) + abs(BV(k + 1, j)) > 128;
-    if (over > cap) {
-        h->nres = over, h->usable = 0;
+    if (!kn_qgemv8_fits(b, is_s8, K, N)) {
+        h->nres = cap + 1, h->usable = 0;
         return;
     }
 #undef BV

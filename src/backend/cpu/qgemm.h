@@ -82,6 +82,9 @@ void kn_qgemv_run(const int32_t *a, int32_t asum, const uint8_t *b, bool b_signe
  * to 64 + K*N/256 entries); kn_qgemv8_usable: false when the weights have more (use
  * kn_qgemm then). kn_qgemv8_run: c[j] = sum_k (a[k] - za) (b[k][j] - zb), a K bytes. */
 size_t kn_qgemv8_bytes(int64_t K, int64_t N);
+/* Whether B's pairs allow the form (what kn_qgemv8_usable says after packing), from B alone */
+bool kn_qgemv8_fits(const void *b, bool b_s8, int64_t K, int64_t N);
+
 void kn_qgemv8_pack(const void *b, bool b_s8, int64_t K, int64_t N, void *dst);
 bool kn_qgemv8_usable(const void *packed);
 void kn_qgemv8_run(const void *packed, const uint8_t *a, int32_t za, int32_t zb, bool b_s8, int32_t *c);
