@@ -153,6 +153,17 @@ int kn_graph_add_node(kn_graph *g, const char *name, const char *op_type, const 
     return g->n_nodes++;
 }
 
+int kn_graph_outer_lookup(const kn_graph *sub, int v) {
+    const kn_graph *parent = sub->parent;
+    const kn_value *val = &sub->values[v];
+    if (!parent || !val->is_outer) return -1;
+    const int r = val->outer_ref;
+    if (r >= 0 && r < parent->n_values &&
+        (parent->values[r].name == val->name || !strcmp(parent->values[r].name, val->name)))
+        return r;
+    return kn_graph_find_value(parent, val->name);
+}
+
 int kn_graph_outer_value(kn_graph *sub, int v) {
     kn_graph *parent = sub->parent;
     kn_value *val = &sub->values[v];

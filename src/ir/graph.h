@@ -181,6 +181,8 @@ int kn_graph_add_node(kn_graph *g, const char *name, const char *op_type, const 
 /* The value of sub's parent graph that sub's outer value `v` (is_outer) refers to; -1 when the
  * parent has no value of that name. */
 int kn_graph_outer_value(kn_graph *sub, int v);
+/* The same without keeping the guess (for readers that share the graph across threads). */
+int kn_graph_outer_lookup(const kn_graph *sub, int v);
 /* Calls fn(arg, id) for each value id of g that node n's subgraphs read from g by name, at any
  * depth of nesting (a name a nested body takes from an intermediate body's own values is not a
  * read of g). A value read by several of n's subgraphs comes once per subgraph. Nothing for a

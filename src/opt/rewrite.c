@@ -87,12 +87,8 @@ const kn_tensor *kn_opt_const(const kn_opt_ctx *c, int v) {
                 return n->attrs[0].t;
         }
         if (val->is_outer) {
-            const kn_graph *p = g->parent;
-            if (!p) return NULL;
-            int r = val->outer_ref;
-            if (r < 0 || r >= p->n_values || (p->values[r].name != val->name && strcmp(p->values[r].name, val->name)))
-                r = kn_graph_find_value(p, val->name);
-            g = p, v = r;
+            v = kn_graph_outer_lookup(g, v);
+            g = g->parent;
             continue;
         }
         if (!val->constant || val->is_graph_input || val->constant->kind != KN_VALUE_TENSOR) return NULL;

@@ -91,18 +91,12 @@ static kn_cpu_state *state_of(const kn_kernel_ctx *c) {
 
 /* The constant behind value v of g: its own, or for a body's reference to an enclosing graph's
  * value (an LSTM inside an If reading the model's weights), that value's, graph by graph
- * outwards. Read-only (kn_graph_outer_value's guess of the parent's id is checked here, not
- * updated: bodies run on several threads). */
+ * outwards (read-only: bodies run on several threads). */
 static const kn_tensor *constant_of(const kn_graph *g, int v) {
     for (int depth = 0; depth < 64 && g && v >= 0 && v < g->n_values; depth++) {
-        const kn_value *val = &g->values[v];
-        if (!val->is_outer) return val->constant;
-        const kn_graph *p = g->parent;
-        if (!p) return NULL;
-        int r = val->outer_ref;
-        if (r < 0 || r >= p->n_values || (p->values[r].name != val->name && strcmp(p->values[r].name, val->name)))
-            r = kn_graph_find_value(p, val->name);
-        g = p, v = r;
+        if (!g->values[v].is_outer) return g->values[v].constant;
+        v = kn_graph_outer_lookup(g, v);
+        g = g->parent;
     }
     return NULL;
 }
