@@ -1,5 +1,6 @@
 /* Direct 8-bit integer depthwise convolution (conv_int_dw.h says how). */
 #include "backend/cpu/conv_int_dw.h"
+#include "backend/cpu/qgemm.h"
 
 #include "util/aligned.h"
 
@@ -352,22 +353,6 @@ typedef struct dws_job {
     atomic_int failed;
 } dws_job;
 
-/* words t[j] = (w[0][j], ..., w[7][j]) of 8 vectors of 8 int32 */
-static inline void transpose8x32(const __m256i *w, __m256i *t) {
-    __m256i u[8];
-    for (int i = 0; i < 4; i++) {
-        u[2 * i] = _mm256_unpacklo_epi32(w[2 * i], w[2 * i + 1]);
-        u[2 * i + 1] = _mm256_unpackhi_epi32(w[2 * i], w[2 * i + 1]);
-    }
-    const __m256i v0 = _mm256_unpacklo_epi64(u[0], u[2]), v1 = _mm256_unpackhi_epi64(u[0], u[2]);
-    const __m256i v2 = _mm256_unpacklo_epi64(u[1], u[3]), v3 = _mm256_unpackhi_epi64(u[1], u[3]);
-    const __m256i v4 = _mm256_unpacklo_epi64(u[4], u[6]), v5 = _mm256_unpackhi_epi64(u[4], u[6]);
-    const __m256i v6 = _mm256_unpacklo_epi64(u[5], u[7]), v7 = _mm256_unpackhi_epi64(u[5], u[7]);
-    t[0] = _mm256_permute2x128_si256(v0, v4, 0x20), t[4] = _mm256_permute2x128_si256(v0, v4, 0x31);
-    t[1] = _mm256_permute2x128_si256(v1, v5, 0x20), t[5] = _mm256_permute2x128_si256(v1, v5, 0x31);
-    t[2] = _mm256_permute2x128_si256(v2, v6, 0x20), t[6] = _mm256_permute2x128_si256(v2, v6, 0x31);
-    t[3] = _mm256_permute2x128_si256(v3, v7, 0x20), t[7] = _mm256_permute2x128_si256(v3, v7, 0x31);
-}
 
 /* units b = n * blocks + channel block */
 static void dws_range(void *arg, int64_t b0, int64_t b1) {
@@ -487,7 +472,7 @@ static void dws_range(void *arg, int64_t b0, int64_t b1) {
         for (int64_t q = 0; q < OP8; q += 8) {
             __m256i w[8], t[8];
             for (int i = 0; i < 8; i++) w[i] = _mm256_load_si256((const __m256i *)(acc + (q + i) * 8));
-            transpose8x32(w, t);
+            kn_q_transpose8x32(w, t);
             for (int c = 0; c < 8; c++) _mm256_store_si256((__m256i *)(pl + c * OP8 + q), t[c]);
         }
         const int64_t M = C; /* mult 1 */

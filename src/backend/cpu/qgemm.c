@@ -96,19 +96,8 @@ static void pack_a_rows_avx2(const uint8_t *a, bool s8, int64_t lda, int64_t M, 
             }
             w[6] = w[7] = _mm256_setzero_si256();
             /* 8 x 8 words transposed: t[j] = (w[0][j], ..., w[7][j]) */
-            __m256i u[8], t[8];
-            for (int i = 0; i < 4; i++) {
-                u[2 * i] = _mm256_unpacklo_epi32(w[2 * i], w[2 * i + 1]);
-                u[2 * i + 1] = _mm256_unpackhi_epi32(w[2 * i], w[2 * i + 1]);
-            }
-            const __m256i v0 = _mm256_unpacklo_epi64(u[0], u[2]), v1 = _mm256_unpackhi_epi64(u[0], u[2]);
-            const __m256i v2 = _mm256_unpacklo_epi64(u[1], u[3]), v3 = _mm256_unpackhi_epi64(u[1], u[3]);
-            const __m256i v4 = _mm256_unpacklo_epi64(u[4], u[6]), v5 = _mm256_unpackhi_epi64(u[4], u[6]);
-            const __m256i v6 = _mm256_unpacklo_epi64(u[5], u[7]), v7 = _mm256_unpackhi_epi64(u[5], u[7]);
-            t[0] = _mm256_permute2x128_si256(v0, v4, 0x20), t[4] = _mm256_permute2x128_si256(v0, v4, 0x31);
-            t[1] = _mm256_permute2x128_si256(v1, v5, 0x20), t[5] = _mm256_permute2x128_si256(v1, v5, 0x31);
-            t[2] = _mm256_permute2x128_si256(v2, v6, 0x20), t[6] = _mm256_permute2x128_si256(v2, v6, 0x31);
-            t[3] = _mm256_permute2x128_si256(v3, v7, 0x20), t[7] = _mm256_permute2x128_si256(v3, v7, 0x31);
+            __m256i t[8];
+            kn_q_transpose8x32(w, t);
             for (int j = 0; j < 8; j++) {
                 int32_t *o = d + (k0 / 2 + j) * MR;
                 _mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(t[j]));
@@ -465,9 +454,11 @@ kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g) {
 void kn_qgemv_run(const int32_t *a, int32_t asum, const uint8_t *b, bool b_signed, int32_t zb, int64_t N, int64_t K,
                   int32_t *c) {
     const int64_t KP = pairs_of(K);
+    const int32_t *as = zb ? &asum : NULL;
+#if defined(__AVX2__)
     int32_t zbv[NR];
     for (int j = 0; j < NR; j++) zbv[j] = zb;
-    const int32_t *as = zb ? &asum : NULL;
+#endif
     for (int64_t jp = 0; jp * NR < N; jp++) {
         const int cols = (int)min64(NR, N - jp * NR);
 #if defined(__AVX2__)

@@ -113,4 +113,25 @@ void kn_q8_quantize_u8(const float *x, int64_t n, float scale, float z, uint8_t 
  * points and biases through kn_tensor_get_i64 were a third of its time on 3x3 planes). */
 void kn_q_int32_values(const kn_tensor *t, int64_t n, int32_t *out);
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+/* t[j] = (w[0][j], ..., w[7][j]): eight vectors of eight int32 transposed (the 8-bit kernels'
+ * pair words, from rows to columns) */
+static inline void kn_q_transpose8x32(const __m256i *w, __m256i *t) {
+    __m256i u[8];
+    for (int i = 0; i < 4; i++) {
+        u[2 * i] = _mm256_unpacklo_epi32(w[2 * i], w[2 * i + 1]);
+        u[2 * i + 1] = _mm256_unpackhi_epi32(w[2 * i], w[2 * i + 1]);
+    }
+    const __m256i v0 = _mm256_unpacklo_epi64(u[0], u[2]), v1 = _mm256_unpackhi_epi64(u[0], u[2]);
+    const __m256i v2 = _mm256_unpacklo_epi64(u[1], u[3]), v3 = _mm256_unpackhi_epi64(u[1], u[3]);
+    const __m256i v4 = _mm256_unpacklo_epi64(u[4], u[6]), v5 = _mm256_unpackhi_epi64(u[4], u[6]);
+    const __m256i v6 = _mm256_unpacklo_epi64(u[5], u[7]), v7 = _mm256_unpackhi_epi64(u[5], u[7]);
+    t[0] = _mm256_permute2x128_si256(v0, v4, 0x20), t[4] = _mm256_permute2x128_si256(v0, v4, 0x31);
+    t[1] = _mm256_permute2x128_si256(v1, v5, 0x20), t[5] = _mm256_permute2x128_si256(v1, v5, 0x31);
+    t[2] = _mm256_permute2x128_si256(v2, v6, 0x20), t[6] = _mm256_permute2x128_si256(v2, v6, 0x31);
+    t[3] = _mm256_permute2x128_si256(v3, v7, 0x20), t[7] = _mm256_permute2x128_si256(v3, v7, 0x31);
+}
+#endif
+
 #endif
