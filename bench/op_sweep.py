@@ -355,6 +355,11 @@ def cases():
     c.append(Case("Gather", "30522x768 rows by 1x128", {"i": R.integers(0, 30522, (1, 128)).astype(np.int64)},
                   {"t": rnd(30522, 768)}, dict(axis=0), input_order=["t", "i"], fast=True))
     c.append(Case("Pad", "1x64x56x56 +1", {"x": rnd(1, 64, 56, 56)}, {"p": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}))
+    # an audio model's harmonic stacking (a middle axis, short rows) and reflect pads of a long signal
+    c.append(Case("Pad", "1x172x264x8 axis 2 +101", {"x": rnd(1, 172, 264, 8)},
+                  {"p": np.array([0, 0, 0, 0, 0, 0, 101, 0], np.int64)}, fast=True))
+    c.append(Case("Pad", "1x1x44100 reflect 128", {"x": rnd(1, 1, 44100)}, {"p": np.array([0, 0, 128, 0, 0, 128], np.int64)},
+                  attrs=dict(mode="reflect")))
     c.append(Case("Where", "1x12x128x128", {"c": R.integers(0, 2, (1, 12, 128, 128)).astype(np.bool_),
                                             "a": rnd(1, 12, 128, 128), "b": rnd(1, 12, 128, 128)}))
     # --- recurrences
@@ -615,7 +620,10 @@ def torch_runner(case, dev_feeds):
     if op == "Where":
         return lambda: torch.where(*x)
     if op == "Pad":
-        return lambda: F.pad(x[0], (1, 1, 1, 1))
+        pads, r = [int(v) for v in case.inits["p"]], x[0].dim()
+        tp = tuple(v for k in reversed(range(r)) for v in (pads[k], pads[r + k]))
+        mode = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}.get(a.get("mode", "constant"))
+        return (lambda: F.pad(x[0], tp, mode=mode)) if mode else None
     return None
 
 

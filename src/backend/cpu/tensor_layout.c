@@ -643,14 +643,26 @@ static void pad_rows(void *arg, int64_t b, int64_t e) {
             soff += pad_map(o - j->begin[k], x->dims[k], j->mode) * j->xs[k];
         }
         int64_t doff = row * W;
-        for (int64_t o = 0; o < W; o++) {
-            int64_t si = soff + pad_map(o - j->begin[r - 1], XW, j->mode);
-            if (y->dtype == KILN_DTYPE_STRING) {
+        if (y->dtype == KILN_DTYPE_STRING) {
+            for (int64_t o = 0; o < W; o++) {
                 char **d = (char **)y->data + doff + o;
-                if (!set_string(d, ((char *const *)x->data)[si])) atomic_store(&j->oom, 1);
-            } else {
-                copy_one((char *)y->data + (doff + o) * (int64_t)es, (const char *)x->data + si * (int64_t)es, es);
+                if (!set_string(d, ((char *const *)x->data)[soff + pad_map(o - j->begin[r - 1], XW, j->mode)]))
+                    atomic_store(&j->oom, 1);
             }
+            continue;
+        }
+        /* the row's part inside the input is one copy; only the pads map element by element (an
+         * audio front end's reflect pads of 128 around 44100 samples ran 8x ONNX Runtime's time
+         * element by element) */
+        const int64_t bl = j->begin[r - 1], lo = bl > 0 ? bl : 0, hi = bl + XW < W ? bl + XW : W;
+        if (hi > lo)
+            memcpy((char *)y->data + (doff + lo) * (int64_t)es, (const char *)x->data + (soff + lo - bl) * (int64_t)es,
+                   (size_t)(hi - lo) * es);
+        for (int64_t o = 0; o < W; o++) {
+            if (o == lo && hi > lo) o = hi; /* skip the copied part */
+            if (o >= W) break;
+            const int64_t si = soff + pad_map(o - bl, XW, j->mode);
+            copy_one((char *)y->data + (doff + o) * (int64_t)es, (const char *)x->data + si * (int64_t)es, es);
         }
     }
 }
@@ -753,13 +765,25 @@ kiln_status kn_cpu_pad(kn_kernel_ctx *c) {
     bool grows = y->dtype != KILN_DTYPE_STRING && kn_tensor_count(x) > 0;
     for (int k = 0; k < r && grows; k++) grows = b[k] >= 0 && e[k] >= 0 && y->dims[k] == x->dims[k] + b[k] + e[k];
     if (grows) {
-        pad_const_job j = {.x = x, .y = y, .begin = b, .value = &v};
+        /* the trailing axes without pads are one run with the last padded axis: rows of
+         * [before][input][after] as long as they can be (a Pad of axis 2 of [1, 172, 264, 8] ran
+         * 45k rows of 8 values, 0.42 ms; ONNX Runtime 0.015) */
+        kn_tensor xv = *x, yv = *y;
+        int64_t bv[KILN_MAX_RANK];
+        int q = r - 1;
+        while (q > 0 && b[q] == 0 && e[q] == 0) q--;
+        int64_t inner = 1;
+        for (int k = q + 1; k < r; k++) inner *= x->dims[k];
+        xv.rank = yv.rank = q + 1;
+        xv.dims[q] = x->dims[q] * inner, yv.dims[q] = y->dims[q] * inner;
+        for (int k = 0; k <= q; k++) bv[k] = b[k] * (k == q ? inner : 1);
+        pad_const_job j = {.x = &xv, .y = &yv, .begin = bv, .value = &v};
         const size_t es = kiln_dtype_size(y->dtype);
         static const char zeros[16];
         j.zero = es <= sizeof zeros && !memcmp(&v, zeros, es);
-        kn_cpu_strides(x->dims, r, j.xs);
-        const int64_t rows = kn_tensor_count(y) / y->dims[r - 1];
-        const int64_t grain = 16384 / (y->dims[r - 1] * (int64_t)es / 4 + 1) + 1;
+        kn_cpu_strides(xv.dims, q + 1, j.xs);
+        const int64_t rows = kn_tensor_count(y) / yv.dims[q];
+        const int64_t grain = 16384 / (yv.dims[q] * (int64_t)es / 4 + 1) + 1;
         kn_parallel_for(c->pool, rows, grain, pad_const_rows, &j);
         return KILN_OK;
     }
