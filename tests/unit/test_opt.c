@@ -1352,8 +1352,10 @@ KN_TEST(opt_target_cuda_fusions_form_from_tables) {
  * provider could run it: it would move the work away from where the user's order puts it. */
 KN_TEST(opt_target_refuses_fusion_the_pattern_provider_lacks) {
     if (!kn_backend_find("cuda")) KN_SKIP("no CUDA backend in this build");
-    /* cpu first: a float16 Conv + Relu runs on the CPU, which has no float16 FusedConv */
+    /* cpu first: a float16 Conv + Relu runs on the CPU, which has no float16 FusedConv (with
+     * raise_float16 off: it would run the pair in float32, fused) */
     kiln_session_options *o = options_with("cpu", "cuda", 3);
+    kiln_session_options_disable_pass(o, "raise_float16");
     conv_act = 1, conv_residual = 0, conv_group = 1, conv_dtype = KILN_DTYPE_FLOAT16;
     kn_model *m = optimised_from_tables(build_conv, o);
     CHECK_EQ_INT(model_count_op(m, "kiln", "FusedConv"), 0);
