@@ -213,16 +213,19 @@ else
   echo "=== node tests: none found in $nodes"; total_skip=$((total_skip + 6))
 fi
 
-# The com.microsoft operators against onnxruntime's CPU outputs: the quantised ones with CUDA kernels
-# (cuda_ops_qcontrib.c) with provider cuda alone, so a CPU fallback fails; every one with cuda,cpu.
+# The com.microsoft operators (and the ONNX integer products the script also writes) against
+# onnxruntime's CPU outputs: those with CUDA kernels (MatMulNBits and the QLinear operators of
+# cuda_ops_qcontrib.c, MatMulInteger of cuda_ops_quant.c) with provider cuda alone, so a CPU fallback
+# fails; every one with cuda,cpu. QLinearConv and ConvInteger have no CUDA kernel.
 contrib="$build/contrib_tests"
 if [ ! "$contrib/.complete" -nt tests/conformance/make_contrib_tests.py ]; then
   rm -rf "$contrib"
   python3 tests/conformance/make_contrib_tests.py "$contrib" >"$logs/make_contrib_tests.log" 2>&1 && touch "$contrib/.complete"
 fi
-mapfile -t contrib_cuda < <(find "$contrib" -mindepth 1 -maxdepth 1 -type d \( -name 'test_contrib_matmulnbits*' -o -name 'test_contrib_qlinear*' \) 2>/dev/null | sort)
+mapfile -t contrib_cuda < <(find "$contrib" -mindepth 1 -maxdepth 1 -type d \( -name 'test_contrib_matmulnbits*' -o -name 'test_contrib_qlinear*' \
+  -o -name 'test_contrib_matmulinteger*' \) ! -name 'test_contrib_qlinearconv*' ! -name 'test_contrib_matmulintegertofloat*' 2>/dev/null | sort)
 if [ ${#contrib_cuda[@]} -gt 0 ]; then
-  part "com.microsoft MatMulNBits and QLinear operators vs onnxruntime, provider cuda only" "$logs/contrib_cuda.log" \
+  part "MatMulNBits, QLinear operators and MatMulInteger vs onnxruntime, provider cuda only" "$logs/contrib_cuda.log" \
     "$build/kiln" test --provider cuda "${contrib_cuda[@]}"
   part "com.microsoft operators vs onnxruntime, providers cuda,cpu" "$logs/contrib_cuda_cpu.log" \
     "$build/kiln" test --provider cuda,cpu "$contrib"

@@ -201,29 +201,84 @@ static bool bitcast_supports(const kn_node *n, const kn_type *const *in, int n_i
 
 /* ------------------------------------------------------------------ MatMulInteger, QLinearMatMul */
 
-/* Shapes as the CPU's mm_plan: 1-D A is [1, K], 1-D B is [K, 1]; batch dims broadcast, which the
- * CUDA kernel takes when each operand's batch is the whole output batch or a single matrix. */
+/* Shapes as the CPU's mm_plan: 1-D A is [1, K], 1-D B is [K, 1]; batch dims broadcast (numpy rules,
+ * aligned from the right). The kernel takes a batch with one stride per operand (0 = the same
+ * matrix), which every trailing run of batch dims where each operand is either whole or broadcast
+ * has; a batch that needs more (A [2, 3, ...] with B [3, ...], or [2, 1] with [1, 3]) runs as one
+ * launch of that run per index of the dims before it. */
+typedef struct {
+    kn_cu_imatmul p;              /* one launch: p.batch matrices */
+    int outer_dims;               /* the batch dims iterated on the host, before the run */
+    int64_t od[KILN_MAX_RANK];    /* their sizes */
+    int64_t oa[KILN_MAX_RANK];    /* A's and B's offsets along them, in matrices */
+    int64_t ob[KILN_MAX_RANK];
+    int64_t launches;
+} int_plan_t;
+
 static kiln_status int_plan(kn_kernel_ctx *c, const kn_tensor *A, const kn_tensor *B, const kn_tensor *Y,
-                            kn_cu_imatmul *p) {
+                            int_plan_t *q) {
+    kn_cu_imatmul *p = &q->p;
     if (A->rank < 1 || B->rank < 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "operands must have rank >= 1");
     int64_t M = A->rank == 1 ? 1 : A->dims[A->rank - 2], K = A->dims[A->rank - 1];
     int64_t Kb = B->rank == 1 ? B->dims[0] : B->dims[B->rank - 2], N = B->rank == 1 ? 1 : B->dims[B->rank - 1];
     if (K != Kb) return kn_kernel_error(c, KILN_ERR_SHAPE, "inner dimensions %lld and %lld differ", (long long)K, (long long)Kb);
-    int64_t ab = 1, bb = 1, yb = 1;
-    for (int d = 0; d < A->rank - 2; d++) ab *= A->dims[d];
-    for (int d = 0; d < B->rank - 2; d++) bb *= B->dims[d];
-    yb = M * N != 0 ? kn_tensor_count(Y) / (M * N) : 0;
-    if ((ab != 1 && ab != yb) || (bb != 1 && bb != yb))
-        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED,
-                               "batch broadcast of %lld and %lld matrices into %lld (the CUDA kernel takes one or all)",
-                               (long long)ab, (long long)bb, (long long)yb);
-    p->batch = yb;
+    const int ra = A->rank > 2 ? A->rank - 2 : 0, rb = B->rank > 2 ? B->rank - 2 : 0, nb = ra > rb ? ra : rb;
+    int64_t yd[KILN_MAX_RANK], as[KILN_MAX_RANK], bs[KILN_MAX_RANK], yb = 1;
+    int64_t a_run = 1, b_run = 1; /* matrices after dim d in A and in B */
+    for (int d = nb - 1; d >= 0; d--) {
+        int64_t ad = d - (nb - ra) >= 0 ? A->dims[d - (nb - ra)] : 1, bd = d - (nb - rb) >= 0 ? B->dims[d - (nb - rb)] : 1;
+        if (ad != bd && ad != 1 && bd != 1)
+            return kn_kernel_error(c, KILN_ERR_SHAPE, "batch dimensions %lld and %lld do not broadcast", (long long)ad,
+                                   (long long)bd);
+        yd[d] = ad > bd ? ad : bd;
+        as[d] = ad == 1 ? 0 : a_run, bs[d] = bd == 1 ? 0 : b_run;
+        a_run *= ad, b_run *= bd, yb *= yd[d];
+    }
+    if (yb * M * N != kn_tensor_count(Y))
+        return kn_kernel_error(c, KILN_ERR_INTERNAL, "output of %lld elements for %lld matrices of %lldx%lld",
+                               (long long)kn_tensor_count(Y), (long long)yb, (long long)M, (long long)N);
+    /* the longest trailing run where A and B each stay whole or broadcast */
+    int first = nb, a_whole = -1, b_whole = -1;
+    int64_t run = 1;
+    for (int d = nb - 1; d >= 0; d--) {
+        if (yd[d] != 1) {
+            int aw = as[d] != 0, bw = bs[d] != 0;
+            if (a_whole < 0) a_whole = aw, b_whole = bw;
+            if (aw != a_whole || bw != b_whole || (aw && as[d] != run) || (bw && bs[d] != run)) break;
+            run *= yd[d];
+        }
+        first = d;
+    }
+    q->outer_dims = first;
+    for (int d = 0; d < first; d++) q->od[d] = yd[d], q->oa[d] = as[d], q->ob[d] = bs[d];
+    q->launches = run ? yb / run : 0;
+    p->batch = run;
     p->M = M, p->N = N, p->K = K;
-    p->sa = ab == 1 ? 0 : M * K;
-    p->sb = bb == 1 ? 0 : K * N;
+    p->sa = a_whole == 1 ? M * K : 0;
+    p->sb = b_whole == 1 ? K * N : 0;
     p->sy = M * N;
     p->a_dt = A->dtype, p->b_dt = B->dtype;
     return KILN_OK;
+}
+
+/* The plan's launches: launch i's operands at the outer index that i spells */
+static cudaError_t int_plan_run(const int_plan_t *q, const kn_tensor *A, const kn_tensor *B, kn_tensor *Y,
+                                cudaStream_t s) {
+    const size_t ysz = kiln_dtype_size(Y->dtype);
+    for (int64_t i = 0; i < q->launches; i++) {
+        int64_t rest = i, a_off = 0, b_off = 0;
+        for (int d = q->outer_dims - 1; d >= 0; d--) {
+            int64_t k = rest % q->od[d];
+            rest /= q->od[d];
+            a_off += k * q->oa[d], b_off += k * q->ob[d];
+        }
+        const char *a = (const char *)A->data + a_off * q->p.M * q->p.K;
+        const char *b = (const char *)B->data + b_off * q->p.K * q->p.N;
+        char *y = (char *)Y->data + (size_t)(i * q->p.batch * q->p.M * q->p.N) * ysz;
+        cudaError_t e = kn_cu_imatmul_run(&q->p, a, b, y, s);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }
 
 static kiln_status check_zp_count(kn_kernel_ctx *c, const kn_tensor *z, int64_t want, const char *what) {
@@ -239,15 +294,15 @@ static kiln_status run_matmul_integer(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *za = c->n_inputs > 2 ? c->in[2] : NULL, *zb = c->n_inputs > 3 ? c->in[3] : NULL;
     kn_tensor *Y = c->out[0];
     if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
-    kn_cu_imatmul p;
-    memset(&p, 0, sizeof p);
-    KN_TRY(int_plan(c, A, B, Y, &p));
-    KN_TRY(check_zp_count(c, za, p.M, "a_zero_point"));
-    KN_TRY(check_zp_count(c, zb, p.N, "b_zero_point"));
-    if (za && kn_tensor_count(za)) p.a_zp = za->data, p.a_zp_n = kn_tensor_count(za);
-    if (zb && kn_tensor_count(zb)) p.b_zp = zb->data, p.b_zp_n = kn_tensor_count(zb);
-    p.y_dt = KILN_DTYPE_INT32;
-    return kn_cu_check(c, kn_cu_imatmul_run(&p, A->data, B->data, Y->data, cu->stream), "MatMulInteger");
+    int_plan_t q;
+    memset(&q, 0, sizeof q);
+    KN_TRY(int_plan(c, A, B, Y, &q));
+    KN_TRY(check_zp_count(c, za, q.p.M, "a_zero_point"));
+    KN_TRY(check_zp_count(c, zb, q.p.N, "b_zero_point"));
+    if (za && kn_tensor_count(za)) q.p.a_zp = za->data, q.p.a_zp_n = kn_tensor_count(za);
+    if (zb && kn_tensor_count(zb)) q.p.b_zp = zb->data, q.p.b_zp_n = kn_tensor_count(zb);
+    q.p.y_dt = KILN_DTYPE_INT32;
+    return kn_cu_check(c, int_plan_run(&q, A, B, Y, cu->stream), "MatMulInteger");
 }
 
 static kiln_status run_qlinear_matmul(kn_cuda *cu, kn_kernel_ctx *c) {
@@ -257,25 +312,25 @@ static kiln_status run_qlinear_matmul(kn_cuda *cu, kn_kernel_ctx *c) {
     if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output 0 was not allocated");
     if (Y->dtype != KILN_DTYPE_INT8 && Y->dtype != KILN_DTYPE_UINT8)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "output type %s", kiln_dtype_name(Y->dtype));
-    kn_cu_imatmul p;
-    memset(&p, 0, sizeof p);
-    KN_TRY(int_plan(c, a, b, Y, &p));
-    KN_TRY(check_zp_count(c, za, p.M, "a_zero_point"));
-    KN_TRY(check_zp_count(c, zb, p.N, "b_zero_point"));
-    KN_TRY(check_zp_count(c, sa, p.M, "a_scale"));
-    KN_TRY(check_zp_count(c, sb, p.N, "b_scale"));
+    int_plan_t q;
+    memset(&q, 0, sizeof q);
+    KN_TRY(int_plan(c, a, b, Y, &q));
+    KN_TRY(check_zp_count(c, za, q.p.M, "a_zero_point"));
+    KN_TRY(check_zp_count(c, zb, q.p.N, "b_zero_point"));
+    KN_TRY(check_zp_count(c, sa, q.p.M, "a_scale"));
+    KN_TRY(check_zp_count(c, sb, q.p.N, "b_scale"));
     if (sa->dtype != sb->dtype || sa->dtype != sy->dtype)
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "scales of types %s, %s and %s", kiln_dtype_name(sa->dtype),
                                kiln_dtype_name(sb->dtype), kiln_dtype_name(sy->dtype));
-    if (za && kn_tensor_count(za)) p.a_zp = za->data, p.a_zp_n = kn_tensor_count(za);
-    if (zb && kn_tensor_count(zb)) p.b_zp = zb->data, p.b_zp_n = kn_tensor_count(zb);
-    if (zy && kn_tensor_count(zy)) p.y_zp = zy->data;
-    p.y_dt = Y->dtype;
-    p.s_dt = sa->dtype;
-    p.a_scale = sa->data, p.a_s_n = kn_tensor_count(sa);
-    p.b_scale = sb->data, p.b_s_n = kn_tensor_count(sb);
-    p.y_scale = sy->data;
-    return kn_cu_check(c, kn_cu_imatmul_run(&p, a->data, b->data, Y->data, cu->stream), "QLinearMatMul");
+    if (za && kn_tensor_count(za)) q.p.a_zp = za->data, q.p.a_zp_n = kn_tensor_count(za);
+    if (zb && kn_tensor_count(zb)) q.p.b_zp = zb->data, q.p.b_zp_n = kn_tensor_count(zb);
+    if (zy && kn_tensor_count(zy)) q.p.y_zp = zy->data;
+    q.p.y_dt = Y->dtype;
+    q.p.s_dt = sa->dtype;
+    q.p.a_scale = sa->data, q.p.a_s_n = kn_tensor_count(sa);
+    q.p.b_scale = sb->data, q.p.b_s_n = kn_tensor_count(sb);
+    q.p.y_scale = sy->data;
+    return kn_cu_check(c, int_plan_run(&q, a, b, Y, cu->stream), "QLinearMatMul");
 }
 
 static bool int8_operands(kiln_dtype t) { return t == KILN_DTYPE_INT8 || t == KILN_DTYPE_UINT8; }
