@@ -29,10 +29,10 @@
 #include "backend/cpu/isa_vec.h"
 #include "util/aligned.h"
 
+#if KN_VL
+
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-
-#if KN_VL
 
 /* vectors of a tile per block size MB (accumulators MB x NV within the level's registers) */
 #if KN_VREGS == 32 /* AVX-512 (not run on the machine this was written on): accumulators + inputs + 1 <= 32 */
