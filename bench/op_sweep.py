@@ -133,6 +133,24 @@ def conv(label, n, c, hw, m, k, s=1, p=None, d=1, g=1, fast=False, bias=True, dt
                                                       dilations=[d] * nd, group=g), fast=fast)
 
 
+def qlinear_conv(label, c, hw, m, k, per_channel, fast=False, wmax=63):
+    """QLinearConv as ONNX Runtime's quantiser writes it: u8 activations, s8 weights (zero point
+    0), per-tensor or per-channel weight scales, an int32 bias, pads (k-1)/2. Weights of 7 bits
+    (|w| <= 63): with full-range ones ORT's AVX2 u8 x s8 kernel saturates its int16 pair sums
+    (vpmaddubsw) and differs from the exact result by up to 36 steps on these shapes."""
+    x = R.integers(0, 256, (1, c, hw, hw)).astype(np.uint8)
+    w = R.integers(-wmax, wmax + 1, (m, c, k, k)).astype(np.int8)
+    ws = (R.uniform(0.5, 1.5, m) * 0.004).astype(np.float32) if per_channel else np.array(0.004, np.float32)
+    # y's scale puts the products' spread (about 127 * 74 * sqrt(c k k) / 2 accumulated) over ~90 steps
+    ys = np.array(0.02 * 0.004 * 127 * 74 * np.sqrt(c * k * k) / 2 / 45, np.float32)
+    inits = {"xs": np.array(0.02, np.float32), "xz": np.array(128, np.uint8), "w": w, "ws": ws,
+             "wz": np.zeros(m if per_channel else (), np.int8), "ys": ys, "yz": np.array(128, np.uint8),
+             "b": R.integers(-5000, 5000, m).astype(np.int32)}
+    p = (k - 1) // 2
+    return Case("QLinearConv", label, {"x": x}, inits, dict(kernel_shape=[k, k], pads=[p] * 4),
+                input_order=["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], opset=13, fast=fast)
+
+
 def pool(op, label, shape, k, s=1, p=None, d=1, fast=False, dtype=np.float32, **extra):
     nd = len(shape) - 2
     k = k if isinstance(k, tuple) else (k,) * nd
@@ -301,6 +319,14 @@ def cases():
                       {"a": R.integers(0, 256, (m, k)).astype(np.uint8)},
                       {"b": R.integers(-64, 64, (k, n)).astype(np.int8), "za": np.array(128, np.uint8),
                        "zb": np.array(0, np.int8)}, opset=13, fast=fast))
+    # int8 CNNs' late stages (QLinearConv, u8 activations, s8 weights, batch 1): small planes
+    for c_, m, hw, k, per_ch, fast in ((128, 128, 7, 3, False, True), (128, 128, 14, 3, False, False),
+                                       (128, 128, 7, 3, True, False), (128, 128, 14, 3, True, False),
+                                       (256, 256, 7, 1, False, False), (256, 256, 7, 1, True, False),
+                                       (256, 256, 5, 3, False, False), (256, 256, 5, 3, True, False),
+                                       (512, 512, 7, 3, True, False), (64, 64, 15, 3, True, False)):
+        c.append(qlinear_conv(f"1x{c_}x{hw}x{hw} -> {m} k{k}{' per-channel' if per_ch else ''} u8 x s8",
+                              c_, hw, m, k, per_ch, fast))
     c.append(Case("MatMul", "32x128x256 @ 256x256 (b32)", {"a": rnd(32, 128, 256)}, {"b": rnd(256, 256) / 16}))
     c.append(Case("MatMul", "1x128x768 @ 768x768", {"a": rnd(1, 128, 768, dtype=np.float16)},
                   {"b": (rnd(768, 768) / 28).astype(np.float16)}))

@@ -838,16 +838,30 @@ def quantised_contrib_tests(out, rng):
     convi("convinteger_depthwise_s8s8_24ch_3x5_k5x3", (1, 24, 3, 5), (24, 1, 5, 3), xt=np.int8, wt=np.int8, group=24,
           pads=[2, 1, 2, 1])
     convi("convinteger_depthwise_1d_9ch_11", (1, 9, 11), (9, 1, 4), group=9, pads=[1, 2])
+    convi("convinteger_small_7x7_u8s8_33ch_to_48", (2, 33, 7, 7), (48, 33, 3, 3), wt=np.int8, pads=[1, 1, 1, 1])
+    convi("convinteger_small_1x1_5x5_u8u8_full_range", (1, 70, 5, 5), (18, 70, 1, 1))
     convi("convinteger_depthwise_256ch_7x7_threads", (1, 256, 7, 7), (256, 1, 3, 3), wt=np.int8, group=256,
           pads=[1, 1, 1, 1])
 
-    def qconv(name, x_shape, w_shape, xt=np.uint8, wt=np.int8, per_channel=False, bias=True, wz_rand=False, **attrs):
+    def qconv(name, x_shape, w_shape, xt=np.uint8, wt=np.int8, per_channel=False, bias=True, wz_rand=False,
+              ys=0.3, x_half=False, w_big=0.0, w_u8_mid=False, **attrs):
+        """x_half: x in [0, 127] (uint8); w_big: that fraction of the int8 weights +-(100..127), the
+        rest in [-40, 40] (kn_qgemm8's residual pairs, |w0| + |w1| over 128; x_half keeps
+        onnxruntime's saturating u8 x s8 pair sums exact: 127 * 128 * 2 < 32767); w_u8_mid: uint8
+        weights in [64, 192), which kn_qgemm8 takes (it packs them less 128)"""
         M = w_shape[0]
-        ins = [("x", q(xt, *x_shape)), ("x_scale", np.float32(0.02)), ("x_zero_point", q(xt)),
-               ("w", w8(wt, *w_shape)),
+        x = rng.integers(0, 128, x_shape).astype(np.uint8) if x_half else q(xt, *x_shape)
+        w = rng.integers(64, 192, w_shape).astype(np.uint8) if w_u8_mid else w8(wt, *w_shape)
+        if w_big:
+            w = rng.integers(-40, 41, w_shape).astype(np.int8)
+            big = rng.random(w_shape) < w_big
+            w[big] = (rng.integers(100, 128, int(big.sum())) * rng.choice([-1, 1], int(big.sum()))).astype(np.int8)
+        ins = [("x", x), ("x_scale", np.float32(0.02)), ("x_zero_point", q(xt)),
+               ("w", w),
                ("w_scale", f32(M, lo=0.002, hi=0.01) if per_channel else np.float32(0.005)),
-               ("w_zero_point", (w8(wt, M) if wz_rand else np.zeros(M, wt)) if per_channel else w8(wt)),
-               ("y_scale", np.float32(0.3)), ("y_zero_point", q(xt)),
+               ("w_zero_point", (w8(wt, M) if wz_rand else np.zeros(M, wt)) if per_channel else
+                np.zeros((), wt) if w_big else w8(wt)),
+               ("y_scale", np.float32(ys)), ("y_zero_point", q(xt)),
                ("B", rng.integers(-5000, 5000, M).astype(np.int32) if bias else None)]
         while ins[-1][1] is None:
             ins.pop()
@@ -881,6 +895,38 @@ def quantised_contrib_tests(out, rng):
           per_channel=True, wz_rand=True, pads=[2, 2, 2, 2])
     qconv("qlinearconv_u8s8_depthwise_320ch_7x7_threads", (1, 320, 7, 7), (320, 1, 3, 3), group=320,
           per_channel=True, pads=[1, 1, 1, 1])
+    # small planes with 16 output channels and more, uint8 x, constant weights of one zero point: the
+    # transposed product through kn_qgemm8 (conv.c's iconv_rows8): odd channel counts (x's
+    # channels-last copy in blocks of 8), rows and columns off its 2 x 32 tile, 1x1 with and without
+    # pads, strides, dilation, 1-D, batches, outputs saturating at both ends, threads; and the
+    # cases that keep the other form (groups, per-channel zero points that differ, int8 x)
+    qconv("qlinearconv_u8s8_small_7x7_128ch_per_channel", (1, 128, 7, 7), (128, 128, 3, 3), per_channel=True,
+          pads=[1, 1, 1, 1], ys=2.0)
+    qconv("qlinearconv_u8s8_small_14x14_37ch_to_40", (1, 37, 14, 14), (40, 37, 3, 3), pads=[1, 1, 1, 1], ys=0.5)
+    qconv("qlinearconv_u8s8_small_5x5_67ch_to_19_saturating", (2, 67, 5, 5), (19, 67, 3, 3), per_channel=True,
+          pads=[1, 1, 1, 1], ys=0.05)
+    qconv("qlinearconv_u8s8_small_1x1_7x7_256ch", (1, 256, 7, 7), (256, 256, 1, 1), per_channel=True, ys=0.6)
+    qconv("qlinearconv_u8s8_small_1x1_pads_9ch_no_bias", (1, 9, 6, 5), (33, 9, 1, 1), pads=[1, 0, 0, 2], bias=False,
+          ys=0.05)
+    qconv("qlinearconv_u8s8_small_15x15_s2_dil2", (1, 24, 15, 15), (48, 24, 3, 3), strides=[2, 2], dilations=[2, 2],
+          pads=[2, 1, 2, 2], ys=0.4)
+    qconv("qlinearconv_u8s8_small_16x16_s1_k5_asym", (1, 11, 16, 16), (17, 11, 5, 5), pads=[2, 1, 1, 2], ys=1.5)
+    qconv("qlinearconv_u8s8_small_1d_s2", (2, 20, 31), (21, 20, 5), strides=[2], pads=[2, 2], per_channel=True,
+          ys=0.2)
+    qconv("qlinearconv_u8u8_small_7x7_zp", (1, 30, 7, 7), (35, 30, 3, 3), wt=np.uint8, pads=[1, 1, 1, 1], ys=2.0,
+          w_u8_mid=True)
+    qconv("qlinearconv_u8s8_small_residual_pairs", (1, 64, 7, 7), (64, 64, 3, 3), per_channel=True,
+          pads=[1, 1, 1, 1], x_half=True, w_big=0.003, ys=0.3)
+    qconv("qlinearconv_u8s8_small_full_range_w_fallback", (1, 40, 6, 6), (24, 40, 3, 3), pads=[1, 1, 1, 1],
+          x_half=True, w_big=0.08, ys=0.5)
+    qconv("qlinearconv_u8s8_small_groups_fallback", (1, 32, 7, 7), (32, 16, 3, 3), group=2, per_channel=True,
+          pads=[1, 1, 1, 1], ys=0.3)
+    qconv("qlinearconv_u8u8_small_per_channel_zp_fallback", (1, 24, 7, 7), (20, 24, 3, 3), wt=np.uint8,
+          per_channel=True, wz_rand=True, pads=[1, 1, 1, 1], ys=2.0)
+    qconv("qlinearconv_s8s8_small_7x7_fallback", (1, 24, 7, 7), (20, 24, 3, 3), xt=np.int8, pads=[1, 1, 1, 1],
+          ys=0.3)
+    qconv("qlinearconv_u8s8_small_512ch_7x7_threads", (1, 512, 7, 7), (64, 512, 3, 3), per_channel=True,
+          pads=[1, 1, 1, 1], ys=4.0)
 
     def qmm(name, a_shape, b_shape, at=np.uint8, bt=np.int8):
         qb = w8 if at == np.uint8 else q

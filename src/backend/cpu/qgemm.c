@@ -859,7 +859,16 @@ kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t
     for (int64_t i = 0; i < M; i++) {
         int32_t sa = 0;
         const uint8_t *ai = a + i * lda;
-        for (int64_t k = 0; k < K; k++) sa += ai[k];
+        int64_t k = 0;
+#if defined(__AVX2__)
+        /* vpsadbw against zero: the bytes' sums per 8 in 64-bit lanes */
+        __m256i sv = _mm256_setzero_si256();
+        for (; k + 32 <= K; k += 32)
+            sv = _mm256_add_epi64(sv, _mm256_sad_epu8(_mm256_loadu_si256((const __m256i *)(ai + k)), _mm256_setzero_si256()));
+        const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sv), _mm256_extracti128_si256(sv, 1));
+        sa = (int32_t)(_mm_cvtsi128_si64(h) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(h, h)));
+#endif
+        for (; k < K; k++) sa += ai[k];
         base[i] = (int32_t)K * za * zbs - zbs * sa;
     }
     g8_job j = {h, a, lda, M, ldc, za, zbs, base, c, fo};
