@@ -324,7 +324,8 @@ def cases():
                                        (128, 128, 7, 3, True, False), (128, 128, 14, 3, True, False),
                                        (256, 256, 7, 1, False, False), (256, 256, 7, 1, True, False),
                                        (256, 256, 5, 3, False, False), (256, 256, 5, 3, True, False),
-                                       (512, 512, 7, 3, True, False), (64, 64, 15, 3, True, False)):
+                                       (512, 512, 7, 3, True, False), (64, 64, 15, 3, True, False),
+                                       (128, 128, 28, 3, True, False), (64, 64, 56, 3, True, False)):
         c.append(qlinear_conv(f"1x{c_}x{hw}x{hw} -> {m} k{k}{' per-channel' if per_ch else ''} u8 x s8",
                               c_, hw, m, k, per_ch, fast))
     c.append(Case("MatMul", "32x128x256 @ 256x256 (b32)", {"a": rnd(32, 128, 256)}, {"b": rnd(256, 256) / 16}))
