@@ -42,7 +42,8 @@
 
 #define KN_CACHE_MAGIC "KILNCOMP"
 #define KN_CACHE_MAGIC_LEN 8
-#define KN_CACHE_FORMAT_VERSION 3 /* 2: the "memory.plan" section; 3: cuBLASLt tuning keys with the epilogue */
+#define KN_CACHE_FORMAT_VERSION 4 /* 2: the "memory.plan" section; 3: cuBLASLt tuning keys with the epilogue;
+                                     4: fused nodes' activation_bounds (an older reader would ignore it) */
 #define KN_CACHE_HEADER_SIZE 64
 #define KN_CACHE_ENTRY_SIZE 48
 #define KN_CACHE_ALIGN 64

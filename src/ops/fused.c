@@ -34,9 +34,23 @@ bool kn_act_from_node(const kn_node *n, kn_act_spec *out, char *why, size_t cap)
     const char *name = kn_attr_string(n, "activation", "");
     out->act = KN_ACT_NONE;
     out->p0 = out->p1 = 0;
+    out->bounded = false;
+    out->lo = -INFINITY;
+    out->hi = INFINITY;
     if (!kn_act_parse(name, &out->act)) {
         snprintf(why, cap, "unknown activation '%s'", name);
         return false;
+    }
+    if (kn_node_attr(n, "activation_bounds")) {
+        int nb = 0;
+        const float *b = kn_attr_floats(n, "activation_bounds", &nb);
+        if (!b || nb != 2 || isnan(b[0]) || isnan(b[1]) || b[0] > b[1] || b[0] == INFINITY || b[1] == -INFINITY) {
+            snprintf(why, cap, "activation_bounds must be two floats lo <= hi, neither NaN (lo -inf or hi inf for none)");
+            return false;
+        }
+        out->bounded = true;
+        out->lo = b[0];
+        out->hi = b[1];
     }
     int np = 0;
     const float *p = kn_attr_floats(n, "activation_params", &np);

@@ -40,7 +40,11 @@
  *                                    ones empty), KN_STACKED_LSTM_MAX_LAYERS at most; outputs Y, Y_h,
  *                                    Y_c of the last layer, as its LSTM would give them
  * Every activation-taking operator has the attributes activation (string, "" = none) and
- * activation_params (floats): LeakyRelu [alpha], Clip [min, max], HardSigmoid [alpha, beta]. */
+ * activation_params (floats): LeakyRelu [alpha], Clip [min, max], HardSigmoid [alpha, beta], and
+ * optionally activation_bounds (floats [lo, hi], lo <= hi, neither NaN, -inf / inf for no bound):
+ * a clamp min(max(act(v), lo), hi) applied after the activation (a constant Max/Min/Clip that
+ * followed it: openWakeWord's LeakyRelu then Max(x, -0.4)). The CPU applies it; the optimiser
+ * forms it only for nodes the CPU runs (src/opt/target.c), as other backends ignore it. */
 #ifndef KN_OPS_FUSED_H
 #define KN_OPS_FUSED_H
 
@@ -69,7 +73,21 @@ typedef enum kn_act {
 typedef struct kn_act_spec {
     kn_act act;
     float p0, p1; /* LeakyRelu alpha; Clip min, max; HardSigmoid alpha, beta */
+    /* activation_bounds: y = min(max(act(v), lo), hi) when bounded (zero-initialised: none) */
+    bool bounded;
+    float lo, hi;
 } kn_act_spec;
+
+/* The clamp [*lo, *hi] (min(max(v, lo), hi), which is the constant hi when lo > hi) followed by
+ * Max(., b0) then Min(., b1), as one clamp: exact for every v but NaN. */
+static inline void kn_clamp_then(float *lo, float *hi, float b0, float b1) {
+    if (b0 <= *hi) {
+        if (b0 > *lo) *lo = b0;
+    } else {
+        *lo = *hi = b0; /* the constant b0 */
+    }
+    if (b1 < *hi) *hi = b1;
+}
 
 #define KN_STACKED_LSTM_MAX_LAYERS 8
 /* StackedLSTM's input i of layer l (0 W, 1 R, 2 B, 3 initial_h, 4 initial_c), and its layers

@@ -290,6 +290,8 @@ bool kn_opt_match_activation(const kn_opt_ctx *c, int v, kn_act_spec *act, int *
     const kn_graph *g = c->g;
     act->act = KN_ACT_NONE;
     act->p0 = act->p1 = 0;
+    act->bounded = false;
+    act->lo = act->hi = 0;
     if (kn_opt_pinned(c, v)) return false;
     int nc = kn_opt_n_consumers(c, v);
     if (nc == 2) {
@@ -333,4 +335,78 @@ bool kn_opt_match_activation(const kn_opt_ctx *c, int v, kn_act_spec *act, int *
     *out_v = nd->outputs[0];
     nodes[(*n_nodes)++] = n;
     return true;
+}
+
+/* ---- constant clamps after an activation ---- */
+
+/* The clamp node n applies to its input v, as Max(., b0) then Min(., b1); false when it is not one
+ * kiln folds (a bound not a one-element constant, NaN or infinite in Max/Min, NaN or an inverted
+ * infinity in Clip, another shape or type out than in). */
+static bool clamp_node(const kn_opt_ctx *c, int n, int v, float *b0, float *b1) {
+    const kn_graph *g = c->g;
+    const kn_node *nd = &g->nodes[n];
+    if (nd->n_outputs != 1 || kn_opt_n_inputs(c, n) < 1) return false;
+    const kn_type *tv = &g->values[v].type, *ty = &g->values[nd->outputs[0]].type;
+    if (ty->dtype != tv->dtype || !kn_opt_same_shape(ty, tv)) return false;
+    *b0 = -INFINITY;
+    *b1 = INFINITY;
+    if (kn_opt_is(c, n, "Max") || kn_opt_is(c, n, "Min")) {
+        int other = nd->n_inputs == 2 ? kn_opt_other_input(c, n, v) : -1;
+        double s;
+        if (other < 0 || !kn_opt_scalar(c, other, &s) || !isfinite(s) || !isfinite((float)s)) return false;
+        if (kn_opt_is(c, n, "Max")) *b0 = (float)s;
+        else *b1 = (float)s;
+        return true;
+    }
+    if (kn_opt_is(c, n, "Clip")) {
+        if (nd->inputs[0] != v) return false;
+        for (int k = 1; k < nd->n_inputs; k++)
+            if (nd->inputs[k] == v) return false;
+        float lo, hi;
+        if (!kn_opt_clip_bounds(c, n, &lo, &hi) || isnan(lo) || isnan(hi) || lo == INFINITY || hi == -INFINITY)
+            return false;
+        *b0 = lo;
+        *b1 = hi;
+        return true;
+    }
+    return false;
+}
+
+int kn_opt_match_bounds(const kn_opt_ctx *c, kn_act_spec *act, int *out_v, int *nodes, int *n_nodes) {
+    if (act->act == KN_ACT_NONE || act->bounded) return 0;
+    const bool as_clip = act->act == KN_ACT_RELU || act->act == KN_ACT_CLIP;
+    float lo = -INFINITY, hi = INFINITY;
+    if (act->act == KN_ACT_RELU) lo = 0.0f;
+    if (act->act == KN_ACT_CLIP) lo = act->p0, hi = act->p1;
+    if (isnan(lo) || isnan(hi) || lo > hi) return 0;
+    int v = *out_v, taken = 0;
+    while (taken < KN_OPT_BOUNDS_MAX_NODES) {
+        const int n = kn_opt_only_consumer(c, v);
+        float b0, b1;
+        if (n < 0 || !clamp_node(c, n, v, &b0, &b1)) break;
+        float l = lo, h = hi;
+        kn_clamp_then(&l, &h, b0, b1);
+        if (l > h) break; /* a constant: left to constant folding's kin, not worth a kernel */
+        lo = l, hi = h;
+        nodes[(*n_nodes)++] = n;
+        taken++;
+        v = c->g->nodes[n].outputs[0];
+    }
+    if (!taken) return 0;
+    *out_v = v;
+    if (as_clip) {
+        if (lo == 0.0f && hi == INFINITY) {
+            act->act = KN_ACT_RELU;
+            act->p0 = act->p1 = 0;
+        } else {
+            act->act = KN_ACT_CLIP;
+            act->p0 = lo;
+            act->p1 = hi;
+        }
+    } else if (lo != -INFINITY || hi != INFINITY) {
+        act->bounded = true;
+        act->lo = lo;
+        act->hi = hi;
+    }
+    return taken;
 }

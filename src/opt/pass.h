@@ -157,6 +157,16 @@ bool kn_opt_region_eval(const kn_opt_ctx *c, const kn_opt_region *r, int x, int 
  * KN_OPT_ACT_MAX_NODES, appended to nodes[*n_nodes]). */
 #define KN_OPT_ACT_MAX_NODES 8
 bool kn_opt_match_activation(const kn_opt_ctx *c, int v, kn_act_spec *act, int *out_v, int *nodes, int *n_nodes);
+/* After an activation (act, producing *out_v), the constant clamps that follow it: Max or Min of
+ * *out_v and a one-element finite float constant, or Clip with constant bounds (NaN refused; an
+ * omitted bound is none), each the only reader of the value before it, with that value's shape
+ * and type; up to KN_OPT_BOUNDS_MAX_NODES of them, appended to nodes[*n_nodes], composed into
+ * act: a Relu or Clip (or none) becomes one Clip, any other activation gets bounds
+ * (kn_act_spec.bounded, the activation_bounds attribute, which only the CPU applies). Returns
+ * how many nodes it took (0: none, act and *out_v unchanged). A clamp that would leave a
+ * constant (its lower bound above its upper one) is not taken. */
+#define KN_OPT_BOUNDS_MAX_NODES 4
+int kn_opt_match_bounds(const kn_opt_ctx *c, kn_act_spec *act, int *out_v, int *nodes, int *n_nodes);
 /* Clip's bounds (attributes before opset 11, constant inputs from it; +-inf when absent); false
  * when a bound is given but not a constant scalar. */
 bool kn_opt_clip_bounds(const kn_opt_ctx *c, int node, float *lo, float *hi);
@@ -190,6 +200,7 @@ typedef struct kn_opt_proto {
     kn_attr attrs[KN_PROTO_MAX_ATTRS];
     int n_attrs;
     float act_params[2]; /* storage for the activation_params attribute */
+    float act_bounds[2]; /* and for activation_bounds */
 } kn_opt_proto;
 
 void kn_proto_init(kn_opt_proto *p, const char *domain, const char *op_type);

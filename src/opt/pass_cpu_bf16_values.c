@@ -74,7 +74,7 @@ static bool bf16_writer(const kn_opt_ctx *c, int i, bool residuals) {
     (void)residuals;
     kn_act_spec a;
     char why[128];
-    if (!kn_act_from_node(n, &a, why, sizeof why) ||
+    if (!kn_act_from_node(n, &a, why, sizeof why) || a.bounded ||
         (a.act != KN_ACT_NONE && a.act != KN_ACT_RELU && a.act != KN_ACT_CLIP))
         return false;
     const int x = kn_opt_input(c, i, 0), v = n->outputs[0];

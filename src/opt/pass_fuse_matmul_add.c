@@ -161,7 +161,8 @@ kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c) {
         int y = g->nodes[i].outputs[0], a = kn_opt_input(c, i, 0), b = kn_opt_input(c, i, 1);
         /* 16-bit types when the target has the fused kernel (CUDA) */
         if (!kn_opt_is_float(c, y) || a < 0 || b < 0) continue;
-        int nodes[3 + KN_OPT_ACT_MAX_NODES] = {i}, n_nodes = 1; /* MatMul, bias Add, residual Add, activation */
+        /* MatMul, bias Add, residual Add, activation, the clamps after it */
+        int nodes[3 + KN_OPT_ACT_MAX_NODES + KN_OPT_BOUNDS_MAX_NODES] = {i}, n_nodes = 1;
         int last = y, bias = -1, z = -1;
         int add = kn_opt_only_consumer(c, y);
         if (kn_opt_is(c, add, "Add")) {
@@ -210,18 +211,29 @@ kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c) {
             }
         }
         if (bias >= 0 && z < 0 && !is_column_bias(c, bias, y)) continue;
-        kn_proto_init(&p, "kiln", "FusedMatMul");
-        kn_proto_in(&p, a);
-        kn_proto_in(&p, b);
-        kn_proto_in(&p, bias);
-        kn_proto_in(&p, z);
-        kn_proto_out(&p, last);
-        kn_proto_act(&p, &act);
-        KN_TRY(kn_opt_emit(c, &p, i, &node));
+        /* a constant clamp after the activation, folded where the target applies it */
+        const kn_act_spec plain = act;
+        const int plain_last = last, plain_n = n_nodes;
+        const int n_bounds = kn_opt_match_bounds(c, &act, &last, nodes, &n_nodes);
+        for (int attempt = 0; attempt < 2 && node < 0; attempt++) {
+            if (attempt == 1) {
+                if (!n_bounds) break;
+                act = plain, last = plain_last, n_nodes = plain_n; /* refused with the clamp: without it */
+            }
+            kn_proto_init(&p, "kiln", "FusedMatMul");
+            kn_proto_in(&p, a);
+            kn_proto_in(&p, b);
+            kn_proto_in(&p, bias);
+            kn_proto_in(&p, z);
+            kn_proto_out(&p, last);
+            kn_proto_act(&p, &act);
+            KN_TRY(kn_opt_emit(c, &p, i, &node));
+        }
         if (node < 0) continue;
         for (int k = 0; k < n_nodes; k++) kn_opt_kill(c, nodes[k]);
         kn_opt_note(c, bias >= 0 && z >= 0 ? "MatMul+bias+residual" : bias >= 0 ? "MatMul+bias" : z >= 0 ? "MatMul+residual" : "MatMul");
-        if (act.act != KN_ACT_NONE) kn_opt_note(c, "+activation");
+        if (act.act != KN_ACT_NONE || act.bounded) kn_opt_note(c, "+activation");
+        if (n_nodes > plain_n) kn_opt_note(c, "+clamp");
         KN_TRY(kn_opt_refresh(c));
     }
     for (int i = 0; i < g->n_nodes; i++)

@@ -335,7 +335,7 @@ static kiln_status replace_node(kn_opt_ctx *c, int i, const kn_opt_proto *p) {
 /* The channels-last form of a Conv or FusedConv (inputs already channels last). */
 static kiln_status conv_node(kn_opt_ctx *c, int i, const int *in, int n_in, int out) {
     static const char *const copied[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides",
-                                         "activation", "activation_params"};
+                                         "activation", "activation_params", "activation_bounds"};
     kn_opt_proto p;
     kn_proto_init(&p, "kiln", "FusedConv");
     for (int k = 0; k < n_in; k++) kn_proto_in(&p, in[k]);

@@ -384,6 +384,11 @@ void kn_proto_act(kn_opt_proto *p, const kn_act_spec *a) {
     p->act_params[0] = a->p0;
     p->act_params[1] = a->p1;
     if (n) kn_proto_floats(p, "activation_params", p->act_params, n);
+    if (a->bounded) {
+        p->act_bounds[0] = a->lo;
+        p->act_bounds[1] = a->hi;
+        kn_proto_floats(p, "activation_bounds", p->act_bounds, 2);
+    }
 }
 
 /* Copies the prototype's attributes (arrays and strings) into the arena. */

@@ -15,7 +15,12 @@
  * nodes would run (an fp32-only CPU kernel does not pull an fp16 CUDA convolution to the CPU,
  * and with cpu,cuda a CPU pattern is not pulled to the GPU), and a fusion one provider lacks is
  * still formed for the provider that would run it (fp16 FusedConv with cuda,cpu), which the
- * stricter rule "every candidate supports it" would refuse. */
+ * stricter rule "every candidate supports it" would refuse.
+ *
+ * One attribute is the optimiser's own business: a fused node's activation_bounds (a constant
+ * clamp after its activation, src/ops/fused.h) is applied by the CPU's kernels only; CUDA's fused
+ * kernels would accept the node and ignore it. So a node carrying it forms only where the provider
+ * placement gives it is the CPU, and the passes then form it without the clamp. */
 #include "opt/pass.h"
 
 #include "backend/backend.h"
@@ -72,6 +77,9 @@ static int first_supporting(const char *const *names, int n, const kn_node *node
     return -1;
 }
 
+/* Whether the provider's fused kernels apply activation_bounds (the CPU's: src/backend/cpu/fused.c). */
+static bool applies_bounds(const char *provider) { return !strcmp(provider, "cpu"); }
+
 bool kn_opt_target_supports(const kn_opt_ctx *c, const kn_node *node, const kn_type *const *in, int n_in,
                             int anchor, char *why, size_t cap) {
     const char *names[KN_MAX_PROVIDERS + 1];
@@ -85,6 +93,11 @@ bool kn_opt_target_supports(const kn_opt_ctx *c, const kn_node *node, const kn_t
     if (fused_at < 0) {
         snprintf(why, cap, "no provider has a kernel for %s%s%s (%s)", node->domain, *node->domain ? ":" : "",
                  node->op_type, refusal);
+        return false;
+    }
+    if (kn_node_attr(node, "activation_bounds") && !applies_bounds(names[fused_at])) {
+        snprintf(why, cap, "provider '%s' would run %s%s%s but does not apply its activation_bounds", names[fused_at],
+                 node->domain, *node->domain ? ":" : "", node->op_type);
         return false;
     }
     int pattern_at = 0; /* without an anchor: the first candidate, where most nodes go */

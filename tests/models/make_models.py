@@ -399,6 +399,56 @@ def float16_cnn():
     return m, data
 
 
+def clamped_activations():
+    """A constant clamp after an activation, which kiln folds into the fused node before it:
+    openWakeWord's Conv -> LeakyRelu -> Max(x, -0.4), Tanh -> Clip(-0.3, 0.5), Relu -> Max(x, 0.25)
+    (one Clip), Gemm -> Sigmoid -> Max(0.2, x) -> Min(x, 0.7); and what must not fold: Max before
+    the LeakyRelu, a per-channel bound, a LeakyRelu output read by its Max and also an output."""
+    def s(name, v):
+        return numpy_helper.from_array(np.array(v, np.float32), name)
+    inits = [w("c1_w", 16, 3, 3, 3), w("c1_b", 16, scale=0.3), w("c2_w", 16, 16, 3, 3), w("c2_b", 16, scale=0.3),
+             w("c3_w", 16, 16, 1, 1), w("c3_b", 16, scale=0.3), w("c4_w", 16, 16, 3, 3), w("c5_w", 16, 16, 1, 1),
+             w("c6_w", 16, 16, 1, 1), w("fc_w", 16, 10), w("fc_b", 10, scale=0.3),
+             s("m04", -0.4), s("lo3", -0.3), s("hi5", 0.5), s("q25", 0.25), s("m01", -0.1), s("p2", 0.2),
+             s("p7", 0.7),
+             numpy_helper.from_array((RNG.uniform(-0.3, 0.0, (1, 16, 1, 1))).astype(np.float32), "per_ch")]
+    nodes = [
+        helper.make_node("Conv", ["x", "c1_w", "c1_b"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("LeakyRelu", ["c1"], ["l1"], alpha=0.2),
+        helper.make_node("Max", ["l1", "m04"], ["a1"]),
+        helper.make_node("Conv", ["a1", "c2_w", "c2_b"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Tanh", ["c2"], ["t2"]),
+        helper.make_node("Clip", ["t2", "lo3", "hi5"], ["a2"]),
+        helper.make_node("Conv", ["a2", "c3_w", "c3_b"], ["c3"]),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("Max", ["r3", "q25"], ["a3"]),
+        # lookalikes: Max before the activation; a per-channel bound; a second reader
+        helper.make_node("Conv", ["a3", "c4_w"], ["c4"], pads=[1, 1, 1, 1]),
+        helper.make_node("Max", ["c4", "m01"], ["m4"]),
+        helper.make_node("LeakyRelu", ["m4"], ["a4"], alpha=0.3),
+        helper.make_node("Conv", ["a4", "c5_w"], ["c5"]),
+        helper.make_node("LeakyRelu", ["c5"], ["l5"], alpha=0.1),
+        helper.make_node("Max", ["l5", "per_ch"], ["a5"]),
+        helper.make_node("Conv", ["a5", "c6_w"], ["c6"]),
+        helper.make_node("LeakyRelu", ["c6"], ["l6"], alpha=0.1),
+        helper.make_node("Max", ["l6", "m01"], ["a6"]),
+        helper.make_node("GlobalAveragePool", ["a6"], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["flat"], axis=1),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["fc"]),
+        helper.make_node("Sigmoid", ["fc"], ["sg"]),
+        helper.make_node("Max", ["p2", "sg"], ["sgm"]),
+        helper.make_node("Min", ["sgm", "p7"], ["out"]),
+    ]
+    g = helper.make_graph(nodes, "clamped_activations",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 12, 12])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 10]),
+                           helper.make_tensor_value_info("l6", TensorProto.FLOAT, ["batch", 16, 12, 12]),
+                           helper.make_tensor_value_info("a1", TensorProto.FLOAT, ["batch", 16, 12, 12])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="kiln-tests")
+    data = [[(RNG.standard_normal((n, 3, 12, 12)) * 2).astype(np.float32)] for n in (1, 2)]
+    return m, data
+
+
 def write(out, name, model, data):
     import onnxruntime as ort
     # IR 10 (ONNX 1.16): what every ONNX Runtime still in use loads (the GPU host's 1.30 refuses the
@@ -435,7 +485,7 @@ def main():
     for name, build in (("tiny_cnn", tiny_cnn), ("tiny_transformer", tiny_transformer), ("tiny_rnn", tiny_rnn),
                         ("mha_static", mha_static), ("qdq_matmul", qdq_matmul),
                         ("unrolled_rnn", unrolled_rnn), ("decomposed_activations", decomposed_activations),
-                        ("float16_cnn", float16_cnn)):
+                        ("float16_cnn", float16_cnn), ("clamped_activations", clamped_activations)):
         model, data = build()
         write(out, name, model, data)
         # float16: level 0 rounds after every operator, ONNX Runtime and the later levels compute

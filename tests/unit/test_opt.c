@@ -377,6 +377,292 @@ KN_TEST(opt_fused_conv_activation_forms) {
     }
 }
 
+/* A constant clamp after a fused activation (openWakeWord's Conv -> LeakyRelu -> Max(x, -0.4))
+ * folds into the fused node: Relu and Clip compose into one Clip, the other activations carry
+ * activation_bounds. clamp_case: 0 LeakyRelu, Max(x, -0.1); 1 Tanh, Max(-0.3, x), Min(x, 0.5);
+ * 2 HardSwish, Clip(-0.2, 0.3); 3 Relu, Max(x, 0.25); 4 Clip(-0.25, 0.5), Min(x, 0.3);
+ * 5 Sigmoid, Min(x, 0.6), through a residual Add. The lookalikes, which must not fold: 6 the
+ * bound a graph input; 7 a per-channel [1,4,1,1] bound; 8 Max before the LeakyRelu; 9 a NaN
+ * bound; 10 an infinite one; 11 the activation's output read by the Max and by a graph output;
+ * 12 a Max of three inputs. */
+static int clamp_case;
+static kn_model *build_clamp(void) {
+    tb b;
+    tb_init(&b, 17);
+    int64_t xd[] = {1, 4, 6, 6}, wd[] = {4, 4, 3, 3}, bd[] = {4};
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd);
+    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 4, wd, -0.5f, 0.5f);
+    int bias = tb_const(&b, "b", KILN_DTYPE_FLOAT, 1, bd, -0.5f, 0.5f);
+    int y = tb_node(&b, "Conv", (int[]){x, w, bias}, 3, "y");
+    tb_ints_attr(&b, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    if (clamp_case == 5) {
+        int z = tb_input(&b, "z", KILN_DTYPE_FLOAT, 4, xd);
+        y = tb_node(&b, "Add", (int[]){y, z}, 2, "sum");
+    }
+    int a;
+    switch (clamp_case) {
+    case 1: a = tb_node(&b, "Tanh", &y, 1, "act"); break;
+    case 2: a = tb_node(&b, "HardSwish", &y, 1, "act"); break;
+    case 3: a = tb_node(&b, "Relu", &y, 1, "act"); break;
+    case 4: {
+        int lo = tb_scalar(&b, "clo", KILN_DTYPE_FLOAT, -0.25), hi = tb_scalar(&b, "chi", KILN_DTYPE_FLOAT, 0.5);
+        a = tb_node(&b, "Clip", (int[]){y, lo, hi}, 3, "act");
+        break;
+    }
+    case 5: a = tb_node(&b, "Sigmoid", &y, 1, "act"); break;
+    case 8: { /* Max first: LeakyRelu(Max(x, -0.1)) is not Max(LeakyRelu(x), -0.1) */
+        int k = tb_scalar(&b, "k", KILN_DTYPE_FLOAT, -0.1);
+        int m = tb_node(&b, "Max", (int[]){y, k}, 2, "m");
+        a = tb_node(&b, "LeakyRelu", &m, 1, "act");
+        tb_float(&b, "alpha", 0.2f);
+        break;
+    }
+    default:
+        a = tb_node(&b, "LeakyRelu", &y, 1, "act");
+        tb_float(&b, "alpha", 0.2f);
+        break;
+    }
+    int out = a;
+    switch (clamp_case) {
+    case 0:
+    case 11: out = tb_node(&b, "Max", (int[]){a, tb_scalar(&b, "k", KILN_DTYPE_FLOAT, -0.1)}, 2, "out"); break;
+    case 1: {
+        int m = tb_node(&b, "Max", (int[]){tb_scalar(&b, "k0", KILN_DTYPE_FLOAT, -0.3), a}, 2, "m");
+        out = tb_node(&b, "Min", (int[]){m, tb_scalar(&b, "k1", KILN_DTYPE_FLOAT, 0.5)}, 2, "out");
+        break;
+    }
+    case 2: {
+        int lo = tb_scalar(&b, "k0", KILN_DTYPE_FLOAT, -0.2), hi = tb_scalar(&b, "k1", KILN_DTYPE_FLOAT, 0.3);
+        out = tb_node(&b, "Clip", (int[]){a, lo, hi}, 3, "out");
+        break;
+    }
+    case 3: out = tb_node(&b, "Max", (int[]){a, tb_scalar(&b, "k", KILN_DTYPE_FLOAT, 0.25)}, 2, "out"); break;
+    case 4: out = tb_node(&b, "Min", (int[]){a, tb_scalar(&b, "k", KILN_DTYPE_FLOAT, 0.3)}, 2, "out"); break;
+    case 5: out = tb_node(&b, "Min", (int[]){a, tb_scalar(&b, "k", KILN_DTYPE_FLOAT, 0.6)}, 2, "out"); break;
+    case 6: {
+        int k = tb_input(&b, "k", KILN_DTYPE_FLOAT, 1, (int64_t[]){1});
+        out = tb_node(&b, "Max", (int[]){a, k}, 2, "out");
+        break;
+    }
+    case 7: {
+        int k = tb_const(&b, "k", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 4, 1, 1}, -0.3f, -0.05f);
+        out = tb_node(&b, "Max", (int[]){a, k}, 2, "out");
+        break;
+    }
+    case 8: break;
+    case 9: out = tb_node(&b, "Max", (int[]){a, tb_scalar(&b, "k", KILN_DTYPE_FLOAT, NAN)}, 2, "out"); break;
+    case 10: out = tb_node(&b, "Min", (int[]){a, tb_scalar(&b, "k", KILN_DTYPE_FLOAT, INFINITY)}, 2, "out"); break;
+    case 12: {
+        int k0 = tb_scalar(&b, "k0", KILN_DTYPE_FLOAT, -0.1), k1 = tb_scalar(&b, "k1", KILN_DTYPE_FLOAT, -0.2);
+        out = tb_node(&b, "Max", (int[]){a, k0, k1}, 3, "out");
+        break;
+    }
+    }
+    tb_output(&b, out);
+    if (clamp_case == 11) tb_output(&b, a);
+    return b.m;
+}
+
+/* The fused node of the session (the one FusedConv, FusedGemm or FusedMatMul), or NULL. */
+static const kn_node *fused_node(const kiln_session *s, const char *op) {
+    const kn_graph *g = s->model->graph;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && !strcmp(g->nodes[i].op_type, op) && !strcmp(g->nodes[i].domain, "kiln"))
+            return &g->nodes[i];
+    return NULL;
+}
+
+KN_TEST(opt_clamp_after_activation_folds) {
+    static const struct {
+        const char *act;
+        int bounded; /* 1: activation_bounds lo, hi; 0: none (a Clip's params p0, p1 when act is Clip) */
+        float lo, hi;
+    } want[] = {{"LeakyRelu", 1, -0.1f, INFINITY}, {"Tanh", 1, -0.3f, 0.5f}, {"HardSwish", 1, -0.2f, 0.3f},
+                {"Clip", 0, 0.25f, INFINITY},      {"Clip", 0, -0.25f, 0.3f}, {"Sigmoid", 1, -INFINITY, 0.6f}};
+    for (clamp_case = 0; clamp_case <= 5; clamp_case++) {
+        kiln_session *s = compare_levels_without(build_clamp, 2, 1e-6, "fuse_elementwise");
+        if (!s) continue;
+        CHECK_MSG(live_nodes(s) == 1 && count_op(s, "kiln", "FusedConv") == 1, "case %d: %d nodes", clamp_case,
+                  live_nodes(s));
+        const kn_node *n = fused_node(s, "FusedConv");
+        if (n) {
+            CHECK_MSG(!strcmp(kn_attr_string(n, "activation", ""), want[clamp_case].act), "case %d: %s", clamp_case,
+                      kn_attr_string(n, "activation", ""));
+            int nb = 0, np = 0;
+            const float *bd = kn_attr_floats(n, "activation_bounds", &nb);
+            const float *p = kn_attr_floats(n, "activation_params", &np);
+            if (want[clamp_case].bounded)
+                CHECK_MSG(nb == 2 && bd[0] == want[clamp_case].lo && bd[1] == want[clamp_case].hi,
+                          "case %d: bounds %d [%g, %g]", clamp_case, nb, nb ? bd[0] : 0, nb ? bd[1] : 0);
+            else
+                CHECK_MSG(nb == 0 && np == 2 && p[0] == want[clamp_case].lo && p[1] == want[clamp_case].hi,
+                          "case %d: %d bounds, params %d [%g, %g]", clamp_case, nb, np, np ? p[0] : 0, np > 1 ? p[1] : 0);
+        }
+        kiln_session_destroy(s);
+    }
+    /* the lookalikes: the clamp (or, case 8, the LeakyRelu after it) stays a node of its own, and the
+     * fused node carries no bounds */
+    for (clamp_case = 6; clamp_case <= 12; clamp_case++) {
+        kiln_session *s = compare_levels_without(build_clamp, 2, 1e-6, "fuse_elementwise");
+        if (!s) continue;
+        const kn_node *n = fused_node(s, "FusedConv");
+        CHECK_MSG(n && !kn_node_attr(n, "activation_bounds"), "case %d: %s", clamp_case,
+                  n ? "bounds folded" : "no FusedConv");
+        if (clamp_case == 8) CHECK_EQ_INT(count_op(s, "", "LeakyRelu"), 1);
+        else CHECK_MSG(count_op(s, "", "Max") + count_op(s, "", "Min") == 1, "case %d: the clamp went", clamp_case);
+        kiln_session_destroy(s);
+    }
+}
+
+/* activation_bounds as the CPU kernels read it from a kiln.FusedConv that names it directly
+ * (which the optimiser never forms for Relu, Clip or no activation: it makes them one Clip), so
+ * the convolution's store-time clamp composes them (kn_clamp_then), and for other activations
+ * the epilogue applies them: each against Conv -> activation -> Max -> Min at level 0.
+ * direct_case: 0 Relu [-0.1, 0.3]; 1 Clip(-0.25, 0.5) [0.6, 0.9] (a constant 0.6); 2 none
+ * [-0.2, 0.2]; 3 LeakyRelu 0.2 [-0.1, inf]; 4 Tanh [-0.3, 0.5]. */
+static int direct_case, direct_fused;
+static kn_model *build_direct_bounds(void) {
+    static const struct {
+        const char *act;
+        float p0, p1, lo, hi;
+    } cases[] = {{"Relu", 0, 0, -0.1f, 0.3f},
+                 {"Clip", -0.25f, 0.5f, 0.6f, 0.9f},
+                 {"", 0, 0, -0.2f, 0.2f},
+                 {"LeakyRelu", 0.2f, 0, -0.1f, INFINITY},
+                 {"Tanh", 0, 0, -0.3f, 0.5f}};
+    tb b;
+    tb_init(&b, 17);
+    int64_t xd[] = {1, 16, 8, 8}, wd[] = {16, 16, 1, 1}, bd[] = {16}; /* pointwise: the GEMM stores the clamp */
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd);
+    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 4, wd, -0.5f, 0.5f);
+    int bias = tb_const(&b, "b", KILN_DTYPE_FLOAT, 1, bd, -0.5f, 0.5f);
+    const int k = direct_case;
+    int y;
+    if (direct_fused) {
+        kn_opset_import *os = kn_arena_alloc(&b.m->arena, 2 * sizeof *os);
+        os[0] = b.m->opsets[0];
+        os[1].domain = "kiln";
+        os[1].version = 1;
+        b.m->opsets = os;
+        b.m->n_opsets = 2;
+        y = kn_graph_add_value(b.g, "out");
+        last_node = kn_graph_add_node(b.g, "fc", "FusedConv", "kiln", (int[]){x, w, bias}, 3, &y, 1);
+        b.g->nodes[last_node].opset = 1;
+        kn_attr *a = tb_attr(&b, "activation", KN_ATTR_STRING);
+        a->s = (char *)cases[k].act;
+        a->s_len = strlen(cases[k].act);
+        float *pp = kn_arena_alloc(&b.m->arena, 4 * sizeof(float));
+        pp[0] = cases[k].p0, pp[1] = cases[k].p1, pp[2] = cases[k].lo, pp[3] = cases[k].hi;
+        a = tb_attr(&b, "activation_params", KN_ATTR_FLOATS);
+        a->floats = pp, a->n = 2;
+        a = tb_attr(&b, "activation_bounds", KN_ATTR_FLOATS);
+        a->floats = pp + 2, a->n = 2;
+    } else {
+        y = tb_node(&b, "Conv", (int[]){x, w, bias}, 3, "y");
+        if (k == 1) {
+            y = tb_node(&b, "Clip", (int[]){y, tb_scalar(&b, "c0", KILN_DTYPE_FLOAT, cases[k].p0),
+                                            tb_scalar(&b, "c1", KILN_DTYPE_FLOAT, cases[k].p1)}, 3, "act");
+        } else if (k == 3) {
+            y = tb_node(&b, "LeakyRelu", &y, 1, "act");
+            tb_float(&b, "alpha", cases[k].p0);
+        } else if (k != 2) {
+            y = tb_node(&b, cases[k].act, &y, 1, "act");
+        }
+        y = tb_node(&b, "Max", (int[]){y, tb_scalar(&b, "lo", KILN_DTYPE_FLOAT, cases[k].lo)}, 2, "m");
+        y = tb_node(&b, "Min", (int[]){y, tb_scalar(&b, "hi", KILN_DTYPE_FLOAT, cases[k].hi)}, 2, "out");
+    }
+    tb_output(&b, y);
+    return b.m;
+}
+
+KN_TEST(opt_activation_bounds_in_the_cpu_kernels) {
+    for (direct_case = 0; direct_case <= 4; direct_case++) {
+        direct_fused = 0;
+        kiln_session *ref = make_session(build_direct_bounds(), 0, NULL);
+        direct_fused = 1;
+        kiln_session *fused = make_session(build_direct_bounds(), 0, NULL);
+        if (ref && fused) {
+            CHECK_EQ_INT(count_op(fused, "kiln", "FusedConv"), 1);
+            check_same(ref, fused, 1e-6);
+        }
+        kiln_session_destroy(ref);
+        kiln_session_destroy(fused);
+    }
+}
+
+/* The same after Gemm (FusedGemm) and after MatMul + bias (FusedMatMul): LeakyRelu, Max(x, -0.1). */
+static int clamp_gemm;
+static kn_model *build_clamp_gemm(void) {
+    tb b;
+    tb_init(&b, 17);
+    int a = tb_input(&b, "a", KILN_DTYPE_FLOAT, clamp_gemm ? 3 : 2, clamp_gemm ? (int64_t[]){2, 3, 5} : (int64_t[]){3, 5});
+    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){5, 6}, -1, 1);
+    int c = tb_const(&b, "c", KILN_DTYPE_FLOAT, 1, (int64_t[]){6}, -1, 1);
+    int y;
+    if (!clamp_gemm) {
+        y = tb_node(&b, "Gemm", (int[]){a, w, c}, 3, "g");
+    } else {
+        y = tb_node(&b, "MatMul", (int[]){a, w}, 2, "mm");
+        y = tb_node(&b, "Add", (int[]){y, c}, 2, "biased");
+    }
+    y = tb_node(&b, "LeakyRelu", &y, 1, "act");
+    tb_float(&b, "alpha", 0.2f);
+    y = tb_node(&b, "Max", (int[]){y, tb_scalar(&b, "k", KILN_DTYPE_FLOAT, -0.1)}, 2, "out");
+    tb_output(&b, y);
+    return b.m;
+}
+
+KN_TEST(opt_clamp_after_gemm_activation_folds) {
+    for (clamp_gemm = 0; clamp_gemm <= 1; clamp_gemm++) {
+        const char *op = clamp_gemm ? "FusedMatMul" : "FusedGemm";
+        kiln_session *s = compare_levels_without(build_clamp_gemm, 2, 1e-6, "fuse_elementwise");
+        if (!s) continue;
+        CHECK_MSG(live_nodes(s) == 1 && count_op(s, "kiln", op) == 1, "%s: %d nodes", op, live_nodes(s));
+        const kn_node *n = fused_node(s, op);
+        int nb = 0;
+        const float *bd = n ? kn_attr_floats(n, "activation_bounds", &nb) : NULL;
+        CHECK_MSG(nb == 2 && bd[0] == -0.1f && bd[1] == INFINITY, "%s: %d bounds", op, nb);
+        kiln_session_destroy(s);
+    }
+}
+
+/* kn_clamp_then against the two clamps it stands for, over bounds in every order (constant
+ * results included); and activation_bounds that are not two ordered, non-NaN floats are refused. */
+KN_TEST(opt_clamp_composition) {
+    static const float k[] = {-INFINITY, -2.0f, -0.5f, 0.0f, 0.5f, 2.0f, INFINITY};
+    const int nk = (int)(sizeof k / sizeof k[0]);
+    int bad = 0;
+    for (int i = 0; i < nk; i++)
+        for (int j = 0; j < nk; j++)
+            for (int p = 0; p < nk; p++)
+                for (int q = 0; q < nk; q++) {
+                    float lo = k[i], hi = k[j];
+                    kn_clamp_then(&lo, &hi, k[p], k[q]);
+                    for (float x = -3.0f; x <= 3.0f; x += 0.25f) {
+                        float two = fminf(fmaxf(fminf(fmaxf(x, k[i]), k[j]), k[p]), k[q]);
+                        bad += fminf(fmaxf(x, lo), hi) != two;
+                    }
+                }
+    CHECK_EQ_INT(bad, 0);
+    kn_node n;
+    memset(&n, 0, sizeof n);
+    n.op_type = "FusedConv";
+    n.domain = "kiln";
+    float vals[][2] = {{NAN, 1.0f}, {1.0f, 0.5f}, {INFINITY, INFINITY}, {-1.0f, 1.0f}};
+    kn_attr at[2] = {{.name = "activation", .type = KN_ATTR_STRING, .s = "Tanh", .s_len = 4},
+                     {.name = "activation_bounds", .type = KN_ATTR_FLOATS, .n = 2}};
+    n.attrs = at;
+    n.n_attrs = 2;
+    char why[160];
+    for (int v = 0; v < 4; v++) {
+        at[1].floats = vals[v];
+        kn_act_spec a;
+        bool ok = kn_act_from_node(&n, &a, why, sizeof why);
+        CHECK_MSG(ok == (v == 3), "bounds [%g, %g]: %s", vals[v][0], vals[v][1], ok ? "taken" : why);
+        if (ok) CHECK(a.bounded && a.lo == -1.0f && a.hi == 1.0f && a.act == KN_ACT_TANH);
+    }
+}
+
 /* Per-channel affine steps written out after a Conv (BatchNormalization decomposed: Conv without
  * bias, Mul by a [4, 1, 1] scale, Add of a [1, 4, 1, 1] shift; a Sub of a scalar) fold into the
  * Conv's weights and bias at level 1, so the Relu then fuses too; an Add whose constant varies along
@@ -1418,6 +1704,32 @@ KN_TEST(opt_target_refuses_fusion_the_pattern_provider_lacks) {
     CHECK_MSG(kn_opt_target_supports(&c, &fused, fin, 3, 0, why, sizeof why), "refused: %s", why);
     kiln_session_options_destroy(o);
     kn_model_free(m);
+}
+
+/* activation_bounds is applied by the CPU's fused kernels only: with cuda,cpu a float32 Conv +
+ * LeakyRelu runs on CUDA (its tables take it), so the FusedConv forms there without the clamp and
+ * the Max stays a node; with cpu,cuda the CPU runs it, clamp folded. */
+KN_TEST(opt_target_clamp_fold_cpu_only) {
+    if (!kn_backend_find("cuda")) KN_SKIP("no CUDA backend in this build");
+    clamp_case = 0;
+    kiln_session_options *o = options_with("cuda", "cpu", 3);
+    kn_model *m = optimised_from_tables(build_clamp, o);
+    const char *where = placed_on(m, "kiln", "FusedConv");
+    if (where && !strcmp(where, "cuda")) {
+        CHECK_EQ_INT(model_count_op(m, "", "Max"), 1);
+        for (int i = 0; i < m->graph->n_nodes; i++)
+            if (!m->graph->nodes[i].dead) CHECK(!kn_node_attr(&m->graph->nodes[i], "activation_bounds"));
+    } else {
+        CHECK_MSG(0, "the float32 FusedConv is placed on %s with cuda,cpu", where ? where : "nothing");
+    }
+    kn_model_free(m);
+    kiln_session_options_destroy(o);
+    o = options_with("cpu", "cuda", 3);
+    m = optimised_from_tables(build_clamp, o);
+    CHECK_EQ_INT(model_count_op(m, "", "Max"), 0);
+    CHECK_EQ_INT(model_count_op(m, "kiln", "FusedConv"), 1);
+    kn_model_free(m);
+    kiln_session_options_destroy(o);
 }
 
 /* On a machine with a GPU: the fusions formed for cuda,cpu run there and agree with level 0

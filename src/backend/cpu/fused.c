@@ -93,7 +93,19 @@ static inline __attribute__((always_inline)) void act_apply(float *p, int64_t n,
 #endif
         break;
     case KN_ACT_LEAKY_RELU:
+#if defined(__AVX512F__)
+        if (a->bounded) { /* with its bounds in the same pass (openWakeWord's LeakyRelu then Max) */
+            const __m512 al = _mm512_set1_ps(p0), lo = _mm512_set1_ps(a->lo), hi = _mm512_set1_ps(a->hi);
+            ACT_V16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_mask_mul_ps(x, _mm512_cmp_ps_mask(x, V_ZERO, _CMP_LT_OQ),
+                                                                          x, al))));
+            return;
+        }
+        ACT_V16(_mm512_mask_mul_ps(x, _mm512_cmp_ps_mask(x, V_ZERO, _CMP_LT_OQ), x, _mm512_set1_ps(p0)));
+#elif defined(FUSED_V8)
+        ACT_V8(_mm256_blendv_ps(x, _mm256_mul_ps(x, _mm256_set1_ps(p0)), _mm256_cmp_ps(x, V8_ZERO, _CMP_LT_OQ)));
+#else
         for (int64_t i = 0; i < n; i++) p[i] = p[i] < 0.0f ? p0 * p[i] : p[i];
+#endif
         break;
     case KN_ACT_CLIP:
         for (int64_t i = 0; i < n; i++) {
@@ -178,6 +190,19 @@ static inline __attribute__((always_inline)) void act_apply(float *p, int64_t n,
         break;
     default: break;
     }
+    if (a->bounded) { /* activation_bounds: min(max(y, lo), hi), NaN kept as the scalar form keeps it */
+        const float lo = a->lo, hi = a->hi;
+#if defined(__AVX512F__)
+        ACT_V16(_mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), x)));
+#elif defined(FUSED_V8)
+        ACT_V8(_mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), x)));
+#else
+        for (int64_t i = 0; i < n; i++) {
+            float v = p[i] < lo ? lo : p[i];
+            p[i] = v > hi ? hi : v;
+        }
+#endif
+    }
 }
 
 void kn_fused_act(float *p, int64_t n, const kn_act_spec *a) { act_apply(p, n, a); }
@@ -252,7 +277,7 @@ static void epi_rows(void *arg, int64_t r0, int64_t r1) {
 
 static void epilogue(kn_threadpool *pool, epi_job *j, int64_t total) {
     if (total <= 0 || j->cols <= 0) return;
-    if (!j->z && !j->bias && j->act.act == KN_ACT_NONE) return;
+    if (!j->z && !j->bias && j->act.act == KN_ACT_NONE && !j->act.bounded) return;
     /* rows too long for L1 are cut into pieces (without a per-column bias that would need offsets) */
     if (!j->bias && j->cols > 4096 && j->cols % 4096 == 0) j->cols = 4096;
     int64_t rows = total / j->cols;
@@ -469,12 +494,14 @@ static kiln_status fused_conv_channels_first(kn_kernel_ctx *c, const kn_act_spec
     pc.n_inputs = c->n_inputs < 3 ? c->n_inputs : 3;
     const bool z16 = Z && Z->dtype == KILN_DTYPE_BFLOAT16;
     conv_epi e = {Z && !z16 ? Z->data : NULL, a, z16 ? Z->data : NULL};
-    bool any = Z || a.act != KN_ACT_NONE;
-    /* the residual and a Relu or Clip as data too, for the kernels that apply them as they store */
+    bool any = Z || a.act != KN_ACT_NONE || a.bounded;
+    /* the residual and a Relu or Clip (and its bounds) as data too, for the kernels that apply them
+     * as they store */
     kn_conv_tail tail = {Z && !z16 ? Z->data : NULL, -INFINITY, INFINITY, z16 ? Z->data : NULL};
     bool as_tail = a.act == KN_ACT_NONE || a.act == KN_ACT_RELU || a.act == KN_ACT_CLIP;
     if (a.act == KN_ACT_RELU) tail.lo = 0.0f;
     if (a.act == KN_ACT_CLIP) tail.lo = a.p0, tail.hi = a.p1;
+    if (a.bounded) kn_clamp_then(&tail.lo, &tail.hi, a.lo, a.hi);
     return kn_cpu_conv_with_tail(&pc, any ? conv_epilogue : NULL, &e, any && as_tail ? &tail : NULL);
 }
 
