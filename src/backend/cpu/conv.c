@@ -2793,9 +2793,12 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
     *st = KILN_OK;
     if (!xh || !cols || !ct || (bias && !bv)) *st = KILN_ERR_OUT_OF_MEMORY;
     if (bv) kn_q_int32_values(bias, M, bv);
-    /* threads past kn_qgemm8's panels of 32 output channels: the rows split among them instead */
+    /* threads past kn_qgemm8's panels of 32 output channels, or planes of 256 outputs and more
+     * (whose im2col^T, made on one thread, kept 1x64x56x56 3x3 from gaining on a second): the rows
+     * split among the threads instead */
     const int64_t threads = kn_threadpool_size(c->pool), panels = (M + 31) / 32;
-    const bool split = threads > panels && (double)P * (double)M * (double)K >= 4e5 && P >= 32;
+    const bool split = threads > 1 && (threads > panels || P >= 256) && (double)P * (double)M * (double)K >= 4e5 &&
+                       P >= 32;
     iconv_rows8_job job = {s, xh, cols, ct, w8, WP, split ? min64(threads, P / 16) : 1, zx, zw, direct,
                            W->dtype == KILN_DTYPE_INT8};
     atomic_init(&job.failed, 0);
