@@ -2681,6 +2681,42 @@ static void iconv_to_hwc(const conv_shape *s, const uint8_t *x, uint8_t zx, int6
     const int64_t H = two ? v->in[0] : 1, W = v->in[two], ph = two ? v->pad_begin[0] : 0, pw = v->pad_begin[two];
     const int64_t C = s->C;
     memset(xh, zx, (size_t)(HP * WP * C));
+#if defined(__SSE2__)
+    /* every column inside (the usual pads): 8 channels x 8 pixels of the flattened plane at a time,
+     * rows narrower than 8 (7x7) included, each pixel's 8 bytes stored where its row puts them */
+    const int64_t ih0 = max64(0, -ph), ih1 = min64(H, HP - ph);
+    if (pw >= 0 && W + pw <= WP && ih1 > ih0) {
+        const int64_t P0 = ih0 * W, P1 = ih1 * W;
+        for (int64_t ci0 = 0; ci0 + 8 <= C; ci0 += 8) {
+            int64_t pix = P0;
+            for (; pix + 8 <= P1; pix += 8) {
+                const uint8_t *sp = x + ci0 * s->in_plane + pix;
+                __m128i v[8];
+                for (int e = 0; e < 8; e++) v[e] = _mm_loadl_epi64((const __m128i *)(sp + e * s->in_plane));
+                const __m128i a0 = _mm_unpacklo_epi8(v[0], v[1]), a1 = _mm_unpacklo_epi8(v[2], v[3]);
+                const __m128i a2 = _mm_unpacklo_epi8(v[4], v[5]), a3 = _mm_unpacklo_epi8(v[6], v[7]);
+                const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);
+                const __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
+                const __m128i t[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2),
+                                      _mm_unpacklo_epi32(b1, b3), _mm_unpackhi_epi32(b1, b3)};
+                int64_t ih = pix / W, iw = pix % W;
+                for (int q = 0; q < 8; q++) {
+                    uint8_t *d = xh + ((ih + ph) * WP + iw + pw) * C + ci0;
+                    _mm_storel_epi64((__m128i *)d, q % 2 ? _mm_unpackhi_epi64(t[q / 2], t[q / 2]) : t[q / 2]);
+                    if (++iw == W) iw = 0, ih++;
+                }
+            }
+            for (; pix < P1; pix++) {
+                uint8_t *d = xh + ((pix / W + ph) * WP + pix % W + pw) * C + ci0;
+                for (int e = 0; e < 8; e++) d[e] = x[(ci0 + e) * s->in_plane + pix];
+            }
+        }
+        for (int64_t ci = C / 8 * 8; ci < C; ci++)
+            for (int64_t pix = P0; pix < P1; pix++)
+                xh[((pix / W + ph) * WP + pix % W + pw) * C + ci] = x[ci * s->in_plane + pix];
+        return;
+    }
+#endif
     for (int64_t ih = 0; ih < H; ih++) {
         const int64_t r = ih + ph;
         if (r < 0 || r >= HP) continue;
