@@ -521,6 +521,11 @@ KN_TEST(opt_clamp_after_activation_folds) {
  * direct_case: 0 Relu [-0.1, 0.3]; 1 Clip(-0.25, 0.5) [0.6, 0.9] (a constant 0.6); 2 none
  * [-0.2, 0.2]; 3 LeakyRelu 0.2 [-0.1, inf]; 4 Tanh [-0.3, 0.5]. */
 static int direct_case, direct_fused;
+/* direct_shape: 0 the 1x1 16->16 on 8x8 above; 1 a 1x1 7->13 on 5x7 (partial tiles both ways: 13
+ * rows, 35 columns); 2 a 3x3 5->13 on 9x11 with pads 1; 3 a 3x1 48->48 on 36x16 (openWakeWord's).
+ * direct_res: with a residual Z (an Add before the activation at level 0). Each of these is a
+ * GEMM's (its store-time tail: the clamps and the LeakyRelu). */
+static int direct_shape, direct_res;
 static kn_model *build_direct_bounds(void) {
     static const struct {
         const char *act;
@@ -532,8 +537,14 @@ static kn_model *build_direct_bounds(void) {
                  {"Tanh", 0, 0, -0.3f, 0.5f}};
     tb b;
     tb_init(&b, 17);
-    int64_t xd[] = {1, 16, 8, 8}, wd[] = {16, 16, 1, 1}, bd[] = {16}; /* pointwise: the GEMM stores the clamp */
+    static const int64_t shp[4][6] = {{16, 16, 8, 8, 1, 1}, {7, 13, 5, 7, 1, 1}, {5, 13, 9, 11, 3, 3},
+                                      {48, 48, 36, 16, 3, 1}}; /* C, M, H, W, KH, KW */
+    const int64_t *sh = shp[direct_shape];
+    const int64_t ph = sh[4] / 2, pw = sh[5] / 2;
+    int64_t xd[] = {1, sh[0], sh[2], sh[3]}, wd[] = {sh[1], sh[0], sh[4], sh[5]}, bd[] = {sh[1]};
+    int64_t zd[] = {1, sh[1], sh[2] + 2 * ph - sh[4] + 1, sh[3] + 2 * pw - sh[5] + 1};
     int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd);
+    int z = direct_res ? tb_input(&b, "z", KILN_DTYPE_FLOAT, 4, zd) : -1;
     int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 4, wd, -0.5f, 0.5f);
     int bias = tb_const(&b, "b", KILN_DTYPE_FLOAT, 1, bd, -0.5f, 0.5f);
     const int k = direct_case;
@@ -546,8 +557,9 @@ static kn_model *build_direct_bounds(void) {
         b.m->opsets = os;
         b.m->n_opsets = 2;
         y = kn_graph_add_value(b.g, "out");
-        last_node = kn_graph_add_node(b.g, "fc", "FusedConv", "kiln", (int[]){x, w, bias}, 3, &y, 1);
+        last_node = kn_graph_add_node(b.g, "fc", "FusedConv", "kiln", (int[]){x, w, bias, z}, direct_res ? 4 : 3, &y, 1);
         b.g->nodes[last_node].opset = 1;
+        if (ph || pw) tb_ints_attr(&b, "pads", 4, (int64_t[]){ph, pw, ph, pw});
         kn_attr *a = tb_attr(&b, "activation", KN_ATTR_STRING);
         a->s = (char *)cases[k].act;
         a->s_len = strlen(cases[k].act);
@@ -559,6 +571,8 @@ static kn_model *build_direct_bounds(void) {
         a->floats = pp + 2, a->n = 2;
     } else {
         y = tb_node(&b, "Conv", (int[]){x, w, bias}, 3, "y");
+        if (ph || pw) tb_ints_attr(&b, "pads", 4, (int64_t[]){ph, pw, ph, pw});
+        if (direct_res) y = tb_node(&b, "Add", (int[]){y, z}, 2, "sum");
         if (k == 1) {
             y = tb_node(&b, "Clip", (int[]){y, tb_scalar(&b, "c0", KILN_DTYPE_FLOAT, cases[k].p0),
                                             tb_scalar(&b, "c1", KILN_DTYPE_FLOAT, cases[k].p1)}, 3, "act");
@@ -576,18 +590,22 @@ static kn_model *build_direct_bounds(void) {
 }
 
 KN_TEST(opt_activation_bounds_in_the_cpu_kernels) {
-    for (direct_case = 0; direct_case <= 4; direct_case++) {
-        direct_fused = 0;
-        kiln_session *ref = make_session(build_direct_bounds(), 0, NULL);
-        direct_fused = 1;
-        kiln_session *fused = make_session(build_direct_bounds(), 0, NULL);
-        if (ref && fused) {
-            CHECK_EQ_INT(count_op(fused, "kiln", "FusedConv"), 1);
-            check_same(ref, fused, 1e-6);
-        }
-        kiln_session_destroy(ref);
-        kiln_session_destroy(fused);
-    }
+    for (direct_shape = 0; direct_shape < 4; direct_shape++)
+        for (direct_res = 0; direct_res <= 1; direct_res++)
+            for (direct_case = 0; direct_case <= 4; direct_case++) {
+                direct_fused = 0;
+                kiln_session *ref = make_session(build_direct_bounds(), 0, NULL);
+                direct_fused = 1;
+                kiln_session *fused = make_session(build_direct_bounds(), 0, NULL);
+                if (ref && fused) {
+                    CHECK_EQ_INT(count_op(fused, "kiln", "FusedConv"), 1);
+                    /* the clamps and the LeakyRelu as the separate ops compute them, to the bit */
+                    check_same(ref, fused, direct_case == 4 ? 1e-6 : 0.0);
+                }
+                kiln_session_destroy(ref);
+                kiln_session_destroy(fused);
+            }
+    direct_shape = direct_res = 0;
 }
 
 /* The same after Gemm (FusedGemm) and after MatMul + bias (FusedMatMul): LeakyRelu, Max(x, -0.1). */

@@ -26,6 +26,10 @@ typedef struct kn_conv_tail {
     const float *residual;
     float lo, hi;
     const uint16_t *residual16; /* the residual in bf16 instead (a FusedConv's bf16 Z), or NULL */
+    /* a LeakyRelu between the residual and the clamp, y < 0 ? alpha y : y: taken by the GEMM's
+     * micro-kernel only (the other kernels call fn instead) */
+    bool leaky;
+    float alpha;
 } kn_conv_tail;
 kiln_status kn_cpu_conv_with_tail(kn_kernel_ctx *c, kn_conv_epilogue_fn fn, const void *ctx, const kn_conv_tail *tail);
 kiln_status kn_cpu_conv_transpose(kn_kernel_ctx *c);

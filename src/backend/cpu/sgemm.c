@@ -192,12 +192,21 @@ typedef struct ukr_tail {
     const float *add;
     int64_t ld;
     float lo, hi;
+    bool leaky;  /* before the clamp: x < 0 ? slope x : x (kn_sgemm_batch's leaky) */
+    float slope;
 } ukr_tail;
 
 #if defined(KN_GEMM_AVX512)
 
 static inline __mmask16 mask16(int64_t n) {
     return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+/* The tail's activation on finished values: the LeakyRelu (fused.c's epilogue's form: x times the
+ * slope where x < 0), then min(hi, max(lo, v)) (Relu, Clip and bounds; NaN kept) */
+static inline __attribute__((always_inline)) __m512 tail_act16(__m512 v, bool leaky, __m512 sl, __m512 lo, __m512 hi) {
+    if (leaky) v = _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, sl);
+    return _mm512_min_ps(hi, _mm512_max_ps(lo, v));
 }
 
 /* C[0:mr, 0:n] = alpha * A_panel * B_panel + beta * C (beta == 0: C not read). NV vectors of 16
@@ -247,6 +256,8 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
         /* C finished here: + the addend, clamped (the same operations, in the same order, as
          * apply_tail on stored C) */
         const __m512 lo = _mm512_set1_ps(t->lo), hi = _mm512_set1_ps(t->hi), vb = _mm512_set1_ps(beta);
+        const __m512 sl = _mm512_set1_ps(t->slope);
+        const bool lk = t->leaky;
         const float *ad = t->add;
 #pragma GCC unroll 12
         for (int r = 0; r < mr; r++) {
@@ -255,12 +266,12 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
             __m512 v0 = beta == 0.0f ? br : _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), br);
             v0 = _mm512_fmadd_ps(va, acc0[r], v0);
             if (ad) v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ad + r * t->ld));
-            _mm512_mask_storeu_ps(cr, m0, _mm512_min_ps(hi, _mm512_max_ps(lo, v0)));
+            _mm512_mask_storeu_ps(cr, m0, tail_act16(v0, lk, sl, lo, hi));
             if (nv > 1) {
                 __m512 v1 = beta == 0.0f ? br : _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), br);
                 v1 = _mm512_fmadd_ps(va, acc1[r], v1);
                 if (ad) v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ad + r * t->ld + 16));
-                _mm512_mask_storeu_ps(cr + 16, m1, _mm512_min_ps(hi, _mm512_max_ps(lo, v1)));
+                _mm512_mask_storeu_ps(cr + 16, m1, tail_act16(v1, lk, sl, lo, hi));
             }
         }
     } else if (beta == 0.0f) {
@@ -329,6 +340,12 @@ static void ukr_pack_any(int mr, int64_t kc, const float *a, int64_t as, const f
 static inline __m256i mask8(int64_t n) {
     int k = n < 0 ? 0 : n > 8 ? 8 : (int)n;
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* The tail's activation on finished values (tail_act16's, 8 lanes; fused.c's epilogue's form) */
+static inline __attribute__((always_inline)) __m256 tail_act8(__m256 v, bool leaky, __m256 sl, __m256 lo, __m256 hi) {
+    if (leaky) v = _mm256_blendv_ps(v, _mm256_mul_ps(v, sl), _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
+    return _mm256_min_ps(hi, _mm256_max_ps(lo, v));
 }
 
 /* The first n (< 8) lanes of v to d, as _mm256_maskstore_ps with mask8(n) stores them, by 4-, 2-
@@ -430,6 +447,8 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
     }
     const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
     const __m256 lo = _mm256_set1_ps(t ? t->lo : 0.0f), hi = _mm256_set1_ps(t ? t->hi : 0.0f);
+    const __m256 sl = _mm256_set1_ps(t ? t->slope : 0.0f);
+    const bool lk = t && t->leaky;
     const float *ad = t ? t->add : NULL;
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++) {
@@ -447,8 +466,8 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
                 v1 = _mm256_add_ps(v1, _mm256_loadu_ps(ad + r * t->ld + 8));
             }
             if (t) {
-                v0 = _mm256_min_ps(hi, _mm256_max_ps(lo, v0));
-                v1 = _mm256_min_ps(hi, _mm256_max_ps(lo, v1));
+                v0 = tail_act8(v0, lk, sl, lo, hi);
+                v1 = tail_act8(v1, lk, sl, lo, hi);
             }
             _mm256_storeu_ps(cr, v0);
             _mm256_storeu_ps(cr + 8, v1);
@@ -456,13 +475,13 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
         }
         if (beta != 0.0f) v0 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr, m0), v0);
         if (ad) v0 = _mm256_add_ps(v0, _mm256_maskload_ps(ad + r * t->ld, m0));
-        if (t) v0 = _mm256_min_ps(hi, _mm256_max_ps(lo, v0));
+        if (t) v0 = tail_act8(v0, lk, sl, lo, hi);
         _mm256_maskstore_ps(cr, m0, v0);
         if (nv > 1) {
             __m256 v1 = _mm256_fmadd_ps(va, acc1[r], br);
             if (beta != 0.0f) v1 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr + 8, m1), v1);
             if (ad) v1 = _mm256_add_ps(v1, _mm256_maskload_ps(ad + r * t->ld + 8, m1));
-            if (t) v1 = _mm256_min_ps(hi, _mm256_max_ps(lo, v1));
+            if (t) v1 = tail_act8(v1, lk, sl, lo, hi);
             _mm256_maskstore_ps(cr + 8, m1, v1);
         }
     }
@@ -513,6 +532,7 @@ static void ukr_any(int mr, int64_t kc, const float *a, int64_t as, const float 
             float v = alpha * acc[r][j] + (beta == 0.0f ? 0.0f : beta * c[r * ldc + j]) + (rb ? rb[r] : 0.0f);
             if (t && t->add) v += t->add[r * t->ld + j];
             if (t) {
+                if (t->leaky) v = v < 0.0f ? t->slope * v : v;
                 v = v < t->lo ? t->lo : v;
                 v = v > t->hi ? t->hi : v;
             }
@@ -1066,6 +1086,8 @@ static const ukr_tail *tail_at(const kn_sgemm_batch *p, int64_t op, int64_t i0, 
     t->ld = p->ldc_add;
     t->lo = p->clamp ? p->clamp_lo : -INFINITY;
     t->hi = p->clamp ? p->clamp_hi : INFINITY;
+    t->leaky = p->clamp && p->leaky;
+    t->slope = p->leaky_alpha;
     return t;
 }
 
@@ -1081,16 +1103,17 @@ static void apply_tail(const kn_sgemm_batch *p, int64_t op, int64_t i0, int64_t 
         const float *ad = t->add ? t->add + r * t->ld : NULL;
         int64_t j = 0;
 #if defined(KN_GEMM_AVX512)
-        const __m512 lo = _mm512_set1_ps(t->lo), hi = _mm512_set1_ps(t->hi);
+        const __m512 lo = _mm512_set1_ps(t->lo), hi = _mm512_set1_ps(t->hi), sl = _mm512_set1_ps(t->slope);
         for (; j < n; j += 16) {
             const __mmask16 m16 = mask16(n - j);
             __m512 v = _mm512_maskz_loadu_ps(m16, cr + j);
             if (ad) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m16, ad + j));
-            _mm512_mask_storeu_ps(cr + j, m16, _mm512_min_ps(hi, _mm512_max_ps(lo, v)));
+            _mm512_mask_storeu_ps(cr + j, m16, tail_act16(v, t->leaky, sl, lo, hi));
         }
 #endif
         for (; j < n; j++) {
             float v = cr[j] + (ad ? ad[j] : 0.0f);
+            if (t->leaky) v = v < 0.0f ? t->slope * v : v;
             v = v < t->lo ? t->lo : v;
             cr[j] = v > t->hi ? t->hi : v;
         }
@@ -1342,6 +1365,8 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
                              const float *bias, float beta, const ukr_tail *t) {
 #if defined(KN_GEMM_AVX512)
     const __m512 lo = _mm512_set1_ps(t ? t->lo : 0.0f), hi = _mm512_set1_ps(t ? t->hi : 0.0f);
+    const __m512 sl = _mm512_set1_ps(t ? t->slope : 0.0f);
+    const bool lk = t && t->leaky;
     for (int64_t j0 = 0; j0 < n; j0 += 16) {
         const int rows = (int)min64(16, n - j0);
         const __mmask16 keep = mask16(rows);
@@ -1355,7 +1380,7 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
                 if (bias) v = _mm512_add_ps(v, _mm512_set1_ps(bias[i0 + q]));
                 if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(keep, cp), v);
                 if (t && t->add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, t->add + (i0 + q) * t->ld + j0));
-                if (t) v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+                if (t) v = tail_act16(v, lk, sl, lo, hi);
                 _mm512_mask_storeu_ps(cp, keep, v);
             }
         }
@@ -1366,6 +1391,8 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
     /* rows of C (channels) outer: C and its addend go by whole rows, where a sweep over all the
      * rows per 8 columns wrote each line of C in parts, once per sweep */
     const __m256 lo = _mm256_set1_ps(t ? t->lo : 0.0f), hi = _mm256_set1_ps(t ? t->hi : 0.0f);
+    const __m256 sl = _mm256_set1_ps(t ? t->slope : 0.0f);
+    const bool lk = t && t->leaky;
     for (int64_t i0 = 0; i0 < m; i0 += 8) {
         const int cols = (int)min64(8, m - i0);
         for (int64_t j0 = 0; j0 < n; j0 += 8) {
@@ -1380,12 +1407,12 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
                 if (rows == 8) {
                     if (beta != 0.0f) v = _mm256_fmadd_ps(_mm256_set1_ps(beta), _mm256_loadu_ps(cp), v);
                     if (t && t->add) v = _mm256_add_ps(v, _mm256_loadu_ps(t->add + (i0 + q) * t->ld + j0));
-                    if (t) v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+                    if (t) v = tail_act8(v, lk, sl, lo, hi);
                     _mm256_storeu_ps(cp, v);
                 } else {
                     if (beta != 0.0f) v = _mm256_fmadd_ps(_mm256_set1_ps(beta), _mm256_maskload_ps(cp, keep), v);
                     if (t && t->add) v = _mm256_add_ps(v, _mm256_maskload_ps(t->add + (i0 + q) * t->ld + j0, keep));
-                    if (t) v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+                    if (t) v = tail_act8(v, lk, sl, lo, hi);
 #if UKR2_PART_STORES
                     store_part8(cp, v, rows);
 #else
@@ -1402,6 +1429,7 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
             v = beta == 0.0f ? v : v + beta * C[i * ldc + j];
             if (t && t->add) v += t->add[i * t->ld + j];
             if (t) {
+                if (t->leaky) v = v < 0.0f ? t->slope * v : v;
                 v = v < t->lo ? t->lo : v;
                 v = v > t->hi ? t->hi : v;
             }

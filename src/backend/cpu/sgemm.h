@@ -74,6 +74,10 @@ typedef struct kn_sgemm_batch {
      * stays NaN. */
     bool clamp;
     float clamp_lo, clamp_hi;
+    /* Optional, with clamp: a LeakyRelu between c_add and the clamp, x < 0 ? alpha x : x (a
+     * FusedConv's LeakyRelu and its activation_bounds, as the fused epilogue computes them) */
+    bool leaky;
+    float leaky_alpha;
 } kn_sgemm_batch;
 
 /* Floats of op(A) (M x K) in the packed layout, and the packing itself: A as for kn_sgemm_batch
