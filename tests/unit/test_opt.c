@@ -519,7 +519,8 @@ KN_TEST(opt_clamp_after_activation_folds) {
  * the convolution's store-time clamp composes them (kn_clamp_then), and for other activations
  * the epilogue applies them: each against Conv -> activation -> Max -> Min at level 0.
  * direct_case: 0 Relu [-0.1, 0.3]; 1 Clip(-0.25, 0.5) [0.6, 0.9] (a constant 0.6); 2 none
- * [-0.2, 0.2]; 3 LeakyRelu 0.2 [-0.1, inf]; 4 Tanh [-0.3, 0.5]. */
+ * [-0.2, 0.2]; 3 LeakyRelu 0.2 [-0.1, inf]; 4 Tanh [-0.3, 0.5]; 5 HardSigmoid(0.3, 0.4)
+ * [0.1, 0.7]; 6 HardSwish [-0.2, 0.9]. */
 static int direct_case, direct_fused;
 /* direct_shape: 0 the 1x1 16->16 on 8x8 above; 1 a 1x1 7->13 on 5x7 (partial tiles both ways: 13
  * rows, 35 columns); 2 a 3x3 5->13 on 9x11 with pads 1; 3 a 3x1 48->48 on 36x16 (openWakeWord's).
@@ -534,7 +535,9 @@ static kn_model *build_direct_bounds(void) {
                  {"Clip", -0.25f, 0.5f, 0.6f, 0.9f},
                  {"", 0, 0, -0.2f, 0.2f},
                  {"LeakyRelu", 0.2f, 0, -0.1f, INFINITY},
-                 {"Tanh", 0, 0, -0.3f, 0.5f}};
+                 {"Tanh", 0, 0, -0.3f, 0.5f},
+                 {"HardSigmoid", 0.3f, 0.4f, 0.1f, 0.7f},
+                 {"HardSwish", 0, 0, -0.2f, 0.9f}};
     tb b;
     tb_init(&b, 17);
     static const int64_t shp[4][6] = {{16, 16, 8, 8, 1, 1}, {7, 13, 5, 7, 1, 1}, {5, 13, 9, 11, 3, 3},
@@ -581,6 +584,7 @@ static kn_model *build_direct_bounds(void) {
             tb_float(&b, "alpha", cases[k].p0);
         } else if (k != 2) {
             y = tb_node(&b, cases[k].act, &y, 1, "act");
+            if (k == 5) tb_float(&b, "alpha", cases[k].p0), tb_float(&b, "beta", cases[k].p1);
         }
         y = tb_node(&b, "Max", (int[]){y, tb_scalar(&b, "lo", KILN_DTYPE_FLOAT, cases[k].lo)}, 2, "m");
         y = tb_node(&b, "Min", (int[]){y, tb_scalar(&b, "hi", KILN_DTYPE_FLOAT, cases[k].hi)}, 2, "out");
@@ -592,14 +596,15 @@ static kn_model *build_direct_bounds(void) {
 KN_TEST(opt_activation_bounds_in_the_cpu_kernels) {
     for (direct_shape = 0; direct_shape < 4; direct_shape++)
         for (direct_res = 0; direct_res <= 1; direct_res++)
-            for (direct_case = 0; direct_case <= 4; direct_case++) {
+            for (direct_case = 0; direct_case <= 6; direct_case++) {
                 direct_fused = 0;
                 kiln_session *ref = make_session(build_direct_bounds(), 0, NULL);
                 direct_fused = 1;
                 kiln_session *fused = make_session(build_direct_bounds(), 0, NULL);
                 if (ref && fused) {
                     CHECK_EQ_INT(count_op(fused, "kiln", "FusedConv"), 1);
-                    /* the clamps and the LeakyRelu as the separate ops compute them, to the bit */
+                    /* the clamps, LeakyRelu, HardSigmoid and HardSwish as the separate ops compute
+                     * them, to the bit */
                     check_same(ref, fused, direct_case == 4 ? 1e-6 : 0.0);
                 }
                 kiln_session_destroy(ref);

@@ -1982,7 +1982,7 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     for (int i = 0; i < s->nsp; i++)
         pointwise &= s->w.kernel[i] == 1 && s->w.stride[i] == 1 && s->w.pad_begin[i] == 0 && s->w.pad_end[i] == 0;
     /* the epilogue is the tail's clamp alone (the caller passes tail only with epi) */
-    const bool clamp_only = tail && !tail->residual && !tail->residual16 && !tail->leaky;
+    const bool clamp_only = tail && !tail->residual && !tail->residual16 && tail->act == KN_GEMM_ACT_NONE;
     int64_t count = s->N * s->G, K = s->Cg * s->kk;
     /* precision=bf16 on AMX: the GEMM's tiles outrun every fp32 kernel below (Winograd included)
      * wherever the bf16 GEMM takes the product (sgemm_bf16.h); with vdpbf16ps they do not */
@@ -2080,8 +2080,9 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
         g.clamp = true;
         g.clamp_lo = tail->lo;
         g.clamp_hi = tail->hi;
-        g.leaky = tail->leaky; /* a LeakyRelu before the clamp */
-        g.leaky_alpha = tail->alpha;
+        g.act = tail->act; /* a LeakyRelu, HardSigmoid or HardSwish before the clamp */
+        g.act_p0 = tail->p0;
+        g.act_p1 = tail->p1;
     } else if (epi) {
         g.epilogue = conv_gemm_epilogue;
         g.epilogue_ctx = &ec;
@@ -2329,9 +2330,9 @@ kiln_status kn_cpu_conv_with_tail(kn_kernel_ctx *c, kn_conv_epilogue_fn epi, con
     const float *b = B ? conv_f32_in(B, &ob) : NULL;
     if ((X->dtype == KILN_DTYPE_BFLOAT16 || Y->dtype == KILN_DTYPE_BFLOAT16) && w && (!B || b)) {
         bool done = false;
-        /* (the bf16 kernels take no LeakyRelu: its tail goes to epi) */
+        /* (the bf16 kernels take no activation but the clamp: such a tail goes to epi) */
         kiln_status st = conv_bf16_io(c, &s, X, w, w == W->data || w_const, b, Y, epi, epi_ctx,
-                                      tail && tail->leaky ? NULL : tail, &done);
+                                      tail && tail->act != KN_GEMM_ACT_NONE ? NULL : tail, &done);
         if (done || st) {
             if (ow) free((void *)w);
             if (ob) free((void *)b);

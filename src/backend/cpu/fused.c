@@ -495,12 +495,18 @@ static kiln_status fused_conv_channels_first(kn_kernel_ctx *c, const kn_act_spec
     const bool z16 = Z && Z->dtype == KILN_DTYPE_BFLOAT16;
     conv_epi e = {Z && !z16 ? Z->data : NULL, a, z16 ? Z->data : NULL};
     bool any = Z || a.act != KN_ACT_NONE || a.bounded;
-    /* the residual and a Relu, Clip or LeakyRelu (and its bounds) as data too, for the kernels that
-     * apply them as they store */
+    /* the residual and a Relu, Clip, LeakyRelu, HardSigmoid or HardSwish (and its bounds) as data
+     * too, for the kernels that apply them as they store */
     kn_conv_tail tail = {Z && !z16 ? Z->data : NULL, -INFINITY, INFINITY, z16 ? Z->data : NULL};
-    bool as_tail = a.act == KN_ACT_NONE || a.act == KN_ACT_RELU || a.act == KN_ACT_CLIP || a.act == KN_ACT_LEAKY_RELU;
-    /* a LeakyRelu (and its bounds) too, for the GEMM's micro-kernel (the others call the epilogue) */
-    if (a.act == KN_ACT_LEAKY_RELU) tail.leaky = true, tail.alpha = a.p0;
+    bool as_tail = a.act == KN_ACT_NONE || a.act == KN_ACT_RELU || a.act == KN_ACT_CLIP ||
+                   a.act == KN_ACT_LEAKY_RELU || a.act == KN_ACT_HARD_SIGMOID || a.act == KN_ACT_HARD_SWISH;
+    /* the piecewise-linear ones (and their bounds) for the GEMM's micro-kernel (the other kernels
+     * call the epilogue) */
+    tail.act = a.act == KN_ACT_LEAKY_RELU     ? KN_GEMM_ACT_LEAKY
+               : a.act == KN_ACT_HARD_SIGMOID ? KN_GEMM_ACT_HARD_SIGMOID
+               : a.act == KN_ACT_HARD_SWISH   ? KN_GEMM_ACT_HARD_SWISH
+                                              : KN_GEMM_ACT_NONE;
+    tail.p0 = a.p0, tail.p1 = a.p1;
     if (a.act == KN_ACT_RELU) tail.lo = 0.0f;
     if (a.act == KN_ACT_CLIP) tail.lo = a.p0, tail.hi = a.p1;
     if (a.bounded) kn_clamp_then(&tail.lo, &tail.hi, a.lo, a.hi);

@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "ops/linalg_util.h" /* kn_einsum_prepare, kn_gemm_attrs_prepare (hooks shared with CUDA) */
+#include "backend/cpu/sgemm.h"  /* KN_GEMM_ACT_* */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,10 +27,11 @@ typedef struct kn_conv_tail {
     const float *residual;
     float lo, hi;
     const uint16_t *residual16; /* the residual in bf16 instead (a FusedConv's bf16 Z), or NULL */
-    /* a LeakyRelu between the residual and the clamp, y < 0 ? alpha y : y: taken by the GEMM's
+    /* an activation between the residual and the clamp (kn_sgemm_batch's act: LeakyRelu,
+     * HardSigmoid, HardSwish; KN_GEMM_ACT_NONE: none), with its parameters: taken by the GEMM's
      * micro-kernel only (the other kernels call fn instead) */
-    bool leaky;
-    float alpha;
+    int act;
+    float p0, p1;
 } kn_conv_tail;
 kiln_status kn_cpu_conv_with_tail(kn_kernel_ctx *c, kn_conv_epilogue_fn fn, const void *ctx, const kn_conv_tail *tail);
 kiln_status kn_cpu_conv_transpose(kn_kernel_ctx *c);

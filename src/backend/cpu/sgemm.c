@@ -192,9 +192,27 @@ typedef struct ukr_tail {
     const float *add;
     int64_t ld;
     float lo, hi;
-    bool leaky;  /* before the clamp: x < 0 ? slope x : x (kn_sgemm_batch's leaky) */
-    float slope;
+    int act; /* before the clamp (kn_sgemm_batch's act), with p0, p1 */
+    float p0, p1;
 } ukr_tail;
+
+/* ukr_tail's act on one value, scalar (fused.c's epilogue's scalar forms) */
+static inline float tail_act1(const ukr_tail *t, float v) {
+    switch (t->act) {
+    case KN_GEMM_ACT_LEAKY: return v < 0.0f ? t->p0 * v : v;
+    case KN_GEMM_ACT_HARD_SIGMOID: {
+        float h = t->p0 * v + t->p1;
+        h = h < 0.0f ? 0.0f : h;
+        return h > 1.0f ? 1.0f : h;
+    }
+    case KN_GEMM_ACT_HARD_SWISH: {
+        float h = v * (1.0f / 6.0f) + 0.5f;
+        h = h < 0.0f ? 0.0f : h;
+        return v * (h > 1.0f ? 1.0f : h);
+    }
+    default: return v;
+    }
+}
 
 #if defined(KN_GEMM_AVX512)
 
@@ -202,10 +220,16 @@ static inline __mmask16 mask16(int64_t n) {
     return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
 }
 
-/* The tail's activation on finished values: the LeakyRelu (fused.c's epilogue's form: x times the
- * slope where x < 0), then min(hi, max(lo, v)) (Relu, Clip and bounds; NaN kept) */
-static inline __attribute__((always_inline)) __m512 tail_act16(__m512 v, bool leaky, __m512 sl, __m512 lo, __m512 hi) {
-    if (leaky) v = _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, sl);
+/* The tail's activation on finished values (ukr_tail's act, p0 and p1 as vectors; fused.c's
+ * epilogue's AVX-512 forms), then min(hi, max(lo, v)) (Relu, Clip and bounds; NaN kept) */
+static inline __attribute__((always_inline)) __m512 tail_act16(__m512 v, int act, __m512 p0, __m512 p1, __m512 lo,
+                                                               __m512 hi) {
+    const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+    if (act == KN_GEMM_ACT_LEAKY) v = _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, p0);
+    else if (act == KN_GEMM_ACT_HARD_SIGMOID) v = _mm512_min_ps(one, _mm512_max_ps(zero, _mm512_add_ps(_mm512_mul_ps(p0, v), p1)));
+    else if (act == KN_GEMM_ACT_HARD_SWISH)
+        v = _mm512_mul_ps(v, _mm512_min_ps(one, _mm512_max_ps(zero, _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.0f / 6.0f)),
+                                                                                    _mm512_set1_ps(0.5f)))));
     return _mm512_min_ps(hi, _mm512_max_ps(lo, v));
 }
 
@@ -256,8 +280,8 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
         /* C finished here: + the addend, clamped (the same operations, in the same order, as
          * apply_tail on stored C) */
         const __m512 lo = _mm512_set1_ps(t->lo), hi = _mm512_set1_ps(t->hi), vb = _mm512_set1_ps(beta);
-        const __m512 sl = _mm512_set1_ps(t->slope);
-        const bool lk = t->leaky;
+        const __m512 q0 = _mm512_set1_ps(t->p0), q1 = _mm512_set1_ps(t->p1);
+        const int ak = t->act;
         const float *ad = t->add;
 #pragma GCC unroll 12
         for (int r = 0; r < mr; r++) {
@@ -266,12 +290,12 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
             __m512 v0 = beta == 0.0f ? br : _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), br);
             v0 = _mm512_fmadd_ps(va, acc0[r], v0);
             if (ad) v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ad + r * t->ld));
-            _mm512_mask_storeu_ps(cr, m0, tail_act16(v0, lk, sl, lo, hi));
+            _mm512_mask_storeu_ps(cr, m0, tail_act16(v0, ak, q0, q1, lo, hi));
             if (nv > 1) {
                 __m512 v1 = beta == 0.0f ? br : _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), br);
                 v1 = _mm512_fmadd_ps(va, acc1[r], v1);
                 if (ad) v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ad + r * t->ld + 16));
-                _mm512_mask_storeu_ps(cr + 16, m1, tail_act16(v1, lk, sl, lo, hi));
+                _mm512_mask_storeu_ps(cr + 16, m1, tail_act16(v1, ak, q0, q1, lo, hi));
             }
         }
     } else if (beta == 0.0f) {
@@ -342,9 +366,15 @@ static inline __m256i mask8(int64_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* The tail's activation on finished values (tail_act16's, 8 lanes; fused.c's epilogue's form) */
-static inline __attribute__((always_inline)) __m256 tail_act8(__m256 v, bool leaky, __m256 sl, __m256 lo, __m256 hi) {
-    if (leaky) v = _mm256_blendv_ps(v, _mm256_mul_ps(v, sl), _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
+/* The tail's activation on finished values (tail_act16's, 8 lanes; fused.c's epilogue's forms) */
+static inline __attribute__((always_inline)) __m256 tail_act8(__m256 v, int act, __m256 p0, __m256 p1, __m256 lo,
+                                                              __m256 hi) {
+    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+    if (act == KN_GEMM_ACT_LEAKY) v = _mm256_blendv_ps(v, _mm256_mul_ps(v, p0), _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+    else if (act == KN_GEMM_ACT_HARD_SIGMOID) v = _mm256_min_ps(one, _mm256_max_ps(zero, _mm256_add_ps(_mm256_mul_ps(p0, v), p1)));
+    else if (act == KN_GEMM_ACT_HARD_SWISH)
+        v = _mm256_mul_ps(v, _mm256_min_ps(one, _mm256_max_ps(zero, _mm256_add_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.0f / 6.0f)),
+                                                                                    _mm256_set1_ps(0.5f)))));
     return _mm256_min_ps(hi, _mm256_max_ps(lo, v));
 }
 
@@ -447,8 +477,8 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
     }
     const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
     const __m256 lo = _mm256_set1_ps(t ? t->lo : 0.0f), hi = _mm256_set1_ps(t ? t->hi : 0.0f);
-    const __m256 sl = _mm256_set1_ps(t ? t->slope : 0.0f);
-    const bool lk = t && t->leaky;
+    const __m256 q0 = _mm256_set1_ps(t ? t->p0 : 0.0f), q1 = _mm256_set1_ps(t ? t->p1 : 0.0f);
+    const int ak = t ? t->act : KN_GEMM_ACT_NONE;
     const float *ad = t ? t->add : NULL;
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++) {
@@ -466,8 +496,8 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
                 v1 = _mm256_add_ps(v1, _mm256_loadu_ps(ad + r * t->ld + 8));
             }
             if (t) {
-                v0 = tail_act8(v0, lk, sl, lo, hi);
-                v1 = tail_act8(v1, lk, sl, lo, hi);
+                v0 = tail_act8(v0, ak, q0, q1, lo, hi);
+                v1 = tail_act8(v1, ak, q0, q1, lo, hi);
             }
             _mm256_storeu_ps(cr, v0);
             _mm256_storeu_ps(cr + 8, v1);
@@ -475,13 +505,13 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
         }
         if (beta != 0.0f) v0 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr, m0), v0);
         if (ad) v0 = _mm256_add_ps(v0, _mm256_maskload_ps(ad + r * t->ld, m0));
-        if (t) v0 = tail_act8(v0, lk, sl, lo, hi);
+        if (t) v0 = tail_act8(v0, ak, q0, q1, lo, hi);
         _mm256_maskstore_ps(cr, m0, v0);
         if (nv > 1) {
             __m256 v1 = _mm256_fmadd_ps(va, acc1[r], br);
             if (beta != 0.0f) v1 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr + 8, m1), v1);
             if (ad) v1 = _mm256_add_ps(v1, _mm256_maskload_ps(ad + r * t->ld + 8, m1));
-            if (t) v1 = tail_act8(v1, lk, sl, lo, hi);
+            if (t) v1 = tail_act8(v1, ak, q0, q1, lo, hi);
             _mm256_maskstore_ps(cr + 8, m1, v1);
         }
     }
@@ -532,7 +562,7 @@ static void ukr_any(int mr, int64_t kc, const float *a, int64_t as, const float 
             float v = alpha * acc[r][j] + (beta == 0.0f ? 0.0f : beta * c[r * ldc + j]) + (rb ? rb[r] : 0.0f);
             if (t && t->add) v += t->add[r * t->ld + j];
             if (t) {
-                if (t->leaky) v = v < 0.0f ? t->slope * v : v;
+                v = tail_act1(t, v);
                 v = v < t->lo ? t->lo : v;
                 v = v > t->hi ? t->hi : v;
             }
@@ -1086,8 +1116,9 @@ static const ukr_tail *tail_at(const kn_sgemm_batch *p, int64_t op, int64_t i0, 
     t->ld = p->ldc_add;
     t->lo = p->clamp ? p->clamp_lo : -INFINITY;
     t->hi = p->clamp ? p->clamp_hi : INFINITY;
-    t->leaky = p->clamp && p->leaky;
-    t->slope = p->leaky_alpha;
+    t->act = p->clamp ? p->act : KN_GEMM_ACT_NONE;
+    t->p0 = p->act_p0;
+    t->p1 = p->act_p1;
     return t;
 }
 
@@ -1103,17 +1134,18 @@ static void apply_tail(const kn_sgemm_batch *p, int64_t op, int64_t i0, int64_t 
         const float *ad = t->add ? t->add + r * t->ld : NULL;
         int64_t j = 0;
 #if defined(KN_GEMM_AVX512)
-        const __m512 lo = _mm512_set1_ps(t->lo), hi = _mm512_set1_ps(t->hi), sl = _mm512_set1_ps(t->slope);
+        const __m512 lo = _mm512_set1_ps(t->lo), hi = _mm512_set1_ps(t->hi);
+        const __m512 q0 = _mm512_set1_ps(t->p0), q1 = _mm512_set1_ps(t->p1);
         for (; j < n; j += 16) {
             const __mmask16 m16 = mask16(n - j);
             __m512 v = _mm512_maskz_loadu_ps(m16, cr + j);
             if (ad) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m16, ad + j));
-            _mm512_mask_storeu_ps(cr + j, m16, tail_act16(v, t->leaky, sl, lo, hi));
+            _mm512_mask_storeu_ps(cr + j, m16, tail_act16(v, t->act, q0, q1, lo, hi));
         }
 #endif
         for (; j < n; j++) {
             float v = cr[j] + (ad ? ad[j] : 0.0f);
-            if (t->leaky) v = v < 0.0f ? t->slope * v : v;
+            v = tail_act1(t, v);
             v = v < t->lo ? t->lo : v;
             cr[j] = v > t->hi ? t->hi : v;
         }
@@ -1365,8 +1397,8 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
                              const float *bias, float beta, const ukr_tail *t) {
 #if defined(KN_GEMM_AVX512)
     const __m512 lo = _mm512_set1_ps(t ? t->lo : 0.0f), hi = _mm512_set1_ps(t ? t->hi : 0.0f);
-    const __m512 sl = _mm512_set1_ps(t ? t->slope : 0.0f);
-    const bool lk = t && t->leaky;
+    const __m512 q0 = _mm512_set1_ps(t ? t->p0 : 0.0f), q1 = _mm512_set1_ps(t ? t->p1 : 0.0f);
+    const int ak = t ? t->act : KN_GEMM_ACT_NONE;
     for (int64_t j0 = 0; j0 < n; j0 += 16) {
         const int rows = (int)min64(16, n - j0);
         const __mmask16 keep = mask16(rows);
@@ -1380,7 +1412,7 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
                 if (bias) v = _mm512_add_ps(v, _mm512_set1_ps(bias[i0 + q]));
                 if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(keep, cp), v);
                 if (t && t->add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, t->add + (i0 + q) * t->ld + j0));
-                if (t) v = tail_act16(v, lk, sl, lo, hi);
+                if (t) v = tail_act16(v, ak, q0, q1, lo, hi);
                 _mm512_mask_storeu_ps(cp, keep, v);
             }
         }
@@ -1391,8 +1423,8 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
     /* rows of C (channels) outer: C and its addend go by whole rows, where a sweep over all the
      * rows per 8 columns wrote each line of C in parts, once per sweep */
     const __m256 lo = _mm256_set1_ps(t ? t->lo : 0.0f), hi = _mm256_set1_ps(t ? t->hi : 0.0f);
-    const __m256 sl = _mm256_set1_ps(t ? t->slope : 0.0f);
-    const bool lk = t && t->leaky;
+    const __m256 q0 = _mm256_set1_ps(t ? t->p0 : 0.0f), q1 = _mm256_set1_ps(t ? t->p1 : 0.0f);
+    const int ak = t ? t->act : KN_GEMM_ACT_NONE;
     for (int64_t i0 = 0; i0 < m; i0 += 8) {
         const int cols = (int)min64(8, m - i0);
         for (int64_t j0 = 0; j0 < n; j0 += 8) {
@@ -1407,12 +1439,12 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
                 if (rows == 8) {
                     if (beta != 0.0f) v = _mm256_fmadd_ps(_mm256_set1_ps(beta), _mm256_loadu_ps(cp), v);
                     if (t && t->add) v = _mm256_add_ps(v, _mm256_loadu_ps(t->add + (i0 + q) * t->ld + j0));
-                    if (t) v = tail_act8(v, lk, sl, lo, hi);
+                    if (t) v = tail_act8(v, ak, q0, q1, lo, hi);
                     _mm256_storeu_ps(cp, v);
                 } else {
                     if (beta != 0.0f) v = _mm256_fmadd_ps(_mm256_set1_ps(beta), _mm256_maskload_ps(cp, keep), v);
                     if (t && t->add) v = _mm256_add_ps(v, _mm256_maskload_ps(t->add + (i0 + q) * t->ld + j0, keep));
-                    if (t) v = tail_act8(v, lk, sl, lo, hi);
+                    if (t) v = tail_act8(v, ak, q0, q1, lo, hi);
 #if UKR2_PART_STORES
                     store_part8(cp, v, rows);
 #else
@@ -1429,7 +1461,7 @@ static void store_transposed(const float *T, int64_t ldt, int64_t m, int64_t n, 
             v = beta == 0.0f ? v : v + beta * C[i * ldc + j];
             if (t && t->add) v += t->add[i * t->ld + j];
             if (t) {
-                if (t->leaky) v = v < 0.0f ? t->slope * v : v;
+                v = tail_act1(t, v);
                 v = v < t->lo ? t->lo : v;
                 v = v > t->hi ? t->hi : v;
             }

@@ -74,11 +74,14 @@ typedef struct kn_sgemm_batch {
      * stays NaN. */
     bool clamp;
     float clamp_lo, clamp_hi;
-    /* Optional, with clamp: a LeakyRelu between c_add and the clamp, x < 0 ? alpha x : x (a
-     * FusedConv's LeakyRelu and its activation_bounds, as the fused epilogue computes them) */
-    bool leaky;
-    float leaky_alpha;
+    /* Optional, with clamp: an activation between c_add and the clamp (a FusedConv's, with its
+     * activation_bounds as the clamp; the fused epilogue's operations in its order):
+     * KN_GEMM_ACT_LEAKY x < 0 ? p0 x : x; KN_GEMM_ACT_HARD_SIGMOID min(1, max(0, p0 x + p1));
+     * KN_GEMM_ACT_HARD_SWISH x min(1, max(0, x / 6 + 0.5)) (x times the float 1/6) */
+    int act;
+    float act_p0, act_p1;
 } kn_sgemm_batch;
+enum { KN_GEMM_ACT_NONE, KN_GEMM_ACT_LEAKY, KN_GEMM_ACT_HARD_SIGMOID, KN_GEMM_ACT_HARD_SWISH };
 
 /* Floats of op(A) (M x K) in the packed layout, and the packing itself: A as for kn_sgemm_batch
  * (M x K with row stride lda, or K x M when trans_a). */
