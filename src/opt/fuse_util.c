@@ -410,3 +410,22 @@ int kn_opt_match_bounds(const kn_opt_ctx *c, kn_act_spec *act, int *out_v, int *
     }
     return taken;
 }
+
+kiln_status kn_opt_emit_activated(kn_opt_ctx *c, int name_from, kn_opt_build_fn build, const void *arg, kn_act_spec *act,
+                                  int *last, int *nodes, int *n_nodes, int *node_out, bool *clamped) {
+    const kn_act_spec plain = *act;
+    const int plain_last = *last, plain_n = *n_nodes;
+    const bool with_bounds = kn_opt_match_bounds(c, act, last, nodes, n_nodes) > 0;
+    *node_out = -1;
+    for (int attempt = with_bounds ? 0 : 1; attempt < 2 && *node_out < 0; attempt++) {
+        if (attempt == 1 && with_bounds) *act = plain, *last = plain_last, *n_nodes = plain_n;
+        kn_opt_proto p;
+        build(&p, arg);
+        kn_proto_out(&p, *last);
+        kn_proto_act(&p, act);
+        KN_TRY(kn_opt_emit(c, &p, name_from, node_out));
+    }
+    if (*node_out < 0) *act = plain, *last = plain_last, *n_nodes = plain_n;
+    *clamped = *n_nodes > plain_n;
+    return KILN_OK;
+}

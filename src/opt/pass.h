@@ -225,6 +225,16 @@ void kn_proto_act(kn_opt_proto *p, const kn_act_spec *a);
  * new node's name. */
 kiln_status kn_opt_emit(kn_opt_ctx *c, const kn_opt_proto *p, int name_from, int *node_out);
 
+/* A kiln fused node that ends in an activation: build(p, arg) sets its op, inputs and attributes;
+ * kn_opt_emit_activated adds the output *last and the activation *act and emits it (as
+ * kn_opt_emit), first with the constant clamps after the activation folded in
+ * (kn_opt_match_bounds) and, when the target refuses those, without them. nodes[0..*n_nodes) are
+ * the nodes matched so far; on return they, *act and *last describe the emitted node (unchanged
+ * when refused: *node_out -1), and *clamped says whether clamps were folded. */
+typedef void (*kn_opt_build_fn)(kn_opt_proto *p, const void *arg);
+kiln_status kn_opt_emit_activated(kn_opt_ctx *c, int name_from, kn_opt_build_fn build, const void *arg, kn_act_spec *act,
+                                  int *last, int *nodes, int *n_nodes, int *node_out, bool *clamped);
+
 /* target.c: whether the fused `node` (with these input types) may form: the first provider of the
  * session that supports it is the one that would run the pattern's anchor node (the node it
  * replaces that it is named after; -1: none) or one listed before it. The reason in why otherwise. */

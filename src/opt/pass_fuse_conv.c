@@ -8,6 +8,19 @@
 
 static const char *const conv_attrs[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"};
 
+struct conv_build {
+    const kn_opt_ctx *c;
+    int conv, residual;
+};
+
+static void build_fused_conv(kn_opt_proto *p, const void *arg) {
+    const struct conv_build *b = arg;
+    kn_proto_init(p, "kiln", "FusedConv");
+    for (int k = 0; k < 3; k++) kn_proto_in(p, kn_opt_input(b->c, b->conv, k));
+    kn_proto_in(p, b->residual);
+    for (size_t k = 0; k < sizeof conv_attrs / sizeof conv_attrs[0]; k++) kn_proto_copy_attr(p, b->c, b->conv, conv_attrs[k]);
+}
+
 kiln_status kn_pass_fuse_conv(kn_opt_ctx *c) {
     kn_graph *g = c->g;
     for (int i = 0; i < g->n_nodes; i++) {
@@ -34,32 +47,16 @@ kiln_status kn_pass_fuse_conv(kn_opt_ctx *c) {
         int after = last;
         if (kn_opt_match_activation(c, last, &act, &after, nodes, &n_nodes)) last = after;
         if (z < 0 && act.act == KN_ACT_NONE) continue;
-        /* a constant clamp after the activation, folded where the target applies it */
-        const kn_act_spec plain = act;
-        const int plain_last = last, plain_n = n_nodes;
-        const int n_bounds = kn_opt_match_bounds(c, &act, &last, nodes, &n_nodes);
-
-        int node = -1;
-        for (int attempt = 0; attempt < 2 && node < 0; attempt++) {
-            if (attempt == 1) {
-                if (!n_bounds) break;
-                act = plain, last = plain_last, n_nodes = plain_n; /* refused with the clamp: without it */
-            }
-            kn_opt_proto p;
-            kn_proto_init(&p, "kiln", "FusedConv");
-            for (int k = 0; k < 3; k++) kn_proto_in(&p, kn_opt_input(c, i, k));
-            kn_proto_in(&p, z);
-            kn_proto_out(&p, last);
-            for (size_t k = 0; k < sizeof conv_attrs / sizeof conv_attrs[0]; k++) kn_proto_copy_attr(&p, c, i, conv_attrs[k]);
-            kn_proto_act(&p, &act);
-            KN_TRY(kn_opt_emit(c, &p, i, &node));
-        }
+        struct conv_build build = {c, i, z};
+        int node;
+        bool clamped;
+        KN_TRY(kn_opt_emit_activated(c, i, build_fused_conv, &build, &act, &last, nodes, &n_nodes, &node, &clamped));
         if (node < 0) continue;
         for (int k = 0; k < n_nodes; k++) kn_opt_kill(c, nodes[k]);
         if (z >= 0 && act.act != KN_ACT_NONE) kn_opt_note(c, "Conv+Add+activation");
         else if (z >= 0) kn_opt_note(c, "Conv+Add");
         else kn_opt_note(c, "Conv+activation");
-        if (n_nodes > plain_n) kn_opt_note(c, "+clamp");
+        if (clamped) kn_opt_note(c, "+clamp");
         KN_TRY(kn_opt_refresh(c));
     }
     return KILN_OK;

@@ -154,6 +154,13 @@ static kiln_status fuse_gemm_reshape_residual(kn_opt_ctx *c, int i) {
     return kn_opt_refresh(c);
 }
 
+/* kiln.FusedMatMul's inputs: A, B, bias, residual (-1: absent) */
+static void build_fused_matmul(kn_opt_proto *p, const void *arg) {
+    const int *operands = arg;
+    kn_proto_init(p, "kiln", "FusedMatMul");
+    for (int k = 0; k < 4; k++) kn_proto_in(p, operands[k]);
+}
+
 kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c) {
     kn_graph *g = c->g;
     for (int i = 0; i < g->n_nodes; i++) {
@@ -211,29 +218,14 @@ kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c) {
             }
         }
         if (bias >= 0 && z < 0 && !is_column_bias(c, bias, y)) continue;
-        /* a constant clamp after the activation, folded where the target applies it */
-        const kn_act_spec plain = act;
-        const int plain_last = last, plain_n = n_nodes;
-        const int n_bounds = kn_opt_match_bounds(c, &act, &last, nodes, &n_nodes);
-        for (int attempt = 0; attempt < 2 && node < 0; attempt++) {
-            if (attempt == 1) {
-                if (!n_bounds) break;
-                act = plain, last = plain_last, n_nodes = plain_n; /* refused with the clamp: without it */
-            }
-            kn_proto_init(&p, "kiln", "FusedMatMul");
-            kn_proto_in(&p, a);
-            kn_proto_in(&p, b);
-            kn_proto_in(&p, bias);
-            kn_proto_in(&p, z);
-            kn_proto_out(&p, last);
-            kn_proto_act(&p, &act);
-            KN_TRY(kn_opt_emit(c, &p, i, &node));
-        }
+        const int operands[4] = {a, b, bias, z};
+        bool clamped;
+        KN_TRY(kn_opt_emit_activated(c, i, build_fused_matmul, operands, &act, &last, nodes, &n_nodes, &node, &clamped));
         if (node < 0) continue;
         for (int k = 0; k < n_nodes; k++) kn_opt_kill(c, nodes[k]);
         kn_opt_note(c, bias >= 0 && z >= 0 ? "MatMul+bias+residual" : bias >= 0 ? "MatMul+bias" : z >= 0 ? "MatMul+residual" : "MatMul");
         if (act.act != KN_ACT_NONE || act.bounded) kn_opt_note(c, "+activation");
-        if (n_nodes > plain_n) kn_opt_note(c, "+clamp");
+        if (clamped) kn_opt_note(c, "+clamp");
         KN_TRY(kn_opt_refresh(c));
     }
     for (int i = 0; i < g->n_nodes; i++)
