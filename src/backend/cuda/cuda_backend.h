@@ -69,6 +69,12 @@ typedef struct kn_cu_tuned {
 } kn_cu_tuned;
 /* The value's bytes of a tuning record. */
 static inline const uint8_t *kn_cu_tuned_value(const kn_cu_tuned *t) { return t->big ? t->big : t->val; }
+/* The autotuners' clock: records stop on s, waits for it and gives the ms since start (recorded on
+ * s before the timed launches); false when any of it fails (the error left for the caller). */
+static inline bool kn_cu_elapsed_ms(cudaEvent_t start, cudaEvent_t stop, cudaStream_t s, float *ms) {
+    return cudaEventRecord(stop, s) == cudaSuccess && cudaEventSynchronize(stop) == cudaSuccess &&
+           cudaEventElapsedTime(ms, start, stop) == cudaSuccess;
+}
 
 
 /* What every lane of a session shares (cuda_backend.c): the device, the caching allocator, the

@@ -326,8 +326,7 @@ static void retime_ranking(kn_cuda *cu, conv_plan *p, bool transpose, int *algos
             ok = ok && s == CUDNN_STATUS_SUCCESS;
         }
         float ms = 0;
-        ok = ok && cudaEventRecord(e1, cu->stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
-             cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+        ok = ok && kn_cu_elapsed_ms(e0, e1, cu->stream, &ms);
         if (!ok) {
             cudaGetLastError();
             continue;

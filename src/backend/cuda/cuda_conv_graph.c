@@ -151,8 +151,7 @@ static float time_plan(cudnnHandle_t h, cudaStream_t stream, cudnnBackendDescrip
     cudaEventRecord(e0, stream);
     for (int r = 0; r < GRAPH_TIMED_RUNS; r++)
         if (execute(h, plan, g, io) != CUDNN_STATUS_SUCCESS) goto done;
-    cudaEventRecord(e1, stream);
-    if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess) ms /= GRAPH_TIMED_RUNS;
+    if (kn_cu_elapsed_ms(e0, e1, stream, &ms)) ms /= GRAPH_TIMED_RUNS;
     else ms = -1;
 done:
     if (e0) cudaEventDestroy(e0);

@@ -110,8 +110,7 @@ static int fastest(kn_cuda *cu, const lt_problem *p, const cublasLtMatmulHeurist
                 ok = cublasLtMatmul(cu->sh->lt, p->op, p->alpha, p->A, p->la, p->B, p->lb, p->beta, p->C, p->lc, d, p->lc,
                                     &res[i].algo, cu->workspace, cu->workspace_size, cu->stream) == CUBLAS_STATUS_SUCCESS;
             float ms = 0;
-            ok = ok && cudaEventRecord(e1, cu->stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
-                 cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+            ok = ok && kn_cu_elapsed_ms(e0, e1, cu->stream, &ms);
             if (!ok) {
                 cudaGetLastError();
                 continue;
