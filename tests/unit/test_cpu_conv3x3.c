@@ -132,6 +132,13 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         {1, 16, 40, 128, 16, 2, 1, 1, {1, 1, 1, 1}, true, true, false},   /* 4 vectors: 2 + 2, W an input */
         {2, 7, 21, 33, 24, 2, 1, 1, {2, 2, 2, 2}, true, false, true},     /* pads of 2: first taps skipped */
         {1, 16, 9, 200, 32, 2, 1, 1, {0, 0, 0, 0}, true, false, false},   /* no pads, 99 a row: 3 + 2 + 2 */
+        /* stride 2, more input channels, up to 64 output channels on rows of 32+: the same kernel
+         * on AVX2 (rk_wide), the GEMM elsewhere */
+        {1, 48, 48, 80, 24, 2, 1, 1, {1, 1, 1, 1}, true, false, true},    /* ppocr det: 40 a row, Relu */
+        {2, 36, 17, 75, 20, 2, 1, 1, {0, 1, 1, 0}, false, true, false},   /* 37 a row, W input, batch 2 */
+        /* stride 1 with few output channels: Winograd (the kernel above ran 2-3x slower there) */
+        {1, 96, 24, 40, 24, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* ppocr det, stride 1 */
+        {2, 20, 13, 27, 92, 1, 1, 1, {0, 2, 1, 1}, true, false, true},    /* 28 a row, asymmetric pads */
         /* stride 1 with fewer than 16 input channels: the same kernel (rk_conv) */
         {1, 1, 40, 37, 32, 1, 1, 1, {1, 1, 1, 1}, true, false, false},    /* one channel, 37 a row */
         {2, 6, 19, 50, 16, 1, 1, 1, {0, 2, 1, 0}, false, false, true},    /* asymmetric pads, batch 2 */

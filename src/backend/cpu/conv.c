@@ -1632,6 +1632,30 @@ static int64_t rk_span(const conv_shape *s) {
 /* the first input channel of the block of output channels starting at m0 */
 static int64_t rk_cin0(const conv_shape *s, int64_t m0) { return s->G == 1 ? 0 : m0 / s->Mg * s->Cg; }
 
+/* More input channels than rk_span's 16 at stride 2, AVX2 only (the AVX-512 tile is another
+ * shape, not measured): one group, up to 64 output channels, output rows of 4+ vectors, the copied
+ * rows ([C][3][2][wh]) within 256 KB (L2). The implicit GEMM these went to spent more time on its
+ * im2col than on the products (perf, 3x3 s2 48->24 48x80: pack_conv2d 22% of the samples, the
+ * micro-kernel 16%): it packs K x N for only M rows. 2-core AVX2 EPYC, 1 thread, CPU time, this
+ * kernel / the GEMM, variants and ORT in shuffled order (ppocr det/rec, nudenet layers):
+ * s2 48->24 48x80 0.72, 32->16 48x80 0.61-0.63, 64->32 48x80 0.73, 96->48 24x160 0.85-0.87, 32->32
+ * 112x112 0.79, 64->64 112x112 0.93, 32->64 80x80 0.93. Left to the GEMM: 96+ output channels
+ * (96->96 48x80 0.99, 64->128 112x112 1.02, 96->192 52x52 1.36) and rows of 3 vectors (64->64
+ * 56x56 1.05, 128->128 56x56 1.26). KILN_RK_WIDE=0: not here (measurements). */
+static bool rk_wide(const conv_shape *s, const win2 *v) {
+#if KN_VREGS < 32
+    if (s->G != 1 || v->dh != 1 || v->dw != 1) return false;
+    const char *e = getenv("KILN_RK_WIDE");
+    if (e && e[0] == '0') return false;
+    const int64_t wh = (v->OW + 3 - v->sw + 15) / 16 * 16;
+    if ((double)s->C * 3.0 * (double)v->sw * (double)wh * sizeof(float) > 256.0 * 1024) return false;
+    return v->sw == 2 && v->OW >= 4 * KN_VL && s->M <= 64;
+#else
+    (void)s, (void)v;
+    return false;
+#endif
+}
+
 static bool rk_suits(const conv_shape *s) {
     if (s->nsp != 2 || s->M % RK_MB || s->w.kernel[0] != 3 || s->w.kernel[1] != 3) return false;
     if (s->G != 1 && (s->Cg < 2 || (s->Mg % RK_MB && RK_MB % s->Mg))) return false;
@@ -1640,7 +1664,7 @@ static bool rk_suits(const conv_shape *s) {
         return false;
     const char *e = getenv("KILN_RK");
     if (e) return e[0] == '1';
-    return rk_span(s) <= 16;
+    return rk_span(s) <= 16 || rk_wide(s, &v);
 }
 
 typedef struct rk_wctx {
