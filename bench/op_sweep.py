@@ -395,6 +395,27 @@ def cases():
                   {"W": rnd(1, 4 * H_, I_) / 8, "Rw": rnd(1, 4 * H_, H_) / 11}, dict(hidden_size=H_), n_out=1, fast=True))
     c.append(Case("GRU", f"T{T_} b{B_} in{I_} h{H_}", {"x": rnd(T_, B_, I_)},
                   {"W": rnd(1, 3 * H_, I_) / 8, "Rw": rnd(1, 3 * H_, H_) / 11}, dict(hidden_size=H_), n_out=1))
+    # --- elementwise in float16 (a node alone in float16 keeps its own conversions; the cases
+    # stand last so the cases above keep their random data)
+    h = np.float16
+    c.append(binary("Sub", (1, 64, 56, 56), (1, 64, 56, 56), dtype=h))
+    c.append(binary("Mul", (1, 64, 56, 56), (1, 64, 56, 56), dtype=h))
+    c.append(Case("Div", "1x64x56x56 1x64x56x56", {"a": rnd(1, 64, 56, 56, dtype=h),
+                                                    "b": rnd(1, 64, 56, 56, dtype=h, lo=0.5, hi=1.5)}))
+    c.append(binary("Add", (1, 64, 56, 56), (1, 64, 1, 1), dtype=h))
+    c.append(binary("Mul", (1, 128, 768), (768,), dtype=h))
+    c.append(binary("Max", (1, 64, 56, 56), (1, 64, 56, 56), dtype=h))
+    c.append(unary("Relu", (1, 64, 56, 56), dtype=h))
+    c.append(unary("Sigmoid", (1, 64, 56, 56), dtype=h))
+    c.append(unary("Tanh", (1, 64, 56, 56), dtype=h))
+    c.append(unary("Exp", (1, 64, 56, 56), dtype=h))
+    c.append(unary("Erf", (1, 128, 3072), dtype=h))
+    c.append(unary("Gelu", (1, 128, 3072), dtype=h, opset=20))
+    c.append(unary("HardSwish", (1, 64, 56, 56), dtype=h))
+    c.append(unary("LeakyRelu", (1, 64, 56, 56), dtype=h, alpha=0.1))
+    c.append(unary("Sqrt", (1, 64, 56, 56), dtype=h, lo=0, hi=3))
+    c.append(Case("Clip", "1x64x56x56 (Relu6)", {"x": rnd(1, 64, 56, 56, dtype=h, lo=-8, hi=8)},
+                  {"lo": np.array(0, h), "hi": np.array(6, h)}))
     return c
 
 

@@ -6,6 +6,7 @@
  * element (step 0); the four cases are separate loops so each vectorises. float16/bfloat16 go
  * through the float32 loop in chunks. */
 #include "backend/cpu/elementwise_impl.h"
+#include "backend/cpu/elementwise_f16.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -91,6 +92,63 @@ typedef struct bin_op {
     BIN_FN(name, u32, uint32_t, uint32_t, uint32_t, EXPR)                                          \
     BIN_FN(name, u64, uint64_t, uint64_t, uint64_t, EXPR)
 
+#if defined(KN_EW_F16_V8)
+/* float16 rows in 8-lane float32 vectors (elementwise_f16.h): VEXPR, an __m256 expression of the
+ * lanes x and y, computes what EXPR computes for float, so each result is the float result
+ * rounded once to float16 */
+#define BIN_H8(name, VEXPR)                                                                        \
+    static inline __m256 name##_h8op(__m256 x, __m256 y) { return (VEXPR); }                       \
+    static void name##_f16(int64_t rows, int64_t n, void *o0, const void *a0, const void *b0,      \
+                           int64_t ro, int64_t ra, int64_t rb, int64_t sa, int64_t sb) {          \
+        for (int64_t r = 0; r < rows; r++) {                                                       \
+            uint16_t *o = (uint16_t *)((char *)o0 + r * ro);                                       \
+            const uint16_t *a = (const uint16_t *)((const char *)a0 + r * ra);                     \
+            const uint16_t *b = (const uint16_t *)((const char *)b0 + r * rb);                     \
+            int64_t i = 0;                                                                         \
+            if (sa && sb) {                                                                        \
+                for (; i + 16 <= n; i += 16) {                                                     \
+                    const __m256 v0 = name##_h8op(kn_h8_load(a + i), kn_h8_load(b + i));           \
+                    const __m256 v1 = name##_h8op(kn_h8_load(a + i + 8), kn_h8_load(b + i + 8));   \
+                    kn_h8_store(o + i, v0);                                                        \
+                    kn_h8_store(o + i + 8, v1);                                                    \
+                }                                                                                  \
+                for (; i + 8 <= n; i += 8) kn_h8_store(o + i, name##_h8op(kn_h8_load(a + i), kn_h8_load(b + i))); \
+                if (i < n)                                                                         \
+                    kn_h8_store_part(o + i, n - i,                                                 \
+                                     name##_h8op(kn_h8_load_part(a + i, n - i), kn_h8_load_part(b + i, n - i))); \
+            } else if (sa) {                                                                       \
+                const __m256 y = kn_h8_splat(b);                                                   \
+                for (; i + 16 <= n; i += 16) {                                                     \
+                    const __m256 v0 = name##_h8op(kn_h8_load(a + i), y);                           \
+                    const __m256 v1 = name##_h8op(kn_h8_load(a + i + 8), y);                       \
+                    kn_h8_store(o + i, v0);                                                        \
+                    kn_h8_store(o + i + 8, v1);                                                    \
+                }                                                                                  \
+                for (; i + 8 <= n; i += 8) kn_h8_store(o + i, name##_h8op(kn_h8_load(a + i), y));  \
+                if (i < n) kn_h8_store_part(o + i, n - i, name##_h8op(kn_h8_load_part(a + i, n - i), y)); \
+            } else if (sb) {                                                                       \
+                const __m256 x = kn_h8_splat(a);                                                   \
+                for (; i + 16 <= n; i += 16) {                                                     \
+                    const __m256 v0 = name##_h8op(x, kn_h8_load(b + i));                           \
+                    const __m256 v1 = name##_h8op(x, kn_h8_load(b + i + 8));                       \
+                    kn_h8_store(o + i, v0);                                                        \
+                    kn_h8_store(o + i + 8, v1);                                                    \
+                }                                                                                  \
+                for (; i + 8 <= n; i += 8) kn_h8_store(o + i, name##_h8op(x, kn_h8_load(b + i)));  \
+                if (i < n) kn_h8_store_part(o + i, n - i, name##_h8op(x, kn_h8_load_part(b + i, n - i))); \
+            } else {                                                                               \
+                uint16_t v[8];                                                                     \
+                kn_h8_store(v, name##_h8op(kn_h8_splat(a), kn_h8_splat(b)));                       \
+                for (; i < n; i++) o[i] = v[0];                                                    \
+            }                                                                                      \
+        }                                                                                          \
+    }
+#define T_H(name) , [KILN_DTYPE_FLOAT16] = name##_f16
+#else
+#define BIN_H8(name, VEXPR)
+#define T_H(name)
+#endif
+
 #define T_F(name) [KILN_DTYPE_FLOAT] = name##_f32, [KILN_DTYPE_DOUBLE] = name##_f64
 #define T_S(name)                                                                                  \
     [KILN_DTYPE_INT8] = name##_i8, [KILN_DTYPE_INT16] = name##_i16, [KILN_DTYPE_INT32] = name##_i32, \
@@ -105,15 +163,19 @@ typedef struct bin_op {
 BIN_NUM(Add, (U)x + (U)y)
 BIN_NUM(Sub, (U)x - (U)y)
 BIN_NUM(Mul, (U)x * (U)y)
-static const bin_op op_Add = {{T_NUM(Add)}, false};
-static const bin_op op_Sub = {{T_NUM(Sub)}, false};
-static const bin_op op_Mul = {{T_NUM(Mul)}, false};
+BIN_H8(Add, _mm256_add_ps(x, y))
+BIN_H8(Sub, _mm256_sub_ps(x, y))
+BIN_H8(Mul, _mm256_mul_ps(x, y))
+static const bin_op op_Add = {{T_NUM(Add) T_H(Add)}, false};
+static const bin_op op_Sub = {{T_NUM(Sub) T_H(Sub)}, false};
+static const bin_op op_Mul = {{T_NUM(Mul) T_H(Mul)}, false};
 
 /* integer division truncates toward zero; x/0 gives 0 and MIN/-1 wraps (instead of trapping) */
 BIN_F(Div, T, x / y)
 BIN_S(Div, T, y == 0 ? (T)0 : (y == -1 ? (T)((U)0 - (U)x) : (T)(x / y)))
 BIN_U(Div, T, y == 0 ? (T)0 : (T)(x / y))
-static const bin_op op_Div = {{T_F(Div), T_S(Div), T_U(Div)}, false};
+BIN_H8(Div, _mm256_div_ps(x, y))
+static const bin_op op_Div = {{T_F(Div), T_S(Div), T_U(Div) T_H(Div)}, false};
 
 /* Mod with fmod=1: the remainder has the dividend's sign (C's fmod and %). */
 BIN_FN(ModC, f32, float, float, float, fmodf(x, y))
@@ -157,14 +219,18 @@ BIN_U(Max, T, x > y ? x : y)
 BIN_F(Min, T, x != x ? x : (x < y ? x : y))
 BIN_S(Min, T, x < y ? x : y)
 BIN_U(Min, T, x < y ? x : y)
-static const bin_op op_Max = {{T_NUM(Max)}, false};
-static const bin_op op_Min = {{T_NUM(Min)}, false};
+/* x != x ? x : (x > y ? x : y): x where x > y or x is NaN, else y (NaN y included) */
+BIN_H8(Max, _mm256_blendv_ps(y, x, _mm256_or_ps(_mm256_cmp_ps(x, y, _CMP_GT_OQ), _mm256_cmp_ps(x, x, _CMP_UNORD_Q))))
+BIN_H8(Min, _mm256_blendv_ps(y, x, _mm256_or_ps(_mm256_cmp_ps(x, y, _CMP_LT_OQ), _mm256_cmp_ps(x, x, _CMP_UNORD_Q))))
+static const bin_op op_Max = {{T_NUM(Max) T_H(Max)}, false};
+static const bin_op op_Min = {{T_NUM(Min) T_H(Min)}, false};
 
 /* PRelu: b is the slope */
 BIN_F(PRelu, T, x < 0 ? y * x : x)
 BIN_S(PRelu, T, x < 0 ? (U)y * (U)x : (U)x)
 BIN_U(PRelu, T, x)
-static const bin_op op_PRelu = {{T_NUM(PRelu)}, false};
+BIN_H8(PRelu, _mm256_blendv_ps(x, _mm256_mul_ps(y, x), _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ)))
+static const bin_op op_PRelu = {{T_NUM(PRelu) T_H(PRelu)}, false};
 
 /* ------------------------------------------------------------------ comparison and logic */
 

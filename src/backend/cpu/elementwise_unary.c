@@ -4,6 +4,7 @@
  * through the float32 function in chunks; integer types an operator allows but has no exact
  * kernel for go through the double function. */
 #include "backend/cpu/elementwise_impl.h"
+#include "backend/cpu/elementwise_f16.h"
 #include "backend/cpu/vec_math.h"
 
 #include <float.h>
@@ -153,7 +154,8 @@ static inline float kn_floorf_v(float x) {
 }
 static inline float kn_ceilf_v(float x) {
     float r = rintf(x);
-    return r < x ? r + 1.0f : r;
+    /* the sign of x: on (-1, -0.5] r + 1 is +0, ceil -0 */
+    return copysignf(r < x ? r + 1.0f : r, x);
 }
 
 /* ------------------------------------------------------------------ math */
@@ -398,6 +400,111 @@ CLIP_INT(u32, uint32_t, lo_u, hi_u)
 CLIP_INT(u64, uint64_t, lo_u, hi_u)
 static const un_op op_Clip = {{T_FLOATS(Clip), T_SINTS(Clip), T_UINTS(Clip)}, 0, false, true};
 
+/* ------------------------------------------------------------------ float16 in vectors */
+
+/* float16 rows in 8-lane float32 vectors (elementwise_f16.h): each VFN computes what the operator's
+ * float32 kernel computes (the same operations: vmaxps(0, x) is x < 0 ? 0 : x, NaN and -0
+ * included), so each result is the float32 result rounded once to float16. Operators without an
+ * entry (and, at the AVX-512 level, those on vec_math.h's 8-lane functions, which that level does
+ * not define) take the chunked conversions of un_range. */
+#if defined(KN_EW_F16_V8)
+#define UN_H8(name, VFN)                                                                           \
+    static void name##_f16(int64_t n, void *restrict o_, const void *restrict x_, const un_prm *p) { \
+        const __m256 alpha8 = _mm256_set1_ps(p->alpha), beta8 = _mm256_set1_ps(p->beta);          \
+        const __m256 lo8 = _mm256_set1_ps((float)p->lo_d), hi8 = _mm256_set1_ps((float)p->hi_d);  \
+        (void)alpha8, (void)beta8, (void)lo8, (void)hi8;                                           \
+        KN_H8_MAP((uint16_t *)o_, (const uint16_t *)x_, n, VFN);                                   \
+    }
+#define H8_ZERO _mm256_setzero_ps()
+#define H8_ONE _mm256_set1_ps(1.0f)
+#define H8_SIGN _mm256_set1_ps(-0.0f)
+#define H8_LT0(v) _mm256_cmp_ps((v), H8_ZERO, _CMP_LT_OQ)
+/* kn_clamp01f(v): v < 0 ? 0 : v, then v > 1 ? 1 : v */
+#define H8_CLAMP01(v) _mm256_min_ps(H8_ONE, _mm256_max_ps(H8_ZERO, (v)))
+#define H8_ABS(v) _mm256_andnot_ps(H8_SIGN, (v))
+#define H8_NEG(v) _mm256_xor_ps(H8_SIGN, (v))
+#define H8_SQRT(v) _mm256_sqrt_ps(v)
+#define H8_RECIP(v) _mm256_div_ps(H8_ONE, (v))
+#define H8_FLOOR(v) _mm256_round_ps((v), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+#define H8_CEIL(v) _mm256_round_ps((v), _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)
+#define H8_ROUND(v) _mm256_round_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define H8_SIGNUM(v)                                                                               \
+    _mm256_blendv_ps(_mm256_blendv_ps((v), H8_ONE, _mm256_cmp_ps((v), H8_ZERO, _CMP_GT_OQ)),        \
+                     _mm256_set1_ps(-1.0f), H8_LT0(v))
+#define H8_RELU(v) _mm256_max_ps(H8_ZERO, (v))
+#define H8_LEAKY(v) _mm256_blendv_ps((v), _mm256_mul_ps(alpha8, (v)), H8_LT0(v))
+#define H8_THRELU(v) _mm256_and_ps(_mm256_cmp_ps((v), alpha8, _CMP_GT_OQ), (v))
+#define H8_HSIG(v) H8_CLAMP01(_mm256_add_ps(_mm256_mul_ps(alpha8, (v)), beta8))
+#define H8_HSWISH(v)                                                                               \
+    _mm256_mul_ps((v), H8_CLAMP01(_mm256_add_ps(_mm256_mul_ps((v), _mm256_set1_ps(1.0f / 6.0f)),   \
+                                                _mm256_set1_ps(0.5f))))
+#define H8_SOFTSIGN(v) _mm256_div_ps((v), _mm256_add_ps(H8_ONE, H8_ABS(v)))
+#define H8_CLIP(v) _mm256_min_ps(hi8, _mm256_max_ps(lo8, (v)))
+UN_H8(Abs, H8_ABS)
+UN_H8(Neg, H8_NEG)
+UN_H8(Sqrt, H8_SQRT)
+UN_H8(Reciprocal, H8_RECIP)
+UN_H8(Floor, H8_FLOOR)
+UN_H8(Ceil, H8_CEIL)
+UN_H8(Round, H8_ROUND)
+UN_H8(Sign, H8_SIGNUM)
+UN_H8(Relu, H8_RELU)
+UN_H8(LeakyRelu, H8_LEAKY)
+UN_H8(ThresholdedRelu, H8_THRELU)
+UN_H8(HardSigmoid, H8_HSIG)
+UN_H8(HardSwish, H8_HSWISH)
+UN_H8(Softsign, H8_SOFTSIGN)
+UN_H8(Clip, H8_CLIP)
+#if !defined(__AVX512F__)
+UN_H8(Exp, kn_v8_exp)
+UN_H8(Tanh, kn_v8_tanh)
+UN_H8(Erf, kn_v8_erf)
+UN_H8(Sigmoid, kn_v8_sigmoid)
+UN_H8(GeluErf, kn_v8_gelu_erf)
+UN_H8(GeluTanh, kn_v8_gelu_tanh)
+#endif
+
+/* The operator's float16 row function, or NULL. */
+static un_fn un_f16_fn(const un_op *op) {
+    static const struct {
+        const un_op *op;
+        un_fn fn;
+    } tab[] = {
+        {&op_Abs, Abs_f16},
+        {&op_Neg, Neg_f16},
+        {&op_Sqrt, Sqrt_f16},
+        {&op_Reciprocal, Reciprocal_f16},
+        {&op_Floor, Floor_f16},
+        {&op_Ceil, Ceil_f16},
+        {&op_Round, Round_f16},
+        {&op_Sign, Sign_f16},
+        {&op_Relu, Relu_f16},
+        {&op_LeakyRelu, LeakyRelu_f16},
+        {&op_ThresholdedRelu, ThresholdedRelu_f16},
+        {&op_HardSigmoid, HardSigmoid_f16},
+        {&op_HardSwish, HardSwish_f16},
+        {&op_Softsign, Softsign_f16},
+        {&op_Clip, Clip_f16},
+#if !defined(__AVX512F__)
+        {&op_Exp, Exp_f16},
+        {&op_Tanh, Tanh_f16},
+        {&op_Erf, Erf_f16},
+        {&op_Sigmoid, Sigmoid_f16},
+        {&op_GeluErf, GeluErf_f16},
+        {&op_GeluTanh, GeluTanh_f16},
+#endif
+    };
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
+        if (tab[i].op == op) return tab[i].fn;
+    return NULL;
+}
+#else
+static un_fn un_f16_fn(const un_op *op) {
+    (void)op;
+    return NULL;
+}
+#endif
+
 /* ------------------------------------------------------------------ driver */
 
 typedef struct un_job {
@@ -435,6 +542,7 @@ static kiln_status un_run(kn_kernel_ctx *c, const un_op *op, const un_prm *p) {
         return kn_kernel_error(c, KILN_ERR_INVALID_ARGUMENT, "input 0 must be a tensor");
     kiln_dtype it = x->dtype, ot = op->out ? op->out : it, via = it;
     un_fn fn = (int)it < KILN_DTYPE_COUNT_ ? op->fn[it] : NULL;
+    if (!fn && it == KILN_DTYPE_FLOAT16) fn = un_f16_fn(op);
     if (!fn && kn_ew_is_half(it) && op->fn[KILN_DTYPE_FLOAT]) {
         fn = op->fn[KILN_DTYPE_FLOAT];
         via = KILN_DTYPE_FLOAT;
