@@ -168,7 +168,7 @@ static inline __m512 kn_v16_erf(__m512 x) {
  * 0.921875; 2 - exp(Q(z)) above; exp(Q(-z)) = erfc(-z) in [-2.5, -0.921875], which keeps
  * relative accuracy where 1 + erf cancels. Below z = -2.5 (x < -3.54; only when some lane is there)
  * the scalar kernel's erfc form, whose relative error stays below 1e-6 where Q's float rounding
- * (|Q| up to 18) would not; 0 below x = -10 sqrt2 (the result is below 1e-43). Each piece only
+ * (|Q| up to 18) would not; 0 below x = -13.6 (the result is below 3e-41). Each piece only
  * when some lane needs it. */
 static inline __m512 kn_v16_gelu_erf(__m512 x) {
     const __m512 z = _mm512_mul_ps(x, _mm512_set1_ps(0.70710678118654752f));
@@ -183,12 +183,16 @@ static inline __m512 kn_v16_gelu_erf(__m512 x) {
         const __mmask16 deep = _mm512_cmp_ps_mask(z, _mm512_set1_ps(-2.5f), _CMP_LT_OQ);
         if (deep) {
             const __m512 ax = _mm512_abs_ps(x);
-            const __m512 xc = _mm512_min_ps(_mm512_set1_ps(14.1421356f), ax);
+            /* below x = -13.6 the result (under 3e-41) is returned as 0, and those lanes run on
+             * xc = 4 instead (as kn_v8_gelu_erf): at 14.14 exp(-x^2/2) and the products were
+             * subnormal, a microcode assist each where subnormal operands are slow */
+            const __mmask16 tail = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(13.6f), _CMP_GT_OQ);
+            const __m512 xc = _mm512_mask_blend_ps(tail, ax, _mm512_set1_ps(4.0f));
             const __m512 xx = _mm512_mul_ps(xc, xc);
             const __m512 half = _mm512_set1_ps(0.5f);
             __m512 ec = kn_v16_erfc_big_zz(_mm512_mul_ps(xc, _mm512_set1_ps(0.70710678118654752f)),
                                            _mm512_mul_ps(half, xx), _mm512_mul_ps(half, _mm512_fmsub_ps(xc, xc, xx)));
-            ec = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-14.1421356f), _CMP_LT_OQ), ec,
+            ec = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-13.6f), _CMP_LT_OQ), ec,
                                       _mm512_setzero_ps());
             big = _mm512_mask_blend_ps(deep, big, ec);
         }
