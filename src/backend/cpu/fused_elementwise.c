@@ -88,8 +88,11 @@ static void gather(const chain_job *j, int i, int64_t s, int m, float *dst, int6
     }
 }
 
-/* o[0..m) = op(a, b) (b unused for unary operators). */
-static void step(const kn_chain_step *s, int m, const float *restrict A, const float *restrict B, float *restrict o) {
+/* o[0..m) = op(a, b) (b unused for unary operators). square: a Pow whose exponent is the
+ * constant 2, as x * x (the loop of the general Pow calls powf per element, or not, and stays
+ * scalar: the squares of a spectrogram's real and imaginary parts took 1.8 ns an element). */
+static void step(const kn_chain_step *s, int m, const float *restrict A, const float *restrict B, float *restrict o,
+                 bool square) {
     const float p0 = s->p0, p1 = s->p1;
 #define UN(EXPR)                                                                                   \
     for (int i = 0; i < m; i++) {                                                                  \
@@ -108,7 +111,11 @@ static void step(const kn_chain_step *s, int m, const float *restrict A, const f
     case KN_CHAIN_SUB: BI(x - y);
     case KN_CHAIN_MUL: BI(x * y);
     case KN_CHAIN_DIV: BI(x / y);
-    case KN_CHAIN_POW: BI(y == 2.0f ? x * x : powf(x, y));
+    case KN_CHAIN_POW:
+        if (square) {
+            UN(x * x);
+        }
+        BI(y == 2.0f ? x * x : powf(x, y));
     case KN_CHAIN_MAX: BI(x != x ? x : (x > y ? x : y));
     case KN_CHAIN_MIN: BI(x != x ? x : (x < y ? x : y));
     case KN_CHAIN_PRELU: BI(x < 0 ? y * x : x);
@@ -190,6 +197,14 @@ static void chain_range(void *arg, int64_t b, int64_t e) {
         }
     int64_t splat[KN_CHAIN_MAX_INPUTS];
     for (int k = 0; k < p->n_inputs; k++) splat[k] = -1;
+    /* Pow steps by the constant 2 */
+    bool square[KN_CHAIN_MAX_STEPS];
+    for (int t = 0; t < p->n_steps; t++) {
+        const kn_chain_step *st = &p->steps[t];
+        square[t] = st->op == KN_CHAIN_POW &&
+                    ((st->b >= base && st->b < base + p->n_consts && p->consts[st->b - base] == 2.0f) ||
+                     (st->b < base && j->mode[st->b] == IN_SCALAR && j->in[st->b][0] == 2.0f));
+    }
     for (int64_t s = b; s < e; s += BLOCK) {
         int m = e - s < BLOCK ? (int)(e - s) : BLOCK;
         for (int k = 0; k < p->n_inputs; k++) {
@@ -202,7 +217,7 @@ static void chain_range(void *arg, int64_t b, int64_t e) {
         for (int t = 0; t < p->n_steps; t++) {
             const kn_chain_step *st = &p->steps[t];
             float *o = t == p->n_steps - 1 ? j->y + s : regs[steps_at + t];
-            step(st, m, reg[st->a], reg[kn_chain_op_binary(st->op) ? st->b : st->a], o);
+            step(st, m, reg[st->a], reg[kn_chain_op_binary(st->op) ? st->b : st->a], o, square[t]);
             reg[steps_at + t] = o;
         }
     }
