@@ -6,7 +6,8 @@
  * than the kernel's reach, strides 2 and 3 along the row with odd widths, anisotropic strides,
  * dilation, groups of several channels, depthwise multipliers, batch 2, no bias, weights a
  * constant (rearranged once per session, two runs) or a graph input; the kernel as chosen, forced
- * (KILN_DCONV=1) and kept out (KILN_DCONV=0: the other paths), 1 and 2 threads. Under the
+ * (KILN_DCONV=1), forced in passes of 8 output channels (KILN_DC_MBLK=8) and kept out
+ * (KILN_DCONV=0: the other paths), 1 and 2 threads. Under the
  * sanitizer build this is also the out-of-bounds test for the kernel's row copies and tails. */
 #include "test_model_builder.h"
 
@@ -127,6 +128,11 @@ KN_TEST(cpu_conv_direct_matches_definition) {
         {1, 2, 1, 700, 2, 2, 1, 100, 1, 2, 1, 1, {0, 10, 0, 10}, true, false, true, 1}, /* 100 taps, s2, one row */
         {1, 3, 30, 52, 32, 1, 7, 7, 2, 2, 1, 1, {3, 3, 3, 3}, true, false, true, 1},  /* a stem: 3 -> 32 */
         {1, 4, 20, 37, 12, 2, 3, 3, 1, 1, 2, 1, {2, 1, 2, 1}, true, false, false, 0}, /* Mg 6 (blocks of 2), dh 2 */
+        /* shallow windows on many output channels over large planes: passes of 8 channels
+         * (dc_shallow_wide; where the output exceeds twice the L2, and in the forced pass below) */
+        {1, 1, 70, 101, 40, 1, 3, 3, 1, 1, 1, 1, {1, 1, 1, 1}, true, false, true, 1}, /* 1 -> 40, residual */
+        {2, 2, 60, 75, 20, 1, 3, 3, 1, 1, 1, 1, {1, 0, 1, 2}, false, true, false, 2}, /* passes 8, 8, 4; W input */
+        {1, 2, 40, 70, 24, 2, 3, 3, 2, 1, 1, 1, {1, 1, 1, 1}, true, false, false, 0},  /* 2 groups of 12, stride (2, 1) */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const dc_case *t = &cases[ci];
@@ -156,9 +162,11 @@ KN_TEST(cpu_conv_direct_matches_definition) {
         double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
         dc_reference(t, xp, kiln_tensor_data(w), consts[1] ? kiln_tensor_data(consts[1]) : NULL,
                      z ? kiln_tensor_data(z) : NULL, OH, OW, want, scale);
-        /* 0: as chosen; 1: the direct kernel wherever it can; 2: never */
-        for (int force = 0; force <= 2; force++) {
-            if (force) setenv("KILN_DCONV", force == 1 ? "1" : "0", 1);
+        /* 0: as chosen; 1: the direct kernel wherever it can; 2: never; 3: as 1, in passes of 8
+         * output channels (KILN_DC_MBLK) */
+        for (int force = 0; force <= 3; force++) {
+            if (force) setenv("KILN_DCONV", force == 2 ? "0" : "1", 1);
+            if (force == 3) setenv("KILN_DC_MBLK", "8", 1);
             for (int threads = 1; threads <= 2; threads++)
                 for (int level = 0; level <= 3; level += 3) {
                     kiln_session *s = tmb_session(m, size, threads, level);
@@ -192,6 +200,7 @@ KN_TEST(cpu_conv_direct_matches_definition) {
                     kiln_session_destroy(s);
                 }
             unsetenv("KILN_DCONV");
+            unsetenv("KILN_DC_MBLK");
         }
         free(want);
         free(scale);

@@ -81,6 +81,7 @@ typedef struct dc_job {
     kn_conv_epilogue_fn epi;
     const void *epi_ctx;
     int64_t bands, Cg, Mg, mb;
+    int64_t mblk; /* output channels per pass over a band's rows (Mg, or fewer: dc_shallow_wide) */
     int64_t koff[DC_MAX_KW]; /* tap kw's offset in a copied row: phase (kw dw) mod sw, element (kw dw) / sw */
     int *failed;
 } dc_job;
@@ -336,7 +337,6 @@ static void dc_range(void *arg, int64_t begin, int64_t end) {
     float *ring = buf, *tmp = buf + g->ring, *tb = tmp + g->rowf + KN_VL;
     int64_t have[64];
     const float *rows[64];
-    const int64_t epi_rows = max64(1, DC_EPI_FLOATS / max64(1, Mg * OW));
     for (int64_t t = begin; t < end; t++) {
         const int64_t ng = t / j->bands, band = t % j->bands, n = ng / s->G, gi = ng % s->G;
         const int64_t oh0 = band * OH / j->bands, oh1 = (band + 1) * OH / j->bands;
@@ -344,57 +344,66 @@ static void dc_range(void *arg, int64_t begin, int64_t end) {
         const int64_t ybase = (n * s->M + gi * Mg) * plane;
         const float *wg = j->wp + gi * Mg * j->Cg * KH * s->KW;
         for (int64_t i = 0; i < g->span; i++) have[i] = -1;
-        int64_t epi_from = oh0;
-        /* r0: ih0 mod span, kept up to date without a division per row (an idiv per row and tap
-         * row was a tenth of a depthwise 3x3's time) */
-        const int64_t span = g->span, dh = s->dh, sh_mod = s->sh % span;
-        int64_t r0 = (oh0 * s->sh - s->ph) % span;
-        if (r0 < 0) r0 += span;
-        for (int64_t oh = oh0; oh < oh1; oh++) {
-            const int64_t ih0 = oh * s->sh - s->ph, below = s->H - 1 - ih0;
-            const int64_t kh0 = ih0 >= 0 ? 0 : dh == 1 ? -ih0 : (-ih0 + dh - 1) / dh;
-            const int64_t kh1 = below < 0 ? 0 : min64(KH, dh == 1 ? below + 1 : below / dh + 1);
-            int64_t slot = r0 + kh0 * dh % span; /* ih0 + kh0 dh mod span */
-            if (slot >= span) slot -= span;
-            for (int64_t kh = kh0; kh < kh1; kh++) {
-                const int64_t ih = ih0 + kh * dh;
-                if (have[slot] != ih) dc_copy_rows(j, xg, ih, slot, ring, tmp), have[slot] = ih;
-                rows[kh] = ring + slot * g->rowf;
-                if ((slot += dh) >= span) slot -= span;
-            }
-            if ((r0 += sh_mod) >= span) r0 -= span;
-            /* the next output row's new input rows, towards L2 while this row computes (the copy of
-             * a 3-channel stride-2 stem's rows waited on memory: 3x3 s2 3->16 on 800x608 ran 1.07x
-             * the time of conv.c's 3x3 kernel, which prefetches them) */
-            if (oh + 1 < oh1)
-                for (int64_t ih = max64(0, ih0 + span); ih < min64(ih0 + span + s->sh, s->H); ih++)
-                    for (int64_t c = 0; c < j->Cg; c++) {
-                        const char *p = (const char *)(xg + (c * s->H + ih) * s->W);
-                        for (int64_t b = 0; b < (int64_t)sizeof(float) * s->W; b += 64) _mm_prefetch(p + b, _MM_HINT_T1);
-                    }
-            const float *bg = j->bias ? j->bias + gi * Mg : NULL;
-            float *yrow = j->y + ybase + oh * OW;
-            /* tiles of nvmax vectors while 2 nvmax or more are left; the last two split evenly (a tile
-             * of 1 vector by 4 channels is 4 FMA chains, under the 8 that hide the FMA latency) */
-            const int64_t nfull = nvec >= 2 * nvmax ? (nvec - nvmax) / nvmax : 0;
-            if (nfull) dc_tiles_any(j, rows, 0, nfull, kh0, kh1, wg, bg, yrow, plane, nvmax);
-            for (int64_t q0 = nfull * nvmax; q0 < nvec;) {
-                const int64_t left = nvec - q0;
-                const int nv = (int)(left <= nvmax ? left : (left + 1) / 2);
-                const int64_t ow0 = q0 * KN_VL, cols = min64((int64_t)nv * KN_VL, OW - ow0);
-                if (cols == (int64_t)nv * KN_VL) {
-                    dc_tiles_any(j, rows, ow0, 1, kh0, kh1, wg, bg, yrow + ow0, plane, nv);
-                } else { /* the row's end: through the buffer, Mg rows of nv vectors */
-                    const int64_t ldb = (int64_t)nv * KN_VL;
-                    dc_tiles_any(j, rows, ow0, 1, kh0, kh1, wg, bg, tb, ldb, nv);
-                    for (int64_t m = 0; m < Mg; m++)
-                        memcpy(yrow + ow0 + m * plane, tb + m * ldb, sizeof(float) * (size_t)cols);
+        for (int64_t mb0 = 0; mb0 < Mg; mb0 += j->mblk) {
+            /* a pass over the band's rows for output channels [mb0, mb0 + jb->Mg) (the whole group
+             * unless dc_shallow_wide cuts it); the ring keeps its rows from pass to pass */
+            dc_job jbs;
+            const dc_job *jb = j;
+            if (j->mblk < Mg) jbs = *j, jbs.Mg = min64(j->mblk, Mg - mb0), jb = &jbs;
+            const int64_t Mb = jb->Mg, epi_rows = max64(1, DC_EPI_FLOATS / max64(1, Mb * OW));
+            int64_t epi_from = oh0;
+            /* r0: ih0 mod span, kept up to date without a division per row (an idiv per row and tap
+             * row was a tenth of a depthwise 3x3's time) */
+            const int64_t span = g->span, dh = s->dh, sh_mod = s->sh % span;
+            int64_t r0 = (oh0 * s->sh - s->ph) % span;
+            if (r0 < 0) r0 += span;
+            for (int64_t oh = oh0; oh < oh1; oh++) {
+                const int64_t ih0 = oh * s->sh - s->ph, below = s->H - 1 - ih0;
+                const int64_t kh0 = ih0 >= 0 ? 0 : dh == 1 ? -ih0 : (-ih0 + dh - 1) / dh;
+                const int64_t kh1 = below < 0 ? 0 : min64(KH, dh == 1 ? below + 1 : below / dh + 1);
+                int64_t slot = r0 + kh0 * dh % span; /* ih0 + kh0 dh mod span */
+                if (slot >= span) slot -= span;
+                for (int64_t kh = kh0; kh < kh1; kh++) {
+                    const int64_t ih = ih0 + kh * dh;
+                    if (have[slot] != ih) dc_copy_rows(j, xg, ih, slot, ring, tmp), have[slot] = ih;
+                    rows[kh] = ring + slot * g->rowf;
+                    if ((slot += dh) >= span) slot -= span;
                 }
-                q0 += nv;
-            }
-            if (j->epi && (oh + 1 == oh1 || oh + 1 - epi_from >= epi_rows)) {
-                j->epi(j->epi_ctx, j->y, ybase + epi_from * OW, Mg, (oh + 1 - epi_from) * OW, plane);
-                epi_from = oh + 1;
+                if ((r0 += sh_mod) >= span) r0 -= span;
+                /* the next output row's new input rows, towards L2 while this row computes (the copy of
+                 * a 3-channel stride-2 stem's rows waited on memory: 3x3 s2 3->16 on 800x608 ran 1.07x
+                 * the time of conv.c's 3x3 kernel, which prefetches them) */
+                if (oh + 1 < oh1 && mb0 == 0)
+                    for (int64_t ih = max64(0, ih0 + span); ih < min64(ih0 + span + s->sh, s->H); ih++)
+                        for (int64_t c = 0; c < j->Cg; c++) {
+                            const char *p = (const char *)(xg + (c * s->H + ih) * s->W);
+                            for (int64_t b = 0; b < (int64_t)sizeof(float) * s->W; b += 64) _mm_prefetch(p + b, _MM_HINT_T1);
+                        }
+                const float *bg = j->bias ? j->bias + gi * Mg + mb0 : NULL;
+                float *yrow = j->y + ybase + mb0 * plane + oh * OW;
+                const float *wb = wg + mb0 * j->Cg * KH * s->KW;
+                /* tiles of nvmax vectors while 2 nvmax or more are left; the last two split evenly (a tile
+                 * of 1 vector by 4 channels is 4 FMA chains, under the 8 that hide the FMA latency) */
+                const int64_t nfull = nvec >= 2 * nvmax ? (nvec - nvmax) / nvmax : 0;
+                if (nfull) dc_tiles_any(jb, rows, 0, nfull, kh0, kh1, wb, bg, yrow, plane, nvmax);
+                for (int64_t q0 = nfull * nvmax; q0 < nvec;) {
+                    const int64_t left = nvec - q0;
+                    const int nv = (int)(left <= nvmax ? left : (left + 1) / 2);
+                    const int64_t ow0 = q0 * KN_VL, cols = min64((int64_t)nv * KN_VL, OW - ow0);
+                    if (cols == (int64_t)nv * KN_VL) {
+                        dc_tiles_any(jb, rows, ow0, 1, kh0, kh1, wb, bg, yrow + ow0, plane, nv);
+                    } else { /* the row's end: through the buffer, Mg rows of nv vectors */
+                        const int64_t ldb = (int64_t)nv * KN_VL;
+                        dc_tiles_any(jb, rows, ow0, 1, kh0, kh1, wb, bg, tb, ldb, nv);
+                        for (int64_t m = 0; m < Mb; m++)
+                            memcpy(yrow + ow0 + m * plane, tb + m * ldb, sizeof(float) * (size_t)cols);
+                    }
+                    q0 += nv;
+                }
+                if (j->epi && (oh + 1 == oh1 || oh + 1 - epi_from >= epi_rows)) {
+                    j->epi(j->epi_ctx, j->y, ybase + mb0 * plane + epi_from * OW, Mb, (oh + 1 - epi_from) * OW, plane);
+                    epi_from = oh + 1;
+                }
             }
         }
     }
@@ -416,6 +425,28 @@ static void dc_make_weights(const void *ctx, void *dst) {
             for (int64_t r = 0; r < k->mb; r++) *d++ = k->w[(m0 + r) * K + i];
 }
 
+/* Shallow windows (at most 18 taps over the group's input channels: one-channel 3x3 spectrogram
+ * stems, 2-channel 3x3) with more than 8 output channels a group whose output exceeds twice the
+ * L2: passes of 8 output channels over each band of rows, not all of them per row. A row for all
+ * channels writes as many planes at once (32 for dnsmos' 1 -> 32 on 900x120, 128 for 1 -> 128 on
+ * 901x161), and those stores, not the 9 FMAs an output, set the pace; the ring of input rows is
+ * small and is reused from pass to pass. 2-core AVX2 EPYC, 1 thread, CPU time, passes of 8 / one
+ * pass: 3x3 1->32 900x120 0.56-0.60, 1->32 128x128 0.67, 2->32 900x120 0.71; 1->128 901x161 0.38 of
+ * the output-pixels-in-lanes kernel conv.c gave it (14.5 ms in ONNX Runtime, 8.7 here). Deeper
+ * windows gained less or lost (4->32 3x3 0.85-0.95, 3-channel stems 0.98-1.18, 5x5 8->32 1.30), as
+ * did outputs that fit the L2 (1->32 on 30x120 1.21). KILN_DC_MBLK=n: passes of n channels. */
+static bool dc_shallow_wide(const kn_dconv_shape *s) {
+    const int64_t Cg = s->C / s->G, Mg = s->M / s->G;
+    return Cg * s->KH * s->KW <= 18 && Mg > 8 &&
+           (double)Mg * (double)s->OH * (double)s->OW * sizeof(float) > 2.0 * (double)kn_conv_l2_bytes();
+}
+
+static int64_t dc_mblk_of(const kn_dconv_shape *s, int64_t Mg, int64_t mb) {
+    const char *e = getenv("KILN_DC_MBLK");
+    if (e && atoi(e) > 0) return max64(mb, atoi(e) / mb * mb);
+    return dc_shallow_wide(s) ? 8 : Mg; /* 8: a multiple of every mb */
+}
+
 bool kn_dconv_suits(const kn_dconv_shape *s) {
     if (s->G < 1 || s->C % s->G || s->M % s->G || s->N < 1 || s->OW < 1 || s->OH < 1) return false;
     if (s->KH < 1 || s->KW < 1 || s->KW > DC_MAX_KW || s->sw < 1 || s->sw > 4 || s->sh < 1 || s->dh < 1 || s->dw < 1)
@@ -431,6 +462,8 @@ bool kn_dconv_suits(const kn_dconv_shape *s) {
     if (Cg == 1 && Mg <= 4) return s->OW > 128;
     /* rows that would leave most lanes idle: other kernels (a tiny plane costs little either way) */
     if (owr > 2 * s->OW && s->OH * s->OW >= 256) return false;
+    /* shallow windows on many output channels and large planes, in passes (dc_shallow_wide) */
+    if (dc_shallow_wide(s) && s->OW >= 3 * KN_VL) return true;
     /* few output channels a group, or a shallow im2col (Cg KH KW: a stem, a one-channel input),
      * where the GEMM's packing outweighed its reuse; not on rows of fewer than 3 vectors there
      * (3x1 48->48 on 36x16: 1.27x the GEMM's time) */
@@ -444,6 +477,7 @@ kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float 
     memset(&j, 0, sizeof j);
     j.s = s, j.g = dc_geom_of(s), j.x = x, j.bias = bias, j.y = y, j.epi = epi, j.epi_ctx = epi_ctx;
     j.Cg = s->C / s->G, j.Mg = s->M / s->G, j.mb = dc_mb_of(j.Mg), j.failed = &failed;
+    j.mblk = dc_mblk_of(s, j.Mg, j.mb);
     for (int64_t kw = 0; kw < s->KW; kw++) j.koff[kw] = (kw * s->dw) % s->sw * j.g.wp + (kw * s->dw) / s->sw;
     const int64_t kk = s->KH * s->KW;
     const size_t wbytes = sizeof(float) * (size_t)(s->M * j.Cg * kk);
