@@ -139,6 +139,11 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         /* stride 1 with few output channels: Winograd (the kernel above ran 2-3x slower there) */
         {1, 96, 24, 40, 24, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* ppocr det, stride 1 */
         {2, 20, 13, 27, 92, 1, 1, 1, {0, 2, 1, 1}, true, false, true},    /* 28 a row, asymmetric pads */
+        /* Winograd on 4-15 tiles that cover the plane, 48+ input channels (AVX2, 1 thread) */
+        {1, 64, 8, 16, 256, 1, 1, 1, {1, 1, 1, 1}, true, false, true},    /* ddddocr: 8 tiles, 4 a row */
+        {2, 48, 8, 8, 32, 1, 1, 1, {1, 1, 1, 1}, false, false, false},    /* batch 2: 2 x 4 tiles */
+        {1, 128, 4, 20, 64, 1, 1, 1, {1, 1, 1, 1}, true, true, false},    /* one tile row, W input */
+        {1, 96, 14, 22, 24, 1, 1, 1, {0, 0, 0, 0}, true, false, true},    /* 12x20 outputs, no pads */
         /* stride 1 with fewer than 16 input channels: the same kernel (rk_conv) */
         {1, 1, 40, 37, 32, 1, 1, 1, {1, 1, 1, 1}, true, false, false},    /* one channel, 37 a row */
         {2, 6, 19, 50, 16, 1, 1, 1, {0, 2, 1, 0}, false, false, true},    /* asymmetric pads, batch 2 */

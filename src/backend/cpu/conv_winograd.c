@@ -627,7 +627,6 @@ static kiln_status wino_conv_dilated(kn_kernel_ctx *c, const kn_wino_shape *s, c
 
 bool kn_wino_suits(const kn_wino_shape *s, int threads) {
 #if KN_VL
-    (void)threads;
     const char *e = getenv("KILN_WINO");
     if (e && e[0] == '0') return false;
     if (s->dh > 1 || s->dw > 1) {
@@ -635,13 +634,31 @@ bool kn_wino_suits(const kn_wino_shape *s, int threads) {
         if (s->dh > 8 || s->dw > 8) return false;
         wino_phase p;
         wino_phase_geom(s, &p);
-        return kn_wino_suits(&p.sub, threads);
+        /* threads 0: not the few-tile rule below (measured on undilated layers only) */
+        return kn_wino_suits(&p.sub, 0);
     }
     if (e && e[0] == '1') return s->C >= 1 && s->M >= 1;
     const int64_t th = (s->OH + 3) / 4, tw = (s->OW + 3) / 4, T = s->N * th * tw;
     /* 16 tiles: 14x14 planes (256 -> 256: 1.2 -> 0.8 ms in ResNet-50 at 1 thread, its transformed
      * weights from memory); 7x7 (4 tiles) ran 2x slower than the GEMM */
-    return s->C >= 16 && s->M >= 16 && T >= 16;
+    if (s->C >= 16 && s->M >= 16 && T >= 16) return true;
+#if KN_VL == 8
+    /* AVX2, 1 thread: 4-15 tiles that cover the plane (at most a tenth of their outputs past its
+     * edge: planes of 8x8, 8x16, 12x20, 4x20), 48+ input channels, transformed weights (36 M C
+     * floats) within 16 MB. The GEMM (or conv.c's channels-in-lanes kernel) these went to, against
+     * this: 2-core EPYC, CPU time, this / that: 128->128 8x8 0.57, 256->256 8x8 0.72, 64->64 8x8
+     * 0.66, 128->128 4x20 0.64, 64->64 8x12 0.84, 128->128 12x12 0.70, 64->256 8x16 0.49 (ddddocr),
+     * 128->128 8x20 0.57 (captcha_crnn), 64->128 and 96->192 12x20 0.57 and 0.53 (aecmos), 96->24
+     * 12x20 0.68 and 48->24 8x16 0.65 (ppocr det). Left out: one tile (512->512 4x4 2.2x), planes
+     * the tiles overrun (512->512 7x7 1.31, 64->64 10x10 0.96-1.11, 96->24 6x10 1.21), 16-32
+     * channels (32->32 12x12 1.05, 16->16 12x16 1.14); 2 threads not measured. KILN_WINO_FEW=0:
+     * not these (measurements). */
+    const char *ef = getenv("KILN_WINO_FEW");
+    if (threads == 1 && !(ef && ef[0] == '0') && s->C >= 48 && s->M >= 16 && T >= 4 &&
+        T * 16 * 10 <= s->N * s->OH * s->OW * 11 && 36.0 * (double)s->M * (double)s->C * sizeof(float) <= 16.0 * (1 << 20))
+        return true;
+#endif
+    return false;
 #else
     (void)s, (void)threads;
     return false;
