@@ -653,6 +653,11 @@ typedef struct dqlstm {
      * then unused), else NULL */
     const uint8_t *w8[2];
     size_t w8_bytes[2];
+    /* [which]: otherwise the same packing in the sign form (kn_qgemv8_form 2: full-range
+     * symmetric weights) when the weights are a constant, for products of one or two rows (a step
+     * of a batch of 1 or 2: two rows ~0.8x kn_qgemm's time, one row about kn_qgemv_run's); NULL
+     * when not */
+    const uint8_t *w8s[2];
 } dqlstm;
 
 static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int which, int d, const float *A, int64_t M,
@@ -678,6 +683,12 @@ static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int w
     if (x->w8[which]) { /* scaled into out by the product's epilogue */
         const kn_qgemm8_out fo = {out, ldo, s, sc, ns != 1};
         kiln_status st = kn_qgemm8_run(pool, x->w8[which] + (size_t)d * x->w8_bytes[which], aq, K, M, za,
+                                       x->zw[which][d], x->ws8[which], NULL, 0, &fo);
+        return st == KILN_OK ? KILN_OK : kn_error(st, "out of memory in the GEMM");
+    }
+    if (M <= 2 && x->w8s[which]) {
+        const kn_qgemm8_out fo = {out, ldo, s, sc, ns != 1};
+        kiln_status st = kn_qgemm8_run(pool, x->w8s[which] + (size_t)d * x->w8_bytes[which], aq, K, M, za,
                                        x->zw[which][d], x->ws8[which], NULL, 0, &fo);
         return st == KILN_OK ? KILN_OK : kn_error(st, "out of memory in the GEMM");
     }
@@ -786,6 +797,9 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
             q.w8[w] = w8p, q.w8_bytes[w] = rc.per;
             continue;
         }
+        bool sign = w8p != NULL;
+        for (int64_t d = 0; sign && d < nd; d++) sign = kn_qgemv8_form(w8p + (size_t)d * rc.per) == 2;
+        if (sign) q.w8s[w] = w8p, q.w8_bytes[w] = rc.per;
         wprime_ctx pc = {T, nd, T->dims[1], GH};
         const size_t bytes = q.wbytes[w] * (size_t)nd;
         kn_const_layout lay = {42 + w, {nd, T->dims[1], GH, 0}};

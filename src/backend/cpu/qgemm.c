@@ -551,15 +551,24 @@ size_t kn_qgemv8_bytes(int64_t K, int64_t N) {
     return (head + 63) / 64 * 64 + (size_t)(NP * KQ * 4 * G8_NC);
 }
 
-bool kn_qgemv8_fits(const void *b, bool is_s8, int64_t K, int64_t N) {
+/* 1: the residual form (over-bound pairs within the list), 2: the sign form (more such pairs, but
+ * no weight -128 as packed), 0: neither */
+static int g8_mode(const void *b, bool is_s8, int64_t K, int64_t N) {
     const int64_t cap = g8_cap(K, N);
     int64_t over = 0;
 #define BV(k, j) ((k) >= K ? 0 : is_s8 ? (int32_t)((const int8_t *)b)[(k) * N + (j)] : (int32_t)((const uint8_t *)b)[(k) * N + (j)] - 128)
     for (int64_t k = 0; k < K && over <= cap; k += 2)
         for (int64_t j = 0; j < N; j++) over += abs(BV(k, j)) + abs(BV(k + 1, j)) > 128;
 #undef BV
-    return over <= cap;
+    if (over <= cap) return 1;
+    const int8_t *s8 = b;
+    const uint8_t *u8 = b;
+    for (int64_t i = 0; i < K * N; i++)
+        if (is_s8 ? s8[i] == -128 : u8[i] == 0) return 0;
+    return 2;
 }
+
+bool kn_qgemv8_fits(const void *b, bool is_s8, int64_t K, int64_t N) { return g8_mode(b, is_s8, K, N) == 1; }
 
 void kn_qgemv8_pack(const void *b, bool is_s8, int64_t K, int64_t N, void *dst) {
     g8_head *h = dst;
@@ -569,14 +578,16 @@ void kn_qgemv8_pack(const void *b, bool is_s8, int64_t K, int64_t N, void *dst) 
     int32_t *colsum = (int32_t *)(h + 1), *res = colsum + NP * G8_NC;
     int8_t *B = (int8_t *)dst + h->b_off;
     memset(colsum, 0, sizeof(int32_t) * (size_t)(NP * G8_NC));
-#define BV(k, j) ((k) >= K || (j) >= N ? 0 : is_s8 ? (int32_t)((const int8_t *)b)[(k) * N + (j)] : (int32_t)((const uint8_t *)b)[(k) * N + (j)] - 128)
     /* weights with more such pairs than the list holds (full-range ones: about half their pairs)
-     * are found before any packing and left to kn_qgemm */
-    if (!kn_qgemv8_fits(b, is_s8, K, N)) {
+     * are found before any packing: packed whole for the sign form when none is -128 as packed
+     * (symmetric quantisation), else left to kn_qgemm */
+    const int mode = g8_mode(b, is_s8, K, N);
+    if (!mode) {
         h->nres = cap + 1, h->usable = 0;
         return;
     }
-#undef BV
+    const bool sign = mode == 2;
+    h->usable = mode;
 #define BV(k, j) ((k) >= K || (j) >= N ? 0 : is_s8 ? (int32_t)((const int8_t *)b)[(k) * N + (j)] : (int32_t)((const uint8_t *)b)[(k) * N + (j)] - 128)
     for (int64_t p = 0; p < NP; p++)
         for (int64_t q = 0; q < KQ; q++)
@@ -584,14 +595,14 @@ void kn_qgemv8_pack(const void *b, bool is_s8, int64_t K, int64_t N, void *dst) 
                 const int64_t col = p * G8_NC + j;
                 int8_t *d = B + ((p * KQ + q) * G8_NC + j) * 4;
                 for (int e = 0; e < 4; e += 2) {
-                    /* a pair whose |b0| + |b1| passes 128 could saturate vpmaddubsw's int16 sum with
-                     * a = 255: its second value goes to the residual list */
+                    /* (the residual form) a pair whose |b0| + |b1| passes 128 could saturate
+                     * vpmaddubsw's int16 sum with a = 255: its second value goes to the residual list */
                     const int64_t k = 4 * q + e;
                     const int32_t b0 = BV(k, col), b1 = BV(k + 1, col);
                     colsum[col] += b0 + b1;
                     d[e] = (int8_t)b0;
                     d[e + 1] = (int8_t)b1;
-                    if (abs(b0) + abs(b1) > 128) {
+                    if (!sign && abs(b0) + abs(b1) > 128) {
                         d[e + 1] = 0;
                         if (h->nres < cap) {
                             res[3 * h->nres] = (int32_t)(k + 1), res[3 * h->nres + 1] = (int32_t)col;
@@ -604,7 +615,8 @@ void kn_qgemv8_pack(const void *b, bool is_s8, int64_t K, int64_t N, void *dst) 
 #undef BV
 }
 
-bool kn_qgemv8_usable(const void *packed) { return ((const g8_head *)packed)->usable != 0; }
+bool kn_qgemv8_usable(const void *packed) { return ((const g8_head *)packed)->usable == 1; }
+int kn_qgemv8_form(const void *packed) { return (int)((const g8_head *)packed)->usable; }
 
 #if defined(__AVX2__)
 /* sums[0..32) = A's quads (4 bytes each, n of them) times a panel's 128-byte quads: per 32 bytes
@@ -752,6 +764,115 @@ static void g8_panel2(const uint8_t *A0, const uint8_t *A1, const int8_t *B, int
 }
 #endif
 
+/* The sign form (weights whose pairs do not fit the residual list, none of them -128 as packed:
+ * symmetric full-range int8): every pair packed, A's bytes taken as a' = a - 128 (s8), and each
+ * product as |a'| (u8, at most 128) times sign(a') b (vpsignb: exact, |b| <= 127), so a pair's
+ * int16 sum is at most 2 * 128 * 127 = 32512 in magnitude and vpmaddubsw never saturates; the
+ * sums are of (a - 128) b (g8_range stores them with za - 128 for za). Per 32 products vpsignb,
+ * vpmaddubsw, vpmaddwd and an add (plus |a'| and a' per quad of each row): on Zen 3 two rows
+ * ~1.25x kn_qgemm's time for two rows, one row as fast as kn_qgemv_run, and from three rows on
+ * no faster than kn_qgemm's 6-row int16 tile (~4 vector operations per 32 products both). */
+#if defined(__AVX2__)
+static const uint8_t g8_k80[32] = {0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+                                   0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+                                   0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80};
+#define G8S_VEC(OFF, A, S, C)                                                                                 \
+    "vmovdqu " OFF "(%[b]), %%ymm12\n\t"                                                                      \
+    "vpsignb %%ymm" S ", %%ymm12, %%ymm12\n\t"                                                                \
+    "vpmaddubsw %%ymm12, %%ymm" A ", %%ymm12\n\t"                                                             \
+    "vpmaddwd %%ymm14, %%ymm12, %%ymm12\n\t"                                                                  \
+    "vpaddd %%ymm12, %%ymm" C ", %%ymm" C "\n\t"
+/* one row: n (>= 1) quads into sums[0..32) */
+static void g8s_panel(const uint8_t *A, const int8_t *B, int64_t n, int32_t *sums) {
+    __asm__ volatile("vpcmpeqw %%ymm14, %%ymm14, %%ymm14\n\t"
+                     "vpsrlw $15, %%ymm14, %%ymm14\n\t"
+                     "vmovdqu (%[k]), %%ymm15\n\t"
+                     "vpxor %%ymm0, %%ymm0, %%ymm0\n\t"
+                     "vpxor %%ymm1, %%ymm1, %%ymm1\n\t"
+                     "vpxor %%ymm2, %%ymm2, %%ymm2\n\t"
+                     "vpxor %%ymm3, %%ymm3, %%ymm3\n"
+                     "1:\n\t"
+                     "vpbroadcastd (%[a]), %%ymm9\n\t"
+                     "vpxor %%ymm15, %%ymm9, %%ymm9\n\t"
+                     "vpabsb %%ymm9, %%ymm8\n\t"
+                     G8S_VEC("0", "8", "9", "0") G8S_VEC("32", "8", "9", "1")
+                     G8S_VEC("64", "8", "9", "2") G8S_VEC("96", "8", "9", "3")
+                     "add $4, %[a]\n\t"
+                     "add $128, %[b]\n\t"
+                     "dec %[n]\n\t"
+                     "jnz 1b\n\t"
+                     "vmovdqu %%ymm0, (%[o])\n\t"
+                     "vmovdqu %%ymm1, 32(%[o])\n\t"
+                     "vmovdqu %%ymm2, 64(%[o])\n\t"
+                     "vmovdqu %%ymm3, 96(%[o])\n\t"
+                     : [a] "+r"(A), [b] "+r"(B), [n] "+r"(n)
+                     : [o] "r"(sums), [k] "r"(g8_k80)
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm8", "xmm9", "xmm12", "xmm14", "xmm15", "memory", "cc");
+}
+#undef G8S_VEC
+/* two rows: sums[0..32) row A0, sums[32..64) row A1; each B vector loaded once */
+#define G8S_VEC2(OFF, C0, C1)                                                                                 \
+    "vmovdqu " OFF "(%[b]), %%ymm12\n\t"                                                                      \
+    "vpsignb %%ymm9, %%ymm12, %%ymm13\n\t"                                                                    \
+    "vpsignb %%ymm11, %%ymm12, %%ymm12\n\t"                                                                   \
+    "vpmaddubsw %%ymm13, %%ymm8, %%ymm13\n\t"                                                                 \
+    "vpmaddubsw %%ymm12, %%ymm10, %%ymm12\n\t"                                                                \
+    "vpmaddwd %%ymm14, %%ymm13, %%ymm13\n\t"                                                                  \
+    "vpmaddwd %%ymm14, %%ymm12, %%ymm12\n\t"                                                                  \
+    "vpaddd %%ymm13, %%ymm" C0 ", %%ymm" C0 "\n\t"                                                            \
+    "vpaddd %%ymm12, %%ymm" C1 ", %%ymm" C1 "\n\t"
+static void g8s_panel2(const uint8_t *A0, const uint8_t *A1, const int8_t *B, int64_t n, int32_t *sums) {
+    __asm__ volatile("vpcmpeqw %%ymm14, %%ymm14, %%ymm14\n\t"
+                     "vpsrlw $15, %%ymm14, %%ymm14\n\t"
+                     "vmovdqu (%[k]), %%ymm15\n\t"
+                     "vpxor %%ymm0, %%ymm0, %%ymm0\n\t"
+                     "vpxor %%ymm1, %%ymm1, %%ymm1\n\t"
+                     "vpxor %%ymm2, %%ymm2, %%ymm2\n\t"
+                     "vpxor %%ymm3, %%ymm3, %%ymm3\n\t"
+                     "vpxor %%ymm4, %%ymm4, %%ymm4\n\t"
+                     "vpxor %%ymm5, %%ymm5, %%ymm5\n\t"
+                     "vpxor %%ymm6, %%ymm6, %%ymm6\n\t"
+                     "vpxor %%ymm7, %%ymm7, %%ymm7\n"
+                     "1:\n\t"
+                     "vpbroadcastd (%[a0]), %%ymm9\n\t"
+                     "vpxor %%ymm15, %%ymm9, %%ymm9\n\t"
+                     "vpabsb %%ymm9, %%ymm8\n\t"
+                     "vpbroadcastd (%[a1]), %%ymm11\n\t"
+                     "vpxor %%ymm15, %%ymm11, %%ymm11\n\t"
+                     "vpabsb %%ymm11, %%ymm10\n\t"
+                     G8S_VEC2("0", "0", "4") G8S_VEC2("32", "1", "5") G8S_VEC2("64", "2", "6") G8S_VEC2("96", "3", "7")
+                     "add $4, %[a0]\n\t"
+                     "add $4, %[a1]\n\t"
+                     "add $128, %[b]\n\t"
+                     "dec %[n]\n\t"
+                     "jnz 1b\n\t"
+                     "vmovdqu %%ymm0, (%[o])\n\t"
+                     "vmovdqu %%ymm1, 32(%[o])\n\t"
+                     "vmovdqu %%ymm2, 64(%[o])\n\t"
+                     "vmovdqu %%ymm3, 96(%[o])\n\t"
+                     "vmovdqu %%ymm4, 128(%[o])\n\t"
+                     "vmovdqu %%ymm5, 160(%[o])\n\t"
+                     "vmovdqu %%ymm6, 192(%[o])\n\t"
+                     "vmovdqu %%ymm7, 224(%[o])\n\t"
+                     : [a0] "+r"(A0), [a1] "+r"(A1), [b] "+r"(B), [n] "+r"(n)
+                     : [o] "r"(sums), [k] "r"(g8_k80)
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+                       "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory", "cc");
+}
+#undef G8S_VEC2
+#else
+static void g8s_panel(const uint8_t *A, const int8_t *B, int64_t n, int32_t *sums) {
+    for (int j = 0; j < G8_NC; j++) sums[j] = 0;
+    for (int64_t q = 0; q < n; q++, A += 4, B += 4 * G8_NC)
+        for (int j = 0; j < G8_NC; j++)
+            for (int e = 0; e < 4; e++) sums[j] += ((int32_t)A[e] - 128) * (int32_t)B[4 * j + e];
+}
+static void g8s_panel2(const uint8_t *A0, const uint8_t *A1, const int8_t *B, int64_t n, int32_t *sums) {
+    g8s_panel(A0, B, n, sums);
+    g8s_panel(A1, B, n, sums + G8_NC);
+}
+#endif
+
 typedef struct g8_job {
     const g8_head *h;
     const uint8_t *a;
@@ -819,6 +940,35 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
     const int32_t *res = (const int32_t *)(h + 1) + h->NP * G8_NC;
     const int8_t *B = (const int8_t *)h + h->b_off;
     const int64_t nres = h->nres < h->cap ? h->nres : h->cap;
+    if (h->usable == 2) {
+        /* the sign form: sums of (a - 128) b, stored as v = s + base - (za - 128) colsum */
+        g8_job js = *j;
+        js.za = j->za - 128;
+        for (int64_t p = p0; p < p1; p++) {
+            const int8_t *Bp = B + p * KQ * 4 * G8_NC;
+            const int64_t n0 = p * G8_NC, nc = N - n0 < G8_NC ? N - n0 : G8_NC;
+            for (int64_t i = 0; i < j->M; i += 2) {
+                const int rows = j->M - i >= 2 ? 2 : 1;
+                int32_t s[2 * G8_NC], t[2 * G8_NC];
+                const uint8_t *a0 = j->a + i * j->lda, *a1 = rows == 2 ? a0 + j->lda : a0;
+                if (full > 0) {
+                    if (rows == 2) g8s_panel2(a0, a1, Bp, full, s);
+                    else g8s_panel(a0, Bp, full, s);
+                } else {
+                    for (int e = 0; e < rows * G8_NC; e++) s[e] = 0;
+                }
+                if (full < KQ) { /* the last quad of a K off the quads, from copies (B's padding is zero) */
+                    uint8_t tl[2][4] = {{128, 128, 128, 128}, {128, 128, 128, 128}};
+                    for (int64_t k = full * 4; k < K; k++) tl[0][k - full * 4] = a0[k], tl[1][k - full * 4] = a1[k];
+                    if (rows == 2) g8s_panel2(tl[0], tl[1], Bp + full * 4 * G8_NC, 1, t);
+                    else g8s_panel(tl[0], Bp + full * 4 * G8_NC, 1, t);
+                    for (int e = 0; e < rows * G8_NC; e++) s[e] += t[e];
+                }
+                for (int r = 0; r < rows; r++) g8_store(&js, i + r, n0, nc, s + r * G8_NC);
+            }
+        }
+        return;
+    }
     int64_t r0 = g8_res_from(h, res, p0);
     for (int64_t p = p0; p < p1; p++) {
         const int8_t *Bp = B + p * KQ * 4 * G8_NC;

@@ -82,11 +82,21 @@ void kn_qgemv_run(const int32_t *a, int32_t asum, const uint8_t *b, bool b_signe
  * to 64 + K*N/256 entries); kn_qgemv8_usable: false when the weights have more (use
  * kn_qgemm then). kn_qgemv8_run: c[j] = sum_k (a[k] - za) (b[k][j] - zb), a K bytes. */
 size_t kn_qgemv8_bytes(int64_t K, int64_t N);
-/* Whether B's pairs allow the form (what kn_qgemv8_usable says after packing), from B alone */
+/* Whether B allows either form below (what kn_qgemv8_usable says after packing), from B alone */
 bool kn_qgemv8_fits(const void *b, bool b_s8, int64_t K, int64_t N);
 
+/* Weights with more over-bound pairs than the list holds (full-range ones) but no value -128 as
+ * packed (symmetric int8 quantisation: [-127, 127]) are packed in the sign form instead: every
+ * pair kept, each product formed as |a - 128| times sign(a - 128) b (vpsignb; a pair's int16 sum
+ * at most 2 * 128 * 127, no saturation), 128 colsum added back. The same exact sums; on Zen 3
+ * two rows take ~0.8x kn_qgemm's time, one row about kn_qgemv_run's, and from three rows on it is
+ * no faster than kn_qgemm's 6-row tile (both ~4 vector operations per 32 products), so it is
+ * meant for products of one or two rows. kn_qgemv8_fits and kn_qgemv8_usable stay about the
+ * residual form alone; kn_qgemv8_form: 1 the residual form, 2 the sign form, 0 neither (use
+ * kn_qgemm); kn_qgemm8_run runs either. */
 void kn_qgemv8_pack(const void *b, bool b_s8, int64_t K, int64_t N, void *dst);
 bool kn_qgemv8_usable(const void *packed);
+int kn_qgemv8_form(const void *packed);
 void kn_qgemv8_run(const void *packed, const uint8_t *a, int32_t za, int32_t zb, bool b_s8, int32_t *c);
 /* M rows of A (row i at a + i * lda) into C (row stride ldc), or with fo set into fo's float
  * rows: out[i][j] += (float)c_ij * (s * sc[j]) (sc[0] for all j unless sc_per_col), the same float
