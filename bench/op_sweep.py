@@ -416,6 +416,8 @@ def cases():
     c.append(unary("Sqrt", (1, 64, 56, 56), dtype=h, lo=0, hi=3))
     c.append(Case("Clip", "1x64x56x56 (Relu6)", {"x": rnd(1, 64, 56, 56, dtype=h, lo=-8, hi=8)},
                   {"lo": np.array(0, h), "hi": np.array(6, h)}))
+    c.append(Case("Pow", "1x128x768 ^2 (LayerNorm's square)", {"x": rnd(1, 128, 768, dtype=h)}, {"e": np.array(2, h)},
+                  opset=15))
     return c
 
 

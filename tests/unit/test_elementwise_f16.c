@@ -332,3 +332,36 @@ KN_TEST(ew_floor_ceil_signed_zero) {
         kn_tensor_free(x);
     }
 }
+
+/* Pow of float16 by one exponent (float16 or float): every float16 value, against the float32
+ * kernel's result (x * x, x * x * x, sqrt, 1 / x, powf) rounded once */
+KN_TEST(ew_f16_pow_scalar) {
+    static const float exps[] = {2.0f, 3.0f, 1.0f, 0.5f, -1.0f, 1.5f, -0.25f};
+    const int64_t n = 65536 + 11;
+    int64_t d[1] = {n};
+    kn_tensor *xh = new_tensor(KILN_DTYPE_FLOAT16, 1, d);
+    for (int64_t i = 0; i < n; i++) ((uint16_t *)xh->data)[i] = (uint16_t)(i * 40503u);
+    kn_tensor *xf = widen(xh);
+    for (size_t k = 0; k < sizeof exps / sizeof exps[0]; k++)
+        for (int et = 0; et < 2; et++) { /* exponent float16, then float */
+            kn_tensor *eh = new_tensor(et ? KILN_DTYPE_FLOAT : KILN_DTYPE_FLOAT16, 0, NULL);
+            kn_tensor *ef = new_tensor(KILN_DTYPE_FLOAT, 0, NULL);
+            if (et) ((float *)eh->data)[0] = exps[k];
+            else ((uint16_t *)eh->data)[0] = bits_of(exps[k]);
+            ((float *)ef->data)[0] = exps[k];
+            kn_tensor *inh[2] = {xh, eh}, *inf[2] = {xf, ef}, *oh = NULL, *of = NULL;
+            CHECK_STATUS(f16_run("Pow", 15, NULL, 0, NULL, inh, 2, &oh), KILN_OK);
+            CHECK_STATUS(f16_run("Pow", 15, NULL, 0, NULL, inf, 2, &of), KILN_OK);
+            if (oh && of) {
+                char what[64];
+                snprintf(what, sizeof what, "Pow by %g (%s)", (double)exps[k], et ? "float" : "float16");
+                compare_rounded(what, oh, of->data, xh->data, NULL);
+            }
+            kn_tensor_free(oh);
+            kn_tensor_free(of);
+            kn_tensor_free(eh);
+            kn_tensor_free(ef);
+        }
+    kn_tensor_free(xh);
+    kn_tensor_free(xf);
+}

@@ -590,6 +590,50 @@ static void pow_scalar_range(void *arg, int64_t b, int64_t e) {
     }
 }
 
+#if defined(KN_EW_F16_V8)
+/* float16 base with one exponent value: pow_scalar_range's float operations on 8-lane vectors of
+ * widened halves, each result rounded once (the general path converted every element to double
+ * and called pow); other exponents: powf on each element of the widened vector */
+typedef struct pow_scalar_h_job {
+    const uint16_t *x;
+    uint16_t *o;
+    float e;
+} pow_scalar_h_job;
+
+static inline __m256 pow_h8_any(__m256 v, float e) {
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    for (int l = 0; l < 8; l++) t[l] = powf(t[l], e);
+    return _mm256_loadu_ps(t);
+}
+
+static void pow_scalar_h_range(void *arg, int64_t b, int64_t e) {
+    const pow_scalar_h_job *j = arg;
+    const uint16_t *x = j->x + b;
+    uint16_t *o = j->o + b;
+    const int64_t n = e - b;
+    const float ex = j->e;
+#define H8_SQ(v) _mm256_mul_ps((v), (v))
+#define H8_CUBE(v) _mm256_mul_ps(_mm256_mul_ps((v), (v)), (v))
+#define H8_ID(v) (v)
+#define H8_SQRT(v) _mm256_sqrt_ps(v)
+#define H8_INV(v) _mm256_div_ps(_mm256_set1_ps(1.0f), (v))
+#define H8_ANY(v) pow_h8_any((v), ex)
+    if (ex == 2.0f) KN_H8_MAP(o, x, n, H8_SQ);
+    else if (ex == 3.0f) KN_H8_MAP(o, x, n, H8_CUBE);
+    else if (ex == 1.0f) KN_H8_MAP(o, x, n, H8_ID);
+    else if (ex == 0.5f) KN_H8_MAP(o, x, n, H8_SQRT);
+    else if (ex == -1.0f) KN_H8_MAP(o, x, n, H8_INV);
+    else KN_H8_MAP(o, x, n, H8_ANY);
+#undef H8_SQ
+#undef H8_CUBE
+#undef H8_ID
+#undef H8_SQRT
+#undef H8_INV
+#undef H8_ANY
+}
+#endif
+
 kiln_status kn_cpu_ew_Pow(kn_kernel_ctx *c) {
     KN_TRY(check_inputs(c, 2));
     const kn_tensor *a = c->in[0], *b = c->in[1];
@@ -613,6 +657,17 @@ kiln_status kn_cpu_ew_Pow(kn_kernel_ctx *c) {
             return KILN_OK;
         }
     }
+#if defined(KN_EW_F16_V8)
+    if (ta == KILN_DTYPE_FLOAT16 && (tb == KILN_DTYPE_FLOAT16 || tb == KILN_DTYPE_FLOAT) && kn_tensor_count(b) == 1 &&
+        kn_tensor_count(a) == plan.count) {
+        /* a float16 or float exponent is exact in float */
+        pow_scalar_h_job j = {a->data, o->data, (float)kn_tensor_get_f64(b, 0)};
+        const bool light = j.e == 2.0f || j.e == 1.0f || j.e == 3.0f;
+        kn_parallel_for(c->pool, plan.count, light ? kn_parallel_grain_light(c->pool, KN_EW_GRAIN_LIGHT) : KN_EW_GRAIN,
+                        pow_scalar_h_range, &j);
+        return KILN_OK;
+    }
+#endif
     pow_ctx pc = {ta, tb, ta, a_int && b_int};
     char *base[3] = {o->data, a->data, b->data};
     size_t es[3] = {kiln_dtype_size(ta), kiln_dtype_size(ta), kiln_dtype_size(tb)};
