@@ -988,11 +988,18 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
                 else g8_panel(tl[0], Bp + full * 4 * G8_NC, 1, t);
                 for (int e = 0; e < rows * G8_NC; e++) s[e] += t[e];
             }
-            for (int r = 0; r < rows; r++) {
-                const uint8_t *ar = r ? a1 : a0;
-                for (int64_t e = r0; e < r1; e++) s[r * G8_NC + res[3 * e + 1] - n0] += (int32_t)ar[res[3 * e]] * res[3 * e + 2];
-                g8_store(j, i + r, n0, nc, s + r * G8_NC);
+            /* the panel's residuals, both rows in one pass over the list (an entry read once) */
+            if (rows == 2) {
+                for (const int32_t *re = res + 3 * r0, *end = res + 3 * r1; re < end; re += 3) {
+                    const int64_t k = re[0], col = re[1] - n0;
+                    s[col] += (int32_t)a0[k] * re[2];
+                    s[G8_NC + col] += (int32_t)a1[k] * re[2];
+                }
+            } else {
+                for (const int32_t *re = res + 3 * r0, *end = res + 3 * r1; re < end; re += 3)
+                    s[re[1] - n0] += (int32_t)a0[re[0]] * re[2];
             }
+            for (int r = 0; r < rows; r++) g8_store(j, i + r, n0, nc, s + r * G8_NC);
         }
         r0 = r1;
     }
