@@ -418,6 +418,8 @@ def cases():
                   {"lo": np.array(0, h), "hi": np.array(6, h)}))
     c.append(Case("Pow", "1x128x768 ^2 (LayerNorm's square)", {"x": rnd(1, 128, 768, dtype=h)}, {"e": np.array(2, h)},
                   opset=15))
+    c.append(Case("ReduceMean", "1x128x768 last axis", {"x": rnd(1, 128, 768, dtype=h)}, {"axes": np.array([-1], np.int64)},
+                  opset=18))
     return c
 
 

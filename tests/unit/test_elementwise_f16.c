@@ -365,3 +365,45 @@ KN_TEST(ew_f16_pow_scalar) {
     kn_tensor_free(xh);
     kn_tensor_free(xf);
 }
+
+/* float16 reductions (nn_reduce.c through kn_nn_to_f32 / kn_nn_from_f32, vector conversions): the
+ * float32 reduction of the widened values rounded once, along either axis of [3, 21849] (NaN and
+ * infinities among the values: Max/Min propagate them, Sum/Mean give NaN; tails of every length) */
+KN_TEST(ew_f16_reduce) {
+    static const char *ops[] = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ArgMax"};
+    const int64_t d[2] = {3, 21849}, one[1] = {1};
+    kn_tensor *xh = new_tensor(KILN_DTYPE_FLOAT16, 2, d);
+    for (int64_t i = 0; i < d[0] * d[1]; i++) {
+        uint16_t v = (uint16_t)(i * 40503u);
+        /* finite halves of moderate size in row 0 (sums stay finite); every value in rows 1-2 */
+        if (i < d[1]) v = (uint16_t)((v & 0x83ff) | 0x3800);
+        ((uint16_t *)xh->data)[i] = v;
+    }
+    kn_tensor *xf = widen(xh);
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+        for (int64_t axis = 0; axis < 2; axis++) {
+            const bool arg = !strcmp(ops[k], "ArgMax");
+            kn_tensor *ax = new_tensor(KILN_DTYPE_INT64, 1, one);
+            ((int64_t *)ax->data)[0] = axis;
+            kn_attr at[1];
+            memset(at, 0, sizeof at);
+            at[0].name = "axis", at[0].type = KN_ATTR_INT, at[0].i = axis;
+            kn_tensor *inh[2] = {xh, ax}, *inf[2] = {xf, ax}, *oh = NULL, *of = NULL;
+            CHECK_STATUS(f16_run(ops[k], arg ? 13 : 18, arg ? at : NULL, arg ? 1 : 0, NULL, inh, arg ? 1 : 2, &oh), KILN_OK);
+            CHECK_STATUS(f16_run(ops[k], arg ? 13 : 18, arg ? at : NULL, arg ? 1 : 0, NULL, inf, arg ? 1 : 2, &of), KILN_OK);
+            if (oh && of) {
+                char what[64];
+                snprintf(what, sizeof what, "%s axis %lld", ops[k], (long long)axis);
+                if (arg) {
+                    CHECK_MSG(oh->nbytes == of->nbytes && !memcmp(oh->data, of->data, oh->nbytes), "%s: indices differ", what);
+                } else {
+                    compare_rounded(what, oh, of->data, NULL, NULL);
+                }
+            }
+            kn_tensor_free(oh);
+            kn_tensor_free(of);
+            kn_tensor_free(ax);
+        }
+    kn_tensor_free(xh);
+    kn_tensor_free(xf);
+}
