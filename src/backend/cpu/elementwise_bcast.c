@@ -165,25 +165,40 @@ void kn_ew_plan_run(const kn_ew_plan *p, kn_threadpool *pool, int64_t grain, cha
 
 /* ------------------------------------------------------------------ half precision */
 
-void kn_ew_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
+/* Both conversions start on a 64-byte boundary and take two vectors a step: the callers convert
+ * row by row (pooling, softmax, the chunked elementwise paths), and with one vector a step a shift
+ * of the library's layout (16 bytes, from changes elsewhere) cost a float16 MaxPool 4-5%. */
+__attribute__((aligned(64))) void kn_ew_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
     int64_t i = 0;
 #if defined(__AVX512F__)
     for (; i + 16 <= n; i += 16)
         _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
 #elif defined(__F16C__)
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i)));
+        const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i + 8)));
+        _mm256_storeu_ps(dst + i, a);
+        _mm256_storeu_ps(dst + i + 8, b);
+    }
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
 #endif
     for (; i < n; i++) dst[i] = kn_f16_to_f32(src[i]);
 }
 
-void kn_ew_f32_to_f16(const float *src, uint16_t *dst, int64_t n) {
+__attribute__((aligned(64))) void kn_ew_f32_to_f16(const float *src, uint16_t *dst, int64_t n) {
     int64_t i = 0;
 #if defined(__AVX512F__)
     for (; i + 16 <= n; i += 16)
         _mm256_storeu_si256((__m256i *)(dst + i),
                             _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 #elif defined(__F16C__)
+    for (; i + 16 <= n; i += 16) {
+        const __m128i a = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m128i b = _mm256_cvtps_ph(_mm256_loadu_ps(src + i + 8), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128((__m128i *)(dst + i), a);
+        _mm_storeu_si128((__m128i *)(dst + i + 8), b);
+    }
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128((__m128i *)(dst + i),
                          _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
