@@ -569,6 +569,7 @@ static int g8_mode(const void *b, bool is_s8, int64_t K, int64_t N) {
 }
 
 bool kn_qgemv8_fits(const void *b, bool is_s8, int64_t K, int64_t N) { return g8_mode(b, is_s8, K, N) == 1; }
+int kn_qgemv8_fits_form(const void *b, bool is_s8, int64_t K, int64_t N) { return g8_mode(b, is_s8, K, N); }
 
 void kn_qgemv8_pack(const void *b, bool is_s8, int64_t K, int64_t N, void *dst) {
     g8_head *h = dst;
