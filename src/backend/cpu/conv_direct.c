@@ -436,9 +436,14 @@ static void dc_make_weights(const void *ctx, void *dst) {
  * windows gained less or lost (4->32 3x3 0.85-0.95, 3-channel stems 0.98-1.18, 5x5 8->32 1.30), as
  * did outputs that fit the L2 (1->32 on 30x120 1.21). KILN_DC_MBLK=n: passes of n channels. */
 static bool dc_shallow_wide(const kn_dconv_shape *s) {
+#if KN_VL == 8 /* measured on AVX2 only (the AVX-512 tiles are other shapes) */
     const int64_t Cg = s->C / s->G, Mg = s->M / s->G;
     return Cg * s->KH * s->KW <= 18 && Mg > 8 &&
            (double)Mg * (double)s->OH * (double)s->OW * sizeof(float) > 2.0 * (double)kn_conv_l2_bytes();
+#else
+    (void)s;
+    return false;
+#endif
 }
 
 static int64_t dc_mblk_of(const kn_dconv_shape *s, int64_t Mg, int64_t mb) {
