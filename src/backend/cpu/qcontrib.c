@@ -687,9 +687,11 @@ static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int w
         return st == KILN_OK ? KILN_OK : kn_error(st, "out of memory in the GEMM");
     }
     if (M <= 2 && x->w8s[which]) {
+        /* one row on this thread, as the int16 one-row path it replaces; two on the pool, as kn_qgemm */
         const kn_qgemm8_out fo = {out, ldo, s, sc, ns != 1};
-        kiln_status st = kn_qgemm8_run(pool, x->w8s[which] + (size_t)d * x->w8_bytes[which], aq, K, M, za,
-                                       x->zw[which][d], x->ws8[which], NULL, 0, &fo);
+        const uint8_t *w8 = x->w8s[which] + (size_t)d * x->w8_bytes[which];
+        kiln_status st = kn_qgemm8_run(M == 1 ? NULL : pool, w8, aq, K, M, za, x->zw[which][d], x->ws8[which], NULL, 0,
+                                       &fo);
         return st == KILN_OK ? KILN_OK : kn_error(st, "out of memory in the GEMM");
     }
     if (M == 1) {
