@@ -1030,6 +1030,40 @@ def quantised_contrib_tests(out, rng):
     dqlstm("dynamicquantizelstm_t1_b1_s8_symmetric", 1, 1, 70, 33, weights="symmetric", peep=True)
     dqlstm("dynamicquantizelstm_b3_s8_symmetric", 3, 3, 11, 17, weights="symmetric")
 
+    # QLinearConv with full-range symmetric int8 weights (uniform over [-127, 127]) and x over all of
+    # uint8: more over-bound pairs than kn_qgemm8's residual list holds, exact in kiln (the int16
+    # form, or kn_qgemm8's sign form on small planes where conv.c takes it). onnxruntime's u8 x s8
+    # kernel saturates on them, so the reference is onnxruntime on the same node with the weights as
+    # uint8 (w + 128, zero point 128), which it computes exactly (u8 x u8)
+    def qconv_symmetric(name, x_shape, w_shape, per_channel=False, **attrs):
+        M = w_shape[0]
+        w = rng.integers(-127, 128, w_shape).astype(np.int8)
+        w.flat[:2] = (-127, 127)
+        ins = [("x", q(np.uint8, *x_shape)), ("x_scale", np.float32(0.02)), ("x_zero_point", q(np.uint8)), ("w", w),
+               ("w_scale", f32(M, lo=0.002, hi=0.01) if per_channel else np.float32(0.005)),
+               ("w_zero_point", np.zeros(M if per_channel else (), np.int8)), ("y_scale", np.float32(8.0)),
+               ("y_zero_point", q(np.uint8)), ("B", rng.integers(-5000, 5000, M).astype(np.int32))]
+        inits = ("w", "w_scale", "w_zero_point", "B")
+
+        def ref(inputs):
+            r = []
+            for n, a in inputs.items():
+                if n in ("w", "w_zero_point"):
+                    a = (a.astype(np.int16) + 128).astype(np.uint8)
+                r.append((n, a))
+            node = helper.make_node("QLinearConv", [n for n, _ in r], ["y"], **attrs)
+            return ort_run(node, r, ["y"], 17, inits, 1)
+        case(out, name, "QLinearConv", ins, ["y"], domain="", initializers=inits, reference=ref, **attrs)
+
+    qconv_symmetric("qlinearconv_u8s8_symmetric_full_range_7x7", (1, 40, 7, 7), (24, 40, 3, 3), per_channel=True,
+                    pads=[1, 1, 1, 1])
+    qconv_symmetric("qlinearconv_u8s8_symmetric_full_range_5x5_batch2", (2, 19, 5, 5), (33, 19, 3, 3),
+                    pads=[1, 1, 1, 1])
+    qconv_symmetric("qlinearconv_u8s8_symmetric_full_range_1d_s2", (1, 33, 19), (40, 33, 3), per_channel=True,
+                    strides=[2], pads=[1, 1])
+    qconv_symmetric("qlinearconv_u8s8_symmetric_full_range_20x20", (1, 16, 20, 20), (32, 16, 3, 3),
+                    pads=[1, 1, 1, 1])
+
 
 if __name__ == "__main__":
     sys.exit(main())
