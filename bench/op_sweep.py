@@ -420,6 +420,7 @@ def cases():
                   opset=15))
     c.append(Case("ReduceMean", "1x128x768 last axis", {"x": rnd(1, 128, 768, dtype=h)}, {"axes": np.array([-1], np.int64)},
                   opset=18))
+    c.append(binary("Less", (1, 64, 56, 56), (1, 64, 56, 56), dtype=h))
     return c
 
 

@@ -38,7 +38,9 @@ def model(op, inputs, attrs=None, inits=None, opset=17):
     init = [helper.make_tensor(n, F16, list(a.shape), a.view(np.uint16).tobytes(), raw=True)
             for n, a in (inits or {}).items()]
     node = helper.make_node(op, list(inputs) + list(inits or {}), ["y"], **(attrs or {}))
-    g = helper.make_graph([node], "f16", ins, [helper.make_tensor_value_info("y", F16, None)], init)
+    cmp = op in ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual")
+    g = helper.make_graph([node], "f16", ins, [helper.make_tensor_value_info("y", TensorProto.BOOL if cmp else F16, None)],
+                          init)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m.SerializeToString()
@@ -87,6 +89,12 @@ def main():
         s = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
         want = s.run(None, feeds)[0]
         got = KilnSession(k, blob, 1, "cpu", feeds).run_alloc()[0]
+        if want.dtype == np.bool_:
+            bad = int(np.count_nonzero(got != want)) + int(np.count_nonzero(want != ref))
+            ok = bad == 0
+            print(f"{'ok  ' if ok else 'FAIL'} {name:34s} bool, vs ORT and numpy: {bad} differ")
+            passed, failed = passed + ok, failed + (not ok)
+            return
         with np.errstate(over="ignore"):
             ref16 = ref.astype(np.float16)
         if exact:
@@ -168,6 +176,8 @@ def main():
         "Max": lambda x, y: np.where(np.isnan(x) | (x > y), x, y),
         "Min": lambda x, y: np.where(np.isnan(x) | (x < y), x, y),
         "PRelu": lambda x, y: np.where(x < 0, y * x, x),
+        "Equal": lambda x, y: x == y, "Less": lambda x, y: x < y, "LessOrEqual": lambda x, y: x <= y,
+        "Greater": lambda x, y: x > y, "GreaterOrEqual": lambda x, y: x >= y,
     }
     with np.errstate(all="ignore"):
         for op, f in fns.items():

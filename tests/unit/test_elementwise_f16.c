@@ -201,7 +201,16 @@ static float ref_binary(const char *op, float x, float y) {
     if (!strcmp(op, "Max")) return x != x ? x : (x > y ? x : y);
     if (!strcmp(op, "Min")) return x != x ? x : (x < y ? x : y);
     if (!strcmp(op, "PRelu")) return x < 0 ? y * x : x;
+    if (!strcmp(op, "Equal")) return x == y;
+    if (!strcmp(op, "Less")) return x < y;
+    if (!strcmp(op, "LessOrEqual")) return x <= y;
+    if (!strcmp(op, "Greater")) return x > y;
+    if (!strcmp(op, "GreaterOrEqual")) return x >= y;
     return NAN;
+}
+static bool is_comparison(const char *op) {
+    return !strcmp(op, "Equal") || !strcmp(op, "Less") || !strcmp(op, "LessOrEqual") || !strcmp(op, "Greater") ||
+           !strcmp(op, "GreaterOrEqual");
 }
 
 /* Values for the binary cases: a pseudo-random walk over every bit pattern, with the special values
@@ -251,7 +260,18 @@ static void check_binary(const char *op, int rank_a, const int64_t *da, int rank
             xa[i] = ((uint16_t *)a->data)[ia], xb[i] = ((uint16_t *)b->data)[ib];
             want[i] = ref_binary(op, kn_f16_to_f32(xa[i]), kn_f16_to_f32(xb[i]));
         }
-        compare_rounded(op, o, want, xa, xb);
+        if (is_comparison(op)) {
+            CHECK(o->dtype == KILN_DTYPE_BOOL);
+            int bad = 0;
+            for (int64_t i = 0; i < n && o->dtype == KILN_DTYPE_BOOL; i++) {
+                const uint8_t g = ((const uint8_t *)o->data)[i];
+                if (g != (uint8_t)want[i] && bad++ < 4)
+                    CHECK_MSG(0, "%s: element %lld (x 0x%04x, y 0x%04x): got %d, want %d", op, (long long)i, xa[i],
+                              xb[i], g, (int)want[i]);
+            }
+        } else {
+            compare_rounded(op, o, want, xa, xb);
+        }
         free(want);
         free(xa);
         free(xb);
@@ -262,7 +282,8 @@ static void check_binary(const char *op, int rank_a, const int64_t *da, int rank
 }
 
 KN_TEST(ew_f16_binary_patterns) {
-    static const char *ops[] = {"Add", "Sub", "Mul", "Div", "Max", "Min", "PRelu"};
+    static const char *ops[] = {"Add",   "Sub",  "Mul",         "Div",     "Max",           "Min",
+                                "PRelu", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal"};
     const int64_t same[1] = {4099}, rows[2] = {37, 29}, row[1] = {29}, col[2] = {37, 1}, one[1] = {1};
     const int64_t tiny[1] = {5};
     for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {

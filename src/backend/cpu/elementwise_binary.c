@@ -96,12 +96,12 @@ typedef struct bin_op {
 /* float16 rows in 8-lane float32 vectors (elementwise_f16.h): VEXPR, an __m256 expression of the
  * lanes x and y, computes what EXPR computes for float, so each result is the float result
  * rounded once to float16 */
-#define BIN_H8(name, VEXPR)                                                                        \
+#define BIN_H8X(name, VEXPR, OT, ST, STP)                                                          \
     static inline __m256 name##_h8op(__m256 x, __m256 y) { return (VEXPR); }                       \
     static void name##_f16(int64_t rows, int64_t n, void *o0, const void *a0, const void *b0,      \
                            int64_t ro, int64_t ra, int64_t rb, int64_t sa, int64_t sb) {          \
         for (int64_t r = 0; r < rows; r++) {                                                       \
-            uint16_t *o = (uint16_t *)((char *)o0 + r * ro);                                       \
+            OT *o = (OT *)((char *)o0 + r * ro);                                                   \
             const uint16_t *a = (const uint16_t *)((const char *)a0 + r * ra);                     \
             const uint16_t *b = (const uint16_t *)((const char *)b0 + r * rb);                     \
             int64_t i = 0;                                                                         \
@@ -109,43 +109,47 @@ typedef struct bin_op {
                 for (; i + 16 <= n; i += 16) {                                                     \
                     const __m256 v0 = name##_h8op(kn_h8_load(a + i), kn_h8_load(b + i));           \
                     const __m256 v1 = name##_h8op(kn_h8_load(a + i + 8), kn_h8_load(b + i + 8));   \
-                    kn_h8_store(o + i, v0);                                                        \
-                    kn_h8_store(o + i + 8, v1);                                                    \
+                    ST(o + i, v0);                                                        \
+                    ST(o + i + 8, v1);                                                    \
                 }                                                                                  \
-                for (; i + 8 <= n; i += 8) kn_h8_store(o + i, name##_h8op(kn_h8_load(a + i), kn_h8_load(b + i))); \
+                for (; i + 8 <= n; i += 8) ST(o + i, name##_h8op(kn_h8_load(a + i), kn_h8_load(b + i))); \
                 if (i < n)                                                                         \
-                    kn_h8_store_part(o + i, n - i,                                                 \
+                    STP(o + i, n - i,                                                 \
                                      name##_h8op(kn_h8_load_part(a + i, n - i), kn_h8_load_part(b + i, n - i))); \
             } else if (sa) {                                                                       \
                 const __m256 y = kn_h8_splat(b);                                                   \
                 for (; i + 16 <= n; i += 16) {                                                     \
                     const __m256 v0 = name##_h8op(kn_h8_load(a + i), y);                           \
                     const __m256 v1 = name##_h8op(kn_h8_load(a + i + 8), y);                       \
-                    kn_h8_store(o + i, v0);                                                        \
-                    kn_h8_store(o + i + 8, v1);                                                    \
+                    ST(o + i, v0);                                                        \
+                    ST(o + i + 8, v1);                                                    \
                 }                                                                                  \
-                for (; i + 8 <= n; i += 8) kn_h8_store(o + i, name##_h8op(kn_h8_load(a + i), y));  \
-                if (i < n) kn_h8_store_part(o + i, n - i, name##_h8op(kn_h8_load_part(a + i, n - i), y)); \
+                for (; i + 8 <= n; i += 8) ST(o + i, name##_h8op(kn_h8_load(a + i), y));  \
+                if (i < n) STP(o + i, n - i, name##_h8op(kn_h8_load_part(a + i, n - i), y)); \
             } else if (sb) {                                                                       \
                 const __m256 x = kn_h8_splat(a);                                                   \
                 for (; i + 16 <= n; i += 16) {                                                     \
                     const __m256 v0 = name##_h8op(x, kn_h8_load(b + i));                           \
                     const __m256 v1 = name##_h8op(x, kn_h8_load(b + i + 8));                       \
-                    kn_h8_store(o + i, v0);                                                        \
-                    kn_h8_store(o + i + 8, v1);                                                    \
+                    ST(o + i, v0);                                                        \
+                    ST(o + i + 8, v1);                                                    \
                 }                                                                                  \
-                for (; i + 8 <= n; i += 8) kn_h8_store(o + i, name##_h8op(x, kn_h8_load(b + i)));  \
-                if (i < n) kn_h8_store_part(o + i, n - i, name##_h8op(x, kn_h8_load_part(b + i, n - i))); \
+                for (; i + 8 <= n; i += 8) ST(o + i, name##_h8op(x, kn_h8_load(b + i)));  \
+                if (i < n) STP(o + i, n - i, name##_h8op(x, kn_h8_load_part(b + i, n - i))); \
             } else {                                                                               \
-                uint16_t v[8];                                                                     \
-                kn_h8_store(v, name##_h8op(kn_h8_splat(a), kn_h8_splat(b)));                       \
+                OT v[8];                                                                           \
+                ST(v, name##_h8op(kn_h8_splat(a), kn_h8_splat(b)));                       \
                 for (; i < n; i++) o[i] = v[0];                                                    \
             }                                                                                      \
         }                                                                                          \
     }
+#define BIN_H8(name, VEXPR) BIN_H8X(name, VEXPR, uint16_t, kn_h8_store, kn_h8_store_part)
+/* comparisons: 8 bools (0/1) from the lanes' compare masks */
+#define BIN_H8_CMP(name, PRED) BIN_H8X(name, _mm256_cmp_ps(x, y, PRED), uint8_t, kn_h8_store_bool, kn_h8_store_bool_part)
 #define T_H(name) , [KILN_DTYPE_FLOAT16] = name##_f16
 #else
 #define BIN_H8(name, VEXPR)
+#define BIN_H8_CMP(name, PRED)
 #define T_H(name)
 #endif
 
@@ -234,17 +238,20 @@ static const bin_op op_PRelu = {{T_NUM(PRelu) T_H(PRelu)}, false};
 
 /* ------------------------------------------------------------------ comparison and logic */
 
-#define BIN_CMP(name, EXPR)                                                                        \
+/* PRED: the float16 rows' vcmpps predicate for EXPR (ordered, quiet: false where either is NaN, as
+ * C's comparisons; Equal's EQ_OQ too) */
+#define BIN_CMP(name, EXPR, PRED)                                                                  \
     BIN_F(name, uint8_t, EXPR)                                                                     \
     BIN_S(name, uint8_t, EXPR)                                                                     \
     BIN_U(name, uint8_t, EXPR)                                                                     \
     BIN_FN(name, b, uint8_t, uint8_t, uint32_t, EXPR)                                              \
-    static const bin_op op_##name = {{T_NUM(name), [KILN_DTYPE_BOOL] = name##_b}, true};
-BIN_CMP(Equal, x == y)
-BIN_CMP(Less, x < y)
-BIN_CMP(LessOrEqual, x <= y)
-BIN_CMP(Greater, x > y)
-BIN_CMP(GreaterOrEqual, x >= y)
+    BIN_H8_CMP(name, PRED)                                                                         \
+    static const bin_op op_##name = {{T_NUM(name), [KILN_DTYPE_BOOL] = name##_b T_H(name)}, true};
+BIN_CMP(Equal, x == y, _CMP_EQ_OQ)
+BIN_CMP(Less, x < y, _CMP_LT_OQ)
+BIN_CMP(LessOrEqual, x <= y, _CMP_LE_OQ)
+BIN_CMP(Greater, x > y, _CMP_GT_OQ)
+BIN_CMP(GreaterOrEqual, x >= y, _CMP_GE_OQ)
 
 BIN_FN(And, b, uint8_t, uint8_t, uint32_t, (x != 0) & (y != 0))
 BIN_FN(Or, b, uint8_t, uint8_t, uint32_t, (x != 0) | (y != 0))

@@ -38,6 +38,18 @@ static inline void kn_h8_store_part(uint16_t *p, int64_t n, __m256 v) {
     kn_h8_store(b, v);
     memcpy(p, b, (size_t)n * sizeof(uint16_t));
 }
+/* 8 bools (1 where the lane's mask is set, else 0) from a compare mask / the first n (< 8) of them */
+static inline void kn_h8_store_bool(uint8_t *p, __m256 m) {
+    const __m256i v = _mm256_srli_epi32(_mm256_castps_si256(m), 31);
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    w = _mm_packus_epi16(w, w);
+    _mm_storel_epi64((__m128i *)(void *)p, w);
+}
+static inline void kn_h8_store_bool_part(uint8_t *p, int64_t n, __m256 m) {
+    uint8_t b[8];
+    kn_h8_store_bool(b, m);
+    memcpy(p, b, (size_t)n);
+}
 /* one half as 8 equal float lanes */
 static inline __m256 kn_h8_splat(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_set1_epi16((short)*p));
