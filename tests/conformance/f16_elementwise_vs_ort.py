@@ -3,7 +3,7 @@
 
 Each one-node float16 model runs on every float16 value (unary operators) or on 2^18 pairs of
 float16 values with NaN, infinities, signed zeros and subnormals among them (binary operators, same
-shape, a per-channel operand and a scalar). Where ONNX Runtime computes the node in float32 and
+shape, a per-channel operand and a scalar; Sum and Mean of three). Where ONNX Runtime computes the node in float32 and
 rounds once (its CPU provider has no float16 kernel for most of these and casts around the node; a
 numpy float32 reference rounded once says whether it did), kiln must match it bit for bit (NaN:
 any NaN); where ONNX Runtime does not (Softsign; Sign of NaN, which it makes 0), kiln must match the
@@ -185,6 +185,14 @@ def main():
             run(f"{op} per channel", model(op, {"a": a4, "b": c4}), {"a": a4, "b": c4},
                 f(a4.astype(np.float32), c4.astype(np.float32)), True)
             run(f"{op} scalar", model(op, {"a": a, "b": s}), {"a": a, "b": s}, f(a32, s.astype(np.float32)), True)
+    # Sum / Mean of three: the float32 sum of the widened values (divided once) rounded once
+    c3 = pairs(n, 5)
+    with np.errstate(all="ignore"):
+        s3 = (a32 + b32) + c3.astype(np.float32)
+        for op, ref in (("Sum", s3), ("Mean", s3 / np.float32(3))):
+            ins3 = {"a": a, "b": b, "c": c3}
+            blob = model(op, ins3, opset=13)
+            run(f"{op} of three", blob, ins3, ref, True)
     print(f"{passed} passed, {failed} failed, 0 skipped")
     return 1 if failed else 0
 

@@ -305,32 +305,58 @@ KN_TEST(ew_f16_binary_patterns) {
     kn_threadpool_destroy(pool);
 }
 
-/* Sum of three: the first pair repeats both of its values along the rows (both steps 0), and the
- * sum is taken in place in the output */
-KN_TEST(ew_f16_sum_in_place) {
+/* Sum and Mean of three float16 inputs (the first two repeat along the rows, the third along the
+ * columns): the float32 sum (a + b) + c of the widened values (divided by 3 for Mean) rounded once,
+ * as ONNX Runtime computes it; the values moderate and of mixed signs so that sums round */
+KN_TEST(ew_f16_sum_mean_rounded_once) {
     const int64_t dc[2] = {6, 1}, dr[2] = {1, 21};
-    kn_tensor *a = new_tensor(KILN_DTYPE_FLOAT16, 2, dc), *b = new_tensor(KILN_DTYPE_FLOAT16, 2, dc);
-    kn_tensor *c = new_tensor(KILN_DTYPE_FLOAT16, 2, dr), *o = NULL;
-    fill_halves(a->data, 6, 3);
-    fill_halves(b->data, 6, 4);
-    fill_halves(c->data, 21, 5);
+    for (int mean = 0; mean < 2; mean++) {
+        kn_tensor *a = new_tensor(KILN_DTYPE_FLOAT16, 2, dc), *b = new_tensor(KILN_DTYPE_FLOAT16, 2, dc);
+        kn_tensor *c = new_tensor(KILN_DTYPE_FLOAT16, 2, dr), *o = NULL;
+        fill_halves(a->data, 6, 3);
+        fill_halves(b->data, 6, 4);
+        fill_halves(c->data, 21, 5);
+        kn_tensor *in[3] = {a, b, c};
+        CHECK_STATUS(f16_run(mean ? "Mean" : "Sum", 13, NULL, 0, NULL, in, 3, &o), KILN_OK);
+        if (o) {
+            float want[126];
+            for (int r = 0; r < 6; r++)
+                for (int j = 0; j < 21; j++) {
+                    const float s3 = (kn_f16_to_f32(((uint16_t *)a->data)[r]) + kn_f16_to_f32(((uint16_t *)b->data)[r])) +
+                                     kn_f16_to_f32(((uint16_t *)c->data)[j]);
+                    want[r * 21 + j] = mean ? s3 / 3.0f : s3;
+                }
+            compare_rounded(mean ? "Mean" : "Sum", o, want, NULL, NULL);
+        }
+        kn_tensor_free(o);
+        kn_tensor_free(a);
+        kn_tensor_free(b);
+        kn_tensor_free(c);
+    }
+    /* more elements than a chunk, two threads, a scalar among the inputs */
+    const int64_t dl[1] = {5000}, d1[1] = {1};
+    kn_threadpool *pool = NULL;
+    kn_threadpool_create(2, &pool);
+    kn_tensor *a = new_tensor(KILN_DTYPE_FLOAT16, 1, dl), *b = new_tensor(KILN_DTYPE_FLOAT16, 1, d1);
+    kn_tensor *c = new_tensor(KILN_DTYPE_FLOAT16, 1, dl), *o = NULL;
+    fill_halves(a->data, 5000, 6);
+    fill_halves(b->data, 1, 7);
+    fill_halves(c->data, 5000, 8);
     kn_tensor *in[3] = {a, b, c};
-    CHECK_STATUS(f16_run("Sum", 13, NULL, 0, NULL, in, 3, &o), KILN_OK);
+    CHECK_STATUS(f16_run("Sum", 13, NULL, 0, pool, in, 3, &o), KILN_OK);
     if (o) {
-        float want[126];
-        for (int r = 0; r < 6; r++)
-            for (int j = 0; j < 21; j++) {
-                /* float16 after each pair, as the kernel stores it */
-                const float ab = kn_f16_to_f32(bits_of(kn_f16_to_f32(((uint16_t *)a->data)[r]) +
-                                                       kn_f16_to_f32(((uint16_t *)b->data)[r])));
-                want[r * 21 + j] = ab + kn_f16_to_f32(((uint16_t *)c->data)[j]);
-            }
-        compare_rounded("Sum", o, want, NULL, NULL);
+        float *want = malloc(sizeof(float) * 5000);
+        for (int i = 0; i < 5000; i++)
+            want[i] = (kn_f16_to_f32(((uint16_t *)a->data)[i]) + kn_f16_to_f32(((uint16_t *)b->data)[0])) +
+                      kn_f16_to_f32(((uint16_t *)c->data)[i]);
+        compare_rounded("Sum of 5000", o, want, NULL, NULL);
+        free(want);
     }
     kn_tensor_free(o);
     kn_tensor_free(a);
     kn_tensor_free(b);
     kn_tensor_free(c);
+    kn_threadpool_destroy(pool);
 }
 
 /* Floor and Ceil in float32 against libm bit for bit, signed zeros included (the float16 forms
