@@ -28,6 +28,9 @@ const kn_pass kn_opt_passes[] = {
     {"fuse_qdq_matmul", 1, kn_pass_fuse_qdq_matmul,
      "MatMul of two DequantizeLinear outputs (B a constant) into com.microsoft.MatMulIntegerToFloat: the exact 8-bit "
      "product"},
+    {"fuse_qdq_conv", 1, kn_pass_fuse_qdq_conv,
+     "Conv of DequantizeLinear outputs read only by a QuantizeLinear into QLinearConv: the exact 8-bit sum, "
+     "requantised once"},
     {"fold_constants", 1, kn_pass_fold_constants,
      "evaluates nodes whose inputs are all constant, and shape arithmetic over known shapes, into initializers"},
     {"drop_zero_rnn_states", 1, kn_pass_drop_zero_rnn_states,

@@ -257,6 +257,101 @@ def qdq_matmul():
     return m, data
 
 
+def qdq_conv():
+    """Static quantisation's QDQ form around convolutions: Q(Conv(DQ(x_q), DQ(w_q), DQ(b_q))), which
+    kiln runs as QLinearConv (the exact integer sum, requantised once) where its integer kernel is
+    the faster; a 1-D convolution with per-channel int8 weights and an int32 bias at scale
+    xs * ws[m], a 2-D one with per-tensor uint8 weights and an int8 output, and a grouped one that
+    stays float. The data are drawn until the float graph (the reference, ONNX Runtime without
+    optimisations) and the integer form's exact result agree on every output: a value whose float
+    sum lands within rounding of a half step may differ by one step between the two forms, and
+    this test is about the fold's arithmetic, not that rounding."""
+    rng = np.random.default_rng(20261205)
+    c1, m1, k1, c2, m2 = 16, 96, 9, 32, 48
+    xs1, xz1, xs2, xz2 = np.float32(0.03), np.uint8(128), np.float32(0.05), np.uint8(100)
+    w1q = rng.integers(-127, 128, (m1, c1, k1)).astype(np.int8)
+    ws1 = rng.uniform(0.002, 0.006, m1).astype(np.float32)
+    b1q = rng.integers(-20000, 20000, m1).astype(np.int32)
+    bs1 = (xs1 * ws1).astype(np.float32)
+    w2q = rng.integers(0, 256, (m2, c2, 3, 3)).astype(np.uint8)
+    ws2, wz2 = np.float32(0.004), np.uint8(119)
+    w3q = rng.integers(-127, 128, (c2, c2 // 2, 3, 3)).astype(np.int8)
+    ys1, yz1, ys2, yz2, ys3 = np.float32(0.02), np.uint8(120), np.float32(0.06), np.int8(-3), np.float32(0.05)
+    a = numpy_helper.from_array
+    inits = [a(xs1, "xs1"), a(xz1, "xz1"), a(xs2, "xs2"), a(xz2, "xz2"),
+             a(w1q, "w1q"), a(ws1, "ws1"), a(np.zeros(m1, np.int8), "wz1"),
+             a(b1q, "b1q"), a(bs1, "bs1"), a(np.zeros(m1, np.int32), "bz1"),
+             a(w2q, "w2q"), a(ws2, "ws2"), a(wz2, "wz2"),
+             a(w3q, "w3q"), a(np.float32(0.003), "ws3"), a(np.int8(0), "wz3"),
+             a(ys1, "ys1"), a(yz1, "yz1"), a(ys2, "ys2"), a(yz2, "yz2"), a(ys3, "ys3"), a(np.uint8(128), "yz3")]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x1", "xs1", "xz1"], ["x1q"]),
+        helper.make_node("DequantizeLinear", ["x1q", "xs1", "xz1"], ["x1d"]),
+        helper.make_node("DequantizeLinear", ["w1q", "ws1", "wz1"], ["w1d"], axis=0),
+        helper.make_node("DequantizeLinear", ["b1q", "bs1", "bz1"], ["b1d"], axis=0),
+        helper.make_node("Conv", ["x1d", "w1d", "b1d"], ["c1"], pads=[4, 4]),
+        helper.make_node("QuantizeLinear", ["c1", "ys1", "yz1"], ["c1q"]),
+        helper.make_node("DequantizeLinear", ["c1q", "ys1", "yz1"], ["y1"]),
+        helper.make_node("QuantizeLinear", ["x2", "xs2", "xz2"], ["x2q"]),
+        helper.make_node("DequantizeLinear", ["x2q", "xs2", "xz2"], ["x2d"]),
+        helper.make_node("DequantizeLinear", ["w2q", "ws2", "wz2"], ["w2d"]),
+        helper.make_node("Conv", ["x2d", "w2d"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["c2", "ys2", "yz2"], ["c2q"]),
+        helper.make_node("DequantizeLinear", ["c2q", "ys2", "yz2"], ["y2"]),
+        helper.make_node("DequantizeLinear", ["w3q", "ws3", "wz3"], ["w3d"]),
+        helper.make_node("Conv", ["x2d", "w3d"], ["c3"], pads=[1, 1, 1, 1], group=2),
+        helper.make_node("QuantizeLinear", ["c3", "ys3", "yz3"], ["c3q"]),
+        helper.make_node("DequantizeLinear", ["c3q", "ys3", "yz3"], ["y3"]),
+    ]
+    g = helper.make_graph(nodes, "qdq_conv",
+                          [helper.make_tensor_value_info("x1", TensorProto.FLOAT, ["batch", c1, 24]),
+                           helper.make_tensor_value_info("x2", TensorProto.FLOAT, ["batch", c2, 8, 8])],
+                          [helper.make_tensor_value_info("y1", TensorProto.FLOAT, ["batch", m1, 24]),
+                           helper.make_tensor_value_info("y2", TensorProto.FLOAT, ["batch", m2, 8, 8]),
+                           helper.make_tensor_value_info("y3", TensorProto.FLOAT, ["batch", c2, 8, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="kiln-tests")
+
+    def quant(v, s, z, lo, hi):
+        return np.clip(np.round(v / np.float64(s)) + int(z), lo, hi)
+
+    def integer_form(x1, x2):
+        """QLinearConv's arithmetic in exact integers and float64 (branches 1 and 2, dequantised)."""
+        q1 = (quant(x1, xs1, xz1, 0, 255) - int(xz1)).astype(np.int64)
+        p1 = np.pad(q1, ((0, 0), (0, 0), (4, 4)))
+        acc1 = np.zeros((x1.shape[0], m1, 24), np.int64)
+        for t in range(k1):
+            acc1 += np.einsum("ncl,mc->nml", p1[:, :, t:t + 24], w1q[:, :, t].astype(np.int64))
+        acc1 += b1q[None, :, None]
+        y1 = (quant(acc1 * (np.float64(xs1) * ws1.astype(np.float64))[None, :, None], ys1, 0, -int(yz1), 255 - int(yz1)))
+        q2 = (quant(x2, xs2, xz2, 0, 255) - int(xz2)).astype(np.int64)
+        p2 = np.pad(q2, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        acc2 = np.zeros((x2.shape[0], m2, 8, 8), np.int64)
+        for dy in range(3):
+            for dx in range(3):
+                acc2 += np.einsum("nchw,mc->nmhw", p2[:, :, dy:dy + 8, dx:dx + 8],
+                                  w2q[:, :, dy, dx].astype(np.int64) - int(wz2))
+        y2 = quant(acc2 * (np.float64(xs2) * np.float64(ws2)), ys2, 0, -128 - int(yz2), 127 - int(yz2))
+        return y1 * np.float64(ys1), y2 * np.float64(ys2)
+
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ref = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    data = []
+    for n in (1, 2):
+        for _ in range(200):
+            x1 = (rng.standard_normal((n, c1, 24)) * 1.5).astype(np.float32)
+            x2 = (rng.standard_normal((n, c2, 8, 8)) * 2).astype(np.float32)
+            got = ref.run(["y1", "y2"], {"x1": x1, "x2": x2})
+            want = integer_form(x1, x2)
+            if all(np.array_equal(g.astype(np.float64), w.astype(np.float32).astype(np.float64)) for g, w in zip(got, want)):
+                data.append([x1, x2])
+                break
+        else:
+            raise RuntimeError("qdq_conv: no draw where the float graph and the integer form agree")
+    return m, data
+
+
 def unrolled_rnn():
     """A recurrence exported step by step (an RNN cell in a Python loop): each step gathers its input
     and multiplies it by the same weights (Gemm with a [1, N] bias, transposed weights) before the
@@ -483,7 +578,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     zoo = {}
     for name, build in (("tiny_cnn", tiny_cnn), ("tiny_transformer", tiny_transformer), ("tiny_rnn", tiny_rnn),
-                        ("mha_static", mha_static), ("qdq_matmul", qdq_matmul),
+                        ("mha_static", mha_static), ("qdq_matmul", qdq_matmul), ("qdq_conv", qdq_conv),
                         ("unrolled_rnn", unrolled_rnn), ("decomposed_activations", decomposed_activations),
                         ("float16_cnn", float16_cnn), ("clamped_activations", clamped_activations)):
         model, data = build()

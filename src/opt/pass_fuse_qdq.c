@@ -1,0 +1,238 @@
+/* The QDQ form quantisation tools write for static quantisation (8-bit tensors dequantised before
+ * each float operator, its result quantised after), folded into the integer operators.
+ *
+ * fuse_qdq_matmul: MatMul of two dequantised 8-bit operands, MatMul(DequantizeLinear(A_q, sa, za),
+ * DequantizeLinear(B_q, sb, zb)), becomes com.microsoft MatMulIntegerToFloat(A_q, B_q, sa, sb, za, zb): the exact integer product scaled
+ * once per output (float(sum (a - za)(b - zb)) * sa * sb[j]) instead of a float product of the
+ * dequantised values, which rounds every term. The result differs from the unfused graph's by that
+ * float product's rounding, and is what ONNX Runtime computes for such a graph. The product runs on
+ * kiln's exact 8-bit GEMM (qgemm.h) from the weights' own bytes; unfused, the weights are folded
+ * into float constants four times their size.
+ *
+ * Taken: A's scale and zero point one value each; B a constant [K, N] with one scale (and zero
+ * point) or one per column (axis 1); float32 output; no block_size or output_dtype. A following
+ * Add of a constant bias [N] becomes the operator's bias. It runs before
+ * constant folding, which would fold B's DequantizeLinear away. The DequantizeLinear nodes stay for
+ * any other reader (else they go as dead code).
+ *
+ * fuse_qdq_conv: a Conv of dequantised 8-bit x and weights (and a bias dequantised from int32 at
+ * scale sx * sw[m]) whose only reader quantises it, Q(Conv(DQ(x_q), DQ(w_q), DQ(b_q))), becomes
+ * QLinearConv(x_q, sx, zx, w_q, sw, zw, sy, zy, b_q): the exact integer sum plus the bias,
+ * requantised once (round(acc * sx * sw[m] / sy) + zy), where the unfused graph rounds each float
+ * term and the bias before quantising, so an output may differ by one step where the float sum
+ * lands within its rounding of a half step; ONNX Runtime's QDQ selectors make the same fold.
+ * Taken: sx, zx, sy, zy one value each; sw (zw) one or one per output channel (axis 0); the bias
+ * absent or an int32 [M] with zero point 0 and scale sx * sw[m] (to float rounding: a bias of
+ * another scale would need rounding); every zero point given (QLinearConv takes them all, and
+ * quantisers write them); only where the integer kernel is the faster (integer_conv_pays).
+ * Providers without QLinearConv (CUDA) keep the float Conv. */
+#include "opt/pass.h"
+
+#include <math.h>
+
+/* The DequantizeLinear producing v from an 8-bit tensor (int32 with wide): its quantised input,
+ * scale and zero point (-1: none); -1 when v is not such a node's output. */
+static int dq_of_type(const kn_opt_ctx *c, int v, bool wide, int *x, int *s, int *z) {
+    const int dq = kn_opt_producer(c, v);
+    if (!kn_opt_is(c, dq, "DequantizeLinear") || !kn_opt_is_f32(c, v)) return -1;
+    const kn_node *n = &c->g->nodes[dq];
+    if (kn_attr_int(n, "block_size", 0) != 0 || kn_attr_int(n, "output_dtype", 0) != 0) return -1;
+    *x = kn_opt_input(c, dq, 0);
+    *s = kn_opt_input(c, dq, 1);
+    *z = kn_opt_n_inputs(c, dq) > 2 ? kn_opt_input(c, dq, 2) : -1;
+    const kn_type *tx = &c->g->values[*x].type, *ts = &c->g->values[*s].type;
+    const bool ok_type = wide ? tx->dtype == KILN_DTYPE_INT32 : tx->dtype == KILN_DTYPE_INT8 || tx->dtype == KILN_DTYPE_UINT8;
+    if (tx->kind != KN_TYPE_TENSOR || !ok_type) return -1;
+    if (ts->kind != KN_TYPE_TENSOR || ts->dtype != KILN_DTYPE_FLOAT || ts->rank < 0) return -1;
+    if (*z >= 0) {
+        const kn_type *tz = &c->g->values[*z].type;
+        if (tz->dtype != tx->dtype || tz->rank != ts->rank) return -1;
+        for (int d = 0; d < tz->rank; d++)
+            if (tz->dims[d].value < 0 || tz->dims[d].value != ts->dims[d].value) return -1;
+    }
+    return dq;
+}
+
+static int dq_of(const kn_opt_ctx *c, int v, int *x, int *s, int *z) { return dq_of_type(c, v, false, x, s, z); }
+
+/* the number of values of a static shape, -1 when not known */
+static int64_t count_of(const kn_type *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->rank; d++) {
+        if (t->dims[d].value < 0) return -1;
+        n *= t->dims[d].value;
+    }
+    return n;
+}
+
+static kiln_status fuse(kn_opt_ctx *c, int i, bool *done) {
+    const kn_node *n = &c->g->nodes[i];
+    *done = false;
+    if (n->n_inputs != 2 || n->n_outputs != 1 || !kn_opt_is_f32(c, n->outputs[0])) return KILN_OK;
+    int xa, sa, za, xb, sb, zb;
+    if (dq_of(c, n->inputs[0], &xa, &sa, &za) < 0) return KILN_OK;
+    const int db = dq_of(c, n->inputs[1], &xb, &sb, &zb);
+    if (db < 0 || count_of(&c->g->values[sa].type) != 1) return KILN_OK;
+    const kn_tensor *bq = kn_opt_const(c, xb);
+    if (!bq || bq->rank != 2) return KILN_OK;
+    const kn_type *tsb = &c->g->values[sb].type;
+    const int64_t nsb = count_of(tsb), axis = kn_attr_int(&c->g->nodes[db], "axis", 1);
+    if (nsb != 1 && !(tsb->rank == 1 && nsb == bq->dims[1] && (axis == 1 || axis == -1))) return KILN_OK;
+    /* a bias Add after it (a constant of one value per column) becomes the operator's bias */
+    int y = n->outputs[0], bias = -1;
+    const int add = kn_opt_only_consumer(c, y);
+    if (kn_opt_is(c, add, "Add") && !kn_opt_pinned(c, y)) {
+        const int other = kn_opt_other_input(c, add, y);
+        const kn_tensor *bt = other >= 0 ? kn_opt_const(c, other) : NULL;
+        if (bt && bt->dtype == KILN_DTYPE_FLOAT && bt->rank == 1 && bt->dims[0] == bq->dims[1] &&
+            kn_opt_same_shape(&c->g->values[c->g->nodes[add].outputs[0]].type, &c->g->values[y].type)) {
+            bias = other;
+            y = c->g->nodes[add].outputs[0];
+        }
+    }
+    kn_opt_proto p;
+    int made;
+    kn_proto_init(&p, "com.microsoft", "MatMulIntegerToFloat");
+    kn_proto_in(&p, xa);
+    kn_proto_in(&p, xb);
+    kn_proto_in(&p, sa);
+    kn_proto_in(&p, sb);
+    kn_proto_in(&p, za);
+    kn_proto_in(&p, zb);
+    kn_proto_in(&p, bias);
+    kn_proto_out(&p, y);
+    KN_TRY(kn_opt_emit(c, &p, i, &made));
+    if (made < 0) return KILN_OK;
+    kn_opt_kill(c, i);
+    if (bias >= 0) kn_opt_kill(c, add);
+    *done = true;
+    return KILN_OK;
+}
+
+kiln_status kn_pass_fuse_qdq_matmul(kn_opt_ctx *c) {
+    for (int i = 0; i < c->g->n_nodes; i++) {
+        if (!kn_opt_is(c, i, "MatMul")) continue;
+        bool done = false;
+        KN_TRY(fuse(c, i, &done));
+        if (done) {
+            kn_opt_note(c, "DequantizeLinear+DequantizeLinear+MatMul");
+            KN_TRY(kn_opt_refresh(c));
+        }
+    }
+    return KILN_OK;
+}
+
+/* v's constant scalar (one value) of float type, or NAN */
+static float const_scalar_f32(const kn_opt_ctx *c, int v) {
+    const kn_tensor *t = v >= 0 ? kn_opt_const(c, v) : NULL;
+    if (!t || t->dtype != KILN_DTYPE_FLOAT || kn_tensor_count(t) != 1) return NAN;
+    return ((const float *)t->data)[0];
+}
+
+/* Whether the bias DequantizeLinear (b_q int32 [M], scale bs, zero point bz) is the integer bias of
+ * a product scaled by sx * sw[m]: zero points all 0, each scale equal to that product to float
+ * rounding. */
+static bool bias_on_product_scale(const kn_opt_ctx *c, int bq, int bs, int bz, float sx, int sw, int64_t m) {
+    const kn_tensor *tb = kn_opt_const(c, bq), *tbs = kn_opt_const(c, bs), *tsw = kn_opt_const(c, sw);
+    if (!tb || tb->rank != 1 || tb->dims[0] != m || !tbs || !tsw || tbs->dtype != KILN_DTYPE_FLOAT ||
+        tsw->dtype != KILN_DTYPE_FLOAT)
+        return false;
+    const int64_t nbs = kn_tensor_count(tbs), nsw = kn_tensor_count(tsw);
+    if ((nbs != 1 && nbs != m) || (nsw != 1 && nsw != m)) return false;
+    if (bz >= 0) {
+        const kn_tensor *tz = kn_opt_const(c, bz);
+        if (!tz || tz->dtype != KILN_DTYPE_INT32) return false;
+        for (int64_t k = 0; k < kn_tensor_count(tz); k++)
+            if (((const int32_t *)tz->data)[k] != 0) return false;
+    }
+    const float *bsv = tbs->data, *swv = tsw->data;
+    for (int64_t k = 0; k < m; k++) {
+        const double want = (double)sx * swv[nsw == 1 ? 0 : k], have = bsv[nbs == 1 ? 0 : k];
+        if (!(fabs(have - want) <= 1e-6 * fabs(want))) return false;
+    }
+    return true;
+}
+
+/* Where kiln's QLinearConv beats the float Conv with its DequantizeLinear and QuantizeLinear
+ * (bench/results/cpu-qdq-conv-2026-12-05.md, per node, 1 thread): one group, a sum of at least
+ * 128 terms (0.70-0.88 of the float time from there; 1.2-2.9x below it), and more than 16 output
+ * positions where the shape is known (one-position squeeze-excite products 1.2-1.5x). Grouped
+ * and depthwise convolutions measured 1.0-2.7x. */
+#define QDQ_CONV_MIN_TERMS 128
+#define QDQ_CONV_MIN_POSITIONS 17
+static bool integer_conv_pays(const kn_node *conv, const kn_type *tw, const kn_type *ty) {
+    if (kn_attr_int(conv, "group", 1) != 1) return false;
+    int64_t terms = 1, positions = 1;
+    for (int d = 1; d < tw->rank; d++) {
+        if (tw->dims[d].value < 0) return false;
+        terms *= tw->dims[d].value;
+    }
+    for (int d = 2; d < ty->rank && positions >= 0; d++) positions = ty->dims[d].value < 0 ? -1 : positions * ty->dims[d].value;
+    return terms >= QDQ_CONV_MIN_TERMS && (positions < 0 || positions >= QDQ_CONV_MIN_POSITIONS);
+}
+
+static const char *const conv_attrs[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"};
+
+static kiln_status fuse_conv(kn_opt_ctx *c, int i, bool *done) {
+    kn_graph *g = c->g;
+    const kn_node *n = &g->nodes[i];
+    *done = false;
+    if (n->n_outputs != 1 || n->n_inputs < 2 || !kn_opt_is_f32(c, n->outputs[0]) || kn_opt_pinned(c, n->outputs[0]))
+        return KILN_OK;
+    /* the one reader: a QuantizeLinear to 8 bits with one scale and zero point */
+    const int q = kn_opt_only_consumer(c, n->outputs[0]);
+    if (!kn_opt_is(c, q, "QuantizeLinear") || kn_opt_input(c, q, 0) != n->outputs[0]) return KILN_OK;
+    const kn_node *qn = &g->nodes[q];
+    if (kn_attr_int(qn, "block_size", 0) != 0 || kn_attr_int(qn, "output_dtype", 0) != 0) return KILN_OK;
+    const int y = qn->outputs[0], sy = kn_opt_input(c, q, 1), zy = kn_opt_n_inputs(c, q) > 2 ? kn_opt_input(c, q, 2) : -1;
+    const kiln_dtype ty = g->values[y].type.dtype;
+    if ((ty != KILN_DTYPE_UINT8 && ty != KILN_DTYPE_INT8) || g->values[sy].type.dtype != KILN_DTYPE_FLOAT ||
+        zy < 0 || count_of(&g->values[sy].type) != 1 || count_of(&g->values[zy].type) != 1)
+        return KILN_OK;
+    int xq, sx, zx, wq, sw, zw;
+    if (dq_of(c, n->inputs[0], &xq, &sx, &zx) < 0 || zx < 0 || count_of(&g->values[sx].type) != 1 ||
+        count_of(&g->values[zx].type) != 1)
+        return KILN_OK;
+    const int dw = dq_of(c, n->inputs[1], &wq, &sw, &zw);
+    if (dw < 0 || zw < 0) return KILN_OK;
+    const kn_type *tw = &g->values[wq].type;
+    if (tw->rank < 3 || tw->dims[0].value < 1) return KILN_OK;
+    const int64_t m = tw->dims[0].value, nsw = count_of(&g->values[sw].type);
+    if (!integer_conv_pays(n, tw, &g->values[n->outputs[0]].type)) return KILN_OK;
+    if (nsw != 1 && !(g->values[sw].type.rank == 1 && nsw == m && kn_attr_int(&g->nodes[dw], "axis", 1) == 0))
+        return KILN_OK;
+    /* the bias: the int32 sum's own bias */
+    int bq = -1;
+    if (n->n_inputs > 2 && n->inputs[2] >= 0) {
+        int bs, bz;
+        if (dq_of_type(c, n->inputs[2], true, &bq, &bs, &bz) < 0 ||
+            !bias_on_product_scale(c, bq, bs, bz, const_scalar_f32(c, sx), sw, m))
+            return KILN_OK;
+    }
+    kn_opt_proto p;
+    kn_proto_init(&p, "", "QLinearConv");
+    const int ins[9] = {xq, sx, zx, wq, sw, zw, sy, zy, bq};
+    for (int k = 0; k < 9; k++) kn_proto_in(&p, ins[k]);
+    kn_proto_out(&p, y);
+    for (size_t k = 0; k < sizeof conv_attrs / sizeof conv_attrs[0]; k++) kn_proto_copy_attr(&p, c, i, conv_attrs[k]);
+    int made;
+    KN_TRY(kn_opt_emit(c, &p, i, &made));
+    if (made < 0) return KILN_OK;
+    kn_opt_kill(c, i);
+    kn_opt_kill(c, q);
+    *done = true;
+    return KILN_OK;
+}
+
+kiln_status kn_pass_fuse_qdq_conv(kn_opt_ctx *c) {
+    for (int i = 0; i < c->g->n_nodes; i++) {
+        if (!kn_opt_is(c, i, "Conv")) continue;
+        bool done = false;
+        KN_TRY(fuse_conv(c, i, &done));
+        if (done) {
+            kn_opt_note(c, "DequantizeLinear+Conv+QuantizeLinear");
+            KN_TRY(kn_opt_refresh(c));
+        }
+    }
+    return KILN_OK;
+}
