@@ -141,15 +141,20 @@ static kiln_status run_stft(kn_kernel_ctx *c) {
     kn_fft_plan *plan;
     KN_TRY(kn_fft_plan_new(fl, 0, &plan));
     kn_cpx *buf = malloc(((size_t)(2 * fl) + kn_fft_scratch_len(plan)) * sizeof *buf);
-    if (!buf) {
+    /* the window as doubles, read once (not a kn_tensor_get_f64 call per element of every frame) */
+    double *wd = malloc((size_t)fl * sizeof *wd);
+    if (!buf || !wd) {
+        free(buf);
+        free(wd);
         kn_fft_plan_free(plan);
         return KN_OOM();
     }
+    for (int64_t j = 0; j < fl; j++) wd[j] = win ? kn_tensor_get_f64(win, j) : 1.0;
     for (int64_t b = 0; b < B; b++)
         for (int64_t f = 0; f < frames; f++) {
             for (int64_t j = 0; j < fl; j++) {
                 int64_t xi = (b * L + f * step + j) * C;
-                double w = win ? kn_tensor_get_f64(win, j) : 1.0;
+                double w = wd[j];
                 buf[j].re = elem(x, xi) * w;
                 buf[j].im = C == 2 ? elem(x, xi + 1) * w : 0.0;
             }
@@ -161,6 +166,7 @@ static kiln_status run_stft(kn_kernel_ctx *c) {
             }
         }
     free(buf);
+    free(wd);
     kn_fft_plan_free(plan);
     return KILN_OK;
 }

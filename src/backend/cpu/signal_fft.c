@@ -120,7 +120,10 @@ static void fft_rec(const kn_fft_plan *p, kn_cpx *out, const kn_cpx *in, int64_t
     }
     int radix = p->factors[fi];
     int64_t m = n / radix;
-    for (int r = 0; r < radix; r++) fft_rec(p, out + r * m, in + r * s, s * radix, m, fstride * radix, fi + 1);
+    if (m == 1) /* the last stage reads its inputs itself: no call per element */
+        for (int r = 0; r < radix; r++) out[r] = in[r * s];
+    else
+        for (int r = 0; r < radix; r++) fft_rec(p, out + r * m, in + r * s, s * radix, m, fstride * radix, fi + 1);
     const kn_cpx *tw = p->tw;
     int64_t N = p->n;
     if (radix == 2) {
