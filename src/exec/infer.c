@@ -6,6 +6,7 @@
 #include "ops/control.h"
 #include "ops/op.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,23 @@ static void merge_type(kn_type *declared, const kn_type *inferred) {
                 r.dims[i] = declared->dims[i];
     }
     *declared = r;
+}
+
+/* Names each unknown dim of value v (a node's output or a graph input) that has no name after
+ * the value and axis (marked as inference's own): a dim is then provably equal where inference carries it (elementwise
+ * broadcasting, views), so the optimiser's same-shape checks hold on models with anonymous
+ * dims ('?' in the file), as they do on named ones. Each name is one value's own: it claims no
+ * equality inference did not derive. */
+static void name_unknown_dims(kn_graph *g, int v) {
+    kn_value *val = &g->values[v];
+    kn_type *t = &val->type;
+    if (t->kind != KN_TYPE_TENSOR || t->rank <= 0 || !val->name || !val->name[0]) return;
+    for (int d = 0; d < t->rank; d++) {
+        if (t->dims[d].value >= 0 || t->dims[d].symbol) continue;
+        char buf[512];
+        if (snprintf(buf, sizeof buf, "%c%s#%d", KN_UNKNOWN_DIM_MARK, val->name, d) >= (int)sizeof buf) return;
+        t->dims[d].symbol = kn_arena_strdup(&g->model->arena, buf); /* NULL (no memory): stays anonymous */
+    }
 }
 
 static void try_fold(infer_state *s, kn_node *n, const kn_type *const *in_tp, kn_tensor **in_val,
@@ -142,6 +160,7 @@ static kiln_status infer_graph(kn_graph *g) {
             note_shape_value(&val->type, val->constant);
         }
     }
+    for (int i = 0; i < g->n_inputs; i++) name_unknown_dims(g, g->inputs[i]);
     for (int i = 0; i < g->n_nodes && st == KILN_OK; i++) {
         kn_node *n = &g->nodes[i];
         if (n->dead || !n->schema) continue;
@@ -165,7 +184,10 @@ static kiln_status infer_graph(kn_graph *g) {
             if (st == KILN_OK && n->schema->infer) st = n->schema->infer(&ic);
             if (st == KILN_OK) {
                 for (int o = 0; o < no; o++)
-                    if (n->outputs[o] >= 0) merge_type(&g->values[n->outputs[o]].type, &out_types[o]);
+                    if (n->outputs[o] >= 0) {
+                        merge_type(&g->values[n->outputs[o]].type, &out_types[o]);
+                        name_unknown_dims(g, n->outputs[o]);
+                    }
                 try_fold(&s, n, in_tp, in_val, out_types);
             }
         }

@@ -160,7 +160,7 @@ static kiln_status fill_io(kiln_session *s) {
             const kn_type *t = &g->values[ids[i]].type;
             for (int d = 0; d < t->rank && d < KILN_MAX_RANK; d++) {
                 io[i].dims[d] = t->dims[d].value;
-                io[i].dim_names[d] = t->dims[d].symbol;
+                io[i].dim_names[d] = kn_dim_name(&t->dims[d]);
             }
         }
     }

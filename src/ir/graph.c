@@ -514,7 +514,7 @@ const char *kn_type_str(const kn_type *t, char *buf, size_t cap) {
             const char *sep = i ? "," : "";
             if (d->value >= 0)
                 used += (size_t)snprintf(buf + used, cap - used, "%s%lld", sep, (long long)d->value);
-            else if (d->symbol)
+            else if (kn_dim_name(d))
                 used += (size_t)snprintf(buf + used, cap - used, "%s%s", sep, d->symbol);
             else
                 used += (size_t)snprintf(buf + used, cap - used, "%s?", sep);

@@ -13,10 +13,17 @@
 #include <stdint.h>
 
 /* One dimension of a static shape: a known size, a named symbol, or unknown. */
+#define KN_UNKNOWN_DIM_MARK '?'
 typedef struct kn_dim {
     int64_t value;      /* >= 0 when known, -1 otherwise */
-    const char *symbol; /* dim_param name when symbolic (interned in the arena), else NULL */
+    const char *symbol; /* dim_param name when symbolic (interned in the arena), else NULL; inference
+                         * names an unknown dim of a node's output KN_UNKNOWN_DIM_MARK "value#axis"
+                         * (kn_graph_infer), so values computed elementwise from it share it */
 } kn_dim;
+/* The dim's name as the model gives it (NULL for inference's own names). */
+static inline const char *kn_dim_name(const kn_dim *d) {
+    return d->symbol && d->symbol[0] != KN_UNKNOWN_DIM_MARK ? d->symbol : NULL;
+}
 
 typedef enum kn_type_kind {
     KN_TYPE_UNKNOWN = 0,

@@ -46,7 +46,7 @@ static const char *tstr(const kn_type *t, char *buf, size_t cap) {
     for (int i = 0; i < t->rank && used < cap; i++) {
         const kn_dim *d = &t->dims[i];
         if (d->value >= 0) used += (size_t)snprintf(buf + used, cap - used, "%s%lld", i ? "," : "", (long long)d->value);
-        else used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? "," : "", d->symbol ? d->symbol : "?");
+        else used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? "," : "", kn_dim_name(d) ? d->symbol : "?");
     }
     if (used < cap) snprintf(buf + used, cap - used, "]");
     return buf;

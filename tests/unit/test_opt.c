@@ -235,6 +235,9 @@ static kiln_session *compare_levels(build_fn build, int level, double tol) {
 
 static int conv_group = 1, conv_act = 0, conv_residual = 0;
 static kiln_dtype conv_dtype = KILN_DTYPE_FLOAT;
+static int ln_case; /* build_ln's variant */
+static kn_model *build_ln(void);
+static bool anonymous_dims; /* x's spatial dims (ln: its middle dim) unknown and unnamed ('?') */
 
 /* Conv [1,4,6,6] (group conv_group) -> optional Add -> optional activation. The Add is a
  * residual of the output's shape (conv_residual = 1) or a per-channel [1,4,1,1] addend
@@ -244,6 +247,7 @@ static kn_model *build_conv(void) {
     tb_init(&b, 17);
     int64_t xd[] = {1, 4, 6, 6}, wd[] = {4, 4 / conv_group, 3, 3}, bd[] = {4}, cd[] = {1, 4, 1, 1};
     int x = tb_input(&b, "x", conv_dtype, 4, xd);
+    if (anonymous_dims) b.g->values[x].type.dims[2] = b.g->values[x].type.dims[3] = (kn_dim){-1, NULL};
     int w = tb_const(&b, "w", conv_dtype, 4, wd, -0.5f, 0.5f);
     int bias = tb_const(&b, "b", conv_dtype, 1, bd, -0.5f, 0.5f);
     int y = tb_node(&b, "Conv", (int[]){x, w, bias}, 3, "y");
@@ -335,6 +339,33 @@ KN_TEST(opt_fused_conv_matches_unfused) {
                           count_op(s, "kiln", "FusedConv"));
                 kiln_session_destroy(s);
             }
+}
+
+/* Inputs with unknown, unnamed dims ('?' in a model file): inference names the unknown dims of
+ * each value after itself, and carries the names through elementwise nodes, so the fusions'
+ * same-shape checks hold as with named dims: a Conv + HardSwish / Relu6 / SiLU written out, a
+ * LayerNorm written out. Without the names each fusion below is refused. */
+KN_TEST(opt_fusions_with_anonymous_dims) {
+    anonymous_dims = true;
+    conv_group = 1, conv_dtype = KILN_DTYPE_FLOAT;
+    const int acts[] = {8, 10, 11};
+    for (int k = 0; k < 3; k++) {
+        conv_act = acts[k], conv_residual = 0;
+        kiln_session *s = compare_levels(build_conv, 2, 1e-5);
+        if (!s) continue;
+        CHECK_MSG(count_op(s, "kiln", "FusedConv") == 1 && live_nodes(s) == 1, "act %d: %d nodes", conv_act,
+                  live_nodes(s));
+        kiln_session_destroy(s);
+    }
+    conv_act = conv_residual = 0;
+    ln_case = 0;
+    kiln_session *s = compare_levels(build_ln, 2, 1e-5);
+    if (s) {
+        CHECK_EQ_INT(count_op(s, "kiln", "LayerNormalization"), 1);
+        CHECK_EQ_INT(live_nodes(s), 1);
+        kiln_session_destroy(s);
+    }
+    anonymous_dims = false;
 }
 
 /* Activations written out in elementwise nodes are recognised by their values (fuse_util.c's
@@ -1247,7 +1278,6 @@ KN_TEST(opt_regression_matmul_batchnorm_rank3_not_folded) {
 
 /* ------------------------------------------------------------------ LayerNorm, RMSNorm */
 
-static int ln_case;
 
 /* Decomposed LayerNorm of x [2,3,8] over the last axis with scale and bias of shape:
  * 0: [8] (fits); 1: scale [3,8] (varies over axis -2: must not be taken as the LN scale);
@@ -1256,6 +1286,7 @@ static kn_model *build_ln(void) {
     tb b;
     tb_init(&b, 17);
     int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 3, 8});
+    if (anonymous_dims) b.g->values[x].type.dims[1] = (kn_dim){-1, NULL};
     int eps = tb_scalar(&b, "eps", KILN_DTYPE_FLOAT, 1e-5), two = tb_scalar(&b, "two", KILN_DTYPE_FLOAT, 2.0);
     int64_t axes1[] = {-1}, axes2[] = {-2, -1};
     bool two_axes = ln_case == 3;
