@@ -421,6 +421,13 @@ def cases():
     c.append(Case("ReduceMean", "1x128x768 last axis", {"x": rnd(1, 128, 768, dtype=h)}, {"axes": np.array([-1], np.int64)},
                   opset=18))
     c.append(binary("Less", (1, 64, 56, 56), (1, 64, 56, 56), dtype=h))
+    # --- broadcasting copies (last, as above): a per-channel value over the planes, a row tiled
+    c.append(Case("Expand", "1x64x1x1 -> 1x64x56x56", {"x": rnd(1, 64, 1, 1)},
+                  {"shape": np.array([1, 64, 56, 56], np.int64)}, fast=True))
+    c.append(Case("Expand", "1x64x1x1 -> 1x64x56x56", {"x": rnd(1, 64, 1, 1, dtype=h)},
+                  {"shape": np.array([1, 64, 56, 56], np.int64)}))
+    c.append(Case("Tile", "1x64x1x56 x(1,1,56,1)", {"x": rnd(1, 64, 1, 56)},
+                  {"reps": np.array([1, 1, 56, 1], np.int64)}))
     return c
 
 

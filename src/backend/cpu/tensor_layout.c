@@ -158,6 +158,30 @@ static void row_generic(const sc_job *j, char *d, const char *s, int64_t n, int6
     }
 }
 
+/* n copies of the element at s, ds elements apart: a broadcast source (Expand's per-channel
+ * values over the planes); contiguous runs as typed stores the compiler vectorises (it was one
+ * memcpy call per element: Expand 1x64x1x1 -> 1x64x56x56 at 6.5x ONNX Runtime's time). */
+#define FILL_LOOP(T)                                                                               \
+    do {                                                                                           \
+        T *dp = (T *)d, v;                                                                         \
+        memcpy(&v, s, sizeof v);                                                                   \
+        for (int64_t i = 0; i < n; i++) dp[i] = v;                                                 \
+    } while (0)
+
+static void row_fill(const sc_job *j, char *d, const char *s, int64_t n, int64_t ds) {
+    if (ds != 1) {
+        row_generic(j, d, s, n, ds, 0);
+        return;
+    }
+    switch (j->es) {
+    case 1: memset(d, *(const unsigned char *)s, (size_t)n); break;
+    case 2: FILL_LOOP(uint16_t); break;
+    case 4: FILL_LOOP(uint32_t); break;
+    case 8: FILL_LOOP(uint64_t); break;
+    default: for (int64_t i = 0; i < n; i++) memcpy(d + i * (int64_t)j->es, s, j->es);
+    }
+}
+
 #define TILE_LOOP(T, B)                                                                            \
     do {                                                                                           \
         T *dp = (T *)d;                                                                            \
@@ -261,9 +285,7 @@ static void sc_work(void *arg, int64_t begin, int64_t end) {
             const char *sp = j->src + soff * (int64_t)j->es;
             switch (j->mode) {
             case MODE_MEMCPY: memcpy(d, sp, (size_t)n * j->es); break;
-            case MODE_BCAST:
-                for (int64_t i = 0; i < n; i++) copy_one(d + i * (int64_t)j->es, sp, j->es);
-                break;
+            case MODE_BCAST: row_fill(j, d, sp, n, s->dst_stride[in]); break;
             default: row_generic(j, d, sp, n, s->dst_stride[in], s->src_stride[in]);
             }
         }
