@@ -269,21 +269,23 @@ def qdq_conv():
     rng = np.random.default_rng(20261205)
     c1, m1, k1, c2, m2 = 16, 96, 9, 32, 48
     xs1, xz1, xs2, xz2 = np.float32(0.03), np.uint8(128), np.float32(0.05), np.uint8(100)
-    w1q = rng.integers(-127, 128, (m1, c1, k1)).astype(np.int8)
+    # halved to 7 bits, as ONNX Runtime's quantiser writes int8 weights for x86: the Python tests
+    # compare with ONNX Runtime at its default level, whose u8 x s8 kernel saturates beyond them
+    w1q = (rng.integers(-127, 128, (m1, c1, k1)) // 2).astype(np.int8)
     ws1 = rng.uniform(0.002, 0.006, m1).astype(np.float32)
     b1q = rng.integers(-20000, 20000, m1).astype(np.int32)
     bs1 = (xs1 * ws1).astype(np.float32)
     w2q = rng.integers(0, 256, (m2, c2, 3, 3)).astype(np.uint8)
     ws2, wz2 = np.float32(0.004), np.uint8(119)
-    w3q = rng.integers(-127, 128, (c2, c2 // 2, 3, 3)).astype(np.int8)
-    ys1, yz1, ys2, yz2, ys3 = np.float32(0.02), np.uint8(120), np.float32(0.06), np.int8(-3), np.float32(0.05)
+    w3q = (rng.integers(-127, 128, (c2, c2 // 2, 3, 3)) // 2).astype(np.int8)  # 7 bits, as w1q
+    ys1, yz1, ys2, yz2 = np.float32(0.02), np.uint8(120), np.float32(0.06), np.int8(-3)
     a = numpy_helper.from_array
     inits = [a(xs1, "xs1"), a(xz1, "xz1"), a(xs2, "xs2"), a(xz2, "xz2"),
              a(w1q, "w1q"), a(ws1, "ws1"), a(np.zeros(m1, np.int8), "wz1"),
              a(b1q, "b1q"), a(bs1, "bs1"), a(np.zeros(m1, np.int32), "bz1"),
              a(w2q, "w2q"), a(ws2, "ws2"), a(wz2, "wz2"),
              a(w3q, "w3q"), a(np.float32(0.003), "ws3"), a(np.int8(0), "wz3"),
-             a(ys1, "ys1"), a(yz1, "yz1"), a(ys2, "ys2"), a(yz2, "yz2"), a(ys3, "ys3"), a(np.uint8(128), "yz3")]
+             a(ys1, "ys1"), a(yz1, "yz1"), a(ys2, "ys2"), a(yz2, "yz2")]
     nodes = [
         helper.make_node("QuantizeLinear", ["x1", "xs1", "xz1"], ["x1q"]),
         helper.make_node("DequantizeLinear", ["x1q", "xs1", "xz1"], ["x1d"]),
@@ -299,9 +301,8 @@ def qdq_conv():
         helper.make_node("QuantizeLinear", ["c2", "ys2", "yz2"], ["c2q"]),
         helper.make_node("DequantizeLinear", ["c2q", "ys2", "yz2"], ["y2"]),
         helper.make_node("DequantizeLinear", ["w3q", "ws3", "wz3"], ["w3d"]),
-        helper.make_node("Conv", ["x2d", "w3d"], ["c3"], pads=[1, 1, 1, 1], group=2),
-        helper.make_node("QuantizeLinear", ["c3", "ys3", "yz3"], ["c3q"]),
-        helper.make_node("DequantizeLinear", ["c3q", "ys3", "yz3"], ["y3"]),
+        # grouped, its float output read as it is: no fold (and none in ONNX Runtime either)
+        helper.make_node("Conv", ["x2d", "w3d"], ["y3"], pads=[1, 1, 1, 1], group=2),
     ]
     g = helper.make_graph(nodes, "qdq_conv",
                           [helper.make_tensor_value_info("x1", TensorProto.FLOAT, ["batch", c1, 24]),
