@@ -122,17 +122,10 @@ kiln_status kn_pass_fuse_qdq_matmul(kn_opt_ctx *c) {
     return KILN_OK;
 }
 
-/* v's constant scalar (one value) of float type, or NAN */
-static float const_scalar_f32(const kn_opt_ctx *c, int v) {
-    const kn_tensor *t = v >= 0 ? kn_opt_const(c, v) : NULL;
-    if (!t || t->dtype != KILN_DTYPE_FLOAT || kn_tensor_count(t) != 1) return NAN;
-    return ((const float *)t->data)[0];
-}
-
 /* Whether the bias DequantizeLinear (b_q int32 [M], scale bs, zero point bz) is the integer bias of
  * a product scaled by sx * sw[m]: zero points all 0, each scale equal to that product to float
  * rounding. */
-static bool bias_on_product_scale(const kn_opt_ctx *c, int bq, int bs, int bz, float sx, int sw, int64_t m) {
+static bool bias_on_product_scale(const kn_opt_ctx *c, int bq, int bs, int bz, double sx, int sw, int64_t m) {
     const kn_tensor *tb = kn_opt_const(c, bq), *tbs = kn_opt_const(c, bs), *tsw = kn_opt_const(c, sw);
     if (!tb || tb->rank != 1 || tb->dims[0] != m || !tbs || !tsw || tbs->dtype != KILN_DTYPE_FLOAT ||
         tsw->dtype != KILN_DTYPE_FLOAT)
@@ -147,7 +140,7 @@ static bool bias_on_product_scale(const kn_opt_ctx *c, int bq, int bs, int bz, f
     }
     const float *bsv = tbs->data, *swv = tsw->data;
     for (int64_t k = 0; k < m; k++) {
-        const double want = (double)sx * swv[nsw == 1 ? 0 : k], have = bsv[nbs == 1 ? 0 : k];
+        const double want = sx * swv[nsw == 1 ? 0 : k], have = bsv[nbs == 1 ? 0 : k];
         if (!(fabs(have - want) <= 1e-6 * fabs(want))) return false;
     }
     return true;
@@ -205,8 +198,9 @@ static kiln_status fuse_conv(kn_opt_ctx *c, int i, bool *done) {
     int bq = -1;
     if (n->n_inputs > 2 && n->inputs[2] >= 0) {
         int bs, bz;
-        if (dq_of_type(c, n->inputs[2], true, &bq, &bs, &bz) < 0 ||
-            !bias_on_product_scale(c, bq, bs, bz, const_scalar_f32(c, sx), sw, m))
+        double sxv; /* x's scale (float, from dq_of): a constant, to check the bias's scale */
+        if (dq_of_type(c, n->inputs[2], true, &bq, &bs, &bz) < 0 || !kn_opt_scalar(c, sx, &sxv) ||
+            !bias_on_product_scale(c, bq, bs, bz, sxv, sw, m))
             return KILN_OK;
     }
     kn_opt_proto p;
