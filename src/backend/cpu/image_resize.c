@@ -12,6 +12,8 @@
  * the end, as the reference). */
 #include "backend/cpu/image_impl.h"
 
+#include "backend/cpu/elementwise_impl.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -340,11 +342,13 @@ static kiln_status resize_interp(kn_kernel_ctx *c, const kn_resize_plan *p, cons
     else {
         tmp = malloc((size_t)(n_in ? n_in : 1) * es);
         if (!tmp) return KN_OOM();
-        for (int64_t i = 0; i < n_in; i++) {
-            double v = kn_tensor_get_f64(x, i);
-            if (use_f32) ((float *)tmp)[i] = (float)v;
-            else ((double *)tmp)[i] = v;
-        }
+        if (kn_ew_is_half(x->dtype)) kn_ew_half_to_f32(x->dtype, x->data, tmp, n_in);
+        else
+            for (int64_t i = 0; i < n_in; i++) {
+                double v = kn_tensor_get_f64(x, i);
+                if (use_f32) ((float *)tmp)[i] = (float)v;
+                else ((double *)tmp)[i] = v;
+            }
         cur = tmp;
     }
     int64_t dims[KILN_MAX_RANK];
@@ -399,6 +403,7 @@ static kiln_status resize_interp(kn_kernel_ctx *c, const kn_resize_plan *p, cons
     if (st == KILN_OK && cur != y->data) {
         /* convert (or copy, when no axis changed) into the output */
         if (y->dtype == wdt) memcpy(y->data, cur, (size_t)n_out * es);
+        else if (use_f32 && kn_ew_is_half(y->dtype)) kn_ew_f32_to_half(y->dtype, cur, y->data, n_out);
         else
             for (int64_t i = 0; i < n_out; i++)
                 kn_cpu_image_store(y, i, use_f32 ? (double)((float *)cur)[i] : ((double *)cur)[i]);
@@ -414,11 +419,15 @@ static kiln_status resize_interp(kn_kernel_ctx *c, const kn_resize_plan *p, cons
  * computed once per source row and kept (two slots: an x2 upsample reuses each for two or three
  * output rows), so there is no intermediate tensor and no second pass over memory. The taps are
  * the separable passes' (taps_make: the reference's coordinates in double), the weights rounded
- * to float as there. */
+ * to float as there. float16 and bfloat16 take the same float computation: each source row is
+ * widened into a float row when read (kn_ew_half_to_f32), each output row computed in float and
+ * rounded once (the float result rounded to the type, as ONNX Runtime's, which casts around a
+ * float16 Resize; the separable passes converted element by element through double: 6x its time). */
 
 typedef struct bil_job {
-    const float *x;
-    float *y;
+    const void *x;
+    void *y;
+    kiln_dtype dt; /* FLOAT, FLOAT16 or BFLOAT16 (x's and y's) */
     int64_t H, W, OH, OW, bands;
     bool vfirst; /* fewer output rows than input rows: blend the two source rows first, then
                     interpolate that one row (half the gathers of two horizontal rows) */
@@ -440,46 +449,59 @@ static void bil_hrow(const bil_job *j, const float *src, float *dst) {
     for (; o < j->OW; o++) dst[o] = j->ww0[o] * src[j->wi0[o]] + j->ww1[o] * src[j->wi1[o]];
 }
 
+/* Source row r of the plane at xp as floats: the row itself, or widened into cvt. */
+static const float *bil_src(const bil_job *j, const void *xp, int64_t r, float *cvt) {
+    if (j->dt == KILN_DTYPE_FLOAT) return (const float *)xp + r * j->W;
+    kn_ew_half_to_f32(j->dt, (const uint16_t *)xp + r * j->W, cvt, j->W);
+    return cvt;
+}
+
 static void bil_range(void *arg, int64_t begin, int64_t end) {
     bil_job *j = arg;
     const int64_t OW = j->OW;
     const int64_t row = OW > j->W ? OW : j->W;
-    float *buf = malloc(sizeof(float) * (size_t)(2 * row + 32));
+    const bool half = j->dt != KILN_DTYPE_FLOAT;
+    /* two slots; for a half type also two widened source rows and the output row in float */
+    float *buf = malloc(sizeof(float) * (size_t)((half ? 5 : 2) * (row + 16)));
     if (!buf) {
         __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
         return;
     }
-    float *slot[2] = {buf, buf + row + 16};
+    float *slot[2] = {buf, buf + row + 16}, *cvt[2] = {buf + 2 * (row + 16), buf + 3 * (row + 16)};
+    float *yf = buf + 4 * (row + 16);
+    const size_t es = half ? 2 : 4;
     for (int64_t t = begin; t < end; t++) {
         const int64_t plane = t / j->bands, band = t % j->bands;
-        const float *xp = j->x + plane * j->H * j->W;
-        float *yp = j->y + plane * j->OH * OW;
+        const void *xp = (const char *)j->x + (size_t)(plane * j->H * j->W) * es;
+        char *yp = (char *)j->y + (size_t)(plane * j->OH * OW) * es;
         int64_t id[2] = {-1, -1}; /* the source row each slot holds */
         for (int64_t oh = band * j->OH / j->bands; oh < (band + 1) * j->OH / j->bands; oh++) {
             const int64_t r0 = j->hi0[oh], r1 = j->hi1[oh];
+            float *yr = half ? yf : (float *)yp + oh * OW;
             if (j->vfirst) {
-                const float *a = xp + r0 * j->W, *b = xp + r1 * j->W, w0 = j->hw0[oh], w1 = j->hw1[oh];
+                const float *a = bil_src(j, xp, r0, cvt[0]), *b = bil_src(j, xp, r1, cvt[1]);
+                const float w0 = j->hw0[oh], w1 = j->hw1[oh];
                 float *v = slot[0];
                 for (int64_t i = 0; i < j->W; i++) v[i] = w0 * a[i] + w1 * b[i];
-                bil_hrow(j, v, yp + oh * OW);
-                continue;
+                bil_hrow(j, v, yr);
+            } else {
+                int s0 = id[0] == r0 ? 0 : id[1] == r0 ? 1 : -1;
+                int s1 = id[0] == r1 ? 0 : id[1] == r1 ? 1 : -1;
+                if (s0 < 0) {
+                    s0 = s1 == 0 ? 1 : 0;
+                    bil_hrow(j, bil_src(j, xp, r0, cvt[0]), slot[s0]);
+                    id[s0] = r0;
+                    if (r1 == r0) s1 = s0;
+                }
+                if (s1 < 0) {
+                    s1 = s0 == 0 ? 1 : 0;
+                    bil_hrow(j, bil_src(j, xp, r1, cvt[0]), slot[s1]);
+                    id[s1] = r1;
+                }
+                const float *p0 = slot[s0], *p1 = slot[s1], w0 = j->hw0[oh], w1 = j->hw1[oh];
+                for (int64_t o = 0; o < OW; o++) yr[o] = w0 * p0[o] + w1 * p1[o];
             }
-            int s0 = id[0] == r0 ? 0 : id[1] == r0 ? 1 : -1;
-            int s1 = id[0] == r1 ? 0 : id[1] == r1 ? 1 : -1;
-            if (s0 < 0) {
-                s0 = s1 == 0 ? 1 : 0;
-                bil_hrow(j, xp + r0 * j->W, slot[s0]);
-                id[s0] = r0;
-                if (r1 == r0) s1 = s0;
-            }
-            if (s1 < 0) {
-                s1 = s0 == 0 ? 1 : 0;
-                bil_hrow(j, xp + r1 * j->W, slot[s1]);
-                id[s1] = r1;
-            }
-            const float *p0 = slot[s0], *p1 = slot[s1], w0 = j->hw0[oh], w1 = j->hw1[oh];
-            float *yr = yp + oh * OW;
-            for (int64_t o = 0; o < OW; o++) yr[o] = w0 * p0[o] + w1 * p1[o];
+            if (half) kn_ew_f32_to_half(j->dt, yf, (uint16_t *)(void *)yp + oh * OW, OW);
         }
     }
     free(buf);
@@ -490,8 +512,9 @@ static kiln_status try_bilinear2d(kn_kernel_ctx *c, const kn_resize_plan *p, con
                                   bool *done) {
     *done = false;
     const int r = p->rank;
-    if (p->mode != KN_RESIZE_LINEAR || p->antialias || r < 2 || x->dtype != KILN_DTYPE_FLOAT ||
-        y->dtype != KILN_DTYPE_FLOAT || p->coord == KN_COORD_TF_CROP_AND_RESIZE)
+    const bool fdt = x->dtype == KILN_DTYPE_FLOAT || x->dtype == KILN_DTYPE_FLOAT16 || x->dtype == KILN_DTYPE_BFLOAT16;
+    if (p->mode != KN_RESIZE_LINEAR || p->antialias || r < 2 || !fdt || y->dtype != x->dtype ||
+        p->coord == KN_COORD_TF_CROP_AND_RESIZE)
         return KILN_OK;
     for (int a = 0; a < r - 2; a++)
         if (!axis_is_identity(p, a)) return KILN_OK;
@@ -523,7 +546,7 @@ static kiln_status try_bilinear2d(kn_kernel_ctx *c, const kn_resize_plan *p, con
             }
     }
     if (ok) {
-        bil_job j = {x->data, y->data, H, W, OH, OW, 1, OH < H, idx, idx + OH, idx + 2 * OH, idx + 2 * OH + OW,
+        bil_job j = {x->data, y->data, x->dtype, H, W, OH, OW, 1, OH < H, idx, idx + OH, idx + 2 * OH, idx + 2 * OH + OW,
                      wts, wts + OH, wts + 2 * OH, wts + 2 * OH + OW, 0};
         int64_t planes = 1;
         for (int a = 0; a < r - 2; a++) planes *= p->in_dims[a];

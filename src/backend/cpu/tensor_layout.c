@@ -8,6 +8,8 @@
 #include <string.h>
 #if defined(__AVX2__)
 #include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
 #endif
 
 /* ------------------------------------------------------------------ element helpers */
@@ -234,6 +236,43 @@ static void tile2d_32(float *dp, const float *sp, int64_t K, int64_t I, int64_t 
 }
 #endif
 
+#if defined(__SSE2__)
+/* 8x8 block of 2-byte elements (float16 NCHW -> NHWC), as tr8x8_32: 16-, 32- and 64-bit
+ * interleaves of 8 SSE rows (the scalar blocked loop ran at 2.6x ONNX Runtime's time). */
+static inline void tr8x8_16(const uint16_t *s, int64_t ss, uint16_t *d, int64_t ds) {
+    __m128i r[8], a[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm_loadu_si128((const __m128i *)(const void *)(s + i * ss));
+    for (int i = 0; i < 8; i += 2) {
+        a[i / 2] = _mm_unpacklo_epi16(r[i], r[i + 1]);     /* rows i, i+1: columns 0-3 */
+        a[4 + i / 2] = _mm_unpackhi_epi16(r[i], r[i + 1]); /* columns 4-7 */
+    }
+    /* a[0..3]: row pairs 01, 23, 45, 67 of columns 0-3; a[4..7] the same of columns 4-7 */
+    for (int h = 0; h < 2; h++) {
+        const __m128i *q = a + 4 * h;
+        const __m128i b0 = _mm_unpacklo_epi32(q[0], q[1]), b1 = _mm_unpackhi_epi32(q[0], q[1]);
+        const __m128i b2 = _mm_unpacklo_epi32(q[2], q[3]), b3 = _mm_unpackhi_epi32(q[2], q[3]);
+        uint16_t *o = d + 4 * h * ds;
+        _mm_storeu_si128((__m128i *)(void *)o, _mm_unpacklo_epi64(b0, b2));
+        _mm_storeu_si128((__m128i *)(void *)(o + ds), _mm_unpackhi_epi64(b0, b2));
+        _mm_storeu_si128((__m128i *)(void *)(o + 2 * ds), _mm_unpacklo_epi64(b1, b3));
+        _mm_storeu_si128((__m128i *)(void *)(o + 3 * ds), _mm_unpackhi_epi64(b1, b3));
+    }
+}
+
+static void tile2d_16(uint16_t *dp, const uint16_t *sp, int64_t K, int64_t I, int64_t dk, int64_t si) {
+    int64_t K8 = K & ~(int64_t)7, I8 = I & ~(int64_t)7;
+    for (int64_t i0 = 0; i0 < I8; i0 += 16) {
+        int64_t i1 = i0 + 16 < I8 ? i0 + 16 : I8;
+        for (int64_t kk = 0; kk < K8; kk += 8)
+            for (int64_t ii = i0; ii < i1; ii += 8) tr8x8_16(sp + kk + ii * si, si, dp + kk * dk + ii, dk);
+    }
+    for (int64_t kk = K8; kk < K; kk++)
+        for (int64_t ii = 0; ii < I; ii++) dp[kk * dk + ii] = sp[kk + ii * si];
+    for (int64_t kk = 0; kk < K8; kk++)
+        for (int64_t ii = I8; ii < I; ii++) dp[kk * dk + ii] = sp[kk + ii * si];
+}
+#endif
+
 /* dst[kk*dk + ii] = src[kk + ii*si]: a 2-D transpose in cache-sized blocks. */
 static void tile2d(const sc_job *j, char *d, const char *s, int64_t K) {
     int64_t I = j->s.dims[j->inner];
@@ -241,6 +280,12 @@ static void tile2d(const sc_job *j, char *d, const char *s, int64_t K) {
 #if defined(__AVX2__)
     if (j->es == 4 && K >= 8 && I >= 8) {
         tile2d_32((float *)d, (const float *)s, K, I, dk, si);
+        return;
+    }
+#endif
+#if defined(__SSE2__)
+    if (j->es == 2 && K >= 8 && I >= 8) {
+        tile2d_16((uint16_t *)d, (const uint16_t *)s, K, I, dk, si);
         return;
     }
 #endif

@@ -1,5 +1,6 @@
 /* CPU kernels of the tensor family that compute values: Range, CumSum/CumProd, Trilu, EyeLike,
  * ConstantOfShape, Unique. */
+#include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/tensor_kernels.h"
 
 #include <stdlib.h>
@@ -79,23 +80,55 @@ kiln_status kn_cpu_range(kn_kernel_ctx *c) {
             }                                                                                      \
     } while (0)
 
-#define CUM_HALF(TO_F, FROM_F, ONE)                                                                \
-    do {                                                                                           \
-        const uint16_t *xp = x->data;                                                              \
-        uint16_t *yp = y->data;                                                                    \
-        for (int64_t p = 0; p < pre; p++)                                                          \
-            for (int64_t t = 0; t < D; t++) {                                                      \
-                int64_t i = rev ? D - 1 - t : t, prev = rev ? i + 1 : i - 1;                       \
-                uint16_t *yr = yp + (p * D + i) * post;                                            \
-                const uint16_t *xr = xp + (p * D + (excl ? prev : i)) * post;                      \
-                const uint16_t *yprev = yp + (p * D + prev) * post;                                \
-                for (int64_t q = 0; q < post; q++) {                                               \
-                    float v = t == 0 ? (excl ? (ONE) : TO_F(xr[q]))                                \
-                                     : (prod ? TO_F(yprev[q]) * TO_F(xr[q]) : TO_F(yprev[q]) + TO_F(xr[q])); \
-                    yr[q] = FROM_F(v);                                                             \
-                }                                                                                  \
-            }                                                                                      \
-    } while (0)
+/* float16 / bfloat16: a float accumulator, each output the float result rounded once (ONNX
+ * Runtime casts around a float16 CumSum; rounding the running sum at every step drifted: a row of
+ * 4096 ones summed to 2048). Rows are widened and narrowed by the vector conversions: along the
+ * last axis the whole row at once, otherwise one row of `post` elements a step. */
+static kiln_status cum_half(kn_kernel_ctx *c, const kn_tensor *x, kn_tensor *y, int64_t pre, int64_t D, int64_t post,
+                            bool excl, bool rev, bool prod) {
+    const kiln_dtype dt = x->dtype;
+    const size_t bytes = sizeof(float) * (size_t)(post == 1 ? D : 2 * post);
+    float *buf;
+    KN_TRY(kn_ctx_scratch(c, bytes, "the float rows", (void **)&buf));
+    const uint16_t *xp = x->data;
+    uint16_t *yp = y->data;
+    const float one = prod ? 1.0f : 0.0f;
+    for (int64_t p = 0; p < pre; p++) {
+        if (post == 1) {
+            kn_ew_half_to_f32(dt, xp + p * D, buf, D);
+            float acc = one;
+            for (int64_t t = 0; t < D; t++) {
+                const int64_t i = rev ? D - 1 - t : t;
+                const float v = buf[i];
+                if (excl) buf[i] = acc;
+                /* the first inclusive output is the input itself (a -0 stays -0, as in float) */
+                acc = t == 0 && !excl ? v : prod ? acc * v : acc + v;
+                if (!excl) buf[i] = acc;
+            }
+            kn_ew_f32_to_half(dt, buf, yp + p * D, D);
+            continue;
+        }
+        float *acc = buf, *xr = buf + post;
+        for (int64_t t = 0; t < D; t++) {
+            const int64_t i = rev ? D - 1 - t : t;
+            const size_t at = (size_t)((p * D + i) * post);
+            kn_ew_half_to_f32(dt, xp + at, xr, post);
+            if (excl) {
+                if (t == 0)
+                    for (int64_t q = 0; q < post; q++) acc[q] = one;
+                kn_ew_f32_to_half(dt, acc, yp + at, post);
+            }
+            if (t == 0 && !excl) memcpy(acc, xr, (size_t)post * sizeof *acc);
+            else if (prod)
+                for (int64_t q = 0; q < post; q++) acc[q] *= xr[q];
+            else
+                for (int64_t q = 0; q < post; q++) acc[q] += xr[q];
+            if (!excl) kn_ew_f32_to_half(dt, acc, yp + at, post);
+        }
+    }
+    kn_ctx_scratch_free(c, buf, bytes);
+    return KILN_OK;
+}
 
 kiln_status kn_cpu_cumulative(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *ax = c->in[1];
@@ -127,8 +160,8 @@ kiln_status kn_cpu_cumulative(kn_kernel_ctx *c) {
     case KILN_DTYPE_UINT16: if (prod) CUM_LOOP(uint16_t, 1, *); else CUM_LOOP(uint16_t, 0, +); break;
     case KILN_DTYPE_UINT32: if (prod) CUM_LOOP(uint32_t, 1, *); else CUM_LOOP(uint32_t, 0, +); break;
     case KILN_DTYPE_UINT64: if (prod) CUM_LOOP(uint64_t, 1, *); else CUM_LOOP(uint64_t, 0, +); break;
-    case KILN_DTYPE_FLOAT16: CUM_HALF(kn_f16_to_f32, kn_f32_to_f16, prod ? 1.0f : 0.0f); break;
-    case KILN_DTYPE_BFLOAT16: CUM_HALF(kn_bf16_to_f32, kn_f32_to_bf16, prod ? 1.0f : 0.0f); break;
+    case KILN_DTYPE_FLOAT16:
+    case KILN_DTYPE_BFLOAT16: return cum_half(c, x, y, pre, D, post, excl, rev, prod);
     default: return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "element type %s", kiln_dtype_name(x->dtype));
     }
     return KILN_OK;

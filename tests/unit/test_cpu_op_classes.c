@@ -1,0 +1,316 @@
+/* float16 forms of Resize (linear), LpNormalization and CumSum against the float32 kernel on the
+ * widened input, rounded once to float16 (bit for bit: each is the float computation rounded
+ * once, as ONNX Runtime's casts around these nodes give); float16 Transpose (the 8x8 register
+ * transposes with tails) and TopK's small-k rows (the vector prefilter) against references
+ * written here. One-node models through whole sessions, 1 and 2 threads. */
+#include "ir/tensor.h"
+#include "test_model_builder.h"
+#include "unit.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct oc_attr {
+    const char *name;
+    int64_t i;
+    const int64_t *ints;
+    int n_ints; /* > 0: ints */
+    const char *s;
+} oc_attr;
+
+/* Runs op on x (a graph input of dtype dt) and the constant inputs `consts` (may hold -1 for an
+ * absent optional input, named ""); n_out outputs into y (caller destroys). */
+static bool oc_run(const char *op, int opset, kiln_dtype dt, int rank, const int64_t *dims, const void *xv,
+                   kn_tensor **consts, int n_consts, const oc_attr *attrs, int n_attrs, int n_out, int threads,
+                   kiln_tensor **y) {
+    tmb b;
+    tmb_init(&b, opset);
+    int in[6];
+    in[0] = tmb_input(&b, "x", dt, rank, dims, NULL);
+    for (int i = 0; i < n_consts; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "c%d", i);
+        kn_tensor *copy = NULL;
+        kn_tensor_new(consts[i]->dtype, consts[i]->rank, consts[i]->dims, &copy);
+        memcpy(copy->data, consts[i]->data, consts[i]->nbytes);
+        in[1 + i] = tmb_const_tensor(&b, nm, copy);
+    }
+    int outs[2] = {tmb_value(&b, "y0"), n_out > 1 ? tmb_value(&b, "y1") : -1};
+    int node = kn_graph_add_node(b.g, NULL, op, "", in, 1 + n_consts, outs, n_out);
+    for (int a = 0; a < n_attrs; a++) {
+        if (attrs[a].s) tmb_str(&b, node, attrs[a].name, attrs[a].s);
+        else if (attrs[a].n_ints) tmb_ints(&b, node, attrs[a].name, attrs[a].ints, attrs[a].n_ints);
+        else tmb_int(&b, node, attrs[a].name, attrs[a].i);
+    }
+    for (int o = 0; o < n_out; o++) tmb_output(&b, outs[o]);
+    size_t size;
+    unsigned char *data = tmb_finish(&b, &size);
+    if (!data) return false;
+    kiln_session *s = tmb_session(data, size, threads, 3);
+    free(data);
+    if (!s) return false;
+    kiln_tensor *x = NULL;
+    kiln_tensor_create(dt, dims, rank, &x);
+    memcpy(kiln_tensor_data(x), xv, kiln_tensor_bytes(x));
+    const char *names[1] = {"x"};
+    for (int o = 0; o < n_out; o++) y[o] = NULL;
+    kiln_status st = kiln_session_run(s, names, &x, 1, NULL, n_out, y);
+    CHECK_MSG(st == KILN_OK, "%s run: %s", op, kiln_last_error());
+    kiln_tensor_destroy(x);
+    kiln_session_destroy(s);
+    return st == KILN_OK;
+}
+
+/* Runs the node in float16 and in float32 on the widened values: every float16 output must be the
+ * float32 output rounded once (kn_f32_to_f16), bit for bit. */
+static void oc_check_rounded_once(const char *what, const char *op, int opset, int rank, const int64_t *dims,
+                                  kn_tensor **consts, int n_consts, const oc_attr *attrs, int n_attrs, uint32_t seed,
+                                  float lo, float hi) {
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++) n *= dims[d];
+    uint16_t *xh = malloc(sizeof(uint16_t) * (size_t)n);
+    float *xf = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        xh[i] = kn_f32_to_f16(lo + (hi - lo) * (tmb_rand(&seed) + 1) / 2);
+        xf[i] = kn_f16_to_f32(xh[i]);
+    }
+    for (int threads = 1; threads <= 2; threads++) {
+        kiln_tensor *yh = NULL, *yf = NULL;
+        if (oc_run(op, opset, KILN_DTYPE_FLOAT16, rank, dims, xh, consts, n_consts, attrs, n_attrs, 1, threads, &yh) &&
+            oc_run(op, opset, KILN_DTYPE_FLOAT, rank, dims, xf, consts, n_consts, attrs, n_attrs, 1, threads, &yf)) {
+            const int64_t m = kiln_tensor_element_count(yf);
+            CHECK_MSG(kiln_tensor_element_count(yh) == m, "%s: %lld outputs in float16, %lld in float", what,
+                      (long long)kiln_tensor_element_count(yh), (long long)m);
+            const uint16_t *gh = kiln_tensor_data(yh);
+            const float *gf = kiln_tensor_data(yf);
+            int64_t bad = 0, first = -1;
+            for (int64_t i = 0; i < m && kiln_tensor_element_count(yh) == m; i++)
+                if (gh[i] != kn_f32_to_f16(gf[i])) {
+                    bad++;
+                    if (first < 0) first = i;
+                }
+            CHECK_MSG(bad == 0, "%s, %d threads: %lld of %lld float16 outputs are not the float output rounded once "
+                      "(first at %lld: %a, float %a)", what, threads, (long long)bad, (long long)m, (long long)first,
+                      first >= 0 ? (double)kn_f16_to_f32(gh[first]) : 0.0, first >= 0 ? (double)gf[first] : 0.0);
+        }
+        kiln_tensor_destroy(yh);
+        kiln_tensor_destroy(yf);
+    }
+    free(xh);
+    free(xf);
+}
+
+static kn_tensor *oc_i64(int rank, int64_t v) {
+    kn_tensor *t = NULL;
+    const int64_t d[1] = {1};
+    kn_tensor_new(KILN_DTYPE_INT64, rank, d, &t);
+    ((int64_t *)t->data)[0] = v;
+    return t;
+}
+
+static kn_tensor *oc_f32(int n, const float *v) {
+    kn_tensor *t = NULL;
+    const int64_t d[1] = {n};
+    kn_tensor_new(KILN_DTYPE_FLOAT, 1, d, &t);
+    memcpy(t->data, v, sizeof(float) * (size_t)n);
+    return t;
+}
+
+/* A float16 CumSum keeps a float sum: a row of 4096 ones ends at 4096 (rounded at every step it
+ * stops at 2048, where 2048 + 1 rounds back to 2048). Then every combination of exclusive and
+ * reverse along the last axis and a middle one against the float kernel. */
+KN_TEST(cpu_cumsum_float16_rounded_once) {
+    const int64_t d1[2] = {1, 4096};
+    uint16_t *ones = malloc(sizeof(uint16_t) * 4096);
+    for (int i = 0; i < 4096; i++) ones[i] = kn_f32_to_f16(1.0f);
+    kn_tensor *ax1 = oc_i64(0, 1), *ax0 = oc_i64(0, 0);
+    kiln_tensor *y = NULL;
+    if (oc_run("CumSum", 14, KILN_DTYPE_FLOAT16, 2, d1, ones, &ax1, 1, NULL, 0, 1, 1, &y)) {
+        const uint16_t *g = kiln_tensor_data(y);
+        CHECK_MSG(kn_f16_to_f32(g[4095]) == 4096.0f, "sum of 4096 ones is %g", (double)kn_f16_to_f32(g[4095]));
+        CHECK(kn_f16_to_f32(g[2050]) == 2052.0f); /* 2051 rounded once (to even) */
+    }
+    kiln_tensor_destroy(y);
+    free(ones);
+    const int64_t d2[3] = {3, 37, 21};
+    for (int flags = 0; flags < 4; flags++) {
+        oc_attr at[2] = {{.name = "exclusive", .i = flags & 1}, {.name = "reverse", .i = flags >> 1}};
+        char what[96];
+        snprintf(what, sizeof what, "CumSum last axis exclusive %d reverse %d", flags & 1, flags >> 1);
+        kn_tensor *ax2 = oc_i64(0, 2), *axm = oc_i64(0, 1);
+        oc_check_rounded_once(what, "CumSum", 14, 3, d2, &ax2, 1, at, 2, 11u + (uint32_t)flags, -4.0f, 8.0f);
+        snprintf(what, sizeof what, "CumSum middle axis exclusive %d reverse %d", flags & 1, flags >> 1);
+        oc_check_rounded_once(what, "CumSum", 14, 3, d2, &axm, 1, at, 2, 21u + (uint32_t)flags, -4.0f, 8.0f);
+        kn_tensor_free(ax2);
+        kn_tensor_free(axm);
+    }
+    const int64_t d3[2] = {700, 9};
+    oc_check_rounded_once("CumSum axis 0 of 700x9", "CumSum", 14, 2, d3, &ax0, 1, NULL, 0, 5u, -1.0f, 3.0f);
+    kn_tensor_free(ax1);
+    kn_tensor_free(ax0);
+}
+
+KN_TEST(cpu_lpnorm_float16_rounded_once) {
+    const int64_t da[2] = {5, 77}, db[3] = {2, 3, 40}, dc[2] = {3, 4099};
+    for (int p = 1; p <= 2; p++) {
+        oc_attr at[2] = {{.name = "axis", .i = -1}, {.name = "p", .i = p}};
+        oc_check_rounded_once(p == 1 ? "LpNormalization p1 5x77" : "LpNormalization p2 5x77", "LpNormalization", 1, 2,
+                              da, NULL, 0, at, 2, 3u + (uint32_t)p, -2.0f, 2.0f);
+        oc_check_rounded_once("LpNormalization 2x3x40", "LpNormalization", 1, 3, db, NULL, 0, at, 2, 7u, -1.0f, 1.0f);
+        oc_check_rounded_once("LpNormalization 3x4099", "LpNormalization", 1, 2, dc, NULL, 0, at, 2, 9u, -1.0f, 1.0f);
+    }
+    /* a zero row stays zeros */
+    const int64_t dz[2] = {2, 16};
+    uint16_t z[32] = {0};
+    oc_attr at[1] = {{.name = "axis", .i = -1}};
+    kiln_tensor *y = NULL;
+    if (oc_run("LpNormalization", 1, KILN_DTYPE_FLOAT16, 2, dz, z, NULL, 0, at, 1, 1, 1, &y)) {
+        const uint16_t *g = kiln_tensor_data(y);
+        int nz = 0;
+        for (int i = 0; i < 32; i++) nz += g[i] != 0;
+        CHECK_MSG(nz == 0, "%d of 32 outputs of zero rows are not +0", nz);
+    }
+    kiln_tensor_destroy(y);
+}
+
+KN_TEST(cpu_resize_linear_float16_rounded_once) {
+    struct {
+        int64_t dims[4];
+        float sh, sw;
+        const char *coord;
+    } cases[] = {
+        {{1, 3, 13, 17}, 2.0f, 2.0f, "half_pixel"},    {{1, 3, 13, 17}, 2.0f, 2.0f, "align_corners"},
+        {{2, 2, 20, 40}, 0.5f, 0.5f, "half_pixel"},    {{1, 2, 7, 33}, 1.7f, 0.6f, "pytorch_half_pixel"},
+        {{1, 2, 31, 9}, 0.6f, 1.7f, "asymmetric"},     {{1, 64, 8, 8}, 2.0f, 2.0f, "half_pixel"},
+    };
+    const float roi_none[1] = {0};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const float sc[4] = {1, 1, cases[c].sh, cases[c].sw};
+        kn_tensor *k[2] = {oc_f32(0, roi_none), oc_f32(4, sc)};
+        oc_attr at[2] = {{.name = "mode", .s = "linear"}, {.name = "coordinate_transformation_mode", .s = cases[c].coord}};
+        char what[96];
+        snprintf(what, sizeof what, "Resize linear %s case %zu", cases[c].coord, c);
+        oc_check_rounded_once(what, "Resize", 19, 4, cases[c].dims, k, 2, at, 2, 31u + (uint32_t)c, -3.0f, 3.0f);
+        kn_tensor_free(k[0]);
+        kn_tensor_free(k[1]);
+    }
+    /* three resized axes (not the bilinear path): the separable passes, converted by rows */
+    const int64_t d3[3] = {5, 6, 7};
+    const float sc3[3] = {2.0f, 1.5f, 0.5f};
+    kn_tensor *k3[2] = {oc_f32(0, roi_none), oc_f32(3, sc3)};
+    oc_attr at3[1] = {{.name = "mode", .s = "linear"}};
+    oc_check_rounded_once("Resize linear over three axes", "Resize", 19, 3, d3, k3, 2, at3, 1, 41u, -3.0f, 3.0f);
+    kn_tensor_free(k3[0]);
+    kn_tensor_free(k3[1]);
+}
+
+/* float16 Transpose to channels-last and of the last two axes, sizes around the 8x8 blocks, against
+ * the index formula */
+KN_TEST(cpu_transpose_float16_blocks) {
+    struct {
+        int rank;
+        int64_t dims[4];
+        int64_t perm[4];
+    } cases[] = {
+        {4, {1, 64, 56, 56}, {0, 2, 3, 1}}, {4, {2, 19, 13, 11}, {0, 2, 3, 1}}, {3, {3, 24, 40}, {0, 2, 1}},
+        {3, {2, 9, 17}, {0, 2, 1}},         {2, {8, 8}, {1, 0}},                {2, {7, 300}, {1, 0}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int r = cases[c].rank;
+        int64_t n = 1, xs[4], yd[4];
+        for (int d = r - 1; d >= 0; d--) xs[d] = n, n *= cases[c].dims[d];
+        for (int d = 0; d < r; d++) yd[d] = cases[c].dims[cases[c].perm[d]];
+        uint16_t *x = malloc(sizeof(uint16_t) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) x[i] = (uint16_t)(i * 2654435761u >> 7);
+        oc_attr at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
+        for (int threads = 1; threads <= 2; threads++) {
+            kiln_tensor *y = NULL;
+            if (oc_run("Transpose", 13, KILN_DTYPE_FLOAT16, r, cases[c].dims, x, NULL, 0, at, 1, 1, threads, &y)) {
+                const uint16_t *g = kiln_tensor_data(y);
+                int64_t bad = 0, idx[4] = {0};
+                for (int64_t o = 0; o < n; o++) {
+                    int64_t src = 0;
+                    for (int d = 0; d < r; d++) src += idx[d] * xs[cases[c].perm[d]];
+                    bad += g[o] != x[src];
+                    for (int d = r - 1; d >= 0; d--) {
+                        if (++idx[d] < yd[d]) break;
+                        idx[d] = 0;
+                    }
+                }
+                CHECK_MSG(bad == 0, "Transpose case %zu, %d threads: %lld of %lld elements misplaced", c, threads,
+                          (long long)bad, (long long)n);
+            }
+            kiln_tensor_destroy(y);
+        }
+        free(x);
+    }
+}
+
+/* TopK on float rows (the running list with the eight-wide prefilter) against a stable sort: rows of
+ * few distinct values (ties: the lower index first) with NaNs (the largest), row lengths around the
+ * vector steps, k from 1 to past the list's bound, largest and smallest, sorted and index order. */
+static const float *oc_topk_x;
+static int oc_topk_largest;
+static int oc_topk_cmp(const void *a, const void *b) {
+    const int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+    const float u = oc_topk_x[i], v = oc_topk_x[j];
+    const bool un = isnan(u), vn = isnan(v);
+    if (un != vn) return (un ? -1 : 1) * (oc_topk_largest ? 1 : -1);
+    if (!un && u != v) return (u > v ? -1 : 1) * (oc_topk_largest ? 1 : -1);
+    return i < j ? -1 : 1;
+}
+static int oc_idx_cmp(const void *a, const void *b) {
+    const int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+    return i < j ? -1 : i > j;
+}
+
+KN_TEST(cpu_topk_float_rows_against_stable_sort) {
+    const int64_t rows = 3, lens[] = {17, 100, 1000, 4099}, ks[] = {1, 5, 8, 60, 300};
+    uint32_t seed = 99;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            const int64_t n = lens[li], k = ks[ki];
+            if (k > n) continue;
+            const int64_t dims[2] = {rows, n};
+            float *x = malloc(sizeof(float) * (size_t)(rows * n));
+            for (int64_t i = 0; i < rows * n; i++) {
+                x[i] = floorf(tmb_rand(&seed) * 24.0f);
+                if (i % 97 == 13 && i % 3 != 0) x[i] = NAN;
+            }
+            int64_t *ref = malloc(sizeof(int64_t) * (size_t)n);
+            for (int cfg = 0; cfg < 4; cfg++) {
+                const int largest = cfg & 1, sorted = cfg >> 1 ^ 1;
+                oc_attr at[3] = {{.name = "axis", .i = -1}, {.name = "largest", .i = largest}, {.name = "sorted", .i = sorted}};
+                const int64_t kv[1] = {k};
+                kn_tensor *kt = NULL;
+                const int64_t kd[1] = {1};
+                kn_tensor_new(KILN_DTYPE_INT64, 1, kd, &kt);
+                memcpy(kt->data, kv, sizeof kv);
+                kiln_tensor *y[2] = {NULL, NULL};
+                if (oc_run("TopK", 11, KILN_DTYPE_FLOAT, 2, dims, x, &kt, 1, at, 3, 2, 1, y)) {
+                    const float *gv = kiln_tensor_data(y[0]);
+                    const int64_t *gi = kiln_tensor_data(y[1]);
+                    int64_t bad = 0;
+                    for (int64_t r = 0; r < rows; r++) {
+                        for (int64_t i = 0; i < n; i++) ref[i] = i;
+                        oc_topk_x = x + r * n;
+                        oc_topk_largest = largest;
+                        qsort(ref, (size_t)n, sizeof *ref, oc_topk_cmp);
+                        if (!sorted) qsort(ref, (size_t)k, sizeof *ref, oc_idx_cmp);
+                        for (int64_t i = 0; i < k; i++) {
+                            const float want = x[r * n + ref[i]], got = gv[r * k + i];
+                            bad += gi[r * k + i] != ref[i] || !(got == want || (isnan(got) && isnan(want)));
+                        }
+                    }
+                    CHECK_MSG(bad == 0, "TopK n %lld k %lld largest %d sorted %d: %lld of %lld outputs differ from a "
+                              "stable sort", (long long)n, (long long)k, largest, sorted, (long long)bad,
+                              (long long)(rows * k));
+                }
+                kiln_tensor_destroy(y[0]);
+                kiln_tensor_destroy(y[1]);
+                kn_tensor_free(kt);
+            }
+            free(ref);
+            free(x);
+        }
+}
