@@ -9,6 +9,9 @@
 #include "backend/cpu/vec_math.h"
 
 #include <stdlib.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 enum { RK_SUM, RK_MEAN, RK_MAX, RK_MIN, RK_PROD, RK_L1, RK_L2, RK_LOGSUM, RK_LOGSUMEXP, RK_SUMSQ };
 
@@ -519,6 +522,105 @@ static void select_k(topk_item *a, int64_t n, int64_t k, int (*cmp)(const void *
     }
 }
 
+/* Offers `it` to the sorted list items[0..*cnt) of at most k best: dropped when the list is full
+ * and it is not better than the k-th. */
+static inline void topk_offer(topk_item *items, int64_t *cnt, int64_t k, const topk_item *it, int is_int, int largest,
+                              int (*cmp)(const void *, const void *)) {
+    if (*cnt == k) {
+        const topk_item *w = &items[k - 1];
+        if (is_int) {
+            if (largest ? it->iv <= w->iv : it->iv >= w->iv) return;
+        } else if (it->v == it->v && w->v == w->v) {
+            if (largest ? it->v <= w->v : it->v >= w->v) return;
+        } else if (cmp(it, w) > 0) {
+            return;
+        }
+    }
+    int64_t pos = *cnt < k ? (*cnt)++ : k - 1;
+    while (pos > 0 && cmp(it, &items[pos - 1]) < 0) {
+        items[pos] = items[pos - 1];
+        pos--;
+    }
+    items[pos] = *it;
+}
+
+/* Contiguous float rows: each element as one 64-bit key, larger = better, so the ONNX order (value,
+ * then the lower index; NaN the largest, all NaNs and both zeros equal) is one integer compare: the
+ * value's bits made monotonic (NaN and -0 canonical first) above, the index inverted below. The k
+ * best keys stay in a min-heap whose root is the k-th best; an element is keyed only when it does
+ * not fail the float compare with the root's value, eight a step by vcmpps (unordered compares
+ * keep NaNs on either side for the key's exact rule). Then a heap sort orders them best first.
+ * The sorted insertion of topk_item through the comparison function took 2.5x ONNX Runtime's time
+ * on 64x4096 k 8 and the whole-row selection 3.7x on 1x8400 k 300. */
+static inline uint64_t topk_key(float v, int64_t r, int largest) {
+    uint32_t u;
+    if (v != v) u = 0x7fc00000u;
+    else if (v == 0) u = 0;
+    else memcpy(&u, &v, sizeof u);
+    u = u & 0x80000000u ? ~u : u | 0x80000000u; /* unsigned order = float order */
+    if (!largest) u = ~u;
+    return (uint64_t)u << 32 | (uint32_t)~(uint32_t)r;
+}
+
+static inline void heap_down(uint64_t *h, int64_t n, int64_t at) {
+    const uint64_t v = h[at];
+    for (;;) {
+        int64_t c = 2 * at + 1;
+        if (c >= n) break;
+        if (c + 1 < n && h[c + 1] < h[c]) c++;
+        if (h[c] >= v) break;
+        h[at] = h[c];
+        at = c;
+    }
+    h[at] = v;
+}
+
+/* The k best of x[0, n) (n < 2^32), best first, their indices into items[0, k). */
+static void topk_float_row(topk_item *items, uint64_t *h, int64_t k, const float *x, int64_t n, int largest) {
+    int64_t r = 0;
+    for (; r < k; r++) { /* the first k, pushed up the heap */
+        const uint64_t v = topk_key(x[r], r, largest);
+        int64_t at = r;
+        while (at > 0 && h[(at - 1) / 2] > v) {
+            h[at] = h[(at - 1) / 2];
+            at = (at - 1) / 2;
+        }
+        h[at] = v;
+    }
+#define TOPK_OFFER(rr)                                                                              \
+    do {                                                                                           \
+        const uint64_t kv = topk_key(x[rr], rr, largest);                                          \
+        if (kv > h[0]) {                                                                           \
+            h[0] = kv;                                                                             \
+            heap_down(h, k, 0);                                                                    \
+            thr = x[~(uint32_t)h[0]];                                                              \
+        }                                                                                          \
+    } while (0)
+    float thr = x[~(uint32_t)h[0]];
+#if defined(__AVX2__)
+    for (; r + 8 <= n; r += 8) {
+        const __m256 v = _mm256_loadu_ps(x + r), t = _mm256_set1_ps(thr);
+        unsigned m = (unsigned)_mm256_movemask_ps(largest ? _mm256_cmp_ps(v, t, _CMP_NLE_UQ)
+                                                         : _mm256_cmp_ps(v, t, _CMP_NGE_UQ));
+        while (m) {
+            const int64_t rr = r + __builtin_ctz(m);
+            m &= m - 1;
+            TOPK_OFFER(rr);
+        }
+    }
+#endif
+    for (; r < n; r++)
+        if (!(largest ? x[r] <= thr : x[r] >= thr)) TOPK_OFFER(r);
+#undef TOPK_OFFER
+    for (int64_t e = k - 1; e > 0; e--) { /* heap sort: the worst moves last */
+        const uint64_t t = h[0];
+        h[0] = h[e];
+        h[e] = t;
+        heap_down(h, e, 0);
+    }
+    for (int64_t q = 0; q < k; q++) items[q].idx = (int64_t)(uint32_t)~(uint32_t)h[q];
+}
+
 typedef struct topk_job {
     const void *xv;
     kiln_dtype ct;
@@ -532,7 +634,9 @@ typedef struct topk_job {
 static void topk_range(void *arg, int64_t b, int64_t e) {
     topk_job *j = arg;
     int64_t n = j->n, inner = j->inner, k = j->k;
-    topk_item *items = malloc((size_t)n * sizeof *items);
+    /* float rows: the key heap after the items */
+    const bool keyed = j->ct == KILN_DTYPE_FLOAT && inner == 1 && n <= (int64_t)UINT32_MAX && k * 4 <= n;
+    topk_item *items = malloc((size_t)n * sizeof *items + (keyed ? (size_t)k * sizeof(uint64_t) : 0));
     if (!items) {
         __atomic_store_n(&j->fail, 1, __ATOMIC_RELAXED);
         return;
@@ -544,7 +648,10 @@ static void topk_range(void *arg, int64_t b, int64_t e) {
     for (int64_t s = b; s < e; s++) {
         int64_t o = s / inner, i = s % inner;
         int64_t base = o * n * inner + i;
-        if (k * 16 <= n && k <= 256) {
+        if (keyed) {
+            topk_float_row(items, (uint64_t *)(void *)(items + n), k, (const float *)j->xv + base, n, j->largest);
+            if (!j->sorted) qsort(items, (size_t)k, sizeof *items, cmp_index);
+        } else if (k * 16 <= n && k <= 256) {
             /* small k: keep the k best sorted; most elements fail one comparison with the
              * current k-th best and cost nothing more */
             int64_t cnt = 0;
@@ -555,22 +662,7 @@ static void topk_range(void *arg, int64_t b, int64_t e) {
                 if (j->ct == KILN_DTYPE_FLOAT) it.v = ((const float *)j->xv)[at];
                 else if (j->ct == KILN_DTYPE_DOUBLE) it.v = ((const double *)j->xv)[at];
                 else it.iv = ((const int64_t *)j->xv)[at];
-                if (cnt == k) {
-                    const topk_item *w = &items[k - 1];
-                    if (is_int) {
-                        if (j->largest ? it.iv <= w->iv : it.iv >= w->iv) continue;
-                    } else if (it.v == it.v && w->v == w->v) {
-                        if (j->largest ? it.v <= w->v : it.v >= w->v) continue;
-                    } else if (cmp(&it, w) > 0) {
-                        continue;
-                    }
-                }
-                int64_t pos = cnt < k ? cnt++ : k - 1;
-                while (pos > 0 && cmp(&it, &items[pos - 1]) < 0) {
-                    items[pos] = items[pos - 1];
-                    pos--;
-                }
-                items[pos] = it;
+                topk_offer(items, &cnt, k, &it, is_int, j->largest, cmp);
             }
             if (!j->sorted) qsort(items, (size_t)k, sizeof *items, cmp_index);
         } else {
