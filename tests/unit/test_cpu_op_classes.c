@@ -1,7 +1,7 @@
 /* float16 forms of Resize (linear), LpNormalization and CumSum against the float32 kernel on the
  * widened input, rounded once to float16 (bit for bit: each is the float computation rounded
  * once, as ONNX Runtime's casts around these nodes give); float16 Transpose (the 8x8 register
- * transposes with tails) and TopK's small-k rows (the vector prefilter) against references
+ * transposes with tails), Tile's repeated rows and TopK's float rows (the key heap) against references
  * written here. One-node models through whole sessions, 1 and 2 threads. */
 #include "ir/tensor.h"
 #include "test_model_builder.h"
@@ -313,4 +313,52 @@ KN_TEST(cpu_topk_float_rows_against_stable_sort) {
             free(ref);
             free(x);
         }
+}
+
+/* Tile with repeats of whole rows (the doubling copies of a row) and of other axes, 1- and 4-byte
+ * elements, 1 and 2 threads, against y[i] = x[i mod dims] per axis */
+KN_TEST(cpu_tile_repeated_rows) {
+    struct {
+        int rank;
+        int64_t dims[4], reps[4];
+        kiln_dtype dt;
+    } cases[] = {
+        {4, {1, 64, 1, 56}, {1, 1, 56, 1}, KILN_DTYPE_FLOAT}, {4, {2, 3, 1, 5}, {1, 2, 7, 1}, KILN_DTYPE_FLOAT},
+        {3, {3, 1, 9}, {2, 5, 1}, KILN_DTYPE_UINT8},          {3, {2, 2, 3}, {1, 3, 2}, KILN_DTYPE_FLOAT},
+        {2, {1, 1000}, {33, 1}, KILN_DTYPE_UINT8},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int r = cases[c].rank;
+        const size_t es = cases[c].dt == KILN_DTYPE_FLOAT ? 4 : 1;
+        int64_t n = 1, m = 1, xs[4], yd[4];
+        for (int d = r - 1; d >= 0; d--) xs[d] = n, n *= cases[c].dims[d];
+        for (int d = 0; d < r; d++) yd[d] = cases[c].dims[d] * cases[c].reps[d], m *= yd[d];
+        unsigned char *x = malloc(es * (size_t)n);
+        for (int64_t i = 0; i < (int64_t)es * n; i++) x[i] = (unsigned char)(i * 37 + 11);
+        kn_tensor *reps = NULL;
+        const int64_t rd[1] = {r};
+        kn_tensor_new(KILN_DTYPE_INT64, 1, rd, &reps);
+        memcpy(reps->data, cases[c].reps, sizeof(int64_t) * (size_t)r);
+        for (int threads = 1; threads <= 2; threads++) {
+            kiln_tensor *y = NULL;
+            if (oc_run("Tile", 13, cases[c].dt, r, cases[c].dims, x, &reps, 1, NULL, 0, 1, threads, &y)) {
+                const unsigned char *g = kiln_tensor_data(y);
+                int64_t bad = 0, idx[4] = {0};
+                for (int64_t o = 0; o < m; o++) {
+                    int64_t src = 0;
+                    for (int d = 0; d < r; d++) src += idx[d] % cases[c].dims[d] * xs[d];
+                    bad += memcmp(g + (size_t)o * es, x + (size_t)src * es, es) != 0;
+                    for (int d = r - 1; d >= 0; d--) {
+                        if (++idx[d] < yd[d]) break;
+                        idx[d] = 0;
+                    }
+                }
+                CHECK_MSG(bad == 0, "Tile case %zu, %d threads: %lld of %lld elements differ", c, threads,
+                          (long long)bad, (long long)m);
+            }
+            kiln_tensor_destroy(y);
+        }
+        kn_tensor_free(reps);
+        free(x);
+    }
 }
