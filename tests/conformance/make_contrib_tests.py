@@ -1064,6 +1064,26 @@ def quantised_contrib_tests(out, rng):
     qconv_symmetric("qlinearconv_u8s8_symmetric_full_range_20x20", (1, 16, 20, 20), (32, 16, 3, 3),
                     pads=[1, 1, 1, 1])
 
+    # helper-59: the QDQ models' classes. Depthwise on small planes (channels in the lanes, four
+    # output positions a step: rows of 14, 7 and 5 leave 2, 3 and 1 over), full-range symmetric
+    # int8 weights; 1x1 with few input channels and full-range uint8 weights over planes past 16
+    # positions (kn_qgemm's int16 form, no longer kn_qgemm8's residual entries); one output position
+    # with fewer than 16 output channels (kn_qgemm8's one-row product)
+    qconv_symmetric("qlinearconv_u8s8_symmetric_depthwise_14x14_k5", (1, 24, 14, 14), (24, 1, 5, 5), group=24,
+                    per_channel=True, pads=[2, 2, 2, 2])
+    qconv_symmetric("qlinearconv_u8s8_symmetric_depthwise_7x7_k5_batch2", (2, 16, 7, 7), (16, 1, 5, 5), group=16,
+                    pads=[2, 2, 2, 2])
+    qconv_symmetric("qlinearconv_u8s8_symmetric_depthwise_9x9_s2_dil2", (1, 40, 9, 9), (40, 1, 3, 3), group=40,
+                    per_channel=True, strides=[2, 2], dilations=[2, 2], pads=[2, 2, 1, 2])
+    qconv("qlinearconv_u8u8_1x1_8ch_to_24_12x20_full_range", (1, 8, 12, 20), (24, 8, 1, 1), wt=np.uint8)
+    qconv("qlinearconv_u8u8_1x1_16ch_to_40_3x24_full_range", (1, 16, 3, 24), (40, 16, 1, 1), wt=np.uint8,
+          bias=False)
+    qconv("qlinearconv_u8u8_one_position_32ch_to_8", (1, 32, 1, 1), (8, 32, 1, 1), wt=np.uint8)
+    qconv_symmetric("qlinearconv_u8s8_symmetric_one_position_40ch_to_10", (1, 40, 1, 1), (10, 40, 1, 1),
+                    per_channel=True)
+    qconv_symmetric("qlinearconv_u8s8_symmetric_one_position_3x3_pads_24ch_to_12", (2, 24, 1, 1), (12, 24, 3, 3),
+                    pads=[1, 1, 1, 1])
+
 
 if __name__ == "__main__":
     sys.exit(main())

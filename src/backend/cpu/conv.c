@@ -2822,11 +2822,12 @@ static void iconv_rows8_range(void *arg, int64_t u0, int64_t u1) {
 }
 
 /* Whether the transposed form takes this convolution: 1-D or 2-D, one group, uint8 x, constant
- * W and w zero points (all one value), planes of at most 4096 outputs and an im2col^T of at most
+ * W and w zero points (all one value), 16 output channels or more unless the plane is one position
+ * (a product of one row), planes of at most 4096 outputs and an im2col^T of at most
  * 8 MB (28x28 and 56x56 planes gained too: 1.47x ORT's time to 1.09 and 1.19) */
 static bool iconv_rows8_wanted(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *X, int w_in, int wz_in,
                                const kn_tensor *wz, const int32_t *zw) {
-    if (X->dtype != KILN_DTYPE_UINT8 || s->G != 1 || s->nsp > 2 || s->out_plane > 4096 || s->M < 16 || s->C < 1 ||
+    if (X->dtype != KILN_DTYPE_UINT8 || s->G != 1 || s->nsp > 2 || s->out_plane > 4096 || (s->M < 16 && s->out_plane > 1) || s->C < 1 ||
         s->out_plane * s->C * s->kk > ((int64_t)8 << 20))
         return false;
     if (!kn_cpu_input_is_const(c, w_in) || (wz && !kn_cpu_input_is_const(c, wz_in))) return false;
@@ -2850,6 +2851,10 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
     if (!fits || !*fits || (*fits == 2 && P > 256)) return false;
     const void *w8 = kn_cpu_const_derived(c, w_in, &lay, kn_qgemv8_bytes(K, M), make_iconv_w8, &wc);
     if (!w8 || kn_qgemv8_form(w8) != *fits) return false;
+    /* residual entries cost a scalar multiply-add each per output position: past 16 positions
+     * kn_qgemm's exact int16 form was the faster (ppocr_mobile_v2_cls_qdq's 1x1 convolutions of
+     * 192-1152 positions with 10-80 entries: 0.5-0.8x the time here, helper-59 12-05) */
+    if (kn_qgemv8_residuals(w8) > 0 && P > 16) return false;
     const bool two = s->nsp == 2;
     const kn_window *v = &s->w;
     const int64_t OH = two ? v->out[0] : 1, OW = v->out[two], KH = two ? v->kernel[0] : 1, KW = v->kernel[two];

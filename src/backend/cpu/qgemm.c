@@ -618,6 +618,10 @@ void kn_qgemv8_pack(const void *b, bool is_s8, int64_t K, int64_t N, void *dst) 
 
 bool kn_qgemv8_usable(const void *packed) { return ((const g8_head *)packed)->usable == 1; }
 int kn_qgemv8_form(const void *packed) { return (int)((const g8_head *)packed)->usable; }
+int64_t kn_qgemv8_residuals(const void *packed) {
+    const g8_head *h = packed;
+    return h->usable == 1 ? h->nres : 0;
+}
 
 #if defined(__AVX2__)
 /* sums[0..32) = A's quads (4 bytes each, n of them) times a panel's 128-byte quads: per 32 bytes

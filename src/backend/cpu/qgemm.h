@@ -97,6 +97,8 @@ bool kn_qgemv8_fits(const void *b, bool b_s8, int64_t K, int64_t N);
 void kn_qgemv8_pack(const void *b, bool b_s8, int64_t K, int64_t N, void *dst);
 bool kn_qgemv8_usable(const void *packed);
 int kn_qgemv8_form(const void *packed);
+/* The residual form's entries (0 for the sign form): each costs a scalar multiply-add per row */
+int64_t kn_qgemv8_residuals(const void *packed);
 /* The form kn_qgemv8_pack will choose for B (kn_qgemv8_form's values), from B alone */
 int kn_qgemv8_fits_form(const void *b, bool b_s8, int64_t K, int64_t N);
 void kn_qgemv8_run(const void *packed, const uint8_t *a, int32_t za, int32_t zb, bool b_s8, int32_t *c);
