@@ -146,22 +146,32 @@ static bool bias_on_product_scale(const kn_opt_ctx *c, int bq, int bs, int bz, d
     return true;
 }
 
-/* Where kiln's QLinearConv beats the float Conv with its DequantizeLinear and QuantizeLinear
- * (bench/results/cpu-qdq-conv-2026-12-05.md, per node, 1 thread): one group, a sum of at least
- * 128 terms (0.70-0.88 of the float time from there; 1.2-2.9x below it), and more than 16 output
- * positions where the shape is known (one-position squeeze-excite products 1.2-1.5x). Grouped
- * and depthwise convolutions measured 1.0-2.7x. */
-#define QDQ_CONV_MIN_TERMS 128
-#define QDQ_CONV_MIN_POSITIONS 17
+/* Where kiln's QLinearConv beats the float Conv with the QuantizeLinear it removes (and x's
+ * DequantizeLinear where the Conv was its only reader), per node in the three QDQ models of the
+ * corpus, 1 thread (bench/results/cpu-int8-2026-12-05-h59.md; cpu-qdq-conv-2026-12-05.md before):
+ *  - one group over more than one output position (or an unknown plane): a sum of at least 16
+ *    terms (C x kernel): 0.5-0.9 of the float time from 24 terms, 0.8-1.05 at 16, 1.05-1.2 at 8;
+ *  - one output position (a squeeze-excite or classifier product): at least 128 terms (0.3-1.0
+ *    from there, up to 2.5x below it: the node's fixed costs);
+ *  - depthwise (one input channel a group) with output rows of 64 or more, or of unknown width:
+ *    0.75-1.0 (5x5 and 3x3 on rows of 96); on rows of 7-28 the integer kernel took 1.1-1.9x.
+ * Other grouped convolutions stay float (not measured). */
+#define QDQ_CONV_MIN_TERMS 16
+#define QDQ_CONV_MIN_TERMS_ONE_POSITION 128
+#define QDQ_CONV_MIN_DEPTHWISE_ROW 64
 static bool integer_conv_pays(const kn_node *conv, const kn_type *tw, const kn_type *ty) {
-    if (kn_attr_int(conv, "group", 1) != 1) return false;
+    const int64_t group = kn_attr_int(conv, "group", 1);
     int64_t terms = 1, positions = 1;
     for (int d = 1; d < tw->rank; d++) {
         if (tw->dims[d].value < 0) return false;
         terms *= tw->dims[d].value;
     }
     for (int d = 2; d < ty->rank && positions >= 0; d++) positions = ty->dims[d].value < 0 ? -1 : positions * ty->dims[d].value;
-    return terms >= QDQ_CONV_MIN_TERMS && (positions < 0 || positions >= QDQ_CONV_MIN_POSITIONS);
+    if (group != 1) {
+        const int64_t row = ty->rank > 2 ? ty->dims[ty->rank - 1].value : -1;
+        return tw->dims[1].value == 1 && tw->rank <= 4 && (row < 0 || row >= QDQ_CONV_MIN_DEPTHWISE_ROW);
+    }
+    return positions == 1 ? terms >= QDQ_CONV_MIN_TERMS_ONE_POSITION : terms >= QDQ_CONV_MIN_TERMS;
 }
 
 static const char *const conv_attrs[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"};

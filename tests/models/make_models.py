@@ -261,8 +261,8 @@ def qdq_conv():
     """Static quantisation's QDQ form around convolutions: Q(Conv(DQ(x_q), DQ(w_q), DQ(b_q))), which
     kiln runs as QLinearConv (the exact integer sum, requantised once) where its integer kernel is
     the faster; a 1-D convolution with per-channel int8 weights and an int32 bias at scale
-    xs * ws[m], a 2-D one with per-tensor uint8 weights and an int8 output, and a grouped one that
-    stays float. The data are drawn until the float graph (the reference, ONNX Runtime without
+    xs * ws[m], a 2-D one with per-tensor uint8 weights and an int8 output, a grouped one that
+    stays float, a depthwise 1-D one over rows of 64 and a 1x1 one on one position. The data are drawn until the float graph (the reference, ONNX Runtime without
     optimisations) and the integer form's exact result agree on every output: a value whose float
     sum lands within rounding of a half step may differ by one step between the two forms, and
     this test is about the fold's arithmetic, not that rounding."""
@@ -279,13 +279,23 @@ def qdq_conv():
     ws2, wz2 = np.float32(0.004), np.uint8(119)
     w3q = (rng.integers(-127, 128, (c2, c2 // 2, 3, 3)) // 2).astype(np.int8)  # 7 bits, as w1q
     ys1, yz1, ys2, yz2 = np.float32(0.02), np.uint8(120), np.float32(0.06), np.int8(-3)
+    # a depthwise 1-D convolution over rows of 64 (5 taps, per-channel weights) and a 1x1 one on
+    # one position with 160 terms: the classes fuse_qdq_conv also takes (helper-59)
+    c4, c5, m5 = 16, 160, 24
+    w4q = (rng.integers(-127, 128, (c4, 1, 5)) // 2).astype(np.int8)
+    ws4 = rng.uniform(0.01, 0.03, c4).astype(np.float32)
+    w5q = (rng.integers(-127, 128, (m5, c5, 1, 1)) // 2).astype(np.int8)
+    ws5 = np.float32(0.004)
+    ys4, yz4, ys5, yz5 = np.float32(0.05), np.uint8(130), np.float32(0.04), np.uint8(125)
     a = numpy_helper.from_array
     inits = [a(xs1, "xs1"), a(xz1, "xz1"), a(xs2, "xs2"), a(xz2, "xz2"),
              a(w1q, "w1q"), a(ws1, "ws1"), a(np.zeros(m1, np.int8), "wz1"),
              a(b1q, "b1q"), a(bs1, "bs1"), a(np.zeros(m1, np.int32), "bz1"),
              a(w2q, "w2q"), a(ws2, "ws2"), a(wz2, "wz2"),
              a(w3q, "w3q"), a(np.float32(0.003), "ws3"), a(np.int8(0), "wz3"),
-             a(ys1, "ys1"), a(yz1, "yz1"), a(ys2, "ys2"), a(yz2, "yz2")]
+             a(ys1, "ys1"), a(yz1, "yz1"), a(ys2, "ys2"), a(yz2, "yz2"),
+             a(w4q, "w4q"), a(ws4, "ws4"), a(np.zeros(c4, np.int8), "wz4"), a(ys4, "ys4"), a(yz4, "yz4"),
+             a(w5q, "w5q"), a(ws5, "ws5"), a(np.int8(0), "wz5"), a(ys5, "ys5"), a(yz5, "yz5")]
     nodes = [
         helper.make_node("QuantizeLinear", ["x1", "xs1", "xz1"], ["x1q"]),
         helper.make_node("DequantizeLinear", ["x1q", "xs1", "xz1"], ["x1d"]),
@@ -303,20 +313,36 @@ def qdq_conv():
         helper.make_node("DequantizeLinear", ["w3q", "ws3", "wz3"], ["w3d"]),
         # grouped, its float output read as it is: no fold (and none in ONNX Runtime either)
         helper.make_node("Conv", ["x2d", "w3d"], ["y3"], pads=[1, 1, 1, 1], group=2),
+        helper.make_node("QuantizeLinear", ["x4", "xs1", "xz1"], ["x4q"]),
+        helper.make_node("DequantizeLinear", ["x4q", "xs1", "xz1"], ["x4d"]),
+        helper.make_node("DequantizeLinear", ["w4q", "ws4", "wz4"], ["w4d"], axis=0),
+        helper.make_node("Conv", ["x4d", "w4d"], ["c4"], pads=[2, 2], group=c4),
+        helper.make_node("QuantizeLinear", ["c4", "ys4", "yz4"], ["c4q"]),
+        helper.make_node("DequantizeLinear", ["c4q", "ys4", "yz4"], ["y4"]),
+        helper.make_node("QuantizeLinear", ["x5", "xs1", "xz1"], ["x5q"]),
+        helper.make_node("DequantizeLinear", ["x5q", "xs1", "xz1"], ["x5d"]),
+        helper.make_node("DequantizeLinear", ["w5q", "ws5", "wz5"], ["w5d"]),
+        helper.make_node("Conv", ["x5d", "w5d"], ["c5"]),
+        helper.make_node("QuantizeLinear", ["c5", "ys5", "yz5"], ["c5q"]),
+        helper.make_node("DequantizeLinear", ["c5q", "ys5", "yz5"], ["y5"]),
     ]
     g = helper.make_graph(nodes, "qdq_conv",
                           [helper.make_tensor_value_info("x1", TensorProto.FLOAT, ["batch", c1, 24]),
-                           helper.make_tensor_value_info("x2", TensorProto.FLOAT, ["batch", c2, 8, 8])],
+                           helper.make_tensor_value_info("x2", TensorProto.FLOAT, ["batch", c2, 8, 8]),
+                           helper.make_tensor_value_info("x4", TensorProto.FLOAT, ["batch", c4, 64]),
+                           helper.make_tensor_value_info("x5", TensorProto.FLOAT, ["batch", c5, 1, 1])],
                           [helper.make_tensor_value_info("y1", TensorProto.FLOAT, ["batch", m1, 24]),
                            helper.make_tensor_value_info("y2", TensorProto.FLOAT, ["batch", m2, 8, 8]),
-                           helper.make_tensor_value_info("y3", TensorProto.FLOAT, ["batch", c2, 8, 8])], inits)
+                           helper.make_tensor_value_info("y3", TensorProto.FLOAT, ["batch", c2, 8, 8]),
+                           helper.make_tensor_value_info("y4", TensorProto.FLOAT, ["batch", c4, 64]),
+                           helper.make_tensor_value_info("y5", TensorProto.FLOAT, ["batch", m5, 1, 1])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="kiln-tests")
 
     def quant(v, s, z, lo, hi):
         return np.clip(np.round(v / np.float64(s)) + int(z), lo, hi)
 
-    def integer_form(x1, x2):
-        """QLinearConv's arithmetic in exact integers and float64 (branches 1 and 2, dequantised)."""
+    def integer_form(x1, x2, x4, x5):
+        """QLinearConv's arithmetic in exact integers and float64 (branches 1, 2, 4 and 5, dequantised)."""
         q1 = (quant(x1, xs1, xz1, 0, 255) - int(xz1)).astype(np.int64)
         p1 = np.pad(q1, ((0, 0), (0, 0), (4, 4)))
         acc1 = np.zeros((x1.shape[0], m1, 24), np.int64)
@@ -332,7 +358,14 @@ def qdq_conv():
                 acc2 += np.einsum("nchw,mc->nmhw", p2[:, :, dy:dy + 8, dx:dx + 8],
                                   w2q[:, :, dy, dx].astype(np.int64) - int(wz2))
         y2 = quant(acc2 * (np.float64(xs2) * np.float64(ws2)), ys2, 0, -128 - int(yz2), 127 - int(yz2))
-        return y1 * np.float64(ys1), y2 * np.float64(ys2)
+        q4 = (quant(x4, xs1, xz1, 0, 255) - int(xz1)).astype(np.int64)
+        p4 = np.pad(q4, ((0, 0), (0, 0), (2, 2)))
+        acc4 = sum(p4[:, :, t:t + 64] * w4q[None, :, 0, t, None].astype(np.int64) for t in range(5))
+        y4 = quant(acc4 * (np.float64(xs1) * ws4.astype(np.float64))[None, :, None], ys4, 0, -int(yz4), 255 - int(yz4))
+        q5 = (quant(x5, xs1, xz1, 0, 255) - int(xz1)).astype(np.int64)
+        acc5 = np.einsum("nchw,mc->nmhw", q5, w5q[:, :, 0, 0].astype(np.int64))
+        y5 = quant(acc5 * (np.float64(xs1) * np.float64(ws5)), ys5, 0, -int(yz5), 255 - int(yz5))
+        return y1 * np.float64(ys1), y2 * np.float64(ys2), y4 * np.float64(ys4), y5 * np.float64(ys5)
 
     import onnxruntime as ort
     opts = ort.SessionOptions()
@@ -343,10 +376,13 @@ def qdq_conv():
         for _ in range(200):
             x1 = (rng.standard_normal((n, c1, 24)) * 1.5).astype(np.float32)
             x2 = (rng.standard_normal((n, c2, 8, 8)) * 2).astype(np.float32)
-            got = ref.run(["y1", "y2"], {"x1": x1, "x2": x2})
-            want = integer_form(x1, x2)
+            x4 = (rng.standard_normal((n, c4, 64)) * 1.5).astype(np.float32)
+            x5 = (rng.standard_normal((n, c5, 1, 1)) * 1.5).astype(np.float32)
+            feeds = {"x1": x1, "x2": x2, "x4": x4, "x5": x5}
+            got = ref.run(["y1", "y2", "y4", "y5"], feeds)
+            want = integer_form(x1, x2, x4, x5)
             if all(np.array_equal(g.astype(np.float64), w.astype(np.float32).astype(np.float64)) for g, w in zip(got, want)):
-                data.append([x1, x2])
+                data.append([x1, x2, x4, x5])
                 break
         else:
             raise RuntimeError("qdq_conv: no draw where the float graph and the integer form agree")
