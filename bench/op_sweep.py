@@ -484,6 +484,16 @@ def cases():
         kind = "depthwise" if g > 1 else "one position" if hw == (1, 1) else f"K {c_ // g * k * k}"
         c.append(qconv(f"1x{c_}x{hw[0]}x{hw[1]} -> {m} k{k}{' s2' if s == 2 else ''} {kind} "
                        f"{'u8 w' if u8w else 's8 w'} (helper-59)", c_, hw, m, k, g, s, u8w))
+    # --- local response normalisation (AlexNet, GoogLeNet: size 5, beta 3/4), mean-variance
+    # normalisation (per channel), depth/space rearrangements (super-resolution, YOLOv5's focus)
+    c.append(Case("LRN", "1x64x56x56 size5", {"x": rnd(1, 64, 56, 56)}, attrs=dict(size=5), fast=True))
+    c.append(Case("LRN", "1x64x56x56 size5", {"x": rnd(1, 64, 56, 56, dtype=h)}, attrs=dict(size=5)))
+    c.append(Case("LRN", "1x64x56x56 size5 beta 0.5", {"x": rnd(1, 64, 56, 56)}, attrs=dict(size=5, beta=0.5)))
+    c.append(Case("MeanVarianceNormalization", "1x64x56x56", {"x": rnd(1, 64, 56, 56)}, fast=True))
+    c.append(Case("MeanVarianceNormalization", "1x64x56x56", {"x": rnd(1, 64, 56, 56, dtype=h)}))
+    c.append(Case("DepthToSpace", "1x64x28x28 b2", {"x": rnd(1, 64, 28, 28)}, attrs=dict(blocksize=2)))
+    c.append(Case("DepthToSpace", "1x64x28x28 b2 CRD", {"x": rnd(1, 64, 28, 28)}, attrs=dict(blocksize=2, mode="CRD")))
+    c.append(Case("SpaceToDepth", "1x16x56x56 b2", {"x": rnd(1, 16, 56, 56)}, attrs=dict(blocksize=2)))
     return c
 
 

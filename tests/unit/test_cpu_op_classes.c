@@ -16,6 +16,8 @@ typedef struct oc_attr {
     const int64_t *ints;
     int n_ints; /* > 0: ints */
     const char *s;
+    bool is_float; /* f, not i */
+    float f;
 } oc_attr;
 
 /* Runs op on x (a graph input of dtype dt) and the constant inputs `consts` (may hold -1 for an
@@ -39,6 +41,7 @@ static bool oc_run(const char *op, int opset, kiln_dtype dt, int rank, const int
     int node = kn_graph_add_node(b.g, NULL, op, "", in, 1 + n_consts, outs, n_out);
     for (int a = 0; a < n_attrs; a++) {
         if (attrs[a].s) tmb_str(&b, node, attrs[a].name, attrs[a].s);
+        else if (attrs[a].is_float) tmb_attr(&b, node, attrs[a].name, KN_ATTR_FLOAT)->f = attrs[a].f;
         else if (attrs[a].n_ints) tmb_ints(&b, node, attrs[a].name, attrs[a].ints, attrs[a].n_ints);
         else tmb_int(&b, node, attrs[a].name, attrs[a].i);
     }
@@ -360,5 +363,116 @@ KN_TEST(cpu_tile_repeated_rows) {
         }
         kn_tensor_free(reps);
         free(x);
+    }
+}
+
+/* LRN (float rows: the window's squares in float, the power by sqrt steps for beta 3/4 or by
+ * log/exp) and MeanVarianceNormalization (runs of the reduced trailing axes) against the
+ * definitions in double; float16 against the float kernel rounded once */
+static void oc_check_norm_double(const char *what, const char *op, int rank, const int64_t *dims, const oc_attr *at,
+                                 int n_at, double alpha, double beta, double bias, int64_t size, const bool *mask,
+                                 double tol) {
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++) n *= dims[d];
+    float *x = malloc(sizeof(float) * (size_t)n);
+    double *want = malloc(sizeof(double) * (size_t)n);
+    uint32_t seed = (uint32_t)n;
+    for (int64_t i = 0; i < n; i++) x[i] = 3.0f * tmb_rand(&seed) + (mask ? 0.5f : 0.0f);
+    if (!mask) { /* LRN over axis 1 */
+        const int64_t C = dims[1], inner = n / dims[0] / C, lo = (size - 1) / 2, hi = size - 1 - lo;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t img = i / (C * inner), ch = i / inner % C, p = i % inner;
+            double s = 0;
+            for (int64_t k = ch - lo; k <= ch + hi; k++)
+                if (k >= 0 && k < C) s += (double)x[(img * C + k) * inner + p] * x[(img * C + k) * inner + p];
+            want[i] = x[i] / pow(bias + alpha / (double)size * s, beta);
+        }
+    } else { /* MVN: mean and variance over the masked axes, E[x^2] - E[x]^2 as the reference */
+        int64_t kept = 1;
+        for (int d = 0; d < rank; d++)
+            if (!mask[d]) kept *= dims[d];
+        double *s1 = calloc((size_t)(3 * kept), sizeof(double)), *s2 = s1 + kept, *cnt = s2 + kept;
+        int64_t *key = malloc(sizeof(int64_t) * (size_t)n), idx[4] = {0};
+        for (int64_t i = 0; i < n; i++) {
+            int64_t m = 0;
+            for (int d = 0; d < rank; d++)
+                if (!mask[d]) m = m * dims[d] + idx[d];
+            key[i] = m;
+            s1[m] += x[i], s2[m] += (double)x[i] * x[i], cnt[m] += 1;
+            for (int d = rank - 1; d >= 0; d--) {
+                if (++idx[d] < dims[d]) break;
+                idx[d] = 0;
+            }
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const double m = s1[key[i]] / cnt[key[i]], v = s2[key[i]] / cnt[key[i]] - m * m;
+            want[i] = (x[i] - m) / (sqrt(v > 0 ? v : 0) + 1e-9);
+        }
+        free(s1);
+        free(key);
+    }
+    for (int threads = 1; threads <= 2; threads++) {
+        kiln_tensor *y = NULL;
+        if (oc_run(op, 18, KILN_DTYPE_FLOAT, rank, dims, x, NULL, 0, at, n_at, 1, threads, &y)) {
+            const float *g = kiln_tensor_data(y);
+            int64_t bad = 0, first = -1;
+            for (int64_t i = 0; i < n; i++)
+                if (!(fabs(g[i] - want[i]) <= tol * fabs(want[i]) + 1e-6)) {
+                    bad++;
+                    if (first < 0) first = i;
+                }
+            CHECK_MSG(bad == 0, "%s, %d threads: %lld of %lld outputs off (first %lld: %.8g, want %.8g)", what, threads,
+                      (long long)bad, (long long)n, (long long)first, first >= 0 ? (double)g[first] : 0.0,
+                      first >= 0 ? want[first] : 0.0);
+        }
+        kiln_tensor_destroy(y);
+    }
+    free(x);
+    free(want);
+}
+
+KN_TEST(cpu_lrn_against_double) {
+    struct {
+        int64_t dims[4];
+        int64_t size;
+        double alpha, beta, bias;
+    } cases[] = {
+        {{1, 64, 9, 11}, 5, 1e-4, 0.75, 1.0}, {{2, 7, 5, 5}, 3, 0.3, 0.75, 2.0}, {{1, 10, 3, 200}, 4, 0.5, 0.5, 1.5},
+        {{1, 3, 1, 37}, 5, 2.0, 1.3, 1.0},    {{1, 96, 27, 27}, 5, 1e-4, 0.75, 2.0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char what[64];
+        snprintf(what, sizeof what, "LRN case %zu (beta %g)", c, cases[c].beta);
+        const oc_attr at[4] = {{.name = "size", .i = cases[c].size},
+                               {.name = "alpha", .is_float = true, .f = (float)cases[c].alpha},
+                               {.name = "beta", .is_float = true, .f = (float)cases[c].beta},
+                               {.name = "bias", .is_float = true, .f = (float)cases[c].bias}};
+        /* the reference takes the attributes as the kernel gets them: floats */
+        oc_check_norm_double(what, "LRN", 4, cases[c].dims, at, 4, (float)cases[c].alpha, (float)cases[c].beta,
+                             (float)cases[c].bias, cases[c].size, NULL, 4e-6);
+        oc_check_rounded_once(what, "LRN", 13, 4, cases[c].dims, NULL, 0, at, 4, 51u + (uint32_t)c, -3.0f, 3.0f);
+    }
+}
+
+KN_TEST(cpu_mvn_against_double) {
+    struct {
+        int rank;
+        int64_t dims[4];
+        int n_axes;
+        int64_t axes[3];
+    } cases[] = {
+        {4, {2, 16, 9, 11}, 3, {0, 2, 3}}, {4, {1, 64, 56, 56}, 3, {0, 2, 3}}, {4, {2, 3, 5, 7}, 2, {2, 3}},
+        {3, {4, 6, 33}, 1, {-1}},          {3, {4, 6, 33}, 1, {1}},            {4, {2, 3, 4, 5}, 2, {1, 3}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char what[64];
+        snprintf(what, sizeof what, "MeanVarianceNormalization case %zu", c);
+        const oc_attr at[1] = {{.name = "axes", .ints = cases[c].axes, .n_ints = cases[c].n_axes}};
+        bool mask[4] = {false};
+        for (int a = 0; a < cases[c].n_axes; a++) mask[(cases[c].axes[a] + cases[c].rank) % cases[c].rank] = true;
+        oc_check_norm_double(what, "MeanVarianceNormalization", cases[c].rank, cases[c].dims, at, 1, 0, 0, 0, 0, mask,
+                             2e-6);
+        oc_check_rounded_once(what, "MeanVarianceNormalization", 13, cases[c].rank, cases[c].dims, NULL, 0, at, 1,
+                              61u + (uint32_t)c, -2.0f, 3.0f);
     }
 }
