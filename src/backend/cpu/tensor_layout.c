@@ -945,6 +945,105 @@ static kiln_status six_d(kn_kernel_ctx *c, const int64_t *v, const int *perm) {
     return kn_cpu_strided_copy(c, y, x, &s);
 }
 
+/* Depth and space rearrangements row by row: DepthToSpace interleaves b input rows (the b
+ * channels of one output row's columns, W each) into one output row of W b elements, and
+ * SpaceToDepth splits one input row into b rows. As a 6-D strided copy the innermost axis was the
+ * block (2 elements a row for b = 2): 1.9x OpenVINO's time on 1x64x28x28. Items: (image, channel,
+ * row) of the output (DepthToSpace) or the input (SpaceToDepth), each with its b block rows. */
+typedef struct d2s_job {
+    const char *x;
+    char *y;
+    size_t es;
+    int64_t C, H, W, b; /* C, H, W: the space side's (DepthToSpace's output, SpaceToDepth's input) over b */
+    bool crd, to_space;
+} d2s_job;
+
+/* the depth side's channel of block (i, j) of channel c */
+static inline int64_t d2s_channel(const d2s_job *j, int64_t c, int64_t i, int64_t jj) {
+    return j->crd ? (c * j->b + i) * j->b + jj : (i * j->b + jj) * j->C + c;
+}
+
+#define D2S_LOOP(T)                                                                                \
+    do {                                                                                           \
+        for (int64_t w = 0; w < W; w++)                                                            \
+            for (int64_t q = 0; q < b; q++) {                                                      \
+                if (to_space) ((T *)sp)[w * b + q] = ((const T *)dp[q])[w];                        \
+                else ((T *)dp[q])[w] = ((const T *)sp)[w * b + q];                                 \
+            }                                                                                      \
+    } while (0)
+
+/* to_space: sp[w b + q] = dp[q][w] (W columns, b rows), else the reverse */
+static void d2s_row(char *sp, char **dp, int64_t W, int64_t b, size_t es, bool to_space) {
+    int64_t w0 = 0;
+#if defined(__SSE2__)
+    if (es == 4 && b == 2) { /* four columns of two rows a step: an interleave or its inverse */
+        for (; w0 + 4 <= W; w0 += 4) {
+            float *s4 = (float *)(void *)sp + 2 * w0, *d0 = (float *)(void *)dp[0] + w0, *d1 = (float *)(void *)dp[1] + w0;
+            if (to_space) {
+                const __m128 a = _mm_loadu_ps(d0), c = _mm_loadu_ps(d1);
+                _mm_storeu_ps(s4, _mm_unpacklo_ps(a, c));
+                _mm_storeu_ps(s4 + 4, _mm_unpackhi_ps(a, c));
+            } else {
+                const __m128 lo = _mm_loadu_ps(s4), hi = _mm_loadu_ps(s4 + 4);
+                _mm_storeu_ps(d0, _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+                _mm_storeu_ps(d1, _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+            }
+        }
+    }
+#endif
+    if (w0 == W) return;
+    sp += (size_t)(w0 * b) * es;
+    char *dq[64];
+    for (int64_t q = 0; q < b; q++) dq[q] = dp[q] + (size_t)w0 * es;
+    dp = dq;
+    W -= w0;
+    switch (es) {
+    case 1: D2S_LOOP(uint8_t); break;
+    case 2: D2S_LOOP(uint16_t); break;
+    case 4: D2S_LOOP(uint32_t); break;
+    default: D2S_LOOP(uint64_t); break;
+    }
+}
+#undef D2S_LOOP
+
+static void d2s_range(void *arg, int64_t begin, int64_t end) {
+    const d2s_job *j = arg;
+    const int64_t C = j->C, H = j->H, W = j->W, b = j->b;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t n = t / (C * H), c = t / H % C, h = t % H;
+        for (int64_t i = 0; i < b; i++) {
+            /* the space side's row (h b + i) of channel c, and the depth side's b rows h */
+            char *sp = (j->to_space ? j->y : (char *)j->x) + (size_t)((((n * C + c) * H + h) * b + i) * W * b) * j->es;
+            char *dp[64];
+            for (int64_t q = 0; q < b; q++)
+                dp[q] = (j->to_space ? (char *)j->x : j->y) +
+                        (size_t)(((n * C * b * b + d2s_channel(j, c, i, q)) * H + h) * W) * j->es;
+            d2s_row(sp, dp, W, b, j->es, j->to_space);
+        }
+    }
+}
+
+/* Runs the row kernel where it applies (numeric types of 1-8 bytes, blocks up to 64); *done says
+ * whether it did. */
+static kiln_status d2s_rows(kn_kernel_ctx *c, int64_t C, int64_t H, int64_t W, int64_t b, bool crd, bool to_space,
+                            bool *done) {
+    const kn_tensor *x = c->in[0];
+    kn_tensor *y;
+    *done = false;
+    KN_TRY(kn_cpu_out(c, 0, &y));
+    const size_t es = kiln_dtype_size(x->dtype);
+    const int64_t N = x->dims[0];
+    if (x->dtype == KILN_DTYPE_STRING || kn_dtype_is_packed(x->dtype) || (es != 1 && es != 2 && es != 4 && es != 8) ||
+        b > 64 || y->dtype != x->dtype || kn_tensor_count(y) != kn_tensor_count(x) || N * C * H * W * b * b != kn_tensor_count(x))
+        return KILN_OK;
+    *done = true;
+    if (kn_tensor_count(x) == 0) return KILN_OK;
+    d2s_job j = {x->data, y->data, es, C, H, W, b, crd, to_space};
+    const int64_t work = b * b * W;
+    kn_parallel_for(c->pool, N * C * H, work >= 16384 ? 1 : 16384 / work + 1, d2s_range, &j);
+    return KILN_OK;
+}
+
 kiln_status kn_cpu_depth_to_space(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_cpu_tensor_prm local_prm;
@@ -953,6 +1052,11 @@ kiln_status kn_cpu_depth_to_space(kn_kernel_ctx *c) {
     int64_t b = prm->blocksize;
     if (x->rank != 4 || b < 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "needs a 4-D input and blocksize >= 1");
     int64_t N = x->dims[0], C = x->dims[1] / (b * b), H = x->dims[2], W = x->dims[3];
+    if (x->dims[1] % (b * b) == 0) {
+        bool done;
+        KN_TRY(d2s_rows(c, C, H, W, b, prm->crd, true, &done));
+        if (done) return KILN_OK;
+    }
     if (prm->crd) {
         int64_t v[6] = {N, C, b, b, H, W};
         static const int perm[6] = {0, 1, 4, 2, 5, 3};
@@ -970,6 +1074,11 @@ kiln_status kn_cpu_space_to_depth(kn_kernel_ctx *c) {
     KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
     int64_t b = prm->blocksize;
     if (x->rank != 4 || b < 1) return kn_kernel_error(c, KILN_ERR_SHAPE, "needs a 4-D input and blocksize >= 1");
+    if (x->dims[2] % b == 0 && x->dims[3] % b == 0) {
+        bool done;
+        KN_TRY(d2s_rows(c, x->dims[1], x->dims[2] / b, x->dims[3] / b, b, prm->crd, false, &done));
+        if (done) return KILN_OK;
+    }
     int64_t v[6] = {x->dims[0], x->dims[1], x->dims[2] / b, b, x->dims[3] / b, b};
     static const int dcr[6] = {0, 3, 5, 1, 2, 4}, crd[6] = {0, 1, 3, 5, 2, 4};
     return six_d(c, v, prm->crd ? crd : dcr);
