@@ -1075,6 +1075,10 @@ def quantised_contrib_tests(out, rng):
                     pads=[2, 2, 2, 2])
     qconv_symmetric("qlinearconv_u8s8_symmetric_depthwise_9x9_s2_dil2", (1, 40, 9, 9), (40, 1, 3, 3), group=40,
                     per_channel=True, strides=[2, 2], dilations=[2, 2], pads=[2, 2, 1, 2])
+    qconv_symmetric("qlinearconv_u8s8_symmetric_depthwise_pad_past_the_row", (1, 8, 1, 2), (8, 1, 1, 1), group=8,
+                    strides=[5, 5], pads=[0, 3, 0, 0])
+    qconv_symmetric("qlinearconv_u8s8_symmetric_depthwise_16x16_s2_right_pad", (1, 16, 16, 16), (16, 1, 3, 3),
+                    group=16, strides=[2, 2], pads=[1, 1, 1, 1])
     qconv("qlinearconv_u8u8_1x1_8ch_to_24_12x20_full_range", (1, 8, 12, 20), (24, 8, 1, 1), wt=np.uint8)
     qconv("qlinearconv_u8u8_1x1_16ch_to_40_3x24_full_range", (1, 16, 3, 24), (40, 16, 1, 1), wt=np.uint8,
           bias=False)

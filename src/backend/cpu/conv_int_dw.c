@@ -265,24 +265,38 @@ static void out_plane(const dw_job *j, const int32_t *buf, const int32_t *wm, in
 }
 #endif
 
+#if defined(__AVX2__)
+/* eight values of kn_q_requant into d: the same double arithmetic. The conversion rounds as
+ * nearbyint (the current mode) and the saturating packs clamp, which commute as lo and hi are
+ * integers; a value over INT32_MAX is first made 2^31 - 1 (min_pd(big, NaN) stays NaN), and NaN and
+ * values under INT32_MIN convert to INT32_MIN, which the packs make lo */
+static inline void requant8(const int32_t *a, __m256d rv, __m256d zv, bool s8, uint8_t *d) {
+    const __m256d big = _mm256_set1_pd(2147483647.0);
+    __m128i q[2];
+    for (int h = 0; h < 2; h++) {
+        __m256d v = _mm256_cvtepi32_pd(_mm_loadu_si128((const __m128i *)(a + 4 * h)));
+        v = _mm256_min_pd(big, _mm256_add_pd(_mm256_mul_pd(v, rv), zv));
+        q[h] = _mm256_cvtpd_epi32(v);
+    }
+    const __m128i w16 = _mm_packs_epi32(q[0], q[1]);
+    _mm_storel_epi64((__m128i *)d, s8 ? _mm_packs_epi16(w16, w16) : _mm_packus_epi16(w16, w16));
+}
+#endif
+
 void kn_q_requant(const int32_t *a, int64_t n, float r, double zy, bool s8, void *out) {
     const double lo = s8 ? -128 : 0, hi = s8 ? 127 : 255;
     int64_t o = 0;
 #if defined(__AVX2__)
-    /* the same double arithmetic 8 at a time. The conversion rounds as nearbyint (the current
-     * mode) and the saturating packs clamp, which commute as lo and hi are integers; a value over
-     * INT32_MAX is first made 2^31 - 1 (min_pd(big, NaN) stays NaN), and NaN and values under
-     * INT32_MIN convert to INT32_MIN, which the packs make lo */
-    const __m256d rv = _mm256_set1_pd((double)r), zv = _mm256_set1_pd(zy), big = _mm256_set1_pd(2147483647.0);
-    for (; o + 8 <= n; o += 8) {
-        __m128i q[2];
-        for (int h = 0; h < 2; h++) {
-            __m256d v = _mm256_cvtepi32_pd(_mm_loadu_si128((const __m128i *)(a + o + 4 * h)));
-            v = _mm256_min_pd(big, _mm256_add_pd(_mm256_mul_pd(v, rv), zv));
-            q[h] = _mm256_cvtpd_epi32(v);
-        }
-        const __m128i w16 = _mm_packs_epi32(q[0], q[1]);
-        _mm_storel_epi64((__m128i *)((uint8_t *)out + o), s8 ? _mm_packs_epi16(w16, w16) : _mm_packus_epi16(w16, w16));
+    const __m256d rv = _mm256_set1_pd((double)r), zv = _mm256_set1_pd(zy);
+    for (; o + 8 <= n; o += 8) requant8(a + o, rv, zv, s8, (uint8_t *)out + o);
+    if (o < n) { /* the last 1-7 through copies (nearbyint calls for them were a sixth of a 14x14
+                  * depthwise layer's time: 4 of every 196 values) */
+        int32_t ta[8] = {0};
+        uint8_t tb[8];
+        memcpy(ta, a + o, sizeof(int32_t) * (size_t)(n - o));
+        requant8(ta, rv, zv, s8, tb);
+        memcpy((uint8_t *)out + o, tb, (size_t)(n - o));
+        o = n;
     }
 #endif
     for (; o < n; o++) {
@@ -384,13 +398,13 @@ static void dws_range(void *arg, int64_t b0, int64_t b1) {
     /* per channel the padded plane (T8 int16: Hp x Wp rounded up to 8), then the positions' channel
      * vectors (T8 x 8 int16), their pair vectors (Hp x Wp words x 8), the sums (OP8 x 8) and the
      * sums as planes (8 x OP8) */
-    int16_t *tp = kn_aligned_alloc(64, sizeof(int16_t) * (size_t)(8 * T8 + 16));
-    int16_t *xv = kn_aligned_alloc(64, sizeof(int16_t) * (size_t)(8 * T8));
+    /* xv: 16 positions of slack for a row's last step of 16 columns */
+    int16_t *xv = kn_aligned_alloc(64, sizeof(int16_t) * (size_t)(8 * (T8 + 16)));
     int32_t *pp = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(8 * Hp * Wp));
     int32_t *acc = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(8 * OP8));
     int32_t *pl = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(8 * OP8));
     int32_t *wk = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(8 * p->KH * KP));
-    if (!tp || !xv || !pp || !acc || !pl || !wk) {
+    if (!xv || !pp || !acc || !pl || !wk) {
         atomic_store(&j->failed, 1);
         goto done;
     }
@@ -399,49 +413,60 @@ static void dws_range(void *arg, int64_t b0, int64_t b1) {
     const __m256i lane = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (int64_t u = b0; u < b1; u++) {
         const int64_t n = u / j->blocks, c0 = u % j->blocks * 8, nc = C - c0 < 8 ? C - c0 : 8;
-        /* the padded planes, channel-major; lanes of channels past C zero */
-        memset(tp, 0, sizeof(int16_t) * (size_t)(8 * T8 + 16));
-        for (int64_t c = 0; c < nc; c++) {
-            const size_t plane = (size_t)((n * C + c0 + c) * H * W);
-            for (int64_t hp = 0; hp < Hp; hp++) {
-                const int64_t ih = hp - p->ph;
-                if (ih < 0 || ih >= H) continue;
-                int16_t *d = tp + c * T8 + hp * Wp + p->pw;
-                /* the columns the outputs reach: sixteen a step from loads inside the tensor, the
-                 * lanes past them zeroed (their stores run on into later rows, filled or zero
-                 * after, or the buffer's slack) */
-                const int64_t wn = W < Wp - p->pw ? W : Wp - p->pw;
-                int64_t iw = 0;
-                for (; iw < wn && plane + (size_t)(ih * W + iw) + 16 <= (size_t)j->total; iw += 16) {
-                    const __m128i raw = _mm_loadu_si128((const __m128i *)((const uint8_t *)p->x + plane + ih * W + iw));
+        /* the positions' channel vectors of the padded planes (less zx, zeros outside x; lanes of
+         * channels past C zero), row by row: 16 columns of the 8 channels loaded, then transposed
+         * two 8 x 8 int16 blocks at a time straight into xv (through a channel-major copy of the
+         * planes, its stores and the transposes' loads of them stalled store forwarding) */
+        for (int64_t hp = 0; hp < Hp; hp++) {
+            const int64_t ih = hp - p->ph;
+            int16_t *row = xv + hp * Wp * 8;
+            if (ih < 0 || ih >= H) {
+                memset(row, 0, sizeof(int16_t) * 8 * (size_t)Wp);
+                continue;
+            }
+            memset(row, 0, sizeof(int16_t) * 8 * (size_t)(p->pw < Wp ? p->pw : Wp)); /* (a pad past the row: stride over x) */
+            const int64_t wn = W < Wp - p->pw ? W : Wp - p->pw; /* the columns the outputs reach */
+            for (int64_t iw = 0; iw < wn; iw += 16) {
+                __m256i r[8];
+                const __m256i keep = _mm256_cmpgt_epi16(_mm256_set1_epi16((int16_t)(wn - iw)), lane);
+                for (int c = 0; c < 8; c++) {
+                    if (c >= nc) {
+                        r[c] = _mm256_setzero_si256();
+                        continue;
+                    }
+                    const size_t at = (size_t)((n * C + c0 + c) * H * W + ih * W + iw);
+                    __m128i raw;
+                    if (at + 16 <= (size_t)j->total) raw = _mm_loadu_si128((const __m128i *)((const uint8_t *)p->x + at));
+                    else { /* the tensor's last bytes through a copy */
+                        uint8_t t[16] = {0};
+                        memcpy(t, (const uint8_t *)p->x + at, (size_t)(j->total - (int64_t)at));
+                        raw = _mm_loadu_si128((const __m128i *)t);
+                    }
                     const __m256i v = _mm256_sub_epi16(p->x_s8 ? _mm256_cvtepi8_epi16(raw) : _mm256_cvtepu8_epi16(raw), zv);
-                    const __m256i k = _mm256_cmpgt_epi16(_mm256_set1_epi16((int16_t)(wn - iw)), lane);
-                    _mm256_storeu_si256((__m256i *)(d + iw), _mm256_and_si256(k, v));
+                    r[c] = _mm256_and_si256(keep, v);
                 }
-                for (; iw < wn; iw++) {
-                    const size_t at = plane + (size_t)(ih * W + iw);
-                    d[iw] = (int16_t)((p->x_s8 ? (int32_t)((const int8_t *)p->x)[at] : (int32_t)((const uint8_t *)p->x)[at]) - p->zx);
+                /* columns iw .. iw + 7 from the low halves, iw + 8 .. iw + 15 from the high ones; the
+                 * zeroed lanes past the row run on into the right padding, the next row (written
+                 * after) or the slack */
+                int16_t *d = row + (p->pw + iw) * 8;
+                for (int half = 0; half < 2; half++) {
+                    __m128i h[8], a[8], b[8];
+                    for (int c = 0; c < 8; c++) h[c] = half ? _mm256_extracti128_si256(r[c], 1) : _mm256_castsi256_si128(r[c]);
+                    for (int c = 0; c < 4; c++) {
+                        a[2 * c] = _mm_unpacklo_epi16(h[2 * c], h[2 * c + 1]);
+                        a[2 * c + 1] = _mm_unpackhi_epi16(h[2 * c], h[2 * c + 1]);
+                    }
+                    b[0] = _mm_unpacklo_epi32(a[0], a[2]), b[1] = _mm_unpackhi_epi32(a[0], a[2]);
+                    b[2] = _mm_unpacklo_epi32(a[1], a[3]), b[3] = _mm_unpackhi_epi32(a[1], a[3]);
+                    b[4] = _mm_unpacklo_epi32(a[4], a[6]), b[5] = _mm_unpackhi_epi32(a[4], a[6]);
+                    b[6] = _mm_unpacklo_epi32(a[5], a[7]), b[7] = _mm_unpackhi_epi32(a[5], a[7]);
+                    for (int k = 0; k < 4; k++) {
+                        _mm_storeu_si128((__m128i *)(d + (8 * half + 2 * k) * 8), _mm_unpacklo_epi64(b[k], b[4 + k]));
+                        _mm_storeu_si128((__m128i *)(d + (8 * half + 2 * k + 1) * 8), _mm_unpackhi_epi64(b[k], b[4 + k]));
+                    }
                 }
             }
-        }
-        /* positions' channel vectors: 8 x 8 int16 transposes (as int32 pairs, then halves) */
-        for (int64_t q = 0; q < T8; q += 8) {
-            __m128i r[8], a[8], b[8];
-            for (int c = 0; c < 8; c++) r[c] = _mm_load_si128((const __m128i *)(tp + c * T8 + q));
-            for (int c = 0; c < 4; c++) {
-                a[2 * c] = _mm_unpacklo_epi16(r[2 * c], r[2 * c + 1]);
-                a[2 * c + 1] = _mm_unpackhi_epi16(r[2 * c], r[2 * c + 1]);
-            }
-            /* a[0]: (p0 c0 c1, p1 c0 c1, p2, p3), a[1]: p4-7 of c0 c1, a[2], a[3]: c2 c3, ... */
-            b[0] = _mm_unpacklo_epi32(a[0], a[2]), b[1] = _mm_unpackhi_epi32(a[0], a[2]);
-            b[2] = _mm_unpacklo_epi32(a[1], a[3]), b[3] = _mm_unpackhi_epi32(a[1], a[3]);
-            b[4] = _mm_unpacklo_epi32(a[4], a[6]), b[5] = _mm_unpackhi_epi32(a[4], a[6]);
-            b[6] = _mm_unpacklo_epi32(a[5], a[7]), b[7] = _mm_unpackhi_epi32(a[5], a[7]);
-            /* b[0]: p0 c0-3, p1 c0-3; b[1]: p2, p3; b[2]: p4, p5; b[3]: p6, p7; b[4..7] the same of c4-7 */
-            for (int k = 0; k < 4; k++) {
-                _mm_store_si128((__m128i *)(xv + (q + 2 * k) * 8), _mm_unpacklo_epi64(b[k], b[4 + k]));
-                _mm_store_si128((__m128i *)(xv + (q + 2 * k + 1) * 8), _mm_unpackhi_epi64(b[k], b[4 + k]));
-            }
+            if (Wp > p->pw + wn) memset(row + (p->pw + wn) * 8, 0, sizeof(int16_t) * 8 * (size_t)(Wp - p->pw - wn));
         }
         /* pair vectors (x[p], x[p + dw]) per channel, a word each, channels in order */
         for (int64_t hp = 0; hp < Hp; hp++)
@@ -497,7 +522,6 @@ static void dws_range(void *arg, int64_t b0, int64_t b1) {
         }
     }
 done:
-    free(tp);
     free(xv);
     free(pp);
     free(acc);
