@@ -494,6 +494,15 @@ def cases():
     c.append(Case("DepthToSpace", "1x64x28x28 b2", {"x": rnd(1, 64, 28, 28)}, attrs=dict(blocksize=2)))
     c.append(Case("DepthToSpace", "1x64x28x28 b2 CRD", {"x": rnd(1, 64, 28, 28)}, attrs=dict(blocksize=2, mode="CRD")))
     c.append(Case("SpaceToDepth", "1x16x56x56 b2", {"x": rnd(1, 16, 56, 56)}, attrs=dict(blocksize=2)))
+    # a detector's class scores [1, 80, 8400] reduced over the classes (axis 1); an image to
+    # channels-last and back with 3 channels; an 8-bit transpose (QDQ graphs)
+    c.append(Case("ArgMax", "1x80x8400 axis 1", {"x": rnd(1, 80, 8400)}, attrs=dict(axis=1)))
+    c.append(Case("TopK", "1x80x8400 axis 1 k5", {"x": rnd(1, 80, 8400)}, {"k": np.array([5], np.int64)},
+                  attrs=dict(axis=1), n_out=2))
+    c.append(Case("Transpose", "1x3x224x224 to NHWC", {"x": rnd(1, 3, 224, 224)}, attrs=dict(perm=[0, 2, 3, 1])))
+    c.append(Case("Transpose", "1x224x224x3 to NCHW", {"x": rnd(1, 224, 224, 3)}, attrs=dict(perm=[0, 3, 1, 2])))
+    c.append(Case("Transpose", "1x12x128x64 perm 0231", {"x": rnd(1, 12, 128, 64, dtype=np.uint8)},
+                  attrs=dict(perm=[0, 2, 3, 1])))
     return c
 
 

@@ -525,3 +525,47 @@ KN_TEST(cpu_depth_space_rows) {
                 free(x);
             }
 }
+
+/* ArgMax / ArgMin along a middle or outer axis (the column blocks): few distinct values (ties, the
+ * first or with select_last_index the last) and NaNs (the first NaN wins, as numpy), block edges,
+ * against a reference written here */
+KN_TEST(cpu_argminmax_columns) {
+    const int64_t dims[3] = {3, 37, 300};
+    const int64_t n = dims[0] * dims[1] * dims[2];
+    float *x = malloc(sizeof(float) * (size_t)n);
+    uint32_t seed = 77;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = floorf(tmb_rand(&seed) * 3.0f);
+        if (i % 613 == 5) x[i] = NAN;
+    }
+    for (int axis = 0; axis < 2; axis++)
+        for (int is_max = 0; is_max < 2; is_max++)
+            for (int last = 0; last < 2; last++) {
+                const int64_t outer = axis ? dims[0] : 1, len = dims[axis], inner = axis ? dims[2] : dims[1] * dims[2];
+                const oc_attr at[2] = {{.name = "axis", .i = axis}, {.name = "select_last_index", .i = last}};
+                kiln_tensor *y = NULL;
+                if (oc_run(is_max ? "ArgMax" : "ArgMin", 13, KILN_DTYPE_FLOAT, 3, dims, x, NULL, 0, at, 2, 1, 2, &y)) {
+                    const int64_t *g = kiln_tensor_data(y);
+                    int64_t bad = 0;
+                    for (int64_t o = 0; o < outer; o++)
+                        for (int64_t i = 0; i < inner; i++) {
+                            const float *p = x + o * len * inner + i;
+                            int64_t want = -1;
+                            for (int64_t r = 0; r < len && want < 0; r++)
+                                if (isnan(p[r * inner])) want = r;
+                            if (want < 0) {
+                                float v = p[0];
+                                for (int64_t r = 1; r < len; r++)
+                                    v = is_max ? fmaxf(v, p[r * inner]) : fminf(v, p[r * inner]);
+                                for (int64_t r = 0; r < len; r++)
+                                    if (p[r * inner] == v && (want < 0 || last)) want = r;
+                            }
+                            bad += g[o * inner + i] != want;
+                        }
+                    CHECK_MSG(bad == 0, "%s axis %d select_last_index %d: %lld of %lld indices differ",
+                              is_max ? "ArgMax" : "ArgMin", axis, last, (long long)bad, (long long)(outer * inner));
+                }
+                kiln_tensor_destroy(y);
+            }
+    free(x);
+}

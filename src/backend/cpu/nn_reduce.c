@@ -400,6 +400,52 @@ static void argrow_range(void *arg, int64_t b, int64_t e) {
     }
 }
 
+/* Float columns (inner > 1: a detector's class scores [1, 80, 8400] along axis 1): items of
+ * ARGCOL_BLOCK columns, each row of the block compared with the block's running best at once
+ * (contiguous, vectorised selects; the index as int32), the same rule as ARG_LOOP. Scanning each
+ * column down with a stride of `inner` took 14x OpenVINO's time on that shape. */
+#define ARGCOL_BLOCK 256
+typedef struct argcol_job {
+    const float *x;
+    int64_t *out;
+    int64_t n, inner, nblk;
+    int is_max, last;
+} argcol_job;
+
+#define ARGCOL_FN(NAME, BETTER)                                                                    \
+    static void NAME(const float *p, int64_t n, int64_t inner, int64_t len, float *best, int32_t *bi) { \
+        for (int64_t i = 0; i < len; i++) best[i] = p[i], bi[i] = 0;                               \
+        for (int64_t r = 1; r < n; r++) {                                                          \
+            const float *row = p + r * inner;                                                      \
+            for (int64_t i = 0; i < len; i++) {                                                    \
+                const float a = row[i], b = best[i];                                               \
+                const int take = BETTER;                                                           \
+                best[i] = take ? a : b;                                                            \
+                bi[i] = take ? (int32_t)r : bi[i];                                                 \
+            }                                                                                      \
+        }                                                                                          \
+    }
+ARGCOL_FN(argcol_max_first, (a > b) | ((a != a) & (b == b)))
+ARGCOL_FN(argcol_max_last, (a >= b) | ((a != a) & (b == b)))
+ARGCOL_FN(argcol_min_first, (a < b) | ((a != a) & (b == b)))
+ARGCOL_FN(argcol_min_last, (a <= b) | ((a != a) & (b == b)))
+#undef ARGCOL_FN
+
+static void argcol_range(void *arg, int64_t b, int64_t e) {
+    const argcol_job *j = arg;
+    float best[ARGCOL_BLOCK];
+    int32_t bi[ARGCOL_BLOCK];
+    for (int64_t t = b; t < e; t++) {
+        const int64_t o = t / j->nblk, i0 = t % j->nblk * ARGCOL_BLOCK;
+        const int64_t len = j->inner - i0 < ARGCOL_BLOCK ? j->inner - i0 : ARGCOL_BLOCK;
+        const float *p = j->x + o * j->n * j->inner + i0;
+        if (j->is_max) (j->last ? argcol_max_last : argcol_max_first)(p, j->n, j->inner, len, best, bi);
+        else (j->last ? argcol_min_last : argcol_min_first)(p, j->n, j->inner, len, best, bi);
+        int64_t *out = j->out + o * j->inner + i0;
+        for (int64_t i = 0; i < len; i++) out[i] = bi[i];
+    }
+}
+
 kiln_status kn_argminmax_prepare(const kn_node *n, void *params) {
     kn_argminmax_prm *p = params;
     p->is_max = !strcmp(n->op_type, "ArgMax");
@@ -436,6 +482,10 @@ kiln_status kn_cpu_argminmax(kn_kernel_ctx *c) {
     if (ct == KILN_DTYPE_FLOAT && inner == 1) {
         argrow_job j = {xv, out, n, is_max, last};
         kn_parallel_for(c->pool, outer, n >= 16384 ? 1 : 16384 / n, argrow_range, &j);
+    } else if (ct == KILN_DTYPE_FLOAT && n <= INT32_MAX) {
+        argcol_job j = {xv, out, n, inner, (inner + ARGCOL_BLOCK - 1) / ARGCOL_BLOCK, is_max, last};
+        const int64_t work = n * (inner < ARGCOL_BLOCK ? inner : ARGCOL_BLOCK);
+        kn_parallel_for(c->pool, outer * j.nblk, work >= 16384 ? 1 : 16384 / work + 1, argcol_range, &j);
     } else if (ct == KILN_DTYPE_FLOAT) {
         if (is_max && !last) ARG_LOOP(float, (a > best || (a != a && best == best)));
         else if (is_max) ARG_LOOP(float, (a >= best || (a != a && best == best)));
