@@ -569,3 +569,85 @@ KN_TEST(cpu_argminmax_columns) {
             }
     free(x);
 }
+
+/* Transposes with a short innermost axis on one side (2-3 elements: MODE_WEAVE), 1- to 8-byte
+ * elements, 1 and 2 threads, against the index formula */
+KN_TEST(cpu_transpose_short_axis) {
+    struct {
+        int rank;
+        int64_t dims[4], perm[4];
+        kiln_dtype dt;
+    } cases[] = {
+        {4, {1, 3, 224, 224}, {0, 2, 3, 1}, KILN_DTYPE_FLOAT}, {4, {1, 224, 224, 3}, {0, 3, 1, 2}, KILN_DTYPE_FLOAT},
+        {4, {2, 3, 17, 19}, {0, 2, 3, 1}, KILN_DTYPE_UINT8},   {4, {2, 17, 19, 3}, {0, 3, 1, 2}, KILN_DTYPE_FLOAT16},
+        {3, {2, 2, 4099}, {0, 2, 1}, KILN_DTYPE_FLOAT},        {3, {2, 4099, 2}, {0, 2, 1}, KILN_DTYPE_INT64},
+        {2, {3, 5}, {1, 0}, KILN_DTYPE_FLOAT},                  {4, {3, 2, 5, 7}, {1, 2, 3, 0}, KILN_DTYPE_UINT8},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int r = cases[c].rank;
+        const size_t es = kiln_dtype_size(cases[c].dt);
+        int64_t n = 1, xs[4], yd[4];
+        for (int d = r - 1; d >= 0; d--) xs[d] = n, n *= cases[c].dims[d];
+        for (int d = 0; d < r; d++) yd[d] = cases[c].dims[cases[c].perm[d]];
+        unsigned char *x = malloc(es * (size_t)n);
+        for (int64_t i = 0; i < (int64_t)es * n; i++) x[i] = (unsigned char)(i * 2654435761u >> 9);
+        const oc_attr at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
+        for (int threads = 1; threads <= 2; threads++) {
+            kiln_tensor *y = NULL;
+            if (oc_run("Transpose", 13, cases[c].dt, r, cases[c].dims, x, NULL, 0, at, 1, 1, threads, &y)) {
+                const unsigned char *g = kiln_tensor_data(y);
+                int64_t bad = 0, idx[4] = {0};
+                for (int64_t o = 0; o < n; o++) {
+                    int64_t src = 0;
+                    for (int d = 0; d < r; d++) src += idx[d] * xs[cases[c].perm[d]];
+                    bad += memcmp(g + (size_t)o * es, x + (size_t)src * es, es) != 0;
+                    for (int d = r - 1; d >= 0; d--) {
+                        if (++idx[d] < yd[d]) break;
+                        idx[d] = 0;
+                    }
+                }
+                CHECK_MSG(bad == 0, "Transpose case %zu, %d threads: %lld of %lld elements misplaced", c, threads,
+                          (long long)bad, (long long)n);
+            }
+            kiln_tensor_destroy(y);
+        }
+        free(x);
+    }
+}
+
+/* 1-byte transposes (8x8 register blocks with tails) against the index formula */
+KN_TEST(cpu_transpose_bytes) {
+    struct {
+        int rank;
+        int64_t dims[4], perm[4];
+    } cases[] = {
+        {4, {1, 12, 128, 64}, {0, 2, 3, 1}}, {4, {2, 13, 9, 21}, {0, 2, 3, 1}}, {3, {3, 40, 24}, {0, 2, 1}},
+        {2, {8, 8}, {1, 0}},                 {2, {300, 7}, {1, 0}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int r = cases[c].rank;
+        int64_t n = 1, xs[4], yd[4];
+        for (int d = r - 1; d >= 0; d--) xs[d] = n, n *= cases[c].dims[d];
+        for (int d = 0; d < r; d++) yd[d] = cases[c].dims[cases[c].perm[d]];
+        uint8_t *x = malloc((size_t)n);
+        for (int64_t i = 0; i < n; i++) x[i] = (uint8_t)(i * 2654435761u >> 11);
+        const oc_attr at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
+        kiln_tensor *y = NULL;
+        if (oc_run("Transpose", 13, KILN_DTYPE_UINT8, r, cases[c].dims, x, NULL, 0, at, 1, 1, 2, &y)) {
+            const uint8_t *g = kiln_tensor_data(y);
+            int64_t bad = 0, idx[4] = {0};
+            for (int64_t o = 0; o < n; o++) {
+                int64_t src = 0;
+                for (int d = 0; d < r; d++) src += idx[d] * xs[cases[c].perm[d]];
+                bad += g[o] != x[src];
+                for (int d = r - 1; d >= 0; d--) {
+                    if (++idx[d] < yd[d]) break;
+                    idx[d] = 0;
+                }
+            }
+            CHECK_MSG(bad == 0, "uint8 Transpose case %zu: %lld of %lld elements misplaced", c, (long long)bad, (long long)n);
+        }
+        kiln_tensor_destroy(y);
+        free(x);
+    }
+}
