@@ -1079,6 +1079,12 @@ def quantised_contrib_tests(out, rng):
                     strides=[5, 5], pads=[0, 3, 0, 0])
     qconv_symmetric("qlinearconv_u8s8_symmetric_depthwise_16x16_s2_right_pad", (1, 16, 16, 16), (16, 1, 3, 3),
                     group=16, strides=[2, 2], pads=[1, 1, 1, 1])
+    # rows of 17-32 at stride 1 take the channels-in-lanes form too
+    qconv_symmetric("qlinearconv_u8s8_symmetric_depthwise_20x27_k3", (1, 24, 20, 27), (24, 1, 3, 3), group=24,
+                    per_channel=True, pads=[1, 1, 1, 1])
+    qconv_symmetric("qlinearconv_u8s8_symmetric_depthwise_9x32_k5_dil2", (2, 9, 9, 32), (9, 1, 5, 5), group=9,
+                    dilations=[1, 2], pads=[2, 4, 2, 4])
+    convi("convinteger_depthwise_16ch_18x30", (1, 16, 18, 30), (16, 1, 3, 3), wt=np.int8, group=16, pads=[1, 1, 1, 1])
     qconv("qlinearconv_u8u8_1x1_8ch_to_24_12x20_full_range", (1, 8, 12, 20), (24, 8, 1, 1), wt=np.uint8)
     qconv("qlinearconv_u8u8_1x1_16ch_to_40_3x24_full_range", (1, 16, 3, 24), (40, 16, 1, 1), wt=np.uint8,
           bias=False)
