@@ -651,3 +651,54 @@ KN_TEST(cpu_transpose_bytes) {
         free(x);
     }
 }
+
+/* TopK along a middle axis ([2, n, 11]: a block of eight columns and a tail of three): the vector
+ * columns (k <= 8, sorted) and the gathered columns (k > 8, or index order) against a stable sort */
+KN_TEST(cpu_topk_columns_against_stable_sort) {
+    const int64_t lens[] = {17, 100}, ks[] = {1, 5, 8, 12}, outer = 2, inner = 11;
+    uint32_t seed = 5;
+    for (size_t li = 0; li < 2; li++)
+        for (size_t ki = 0; ki < 4; ki++) {
+            const int64_t n = lens[li], k = ks[ki], dims[3] = {outer, n, inner}, total = outer * n * inner;
+            if (k > n) continue;
+            float *x = malloc(sizeof(float) * (size_t)total), *col = malloc(sizeof(float) * (size_t)n);
+            int64_t *ref = malloc(sizeof(int64_t) * (size_t)n);
+            for (int64_t i = 0; i < total; i++) {
+                x[i] = floorf(tmb_rand(&seed) * 6.0f);
+                if (i % 53 == 7) x[i] = NAN;
+                if (i % 41 == 3) x[i] = -0.0f;
+            }
+            for (int cfg = 0; cfg < 4; cfg++) {
+                const int largest = cfg & 1, sorted = cfg >> 1 ^ 1;
+                const oc_attr at[3] = {{.name = "axis", .i = 1}, {.name = "largest", .i = largest}, {.name = "sorted", .i = sorted}};
+                kn_tensor *kt = oc_i64(1, k);
+                kiln_tensor *y[2] = {NULL, NULL};
+                if (oc_run("TopK", 11, KILN_DTYPE_FLOAT, 3, dims, x, &kt, 1, at, 3, 2, 1 + (int)(ki & 1), y)) {
+                    const float *gv = kiln_tensor_data(y[0]);
+                    const int64_t *gi = kiln_tensor_data(y[1]);
+                    int64_t bad = 0;
+                    for (int64_t o = 0; o < outer; o++)
+                        for (int64_t c = 0; c < inner; c++) {
+                            for (int64_t r = 0; r < n; r++) col[r] = x[(o * n + r) * inner + c], ref[r] = r;
+                            oc_topk_x = col;
+                            oc_topk_largest = largest;
+                            qsort(ref, (size_t)n, sizeof *ref, oc_topk_cmp);
+                            if (!sorted) qsort(ref, (size_t)k, sizeof *ref, oc_idx_cmp);
+                            for (int64_t q = 0; q < k; q++) {
+                                const int64_t at_ = (o * k + q) * inner + c;
+                                const float want = col[ref[q]], got = gv[at_];
+                                bad += gi[at_] != ref[q] || memcmp(&got, &want, sizeof got) != 0;
+                            }
+                        }
+                    CHECK_MSG(bad == 0, "TopK axis 1 n %lld k %lld largest %d sorted %d: %lld of %lld outputs differ",
+                              (long long)n, (long long)k, largest, sorted, (long long)bad, (long long)(outer * k * inner));
+                }
+                kiln_tensor_destroy(y[0]);
+                kiln_tensor_destroy(y[1]);
+                kn_tensor_free(kt);
+            }
+            free(x);
+            free(col);
+            free(ref);
+        }
+}

@@ -684,9 +684,15 @@ typedef struct topk_job {
 static void topk_range(void *arg, int64_t b, int64_t e) {
     topk_job *j = arg;
     int64_t n = j->n, inner = j->inner, k = j->k;
-    /* float rows: the key heap after the items */
-    const bool keyed = j->ct == KILN_DTYPE_FLOAT && inner == 1 && n <= (int64_t)UINT32_MAX && k * 4 <= n;
-    topk_item *items = malloc((size_t)n * sizeof *items + (keyed ? (size_t)k * sizeof(uint64_t) : 0));
+    /* float rows: the key heap after the items, and for columns (inner > 1: a detector's [1, 80,
+     * 8400] over axis 1) TOPK_COLS columns gathered into rows at once, a row of the input at a
+     * time (the strided scan through the generic comparisons took 6.5x OpenVINO's time there) */
+    enum { TOPK_COLS = 16 };
+    const bool keyed = j->ct == KILN_DTYPE_FLOAT && n <= (int64_t)UINT32_MAX && k * 4 <= n;
+    topk_item *items = malloc((size_t)n * sizeof *items +
+                              (keyed ? (size_t)k * sizeof(uint64_t) + (inner > 1 ? TOPK_COLS * (size_t)n * sizeof(float) : 0)
+                                     : 0));
+    int64_t blk_s0 = -1, blk_len = 0; /* the columns s the gathered block holds */
     if (!items) {
         __atomic_store_n(&j->fail, 1, __ATOMIC_RELAXED);
         return;
@@ -699,7 +705,20 @@ static void topk_range(void *arg, int64_t b, int64_t e) {
         int64_t o = s / inner, i = s % inner;
         int64_t base = o * n * inner + i;
         if (keyed) {
-            topk_float_row(items, (uint64_t *)(void *)(items + n), k, (const float *)j->xv + base, n, j->largest);
+            uint64_t *heap = (uint64_t *)(void *)(items + n);
+            const float *row = (const float *)j->xv + base;
+            if (inner > 1) {
+                float *cols = (float *)(void *)(heap + k);
+                if (s < blk_s0 || s >= blk_s0 + blk_len) { /* gather columns i.. of this outer index */
+                    blk_s0 = s;
+                    blk_len = inner - i < TOPK_COLS ? inner - i : TOPK_COLS;
+                    if (blk_len > e - s) blk_len = e - s;
+                    for (int64_t r = 0; r < n; r++)
+                        for (int64_t q = 0; q < blk_len; q++) cols[q * n + r] = row[r * inner + q];
+                }
+                row = cols + (s - blk_s0) * n;
+            }
+            topk_float_row(items, heap, k, row, n, j->largest);
             if (!j->sorted) qsort(items, (size_t)k, sizeof *items, cmp_index);
         } else if (k * 16 <= n && k <= 256) {
             /* small k: keep the k best sorted; most elements fail one comparison with the
@@ -737,6 +756,85 @@ static void topk_range(void *arg, int64_t b, int64_t e) {
     }
     free(items);
 }
+
+#if defined(__AVX2__)
+/* Float columns (inner >= 8), k <= 8, sorted: eight columns a vector, each lane keeping its k best
+ * sorted in registers (values and int32 indices). Each row's value goes down the list to the
+ * first slot it beats (or an empty one), and from there the slots move down one place; ties keep
+ * the lower index first (rows arrive in index order) and NaN ranks as the largest, as topk_key's
+ * rule. A detector's [1, 80, 8400] over axis 1 with k 5 took
+ * 3x OpenVINO's time column by column. */
+#define TOPK_VK 8
+typedef struct topk_vcol_job {
+    const float *x;
+    float *vals;    /* or NULL */
+    int64_t *idxs;  /* or NULL */
+    int64_t n, inner, k, nblk;
+    int largest;
+} topk_vcol_job;
+
+/* The rows of one block of eight columns into L, I (K best each, sorted); K a constant at each
+ * call, so the lists stay in registers */
+static inline __attribute__((always_inline)) void topk_vcol_block(const float *p, int64_t n, int64_t inner, int64_t lanes,
+                                                                  __m256i lm, const int K, int largest, __m256 *L,
+                                                                  __m256i *I) {
+    for (int q = 0; q < K; q++) L[q] = _mm256_setzero_ps(), I[q] = _mm256_set1_epi32(-1);
+    for (int64_t r = 0; r < n; r++) {
+        __m256 v = lanes == 8 ? _mm256_loadu_ps(p + r * inner) : _mm256_maskload_ps(p + r * inner, lm);
+        __m256i vi = _mm256_set1_epi32((int)r);
+        /* the row's value is NaN (the compares below matter only until it is placed) */
+        const __m256 vn = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+        __m256 shift = _mm256_setzero_ps(); /* placed above: the rest moves down one place */
+        for (int q = 0; q < K; q++) {
+            const __m256 ln = _mm256_cmp_ps(L[q], L[q], _CMP_UNORD_Q);
+            __m256 better = largest ? _mm256_or_ps(_mm256_cmp_ps(v, L[q], _CMP_GT_OQ), _mm256_andnot_ps(ln, vn))
+                                    : _mm256_or_ps(_mm256_cmp_ps(v, L[q], _CMP_LT_OQ), _mm256_andnot_ps(vn, ln));
+            better = _mm256_or_ps(_mm256_or_ps(better, shift),
+                                  _mm256_castsi256_ps(_mm256_cmpeq_epi32(I[q], _mm256_set1_epi32(-1))));
+            shift = better;
+            const __m256 nl = _mm256_blendv_ps(L[q], v, better);
+            const __m256i ni =
+                _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(I[q]), _mm256_castsi256_ps(vi), better));
+            v = _mm256_blendv_ps(v, L[q], better);
+            vi = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(vi), _mm256_castsi256_ps(I[q]), better));
+            L[q] = nl, I[q] = ni;
+        }
+    }
+}
+
+static void topk_vcol_range(void *arg, int64_t b, int64_t e) {
+    const topk_vcol_job *j = arg;
+    const int64_t n = j->n, inner = j->inner, k = j->k;
+    for (int64_t t = b; t < e; t++) {
+        const int64_t o = t / j->nblk, i0 = t % j->nblk * 8, lanes = inner - i0 < 8 ? inner - i0 : 8;
+        const __m256i lm = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const float *p = j->x + o * n * inner + i0;
+        __m256 L[TOPK_VK];
+        __m256i I[TOPK_VK];
+        switch (k) {
+        case 1: topk_vcol_block(p, n, inner, lanes, lm, 1, j->largest, L, I); break;
+        case 2: topk_vcol_block(p, n, inner, lanes, lm, 2, j->largest, L, I); break;
+        case 3: topk_vcol_block(p, n, inner, lanes, lm, 3, j->largest, L, I); break;
+        case 4: topk_vcol_block(p, n, inner, lanes, lm, 4, j->largest, L, I); break;
+        case 5: topk_vcol_block(p, n, inner, lanes, lm, 5, j->largest, L, I); break;
+        case 6: topk_vcol_block(p, n, inner, lanes, lm, 6, j->largest, L, I); break;
+        case 7: topk_vcol_block(p, n, inner, lanes, lm, 7, j->largest, L, I); break;
+        default: topk_vcol_block(p, n, inner, lanes, lm, 8, j->largest, L, I); break;
+        }
+        for (int64_t q = 0; q < k; q++) {
+            float fv[8];
+            int32_t iv[8];
+            _mm256_storeu_ps(fv, L[q]);
+            _mm256_storeu_si256((__m256i *)(void *)iv, I[q]);
+            const int64_t at = (o * k + q) * inner + i0;
+            for (int64_t l = 0; l < lanes; l++) {
+                if (j->vals) j->vals[at + l] = fv[l];
+                if (j->idxs) j->idxs[at + l] = iv[l];
+            }
+        }
+    }
+}
+#endif
 
 kiln_status kn_topk_prepare(const kn_node *n, void *params) {
     kn_topk_prm *p = params;
@@ -785,6 +883,16 @@ kiln_status kn_cpu_topk(kn_kernel_ctx *c) {
     j.k = k;
     j.largest = prm->largest;
     j.sorted = prm->sorted;
+#if defined(__AVX2__)
+    if (j.ct == KILN_DTYPE_FLOAT && x->dtype == KILN_DTYPE_FLOAT && inner >= 8 && k <= TOPK_VK && j.sorted &&
+        n <= INT32_MAX && (!j.vals || j.vals->dtype == KILN_DTYPE_FLOAT)) {
+        topk_vcol_job v = {j.xv, j.vals ? j.vals->data : NULL, j.idxs ? j.idxs->data : NULL, n, inner, k,
+                           (inner + 7) / 8, j.largest};
+        const int64_t work = n * k * 8;
+        kn_parallel_for(c->pool, outer * v.nblk, work >= 16384 ? 1 : 16384 / work + 1, topk_vcol_range, &v);
+        return KILN_OK;
+    }
+#endif
     int64_t grain = n >= 4096 ? 1 : 4096 / n;
     kn_parallel_for(c->pool, outer * inner, grain, topk_range, &j);
     if (j.xv != x->data) free((void *)j.xv);
