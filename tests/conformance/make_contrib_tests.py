@@ -1085,6 +1085,10 @@ def quantised_contrib_tests(out, rng):
     qconv_symmetric("qlinearconv_u8s8_symmetric_depthwise_9x32_k5_dil2", (2, 9, 9, 32), (9, 1, 5, 5), group=9,
                     dilations=[1, 2], pads=[2, 4, 2, 4])
     convi("convinteger_depthwise_16ch_18x30", (1, 16, 18, 30), (16, 1, 3, 3), wt=np.int8, group=16, pads=[1, 1, 1, 1])
+    # one position, 40 output channels of per-channel scales over two images (requantised with the
+    # channels in the lanes)
+    qconv_symmetric("qlinearconv_u8s8_symmetric_one_position_64ch_to_40_batch2", (2, 64, 1, 1), (40, 64, 1, 1),
+                    per_channel=True)
     qconv("qlinearconv_u8u8_1x1_8ch_to_24_12x20_full_range", (1, 8, 12, 20), (24, 8, 1, 1), wt=np.uint8)
     qconv("qlinearconv_u8u8_1x1_16ch_to_40_3x24_full_range", (1, 16, 3, 24), (40, 16, 1, 1), wt=np.uint8,
           bias=False)

@@ -3056,7 +3056,10 @@ kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c) {
     iconv_rq rq = {r, zy, Y->dtype == KILN_DTYPE_INT8, Y->data, false};
     conv_shape s;
     kiln_status st = int_conv(c, 0, 2, 3, 5, b, &s, acc, &rq);
-    if (st == KILN_OK && !rq.done)
+    if (st == KILN_OK && !rq.done && s.out_plane == 1) /* one value a channel: the channels' scales in the lanes */
+        for (int64_t n = 0; n < s.N; n++)
+            kn_q_requant_cols(acc + n * s.M, s.M, r, zy, rq.s8, (uint8_t *)Y->data + n * s.M);
+    else if (st == KILN_OK && !rq.done)
         for (int64_t n = 0; n < s.N; n++)
             for (int64_t m = 0; m < s.M; m++)
                 kn_q_requant(acc + (n * s.M + m) * s.out_plane, s.out_plane, r[m], zy, rq.s8,

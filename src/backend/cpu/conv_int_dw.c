@@ -270,16 +270,20 @@ static void out_plane(const dw_job *j, const int32_t *buf, const int32_t *wm, in
  * nearbyint (the current mode) and the saturating packs clamp, which commute as lo and hi are
  * integers; a value over INT32_MAX is first made 2^31 - 1 (min_pd(big, NaN) stays NaN), and NaN and
  * values under INT32_MIN convert to INT32_MIN, which the packs make lo */
-static inline void requant8(const int32_t *a, __m256d rv, __m256d zv, bool s8, uint8_t *d) {
+static inline void requant8x(const int32_t *a, __m256d rv0, __m256d rv1, __m256d zv, bool s8, uint8_t *d) {
     const __m256d big = _mm256_set1_pd(2147483647.0);
     __m128i q[2];
     for (int h = 0; h < 2; h++) {
         __m256d v = _mm256_cvtepi32_pd(_mm_loadu_si128((const __m128i *)(a + 4 * h)));
-        v = _mm256_min_pd(big, _mm256_add_pd(_mm256_mul_pd(v, rv), zv));
+        v = _mm256_min_pd(big, _mm256_add_pd(_mm256_mul_pd(v, h ? rv1 : rv0), zv));
         q[h] = _mm256_cvtpd_epi32(v);
     }
     const __m128i w16 = _mm_packs_epi32(q[0], q[1]);
     _mm_storel_epi64((__m128i *)d, s8 ? _mm_packs_epi16(w16, w16) : _mm_packus_epi16(w16, w16));
+}
+
+static inline void requant8(const int32_t *a, __m256d rv, __m256d zv, bool s8, uint8_t *d) {
+    requant8x(a, rv, rv, zv, s8, d);
 }
 #endif
 
@@ -301,6 +305,24 @@ void kn_q_requant(const int32_t *a, int64_t n, float r, double zy, bool s8, void
 #endif
     for (; o < n; o++) {
         double v = (double)a[o] * (double)r + zy;
+        v = v != v ? lo : v < lo ? lo : v > hi ? hi : v;
+        v = nearbyint(v);
+        if (s8) ((int8_t *)out)[o] = (int8_t)v;
+        else ((uint8_t *)out)[o] = (uint8_t)v;
+    }
+}
+
+void kn_q_requant_cols(const int32_t *a, int64_t n, const float *r, double zy, bool s8, void *out) {
+    const double lo = s8 ? -128 : 0, hi = s8 ? 127 : 255;
+    int64_t o = 0;
+#if defined(__AVX2__)
+    const __m256d zv = _mm256_set1_pd(zy);
+    for (; o + 8 <= n; o += 8)
+        requant8x(a + o, _mm256_cvtps_pd(_mm_loadu_ps(r + o)), _mm256_cvtps_pd(_mm_loadu_ps(r + o + 4)), zv, s8,
+                  (uint8_t *)out + o);
+#endif
+    for (; o < n; o++) {
+        double v = (double)a[o] * (double)r[o] + zy;
         v = v != v ? lo : v < lo ? lo : v > hi ? hi : v;
         v = nearbyint(v);
         if (s8) ((int8_t *)out)[o] = (int8_t)v;

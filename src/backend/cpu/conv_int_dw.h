@@ -45,6 +45,8 @@ typedef struct kn_qdw {
 /* out[i] = a[i] * r + zy rounded to the nearest (ties to even) and clamped to int8 (s8) or uint8,
  * in double as the ONNX reference (NaN gives the type's minimum, as ONNX Runtime on x86) */
 void kn_q_requant(const int32_t *a, int64_t n, float r, double zy, bool s8, void *out);
+/* the same with a scale per value: out[i] from a[i] * r[i] (one-position planes: a channel each) */
+void kn_q_requant_cols(const int32_t *a, int64_t n, const float *r, double zy, bool s8, void *out);
 
 /* KILN_ERR_OUT_OF_MEMORY when a buffer cannot be had (y then partly written) */
 kiln_status kn_qdw_conv(kn_threadpool *pool, const kn_qdw *p);
