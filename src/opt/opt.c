@@ -41,6 +41,9 @@ const kn_pass kn_opt_passes[] = {
     {"merge_transposes", 1, kn_pass_merge_transposes, "composes consecutive Transposes into one"},
     {"merge_reshapes", 1, kn_pass_merge_reshapes,
      "collapses a Reshape of a Reshape/Flatten/Squeeze/Unsqueeze into one Reshape"},
+    {"sink_expand", 1, kn_pass_sink_expand,
+     "an Expand before elementwise operators moves after them (they compute on the smaller tensor), or goes where "
+     "the operator's own broadcasting gives the same shape (transformers' expanded attention masks)"},
     {"fold_batchnorm", 1, kn_pass_fold_batchnorm,
      "folds an inference BatchNormalization into the weights of the Conv/ConvTranspose/Gemm/MatMul before it"},
     {"fold_pad", 1, kn_pass_fold_pad,

@@ -69,6 +69,7 @@ kiln_status kn_pass_fold_batchnorm(kn_opt_ctx *c);
 kiln_status kn_pass_mean_before_pointwise(kn_opt_ctx *c);
 kiln_status kn_pass_merge_transposes(kn_opt_ctx *c);
 kiln_status kn_pass_merge_reshapes(kn_opt_ctx *c);
+kiln_status kn_pass_sink_expand(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_gelu(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_layernorm(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_qdq_matmul(kn_opt_ctx *c);
@@ -101,6 +102,8 @@ kiln_status kn_opt_refresh(kn_opt_ctx *c);
 const kn_tensor *kn_opt_const(const kn_opt_ctx *c, int v);
 /* The single element of a constant with exactly one element, as double. */
 bool kn_opt_scalar(const kn_opt_ctx *c, int v, double *out);
+/* Whether v is a constant (numeric or bool, at most 2^20 elements) whose every element is `want`. */
+bool kn_opt_const_all(const kn_opt_ctx *c, int v, double want);
 /* Whether the value must keep its name: a graph output, or read by a subgraph (value.sub_reads,
  * exact after kn_opt_refresh). */
 bool kn_opt_pinned(const kn_opt_ctx *c, int v);

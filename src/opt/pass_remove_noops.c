@@ -15,17 +15,6 @@ static bool same_type(const kn_opt_ctx *c, int node) {
     return a->dtype != KILN_DTYPE_UNDEFINED && a->dtype == b->dtype && kn_opt_same_shape(a, b);
 }
 
-/* Whether every element of a constant input equals v. */
-static bool const_all(const kn_opt_ctx *c, int v, double want) {
-    const kn_tensor *t = kn_opt_const(c, v);
-    if (!t || (!kn_dtype_is_float(t->dtype) && !kn_dtype_is_int(t->dtype))) return false;
-    int64_t n = kn_tensor_count(t);
-    if (n < 1 || n > 4096) return false;
-    for (int64_t i = 0; i < n; i++)
-        if (kn_tensor_get_f64(t, i) != want) return false;
-    return true;
-}
-
 static bool dropout_is_identity(const kn_opt_ctx *c, int node) {
     const kn_node *n = &c->g->nodes[node];
     /* the mask output must be unused */
@@ -60,7 +49,7 @@ static bool slice_is_identity(const kn_opt_ctx *c, int node) {
     if (!same_type(c, node)) return false;
     if (n->opset < 10) return true; /* no steps before opset 10 */
     int steps = kn_opt_input(c, node, 4);
-    return steps < 0 || const_all(c, steps, 1);
+    return steps < 0 || kn_opt_const_all(c, steps, 1);
 }
 
 static bool pad_is_identity(const kn_opt_ctx *c, int node) {
@@ -74,7 +63,7 @@ static bool pad_is_identity(const kn_opt_ctx *c, int node) {
         return true;
     }
     int pads = kn_opt_input(c, node, 1);
-    return pads >= 0 && const_all(c, pads, 0);
+    return pads >= 0 && kn_opt_const_all(c, pads, 0);
 }
 
 /* The input that the node passes on unchanged, or -1. */
@@ -100,8 +89,8 @@ static int passthrough(const kn_opt_ctx *c, int node) {
         if (n->n_inputs != 2 || n->inputs[1] < 0) return -1;
         double neutral = !strcmp(op, "Mul") || !strcmp(op, "Div") ? 1 : 0;
         /* x op neutral, or neutral * x / neutral + x (the commutative ones) */
-        if (const_all(c, n->inputs[1], neutral) && same_type(c, node)) return x;
-        if ((!strcmp(op, "Mul") || !strcmp(op, "Add")) && const_all(c, x, neutral)) {
+        if (kn_opt_const_all(c, n->inputs[1], neutral) && same_type(c, node)) return x;
+        if ((!strcmp(op, "Mul") || !strcmp(op, "Add")) && kn_opt_const_all(c, x, neutral)) {
             const kn_type *a = &c->g->values[n->inputs[1]].type, *b = &c->g->values[n->outputs[0]].type;
             if (a->dtype == b->dtype && kn_opt_same_shape(a, b)) return n->inputs[1];
         }

@@ -105,6 +105,16 @@ bool kn_opt_scalar(const kn_opt_ctx *c, int v, double *out) {
     return true;
 }
 
+bool kn_opt_const_all(const kn_opt_ctx *c, int v, double want) {
+    const kn_tensor *t = kn_opt_const(c, v);
+    if (!t || (!kn_dtype_is_float(t->dtype) && !kn_dtype_is_int(t->dtype) && t->dtype != KILN_DTYPE_BOOL)) return false;
+    int64_t n = kn_tensor_count(t);
+    if (n < 1 || n > (1 << 20)) return false;
+    for (int64_t i = 0; i < n; i++)
+        if (kn_tensor_get_f64(t, i) != want) return false;
+    return true;
+}
+
 bool kn_opt_pinned(const kn_opt_ctx *c, int v) {
     const kn_value *val = &c->g->values[v];
     return val->is_graph_output || val->sub_reads > 0;

@@ -3257,3 +3257,66 @@ KN_TEST(opt_packed_qkv_symbolic_batch) {
     }
     packed_symbolic = 0;
 }
+
+/* ------------------------------------------------------------------ sink_expand */
+
+/* expand_case 0: transformers' attention mask: Greater(m, 0) [2,1,1,5] -> Expand to [2,1,4,5] ->
+ * Where(., 0, -1e4) -> Add to the [2,3,4,5] scores -> Softmax: the Expand moves after the Where
+ * and then goes into the Add's broadcast. 1: Add(Expand(x [1,5] -> [4,5]), y [1,5]): the Add's
+ * broadcast alone would give [1,5], so the Expand stays, after the Add. 2: an Expand read by two
+ * nodes stays where it is. */
+static int expand_case;
+static kn_model *build_expand(void) {
+    tb b;
+    tb_init(&b, 17);
+    if (expand_case == 0) {
+        int m = tb_input(&b, "m", KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 1, 1, 5});
+        int s = tb_input(&b, "s", KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 4, 5});
+        int zero = tb_scalar(&b, "zero", KILN_DTYPE_FLOAT, 0), low = tb_scalar(&b, "low", KILN_DTYPE_FLOAT, -1e4);
+        int gt = tb_node(&b, "Greater", (int[]){m, zero}, 2, "gt");
+        int shape = tb_ints_const(&b, "shape", KILN_DTYPE_INT64, 4, (int64_t[]){2, 1, 4, 5});
+        int e = tb_node(&b, "Expand", (int[]){gt, shape}, 2, "e");
+        int w = tb_node(&b, "Where", (int[]){e, zero, low}, 3, "w");
+        int a = tb_node(&b, "Add", (int[]){s, w}, 2, "a");
+        int y = tb_node(&b, "Softmax", &a, 1, "y");
+        tb_output(&b, y);
+    } else if (expand_case == 1) {
+        int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){1, 5});
+        int z = tb_input(&b, "z", KILN_DTYPE_FLOAT, 2, (int64_t[]){1, 5});
+        int shape = tb_ints_const(&b, "shape", KILN_DTYPE_INT64, 2, (int64_t[]){4, 5});
+        int e = tb_node(&b, "Expand", (int[]){x, shape}, 2, "e");
+        int a = tb_node(&b, "Add", (int[]){e, z}, 2, "a");
+        int y = tb_node(&b, "Exp", &a, 1, "y");
+        tb_output(&b, y);
+    } else {
+        int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){1, 5});
+        int shape = tb_ints_const(&b, "shape", KILN_DTYPE_INT64, 2, (int64_t[]){4, 5});
+        int e = tb_node(&b, "Expand", (int[]){x, shape}, 2, "e");
+        tb_output(&b, tb_node(&b, "Neg", &e, 1, "n"));
+        tb_output(&b, tb_node(&b, "Abs", &e, 1, "ab"));
+    }
+    return b.m;
+}
+
+KN_TEST(opt_sink_expand) {
+    for (expand_case = 0; expand_case <= 2; expand_case++) {
+        kiln_session *s = compare_levels(build_expand, 1, 0);
+        if (!s) continue;
+        const kn_graph *g = s->model->graph;
+        CHECK_EQ_INT(count_op(s, "", "Expand"), expand_case == 0 ? 0 : 1);
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kn_node *n = &g->nodes[i];
+            if (n->dead) continue;
+            const kn_type *t = &g->values[n->outputs[0]].type;
+            /* the Where and the Add now compute on the small tensor */
+            if (expand_case == 0 && !strcmp(n->op_type, "Where"))
+                CHECK_MSG(t->rank == 4 && t->dims[2].value == 1, "Where's output [%lld,%lld,%lld,%lld]",
+                          (long long)t->dims[0].value, (long long)t->dims[1].value, (long long)t->dims[2].value,
+                          (long long)t->dims[3].value);
+            if (expand_case == 1 && !strcmp(n->op_type, "Add"))
+                CHECK_MSG(t->rank == 2 && t->dims[0].value == 1, "Add's output rows %lld", (long long)t->dims[0].value);
+        }
+        kiln_session_destroy(s);
+    }
+    expand_case = 0;
+}
