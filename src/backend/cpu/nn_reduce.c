@@ -773,30 +773,33 @@ typedef struct topk_vcol_job {
     int largest;
 } topk_vcol_job;
 
-/* The rows of one block of eight columns into L, I (K best each, sorted); K a constant at each
- * call, so the lists stay in registers */
+/* The rows of one block of eight columns into L, I (K best each, sorted by key, best first); K a
+ * constant at each call, so the lists stay in registers. Keys are topk_key's upper half as signed
+ * int32 (NaN and -0 canonical, bits made monotonic; complemented for the smallest): larger =
+ * better, and the empty slots hold INT32_MIN, below every key. */
 static inline __attribute__((always_inline)) void topk_vcol_block(const float *p, int64_t n, int64_t inner, int64_t lanes,
-                                                                  __m256i lm, const int K, int largest, __m256 *L,
+                                                                  __m256i lm, const int K, int largest, __m256i *L,
                                                                   __m256i *I) {
-    for (int q = 0; q < K; q++) L[q] = _mm256_setzero_ps(), I[q] = _mm256_set1_epi32(-1);
+    const __m256i qnan = _mm256_set1_epi32(0x7fc00000), low31 = _mm256_set1_epi32(0x7fffffff);
+    const __m256i flip = _mm256_set1_epi32(largest ? 0 : -1);
+    for (int q = 0; q < K; q++) L[q] = _mm256_set1_epi32(INT32_MIN), I[q] = _mm256_set1_epi32(-1);
     for (int64_t r = 0; r < n; r++) {
-        __m256 v = lanes == 8 ? _mm256_loadu_ps(p + r * inner) : _mm256_maskload_ps(p + r * inner, lm);
-        __m256i vi = _mm256_set1_epi32((int)r);
-        /* the row's value is NaN (the compares below matter only until it is placed) */
-        const __m256 vn = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-        __m256 shift = _mm256_setzero_ps(); /* placed above: the rest moves down one place */
+        const __m256 x = lanes == 8 ? _mm256_loadu_ps(p + r * inner) : _mm256_maskload_ps(p + r * inner, lm);
+        __m256i u = _mm256_castps_si256(_mm256_and_ps(x, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_UQ)));
+        u = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(u), _mm256_castsi256_ps(qnan),
+                                                 _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+        u = _mm256_xor_si256(u, _mm256_and_si256(_mm256_srai_epi32(u, 31), low31)); /* signed order = float order */
+        __m256i v = _mm256_xor_si256(u, flip);
+        /* masked-off lanes (past the last column) get a key below all and stay out */
+        if (lanes < 8) v = _mm256_blendv_epi8(_mm256_set1_epi32(INT32_MIN), v, lm);
+        __m256i vi = _mm256_set1_epi32((int)r), shift = _mm256_setzero_si256();
         for (int q = 0; q < K; q++) {
-            const __m256 ln = _mm256_cmp_ps(L[q], L[q], _CMP_UNORD_Q);
-            __m256 better = largest ? _mm256_or_ps(_mm256_cmp_ps(v, L[q], _CMP_GT_OQ), _mm256_andnot_ps(ln, vn))
-                                    : _mm256_or_ps(_mm256_cmp_ps(v, L[q], _CMP_LT_OQ), _mm256_andnot_ps(vn, ln));
-            better = _mm256_or_ps(_mm256_or_ps(better, shift),
-                                  _mm256_castsi256_ps(_mm256_cmpeq_epi32(I[q], _mm256_set1_epi32(-1))));
+            /* placed above: the rest moves down one place (ties keep the earlier row) */
+            const __m256i better = _mm256_or_si256(_mm256_cmpgt_epi32(v, L[q]), shift);
             shift = better;
-            const __m256 nl = _mm256_blendv_ps(L[q], v, better);
-            const __m256i ni =
-                _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(I[q]), _mm256_castsi256_ps(vi), better));
-            v = _mm256_blendv_ps(v, L[q], better);
-            vi = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(vi), _mm256_castsi256_ps(I[q]), better));
+            const __m256i nl = _mm256_blendv_epi8(L[q], v, better), ni = _mm256_blendv_epi8(I[q], vi, better);
+            v = _mm256_blendv_epi8(v, L[q], better);
+            vi = _mm256_blendv_epi8(vi, I[q], better);
             L[q] = nl, I[q] = ni;
         }
     }
@@ -809,8 +812,7 @@ static void topk_vcol_range(void *arg, int64_t b, int64_t e) {
         const int64_t o = t / j->nblk, i0 = t % j->nblk * 8, lanes = inner - i0 < 8 ? inner - i0 : 8;
         const __m256i lm = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         const float *p = j->x + o * n * inner + i0;
-        __m256 L[TOPK_VK];
-        __m256i I[TOPK_VK];
+        __m256i L[TOPK_VK], I[TOPK_VK];
         switch (k) {
         case 1: topk_vcol_block(p, n, inner, lanes, lm, 1, j->largest, L, I); break;
         case 2: topk_vcol_block(p, n, inner, lanes, lm, 2, j->largest, L, I); break;
@@ -822,13 +824,11 @@ static void topk_vcol_range(void *arg, int64_t b, int64_t e) {
         default: topk_vcol_block(p, n, inner, lanes, lm, 8, j->largest, L, I); break;
         }
         for (int64_t q = 0; q < k; q++) {
-            float fv[8];
             int32_t iv[8];
-            _mm256_storeu_ps(fv, L[q]);
             _mm256_storeu_si256((__m256i *)(void *)iv, I[q]);
             const int64_t at = (o * k + q) * inner + i0;
             for (int64_t l = 0; l < lanes; l++) {
-                if (j->vals) j->vals[at + l] = fv[l];
+                if (j->vals) j->vals[at + l] = p[iv[l] * inner + l]; /* the element itself: -0 stays -0 */
                 if (j->idxs) j->idxs[at + l] = iv[l];
             }
         }
