@@ -278,17 +278,19 @@ static inline void tr8x8_8(const uint8_t *s, int64_t ss, uint8_t *d, int64_t ds)
     }
 }
 
+/* K, I >= 8: the edges take one more block each, overlapping the last full one (the same values
+ * written twice; the scalar edges were a third of a 12-column transpose) */
 static void tile2d_8(uint8_t *dp, const uint8_t *sp, int64_t K, int64_t I, int64_t dk, int64_t si) {
-    int64_t K8 = K & ~(int64_t)7, I8 = I & ~(int64_t)7;
-    for (int64_t i0 = 0; i0 < I8; i0 += 16) {
-        int64_t i1 = i0 + 16 < I8 ? i0 + 16 : I8;
-        for (int64_t kk = 0; kk < K8; kk += 8)
-            for (int64_t ii = i0; ii < i1; ii += 8) tr8x8_8(sp + kk + ii * si, si, dp + kk * dk + ii, dk);
+    for (int64_t i0 = 0; i0 < I; i0 += 16) {
+        const int64_t i1 = i0 + 16 < I ? i0 + 16 : I;
+        for (int64_t k0 = 0; k0 < K; k0 += 8) {
+            const int64_t kk = k0 + 8 <= K ? k0 : K - 8;
+            for (int64_t c0 = i0; c0 < i1; c0 += 8) {
+                const int64_t ii = c0 + 8 <= I ? c0 : I - 8;
+                tr8x8_8(sp + kk + ii * si, si, dp + kk * dk + ii, dk);
+            }
+        }
     }
-    for (int64_t kk = K8; kk < K; kk++)
-        for (int64_t ii = 0; ii < I; ii++) dp[kk * dk + ii] = sp[kk + ii * si];
-    for (int64_t kk = 0; kk < K8; kk++)
-        for (int64_t ii = I8; ii < I; ii++) dp[kk * dk + ii] = sp[kk + ii * si];
 }
 
 static void tile2d_16(uint16_t *dp, const uint16_t *sp, int64_t K, int64_t I, int64_t dk, int64_t si) {
