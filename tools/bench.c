@@ -44,6 +44,8 @@ typedef struct bench_args {
     bool session_per_stream; /* --session-per-stream: a session each instead of one shared */
     const char *json;
     bool cuda;          /* the provider list starts with cuda */
+    const char *disabled[32]; /* --disable-pass: passes left out (A/B of a pass) */
+    int n_disabled;
 } bench_args;
 
 /* One stream: a session, its inputs and outputs, and its latencies. */
@@ -80,7 +82,7 @@ static int parse_args(bench_args *a, int argc, char **argv) {
         }
         if (o[0] == '-' && strcmp(o, "--dim") && strcmp(o, "--warmup") && strcmp(o, "--iterations") &&
             strcmp(o, "--duration") && strcmp(o, "--io") && strcmp(o, "--streams") && strcmp(o, "--json") &&
-            strcmp(o, "--session-per-stream")) {
+            strcmp(o, "--session-per-stream") && strcmp(o, "--disable-pass")) {
             fprintf(stderr, "kiln bench: unknown option '%s' (kiln help bench lists them)\n", o);
             return 2;
         }
@@ -102,6 +104,11 @@ static int parse_args(bench_args *a, int argc, char **argv) {
             ok = cli_once(o, &duration, v) && cli_parse_double(o, v, 0.001, 86400, &a->duration);
         else if (!strcmp(o, "--streams")) ok = cli_once(o, &streams, v) && cli_parse_int(o, v, 1, MAX_STREAMS, &a->streams);
         else if (!strcmp(o, "--json")) ok = cli_once(o, &a->json, v);
+        else if (!strcmp(o, "--disable-pass")) {
+            ok = a->n_disabled < (int)(sizeof a->disabled / sizeof a->disabled[0]);
+            if (ok) a->disabled[a->n_disabled++] = v;
+            else fprintf(stderr, "kiln bench: at most 32 --disable-pass\n");
+        }
         else if (!strcmp(o, "--io")) {
             ok = cli_once(o, &io, v);
             if (ok && strcmp(v, "host") && strcmp(v, "device")) {
@@ -266,6 +273,12 @@ static bool stream_setup(bench_stream *b, kiln_session *shared) {
         snprintf(b->error, sizeof b->error, "bad --dim");
         return false;
     }
+    for (int k = 0; k < a->n_disabled; k++)
+        if (kiln_session_options_disable_pass(opts, a->disabled[k]) != KILN_OK) {
+            snprintf(b->error, sizeof b->error, "--disable-pass %s: %s", a->disabled[k], kiln_last_error());
+            kiln_session_options_destroy(opts);
+            return false;
+        }
     double t0 = kn_now_ms();
     kiln_status st = kiln_session_create(a->model, opts, &b->session);
     b->create_ms = kn_now_ms() - t0;

@@ -116,6 +116,8 @@ static const cli_opt bench_opts[] = {
     {"--streams", "N", "concurrent streams: threads calling one session, each with its own buffers", "1", NULL},
     {"--session-per-stream", NULL, "give each stream a session of its own instead", NULL, NULL},
     {"--json", "FILE", "also write the results as JSON", NULL, "@file"},
+    {"--disable-pass", "NAME", "leave out an optimisation pass, to time with and without it (repeatable; kiln "
+     "inspect --list-passes names them)", NULL, NULL},
     OPT_LOG,
     OPT_HELP,
     OPT_END,

@@ -74,6 +74,13 @@ else bad "three streams on one session: $(tail -3 "$work/out")"; fi
 if "$kiln" bench "$work/m.onnx" --dim batch=2 --iterations 6 --warmup 1 --streams 2 --session-per-stream \
      --json "$work/e.json" >"$work/out" 2>&1 && grep -q "a session each" "$work/out" && check "$work/e.json" 12 2; then ok
 else bad "a session per stream: $(tail -3 "$work/out")"; fi
+# --disable-pass: the same runs without a pass (A/B of a pass in one process); an unknown name is named back
+if "$kiln" bench "$work/m.onnx" --dim batch=2 --iterations 5 --warmup 1 --disable-pass fuse_elementwise \
+     --disable-pass cse --json "$work/d.json" >"$work/out" 2>&1 && check "$work/d.json" 5 2; then ok
+else bad "--disable-pass: $(tail -3 "$work/out")"; fi
+out=$("$kiln" bench "$work/m.onnx" --dim batch=2 --iterations 5 --disable-pass no_such_pass 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -q "unknown optimisation pass 'no_such_pass'" <<<"$out"; then ok
+else bad "--disable-pass of an unknown pass: $rc $out"; fi
 out=$("$kiln" bench "$work/m.onnx" --iterations 5 2>&1); rc=$?
 if [ $rc -eq 1 ] && grep -q "give its size with --dim batch=VALUE" <<<"$out"; then ok; else bad "symbolic dim not given: $rc $out"; fi
 out=$("$kiln" bench "$work/neg.onnx" --iterations 5 2>&1); rc=$?
