@@ -503,6 +503,7 @@ def cases():
     c.append(Case("Transpose", "1x224x224x3 to NCHW", {"x": rnd(1, 224, 224, 3)}, attrs=dict(perm=[0, 3, 1, 2])))
     c.append(Case("Transpose", "1x12x128x64 perm 0231", {"x": rnd(1, 12, 128, 64, dtype=np.uint8)},
                   attrs=dict(perm=[0, 2, 3, 1])))
+    c.append(Case("Trilu", "1x12x128x128 lower", {"x": rnd(1, 12, 128, 128)}, attrs=dict(upper=0)))
     return c
 
 

@@ -702,3 +702,36 @@ KN_TEST(cpu_topk_columns_against_stable_sort) {
             free(ref);
         }
 }
+
+/* Trilu in one pass (rows copied in part, cleared in part): upper and lower, k from below -N to
+ * past M, 1- to 8-byte elements, against the definition */
+KN_TEST(cpu_trilu_rows) {
+    const int64_t dims[3] = {3, 7, 11};
+    const kiln_dtype dts[3] = {KILN_DTYPE_FLOAT, KILN_DTYPE_UINT8, KILN_DTYPE_INT64};
+    const int64_t ks[6] = {-9, -2, 0, 1, 5, 12};
+    for (int t = 0; t < 3; t++) {
+        const size_t es = kiln_dtype_size(dts[t]);
+        unsigned char *x = malloc(es * 231);
+        for (size_t i = 0; i < es * 231; i++) x[i] = (unsigned char)(i * 29 + 3) | 1; /* no zero element */
+        for (int ki = 0; ki < 6; ki++)
+            for (int upper = 0; upper < 2; upper++) {
+                kn_tensor *kt = oc_i64(0, ks[ki]);
+                const oc_attr at[1] = {{.name = "upper", .i = upper}};
+                kiln_tensor *y = NULL;
+                if (oc_run("Trilu", 14, dts[t], 3, dims, x, &kt, 1, at, 1, 1, 1, &y)) {
+                    const unsigned char *g = kiln_tensor_data(y);
+                    int64_t bad = 0;
+                    for (int64_t e = 0; e < 231; e++) {
+                        const int64_t i = e / 11 % 7, j = e % 11;
+                        const bool keep = upper ? j - i >= ks[ki] : j - i <= ks[ki];
+                        for (size_t b = 0; b < es; b++) bad += g[e * (int64_t)es + (int64_t)b] != (keep ? x[e * (int64_t)es + (int64_t)b] : 0);
+                    }
+                    CHECK_MSG(bad == 0, "Trilu %s k %lld type %d: %lld bytes differ", upper ? "upper" : "lower",
+                              (long long)ks[ki], t, (long long)bad);
+                }
+                kiln_tensor_destroy(y);
+                kn_tensor_free(kt);
+            }
+        free(x);
+    }
+}

@@ -186,9 +186,27 @@ kiln_status kn_cpu_trilu(kn_kernel_ctx *c) {
     const kn_cpu_tensor_prm *prm;
     KN_TRY(kn_ctx_params(c, kn_cpu_tensor_prepare, &local_prm, (const void **)&prm));
     bool upper = prm->upper;
-    KN_TRY(kn_cpu_copy_all(c, y, x));
     int64_t N = x->dims[x->rank - 2], M = x->dims[x->rank - 1];
     int64_t mats = (N * M) != 0 ? kn_tensor_count(x) / (N * M) : 0;
+    if (y->dtype != KILN_DTYPE_STRING && !kn_dtype_is_packed(y->dtype) && y->data != x->data &&
+        y->dtype == x->dtype && kn_tensor_count(y) == kn_tensor_count(x)) {
+        /* one pass: each row's kept part copied, the rest cleared (was: the whole copy, then the
+         * clears over it: 1.5x ONNX Runtime's time on a 1x12x128x128 mask) */
+        const size_t es = kiln_dtype_size(y->dtype);
+        for (int64_t r = 0; r < mats * N; r++) {
+            const int64_t i = r % N;
+            int64_t lo = upper ? i + k : 0, hi = upper ? M : i + k + 1; /* the kept columns */
+            lo = lo < 0 ? 0 : lo > M ? M : lo;
+            hi = hi < lo ? lo : hi > M ? M : hi;
+            char *d = (char *)y->data + (size_t)(r * M) * es;
+            const char *sr = (const char *)x->data + (size_t)(r * M) * es;
+            memset(d, 0, (size_t)lo * es);
+            memcpy(d + (size_t)lo * es, sr + (size_t)lo * es, (size_t)(hi - lo) * es);
+            memset(d + (size_t)hi * es, 0, (size_t)(M - hi) * es);
+        }
+        return KILN_OK;
+    }
+    KN_TRY(kn_cpu_copy_all(c, y, x));
     const void *z = zero_elem(y->dtype);
     for (int64_t m = 0; m < mats; m++)
         for (int64_t i = 0; i < N; i++) {
