@@ -2910,7 +2910,7 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
 
 /* acc (the output's shape, int32) = bias (or 0) + the convolution of x - x_zero_point by
  * w - w_zero_point. Inputs x, its zero point, W, its zero point by index (past the inputs: none). */
-/* QLinearConv's requantisation for the depthwise kernel to do (conv_int_dw.h), or NULL */
+/* QLinearConv's requantisation for the depthwise kernel or kn_qgemm's rows_done to do, or NULL */
 typedef struct iconv_rq {
     const float *r; /* M scales */
     double zy;
@@ -2918,6 +2918,32 @@ typedef struct iconv_rq {
     void *y;
     bool done; /* set when y holds the output */
 } iconv_rq;
+
+/* kn_qgemm's rows_done for QLinearConv: a finished block of one image's group (rows are its output
+ * channels, columns output positions), its bias added and requantised into y while in cache (a
+ * separate pass after, and the bias written into all of acc before, read and wrote the whole int32
+ * output through L3 on large planes: a third of a 1x1 16 -> 32 convolution on 112x112) */
+typedef struct iconv_done {
+    int32_t *c;          /* the group's rows of acc, P apart */
+    const int32_t *bias; /* the group's, or NULL */
+    const float *r;      /* the group's scales */
+    double zy;
+    bool s8;
+    uint8_t *y; /* the group's rows of the output */
+    int64_t P;
+} iconv_done;
+
+static void iconv_rows_done(const void *ctx, int64_t m0, int64_t m1, int64_t n0, int64_t nc) {
+    const iconv_done *d = ctx;
+    for (int64_t m = m0; m < m1; m++) {
+        int32_t *c = d->c + m * d->P + n0;
+        if (d->bias) {
+            const int32_t b = d->bias[m]; /* (read once: c and bias may alias as far as C knows) */
+            for (int64_t q = 0; q < nc; q++) c[q] += b;
+        }
+        kn_q_requant(c, nc, d->r[m], d->zy, d->s8, d->y + m * d->P + n0);
+    }
+}
 
 static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int wz_in, const kn_tensor *bias,
                             conv_shape *s, int32_t *acc, iconv_rq *rq) {
@@ -2980,7 +3006,15 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
     }
     free(zw);
     if (!wp) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    if (bias)
+    /* QLinearConv: bias and requantisation block by block in kn_qgemm (iconv_rows_done) */
+    const bool fused = rq && rq->r;
+    int32_t *bv = fused && bias ? malloc(sizeof(int32_t) * (size_t)s->M) : NULL;
+    if (fused && bias && !bv) {
+        free(wown);
+        return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    if (bv) kn_q_int32_values(bias, s->M, bv);
+    if (bias && !fused)
         for (int64_t n = 0; n < s->N; n++)
             for (int64_t m = 0; m < s->M; m++) {
                 const int32_t b0 = (int32_t)kn_tensor_get_i64(bias, m);
@@ -3007,14 +3041,20 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
             iconv_cols job = {s, (const int8_t *)X->data + (n * s->C + g * s->Cg) * s->in_plane,
                               X->dtype == KILN_DTYPE_INT8, zx, xpad, HP, WP};
             if (xpad) iconv_pad_planes(&job, xpad);
+            const int64_t at = (n * s->M + g * s->Mg) * s->out_plane;
+            iconv_done done = {acc + at, bv ? bv + g * s->Mg : NULL, fused ? rq->r + g * s->Mg : NULL,
+                               fused ? rq->zy : 0, fused && rq->s8, fused ? (uint8_t *)rq->y + at : NULL, s->out_plane};
             kn_qgemm q = {.M = s->Mg, .N = s->out_plane, .K = Kg, .a = wp + g * per_group,
                           .pack_b = pointwise ? iconv_pack_planes : xpad ? iconv_pack_padded
                                                                     : s->nsp <= 2 ? iconv_pack_cols2 : iconv_pack_cols,
                           .pack_ctx = &job, .b_signed = job.s8, .zb = zx,
-                          .c = acc + (n * s->M + g * s->Mg) * s->out_plane, .ldc = s->out_plane,
-                          .accumulate = bias != NULL};
+                          .c = acc + at, .ldc = s->out_plane,
+                          .accumulate = bias != NULL && !fused, .rows_done = fused ? iconv_rows_done : NULL,
+                          .done_ctx = &done};
             st = kn_qgemm_run(c->pool, &q);
         }
+    if (fused && st == KILN_OK) rq->done = true;
+    free(bv);
     free(wown);
     free(xpad);
     return st ? kn_kernel_error(c, st, "out of memory") : KILN_OK;

@@ -414,6 +414,7 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
                 for (int64_t jp = 0; jp * NR < nc; jp++)
                     tile(rows, g->b_signed, kpn, A, B + (jp * KP + k0) * 2 * NR, C + jp * NR, g->ldc,
                          (int)min64(NR, nc - jp * NR), add, asum, zb ? zb + jp * NR : NULL);
+                if (g->rows_done && k0 + KP_BLOCK >= KP) g->rows_done(g->done_ctx, ip * MR, ip * MR + rows, n0, nc);
             }
         }
     }
@@ -426,6 +427,7 @@ kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g) {
     if (g->K <= 0) {
         if (!g->accumulate)
             for (int64_t i = 0; i < g->M; i++) memset(g->c + i * g->ldc, 0, sizeof(int32_t) * (size_t)g->N);
+        if (g->rows_done) g->rows_done(g->done_ctx, 0, g->M, 0, g->N);
         return KILN_OK;
     }
     qjob j = {.g = g, .KP = pairs_of(g->K), .has_zb = g->zb_cols || g->zb};

@@ -61,6 +61,11 @@ typedef struct kn_qgemm {
     int32_t *c; /* M x N, row stride ldc */
     int64_t ldc;
     bool accumulate; /* C += the product instead of C = it */
+    /* or NULL: called (from the pool's threads, on disjoint blocks) as soon as rows [m0, m1) of
+     * columns [n0, n0 + nc) of C are final, while they are in cache (QLinearConv requantises them
+     * there instead of in a pass over all of C after) */
+    void (*rows_done)(const void *ctx, int64_t m0, int64_t m1, int64_t n0, int64_t nc);
+    const void *done_ctx;
 } kn_qgemm;
 
 /* Runs the product on the pool (NULL: the caller's thread). KILN_ERR_OUT_OF_MEMORY when a
