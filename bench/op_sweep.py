@@ -504,6 +504,13 @@ def cases():
     c.append(Case("Transpose", "1x12x128x64 perm 0231", {"x": rnd(1, 12, 128, 64, dtype=np.uint8)},
                   attrs=dict(perm=[0, 2, 3, 1])))
     c.append(Case("Trilu", "1x12x128x128 lower", {"x": rnd(1, 12, 128, 128)}, attrs=dict(upper=0)))
+    # helper-60: depthwise layers of under 8 channels or with rows over 512 wide at stride 1, which
+    # conv_direct.c's depthwise kernel takes (its copied rows: vector copies under 256 wide, memcpy
+    # above; dilation; a partial last vector; a window taller than the image)
+    c.append(conv("dw 3x3 4ch 112x112 (few channels)", 1, 4, 112, 4, 3, g=4, fast=True))
+    c.append(conv("dw 3x3 2ch 12x2100 (wide rows)", 1, 2, (12, 2100), 2, 3, g=2, fast=True))
+    c.append(conv("dw 3x3 d2 4ch 30x261", 1, 4, (30, 261), 4, 3, d=2, g=4, fast=True))
+    c.append(conv("dw 5x5 3ch 3x41 pads 1,2,2,0", 1, 3, (3, 41), 3, 5, p=(1, 2, 2, 0), g=3, bias=False, fast=True))
     return c
 
 

@@ -3,8 +3,10 @@
  * float Conv takes one of these paths:
  *  - depthwise (one input channel per group), AVX-512 or AVX2 (isa_vec.h: written once, 16 or 8
  *    lanes): a vector of channels through a zero-bordered scratch image of [rows][cols][lanes]
- *    (planes too small to fill vectors along their rows); dilated or very wide planes: direct
- *    loops vectorised along the output row;
+ *    (planes too small to fill vectors along their rows); one output channel a group at stride 1
+ *    with fewer channels than lanes or rows too wide for that scratch: conv_direct.c's depthwise
+ *    kernel (rows copied into a zero-bordered scratch, tiles of output rows x vectors); other
+ *    dilated or very wide planes: direct loops vectorised along the output row;
  *  - pointwise (1x1 kernel, stride 1, no pads) on small planes (7x7), AVX-512: vectors along the
  *    output channels, 48 x 7 tiles;
  *  - other pointwise: the input planes are already the GEMM's B;
@@ -1945,6 +1947,8 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
      * direct kernel (conv_direct.c), which starts from the bias itself (no fill_bias pass) */
     if ((!dw16 || s->C < KN_VL) && s->Cg == 1 && s->Mg <= 4 && s->nsp <= 2 && s->kk > 1) {
         const kn_dconv_shape ds = dconv_shape_of(s);
+        /* one output channel a group: the depthwise kernel (conv_direct.c) */
+        if (s->Mg == 1 && kn_dwconv_suits(&ds)) return kn_dwconv_run(c, &ds, x, w, bias, y, epi, epi_ctx);
         if (kn_dconv_suits(&ds)) return kn_dconv_run(c, &ds, x, w, bias, y, epi, epi_ctx, w_is_input);
     }
     if (s->Cg == 0 || s->kk == 0 || (depthwise && !dw16)) {

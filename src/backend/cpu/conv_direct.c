@@ -278,48 +278,67 @@ static void dc_tiles_any(DC_ARGS) {
     else dc_tiles_4(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, nv);
 }
 
-/* Input row ih of the group's channels (image n) into ring slot `slot`: padded column i is
- * x(ih, i - pw), zero outside the row; at sw > 1 split into phases through tmp (rowf + KN_VL floats). */
+/* One input row into a copied row: padded column i is src[i - pw], zero outside the row; at sw > 1
+ * split into phases through tmp (rowf + KN_VL floats): phase p, element e = padded column e sw + p. */
+static void dc_copy_row(const float *src, int64_t W, int64_t pw, int64_t sw, int64_t wp, float *dst, float *tmp) {
+    const int64_t rowf = sw * wp;
+    const int64_t lo = min64(pw, rowf), hi = min64(rowf, pw + W); /* padded columns that hold input */
+    if (sw == 2) { /* straight from the row, masked loads at its ends (a scalar copy of those blocks
+                    * was 80% of a depthwise 3x3 s2 on 56x56) */
+        float *ev = dst, *od = dst + wp;
+        for (int64_t i = 0; i < wp; i += KN_VL) {
+            const int64_t u = 2 * i - pw; /* the block's first padded column's input column */
+            kn_vf a, b;
+            if (u >= 0 && u + 2 * KN_VL <= W) {
+                a = kn_vf_loadu(src + u), b = kn_vf_loadu(src + u + KN_VL);
+            } else {
+                const kn_vmask ma = kn_v_range(-u, W - u), mb = kn_v_range(-u - KN_VL, W - u - KN_VL);
+                a = ma ? kn_vf_maskz_loadu(ma, src + u) : kn_vf_zero();
+                b = mb ? kn_vf_maskz_loadu(mb, src + u + KN_VL) : kn_vf_zero();
+            }
+#if KN_VL == 8
+            const __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);
+            kn_vf_storeu(ev + i, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8)));
+            kn_vf_storeu(od + i, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8)));
+#else
+            kn_vf_storeu(ev + i, kn_vf_perm2(a, kn_vi_iota(0, 2), b));
+            kn_vf_storeu(od + i, kn_vf_perm2(a, kn_vi_iota(1, 2), b));
+#endif
+        }
+        return;
+    }
+    if (sw == 1 && W < 256) { /* vectors, masked loads at the ends (memset, memcpy, memset: a third
+                               * of a depthwise 3x3 on 56x56; on 1000-wide rows memcpy is faster) */
+        for (int64_t i = 0; i < rowf; i += KN_VL) {
+            const int64_t u = i - pw;
+            kn_vf v;
+            if (u >= 0 && u + KN_VL <= W) {
+                v = kn_vf_loadu(src + u);
+            } else {
+                const kn_vmask m = kn_v_range(-u, W - u);
+                v = m ? kn_vf_maskz_loadu(m, src + u) : kn_vf_zero();
+            }
+            kn_vf_storeu(dst + i, v);
+        }
+        return;
+    }
+    float *row = sw == 1 ? dst : tmp;
+    if (lo > 0) memset(row, 0, sizeof(float) * (size_t)lo);
+    if (hi > lo) memcpy(row + lo, src, sizeof(float) * (size_t)(hi - lo));
+    if (rowf > max64(hi, lo)) memset(row + max64(hi, lo), 0, sizeof(float) * (size_t)(rowf - max64(hi, lo)));
+    if (sw == 1) return;
+    for (int64_t p = 0; p < sw; p++) {
+        float *ph = dst + p * wp;
+        for (int64_t i = 0; i < wp; i++) ph[i] = tmp[i * sw + p];
+    }
+}
+
+/* Input row ih of the group's channels (image n) into ring slot `slot` (dc_copy_row). */
 static void dc_copy_rows(const dc_job *j, const float *xg, int64_t ih, int64_t slot, float *ring, float *tmp) {
     const kn_dconv_shape *s = j->s;
-    const int64_t W = s->W, pw = s->pw, sw = s->sw, wp = j->g.wp, rowf = j->g.rowf;
-    const int64_t lo = min64(pw, rowf), hi = min64(rowf, pw + W); /* padded columns that hold input */
-    for (int64_t c = 0; c < j->Cg; c++) {
-        const float *src = xg + (c * s->H + ih) * W;
-        float *dst = ring + (c * j->g.span + slot) * rowf;
-        if (sw == 2) { /* straight from the row, a block through a small zero-padded copy at its ends */
-            float *ev = dst, *od = dst + wp;
-            for (int64_t i = 0; i < wp; i += KN_VL) {
-                const int64_t u = 2 * i - pw; /* the block's first padded column's input column */
-                kn_vf a, b;
-                if (u >= 0 && u + 2 * KN_VL <= W) {
-                    a = kn_vf_loadu(src + u), b = kn_vf_loadu(src + u + KN_VL);
-                } else {
-                    float blk[2 * KN_VL];
-                    for (int q = 0; q < 2 * KN_VL; q++) blk[q] = u + q >= 0 && u + q < W ? src[u + q] : 0.0f;
-                    a = kn_vf_loadu(blk), b = kn_vf_loadu(blk + KN_VL);
-                }
-#if KN_VL == 8
-                const __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);
-                kn_vf_storeu(ev + i, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8)));
-                kn_vf_storeu(od + i, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8)));
-#else
-                kn_vf_storeu(ev + i, kn_vf_perm2(a, kn_vi_iota(0, 2), b));
-                kn_vf_storeu(od + i, kn_vf_perm2(a, kn_vi_iota(1, 2), b));
-#endif
-            }
-            continue;
-        }
-        float *row = sw == 1 ? dst : tmp;
-        if (lo > 0) memset(row, 0, sizeof(float) * (size_t)lo);
-        if (hi > lo) memcpy(row + lo, src, sizeof(float) * (size_t)(hi - lo));
-        if (rowf > max64(hi, lo)) memset(row + max64(hi, lo), 0, sizeof(float) * (size_t)(rowf - max64(hi, lo)));
-        if (sw == 1) continue;
-        for (int64_t p = 0; p < sw; p++) {
-            float *ph = dst + p * wp;
-            for (int64_t i = 0; i < wp; i++) ph[i] = tmp[i * sw + p];
-        }
-    }
+    for (int64_t c = 0; c < j->Cg; c++)
+        dc_copy_row(xg + (c * s->H + ih) * s->W, s->W, s->pw, s->sw, j->g.wp,
+                    ring + (c * j->g.span + slot) * j->g.rowf, tmp);
 }
 
 static void dc_range(void *arg, int64_t begin, int64_t end) {
@@ -506,6 +525,203 @@ kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float 
     return failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
 }
 
+/* ---- depthwise: one input channel per output channel (kn_dwconv_*) ----
+ * Per task (image, channel, band of output rows) the band's input rows are copied once into a
+ * zero-bordered scratch (dc_copy_row: the pads, and the phases at sw > 1; rows above and below the
+ * image as zeros), a group of output rows ahead of the tiles that read them, so every tap is a
+ * plain load at a constant offset with no mask and no bounds test. A tile is R output rows x NV vectors of
+ * KN_VL outputs (at most 12 accumulators: independent FMA chains), per tap one broadcast weight
+ * and R NV FMAs reading the scratch; the bias starts the accumulators, and a fused node's
+ * epilogue runs on finished rows while they are in cache (applied as each tile was stored, a
+ * HardSwish cost more than that: 3x3 16ch 60x1000 0.76 against 0.56 ms without it). The taps run
+ * in the order of conv.c's channels-in-lanes kernel (kh, then kw, from the bias), so the sums are
+ * the same bits. */
+#define DW_SCRATCH_FLOATS (32 * 1024) /* a band's copied rows (128 KB: L2) */
+#define DW_ACC 12
+
+typedef struct dw_job {
+    const kn_dconv_shape *s;
+    const float *x, *w, *bias;
+    float *y;
+    kn_conv_epilogue_fn epi; /* on finished rows, or NULL */
+    const void *epi_ctx;
+    int64_t wp, rowf, bands;
+    int64_t koff[DC_MAX_KW];
+    int *failed;
+} dw_job;
+
+/* R output rows x NV vectors from the copied rows at base (output row r's window starts rs floats
+ * further per row), weights wc [KH][KW]; y at yo, rows OW apart; the last vector holds `last`
+ * outputs (KN_VL: whole). */
+static inline __attribute__((always_inline)) void dw_tile(const dw_job *j, const float *base, int64_t rs,
+                                                          const float *wc, kn_vf b, int64_t yo, int last,
+                                                          const int R, const int NV) {
+    const kn_dconv_shape *s = j->s;
+    const int64_t KH = s->KH, KW = s->KW, ks = s->dh * j->rowf, OW = s->OW;
+    kn_vf acc[DW_ACC];
+#pragma GCC unroll 12
+    for (int i = 0; i < R * NV; i++) acc[i] = b;
+    const float *rp = base;
+    for (int64_t kh = 0; kh < KH; kh++, rp += ks, wc += KW)
+        for (int64_t kw = 0; kw < KW; kw++) {
+            const kn_vf wv = kn_vf_set1(wc[kw]);
+            const float *p = rp + j->koff[kw];
+#pragma GCC unroll 12
+            for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+                for (int q = 0; q < NV; q++)
+                    acc[r * NV + q] = kn_vf_fmadd(kn_vf_loadu(p + r * rs + KN_VL * q), wv, acc[r * NV + q]);
+        }
+#pragma GCC unroll 12
+    for (int r = 0; r < R; r++) {
+        float *yr = j->y + yo + r * OW;
+#pragma GCC unroll 4
+        for (int q = 0; q < NV - 1; q++) kn_vf_storeu(yr + KN_VL * q, acc[r * NV + q]);
+        const kn_vf v = acc[r * NV + NV - 1];
+        if (last == KN_VL) {
+            kn_vf_storeu(yr + KN_VL * (NV - 1), v);
+        } else { /* the row's end (a masked store is slow on Zen 3) */
+            float tmp[KN_VL] __attribute__((aligned(64)));
+            kn_vf_store(tmp, v);
+            memcpy(yr + KN_VL * (NV - 1), tmp, sizeof(float) * (size_t)last);
+        }
+    }
+}
+
+/* A row of tiles: R output rows at yo (column 0), the copied rows at base. Tiles of 4 vectors,
+ * the last two of a row split evenly (3 + 3, not 4 + 2: two chains too few). */
+static inline __attribute__((always_inline)) void dw_rowtiles(const dw_job *j, const float *base, int64_t rs,
+                                                              const float *wc, kn_vf b, int64_t yo, const int R,
+                                                              const int NVMAX) {
+    const int64_t OW = j->s->OW, nvec = (OW + KN_VL - 1) / KN_VL;
+    const int lastn = (int)(OW - (nvec - 1) * KN_VL);
+    for (int64_t q0 = 0; q0 < nvec;) {
+        const int64_t left = nvec - q0;
+        const int nv = (int)(left <= NVMAX ? left : left < 2 * NVMAX ? (left + 1) / 2 : NVMAX);
+        const int last = q0 + nv == nvec ? lastn : KN_VL;
+        const float *bp = base + q0 * KN_VL;
+        const int64_t o = yo + q0 * KN_VL;
+        switch (nv) {
+        case 1: dw_tile(j, bp, rs, wc, b, o, last, R, 1); break;
+        case 2: if (NVMAX >= 2) dw_tile(j, bp, rs, wc, b, o, last, R, NVMAX >= 2 ? 2 : 1); break;
+        case 3: if (NVMAX >= 3) dw_tile(j, bp, rs, wc, b, o, last, R, NVMAX >= 3 ? 3 : 1); break;
+        default: if (NVMAX >= 4) dw_tile(j, bp, rs, wc, b, o, last, R, NVMAX >= 4 ? 4 : 1); break;
+        }
+        q0 += nv;
+    }
+}
+
+/* rows: 1 .. rmax(nvmax) output rows */
+static void dw_rows(const dw_job *j, const float *base, int64_t rs, const float *wc, kn_vf b, int64_t yo, int rows,
+                    int nvmax) {
+#define DW_R(R, NV)                                                                                          \
+    case R: dw_rowtiles(j, base, rs, wc, b, yo, R, NV); break;
+    if (nvmax >= 4) {
+        switch (rows) { DW_R(1, 4) DW_R(2, 4) default: dw_rowtiles(j, base, rs, wc, b, yo, 3, 4); break; }
+    } else if (nvmax == 3) {
+        switch (rows) { DW_R(1, 3) DW_R(2, 3) DW_R(3, 3) default: dw_rowtiles(j, base, rs, wc, b, yo, 4, 3); break; }
+    } else if (nvmax == 2) {
+        switch (rows) {
+            DW_R(1, 2) DW_R(2, 2) DW_R(3, 2) DW_R(4, 2) DW_R(5, 2)
+            default: dw_rowtiles(j, base, rs, wc, b, yo, 6, 2); break;
+        }
+    } else {
+        switch (rows) {
+            DW_R(1, 1) DW_R(2, 1) DW_R(3, 1) DW_R(4, 1) DW_R(5, 1) DW_R(6, 1) DW_R(7, 1)
+            default: dw_rowtiles(j, base, rs, wc, b, yo, 8, 1); break;
+        }
+    }
+#undef DW_R
+}
+
+static void dw_range(void *arg, int64_t begin, int64_t end) {
+    const dw_job *j = arg;
+    const kn_dconv_shape *s = j->s;
+    const int64_t OH = s->OH, OW = s->OW, plane = OH * OW, rowf = j->rowf, sh = s->sh;
+    const int64_t nvec = (OW + KN_VL - 1) / KN_VL;
+    const int nvmax = (int)min64(nvec, 4), rmax = DW_ACC / nvmax > 8 ? 8 : DW_ACC / nvmax;
+    const int64_t band_rows = (OH + j->bands - 1) / j->bands;
+    const int64_t srows = (band_rows - 1) * sh + (s->KH - 1) * s->dh + 1;
+    const size_t need = (size_t)(srows * rowf + rowf + KN_VL);
+    float *own = NULL, *buf = kn_conv_thread_buffer(need);
+    if (!buf && !(buf = own = kn_aligned_alloc(64, sizeof(float) * need))) {
+        __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    float *tmp = buf + srows * rowf;
+    const int64_t epi_rows = max64(1, DC_EPI_FLOATS / OW);
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t nc = t / j->bands, band = t % j->bands, c = nc % s->C;
+        const int64_t oh0 = band * band_rows, oh1 = min64(OH, oh0 + band_rows);
+        if (oh0 >= oh1) continue;
+        const float *xc = j->x + nc * s->H * s->W, *wc = j->w + c * s->KH * s->KW;
+        const kn_vf b = j->bias ? kn_vf_set1(j->bias[c]) : kn_vf_zero();
+        const int64_t ih0 = oh0 * sh - s->ph; /* scratch row 0 */
+        int64_t copied = 0, epi_from = oh0;
+        for (int64_t oh = oh0; oh < oh1;) {
+            const int rows = (int)min64(rmax, oh1 - oh);
+            /* the rows this group and the next read: a group's rows are copied a group ahead, so
+             * that its loads do not meet the copy's stores still in flight */
+            const int64_t need_rows =
+                min64(srows, (min64(oh1, oh + 2 * rows) - 1 - oh0) * sh + (s->KH - 1) * s->dh + 1);
+            for (; copied < need_rows; copied++) {
+                const int64_t ih = ih0 + copied;
+                float *dst = buf + copied * rowf;
+                if (ih < 0 || ih >= s->H) memset(dst, 0, sizeof(float) * (size_t)rowf);
+                else dc_copy_row(xc + ih * s->W, s->W, s->pw, s->sw, j->wp, dst, tmp);
+            }
+            dw_rows(j, buf + (oh - oh0) * sh * rowf, sh * rowf, wc, b, nc * plane + oh * OW, rows, nvmax);
+            oh += rows;
+            if (j->epi && (oh == oh1 || oh - epi_from >= epi_rows)) {
+                j->epi(j->epi_ctx, j->y, nc * plane + epi_from * OW, 1, (oh - epi_from) * OW, plane);
+                epi_from = oh;
+            }
+        }
+    }
+    free(own);
+}
+
+bool kn_dwconv_suits(const kn_dconv_shape *s) {
+    if (s->G < 1 || s->C != s->G || s->M != s->G || s->N < 1 || s->OW < 1 || s->OH < 1) return false;
+    if (s->KH < 1 || s->KW < 1 || s->KW > DC_MAX_KW || s->KH * s->KW < 2 || s->sw < 1 || s->sw > 4 || s->sh < 1 ||
+        s->dh < 1 || s->dw < 1 || s->ph < 0 || s->pw < 0)
+        return false;
+    if (s->W >= ((int64_t)1 << 30) || s->H >= ((int64_t)1 << 30)) return false;
+    const dc_geom g = dc_geom_of(s);
+    /* one output row's window must fit the scratch */
+    if (((s->KH - 1) * s->dh + 1) * g.rowf > DW_SCRATCH_FLOATS) return false;
+    const char *e = getenv("KILN_DWCONV");
+    if (e) return e[0] == '1';
+    /* conv.c asks where its channels-in-lanes kernel does not suit (rows over 512 wide) or has
+     * lanes to spare (under KN_VL channels). Stride 1 only: at stride 2 the copy's split into
+     * phases cost more than the tiles gained (3x3 s2 64ch 56x56: 1.7x dw16's time); rows of 4
+     * vectors or more (a 20-wide row: 1.2x its time). 2-core AVX2 EPYC, 1 thread, against the
+     * paths before: 3x3 16ch 60x1000 0.94, 4ch 100x300 0.75, 4ch 112x112 0.52, 4ch 56x56 0.62. */
+    return s->sw == 1 && s->sh == 1 && s->OW >= 4 * KN_VL;
+}
+
+kiln_status kn_dwconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w, const float *bias,
+                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx) {
+    int failed = 0;
+    dw_job j;
+    memset(&j, 0, sizeof j);
+    const dc_geom g = dc_geom_of(s);
+    j.s = s, j.x = x, j.w = w, j.bias = bias, j.y = y, j.failed = &failed;
+    j.wp = g.wp, j.rowf = g.rowf;
+    for (int64_t kw = 0; kw < s->KW; kw++) j.koff[kw] = (kw * s->dw) % s->sw * g.wp + (kw * s->dw) / s->sw;
+    j.epi = epi, j.epi_ctx = epi_ctx;
+    /* bands: a band's rows fit the scratch; about 4 tasks per thread */
+    const int64_t win = (s->KH - 1) * s->dh + 1;
+    const int64_t fit = max64(1, ((DW_SCRATCH_FLOATS / g.rowf) - win) / s->sh + 1);
+    int64_t bands = (s->OH + fit - 1) / fit;
+    const int64_t threads = kn_threadpool_size(c->pool), planes = s->N * s->C;
+    if (planes * bands < 4 * threads) bands = min64(s->OH, (4 * threads + planes - 1) / planes);
+    j.bands = max64(1, bands);
+    const int64_t work = s->KH * s->KW * s->OH * s->OW / j.bands + 1;
+    kn_parallel_for(c->pool, planes * j.bands, work > 65536 ? 1 : 65536 / work + 1, dw_range, &j);
+    return failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
+}
+
 #else /* no vector level: conv.c keeps its other paths */
 
 bool kn_dconv_suits(const kn_dconv_shape *s) {
@@ -517,6 +733,17 @@ kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float 
                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
     (void)s, (void)x, (void)w, (void)bias, (void)y, (void)epi, (void)epi_ctx, (void)w_const;
     return kn_kernel_error(c, KILN_ERR_INTERNAL, "the direct convolution is not built for this CPU level");
+}
+
+bool kn_dwconv_suits(const kn_dconv_shape *s) {
+    (void)s;
+    return false;
+}
+
+kiln_status kn_dwconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w, const float *bias,
+                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx) {
+    (void)s, (void)x, (void)w, (void)bias, (void)y, (void)epi, (void)epi_ctx;
+    return kn_kernel_error(c, KILN_ERR_INTERNAL, "the depthwise kernel is not built for this CPU level");
 }
 
 #endif

@@ -26,4 +26,11 @@ bool kn_dconv_suits(const kn_dconv_shape *s);
 kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w, const float *bias,
                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const);
 
+/* Depthwise convolutions (G = C = M: one input channel per output channel), any window, strides up
+ * to 4: rows copied once into a zero-bordered scratch, tiles of output rows x vectors (conv_direct.c).
+ * w is [M, 1, KH, KW] as it is (no rearranged copy); epi (may be NULL) on finished rows. */
+bool kn_dwconv_suits(const kn_dconv_shape *s);
+kiln_status kn_dwconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w, const float *bias,
+                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx);
+
 #endif
