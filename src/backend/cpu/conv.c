@@ -2949,6 +2949,8 @@ static void iconv_rows_done(const void *ctx, int64_t m0, int64_t m1, int64_t n0,
     }
 }
 
+static void make_qdw_weights(const void *ctx, void *dst) { kn_qdw_pack_weights(ctx, dst); }
+
 static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int wz_in, const kn_tensor *bias,
                             conv_shape *s, int32_t *acc, iconv_rq *rq) {
     const kn_tensor *X = c->in[x_in], *W = c->in[w_in];
@@ -2981,6 +2983,12 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
         if (rq && rq->r) {
             d.rq = rq->r, d.zy = rq->zy, d.y_s8 = rq->s8, d.y8 = rq->y;
             rq->done = true;
+        }
+        /* the weight pairs kept per session where W and its zero points are constants (packed per
+         * call they were a ninth of a 200-channel 5x5 layer on 2x96 planes) */
+        if (kn_cpu_input_is_const(c, w_in) && (!wz || kn_cpu_input_is_const(c, wz_in))) {
+            const kn_const_layout lay = {66, {s->M, s->w.kernel[0], s->kk, (int64_t)(intptr_t)wz}};
+            d.wk = kn_cpu_const_derived(c, w_in, &lay, sizeof(int32_t) * (size_t)kn_qdw_weights_words(&d), make_qdw_weights, &d);
         }
         const kiln_status dst = bias && !bv ? KILN_ERR_OUT_OF_MEMORY : kn_qdw_conv(c->pool, &d);
         free(zw);

@@ -385,6 +385,7 @@ done:
  * transposed back into the channels' planes (QLinearConv: then kn_q_requant per plane, as above). */
 typedef struct dws_job {
     const kn_qdw *p;
+    const int32_t *wk; /* kn_qdw_pack_weights' form */
     int64_t blocks, Hp, Wp, T8, KP, total; /* total: bytes of x */
     atomic_int failed;
 } dws_job;
@@ -430,7 +431,6 @@ static void dws_range(void *arg, int64_t b0, int64_t b1) {
         atomic_store(&j->failed, 1);
         goto done;
     }
-    const int64_t kk = p->KH * p->KW;
     const __m256i zv = _mm256_set1_epi16((int16_t)p->zx);
     const __m256i lane = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (int64_t u = b0; u < b1; u++) {
@@ -499,20 +499,9 @@ static void dws_range(void *arg, int64_t b0, int64_t b1) {
                 _mm256_store_si256((__m256i *)(pp + (hp * Wp + wp) * 8),
                                    _mm256_set_m128i(_mm_unpackhi_epi16(x0, x1), _mm_unpacklo_epi16(x0, x1)));
             }
-        /* the block's weight pairs less their zero points, a word per channel: int16 (kh, kw) of
-         * channel c at [(kh KP + kw / 2) 16 + 2c + kw % 2] (read back as vectors) */
-        int16_t *w16 = (int16_t *)wk;
-        memset(w16, 0, sizeof(int32_t) * (size_t)(8 * p->KH * KP));
-        for (int64_t c = 0; c < nc; c++) {
-            const int64_t m = c0 + c;
-            const int32_t z = p->zw ? p->zw[m] : p->zw0;
-            const int8_t *ws = (const int8_t *)p->w + m * kk;
-            const uint8_t *wu = (const uint8_t *)p->w + m * kk;
-            for (int64_t kh = 0; kh < p->KH; kh++)
-                for (int64_t kw = 0; kw < p->KW; kw++)
-                    w16[(kh * KP + kw / 2) * 16 + 2 * c + kw % 2] =
-                        (int16_t)((p->w_s8 ? (int32_t)ws[kh * p->KW + kw] : (int32_t)wu[kh * p->KW + kw]) - z);
-        }
+        /* the block's weight pairs, a word per channel: (kh, pair k) of channel c at [(kh KP + k) 8 + c] */
+        for (int64_t t = 0; t < p->KH * KP; t++)
+            for (int c = 0; c < 8; c++) wk[t * 8 + c] = c < nc ? j->wk[(c0 + c) * p->KH * KP + t] : 0;
         int32_t bias[8] = {0};
         for (int64_t c = 0; c < nc; c++) bias[c] = p->bias ? p->bias[c0 + c] : 0;
         const __m256i bv = _mm256_loadu_si256((const __m256i *)bias);
@@ -563,18 +552,45 @@ static bool dws_fits(const kn_qdw *p, int64_t *Hp, int64_t *Wp) {
 }
 #endif
 
+int64_t kn_qdw_weights_words(const kn_qdw *p) { return max64(1, p->C * p->mult * p->KH * ((p->KW + 1) / 2)); }
+
+void kn_qdw_pack_weights(const kn_qdw *p, int32_t *wk) {
+    const int64_t M = p->C * p->mult, KP = (p->KW + 1) / 2, kk = p->KH * p->KW;
+    wk[0] = 0;
+    for (int64_t m = 0; m < M; m++) {
+        const int32_t z = p->zw ? p->zw[m] : p->zw0;
+        for (int64_t kh = 0; kh < p->KH; kh++)
+            for (int64_t k = 0; k < KP; k++) {
+                int32_t v[2] = {0, 0};
+                for (int e = 0; e < 2; e++) {
+                    const int64_t kw = 2 * k + e;
+                    if (kw >= p->KW) continue;
+                    const int64_t i = m * kk + kh * p->KW + kw;
+                    v[e] = (p->w_s8 ? (int32_t)((const int8_t *)p->w)[i] : (int32_t)((const uint8_t *)p->w)[i]) - z;
+                }
+                wk[(m * p->KH + kh) * KP + k] = pair16(v[0], v[1]);
+            }
+    }
+}
+
 kiln_status kn_qdw_conv(kn_threadpool *pool, const kn_qdw *p) {
-    const int64_t M = p->C * p->mult, planes = p->N * p->C;
+    const int64_t planes = p->N * p->C;
     if (planes == 0 || p->OH * p->OW == 0 || p->mult == 0) return KILN_OK;
+    /* the weights: the session's packed form, else packed here */
+    int32_t *own = p->wk ? NULL : malloc(sizeof(int32_t) * (size_t)kn_qdw_weights_words(p));
+    if (!p->wk && !own) return KILN_ERR_OUT_OF_MEMORY;
+    if (own) kn_qdw_pack_weights(p, own);
+    const int32_t *wk = p->wk ? p->wk : own;
 #if defined(__AVX2__)
     int64_t Hp, Wp;
     if (dws_fits(p, &Hp, &Wp)) {
-        dws_job sj = {.p = p, .blocks = (p->C + 7) / 8, .Hp = Hp, .Wp = Wp, .T8 = (Hp * Wp + 7) / 8 * 8, .KP = (p->KW + 1) / 2,
-                      .total = p->N * p->C * p->H * p->W};
+        dws_job sj = {.p = p, .wk = wk, .blocks = (p->C + 7) / 8, .Hp = Hp, .Wp = Wp, .T8 = (Hp * Wp + 7) / 8 * 8,
+                      .KP = (p->KW + 1) / 2, .total = p->N * p->C * p->H * p->W};
         const int64_t units = p->N * sj.blocks;
         if (kn_threadpool_size(pool) <= 1 || units < 2 || planes * p->OH * p->OW * p->KH * p->KW < 100000)
             dws_range(&sj, 0, units);
         else kn_parallel_for(pool, units, 1, dws_range, &sj);
+        free(own);
         return atomic_load(&sj.failed) ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
     }
 #endif
@@ -588,11 +604,9 @@ kiln_status kn_qdw_conv(kn_threadpool *pool, const kn_qdw *p) {
                     : max64(j.QW * p->sw + p->dw + 16, p->pw + p->W + 16);
     j.RW = j.direct ? (j.XB + 1) / 2 + 8 : j.QW * p->sw;
     j.RW = (j.RW + 7) / 8 * 8;
-    int32_t *wk = malloc(sizeof(int32_t) * (size_t)max64(1, M * p->KH * j.KP));
     int64_t *off = malloc(sizeof(int64_t) * (size_t)j.KP);
-    if (!wk || !off) {
-        free(wk);
-        free(off);
+    if (!off) {
+        free(own);
         return KILN_ERR_OUT_OF_MEMORY;
     }
     for (int64_t k = 0; k < j.KP; k++) {
@@ -600,26 +614,12 @@ kiln_status kn_qdw_conv(kn_threadpool *pool, const kn_qdw *p) {
         off[k] = j.direct ? 4 * a + 2 * r : 4 * (r * j.QW + a);
     }
     const int64_t kk = p->KH * p->KW;
-    for (int64_t m = 0; m < M; m++) {
-        const int32_t z = p->zw ? p->zw[m] : p->zw0;
-        for (int64_t kh = 0; kh < p->KH; kh++)
-            for (int64_t k = 0; k < j.KP; k++) {
-                int32_t v[2] = {0, 0};
-                for (int e = 0; e < 2; e++) {
-                    const int64_t kw = 2 * k + e;
-                    if (kw >= p->KW) continue;
-                    const int64_t i = m * kk + kh * p->KW + kw;
-                    v[e] = (p->w_s8 ? (int32_t)((const int8_t *)p->w)[i] : (int32_t)((const uint8_t *)p->w)[i]) - z;
-                }
-                wk[(m * p->KH + kh) * j.KP + k] = pair16(v[0], v[1]);
-            }
-    }
     j.wk = wk;
     j.off = off;
     const int threads = kn_threadpool_size(pool);
     if (threads <= 1 || planes < 2 || planes * p->OH * p->OW * p->mult * kk < 100000) dw_range(&j, 0, planes);
     else kn_parallel_for(pool, planes, 1, dw_range, &j);
-    free(wk);
+    free(own);
     free(off);
     return atomic_load(&j.failed) ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
 }

@@ -40,6 +40,7 @@ typedef struct kn_qdw {
     double zy;
     bool y_s8;
     void *y8;
+    const int32_t *wk; /* the weights as kn_qdw_pack_weights makes them (kept per session), or NULL */
 } kn_qdw;
 
 /* out[i] = a[i] * r + zy rounded to the nearest (ties to even) and clamped to int8 (s8) or uint8,
@@ -47,6 +48,12 @@ typedef struct kn_qdw {
 void kn_q_requant(const int32_t *a, int64_t n, float r, double zy, bool s8, void *out);
 /* the same with a scale per value: out[i] from a[i] * r[i] (one-position planes: a channel each) */
 void kn_q_requant_cols(const int32_t *a, int64_t n, const float *r, double zy, bool s8, void *out);
+
+/* The weights less their zero points as int16 pairs along each kernel row, [M][KH][ceil(KW / 2)]
+ * words (an odd KW's last pair with a zero high half): kn_qdw_weights_words of them, from p's w,
+ * w_s8, zw / zw0 and geometry */
+int64_t kn_qdw_weights_words(const kn_qdw *p);
+void kn_qdw_pack_weights(const kn_qdw *p, int32_t *dst);
 
 /* KILN_ERR_OUT_OF_MEMORY when a buffer cannot be had (y then partly written) */
 kiln_status kn_qdw_conv(kn_threadpool *pool, const kn_qdw *p);
