@@ -88,6 +88,7 @@ part "project models (cpu), each data set run twice per session" build/kiln test
 [ build/contrib_tests/.complete -nt tests/conformance/make_contrib_tests.py ] || { rm -rf build/contrib_tests && "$KILN_PYTHON" tests/conformance/make_contrib_tests.py build/contrib_tests >/dev/null 2>&1 && touch build/contrib_tests/.complete; }
 part "com.microsoft operators vs onnxruntime (cpu)" build/kiln test build/contrib_tests
 part "float16 elementwise operators vs onnxruntime (every float16 value, bit for bit)" "$KILN_PYTHON" tests/conformance/f16_elementwise_vs_ort.py --build build
+part "QLinearMatMul against its exact definition (per-tensor, per-row and per-column scales; 1 and 2 threads)" "$KILN_PYTHON" tests/conformance/qlinearmatmul_exact.py --build build
 part "operator sweep, fast (kiln outputs vs onnxruntime; timing recorded in build/op-sweep-fast.md, not asserted)" "$KILN_PYTHON" bench/op_sweep.py --fast --build build --no-openvino
 part "optimisation equivalence" bash scripts/equivalence.sh build/kiln "$node_dir" build/models $([ -d "$zoo" ] && echo "$zoo")
 part "published models corpus, small set (pinned PyPI wheels; levels 0 and 3 vs onnxruntime, levels 1-3 vs 0; no network: skipped)" bash tests/corpus/run_ci.sh build/kiln

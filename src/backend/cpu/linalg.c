@@ -5,6 +5,7 @@
  * float32 around it (vectorised; a constant B once per session); the 8-bit products through
  * kn_qgemm_run (qgemm.h, exact); double and int32/int64 use plain loops (rare in models). */
 #include "backend/cpu/const_cache.h"
+#include "backend/cpu/conv_int_dw.h"
 #include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/qgemm.h"
@@ -523,6 +524,31 @@ static double saturate_q(double v, kiln_dtype t) {
     return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* QLinearMatMul's requantisation by rows of N: the ratios a row needs worked out once (a_scale per
+ * tensor or per row, b_scale per tensor or per column) and the row through kn_q_requant(_cols),
+ * which computes acc * r + zy in double and rounds as saturate_q does. Each ratio is a float (or
+ * float16) value when the scales are float or float16, so passing it as float is exact. */
+typedef struct qmm_requant {
+    const int32_t *acc;
+    void *y;
+    bool s8;
+    int64_t M, N;
+    const float *r_cols; /* N ratios (b_scale per column), or NULL */
+    const kn_tensor *sa, *sb, *sy;
+    double zy;
+} qmm_requant;
+
+static void qmm_requant_rows(void *arg, int64_t r0, int64_t r1) {
+    const qmm_requant *q = arg;
+    const bool per_row = kn_tensor_count(q->sa) > 1;
+    for (int64_t r = r0; r < r1; r++) {
+        const int32_t *a = q->acc + r * q->N;
+        void *out = (uint8_t *)q->y + r * q->N;
+        if (q->r_cols) kn_q_requant_cols(a, q->N, q->r_cols, q->zy, q->s8, out);
+        else kn_q_requant(a, q->N, (float)scale_ratio(q->sa, per_row ? r % q->M : 0, q->sb, 0, q->sy), q->zy, q->s8, out);
+    }
+}
+
 static kiln_status run_qlinear_matmul(kn_kernel_ctx *c) {
     const kn_tensor *sa = c->in[1], *sb = c->in[4], *sy = c->in[6], *zy = c->n_inputs > 7 ? c->in[7] : NULL;
     kn_tensor *Y = c->out[0];
@@ -533,8 +559,23 @@ static kiln_status run_qlinear_matmul(kn_kernel_ctx *c) {
     if (!acc) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     mm_plan p;
     kiln_status s = int_matmul(c, 0, 3, 2, 5, acc, &p);
-    if (s == KILN_OK) {
-        int64_t nsa = kn_tensor_count(sa), nsb = kn_tensor_count(sb);
+    const int64_t nsa = kn_tensor_count(sa), nsb = kn_tensor_count(sb);
+    const bool float_scales = sa->dtype != KILN_DTYPE_DOUBLE && sb->dtype != KILN_DTYPE_DOUBLE;
+    if (s == KILN_OK && n > 0 && float_scales && (nsa == 1 || nsb == 1)) {
+        float *r_cols = nsb > 1 ? malloc(sizeof(float) * (size_t)p.N) : NULL;
+        if (nsb > 1 && !r_cols) {
+            free(acc);
+            return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        for (int64_t j = 0; r_cols && j < p.N; j++) r_cols[j] = (float)scale_ratio(sa, 0, sb, j, sy);
+        qmm_requant q = {acc, Y->data, Y->dtype == KILN_DTYPE_INT8, p.M, p.N, r_cols, sa, sb, sy,
+                         kn_linalg_qparam(zy, 0)};
+        kn_parallel_for(c->pool, n / p.N, (16384 + p.N - 1) / p.N, qmm_requant_rows, &q);
+        free(r_cols);
+        free(acc);
+        return KILN_OK;
+    }
+    if (s == KILN_OK) { /* double scales, or per-row and per-column together */
         for (int64_t e = 0; e < n; e++) {
             int64_t j = e % p.N, i = (e / p.N) % p.M;
             double r = scale_ratio(sa, nsa > 1 ? i : 0, sb, nsb > 1 ? j : 0, sy);
