@@ -704,25 +704,29 @@ KN_TEST(cpu_topk_columns_against_stable_sort) {
 }
 
 /* Trilu in one pass (rows copied in part, cleared in part): upper and lower, k from below -N to
- * past M, 1- to 8-byte elements, against the definition */
+ * past M, 1- to 8-byte elements, against the definition; the 2x300x500 shape at 2 threads is
+ * split across the pool in row ranges that start inside a matrix */
 KN_TEST(cpu_trilu_rows) {
-    const int64_t dims[3] = {3, 7, 11};
+    const int64_t shapes[2][3] = {{3, 7, 11}, {2, 300, 500}};
     const kiln_dtype dts[3] = {KILN_DTYPE_FLOAT, KILN_DTYPE_UINT8, KILN_DTYPE_INT64};
     const int64_t ks[6] = {-9, -2, 0, 1, 5, 12};
+    for (int sh = 0; sh < 2; sh++)
     for (int t = 0; t < 3; t++) {
+        const int64_t *dims = shapes[sh], N = dims[1], M = dims[2], count = dims[0] * N * M;
+        const int threads = sh ? 2 : 1;
         const size_t es = kiln_dtype_size(dts[t]);
-        unsigned char *x = malloc(es * 231);
-        for (size_t i = 0; i < es * 231; i++) x[i] = (unsigned char)(i * 29 + 3) | 1; /* no zero element */
+        unsigned char *x = malloc(es * (size_t)count);
+        for (size_t i = 0; i < es * (size_t)count; i++) x[i] = (unsigned char)(i * 29 + 3) | 1; /* no zero element */
         for (int ki = 0; ki < 6; ki++)
             for (int upper = 0; upper < 2; upper++) {
                 kn_tensor *kt = oc_i64(0, ks[ki]);
                 const oc_attr at[1] = {{.name = "upper", .i = upper}};
                 kiln_tensor *y = NULL;
-                if (oc_run("Trilu", 14, dts[t], 3, dims, x, &kt, 1, at, 1, 1, 1, &y)) {
+                if (oc_run("Trilu", 14, dts[t], 3, dims, x, &kt, 1, at, 1, 1, threads, &y)) {
                     const unsigned char *g = kiln_tensor_data(y);
                     int64_t bad = 0;
-                    for (int64_t e = 0; e < 231; e++) {
-                        const int64_t i = e / 11 % 7, j = e % 11;
+                    for (int64_t e = 0; e < count; e++) {
+                        const int64_t i = e / M % N, j = e % M;
                         const bool keep = upper ? j - i >= ks[ki] : j - i <= ks[ki];
                         for (size_t b = 0; b < es; b++) bad += g[e * (int64_t)es + (int64_t)b] != (keep ? x[e * (int64_t)es + (int64_t)b] : 0);
                     }
