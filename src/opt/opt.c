@@ -27,7 +27,7 @@ const kn_pass kn_opt_passes[] = {
     /* before folding: that would turn the dequantised weights into float constants */
     {"fuse_qdq_matmul", 1, kn_pass_fuse_qdq_matmul,
      "MatMul of two DequantizeLinear outputs (B a constant) into com.microsoft.MatMulIntegerToFloat: the exact 8-bit "
-     "product"},
+     "product; read only by a QuantizeLinear (B constant or not), into QLinearMatMul"},
     {"fuse_qdq_conv", 1, kn_pass_fuse_qdq_conv,
      "Conv of DequantizeLinear outputs read only by a QuantizeLinear into QLinearConv: the exact 8-bit sum, "
      "requantised once"},

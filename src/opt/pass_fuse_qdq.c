@@ -13,7 +13,10 @@
  * point) or one per column (axis 1); float32 output; no block_size or output_dtype. A following
  * Add of a constant bias [N] becomes the operator's bias. It runs before
  * constant folding, which would fold B's DequantizeLinear away. The DequantizeLinear nodes stay for
- * any other reader (else they go as dead code).
+ * any other reader (else they go as dead code). Where the product's only reader quantises it again
+ * (attention's products of two quantised activations, and weight products without a bias),
+ * Q(MatMul(DQ(A_q), DQ(B_q))) becomes QLinearMatMul instead, B constant or not: the exact sum
+ * requantised once, as ONNX Runtime's QDQ selectors fold it; every scale and zero point one value.
  *
  * fuse_qdq_conv: a Conv of dequantised 8-bit x and weights (and a bias dequantised from int32 at
  * scale sx * sw[m]) whose only reader quantises it, Q(Conv(DQ(x_q), DQ(w_q), DQ(b_q))), becomes
@@ -109,10 +112,65 @@ static kiln_status fuse(kn_opt_ctx *c, int i, bool *done) {
     return KILN_OK;
 }
 
+/* The QuantizeLinear that is the only reader of v, to 8 bits with one scale and zero point (both
+ * given): its output, scale and zero point; -1 otherwise. */
+static int q_after(const kn_opt_ctx *c, int v, int *y, int *sy, int *zy) {
+    const kn_graph *g = c->g;
+    if (kn_opt_pinned(c, v)) return -1;
+    const int q = kn_opt_only_consumer(c, v);
+    if (!kn_opt_is(c, q, "QuantizeLinear") || kn_opt_input(c, q, 0) != v) return -1;
+    const kn_node *qn = &g->nodes[q];
+    if (kn_attr_int(qn, "block_size", 0) != 0 || kn_attr_int(qn, "output_dtype", 0) != 0) return -1;
+    *y = qn->outputs[0], *sy = kn_opt_input(c, q, 1), *zy = kn_opt_n_inputs(c, q) > 2 ? kn_opt_input(c, q, 2) : -1;
+    const kiln_dtype ty = g->values[*y].type.dtype;
+    if ((ty != KILN_DTYPE_UINT8 && ty != KILN_DTYPE_INT8) || g->values[*sy].type.dtype != KILN_DTYPE_FLOAT ||
+        *zy < 0 || count_of(&g->values[*sy].type) != 1 || count_of(&g->values[*zy].type) != 1)
+        return -1;
+    return q;
+}
+
+/* Q(MatMul(DQ(a_q), DQ(b_q))) -> QLinearMatMul(a_q, sa, za, b_q, sb, zb, sy, zy): the exact integer
+ * product requantised once, as ONNX Runtime's QDQ selectors fold it (attention's products of two
+ * quantised activations, which fuse() does not take). Every scale and zero point one value, all
+ * zero points given. */
+static kiln_status fuse_qlinear(kn_opt_ctx *c, int i, bool *done) {
+    const kn_graph *g = c->g;
+    const kn_node *n = &g->nodes[i];
+    *done = false;
+    if (n->n_inputs != 2 || n->n_outputs != 1 || !kn_opt_is_f32(c, n->outputs[0])) return KILN_OK;
+    int y, sy, zy;
+    const int q = q_after(c, n->outputs[0], &y, &sy, &zy);
+    if (q < 0) return KILN_OK;
+    int xa, sa, za, xb, sb, zb;
+    if (dq_of(c, n->inputs[0], &xa, &sa, &za) < 0 || dq_of(c, n->inputs[1], &xb, &sb, &zb) < 0 || za < 0 || zb < 0)
+        return KILN_OK;
+    const int sc[4] = {sa, za, sb, zb};
+    for (int k = 0; k < 4; k++)
+        if (count_of(&g->values[sc[k]].type) != 1) return KILN_OK;
+    kn_opt_proto p;
+    kn_proto_init(&p, "", "QLinearMatMul");
+    const int ins[8] = {xa, sa, za, xb, sb, zb, sy, zy};
+    for (int k = 0; k < 8; k++) kn_proto_in(&p, ins[k]);
+    kn_proto_out(&p, y);
+    int made;
+    KN_TRY(kn_opt_emit(c, &p, i, &made));
+    if (made < 0) return KILN_OK;
+    kn_opt_kill(c, i);
+    kn_opt_kill(c, q);
+    *done = true;
+    return KILN_OK;
+}
+
 kiln_status kn_pass_fuse_qdq_matmul(kn_opt_ctx *c) {
     for (int i = 0; i < c->g->n_nodes; i++) {
         if (!kn_opt_is(c, i, "MatMul")) continue;
         bool done = false;
+        KN_TRY(fuse_qlinear(c, i, &done));
+        if (done) {
+            kn_opt_note(c, "DequantizeLinear+DequantizeLinear+MatMul+QuantizeLinear");
+            KN_TRY(kn_opt_refresh(c));
+            continue;
+        }
         KN_TRY(fuse(c, i, &done));
         if (done) {
             kn_opt_note(c, "DequantizeLinear+DequantizeLinear+MatMul");

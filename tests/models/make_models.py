@@ -257,6 +257,78 @@ def qdq_matmul():
     return m, data
 
 
+def qdq_qlinear_matmul():
+    """Static quantisation's QDQ form around products whose output is quantised again, as
+    attention's are: Q(MatMul(DQ(a_q), DQ(b_q))) of two quantised activations (y1), and of an
+    activation and 8-bit weights (y2), which kiln folds into QLinearMatMul (the exact integer
+    product requantised once, as ONNX Runtime's QDQ selectors do); a third product's float output is
+    also a graph output (y3, the Q after it too), so it must stay a float MatMul. The data are drawn
+    until the float graph (the reference) and the integer form agree on every output: where a float
+    sum lands within its rounding of a half step the two may differ by one step, by design."""
+    rng = np.random.default_rng(23)
+    m, k, n2 = 6, 16, 10
+    sa, za, sb, zb, sw, zw = np.float32(0.05), np.uint8(128), np.float32(0.04), np.uint8(121), np.float32(0.01), np.uint8(127)
+    sy1, zy1, sy2, zy2 = np.float32(0.2), np.uint8(125), np.float32(0.1), np.uint8(130)
+    wq = rng.integers(64, 192, (k, n2)).astype(np.uint8)  # 7 bits about the zero point: no u8 x s8 saturation
+    inits = [numpy_helper.from_array(np.array(v), n) for v, n in
+             [(sa, "sa"), (za, "za"), (sb, "sb"), (zb, "zb"), (sw, "sw"), (zw, "zw"), (sy1, "sy1"), (zy1, "zy1"),
+              (sy2, "sy2"), (zy2, "zy2")]] + [numpy_helper.from_array(wq, "wq")]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["a", "sa", "za"], ["aq"]),
+        helper.make_node("DequantizeLinear", ["aq", "sa", "za"], ["ad"]),
+        helper.make_node("QuantizeLinear", ["b", "sb", "zb"], ["bq"]),
+        helper.make_node("DequantizeLinear", ["bq", "sb", "zb"], ["bd"]),
+        helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wd"]),
+        helper.make_node("MatMul", ["ad", "bd"], ["p1"]),
+        helper.make_node("QuantizeLinear", ["p1", "sy1", "zy1"], ["p1q"]),
+        helper.make_node("DequantizeLinear", ["p1q", "sy1", "zy1"], ["y1"]),
+        helper.make_node("MatMul", ["ad", "wd"], ["p2"]),
+        helper.make_node("QuantizeLinear", ["p2", "sy2", "zy2"], ["p2q"]),
+        helper.make_node("DequantizeLinear", ["p2q", "sy2", "zy2"], ["y2"]),
+        helper.make_node("MatMul", ["bd", "wd"], ["y3"]),
+        helper.make_node("QuantizeLinear", ["y3", "sy2", "zy2"], ["y3q"]),
+    ]
+    g = helper.make_graph(nodes, "qdq_qlinear_matmul",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", 2, m, k]),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, ["batch", 2, k, k])],
+                          [helper.make_tensor_value_info("y1", TensorProto.FLOAT, ["batch", 2, m, k]),
+                           helper.make_tensor_value_info("y2", TensorProto.FLOAT, ["batch", 2, m, n2]),
+                           helper.make_tensor_value_info("y3", TensorProto.FLOAT, ["batch", 2, k, n2]),
+                           helper.make_tensor_value_info("y3q", TensorProto.UINT8, ["batch", 2, k, n2])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="kiln-tests")
+
+    def quant(v, s, z):
+        return np.clip(np.rint(v / np.float64(s)) + int(z), 0, 255)
+
+    def integer_form(a, b):
+        """QLinearMatMul's arithmetic: the exact integer sum times the float32 ratio, rounded once."""
+        qa = quant(a, sa, za).astype(np.int64) - int(za)
+        qb = quant(b, sb, zb).astype(np.int64) - int(zb)
+        r1 = np.float64(np.float32(np.float32(sa * sb) / sy1))
+        r2 = np.float64(np.float32(np.float32(sa * sw) / sy2))
+        y1 = np.clip(np.rint(np.matmul(qa, qb) * r1) + int(zy1), 0, 255)
+        y2 = np.clip(np.rint(np.matmul(qa, wq.astype(np.int64) - int(zw)) * r2) + int(zy2), 0, 255)
+        return (y1 - int(zy1)) * np.float64(sy1), (y2 - int(zy2)) * np.float64(sy2)
+
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ref = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    data = []
+    for n in (1, 3):
+        for _ in range(200):
+            a = (rng.standard_normal((n, 2, m, k)) * 2).astype(np.float32)
+            b = (rng.standard_normal((n, 2, k, k)) * 2).astype(np.float32)
+            got = ref.run(["y1", "y2"], {"a": a, "b": b})
+            if all(np.array_equal(gv.astype(np.float64), wv.astype(np.float32).astype(np.float64))
+                   for gv, wv in zip(got, integer_form(a, b))):
+                data.append([a, b])
+                break
+        else:
+            raise RuntimeError("qdq_qlinear_matmul: no draw where the float graph and the integer form agree")
+    return model, data
+
+
 def qdq_conv():
     """Static quantisation's QDQ form around convolutions: Q(Conv(DQ(x_q), DQ(w_q), DQ(b_q))), which
     kiln runs as QLinearConv (the exact integer sum, requantised once) where its integer kernel is
@@ -616,6 +688,7 @@ def main():
     zoo = {}
     for name, build in (("tiny_cnn", tiny_cnn), ("tiny_transformer", tiny_transformer), ("tiny_rnn", tiny_rnn),
                         ("mha_static", mha_static), ("qdq_matmul", qdq_matmul), ("qdq_conv", qdq_conv),
+                        ("qdq_qlinear_matmul", qdq_qlinear_matmul),
                         ("unrolled_rnn", unrolled_rnn), ("decomposed_activations", decomposed_activations),
                         ("float16_cnn", float16_cnn), ("clamped_activations", clamped_activations)):
         model, data = build()
