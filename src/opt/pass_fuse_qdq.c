@@ -241,15 +241,9 @@ static kiln_status fuse_conv(kn_opt_ctx *c, int i, bool *done) {
     if (n->n_outputs != 1 || n->n_inputs < 2 || !kn_opt_is_f32(c, n->outputs[0]) || kn_opt_pinned(c, n->outputs[0]))
         return KILN_OK;
     /* the one reader: a QuantizeLinear to 8 bits with one scale and zero point */
-    const int q = kn_opt_only_consumer(c, n->outputs[0]);
-    if (!kn_opt_is(c, q, "QuantizeLinear") || kn_opt_input(c, q, 0) != n->outputs[0]) return KILN_OK;
-    const kn_node *qn = &g->nodes[q];
-    if (kn_attr_int(qn, "block_size", 0) != 0 || kn_attr_int(qn, "output_dtype", 0) != 0) return KILN_OK;
-    const int y = qn->outputs[0], sy = kn_opt_input(c, q, 1), zy = kn_opt_n_inputs(c, q) > 2 ? kn_opt_input(c, q, 2) : -1;
-    const kiln_dtype ty = g->values[y].type.dtype;
-    if ((ty != KILN_DTYPE_UINT8 && ty != KILN_DTYPE_INT8) || g->values[sy].type.dtype != KILN_DTYPE_FLOAT ||
-        zy < 0 || count_of(&g->values[sy].type) != 1 || count_of(&g->values[zy].type) != 1)
-        return KILN_OK;
+    int y, sy, zy;
+    const int q = q_after(c, n->outputs[0], &y, &sy, &zy);
+    if (q < 0) return KILN_OK;
     int xq, sx, zx, wq, sw, zw;
     if (dq_of(c, n->inputs[0], &xq, &sx, &zx) < 0 || zx < 0 || count_of(&g->values[sx].type) != 1 ||
         count_of(&g->values[zx].type) != 1)
