@@ -129,6 +129,18 @@ static int q_after(const kn_opt_ctx *c, int v, int *y, int *sy, int *zy) {
     return q;
 }
 
+/* Emits p, the integer operator that replaces float node i and the QuantizeLinear q after it
+ * (p's output is q's), and removes both; *done says whether it formed. */
+static kiln_status emit_requantised(kn_opt_ctx *c, const kn_opt_proto *p, int i, int q, bool *done) {
+    int made;
+    KN_TRY(kn_opt_emit(c, p, i, &made));
+    if (made < 0) return KILN_OK;
+    kn_opt_kill(c, i);
+    kn_opt_kill(c, q);
+    *done = true;
+    return KILN_OK;
+}
+
 /* Q(MatMul(DQ(a_q), DQ(b_q))) -> QLinearMatMul(a_q, sa, za, b_q, sb, zb, sy, zy): the exact integer
  * product requantised once, as ONNX Runtime's QDQ selectors fold it (attention's products of two
  * quantised activations, which fuse() does not take). Every scale and zero point one value, all
@@ -152,13 +164,7 @@ static kiln_status fuse_qlinear(kn_opt_ctx *c, int i, bool *done) {
     const int ins[8] = {xa, sa, za, xb, sb, zb, sy, zy};
     for (int k = 0; k < 8; k++) kn_proto_in(&p, ins[k]);
     kn_proto_out(&p, y);
-    int made;
-    KN_TRY(kn_opt_emit(c, &p, i, &made));
-    if (made < 0) return KILN_OK;
-    kn_opt_kill(c, i);
-    kn_opt_kill(c, q);
-    *done = true;
-    return KILN_OK;
+    return emit_requantised(c, &p, i, q, done);
 }
 
 kiln_status kn_pass_fuse_qdq_matmul(kn_opt_ctx *c) {
@@ -271,13 +277,7 @@ static kiln_status fuse_conv(kn_opt_ctx *c, int i, bool *done) {
     for (int k = 0; k < 9; k++) kn_proto_in(&p, ins[k]);
     kn_proto_out(&p, y);
     for (size_t k = 0; k < sizeof conv_attrs / sizeof conv_attrs[0]; k++) kn_proto_copy_attr(&p, c, i, conv_attrs[k]);
-    int made;
-    KN_TRY(kn_opt_emit(c, &p, i, &made));
-    if (made < 0) return KILN_OK;
-    kn_opt_kill(c, i);
-    kn_opt_kill(c, q);
-    *done = true;
-    return KILN_OK;
+    return emit_requantised(c, &p, i, q, done);
 }
 
 kiln_status kn_pass_fuse_qdq_conv(kn_opt_ctx *c) {
