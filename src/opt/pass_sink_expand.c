@@ -96,7 +96,6 @@ static kiln_status absorb(kn_opt_ctx *c, int node, int slot, int e) {
     kn_type b;
     if (!broadcasting(n) || !broadcast_with(c, node, slot, x, &b)) return KILN_OK;
     if (!kn_opt_same_shape(&b, &c->g->values[n->outputs[0]].type)) return KILN_OK;
-    if (!strcmp(n->op_type, "Clip") && slot > 0) return KILN_OK;
     c->g->nodes[node].inputs[slot] = x;
     kn_opt_note(c, "Expand left to the operator's broadcast");
     c->changes++;
