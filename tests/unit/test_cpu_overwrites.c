@@ -1,0 +1,181 @@
+/* CPU kernels marked KN_KERNEL_OVERWRITES (the executor no longer zeroes their outputs first):
+ * Trilu, CumSum/CumProd, DepthToSpace, SpaceToDepth, TopK, LpNormalization,
+ * MeanVarianceNormalization and LRN, on every path of each kernel (float rows and the general
+ * loops, float16 widened copies, the TopK column and row forms, block sizes and modes). Each
+ * one-node model runs with kiln_session_run_into into caller tensors filled beforehand with 0x00
+ * and then with 0xA5 bytes (outputs written in place, not zeroed by the executor): an element the
+ * kernel leaves unwritten keeps the fill, so the two runs differ there. Both must also equal
+ * kiln_session_run's outputs, bit for bit. 1 and 2 threads. */
+#include "ir/tensor.h"
+#include "test_model_builder.h"
+#include "unit.h"
+
+#include <stdlib.h>
+
+typedef struct ow_attr {
+    const char *name;
+    int64_t i;
+    bool is_float;
+    float f;
+    const int64_t *ints;
+    int n_ints;
+    const char *s;
+} ow_attr;
+
+typedef struct ow_case {
+    const char *what, *op;
+    int opset;
+    kiln_dtype dt;
+    int rank;
+    int64_t dims[4];
+    int64_t konst; /* the second input, an int64 (TopK's K, CumSum's axis, Trilu's k), or: */
+    int konst_rank; /* -1: no second input */
+    ow_attr attrs[3];
+    int n_attrs, n_out;
+} ow_case;
+
+/* x's elements: values from a fixed generator in each type (some ties among the integers) */
+static void *ow_input(kiln_dtype dt, int64_t n, uint32_t seed) {
+    void *p = malloc((size_t)n * 8);
+    for (int64_t i = 0; i < n; i++) {
+        const float v = tmb_rand(&seed) * 3.0f;
+        switch (dt) {
+        case KILN_DTYPE_FLOAT: ((float *)p)[i] = v; break;
+        case KILN_DTYPE_DOUBLE: ((double *)p)[i] = (double)v * 1.25; break;
+        case KILN_DTYPE_FLOAT16: ((uint16_t *)p)[i] = kn_f32_to_f16(v); break;
+        case KILN_DTYPE_INT64: ((int64_t *)p)[i] = (int64_t)(v * 4); break;
+        case KILN_DTYPE_INT32: ((int32_t *)p)[i] = (int32_t)(v * 4); break;
+        case KILN_DTYPE_UINT8: ((uint8_t *)p)[i] = (uint8_t)(i * 7 + 1); break;
+        default: memset((char *)p + i * 8, 0, 8);
+        }
+    }
+    return p;
+}
+
+static void ow_check(const ow_case *c) {
+    tmb b;
+    tmb_init(&b, c->opset);
+    int in[2];
+    in[0] = tmb_input(&b, "x", c->dt, c->rank, c->dims, NULL);
+    int nin = 1;
+    if (c->konst_rank >= 0) in[nin++] = tmb_const_i64(&b, "k", &c->konst, 1, c->konst_rank == 0);
+    int outs[2] = {tmb_value(&b, "y0"), c->n_out > 1 ? tmb_value(&b, "y1") : -1};
+    int node = kn_graph_add_node(b.g, NULL, c->op, "", in, nin, outs, c->n_out);
+    for (int a = 0; a < c->n_attrs; a++) {
+        const ow_attr *at = &c->attrs[a];
+        if (at->s) tmb_str(&b, node, at->name, at->s);
+        else if (at->is_float) tmb_attr(&b, node, at->name, KN_ATTR_FLOAT)->f = at->f;
+        else if (at->n_ints) tmb_ints(&b, node, at->name, at->ints, at->n_ints);
+        else tmb_int(&b, node, at->name, at->i);
+    }
+    for (int o = 0; o < c->n_out; o++) tmb_output(&b, outs[o]);
+    size_t size;
+    unsigned char *data = tmb_finish(&b, &size);
+    CHECK_MSG(data != NULL, "%s: model", c->what);
+    if (!data) return;
+    int64_t n = 1;
+    for (int d = 0; d < c->rank; d++) n *= c->dims[d];
+    void *xv = ow_input(c->dt, n, 17u + (uint32_t)c->rank);
+    for (int threads = 1; threads <= 2; threads++) {
+        kiln_session *s = tmb_session(data, size, threads, 3);
+        if (!s) break;
+        kiln_tensor *x = NULL;
+        kiln_tensor_create(c->dt, c->dims, c->rank, &x);
+        memcpy(kiln_tensor_data(x), xv, kiln_tensor_bytes(x));
+        const char *names[1] = {"x"};
+        kiln_tensor *ref[2] = {NULL, NULL};
+        CHECK_STATUS(kiln_session_run(s, names, &x, 1, NULL, c->n_out, ref), KILN_OK);
+        void *got[2][2] = {{NULL, NULL}, {NULL, NULL}};
+        for (int fill = 0; fill < 2 && ref[0]; fill++) {
+            kiln_tensor *into[2] = {NULL, NULL};
+            for (int o = 0; o < c->n_out; o++) {
+                const size_t bytes = kiln_tensor_bytes(ref[o]);
+                got[fill][o] = malloc(bytes ? bytes : 1);
+                memset(got[fill][o], fill ? 0xA5 : 0x00, bytes);
+                CHECK_STATUS(kiln_tensor_wrap(kiln_tensor_dtype(ref[o]), kiln_tensor_dims(ref[o]),
+                                              kiln_tensor_rank(ref[o]), got[fill][o], bytes, &into[o]),
+                             KILN_OK);
+            }
+            CHECK_STATUS(kiln_session_run_into(s, names, &x, 1, NULL, c->n_out, into), KILN_OK);
+            for (int o = 0; o < c->n_out; o++) kiln_tensor_destroy(into[o]);
+        }
+        for (int o = 0; o < c->n_out && ref[0]; o++) {
+            const size_t bytes = kiln_tensor_bytes(ref[o]);
+            const unsigned char *r = kiln_tensor_data(ref[o]), *g0 = got[0][o], *g1 = got[1][o];
+            size_t unwritten = 0, off = 0;
+            for (size_t i = 0; i < bytes; i++) unwritten += g0[i] != g1[i], off += g0[i] != r[i];
+            CHECK_MSG(unwritten == 0 && off == 0,
+                      "%s, %d threads, output %d: %zu of %zu bytes keep the caller's fill (unwritten), %zu differ "
+                      "from kiln_session_run's", c->what, threads, o, unwritten, bytes, off);
+        }
+        for (int o = 0; o < 2; o++) {
+            kiln_tensor_destroy(ref[o]);
+            free(got[0][o]);
+            free(got[1][o]);
+        }
+        kiln_tensor_destroy(x);
+        kiln_session_destroy(s);
+    }
+    free(xv);
+    free(data);
+}
+
+#define A_INT(n, v) {.name = (n), .i = (v)}
+#define A_F(n, v) {.name = (n), .is_float = true, .f = (v)}
+
+KN_TEST(cpu_overwrites_every_output_element) {
+    static const int64_t axes1[1] = {1}, axes023[3] = {0, 2, 3};
+    const ow_case cases[] = {
+        /* Trilu: the one-pass rows, k inside and past the matrix */
+        {"Trilu lower k -1 f32", "Trilu", 14, KILN_DTYPE_FLOAT, 3, {2, 5, 9}, -1, 0, {A_INT("upper", 0)}, 1, 1},
+        {"Trilu upper k 2 i64", "Trilu", 14, KILN_DTYPE_INT64, 3, {3, 7, 4}, 2, 0, {A_INT("upper", 1)}, 1, 1},
+        {"Trilu upper k 9 u8", "Trilu", 14, KILN_DTYPE_UINT8, 2, {6, 37}, 40, 0, {A_INT("upper", 1)}, 1, 1},
+        /* CumSum / CumProd: typed loops (exclusive, reverse), float16 rows and columns */
+        {"CumSum axis 1 excl rev f32", "CumSum", 14, KILN_DTYPE_FLOAT, 3, {3, 4, 5}, 1, 0,
+         {A_INT("exclusive", 1), A_INT("reverse", 1)}, 2, 1},
+        {"CumSum last axis f16", "CumSum", 14, KILN_DTYPE_FLOAT16, 3, {3, 4, 5}, 2, 0, {{0}}, 0, 1},
+        {"CumSum axis 0 excl f16", "CumSum", 14, KILN_DTYPE_FLOAT16, 3, {3, 4, 5}, 0, 0, {A_INT("exclusive", 1)}, 1, 1},
+        {"CumSum axis -1 i32", "CumSum", 14, KILN_DTYPE_INT32, 2, {6, 9}, -1, 0, {{0}}, 0, 1},
+        {"CumSum axis 0 f64", "CumSum", 14, KILN_DTYPE_DOUBLE, 1, {11}, 0, 0, {{0}}, 0, 1},
+        /* DepthToSpace / SpaceToDepth: the row kernel (2, 3 blocks; 1-8 bytes) */
+        {"DepthToSpace b2 DCR f32", "DepthToSpace", 13, KILN_DTYPE_FLOAT, 4, {2, 8, 3, 5}, 0, -1,
+         {A_INT("blocksize", 2)}, 1, 1},
+        {"DepthToSpace b2 CRD u8", "DepthToSpace", 13, KILN_DTYPE_UINT8, 4, {1, 8, 3, 5}, 0, -1,
+         {A_INT("blocksize", 2), {.name = "mode", .s = "CRD"}}, 2, 1},
+        {"DepthToSpace b3 i64", "DepthToSpace", 13, KILN_DTYPE_INT64, 4, {1, 18, 2, 3}, 0, -1,
+         {A_INT("blocksize", 3)}, 1, 1},
+        {"SpaceToDepth b2 f32", "SpaceToDepth", 13, KILN_DTYPE_FLOAT, 4, {2, 3, 6, 4}, 0, -1,
+         {A_INT("blocksize", 2)}, 1, 1},
+        {"SpaceToDepth b3 f16", "SpaceToDepth", 13, KILN_DTYPE_FLOAT16, 4, {1, 2, 6, 9}, 0, -1,
+         {A_INT("blocksize", 3)}, 1, 1},
+        /* TopK: float columns in vectors (k <= 8, sorted), keyed rows, small k kept sorted (int64),
+         * the whole-row selection, columns gathered for the key heap; values and indices */
+        {"TopK axis 1 k3 columns f32", "TopK", 11, KILN_DTYPE_FLOAT, 3, {2, 20, 11}, 3, 1, {A_INT("axis", 1)}, 1, 2},
+        {"TopK last axis k4 f32", "TopK", 11, KILN_DTYPE_FLOAT, 2, {3, 50}, 4, 1, {A_INT("sorted", 0)}, 1, 2},
+        {"TopK last axis k20 f32", "TopK", 11, KILN_DTYPE_FLOAT, 2, {3, 50}, 20, 1, {A_INT("largest", 0)}, 1, 2},
+        {"TopK last axis k3 i64", "TopK", 11, KILN_DTYPE_INT64, 2, {3, 50}, 3, 1, {{0}}, 0, 2},
+        {"TopK axis 1 k4 unsorted f32", "TopK", 11, KILN_DTYPE_FLOAT, 3, {2, 20, 9}, 4, 1,
+         {A_INT("axis", 1), A_INT("sorted", 0)}, 2, 2},
+        {"TopK axis 0 k2 f64", "TopK", 11, KILN_DTYPE_DOUBLE, 2, {7, 5}, 2, 1, {A_INT("axis", 0)}, 1, 2},
+        /* LpNormalization: float rows (p 1, 2), float16 rows, the general loop (an inner axis) */
+        {"LpNormalization p2 rows f32", "LpNormalization", 1, KILN_DTYPE_FLOAT, 2, {3, 40}, 0, -1, {A_INT("p", 2)}, 1, 1},
+        {"LpNormalization p1 rows f32", "LpNormalization", 1, KILN_DTYPE_FLOAT, 2, {3, 40}, 0, -1, {A_INT("p", 1)}, 1, 1},
+        {"LpNormalization p2 rows f16", "LpNormalization", 1, KILN_DTYPE_FLOAT16, 2, {5, 33}, 0, -1, {{0}}, 0, 1},
+        {"LpNormalization axis 1 f32", "LpNormalization", 1, KILN_DTYPE_FLOAT, 3, {3, 4, 5}, 0, -1,
+         {A_INT("axis", 1)}, 1, 1},
+        /* MeanVarianceNormalization: float runs, float16, the double loop */
+        {"MeanVarianceNormalization f32", "MeanVarianceNormalization", 13, KILN_DTYPE_FLOAT, 4, {2, 3, 4, 5}, 0, -1,
+         {{0}}, 0, 1},
+        {"MeanVarianceNormalization axes 1 f16", "MeanVarianceNormalization", 13, KILN_DTYPE_FLOAT16, 4, {2, 3, 4, 5},
+         0, -1, {{.name = "axes", .ints = axes1, .n_ints = 1}}, 1, 1},
+        {"MeanVarianceNormalization f64", "MeanVarianceNormalization", 13, KILN_DTYPE_DOUBLE, 4, {2, 3, 4, 5}, 0, -1,
+         {{.name = "axes", .ints = axes023, .n_ints = 3}}, 1, 1},
+        /* LRN: float blocks (beta 3/4 and another), float16, the double loop; planes over 512 */
+        {"LRN size 5 f32", "LRN", 13, KILN_DTYPE_FLOAT, 4, {2, 7, 23, 25}, 0, -1, {A_INT("size", 5)}, 1, 1},
+        {"LRN size 3 beta 0.5 f32", "LRN", 13, KILN_DTYPE_FLOAT, 4, {1, 4, 3, 7}, 0, -1,
+         {A_INT("size", 3), A_F("beta", 0.5f)}, 2, 1},
+        {"LRN size 4 f16", "LRN", 13, KILN_DTYPE_FLOAT16, 4, {1, 6, 5, 5}, 0, -1, {A_INT("size", 4)}, 1, 1},
+        {"LRN size 2 f64", "LRN", 13, KILN_DTYPE_DOUBLE, 3, {2, 5, 9}, 0, -1, {A_INT("size", 2)}, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) ow_check(&cases[i]);
+}
