@@ -784,6 +784,9 @@ static inline __attribute__((always_inline)) void topk_vcol_block(const float *p
     const __m256i flip = _mm256_set1_epi32(largest ? 0 : -1);
     for (int q = 0; q < K; q++) L[q] = _mm256_set1_epi32(INT32_MIN), I[q] = _mm256_set1_epi32(-1);
     for (int64_t r = 0; r < n; r++) {
+        /* the next 64 bytes of the row, which the next block but one reads: a row a page apart
+         * (a detector's 8400 columns) is a stream the hardware prefetchers do not follow */
+        _mm_prefetch((const char *)(p + r * inner + 16), _MM_HINT_T0);
         const __m256 x = lanes == 8 ? _mm256_loadu_ps(p + r * inner) : _mm256_maskload_ps(p + r * inner, lm);
         __m256i u = _mm256_castps_si256(_mm256_and_ps(x, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_UQ)));
         u = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(u), _mm256_castsi256_ps(qnan),
@@ -797,8 +800,11 @@ static inline __attribute__((always_inline)) void topk_vcol_block(const float *p
             /* placed above: the rest moves down one place (ties keep the earlier row) */
             const __m256i better = _mm256_or_si256(_mm256_cmpgt_epi32(v, L[q]), shift);
             shift = better;
-            const __m256i nl = _mm256_blendv_epi8(L[q], v, better), ni = _mm256_blendv_epi8(I[q], vi, better);
-            v = _mm256_blendv_epi8(v, L[q], better);
+            /* the keys by max / min (the same swap: where `better` holds only through the shift,
+             * v is the displaced key and >= L[q], an equal key swapped for an equal key), the
+             * indices under the mask */
+            const __m256i nl = _mm256_max_epi32(L[q], v), ni = _mm256_blendv_epi8(I[q], vi, better);
+            v = _mm256_min_epi32(v, L[q]);
             vi = _mm256_blendv_epi8(vi, I[q], better);
             L[q] = nl, I[q] = ni;
         }
