@@ -5,7 +5,8 @@
  * one-node model runs with kiln_session_run_into into caller tensors filled beforehand with 0x00
  * and then with 0xA5 bytes (outputs written in place, not zeroed by the executor): an element the
  * kernel leaves unwritten keeps the fill, so the two runs differ there. Both must also equal
- * kiln_session_run's outputs, bit for bit. 1 and 2 threads. */
+ * kiln_session_run's outputs, bit for bit. 1 and 2 threads. Also LRN's beta 3/4 path against its float
+ * steps written out, bit for bit. */
 #include "ir/tensor.h"
 #include "test_model_builder.h"
 #include "unit.h"
@@ -178,4 +179,69 @@ KN_TEST(cpu_overwrites_every_output_element) {
         {"LRN size 2 f64", "LRN", 13, KILN_DTYPE_DOUBLE, 3, {2, 5, 9}, 0, -1, {A_INT("size", 2)}, 1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) ow_check(&cases[i]);
+}
+
+/* LRN with beta 3/4 (the sums of squares in registers, the power as t sqrt(t)) against the same
+ * float steps written out here: 0 + x_c0^2 + ... + x_c1^2 in ascending channels, t = sqrt(1 /
+ * (bias + alpha / size * s)), y = x (t sqrt(t)), bit for bit (each step is correctly rounded);
+ * planes of 5 (no vector), 575 (a block of 512 and a tail of 63, itself 7 past the vectors),
+ * windows of 1 to past the channels, 1 and 2 threads */
+KN_TEST(cpu_lrn_three_quarters_exact) {
+    const int64_t shapes[2][4] = {{2, 3, 1, 5}, {1, 7, 23, 25}};
+    const int64_t sizes[4] = {1, 3, 5, 9};
+    const float alpha = 0.3f, bias = 1.5f;
+    for (int sh = 0; sh < 2; sh++) {
+        const int64_t *dims = shapes[sh], N = dims[0], C = dims[1], inner = dims[2] * dims[3], n = N * C * inner;
+        float *x = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)n);
+        uint32_t seed = 11;
+        for (int64_t i = 0; i < n; i++) x[i] = tmb_rand(&seed) * 4.0f;
+        for (int si = 0; si < 4; si++) {
+            const int64_t size = sizes[si], lo = (size - 1) / 2, hi = size - 1 - lo;
+            const float an = (float)((double)alpha / (double)size);
+            for (int64_t e = 0; e < n; e++) {
+                const int64_t img = e / (C * inner), ch = e / inner % C, i = e % inner;
+                const int64_t c0 = ch - lo < 0 ? 0 : ch - lo, c1 = ch + hi >= C ? C - 1 : ch + hi;
+                float s = 0;
+                for (int64_t k = c0; k <= c1; k++) {
+                    const float v = x[(img * C + k) * inner + i];
+                    s += v * v;
+                }
+                const float t = sqrtf(1.0f / (bias + an * s));
+                want[e] = x[e] * (t * sqrtf(t));
+            }
+            for (int threads = 1; threads <= 2; threads++) {
+                tmb b;
+                tmb_init(&b, 13);
+                int in = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, dims, NULL), out = tmb_value(&b, "y");
+                int node = tmb_node(&b, "LRN", &in, 1, out);
+                tmb_int(&b, node, "size", size);
+                tmb_attr(&b, node, "alpha", KN_ATTR_FLOAT)->f = alpha;
+                tmb_attr(&b, node, "beta", KN_ATTR_FLOAT)->f = 0.75f;
+                tmb_attr(&b, node, "bias", KN_ATTR_FLOAT)->f = bias;
+                tmb_output(&b, out);
+                size_t bytes;
+                unsigned char *data = tmb_finish(&b, &bytes);
+                kiln_session *s = data ? tmb_session(data, bytes, threads, 3) : NULL;
+                free(data);
+                if (!s) continue;
+                kiln_tensor *xt = NULL, *y = NULL;
+                kiln_tensor_create(KILN_DTYPE_FLOAT, dims, 4, &xt);
+                memcpy(kiln_tensor_data(xt), x, sizeof(float) * (size_t)n);
+                const char *names[1] = {"x"};
+                CHECK_STATUS(kiln_session_run(s, names, &xt, 1, NULL, 1, &y), KILN_OK);
+                if (y) {
+                    const float *g = kiln_tensor_data(y);
+                    int64_t bad = 0;
+                    for (int64_t i = 0; i < n; i++) bad += memcmp(&g[i], &want[i], sizeof(float)) != 0;
+                    CHECK_MSG(bad == 0, "LRN shape %d size %lld, %d threads: %lld of %lld outputs differ from the float steps",
+                              sh, (long long)size, threads, (long long)bad, (long long)n);
+                }
+                kiln_tensor_destroy(y);
+                kiln_tensor_destroy(xt);
+                kiln_session_destroy(s);
+            }
+        }
+        free(x);
+        free(want);
+    }
 }
