@@ -333,12 +333,13 @@ KN_TEST(cuda_conv1d_columns_match_cpu) {
 
 /* Elementwise operators that level 3 fuses into one kiln.FusedElementwise (an interpreted chain on
  * CUDA, its registers in shared memory): Sub(Sigmoid(Mul(Add(X, B), S)), C) with B [16, 1] and C
- * [40] broadcast along different dims (strided inputs), S one value; X [N, 16, 40] for a small and
- * a large N. Against the CPU at every level in fp32, and in float16 (activations=half). */
-static unsigned char *chain_model(int64_t n, size_t *size) {
+ * [W] broadcast along different dims (strided inputs), S one value; X [N, 16, W] for a small and
+ * a large N. W 40 runs in 16-byte words (k_chain_words: B one element a word, C whole words), W 7
+ * an element at a time. Against the CPU at every level in fp32, and in float16 (activations=half). */
+static unsigned char *chain_model(int64_t n, int64_t w, size_t *size) {
     tmb b;
     tmb_init(&b, 17);
-    int64_t xd[3] = {n, 16, 40}, bd[2] = {16, 1}, cd[1] = {40}, sd[1] = {1};
+    int64_t xd[3] = {n, 16, w}, bd[2] = {16, 1}, cd[1] = {w}, sd[1] = {1};
     int x = tmb_input(&b, "X", KILN_DTYPE_FLOAT, 3, xd, NULL);
     int bb = tmb_const(&b, "B", 2, bd, 1.0f), sc = tmb_const(&b, "S", 1, sd, 2.0f), cc = tmb_const(&b, "C", 1, cd, 0.5f);
     int t1 = tmb_value(&b, "T1"), t2 = tmb_value(&b, "T2"), t3 = tmb_value(&b, "T3"), y = tmb_value(&b, "Y");
@@ -353,14 +354,15 @@ static unsigned char *chain_model(int64_t n, size_t *size) {
 
 KN_TEST(cuda_elementwise_chain_matches_cpu) {
     NEED_GPU();
-    static const int64_t batches[2] = {3, 4099};
-    for (int k = 0; k < 2; k++) {
+    static const int64_t batches[3] = {3, 4099, 5}, widths[3] = {40, 40, 7};
+    for (int k = 0; k < 3; k++) {
         size_t size;
-        unsigned char *m = chain_model(batches[k], &size);
-        int64_t xd[3] = {batches[k], 16, 40};
+        unsigned char *m = chain_model(batches[k], widths[k], &size);
+        int64_t xd[3] = {batches[k], 16, widths[k]};
         kn_tensor *x = random_input(3, xd, 41 + k);
         char what[96];
-        snprintf(what, sizeof what, "Sub(Sigmoid(Mul(Add(X, B), S)), C), X [%lld, 16, 40]", (long long)batches[k]);
+        snprintf(what, sizeof what, "Sub(Sigmoid(Mul(Add(X, B), S)), C), X [%lld, 16, %lld]", (long long)batches[k],
+                 (long long)widths[k]);
         compare_levels(m, size, x, what);
         snprintf(what + strlen(what), sizeof what - strlen(what), " in float16");
         compare_session(m, size, half_session(m, size), x, 4e-3, what);
