@@ -1,6 +1,7 @@
 /* CPU kernels marked KN_KERNEL_OVERWRITES (the executor no longer zeroes their outputs first):
  * Trilu, CumSum/CumProd, DepthToSpace, SpaceToDepth, TopK, LpNormalization,
- * MeanVarianceNormalization and LRN, on every path of each kernel (float rows and the general
+ * MeanVarianceNormalization, LRN, GatherElements, GatherND, ScatterElements, ScatterND, OneHot,
+ * ReverseSequence, EyeLike, ConstantOfShape, Range and Hardmax, on every path of each kernel (float rows and the general
  * loops, float16 widened copies, the TopK column and row forms, block sizes and modes). Each
  * one-node model runs with kiln_session_run_into into caller tensors filled beforehand with 0x00
  * and then with 0xA5 bytes (outputs written in place, not zeroed by the executor): an element the
@@ -23,6 +24,14 @@ typedef struct ow_attr {
     const char *s;
 } ow_attr;
 
+/* a constant input: int64 values (iv), or floats from a fixed generator (iv NULL) */
+typedef struct ow_const {
+    kiln_dtype dt;
+    int rank;
+    int64_t dims[4];
+    const int64_t *iv;
+} ow_const;
+
 typedef struct ow_case {
     const char *what, *op;
     int opset;
@@ -33,7 +42,21 @@ typedef struct ow_case {
     int konst_rank; /* -1: no second input */
     ow_attr attrs[3];
     int n_attrs, n_out;
+    ow_const more[2]; /* further constant inputs (rank 0 with dt 0: none) */
+    const int64_t *x_i64; /* x's values where they matter (a shape, a start) */
 } ow_case;
+
+static kn_tensor *ow_const_tensor(const ow_const *k) {
+    kn_tensor *t = NULL;
+    kn_tensor_new(k->dt, k->rank, k->dims, &t);
+    const int64_t n = kn_tensor_count(t);
+    uint32_t seed = 23;
+    for (int64_t i = 0; i < n; i++) {
+        if (k->iv) ((int64_t *)t->data)[i] = k->iv[i];
+        else ((float *)t->data)[i] = tmb_rand(&seed) * 2.0f;
+    }
+    return t;
+}
 
 /* x's elements: values from a fixed generator in each type (some ties among the integers) */
 static void *ow_input(kiln_dtype dt, int64_t n, uint32_t seed) {
@@ -56,10 +79,15 @@ static void *ow_input(kiln_dtype dt, int64_t n, uint32_t seed) {
 static void ow_check(const ow_case *c) {
     tmb b;
     tmb_init(&b, c->opset);
-    int in[2];
+    int in[4];
     in[0] = tmb_input(&b, "x", c->dt, c->rank, c->dims, NULL);
     int nin = 1;
     if (c->konst_rank >= 0) in[nin++] = tmb_const_i64(&b, "k", &c->konst, 1, c->konst_rank == 0);
+    for (int m = 0; m < 2 && c->more[m].dt; m++) {
+        char nm[8];
+        snprintf(nm, sizeof nm, "m%d", m);
+        in[nin++] = tmb_const_tensor(&b, nm, ow_const_tensor(&c->more[m]));
+    }
     int outs[2] = {tmb_value(&b, "y0"), c->n_out > 1 ? tmb_value(&b, "y1") : -1};
     int node = kn_graph_add_node(b.g, NULL, c->op, "", in, nin, outs, c->n_out);
     for (int a = 0; a < c->n_attrs; a++) {
@@ -77,6 +105,7 @@ static void ow_check(const ow_case *c) {
     int64_t n = 1;
     for (int d = 0; d < c->rank; d++) n *= c->dims[d];
     void *xv = ow_input(c->dt, n, 17u + (uint32_t)c->rank);
+    if (c->x_i64) memcpy(xv, c->x_i64, sizeof(int64_t) * (size_t)n);
     for (int threads = 1; threads <= 2; threads++) {
         kiln_session *s = tmb_session(data, size, threads, 3);
         if (!s) break;
@@ -126,6 +155,12 @@ static void ow_check(const ow_case *c) {
 
 KN_TEST(cpu_overwrites_every_output_element) {
     static const int64_t axes1[1] = {1}, axes023[3] = {0, 2, 3};
+    static const int64_t ge_idx[24] = {0, 4, -1, 2, 3, 3, 1, -5, 2, 0, 0, 1, 4, 4, 4, 4, -2, 1, 0, 3, 2, 2, 1, 0};
+    static const int64_t gnd_rows[4] = {2, 1, 0, -1}, gnd_batch[3] = {3, 0, -2};
+    static const int64_t gnd_elems[12] = {0, 0, 0, 2, 3, 4, -1, 1, 2, 1, 1, -5};
+    static const int64_t se_idx[10] = {3, 0, 1, 1, 2, 0, 0, 3, -1, 2}, snd_idx[2] = {1, 3};
+    static const int64_t oh_idx[6] = {0, 4, -1, 7, 2, -6}, rs_lens[3] = {4, 1, 2}, cos_shape[3] = {2, 3, 4};
+    static const int64_t range_start[1] = {2}, range_limit[1] = {17}, range_delta[1] = {3};
     const ow_case cases[] = {
         /* Trilu: the one-pass rows, k inside and past the matrix */
         {"Trilu lower k -1 f32", "Trilu", 14, KILN_DTYPE_FLOAT, 3, {2, 5, 9}, -1, 0, {A_INT("upper", 0)}, 1, 1},
@@ -177,6 +212,32 @@ KN_TEST(cpu_overwrites_every_output_element) {
          {A_INT("size", 3), A_F("beta", 0.5f)}, 2, 1},
         {"LRN size 4 f16", "LRN", 13, KILN_DTYPE_FLOAT16, 4, {1, 6, 5, 5}, 0, -1, {A_INT("size", 4)}, 1, 1},
         {"LRN size 2 f64", "LRN", 13, KILN_DTYPE_DOUBLE, 3, {2, 5, 9}, 0, -1, {A_INT("size", 2)}, 1, 1},
+        /* indexing: gathers (elements; rows and single elements by depth, batch_dims), scatters
+         * (elements with and without a reduction, rows), OneHot, ReverseSequence */
+        {"GatherElements axis 1 f32", "GatherElements", 13, KILN_DTYPE_FLOAT, 3, {3, 5, 4}, 0, -1, {A_INT("axis", 1)},
+         1, 1, {{KILN_DTYPE_INT64, 3, {3, 2, 4}, ge_idx}}},
+        {"GatherND rows f32", "GatherND", 13, KILN_DTYPE_FLOAT, 3, {3, 4, 5}, 0, -1, {{0}}, 0, 1,
+         {{KILN_DTYPE_INT64, 2, {2, 2}, gnd_rows}}},
+        {"GatherND batch_dims 1 f32", "GatherND", 13, KILN_DTYPE_FLOAT, 3, {3, 4, 5}, 0, -1, {A_INT("batch_dims", 1)},
+         1, 1, {{KILN_DTYPE_INT64, 2, {3, 1}, gnd_batch}}},
+        {"GatherND elements i64", "GatherND", 13, KILN_DTYPE_INT64, 3, {3, 4, 5}, 0, -1, {{0}}, 0, 1,
+         {{KILN_DTYPE_INT64, 2, {4, 3}, gnd_elems}}},
+        {"ScatterElements axis 0 f32", "ScatterElements", 16, KILN_DTYPE_FLOAT, 2, {4, 5}, 0, -1, {{0}}, 0, 1,
+         {{KILN_DTYPE_INT64, 2, {2, 5}, se_idx}, {KILN_DTYPE_FLOAT, 2, {2, 5}, NULL}}},
+        {"ScatterElements add f32", "ScatterElements", 16, KILN_DTYPE_FLOAT, 2, {4, 5}, 0, -1,
+         {{.name = "reduction", .s = "add"}}, 1, 1, {{KILN_DTYPE_INT64, 2, {2, 5}, se_idx}, {KILN_DTYPE_FLOAT, 2, {2, 5}, NULL}}},
+        {"ScatterND rows f32", "ScatterND", 16, KILN_DTYPE_FLOAT, 3, {4, 5, 6}, 0, -1, {{0}}, 0, 1,
+         {{KILN_DTYPE_INT64, 2, {2, 1}, snd_idx}, {KILN_DTYPE_FLOAT, 3, {2, 5, 6}, NULL}}},
+        {"OneHot depth 5 f32", "OneHot", 11, KILN_DTYPE_INT64, 2, {2, 3}, 5, 0, {{0}}, 0, 1,
+         {{KILN_DTYPE_FLOAT, 1, {2}, NULL}}, oh_idx},
+        {"ReverseSequence f32", "ReverseSequence", 10, KILN_DTYPE_FLOAT, 3, {4, 3, 2}, 0, -1,
+         {A_INT("time_axis", 0), A_INT("batch_axis", 1)}, 2, 1, {{KILN_DTYPE_INT64, 1, {3}, rs_lens}}},
+        /* generators: EyeLike, ConstantOfShape, Range; Hardmax */
+        {"EyeLike k 1 f32", "EyeLike", 9, KILN_DTYPE_FLOAT, 2, {5, 7}, 0, -1, {A_INT("k", 1)}, 1, 1},
+        {"ConstantOfShape 2x3x4", "ConstantOfShape", 9, KILN_DTYPE_INT64, 1, {3}, 0, -1, {{0}}, 0, 1, {{0}}, cos_shape},
+        {"Range 2..17 by 3 i64", "Range", 11, KILN_DTYPE_INT64, 0, {0}, 0, -1, {{0}}, 0, 1,
+         {{KILN_DTYPE_INT64, 0, {0}, range_limit}, {KILN_DTYPE_INT64, 0, {0}, range_delta}}, range_start},
+        {"Hardmax f32", "Hardmax", 13, KILN_DTYPE_FLOAT, 2, {3, 7}, 0, -1, {{0}}, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) ow_check(&cases[i]);
 }

@@ -82,7 +82,7 @@ const kn_cpu_kernel kn_cpu_nn[] = {
     {"", "TopK", kn_cpu_topk, supports_numeric, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_topk_prepare, kn_topk_prm)},
     {"", "Softmax", kn_cpu_softmax, supports_float, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_softmax_prepare, kn_softmax_prm)},
     {"", "LogSoftmax", kn_cpu_softmax, supports_float, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_softmax_prepare, kn_softmax_prm)},
-    {"", "Hardmax", kn_cpu_hardmax, supports_numeric, 0, KN_PARAMS(kn_softmax_prepare, kn_softmax_prm)},
+    {"", "Hardmax", kn_cpu_hardmax, supports_numeric, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_softmax_prepare, kn_softmax_prm)},
     {"", "LayerNormalization", kn_cpu_layernorm, supports_float, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_norm_rows_prepare, kn_norm_rows_prm)},
     {"", "RMSNormalization", kn_cpu_rmsnorm, supports_float, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_norm_rows_prepare, kn_norm_rows_prm)},
     {"", "BatchNormalization", kn_cpu_batchnorm, supports_float, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_nn_norm_prepare, kn_nn_norm_prm)},
