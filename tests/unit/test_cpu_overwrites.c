@@ -306,3 +306,95 @@ KN_TEST(cpu_lrn_three_quarters_exact) {
         free(want);
     }
 }
+
+/* GatherElements by rows of the indices' last axis (typed loops, the indices checked in the same
+ * pass) against the definition: every axis of rank 1-3 shapes, negative indices, int64 and int32
+ * indices, 1-, 2-, 4- and 8-byte elements, 1 and 2 threads; an index out of range (first or last)
+ * fails the run with KILN_ERR_INVALID_ARGUMENT naming it */
+KN_TEST(cpu_gather_elements_rows) {
+    const struct {
+        int rank;
+        int64_t xd[3], id[3];
+    } shapes[4] = {{1, {37}, {50}}, {2, {6, 9}, {4, 9}}, {2, {6, 9}, {6, 3}}, {3, {3, 5, 4}, {2, 7, 3}}};
+    const kiln_dtype dts[4] = {KILN_DTYPE_UINT8, KILN_DTYPE_FLOAT16, KILN_DTYPE_FLOAT, KILN_DTYPE_INT64};
+    for (int sh = 0; sh < 4; sh++)
+        for (int a = 0; a < shapes[sh].rank; a++)
+            for (int t = 0; t < 4; t++)
+                for (int i32 = 0; i32 < 2; i32++)
+                    for (int badi = -1; badi < 2; badi++) {
+                        const int r = shapes[sh].rank;
+                        int64_t id[3], xs[3], nx = 1, n = 1;
+                        for (int k = 0; k < r; k++) id[k] = k == a ? shapes[sh].id[k] : (shapes[sh].id[k] < shapes[sh].xd[k] ? shapes[sh].id[k] : shapes[sh].xd[k]);
+                        for (int k = r - 1; k >= 0; k--) xs[k] = nx, nx *= shapes[sh].xd[k];
+                        for (int k = 0; k < r; k++) n *= id[k];
+                        const int64_t D = shapes[sh].xd[a];
+                        const size_t es = kiln_dtype_size(dts[t]);
+                        unsigned char *x = malloc(es * (size_t)nx);
+                        for (size_t i = 0; i < es * (size_t)nx; i++) x[i] = (unsigned char)(i * 13 + 5);
+                        if (dts[t] == KILN_DTYPE_FLOAT16) /* finite halves */
+                            for (int64_t i = 0; i < nx; i++) ((uint16_t *)x)[i] = kn_f32_to_f16((float)i);
+                        if (dts[t] == KILN_DTYPE_FLOAT)
+                            for (int64_t i = 0; i < nx; i++) ((float *)x)[i] = (float)i * 0.5f;
+                        kn_tensor *it = NULL;
+                        kn_tensor_new(i32 ? KILN_DTYPE_INT32 : KILN_DTYPE_INT64, r, id, &it);
+                        uint32_t seed = 7u + (uint32_t)(sh * 16 + a);
+                        int64_t *iv = malloc(sizeof(int64_t) * (size_t)n);
+                        for (int64_t i = 0; i < n; i++) {
+                            int64_t v = (int64_t)((tmb_rand(&seed) + 1) * 0.5f * (float)(2 * D)) - D; /* [-D, D) */
+                            if (v >= D) v = D - 1;
+                            if (v < -D) v = -D;
+                            if (badi >= 0 && i == (badi ? n - 1 : 0)) v = badi ? D : -D - 1;
+                            iv[i] = v;
+                            if (i32) ((int32_t *)it->data)[i] = (int32_t)v;
+                            else ((int64_t *)it->data)[i] = v;
+                        }
+                        for (int threads = 1; threads <= 2; threads++) {
+                            tmb b;
+                            tmb_init(&b, 13);
+                            int in[2] = {tmb_input(&b, "x", dts[t], r, shapes[sh].xd, NULL), 0}, out = tmb_value(&b, "y");
+                            kn_tensor *copy = NULL;
+                            kn_tensor_new(it->dtype, it->rank, it->dims, &copy);
+                            memcpy(copy->data, it->data, it->nbytes);
+                            in[1] = tmb_const_tensor(&b, "i", copy);
+                            tmb_int(&b, tmb_node(&b, "GatherElements", in, 2, out), "axis", a);
+                            tmb_output(&b, out);
+                            size_t bytes;
+                            unsigned char *data = tmb_finish(&b, &bytes);
+                            kiln_session *s = data ? tmb_session(data, bytes, threads, 3) : NULL;
+                            free(data);
+                            if (!s) continue;
+                            kiln_tensor *xt = NULL, *y = NULL;
+                            kiln_tensor_create(dts[t], shapes[sh].xd, r, &xt);
+                            memcpy(kiln_tensor_data(xt), x, es * (size_t)nx);
+                            const char *names[1] = {"x"};
+                            const kiln_status st = kiln_session_run(s, names, &xt, 1, NULL, 1, &y);
+                            if (badi >= 0) {
+                                CHECK_MSG(st == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), "out of range"),
+                                          "GatherElements shape %d axis %d: index %s out of range gave %d: %s", sh, a,
+                                          badi ? "last" : "first", (int)st, kiln_last_error());
+                            } else if (st == KILN_OK) {
+                                const unsigned char *g = kiln_tensor_data(y);
+                                int64_t bad = 0;
+                                for (int64_t e = 0; e < n; e++) {
+                                    int64_t rem = e, si = 0;
+                                    for (int k = r - 1; k >= 0; k--) {
+                                        const int64_t pk = rem % id[k];
+                                        rem /= id[k];
+                                        si += (k == a ? (iv[e] < 0 ? iv[e] + D : iv[e]) : pk) * xs[k];
+                                    }
+                                    bad += memcmp(g + (size_t)e * es, x + (size_t)si * es, es) != 0;
+                                }
+                                CHECK_MSG(bad == 0, "GatherElements shape %d axis %d type %d i32 %d, %d threads: %lld of %lld wrong",
+                                          sh, a, t, i32, threads, (long long)bad, (long long)n);
+                            } else {
+                                CHECK_MSG(false, "GatherElements shape %d axis %d: %s", sh, a, kiln_last_error());
+                            }
+                            kiln_tensor_destroy(y);
+                            kiln_tensor_destroy(xt);
+                            kiln_session_destroy(s);
+                        }
+                        kn_tensor_free(it);
+                        free(iv);
+                        free(x);
+                    }
+}

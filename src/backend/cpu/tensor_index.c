@@ -110,6 +110,80 @@ static void ge_work(void *arg, int64_t b, int64_t e) {
     }
 }
 
+/* Rows of the indices' last axis, for elements of 1, 2, 4 or 8 bytes and int64 or int32 indices:
+ * each row's source offset from every axis but `a` and the last taken once, then
+ * y[t] = x[base + v sa + t st] in a typed loop (sa, st: 1, 0 along the last axis; the axis's
+ * stride, 1 otherwise). The element loop above, with its offset summed over the rank and the
+ * element size switched per element, took 7.4x ONNX Runtime's time on 64x4096 along axis 1. */
+typedef struct ge_rows_job {
+    const char *x, *idx;
+    char *y;
+    const int64_t *id; /* the indices' dims */
+    const int64_t *xs;
+    int64_t L, D, sa, st;
+    int a, r;
+    size_t es;
+    bool i32;
+    atomic_int bad; /* an index out of range */
+} ge_rows_job;
+
+/* along the last axis a row of x is read at the indices, otherwise column t at row v; an index
+ * outside [-D, D) reads element 0 and marks the job (the kernel then finds it and fails) */
+#define GE_LOOP(T, ip)                                                                             \
+    do {                                                                                           \
+        const T *xr = xp + base;                                                                   \
+        if (st == 0) /* apart: the strides as variables cost a third more */                       \
+            for (int64_t t = 0; t < L; t++) {                                                      \
+                int64_t v = (ip)[t];                                                               \
+                v += v < 0 ? D : 0;                                                                \
+                const bool in = (uint64_t)v < (uint64_t)D;                                         \
+                bad |= !in;                                                                        \
+                yp[t] = xr[in ? v : 0];                                                            \
+            }                                                                                      \
+        else                                                                                       \
+            for (int64_t t = 0; t < L; t++) {                                                      \
+                int64_t v = (ip)[t];                                                               \
+                v += v < 0 ? D : 0;                                                                \
+                const bool in = (uint64_t)v < (uint64_t)D;                                         \
+                bad |= !in;                                                                        \
+                yp[t] = xr[(in ? v : 0) * sa + t];                                                 \
+            }                                                                                      \
+    } while (0)
+
+#define GE_ROW(T)                                                                                  \
+    do {                                                                                           \
+        const T *xp = (const T *)(const void *)j->x;                                               \
+        T *yp = (T *)(void *)j->y + ro * L;                                                        \
+        if (j->i32) {                                                                              \
+            const int32_t *ip = (const int32_t *)(const void *)j->idx + ro * L;                    \
+            GE_LOOP(T, ip);                                                                        \
+        } else {                                                                                   \
+            const int64_t *ip = (const int64_t *)(const void *)j->idx + ro * L;                    \
+            GE_LOOP(T, ip);                                                                        \
+        }                                                                                          \
+    } while (0)
+
+static void ge_rows(void *arg, int64_t b, int64_t e) {
+    ge_rows_job *j = arg;
+    const int64_t L = j->L, D = j->D, sa = j->sa, st = j->st;
+    bool bad = false;
+    for (int64_t ro = b; ro < e; ro++) {
+        int64_t base = 0, rem = ro;
+        for (int k = j->r - 2; k >= 0; k--) {
+            const int64_t pk = rem % j->id[k];
+            rem /= j->id[k];
+            if (k != j->a) base += pk * j->xs[k];
+        }
+        switch (j->es) {
+        case 1: GE_ROW(uint8_t); break;
+        case 2: GE_ROW(uint16_t); break;
+        case 4: GE_ROW(uint32_t); break;
+        default: GE_ROW(uint64_t); break;
+        }
+    }
+    if (bad) atomic_store(&j->bad, 1);
+}
+
 kiln_status kn_cpu_gather_elements(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *idx = c->in[1];
     kn_tensor *y;
@@ -124,13 +198,26 @@ kiln_status kn_cpu_gather_elements(kn_kernel_ctx *c) {
         if (k != a && idx->dims[k] > x->dims[k])
             return kn_kernel_error(c, KILN_ERR_SHAPE, "indices dimension %d exceeds the data's", k);
     int64_t n = kn_tensor_count(idx), D = x->dims[a];
+    ge_job j = {.x = x, .idx = idx, .y = y, .a = a, .r = r, .es = kiln_dtype_size(x->dtype)};
+    atomic_init(&j.oom, 0);
+    kn_cpu_strides(x->dims, r, j.xs);
+    const bool rows = x->dtype != KILN_DTYPE_STRING && !kn_dtype_is_packed(x->dtype) && y->dtype == x->dtype &&
+                      (j.es == 1 || j.es == 2 || j.es == 4 || j.es == 8) &&
+                      (idx->dtype == KILN_DTYPE_INT64 || idx->dtype == KILN_DTYPE_INT32) && kn_tensor_count(y) == n;
+    if (rows && n > 0) {
+        /* the indices checked in the same pass (a pass of its own over them was 45% of the time) */
+        const int64_t L = idx->dims[r - 1];
+        ge_rows_job g = {x->data, idx->data, y->data, idx->dims, j.xs, L, D, a == r - 1 ? 1 : j.xs[a],
+                         a == r - 1 ? 0 : 1, a, r, j.es, idx->dtype == KILN_DTYPE_INT32};
+        atomic_init(&g.bad, 0);
+        kn_parallel_for(c->pool, n / L, L >= 16384 ? 1 : 16384 / L, ge_rows, &g);
+        if (!atomic_load(&g.bad)) return KILN_OK;
+    }
     for (int64_t i = 0; i < n; i++) {
         int64_t v = kn_cpu_index(idx, i);
         if (v < -D || v >= D) return bad_index(c, v, D, "along the axis");
     }
-    ge_job j = {.x = x, .idx = idx, .y = y, .a = a, .r = r, .es = kiln_dtype_size(x->dtype)};
-    atomic_init(&j.oom, 0);
-    kn_cpu_strides(x->dims, r, j.xs);
+    if (rows) return KILN_OK; /* not reached: ge_rows marked an index out of range */
     if (n) kn_parallel_for(c->pool, n, 8192, ge_work, &j);
     return atomic_load(&j.oom) ? KN_OOM() : KILN_OK;
 }
