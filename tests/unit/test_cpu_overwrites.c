@@ -12,6 +12,7 @@
 #include "test_model_builder.h"
 #include "unit.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 typedef struct ow_attr {
@@ -397,4 +398,68 @@ KN_TEST(cpu_gather_elements_rows) {
                         free(iv);
                         free(x);
                     }
+}
+
+/* One Hardmax (opset 13, the last axis) over x of dims [2] */
+static bool oc_run_simple_hardmax(const float *x, const int64_t *dims, kiln_tensor **y) {
+    tmb b;
+    tmb_init(&b, 13);
+    int in = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 2, dims, NULL), out = tmb_value(&b, "y");
+    tmb_node(&b, "Hardmax", &in, 1, out);
+    tmb_output(&b, out);
+    size_t bytes;
+    unsigned char *data = tmb_finish(&b, &bytes);
+    kiln_session *s = data ? tmb_session(data, bytes, 1, 3) : NULL;
+    free(data);
+    if (!s) return false;
+    kiln_tensor *xt = NULL;
+    kiln_tensor_create(KILN_DTYPE_FLOAT, dims, 2, &xt);
+    memcpy(kiln_tensor_data(xt), x, sizeof(float) * (size_t)(dims[0] * dims[1]));
+    const char *names[1] = {"x"};
+    const kiln_status st = kiln_session_run(s, names, &xt, 1, NULL, 1, y);
+    CHECK_STATUS(st, KILN_OK);
+    kiln_tensor_destroy(xt);
+    kiln_session_destroy(s);
+    return st == KILN_OK;
+}
+
+/* Hardmax on float rows (the maximum over the numbers, then its first occurrence) against the
+ * rule of the double loop: a later element must be greater, a NaN never is, a NaN first keeps
+ * index 0; rows of 1-37 and 1000 with ties, -0 and 0, -inf, NaNs first, inside and everywhere */
+KN_TEST(cpu_hardmax_rows) {
+    const int64_t lens[5] = {1, 7, 8, 37, 1000};
+    for (int li = 0; li < 5; li++) {
+        const int64_t n = lens[li], rows = 9, dims[2] = {rows, n};
+        float *x = malloc(sizeof(float) * (size_t)(rows * n));
+        uint32_t seed = 3u + (uint32_t)li;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t i = 0; i < n; i++) {
+                float v = floorf(tmb_rand(&seed) * 4.0f); /* ties */
+                if (r == 1 && i % 5 == 2) v = NAN;
+                if (r == 2 && i == 0) v = NAN;
+                if (r == 3) v = NAN;
+                if (r == 4) v = -INFINITY;
+                if (r == 5) v = (i % 2) ? 0.0f : -0.0f;
+                if (r == 6 && i % 9 == 1) v = NAN;
+                if (r == 6 && i == n - 1) v = 9.0f;
+                if (r == 7 && i % 8 == 1) v = 9.0f; /* the maximum in lane 1 of each vector */
+                if (r == 7 && i == 1) v = NAN;
+                x[r * n + i] = v;
+            }
+        kiln_tensor *y = NULL;
+        if (oc_run_simple_hardmax(x, dims, &y)) {
+            const float *g = kiln_tensor_data(y);
+            int64_t bad = 0;
+            for (int64_t r = 0; r < rows; r++) {
+                const float *p = x + r * n;
+                int64_t bi = 0;
+                for (int64_t i = 1; i < n; i++)
+                    if ((double)p[i] > (double)p[bi]) bi = i;
+                for (int64_t i = 0; i < n; i++) bad += g[r * n + i] != (i == bi ? 1.0f : 0.0f);
+            }
+            CHECK_MSG(bad == 0, "Hardmax rows of %lld: %lld outputs differ from the rule", (long long)n, (long long)bad);
+        }
+        kiln_tensor_destroy(y);
+        free(x);
+    }
 }
