@@ -511,6 +511,17 @@ def cases():
     c.append(conv("dw 3x3 2ch 12x2100 (wide rows)", 1, 2, (12, 2100), 2, 3, g=2, fast=True))
     c.append(conv("dw 3x3 d2 4ch 30x261", 1, 4, (30, 261), 4, 3, d=2, g=4, fast=True))
     c.append(conv("dw 5x5 3ch 3x41 pads 1,2,2,0", 1, 3, (3, 41), 3, 5, p=(1, 2, 2, 0), g=3, bias=False, fast=True))
+    # helper-63: index and pick classes without a case (GatherElements' rows, Hardmax's float rows;
+    # the executor no longer zeroes GatherND's and ScatterND's outputs first)
+    c.append(Case("GatherElements", "64x4096 axis 1", {"x": rnd(64, 4096)},
+                  {"i": R.integers(-4096, 4096, (64, 4096)).astype(np.int64)}, attrs=dict(axis=1), opset=13, fast=True))
+    c.append(Case("GatherElements", "8x100x64 axis 1 (20 rows, int32)", {"x": rnd(8, 100, 64)},
+                  {"i": R.integers(0, 100, (8, 20, 64)).astype(np.int32)}, attrs=dict(axis=1), opset=13))
+    c.append(Case("Hardmax", "64x1000", {"x": rnd(64, 1000)}, opset=13, fast=True))
+    c.append(Case("GatherND", "1x512x768 rows by 1x128x1 batch_dims 1", {"x": rnd(1, 512, 768)},
+                  {"i": R.integers(0, 512, (1, 128, 1)).astype(np.int64)}, attrs=dict(batch_dims=1), opset=13))
+    c.append(Case("ScatterND", "512x768 4 rows", {"x": rnd(512, 768)},
+                  {"i": np.array([[3], [100], [200], [511]], np.int64), "u": rnd(4, 768)}, opset=16))
     return c
 
 
