@@ -267,6 +267,13 @@ def cases():
     c.append(conv("3x3 s2 24->48 208x208 (ddddocr det)", 1, 24, 208, 48, 3, s=2))
     c.append(conv("1x3 24->24 74x32 (oww)", 1, 24, (74, 32), 24, (1, 3), p=(0, 1)))
     c.append(conv("3x1 48->48 36x16 (oww)", 1, 48, (36, 16), 48, (3, 1), p=0))
+    # stride 1 on rows of at most 4 vectors: the direct kernel's flat bands (helper-62)
+    c.append(conv("3x1 24->24 74x32 (oww)", 1, 24, (74, 32), 24, (3, 1), p=0))
+    c.append(conv("1x3 72->72 30x8 (oww)", 1, 72, (30, 8), 72, (1, 3), p=(0, 1)))
+    c.append(conv("1x7 16->16 17x17", 1, 16, (17, 17), 16, (1, 7), p=(0, 3), fast=True))
+    c.append(conv("7x1 32->32 17x17 b2", 2, 32, (17, 17), 32, (7, 1), p=(3, 0), fast=True))
+    c.append(conv("3x3 d2 8->8 20x20 pads 2,1,0,3", 1, 8, (20, 20), 8, 3, d=2, p=(2, 1, 0, 3), fast=True))
+    c.append(conv("3x3 g2 8->16 9x13", 1, 8, (9, 13), 16, 3, g=2, bias=False, fast=True))
     c.append(conv("3x3 1->32 900x120 (dnsmos)", 1, 1, (900, 120), 32, 3))
     # --- Conv 1-D: STFT front ends (1 -> 258, kernel 256, stride 128), speech, long rows
     c.append(conv("1d 1->258 k256 s128 L16000 (STFT)", 1, 1, (16000,), 258, 256, s=128, p=0, fast=True))

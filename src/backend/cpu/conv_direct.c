@@ -82,6 +82,8 @@ typedef struct dc_job {
     const void *epi_ctx;
     int64_t bands, Cg, Mg, mb;
     int64_t mblk; /* output channels per pass over a band's rows (Mg, or fewer: dc_shallow_wide) */
+    bool flat;    /* the band as one flat run of positions (dc_flat_range) */
+    int64_t *toff, taps; /* dc_flat_range: each tap's offset in the copied band */
     int64_t koff[DC_MAX_KW]; /* tap kw's offset in a copied row: phase (kw dw) mod sw, element (kw dw) / sw */
     int *failed;
 } dc_job;
@@ -429,6 +431,7 @@ static void dc_range(void *arg, int64_t begin, int64_t end) {
     free(own);
 }
 
+
 typedef struct dc_wctx {
     const float *w;
     int64_t M, Cg, kk, mb;
@@ -471,6 +474,210 @@ static int64_t dc_mblk_of(const kn_dconv_shape *s, int64_t Mg, int64_t mb) {
     return dc_shallow_wide(s) ? 8 : Mg; /* 8: a multiple of every mb */
 }
 
+/* ---- stride 1 on narrow rows: the band as one flat run of positions ----
+ * At stride 1 output (oh, ow) reads padded input (oh + kh dh, ow + kw dw): in a copy of the band's
+ * input rows whose rows are Wp = OW + (KW - 1) dw wide, position p = r Wp + ow reads p + kh dh Wp +
+ * kw dw, one constant offset a tap across the whole band. So the tiles run over the band's
+ * positions as one row (the columns past OW of each row computed and dropped), where the row
+ * kernel split each row of 1-4 vectors into tiles of 1-2 vectors (4-8 FMA chains, a call and a
+ * store of the tile per row: oww_embedding's 1x3 / 3x1 layers on 32-, 16- and 8-wide rows). The
+ * tiles land in a buffer ([Mg][positions]) whose rows' first OW columns are copied out. */
+static int64_t dc_flat_wp(const kn_dconv_shape *s) { return s->OW + (s->KW - 1) * s->dw; }
+
+/* output rows per band: its copied input and its output buffer within about 192 KB (L2) */
+static int64_t dc_flat_rows(const kn_dconv_shape *s) {
+    const int64_t Cg = s->C / s->G, Mg = s->M / s->G, wp = dc_flat_wp(s);
+    const int64_t per_row = (Cg + Mg) * wp, halo = Cg * (s->KH - 1) * s->dh * wp;
+    return max64(1, min64(s->OH, (48 * 1024 - halo) / per_row));
+}
+
+/* floats of one channel's copied band (rows, then slack for the last tile's loads) and of one output
+ * channel's positions in the buffer */
+static int64_t dc_flat_chan(const kn_dconv_shape *s, int64_t rows) {
+    const int64_t wp = dc_flat_wp(s);
+    return ((rows + (s->KH - 1) * s->dh) * wp + (s->KW - 1) * s->dw + (DC_NVMAX + 1) * KN_VL) / KN_VL * KN_VL;
+}
+static int64_t dc_flat_out(const kn_dconv_shape *s, int64_t rows) {
+    return (rows * dc_flat_wp(s) + KN_VL - 1) / KN_VL * KN_VL;
+}
+
+
+/* The flat band's tiles: MB output channels x NV vectors at src (channel 0, position of the tile),
+ * every tap of the window one offset of toff (in the weights' order: channel, kh, kw), one loop. */
+static inline __attribute__((always_inline)) void dc_ftile(const float *src, const int64_t *toff, int64_t taps,
+                                                           const float *w, const float *bias, float *dst,
+                                                           int64_t ldm, const int MB, const int NV) {
+    kn_vf acc[4][DC_NVMAX];
+#pragma GCC unroll 4
+    for (int m = 0; m < MB; m++) {
+        const kn_vf b = bias ? kn_vf_set1(bias[m]) : kn_vf_zero();
+#pragma GCC unroll 16
+        for (int q = 0; q < NV; q++) acc[m][q] = b;
+    }
+    for (int64_t t = 0; t < taps; t++, w += MB) {
+        const float *p = src + toff[t];
+        kn_vf in[DC_NVMAX];
+#pragma GCC unroll 16
+        for (int q = 0; q < NV; q++) in[q] = kn_vf_loadu(p + KN_VL * q);
+#pragma GCC unroll 4
+        for (int m = 0; m < MB; m++) {
+            const kn_vf wv = kn_vf_set1(w[m]);
+#pragma GCC unroll 16
+            for (int q = 0; q < NV; q++) acc[m][q] = kn_vf_fmadd(in[q], wv, acc[m][q]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < MB; m++)
+#pragma GCC unroll 16
+        for (int q = 0; q < NV; q++) kn_vf_storeu(dst + m * ldm + KN_VL * q, acc[m][q]);
+}
+
+/* count tiles of NV vectors from position o0, each for every block of MB of the Mg channels */
+static inline __attribute__((always_inline)) void dc_ftiles(const float *src, const int64_t *toff, int64_t taps,
+                                                            int64_t Mg, int64_t o0, int64_t count, const float *w,
+                                                            const float *bias, float *dst, int64_t ldm, const int MB,
+                                                            const int NV) {
+    for (int64_t t = 0; t < count; t++) {
+        const int64_t o = o0 + t * NV * KN_VL;
+        for (int64_t m0 = 0, b = 0; m0 < Mg; m0 += MB, b++)
+            dc_ftile(src + o, toff, taps, w + b * taps * MB, bias ? bias + m0 : NULL, dst + m0 * ldm + (o - o0), ldm,
+                     MB, NV);
+    }
+}
+
+#define DCF_ARGS                                                                                             \
+    const float *src, const int64_t *toff, int64_t taps, int64_t Mg, int64_t o0, int64_t count, const float *w, \
+        const float *bias, float *dst, int64_t ldm, int nv
+#define DCF_CASE(MB, NV)                                                                                     \
+    case NV: dc_ftiles(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, MB, NV); break;
+static void dc_ftiles_1(DCF_ARGS) {
+    switch (nv) {
+        DCF_CASE(1, 1) DCF_CASE(1, 2) DCF_CASE(1, 3) DCF_CASE(1, 4) DCF_CASE(1, 5) DCF_CASE(1, 6)
+        DCF_CASE(1, 7) DCF_CASE(1, 8) DCF_CASE(1, 9) DCF_CASE(1, 10) DCF_CASE(1, 11)
+        default: dc_ftiles(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, 1, DC_NV1); break;
+    }
+}
+static void dc_ftiles_2(DCF_ARGS) {
+    switch (nv) {
+#if DC_NV2 > 4
+        DCF_CASE(2, 4) DCF_CASE(2, 5) DCF_CASE(2, 6) DCF_CASE(2, 7)
+#endif
+        DCF_CASE(2, 1) DCF_CASE(2, 2) DCF_CASE(2, 3)
+        default: dc_ftiles(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, 2, DC_NV2); break;
+    }
+}
+static void dc_ftiles_4(DCF_ARGS) {
+    switch (nv) {
+#if DC_NV4 > 3
+        DCF_CASE(4, 3) DCF_CASE(4, 4) DCF_CASE(4, 5)
+#endif
+        DCF_CASE(4, 1) DCF_CASE(4, 2)
+        default: dc_ftiles(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, 4, DC_NV4); break;
+    }
+}
+static void dc_ftiles_any(int64_t mb, DCF_ARGS) {
+    if (mb == 1) dc_ftiles_1(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, nv);
+    else if (mb == 2) dc_ftiles_2(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, nv);
+    else dc_ftiles_4(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, nv);
+}
+
+static void dc_flat_range(void *arg, int64_t begin, int64_t end) {
+    const dc_job *j = arg;
+    const kn_dconv_shape *s = j->s;
+    const int64_t OW = s->OW, OH = s->OH, plane = OH * OW, Mg = j->Mg, Cg = j->Cg, mb = j->mb, KH = s->KH;
+    const int64_t wp = dc_flat_wp(s), rmax = (OH + j->bands - 1) / j->bands;
+    const int64_t cf = dc_flat_chan(s, rmax), of = dc_flat_out(s, rmax);
+    const int nvmax = mb == 1 ? DC_NV1 : mb == 2 ? DC_NV2 : DC_NV4;
+    const size_t floats = (size_t)(Cg * cf + Mg * of);
+    float *own = NULL, *buf = kn_conv_thread_buffer(floats);
+    if (!buf && !(buf = own = kn_aligned_alloc(64, sizeof(float) * floats))) {
+        __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    float *xin = buf, *ob = buf + Cg * cf;
+    const int64_t *toff = j->toff;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t ng = t / j->bands, band = t % j->bands, n = ng / s->G, gi = ng % s->G;
+        const int64_t oh0 = band * OH / j->bands, oh1 = (band + 1) * OH / j->bands, rows = oh1 - oh0;
+        if (rows <= 0) continue;
+        const float *xg = j->x + (n * s->C + gi * Cg) * s->H * s->W;
+        const int64_t ybase = (n * s->M + gi * Mg) * plane, rin = rows + (KH - 1) * s->dh;
+        for (int64_t c = 0; c < Cg; c++) {
+            float *d = xin + c * cf;
+            /* rows in order: dc_copy_row may write zeros up to a whole vector past its row */
+            for (int64_t r = 0; r < rin; r++) {
+                const int64_t ih = oh0 - s->ph + r;
+                if (ih < 0 || ih >= s->H) memset(d + r * wp, 0, sizeof(float) * (size_t)wp);
+                else dc_copy_row(xg + (c * s->H + ih) * s->W, s->W, s->pw, 1, wp, d + r * wp, NULL);
+            }
+            memset(d + rin * wp, 0, sizeof(float) * (size_t)(cf - rin * wp));
+        }
+        const float *bg = j->bias ? j->bias + gi * Mg : NULL;
+        const float *wg = j->wp + gi * Mg * Cg * KH * s->KW;
+        const int64_t nvec = (rows * wp + KN_VL - 1) / KN_VL;
+        /* tiles of nvmax vectors while 2 nvmax or more are left; the last two split evenly */
+        const int64_t nfull = nvec >= 2 * nvmax ? (nvec - nvmax) / nvmax : 0;
+        if (nfull) dc_ftiles_any(mb, xin, toff, j->taps, Mg, 0, nfull, wg, bg, ob, of, nvmax);
+        for (int64_t q0 = nfull * nvmax; q0 < nvec;) {
+            const int64_t left = nvec - q0;
+            const int nv = (int)(left <= nvmax ? left : (left + 1) / 2);
+            dc_ftiles_any(mb, xin + q0 * KN_VL, toff, j->taps, Mg, 0, 1, wg, bg, ob + q0 * KN_VL, of, nv);
+            q0 += nv;
+        }
+        for (int64_t m = 0; m < Mg; m++)
+            for (int64_t r = 0; r < rows; r++)
+                memcpy(j->y + ybase + m * plane + (oh0 + r) * OW, ob + m * of + r * wp, sizeof(float) * (size_t)OW);
+        if (j->epi) j->epi(j->epi_ctx, j->y, ybase + oh0 * OW, Mg, rows * OW, plane);
+    }
+    free(own);
+}
+
+/* Stride 1, whole groups per pass, a band of at least 2 rows within the buffer. */
+static bool dc_flat_fits(const kn_dconv_shape *s) {
+    if (s->sh != 1 || s->sw != 1 || s->KH > 64 || dc_shallow_wide(s)) return false;
+    const int64_t Cg = s->C / s->G, Mg = s->M / s->G, wp = dc_flat_wp(s);
+    return (Cg + Mg) * wp * 2 + Cg * (s->KH - 1) * s->dh * wp <= 48 * 1024;
+}
+
+/* Whether the row kernel (dc_range) suits a shape that is not depthwise. */
+static bool dc_rows_suit(const kn_dconv_shape *s) {
+    const int64_t Cg = s->C / s->G, Mg = s->M / s->G, owr = (s->OW + KN_VL - 1) / KN_VL * KN_VL;
+    /* rows that would leave most lanes idle: other kernels (a tiny plane costs little either way) */
+    if (owr > 2 * s->OW && s->OH * s->OW >= 256) return false;
+    /* shallow windows on many output channels and large planes, in passes (dc_shallow_wide) */
+    if (dc_shallow_wide(s) && s->OW >= 3 * KN_VL) return true;
+    /* few output channels a group, or a shallow im2col (Cg KH KW: a stem, a one-channel input),
+     * where the GEMM's packing outweighed its reuse; not on rows of fewer than 3 vectors there
+     * (3x1 48->48 on 36x16: 1.27x the GEMM's time) */
+    return Mg <= 8 || (Mg <= 64 && Cg * s->KH * s->KW <= 256 && s->OW >= 3 * KN_VL);
+}
+
+/* The flat bands on rows of at most 4 vectors: in place of the row kernel where its rows end in a
+ * narrower tile than its widest (rows of 1, 2 or 4 vectors with 4 channels a block) or it computes
+ * more lanes a row than the flat band's Wp; in place of the GEMM with the row kernel's depths.
+ * 2-core AVX2 EPYC, 1 thread, best p50 of 3-5 alternating rounds, flat / row kernel: 1x3 24->24
+ * 74x32 0.80, 3x1 24->24 74x32 0.69, 1x3 48->48 32x32 0.80, 3x1 48->48 40x16 0.71, 3x3 8->8 20x20
+ * 0.93, 5x5 8->16 32x32 1.01, 1x3 48->48 32x24 (rows of 3 whole tiles: left to the row kernel)
+ * 1.14; flat / GEMM: 1x7 16->16 17x17 0.78, 7x1 32->32 17x17 0.74, 3x1 24->24 40x16 0.87, 1x3
+ * 48->48 34x16 0.93, 3x1 48->48 36x16 0.86, 1x3 24->48 36x16 1.02. KILN_DC_FLAT=0/1: never /
+ * wherever the direct kernel's depths allow (measurements). */
+static bool dc_flat_wanted(const kn_dconv_shape *s) {
+    if (!dc_flat_fits(s)) return false;
+    const int64_t Cg = s->C / s->G, Mg = s->M / s->G, kk = s->KH * s->KW;
+    const char *e = getenv("KILN_DC_FLAT");
+    if (e) return e[0] == '1' && (Mg <= 8 || (Mg <= 64 && Cg * kk <= 256));
+    if (s->OW > 4 * KN_VL) return false;
+    if (dc_rows_suit(s)) {
+        const int64_t mb = dc_mb_of(Mg), nvmax = mb == 1 ? DC_NV1 : mb == 2 ? DC_NV2 : DC_NV4;
+        const int64_t nvec = (s->OW + KN_VL - 1) / KN_VL;
+        return nvec % nvmax != 0 || dc_flat_wp(s) < nvec * KN_VL;
+    }
+    /* against the GEMM: the row kernel's depths, at most an eighth of the band's columns dropped
+     * past 32 output channels (1x3 48->48 34x16, 2 of 18: 0.93; 72->72 30x8, 2 of 10: 1.21) */
+    const int64_t wp = dc_flat_wp(s);
+    return Mg <= 64 && Cg * kk <= 256 && (Mg <= 32 || 8 * (wp - s->OW) <= wp);
+}
+
 bool kn_dconv_suits(const kn_dconv_shape *s) {
     if (s->G < 1 || s->C % s->G || s->M % s->G || s->N < 1 || s->OW < 1 || s->OH < 1) return false;
     if (s->KH < 1 || s->KW < 1 || s->KW > DC_MAX_KW || s->sw < 1 || s->sw > 4 || s->sh < 1 || s->dh < 1 || s->dw < 1)
@@ -481,17 +688,10 @@ bool kn_dconv_suits(const kn_dconv_shape *s) {
     if (g.span > 64 || g.ring > DC_RING_MAX) return false;
     const char *e = getenv("KILN_DCONV");
     if (e) return e[0] == '1';
-    const int64_t Cg = s->C / s->G, Mg = s->M / s->G, owr = (s->OW + KN_VL - 1) / KN_VL * KN_VL;
+    const int64_t Cg = s->C / s->G, Mg = s->M / s->G;
     /* depthwise: wide rows (narrower ones fill vectors of channels better: conv.c's dw16) */
     if (Cg == 1 && Mg <= 4) return s->OW > 128;
-    /* rows that would leave most lanes idle: other kernels (a tiny plane costs little either way) */
-    if (owr > 2 * s->OW && s->OH * s->OW >= 256) return false;
-    /* shallow windows on many output channels and large planes, in passes (dc_shallow_wide) */
-    if (dc_shallow_wide(s) && s->OW >= 3 * KN_VL) return true;
-    /* few output channels a group, or a shallow im2col (Cg KH KW: a stem, a one-channel input),
-     * where the GEMM's packing outweighed its reuse; not on rows of fewer than 3 vectors there
-     * (3x1 48->48 on 36x16: 1.27x the GEMM's time) */
-    return Mg <= 8 || (Mg <= 64 && Cg * s->KH * s->KW <= 256 && s->OW >= 3 * KN_VL);
+    return dc_flat_wanted(s) || dc_rows_suit(s);
 }
 
 kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w, const float *bias,
@@ -519,8 +719,22 @@ kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float 
     /* tasks are (image, group, band of output rows): about 4 per thread */
     const int64_t threads = kn_threadpool_size(c->pool), groups = s->N * s->G;
     j.bands = max64(1, min64(s->OH, (4 * threads + groups - 1) / groups));
+    j.flat = dc_flat_wanted(s);
+    if (j.flat) {
+        j.bands = max64(j.bands, (s->OH + dc_flat_rows(s) - 1) / dc_flat_rows(s));
+        const int64_t wpf = dc_flat_wp(s), cf = dc_flat_chan(s, (s->OH + j.bands - 1) / j.bands);
+        j.taps = j.Cg * kk;
+        if (!(j.toff = malloc(sizeof(int64_t) * (size_t)j.taps))) {
+            free(own);
+            return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        for (int64_t ci = 0, t = 0; ci < j.Cg; ci++)
+            for (int64_t kh = 0; kh < s->KH; kh++)
+                for (int64_t kw = 0; kw < s->KW; kw++, t++) j.toff[t] = ci * cf + kh * s->dh * wpf + kw * s->dw;
+    }
     const int64_t work = j.Mg * j.Cg * kk * s->OH * s->OW / j.bands + 1;
-    kn_parallel_for(c->pool, groups * j.bands, work > 65536 ? 1 : 65536 / work + 1, dc_range, &j);
+    kn_parallel_for(c->pool, groups * j.bands, work > 65536 ? 1 : 65536 / work + 1, j.flat ? dc_flat_range : dc_range, &j);
+    free(j.toff);
     free(own);
     return failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
 }
