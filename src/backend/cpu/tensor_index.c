@@ -5,6 +5,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 static int norm_axis(int64_t a, int r) { return (int)(a < 0 ? a + r : a); }
 
@@ -127,27 +130,65 @@ typedef struct ge_rows_job {
     atomic_int bad; /* an index out of range */
 } ge_rows_job;
 
-/* along the last axis a row of x is read at the indices, otherwise column t at row v; an index
- * outside [-D, D) reads element 0 and marks the job (the kernel then finds it and fails) */
+#if defined(__AVX2__)
+/* four indices from p + t (int64, or int32 when i32) made non-negative (+ D where negative) into
+ * e, those outside [-D, D) as 0 and or-ed into *out: the index arithmetic in vectors, 10% less
+ * time than per element on 64x4096 (a standalone copy) */
+static inline __attribute__((always_inline)) void ge_idx4(const void *p, int64_t t, bool i32, __m256i Dv, __m256i Dm1,
+                                                         __m256i *out, int64_t *e) {
+    __m256i v = i32 ? _mm256_cvtepi32_epi64(_mm_loadu_si128((const __m128i *)(const void *)((const int32_t *)p + t)))
+                    : _mm256_loadu_si256((const __m256i *)(const void *)((const int64_t *)p + t));
+    const __m256i z = _mm256_setzero_si256();
+    v = _mm256_add_epi64(v, _mm256_and_si256(_mm256_cmpgt_epi64(z, v), Dv));
+    const __m256i o = _mm256_or_si256(_mm256_cmpgt_epi64(z, v), _mm256_cmpgt_epi64(v, Dm1));
+    *out = _mm256_or_si256(*out, o);
+    _mm256_storeu_si256((__m256i *)(void *)e, _mm256_andnot_si256(o, v));
+}
+#endif
+
+/* along the last axis a row of x is read at the indices, otherwise column t at row v (separate
+ * loops: the strides as variables cost a third more); an index outside [-D, D) reads element 0
+ * and marks the job (the kernel then finds it and fails) */
+#if defined(__AVX2__)
+#define GE_VEC(T, ip, EXPR)                                                                        \
+    do {                                                                                           \
+        const __m256i Dv = _mm256_set1_epi64x(D), Dm1 = _mm256_set1_epi64x(D - 1);                 \
+        __m256i out = _mm256_setzero_si256();                                                      \
+        int64_t e[4];                                                                              \
+        for (; t + 4 <= L; t += 4) {                                                               \
+            ge_idx4((ip), t, j->i32, Dv, Dm1, &out, e);                                            \
+            for (int q = 0; q < 4; q++) yp[t + q] = xr[EXPR(e[q], t + q)];                         \
+        }                                                                                          \
+        bad |= !_mm256_testz_si256(out, out);                                                      \
+    } while (0)
+#else
+#define GE_VEC(T, ip, EXPR) (void)0
+#endif
+#define GE_AT_LAST(v, t) (v)
+#define GE_AT_COL(v, t) ((v) * sa + (t))
 #define GE_LOOP(T, ip)                                                                             \
     do {                                                                                           \
         const T *xr = xp + base;                                                                   \
-        if (st == 0) /* apart: the strides as variables cost a third more */                       \
-            for (int64_t t = 0; t < L; t++) {                                                      \
+        int64_t t = 0;                                                                             \
+        if (st == 0) {                                                                             \
+            GE_VEC(T, ip, GE_AT_LAST);                                                             \
+            for (; t < L; t++) {                                                                   \
                 int64_t v = (ip)[t];                                                               \
                 v += v < 0 ? D : 0;                                                                \
                 const bool in = (uint64_t)v < (uint64_t)D;                                         \
                 bad |= !in;                                                                        \
                 yp[t] = xr[in ? v : 0];                                                            \
             }                                                                                      \
-        else                                                                                       \
-            for (int64_t t = 0; t < L; t++) {                                                      \
+        } else {                                                                                   \
+            GE_VEC(T, ip, GE_AT_COL);                                                              \
+            for (; t < L; t++) {                                                                   \
                 int64_t v = (ip)[t];                                                               \
                 v += v < 0 ? D : 0;                                                                \
                 const bool in = (uint64_t)v < (uint64_t)D;                                         \
                 bad |= !in;                                                                        \
                 yp[t] = xr[(in ? v : 0) * sa + t];                                                 \
             }                                                                                      \
+        }                                                                                          \
     } while (0)
 
 #define GE_ROW(T)                                                                                  \
@@ -207,8 +248,9 @@ kiln_status kn_cpu_gather_elements(kn_kernel_ctx *c) {
     if (rows && n > 0) {
         /* the indices checked in the same pass (a pass of its own over them was 45% of the time) */
         const int64_t L = idx->dims[r - 1];
-        ge_rows_job g = {x->data, idx->data, y->data, idx->dims, j.xs, L, D, a == r - 1 ? 1 : j.xs[a],
-                         a == r - 1 ? 0 : 1, a, r, j.es, idx->dtype == KILN_DTYPE_INT32};
+        ge_rows_job g = {.x = x->data, .idx = idx->data, .y = y->data, .id = idx->dims, .xs = j.xs, .L = L, .D = D,
+                         .sa = a == r - 1 ? 1 : j.xs[a], .st = a == r - 1 ? 0 : 1, .a = a, .r = r, .es = j.es,
+                         .i32 = idx->dtype == KILN_DTYPE_INT32};
         atomic_init(&g.bad, 0);
         kn_parallel_for(c->pool, n / L, L >= 16384 ? 1 : 16384 / L, ge_rows, &g);
         if (!atomic_load(&g.bad)) return KILN_OK;
