@@ -213,6 +213,8 @@ def cases():
     c.append(conv("1x1 960->160 7x7", 1, 960, 7, 160, 1))
     c.append(conv("1x1 16->32 400x304 (large plane)", 1, 16, (400, 304), 32, 1))
     c.append(conv("1x1 64->64 200x152", 1, 64, (200, 152), 64, 1, fast=True))
+    c.append(conv("1x1 128->128 100x76 (picodet)", 1, 128, (100, 76), 128, 1))
+    c.append(conv("1x1 256->256 50x38 (picodet)", 1, 256, (50, 38), 256, 1))
     c.append(conv("3x3 s2 128->128 28x28", 1, 128, 28, 128, 3, s=2))
     c.append(conv("3x3 d2 64->64 28x28", 1, 64, 28, 64, 3, d=2))
     c.append(conv("3x3 1->32 128x128 (one in-channel)", 1, 1, 128, 32, 3, fast=True))

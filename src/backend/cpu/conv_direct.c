@@ -614,19 +614,30 @@ static void dc_flat_range(void *arg, int64_t begin, int64_t end) {
         }
         const float *bg = j->bias ? j->bias + gi * Mg : NULL;
         const float *wg = j->wp + gi * Mg * Cg * KH * s->KW;
-        const int64_t nvec = (rows * wp + KN_VL - 1) / KN_VL;
+        const int64_t npos = rows * wp, nvec = (npos + KN_VL - 1) / KN_VL;
+        /* rows as wide as the output's (KW = 1): the band is a run of y's plane, so the tiles
+         * store into y, all but one reaching past the band's end (into the buffer, then copied) */
+        const bool direct = wp == OW;
+        float *yb = j->y + ybase + oh0 * OW, *db = direct ? yb : ob;
+        const int64_t ld = direct ? plane : of;
         /* tiles of nvmax vectors while 2 nvmax or more are left; the last two split evenly */
         const int64_t nfull = nvec >= 2 * nvmax ? (nvec - nvmax) / nvmax : 0;
-        if (nfull) dc_ftiles_any(mb, xin, toff, j->taps, Mg, 0, nfull, wg, bg, ob, of, nvmax);
+        if (nfull) dc_ftiles_any(mb, xin, toff, j->taps, Mg, 0, nfull, wg, bg, db, ld, nvmax);
         for (int64_t q0 = nfull * nvmax; q0 < nvec;) {
             const int64_t left = nvec - q0;
             const int nv = (int)(left <= nvmax ? left : (left + 1) / 2);
-            dc_ftiles_any(mb, xin + q0 * KN_VL, toff, j->taps, Mg, 0, 1, wg, bg, ob + q0 * KN_VL, of, nv);
+            if (direct && (q0 + nv) * KN_VL > npos) {
+                dc_ftiles_any(mb, xin + q0 * KN_VL, toff, j->taps, Mg, 0, 1, wg, bg, ob, of, nv);
+                for (int64_t m = 0; m < Mg; m++)
+                    memcpy(yb + m * plane + q0 * KN_VL, ob + m * of, sizeof(float) * (size_t)(npos - q0 * KN_VL));
+            } else {
+                dc_ftiles_any(mb, xin + q0 * KN_VL, toff, j->taps, Mg, 0, 1, wg, bg, db + q0 * KN_VL, ld, nv);
+            }
             q0 += nv;
         }
-        for (int64_t m = 0; m < Mg; m++)
+        for (int64_t m = 0; m < Mg && !direct; m++)
             for (int64_t r = 0; r < rows; r++)
-                memcpy(j->y + ybase + m * plane + (oh0 + r) * OW, ob + m * of + r * wp, sizeof(float) * (size_t)OW);
+                memcpy(yb + m * plane + r * OW, ob + m * of + r * wp, sizeof(float) * (size_t)OW);
         if (j->epi) j->epi(j->epi_ctx, j->y, ybase + oh0 * OW, Mg, rows * OW, plane);
     }
     free(own);
@@ -668,6 +679,9 @@ static bool dc_flat_wanted(const kn_dconv_shape *s) {
     if (e) return e[0] == '1' && (Mg <= 8 || (Mg <= 64 && Cg * kk <= 256));
     if (s->OW > 4 * KN_VL) return false;
     if (dc_rows_suit(s)) {
+        /* windows under 16 taps deep (a one-channel 3x3 stem) stay: the buffer's copy costs more
+         * than the narrower tiles (1->24 3x3 76x34: 1.01-1.03) */
+        if (Cg * kk < 16) return false;
         const int64_t mb = dc_mb_of(Mg), nvmax = mb == 1 ? DC_NV1 : mb == 2 ? DC_NV2 : DC_NV4;
         const int64_t nvec = (s->OW + KN_VL - 1) / KN_VL;
         return nvec % nvmax != 0 || dc_flat_wp(s) < nvec * KN_VL;
