@@ -463,3 +463,88 @@ KN_TEST(cpu_hardmax_rows) {
         free(x);
     }
 }
+
+/* ScatterElements without a reduction by rows (scatter_rows) against the definition applied in
+ * the indices' order (a repeated index keeps its last update): every axis of rank 1-3 shapes,
+ * negative and repeated indices, int64 and int32, 1-, 2-, 4- and 8-byte elements; an index out of
+ * range (first or last) fails the run with its message */
+KN_TEST(cpu_scatter_elements_rows) {
+    const struct {
+        int rank;
+        int64_t xd[3], id[3];
+    } shapes[3] = {{1, {37}, {20}}, {2, {6, 9}, {4, 9}}, {3, {3, 5, 4}, {2, 3, 3}}};
+    const kiln_dtype dts[4] = {KILN_DTYPE_UINT8, KILN_DTYPE_FLOAT16, KILN_DTYPE_FLOAT, KILN_DTYPE_INT64};
+    for (int sh = 0; sh < 3; sh++)
+        for (int a = 0; a < shapes[sh].rank; a++)
+            for (int t = 0; t < 4; t++)
+                for (int i32 = 0; i32 < 2; i32++)
+                    for (int badi = -1; badi < 2; badi++) {
+                        const int r = shapes[sh].rank;
+                        int64_t id[3], xs[3], nx = 1, n = 1;
+                        for (int k = 0; k < r; k++)
+                            id[k] = shapes[sh].id[k] < shapes[sh].xd[k] ? shapes[sh].id[k] : shapes[sh].xd[k];
+                        for (int k = r - 1; k >= 0; k--) xs[k] = nx, nx *= shapes[sh].xd[k];
+                        for (int k = 0; k < r; k++) n *= id[k];
+                        const int64_t D = shapes[sh].xd[a];
+                        const size_t es = kiln_dtype_size(dts[t]);
+                        unsigned char *x = malloc(es * (size_t)nx), *want = malloc(es * (size_t)nx);
+                        for (size_t i = 0; i < es * (size_t)nx; i++) x[i] = (unsigned char)(i * 13 + 5);
+                        if (dts[t] == KILN_DTYPE_FLOAT16)
+                            for (int64_t i = 0; i < nx; i++) ((uint16_t *)x)[i] = kn_f32_to_f16((float)i);
+                        kn_tensor *it = NULL, *ut = NULL;
+                        kn_tensor_new(i32 ? KILN_DTYPE_INT32 : KILN_DTYPE_INT64, r, id, &it);
+                        kn_tensor_new(dts[t], r, id, &ut);
+                        for (size_t i = 0; i < es * (size_t)n; i++) ((unsigned char *)ut->data)[i] = (unsigned char)(i * 7 + 200);
+                        if (dts[t] == KILN_DTYPE_FLOAT16)
+                            for (int64_t i = 0; i < n; i++) ((uint16_t *)ut->data)[i] = kn_f32_to_f16(-(float)i);
+                        memcpy(want, x, es * (size_t)nx);
+                        uint32_t seed = 9u + (uint32_t)(sh * 16 + a);
+                        for (int64_t i = 0; i < n; i++) {
+                            int64_t v = (int64_t)((tmb_rand(&seed) + 1) * 0.5f * (float)(2 * D)) - D; /* repeats */
+                            if (v >= D) v = D - 1;
+                            if (v < -D) v = -D;
+                            if (badi >= 0 && i == (badi ? n - 1 : 0)) v = badi ? D : -D - 1;
+                            if (i32) ((int32_t *)it->data)[i] = (int32_t)v;
+                            else ((int64_t *)it->data)[i] = v;
+                            int64_t rem = i, di = 0;
+                            for (int k = r - 1; k >= 0; k--) {
+                                const int64_t pk = rem % id[k];
+                                rem /= id[k];
+                                di += (k == a ? (v < 0 ? v + D : v) : pk) * xs[k];
+                            }
+                            if (badi < 0) memcpy(want + (size_t)di * es, (const unsigned char *)ut->data + (size_t)i * es, es);
+                        }
+                        tmb b;
+                        tmb_init(&b, 16);
+                        int in[3] = {tmb_input(&b, "x", dts[t], r, shapes[sh].xd, NULL), 0, 0}, out = tmb_value(&b, "y");
+                        in[1] = tmb_const_tensor(&b, "i", it);
+                        in[2] = tmb_const_tensor(&b, "u", ut);
+                        tmb_int(&b, tmb_node(&b, "ScatterElements", in, 3, out), "axis", a);
+                        tmb_output(&b, out);
+                        size_t bytes;
+                        unsigned char *data = tmb_finish(&b, &bytes);
+                        kiln_session *s = data ? tmb_session(data, bytes, 1, 3) : NULL;
+                        free(data);
+                        if (s) {
+                            kiln_tensor *xt = NULL, *y = NULL;
+                            kiln_tensor_create(dts[t], shapes[sh].xd, r, &xt);
+                            memcpy(kiln_tensor_data(xt), x, es * (size_t)nx);
+                            const char *names[1] = {"x"};
+                            const kiln_status st = kiln_session_run(s, names, &xt, 1, NULL, 1, &y);
+                            if (badi >= 0)
+                                CHECK_MSG(st == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), "out of range"),
+                                          "ScatterElements shape %d axis %d: index out of range gave %d: %s", sh, a, (int)st,
+                                          kiln_last_error());
+                            else if (st != KILN_OK)
+                                CHECK_MSG(false, "ScatterElements shape %d axis %d: %s", sh, a, kiln_last_error());
+                            else
+                                CHECK_MSG(!memcmp(kiln_tensor_data(y), want, es * (size_t)nx),
+                                          "ScatterElements shape %d axis %d type %d i32 %d: output differs", sh, a, t, i32);
+                            kiln_tensor_destroy(y);
+                            kiln_tensor_destroy(xt);
+                            kiln_session_destroy(s);
+                        }
+                        free(x);
+                        free(want);
+                    }
+}

@@ -411,6 +411,59 @@ static bool apply(kn_tensor *y, int64_t di, const kn_tensor *u, int64_t si, int6
     return true;
 }
 
+/* ScatterElements without a reduction, for elements of 1, 2, 4 or 8 bytes and int64 or int32
+ * indices whose every value lies in [-D, D): by rows of the indices' last axis as GatherElements'
+ * ge_rows, y[base + v sa + t st] = u[t], in the element loop's order (a repeated index keeps its
+ * last update). That loop summed each offset over the rank and copied through kn_cpu_copy_elems
+ * per element: 1.8x ONNX Runtime's time on 256 columns of 64x4096. false: not taken. */
+#define SE_ROWS(T, IT)                                                                             \
+    do {                                                                                           \
+        const IT *ip = idx->data;                                                                  \
+        const T *up = u->data;                                                                     \
+        T *yp = y->data;                                                                           \
+        bool ok = true;                                                                            \
+        for (int64_t i = 0; i < n; i++) ok &= ((int64_t)ip[i] >= -D) & ((int64_t)ip[i] < D);       \
+        if (!ok) return false;                                                                     \
+        for (int64_t ro = 0; ro < n / L; ro++) {                                                   \
+            int64_t base = 0, rem = ro;                                                            \
+            for (int k = r - 2; k >= 0; k--) {                                                     \
+                const int64_t pk = rem % idx->dims[k];                                             \
+                rem /= idx->dims[k];                                                               \
+                if (k != a) base += pk * xs[k];                                                    \
+            }                                                                                      \
+            const IT *ir = ip + ro * L;                                                            \
+            const T *ur = up + ro * L;                                                             \
+            T *yr = yp + base;                                                                     \
+            if (a == r - 1)                                                                        \
+                for (int64_t t = 0; t < L; t++) yr[ir[t] + (D & ((int64_t)ir[t] >> 63))] = ur[t];   \
+            else                                                                                   \
+                for (int64_t t = 0; t < L; t++) yr[(ir[t] + (D & ((int64_t)ir[t] >> 63))) * sa + t] = ur[t]; \
+        }                                                                                          \
+        return true;                                                                               \
+    } while (0)
+
+#define SE_IDX(T)                                                                                  \
+    do {                                                                                           \
+        if (idx->dtype == KILN_DTYPE_INT32) SE_ROWS(T, int32_t);                                   \
+        SE_ROWS(T, int64_t);                                                                       \
+    } while (0)
+
+static bool scatter_rows(kn_tensor *y, const kn_tensor *idx, const kn_tensor *u, int a, int r, const int64_t *xs,
+                         int64_t D) {
+    const size_t es = kiln_dtype_size(y->dtype);
+    const int64_t n = kn_tensor_count(idx), L = r > 0 ? idx->dims[r - 1] : 0, sa = xs[a];
+    if (y->dtype == KILN_DTYPE_STRING || kn_dtype_is_packed(y->dtype) || u->dtype != y->dtype || n == 0 ||
+        (idx->dtype != KILN_DTYPE_INT64 && idx->dtype != KILN_DTYPE_INT32))
+        return false;
+    switch (es) {
+    case 1: SE_IDX(uint8_t);
+    case 2: SE_IDX(uint16_t);
+    case 4: SE_IDX(uint32_t);
+    case 8: SE_IDX(uint64_t);
+    default: return false;
+    }
+}
+
 kiln_status kn_cpu_scatter_elements(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *idx = c->in[1], *u = c->in[2];
     kn_tensor *y;
@@ -430,6 +483,7 @@ kiln_status kn_cpu_scatter_elements(kn_kernel_ctx *c) {
     KN_TRY(kn_cpu_copy_all(c, y, x));
     int64_t xs[KILN_MAX_RANK], pos[KILN_MAX_RANK] = {0}, n = kn_tensor_count(idx), D = x->dims[a];
     kn_cpu_strides(x->dims, r, xs);
+    if (op == RED_NONE && scatter_rows(y, idx, u, a, r, xs, D)) return KILN_OK;
     for (int64_t i = 0; i < n; i++) {
         int64_t v = kn_cpu_index(idx, i);
         if (v < -D || v >= D) return bad_index(c, v, D, "along the axis");
