@@ -548,3 +548,76 @@ KN_TEST(cpu_scatter_elements_rows) {
                         free(want);
                     }
 }
+
+/* Compress (a byte condition read directly; rows by memcpy; single elements by a typed loop)
+ * against the definition: no axis (flattened), every axis of [5, 7] and [3, 4, 5], a condition
+ * shorter than the axis, all false and all true, 1-, 2-, 4- and 8-byte elements */
+KN_TEST(cpu_compress_rows) {
+    const struct {
+        int rank;
+        int64_t d[3];
+    } shapes[2] = {{2, {5, 7}}, {3, {3, 4, 5}}}; /* the flattened axes: at most 60 */
+    const kiln_dtype dts[4] = {KILN_DTYPE_UINT8, KILN_DTYPE_FLOAT16, KILN_DTYPE_FLOAT, KILN_DTYPE_INT64};
+    for (int sh = 0; sh < 2; sh++)
+        for (int a = -1; a < shapes[sh].rank; a++)
+            for (int t = 0; t < 4; t++)
+                for (int pat = 0; pat < 3; pat++) {
+                    const int r = shapes[sh].rank;
+                    int64_t nx = 1, pre = 1, post = 1;
+                    for (int k = 0; k < r; k++) nx *= shapes[sh].d[k];
+                    const int64_t D = a < 0 ? nx : shapes[sh].d[a];
+                    for (int k = 0; a >= 0 && k < a; k++) pre *= shapes[sh].d[k];
+                    for (int k = a + 1; a >= 0 && k < r; k++) post *= shapes[sh].d[k];
+                    const int64_t nc = D > 2 ? D - 1 : D; /* shorter than the axis */
+                    const size_t es = kiln_dtype_size(dts[t]);
+                    unsigned char *x = malloc(es * (size_t)nx);
+                    for (size_t i = 0; i < es * (size_t)nx; i++) x[i] = (unsigned char)(i * 13 + 5);
+                    kn_tensor *ct = NULL;
+                    const int64_t cd[1] = {nc};
+                    kn_tensor_new(KILN_DTYPE_BOOL, 1, cd, &ct);
+                    uint8_t cv[64]; /* the model owns ct (freed with it) */
+                    int64_t K = 0;
+                    for (int64_t i = 0; i < nc; i++) {
+                        cv[i] = pat == 0 ? (i * 7 + sh) % 3 == 0 : pat == 1 ? 1 : 0;
+                        ((uint8_t *)ct->data)[i] = cv[i];
+                        K += cv[i];
+                    }
+                    tmb b;
+                    tmb_init(&b, 11);
+                    int in[2] = {tmb_input(&b, "x", dts[t], r, shapes[sh].d, NULL), 0}, out = tmb_value(&b, "y");
+                    in[1] = tmb_const_tensor(&b, "c", ct);
+                    const int node = tmb_node(&b, "Compress", in, 2, out);
+                    if (a >= 0) tmb_int(&b, node, "axis", a);
+                    tmb_output(&b, out);
+                    size_t bytes;
+                    unsigned char *data = tmb_finish(&b, &bytes);
+                    kiln_session *s = data ? tmb_session(data, bytes, 1, 3) : NULL;
+                    free(data);
+                    if (s) {
+                        kiln_tensor *xt = NULL, *y = NULL;
+                        kiln_tensor_create(dts[t], shapes[sh].d, r, &xt);
+                        memcpy(kiln_tensor_data(xt), x, es * (size_t)nx);
+                        const char *names[1] = {"x"};
+                        CHECK_STATUS(kiln_session_run(s, names, &xt, 1, NULL, 1, &y), KILN_OK);
+                        if (y) {
+                            CHECK_MSG((int64_t)kiln_tensor_bytes(y) == (int64_t)es * pre * K * post,
+                                      "Compress shape %d axis %d: %zu bytes", sh, a, kiln_tensor_bytes(y));
+                            const unsigned char *g = kiln_tensor_data(y);
+                            int64_t bad = 0;
+                            for (int64_t p = 0, k = 0; p < pre && (int64_t)kiln_tensor_bytes(y) == (int64_t)es * pre * K * post; p++, k = 0)
+                                for (int64_t i = 0; i < nc; i++) {
+                                    if (!cv[i]) continue;
+                                    bad += memcmp(g + (size_t)((p * K + k) * post) * es, x + (size_t)((p * D + i) * post) * es,
+                                                  (size_t)post * es) != 0;
+                                    k++;
+                                }
+                            CHECK_MSG(bad == 0, "Compress shape %d axis %d type %d pattern %d: %lld rows wrong", sh, a, t,
+                                      pat, (long long)bad);
+                        }
+                        kiln_tensor_destroy(y);
+                        kiln_tensor_destroy(xt);
+                        kiln_session_destroy(s);
+                    }
+                    free(x);
+                }
+}

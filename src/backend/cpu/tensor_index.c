@@ -617,19 +617,49 @@ kiln_status kn_cpu_compress(kn_kernel_ctx *c) {
         rank = 1;
     }
     if (nc > D) return kn_kernel_error(c, KILN_ERR_SHAPE, "condition has %lld elements for an axis of %lld", (long long)nc, (long long)D);
+    /* a bool (byte) condition read directly, and rows of plain elements by memcpy: the generic
+     * reads and copies per element took 1.5x ONNX Runtime's time on half the rows of 1000x64 */
+    const uint8_t *cb = kiln_dtype_size(cond->dtype) == 1 && !kn_dtype_is_packed(cond->dtype) ? cond->data : NULL;
+#define COND_AT(i) (cb ? cb[i] != 0 : kn_tensor_get_i64(cond, i) != 0)
     int64_t K = 0;
-    for (int64_t i = 0; i < nc; i++) K += kn_tensor_get_i64(cond, i) != 0;
+    for (int64_t i = 0; i < nc; i++) K += COND_AT(i);
     if (aa) dims[a] = K;
     else dims[0] = K;
     kn_tensor *y;
     KN_TRY(kn_ctx_output(c, 0, x->dtype, rank, dims, &y));
+    const size_t es = kiln_dtype_size(x->dtype);
+    const bool plain = x->dtype != KILN_DTYPE_STRING && !kn_dtype_is_packed(x->dtype) && es > 0;
+    if (plain && post == 1 && cb && (es == 1 || es == 2 || es == 4 || es == 8)) {
+        /* single elements (the flattened form, or the last axis): a typed loop */
+#define COMPRESS_ELEMS(T)                                                                          \
+    for (int64_t p = 0; p < pre; p++) {                                                            \
+        const T *xr = (const T *)x->data + p * D;                                                  \
+        T *yr = (T *)y->data + p * K;                                                              \
+        for (int64_t i = 0, kk = 0; i < nc; i++)                                                   \
+            if (cb[i]) yr[kk++] = xr[i];                                                           \
+    }
+        switch (es) {
+        case 1: COMPRESS_ELEMS(uint8_t) break;
+        case 2: COMPRESS_ELEMS(uint16_t) break;
+        case 4: COMPRESS_ELEMS(uint32_t) break;
+        default: COMPRESS_ELEMS(uint64_t) break;
+        }
+#undef COMPRESS_ELEMS
+        return KILN_OK;
+    }
     int64_t k = 0;
     for (int64_t i = 0; i < nc; i++) {
-        if (!kn_tensor_get_i64(cond, i)) continue;
-        for (int64_t p = 0; p < pre; p++)
-            if (!kn_cpu_copy_elems(y, (p * K + k) * post, x, (p * D + i) * post, post)) return KN_OOM();
+        if (!COND_AT(i)) continue;
+        for (int64_t p = 0; p < pre; p++) {
+            if (plain)
+                memcpy((char *)y->data + (size_t)((p * K + k) * post) * es,
+                       (const char *)x->data + (size_t)((p * D + i) * post) * es, (size_t)post * es);
+            else if (!kn_cpu_copy_elems(y, (p * K + k) * post, x, (p * D + i) * post, post))
+                return KN_OOM();
+        }
         k++;
     }
+#undef COND_AT
     return KILN_OK;
 }
 
