@@ -621,3 +621,80 @@ KN_TEST(cpu_compress_rows) {
                     free(x);
                 }
 }
+
+/* NonZero by rows of the last axis (a byte mask, the columns written without a branch) against
+ * the definition: ranks 1-3, float with -0 (zero) and NaN (nonzero), float16 -0, int64, bool; all
+ * zero, all nonzero and mixed */
+KN_TEST(cpu_nonzero_rows) {
+    const struct {
+        int rank;
+        int64_t d[3];
+    } shapes[3] = {{1, {37}}, {2, {5, 9}}, {3, {3, 4, 6}}};
+    const kiln_dtype dts[4] = {KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT16, KILN_DTYPE_INT64, KILN_DTYPE_BOOL};
+    for (int sh = 0; sh < 3; sh++)
+        for (int t = 0; t < 4; t++)
+            for (int pat = 0; pat < 3; pat++) {
+                const int r = shapes[sh].rank;
+                int64_t n = 1;
+                for (int k = 0; k < r; k++) n *= shapes[sh].d[k];
+                const size_t es = kiln_dtype_size(dts[t]);
+                unsigned char *x = calloc((size_t)n, es);
+                bool *want = calloc((size_t)n, 1);
+                for (int64_t i = 0; i < n; i++) {
+                    const int v = pat == 0 ? 0 : pat == 1 ? 1 + (int)(i % 3) : (int)((i * 7) % 5) - 2; /* -2..2 */
+                    want[i] = v != 0;
+                    if (dts[t] == KILN_DTYPE_FLOAT) {
+                        float f = (float)v;
+                        if (v == 0 && i % 2) f = -0.0f;
+                        if (v == 2) f = NAN;
+                        ((float *)x)[i] = f;
+                    } else if (dts[t] == KILN_DTYPE_FLOAT16) {
+                        ((uint16_t *)x)[i] = v == 0 ? (i % 2 ? 0x8000 : 0) : kn_f32_to_f16((float)v);
+                    } else if (dts[t] == KILN_DTYPE_INT64) {
+                        ((int64_t *)x)[i] = v;
+                    } else {
+                        x[i] = v != 0;
+                    }
+                }
+                tmb b;
+                tmb_init(&b, 13);
+                int in = tmb_input(&b, "x", dts[t], r, shapes[sh].d, NULL), out = tmb_value(&b, "y");
+                tmb_node(&b, "NonZero", &in, 1, out);
+                tmb_output(&b, out);
+                size_t bytes;
+                unsigned char *data = tmb_finish(&b, &bytes);
+                kiln_session *s = data ? tmb_session(data, bytes, 1, 3) : NULL;
+                free(data);
+                if (s) {
+                    kiln_tensor *xt = NULL, *y = NULL;
+                    kiln_tensor_create(dts[t], shapes[sh].d, r, &xt);
+                    memcpy(kiln_tensor_data(xt), x, es * (size_t)n);
+                    const char *names[1] = {"x"};
+                    CHECK_STATUS(kiln_session_run(s, names, &xt, 1, NULL, 1, &y), KILN_OK);
+                    if (y) {
+                        int64_t cnt = 0;
+                        for (int64_t i = 0; i < n; i++) cnt += want[i];
+                        CHECK_MSG(kiln_tensor_rank(y) == 2 && kiln_tensor_dims(y)[0] == r && kiln_tensor_dims(y)[1] == cnt,
+                                  "NonZero shape %d type %d pattern %d: wrong output shape", sh, t, pat);
+                        const int64_t *g = kiln_tensor_data(y);
+                        int64_t bad = 0, col = 0;
+                        for (int64_t i = 0; i < n && kiln_tensor_dims(y)[1] == cnt; i++) {
+                            if (!want[i]) continue;
+                            int64_t rem = i;
+                            for (int k = r - 1; k >= 0; k--) {
+                                bad += g[k * cnt + col] != rem % shapes[sh].d[k];
+                                rem /= shapes[sh].d[k];
+                            }
+                            col++;
+                        }
+                        CHECK_MSG(bad == 0, "NonZero shape %d type %d pattern %d: %lld coordinates wrong", sh, t, pat,
+                                  (long long)bad);
+                    }
+                    kiln_tensor_destroy(y);
+                    kiln_tensor_destroy(xt);
+                    kiln_session_destroy(s);
+                }
+                free(x);
+                free(want);
+            }
+}

@@ -682,10 +682,66 @@ static bool nonzero_at(const kn_tensor *x, int64_t i, size_t es) {
     }
 }
 
+/* NonZero of rank >= 1 by rows of the last axis: a byte mask of the nonzero elements (typed for
+ * float), then per row the column of each nonzero element written without a branch (a slot past
+ * the last is kept in the scratch, where the next element may overwrite it) and the other axes'
+ * coordinates filled over the row's range of outputs. The element loop above switched on the type
+ * per element twice and branched on each element (half of them nonzero: mispredicted), 1.15x ONNX
+ * Runtime's time on 1x64x56x56. false: out of memory (nothing written). */
+static bool nonzero_rows(kn_kernel_ctx *c, const kn_tensor *x, kiln_status *st) {
+    const int64_t n = kn_tensor_count(x), W = x->dims[x->rank - 1], r = x->rank;
+    const size_t es = kiln_dtype_size(x->dtype);
+    uint8_t *nz = malloc((size_t)n + 1);
+    int64_t *sel = malloc(sizeof(int64_t) * (size_t)(W + 1));
+    if (!nz || !sel) {
+        free(nz);
+        free(sel);
+        return false;
+    }
+    int64_t cnt = 0;
+    if (x->dtype == KILN_DTYPE_FLOAT) {
+        const float *xp = x->data;
+        for (int64_t i = 0; i < n; i++) nz[i] = xp[i] != 0;
+    } else {
+        for (int64_t i = 0; i < n; i++) nz[i] = nonzero_at(x, i, es);
+    }
+    for (int64_t i = 0; i < n; i++) cnt += nz[i];
+    const int64_t dims[2] = {r, cnt};
+    kn_tensor *y;
+    *st = kn_ctx_output(c, 0, KILN_DTYPE_INT64, 2, dims, &y);
+    if (*st == KILN_OK) {
+        int64_t *o = y->data, pos[KILN_MAX_RANK] = {0}, col = 0;
+        for (int64_t row = 0; row < n / W; row++) {
+            const uint8_t *m = nz + row * W;
+            int64_t k = 0;
+            for (int64_t j = 0; j < W; j++) {
+                sel[k] = j;
+                k += m[j];
+            }
+            memcpy(o + (r - 1) * cnt + col, sel, sizeof(int64_t) * (size_t)k);
+            for (int d = 0; d < r - 1; d++)
+                for (int64_t q = 0; q < k; q++) o[d * cnt + col + q] = pos[d];
+            col += k;
+            for (int d = (int)r - 2; d >= 0; d--) {
+                if (++pos[d] < x->dims[d]) break;
+                pos[d] = 0;
+            }
+        }
+    }
+    free(nz);
+    free(sel);
+    return true;
+}
+
 kiln_status kn_cpu_nonzero(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     int64_t n = kn_tensor_count(x), cnt = 0;
     size_t es = kiln_dtype_size(x->dtype);
+    if (x->rank >= 1 && n > 0) {
+        kiln_status st;
+        if (nonzero_rows(c, x, &st)) return st;
+        return KN_OOM();
+    }
     for (int64_t i = 0; i < n; i++) cnt += nonzero_at(x, i, es);
     int r = x->rank == 0 ? 1 : x->rank;
     int64_t dims[2] = {r, cnt};
