@@ -577,6 +577,14 @@ typedef struct pow_scalar_job {
     float e;
 } pow_scalar_job;
 
+/* pow(x, 0.5) is sqrt(x) but at -0 (pow: +0, sqrt: -0) and -inf (pow: +inf, sqrt: NaN), as C's pow
+ * and ONNX Runtime give: the sqrt kernel, then those two fixed (adding +0 turns -0 into +0 and
+ * leaves every other value, NaN included, as it is) */
+static void pow_half_f32(int64_t n, float *restrict o, const float *restrict x) {
+    kn_ew_sqrt_f32(n, o, x);
+    for (int64_t i = 0; i < n; i++) o[i] = x[i] == -INFINITY ? INFINITY : o[i] + 0.0f;
+}
+
 static void pow_scalar_range(void *arg, int64_t b, int64_t e) {
     const pow_scalar_job *j = arg;
     const float *restrict x = j->x;
@@ -589,7 +597,7 @@ static void pow_scalar_range(void *arg, int64_t b, int64_t e) {
     } else if (ex == 1.0f) {
         for (int64_t i = b; i < e; i++) o[i] = x[i];
     } else if (ex == 0.5f) {
-        kn_ew_sqrt_f32(e - b, o + b, x + b);
+        pow_half_f32(e - b, o + b, x + b);
     } else if (ex == -1.0f) {
         for (int64_t i = b; i < e; i++) o[i] = 1.0f / x[i];
     } else {
@@ -614,6 +622,12 @@ static inline __m256 pow_h8_any(__m256 v, float e) {
     return _mm256_loadu_ps(t);
 }
 
+/* pow_half_f32 on a vector */
+static inline __m256 pow_half_h8(__m256 v) {
+    const __m256 r = _mm256_add_ps(_mm256_sqrt_ps(v), _mm256_setzero_ps());
+    return _mm256_blendv_ps(r, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(v, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
+}
+
 static void pow_scalar_h_range(void *arg, int64_t b, int64_t e) {
     const pow_scalar_h_job *j = arg;
     const uint16_t *x = j->x + b;
@@ -623,19 +637,19 @@ static void pow_scalar_h_range(void *arg, int64_t b, int64_t e) {
 #define H8_SQ(v) _mm256_mul_ps((v), (v))
 #define H8_CUBE(v) _mm256_mul_ps(_mm256_mul_ps((v), (v)), (v))
 #define H8_ID(v) (v)
-#define H8_SQRT(v) _mm256_sqrt_ps(v)
+#define H8_POW_HALF(v) pow_half_h8(v)
 #define H8_INV(v) _mm256_div_ps(_mm256_set1_ps(1.0f), (v))
 #define H8_ANY(v) pow_h8_any((v), ex)
     if (ex == 2.0f) KN_H8_MAP(o, x, n, H8_SQ);
     else if (ex == 3.0f) KN_H8_MAP(o, x, n, H8_CUBE);
     else if (ex == 1.0f) KN_H8_MAP(o, x, n, H8_ID);
-    else if (ex == 0.5f) KN_H8_MAP(o, x, n, H8_SQRT);
+    else if (ex == 0.5f) KN_H8_MAP(o, x, n, H8_POW_HALF);
     else if (ex == -1.0f) KN_H8_MAP(o, x, n, H8_INV);
     else KN_H8_MAP(o, x, n, H8_ANY);
 #undef H8_SQ
 #undef H8_CUBE
 #undef H8_ID
-#undef H8_SQRT
+#undef H8_POW_HALF
 #undef H8_INV
 #undef H8_ANY
 }
