@@ -619,6 +619,99 @@ double kn_tensor_get_f64(const kn_tensor *t, int64_t i) {
     }
 }
 
+/* How an element of dtype is tested against zero: its bytes (1, 2, 4 or 8) as an unsigned
+ * integer under a mask that drops a float's sign bits (-0 is zero; NaN, with its exponent bits
+ * set, is not). false: no such test (complex128, packed types, strings, float8e8m0: which has no
+ * zero at all, every code being 2^k or NaN). The fnuz float8 types have no -0 (0x80 is their NaN). */
+static bool zero_test(kiln_dtype dt, size_t *bytes, uint64_t *mask) {
+    switch (dt) {
+    case KILN_DTYPE_FLOAT: *bytes = 4, *mask = 0x7fffffffu; return true;
+    case KILN_DTYPE_DOUBLE: *bytes = 8, *mask = 0x7fffffffffffffffull; return true;
+    case KILN_DTYPE_COMPLEX64: *bytes = 8, *mask = 0x7fffffff7fffffffull; return true;
+    case KILN_DTYPE_FLOAT16:
+    case KILN_DTYPE_BFLOAT16: *bytes = 2, *mask = 0x7fffu; return true;
+    case KILN_DTYPE_FLOAT8E4M3FN:
+    case KILN_DTYPE_FLOAT8E5M2: *bytes = 1, *mask = 0x7fu; return true;
+    case KILN_DTYPE_FLOAT8E4M3FNUZ:
+    case KILN_DTYPE_FLOAT8E5M2FNUZ:
+    case KILN_DTYPE_INT8:
+    case KILN_DTYPE_UINT8:
+    case KILN_DTYPE_BOOL: *bytes = 1, *mask = 0xffu; return true;
+    case KILN_DTYPE_INT16:
+    case KILN_DTYPE_UINT16: *bytes = 2, *mask = 0xffffu; return true;
+    case KILN_DTYPE_INT32:
+    case KILN_DTYPE_UINT32: *bytes = 4, *mask = 0xffffffffu; return true;
+    case KILN_DTYPE_INT64:
+    case KILN_DTYPE_UINT64: *bytes = 8, *mask = ~0ull; return true;
+    default: return false;
+    }
+}
+
+bool kn_tensor_elem_nonzero(const kn_tensor *t, int64_t i) {
+    size_t bytes;
+    uint64_t mask;
+    if (t->dtype == KILN_DTYPE_FLOAT8E8M0) return true;
+    if (zero_test(t->dtype, &bytes, &mask)) {
+        uint64_t v = 0;
+        memcpy(&v, (const unsigned char *)t->data + (size_t)i * bytes, bytes); /* little-endian hosts */
+        return (v & mask) != 0;
+    }
+    if (t->dtype == KILN_DTYPE_COMPLEX128) {
+        const double *z = (const double *)t->data + 2 * i;
+        return z[0] != 0 || z[1] != 0;
+    }
+    return kn_tensor_get_f64(t, i) != 0; /* packed types */
+}
+
+/* OUT_EXPR(i_, nz_) over the elements, nz_ whether element i_ is not zero: typed loops, which
+ * the compiler vectorises */
+#define KN_NONZERO_LOOP(T, OUT_EXPR)                                                                         \
+    do {                                                                                                     \
+        const T *q_ = (const T *)t->data, m_ = (T)mask;                                                      \
+        for (int64_t i_ = 0; i_ < n; i_++) OUT_EXPR(i_, (q_[i_] & m_) != 0);                                 \
+    } while (0)
+#define KN_NONZERO_BY_SIZE(OUT_EXPR)                                                                         \
+    switch (bytes) {                                                                                         \
+    case 1: KN_NONZERO_LOOP(uint8_t, OUT_EXPR); break;                                                       \
+    case 2: KN_NONZERO_LOOP(uint16_t, OUT_EXPR); break;                                                      \
+    case 4: KN_NONZERO_LOOP(uint32_t, OUT_EXPR); break;                                                      \
+    default: KN_NONZERO_LOOP(uint64_t, OUT_EXPR); break;                                                     \
+    }
+#define KN_COUNT_INTO(i, nz) cnt += (nz)
+#define KN_MASK_INTO(i, nz) out[i] = (uint8_t)(nz)
+
+int64_t kn_tensor_count_nonzero(const kn_tensor *t) {
+    const int64_t n = kn_tensor_count(t);
+    size_t bytes;
+    uint64_t mask;
+    if (t->dtype == KILN_DTYPE_FLOAT8E8M0) return n;
+    if (!zero_test(t->dtype, &bytes, &mask)) {
+        int64_t cnt = 0;
+        for (int64_t i = 0; i < n; i++) cnt += kn_tensor_elem_nonzero(t, i);
+        return cnt;
+    }
+    int64_t cnt = 0;
+    KN_NONZERO_BY_SIZE(KN_COUNT_INTO)
+    return cnt;
+}
+
+void kn_tensor_nonzero_mask(const kn_tensor *t, uint8_t *out) {
+    const int64_t n = kn_tensor_count(t);
+    size_t bytes;
+    uint64_t mask;
+    if (t->dtype == KILN_DTYPE_FLOAT8E8M0) {
+        memset(out, 1, (size_t)n);
+    } else if (!zero_test(t->dtype, &bytes, &mask)) {
+        for (int64_t i = 0; i < n; i++) out[i] = kn_tensor_elem_nonzero(t, i);
+    } else {
+        KN_NONZERO_BY_SIZE(KN_MASK_INTO)
+    }
+}
+#undef KN_MASK_INTO
+#undef KN_COUNT_INTO
+#undef KN_NONZERO_BY_SIZE
+#undef KN_NONZERO_LOOP
+
 int64_t kn_tensor_get_i64(const kn_tensor *t, int64_t i) {
     const void *p = t->data;
     switch (t->dtype) {

@@ -115,6 +115,13 @@ const char *kn_dims_str(const int64_t *dims, int rank, char *buf, size_t cap);
  * types and float8e8m0 included). */
 double kn_tensor_get_f64(const kn_tensor *t, int64_t i);
 int64_t kn_tensor_get_i64(const kn_tensor *t, int64_t i);
+/* Whether element i of a numeric tensor is not zero (-0 is zero, NaN is not; complex: either
+ * part), and how many are (by typed loops: NonZero's output length, which shape inference takes
+ * again at every run of a data-dependent shape). */
+bool kn_tensor_elem_nonzero(const kn_tensor *t, int64_t i);
+int64_t kn_tensor_count_nonzero(const kn_tensor *t);
+/* out[i] = 1 where element i is not zero, else 0 (out: one byte per element). */
+void kn_tensor_nonzero_mask(const kn_tensor *t, uint8_t *out);
 /* Writes element i of a numeric tensor from a double / int64 (converted to its dtype). */
 void kn_tensor_set_f64(kn_tensor *t, int64_t i, double v);
 void kn_tensor_set_i64(kn_tensor *t, int64_t i, int64_t v);

@@ -448,19 +448,7 @@ kiln_status kn_infer_nonzero(kn_infer_ctx *c) {
     kn_dim out[2] = {x->rank >= 0 ? kn_ti_known(x->rank == 0 ? 1 : x->rank) : kn_ti_unknown(), kn_ti_unknown()};
     const kn_tensor *v = kn_ti_value(c, 0);
     if (v && v->kind == KN_VALUE_TENSOR && v->dtype != KILN_DTYPE_STRING) {
-        int64_t n = kn_tensor_count(v), cnt = 0;
-        size_t es = kiln_dtype_size(v->dtype);
-        for (int64_t i = 0; i < n; i++) {
-            const unsigned char *p = (const unsigned char *)v->data + i * (int64_t)es;
-            bool nz = false;
-            if (v->dtype == KILN_DTYPE_FLOAT || v->dtype == KILN_DTYPE_DOUBLE ||
-                v->dtype == KILN_DTYPE_FLOAT16 || v->dtype == KILN_DTYPE_BFLOAT16)
-                nz = kn_tensor_get_f64(v, i) != 0;
-            else
-                for (size_t b = 0; b < es; b++) nz |= p[b] != 0;
-            cnt += nz;
-        }
-        out[1] = kn_ti_known(cnt);
+        out[1] = kn_ti_known(kn_tensor_count_nonzero(v));
     }
     kn_ti_set(c, 0, KILN_DTYPE_INT64, 2, out);
     return KILN_OK;

@@ -451,3 +451,40 @@ KN_TEST(tensor_buffer_pool_with_own_allocator) {
     kn_tensor_free(x); /* the last holder: its block goes back through release */
     CHECK_MSG(fake_releases == 2, "%d released at the end, expected 2", fake_releases);
 }
+
+/* kn_tensor_count_nonzero (NonZero's output length, counted again at every run by shape inference)
+ * against each type's zero: -0 is zero and NaN is not for every float type, a subnormal or a high
+ * byte alone makes an element nonzero, float8's -0 (0x80) is zero */
+KN_TEST(tensor_count_nonzero_by_type) {
+    static const struct {
+        kiln_dtype dt;
+        int n;
+        uint64_t bits[6];
+        int64_t want;
+    } cases[] = {
+        {KILN_DTYPE_FLOAT, 6, {0x80000000u, 0, 0x7fc00000u, 1, 0xff800000u, 0x3f800000u}, 4},
+        {KILN_DTYPE_DOUBLE, 4, {0x8000000000000000ull, 0, 1, 0x7ff8000000000000ull}, 2},
+        {KILN_DTYPE_FLOAT16, 5, {0x8000, 0, 0x0001, 0x7e00, 0xfc00}, 3},
+        {KILN_DTYPE_BFLOAT16, 4, {0x8000, 0x8001, 0, 0x3f80}, 2},
+        {KILN_DTYPE_INT64, 4, {0, 1ull << 40, ~0ull, 0}, 2},
+        {KILN_DTYPE_INT32, 3, {0x80000000u, 0, 0x100}, 2},
+        {KILN_DTYPE_UINT16, 3, {0x8000, 0, 0}, 1},
+        {KILN_DTYPE_BOOL, 3, {1, 0, 1}, 2},
+        {KILN_DTYPE_FLOAT8E4M3FN, 4, {0x80, 0, 0x01, 0x7f}, 2},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int64_t d[1] = {cases[k].n};
+        kn_tensor *t = NULL;
+        CHECK_STATUS(kn_tensor_new(cases[k].dt, 1, d, &t), KILN_OK);
+        if (!t) continue;
+        const size_t es = kiln_dtype_size(cases[k].dt);
+        for (int i = 0; i < cases[k].n; i++) {
+            const uint64_t b = cases[k].bits[i]; /* little-endian: the low bytes are the element */
+            memcpy((unsigned char *)t->data + (size_t)i * es, &b, es);
+        }
+        const int64_t got = kn_tensor_count_nonzero(t);
+        CHECK_MSG(got == cases[k].want, "%s: %lld nonzero, want %lld", kiln_dtype_name(cases[k].dt), (long long)got,
+                  (long long)cases[k].want);
+        kn_tensor_free(t);
+    }
+}

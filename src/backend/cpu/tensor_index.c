@@ -663,7 +663,7 @@ kiln_status kn_cpu_compress(kn_kernel_ctx *c) {
     return KILN_OK;
 }
 
-static bool nonzero_at(const kn_tensor *x, int64_t i, size_t es) {
+static bool nonzero_at(const kn_tensor *x, int64_t i) {
     switch (x->dtype) {
     case KILN_DTYPE_FLOAT: return ((const float *)x->data)[i] != 0;
     case KILN_DTYPE_DOUBLE: return ((const double *)x->data)[i] != 0;
@@ -673,12 +673,7 @@ static bool nonzero_at(const kn_tensor *x, int64_t i, size_t es) {
         const char *s = ((char *const *)x->data)[i];
         return s && *s;
     }
-    default: {
-        const unsigned char *p = (const unsigned char *)x->data + i * (int64_t)es;
-        for (size_t b = 0; b < es; b++)
-            if (p[b]) return true;
-        return false;
-    }
+    default: return kn_tensor_elem_nonzero(x, i); /* as shape inference counts them */
     }
 }
 
@@ -690,7 +685,6 @@ static bool nonzero_at(const kn_tensor *x, int64_t i, size_t es) {
  * Runtime's time on 1x64x56x56. false: out of memory (nothing written). */
 static bool nonzero_rows(kn_kernel_ctx *c, const kn_tensor *x, kiln_status *st) {
     const int64_t n = kn_tensor_count(x), W = x->dims[x->rank - 1], r = x->rank;
-    const size_t es = kiln_dtype_size(x->dtype);
     uint8_t *nz = malloc((size_t)n + 1);
     int64_t *sel = malloc(sizeof(int64_t) * (size_t)(W + 1));
     if (!nz || !sel) {
@@ -699,11 +693,10 @@ static bool nonzero_rows(kn_kernel_ctx *c, const kn_tensor *x, kiln_status *st) 
         return false;
     }
     int64_t cnt = 0;
-    if (x->dtype == KILN_DTYPE_FLOAT) {
-        const float *xp = x->data;
-        for (int64_t i = 0; i < n; i++) nz[i] = xp[i] != 0;
+    if (x->dtype == KILN_DTYPE_STRING) {
+        for (int64_t i = 0; i < n; i++) nz[i] = nonzero_at(x, i);
     } else {
-        for (int64_t i = 0; i < n; i++) nz[i] = nonzero_at(x, i, es);
+        kn_tensor_nonzero_mask(x, nz); /* typed loops */
     }
     for (int64_t i = 0; i < n; i++) cnt += nz[i];
     const int64_t dims[2] = {r, cnt};
@@ -736,20 +729,19 @@ static bool nonzero_rows(kn_kernel_ctx *c, const kn_tensor *x, kiln_status *st) 
 kiln_status kn_cpu_nonzero(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     int64_t n = kn_tensor_count(x), cnt = 0;
-    size_t es = kiln_dtype_size(x->dtype);
     if (x->rank >= 1 && n > 0) {
         kiln_status st;
         if (nonzero_rows(c, x, &st)) return st;
         return KN_OOM();
     }
-    for (int64_t i = 0; i < n; i++) cnt += nonzero_at(x, i, es);
+    for (int64_t i = 0; i < n; i++) cnt += nonzero_at(x, i);
     int r = x->rank == 0 ? 1 : x->rank;
     int64_t dims[2] = {r, cnt};
     kn_tensor *y;
     KN_TRY(kn_ctx_output(c, 0, KILN_DTYPE_INT64, 2, dims, &y));
     int64_t *o = y->data, pos[KILN_MAX_RANK] = {0}, col = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (nonzero_at(x, i, es)) {
+        if (nonzero_at(x, i)) {
             for (int k = 0; k < r; k++) o[k * cnt + col] = x->rank == 0 ? 0 : pos[k];
             col++;
         }
