@@ -88,6 +88,45 @@ typedef struct dc_job {
     int *failed;
 } dc_job;
 
+/* The register tile's three steps, shared by the row kernel (dc_tile) and the flat bands
+ * (dc_ftile): MB output channels x NV vectors started at the bias, one tap added (the weights of
+ * the MB channels at w, the inputs at src), and stored with row m at dst + m * ldm. */
+typedef kn_vf dc_acc[4][DC_NVMAX];
+static inline __attribute__((always_inline)) void dc_acc_init(dc_acc acc, const float *bias, const int MB,
+                                                              const int NV) {
+#pragma GCC unroll 4
+    for (int m = 0; m < MB; m++) {
+        const kn_vf b = bias ? kn_vf_set1(bias[m]) : kn_vf_zero();
+#pragma GCC unroll 16
+        for (int q = 0; q < NV; q++) acc[m][q] = b;
+    }
+}
+static inline __attribute__((always_inline)) void dc_acc_tap(dc_acc acc, const float *src, const float *w,
+                                                             const int MB, const int NV) {
+    if (MB == 1) { /* the inputs straight into the products: no registers held for them */
+        const kn_vf wv = kn_vf_set1(w[0]);
+#pragma GCC unroll 16
+        for (int q = 0; q < NV; q++) acc[0][q] = kn_vf_fmadd(kn_vf_loadu(src + KN_VL * q), wv, acc[0][q]);
+        return;
+    }
+    kn_vf in[DC_NVMAX];
+#pragma GCC unroll 16
+    for (int q = 0; q < NV; q++) in[q] = kn_vf_loadu(src + KN_VL * q);
+#pragma GCC unroll 4
+    for (int m = 0; m < MB; m++) {
+        const kn_vf wv = kn_vf_set1(w[m]);
+#pragma GCC unroll 16
+        for (int q = 0; q < NV; q++) acc[m][q] = kn_vf_fmadd(in[q], wv, acc[m][q]);
+    }
+}
+static inline __attribute__((always_inline)) void dc_acc_store(dc_acc acc, float *dst, int64_t ldm, const int MB,
+                                                               const int NV) {
+#pragma GCC unroll 4
+    for (int m = 0; m < MB; m++)
+#pragma GCC unroll 16
+        for (int q = 0; q < NV; q++) kn_vf_storeu(dst + m * ldm + KN_VL * q, acc[m][q]);
+}
+
 /* MB output channels x NV vectors from the rows rows[kh] (channel 0 of the group, at the tile's
  * first column; channel c is c * cstride further), taps kh in [kh0, kh1); the result to dst, row m
  * at dst + m * ldm. */
@@ -96,40 +135,15 @@ static inline __attribute__((always_inline)) void dc_tile(const dc_job *j, const
                                                           int64_t ldm, const int MB, const int NV) {
     const int64_t KW = j->s->KW, KH = j->s->KH, Cg = j->Cg, cstride = j->g.span * j->g.rowf;
     const int64_t *koff = j->koff;
-    kn_vf acc[4][DC_NVMAX];
-#pragma GCC unroll 4
-    for (int m = 0; m < MB; m++) {
-        const kn_vf b = bias ? kn_vf_set1(bias[m]) : kn_vf_zero();
-#pragma GCC unroll 16
-        for (int q = 0; q < NV; q++) acc[m][q] = b;
-    }
+    dc_acc acc;
+    dc_acc_init(acc, bias, MB, NV);
     for (int64_t c = 0; c < Cg; c++)
         for (int64_t kh = kh0; kh < kh1; kh++) {
             const float *r = rows[kh] + c * cstride;
             const float *wk = w + (c * KH + kh) * KW * MB;
-            for (int64_t kw = 0; kw < KW; kw++, wk += MB) {
-                const float *src = r + koff[kw];
-                if (MB == 1) {
-                    const kn_vf wv = kn_vf_set1(wk[0]);
-#pragma GCC unroll 16
-                    for (int q = 0; q < NV; q++) acc[0][q] = kn_vf_fmadd(kn_vf_loadu(src + KN_VL * q), wv, acc[0][q]);
-                } else {
-                    kn_vf in[DC_NVMAX];
-#pragma GCC unroll 16
-                    for (int q = 0; q < NV; q++) in[q] = kn_vf_loadu(src + KN_VL * q);
-#pragma GCC unroll 4
-                    for (int m = 0; m < MB; m++) {
-                        const kn_vf wv = kn_vf_set1(wk[m]);
-#pragma GCC unroll 16
-                        for (int q = 0; q < NV; q++) acc[m][q] = kn_vf_fmadd(in[q], wv, acc[m][q]);
-                    }
-                }
-            }
+            for (int64_t kw = 0; kw < KW; kw++, wk += MB) dc_acc_tap(acc, r + koff[kw], wk, MB, NV);
         }
-#pragma GCC unroll 4
-    for (int m = 0; m < MB; m++)
-#pragma GCC unroll 16
-        for (int q = 0; q < NV; q++) kn_vf_storeu(dst + m * ldm + KN_VL * q, acc[m][q]);
+    dc_acc_store(acc, dst, ldm, MB, NV);
 }
 
 /* `count` tile positions of NV vectors from column offset o0 (rows and dst at o0's column), each
@@ -507,29 +521,10 @@ static int64_t dc_flat_out(const kn_dconv_shape *s, int64_t rows) {
 static inline __attribute__((always_inline)) void dc_ftile(const float *src, const int64_t *toff, int64_t taps,
                                                            const float *w, const float *bias, float *dst,
                                                            int64_t ldm, const int MB, const int NV) {
-    kn_vf acc[4][DC_NVMAX];
-#pragma GCC unroll 4
-    for (int m = 0; m < MB; m++) {
-        const kn_vf b = bias ? kn_vf_set1(bias[m]) : kn_vf_zero();
-#pragma GCC unroll 16
-        for (int q = 0; q < NV; q++) acc[m][q] = b;
-    }
-    for (int64_t t = 0; t < taps; t++, w += MB) {
-        const float *p = src + toff[t];
-        kn_vf in[DC_NVMAX];
-#pragma GCC unroll 16
-        for (int q = 0; q < NV; q++) in[q] = kn_vf_loadu(p + KN_VL * q);
-#pragma GCC unroll 4
-        for (int m = 0; m < MB; m++) {
-            const kn_vf wv = kn_vf_set1(w[m]);
-#pragma GCC unroll 16
-            for (int q = 0; q < NV; q++) acc[m][q] = kn_vf_fmadd(in[q], wv, acc[m][q]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int m = 0; m < MB; m++)
-#pragma GCC unroll 16
-        for (int q = 0; q < NV; q++) kn_vf_storeu(dst + m * ldm + KN_VL * q, acc[m][q]);
+    dc_acc acc;
+    dc_acc_init(acc, bias, MB, NV);
+    for (int64_t t = 0; t < taps; t++, w += MB) dc_acc_tap(acc, src + toff[t], w, MB, NV);
+    dc_acc_store(acc, dst, ldm, MB, NV);
 }
 
 /* count tiles of NV vectors from position o0, each for every block of MB of the Mg channels */
