@@ -420,7 +420,7 @@ kiln_status kn_infer_compress(kn_infer_ctx *c) {
     if (aa && x->rank == 0) return kn_infer_error(c, KILN_ERR_SHAPE, "cannot compress a scalar along an axis");
     int64_t limit = aa ? x->dims[a].value : kn_ti_product(x->dims, x->rank).value;
     if (cv && limit >= 0) {
-        int64_t n = kn_tensor_count(cv), cnt = 0;
+        int64_t n = kn_tensor_count(cv);
         if (cv->rank != 1)
             return kn_infer_error(c, KILN_ERR_SHAPE, "condition must be 1-D, got rank %d", cv->rank);
         if (n > limit) {
@@ -428,8 +428,7 @@ kiln_status kn_infer_compress(kn_infer_ctx *c) {
             return kn_infer_error(c, KILN_ERR_SHAPE, "condition has %lld elements but input %s has %lld along the axis",
                                   (long long)n, tstr(x, xs, sizeof xs), (long long)limit);
         }
-        for (int64_t i = 0; i < n; i++) cnt += kn_tensor_get_i64(cv, i) != 0;
-        len = kn_ti_known(cnt);
+        len = kn_ti_known(kn_tensor_count_nonzero(cv));
     }
     if (!aa) {
         kn_ti_set(c, 0, x->dtype, 1, &len);

@@ -183,7 +183,7 @@ const kn_cpu_kernel kn_cpu_tensor[] = {
     {"", "OneHot", kn_cpu_onehot, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
     {"", "EyeLike", kn_cpu_eyelike, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
     {"", "ReverseSequence", kn_cpu_reverse_sequence, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
-    {"", "Compress", kn_cpu_compress, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "Compress", kn_cpu_compress, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
     {"", "NonZero", kn_cpu_nonzero, NULL},
     {"", "Unique", kn_cpu_unique, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
     {0},
