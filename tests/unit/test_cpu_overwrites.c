@@ -1,7 +1,7 @@
 /* CPU kernels marked KN_KERNEL_OVERWRITES (the executor no longer zeroes their outputs first):
  * Trilu, CumSum/CumProd, DepthToSpace, SpaceToDepth, TopK, LpNormalization,
  * MeanVarianceNormalization, LRN, GatherElements, GatherND, ScatterElements, ScatterND, OneHot,
- * ReverseSequence, Compress, EyeLike, ConstantOfShape, Range and Hardmax, on every path of each kernel (float rows and the general
+ * ReverseSequence, Compress, TensorScatter, EyeLike, ConstantOfShape, Range and Hardmax, on every path of each kernel (float rows and the general
  * loops, float16 widened copies, the TopK column and row forms, block sizes and modes). Each
  * one-node model runs with kiln_session_run_into into caller tensors filled beforehand with 0x00
  * and then with 0xA5 bytes (outputs written in place, not zeroed by the executor): an element the
@@ -163,6 +163,7 @@ KN_TEST(cpu_overwrites_every_output_element) {
     static const int64_t se_idx[10] = {3, 0, 1, 1, 2, 0, 0, 3, -1, 2}, snd_idx[2] = {1, 3};
     static const int64_t oh_idx[6] = {0, 4, -1, 7, 2, -6}, rs_lens[3] = {4, 1, 2}, cos_shape[3] = {2, 3, 4};
     static const int64_t cp_cond[5] = {1, 0, 1, 1, 0}, cp_flat[9] = {0, 1, 1, 0, 0, 1, 0, 1, 1};
+    static const int64_t ts_pos[2] = {1, 3};
     static const int64_t range_start[1] = {2}, range_limit[1] = {17}, range_delta[1] = {3};
     const ow_case cases[] = {
         /* Trilu: the one-pass rows, k inside and past the matrix */
@@ -241,6 +242,8 @@ KN_TEST(cpu_overwrites_every_output_element) {
          1, 1, {{KILN_DTYPE_BOOL, 1, {5}, cp_cond}}},
         {"Compress flattened u8", "Compress", 11, KILN_DTYPE_UINT8, 2, {3, 4}, 0, -1, {{0}}, 0, 1,
          {{KILN_DTYPE_BOOL, 1, {9}, cp_flat}}},
+        {"TensorScatter f32", "TensorScatter", 24, KILN_DTYPE_FLOAT, 3, {2, 5, 3}, 0, -1, {{0}}, 0, 1,
+         {{KILN_DTYPE_FLOAT, 3, {2, 2, 3}, NULL}, {KILN_DTYPE_INT64, 1, {2}, ts_pos}}},
         /* generators: EyeLike, ConstantOfShape, Range; Hardmax */
         {"EyeLike k 1 f32", "EyeLike", 9, KILN_DTYPE_FLOAT, 2, {5, 7}, 0, -1, {A_INT("k", 1)}, 1, 1},
         {"ConstantOfShape 2x3x4", "ConstantOfShape", 9, KILN_DTYPE_INT64, 1, {3}, 0, -1, {{0}}, 0, 1, {{0}}, cos_shape},

@@ -167,7 +167,7 @@ const kn_cpu_kernel kn_cpu_tensor[] = {
     {"", "ScatterElements", kn_cpu_scatter_elements, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
     {"", "Scatter", kn_cpu_scatter_elements, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
     {"", "ScatterND", kn_cpu_scatter_nd, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
-    {"", "TensorScatter", kn_cpu_tensor_scatter, NULL, 0, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
+    {"", "TensorScatter", kn_cpu_tensor_scatter, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_cpu_tensor_prepare, kn_cpu_tensor_prm)},
     {"", "Expand", kn_cpu_expand, NULL, KN_KERNEL_OVERWRITES},
     {"", "Tile", kn_cpu_tile, NULL, KN_KERNEL_OVERWRITES},
     /* every path writes every output element (the pad value, the input, or edge/reflect/wrap copies) */
