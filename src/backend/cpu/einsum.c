@@ -98,8 +98,21 @@ static bool einsum_gemm(kn_kernel_ctx *c, const kn_einsum_plan *p, kiln_status *
     for (int i = 0; i < p->out_rank; i++) /* output axis j comes from tmp axis po[j] */
         for (int q = 0; q < p->out_rank; q++)
             if (tmp_axis[q] == i) po[i] = q;
-    /* an operand already in the GEMM's order is read in place; an output in it is written in place */
-    const bool ida = identity_perm(pa, A->rank), idb = identity_perm(pb, B->rank),
+    /* an operand already in the GEMM's order is read in place, and so is one stored with its two
+     * blocks swapped ([batch, K, M] for A, [batch, N, K] for B: attention's bhqd,bhkd->bhqk), as
+     * the GEMM's transposed operand; an output in the GEMM's order is written in place */
+    int pa_t[KILN_MAX_RANK], pb_t[KILN_MAX_RANK];
+    r = 0;
+    for (int i = 0; i < nbt; i++) pa_t[r++] = axis_a[batch[i]];
+    for (int i = 0; i < nk; i++) pa_t[r++] = axis_a[kk[i]];
+    for (int i = 0; i < nm; i++) pa_t[r++] = axis_a[mm[i]];
+    r = 0;
+    for (int i = 0; i < nbt; i++) pb_t[r++] = axis_b[batch[i]];
+    for (int i = 0; i < nn_; i++) pb_t[r++] = axis_b[nn[i]];
+    for (int i = 0; i < nk; i++) pb_t[r++] = axis_b[kk[i]];
+    const bool ta_in_place = !identity_perm(pa, A->rank) && identity_perm(pa_t, A->rank),
+               tb_in_place = !identity_perm(pb, B->rank) && identity_perm(pb_t, B->rank);
+    const bool ida = ta_in_place || identity_perm(pa, A->rank), idb = tb_in_place || identity_perm(pb, B->rank),
                ido = identity_perm(po, p->out_rank);
     int64_t na = ida ? 0 : kn_tensor_count(A), nb = idb ? 0 : kn_tensor_count(B), no = ido ? 0 : Bsz * M * N;
     float *buf = malloc(sizeof(float) * (size_t)(na + nb + no + 1));
@@ -121,8 +134,9 @@ static bool einsum_gemm(kn_kernel_ctx *c, const kn_einsum_plan *p, kiln_status *
         bp[i] = tb + i * K * N;
         cp[i] = to + i * M * N;
     }
-    kn_sgemm_batch g = {.count = Bsz, .M = M, .N = N, .K = K, .alpha = 1.0f, .beta = 0.0f,
-                        .a = ap, .lda = K, .b = bp, .ldb = N, .c = cp, .ldc = N};
+    kn_sgemm_batch g = {.count = Bsz, .M = M, .N = N, .K = K, .trans_a = ta_in_place, .trans_b = tb_in_place,
+                        .alpha = 1.0f, .beta = 0.0f, .a = ap, .lda = ta_in_place ? M : K, .b = bp,
+                        .ldb = tb_in_place ? K : N, .c = cp, .ldc = N};
     *st = kn_sgemm_run(c->pool, &g);
     if (*st) *st = kn_kernel_error(c, *st, "out of memory in the GEMM");
     else if (ido) (void)0; /* written in place */
