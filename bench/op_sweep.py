@@ -532,13 +532,14 @@ def cases():
     c.append(Case("ScatterND", "512x768 4 rows", {"x": rnd(512, 768)},
                   {"i": np.array([[3], [100], [200], [511]], np.int64), "u": rnd(4, 768)}, opset=16))
     # Einsum's products: operands in the GEMM's order, stored transposed (read in place as the
-    # GEMM's transposed operand: attention's scores, a projection by a [out, in] weight), and one
-    # that needs a copy in another order
+    # GEMM's transposed operand: attention's scores, a projection by a [out, in] weight), and
+    # operands and an output that need a copy in another order
     for eq, a, b, fast in (("bhqd,bhkd->bhqk", (1, 12, 128, 64), (1, 12, 128, 64), True),
                            ("bhqk,bhkd->bhqd", (1, 12, 128, 128), (1, 12, 128, 64), False),
                            ("bkm,bkn->bmn", (8, 64, 96), (8, 64, 80), True),
                            ("ij,kj->ik", (1, 512), (500, 512), True),
-                           ("bhqd,bkhd->bhqk", (2, 4, 32, 16), (2, 32, 4, 16), True)):
+                           ("bhqd,bkhd->bhqk", (2, 4, 32, 16), (2, 32, 4, 16), True),
+                           ("bij,bjk->bki", (4, 16, 24), (4, 24, 20), True)):
         c.append(Case("Einsum", f"{eq} {'x'.join(map(str, a))} {'x'.join(map(str, b))}", {"a": rnd(*a), "b": rnd(*b)},
                       attrs=dict(equation=eq), opset=12, fast=fast))
     return c

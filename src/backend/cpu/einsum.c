@@ -7,33 +7,35 @@
  * runs a direct sum over all subscripts in double precision. */
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/sgemm.h"
+#include "backend/cpu/tensor_kernels.h"
 #include "ops/linalg_util.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* Copies src (rank r, dims, dense) into dst permuted so that dst axis i is src axis perm[i]. */
-static void permute_f32(const float *src, int r, const int64_t *dims, const int *perm, float *dst) {
+/* Copies src (rank r, dims, dense) into dst permuted so that dst axis i is src axis perm[i], by
+ * Transpose's strided copy (tiles, threads; an element loop here took the GEMM's time again) */
+static kiln_status permute_f32(kn_kernel_ctx *c, const float *src, int r, const int64_t *dims, const int *perm,
+                               float *dst) {
+    kn_strided s;
     int64_t sstr[KILN_MAX_RANK], ddims[KILN_MAX_RANK], total = 1;
-    int64_t st = 1;
-    for (int i = r - 1; i >= 0; i--) {
-        sstr[i] = st;
-        st *= dims[i];
-    }
+    kn_cpu_strides(dims, r, sstr);
     for (int i = 0; i < r; i++) {
         ddims[i] = dims[perm[i]];
         total *= ddims[i];
+        s.dims[i] = ddims[i];
+        s.src_stride[i] = sstr[perm[i]];
     }
-    int64_t idx[KILN_MAX_RANK] = {0}, off = 0;
-    for (int64_t e = 0; e < total; e++) {
-        dst[e] = src[off];
-        for (int i = r - 1; i >= 0; i--) {
-            off += sstr[perm[i]];
-            if (++idx[i] < ddims[i]) break;
-            off -= sstr[perm[i]] * ddims[i];
-            idx[i] = 0;
-        }
-    }
+    kn_cpu_strides(ddims, r, s.dst_stride);
+    s.rank = r;
+    s.dst_off = s.src_off = 0;
+    kn_tensor *sv = NULL, *dv = NULL;
+    kiln_status st = kn_tensor_new_view(KILN_DTYPE_FLOAT, r, dims, (void *)src, sizeof(float) * (size_t)total, &sv);
+    if (st == KILN_OK) st = kn_tensor_new_view(KILN_DTYPE_FLOAT, r, ddims, dst, sizeof(float) * (size_t)total, &dv);
+    if (st == KILN_OK) st = kn_cpu_strided_copy(c, dv, sv, &s);
+    kn_tensor_free(sv);
+    kn_tensor_free(dv);
+    return st;
 }
 
 static bool identity_perm(const int *perm, int r) {
@@ -126,21 +128,23 @@ static bool einsum_gemm(kn_kernel_ctx *c, const kn_einsum_plan *p, kiln_status *
         return true;
     }
     float *ta = ida ? A->data : buf, *tb = idb ? B->data : buf + na, *to = ido ? c->out[0]->data : buf + na + nb;
-    if (!ida) permute_f32(A->data, A->rank, A->dims, pa, ta);
-    if (!idb) permute_f32(B->data, B->rank, B->dims, pb, tb);
+    *st = KILN_OK;
+    if (!ida) *st = permute_f32(c, A->data, A->rank, A->dims, pa, ta);
+    if (!idb && *st == KILN_OK) *st = permute_f32(c, B->data, B->rank, B->dims, pb, tb);
     const float **bp = ap + Bsz;
     for (int64_t i = 0; i < Bsz; i++) {
         ap[i] = ta + i * M * K;
         bp[i] = tb + i * K * N;
         cp[i] = to + i * M * N;
     }
-    kn_sgemm_batch g = {.count = Bsz, .M = M, .N = N, .K = K, .trans_a = ta_in_place, .trans_b = tb_in_place,
-                        .alpha = 1.0f, .beta = 0.0f, .a = ap, .lda = ta_in_place ? M : K, .b = bp,
-                        .ldb = tb_in_place ? K : N, .c = cp, .ldc = N};
-    *st = kn_sgemm_run(c->pool, &g);
-    if (*st) *st = kn_kernel_error(c, *st, "out of memory in the GEMM");
-    else if (ido) (void)0; /* written in place */
-    else permute_f32(to, p->out_rank, tdims, po, c->out[0]->data);
+    if (*st == KILN_OK) {
+        kn_sgemm_batch g = {.count = Bsz, .M = M, .N = N, .K = K, .trans_a = ta_in_place, .trans_b = tb_in_place,
+                            .alpha = 1.0f, .beta = 0.0f, .a = ap, .lda = ta_in_place ? M : K, .b = bp,
+                            .ldb = tb_in_place ? K : N, .c = cp, .ldc = N};
+        *st = kn_sgemm_run(c->pool, &g);
+        if (*st) *st = kn_kernel_error(c, *st, "out of memory in the GEMM");
+        else if (!ido) *st = permute_f32(c, to, p->out_rank, tdims, po, c->out[0]->data); /* (else written in place) */
+    }
     free(buf);
     free(ap);
     free(cp);
