@@ -44,6 +44,15 @@ static bool identity_perm(const int *perm, int r) {
     return true;
 }
 
+/* dst = the axes (axis_of[label]) of the labels of groups g1, g2, g3 in that order */
+static void axes_of_groups(int *dst, const int *axis_of, const int *g1, int n1, const int *g2, int n2, const int *g3,
+                           int n3) {
+    int r = 0;
+    for (int i = 0; i < n1; i++) dst[r++] = axis_of[g1[i]];
+    for (int i = 0; i < n2; i++) dst[r++] = axis_of[g2[i]];
+    for (int i = 0; i < n3; i++) dst[r++] = axis_of[g3[i]];
+}
+
 /* The GEMM path; returns false (and does nothing) when the equation does not fit it. */
 static bool einsum_gemm(kn_kernel_ctx *c, const kn_einsum_plan *p, kiln_status *st) {
     if (p->n_in != 2 || c->in[0]->dtype != KILN_DTYPE_FLOAT || c->in[1]->dtype != KILN_DTYPE_FLOAT) return false;
@@ -81,37 +90,23 @@ static bool einsum_gemm(kn_kernel_ctx *c, const kn_einsum_plan *p, kiln_status *
         default: return false; /* summed over in one operand only */
         }
     }
-    int pa[KILN_MAX_RANK], pb[KILN_MAX_RANK], po[KILN_MAX_RANK], r = 0;
-    for (int i = 0; i < nbt; i++) pa[r++] = axis_a[batch[i]];
-    for (int i = 0; i < nm; i++) pa[r++] = axis_a[mm[i]];
-    for (int i = 0; i < nk; i++) pa[r++] = axis_a[kk[i]];
-    r = 0;
-    for (int i = 0; i < nbt; i++) pb[r++] = axis_b[batch[i]];
-    for (int i = 0; i < nk; i++) pb[r++] = axis_b[kk[i]];
-    for (int i = 0; i < nn_; i++) pb[r++] = axis_b[nn[i]];
-    /* the GEMM writes [batch, M, N]; its axis i holds output axis tmp_axis[i] */
-    int tmp_axis[KILN_MAX_RANK];
-    r = 0;
-    for (int i = 0; i < nbt; i++) tmp_axis[r++] = axis_o[batch[i]];
-    for (int i = 0; i < nm; i++) tmp_axis[r++] = axis_o[mm[i]];
-    for (int i = 0; i < nn_; i++) tmp_axis[r++] = axis_o[nn[i]];
+    /* operand orders for the GEMM ([batch, M, K] and [batch, K, N]), the GEMM's output order, and
+     * the operands' orders with their two blocks swapped ([batch, K, M], [batch, N, K]) */
+    int pa[KILN_MAX_RANK], pb[KILN_MAX_RANK], po[KILN_MAX_RANK], pa_t[KILN_MAX_RANK], pb_t[KILN_MAX_RANK];
+    int tmp_axis[KILN_MAX_RANK]; /* the GEMM writes [batch, M, N]; its axis i holds output axis tmp_axis[i] */
+    axes_of_groups(pa, axis_a, batch, nbt, mm, nm, kk, nk);
+    axes_of_groups(pb, axis_b, batch, nbt, kk, nk, nn, nn_);
+    axes_of_groups(tmp_axis, axis_o, batch, nbt, mm, nm, nn, nn_);
+    axes_of_groups(pa_t, axis_a, batch, nbt, kk, nk, mm, nm);
+    axes_of_groups(pb_t, axis_b, batch, nbt, nn, nn_, kk, nk);
     int64_t tdims[KILN_MAX_RANK];
     for (int i = 0; i < p->out_rank; i++) tdims[i] = p->size[p->out_label[tmp_axis[i]]];
     for (int i = 0; i < p->out_rank; i++) /* output axis j comes from tmp axis po[j] */
         for (int q = 0; q < p->out_rank; q++)
             if (tmp_axis[q] == i) po[i] = q;
     /* an operand already in the GEMM's order is read in place, and so is one stored with its two
-     * blocks swapped ([batch, K, M] for A, [batch, N, K] for B: attention's bhqd,bhkd->bhqk), as
-     * the GEMM's transposed operand; an output in the GEMM's order is written in place */
-    int pa_t[KILN_MAX_RANK], pb_t[KILN_MAX_RANK];
-    r = 0;
-    for (int i = 0; i < nbt; i++) pa_t[r++] = axis_a[batch[i]];
-    for (int i = 0; i < nk; i++) pa_t[r++] = axis_a[kk[i]];
-    for (int i = 0; i < nm; i++) pa_t[r++] = axis_a[mm[i]];
-    r = 0;
-    for (int i = 0; i < nbt; i++) pb_t[r++] = axis_b[batch[i]];
-    for (int i = 0; i < nn_; i++) pb_t[r++] = axis_b[nn[i]];
-    for (int i = 0; i < nk; i++) pb_t[r++] = axis_b[kk[i]];
+     * blocks swapped (attention's bhqd,bhkd->bhqk), as the GEMM's transposed operand; an output in
+     * the GEMM's order is written in place */
     const bool ta_in_place = !identity_perm(pa, A->rank) && identity_perm(pa_t, A->rank),
                tb_in_place = !identity_perm(pb, B->rank) && identity_perm(pb_t, B->rank);
     const bool ida = ta_in_place || identity_perm(pa, A->rank), idb = tb_in_place || identity_perm(pb, B->rank),
