@@ -166,28 +166,26 @@ static inline __attribute__((always_inline)) void ge_idx4(const void *p, int64_t
 #endif
 #define GE_AT_LAST(v, t) (v)
 #define GE_AT_COL(v, t) ((v) * sa + (t))
+/* the elements past the vector part, one at a time; AT: GE_AT_LAST or GE_AT_COL (a loop of its own
+ * for each: the strides as variables cost a third more) */
+#define GE_TAIL(ip, AT)                                                                            \
+    for (; t < L; t++) {                                                                           \
+        int64_t v = (ip)[t];                                                                       \
+        v += v < 0 ? D : 0;                                                                        \
+        const bool in = (uint64_t)v < (uint64_t)D;                                                 \
+        bad |= !in;                                                                                \
+        yp[t] = xr[AT(in ? v : 0, t)];                                                             \
+    }
 #define GE_LOOP(T, ip)                                                                             \
     do {                                                                                           \
         const T *xr = xp + base;                                                                   \
         int64_t t = 0;                                                                             \
         if (st == 0) {                                                                             \
             GE_VEC(T, ip, GE_AT_LAST);                                                             \
-            for (; t < L; t++) {                                                                   \
-                int64_t v = (ip)[t];                                                               \
-                v += v < 0 ? D : 0;                                                                \
-                const bool in = (uint64_t)v < (uint64_t)D;                                         \
-                bad |= !in;                                                                        \
-                yp[t] = xr[in ? v : 0];                                                            \
-            }                                                                                      \
+            GE_TAIL(ip, GE_AT_LAST)                                                                \
         } else {                                                                                   \
             GE_VEC(T, ip, GE_AT_COL);                                                              \
-            for (; t < L; t++) {                                                                   \
-                int64_t v = (ip)[t];                                                               \
-                v += v < 0 ? D : 0;                                                                \
-                const bool in = (uint64_t)v < (uint64_t)D;                                         \
-                bad |= !in;                                                                        \
-                yp[t] = xr[(in ? v : 0) * sa + t];                                                 \
-            }                                                                                      \
+            GE_TAIL(ip, GE_AT_COL)                                                                 \
         }                                                                                          \
     } while (0)
 
