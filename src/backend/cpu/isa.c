@@ -21,7 +21,7 @@ _Static_assert(sizeof level_names / sizeof level_names[0] == KN_ISA_COUNT, "a na
 
 static const char *const feature_names[KN_CPUF_COUNT_] = {
     "sse4.2", "popcnt", "avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "lzcnt",
-    "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512bf16", "amxbf16",
+    "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512bf16", "amxbf16", "avx512vnni",
 };
 _Static_assert(sizeof feature_names / sizeof feature_names[0] == KN_CPUF_COUNT_, "a name per feature");
 
@@ -101,7 +101,7 @@ static unsigned detect(void) {
     }
     if (__get_cpuid_max(0, NULL) >= 7) {
         __cpuid_count(7, 0, a, b, c, d);
-        const unsigned max_sub = a, edx7 = d;
+        const unsigned max_sub = a, edx7 = d, ecx7 = c;
         if (b & (1u << 3)) f |= KN_CPUF_BMI1;
         if (b & (1u << 8)) f |= KN_CPUF_BMI2;
         if (os_ymm && (b & (1u << 5))) f |= KN_CPUF_AVX2;
@@ -111,6 +111,7 @@ static unsigned detect(void) {
             if (b & (1u << 28)) f |= KN_CPUF_AVX512CD;
             if (b & (1u << 30)) f |= KN_CPUF_AVX512BW;
             if (b & (1u << 31)) f |= KN_CPUF_AVX512VL;
+            if (ecx7 & (1u << 11)) f |= KN_CPUF_AVX512VNNI;
             if (max_sub >= 1) {
                 __cpuid_count(7, 1, a, b, c, d);
                 if (a & (1u << 5)) f |= KN_CPUF_AVX512BF16;
@@ -254,6 +255,15 @@ unsigned kn_cpu_features(void) {
     pthread_once(&once, choose);
     return features_seen;
 }
+
+static bool vnni_off;
+
+bool kn_cpu_has_vnni(void) {
+    const unsigned need = KN_CPUF_AVX512F | KN_CPUF_AVX512BW | KN_CPUF_AVX512VL | KN_CPUF_AVX512VNNI;
+    return !vnni_off && (kn_cpu_features() & need) == need;
+}
+
+void kn_cpu_vnni_force(bool on) { vnni_off = !on; }
 
 kn_cpu_isa kn_cpu_isa_active(void) {
     pthread_once(&once, choose);

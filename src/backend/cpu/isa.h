@@ -62,8 +62,17 @@ enum {
     KN_CPUF_AVX512CD = 1u << 13,
     KN_CPUF_AVX512BF16 = 1u << 14,
     KN_CPUF_AMXBF16 = 1u << 15, /* AMX-TILE and AMX-BF16, with the OS saving the tile state */
-    KN_CPUF_COUNT_ = 16
+    KN_CPUF_AVX512VNNI = 1u << 16,
+    KN_CPUF_COUNT_ = 17
 };
+
+/* Whether the 8-bit integer products (qgemm.c) use AVX-512 VNNI: the CPU has it (less
+ * KILN_CPU_MASK) with AVX-512 F, BW and VL, unless kn_cpu_vnni_force turned it off. Only the
+ * avx512 level's kernels have the VNNI forms; the lower levels ignore it. */
+bool kn_cpu_has_vnni(void);
+/* Tests: off (false) makes the products take the AVX2 forms on a CPU with VNNI; on (true) gives
+ * back what the CPU has. Not while products run. */
+void kn_cpu_vnni_force(bool on);
 
 /* "baseline", "avx2", "avx512" (NULL for a value out of range). */
 const char *kn_cpu_isa_name(kn_cpu_isa level);

@@ -1,6 +1,7 @@
 /* Exact 8-bit integer products as int16 pairs (qgemm.h says why and the packed layouts). */
 #include "backend/cpu/qgemm.h"
 
+#include "backend/cpu/isa.h"
 #include "util/aligned.h"
 
 #include <math.h>
@@ -333,9 +334,74 @@ static void gemv_panel_avx2(bool s8, int64_t kpn, const int32_t *A, const uint8_
 }
 #undef QGEMM_TILE1
 
+#if defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__))
+/* AVX-512 VNNI (kn_cpu_has_vnni): vpdpwssd multiplies int16 pairs and adds both products into the
+ * int32 sums in one instruction on 16 lanes, and a pair of K across a B panel's 16 columns is one
+ * zmm widened from 32 bytes, so a row's step of K is one instruction where AVX2 takes four (two
+ * vpmaddwd, two vpaddd). The same packed layouts, the same exact sums. */
+#define KN_QGEMM_VNNI 1
+#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* the sums of rows [0, rows), less zb[j] * asum[r] where asum is set, into C (cols of them) */
+VNNI_TARGET static inline void store_sums_vnni(int rows, __m512i *c, int32_t *C, int64_t ldc, int cols, bool add,
+                                               const int32_t *asum, const int32_t *zb) {
+    const __mmask16 m = cols >= NR ? (__mmask16)0xffff : (__mmask16)((1u << cols) - 1);
+    const __m512i z = asum ? _mm512_loadu_si512(zb) : _mm512_setzero_si512();
+    for (int r = 0; r < rows; r++) {
+        __m512i v = c[r];
+        if (asum) v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_set1_epi32(asum[r]), z));
+        if (add) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(m, C + r * ldc));
+        _mm512_mask_storeu_epi32(C + r * ldc, m, v);
+    }
+}
+
+static inline __m512i widen_pairs(const uint8_t *b, bool s8) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)b);
+    return s8 ? _mm512_cvtepi8_epi16(v) : _mm512_cvtepu8_epi16(v);
+}
+
+/* up to six rows (A's rows past M are zeros; `rows` of them stored) */
+VNNI_TARGET static void tile6_vnni(int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C,
+                                   int64_t ldc, int cols, bool add, const int32_t *asum, const int32_t *zb) {
+    __m512i c[MR];
+    for (int r = 0; r < MR; r++) c[r] = _mm512_setzero_si512();
+    for (int64_t k = 0; k < kpn; k++, A += MR, B += 2 * NR) {
+        const __m512i b = widen_pairs(B, s8);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) c[r] = _mm512_dpwssd_epi32(c[r], b, _mm512_set1_epi32(A[r]));
+    }
+    store_sums_vnni(rows, c, C, ldc, cols, add, asum, zb);
+}
+
+/* one row of A whose pairs are astride words apart (a tile's row: MR; kn_qgemv's: 1): a sum's
+ * chain is latency-bound, so four pairs of K a step go to four sums */
+VNNI_TARGET static void row_vnni(bool s8, int64_t kpn, const int32_t *A, int64_t astride, const uint8_t *B,
+                                 int32_t *C, int cols, bool add, const int32_t *asum, const int32_t *zb) {
+    __m512i c[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+    int64_t k = 0;
+    for (; k + 4 <= kpn; k += 4, A += 4 * astride, B += 8 * NR)
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            c[q] = _mm512_dpwssd_epi32(c[q], widen_pairs(B + q * 2 * NR, s8), _mm512_set1_epi32(A[q * astride]));
+    for (; k < kpn; k++, A += astride, B += 2 * NR)
+        c[0] = _mm512_dpwssd_epi32(c[0], widen_pairs(B, s8), _mm512_set1_epi32(A[0]));
+    c[0] = _mm512_add_epi32(_mm512_add_epi32(c[0], c[1]), _mm512_add_epi32(c[2], c[3]));
+    store_sums_vnni(1, c, C, 0, cols, add, asum, zb);
+}
+#endif
+
 /* two rows: the one-row tile twice (the B panel is in L1 the second time) */
-static void tile(int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc, int cols,
-                 bool add, const int32_t *asum, const int32_t *zb) {
+static void tile(bool vnni, int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc,
+                 int cols, bool add, const int32_t *asum, const int32_t *zb) {
+#if defined(KN_QGEMM_VNNI)
+    if (vnni) {
+        if (rows >= 3) tile6_vnni(rows, s8, kpn, A, B, C, ldc, cols, add, asum, zb);
+        else
+            for (int r = 0; r < rows; r++)
+                row_vnni(s8, kpn, A + r, MR, B, C + r * ldc, cols, add, asum ? asum + r : NULL, zb);
+        return;
+    }
+#endif
     if (rows >= 3) {
         tile6_avx2(rows, s8, kpn, A, B, C, ldc, cols, add, asum, zb);
         return;
@@ -344,8 +410,9 @@ static void tile(int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t
     if (rows == 2) tile1_avx2(s8, kpn, A + 1, B, C + ldc, ldc, cols, add, asum ? asum + 1 : NULL, zb);
 }
 #else
-static void tile(int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc, int cols,
-                 bool add, const int32_t *asum, const int32_t *zb) {
+static void tile(bool vnni, int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc,
+                 int cols, bool add, const int32_t *asum, const int32_t *zb) {
+    (void)vnni;
     int32_t acc[MR][NR] = {{0}};
     for (int64_t k = 0; k < kpn; k++, A += MR, B += 2 * NR)
         for (int r = 0; r < rows; r++) {
@@ -367,7 +434,7 @@ static void tile(int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t
 typedef struct qjob {
     const kn_qgemm *g;
     int64_t KP, block_panels, row_panels, col_blocks, row_blocks;
-    bool has_zb;
+    bool has_zb, vnni;
     atomic_int failed;
 } qjob;
 
@@ -412,7 +479,7 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
                 const int32_t *A = g->a + ip * KP * MR + k0 * MR, *asum = zb && k0 == 0 ? sums + ip * MR : NULL;
                 int32_t *C = g->c + ip * MR * g->ldc + n0;
                 for (int64_t jp = 0; jp * NR < nc; jp++)
-                    tile(rows, g->b_signed, kpn, A, B + (jp * KP + k0) * 2 * NR, C + jp * NR, g->ldc,
+                    tile(j->vnni, rows, g->b_signed, kpn, A, B + (jp * KP + k0) * 2 * NR, C + jp * NR, g->ldc,
                          (int)min64(NR, nc - jp * NR), add, asum, zb ? zb + jp * NR : NULL);
                 if (g->rows_done && k0 + KP_BLOCK >= KP) g->rows_done(g->done_ctx, ip * MR, ip * MR + rows, n0, nc);
             }
@@ -430,7 +497,7 @@ kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g) {
         if (g->rows_done) g->rows_done(g->done_ctx, 0, g->M, 0, g->N);
         return KILN_OK;
     }
-    qjob j = {.g = g, .KP = pairs_of(g->K), .has_zb = g->zb_cols || g->zb};
+    qjob j = {.g = g, .KP = pairs_of(g->K), .has_zb = g->zb_cols || g->zb, .vnni = kn_cpu_has_vnni()};
     const int64_t panels = (g->N + NR - 1) / NR, row_panels = (g->M + MR - 1) / MR;
     const int64_t threads = kn_threadpool_size(pool) > 0 ? kn_threadpool_size(pool) : 1;
     /* a product too small to share: one thread (a pass of the pool costs microseconds) */
@@ -458,12 +525,20 @@ void kn_qgemv_run(const int32_t *a, int32_t asum, const uint8_t *b, bool b_signe
     const int64_t KP = pairs_of(K);
     const int32_t *as = zb ? &asum : NULL;
 #if defined(__AVX2__)
+    const bool vnni = kn_cpu_has_vnni();
+    (void)vnni;
     int32_t zbv[NR];
     for (int j = 0; j < NR; j++) zbv[j] = zb;
 #endif
     for (int64_t jp = 0; jp * NR < N; jp++) {
         const int cols = (int)min64(NR, N - jp * NR);
 #if defined(__AVX2__)
+#if defined(KN_QGEMM_VNNI)
+        if (vnni) {
+            row_vnni(b_signed, KP, a, 1, b + jp * KP * 2 * NR, c + jp * NR, cols, false, as, zbv);
+            continue;
+        }
+#endif
         gemv_panel_avx2(b_signed, KP, a, b + jp * KP * 2 * NR, c + jp * NR, cols, as, zbv);
 #else
         int32_t acc[NR] = {0};

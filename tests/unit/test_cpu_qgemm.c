@@ -1,0 +1,187 @@
+/* The CPU's exact 8-bit products (qgemm.c) against their definition in int64, with each form of
+ * the micro-kernels the CPU has: AVX-512 VNNI's (vpdpwssd) where the CPU has it, and the AVX2
+ * forms (kn_cpu_vnni_force(false)) on the same CPU. MatMulInteger reaches kn_qgemm_run with A
+ * packed per call and B a constant packed once (or a graph input), one row (the one-row tile) to
+ * many, odd K (a pair's empty high half), column counts around the 16-column panel, zero points
+ * per tensor and per column, B in int8 and uint8; ConvInteger reaches it with B made by the
+ * im2col packing callback. Outputs must be equal, not close. */
+#include "test_model_builder.h"
+
+#include "backend/cpu/isa.h"
+#include "kiln.h"
+
+#include <stdlib.h>
+
+typedef struct mmi_case {
+    int64_t M, K, N;
+    bool b_s8, zb_cols, b_input;
+} mmi_case;
+
+static kn_tensor *q8_tensor(kiln_dtype dt, int rank, const int64_t *dims, uint32_t *seed) {
+    kn_tensor *t;
+    kn_tensor_new(dt, rank, dims, &t);
+    uint8_t *p = t->data;
+    for (int64_t i = 0; i < kn_tensor_count(t); i++) {
+        *seed = *seed * 1664525u + 1013904223u;
+        p[i] = (uint8_t)(*seed >> 24);
+    }
+    return t;
+}
+
+static int64_t q8_at(const kn_tensor *t, int64_t i) {
+    return t->dtype == KILN_DTYPE_INT8 ? ((const int8_t *)t->data)[i] : ((const uint8_t *)t->data)[i];
+}
+
+static kiln_tensor *q8_input(const kn_tensor *t) {
+    kiln_tensor *k = NULL;
+    kiln_tensor_create(t->dtype, t->dims, t->rank, &k);
+    if (k) memcpy(kiln_tensor_data(k), t->data, (size_t)kn_tensor_count(t));
+    return k;
+}
+
+/* Runs the model at levels 0 and 3 with 1 and 2 threads, each form of the kernels the CPU has;
+ * every output element must equal want. */
+static void q8_check(const unsigned char *m, size_t size, const char *const *names, kiln_tensor *const *ins, int nin,
+                     const int64_t *want, int64_t n, const char *what) {
+    const bool vnni = kn_cpu_has_vnni();
+    for (int form = 0; form < (vnni ? 2 : 1); form++) {
+        kn_cpu_vnni_force(form == 0 && vnni);
+        for (int threads = 1; threads <= 2; threads++)
+            for (int level = 0; level <= 3; level += 3) {
+                kiln_session *s = tmb_session(m, size, threads, level);
+                if (!s) continue;
+                kiln_tensor *y = NULL;
+                CHECK_STATUS(kiln_session_run(s, names, ins, nin, NULL, 1, &y), KILN_OK);
+                if (y) {
+                    CHECK_EQ_INT(kiln_tensor_element_count(y), n);
+                    const int32_t *got = kiln_tensor_data(y);
+                    int64_t bad = 0, first = -1;
+                    for (int64_t i = 0; i < n && kiln_tensor_element_count(y) == n; i++)
+                        if (got[i] != want[i]) bad++, first = first < 0 ? i : first;
+                    CHECK_MSG(bad == 0, "%s (%s, %d threads, level %d): %lld of %lld outputs differ, first at %lld: %d, want %lld",
+                              what, form == 0 && vnni ? "VNNI" : "AVX2 forms", threads, level, (long long)bad,
+                              (long long)n, (long long)first, first >= 0 ? got[first] : 0,
+                              first >= 0 ? (long long)want[first] : 0LL);
+                    kiln_tensor_destroy(y);
+                }
+                kiln_session_destroy(s);
+            }
+    }
+    kn_cpu_vnni_force(true);
+}
+
+KN_TEST(cpu_qgemm_matmul_integer_exact) {
+    static const mmi_case cases[] = {
+        {1, 64, 40, true, false, false},   /* one row: the gemv tile */
+        {2, 7, 17, false, false, false},   /* two rows, odd K, a panel and one column */
+        {3, 300, 16, true, true, false},   /* three rows: the six-row tile, per-column zero points */
+        {6, 513, 33, true, false, false},  /* a whole panel of rows, K past a block of 256 pairs */
+        {13, 96, 15, false, true, false},  /* panels and a tail of rows, fewer columns than a panel */
+        {128, 768, 64, true, false, false},/* a transformer's projection, shrunk */
+        {5, 1, 20, true, false, true},     /* K of 1, B a graph input (packed per call) */
+        {40, 130, 48, false, false, true}, /* B u8 and an input */
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const mmi_case *t = &cases[ci];
+        uint32_t seed = 4242 + (uint32_t)ci;
+        const int64_t ad[2] = {t->M, t->K}, bd[2] = {t->K, t->N}, zd[1] = {t->N};
+        const kiln_dtype bt = t->b_s8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8;
+        kn_tensor *a = q8_tensor(KILN_DTYPE_UINT8, 2, ad, &seed), *bm = q8_tensor(bt, 2, bd, &seed);
+        kn_tensor *za = q8_tensor(KILN_DTYPE_UINT8, 0, NULL, &seed);
+        kn_tensor *zb = q8_tensor(bt, t->zb_cols ? 1 : 0, zd, &seed);
+        int64_t *want = malloc(sizeof(int64_t) * (size_t)(t->M * t->N));
+        for (int64_t i = 0; i < t->M; i++)
+            for (int64_t j = 0; j < t->N; j++) {
+                int64_t acc = 0;
+                const int64_t zbj = q8_at(zb, t->zb_cols ? j : 0);
+                for (int64_t k = 0; k < t->K; k++)
+                    acc += (q8_at(a, i * t->K + k) - q8_at(za, 0)) * (q8_at(bm, k * t->N + j) - zbj);
+                want[i * t->N + j] = acc;
+            }
+        tmb b;
+        tmb_init(&b, 13);
+        int x = tmb_input(&b, "a", KILN_DTYPE_UINT8, 2, ad, NULL);
+        kiln_tensor *ain = q8_input(a), *bin = t->b_input ? q8_input(bm) : NULL;
+        int w = t->b_input ? tmb_input(&b, "b", bt, 2, bd, NULL) : tmb_const_tensor(&b, "b", bm);
+        int zav = tmb_const_tensor(&b, "za", za), zbv = tmb_const_tensor(&b, "zb", zb);
+        int y = tmb_value(&b, "y");
+        tmb_node(&b, "MatMulInteger", (int[]){x, w, zav, zbv}, 4, y);
+        tmb_output(&b, y);
+        size_t size;
+        unsigned char *m = tmb_finish(&b, &size);
+        char what[128];
+        snprintf(what, sizeof what, "MatMulInteger %lldx%lld @ %lldx%lld %s%s%s", (long long)t->M, (long long)t->K,
+                 (long long)t->K, (long long)t->N, t->b_s8 ? "s8" : "u8", t->zb_cols ? ", zero point per column" : "",
+                 t->b_input ? ", B an input" : "");
+        const char *names[2] = {"a", "b"};
+        kiln_tensor *ins[2] = {ain, bin};
+        q8_check(m, size, names, ins, t->b_input ? 2 : 1, want, t->M * t->N, what);
+        free(m);
+        free(want);
+        kiln_tensor_destroy(ain);
+        kiln_tensor_destroy(bin);
+        kn_tensor_free(a);
+        if (t->b_input) kn_tensor_free(bm);
+    }
+}
+
+KN_TEST(cpu_qgemm_conv_integer_exact) {
+    /* {C, H, W, M, kernel, stride, pad, w_s8} */
+    static const int64_t cases[][8] = {
+        {16, 12, 14, 32, 1, 1, 0, 1}, /* pointwise: the input planes as B */
+        {8, 11, 9, 20, 3, 1, 1, 1},   /* 3x3 padded: im2col by the packing callback */
+        {5, 13, 13, 17, 3, 2, 1, 0},  /* stride 2, uint8 weights, odd channel counts */
+        {64, 7, 7, 6, 3, 1, 1, 1},    /* K 576, six output channels: one panel of rows */
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int64_t C = cases[ci][0], H = cases[ci][1], W = cases[ci][2], M = cases[ci][3], k = cases[ci][4],
+                      s = cases[ci][5], p = cases[ci][6];
+        const bool w_s8 = cases[ci][7];
+        const int64_t OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
+        uint32_t seed = 9191 + (uint32_t)ci;
+        const int64_t xd[4] = {1, C, H, W}, wd[4] = {M, C, k, k};
+        const kiln_dtype wt = w_s8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8;
+        kn_tensor *x = q8_tensor(KILN_DTYPE_UINT8, 4, xd, &seed), *w = q8_tensor(wt, 4, wd, &seed);
+        kn_tensor *zx = q8_tensor(KILN_DTYPE_UINT8, 0, NULL, &seed), *zw = q8_tensor(wt, 0, NULL, &seed);
+        const int64_t n = M * OH * OW;
+        int64_t *want = malloc(sizeof(int64_t) * (size_t)n);
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    int64_t acc = 0;
+                    for (int64_t c = 0; c < C; c++)
+                        for (int64_t kh = 0; kh < k; kh++)
+                            for (int64_t kw = 0; kw < k; kw++) {
+                                const int64_t ih = oh * s - p + kh, iw = ow * s - p + kw;
+                                /* a padded position holds the input's zero point: (zx - zx) = 0 */
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                acc += (q8_at(x, (c * H + ih) * W + iw) - q8_at(zx, 0)) *
+                                       (q8_at(w, ((m * C + c) * k + kh) * k + kw) - q8_at(zw, 0));
+                            }
+                    want[(m * OH + oh) * OW + ow] = acc;
+                }
+        tmb b;
+        tmb_init(&b, 13);
+        int xv = tmb_input(&b, "x", KILN_DTYPE_UINT8, 4, xd, NULL);
+        int wv = tmb_const_tensor(&b, "w", w), zxv = tmb_const_tensor(&b, "zx", zx), zwv = tmb_const_tensor(&b, "zw", zw);
+        int y = tmb_value(&b, "y");
+        int node = tmb_node(&b, "ConvInteger", (int[]){xv, wv, zxv, zwv}, 4, y);
+        tmb_ints(&b, node, "kernel_shape", (int64_t[]){k, k}, 2);
+        tmb_ints(&b, node, "strides", (int64_t[]){s, s}, 2);
+        tmb_ints(&b, node, "pads", (int64_t[]){p, p, p, p}, 4);
+        tmb_output(&b, y);
+        size_t size;
+        unsigned char *m = tmb_finish(&b, &size);
+        kiln_tensor *xin = q8_input(x);
+        char what[128];
+        snprintf(what, sizeof what, "ConvInteger 1x%lldx%lldx%lld -> %lld k%lld s%lld p%lld %s", (long long)C,
+                 (long long)H, (long long)W, (long long)M, (long long)k, (long long)s, (long long)p,
+                 w_s8 ? "s8" : "u8");
+        const char *names[1] = {"x"};
+        q8_check(m, size, names, &xin, 1, want, n, what);
+        free(m);
+        free(want);
+        kiln_tensor_destroy(xin);
+        kn_tensor_free(x);
+    }
+}
