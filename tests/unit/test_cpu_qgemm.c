@@ -125,21 +125,27 @@ KN_TEST(cpu_qgemm_matmul_integer_exact) {
     }
 }
 
+/* ConvInteger through the GEMM (one group) and through the depthwise kernel (conv_int_dw.c: a
+ * group per input channel; its int16 pair products are the same instruction choice) */
 KN_TEST(cpu_qgemm_conv_integer_exact) {
-    /* {C, H, W, M, kernel, stride, pad, w_s8} */
-    static const int64_t cases[][8] = {
-        {16, 12, 14, 32, 1, 1, 0, 1}, /* pointwise: the input planes as B */
-        {8, 11, 9, 20, 3, 1, 1, 1},   /* 3x3 padded: im2col by the packing callback */
-        {5, 13, 13, 17, 3, 2, 1, 0},  /* stride 2, uint8 weights, odd channel counts */
-        {64, 7, 7, 6, 3, 1, 1, 1},    /* K 576, six output channels: one panel of rows */
+    /* {C, H, W, M, kernel, stride, pad, w_s8, groups} */
+    static const int64_t cases[][9] = {
+        {16, 12, 14, 32, 1, 1, 0, 1, 1}, /* pointwise: the input planes as B */
+        {8, 11, 9, 20, 3, 1, 1, 1, 1},   /* 3x3 padded: im2col by the packing callback */
+        {5, 13, 13, 17, 3, 2, 1, 0, 1},  /* stride 2, uint8 weights, odd channel counts */
+        {64, 7, 7, 6, 3, 1, 1, 1, 1},    /* K 576, six output channels: one panel of rows */
+        {24, 30, 37, 24, 3, 1, 1, 1, 24},/* depthwise 3x3: output columns in the lanes */
+        {16, 29, 40, 16, 3, 2, 1, 1, 16},/* depthwise stride 2 (the int16 rows read directly) */
+        {12, 14, 14, 24, 5, 1, 2, 0, 12},/* depthwise 5x5, two outputs a channel, uint8 weights */
+        {16, 7, 7, 16, 5, 1, 2, 1, 16},  /* small planes: channels in the lanes */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int64_t C = cases[ci][0], H = cases[ci][1], W = cases[ci][2], M = cases[ci][3], k = cases[ci][4],
-                      s = cases[ci][5], p = cases[ci][6];
+                      s = cases[ci][5], p = cases[ci][6], G = cases[ci][8], Cg = C / G, Mg = M / G;
         const bool w_s8 = cases[ci][7];
         const int64_t OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
         uint32_t seed = 9191 + (uint32_t)ci;
-        const int64_t xd[4] = {1, C, H, W}, wd[4] = {M, C, k, k};
+        const int64_t xd[4] = {1, C, H, W}, wd[4] = {M, Cg, k, k};
         const kiln_dtype wt = w_s8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8;
         kn_tensor *x = q8_tensor(KILN_DTYPE_UINT8, 4, xd, &seed), *w = q8_tensor(wt, 4, wd, &seed);
         kn_tensor *zx = q8_tensor(KILN_DTYPE_UINT8, 0, NULL, &seed), *zw = q8_tensor(wt, 0, NULL, &seed);
@@ -149,14 +155,15 @@ KN_TEST(cpu_qgemm_conv_integer_exact) {
             for (int64_t oh = 0; oh < OH; oh++)
                 for (int64_t ow = 0; ow < OW; ow++) {
                     int64_t acc = 0;
-                    for (int64_t c = 0; c < C; c++)
+                    for (int64_t cg = 0; cg < Cg; cg++)
                         for (int64_t kh = 0; kh < k; kh++)
                             for (int64_t kw = 0; kw < k; kw++) {
                                 const int64_t ih = oh * s - p + kh, iw = ow * s - p + kw;
                                 /* a padded position holds the input's zero point: (zx - zx) = 0 */
                                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                const int64_t c = m / Mg * Cg + cg;
                                 acc += (q8_at(x, (c * H + ih) * W + iw) - q8_at(zx, 0)) *
-                                       (q8_at(w, ((m * C + c) * k + kh) * k + kw) - q8_at(zw, 0));
+                                       (q8_at(w, ((m * Cg + cg) * k + kh) * k + kw) - q8_at(zw, 0));
                             }
                     want[(m * OH + oh) * OW + ow] = acc;
                 }
@@ -169,14 +176,15 @@ KN_TEST(cpu_qgemm_conv_integer_exact) {
         tmb_ints(&b, node, "kernel_shape", (int64_t[]){k, k}, 2);
         tmb_ints(&b, node, "strides", (int64_t[]){s, s}, 2);
         tmb_ints(&b, node, "pads", (int64_t[]){p, p, p, p}, 4);
+        tmb_int(&b, node, "group", G);
         tmb_output(&b, y);
         size_t size;
         unsigned char *m = tmb_finish(&b, &size);
         kiln_tensor *xin = q8_input(x);
         char what[128];
-        snprintf(what, sizeof what, "ConvInteger 1x%lldx%lldx%lld -> %lld k%lld s%lld p%lld %s", (long long)C,
-                 (long long)H, (long long)W, (long long)M, (long long)k, (long long)s, (long long)p,
-                 w_s8 ? "s8" : "u8");
+        snprintf(what, sizeof what, "ConvInteger 1x%lldx%lldx%lld -> %lld k%lld s%lld p%lld group %lld %s",
+                 (long long)C, (long long)H, (long long)W, (long long)M, (long long)k, (long long)s, (long long)p,
+                 (long long)G, w_s8 ? "s8" : "u8");
         const char *names[1] = {"x"};
         q8_check(m, size, names, &xin, 1, want, n, what);
         free(m);

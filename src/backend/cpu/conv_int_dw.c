@@ -166,6 +166,16 @@ static inline int kernel_rows(const dw_job *j, const int32_t *buf, const int32_t
 /* One output row of channel m: y[0, OW) (+)= sum over the nv input rows rows[v] (byte pointers)
  * with weight pairs wr[v][0, KP) */
 #if defined(__AVX2__)
+/* c + the pair products of x and w summed per lane (int16 pairs into int32, exact: |x|, |w| <= 255):
+ * one instruction where the build targets AVX-512 VNNI (vpdpwssd), else vpmaddwd and vpaddd */
+static inline __m256i madd_pairs(__m256i c, __m256i x, __m256i w) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpwssd_epi32(c, x, w);
+#else
+    return _mm256_add_epi32(c, _mm256_madd_epi16(x, w));
+#endif
+}
+
 /* NA accumulators of 8 output columns from o; kp pairs per kernel row (a constant after inlining) */
 static inline __attribute__((always_inline)) void out_block(const int NA, const int64_t kp, const int64_t *off,
                                                             const char *const *rows, const int32_t *const *wr, int nv,
@@ -179,7 +189,7 @@ static inline __attribute__((always_inline)) void out_block(const int NA, const 
             const __m256i w = _mm256_set1_epi32(wr[v][k]);
             const char *q = r + off[k];
             for (int a = 0; a < NA; a++)
-                c[a] = _mm256_add_epi32(c[a], _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * a)), w));
+                c[a] = madd_pairs(c[a], _mm256_loadu_si256((const __m256i *)(q + 32 * a)), w);
         }
     }
     for (int a = 0; a < NA; a++) {
@@ -406,7 +416,7 @@ static inline __attribute__((always_inline)) void dws_positions(const int NP, co
         for (int64_t k = 0; k < KP; k++, row += tap) {
             const __m256i w = _mm256_load_si256((const __m256i *)(wr + k * 8));
             for (int e = 0; e < NP; e++)
-                s[e] = _mm256_add_epi32(s[e], _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(row + e * step)), w));
+                s[e] = madd_pairs(s[e], _mm256_load_si256((const __m256i *)(row + e * step)), w);
         }
     }
     for (int e = 0; e < NP; e++) _mm256_store_si256((__m256i *)(out + e * 8), s[e]);
