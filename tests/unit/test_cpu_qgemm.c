@@ -1,5 +1,6 @@
-/* The CPU's exact 8-bit products (qgemm.c) against their definition in int64, with each form of
- * the micro-kernels the CPU has: AVX-512 VNNI's (vpdpwssd) where the CPU has it, and the AVX2
+/* The CPU's exact 8-bit products (qgemm.c, qgemm_amx.c) against their definition in int64, with
+ * each form of the micro-kernels the CPU has: AMX-INT8's tiles where the CPU has them (off with
+ * kn_qgemm_amx_force(false)), AVX-512 VNNI's (vpdpwssd) where the CPU has it, and the AVX2
  * forms (kn_cpu_vnni_force(false)) on the same CPU. MatMulInteger reaches kn_qgemm_run with A
  * packed per call and B a constant packed once (or a graph input), one row (the one-row tile) to
  * many, odd K (a pair's empty high half), column counts around the 16-column panel, zero points
@@ -8,13 +9,14 @@
 #include "test_model_builder.h"
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/qgemm_amx.h"
 #include "kiln.h"
 
 #include <stdlib.h>
 
 typedef struct mmi_case {
     int64_t M, K, N;
-    bool b_s8, zb_cols, b_input;
+    bool b_s8, zb_cols, b_input, a_s8, za_rows;
 } mmi_case;
 
 static kn_tensor *q8_tensor(kiln_dtype dt, int rank, const int64_t *dims, uint32_t *seed) {
@@ -39,13 +41,17 @@ static kiln_tensor *q8_input(const kn_tensor *t) {
     return k;
 }
 
-/* Runs the model at levels 0 and 3 with 1 and 2 threads, each form of the kernels the CPU has;
- * every output element must equal want. */
+/* Runs the model at levels 0 and 3 with 1 and 2 threads, each form of the kernels the CPU has:
+ * AMX-INT8's tiles (qgemm_amx.c, for the products large enough), AVX-512 VNNI's and the AVX2
+ * forms; every output element must equal want. */
 static void q8_check(const unsigned char *m, size_t size, const char *const *names, kiln_tensor *const *ins, int nin,
                      const int64_t *want, int64_t n, const char *what) {
-    const bool vnni = kn_cpu_has_vnni();
-    for (int form = 0; form < (vnni ? 2 : 1); form++) {
-        kn_cpu_vnni_force(form == 0 && vnni);
+    const bool vnni = kn_cpu_has_vnni(), amx = kn_qgemm_amx_force(true);
+    static const char *const form_names[3] = {"AMX-INT8", "VNNI", "AVX2 forms"};
+    for (int form = 0; form < 3; form++) {
+        if ((form == 0 && !amx) || (form == 1 && !vnni)) continue;
+        kn_qgemm_amx_force(form == 0);
+        kn_cpu_vnni_force(form < 2);
         for (int threads = 1; threads <= 2; threads++)
             for (int level = 0; level <= 3; level += 3) {
                 kiln_session *s = tmb_session(m, size, threads, level);
@@ -59,7 +65,7 @@ static void q8_check(const unsigned char *m, size_t size, const char *const *nam
                     for (int64_t i = 0; i < n && kiln_tensor_element_count(y) == n; i++)
                         if (got[i] != want[i]) bad++, first = first < 0 ? i : first;
                     CHECK_MSG(bad == 0, "%s (%s, %d threads, level %d): %lld of %lld outputs differ, first at %lld: %d, want %lld",
-                              what, form == 0 && vnni ? "VNNI" : "AVX2 forms", threads, level, (long long)bad,
+                              what, form_names[form], threads, level, (long long)bad,
                               (long long)n, (long long)first, first >= 0 ? got[first] : 0,
                               first >= 0 ? (long long)want[first] : 0LL);
                     kiln_tensor_destroy(y);
@@ -68,6 +74,7 @@ static void q8_check(const unsigned char *m, size_t size, const char *const *nam
             }
     }
     kn_cpu_vnni_force(true);
+    kn_qgemm_amx_force(true);
 }
 
 KN_TEST(cpu_qgemm_matmul_integer_exact) {
@@ -80,14 +87,23 @@ KN_TEST(cpu_qgemm_matmul_integer_exact) {
         {128, 768, 64, true, false, false},/* a transformer's projection, shrunk */
         {5, 1, 20, true, false, true},     /* K of 1, B a graph input (packed per call) */
         {40, 130, 48, false, false, true}, /* B u8 and an input */
+        /* past kn_qgemm_amx_pays' threshold (the tiles where the CPU has AMX-INT8): tails of rows
+         * (past 32 and 16), of K (past 64) and of columns (past 32 and 16), each signedness */
+        {37, 200, 70, true, true, false, false, true},   /* u8 x s8, zero points per row and column */
+        {50, 256, 45, false, false, false, true, false}, /* s8 x u8, K whole tiles: A's rows read directly */
+        {33, 129, 97, true, false, true, true, true},    /* s8 x s8, B an input, odd K */
+        {64, 320, 100, false, true, false, false, true}, /* u8 x u8, both zero points per row / column */
+        {20, 1100, 300, true, false, false},             /* several column blocks of B */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const mmi_case *t = &cases[ci];
         uint32_t seed = 4242 + (uint32_t)ci;
         const int64_t ad[2] = {t->M, t->K}, bd[2] = {t->K, t->N}, zd[1] = {t->N};
         const kiln_dtype bt = t->b_s8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8;
-        kn_tensor *a = q8_tensor(KILN_DTYPE_UINT8, 2, ad, &seed), *bm = q8_tensor(bt, 2, bd, &seed);
-        kn_tensor *za = q8_tensor(KILN_DTYPE_UINT8, 0, NULL, &seed);
+        const kiln_dtype at = t->a_s8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8;
+        const int64_t zad[1] = {t->M};
+        kn_tensor *a = q8_tensor(at, 2, ad, &seed), *bm = q8_tensor(bt, 2, bd, &seed);
+        kn_tensor *za = q8_tensor(at, t->za_rows ? 1 : 0, zad, &seed);
         kn_tensor *zb = q8_tensor(bt, t->zb_cols ? 1 : 0, zd, &seed);
         int64_t *want = malloc(sizeof(int64_t) * (size_t)(t->M * t->N));
         for (int64_t i = 0; i < t->M; i++)
@@ -95,12 +111,12 @@ KN_TEST(cpu_qgemm_matmul_integer_exact) {
                 int64_t acc = 0;
                 const int64_t zbj = q8_at(zb, t->zb_cols ? j : 0);
                 for (int64_t k = 0; k < t->K; k++)
-                    acc += (q8_at(a, i * t->K + k) - q8_at(za, 0)) * (q8_at(bm, k * t->N + j) - zbj);
+                    acc += (q8_at(a, i * t->K + k) - q8_at(za, t->za_rows ? i : 0)) * (q8_at(bm, k * t->N + j) - zbj);
                 want[i * t->N + j] = acc;
             }
         tmb b;
         tmb_init(&b, 13);
-        int x = tmb_input(&b, "a", KILN_DTYPE_UINT8, 2, ad, NULL);
+        int x = tmb_input(&b, "a", at, 2, ad, NULL);
         kiln_tensor *ain = q8_input(a), *bin = t->b_input ? q8_input(bm) : NULL;
         int w = t->b_input ? tmb_input(&b, "b", bt, 2, bd, NULL) : tmb_const_tensor(&b, "b", bm);
         int zav = tmb_const_tensor(&b, "za", za), zbv = tmb_const_tensor(&b, "zb", zb);
@@ -110,8 +126,9 @@ KN_TEST(cpu_qgemm_matmul_integer_exact) {
         size_t size;
         unsigned char *m = tmb_finish(&b, &size);
         char what[128];
-        snprintf(what, sizeof what, "MatMulInteger %lldx%lld @ %lldx%lld %s%s%s", (long long)t->M, (long long)t->K,
-                 (long long)t->K, (long long)t->N, t->b_s8 ? "s8" : "u8", t->zb_cols ? ", zero point per column" : "",
+        snprintf(what, sizeof what, "MatMulInteger %lldx%lld %s @ %lldx%lld %s%s%s%s", (long long)t->M,
+                 (long long)t->K, t->a_s8 ? "s8" : "u8", (long long)t->K, (long long)t->N, t->b_s8 ? "s8" : "u8",
+                 t->za_rows ? ", zero point per row" : "", t->zb_cols ? ", zero point per column" : "",
                  t->b_input ? ", B an input" : "");
         const char *names[2] = {"a", "b"};
         kiln_tensor *ins[2] = {ain, bin};
@@ -128,27 +145,32 @@ KN_TEST(cpu_qgemm_matmul_integer_exact) {
 /* ConvInteger through the GEMM (one group) and through the depthwise kernel (conv_int_dw.c: a
  * group per input channel; its int16 pair products are the same instruction choice) */
 KN_TEST(cpu_qgemm_conv_integer_exact) {
-    /* {C, H, W, M, kernel, stride, pad, w_s8, groups} */
-    static const int64_t cases[][9] = {
-        {16, 12, 14, 32, 1, 1, 0, 1, 1}, /* pointwise: the input planes as B */
-        {8, 11, 9, 20, 3, 1, 1, 1, 1},   /* 3x3 padded: im2col by the packing callback */
-        {5, 13, 13, 17, 3, 2, 1, 0, 1},  /* stride 2, uint8 weights, odd channel counts */
-        {64, 7, 7, 6, 3, 1, 1, 1, 1},    /* K 576, six output channels: one panel of rows */
-        {24, 30, 37, 24, 3, 1, 1, 1, 24},/* depthwise 3x3: output columns in the lanes */
-        {16, 29, 40, 16, 3, 2, 1, 1, 16},/* depthwise stride 2 (the int16 rows read directly) */
-        {12, 14, 14, 24, 5, 1, 2, 0, 12},/* depthwise 5x5, two outputs a channel, uint8 weights */
-        {16, 7, 7, 16, 5, 1, 2, 1, 16},  /* small planes: channels in the lanes */
+    /* {C, H, W, M, kernel, stride, pad, w_s8, groups, w zero point per output channel} */
+    static const int64_t cases[][10] = {
+        {16, 12, 14, 32, 1, 1, 0, 1, 1, 0}, /* pointwise: the input planes as B */
+        {8, 11, 9, 20, 3, 1, 1, 1, 1, 0},   /* 3x3 padded: im2col by the packing callback */
+        {5, 13, 13, 17, 3, 2, 1, 0, 1, 0},  /* stride 2, uint8 weights, odd channel counts */
+        {64, 7, 7, 6, 3, 1, 1, 1, 1, 0},    /* K 576, six output channels: one panel of rows */
+        {24, 30, 37, 24, 3, 1, 1, 1, 24, 0},/* depthwise 3x3: output columns in the lanes */
+        {16, 29, 40, 16, 3, 2, 1, 1, 16, 0},/* depthwise stride 2 (the int16 rows read directly) */
+        {12, 14, 14, 24, 5, 1, 2, 0, 12, 0},/* depthwise 5x5, two outputs a channel, uint8 weights */
+        {16, 7, 7, 16, 5, 1, 2, 1, 16, 0},  /* small planes: channels in the lanes */
+        /* past kn_qgemm_amx_pays' threshold: the weights' rows on AMX-INT8's tiles, B from the
+         * im2col callbacks' pairs */
+        {40, 15, 17, 36, 3, 1, 1, 1, 1, 1}, /* s8 weights per channel zero points, K 360, 36 rows */
+        {64, 9, 11, 48, 1, 1, 0, 0, 1, 0},  /* pointwise u8 weights, K one tile: rows read directly */
+        {33, 20, 20, 20, 3, 2, 1, 0, 1, 1}, /* odd K (297) from the padded planes, u8 per channel */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int64_t C = cases[ci][0], H = cases[ci][1], W = cases[ci][2], M = cases[ci][3], k = cases[ci][4],
                       s = cases[ci][5], p = cases[ci][6], G = cases[ci][8], Cg = C / G, Mg = M / G;
-        const bool w_s8 = cases[ci][7];
+        const bool w_s8 = cases[ci][7], zw_ch = cases[ci][9];
         const int64_t OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
         uint32_t seed = 9191 + (uint32_t)ci;
         const int64_t xd[4] = {1, C, H, W}, wd[4] = {M, Cg, k, k};
         const kiln_dtype wt = w_s8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8;
         kn_tensor *x = q8_tensor(KILN_DTYPE_UINT8, 4, xd, &seed), *w = q8_tensor(wt, 4, wd, &seed);
-        kn_tensor *zx = q8_tensor(KILN_DTYPE_UINT8, 0, NULL, &seed), *zw = q8_tensor(wt, 0, NULL, &seed);
+        kn_tensor *zx = q8_tensor(KILN_DTYPE_UINT8, 0, NULL, &seed), *zw = q8_tensor(wt, zw_ch ? 1 : 0, (int64_t[]){M}, &seed);
         const int64_t n = M * OH * OW;
         int64_t *want = malloc(sizeof(int64_t) * (size_t)n);
         for (int64_t m = 0; m < M; m++)
@@ -163,7 +185,7 @@ KN_TEST(cpu_qgemm_conv_integer_exact) {
                                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
                                 const int64_t c = m / Mg * Cg + cg;
                                 acc += (q8_at(x, (c * H + ih) * W + iw) - q8_at(zx, 0)) *
-                                       (q8_at(w, ((m * Cg + cg) * k + kh) * k + kw) - q8_at(zw, 0));
+                                       (q8_at(w, ((m * Cg + cg) * k + kh) * k + kw) - q8_at(zw, zw_ch ? m : 0));
                             }
                     want[(m * OH + oh) * OW + ow] = acc;
                 }
@@ -182,9 +204,9 @@ KN_TEST(cpu_qgemm_conv_integer_exact) {
         unsigned char *m = tmb_finish(&b, &size);
         kiln_tensor *xin = q8_input(x);
         char what[128];
-        snprintf(what, sizeof what, "ConvInteger 1x%lldx%lldx%lld -> %lld k%lld s%lld p%lld group %lld %s",
+        snprintf(what, sizeof what, "ConvInteger 1x%lldx%lldx%lld -> %lld k%lld s%lld p%lld group %lld %s%s",
                  (long long)C, (long long)H, (long long)W, (long long)M, (long long)k, (long long)s, (long long)p,
-                 (long long)G, w_s8 ? "s8" : "u8");
+                 (long long)G, w_s8 ? "s8" : "u8", zw_ch ? " per channel" : "");
         const char *names[1] = {"x"};
         q8_check(m, size, names, &xin, 1, want, n, what);
         free(m);

@@ -35,6 +35,7 @@
 #include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/qgemm.h"
+#include "backend/cpu/qgemm_amx.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/sgemm_bf16.h"
@@ -2995,7 +2996,10 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
         free(bv);
         return dst ? kn_kernel_error(c, dst, "out of memory") : KILN_OK;
     }
-    if (iconv_rows8_wanted(c, s, X, w_in, wz_in, wz, zw)) {
+    /* AMX-INT8 (qgemm_amx.h): the weights' rows as they are, their zero points applied after;
+     * ahead of the transposed form below (1x64x56x56 k3: 0.2x its time) */
+    const bool amx = kn_qgemm_amx_pays(s->Mg, s->out_plane, Kg);
+    if (!amx && iconv_rows8_wanted(c, s, X, w_in, wz_in, wz, zw)) {
         kiln_status st = KILN_OK;
         const int32_t zx = xz && kn_tensor_count(xz) ? (int32_t)kn_tensor_get_i64(xz, 0) : 0;
         const bool done = iconv_rows8(c, s, X, w_in, zx, nwz ? (int32_t)kn_tensor_get_i64(wz, 0) : 0, bias, acc, &st);
@@ -3008,21 +3012,24 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
     iconv_w_ctx wc = {s, W, zw, nwz == 1 ? (int32_t)kn_tensor_get_i64(wz, 0) : 0};
     const int32_t *wp = NULL;
     int32_t *wown = NULL;
-    if (!wz || kn_cpu_input_is_const(c, wz_in)) {
+    if (!amx && (!wz || kn_cpu_input_is_const(c, wz_in))) {
         kn_const_layout lay = {61, {s->M, s->G, Kg, (int64_t)(intptr_t)wz}};
         wp = kn_cpu_const_derived(c, w_in, &lay, wbytes, make_iconv_w, &wc);
     }
-    if (!wp && (wown = kn_aligned_alloc(64, wbytes))) {
+    if (!amx && !wp && (wown = kn_aligned_alloc(64, wbytes))) {
         make_iconv_w(&wc, wown);
         wp = wown;
     }
-    free(zw);
-    if (!wp) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!amx && !wp) {
+        free(zw);
+        return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
     /* QLinearConv: bias and requantisation block by block in kn_qgemm (iconv_rows_done) */
     const bool fused = rq && rq->r;
     int32_t *bv = fused && bias ? malloc(sizeof(int32_t) * (size_t)s->M) : NULL;
     if (fused && bias && !bv) {
         free(wown);
+        free(zw);
         return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
     if (bv) kn_q_int32_values(bias, s->M, bv);
@@ -3056,11 +3063,22 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
             const int64_t at = (n * s->M + g * s->Mg) * s->out_plane;
             iconv_done done = {acc + at, bv ? bv + g * s->Mg : NULL, fused ? rq->r + g * s->Mg : NULL,
                                fused ? rq->zy : 0, fused && rq->s8, fused ? (uint8_t *)rq->y + at : NULL, s->out_plane};
-            kn_qgemm q = {.M = s->Mg, .N = s->out_plane, .K = Kg, .a = wp + g * per_group,
-                          .pack_b = pointwise ? iconv_pack_planes : xpad ? iconv_pack_padded
-                                                                    : s->nsp <= 2 ? iconv_pack_cols2 : iconv_pack_cols,
-                          .pack_ctx = &job, .b_signed = job.s8, .zb = zx,
-                          .c = acc + at, .ldc = s->out_plane,
+            const kn_qgemm_pack_b_fn pack = pointwise ? iconv_pack_planes
+                                            : xpad    ? iconv_pack_padded
+                                            : s->nsp <= 2 ? iconv_pack_cols2
+                                                          : iconv_pack_cols;
+            if (amx) {
+                kn_qgemm_amx_args q = {.M = s->Mg, .N = s->out_plane, .K = Kg,
+                                       .a = (const int8_t *)W->data + g * s->Mg * Kg, .lda = Kg,
+                                       .a_signed = W->dtype == KILN_DTYPE_INT8, .za_rows = zw ? zw + g * s->Mg : NULL,
+                                       .za = wc.z, .pack_b = pack, .pack_ctx = &job, .b_signed = job.s8, .zb = zx,
+                                       .c = acc + at, .ldc = s->out_plane, .accumulate = bias != NULL && !fused,
+                                       .rows_done = fused ? iconv_rows_done : NULL, .done_ctx = &done};
+                st = kn_qgemm_amx_run(c->pool, &q);
+                continue;
+            }
+            kn_qgemm q = {.M = s->Mg, .N = s->out_plane, .K = Kg, .a = wp + g * per_group, .pack_b = pack,
+                          .pack_ctx = &job, .b_signed = job.s8, .zb = zx, .c = acc + at, .ldc = s->out_plane,
                           .accumulate = bias != NULL && !fused, .rows_done = fused ? iconv_rows_done : NULL,
                           .done_ctx = &done};
             st = kn_qgemm_run(c->pool, &q);
@@ -3068,6 +3086,7 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
     if (fused && st == KILN_OK) rq->done = true;
     free(bv);
     free(wown);
+    free(zw);
     free(xpad);
     return st ? kn_kernel_error(c, st, "out of memory") : KILN_OK;
 }

@@ -21,7 +21,7 @@ _Static_assert(sizeof level_names / sizeof level_names[0] == KN_ISA_COUNT, "a na
 
 static const char *const feature_names[KN_CPUF_COUNT_] = {
     "sse4.2", "popcnt", "avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "lzcnt",
-    "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512bf16", "amxbf16", "avx512vnni",
+    "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512bf16", "amxbf16", "avx512vnni", "amxint8",
 };
 _Static_assert(sizeof feature_names / sizeof feature_names[0] == KN_CPUF_COUNT_, "a name per feature");
 
@@ -120,6 +120,8 @@ static unsigned detect(void) {
         /* AMX-BF16 (EDX bit 22) and AMX-TILE (bit 24), with XCR0's XTILECFG and XTILEDATA (bits 17,
          * 18); Linux still wants each process to ask for the tile data (sgemm_bf16.c does) */
         if (os_zmm && (edx7 & (1u << 22)) && (edx7 & (1u << 24)) && (xcr0 & 0x60000u) == 0x60000u) f |= KN_CPUF_AMXBF16;
+        /* AMX-INT8: EDX bit 25, with AMX-TILE and the same state (qgemm_amx.c asks Linux too) */
+        if (os_zmm && (edx7 & (1u << 25)) && (edx7 & (1u << 24)) && (xcr0 & 0x60000u) == 0x60000u) f |= KN_CPUF_AMXINT8;
     }
     if (__get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 5))) f |= KN_CPUF_LZCNT;
 #endif

@@ -1,7 +1,8 @@
 /* Run-time CPU dispatch: which instruction-set level the CPU kernels run at.
  *
  * A portable build (KILN_NATIVE=OFF on x86-64: the Python wheel, distribution packages) compiles
- * the CPU backend (every src/backend/cpu file but isa.c, sgemm_bf16.c and const_cache.c) once per
+ * the CPU backend (every src/backend/cpu file but isa.c, sgemm_bf16.c, conv_amx.c, qgemm_amx.c and
+ * const_cache.c) once per
  * level:
  *
  *   baseline   x86-64 (SSE2)
@@ -63,10 +64,12 @@ enum {
     KN_CPUF_AVX512BF16 = 1u << 14,
     KN_CPUF_AMXBF16 = 1u << 15, /* AMX-TILE and AMX-BF16, with the OS saving the tile state */
     KN_CPUF_AVX512VNNI = 1u << 16,
-    KN_CPUF_COUNT_ = 17
+    KN_CPUF_AMXINT8 = 1u << 17, /* AMX-TILE and AMX-INT8, with the OS saving the tile state */
+    KN_CPUF_COUNT_ = 18
 };
 
-/* Whether the 8-bit integer products (qgemm.c) use AVX-512 VNNI: the CPU has it (less
+/* AMX-INT8 for the 8-bit products: kn_qgemm_amx() in qgemm_amx.h (KILN_CPU_MASK=amxint8 hides it).
+ * Whether the 8-bit integer products (qgemm.c) use AVX-512 VNNI: the CPU has it (less
  * KILN_CPU_MASK) with AVX-512 F, BW and VL, unless kn_cpu_vnni_force turned it off. Only the
  * avx512 level's kernels have the VNNI forms; the lower levels ignore it. */
 bool kn_cpu_has_vnni(void);

@@ -9,6 +9,7 @@
 #include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/qgemm.h"
+#include "backend/cpu/qgemm_amx.h"
 #include "backend/cpu/sgemm.h"
 #include "util/aligned.h"
 
@@ -427,6 +428,55 @@ const void *kn_linalg_qgemm8_b(const kn_kernel_ctx *c, int input, const kn_tenso
     return w8 && kn_qgemv8_usable(w8) ? w8 : NULL;
 }
 
+/* B (K x N, 8-bit, or N x K when tb) packed for the AMX-INT8 tiles (qgemm_amx.h) */
+typedef struct qmm_amx_b_ctx {
+    const void *b;
+    bool s8, tb;
+    int64_t K, N;
+} qmm_amx_b_ctx;
+
+static void make_qmm_amx_b(const void *ctx, void *dst) {
+    const qmm_amx_b_ctx *q = ctx;
+    kn_qgemm_amx_pack_b(q->b, q->s8, q->tb ? 1 : q->N, q->tb ? q->K : 1, q->K, q->N, dst);
+}
+
+const uint8_t *kn_linalg_qgemm_amx_b(const kn_kernel_ctx *c, int input, const kn_tensor *B, int64_t K, int64_t N,
+                                     bool tb) {
+    qmm_amx_b_ctx bc = {B->data, B->dtype == KILN_DTYPE_INT8, tb, K, N};
+    const kn_const_layout lay = {67, {K, N, bc.s8, tb}};
+    return kn_cpu_const_derived(c, input, &lay, kn_qgemm_amx_b_bytes(N, K), make_qmm_amx_b, &bc);
+}
+
+/* int_matmul on the AMX-INT8 tiles: A's rows as they are, B packed for the tiles (once per
+ * session when constant), the zero points per tensor or per row / column */
+static kiln_status int_matmul_amx(kn_kernel_ctx *c, const kn_tensor *A, const kn_tensor *B, int b_in,
+                                  const kn_tensor *za, const kn_tensor *zb, int32_t *acc, const mm_plan *p, int64_t tall,
+                                  int64_t rows) {
+    const int64_t nza = za ? kn_tensor_count(za) : 0, nzb = zb ? kn_tensor_count(zb) : 0;
+    int32_t *zr = malloc(sizeof(int32_t) * (size_t)(rows + p->N)), *zc = zr ? zr + rows : NULL, za1, zb1;
+    if (!zr) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    zero_points(za, p->M, &za1, zr);
+    for (int64_t i = p->M; nza > 1 && i < rows; i++) zr[i] = zr[i - p->M];
+    zero_points(zb, p->N, &zb1, zc);
+    const uint8_t *kept = p->b_batched ? NULL : kn_linalg_qgemm_amx_b(c, b_in, B, p->K, p->N, false);
+    uint8_t *own = kept ? NULL : kn_aligned_alloc(64, kn_qgemm_amx_b_bytes(p->N, p->K));
+    kiln_status st = kept || own ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    for (int64_t bi = 0; st == KILN_OK && bi < p->batch; bi += tall) {
+        int64_t ao, bo;
+        mm_offsets(p, bi, &ao, &bo);
+        if (!kept)
+            kn_qgemm_amx_pack_b((const int8_t *)B->data + bo, B->dtype == KILN_DTYPE_INT8, p->N, 1, p->K, p->N, own);
+        kn_qgemm_amx_args g = {.M = rows, .N = p->N, .K = p->K, .a = (const int8_t *)A->data + ao, .lda = p->K,
+                               .a_signed = A->dtype == KILN_DTYPE_INT8, .za_rows = nza > 1 ? zr : NULL, .za = za1,
+                               .b = kept ? kept : own, .b_signed = B->dtype == KILN_DTYPE_INT8,
+                               .zb_cols = nzb > 1 ? zc : NULL, .zb = zb1, .c = acc + bi * p->M * p->N, .ldc = p->N};
+        st = kn_qgemm_amx_run(c->pool, &g);
+    }
+    free(zr);
+    free(own);
+    return st ? kn_kernel_error(c, st, "out of memory") : KILN_OK;
+}
+
 /* acc[b][i][j] = sum_k (A - za[i]) (B - zb[j]) with numpy batch broadcasting, into int32, exact
  * (qgemm.h). A, B and their zero points are inputs a_in, b_in, za_in, zb_in (a zero point past
  * the inputs: none). A constant B is packed once per session (its zero points apply as it runs);
@@ -448,6 +498,7 @@ static kiln_status int_matmul(kn_kernel_ctx *c, int a_in, int b_in, int za_in, i
     /* B one matrix: every batch of A (then dense) as one tall product */
     const int64_t tall = p->b_batched ? 1 : p->batch, rows = p->M * tall;
     const bool as8 = A->dtype == KILN_DTYPE_INT8, bs8 = B->dtype == KILN_DTYPE_INT8;
+    if (kn_qgemm_amx_pays(rows, p->N, p->K)) return int_matmul_amx(c, A, B, b_in, za, zb, acc, p, tall, rows);
     if (!p->b_batched && !as8 && nza <= 1 && nzb <= 1) {
         const void *w8 = kn_linalg_qgemm8_b(c, b_in, B, p->K, p->N);
         if (w8) {

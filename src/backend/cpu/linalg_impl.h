@@ -79,6 +79,10 @@ double kn_linalg_qparam(const kn_tensor *t, int64_t i);
  * first, so weights the form cannot hold cost no copy. MatMulInteger's and MatMulIntegerToFloat's
  * (one cache key: the same form of the same tensor). */
 const void *kn_linalg_qgemm8_b(const kn_kernel_ctx *c, int input, const kn_tensor *B, int64_t K, int64_t N);
+/* B (K x N 8-bit values, or N x K when tb) packed for the AMX-INT8 tiles (qgemm_amx.h), kept per
+ * session for a constant input; NULL otherwise (then packed per call) */
+const uint8_t *kn_linalg_qgemm_amx_b(const kn_kernel_ctx *c, int input, const kn_tensor *B, int64_t K, int64_t N,
+                                     bool tb);
 
 /* col2im, shared by ConvTranspose and Col2Im: for each of `channels` planes, adds
  * col[(ch*kk + k) * grid + g] into the image at position g*stride - pad_begin + k*dilation

@@ -16,6 +16,7 @@
 #include "backend/cpu/nn_internal.h"
 #include "backend/cpu/qcontrib_impl.h"
 #include "backend/cpu/qgemm.h"
+#include "backend/cpu/qgemm_amx.h"
 #include "backend/cpu/sgemm.h"
 #include "ops/attention.h"
 #include "ops/qcontrib.h"
@@ -87,6 +88,21 @@ static kiln_status qproduct(kn_kernel_ctx *c, const void *a, bool as8, bool ta, 
     if (zc) kn_q_int32_values(zp, N, zc);
     bool one_zb = !(nz > 1 && !zc);
     for (int64_t j = 1; zc && one_zb && j < N; j++) one_zb = zc[j] == zc[0];
+    if (!ta && !(nz > 1 && !zc) && kn_qgemm_amx_pays(M, N, K)) { /* AMX-INT8's tiles (qgemm_amx.h) */
+        const uint8_t *kept = kn_linalg_qgemm_amx_b(c, bi, B, K, N, tb);
+        uint8_t *bown = kept ? NULL : kn_aligned_alloc(64, kn_qgemm_amx_b_bytes(N, K));
+        kiln_status st = kept || bown ? KILN_OK : oom(c);
+        if (bown) kn_qgemm_amx_pack_b(B->data, B->dtype == KILN_DTYPE_INT8, tb ? 1 : N, tb ? K : 1, K, N, bown);
+        if (st == KILN_OK) {
+            kn_qgemm_amx_args g = {.M = M, .N = N, .K = K, .a = a, .lda = K, .a_signed = as8, .za = za,
+                                   .b = kept ? kept : bown, .b_signed = B->dtype == KILN_DTYPE_INT8, .zb_cols = zc,
+                                   .zb = nz == 1 ? kn_qc_q(zp, 0) : 0, .c = acc, .ldc = N};
+            if ((st = kn_qgemm_amx_run(c->pool, &g)) != KILN_OK) st = kn_kernel_error(c, st, "out of memory in the GEMM");
+        }
+        free(zc);
+        free(bown);
+        return st;
+    }
     if (!as8 && !ta && !tb && one_zb) {
         const void *w8 = kn_linalg_qgemm8_b(c, bi, B, K, N);
         if (w8) {

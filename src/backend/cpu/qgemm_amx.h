@@ -1,0 +1,64 @@
+/* Exact 8-bit integer products on AMX-INT8 (Intel Sapphire Rapids and later): the same sums as
+ * kn_qgemm_run (qgemm.h), C (int32) = (A - za) x (B - zb), where the CPU has AMX-INT8.
+ *
+ * TDPB[SU][SU]D multiplies a tile of A (16 rows x 64 bytes: 64 values of K per row) by a tile of
+ * B (16 rows of 64 bytes: 16 groups of 4 K, each row 16 columns x 4 bytes) and adds the products
+ * into 16 x 16 int32, without saturation; the variant follows the operands' signedness. The
+ * tiles take raw 8-bit values, so the zero points come out afterwards, exactly in int32 (mod
+ * 2^32, as the definition's int32 result):
+ *   sum_k (a - za)(b - zb) = sum_k ab - zb * rowsum(a) - za * colsum(b) + K za zb.
+ * A is read in its rows as the caller has it (tiles load it with the row stride) where K is a
+ * multiple of 64, else copied with K padded by zeros; B is in panels of 16 columns, K in groups
+ * of 4 (zero past K, up to a multiple of 64), with the columns' sums after the panels: packed
+ * once by kn_qgemm_amx_pack_b for constant weights, or converted block by block from kn_qgemm's
+ * pair panels (a convolution's im2col callback, kn_qgemm.pack_b).
+ *
+ * The code is compiled once, for its own target (like sgemm_bf16.c), and used only where the CPU
+ * has AMX-INT8 and AVX512-VNNI (KILN_CPU_MASK=amxint8 hides it), Linux grants the tile state, and
+ * the avx512 level is in use. */
+#ifndef KN_CPU_QGEMM_AMX_H
+#define KN_CPU_QGEMM_AMX_H
+
+#include "backend/cpu/qgemm.h"
+
+/* whether the products may use AMX-INT8 (CPU, OS, level, and not turned off by the force hook) */
+bool kn_qgemm_amx(void);
+/* Tests: off (false) makes every product take kn_qgemm's forms; on (true) gives back what the CPU
+ * has (returns false when it has no AMX-INT8). Not while products run. */
+bool kn_qgemm_amx_force(bool on);
+/* whether an M x N x K product should run on the tiles (kn_qgemm_amx() and large enough) */
+bool kn_qgemm_amx_pays(int64_t M, int64_t N, int64_t K);
+
+/* bytes of B (K x N) packed for the tiles, its column sums included */
+size_t kn_qgemm_amx_b_bytes(int64_t N, int64_t K);
+/* Packs B, K x N 8-bit values with element (k, j) at b[k * rs + j * cs] (int8 when b_signed). */
+void kn_qgemm_amx_pack_b(const void *b, bool b_signed, int64_t rs, int64_t cs, int64_t K, int64_t N, uint8_t *dst);
+
+typedef struct kn_qgemm_amx_args {
+    int64_t M, N, K;
+    const void *a; /* M x K 8-bit values, row i at a + i * lda */
+    int64_t lda;
+    bool a_signed;
+    const int32_t *za_rows; /* A's zero point per row (M), or NULL: za for all */
+    int32_t za;
+    /* B: packed by kn_qgemm_amx_pack_b (all N), or else kn_qgemm's pair panels, all of them in
+     * b_pairs or made block by block by pack_b (kn_qgemm's callback) */
+    const uint8_t *b;
+    const uint8_t *b_pairs;
+    kn_qgemm_pack_b_fn pack_b;
+    const void *pack_ctx;
+    bool b_signed;
+    const int32_t *zb_cols; /* B's zero point per column (N), or NULL: zb for all */
+    int32_t zb;
+    int32_t *c; /* M x N, row stride ldc */
+    int64_t ldc;
+    bool accumulate;
+    void (*rows_done)(const void *ctx, int64_t m0, int64_t m1, int64_t n0, int64_t nc); /* as kn_qgemm's */
+    const void *done_ctx;
+} kn_qgemm_amx_args;
+
+/* Runs the product on the pool (NULL: the caller's thread). KILN_ERR_OUT_OF_MEMORY when a buffer
+ * cannot be had; KILN_ERR_UNSUPPORTED when !kn_qgemm_amx(). */
+kiln_status kn_qgemm_amx_run(kn_threadpool *pool, const kn_qgemm_amx_args *g);
+
+#endif
