@@ -204,6 +204,50 @@ static void pairs_to_tiles(const uint8_t *src, int64_t K, int64_t K64, int64_t p
     }
 }
 
+/* columns [n0, n0 + nc) of a convolution's im2col (qgemm_amx.h, kn_qgemm_amx_planes) as the
+ * tiles' panels, koff[k] the offset of row k's tap; with sums, each column's sum over K */
+static void planes_to_tiles(const kn_qgemm_amx_planes *pl, const int64_t *koff, int64_t K, int64_t K64, int64_t n0,
+                            int64_t nc, bool b_signed, int32_t *sums, uint8_t *dst) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t p = 0; p * TR < nc; p++) {
+        /* the panel's runs: columns [j0, j0 + len) in one output row, byte j at base - j0 + j */
+        int nr = 0;
+        int64_t rbase[TR];
+        __mmask16 rmask[TR];
+        const int cols = (int)min64(TR, nc - p * TR);
+        for (int jj = 0; jj < cols;) {
+            const int64_t n = n0 + p * TR + jj, oh = n / pl->OW, ow = n % pl->OW;
+            const int len = (int)min64(cols - jj, pl->OW - ow);
+            rbase[nr] = oh * pl->sh * pl->WP + ow - jj;
+            rmask[nr] = (__mmask16)(((1u << len) - 1) << jj);
+            nr++;
+            jj += len;
+        }
+        uint8_t *d = dst + p * TR * K64;
+        __m512i acc = _mm512_setzero_si512();
+        for (int64_t g = 0; g < K64 / 4; g++) {
+            __m128i v[4];
+            for (int t = 0; t < 4; t++) {
+                const int64_t k = 4 * g + t;
+                v[t] = _mm_setzero_si128();
+                if (k >= K) continue;
+                const uint8_t *x = pl->x + koff[k];
+                for (int r = 0; r < nr; r++)
+                    v[t] = _mm_or_si128(v[t], _mm_maskz_loadu_epi8(rmask[r], (const void *)((intptr_t)x + (intptr_t)rbase[r])));
+            }
+            const __m128i lo01 = _mm_unpacklo_epi8(v[0], v[1]), hi01 = _mm_unpackhi_epi8(v[0], v[1]);
+            const __m128i lo23 = _mm_unpacklo_epi8(v[2], v[3]), hi23 = _mm_unpackhi_epi8(v[2], v[3]);
+            __m512i w = _mm512_castsi128_si512(_mm_unpacklo_epi16(lo01, lo23));
+            w = _mm512_inserti32x4(w, _mm_unpackhi_epi16(lo01, lo23), 1);
+            w = _mm512_inserti32x4(w, _mm_unpacklo_epi16(hi01, hi23), 2);
+            w = _mm512_inserti32x4(w, _mm_unpackhi_epi16(hi01, hi23), 3);
+            _mm512_store_si512((__m512i *)(d + g * 64), w);
+            if (sums) acc = b_signed ? _mm512_dpbusd_epi32(acc, ones, w) : _mm512_dpbusd_epi32(acc, w, ones);
+        }
+        if (sums) _mm512_storeu_si512((__m512i *)(sums + p * TR), acc);
+    }
+}
+
 /* sum over a row of K 8-bit values */
 static int32_t row_sum(const uint8_t *a, int64_t K, bool a_signed) {
     const __m512i ones = _mm512_set1_epi8(1);
@@ -222,6 +266,7 @@ typedef struct amx_job {
     const uint8_t *a_tail; /* rows [a_direct, M) (or all) padded to K64, 32-row blocks */
     int64_t a_direct;      /* rows read from A as it is (a multiple of 16) */
     const int32_t *ra;     /* A's row sums, or NULL (no zb) */
+    const int64_t *koff;   /* B from planes: row k's tap offset */
     bool need_cb;          /* some A zero point: B's column sums wanted */
     block_fn fn;
     atomic_int failed;
@@ -244,10 +289,10 @@ static void amx_range(void *arg, int64_t u0, int64_t u1) {
     const bool zb_any = j->ra != NULL;
     const bool convert = !g->b;
     uint8_t *tb = convert ? kn_aligned_alloc(64, (size_t)(WP * TR * K64)) : NULL;
-    uint8_t *pairs = convert && !g->b_pairs ? kn_aligned_alloc(64, (size_t)(WP * j->KP * 2 * TR)) : NULL;
+    uint8_t *pairs = convert && !g->b_pairs && !g->planes ? kn_aligned_alloc(64, (size_t)(WP * j->KP * 2 * TR)) : NULL;
     int32_t *cols = malloc(sizeof(int32_t) * (size_t)(3 * W)); /* column sums, zb, K zb - colsum */
     int32_t *S = kn_aligned_alloc(64, sizeof(int32_t) * BM * BN);
-    if ((convert && !tb) || (convert && !g->b_pairs && !pairs) || !cols || !S) {
+    if ((convert && !tb) || (convert && !g->b_pairs && !g->planes && !pairs) || !cols || !S) {
         atomic_store(&j->failed, 1);
         free(tb);
         free(pairs);
@@ -269,7 +314,9 @@ static void amx_range(void *arg, int64_t u0, int64_t u1) {
                 for (int64_t q = 0; q < nc; q++) cb[q] = all[n0 + q];
             }
         } else {
-            if (have != cbk) {
+            if (have != cbk && g->planes) {
+                planes_to_tiles(g->planes, j->koff, g->K, K64, n0, nc, g->b_signed, j->need_cb ? cb : NULL, tb);
+            } else if (have != cbk) {
                 const uint8_t *src = g->b_pairs ? g->b_pairs + n0 * 2 * j->KP : pairs;
                 if (!g->b_pairs) g->pack_b(g->pack_ctx, n0, nc, pairs);
                 pairs_to_tiles(src, g->K, K64, np, g->b_signed, j->need_cb ? cb : NULL, tb);
@@ -352,6 +399,20 @@ kiln_status kn_qgemm_amx_run(kn_threadpool *pool, const kn_qgemm_amx_args *g) {
     for (int64_t i = 0; ra && i < g->M; i++) ra[i] = row_sum((const uint8_t *)g->a + i * g->lda, g->K, g->a_signed);
     j.a_tail = tail;
     j.ra = ra;
+    int64_t *koff = NULL;
+    if (g->planes) {
+        const kn_qgemm_amx_planes *pl = g->planes;
+        if (!(koff = malloc(sizeof(int64_t) * (size_t)g->K))) {
+            free(tail);
+            free(ra);
+            return KILN_ERR_OUT_OF_MEMORY;
+        }
+        for (int64_t k = 0; k < g->K; k++) {
+            const int64_t c = k / (pl->KH * pl->KW), r = k % (pl->KH * pl->KW);
+            koff[k] = c * pl->plane + r / pl->KW * pl->dh * pl->WP + r % pl->KW * pl->dw;
+        }
+    }
+    j.koff = koff;
     /* column blocks of B within L2, split further for the threads, then rows, as kn_qgemm_run */
     const int64_t threads = kn_threadpool_size(pool) > 0 ? kn_threadpool_size(pool) : 1;
     const double work = (double)g->M * (double)g->N * (double)g->K;
@@ -370,6 +431,7 @@ kiln_status kn_qgemm_amx_run(kn_threadpool *pool, const kn_qgemm_amx_args *g) {
     else kn_parallel_for(pool, units, 1, amx_range, &j);
     free(tail);
     free(ra);
+    free(koff);
     return atomic_load(&j.failed) ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
 }
 

@@ -34,6 +34,17 @@ size_t kn_qgemm_amx_b_bytes(int64_t N, int64_t K);
 /* Packs B, K x N 8-bit values with element (k, j) at b[k * rs + j * cs] (int8 when b_signed). */
 void kn_qgemm_amx_pack_b(const void *b, bool b_signed, int64_t rs, int64_t cs, int64_t K, int64_t N, uint8_t *dst);
 
+/* B as a convolution's im2col read straight from its (padded) planes into the tiles' panels, at
+ * stride 1 along the output rows: column n = (oh, ow) (OW a row) and row k = (c, kh, kw) (K =
+ * C KH KW) hold x[c * plane + (oh * sh + kh * dh) * WP + ow + kw * dw]. A panel's 16 columns are
+ * a few runs of consecutive bytes (one per output row it spans), each k's 16 bytes a masked
+ * load per run, four k's interleaved byte by byte into a 64-byte row: no pair form in between. A
+ * pointwise convolution is KH = KW = 1 and OW = the plane. */
+typedef struct kn_qgemm_amx_planes {
+    const uint8_t *x;
+    int64_t plane, WP, OW, sh, KH, KW, dh, dw;
+} kn_qgemm_amx_planes;
+
 typedef struct kn_qgemm_amx_args {
     int64_t M, N, K;
     const void *a; /* M x K 8-bit values, row i at a + i * lda */
@@ -41,10 +52,11 @@ typedef struct kn_qgemm_amx_args {
     bool a_signed;
     const int32_t *za_rows; /* A's zero point per row (M), or NULL: za for all */
     int32_t za;
-    /* B: packed by kn_qgemm_amx_pack_b (all N), or else kn_qgemm's pair panels, all of them in
-     * b_pairs or made block by block by pack_b (kn_qgemm's callback) */
+    /* B: packed by kn_qgemm_amx_pack_b (all N), or read from planes, or else kn_qgemm's pair
+     * panels, all of them in b_pairs or made block by block by pack_b (kn_qgemm's callback) */
     const uint8_t *b;
     const uint8_t *b_pairs;
+    const kn_qgemm_amx_planes *planes; /* or B read from a convolution's planes */
     kn_qgemm_pack_b_fn pack_b;
     const void *pack_ctx;
     bool b_signed;
