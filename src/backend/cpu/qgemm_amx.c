@@ -204,6 +204,16 @@ static void pairs_to_tiles(const uint8_t *src, int64_t K, int64_t K64, int64_t p
     }
 }
 
+/* one row of K's 16 columns: the panel's runs of bytes from x, each a masked load (lanes off the
+ * mask touch no memory) */
+static inline __attribute__((always_inline)) __m128i run_bytes(const uint8_t *x, int nr, const int64_t *rbase,
+                                                               const __mmask16 *rmask) {
+    __m128i v = _mm_maskz_loadu_epi8(rmask[0], (const void *)((intptr_t)x + (intptr_t)rbase[0]));
+    for (int r = 1; r < nr; r++)
+        v = _mm_or_si128(v, _mm_maskz_loadu_epi8(rmask[r], (const void *)((intptr_t)x + (intptr_t)rbase[r])));
+    return v;
+}
+
 /* columns [n0, n0 + nc) of a convolution's im2col (qgemm_amx.h, kn_qgemm_amx_planes) as the
  * tiles' panels, koff[k] the offset of row k's tap; with sums, each column's sum over K */
 static void planes_to_tiles(const kn_qgemm_amx_planes *pl, const int64_t *koff, int64_t K, int64_t K64, int64_t n0,
@@ -225,18 +235,23 @@ static void planes_to_tiles(const kn_qgemm_amx_planes *pl, const int64_t *koff, 
         }
         uint8_t *d = dst + p * TR * K64;
         __m512i acc = _mm512_setzero_si512();
+        const int64_t full = K / 4;
         for (int64_t g = 0; g < K64 / 4; g++) {
-            __m128i v[4];
-            for (int t = 0; t < 4; t++) {
-                const int64_t k = 4 * g + t;
-                v[t] = _mm_setzero_si128();
-                if (k >= K) continue;
-                const uint8_t *x = pl->x + koff[k];
-                for (int r = 0; r < nr; r++)
-                    v[t] = _mm_or_si128(v[t], _mm_maskz_loadu_epi8(rmask[r], (const void *)((intptr_t)x + (intptr_t)rbase[r])));
+            __m128i v0, v1, v2, v3;
+            if (g < full) {
+                v0 = run_bytes(pl->x + koff[4 * g], nr, rbase, rmask);
+                v1 = run_bytes(pl->x + koff[4 * g + 1], nr, rbase, rmask);
+                v2 = run_bytes(pl->x + koff[4 * g + 2], nr, rbase, rmask);
+                v3 = run_bytes(pl->x + koff[4 * g + 3], nr, rbase, rmask);
+            } else { /* K's last partial group, then zeros up to K64 */
+                const int64_t k = 4 * g;
+                v0 = k < K ? run_bytes(pl->x + koff[k], nr, rbase, rmask) : _mm_setzero_si128();
+                v1 = k + 1 < K ? run_bytes(pl->x + koff[k + 1], nr, rbase, rmask) : _mm_setzero_si128();
+                v2 = k + 2 < K ? run_bytes(pl->x + koff[k + 2], nr, rbase, rmask) : _mm_setzero_si128();
+                v3 = _mm_setzero_si128();
             }
-            const __m128i lo01 = _mm_unpacklo_epi8(v[0], v[1]), hi01 = _mm_unpackhi_epi8(v[0], v[1]);
-            const __m128i lo23 = _mm_unpacklo_epi8(v[2], v[3]), hi23 = _mm_unpackhi_epi8(v[2], v[3]);
+            const __m128i lo01 = _mm_unpacklo_epi8(v0, v1), hi01 = _mm_unpackhi_epi8(v0, v1);
+            const __m128i lo23 = _mm_unpacklo_epi8(v2, v3), hi23 = _mm_unpackhi_epi8(v2, v3);
             __m512i w = _mm512_castsi128_si512(_mm_unpacklo_epi16(lo01, lo23));
             w = _mm512_inserti32x4(w, _mm_unpackhi_epi16(lo01, lo23), 1);
             w = _mm512_inserti32x4(w, _mm_unpacklo_epi16(hi01, hi23), 2);
@@ -407,10 +422,12 @@ kiln_status kn_qgemm_amx_run(kn_threadpool *pool, const kn_qgemm_amx_args *g) {
             free(ra);
             return KILN_ERR_OUT_OF_MEMORY;
         }
-        for (int64_t k = 0; k < g->K; k++) {
-            const int64_t c = k / (pl->KH * pl->KW), r = k % (pl->KH * pl->KW);
-            koff[k] = c * pl->plane + r / pl->KW * pl->dh * pl->WP + r % pl->KW * pl->dw;
-        }
+        /* k = (c, kh, kw) counted up (a division per k was a quarter of a 7x7 layer's time) */
+        int64_t k = 0;
+        for (int64_t c = 0; k < g->K; c++)
+            for (int64_t kh = 0; kh < pl->KH && k < g->K; kh++)
+                for (int64_t kw = 0; kw < pl->KW && k < g->K; kw++)
+                    koff[k++] = c * pl->plane + kh * pl->dh * pl->WP + kw * pl->dw;
     }
     j.koff = koff;
     /* column blocks of B within L2, split further for the threads, then rows, as kn_qgemm_run */
