@@ -2430,6 +2430,13 @@ static void make_iconv_w(const void *ctx, void *dst) {
                          Kg, q->zw ? q->zw + g * q->s->Mg : NULL, q->z, (int32_t *)dst + g * per);
 }
 
+/* W's row sums (every group's rows: M x Kg) for the AMX-INT8 product (qgemm_amx.h) */
+static void make_iconv_w_sums(const void *ctx, void *dst) {
+    const iconv_w_ctx *q = ctx;
+    kn_qgemm_amx_row_sums(q->W->data, q->s->Cg * q->s->kk, q->W->dtype == KILN_DTYPE_INT8, q->s->M,
+                          q->s->Cg * q->s->kk, dst);
+}
+
 /* The im2col matrix of one image and group as qgemm's packed B */
 typedef struct iconv_cols {
     const conv_shape *s;
@@ -3016,6 +3023,11 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
         kn_const_layout lay = {61, {s->M, s->G, Kg, (int64_t)(intptr_t)wz}};
         wp = kn_cpu_const_derived(c, w_in, &lay, wbytes, make_iconv_w, &wc);
     }
+    const int32_t *wsums = NULL; /* AMX: W's row sums, kept with a constant W */
+    if (amx) {
+        const kn_const_layout lay = {68, {s->M, s->G, Kg, 0}};
+        wsums = kn_cpu_const_derived(c, w_in, &lay, sizeof(int32_t) * (size_t)s->M, make_iconv_w_sums, &wc);
+    }
     if (!amx && !wp && (wown = kn_aligned_alloc(64, wbytes))) {
         make_iconv_w(&wc, wown);
         wp = wown;
@@ -3080,7 +3092,8 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
                 const bool planes = pointwise || (xpad && v->stride[two] == 1);
                 kn_qgemm_amx_args q = {.M = s->Mg, .N = s->out_plane, .K = Kg,
                                        .a = (const int8_t *)W->data + g * s->Mg * Kg, .lda = Kg,
-                                       .a_signed = W->dtype == KILN_DTYPE_INT8, .za_rows = zw ? zw + g * s->Mg : NULL,
+                                       .a_signed = W->dtype == KILN_DTYPE_INT8, .a_sums = wsums ? wsums + g * s->Mg : NULL,
+                                       .za_rows = zw ? zw + g * s->Mg : NULL,
                                        .za = wc.z, .planes = planes ? &pl : NULL, .pack_b = pack, .pack_ctx = &job,
                                        .b_signed = job.s8, .zb = zx,
                                        .c = acc + at, .ldc = s->out_plane, .accumulate = bias != NULL && !fused,

@@ -275,6 +275,10 @@ static int32_t row_sum(const uint8_t *a, int64_t K, bool a_signed) {
     return _mm512_reduce_add_epi32(acc);
 }
 
+void kn_qgemm_amx_row_sums(const void *a, int64_t lda, bool a_signed, int64_t M, int64_t K, int32_t *out) {
+    for (int64_t i = 0; i < M; i++) out[i] = row_sum((const uint8_t *)a + i * lda, K, a_signed);
+}
+
 typedef struct amx_job {
     const kn_qgemm_amx_args *g;
     int64_t K64, KP, width, row_units, row_blocks, col_blocks;
@@ -400,8 +404,8 @@ kiln_status kn_qgemm_amx_run(kn_threadpool *pool, const kn_qgemm_amx_args *g) {
     j.a_direct = g->K % TK == 0 ? g->M / TR * TR : 0;
     const int64_t tail_rows = g->M - j.a_direct;
     uint8_t *tail = tail_rows ? kn_aligned_alloc(64, (size_t)((tail_rows + TR - 1) / TR * TR * j.K64)) : NULL;
-    int32_t *ra = zb_any ? malloc(sizeof(int32_t) * (size_t)g->M) : NULL;
-    if ((tail_rows && !tail) || (zb_any && !ra)) {
+    int32_t *ra = zb_any && !g->a_sums ? malloc(sizeof(int32_t) * (size_t)g->M) : NULL;
+    if ((tail_rows && !tail) || (zb_any && !g->a_sums && !ra)) {
         free(tail);
         free(ra);
         return KILN_ERR_OUT_OF_MEMORY;
@@ -411,9 +415,9 @@ kiln_status kn_qgemm_amx_run(kn_threadpool *pool, const kn_qgemm_amx_args *g) {
         for (int64_t i = 0; i < tail_rows; i++)
             memcpy(tail + i * j.K64, (const uint8_t *)g->a + (j.a_direct + i) * g->lda, (size_t)g->K);
     }
-    for (int64_t i = 0; ra && i < g->M; i++) ra[i] = row_sum((const uint8_t *)g->a + i * g->lda, g->K, g->a_signed);
+    if (ra) kn_qgemm_amx_row_sums(g->a, g->lda, g->a_signed, g->M, g->K, ra);
     j.a_tail = tail;
-    j.ra = ra;
+    j.ra = zb_any ? (g->a_sums ? g->a_sums : ra) : NULL;
     int64_t *koff = NULL;
     if (g->planes) {
         const kn_qgemm_amx_planes *pl = g->planes;
@@ -464,6 +468,17 @@ kiln_status kn_qgemm_amx_run(kn_threadpool *pool, const kn_qgemm_amx_args *g) {
     (void)pool;
     (void)g;
     return KILN_ERR_UNSUPPORTED;
+}
+
+void kn_qgemm_amx_row_sums(const void *a, int64_t lda, bool a_signed, int64_t M, int64_t K, int32_t *out) {
+    for (int64_t i = 0; i < M; i++) {
+        uint32_t sum = 0;
+        for (int64_t k = 0; k < K; k++) {
+            const uint8_t v = ((const uint8_t *)a)[i * lda + k];
+            sum += a_signed ? (uint32_t)(int32_t)(int8_t)v : v;
+        }
+        out[i] = (int32_t)sum;
+    }
 }
 
 #endif

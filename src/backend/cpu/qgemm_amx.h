@@ -50,6 +50,7 @@ typedef struct kn_qgemm_amx_args {
     const void *a; /* M x K 8-bit values, row i at a + i * lda */
     int64_t lda;
     bool a_signed;
+    const int32_t *a_sums;  /* A's row sums (kn_qgemm_amx_row_sums: constant weights), or NULL */
     const int32_t *za_rows; /* A's zero point per row (M), or NULL: za for all */
     int32_t za;
     /* B: packed by kn_qgemm_amx_pack_b (all N), or read from planes, or else kn_qgemm's pair
@@ -68,6 +69,10 @@ typedef struct kn_qgemm_amx_args {
     void (*rows_done)(const void *ctx, int64_t m0, int64_t m1, int64_t n0, int64_t nc); /* as kn_qgemm's */
     const void *done_ctx;
 } kn_qgemm_amx_args;
+
+/* out[i] = sum_k a[i * lda + k] (int8 when a_signed), i < M: A's row sums as kn_qgemm_amx_run
+ * uses them, for a caller that keeps them with constant weights. Only where kn_qgemm_amx(). */
+void kn_qgemm_amx_row_sums(const void *a, int64_t lda, bool a_signed, int64_t M, int64_t K, int32_t *out);
 
 /* Runs the product on the pool (NULL: the caller's thread). KILN_ERR_OUT_OF_MEMORY when a buffer
  * cannot be had; KILN_ERR_UNSUPPORTED when !kn_qgemm_amx(). */
