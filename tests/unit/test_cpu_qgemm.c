@@ -159,7 +159,8 @@ KN_TEST(cpu_qgemm_conv_integer_exact) {
          * im2col callbacks' pairs */
         {40, 15, 17, 36, 3, 1, 1, 1, 1, 1}, /* s8 weights per channel zero points, K 360, 36 rows */
         {64, 9, 11, 48, 1, 1, 0, 0, 1, 0},  /* pointwise u8 weights, K one tile: rows read directly */
-        {33, 20, 20, 20, 3, 2, 1, 0, 1, 1}, /* odd K (297) from the padded planes, u8 per channel */
+        {33, 20, 20, 20, 3, 2, 1, 0, 1, 1}, /* odd K (297), stride 2 from the padded planes, u8 per channel */
+        {32, 26, 26, 24, 3, 3, 1, 1, 1, 0}, /* stride 3: the pair packers' panels, converted */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int64_t C = cases[ci][0], H = cases[ci][1], W = cases[ci][2], M = cases[ci][3], k = cases[ci][4],

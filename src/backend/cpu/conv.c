@@ -3080,16 +3080,16 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
                                             : s->nsp <= 2 ? iconv_pack_cols2
                                                           : iconv_pack_cols;
             if (amx) {
-                /* B straight from the planes (pointwise) or the padded planes at stride 1 along W;
-                 * else the pair packers' panels, converted */
+                /* B straight from the planes (pointwise) or the padded planes at stride 1 or 2
+                 * along W; else the pair packers' panels, converted */
                 const bool two = s->nsp == 2;
                 const kn_window *v = &s->w;
-                kn_qgemm_amx_planes pl = {(const uint8_t *)job.x, s->in_plane, 1, s->out_plane, 1, 1, 1, 1, 1};
+                kn_qgemm_amx_planes pl = {(const uint8_t *)job.x, s->in_plane, 1, s->out_plane, 1, 1, 1, 1, 1, 1};
                 if (!pointwise)
                     pl = (kn_qgemm_amx_planes){xpad, HP * WP, WP, v->out[two], two ? v->stride[0] : 1,
                                                two ? v->kernel[0] : 1, v->kernel[two], two ? v->dilation[0] : 1,
-                                               v->dilation[two]};
-                const bool planes = pointwise || (xpad && v->stride[two] == 1);
+                                               v->dilation[two], v->stride[two]};
+                const bool planes = pointwise || (xpad && (v->stride[two] == 1 || v->stride[two] == 2));
                 kn_qgemm_amx_args q = {.M = s->Mg, .N = s->out_plane, .K = Kg,
                                        .a = (const int8_t *)W->data + g * s->Mg * Kg, .lda = Kg,
                                        .a_signed = W->dtype == KILN_DTYPE_INT8, .a_sums = wsums ? wsums + g * s->Mg : NULL,

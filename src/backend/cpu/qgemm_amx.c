@@ -205,31 +205,43 @@ static void pairs_to_tiles(const uint8_t *src, int64_t K, int64_t K64, int64_t p
 }
 
 /* one row of K's 16 columns: the panel's runs of bytes from x, each a masked load (lanes off the
- * mask touch no memory) */
-static inline __attribute__((always_inline)) __m128i run_bytes(const uint8_t *x, int nr, const int64_t *rbase,
-                                                               const __mmask16 *rmask) {
-    __m128i v = _mm_maskz_loadu_epi8(rmask[0], (const void *)((intptr_t)x + (intptr_t)rbase[0]));
+ * mask touch no memory); at stride 2 along W, 32 bytes a run (the mask on the even ones) and
+ * their even bytes kept (vpmovwb) */
+static inline __attribute__((always_inline)) __m128i run_bytes(const int sw, const uint8_t *x, int nr,
+                                                               const int64_t *rbase, const __mmask32 *rmask) {
+    if (sw == 1) {
+        __m128i v = _mm_maskz_loadu_epi8((__mmask16)rmask[0], (const void *)((intptr_t)x + (intptr_t)rbase[0]));
+        for (int r = 1; r < nr; r++)
+            v = _mm_or_si128(v, _mm_maskz_loadu_epi8((__mmask16)rmask[r], (const void *)((intptr_t)x + (intptr_t)rbase[r])));
+        return v;
+    }
+    __m256i v = _mm256_maskz_loadu_epi8(rmask[0], (const void *)((intptr_t)x + (intptr_t)rbase[0]));
     for (int r = 1; r < nr; r++)
-        v = _mm_or_si128(v, _mm_maskz_loadu_epi8(rmask[r], (const void *)((intptr_t)x + (intptr_t)rbase[r])));
-    return v;
+        v = _mm256_or_si256(v, _mm256_maskz_loadu_epi8(rmask[r], (const void *)((intptr_t)x + (intptr_t)rbase[r])));
+    return _mm256_cvtepi16_epi8(v);
 }
 
 /* columns [n0, n0 + nc) of a convolution's im2col (qgemm_amx.h, kn_qgemm_amx_planes) as the
  * tiles' panels, koff[k] the offset of row k's tap; with sums, each column's sum over K */
-static void planes_to_tiles(const kn_qgemm_amx_planes *pl, const int64_t *koff, int64_t K, int64_t K64, int64_t n0,
-                            int64_t nc, bool b_signed, int32_t *sums, uint8_t *dst) {
+static inline __attribute__((always_inline)) void planes_to_tiles_sw(const int sw, const kn_qgemm_amx_planes *pl,
+                                                                     const int64_t *koff, int64_t K, int64_t K64,
+                                                                     int64_t n0, int64_t nc, bool b_signed,
+                                                                     int32_t *sums, uint8_t *dst) {
     const __m512i ones = _mm512_set1_epi8(1);
     for (int64_t p = 0; p * TR < nc; p++) {
-        /* the panel's runs: columns [j0, j0 + len) in one output row, byte j at base - j0 + j */
+        /* the panel's runs: columns [j0, j0 + len) in one output row, column j's byte at
+         * base + sw (j - j0); rbase = base - sw j0, so that lane j reads rbase + sw j */
         int nr = 0;
         int64_t rbase[TR];
-        __mmask16 rmask[TR];
+        __mmask32 rmask[TR];
         const int cols = (int)min64(TR, nc - p * TR);
         for (int jj = 0; jj < cols;) {
             const int64_t n = n0 + p * TR + jj, oh = n / pl->OW, ow = n % pl->OW;
             const int len = (int)min64(cols - jj, pl->OW - ow);
-            rbase[nr] = oh * pl->sh * pl->WP + ow - jj;
-            rmask[nr] = (__mmask16)(((1u << len) - 1) << jj);
+            rbase[nr] = oh * pl->sh * pl->WP + (ow - jj) * sw;
+            uint32_t m = 0;
+            for (int q = jj; q < jj + len; q++) m |= 1u << (q * sw);
+            rmask[nr] = m;
             nr++;
             jj += len;
         }
@@ -239,15 +251,15 @@ static void planes_to_tiles(const kn_qgemm_amx_planes *pl, const int64_t *koff, 
         for (int64_t g = 0; g < K64 / 4; g++) {
             __m128i v0, v1, v2, v3;
             if (g < full) {
-                v0 = run_bytes(pl->x + koff[4 * g], nr, rbase, rmask);
-                v1 = run_bytes(pl->x + koff[4 * g + 1], nr, rbase, rmask);
-                v2 = run_bytes(pl->x + koff[4 * g + 2], nr, rbase, rmask);
-                v3 = run_bytes(pl->x + koff[4 * g + 3], nr, rbase, rmask);
+                v0 = run_bytes(sw, pl->x + koff[4 * g], nr, rbase, rmask);
+                v1 = run_bytes(sw, pl->x + koff[4 * g + 1], nr, rbase, rmask);
+                v2 = run_bytes(sw, pl->x + koff[4 * g + 2], nr, rbase, rmask);
+                v3 = run_bytes(sw, pl->x + koff[4 * g + 3], nr, rbase, rmask);
             } else { /* K's last partial group, then zeros up to K64 */
                 const int64_t k = 4 * g;
-                v0 = k < K ? run_bytes(pl->x + koff[k], nr, rbase, rmask) : _mm_setzero_si128();
-                v1 = k + 1 < K ? run_bytes(pl->x + koff[k + 1], nr, rbase, rmask) : _mm_setzero_si128();
-                v2 = k + 2 < K ? run_bytes(pl->x + koff[k + 2], nr, rbase, rmask) : _mm_setzero_si128();
+                v0 = k < K ? run_bytes(sw, pl->x + koff[k], nr, rbase, rmask) : _mm_setzero_si128();
+                v1 = k + 1 < K ? run_bytes(sw, pl->x + koff[k + 1], nr, rbase, rmask) : _mm_setzero_si128();
+                v2 = k + 2 < K ? run_bytes(sw, pl->x + koff[k + 2], nr, rbase, rmask) : _mm_setzero_si128();
                 v3 = _mm_setzero_si128();
             }
             const __m128i lo01 = _mm_unpacklo_epi8(v0, v1), hi01 = _mm_unpackhi_epi8(v0, v1);
@@ -261,6 +273,12 @@ static void planes_to_tiles(const kn_qgemm_amx_planes *pl, const int64_t *koff, 
         }
         if (sums) _mm512_storeu_si512((__m512i *)(sums + p * TR), acc);
     }
+}
+
+static void planes_to_tiles(const kn_qgemm_amx_planes *pl, const int64_t *koff, int64_t K, int64_t K64, int64_t n0,
+                            int64_t nc, bool b_signed, int32_t *sums, uint8_t *dst) {
+    if (pl->sw == 2) planes_to_tiles_sw(2, pl, koff, K, K64, n0, nc, b_signed, sums, dst);
+    else planes_to_tiles_sw(1, pl, koff, K, K64, n0, nc, b_signed, sums, dst);
 }
 
 /* sum over a row of K 8-bit values */

@@ -35,14 +35,14 @@ size_t kn_qgemm_amx_b_bytes(int64_t N, int64_t K);
 void kn_qgemm_amx_pack_b(const void *b, bool b_signed, int64_t rs, int64_t cs, int64_t K, int64_t N, uint8_t *dst);
 
 /* B as a convolution's im2col read straight from its (padded) planes into the tiles' panels, at
- * stride 1 along the output rows: column n = (oh, ow) (OW a row) and row k = (c, kh, kw) (K =
- * C KH KW) hold x[c * plane + (oh * sh + kh * dh) * WP + ow + kw * dw]. A panel's 16 columns are
- * a few runs of consecutive bytes (one per output row it spans), each k's 16 bytes a masked
+ * stride sw (1 or 2) along the output rows: column n = (oh, ow) (OW a row) and row k = (c, kh,
+ * kw) (K = C KH KW) hold x[c * plane + (oh * sh + kh * dh) * WP + ow * sw + kw * dw]. A panel's
+ * 16 columns are a few runs of bytes (one per output row it spans), each k's 16 bytes a masked
  * load per run, four k's interleaved byte by byte into a 64-byte row: no pair form in between. A
  * pointwise convolution is KH = KW = 1 and OW = the plane. */
 typedef struct kn_qgemm_amx_planes {
     const uint8_t *x;
-    int64_t plane, WP, OW, sh, KH, KW, dh, dw;
+    int64_t plane, WP, OW, sh, KH, KW, dh, dw, sw;
 } kn_qgemm_amx_planes;
 
 typedef struct kn_qgemm_amx_args {
