@@ -94,6 +94,8 @@ KN_TEST(cpu_qgemm_matmul_integer_exact) {
         {33, 129, 97, true, false, true, true, true},    /* s8 x s8, B an input, odd K */
         {64, 320, 100, false, true, false, false, true}, /* u8 x u8, both zero points per row / column */
         {20, 1100, 300, true, false, false},             /* several column blocks of B */
+        {1, 768, 400, true, false, false},               /* one row of A in a tile of 16 */
+        {3, 200, 500, false, true, false, true, true},   /* three rows, s8 x u8, zero points per row / column */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const mmi_case *t = &cases[ci];
