@@ -218,3 +218,85 @@ KN_TEST(cpu_qgemm_conv_integer_exact) {
         kn_tensor_free(x);
     }
 }
+
+/* com.microsoft DynamicQuantizeLSTM past the AMX threshold (its input projection; with a batch
+ * of 4 and H 128 its steps too): AMX-INT8's int32 products go through the same float loop as
+ * the other forms' (kn_qgemm8_out's operations), so the outputs must be the same bits with the
+ * tiles on and off (kn_qgemm_amx_force). On a CPU without AMX-INT8 there is one form only. */
+KN_TEST(cpu_qgemm_dq_lstm_amx_same_bits) {
+    /* {T, B, I, H, directions, int8 weights, weight range (0: full)} */
+    static const int64_t cases[][7] = {
+        {12, 3, 256, 64, 1, 1, 0},  /* the input projection on the tiles, the steps not */
+        {6, 4, 200, 128, 2, 1, 40}, /* both, two directions, weights in kn_qgemm8's form when off */
+        {5, 4, 96, 128, 1, 0, 0},   /* uint8 weights */
+    };
+    const bool amx = kn_qgemm_amx_force(true);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int64_t T = cases[ci][0], B = cases[ci][1], I = cases[ci][2], H = cases[ci][3], nd = cases[ci][4],
+                      range = cases[ci][6];
+        const bool s8 = cases[ci][5];
+        const kiln_dtype wt = s8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8;
+        uint32_t seed = 777 + (uint32_t)ci;
+        const int64_t xd[3] = {T, B, I}, wd[3] = {nd, I, 4 * H}, rd[3] = {nd, H, 4 * H}, sd[1] = {nd};
+        kn_tensor *w = q8_tensor(wt, 3, wd, &seed), *r = q8_tensor(wt, 3, rd, &seed);
+        for (int k = 0; k < 2 && range; k++) { /* int8 weights in [-range, range] */
+            kn_tensor *t = k ? r : w;
+            for (int64_t i = 0; i < kn_tensor_count(t); i++)
+                ((int8_t *)t->data)[i] = (int8_t)((int)((uint8_t *)t->data)[i] % (2 * (int)range + 1) - (int)range);
+        }
+        kn_tensor *ws, *rs, *wz, *rz;
+        kn_tensor_new(KILN_DTYPE_FLOAT, 1, sd, &ws);
+        kn_tensor_new(KILN_DTYPE_FLOAT, 1, sd, &rs);
+        kn_tensor_new(wt, 1, sd, &wz);
+        kn_tensor_new(wt, 1, sd, &rz);
+        for (int64_t d = 0; d < nd; d++) {
+            ((float *)ws->data)[d] = 0.004f, ((float *)rs->data)[d] = 0.003f;
+            ((uint8_t *)wz->data)[d] = ((uint8_t *)rz->data)[d] = s8 ? 0 : 128;
+        }
+        kn_tensor *x;
+        kn_tensor_new(KILN_DTYPE_FLOAT, 3, xd, &x);
+        for (int64_t i = 0; i < kn_tensor_count(x); i++) ((float *)x->data)[i] = tmb_rand(&seed) * 2.0f - 1.0f;
+        tmb b;
+        tmb_init(&b, 17);
+        b.m->opsets[1].domain = kn_arena_strdup(&b.m->arena, "com.microsoft");
+        int xv = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 3, xd, NULL);
+        int in[12] = {xv, tmb_const_tensor(&b, "w", w), tmb_const_tensor(&b, "r", r), -1, -1, -1, -1, -1,
+                      tmb_const_tensor(&b, "ws", ws), tmb_const_tensor(&b, "wz", wz), tmb_const_tensor(&b, "rs", rs),
+                      tmb_const_tensor(&b, "rz", rz)};
+        int y = tmb_value(&b, "y");
+        int node = tmb_node_in(&b, "DynamicQuantizeLSTM", "com.microsoft", in, 12, y);
+        tmb_int(&b, node, "hidden_size", H);
+        tmb_str(&b, node, "direction", nd == 2 ? "bidirectional" : "forward");
+        tmb_output(&b, y);
+        size_t size;
+        unsigned char *m = tmb_finish(&b, &size);
+        kiln_tensor *xin = NULL;
+        kiln_tensor_create(KILN_DTYPE_FLOAT, xd, 3, &xin);
+        if (xin) memcpy(kiln_tensor_data(xin), x->data, sizeof(float) * (size_t)kn_tensor_count(x));
+        const char *names[1] = {"x"};
+        for (int threads = 1; threads <= 2; threads++) {
+            kiln_tensor *y2[2] = {NULL, NULL};
+            for (int form = 0; form < 2; form++) {
+                kn_qgemm_amx_force(form == 0);
+                kiln_session *s = tmb_session(m, size, threads, 3);
+                if (!s) continue;
+                CHECK_STATUS(kiln_session_run(s, names, &xin, 1, NULL, 1, &y2[form]), KILN_OK);
+                kiln_session_destroy(s);
+            }
+            kn_qgemm_amx_force(true);
+            if (y2[0] && y2[1]) {
+                const int64_t n = kiln_tensor_element_count(y2[0]);
+                CHECK_EQ_INT(kiln_tensor_element_count(y2[1]), n);
+                CHECK_MSG(n == kiln_tensor_element_count(y2[1]) &&
+                              !memcmp(kiln_tensor_data(y2[0]), kiln_tensor_data(y2[1]), sizeof(float) * (size_t)n),
+                          "DynamicQuantizeLSTM T%lld B%lld I%lld H%lld (%d threads): AMX-INT8 (%s) and the other forms differ",
+                          (long long)T, (long long)B, (long long)I, (long long)H, threads, amx ? "on" : "absent");
+            }
+            kiln_tensor_destroy(y2[0]);
+            kiln_tensor_destroy(y2[1]);
+        }
+        free(m);
+        kiln_tensor_destroy(xin);
+        kn_tensor_free(x);
+    }
+}

@@ -674,6 +674,10 @@ typedef struct dqlstm {
      * of a batch of 1 or 2: two rows ~0.8x kn_qgemm's time, one row about kn_qgemv_run's); NULL
      * when not */
     const uint8_t *w8s[2];
+    /* [which]: W, R per direction packed for AMX-INT8's tiles (qgemm_amx.h; constant weights,
+     * where the CPU has them), wa_bytes each, else NULL */
+    const uint8_t *wa[2];
+    size_t wa_bytes[2];
 } dqlstm;
 
 static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int which, int d, const float *A, int64_t M,
@@ -696,13 +700,22 @@ static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int w
     const uint8_t *aq = reuse ? x->aq[0] : x->aq[d];
     const int64_t ns = x->nscale[which];
     const float *sc = x->wscale[which] + d * ns;
-    if (x->w8[which]) { /* scaled into out by the product's epilogue */
+    /* AMX-INT8 where it pays: the int32 product, then the loop at the end (kn_qgemm8_out's float
+     * operations) */
+    const bool amx = x->wa[which] && kn_qgemm_amx_pays(M, N, K);
+    if (amx) {
+        kn_qgemm_amx_args g = {.M = M, .N = N, .K = K, .a = aq, .lda = K, .za = za,
+                               .b = x->wa[which] + (size_t)d * x->wa_bytes[which], .b_signed = x->ws8[which],
+                               .zb = x->zw[which][d], .c = acc, .ldc = N};
+        kiln_status st = kn_qgemm_amx_run(pool, &g);
+        if (st != KILN_OK) return kn_error(st, "out of memory in the GEMM");
+    } else if (x->w8[which]) { /* scaled into out by the product's epilogue */
         const kn_qgemm8_out fo = {out, ldo, s, sc, ns != 1};
         kiln_status st = kn_qgemm8_run(pool, x->w8[which] + (size_t)d * x->w8_bytes[which], aq, K, M, za,
                                        x->zw[which][d], x->ws8[which], NULL, 0, &fo);
         return st == KILN_OK ? KILN_OK : kn_error(st, "out of memory in the GEMM");
     }
-    if (M <= 2 && x->w8s[which]) {
+    if (!amx && M <= 2 && x->w8s[which]) {
         /* one row on this thread, as the int16 one-row path it replaces; two on the pool, as kn_qgemm */
         const kn_qgemm8_out fo = {out, ldo, s, sc, ns != 1};
         const uint8_t *w8 = x->w8s[which] + (size_t)d * x->w8_bytes[which];
@@ -710,7 +723,9 @@ static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int w
                                        &fo);
         return st == KILN_OK ? KILN_OK : kn_error(st, "out of memory in the GEMM");
     }
-    if (M == 1) {
+    if (amx) {
+        /* acc made above */
+    } else if (M == 1) {
         /* one row (a step of a batch of 1): h in int16 pairs less its zero point, on this thread */
         const uint8_t *wb = x->w[which] + (size_t)d * x->wbytes[which];
         int32_t *pr = x->ap[d], sum = 0;
@@ -760,6 +775,14 @@ static void make_wprime(const void *ctx, void *dst) {
         kn_qgemm_pack_b8((const int8_t *)p->W->data + d * p->K * p->N, p->N, 1, p->K, 0, p->N, (uint8_t *)dst + d * per);
 }
 
+/* per direction d: W[d] or R[d] (K x N) packed for AMX-INT8's tiles */
+static void make_wamx(const void *ctx, void *dst) {
+    const r8_ctx *p = ctx;
+    for (int64_t d = 0; d < p->nd; d++)
+        kn_qgemm_amx_pack_b((const int8_t *)p->R->data + d * p->K * p->N, p->R->dtype == KILN_DTYPE_INT8, p->N, 1, p->K,
+                            p->N, (uint8_t *)dst + d * p->per);
+}
+
 static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
     const kn_tensor *X = c->in[0], *W = c->in[1], *R = c->in[2];
     if (W->rank != 3 || R->rank != 3 || X->rank != 3)
@@ -804,6 +827,12 @@ static kiln_status run_dq_lstm(kn_kernel_ctx *c) {
         q.wbytes[w] = kn_qgemm_b_bytes(GH, T->dims[1]);
         q.ws8[w] = T->dtype == KILN_DTYPE_INT8;
         for (int64_t d = 0; d < nd && d < 2; d++) q.zw[w][d] = kn_qc_q(zp, d * nz);
+        if (kn_qgemm_amx()) { /* as well as a form below, for the products too small for the tiles */
+            r8_ctx ac = {T, nd, T->dims[1], GH, kn_qgemm_amx_b_bytes(GH, T->dims[1])};
+            kn_const_layout laya = {50 + w, {nd, T->dims[1], GH, 0}};
+            q.wa[w] = kn_cpu_const_derived(c, 1 + w, &laya, ac.per * (size_t)nd, make_wamx, &ac);
+            q.wa_bytes[w] = ac.per;
+        }
         /* the u8 x s8 form (kn_qgemm8), kept with the session, when the weights are a constant
          * whose pairs allow it; else kn_qgemm's */
         r8_ctx rc = {T, nd, T->dims[1], GH, kn_qgemv8_bytes(T->dims[1], GH)};
