@@ -462,7 +462,10 @@ kiln_status kn_qgemm_amx_run(kn_threadpool *pool, const kn_qgemm_amx_args *g) {
     const int64_t pairs32 = (g->N + BN - 1) / BN, row_units = (g->M + BM - 1) / BM;
     int64_t bp = B_BLOCK_BYTES / (BN * j.K64);
     bp = bp < 1 ? 1 : bp;
-    if (useful > 1 && (pairs32 + useful - 1) / useful < bp) bp = (pairs32 + useful - 1) / useful;
+    if (useful > 1) { /* a multiple of the threads' count of column blocks, as even as they come */
+        const int64_t blocks = ((pairs32 + bp - 1) / bp + useful - 1) / useful * useful;
+        bp = (pairs32 + blocks - 1) / blocks;
+    }
     j.width = bp * BN;
     j.col_blocks = (pairs32 + bp - 1) / bp;
     j.row_blocks = j.col_blocks >= useful ? 1 : min64(row_units, (useful + j.col_blocks - 1) / j.col_blocks);
