@@ -743,8 +743,13 @@ static kiln_status dqlstm_gemm(const kn_rnn_qgemm *q, kn_threadpool *pool, int w
         kiln_status st = kn_qgemm_run(pool, &g);
         if (st != KILN_OK) return kn_error(st, "out of memory in the GEMM");
     }
+    /* the product and the add as two statements: two roundings, as kn_qgemm8_out's epilogue (clang
+     * contracts one expression into a fused multiply-add, and the forms then differed in bits) */
     for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) out[i * ldo + j] += (float)acc[i * N + j] * (s * sc[ns == 1 ? 0 : j]);
+        for (int64_t j = 0; j < N; j++) {
+            const float p = (float)acc[i * N + j] * (s * sc[ns == 1 ? 0 : j]);
+            out[i * ldo + j] += p;
+        }
     return KILN_OK;
 }
 
