@@ -96,6 +96,8 @@ KN_TEST(cpu_qgemm_matmul_integer_exact) {
         {20, 1100, 300, true, false, false},             /* several column blocks of B */
         {1, 768, 400, true, false, false},               /* one row of A in a tile of 16 */
         {3, 200, 500, false, true, false, true, true},   /* three rows, s8 x u8, zero points per row / column */
+        {128, 16, 140, false, false, false},             /* K 16: tiles 16 bytes deep, A read directly */
+        {96, 24, 130, true, true, true, true, true},     /* K 24: 32 deep, padded; s8 x s8, B an input */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const mmi_case *t = &cases[ci];
@@ -163,6 +165,9 @@ KN_TEST(cpu_qgemm_conv_integer_exact) {
         {64, 9, 11, 48, 1, 1, 0, 0, 1, 0},  /* pointwise u8 weights, K one tile: rows read directly */
         {33, 20, 20, 20, 3, 2, 1, 0, 1, 1}, /* odd K (297), stride 2 from the padded planes, u8 per channel */
         {32, 26, 26, 24, 3, 3, 1, 1, 1, 0}, /* stride 3: the pair packers' panels, converted */
+        {32, 20, 22, 40, 1, 1, 0, 1, 1, 1}, /* pointwise K 32: tiles 32 bytes deep */
+        {16, 30, 31, 36, 1, 1, 0, 0, 1, 1}, /* pointwise K 16, u8 weights: 16 deep */
+        {3, 40, 41, 24, 3, 1, 1, 1, 1, 0},  /* a network's first layer: K 27, padded to 32 */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int64_t C = cases[ci][0], H = cases[ci][1], W = cases[ci][2], M = cases[ci][3], k = cases[ci][4],

@@ -28,7 +28,10 @@
 #define B_BLOCK_BYTES (256 * 1024)
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t k_pad(int64_t K) { return (K + TK - 1) / TK * TK; }
+/* bytes of K a tile step: 64, or 16 / 32 for a shallow K (a 1x1 convolution of 16 or 32 channels:
+ * 64 would be mostly zeros); K padded to it */
+static inline int k_step(int64_t K) { return K <= 16 ? 16 : K <= 32 ? 32 : TK; }
+static inline int64_t k_pad(int64_t K) { return (K + k_step(K) - 1) / k_step(K) * k_step(K); }
 static inline int64_t panels_of(int64_t N) { return (N + TR - 1) / TR; }
 
 size_t kn_qgemm_amx_b_bytes(int64_t N, int64_t K) {
@@ -87,7 +90,7 @@ bool kn_qgemm_amx_pays(int64_t M, int64_t N, int64_t K) {
      * vector forms (1x768 @ 768x768 u8 x s8: 0.0082 ms against 0.0131, or 0.0093 with weights
      * that take kn_qgemm8's form); K under 32 (padded to 64) lost to them (1x16x112x112 -> 32 k1:
      * 0.25 ms against 0.24), and so did products under 2^18 products */
-    return M >= 1 && N >= 16 && K >= 32 && (double)M * (double)N * (double)K >= 1 << 18 && kn_qgemm_amx();
+    return M >= 1 && N >= 16 && K >= 16 && (double)M * (double)N * (double)K >= 1 << 18 && kn_qgemm_amx();
 }
 
 #if defined(KN_QAMX_X86)
@@ -109,9 +112,9 @@ typedef struct __attribute__((aligned(64))) amx_cfg {
     uint8_t rows[16];
 } amx_cfg;
 
-/* every tile 16 rows of 64 bytes: C (0-3, int32 16 x 16), A (4, 5), B (6, 7); the thread's own
+/* C's tiles (0-3) int32 16 x 16, A's (4, 5) and B's (6, 7) one step of K; the thread's own
  * configuration, set before its run of tiles and released after */
-static void tiles_begin(void) {
+static void tiles_begin(int kt) {
     amx_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -119,6 +122,10 @@ static void tiles_begin(void) {
         cfg.colsb[t] = 64;
         cfg.rows[t] = 16;
     }
+    /* a depth of kt bytes of K a step (64, or 16 / 32 for a shallow K): A's tiles kt bytes wide,
+     * B's kt / 4 rows */
+    for (int t = 4; t < 6; t++) cfg.colsb[t] = (uint16_t)kt;
+    for (int t = 6; t < 8; t++) cfg.rows[t] = (uint8_t)(kt / 4);
     AMX_FENCE();
     _tile_loadconfig(&cfg);
 }
@@ -128,7 +135,8 @@ static void tiles_begin(void) {
  * each K group of 4 one 64-byte row. kind: A signed * 2 + B signed. */
 static inline __attribute__((always_inline)) void block(const int kind, const bool two_m, const bool two_n,
                                                         const uint8_t *a0, int64_t s0, const uint8_t *a1, int64_t s1,
-                                                        const uint8_t *b0, int64_t pstride, int64_t K64, int32_t *S) {
+                                                        const uint8_t *b0, int64_t pstride, int64_t K64, int kt,
+                                                        int32_t *S) {
     AMX_FENCE();
     _tile_zero(0);
     if (two_n) _tile_zero(1);
@@ -141,7 +149,7 @@ static inline __attribute__((always_inline)) void block(const int kind, const bo
         else if (kind == 2) _tile_dpbsud(c, a, b);                                                                    \
         else _tile_dpbssd(c, a, b);                                                                                   \
     } while (0)
-    for (int64_t k = 0; k < K64; k += TK) {
+    for (int64_t k = 0; k < K64; k += kt) {
         _tile_loadd(4, a0 + k, s0);
         _tile_loadd(6, b0 + k * TR, 64);
         if (two_n) _tile_loadd(7, b0 + pstride + k * TR, 64);
@@ -163,18 +171,18 @@ static inline __attribute__((always_inline)) void block(const int kind, const bo
 
 #define DEF_KIND(NAME, KIND)                                                                                          \
     static void NAME(bool two_m, bool two_n, const uint8_t *a0, int64_t s0, const uint8_t *a1, int64_t s1,          \
-                     const uint8_t *b0, int64_t pstride, int64_t K64, int32_t *S) {                                  \
-        if (two_m && two_n) block(KIND, true, true, a0, s0, a1, s1, b0, pstride, K64, S);                             \
-        else if (two_m) block(KIND, true, false, a0, s0, a1, s1, b0, pstride, K64, S);                                \
-        else if (two_n) block(KIND, false, true, a0, s0, a1, s1, b0, pstride, K64, S);                                \
-        else block(KIND, false, false, a0, s0, a1, s1, b0, pstride, K64, S);                                          \
+                     const uint8_t *b0, int64_t pstride, int64_t K64, int kt, int32_t *S) {                          \
+        if (two_m && two_n) block(KIND, true, true, a0, s0, a1, s1, b0, pstride, K64, kt, S);                             \
+        else if (two_m) block(KIND, true, false, a0, s0, a1, s1, b0, pstride, K64, kt, S);                                \
+        else if (two_n) block(KIND, false, true, a0, s0, a1, s1, b0, pstride, K64, kt, S);                                \
+        else block(KIND, false, false, a0, s0, a1, s1, b0, pstride, K64, kt, S);                                          \
     }
 DEF_KIND(block_uu, 0)
 DEF_KIND(block_us, 1)
 DEF_KIND(block_su, 2)
 DEF_KIND(block_ss, 3)
 typedef void (*block_fn)(bool, bool, const uint8_t *, int64_t, const uint8_t *, int64_t, const uint8_t *, int64_t,
-                         int64_t, int32_t *);
+                         int64_t, int, int32_t *);
 
 /* kn_qgemm's pair panels (KP pairs x 16 columns' pairs each) to the tiles' panels (K64 / 4 groups
  * x 16 columns' 4 bytes): group g is pairs 2g and 2g + 1 word by word; with sums, each column's
@@ -302,7 +310,8 @@ void kn_qgemm_amx_row_sums(const void *a, int64_t lda, bool a_signed, int64_t M,
 
 typedef struct amx_job {
     const kn_qgemm_amx_args *g;
-    int64_t K64, KP, width, row_units, row_blocks, col_blocks;
+    int64_t K64, KP, width, row_units, row_blocks, col_blocks; /* K64: K padded to kt */
+    int kt; /* k_step(K) */
     const uint8_t *a_tail; /* rows [a_direct, M) (or all) padded to K64, 32-row blocks */
     int64_t a_direct;      /* rows read from A as it is (a multiple of 16) */
     const int32_t *ra;     /* A's row sums, or NULL (no zb) */
@@ -341,7 +350,7 @@ static void amx_range(void *arg, int64_t u0, int64_t u1) {
         return;
     }
     int32_t *cb = cols, *zbw = cols + W, *qw = cols + 2 * W;
-    tiles_begin();
+    tiles_begin(j->kt);
     int64_t have = -1;
     for (int64_t u = u0; u < u1; u++) {
         const int64_t cbk = u / j->row_blocks, rb = u % j->row_blocks;
@@ -377,7 +386,7 @@ static void amx_range(void *arg, int64_t u0, int64_t u1) {
             const uint8_t *a0 = a_rows(j, m0, &s0), *a1 = mr > TR ? a_rows(j, m0 + TR, &s1) : NULL;
             for (int64_t c0 = 0; c0 < nc; c0 += BN) {
                 const int64_t n = min64(BN, nc - c0);
-                j->fn(mr > TR, n > TR, a0, s0, a1, s1, B + c0 * K64, TR * K64, K64, S);
+                j->fn(mr > TR, n > TR, a0, s0, a1, s1, B + c0 * K64, TR * K64, K64, j->kt, S);
                 /* C = S - zb_j rowsum_i + za_i (K zb_j - colsum_j) */
                 for (int64_t r = 0; r < mr; r++) {
                     const int64_t i = m0 + r;
@@ -416,13 +425,15 @@ kiln_status kn_qgemm_amx_run(kn_threadpool *pool, const kn_qgemm_amx_args *g) {
         return KILN_OK;
     }
     static const block_fn fns[4] = {block_uu, block_us, block_su, block_ss};
-    amx_job j = {.g = g, .K64 = k_pad(g->K), .KP = (g->K + 1) / 2, .fn = fns[g->a_signed * 2 + g->b_signed]};
+    const int kt = k_step(g->K);
+    amx_job j = {.g = g, .K64 = k_pad(g->K), .KP = (g->K + 1) / 2, .kt = kt,
+                 .fn = fns[g->a_signed * 2 + g->b_signed]};
     bool zb_any = g->zb != 0, za_any = g->za != 0;
     for (int64_t q = 0; g->zb_cols && !zb_any && q < g->N; q++) zb_any = g->zb_cols[q] != 0;
     for (int64_t i = 0; g->za_rows && !za_any && i < g->M; i++) za_any = g->za_rows[i] != 0;
     j.need_cb = za_any;
     /* A: full 16-row tiles straight from its rows where K fills whole tiles; the rest padded */
-    j.a_direct = g->K % TK == 0 ? g->M / TR * TR : 0;
+    j.a_direct = g->K % kt == 0 ? g->M / TR * TR : 0;
     const int64_t tail_rows = g->M - j.a_direct;
     uint8_t *tail = tail_rows ? kn_aligned_alloc(64, (size_t)((tail_rows + TR - 1) / TR * TR * j.K64)) : NULL;
     int32_t *ra = zb_any && !g->a_sums ? malloc(sizeof(int32_t) * (size_t)g->M) : NULL;

@@ -7,9 +7,10 @@
  * tiles take raw 8-bit values, so the zero points come out afterwards, exactly in int32 (mod
  * 2^32, as the definition's int32 result):
  *   sum_k (a - za)(b - zb) = sum_k ab - zb * rowsum(a) - za * colsum(b) + K za zb.
- * A is read in its rows as the caller has it (tiles load it with the row stride) where K is a
- * multiple of 64, else copied with K padded by zeros; B is in panels of 16 columns, K in groups
- * of 4 (zero past K, up to a multiple of 64), with the columns' sums after the panels: packed
+ * A tile step takes 64 bytes of K (16 or 32 where K is no more: shallow 1x1 convolutions). A is
+ * read in its rows as the caller has it (tiles load it with the row stride) where K is a multiple
+ * of the step, else copied with K padded by zeros; B is in panels of 16 columns, K in groups of 4
+ * (zero past K, up to a multiple of the step), with the columns' sums after the panels: packed
  * once by kn_qgemm_amx_pack_b for constant weights, or converted block by block from kn_qgemm's
  * pair panels (a convolution's im2col callback, kn_qgemm.pack_b).
  *
