@@ -305,3 +305,82 @@ KN_TEST(cpu_qgemm_dq_lstm_amx_same_bits) {
         kn_tensor_free(x);
     }
 }
+
+/* QLinearConv past the AMX threshold: the tiles' epilogue adds the bias and requantises straight
+ * from the sums (kn_qgemm_amx_args.rq_y) with kn_q_requant's operations, so the output bytes must
+ * equal the other forms' (the int32 sums, then that pass over them), tiles on and off; bias or
+ * none, per-channel or per-tensor scales, uint8 and int8 outputs with both ends saturating. */
+KN_TEST(cpu_qgemm_qlinear_conv_amx_same_bytes) {
+    /* {C, H, W, M, kernel, stride, pad, bias, per-channel scales, int8 output} */
+    static const int64_t cases[][10] = {
+        {64, 15, 15, 64, 3, 1, 1, 1, 1, 0}, /* 3x3 from the padded planes */
+        {32, 28, 30, 48, 1, 1, 0, 0, 0, 1}, /* pointwise K 32 */
+        {3, 50, 52, 32, 3, 2, 1, 1, 1, 0},  /* a first layer, stride 2 */
+        {40, 21, 23, 36, 3, 3, 1, 1, 0, 1}, /* stride 3 (converted pairs) */
+    };
+    const bool amx = kn_qgemm_amx_force(true);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int64_t C = cases[ci][0], H = cases[ci][1], W = cases[ci][2], M = cases[ci][3], k = cases[ci][4],
+                      st = cases[ci][5], p = cases[ci][6];
+        const bool has_bias = cases[ci][7], per_ch = cases[ci][8], y_s8 = cases[ci][9];
+        uint32_t seed = 4711 + (uint32_t)ci;
+        const int64_t xd[4] = {1, C, H, W}, wd[4] = {M, C, k, k}, md[1] = {M};
+        kn_tensor *x = q8_tensor(KILN_DTYPE_UINT8, 4, xd, &seed), *w = q8_tensor(KILN_DTYPE_INT8, 4, wd, &seed);
+        kn_tensor *xs, *xz, *ws, *wz, *ys, *yz, *bt = NULL;
+        kn_tensor_new(KILN_DTYPE_FLOAT, 0, NULL, &xs);
+        kn_tensor_new(KILN_DTYPE_UINT8, 0, NULL, &xz);
+        kn_tensor_new(KILN_DTYPE_FLOAT, per_ch ? 1 : 0, md, &ws);
+        kn_tensor_new(KILN_DTYPE_INT8, per_ch ? 1 : 0, md, &wz);
+        kn_tensor_new(KILN_DTYPE_FLOAT, 0, NULL, &ys);
+        kn_tensor_new(y_s8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8, 0, NULL, &yz);
+        *(float *)xs->data = 0.02f, *(uint8_t *)xz->data = 121, *(float *)ys->data = 0.05f;
+        *(uint8_t *)yz->data = y_s8 ? (uint8_t)(int8_t)-5 : 7;
+        for (int64_t m = 0; m < (per_ch ? M : 1); m++) {
+            ((float *)ws->data)[m] = 0.001f + 0.004f * tmb_rand(&seed);
+            ((int8_t *)wz->data)[m] = 0;
+        }
+        if (has_bias) {
+            kn_tensor_new(KILN_DTYPE_INT32, 1, md, &bt);
+            for (int64_t m = 0; m < M; m++) ((int32_t *)bt->data)[m] = (int32_t)(tmb_rand(&seed) * 40000.0f) - 20000;
+        }
+        tmb b;
+        tmb_init(&b, 13);
+        int in[9] = {tmb_input(&b, "x", KILN_DTYPE_UINT8, 4, xd, NULL), tmb_const_tensor(&b, "xs", xs),
+                     tmb_const_tensor(&b, "xz", xz), tmb_const_tensor(&b, "w", w), tmb_const_tensor(&b, "ws", ws),
+                     tmb_const_tensor(&b, "wz", wz), tmb_const_tensor(&b, "ys", ys), tmb_const_tensor(&b, "yz", yz),
+                     bt ? tmb_const_tensor(&b, "b", bt) : -1};
+        int y = tmb_value(&b, "y");
+        int node = tmb_node(&b, "QLinearConv", in, bt ? 9 : 8, y);
+        tmb_ints(&b, node, "kernel_shape", (int64_t[]){k, k}, 2);
+        tmb_ints(&b, node, "strides", (int64_t[]){st, st}, 2);
+        tmb_ints(&b, node, "pads", (int64_t[]){p, p, p, p}, 4);
+        tmb_output(&b, y);
+        size_t size;
+        unsigned char *mb = tmb_finish(&b, &size);
+        kiln_tensor *xin = q8_input(x);
+        const char *names[1] = {"x"};
+        for (int threads = 1; threads <= 2; threads++) {
+            kiln_tensor *y2[2] = {NULL, NULL};
+            for (int form = 0; form < 2; form++) {
+                kn_qgemm_amx_force(form == 0);
+                kiln_session *s = tmb_session(mb, size, threads, 3);
+                if (!s) continue;
+                CHECK_STATUS(kiln_session_run(s, names, &xin, 1, NULL, 1, &y2[form]), KILN_OK);
+                kiln_session_destroy(s);
+            }
+            kn_qgemm_amx_force(true);
+            if (y2[0] && y2[1]) {
+                const int64_t n = kiln_tensor_element_count(y2[0]);
+                CHECK_MSG(n == kiln_tensor_element_count(y2[1]) && !memcmp(kiln_tensor_data(y2[0]), kiln_tensor_data(y2[1]), (size_t)n),
+                          "QLinearConv 1x%lldx%lldx%lld -> %lld k%lld s%lld (%d threads): AMX-INT8 (%s) and the other forms differ",
+                          (long long)C, (long long)H, (long long)W, (long long)M, (long long)k, (long long)st, threads,
+                          amx ? "on" : "absent");
+            }
+            kiln_tensor_destroy(y2[0]);
+            kiln_tensor_destroy(y2[1]);
+        }
+        free(mb);
+        kiln_tensor_destroy(xin);
+        kn_tensor_free(x);
+    }
+}

@@ -3097,7 +3097,9 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
                                        .za = wc.z, .planes = planes ? &pl : NULL, .pack_b = pack, .pack_ctx = &job,
                                        .b_signed = job.s8, .zb = zx,
                                        .c = acc + at, .ldc = s->out_plane, .accumulate = bias != NULL && !fused,
-                                       .rows_done = fused ? iconv_rows_done : NULL, .done_ctx = &done};
+                                       /* QLinearConv: bias and requantisation from the tiles' sums */
+                                       .rq_y = done.y, .rq_ldy = s->out_plane, .rq_r = done.r, .rq_bias = done.bias,
+                                       .rq_zy = done.zy, .rq_s8 = done.s8};
                 st = kn_qgemm_amx_run(c->pool, &q);
                 continue;
             }

@@ -292,6 +292,20 @@ static void planes_to_tiles(const kn_qgemm_amx_planes *pl, const int64_t *koff, 
     else planes_to_tiles_sw(1, pl, koff, K, K64, n0, nc, b_signed, sums, dst);
 }
 
+/* 16 sums (those in m) plus bias to 8-bit outputs, as kn_q_requant's vector form: (double)v * r
+ * then + zy, min with 2^31 - 1 (NaN passes), vcvtpd2dq (nearest even; NaN and below -2^31 give
+ * -2^31), saturation to int8, or to uint8 (negatives 0) */
+static inline void requant16(__m512i v, int32_t bias, double r, double zy, bool s8, uint8_t *y, __mmask16 m) {
+    v = _mm512_add_epi32(v, _mm512_set1_epi32(bias));
+    const __m512d rv = _mm512_set1_pd(r), zv = _mm512_set1_pd(zy), big = _mm512_set1_pd(2147483647.0);
+    const __m512d lo = _mm512_cvtepi32_pd(_mm512_castsi512_si256(v)), hi = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(v, 1));
+    const __m256i qlo = _mm512_cvtpd_epi32(_mm512_min_pd(big, _mm512_add_pd(_mm512_mul_pd(lo, rv), zv)));
+    const __m256i qhi = _mm512_cvtpd_epi32(_mm512_min_pd(big, _mm512_add_pd(_mm512_mul_pd(hi, rv), zv)));
+    const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(qlo), qhi, 1);
+    if (s8) _mm_mask_storeu_epi8(y, m, _mm512_cvtsepi32_epi8(q));
+    else _mm_mask_storeu_epi8(y, m, _mm512_cvtusepi32_epi8(_mm512_max_epi32(q, _mm512_setzero_si512())));
+}
+
 /* sum over a row of K 8-bit values */
 static int32_t row_sum(const uint8_t *a, int64_t K, bool a_signed) {
     const __m512i ones = _mm512_set1_epi8(1);
@@ -388,6 +402,12 @@ static void amx_range(void *arg, int64_t u0, int64_t u1) {
                 const int64_t n = min64(BN, nc - c0);
                 j->fn(mr > TR, n > TR, a0, s0, a1, s1, B + c0 * K64, TR * K64, K64, j->kt, S);
                 /* C = S - zb_j rowsum_i + za_i (K zb_j - colsum_j) */
+                int32_t rq_bias[BM];
+                double rq_r[BM];
+                for (int64_t r = 0; g->rq_y && r < mr; r++) {
+                    rq_bias[r] = g->rq_bias ? g->rq_bias[m0 + r] : 0;
+                    rq_r[r] = (double)g->rq_r[m0 + r];
+                }
                 for (int64_t r = 0; r < mr; r++) {
                     const int64_t i = m0 + r;
                     const __m512i ra = _mm512_set1_epi32(zb_any ? j->ra[i] : 0);
@@ -401,11 +421,15 @@ static void amx_range(void *arg, int64_t u0, int64_t u1) {
                         if (j->need_cb)
                             v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m, qw + c0 + h), za));
                         if (g->accumulate) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(m, crow + h));
+                        if (g->rq_y) {
+                            requant16(v, rq_bias[r], rq_r[r], g->rq_zy, g->rq_s8, g->rq_y + i * g->rq_ldy + n0 + c0 + h, m);
+                            continue;
+                        }
                         _mm512_mask_storeu_epi32(crow + h, m, v);
                     }
                 }
             }
-            if (g->rows_done) g->rows_done(g->done_ctx, m0, m0 + mr, n0, nc);
+            if (g->rows_done && !g->rq_y) g->rows_done(g->done_ctx, m0, m0 + mr, n0, nc);
         }
     }
     _tile_release();
@@ -421,7 +445,11 @@ kiln_status kn_qgemm_amx_run(kn_threadpool *pool, const kn_qgemm_amx_args *g) {
     if (g->K <= 0) {
         if (!g->accumulate)
             for (int64_t i = 0; i < g->M; i++) memset(g->c + i * g->ldc, 0, sizeof(int32_t) * (size_t)g->N);
-        if (g->rows_done) g->rows_done(g->done_ctx, 0, g->M, 0, g->N);
+        for (int64_t i = 0; g->rq_y && i < g->M; i++)
+            for (int64_t q = 0; q < g->N; q += TR)
+                requant16(_mm512_setzero_si512(), g->rq_bias ? g->rq_bias[i] : 0, (double)g->rq_r[i], g->rq_zy, g->rq_s8,
+                          g->rq_y + i * g->rq_ldy + q, g->N - q >= TR ? (__mmask16)0xffff : (__mmask16)((1u << (g->N - q)) - 1));
+        if (g->rows_done && !g->rq_y) g->rows_done(g->done_ctx, 0, g->M, 0, g->N);
         return KILN_OK;
     }
     static const block_fn fns[4] = {block_uu, block_us, block_su, block_ss};

@@ -69,6 +69,16 @@ typedef struct kn_qgemm_amx_args {
     bool accumulate;
     void (*rows_done)(const void *ctx, int64_t m0, int64_t m1, int64_t n0, int64_t nc); /* as kn_qgemm's */
     const void *done_ctx;
+    /* or else, where rq_y is set, C is not written: each sum plus rq_bias[i] (or none) goes
+     * straight to y[i * rq_ldy + j] = saturate(round((double)v * rq_r[i] + rq_zy)) in int8 when
+     * rq_s8 else uint8, the operations of kn_q_requant's vector form (mul, add, min, vcvtpd2dq,
+     * saturation), so the bytes are the same as that pass over C (QLinearConv) */
+    uint8_t *rq_y;
+    int64_t rq_ldy;
+    const float *rq_r;
+    const int32_t *rq_bias;
+    double rq_zy;
+    bool rq_s8;
 } kn_qgemm_amx_args;
 
 /* out[i] = sum_k a[i * lda + k] (int8 when a_signed), i < M: A's row sums as kn_qgemm_amx_run
