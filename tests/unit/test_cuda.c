@@ -387,20 +387,22 @@ static unsigned char *layernorm_model(int64_t rows, int64_t len, bool bias, size
 
 /* The half-precision LayerNorm (a warp a row, the row in registers; one to eight 16-byte words a
  * lane by the row's length) against the CPU's float32, with and without a bias: row lengths of
- * one word, of a lane's whole first word set (256), just past it, BERT-base's 768 and 2048. */
+ * one word, of a lane's whole first word set (256), just past it, and each word count a lane may
+ * hold (a kernel each): 520 (3 words for some lanes), BERT-base's 768, 1032 ... 2048. */
 KN_TEST(cuda_layernorm_half_matches_cpu) {
     NEED_GPU();
-    static const int64_t lens[6] = {8, 192, 256, 264, 768, 2048};
-    for (int k = 0; k < 12; k++) {
-        const int64_t len = lens[k % 6], rows = 37, xd[2] = {rows, len};
-        const bool bias = k >= 6;
+    enum { N_LENS = 11 };
+    static const int64_t lens[N_LENS] = {8, 192, 256, 264, 520, 768, 1032, 1280, 1544, 1792, 2048};
+    for (int k = 0; k < 4 * N_LENS; k++) {
+        const int64_t len = lens[k % N_LENS], rows = 37, xd[2] = {rows, len};
+        const bool bias = (k / N_LENS) % 2 == 1, bf16 = k >= 2 * N_LENS;
         size_t size;
         unsigned char *m = layernorm_model(rows, len, bias, &size);
         kn_tensor *x = random_input(2, xd, 91 + (uint32_t)k);
         kiln_session_options *o;
         kiln_session_options_create(&o);
         kiln_session_options_set_cache(o, 0, NULL);
-        const char *keys[2] = {"precision", "activations"}, *vals[2] = {"fp16", "half"};
+        const char *keys[2] = {"precision", "activations"}, *vals[2] = {bf16 ? "bf16" : "fp16", "half"};
         kiln_session_options_append_provider(o, "cuda", keys, vals, 2);
         kiln_session *half = NULL;
         CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &half), KILN_OK);
@@ -409,9 +411,10 @@ KN_TEST(cuda_layernorm_half_matches_cpu) {
         if (ref && half) {
             kn_tensor *want = run1(ref, x), *got = run1(half, x);
             char what[96];
-            snprintf(what, sizeof what, "LayerNorm [%lld, %lld]%s in fp16", (long long)rows, (long long)len,
-                     bias ? " with bias" : "");
-            close_enough(got, want, 1e-2, 1e-2, what);
+            snprintf(what, sizeof what, "LayerNorm [%lld, %lld]%s in %s", (long long)rows, (long long)len,
+                     bias ? " with bias" : "", vals[0]);
+            /* bfloat16 keeps 8 significant bits: the input and output roundings are 8x float16's */
+            close_enough(got, want, bf16 ? 3e-2 : 1e-2, bf16 ? 3e-2 : 1e-2, what);
             kn_tensor_free(want);
             kn_tensor_free(got);
         }

@@ -570,6 +570,25 @@ __global__ void k_epilogue_vec(T *y, const T *bias, int32_t n_bias, int32_t cols
 // runtime compilation on a session's start path, and a chain is bound by memory traffic, which
 // the interpreter cuts to one read per input and one write. I: the index type, 32 bits wherever
 // every offset fits (64-bit division is several times the cost).
+// The offsets of element i in each strided input (the chain's inputs broadcast by strides).
+template <typename I> __device__ __forceinline__ void chain_offsets(const kn_cu_chain &p, I i, I *off) {
+    for (int k = 0; k < p.n_inputs; k++) off[k] = 0;
+    I rest = i;
+    for (int d = p.rank - 1; d >= 0; d--) {
+        const I c = rest % (I)p.dims[d];
+        rest /= (I)p.dims[d];
+        for (int k = 0; k < p.n_inputs; k++) off[k] += c * (I)p.strides[k][d];
+    }
+}
+
+// One step of the chain's program: a unary operator, a binary one (b), or a clip to [p0, p1].
+__device__ __forceinline__ float chain_step(const kn_cu_chain_step &s, float a, float b) {
+    if (s.kind == 0) return funary<float>(s.op, a, s.p0, s.p1);
+    if (s.kind == 1) return fbinary<float>(s.op, a, b);
+    const float v = a < s.p0 ? s.p0 : a;
+    return v > s.p1 ? s.p1 : v;
+}
+
 template <typename T, typename I> __global__ void k_chain(const kn_cu_chain p, T *y, I n) {
     extern __shared__ float chain_regs[];
     float *r = chain_regs + threadIdx.x;
@@ -582,13 +601,7 @@ template <typename T, typename I> __global__ void k_chain(const kn_cu_chain p, T
                 r[k * B] = ld(((const T *)p.in[k])[p.mode[k] == KN_CU_CHAIN_SCALAR ? 0 : i]);
         } else {
             I off[KN_CU_CHAIN_INPUTS];
-            for (int k = 0; k < p.n_inputs; k++) off[k] = 0;
-            I rest = i;
-            for (int d = p.rank - 1; d >= 0; d--) {
-                const I c = rest % (I)p.dims[d];
-                rest /= (I)p.dims[d];
-                for (int k = 0; k < p.n_inputs; k++) off[k] += c * (I)p.strides[k][d];
-            }
+            chain_offsets(p, i, off);
             for (int k = 0; k < p.n_inputs; k++) {
                 I o = p.mode[k] == KN_CU_CHAIN_SCALAR ? 0 : p.mode[k] == KN_CU_CHAIN_CONTIGUOUS ? i : off[k];
                 r[k * B] = ld(((const T *)p.in[k])[o]);
@@ -596,14 +609,7 @@ template <typename T, typename I> __global__ void k_chain(const kn_cu_chain p, T
         }
         for (int t = 0; t < p.n_steps; t++) {
             const kn_cu_chain_step &s = p.steps[t];
-            float a = r[s.a * B], v;
-            if (s.kind == 0) v = funary<float>(s.op, a, s.p0, s.p1);
-            else if (s.kind == 1) v = fbinary<float>(s.op, a, r[s.b * B]);
-            else {
-                v = a < s.p0 ? s.p0 : a;
-                v = v > s.p1 ? s.p1 : v;
-            }
-            r[(at + t) * B] = v;
+            r[(at + t) * B] = chain_step(s, r[s.a * B], s.kind == 1 ? r[s.b * B] : 0.0f);
         }
         y[i] = st<T>(r[(at + p.n_steps - 1) * B]);
     }
@@ -627,15 +633,7 @@ template <typename T, int V, typename I> __global__ void k_chain_words(const kn_
     for (I w = (I)blockIdx.x * blockDim.x + threadIdx.x; w < n_words; w += (I)blockDim.x * gridDim.x) {
         const I i = w * V;
         I off[KN_CU_CHAIN_INPUTS];
-        if (p.any_strided) {
-            for (int k = 0; k < p.n_inputs; k++) off[k] = 0;
-            I rest = i;
-            for (int d = p.rank - 1; d >= 0; d--) {
-                const I c = rest % (I)p.dims[d];
-                rest /= (I)p.dims[d];
-                for (int k = 0; k < p.n_inputs; k++) off[k] += c * (I)p.strides[k][d];
-            }
-        }
+        if (p.any_strided) chain_offsets(p, i, off);
         for (int k = 0; k < p.n_inputs; k++) {
             const T *in = (const T *)p.in[k];
             float *rk = r + k * VB;
@@ -657,17 +655,7 @@ template <typename T, int V, typename I> __global__ void k_chain_words(const kn_
             const float *ra = r + s.a * VB, *rb = r + s.b * VB;
             float *ro = r + (at + t) * VB;
 #pragma unroll
-            for (int j = 0; j < V; j++) {
-                const float a = ra[j * B];
-                float v;
-                if (s.kind == 0) v = funary<float>(s.op, a, s.p0, s.p1);
-                else if (s.kind == 1) v = fbinary<float>(s.op, a, rb[j * B]);
-                else {
-                    v = a < s.p0 ? s.p0 : a;
-                    v = v > s.p1 ? s.p1 : v;
-                }
-                ro[j * B] = v;
-            }
+            for (int j = 0; j < V; j++) ro[j * B] = chain_step(s, ra[j * B], s.kind == 1 ? rb[j * B] : 0.0f);
         }
         const float *rl = r + (at + p.n_steps - 1) * VB;
         T o[V];

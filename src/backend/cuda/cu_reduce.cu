@@ -385,49 +385,53 @@ __global__ void k_layernorm(const T *x, const T *scale, const T *bias, T *y, flo
 // Layer normalisation of rows of at most 32 * 8 * MAXW 16-bit elements (len % 8 == 0): a warp per
 // row, the row held in registers (read once, 16 bytes a load), reductions by shuffles. The
 // block-per-row kernel above reads each row three times and synchronises its block twice, which
-// made BERT-base's LayerNorms run at a fifth of the memory's speed. MAXW is the fewest words a lane
-// needs (1 for rows up to 256, as the small transformers'), and with vec_affine the scale and bias
-// words are loaded with the row, before the reductions, not after them.
+// made BERT-base's LayerNorms run at a fifth of the memory's speed. MAXW is exactly the words a
+// lane needs (3 for BERT-base's 768). The row stays as its 16-bit words and is widened at each of
+// the three uses: held as floats it took 74-92 registers, two or three blocks an SM, and a
+// latency-bound row needs as many warps in flight as fit (64 registers: four blocks). With
+// vec_affine the scale and bias words are loaded with the row, before the reductions.
 template <typename T, int MAXW>
-__global__ void k_layernorm_warp(const T *x, const T *scale, const T *bias, T *y, float *mean_out, float *inv_out,
-                                 int32_t rows, int32_t len, float eps, bool rms, bool vec_affine) {
+__global__ void __launch_bounds__(256, MAXW <= 3 ? 4 : MAXW <= 6 ? 2 : 1)
+    k_layernorm_warp(const T *x, const T *scale, const T *bias, T *y, float *mean_out, float *inv_out, int32_t rows,
+                     int32_t len, float eps, bool rms, bool vec_affine) {
     const int lane = threadIdx.x & 31;
     const int32_t words = len / 8;
     const uint4 zero = make_uint4(0, 0, 0, 0);
     for (int32_t r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += gridDim.x * (blockDim.x / 32)) {
         const uint4 *px = (const uint4 *)(x + (int64_t)r * len);
-        float v[MAXW][8];
-        uint4 sw[MAXW], bw[MAXW];
-        float s = 0;
+        uint4 xw[MAXW], sw[MAXW], bw[MAXW];
 #pragma unroll
         for (int k = 0; k < MAXW; k++) {
             const int32_t w = k * 32 + lane;
-            sw[k] = bw[k] = zero;
+            xw[k] = sw[k] = bw[k] = zero;
             if (w < words) {
-                uint4 u = px[w];
+                xw[k] = px[w];
                 if (vec_affine) {
                     if (scale) sw[k] = ((const uint4 *)scale)[w];
                     if (bias) bw[k] = ((const uint4 *)bias)[w];
                 }
-                const T *e = (const T *)&u;
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    v[k][j] = ld(e[j]);
-                    s += v[k][j];
-                }
             }
+        }
+        float s = 0; /* the zero words of lanes past the row add nothing */
+#pragma unroll
+        for (int k = 0; k < MAXW; k++) {
+            const T *e = (const T *)&xw[k];
+#pragma unroll
+            for (int j = 0; j < 8; j++) s += ld(e[j]);
         }
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         const float mean = rms ? 0.0f : s / (float)len;
         float q = 0;
 #pragma unroll
         for (int k = 0; k < MAXW; k++)
-            if (k * 32 + lane < words)
+            if (k * 32 + lane < words) {
+                const T *e = (const T *)&xw[k];
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
-                    const float d = v[k][j] - mean;
+                    const float d = ld(e[j]) - mean;
                     q += d * d;
                 }
+            }
         for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
         const float inv = 1.0f / sqrtf(q / (float)len + eps);
         uint4 *py = (uint4 *)(y + (int64_t)r * len);
@@ -435,11 +439,11 @@ __global__ void k_layernorm_warp(const T *x, const T *scale, const T *bias, T *y
         for (int k = 0; k < MAXW; k++) {
             const int32_t w = k * 32 + lane;
             if (w < words) {
-                const T *se = (const T *)&sw[k], *be = (const T *)&bw[k];
+                const T *e = (const T *)&xw[k], *se = (const T *)&sw[k], *be = (const T *)&bw[k];
                 T o[8];
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
-                    float a = (v[k][j] - mean) * inv;
+                    float a = (ld(e[j]) - mean) * inv;
                     if (scale) a *= vec_affine ? ld(se[j]) : ld(scale[w * 8 + j]);
                     if (bias) a += vec_affine ? ld(be[j]) : ld(bias[w * 8 + j]);
                     o[j] = st<T>(a);
@@ -889,7 +893,7 @@ cudaError_t kn_cu_layernorm(kiln_dtype dt, const void *x, const void *scale, con
         rows < INT32_MAX && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0) {
         const unsigned blocks = (unsigned)((rows + 7) / 8 < 65535 * 4 ? (rows + 7) / 8 : 65535 * 4); /* 8 warps a block */
         const bool vec = (uintptr_t)scale % 16 == 0 && (uintptr_t)bias % 16 == 0; /* NULL is aligned */
-        const int words = (int)(len / 8), maxw = words <= 32 ? 1 : words <= 64 ? 2 : words <= 128 ? 4 : 8;
+        const int maxw = (int)((len / 8 + 31) / 32); /* 1..8 */
 #define KN_LN_WARP(T_, W_)                                                                                           \
     k_layernorm_warp<T_, W_><<<blocks, 256, 0, s>>>((const T_ *)x, (const T_ *)scale, (const T_ *)bias, (T_ *)y,       \
                                                     (float *)mean, (float *)inv_std, (int32_t)rows, (int32_t)len, eps, \
@@ -898,7 +902,11 @@ cudaError_t kn_cu_layernorm(kiln_dtype dt, const void *x, const void *scale, con
     switch (maxw) {                                                                                                  \
     case 1: KN_LN_WARP(T_, 1); break;                                                                                \
     case 2: KN_LN_WARP(T_, 2); break;                                                                                \
+    case 3: KN_LN_WARP(T_, 3); break;                                                                                \
     case 4: KN_LN_WARP(T_, 4); break;                                                                                \
+    case 5: KN_LN_WARP(T_, 5); break;                                                                                \
+    case 6: KN_LN_WARP(T_, 6); break;                                                                                \
+    case 7: KN_LN_WARP(T_, 7); break;                                                                                \
     default: KN_LN_WARP(T_, 8); break;                                                                               \
     }
         if (dt == KILN_DTYPE_FLOAT16) {
