@@ -130,15 +130,11 @@ void kn_nn_f32_commit(kn_tensor *t, float *buf) {
 }
 
 /* ---- row max/min ----
- * GCC and Clang vector extensions: the scalar-lane form with ?: does not vectorise as a
- * reduction. Macros, not functions, so no vector crosses a call (no -Wpsabi notes). The width is
- * the target's vector register (RP_W lanes): GCC lowers a 64-byte vector on an AVX2 target to
- * scalar code (ReduceMax over 64 x 4096 took 12x ONNX Runtime's time on an AVX2-only CPU). */
-#if defined(__AVX512F__)
-#define RP_W 16
-#else
+ * With AVX, vmaxps/vminps in four accumulators (below); without, GCC and Clang vector extensions:
+ * the scalar-lane form with ?: does not vectorise as a reduction. Macros, not functions, so no
+ * vector crosses a call (no -Wpsabi notes). RP_W lanes: a vector wider than the target's registers
+ * is lowered to scalar code (ReduceMax over 64 x 4096 took 12x ONNX Runtime's time that way). */
 #define RP_W 8
-#endif
 typedef float kn_v16f __attribute__((vector_size(RP_W * 4)));
 typedef int32_t kn_v16i __attribute__((vector_size(RP_W * 4)));
 
@@ -150,9 +146,10 @@ typedef int32_t kn_v16i __attribute__((vector_size(RP_W * 4)));
         (acc) = (kn_v16f)((m_ & (kn_v16i)(v)) | (~m_ & (kn_v16i)(acc)));                           \
     } while (0)
 
-#if RP_W == 8 && defined(__AVX__)
-/* At 8 lanes with AVX: vmaxps(v, acc) = v > acc ? v : acc and vminps(v, acc) = v < acc ? v : acc
- * (ties and NaN give acc), exactly the pick; NaN by one unordered compare per two vectors (the
+#if defined(__AVX__)
+/* With AVX, the avx512 level included (a 16-lane form of compares and blends there took 1.3-1.4x
+ * ONNX Runtime's time on ReduceMax over rows of 256 on a Xeon): vmaxps(v, acc) = v > acc ? v : acc
+ * and vminps(v, acc) = v < acc ? v : acc (ties and NaN give acc), exactly the pick; NaN by one unordered compare per two vectors (the
  * per-vector compare and GCC's blend of the flag were a third of ReduceMax over rows of 256, perf);
  * the last n mod 8 by one vector ending at the row's end (a max/min may see an element twice);
  * the horizontal step in vectors. */
@@ -208,7 +205,7 @@ typedef int32_t kn_v16i __attribute__((vector_size(RP_W * 4)));
         return _mm_cvtss_f32(h);                                                                   \
     }
 #else
-/* AVX-512 (16 lanes) and the baseline (8 lanes as SSE pairs): four independent accumulators hide
+/* The baseline (8 lanes as SSE pairs): four independent accumulators hide
  * the compare/blend latency; NaN lanes are or-ed apart */
 #define RP_PICK(acc, v, OP, VF) V16_PICK(acc, v, OP)
 #define ROW_PICK(NAME, OP, VF, VF4)                                                                \
