@@ -42,17 +42,18 @@ void kn_qgemm_amx_pack_b(const void *b, bool b_signed, int64_t rs, int64_t cs, i
     const uint8_t *src = b;
     const int64_t K64 = k_pad(K), P = panels_of(N);
     int32_t *sums = (int32_t *)(dst + P * TR * K64);
-    for (int64_t p = 0; p < P; p++) {
-        uint8_t *d = dst + p * TR * K64;
-        for (int j = 0; j < TR; j++) {
-            const int64_t col = p * TR + j;
-            uint32_t sum = 0;
-            for (int64_t k = 0; k < K64; k++) {
-                const uint8_t v = col < N && k < K ? src[k * rs + col * cs] : 0;
-                d[(k / 4) * 64 + j * 4 + k % 4] = v;
-                sum += b_signed ? (uint32_t)(int32_t)(int8_t)v : (uint32_t)v;
-            }
-            sums[col] = (int32_t)sum;
+    memset(dst, 0, (size_t)(P * TR * K64)); /* zeros past K and past N */
+    /* B's rows in order (a row-major B is read straight through): element (k, col) to panel
+     * col / 16, group k / 4, byte 4 (col % 16) + k % 4; the sums wrap as int32 does */
+    uint32_t *su = (uint32_t *)sums;
+    for (int64_t col = 0; col < P * TR; col++) su[col] = 0;
+    for (int64_t k = 0; k < K; k++) {
+        const uint8_t *row = src + k * rs;
+        uint8_t *d = dst + (k / 4) * 64 + k % 4;
+        for (int64_t col = 0; col < N; col++) {
+            const uint8_t v = row[col * cs];
+            d[(col / TR) * TR * K64 + (col % TR) * 4] = v;
+            su[col] += b_signed ? (uint32_t)(int32_t)(int8_t)v : (uint32_t)v;
         }
     }
 }
@@ -88,8 +89,8 @@ bool kn_qgemm_amx_force(bool on) {
 bool kn_qgemm_amx_pays(int64_t M, int64_t N, int64_t K) {
     /* a tile's 16 rows cost the same whatever of them are used, yet even one row of A beats the
      * vector forms (1x768 @ 768x768 u8 x s8: 0.0082 ms against 0.0131, or 0.0093 with weights
-     * that take kn_qgemm8's form); K under 32 (padded to 64) lost to them (1x16x112x112 -> 32 k1:
-     * 0.25 ms against 0.24), and so did products under 2^18 products */
+     * that take kn_qgemm8's form); a K of 16-32 takes shallow steps (k_step) and about ties them
+     * (128x16 @ 16x768: 0.0275 ms against 0.0274); products under 2^18 stay on them */
     return M >= 1 && N >= 16 && K >= 16 && (double)M * (double)N * (double)K >= 1 << 18 && kn_qgemm_amx();
 }
 
