@@ -31,6 +31,9 @@ const kn_pass kn_opt_passes[] = {
     {"fuse_qdq_conv", 1, kn_pass_fuse_qdq_conv,
      "Conv of DequantizeLinear outputs read only by a QuantizeLinear into QLinearConv: the exact 8-bit sum, "
      "requantised once"},
+    {"fuse_integer_matmul_scale", 1, kn_pass_fuse_integer_matmul_scale,
+     "dynamic quantisation's MatMulInteger -> Cast to float -> Mul by the scales (-> Add of a bias) into "
+     "com.microsoft.MatMulIntegerToFloat: the same float operations in the product's epilogue, the same bits"},
     {"fold_constants", 1, kn_pass_fold_constants,
      "evaluates nodes whose inputs are all constant, and shape arithmetic over known shapes, into initializers"},
     {"drop_zero_rnn_states", 1, kn_pass_drop_zero_rnn_states,

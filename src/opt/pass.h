@@ -74,6 +74,7 @@ kiln_status kn_pass_fuse_gelu(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_layernorm(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_qdq_matmul(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_qdq_conv(kn_opt_ctx *c);
+kiln_status kn_pass_fuse_integer_matmul_scale(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_matmul_add(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_conv(kn_opt_ctx *c);
 kiln_status kn_pass_batch_step_products(kn_opt_ctx *c);

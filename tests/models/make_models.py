@@ -257,6 +257,46 @@ def qdq_matmul():
     return m, data
 
 
+def dynamic_quant_matmul():
+    """Dynamic quantisation as ONNX Runtime's quantize_dynamic writes it: DynamicQuantizeLinear of
+    the activations, MatMulInteger with the 8-bit weights, Cast to float, Mul by x_scale * W_scale,
+    then the model's own bias Add; one product with a per-tensor int8 weight scale and a bias, one
+    with per-column uint8 scales and zero points and none. kiln folds each chain into
+    MatMulIntegerToFloat (fuse_integer_matmul_scale); the reference is ONNX Runtime's unfused
+    graph, which the fold must match to the bit."""
+    k, n1, n2 = 48, 40, 24
+    # int8 weights in 7 bits: ONNX Runtime's AVX2 u8 x s8 kernel saturates pairs of products past
+    # that (kiln's products are exact), and this reference must be exact on any x86 CPU
+    w1 = RNG.integers(-64, 64, (k, n1)).astype(np.int8)
+    w2 = RNG.integers(0, 256, (k, n2)).astype(np.uint8)
+    inits = [numpy_helper.from_array(w1, "w1q"),
+             numpy_helper.from_array(np.array(0.0071, np.float32), "w1s"),
+             numpy_helper.from_array(np.array(0, np.int8), "w1z"),
+             numpy_helper.from_array(w2, "w2q"),
+             numpy_helper.from_array(RNG.uniform(0.002, 0.01, n2).astype(np.float32), "w2s"),
+             numpy_helper.from_array(RNG.integers(100, 156, n2).astype(np.uint8), "w2z"),
+             w("b1", n1, scale=0.1)]
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+        helper.make_node("Mul", ["xs", "w1s"], ["s1"]),
+        helper.make_node("MatMulInteger", ["xq", "w1q", "xz", "w1z"], ["p1"]),
+        helper.make_node("Cast", ["p1"], ["f1"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["f1", "s1"], ["m1"]),
+        helper.make_node("Add", ["m1", "b1"], ["y1"]),
+        helper.make_node("Mul", ["xs", "w2s"], ["s2"]),
+        helper.make_node("MatMulInteger", ["xq", "w2q", "xz", "w2z"], ["p2"]),
+        helper.make_node("Cast", ["p2"], ["f2"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["s2", "f2"], ["y2"]),
+    ]
+    g = helper.make_graph(nodes, "dynamic_quant_matmul",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", k])],
+                          [helper.make_tensor_value_info("y1", TensorProto.FLOAT, ["batch", "seq", n1]),
+                           helper.make_tensor_value_info("y2", TensorProto.FLOAT, ["batch", "seq", n2])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
+    data = [[RNG.standard_normal((b, t, k)).astype(np.float32) * 2] for b, t in ((1, 7), (3, 13))]
+    return m, data
+
+
 def qdq_qlinear_matmul():
     """Static quantisation's QDQ form around products whose output is quantised again, as
     attention's are: Q(MatMul(DQ(a_q), DQ(b_q))) of two quantised activations (y1), and of an
@@ -690,7 +730,8 @@ def main():
                         ("mha_static", mha_static), ("qdq_matmul", qdq_matmul), ("qdq_conv", qdq_conv),
                         ("qdq_qlinear_matmul", qdq_qlinear_matmul),
                         ("unrolled_rnn", unrolled_rnn), ("decomposed_activations", decomposed_activations),
-                        ("float16_cnn", float16_cnn), ("clamped_activations", clamped_activations)):
+                        ("float16_cnn", float16_cnn), ("clamped_activations", clamped_activations),
+                        ("dynamic_quant_matmul", dynamic_quant_matmul)):
         model, data = build()
         write(out, name, model, data)
         # float16: level 0 rounds after every operator, ONNX Runtime and the later levels compute
