@@ -125,6 +125,8 @@ int kn_opt_input(const kn_opt_ctx *c, int node, int i);
 int kn_opt_n_inputs(const kn_opt_ctx *c, int node);
 /* Static dims agree (both known and equal, or the same symbol); ranks must be known and equal. */
 bool kn_opt_same_shape(const kn_type *a, const kn_type *b);
+/* The number of values of a static shape (1 for rank 0), -1 when a dim is not known. */
+int64_t kn_opt_static_count(const kn_type *t);
 /* The value's type is a float32 tensor of known rank. */
 bool kn_opt_is_f32(const kn_opt_ctx *c, int v);
 /* The value's type is a float32, float16 or bfloat16 tensor of known rank: for the epilogue

@@ -18,20 +18,10 @@
  * read by nothing else. */
 #include "opt/pass.h"
 
-/* the number of values of a static shape, -1 when not known */
-static int64_t count_of(const kn_type *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->rank; d++) {
-        if (t->dims[d].value < 0) return -1;
-        n *= t->dims[d].value;
-    }
-    return n;
-}
-
 /* Whether v holds one value, or N values along the last axis (every other dim 1). */
 static bool one_or_per_column(const kn_type *t, int64_t N) {
     if (t->kind != KN_TYPE_TENSOR || t->rank < 0) return false;
-    const int64_t n = count_of(t);
+    const int64_t n = kn_opt_static_count(t);
     return n == 1 || (n == N && t->rank >= 1 && t->dims[t->rank - 1].value == N);
 }
 
@@ -46,7 +36,7 @@ static kiln_status fuse(kn_opt_ctx *c, int i, int *one, bool *done) {
     const kn_type *tb = &g->values[b].type;
     if (tb->kind != KN_TYPE_TENSOR || tb->rank != 2 || tb->dims[1].value < 0) return KILN_OK;
     const int64_t N = tb->dims[1].value;
-    if (za >= 0 && count_of(&g->values[za].type) != 1) return KILN_OK;
+    if (za >= 0 && kn_opt_static_count(&g->values[za].type) != 1) return KILN_OK;
     if (zb >= 0 && !one_or_per_column(&g->values[zb].type, N)) return KILN_OK;
     /* the int32 product, read only by a Cast to float */
     const int prod = g->nodes[i].outputs[0];

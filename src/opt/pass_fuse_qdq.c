@@ -58,16 +58,6 @@ static int dq_of_type(const kn_opt_ctx *c, int v, bool wide, int *x, int *s, int
 
 static int dq_of(const kn_opt_ctx *c, int v, int *x, int *s, int *z) { return dq_of_type(c, v, false, x, s, z); }
 
-/* the number of values of a static shape, -1 when not known */
-static int64_t count_of(const kn_type *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->rank; d++) {
-        if (t->dims[d].value < 0) return -1;
-        n *= t->dims[d].value;
-    }
-    return n;
-}
-
 static kiln_status fuse(kn_opt_ctx *c, int i, bool *done) {
     const kn_node *n = &c->g->nodes[i];
     *done = false;
@@ -75,11 +65,11 @@ static kiln_status fuse(kn_opt_ctx *c, int i, bool *done) {
     int xa, sa, za, xb, sb, zb;
     if (dq_of(c, n->inputs[0], &xa, &sa, &za) < 0) return KILN_OK;
     const int db = dq_of(c, n->inputs[1], &xb, &sb, &zb);
-    if (db < 0 || count_of(&c->g->values[sa].type) != 1) return KILN_OK;
+    if (db < 0 || kn_opt_static_count(&c->g->values[sa].type) != 1) return KILN_OK;
     const kn_tensor *bq = kn_opt_const(c, xb);
     if (!bq || bq->rank != 2) return KILN_OK;
     const kn_type *tsb = &c->g->values[sb].type;
-    const int64_t nsb = count_of(tsb), axis = kn_attr_int(&c->g->nodes[db], "axis", 1);
+    const int64_t nsb = kn_opt_static_count(tsb), axis = kn_attr_int(&c->g->nodes[db], "axis", 1);
     if (nsb != 1 && !(tsb->rank == 1 && nsb == bq->dims[1] && (axis == 1 || axis == -1))) return KILN_OK;
     /* a bias Add after it (a constant of one value per column) becomes the operator's bias */
     int y = n->outputs[0], bias = -1;
@@ -124,7 +114,7 @@ static int q_after(const kn_opt_ctx *c, int v, int *y, int *sy, int *zy) {
     *y = qn->outputs[0], *sy = kn_opt_input(c, q, 1), *zy = kn_opt_n_inputs(c, q) > 2 ? kn_opt_input(c, q, 2) : -1;
     const kiln_dtype ty = g->values[*y].type.dtype;
     if ((ty != KILN_DTYPE_UINT8 && ty != KILN_DTYPE_INT8) || g->values[*sy].type.dtype != KILN_DTYPE_FLOAT ||
-        *zy < 0 || count_of(&g->values[*sy].type) != 1 || count_of(&g->values[*zy].type) != 1)
+        *zy < 0 || kn_opt_static_count(&g->values[*sy].type) != 1 || kn_opt_static_count(&g->values[*zy].type) != 1)
         return -1;
     return q;
 }
@@ -158,7 +148,7 @@ static kiln_status fuse_qlinear(kn_opt_ctx *c, int i, bool *done) {
         return KILN_OK;
     const int sc[4] = {sa, za, sb, zb};
     for (int k = 0; k < 4; k++)
-        if (count_of(&g->values[sc[k]].type) != 1) return KILN_OK;
+        if (kn_opt_static_count(&g->values[sc[k]].type) != 1) return KILN_OK;
     kn_opt_proto p;
     kn_proto_init(&p, "", "QLinearMatMul");
     const int ins[8] = {xa, sa, za, xb, sb, zb, sy, zy};
@@ -251,14 +241,14 @@ static kiln_status fuse_conv(kn_opt_ctx *c, int i, bool *done) {
     const int q = q_after(c, n->outputs[0], &y, &sy, &zy);
     if (q < 0) return KILN_OK;
     int xq, sx, zx, wq, sw, zw;
-    if (dq_of(c, n->inputs[0], &xq, &sx, &zx) < 0 || zx < 0 || count_of(&g->values[sx].type) != 1 ||
-        count_of(&g->values[zx].type) != 1)
+    if (dq_of(c, n->inputs[0], &xq, &sx, &zx) < 0 || zx < 0 || kn_opt_static_count(&g->values[sx].type) != 1 ||
+        kn_opt_static_count(&g->values[zx].type) != 1)
         return KILN_OK;
     const int dw = dq_of(c, n->inputs[1], &wq, &sw, &zw);
     if (dw < 0 || zw < 0) return KILN_OK;
     const kn_type *tw = &g->values[wq].type;
     if (tw->rank < 3 || tw->dims[0].value < 1) return KILN_OK;
-    const int64_t m = tw->dims[0].value, nsw = count_of(&g->values[sw].type);
+    const int64_t m = tw->dims[0].value, nsw = kn_opt_static_count(&g->values[sw].type);
     if (!integer_conv_pays(n, tw, &g->values[n->outputs[0]].type)) return KILN_OK;
     if (nsw != 1 && !(g->values[sw].type.rank == 1 && nsw == m && kn_attr_int(&g->nodes[dw], "axis", 1) == 0))
         return KILN_OK;

@@ -167,6 +167,15 @@ int kn_opt_n_inputs(const kn_opt_ctx *c, int node) {
     return k;
 }
 
+int64_t kn_opt_static_count(const kn_type *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->rank; d++) {
+        if (t->dims[d].value < 0) return -1;
+        n *= t->dims[d].value;
+    }
+    return n;
+}
+
 bool kn_opt_same_shape(const kn_type *a, const kn_type *b) {
     if (a->kind != KN_TYPE_TENSOR || b->kind != KN_TYPE_TENSOR) return false;
     if (a->rank < 0 || a->rank != b->rank) return false;
