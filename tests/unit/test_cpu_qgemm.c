@@ -159,6 +159,11 @@ KN_TEST(cpu_qgemm_conv_integer_exact) {
         {16, 29, 40, 16, 3, 2, 1, 1, 16, 0},/* depthwise stride 2 (the int16 rows read directly) */
         {12, 14, 14, 24, 5, 1, 2, 0, 12, 0},/* depthwise 5x5, two outputs a channel, uint8 weights */
         {16, 7, 7, 16, 5, 1, 2, 1, 16, 0},  /* small planes: channels in the lanes */
+        {20, 7, 7, 20, 5, 1, 2, 1, 20, 1},  /* small planes: 16 + 4 channels (AVX-512's blocks of 16) */
+        {37, 10, 12, 37, 3, 1, 1, 0, 37, 0},/* small planes: three blocks, the last of 5 */
+        {21, 15, 15, 21, 3, 2, 1, 1, 21, 0},/* small planes at stride 2 */
+        {20, 56, 56, 20, 3, 2, 1, 1, 20, 0},/* depthwise stride 2, rows of 28 (16 + 12 columns) */
+        {6, 9, 75, 12, 5, 1, 2, 1, 6, 1},   /* depthwise 5x5 two outputs a channel, rows of 75 */
         /* past kn_qgemm_amx_pays' threshold: the weights' rows on AMX-INT8's tiles, B from the
          * im2col callbacks' pairs */
         {40, 15, 17, 36, 3, 1, 1, 1, 1, 1}, /* s8 weights per channel zero points, K 360, 36 rows */

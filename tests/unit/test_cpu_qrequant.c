@@ -32,6 +32,16 @@ KN_TEST(cpu_qlinear_conv_requant_exact) {
         {6, 17, 33, 2, 3, 2, 0},  /* stride 2, two outputs a channel */
         {200, 1, 1, 1, 1, 1, 0},  /* one position: a multiplier per channel (kn_q_requant_cols) */
         {40, 1, 1, 1, 1, 1, 1},   /* the same, int8 output */
+        /* AVX-512 forms: small planes with 16 channels in the lanes (blocks with tails), the row
+         * form with 16 output columns a vector */
+        {20, 7, 7, 1, 5, 1, 0},   /* a block of 16 and one of 4, 49 positions (16-position tail 1) */
+        {37, 9, 11, 1, 3, 1, 1},  /* three blocks, the last of 5 channels, int8 output */
+        {37, 14, 14, 1, 5, 1, 0}, /* k5 on 14x14 */
+        {24, 28, 28, 1, 3, 1, 1}, /* rows of 28 at stride 1 (small planes up to 32) */
+        {20, 13, 13, 1, 3, 2, 0}, /* small planes at stride 2 */
+        {20, 56, 56, 1, 3, 2, 0}, /* stride 2, rows of 28: a vector of 16 and 12 */
+        {5, 13, 70, 1, 5, 1, 1},  /* rows of 70: four vectors of 16 and a tail of 6 */
+        {7, 11, 41, 2, 5, 2, 1},  /* multiplier 2, k5, stride 2 (rows of 21) */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int64_t C = cases[ci][0], H = cases[ci][1], W = cases[ci][2], mult = cases[ci][3], k = cases[ci][4],

@@ -13,6 +13,14 @@
 #include <immintrin.h>
 #endif
 
+/* DW_L: the int32 lanes of the row form's vectors (output columns) and of the small-plane form's
+ * (channels): 16 (zmm) where the build targets AVX-512 F and BW, else 8 */
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define DW_L 16
+#else
+#define DW_L 8
+#endif
+
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static inline int32_t pair16(int32_t lo, int32_t hi) {
@@ -37,7 +45,22 @@ typedef struct dw_job {
 static void row_to_i16(const dw_job *j, const void *xrow, int16_t *xb) {
     const kn_qdw *p = j->p;
     const int64_t W = p->W, pw = p->pw;
-#if defined(__AVX2__)
+#if DW_L == 16
+    /* thirty-two a step: masked byte loads (the lanes outside the row neither read nor kept),
+     * widened and less zx in the lanes kept, zeros elsewhere; XB is a multiple of 32 here */
+    {
+        const __m512i zv = _mm512_set1_epi16((int16_t)p->zx);
+        const uint8_t *xr = xrow;
+        for (int64_t q = 0; q < j->XB; q += 32) {
+            const int64_t lo = q - pw, a = lo < 0 ? -lo : 0, b = W - lo < 32 ? W - lo : 32;
+            const __mmask32 k = b <= a ? 0 : (__mmask32)(((b == 32 ? 0xffffffffu : (1u << b) - 1u)) & ~((1u << a) - 1u));
+            const __m256i raw = _mm256_maskz_loadu_epi8(k, xr + (k ? lo : 0));
+            const __m512i v = p->x_s8 ? _mm512_cvtepi8_epi16(raw) : _mm512_cvtepu8_epi16(raw);
+            _mm512_storeu_si512((void *)(xb + q), _mm512_maskz_sub_epi16(k, v, zv));
+        }
+        return;
+    }
+#elif defined(__AVX2__)
     /* sixteen a step from loads anywhere inside the tensor, the lanes outside the row zeroed (as
      * row_pairs_s1); the first and last rows of the tensor take the plain form below */
     const int64_t at = (const uint8_t *)xrow - (const uint8_t *)p->x, total = p->N * p->C * p->H * W;
@@ -176,32 +199,52 @@ static inline __m256i madd_pairs(__m256i c, __m256i x, __m256i w) {
 #endif
 }
 
-/* NA accumulators of 8 output columns from o; kp pairs per kernel row (a constant after inlining) */
+#if DW_L == 16
+/* the same on zmm: vpdpwssd where the build targets AVX-512 VNNI */
+typedef __m512i dw_vec;
+static inline dw_vec madd_pairs_v(dw_vec c, dw_vec x, dw_vec w) {
+#if defined(__AVX512VNNI__)
+    return _mm512_dpwssd_epi32(c, x, w);
+#else
+    return _mm512_add_epi32(c, _mm512_madd_epi16(x, w));
+#endif
+}
+#define dw_set1(v) _mm512_set1_epi32(v)
+#define dw_loadu(a) _mm512_loadu_si512((const void *)(a))
+#define dw_storeu(a, v) _mm512_storeu_si512((void *)(a), v)
+#else
+typedef __m256i dw_vec;
+static inline dw_vec madd_pairs_v(dw_vec c, dw_vec x, dw_vec w) { return madd_pairs(c, x, w); }
+#define dw_set1(v) _mm256_set1_epi32(v)
+#define dw_loadu(a) _mm256_loadu_si256((const __m256i *)(a))
+#define dw_storeu(a, v) _mm256_storeu_si256((__m256i *)(a), v)
+#endif
+
+/* NA accumulators of DW_L output columns from o; kp pairs per kernel row (a constant after inlining) */
 static inline __attribute__((always_inline)) void out_block(const int NA, const int64_t kp, const int64_t *off,
                                                             const char *const *rows, const int32_t *const *wr, int nv,
                                                             int32_t *y, int64_t o, int64_t OW, int32_t b0,
                                                             bool spill) {
-    __m256i c[4];
-    for (int a = 0; a < NA; a++) c[a] = _mm256_set1_epi32(b0);
+    dw_vec c[4];
+    for (int a = 0; a < NA; a++) c[a] = dw_set1(b0);
     for (int v = 0; v < nv; v++) {
         const char *r = rows[v] + 4 * o;
         for (int64_t k = 0; k < kp; k++) {
-            const __m256i w = _mm256_set1_epi32(wr[v][k]);
+            const dw_vec w = dw_set1(wr[v][k]);
             const char *q = r + off[k];
-            for (int a = 0; a < NA; a++)
-                c[a] = madd_pairs(c[a], _mm256_loadu_si256((const __m256i *)(q + 32 * a)), w);
+            for (int a = 0; a < NA; a++) c[a] = madd_pairs_v(c[a], dw_loadu(q + 4 * DW_L * a), w);
         }
     }
     for (int a = 0; a < NA; a++) {
-        int32_t *d = y + o + 8 * a;
-        if (o + 8 * a + 8 <= OW) {
-            _mm256_storeu_si256((__m256i *)d, c[a]);
+        int32_t *d = y + o + DW_L * a;
+        if (o + DW_L * a + DW_L <= OW) {
+            dw_storeu(d, c[a]);
         } else if (spill) { /* (vpmaskmovd stores are slow on AMD) */
-            _mm256_storeu_si256((__m256i *)d, c[a]);
+            dw_storeu(d, c[a]);
         } else {
-            int32_t t[8];
-            _mm256_storeu_si256((__m256i *)t, c[a]);
-            for (int64_t e = 0; e < OW - o - 8 * a; e++) d[e] = t[e];
+            int32_t t[DW_L];
+            dw_storeu(t, c[a]);
+            for (int64_t e = 0; e < OW - o - DW_L * a; e++) d[e] = t[e];
         }
     }
 }
@@ -210,8 +253,8 @@ static inline __attribute__((always_inline)) void out_row_k(const int64_t kp, co
                                                             const char *const *rows, const int32_t *const *wr, int nv,
                                                             int32_t *y, int64_t OW, int32_t b0, bool spill) {
     int64_t o = 0;
-    for (; o + 32 <= OW; o += 32) out_block(4, kp, off, rows, wr, nv, y, o, OW, b0, spill);
-    const int64_t left = (OW - o + 7) / 8;
+    for (; o + 4 * DW_L <= OW; o += 4 * DW_L) out_block(4, kp, off, rows, wr, nv, y, o, OW, b0, spill);
+    const int64_t left = (OW - o + DW_L - 1) / DW_L;
     if (left == 4) out_block(4, kp, off, rows, wr, nv, y, o, OW, b0, spill);
     else if (left == 3) out_block(3, kp, off, rows, wr, nv, y, o, OW, b0, spill);
     else if (left == 2) out_block(2, kp, off, rows, wr, nv, y, o, OW, b0, spill);
@@ -228,8 +271,8 @@ static inline __attribute__((always_inline)) void out_plane_k(const int64_t kp, 
         const int nv = kernel_rows(j, buf, wm, kp, oh, rows, wr);
         int32_t *yr = y + oh * OW;
         /* a row's last vector may run on over the rows after it (written later) where they hold
-         * its rounding up to whole vectors, or into the plane buffer's slack of 8 */
-        const bool over = p->rq || (p->OH - oh) * OW >= (OW + 7) / 8 * 8;
+         * its rounding up to whole vectors, or into the plane buffer's slack of DW_L */
+        const bool over = p->rq || (p->OH - oh) * OW >= (OW + DW_L - 1) / DW_L * DW_L;
         if (nv) out_row_k(kp, j->off, rows, wr, nv, yr, OW, b0, over);
         else
             for (int64_t o = 0; o < OW; o++) yr[o] = b0;
@@ -373,7 +416,7 @@ static void dw_range(void *arg, int64_t b0, int64_t b1) {
     int16_t *xb = j->direct ? NULL : kn_aligned_alloc(64, sizeof(int16_t) * (size_t)(j->XB + 16));
     const char **rows = malloc(sizeof(char *) * (size_t)KH);
     const int32_t **wr = malloc(sizeof(int32_t *) * (size_t)KH);
-    int32_t *plane = p->rq ? malloc(sizeof(int32_t) * (size_t)(p->OH * p->OW + 8)) : NULL;
+    int32_t *plane = p->rq ? malloc(sizeof(int32_t) * (size_t)(p->OH * p->OW + DW_L)) : NULL;
     if (!buf || (!j->direct && !xb) || !rows || !wr || (p->rq && !plane)) {
         atomic_store(&j->failed, 1);
         goto done;
@@ -431,37 +474,72 @@ typedef struct dws_job {
  * time ran a chain of KH * KP dependent adds, with the loop's set-up per position: 2x the float
  * depthwise kernel's time on 14x14 planes) */
 static inline __attribute__((always_inline)) void dws_positions(const int NP, const kn_qdw *p, const int32_t *pp,
-                                                                const int32_t *wk, int64_t KP, int64_t Wp, __m256i bv,
+                                                                const int32_t *wk, int64_t KP, int64_t Wp, dw_vec bv,
                                                                 int64_t oh, int64_t ow, int32_t *out) {
-    __m256i s[4] = {bv, bv, bv, bv};
-    const int64_t step = p->sw * 8, tap = 2 * p->dw * 8;
+    dw_vec s[4] = {bv, bv, bv, bv};
+    const int64_t step = p->sw * DW_L, tap = 2 * p->dw * DW_L;
     for (int64_t kh = 0; kh < p->KH; kh++) {
-        const int32_t *row = pp + ((oh * p->sh + kh * p->dh) * Wp + ow * p->sw) * 8;
-        const int32_t *wr = wk + kh * KP * 8;
+        const int32_t *row = pp + ((oh * p->sh + kh * p->dh) * Wp + ow * p->sw) * DW_L;
+        const int32_t *wr = wk + kh * KP * DW_L;
         for (int64_t k = 0; k < KP; k++, row += tap) {
-            const __m256i w = _mm256_load_si256((const __m256i *)(wr + k * 8));
-            for (int e = 0; e < NP; e++)
-                s[e] = madd_pairs(s[e], _mm256_load_si256((const __m256i *)(row + e * step)), w);
+            const dw_vec w = dw_loadu(wr + k * DW_L);
+            for (int e = 0; e < NP; e++) s[e] = madd_pairs_v(s[e], dw_loadu(row + e * step), w);
         }
     }
-    for (int e = 0; e < NP; e++) _mm256_store_si256((__m256i *)(out + e * 8), s[e]);
+    for (int e = 0; e < NP; e++) dw_storeu(out + e * DW_L, s[e]);
 }
 
-/* units b = n * blocks + channel block */
+#if DW_L == 16
+/* QLinearConv's outputs of one block of 16 channels from its sums acc (OH*OW positions x 16
+ * channels): requant16x per position with the channels' scales in the lanes (the arithmetic of
+ * kn_q_requant, value for value) into ob, then 16 x 16 byte transposes (four rounds of unpacks, the
+ * rows taken in bit-reversed order) give 16 positions of each channel's plane a store (no int32
+ * transposes back, no call per plane) */
+static void dws_requant_out(const kn_qdw *p, const int32_t *acc, uint8_t *ob, int64_t n, int64_t c0, int64_t nc) {
+    const int64_t OP = p->OH * p->OW, M = p->C; /* mult 1 */
+    float r[16] = {0};
+    for (int64_t c = 0; c < nc; c++) r[c] = p->rq[c0 + c];
+    const __m512d rv0 = _mm512_cvtps_pd(_mm256_loadu_ps(r)), rv1 = _mm512_cvtps_pd(_mm256_loadu_ps(r + 8));
+    const __m512d zv = _mm512_set1_pd(p->zy);
+    for (int64_t q = 0; q < OP; q++) requant16x(acc + q * 16, rv0, rv1, zv, p->y_s8, ob + q * 16);
+    static const int br[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+    uint8_t *y8 = (uint8_t *)p->y8 + (n * M + c0) * OP;
+    for (int64_t q = 0; q < OP; q += 16) {
+        __m128i v[16], t[16];
+        for (int i = 0; i < 16; i++) v[i] = _mm_loadu_si128((const __m128i *)(ob + (q + br[i]) * 16));
+        for (int i = 0; i < 8; i++) t[2 * i] = _mm_unpacklo_epi8(v[i], v[i + 8]), t[2 * i + 1] = _mm_unpackhi_epi8(v[i], v[i + 8]);
+        for (int i = 0; i < 8; i++) v[2 * i] = _mm_unpacklo_epi16(t[i], t[i + 8]), v[2 * i + 1] = _mm_unpackhi_epi16(t[i], t[i + 8]);
+        for (int i = 0; i < 8; i++) t[2 * i] = _mm_unpacklo_epi32(v[i], v[i + 8]), t[2 * i + 1] = _mm_unpackhi_epi32(v[i], v[i + 8]);
+        for (int i = 0; i < 8; i++) v[2 * i] = _mm_unpacklo_epi64(t[i], t[i + 8]), v[2 * i + 1] = _mm_unpackhi_epi64(t[i], t[i + 8]);
+        const __mmask16 k = OP - q >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (OP - q)) - 1u);
+        for (int64_t c = 0; c < nc; c++) _mm_mask_storeu_epi8(y8 + c * OP + q, k, v[c]);
+    }
+}
+#endif
+
+/* units b = n * blocks + channel block (DW_L channels a block) */
 static void dws_range(void *arg, int64_t b0, int64_t b1) {
     dws_job *j = arg;
     const kn_qdw *p = j->p;
     const int64_t C = p->C, H = p->H, W = p->W, Hp = j->Hp, Wp = j->Wp, T8 = j->T8, KP = j->KP;
     const int64_t OH = p->OH, OW = p->OW, OP = OH * OW, OP8 = (OP + 7) / 8 * 8;
     /* per channel the padded plane (T8 int16: Hp x Wp rounded up to 8), then the positions' channel
-     * vectors (T8 x 8 int16), their pair vectors (Hp x Wp words x 8), the sums (OP8 x 8) and the
-     * sums as planes (8 x OP8) */
+     * vectors (T8 x DW_L int16), their pair vectors (Hp x Wp words x DW_L), the sums (OP8 x DW_L)
+     * and the sums as planes (DW_L x OP8) */
     /* xv: 16 positions of slack for a row's last step of 16 columns */
-    int16_t *xv = kn_aligned_alloc(64, sizeof(int16_t) * (size_t)(8 * (T8 + 16)));
-    int32_t *pp = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(8 * Hp * Wp));
-    int32_t *acc = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(8 * OP8));
-    int32_t *pl = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(8 * OP8));
-    int32_t *wk = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(8 * p->KH * KP));
+    int16_t *xv = kn_aligned_alloc(64, sizeof(int16_t) * (size_t)(DW_L * (T8 + 16)));
+    int32_t *pp = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(DW_L * Hp * Wp));
+    int32_t *acc = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(DW_L * OP8));
+    int32_t *pl = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(DW_L * OP8));
+    int32_t *wk = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(DW_L * p->KH * KP));
+#if DW_L == 16
+    /* the requantised sums, 16 channels' bytes a position, whole blocks of 16 positions */
+    uint8_t *ob = p->rq ? calloc((size_t)((OP + 15) / 16 * 16), 16) : NULL;
+    if (p->rq && !ob) {
+        atomic_store(&j->failed, 1);
+        goto done;
+    }
+#endif
     if (!xv || !pp || !acc || !pl || !wk) {
         atomic_store(&j->failed, 1);
         goto done;
@@ -469,95 +547,113 @@ static void dws_range(void *arg, int64_t b0, int64_t b1) {
     const __m256i zv = _mm256_set1_epi16((int16_t)p->zx);
     const __m256i lane = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (int64_t u = b0; u < b1; u++) {
-        const int64_t n = u / j->blocks, c0 = u % j->blocks * 8, nc = C - c0 < 8 ? C - c0 : 8;
+        const int64_t n = u / j->blocks, c0 = u % j->blocks * DW_L, nc = C - c0 < DW_L ? C - c0 : DW_L;
         /* the positions' channel vectors of the padded planes (less zx, zeros outside x; lanes of
-         * channels past C zero), row by row: 16 columns of the 8 channels loaded, then transposed
+         * channels past C zero), row by row: 16 columns of 8 channels loaded, then transposed
          * two 8 x 8 int16 blocks at a time straight into xv (through a channel-major copy of the
-         * planes, its stores and the transposes' loads of them stalled store forwarding) */
+         * planes, its stores and the transposes' loads of them stalled store forwarding), for
+         * each group of 8 of the block's channels */
         for (int64_t hp = 0; hp < Hp; hp++) {
             const int64_t ih = hp - p->ph;
-            int16_t *row = xv + hp * Wp * 8;
+            int16_t *row = xv + hp * Wp * DW_L;
             if (ih < 0 || ih >= H) {
-                memset(row, 0, sizeof(int16_t) * 8 * (size_t)Wp);
+                memset(row, 0, sizeof(int16_t) * DW_L * (size_t)Wp);
                 continue;
             }
-            memset(row, 0, sizeof(int16_t) * 8 * (size_t)(p->pw < Wp ? p->pw : Wp)); /* (a pad past the row: stride over x) */
+            memset(row, 0, sizeof(int16_t) * DW_L * (size_t)(p->pw < Wp ? p->pw : Wp)); /* (a pad past the row: stride over x) */
             const int64_t wn = W < Wp - p->pw ? W : Wp - p->pw; /* the columns the outputs reach */
             for (int64_t iw = 0; iw < wn; iw += 16) {
-                __m256i r[8];
                 const __m256i keep = _mm256_cmpgt_epi16(_mm256_set1_epi16((int16_t)(wn - iw)), lane);
-                for (int c = 0; c < 8; c++) {
-                    if (c >= nc) {
-                        r[c] = _mm256_setzero_si256();
-                        continue;
+                for (int g = 0; g < DW_L / 8; g++) {
+                    __m256i r[8];
+                    for (int c = 0; c < 8; c++) {
+                        if (8 * g + c >= nc) {
+                            r[c] = _mm256_setzero_si256();
+                            continue;
+                        }
+                        const size_t at = (size_t)((n * C + c0 + 8 * g + c) * H * W + ih * W + iw);
+                        __m128i raw;
+                        if (at + 16 <= (size_t)j->total) raw = _mm_loadu_si128((const __m128i *)((const uint8_t *)p->x + at));
+                        else { /* the tensor's last bytes through a copy */
+                            uint8_t t[16] = {0};
+                            memcpy(t, (const uint8_t *)p->x + at, (size_t)(j->total - (int64_t)at));
+                            raw = _mm_loadu_si128((const __m128i *)t);
+                        }
+                        const __m256i v = _mm256_sub_epi16(p->x_s8 ? _mm256_cvtepi8_epi16(raw) : _mm256_cvtepu8_epi16(raw), zv);
+                        r[c] = _mm256_and_si256(keep, v);
                     }
-                    const size_t at = (size_t)((n * C + c0 + c) * H * W + ih * W + iw);
-                    __m128i raw;
-                    if (at + 16 <= (size_t)j->total) raw = _mm_loadu_si128((const __m128i *)((const uint8_t *)p->x + at));
-                    else { /* the tensor's last bytes through a copy */
-                        uint8_t t[16] = {0};
-                        memcpy(t, (const uint8_t *)p->x + at, (size_t)(j->total - (int64_t)at));
-                        raw = _mm_loadu_si128((const __m128i *)t);
-                    }
-                    const __m256i v = _mm256_sub_epi16(p->x_s8 ? _mm256_cvtepi8_epi16(raw) : _mm256_cvtepu8_epi16(raw), zv);
-                    r[c] = _mm256_and_si256(keep, v);
-                }
-                /* columns iw .. iw + 7 from the low halves, iw + 8 .. iw + 15 from the high ones; the
-                 * zeroed lanes past the row run on into the right padding, the next row (written
-                 * after) or the slack */
-                int16_t *d = row + (p->pw + iw) * 8;
-                for (int half = 0; half < 2; half++) {
-                    __m128i h[8], a[8], b[8];
-                    for (int c = 0; c < 8; c++) h[c] = half ? _mm256_extracti128_si256(r[c], 1) : _mm256_castsi256_si128(r[c]);
-                    for (int c = 0; c < 4; c++) {
-                        a[2 * c] = _mm_unpacklo_epi16(h[2 * c], h[2 * c + 1]);
-                        a[2 * c + 1] = _mm_unpackhi_epi16(h[2 * c], h[2 * c + 1]);
-                    }
-                    b[0] = _mm_unpacklo_epi32(a[0], a[2]), b[1] = _mm_unpackhi_epi32(a[0], a[2]);
-                    b[2] = _mm_unpacklo_epi32(a[1], a[3]), b[3] = _mm_unpackhi_epi32(a[1], a[3]);
-                    b[4] = _mm_unpacklo_epi32(a[4], a[6]), b[5] = _mm_unpackhi_epi32(a[4], a[6]);
-                    b[6] = _mm_unpacklo_epi32(a[5], a[7]), b[7] = _mm_unpackhi_epi32(a[5], a[7]);
-                    for (int k = 0; k < 4; k++) {
-                        _mm_storeu_si128((__m128i *)(d + (8 * half + 2 * k) * 8), _mm_unpacklo_epi64(b[k], b[4 + k]));
-                        _mm_storeu_si128((__m128i *)(d + (8 * half + 2 * k + 1) * 8), _mm_unpackhi_epi64(b[k], b[4 + k]));
+                    /* columns iw .. iw + 7 from the low halves, iw + 8 .. iw + 15 from the high ones; the
+                     * zeroed lanes past the row run on into the right padding, the next row (written
+                     * after) or the slack */
+                    int16_t *d = row + (p->pw + iw) * DW_L + 8 * g;
+                    for (int half = 0; half < 2; half++) {
+                        __m128i h[8], a[8], b[8];
+                        for (int c = 0; c < 8; c++) h[c] = half ? _mm256_extracti128_si256(r[c], 1) : _mm256_castsi256_si128(r[c]);
+                        for (int c = 0; c < 4; c++) {
+                            a[2 * c] = _mm_unpacklo_epi16(h[2 * c], h[2 * c + 1]);
+                            a[2 * c + 1] = _mm_unpackhi_epi16(h[2 * c], h[2 * c + 1]);
+                        }
+                        b[0] = _mm_unpacklo_epi32(a[0], a[2]), b[1] = _mm_unpackhi_epi32(a[0], a[2]);
+                        b[2] = _mm_unpacklo_epi32(a[1], a[3]), b[3] = _mm_unpackhi_epi32(a[1], a[3]);
+                        b[4] = _mm_unpacklo_epi32(a[4], a[6]), b[5] = _mm_unpackhi_epi32(a[4], a[6]);
+                        b[6] = _mm_unpacklo_epi32(a[5], a[7]), b[7] = _mm_unpackhi_epi32(a[5], a[7]);
+                        for (int k = 0; k < 4; k++) {
+                            _mm_storeu_si128((__m128i *)(d + (8 * half + 2 * k) * DW_L), _mm_unpacklo_epi64(b[k], b[4 + k]));
+                            _mm_storeu_si128((__m128i *)(d + (8 * half + 2 * k + 1) * DW_L), _mm_unpackhi_epi64(b[k], b[4 + k]));
+                        }
                     }
                 }
             }
-            if (Wp > p->pw + wn) memset(row + (p->pw + wn) * 8, 0, sizeof(int16_t) * 8 * (size_t)(Wp - p->pw - wn));
+            if (Wp > p->pw + wn) memset(row + (p->pw + wn) * DW_L, 0, sizeof(int16_t) * DW_L * (size_t)(Wp - p->pw - wn));
         }
         /* pair vectors (x[p], x[p + dw]) per channel, a word each, channels in order */
         for (int64_t hp = 0; hp < Hp; hp++)
             for (int64_t wp = 0; wp < Wp; wp++) {
-                const __m128i x0 = _mm_load_si128((const __m128i *)(xv + (hp * Wp + wp) * 8));
-                const __m128i x1 = wp + p->dw < Wp ? _mm_load_si128((const __m128i *)(xv + (hp * Wp + wp + p->dw) * 8))
-                                                   : _mm_setzero_si128();
+                const int16_t *x0 = xv + (hp * Wp + wp) * DW_L, *x1 = x0 + p->dw * DW_L;
+                const bool in = wp + p->dw < Wp;
+#if DW_L == 16
+                const __m512i lo = _mm512_cvtepu16_epi32(_mm256_load_si256((const __m256i *)x0));
+                const __m512i hi = in ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256((const __m256i *)x1)), 16)
+                                      : _mm512_setzero_si512();
+                _mm512_store_si512((void *)(pp + (hp * Wp + wp) * DW_L), _mm512_or_si512(lo, hi));
+#else
+                const __m128i a0 = _mm_load_si128((const __m128i *)x0);
+                const __m128i a1 = in ? _mm_load_si128((const __m128i *)x1) : _mm_setzero_si128();
                 _mm256_store_si256((__m256i *)(pp + (hp * Wp + wp) * 8),
-                                   _mm256_set_m128i(_mm_unpackhi_epi16(x0, x1), _mm_unpacklo_epi16(x0, x1)));
+                                   _mm256_set_m128i(_mm_unpackhi_epi16(a0, a1), _mm_unpacklo_epi16(a0, a1)));
+#endif
             }
-        /* the block's weight pairs, a word per channel: (kh, pair k) of channel c at [(kh KP + k) 8 + c] */
+        /* the block's weight pairs, a word per channel: (kh, pair k) of channel c at [(kh KP + k) DW_L + c] */
         for (int64_t t = 0; t < p->KH * KP; t++)
-            for (int c = 0; c < 8; c++) wk[t * 8 + c] = c < nc ? j->wk[(c0 + c) * p->KH * KP + t] : 0;
-        int32_t bias[8] = {0};
+            for (int c = 0; c < DW_L; c++) wk[t * DW_L + c] = c < nc ? j->wk[(c0 + c) * p->KH * KP + t] : 0;
+        int32_t bias[DW_L] = {0};
         for (int64_t c = 0; c < nc; c++) bias[c] = p->bias ? p->bias[c0 + c] : 0;
-        const __m256i bv = _mm256_loadu_si256((const __m256i *)bias);
+        const dw_vec bv = dw_loadu(bias);
         for (int64_t oh = 0; oh < OH; oh++) {
             int64_t ow = 0;
-            for (; ow + 4 <= OW; ow += 4) dws_positions(4, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * 8);
+            for (; ow + 4 <= OW; ow += 4) dws_positions(4, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * DW_L);
             switch (OW - ow) {
-            case 3: dws_positions(3, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * 8); break;
-            case 2: dws_positions(2, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * 8); break;
-            case 1: dws_positions(1, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * 8); break;
+            case 3: dws_positions(3, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * DW_L); break;
+            case 2: dws_positions(2, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * DW_L); break;
+            case 1: dws_positions(1, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * DW_L); break;
             default: break;
             }
         }
-        for (int64_t q = OP; q < OP8; q++) _mm256_store_si256((__m256i *)(acc + q * 8), _mm256_setzero_si256());
-        /* back to channel planes */
-        for (int64_t q = 0; q < OP8; q += 8) {
-            __m256i w[8], t[8];
-            for (int i = 0; i < 8; i++) w[i] = _mm256_load_si256((const __m256i *)(acc + (q + i) * 8));
-            kn_q_transpose8x32(w, t);
-            for (int c = 0; c < 8; c++) _mm256_store_si256((__m256i *)(pl + c * OP8 + q), t[c]);
+#if DW_L == 16
+        if (p->rq) { /* QLinearConv: requantised in this layout, then planes by byte transposes */
+            dws_requant_out(p, acc, ob, n, c0, nc);
+            continue;
         }
+#endif
+        for (int64_t q = OP; q < OP8; q++) dw_storeu(acc + q * DW_L, dw_set1(0));
+        /* back to channel planes, 8 x 8 blocks (positions q .. q + 7, channels 8 g .. 8 g + 7) */
+        for (int64_t q = 0; q < OP8; q += 8)
+            for (int g = 0; g < DW_L / 8; g++) {
+                __m256i w[8], t[8];
+                for (int i = 0; i < 8; i++) w[i] = _mm256_load_si256((const __m256i *)(acc + (q + i) * DW_L + 8 * g));
+                kn_q_transpose8x32(w, t);
+                for (int c = 0; c < 8; c++) _mm256_store_si256((__m256i *)(pl + (8 * g + c) * OP8 + q), t[c]);
+            }
         const int64_t M = C; /* mult 1 */
         for (int64_t c = 0; c < nc; c++) {
             const int64_t m = c0 + c;
@@ -568,6 +664,9 @@ static void dws_range(void *arg, int64_t b0, int64_t b1) {
         }
     }
 done:
+#if DW_L == 16
+    free(ob);
+#endif
     free(xv);
     free(pp);
     free(acc);
@@ -619,7 +718,7 @@ kiln_status kn_qdw_conv(kn_threadpool *pool, const kn_qdw *p) {
 #if defined(__AVX2__)
     int64_t Hp, Wp;
     if (dws_fits(p, &Hp, &Wp)) {
-        dws_job sj = {.p = p, .wk = wk, .blocks = (p->C + 7) / 8, .Hp = Hp, .Wp = Wp, .T8 = (Hp * Wp + 7) / 8 * 8,
+        dws_job sj = {.p = p, .wk = wk, .blocks = (p->C + DW_L - 1) / DW_L, .Hp = Hp, .Wp = Wp, .T8 = (Hp * Wp + 7) / 8 * 8,
                       .KP = (p->KW + 1) / 2, .total = p->N * p->C * p->H * p->W};
         const int64_t units = p->N * sj.blocks;
         if (kn_threadpool_size(pool) <= 1 || units < 2 || planes * p->OH * p->OW * p->KH * p->KW < 100000)
@@ -631,12 +730,15 @@ kiln_status kn_qdw_conv(kn_threadpool *pool, const kn_qdw *p) {
 #endif
     dw_job j = {.p = p, .KP = (p->KW + 1) / 2};
     const int64_t amax = (p->KW - 1) * p->dw / p->sw;
-    /* out_row reads whole vectors of 8 words from word amax on; whole vectors of 8 made */
-    j.QW = ((p->OW + 7) / 8 * 8 + amax + 7) / 8 * 8;
+    /* out_row reads whole vectors of DW_L words from word amax on; whole vectors of 8 made */
+    const int64_t OWv = (p->OW + DW_L - 1) / DW_L * DW_L;
+    j.QW = (OWv + amax + 7) / 8 * 8;
     j.direct = p->sw == 2 && p->dw == 1;
-    /* direct: out_row reads int16 [0, 2 (OW rounded to 8 + amax) + 2) of the row */
-    j.XB = j.direct ? (max64(2 * ((p->OW + 7) / 8 * 8 + amax) + 2, p->pw + p->W) + 15) / 16 * 16
+    /* direct: out_row reads int16 [0, 2 (OW rounded to DW_L + amax) + 2) of the row; row_to_i16
+     * writes whole steps of 2 DW_L */
+    j.XB = j.direct ? max64(2 * (OWv + amax) + 2, p->pw + p->W)
                     : max64(j.QW * p->sw + p->dw + 16, p->pw + p->W + 16);
+    j.XB = (j.XB + 2 * DW_L - 1) / (2 * DW_L) * (2 * DW_L);
     j.RW = j.direct ? (j.XB + 1) / 2 + 8 : j.QW * p->sw;
     j.RW = (j.RW + 7) / 8 * 8;
     int64_t *off = malloc(sizeof(int64_t) * (size_t)j.KP);
