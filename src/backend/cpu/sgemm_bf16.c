@@ -1295,6 +1295,11 @@ static void stream_range(void *arg, int64_t begin, int64_t end) {
  * whole-B path's tail reads them by whole rows; at 2 threads it was faster (fp32 C 0.67 -> 0.61 ms,
  * 128 -> 512 at 28x28 0.61 -> 0.53; bf16 C 0.55 -> 0.50, 0.43 -> 0.41). KILN_BGEMM_STREAM=0: never. */
 #define STREAM_MIN_N 512
+/* At 1 thread a plane of 28x28 (N 784) went slower streamed: ResNet-50's 512 -> 128 and 512 -> 256
+ * at 28x28, 0.437 -> 0.413 and 0.249 -> 0.214 ms through the whole-B path (node_ab, bf16h, 4 rounds,
+ * KILN_BGEMM_STREAM=0 against the default), while 56x56 (N 3136) gained streamed (256 -> 64 0.443
+ * against 0.513, 256 -> 128 0.271 against 0.355). */
+#define STREAM_MIN_N_1T 1024
 static bool streams(const kn_sgemm_batch *p, const kn_bgemm_io *io, int64_t threads) {
     static int off = -1;
     if (off < 0) {
@@ -1302,7 +1307,7 @@ static bool streams(const kn_sgemm_batch *p, const kn_bgemm_io *io, int64_t thre
         off = e && !strcmp(e, "0");
     }
     return !off && use_amx && io && (threads > 1 || (!io->add && !io->add16)) && !p->pack_b && !p->trans_b && !p->b_packed && !p->epilogue && !p->c_add &&
-           !p->clamp && p->N >= STREAM_MIN_N && p->M >= ROWS_MAX_M && p->alpha == 1.0f && p->beta == 0.0f;
+           !p->clamp && p->N >= (threads > 1 ? STREAM_MIN_N : STREAM_MIN_N_1T) && p->M >= ROWS_MAX_M && p->alpha == 1.0f && p->beta == 0.0f;
 }
 
 /* columns a task: its block of B about 128 KB (L2; the tiles read it once per 32 rows of C), at
