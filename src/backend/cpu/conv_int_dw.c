@@ -41,8 +41,10 @@ typedef struct dw_job {
     atomic_int failed;
 } dw_job;
 
-/* xb = x's row less zx between zero borders (XB int16 in all) */
-static void row_to_i16(const dw_job *j, const void *xrow, int16_t *xb) {
+/* xb = x's row less zx between zero borders (XB int16 in all); where first is false, xb holds an
+ * earlier row's conversion and the AVX-512 form leaves its steps past the row (zeros) as they are */
+static void row_to_i16(const dw_job *j, const void *xrow, int16_t *xb, bool first) {
+    (void)first;
     const kn_qdw *p = j->p;
     const int64_t W = p->W, pw = p->pw;
 #if DW_L == 16
@@ -51,7 +53,8 @@ static void row_to_i16(const dw_job *j, const void *xrow, int16_t *xb) {
     {
         const __m512i zv = _mm512_set1_epi16((int16_t)p->zx);
         const uint8_t *xr = xrow;
-        for (int64_t q = 0; q < j->XB; q += 32) {
+        const int64_t end = first ? j->XB : (pw + W + 31) / 32 * 32 < j->XB ? (pw + W + 31) / 32 * 32 : j->XB;
+        for (int64_t q = 0; q < end; q += 32) {
             const int64_t lo = q - pw, a = lo < 0 ? -lo : 0, b = W - lo < 32 ? W - lo : 32;
             const __mmask32 k = b <= a ? 0 : (__mmask32)(((b == 32 ? 0xffffffffu : (1u << b) - 1u)) & ~((1u << a) - 1u));
             const __m256i raw = _mm256_maskz_loadu_epi8(k, xr + (k ? lo : 0));
@@ -426,10 +429,10 @@ static void dw_range(void *arg, int64_t b0, int64_t b1) {
         const char *xp = (const char *)p->x + (size_t)b * (size_t)(H * W);
         for (int64_t ih = 0; ih < H; ih++) {
             int32_t *row = buf + ih * RW;
-            if (j->direct) row_to_i16(j, xp + ih * W, (int16_t *)row);
+            if (j->direct) row_to_i16(j, xp + ih * W, (int16_t *)row, b == b0);
             else if (p->sw == 1) row_pairs_s1(j, xp + ih * W, row);
             else {
-                row_to_i16(j, xp + ih * W, xb);
+                row_to_i16(j, xp + ih * W, xb, b == b0 && ih == 0);
                 row_pairs(j, xb, row);
             }
         }
