@@ -589,7 +589,7 @@ static void dws_range(void *arg, int64_t b0, int64_t b1) {
                      * zeroed lanes past the row run on into the right padding, the next row (written
                      * after) or the slack */
                     int16_t *d = row + (p->pw + iw) * DW_L + 8 * g;
-                    for (int half = 0; half < 2; half++) {
+                    for (int half = 0; half < 2 && 8 * half < wn - iw; half++) { /* (columns past wn: the memset below) */
                         __m128i h[8], a[8], b[8];
                         for (int c = 0; c < 8; c++) h[c] = half ? _mm256_extracti128_si256(r[c], 1) : _mm256_castsi256_si128(r[c]);
                         for (int c = 0; c < 4; c++) {
