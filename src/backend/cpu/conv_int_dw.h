@@ -11,7 +11,11 @@
  *
  * Planes under 16 outputs wide with one output channel per input channel and 8 channels or more
  * take a second form with eight channels in the lanes instead (conv_int_dw.c, "small planes"): a
- * 1-15-wide row would fill 1-15 of the lanes above. */
+ * 1-15-wide row would fill 1-15 of the lanes above.
+ *
+ * Where the build targets AVX-512 (F, BW) both forms take 16 lanes (zmm; vpdpwssd with VNNI): 16
+ * output columns a vector, 16 channels a small-plane block, whose QLinearConv outputs are
+ * requantised with the channels in the lanes and moved into planes by byte transposes. */
 #ifndef KN_CPU_CONV_INT_DW_H
 #define KN_CPU_CONV_INT_DW_H
 
