@@ -15,6 +15,10 @@
 #define KN_ISA_X86 1
 #include <cpuid.h>
 #endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 static const char *const level_names[KN_ISA_COUNT] = {"baseline", "avx2", "avx512"};
 _Static_assert(sizeof level_names / sizeof level_names[0] == KN_ISA_COUNT, "a name per level");
@@ -256,6 +260,22 @@ static void choose(void) {
 unsigned kn_cpu_features(void) {
     pthread_once(&once, choose);
     return features_seen;
+}
+
+/* Linux hands a process the AMX tile state only when it asks (arch_prctl ARCH_REQ_XCOMP_PERM for
+ * XFEATURE_XTILEDATA); a refusal (an old kernel, a seccomp filter) means no AMX. Asked once. */
+static bool amx_granted;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void ask_amx(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl) && defined(KN_ISA_X86)
+    amx_granted = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#endif
+}
+
+bool kn_cpu_amx_permitted(void) {
+    pthread_once(&amx_once, ask_amx);
+    return amx_granted;
 }
 
 static bool vnni_off;

@@ -68,6 +68,10 @@ enum {
     KN_CPUF_COUNT_ = 18
 };
 
+/* Whether Linux gave this process the AMX tile state (asked once; false elsewhere): the tiles of
+ * sgemm_bf16.c and qgemm_amx.c run only then. */
+bool kn_cpu_amx_permitted(void);
+
 /* AMX-INT8 for the 8-bit products: kn_qgemm_amx() in qgemm_amx.h (KILN_CPU_MASK=amxint8 hides it).
  * Whether the 8-bit integer products (qgemm.c) use AVX-512 VNNI: the CPU has it (less
  * KILN_CPU_MASK) with AVX-512 F, BW and VL, unless kn_cpu_vnni_force turned it off. Only the

@@ -8,10 +8,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 
 /* AMX-INT8's intrinsics: GCC 11, clang 12 (as sgemm_bf16.c's AMX-BF16) */
 #if defined(__x86_64__) && defined(__GNUC__) &&                                                                     \
@@ -60,9 +56,10 @@ void kn_qgemm_amx_pack_b(const void *b, bool b_signed, int64_t rs, int64_t cs, i
 
 /* ---------------------------------------------------------------- CPU support */
 
+/* the tiles only where the compiler has their intrinsics and Linux gave the tile state */
 static bool amx_permitted(void) {
-#if defined(__linux__) && defined(SYS_arch_prctl) && defined(KN_QAMX_X86)
-    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#if defined(KN_QAMX_X86)
+    return kn_cpu_amx_permitted();
 #else
     return false;
 #endif

@@ -35,10 +35,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 
 /* The kernel: x86-64 with a compiler that has the AVX512_BF16 intrinsics (compiled for that ISA
  * whatever the build's -march: only called once cpuid said yes). Elsewhere, or with
@@ -121,11 +117,10 @@ static bool detect(void) {
 static bool detect(void) { return false; }
 #endif
 
-/* Linux hands a process the AMX tile state only when it asks (arch_prctl ARCH_REQ_XCOMP_PERM for
- * XFEATURE_XTILEDATA); a refusal (an old kernel, a seccomp filter) leaves vdpbf16ps. */
+/* the tiles only where the compiler has their intrinsics and Linux gave the tile state */
 static bool amx_permitted(void) {
-#if defined(__linux__) && defined(SYS_arch_prctl) && defined(KN_AMX_X86)
-    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#if defined(KN_AMX_X86)
+    return kn_cpu_amx_permitted();
 #else
     return false;
 #endif
