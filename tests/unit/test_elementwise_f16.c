@@ -189,6 +189,7 @@ KN_TEST(ew_f16_unary_threads) {
     kn_threadpool_create(2, &pool);
     check_unary_all_halves(&(un_case){"Sigmoid", 13, NULL, 0, NULL, 0, 0, false}, pool);
     check_unary_all_halves(&(un_case){"LeakyRelu", 16, "alpha", 0.01f, NULL, 0, 0, false}, pool);
+    check_unary_all_halves(&(un_case){"Gelu", 20, "approximate", 0, "none", 0, 0, false}, pool);
     kn_threadpool_destroy(pool);
 }
 

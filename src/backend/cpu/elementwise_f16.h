@@ -77,4 +77,35 @@ static inline __m256 kn_h8_splat(const uint16_t *p) {
     } while (0)
 #endif
 
+/* The same at 16 lanes for the AVX-512 level (F, BW, VL): vcvtph2ps / vcvtps2ph on zmm, the tail
+ * by masked 16-bit loads and stores (zero above the tail, as the 8-lane buffer), for the
+ * operators whose float32 kernels are vec_math.h's 16-lane functions: the same VFN on the same
+ * floats, so each result is the float32 kernel's rounded once to float16, as the chunked path
+ * gave it (one pass over the row instead of three). KN_EW_F16_V16 says it is defined. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define KN_EW_F16_V16 1
+#include <immintrin.h>
+
+static inline __mmask16 kn_h16_tail(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
+static inline __m512 kn_h16_load(const uint16_t *p, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+static inline void kn_h16_store(uint16_t *p, __mmask16 m, __m512 v) {
+    _mm256_mask_storeu_epi16(p, m, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+/* o[i] = VFN(x[i]) for i < n halves (o may be x): 16 a step, the last step masked. VFN: an
+ * __m512 -> __m512 function or function-like macro. */
+#define KN_H16_MAP(o, x, n, VFN)                                                                   \
+    do {                                                                                           \
+        uint16_t *kn_hm_o = (o);                                                                   \
+        const uint16_t *kn_hm_x = (x);                                                             \
+        const int64_t kn_hm_n = (n);                                                               \
+        for (int64_t kn_hm_i = 0; kn_hm_i < kn_hm_n; kn_hm_i += 16) {                              \
+            const __mmask16 kn_hm_m = kn_h16_tail(kn_hm_n - kn_hm_i);                              \
+            kn_h16_store(kn_hm_o + kn_hm_i, kn_hm_m, VFN(kn_h16_load(kn_hm_x + kn_hm_i, kn_hm_m))); \
+        }                                                                                          \
+    } while (0)
+#endif
+
 #endif

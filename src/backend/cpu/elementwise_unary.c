@@ -462,6 +462,20 @@ UN_H8(Erf, kn_v8_erf)
 UN_H8(Sigmoid, kn_v8_sigmoid)
 UN_H8(GeluErf, kn_v8_gelu_erf)
 UN_H8(GeluTanh, kn_v8_gelu_tanh)
+#elif defined(KN_EW_F16_V16)
+/* the AVX-512 level's float32 kernels of these are 16-lane (vec_math.h): the same at 16 lanes
+ * (Gelu 1x128x3072 f16 spent half its time in the chunked path's conversions and copies) */
+#define UN_H16(name, VFN)                                                                          \
+    static void name##_f16(int64_t n, void *restrict o_, const void *restrict x_, const un_prm *p) { \
+        (void)p;                                                                                   \
+        KN_H16_MAP((uint16_t *)o_, (const uint16_t *)x_, n, VFN);                                  \
+    }
+UN_H16(Exp, kn_v16_exp)
+UN_H16(Tanh, kn_v16_tanh)
+UN_H16(Erf, kn_v16_erf)
+UN_H16(Sigmoid, kn_v16_sigmoid)
+UN_H16(GeluErf, kn_v16_gelu_erf)
+UN_H16(GeluTanh, kn_v16_gelu_tanh)
 #endif
 
 /* The operator's float16 row function, or NULL. */
@@ -485,7 +499,7 @@ static un_fn un_f16_fn(const un_op *op) {
         {&op_HardSwish, HardSwish_f16},
         {&op_Softsign, Softsign_f16},
         {&op_Clip, Clip_f16},
-#if !defined(__AVX512F__)
+#if !defined(__AVX512F__) || defined(KN_EW_F16_V16)
         {&op_Exp, Exp_f16},
         {&op_Tanh, Tanh_f16},
         {&op_Erf, Erf_f16},
