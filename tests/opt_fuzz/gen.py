@@ -4,7 +4,7 @@ random_model(seed) -> (model, inputs). A graph is a few pattern blocks chained o
 Conv (+bias, BatchNormalization, residual Add, activation), MatMul+Add (+residual, activation),
 Gemm+activation, LayerNorm/RMSNorm and GELU decompositions, attention (one head and split heads),
 elementwise chains, constant subexpressions and shape arithmetic, Reshape/Transpose chains,
-duplicated nodes (CSE), no-ops. Then random readers of the blocks' intermediates: extra nodes,
+duplicated nodes (CSE), no-ops, and (one float32 graph in three) a dynamically quantised MatMul. Then random readers of the blocks' intermediates: extra nodes,
 graph outputs, and If/Loop/Scan bodies (nested up to two deep) that read them from the enclosing
 scope and hold patterns of their own. Random shapes (a symbolic batch in some), opsets 14/17/18,
 float32 or (one graph in five) float16.
@@ -517,6 +517,49 @@ def noops(g, x, s, same=True):
     return y, s
 
 
+def dynamic_quant_matmul(g, r):
+    """quantize_dynamic's MatMul: DynamicQuantizeLinear(x) -> MatMulInteger -> Cast -> Mul by
+    x_scale * W_scale (-> bias Add), the chain fuse_integer_matmul_scale folds, on a graph input
+    (an intermediate would differ by rounding between levels and flip a quantised value), with
+    the variants the pass takes (scale and zero point per tensor or per column, either Mul order,
+    a bias or none) and near misses it must leave (the converted product read elsewhere, a bias
+    that is not a constant [N], the scaled product read beside the Add). r: the block's own
+    random stream. Returns (value, shape) or None (float16 graphs: the operators take float32)."""
+    if g.half:
+        return None
+    inp = g.inputs[int(r.integers(len(g.inputs)))]
+    x, s = inp.name, next(v[1] for v in g.vals if v[0] == inp.name)
+    k = s[-1]
+    m = int(r.integers(1, 9))
+    out_s = tuple(s[:-1]) + (m,)
+    xq, xs, xz = g.node("DynamicQuantizeLinear", [x], n_out=3)
+    signed = r.random() < 0.5
+    wq = g.const(r.integers(-128, 128, (k, m)).astype(np.int8) if signed
+                 else r.integers(0, 256, (k, m)).astype(np.uint8), "wq")
+    per_col = r.random() < 0.5
+    ins = [xq, wq, xz]
+    if r.random() < 0.7:  # W's zero point: one, or one per column
+        zp = r.integers(-8, 8, (m,) if per_col else ()) if signed else r.integers(120, 136, (m,) if per_col else ())
+        ins.append(g.const(zp.astype(np.int8 if signed else np.uint8), "wz"))
+    prod = g.node("MatMulInteger", ins)
+    conv = g.node("Cast", [prod], to=F)
+    if r.random() < 0.15:  # the converted product read elsewhere: no fold
+        g.extra_outputs.append((g.node("Neg", [conv]), out_s))
+    ws = g.const(r.uniform(0.002, 0.02, (m,) if per_col else ()).astype(np.float32), "ws")
+    scale = g.node("Mul", [xs, ws])
+    y = g.node("Mul", [conv, scale] if r.random() < 0.5 else [scale, conv])
+    u = r.random()
+    if u < 0.5:  # the model's bias, a constant [N]
+        y2 = g.node("Add", [y, g.fconst((m,), 0.1)] if r.random() < 0.5 else [g.fconst((m,), 0.1), y])
+    elif u < 0.65:  # a bias of another shape: the Add stays
+        y2 = g.node("Add", [y, g.fconst((1,) * (len(s) - 1) + (m,), 0.1)])
+    else:
+        y2 = y
+    if y2 != y and r.random() < 0.2:  # the scaled product read beside the Add
+        g.extra_outputs.append((g.node("Relu", [y]), out_s))
+    return y2, out_s
+
+
 BLOCKS = [conv, conv, matmul, matmul, gemm, layernorm, gelu_block, attention, elementwise, const_fold, flatten,
           unflatten, transposes, cse, noops, detector]
 SAME_BLOCKS = [conv, matmul, layernorm, gelu_block, elementwise, cse, noops, attention]
@@ -725,6 +768,13 @@ def random_model(seed):
         g.add_input(shape, symbolic)
     for _ in range(int(r.integers(2, 6))):
         add_block(g)
+    # a dynamically quantised MatMul in one float32 graph in three, drawn apart so that every
+    # other seed's graph stays what it was
+    rq = np.random.default_rng([seed, 8])
+    if rq.random() < 1 / 3:
+        res = dynamic_quant_matmul(g, rq)
+        if res is not None:
+            g.extra_outputs.append(res)
     # readers of intermediates: subgraphs, extra nodes, graph outputs
     outputs = []
     for _ in range(int(r.integers(0, 3))):
