@@ -153,6 +153,84 @@ KN_TEST(cpu_cumsum_float16_rounded_once) {
     kn_tensor_free(ax0);
 }
 
+/* CumSum / CumProd along the last axis (the running value kept in a register, rows four at a
+ * time, then one by one) against the definition written here: y[0] the first input (exclusive:
+ * the identity), each next output the previous output combined with the next input, in the
+ * element type (int8 wraps), in both directions. Row counts cover the four-row groups and the
+ * remainder, rows of 1 and 2 elements included; a float row starts at -0 (inclusive: -0 stays). */
+static double cum_ref_step(kiln_dtype dt, bool prod, double a, double v) {
+    switch (dt) {
+    case KILN_DTYPE_FLOAT: return prod ? (double)((float)a * (float)v) : (double)((float)a + (float)v);
+    case KILN_DTYPE_INT8: return (double)(int8_t)(uint8_t)((unsigned)(prod ? (int)a * (int)v : (int)a + (int)v) & 0xffu);
+    default: return prod ? a * v : a + v; /* double, small int32 */
+    }
+}
+
+KN_TEST(cpu_cumulative_last_axis_rows) {
+    static const kiln_dtype dts[3] = {KILN_DTYPE_FLOAT, KILN_DTYPE_DOUBLE, KILN_DTYPE_INT8};
+    static const int64_t rows[5] = {1, 3, 4, 5, 9}, lens[4] = {1, 2, 17, 1000};
+    uint32_t seed = 7;
+    kn_tensor *ax = oc_i64(0, -1);
+    int cases = 0, wrong = 0;
+    for (int di = 0; di < 3; di++)
+        for (int prod = 0; prod < 2; prod++)
+            for (int flags = 0; flags < 4; flags++)
+                for (int ri = 0; ri < 5; ri++)
+                    for (int li = 0; li < 4; li++) {
+                        const kiln_dtype dt = dts[di];
+                        const bool excl = flags & 1, rev = flags >> 1;
+                        const int64_t R = rows[ri], D = lens[li], n = R * D, dims[2] = {R, D};
+                        const size_t es = dt == KILN_DTYPE_FLOAT ? 4 : dt == KILN_DTYPE_DOUBLE ? 8 : 1;
+                        double *xv = malloc(sizeof(double) * (size_t)n);
+                        unsigned char *xb = malloc(es * (size_t)n);
+                        for (int64_t i = 0; i < n; i++) {
+                            const float r = tmb_rand(&seed);
+                            double v = dt == KILN_DTYPE_INT8 ? (double)(int)(r * 100.0f)
+                                       : prod              ? 1.0 + r / 64.0
+                                                           : 3.0 * r;
+                            if (dt == KILN_DTYPE_FLOAT) v = (float)v;
+                            if (dt != KILN_DTYPE_INT8 && !prod && i % D == (rev ? D - 1 : 0)) v = -0.0;
+                            xv[i] = v;
+                            if (dt == KILN_DTYPE_FLOAT) ((float *)xb)[i] = (float)v;
+                            else if (dt == KILN_DTYPE_DOUBLE) ((double *)xb)[i] = v;
+                            else ((int8_t *)xb)[i] = (int8_t)v;
+                        }
+                        oc_attr at[2] = {{.name = "exclusive", .i = excl}, {.name = "reverse", .i = rev}};
+                        kiln_tensor *y = NULL;
+                        if (oc_run(prod ? "CumProd" : "CumSum", prod ? 26 : 14, dt, 2, dims, xb, &ax, 1, at, 2, 1, 1,
+                                   &y)) {
+                            const unsigned char *g = kiln_tensor_data(y);
+                            int64_t bad = 0, first = -1;
+                            for (int64_t r = 0; r < R; r++) {
+                                double acc = prod ? 1.0 : 0.0;
+                                for (int64_t t = 0; t < D; t++) {
+                                    const int64_t i = r * D + (rev ? D - 1 - t : t);
+                                    double want;
+                                    if (excl) want = acc, acc = cum_ref_step(dt, prod, acc, xv[i]);
+                                    else want = acc = t == 0 ? xv[i] : cum_ref_step(dt, prod, acc, xv[i]);
+                                    double got = dt == KILN_DTYPE_FLOAT    ? (double)((const float *)g)[i]
+                                                 : dt == KILN_DTYPE_DOUBLE ? ((const double *)g)[i]
+                                                                           : (double)((const int8_t *)g)[i];
+                                    if (got != want || signbit(got) != signbit(want)) {
+                                        if (first < 0) first = i;
+                                        bad++;
+                                    }
+                                }
+                            }
+                            cases++;
+                            if (bad) wrong++;
+                            CHECK_MSG(bad == 0, "%s %s %lldx%lld exclusive %d reverse %d: %lld of %lld wrong (first %lld)",
+                                      prod ? "CumProd" : "CumSum", kiln_dtype_name(dt), (long long)R, (long long)D,
+                                      excl, rev, (long long)bad, (long long)n, (long long)first);
+                        }
+                        kiln_tensor_destroy(y);
+                        free(xv);
+                        free(xb);
+                    }
+    CHECK_MSG(cases == 3 * 2 * 4 * 5 * 4 && wrong == 0, "%d cases ran, %d wrong", cases, wrong);
+    kn_tensor_free(ax);
+}
+
 KN_TEST(cpu_lpnorm_float16_rounded_once) {
     const int64_t da[2] = {5, 77}, db[3] = {2, 3, 40}, dc[2] = {3, 4099};
     for (int p = 1; p <= 2; p++) {

@@ -80,6 +80,54 @@ kiln_status kn_cpu_range(kn_kernel_ctx *c) {
             }                                                                                      \
     } while (0)
 
+/* Along the last axis (post == 1): the running value in a register, four rows at a time. Each
+ * output is the same operation on the same operands as CUM_LOOP's (the first inclusive output is
+ * the input itself, the first exclusive one the identity), but CUM_LOOP read each previous output
+ * back from memory: a store-to-load forwarding in every step of the chain, 16% of CumSum
+ * 1x4096's time on the add and 46% on the store in perf. */
+#define CUM_ROWS(T, ONE, OP)                                                                       \
+    do {                                                                                           \
+        const T *xp = x->data;                                                                     \
+        T *yp = y->data;                                                                           \
+        const int64_t i0 = rev ? D - 1 : 0, step = rev ? -1 : 1;                                   \
+        int64_t p = 0;                                                                             \
+        for (; p + 4 <= pre; p += 4) {                                                             \
+            const T *x0 = xp + p * D, *x1 = x0 + D, *x2 = x1 + D, *x3 = x2 + D;                    \
+            T *y0 = yp + p * D, *y1 = y0 + D, *y2 = y1 + D, *y3 = y2 + D;                          \
+            T a0, a1, a2, a3;                                                                      \
+            if (excl) {                                                                            \
+                a0 = a1 = a2 = a3 = (T)(ONE);                                                      \
+                for (int64_t t = 0, i = i0; t < D; t++, i += step) {                               \
+                    y0[i] = a0, y1[i] = a1, y2[i] = a2, y3[i] = a3;                                \
+                    a0 = (T)(a0 OP x0[i]), a1 = (T)(a1 OP x1[i]);                                  \
+                    a2 = (T)(a2 OP x2[i]), a3 = (T)(a3 OP x3[i]);                                  \
+                }                                                                                  \
+            } else {                                                                               \
+                y0[i0] = a0 = x0[i0], y1[i0] = a1 = x1[i0], y2[i0] = a2 = x2[i0], y3[i0] = a3 = x3[i0]; \
+                for (int64_t t = 1, i = i0 + step; t < D; t++, i += step) {                        \
+                    y0[i] = a0 = (T)(a0 OP x0[i]), y1[i] = a1 = (T)(a1 OP x1[i]);                  \
+                    y2[i] = a2 = (T)(a2 OP x2[i]), y3[i] = a3 = (T)(a3 OP x3[i]);                  \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (; p < pre; p++) {                                                                     \
+            const T *xr = xp + p * D;                                                              \
+            T *yr = yp + p * D, a;                                                                 \
+            if (excl) {                                                                            \
+                a = (T)(ONE);                                                                      \
+                for (int64_t t = 0, i = i0; t < D; t++, i += step) yr[i] = a, a = (T)(a OP xr[i]); \
+            } else {                                                                               \
+                yr[i0] = a = xr[i0];                                                               \
+                for (int64_t t = 1, i = i0 + step; t < D; t++, i += step) yr[i] = a = (T)(a OP xr[i]); \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+#define CUM(T, ONE, OP)                                                                            \
+    do {                                                                                           \
+        if (post == 1) CUM_ROWS(T, ONE, OP);                                                       \
+        else CUM_LOOP(T, ONE, OP);                                                                 \
+    } while (0)
+
 /* float16 / bfloat16: a float accumulator, each output the float result rounded once (ONNX
  * Runtime casts around a float16 CumSum; rounding the running sum at every step drifted: a row of
  * 4096 ones summed to 2048). Rows are widened and narrowed by the vector conversions: along the
@@ -150,16 +198,16 @@ kiln_status kn_cpu_cumulative(kn_kernel_ctx *c) {
     for (int k = (int)a + 1; k < r; k++) post *= x->dims[k];
     if (kn_tensor_count(x) == 0) return KILN_OK;
     switch (x->dtype) {
-    case KILN_DTYPE_FLOAT: if (prod) CUM_LOOP(float, 1, *); else CUM_LOOP(float, 0, +); break;
-    case KILN_DTYPE_DOUBLE: if (prod) CUM_LOOP(double, 1, *); else CUM_LOOP(double, 0, +); break;
-    case KILN_DTYPE_INT8: if (prod) CUM_LOOP(int8_t, 1, *); else CUM_LOOP(int8_t, 0, +); break;
-    case KILN_DTYPE_INT16: if (prod) CUM_LOOP(int16_t, 1, *); else CUM_LOOP(int16_t, 0, +); break;
-    case KILN_DTYPE_INT32: if (prod) CUM_LOOP(int32_t, 1, *); else CUM_LOOP(int32_t, 0, +); break;
-    case KILN_DTYPE_INT64: if (prod) CUM_LOOP(int64_t, 1, *); else CUM_LOOP(int64_t, 0, +); break;
-    case KILN_DTYPE_UINT8: if (prod) CUM_LOOP(uint8_t, 1, *); else CUM_LOOP(uint8_t, 0, +); break;
-    case KILN_DTYPE_UINT16: if (prod) CUM_LOOP(uint16_t, 1, *); else CUM_LOOP(uint16_t, 0, +); break;
-    case KILN_DTYPE_UINT32: if (prod) CUM_LOOP(uint32_t, 1, *); else CUM_LOOP(uint32_t, 0, +); break;
-    case KILN_DTYPE_UINT64: if (prod) CUM_LOOP(uint64_t, 1, *); else CUM_LOOP(uint64_t, 0, +); break;
+    case KILN_DTYPE_FLOAT: if (prod) CUM(float, 1, *); else CUM(float, 0, +); break;
+    case KILN_DTYPE_DOUBLE: if (prod) CUM(double, 1, *); else CUM(double, 0, +); break;
+    case KILN_DTYPE_INT8: if (prod) CUM(int8_t, 1, *); else CUM(int8_t, 0, +); break;
+    case KILN_DTYPE_INT16: if (prod) CUM(int16_t, 1, *); else CUM(int16_t, 0, +); break;
+    case KILN_DTYPE_INT32: if (prod) CUM(int32_t, 1, *); else CUM(int32_t, 0, +); break;
+    case KILN_DTYPE_INT64: if (prod) CUM(int64_t, 1, *); else CUM(int64_t, 0, +); break;
+    case KILN_DTYPE_UINT8: if (prod) CUM(uint8_t, 1, *); else CUM(uint8_t, 0, +); break;
+    case KILN_DTYPE_UINT16: if (prod) CUM(uint16_t, 1, *); else CUM(uint16_t, 0, +); break;
+    case KILN_DTYPE_UINT32: if (prod) CUM(uint32_t, 1, *); else CUM(uint32_t, 0, +); break;
+    case KILN_DTYPE_UINT64: if (prod) CUM(uint64_t, 1, *); else CUM(uint64_t, 0, +); break;
     case KILN_DTYPE_FLOAT16:
     case KILN_DTYPE_BFLOAT16: return cum_half(c, x, y, pre, D, post, excl, rev, prod);
     default: return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "element type %s", kiln_dtype_name(x->dtype));
