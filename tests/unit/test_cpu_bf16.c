@@ -902,13 +902,22 @@ KN_TEST(bf16_values_between_convolutions) {
          {{32, 1, 1, 0, 1, -1, 0}, {32, 3, 1, 1, 1, 0, 0}, {64, 1, 1, 0, 1, 1, 1}, {32, 1, 1, 0, 1, 2, 0},
           {64, 1, 1, 0, 1, 3, 4}, {16, 1, 1, 0, 1, 4, 0}},
          4, false},
-        /* a bf16 residual read by 3x3 convolutions: one whose output is kept in bf16 (conv.c's
-         * converting route: the AMX convolution's bf16 output takes no residual), one whose fp32
-         * output gets it in the AMX convolution's epilogue */
+        /* a bf16 residual read by 3x3 convolutions: one whose output is kept in bf16, one whose
+         * output is fp32; the AMX convolution adds the residual (and the Relu, and rounds) as it
+         * stores each block of its tiles */
         {1, 32, 12, 12, 5,
          {{32, 1, 1, 0, 1, -1, 0}, {32, 1, 1, 0, 1, 0, 0}, {32, 3, 1, 1, 1, 1, 2}, {24, 1, 1, 0, 1, 2, 0},
           {32, 3, 1, 1, 1, 1, 4}},
          3, true},
+        /* the same with fp32 residuals (without activations=half the values read as a residual stay
+         * fp32): a 3x3 whose output is kept in bf16 (read only as X) and one whose output is fp32,
+         * both adding the first 1x1's fp32 output as they store; the outputs bit for bit as with
+         * the values in fp32 (where the fp32 output's residual is the epilogue's), planes wide enough
+         * for whole 32-column rows of a block */
+        {1, 32, 37, 45, 5,
+         {{32, 1, 1, 0, 1, -1, 0}, {32, 1, 1, 0, 1, 0, 0}, {32, 3, 1, 1, 1, 1, 2}, {24, 1, 1, 0, 1, 2, 0},
+          {32, 3, 1, 1, 1, 1, 2}},
+         2, false},
         /* a ResNet stem: a few-channel 7x7 stride-2 convolution (its kernel's columns folded into the
          * channels) + Relu, its MaxPool 3x3 stride 2 (odd planes), read by a 1x1 and by a plain 1x1
          * Conv (made a FusedConv): the stem's output and the pool's are kept in bf16 (the pool runs

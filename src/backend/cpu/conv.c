@@ -2243,11 +2243,12 @@ static kiln_status conv_bf16_io(kn_kernel_ctx *c, const conv_shape *s, const kn_
     const kn_amx_conv_shape as = {s->N, s->C, s->M, s->w.in[0], s->w.in[1], s->w.out[0], s->w.out[1],
                                   s->w.kernel[0], s->w.kernel[1], s->w.pad_begin[0], s->w.pad_begin[1],
                                   s->w.dilation[0], s->w.dilation[1], s->w.stride[0], s->w.stride[1]};
-    /* (the AMX convolution's bf16 output takes no residual; its fp32 one gets it from epi) */
-    if (!(y16 && res) && (x16 ? kn_amx_conv_takes_x16(&as) : kn_amx_conv_suits(&as))) {
-        const kn_amx_io io = {x16 ? X->data : NULL, y16 ? Y->data : NULL, lo, hi};
+    /* (the tail, residual included, applied as the AMX convolution stores its blocks: no epi) */
+    if (x16 ? kn_amx_conv_takes_x16(&as) : kn_amx_conv_suits(&as)) {
+        const kn_amx_io io = {x16 ? X->data : NULL, y16 ? Y->data : NULL, tail ? tail->lo : lo, tail ? tail->hi : hi,
+                              res ? tail->residual : NULL, res ? tail->residual16 : NULL};
         *done = true;
-        return kn_amx_conv_io(c, &as, x16 ? NULL : X->data, w, bias, y16 ? NULL : Y->data, clamp ? NULL : epi, epi_ctx,
+        return kn_amx_conv_io(c, &as, x16 ? NULL : X->data, w, bias, y16 ? NULL : Y->data, tail ? NULL : epi, epi_ctx,
                               w_const, &io);
     }
     bool pointwise = true;

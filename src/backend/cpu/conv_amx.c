@@ -110,11 +110,14 @@ static kn_amx_conv_shape folded(const kn_amx_conv_shape *s) {
 
 bool kn_amx_conv_suits(const kn_amx_conv_shape *s) {
 #if defined(KN_CONV_AMX)
-    /* a 1x1 kernel at stride 1 has no shifted copies to save: the GEMM reads its input as it is */
     if (!kn_bgemm_amx() || (s->C < 16 && !folds(s)) || s->M < 16 || s->OH < 1 || s->OW < 1 || s->dh < 1 ||
-        s->dw < 1 || s->sh < 1 || s->sw < 1 || s->sh > MAX_STRIDE || s->sw > MAX_STRIDE || s->KH < 1 || s->KW < 1 ||
-        (s->KH * s->KW < 2 && s->sh * s->sw < 2))
+        s->dw < 1 || s->sh < 1 || s->sw < 1 || s->sh > MAX_STRIDE || s->sw > MAX_STRIDE || s->KH < 1 || s->KW < 1)
         return false;
+    /* A 1x1 kernel at stride 1 has no shifted copies to save, and the GEMM's packing of B (a 32-column
+     * panel's pairs contiguous) beats this kernel's rows a plane apart: tried here with the bias,
+     * residual and rounding applied to each block from the stack, ResNet-50's 56x56 and 28x28 1x1
+     * layers were 1.07-1.47x slower than through the GEMM (bf16h, 1 thread, 2026-12-06). */
+    if (s->KH * s->KW < 2 && s->sh * s->sw < 2) return false;
     /* (ONNX pads are not negative; input rows and columns no output reads are not packed) */
     if (s->pt < 0 || s->pl < 0) return false;
     const kn_amx_conv_shape e = folds(s) ? folded(s) : *s;
@@ -353,6 +356,8 @@ typedef struct run_job {
     const float *bias;
     float *y;
     uint16_t *y16; /* y in bf16 instead, clamped to [lo, hi] (kn_amx_conv_io), or NULL */
+    const float *add;      /* the residual (kn_amx_io), or NULL */
+    const uint16_t *add16; /* the same in bf16, or NULL */
     float lo, hi;
     bool clamp; /* y (fp32) clamped to [lo, hi] as it is stored */
     kn_conv_epilogue_fn epi;
@@ -367,12 +372,28 @@ static inline int64_t out_pos(const kn_amx_conv_shape *s, const geom *g, int64_t
     return oh * s->OW + (ow < s->OW ? ow : s->OW);
 }
 
+/* 16 values of a stored block: the sums (lanes k of t) plus the bias b, plus the residual (rk 1:
+ * fp32 res, 2: bf16 res, at its element at), clamped to [vlo, vhi] where clamp */
+static inline __attribute__((always_inline)) __m512 block_vec(const float *t, __mmask16 k, __m512 b, const int rk,
+                                                              const void *res, int64_t at, const bool clamp,
+                                                              __m512 vlo, __m512 vhi) {
+    __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, t), b);
+    if (rk == 1) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, (const float *)res + at));
+    if (rk == 2) /* bf16 -> fp32: the 16 bits as the float's high half */
+        v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                 _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, (const uint16_t *)res + at)), 16)));
+    /* (NaN stays NaN, as the epilogue's Relu and Clip leave it) */
+    return clamp ? _mm512_min_ps(vhi, _mm512_max_ps(vlo, v)) : v;
+}
+
 /* 32 padded columns from p0 of output rows m0..m0+mr of image y: the valid columns of T (32 x 32,
- * row r for channel m0 + r) plus the bias; clamped to [lo, hi] where clamp; half: y is bf16 (y16),
- * the values clamped and rounded (called with constant half and clamp: one copy each) */
+ * row r for channel m0 + r) plus the bias, plus the residual (rk 1: fp32 res, 2: bf16 res, indexed
+ * as y), clamped to [lo, hi] where clamp; half: y is bf16 (y16), the values clamped and rounded
+ * (called with constant half, clamp and rk: one copy each) */
 static inline __attribute__((always_inline)) void store_block(const kn_amx_conv_shape *s, const geom *g, const float *T,
                                                               int mr, int64_t p0, void *y, int64_t m0, const float *bias,
-                                                              const bool half, const bool clamp, float lo, float hi) {
+                                                              const bool half, const bool clamp, const int rk,
+                                                              const void *res, float lo, float hi) {
     const int64_t plane = s->OH * s->OW, ncols = min64(32, g->npad - p0);
     const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
     for (int64_t j = 0; j < ncols;) {
@@ -382,11 +403,16 @@ static inline __attribute__((always_inline)) void store_block(const kn_amx_conv_
             for (int r = 0; r < mr; r++) {
                 const int64_t at = (m0 + r) * plane + oh * s->OW + ow;
                 const __m512 b = _mm512_set1_ps(bias ? bias[m0 + r] : 0.0f);
+                const float *t = T + r * 32 + j;
+                if (half && valid == 32) { /* both halves rounded into one 64-byte store */
+                    const __m512 v0 = block_vec(t, 0xFFFF, b, rk, res, at, true, vlo, vhi);
+                    const __m512 v1 = block_vec(t + 16, 0xFFFF, b, rk, res, at + 16, true, vlo, vhi);
+                    _mm512_storeu_si512((uint16_t *)y + at, (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
+                    continue;
+                }
                 for (int h = 0; h < 2 && valid > 16 * h; h++) {
                     const __mmask16 k = m16(valid - 16 * h);
-                    __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, T + r * 32 + j + 16 * h), b);
-                    /* (NaN stays NaN, as the epilogue's Relu and Clip leave it) */
-                    if (half || clamp) v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
+                    const __m512 v = block_vec(t + 16 * h, k, b, rk, res, at + 16 * h, half || clamp, vlo, vhi);
                     if (half)
                         _mm256_mask_storeu_epi16((uint16_t *)y + at + 16 * h, k, (__m256i)_mm512_cvtneps_pbh(v));
                     else
@@ -462,9 +488,17 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
         for (int64_t p0 = c0; p0 < c1; p0 += 32) {
             if (mr > 16) tiles(true, j, xv, m0, p0, p0 == c0, T);
             else tiles(false, j, xv, m0, p0, p0 == c0, T);
-            if (j->y16) store_block(s, g, T, mr, p0, j->y16 + n * s->M * plane, m0, j->bias, true, true, j->lo, j->hi);
-            else if (j->clamp) store_block(s, g, T, mr, p0, j->y + n * s->M * plane, m0, j->bias, false, true, j->lo, j->hi);
-            else store_block(s, g, T, mr, p0, j->y + n * s->M * plane, m0, j->bias, false, false, 0.0f, 0.0f);
+            void *yn = j->y16 ? (void *)(j->y16 + n * s->M * plane) : (void *)(j->y + n * s->M * plane);
+            const float *a = j->add ? j->add + n * s->M * plane : NULL;
+            const uint16_t *a16 = j->add16 ? j->add16 + n * s->M * plane : NULL;
+            if (j->y16) {
+                if (a) store_block(s, g, T, mr, p0, yn, m0, j->bias, true, true, 1, a, j->lo, j->hi);
+                else if (a16) store_block(s, g, T, mr, p0, yn, m0, j->bias, true, true, 2, a16, j->lo, j->hi);
+                else store_block(s, g, T, mr, p0, yn, m0, j->bias, true, true, 0, NULL, j->lo, j->hi);
+            } else if (a) store_block(s, g, T, mr, p0, yn, m0, j->bias, false, true, 1, a, j->lo, j->hi);
+            else if (a16) store_block(s, g, T, mr, p0, yn, m0, j->bias, false, true, 2, a16, j->lo, j->hi);
+            else if (j->clamp) store_block(s, g, T, mr, p0, yn, m0, j->bias, false, true, 0, NULL, j->lo, j->hi);
+            else store_block(s, g, T, mr, p0, yn, m0, j->bias, false, false, 0, NULL, 0.0f, 0.0f);
         }
         if (j->epi && !j->y16) {
             const int64_t o0 = out_pos(s, g, c0), o1 = out_pos(s, g, c1);
@@ -489,7 +523,8 @@ kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, cons
                            const float *bias, float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const,
                            const kn_amx_io *io) {
     const bool fold = folds(s_in);
-    if (io && ((io->x16 && fold) || (io->y16 && epi) || io->lo > io->hi))
+    if (io && ((io->x16 && fold) || ((io->y16 || io->add || io->add16) && epi) || (io->add && io->add16) ||
+               io->lo > io->hi))
         return kn_kernel_error(c, KILN_ERR_INTERNAL, "the AMX convolution given bf16 operands it does not take");
     const kn_amx_conv_shape sf = fold ? folded(s_in) : *s_in, *s = &sf;
     const geom g = geom_of(s);
@@ -515,7 +550,8 @@ kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, cons
         for (int64_t kw = 0; kw < s->KW; kw++) toff[kh * s->KW + kw] = tap_offset(s, &g, kh, kw);
     in_job ij = {s, fold ? s_in : NULL, &g, x, io ? io->x16 : NULL, xv};
     kn_parallel_for(c->pool, s->N * g.nph * g.cq, 4, pack_input, &ij);
-    run_job rj = {s, &g, wa, xv, toff, bias, y, io ? io->y16 : NULL, io ? io->lo : 0.0f, io ? io->hi : 0.0f,
+    run_job rj = {s, &g, wa, xv, toff, bias, y, io ? io->y16 : NULL, io ? io->add : NULL, io ? io->add16 : NULL,
+                  io ? io->lo : 0.0f, io ? io->hi : 0.0f,
                   io && !io->y16 && (io->lo > -INFINITY || io->hi < INFINITY), epi, epi_ctx, (s->M + 31) / 32,
                   (g.npad + COL_CHUNK - 1) / COL_CHUNK, false};
     /* Several threads, weights small against the input (the large planes: 64 channels 3x3 on 56x56,

@@ -31,11 +31,16 @@ kiln_status kn_amx_conv(kn_kernel_ctx *c, const kn_amx_conv_shape *s, const floa
  * convolutions); y16, when set, receives the output in bf16 instead of y, plus the bias, clamped
  * to [lo, hi] (a Relu or Clip: it commutes with the rounding), rounded to nearest even (no epi then).
  * Without y16, a [lo, hi] other than [-inf, inf] clamps y as it is stored, before epi (a Relu or Clip
- * without a residual: no pass of its own over y). */
+ * without a residual: no pass of its own over y).
+ * add / add16 (at most one; no epi with either): a residual of y's shape [N, M, OH, OW], fp32 or
+ * bf16, added to each value after the bias and before the clamp, as the tiles' block is stored
+ * (y = clamp(conv + bias + add), then rounded where y16). */
 typedef struct kn_amx_io {
     const uint16_t *x16;
     uint16_t *y16;
     float lo, hi;
+    const float *add;
+    const uint16_t *add16;
 } kn_amx_io;
 /* Whether kn_amx_conv_io takes a bf16 input for this shape (kn_amx_conv_suits, and not folded). */
 bool kn_amx_conv_takes_x16(const kn_amx_conv_shape *s);
