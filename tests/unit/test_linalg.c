@@ -769,7 +769,11 @@ KN_TEST(linalg_sgemm_prepacked_b_orders) {
     kn_threadpool *pool;
     CHECK_STATUS(kn_threadpool_create(3, &pool), KILN_OK);
     static const int64_t shapes[][3] = {{197, 1400, 900}, {197, 300, 1100}, {13, 2100, 520}, {400, 700, 800},
-                                        {30, 9000, 300},  {1030, 40, 50},   {1300, 250, 70}, {24, 64, 1}};
+                                        {30, 9000, 300},  {1030, 40, 50},   {1300, 250, 70}, {24, 64, 1},
+                                        /* few rows: two panels a micro-kernel call (ukr_pair), a lone
+                                         * last panel, a second panel of 1..32 columns, K over slices */
+                                        {2, 70, 900},     {3, 1000, 300},   {4, 97, 40},     {2, 33, 17},
+                                        {4, 64, 800},     {3, 95, 5}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int v = 0; v < 4; v++) {
             const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];

@@ -327,6 +327,86 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
         else ukr(R, 1, 0, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, pf, t, NULL);                  \
         break;
 
+/* Few rows (mr <= FEW_MR): two NR-column panels a call, b and b + bps, so that C[0:mr, 0:n] (n up
+ * to 2 * NR) is 4 * mr accumulators. With one panel a call, mr = 2 kept 4 accumulators: each k's
+ * multiply-adds waited on the last k's (4 cycles of latency, 2 ports: half the rate; perf of a
+ * GRU step's 2 x 256 @ 768 x 256^T: the micro-kernel's loop on its loads and adds). Each element
+ * of C is the same sum in the same order as ukr's, and the same stores after it. No prefetch of
+ * the next pair: a line a k into L2 made the GRU step 4% slower (its B stays in L2 from run to
+ * run, as a recurrent cell's weights do from step to step). */
+#define FEW_MR 4
+static inline __attribute__((always_inline)) void ukr_pair(const int mr, const int nv, int64_t kc,
+                                                           const float *restrict a, int64_t as,
+                                                           const float *restrict b, int64_t bs, int64_t bps,
+                                                           float *restrict c, int64_t ldc, int n, float alpha,
+                                                           float beta, const float *rb, const ukr_tail *t) {
+    __m512 acc[4][FEW_MR];
+    __mmask16 m[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        m[v] = mask16(n - 16 * v);
+#pragma GCC unroll 4
+        for (int r = 0; r < FEW_MR; r++) acc[v][r] = _mm512_setzero_ps();
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < kc; p++) {
+        __m512 bv[4];
+        bv[0] = _mm512_loadu_ps(b);
+        bv[1] = _mm512_loadu_ps(b + 16);
+        bv[2] = _mm512_maskz_loadu_ps(m[2], b + bps);
+        bv[3] = nv > 3 ? _mm512_maskz_loadu_ps(m[3], b + bps + 16) : _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int r = 0; r < mr; r++) {
+            const __m512 ar = _mm512_set1_ps(a[r]);
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++) acc[v][r] = _mm512_fmadd_ps(ar, bv[v], acc[v][r]);
+        }
+        a += as;
+        b += bs;
+    }
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 4
+    for (int r = 0; r < mr; r++) {
+        float *cr = c + r * ldc;
+        const __m512 br = rb ? _mm512_set1_ps(rb[r]) : _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            /* ukr's operations in ukr's order for each of its three cases */
+            if (t) {
+                const __m512 lo = _mm512_set1_ps(t->lo), hi = _mm512_set1_ps(t->hi);
+                const __m512 q0 = _mm512_set1_ps(t->p0), q1 = _mm512_set1_ps(t->p1);
+                __m512 x = beta == 0.0f ? br : _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[v], cr + 16 * v), br);
+                x = _mm512_fmadd_ps(va, acc[v][r], x);
+                if (t->add) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m[v], t->add + r * t->ld + 16 * v));
+                _mm512_mask_storeu_ps(cr + 16 * v, m[v], tail_act16(x, t->act, q0, q1, lo, hi));
+            } else if (beta == 0.0f) {
+                _mm512_mask_storeu_ps(cr + 16 * v, m[v], _mm512_fmadd_ps(va, acc[v][r], br));
+            } else {
+                const __m512 c0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[v], cr + 16 * v), br);
+                _mm512_mask_storeu_ps(cr + 16 * v, m[v], _mm512_fmadd_ps(va, acc[v][r], c0));
+            }
+        }
+    }
+}
+
+/* n > NR: the first panel is whole */
+#define UKR_PAIR_CASE(R)                                                                           \
+    case R:                                                                                        \
+        if (n > 3 * 16) ukr_pair(R, 4, kc, a, as, b, bs, bps, c, ldc, n, alpha, beta, rb, t);       \
+        else ukr_pair(R, 3, kc, a, as, b, bs, bps, c, ldc, n, alpha, beta, rb, t);                  \
+        break;
+#define KN_UKR_PAIR 1
+static void ukr_pair_any(int mr, int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, int64_t bps,
+                         float *c, int64_t ldc, int n, float alpha, float beta, const float *rb,
+                         const ukr_tail *t) {
+    switch (mr) {
+        UKR_PAIR_CASE(4) UKR_PAIR_CASE(3) UKR_PAIR_CASE(2) UKR_PAIR_CASE(1)
+        default: break;
+    }
+}
+
 /* pf: kc lines from there are prefetched into L2 (AVX-512 only; any address: prefetches do not fault) */
 static void ukr_any(int mr, int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c,
                     int64_t ldc, int n, float alpha, float beta, const float *rb, const float *pf,
@@ -1294,6 +1374,21 @@ static void run_packed_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int
             const int64_t calls = (m1 - m0 + MR - 1) / MR,
                           per_call = bn && step == KC ? (kc + calls - 1) / calls : 0;
             int64_t pf_line = 0;
+#endif
+#if defined(KN_UKR_PAIR)
+            /* few rows: this panel and the next in one call (ukr_pair) */
+            if (m1 - m0 <= FEW_MR && bn) {
+                const float *a = a_deep ? a_deep + ps * Mp + m0 * kcb + (k0 - ps) * MR : ws;
+                ukr_tail tb;
+                const ukr_tail *t = k0 + kc == K ? tail_at(p, op, m0, j, &tb) : NULL;
+                const int n2 = (int)min64(2 * NR, n1 - j);
+                ukr_pair_any((int)(m1 - m0), kc, a, MR, b, NR, bn - b, C + m0 * p->ldc + j, p->ldc, n2, p->alpha,
+                             k0 == 0 ? p->beta : 1.0f, bias && k0 == 0 ? bias + m0 : NULL, t);
+                if (p->epilogue && k0 + kc == K)
+                    p->epilogue(p->epilogue_ctx, op, m0, j, m1 - m0, n2, C + m0 * p->ldc + j, p->ldc);
+                j += NR;
+                continue;
+            }
 #endif
             for (int64_t i = m0; i < m1; i += MR) {
                 const int mr = (int)min64(MR, m1 - i);
