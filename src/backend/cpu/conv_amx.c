@@ -364,6 +364,7 @@ typedef struct run_job {
     const void *epi_ctx;
     int64_t mblocks, chunks; /* chunk ci: 32-column units [ci * units / chunks, (ci + 1) * units / chunks) */
     bool chunk_major;        /* tasks (image, chunk, block) instead of (image, block, chunk) */
+    bool stream_a;           /* the weights' tiles loaded past L1 (tiles()) */
 } run_job;
 
 /* the output position of padded column p (p <= npad): columns past OW map to the next row's start */
@@ -426,9 +427,13 @@ static inline __attribute__((always_inline)) void store_block(const kn_amx_conv_
 
 /* The four C tiles of 32 channels from m0 and 32 padded columns from p0, into T. first: the task's
  * first columns, whose weights come from memory (a deep layer's are larger than L2): each tap
- * streams its block's weights (make_weights' order) a few steps ahead into L2 while it computes. */
-static inline __attribute__((always_inline)) void tiles(const bool two_m, const run_job *j, const uint32_t *xv,
-                                                         int64_t m0, int64_t p0, bool first, float *T) {
+ * streams its block's weights (make_weights' order) a few steps ahead into L2 while it computes.
+ * stream_a: the weights' tiles loaded with the hint that they are not reused soon (TILELOADDT1),
+ * where a block's weights do not fit in L1 beside the input rows its 32 columns read (run_job's
+ * stream_a). */
+static inline __attribute__((always_inline)) void tiles(const bool two_m, const bool stream_a, const run_job *j,
+                                                         const uint32_t *xv, int64_t m0, int64_t p0, bool first,
+                                                         float *T) {
     const kn_amx_conv_shape *s = j->s;
     const geom *g = j->g;
     const size_t bs = (size_t)g->nx * 4;
@@ -447,13 +452,15 @@ static inline __attribute__((always_inline)) void tiles(const bool two_m, const 
             for (int64_t q = 0; q < g->cq; q += 16, a += 16 * rb) {
                 if (first) /* the stream WPF_STEPS steps ahead (past the block's end: the next block's) */
                     for (int r = 0; r < rb; r++) _mm_prefetch((const char *)(a + (WPF_STEPS * rb + r) * 16), _MM_HINT_T1);
-                _tile_loadd(4, a, 64);
+                if (stream_a) _tile_stream_loadd(4, a, 64);
+                else _tile_loadd(4, a, 64);
                 _tile_loadd(6, b + q * g->nx, bs);
                 _tile_loadd(7, b + q * g->nx + 16, bs);
                 _tile_dpbf16ps(0, 4, 6);
                 _tile_dpbf16ps(1, 4, 7);
                 if (two_m) {
-                    _tile_loadd(5, a + 16 * 16, 64);
+                    if (stream_a) _tile_stream_loadd(5, a + 16 * 16, 64);
+                    else _tile_loadd(5, a + 16 * 16, 64);
                     _tile_dpbf16ps(2, 5, 6);
                     _tile_dpbf16ps(3, 5, 7);
                 }
@@ -486,8 +493,10 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
         const uint32_t *xv = j->xv + n * g->nph * g->cq * g->nx;
         FENCE();
         for (int64_t p0 = c0; p0 < c1; p0 += 32) {
-            if (mr > 16) tiles(true, j, xv, m0, p0, p0 == c0, T);
-            else tiles(false, j, xv, m0, p0, p0 == c0, T);
+            if (mr > 16 && j->stream_a) tiles(true, true, j, xv, m0, p0, p0 == c0, T);
+            else if (mr > 16) tiles(true, false, j, xv, m0, p0, p0 == c0, T);
+            else if (j->stream_a) tiles(false, true, j, xv, m0, p0, p0 == c0, T);
+            else tiles(false, false, j, xv, m0, p0, p0 == c0, T);
             void *yn = j->y16 ? (void *)(j->y16 + n * s->M * plane) : (void *)(j->y + n * s->M * plane);
             const float *a = j->add ? j->add + n * s->M * plane : NULL;
             const uint16_t *a16 = j->add16 ? j->add16 + n * s->M * plane : NULL;
@@ -561,6 +570,13 @@ kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, cons
      * writes the part of the output the next layer's share reads), the chunks a multiple of the
      * threads. Deep layers (weights larger than the input, from memory) stay channel
      * block major: each thread streams half the weights. */
+    /* A 32-row block's weights over every tap (4 KB a tap per 16 channel pairs) are re-read for each
+     * 32 columns; the input rows those columns read (a tap row's 16 pairs x 2-3 lines) are re-read by
+     * the next kw taps. Where the weights exceed two thirds of L1 the two evicted each other: loaded
+     * past L1 (TILELOADDT1) the input stays. Thread CPU time, 1 thread, bf16h, 3x3 (2026-12-06):
+     * 64 channels on 56x56 (37 KB) 0.90, 256 on 28x28 0.96, 512 on 14x14 0.93, 512 on 7x7 0.94, 128
+     * on 28x28 1.00-1.03, 256 stride 2 0.97; the 1x1 stride-2 layers level or (16 KB of weights) 1.05. */
+    rj.stream_a = 32.0 * (double)(s->KH * s->KW) * (double)g.cq * 4.0 > 32768.0;
     const int64_t th = kn_threadpool_size(c->pool);
     if (th > 1 && 2.0 * (double)wbytes <= (double)g.nph * (double)g.cq * (double)g.nx * 4.0) {
         rj.chunk_major = true;
