@@ -8,9 +8,12 @@
  * functions; outputs must be equal bytes. */
 #include "test_model_builder.h"
 
+#include "backend/cpu/isa.h"
+#include "backend/cpu/qgemm_amx.h"
 #include "kiln.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static kn_tensor *rq_tensor(kiln_dtype dt, int rank, const int64_t *dims) {
@@ -150,4 +153,280 @@ KN_TEST(cpu_qlinear_conv_requant_exact) {
         free(want);
         kn_tensor_free(x);
     }
+}
+
+/* ------------------------------------------------------------------ near ties (helper-67)
+ *
+ * The requantisation's vector forms compute in float32 and redo a vector in double where a lane
+ * lies near a .5 tie (qrequant.h). These cases put the lanes there on purpose: a convolution whose
+ * only nonzero weight (less its zero point) is 1 makes each output acc = bias[m] + x - 128, and
+ * each channel's scale is chosen against its bias (x_scale = y_scale = 1, so the multiplier is
+ * w_scale exactly):
+ *   0  near ties with accs of 2^22..2^30 (float loses the sum's low bits): (T - zy) / A0 in float
+ *      for a half-integer T inside the type, bias A0 (256 accs around A0, many within float's
+ *      error of T);
+ *   1  the same with accs of 2^12..2^20 (exact in float; only the product rounds);
+ *   2  exact ties: a power-of-two scale, half the accs odd multiples of the half;
+ *   3  accs of magnitude near 2^31 with the scale that takes one of them near a tie;
+ *   4  saturation: scales from 2^-20 to 2^10 over random accs of any size;
+ *   5  a NaN, +inf and -inf scale (NaN gives the type's minimum, as kiln's definition says).
+ * Every form the CPU has is run (the AMX epilogue and the VNNI / AVX2 products with kn_q_requant
+ * after them, depthwise small planes with the channels in the lanes and large planes, one position
+ * with a scale per channel (kn_q_requant_cols), QLinearMatMul with a scale per column), int8 and
+ * uint8 outputs, zero points at both ends and negative ones. The test also checks that its values
+ * are hard: a plain float32 requantisation (fmaf then round) must get some of them wrong. */
+
+static double tie_lo(bool s8) { return s8 ? -128 : 0; }
+static double tie_hi(bool s8) { return s8 ? 127 : 255; }
+
+static uint8_t tie_want(int64_t acc, float r, double zy, bool s8) {
+    double v = (double)(int32_t)acc * (double)r + zy;
+    v = v != v ? tie_lo(s8) : v < tie_lo(s8) ? tie_lo(s8) : v > tie_hi(s8) ? tie_hi(s8) : v;
+    v = nearbyint(v);
+    return s8 ? (uint8_t)(int8_t)v : (uint8_t)v;
+}
+
+static uint8_t tie_float(int64_t acc, float r, double zy, bool s8) {
+    float v = fmaf((float)(int32_t)acc, r, (float)zy);
+    v = v != v ? (float)tie_lo(s8) : v < tie_lo(s8) ? (float)tie_lo(s8) : v > tie_hi(s8) ? (float)tie_hi(s8) : v;
+    v = nearbyintf(v);
+    return s8 ? (uint8_t)(int8_t)v : (uint8_t)v;
+}
+
+static double tie_unit(uint32_t *s) { return (double)rq_next(s) / 16777216.0; } /* [0, 1) */
+
+/* a channel's scale and bias by kind (above); zy the output's zero point */
+static void tie_channel(int kind, uint32_t *s, double zy, bool s8, float *r, int32_t *bias) {
+    const double T = tie_lo(s8) + (double)(rq_next(s) % 255) + 0.5; /* a half-integer inside the type */
+    switch (kind) {
+    case 0:
+    case 1:
+    case 3: {
+        double a0 = kind == 0 ? ldexp(1.0 + tie_unit(s), 22 + (int)(rq_next(s) % 8))
+                    : kind == 1 ? ldexp(1.0 + tie_unit(s), 12 + (int)(rq_next(s) % 8))
+                                : 2147483647.0 - 200.0 - (double)(rq_next(s) % 100000);
+        if (T - zy < 0) a0 = -a0; /* scales stay positive */
+        *bias = (int32_t)a0;
+        *r = T - zy == 0 ? 0.001f : (float)((T - zy) / (double)*bias);
+        break;
+    }
+    case 2: {
+        const int e = 1 + (int)(rq_next(s) % 6);
+        *r = (float)ldexp(1.0, -e);
+        *bias = (int32_t)((T - zy) * ldexp(1.0, e)); /* the accs around it cover ties and not */
+        break;
+    }
+    case 4:
+        *r = (float)ldexp(1.0 + tie_unit(s), -20 + (int)(rq_next(s) % 31));
+    {
+        uint32_t u = rq_next(s);
+        u = u << 8 | (rq_next(s) & 255u); /* 32 random bits */
+        *bias = (int32_t)(u >> 2) - (rq_next(s) % 2 ? 1 << 30 : 0); /* [-2^30, 2^30) */
+    }
+        break;
+    default: {
+        static const float odd[3] = {NAN, INFINITY, -INFINITY};
+        *r = odd[rq_next(s) % 3];
+        *bias = (int32_t)(rq_next(s) % 2001) - 1000;
+    }
+    }
+}
+
+typedef struct tie_stats {
+    int64_t lanes, ties, float_wrong;
+} tie_stats;
+
+/* runs the model (input x) on 1 and 2 threads and compares with want */
+static void tie_run(const char *what, const unsigned char *model, size_t size, const char *in_name, kiln_dtype in_t,
+                    const int64_t *xd, int xr, const void *xp, const uint8_t *want, int64_t n) {
+    kiln_tensor *xin = NULL;
+    kiln_tensor_create(in_t, xd, (size_t)xr, &xin);
+    int64_t nx = 1;
+    for (int d = 0; d < xr; d++) nx *= xd[d];
+    memcpy(kiln_tensor_data(xin), xp, (size_t)nx);
+    for (int threads = 1; threads <= 2; threads++) {
+        kiln_session *sess = tmb_session(model, size, threads, 3);
+        if (!sess) continue;
+        const char *names[1] = {in_name};
+        kiln_tensor *out = NULL;
+        CHECK_STATUS(kiln_session_run(sess, names, &xin, 1, NULL, 1, &out), KILN_OK);
+        CHECK_MSG(out && kiln_tensor_element_count(out) == n, "%s: no output or a wrong size", what);
+        if (out && kiln_tensor_element_count(out) == n) {
+            const uint8_t *got = kiln_tensor_data(out);
+            int64_t bad = 0, first = -1;
+            for (int64_t i = 0; i < n; i++)
+                if (got[i] != want[i]) bad++, first = first < 0 ? i : first;
+            CHECK_MSG(bad == 0, "%s (%d threads): %lld of %lld outputs differ from the definition, first at %lld: %u, want %u",
+                      what, threads, (long long)bad, (long long)n, (long long)first, first >= 0 ? got[first] : 0u,
+                      first >= 0 ? want[first] : 0u);
+        }
+        kiln_tensor_destroy(out);
+        kiln_session_destroy(sess);
+    }
+    kiln_tensor_destroy(xin);
+}
+
+/* QLinearConv [N, C, H, W] -> M channels, kernel k, group G, output int8 when s8 with zero point
+ * zy; nonzero weight zero points when wzp; kinds cycle over the channels from kind0 (-1: all) */
+static void tie_conv(const char *what, int64_t N, int64_t C, int64_t H, int64_t W, int64_t M, int64_t k, int64_t G,
+                     bool s8, int zy, bool wzp, uint32_t seed, tie_stats *st) {
+    const int64_t Cg = C / G, Mg = M / G, p = k / 2, OP = H * W, n = N * M * OP;
+    const int64_t xd[4] = {N, C, H, W}, wd[4] = {M, Cg, k, k}, md[1] = {M};
+    kn_tensor *w = rq_tensor(KILN_DTYPE_INT8, 4, wd), *ws = rq_tensor(KILN_DTYPE_FLOAT, 1, md);
+    kn_tensor *bias = rq_tensor(KILN_DTYPE_INT32, 1, md), *wz = rq_tensor(KILN_DTYPE_INT8, 1, md);
+    kn_tensor *xs = rq_tensor(KILN_DTYPE_FLOAT, 0, NULL), *ys = rq_tensor(KILN_DTYPE_FLOAT, 0, NULL);
+    kn_tensor *xz = rq_tensor(KILN_DTYPE_UINT8, 0, NULL), *yz = rq_tensor(s8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8, 0, NULL);
+    uint8_t *xp = malloc((size_t)(N * C * OP)), *want = malloc((size_t)n);
+    int8_t *wp = w->data;
+    float *r = ws->data;
+    int32_t *b = bias->data;
+    for (int64_t i = 0; i < N * C * OP; i++) xp[i] = (uint8_t)rq_next(&seed);
+    for (int64_t m = 0; m < M; m++) {
+        const int8_t z = wzp ? (int8_t)((int)(rq_next(&seed) % 201) - 100) : 0;
+        ((int8_t *)wz->data)[m] = z;
+        for (int64_t q = 0; q < Cg * k * k; q++) wp[m * Cg * k * k + q] = z;
+        wp[m * Cg * k * k + p * k + p] = (int8_t)(z + 1); /* input channel 0 of the group, the centre */
+        tie_channel(m % 12 == 5 ? 5 : (int)(m % 5), &seed, zy, s8, &r[m], &b[m]);
+    }
+    *(float *)xs->data = 1.0f, *(float *)ys->data = 1.0f;
+    *(uint8_t *)xz->data = 128;
+    if (s8) *(int8_t *)yz->data = (int8_t)zy;
+    else *(uint8_t *)yz->data = (uint8_t)zy;
+    for (int64_t im = 0; im < N; im++)
+        for (int64_t m = 0; m < M; m++) {
+            const float rm = 1.0f * r[m] / 1.0f;
+            const uint8_t *xc = xp + (im * C + m / Mg * Cg) * OP;
+            for (int64_t q = 0; q < OP; q++) {
+                const int64_t acc = (int64_t)b[m] + xc[q] - 128, i = (im * M + m) * OP + q;
+                want[i] = tie_want(acc, rm, zy, s8);
+                const double v = (double)(int32_t)acc * (double)rm + zy;
+                st->lanes++;
+                st->ties += v >= tie_lo(s8) - 0.5 && v <= tie_hi(s8) + 0.5 && v - floor(v) == 0.5;
+                st->float_wrong += tie_float(acc, rm, zy, s8) != want[i];
+            }
+        }
+    tmb b_;
+    tmb_init(&b_, 13);
+    int in[9];
+    in[0] = tmb_input(&b_, "x", KILN_DTYPE_UINT8, 4, xd, NULL);
+    in[1] = tmb_const_tensor(&b_, "xs", xs);
+    in[2] = tmb_const_tensor(&b_, "xz", xz);
+    in[3] = tmb_const_tensor(&b_, "w", w);
+    in[4] = tmb_const_tensor(&b_, "ws", ws);
+    in[5] = tmb_const_tensor(&b_, "wz", wz);
+    in[6] = tmb_const_tensor(&b_, "ys", ys);
+    in[7] = tmb_const_tensor(&b_, "yz", yz);
+    in[8] = tmb_const_tensor(&b_, "bias", bias);
+    int y = tmb_value(&b_, "y");
+    int node = tmb_node(&b_, "QLinearConv", in, 9, y);
+    tmb_ints(&b_, node, "kernel_shape", (int64_t[]){k, k}, 2);
+    tmb_ints(&b_, node, "pads", (int64_t[]){p, p, p, p}, 4);
+    tmb_int(&b_, node, "group", G);
+    tmb_output(&b_, y);
+    size_t size;
+    unsigned char *model = tmb_finish(&b_, &size);
+    tie_run(what, model, size, "x", KILN_DTYPE_UINT8, xd, 4, xp, want, n);
+    free(model);
+    free(xp);
+    free(want);
+}
+
+/* QLinearMatMul [M, K] u8 x [K, N] s8 with a b_scale per column chosen to put one acc of the
+ * column (row j % M) near a tie (kinds 0-3 by column) */
+static void tie_matmul(const char *what, int64_t M, int64_t K, int64_t N, bool s8, int zy, uint32_t seed, tie_stats *st) {
+    const int64_t ad[2] = {M, K}, bd[2] = {K, N}, nd[1] = {N};
+    kn_tensor *B = rq_tensor(KILN_DTYPE_INT8, 2, bd), *bs = rq_tensor(KILN_DTYPE_FLOAT, 1, nd);
+    kn_tensor *as = rq_tensor(KILN_DTYPE_FLOAT, 0, NULL), *az = rq_tensor(KILN_DTYPE_UINT8, 0, NULL);
+    kn_tensor *bz = rq_tensor(KILN_DTYPE_INT8, 0, NULL), *ys = rq_tensor(KILN_DTYPE_FLOAT, 0, NULL);
+    kn_tensor *yz = rq_tensor(s8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8, 0, NULL);
+    uint8_t *ap = malloc((size_t)(M * K)), *want = malloc((size_t)(M * N));
+    int64_t *acc = malloc(sizeof(int64_t) * (size_t)(M * N));
+    int8_t *bp = B->data;
+    float *r = bs->data;
+    for (int64_t i = 0; i < M * K; i++) ap[i] = (uint8_t)rq_next(&seed);
+    for (int64_t i = 0; i < K * N; i++) bp[i] = (int8_t)rq_next(&seed);
+    *(float *)as->data = 1.0f, *(float *)ys->data = 1.0f;
+    *(uint8_t *)az->data = 7;
+    *(int8_t *)bz->data = -3;
+    if (s8) *(int8_t *)yz->data = (int8_t)zy;
+    else *(uint8_t *)yz->data = (uint8_t)zy;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            int64_t s = 0;
+            for (int64_t q = 0; q < K; q++) s += (int64_t)(ap[i * K + q] - 7) * (bp[q * N + j] + 3);
+            acc[i * N + j] = s;
+        }
+    for (int64_t j = 0; j < N; j++) {
+        /* a half-integer T on a0's side of zy (a positive scale) */
+        const int64_t a0 = acc[(j % M) * N + j];
+        const double from = a0 > 0 ? zy + 0.5 : tie_lo(s8) + 0.5, to = a0 > 0 ? tie_hi(s8) - 0.5 : zy - 0.5;
+        const double T = from + (double)(rq_next(&seed) % (uint32_t)(to >= from ? to - from + 1 : 1));
+        r[j] = a0 == 0 || to < from ? 0.01f : (float)((T - zy) / (double)a0);
+    }
+    for (int64_t i = 0; i < M * N; i++) {
+        const float rj = (float)(1.0f * r[i % N]) / 1.0f;
+        want[i] = tie_want(acc[i], rj, zy, s8);
+        const double v = (double)acc[i] * (double)rj + zy;
+        st->lanes++;
+        st->ties += v >= tie_lo(s8) - 0.5 && v <= tie_hi(s8) + 0.5 && v - floor(v) == 0.5;
+        st->float_wrong += tie_float(acc[i], rj, zy, s8) != want[i];
+    }
+    tmb b_;
+    tmb_init(&b_, 13);
+    int in[8];
+    in[0] = tmb_input(&b_, "a", KILN_DTYPE_UINT8, 2, ad, NULL);
+    in[1] = tmb_const_tensor(&b_, "as", as);
+    in[2] = tmb_const_tensor(&b_, "az", az);
+    in[3] = tmb_const_tensor(&b_, "b", B);
+    in[4] = tmb_const_tensor(&b_, "bs", bs);
+    in[5] = tmb_const_tensor(&b_, "bz", bz);
+    in[6] = tmb_const_tensor(&b_, "ys", ys);
+    in[7] = tmb_const_tensor(&b_, "yz", yz);
+    int y = tmb_value(&b_, "y");
+    tmb_node(&b_, "QLinearMatMul", in, 8, y);
+    tmb_output(&b_, y);
+    size_t size;
+    unsigned char *model = tmb_finish(&b_, &size);
+    tie_run(what, model, size, "a", KILN_DTYPE_UINT8, ad, 2, ap, want, M * N);
+    free(model);
+    free(ap);
+    free(acc);
+    free(want);
+}
+
+KN_TEST(cpu_qrequant_near_ties) {
+    tie_stats st = {0};
+    const bool amx = kn_qgemm_amx_force(true), vnni = kn_cpu_has_vnni() && kn_cpu_isa_active() == KN_ISA_AVX512;
+    /* pointwise: the AMX epilogue where the CPU has it, then the VNNI and AVX2 products (each then
+     * kn_q_requant per row block) */
+    for (int form = 0; form < 3; form++) {
+        if ((form == 0 && !amx) || (form == 1 && !vnni)) continue;
+        kn_qgemm_amx_force(form == 0);
+        kn_cpu_vnni_force(form != 2);
+        char what[96];
+        snprintf(what, sizeof what, "pointwise 16 -> 48 on 32x32, uint8 zy 128 (%s)", form == 0 ? "AMX" : form == 1 ? "VNNI" : "AVX2");
+        tie_conv(what, 1, 16, 32, 32, 48, 1, 1, false, 128, false, 71 + (uint32_t)form, &st);
+        snprintf(what, sizeof what, "pointwise 16 -> 40 on 31x33, int8 zy -100, w zero points (%s)",
+                 form == 0 ? "AMX" : form == 1 ? "VNNI" : "AVX2");
+        tie_conv(what, 1, 16, 31, 33, 40, 1, 1, true, -100, true, 81 + (uint32_t)form, &st);
+        snprintf(what, sizeof what, "pointwise 32 -> 36 on 30x30, uint8 zy 0 (%s)", form == 0 ? "AMX" : form == 1 ? "VNNI" : "AVX2");
+        tie_conv(what, 1, 32, 30, 30, 36, 1, 1, false, 0, false, 91 + (uint32_t)form, &st);
+    }
+    kn_qgemm_amx_force(true);
+    kn_cpu_vnni_force(true);
+    tie_conv("depthwise 3x3 on 7x7 (small planes), uint8 zy 255", 1, 40, 7, 7, 40, 3, 40, false, 255, false, 101, &st);
+    tie_conv("depthwise 3x3 on 9x11 (small planes), int8 zy -128, w zero points", 1, 37, 9, 11, 37, 3, 37, true, -128,
+             true, 102, &st);
+    tie_conv("depthwise 3x3 on 40x41 (planes), int8 zy 127", 1, 24, 40, 41, 24, 3, 24, true, 127, false, 103, &st);
+    tie_conv("depthwise 3x3 on 45x45 (planes), uint8 zy 3", 1, 12, 45, 45, 12, 3, 12, false, 3, true, 104, &st);
+    tie_conv("one position, 16 -> 200, batch 8, uint8 zy 200", 8, 16, 1, 1, 200, 1, 1, false, 200, false, 105, &st);
+    tie_conv("one position, 16 -> 75, batch 5, int8 zy -7", 5, 16, 1, 1, 75, 1, 1, true, -7, true, 106, &st);
+    tie_matmul("QLinearMatMul 37x64 @ 64x300 per column, uint8 zy 100", 37, 64, 300, false, 100, 107, &st);
+    tie_matmul("QLinearMatMul 16x200 @ 200x77 per column, int8 zy -50", 16, 200, 77, true, -50, 108, &st);
+    /* the values are hard: exact ties, and lanes a plain float32 requantisation gets wrong */
+    CHECK_MSG(st.ties > 1000 && st.float_wrong > 100,
+              "the cases do not reach ties: %lld lanes, %lld exact ties, %lld wrong in plain float32",
+              (long long)st.lanes, (long long)st.ties, (long long)st.float_wrong);
+    printf("     near ties: %lld lanes, %lld exact ties, %lld that plain float32 gets wrong\n", (long long)st.lanes,
+           (long long)st.ties, (long long)st.float_wrong);
 }

@@ -1,6 +1,7 @@
 /* Direct 8-bit integer depthwise convolution (conv_int_dw.h says how). */
 #include "backend/cpu/conv_int_dw.h"
 #include "backend/cpu/qgemm.h"
+#include "backend/cpu/qrequant.h"
 
 #include "util/aligned.h"
 
@@ -321,94 +322,65 @@ static void out_plane(const dw_job *j, const int32_t *buf, const int32_t *wm, in
 }
 #endif
 
-#if defined(__AVX2__)
-/* eight values of kn_q_requant into d: the same double arithmetic. The conversion rounds as
- * nearbyint (the current mode) and the saturating packs clamp, which commute as lo and hi are
- * integers; a value over INT32_MAX is first made 2^31 - 1 (min_pd(big, NaN) stays NaN), and NaN and
- * values under INT32_MIN convert to INT32_MIN, which the packs make lo */
-static inline void requant8x(const int32_t *a, __m256d rv0, __m256d rv1, __m256d zv, bool s8, uint8_t *d) {
-    const __m256d big = _mm256_set1_pd(2147483647.0);
-    __m128i q[2];
-    for (int h = 0; h < 2; h++) {
-        __m256d v = _mm256_cvtepi32_pd(_mm_loadu_si128((const __m128i *)(a + 4 * h)));
-        v = _mm256_min_pd(big, _mm256_add_pd(_mm256_mul_pd(v, h ? rv1 : rv0), zv));
-        q[h] = _mm256_cvtpd_epi32(v);
-    }
-    const __m128i w16 = _mm_packs_epi32(q[0], q[1]);
-    _mm_storel_epi64((__m128i *)d, s8 ? _mm_packs_epi16(w16, w16) : _mm_packus_epi16(w16, w16));
-}
-
-static inline void requant8(const int32_t *a, __m256d rv, __m256d zv, bool s8, uint8_t *d) {
-    requant8x(a, rv, rv, zv, s8, d);
-}
-#endif
-
-#if defined(__AVX512F__)
-/* sixteen values the same way on 8-lane doubles; the int32 results narrowed with saturation (an
- * unsigned output after a max with 0) */
-static inline void requant16x(const int32_t *a, __m512d rv0, __m512d rv1, __m512d zv, bool s8, uint8_t *d) {
-    const __m512d big = _mm512_set1_pd(2147483647.0);
-    const __m512d v0 = _mm512_cvtepi32_pd(_mm256_loadu_si256((const __m256i *)a));
-    const __m512d v1 = _mm512_cvtepi32_pd(_mm256_loadu_si256((const __m256i *)(a + 8)));
-    const __m256i q0 = _mm512_cvtpd_epi32(_mm512_min_pd(big, _mm512_add_pd(_mm512_mul_pd(v0, rv0), zv)));
-    const __m256i q1 = _mm512_cvtpd_epi32(_mm512_min_pd(big, _mm512_add_pd(_mm512_mul_pd(v1, rv1), zv)));
-    const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
-    _mm_storeu_si128((__m128i *)d, s8 ? _mm512_cvtsepi32_epi8(q)
-                                      : _mm512_cvtusepi32_epi8(_mm512_max_epi32(q, _mm512_setzero_si512())));
-}
-#endif
-
-void kn_q_requant(const int32_t *a, int64_t n, float r, double zy, bool s8, void *out) {
+/* kn_q_requant(_cols): qrequant.h's vector forms (float32 with a double fallback near ties, the
+ * bytes of the double definition), 16 lanes on AVX-512 (the last 1-15 masked), else 8 (the last
+ * 1-7 through copies: nearbyint calls for them were a sixth of a 14x14 depthwise layer's time, 4 of
+ * every 196 values), else the definition itself */
+static inline void requant_scalar(const int32_t *a, int64_t o, int64_t n, const float *r, bool per_value, double zy,
+                                  bool s8, void *out) {
     const double lo = s8 ? -128 : 0, hi = s8 ? 127 : 255;
+    for (; o < n; o++) {
+        double v = (double)a[o] * (double)r[per_value ? o : 0] + zy;
+        v = v != v ? lo : v < lo ? lo : v > hi ? hi : v;
+        v = nearbyint(v);
+        if (s8) ((int8_t *)out)[o] = (int8_t)v;
+        else ((uint8_t *)out)[o] = (uint8_t)v;
+    }
+}
+
+static void requant_any(const int32_t *a, int64_t n, const float *r, bool per_value, double zy, bool s8, void *out) {
     int64_t o = 0;
-#if defined(__AVX512F__)
-    const __m512d rw = _mm512_set1_pd((double)r), zw = _mm512_set1_pd(zy);
-    for (; o + 16 <= n; o += 16) requant16x(a + o, rw, rw, zw, s8, (uint8_t *)out + o);
-#endif
 #if defined(__AVX2__)
-    const __m256d rv = _mm256_set1_pd((double)r), zv = _mm256_set1_pd(zy);
-    for (; o + 8 <= n; o += 8) requant8(a + o, rv, zv, s8, (uint8_t *)out + o);
-    if (o < n) { /* the last 1-7 through copies (nearbyint calls for them were a sixth of a 14x14
-                  * depthwise layer's time: 4 of every 196 values) */
+    uint8_t *d = out;
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    const kn_rq16_k k = kn_rq16_setup(zy, s8);
+    const __m512 rw = _mm512_set1_ps(r[0]);
+    for (; o + 16 <= n; o += 16)
+        _mm_storeu_si128((__m128i *)(d + o), kn_rq16(&k, _mm512_loadu_si512((const void *)(a + o)),
+                                                     per_value ? _mm512_loadu_ps(r + o) : rw));
+    if (o < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - o)) - 1);
+        _mm_mask_storeu_epi8(d + o, m, kn_rq16(&k, _mm512_maskz_loadu_epi32(m, a + o),
+                                               per_value ? _mm512_maskz_loadu_ps(m, r + o) : rw));
+        o = n;
+    }
+#elif defined(__AVX2__)
+    const kn_rq8_k k = kn_rq8_setup(zy, s8);
+    const __m256 rv = _mm256_set1_ps(r[0]);
+    for (; o + 8 <= n; o += 8)
+        _mm_storel_epi64((__m128i *)(d + o), kn_rq8(&k, _mm256_loadu_si256((const __m256i *)(a + o)),
+                                                    per_value ? _mm256_loadu_ps(r + o) : rv));
+    if (o < n) {
         int32_t ta[8] = {0};
+        float tr[8] = {0};
         uint8_t tb[8];
         memcpy(ta, a + o, sizeof(int32_t) * (size_t)(n - o));
-        requant8(ta, rv, zv, s8, tb);
-        memcpy((uint8_t *)out + o, tb, (size_t)(n - o));
+        if (per_value) memcpy(tr, r + o, sizeof(float) * (size_t)(n - o));
+        _mm_storel_epi64((__m128i *)tb, kn_rq8(&k, _mm256_loadu_si256((const __m256i *)ta), per_value ? _mm256_loadu_ps(tr) : rv));
+        memcpy(d + o, tb, (size_t)(n - o));
         o = n;
     }
 #endif
-    for (; o < n; o++) {
-        double v = (double)a[o] * (double)r + zy;
-        v = v != v ? lo : v < lo ? lo : v > hi ? hi : v;
-        v = nearbyint(v);
-        if (s8) ((int8_t *)out)[o] = (int8_t)v;
-        else ((uint8_t *)out)[o] = (uint8_t)v;
-    }
+    requant_scalar(a, o, n, r, per_value, zy, s8, out);
+}
+
+void kn_q_requant(const int32_t *a, int64_t n, float r, double zy, bool s8, void *out) {
+    requant_any(a, n, &r, false, zy, s8, out);
 }
 
 void kn_q_requant_cols(const int32_t *a, int64_t n, const float *r, double zy, bool s8, void *out) {
-    const double lo = s8 ? -128 : 0, hi = s8 ? 127 : 255;
-    int64_t o = 0;
-#if defined(__AVX512F__)
-    const __m512d zw = _mm512_set1_pd(zy);
-    for (; o + 16 <= n; o += 16)
-        requant16x(a + o, _mm512_cvtps_pd(_mm256_loadu_ps(r + o)), _mm512_cvtps_pd(_mm256_loadu_ps(r + o + 8)), zw, s8,
-                   (uint8_t *)out + o);
-#endif
-#if defined(__AVX2__)
-    const __m256d zv = _mm256_set1_pd(zy);
-    for (; o + 8 <= n; o += 8)
-        requant8x(a + o, _mm256_cvtps_pd(_mm_loadu_ps(r + o)), _mm256_cvtps_pd(_mm_loadu_ps(r + o + 4)), zv, s8,
-                  (uint8_t *)out + o);
-#endif
-    for (; o < n; o++) {
-        double v = (double)a[o] * (double)r[o] + zy;
-        v = v != v ? lo : v < lo ? lo : v > hi ? hi : v;
-        v = nearbyint(v);
-        if (s8) ((int8_t *)out)[o] = (int8_t)v;
-        else ((uint8_t *)out)[o] = (uint8_t)v;
-    }
+    requant_any(a, n, r, true, zy, s8, out);
 }
 
 static void dw_range(void *arg, int64_t b0, int64_t b1) {
@@ -494,7 +466,7 @@ static inline __attribute__((always_inline)) void dws_positions(const int NP, co
 
 #if DW_L == 16
 /* QLinearConv's outputs of one block of 16 channels from its sums acc (OH*OW positions x 16
- * channels): requant16x per position with the channels' scales in the lanes (the arithmetic of
+ * channels): kn_rq16 per position with the channels' scales in the lanes (the arithmetic of
  * kn_q_requant, value for value) into ob, then 16 x 16 byte transposes (four rounds of unpacks, the
  * rows taken in bit-reversed order) give 16 positions of each channel's plane a store (no int32
  * transposes back, no call per plane) */
@@ -502,9 +474,10 @@ static void dws_requant_out(const kn_qdw *p, const int32_t *acc, uint8_t *ob, in
     const int64_t OP = p->OH * p->OW, M = p->C; /* mult 1 */
     float r[16] = {0};
     for (int64_t c = 0; c < nc; c++) r[c] = p->rq[c0 + c];
-    const __m512d rv0 = _mm512_cvtps_pd(_mm256_loadu_ps(r)), rv1 = _mm512_cvtps_pd(_mm256_loadu_ps(r + 8));
-    const __m512d zv = _mm512_set1_pd(p->zy);
-    for (int64_t q = 0; q < OP; q++) requant16x(acc + q * 16, rv0, rv1, zv, p->y_s8, ob + q * 16);
+    const __m512 rv = _mm512_loadu_ps(r);
+    const kn_rq16_k k = kn_rq16_setup(p->zy, p->y_s8);
+    for (int64_t q = 0; q < OP; q++)
+        _mm_storeu_si128((__m128i *)(ob + q * 16), kn_rq16(&k, _mm512_loadu_si512((const void *)(acc + q * 16)), rv));
     static const int br[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
     uint8_t *y8 = (uint8_t *)p->y8 + (n * M + c0) * OP;
     for (int64_t q = 0; q < OP; q += 16) {

@@ -48,7 +48,9 @@ typedef struct kn_qdw {
 } kn_qdw;
 
 /* out[i] = a[i] * r + zy rounded to the nearest (ties to even) and clamped to int8 (s8) or uint8,
- * in double as the ONNX reference (NaN gives the type's minimum, as ONNX Runtime on x86) */
+ * in double as the ONNX reference (NaN gives the type's minimum, as ONNX Runtime on x86): the
+ * vector forms reach those bytes in float32, redoing in double the vectors with a lane near a tie
+ * (qrequant.h) */
 void kn_q_requant(const int32_t *a, int64_t n, float r, double zy, bool s8, void *out);
 /* the same with a scale per value: out[i] from a[i] * r[i] (one-position planes: a channel each) */
 void kn_q_requant_cols(const int32_t *a, int64_t n, const float *r, double zy, bool s8, void *out);

@@ -102,6 +102,9 @@ bool kn_qgemm_amx_pays(int64_t M, int64_t N, int64_t K) {
 
 /* GCC's tile intrinsics are asm statements that do not tell the compiler which memory they read
  * or write: a compiler barrier orders them with the plain loads and stores around them */
+#define KN_RQ_AVX512 1
+#include "backend/cpu/qrequant.h"
+
 #define AMX_FENCE() __asm__ volatile("" ::: "memory")
 
 typedef struct __attribute__((aligned(64))) amx_cfg {
@@ -290,18 +293,10 @@ static void planes_to_tiles(const kn_qgemm_amx_planes *pl, const int64_t *koff, 
     else planes_to_tiles_sw(1, pl, koff, K, K64, n0, nc, b_signed, sums, dst);
 }
 
-/* 16 sums (those in m) plus bias to 8-bit outputs, as kn_q_requant's vector form: (double)v * r
- * then + zy, min with 2^31 - 1 (NaN passes), vcvtpd2dq (nearest even; NaN and below -2^31 give
- * -2^31), saturation to int8, or to uint8 (negatives 0) */
-static inline void requant16(__m512i v, int32_t bias, double r, double zy, bool s8, uint8_t *y, __mmask16 m) {
-    v = _mm512_add_epi32(v, _mm512_set1_epi32(bias));
-    const __m512d rv = _mm512_set1_pd(r), zv = _mm512_set1_pd(zy), big = _mm512_set1_pd(2147483647.0);
-    const __m512d lo = _mm512_cvtepi32_pd(_mm512_castsi512_si256(v)), hi = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(v, 1));
-    const __m256i qlo = _mm512_cvtpd_epi32(_mm512_min_pd(big, _mm512_add_pd(_mm512_mul_pd(lo, rv), zv)));
-    const __m256i qhi = _mm512_cvtpd_epi32(_mm512_min_pd(big, _mm512_add_pd(_mm512_mul_pd(hi, rv), zv)));
-    const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(qlo), qhi, 1);
-    if (s8) _mm_mask_storeu_epi8(y, m, _mm512_cvtsepi32_epi8(q));
-    else _mm_mask_storeu_epi8(y, m, _mm512_cvtusepi32_epi8(_mm512_max_epi32(q, _mm512_setzero_si512())));
+/* 16 sums (those in m) plus bias to 8-bit outputs: kn_q_requant's vector form (qrequant.h: float32,
+ * the vector redone in double where a lane is near a tie; the bytes of the double definition) */
+static inline void requant16(const kn_rq16_k *k, __m512i v, int32_t bias, float r, uint8_t *y, __mmask16 m) {
+    _mm_mask_storeu_epi8(y, m, kn_rq16(k, _mm512_add_epi32(v, _mm512_set1_epi32(bias)), _mm512_set1_ps(r)));
 }
 
 /* sum over a row of K 8-bit values */
@@ -342,6 +337,38 @@ static inline const uint8_t *a_rows(const amx_job *j, int64_t i, int64_t *stride
     return j->a_tail + (i - j->a_direct) * j->K64;
 }
 
+/* QLinearConv's epilogue (rq_y): the kernel's block S (mr rows of C from m0, columns c0..c0+n of
+ * the column block n0) corrected for the zero points, plus the bias, requantised into rq_y. A
+ * row's scalar parts (its bias, and zb times its row sum where B has one zero point) are one
+ * offset; only a zero point per column of B or of rows of A (za: B's column sums wanted) takes
+ * a product per vector. The int32 wrap makes the order of the sums free. */
+static inline void requant_block(const amx_job *j, const kn_rq16_k *k, const int32_t *S, int64_t m0, int64_t mr,
+                                 int64_t n0, int64_t c0, int64_t n, const int32_t *zbw, const int32_t *qw) {
+    const kn_qgemm_amx_args *g = j->g;
+    const bool zb_row = j->ra != NULL, zb_cols = zb_row && g->zb_cols, cols = zb_cols || j->need_cb;
+    for (int64_t r = 0; r < mr; r++) {
+        const int64_t i = m0 + r;
+        const uint32_t ra = zb_row ? (uint32_t)j->ra[i] : 0;
+        uint32_t off = g->rq_bias ? (uint32_t)g->rq_bias[i] : 0;
+        if (zb_row && !g->zb_cols) off -= (uint32_t)g->zb * ra;
+        const __m512 rv = _mm512_set1_ps(g->rq_r[i]);
+        const __m512i ov = _mm512_set1_epi32((int32_t)off), rav = _mm512_set1_epi32((int32_t)ra);
+        const __m512i za = _mm512_set1_epi32(g->za_rows ? g->za_rows[i] : g->za);
+        const int32_t *crow = g->c + i * g->ldc + n0 + c0;
+        uint8_t *y = g->rq_y + i * g->rq_ldy + n0 + c0;
+        for (int64_t h = 0; h < n; h += TR) {
+            const __mmask16 m = n - h >= TR ? (__mmask16)0xffff : (__mmask16)((1u << (n - h)) - 1);
+            __m512i v = _mm512_add_epi32(_mm512_load_si512((const __m512i *)(S + r * BN + h)), ov);
+            if (cols) {
+                if (zb_cols) v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m, zbw + c0 + h), rav));
+                if (j->need_cb) v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m, qw + c0 + h), za));
+            }
+            if (g->accumulate) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(m, crow + h));
+            _mm_mask_storeu_epi8(y + h, m, kn_rq16(k, v, rv));
+        }
+    }
+}
+
 /* units are (column block, row block), column-major, as kn_qgemm_run's */
 static void amx_range(void *arg, int64_t u0, int64_t u1) {
     amx_job *j = arg;
@@ -349,6 +376,7 @@ static void amx_range(void *arg, int64_t u0, int64_t u1) {
     const int64_t K64 = j->K64, W = j->width, WP = W / TR;
     const bool zb_any = j->ra != NULL;
     const bool convert = !g->b;
+    const kn_rq16_k rqk = kn_rq16_setup(g->rq_zy, g->rq_s8);
     uint8_t *tb = convert ? kn_aligned_alloc(64, (size_t)(WP * TR * K64)) : NULL;
     uint8_t *pairs = convert && !g->b_pairs && !g->planes ? kn_aligned_alloc(64, (size_t)(WP * j->KP * 2 * TR)) : NULL;
     int32_t *cols = malloc(sizeof(int32_t) * (size_t)(3 * W)); /* column sums, zb, K zb - colsum */
@@ -399,33 +427,25 @@ static void amx_range(void *arg, int64_t u0, int64_t u1) {
             for (int64_t c0 = 0; c0 < nc; c0 += BN) {
                 const int64_t n = min64(BN, nc - c0);
                 j->fn(mr > TR, n > TR, a0, s0, a1, s1, B + c0 * K64, TR * K64, K64, j->kt, S);
-                /* C = S - zb_j rowsum_i + za_i (K zb_j - colsum_j) */
-                int32_t rq_bias[BM];
-                double rq_r[BM];
-                for (int64_t r = 0; g->rq_y && r < mr; r++) {
-                    rq_bias[r] = g->rq_bias ? g->rq_bias[m0 + r] : 0;
-                    rq_r[r] = (double)g->rq_r[m0 + r];
-                }
-                for (int64_t r = 0; r < mr; r++) {
-                    const int64_t i = m0 + r;
-                    const __m512i ra = _mm512_set1_epi32(zb_any ? j->ra[i] : 0);
-                    const __m512i za = _mm512_set1_epi32(g->za_rows ? g->za_rows[i] : g->za);
-                    int32_t *crow = g->c + i * g->ldc + n0 + c0;
-                    for (int64_t h = 0; h < n; h += TR) {
-                        const __mmask16 m = n - h >= TR ? (__mmask16)0xffff : (__mmask16)((1u << (n - h)) - 1);
-                        __m512i v = _mm512_load_si512((const __m512i *)(S + r * BN + h));
-                        if (zb_any)
-                            v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m, zbw + c0 + h), ra));
-                        if (j->need_cb)
-                            v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m, qw + c0 + h), za));
-                        if (g->accumulate) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(m, crow + h));
-                        if (g->rq_y) {
-                            requant16(v, rq_bias[r], rq_r[r], g->rq_zy, g->rq_s8, g->rq_y + i * g->rq_ldy + n0 + c0 + h, m);
-                            continue;
+                /* C = S - zb_j rowsum_i + za_i (K zb_j - colsum_j) (wrapping as int32) */
+                if (g->rq_y) requant_block(j, &rqk, S, m0, mr, n0, c0, n, zbw, qw);
+                else
+                    for (int64_t r = 0; r < mr; r++) {
+                        const int64_t i = m0 + r;
+                        const __m512i ra = _mm512_set1_epi32(zb_any ? j->ra[i] : 0);
+                        const __m512i za = _mm512_set1_epi32(g->za_rows ? g->za_rows[i] : g->za);
+                        int32_t *crow = g->c + i * g->ldc + n0 + c0;
+                        for (int64_t h = 0; h < n; h += TR) {
+                            const __mmask16 m = n - h >= TR ? (__mmask16)0xffff : (__mmask16)((1u << (n - h)) - 1);
+                            __m512i v = _mm512_load_si512((const __m512i *)(S + r * BN + h));
+                            if (zb_any)
+                                v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m, zbw + c0 + h), ra));
+                            if (j->need_cb)
+                                v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m, qw + c0 + h), za));
+                            if (g->accumulate) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(m, crow + h));
+                            _mm512_mask_storeu_epi32(crow + h, m, v);
                         }
-                        _mm512_mask_storeu_epi32(crow + h, m, v);
                     }
-                }
             }
             if (g->rows_done && !g->rq_y) g->rows_done(g->done_ctx, m0, m0 + mr, n0, nc);
         }
@@ -441,11 +461,12 @@ kiln_status kn_qgemm_amx_run(kn_threadpool *pool, const kn_qgemm_amx_args *g) {
     if (!kn_qgemm_amx()) return KILN_ERR_UNSUPPORTED;
     if (g->M <= 0 || g->N <= 0) return KILN_OK;
     if (g->K <= 0) {
+        const kn_rq16_k rqk = kn_rq16_setup(g->rq_zy, g->rq_s8);
         if (!g->accumulate)
             for (int64_t i = 0; i < g->M; i++) memset(g->c + i * g->ldc, 0, sizeof(int32_t) * (size_t)g->N);
         for (int64_t i = 0; g->rq_y && i < g->M; i++)
             for (int64_t q = 0; q < g->N; q += TR)
-                requant16(_mm512_setzero_si512(), g->rq_bias ? g->rq_bias[i] : 0, (double)g->rq_r[i], g->rq_zy, g->rq_s8,
+                requant16(&rqk, _mm512_setzero_si512(), g->rq_bias ? g->rq_bias[i] : 0, g->rq_r[i],
                           g->rq_y + i * g->rq_ldy + q, g->N - q >= TR ? (__mmask16)0xffff : (__mmask16)((1u << (g->N - q)) - 1));
         if (g->rows_done && !g->rq_y) g->rows_done(g->done_ctx, 0, g->M, 0, g->N);
         return KILN_OK;

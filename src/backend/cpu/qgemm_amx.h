@@ -71,8 +71,8 @@ typedef struct kn_qgemm_amx_args {
     const void *done_ctx;
     /* or else, where rq_y is set, C is not written: each sum plus rq_bias[i] (or none) goes
      * straight to y[i * rq_ldy + j] = saturate(round((double)v * rq_r[i] + rq_zy)) in int8 when
-     * rq_s8 else uint8, the operations of kn_q_requant's vector form (mul, add, min, vcvtpd2dq,
-     * saturation), so the bytes are the same as that pass over C (QLinearConv) */
+     * rq_s8 else uint8, through kn_q_requant's vector form (qrequant.h: float32, double near
+     * ties), so the bytes are the same as that pass over C (QLinearConv) */
     uint8_t *rq_y;
     int64_t rq_ldy;
     const float *rq_r;
