@@ -3,7 +3,7 @@
  * Conv (+ bias) (+ Add of a residual input) (+ Relu or Clip), which level 3 fuses into one
  * kiln.FusedConv (the kernel's epilogue), at level 0 separate nodes. Edges: rows not a multiple of
  * the vector (and shorter than one), planes lower than the kernel, asymmetric pads and pads wider
- * than the kernel's reach, strides 2 and 3 along the row with odd widths, anisotropic strides,
+ * than the kernel's reach, strides 2, 3 and 4 along the row with odd widths, anisotropic strides,
  * dilation, groups of several channels, depthwise multipliers, batch 2, no bias, weights a
  * constant (rearranged once per session, two runs) or a graph input; the kernel as chosen, forced
  * (KILN_DCONV=1), forced in passes of 8 output channels (KILN_DC_MBLK=8) and kept out
@@ -133,6 +133,13 @@ KN_TEST(cpu_conv_direct_matches_definition) {
         {1, 1, 70, 101, 40, 1, 3, 3, 1, 1, 1, 1, {1, 1, 1, 1}, true, false, true, 1}, /* 1 -> 40, residual */
         {2, 2, 60, 75, 20, 1, 3, 3, 1, 1, 1, 1, {1, 0, 1, 2}, false, true, false, 2}, /* passes 8, 8, 4; W input */
         {1, 2, 40, 70, 24, 2, 3, 3, 2, 1, 1, 1, {1, 1, 1, 1}, true, false, false, 0},  /* 2 groups of 12, stride (2, 1) */
+        /* strides 3 and 4 along the row (the rows split into phases by permutes), rows whose last
+         * tile ends inside a vector (stored under a mask at AVX-512) */
+        {1, 8, 6, 264, 32, 1, 5, 5, 1, 3, 1, 1, {2, 2, 2, 2}, true, false, true, 1},   /* OW 88, residual */
+        {1, 3, 7, 131, 6, 1, 3, 6, 1, 4, 1, 1, {1, 5, 1, 2}, true, false, false, 2},   /* stride 4, pads 5 and 2 */
+        {1, 2, 5, 23, 4, 2, 3, 3, 1, 4, 1, 2, {1, 1, 1, 0}, false, true, false, 0},    /* stride 4, dilation 2, groups */
+        {1, 5, 9, 97, 5, 5, 3, 3, 1, 3, 1, 1, {1, 1, 1, 1}, true, false, true, 1},     /* depthwise, stride 3 */
+        {1, 4, 4, 700, 8, 1, 3, 4, 1, 4, 1, 1, {1, 0, 1, 0}, true, false, false, 0},   /* stride 4, OW 175 */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const dc_case *t = &cases[ci];

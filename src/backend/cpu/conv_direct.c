@@ -50,6 +50,10 @@ static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 #define DC_MAX_KW 512 /* kernel widths up to this (a 1-D 256-tap stride-2 filter: 4.6 GFLOP/s on conv.c's masked taps) */
 #define DC_RING_MAX (256 * 1024) /* floats of one task's ring of rows (1 MB) */
 #define DC_EPI_FLOATS 8192      /* output floats per epilogue call (rows of the group, in cache) */
+/* The row's last tile stored with a mask on its last vector (AVX-512), where a buffer and a copy
+ * of its Mg rows were 8% of 5x5 s(1,3) 8->32 on 172x264 (OW 88: every row one tile of 6 vectors,
+ * all through the buffer). Not at AVX2: vmaskmovps stores are microcoded on AMD's cores. */
+#define DC_MASKED_END (KN_VL == 16)
 
 static int dc_mb_of(int64_t Mg) { return Mg % 4 == 0 ? 4 : Mg % 2 == 0 ? 2 : 1; }
 
@@ -119,12 +123,16 @@ static inline __attribute__((always_inline)) void dc_acc_tap(dc_acc acc, const f
         for (int q = 0; q < NV; q++) acc[m][q] = kn_vf_fmadd(in[q], wv, acc[m][q]);
     }
 }
+/* lastm: the lanes of the last vector stored (KN_VALL: all) */
 static inline __attribute__((always_inline)) void dc_acc_store(dc_acc acc, float *dst, int64_t ldm, const int MB,
-                                                               const int NV) {
+                                                               const int NV, kn_vmask lastm) {
 #pragma GCC unroll 4
-    for (int m = 0; m < MB; m++)
+    for (int m = 0; m < MB; m++) {
 #pragma GCC unroll 16
-        for (int q = 0; q < NV; q++) kn_vf_storeu(dst + m * ldm + KN_VL * q, acc[m][q]);
+        for (int q = 0; q < NV - 1; q++) kn_vf_storeu(dst + m * ldm + KN_VL * q, acc[m][q]);
+        if (lastm == KN_VALL) kn_vf_storeu(dst + m * ldm + KN_VL * (NV - 1), acc[m][NV - 1]);
+        else kn_vf_mask_storeu(dst + m * ldm + KN_VL * (NV - 1), lastm, acc[m][NV - 1]);
+    }
 }
 
 /* MB output channels x NV vectors from the rows rows[kh] (channel 0 of the group, at the tile's
@@ -132,7 +140,7 @@ static inline __attribute__((always_inline)) void dc_acc_store(dc_acc acc, float
  * at dst + m * ldm. */
 static inline __attribute__((always_inline)) void dc_tile(const dc_job *j, const float *const *rows, int64_t kh0,
                                                           int64_t kh1, const float *w, const float *bias, float *dst,
-                                                          int64_t ldm, const int MB, const int NV) {
+                                                          int64_t ldm, const int MB, const int NV, kn_vmask lastm) {
     const int64_t KW = j->s->KW, KH = j->s->KH, Cg = j->Cg, cstride = j->g.span * j->g.rowf;
     const int64_t *koff = j->koff;
     dc_acc acc;
@@ -143,32 +151,33 @@ static inline __attribute__((always_inline)) void dc_tile(const dc_job *j, const
             const float *wk = w + (c * KH + kh) * KW * MB;
             for (int64_t kw = 0; kw < KW; kw++, wk += MB) dc_acc_tap(acc, r + koff[kw], wk, MB, NV);
         }
-    dc_acc_store(acc, dst, ldm, MB, NV);
+    dc_acc_store(acc, dst, ldm, MB, NV, lastm);
 }
 
 /* `count` tile positions of NV vectors from column offset o0 (rows and dst at o0's column), each
  * for every block of MB of the group's Mg output channels: one call per run of tiles, so that
  * shallow windows (a 3x3 one-channel stem: 9 taps a tile) do not pay a call per tile. w and bias:
- * the group's; dst row m at dst + m * ldm. */
+ * the group's; dst row m at dst + m * ldm; lastm: the lanes stored of each tile's last vector. */
 static inline __attribute__((always_inline)) void dc_tiles(const dc_job *j, const float *const *rows, int64_t o0,
                                                            int64_t count, int64_t kh0, int64_t kh1, const float *w,
                                                            const float *bias, float *dst, int64_t ldm, const int MB,
-                                                           const int NV) {
+                                                           const int NV, kn_vmask lastm) {
     const int64_t wblock = j->Cg * j->s->KH * j->s->KW * MB;
     for (int64_t t = 0; t < count; t++) {
         const int64_t o = o0 + t * NV * KN_VL;
         const float *tr[64];
         for (int64_t kh = kh0; kh < kh1; kh++) tr[kh] = rows[kh] + o;
         for (int64_t m0 = 0, b = 0; m0 < j->Mg; m0 += MB, b++)
-            dc_tile(j, tr, kh0, kh1, w + b * wblock, bias ? bias + m0 : NULL, dst + m0 * ldm + (o - o0), ldm, MB, NV);
+            dc_tile(j, tr, kh0, kh1, w + b * wblock, bias ? bias + m0 : NULL, dst + m0 * ldm + (o - o0), ldm, MB, NV,
+                    lastm);
     }
 }
 
 #define DC_CASE(MB, NV)                                                                                      \
-    case NV: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, MB, NV); break;
+    case NV: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, MB, NV, lastm); break;
 #define DC_ARGS                                                                                              \
     const dc_job *j, const float *const *rows, int64_t o0, int64_t count, int64_t kh0, int64_t kh1,          \
-        const float *w, const float *bias, float *dst, int64_t ldm, int nv
+        const float *w, const float *bias, float *dst, int64_t ldm, int nv, kn_vmask lastm
 
 /* nv: 1 .. DC_NVn vectors (the row's last tiles), DC_NVn the default */
 static void dc_tiles_1(DC_ARGS) {
@@ -206,7 +215,7 @@ static void dc_tiles_1(DC_ARGS) {
 #if DC_NV1 > 11
         DC_CASE(1, 11)
 #endif
-        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 1, DC_NV1); break;
+        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 1, DC_NV1, lastm); break;
     }
 }
 
@@ -245,7 +254,7 @@ static void dc_tiles_2(DC_ARGS) {
 #if DC_NV2 > 11
         DC_CASE(2, 11)
 #endif
-        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 2, DC_NV2); break;
+        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 2, DC_NV2, lastm); break;
     }
 }
 
@@ -284,14 +293,54 @@ static void dc_tiles_4(DC_ARGS) {
 #if DC_NV4 > 11
         DC_CASE(4, 11)
 #endif
-        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 4, DC_NV4); break;
+        default: dc_tiles(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, 4, DC_NV4, lastm); break;
     }
 }
 
 static void dc_tiles_any(DC_ARGS) {
-    if (j->mb == 1) dc_tiles_1(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, nv);
-    else if (j->mb == 2) dc_tiles_2(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, nv);
-    else dc_tiles_4(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, nv);
+    if (j->mb == 1) dc_tiles_1(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, nv, lastm);
+    else if (j->mb == 2) dc_tiles_2(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, nv, lastm);
+    else dc_tiles_4(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, nv, lastm);
+}
+
+/* dc_copy_row at column strides 3 and 4. Apart (not inlined), so that dc_copy_row stays small
+ * enough to inline into dc_flat_range's loop over rows (inlined there with this in it, it was not:
+ * a call per row of 3 columns made 7x1 4->4 on 300x3 1.3x slower). */
+static __attribute__((noinline)) void dc_copy_row_phases(const float *src, int64_t W, int64_t pw, int64_t sw,
+                                                         int64_t wp, float *dst) {
+    /* sw vectors of the row (masked loads at its ends) give a vector of each phase: lane l of
+     * phase p is element e = l sw + p of the block, lane e mod KN_VL of vector e / KN_VL:
+     * each vector permuted by l sw + p (the permutes take the index mod KN_VL) and blended in
+     * over the lanes it holds (the scalar split through tmp was 8% of 5x5 s(1,3) 8->32 on
+     * 172x264) */
+    static const int32_t steps[2][16] = {{0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 33, 36, 39, 42, 45},
+                                         {0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60}};
+    const kn_vi step = kn_vi_loadu(steps[sw - 3]);
+    kn_vi idx[4];
+    kn_vmask sel[4][4];
+    for (int p = 0; p < sw; p++) {
+        idx[p] = kn_vi_add(step, kn_vi_set1(p));
+        /* lanes l with v KN_VL <= l sw + p < (v + 1) KN_VL */
+        for (int v = 0; v < sw; v++)
+            sel[p][v] = kn_v_range((v * KN_VL - p + sw - 1) / sw, ((v + 1) * KN_VL - p + sw - 1) / sw);
+    }
+    for (int64_t i = 0; i < wp; i += KN_VL) {
+        kn_vf in[4];
+        for (int v = 0; v < sw; v++) {
+            const int64_t u = i * sw + v * KN_VL - pw; /* the vector's first input column */
+            if (u >= 0 && u + KN_VL <= W) {
+                in[v] = kn_vf_loadu(src + u);
+            } else {
+                const kn_vmask m = kn_v_range(-u, W - u);
+                in[v] = m ? kn_vf_maskz_loadu(m, src + u) : kn_vf_zero();
+            }
+        }
+        for (int p = 0; p < sw; p++) {
+            kn_vf r = kn_vf_perm(idx[p], in[0]);
+            for (int v = 1; v < sw; v++) r = kn_vf_blend(sel[p][v], r, kn_vf_perm(idx[p], in[v]));
+            kn_vf_storeu(dst + p * wp + i, r);
+        }
+    }
 }
 
 /* One input row into a copied row: padded column i is src[i - pw], zero outside the row; at sw > 1
@@ -321,6 +370,10 @@ static void dc_copy_row(const float *src, int64_t W, int64_t pw, int64_t sw, int
             kn_vf_storeu(od + i, kn_vf_perm2(a, kn_vi_iota(1, 2), b));
 #endif
         }
+        return;
+    }
+    if (sw == 3 || sw == 4) {
+        dc_copy_row_phases(src, W, pw, sw, wp, dst);
         return;
     }
     if (sw == 1 && W < 256) { /* vectors, masked loads at the ends (memset, memcpy, memset: a third
@@ -420,16 +473,19 @@ static void dc_range(void *arg, int64_t begin, int64_t end) {
                 /* tiles of nvmax vectors while 2 nvmax or more are left; the last two split evenly (a tile
                  * of 1 vector by 4 channels is 4 FMA chains, under the 8 that hide the FMA latency) */
                 const int64_t nfull = nvec >= 2 * nvmax ? (nvec - nvmax) / nvmax : 0;
-                if (nfull) dc_tiles_any(jb, rows, 0, nfull, kh0, kh1, wb, bg, yrow, plane, nvmax);
+                if (nfull) dc_tiles_any(jb, rows, 0, nfull, kh0, kh1, wb, bg, yrow, plane, nvmax, KN_VALL);
                 for (int64_t q0 = nfull * nvmax; q0 < nvec;) {
                     const int64_t left = nvec - q0;
                     const int nv = (int)(left <= nvmax ? left : (left + 1) / 2);
                     const int64_t ow0 = q0 * KN_VL, cols = min64((int64_t)nv * KN_VL, OW - ow0);
                     if (cols == (int64_t)nv * KN_VL) {
-                        dc_tiles_any(jb, rows, ow0, 1, kh0, kh1, wb, bg, yrow + ow0, plane, nv);
+                        dc_tiles_any(jb, rows, ow0, 1, kh0, kh1, wb, bg, yrow + ow0, plane, nv, KN_VALL);
+                    } else if (DC_MASKED_END) {
+                        dc_tiles_any(jb, rows, ow0, 1, kh0, kh1, wb, bg, yrow + ow0, plane, nv,
+                                     kn_v_tail(cols - (int64_t)(nv - 1) * KN_VL));
                     } else { /* the row's end: through the buffer, Mg rows of nv vectors */
                         const int64_t ldb = (int64_t)nv * KN_VL;
-                        dc_tiles_any(jb, rows, ow0, 1, kh0, kh1, wb, bg, tb, ldb, nv);
+                        dc_tiles_any(jb, rows, ow0, 1, kh0, kh1, wb, bg, tb, ldb, nv, KN_VALL);
                         for (int64_t m = 0; m < Mb; m++)
                             memcpy(yrow + ow0 + m * plane, tb + m * ldb, sizeof(float) * (size_t)cols);
                     }
@@ -524,7 +580,7 @@ static inline __attribute__((always_inline)) void dc_ftile(const float *src, con
     dc_acc acc;
     dc_acc_init(acc, bias, MB, NV);
     for (int64_t t = 0; t < taps; t++, w += MB) dc_acc_tap(acc, src + toff[t], w, MB, NV);
-    dc_acc_store(acc, dst, ldm, MB, NV);
+    dc_acc_store(acc, dst, ldm, MB, NV, KN_VALL);
 }
 
 /* count tiles of NV vectors from position o0, each for every block of MB of the Mg channels */
