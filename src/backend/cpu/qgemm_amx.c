@@ -342,29 +342,55 @@ static inline const uint8_t *a_rows(const amx_job *j, int64_t i, int64_t *stride
  * row's scalar parts (its bias, and zb times its row sum where B has one zero point) are one
  * offset; only a zero point per column of B or of rows of A (za: B's column sums wanted) takes
  * a product per vector. The int32 wrap makes the order of the sums free. */
-static inline void requant_block(const amx_job *j, const kn_rq16_k *k, const int32_t *S, int64_t m0, int64_t mr,
-                                 int64_t n0, int64_t c0, int64_t n, const int32_t *zbw, const int32_t *qw) {
+typedef struct rq_rows {
+    int32_t off[BM], ra[BM], za[BM];
+    float r[BM];
+} rq_rows;
+
+static void requant_rows(const amx_job *j, int64_t m0, int64_t mr, rq_rows *w) {
     const kn_qgemm_amx_args *g = j->g;
-    const bool zb_row = j->ra != NULL, zb_cols = zb_row && g->zb_cols, cols = zb_cols || j->need_cb;
+    const bool zb_row = j->ra != NULL;
     for (int64_t r = 0; r < mr; r++) {
         const int64_t i = m0 + r;
         const uint32_t ra = zb_row ? (uint32_t)j->ra[i] : 0;
         uint32_t off = g->rq_bias ? (uint32_t)g->rq_bias[i] : 0;
         if (zb_row && !g->zb_cols) off -= (uint32_t)g->zb * ra;
-        const __m512 rv = _mm512_set1_ps(g->rq_r[i]);
-        const __m512i ov = _mm512_set1_epi32((int32_t)off), rav = _mm512_set1_epi32((int32_t)ra);
-        const __m512i za = _mm512_set1_epi32(g->za_rows ? g->za_rows[i] : g->za);
-        const int32_t *crow = g->c + i * g->ldc + n0 + c0;
-        uint8_t *y = g->rq_y + i * g->rq_ldy + n0 + c0;
+        w->off[r] = (int32_t)off, w->ra[r] = (int32_t)ra, w->za[r] = g->za_rows ? g->za_rows[i] : g->za;
+        w->r[r] = g->rq_r[i];
+    }
+}
+
+static void requant_block(const amx_job *j, const kn_rq16_k *k, const rq_rows *w, const int32_t *S, int64_t m0,
+                          int64_t mr, int64_t n0, int64_t c0, int64_t n, const int32_t *zbw, const int32_t *qw) {
+    const kn_qgemm_amx_args *g = j->g;
+    /* (locals: the byte stores may alias anything, g's fields included) */
+    const kn_rq16_k kk = *k;
+    const bool zb_cols = j->ra != NULL && g->zb_cols, need_cb = j->need_cb, accumulate = g->accumulate;
+    const int32_t *c = g->c + m0 * g->ldc + n0 + c0;
+    const int64_t ldc = g->ldc, ldy = g->rq_ldy;
+    uint8_t *y = g->rq_y + m0 * ldy + n0 + c0;
+    if (!zb_cols && !need_cb && !accumulate && n == BN) { /* the common block: two whole vectors a row */
+        for (int64_t r = 0; r < mr; r++) {
+            const __m512i ov = _mm512_set1_epi32(w->off[r]);
+            const __m512 rv = _mm512_set1_ps(w->r[r]);
+            const __m512i v0 = _mm512_add_epi32(_mm512_load_si512((const __m512i *)(S + r * BN)), ov);
+            const __m512i v1 = _mm512_add_epi32(_mm512_load_si512((const __m512i *)(S + r * BN + TR)), ov);
+            _mm_storeu_si128((__m128i *)(y + r * ldy), kn_rq16(&kk, v0, rv));
+            _mm_storeu_si128((__m128i *)(y + r * ldy + TR), kn_rq16(&kk, v1, rv));
+        }
+        return;
+    }
+    for (int64_t r = 0; r < mr; r++) {
+        const __m512i ov = _mm512_set1_epi32(w->off[r]), rav = _mm512_set1_epi32(w->ra[r]);
+        const __m512i za = _mm512_set1_epi32(w->za[r]);
+        const __m512 rv = _mm512_set1_ps(w->r[r]);
         for (int64_t h = 0; h < n; h += TR) {
             const __mmask16 m = n - h >= TR ? (__mmask16)0xffff : (__mmask16)((1u << (n - h)) - 1);
             __m512i v = _mm512_add_epi32(_mm512_load_si512((const __m512i *)(S + r * BN + h)), ov);
-            if (cols) {
-                if (zb_cols) v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m, zbw + c0 + h), rav));
-                if (j->need_cb) v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m, qw + c0 + h), za));
-            }
-            if (g->accumulate) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(m, crow + h));
-            _mm_mask_storeu_epi8(y + h, m, kn_rq16(k, v, rv));
+            if (zb_cols) v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m, zbw + c0 + h), rav));
+            if (need_cb) v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m, qw + c0 + h), za));
+            if (accumulate) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(m, c + r * ldc + h));
+            _mm_mask_storeu_epi8(y + r * ldy + h, m, kn_rq16(&kk, v, rv));
         }
     }
 }
@@ -424,11 +450,13 @@ static void amx_range(void *arg, int64_t u0, int64_t u1) {
             const int64_t mr = min64(BM, m_end - m0);
             int64_t s0, s1 = 0;
             const uint8_t *a0 = a_rows(j, m0, &s0), *a1 = mr > TR ? a_rows(j, m0 + TR, &s1) : NULL;
+            rq_rows rows;
+            if (g->rq_y) requant_rows(j, m0, mr, &rows);
             for (int64_t c0 = 0; c0 < nc; c0 += BN) {
                 const int64_t n = min64(BN, nc - c0);
                 j->fn(mr > TR, n > TR, a0, s0, a1, s1, B + c0 * K64, TR * K64, K64, j->kt, S);
                 /* C = S - zb_j rowsum_i + za_i (K zb_j - colsum_j) (wrapping as int32) */
-                if (g->rq_y) requant_block(j, &rqk, S, m0, mr, n0, c0, n, zbw, qw);
+                if (g->rq_y) requant_block(j, &rqk, &rows, S, m0, mr, n0, c0, n, zbw, qw);
                 else
                     for (int64_t r = 0; r < mr; r++) {
                         const int64_t i = m0 + r;
