@@ -327,6 +327,51 @@ KN_TEST(cpu_transpose_float16_blocks) {
     }
 }
 
+/* float32 Transpose (16x16 register blocks at AVX-512, 8x8 at AVX2, the edges by the smaller blocks
+ * and scalar) against the index mapping: sides of 16 exactly, past it by 1-15 (both block sizes'
+ * edges), under 16, chunks of the source's contiguous axis (64) with a remainder; the values are
+ * bit patterns (NaN payloads included), compared as bits. */
+KN_TEST(cpu_transpose_float32_blocks) {
+    struct {
+        int rank;
+        int64_t dims[4];
+        int64_t perm[4];
+    } cases[] = {
+        {4, {1, 64, 56, 56}, {0, 2, 3, 1}}, {4, {2, 37, 13, 11}, {0, 2, 3, 1}}, {3, {3, 16, 16}, {0, 2, 1}},
+        {3, {2, 33, 70}, {0, 2, 1}},        {2, {17, 300}, {1, 0}},             {2, {300, 31}, {1, 0}},
+        {3, {2, 9, 40}, {0, 2, 1}},         {4, {1, 24, 8, 9}, {0, 2, 3, 1}},   {3, {4, 130, 47}, {0, 2, 1}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int r = cases[c].rank;
+        int64_t n = 1, xs[4], yd[4];
+        for (int d = r - 1; d >= 0; d--) xs[d] = n, n *= cases[c].dims[d];
+        for (int d = 0; d < r; d++) yd[d] = cases[c].dims[cases[c].perm[d]];
+        uint32_t *x = malloc(sizeof(uint32_t) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) x[i] = (uint32_t)(i * 2654435761u);
+        oc_attr at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
+        for (int threads = 1; threads <= 2; threads++) {
+            kiln_tensor *y = NULL;
+            if (oc_run("Transpose", 13, KILN_DTYPE_FLOAT, r, cases[c].dims, x, NULL, 0, at, 1, 1, threads, &y)) {
+                const uint32_t *g = kiln_tensor_data(y);
+                int64_t bad = 0, idx[4] = {0};
+                for (int64_t o = 0; o < n; o++) {
+                    int64_t src = 0;
+                    for (int d = 0; d < r; d++) src += idx[d] * xs[cases[c].perm[d]];
+                    bad += g[o] != x[src];
+                    for (int d = r - 1; d >= 0; d--) {
+                        if (++idx[d] < yd[d]) break;
+                        idx[d] = 0;
+                    }
+                }
+                CHECK_MSG(bad == 0, "float32 Transpose case %zu, %d threads: %lld of %lld elements misplaced", c,
+                          threads, (long long)bad, (long long)n);
+            }
+            kiln_tensor_destroy(y);
+        }
+        free(x);
+    }
+}
+
 /* TopK on float rows (the running list with the eight-wide prefilter) against a stable sort: rows of
  * few distinct values (ties: the lower index first) with NaNs (the largest), row lengths around the
  * vector steps, k from 1 to past the list's bound, largest and smallest, sorted and index order. */
