@@ -27,6 +27,31 @@ static uint32_t rq_next(uint32_t *s) {
     return *s >> 8;
 }
 
+/* kiln_session_run_into into caller memory filled with 0x00 and then 0xA5 (QLinearConv and
+ * QLinearMatMul are marked KN_KERNEL_OVERWRITES: nothing zeroes the memory before them), both runs
+ * against want: an output the kernel leaves unwritten keeps the fill */
+static void rq_check_into(kiln_session *sess, const char *in_name, kiln_tensor *xin, const kiln_tensor *like,
+                          const uint8_t *want, int64_t n, const char *what, int threads) {
+    const char *names[1] = {in_name};
+    uint8_t *buf = malloc((size_t)(n > 0 ? n : 1));
+    for (int fill = 0; fill < 2 && buf; fill++) {
+        memset(buf, fill ? 0xA5 : 0x00, (size_t)n);
+        kiln_tensor *into = NULL;
+        CHECK_STATUS(kiln_tensor_wrap(kiln_tensor_dtype(like), kiln_tensor_dims(like), kiln_tensor_rank(like), buf,
+                                      (size_t)n, &into),
+                     KILN_OK);
+        CHECK_STATUS(kiln_session_run_into(sess, names, &xin, 1, NULL, 1, &into), KILN_OK);
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < n; i++)
+            if (buf[i] != want[i]) bad++, first = first < 0 ? i : first;
+        CHECK_MSG(bad == 0, "%s (%d threads, run_into over 0x%02x): %lld of %lld outputs differ, first at %lld: %u, want %u",
+                  what, threads, fill ? 0xA5 : 0, (long long)bad, (long long)n, (long long)first,
+                  first >= 0 ? buf[first] : 0u, first >= 0 ? want[first] : 0u);
+        kiln_tensor_destroy(into);
+    }
+    free(buf);
+}
+
 KN_TEST(cpu_qlinear_conv_requant_exact) {
     /* {C, H, W, multiplier, kernel, stride, y_s8} */
     static const int64_t cases[][7] = {
@@ -142,6 +167,9 @@ KN_TEST(cpu_qlinear_conv_requant_exact) {
                           (long long)C, (long long)H, (long long)W, (long long)M, (long long)k, (long long)s,
                           (long long)G, y_s8 ? "int8" : "uint8", threads, (long long)bad, (long long)n,
                           (long long)first, first >= 0 ? got[first] : 0u, first >= 0 ? want[first] : 0u);
+                char what[64];
+                snprintf(what, sizeof what, "QLinearConv case %zu", ci);
+                rq_check_into(sess, "x", xin, out, want, n, what, threads);
             } else {
                 CHECK_MSG(out != NULL, "case %zu: no output", ci);
             }
@@ -259,6 +287,7 @@ static void tie_run(const char *what, const unsigned char *model, size_t size, c
             CHECK_MSG(bad == 0, "%s (%d threads): %lld of %lld outputs differ from the definition, first at %lld: %u, want %u",
                       what, threads, (long long)bad, (long long)n, (long long)first, first >= 0 ? got[first] : 0u,
                       first >= 0 ? want[first] : 0u);
+            rq_check_into(sess, in_name, xin, out, want, n, what, threads);
         }
         kiln_tensor_destroy(out);
         kiln_session_destroy(sess);

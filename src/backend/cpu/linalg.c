@@ -646,12 +646,13 @@ const kn_cpu_kernel kn_cpu_linalg[] = {
      * scale_c), C broadcast first where Gemm adds it, the plain loops with beta 0 */
     {"", "MatMul", run_matmul, NULL, KN_KERNEL_OVERWRITES},
     {"", "MatMulInteger", run_matmul_integer, NULL, KN_KERNEL_OVERWRITES}, /* kn_qgemm_run writes each element */
-    {"", "QLinearMatMul", run_qlinear_matmul, NULL},
+    {"", "QLinearMatMul", run_qlinear_matmul, NULL, KN_KERNEL_OVERWRITES}, /* every row requantised, or every element */
     {"", "Gemm", run_gemm, NULL, KN_KERNEL_OVERWRITES, KN_PARAMS(kn_gemm_attrs_prepare, kn_gemm_attrs)},
     {"", "Einsum", kn_cpu_einsum, NULL, 0, KN_PARAMS(kn_einsum_prepare, kn_einsum_prm)},
     {"", "Conv", kn_cpu_conv, NULL, KN_KERNEL_OVERWRITES}, /* every path writes each output element */
     {"", "ConvInteger", kn_cpu_conv_integer, NULL, KN_KERNEL_OVERWRITES}, /* the bias or 0, then the products */
-    {"", "QLinearConv", kn_cpu_qlinear_conv, NULL},
+    /* the fused epilogues (AMX, depthwise) or the requantisation after the sums write each output */
+    {"", "QLinearConv", kn_cpu_qlinear_conv, NULL, KN_KERNEL_OVERWRITES},
     {"", "ConvTranspose", kn_cpu_conv_transpose, NULL},
     {"", "Col2Im", kn_cpu_col2im, NULL},
     {"", "DeformConv", kn_cpu_deform_conv, NULL, 0, KN_PARAMS(kn_cpu_deform_conv_prepare, kn_cpu_deform_prm)},
