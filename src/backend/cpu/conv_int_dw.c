@@ -42,6 +42,15 @@ typedef struct dw_job {
     atomic_int failed;
 } dw_job;
 
+#if DW_L == 16
+/* the lanes of a 32-column step from column lo (negative: the left padding) that lie inside a row
+ * of W: [max(0, -lo), min(32, W - lo)) */
+static inline __mmask32 dw_step_mask(int64_t lo, int64_t W) {
+    const int64_t a = lo < 0 ? -lo : 0, b = W - lo < 32 ? W - lo : 32;
+    return b <= a ? 0 : (__mmask32)(((b == 32 ? 0xffffffffu : (1u << b) - 1u)) & ~((1u << a) - 1u));
+}
+#endif
+
 /* xb = x's row less zx between zero borders (XB int16 in all); where first is false, xb holds an
  * earlier row's conversion and the AVX-512 form leaves its steps past the row (zeros) as they are */
 static void row_to_i16(const dw_job *j, const void *xrow, int16_t *xb, bool first) {
@@ -56,8 +65,8 @@ static void row_to_i16(const dw_job *j, const void *xrow, int16_t *xb, bool firs
         const uint8_t *xr = xrow;
         const int64_t end = first ? j->XB : (pw + W + 31) / 32 * 32 < j->XB ? (pw + W + 31) / 32 * 32 : j->XB;
         for (int64_t q = 0; q < end; q += 32) {
-            const int64_t lo = q - pw, a = lo < 0 ? -lo : 0, b = W - lo < 32 ? W - lo : 32;
-            const __mmask32 k = b <= a ? 0 : (__mmask32)(((b == 32 ? 0xffffffffu : (1u << b) - 1u)) & ~((1u << a) - 1u));
+            const int64_t lo = q - pw;
+            const __mmask32 k = dw_step_mask(lo, W);
             const __m256i raw = _mm256_maskz_loadu_epi8(k, xr + (k ? lo : 0));
             const __m512i v = p->x_s8 ? _mm512_cvtepi8_epi16(raw) : _mm512_cvtepu8_epi16(raw);
             _mm512_storeu_si512((void *)(xb + q), _mm512_maskz_sub_epi16(k, v, zv));
@@ -113,8 +122,8 @@ static void plane_to_i16(const dw_job *j, const void *xplane, int32_t *buf, bool
     const uint8_t *xp = xplane;
     const int64_t end = first ? j->XB : (pw + W + 31) / 32 * 32 < j->XB ? (pw + W + 31) / 32 * 32 : j->XB;
     for (int64_t q = 0; q < end; q += 32) {
-        const int64_t lo = q - pw, a = lo < 0 ? -lo : 0, b = W - lo < 32 ? W - lo : 32;
-        const __mmask32 k = b <= a ? 0 : (__mmask32)(((b == 32 ? 0xffffffffu : (1u << b) - 1u)) & ~((1u << a) - 1u));
+        const int64_t lo = q - pw;
+        const __mmask32 k = dw_step_mask(lo, W);
         const uint8_t *src = xp + (k ? lo : 0);
         int16_t *dst = (int16_t *)buf + q;
         if (p->x_s8)
