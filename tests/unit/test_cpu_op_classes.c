@@ -285,6 +285,24 @@ KN_TEST(cpu_resize_linear_float16_rounded_once) {
     kn_tensor_free(k3[1]);
 }
 
+/* how many elements (es bytes each) of y, x of dims transposed by perm, are not x's element at
+ * the index mapping's place (compared as bytes) */
+static int64_t transpose_misplaced(const void *x, const void *y, size_t es, int r, const int64_t *dims, const int64_t *perm) {
+    int64_t n = 1, xs[4], yd[4], idx[4] = {0}, bad = 0;
+    for (int d = r - 1; d >= 0; d--) xs[d] = n, n *= dims[d];
+    for (int d = 0; d < r; d++) yd[d] = dims[perm[d]];
+    for (int64_t o = 0; o < n; o++) {
+        int64_t src = 0;
+        for (int d = 0; d < r; d++) src += idx[d] * xs[perm[d]];
+        bad += memcmp((const char *)y + o * (int64_t)es, (const char *)x + src * (int64_t)es, es) != 0;
+        for (int d = r - 1; d >= 0; d--) {
+            if (++idx[d] < yd[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return bad;
+}
+
 /* float16 Transpose to channels-last and of the last two axes, sizes around the 8x8 blocks, against
  * the index formula */
 KN_TEST(cpu_transpose_float16_blocks) {
@@ -298,9 +316,8 @@ KN_TEST(cpu_transpose_float16_blocks) {
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int r = cases[c].rank;
-        int64_t n = 1, xs[4], yd[4];
-        for (int d = r - 1; d >= 0; d--) xs[d] = n, n *= cases[c].dims[d];
-        for (int d = 0; d < r; d++) yd[d] = cases[c].dims[cases[c].perm[d]];
+        int64_t n = 1;
+        for (int d = 0; d < r; d++) n *= cases[c].dims[d];
         uint16_t *x = malloc(sizeof(uint16_t) * (size_t)n);
         for (int64_t i = 0; i < n; i++) x[i] = (uint16_t)(i * 2654435761u >> 7);
         oc_attr at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
@@ -308,16 +325,7 @@ KN_TEST(cpu_transpose_float16_blocks) {
             kiln_tensor *y = NULL;
             if (oc_run("Transpose", 13, KILN_DTYPE_FLOAT16, r, cases[c].dims, x, NULL, 0, at, 1, 1, threads, &y)) {
                 const uint16_t *g = kiln_tensor_data(y);
-                int64_t bad = 0, idx[4] = {0};
-                for (int64_t o = 0; o < n; o++) {
-                    int64_t src = 0;
-                    for (int d = 0; d < r; d++) src += idx[d] * xs[cases[c].perm[d]];
-                    bad += g[o] != x[src];
-                    for (int d = r - 1; d >= 0; d--) {
-                        if (++idx[d] < yd[d]) break;
-                        idx[d] = 0;
-                    }
-                }
+                const int64_t bad = transpose_misplaced(x, g, sizeof *x, r, cases[c].dims, cases[c].perm);
                 CHECK_MSG(bad == 0, "Transpose case %zu, %d threads: %lld of %lld elements misplaced", c, threads,
                           (long long)bad, (long long)n);
             }
@@ -343,9 +351,8 @@ KN_TEST(cpu_transpose_float32_blocks) {
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int r = cases[c].rank;
-        int64_t n = 1, xs[4], yd[4];
-        for (int d = r - 1; d >= 0; d--) xs[d] = n, n *= cases[c].dims[d];
-        for (int d = 0; d < r; d++) yd[d] = cases[c].dims[cases[c].perm[d]];
+        int64_t n = 1;
+        for (int d = 0; d < r; d++) n *= cases[c].dims[d];
         uint32_t *x = malloc(sizeof(uint32_t) * (size_t)n);
         for (int64_t i = 0; i < n; i++) x[i] = (uint32_t)(i * 2654435761u);
         oc_attr at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
@@ -353,16 +360,7 @@ KN_TEST(cpu_transpose_float32_blocks) {
             kiln_tensor *y = NULL;
             if (oc_run("Transpose", 13, KILN_DTYPE_FLOAT, r, cases[c].dims, x, NULL, 0, at, 1, 1, threads, &y)) {
                 const uint32_t *g = kiln_tensor_data(y);
-                int64_t bad = 0, idx[4] = {0};
-                for (int64_t o = 0; o < n; o++) {
-                    int64_t src = 0;
-                    for (int d = 0; d < r; d++) src += idx[d] * xs[cases[c].perm[d]];
-                    bad += g[o] != x[src];
-                    for (int d = r - 1; d >= 0; d--) {
-                        if (++idx[d] < yd[d]) break;
-                        idx[d] = 0;
-                    }
-                }
+                const int64_t bad = transpose_misplaced(x, g, sizeof *x, r, cases[c].dims, cases[c].perm);
                 CHECK_MSG(bad == 0, "float32 Transpose case %zu, %d threads: %lld of %lld elements misplaced", c,
                           threads, (long long)bad, (long long)n);
             }
@@ -709,9 +707,8 @@ KN_TEST(cpu_transpose_short_axis) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int r = cases[c].rank;
         const size_t es = kiln_dtype_size(cases[c].dt);
-        int64_t n = 1, xs[4], yd[4];
-        for (int d = r - 1; d >= 0; d--) xs[d] = n, n *= cases[c].dims[d];
-        for (int d = 0; d < r; d++) yd[d] = cases[c].dims[cases[c].perm[d]];
+        int64_t n = 1;
+        for (int d = 0; d < r; d++) n *= cases[c].dims[d];
         unsigned char *x = malloc(es * (size_t)n);
         for (int64_t i = 0; i < (int64_t)es * n; i++) x[i] = (unsigned char)(i * 2654435761u >> 9);
         const oc_attr at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
@@ -719,16 +716,7 @@ KN_TEST(cpu_transpose_short_axis) {
             kiln_tensor *y = NULL;
             if (oc_run("Transpose", 13, cases[c].dt, r, cases[c].dims, x, NULL, 0, at, 1, 1, threads, &y)) {
                 const unsigned char *g = kiln_tensor_data(y);
-                int64_t bad = 0, idx[4] = {0};
-                for (int64_t o = 0; o < n; o++) {
-                    int64_t src = 0;
-                    for (int d = 0; d < r; d++) src += idx[d] * xs[cases[c].perm[d]];
-                    bad += memcmp(g + (size_t)o * es, x + (size_t)src * es, es) != 0;
-                    for (int d = r - 1; d >= 0; d--) {
-                        if (++idx[d] < yd[d]) break;
-                        idx[d] = 0;
-                    }
-                }
+                const int64_t bad = transpose_misplaced(x, g, es, r, cases[c].dims, cases[c].perm);
                 CHECK_MSG(bad == 0, "Transpose case %zu, %d threads: %lld of %lld elements misplaced", c, threads,
                           (long long)bad, (long long)n);
             }
@@ -749,25 +737,15 @@ KN_TEST(cpu_transpose_bytes) {
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int r = cases[c].rank;
-        int64_t n = 1, xs[4], yd[4];
-        for (int d = r - 1; d >= 0; d--) xs[d] = n, n *= cases[c].dims[d];
-        for (int d = 0; d < r; d++) yd[d] = cases[c].dims[cases[c].perm[d]];
+        int64_t n = 1;
+        for (int d = 0; d < r; d++) n *= cases[c].dims[d];
         uint8_t *x = malloc((size_t)n);
         for (int64_t i = 0; i < n; i++) x[i] = (uint8_t)(i * 2654435761u >> 11);
         const oc_attr at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
         kiln_tensor *y = NULL;
         if (oc_run("Transpose", 13, KILN_DTYPE_UINT8, r, cases[c].dims, x, NULL, 0, at, 1, 1, 2, &y)) {
             const uint8_t *g = kiln_tensor_data(y);
-            int64_t bad = 0, idx[4] = {0};
-            for (int64_t o = 0; o < n; o++) {
-                int64_t src = 0;
-                for (int d = 0; d < r; d++) src += idx[d] * xs[cases[c].perm[d]];
-                bad += g[o] != x[src];
-                for (int d = r - 1; d >= 0; d--) {
-                    if (++idx[d] < yd[d]) break;
-                    idx[d] = 0;
-                }
-            }
+            const int64_t bad = transpose_misplaced(x, g, sizeof *x, r, cases[c].dims, cases[c].perm);
             CHECK_MSG(bad == 0, "uint8 Transpose case %zu: %lld of %lld elements misplaced", c, (long long)bad, (long long)n);
         }
         kiln_tensor_destroy(y);
