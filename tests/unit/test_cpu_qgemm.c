@@ -208,10 +208,7 @@ KN_TEST(cpu_qgemm_conv_integer_exact) {
         int wv = tmb_const_tensor(&b, "w", w), zxv = tmb_const_tensor(&b, "zx", zx), zwv = tmb_const_tensor(&b, "zw", zw);
         int y = tmb_value(&b, "y");
         int node = tmb_node(&b, "ConvInteger", (int[]){xv, wv, zxv, zwv}, 4, y);
-        tmb_ints(&b, node, "kernel_shape", (int64_t[]){k, k}, 2);
-        tmb_ints(&b, node, "strides", (int64_t[]){s, s}, 2);
-        tmb_ints(&b, node, "pads", (int64_t[]){p, p, p, p}, 4);
-        tmb_int(&b, node, "group", G);
+        tmb_conv2d(&b, node, k, s, p, G);
         tmb_output(&b, y);
         size_t size;
         unsigned char *m = tmb_finish(&b, &size);
@@ -355,10 +352,7 @@ KN_TEST(cpu_qgemm_qlinear_conv_amx_same_bytes) {
                      tmb_const_tensor(&b, "wz", wz), tmb_const_tensor(&b, "ys", ys), tmb_const_tensor(&b, "yz", yz),
                      bt ? tmb_const_tensor(&b, "b", bt) : -1};
         int y = tmb_value(&b, "y");
-        int node = tmb_node(&b, "QLinearConv", in, bt ? 9 : 8, y);
-        tmb_ints(&b, node, "kernel_shape", (int64_t[]){k, k}, 2);
-        tmb_ints(&b, node, "strides", (int64_t[]){st, st}, 2);
-        tmb_ints(&b, node, "pads", (int64_t[]){p, p, p, p}, 4);
+        tmb_conv2d(&b, tmb_node(&b, "QLinearConv", in, bt ? 9 : 8, y), k, st, p, 1);
         tmb_output(&b, y);
         size_t size;
         unsigned char *mb = tmb_finish(&b, &size);

@@ -27,6 +27,22 @@ static uint32_t rq_next(uint32_t *s) {
     return *s >> 8;
 }
 
+/* A one-node QLinearConv model of input x (uint8, dims xd) and the constants c = x_scale,
+ * x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, bias (the builder takes them) */
+static unsigned char *rq_qlinear_conv_model(const int64_t *xd, kn_tensor *const c[8], int64_t k, int64_t s, int64_t p,
+                                            int64_t G, size_t *size) {
+    static const char *const names[8] = {"xs", "xz", "w", "ws", "wz", "ys", "yz", "bias"};
+    tmb b;
+    tmb_init(&b, 13);
+    int in[9];
+    in[0] = tmb_input(&b, "x", KILN_DTYPE_UINT8, 4, xd, NULL);
+    for (int i = 0; i < 8; i++) in[i + 1] = tmb_const_tensor(&b, names[i], c[i]);
+    int y = tmb_value(&b, "y");
+    tmb_conv2d(&b, tmb_node(&b, "QLinearConv", in, 9, y), k, s, p, G);
+    tmb_output(&b, y);
+    return tmb_finish(&b, size);
+}
+
 /* kiln_session_run_into into caller memory filled with 0x00 and then 0xA5 (QLinearConv and
  * QLinearMatMul are marked KN_KERNEL_OVERWRITES: nothing zeroes the memory before them), both runs
  * against want: an output the kernel leaves unwritten keeps the fill */
@@ -126,27 +142,8 @@ KN_TEST(cpu_qlinear_conv_requant_exact) {
         }
         CHECK_MSG(low > 0 && high > 0, "case %zu: the outputs do not reach both ends (%lld low, %lld high)", ci,
                   (long long)low, (long long)high);
-        tmb b;
-        tmb_init(&b, 13);
-        int in[9];
-        in[0] = tmb_input(&b, "x", KILN_DTYPE_UINT8, 4, xd, NULL);
-        in[1] = tmb_const_tensor(&b, "xs", xs);
-        in[2] = tmb_const_tensor(&b, "xz", xz);
-        in[3] = tmb_const_tensor(&b, "w", w);
-        in[4] = tmb_const_tensor(&b, "ws", ws);
-        in[5] = tmb_const_tensor(&b, "wz", wz);
-        in[6] = tmb_const_tensor(&b, "ys", ys);
-        in[7] = tmb_const_tensor(&b, "yz", yz);
-        in[8] = tmb_const_tensor(&b, "bias", bias);
-        int y = tmb_value(&b, "y");
-        int node = tmb_node(&b, "QLinearConv", in, 9, y);
-        tmb_ints(&b, node, "kernel_shape", (int64_t[]){k, k}, 2);
-        tmb_ints(&b, node, "strides", (int64_t[]){s, s}, 2);
-        tmb_ints(&b, node, "pads", (int64_t[]){p, p, p, p}, 4);
-        tmb_int(&b, node, "group", G);
-        tmb_output(&b, y);
         size_t size;
-        unsigned char *model = tmb_finish(&b, &size);
+        unsigned char *model = rq_qlinear_conv_model(xd, (kn_tensor *[8]){xs, xz, w, ws, wz, ys, yz, bias}, k, s, p, G, &size);
         kiln_tensor *xin = NULL;
         kiln_tensor_create(KILN_DTYPE_UINT8, xd, 4, &xin);
         memcpy(kiln_tensor_data(xin), xp, (size_t)kn_tensor_count(x));
@@ -334,26 +331,8 @@ static void tie_conv(const char *what, int64_t N, int64_t C, int64_t H, int64_t 
                 st->float_wrong += tie_float(acc, rm, zy, s8) != want[i];
             }
         }
-    tmb b_;
-    tmb_init(&b_, 13);
-    int in[9];
-    in[0] = tmb_input(&b_, "x", KILN_DTYPE_UINT8, 4, xd, NULL);
-    in[1] = tmb_const_tensor(&b_, "xs", xs);
-    in[2] = tmb_const_tensor(&b_, "xz", xz);
-    in[3] = tmb_const_tensor(&b_, "w", w);
-    in[4] = tmb_const_tensor(&b_, "ws", ws);
-    in[5] = tmb_const_tensor(&b_, "wz", wz);
-    in[6] = tmb_const_tensor(&b_, "ys", ys);
-    in[7] = tmb_const_tensor(&b_, "yz", yz);
-    in[8] = tmb_const_tensor(&b_, "bias", bias);
-    int y = tmb_value(&b_, "y");
-    int node = tmb_node(&b_, "QLinearConv", in, 9, y);
-    tmb_ints(&b_, node, "kernel_shape", (int64_t[]){k, k}, 2);
-    tmb_ints(&b_, node, "pads", (int64_t[]){p, p, p, p}, 4);
-    tmb_int(&b_, node, "group", G);
-    tmb_output(&b_, y);
     size_t size;
-    unsigned char *model = tmb_finish(&b_, &size);
+    unsigned char *model = rq_qlinear_conv_model(xd, (kn_tensor *[8]){xs, xz, w, ws, wz, ys, yz, bias}, k, 1, p, G, &size);
     tie_run(what, model, size, "x", KILN_DTYPE_UINT8, xd, 4, xp, want, n);
     free(model);
     free(xp);

@@ -152,6 +152,14 @@ static inline void tmb_ints(tmb *b, int node, const char *name, const int64_t *v
     a->n = n;
 }
 
+/* A 2-D convolution's attributes: a k x k kernel at stride s, p padding on every side, group */
+static inline void tmb_conv2d(tmb *b, int node, int64_t k, int64_t s, int64_t p, int64_t group) {
+    tmb_ints(b, node, "kernel_shape", (int64_t[]){k, k}, 2);
+    tmb_ints(b, node, "strides", (int64_t[]){s, s}, 2);
+    tmb_ints(b, node, "pads", (int64_t[]){p, p, p, p}, 4);
+    tmb_int(b, node, "group", group);
+}
+
 static inline void tmb_output(tmb *b, int v) {
     b->g->outputs = realloc(b->g->outputs, sizeof(int) * (size_t)(b->g->n_outputs + 1));
     b->g->outputs[b->g->n_outputs++] = v;
