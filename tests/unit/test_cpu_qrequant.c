@@ -86,6 +86,7 @@ KN_TEST(cpu_qlinear_conv_requant_exact) {
         {20, 56, 56, 1, 3, 2, 0}, /* stride 2, rows of 28: a vector of 16 and 12 */
         {5, 13, 70, 1, 5, 1, 1},  /* rows of 70: four vectors of 16 and a tail of 6 */
         {7, 11, 41, 2, 5, 2, 1},  /* multiplier 2, k5, stride 2 (rows of 21) */
+        {12, 9, 100, 1, 3, 3, 1}, /* stride 3: the phase rows built from an int16 row (row_to_i16) */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int64_t C = cases[ci][0], H = cases[ci][1], W = cases[ci][2], mult = cases[ci][3], k = cases[ci][4],

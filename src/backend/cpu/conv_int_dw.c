@@ -51,6 +51,40 @@ static inline __mmask32 dw_step_mask(int64_t lo, int64_t W) {
 }
 #endif
 
+#if DW_L == 16
+/* x's rows (nrows of W, one after another) less zx between zero borders into int16 rows dst_stride
+ * elements apart, thirty-two a step: masked byte loads (the lanes outside the row neither read nor
+ * kept), widened and less zx in the lanes kept, zeros elsewhere; XB is a multiple of 32 here. The
+ * lanes' masks depend only on the column step, so a plane's rows share them (the direct form
+ * converts a plane in one call: per row, the mask arithmetic and the call had cost as much as the
+ * conversion; perf of QLinearConv depthwise 3x3 s2 on 1x64x56x56: row_to_i16 40%, out_plane 38%).
+ * Where first is false, dst holds earlier rows' conversions and the steps past the row (zeros) are
+ * left as they are. */
+static void rows_to_i16(const dw_job *j, const void *x, int64_t nrows, int16_t *dst, int64_t dst_stride, bool first) {
+    const kn_qdw *p = j->p;
+    const int64_t W = p->W, pw = p->pw;
+    const __m512i zv = _mm512_set1_epi16((int16_t)p->zx);
+    const uint8_t *xp = x;
+    const int64_t end = first ? j->XB : (pw + W + 31) / 32 * 32 < j->XB ? (pw + W + 31) / 32 * 32 : j->XB;
+    for (int64_t q = 0; q < end; q += 32) {
+        const int64_t lo = q - pw;
+        const __mmask32 k = dw_step_mask(lo, W);
+        const uint8_t *src = xp + (k ? lo : 0);
+        int16_t *d = dst + q;
+        if (p->x_s8)
+            for (int64_t r = 0; r < nrows; r++) {
+                const __m512i v = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(k, src + r * W));
+                _mm512_storeu_si512((void *)(d + r * dst_stride), _mm512_maskz_sub_epi16(k, v, zv));
+            }
+        else
+            for (int64_t r = 0; r < nrows; r++) {
+                const __m512i v = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, src + r * W));
+                _mm512_storeu_si512((void *)(d + r * dst_stride), _mm512_maskz_sub_epi16(k, v, zv));
+            }
+    }
+}
+#endif
+
 /* xb = x's row less zx between zero borders (XB int16 in all); where first is false, xb holds an
  * earlier row's conversion and the AVX-512 form leaves its steps past the row (zeros) as they are */
 static void row_to_i16(const dw_job *j, const void *xrow, int16_t *xb, bool first) {
@@ -58,21 +92,8 @@ static void row_to_i16(const dw_job *j, const void *xrow, int16_t *xb, bool firs
     const kn_qdw *p = j->p;
     const int64_t W = p->W, pw = p->pw;
 #if DW_L == 16
-    /* thirty-two a step: masked byte loads (the lanes outside the row neither read nor kept),
-     * widened and less zx in the lanes kept, zeros elsewhere; XB is a multiple of 32 here */
-    {
-        const __m512i zv = _mm512_set1_epi16((int16_t)p->zx);
-        const uint8_t *xr = xrow;
-        const int64_t end = first ? j->XB : (pw + W + 31) / 32 * 32 < j->XB ? (pw + W + 31) / 32 * 32 : j->XB;
-        for (int64_t q = 0; q < end; q += 32) {
-            const int64_t lo = q - pw;
-            const __mmask32 k = dw_step_mask(lo, W);
-            const __m256i raw = _mm256_maskz_loadu_epi8(k, xr + (k ? lo : 0));
-            const __m512i v = p->x_s8 ? _mm512_cvtepi8_epi16(raw) : _mm512_cvtepu8_epi16(raw);
-            _mm512_storeu_si512((void *)(xb + q), _mm512_maskz_sub_epi16(k, v, zv));
-        }
-        return;
-    }
+    rows_to_i16(j, xrow, 1, xb, 0, first);
+    return;
 #elif defined(__AVX2__)
     /* sixteen a step from loads anywhere inside the tensor, the lanes outside the row zeroed (as
      * row_pairs_s1); the first and last rows of the tensor take the plain form below */
@@ -110,35 +131,6 @@ static void row_to_i16(const dw_job *j, const void *xrow, int16_t *xb, bool firs
     memset(d + W, 0, sizeof(int16_t) * (size_t)(j->XB - pw - W));
 }
 
-#if DW_L == 16
-/* row_to_i16 for every row of a plane into buf (row stride RW words; the direct form): the lanes'
- * masks depend only on the column step, so they are worked out once a plane and not once a row
- * (a 56-wide row is two steps: per row, the mask arithmetic and the call cost as much as the
- * conversion; perf of QLinearConv depthwise 3x3 s2 on 1x64x56x56: row_to_i16 40%, out_plane 38%) */
-static void plane_to_i16(const dw_job *j, const void *xplane, int32_t *buf, bool first) {
-    const kn_qdw *p = j->p;
-    const int64_t W = p->W, H = p->H, pw = p->pw, RW = j->RW;
-    const __m512i zv = _mm512_set1_epi16((int16_t)p->zx);
-    const uint8_t *xp = xplane;
-    const int64_t end = first ? j->XB : (pw + W + 31) / 32 * 32 < j->XB ? (pw + W + 31) / 32 * 32 : j->XB;
-    for (int64_t q = 0; q < end; q += 32) {
-        const int64_t lo = q - pw;
-        const __mmask32 k = dw_step_mask(lo, W);
-        const uint8_t *src = xp + (k ? lo : 0);
-        int16_t *dst = (int16_t *)buf + q;
-        if (p->x_s8)
-            for (int64_t ih = 0; ih < H; ih++) {
-                const __m512i v = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(k, src + ih * W));
-                _mm512_storeu_si512((void *)(dst + 2 * ih * RW), _mm512_maskz_sub_epi16(k, v, zv));
-            }
-        else
-            for (int64_t ih = 0; ih < H; ih++) {
-                const __m512i v = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, src + ih * W));
-                _mm512_storeu_si512((void *)(dst + 2 * ih * RW), _mm512_maskz_sub_epi16(k, v, zv));
-            }
-    }
-}
-#endif
 
 /* the pair words of phase rows from xb (not direct) */
 static void row_pairs(const dw_job *j, const int16_t *xb, int32_t *row) {
@@ -439,7 +431,7 @@ static void dw_range(void *arg, int64_t b0, int64_t b1) {
         const int64_t n = b / p->C, c = b % p->C;
         const char *xp = (const char *)p->x + (size_t)b * (size_t)(H * W);
 #if DW_L == 16
-        if (j->direct) plane_to_i16(j, xp, buf, b == b0);
+        if (j->direct) rows_to_i16(j, xp, H, (int16_t *)buf, 2 * RW, b == b0);
 #endif
         for (int64_t ih = 0; ih < H; ih++) {
             int32_t *row = buf + ih * RW;
