@@ -49,9 +49,7 @@ static inline __mmask32 dw_step_mask(int64_t lo, int64_t W) {
     const int64_t a = lo < 0 ? -lo : 0, b = W - lo < 32 ? W - lo : 32;
     return b <= a ? 0 : (__mmask32)(((b == 32 ? 0xffffffffu : (1u << b) - 1u)) & ~((1u << a) - 1u));
 }
-#endif
 
-#if DW_L == 16
 /* x's rows (nrows of W, one after another) less zx between zero borders into int16 rows dst_stride
  * elements apart, thirty-two a step: masked byte loads (the lanes outside the row neither read nor
  * kept), widened and less zx in the lanes kept, zeros elsewhere; XB is a multiple of 32 here. The
@@ -130,7 +128,6 @@ static void row_to_i16(const dw_job *j, const void *xrow, int16_t *xb, bool firs
         for (; i < W; i++) d[i] = (int16_t)(((const uint8_t *)xrow)[i] - z);
     memset(d + W, 0, sizeof(int16_t) * (size_t)(j->XB - pw - W));
 }
-
 
 /* the pair words of phase rows from xb (not direct) */
 static void row_pairs(const dw_job *j, const int16_t *xb, int32_t *row) {
