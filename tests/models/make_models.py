@@ -219,6 +219,18 @@ def tiny_rnn():
     return m, data
 
 
+def two_products_model(name, nodes, inits, k, n1, n2):
+    """The model of the quantised product tests: input x [batch, seq, k], outputs y1 (n1 columns)
+    and y2 (n2), opset 17, and two data sets (batch 1 seq 7, batch 3 seq 13)."""
+    g = helper.make_graph(nodes, name,
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", k])],
+                          [helper.make_tensor_value_info("y1", TensorProto.FLOAT, ["batch", "seq", n1]),
+                           helper.make_tensor_value_info("y2", TensorProto.FLOAT, ["batch", "seq", n2])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
+    data = [[RNG.standard_normal((b, t, k)).astype(np.float32) * 2] for b, t in ((1, 7), (3, 13))]
+    return m, data
+
+
 def qdq_matmul():
     """Static quantisation's QDQ form (as ONNX Runtime's quantiser writes it): activations through
     QuantizeLinear/DequantizeLinear, weights stored as 8-bit DequantizeLinear inputs; per-column int8
@@ -248,13 +260,7 @@ def qdq_matmul():
         helper.make_node("Add", ["m1", "b1"], ["y1"]),
         helper.make_node("MatMul", ["xd", "w2d"], ["y2"]),
     ]
-    g = helper.make_graph(nodes, "qdq_matmul",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", k])],
-                          [helper.make_tensor_value_info("y1", TensorProto.FLOAT, ["batch", "seq", n1]),
-                           helper.make_tensor_value_info("y2", TensorProto.FLOAT, ["batch", "seq", n2])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
-    data = [[RNG.standard_normal((b, t, k)).astype(np.float32) * 2] for b, t in ((1, 7), (3, 13))]
-    return m, data
+    return two_products_model("qdq_matmul", nodes, inits, k, n1, n2)
 
 
 def dynamic_quant_matmul():
@@ -288,13 +294,7 @@ def dynamic_quant_matmul():
         helper.make_node("Cast", ["p2"], ["f2"], to=TensorProto.FLOAT),
         helper.make_node("Mul", ["s2", "f2"], ["y2"]),
     ]
-    g = helper.make_graph(nodes, "dynamic_quant_matmul",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", k])],
-                          [helper.make_tensor_value_info("y1", TensorProto.FLOAT, ["batch", "seq", n1]),
-                           helper.make_tensor_value_info("y2", TensorProto.FLOAT, ["batch", "seq", n2])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
-    data = [[RNG.standard_normal((b, t, k)).astype(np.float32) * 2] for b, t in ((1, 7), (3, 13))]
-    return m, data
+    return two_products_model("dynamic_quant_matmul", nodes, inits, k, n1, n2)
 
 
 def qdq_qlinear_matmul():
