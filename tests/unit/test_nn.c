@@ -166,6 +166,75 @@ KN_TEST(nn_softmax_row_lengths_against_double) {
     }
 }
 
+/* Softmax and LogSoftmax over rows in groups (1-9 rows: the four-row kernel and its remainder
+ * for rows up to 1024, the chained rows beyond, which take each row's maximum in the previous
+ * row's exponential pass) against double precision: lengths around the 16/32/64-lane steps and
+ * both sides of 1024, entries just inside and past the exponential's underflow limit (max - x
+ * near 126 ln2 = 87.3365: subnormal or exactly 0), masked (-inf) entries, a NaN entry and a fully
+ * masked row (both give a NaN row), the largest value last (the next row's maximum read in the
+ * tail). */
+KN_TEST(nn_softmax_row_groups_against_double) {
+    static const int lens[] = {1, 15, 16, 17, 33, 64, 100, 128, 1000, 1024, 1025, 1100, 4099};
+    static const float deep[] = {87.30f, 87.33f, 87.336f, 87.337f, 87.4f, 100.0f};
+    uint32_t seed = 2024;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int rows = 1; rows <= 9; rows += (rows < 6 ? 1 : 3)) {
+            const int n = lens[li];
+            int64_t d[] = {rows, n};
+            float *x = malloc(sizeof(float) * (size_t)(rows * n));
+            for (int r = 0; r < rows; r++) {
+                float *xr = x + (size_t)r * n;
+                for (int i = 0; i < n; i++) {
+                    seed = seed * 1664525u + 1013904223u;
+                    xr[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 40.0f;
+                    if ((seed & 31) == 5) xr[i] = -INFINITY;
+                }
+                xr[n - 1] = 25.0f + (float)r; /* the row's maximum, in the last (tail) vector */
+                for (int q = 0; q < 6 && q + 1 < n; q++) xr[q * 7 % (n - 1)] = xr[n - 1] - deep[q];
+            }
+            if (rows >= 3) x[(size_t)n + n / 3] = NAN;                /* row 1: NaN */
+            if (rows >= 4)
+                for (int i = 0; i < n; i++) x[(size_t)3 * n + i] = -INFINITY; /* row 3: NaN */
+            kn_tensor *in = tf(2, d, x), *out = tf(2, d, NULL);
+            for (int lg = 0; lg < 2; lg++) {
+                tnode t;
+                tn_init(&t, lg ? "LogSoftmax" : "Softmax", 13);
+                CHECK_STATUS(run_kernel(kn_cpu_softmax, &t, &in, 1, &out, 1), KILN_OK);
+                const float *y = out->data;
+                int bad = 0;
+                for (int r = 0; r < rows; r++) {
+                    const float *xr = x + (size_t)r * n, *yr = y + (size_t)r * n;
+                    const int nan_row = (rows >= 3 && r == 1) || (rows >= 4 && r == 3);
+                    double m = -INFINITY, s = 0;
+                    for (int i = 0; i < n; i++) m = fmax(m, xr[i]);
+                    for (int i = 0; i < n; i++) s += exp((double)xr[i] - m);
+                    for (int i = 0; i < n; i++) {
+                        const double xi = xr[i];
+                        int ok;
+                        if (nan_row) ok = isnan(yr[i]);
+                        else if (isinf(xi)) ok = lg ? isinf(yr[i]) && yr[i] < 0 : yr[i] == 0.0f;
+                        else if (!lg && m - xi > 87.3366) ok = yr[i] == 0.0f; /* past the limit: exactly 0 */
+                        else {
+                            const double want = lg ? (xi - m) - log(s) : exp(xi - m) / s;
+                            /* x - max rounds to float: exp magnifies that by |x - max|; two
+                             * roundings of a subnormal */
+                            const double tol = lg ? 2e-6 * (1 + fabs(want)) : want * (2e-6 + 1.2e-7 * (m - xi)) + 3e-45;
+                            ok = fabs(yr[i] - want) <= tol;
+                            if (!ok && bad < 3)
+                                printf("    rows %d n %d row %d [%d] %s: %.9g, want %.9g\n", rows, n, r, i, lg ? "log" : "",
+                                       yr[i], want);
+                        }
+                        bad += !ok;
+                    }
+                }
+                CHECK_MSG(bad == 0, "%s %d x %d: %d values off", lg ? "LogSoftmax" : "Softmax", rows, n, bad);
+            }
+            kn_tensor_free(in);
+            kn_tensor_free(out);
+            free(x);
+        }
+}
+
 /* Softmax over a middle axis ([2, n, inner], axis 1): inner widths around the vector width and
  * above the kernel's 256-column chunks, a masked entry, against double precision */
 KN_TEST(nn_softmax_middle_axis_against_double) {

@@ -81,7 +81,32 @@ typedef struct softmax_job {
 } softmax_job;
 
 #if defined(__AVX512F__)
-/* One row with AVX-512: the maximum, then exp(x - max) (kn_v16_exp_neg_ftz of max - x, a few ulp;
+/* exp(-d) for d = max - x >= 0 (or NaN), exactly 0 past the underflow limit d > 126 ln2 =
+ * 87.3365 (a masked entry, x = -inf, d = inf, gives 0), NaN kept: 11 vector operations where
+ * kn_v16_exp_neg_ftz (which clamps d to [-88.7, 87.3] first and rounds with vrndscaleps, two
+ * uops) takes 15; perf of LogSoftmax 64x4096 had the exponential pass at 43% of the time.
+ * n = round(-d / ln2) by adding 1.5 2^23 (the fused product rounds once to an integer, ties to
+ * even; n in [-126, 0] on the lanes kept, so 2^n p rounds once through vscalefps, subnormals
+ * included), r = -d - n ln2 in two parts (ln2's high part has 9 bits: n ln2hi and the
+ * subtraction are exact), exp(r) by vec_math.h's kn_v16_exp polynomial (degree 5, fitted on
+ * |r| <= ln2/2, 1.1e-7 relative). Lanes past the limit or at d = inf compute garbage the zeroing
+ * mask clears; NaN stays NaN through r (the mask keeps unordered lanes). */
+static inline __m512 sm16_exp_neg(__m512 d) {
+    const __mmask16 keep = _mm512_cmp_ps_mask(d, _mm512_set1_ps(87.3365447505531f), _CMP_NGT_UQ);
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    const __m512 n = _mm512_sub_ps(_mm512_fnmadd_ps(d, _mm512_set1_ps(1.44269504088896341f), magic), magic);
+    __m512 r = _mm512_fnmsub_ps(n, _mm512_set1_ps(0.693359375f), d); /* -(n ln2hi) - d */
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(8.312495425e-03f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.189033434e-02f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.666711569e-01f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.999923110e-01f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_scalef_ps(keep, p, n);
+}
+
+/* One row with AVX-512: the maximum, then exp(x - max) (sm16_exp_neg of max - x, a few ulp;
  * exactly 0 past the underflow limit: a masked entry, x = -inf, gives 0) stored and summed in the
  * same pass, then the scale (or, for LogSoftmax, (x - max) - log sum).
  * 16 lanes and masked tails: rows of 4096 ran 2x slower than ONNX Runtime through the
@@ -106,8 +131,8 @@ static void row_softmax16(const float *x, float *y, int64_t n, int log) {
     __m512 s0 = _mm512_setzero_ps(), s1 = s0;
     i = 0;
     for (; i + 32 <= n; i += 32) {
-        const __m512 e0 = kn_v16_exp_neg_ftz(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i)));
-        const __m512 e1 = kn_v16_exp_neg_ftz(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i + 16)));
+        const __m512 e0 = sm16_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i)));
+        const __m512 e1 = sm16_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i + 16)));
         s0 = _mm512_add_ps(s0, e0);
         s1 = _mm512_add_ps(s1, e1);
         if (!log) {
@@ -117,7 +142,7 @@ static void row_softmax16(const float *x, float *y, int64_t n, int log) {
     }
     for (; i < n; i += 16) {
         const __mmask16 k = kn_v16_tail(n - i);
-        const __m512 e = _mm512_maskz_mov_ps(k, kn_v16_exp_neg_ftz(_mm512_sub_ps(mm, _mm512_maskz_loadu_ps(k, x + i))));
+        const __m512 e = _mm512_maskz_mov_ps(k, sm16_exp_neg(_mm512_sub_ps(mm, _mm512_maskz_loadu_ps(k, x + i))));
         s0 = _mm512_add_ps(s0, e);
         if (!log) _mm512_mask_storeu_ps(y + i, k, e);
     }
@@ -338,10 +363,13 @@ static void softmax_rows_f16(void *arg, int64_t b, int64_t e) {
 #endif
 
 #if defined(__AVX512F__)
-/* Four rows of row_softmax16 (not log) in place, each phase interleaved over the rows: the same
- * operations in the same order per row, so the same results, with four independent chains (a row
- * of 128-200 keys was mostly the latency of its two horizontal reductions). */
-static void rows4_softmax16(float *const x[4], int64_t n) {
+/* Four rows of row_softmax16, x[r] -> y[r] (in place where they are equal), each phase
+ * interleaved over the rows: the same operations in the same order per row, so the same results,
+ * with four independent chains (a row of 128-200 keys was mostly the latency of its two
+ * horizontal reductions). For rows up to SM16_ROWS4_MAX floats (four rows' inputs and outputs
+ * in L1). */
+#define SM16_ROWS4_MAX 1024
+static void rows4_softmax16(const float *const x[4], float *const y[4], int64_t n, int log) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 mv[4], m1[4], m2[4], m3[4], mm[4], s0[4], s1[4];
     for (int r = 0; r < 4; r++) mv[r] = m1[r] = m2[r] = m3[r] = ninf;
@@ -365,28 +393,109 @@ static void rows4_softmax16(float *const x[4], int64_t n) {
     i = 0;
     for (; i + 32 <= n; i += 32)
         for (int r = 0; r < 4; r++) {
-            const __m512 e0 = kn_v16_exp_neg_ftz(_mm512_sub_ps(mm[r], _mm512_loadu_ps(x[r] + i)));
-            const __m512 e1 = kn_v16_exp_neg_ftz(_mm512_sub_ps(mm[r], _mm512_loadu_ps(x[r] + i + 16)));
+            const __m512 e0 = sm16_exp_neg(_mm512_sub_ps(mm[r], _mm512_loadu_ps(x[r] + i)));
+            const __m512 e1 = sm16_exp_neg(_mm512_sub_ps(mm[r], _mm512_loadu_ps(x[r] + i + 16)));
             s0[r] = _mm512_add_ps(s0[r], e0);
             s1[r] = _mm512_add_ps(s1[r], e1);
-            _mm512_storeu_ps(x[r] + i, e0);
-            _mm512_storeu_ps(x[r] + i + 16, e1);
+            if (!log) {
+                _mm512_storeu_ps(y[r] + i, e0);
+                _mm512_storeu_ps(y[r] + i + 16, e1);
+            }
         }
     for (; i < n; i += 16) {
         const __mmask16 k = kn_v16_tail(n - i);
         for (int r = 0; r < 4; r++) {
             const __m512 e =
-                _mm512_maskz_mov_ps(k, kn_v16_exp_neg_ftz(_mm512_sub_ps(mm[r], _mm512_maskz_loadu_ps(k, x[r] + i))));
+                _mm512_maskz_mov_ps(k, sm16_exp_neg(_mm512_sub_ps(mm[r], _mm512_maskz_loadu_ps(k, x[r] + i))));
             s0[r] = _mm512_add_ps(s0[r], e);
-            _mm512_mask_storeu_ps(x[r] + i, k, e);
+            if (!log) _mm512_mask_storeu_ps(y[r] + i, k, e);
         }
+    }
+    if (log) {
+        __m512 ls[4];
+        for (int r = 0; r < 4; r++) ls[r] = _mm512_set1_ps(logf(_mm512_reduce_add_ps(_mm512_add_ps(s0[r], s1[r]))));
+        for (i = 0; i < n; i += 16) {
+            const __mmask16 k = kn_v16_tail(n - i);
+            /* (x - m) first: exact near the maximum even for large x */
+            for (int r = 0; r < 4; r++)
+                _mm512_mask_storeu_ps(y[r] + i, k,
+                                      _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x[r] + i), mm[r]), ls[r]));
+        }
+        return;
     }
     __m512 inv[4];
     for (int r = 0; r < 4; r++) inv[r] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_add_ps(s0[r], s1[r])));
     for (i = 0; i < n; i += 16) {
         const __mmask16 k = kn_v16_tail(n - i);
         for (int r = 0; r < 4; r++)
-            _mm512_mask_storeu_ps(x[r] + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x[r] + i), inv[r]));
+            _mm512_mask_storeu_ps(y[r] + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y[r] + i), inv[r]));
+    }
+}
+#endif
+
+#if defined(__AVX512F__)
+/* Rows longer than SM16_ROWS4_MAX, one after another (x and y contiguous rows of n): row_softmax16
+ * with each row's maximum taken in the previous row's exponential pass. perf of Softmax 64x4096
+ * (1 thread): the maximum's pass, a row's first read (from L2 or beyond), 34% of the time at a
+ * sixth of the exponential pass's operations; beside the exponentials, which are bound by the
+ * vector ports, its loads cost little. The maximum is exact whatever the order (NaN skipped, as
+ * by row_softmax16's vmaxps), so each row's operations and results are row_softmax16's. */
+static void rows_chain16(const float *x, float *y, int64_t rows, int64_t n, int log) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 a0 = ninf, a1 = ninf, a2 = ninf, a3 = ninf;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_max_ps(_mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_max_ps(_mm512_loadu_ps(x + i + 16), a1);
+        a2 = _mm512_max_ps(_mm512_loadu_ps(x + i + 32), a2);
+        a3 = _mm512_max_ps(_mm512_loadu_ps(x + i + 48), a3);
+    }
+    for (; i < n; i += 16) a0 = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, kn_v16_tail(n - i), x + i), a0);
+    float m = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(a0, a1), _mm512_max_ps(a2, a3)));
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        /* the last row reads itself again as its "next" (from L1; the value unused) */
+        const float *xn = r + 1 < rows ? xr + n : xr;
+        const __m512 mm = _mm512_set1_ps(m);
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0, n0 = ninf, n1 = ninf;
+        for (i = 0; i + 32 <= n; i += 32) {
+            const __m512 e0 = sm16_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(xr + i)));
+            const __m512 e1 = sm16_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(xr + i + 16)));
+            n0 = _mm512_max_ps(_mm512_loadu_ps(xn + i), n0);
+            n1 = _mm512_max_ps(_mm512_loadu_ps(xn + i + 16), n1);
+            s0 = _mm512_add_ps(s0, e0);
+            s1 = _mm512_add_ps(s1, e1);
+            if (!log) {
+                _mm512_storeu_ps(yr + i, e0);
+                _mm512_storeu_ps(yr + i + 16, e1);
+            }
+        }
+        for (; i < n; i += 16) {
+            const __mmask16 k = kn_v16_tail(n - i);
+            const __m512 e = _mm512_maskz_mov_ps(k, sm16_exp_neg(_mm512_sub_ps(mm, _mm512_maskz_loadu_ps(k, xr + i))));
+            n0 = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, k, xn + i), n0);
+            s0 = _mm512_add_ps(s0, e);
+            if (!log) _mm512_mask_storeu_ps(yr + i, k, e);
+        }
+        const float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+        if (log) {
+            const __m512 ls = _mm512_set1_ps(logf(s));
+            for (i = 0; i + 16 <= n; i += 16)
+                _mm512_storeu_ps(yr + i, _mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(xr + i), mm), ls));
+            if (i < n) {
+                const __mmask16 k = kn_v16_tail(n - i);
+                _mm512_mask_storeu_ps(yr + i, k, _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xr + i), mm), ls));
+            }
+        } else {
+            const __m512 inv = _mm512_set1_ps(1.0f / s);
+            for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(yr + i, _mm512_mul_ps(_mm512_loadu_ps(yr + i), inv));
+            if (i < n) {
+                const __mmask16 k = kn_v16_tail(n - i);
+                _mm512_mask_storeu_ps(yr + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, yr + i), inv));
+            }
+        }
+        m = _mm512_reduce_max_ps(_mm512_max_ps(n0, n1));
     }
 }
 #endif
@@ -396,7 +505,7 @@ void kn_softmax_rows_f32(float *x, int64_t rows, int64_t n, int64_t ld) {
 #if defined(__AVX512F__)
     for (; r + 4 <= rows; r += 4) {
         float *const q[4] = {x + r * ld, x + (r + 1) * ld, x + (r + 2) * ld, x + (r + 3) * ld};
-        rows4_softmax16(q, n);
+        rows4_softmax16((const float *const *)q, q, n, 0);
     }
 #elif defined(SM_V8)
     if (n <= SM8_PIPELINE_MAX) {
@@ -435,7 +544,20 @@ static void softmax_rows_f32(void *arg, int64_t b, int64_t e) {
         return;
     }
 #endif
-    for (int64_t r = b; r < e; r++) kn_softmax_row_f32(j->x + r * n, j->y + r * n, n, j->log);
+    int64_t r = b;
+#if defined(__AVX512F__)
+    if (n <= SM16_ROWS4_MAX)
+        for (; r + 4 <= e; r += 4) {
+            const float *const q[4] = {j->x + r * n, j->x + (r + 1) * n, j->x + (r + 2) * n, j->x + (r + 3) * n};
+            float *const o[4] = {j->y + r * n, j->y + (r + 1) * n, j->y + (r + 2) * n, j->y + (r + 3) * n};
+            rows4_softmax16(q, o, n, j->log);
+        }
+    else {
+        rows_chain16(j->x + b * n, j->y + b * n, e - b, n, j->log);
+        return;
+    }
+#endif
+    for (; r < e; r++) kn_softmax_row_f32(j->x + r * n, j->y + r * n, n, j->log);
 }
 
 /* unit u: outer index u / chunks, inner elements of chunk u % chunks */
