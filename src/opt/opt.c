@@ -42,6 +42,9 @@ const kn_pass kn_opt_passes[] = {
     {"remove_noops", 1, kn_pass_remove_noops,
      "removes Identity, inference Dropout, and Cast/Reshape/Transpose/Expand/Slice that change nothing"},
     {"merge_transposes", 1, kn_pass_merge_transposes, "composes consecutive Transposes into one"},
+    {"gather_as_reshape", 1, kn_pass_gather_as_reshape,
+     "a Gather whose constant indices take a whole axis in order becomes a Reshape, a view (transformers' attention "
+     "masks read through index arithmetic)"},
     {"merge_reshapes", 1, kn_pass_merge_reshapes,
      "collapses a Reshape of a Reshape/Flatten/Squeeze/Unsqueeze into one Reshape"},
     {"sink_expand", 1, kn_pass_sink_expand,

@@ -68,6 +68,7 @@ kiln_status kn_pass_cse(kn_opt_ctx *c);
 kiln_status kn_pass_fold_batchnorm(kn_opt_ctx *c);
 kiln_status kn_pass_mean_before_pointwise(kn_opt_ctx *c);
 kiln_status kn_pass_merge_transposes(kn_opt_ctx *c);
+kiln_status kn_pass_gather_as_reshape(kn_opt_ctx *c);
 kiln_status kn_pass_merge_reshapes(kn_opt_ctx *c);
 kiln_status kn_pass_sink_expand(kn_opt_ctx *c);
 kiln_status kn_pass_fuse_gelu(kn_opt_ctx *c);
