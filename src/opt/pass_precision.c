@@ -75,6 +75,7 @@ static const half_op half_ops[] = {
     {"", "Reshape", false}, {"", "Flatten", false}, {"", "Squeeze", false}, {"", "Unsqueeze", false},
     {"", "Transpose", false}, {"", "Concat", false}, {"", "Split", false}, {"", "Slice", false},
     {"", "Gather", false}, {"", "Identity", false}, {"", "Expand", false}, {"", "Pad", false},
+    {"", "Where", false}, /* selects (attention masks: Where(keep, 0, -inf)) */
 };
 
 static const half_op *find_half_op(const kn_node *n) {

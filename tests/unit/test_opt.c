@@ -2313,6 +2313,43 @@ static kiln_session *session_with(build_fn build, kiln_session_options *o) {
     return s;
 }
 
+/* An attention-style mask inside a product region: x [4,16] -> MatMul -> Add of Where(m > 0, 0,
+ * -inf) -> Relu -> MatMul -> y. The Where only selects, and -inf converts as it is: it joins the
+ * region, so the Casts are x's and y's alone (a Where left in float32 paid a Cast a run). */
+static kn_model *build_masked_precision(void) {
+    tb b;
+    tb_init(&b, 17);
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 16});
+    int m = tb_input(&b, "m", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 32});
+    int w1 = tb_const(&b, "w1", KILN_DTYPE_FLOAT, 2, (int64_t[]){16, 32}, -0.5f, 0.5f);
+    int w2 = tb_const(&b, "w2", KILN_DTYPE_FLOAT, 2, (int64_t[]){32, 8}, -0.5f, 0.5f);
+    int keep = tb_node(&b, "Greater", (int[]){m, tb_scalar(&b, "zero", KILN_DTYPE_FLOAT, 0)}, 2, "keep");
+    int mask = tb_node(&b, "Where", (int[]){keep, tb_scalar(&b, "open", KILN_DTYPE_FLOAT, 0),
+                                            tb_scalar(&b, "shut", KILN_DTYPE_FLOAT, -INFINITY)}, 3, "mask");
+    int a = tb_node(&b, "MatMul", (int[]){x, w1}, 2, "a");
+    int s = tb_node(&b, "Add", (int[]){a, mask}, 2, "s");
+    int r = tb_node(&b, "Relu", &s, 1, "r");
+    tb_output(&b, tb_node(&b, "MatMul", (int[]){r, w2}, 2, "y"));
+    return b.m;
+}
+
+KN_TEST(opt_lower_precision_takes_where_masks) {
+    if (!kn_backend_find("cuda")) KN_SKIP("no CUDA backend in this build");
+    static const char *const precs[2] = {"fp16", "bf16"};
+    for (int p = 0; p < 2; p++) {
+        kiln_dtype half = p ? KILN_DTYPE_BFLOAT16 : KILN_DTYPE_FLOAT16;
+        kiln_session_options *o = precision_options("cuda", precs[p], true, 3);
+        kn_model *m = optimised_from_tables(build_masked_precision, o);
+        kiln_session_options_destroy(o);
+        CHECK_MSG(model_count_op(m, "", "Cast") == 2, "%s: %d Casts", precs[p], model_count_op(m, "", "Cast"));
+        /* the Where's constants converted (its output is renamed _kn when retyped) */
+        CHECK_EQ_INT(input_dtype_of(m, "mask", 1), half);
+        CHECK_EQ_INT(input_dtype_of(m, "mask", 2), half);
+        CHECK_EQ_INT(input_dtype_of(m, "mask", 0), KILN_DTYPE_BOOL);
+        kn_model_free(m);
+    }
+}
+
 /* On a machine with a GPU: the rewritten graph runs and agrees with float32 at level 0, in
  * float16 and bfloat16, and its graph holds the Casts the rewrite made. */
 KN_TEST(opt_lower_precision_cuda_matches_fp32) {
@@ -2327,6 +2364,15 @@ KN_TEST(opt_lower_precision_cuda_matches_fp32) {
         if (ref && low) {
             check_outputs(ref, low, tols[p], true);
             CHECK_EQ_INT(count_op(low, "", "Cast"), p ? 6 : 5);
+        }
+        kiln_session_destroy(ref);
+        kiln_session_destroy(low);
+        /* the mask's Where in the half type */
+        ref = session_with(build_masked_precision, precision_options("cuda", "fp32", false, 0));
+        low = session_with(build_masked_precision, precision_options("cuda", precs[p], true, 3));
+        if (ref && low) {
+            check_outputs(ref, low, tols[p], true);
+            CHECK_EQ_INT(count_op(low, "", "Cast"), 2);
         }
         kiln_session_destroy(ref);
         kiln_session_destroy(low);
@@ -2723,6 +2769,55 @@ KN_TEST(opt_mean_before_pointwise_conv) {
         }
     mbp_opset = 17;
     mbp_case = 0;
+}
+
+/* ------------------------------------------------------------------ gather_as_reshape */
+
+static int gar_case;
+
+/* x [6, 4] (cases 4, 5: [4, 6], gathered on axis 1) -> Gather by constant indices -> Relu (out).
+ * The indices (int64; int32 in case 1), laid out as [2, 3] (case 6: [6]):
+ *   0: 0..5 (the whole axis in order)   1: the same in int32   2: -6..-1 (the same, counted from
+ *   the end)   3: 0..5 with 2 and 3 swapped   4: 0..5 on axis 1   5: 0..4 on axis 1 (part of the
+ *   axis, as [5])   6: 0..5 as [6] (the output's shape is x's). */
+static kn_model *build_gather_whole_axis(void) {
+    tb b;
+    tb_init(&b, 17);
+    const bool axis1 = gar_case == 4 || gar_case == 5;
+    int64_t xd[2] = {6, 4}, xd1[2] = {4, 6};
+    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, axis1 ? xd1 : xd);
+    int64_t v[6];
+    const int n = gar_case == 5 ? 5 : 6;
+    for (int i = 0; i < n; i++) v[i] = gar_case == 2 ? i - 6 : i;
+    if (gar_case == 3) v[2] = 3, v[3] = 2;
+    int idx = tb_ints_const(&b, "idx", gar_case == 1 ? KILN_DTYPE_INT32 : KILN_DTYPE_INT64, n, v);
+    if (n == 6 && gar_case != 6) { /* lay the indices out as [2, 3] */
+        kn_tensor *t = b.g->values[idx].constant;
+        t->rank = 2, t->dims[0] = 2, t->dims[1] = 3;
+        kn_type_set_tensor(&b.g->values[idx].type, t->dtype, 2, t->dims);
+    }
+    int y = tb_node(&b, "Gather", (int[]){x, idx}, 2, "g");
+    tb_int(&b, "axis", axis1 ? 1 : 0);
+    int r = tb_node(&b, "Relu", &y, 1, "out");
+    tb_output(&b, r);
+    return b.m;
+}
+
+/* A Gather of a whole axis in order (in int64 or int32, counted from either end, on axis 0 or 1)
+ * becomes a Reshape; a permutation or part of an axis stays a Gather. Outputs equal level 0's
+ * (the Gather's own kernel) exactly. */
+KN_TEST(opt_gather_of_whole_axis_as_reshape) {
+    for (int k = 0; k <= 6; k++) {
+        gar_case = k;
+        kiln_session *s = compare_levels(build_gather_whole_axis, 1, 0);
+        if (!s) continue;
+        const bool becomes = k != 3 && k != 5;
+        CHECK_MSG(count_op(s, "", "Gather") == !becomes, "case %d: %d Gathers", k, count_op(s, "", "Gather"));
+        /* a Reshape to x's own shape changes nothing and goes (remove_noops) */
+        CHECK_EQ_INT(count_op(s, "", "Reshape"), becomes && k != 6 ? 1 : 0);
+        kiln_session_destroy(s);
+    }
+    gar_case = 0;
 }
 
 /* ------------------------------------------------------------------ drop_zero_rnn_states */
