@@ -242,9 +242,12 @@ static inline __attribute__((always_inline)) __m512 tail_act16(__m512 v, int act
 }
 
 /* C[0:mr, 0:n] = alpha * A_panel * B_panel + beta * C (beta == 0: C not read). NV vectors of 16
- * columns (1 or 2); b advances by bs floats per k (NR when packed, ldb when read in place). */
+ * columns (1 or 2); b advances by bs floats per k (NR when packed, ldb when read in place).
+ * lda: 0 for a packed panel of A (row r at a[r], as floats per k), else A read in place, row r at
+ * a + r * lda (as is then 1): four row pointers three rows apart, each row addressed as pointer +
+ * 0, lda or 2 lda, so twelve rows take five registers. */
 static inline __attribute__((always_inline)) void ukr(const int mr, const int nv, const int pack, int64_t kc,
-                                                      const float *restrict a, int64_t as,
+                                                      const float *restrict a, int64_t as, int64_t lda,
                                                       const float *restrict b, int64_t bs,
                                                       float *restrict c, int64_t ldc, int n,
                                                       float alpha, float beta, const float *rb,
@@ -257,6 +260,12 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
         acc1[r] = _mm512_setzero_ps();
     }
     const __mmask16 m0 = mask16(n), m1 = mask16(n - 16);
+    const float *ap[4] = {a, a, a, a};
+    if (lda) {
+#pragma GCC unroll 4
+        for (int q = 1; q < 4; q++)
+            if (3 * q < mr) ap[q] = a + 3 * q * lda;
+    }
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
 #pragma GCC unroll 2
@@ -276,11 +285,16 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
         }
 #pragma GCC unroll 12
         for (int r = 0; r < mr; r++) {
-            __m512 ar = _mm512_set1_ps(a[r]);
+            __m512 ar = _mm512_set1_ps(lda ? ap[r / 3][(r % 3) * lda] : a[r]);
             acc0[r] = _mm512_fmadd_ps(ar, b0, acc0[r]);
             if (nv > 1) acc1[r] = _mm512_fmadd_ps(ar, b1, acc1[r]);
         }
-        a += as;
+        if (lda) {
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) ap[q]++;
+        } else {
+            a += as;
+        }
         b += bs;
     }
     const __m512 va = _mm512_set1_ps(alpha);
@@ -331,8 +345,8 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
 
 #define UKR_CASE(R)                                                                                \
     case R:                                                                                        \
-        if (n > 16) ukr(R, 2, 0, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, pf, t, NULL);          \
-        else ukr(R, 1, 0, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, pf, t, NULL);                  \
+        if (n > 16) ukr(R, 2, 0, kc, a, as, 0, b, bs, c, ldc, n, alpha, beta, rb, pf, t, NULL);       \
+        else ukr(R, 1, 0, kc, a, as, 0, b, bs, c, ldc, n, alpha, beta, rb, pf, t, NULL);               \
         break;
 
 /* Few rows (mr <= FEW_MR): two NR-column panels a call, b and b + bps, so that C[0:mr, 0:n] (n up
@@ -426,11 +440,33 @@ static void ukr_any(int mr, int64_t kc, const float *a, int64_t as, const float 
     }
 }
 
+/* ukr_any with A read in place: row r of the panel at a + r * lda, the next k at the next float.
+ * pack_a's transposing copy was 8.5% of MatMul 32x128x256 @ 256x256 (perf, 1 thread), whose 256
+ * columns read each packed row panel back only 8 times; the same sums in the same order. */
+#define KN_UKR_A_IN_PLACE 1
+#ifndef A_IN_PLACE_MAX_N
+#define A_IN_PLACE_MAX_N 256
+#endif
+#define UKR_AIN_CASE(R)                                                                            \
+    case R:                                                                                        \
+        if (n > 16) ukr(R, 2, 0, kc, a, 1, lda, b, bs, c, ldc, n, alpha, beta, rb, pf, t, NULL);      \
+        else ukr(R, 1, 0, kc, a, 1, lda, b, bs, c, ldc, n, alpha, beta, rb, pf, t, NULL);              \
+        break;
+static void ukr_ain_any(int mr, int64_t kc, const float *a, int64_t lda, const float *b, int64_t bs, float *c,
+                        int64_t ldc, int n, float alpha, float beta, const float *rb, const float *pf,
+                        const ukr_tail *t) {
+    switch (mr) {
+        UKR_AIN_CASE(12) UKR_AIN_CASE(11) UKR_AIN_CASE(10) UKR_AIN_CASE(9) UKR_AIN_CASE(8) UKR_AIN_CASE(7)
+        UKR_AIN_CASE(6) UKR_AIN_CASE(5) UKR_AIN_CASE(4) UKR_AIN_CASE(3) UKR_AIN_CASE(2) UKR_AIN_CASE(1)
+        default: break;
+    }
+}
+
 #define KN_UKR_PACKS 1
 #define UKR_PACK_CASE(R)                                                                           \
     case R:                                                                                        \
-        if (n > 16) ukr(R, 2, 1, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, pf, t, bcopy);         \
-        else ukr(R, 1, 1, kc, a, as, b, bs, c, ldc, n, alpha, beta, rb, pf, t, bcopy);                 \
+        if (n > 16) ukr(R, 2, 1, kc, a, as, 0, b, bs, c, ldc, n, alpha, beta, rb, pf, t, bcopy);      \
+        else ukr(R, 1, 1, kc, a, as, 0, b, bs, c, ldc, n, alpha, beta, rb, pf, t, bcopy);              \
         break;
 
 /* ukr_any on B read in place (rows bs apart) that also stores the panel packed into bcopy (kc *
@@ -1358,6 +1394,25 @@ static bool pk_tile_fits(int64_t rows, int64_t cols) {
     return (size_t)((rows + MR - 1) / MR * MR) * (pk_deep(rows, cols) ? KCB : KC) <= WS_FLOATS;
 }
 
+#if defined(KN_UKR_A_IN_PLACE)
+/* Whether a block of rows x cols (A not transposed, not prepacked) reads A in place rather than
+ * packing it (ukr_ain_any): where B has at most A_IN_PLACE_MAX_N columns, so that the packed copy
+ * would be read back by few panels. KILN_GEMM_A_IN_PLACE=0/1 forces it off or on (tests,
+ * measurements). */
+static int a_in_place_env = -2; /* -2: not read yet; -1: unset; 0 or 1 */
+static bool pk_a_in_place(int64_t rows, int64_t cols) {
+    int e = __atomic_load_n(&a_in_place_env, __ATOMIC_RELAXED);
+    if (e == -2) {
+        const char *v = getenv("KILN_GEMM_A_IN_PLACE");
+        e = v && *v ? (*v != '0') : -1;
+        __atomic_store_n(&a_in_place_env, e, __ATOMIC_RELAXED);
+    }
+    if (rows <= FEW_MR) return false; /* ukr_pair reads the packed panel */
+    if (e >= 0) return e;
+    return cols <= A_IN_PLACE_MAX_N;
+}
+#endif
+
 static void run_packed_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                             float *ws, const float *a_deep) {
     const float *Bpk = p->b_packed[op];
@@ -1367,7 +1422,12 @@ static void run_packed_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int
     float *C = p->c[op];
     for (int64_t k0 = 0; k0 < K; k0 += step) {
         const int64_t kc = min64(step, K - k0), ps = k0 / KCB * KCB, kcb = min64(KCB, K - ps);
-        if (!a_deep) pack_a(p->a[op], p->lda, p->trans_a, m0, m1 - m0, k0, kc, ws);
+#if defined(KN_UKR_A_IN_PLACE)
+        const int a_in_place = !a_deep && !p->trans_a && pk_a_in_place(m1 - m0, n1 - n0);
+#else
+        const int a_in_place = 0;
+#endif
+        if (!a_deep && !a_in_place) pack_a(p->a[op], p->lda, p->trans_a, m0, m1 - m0, k0, kc, ws);
         for (int64_t j = n0; j < n1; j += NR) {
             const int n = (int)min64(NR, n1 - j);
             const float *b = bpk_panel(Bpk, Np, K, k0, j);
@@ -1408,6 +1468,14 @@ static void run_packed_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int
                 const float *a = a_deep ? a_deep + ps * Mp + i * kcb + (k0 - ps) * MR : ws + (i - m0) * kc;
                 ukr_tail tb;
                 const ukr_tail *t = k0 + kc == K ? tail_at(p, op, i, j, &tb) : NULL;
+#if defined(KN_UKR_A_IN_PLACE)
+                if (a_in_place) {
+                    ukr_ain_any(mr, kc, p->a[op] + i * p->lda + k0, p->lda, b, NR, C + i * p->ldc + j, p->ldc, n,
+                                p->alpha, k0 == 0 ? p->beta : 1.0f, bias && k0 == 0 ? bias + i : NULL,
+                                bn && call < 2 ? bn + call * kc * (NR / 2) : b, t);
+                    continue;
+                }
+#endif
                 ukr_any(mr, kc, a, MR, b, NR, C + i * p->ldc + j, p->ldc, n, p->alpha, k0 == 0 ? p->beta : 1.0f,
                         bias && k0 == 0 ? bias + i : NULL, bn && call < 2 ? bn + call * kc * (NR / 2) : a, t);
             }
@@ -1456,9 +1524,14 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
             else if (!direct && !B_packed) pack_b(B, p->ldb, p->trans_b, jc, nc, pc, kc, Bp);
             for (int64_t ic = m0; ic < m1; ic += MC) {
                 int64_t mc = min64(MC, m1 - ic);
+#if defined(KN_UKR_A_IN_PLACE)
+                const int a_in_place = !A_packed && !p->trans_a && pk_a_in_place(mc, nc);
+#else
+                const int a_in_place = 0;
+#endif
                 if (A_packed) {
                     Ap = A_packed + pc * Mp + ic * kc; /* ic is a multiple of MR */
-                } else {
+                } else if (!a_in_place) {
                     pack_a(A, p->lda, p->trans_a, ic, mc, pc, kc, Aws);
                     Ap = Aws;
                 }
@@ -1480,6 +1553,15 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
                     for (int64_t ir = 0; ir < mc; ir += MR) {
                         ukr_tail tb;
                         const ukr_tail *t = pc + kc == p->K ? tail_at(p, op, ic + ir, jc + jr, &tb) : NULL;
+#if defined(KN_UKR_A_IN_PLACE)
+                        if (a_in_place) {
+                            ukr_ain_any((int)min64(MR, mc - ir), kc, A + (ic + ir) * p->lda + pc, p->lda, bp, bs,
+                                        cp + ir * p->ldc, p->ldc, n, p->alpha, beta,
+                                        bias && pc == 0 ? bias + ic + ir : NULL,
+                                        nextb && ir < 2 * MR ? nextb + ir / MR * kc * (NR / 2) : bp, t);
+                            continue;
+                        }
+#endif
                         ukr_any((int)min64(MR, mc - ir), kc, Ap + ir * kc, MR, bp, bs, cp + ir * p->ldc, p->ldc, n,
                                 p->alpha, beta, bias && pc == 0 ? bias + ic + ir : NULL,
                                 nextb && ir < 2 * MR ? nextb + ir / MR * kc * (NR / 2)
