@@ -277,6 +277,12 @@ static void conv_cases(kn_threadpool *pool) {
         {2, 1, 33, 33, 33, {14, 14}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, true},
         {2, 1, 17, 17, 17, {9, 12}, {3, 5}, {1, 2}, {2, 1}, {2, 0}, {1, 3}, false},
         {1, 1, 18, 18, 18, {30}, {5}, {2}, {1}, {2}, {2}, true},
+        /* ... stride 1 along the rows with 3, 5 or 7 columns of taps (each row of taps sliding
+         * over its pixels loaded once): ConvNeXt's 7x7, asymmetric pads and row tails of 1-7 */
+        {2, 1, 19, 19, 19, {28, 28}, {7, 7}, {1, 1}, {1, 1}, {3, 3}, {3, 3}, true},
+        {2, 2, 16, 16, 16, {13, 11}, {7, 7}, {1, 1}, {1, 1}, {3, 2}, {3, 4}, false},
+        {2, 1, 16, 16, 16, {9, 21}, {3, 7}, {2, 1}, {1, 1}, {1, 3}, {1, 3}, true},
+        {2, 1, 21, 21, 21, {10, 15}, {5, 5}, {1, 1}, {2, 1}, {4, 2}, {4, 2}, true},
         /* ... and on planes large enough to go in bands of output rows */
         {2, 1, 18, 18, 18, {70, 120}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, true},
         {2, 1, 17, 17, 17, {61, 100}, {5, 3}, {2, 2}, {1, 1}, {2, 0}, {1, 2}, false},

@@ -697,6 +697,60 @@ static inline __attribute__((always_inline)) void dw16_block(const float *srow, 
     for (int j = 0; j < NB; j++) kn_vf_storeu(orow + j * KN_VL, acc[j]);
 }
 
+#if KN_VL == 16
+/* dw16_block for stride 1 and dilation 1 along the row with KWC (3, 5 or 7) columns of taps: each
+ * row of taps loads its NB + KWC - 1 input pixels once and slides over them (AVX-512's 32
+ * registers hold 8 sums and 14 pixels), where dw16_block loads NB pixels for every tap: on a 7x7
+ * window 21 loads for 56 multiply-adds instead of 63, which at two 64-byte loads a cycle bounded
+ * the loop (ConvNeXt's dw 7x7 128ch 28x28 at 1.11 of ONNX Runtime's time). The same sums in the
+ * same order. */
+static inline __attribute__((always_inline)) void dw16_block_slide(const float *srow, const float *wg, const kn_vf b,
+                                                                   float *orow, const win2 *v, int64_t SC, const int NB,
+                                                                   const int KWC) {
+    kn_vf acc[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; j++) acc[j] = b;
+    for (int64_t kh = 0; kh < v->KH; kh++) {
+        const float *r = srow + kh * v->dh * SC * KN_VL;
+        const float *wr = wg + kh * KWC * KN_VL;
+        kn_vf in[8 + 7 - 1];
+#pragma GCC unroll 14
+        for (int q = 0; q < NB + KWC - 1; q++) in[q] = kn_vf_loadu(r + q * KN_VL);
+#pragma GCC unroll 7
+        for (int kw = 0; kw < KWC; kw++) {
+            const kn_vf wv = kn_vf_loadu(wr + kw * KN_VL);
+#pragma GCC unroll 8
+            for (int j = 0; j < NB; j++) acc[j] = kn_vf_fmadd(in[j + kw], wv, acc[j]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; j++) kn_vf_storeu(orow + j * KN_VL, acc[j]);
+}
+
+#define DW16_SLIDE_CASES(KWC)                                                                      \
+    switch (nb) {                                                                                  \
+    case 8: dw16_block_slide(sp, wg, b, op, v, SC, 8, KWC); break;                                 \
+    case 7: dw16_block_slide(sp, wg, b, op, v, SC, 7, KWC); break;                                 \
+    case 6: dw16_block_slide(sp, wg, b, op, v, SC, 6, KWC); break;                                 \
+    case 5: dw16_block_slide(sp, wg, b, op, v, SC, 5, KWC); break;                                 \
+    case 4: dw16_block_slide(sp, wg, b, op, v, SC, 4, KWC); break;                                 \
+    case 3: dw16_block_slide(sp, wg, b, op, v, SC, 3, KWC); break;                                 \
+    case 2: dw16_block_slide(sp, wg, b, op, v, SC, 2, KWC); break;                                 \
+    default: dw16_block_slide(sp, wg, b, op, v, SC, 1, KWC); break;                                \
+    }
+
+/* one block of nb (<= 8) output pixels through dw16_block_slide; false where it does not apply */
+static bool dw16_slide(const float *sp, const float *wg, const kn_vf b, float *op, const win2 *v, int64_t SC, int nb) {
+    if (v->sw != 1 || v->dw != 1) return false;
+    switch (v->KW) {
+    case 7: DW16_SLIDE_CASES(7) return true;
+    case 5: DW16_SLIDE_CASES(5) return true;
+    case 3: DW16_SLIDE_CASES(3) return true;
+    default: return false;
+    }
+}
+#endif
+
 /* Output rows [oh_begin, oh_end) of channels c0..c0+nc (< KN_VL at the end) of image n, band after
  * band. scratch: geometry g, its border columns already 0. */
 static void dw16_group(const dw_job *j, int64_t n, int64_t c0, int nc, const float *wg, int64_t oh_begin,
@@ -738,6 +792,9 @@ static void dw16_group(const dw_job *j, int64_t n, int64_t c0, int nc, const flo
             for (int64_t ow = 0; ow < v->OW; ow += 8) {
                 const float *sp = srow + ow * v->sw * KN_VL;
                 float *op = orow + ow * KN_VL;
+#if KN_VL == 16
+                if (dw16_slide(sp, wg, b, op, v, g->SC, (int)min64(8, v->OW - ow))) continue;
+#endif
                 switch (min64(8, v->OW - ow)) {
                 case 8: dw16_block(sp, wg, b, op, v, g->SC, 8); break;
                 case 7: dw16_block(sp, wg, b, op, v, g->SC, 7); break;
