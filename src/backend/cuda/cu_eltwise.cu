@@ -615,6 +615,37 @@ template <typename T, typename I> __global__ void k_chain(const kn_cu_chain p, T
     }
 }
 
+// One step of the chain over a word's V lanes (register q of lane j at q's column + j * B). The
+// four arithmetic operators, most of what chains are made of (embedding and residual sums, affine
+// transforms), run as their own unrolled loops; any other step runs chain_step lane by lane in a
+// loop kept rolled, so chain_step's switch over every unary operator is in the kernel once, not V
+// times (unrolled, that made k_chain_words several times the size of k_chain).
+template <int V>
+__device__ __forceinline__ void chain_step_words(const kn_cu_chain_step &s, const float *ra, const float *rb, float *ro,
+                                                 int B) {
+    if (s.kind == 1) switch (s.op) {
+        case KN_CU_ADD:
+#pragma unroll
+            for (int j = 0; j < V; j++) ro[j * B] = ra[j * B] + rb[j * B];
+            return;
+        case KN_CU_SUB:
+#pragma unroll
+            for (int j = 0; j < V; j++) ro[j * B] = ra[j * B] - rb[j * B];
+            return;
+        case KN_CU_MUL:
+#pragma unroll
+            for (int j = 0; j < V; j++) ro[j * B] = ra[j * B] * rb[j * B];
+            return;
+        case KN_CU_DIV:
+#pragma unroll
+            for (int j = 0; j < V; j++) ro[j * B] = ra[j * B] / rb[j * B];
+            return;
+        default: break;
+        }
+#pragma unroll 1
+    for (int j = 0; j < V; j++) ro[j * B] = chain_step(s, ra[j * B], s.kind == 1 ? rb[j * B] : 0.0f);
+}
+
 // The same program over 16-byte words of V elements (8 halves or 4 floats), where every input is
 // a scalar, or a run of whole words along the innermost dim (stride 1), or one element per word
 // (stride 0 there): each thread moves its inputs and its output a word at a time and works out the
@@ -652,10 +683,7 @@ template <typename T, int V, typename I> __global__ void k_chain_words(const kn_
         }
         for (int t = 0; t < p.n_steps; t++) {
             const kn_cu_chain_step &s = p.steps[t];
-            const float *ra = r + s.a * VB, *rb = r + s.b * VB;
-            float *ro = r + (at + t) * VB;
-#pragma unroll
-            for (int j = 0; j < V; j++) ro[j * B] = chain_step(s, ra[j * B], s.kind == 1 ? rb[j * B] : 0.0f);
+            chain_step_words<V>(s, r + s.a * VB, r + s.b * VB, r + (at + t) * VB, B);
         }
         const float *rl = r + (at + p.n_steps - 1) * VB;
         T o[V];
