@@ -88,7 +88,8 @@ const kn_pass kn_opt_passes[] = {
      "8+ in fp32 (KILN_LAYOUT=nhwc|nchw|auto)"},
     {"cpu_bf16_values", 3, kn_pass_cpu_bf16_values,
      "with the CPU provider's precision=bf16 on AMX: a convolution's output read only by convolutions (which round it "
-     "to bf16 anyway) is stored in bfloat16 after its bias and Relu/Clip (KILN_CPU_BF16_VALUES=0: off)"},
+     "to bf16 anyway) is stored in bfloat16 after its bias and Relu/Clip (KILN_CPU_BF16_VALUES=0: off), channel-blocked "
+     "where every reader takes that (KILN_CPU_BF16_BLOCKED=0: not)"},
 };
 const int kn_opt_n_passes = (int)(sizeof kn_opt_passes / sizeof kn_opt_passes[0]);
 
@@ -323,7 +324,7 @@ void kn_opt_environment(char *buf, size_t cap) {
      * control flow, the CPU's bf16 support); the switches of run-time choices stay out */
     static const char *const names[] = {"KILN_LAYOUT",         "KILN_CPU_BF16_VALUES",  "KILN_CPU_BF16_PLAIN",
                                         "KILN_CPU_BF16_POOL",  "KILN_CPU_NO_BF16",      "KILN_CUDA_ATTN_VIEWS",
-                                        "KILN_CUDA_CONTROL_FLOW"};
+                                        "KILN_CUDA_CONTROL_FLOW", "KILN_CPU_BF16_BLOCKED"};
     size_t at = 0;
     if (cap) buf[0] = 0;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && at < cap; i++) {

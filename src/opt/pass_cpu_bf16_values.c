@@ -28,6 +28,7 @@
  * one), as OpenVINO's bf16 does; hence an option, as on CUDA. */
 #include "opt/pass.h"
 
+#include "backend/cpu/conv_amx_blocked.h"
 #include "backend/cpu/sgemm_bf16.h"
 
 #include <stdlib.h>
@@ -166,6 +167,97 @@ static kiln_status fuse_plain_readers(kn_opt_ctx *c, bool residuals, bool *chang
     return KILN_OK;
 }
 
+/* node r runs on the blocked AMX kernel (conv_amx_blocked.h) when its operands are blocked: a 2-D
+ * NCHW FusedConv of group 1 with constant float weights whose input and output channels are
+ * multiples of 32, strides up to 4, activation none, Relu or Clip (the kernel's clamp) */
+static bool blocked_conv(const kn_opt_ctx *c, int r) {
+    const kn_node *n = &c->g->nodes[r];
+    if (!kn_opt_is_in(c, r, "kiln", "FusedConv") || !nchw(n) || !group_one(n) || n->n_outputs != 1 ||
+        kn_opt_n_inputs(c, r) > 4)
+        return false;
+    const int w = kn_opt_input(c, r, 1);
+    const kn_tensor *t = w >= 0 ? kn_opt_const(c, w) : NULL;
+    if (!t || t->dtype != KILN_DTYPE_FLOAT || t->rank != 4 || t->dims[0] % KN_BLOCKED_CHANNELS ||
+        t->dims[1] % KN_BLOCKED_CHANNELS || t->dims[0] < 1 || t->dims[1] < 1)
+        return false;
+    int ns = 0;
+    const int64_t *st = kn_attr_ints(n, "strides", &ns);
+    for (int k = 0; st && k < ns; k++)
+        if (st[k] < 1 || st[k] > 4) return false;
+    kn_act_spec a;
+    char why[128];
+    if (!kn_act_from_node(n, &a, why, sizeof why) || a.bounded ||
+        (a.act != KN_ACT_NONE && a.act != KN_ACT_RELU && a.act != KN_ACT_CLIP))
+        return false;
+    const int y = n->outputs[0];
+    return y >= 0 && c->g->values[y].type.rank == 4;
+}
+
+/* whether value v (an input of node r, or -1) is absent or bfloat16 */
+static bool bf16_or_none(const kn_opt_ctx *c, int v) {
+    return v < 0 || c->g->values[v].type.dtype == KILN_DTYPE_BFLOAT16;
+}
+
+/* node r writes bfloat16 (y_type [16]) */
+static bool writes_bf16(const kn_node *n) {
+    int k = 0;
+    const int64_t *t = kn_attr_ints(n, "y_type", &k);
+    return t && k == 1 && t[0] == KILN_DTYPE_BFLOAT16;
+}
+
+/* The values kept in bf16 between such convolutions, also kept channel-blocked (conv_amx_blocked.h):
+ * the producer writes it blocked (y_blocked), every reader reads it blocked as its X (x_blocked) or its
+ * residual (z_blocked). So the 1x1 convolutions read their input with no packing and the 3x3 ones
+ * copy whole 64-byte rows. Only where the kernel is faster than conv_amx.c and the GEMM
+ * (bf16h, 1 thread, ResNet-50, 2026-12-07): on planes of 28x28 and more (the deep layers' weights
+ * stream from memory either way, and were level or slower blocked), and where the producer's X and
+ * every reader's Y and other residual are bf16 (the fp32 NCHW reads and writes around the kernel,
+ * transposed 32 x 32 positions at a time, made the layers 1.2-3x slower than the GEMM's whole rows).
+ * KILN_CPU_BF16_BLOCKED=0: not. */
+#define BLOCKED_MIN_PLANE 784
+static kiln_status mark_blocked(kn_opt_ctx *c) {
+    const char *e = getenv("KILN_CPU_BF16_BLOCKED");
+    if ((e && !strcmp(e, "0")) || !kn_amx_blocked_suits(&(kn_amx_conv_shape){1, 32, 32, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}))
+        return KILN_OK;
+    kn_graph *g = c->g;
+    bool changed = false;
+    for (int i = 0; i < g->n_nodes; i++) {
+        int nt = 0;
+        const int64_t *yt = kn_attr_ints(&g->nodes[i], "y_type", &nt);
+        if (!yt || nt != 1 || yt[0] != KILN_DTYPE_BFLOAT16 || kn_node_attr(&g->nodes[i], "y_blocked") ||
+            !blocked_conv(c, i))
+            continue;
+        const int v = g->nodes[i].outputs[0];
+        const kn_type *vt = &g->values[v].type;
+        bool ok = !kn_opt_pinned(c, v) && c->cons_start[v + 1] > c->cons_start[v] &&
+                  vt->dims[2].value * vt->dims[3].value >= BLOCKED_MIN_PLANE && bf16_or_none(c, kn_opt_input(c, i, 0)) &&
+                  bf16_or_none(c, kn_opt_input(c, i, 3));
+        for (int k = c->cons_start[v]; k < c->cons_start[v + 1] && ok; k++) {
+            const int r = c->cons[k];
+            const kn_node *n = &g->nodes[r];
+            ok = blocked_conv(c, r);
+            int as_x = 0, as_z = 0;
+            for (int q = 0; q < n->n_inputs && ok; q++)
+                if (n->inputs[q] == v) {
+                    if (q == 0) as_x = 1;
+                    else if (q == 3) as_z = 1;
+                    else ok = false;
+                }
+            ok = ok && as_x + as_z == 1 && writes_bf16(n) && bf16_or_none(c, kn_opt_input(c, r, as_x ? 3 : 0));
+        }
+        if (!ok) continue;
+        const int64_t one = 1;
+        KN_TRY(kn_opt_set_ints(c, i, "y_blocked", &one, 1));
+        for (int k = c->cons_start[v]; k < c->cons_start[v + 1]; k++) {
+            const int r = c->cons[k];
+            KN_TRY(kn_opt_set_ints(c, r, kn_opt_input(c, r, 0) == v ? "x_blocked" : "z_blocked", &one, 1));
+        }
+        kn_opt_note(c, "bfloat16 value kept channel-blocked");
+        changed = true;
+    }
+    return changed ? kn_opt_refresh(c) : KILN_OK;
+}
+
 kiln_status kn_pass_cpu_bf16_values(kn_opt_ctx *c) {
     kn_backend_config cfg;
     const char *provider = kn_opt_first_provider(c, &cfg);
@@ -193,5 +285,6 @@ kiln_status kn_pass_cpu_bf16_values(kn_opt_ctx *c) {
         kn_opt_note(c, "convolution output kept in bfloat16");
         changed = true;
     }
-    return changed ? kn_opt_refresh(c) : KILN_OK;
+    if (changed) KN_TRY(kn_opt_refresh(c));
+    return mark_blocked(c);
 }

@@ -30,6 +30,7 @@
  * 8-bit products (qgemm.h); double runs direct loops. */
 #include "backend/cpu/const_cache.h"
 #include "backend/cpu/conv_amx.h"
+#include "backend/cpu/conv_amx_blocked.h"
 #include "backend/cpu/conv_direct.h"
 #include "backend/cpu/conv_int_dw.h"
 #include "backend/cpu/conv_winograd.h"
@@ -2385,6 +2386,45 @@ static kiln_status conv_bf16_io(kn_kernel_ctx *c, const conv_shape *s, const kn_
     free(b16);
     free(c16);
     return st ? kn_kernel_error(c, st, "the bf16 GEMM failed") : KILN_OK;
+}
+
+/* A convolution with a channel-blocked bf16 X, residual or Y (conv_amx_blocked.h; the graph's
+ * x_blocked, z_blocked, y_blocked), on the blocked AMX kernel where it takes the shape and the tail
+ * (bias, residual, a clamp). *done false: not taken (the caller converts the blocked operands). */
+kiln_status kn_cpu_conv_blocked(kn_kernel_ctx *c, const kn_conv_tail *tail, bool xb, bool zb, bool yb, bool *done) {
+    *done = false;
+    const kn_tensor *X = c->in[0], *W = c->in[1], *B = c->n_inputs > 2 ? c->in[2] : NULL;
+    kn_tensor *Y = c->out[0];
+    if (!kn_bgemm_active() || W->dtype != KILN_DTYPE_FLOAT || (B && B->dtype != KILN_DTYPE_FLOAT) ||
+        (tail && tail->act != KN_GEMM_ACT_NONE) || (X->dtype != KILN_DTYPE_FLOAT && X->dtype != KILN_DTYPE_BFLOAT16) ||
+        (Y->dtype != KILN_DTYPE_FLOAT && Y->dtype != KILN_DTYPE_BFLOAT16) || (xb && X->dtype != KILN_DTYPE_BFLOAT16) ||
+        (yb && Y->dtype != KILN_DTYPE_BFLOAT16) || (zb && !(tail && tail->residual16)))
+        return KILN_OK;
+    conv_shape s;
+    KN_TRY(conv_shape_make(c, X, W, false, &s));
+    if (s.nsp != 2 || s.G != 1 || (B && kn_tensor_count(B) != s.M)) return KILN_OK;
+    kn_blocked_conv a = {{s.N, s.C, s.M, s.w.in[0], s.w.in[1], s.w.out[0], s.w.out[1], s.w.kernel[0], s.w.kernel[1],
+                          s.w.pad_begin[0], s.w.pad_begin[1], s.w.dilation[0], s.w.dilation[1], s.w.stride[0],
+                          s.w.stride[1]}};
+    if (!kn_amx_blocked_suits(&a.s)) return KILN_OK;
+    if (xb) a.xb = X->data;
+    else if (X->dtype == KILN_DTYPE_BFLOAT16) a.x16 = X->data;
+    else a.x = X->data;
+    if (yb) a.yb = Y->data;
+    else if (Y->dtype == KILN_DTYPE_BFLOAT16) a.y16 = Y->data;
+    else a.y = Y->data;
+    a.w = W->data;
+    a.w_const = true; /* (the packed form is kept only where input 1 is a constant) */
+    a.bias = B ? B->data : NULL;
+    if (tail && tail->residual) a.add = tail->residual;
+    else if (tail && tail->residual16) {
+        if (zb) a.addb = tail->residual16;
+        else a.add16 = tail->residual16;
+    }
+    a.lo = tail ? tail->lo : -INFINITY;
+    a.hi = tail ? tail->hi : INFINITY;
+    *done = true;
+    return kn_amx_blocked_conv(c, &a);
 }
 
 kiln_status kn_cpu_conv_with_tail(kn_kernel_ctx *c, kn_conv_epilogue_fn epi, const void *epi_ctx,

@@ -2,6 +2,7 @@
  * kernel for the linear part into the output and then, in one pass over it while each row is in
  * L1, add the bias/residual and apply the activation in place: the unfused graph instead writes a
  * fresh tensor per Add and per activation and reads each back. */
+#include "backend/cpu/conv_amx_blocked.h"
 #include "backend/cpu/fused_impl.h"
 
 #include "backend/cpu/elementwise_impl.h"
@@ -431,6 +432,8 @@ static kn_tensor *permuted(const kn_tensor *t, const int *perm) {
 }
 
 static kiln_status fused_conv_channels_first(kn_kernel_ctx *c, const kn_act_spec *a);
+static kiln_status fused_conv_nchw(kn_kernel_ctx *c, const kn_act_spec *act, bool blocked);
+static kiln_status fused_conv_unblocked(kn_kernel_ctx *c, const kn_act_spec *act, bool xb, bool zb, bool yb);
 
 /* Layout NHWC on the CPU: the reference, channels moved first (X, Z and the weights), the
  * convolution as for NCHW, the output's channels moved last (the CPU's own convolution is channels-first; the optimiser forms
@@ -481,6 +484,18 @@ static kiln_status run_fused_conv(kn_kernel_ctx *c) {
 }
 
 static kiln_status fused_conv_channels_first(kn_kernel_ctx *c, const kn_act_spec *act) {
+    return fused_conv_nchw(c, act, true);
+}
+
+/* the node's flag (ints [1], as the optimiser sets it) */
+static bool blocked_attr(const kn_node *n, const char *name) {
+    int k = 0;
+    const int64_t *v = kn_attr_ints(n, name, &k);
+    return v && k == 1 && v[0] == 1;
+}
+
+/* blocked: honour the node's x_blocked, z_blocked, y_blocked (false: the operands given are NCHW) */
+static kiln_status fused_conv_nchw(kn_kernel_ctx *c, const kn_act_spec *act, bool blocked) {
     kn_act_spec a = *act;
     kn_tensor *Y = c->out[0];
     const kn_tensor *Z = c->n_inputs > 3 ? c->in[3] : NULL;
@@ -510,7 +525,52 @@ static kiln_status fused_conv_channels_first(kn_kernel_ctx *c, const kn_act_spec
     if (a.act == KN_ACT_RELU) tail.lo = 0.0f;
     if (a.act == KN_ACT_CLIP) tail.lo = a.p0, tail.hi = a.p1;
     if (a.bounded) kn_clamp_then(&tail.lo, &tail.hi, a.lo, a.hi);
+    /* channel-blocked bf16 operands (opt pass cpu_bf16_values, conv_amx_blocked.h) */
+    const bool xb = blocked_attr(c->node, "x_blocked"), zb = Z && blocked_attr(c->node, "z_blocked"),
+               yb = blocked_attr(c->node, "y_blocked");
+    if (blocked && (xb || zb || yb)) {
+        bool done = false;
+        if (!any || (as_tail && tail.act == KN_GEMM_ACT_NONE))
+            KN_TRY(kn_cpu_conv_blocked(&pc, any ? &tail : NULL, xb, zb, yb, &done));
+        if (done) return KILN_OK;
+        return fused_conv_unblocked(c, act, xb, zb, yb);
+    }
     return kn_cpu_conv_with_tail(&pc, any ? conv_epilogue : NULL, &e, any && as_tail ? &tail : NULL);
+}
+
+/* The blocked kernel declined: the blocked operands converted to bf16 NCHW around the plain route. */
+static kiln_status fused_conv_unblocked(kn_kernel_ctx *c, const kn_act_spec *act, bool xb, bool zb, bool yb) {
+    const kn_tensor *X = c->in[0], *Z = c->n_inputs > 3 ? c->in[3] : NULL;
+    kn_tensor *Y = c->out[0];
+    if ((xb && (X->dtype != KILN_DTYPE_BFLOAT16 || X->rank < 2 || X->dims[1] % KN_BLOCKED_CHANNELS)) ||
+        (zb && (!Z || Z->dtype != KILN_DTYPE_BFLOAT16 || Z->rank < 2 || Z->dims[1] % KN_BLOCKED_CHANNELS)) ||
+        (yb && (Y->dtype != KILN_DTYPE_BFLOAT16 || Y->rank < 2 || Y->dims[1] % KN_BLOCKED_CHANNELS)))
+        return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "a blocked value must be bfloat16 with channels in blocks of %d",
+                               KN_BLOCKED_CHANNELS);
+    kn_tensor *xn = NULL, *zn = NULL, *yn = NULL;
+    kiln_status st = KILN_OK;
+    if (xb && (st = kn_tensor_new(KILN_DTYPE_BFLOAT16, X->rank, X->dims, &xn)) == KILN_OK)
+        kn_bf16_from_blocked(X->data, xn->data, X->dims[0], X->dims[1], kn_tensor_count(X) / (X->dims[0] * X->dims[1]));
+    if (st == KILN_OK && zb && (st = kn_tensor_new(KILN_DTYPE_BFLOAT16, Z->rank, Z->dims, &zn)) == KILN_OK)
+        kn_bf16_from_blocked(Z->data, zn->data, Z->dims[0], Z->dims[1], kn_tensor_count(Z) / (Z->dims[0] * Z->dims[1]));
+    if (st == KILN_OK && yb) st = kn_tensor_new(KILN_DTYPE_BFLOAT16, Y->rank, Y->dims, &yn);
+    if (st == KILN_OK) {
+        kn_tensor *in[4] = {NULL, NULL, NULL, NULL};
+        for (int i = 0; i < c->n_inputs && i < 4; i++) in[i] = (kn_tensor *)c->in[i];
+        if (xn) in[0] = xn;
+        if (zn) in[3] = zn;
+        kn_tensor *out[1] = {yn ? yn : Y};
+        kn_kernel_ctx fc = *c;
+        fc.in = in;
+        fc.out = out;
+        st = fused_conv_nchw(&fc, act, false);
+    }
+    if (st == KILN_OK && yn)
+        kn_bf16_to_blocked(yn->data, Y->data, Y->dims[0], Y->dims[1], kn_tensor_count(Y) / (Y->dims[0] * Y->dims[1]));
+    kn_tensor_free(xn);
+    kn_tensor_free(zn);
+    kn_tensor_free(yn);
+    return st;
 }
 
 static kiln_status run_fused_gemm(kn_kernel_ctx *c) {

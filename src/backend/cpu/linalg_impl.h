@@ -34,6 +34,9 @@ typedef struct kn_conv_tail {
     float p0, p1;
 } kn_conv_tail;
 kiln_status kn_cpu_conv_with_tail(kn_kernel_ctx *c, kn_conv_epilogue_fn fn, const void *ctx, const kn_conv_tail *tail);
+/* X, the residual (tail->residual16) or Y channel-blocked bf16 (conv_amx_blocked.h): the blocked AMX
+ * kernel, where it takes them (*done); the tail's clamp and residual only (no act). */
+kiln_status kn_cpu_conv_blocked(kn_kernel_ctx *c, const kn_conv_tail *tail, bool xb, bool zb, bool yb, bool *done);
 kiln_status kn_cpu_conv_transpose(kn_kernel_ctx *c);
 kiln_status kn_cpu_conv_integer(kn_kernel_ctx *c);
 kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c);
