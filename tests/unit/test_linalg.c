@@ -779,7 +779,11 @@ KN_TEST(linalg_sgemm_prepacked_b_orders) {
                                         /* few rows: two panels a micro-kernel call (ukr_pair), a lone
                                          * last panel, a second panel of 1..32 columns, K over slices */
                                         {2, 70, 900},     {3, 1000, 300},   {4, 97, 40},     {2, 33, 17},
-                                        {4, 64, 800},     {3, 95, 5}};
+                                        {4, 64, 800},     {3, 95, 5},
+                                        /* one and two rows (AVX2's ukr_pair, one row's K split in
+                                         * even and odd steps: odd K), second panels of 1, 15, 16 */
+                                        {1, 50, 300},     {2, 47, 513},     {1, 33, 7},      {2, 32, 255},
+                                        {1, 1000, 64},    {2, 257, 3}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int v = 0; v < 4; v++) {
             const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];

@@ -658,6 +658,78 @@ static void ukr_any(int mr, int64_t kc, const float *a, int64_t as, const float 
     }
 }
 
+/* Few rows (mr <= FEW_MR), B packed: two NR-column panels a call, b and b + bps, as the AVX-512
+ * ukr_pair: C[0:mr, 0:n] (NR < n <= 2 NR; the first panel whole) in 4 * mr accumulators, each
+ * broadcast of A used by four multiply-adds: with two rows 8 independent chains and 6 loads a k
+ * (ukr's split of K into even and odd steps for two rows of one panel: 8 chains, 8 loads a k).
+ * A tile of one row is rare (M == 1 runs as a row times a matrix). Packed panels are zero-padded to NR, so B is loaded
+ * whole; the stores past n are masked. The tail's operations are ukr's, in ukr's order. On 16
+ * registers: 8 sums, 4 rows of B and the broadcasts. */
+#define FEW_MR 2
+static inline __attribute__((always_inline)) void ukr_pair(const int mr, int64_t kc, const float *restrict a,
+                                                           int64_t as, const float *restrict b, int64_t bs,
+                                                           int64_t bps, float *restrict c, int64_t ldc, int n,
+                                                           float alpha, float beta, const float *rb,
+                                                           const ukr_tail *t) {
+    __m256 acc[FEW_MR][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < FEW_MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) acc[r][v] = _mm256_setzero_ps();
+    int64_t p = 0;
+#pragma GCC unroll 2
+    for (; p < kc; p++) {
+        const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        const __m256 b2 = _mm256_loadu_ps(b + bps), b3 = _mm256_loadu_ps(b + bps + 8);
+#pragma GCC unroll 2
+        for (int r = 0; r < mr; r++) {
+            const __m256 ar = _mm256_broadcast_ss(a + r);
+            acc[r][0] = _mm256_fmadd_ps(ar, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(ar, b1, acc[r][1]);
+            acc[r][2] = _mm256_fmadd_ps(ar, b2, acc[r][2]);
+            acc[r][3] = _mm256_fmadd_ps(ar, b3, acc[r][3]);
+        }
+        a += as;
+        b += bs;
+    }
+    const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    const __m256 lo = _mm256_set1_ps(t ? t->lo : 0.0f), hi = _mm256_set1_ps(t ? t->hi : 0.0f);
+    const __m256 q0 = _mm256_set1_ps(t ? t->p0 : 0.0f), q1 = _mm256_set1_ps(t ? t->p1 : 0.0f);
+    const int ak = t ? t->act : KN_GEMM_ACT_NONE;
+    const float *ad = t ? t->add : NULL;
+    const __m256i m2 = mask8(n - 16), m3 = mask8(n - 24);
+#pragma GCC unroll 2
+    for (int r = 0; r < mr; r++) {
+        float *cr = c + r * ldc;
+        const __m256 br = rb ? _mm256_set1_ps(rb[r]) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            /* the first panel whole (plain loads and stores), the second to n */
+            const __m256i mv = v == 2 ? m2 : m3;
+            __m256 x = _mm256_fmadd_ps(va, acc[r][v], br);
+            if (v < 2) {
+                if (beta != 0.0f) x = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr + 8 * v), x);
+                if (ad) x = _mm256_add_ps(x, _mm256_loadu_ps(ad + r * t->ld + 8 * v));
+                if (t) x = tail_act8(x, ak, q0, q1, lo, hi);
+                _mm256_storeu_ps(cr + 8 * v, x);
+            } else {
+                if (beta != 0.0f) x = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr + 8 * v, mv), x);
+                if (ad) x = _mm256_add_ps(x, _mm256_maskload_ps(ad + r * t->ld + 8 * v, mv));
+                if (t) x = tail_act8(x, ak, q0, q1, lo, hi);
+                _mm256_maskstore_ps(cr + 8 * v, mv, x);
+            }
+        }
+    }
+}
+
+#define KN_UKR_PAIR 1
+static void ukr_pair_any(int mr, int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, int64_t bps,
+                         float *c, int64_t ldc, int n, float alpha, float beta, const float *rb,
+                         const ukr_tail *t) {
+    if (mr == 2) ukr_pair(2, kc, a, as, b, bs, bps, c, ldc, n, alpha, beta, rb, t);
+    else if (mr == 1) ukr_pair(1, kc, a, as, b, bs, bps, c, ldc, n, alpha, beta, rb, t);
+}
+
 #else /* portable C */
 
 static void ukr_any(int mr, int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c,
@@ -1413,6 +1485,20 @@ static bool pk_a_in_place(int64_t rows, int64_t cols) {
 }
 #endif
 
+#if defined(KN_UKR_PAIR)
+/* KILN_GEMM_FEW_ROWS_PAIR=0: few rows one panel a call (ukr_any), as before ukr_pair (measurements) */
+static int pair_env = -1; /* -1: not read yet */
+static bool pair_on(void) {
+    int e = __atomic_load_n(&pair_env, __ATOMIC_RELAXED);
+    if (e < 0) {
+        const char *v = getenv("KILN_GEMM_FEW_ROWS_PAIR");
+        e = !(v && *v == '0');
+        __atomic_store_n(&pair_env, e, __ATOMIC_RELAXED);
+    }
+    return e;
+}
+#endif
+
 static void run_packed_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                             float *ws, const float *a_deep) {
     const float *Bpk = p->b_packed[op];
@@ -1445,7 +1531,7 @@ static void run_packed_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int
 #endif
 #if defined(KN_UKR_PAIR)
             /* few rows: this panel and the next in one call (ukr_pair) */
-            if (m1 - m0 <= FEW_MR && bn) {
+            if (m1 - m0 <= FEW_MR && bn && pair_on()) {
                 const float *a = a_deep ? a_deep + ps * Mp + m0 * kcb + (k0 - ps) * MR : ws;
                 ukr_tail tb;
                 const ukr_tail *t = k0 + kc == K ? tail_at(p, op, m0, j, &tb) : NULL;
