@@ -213,12 +213,15 @@ static bool writes_bf16(const kn_node *n) {
  * stream from memory either way, and were level or slower blocked), and where the producer's X and
  * every reader's Y and other residual are bf16 (the fp32 NCHW reads and writes around the kernel,
  * transposed 32 x 32 positions at a time, made the layers 1.2-3x slower than the GEMM's whole rows).
- * KILN_CPU_BF16_BLOCKED=0: not. */
+ * So with activations=half only: without it the block outputs are fp32, and the few values left
+ * (a stage's first bottleneck) made ResNet-50 bf16 1.00-1.06 of its time unblocked.
+ * KILN_CPU_BF16_BLOCKED=0: not; =all: on planes of any size. */
 #define BLOCKED_MIN_PLANE 784
-static kiln_status mark_blocked(kn_opt_ctx *c) {
+static kiln_status mark_blocked(kn_opt_ctx *c, bool residuals) {
     const char *e = getenv("KILN_CPU_BF16_BLOCKED");
-    if ((e && !strcmp(e, "0")) || !kn_amx_blocked_suits(&(kn_amx_conv_shape){1, 32, 32, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}))
+    if (!residuals || (e && !strcmp(e, "0")) || !kn_amx_blocked_suits(&(kn_amx_conv_shape){1, 32, 32, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}))
         return KILN_OK;
+    const int64_t min_plane = e && !strcmp(e, "all") ? 1 : BLOCKED_MIN_PLANE; /* (all: to measure the rule) */
     kn_graph *g = c->g;
     bool changed = false;
     for (int i = 0; i < g->n_nodes; i++) {
@@ -230,7 +233,7 @@ static kiln_status mark_blocked(kn_opt_ctx *c) {
         const int v = g->nodes[i].outputs[0];
         const kn_type *vt = &g->values[v].type;
         bool ok = !kn_opt_pinned(c, v) && c->cons_start[v + 1] > c->cons_start[v] &&
-                  vt->dims[2].value * vt->dims[3].value >= BLOCKED_MIN_PLANE && bf16_or_none(c, kn_opt_input(c, i, 0)) &&
+                  vt->dims[2].value * vt->dims[3].value >= min_plane && bf16_or_none(c, kn_opt_input(c, i, 0)) &&
                   bf16_or_none(c, kn_opt_input(c, i, 3));
         for (int k = c->cons_start[v]; k < c->cons_start[v + 1] && ok; k++) {
             const int r = c->cons[k];
@@ -286,5 +289,5 @@ kiln_status kn_pass_cpu_bf16_values(kn_opt_ctx *c) {
         changed = true;
     }
     if (changed) KN_TRY(kn_opt_refresh(c));
-    return mark_blocked(c);
+    return mark_blocked(c, residuals);
 }

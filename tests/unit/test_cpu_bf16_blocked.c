@@ -151,8 +151,8 @@ KN_TEST(bf16_blocked_amx_convolution_against_reference) {
 /* A chain of convolutions on 30x30 planes, 64 channels (the pass blocks values on planes of 28x28
  * and more, channels in 32s): A 1x1, B 3x3, C 1x1, D 1x1 + B's output + Relu, E 3x3 stride 2 (to
  * 15x15, 32 channels), F 1x1 (the output, fp32). With activations=half, B's output (read as C's X
- * and D's residual), C's and D's are kept blocked; without, none (B's output is an fp32 residual
- * there, so C reads an fp32 X and D adds an fp32 residual: not blocked around them). */
+ * and D's residual), C's and D's are kept blocked; without, none (the pass blocks values with
+ * activations=half only). */
 static unsigned char *blocked_chain_model(size_t *size) {
     tmb b;
     tmb_init(&b, 17);

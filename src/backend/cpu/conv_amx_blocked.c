@@ -188,10 +188,14 @@ static void pack_range(void *arg, int64_t begin, int64_t end) {
         const int64_t n = r / (g->CB * g->nph), cb = r / g->nph % g->CB, ph = r % g->nph;
         const int64_t pa = ah[ph / g->nph_w], pb = aw[ph % g->nph_w];
         uint16_t *dst = j->xp + r * g->nx * BC;
-        memset(dst, 0, sizeof(uint16_t) * BC * (size_t)g->nx);
         /* phase columns jlo..jend read input columns sw * j + pb - pl inside [0, W) */
         const int64_t jlo = s->pl - pb > 0 ? (s->pl - pb + s->sw - 1) / s->sw : 0;
         const int64_t jend = s->W - 1 + s->pl - pb < 0 ? 0 : min64(g->Wp, (s->W - 1 + s->pl - pb) / s->sw + 1);
+        /* every row read and whole (no pads: a 1x1 over an NCHW input): only the positions past the
+         * image zeroed; else all of it, then the rows filled */
+        const bool whole = jlo == 0 && jend == g->Wp && s->pt == 0 && (g->Hp - 1) * s->sh + pa < s->H;
+        if (whole) memset(dst + g->Hp * g->Wp * BC, 0, sizeof(uint16_t) * BC * (size_t)(g->nx - g->Hp * g->Wp));
+        else memset(dst, 0, sizeof(uint16_t) * BC * (size_t)g->nx);
         if (jlo >= jend) continue;
         for (int64_t i = 0; i < g->Hp; i++) {
             const int64_t ih = s->sh * i + pa - s->pt;
