@@ -191,16 +191,18 @@ static void pack_range(void *arg, int64_t begin, int64_t end) {
         /* phase columns jlo..jend read input columns sw * j + pb - pl inside [0, W) */
         const int64_t jlo = s->pl - pb > 0 ? (s->pl - pb + s->sw - 1) / s->sw : 0;
         const int64_t jend = s->W - 1 + s->pl - pb < 0 ? 0 : min64(g->Wp, (s->W - 1 + s->pl - pb) / s->sw + 1);
-        /* every row read and whole (no pads: a 1x1 over an NCHW input): only the positions past the
-         * image zeroed; else all of it, then the rows filled */
-        const bool whole = jlo == 0 && jend == g->Wp && s->pt == 0 && (g->Hp - 1) * s->sh + pa < s->H;
-        if (whole) memset(dst + g->Hp * g->Wp * BC, 0, sizeof(uint16_t) * BC * (size_t)(g->nx - g->Hp * g->Wp));
-        else memset(dst, 0, sizeof(uint16_t) * BC * (size_t)g->nx);
-        if (jlo >= jend) continue;
+        /* only what no input reaches is zeroed: the rows outside the input, each row's pad columns
+         * (64-byte stores) and the positions past the image (the copy writes the rest once) */
+        memset(dst + g->Hp * g->Wp * BC, 0, sizeof(uint16_t) * BC * (size_t)(g->nx - g->Hp * g->Wp));
         for (int64_t i = 0; i < g->Hp; i++) {
             const int64_t ih = s->sh * i + pa - s->pt;
-            if (ih < 0 || ih >= s->H) continue;
             uint16_t *row = dst + i * g->Wp * BC;
+            if (ih < 0 || ih >= s->H || jlo >= jend) {
+                memset(row, 0, sizeof(uint16_t) * BC * (size_t)g->Wp);
+                continue;
+            }
+            for (int64_t jj = 0; jj < jlo; jj++) _mm512_storeu_si512(row + jj * BC, _mm512_setzero_si512());
+            for (int64_t jj = jend; jj < g->Wp; jj++) _mm512_storeu_si512(row + jj * BC, _mm512_setzero_si512());
             const int64_t iw_lo = s->sw * jlo + pb - s->pl;
             if (a->xb) {
                 const uint16_t *src = a->xb + ((n * g->CB + cb) * plane + ih * s->W) * BC;
@@ -286,10 +288,13 @@ static void store_block(const run_job *j, float *T, int64_t n, int64_t mb, int64
     const __m512 b0 = a->bias ? _mm512_loadu_ps(a->bias + mb * BC) : _mm512_setzero_ps();
     const __m512 b1 = a->bias ? _mm512_loadu_ps(a->bias + mb * BC + 16) : _mm512_setzero_ps();
     const int64_t blk = (n * g->MB + mb) * OHW; /* the block's first position in blocked Y or residual */
+    /* (the row and column stepped, not divided out per position: two divisions a row cost more
+     * than the block's products on a 64-channel 1x1) */
+    int64_t oh = p0 / g->Wp, ow = p0 % g->Wp - 1;
     for (int64_t r = 0; r < rows; r++) {
-        const int64_t p = p0 + r, ow = p % g->Wp;
+        if (++ow == g->Wp) ow = 0, oh++;
         if (ow >= s->OW) continue;
-        const int64_t o = p / g->Wp * s->OW + ow;
+        const int64_t o = oh * s->OW + ow;
         __m512 v0 = _mm512_add_ps(_mm512_load_ps(T + r * 32), b0), v1 = _mm512_add_ps(_mm512_load_ps(T + r * 32 + 16), b1);
         if (a->addb) {
             const __m512i z = _mm512_loadu_si512(a->addb + (blk + o) * BC);
