@@ -130,6 +130,9 @@ KN_TEST(bf16_blocked_amx_convolution_against_reference) {
         {1, 32, 32, 9, 20, 3, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 2, 0, false, true},
         {1, 32, 64, 17, 19, 5, 3, 2, 1, 0, 2, 1, 1, 3, 2, 2, 0, 0, true, true},
         {2, 128, 64, 8, 9, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 1, true, true},
+        /* 1x1 over 320 channels (the input's tiles loaded past L1), in place and from fp32 NCHW */
+        {1, 320, 64, 9, 9, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, true, true},
+        {1, 320, 32, 6, 11, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 1, 0, false, true},
         /* an fp32 NCHW residual into a blocked Y */
         {1, 64, 64, 10, 10, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 1, true, true},
     };
