@@ -242,6 +242,7 @@ typedef struct run_job {
     int64_t chunks;          /* chunk ci: 32-position units [ci * units / chunks, (ci + 1) * units / chunks) */
     bool chunk_major;        /* tasks (image, chunk, block) instead of (image, block, chunk) */
     bool stream_x;           /* the input's tiles loaded past L1 (TILELOADDT1) */
+    bool stream_w;           /* the weights' tiles loaded past L1 */
 } run_job;
 
 /* the sums of 32 positions from p (img's, whose c blocks are cbs positions apart) and m block mb,
@@ -269,8 +270,13 @@ static inline void block_tiles(const run_job *j, const uint16_t *img, int64_t cb
                 _tile_loadd(4, x, 64);
                 _tile_loadd(5, x + 16 * BC, 64);
             }
-            _tile_loadd(6, w, 64);
-            _tile_loadd(7, w + 512, 64);
+            if (j->stream_w) {
+                _tile_stream_loadd(6, w, 64);
+                _tile_stream_loadd(7, w + 512, 64);
+            } else {
+                _tile_loadd(6, w, 64);
+                _tile_loadd(7, w + 512, 64);
+            }
             _tile_dpbf16ps(0, 4, 6);
             _tile_dpbf16ps(1, 4, 7);
             _tile_dpbf16ps(2, 5, 6);
@@ -441,10 +447,15 @@ kiln_status kn_amx_blocked_conv(kn_kernel_ctx *c, const kn_blocked_conv *a) {
      * step: over 32 KB a step the two evicted each other from L1, and the input loaded past L1
      * (TILELOADDT1) keeps the weights (1 thread, bf16h, thread CPU time, 2026-12-07: 512 -> 512 ->
      * 1024 stride 2 on 28x28 chain 1.75 -> 1.52 ms). Not for 3x3 layers: their taps re-read the
-     * input rows (128 channels at 28x28 1.16 -> 1.21 ms streamed). */
+     * input rows (128 channels at 28x28 1.16 -> 1.21 ms streamed); there the weights (read once a
+     * step) go past L1 instead where they exceed 32 KB a block (chains of four 3x3, same setting:
+     * 64 channels at 56x56 1.186 -> 1.15 and 1.18 -> 1.16, 128 at 28x28 1.18 -> 1.127, with a
+     * stride-2 layer 2.28 -> 2.23). KILN_BLK_STREAM / KILN_BLK_STREAMW=KB: other thresholds. */
     {
-        const char *e = getenv("KILN_BLK_STREAM");
+        const char *e = getenv("KILN_BLK_STREAM"), *f = getenv("KILN_BLK_STREAMW");
         rj.stream_x = e ? atoi(e) > 0 : g.taps == 1 && g.CB * 4096 > 32768;
+        const double wkb = f ? atoi(f) : 32.0, wblock = (double)g.taps * (double)g.CB * 2048.0;
+        rj.stream_w = g.taps > 1 && wkb > 0 && wblock > wkb * 1024.0;
     }
     kn_parallel_for(c->pool, s->N * g.MB * rj.chunks, 1, run_range, &rj);
     free(own);
