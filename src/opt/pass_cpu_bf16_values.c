@@ -208,20 +208,19 @@ static bool writes_bf16(const kn_node *n) {
 /* The values kept in bf16 between such convolutions, also kept channel-blocked (conv_amx_blocked.h):
  * the producer writes it blocked (y_blocked), every reader reads it blocked as its X (x_blocked) or its
  * residual (z_blocked). So the 1x1 convolutions read their input with no packing and the 3x3 ones
- * copy whole 64-byte rows. Only where the kernel is faster than conv_amx.c and the GEMM
- * (bf16h, 1 thread, ResNet-50, 2026-12-07): on planes of 28x28 and more (the deep layers' weights
- * stream from memory either way, and were level or slower blocked), and where the producer's X and
- * every reader's Y and other residual are bf16 (the fp32 NCHW reads and writes around the kernel,
- * transposed 32 x 32 positions at a time, made the layers 1.2-3x slower than the GEMM's whole rows).
- * So with activations=half only: without it the block outputs are fp32, and the few values left
- * (a stage's first bottleneck) made ResNet-50 bf16 1.00-1.06 of its time unblocked.
- * KILN_CPU_BF16_BLOCKED=0: not; =all: on planes of any size. */
-#define BLOCKED_MIN_PLANE 784
+ * copy whole 64-byte rows. Only where the producer's X and every reader's Y and other residual are
+ * bf16: the fp32 NCHW reads and writes around the kernel, transposed 32 x 32 positions at a time,
+ * made those layers 1.2-3x slower than the GEMM's whole rows. So with activations=half only: without
+ * it the block outputs are fp32, and the few values left (a stage's first bottleneck) made ResNet-50
+ * bf16 1.00-1.06 of its time unblocked. On planes of any size: with the kernel's tile loads past L1
+ * (conv_amx_blocked.c), ResNet-50 bf16h ran 0.951 of its time with the 14x14 and 7x7 stages left
+ * unblocked (node_ab, 6 rounds, 2026-12-07; before those loads 1.014).
+ * KILN_CPU_BF16_BLOCKED=0: not; =large: planes of 28x28 and more only. */
 static kiln_status mark_blocked(kn_opt_ctx *c, bool residuals) {
     const char *e = getenv("KILN_CPU_BF16_BLOCKED");
     if (!residuals || (e && !strcmp(e, "0")) || !kn_amx_blocked_suits(&(kn_amx_conv_shape){1, 32, 32, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}))
         return KILN_OK;
-    const int64_t min_plane = e && !strcmp(e, "all") ? 1 : BLOCKED_MIN_PLANE; /* (all: to measure the rule) */
+    const int64_t min_plane = e && !strcmp(e, "large") ? 784 : 1; /* (large: to measure against) */
     kn_graph *g = c->g;
     bool changed = false;
     for (int i = 0; i < g->n_nodes; i++) {
