@@ -52,6 +52,9 @@
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t pad_to(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+static bool declined; /* kn_amx_blocked_decline */
+void kn_amx_blocked_decline(bool on) { declined = on; }
+
 /* ---------------------------------------------------------------- layout conversions (any CPU) */
 
 void kn_bf16_to_blocked(const uint16_t *src, uint16_t *dst, int64_t N, int64_t C, int64_t plane) {
@@ -101,7 +104,7 @@ static bgeom bgeom_of(const kn_amx_conv_shape *s, bool blocked_x) {
 }
 
 bool kn_amx_blocked_suits(const kn_amx_conv_shape *s) {
-    if (!kn_bgemm_amx() || s->N < 1 || s->C < BC || s->M < BC || s->C % BC || s->M % BC || s->OH < 1 || s->OW < 1 ||
+    if (declined || !kn_bgemm_amx() || s->N < 1 || s->C < BC || s->M < BC || s->C % BC || s->M % BC || s->OH < 1 || s->OW < 1 ||
         s->H < 1 || s->W < 1 || s->KH < 1 || s->KW < 1 || s->dh < 1 || s->dw < 1 || s->sh < 1 || s->sw < 1 ||
         s->sh > MAX_STRIDE || s->sw > MAX_STRIDE || s->pt < 0 || s->pl < 0)
         return false;

@@ -41,6 +41,10 @@ typedef struct kn_blocked_conv {
  * multiples of 32, strides 1 to 4, non-negative pads, a padded copy of at most 64 MB. */
 bool kn_amx_blocked_suits(const kn_amx_conv_shape *s);
 
+/* Tests: kn_amx_blocked_suits false for every shape while on (the callers' conversions run instead).
+ * Only while no convolution runs. */
+void kn_amx_blocked_decline(bool on);
+
 /* Runs a (kn_amx_blocked_suits(&a->s) must hold, else an error status). */
 kiln_status kn_amx_blocked_conv(kn_kernel_ctx *c, const kn_blocked_conv *a);
 
