@@ -88,7 +88,7 @@ typedef struct softmax_job {
  * n = round(-d / ln2) by adding 1.5 2^23 (the fused product rounds once to an integer, ties to
  * even; n in [-126, 0] on the lanes kept, so 2^n p rounds once through vscalefps, subnormals
  * included), r = -d - n ln2 in two parts (ln2's high part has 9 bits: n ln2hi and the
- * subtraction are exact), exp(r) by vec_math.h's kn_v16_exp polynomial (degree 5, fitted on
+ * subtraction are exact), exp(r) by kn_v16_exp_poly (vec_math.h: degree 5, fitted on
  * |r| <= ln2/2, 1.1e-7 relative). Lanes past the limit or at d = inf compute garbage the zeroing
  * mask clears; NaN stays NaN through r (the mask keeps unordered lanes). */
 static inline __m512 sm16_exp_neg(__m512 d) {
@@ -97,13 +97,7 @@ static inline __m512 sm16_exp_neg(__m512 d) {
     const __m512 n = _mm512_sub_ps(_mm512_fnmadd_ps(d, _mm512_set1_ps(1.44269504088896341f), magic), magic);
     __m512 r = _mm512_fnmsub_ps(n, _mm512_set1_ps(0.693359375f), d); /* -(n ln2hi) - d */
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(8.312495425e-03f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.189033434e-02f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.666711569e-01f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.999923110e-01f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_scalef_ps(keep, p, n);
+    return _mm512_maskz_scalef_ps(keep, kn_v16_exp_poly(r), n);
 }
 
 /* One row with AVX-512: the maximum, then exp(x - max) (sm16_exp_neg of max - x, a few ulp;
