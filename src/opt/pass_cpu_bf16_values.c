@@ -214,7 +214,7 @@ static bool writes_bf16(const kn_node *n) {
  * it the block outputs are fp32, and the few values left (a stage's first bottleneck) made ResNet-50
  * bf16 1.00-1.06 of its time unblocked. On planes of any size: with the kernel's tile loads past L1
  * (conv_amx_blocked.c), ResNet-50 bf16h ran 0.951 of its time with the 14x14 and 7x7 stages left
- * unblocked (node_ab, 6 rounds, 2026-12-07; before those loads 1.014).
+ * unblocked (node_ab, 6 rounds, 2026-12-06; before those loads 1.014).
  * KILN_CPU_BF16_BLOCKED=0: not; =large: planes of 28x28 and more only. */
 static kiln_status mark_blocked(kn_opt_ctx *c, bool residuals) {
     const char *e = getenv("KILN_CPU_BF16_BLOCKED");

@@ -448,7 +448,7 @@ kiln_status kn_amx_blocked_conv(kn_kernel_ctx *c, const kn_blocked_conv *a) {
     /* A 1x1 layer's 32-position step reads 2 KB of input and 2 KB of weights per 32 channels, the
      * input once (the next m block's task reads it again, from L2), the weights again at the next
      * step: over 32 KB a step the two evicted each other from L1, and the input loaded past L1
-     * (TILELOADDT1) keeps the weights (1 thread, bf16h, thread CPU time, 2026-12-07: 512 -> 512 ->
+     * (TILELOADDT1) keeps the weights (1 thread, bf16h, thread CPU time, 2026-12-06: 512 -> 512 ->
      * 1024 stride 2 on 28x28 chain 1.75 -> 1.52 ms). Not for 3x3 layers: their taps re-read the
      * input rows (128 channels at 28x28 1.16 -> 1.21 ms streamed); there the weights (read once a
      * step) go past L1 instead where they exceed 32 KB a block (chains of four 3x3, same setting:
