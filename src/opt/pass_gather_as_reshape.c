@@ -34,7 +34,8 @@ kiln_status kn_pass_gather_as_reshape(kn_opt_ctx *c) {
         const kn_tensor *idx = kn_opt_const(c, g->nodes[i].inputs[1]);
         if (x < 0 || out < 0 || !idx || !kn_dtype_is_int(idx->dtype)) continue;
         const kn_type *xt = &g->values[x].type, *yt = &g->values[out].type;
-        if (xt->rank < 1 || yt->rank < 0 || kn_opt_static_count(yt) < 0) continue;
+        /* every output dim known and non-zero (a 0 in Reshape's target copies the input's dim) */
+        if (xt->rank < 1 || yt->rank < 0 || kn_opt_static_count(yt) <= 0) continue;
         int64_t axis = kn_attr_int(&g->nodes[i], "axis", 0);
         if (axis < 0) axis += xt->rank;
         if (axis < 0 || axis >= xt->rank || xt->dims[axis].symbol || xt->dims[axis].value < 1) continue;
