@@ -223,16 +223,7 @@ static inline int kernel_rows(const dw_job *j, const int32_t *buf, const int32_t
 #if defined(__AVX2__)
 /* c + the pair products of x and w summed per lane (int16 pairs into int32, exact: |x|, |w| <= 255):
  * one instruction where the build targets AVX-512 VNNI (vpdpwssd), else vpmaddwd and vpaddd */
-static inline __m256i madd_pairs(__m256i c, __m256i x, __m256i w) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpwssd_epi32(c, x, w);
-#else
-    return _mm256_add_epi32(c, _mm256_madd_epi16(x, w));
-#endif
-}
-
 #if DW_L == 16
-/* the same on zmm: vpdpwssd where the build targets AVX-512 VNNI */
 typedef __m512i dw_vec;
 static inline dw_vec madd_pairs_v(dw_vec c, dw_vec x, dw_vec w) {
 #if defined(__AVX512VNNI__)
@@ -246,7 +237,13 @@ static inline dw_vec madd_pairs_v(dw_vec c, dw_vec x, dw_vec w) {
 #define dw_storeu(a, v) _mm512_storeu_si512((void *)(a), v)
 #else
 typedef __m256i dw_vec;
-static inline dw_vec madd_pairs_v(dw_vec c, dw_vec x, dw_vec w) { return madd_pairs(c, x, w); }
+static inline dw_vec madd_pairs_v(dw_vec c, dw_vec x, dw_vec w) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpwssd_epi32(c, x, w);
+#else
+    return _mm256_add_epi32(c, _mm256_madd_epi16(x, w));
+#endif
+}
 #define dw_set1(v) _mm256_set1_epi32(v)
 #define dw_loadu(a) _mm256_loadu_si256((const __m256i *)(a))
 #define dw_storeu(a, v) _mm256_storeu_si256((__m256i *)(a), v)

@@ -279,10 +279,6 @@ UN_FLOAT_OP(Sigmoid, kn_ew_sigmoidf(x), 1.0 / (1.0 + exp(-x)))
 #endif
 UN_V16_OP(Tanh, kn_v16_tanh, kn_ew_tanhf(x), tanh(x), false)
 
-static inline float kn_clamp01f(float v) {
-    v = v < 0.0f ? 0.0f : v;
-    return v > 1.0f ? 1.0f : v;
-}
 static inline double kn_clamp01(double v) {
     v = v < 0.0 ? 0.0 : v;
     return v > 1.0 ? 1.0 : v;
@@ -310,6 +306,10 @@ UN_V8(HardSwish, hard_swish8)
 UN_F64(HardSwish, x * kn_clamp01(x / 6.0 + 0.5))
 static const un_op op_HardSwish = {{T_FLOATS(HardSwish)}, KILN_DTYPE_UNDEFINED, false, true};
 #else
+static inline float kn_clamp01f(float v) {
+    v = v < 0.0f ? 0.0f : v;
+    return v > 1.0f ? 1.0f : v;
+}
 UN_FLOAT_OP_LIGHT(HardSigmoid, kn_clamp01f(alpha * x + beta), kn_clamp01(alpha * x + beta))
 UN_FLOAT_OP_LIGHT(HardSwish, x * kn_clamp01f(x * (1.0f / 6.0f) + 0.5f), x * kn_clamp01(x / 6.0 + 0.5))
 #endif
