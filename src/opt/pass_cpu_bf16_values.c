@@ -25,7 +25,8 @@
  * With the provider option activations=half the block outputs are kept in bf16 too: a FusedConv
  * with a residual may be marked, and a reader may read the value as its residual Z (not also as
  * X). That is not exact (the residual is added as the rounded value, where fp32 added the exact
- * one), as OpenVINO's bf16 does; hence an option, as on CUDA. */
+ * one), as OpenVINO's bf16 does; hence an option, as on CUDA. Where the values are kept channel-blocked
+ * (below) plain bf16 keeps the block outputs in bf16 too: see kn_pass_cpu_bf16_values. */
 #include "opt/pass.h"
 
 #include "backend/cpu/conv_amx_blocked.h"
@@ -205,21 +206,27 @@ static bool writes_bf16(const kn_node *n) {
     return t && k == 1 && t[0] == KILN_DTYPE_BFLOAT16;
 }
 
+/* whether values are kept channel-blocked here: the blocked kernel runs on this CPU, not turned off */
+static bool blocking_on(void) {
+    const char *e = getenv("KILN_CPU_BF16_BLOCKED");
+    return !(e && !strcmp(e, "0")) &&
+           kn_amx_blocked_suits(&(kn_amx_conv_shape){1, 32, 32, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1});
+}
+
 /* The values kept in bf16 between such convolutions, also kept channel-blocked (conv_amx_blocked.h):
  * the producer writes it blocked (y_blocked), every reader reads it blocked as its X (x_blocked) or its
  * residual (z_blocked). So the 1x1 convolutions read their input with no packing and the 3x3 ones
  * copy whole 64-byte rows. Only where the producer's X and every reader's Y and other residual are
  * bf16: the fp32 NCHW reads and writes around the kernel, transposed 32 x 32 positions at a time,
- * made those layers 1.2-3x slower than the GEMM's whole rows. So with activations=half only: without
- * it the block outputs are fp32, and the few values left (a stage's first bottleneck) made ResNet-50
- * bf16 1.00-1.06 of its time unblocked. On planes of any size: with the kernel's tile loads past L1
+ * made those layers 1.2-3x slower than the GEMM's whole rows. So with the block outputs in bf16 only
+ * (residuals: activations=half, or plain bf16 where blocking is on): with them fp32, the few values
+ * left (a stage's first bottleneck) made ResNet-50 bf16 1.00-1.06 of its time unblocked. On planes of any size: with the kernel's tile loads past L1
  * (conv_amx_blocked.c), ResNet-50 bf16h ran 0.951 of its time with the 14x14 and 7x7 stages left
  * unblocked (node_ab, 6 rounds, 2026-12-06; before those loads 1.014).
  * KILN_CPU_BF16_BLOCKED=0: not; =large: planes of 28x28 and more only. */
 static kiln_status mark_blocked(kn_opt_ctx *c, bool residuals) {
     const char *e = getenv("KILN_CPU_BF16_BLOCKED");
-    if (!residuals || (e && !strcmp(e, "0")) || !kn_amx_blocked_suits(&(kn_amx_conv_shape){1, 32, 32, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}))
-        return KILN_OK;
+    if (!residuals || !blocking_on()) return KILN_OK;
     const int64_t min_plane = e && !strcmp(e, "large") ? 784 : 1; /* (large: to measure against) */
     kn_graph *g = c->g;
     bool changed = false;
@@ -269,8 +276,14 @@ kiln_status kn_pass_cpu_bf16_values(kn_opt_ctx *c) {
     /* (where the products do not run on AMX's tiles, the readers would convert the values back) */
     if (!kn_bf16_cpu_usable() || !kn_bgemm_amx()) return KILN_OK;
     /* activations=half: the block outputs too (written with a residual, read as one), which is not
-     * exact: a residual Add then reads a rounded value */
-    const bool residuals = cfg.half_activations;
+     * exact: a residual Add then reads a rounded value. Plain bf16 does the same where the values
+     * are kept channel-blocked (AMX, KILN_CPU_BF16_BLOCKED not 0): there the fp32 block outputs
+     * are what the blocked kernel cannot take (ResNet-50 plain bf16 1.19 of OpenVINO bf16, 1.03
+     * so), and the rounding is of the class the bf16 products already give (ResNet-50 relative L2
+     * against ONNX Runtime fp32 4.8e-3 either way, OpenVINO bf16 4.7e-3;
+     * bench/results/cpu-bf16-resnet-2026-12-06c-h72.md). KILN_CPU_BF16_BLOCKED=0 keeps plain bf16
+     * exact (this pass's results bit for bit those without it). */
+    const bool residuals = cfg.half_activations || blocking_on();
     bool changed = false;
     const char *pe = getenv("KILN_CPU_BF16_PLAIN");
     if (!(pe && !strcmp(pe, "0"))) KN_TRY(fuse_plain_readers(c, residuals, &changed));
