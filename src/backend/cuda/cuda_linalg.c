@@ -88,12 +88,13 @@ typedef struct lt_problem {
 #define LT_TIMED_RUNS 3
 #define LT_TIMING_ROUNDS 2
 
-/* How many of the heuristic's ranked algorithms tuning=exhaustive times: 16, or
- * KILN_CUDA_LT_CANDIDATES=N (1..32) to compare. Past the first eight the ranking still holds the
- * fastest kernel for some mid-sized products (other tile shapes, split-K). */
+/* How many of the heuristic's ranked algorithms tuning=exhaustive times: 8, or
+ * KILN_CUDA_LT_CANDIDATES=N (1..32) to compare. 16 and 32 gained nothing on BERT-base b1/b32 and
+ * cost ViT-B/16 b64 fp16 1.5% on an H100 (a candidate fastest alone, with the operands hot in L2,
+ * was slower inside the model; bench/results/gpu-h100-2026-12-06c.md). */
 static int lt_candidates(void) {
     const char *v = getenv("KILN_CUDA_LT_CANDIDATES");
-    int n = v ? atoi(v) : 16;
+    int n = v ? atoi(v) : 8;
     return n < 1 ? 1 : n > LT_CANDIDATES_MAX ? LT_CANDIDATES_MAX : n;
 }
 
