@@ -1,7 +1,8 @@
 /* The AVX-512 helpers the bf16 kernels share (sgemm_bf16.c, conv_amx.c, conv_amx_blocked.c): a lane
  * mask, the rounding of two float vectors into pairs of bf16 (the unit both vdpbf16ps and AMX's
- * TDPBF16PS multiply) and a 16 x 16 transpose of 32-bit lanes. No include guard on purpose: include it inside a region whose target has
- * avx512f,avx512bw,avx512vl,avx512bf16 (those files' target pragmas), after <immintrin.h>. */
+ * TDPBF16PS multiply) and a 16 x 16 transpose of 32-bit lanes (vec_math.h's kn_v16_transpose_regs). No include guard on purpose:
+ * include it inside a region whose target has avx512f,avx512bw,avx512vl,avx512bf16 (those files'
+ * target pragmas), after <immintrin.h> and vec_math.h (included outside the region). */
 
 /* lanes [0, n) of 16 */
 static inline __mmask16 m16(int64_t n) {
@@ -16,28 +17,8 @@ static inline __m512i pairs_of(__m512 lo, __m512 hi) {
 
 /* r[i] lane j -> o[j] lane i (32-bit elements) */
 static inline __attribute__((always_inline)) void tr16(__m512i in[16], __m512i out[16]) {
-    __m512 r[16], t[16];
+    __m512 r[16], o[16];
     for (int i = 0; i < 16; i++) r[i] = _mm512_castsi512_ps(in[i]);
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int b = 0; b < 16; b += 4) {
-        __m512d t0 = _mm512_castps_pd(t[b]), t1 = _mm512_castps_pd(t[b + 1]);
-        __m512d t2 = _mm512_castps_pd(t[b + 2]), t3 = _mm512_castps_pd(t[b + 3]);
-        r[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
-        r[b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
-        r[b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
-        r[b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
-    }
-    for (int q = 0; q < 4; q++) {
-        __m512 v = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x44);
-        __m512 v2 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xEE);
-        __m512 w = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x44);
-        __m512 w2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xEE);
-        out[q] = _mm512_castps_si512(_mm512_shuffle_f32x4(v, w, 0x88));
-        out[4 + q] = _mm512_castps_si512(_mm512_shuffle_f32x4(v, w, 0xDD));
-        out[8 + q] = _mm512_castps_si512(_mm512_shuffle_f32x4(v2, w2, 0x88));
-        out[12 + q] = _mm512_castps_si512(_mm512_shuffle_f32x4(v2, w2, 0xDD));
-    }
+    kn_v16_transpose_regs(r, o);
+    for (int i = 0; i < 16; i++) out[i] = _mm512_castps_si512(o[i]);
 }

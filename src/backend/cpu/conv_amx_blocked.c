@@ -41,6 +41,7 @@
     !defined(KN_NO_BF16_KERNEL)
 #define KN_CONV_AMX_BLOCKED 1
 #include <immintrin.h>
+#include "backend/cpu/vec_math.h" /* kn_v16_transpose_regs (bf16_pairs.h), outside the target region */
 #endif
 
 #define BC KN_BLOCKED_CHANNELS

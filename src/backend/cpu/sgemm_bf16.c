@@ -43,6 +43,7 @@
 #define KN_BF16_X86 1
 #include <cpuid.h>
 #include <immintrin.h>
+#include "backend/cpu/vec_math.h" /* kn_v16_transpose_regs (bf16_pairs.h), outside the target region */
 /* AMX's intrinsics: GCC 11, clang 12 */
 #if (defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11)
 #define KN_AMX_X86 1

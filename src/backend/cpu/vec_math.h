@@ -11,6 +11,42 @@
 
 #include <stdint.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* The 16 x 16 transpose of 32-bit lanes in registers: o[q] lane i = in[i] lane q. Its own target
+ * attribute, outside the __AVX512F__ section: the bf16 kernels (bf16_pairs.h's tr16) are compiled
+ * in target regions of files that portable builds compile without -mavx512f (include this header
+ * before such a region). */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+kn_v16_transpose_regs(const __m512 in[16], __m512 o[16]) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(in[i], in[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(in[i], in[i + 1]);
+    }
+    /* r[4b+q] lane L = column 4L+q, rows 4b..4b+3 */
+    for (int b = 0; b < 16; b += 4) {
+        __m512d t0 = _mm512_castps_pd(t[b]), t1 = _mm512_castps_pd(t[b + 1]);
+        __m512d t2 = _mm512_castps_pd(t[b + 2]), t3 = _mm512_castps_pd(t[b + 3]);
+        r[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+        r[b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+        r[b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+        r[b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+    }
+    for (int q = 0; q < 4; q++) {
+        __m512 v = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x44);  /* lanes 0,1 of rows 0-3, 4-7 */
+        __m512 v2 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xEE); /* lanes 2,3 */
+        __m512 w = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x44);
+        __m512 w2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xEE);
+        o[q] = _mm512_shuffle_f32x4(v, w, 0x88);
+        o[4 + q] = _mm512_shuffle_f32x4(v, w, 0xDD);
+        o[8 + q] = _mm512_shuffle_f32x4(v2, w2, 0x88);
+        o[12 + q] = _mm512_shuffle_f32x4(v2, w2, 0xDD);
+    }
+}
+#endif
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
@@ -272,35 +308,13 @@ static inline __mmask16 kn_v16_tail(int64_t n) {
 }
 
 /* Loads rows x cols (<= 16 x 16) floats at src (row stride ld), zero elsewhere, and returns the
- * transpose: o[q] lane r = src[r*ld + q]. */
+ * transpose: o[q] lane r = src[r*ld + q] (kn_v16_transpose_regs, below). */
 static inline __attribute__((always_inline)) void kn_v16_transpose(const float *src, int64_t ld, int rows,
                                                                    int cols, __m512 o[16]) {
     const __mmask16 cm = kn_v16_tail(cols);
-    __m512 r[16], t[16];
+    __m512 r[16];
     for (int i = 0; i < 16; i++) r[i] = i < rows ? _mm512_maskz_loadu_ps(cm, src + i * ld) : _mm512_setzero_ps();
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    /* r[4b+q] lane L = column 4L+q, rows 4b..4b+3 */
-    for (int b = 0; b < 16; b += 4) {
-        __m512d t0 = _mm512_castps_pd(t[b]), t1 = _mm512_castps_pd(t[b + 1]);
-        __m512d t2 = _mm512_castps_pd(t[b + 2]), t3 = _mm512_castps_pd(t[b + 3]);
-        r[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
-        r[b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
-        r[b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
-        r[b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
-    }
-    for (int q = 0; q < 4; q++) {
-        __m512 v = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x44);  /* lanes 0,1 of rows 0-3, 4-7 */
-        __m512 v2 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xEE); /* lanes 2,3 */
-        __m512 w = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x44);
-        __m512 w2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xEE);
-        o[q] = _mm512_shuffle_f32x4(v, w, 0x88);
-        o[4 + q] = _mm512_shuffle_f32x4(v, w, 0xDD);
-        o[8 + q] = _mm512_shuffle_f32x4(v2, w2, 0x88);
-        o[12 + q] = _mm512_shuffle_f32x4(v2, w2, 0xDD);
-    }
+    kn_v16_transpose_regs(r, o);
 }
 
 /* p[i] = sigmoid(p[i]) / silu(p[i]) for i < n, in place: whole vectors, then one masked. */
