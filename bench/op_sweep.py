@@ -4,21 +4,30 @@
 For every operator class kiln runs, over shape classes taken from real models (tiny and large
 spatial sizes, one input channel, depthwise, large kernels, stride 1 and 2, dilation, long rows,
 batch 1 and 32, float32 and the other element types the kernel takes), it builds a one-node model,
-checks kiln's outputs against ONNX Runtime's and times both in one process, alternating rounds
-(kiln, ORT, OpenVINO, kiln, ...), the median of each round's per-run latencies, then the median
-of those medians. kiln is called through libkiln in-process (ctypes), both runtimes with bound
+checks kiln's outputs against ONNX Runtime's and times them side by side in one run, alternating
+rounds (kiln, ORT, OpenVINO, kiln, ...), the median of each round's per-run latencies, then the
+median of those medians. At one thread all run in this process; at more threads each runtime runs
+in a worker process of its own (--workers), so that no runtime's thread pool shares a process with
+another's. kiln is called through libkiln (ctypes), both runtimes with bound
 input and output buffers (kiln_session_run_into; ORT's IOBinding), so neither pays for output
 allocation and both pay the same Python call overhead (a few microseconds: the tiny cases'
 ratios lean towards 1 for it).
 
     bench/op_sweep.py [--build build] [--threads 1,N] [--only REGEX] [--fast] [--rounds R]
                       [--target-ms T] [--provider cpu|cuda] [--no-openvino] [--out FILE]
+                      [--clock wall|cpu] [--passes N] [--workers auto|always|never]
 
   --threads   comma list; 0 = every core (default "1,<cores>")
   --only      run the cases whose "op case dtype" matches the regular expression
-  --fast      a few shapes per operator, 1 thread, 2 short rounds: the CI part of scripts/test.sh.
-              Only correctness decides pass/fail (kiln against ORT, per-dtype tolerances); timing
-              is printed and written (default build/op-sweep-fast.md), never asserted.
+  --fast      a few shapes per operator at 1 and 2 threads, 2 short rounds, no pauses between
+              runtimes: the CI part of scripts/test.sh. Only correctness decides pass/fail (kiln
+              against ORT at the same thread count, per-dtype tolerances); timing is printed and
+              written (default build/op-sweep-fast.md), never asserted.
+  --workers   auto (default): CPU rows at more than one thread time each runtime in a spawned
+              worker process of its own (kiln's outputs come back and are checked against ORT's,
+              from ORT's worker at the same thread count); always: 1-thread rows too; never: all
+              in this process (as before 2026-12-06c: the multi-thread column then moved 0.7-2.0
+              between passes on a 2-core box).
   --provider cuda   kiln on the GPU against PyTorch's equivalent operator (torch.nn.functional;
               inputs and outputs device tensors, kiln through kiln_tensor_wrap_device, both
               synchronised after every call). Without torch it times kiln with host tensors and
@@ -37,6 +46,7 @@ machine, versions and this command; and prints the last line "N passed, N failed
 import argparse
 import ctypes
 import datetime
+import multiprocessing
 import os
 import re
 import statistics
@@ -804,7 +814,323 @@ def torch_runner(case, dev_feeds):
 # ------------------------------------------------------------------ timing
 
 
-def time_runs(fn, n, sync=None, clock=time.perf_counter):
+class KilnError(RuntimeError):
+    """kiln refused the case or failed on it (the row's check says "kiln error")."""
+
+
+def add_note(row, note):
+    row["note"] = (row["note"] + "; " if row["note"] else "") + note
+
+
+def calibrate(fn, clock, sync=None):
+    """Two warm-up runs, then one timed: the per-run estimate the round size comes from."""
+    for _ in range(2):
+        fn()
+    if sync:
+        sync()
+    t = clock()
+    fn()
+    if sync:
+        sync()
+    return (clock() - t) * 1e3
+
+
+class LocalTimer:
+    """A runtime timed in this process."""
+
+    def __init__(self, fn, clock, sync=None, close=None):
+        self.fn, self.clock, self.sync, self._close = fn, clock, sync, close
+
+    def calibrate(self):
+        return calibrate(self.fn, self.clock, self.sync)
+
+    def time(self, n, warm=0):
+        return time_runs(self.fn, n, self.sync, self.clock, warm)
+
+    def close(self):
+        if self._close:
+            self._close()
+
+
+def open_here(k, case, model, th, provider, clock_mode, ov, torch, row):
+    """Every runtime in this process: (ORT's outputs or None, kiln's outputs, name -> LocalTimer)."""
+    feeds = case.inputs
+    ref, ort_run = None, None
+    if ort is not None:
+        try:
+            ref, ort_run = ort_session(model, th, feeds)
+        except Exception as e:  # ORT has no kernel for this type, ...
+            add_note(row, "ORT: " + str(e).splitlines()[0][:80])
+    try:
+        ks = KilnSession(k, model, th, provider, feeds)
+    except RuntimeError as e:
+        raise KilnError(str(e)) from None
+    try:
+        got = ks.run_alloc()
+        ks.bind_outputs(got)
+    except RuntimeError as e:
+        ks.close()
+        raise KilnError(str(e)) from None
+    timers = {}
+    try:
+        sync = None
+        if provider == "cpu":
+            if ort_run:
+                timers["ort"] = LocalTimer(ort_run, clock_for("ort", th, clock_mode))
+            if ov is not None:
+                try:
+                    timers["ov"] = LocalTimer(openvino_runner(model, th, feeds), clock_for("ov", th, clock_mode))
+                except Exception as e:
+                    add_note(row, "OpenVINO: " + str(e).splitlines()[0][:60])
+        elif torch is not None:
+            sync = torch.cuda.synchronize
+            dev = {n: torch.from_numpy(np.ascontiguousarray(v)).cuda() for n, v in feeds.items()}
+            # kiln on the same device tensors, outputs bound on the device
+            ks.close()
+            ks = KilnSession(k, model, th, provider, feeds)
+            ks.tins = [k.wrap(v, device_ptr=dev[n].data_ptr()) for n, v in feeds.items()]
+            ks.ins = (ctypes.c_void_p * len(ks.tins))(*[t.value for t in ks.tins])
+            dout = [torch.empty(g.shape, dtype=torch.from_numpy(g).dtype, device="cuda") for g in got]
+            ks.touts = [k.wrap(g, device_ptr=d.data_ptr()) for g, d in zip(got, dout)]
+            ks.outs = (ctypes.c_void_p * len(ks.touts))(*[t.value for t in ks.touts])
+            ks._keep = (dev, dout)
+            tr = torch_runner(case, dev)
+            if tr is not None:
+                timers["torch"] = LocalTimer(tr, time.perf_counter, sync)
+    except BaseException:
+        ks.close()
+        raise
+    timers = {"kiln": LocalTimer(ks.run, clock_for("kiln", th, clock_mode), sync, ks.close), **timers}
+    return ref, got, timers
+
+
+# Several threads (CPU): each runtime in a process of its own. In one process the three runtimes'
+# pools contend for the same cores however long the pause between them (ORT's and OpenVINO's
+# workers still took kiln's cores back on the 2-core box: kiln/peer moved 0.7-2.0 between passes,
+# bench/results/op-sweep-cpu-2threads-2026-12-06b.md). A worker holds one runtime and one case at
+# a time; the parent sends it the model and inputs, gets the outputs back for the check against
+# ORT, then asks each worker in turn for a round, so the rounds still alternate.
+
+
+def worker_main(conn, runtime, lib):
+    """The loop of a worker process: one runtime ("kiln", "ort", "ov"), one open case at a time.
+    Requests: ("open", model, threads, feeds, clock_mode) -> the outputs (kiln, ORT) or None;
+    ("calibrate",) -> ms of one run; ("time", n, warm) -> median ms of n runs after `warm` untimed
+    ones; ("close",); ("exit",).
+    Replies: ("ok", value) or ("error", kind, message)."""
+    k = Kiln(lib) if runtime == "kiln" else None
+    cur = None  # (run, clock, close, feeds)
+
+    def close():
+        nonlocal cur
+        if cur and cur[2]:
+            cur[2]()
+        cur = None
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            break
+        if msg[0] == "exit":
+            break
+        try:
+            if msg[0] == "open":
+                _, model, threads, feeds, clock_mode = msg
+                close()
+                clock = clock_for(runtime, threads, clock_mode)
+                if runtime == "kiln":
+                    try:
+                        ks = KilnSession(k, model, threads, "cpu", feeds)
+                    except RuntimeError as e:
+                        raise KilnError(str(e)) from None
+                    try:
+                        outs = ks.run_alloc()
+                        ks.bind_outputs(outs)
+                    except RuntimeError as e:
+                        ks.close()
+                        raise KilnError(str(e)) from None
+                    cur = (ks.run, clock, ks.close, feeds)
+                elif runtime == "ort":
+                    outs, run = ort_session(model, threads, feeds)
+                    cur = (run, clock, None, feeds)
+                else:
+                    outs = None
+                    cur = (openvino_runner(model, threads, feeds), clock, None, feeds)
+                reply = outs
+            elif msg[0] == "calibrate":
+                reply = calibrate(cur[0], cur[1])
+            elif msg[0] == "time":
+                reply = time_runs(cur[0], msg[1], clock=cur[1], warm=msg[2])
+            else:  # close
+                close()
+                reply = None
+            conn.send(("ok", reply))
+        except Exception as e:
+            conn.send(("error", "kiln" if isinstance(e, KilnError) else type(e).__name__, str(e)))
+    close()
+
+
+class Worker:
+    """The parent's end of a worker process; a worker that died (a crash in its runtime) is
+    started again for the next case and its request fails with the exit status."""
+
+    def __init__(self, ctx, runtime, lib):
+        self.ctx, self.runtime, self.lib = ctx, runtime, lib
+        self.start()
+
+    def start(self):
+        self.conn, child = self.ctx.Pipe()
+        self.proc = self.ctx.Process(target=worker_main, args=(child, self.runtime, self.lib), daemon=True)
+        self.proc.start()
+        child.close()
+
+    def call(self, *msg):
+        try:
+            self.conn.send(msg)
+            reply = self.conn.recv()
+        except (EOFError, OSError):
+            self.proc.join(5)
+            code = self.proc.exitcode
+            self.conn.close()
+            self.start()
+            err = f"{self.runtime} worker died (exit status {code})"
+            raise (KilnError if self.runtime == "kiln" else RuntimeError)(err) from None
+        if reply[0] == "ok":
+            return reply[1]
+        kind, text = reply[1], reply[2]
+        if kind == "kiln":
+            raise KilnError(text)
+        raise RuntimeError(f"{kind}: {text}" if kind != "RuntimeError" else text)
+
+    def stop(self):
+        try:
+            self.conn.send(("exit",))
+        except OSError:
+            pass
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+class RemoteTimer:
+    def __init__(self, worker):
+        self.w = worker
+
+    def calibrate(self):
+        return self.w.call("calibrate")
+
+    def time(self, n, warm=0):
+        return self.w.call("time", n, warm)
+
+    def close(self):
+        try:
+            self.w.call("close")
+        except Exception:
+            pass
+
+
+def open_in_workers(workers, model, th, feeds, clock_mode, row):
+    """Every runtime in its worker: (ORT's outputs or None, kiln's outputs, name -> RemoteTimer)."""
+    ref, timers = None, {}
+    if "ort" in workers:
+        try:
+            ref = workers["ort"].call("open", model, th, feeds, clock_mode)
+            timers["ort"] = RemoteTimer(workers["ort"])
+        except Exception as e:
+            add_note(row, "ORT: " + str(e).splitlines()[0][:80])
+    if "ov" in workers:
+        try:
+            workers["ov"].call("open", model, th, feeds, clock_mode)
+            timers["ov"] = RemoteTimer(workers["ov"])
+        except Exception as e:
+            add_note(row, "OpenVINO: " + str(e).splitlines()[0][:60])
+    try:
+        got = workers["kiln"].call("open", model, th, feeds, clock_mode)
+    except Exception:
+        for t in timers.values():
+            t.close()
+        raise
+    return ref, got, {"kiln": RemoteTimer(workers["kiln"]), **timers}
+
+
+class ForeignLoad:
+    """CPU time the rest of the machine took while a row was timed (Linux: /proc), in cores: busy
+    ticks of every CPU less those of this process and its workers. On a shared 2-core box a
+    2-thread row with another process on a core is not a measurement of the runtimes."""
+
+    def __init__(self, pids):
+        self.pids = pids
+        self.ok = os.path.exists("/proc/stat")
+
+    @staticmethod
+    def _busy():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        return sum(v) - v[3] - v[4]  # less idle and iowait
+
+    def _own(self):
+        t = 0
+        for pid in self.pids():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                t += int(fields[11]) + int(fields[12])  # utime, stime
+            except (OSError, IndexError, ValueError):
+                pass
+        return t
+
+    def start(self):
+        if self.ok:
+            self.t0, self.b0, self.o0 = time.perf_counter(), self._busy(), self._own()
+
+    def wait_quiet(self, limit, max_s):
+        """Sleep until a half-second window sees at most `limit` cores of other work (or max_s)."""
+        end = time.perf_counter() + max_s
+        while self.ok and time.perf_counter() < end:
+            self.start()
+            time.sleep(0.5)
+            if self.cores() <= limit:
+                return
+
+    def cores(self):
+        """Mean number of cores busy with other work since start(), or None where unknown."""
+        if not self.ok:
+            return None
+        hz = os.sysconf("SC_CLK_TCK")
+        wall = time.perf_counter() - self.t0
+        foreign = (self._busy() - self.b0) - (self._own() - self.o0)
+        return max(0.0, foreign / hz / wall) if wall > 0 else None
+
+
+def in_workers(a, th):
+    """Whether rows at `th` threads are timed with each runtime in its own process (--workers)."""
+    if a.provider != "cpu" or a.workers == "never":
+        return False
+    return a.workers == "always" or th > 1
+
+
+def finish_row(row, ov, a, case, th):
+    peer = [row[p] for p in ("ort", "ov", "torch") if row[p]]
+    row["peer"] = min(peer) if peer else None
+    row["ratio"] = row["kiln"] / row["peer"] if row["kiln"] and row["peer"] else None
+    r = f"{row['ratio']:6.2f}" if row["ratio"] else "   n/a"
+    fmt = lambda v: f"{v:8.4f}" if v else "     n/a"  # noqa: E731
+    extra = f" ov {fmt(row['ov'])}" if ov is not None else ""
+    extra += f" torch {fmt(row['torch'])}" if a.provider == "cuda" else ""
+    fl = f"  other load {row['foreign']:.2f}" if row.get("foreign") is not None else ""
+    print(f"{case.key:60s} t{th:<2d} kiln {fmt(row['kiln'])} ort {fmt(row['ort'])}{extra} ms  "
+          f"kiln/peer {r}  {row['check']}{fl}", flush=True)
+
+
+
+def time_runs(fn, n, sync=None, clock=time.perf_counter, warm=0):
+    """Median ms of n runs, after `warm` runs not timed (at several threads: a round's first runs
+    wait for the pool's threads, and on a VM for the cores, to wake up)."""
+    for _ in range(warm):
+        fn()
+    if warm and sync:
+        sync()
     ts = []
     for _ in range(n):
         t = clock()
@@ -867,6 +1193,12 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--clock", default="wall", choices=["wall", "cpu"],
                     help="cpu: 1-thread rows timed in CPU time (for a shared box), see clock_for")
+    ap.add_argument("--workers", default="auto", choices=["auto", "always", "never"],
+                    help="time each runtime in a process of its own: auto = at more than one thread (cpu)")
+    ap.add_argument("--max-other-load", type=float, default=0.15,
+                    help="cores other processes may take while a row at several threads is timed "
+                         "(Linux /proc; more: the row is timed again once the machine is quiet)")
+    ap.add_argument("--retries", type=int, default=4, help="at most this many re-timings per row (see above)")
     ap.add_argument("--passes", type=int, default=1,
                     help="run the whole sweep N times; each row is the median over passes (ratio: median "
                          "of the passes' ratios, each pass's ratio in the note)")
@@ -874,7 +1206,8 @@ def main():
 
     cores = os.cpu_count() or 1
     if a.threads is None:
-        threads = [1] if a.fast or a.provider == "cuda" else sorted({1, cores})
+        # --fast: 2 threads too (kiln's threaded partitions checked against ORT; the worker processes run)
+        threads = [1] if a.provider == "cuda" else [1, 2] if a.fast else sorted({1, cores})
     else:
         threads = [cores if int(t) == 0 else int(t) for t in a.threads.split(",")]
     rounds = a.rounds or (2 if a.fast else 5)
@@ -912,119 +1245,90 @@ def main():
 
     all_cases = cases()
     sel = [c for c in all_cases if (c.fast or not a.fast) and (not a.only or re.search(a.only, c.key))]
-    passed = failed = skipped = 0
+    workers = {}
+    if any(in_workers(a, th) for th in threads):
+        ctx = multiprocessing.get_context("spawn")  # no thread pool or lock inherited from this process
+        names = ["kiln"] + (["ort"] if ort is not None else []) + (["ov"] if ov is not None else [])
+        workers = {name: Worker(ctx, name, lib) for name in names}
+    load = ForeignLoad(lambda: [os.getpid()] + [w.proc.pid for w in workers.values()])
+    verdicts = {}  # case -> "skip" < "pass" < "fail": a case fails if any pass or thread count fails
+
+    def verdict(key, v):
+        order = ("skip", "pass", "fail")
+        if order.index(v) >= order.index(verdicts.get(key, "skip")):
+            verdicts[key] = v
     rows = []
     t_start = time.time()
     for pass_no, case in [(p, c) for p in range(a.passes) for c in sel]:
         model = case.model()
-        checked = pass_no > 0  # outputs counted in the first pass (still checked in every pass)
         for th in threads:
             row = dict(op=case.op, case=case.label, dtype=DT_NAME.get(case.dtype, "?"), threads=th, kiln=None,
                        ort=None, ov=None, torch=None, check="", note="", key=case.key, pass_no=pass_no)
             rows.append(row)
-            ks = None
+            timers = {}
             try:
-                feeds = case.inputs
-                ref, ort_run = None, None
-                if ort is not None:
-                    try:
-                        ref, ort_run = ort_session(model, th, feeds)
-                    except Exception as e:  # ORT has no kernel for this type, ...
-                        row["note"] = "ORT: " + str(e).splitlines()[0][:80]
-                try:
-                    ks = KilnSession(k, model, th, provider, feeds)
-                    got = ks.run_alloc()
-                except RuntimeError as e:
-                    row["check"] = "kiln error"
-                    row["note"] = str(e).splitlines()[0][:160]
-                    if not checked:
-                        failed += 1
-                        checked = True
-                        print(f"FAIL {case.key}: kiln: {row['note']}", flush=True)
-                    continue
+                if in_workers(a, th):
+                    ref, got, timers = open_in_workers(workers, model, th, case.inputs, a.clock, row)
+                else:
+                    ref, got, timers = open_here(k, case, model, th, provider, a.clock, ov, torch, row)
+            except KilnError as e:
+                row["check"] = "kiln error"
+                row["note"] = str(e).splitlines()[0][:160] if str(e) else "kiln error"
+                verdict(case.key, "fail")
+                print(f"FAIL {case.key} ({th} threads): kiln: {row['note']}", flush=True)
+                finish_row(row, ov, a, case, th)
+                continue
+            except Exception as e:  # the harness or a runtime failed outside kiln's calls: say so, keep going
+                row["note"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                verdict(case.key, "fail")
+                print(f"FAIL {case.key} ({th} threads): {row['note']}", flush=True)
+                finish_row(row, ov, a, case, th)
+                continue
+            try:
                 if ref is not None:
                     bad = check(case, got, ref)
                     row["check"] = "ok" if not bad else "MISMATCH"
                     if bad:
-                        row["note"] = bad
-                    if not checked:
-                        checked = True
-                        if bad:
-                            failed += 1
-                            print(f"FAIL {case.key}: {bad}", flush=True)
-                        else:
-                            passed += 1
-                elif not checked:
-                    checked = True
-                    skipped += 1
+                        row["note"] = bad + ("; " + row["note"] if row["note"] else "")
+                    verdict(case.key, "fail" if bad else "pass")
+                    if bad:
+                        print(f"FAIL {case.key} ({th} threads): {bad}", flush=True)
+                else:
+                    verdict(case.key, "skip")
                     row["check"] = "no reference"
-                ks.bind_outputs(got)
-                runners = {"kiln": ks.run}
-                sync = None
-                if a.provider == "cpu":
-                    if ort_run:
-                        runners["ort"] = ort_run
-                    if ov is not None:
-                        try:
-                            runners["ov"] = openvino_runner(model, th, feeds)
-                        except Exception as e:
-                            row["note"] = (row["note"] + "; " if row["note"] else "") + "OpenVINO: " + \
-                                str(e).splitlines()[0][:60]
-                elif torch is not None:
-                    sync = torch.cuda.synchronize
-                    dev = {n: torch.from_numpy(np.ascontiguousarray(v)).cuda() for n, v in feeds.items()}
-                    # kiln on the same device tensors, outputs bound on the device
-                    ks.close()
-                    ks = KilnSession(k, model, th, provider, feeds)
-                    ks.tins = [k.wrap(v, device_ptr=dev[n].data_ptr()) for n, v in feeds.items()]
-                    ks.ins = (ctypes.c_void_p * len(ks.tins))(*[t.value for t in ks.tins])
-                    dout = [torch.empty(g.shape, dtype=torch.from_numpy(g).dtype, device="cuda") for g in got]
-                    ks.touts = [k.wrap(g, device_ptr=d.data_ptr()) for g, d in zip(got, dout)]
-                    ks.outs = (ctypes.c_void_p * len(ks.touts))(*[t.value for t in ks.touts])
-                    ks._keep = (dev, dout)
-                    tr = torch_runner(case, dev)
-                    if tr is not None:
-                        runners["torch"] = tr
-                # warm-up and calibration: runs per round so each runtime takes about `target` ms
-                per = {}
-                for name, fn in runners.items():
-                    for _ in range(2):
-                        fn()
-                    if sync:
-                        sync()
-                    clk = clock_for(name, th, a.clock)
-                    t = clk()
-                    fn()
-                    if sync:
-                        sync()
-                    per[name] = max((clk() - t) * 1e3, 1e-3)
+                # calibration (after two warm-up runs): runs per round so each runtime takes about `target` ms
+                per = {name: max(t.calibrate(), 1e-3) for name, t in timers.items()}
                 n = max(1, min(500, int(target / max(per.values()))))
-                meds = {name: [] for name in runners}
-                for _ in range(rounds):
-                    for name, fn in runners.items():
-                        if th > 1:
-                            time.sleep(0.05)  # the previous runtime's spinning workers
-                        meds[name].append(time_runs(fn, n, sync, clock_for(name, th, a.clock)))
-                for name in runners:
+                # at several threads a row timed while other processes took more than --max-other-load
+                # cores is timed again, once the machine is quiet (up to --retries times)
+                for attempt in range(1 + (a.retries if th > 1 and not a.fast else 0)):
+                    if attempt:
+                        load.wait_quiet(a.max_other_load, 30.0)
+                    meds = {name: [] for name in timers}
+                    load.start()
+                    for _ in range(rounds):
+                        for name, t in timers.items():
+                            if th > 1 and not a.fast:
+                                time.sleep(0.05)  # the previous runtime's spinning workers
+                            meds[name].append(t.time(n, 2 if th > 1 else 0))
+                    row["foreign"] = load.cores()
+                    if row["foreign"] is None or row["foreign"] <= a.max_other_load:
+                        break
+                for name in timers:
                     row[name] = statistics.median(meds[name])
+                if row["foreign"] is not None and (attempt or row["foreign"] > a.max_other_load):
+                    add_note(row, f"other processes {row['foreign']:.2f} cores while timed"
+                             + (f" (timed {attempt + 1} times)" if attempt else ""))
             except Exception as e:  # a runtime that crashed mid-way: say so, keep going
                 row["note"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-                if not checked:
-                    failed += 1
-                    checked = True
-                    print(f"FAIL {case.key}: {row['note']}", flush=True)
+                verdict(case.key, "fail")
+                print(f"FAIL {case.key} ({th} threads): {row['note']}", flush=True)
             finally:
-                if ks is not None:
-                    ks.close()
-            peer = [row[p] for p in ("ort", "ov", "torch") if row[p]]
-            row["peer"] = min(peer) if peer else None
-            row["ratio"] = row["kiln"] / row["peer"] if row["kiln"] and row["peer"] else None
-            r = f"{row['ratio']:6.2f}" if row["ratio"] else "   n/a"
-            fmt = lambda v: f"{v:8.4f}" if v else "     n/a"  # noqa: E731
-            extra = f" ov {fmt(row['ov'])}" if ov is not None else ""
-            extra += f" torch {fmt(row['torch'])}" if a.provider == "cuda" else ""
-            print(f"{case.key:60s} t{th:<2d} kiln {fmt(row['kiln'])} ort {fmt(row['ort'])}{extra} ms  "
-                  f"kiln/peer {r}  {row['check']}", flush=True)
+                for t in timers.values():
+                    t.close()
+            finish_row(row, ov, a, case, th)
+    for w in workers.values():
+        w.stop()
 
     if a.passes > 1:
         rows = merge_passes(rows)
@@ -1038,8 +1342,9 @@ def main():
         out = os.path.join(ROOT, "bench", "results", f"op-sweep-{a.provider}-{date}.md")
     write_table(out, a, rows, threads, rounds, elapsed, ov, torch, k, date)
     print(f"wrote {out} ({elapsed:.0f} s)")
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    return 1 if failed else 0
+    counts = {v: sum(1 for x in verdicts.values() if x == v) for v in ("pass", "fail", "skip")}
+    print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped")
+    return 1 if counts["fail"] else 0
 
 
 def merge_passes(rows):
@@ -1085,6 +1390,12 @@ def write_table(out, a, rows, threads, rounds, elapsed, ov, torch, k, date):
         f.write(f"machine: {machine}; kiln {k.L.kiln_version().decode()}; threads {threads}; {rounds} alternating "
                 f"rounds, median of the rounds' medians; {a.passes} pass(es), median over passes; {clock}; "
                 f"{elapsed:.0f} s\n\n")
+        iso = [th for th in threads if in_workers(a, th)]
+        if iso:
+            f.write(f"At {', '.join(map(str, iso))} thread(s) each runtime ran in a worker process of its own" +
+                    ("" if a.fast else f"; rows at several threads timed while other processes took more than "
+                     f"{a.max_other_load} cores were timed again (up to {a.retries} times, after a wait for quiet; "
+                     f"the note says so)") + ".\n\n")
         f.write(f"command: `python3 bench/op_sweep.py {' '.join(sys.argv[1:])}`\n\n")
         f.write("kiln/peer: kiln's latency over the fastest peer's; sorted worst first. check: kiln's outputs "
                 "against ONNX Runtime's.\n\n")
