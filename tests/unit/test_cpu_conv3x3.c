@@ -126,6 +126,8 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         {3, 40, 14, 14, 32, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* stride 1 (forced direct) */
         {1, 64, 7, 7, 64, 1, 1, 1, {1, 1, 1, 1}, true, false, true},      /* 7x7 stride 1: direct */
         {2, 128, 9, 9, 256, 2, 1, 1, {1, 1, 1, 1}, true, false, true},    /* 1.2 MB of weights: by channel blocks */
+        {1, 48, 7, 7, 32, 1, 1, 1, {1, 1, 1, 1}, true, false, true},      /* one channel block: split into row bands */
+        {1, 40, 15, 16, 64, 2, 1, 1, {1, 0, 1, 1}, true, false, false},   /* all tiles at the edges, bands of rows */
         /* stride 2 with at most 16 input channels: output pixels in the lanes (conv.c's rk_conv) */
         {1, 16, 64, 130, 32, 2, 1, 1, {1, 1, 1, 1}, true, false, false},  /* 65 pixels a row: tiles 3 + 2 */
         {3, 5, 35, 70, 8, 2, 1, 1, {0, 1, 2, 0}, false, false, true},     /* 35 a row, 5 channels, batch 3 */

@@ -1185,7 +1185,8 @@ static void sk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const
 #define CL3_MAX_OW 4096
 #define CL3_CB 32 /* input channels per partial sum in cl3_tile */
 #define CLB (2 * KN_VL) /* output channels of a cl3_tile */
-#define CL3_MAX_WBYTES (4 << 20) /* larger weights: the GEMM (cl3_suits) */
+#define CL3_MAX_WBYTES (4 << 20) /* larger weights: the GEMM (cl3_suits), below CL3_BIG_W_THREADS threads */
+#define CL3_BIG_W_THREADS 8
 /* the kernel row's three taps unrolled: with AVX2's 16 registers that spilled accumulators (3x3 s2
  * 128->128 on 28x28 12% slower than the loop) */
 #if KN_VREGS < 32
@@ -1194,7 +1195,7 @@ static void sk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const
 #define CL3_UNROLL_KW _Pragma("GCC unroll 3")
 #endif
 
-static bool cl3_suits(const conv_shape *s) {
+static bool cl3_suits(const conv_shape *s, int64_t threads) {
     if (s->G != 1 || s->nsp != 2 || s->M % 32 || s->C < 8 || s->w.kernel[0] != 3 || s->w.kernel[1] != 3) return false;
     const win2 v = win2_of(&s->w);
     /* dilation 2 at stride 1 only (cl_tile_any's instances) */
@@ -1208,12 +1209,15 @@ static bool cl3_suits(const conv_shape *s) {
      * s2 128->128 28x28 0.305 -> 0.276 ms, 512->512 14x14 1.06 -> 0.95, 16->32 320x320 1.93 -> 1.30,
      * s1 512->512 7x7 0.99 -> 0.92 */
     if (v.dw == 2) return true;
-    /* Weights over 4 MB (3x3 512 -> 512) go to the GEMM, which runs these small planes
-     * transposed: on the 2-core Sapphire Rapids guest (2 MB L2 a core), ResNet-50 per node, GEMM /
-     * this: 1 thread s1 512->512 7x7 0.83-0.86, s2 512->512 14x14 0.78-0.82; 2 threads 0.91-0.94,
-     * 0.91-0.92. s2 256->256 28x28 (2.4 MB) 1.01-1.07 at 1 thread, 0.95 at 2, and s2 128->128
-     * 56x56 (0.6 MB) 1.09 / 1.07 stay here */
-    if ((double)s->M * (double)s->C * 9.0 * sizeof(float) > (double)CL3_MAX_WBYTES) return false;
+    /* Weights over 4 MB (3x3 512 -> 512) go to the GEMM at few threads, which runs these small
+     * planes transposed: on the 2-core Sapphire Rapids guest (2 MB L2 a core), ResNet-50 per node,
+     * GEMM / this: 1 thread s1 512->512 7x7 0.83-0.86, s2 512->512 14x14 0.78-0.82; 2 threads
+     * 0.91-0.94, 0.91-0.92. s2 256->256 28x28 (2.4 MB) 1.01-1.07 at 1 thread, 0.95 at 2, and s2
+     * 128->128 56x56 (0.6 MB) 1.09 / 1.07 stay here. With many threads the GEMM's tiles of 49
+     * columns scale worse than this kernel's channel blocks: 16-core host, 16 threads, s1 512->512
+     * 7x7 0.34 ms against 0.12-0.13, s2 0.35 against 0.19 (cpu-host-2026-12-06c.md) */
+    if (threads < CL3_BIG_W_THREADS && (double)s->M * (double)s->C * 9.0 * sizeof(float) > (double)CL3_MAX_WBYTES)
+        return false;
     /* AVX2 (16 registers: tiles of 2 x 6 accumulators) on output rows of 16+ columns: the GEMM,
      * whose im2col groups of 8 then lie in one row and load as two plain loads (even_load). 2-core
      * AVX2 EPYC, 1 thread, CPU time, op_ab against this kernel: s2 128->128 56x56 0.84, 16->32
@@ -1238,8 +1242,8 @@ static int cl_p_of(int64_t OW) {
     return best;
 }
 
-static bool cl_suits(const conv_shape *s) {
-    if (cl3_suits(s)) return true;
+static bool cl_suits(const conv_shape *s, int64_t threads) {
+    if (cl3_suits(s, threads)) return true;
     if (s->G != 1 || s->nsp != 2 || s->Cg * s->kk <= SK_MAX || s->C > 4 || s->M % 32 || s->M > 1024) return false;
     const char *e = getenv("KILN_CL"); /* KILN_CL=0: the few-channel stems to the GEMM (measurements) */
     if (e && e[0] == '0') return false;
@@ -1281,6 +1285,7 @@ typedef struct cl_job {
     bool inplace;
     int *failed;
     bool mfirst; /* bands are ranges of channel blocks (cl_range_mfirst) */
+    int64_t rbands; /* mfirst: bands of output rows within each channel band */
     bool clamp;  /* the output clamped to [lo, hi] as it is stored (a Relu or Clip; no epilogue then) */
     float lo, hi;
     int64_t pad_bands; /* cl_pad_range: bands of rows a plane */
@@ -1577,9 +1582,10 @@ static void cl_range_mfirst(void *arg, int64_t begin, int64_t end) {
     const int64_t MB = KN_VL * MV, K = s->C * s->kk, OW = v->OW, plane = s->out_plane, nmb = s->M / MB;
     float seg[(CL_SEG + 14) * 64] __attribute__((aligned(64)));
     for (int64_t t = begin; t < end; t++) {
-        const int64_t n = t / j->bands, ch = t % j->bands;
+        const int64_t n = t / (j->bands * j->rbands), ch = t / j->rbands % j->bands, rb = t % j->rbands;
         const int64_t mb0 = ch * nmb / j->bands, mb1 = (ch + 1) * nmb / j->bands;
-        if (mb1 <= mb0) continue;
+        const int64_t oh0 = rb * v->OH / j->rbands, oh1 = (rb + 1) * v->OH / j->rbands;
+        if (mb1 <= mb0 || oh1 <= oh0) continue;
         const float *pad = j->xp + n * s->C * j->Hp * j->Wp;
         float *yn = j->y + n * s->M * plane;
         for (int64_t m0 = mb0 * MB; m0 < mb1 * MB; m0 += MB) {
@@ -1587,7 +1593,7 @@ static void cl_range_mfirst(void *arg, int64_t begin, int64_t end) {
             kn_vf bias[4];
             for (int q = 0; q < MV; q++)
                 bias[q] = j->bias ? kn_vf_loadu(j->bias + m0 + KN_VL * q) : kn_vf_zero();
-            for (int64_t oh = 0; oh < v->OH; oh++)
+            for (int64_t oh = oh0; oh < oh1; oh++)
                 for (int64_t s0 = 0; s0 < OW; s0 += SEG) {
                     const int64_t sn = min64(SEG, OW - s0);
                     for (int64_t p0 = 0; p0 < sn; p0 += P)
@@ -1595,14 +1601,16 @@ static void cl_range_mfirst(void *arg, int64_t begin, int64_t end) {
                     cl_store_seg(j, seg, MB, MV, sn, yn + m0 * plane + oh * OW + s0, plane);
                 }
         }
-        if (j->epi) j->epi(j->epi_ctx, j->y, (n * s->M + mb0 * MB) * plane, (mb1 - mb0) * MB, plane, plane);
+        if (j->epi)
+            j->epi(j->epi_ctx, j->y, (n * s->M + mb0 * MB) * plane + oh0 * OW, (mb1 - mb0) * MB, (oh1 - oh0) * OW, plane);
     }
 }
 
 static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w, const float *bias,
                            float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, const kn_conv_tail *clamp,
                            bool w_is_input) {
-    const bool many = cl3_suits(s);
+    const int64_t threads = kn_threadpool_size(c->pool);
+    const bool many = cl3_suits(s, threads);
     int failed = 0;
     cl_job j = {s, win2_of(&s->w), NULL, 0, 0, NULL, bias, y, many || s->M % (4 * KN_VL) ? 2 : 4, 0, 1, epi, epi_ctx, x,
                 false, &failed};
@@ -1616,7 +1624,6 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
     const size_t xbytes = sizeof(float) * (size_t)(s->N * s->C * j.Hp * j.Wp);
     const int64_t MB = KN_VL * j.MV, K = s->C * s->kk;
     const size_t wbytes = sizeof(float) * (size_t)(s->M * K);
-    const int64_t threads = kn_threadpool_size(c->pool);
     if (many) {
         j.inplace = true;
         const char *e = getenv("KILN_CL3_MFIRST");
@@ -1656,11 +1663,21 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
         wp = own;
     }
     j.wp = wp;
-    if (j.mfirst) j.bands = max64(1, min64(s->M / MB, (2 * threads + s->N - 1) / s->N));
-    else j.bands = max64(1, min64(v->OH, (4 * threads + s->N - 1) / s->N));
-    const int64_t work = s->M * K * s->out_plane / j.bands + 1;
-    kn_parallel_for(c->pool, s->N * j.bands, work > 65536 ? 1 : 65536 / work + 1, j.mfirst ? cl_range_mfirst : cl_range,
-                    &j);
+    j.rbands = 1;
+    if (j.mfirst) {
+        /* two tasks a thread; where the images' channel blocks are fewer, each block's rows split
+         * too (its weights then read by each of its bands: 32 x K floats, a few hundred KB). At 16
+         * threads 3x3 s2 256 -> 256 on 28x28 had 8 blocks, half the threads idle (0.40 ms, the GEMM
+         * 0.18; 16-core host, ResNet-50 per node, bench/results/cpu-host-2026-12-06c.md) */
+        const int64_t target = 2 * threads;
+        j.bands = max64(1, min64(s->M / MB, (target + s->N - 1) / s->N));
+        if (s->N * j.bands < target) j.rbands = max64(1, min64(v->OH, (target + s->N * j.bands - 1) / (s->N * j.bands)));
+    } else {
+        j.bands = max64(1, min64(v->OH, (4 * threads + s->N - 1) / s->N));
+    }
+    const int64_t work = s->M * K * s->out_plane / (j.bands * j.rbands) + 1;
+    kn_parallel_for(c->pool, s->N * j.bands * j.rbands, work > 65536 ? 1 : 65536 / work + 1,
+                    j.mfirst ? cl_range_mfirst : cl_range, &j);
     free(own);
     if (xp) kn_ctx_scratch_free(c, xp, xbytes);
     return failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
@@ -2125,7 +2142,7 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
             sk_conv(c, s, x, w, bias, y, epi, epi_ctx);
             return KILN_OK;
         }
-        if (!pointwise && cl_suits(s))
+        if (!pointwise && cl_suits(s, kn_threadpool_size(c->pool)))
             return cl_conv(c, s, x, w, bias, y, clamp_only ? NULL : epi, epi_ctx, clamp_only ? tail : NULL, w_is_input);
     }
 #endif
