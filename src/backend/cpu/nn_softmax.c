@@ -100,6 +100,40 @@ static inline __m512 sm16_exp_neg(__m512 d) {
     return _mm512_maskz_scalef_ps(keep, kn_v16_exp_poly(r), n);
 }
 
+/* The exponential pass of a row with AVX-512: y = exp(x - m) (sm16_exp_neg of m - x) stored
+ * (unless log) and summed in the same pass, 16 lanes and masked tails; returns the sum. Where xn
+ * is not NULL (rows_chain16), the maximum of the next row xn (n floats) is taken in the same pass
+ * into *mn. Always inlined: each caller's copy keeps only its own loads (xn NULL folds away). */
+static inline __attribute__((always_inline)) float sm16_exp_pass(const float *x, float *y, int64_t n, float m,
+                                                                 int log, const float *xn, float *mn) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), mm = _mm512_set1_ps(m);
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, n0 = ninf, n1 = ninf;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 e0 = sm16_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i)));
+        const __m512 e1 = sm16_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i + 16)));
+        if (xn) {
+            n0 = _mm512_max_ps(_mm512_loadu_ps(xn + i), n0);
+            n1 = _mm512_max_ps(_mm512_loadu_ps(xn + i + 16), n1);
+        }
+        s0 = _mm512_add_ps(s0, e0);
+        s1 = _mm512_add_ps(s1, e1);
+        if (!log) {
+            _mm512_storeu_ps(y + i, e0);
+            _mm512_storeu_ps(y + i + 16, e1);
+        }
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 k = kn_v16_tail(n - i);
+        const __m512 e = _mm512_maskz_mov_ps(k, sm16_exp_neg(_mm512_sub_ps(mm, _mm512_maskz_loadu_ps(k, x + i))));
+        if (xn) n0 = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, k, xn + i), n0);
+        s0 = _mm512_add_ps(s0, e);
+        if (!log) _mm512_mask_storeu_ps(y + i, k, e);
+    }
+    if (xn) *mn = _mm512_reduce_max_ps(_mm512_max_ps(n0, n1));
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
 /* One row with AVX-512: the maximum, then exp(x - max) (sm16_exp_neg of max - x, a few ulp;
  * exactly 0 past the underflow limit: a masked entry, x = -inf, gives 0) stored and summed in the
  * same pass, then the scale (or, for LogSoftmax, (x - max) - log sum).
@@ -122,25 +156,7 @@ static void row_softmax16(const float *x, float *y, int64_t n, int log) {
     if (i < n) mv = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, kn_v16_tail(n - i), x + i), mv);
     const float m = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(mv, m1), _mm512_max_ps(m2, m3)));
     const __m512 mm = _mm512_set1_ps(m);
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
-    i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m512 e0 = sm16_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i)));
-        const __m512 e1 = sm16_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(x + i + 16)));
-        s0 = _mm512_add_ps(s0, e0);
-        s1 = _mm512_add_ps(s1, e1);
-        if (!log) {
-            _mm512_storeu_ps(y + i, e0);
-            _mm512_storeu_ps(y + i + 16, e1);
-        }
-    }
-    for (; i < n; i += 16) {
-        const __mmask16 k = kn_v16_tail(n - i);
-        const __m512 e = _mm512_maskz_mov_ps(k, sm16_exp_neg(_mm512_sub_ps(mm, _mm512_maskz_loadu_ps(k, x + i))));
-        s0 = _mm512_add_ps(s0, e);
-        if (!log) _mm512_mask_storeu_ps(y + i, k, e);
-    }
-    const float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    const float s = sm16_exp_pass(x, y, n, m, log, NULL, NULL);
     if (log) {
         const __m512 mmv = mm, ls = _mm512_set1_ps(logf(s));
         for (i = 0; i < n; i += 16) {
@@ -452,27 +468,8 @@ static void rows_chain16(const float *x, float *y, int64_t rows, int64_t n, int 
         /* the last row reads itself again as its "next" (from L1; the value unused) */
         const float *xn = r + 1 < rows ? xr + n : xr;
         const __m512 mm = _mm512_set1_ps(m);
-        __m512 s0 = _mm512_setzero_ps(), s1 = s0, n0 = ninf, n1 = ninf;
-        for (i = 0; i + 32 <= n; i += 32) {
-            const __m512 e0 = sm16_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(xr + i)));
-            const __m512 e1 = sm16_exp_neg(_mm512_sub_ps(mm, _mm512_loadu_ps(xr + i + 16)));
-            n0 = _mm512_max_ps(_mm512_loadu_ps(xn + i), n0);
-            n1 = _mm512_max_ps(_mm512_loadu_ps(xn + i + 16), n1);
-            s0 = _mm512_add_ps(s0, e0);
-            s1 = _mm512_add_ps(s1, e1);
-            if (!log) {
-                _mm512_storeu_ps(yr + i, e0);
-                _mm512_storeu_ps(yr + i + 16, e1);
-            }
-        }
-        for (; i < n; i += 16) {
-            const __mmask16 k = kn_v16_tail(n - i);
-            const __m512 e = _mm512_maskz_mov_ps(k, sm16_exp_neg(_mm512_sub_ps(mm, _mm512_maskz_loadu_ps(k, xr + i))));
-            n0 = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, k, xn + i), n0);
-            s0 = _mm512_add_ps(s0, e);
-            if (!log) _mm512_mask_storeu_ps(yr + i, k, e);
-        }
-        const float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+        float next_m = -INFINITY; /* set by the pass (xn is never NULL here) */
+        const float s = sm16_exp_pass(xr, yr, n, m, log, xn, &next_m);
         if (log) {
             const __m512 ls = _mm512_set1_ps(logf(s));
             for (i = 0; i + 16 <= n; i += 16)
@@ -489,7 +486,7 @@ static void rows_chain16(const float *x, float *y, int64_t rows, int64_t n, int 
                 _mm512_mask_storeu_ps(yr + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, yr + i), inv));
             }
         }
-        m = _mm512_reduce_max_ps(_mm512_max_ps(n0, n1));
+        m = next_m;
     }
 }
 #endif
