@@ -106,6 +106,23 @@ KN_TEST(nn_row_max_min_nan) {
 
 /* ------------------------------------------------------------------ softmax */
 
+/* The double-precision reference of the Softmax tests: a row's (or column's: `stride` apart)
+ * maximum and sum of exp(x - max), and the value Softmax (lg 0) or LogSoftmax (lg 1) gives x at. */
+typedef struct softmax_ref {
+    double m, s;
+} softmax_ref;
+
+static softmax_ref softmax_ref_of(const float *x, int n, int stride) {
+    softmax_ref r = {-INFINITY, 0};
+    for (int i = 0; i < n; i++) r.m = fmax(r.m, x[i * stride]);
+    for (int i = 0; i < n; i++) r.s += exp((double)x[i * stride] - r.m);
+    return r;
+}
+
+static double softmax_ref_at(softmax_ref r, double xi, int lg) {
+    return lg ? (xi - r.m) - log(r.s) : exp(xi - r.m) / r.s;
+}
+
 KN_TEST(nn_softmax_large_values_do_not_overflow) {
     int64_t d[] = {2, 3};
     float x[] = {1000.f, 1001.f, 1002.f, -INFINITY, 5.f, -INFINITY};
@@ -144,16 +161,15 @@ KN_TEST(nn_softmax_row_lengths_against_double) {
             CHECK_STATUS(run_kernel(kn_cpu_softmax, &t, &in, 1, &out, 1), KILN_OK);
             const float *y = out->data;
             for (int r = 0; r < 3; r++) {
-                double m = -INFINITY, s = 0;
-                for (int i = 0; i < n; i++) m = fmax(m, x[r * n + i]);
-                for (int i = 0; i < n; i++) s += exp((double)x[r * n + i] - m);
+                const softmax_ref ref = softmax_ref_of(x + r * n, n, 1);
+                const double m = ref.m;
                 for (int i = 0; i < n; i++) {
                     const double xi = x[r * n + i];
                     if (isinf(xi)) {
                         CHECK_MSG(lg ? isinf(y[r * n + i]) : y[r * n + i] == 0.0f, "n %d: masked entry gives %g", n, y[r * n + i]);
                         continue;
                     }
-                    const double want = lg ? (xi - m) - log(s) : exp(xi - m) / s;
+                    const double want = softmax_ref_at(ref, xi, lg);
                     /* x - max rounds to float: exp magnifies that by |x - max| */
                     const double tol = lg ? 2e-6 * (1 + fabs(want)) : want * (1e-6 + 1.2e-7 * (m - xi)) + 1e-30;
                     CHECK_MSG(fabs(y[r * n + i] - want) <= tol, "n %d row %d [%d]: %s %.9g, want %.9g", n, r, i,
@@ -205,9 +221,8 @@ KN_TEST(nn_softmax_row_groups_against_double) {
                 for (int r = 0; r < rows; r++) {
                     const float *xr = x + (size_t)r * n, *yr = y + (size_t)r * n;
                     const int nan_row = (rows >= 3 && r == 1) || (rows >= 4 && r == 3);
-                    double m = -INFINITY, s = 0;
-                    for (int i = 0; i < n; i++) m = fmax(m, xr[i]);
-                    for (int i = 0; i < n; i++) s += exp((double)xr[i] - m);
+                    const softmax_ref ref = softmax_ref_of(xr, n, 1);
+                    const double m = ref.m;
                     for (int i = 0; i < n; i++) {
                         const double xi = xr[i];
                         int ok;
@@ -215,7 +230,7 @@ KN_TEST(nn_softmax_row_groups_against_double) {
                         else if (isinf(xi)) ok = lg ? isinf(yr[i]) && yr[i] < 0 : yr[i] == 0.0f;
                         else if (!lg && m - xi > 87.3366) ok = yr[i] == 0.0f; /* past the limit: exactly 0 */
                         else {
-                            const double want = lg ? (xi - m) - log(s) : exp(xi - m) / s;
+                            const double want = softmax_ref_at(ref, xi, lg);
                             /* x - max rounds to float: exp magnifies that by |x - max|; two
                              * roundings of a subnormal */
                             const double tol = lg ? 2e-6 * (1 + fabs(want)) : want * (2e-6 + 1.2e-7 * (m - xi)) + 3e-45;
@@ -254,9 +269,8 @@ KN_TEST(nn_softmax_middle_axis_against_double) {
             const float *y = out->data;
             for (int o = 0; o < 2; o++)
                 for (int i = 0; i < inner; i++) {
-                    double m = -INFINITY, s = 0;
-                    for (int r = 0; r < n; r++) m = fmax(m, x[(o * n + r) * inner + i]);
-                    for (int r = 0; r < n; r++) s += exp((double)x[(o * n + r) * inner + i] - m);
+                    const softmax_ref ref = softmax_ref_of(x + o * n * inner + i, n, inner);
+                    const double m = ref.m;
                     for (int r = 0; r < n; r++) {
                         const int at = (o * n + r) * inner + i;
                         const double xi = x[at];
@@ -264,7 +278,7 @@ KN_TEST(nn_softmax_middle_axis_against_double) {
                             CHECK_MSG(lg ? isinf(y[at]) : y[at] == 0.0f, "inner %d: masked entry gives %g", inner, y[at]);
                             continue;
                         }
-                        const double want = lg ? (xi - m) - log(s) : exp(xi - m) / s;
+                        const double want = softmax_ref_at(ref, xi, lg);
                         const double tol = lg ? 2e-6 * (1 + fabs(want)) : want * (1e-6 + 1.2e-7 * (m - xi)) + 1e-30;
                         CHECK_MSG(fabs(y[at] - want) <= tol, "inner %d [%d]: %.9g, want %.9g", inner, at, y[at], want);
                     }
