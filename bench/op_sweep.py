@@ -1198,7 +1198,9 @@ def main():
     ap.add_argument("--max-other-load", type=float, default=0.15,
                     help="cores other processes may take while a row at several threads is timed "
                          "(Linux /proc; more: the row is timed again once the machine is quiet)")
-    ap.add_argument("--retries", type=int, default=4, help="at most this many re-timings per row (see above)")
+    ap.add_argument("--retries", type=int, default=3, help="at most this many re-timings per row (see above)")
+    ap.add_argument("--quiet-wait", type=float, default=10.0,
+                    help="seconds a re-timing waits at most for the machine to be quiet")
     ap.add_argument("--passes", type=int, default=1,
                     help="run the whole sweep N times; each row is the median over passes (ratio: median "
                          "of the passes' ratios, each pass's ratio in the note)")
@@ -1303,7 +1305,7 @@ def main():
                 # cores is timed again, once the machine is quiet (up to --retries times)
                 for attempt in range(1 + (a.retries if th > 1 and not a.fast else 0)):
                     if attempt:
-                        load.wait_quiet(a.max_other_load, 30.0)
+                        load.wait_quiet(a.max_other_load, a.quiet_wait)
                     meds = {name: [] for name in timers}
                     load.start()
                     for _ in range(rounds):
