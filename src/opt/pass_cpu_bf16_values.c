@@ -30,6 +30,7 @@
 #include "opt/pass.h"
 
 #include "backend/cpu/conv_amx_blocked.h"
+#include "backend/cpu/pool_blocked.h"
 #include "backend/cpu/sgemm_bf16.h"
 
 #include <stdlib.h>
@@ -213,6 +214,38 @@ static bool blocking_on(void) {
            kn_amx_blocked_suits(&(kn_amx_conv_shape){1, 32, 32, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1});
 }
 
+/* node i a MaxPool of a bf16 value (a ResNet stem's output) into a bf16 value that only such
+ * convolutions read, as X (the first bottleneck's 1x1 and its downsample): it writes it blocked
+ * itself (pool_blocked.h), so they read it in place rather than each transposing it. Its input
+ * stays NCHW: the stem (3 input channels) is not a blocked convolution. */
+static bool blocked_pool(const kn_opt_ctx *c, int i, int64_t min_plane) {
+    const kn_node *n = &c->g->nodes[i];
+    if (!kn_opt_is(c, i, "MaxPool") || n->n_outputs != 1 || kn_opt_n_inputs(c, i) != 1 || kn_node_attr(n, "y_blocked"))
+        return false;
+    const int x = kn_opt_input(c, i, 0), v = n->outputs[0];
+    if (x < 0 || v < 0 || kn_opt_pinned(c, v) || c->cons_start[v + 1] == c->cons_start[v]) return false;
+    const kn_type *xt = &c->g->values[x].type, *vt = &c->g->values[v].type;
+    if (xt->dtype != KILN_DTYPE_BFLOAT16 || vt->dtype != KILN_DTYPE_BFLOAT16 || xt->rank != 4 || vt->rank != 4)
+        return false;
+    for (int d = 0; d < 4; d++)
+        if (xt->dims[d].value <= 0) return false;
+    if (xt->dims[1].value % KN_BLOCKED_CHANNELS || vt->dims[2].value * vt->dims[3].value < min_plane) return false;
+    kn_window w;
+    char why[256];
+    const int64_t in[2] = {xt->dims[2].value, xt->dims[3].value};
+    if (kn_window_plan(n, KN_WINDOW_POOL, 2, in, NULL, &w, why, sizeof why) || !kn_max_pool_blocked_takes(&w) ||
+        w.out[0] != vt->dims[2].value || w.out[1] != vt->dims[3].value)
+        return false;
+    for (int k = c->cons_start[v]; k < c->cons_start[v + 1]; k++) {
+        const int r = c->cons[k];
+        const kn_node *rn = &c->g->nodes[r];
+        if (!blocked_conv(c, r) || !writes_bf16(rn) || !bf16_or_none(c, kn_opt_input(c, r, 3))) return false;
+        for (int q = 0; q < rn->n_inputs; q++)
+            if (rn->inputs[q] == v && q != 0) return false;
+    }
+    return true;
+}
+
 /* The values kept in bf16 between such convolutions, also kept channel-blocked (conv_amx_blocked.h):
  * the producer writes it blocked (y_blocked), every reader reads it blocked as its X (x_blocked) or its
  * residual (z_blocked). So the 1x1 convolutions read their input with no packing and the 3x3 ones
@@ -264,6 +297,15 @@ static kiln_status mark_blocked(kn_opt_ctx *c, bool residuals) {
         kn_opt_note(c, "bfloat16 value kept channel-blocked");
         changed = true;
     }
+    for (int i = 0; i < g->n_nodes; i++)
+        if (blocked_pool(c, i, min_plane)) {
+            const int64_t one = 1;
+            const int v = g->nodes[i].outputs[0];
+            KN_TRY(kn_opt_set_ints(c, i, "y_blocked", &one, 1));
+            for (int k = c->cons_start[v]; k < c->cons_start[v + 1]; k++) KN_TRY(kn_opt_set_ints(c, c->cons[k], "x_blocked", &one, 1));
+            kn_opt_note(c, "MaxPool output kept channel-blocked");
+            changed = true;
+        }
     return changed ? kn_opt_refresh(c) : KILN_OK;
 }
 

@@ -6,6 +6,7 @@
  * wrong position or channel order fails the comparison. And sessions whose values the optimiser keeps
  * blocked (opt pass cpu_bf16_values) against the same model with them unblocked and in fp32. */
 #include "backend/cpu/conv_amx_blocked.h"
+#include "backend/cpu/pool_blocked.h"
 #include "backend/cpu/sgemm_bf16.h"
 #include "exec/session.h"
 #include "ir/tensor.h"
@@ -279,6 +280,175 @@ KN_TEST(bf16_blocked_values_in_sessions) {
     kiln_tensor_destroy(on_half);
     kiln_tensor_destroy(fb_half);
     kiln_tensor_destroy(ref);
+    free(X);
+    free(m);
+}
+
+/* MaxPool of bf16 NCHW into the blocked layout (pool_blocked.c), vector and scalar code, 1 and 3
+ * threads, against the definition (the max over each window's input positions, pads excluded),
+ * bit for bit: ResNet's stem pool, odd planes (row tails), stride 1 with a 5x5 window (SPP),
+ * dilation, windows past the end (ceil_mode's last column), a 1x1 window at stride 2, batch 2. The
+ * output memory is NaN-filled first. Any CPU. */
+typedef struct pool_case {
+    int64_t N, C, H, W, K, S, P, D, OH, OW; /* square window K, stride S, leading pads P, dilation D */
+} pool_case;
+
+static int64_t pool_case_mismatches(kn_threadpool *tp, const pool_case *k) {
+    const int64_t nx = k->N * k->C * k->H * k->W, ny = k->N * k->C * k->OH * k->OW;
+    uint16_t *x = malloc(2 * (size_t)nx), *y = malloc(2 * (size_t)ny);
+    for (int64_t i = 0; i < nx; i++) x[i] = kn_f32_to_bf16(brand() * 8.0f);
+    for (int64_t i = 0; i < nx; i += 97) x[i] = 0xFF80; /* -inf here and there */
+    for (int64_t i = 0; i < ny; i++) y[i] = 0x7FC1;
+    kn_window w = {.nsp = 2, .in = {k->H, k->W}, .kernel = {k->K, k->K}, .stride = {k->S, k->S},
+                   .dilation = {k->D, k->D}, .pad_begin = {k->P, k->P}, .out = {k->OH, k->OW}, .known = true};
+    int64_t bad = 0;
+    if (!kn_max_pool_blocked_takes(&w) || !kn_max_pool_blocked(tp, &w, x, y, k->N, k->C)) bad = -1;
+    for (int64_t n = 0; n < k->N && bad >= 0; n++)
+        for (int64_t c = 0; c < k->C; c++)
+            for (int64_t oh = 0; oh < k->OH; oh++)
+                for (int64_t ow = 0; ow < k->OW; ow++) {
+                    float m = -INFINITY;
+                    for (int64_t a = 0; a < k->K; a++)
+                        for (int64_t b = 0; b < k->K; b++) {
+                            const int64_t ih = oh * k->S - k->P + a * k->D, iw = ow * k->S - k->P + b * k->D;
+                            if (ih < 0 || ih >= k->H || iw < 0 || iw >= k->W) continue;
+                            const float v = kn_bf16_to_f32(x[((n * k->C + c) * k->H + ih) * k->W + iw]);
+                            if (v > m) m = v;
+                        }
+                    const uint16_t got = y[(((n * k->C + c) / 32 * k->OH + oh) * k->OW + ow) * 32 + c % 32];
+                    bad += got != kn_f32_to_bf16(m);
+                }
+    free(x);
+    free(y);
+    return bad;
+}
+
+KN_TEST(bf16_blocked_max_pool_against_definition) {
+    static const pool_case cases[] = {
+        {1, 64, 112, 112, 3, 2, 1, 1, 56, 56}, {2, 32, 23, 37, 3, 2, 1, 1, 12, 19}, {1, 96, 13, 13, 5, 1, 2, 1, 13, 13},
+        {1, 32, 20, 17, 3, 1, 0, 2, 16, 13},   {1, 32, 10, 10, 3, 2, 0, 1, 5, 5},   {1, 64, 5, 3, 1, 2, 0, 1, 3, 2},
+    };
+    kn_threadpool *pool3 = NULL;
+    CHECK_STATUS(kn_threadpool_create(3, &pool3), KILN_OK);
+    for (int scalar = 0; scalar < 2; scalar++) {
+        kn_max_pool_blocked_scalar(scalar);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            for (int th = 0; th < 2; th++) {
+                const int64_t bad = pool_case_mismatches(th ? pool3 : NULL, &cases[i]);
+                CHECK_MSG(bad == 0, "case %zu (%s, %s): %lld outputs differ", i, scalar ? "scalar" : "vector",
+                          th ? "3 threads" : "1 thread", (long long)bad);
+            }
+    }
+    kn_max_pool_blocked_scalar(false);
+    /* a window with no input position is not taken */
+    kn_window w = {.nsp = 2, .in = {4, 4}, .kernel = {2, 2}, .stride = {1, 1}, .dilation = {1, 1}, .pad_begin = {2, 0},
+                   .out = {5, 3}, .known = true};
+    CHECK(!kn_max_pool_blocked_takes(&w));
+    kn_threadpool_destroy(pool3);
+}
+
+/* A ResNet stem at small size, batch 2: Conv 3 -> 64 7x7 stride 2 + Relu, MaxPool 3x3 stride 2
+ * (its output read by A 1x1 64 -> 64 + Relu and by the downsample D 1x1 64 -> 128), B 3x3 + Relu on
+ * A, C 1x1 on B, + D + Relu (the output). Under bf16 with blocked values the MaxPool writes its output
+ * blocked (y_blocked) and A and D read it in place; with the convolutions declining, they convert
+ * it back: the blocked-off graph's output bit for bit (the max is exact). */
+static unsigned char *stem_model(size_t *size) {
+    tmb b;
+    tmb_init(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 36, 36}, NULL);
+    int w0 = tmb_const(&b, "w0", 4, (int64_t[]){64, 3, 7, 7}, 0.2f), b0 = tmb_const(&b, "b0", 1, (int64_t[]){64}, 0.3f);
+    int c0 = tmb_value(&b, "c0"), r0 = tmb_value(&b, "r0"), p0 = tmb_value(&b, "p0");
+    int n0 = tmb_node(&b, "Conv", (int[]){x, w0, b0}, 3, c0);
+    tmb_ints(&b, n0, "pads", (int64_t[]){3, 3, 3, 3}, 4);
+    tmb_ints(&b, n0, "strides", (int64_t[]){2, 2}, 2);
+    tmb_node(&b, "Relu", (int[]){c0}, 1, r0);
+    int np = tmb_node(&b, "MaxPool", (int[]){r0}, 1, p0);
+    tmb_ints(&b, np, "kernel_shape", (int64_t[]){3, 3}, 2);
+    tmb_ints(&b, np, "strides", (int64_t[]){2, 2}, 2);
+    tmb_ints(&b, np, "pads", (int64_t[]){1, 1, 1, 1}, 4);
+    /* A, B, C, then D (the order of the exports: fuse_conv fuses the Add into C, D's output its
+     * residual) */
+    static const struct {
+        int64_t M, C, K;
+        int in; /* 0: the pool, else 1 + layer */
+    } L[4] = {{64, 64, 1, 0}, {64, 64, 3, 1}, {128, 64, 1, 2}, {128, 64, 1, 0}};
+    int v[4];
+    char nm[16];
+    for (int i = 0; i < 4; i++) {
+        snprintf(nm, sizeof nm, "w%d", i + 1);
+        int w = tmb_const(&b, nm, 4, (int64_t[]){L[i].M, L[i].C, L[i].K, L[i].K}, 0.25f);
+        snprintf(nm, sizeof nm, "b%d", i + 1);
+        int bb = tmb_const(&b, nm, 1, (int64_t[]){L[i].M}, 0.5f);
+        snprintf(nm, sizeof nm, "c%d", i + 1);
+        int cv = tmb_value(&b, nm);
+        int cn = tmb_node(&b, "Conv", (int[]){L[i].in ? v[L[i].in - 1] : p0, w, bb}, 3, cv);
+        const int64_t p = L[i].K / 2;
+        tmb_ints(&b, cn, "pads", (int64_t[]){p, p, p, p}, 4);
+        v[i] = cv;
+        if (i >= 2) continue; /* C and D: the Add and Relu below */
+        snprintf(nm, sizeof nm, "y%d", i + 1);
+        v[i] = tmb_value(&b, nm);
+        tmb_node(&b, "Relu", (int[]){cv}, 1, v[i]);
+    }
+    int a = tmb_value(&b, "a"), y = tmb_value(&b, "y");
+    tmb_node(&b, "Add", (int[]){v[2], v[3]}, 2, a);
+    tmb_node(&b, "Relu", (int[]){a}, 1, y);
+    tmb_output(&b, y);
+    return tmb_finish(&b, size);
+}
+
+static kiln_tensor *stem_run(const unsigned char *m, size_t size, bool bf16, bool blocked, bool declined, const float *X,
+                             int *pools_blocked) {
+    setenv("KILN_CPU_BF16_BLOCKED", blocked ? "1" : "0", 1);
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session_options_set_intra_op_threads(o, 2);
+    const char *keys[2] = {"precision", "activations"}, *vals[2] = {"bf16", "half"};
+    kiln_session_options_append_provider(o, "cpu", keys, vals, bf16 ? 2 : 0);
+    kiln_session *s = NULL;
+    kiln_tensor *in = NULL, *out = NULL;
+    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
+    kiln_session_options_destroy(o);
+    unsetenv("KILN_CPU_BF16_BLOCKED");
+    if (!s) return NULL;
+    *pools_blocked = 0;
+    const kn_graph *g = s->model->graph;
+    for (int i = 0; i < g->n_nodes; i++)
+        *pools_blocked += !strcmp(g->nodes[i].op_type, "MaxPool") && kn_node_attr(&g->nodes[i], "y_blocked") != NULL;
+    kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){2, 3, 36, 36}, 4, &in);
+    memcpy(kiln_tensor_data(in), X, sizeof(float) * 2 * 3 * 36 * 36);
+    const char *names[1] = {"x"};
+    if (declined) kn_amx_blocked_decline(true);
+    CHECK_STATUS(kiln_session_run(s, names, &in, 1, NULL, 1, &out), KILN_OK);
+    if (declined) kn_amx_blocked_decline(false);
+    kiln_tensor_destroy(in);
+    kiln_session_destroy(s);
+    return out;
+}
+
+KN_TEST(bf16_blocked_max_pool_in_sessions) {
+    if (!kn_bf16_cpu_supported() || !kn_bgemm_amx()) KN_SKIP("this CPU has no AMX (or the OS refused its tile state)");
+    size_t size;
+    unsigned char *m = stem_model(&size);
+    const int nx = 2 * 3 * 36 * 36;
+    float *X = malloc(sizeof(float) * nx);
+    uint32_t seed = 5;
+    for (int i = 0; i < nx; i++) X[i] = tmb_rand(&seed);
+    int p_ref = -1, p_on = -1, p_off = -1, p_fb = -1;
+    kiln_tensor *ref = stem_run(m, size, false, false, false, X, &p_ref);
+    kiln_tensor *on = stem_run(m, size, true, true, false, X, &p_on);
+    kiln_tensor *off = stem_run(m, size, true, false, false, X, &p_off);
+    kiln_tensor *fb = stem_run(m, size, true, true, true, X, &p_fb);
+    CHECK_MSG(p_on == 1 && p_fb == 1 && p_off == 0 && p_ref == 0, "MaxPools blocked: %d, declined %d, off %d, fp32 %d",
+              p_on, p_fb, p_off, p_ref);
+    const double d = rel_l2(on, off), e = rel_l2(on, ref), f = rel_l2(fb, off);
+    CHECK_MSG(d < 4e-3 && e < 1e-2 && f == 0.0, "blocked against unblocked %g, against fp32 %g; converted against unblocked %g",
+              d, e, f);
+    kiln_tensor_destroy(ref);
+    kiln_tensor_destroy(on);
+    kiln_tensor_destroy(off);
+    kiln_tensor_destroy(fb);
     free(X);
     free(m);
 }

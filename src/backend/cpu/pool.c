@@ -11,6 +11,8 @@
 #include "ops/linalg_util.h"
 
 #include "backend/cpu/isa_vec.h"
+#include "backend/cpu/conv_amx_blocked.h"
+#include "backend/cpu/pool_blocked.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -569,6 +571,18 @@ static kiln_status run_pool(kn_kernel_ctx *c, int kind) {
         kn_ctx_prep_put(c, &pool_tag, &key, key_bytes, &pp, sizeof pp);
     }
     kn_window w = pp.w;
+    /* a bf16 MaxPool whose readers take its output channel-blocked (opt pass cpu_bf16_values) */
+    if (kind == POOL_MAX && kn_node_attr(c->node, "y_blocked")) {
+        if (I || X->rank != 4 || X->dtype != KILN_DTYPE_BFLOAT16 || Y->dtype != KILN_DTYPE_BFLOAT16 ||
+            X->dims[1] % KN_BLOCKED_CHANNELS || !kn_max_pool_blocked_takes(&w))
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL,
+                                   "a channel-blocked MaxPool output needs a bfloat16 4-D input with channels in "
+                                   "blocks of %d, no Indices, and an input position in every window",
+                                   KN_BLOCKED_CHANNELS);
+        if (!kn_max_pool_blocked(c->pool, &w, X->data, Y->data, X->dims[0], X->dims[1]))
+            return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        return KILN_OK;
+    }
     pool_job j = {.w = &w, .kind = kind, .p = pp.p, .in_plane = 1, .out_plane = 1, .kernel_total = 1};
     j.include_pad = pp.include_pad;
     j.storage_order = pp.storage_order;
