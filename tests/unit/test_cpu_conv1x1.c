@@ -114,6 +114,7 @@ KN_TEST(cpu_conv1x1_matches_definition) {
         {1, 1024, 14, 14, 96, 1, 0, true, false, 2},  /* deep K: several slices, transposed by the rule */
         {2, 512, 7, 7, 160, 1, 0, true, false, 1},    /* 7x7: transposed, batch 2 */
         {1, 200, 7, 7, 96, 1, 0, true, false, 1},     /* 7x7, few K: channels in the lanes (pw_conv) */
+        {1, 64, 7, 7, 48, 1, 0, true, false, 2},      /* one panel: its pixels split into groups */
         {2, 17, 13, 29, 40, 1, 0, true, false, 2},    /* odd everything, Clip */
         {1, 72, 29, 31, 200, 2, 0, false, false, 1},  /* stride 2: B gathered */
         {3, 33, 15, 15, 70, 2, 0, true, false, 1},    /* stride 2, residual, batch 3 */

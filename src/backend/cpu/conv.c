@@ -972,6 +972,7 @@ typedef struct pw_job {
     float *y;
     kn_conv_epilogue_fn epi;
     const void *epi_ctx;
+    int64_t groups; /* groups of pixel tiles each panel is split into */
 } pw_job;
 
 /* out[j*PW_MB + r] = bias + sum_c a[c][r] * b[c*ldb + j] for j < NB, r < PW_MB */
@@ -996,21 +997,24 @@ static inline __attribute__((always_inline)) void pw_tile(const float *a, const 
         for (int v = 0; v < 3; v++) kn_vf_storeu(out + j * PW_MB + v * KN_VL, acc[j][v]);
 }
 
-/* Tasks are (image, panel of PW_MB output channels). */
+/* Tasks are (image, panel of PW_MB output channels, group of pixel tiles). */
 static void pw_range(void *arg, int64_t begin, int64_t end) {
     const pw_job *jb = arg;
     const conv_shape *s = jb->s;
-    const int64_t N = s->out_plane, K = s->C, panels = (s->M + PW_MB - 1) / PW_MB;
+    const int64_t N = s->out_plane, K = s->C, panels = (s->M + PW_MB - 1) / PW_MB, tiles = (N + PW_NB - 1) / PW_NB;
     float tile[PW_NB * PW_MB];
     for (int64_t t = begin; t < end; t++) {
-        const int64_t n = t / panels, m0 = (t % panels) * PW_MB, mr = min64(PW_MB, s->M - m0);
+        const int64_t n = t / (panels * jb->groups), m0 = (t / jb->groups % panels) * PW_MB, mr = min64(PW_MB, s->M - m0);
+        const int64_t g = t % jb->groups, j_begin = g * tiles / jb->groups * PW_NB,
+                      j_end = min64(N, (g + 1) * tiles / jb->groups * PW_NB);
+        if (j_end <= j_begin) continue;
         const float *a = jb->wp + m0 * K, *b = jb->x + n * K * N;
         float *y = jb->y + (n * s->M + m0) * N;
         kn_vf bias[3];
         for (int v = 0; v < 3; v++)
             bias[v] = jb->bias ? kn_vf_maskz_loadu(kn_v_tail(mr - KN_VL * v), jb->bias + m0 + KN_VL * v)
                                : kn_vf_zero();
-        for (int64_t j0 = 0; j0 < N; j0 += PW_NB) {
+        for (int64_t j0 = j_begin; j0 < j_end; j0 += PW_NB) {
             const int nb = (int)min64(PW_NB, N - j0);
             switch (nb) {
 #if PW_NB == 7
@@ -1032,7 +1036,7 @@ static void pw_range(void *arg, int64_t begin, int64_t end) {
                 for (int q = 0; q < rows; q++) kn_vf_mask_storeu(y + (KN_VL * v + q) * N + j0, keep, o[q]);
             }
         }
-        if (jb->epi) jb->epi(jb->epi_ctx, jb->y, (n * s->M + m0) * N, mr, N, N);
+        if (jb->epi) jb->epi(jb->epi_ctx, jb->y, (n * s->M + m0) * N + j_begin, mr, j_end - j_begin, N);
     }
 }
 
@@ -1051,9 +1055,15 @@ static kiln_status pw_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
         pw_make_weights(&wc, own);
         wp = own;
     }
-    pw_job j = {s, x, wp, bias, y, epi, epi_ctx};
-    const int64_t work = PW_MB * K * s->out_plane;
-    kn_parallel_for(c->pool, s->N * panels, work > 262144 ? 1 : 262144 / (work + 1) + 1, pw_range, &j);
+    /* two tasks a thread: where the images' panels are fewer, each panel's pixels split too (its
+     * weights then read by each group). At 16 threads 1x1 2048 -> 512 on 7x7 ran 11 panels on 16
+     * threads, 5x its 1-thread speed where the 43 panels of 512 -> 2048 ran 10x (16-core host,
+     * ResNet-50 per node, bench/results/cpu-host-2026-12-06c.md) */
+    const int64_t target = 2 * kn_threadpool_size(c->pool), tiles = (s->out_plane + PW_NB - 1) / PW_NB;
+    const int64_t groups = s->N * panels >= target ? 1 : min64(tiles, (target + s->N * panels - 1) / (s->N * panels));
+    pw_job j = {s, x, wp, bias, y, epi, epi_ctx, groups};
+    const int64_t work = PW_MB * K * s->out_plane / groups;
+    kn_parallel_for(c->pool, s->N * panels * groups, work > 262144 ? 1 : 262144 / (work + 1) + 1, pw_range, &j);
     free(own);
     return KILN_OK;
 }
