@@ -71,5 +71,15 @@ def test_example_script_same_outputs(kiln_script, mid, folder, rtol, atol):
         return
     _, _, got = mine.run_model(str(folder / "model.onnx"), num_iters=1, feeds=dict(feeds))
     assert len(got) == len(want)
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    # A QDQ model has two exact evaluations that may differ by one quantisation step where a float
+    # sum lands on a half step: the float graph, and the integer form ONNX Runtime's default level
+    # folds it into (the script's session; kiln folds where its integer kernel is the faster, which
+    # on CUDA it is not). ONNX Runtime's own levels differ so on qdq_conv's random feeds. Each
+    # output must equal one of ONNX Runtime's two, all of it.
+    so = onnxruntime.SessionOptions()
+    so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = onnxruntime.InferenceSession(str(folder / "model.onnx"), so, providers=["CPUExecutionProvider"])
+    unfolded = sess.run(None, dict(feeds))
+    for g, w, u in zip(got, want, unfolded):
+        if not np.allclose(g, u, rtol=rtol, atol=atol):
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
