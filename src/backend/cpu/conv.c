@@ -1196,7 +1196,7 @@ static void sk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const
 #define CL3_CB 32 /* input channels per partial sum in cl3_tile */
 #define CLB (2 * KN_VL) /* output channels of a cl3_tile */
 #define CL3_MAX_WBYTES (4 << 20) /* larger weights: the GEMM (cl3_suits), below CL3_BIG_W_THREADS threads */
-#define CL3_BIG_W_THREADS 8
+#define CL3_BIG_W_THREADS 4
 /* the kernel row's three taps unrolled: with AVX2's 16 registers that spilled accumulators (3x3 s2
  * 128->128 on 28x28 12% slower than the loop) */
 #if KN_VREGS < 32
@@ -1223,9 +1223,10 @@ static bool cl3_suits(const conv_shape *s, int64_t threads) {
      * planes transposed: on the 2-core Sapphire Rapids guest (2 MB L2 a core), ResNet-50 per node,
      * GEMM / this: 1 thread s1 512->512 7x7 0.83-0.86, s2 512->512 14x14 0.78-0.82; 2 threads
      * 0.91-0.94, 0.91-0.92. s2 256->256 28x28 (2.4 MB) 1.01-1.07 at 1 thread, 0.95 at 2, and s2
-     * 128->128 56x56 (0.6 MB) 1.09 / 1.07 stay here. With many threads the GEMM's tiles of 49
-     * columns scale worse than this kernel's channel blocks: 16-core host, 16 threads, s1 512->512
-     * 7x7 0.34 ms against 0.12-0.13, s2 0.35 against 0.19 (cpu-host-2026-12-06c.md) */
+     * 128->128 56x56 (0.6 MB) 1.09 / 1.07 stay here. From 4 threads the GEMM's tiles of 49
+     * columns scale worse than this kernel's channel blocks: 16-core host, ResNet-50 per node,
+     * layer4's three 512->512 at 4 threads 0.60 ms each against 0.47-0.50, at 8 0.43 against
+     * 0.24, at 16 0.34-0.35 against 0.12-0.19 (cpu-host-2026-12-06c.md) */
     if (threads < CL3_BIG_W_THREADS && (double)s->M * (double)s->C * 9.0 * sizeof(float) > (double)CL3_MAX_WBYTES)
         return false;
     /* AVX2 (16 registers: tiles of 2 x 6 accumulators) on output rows of 16+ columns: the GEMM,
