@@ -71,15 +71,36 @@ def test_example_script_same_outputs(kiln_script, mid, folder, rtol, atol):
         return
     _, _, got = mine.run_model(str(folder / "model.onnx"), num_iters=1, feeds=dict(feeds))
     assert len(got) == len(want)
-    # A QDQ model has two exact evaluations that may differ by one quantisation step where a float
-    # sum lands on a half step: the float graph, and the integer form ONNX Runtime's default level
-    # folds it into (the script's session; kiln folds where its integer kernel is the faster, which
-    # on CUDA it is not). ONNX Runtime's own levels differ so on qdq_conv's random feeds. Each
-    # output must equal one of ONNX Runtime's two, all of it.
+    # A QDQ model's quantised outputs may differ by one quantisation step where a float sum lands
+    # within rounding of a half step: between the float graph and the integer form ONNX Runtime's
+    # default level folds it into (the script's session; kiln folds where its integer kernel is the
+    # faster, which on CUDA it is not), and between two float graphs that sum in different orders
+    # (cuDNN's and ONNX Runtime's). ONNX Runtime's own levels differ so on qdq_conv's random feeds
+    # (3 of 6144 values of y2), kiln's CUDA provider from both of them (6). So each output must
+    # equal ONNX Runtime's default or unoptimised one, or be a quantised output that differs from
+    # the default one only by single steps of its grid, at a few ties.
     so = onnxruntime.SessionOptions()
     so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = onnxruntime.InferenceSession(str(folder / "model.onnx"), so, providers=["CPUExecutionProvider"])
     unfolded = sess.run(None, dict(feeds))
     for g, w, u in zip(got, want, unfolded):
-        if not np.allclose(g, u, rtol=rtol, atol=atol):
+        if not np.allclose(g, u, rtol=rtol, atol=atol) and not ties_one_step_apart(g, w, rtol, atol):
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+def ties_one_step_apart(got, want, rtol, atol, max_share=0.01):
+    """Whether want holds quantised values (every one a whole number of grid steps from the
+    smallest, the step being the smallest gap between them) and got differs from it only by
+    single steps, on at most max_share of the values."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape or not np.issubdtype(want.dtype, np.floating):
+        return False
+    vals = np.unique(want)
+    if vals.size < 3:
+        return False
+    step = float(np.diff(vals).min())
+    steps = (vals - vals[0]) / step
+    if not np.allclose(steps, np.round(steps), atol=1e-3):
+        return False
+    off = ~np.isclose(got, want, rtol=rtol, atol=atol)
+    return off.mean() <= max_share and bool(np.allclose(np.abs(got[off] - want[off]), step, rtol=1e-3, atol=0))
