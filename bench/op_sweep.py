@@ -8,7 +8,8 @@ checks kiln's outputs against ONNX Runtime's and times them side by side in one 
 rounds (kiln, ORT, OpenVINO, kiln, ...), the median of each round's per-run latencies, then the
 median of those medians. At one thread all run in this process; at more threads each runtime runs
 in a worker process of its own (--workers), so that no runtime's thread pool shares a process with
-another's. kiln is called through libkiln (ctypes), both runtimes with bound
+another's, and each runtime's rounds have their own run count (about --target-ms each) after about
+2 ms of untimed runs. kiln is called through libkiln (ctypes), both runtimes with bound
 input and output buffers (kiln_session_run_into; ORT's IOBinding), so neither pays for output
 allocation and both pay the same Python call overhead (a few microseconds: the tiny cases'
 ratios lean towards 1 for it).
@@ -1301,6 +1302,13 @@ def main():
                 # calibration (after two warm-up runs): runs per round so each runtime takes about `target` ms
                 per = {name: max(t.calibrate(), 1e-3) for name, t in timers.items()}
                 n = max(1, min(500, int(target / max(per.values()))))
+                # several threads: each runtime its own count, so that every round of each lasts about
+                # `target` ms, and untimed runs for about 2 ms first: a round of the fastest runtime
+                # sized by the slowest's runs was 1-2 ms, mostly the pools' (and the VM's cores')
+                # waking after the pause (kiln's Clip 1x64x56x56 ran 0.031-0.041 ms in the sweep,
+                # 0.012 in a loop of its own)
+                runs = {name: max(1, min(5000, int(target / per[name]))) if th > 1 else n for name in per}
+                warm = {name: max(2, min(1000, int(2.0 / per[name]))) if th > 1 else 0 for name in per}
                 # at several threads a row timed while other processes took more than --max-other-load
                 # cores is timed again, once the machine is quiet (up to --retries times)
                 for attempt in range(1 + (a.retries if th > 1 and not a.fast else 0)):
@@ -1312,7 +1320,7 @@ def main():
                         for name, t in timers.items():
                             if th > 1 and not a.fast:
                                 time.sleep(0.05)  # the previous runtime's spinning workers
-                            meds[name].append(t.time(n, 2 if th > 1 else 0))
+                            meds[name].append(t.time(runs[name], warm[name]))
                     row["foreign"] = load.cores()
                     if row["foreign"] is None or row["foreign"] <= a.max_other_load:
                         break
