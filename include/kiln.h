@@ -301,7 +301,11 @@ KILN_API kiln_status kiln_session_options_set_dim(kiln_session_options *options,
 
 typedef struct kiln_session kiln_session;
 
-/* path: borrowed. options: borrowed (may be NULL for defaults); the session keeps a copy. */
+/* path: borrowed. options: borrowed (may be NULL for defaults); the session keeps a copy.
+ * path may be a compiled .kiln file: it runs with the provider options it was compiled with. With
+ * no provider appended it takes the file's providers; a provider appended without an option takes
+ * the file's value of it (a file compiled with cpu precision=bf16 opened with plain "cpu" runs in
+ * bf16); one appended with another value than the file's fails with KILN_ERR_CACHE naming both. */
 KILN_API kiln_status kiln_session_create(const char *path, const kiln_session_options *options,
                                          kiln_session **session_out);
 /* data: borrowed; kiln copies what it needs (external data is not allowed from memory unless

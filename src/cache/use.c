@@ -188,53 +188,94 @@ static kiln_status save_to(const char *save_path, kiln_session *s, kn_cache_key 
 /* ---- compiled files given directly ---- */
 
 /* The providers of a compiled file's "options" field ("opt_level=3 providers=cuda{precision=fp16},cpu
- * disabled_passes="), appended to o when the caller named none, so `kiln run model.kiln` runs it
- * where it was compiled for. */
-static kiln_status adopt_providers(const kn_cfile *f, kiln_session_options *o) {
+ * disabled_passes="), parsed into requests (names and options; kn_session_options_clear frees them);
+ * false where the field is missing or malformed. */
+static bool file_providers(const kn_cfile *f, kiln_session_options *fo) {
+    memset(fo, 0, sizeof *fo);
     const char *t = kn_cache_key_get(&f->fields, "options");
     const char *p = t ? strstr(t, "providers=") : NULL;
-    if (!p || o->n_providers) return KILN_OK;
+    if (!p) return false;
     p += 10;
     while (*p && *p != ' ') {
-        char name[32], keys[KN_MAX_PROVIDER_OPTIONS][64], vals[KN_MAX_PROVIDER_OPTIONS][64];
-        const char *kp[KN_MAX_PROVIDER_OPTIONS], *vp[KN_MAX_PROVIDER_OPTIONS];
+        if (fo->n_providers >= KN_MAX_PROVIDERS) return false;
+        kn_provider_request *r = &fo->providers[fo->n_providers];
         size_t n = strcspn(p, "{, ");
-        if (n == 0 || n >= sizeof name) break;
-        memcpy(name, p, n);
-        name[n] = 0;
+        if (n == 0 || !(r->name = strndup(p, n))) return false;
+        fo->n_providers++;
         p += n;
-        int nk = 0;
         if (*p == '{') {
             p++;
-            while (*p && *p != '}' && nk < KN_MAX_PROVIDER_OPTIONS) {
+            while (*p && *p != '}') {
                 size_t kl = strcspn(p, "=,}"), vl;
-                if (p[kl] != '=' || kl >= 64) return KILN_OK;
+                if (p[kl] != '=' || r->n_options >= KN_MAX_PROVIDER_OPTIONS) return false;
                 vl = strcspn(p + kl + 1, ",}");
-                if (vl >= 64) return KILN_OK;
-                memcpy(keys[nk], p, kl);
-                keys[nk][kl] = 0;
-                memcpy(vals[nk], p + kl + 1, vl);
-                vals[nk][vl] = 0;
-                kp[nk] = keys[nk];
-                vp[nk] = vals[nk];
-                nk++;
+                r->keys[r->n_options] = strndup(p, kl);
+                r->values[r->n_options] = strndup(p + kl + 1, vl);
+                if (!r->keys[r->n_options++] || !r->values[r->n_options - 1]) return false;
                 p += kl + 1 + vl;
                 if (*p == ',') p++;
             }
-            if (*p != '}') return KILN_OK;
+            if (*p != '}') return false;
             p++;
         }
-        KN_TRY(kiln_session_options_append_provider(o, name, kp, vp, (size_t)nk));
         if (*p == ',') p++;
     }
-    return KILN_OK;
+    return true;
+}
+
+static const char *request_value(const kn_provider_request *r, const char *key) {
+    for (int k = 0; k < r->n_options; k++)
+        if (!strcmp(r->keys[k], key)) return r->values[k];
+    return NULL;
+}
+
+/* The providers a compiled file runs with. A caller that named none gets the file's, so `kiln run
+ * model.kiln` runs it where it was compiled for. A caller that named some keeps its list, and each
+ * provider the file names takes the file's options the caller left unset (the graph, its
+ * precision and the kernels' choices were made with them: a file compiled with cpu precision=bf16
+ * opened with a plain "cpu", as the Python package's default list does, runs as bf16, not as a
+ * bf16 graph with fp32 products); an option set to another value than the file's is refused. */
+static kiln_status adopt_providers(const kn_cfile *f, const char *path, kiln_session_options *o) {
+    kiln_session_options fo;
+    if (!file_providers(f, &fo)) {
+        kn_session_options_clear(&fo);
+        return KILN_OK; /* a file without the field: nothing to hold the caller to */
+    }
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < fo.n_providers && st == KILN_OK; i++) {
+        const kn_provider_request *fr = &fo.providers[i];
+        kn_provider_request *cr = NULL;
+        for (int j = 0; j < o->n_providers; j++)
+            if (!strcmp(o->providers[j].name, fr->name)) cr = &o->providers[j];
+        if (!cr) continue;
+        for (int k = 0; k < fr->n_options && st == KILN_OK; k++) {
+            const char *mine = request_value(cr, fr->keys[k]);
+            if (mine && strcmp(mine, fr->values[k]))
+                st = kn_error(KILN_ERR_CACHE,
+                              "compiled file '%s' was compiled with %s %s=%s, and the session asks for %s=%s: "
+                              "leave the option out to run it as compiled, or compile it again from the model with it",
+                              path, fr->name, fr->keys[k], fr->values[k], fr->keys[k], mine);
+            else if (!mine && cr->n_options < KN_MAX_PROVIDER_OPTIONS) {
+                cr->keys[cr->n_options] = strdup(fr->keys[k]);
+                cr->values[cr->n_options] = strdup(fr->values[k]);
+                if (!cr->keys[cr->n_options++] || !cr->values[cr->n_options - 1]) st = KN_OOM();
+            }
+        }
+    }
+    if (st == KILN_OK && !o->n_providers)
+        for (int i = 0; i < fo.n_providers && st == KILN_OK; i++)
+            st = kiln_session_options_append_provider(o, fo.providers[i].name, (const char *const *)fo.providers[i].keys,
+                                                      (const char *const *)fo.providers[i].values,
+                                                      (size_t)fo.providers[i].n_options);
+    kn_session_options_clear(&fo);
+    return st;
 }
 
 static kiln_status run_compiled(kn_cfile *f, const kiln_session_options *options, kiln_session **out) {
     kiln_session_options o;
     KN_TRY(kn_session_options_copy(options, &o));
     kn_cache_key env = {0};
-    kiln_status st = adopt_providers(f, &o);
+    kiln_status st = adopt_providers(f, f->path, &o);
     if (st == KILN_OK) st = kn_cache_key_env(&o, &env);
     kn_cache_key_unset(&env, "build"); /* see cache/key.h: explicit files are not held to it */
     char why[768];
@@ -596,7 +637,7 @@ kiln_status kn_cache_verify_file(const char *path) {
     KN_TRY(kn_cfile_open(path, &f));
     kiln_session_options o;
     kn_session_options_defaults(&o);
-    kiln_status st = adopt_providers(f, &o);
+    kiln_status st = adopt_providers(f, f->path, &o);
     kiln_session *s = NULL;
     if (st == KILN_OK) st = session_from_cfile(f, &o, &s);
     kiln_session_destroy(s);

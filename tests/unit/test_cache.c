@@ -6,6 +6,7 @@
  *
  * Fixture: the zoo model field_conv1d_gemm ($KILN_ZOO or ../shared/models), else the project's
  * build/models/tiny_cnn; tests that need one skip when neither is there. */
+#include "backend/cpu/sgemm_bf16.h"
 #include "cache/backend.h"
 #include "cache/cache.h"
 #include "cache/format.h"
@@ -145,25 +146,32 @@ static kiln_session_options *opts_in(const char *cache_dir) {
     return o;
 }
 
+/* The zoo model's output on its data set 0 (NULL on any failure). */
+static kn_tensor *run_data_set(kiln_session *s) {
+    char in_path[1200];
+    snprintf(in_path, sizeof in_path, "%s/test_data_set_0/input_0.pb", zoo_dir);
+    kn_tensor *in = NULL, *got = NULL;
+    kiln_value_info info;
+    if (kn_onnx_read_value_file(in_path, &in, NULL) == KILN_OK && kiln_session_input_info(s, 0, &info) == KILN_OK) {
+        const char *names[1] = {info.name};
+        if (kiln_session_run(s, names, &in, 1, NULL, 1, &got) != KILN_OK) got = NULL;
+    }
+    kn_tensor_free(in);
+    return got;
+}
+
 /* Runs the zoo model's data set 0 and compares with its reference output (atol 1e-4). */
 static int check_outputs(kiln_session *s) {
-    char in_path[1200], out_path[1200];
-    snprintf(in_path, sizeof in_path, "%s/test_data_set_0/input_0.pb", zoo_dir);
+    char out_path[1200];
     snprintf(out_path, sizeof out_path, "%s/test_data_set_0/output_0.pb", zoo_dir);
-    kn_tensor *in = NULL, *want = NULL, *got = NULL;
+    kn_tensor *want = NULL, *got = NULL;
     int ok = 0;
-    if (kn_onnx_read_value_file(in_path, &in, NULL) != KILN_OK || kn_onnx_read_value_file(out_path, &want, NULL) != KILN_OK)
-        goto done;
-    kiln_value_info info;
-    if (kiln_session_input_info(s, 0, &info) != KILN_OK) goto done;
-    const char *names[1] = {info.name};
-    if (kiln_session_run(s, names, &in, 1, NULL, 1, &got) != KILN_OK) goto done;
+    if (kn_onnx_read_value_file(out_path, &want, NULL) != KILN_OK || !(got = run_data_set(s))) goto done;
     if (kn_tensor_count(got) != kn_tensor_count(want)) goto done;
     ok = 1;
     for (int64_t i = 0; i < kn_tensor_count(got); i++)
         if (fabs(kn_tensor_get_f64(got, i) - kn_tensor_get_f64(want, i)) > 1e-4) ok = 0;
 done:
-    kn_tensor_free(in);
     kn_tensor_free(want);
     kn_tensor_free(got);
     return ok;
@@ -1483,5 +1491,62 @@ KN_TEST(cache_starts_while_the_entry_is_flipped_in_place) {
     CHECK_MSG(wrong == 0, "%d of %d starts gave wrong outputs or failed", wrong, starts);
     CHECK(starts >= 5);
     kiln_session_options_destroy(o);
+    rm_rf(dir);
+}
+
+/* A compiled file runs with the provider options it was compiled with: a caller's provider that
+ * leaves an option unset takes the file's (the Python package names "cpu" without options), one
+ * that sets it to another value is refused, and naming no provider adopts the file's list. */
+KN_TEST(cache_compiled_file_runs_with_its_provider_options) {
+    if (!kn_bf16_cpu_supported()) KN_SKIP("this CPU has no AVX512_BF16 (the file is compiled with cpu precision=bf16)");
+    const char *model = zoo_model();
+    if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
+    char *dir = tmp_dir("popts");
+    char path[600];
+    snprintf(path, sizeof path, "%s/bf16.kiln", dir);
+    const char *key[1] = {"precision"}, *bf16[1] = {"bf16"}, *fp32[1] = {"fp32"};
+    kiln_session_options *o[4] = {0};
+    for (int i = 0; i < 4; i++) {
+        kiln_session_options_create(&o[i]);
+        kiln_session_options_set_cache(o[i], 0, NULL);
+        kiln_session_options_set_intra_op_threads(o[i], 1);
+    }
+    kiln_session_options_append_provider(o[0], "cpu", key, bf16, 1); /* compiles and saves the file */
+    kiln_session_options_set_compiled_paths(o[0], path, NULL);
+    kiln_session_options_append_provider(o[1], "cpu", NULL, NULL, 0); /* plain cpu */
+    kiln_session_options_append_provider(o[2], "cpu", key, fp32, 1);  /* a conflicting precision */
+    /* o[3]: no provider named */
+    kiln_session *s = NULL;
+    kn_tensor *want = NULL, *fp = NULL, *got = NULL;
+    CHECK_STATUS(kiln_session_create(model, o[0], &s), KILN_OK);
+    if (s) want = run_data_set(s);
+    kiln_session_destroy(s);
+    s = NULL;
+    CHECK_STATUS(kiln_session_create(model, o[1], &s), KILN_OK);
+    if (s) fp = run_data_set(s);
+    kiln_session_destroy(s);
+    s = NULL;
+    CHECK(want && fp && kn_tensor_count(want) == kn_tensor_count(fp));
+    if (want && fp && kn_tensor_count(want) == kn_tensor_count(fp)) {
+        /* the fixture's products round differently in bf16: the comparisons below can tell */
+        CHECK(memcmp(want->data, fp->data, (size_t)kn_tensor_count(want) * sizeof(float)) != 0);
+        for (int i = 1; i < 4; i += 2) {
+            CHECK_STATUS(kiln_session_create(path, o[i], &s), KILN_OK);
+            if (s) got = run_data_set(s);
+            CHECK_MSG(got && kn_tensor_count(got) == kn_tensor_count(want) &&
+                          !memcmp(got->data, want->data, (size_t)kn_tensor_count(want) * sizeof(float)),
+                      "options %d: the bf16 file's outputs differ from the bf16 session's", i);
+            kn_tensor_free(got);
+            got = NULL;
+            kiln_session_destroy(s);
+            s = NULL;
+        }
+    }
+    CHECK_STATUS(kiln_session_create(path, o[2], &s), KILN_ERR_CACHE);
+    CHECK_ERROR_HAS("was compiled with cpu precision=bf16, and the session asks for precision=fp32");
+    kiln_session_destroy(s);
+    kn_tensor_free(want);
+    kn_tensor_free(fp);
+    for (int i = 0; i < 4; i++) kiln_session_options_destroy(o[i]);
     rm_rf(dir);
 }
