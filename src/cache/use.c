@@ -235,7 +235,7 @@ static const char *request_value(const kn_provider_request *r, const char *key) 
  * precision and the kernels' choices were made with them: a file compiled with cpu precision=bf16
  * opened with a plain "cpu", as the Python package's default list does, runs as bf16, not as a
  * bf16 graph with fp32 products); an option set to another value than the file's is refused. */
-static kiln_status adopt_providers(const kn_cfile *f, const char *path, kiln_session_options *o) {
+static kiln_status adopt_providers(const kn_cfile *f, kiln_session_options *o) {
     kiln_session_options fo;
     if (!file_providers(f, &fo)) {
         kn_session_options_clear(&fo);
@@ -254,7 +254,7 @@ static kiln_status adopt_providers(const kn_cfile *f, const char *path, kiln_ses
                 st = kn_error(KILN_ERR_CACHE,
                               "compiled file '%s' was compiled with %s %s=%s, and the session asks for %s=%s: "
                               "leave the option out to run it as compiled, or compile it again from the model with it",
-                              path, fr->name, fr->keys[k], fr->values[k], fr->keys[k], mine);
+                              f->path, fr->name, fr->keys[k], fr->values[k], fr->keys[k], mine);
             else if (!mine && cr->n_options < KN_MAX_PROVIDER_OPTIONS) {
                 cr->keys[cr->n_options] = strdup(fr->keys[k]);
                 cr->values[cr->n_options] = strdup(fr->values[k]);
@@ -275,7 +275,7 @@ static kiln_status run_compiled(kn_cfile *f, const kiln_session_options *options
     kiln_session_options o;
     KN_TRY(kn_session_options_copy(options, &o));
     kn_cache_key env = {0};
-    kiln_status st = adopt_providers(f, f->path, &o);
+    kiln_status st = adopt_providers(f, &o);
     if (st == KILN_OK) st = kn_cache_key_env(&o, &env);
     kn_cache_key_unset(&env, "build"); /* see cache/key.h: explicit files are not held to it */
     char why[768];
@@ -637,7 +637,7 @@ kiln_status kn_cache_verify_file(const char *path) {
     KN_TRY(kn_cfile_open(path, &f));
     kiln_session_options o;
     kn_session_options_defaults(&o);
-    kiln_status st = adopt_providers(f, f->path, &o);
+    kiln_status st = adopt_providers(f, &o);
     kiln_session *s = NULL;
     if (st == KILN_OK) st = session_from_cfile(f, &o, &s);
     kiln_session_destroy(s);
