@@ -197,10 +197,13 @@ static unsigned char *blocked_chain_model(size_t *size) {
     return tmb_finish(&b, size);
 }
 
-/* the chain's output under precision (NULL: fp32) with activations=half or not and blocked values
- * or not; *blocked: how many values were kept blocked */
-static kiln_tensor *blocked_chain_run(const unsigned char *m, size_t size, const char *precision, bool half,
-                                      bool blocked, bool declined, const float *X, int *n_blocked) {
+/* A model's output for input X of shape dims under precision (NULL: fp32) with activations=half or
+ * not and blocked values or not (declined: the blocked kernel declines after the graph was made for
+ * it, so the FusedConvs convert their blocked operands around the other routes); *n_blocked: how
+ * many nodes of type count_op (NULL: any) write a blocked value */
+static kiln_tensor *blocked_session_run(const unsigned char *m, size_t size, const char *precision, bool half,
+                                        bool blocked, bool declined, const float *X, const int64_t dims[4],
+                                        const char *count_op, int *n_blocked) {
     setenv("KILN_CPU_BF16_BLOCKED", blocked ? "1" : "0", 1);
     kiln_session_options *o = NULL;
     kiln_session_options_create(&o);
@@ -216,18 +219,24 @@ static kiln_tensor *blocked_chain_run(const unsigned char *m, size_t size, const
     if (!s) return NULL;
     *n_blocked = 0;
     const kn_graph *g = s->model->graph;
-    for (int i = 0; i < g->n_nodes; i++) *n_blocked += kn_node_attr(&g->nodes[i], "y_blocked") != NULL;
-    kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){1, 64, 30, 30}, 4, &in);
-    memcpy(kiln_tensor_data(in), X, sizeof(float) * 64 * 900);
+    for (int i = 0; i < g->n_nodes; i++)
+        *n_blocked += (!count_op || !strcmp(g->nodes[i].op_type, count_op)) && kn_node_attr(&g->nodes[i], "y_blocked") != NULL;
+    kiln_tensor_create(KILN_DTYPE_FLOAT, dims, 4, &in);
+    memcpy(kiln_tensor_data(in), X, sizeof(float) * (size_t)(dims[0] * dims[1] * dims[2] * dims[3]));
     const char *names[1] = {"x"};
-    /* declined: the blocked kernel declines after the graph was made for it, so the FusedConvs
-     * convert their blocked operands around the other routes */
     if (declined) kn_amx_blocked_decline(true);
     CHECK_STATUS(kiln_session_run(s, names, &in, 1, NULL, 1, &out), KILN_OK);
     if (declined) kn_amx_blocked_decline(false);
     kiln_tensor_destroy(in);
     kiln_session_destroy(s);
     return out;
+}
+
+/* the chain's output (1x64x30x30 input); *n_blocked: how many values were kept blocked */
+static kiln_tensor *blocked_chain_run(const unsigned char *m, size_t size, const char *precision, bool half,
+                                      bool blocked, bool declined, const float *X, int *n_blocked) {
+    return blocked_session_run(m, size, precision, half, blocked, declined, X, (int64_t[]){1, 64, 30, 30}, NULL,
+                               n_blocked);
 }
 
 static double rel_l2(kiln_tensor *a, kiln_tensor *b) {
@@ -397,34 +406,11 @@ static unsigned char *stem_model(size_t *size) {
     return tmb_finish(&b, size);
 }
 
+/* the stem model's output (2x3x36x36 input); *pools_blocked: MaxPools writing a blocked value */
 static kiln_tensor *stem_run(const unsigned char *m, size_t size, bool bf16, bool blocked, bool declined, const float *X,
                              int *pools_blocked) {
-    setenv("KILN_CPU_BF16_BLOCKED", blocked ? "1" : "0", 1);
-    kiln_session_options *o = NULL;
-    kiln_session_options_create(&o);
-    kiln_session_options_set_cache(o, 0, NULL);
-    kiln_session_options_set_intra_op_threads(o, 2);
-    const char *keys[2] = {"precision", "activations"}, *vals[2] = {"bf16", "half"};
-    kiln_session_options_append_provider(o, "cpu", keys, vals, bf16 ? 2 : 0);
-    kiln_session *s = NULL;
-    kiln_tensor *in = NULL, *out = NULL;
-    CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
-    kiln_session_options_destroy(o);
-    unsetenv("KILN_CPU_BF16_BLOCKED");
-    if (!s) return NULL;
-    *pools_blocked = 0;
-    const kn_graph *g = s->model->graph;
-    for (int i = 0; i < g->n_nodes; i++)
-        *pools_blocked += !strcmp(g->nodes[i].op_type, "MaxPool") && kn_node_attr(&g->nodes[i], "y_blocked") != NULL;
-    kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){2, 3, 36, 36}, 4, &in);
-    memcpy(kiln_tensor_data(in), X, sizeof(float) * 2 * 3 * 36 * 36);
-    const char *names[1] = {"x"};
-    if (declined) kn_amx_blocked_decline(true);
-    CHECK_STATUS(kiln_session_run(s, names, &in, 1, NULL, 1, &out), KILN_OK);
-    if (declined) kn_amx_blocked_decline(false);
-    kiln_tensor_destroy(in);
-    kiln_session_destroy(s);
-    return out;
+    return blocked_session_run(m, size, bf16 ? "bf16" : NULL, true, blocked, declined, X, (int64_t[]){2, 3, 36, 36},
+                               "MaxPool", pools_blocked);
 }
 
 KN_TEST(bf16_blocked_max_pool_in_sessions) {
