@@ -76,3 +76,30 @@ def test_bf16_within_bound_of_fp32(mid, folder, rtol, atol):
     half = bf16_session(path, activations="half").run(None, feeds)
     err_half = rel_l2(half, ref)
     assert err_half < REL_L2_BOUND, f"{mid}: activations=half: relative L2 error {err_half:.3g} against fp32"
+
+
+@pytest.mark.skipif(not AVAILABLE, reason=f"precision=bf16 not available here: {WHY}")
+@pytest.mark.skipif(not MODELS, reason="no zoo models")
+def test_compiled_bf16_file_runs_as_bf16(tmp_path):
+    """A file compiled with precision=bf16, opened with the default provider list (plain CPU, no
+    options) or plain "CPUExecutionProvider", runs as it was compiled: the bf16 session's outputs
+    bit for bit; asking it for fp32 is refused."""
+    mid, folder, _, _ = MODELS[0]
+    path = str(folder / "model.onnx")
+    saved = str(tmp_path / "bf16.kiln")
+    opts = kiln.SessionOptions()
+    opts.cache_enabled = False
+    opts.compiled_save_path = saved
+    s = kiln.InferenceSession(path, opts, providers=[("CPUExecutionProvider", {"precision": "bf16"})])
+    feeds = inputs_of(folder, s)
+    want = s.run(None, feeds)
+    fp32 = bf16_session(path, "fp32").run(None, feeds)
+    assert rel_l2(want, fp32) > 1e-6, f"{mid}: bf16 outputs equal fp32's"
+    plain = kiln.SessionOptions()
+    plain.cache_enabled = False
+    for providers in (None, ["CPUExecutionProvider"]):
+        got = kiln.InferenceSession(saved, plain, providers=providers).run(None, feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    with pytest.raises(kiln.Error, match="compiled with cpu precision=bf16"):
+        bf16_session(saved, "fp32")
