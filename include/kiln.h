@@ -210,9 +210,10 @@ KILN_API void kiln_session_options_destroy(kiln_session_options *options);
  *         such convolutions is stored in bf16 (they would round it anyway: no change in results).
  *         On CPUs with AMX the values between convolutions are kept in 32-channel bf16 blocks, and
  *         then a residual block's output is stored in bf16 too, as OpenVINO's bf16 keeps its
- *         activations (ResNet-50: 4.8e-3 relative L2 against fp32, OpenVINO bf16 4.7e-3;
- *         KILN_CPU_BF16_BLOCKED=0 keeps those in fp32). "activations"="half" with bf16 stores the
- *         block outputs in bf16 on every route. A CPU without AVX512_BF16 refuses bf16 when the
+ *         activations (ResNet-50: 4.8e-3 relative L2 against fp32, OpenVINO bf16 4.7e-3).
+ *         "activations"="fp32" spelled out keeps every value a residual reads in fp32 (bf16 mode
+ *         then exact to its products' rounding); "half" stores the block outputs in bf16 on every
+ *         route. A CPU without AVX512_BF16 refuses bf16 when the
  *         session is created (KILN_ERR_NO_DEVICE, the message says why); "fp16" and "tf32" are
  *         refused too. Default "fp32".
  *   cuda: "device_id"="0", "precision"="fp32|tf32|fp16|bf16", "strict"="0|1",

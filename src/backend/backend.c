@@ -160,8 +160,8 @@ kiln_status kn_backend_parse_config(const kn_provider_request *req, kn_backend_c
             else if (!strcmp(v, "0") || !strcmp(v, "false")) cfg->conv_graph = false;
             else goto bad;
         } else if (!strcmp(k, "activations")) {
-            if (!strcmp(v, "fp32")) cfg->half_activations = false;
-            else if (!strcmp(v, "half")) cfg->half_activations = true;
+            if (!strcmp(v, "fp32")) cfg->half_activations = false, cfg->fp32_activations = true;
+            else if (!strcmp(v, "half")) cfg->half_activations = true, cfg->fp32_activations = false;
             else
                 return kn_error(KILN_ERR_INVALID_ARGUMENT, "provider '%s': activations '%s' is not one of fp32, half",
                                 req->name, v);

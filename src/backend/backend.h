@@ -35,6 +35,9 @@ typedef struct kn_backend_config {
     /* activations=fp32|half: with precision fp16/bf16 at optimisation level 3, whether activations
      * between the operators that run in that type stay in it (pass lower_precision) */
     bool half_activations;
+    /* activations=fp32 given explicitly: on the CPU with bf16, the values residuals read stay fp32
+     * even where values are kept channel-blocked (plain bf16 exact; pass cpu_bf16_values) */
+    bool fp32_activations;
 } kn_backend_config;
 
 typedef struct kn_backend_ops {

@@ -323,9 +323,10 @@ kiln_status kn_pass_cpu_bf16_values(kn_opt_ctx *c) {
      * are what the blocked kernel cannot take (ResNet-50 plain bf16 1.19 of OpenVINO bf16, 1.03
      * so), and the rounding is of the class the bf16 products already give (ResNet-50 relative L2
      * against ONNX Runtime fp32 4.8e-3 either way, OpenVINO bf16 4.7e-3;
-     * bench/results/cpu-bf16-resnet-2026-12-06c-h72.md). KILN_CPU_BF16_BLOCKED=0 keeps plain bf16
-     * exact (this pass's results bit for bit those without it). */
-    const bool residuals = cfg.half_activations || blocking_on();
+     * bench/results/cpu-bf16-resnet-2026-12-06c-h72.md). activations=fp32 given explicitly (or
+     * KILN_CPU_BF16_BLOCKED=0) keeps plain bf16 exact (this pass's results bit for bit those
+     * without it). */
+    const bool residuals = cfg.half_activations || (blocking_on() && !cfg.fp32_activations);
     bool changed = false;
     const char *pe = getenv("KILN_CPU_BF16_PLAIN");
     if (!(pe && !strcmp(pe, "0"))) KN_TRY(fuse_plain_readers(c, residuals, &changed));
