@@ -21,7 +21,9 @@
  * products empty: the kernel's columns are folded into the channels instead. Channel (c, kw) of
  * the folded input is x[c] read at columns sw * ow + kw * dw - pl, for each output column ow, so
  * the convolution becomes one of C * KW channels, a KH x 1 kernel and column stride 1 over a plane
- * OW wide (its rows still in phases of sh).
+ * OW wide (its rows still in phases of sh). Its packed input is blocked instead (fold_rows): 16
+ * columns' cq pairs side by side, a B tile 1 KB in one piece; a tap's shift, whole rows of Wp
+ * rounded up to 16, stays a whole number of blocks.
  *
  * The weights are packed per tap as AMX A tiles: [tap][M rounded to 16][C/2 pairs rounded to 16].
  * A task computes 32 output channels over a chunk of columns, 32 at a time in four C tiles,
@@ -62,14 +64,17 @@ static inline int64_t pad_to(int64_t x, int64_t m) { return (x + m - 1) / m * m;
 typedef struct geom {
     int64_t Hp, Wp, npad, npad32, shift_max, nx, cq, mp; /* cq: channel pairs (rounded to 16); mp: M rounded to 16 */
     int64_t nph; /* phase images packed (1 at stride 1) */
+    bool blocked; /* the folded layout: columns in blocks of 16, a block's cq pairs side by side (geom_of) */
     int ph_h[MAX_STRIDE], ph_w[MAX_STRIDE]; /* a row / column phase's index among the packed ones, -1: unused */
     int nph_h, nph_w;
 } geom;
 
-static geom geom_of(const kn_amx_conv_shape *s) {
+static geom geom_of(const kn_amx_conv_shape *s, bool blocked) {
     geom g;
+    g.blocked = blocked;
     g.Hp = s->OH + (s->KH - 1) * s->dh / s->sh;
     g.Wp = s->OW + (s->KW - 1) * s->dw / s->sw;
+    if (blocked) g.Wp = pad_to(g.Wp, 16); /* (KW 1: every tap's shift a whole number of rows, of blocks) */
     g.npad = s->OH * g.Wp;
     g.npad32 = pad_to(g.npad, 32);
     g.shift_max = (s->KH - 1) * s->dh / s->sh * g.Wp + (s->KW - 1) * s->dw / s->sw;
@@ -89,7 +94,8 @@ static geom geom_of(const kn_amx_conv_shape *s) {
 /* tap t's B columns from the image's packed start: its phase's rows, then the shift in it */
 static inline int64_t tap_offset(const kn_amx_conv_shape *s, const geom *g, int64_t kh, int64_t kw) {
     const int64_t ph = (int64_t)g->ph_h[kh * s->dh % s->sh] * g->nph_w + g->ph_w[kw * s->dw % s->sw];
-    return ph * g->cq * g->nx + kh * s->dh / s->sh * g->Wp + kw * s->dw / s->sw;
+    const int64_t shift = kh * s->dh / s->sh * g->Wp + kw * s->dw / s->sw;
+    return ph * g->cq * g->nx + (g->blocked ? shift * g->cq : shift);
 }
 
 /* whether the kernel's columns go into the channels (few channels: C * KW of them fill more of a
@@ -97,7 +103,7 @@ static inline int64_t tap_offset(const kn_amx_conv_shape *s, const geom *g, int6
 static bool folds(const kn_amx_conv_shape *s) { return s->C < 16 && s->KW > 1 && s->C * s->KW >= 12 && s->C * s->KW <= 64; }
 
 /* the folded convolution (folds(s)): C * KW channels, a KH x 1 kernel, column stride 1, no column
- * pads, OW columns; x is read through the original shape (pack_input) */
+ * pads, OW columns; x is read through the original shape (split_rows, fold_rows) */
 static kn_amx_conv_shape folded(const kn_amx_conv_shape *s) {
     kn_amx_conv_shape f = *s;
     f.C = s->C * s->KW;
@@ -122,7 +128,7 @@ bool kn_amx_conv_suits(const kn_amx_conv_shape *s) {
     /* (ONNX pads are not negative; input rows and columns no output reads are not packed) */
     if (s->pt < 0 || s->pl < 0) return false;
     const kn_amx_conv_shape e = folds(s) ? folded(s) : *s;
-    const geom g = geom_of(&e);
+    const geom g = geom_of(&e, folds(s));
     return (double)g.nph * (double)g.cq * (double)g.nx * 4.0 * (double)s->N <= (double)MAX_INPUT_BYTES;
 #else
     (void)s;
@@ -191,10 +197,11 @@ static void make_weights(const void *ctx, void *dst) {
 
 /* the calling thread's buffer for the packed input */
 static kn_thread_buffer input_buffer = KN_THREAD_BUFFER_INIT;
+/* and for the folded input's rows in bf16 (split_rows) */
+static kn_thread_buffer split_buffer = KN_THREAD_BUFFER_INIT;
 
 typedef struct in_job {
     const kn_amx_conv_shape *s; /* as run (folded or not) */
-    const kn_amx_conv_shape *orig; /* folded: the convolution as given, x's shape; else NULL */
     const geom *g;
     const float *x;
     const uint16_t *x16; /* x in bf16 instead (kn_amx_conv_io), or NULL */
@@ -209,44 +216,103 @@ static inline __m512 load_even(const float *src, int64_t cnt) {
                                   _mm512_maskz_loadu_ps(m16(span - 16), src + 16));
 }
 
-/* the folded input's channels c0, c0 + 1 (< C * KW) of image n at row phase a (folds()), into
- * dst: column ow of channel (c, kw) is x[c] at column sw * ow + kw * dw - pl */
-static void pack_folded(const in_job *j, int64_t a, int64_t c0, int64_t n, uint32_t *dst) {
-    const kn_amx_conv_shape *o = j->orig;
-    const geom *g = j->g;
-    const int64_t plane = o->H * o->W;
-    const float *src[2];
-    int64_t off[2];
-    for (int h = 0; h < 2; h++) {
-        const int64_t ch = c0 + h;
-        src[h] = ch < o->C * o->KW ? j->x + (n * o->C + ch / o->KW) * plane : NULL;
-        off[h] = ch % o->KW * o->dw - o->pl;
-    }
+/* The folded input (folds()) in two passes. First x is rounded to bf16 once, each input row split
+ * into its sw column phases and padded with zeros (xs): element k of row (n, c, ih)'s phase b is
+ * x[n][c][ih][sw * k + b - pl] (0 outside the row), k < xs_len. Then channel (c, kw) of the folded
+ * input at column ow is phase (kw * dw) % sw at k = ow + (kw * dw) / sw: a plain 16-lane load per
+ * channel and 16 columns, where reading x directly took strided loads (gathers at the edges) for
+ * each of the KW channels that share a row. */
+static int64_t xs_len(const kn_amx_conv_shape *o, const geom *g) {
+    return pad_to(g->Wp + (o->KW - 1) * o->dw / o->sw, 16);
+}
+
+typedef struct xs_job {
+    const kn_amx_conv_shape *o; /* the convolution as given */
+    const geom *g;              /* the folded one's */
+    const float *x;
+    uint16_t *xs; /* N x C x H rows of sw phases of xs_len elements */
+} xs_job;
+
+static void split_rows(void *arg, int64_t begin, int64_t end) {
+    const xs_job *j = arg;
+    const kn_amx_conv_shape *o = j->o;
+    const int64_t L = xs_len(o, j->g);
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    for (int64_t i = 0; i < g->Hp; i++) {
-        const int64_t ih = o->sh * i + a - o->pt;
-        if (ih < 0 || ih >= o->H) continue;
-        uint32_t *row = dst + i * g->Wp;
-        for (int64_t jj = 0; jj < o->OW; jj += 16) {
-            const __mmask16 live = m16(o->OW - jj);
-            __m512 v[2];
-            for (int h = 0; h < 2; h++) {
-                v[h] = _mm512_setzero_ps();
-                if (!src[h]) continue;
-                const int64_t cnt = min64(16, o->OW - jj), first = o->sw * jj + off[h];
-                if (o->sw == 2 && first >= 0 && first + 2 * (cnt - 1) < o->W) { /* inside the row: no gather */
-                    v[h] = load_even(src[h] + ih * o->W + first, cnt);
-                    continue;
+    for (int64_t r = begin; r < end; r++) { /* r: input row (n, c, ih) */
+        const float *src = j->x + r * o->W;
+        for (int64_t b = 0; b < o->sw; b++) {
+            uint16_t *dst = j->xs + (r * o->sw + b) * L;
+            for (int64_t k = 0; k < L; k += 16) {
+                const int64_t t0 = o->sw * k + b - o->pl; /* lane l reads column t0 + sw * l */
+                __m512 v;
+                if (o->sw == 1 && t0 >= 0 && t0 + 15 < o->W) v = _mm512_loadu_ps(src + t0);
+                else if (o->sw == 2 && t0 >= 0 && t0 + 30 < o->W) v = load_even(src + t0, 16);
+                else {
+                    const __m512i iw = _mm512_add_epi32(_mm512_mullo_epi32(lane, _mm512_set1_epi32((int)o->sw)),
+                                                        _mm512_set1_epi32((int)t0));
+                    const __mmask16 in = _mm512_cmpge_epi32_mask(iw, _mm512_setzero_si512()) &
+                                         _mm512_cmplt_epi32_mask(iw, _mm512_set1_epi32((int)o->W));
+                    v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in, iw, src, 4);
                 }
-                /* columns sw * (jj + lane) + off, inside [0, W) */
-                const __m512i iw = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32((int)jj), lane),
-                                                                        _mm512_set1_epi32((int)o->sw)),
-                                                    _mm512_set1_epi32((int)off[h]));
-                const __mmask16 in = live & _mm512_cmpge_epi32_mask(iw, _mm512_setzero_si512()) &
-                                     _mm512_cmplt_epi32_mask(iw, _mm512_set1_epi32((int)o->W));
-                v[h] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in, iw, src[h] + ih * o->W, 4);
+                _mm256_storeu_si256((__m256i *)(dst + k), (__m256i)_mm512_cvtneps_pbh(v));
             }
-            _mm512_mask_storeu_epi32(row + jj, live, pairs_of(v[0], v[1]));
+        }
+    }
+}
+
+typedef struct fold_job {
+    const kn_amx_conv_shape *o;
+    const geom *g;
+    const uint16_t *xs;
+    uint32_t *xv;
+} fold_job;
+
+/* Row i of phase image ph of image n (task (n, ph, i); i == Hp: the columns past the image that the
+ * taps read), in the blocked layout: unit (q, col) of the image at col / 16 * 16 * cq + q * 16 +
+ * col % 16, so that a B tile (16 pairs, 16 columns) is 1 KB in one piece, and a row's units are
+ * written in one sweep, zeros included (the pairs past C * KW, the columns OW..Wp, rows outside x):
+ * the buffer is not cleared first. */
+static void fold_rows(void *arg, int64_t begin, int64_t end) {
+    const fold_job *j = arg;
+    const kn_amx_conv_shape *o = j->o;
+    const geom *g = j->g;
+    const int64_t L = xs_len(o, g), rows = g->Hp + 1, nch = o->C * o->KW;
+    int ah[MAX_STRIDE]; /* packed row phase -> row phase (nph_w is 1: the folded column stride is 1) */
+    for (int a = 0; a < MAX_STRIDE; a++)
+        if (g->ph_h[a] >= 0) ah[g->ph_h[a]] = a;
+    for (int64_t r = begin; r < end; r++) {
+        const int64_t n = r / (g->nph * rows), ph = r / rows % g->nph, i = r % rows;
+        uint32_t *img = j->xv + (n * g->nph + ph) * g->cq * g->nx;
+        if (i == g->Hp) {
+            memset(img + i * g->Wp * g->cq, 0, sizeof(uint32_t) * (size_t)((g->nx - g->Hp * g->Wp) * g->cq));
+            continue;
+        }
+        uint32_t *row = img + i * g->Wp * g->cq;
+        const int64_t ih = o->sh * i + ah[ph] - o->pt;
+        if (ih < 0 || ih >= o->H) {
+            memset(row, 0, sizeof(uint32_t) * (size_t)(g->Wp * g->cq));
+            continue;
+        }
+        /* channel ch's row in xs, at its shift */
+        const uint16_t *chan[64];
+        for (int64_t ch = 0; ch < nch; ch++) {
+            const int64_t c = ch / o->KW, off = ch % o->KW * o->dw;
+            chan[ch] = j->xs + (((n * o->C + c) * o->H + ih) * o->sw + off % o->sw) * L + off / o->sw;
+        }
+        for (int64_t jj = 0; jj < g->Wp; jj += 16) {
+            const __mmask16 live = m16(o->OW - jj);
+            uint32_t *blk = row + jj * g->cq;
+            for (int64_t q = 0; q < g->cq; q++) {
+                __m512i v = _mm512_setzero_si512();
+                if (2 * q < nch) {
+                    v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(live, chan[2 * q] + jj));
+                    if (2 * q + 1 < nch)
+                        v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_cvtepu16_epi32(
+                                                                     _mm256_maskz_loadu_epi16(live, chan[2 * q + 1] + jj)),
+                                                                 16));
+                }
+                _mm512_store_si512(blk + q * 16, v);
+            }
         }
     }
 }
@@ -305,10 +371,6 @@ static void pack_input(void *arg, int64_t begin, int64_t end) {
         uint32_t *dst = j->xv + r * g->nx;
         memset(dst, 0, sizeof(uint32_t) * (size_t)g->nx);
         if (c0 >= s->C) continue;
-        if (j->orig) {
-            pack_folded(j, a, c0, n, dst);
-            continue;
-        }
         /* phase columns jlo..jhi read input columns sw * j + b - pl inside [0, W) */
         const int64_t jlo = s->pl - b > 0 ? (s->pl - b + s->sw - 1) / s->sw : 0;
         const int64_t jend = s->W - 1 + s->pl - b < 0 ? 0 : min64(g->Wp, (s->W - 1 + s->pl - b) / s->sw + 1);
@@ -437,7 +499,10 @@ static inline __attribute__((always_inline)) void tiles(const bool two_m, const 
                                                          float *T) {
     const kn_amx_conv_shape *s = j->s;
     const geom *g = j->g;
-    const size_t bs = (size_t)g->nx * 4;
+    /* B tile (pairs q.., columns p..): b + q * qs + p * ps, rows bs bytes apart (the blocked layout: 16
+     * pairs a block of 64 bytes, a column block 16 * cq units on) */
+    const size_t bs = g->blocked ? 64 : (size_t)g->nx * 4;
+    const int64_t qs = g->blocked ? 16 : g->nx, ps = g->blocked ? g->cq : 1;
     const int64_t taps = s->KH * s->KW, rb = min64(32, g->mp - m0); /* rb: rows of the block (16 or 32) */
     const uint32_t *ablk = j->wa + m0 * taps * g->cq;
     _tile_zero(0);
@@ -449,14 +514,14 @@ static inline __attribute__((always_inline)) void tiles(const bool two_m, const 
     for (int64_t kh = 0; kh < s->KH; kh++)
         for (int64_t kw = 0; kw < s->KW; kw++) {
             const int64_t t = kh * s->KW + kw;
-            const uint32_t *a = ablk + t * g->cq * rb, *b = xv + p0 + j->toff[t];
+            const uint32_t *a = ablk + t * g->cq * rb, *b = xv + p0 * ps + j->toff[t];
             for (int64_t q = 0; q < g->cq; q += 16, a += 16 * rb) {
                 if (first) /* the stream WPF_STEPS steps ahead (past the block's end: the next block's) */
                     for (int r = 0; r < rb; r++) _mm_prefetch((const char *)(a + (WPF_STEPS * rb + r) * 16), _MM_HINT_T1);
                 if (stream_a) _tile_stream_loadd(4, a, 64);
                 else _tile_loadd(4, a, 64);
-                _tile_loadd(6, b + q * g->nx, bs);
-                _tile_loadd(7, b + q * g->nx + 16, bs);
+                _tile_loadd(6, b + q * qs, bs);
+                _tile_loadd(7, b + q * qs + 16 * ps, bs);
                 _tile_dpbf16ps(0, 4, 6);
                 _tile_dpbf16ps(1, 4, 7);
                 if (two_m) {
@@ -537,7 +602,7 @@ kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, cons
                io->lo > io->hi))
         return kn_kernel_error(c, KILN_ERR_INTERNAL, "the AMX convolution given bf16 operands it does not take");
     const kn_amx_conv_shape sf = fold ? folded(s_in) : *s_in, *s = &sf;
-    const geom g = geom_of(s);
+    const geom g = geom_of(s, fold);
     wctx wc = {w, s->M, s->C, s->KH, s->KW, g.cq, g.mp, fold ? s_in->KW : 1};
     const size_t wbytes = sizeof(uint32_t) * weight_units(&wc);
     kn_const_layout lay = {fold ? 32 : 31, {s_in->M, s_in->C, s_in->KH, s_in->KW}};
@@ -558,8 +623,22 @@ kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, cons
     }
     for (int64_t kh = 0; kh < s->KH; kh++)
         for (int64_t kw = 0; kw < s->KW; kw++) toff[kh * s->KW + kw] = tap_offset(s, &g, kh, kw);
-    in_job ij = {s, fold ? s_in : NULL, &g, x, io ? io->x16 : NULL, xv};
-    kn_parallel_for(c->pool, s->N * g.nph * g.cq, 4, pack_input, &ij);
+    if (fold) {
+        uint16_t *xs = kn_thread_buffer_get(&split_buffer, sizeof(uint16_t) * (size_t)(s_in->N * s_in->C * s_in->H *
+                                                                                        s_in->sw * xs_len(s_in, &g)));
+        if (!xs) {
+            free(own);
+            free(toff);
+            return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        xs_job xj = {s_in, &g, x, xs};
+        kn_parallel_for(c->pool, s_in->N * s_in->C * s_in->H, 8, split_rows, &xj);
+        fold_job fj = {s_in, &g, xs, xv};
+        kn_parallel_for(c->pool, s->N * g.nph * (g.Hp + 1), 4, fold_rows, &fj);
+    } else {
+        in_job ij = {s, &g, x, io ? io->x16 : NULL, xv};
+        kn_parallel_for(c->pool, s->N * g.nph * g.cq, 4, pack_input, &ij);
+    }
     run_job rj = {s, &g, wa, xv, toff, bias, y, io ? io->y16 : NULL, io ? io->add : NULL, io ? io->add16 : NULL,
                   io ? io->lo : 0.0f, io ? io->hi : 0.0f,
                   io && !io->y16 && (io->lo > -INFINITY || io->hi < INFINITY), epi, epi_ctx, (s->M + 31) / 32,
