@@ -227,3 +227,73 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         free(m);
     }
 }
+
+/* conv_winograd.c's whole chunks of tile rows on each thread (F(4x4, 3x3), few channels over many
+ * tile rows at several threads: each chunk's input transform, products and output transform on one
+ * thread) against the definition: chunks that split images, a partial last chunk, tile rows not a
+ * multiple of the vector's group, partial tiles, asymmetric pads, weights a constant (prepacked) or
+ * a graph input, a fused Relu (level 3), 2 and 3 threads, by the default choice, forced
+ * (KILN_WINO_CHUNKS=1) and the usual order (KILN_WINO_CHUNKS=0) on the same cases. */
+KN_TEST(cpu_wino_chunks_per_thread_match_definition) {
+    static const c3_case cases[] = {
+        {32, 32, 14, 14, 32, 1, 1, 1, {1, 1, 1, 1}, true, false, false}, /* issue 22's b32 case: 128 tile rows */
+        {9, 16, 13, 15, 24, 1, 1, 1, {1, 0, 2, 1}, true, false, true},   /* odd sizes, asymmetric pads, Relu: 36 rows */
+        {5, 24, 30, 16, 40, 1, 1, 1, {1, 1, 1, 1}, true, true, false},   /* W a graph input, 8 rows an image: 40 */
+        {33, 8, 6, 9, 16, 1, 1, 1, {0, 0, 0, 0}, true, false, false},    /* one tile row an image, partial tiles: 33 */
+        {3, 64, 60, 12, 64, 1, 1, 1, {1, 1, 1, 1}, true, false, true},   /* chunks that split images: 45 rows */
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const c3_case *t = &cases[ci];
+        kiln_tensor *consts[2] = {0};
+        size_t size;
+        unsigned char *m = c3_model(t, consts, &size);
+        CHECK(m != NULL);
+        if (!m) continue;
+        const int64_t OH = c3_out(t->H, 1, 1, t->pads[0], t->pads[2]), OW = c3_out(t->W, 1, 1, t->pads[1], t->pads[3]);
+        uint32_t seed = 77 + (uint32_t)ci;
+        kiln_tensor *x = NULL, *w = consts[0];
+        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->C, t->H, t->W}, 4, &x);
+        float *xp = kiln_tensor_data(x);
+        for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) xp[i] = tmb_rand(&seed);
+        if (t->w_input) {
+            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->M, t->C, 3, 3}, 4, &w);
+            float *wp = kiln_tensor_data(w);
+            for (int64_t i = 0; i < kiln_tensor_element_count(w); i++) wp[i] = 0.3f * tmb_rand(&seed);
+        }
+        const size_t ny = (size_t)(t->N * t->M * OH * OW);
+        double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
+        c3_reference(t, xp, kiln_tensor_data(w), kiln_tensor_data(consts[1]), OH, OW, want, scale);
+        setenv("KILN_WINO", "1", 1);
+        setenv("KILN_WINO2", "0", 1);
+        for (int force = 0; force < 3; force++) { /* the default choice, forced on, forced off */
+            if (force) setenv("KILN_WINO_CHUNKS", force == 1 ? "1" : "0", 1);
+            for (int threads = 2; threads <= 3; threads++) {
+                kiln_session *s = tmb_session(m, size, threads, t->relu ? 3 : 0);
+                CHECK(s != NULL);
+                if (!s) continue;
+                const char *names[2] = {"x", "w"};
+                kiln_tensor *ins[2] = {x, w};
+                for (int run = 0; run < 2; run++) {
+                    kiln_tensor *y = NULL;
+                    CHECK_STATUS(kiln_session_run(s, names, ins, t->w_input ? 2 : 1, NULL, 1, &y), KILN_OK);
+                    if (!y) continue;
+                    size_t first = 0, bad = (size_t)-1;
+                    if (kiln_tensor_element_count(y) == (int64_t)ny)
+                        bad = tmb_count_off(kiln_tensor_data(y), want, scale, ny, 1e-6, 5e-6, &first);
+                    CHECK_MSG(bad == 0, "case %zu (%lldx%lldx%lldx%lld -> %lld), chunks forced %d, %d threads, run %d: "
+                              "%zu of %zu outputs differ, first at %zu", ci, (long long)t->N, (long long)t->C,
+                              (long long)t->H, (long long)t->W, (long long)t->M, force, threads, run, bad, ny, first);
+                    kiln_tensor_destroy(y);
+                }
+                kiln_session_destroy(s);
+            }
+        }
+        unsetenv("KILN_WINO_CHUNKS"), unsetenv("KILN_WINO"), unsetenv("KILN_WINO2");
+        free(want);
+        free(scale);
+        kiln_tensor_destroy(x);
+        kiln_tensor_destroy(w);
+        kiln_tensor_destroy(consts[1]);
+        free(m);
+    }
+}
