@@ -1056,9 +1056,9 @@ static kiln_status pw_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
         wp = own;
     }
     /* two tasks a thread: where the images' panels are fewer, each panel's pixels split too (its
-     * weights then read by each group). At 16 threads 1x1 2048 -> 512 on 7x7 ran 11 panels on 16
-     * threads, 5x its 1-thread speed where the 43 panels of 512 -> 2048 ran 10x (16-core host,
-     * ResNet-50 per node, bench/results/cpu-host-2026-12-06c.md) */
+     * weights then read by each group): 512 output channels are 11 panels, 5 of 16 threads idle.
+     * (ResNet-50's 1x1 2048 -> 512 on 7x7, which scaled 5x at 16 threads, runs the transposed
+     * GEMM instead, kn_sgemm_swaps: bench/results/cpu-host-2026-12-06c.md) */
     const int64_t target = 2 * kn_threadpool_size(c->pool), tiles = (s->out_plane + PW_NB - 1) / PW_NB;
     const int64_t groups = s->N * panels >= target ? 1 : min64(tiles, (target + s->N * panels - 1) / (s->N * panels));
     pw_job j = {s, x, wp, bias, y, epi, epi_ctx, groups};
