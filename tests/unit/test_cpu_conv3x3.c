@@ -17,6 +17,7 @@
 #include "kiln.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 typedef struct c3_case {
@@ -87,6 +88,27 @@ static void c3_reference(const c3_case *t, const float *x, const float *w, const
                     want[i] = acc;
                     scale[i] = sc;
                 }
+}
+
+/* Runs session s twice on x (and w, when a graph input) and checks every output against want
+ * within tmb_count_off's bound of scale; ctx names the case and settings in a failure's message. */
+static void c3_check_session(kiln_session *s, const c3_case *t, kiln_tensor *x, kiln_tensor *w, const double *want,
+                             const double *scale, size_t ny, const char *ctx) {
+    const char *names[2] = {"x", "w"};
+    kiln_tensor *ins[2] = {x, w};
+    for (int run = 0; run < 2; run++) {
+        kiln_tensor *y = NULL;
+        CHECK_STATUS(kiln_session_run(s, names, ins, t->w_input ? 2 : 1, NULL, 1, &y), KILN_OK);
+        if (!y) continue;
+        CHECK_EQ_INT(kiln_tensor_element_count(y), (int64_t)ny);
+        const float *got = kiln_tensor_data(y);
+        size_t first = 0;
+        const size_t bad =
+            kiln_tensor_element_count(y) == (int64_t)ny ? tmb_count_off(got, want, scale, ny, 1e-6, 5e-6, &first) : 0;
+        CHECK_MSG(bad == 0, "%s, run %d: %zu of %zu outputs differ, first at %zu: %.9g, want %.9g (scale %g)", ctx, run,
+                  bad, ny, first, bad ? got[first] : 0.0, bad ? want[first] : 0.0, bad ? scale[first] : 0.0);
+        kiln_tensor_destroy(y);
+    }
 }
 
 KN_TEST(cpu_conv3x3_matches_definition) {
@@ -195,26 +217,11 @@ KN_TEST(cpu_conv3x3_matches_definition) {
                 for (int level = 0; level <= 3; level += 3) {
                     kiln_session *s = tmb_session(m, size, threads, level);
                     if (!s) continue;
-                    const char *names[2] = {"x", "w"};
-                    kiln_tensor *ins[2] = {x, w};
-                    for (int run = 0; run < 2; run++) {
-                        kiln_tensor *y = NULL;
-                        CHECK_STATUS(kiln_session_run(s, names, ins, t->w_input ? 2 : 1, NULL, 1, &y), KILN_OK);
-                        if (!y) continue;
-                        CHECK_EQ_INT(kiln_tensor_element_count(y), (int64_t)ny);
-                        const float *got = kiln_tensor_data(y);
-                        size_t first = 0;
-                        const size_t bad = kiln_tensor_element_count(y) == (int64_t)ny
-                                                 ? tmb_count_off(got, want, scale, ny, 1e-6, 5e-6, &first)
-                                                 : 0;
-                        CHECK_MSG(bad == 0,
-                                  "case %zu (%lldx%lldx%lldx%lld -> %lld, s%lld d%lld,%lld g%lld), forced %d, %d threads, "
-                                  "level %d, run %d: %zu of %zu outputs differ, first at %zu: %.9g, want %.9g (scale %g)",
-                                  ci, (long long)t->N, (long long)t->C, (long long)t->H, (long long)t->W, (long long)t->M,
-                                  (long long)t->s, (long long)t->d, (long long)c3_dw(t), (long long)t->g, force, threads, level, run, bad, ny,
-                                  first, bad ? got[first] : 0.0, bad ? want[first] : 0.0, bad ? scale[first] : 0.0);
-                        kiln_tensor_destroy(y);
-                    }
+                    char ctx[160];
+                    snprintf(ctx, sizeof ctx, "case %zu (%lldx%lldx%lldx%lld -> %lld, s%lld d%lld,%lld g%lld), forced %d, %d threads, level %d",
+                             ci, (long long)t->N, (long long)t->C, (long long)t->H, (long long)t->W, (long long)t->M,
+                             (long long)t->s, (long long)t->d, (long long)c3_dw(t), (long long)t->g, force, threads, level);
+                    c3_check_session(s, t, x, w, want, scale, ny, ctx);
                     kiln_session_destroy(s);
                 }
             if (force) unsetenv("KILN_WINO"), unsetenv("KILN_CL3"), unsetenv("KILN_RK"), unsetenv("KILN_WINO2");
@@ -271,20 +278,10 @@ KN_TEST(cpu_wino_chunks_per_thread_match_definition) {
                 kiln_session *s = tmb_session(m, size, threads, t->relu ? 3 : 0);
                 CHECK(s != NULL);
                 if (!s) continue;
-                const char *names[2] = {"x", "w"};
-                kiln_tensor *ins[2] = {x, w};
-                for (int run = 0; run < 2; run++) {
-                    kiln_tensor *y = NULL;
-                    CHECK_STATUS(kiln_session_run(s, names, ins, t->w_input ? 2 : 1, NULL, 1, &y), KILN_OK);
-                    if (!y) continue;
-                    size_t first = 0, bad = (size_t)-1;
-                    if (kiln_tensor_element_count(y) == (int64_t)ny)
-                        bad = tmb_count_off(kiln_tensor_data(y), want, scale, ny, 1e-6, 5e-6, &first);
-                    CHECK_MSG(bad == 0, "case %zu (%lldx%lldx%lldx%lld -> %lld), chunks forced %d, %d threads, run %d: "
-                              "%zu of %zu outputs differ, first at %zu", ci, (long long)t->N, (long long)t->C,
-                              (long long)t->H, (long long)t->W, (long long)t->M, force, threads, run, bad, ny, first);
-                    kiln_tensor_destroy(y);
-                }
+                char ctx[160];
+                snprintf(ctx, sizeof ctx, "case %zu (%lldx%lldx%lldx%lld -> %lld), chunks forced %d, %d threads", ci,
+                         (long long)t->N, (long long)t->C, (long long)t->H, (long long)t->W, (long long)t->M, force, threads);
+                c3_check_session(s, t, x, w, want, scale, ny, ctx);
                 kiln_session_destroy(s);
             }
         }
