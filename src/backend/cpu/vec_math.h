@@ -47,6 +47,14 @@ kn_v16_transpose_regs(const __m512 in[16], __m512 o[16]) {
 }
 #endif
 
+/* exp(r) for |r| <= ln2/2: 1 + r + r^2 P(r), P of degree 3 fitted for kiln (weighted least squares
+ * on that interval: 1.1e-7 relative), in Horner form; P's coefficients, highest degree first, the
+ * one place of them for every vector width (kn_v16_exp_poly, kn_v8_exp_poly). */
+#define KN_EXP_P3 8.312495425e-03f
+#define KN_EXP_P2 4.189033434e-02f
+#define KN_EXP_P1 1.666711569e-01f
+#define KN_EXP_P0 4.999923110e-01f
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
@@ -84,14 +92,12 @@ static inline __m512 kn_v16_exp_neg_ftz(__m512 d) {
     return _mm512_maskz_mov_ps((__mmask16)~under, kn_v16_exp_neg(d));
 }
 
-/* exp(r) for |r| <= ln2/2: 1 + r + r^2 P(r), P of degree 3 fitted for kiln (weighted least squares
- * on that interval: 1.1e-7 relative), in Horner form. The one place of these coefficients for 16
- * lanes (kn_v16_exp, the Softmax's exponential); kn_v8_exp_poly has them for 8. */
+/* exp(r) for |r| <= ln2/2 at 16 lanes (kn_v16_exp, the Softmax's exponential): see KN_EXP_P3 */
 static inline __m512 kn_v16_exp_poly(__m512 r) {
-    __m512 p = _mm512_set1_ps(8.312495425e-03f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.189033434e-02f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.666711569e-01f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.999923110e-01f));
+    __m512 p = _mm512_set1_ps(KN_EXP_P3);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KN_EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KN_EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KN_EXP_P0));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return p;
@@ -425,10 +431,10 @@ static inline __m256 kn_v8_exp_neg_normal(__m256 d) {
 
 /* kn_v16_exp_poly at 8 lanes */
 static inline __m256 kn_v8_exp_poly(__m256 r) {
-    __m256 p = _mm256_set1_ps(8.312495425e-03f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.189033434e-02f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.666711569e-01f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.999923110e-01f));
+    __m256 p = _mm256_set1_ps(KN_EXP_P3);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KN_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KN_EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KN_EXP_P0));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     return p;
