@@ -173,6 +173,41 @@ class TorchRunner:
         return {k: torch_time(f, seconds) for k, f in self.fns.items()}
 
 
+def write_table(rows, out, cmd):
+    """The results so far as a markdown table (rewritten after every row: a call cut short by its
+    time limit still leaves the rows it finished)."""
+    date = datetime.date.today().isoformat()
+    with open(out, "w") as f:
+        f.write(f"# kiln against PyTorch on the GPU, {date}\n\n")
+        f.write(f"Device: {gpu_name()}. torch {__import__('torch').__version__}. Command: `{cmd}`.\n\n")
+        f.write("Latency in ms (median of rounds of medians; throughput = batch / latency). kiln: `kiln bench "
+                "--io device` (device buffers bound once, CUDA graphs). PyTorch: device tensors, cudnn.benchmark, "
+                "best memory format. kiln / best < 1 means kiln is faster.\n\n")
+        f.write("| workload | batch | precision | kiln ms | kiln items/s | PyTorch eager | PyTorch CUDA graph | "
+                "torch.compile | best PyTorch items/s | kiln / best |\n|---|---|---|---|---|---|---|---|---|---|\n")
+        for name, b, prec, k, t, err in rows:
+            unit = WORKLOADS[name][1]
+
+            def best_of(prefix):
+                v = [(x, n) for n, x in t.items() if n.startswith(prefix)]
+                return min(v) if v else (None, None)
+
+            cols = []
+            for p in ("eager", "graph", "compile"):
+                x, n = best_of(p)
+                cols.append("-" if x is None else f"{x:.3f}" + (" cl" if n and "channels_last" in n else ""))
+            best = min(t.values()) if t else None
+            kcol = f"{k:.3f}" if k else "failed"
+            f.write(f"| {name} | {b} | {prec} | {kcol} | {b * 1000 / k:.0f} {unit}/s | " if k else
+                    f"| {name} | {b} | {prec} | {kcol} | - | ")
+            f.write(" | ".join(cols) + " | ")
+            f.write(f"{b * 1000 / best:.0f} {unit}/s | " if best else "- | ")
+            f.write(f"{k / best:.2f} |\n" if k and best else "- |\n")
+            if err:
+                f.write(f"\n{name} b{b} {prec}: {err}\n\n")
+        f.write("\n`cl`: PyTorch's faster format was channels_last.\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "kiln"))
@@ -187,6 +222,9 @@ def main():
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
+    date = datetime.date.today().isoformat()
+    out = a.out or os.path.join(ROOT, "bench", "results", f"gpu-peers-{date}.md")
+    cmd = "bench/gpu_peers.py " + " ".join(sys.argv[1:])
     rows = []
     for name in a.only.split(","):
         batches, unit, _ = WORKLOADS[name]
@@ -218,42 +256,12 @@ def main():
                 k = statistics.median(kiln_t) if kiln_t else None
                 t = {n: statistics.median(v) for n, v in torch_t.items()}
                 rows.append((name, b, prec, k, t, err))
+                write_table(rows, out, cmd)
                 best = min(t.values()) if t else None
                 print(f"{name} b{b} {prec}: kiln {k} ms; " + ", ".join(f"{n} {v:.4f}" for n, v in t.items()) +
                       (f"; kiln/best {k / best:.2f}" if k and best else "") + (f"; {err}" if err else ""), flush=True)
 
-    date = datetime.date.today().isoformat()
-    out = a.out or os.path.join(ROOT, "bench", "results", f"gpu-peers-{date}.md")
-    cmd = "bench/gpu_peers.py " + " ".join(sys.argv[1:])
-    with open(out, "w") as f:
-        f.write(f"# kiln against PyTorch on the GPU, {date}\n\n")
-        f.write(f"Device: {gpu_name()}. torch {__import__('torch').__version__}. Command: `{cmd}`.\n\n")
-        f.write("Latency in ms (median of rounds of medians; throughput = batch / latency). kiln: `kiln bench "
-                "--io device` (device buffers bound once, CUDA graphs). PyTorch: device tensors, cudnn.benchmark, "
-                "best memory format. kiln / best < 1 means kiln is faster.\n\n")
-        f.write("| workload | batch | precision | kiln ms | kiln items/s | PyTorch eager | PyTorch CUDA graph | "
-                "torch.compile | best PyTorch items/s | kiln / best |\n|---|---|---|---|---|---|---|---|---|---|\n")
-        for name, b, prec, k, t, err in rows:
-            unit = WORKLOADS[name][1]
-
-            def best_of(prefix):
-                v = [(x, n) for n, x in t.items() if n.startswith(prefix)]
-                return min(v) if v else (None, None)
-
-            cols = []
-            for p in ("eager", "graph", "compile"):
-                x, n = best_of(p)
-                cols.append("-" if x is None else f"{x:.3f}" + (" cl" if n and "channels_last" in n else ""))
-            best = min(t.values()) if t else None
-            kcol = f"{k:.3f}" if k else "failed"
-            f.write(f"| {name} | {b} | {prec} | {kcol} | {b * 1000 / k:.0f} {unit}/s | " if k else
-                    f"| {name} | {b} | {prec} | {kcol} | - | ")
-            f.write(" | ".join(cols) + " | ")
-            f.write(f"{b * 1000 / best:.0f} {unit}/s | " if best else "- | ")
-            f.write(f"{k / best:.2f} |\n" if k and best else "- |\n")
-            if err:
-                f.write(f"\n{name} b{b} {prec}: {err}\n\n")
-        f.write("\n`cl`: PyTorch's faster format was channels_last.\n")
+    write_table(rows, out, cmd)
     print(f"wrote {out}")
 
 

@@ -28,7 +28,9 @@
 # over the zoo), KILN_GPU_SHARDS (parallel node-test processes, default 8), KILN_GPU_ONLY (an
 # extended regex: only the parts whose names match run, the others count as one skip each; the
 # device machine's calls last 10 minutes, so the suite can be split, e.g. 'unit|zoo|cache' and
-# 'node tests|equivalence|fuzz|Python|contrib|control').
+# 'node tests|equivalence|fuzz|Python|contrib|control'), KILN_GPU_PARALLEL (how many parts run at
+# once, default 1: one after another; the parts are independent, and on a many-core GPU machine the
+# whole suite fits one of the device's calls with 3-4; each part's output is then printed when all end).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -37,6 +39,7 @@ zoo="${KILN_ZOO:-$root/../shared/models}"
 nodes="${KILN_NODE_TESTS:-$build/nodetests}"
 logs="${KILN_GPU_LOGS:-$build/gpu-logs}"
 shards="${KILN_GPU_SHARDS:-8}"
+parallel="${KILN_GPU_PARALLEL:-1}"
 jobs=$(nproc 2>/dev/null || echo 2)
 mkdir -p "$logs"
 
@@ -50,26 +53,48 @@ add_line() { # NAME LINE
   summary+=("$1: $2")
 }
 
+# Each part's result goes to a file, in the order the parts were started: a part run in the
+# background (KILN_GPU_PARALLEL) cannot add to this shell's totals, which are summed at the end.
+results="$logs/results.tsv"
+: >"$results"
+part_index=0
+record() { # NAME LINE
+  printf '%s\t%s\t%s\n' "$part_index" "$1" "$2" >>"$results"
+}
+
 result_line() { grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$1" | tail -1; }
 
 # KILN_GPU_ONLY: whether part NAME runs (a part left out counts as one skip)
 selected() {
   [ -z "${KILN_GPU_ONLY:-}" ] && return 0
   echo "$1" | grep -Eq -- "$KILN_GPU_ONLY" && return 0
-  echo "=== $1: not selected (KILN_GPU_ONLY)"; total_skip=$((total_skip + 1)); summary+=("$1: not selected"); return 1
+  echo "=== $1: not selected (KILN_GPU_ONLY)"; record "$1 (not selected)" "0 passed, 0 failed, 1 skipped"; return 1
 }
 
-part() { # NAME LOGFILE COMMAND...
-  local name="$1" log="$2"; shift 2
-  selected "$name" || return 0
+# launch COMMAND...: runs it now, or with KILN_GPU_PARALLEL > 1 in the background (at most that many
+# at once), its output kept for the end
+launch() {
+  part_index=$((part_index + 1))
+  if [ "$parallel" -le 1 ]; then "$@"; return 0; fi
+  while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n; done
+  "$@" >"$logs/part_$(printf %03d "$part_index").out" 2>&1 &
+}
+
+run_part() { # NAME LOGFILE COMMAND...
+  local name="$1" log="$2" t0=$SECONDS; shift 2
   echo "=== $name: $*"
   "$@" >"$log" 2>&1
   local rc=$?
   grep -E '^(FAIL|SKIP)|relative L2' "$log" | head -60
   local line; line=$(result_line "$log")
   if [ -z "$line" ]; then line="0 passed, 1 failed, 0 skipped"; echo "=== $name: no result line (exit $rc)"; tail -5 "$log"; fi
-  echo "=== $name: $line"
-  add_line "$name" "$line"
+  echo "=== $name: $line ($((SECONDS - t0)) s)"
+  record "$name" "$line"
+}
+
+part() { # NAME LOGFILE COMMAND...
+  selected "$1" || return 0
+  launch run_part "$@"
 }
 
 echo "=== build ($build)"
@@ -130,7 +155,7 @@ if [ "$zoo_count" -gt 0 ]; then
   part "zoo in float16 (activations=half), channels last" "$logs/unit_half_nhwc.log" \
     env KILN_LAYOUT=nhwc KILN_SOURCE_DIR="$root" "$build/kiln_unit_tests" cuda_zoo_half_activations
 else
-  echo "=== zoo: $zoo not found"; total_skip=$((total_skip + 7))
+  echo "=== zoo: $zoo not found"; record "zoo: not found" "0 passed, 0 failed, 7 skipped"
 fi
 
 # Node tests in parallel shards, one process each (one CUDA context per shard, not per test); a
@@ -170,15 +195,15 @@ run_node_tests() { # NAME TAG COUNTED(0|1) EXTRA-ARGS...
     >"$logs/${tag}_failures.txt"
   head -40 "$logs/${tag}_failures.txt"
   echo "=== $name: $p passed, $f failed, $s skipped"
-  [ "$counted" = 1 ] && add_line "$name" "$p passed, $f failed, $s skipped"
+  [ "$counted" = 1 ] && record "$name" "$p passed, $f failed, $s skipped"
   return 0
 }
 
-if [ ${#node_list[@]} -gt 0 ]; then
- if [ -z "${KILN_GPU_ONLY:-}" ] || echo "node tests, providers cuda,cpu" | grep -Eq -- "$KILN_GPU_ONLY"; then
-  # the CPU's own results first: what fails there is expected to fail with cuda,cpu too (at level 0:
-  # from level 1 the CPU runs float16 graphs in float32, which passes a float16 test or two that a
-  # provider computing in float16 fails as the CPU's level 0 does)
+# The node tests with cuda,cpu, four counted runs. The CPU's own results first: what fails there is
+# expected to fail with cuda,cpu too (at level 0: from level 1 the CPU runs float16 graphs in float32,
+# which passes a float16 test or two that a provider computing in float16 fails as the CPU's level 0 does).
+node_tests_cuda_cpu() {
+  local level fails cpu_fail cpu_pass
   run_node_tests "node tests, cpu (baseline, not counted)" cpu 0 --provider cpu --opt-level 0
   sed -E 's/^FAIL ([^:]*):.*/\1/' "$logs/cpu_failures.txt" >"$logs/cpu_expected_failures.txt"
   cpu_fail=$(wc -l <"$logs/cpu_expected_failures.txt")
@@ -196,8 +221,13 @@ if [ ${#node_list[@]} -gt 0 ]; then
     --provider cuda,cpu --opt-level 0 --expected-failures "$logs/cpu_expected_failures.txt"
   KILN_LAYOUT=nhwc run_node_tests "node tests, providers cuda,cpu, level 3, channels last" cuda_nhwc 1 \
     --provider cuda,cpu --opt-level 3 --expected-failures "$logs/cpu_expected_failures.txt"
+}
+
+if [ ${#node_list[@]} -gt 0 ]; then
+ if [ -z "${KILN_GPU_ONLY:-}" ] || echo "node tests, providers cuda,cpu" | grep -Eq -- "$KILN_GPU_ONLY"; then
+  launch node_tests_cuda_cpu
  else
-  echo "=== node tests with cuda,cpu: not selected (KILN_GPU_ONLY)"; total_skip=$((total_skip + 4))
+  echo "=== node tests with cuda,cpu: not selected (KILN_GPU_ONLY)"; record "node tests with cuda,cpu (not selected)" "0 passed, 0 failed, 4 skipped"
  fi
   # If, Loop and Scan on CUDA (cuda_ops_control.c): the node tests whose models hold them, with
   # provider cuda alone, so a CPU fallback fails; left out are those carrying sequences or optionals
@@ -211,7 +241,7 @@ if [ ${#node_list[@]} -gt 0 ]; then
       "$build/kiln" test --provider cuda --opt-level "$level" "${cf_cuda[@]}"
   done
 else
-  echo "=== node tests: none found in $nodes"; total_skip=$((total_skip + 6))
+  echo "=== node tests: none found in $nodes"; record "node tests: none found" "0 passed, 0 failed, 6 skipped"
 fi
 
 # The com.microsoft operators (and the ONNX integer products the script also writes) against
@@ -233,7 +263,7 @@ if [ ${#contrib_cuda[@]} -gt 0 ]; then
   part "com.microsoft operators vs onnxruntime, providers cuda,cpu" "$logs/contrib_cuda_cpu.log" \
     "$build/kiln" test --provider cuda,cpu "$contrib"
 else
-  echo "=== com.microsoft operator tests: none written ($logs/make_contrib_tests.log)"; total_skip=$((total_skip + 2))
+  echo "=== com.microsoft operator tests: none written ($logs/make_contrib_tests.log)"; record "com.microsoft operator tests: none written" "0 passed, 0 failed, 2 skipped"
 fi
 
 # The optimisation levels on CUDA: fused nodes now form for the CUDA provider (src/opt/target.c),
@@ -246,7 +276,7 @@ if [ ${#eq_dirs[@]} -gt 0 ]; then
   part "equivalence of levels 0..3, providers cuda,cpu" "$logs/equivalence_cuda.log" \
     env KILN_EQ_JOBS="${KILN_EQ_JOBS:-$jobs}" bash scripts/equivalence.sh --provider cuda,cpu "$build/kiln" "${eq_dirs[@]}"
 else
-  echo "=== equivalence on CUDA: no test folders"; total_skip=$((total_skip + 1))
+  echo "=== equivalence on CUDA: no test folders"; record "equivalence on CUDA: no test folders" "0 passed, 0 failed, 1 skipped"
 fi
 
 # The optimiser's randomised differential test (tests/opt_fuzz) with CUDA: the fixed seed set's
@@ -265,7 +295,7 @@ if [ -f "$abs_build/python/kiln/__init__.py" ] || ls "$abs_build"/python/kiln/_k
   part "Python package (pytest) on the CUDA build" "$logs/pytest.log" env PYTHONPATH="$abs_build/python" \
     KILN_BUILD_DIR="$abs_build" python3 -m pytest -q -p no:cacheprovider tests/python
 else
-  echo "=== Python package: not built in $build (Python.h missing?)"; total_skip=$((total_skip + 1))
+  echo "=== Python package: not built in $build (Python.h missing?)"; record "Python package: not built" "0 passed, 0 failed, 1 skipped"
 fi
 
 if [ -n "${KILN_GPU_SANITIZE:-}" ] && command -v compute-sanitizer >/dev/null && [ "$zoo_count" -gt 0 ]; then
@@ -274,8 +304,14 @@ if [ -n "${KILN_GPU_SANITIZE:-}" ] && command -v compute-sanitizer >/dev/null &&
     "$build/kiln" test --no-isolate --provider cuda "$zoo" >"$logs/memcheck.log" 2>&1
   rc=$?
   grep -E 'ERROR SUMMARY|Invalid|passed,' "$logs/memcheck.log" | tail -5
-  if [ $rc -eq 0 ]; then add_line "memcheck" "1 passed, 0 failed, 0 skipped"; else add_line "memcheck" "0 passed, 1 failed, 0 skipped"; fi
+  if [ $rc -eq 0 ]; then record "memcheck" "1 passed, 0 failed, 0 skipped"; else record "memcheck" "0 passed, 1 failed, 0 skipped"; fi
 fi
+
+if [ "$parallel" -gt 1 ]; then
+  wait
+  for f in "$logs"/part_*.out; do [ -f "$f" ] && cat "$f"; done
+fi
+while IFS=$'\t' read -r _ name line; do add_line "$name" "$line"; done < <(sort -t$'\t' -k1,1n -s "$results")
 
 echo "=== summary"
 printf '  %s\n' "${summary[@]}"
