@@ -134,6 +134,10 @@ KN_TEST(bf16_blocked_amx_convolution_against_reference) {
         /* 1x1 over 320 channels (the input's tiles loaded past L1), in place and from fp32 NCHW */
         {1, 320, 64, 9, 9, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, true, true},
         {1, 320, 32, 6, 11, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 1, 0, false, true},
+        /* blocked in, Y and residual on a plane narrower than a block (a 32-position block spans 4-5 padded
+         * rows: store_block_blocked's runs, their row steps and the pad columns skipped), batch 2 */
+        {2, 32, 64, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, true, true},
+        {1, 64, 32, 3, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, false, false},
         /* an fp32 NCHW residual into a blocked Y */
         {1, 64, 64, 10, 10, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 1, true, true},
     };

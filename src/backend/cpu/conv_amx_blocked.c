@@ -364,11 +364,58 @@ static void store_block(const run_job *j, float *T, int64_t n, int64_t mb, int64
     }
 }
 
+/* rows position rows of T (32 channels each) into blocked Y at y: the bias, the blocked residual at
+ * res where has_res, the clamp, one 64-byte bf16 store a row (the same operations, in the same
+ * order, as store_block's blocked path) */
+static inline __attribute__((always_inline)) void store_run_blocked(const float *T, int64_t rows, uint16_t *y,
+                                                                    const uint16_t *res, __m512 b0, __m512 b1,
+                                                                    __m512 vlo, __m512 vhi, const bool has_res) {
+    for (int64_t r = 0; r < rows; r++) {
+        __m512 v0 = _mm512_add_ps(_mm512_load_ps(T + r * 32), b0), v1 = _mm512_add_ps(_mm512_load_ps(T + r * 32 + 16), b1);
+        if (has_res) {
+            const __m512i z = _mm512_loadu_si512(res + r * BC);
+            v0 = _mm512_add_ps(v0, bf16_to_ps(_mm512_castsi512_si256(z)));
+            v1 = _mm512_add_ps(v1, bf16_to_ps(_mm512_extracti64x4_epi64(z, 1)));
+        }
+        v0 = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v0));
+        v1 = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v1));
+        _mm512_storeu_si512(y + r * BC, (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
+    }
+}
+
+/* store_block for a blocked Y with a blocked residual or none (every layer of a blocked chain): the
+ * block's valid columns in runs of consecutive positions (a 1x1 layer's whole block one run), each
+ * run a tight loop; store_block's general loop kept its position, row and pointers on the stack and
+ * tested the operands per row (ResNet-50's 56x56 1x1 layers spent as long there as in the tiles). */
+static void store_block_blocked(const run_job *j, const float *T, int64_t n, int64_t mb, int64_t p0) {
+    const kn_blocked_conv *a = j->a;
+    const kn_amx_conv_shape *s = &a->s;
+    const bgeom *g = j->g;
+    const int64_t OHW = s->OH * s->OW, rows = min64(32, g->npad - p0), blk = (n * g->MB + mb) * OHW * BC;
+    const __m512 vlo = _mm512_set1_ps(a->lo), vhi = _mm512_set1_ps(a->hi);
+    const __m512 b0 = a->bias ? _mm512_loadu_ps(a->bias + mb * BC) : _mm512_setzero_ps();
+    const __m512 b1 = a->bias ? _mm512_loadu_ps(a->bias + mb * BC + 16) : _mm512_setzero_ps();
+    uint16_t *y = a->yb + blk;
+    const uint16_t *res = a->addb ? a->addb + blk : NULL;
+    int64_t oh = p0 / g->Wp, ow = p0 % g->Wp; /* one division a block: the runs step the row */
+    for (int64_t jc = 0; jc < rows;) {
+        const int64_t seg = min64(rows - jc, g->Wp - ow), valid = ow < s->OW ? min64(seg, s->OW - ow) : 0;
+        if (valid > 0) {
+            const int64_t o = (oh * s->OW + ow) * BC;
+            if (res) store_run_blocked(T + jc * 32, valid, y + o, res + o, b0, b1, vlo, vhi, true);
+            else store_run_blocked(T + jc * 32, valid, y + o, NULL, b0, b1, vlo, vhi, false);
+        }
+        jc += seg;
+        if ((ow += seg) == g->Wp) ow = 0, oh++;
+    }
+}
+
 static void run_range(void *arg, int64_t begin, int64_t end) {
     const run_job *j = arg;
     const kn_amx_conv_shape *s = &j->a->s;
     const bgeom *g = j->g;
     const int64_t plane = s->H * s->W, units = (g->npad + 31) / 32;
+    const bool blocked_y = j->a->yb && !j->a->add && !j->a->add16; /* (store_block_blocked) */
     float T[32 * 32] __attribute__((aligned(64)));
     kn_amx_tiles_begin();
     for (int64_t task = begin; task < end; task++) {
@@ -382,7 +429,8 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
              * (the other blocks' rows past their plane read the next block's, and are dropped) */
             const bool at_end = j->last && n == s->N - 1 && p0 + 32 > plane;
             block_tiles(j, img, cbs, p0, mb, p0 == c0, at_end ? j->last : NULL, T);
-            store_block(j, T, n, mb, p0);
+            if (blocked_y) store_block_blocked(j, T, n, mb, p0);
+            else store_block(j, T, n, mb, p0);
         }
     }
     kn_amx_tiles_end();
