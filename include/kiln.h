@@ -326,6 +326,16 @@ typedef struct kiln_value_info {
     const char *const *dim_names;  /* rank entries; the symbol of a symbolic dimension, else NULL */
 } kiln_value_info;
 
+/* The providers a session runs on, in order of preference: those listed that could be used (a
+ * listed provider passed over for a later one is not among them), the CPU when none was listed, and
+ * for a compiled file what the session took from it. */
+KILN_API size_t kiln_session_provider_count(const kiln_session *session);
+/* The index-th of them: its name and the options it runs with (given, or taken from a compiled
+ * file). Every pointer is owned by the session; any _out may be NULL. */
+KILN_API kiln_status kiln_session_provider(const kiln_session *session, size_t index, const char **name_out,
+                                           size_t *n_options_out, const char *const **keys_out,
+                                           const char *const **values_out);
+
 KILN_API size_t kiln_session_input_count(const kiln_session *session);
 KILN_API size_t kiln_session_output_count(const kiln_session *session);
 KILN_API kiln_status kiln_session_input_info(const kiln_session *session, size_t index,

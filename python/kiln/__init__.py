@@ -409,6 +409,18 @@ def _kiln_provider_options(name, options):
     return out
 
 
+def _is_compiled(model):
+    """Whether a model source (a path or the bytes) is a compiled kiln file."""
+    magic = b"KILNCOMP"  # src/cache/format.h
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model[:len(magic)]) == magic
+    try:
+        with open(os.fspath(model), "rb") as f:
+            return f.read(len(magic)) == magic
+    except (OSError, TypeError):
+        return False  # the session's creation says what is wrong with it
+
+
 def _resolve_providers(providers, provider_options):
     """[(kiln name, [(key, value)])] of what the session will use, and the ONNX Runtime names."""
     if providers is None:
@@ -988,10 +1000,12 @@ class InferenceSession:
 
     def _create(self, providers, provider_options):
         o = self._sess_options
-        chosen, names = _resolve_providers(providers, provider_options)
-        self._providers = names
-        self._has_cuda = "CUDAExecutionProvider" in names
-        self._provider_options = {_ORT_NAMES.get(n, n): dict(kv) for n, kv in chosen}
+        if providers is None and provider_options is None and _is_compiled(self._model):
+            # no list asked for: a compiled file runs on the providers it was compiled for (the
+            # default list, CUDA first on a CUDA build, would refuse a file compiled for the CPU)
+            chosen = []
+        else:
+            chosen, _ = _resolve_providers(providers, provider_options)
         sev = int(getattr(o, "log_severity_level", -1))
         if sev < 0:
             sev = _default_log_severity[0]
@@ -1009,6 +1023,11 @@ class InferenceSession:
             log_level, o.optimized_model_filepath or None, 1 if o.cache_enabled else 0, o.cache_dir or None,
             list(o._dims.items()), list(o.disabled_passes or []) + self._disabled, 1 if o.output_on_device else 0,
             o.compiled_save_path or None, o.compiled_load_path or None)
+        # what the session runs on: the providers usable of those asked for, or a compiled file's
+        running = self._c.providers()
+        self._providers = [_ORT_NAMES.get(n, n) for n, _ in running]
+        self._has_cuda = "CUDAExecutionProvider" in self._providers
+        self._provider_options = {_ORT_NAMES.get(n, n): dict(kv) for n, kv in running}
         self._inputs = [NodeArg(n, t, s, k, d) for n, t, k, d, s in self._c.inputs()]
         self._outputs = [NodeArg(n, t, s, k, d) for n, t, k, d, s in self._c.outputs()]
         self._input_by_name = {a.name: a for a in self._inputs}

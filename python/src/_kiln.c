@@ -1212,6 +1212,38 @@ static PyObject *session_meta(PyObject *self_o, PyObject *unused) {
                          (long long)(m ? m->model_version : 0));
 }
 
+/* [(name, [(key, value), ...])]: the providers the session runs on, with their options */
+static PyObject *session_providers(PyObject *self_o, PyObject *unused) {
+    SessionObject *self = (SessionObject *)self_o;
+    if (!self->s) return raise_status(KILN_ERR_INVALID_ARGUMENT, "the session is closed");
+    size_t n = kiln_session_provider_count(self->s);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        const char *name;
+        size_t n_opts;
+        const char *const *keys, *const *values;
+        kiln_status st = kiln_session_provider(self->s, i, &name, &n_opts, &keys, &values);
+        if (st != KILN_OK) {
+            raise_last(st);
+            Py_CLEAR(list);
+            break;
+        }
+        PyObject *opts = PyList_New((Py_ssize_t)n_opts);
+        for (size_t k = 0; opts && k < n_opts; k++) {
+            PyObject *kv = Py_BuildValue("(ss)", keys[k], values[k]);
+            if (!kv) Py_CLEAR(opts);
+            else PyList_SetItem(opts, (Py_ssize_t)k, kv);
+        }
+        PyObject *item = opts ? Py_BuildValue("(sN)", name, opts) : NULL;
+        if (!item) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SetItem(list, (Py_ssize_t)i, item);
+    }
+    return list;
+}
+
 static PyObject *session_inputs(PyObject *self, PyObject *unused) { return session_io((SessionObject *)self, 0); }
 static PyObject *session_outputs(PyObject *self, PyObject *unused) { return session_io((SessionObject *)self, 1); }
 
@@ -1507,6 +1539,7 @@ static PyMethodDef session_methods[] = {
     {"inputs", session_inputs, METH_NOARGS, "[(name, type, kind, dtype, shape)]"},
     {"meta", session_meta, METH_NOARGS, "(producer, graph name, domain, description, version)"},
     {"outputs", session_outputs, METH_NOARGS, "[(name, type, kind, dtype, shape)]"},
+    {"providers", session_providers, METH_NOARGS, "[(name, [(key, value)])]: what the session runs on"},
     {"run", session_run, METH_VARARGS, "run(input_names, input_values, output_names, run_options)"},
     {"run_into", session_run_into, METH_VARARGS,
      "run_into(input_names, input_values, output_names, output_values, run_options)"},

@@ -292,6 +292,37 @@ kiln_status kiln_session_create_from_memory(const void *data, size_t size, const
     return st;
 }
 
+/* the listed backends of the runtime, in its order (the CPU instance made only for host work is not) */
+static const kn_backend *listed_backend(const kiln_session *s, size_t index) {
+    size_t seen = 0;
+    for (int i = 0; s && s->rt && i < s->rt->n_backends; i++)
+        if (s->rt->backends[i].listed && seen++ == index) return &s->rt->backends[i];
+    return NULL;
+}
+
+size_t kiln_session_provider_count(const kiln_session *s) {
+    size_t n = 0;
+    while (listed_backend(s, n)) n++;
+    return n;
+}
+
+kiln_status kiln_session_provider(const kiln_session *s, size_t index, const char **name_out, size_t *n_options_out,
+                                  const char *const **keys_out, const char *const **values_out) {
+    if (!s) return kn_error(KILN_ERR_INVALID_ARGUMENT, "session is NULL");
+    const kn_backend *b = listed_backend(s, index);
+    if (!b)
+        return kn_error(KILN_ERR_INVALID_ARGUMENT, "provider index %zu is out of range (the session has %zu)", index,
+                        kiln_session_provider_count(s));
+    const kn_provider_request *req = NULL;
+    for (int j = 0; j < s->opts.n_providers && !req; j++)
+        if (!strcmp(s->opts.providers[j].name, b->ops->name)) req = &s->opts.providers[j];
+    if (name_out) *name_out = b->ops->name;
+    if (n_options_out) *n_options_out = req ? (size_t)req->n_options : 0;
+    if (keys_out) *keys_out = req ? (const char *const *)req->keys : NULL;
+    if (values_out) *values_out = req ? (const char *const *)req->values : NULL;
+    return KILN_OK;
+}
+
 size_t kiln_session_input_count(const kiln_session *s) { return s ? (size_t)s->n_inputs : 0; }
 size_t kiln_session_output_count(const kiln_session *s) { return s ? (size_t)s->n_outputs : 0; }
 

@@ -38,6 +38,25 @@ def test_providers():
     assert s.get_provider_options() == {"CPUExecutionProvider": {}}
 
 
+def test_compiled_file_opens_on_its_own_providers(tmp_path):
+    """With no providers asked for, a compiled file runs on those it was compiled for (the default
+    list puts CUDA first on a CUDA build, which a CPU-compiled file does not hold), from a path or
+    from bytes, and the session reports the file's provider options."""
+    saved = tmp_path / "add.kiln"
+    opts = kiln.SessionOptions()
+    opts.cache_enabled = False
+    opts.compiled_save_path = str(saved)
+    session(models.add(), sess_options=opts, providers=[("CPUExecutionProvider", {"precision": "fp32"})])
+    plain = kiln.SessionOptions()
+    plain.cache_enabled = False
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for source in (str(saved), saved.read_bytes()):
+        s = kiln.InferenceSession(source, plain)
+        assert s.get_providers() == ["CPUExecutionProvider"]
+        assert s.get_provider_options() == {"CPUExecutionProvider": {"precision": "fp32"}}
+        np.testing.assert_array_equal(s.run(None, {"A": a, "B": a})[0], 2 * a)
+
+
 def test_unknown_provider_warns_and_falls_back_to_cpu():
     with pytest.warns(UserWarning):
         s = session(models.add(), providers=["TensorrtExecutionProvider", "CPUExecutionProvider"])

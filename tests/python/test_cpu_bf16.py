@@ -81,8 +81,8 @@ def test_bf16_within_bound_of_fp32(mid, folder, rtol, atol):
 @pytest.mark.skipif(not AVAILABLE, reason=f"precision=bf16 not available here: {WHY}")
 @pytest.mark.skipif(not MODELS, reason="no zoo models")
 def test_compiled_bf16_file_runs_as_bf16(tmp_path):
-    """A file compiled with precision=bf16, opened with the default provider list (plain CPU, no
-    options) or plain "CPUExecutionProvider", runs as it was compiled: the bf16 session's outputs
+    """A file compiled with precision=bf16, opened with no provider list (it runs on the file's) or
+    plain "CPUExecutionProvider" (no options), runs as it was compiled: the bf16 session's outputs
     bit for bit; asking it for fp32 is refused."""
     mid, folder, _, _ = MODELS[0]
     path = str(folder / "model.onnx")
@@ -98,7 +98,9 @@ def test_compiled_bf16_file_runs_as_bf16(tmp_path):
     plain = kiln.SessionOptions()
     plain.cache_enabled = False
     for providers in (None, ["CPUExecutionProvider"]):
-        got = kiln.InferenceSession(saved, plain, providers=providers).run(None, feeds)
+        s = kiln.InferenceSession(saved, plain, providers=providers)
+        assert s.get_provider_options() == {"CPUExecutionProvider": {"precision": "bf16"}}
+        got = s.run(None, feeds)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
     with pytest.raises(kiln.Error, match="compiled with cpu precision=bf16"):

@@ -3,6 +3,7 @@
 #include "unit.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* Z = Relu(X + Y), X float [N,3] (N symbolic), Y float [1,3], opset 17. Made with
  * onnx.helper (onnx 1.23): make_node Add/Relu, make_graph "api_test", make_model(ir_version=8). */
@@ -89,6 +90,41 @@ KN_TEST(api_cuda_without_device_is_a_clear_error) {
     /* with cpu listed after it, the session falls back */
     CHECK_STATUS(kiln_session_options_append_provider(o, "cpu", NULL, NULL, 0), KILN_OK);
     CHECK_STATUS(kiln_session_create_from_memory(kAddRelu, sizeof kAddRelu, NULL, o, &s), KILN_OK);
+    kiln_session_destroy(s);
+    kiln_session_options_destroy(o);
+}
+
+/* What a session runs on: the CPU when nothing is listed, the listed providers that could be used
+ * with their options (a CUDA provider passed over for the CPU is not reported), and a range check. */
+KN_TEST(api_session_reports_its_providers) {
+    kiln_session *s = make_session();
+    const char *name = NULL;
+    size_t n_opts = 9;
+    CHECK(kiln_session_provider_count(s) == 1);
+    CHECK_STATUS(kiln_session_provider(s, 0, &name, &n_opts, NULL, NULL), KILN_OK);
+    CHECK(name && !strcmp(name, "cpu") && n_opts == 0);
+    CHECK_STATUS(kiln_session_provider(s, 1, &name, NULL, NULL, NULL), KILN_ERR_INVALID_ARGUMENT);
+    CHECK_ERROR_HAS("provider index 1 is out of range (the session has 1)");
+    CHECK(kiln_session_provider_count(NULL) == 0);
+    kiln_session_destroy(s);
+
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    const char *key[1] = {"precision"}, *fp32[1] = {"fp32"};
+    kiln_session_options_append_provider(o, "cuda", NULL, NULL, 0);
+    kiln_session_options_append_provider(o, "cpu", key, fp32, 1);
+    s = NULL;
+    CHECK_STATUS(kiln_session_create_from_memory(kAddRelu, sizeof kAddRelu, NULL, o, &s), KILN_OK);
+    size_t cuda = kiln_provider_available("cuda", NULL) ? 1 : 0;
+    CHECK(kiln_session_provider_count(s) == 1 + cuda);
+    if (cuda) {
+        CHECK_STATUS(kiln_session_provider(s, 0, &name, &n_opts, NULL, NULL), KILN_OK);
+        CHECK(name && !strcmp(name, "cuda") && n_opts == 0);
+    }
+    const char *const *keys = NULL, *const *values = NULL;
+    CHECK_STATUS(kiln_session_provider(s, cuda, &name, &n_opts, &keys, &values), KILN_OK);
+    CHECK(name && !strcmp(name, "cpu") && n_opts == 1 && keys && values);
+    if (n_opts == 1 && keys && values) CHECK(!strcmp(keys[0], "precision") && !strcmp(values[0], "fp32"));
     kiln_session_destroy(s);
     kiln_session_options_destroy(o);
 }

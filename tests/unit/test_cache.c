@@ -1542,6 +1542,20 @@ KN_TEST(cache_compiled_file_runs_with_its_provider_options) {
             s = NULL;
         }
     }
+    /* and the session says so: plain cpu and no provider both report the file's precision */
+    for (int i = 1; i < 4; i += 2) {
+        const char *name = NULL;
+        size_t n_opts = 0;
+        const char *const *keys = NULL, *const *values = NULL;
+        CHECK_STATUS(kiln_session_create(path, o[i], &s), KILN_OK);
+        CHECK(s && kiln_session_provider_count(s) == 1);
+        if (s) CHECK_STATUS(kiln_session_provider(s, 0, &name, &n_opts, &keys, &values), KILN_OK);
+        CHECK_MSG(name && !strcmp(name, "cpu") && n_opts == 1 && !strcmp(keys[0], "precision") &&
+                      !strcmp(values[0], "bf16"),
+                  "options %d: the session does not report the file's cpu precision=bf16", i);
+        kiln_session_destroy(s);
+        s = NULL;
+    }
     CHECK_STATUS(kiln_session_create(path, o[2], &s), KILN_ERR_CACHE);
     CHECK_ERROR_HAS("was compiled with cpu precision=bf16, and the session asks for precision=fp32");
     kiln_session_destroy(s);
