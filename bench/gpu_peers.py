@@ -16,7 +16,8 @@ timed with a synchronisation after it, as kiln bench times run_into (which retur
 kiln / best is kiln's latency over the best PyTorch column of the same row.
 
     bench/gpu_peers.py [--kiln build/kiln] [--work DIR] [--rounds R] [--seconds S]
-                       [--only resnet50,bert_base,...] [--precisions fp16,bf16,fp32] [--compile] [--kiln-options conv_graph=1]
+                       [--only resnet50,bert_base,...] [--precisions fp16,bf16,fp32] [--compile]
+                       [--format channels_last|contiguous] [--kiln-options conv_graph=1]
                        [--out FILE]
 
 Writes bench/results/gpu-peers-DATE.md (or --out) with the device and the command. Needs a CUDA
@@ -128,7 +129,7 @@ class TorchRunner:
     """One workload, batch and precision in PyTorch: eager, CUDA graph and (optionally) compiled
     callables, each per memory format for convolutional networks."""
 
-    def __init__(self, name, batch, precision, use_compile):
+    def __init__(self, name, batch, precision, use_compile, only_format=None):
         import torch
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
@@ -137,6 +138,8 @@ class TorchRunner:
         m, inputs, _, _ = build(name)
         self.fns = {}
         formats = [torch.contiguous_format] + ([torch.channels_last] if WORKLOADS[name][2] else [])
+        if WORKLOADS[name][2] and only_format:
+            formats = [torch.channels_last if only_format == "channels_last" else torch.contiguous_format]
         for fmt in formats:
             # a copy per format: converting one module in place changed the weights' strides under
             # the compiled function of the other format (its guards then failed)
@@ -218,6 +221,9 @@ def main():
     ap.add_argument("--batches", default=None, help="override every workload's batches, e.g. 1,32")
     ap.add_argument("--precisions", default="fp16")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--format", choices=["channels_last", "contiguous"], default=None,
+                    help="PyTorch's memory format for the convolutional workloads (default: both, the faster counts); "
+                         "one halves the torch.compile time")
     ap.add_argument("--kiln-options", default="", help="more cuda provider options for kiln, e.g. conv_graph=1")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
@@ -239,7 +245,7 @@ def main():
             for b in batches:
                 kiln_t, torch_t, err = [], {}, None
                 try:
-                    runner = TorchRunner(name, b, prec, a.compile)
+                    runner = TorchRunner(name, b, prec, a.compile, a.format)
                 except Exception as e:
                     runner, err = None, f"PyTorch: {e}"
                 for _ in range(a.rounds):
