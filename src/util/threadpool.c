@@ -2,6 +2,7 @@
 #include "util/aligned.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,15 @@
  * wrote it): with one shared counter the chunks went to the threads in turn, at 2 threads each
  * thread's half of a layer was half the other core's writes. */
 #define KN_SPIN_ITERATIONS 20000
+
+/* A worker woken from its sleep is often queued on the CPU of the thread that woke it, the caller's
+ * (wake-affine placement, or a VM's packing of small tasks onto busy virtual CPUs): on the 2-core VM
+ * that happened in most rounds of short loops after a 50 ms pause, with the other core idle. The
+ * caller then ran every chunk itself while the worker waited behind it for its time slice, a whole
+ * round at one thread's speed (the worker's run-queue wait, /proc/<tid>/schedstat: 2-4 ms a round),
+ * or the two took turns on one core. So each job notes the CPU its caller started on, and a worker
+ * going to sleep narrows its affinity to its other allowed CPUs until it wakes (then puts back what
+ * it had: the scheduler leaves it where it runs). bench/results/cpu-pool-wake-2026-12-06d-h75.md. */
 
 /* One cache line per field the threads write while a job runs: with 16 threads, each claim of a
  * chunk (a CAS on a share's ticket) and each chunk done (done_chunks) moved a line that every other
@@ -64,6 +74,7 @@ struct kn_threadpool {
      * job on the side and count it done, and the next caller returned before its last chunk) */
     uint64_t job_gen;
     int busy;            /* atomic: a caller is running a job on the workers */
+    int caller_cpu;      /* atomic: the CPU the last job's caller started on; -1 unknown */
     _Alignas(KN_LINE) int64_t done_chunks; /* atomic */
     char pad_end[KN_LINE - sizeof(int64_t)];
 };
@@ -126,6 +137,47 @@ static void run_chunks(kn_threadpool *p, uint64_t gen, int self) {
     }
 }
 
+static int current_cpu(void) {
+#if defined(__linux__)
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+}
+
+/* The calling thread's allowed CPUs, saved while it runs narrowed to keep off one of them. */
+typedef struct kn_affinity {
+#if defined(__linux__)
+    cpu_set_t allowed;
+#endif
+    bool narrowed;
+} kn_affinity;
+
+/* Narrows the calling thread's affinity to its allowed CPUs other than `cpu` (the kernel moves it
+ * now if it runs there), where it has others; restore_cpus puts back what it had (the user's or the
+ * process's own pinning). A cpuset without the others refuses the narrowing: nothing changes. */
+static void avoid_cpu(int cpu, kn_affinity *a) {
+    a->narrowed = false;
+#if defined(__linux__)
+    if (cpu < 0 || cpu >= CPU_SETSIZE) return;
+    if (sched_getaffinity(0, sizeof a->allowed, &a->allowed) != 0 || !CPU_ISSET(cpu, &a->allowed) ||
+        CPU_COUNT(&a->allowed) < 2)
+        return;
+    cpu_set_t others = a->allowed;
+    CPU_CLR(cpu, &others);
+    a->narrowed = sched_setaffinity(0, sizeof others, &others) == 0;
+#else
+    (void)cpu;
+#endif
+}
+
+static void restore_cpus(kn_affinity *a) {
+#if defined(__linux__)
+    if (a->narrowed) (void)sched_setaffinity(0, sizeof a->allowed, &a->allowed);
+#endif
+    a->narrowed = false;
+}
+
 typedef struct worker_arg {
     kn_threadpool *p;
     int self;
@@ -144,6 +196,9 @@ static void *worker_main(void *arg) {
             gen = __atomic_load_n(&p->generation, __ATOMIC_ACQUIRE);
         }
         if (gen == seen) {
+            /* asleep off the caller's CPU: the wake-up then puts the worker on another one */
+            kn_affinity away;
+            avoid_cpu(__atomic_load_n(&p->caller_cpu, __ATOMIC_RELAXED), &away);
             pthread_mutex_lock(&p->mu);
             while (!p->stop && p->generation == seen) {
                 p->sleepers++;
@@ -152,6 +207,7 @@ static void *worker_main(void *arg) {
             }
             gen = p->generation;
             pthread_mutex_unlock(&p->mu);
+            restore_cpus(&away);
         }
         if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) break;
         seen = gen;
@@ -171,6 +227,7 @@ kiln_status kn_threadpool_create(int threads, kn_threadpool **out) {
     if (!p) return KN_OOM();
     memset(p, 0, sizeof *p);
     p->n_threads = threads;
+    p->caller_cpu = -1;
     p->ticket = kn_aligned_alloc(KN_LINE, (size_t)threads * sizeof *p->ticket);
     if (p->ticket) memset(p->ticket, 0, (size_t)threads * sizeof *p->ticket);
     p->wargs = calloc((size_t)threads, sizeof *p->wargs);
@@ -283,6 +340,7 @@ void kn_parallel_for(kn_threadpool *p, int64_t n, int64_t grain, kn_range_fn fn,
     for (int k = 0; k < parts; k++)
         __atomic_store_n(&p->ticket[k].v, (gen & 0xffffffffu) << 32 | (uint64_t)share_begin(k, n_chunks, (int)parts),
                          __ATOMIC_RELEASE);
+    __atomic_store_n(&p->caller_cpu, current_cpu(), __ATOMIC_RELAXED);
     pthread_mutex_lock(&p->mu);
     __atomic_store_n(&p->generation, gen, __ATOMIC_RELEASE);
     if (p->sleepers) pthread_cond_broadcast(&p->wake);

@@ -8,8 +8,11 @@
 #include "util/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 typedef struct count_job {
     int *hits; /* per element: how often a chunk covered it */
@@ -97,4 +100,108 @@ KN_TEST(threadpool_few_chunks_few_threads) {
     if (!bad && n_two > 2) kn_unit_fail(__FILE__, __LINE__, "loops of 2 chunks ran on %d different threads", n_two);
     kn_threadpool_destroy(pool);
     free(hits);
+}
+
+/* Short loops after pauses long enough for the workers to fall asleep (a caller that runs a model
+ * now and then), at 1 to 4 threads: every element once before the return, loops of fewer chunks
+ * than threads among them; a loop started inside a chunk runs whole on that chunk's thread; and a
+ * worker runs its chunks with the affinity it started with (it sleeps narrowed off the caller's
+ * CPU, util/threadpool.c, and must put the rest back when it wakes: the check sees that where the
+ * process may use two CPUs or more). A loop of one chunk runs on the caller outside the pool, so a
+ * loop inside it may use the pool: only checked for coverage. */
+typedef struct pause_job {
+    int *hits;
+    kn_threadpool *pool;
+    int nested;       /* per chunk: a loop of its own over nest[] */
+    int *nest_hits;   /* n * 8 counters: element i's nested elements 8i .. 8i+7 */
+    pthread_t caller;
+    int affinity_bad; /* atomic: chunks run with a mask other than `start` */
+    int nested_bad;   /* atomic: nested chunks that ran on another thread */
+#if defined(__linux__)
+    cpu_set_t start;
+#endif
+} pause_job;
+
+typedef struct nest_arg {
+    pause_job *j;
+    pthread_t outer;
+    int64_t base; /* the first of the chunk's nested counters */
+} nest_arg;
+
+static void nest_range(void *arg, int64_t b, int64_t e) {
+    nest_arg *a = arg;
+    if (!pthread_equal(pthread_self(), a->outer)) __atomic_add_fetch(&a->j->nested_bad, 1, __ATOMIC_RELAXED);
+    for (int64_t i = b; i < e; i++) __atomic_add_fetch(&a->j->nest_hits[a->base + i], 1, __ATOMIC_RELAXED);
+}
+
+static void pause_range(void *arg, int64_t b, int64_t e) {
+    pause_job *j = arg;
+    for (int64_t i = b; i < e; i++) __atomic_add_fetch(&j->hits[i], 1, __ATOMIC_RELAXED);
+#if defined(__linux__)
+    cpu_set_t now;
+    if (sched_getaffinity(0, sizeof now, &now) == 0 && !CPU_EQUAL(&now, &j->start))
+        __atomic_add_fetch(&j->affinity_bad, 1, __ATOMIC_RELAXED);
+#endif
+    if (j->nested) {
+        /* the nested loop covers this chunk's 8 counters per element, on this thread */
+        nest_arg a = {j, pthread_self(), b * 8};
+        kn_parallel_for(j->pool, (e - b) * 8, 1, nest_range, &a);
+    }
+}
+
+KN_TEST(threadpool_loops_after_sleeps_1_to_4_threads) {
+    enum { MAX_N = 4096, LOOPS = 48 };
+    int *hits = calloc(MAX_N, sizeof *hits);
+    int *nest_hits = calloc(MAX_N * 8, sizeof *nest_hits);
+    for (int threads = 1; threads <= 4; threads++) {
+        kn_threadpool *pool = NULL;
+        CHECK_STATUS(kn_threadpool_create(threads, &pool), KILN_OK);
+        uint32_t seed = 4242u + (uint32_t)threads;
+        int bad = 0;
+        for (int loop = 0; loop < LOOPS && !bad; loop++) {
+            /* 0, 0.2 and 3 ms: the last past the workers' spinning, so they sleep and are woken */
+            const long pause_us = loop % 3 == 0 ? 3000 : loop % 3 == 1 ? 200 : 0;
+            if (pause_us) {
+                struct timespec ts = {0, pause_us * 1000};
+                nanosleep(&ts, NULL);
+            }
+            seed = seed * 1664525u + 1013904223u;
+            const int64_t chunks = 1 + (int64_t)(seed >> 20) % (2 * threads + 2); /* fewer than threads, too */
+            const int64_t n = chunks * (1 + (int64_t)(seed >> 8) % (MAX_N / 12));
+            const int nested = loop % 4 == 3;
+            memset(hits, 0, (size_t)n * sizeof *hits);
+            pause_job j = {.hits = hits, .pool = pool, .nested = nested, .nest_hits = nest_hits,
+                           .caller = pthread_self()};
+            if (nested) memset(nest_hits, 0, (size_t)n * 8 * sizeof *nest_hits);
+#if defined(__linux__)
+            CHECK(sched_getaffinity(0, sizeof j.start, &j.start) == 0);
+#endif
+            kn_parallel_for(pool, n, n / chunks, pause_range, &j);
+            for (int64_t i = 0; i < n && !bad; i++) {
+                const int h = __atomic_load_n(&hits[i], __ATOMIC_RELAXED);
+                int hn = 1;
+                for (int k = 0; nested && k < 8 && hn == 1; k++) hn = __atomic_load_n(&nest_hits[i * 8 + k], __ATOMIC_RELAXED);
+                if (h != 1 || hn != 1) {
+                    kn_unit_fail(__FILE__, __LINE__,
+                                 "%d threads, loop %d (%lld elements, %lld chunks%s): element %lld covered %d times, nested %d",
+                                 threads, loop, (long long)n, (long long)chunks, nested ? ", nested loops" : "",
+                                 (long long)i, h, hn);
+                    bad = 1;
+                }
+            }
+            if (!bad && j.affinity_bad) {
+                kn_unit_fail(__FILE__, __LINE__, "%d threads, loop %d: %d chunks ran with an affinity other than the caller's",
+                             threads, loop, j.affinity_bad);
+                bad = 1;
+            }
+            if (!bad && chunks > 1 && j.nested_bad) {
+                kn_unit_fail(__FILE__, __LINE__, "%d threads, loop %d: %d nested chunks left their chunk's thread",
+                             threads, loop, j.nested_bad);
+                bad = 1;
+            }
+        }
+        kn_threadpool_destroy(pool);
+    }
+    free(hits);
+    free(nest_hits);
 }
