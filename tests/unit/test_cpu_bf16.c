@@ -622,6 +622,10 @@ KN_TEST(bf16_amx_convolution_against_reference) {
         {1, 3, 96, 32, 28, 4, 4, {0, 0, 0, 0}, 1, 1, 4, 4, false, true},
         {1, 5, 17, 9, 41, 3, 3, {1, 1, 1, 1}, 1, 1, 1, 1},
         {1, 2, 33, 20, 20, 3, 7, {2, 3, 2, 3}, 2, 2, 1, 2},
+        /* the folded pairs in the compact layout (fewer than 16: 11, 6, 8, 7 above; A tiles as many
+         * pairs wide, B tiles as many rows) or, from 16 pairs on, in whole steps of 16: 5 x 7 = 35
+         * channels, 18 pairs */
+        {1, 5, 24, 15, 19, 7, 7, {3, 3, 3, 3}, 1, 1, 2, 2},
         /* 1x1 at stride 1: the GEMM on AMX with the residual and the Relu applied as its tiles store
          * C (rows first over all columns, and column panels first where B is over 1 MB), odd rows
          * and columns, batch 2, without the bias or the residual */
