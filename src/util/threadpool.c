@@ -34,7 +34,10 @@
  * round at one thread's speed (the worker's run-queue wait, /proc/<tid>/schedstat: 2-4 ms a round),
  * or the two took turns on one core. So each job notes the CPU its caller started on, and a worker
  * going to sleep narrows its affinity to its other allowed CPUs until it wakes (then puts back what
- * it had: the scheduler leaves it where it runs). bench/results/cpu-pool-wake-2026-12-06d-h75.md. */
+ * it had: the scheduler leaves it where it runs). Only where the allowed CPUs are at least the
+ * pool's threads: with more threads than CPUs some share one anyway, and narrowing would put every
+ * sleeping worker of a 4-thread pool on the 2-core box's one other CPU (reasoned, not measured).
+ * bench/results/cpu-pool-wake-2026-12-06d-h75.md. */
 
 /* One cache line per field the threads write while a job runs: with 16 threads, each claim of a
  * chunk (a CAS on a share's ticket) and each chunk done (done_chunks) moved a line that every other
@@ -154,20 +157,22 @@ typedef struct kn_affinity {
 } kn_affinity;
 
 /* Narrows the calling thread's affinity to its allowed CPUs other than `cpu` (the kernel moves it
- * now if it runs there), where it has others; restore_cpus puts back what it had (the user's or the
- * process's own pinning). A cpuset without the others refuses the narrowing: nothing changes. */
-static void avoid_cpu(int cpu, kn_affinity *a) {
+ * now if it runs there), where it is allowed `min_cpus` or more; restore_cpus puts back what it had
+ * (the user's or the process's own pinning). A cpuset without the others refuses the narrowing:
+ * nothing changes. */
+static void avoid_cpu(int cpu, int min_cpus, kn_affinity *a) {
     a->narrowed = false;
 #if defined(__linux__)
     if (cpu < 0 || cpu >= CPU_SETSIZE) return;
     if (sched_getaffinity(0, sizeof a->allowed, &a->allowed) != 0 || !CPU_ISSET(cpu, &a->allowed) ||
-        CPU_COUNT(&a->allowed) < 2)
+        CPU_COUNT(&a->allowed) < (min_cpus > 2 ? min_cpus : 2))
         return;
     cpu_set_t others = a->allowed;
     CPU_CLR(cpu, &others);
     a->narrowed = sched_setaffinity(0, sizeof others, &others) == 0;
 #else
     (void)cpu;
+    (void)min_cpus;
 #endif
 }
 
@@ -181,6 +186,7 @@ static void restore_cpus(kn_affinity *a) {
 typedef struct worker_arg {
     kn_threadpool *p;
     int self;
+    int threads; /* the pool's threads as asked (n_threads may drop while workers start) */
 } worker_arg;
 
 static void *worker_main(void *arg) {
@@ -198,7 +204,7 @@ static void *worker_main(void *arg) {
         if (gen == seen) {
             /* asleep off the caller's CPU: the wake-up then puts the worker on another one */
             kn_affinity away;
-            avoid_cpu(__atomic_load_n(&p->caller_cpu, __ATOMIC_RELAXED), &away);
+            avoid_cpu(__atomic_load_n(&p->caller_cpu, __ATOMIC_RELAXED), wa->threads, &away);
             pthread_mutex_lock(&p->mu);
             while (!p->stop && p->generation == seen) {
                 p->sleepers++;
@@ -249,7 +255,7 @@ kiln_status kn_threadpool_create(int threads, kn_threadpool **out) {
             return KN_OOM();
         }
         for (int i = 0; i < threads - 1; i++) {
-            p->wargs[i] = (worker_arg){p, i + 1};
+            p->wargs[i] = (worker_arg){p, i + 1, threads};
             if (pthread_create(&p->workers[i], NULL, worker_main, &p->wargs[i]) != 0) {
                 p->n_threads = i + 1; /* run with what started */
                 break;

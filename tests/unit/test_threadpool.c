@@ -107,7 +107,7 @@ KN_TEST(threadpool_few_chunks_few_threads) {
  * than threads among them; a loop started inside a chunk runs whole on that chunk's thread; and a
  * worker runs its chunks with the affinity it started with (it sleeps narrowed off the caller's
  * CPU, util/threadpool.c, and must put the rest back when it wakes: the check sees that where the
- * process may use two CPUs or more). A loop of one chunk runs on the caller outside the pool, so a
+ * process may use as many CPUs as the pool has threads, 2 threads on the 2-core box). A loop of one chunk runs on the caller outside the pool, so a
  * loop inside it may use the pool: only checked for coverage. */
 typedef struct pause_job {
     int *hits;
@@ -134,9 +134,19 @@ static void nest_range(void *arg, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; i++) __atomic_add_fetch(&a->j->nest_hits[a->base + i], 1, __ATOMIC_RELAXED);
 }
 
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
 static void pause_range(void *arg, int64_t b, int64_t e) {
     pause_job *j = arg;
     for (int64_t i = b; i < e; i++) __atomic_add_fetch(&j->hits[i], 1, __ATOMIC_RELAXED);
+    /* 20 us a chunk: long enough for a woken worker to join the loop before the caller has taken
+     * every chunk (else the affinity check below would rarely see a worker's chunk) */
+    for (const double t0 = now_us(); now_us() - t0 < 20;) {
+    }
 #if defined(__linux__)
     cpu_set_t now;
     if (sched_getaffinity(0, sizeof now, &now) == 0 && !CPU_EQUAL(&now, &j->start))
