@@ -127,7 +127,32 @@ if ! grep -q '^provider cuda: available' "$logs/info.log"; then
 fi
 
 export KILN_ZOO="$zoo"
+# The longest parts first (the GPU unit tests and the com.microsoft operators with cuda,cpu: 184 and
+# 222 s of the 282 the whole suite took with KILN_GPU_PARALLEL=4 on 12-06), so the rest overlaps them.
 part "GPU unit tests" "$logs/unit.log" env KILN_SOURCE_DIR="$root" "$build/kiln_unit_tests" cuda
+
+# The com.microsoft operators (and the ONNX integer products the script also writes) against
+# onnxruntime's CPU outputs: those with CUDA kernels (MatMulNBits and the QLinear operators of
+# cuda_ops_qcontrib.c, MatMulInteger of cuda_ops_quant.c) with provider cuda alone, so a CPU fallback
+# fails; every one with cuda,cpu. QLinearConv and ConvInteger have no CUDA kernel.
+# KILN_CONTRIB_TESTS: a folder the script wrote elsewhere, used as it is (the GPU machine's
+# onnxruntime build segfaulted in the script on 12-05).
+contrib="${KILN_CONTRIB_TESTS:-$build/contrib_tests}"
+if [ -z "${KILN_CONTRIB_TESTS:-}" ] && [ ! "$contrib/.complete" -nt tests/conformance/make_contrib_tests.py ]; then
+  rm -rf "$contrib"
+  python3 tests/conformance/make_contrib_tests.py "$contrib" >"$logs/make_contrib_tests.log" 2>&1 && touch "$contrib/.complete"
+fi
+mapfile -t contrib_cuda < <(find "$contrib" -mindepth 1 -maxdepth 1 -type d \( -name 'test_contrib_matmulnbits*' -o -name 'test_contrib_qlinear*' \
+  -o -name 'test_contrib_matmulinteger*' \) ! -name 'test_contrib_qlinearconv*' ! -name 'test_contrib_matmulintegertofloat*' 2>/dev/null | sort)
+if [ ${#contrib_cuda[@]} -gt 0 ]; then
+  part "MatMulNBits, QLinear operators and MatMulInteger vs onnxruntime, provider cuda only" "$logs/contrib_cuda.log" \
+    "$build/kiln" test --provider cuda "${contrib_cuda[@]}"
+  part "com.microsoft operators vs onnxruntime, providers cuda,cpu" "$logs/contrib_cuda_cpu.log" \
+    "$build/kiln" test --provider cuda,cpu "$contrib"
+else
+  echo "=== com.microsoft operator tests: none written ($logs/make_contrib_tests.log)"; record "com.microsoft operator tests: none written" "0 passed, 0 failed, 2 skipped"
+fi
+
 # The compiled-model cache tests with provider cuda (then cpu): hit, miss, rebuilt, corrupt, load
 # paths, dump; the eight-process test in a process of its own (its children fork, and a process
 # that has used CUDA cannot fork children that use it).
@@ -242,28 +267,6 @@ if [ ${#node_list[@]} -gt 0 ]; then
   done
 else
   echo "=== node tests: none found in $nodes"; record "node tests: none found" "0 passed, 0 failed, 6 skipped"
-fi
-
-# The com.microsoft operators (and the ONNX integer products the script also writes) against
-# onnxruntime's CPU outputs: those with CUDA kernels (MatMulNBits and the QLinear operators of
-# cuda_ops_qcontrib.c, MatMulInteger of cuda_ops_quant.c) with provider cuda alone, so a CPU fallback
-# fails; every one with cuda,cpu. QLinearConv and ConvInteger have no CUDA kernel.
-# KILN_CONTRIB_TESTS: a folder the script wrote elsewhere, used as it is (the GPU machine's
-# onnxruntime build segfaulted in the script on 12-05).
-contrib="${KILN_CONTRIB_TESTS:-$build/contrib_tests}"
-if [ -z "${KILN_CONTRIB_TESTS:-}" ] && [ ! "$contrib/.complete" -nt tests/conformance/make_contrib_tests.py ]; then
-  rm -rf "$contrib"
-  python3 tests/conformance/make_contrib_tests.py "$contrib" >"$logs/make_contrib_tests.log" 2>&1 && touch "$contrib/.complete"
-fi
-mapfile -t contrib_cuda < <(find "$contrib" -mindepth 1 -maxdepth 1 -type d \( -name 'test_contrib_matmulnbits*' -o -name 'test_contrib_qlinear*' \
-  -o -name 'test_contrib_matmulinteger*' \) ! -name 'test_contrib_qlinearconv*' ! -name 'test_contrib_matmulintegertofloat*' 2>/dev/null | sort)
-if [ ${#contrib_cuda[@]} -gt 0 ]; then
-  part "MatMulNBits, QLinear operators and MatMulInteger vs onnxruntime, provider cuda only" "$logs/contrib_cuda.log" \
-    "$build/kiln" test --provider cuda "${contrib_cuda[@]}"
-  part "com.microsoft operators vs onnxruntime, providers cuda,cpu" "$logs/contrib_cuda_cpu.log" \
-    "$build/kiln" test --provider cuda,cpu "$contrib"
-else
-  echo "=== com.microsoft operator tests: none written ($logs/make_contrib_tests.log)"; record "com.microsoft operator tests: none written" "0 passed, 0 failed, 2 skipped"
 fi
 
 # The optimisation levels on CUDA: fused nodes now form for the CUDA provider (src/opt/target.c),
