@@ -853,6 +853,22 @@ class LocalTimer:
             self._close()
 
 
+def open_kiln(k, model, threads, provider, feeds):
+    """A kiln session on the case, run once with its own outputs, then bound to copies of them:
+    (session, outputs); kiln's failures as KilnError (a row's verdict, not the sweep's end)."""
+    try:
+        ks = KilnSession(k, model, threads, provider, feeds)
+    except RuntimeError as e:
+        raise KilnError(str(e)) from None
+    try:
+        outs = ks.run_alloc()
+        ks.bind_outputs(outs)
+    except RuntimeError as e:
+        ks.close()
+        raise KilnError(str(e)) from None
+    return ks, outs
+
+
 def open_here(k, case, model, th, provider, clock_mode, ov, torch, row):
     """Every runtime in this process: (ORT's outputs or None, kiln's outputs, name -> LocalTimer)."""
     feeds = case.inputs
@@ -862,16 +878,7 @@ def open_here(k, case, model, th, provider, clock_mode, ov, torch, row):
             ref, ort_run = ort_session(model, th, feeds)
         except Exception as e:  # ORT has no kernel for this type, ...
             add_note(row, "ORT: " + str(e).splitlines()[0][:80])
-    try:
-        ks = KilnSession(k, model, th, provider, feeds)
-    except RuntimeError as e:
-        raise KilnError(str(e)) from None
-    try:
-        got = ks.run_alloc()
-        ks.bind_outputs(got)
-    except RuntimeError as e:
-        ks.close()
-        raise KilnError(str(e)) from None
+    ks, got = open_kiln(k, model, th, provider, feeds)
     timers = {}
     try:
         sync = None
@@ -940,16 +947,7 @@ def worker_main(conn, runtime, lib):
                 close()
                 clock = clock_for(runtime, threads, clock_mode)
                 if runtime == "kiln":
-                    try:
-                        ks = KilnSession(k, model, threads, "cpu", feeds)
-                    except RuntimeError as e:
-                        raise KilnError(str(e)) from None
-                    try:
-                        outs = ks.run_alloc()
-                        ks.bind_outputs(outs)
-                    except RuntimeError as e:
-                        ks.close()
-                        raise KilnError(str(e)) from None
+                    ks, outs = open_kiln(k, model, threads, "cpu", feeds)
                     cur = (ks.run, clock, ks.close, feeds)
                 elif runtime == "ort":
                     outs, run = ort_session(model, threads, feeds)
