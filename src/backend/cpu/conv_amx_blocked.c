@@ -252,15 +252,20 @@ typedef struct run_job {
 /* the sums of 32 positions from p (img's, whose c blocks are cbs positions apart) and m block mb,
  * into T (position rows of 32 channels). first: the task's first positions, whose weights come from
  * memory (a deep layer's are larger than L2): the block's weights (2 KB a step, in the order read)
- * brought into L2 WPF_STEPS steps ahead. */
-static inline void block_tiles(const run_job *j, const uint16_t *img, int64_t cbs, int64_t p, int64_t mb, bool first,
-                               const uint16_t *last, float *T) {
+ * brought into L2 WPF_STEPS steps ahead. half: only the first 16 positions (T's rows 0-15; a plane's
+ * last block with at most 16 positions left: 14x14's 196 = 6 x 32 + 4, 28x28's 784 = 24 x 32 + 16),
+ * two C tiles instead of four. */
+static inline __attribute__((always_inline)) void block_tiles(const bool half, const run_job *j, const uint16_t *img,
+                                                               int64_t cbs, int64_t p, int64_t mb, bool first,
+                                                               const uint16_t *last, float *T) {
     const bgeom *g = j->g;
     const uint16_t *wm = j->wb + mb * g->taps * g->CB * 1024;
     _tile_zero(0);
     _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    if (!half) {
+        _tile_zero(2);
+        _tile_zero(3);
+    }
     for (int64_t t = 0; t < g->taps; t++) {
         const uint16_t *at = img + (j->toff[t] + p) * BC, *bt = wm + t * g->CB * 1024;
         for (int64_t cb = 0; cb < g->CB; cb++) {
@@ -269,10 +274,10 @@ static inline void block_tiles(const run_job *j, const uint16_t *img, int64_t cb
                 for (int l = 0; l < 32; l++) _mm_prefetch((const char *)(w + WPF_STEPS * 1024 + l * 32), _MM_HINT_T1);
             if (j->stream_x) {
                 _tile_stream_loadd(4, x, 64);
-                _tile_stream_loadd(5, x + 16 * BC, 64);
+                if (!half) _tile_stream_loadd(5, x + 16 * BC, 64);
             } else {
                 _tile_loadd(4, x, 64);
-                _tile_loadd(5, x + 16 * BC, 64);
+                if (!half) _tile_loadd(5, x + 16 * BC, 64);
             }
             if (j->stream_w) {
                 _tile_stream_loadd(6, w, 64);
@@ -283,14 +288,18 @@ static inline void block_tiles(const run_job *j, const uint16_t *img, int64_t cb
             }
             _tile_dpbf16ps(0, 4, 6);
             _tile_dpbf16ps(1, 4, 7);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
+            if (!half) {
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
         }
     }
     _tile_stored(0, T, 128);
     _tile_stored(1, T + 16, 128);
-    _tile_stored(2, T + 16 * 32, 128);
-    _tile_stored(3, T + 16 * 32 + 16, 128);
+    if (!half) {
+        _tile_stored(2, T + 16 * 32, 128);
+        _tile_stored(3, T + 16 * 32 + 16, 128);
+    }
     FENCE();
 }
 
@@ -428,7 +437,8 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
             /* in place, the tensor's last positions: their tile rows past its end read from the copy
              * (the other blocks' rows past their plane read the next block's, and are dropped) */
             const bool at_end = j->last && n == s->N - 1 && p0 + 32 > plane;
-            block_tiles(j, img, cbs, p0, mb, p0 == c0, at_end ? j->last : NULL, T);
+            if (g->npad - p0 <= 16) block_tiles(true, j, img, cbs, p0, mb, p0 == c0, at_end ? j->last : NULL, T);
+            else block_tiles(false, j, img, cbs, p0, mb, p0 == c0, at_end ? j->last : NULL, T);
             if (blocked_y) store_block_blocked(j, T, n, mb, p0);
             else store_block(j, T, n, mb, p0);
         }
