@@ -441,6 +441,101 @@ KN_TEST(nn_reduce_uint64_max_and_int_sum) {
     kn_tensor_free(y);
 }
 
+/* float16 and bfloat16 reductions over the last dims (each row widened in the parallel loop,
+ * nn_reduce.c's reduce_half_rows) against double over the same half values, rounded to the type:
+ * rows of 1 to 20000 elements, two reduced dims merged, NaN and -inf rows, 1 and 3 threads. */
+KN_TEST(nn_reduce_half_rows_against_double) {
+    static const char *ops[] = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL1",
+                                "ReduceL2", "ReduceSumSquare", "ReduceProd", "ReduceLogSumExp"};
+    struct { int rank; int64_t dims[3]; int n_axes; int64_t axes[2]; } shapes[] = {
+        {2, {5, 37}, 1, {-1}}, {3, {2, 3, 1000}, 1, {2}}, {3, {4, 2, 3}, 2, {1, 2}}, {2, {3, 20000}, 1, {1}},
+        {2, {7, 1}, 1, {1}},
+    };
+    kn_threadpool *pool = NULL;
+    CHECK_STATUS(kn_threadpool_create(3, &pool), KILN_OK);
+    unsigned seed = 11;
+    for (int half = 0; half < 2; half++) {
+        const kiln_dtype dt = half ? KILN_DTYPE_BFLOAT16 : KILN_DTYPE_FLOAT16;
+        const double ulp = half ? 1.0 / 128 : 1.0 / 1024; /* the type's relative step */
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+            int64_t odims[3], rows = 1, n = 1;
+            for (int k = 0; k < shapes[sh].rank; k++) {
+                bool reduced = false;
+                for (int a = 0; a < shapes[sh].n_axes; a++)
+                    reduced |= (shapes[sh].axes[a] + shapes[sh].rank) % shapes[sh].rank == k;
+                odims[k] = reduced ? 1 : shapes[sh].dims[k];
+                if (reduced) n *= shapes[sh].dims[k];
+                else rows *= shapes[sh].dims[k];
+            }
+            kn_tensor *x = NULL;
+            CHECK_STATUS(kn_tensor_new(dt, shapes[sh].rank, shapes[sh].dims, &x), KILN_OK);
+            uint16_t *xp = x->data;
+            for (int64_t i = 0; i < rows * n; i++) {
+                seed = seed * 1103515245u + 12345u;
+                /* near 1 so that products of 20000 stay finite: 1 + [-1/16, 1/16) or [-2, 2) */
+                const float u = (float)((seed >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f;
+                const float v = n > 100 ? 1.0f + u / 16 : 2.0f * u;
+                xp[i] = half ? kn_f32_to_bf16(v) : kn_f32_to_f16(v);
+            }
+            if (rows > 2 && n > 1) {
+                xp[1 * n + n / 2] = half ? 0x7fc0 : 0x7e00; /* row 1: a NaN */
+                for (int64_t i = 0; i < n; i++) xp[2 * n + i] = half ? 0xff80 : 0xfc00; /* row 2: -inf */
+            }
+            for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+                for (int threads = 1; threads <= 3; threads += 2) {
+                    kn_tensor *y = NULL;
+                    CHECK_STATUS(kn_tensor_new(dt, shapes[sh].rank, odims, &y), KILN_OK);
+                    tnode t;
+                    tn_init(&t, ops[o], 11);
+                    tn_ints(&t, "axes", shapes[sh].axes, shapes[sh].n_axes);
+                    kn_kernel_ctx c = {.node = &t.node, .in = &x, .n_inputs = 1, .out = &y, .n_outputs = 1,
+                                       .pool = threads > 1 ? pool : NULL};
+                    CHECK_STATUS(kn_cpu_reduce(&c), KILN_OK);
+                    int bad = 0;
+                    for (int64_t r = 0; r < rows && bad < 3; r++) {
+                        double acc = o == 7 ? 1 : o == 2 || o == 8 ? -INFINITY : o == 3 ? INFINITY : 0, mag = 0;
+                        bool nan = false;
+                        for (int64_t i = 0; i < n; i++) {
+                            const double v = half ? kn_bf16_to_f32(xp[r * n + i]) : kn_f16_to_f32(xp[r * n + i]);
+                            nan |= v != v;
+                            mag += fabs(v) * (o == 5 || o == 6 ? fabs(v) : 1);
+                            if (o == 0 || o == 1) acc += v;
+                            else if (o == 2 || o == 8) acc = v > acc ? v : acc;
+                            else if (o == 3) acc = v < acc ? v : acc;
+                            else if (o == 4) acc += fabs(v);
+                            else if (o == 5 || o == 6) acc += v * v;
+                            else if (o == 7) acc *= v;
+                        }
+                        if (o == 1) acc /= (double)n;
+                        if (o == 5) acc = sqrt(acc);
+                        if (o == 8 && !nan && !isinf(acc)) {
+                            double s = 0;
+                            for (int64_t i = 0; i < n; i++)
+                                s += exp((half ? kn_bf16_to_f32(xp[r * n + i]) : kn_f16_to_f32(xp[r * n + i])) - acc);
+                            acc += log(s);
+                        }
+                        const uint16_t gh = ((const uint16_t *)y->data)[r];
+                        const double got = half ? kn_bf16_to_f32(gh) : kn_f16_to_f32(gh);
+                        bool ok;
+                        if (nan) ok = got != got;
+                        else if (isinf(acc) || o == 7) ok = got == (half ? kn_bf16_to_f32(kn_f32_to_bf16((float)acc))
+                                                                           : kn_f16_to_f32(kn_f32_to_f16((float)acc))) ||
+                                                            fabs(got - acc) <= 2 * ulp * fabs(acc);
+                        else ok = fabs(got - acc) <= ulp * fabs(acc) + 1e-5 * (o == 1 ? mag / (double)n : mag);
+                        if (!ok) {
+                            bad++;
+                            kn_unit_fail(__FILE__, __LINE__, "%s %s shape %zu row %lld, %d threads: got %.8g, want %.8g",
+                                         ops[o], half ? "bf16" : "f16", sh, (long long)r, threads, got, acc);
+                        }
+                    }
+                    kn_tensor_free(y);
+                }
+            kn_tensor_free(x);
+        }
+    }
+    kn_threadpool_destroy(pool);
+}
+
 KN_TEST(nn_reduce_bad_axis_message) {
     tnode t;
     tn_init(&t, "ReduceSum", 11);
