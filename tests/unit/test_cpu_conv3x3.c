@@ -239,8 +239,9 @@ KN_TEST(cpu_conv3x3_matches_definition) {
  * tile rows at several threads: each chunk's input transform, products and output transform on one
  * thread) against the definition: chunks that split images, a partial last chunk, tile rows not a
  * multiple of the vector's group, partial tiles, asymmetric pads, weights a constant (prepacked) or
- * a graph input, a fused Relu (level 3), 2 and 3 threads, by the default choice, forced
- * (KILN_WINO_CHUNKS=1) and the usual order (KILN_WINO_CHUNKS=0) on the same cases. */
+ * a graph input, a fused Relu (level 3), a dilated layer's phase images, 2 and 3 threads, by the
+ * default choice, forced (KILN_WINO_CHUNKS=1) and the usual order (KILN_WINO_CHUNKS=0) on the same
+ * cases. */
 KN_TEST(cpu_wino_chunks_per_thread_match_definition) {
     static const c3_case cases[] = {
         {32, 32, 14, 14, 32, 1, 1, 1, {1, 1, 1, 1}, true, false, false}, /* issue 22's b32 case: 128 tile rows */
@@ -248,6 +249,8 @@ KN_TEST(cpu_wino_chunks_per_thread_match_definition) {
         {5, 24, 30, 16, 40, 1, 1, 1, {1, 1, 1, 1}, true, true, false},   /* W a graph input, 8 rows an image: 40 */
         {33, 8, 6, 9, 16, 1, 1, 1, {0, 0, 0, 0}, true, false, false},    /* one tile row an image, partial tiles: 33 */
         {3, 64, 60, 12, 64, 1, 1, 1, {1, 1, 1, 1}, true, false, true},   /* chunks that split images: 45 rows */
+        {1, 64, 28, 28, 64, 1, 2, 1, {2, 2, 2, 2}, true, false, true},   /* dilation 2: four 14x14 phase images,
+                                                                          * 4 units of rows (taken at 2 threads) */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const c3_case *t = &cases[ci];
@@ -256,7 +259,7 @@ KN_TEST(cpu_wino_chunks_per_thread_match_definition) {
         unsigned char *m = c3_model(t, consts, &size);
         CHECK(m != NULL);
         if (!m) continue;
-        const int64_t OH = c3_out(t->H, 1, 1, t->pads[0], t->pads[2]), OW = c3_out(t->W, 1, 1, t->pads[1], t->pads[3]);
+        const int64_t OH = c3_out(t->H, 1, t->d, t->pads[0], t->pads[2]), OW = c3_out(t->W, 1, c3_dw(t), t->pads[1], t->pads[3]);
         uint32_t seed = 77 + (uint32_t)ci;
         kiln_tensor *x = NULL, *w = consts[0];
         kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->C, t->H, t->W}, 4, &x);
