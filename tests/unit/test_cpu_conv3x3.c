@@ -90,6 +90,26 @@ static void c3_reference(const c3_case *t, const float *x, const float *w, const
                 }
 }
 
+/* A case's random input x (and w, when a graph input; else the model's constant consts[0]) from
+ * seed, and the reference outputs want with their scales (ny of each, malloc'ed). */
+static void c3_inputs(const c3_case *t, kiln_tensor *const consts[2], uint32_t seed, kiln_tensor **x, kiln_tensor **w,
+                      double **want, double **scale, size_t *ny) {
+    const int64_t OH = c3_out(t->H, t->s, t->d, t->pads[0], t->pads[2]);
+    const int64_t OW = c3_out(t->W, t->s, c3_dw(t), t->pads[1], t->pads[3]);
+    *x = NULL, *w = consts[0];
+    kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->C, t->H, t->W}, 4, x);
+    float *xp = kiln_tensor_data(*x);
+    for (int64_t i = 0; i < kiln_tensor_element_count(*x); i++) xp[i] = tmb_rand(&seed);
+    if (t->w_input) {
+        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->M, t->C / t->g, 3, 3}, 4, w);
+        float *wp = kiln_tensor_data(*w);
+        for (int64_t i = 0; i < kiln_tensor_element_count(*w); i++) wp[i] = 0.3f * tmb_rand(&seed);
+    }
+    *ny = (size_t)(t->N * t->M * OH * OW);
+    *want = malloc(sizeof(double) * *ny), *scale = malloc(sizeof(double) * *ny);
+    c3_reference(t, xp, kiln_tensor_data(*w), consts[1] ? kiln_tensor_data(consts[1]) : NULL, OH, OW, *want, *scale);
+}
+
 /* Runs session s twice on x (and w, when a graph input) and checks every output against want
  * within tmb_count_off's bound of scale; ctx names the case and settings in a failure's message. */
 static void c3_check_session(kiln_session *s, const c3_case *t, kiln_tensor *x, kiln_tensor *w, const double *want,
@@ -188,21 +208,10 @@ KN_TEST(cpu_conv3x3_matches_definition) {
         size_t size;
         unsigned char *m = c3_model(t, consts, &size);
         if (!m) continue;
-        const int64_t OH = c3_out(t->H, t->s, t->d, t->pads[0], t->pads[2]);
-        const int64_t OW = c3_out(t->W, t->s, c3_dw(t), t->pads[1], t->pads[3]);
-        uint32_t seed = 1234 + (uint32_t)ci;
-        kiln_tensor *x = NULL, *w = consts[0];
-        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->C, t->H, t->W}, 4, &x);
-        float *xp = kiln_tensor_data(x);
-        for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) xp[i] = tmb_rand(&seed);
-        if (t->w_input) {
-            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->M, t->C / t->g, 3, 3}, 4, &w);
-            float *wp = kiln_tensor_data(w);
-            for (int64_t i = 0; i < kiln_tensor_element_count(w); i++) wp[i] = 0.3f * tmb_rand(&seed);
-        }
-        const size_t ny = (size_t)(t->N * t->M * OH * OW);
-        double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
-        c3_reference(t, xp, kiln_tensor_data(w), consts[1] ? kiln_tensor_data(consts[1]) : NULL, OH, OW, want, scale);
+        kiln_tensor *x, *w;
+        double *want, *scale;
+        size_t ny;
+        c3_inputs(t, consts, 1234 + (uint32_t)ci, &x, &w, &want, &scale, &ny);
         /* force 1: the fast paths wherever they apply (Winograd as F(4x4, 3x3)); 2: Winograd and
          * rk_conv off, the direct kernel on (the dilated, stride-1 and few-channel stride-2 shapes
          * taken otherwise); 3: Winograd as F(2x2, 3x3) wherever it runs (planes up to 14 columns);
@@ -259,20 +268,10 @@ KN_TEST(cpu_wino_chunks_per_thread_match_definition) {
         unsigned char *m = c3_model(t, consts, &size);
         CHECK(m != NULL);
         if (!m) continue;
-        const int64_t OH = c3_out(t->H, 1, t->d, t->pads[0], t->pads[2]), OW = c3_out(t->W, 1, c3_dw(t), t->pads[1], t->pads[3]);
-        uint32_t seed = 77 + (uint32_t)ci;
-        kiln_tensor *x = NULL, *w = consts[0];
-        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->C, t->H, t->W}, 4, &x);
-        float *xp = kiln_tensor_data(x);
-        for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) xp[i] = tmb_rand(&seed);
-        if (t->w_input) {
-            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->M, t->C, 3, 3}, 4, &w);
-            float *wp = kiln_tensor_data(w);
-            for (int64_t i = 0; i < kiln_tensor_element_count(w); i++) wp[i] = 0.3f * tmb_rand(&seed);
-        }
-        const size_t ny = (size_t)(t->N * t->M * OH * OW);
-        double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
-        c3_reference(t, xp, kiln_tensor_data(w), kiln_tensor_data(consts[1]), OH, OW, want, scale);
+        kiln_tensor *x, *w;
+        double *want, *scale;
+        size_t ny;
+        c3_inputs(t, consts, 77 + (uint32_t)ci, &x, &w, &want, &scale, &ny);
         setenv("KILN_WINO", "1", 1);
         setenv("KILN_WINO2", "0", 1);
         for (int force = 0; force < 3; force++) { /* the default choice, forced on, forced off */
