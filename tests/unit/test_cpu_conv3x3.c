@@ -116,19 +116,7 @@ static void c3_check_session(kiln_session *s, const c3_case *t, kiln_tensor *x, 
                              const double *scale, size_t ny, const char *ctx) {
     const char *names[2] = {"x", "w"};
     kiln_tensor *ins[2] = {x, w};
-    for (int run = 0; run < 2; run++) {
-        kiln_tensor *y = NULL;
-        CHECK_STATUS(kiln_session_run(s, names, ins, t->w_input ? 2 : 1, NULL, 1, &y), KILN_OK);
-        if (!y) continue;
-        CHECK_EQ_INT(kiln_tensor_element_count(y), (int64_t)ny);
-        const float *got = kiln_tensor_data(y);
-        size_t first = 0;
-        const size_t bad =
-            kiln_tensor_element_count(y) == (int64_t)ny ? tmb_count_off(got, want, scale, ny, 1e-6, 5e-6, &first) : 0;
-        CHECK_MSG(bad == 0, "%s, run %d: %zu of %zu outputs differ, first at %zu: %.9g, want %.9g (scale %g)", ctx, run,
-                  bad, ny, first, bad ? got[first] : 0.0, bad ? want[first] : 0.0, bad ? scale[first] : 0.0);
-        kiln_tensor_destroy(y);
-    }
+    tmb_check_runs(s, names, ins, t->w_input ? 2 : 1, want, scale, ny, 1e-6, 5e-6, ctx);
 }
 
 KN_TEST(cpu_conv3x3_matches_definition) {

@@ -136,25 +136,12 @@ KN_TEST(cpu_fused_matmul_matches_definition) {
                     if (!s) continue;
                     const char *names[2] = {"x", "z"};
                     kiln_tensor *ins[2] = {x, z};
-                    for (int run = 0; run < 2; run++) {
-                        kiln_tensor *y = NULL;
-                        CHECK_STATUS(kiln_session_run(s, names, ins, t->res ? 2 : 1, NULL, 1, &y), KILN_OK);
-                        if (!y) continue;
-                        CHECK_EQ_INT(kiln_tensor_element_count(y), (int64_t)ny);
-                        const float *got = kiln_tensor_data(y);
-                        size_t first = 0;
-                        const size_t bad = kiln_tensor_element_count(y) == (int64_t)ny
-                                                 ? tmb_count_off(got, want, scale, ny, 1e-6, 2e-6, &first)
-                                                 : 0;
-                        CHECK_MSG(bad == 0,
-                                  "case %zu (%lld x %lld x %lld -> %lld, bias %d, res %d, act %d), order %d, %d "
-                                  "threads, level %d, run %d: %zu of %zu outputs differ, first at %zu: %.9g, want "
-                                  "%.9g (scale %g)",
-                                  ci, (long long)t->batch, (long long)t->M, (long long)t->K, (long long)t->N, t->bias,
-                                  t->res, t->act, order, threads, level, run, bad, ny, first, bad ? got[first] : 0.0,
-                                  bad ? want[first] : 0.0, bad ? scale[first] : 0.0);
-                        kiln_tensor_destroy(y);
-                    }
+                    char ctx[160];
+                    snprintf(ctx, sizeof ctx,
+                             "case %zu (%lld x %lld x %lld -> %lld, bias %d, res %d, act %d), order %d, %d threads, level %d",
+                             ci, (long long)t->batch, (long long)t->M, (long long)t->K, (long long)t->N, t->bias, t->res,
+                             t->act, order, threads, level);
+                    tmb_check_runs(s, names, ins, t->res ? 2 : 1, want, scale, ny, 1e-6, 2e-6, ctx);
                     kiln_session_destroy(s);
                 }
             unsetenv("KILN_GEMM_PACKED_B");
@@ -208,24 +195,11 @@ KN_TEST(cpu_fused_matmul_bf16_epilogue_matches_definition) {
                 if (!s) continue;
                 const char *names[2] = {"x", "z"};
                 kiln_tensor *ins[2] = {x, z};
-                for (int run = 0; run < 2; run++) {
-                    kiln_tensor *y = NULL;
-                    CHECK_STATUS(kiln_session_run(s, names, ins, t->res ? 2 : 1, NULL, 1, &y), KILN_OK);
-                    if (!y) continue;
-                    CHECK_EQ_INT(kiln_tensor_element_count(y), (int64_t)ny);
-                    const float *got = kiln_tensor_data(y);
-                    size_t first = 0;
-                    const size_t bad = kiln_tensor_element_count(y) == (int64_t)ny
-                                             ? tmb_count_off(got, want, scale, ny, 1e-6, 1e-5, &first)
-                                             : 0;
-                    CHECK_MSG(bad == 0,
-                              "bf16 case %zu (%lld x %lld x %lld -> %lld, bias %d, res %d, act %d), %d threads, level "
-                              "%d, run %d: %zu of %zu outputs differ, first at %zu: %.9g, want %.9g (scale %g)",
-                              ci, (long long)t->batch, (long long)t->M, (long long)t->K, (long long)t->N, t->bias,
-                              t->res, t->act, threads, level, run, bad, ny, first, bad ? got[first] : 0.0,
-                              bad ? want[first] : 0.0, bad ? scale[first] : 0.0);
-                    kiln_tensor_destroy(y);
-                }
+                char ctx[160];
+                snprintf(ctx, sizeof ctx, "bf16 case %zu (%lld x %lld x %lld -> %lld, bias %d, res %d, act %d), %d threads, level %d",
+                         ci, (long long)t->batch, (long long)t->M, (long long)t->K, (long long)t->N, t->bias, t->res,
+                         t->act, threads, level);
+                tmb_check_runs(s, names, ins, t->res ? 2 : 1, want, scale, ny, 1e-6, 1e-5, ctx);
                 kiln_session_destroy(s);
             }
         free(want);

@@ -37,6 +37,28 @@ static inline size_t tmb_count_off(const float *got, const double *want, const d
     return bad;
 }
 
+/* Runs session s twice on its n_in inputs (names[i]: ins[i]) and checks its one output against the
+ * ny reference values want, within tmb_count_off's atol + rtol * scale (scale NULL: |want|); ctx
+ * names the case and settings in a failure's message. */
+static inline void tmb_check_runs(kiln_session *s, const char *const *names, kiln_tensor *const *ins, size_t n_in,
+                                  const double *want, const double *scale, size_t ny, double atol, double rtol,
+                                  const char *ctx) {
+    for (int run = 0; run < 2; run++) {
+        kiln_tensor *y = NULL;
+        CHECK_STATUS(kiln_session_run(s, names, ins, n_in, NULL, 1, &y), KILN_OK);
+        if (!y) continue;
+        CHECK_EQ_INT(kiln_tensor_element_count(y), (int64_t)ny);
+        const float *got = kiln_tensor_data(y);
+        size_t first = 0;
+        const size_t bad =
+            kiln_tensor_element_count(y) == (int64_t)ny ? tmb_count_off(got, want, scale, ny, atol, rtol, &first) : 0;
+        CHECK_MSG(bad == 0, "%s, run %d: %zu of %zu outputs differ, first at %zu: %.9g, want %.9g (scale %g)", ctx, run,
+                  bad, ny, first, bad ? got[first] : 0.0, bad ? want[first] : 0.0,
+                  bad ? (scale ? scale[first] : fabs(want[first])) : 0.0);
+        kiln_tensor_destroy(y);
+    }
+}
+
 /* A session of the serialised model (data, size) on the CPU with `threads` intra-op threads at
  * optimisation level `level`, no cache; NULL (the test failed) where it was refused. */
 static inline kiln_session *tmb_session(const unsigned char *data, size_t size, int threads, int level) {
