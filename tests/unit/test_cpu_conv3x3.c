@@ -110,6 +110,17 @@ static void c3_inputs(const c3_case *t, kiln_tensor *const consts[2], uint32_t s
     c3_reference(t, xp, kiln_tensor_data(*w), consts[1] ? kiln_tensor_data(consts[1]) : NULL, OH, OW, *want, *scale);
 }
 
+/* What c3_model and c3_inputs made (w: the graph input, or the model's constant weights). */
+static void c3_release(unsigned char *m, kiln_tensor *const consts[2], kiln_tensor *x, kiln_tensor *w, double *want,
+                       double *scale) {
+    free(want);
+    free(scale);
+    kiln_tensor_destroy(x);
+    kiln_tensor_destroy(w);
+    kiln_tensor_destroy(consts[1]);
+    free(m);
+}
+
 /* Runs session s twice on x (and w, when a graph input) and checks every output against want
  * within tmb_count_off's bound of scale; ctx names the case and settings in a failure's message. */
 static void c3_check_session(kiln_session *s, const c3_case *t, kiln_tensor *x, kiln_tensor *w, const double *want,
@@ -223,12 +234,7 @@ KN_TEST(cpu_conv3x3_matches_definition) {
                 }
             if (force) unsetenv("KILN_WINO"), unsetenv("KILN_CL3"), unsetenv("KILN_RK"), unsetenv("KILN_WINO2");
         }
-        free(want);
-        free(scale);
-        kiln_tensor_destroy(x);
-        kiln_tensor_destroy(w);
-        kiln_tensor_destroy(consts[1]);
-        free(m);
+        c3_release(m, consts, x, w, want, scale);
     }
 }
 
@@ -276,11 +282,6 @@ KN_TEST(cpu_wino_chunks_per_thread_match_definition) {
             }
         }
         unsetenv("KILN_WINO_CHUNKS"), unsetenv("KILN_WINO"), unsetenv("KILN_WINO2");
-        free(want);
-        free(scale);
-        kiln_tensor_destroy(x);
-        kiln_tensor_destroy(w);
-        kiln_tensor_destroy(consts[1]);
-        free(m);
+        c3_release(m, consts, x, w, want, scale);
     }
 }
