@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """kiln against PyTorch on the same GPU, per zoo architecture, batch 1, in one run.
 
-PyTorch builds the same architectures the zoo was exported from (the constructors of
-../shared/models/make_zoo.py: torchvision, timm, transformers, torch.nn's LSTM and GRU (cuDNN's
+PyTorch builds the same architectures the zoo was exported from (bench/zoo_arch.py, the constructors
+of ../shared/models/make_zoo.py: torchvision, timm, transformers, torch.nn's LSTM and GRU (cuDNN's
 recurrences), random weights: timing does not depend on the values) and runs them with CUDA graphs (torch.cuda.CUDAGraph: capture once, replay),
 in float32 (TF32 off, as kiln's fp32), float16, and for the CNNs float16 channels_last (NHWC, the
 layout cuDNN's tensor-core convolutions prefer). Each PyTorch run copies its input from host
@@ -27,63 +27,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def torch_models():
-    import torch
-    import torchvision
-    import timm
-    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, WhisperConfig
-    from transformers.models.whisper.modeling_whisper import WhisperEncoder
-
-    class Bert(torch.nn.Module):
-        def __init__(s):
-            super().__init__()
-            s.m = BertModel(BertConfig(vocab_size=8192, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                                       intermediate_size=1024))
-
-        def forward(s, ids, mask, tt):
-            o = s.m(input_ids=ids, attention_mask=mask, token_type_ids=tt)
-            return o.last_hidden_state, o.pooler_output
-
-    class Gpt2(torch.nn.Module):
-        def __init__(s):
-            super().__init__()
-            s.m = GPT2Model(GPT2Config(vocab_size=8192, n_embd=256, n_layer=2, n_head=4, n_positions=512))
-
-        def forward(s, ids):
-            return s.m(input_ids=ids, use_cache=False).last_hidden_state
-
-    class Whisper(torch.nn.Module):
-        def __init__(s):
-            super().__init__()
-            s.e = WhisperEncoder(WhisperConfig(d_model=256, encoder_layers=2, encoder_attention_heads=4,
-                                               encoder_ffn_dim=1024, num_mel_bins=80, max_source_positions=1500))
-
-        def forward(s, f):
-            return s.e(f).last_hidden_state
-
-    class Rnn(torch.nn.Module):  # cuDNN's LSTM and GRU
-        def __init__(s):
-            super().__init__()
-            s.lstm = torch.nn.LSTM(40, 96, num_layers=2, batch_first=True)
-            s.gru = torch.nn.GRU(96, 64, batch_first=True, bidirectional=True)
-            s.fc = torch.nn.Linear(128, 10)
-
-        def forward(s, x):
-            y, _ = s.lstm(x)
-            y, _ = s.gru(y)
-            return s.fc(y)
-
-    return {
-        "mobilenet_v3_small": (torchvision.models.mobilenet_v3_small, True),
-        "efficientnet_b0": (torchvision.models.efficientnet_b0, True),
-        "vit_tiny": (lambda: timm.create_model("vit_tiny_patch16_224", pretrained=False), False),
-        "bert_mini": (Bert, False),
-        "gpt2_tiny_dynamo": (Gpt2, False),
-        "whisper_tiny_encoder": (Whisper, False),
-        "lstm_gru": (Rnn, False),
-    }
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from zoo_arch import torch_models  # noqa: E402  (the zoo's architectures, shared with gpu_peers.py)
 
 
 def read_inputs(model_dir):
