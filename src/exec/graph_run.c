@@ -2,7 +2,10 @@
  * each set of input shapes once as usual, which makes every lazy choice (algorithms, converted
  * weights, constants on the device, allocator blocks); the next run with the same shapes is
  * recorded into a graph with its own input buffers, and later runs replay it: inputs are copied
- * into those buffers, the graph is launched, and the caller copies the outputs out of it. Each
+ * into those buffers, the graph is launched, and the caller copies the outputs out of it. When the
+ * caller's inputs are in device memory the graph reads them where they are and copies the outputs
+ * into the caller's device tensors itself, for as long as the caller keeps the same buffers (see
+ * kn_captured): a replay is one launch. Each
  * call context (graph_run.h, kn_call_ctx) does this on its own lane, with graphs of its own, so
  * concurrent calls never share a graph or its buffers.
  *
@@ -36,19 +39,34 @@ typedef struct kn_ctx_graphs kn_ctx_graphs;
 #define KN_MAX_GRAPHS 4 /* captured graphs per call context (least recently used goes) */
 #define KN_MAX_SEEN 16  /* input-shape sets remembered as warmed up or not recordable */
 
+/* A graph recorded for one input-shape set. A copying graph reads its own input buffers (each
+ * replay copies the caller's inputs in first). A graph made for the caller's buffers, when every
+ * input given was in the device's memory, reads them where they are and copies each output the
+ * caller gave a device tensor for into it as its last step: a replay is then one launch, as a
+ * CUDA graph replays in PyTorch or ONNX Runtime's IO binding, and it serves only calls with those
+ * same addresses (a call with others drops it, see kn_seen.moves). */
 typedef struct kn_captured {
     int64_t *sig; /* the input-shape set it was recorded for */
     size_t sig_len;
     void *graph;          /* the backend's handle */
-    kn_tensor **inputs;   /* per graph input: the buffer the graph reads (NULL: not given) */
+    kn_tensor **inputs;   /* per graph input: the buffer the graph reads (NULL: not given, or read in place) */
     kn_tensor **outputs;  /* per graph output: the graph's value (device memory it keeps, or a host value) */
+    const void **reads;   /* per graph input: the caller's memory the graph reads in place, or NULL */
+    void **writes;        /* per graph output: the caller's memory the graph writes the output into, or NULL */
+    bool in_place;        /* made for the caller's buffers (reads and writes hold its addresses) */
     uint64_t last_used;
 } kn_captured;
+
+/* A caller's buffers that move between calls: a graph made for them is dropped and remade for the
+ * new ones this many times per shape set, then that set records copying graphs (a caller cycling
+ * through several buffers would otherwise record at every call). */
+#define KN_MAX_MOVES 2
 
 typedef struct kn_seen {
     int64_t *sig;
     size_t sig_len;
     bool failed; /* recording failed: run uncaptured */
+    int moves;   /* graphs made for the caller's buffers dropped because the buffers moved */
 } kn_seen;
 
 /* The session's decision (runs are recorded, on this backend) and its counts. */
@@ -56,6 +74,7 @@ struct kn_graph_cache {
     int backend; /* index of the recording backend in the session's runtime */
     _Atomic int n_graphs;       /* graphs held by all the contexts */
     _Atomic uint64_t launches;  /* graph launches (replays, and the first launch after a recording) */
+    _Atomic uint64_t in_place_launches; /* those of graphs made for the caller's buffers */
 };
 
 /* What one call context recorded, on its lane (graph_run.h, kn_call_ctx): used by one call at a
@@ -256,6 +275,8 @@ static void captured_free(kiln_session *s, kn_captured *e) {
     for (int i = 0; e->outputs && i < g->n_outputs; i++) kn_tensor_free(e->outputs[i]);
     free(e->inputs);
     free(e->outputs);
+    free(e->reads);
+    free(e->writes);
     free(e->sig);
     memset(e, 0, sizeof *e);
 }
@@ -334,20 +355,72 @@ static void remember(kn_ctx_graphs *c, int64_t *sig, size_t len, bool failed) {
     e->sig = sig;
     e->sig_len = len;
     e->failed = failed;
+    e->moves = 0;
 }
 
-/* Inputs into the graph's buffers, then the graph. */
+static int64_t *sig_dup(const int64_t *sig, size_t len) {
+    int64_t *d = malloc(sizeof *sig * (len ? len : 1));
+    if (d) memcpy(d, sig, sizeof *sig * len);
+    return d;
+}
+
+/* The seen entry of a shape set, made if the ring no longer holds it (NULL: out of memory). */
+static kn_seen *seen_entry(kn_ctx_graphs *c, const int64_t *sig, size_t len) {
+    kn_seen *e = find_seen(c, sig, len);
+    if (e) return e;
+    int64_t *d = sig_dup(sig, len);
+    if (!d) return NULL;
+    remember(c, d, len, false);
+    return find_seen(c, sig, len);
+}
+
+/* Whether caller tensor t, given for graph output value v (the graph's value o), can be written
+ * by the graph itself: device memory of the recording device holding exactly that value. */
+static bool graph_can_write(const kn_backend *be, const kn_tensor *o, const kn_tensor *t) {
+    return t && o && t->kind == KN_VALUE_TENSOR && o->kind == KN_VALUE_TENSOR && t->device == be->ops->device &&
+           o->device == be->ops->device && t->data && t->data != o->data && t->dtype == o->dtype &&
+           t->rank == o->rank && t->nbytes == o->nbytes &&
+           (!t->rank || !memcmp(t->dims, o->dims, sizeof(int64_t) * (size_t)t->rank));
+}
+
+/* Whether every input the call gives is in the recording device's memory (a graph can then read
+ * them where they are). */
+static bool inputs_on_device(const kn_backend *be, const kn_graph *g, kn_tensor *const *bound) {
+    for (int i = 0; i < g->n_inputs; i++)
+        if (bound[i] && (bound[i]->kind != KN_VALUE_TENSOR || bound[i]->device != be->ops->device || !bound[i]->data))
+            return false;
+    return true;
+}
+
+/* Whether graph e serves a call with these inputs and caller output tensors (into: per graph
+ * output, or NULL): a copying graph serves any; one made for the caller's buffers only the same
+ * buffers, holding the same shapes. */
+static bool serves(const kn_backend *be, const kn_graph *g, const kn_captured *e, kn_tensor *const *bound,
+                   kn_tensor *const *into) {
+    if (!e->in_place) return true;
+    for (int i = 0; i < g->n_inputs; i++)
+        if (e->reads[i] && (!bound[i] || bound[i]->device != be->ops->device || bound[i]->data != e->reads[i]))
+            return false;
+    for (int i = 0; i < g->n_outputs; i++)
+        if (e->writes[i] && (!into || !into[i] || into[i]->data != e->writes[i] ||
+                             !graph_can_write(be, e->outputs[i], into[i])))
+            return false;
+    return true;
+}
+
+/* Inputs into the graph's buffers (those it does not read in place), then the graph. */
 static kiln_status replay(kiln_session *s, kn_ctx_graphs *c, kn_captured *e, kn_tensor *const *bound) {
     const kn_backend *be = &s->rt->backends[s->graphs->backend];
     const kn_graph *g = s->model->graph;
     for (int i = 0; i < g->n_inputs; i++) {
-        if (!bound[i]) continue;
+        if (!bound[i] || e->reads[i]) continue;
         kiln_status st = be->ops->copy(be->state, bound[i], e->inputs[i]);
         if (st != KILN_OK)
             return kn_error_prefix(st, "input '%s' into the graph's buffer: ", g->values[g->inputs[i]].name);
     }
     e->last_used = ++c->tick;
     atomic_fetch_add(&s->graphs->launches, 1);
+    if (e->in_place) atomic_fetch_add(&s->graphs->in_place_launches, 1);
     return be->ops->graph_launch(be->state, e->graph);
 }
 
@@ -380,9 +453,11 @@ static void upload_constants(kiln_session *s, kn_tensor *const *bound) {
     }
 }
 
-/* Records a run for these shapes; on success the new graph has not run yet. */
-static kiln_status record(kiln_session *s, kn_call_ctx *ctx, kn_tensor *const *bound, int64_t *sig, size_t sig_len,
-                          kn_captured **out) {
+/* Records a run for these shapes; on success the new graph has not run yet. in_place: made for the
+ * caller's buffers (every input given is device memory): it reads them where they are and ends by
+ * copying each output into the caller's device tensor for it (into, per graph output, or NULL). */
+static kiln_status record(kiln_session *s, kn_call_ctx *ctx, kn_tensor *const *bound, kn_tensor *const *into,
+                          bool in_place, int64_t *sig, size_t sig_len, kn_captured **out) {
     kn_ctx_graphs *c = ctx->graphs;
     const kn_backend *be = &s->rt->backends[s->graphs->backend];
     const kn_graph *g = s->model->graph;
@@ -391,7 +466,10 @@ static kiln_status record(kiln_session *s, kn_call_ctx *ctx, kn_tensor *const *b
     memset(&e, 0, sizeof e);
     e.inputs = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof *e.inputs);
     e.outputs = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *e.outputs);
-    kiln_status st = e.inputs && e.outputs ? KILN_OK : KN_OOM();
+    e.reads = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof *e.reads);
+    e.writes = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *e.writes);
+    e.in_place = in_place;
+    kiln_status st = e.inputs && e.outputs && e.reads && e.writes ? KILN_OK : KN_OOM();
     upload_constants(s, bound);
     for (int i = 0; st == KILN_OK && i < g->n_inputs; i++) {
         const kn_tensor *t = bound[i];
@@ -400,13 +478,23 @@ static kiln_status record(kiln_session *s, kn_call_ctx *ctx, kn_tensor *const *b
             st = kn_error(KILN_ERR_UNSUPPORTED, "input '%s' is not a numeric tensor", g->values[g->inputs[i]].name);
             break;
         }
-        st = be->ops->new_tensor(be->state, t->dtype, t->rank, t->dims, &e.inputs[i]);
+        if (in_place) e.reads[i] = t->data;
+        else st = be->ops->new_tensor(be->state, t->dtype, t->rank, t->dims, &e.inputs[i]);
     }
     if (st == KILN_OK) {
         st = be->ops->capture_begin(be->state);
         if (st == KILN_OK) {
-            kiln_status run_st =
-                kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, &ctx->run, e.inputs, e.outputs, KN_EXEC_DEVICE_OUTPUTS, NULL);
+            kiln_status run_st = kn_exec_graph_ctx(g, s->rt, s->pool, s->buffers, &ctx->run, in_place ? bound : e.inputs,
+                                                   e.outputs, KN_EXEC_DEVICE_OUTPUTS, NULL);
+            /* the copies into the caller's output tensors, as the graph's last steps */
+            for (int i = 0; run_st == KILN_OK && in_place && into && i < g->n_outputs; i++) {
+                if (!graph_can_write(be, e.outputs[i], into[i])) continue;
+                bool twice = false; /* one caller tensor given for two outputs: copied after the run */
+                for (int j = 0; j < g->n_outputs; j++) twice |= j != i && into[j] && into[j]->data == into[i]->data;
+                if (twice) continue;
+                run_st = be->ops->copy(be->state, e.outputs[i], into[i]);
+                if (run_st == KILN_OK) e.writes[i] = into[i]->data;
+            }
             char run_msg[1024];
             snprintf(run_msg, sizeof run_msg, "%s", run_st == KILN_OK ? "" : kiln_last_error());
             st = be->ops->capture_end(be->state, run_st == KILN_OK, &e.graph);
@@ -421,6 +509,8 @@ static kiln_status record(kiln_session *s, kn_call_ctx *ctx, kn_tensor *const *b
         for (int i = 0; i < g->n_outputs && e.outputs; i++) kn_tensor_free(e.outputs[i]);
         free(e.inputs);
         free(e.outputs);
+        free(e.reads);
+        free(e.writes);
         free(sig);
         return kn_error(st, "%s", msg);
     }
@@ -450,11 +540,28 @@ kiln_status kn_session_execute(kiln_session *s, kn_call_ctx *ctx, kn_tensor *con
     size_t len = 0;
     int64_t *sig = signature(g, bound, &len);
     if (!sig) return KN_OOM();
+    const kn_backend *rec = &s->rt->backends[s->graphs->backend];
     kn_captured *e = NULL;
     for (int i = 0; i < c->n_graphs && !e; i++)
         if (same_sig(c->graphs[i].sig, c->graphs[i].sig_len, sig, len)) e = &c->graphs[i];
+    if (e && !serves(rec, g, e, bound, into)) {
+        /* made for the caller's buffers, and this call gives others: it goes, and a graph for this
+         * call's buffers (or, once they have moved often, a copying one) is recorded below */
+        kn_seen *sn = seen_entry(c, sig, len);
+        if (!sn) {
+            free(sig);
+            return KN_OOM();
+        }
+        sn->moves++;
+        char shapes[512];
+        kn_log(KILN_LOG_DEBUG, "%s: the caller's buffers for %s moved (%d time%s): its graph is recorded again",
+               rec->ops->name, sig_str(g, bound, shapes, sizeof shapes), sn->moves, sn->moves == 1 ? "" : "s");
+        int at = (int)(e - c->graphs);
+        captured_free(s, e);
+        c->graphs[at] = c->graphs[--c->n_graphs];
+        e = NULL;
+    }
     kn_seen *seen = e ? NULL : find_seen(c, sig, len);
-    const kn_backend *rec = &s->rt->backends[s->graphs->backend];
     /* warmed up, and the backend running its final kernels (asked only now: the question may
      * count, cuda_warmup.c): record this run */
     if (!e && seen && !seen->failed && (!rec->ops->capture_ready || rec->ops->capture_ready(rec->state))) {
@@ -464,7 +571,8 @@ kiln_status kn_session_execute(kiln_session *s, kn_call_ctx *ctx, kn_tensor *con
             return KN_OOM();
         }
         memcpy(sig_copy, sig, sizeof *sig * len);
-        kiln_status st = record(s, ctx, bound, sig_copy, len, &e);
+        bool in_place = seen->moves < KN_MAX_MOVES && inputs_on_device(rec, g, bound);
+        kiln_status st = record(s, ctx, bound, into, in_place, sig_copy, len, &e);
         if (st != KILN_OK) {
             char shapes[512];
             kn_log(KILN_LOG_INFO, "%s: the run with %s is not captured into a graph (%s); it runs uncaptured",
@@ -478,7 +586,7 @@ kiln_status kn_session_execute(kiln_session *s, kn_call_ctx *ctx, kn_tensor *con
         free(sig);
         kiln_status st = replay(s, c, e, bound);
         if (st != KILN_OK) return st;
-        for (int i = 0; i < g->n_outputs; i++) outs[i] = e->outputs[i];
+        for (int i = 0; i < g->n_outputs; i++) outs[i] = e->writes[i] ? into[i] : e->outputs[i];
         *borrowed = true;
         return KILN_OK;
     }
@@ -501,6 +609,10 @@ void kn_graph_run_stats(const kiln_session *s, bool *enabled, int *graphs, uint6
     if (enabled) *enabled = c != NULL;
     if (graphs) *graphs = c ? atomic_load(&c->n_graphs) : 0;
     if (launches) *launches = c ? atomic_load(&c->launches) : 0;
+}
+
+uint64_t kn_graph_run_in_place_launches(const kiln_session *s) {
+    return s && s->graphs ? atomic_load(&s->graphs->in_place_launches) : 0;
 }
 
 bool kn_session_background_busy(const kiln_session *s) {

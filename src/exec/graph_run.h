@@ -32,8 +32,10 @@ void kn_graph_cache_destroy(kiln_session *s);
  * per graph output. *borrowed false: outs are the caller's, as kn_exec_graph_flags with `flags`
  * gives them. *borrowed true: a graph was replayed and outs are its own values (device tensors in
  * its memory, or host values): not to be freed, and complete only once the device's stream is
- * waited for; copy them out. into: the caller's tensors per graph output for a run that is not
- * replayed nor recorded (kn_exec_graph_ctx), or NULL. */
+ * waited for; copy them out (an output the graph wrote into the caller's tensor is that tensor:
+ * nothing to copy). into: the caller's tensors per graph output (for a run that is not replayed nor
+ * recorded, kn_exec_graph_ctx; device ones are written by a graph made for the caller's buffers),
+ * or NULL. */
 kiln_status kn_session_execute(kiln_session *s, kn_call_ctx *ctx, kn_tensor *const *bound, kn_tensor **outs,
                                unsigned flags, bool *borrowed, kn_tensor *const *into);
 
@@ -43,6 +45,8 @@ const kn_backend *kn_session_device_backend(const kiln_session *s, kn_device dev
 /* For tests and tools: whether runs may be captured, graphs held (by all the session's contexts),
  * graph launches so far. */
 void kn_graph_run_stats(const kiln_session *s, bool *enabled, int *graphs, uint64_t *launches);
+/* Of those launches, the ones of graphs made for the caller's buffers (read and written in place). */
+uint64_t kn_graph_run_in_place_launches(const kiln_session *s);
 /* Whether a provider of the session still does work beside the runs that will make later runs
  * faster (backend.h: background_busy). */
 bool kn_session_background_busy(const kiln_session *s);

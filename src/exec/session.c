@@ -576,6 +576,7 @@ static kiln_status run_body(kiln_session *s, kn_call_ctx *ctx, const char *fn, c
         const kn_backend *be = copy_backend(s);
         for (size_t i = 0; i < n_outputs; i++) {
             const kn_tensor *v = all_out[want[i]];
+            if (v == into[i]) continue; /* written by the run's graph itself (graph_run.c) */
             if (v->device == KN_DEVICE_HOST && into[i]->device == KN_DEVICE_HOST) {
                 /* (written in place by its node: nothing to copy) */
                 if (v->nbytes && v->data != into[i]->data) memcpy(into[i]->data, v->data, v->nbytes);

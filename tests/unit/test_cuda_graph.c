@@ -2,7 +2,8 @@
  * an uncaptured run gives (several runs, changing input values), a change of input shapes falls
  * back (and is captured on its own), replays allocate no device memory, device inputs and outputs
  * (kiln_tensor_wrap_device, outputs left on the device, kiln_session_run_into) give what host ones
- * give, and the API rejects bad device tensors with messages that say why. Tests that need a GPU
+ * give, graphs made for the caller's device buffers follow them when they move, and the API
+ * rejects bad device tensors with messages that say why. Tests that need a GPU
  * skip without one; the API checks that do not need one run everywhere. */
 #include "unit.h"
 
@@ -426,6 +427,92 @@ KN_TEST(cuda_graph_device_inputs_and_outputs) {
         kiln_session_destroy(host_out);
         kiln_session_destroy(dev_out);
     }
+    free(m);
+#endif
+}
+
+/* A caller that keeps its device buffers gets graphs made for them: replays read the inputs and
+ * write the outputs in place (one launch). Buffers that move (another pair, then alternating
+ * pairs) are served right, a buffer the call was not given is never written, and after the
+ * moves the session settles on a copying graph. Every output against an uncaptured session. */
+KN_TEST(cuda_graph_in_place_follows_the_callers_buffers) {
+    NEED_GPU();
+#ifdef KILN_HAVE_CUDA
+    size_t size;
+    unsigned char *m = graph_model(false, &size);
+    if (!m) return;
+    kiln_session *graphed = make_session(m, size, "cuda", "1", 3, 0);
+    kiln_session *plain = make_session(m, size, "cuda", "0", 3, 0);
+    int64_t xd[3] = {2, 16, 20}, yd[2] = {2, 10}, sd[1] = {3};
+    size_t xbytes = sizeof(float) * 2 * 16 * 20, ybytes = sizeof(float) * 20;
+    void *x_mem[2] = {0}, *y_mem[2] = {0};
+    kiln_tensor *xs[2] = {0}, *ys[2] = {0}, *s_into = NULL;
+    kiln_tensor_create(KILN_DTYPE_INT64, sd, 1, &s_into);
+    for (int k = 0; k < 2; k++) {
+        cudaMalloc(&x_mem[k], xbytes);
+        cudaMalloc(&y_mem[k], ybytes);
+        cudaMemset(y_mem[k], 0, ybytes);
+        kiln_tensor_wrap_device(KILN_DTYPE_FLOAT, xd, 3, x_mem[k], xbytes, 0, &xs[k]);
+        kiln_tensor_wrap_device(KILN_DTYPE_FLOAT, yd, 2, y_mem[k], ybytes, 0, &ys[k]);
+    }
+    if (!graphed || !plain || !xs[0] || !xs[1] || !ys[0] || !ys[1]) goto done;
+    /* calls 0-5 on pair 0 (warm-up, recording, replays), 6-8 on pair 1, then alternating */
+    const int pair_of[16] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 1, 0, 1, 0, 1, 0};
+    uint64_t in_place_after_first_pair = 0;
+    for (int r = 0; r < 16; r++) {
+        int k = pair_of[r];
+        kiln_tensor *x = random_x(2, 700u + (uint32_t)r), *want[2] = {0};
+        if (run_x(plain, x, want) != KILN_OK) {
+            kiln_tensor_destroy(x);
+            break;
+        }
+        cudaMemcpy(x_mem[k], kiln_tensor_data(x), xbytes, cudaMemcpyHostToDevice);
+        /* the other pair's output holds a sentinel the call must leave alone */
+        kiln_tensor *other_before = to_host(ys[1 - k]);
+        const char *in_names[1] = {"X"};
+        kiln_tensor *ins[1] = {xs[k]}, *into[2] = {ys[k], s_into};
+        kiln_status st = kiln_session_run_into(graphed, in_names, ins, 1, NULL, 2, into);
+        CHECK_MSG(st == KILN_OK, "call %d (buffers %d): %s", r, k, kiln_last_error());
+        if (st == KILN_OK) {
+            char what[128];
+            kiln_tensor *yh = to_host(ys[k]), *other_after = to_host(ys[1 - k]);
+            snprintf(what, sizeof what, "call %d (buffers %d): output against an uncaptured session", r, k);
+            same_floats(yh, want[0], 1e-5, 1e-6, what);
+            int64_t s_want[3] = {2, 8, 20};
+            same_i64(s_into, s_want, 3, "the Shape output (a host tensor) beside a graph's in-place output");
+            snprintf(what, sizeof what, "call %d (buffers %d): the other buffers' output, not given, changed", r, k);
+            same_floats(other_after, other_before, 0, 0, what);
+            kiln_tensor_destroy(yh);
+            kiln_tensor_destroy(other_after);
+        }
+        if (r == 5) in_place_after_first_pair = kn_graph_run_in_place_launches(graphed);
+        kiln_tensor_destroy(other_before);
+        kiln_tensor_destroy(want[0]);
+        kiln_tensor_destroy(want[1]);
+        kiln_tensor_destroy(x);
+    }
+    int graphs = 0;
+    uint64_t launches = 0, in_place = kn_graph_run_in_place_launches(graphed);
+    kn_graph_run_stats(graphed, NULL, &graphs, &launches);
+    /* call 0 warms up, 1 records for pair 0 and 2-5 replay it in place: 5 in-place launches */
+    CHECK_MSG(in_place_after_first_pair == 5, "calls 1-5 on one pair of buffers: %llu in-place launches, expected 5",
+              (unsigned long long)in_place_after_first_pair);
+    /* every later call replays or records (15 launches in all), one graph held; once the buffers
+     * have moved twice the graph copies, so fewer than all launches are in place */
+    CHECK_MSG(graphs == 1 && launches == 15, "%d graphs held, %llu launches (expected 1 and 15)", graphs,
+              (unsigned long long)launches);
+    CHECK_MSG(in_place > 5 && in_place < launches, "%llu of %llu launches in place: expected the second pair's "
+              "in place, the alternating calls' copying", (unsigned long long)in_place, (unsigned long long)launches);
+done:
+    for (int k = 0; k < 2; k++) {
+        kiln_tensor_destroy(xs[k]);
+        kiln_tensor_destroy(ys[k]);
+        cudaFree(x_mem[k]);
+        cudaFree(y_mem[k]);
+    }
+    kiln_tensor_destroy(s_into);
+    kiln_session_destroy(graphed);
+    kiln_session_destroy(plain);
     free(m);
 #endif
 }
