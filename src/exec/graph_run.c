@@ -383,6 +383,13 @@ static bool graph_can_write(const kn_backend *be, const kn_tensor *o, const kn_t
            (!t->rank || !memcmp(t->dims, o->dims, sizeof(int64_t) * (size_t)t->rank));
 }
 
+/* KILN_GRAPHS_IN_PLACE=0: every graph copies (for measuring what reading and writing the caller's
+ * buffers in place saves). */
+static bool in_place_wanted(void) {
+    const char *e = getenv("KILN_GRAPHS_IN_PLACE");
+    return !(e && !strcmp(e, "0"));
+}
+
 /* Whether every input the call gives is in the recording device's memory (a graph can then read
  * them where they are). */
 static bool inputs_on_device(const kn_backend *be, const kn_graph *g, kn_tensor *const *bound) {
@@ -571,7 +578,7 @@ kiln_status kn_session_execute(kiln_session *s, kn_call_ctx *ctx, kn_tensor *con
             return KN_OOM();
         }
         memcpy(sig_copy, sig, sizeof *sig * len);
-        bool in_place = seen->moves < KN_MAX_MOVES && inputs_on_device(rec, g, bound);
+        bool in_place = seen->moves < KN_MAX_MOVES && in_place_wanted() && inputs_on_device(rec, g, bound);
         kiln_status st = record(s, ctx, bound, into, in_place, sig_copy, len, &e);
         if (st != KILN_OK) {
             char shapes[512];
