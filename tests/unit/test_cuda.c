@@ -371,6 +371,48 @@ KN_TEST(cuda_elementwise_chain_matches_cpu) {
     }
 }
 
+/* Pad (opset 19) of X (rank 4) with pads begin..end and a mode */
+static unsigned char *pad_model(const int64_t *xd, const int64_t *pads, const char *mode, size_t *size) {
+    tmb b;
+    tmb_init(&b, 19);
+    int x = tmb_input(&b, "X", KILN_DTYPE_FLOAT, 4, xd, NULL), y = tmb_value(&b, "Y");
+    int in[2] = {x, tmb_const_i64(&b, "pads", pads, 8, false)};
+    tmb_str(&b, tmb_node(&b, "Pad", in, 2, y), "mode", mode);
+    tmb_output(&b, y);
+    return tmb_finish(&b, size);
+}
+
+/* The CUDA Pad merges dims where the element order allows (an unpadded inner dim into a padded
+ * one only with a constant value) and indexes in 32 bits where it can: every mode, with padded
+ * and unpadded dims inside and outside, negative pads (crops), against the CPU. */
+KN_TEST(cuda_pad_modes_and_merged_dims_match_cpu) {
+    NEED_GPU();
+    static const struct {
+        int64_t x[4], pads[8];
+        const char *mode;
+    } cases[] = {
+        {{2, 3, 5, 4}, {0, 0, 1, 0, 0, 0, 2, 0}, "constant"},  /* one middle axis: 3 dims become 2 */
+        {{2, 6, 5, 4}, {0, -2, 0, 0, 0, 1, 0, 3}, "constant"}, /* a crop and an inner pad */
+        {{1, 172, 30, 8}, {0, 0, 0, 0, 0, 0, 11, 0}, "constant"},
+        {{2, 5, 3, 4}, {0, 2, 0, 0, 0, 3, 0, 0}, "reflect"},   /* unpadded inner dims stay apart */
+        {{1, 2, 4, 5}, {0, 0, 1, 2, 0, 0, 3, 1}, "edge"},
+        {{2, 3, 4, 2}, {0, 2, 0, 0, 0, 4, 0, 0}, "wrap"},
+        {{3, 1, 1, 7}, {0, 0, 0, 3, 0, 0, 0, 2}, "reflect"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        size_t size;
+        unsigned char *m = pad_model(cases[k].x, cases[k].pads, cases[k].mode, &size);
+        kn_tensor *x = random_input(4, cases[k].x, 90 + (uint32_t)k);
+        char what[160];
+        snprintf(what, sizeof what, "Pad %s of [%lld,%lld,%lld,%lld] (case %zu)", cases[k].mode,
+                 (long long)cases[k].x[0], (long long)cases[k].x[1], (long long)cases[k].x[2], (long long)cases[k].x[3],
+                 k);
+        if (m && x) compare_levels(m, size, x, what);
+        kn_tensor_free(x);
+        free(m);
+    }
+}
+
 /* LayerNormalization over rows of len (opset 17), with a scale and perhaps a bias */
 static unsigned char *layernorm_model(int64_t rows, int64_t len, bool bias, size_t *size) {
     tmb b;

@@ -187,22 +187,29 @@ __global__ void k_check_range(const void *v, bool v64, int64_t n, int64_t lo, in
     }
 }
 
-template <typename E>
-__global__ void k_pad(const E *x, E *y, Dims xd, Dims yd, Dims pb, int mode, E value, int64_t n) {
-    KNCU_LOOP(i, n) {
-        int64_t rest = i, off = 0, stride = 1;
+// Pad's dims as few as they can be (pad_collapse), in index type I: 32-bit division where every
+// index fits (a quarter of the 64-bit one's instructions).
+template <typename I> struct PadDims {
+    int rank;
+    I x[KN_CU_MAX_RANK], y[KN_CU_MAX_RANK], b[KN_CU_MAX_RANK];
+};
+
+template <typename E, typename I>
+__global__ void k_pad(const E *x, E *y, PadDims<I> pd, int mode, E value, I n) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (I)blockDim.x * gridDim.x) {
+        I rest = i, off = 0, stride = 1;
         bool outside = false;
-        for (int d = yd.rank - 1; d >= 0; d--) {
-            int64_t c = rest % yd.d[d] - pb.d[d];
-            rest /= yd.d[d];
-            int64_t len = xd.d[d];
+        for (int d = pd.rank - 1; d >= 0; d--) {
+            I c = rest % pd.y[d] - pd.b[d];
+            rest /= pd.y[d];
+            I len = pd.x[d];
             if (c < 0 || c >= len) {
                 if (mode == 0 || len == 0) {
                     outside = true;
                 } else if (mode == 1) { // reflect (no edge repeat)
                     if (len == 1) c = 0;
                     else {
-                        int64_t period = 2 * (len - 1);
+                        I period = 2 * (len - 1);
                         c = c % period;
                         if (c < 0) c += period;
                         if (c >= len) c = period - c;
@@ -219,6 +226,37 @@ __global__ void k_pad(const E *x, E *y, Dims xd, Dims yd, Dims pb, int mode, E v
         }
         y[i] = outside ? value : x[off];
     }
+}
+
+// Merges neighbouring dims, innermost first, where the element order allows: two unpadded dims
+// always; with a constant value also an unpadded inner dim into a padded outer one (the padding
+// then covers whole inner rows; reflect, edge and wrap index within a dim, so not for them).
+// Returns the new rank; c* receive the dims, outermost first.
+static int pad_collapse(int rank, const int64_t *xd, const int64_t *yd, const int64_t *pb, bool constant, int64_t *cx,
+                        int64_t *cy, int64_t *cb) {
+    int64_t rx[KN_CU_MAX_RANK], ry[KN_CU_MAX_RANK], rb[KN_CU_MAX_RANK]; // innermost first
+    int r = 0;
+    for (int d = rank - 1; d >= 0; d--) {
+        bool unpadded = xd[d] == yd[d] && pb[d] == 0;
+        bool inner_unpadded = r > 0 && rx[r - 1] == ry[r - 1] && rb[r - 1] == 0;
+        if (inner_unpadded && (unpadded || constant)) {
+            rx[r - 1] *= xd[d];
+            rb[r - 1] = pb[d] * ry[r - 1];
+            ry[r - 1] *= yd[d];
+        } else {
+            rx[r] = xd[d], ry[r] = yd[d], rb[r] = pb[d];
+            r++;
+        }
+    }
+    for (int i = 0; i < r; i++) cx[i] = rx[r - 1 - i], cy[i] = ry[r - 1 - i], cb[i] = rb[r - 1 - i];
+    return r;
+}
+
+template <typename I> static PadDims<I> pad_dims(int rank, const int64_t *x, const int64_t *y, const int64_t *b) {
+    PadDims<I> p;
+    p.rank = rank;
+    for (int i = 0; i < rank; i++) p.x[i] = (I)x[i], p.y[i] = (I)y[i], p.b[i] = (I)b[i];
+    return p;
 }
 
 template <typename E> __global__ void k_tile(const E *x, E *y, Dims xd, Dims yd, int64_t n) {
@@ -472,13 +510,22 @@ cudaError_t kn_cu_scatter_nd(kiln_dtype dt, void *y, const void *idx, const void
 
 cudaError_t kn_cu_pad(size_t esize, const void *x, void *y, int rank, const int64_t *x_dims, const int64_t *y_dims,
                       const int64_t *pads_begin, int mode, const void *value, cudaStream_t s) {
-    Dims xd = make_dims(rank, x_dims), yd = make_dims(rank, y_dims), pb = make_dims(rank, pads_begin);
-    for (int i = rank; i < KN_CU_MAX_RANK; i++) pb.d[i] = 0;
-    int64_t n = 1;
-    for (int i = 0; i < rank; i++) n *= y_dims[i];
+    int64_t n = 1, nx = 1;
+    for (int i = 0; i < rank; i++) n *= y_dims[i], nx *= x_dims[i];
     if (n == 0) return cudaSuccess;
-    KNCU_DISPATCH_SIZE(esize, (k_pad<type_><<<grid_for(n, 256), 256, 0, s>>>((const type_ *)x, (type_ *)y, xd, yd,
-                                                                               pb, mode, *(const type_ *)value, n)));
+    int64_t cx[KN_CU_MAX_RANK], cy[KN_CU_MAX_RANK], cb[KN_CU_MAX_RANK];
+    int r = pad_collapse(rank, x_dims, y_dims, pads_begin, mode == 0, cx, cy, cb);
+    bool small = n < INT32_MAX && nx < INT32_MAX;
+    for (int i = 0; i < r; i++) small = small && cb[i] > INT32_MIN / 2 && cb[i] < INT32_MAX / 2;
+    if (small) {
+        PadDims<int32_t> pd = pad_dims<int32_t>(r, cx, cy, cb);
+        KNCU_DISPATCH_SIZE(esize, (k_pad<type_, int32_t><<<grid_for(n, 256), 256, 0, s>>>(
+                                      (const type_ *)x, (type_ *)y, pd, mode, *(const type_ *)value, (int32_t)n)));
+    } else {
+        PadDims<int64_t> pd = pad_dims<int64_t>(r, cx, cy, cb);
+        KNCU_DISPATCH_SIZE(esize, (k_pad<type_, int64_t><<<grid_for(n, 256), 256, 0, s>>>(
+                                      (const type_ *)x, (type_ *)y, pd, mode, *(const type_ *)value, n)));
+    }
     return cudaGetLastError();
 }
 
