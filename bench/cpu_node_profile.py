@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Where kiln and ONNX Runtime spend a model's CPU time, per output shape (each runtime's own profiler).
+"""Where kiln, ONNX Runtime and OpenVINO spend a model's CPU time, per output shape (each runtime's own profiler).
 
     python3 bench/cpu_node_profile.py MODEL THREADS KILN_BINARY
 
 kiln: `kiln bench --threads T` under KILN_PROFILE, each node's median over the timed runs; ONNX
-Runtime: enable_profiling over 60 runs after 10, each node's median. Nodes are summed per first
+Runtime: enable_profiling over 60 runs after 10, each node's median; OpenVINO (when it imports;
+fp32 forced, one stream of T threads): its performance counters over 60 runs after 10, each
+node's median, its layers named by output shape through the compiled model. Nodes are summed per first
 output shape (the two runtimes fuse differently: a shape's layers compare where node names do not),
 largest first. Profilers add their own cost (ONNX Runtime's p50 here is under its profiler): read
 the ratios per shape, not the totals, as a benchmark.
@@ -66,16 +68,49 @@ def ort_prof():
             shp = list(o[0].values())[0] if o and o[0] else '?'
             per[e['name']].append(e['dur'] / 1000.0); sig[e['name']] = ('float' + str(shp).replace(' ', ''), a.get('op_name'))
     return {k: (statistics.median(v[10:] or v), sig[k]) for k, v in per.items()}, statistics.median(t) * 1000
-k, kp50 = kiln_prof(); o, op50 = ort_prof()
+def ov_prof():
+    try:
+        import openvino as ov
+    except ImportError:
+        return None, None
+    import numpy as np
+    core = ov.Core()
+    m = core.read_model(model)
+    shapes = {i.get_any_name(): [d.get_length() if d.is_static else 1 for d in i.get_partial_shape()] for i in m.inputs}
+    m.reshape(shapes)
+    c = core.compile_model(m, 'CPU', {'PERF_COUNT': 'YES', 'INFERENCE_PRECISION_HINT': 'f32', 'NUM_STREAMS': '1',
+                                      'INFERENCE_NUM_THREADS': str(threads)})
+    out_shape = {}
+    for op in c.get_runtime_model().get_ops():
+        if op.get_output_size():
+            out_shape[op.get_friendly_name()] = 'float' + str(list(op.get_output_partial_shape(0).to_shape())).replace(' ', '')
+    r = c.create_infer_request()
+    feeds = {i.get_any_name(): (np.random.rand(*shapes[i.get_any_name()]).astype(np.float32)
+                                if i.get_element_type().is_real() else np.ones(shapes[i.get_any_name()], np.int64))
+             for i in c.inputs}
+    for _ in range(10): r.infer(feeds)
+    per = collections.defaultdict(list); sig = {}; t = []
+    for _ in range(60):
+        t0 = time.perf_counter(); r.infer(feeds); t.append(time.perf_counter() - t0)
+        for p in r.get_profiling_info():
+            if p.status != p.Status.EXECUTED or p.node_type in ('Parameter', 'Result'): continue
+            per[p.node_name].append(p.real_time.total_seconds() * 1000.0)
+            sig[p.node_name] = (out_shape.get(p.node_name, '?'), p.node_type)
+    return {k: (statistics.median(v), sig[k]) for k, v in per.items()}, statistics.median(t) * 1000
+k, kp50 = kiln_prof(); o, op50 = ort_prof(); v, vp50 = ov_prof()
 def by_shape(d):
     r = collections.defaultdict(lambda: [0.0, 0, set()])
     for name, (ms, (shp, op)) in d.items():
         r[shp][0] += ms; r[shp][1] += 1; r[shp][2].add(op)
     return r
 ks, os_ = by_shape(k), by_shape(o)
-print(f'threads {threads}: kiln {kp50} ; ORT p50 {op50:.3f} ms ; sum of node medians kiln {sum(v[0] for v in k.values()):.3f} ORT {sum(v[0] for v in o.values()):.3f}')
-rows = sorted(set(ks) | set(os_), key=lambda s: -(ks.get(s, [0])[0] + os_.get(s, [0])[0]))
-print('| output | kiln ms (nodes) | ORT ms (nodes) | kiln/ORT | ORT ops |')
+vs = by_shape(v) if v else {}
+print(f'threads {threads}: kiln {kp50} ; ORT p50 {op50:.3f} ms' + (f' ; OpenVINO p50 {vp50:.3f} ms' if v else '') +
+      f' ; sum of node medians kiln {sum(x[0] for x in k.values()):.3f} ORT {sum(x[0] for x in o.values()):.3f}' +
+      (f' OpenVINO {sum(x[0] for x in v.values()):.3f}' if v else ''))
+rows = sorted(set(ks) | set(os_) | set(vs), key=lambda s: -(ks.get(s, [0])[0] + os_.get(s, [0])[0]))
+print('| output | kiln ms (nodes) | ORT ms (nodes) | kiln/ORT |' + (' OpenVINO ms (nodes) | kiln/OpenVINO |' if v else '') + ' ORT ops |')
 for s in rows[:30]:
-    a = ks.get(s, [0, 0, set()]); b = os_.get(s, [0, 0, set()])
-    print(f'| {s} | {a[0]:.3f} ({a[1]}) | {b[0]:.3f} ({b[1]}) | {a[0]/b[0] if b[0] else 0:.2f} | {",".join(sorted(b[2]))[:60]} |')
+    a = ks.get(s, [0, 0, set()]); b = os_.get(s, [0, 0, set()]); c = vs.get(s, [0, 0, set()])
+    ov_cols = f' {c[0]:.3f} ({c[1]}) | {a[0]/c[0] if c[0] else 0:.2f} |' if v else ''
+    print(f'| {s} | {a[0]:.3f} ({a[1]}) | {b[0]:.3f} ({b[1]}) | {a[0]/b[0] if b[0] else 0:.2f} |{ov_cols} {",".join(sorted(b[2]))[:60]} |')
