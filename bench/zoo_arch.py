@@ -59,6 +59,19 @@ def torch_models():
             y, _ = s.gru(y)
             return s.fc(y)
 
+    class FieldConv1dGemm(torch.nn.Module):  # the field reports' Conv1d + bias + ReLU stack and 128->1152 Linear
+        def __init__(s):
+            super().__init__()
+            s.conv = torch.nn.Sequential(torch.nn.Conv1d(16, 32, 5, padding=2), torch.nn.ReLU(),
+                                         torch.nn.Conv1d(32, 32, 3, stride=2, dilation=2, padding=2),
+                                         torch.nn.BatchNorm1d(32), torch.nn.ReLU(), torch.nn.Conv1d(32, 128, 1))
+            s.fc = torch.nn.Linear(128, 1152)
+            s.fc2 = torch.nn.Linear(1152, 10)
+
+        def forward(s, sig):
+            h = s.conv(sig).mean(dim=2)
+            return s.fc2(torch.relu(s.fc(h)))
+
     return {
         "mobilenet_v3_small": (torchvision.models.mobilenet_v3_small, True),
         "efficientnet_b0": (torchvision.models.efficientnet_b0, True),
@@ -67,6 +80,7 @@ def torch_models():
         "gpt2_tiny_dynamo": (Gpt2, False),
         "whisper_tiny_encoder": (Whisper, False),
         "lstm_gru": (Rnn, False),
+        "field_conv1d_gemm": (FieldConv1dGemm, False),
     }
 
 
