@@ -300,8 +300,9 @@ KN_TEST(bf16_blocked_values_in_sessions) {
 /* MaxPool of bf16 NCHW into the blocked layout (pool_blocked.c), vector and scalar code, 1 and 3
  * threads, against the definition (the max over each window's input positions, pads excluded),
  * bit for bit: ResNet's stem pool, odd planes (row tails), stride 1 with a 5x5 window (SPP),
- * dilation, windows past the end (ceil_mode's last column), a 1x1 window at stride 2, batch 2. The
- * output memory is NaN-filled first. Any CPU. */
+ * dilation, windows past the end (ceil_mode's last column), a 1x1 window at stride 2, batch 2; the
+ * inputs hold -inf, NaNs of both signs (skipped) and -0. The output memory is NaN-filled first. Any
+ * CPU. */
 typedef struct pool_case {
     int64_t N, C, H, W, K, S, P, D, OH, OW; /* square window K, stride S, leading pads P, dilation D */
 } pool_case;
@@ -311,6 +312,9 @@ static int64_t pool_case_mismatches(kn_threadpool *tp, const pool_case *k) {
     uint16_t *x = malloc(2 * (size_t)nx), *y = malloc(2 * (size_t)ny);
     for (int64_t i = 0; i < nx; i++) x[i] = kn_f32_to_bf16(brand() * 8.0f);
     for (int64_t i = 0; i < nx; i += 97) x[i] = 0xFF80; /* -inf here and there */
+    for (int64_t i = 5; i < nx; i += 89) x[i] = 0x7FC0;  /* NaNs (skipped, as by `v > m`) */
+    for (int64_t i = 7; i < nx; i += 131) x[i] = 0xFFC1;
+    for (int64_t i = 11; i < nx; i += 101) x[i] = 0x8000; /* -0 (below +0 there: no +0 around) */
     for (int64_t i = 0; i < ny; i++) y[i] = 0x7FC1;
     kn_window w = {.nsp = 2, .in = {k->H, k->W}, .kernel = {k->K, k->K}, .stride = {k->S, k->S},
                    .dilation = {k->D, k->D}, .pad_begin = {k->P, k->P}, .out = {k->OH, k->OW}, .known = true};

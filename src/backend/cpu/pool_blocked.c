@@ -1,11 +1,12 @@
 /* MaxPool of a bf16 NCHW value into the channel-blocked layout (pool_blocked.h).
  *
  * A task is one output row of one 32-channel block: the max over the window's input rows, per
- * channel along the row (16 positions a vector, as fp32), then the 32 channel rows transposed into
- * position rows of 32 channels (16 x 16 transposes), then the max over the window's columns, one
- * position row (two vectors) per tap, and each output position's 32 channels narrowed back to bf16
- * (the upper halves: exact) and stored as one 64-byte row. The readers' packing of the same NCHW
- * input (a transpose per reader) goes away.
+ * channel along the row (32 positions a vector, on order-preserving 16-bit keys of the bf16 bits),
+ * then the 32 channel rows transposed into position rows of 32 channels (channel pairs interleaved,
+ * then 16 x 16 transposes of the pairs), then the max over the window's columns, one position row
+ * (one vector) per tap, each output position's 32 channels stored as one 64-byte row (the keys turned
+ * back into their bits: exact). The readers' packing of the same NCHW input (a transpose per reader)
+ * goes away.
  *
  * Compiled once, not per CPU level (pool.c at any level calls it): the AVX-512 code has its own
  * target and runs where the CPU has AVX512_BF16 (which implies F/BW/VL); elsewhere the same in
@@ -68,8 +69,8 @@ static void pb_row_scalar(const pb_job *j, const uint16_t *xb, uint16_t *yrow, c
     for (int64_t c = 0; c < BC; c++) {
         const uint16_t *xc = xb + c * j->H * j->W;
         for (int64_t iw = 0; iw < j->W; iw++) {
-            float m = bf16_f(xc[rows[0] * j->W + iw]);
-            for (int k = 1; k < nr; k++) {
+            float m = -INFINITY; /* (a NaN is skipped, in any row) */
+            for (int k = 0; k < nr; k++) {
                 const float v = bf16_f(xc[rows[k] * j->W + iw]);
                 m = v > m ? v : m;
             }
@@ -95,43 +96,57 @@ static void pb_row_scalar(const pb_job *j, const uint16_t *xb, uint16_t *yrow, c
 #pragma GCC target("avx512f,avx512bw,avx512vl")
 #endif
 
-static inline __m512 bf16x16(const uint16_t *p, __mmask16 m) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+/* The max runs on 16-bit keys, 32 lanes a vector: key(x) = (x with its other bits flipped where its
+ * sign is set) - 0x7F81, so that unsigned order is -inf < ... < -0 < +0 < ... < +inf for the bf16
+ * bits x and both kinds of NaN come below -inf (a window's NaNs are skipped, as the definition's
+ * `v > m` skips them; a window of NaNs only gives -inf, the column max starting there). */
+#define KEY_NEG_INF 0x00FE /* key(0xFF80) */
+static inline __m512i pb_key(__m512i x) {
+    const __m512i flip = _mm512_srli_epi16(_mm512_srai_epi16(x, 15), 1);
+    return _mm512_sub_epi16(_mm512_xor_si512(x, flip), _mm512_set1_epi16(0x7F81));
+}
+static inline __m512i pb_unkey(__m512i k) {
+    const __m512i x = _mm512_add_epi16(k, _mm512_set1_epi16(0x7F81));
+    return _mm512_xor_si512(x, _mm512_srli_epi16(_mm512_srai_epi16(x, 15), 1));
 }
 
-/* one task: vm (32 channel rows of Wv floats) the max over the window's rows; tr (W position rows of
- * 32 floats) its transpose; then the max over the window's columns per output position */
+/* One task, 32 input positions at a time: vk (32 channel rows of 32 keys) the max over the window's
+ * rows; channel rows 2k and 2k + 1 interleaved into pairs (unpacklo / unpackhi: positions 0-3, 8-11,
+ * 16-19, 24-27 and 4-7, 12-15, ... of the 32), two 16 x 16 transposes of the 32-bit pairs give each
+ * position's 32 channels in one vector (tr: W rounded to 32 position rows of 32 keys); then the max
+ * over the window's columns per output position, one vector a tap. Half the transposes, loads and
+ * maxima of widening to fp32 (16 lanes a vector) as this did before: ResNet-50's stem pool 0.160 ->
+ * 0.123 ms (node_ab, 1 thread, bench/results/cpu-bf16-2026-12-06e-h77.md). */
 static void pb_row_avx512(const pb_job *j, const uint16_t *xb, uint16_t *yrow, const int64_t *rows, int nr,
-                          float *vm, float *tr) {
+                          uint16_t *vk, uint16_t *tr) {
     const int64_t W = j->W, HW = j->H * W;
-    for (int64_t c = 0; c < BC; c++) {
-        const uint16_t *xc = xb + c * HW;
-        for (int64_t iw = 0; iw < W; iw += 16) {
-            const __mmask16 m = (__mmask16)(W - iw >= 16 ? 0xFFFF : (1u << (W - iw)) - 1);
-            __m512 v = bf16x16(xc + rows[0] * W + iw, m);
-            for (int k = 1; k < nr; k++) v = _mm512_max_ps(bf16x16(xc + rows[k] * W + iw, m), v);
-            _mm512_store_ps(vm + c * j->Wv + iw, v);
+    for (int64_t iw0 = 0; iw0 < W; iw0 += 32) {
+        const __mmask32 m = W - iw0 >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (W - iw0)) - 1);
+        for (int64_t c = 0; c < BC; c++) {
+            const uint16_t *xc = xb + c * HW + iw0;
+            __m512i v = pb_key(_mm512_maskz_loadu_epi16(m, xc + rows[0] * W));
+            for (int k = 1; k < nr; k++) v = _mm512_max_epu16(pb_key(_mm512_maskz_loadu_epi16(m, xc + rows[k] * W)), v);
+            _mm512_store_si512(vk + c * 32, v);
         }
+        __m512 lo[16], hi[16], o[16];
+        for (int k = 0; k < 16; k++) {
+            const __m512i a = _mm512_load_si512(vk + 2 * k * 32), b = _mm512_load_si512(vk + (2 * k + 1) * 32);
+            lo[k] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(a, b));
+            hi[k] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(a, b));
+        }
+        /* o[q]: 32-bit lane q of lo[k] (hi[k]) is position 8 (q / 4) + q % 4 (+ 4) of the 32 */
+        kn_v16_transpose_regs(lo, o);
+        for (int q = 0; q < 16; q++) _mm512_store_ps(tr + (iw0 + q / 4 * 8 + q % 4) * BC, o[q]);
+        kn_v16_transpose_regs(hi, o);
+        for (int q = 0; q < 16; q++) _mm512_store_ps(tr + (iw0 + q / 4 * 8 + q % 4 + 4) * BC, o[q]);
     }
-    for (int64_t iw = 0; iw < W; iw += 16)
-        for (int c0 = 0; c0 < BC; c0 += 16) {
-            __m512 in[16], o[16];
-            for (int i = 0; i < 16; i++) in[i] = _mm512_load_ps(vm + (c0 + i) * j->Wv + iw);
-            kn_v16_transpose_regs(in, o);
-            const int64_t n = W - iw < 16 ? W - iw : 16;
-            for (int64_t q = 0; q < n; q++) _mm512_store_ps(tr + (iw + q) * BC + c0, o[q]);
-        }
     for (int64_t ow = 0; ow < j->OW; ow++) {
-        __m512 a = _mm512_set1_ps(-INFINITY), b = a;
+        __m512i a = _mm512_set1_epi16(KEY_NEG_INF);
         for (int64_t k = 0; k < j->KW; k++) {
             const int64_t iw = ow * j->sw - j->pw + k * j->dw;
-            if (iw < 0 || iw >= W) continue;
-            a = _mm512_max_ps(_mm512_load_ps(tr + iw * BC), a);
-            b = _mm512_max_ps(_mm512_load_ps(tr + iw * BC + 16), b);
+            if (iw >= 0 && iw < W) a = _mm512_max_epu16(_mm512_load_si512(tr + iw * BC), a);
         }
-        const __m256i lo = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(a), 16));
-        const __m256i hi = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(b), 16));
-        _mm512_storeu_si512(yrow + ow * BC, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+        _mm512_storeu_si512(yrow + ow * BC, pb_unkey(a));
     }
 }
 
@@ -144,8 +159,9 @@ static void pb_row_avx512(const pb_job *j, const uint16_t *xb, uint16_t *yrow, c
 
 static void pb_range(void *arg, int64_t begin, int64_t end) {
     pb_job *j = arg;
-    /* 64-byte aligned: the row-max buffer (32 x Wv floats), the transposed rows (W x 32), the rows */
-    const size_t vm_n = (size_t)(BC * j->Wv), tr_n = (size_t)(j->Wv * BC);
+    /* 64-byte aligned: the row-max buffer (scalar code: 32 x Wv floats; vector code: 32 x 32 keys), the
+     * transposed rows (vector code: Wv rounded to 32 rows of 32 keys), the rows */
+    const size_t vm_n = (size_t)(BC * j->Wv), tr_n = (size_t)((j->Wv + 31) / 32 * 32 * BC) / 2;
     const size_t bytes = (sizeof(float) * (vm_n + tr_n) + sizeof(int64_t) * (size_t)j->KH + 63) / 64 * 64;
     float *buf = aligned_alloc(64, bytes);
     if (!buf) {
@@ -165,7 +181,7 @@ static void pb_range(void *arg, int64_t begin, int64_t end) {
         if (nr == 0) continue; /* (kn_max_pool_blocked_takes: never) */
 #if defined(KN_POOL_BLOCKED_X86)
         if (vec) {
-            pb_row_avx512(j, xb, yrow, rows, nr, vm, tr);
+            pb_row_avx512(j, xb, yrow, rows, nr, (uint16_t *)vm, (uint16_t *)tr);
             continue;
         }
 #endif
