@@ -930,6 +930,10 @@ KN_TEST(bf16_values_between_convolutions) {
          * on bf16 planes, by bands of 16 output rows: 19 here), and the 1x1's; batch 2 */
         {2, 3, 75, 39, 4,
          {{64, 7, 2, 3, 1, -1, 0, true}, {32, 1, 1, 0, 1, 0, 0}, {64, 1, 1, 0, 0, 0, 0}, {64, 3, 1, 1, 1, 1, 0}}, 3},
+        /* a 4x4 stride-4 patch stem (3 channels, folded) into bf16 read by a 3x3: the folded
+         * convolution into bf16 runs in bands of output rows (conv_amx.c's band_range; 17 rows: 9 and
+         * 8 at the test's 2 threads), each band packing the rows its taps read */
+        {1, 3, 71, 50, 2, {{32, 4, 4, 0, 1, -1, 0}, {32, 3, 1, 1, 1, 0, 0}}, 1},
         /* B over 1 MB with a bf16 residual, C in bf16 (the GEMM's panels outer) */
         {1, 512, 47, 47, 4,
          {{256, 1, 1, 0, 1, -1, 0}, {256, 1, 1, 0, 1, 0, 0}, {256, 1, 1, 0, 1, 1, 2}, {16, 1, 1, 0, 1, 2, 0}}, 3, true},

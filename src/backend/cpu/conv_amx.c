@@ -271,6 +271,7 @@ typedef struct fold_job {
     const geom *g;
     const uint16_t *xs;
     uint32_t *xv;
+    int64_t i0; /* the phase rows' first (a band's, band_range), row i of g is row i0 + i of the phase image */
 } fold_job;
 
 /* Row i of phase image ph of image n (task (n, ph, i); i == Hp: the columns past the image that the
@@ -287,6 +288,14 @@ static void fold_rows(void *arg, int64_t begin, int64_t end) {
     int ah[MAX_STRIDE]; /* packed row phase -> row phase (nph_w is 1: the folded column stride is 1) */
     for (int a = 0; a < MAX_STRIDE; a++)
         if (g->ph_h[a] >= 0) ah[g->ph_h[a]] = a;
+    /* channel ch's row in xs relative to row (n, 0, ih)'s phase 0, at its shift: once a call, where
+     * four divisions a channel and row were 40% of this function's samples (perf, ResNet-50's stem) */
+    int64_t rel[64];
+    for (int64_t ch = 0, c = 0, kw = 0; ch < nch; ch++) {
+        const int64_t off = kw * o->dw;
+        rel[ch] = (c * o->H * o->sw + off % o->sw) * L + off / o->sw;
+        if (++kw == o->KW) kw = 0, c++;
+    }
     for (int64_t r = begin; r < end; r++) {
         const int64_t n = r / (g->nph * rows), ph = r / rows % g->nph, i = r % rows;
         uint32_t *img = j->xv + (n * g->nph + ph) * g->cq * g->nx;
@@ -295,17 +304,14 @@ static void fold_rows(void *arg, int64_t begin, int64_t end) {
             continue;
         }
         uint32_t *row = img + i * g->Wp * g->cq;
-        const int64_t ih = o->sh * i + ah[ph] - o->pt;
+        const int64_t ih = o->sh * (j->i0 + i) + ah[ph] - o->pt;
         if (ih < 0 || ih >= o->H) {
             memset(row, 0, sizeof(uint32_t) * (size_t)(g->Wp * g->cq));
             continue;
         }
         /* channel ch's row in xs, at its shift */
-        const uint16_t *chan[64];
-        for (int64_t ch = 0; ch < nch; ch++) {
-            const int64_t c = ch / o->KW, off = ch % o->KW * o->dw;
-            chan[ch] = j->xs + (((n * o->C + c) * o->H + ih) * o->sw + off % o->sw) * L + off / o->sw;
-        }
+        const uint16_t *chan[64], *base = j->xs + ((n * o->C * o->H + ih) * o->sw) * L;
+        for (int64_t ch = 0; ch < nch; ch++) chan[ch] = base + rel[ch];
         for (int64_t jj = 0; jj < g->Wp; jj += 16) {
             const __mmask16 live = m16(o->OW - jj);
             uint32_t *blk = row + jj * g->cq;
@@ -435,6 +441,7 @@ typedef struct run_job {
     int64_t mblocks, chunks; /* chunk ci: 32-column units [ci * units / chunks, (ci + 1) * units / chunks) */
     bool chunk_major;        /* tasks (image, chunk, block) instead of (image, block, chunk) */
     bool stream_a;           /* the weights' tiles loaded past L1 (tiles()) */
+    int64_t plane;           /* y's channel stride: OH * OW of the whole output (a band's s is shorter) */
 } run_job;
 
 /* the output position of padded column p (p <= npad): columns past OW map to the next row's start */
@@ -461,11 +468,12 @@ static inline __attribute__((always_inline)) __m512 block_vec(const float *t, __
  * row r for channel m0 + r) plus the bias, plus the residual (rk 1: fp32 res, 2: bf16 res, indexed
  * as y), clamped to [lo, hi] where clamp; half: y is bf16 (y16), the values clamped and rounded
  * (called with constant half, clamp and rk: one copy each) */
-static inline __attribute__((always_inline)) void store_block(const kn_amx_conv_shape *s, const geom *g, const float *T,
-                                                              int mr, int64_t p0, void *y, int64_t m0, const float *bias,
+static inline __attribute__((always_inline)) void store_block(const kn_amx_conv_shape *s, const geom *g, int64_t plane,
+                                                              const float *T, int mr, int64_t p0, void *y, int64_t m0,
+                                                              const float *bias,
                                                               const bool half, const bool clamp, const int rk,
                                                               const void *res, float lo, float hi) {
-    const int64_t plane = s->OH * s->OW, ncols = min64(32, g->npad - p0);
+    const int64_t ncols = min64(32, g->npad - p0);
     const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
     for (int64_t j = 0; j < ncols;) {
         const int64_t p = p0 + j, oh = p / g->Wp, ow = p % g->Wp;
@@ -559,7 +567,7 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
     const run_job *j = arg;
     const kn_amx_conv_shape *s = j->s;
     const geom *g = j->g;
-    const int64_t plane = s->OH * s->OW;
+    const int64_t plane = j->plane;
     float T[32 * 32] __attribute__((aligned(64)));
     kn_amx_tiles_begin();
     if (g->cq < 16) { /* the compact folded layout: A tiles cq pairs wide (their rows still 64 bytes
@@ -593,13 +601,13 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
             const float *a = j->add ? j->add + n * s->M * plane : NULL;
             const uint16_t *a16 = j->add16 ? j->add16 + n * s->M * plane : NULL;
             if (j->y16) {
-                if (a) store_block(s, g, T, mr, p0, yn, m0, j->bias, true, true, 1, a, j->lo, j->hi);
-                else if (a16) store_block(s, g, T, mr, p0, yn, m0, j->bias, true, true, 2, a16, j->lo, j->hi);
-                else store_block(s, g, T, mr, p0, yn, m0, j->bias, true, true, 0, NULL, j->lo, j->hi);
-            } else if (a) store_block(s, g, T, mr, p0, yn, m0, j->bias, false, true, 1, a, j->lo, j->hi);
-            else if (a16) store_block(s, g, T, mr, p0, yn, m0, j->bias, false, true, 2, a16, j->lo, j->hi);
-            else if (j->clamp) store_block(s, g, T, mr, p0, yn, m0, j->bias, false, true, 0, NULL, j->lo, j->hi);
-            else store_block(s, g, T, mr, p0, yn, m0, j->bias, false, false, 0, NULL, 0.0f, 0.0f);
+                if (a) store_block(s, g, plane, T, mr, p0, yn, m0, j->bias, true, true, 1, a, j->lo, j->hi);
+                else if (a16) store_block(s, g, plane, T, mr, p0, yn, m0, j->bias, true, true, 2, a16, j->lo, j->hi);
+                else store_block(s, g, plane, T, mr, p0, yn, m0, j->bias, true, true, 0, NULL, j->lo, j->hi);
+            } else if (a) store_block(s, g, plane, T, mr, p0, yn, m0, j->bias, false, true, 1, a, j->lo, j->hi);
+            else if (a16) store_block(s, g, plane, T, mr, p0, yn, m0, j->bias, false, true, 2, a16, j->lo, j->hi);
+            else if (j->clamp) store_block(s, g, plane, T, mr, p0, yn, m0, j->bias, false, true, 0, NULL, j->lo, j->hi);
+            else store_block(s, g, plane, T, mr, p0, yn, m0, j->bias, false, false, 0, NULL, 0.0f, 0.0f);
         }
         if (j->epi && !j->y16) {
             const int64_t o0 = out_pos(s, g, c0), o1 = out_pos(s, g, c1);
@@ -607,6 +615,54 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
         }
     }
     kn_amx_tiles_end();
+}
+
+
+/* The folded convolution in bands of output rows (kn_amx_conv_io): a task packs the phase rows its
+ * band's taps read (fold_rows, i0 the band's first row) into the calling thread's buffer, then runs
+ * every channel block over the band (run_range on the band's geometry, y at the band's first row).
+ * The packed rows are written into lines the thread wrote last band (in L2), where the whole
+ * image's packed input (1.13 MB for ResNet's stem) was written into lines evicted since the last
+ * run and read back from L2 by each channel block; the taps' extra rows (KH - 1 over sh of them a
+ * band) are packed twice. */
+typedef struct band_job {
+    const kn_amx_conv_shape *o, *s; /* the convolution as given, as run (folded) */
+    const uint16_t *xs;             /* split_rows' output */
+    run_job rj;                     /* the whole output's; xv, toff, g, y16 set per band */
+    int64_t rows, nbands;           /* output rows a band, bands an image */
+    int failed;
+} band_job;
+
+static kn_thread_buffer band_buffer = KN_THREAD_BUFFER_INIT;
+
+static void band_range(void *arg, int64_t begin, int64_t end) {
+    band_job *b = arg;
+    const kn_amx_conv_shape *s = b->s, *o = b->o;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t n = t / b->nbands, oh0 = t % b->nbands * b->rows, oh1 = min64(s->OH, oh0 + b->rows);
+        kn_amx_conv_shape sb = *s;
+        sb.N = 1;
+        sb.OH = oh1 - oh0;
+        const geom gb = geom_of(&sb, true);
+        uint32_t *xv = kn_thread_buffer_get(&band_buffer, sizeof(uint32_t) * (size_t)(gb.nph * gb.cq * gb.nx));
+        if (!xv) {
+            __atomic_store_n(&b->failed, 1, __ATOMIC_RELAXED);
+            return;
+        }
+        int64_t toff[32]; /* (KH <= 32: kn_amx_conv_io) */
+        for (int64_t kh = 0; kh < s->KH; kh++) toff[kh] = tap_offset(&sb, &gb, kh, 0);
+        const fold_job fj = {o, &gb, b->xs + n * o->C * o->H * o->sw * xs_len(o, &gb), xv, oh0};
+        fold_rows((void *)&fj, 0, gb.nph * (gb.Hp + 1));
+        run_job rj = b->rj;
+        rj.s = &sb;
+        rj.g = &gb;
+        rj.xv = xv;
+        rj.toff = toff;
+        rj.y16 = b->rj.y16 + n * s->M * rj.plane + oh0 * s->OW;
+        rj.chunks = 1;
+        rj.chunk_major = false;
+        run_range(&rj, 0, rj.mblocks);
+    }
 }
 
 #if defined(__clang__)
@@ -640,9 +696,15 @@ kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, cons
         make_weights(&wc, own);
         wa = own;
     }
-    uint32_t *xv = kn_thread_buffer_get(&input_buffer, sizeof(uint32_t) * (size_t)(s->N * g.nph * g.cq * g.nx));
+    /* the folded convolution into bf16 without a residual (a ResNet stem under precision=bf16): in
+     * bands of about 16 output rows (band_range; 8 to 28 rows tried on ResNet-50's stem at 1 thread,
+     * 14-16 best), as many for each thread */
+    const int64_t th = kn_threadpool_size(c->pool);
+    const int64_t nbands = th * ((s->OH + 16 * th - 1) / (16 * th)), band_rows = (s->OH + nbands - 1) / nbands;
+    const bool banded = fold && io && io->y16 && !io->add && !io->add16 && s->KH <= 32;
+    uint32_t *xv = banded ? NULL : kn_thread_buffer_get(&input_buffer, sizeof(uint32_t) * (size_t)(s->N * g.nph * g.cq * g.nx));
     int64_t *toff = malloc(sizeof(int64_t) * (size_t)(s->KH * s->KW));
-    if (!xv || !toff) {
+    if ((!xv && !banded) || !toff) {
         free(own);
         free(toff);
         return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
@@ -659,7 +721,17 @@ kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, cons
         }
         xs_job xj = {s_in, &g, x, xs};
         kn_parallel_for(c->pool, s_in->N * s_in->C * s_in->H, 8, split_rows, &xj);
-        fold_job fj = {s_in, &g, xs, xv};
+        if (banded) {
+            band_job bj = {s_in, s, xs, {s, &g, wa, NULL, NULL, bias, NULL, io->y16, NULL, NULL, io->lo, io->hi, false,
+                                         NULL, NULL, (s->M + 31) / 32, 1, false, false, s->OH * s->OW},
+                           band_rows, (s->OH + band_rows - 1) / band_rows, 0};
+            bj.rj.stream_a = 32.0 * (double)(s->KH * s->KW) * (double)g.cqa * 4.0 > 32768.0;
+            kn_parallel_for(c->pool, s->N * bj.nbands, 1, band_range, &bj);
+            free(own);
+            free(toff);
+            return bj.failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
+        }
+        fold_job fj = {s_in, &g, xs, xv, 0};
         kn_parallel_for(c->pool, s->N * g.nph * (g.Hp + 1), 4, fold_rows, &fj);
     } else {
         in_job ij = {s, &g, x, io ? io->x16 : NULL, xv};
@@ -668,7 +740,7 @@ kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, cons
     run_job rj = {s, &g, wa, xv, toff, bias, y, io ? io->y16 : NULL, io ? io->add : NULL, io ? io->add16 : NULL,
                   io ? io->lo : 0.0f, io ? io->hi : 0.0f,
                   io && !io->y16 && (io->lo > -INFINITY || io->hi < INFINITY), epi, epi_ctx, (s->M + 31) / 32,
-                  (g.npad + COL_CHUNK - 1) / COL_CHUNK, false};
+                  (g.npad + COL_CHUNK - 1) / COL_CHUNK, false, false, s->OH * s->OW};
     /* Several threads, weights small against the input (the large planes: 64 channels 3x3 on 56x56,
      * the stem, 3x3 stride 2 on 56x56): the tasks column-chunk major, so the pool's contiguous shares
      * give each thread every channel block of its part of the plane (it reads only that part of the
@@ -683,7 +755,6 @@ kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, cons
      * 64 channels on 56x56 (37 KB) 0.90, 256 on 28x28 0.96, 512 on 14x14 0.93, 512 on 7x7 0.94, 128
      * on 28x28 1.00-1.03, 256 stride 2 0.97; the 1x1 stride-2 layers level or (16 KB of weights) 1.05. */
     rj.stream_a = 32.0 * (double)(s->KH * s->KW) * (double)g.cqa * 4.0 > 32768.0;
-    const int64_t th = kn_threadpool_size(c->pool);
     if (th > 1 && 2.0 * (double)wbytes <= (double)g.nph * (double)g.cq * (double)g.nx * 4.0) {
         rj.chunk_major = true;
         rj.chunks = (rj.chunks + th - 1) / th * th;
