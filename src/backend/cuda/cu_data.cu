@@ -515,7 +515,9 @@ cudaError_t kn_cu_pad(size_t esize, const void *x, void *y, int rank, const int6
     if (n == 0) return cudaSuccess;
     int64_t cx[KN_CU_MAX_RANK], cy[KN_CU_MAX_RANK], cb[KN_CU_MAX_RANK];
     int r = pad_collapse(rank, x_dims, y_dims, pads_begin, mode == 0, cx, cy, cb);
-    bool small = n < INT32_MAX && nx < INT32_MAX;
+    /* below 2^30 elements: the grid-stride step (at most 2^29 threads, grid_for) cannot carry an
+     * index past INT32_MAX */
+    bool small = n < (1LL << 30) && nx < (1LL << 30);
     for (int i = 0; i < r; i++) small = small && cb[i] > INT32_MIN / 2 && cb[i] < INT32_MAX / 2;
     if (small) {
         PadDims<int32_t> pd = pad_dims<int32_t>(r, cx, cy, cb);
