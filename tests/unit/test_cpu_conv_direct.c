@@ -127,6 +127,11 @@ KN_TEST(cpu_conv_direct_matches_definition) {
         {1, 4, 1, 40, 3, 1, 1, 9, 1, 2, 1, 1, {0, 4, 0, 4}, true, false, false, 0},   /* one row (1-D as 2-D) */
         {1, 2, 1, 700, 2, 2, 1, 100, 1, 2, 1, 1, {0, 10, 0, 10}, true, false, true, 1}, /* 100 taps, s2, one row */
         {1, 3, 30, 52, 32, 1, 7, 7, 2, 2, 1, 1, {3, 3, 3, 3}, true, false, true, 1},  /* a stem: 3 -> 32 */
+        /* deep windows on a multiple of 8 output channels: blocks of 8 channels by 3 vectors at
+         * AVX-512 (ResNet's 7x7 s2 3->64 stem on rows of 112: tiles of 3, 2 and 2 vectors), 5
+         * blocks of 8, a row ending inside a vector */
+        {1, 3, 13, 224, 64, 1, 7, 7, 2, 2, 1, 1, {3, 3, 3, 3}, true, false, false, 1}, /* the stem, 6 rows */
+        {2, 3, 11, 77, 40, 1, 7, 7, 2, 2, 1, 1, {3, 2, 3, 3}, false, false, true, 2},  /* 3 -> 40, OW 38 */
         {1, 4, 20, 37, 12, 2, 3, 3, 1, 1, 2, 1, {2, 1, 2, 1}, true, false, false, 0}, /* Mg 6 (blocks of 2), dh 2 */
         /* shallow windows on many output channels over large planes: passes of 8 channels
          * (dc_shallow_wide; where the output exceeds twice the L2, and in the forced pass below) */
