@@ -2141,8 +2141,6 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
      * direct kernel (conv_direct.c) ahead of the kernels below and the implicit GEMM */
     if (!amx_gemm && !pointwise && s->nsp <= 2) {
         const kn_dconv_shape ds = dconv_shape_of(s);
-        if (kn_dconv_suits(&ds) && clamp_only && kn_dconv_clamps(&ds))
-            return kn_dconv_run_clamped(c, &ds, x, w, bias, y, tail->lo, tail->hi, w_is_input);
         if (kn_dconv_suits(&ds)) return kn_dconv_run(c, &ds, x, w, bias, y, epi, epi_ctx, w_is_input);
     }
 #if KN_VL

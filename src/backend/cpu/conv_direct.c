@@ -105,8 +105,6 @@ typedef struct dc_job {
     int64_t *toff, taps; /* dc_flat_range: each tap's offset in the copied band */
     int64_t koff[DC_MAX_KW]; /* tap kw's offset in a copied row: phase (kw dw) mod sw, element (kw dw) / sw */
     int *failed;
-    bool clamp;    /* the row kernel's stores clamp to [lo, hi] (kn_dconv_run_clamped) */
-    float lo, hi;
 } dc_job;
 
 /* The register tile's three steps, shared by the row kernel (dc_tile) and the flat bands
@@ -140,18 +138,9 @@ static inline __attribute__((always_inline)) void dc_acc_tap(dc_acc acc, const f
         for (int q = 0; q < NV; q++) acc[m][q] = kn_vf_fmadd(in[q], wv, acc[m][q]);
     }
 }
-/* lastm: the lanes of the last vector stored (KN_VALL: all); clamp: min(hi, max(lo, v)) first (a
- * fused Relu or Clip, NaN kept, as the epilogue's pass did it) */
+/* lastm: the lanes of the last vector stored (KN_VALL: all) */
 static inline __attribute__((always_inline)) void dc_acc_store(dc_acc acc, float *dst, int64_t ldm, const int MB,
-                                                               const int NV, kn_vmask lastm, bool clamp, float lo,
-                                                               float hi) {
-    if (clamp) {
-        const kn_vf vlo = kn_vf_set1(lo), vhi = kn_vf_set1(hi);
-#pragma GCC unroll 8
-        for (int m = 0; m < MB; m++)
-#pragma GCC unroll 16
-            for (int q = 0; q < NV; q++) acc[m][q] = kn_vf_min(vhi, kn_vf_max(vlo, acc[m][q]));
-    }
+                                                               const int NV, kn_vmask lastm) {
 #pragma GCC unroll 8
     for (int m = 0; m < MB; m++) {
 #pragma GCC unroll 16
@@ -177,7 +166,7 @@ static inline __attribute__((always_inline)) void dc_tile(const dc_job *j, const
             const float *wk = w + (c * KH + kh) * KW * MB;
             for (int64_t kw = 0; kw < KW; kw++, wk += MB) dc_acc_tap(acc, r + koff[kw], wk, MB, NV);
         }
-    dc_acc_store(acc, dst, ldm, MB, NV, lastm, j->clamp, j->lo, j->hi);
+    dc_acc_store(acc, dst, ldm, MB, NV, lastm);
 }
 
 /* `count` tile positions of NV vectors from column offset o0 (rows and dst at o0's column), each
@@ -626,7 +615,7 @@ static inline __attribute__((always_inline)) void dc_ftile(const float *src, con
     dc_acc acc;
     dc_acc_init(acc, bias, MB, NV);
     for (int64_t t = 0; t < taps; t++, w += MB) dc_acc_tap(acc, src + toff[t], w, MB, NV);
-    dc_acc_store(acc, dst, ldm, MB, NV, KN_VALL, false, 0.0f, 0.0f);
+    dc_acc_store(acc, dst, ldm, MB, NV, KN_VALL);
 }
 
 /* count tiles of NV vectors from position o0, each for every block of MB of the Mg channels */
@@ -805,30 +794,11 @@ bool kn_dconv_suits(const kn_dconv_shape *s) {
     return dc_flat_wanted(s) || dc_rows_suit(s);
 }
 
-static kiln_status dc_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w, const float *bias,
-                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const, const float *clamp);
-
 kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w, const float *bias,
                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
-    return dc_run(c, s, x, w, bias, y, epi, epi_ctx, w_const, NULL);
-}
-
-/* The row kernel stores the tiles clamped; the flat bands leave it to an epilogue. A Relu as a pass
- * of its own over the finished rows (kn_fused_act_rows) was 4% of the 7x7 s2 3->64 stem. */
-bool kn_dconv_clamps(const kn_dconv_shape *s) { return !dc_flat_wanted(s); }
-
-kiln_status kn_dconv_run_clamped(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w,
-                                 const float *bias, float *y, float lo, float hi, bool w_const) {
-    const float bounds[2] = {lo, hi};
-    return dc_run(c, s, x, w, bias, y, NULL, NULL, w_const, bounds);
-}
-
-static kiln_status dc_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w, const float *bias,
-                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const, const float *clamp) {
     int failed = 0;
     dc_job j;
     memset(&j, 0, sizeof j);
-    if (clamp) j.clamp = true, j.lo = clamp[0], j.hi = clamp[1];
     j.s = s, j.g = dc_geom_of(s), j.x = x, j.bias = bias, j.y = y, j.epi = epi, j.epi_ctx = epi_ctx;
     j.Cg = s->C / s->G, j.Mg = s->M / s->G, j.mb = dc_mb_of(j.Mg), j.failed = &failed;
     j.flat = dc_flat_wanted(s);
@@ -1081,17 +1051,6 @@ bool kn_dconv_suits(const kn_dconv_shape *s) {
 kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w, const float *bias,
                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const) {
     (void)s, (void)x, (void)w, (void)bias, (void)y, (void)epi, (void)epi_ctx, (void)w_const;
-    return kn_kernel_error(c, KILN_ERR_INTERNAL, "the direct convolution is not built for this CPU level");
-}
-
-bool kn_dconv_clamps(const kn_dconv_shape *s) {
-    (void)s;
-    return false;
-}
-
-kiln_status kn_dconv_run_clamped(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w,
-                                 const float *bias, float *y, float lo, float hi, bool w_const) {
-    (void)s, (void)x, (void)w, (void)bias, (void)y, (void)lo, (void)hi, (void)w_const;
     return kn_kernel_error(c, KILN_ERR_INTERNAL, "the direct convolution is not built for this CPU level");
 }
 

@@ -25,11 +25,6 @@ bool kn_dconv_suits(const kn_dconv_shape *s);
  * rearranged form is kept for the session. */
 kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w, const float *bias,
                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_const);
-/* Whether kn_dconv_run_clamped takes the shape: y = min(hi, max(lo, conv(x, w) + bias)) (a fused
- * Relu or Clip alone) applied as the tiles are stored, no epilogue pass. */
-bool kn_dconv_clamps(const kn_dconv_shape *s);
-kiln_status kn_dconv_run_clamped(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w,
-                                 const float *bias, float *y, float lo, float hi, bool w_const);
 
 /* Depthwise convolutions (G = C = M: one input channel per output channel), any window, strides up
  * to 4: rows copied once into a zero-bordered scratch, tiles of output rows x vectors (conv_direct.c).
