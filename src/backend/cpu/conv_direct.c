@@ -72,6 +72,14 @@ static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static int dc_mb_of(int64_t Mg) { return Mg % 4 == 0 ? 4 : Mg % 2 == 0 ? 2 : 1; }
 
+/* The row kernel's widest tile, in vectors, for blocks of mb output channels. */
+static int dc_nv_of(int64_t mb) {
+#if DC_MB8
+    if (mb == 8) return DC_NV8;
+#endif
+    return mb == 1 ? DC_NV1 : mb == 2 ? DC_NV2 : DC_NV4;
+}
+
 typedef struct dc_geom {
     int64_t span;   /* input rows a window spans */
     int64_t wp;     /* floats of one phase of a copied row */
@@ -447,11 +455,7 @@ static void dc_range(void *arg, int64_t begin, int64_t end) {
     const dc_geom *g = &j->g;
     const int64_t OW = s->OW, OH = s->OH, plane = OH * OW, Mg = j->Mg, mb = j->mb, KH = s->KH;
     const int64_t nvec = (OW + KN_VL - 1) / KN_VL;
-#if DC_MB8
-    const int nvmax = mb == 1 ? DC_NV1 : mb == 2 ? DC_NV2 : mb == 8 ? DC_NV8 : DC_NV4;
-#else
-    const int nvmax = mb == 1 ? DC_NV1 : mb == 2 ? DC_NV2 : DC_NV4;
-#endif
+    const int nvmax = dc_nv_of(mb);
     float *own = NULL, *buf = kn_conv_thread_buffer((size_t)g->scratch);
     if (!buf && !(buf = own = kn_aligned_alloc(64, sizeof(float) * (size_t)g->scratch))) {
         __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
@@ -768,7 +772,7 @@ static bool dc_flat_wanted(const kn_dconv_shape *s) {
         /* windows under 16 taps deep (a one-channel 3x3 stem) stay: the buffer's copy costs more
          * than the narrower tiles (1->24 3x3 76x34: 1.01-1.03) */
         if (Cg * kk < 16) return false;
-        const int64_t mb = dc_mb_of(Mg), nvmax = mb == 1 ? DC_NV1 : mb == 2 ? DC_NV2 : DC_NV4;
+        const int64_t nvmax = dc_nv_of(dc_mb_of(Mg));
         const int64_t nvec = (s->OW + KN_VL - 1) / KN_VL;
         return nvec % nvmax != 0 || dc_flat_wp(s) < nvec * KN_VL;
     }
