@@ -696,6 +696,13 @@ kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, cons
         make_weights(&wc, own);
         wa = own;
     }
+    /* A 32-row block's weights over every tap (4 KB a tap per 16 channel pairs) are re-read for each
+     * 32 columns; the input rows those columns read (a tap row's 16 pairs x 2-3 lines) are re-read by
+     * the next kw taps. Where the weights exceed two thirds of L1 the two evicted each other: loaded
+     * past L1 (TILELOADDT1) the input stays. Thread CPU time, 1 thread, bf16h, 3x3 (2026-12-06):
+     * 64 channels on 56x56 (37 KB) 0.90, 256 on 28x28 0.96, 512 on 14x14 0.93, 512 on 7x7 0.94, 128
+     * on 28x28 1.00-1.03, 256 stride 2 0.97; the 1x1 stride-2 layers level or (16 KB of weights) 1.05. */
+    const bool stream_a = 32.0 * (double)(s->KH * s->KW) * (double)g.cqa * 4.0 > 32768.0;
     /* the folded convolution into bf16 without a residual (a ResNet stem under precision=bf16): in
      * bands of about 16 output rows (band_range; 8 to 28 rows tried on ResNet-50's stem at 1 thread,
      * 14-16 best), as many for each thread */
@@ -722,10 +729,22 @@ kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, cons
         xs_job xj = {s_in, &g, x, xs};
         kn_parallel_for(c->pool, s_in->N * s_in->C * s_in->H, 8, split_rows, &xj);
         if (banded) {
-            band_job bj = {s_in, s, xs, {s, &g, wa, NULL, NULL, bias, NULL, io->y16, NULL, NULL, io->lo, io->hi, false,
-                                         NULL, NULL, (s->M + 31) / 32, 1, false, false, s->OH * s->OW},
-                           band_rows, (s->OH + band_rows - 1) / band_rows, 0};
-            bj.rj.stream_a = 32.0 * (double)(s->KH * s->KW) * (double)g.cqa * 4.0 > 32768.0;
+            band_job bj = {.o = s_in,
+                           .s = s,
+                           .xs = xs,
+                           .rj = {.s = s,
+                                  .g = &g,
+                                  .wa = wa,
+                                  .bias = bias,
+                                  .y16 = io->y16,
+                                  .lo = io->lo,
+                                  .hi = io->hi,
+                                  .mblocks = (s->M + 31) / 32,
+                                  .chunks = 1,
+                                  .stream_a = stream_a,
+                                  .plane = s->OH * s->OW},
+                           .rows = band_rows,
+                           .nbands = (s->OH + band_rows - 1) / band_rows};
             kn_parallel_for(c->pool, s->N * bj.nbands, 1, band_range, &bj);
             free(own);
             free(toff);
@@ -748,13 +767,7 @@ kiln_status kn_amx_conv_io(kn_kernel_ctx *c, const kn_amx_conv_shape *s_in, cons
      * writes the part of the output the next layer's share reads), the chunks a multiple of the
      * threads. Deep layers (weights larger than the input, from memory) stay channel
      * block major: each thread streams half the weights. */
-    /* A 32-row block's weights over every tap (4 KB a tap per 16 channel pairs) are re-read for each
-     * 32 columns; the input rows those columns read (a tap row's 16 pairs x 2-3 lines) are re-read by
-     * the next kw taps. Where the weights exceed two thirds of L1 the two evicted each other: loaded
-     * past L1 (TILELOADDT1) the input stays. Thread CPU time, 1 thread, bf16h, 3x3 (2026-12-06):
-     * 64 channels on 56x56 (37 KB) 0.90, 256 on 28x28 0.96, 512 on 14x14 0.93, 512 on 7x7 0.94, 128
-     * on 28x28 1.00-1.03, 256 stride 2 0.97; the 1x1 stride-2 layers level or (16 KB of weights) 1.05. */
-    rj.stream_a = 32.0 * (double)(s->KH * s->KW) * (double)g.cqa * 4.0 > 32768.0;
+    rj.stream_a = stream_a;
     if (th > 1 && 2.0 * (double)wbytes <= (double)g.nph * (double)g.cq * (double)g.nx * 4.0) {
         rj.chunk_major = true;
         rj.chunks = (rj.chunks + th - 1) / th * th;
