@@ -374,7 +374,7 @@ static kn_seen *seen_entry(kn_ctx_graphs *c, const int64_t *sig, size_t len) {
     return find_seen(c, sig, len);
 }
 
-/* Whether caller tensor t, given for graph output value v (the graph's value o), can be written
+/* Whether caller tensor t, given for a graph output the graph holds as o, can be written
  * by the graph itself: device memory of the recording device holding exactly that value. */
 static bool graph_can_write(const kn_backend *be, const kn_tensor *o, const kn_tensor *t) {
     return t && o && t->kind == KN_VALUE_TENSOR && o->kind == KN_VALUE_TENSOR && t->device == be->ops->device &&
@@ -572,12 +572,11 @@ kiln_status kn_session_execute(kiln_session *s, kn_call_ctx *ctx, kn_tensor *con
     /* warmed up, and the backend running its final kernels (asked only now: the question may
      * count, cuda_warmup.c): record this run */
     if (!e && seen && !seen->failed && (!rec->ops->capture_ready || rec->ops->capture_ready(rec->state))) {
-        int64_t *sig_copy = malloc(sizeof *sig * (len ? len : 1));
+        int64_t *sig_copy = sig_dup(sig, len);
         if (!sig_copy) {
             free(sig);
             return KN_OOM();
         }
-        memcpy(sig_copy, sig, sizeof *sig * len);
         bool in_place = seen->moves < KN_MAX_MOVES && in_place_wanted() && inputs_on_device(rec, g, bound);
         kiln_status st = record(s, ctx, bound, into, in_place, sig_copy, len, &e);
         if (st != KILN_OK) {
