@@ -45,21 +45,27 @@ def kiln_prof():
             per[e['name']].append(e['dur'] / 1000.0)
             sig[e['name']] = (a['outputs'][0] if a.get('outputs') else '?', a['op'].split('.')[-1])
     return {k: (statistics.median(v), sig[k]) for k, v in per.items()}, p50
+def random_feeds(specs):
+    """Inputs for (name, shape with symbolic dims at 1, float or not): random floats, integer ones."""
+    import numpy as np
+    return {n: np.random.rand(*shp).astype(np.float32) if real else np.ones(shp, np.int64) for n, shp, real in specs}
+def timed_runs(run, after_each=None):
+    """10 untimed runs, then 60 timed ones (after_each() after each, untimed): their median in ms."""
+    for _ in range(10): run()
+    t = []
+    for _ in range(60):
+        t0 = time.perf_counter(); run(); t.append(time.perf_counter() - t0)
+        if after_each: after_each()
+    return statistics.median(t) * 1000
 def ort_prof():
     import onnxruntime as ort
     so = ort.SessionOptions(); so.intra_op_num_threads = threads; so.enable_profiling = True
     import tempfile
     so.profile_file_prefix = os.path.join(tempfile.mkdtemp(), 'ort_profile')
     s = ort.InferenceSession(model, so, providers=['CPUExecutionProvider'])
-    import numpy as np
-    feeds = {}
-    for i in s.get_inputs():
-        shp = [d if isinstance(d, int) else 1 for d in i.shape]
-        feeds[i.name] = np.random.rand(*shp).astype(np.float32) if 'float' in i.type else np.ones(shp, np.int64)
-    for _ in range(10): s.run(None, feeds)
-    t = []
-    for _ in range(60):
-        t0 = time.perf_counter(); s.run(None, feeds); t.append(time.perf_counter() - t0)
+    feeds = random_feeds([(i.name, [d if isinstance(d, int) else 1 for d in i.shape], 'float' in i.type)
+                          for i in s.get_inputs()])
+    p50 = timed_runs(lambda: s.run(None, feeds))
     f = s.end_profiling()
     per = collections.defaultdict(list); sig = {}
     for e in json.load(open(f)):
@@ -67,13 +73,12 @@ def ort_prof():
             a = e['args']; o = a.get('output_type_shape') or [{}]
             shp = list(o[0].values())[0] if o and o[0] else '?'
             per[e['name']].append(e['dur'] / 1000.0); sig[e['name']] = ('float' + str(shp).replace(' ', ''), a.get('op_name'))
-    return {k: (statistics.median(v[10:] or v), sig[k]) for k, v in per.items()}, statistics.median(t) * 1000
+    return {k: (statistics.median(v[10:] or v), sig[k]) for k, v in per.items()}, p50
 def ov_prof():
     try:
         import openvino as ov
     except ImportError:
         return None, None
-    import numpy as np
     core = ov.Core()
     m = core.read_model(model)
     shapes = {i.get_any_name(): [d.get_length() if d.is_static else 1 for d in i.get_partial_shape()] for i in m.inputs}
@@ -85,18 +90,17 @@ def ov_prof():
         if op.get_output_size():
             out_shape[op.get_friendly_name()] = 'float' + str(list(op.get_output_partial_shape(0).to_shape())).replace(' ', '')
     r = c.create_infer_request()
-    feeds = {i.get_any_name(): (np.random.rand(*shapes[i.get_any_name()]).astype(np.float32)
-                                if i.get_element_type().is_real() else np.ones(shapes[i.get_any_name()], np.int64))
-             for i in c.inputs}
-    for _ in range(10): r.infer(feeds)
-    per = collections.defaultdict(list); sig = {}; t = []
-    for _ in range(60):
-        t0 = time.perf_counter(); r.infer(feeds); t.append(time.perf_counter() - t0)
+    feeds = random_feeds([(i.get_any_name(), shapes[i.get_any_name()], i.get_element_type().is_real())
+                          for i in c.inputs])
+    per = collections.defaultdict(list); sig = {}
+
+    def counters():  # the last run's, per executed layer
         for p in r.get_profiling_info():
             if p.status != p.Status.EXECUTED or p.node_type in ('Parameter', 'Result'): continue
             per[p.node_name].append(p.real_time.total_seconds() * 1000.0)
             sig[p.node_name] = (out_shape.get(p.node_name, '?'), p.node_type)
-    return {k: (statistics.median(v), sig[k]) for k, v in per.items()}, statistics.median(t) * 1000
+    p50 = timed_runs(lambda: r.infer(feeds), counters)
+    return {k: (statistics.median(v), sig[k]) for k, v in per.items()}, p50
 k, kp50 = kiln_prof(); o, op50 = ort_prof(); v, vp50 = ov_prof()
 def by_shape(d):
     r = collections.defaultdict(lambda: [0.0, 0, set()])
