@@ -30,8 +30,11 @@ bool kn_act_parse(const char *name, kn_act *out) {
     return false;
 }
 
-bool kn_act_from_node(const kn_node *n, kn_act_spec *out, char *why, size_t cap) {
-    const char *name = kn_attr_string(n, "activation", "");
+/* The activation named by attribute `name_attr` (default `dflt`) with its parameters in
+ * `params_attr`; activation_bounds when `bounds`. */
+static bool act_from_attrs(const kn_node *n, const char *name_attr, const char *dflt, const char *params_attr,
+                           bool bounds, kn_act_spec *out, char *why, size_t cap) {
+    const char *name = kn_attr_string(n, name_attr, dflt);
     out->act = KN_ACT_NONE;
     out->p0 = out->p1 = 0;
     out->bounded = false;
@@ -41,7 +44,7 @@ bool kn_act_from_node(const kn_node *n, kn_act_spec *out, char *why, size_t cap)
         snprintf(why, cap, "unknown activation '%s'", name);
         return false;
     }
-    if (kn_node_attr(n, "activation_bounds")) {
+    if (bounds && kn_node_attr(n, "activation_bounds")) {
         int nb = 0;
         const float *b = kn_attr_floats(n, "activation_bounds", &nb);
         if (!b || nb != 2 || isnan(b[0]) || isnan(b[1]) || b[0] > b[1] || b[0] == INFINITY || b[1] == -INFINITY) {
@@ -53,7 +56,7 @@ bool kn_act_from_node(const kn_node *n, kn_act_spec *out, char *why, size_t cap)
         out->hi = b[1];
     }
     int np = 0;
-    const float *p = kn_attr_floats(n, "activation_params", &np);
+    const float *p = kn_attr_floats(n, params_attr, &np);
     switch (out->act) {
     case KN_ACT_LEAKY_RELU: out->p0 = np > 0 ? p[0] : 0.01f; break;
     case KN_ACT_CLIP:
@@ -65,6 +68,29 @@ bool kn_act_from_node(const kn_node *n, kn_act_spec *out, char *why, size_t cap)
         out->p1 = np > 1 ? p[1] : 0.5f;
         break;
     default: break;
+    }
+    return true;
+}
+
+bool kn_act_from_node(const kn_node *n, kn_act_spec *out, char *why, size_t cap) {
+    return act_from_attrs(n, "activation", "", "activation_params", true, out, why, cap);
+}
+
+bool kn_squeeze_excite_from_node(const kn_node *n, kn_act_spec *act, kn_act_spec *gate, bool *nhwc, char *why,
+                                 size_t cap) {
+    if (!act_from_attrs(n, "activation", "", "activation_params", false, act, why, cap)) return false;
+    if (!act_from_attrs(n, "gate", "Sigmoid", "gate_params", false, gate, why, cap)) {
+        size_t len = strlen(why);
+        if (len + 10 < cap) memmove(why + 6, why, len + 1), memcpy(why, "gate: ", 6);
+        return false;
+    }
+    if (kn_node_attr(n, "activation_bounds")) {
+        snprintf(why, cap, "activation_bounds is not taken by SqueezeExcite");
+        return false;
+    }
+    if (!kn_fused_conv_layout(n, nhwc)) {
+        snprintf(why, cap, "layout must be \"NCHW\" or \"NHWC\", not \"%s\"", kn_attr_string(n, "layout", ""));
+        return false;
     }
     return true;
 }
@@ -728,6 +754,55 @@ static kiln_status infer_stacked_lstm(kn_infer_ctx *c) {
     return KILN_OK;
 }
 
+/* The product of dims [from, rank) of t; -1 when one is unknown. */
+static int64_t dims_product(const kn_type *t, int from) {
+    int64_t n = 1;
+    for (int d = from; d < t->rank; d++) {
+        if (t->dims[d].value < 0) return -1;
+        n *= t->dims[d].value;
+    }
+    return n;
+}
+
+/* SqueezeExcite: Y has X's type; W1 is M rows of C, W2 C rows of M, B1 M values, B2 C, all of X's
+ * element type. */
+static kiln_status infer_squeeze_excite(kn_infer_ctx *c) {
+    kn_act_spec act, gate;
+    bool nhwc;
+    char why[160];
+    if (!kn_squeeze_excite_from_node(c->node, &act, &gate, &nhwc, why, sizeof why))
+        return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+    const kn_type *x = c->in[0], *w1 = c->in[1], *b1 = c->n_inputs > 2 ? c->in[2] : NULL, *w2 = c->n_inputs > 3 ? c->in[3] : NULL,
+                  *b2 = c->n_inputs > 4 ? c->in[4] : NULL;
+    if (!x || !w1 || !w2) return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "X, W1 and W2 must be given");
+    const kn_type *all[5] = {x, w1, b1, w2, b2};
+    for (int i = 1; i < 5; i++)
+        if (all[i] && all[i]->dtype && x->dtype && all[i]->dtype != x->dtype)
+            return kn_infer_error(c, KILN_ERR_INVALID_MODEL, "input %d is %s, X is %s", i, kiln_dtype_name(all[i]->dtype),
+                                  kiln_dtype_name(x->dtype));
+    if (x->rank >= 0 && (x->rank < 3 || x->rank > KILN_MAX_RANK))
+        return kn_infer_error(c, KILN_ERR_SHAPE, "X must have rank 3 or more (batch, channels, spatial dims), not %d", x->rank);
+    const int64_t C = x->rank >= 0 ? x->dims[nhwc ? x->rank - 1 : 1].value : -1;
+    const int64_t M = w1->rank >= 1 ? w1->dims[0].value : -1;
+    if (w1->rank == 0 || w2->rank == 0) return kn_infer_error(c, KILN_ERR_SHAPE, "W1 and W2 must have rank 1 or more");
+    const int64_t w1c = w1->rank >= 1 ? dims_product(w1, 1) : -1, w2c = w2->rank >= 1 ? w2->dims[0].value : -1,
+                  w2m = w2->rank >= 1 ? dims_product(w2, 1) : -1;
+    char a[128], b[128];
+    if ((C >= 0 && w1c >= 0 && w1c != C) || (C >= 0 && w2c >= 0 && w2c != C) || (M >= 0 && w2m >= 0 && w2m != M))
+        return kn_infer_error(c, KILN_ERR_SHAPE, "W1 %s and W2 %s are not [M, C] and [C, M] for %lld channels",
+                              kn_type_str(w1, a, sizeof a), kn_type_str(w2, b, sizeof b), (long long)C);
+    const kn_type *bias[2] = {b1, b2};
+    const int64_t want[2] = {M, C};
+    for (int k = 0; k < 2; k++) {
+        if (!bias[k] || bias[k]->rank < 0) continue;
+        const int64_t nb = dims_product(bias[k], 0);
+        if (nb >= 0 && want[k] >= 0 && nb != want[k])
+            return kn_infer_error(c, KILN_ERR_SHAPE, "B%d %s does not hold %lld values", k + 1,
+                                  kn_type_str(bias[k], a, sizeof a), (long long)want[k]);
+    }
+    return kn_infer_same(c, 0, 0);
+}
+
 const kn_op_schema kn_ops_fused[] = {
     {"kiln", "FusedConv", 1, 0, 2, 4, 1, 1, infer_fused_conv, 0},
     {"kiln", "FusedGemm", 1, 0, 2, 3, 1, 1, infer_fused_gemm, 0},
@@ -740,5 +815,6 @@ const kn_op_schema kn_ops_fused[] = {
     {"kiln", "Attention", 1, 0, 3, 4, 1, 1, infer_attention, 0},
     {"kiln", "FusedElementwise", 1, 0, 1, KN_CHAIN_MAX_INPUTS, 1, 1, infer_fused_elementwise, 0},
     {"kiln", "StackedLSTM", 1, 0, 8, 1 + 5 * KN_STACKED_LSTM_MAX_LAYERS, 1, 3, infer_stacked_lstm, 0},
+    {"kiln", "SqueezeExcite", 1, 0, 4, 5, 1, 1, infer_squeeze_excite, 0},
     {0},
 };

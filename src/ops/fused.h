@@ -39,6 +39,17 @@
  *                                    to [T, B, H]) the next one's X; five inputs per layer (omitted
  *                                    ones empty), KN_STACKED_LSTM_MAX_LAYERS at most; outputs Y, Y_h,
  *                                    Y_c of the last layer, as its LSTM would give them
+ *   SqueezeExcite(X, W1, B1?, W2, B2?)   a squeeze-excite block: Y = X * gate(W2 act(W1 m + B1) + B2),
+ *                                    m the mean of X over its spatial dims per batch item and
+ *                                    channel ([N, C]), the gate broadcast over the spatial dims.
+ *                                    W1 holds M rows of C ([M, C] or a 1x1 convolution's
+ *                                    [M, C, 1, 1] / [M, 1, 1, C]: dim 0 is M, the rest multiply
+ *                                    to C), W2 C rows of M; B1 M values, B2 C (each may be
+ *                                    omitted). activation / activation_params: the inner
+ *                                    activation; gate / gate_params (default "Sigmoid"): the
+ *                                    outer one, named and parametrised as activations are;
+ *                                    layout NCHW (X [N, C, spatial...]) | NHWC (X [N,
+ *                                    spatial..., C]); X of rank 3 or more
  * Every activation-taking operator has the attributes activation (string, "" = none) and
  * activation_params (floats): LeakyRelu [alpha], Clip [min, max], HardSigmoid [alpha, beta], and
  * optionally activation_bounds (floats [lo, hi], lo <= hi, neither NaN, -inf / inf for no bound):
@@ -155,6 +166,11 @@ bool kn_attn_view_fits(const kn_attn_view *v, int64_t count);
 void kn_attn_view_copy(size_t es, void *base, const kn_attn_view *v, void *dense, bool to_dense);
 /* Encodes a view as the attribute's ints (2 + 2 * rank of them) into out. */
 int kn_attn_view_encode(const kn_attn_view *v, int64_t *out);
+
+/* kiln.SqueezeExcite's attributes: the inner activation, the gate and the layout; false (reason
+ * in why) when one is invalid. */
+bool kn_squeeze_excite_from_node(const kn_node *n, kn_act_spec *act, kn_act_spec *gate, bool *nhwc, char *why,
+                                 size_t cap);
 
 /* FusedConv's layout attribute: false when it is neither NCHW nor NHWC. */
 bool kn_fused_conv_layout(const kn_node *n, bool *nhwc);

@@ -86,6 +86,11 @@ const kn_pass kn_opt_passes[] = {
      "regions of 2-D convolutions and the elementwise operators and pooling between them run channels last (NHWC), "
      "Transposes at the regions' edges, where the provider runs them faster: on CUDA at a known batch of 4+ in fp16/bf16, "
      "8+ in fp32 (KILN_LAYOUT=nhwc|nchw|auto)"},
+    /* after the layout and precision rewrites, whose forms of the block it matches; before
+     * cpu_bf16_values, which would store the squeeze's output in bfloat16 */
+    {"fuse_squeeze_excite", 3, kn_pass_fuse_squeeze_excite,
+     "squeeze-excite blocks (global average pool, two pointwise products with their activations, the gate's "
+     "product with the input) into kiln.SqueezeExcite: one pass over the input for the means, one for the product"},
     {"cpu_bf16_values", 3, kn_pass_cpu_bf16_values,
      "with the CPU provider's precision=bf16 on AMX: a convolution's output read only by convolutions (which round it "
      "to bf16 anyway) is stored in bfloat16 after its bias and Relu/Clip (KILN_CPU_BF16_VALUES=0: off), channel-blocked "

@@ -89,6 +89,7 @@ kiln_status kn_pass_raise_float16(kn_opt_ctx *c);
 kiln_status kn_pass_fold_pad(kn_opt_ctx *c);
 kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c);
 kiln_status kn_pass_cpu_bf16_values(kn_opt_ctx *c);
+kiln_status kn_pass_fuse_squeeze_excite(kn_opt_ctx *c);
 
 /* ---- bookkeeping ---- */
 

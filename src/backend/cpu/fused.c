@@ -653,5 +653,7 @@ const kn_cpu_kernel kn_cpu_fused[] = {
      KN_PARAMS(kn_cpu_fused_attention_prepare, kn_cpu_attn_prm)},
     {"kiln", "FusedElementwise", kn_cpu_fused_elementwise, kn_cpu_fused_elementwise_supports, KN_KERNEL_OVERWRITES,
      KN_PARAMS(kn_chain_prepare, kn_chain_prm)},
+    {"kiln", "SqueezeExcite", kn_cpu_fused_squeeze_excite, kn_fused_supports_f32, KN_KERNEL_OVERWRITES,
+     KN_PARAMS(kn_cpu_squeeze_excite_prepare, kn_cpu_se_prm)},
     {0},
 };

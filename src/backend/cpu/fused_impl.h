@@ -40,4 +40,13 @@ typedef struct kn_chain_prm {
 kiln_status kn_chain_prepare(const kn_node *n, void *params);
 bool kn_cpu_fused_elementwise_supports(const kn_node *node, const kn_type *const *in, int n_in, char *why, size_t cap);
 
+/* fused_se.c: kiln.SqueezeExcite, its attributes read once (the prepare hook) */
+typedef struct kn_cpu_se_prm {
+    bool ok; /* false: the call reads the attributes again and says why */
+    kn_act_spec act, gate;
+    bool nhwc;
+} kn_cpu_se_prm;
+kiln_status kn_cpu_squeeze_excite_prepare(const kn_node *n, void *params);
+kiln_status kn_cpu_fused_squeeze_excite(kn_kernel_ctx *c);
+
 #endif

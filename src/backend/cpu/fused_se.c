@@ -1,0 +1,165 @@
+/* CPU kernel of kiln.SqueezeExcite (src/ops/fused.h): Y = X * gate(W2 act(W1 mean(X) + B1) + B2).
+ *
+ * Three passes: the channel means (one read of X), the two small products per batch item (M x C
+ * each, a few thousand multiply-adds), then Y = X times the gate (a read of X and a write of Y).
+ * The unfused graph wrote and read back the pooled vector, the hidden vector and the gate as
+ * tensors of their own and ran each 1x1 convolution through the convolution machinery; here they
+ * live in one scratch block. Sums are taken in float with 16 running partial sums (the loops the
+ * compiler vectorises without reassociating them itself). */
+#include "backend/cpu/fused_impl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+kiln_status kn_cpu_squeeze_excite_prepare(const kn_node *n, void *params) {
+    kn_cpu_se_prm *p = params;
+    char why[160];
+    p->ok = kn_squeeze_excite_from_node(n, &p->act, &p->gate, &p->nhwc, why, sizeof why);
+    return KILN_OK;
+}
+
+#define LANES 16
+
+/* sum of a[0..n) */
+static float sum_of(const float *restrict a, int64_t n) {
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++) acc[k] += a[i + k];
+    float s = 0;
+    for (; i < n; i++) s += a[i];
+    for (int k = 0; k < LANES; k++) s += acc[k];
+    return s;
+}
+
+/* sum of a[i] * b[i] over [0, n) */
+static float dot(const float *restrict a, const float *restrict b, int64_t n) {
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++) acc[k] += a[i + k] * b[i + k];
+    float s = 0;
+    for (; i < n; i++) s += a[i] * b[i];
+    for (int k = 0; k < LANES; k++) s += acc[k];
+    return s;
+}
+
+typedef struct se_job {
+    const float *x, *w1, *b1, *w2, *b2;
+    float *y;
+    float *mean, *hidden, *gate; /* [N, C], [N, M], [N, C] */
+    int64_t N, C, S, M;
+    int64_t chunk; /* NHWC means: channels per job */
+    const kn_cpu_se_prm *p;
+} se_job;
+
+/* NCHW means: rows r of S values each (r = n * C + c). */
+static void means_nchw(void *arg, int64_t r0, int64_t r1) {
+    const se_job *j = arg;
+    const float inv = 1.0f / (float)j->S;
+    for (int64_t r = r0; r < r1; r++) j->mean[r] = sum_of(j->x + r * j->S, j->S) * inv;
+}
+
+/* NHWC means: job t is batch item t / blocks, channels [cb * chunk, +chunk) of it; the positions'
+ * rows added in turn into the running sums. */
+static void means_nhwc(void *arg, int64_t t0, int64_t t1) {
+    const se_job *j = arg;
+    const int64_t blocks = (j->C + j->chunk - 1) / j->chunk;
+    const float inv = 1.0f / (float)j->S;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t n = t / blocks, c0 = (t % blocks) * j->chunk;
+        const int64_t nc = j->C - c0 < j->chunk ? j->C - c0 : j->chunk;
+        float *restrict m = j->mean + n * j->C + c0;
+        for (int64_t c = 0; c < nc; c++) m[c] = 0;
+        const float *x = j->x + n * j->S * j->C + c0;
+        for (int64_t s = 0; s < j->S; s++, x += j->C)
+            for (int64_t c = 0; c < nc; c++) m[c] += x[c];
+        for (int64_t c = 0; c < nc; c++) m[c] *= inv;
+    }
+}
+
+/* The two products and the activations of batch items [n0, n1). */
+static void products(void *arg, int64_t n0, int64_t n1) {
+    const se_job *j = arg;
+    const int64_t C = j->C, M = j->M;
+    for (int64_t n = n0; n < n1; n++) {
+        const float *m = j->mean + n * C;
+        float *h = j->hidden + n * M, *g = j->gate + n * C;
+        for (int64_t i = 0; i < M; i++) h[i] = dot(j->w1 + i * C, m, C) + (j->b1 ? j->b1[i] : 0.0f);
+        kn_fused_act(h, M, &j->p->act);
+        for (int64_t c = 0; c < C; c++) g[c] = dot(j->w2 + c * M, h, M) + (j->b2 ? j->b2[c] : 0.0f);
+        kn_fused_act(g, C, &j->p->gate);
+    }
+}
+
+/* Y = X * gate: NCHW rows r of S values, each times gate[r]. */
+static void scale_nchw(void *arg, int64_t r0, int64_t r1) {
+    const se_job *j = arg;
+    for (int64_t r = r0; r < r1; r++) {
+        const float g = j->gate[r];
+        const float *restrict x = j->x + r * j->S;
+        float *restrict y = j->y + r * j->S;
+        for (int64_t i = 0; i < j->S; i++) y[i] = x[i] * g;
+    }
+}
+
+/* NHWC rows r = n * S + s of C values, each times the gate of batch item n. */
+static void scale_nhwc(void *arg, int64_t r0, int64_t r1) {
+    const se_job *j = arg;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *restrict g = j->gate + (r / j->S) * j->C;
+        const float *restrict x = j->x + r * j->C;
+        float *restrict y = j->y + r * j->C;
+        for (int64_t c = 0; c < j->C; c++) y[c] = x[c] * g[c];
+    }
+}
+
+static int64_t grain_rows(int64_t row_len) {
+    int64_t g = 16384 / (row_len > 0 ? row_len : 1);
+    return g > 0 ? g : 1;
+}
+
+kiln_status kn_cpu_fused_squeeze_excite(kn_kernel_ctx *c) {
+    KN_CTX_PRM(c, kn_cpu_squeeze_excite_prepare, kn_cpu_se_prm, prm);
+    kn_cpu_se_prm again;
+    if (!prm->ok) {
+        char why[160];
+        if (!kn_squeeze_excite_from_node(c->node, &again.act, &again.gate, &again.nhwc, why, sizeof why))
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+        again.ok = true;
+        prm = &again;
+    }
+    const kn_tensor *X = c->in[0], *W1 = c->in[1], *B1 = c->n_inputs > 2 ? c->in[2] : NULL, *W2 = c->in[3],
+                    *B2 = c->n_inputs > 4 ? c->in[4] : NULL;
+    kn_tensor *Y = c->out[0];
+    if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
+    if (X->rank < 3 || W1->rank < 1 || W2->rank < 1)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "X must have rank 3 or more, W1 and W2 rank 1 or more");
+    const bool nhwc = prm->nhwc;
+    const int64_t N = X->dims[0], C = X->dims[nhwc ? X->rank - 1 : 1], M = W1->dims[0];
+    const int64_t S = C ? kn_tensor_count(X) / (N ? N : 1) / C : 0;
+    if (W1->dims[0] * C != kn_tensor_count(W1) || W2->dims[0] != C || W2->dims[0] * M != kn_tensor_count(W2) ||
+        (B1 && kn_tensor_count(B1) != M) || (B2 && kn_tensor_count(B2) != C))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "W1, B1, W2, B2 do not make %lld -> %lld -> %lld channels", (long long)C,
+                               (long long)M, (long long)C);
+    if (kn_tensor_count(Y) == 0) return KILN_OK;
+    const size_t bytes = sizeof(float) * (size_t)(N * (2 * C + M));
+    void *scratch = NULL;
+    KN_TRY(kn_ctx_scratch(c, bytes, "the squeeze-excite vectors", &scratch));
+    se_job j = {X->data, W1->data, B1 ? B1->data : NULL, W2->data, B2 ? B2->data : NULL, Y->data, NULL, NULL, NULL,
+                N, C, S, M, 64, prm};
+    j.mean = scratch;
+    j.hidden = j.mean + N * C;
+    j.gate = j.hidden + N * M;
+    if (nhwc) {
+        const int64_t blocks = (C + j.chunk - 1) / j.chunk;
+        kn_parallel_for(c->pool, N * blocks, grain_rows(S * j.chunk), means_nhwc, &j);
+    } else {
+        kn_parallel_for(c->pool, N * C, grain_rows(S), means_nchw, &j);
+    }
+    kn_parallel_for(c->pool, N, grain_rows(4 * M * C), products, &j);
+    if (nhwc) kn_parallel_for(c->pool, N * S, grain_rows(C), scale_nhwc, &j);
+    else kn_parallel_for(c->pool, N * C, grain_rows(S), scale_nchw, &j);
+    kn_ctx_scratch_free(c, scratch, bytes);
+    return KILN_OK;
+}

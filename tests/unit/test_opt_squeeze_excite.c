@@ -1,0 +1,504 @@
+/* kiln.SqueezeExcite (src/ops/fused.h) and the pass that forms it (opt pass fuse_squeeze_excite):
+ * squeeze-excite blocks built by hand in the forms exporters write (EfficientNet's 1x1 Conv with
+ * SiLU and Sigmoid, MobileNetV3's Relu and HardSigmoid, ReduceMean for the pool, the products as
+ * Gemm or MatMul on [N, C], the gate on either side of the Mul, channels last), each run at every
+ * level and compared with level 0 (the unfused operators' kernels); the lookalikes the pass must
+ * leave alone; and the CPU kernel against a double-precision evaluation of the definition. */
+#include "exec/session.h"
+#include "ir/graph.h"
+#include "ir/tensor.h"
+#include "unit.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ graph builder */
+
+typedef struct seb {
+    kn_model *m;
+    kn_graph *g;
+    unsigned seed;
+    int last;
+} seb;
+
+static void seb_init(seb *b, int opset) {
+    memset(b, 0, sizeof *b);
+    b->seed = 4242u;
+    kn_model_new(&b->m);
+    kn_graph_new(b->m, NULL, "se", &b->g);
+    b->m->graph = b->g;
+    b->m->ir_version = 8;
+    b->m->opsets = kn_arena_alloc(&b->m->arena, sizeof(kn_opset_import));
+    b->m->opsets[0].domain = "";
+    b->m->opsets[0].version = opset;
+    b->m->n_opsets = 1;
+}
+
+static void push(int **arr, int *n, int v) {
+    *arr = realloc(*arr, sizeof(int) * (size_t)(*n + 1));
+    (*arr)[(*n)++] = v;
+}
+
+static int seb_input(seb *b, const char *name, int rank, const int64_t *dims) {
+    int v = kn_graph_add_value(b->g, name);
+    kn_type_set_tensor(&b->g->values[v].type, KILN_DTYPE_FLOAT, rank, dims);
+    b->g->values[v].is_graph_input = true;
+    push(&b->g->inputs, &b->g->n_inputs, v);
+    return v;
+}
+
+static void seb_output(seb *b, int v) {
+    b->g->values[v].is_graph_output = true;
+    push(&b->g->outputs, &b->g->n_outputs, v);
+}
+
+static float seb_rnd(seb *b) {
+    b->seed = b->seed * 1103515245u + 12345u;
+    return (float)((b->seed >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f;
+}
+
+/* A float constant of random values in [-scale, scale), or of the int64 values given. */
+static int seb_const(seb *b, const char *name, int rank, const int64_t *dims, float scale) {
+    kn_tensor *t = NULL;
+    kn_tensor_new(KILN_DTYPE_FLOAT, rank, dims, &t);
+    for (int64_t i = 0; i < kn_tensor_count(t); i++) ((float *)t->data)[i] = scale * seb_rnd(b);
+    kn_model_own_tensor(b->m, t);
+    int v = kn_graph_add_value(b->g, name);
+    b->g->values[v].constant = t;
+    kn_type_set_tensor(&b->g->values[v].type, KILN_DTYPE_FLOAT, rank, dims);
+    return v;
+}
+
+static int seb_ints(seb *b, const char *name, int n, const int64_t *vals) {
+    kn_tensor *t = NULL;
+    int64_t d = n;
+    kn_tensor_new(KILN_DTYPE_INT64, 1, &d, &t);
+    memcpy(t->data, vals, sizeof(int64_t) * (size_t)n);
+    kn_model_own_tensor(b->m, t);
+    int v = kn_graph_add_value(b->g, name);
+    b->g->values[v].constant = t;
+    kn_type_set_tensor(&b->g->values[v].type, KILN_DTYPE_INT64, 1, &d);
+    return v;
+}
+
+static int seb_node(seb *b, const char *op, const int *ins, int n, const char *out) {
+    int v = kn_graph_add_value(b->g, out);
+    b->last = kn_graph_add_node(b->g, out, op, "", ins, n, &v, 1);
+    b->g->nodes[b->last].opset = (int)b->m->opsets[0].version;
+    return v;
+}
+
+static kn_attr *seb_attr(seb *b, const char *name, kn_attr_type type) {
+    kn_node *n = &b->g->nodes[b->last];
+    kn_attr *a = kn_arena_alloc(&b->m->arena, sizeof(kn_attr) * (size_t)(n->n_attrs + 1));
+    if (n->n_attrs) memcpy(a, n->attrs, sizeof(kn_attr) * (size_t)n->n_attrs);
+    n->attrs = a;
+    kn_attr *at = &a[n->n_attrs++];
+    memset(at, 0, sizeof *at);
+    at->name = name;
+    at->type = type;
+    return at;
+}
+static void seb_int(seb *b, const char *name, int64_t v) { seb_attr(b, name, KN_ATTR_INT)->i = v; }
+static void seb_float(seb *b, const char *name, float v) { seb_attr(b, name, KN_ATTR_FLOAT)->f = v; }
+static void seb_ints_attr(seb *b, const char *name, int n, const int64_t *v) {
+    kn_attr *a = seb_attr(b, name, KN_ATTR_INTS);
+    a->ints = kn_arena_alloc(&b->m->arena, sizeof(int64_t) * (size_t)n);
+    memcpy(a->ints, v, sizeof(int64_t) * (size_t)n);
+    a->n = n;
+}
+
+/* ------------------------------------------------------------------ the blocks */
+
+enum {
+    SE_EFFICIENTNET,   /* GAP, Conv + SiLU (Sigmoid, Mul), Conv + Sigmoid, Mul(X, gate) */
+    SE_MOBILENET,      /* GAP, Conv + Relu, Conv + HardSigmoid, Mul(gate, X) */
+    SE_REDUCE_MEAN,    /* ReduceMean over axes 2, 3 (opset 13: an attribute), Relu / Sigmoid */
+    SE_REDUCE_MEAN_18, /* ReduceMean with its axes an input (opset 18), negative axes */
+    SE_GEMM,           /* GAP, Flatten, Gemm (transB 1) + Relu, Gemm + Sigmoid, Reshape, Mul */
+    SE_MATMUL,         /* ReduceMean (keepdims 0), MatMul + Add + Relu, MatMul + Add + HardSigmoid, Unsqueeze */
+    SE_RANK3,          /* a 1-D network: X [N, C, L] */
+    SE_NO_BIAS,        /* convolutions without a bias, no inner activation */
+    /* lookalikes the pass leaves alone */
+    SE_HIDDEN_READ,    /* the inner activation's output is also a graph output */
+    SE_POOL_READ,      /* the pooled value is also read by another node */
+    SE_GATE_READ,      /* the gate is also a graph output */
+    SE_STRIDED,        /* the squeeze convolution has stride 2 (on a 1x1 input: same values, not the form) */
+    SE_OTHER_MUL,      /* the gate multiplies another tensor of X's shape, not X */
+    SE_CASES
+};
+
+static int se_case;
+static bool se_symbolic; /* X's batch a symbolic dim */
+static const int64_t SE_N = 2, SE_C = 40, SE_M = 10, SE_H = 7, SE_W = 5;
+
+static int conv1x1(seb *b, int x, int cin, int cout, bool bias, const char *name) {
+    char nm[64];
+    int64_t wd[4] = {cout, cin, 1, 1}, bd[1] = {cout};
+    snprintf(nm, sizeof nm, "%s.w", name);
+    int w = seb_const(b, nm, 4, wd, 0.5f);
+    snprintf(nm, sizeof nm, "%s.b", name);
+    int ins[3] = {x, w, bias ? seb_const(b, nm, 1, bd, 0.5f) : -1};
+    return seb_node(b, "Conv", ins, bias ? 3 : 2, name);
+}
+
+static kn_model *build_se(void) {
+    seb b;
+    const int opset = se_case == SE_REDUCE_MEAN_18 ? 18 : 13;
+    seb_init(&b, opset);
+    const bool rank3 = se_case == SE_RANK3;
+    int64_t xd[4] = {SE_N, SE_C, SE_H, SE_W};
+    if (rank3) xd[2] = SE_H * SE_W;
+    const int rank = rank3 ? 3 : 4;
+    int x = seb_input(&b, "x", rank, xd);
+    if (se_symbolic) b.g->values[x].type.dims[0] = (kn_dim){-1, "N"};
+    int other = se_case == SE_OTHER_MUL ? seb_input(&b, "z", rank, xd) : -1;
+    if (other >= 0 && se_symbolic) b.g->values[other].type.dims[0] = (kn_dim){-1, "N"};
+    int pooled, gate;
+    if (se_case == SE_GEMM || se_case == SE_MATMUL) {
+        int flat;
+        if (se_case == SE_GEMM) {
+            pooled = seb_node(&b, "GlobalAveragePool", &x, 1, "pool");
+            flat = seb_node(&b, "Flatten", &pooled, 1, "flat");
+        } else {
+            flat = pooled = seb_node(&b, "ReduceMean", &x, 1, "pool");
+            seb_ints_attr(&b, "axes", 2, (int64_t[]){2, 3});
+            seb_int(&b, "keepdims", 0);
+        }
+        int h, g;
+        if (se_case == SE_GEMM) {
+            int64_t w1d[2] = {SE_M, SE_C}, b1d[1] = {SE_M}, w2d[2] = {SE_C, SE_M}, b2d[2] = {1, SE_C};
+            int w1 = seb_const(&b, "fc1.w", 2, w1d, 0.5f), b1 = seb_const(&b, "fc1.b", 1, b1d, 0.5f);
+            h = seb_node(&b, "Gemm", (int[]){flat, w1, b1}, 3, "fc1");
+            seb_int(&b, "transB", 1);
+            h = seb_node(&b, "Relu", &h, 1, "relu");
+            int w2 = seb_const(&b, "fc2.w", 2, w2d, 0.5f), b2 = seb_const(&b, "fc2.b", 2, b2d, 0.5f);
+            g = seb_node(&b, "Gemm", (int[]){h, w2, b2}, 3, "fc2");
+            seb_int(&b, "transB", 1);
+            g = seb_node(&b, "Sigmoid", &g, 1, "sig");
+            int shape = seb_ints(&b, "shape", 4, (int64_t[]){-1, SE_C, 1, 1});
+            gate = seb_node(&b, "Reshape", (int[]){g, shape}, 2, "gate");
+        } else {
+            int64_t w1d[2] = {SE_C, SE_M}, b1d[1] = {SE_M}, w2d[2] = {SE_M, SE_C}, b2d[1] = {SE_C};
+            int w1 = seb_const(&b, "fc1.w", 2, w1d, 0.5f), b1 = seb_const(&b, "fc1.b", 1, b1d, 0.5f);
+            h = seb_node(&b, "MatMul", (int[]){flat, w1}, 2, "fc1");
+            h = seb_node(&b, "Add", (int[]){b1, h}, 2, "fc1.add");
+            h = seb_node(&b, "Relu", &h, 1, "relu");
+            int w2 = seb_const(&b, "fc2.w", 2, w2d, 0.5f), b2 = seb_const(&b, "fc2.b", 1, b2d, 0.5f);
+            g = seb_node(&b, "MatMul", (int[]){h, w2}, 2, "fc2");
+            g = seb_node(&b, "Add", (int[]){g, b2}, 2, "fc2.add");
+            g = seb_node(&b, "HardSigmoid", &g, 1, "hsig");
+            seb_float(&b, "alpha", 1.0f / 6.0f);
+            int axes = seb_ints(&b, "axes", 2, (int64_t[]){2, 3});
+            gate = seb_node(&b, "Unsqueeze", (int[]){g, axes}, 2, "gate");
+        }
+    } else {
+        if (se_case == SE_REDUCE_MEAN) {
+            pooled = seb_node(&b, "ReduceMean", &x, 1, "pool");
+            seb_ints_attr(&b, "axes", 2, (int64_t[]){2, 3});
+        } else if (se_case == SE_REDUCE_MEAN_18) {
+            int axes = seb_ints(&b, "axes", 2, (int64_t[]){-1, -2});
+            pooled = seb_node(&b, "ReduceMean", (int[]){x, axes}, 2, "pool");
+        } else {
+            pooled = seb_node(&b, "GlobalAveragePool", &x, 1, "pool");
+        }
+        const bool bias = se_case != SE_NO_BIAS;
+        int h = conv1x1(&b, pooled, SE_C, SE_M, bias, "fc1");
+        if (rank3) b.g->values[b.g->nodes[b.last].inputs[1]].type.rank = 3, b.g->values[b.g->nodes[b.last].inputs[1]].constant->rank = 3;
+        if (se_case == SE_STRIDED) seb_ints_attr(&b, "strides", 2, (int64_t[]){2, 2});
+        if (se_case == SE_EFFICIENTNET || se_case == SE_HIDDEN_READ || se_case == SE_POOL_READ) {
+            int s = seb_node(&b, "Sigmoid", &h, 1, "silu.sig");
+            h = seb_node(&b, "Mul", (int[]){h, s}, 2, "silu");
+        } else if (se_case != SE_NO_BIAS) {
+            h = seb_node(&b, "Relu", &h, 1, "relu");
+        }
+        if (se_case == SE_HIDDEN_READ) seb_output(&b, h);
+        int g = conv1x1(&b, h, SE_M, SE_C, bias, "fc2");
+        if (rank3) b.g->values[b.g->nodes[b.last].inputs[1]].type.rank = 3, b.g->values[b.g->nodes[b.last].inputs[1]].constant->rank = 3;
+        if (se_case == SE_MOBILENET) {
+            gate = seb_node(&b, "HardSigmoid", &g, 1, "gate");
+            seb_float(&b, "alpha", 1.0f / 6.0f);
+        } else {
+            gate = seb_node(&b, "Sigmoid", &g, 1, "gate");
+        }
+    }
+    if (se_case == SE_POOL_READ) seb_output(&b, seb_node(&b, "Neg", &pooled, 1, "pool.neg"));
+    if (se_case == SE_GATE_READ) seb_output(&b, gate);
+    const int target = other >= 0 ? other : x;
+    const bool gate_first = se_case == SE_MOBILENET || se_case == SE_GEMM || se_case == SE_RANK3;
+    int y = seb_node(&b, "Mul", gate_first ? (int[]){gate, target} : (int[]){target, gate}, 2, "y");
+    seb_output(&b, y);
+    return b.m;
+}
+
+/* ------------------------------------------------------------------ running */
+
+static kiln_session *se_session(kn_model *m, int level, const char *disable) {
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_opt_level(o, level);
+    kiln_session_options_set_intra_op_threads(o, 2);
+    kiln_session_options_set_cache(o, 0, NULL);
+    if (disable) kiln_session_options_disable_pass(o, disable);
+    kiln_session *s = NULL;
+    CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
+    kiln_status st = kn_session_from_model(m, o, &s);
+    kiln_session_options_destroy(o);
+    CHECK_MSG(st == KILN_OK, "case %d, level %d: %s", se_case, level, kiln_last_error());
+    return s;
+}
+
+static int count_se(const kiln_session *s) {
+    const kn_graph *g = s->model->graph;
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        n += !g->nodes[i].dead && !strcmp(g->nodes[i].op_type, "SqueezeExcite") && !strcmp(g->nodes[i].domain, "kiln");
+    return n;
+}
+
+static int live(const kiln_session *s) {
+    int n = 0;
+    for (int i = 0; i < s->model->graph->n_nodes; i++) n += !s->model->graph->nodes[i].dead;
+    return n;
+}
+
+/* Runs both sessions on the same random inputs; every output agrees within tol relative to
+ * 1 + |ref|. */
+static void se_compare(kiln_session *ref, kiln_session *opt, double tol, const char *what) {
+    const kn_graph *g = ref->model->graph;
+    kn_tensor *in[4] = {0};
+    const char *names[4];
+    unsigned seed = 99u;
+    for (int i = 0; i < g->n_inputs; i++) {
+        const kn_type *t = &g->values[g->inputs[i]].type;
+        int64_t dims[KILN_MAX_RANK];
+        for (int d = 0; d < t->rank; d++) dims[d] = t->dims[d].value >= 0 ? t->dims[d].value : 3;
+        kn_tensor_new(t->dtype, t->rank, dims, &in[i]);
+        for (int64_t k = 0; k < kn_tensor_count(in[i]); k++) {
+            seed = seed * 1103515245u + 12345u;
+            ((float *)in[i]->data)[k] = (float)(((seed >> 8) & 0xffff) / 32768.0 - 1.0) * 2.0f + 0.3f;
+        }
+        names[i] = g->values[g->inputs[i]].name;
+    }
+    size_t no = kiln_session_output_count(ref);
+    kn_tensor *a[4] = {0}, *b[4] = {0};
+    CHECK_STATUS(kiln_session_run(ref, names, in, (size_t)g->n_inputs, NULL, no, a), KILN_OK);
+    CHECK_STATUS(kiln_session_run(opt, names, in, (size_t)g->n_inputs, NULL, no, b), KILN_OK);
+    for (size_t o = 0; o < no; o++) {
+        if (!a[o] || !b[o]) continue;
+        CHECK_EQ_INT(kn_tensor_count(a[o]), kn_tensor_count(b[o]));
+        double worst = 0;
+        for (int64_t i = 0; i < kn_tensor_count(a[o]) && i < kn_tensor_count(b[o]); i++) {
+            const double x = ((const float *)a[o]->data)[i], y = ((const float *)b[o]->data)[i];
+            const double e = fabs(x - y) / (1.0 + fabs(x));
+            if (!(e <= worst)) worst = e; /* NaN stays */
+        }
+        CHECK_MSG(worst <= tol, "%s: output %zu differs from level 0 by %g (tol %g)", what, o, worst, tol);
+    }
+    for (int i = 0; i < g->n_inputs; i++) kn_tensor_free(in[i]);
+    for (size_t o = 0; o < no; o++) kn_tensor_free(a[o]), kn_tensor_free(b[o]);
+}
+
+static const char *const case_names[SE_CASES] = {
+    "EfficientNet (Conv, SiLU, Sigmoid)", "MobileNetV3 (Conv, Relu, HardSigmoid, gate first)",
+    "ReduceMean axes attribute", "ReduceMean axes input (opset 18)", "Flatten, Gemm, Reshape",
+    "ReduceMean keepdims 0, MatMul + Add, Unsqueeze", "rank 3 (1-D)", "no biases, no inner activation",
+    "hidden value also an output", "pooled value also read", "gate also an output", "strided squeeze",
+    "gate times another tensor",
+};
+
+/* Each block at levels 1-3 against level 0; fused into one node at level 3 alone where it fits. */
+static void se_levels(bool nhwc) {
+    for (int sym = 0; sym < 2; sym++)
+        for (se_case = 0; se_case < SE_CASES; se_case++) {
+            se_symbolic = sym;
+            /* channels last, a ReduceMean is no region member (GlobalAveragePool is): Transposes
+             * then stand between the pool and the convolutions, and the block stays unfused */
+            const bool fits = se_case < SE_HIDDEN_READ && !(nhwc && (se_case == SE_REDUCE_MEAN || se_case == SE_REDUCE_MEAN_18));
+            const bool conv_gap = se_case == SE_EFFICIENTNET || se_case == SE_MOBILENET || se_case == SE_NO_BIAS;
+            kiln_session *ref = se_session(build_se(), 0, NULL);
+            for (int level = 1; level <= 3 && ref; level++) {
+                kiln_session *s = se_session(build_se(), level, NULL);
+                if (!s) continue;
+                char what[160];
+                snprintf(what, sizeof what, "%s%s%s, level %d", case_names[se_case], sym ? ", symbolic batch" : "",
+                         nhwc ? ", KILN_LAYOUT=nhwc" : "", level);
+                se_compare(ref, s, 2e-6, what);
+                const int want = fits && level == 3 ? 1 : 0;
+                CHECK_MSG(count_se(s) == want, "%s: %d SqueezeExcite nodes, %d expected", what, count_se(s), want);
+                /* all of the block in the one node (with channels last: and the Transposes around it) */
+                if (want && !(nhwc && conv_gap)) CHECK_MSG(live(s) == 1, "%s: %d nodes left", what, live(s));
+                if (want && nhwc && conv_gap) {
+                    const kn_graph *g = s->model->graph;
+                    for (int i = 0; i < g->n_nodes; i++)
+                        if (!g->nodes[i].dead && !strcmp(g->nodes[i].op_type, "SqueezeExcite"))
+                            CHECK_MSG(!strcmp(kn_attr_string(&g->nodes[i], "layout", ""), "NHWC"), "%s: layout %s", what,
+                                      kn_attr_string(&g->nodes[i], "layout", ""));
+                }
+                kiln_session_destroy(s);
+            }
+            kiln_session_destroy(ref);
+        }
+    se_symbolic = false;
+}
+
+KN_TEST(opt_squeeze_excite_forms_and_lookalikes) { se_levels(false); }
+
+/* KILN_LAYOUT=nhwc makes the CPU's level 3 run the convolutions channels last (layout_nhwc): the
+ * block is then ReduceMean over axes 1, 2 and FusedConv NHWC, fused with layout NHWC. */
+KN_TEST(opt_squeeze_excite_channels_last) {
+    const char *was = getenv("KILN_LAYOUT");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("KILN_LAYOUT", "nhwc", 1);
+    se_levels(true);
+    if (saved) setenv("KILN_LAYOUT", saved, 1);
+    else unsetenv("KILN_LAYOUT");
+    free(saved);
+}
+
+/* The pass by name: disabled, the block stays as the other passes leave it. */
+KN_TEST(opt_squeeze_excite_disabled) {
+    se_case = SE_EFFICIENTNET;
+    kiln_session *s = se_session(build_se(), 3, "fuse_squeeze_excite");
+    if (s) {
+        CHECK_EQ_INT(count_se(s), 0);
+        kiln_session_destroy(s);
+    }
+}
+
+/* ------------------------------------------------------------------ the kernel alone */
+
+/* kiln.SqueezeExcite as a graph's one node against the definition evaluated in double: shapes
+ * whose sizes leave vector tails (C 19, 16 x 9 positions, 70 channels past the 64-channel jobs of
+ * the channels-last means), each inner activation and gate, with and without biases, both layouts,
+ * several threads. */
+static double act_d(const char *name, const float *p, double v) {
+    if (!strcmp(name, "Relu")) return v > 0 ? v : 0;
+    if (!strcmp(name, "Sigmoid")) return 1 / (1 + exp(-v));
+    if (!strcmp(name, "SiLU")) return v / (1 + exp(-v));
+    if (!strcmp(name, "HardSigmoid")) return fmin(fmax(p[0] * v + p[1], 0), 1);
+    if (!strcmp(name, "HardSwish")) return v * fmin(fmax(v / 6 + 0.5, 0), 1);
+    if (!strcmp(name, "Tanh")) return tanh(v);
+    return v;
+}
+
+static void kernel_case(int64_t N, int64_t C, int64_t M, int64_t S1, int64_t S2, bool nhwc, bool biases, const char *act,
+                        const char *gate, int threads) {
+    seb b;
+    seb_init(&b, 17);
+    int64_t xd[4] = {N, C, S1, S2}, w1d[4] = {M, C, 1, 1}, w2d[4] = {C, M, 1, 1}, b1d[1] = {M}, b2d[1] = {C};
+    if (nhwc) {
+        int64_t xl[4] = {N, S1, S2, C}, w1l[4] = {M, 1, 1, C}, w2l[4] = {C, 1, 1, M};
+        memcpy(xd, xl, sizeof xd), memcpy(w1d, w1l, sizeof w1d), memcpy(w2d, w2l, sizeof w2d);
+    }
+    int x = seb_input(&b, "x", 4, xd);
+    int w1 = seb_const(&b, "w1", 4, w1d, 0.6f), w2 = seb_const(&b, "w2", 4, w2d, 0.6f);
+    int b1 = biases ? seb_const(&b, "b1", 1, b1d, 0.5f) : -1, b2 = biases ? seb_const(&b, "b2", 1, b2d, 0.5f) : -1;
+    int y = seb_node(&b, "SqueezeExcite", (int[]){x, w1, b1, w2, b2}, biases ? 5 : 4, "y");
+    kn_node *n = &b.g->nodes[b.last];
+    n->domain = "kiln";
+    n->opset = 1;
+    b.m->opsets = kn_arena_alloc(&b.m->arena, 2 * sizeof(kn_opset_import));
+    b.m->opsets[0] = (kn_opset_import){"", 17};
+    b.m->opsets[1] = (kn_opset_import){"kiln", 1};
+    b.m->n_opsets = 2;
+    static const float hsig[2] = {0.2f, 0.45f};
+    kn_attr *a = seb_attr(&b, "activation", KN_ATTR_STRING);
+    a->s = act, a->s_len = strlen(act);
+    a = seb_attr(&b, "gate", KN_ATTR_STRING);
+    a->s = gate, a->s_len = strlen(gate);
+    a = seb_attr(&b, "gate_params", KN_ATTR_FLOATS);
+    a->floats = (float *)hsig, a->n = 2;
+    if (!strcmp(act, "HardSigmoid")) {
+        a = seb_attr(&b, "activation_params", KN_ATTR_FLOATS);
+        a->floats = (float *)hsig, a->n = 2;
+    }
+    a = seb_attr(&b, "layout", KN_ATTR_STRING);
+    a->s = nhwc ? "NHWC" : "NCHW", a->s_len = 4;
+    seb_output(&b, y);
+    /* the values of the constants, before the session takes the model */
+    const kn_tensor *W1 = b.g->values[w1].constant, *W2 = b.g->values[w2].constant;
+    const kn_tensor *B1 = biases ? b.g->values[b1].constant : NULL, *B2 = biases ? b.g->values[b2].constant : NULL;
+    const int64_t S = S1 * S2;
+    /* float sums and the vector forms of the activations (tanh's: a few ulps of 1e-6) */
+    const double tol = strcmp(gate, "Tanh") ? 3e-6 : 2e-5;
+    double *want = malloc(sizeof(double) * (size_t)(N * S * C)), *h = malloc(sizeof(double) * (size_t)M),
+           *g = malloc(sizeof(double) * (size_t)(N * C));
+    float *xv = malloc(sizeof(float) * (size_t)(N * S * C));
+    unsigned seed = 5u;
+    for (int64_t i = 0; i < N * S * C; i++) {
+        seed = seed * 1103515245u + 12345u;
+        xv[i] = (float)(((seed >> 8) & 0xffff) / 32768.0 - 1.0) * 3.0f + 0.2f;
+    }
+#define XAT(n_, c_, s_) xv[nhwc ? ((n_) * S + (s_)) * C + (c_) : ((n_) * C + (c_)) * S + (s_)]
+    for (int64_t nb = 0; nb < N; nb++) {
+        for (int64_t m = 0; m < M; m++) {
+            double acc = B1 ? ((const float *)B1->data)[m] : 0;
+            for (int64_t c = 0; c < C; c++) {
+                double mean = 0;
+                for (int64_t s = 0; s < S; s++) mean += XAT(nb, c, s);
+                acc += ((const float *)W1->data)[m * C + c] * (mean / (double)S);
+            }
+            h[m] = act_d(act, hsig, acc);
+        }
+        for (int64_t c = 0; c < C; c++) {
+            double acc = B2 ? ((const float *)B2->data)[c] : 0;
+            for (int64_t m = 0; m < M; m++) acc += ((const float *)W2->data)[c * M + m] * h[m];
+            g[nb * C + c] = act_d(gate, hsig, acc);
+        }
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t s = 0; s < S; s++) {
+                const int64_t at = nhwc ? (nb * S + s) * C + c : (nb * C + c) * S + s;
+                want[at] = (double)xv[at] * g[nb * C + c];
+            }
+    }
+#undef XAT
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_opt_level(o, 0);
+    kiln_session_options_set_intra_op_threads(o, threads);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session *s = NULL;
+    CHECK_STATUS(kn_graph_sort(b.g), KILN_OK);
+    kiln_status st = kn_session_from_model(b.m, o, &s);
+    kiln_session_options_destroy(o);
+    CHECK_MSG(st == KILN_OK, "session: %s", kiln_last_error());
+    if (s) {
+        kn_tensor *in = NULL, *out = NULL;
+        kn_tensor_new(KILN_DTYPE_FLOAT, 4, xd, &in);
+        memcpy(in->data, xv, in->nbytes);
+        const char *names[1] = {"x"};
+        CHECK_STATUS(kiln_session_run(s, names, &in, 1, NULL, 1, &out), KILN_OK);
+        if (out && kn_tensor_count(out) == N * S * C) {
+            for (int64_t i = 0; i < N * S * C; i++) {
+                const double got = ((const float *)out->data)[i];
+                if (!(fabs(got - want[i]) <= tol * (1 + fabs(want[i])))) {
+                    kn_unit_fail(__FILE__, __LINE__,
+                                 "SqueezeExcite N=%lld C=%lld M=%lld S=%lldx%lld %s biases %d %s/%s, %d threads: "
+                                 "element %lld is %.8g, %.8g expected",
+                                 (long long)N, (long long)C, (long long)M, (long long)S1, (long long)S2,
+                                 nhwc ? "NHWC" : "NCHW", biases, act, gate, threads, (long long)i, got, want[i]);
+                    break;
+                }
+            }
+        } else {
+            kn_unit_fail(__FILE__, __LINE__, "SqueezeExcite: no output of %lld elements", (long long)(N * S * C));
+        }
+        kn_tensor_free(in);
+        kn_tensor_free(out);
+        kiln_session_destroy(s);
+    }
+    free(want), free(h), free(g), free(xv);
+}
+
+KN_TEST(cpu_squeeze_excite_against_definition) {
+    static const int64_t shapes[][5] = {{1, 19, 5, 3, 3}, {3, 70, 8, 16, 9}, {2, 16, 4, 1, 1}, {1, 96, 24, 7, 7}};
+    static const char *const pairs[][2] = {{"SiLU", "Sigmoid"}, {"Relu", "HardSigmoid"}, {"", "Sigmoid"},
+                                           {"HardSwish", "Tanh"}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+        for (int nhwc = 0; nhwc < 2; nhwc++)
+            for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++)
+                kernel_case(shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3], shapes[sh][4], nhwc, p != 2,
+                            pairs[p][0], pairs[p][1], 1 + (int)(sh % 3));
+}
