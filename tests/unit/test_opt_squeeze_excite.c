@@ -4,8 +4,11 @@
  * Gemm or MatMul on [N, C], the gate on either side of the Mul, channels last), each run at every
  * level and compared with level 0 (the unfused operators' kernels); the lookalikes the pass must
  * leave alone; and the CPU kernel against a double-precision evaluation of the definition. */
+#include "backend/backend.h"
+#include "exec/exec.h"
 #include "exec/session.h"
 #include "ir/graph.h"
+#include "opt/opt.h"
 #include "ir/tensor.h"
 #include "unit.h"
 
@@ -501,4 +504,58 @@ KN_TEST(cpu_squeeze_excite_against_definition) {
             for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++)
                 kernel_case(shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3], shapes[sh][4], nhwc, p != 2,
                             pairs[p][0], pairs[p][1], 1 + (int)(sh % 3));
+}
+
+/* ------------------------------------------------------------------ for CUDA, from its tables */
+
+/* What the optimiser forms for CUDA (judged from its kernel tables, as kiln inspect --provider
+ * does: no GPU needed): the EfficientNet block in float32 channels first, and with precision fp16 /
+ * bf16 and activations=half in that type, channels last (a dense network at batch 2: layout_nhwc). */
+KN_TEST(opt_squeeze_excite_for_cuda_from_tables) {
+#ifndef KILN_HAVE_CUDA
+    KN_SKIP("no CUDA backend in this build");
+#else
+    char why[512] = "";
+    int n_fns = 0, dnn = 0;
+    if (!kn_cuda_libs_report(why, sizeof why, &n_fns, &dnn) || !dnn) KN_SKIP("cuDNN not loadable here");
+    static const struct {
+        const char *precision;
+        kiln_dtype dt;
+        const char *layout;
+    } cases[] = {{NULL, KILN_DTYPE_FLOAT, "NCHW"},
+                 {"fp16", KILN_DTYPE_FLOAT16, "NHWC"},
+                 {"bf16", KILN_DTYPE_BFLOAT16, "NHWC"}};
+    se_symbolic = false;
+    for (se_case = SE_EFFICIENTNET; se_case <= SE_MOBILENET; se_case++)
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            kiln_session_options *o = NULL;
+            kiln_session_options_create(&o);
+            kiln_session_options_set_opt_level(o, 3);
+            kiln_session_options_set_cache(o, 0, NULL);
+            const char *keys[2] = {"precision", "activations"}, *vals[2] = {cases[k].precision, "half"};
+            CHECK_STATUS(kiln_session_options_append_provider(o, "cuda", cases[k].precision ? keys : NULL,
+                                                              cases[k].precision ? vals : NULL, cases[k].precision ? 2 : 0),
+                         KILN_OK);
+            kn_model *m = build_se();
+            CHECK_STATUS(kn_graph_sort(m->graph), KILN_OK);
+            CHECK_STATUS(kn_graph_resolve(m->graph), KILN_OK);
+            CHECK_STATUS(kn_graph_infer(m->graph), KILN_OK);
+            CHECK_STATUS(kn_optimize_from_tables(m, o, NULL, NULL), KILN_OK);
+            kiln_session_options_destroy(o);
+            int found = 0;
+            for (int i = 0; i < m->graph->n_nodes; i++) {
+                const kn_node *n = &m->graph->nodes[i];
+                if (n->dead || strcmp(n->op_type, "SqueezeExcite")) continue;
+                found++;
+                const kiln_dtype xt = m->graph->values[n->inputs[0]].type.dtype;
+                CHECK_MSG(!strcmp(kn_attr_string(n, "layout", ""), cases[k].layout) && xt == cases[k].dt,
+                          "%s, cuda %s: layout %s, X %s", case_names[se_case],
+                          cases[k].precision ? cases[k].precision : "fp32", kn_attr_string(n, "layout", ""),
+                          kiln_dtype_name(xt));
+            }
+            CHECK_MSG(found == 1, "%s, cuda %s: %d SqueezeExcite nodes", case_names[se_case],
+                      cases[k].precision ? cases[k].precision : "fp32", found);
+            kn_model_free(m);
+        }
+#endif
 }

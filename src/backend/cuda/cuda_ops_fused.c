@@ -3,7 +3,8 @@
  * pass (bias, residual, activation); Gelu, LayerNormalization and RMSNormalization reuse the
  * ai.onnx kernels; Attention runs as one flash-attention kernel where it applies and was measured
  * faster, else as two batched products around a masked softmax, its operands read through their
- * views (fold_attention_views); FusedElementwise runs its program in one kernel (kn_cu_chain_run). */
+ * views (fold_attention_views); FusedElementwise runs its program in one kernel (kn_cu_chain_run);
+ * SqueezeExcite as a pool, a gate and a scale kernel (kn_cu_squeeze_excite). */
 #include "backend/cuda/cuda_backend.h"
 
 #include "ops/fused.h"
@@ -669,6 +670,96 @@ static bool fused_supports(const kn_node *n, const kn_type *const *in, int n_in,
     return true;
 }
 
+/* ------------------------------------------------------------------ SqueezeExcite */
+
+/* kiln.SqueezeExcite's attributes, read once (its prepare hook); ok false: the call reads them
+ * again and says why. */
+typedef struct cu_se_prm {
+    bool ok, nhwc;
+    kn_act_spec act, gate;
+} cu_se_prm;
+
+static kiln_status cu_se_prepare(const kn_node *n, void *params) {
+    cu_se_prm *p = params;
+    char why[160];
+    memset(p, 0, sizeof *p);
+    p->ok = kn_squeeze_excite_from_node(n, &p->act, &p->gate, &p->nhwc, why, sizeof why);
+    return KILN_OK;
+}
+
+static kiln_status run_squeeze_excite(kn_cuda *cu, kn_kernel_ctx *c) {
+    KN_CTX_PRM(c, cu_se_prepare, cu_se_prm, prm);
+    cu_se_prm again;
+    if (!prm->ok) {
+        char why[160];
+        if (!kn_squeeze_excite_from_node(c->node, &again.act, &again.gate, &again.nhwc, why, sizeof why))
+            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+        prm = &again;
+    }
+    const kn_tensor *X = c->in[0], *W1 = c->in[1], *B1 = c->n_inputs > 2 ? c->in[2] : NULL, *W2 = c->in[3],
+                    *B2 = c->n_inputs > 4 ? c->in[4] : NULL;
+    kn_tensor *Y = c->out[0];
+    if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
+    if (X->rank < 3 || W1->rank < 1 || W2->rank < 1)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "X must have rank 3 or more, W1 and W2 rank 1 or more");
+    const int64_t N = X->dims[0], C = X->dims[prm->nhwc ? X->rank - 1 : 1], M = W1->dims[0];
+    const int64_t S = N && C ? kn_tensor_count(X) / N / C : 0;
+    if (W1->dims[0] * C != kn_tensor_count(W1) || W2->dims[0] != C || W2->dims[0] * M != kn_tensor_count(W2) ||
+        (B1 && kn_tensor_count(B1) != M) || (B2 && kn_tensor_count(B2) != C))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "W1, B1, W2, B2 do not make %lld -> %lld -> %lld channels", (long long)C,
+                               (long long)M, (long long)C);
+    if (C + M > kn_cu_squeeze_excite_max_width())
+        return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%lld channels and %lld hidden values exceed the kernel's %lld",
+                               (long long)C, (long long)M, (long long)kn_cu_squeeze_excite_max_width());
+    if (kn_tensor_count(Y) == 0) return KILN_OK;
+    const size_t bytes = kn_cu_squeeze_excite_scratch(N, C, M, S, prm->nhwc);
+    void *scratch = NULL;
+    KN_TRY(kn_cu_scratch(cu, bytes, &scratch));
+    cudaError_t e = kn_cu_squeeze_excite(X->dtype, X->data, W1->data, B1 ? B1->data : NULL, W2->data, B2 ? B2->data : NULL,
+                                         Y->data, scratch, N, C, M, S, prm->nhwc, (int)prm->act.act, prm->act.p0,
+                                         prm->act.p1, (int)prm->gate.act, prm->gate.p0, prm->gate.p1, cu->stream);
+    kn_cu_scratch_free(cu, scratch, bytes);
+    return kn_cu_check(c, e, "SqueezeExcite");
+}
+
+/* Float types alike, attributes that parse, C + M within the kernel's shared memory, and, where
+ * the shapes are known, batches whose re-reads of the weights stay small: each gate block reads
+ * W1 and W2 whole for its (at most 4) batch items, where the unfused products read them once for
+ * the batch (cuBLASLt): beyond 2^22 weight elements read, the block is left to them. */
+static bool squeeze_excite_supports(const kn_node *n, const kn_type *const *in, int n_in, char *why, size_t cap) {
+    kn_act_spec act, gate;
+    bool nhwc;
+    if (!kn_squeeze_excite_from_node(n, &act, &gate, &nhwc, why, cap)) return false;
+    const kn_type *x = in[0];
+    for (int i = 1; i < n_in; i++)
+        if (in[i] && in[i]->dtype != x->dtype) {
+            snprintf(why, cap, "input %d is %s, X %s", i, kiln_dtype_name(in[i]->dtype), kiln_dtype_name(x->dtype));
+            return false;
+        }
+    if (x->rank >= 0 && x->rank < 3) {
+        snprintf(why, cap, "X has rank %d", x->rank);
+        return false;
+    }
+    const kn_type *w1 = n_in > 1 ? in[1] : NULL;
+    const int64_t C = x->rank >= 3 ? x->dims[nhwc ? x->rank - 1 : 1].value : -1;
+    const int64_t M = w1 && w1->rank >= 1 ? w1->dims[0].value : -1, N = x->rank >= 1 ? x->dims[0].value : -1;
+    if (C > 0 && M > 0 && C + M > kn_cu_squeeze_excite_max_width()) {
+        snprintf(why, cap, "%lld channels and %lld hidden values exceed the kernel's %lld", (long long)C, (long long)M,
+                 (long long)kn_cu_squeeze_excite_max_width());
+        return false;
+    }
+    if (C > 0 && M > 0 && N > 0) {
+        int64_t nb = kn_cu_squeeze_excite_max_width() / (C + M);
+        nb = nb > 4 ? 4 : nb < 1 ? 1 : nb;
+        if ((N + nb - 1) / nb * M * C > ((int64_t)1 << 22)) {
+            snprintf(why, cap, "batch %lld of %lld x %lld weights: the unfused products reuse them across the batch",
+                     (long long)N, (long long)M, (long long)C);
+            return false;
+        }
+    }
+    return true;
+}
+
 #define FUSED_PARAMS KN_CU_PARAMS(cu_fused_prepare, cu_fused_prm)
 
 const kn_cuda_kernel kn_cuda_fused[] = {
@@ -684,5 +775,8 @@ const kn_cuda_kernel kn_cuda_fused[] = {
     {"kiln", "FusedElementwise", run_chain, chain_supports,
      KN_T(KILN_DTYPE_FLOAT) | KN_T(KILN_DTYPE_FLOAT16) | KN_T(KILN_DTYPE_BFLOAT16), 0, 0,
      KN_CU_PARAMS(cu_chain_prepare, cu_chain_prm)},
+    {"kiln", "SqueezeExcite", run_squeeze_excite, squeeze_excite_supports,
+     KN_T(KILN_DTYPE_FLOAT) | KN_T(KILN_DTYPE_FLOAT16) | KN_T(KILN_DTYPE_BFLOAT16), 0, 0,
+     KN_CU_PARAMS(cu_se_prepare, cu_se_prm)},
     {NULL, NULL, NULL, NULL, 0, 0, 0},
 };

@@ -1,0 +1,322 @@
+// kiln.SqueezeExcite on CUDA: Y = X * gate(W2 act(W1 mean(X) + B1) + B2), float accumulation.
+//
+// Two or three launches where the unfused block took four nodes (a pool, two cuDNN / cuBLASLt
+// pointwise convolutions with their epilogues, an elementwise Mul):
+//   pool   (large X[n] only) partial channel sums over segments of the positions, many blocks, into
+//          scratch part[seg][n][c]
+//   gate   per batch item (and channel chunk): the means (from part, or from X itself when X[n] is
+//          small enough for one block to read), hidden = act(W1 m + B1) by warps over W1's rows,
+//          the gate for its channels into scratch gate[n][c]
+//   scale  Y = X * gate, in 16-byte words where the rows allow
+// Every launch is on the caller's stream with scratch the caller provides: no allocation, no host
+// synchronisation, so the node records into a CUDA graph as the others do.
+#include "backend/cuda/cu_common.cuh"
+
+using namespace kncu;
+
+namespace {
+
+// The kn_act numbering of src/ops/fused.h (as kn_cu_epilogue's).
+__device__ __forceinline__ float se_act(int act, float v, float p0, float p1) {
+    switch (act) {
+    case 1: return v > 0.0f ? v : 0.0f;
+    case 2: return v < 0.0f ? p0 * v : v;
+    case 3: return v < p0 ? p0 : (v > p1 ? p1 : v);
+    case 4: return v >= 0.0f ? 1.0f / (1.0f + expf(-v)) : expf(v) / (1.0f + expf(v));
+    case 5: return tanhf(v);
+    case 6: {
+        float t = p0 * v + p1;
+        return t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t);
+    }
+    case 7: {
+        float t = v / 6.0f + 0.5f;
+        return v * (t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t));
+    }
+    case 8: return v * (v >= 0.0f ? 1.0f / (1.0f + expf(-v)) : expf(v) / (1.0f + expf(v)));
+    case 9: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    case 10: return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+    default: return v;
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+constexpr int POOL_SEG = 1024;  // positions per pool segment (NCHW), and the NHWC pool's unit
+constexpr int NHWC_CH = 64;     // channels per NHWC pool block
+constexpr int GATE_THREADS = 512;
+
+// NCHW pool: warp w of the block sums row r = blockIdx.x * 8 + w (r = n * C + c) over the
+// positions of segment blockIdx.y.
+template <typename T>
+__global__ void k_pool_nchw(const T *__restrict__ x, float *__restrict__ part, int64_t rows, int64_t S, int64_t seg_len) {
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (r >= rows) return;
+    const int lane = threadIdx.x % 32;
+    const int64_t s0 = (int64_t)blockIdx.y * seg_len, s1 = s0 + seg_len < S ? s0 + seg_len : S;
+    const T *row = x + r * S;
+    float acc = 0.0f;
+    for (int64_t s = s0 + lane; s < s1; s += 32) acc += (float)ld(row[s]);
+    acc = warp_sum(acc);
+    if (lane == 0) part[(int64_t)blockIdx.y * rows + r] = acc;
+}
+
+// NHWC pool: block (channel chunk blockIdx.x, segment blockIdx.y, batch item blockIdx.z); thread t
+// sums channel chunk * 64 + t % 64 over the segment's positions t / 64, + 4, ...
+template <typename T>
+__global__ void k_pool_nhwc(const T *__restrict__ x, float *__restrict__ part, int64_t N, int64_t C, int64_t S,
+                            int64_t seg_len) {
+    __shared__ float sums[256];
+    const int64_t n = blockIdx.z, c = (int64_t)blockIdx.x * NHWC_CH + threadIdx.x % NHWC_CH;
+    const int lane_p = threadIdx.x / NHWC_CH, lanes = blockDim.x / NHWC_CH;
+    const int64_t s0 = (int64_t)blockIdx.y * seg_len, s1 = s0 + seg_len < S ? s0 + seg_len : S;
+    float acc = 0.0f;
+    if (c < C) {
+        const T *base = x + n * S * C + c;
+        for (int64_t s = s0 + lane_p; s < s1; s += lanes) acc += (float)ld(base[s * C]);
+    }
+    sums[threadIdx.x] = acc;
+    __syncthreads();
+    if (lane_p == 0 && c < C) {
+        for (int k = 1; k < lanes; k++) acc += sums[threadIdx.x + k * NHWC_CH];
+        part[(int64_t)blockIdx.y * N * C + n * C + c] = acc;
+    }
+}
+
+struct se_args {
+    const void *x, *w1, *b1, *w2, *b2;
+    float *part, *gate;
+    int64_t N, C, M, S;
+    int n_seg;      // pool segments in part; 0: the gate kernel pools X itself
+    int chunk;      // channels per gate block
+    int nb;         // batch items per gate block
+    bool nhwc;
+    int act, gate_act;
+    float a0, a1, g0, g1;
+};
+
+// Gate: block (batch items blockIdx.x * nb.., channel chunk blockIdx.y), nb <= GATE_NB items a
+// block so that each row of W1 and W2 read serves all of them. Shared memory: nb x C means, then
+// nb x M hidden values.
+constexpr int GATE_NB = 4;
+template <typename T>
+__global__ void k_gate(se_args a) {
+    extern __shared__ float sh[];
+    const int64_t C = a.C, M = a.M, S = a.S;
+    const int64_t n0 = (int64_t)blockIdx.x * a.nb;
+    const int nb = (int)(a.N - n0 < a.nb ? a.N - n0 : a.nb);
+    float *mean = sh, *hidden = sh + (int64_t)a.nb * C;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    const float inv = 1.0f / (float)S;
+    for (int k = 0; k < nb; k++) {
+        const int64_t n = n0 + k;
+        const T *x = (const T *)a.x + n * C * S;
+        float *mk = mean + k * C;
+        if (a.n_seg > 0) {
+            for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+                float s = 0.0f;
+                for (int j = 0; j < a.n_seg; j++) s += a.part[(int64_t)j * a.N * C + n * C + c];
+                mk[c] = s * inv;
+            }
+        } else if (!a.nhwc) {
+            for (int64_t c = warp; c < C; c += warps) { // a warp per channel row
+                float s = 0.0f;
+                for (int64_t p = lane; p < S; p += 32) s += (float)ld(x[c * S + p]);
+                s = warp_sum(s);
+                if (lane == 0) mk[c] = s * inv;
+            }
+        } else {
+            for (int64_t c = threadIdx.x; c < C; c += blockDim.x) { // a thread per channel, rows in turn
+                float s = 0.0f;
+                for (int64_t p = 0; p < S; p++) s += (float)ld(x[p * C + c]);
+                mk[c] = s * inv;
+            }
+        }
+    }
+    __syncthreads();
+    const T *w1 = (const T *)a.w1, *w2 = (const T *)a.w2, *b1 = (const T *)a.b1, *b2 = (const T *)a.b2;
+    for (int64_t m = warp; m < M; m += warps) { // a warp per row of W1
+        float s[GATE_NB] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int64_t c = lane; c < C; c += 32) {
+            const float w = (float)ld(w1[m * C + c]);
+#pragma unroll
+            for (int k = 0; k < GATE_NB; k++)
+                if (k < nb) s[k] += w * mean[k * C + c];
+        }
+        const float bias = b1 ? (float)ld(b1[m]) : 0.0f;
+#pragma unroll
+        for (int k = 0; k < GATE_NB; k++) {
+            const float v = warp_sum(s[k]);
+            if (k < nb && lane == 0) hidden[k * M + m] = se_act(a.act, v + bias, a.a0, a.a1);
+        }
+    }
+    __syncthreads();
+    const int64_t c0 = (int64_t)blockIdx.y * a.chunk, c1 = c0 + a.chunk < C ? c0 + a.chunk : C;
+    if (M >= 32) {
+        for (int64_t c = c0 + warp; c < c1; c += warps) { // a warp per row of W2
+            float s[GATE_NB] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int64_t m = lane; m < M; m += 32) {
+                const float w = (float)ld(w2[c * M + m]);
+#pragma unroll
+                for (int k = 0; k < GATE_NB; k++)
+                    if (k < nb) s[k] += w * hidden[k * M + m];
+            }
+            const float bias = b2 ? (float)ld(b2[c]) : 0.0f;
+#pragma unroll
+            for (int k = 0; k < GATE_NB; k++) {
+                const float v = warp_sum(s[k]);
+                if (k < nb && lane == 0) a.gate[(n0 + k) * C + c] = se_act(a.gate_act, v + bias, a.g0, a.g1);
+            }
+        }
+    } else {
+        for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) { // short rows: a thread each
+            const float bias = b2 ? (float)ld(b2[c]) : 0.0f;
+            for (int k = 0; k < nb; k++) {
+                float s = 0.0f;
+                for (int64_t m = 0; m < M; m++) s += (float)ld(w2[c * M + m]) * hidden[k * M + m];
+                a.gate[(n0 + k) * C + c] = se_act(a.gate_act, s + bias, a.g0, a.g1);
+            }
+        }
+    }
+}
+
+// Y = X * gate, element by element; the gate of element i is gate[i / S] (NCHW) or
+// gate[(i / (S C)) C + i % C] (NHWC).
+template <typename T>
+__global__ void k_scale(const T *__restrict__ x, const float *__restrict__ gate, T *__restrict__ y, int64_t total,
+                        int64_t C, int64_t S, bool nhwc) {
+    KNCU_LOOP(i, total) {
+        const int64_t gi = nhwc ? (i / (S * C)) * C + i % C : i / S;
+        y[i] = st<T>((float)ld(x[i]) * gate[gi]);
+    }
+}
+
+// The same in 16-byte words of V elements, 32-bit indices: a word lies in one channel's row
+// (NCHW, S % V == 0) or runs along V consecutive channels (NHWC, C % V == 0).
+template <typename T, int V>
+__global__ void k_scale_vec(const T *__restrict__ x, const float *__restrict__ gate, T *__restrict__ y, int32_t words,
+                            int32_t C, int32_t S, bool nhwc) {
+    static_assert(sizeof(T) * V == 16, "a word is 16 bytes");
+    for (int32_t w = blockIdx.x * blockDim.x + threadIdx.x; w < words; w += blockDim.x * gridDim.x) {
+        const int32_t i0 = w * V;
+        uint4 xw = ((const uint4 *)x)[w];
+        const T *xe = (const T *)&xw;
+        T out[V];
+        if (nhwc) {
+            const float *g = gate + (i0 / (S * C)) * C + i0 % C;
+            for (int k = 0; k < V; k++) out[k] = st<T>((float)ld(xe[k]) * g[k]);
+        } else {
+            const float g = gate[i0 / S];
+            for (int k = 0; k < V; k++) out[k] = st<T>((float)ld(xe[k]) * g);
+        }
+        ((uint4 *)y)[w] = *(const uint4 *)out;
+    }
+}
+
+// How the work is split: the pool's segments (0: the gate kernel pools), the gate's batch items
+// per block and channel chunks.
+struct se_plan {
+    int n_seg, chunk, nb, gate_blocks;
+    int64_t seg_len;
+};
+
+constexpr size_t GATE_SHARED = 48 * 1024;
+
+se_plan plan_for(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc) {
+    se_plan p;
+    // one block reads X[n] itself while that is at most 64 Ki elements (EfficientNet's 7x7 blocks:
+    // 1152 x 49); beyond, the positions are split over many blocks
+    if (C * S <= 65536) {
+        p.n_seg = 0;
+        p.seg_len = S;
+    } else {
+        int64_t seg = nhwc ? 256 : POOL_SEG;
+        int64_t n_seg = (S + seg - 1) / seg;
+        if (n_seg > 64) {
+            n_seg = 64;
+            seg = (S + n_seg - 1) / n_seg;
+        }
+        p.n_seg = (int)(n_seg < 1 ? 1 : n_seg);
+        p.seg_len = seg;
+    }
+    int64_t nb = (int64_t)(GATE_SHARED / (sizeof(float) * (size_t)(C + M)));
+    if (nb > GATE_NB) nb = GATE_NB;
+    if (nb > N) nb = N;
+    p.nb = (int)(nb < 1 ? 1 : nb);
+    // few batch items: the gate's channels over several blocks (each computes the hidden vector
+    // again, from L2); many: one block per nb items
+    const int64_t chunk = N >= 16 ? C : 128;
+    p.chunk = (int)(chunk < C ? chunk : C);
+    p.gate_blocks = (int)((C + p.chunk - 1) / p.chunk);
+    return p;
+}
+
+template <typename T> cudaError_t launch(const se_args &in, void *y, cudaStream_t s) {
+    se_args a = in;
+    const se_plan p = plan_for(a.N, a.C, a.M, a.S, a.nhwc);
+    a.n_seg = p.n_seg;
+    a.chunk = p.chunk;
+    a.nb = p.nb;
+    if (p.n_seg > 0) {
+        if (!a.nhwc) {
+            const int64_t rows = a.N * a.C;
+            dim3 grid((unsigned)((rows + 7) / 8), (unsigned)p.n_seg);
+            k_pool_nchw<T><<<grid, 256, 0, s>>>((const T *)a.x, a.part, rows, a.S, p.seg_len);
+        } else {
+            dim3 grid((unsigned)((a.C + NHWC_CH - 1) / NHWC_CH), (unsigned)p.n_seg, (unsigned)a.N);
+            k_pool_nhwc<T><<<grid, 256, 0, s>>>((const T *)a.x, a.part, a.N, a.C, a.S, p.seg_len);
+        }
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    const size_t shared = sizeof(float) * (size_t)p.nb * (size_t)(a.C + a.M);
+    k_gate<T><<<dim3((unsigned)((a.N + p.nb - 1) / p.nb), (unsigned)p.gate_blocks), GATE_THREADS, shared, s>>>(a);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    const int64_t total = a.N * a.C * a.S;
+    const int V = 16 / (int)sizeof(T);
+    const bool words = total % V == 0 && total < INT32_MAX && (uintptr_t)a.x % 16 == 0 &&
+                       (uintptr_t)y % 16 == 0 && (a.nhwc ? a.C % V == 0 : a.S % V == 0);
+    if (words) {
+        const int32_t nw = (int32_t)(total / V);
+        k_scale_vec<T, 16 / sizeof(T)><<<grid_for(nw, 256), 256, 0, s>>>((const T *)a.x, a.gate, (T *)y, nw,
+                                                                         (int32_t)a.C, (int32_t)a.S, a.nhwc);
+    } else {
+        k_scale<T><<<grid_for(total, 256), 256, 0, s>>>((const T *)a.x, a.gate, (T *)y, total, a.C, a.S, a.nhwc);
+    }
+    return cudaGetLastError();
+}
+
+} // namespace
+
+extern "C" size_t kn_cu_squeeze_excite_scratch(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc) {
+    const se_plan p = plan_for(N, C, M, S, nhwc);
+    return sizeof(float) * (size_t)(N * C) * (size_t)(1 + p.n_seg);
+}
+
+extern "C" int64_t kn_cu_squeeze_excite_max_width(void) { return (int64_t)(GATE_SHARED / sizeof(float)); }
+
+extern "C" cudaError_t kn_cu_squeeze_excite(kiln_dtype dt, const void *x, const void *w1, const void *b1, const void *w2,
+                                            const void *b2, void *y, void *scratch, int64_t N, int64_t C, int64_t M,
+                                            int64_t S, bool nhwc, int act, float a0, float a1, int gate, float g0,
+                                            float g1, cudaStream_t s) {
+    if (N * C * S == 0) return cudaSuccess;
+    if (C + M > kn_cu_squeeze_excite_max_width()) return cudaErrorNotSupported;
+    se_args a;
+    a.x = x, a.w1 = w1, a.b1 = b1, a.w2 = w2, a.b2 = b2;
+    a.gate = (float *)scratch;
+    a.part = a.gate + N * C;
+    a.N = N, a.C = C, a.M = M, a.S = S;
+    a.n_seg = 0, a.chunk = (int)C, a.nb = 1;
+    a.nhwc = nhwc;
+    a.act = act, a.gate_act = gate;
+    a.a0 = a0, a.a1 = a1, a.g0 = g0, a.g1 = g1;
+    switch (dt) {
+    case KILN_DTYPE_FLOAT: return launch<float>(a, y, s);
+    case KILN_DTYPE_FLOAT16: return launch<f16>(a, y, s);
+    case KILN_DTYPE_BFLOAT16: return launch<bf16>(a, y, s);
+    default: return cudaErrorNotSupported;
+    }
+}
