@@ -1,8 +1,9 @@
 /* kiln.SqueezeExcite on CUDA (cu_squeeze_excite.cu): the node alone against the definition evaluated
  * in double over its inputs as given (float, float16, bfloat16; both layouts; shapes that take each
  * path: the gate kernel pooling X itself or the split pool, one or several gate blocks per batch
- * item, batch tiles with a remainder, word-wise and element-wise scaling), each session run three
- * times (a warm-up, the captured run, a replay of the CUDA graph); and a squeeze-excite block the
+ * item, batch tiles with a remainder, word-wise and element-wise scaling; and each shape with the
+ * pool kernel forced and with the gate kernel pooling forced: KILN_CUDA_SE_POOL_LIMIT), each session
+ * run three times (a warm-up, the captured run, a replay of the CUDA graph); and a squeeze-excite block the
  * optimiser fuses for CUDA (float32 channels first; float16 channels last with activations=half)
  * against the CPU's unfused run. Skipped without a GPU. */
 #include "test_onemodel.h"
@@ -104,25 +105,37 @@ static void node_case(kiln_dtype dt, bool nhwc, const int64_t *sh, bool biases, 
     size_t size = 0;
     kn_graph_recount(o.g);
     CHECK_MSG(kn_onnx_write_memory(o.m, &data, &size) == KILN_OK, "%s: writing the model: %s", what, kiln_last_error());
-    kiln_session *s = data ? cuda_session(data, size, 0, NULL) : NULL;
-    for (int run = 0; s && run < 3; run++) { /* warm-up, captured, replayed */
-        kn_tensor *y = NULL;
-        om_run(s, &o, &y);
-        if (!y || kn_tensor_count(y) != N * C * S) {
-            kn_unit_fail(__FILE__, __LINE__, "%s: no output of %lld elements", what, (long long)(N * C * S));
-        } else {
-            for (int64_t i = 0; i < N * C * S; i++) {
-                const double got = kn_tensor_get_f64(y, i);
-                if (!(fabs(got - want[i]) <= tol * (1 + fabs(want[i])))) {
-                    kn_unit_fail(__FILE__, __LINE__, "%s, run %d: element %lld is %.7g, %.7g expected", what, run,
-                                 (long long)i, got, want[i]);
-                    break;
+    /* the gate kernel pooling where X[n] is small (default), the pool kernel always (0), the gate
+     * kernel always (a limit above every shape) */
+    static const char *const limits[3] = {NULL, "0", "1000000000"};
+    const char *was = getenv("KILN_CUDA_SE_POOL_LIMIT");
+    char *saved = was ? strdup(was) : NULL;
+    for (int l = 0; l < 3 && data; l++) {
+        if (limits[l]) setenv("KILN_CUDA_SE_POOL_LIMIT", limits[l], 1);
+        else unsetenv("KILN_CUDA_SE_POOL_LIMIT");
+        kiln_session *s = cuda_session(data, size, 0, NULL);
+        for (int run = 0; s && run < 3; run++) { /* warm-up, captured, replayed */
+            kn_tensor *y = NULL;
+            om_run(s, &o, &y);
+            if (!y || kn_tensor_count(y) != N * C * S) {
+                kn_unit_fail(__FILE__, __LINE__, "%s: no output of %lld elements", what, (long long)(N * C * S));
+            } else {
+                for (int64_t i = 0; i < N * C * S; i++) {
+                    const double got = kn_tensor_get_f64(y, i);
+                    if (!(fabs(got - want[i]) <= tol * (1 + fabs(want[i])))) {
+                        kn_unit_fail(__FILE__, __LINE__, "%s, pool limit %s, run %d: element %lld is %.7g, %.7g expected",
+                                     what, limits[l] ? limits[l] : "default", run, (long long)i, got, want[i]);
+                        break;
+                    }
                 }
             }
+            kiln_tensor_destroy(y);
         }
-        kiln_tensor_destroy(y);
+        kiln_session_destroy(s);
     }
-    kiln_session_destroy(s);
+    if (saved) setenv("KILN_CUDA_SE_POOL_LIMIT", saved, 1);
+    else unsetenv("KILN_CUDA_SE_POOL_LIMIT");
+    free(saved);
     free(data);
     free(want), free(mean), free(h), free(g);
     om_free(&o);

@@ -44,12 +44,12 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-constexpr int POOL_SEG = 1024;  // positions per pool segment (NCHW), and the NHWC pool's unit
+constexpr int POOL_SEG = 256;   // positions per pool segment
 constexpr int NHWC_CH = 64;     // channels per NHWC pool block
 constexpr int GATE_THREADS = 512;
 
 // NCHW pool: warp w of the block sums row r = blockIdx.x * 8 + w (r = n * C + c) over the
-// positions of segment blockIdx.y.
+// positions of segment blockIdx.y, four loads in flight per lane.
 template <typename T>
 __global__ void k_pool_nchw(const T *__restrict__ x, float *__restrict__ part, int64_t rows, int64_t S, int64_t seg_len) {
     const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -57,9 +57,16 @@ __global__ void k_pool_nchw(const T *__restrict__ x, float *__restrict__ part, i
     const int lane = threadIdx.x % 32;
     const int64_t s0 = (int64_t)blockIdx.y * seg_len, s1 = s0 + seg_len < S ? s0 + seg_len : S;
     const T *row = x + r * S;
-    float acc = 0.0f;
-    for (int64_t s = s0 + lane; s < s1; s += 32) acc += (float)ld(row[s]);
-    acc = warp_sum(acc);
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    int64_t s = s0 + lane;
+    for (; s + 96 < s1; s += 128) {
+        a0 += (float)ld(row[s]);
+        a1 += (float)ld(row[s + 32]);
+        a2 += (float)ld(row[s + 64]);
+        a3 += (float)ld(row[s + 96]);
+    }
+    for (; s < s1; s += 32) a0 += (float)ld(row[s]);
+    const float acc = warp_sum((a0 + a1) + (a2 + a3));
     if (lane == 0) part[(int64_t)blockIdx.y * rows + r] = acc;
 }
 
@@ -92,6 +99,7 @@ struct se_args {
     int n_seg;      // pool segments in part; 0: the gate kernel pools X itself
     int chunk;      // channels per gate block
     int nb;         // batch items per gate block
+    int64_t pool_limit;
     bool nhwc;
     int act, gate_act;
     float a0, a1, g0, g1;
@@ -121,11 +129,17 @@ __global__ void k_gate(se_args a) {
                 mk[c] = s * inv;
             }
         } else if (!a.nhwc) {
-            for (int64_t c = warp; c < C; c += warps) { // a warp per channel row
-                float s = 0.0f;
-                for (int64_t p = lane; p < S; p += 32) s += (float)ld(x[c * S + p]);
-                s = warp_sum(s);
-                if (lane == 0) mk[c] = s * inv;
+            for (int64_t c0 = 4 * warp; c0 < C; c0 += 4 * warps) { // a warp per 4 channel rows
+                float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                for (int64_t p = lane; p < S; p += 32)
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        if (c0 + j < C) s[j] += (float)ld(x[(c0 + j) * S + p]);
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const float v = warp_sum(s[j]);
+                    if (lane == 0 && c0 + j < C) mk[c0 + j] = v * inv;
+                }
             }
         } else {
             for (int64_t c = threadIdx.x; c < C; c += blockDim.x) { // a thread per channel, rows in turn
@@ -154,8 +168,8 @@ __global__ void k_gate(se_args a) {
     }
     __syncthreads();
     const int64_t c0 = (int64_t)blockIdx.y * a.chunk, c1 = c0 + a.chunk < C ? c0 + a.chunk : C;
-    if (M >= 32) {
-        for (int64_t c = c0 + warp; c < c1; c += warps) { // a warp per row of W2
+    if (M > 64) {
+        for (int64_t c = c0 + warp; c < c1; c += warps) { // a warp per (long) row of W2
             float s[GATE_NB] = {0.0f, 0.0f, 0.0f, 0.0f};
             for (int64_t m = lane; m < M; m += 32) {
                 const float w = (float)ld(w2[c * M + m]);
@@ -171,7 +185,7 @@ __global__ void k_gate(se_args a) {
             }
         }
     } else {
-        for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) { // short rows: a thread each
+        for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) { // short rows: a thread each (its loads in flight together)
             const float bias = b2 ? (float)ld(b2[c]) : 0.0f;
             for (int k = 0; k < nb; k++) {
                 float s = 0.0f;
@@ -224,15 +238,15 @@ struct se_plan {
 
 constexpr size_t GATE_SHARED = 48 * 1024;
 
-se_plan plan_for(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc) {
+se_plan plan_for(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, int64_t pool_limit) {
     se_plan p;
-    // one block reads X[n] itself while that is at most 64 Ki elements (EfficientNet's 7x7 blocks:
-    // 1152 x 49); beyond, the positions are split over many blocks
-    if (C * S <= 65536) {
+    // the gate kernel reads X[n] itself while that is at most pool_limit elements; beyond, the
+    // positions are split over many blocks first
+    if (C * S <= pool_limit) {
         p.n_seg = 0;
         p.seg_len = S;
     } else {
-        int64_t seg = nhwc ? 256 : POOL_SEG;
+        int64_t seg = POOL_SEG;
         int64_t n_seg = (S + seg - 1) / seg;
         if (n_seg > 64) {
             n_seg = 64;
@@ -255,7 +269,7 @@ se_plan plan_for(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc) {
 
 template <typename T> cudaError_t launch(const se_args &in, void *y, cudaStream_t s) {
     se_args a = in;
-    const se_plan p = plan_for(a.N, a.C, a.M, a.S, a.nhwc);
+    const se_plan p = plan_for(a.N, a.C, a.M, a.S, a.nhwc, a.pool_limit);
     a.n_seg = p.n_seg;
     a.chunk = p.chunk;
     a.nb = p.nb;
@@ -291,8 +305,9 @@ template <typename T> cudaError_t launch(const se_args &in, void *y, cudaStream_
 
 } // namespace
 
-extern "C" size_t kn_cu_squeeze_excite_scratch(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc) {
-    const se_plan p = plan_for(N, C, M, S, nhwc);
+extern "C" size_t kn_cu_squeeze_excite_scratch(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc,
+                                               int64_t pool_limit) {
+    const se_plan p = plan_for(N, C, M, S, nhwc, pool_limit);
     return sizeof(float) * (size_t)(N * C) * (size_t)(1 + p.n_seg);
 }
 
@@ -300,8 +315,8 @@ extern "C" int64_t kn_cu_squeeze_excite_max_width(void) { return (int64_t)(GATE_
 
 extern "C" cudaError_t kn_cu_squeeze_excite(kiln_dtype dt, const void *x, const void *w1, const void *b1, const void *w2,
                                             const void *b2, void *y, void *scratch, int64_t N, int64_t C, int64_t M,
-                                            int64_t S, bool nhwc, int act, float a0, float a1, int gate, float g0,
-                                            float g1, cudaStream_t s) {
+                                            int64_t S, bool nhwc, int64_t pool_limit, int act, float a0, float a1,
+                                            int gate, float g0, float g1, cudaStream_t s) {
     if (N * C * S == 0) return cudaSuccess;
     if (C + M > kn_cu_squeeze_excite_max_width()) return cudaErrorNotSupported;
     se_args a;
@@ -311,6 +326,7 @@ extern "C" cudaError_t kn_cu_squeeze_excite(kiln_dtype dt, const void *x, const 
     a.N = N, a.C = C, a.M = M, a.S = S;
     a.n_seg = 0, a.chunk = (int)C, a.nb = 1;
     a.nhwc = nhwc;
+    a.pool_limit = pool_limit;
     a.act = act, a.gate_act = gate;
     a.a0 = a0, a.a1 = a1, a.g0 = g0, a.g1 = g1;
     switch (dt) {

@@ -127,14 +127,16 @@ cudaError_t kn_cu_epilogue(kiln_dtype dt, void *y, const void *bias, int64_t n_b
 /* kiln.SqueezeExcite (cu_squeeze_excite.cu): y = x * gate(W2 act(W1 mean(x) + b1) + b2) over N batch
  * items of C channels and S positions (channels last when nhwc), W1 M rows of C, W2 C rows of M, b1
  * and b2 may be NULL, every operand of type dt (float, float16, bfloat16), float accumulation.
- * act and gate number activations as kn_cu_epilogue does, with their two parameters each. scratch
- * holds kn_cu_squeeze_excite_scratch(N, C, M, S, nhwc) bytes; C + M may be at most
- * kn_cu_squeeze_excite_max_width() (else cudaErrorNotSupported). Two or three launches on s. */
-size_t kn_cu_squeeze_excite_scratch(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc);
+ * act and gate number activations as kn_cu_epilogue does, with their two parameters each. Where
+ * C * S is at most pool_limit the gate kernel pools X[n] itself (two launches), else a pool kernel
+ * runs first (three). scratch holds kn_cu_squeeze_excite_scratch(N, C, M, S, nhwc, pool_limit)
+ * bytes; C + M may be at most kn_cu_squeeze_excite_max_width() (else cudaErrorNotSupported). */
+size_t kn_cu_squeeze_excite_scratch(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, int64_t pool_limit);
 int64_t kn_cu_squeeze_excite_max_width(void);
 cudaError_t kn_cu_squeeze_excite(kiln_dtype dt, const void *x, const void *w1, const void *b1, const void *w2,
                                  const void *b2, void *y, void *scratch, int64_t N, int64_t C, int64_t M, int64_t S,
-                                 bool nhwc, int act, float a0, float a1, int gate, float g0, float g1, cudaStream_t s);
+                                 bool nhwc, int64_t pool_limit, int act, float a0, float a1, int gate, float g0, float g1,
+                                 cudaStream_t s);
 
 /* A chain of elementwise operators in one pass (kiln.FusedElementwise): per output element the
  * inputs are read (contiguous, one scalar, or strided over the collapsed output dims), the steps

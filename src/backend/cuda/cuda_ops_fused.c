@@ -672,11 +672,22 @@ static bool fused_supports(const kn_node *n, const kn_type *const *in, int n_in,
 
 /* ------------------------------------------------------------------ SqueezeExcite */
 
-/* kiln.SqueezeExcite's attributes, read once (its prepare hook); ok false: the call reads them
- * again and says why. */
+/* The largest C * S the gate kernel pools itself (KILN_CUDA_SE_POOL_LIMIT, read as a session
+ * compiles; default 64 Ki elements: EfficientNet's 7x7 blocks, 1152 x 49; 0: always the separate
+ * pool kernel). */
+static int64_t se_pool_limit(void) {
+    const char *v = getenv("KILN_CUDA_SE_POOL_LIMIT");
+    char *end = NULL;
+    long long n = v && *v ? strtoll(v, &end, 10) : -1;
+    return n >= 0 && end && !*end ? (int64_t)n : 65536;
+}
+
+/* kiln.SqueezeExcite's attributes and pool limit, read once (its prepare hook); ok false: the call
+ * reads the attributes again and says why. */
 typedef struct cu_se_prm {
     bool ok, nhwc;
     kn_act_spec act, gate;
+    int64_t pool_limit;
 } cu_se_prm;
 
 static kiln_status cu_se_prepare(const kn_node *n, void *params) {
@@ -684,6 +695,7 @@ static kiln_status cu_se_prepare(const kn_node *n, void *params) {
     char why[160];
     memset(p, 0, sizeof *p);
     p->ok = kn_squeeze_excite_from_node(n, &p->act, &p->gate, &p->nhwc, why, sizeof why);
+    p->pool_limit = se_pool_limit();
     return KILN_OK;
 }
 
@@ -694,6 +706,7 @@ static kiln_status run_squeeze_excite(kn_cuda *cu, kn_kernel_ctx *c) {
         char why[160];
         if (!kn_squeeze_excite_from_node(c->node, &again.act, &again.gate, &again.nhwc, why, sizeof why))
             return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
+        again.pool_limit = se_pool_limit();
         prm = &again;
     }
     const kn_tensor *X = c->in[0], *W1 = c->in[1], *B1 = c->n_inputs > 2 ? c->in[2] : NULL, *W2 = c->in[3],
@@ -712,11 +725,12 @@ static kiln_status run_squeeze_excite(kn_cuda *cu, kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%lld channels and %lld hidden values exceed the kernel's %lld",
                                (long long)C, (long long)M, (long long)kn_cu_squeeze_excite_max_width());
     if (kn_tensor_count(Y) == 0) return KILN_OK;
-    const size_t bytes = kn_cu_squeeze_excite_scratch(N, C, M, S, prm->nhwc);
+    const int64_t limit = prm->pool_limit;
+    const size_t bytes = kn_cu_squeeze_excite_scratch(N, C, M, S, prm->nhwc, limit);
     void *scratch = NULL;
     KN_TRY(kn_cu_scratch(cu, bytes, &scratch));
     cudaError_t e = kn_cu_squeeze_excite(X->dtype, X->data, W1->data, B1 ? B1->data : NULL, W2->data, B2 ? B2->data : NULL,
-                                         Y->data, scratch, N, C, M, S, prm->nhwc, (int)prm->act.act, prm->act.p0,
+                                         Y->data, scratch, N, C, M, S, prm->nhwc, limit, (int)prm->act.act, prm->act.p0,
                                          prm->act.p1, (int)prm->gate.act, prm->gate.p0, prm->gate.p1, cu->stream);
     kn_cu_scratch_free(cu, scratch, bytes);
     return kn_cu_check(c, e, "SqueezeExcite");
