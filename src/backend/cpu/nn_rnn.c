@@ -2,16 +2,19 @@
  * input_forget, activation lists with alpha/beta).
  *
  * Per direction: the input projection of all timesteps, X[T*B, I] * W^T + biases, is one GEMM
- * (kn_sgemm). The recurrence then adds H_{t-1} * R^T each step: for a small batch as rows of
- * axpy over a pre-transposed R (contiguous and vectorised), for a large one through kn_sgemm.
- * The two directions of a bidirectional layer run in parallel. Everything computes in float
- * (float16/bfloat16/double inputs are converted). Gate orders are ONNX's: LSTM i,o,f,c;
+ * (kn_sgemm, on the pool). The recurrence then adds H_{t-1} * R^T each step: for a small batch
+ * (under 16 rows) from R in panels of 16 hidden units (make_panels: sums kept in registers), for a
+ * large one through kn_sgemm. The two directions of a bidirectional layer run in parallel; a
+ * single direction whose step is large enough (KN_RNN_SPLIT_MACS) splits its hidden units among
+ * the threads, the steps in lockstep (util/lockstep.h: one wait a step). Everything computes in
+ * float (float16/bfloat16/double inputs are converted). Gate orders are ONNX's: LSTM i,o,f,c;
  * GRU z,r,h. */
 #include "backend/cpu/const_cache.h"
 #include "backend/cpu/nn_internal.h"
 #include "backend/cpu/vec_math.h"
 #include "backend/cpu/sgemm.h"
 #include "exec/exec.h"
+#include "util/lockstep.h"
 #include "ops/fused.h"
 
 #include <ctype.h>
@@ -56,7 +59,20 @@ static int name_eq(const char *a, const char *b) {
 static void act_apply(const act *a, float *v, int64_t n) {
     float al = a->alpha, be = a->beta;
     switch (a->kind) {
-#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
+    /* vec_math.h's 16-lane forms (GCC kept the loops below at 8 lanes or scalar: the gates'
+     * activations were a sixth of a small LSTM's time) */
+    case ACT_SIGMOID: kn_v16_sigmoid_inplace(v, n); break;
+    case ACT_TANH: {
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16) _mm512_storeu_ps(v + i, kn_v16_tanh(_mm512_loadu_ps(v + i)));
+        if (i < n) {
+            const __mmask16 m = kn_v16_tail(n - i);
+            _mm512_mask_storeu_ps(v + i, m, kn_v16_tanh(_mm512_maskz_loadu_ps(m, v + i)));
+        }
+        break;
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
     /* vec_math.h's 8-lane forms: the loops below stay scalar on this target (their selects are
      * kept as branches), which made the activations half of an LSTM's time */
     case ACT_SIGMOID: KN_V8_MAP(v, v, n, kn_v8_sigmoid); break;
@@ -149,7 +165,7 @@ typedef struct rnn_dir {
     int64_t T, B, I, H;
     int reverse;
     const float *xw;     /* [T, B, G*H]: X * W^T + folded biases */
-    const float *rt;     /* [H, G*H]: R transposed (for the axpy path) */
+    const float *panels; /* R in blocks of 16 hidden units (make_panels), for the small-batch product */
     const float *r;      /* [G*H, H]: R as given (for the GEMM path) */
     const float *rbh;    /* GRU with linear_before_reset: R's h-gate bias [H], else NULL */
     const float *p;      /* LSTM peepholes [3H] (i, o, f) or NULL */
@@ -166,7 +182,9 @@ typedef struct rnn_dir {
     const kn_rnn_qgemm *q; /* quantised weights (DynamicQuantizeLSTM): the product goes through q */
     int dir;               /* this direction's index (for q) */
     const float *qbias;    /* with q: Wb + Rb [4H], added after the products (and peepholes) */
-    float *work;         /* scratch: see run_dir */
+    float *work;         /* scratch: dir_work floats (see there) */
+    int parts;           /* threads sharing the steps: the hidden units in parts of part_units */
+    int64_t part_units;
     kiln_status status;
 } rnn_dir;
 
@@ -175,107 +193,126 @@ static void clip_range(float *v, int64_t n, float clip) {
     for (int64_t i = 0; i < n; i++) v[i] = v[i] > clip ? clip : (v[i] < -clip ? -clip : v[i]);
 }
 
-/* o_b[0..nr) += h_b[0..4) . (m0, m1, m2, m3)[i] for NB batch rows b: the rows share each load of
- * the four R^T rows. Separate restrict pointers (not one base plus a stride) let GCC vectorise. */
-static inline void rec4x1(const float *restrict m0, const float *restrict m1, const float *restrict m2,
-                          const float *restrict m3, const float *h0, float *restrict o0, int64_t nr) {
-    float a0 = h0[0], a1 = h0[1], a2 = h0[2], a3 = h0[3];
-    for (int64_t i = 0; i < nr; i++) o0[i] += a0 * m0[i] + a1 * m1[i] + a2 * m2[i] + a3 * m3[i];
-}
-static inline void rec4x2(const float *restrict m0, const float *restrict m1, const float *restrict m2,
-                          const float *restrict m3, const float *h0, const float *h1, float *restrict o0,
-                          float *restrict o1, int64_t nr) {
-    float a0 = h0[0], a1 = h0[1], a2 = h0[2], a3 = h0[3], b0 = h1[0], b1 = h1[1], b2 = h1[2], b3 = h1[3];
-    for (int64_t i = 0; i < nr; i++) {
-        float x0 = m0[i], x1 = m1[i], x2 = m2[i], x3 = m3[i];
-        o0[i] += a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3;
-        o1[i] += b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3;
-    }
-}
-static inline void rec4x3(const float *restrict m0, const float *restrict m1, const float *restrict m2,
-                          const float *restrict m3, const float *h0, const float *h1, const float *h2,
-                          float *restrict o0, float *restrict o1, float *restrict o2, int64_t nr) {
-    float a0 = h0[0], a1 = h0[1], a2 = h0[2], a3 = h0[3], b0 = h1[0], b1 = h1[1], b2 = h1[2], b3 = h1[3];
-    float c0 = h2[0], c1 = h2[1], c2 = h2[2], c3 = h2[3];
-    for (int64_t i = 0; i < nr; i++) {
-        float x0 = m0[i], x1 = m1[i], x2 = m2[i], x3 = m3[i];
-        o0[i] += a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3;
-        o1[i] += b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3;
-        o2[i] += c0 * x0 + c1 * x1 + c2 * x2 + c3 * x3;
-    }
-}
-static inline void rec4x4(const float *restrict m0, const float *restrict m1, const float *restrict m2,
-                          const float *restrict m3, const float *h0, const float *h1, const float *h2,
-                          const float *h3, float *restrict o0, float *restrict o1, float *restrict o2,
-                          float *restrict o3, int64_t nr) {
-    float a0 = h0[0], a1 = h0[1], a2 = h0[2], a3 = h0[3], b0 = h1[0], b1 = h1[1], b2 = h1[2], b3 = h1[3];
-    float c0 = h2[0], c1 = h2[1], c2 = h2[2], c3 = h2[3], d0 = h3[0], d1 = h3[1], d2 = h3[2], d3 = h3[3];
-    for (int64_t i = 0; i < nr; i++) {
-        float x0 = m0[i], x1 = m1[i], x2 = m2[i], x3 = m3[i];
-        o0[i] += a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3;
-        o1[i] += b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3;
-        o2[i] += c0 * x0 + c1 * x1 + c2 * x2 + c3 * x3;
-        o3[i] += d0 * x0 + d1 * x1 + d2 * x2 + d3 * x3;
+/* ------------------------------------------------------------------ the recurrent product */
+
+/* The small-batch product h_{t-1} R^T reads R in panels of 16 hidden units: panel u (units 16u ..
+ * 16u + 15) is [H][G][16] floats, element (j, g, i) = R[g*H + 16u + i][j] (0 past H), contiguous.
+ * A part of the hidden units (the units a thread takes) is a run of whole panels, read front to
+ * back; each panel's G gate vectors of one row j are one 64-float line group. The kernel keeps the
+ * sums of a panel (up to 4 batch rows x 4 gates) in registers over all of j and writes them once:
+ * the earlier axpy over rows of R^T loaded and stored its output rows every 4 rows of j, and its
+ * loops over a thread's 48 units of a gate cost more in overhead than in arithmetic. */
+#define PANEL 16
+static int64_t panel_count(int64_t H) { return (H + PANEL - 1) / PANEL; }
+
+typedef struct panel_make {
+    const float *r; /* [nd][G*H][H] */
+    int nd, G;
+    int64_t H;
+} panel_make;
+
+static void make_panels(const void *ctx, void *dst) {
+    const panel_make *m = ctx;
+    const int64_t H = m->H, G = m->G, np = panel_count(H);
+    float *o = dst;
+    for (int d = 0; d < m->nd; d++) {
+        const float *r = m->r + d * G * H * H;
+        for (int64_t u = 0; u < np; u++)
+            for (int64_t j = 0; j < H; j++)
+                for (int64_t g = 0; g < G; g++)
+                    for (int64_t i = 0; i < PANEL; i++, o++) {
+                        const int64_t unit = u * PANEL + i;
+                        *o = unit < H ? r[(g * H + unit) * H + j] : 0.0f;
+                    }
     }
 }
 
-/* out[b, 0..nr) += h[b, :] * R[r0..r0+nr, :]^T (gate rows r0.. of R, each H long); out has row
- * stride ldo. */
-static kiln_status add_recurrent(rnn_dir *d, const float *h, float *out, int64_t ldo, int64_t r0, int64_t nr) {
-    int64_t B = d->B, H = d->H, GH = d->gates * H;
-    if (d->q) return d->q->gemm(d->q, d->pool, 1, d->dir, h, B, H, out, ldo); /* LSTM only: r0 0, nr GH */
-    if (d->gemm)
-        return kn_sgemm(d->pool, false, true, B, nr, H, 1.0f, h, H, d->r + r0 * H, H, 1.0f, out, ldo);
-    /* rt is [H, GH]: columns r0.. of each row. Rows of rt outside, groups of up to 4 batch rows
-     * inside: each block of rt is read once per group while the gate rows stay in L1. */
-    for (int64_t b0 = 0; b0 < B; b0 += 4) {
-        int64_t nb = B - b0 < 4 ? B - b0 : 4;
-        const float *hb = h + b0 * H;
-        float *ob = out + b0 * ldo;
-        int64_t j = 0;
-        for (; j + 4 <= H; j += 4) {
-            const float *m0 = d->rt + j * GH + r0, *m1 = m0 + GH, *m2 = m1 + GH, *m3 = m2 + GH;
-            const float *h0 = hb + j, *h1 = h0 + H, *h2 = h1 + H, *h3 = h2 + H;
-            float *o0 = ob, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;
-            switch (nb) {
-            case 1: rec4x1(m0, m1, m2, m3, h0, o0, nr); break;
-            case 2: rec4x2(m0, m1, m2, m3, h0, h1, o0, o1, nr); break;
-            case 3: rec4x3(m0, m1, m2, m3, h0, h1, h2, o0, o1, o2, nr); break;
-            default: rec4x4(m0, m1, m2, m3, h0, h1, h2, h3, o0, o1, o2, o3, nr); break;
+/* The sums of one panel for NB batch rows and NG gates: out[g][b*ldo[g] + i] += h[b*H + j] *
+ * panel(j, g0 + g, i) over j, for i < w. NB and NG are constants where it is inlined. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static inline __attribute__((always_inline)) void panel_sums(const float *restrict p, int64_t pstride, const float *h,
+                                                             int64_t H, float *const *out, const int64_t *ldo, int w,
+                                                             int NB, int NG) {
+    const __mmask16 m = w >= PANEL ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1);
+    /* with fewer than 8 sums (one batch row) a second set over the odd rows j: each sum is a chain
+     * of FMAs 4 cycles apart, and 8 chains keep both FMA units busy */
+    const int SETS = NB * NG < 8 ? 2 : 1;
+    __m512 acc[2][4][4];
+    for (int b = 0; b < NB; b++)
+        for (int g = 0; g < NG; g++) {
+            acc[0][g][b] = _mm512_maskz_loadu_ps(m, out[g] + b * ldo[g]);
+            if (SETS == 2) acc[SETS - 1][g][b] = _mm512_setzero_ps();
+        }
+    int64_t j = 0;
+    for (; j + SETS <= H; j += SETS, p += SETS * pstride)
+        for (int k = 0; k < SETS; k++) {
+            __m512 r[4];
+            for (int g = 0; g < NG; g++) r[g] = _mm512_load_ps(p + k * pstride + g * PANEL);
+            for (int b = 0; b < NB; b++) {
+                const __m512 hb = _mm512_set1_ps(h[b * H + j + k]);
+                for (int g = 0; g < NG; g++) acc[k][g][b] = _mm512_fmadd_ps(hb, r[g], acc[k][g][b]);
             }
         }
-        for (; j < H; j++) {
-            const float *mj = d->rt + j * GH + r0;
-            for (int64_t b = 0; b < nb; b++) {
-                float *o = ob + b * ldo, hj = hb[b * H + j];
-                for (int64_t i = 0; i < nr; i++) o[i] += hj * mj[i];
-            }
+    for (; j < H; j++, p += pstride)
+        for (int b = 0; b < NB; b++) {
+            const __m512 hb = _mm512_set1_ps(h[b * H + j]);
+            for (int g = 0; g < NG; g++) acc[0][g][b] = _mm512_fmadd_ps(hb, _mm512_load_ps(p + g * PANEL), acc[0][g][b]);
+        }
+    for (int b = 0; b < NB; b++)
+        for (int g = 0; g < NG; g++) {
+            __m512 v = acc[0][g][b];
+            if (SETS == 2) v = _mm512_add_ps(v, acc[SETS - 1][g][b]);
+            _mm512_mask_storeu_ps(out[g] + b * ldo[g], m, v);
+        }
+}
+#else
+/* Without AVX-512: the same sums in GCC vector types (two AVX2 vectors, or four SSE ones) */
+typedef float panel_vec __attribute__((vector_size(PANEL * sizeof(float))));
+static inline __attribute__((always_inline)) void panel_sums(const float *restrict p, int64_t pstride, const float *h,
+                                                             int64_t H, float *const *out, const int64_t *ldo, int w,
+                                                             int NB, int NG) {
+    panel_vec acc[4][4];
+    for (int b = 0; b < NB; b++)
+        for (int g = 0; g < NG; g++) {
+            float v[PANEL] = {0};
+            memcpy(v, out[g] + b * ldo[g], (size_t)w * sizeof(float));
+            memcpy(&acc[b][g], v, sizeof v);
+        }
+    for (int64_t j = 0; j < H; j++, p += pstride) {
+        panel_vec r[4];
+        for (int g = 0; g < NG; g++) memcpy(&r[g], p + g * PANEL, sizeof r[g]);
+        for (int b = 0; b < NB; b++) {
+            const float hb = h[b * H + j];
+            for (int g = 0; g < NG; g++) acc[b][g] += hb * r[g];
         }
     }
-    return KILN_OK;
-}
-
-/* dst[c, r] = src[r, c] for a rows x cols matrix, in 16 x 16 tiles (both sides cache-friendly) */
-static void transpose(const float *src, float *dst, int64_t rows, int64_t cols) {
-    for (int64_t r0 = 0; r0 < rows; r0 += 16)
-        for (int64_t c0 = 0; c0 < cols; c0 += 16) {
-            int64_t r1 = r0 + 16 < rows ? r0 + 16 : rows, c1 = c0 + 16 < cols ? c0 + 16 : cols;
-            for (int64_t r = r0; r < r1; r++)
-                for (int64_t c = c0; c < c1; c++) dst[c * rows + r] = src[r * cols + c];
+    for (int b = 0; b < NB; b++)
+        for (int g = 0; g < NG; g++) {
+            float v[PANEL];
+            memcpy(v, &acc[b][g], sizeof v);
+            memcpy(out[g] + b * ldo[g], v, (size_t)w * sizeof(float));
         }
 }
+#endif
 
-/* R^T per direction, [nd][H][GH], for the session's constant cache */
-typedef struct rt_make {
-    const float *r;
-    int nd;
-    int64_t GH, H;
-} rt_make;
-
-static void make_rt(const void *ctx, void *dst) {
-    const rt_make *m = ctx;
-    for (int d = 0; d < m->nd; d++) transpose(m->r + d * m->GH * m->H, (float *)dst + d * m->H * m->GH, m->GH, m->H);
+#define PANEL_NG(NB)                                                                                          \
+    switch (ng) {                                                                                             \
+    case 1: panel_sums(p, pstride, h, H, out, ldo, w, NB, 1); break;                                          \
+    case 2: panel_sums(p, pstride, h, H, out, ldo, w, NB, 2); break;                                          \
+    case 3: panel_sums(p, pstride, h, H, out, ldo, w, NB, 3); break;                                          \
+    default: panel_sums(p, pstride, h, H, out, ldo, w, NB, 4); break;                                         \
+    }
+static void panel_sums_any(const float *p, int64_t pstride, const float *h, int64_t H, float *const *out,
+                           const int64_t *ldo, int w, int nb, int ng) {
+    switch (nb) {
+    case 1: PANEL_NG(1) break;
+    case 2: PANEL_NG(2) break;
+    case 3: PANEL_NG(3) break;
+    default: PANEL_NG(4) break;
+    }
 }
+#undef PANEL_NG
 
 /* act_apply, or with q the sigmoid/tanh it brings */
 static void act_q(const rnn_dir *d, const act *a, float *v, int64_t n) {
@@ -295,119 +332,217 @@ static void add_to(float *v, const float *b, int64_t n) {
         for (int64_t i = 0; i < n; i++) v[i] += b[i];
 }
 
-/* work: gates [B, GH], h [B, H], c [B, H], tmp [B, H] (GRU: r*h or h*Rh) */
-static kiln_status run_dir(rnn_dir *d) {
-    int64_t T = d->T, B = d->B, H = d->H, G = d->gates, GH = G * H;
-    float *gates = d->work, *hs = gates + B * GH, *cs = hs + B * H, *tmp = cs + B * H;
-    if (d->h0) memcpy(hs, d->h0, (size_t)(B * H) * sizeof(float));
-    else memset(hs, 0, (size_t)(B * H) * sizeof(float));
+/* out[k][b*ldo[k] + (u - u0)] += h[b, :] . R[g*H + u, :] for the gates g = g0 + k in [g0, g1) and
+ * the units u in [u0, u1) (u0 a multiple of PANEL). The quantised and the large-batch products
+ * take whole gate rows (one part: u0 = 0, u1 = H), each run of gates whose outputs lie side by side
+ * in one call. */
+static kiln_status product(rnn_dir *d, const float *h, float *const *out, const int64_t *ldo, int g0, int g1, int64_t u0,
+                           int64_t u1) {
+    const int64_t H = d->H, B = d->B;
+    if (d->q || d->gemm) {
+        for (int g = g0; g < g1;) {
+            int e = g + 1;
+            while (e < g1 && out[e - g0] == out[g - g0] + (e - g) * H && ldo[e - g0] == ldo[g - g0]) e++;
+            float *o = out[g - g0];
+            if (d->q) KN_TRY(d->q->gemm(d->q, d->pool, 1, d->dir, h, B, H, o, ldo[g - g0])); /* LSTM: all 4H */
+            else KN_TRY(kn_sgemm(d->pool, false, true, B, (e - g) * H, H, 1.0f, h, H, d->r + g * H * H, H, 1.0f, o,
+                                 ldo[g - g0]));
+            g = e;
+        }
+        return KILN_OK;
+    }
+    const int G = d->gates, ng = g1 - g0;
+    const int64_t pstride = (int64_t)G * PANEL;
+    for (int64_t u = u0; u < u1; u += PANEL) {
+        const float *p = d->panels + (u / PANEL) * H * pstride + g0 * PANEL;
+        const int w = (int)(u1 - u < PANEL ? u1 - u : PANEL);
+        for (int64_t b0 = 0; b0 < B; b0 += 4) {
+            float *o[4];
+            for (int k = 0; k < ng; k++) o[k] = out[k] + b0 * ldo[k] + (u - u0);
+            panel_sums_any(p, pstride, h + b0 * H, H, o, ldo, w, (int)(B - b0 < 4 ? B - b0 : 4), ng);
+        }
+    }
+    return KILN_OK;
+}
+
+/* Floats rounded up to whole cache lines: the parts' scratch and the shared arrays' rows start on
+ * a line of their own where H allows (a line written by two threads every step moved between the
+ * cores every step) */
+static int64_t lines(int64_t floats) { return (floats + 15) / 16 * 16; }
+
+/* Scratch of one direction (d->work), each array on its own cache lines: h [2][B, H] (step s reads
+ * h[s % 2] and writes h[(s + 1) % 2]: with the units split among threads, one part's new h must not
+ * overwrite the h_{t-1} another part is still multiplying); c [B, H]; rh [B, H] (GRU without
+ * linear_before_reset: r * h_{t-1}, read by every part); then per part, its gates [B, G, n] and
+ * tmp [B, n] (GRU with linear_before_reset: h_{t-1} Rh^T + Rbh), n = part_units. */
+static int64_t part_work(int64_t B, int G, int64_t n) { return lines(B * G * n) + lines(B * n); }
+static int64_t dir_work(int64_t B, int G, int64_t H, int parts, int64_t part_units) {
+    return 4 * lines(B * H) + parts * part_work(B, G, part_units);
+}
+
+/* Step `step` of direction d for the hidden units [u0, u1) of every batch row: the gates of these
+ * units (their columns of X W^T + biases, plus h_{t-1} R^T), then their cell and hidden states.
+ * A GRU without linear_before_reset takes two steps a time step: its h gate multiplies (r * h_{t-1})
+ * by Rh, which needs r of every unit (the second step starts when every part's first is done). */
+static void dir_step(void *arg, int64_t step, int part) {
+    rnn_dir *d = arg;
+    if (d->status != KILN_OK) return;
+    const int64_t B = d->B, H = d->H, G = d->gates, GH = G * H;
+    const int phases = G == 3 && !d->lbr ? 2 : 1;
+    const int64_t s = step / phases, u0 = part * d->part_units, u1 = u0 + d->part_units < H ? u0 + d->part_units : H;
+    const int phase = (int)(step % phases);
+    if (u0 >= u1) return;
+    const int64_t t = d->reverse ? d->T - 1 - s : s, n = u1 - u0, Gn = G * n;
+    float *hprev = d->work + (s & 1) * lines(B * H), *hnext = d->work + ((s + 1) & 1) * lines(B * H);
+    float *cs = d->work + 2 * lines(B * H), *rh = cs + lines(B * H);
+    float *gates = rh + lines(B * H) + part * part_work(B, (int)G, d->part_units);
+    float *tmp = gates + lines(B * Gn);
+    const act *f = &d->acts[0], *g = G > 1 ? &d->acts[1] : NULL, *hact = G == 4 ? &d->acts[2] : NULL;
+    kiln_status st = KILN_OK;
+    if (phase == 0) {
+        const float *xw = d->xw + t * B * GH;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t k = 0; k < G; k++)
+                memcpy(gates + b * Gn + k * n, xw + b * GH + k * H + u0, (size_t)n * sizeof(float));
+        /* the gates' products, a GRU's h gate with linear_before_reset into tmp: r * (h_{t-1} Rh^T + Rbh) */
+        float *out[4] = {gates, gates + n, gates + 2 * n, gates + 3 * n};
+        int64_t ldo[4] = {Gn, Gn, Gn, Gn};
+        int ng = G == 3 && !d->lbr ? 2 : (int)G;
+        if (G == 3 && d->lbr) {
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t i = 0; i < n; i++) tmp[b * n + i] = d->rbh ? d->rbh[u0 + i] : 0.0f;
+            out[2] = tmp, ldo[2] = n;
+        }
+        st = product(d, hprev, out, ldo, 0, ng, u0, u1);
+    } else {
+        /* the h gate: gates[:, 2n + u] += (r * h_{t-1}) Rh^T */
+        float *out[1] = {gates + 2 * n};
+        int64_t ldo[1] = {Gn};
+        st = product(d, rh, out, ldo, 2, 3, u0, u1);
+    }
+    if (st != KILN_OK) {
+        d->status = st;
+        return;
+    }
+    for (int64_t b = 0; b < B; b++) {
+        const int active = !d->lens || t < d->lens[b];
+        float *gb = gates + b * Gn, *hp = hprev + b * H + u0, *hn = hnext + b * H + u0, *cb = cs + b * H + u0;
+        if (G == 1) {
+            clip_range(gb, n, d->clip);
+            act_apply(f, gb, n);
+            memcpy(hn, active ? gb : hp, (size_t)n * sizeof(float));
+        } else if (G == 4) {
+            float *gi = gb, *go = gb + n, *gf = gb + 2 * n, *gc = gb + 3 * n;
+            if (d->p)
+                for (int64_t i = 0; i < n; i++) {
+                    gi[i] += d->p[u0 + i] * cb[i];
+                    gf[i] += d->p[2 * H + u0 + i] * cb[i];
+                }
+            const float *qb = d->qbias ? d->qbias + u0 : NULL;
+            add_to(gi, qb, n);
+            add_to(gf, qb ? qb + 2 * H : NULL, n);
+            add_to(gc, qb ? qb + 3 * H : NULL, n);
+            clip_range(gi, n, d->clip);
+            act_q(d, f, gi, n);
+            if (d->input_forget)
+                for (int64_t i = 0; i < n; i++) gf[i] = 1.0f - gi[i];
+            else {
+                clip_range(gf, n, d->clip);
+                act_q(d, f, gf, n);
+            }
+            clip_range(gc, n, d->clip);
+            act_q(d, g, gc, n);
+            /* new cell state into gc (kept apart so an inactive row keeps its state) */
+            for (int64_t i = 0; i < n; i++) gc[i] = gf[i] * cb[i] + gi[i] * gc[i];
+            if (d->p)
+                for (int64_t i = 0; i < n; i++) go[i] += d->p[H + u0 + i] * gc[i];
+            add_to(go, qb ? qb + H : NULL, n);
+            clip_range(go, n, d->clip);
+            act_q(d, f, go, n);
+            memcpy(gf, gc, (size_t)n * sizeof(float));
+            act_q(d, hact, gf, n); /* h(C) */
+            if (active) {
+                memcpy(cb, gc, (size_t)n * sizeof(float));
+                for (int64_t i = 0; i < n; i++) hn[i] = go[i] * gf[i];
+            } else
+                memcpy(hn, hp, (size_t)n * sizeof(float));
+        } else {
+            float *gz = gb, *gr = gb + n, *gh = gb + 2 * n;
+            if (phase == 0) {
+                clip_range(gz, n, d->clip);
+                clip_range(gr, n, d->clip);
+                act_apply(f, gz, n);
+                act_apply(f, gr, n);
+                if (d->lbr) {
+                    const float *tb = tmp + b * n;
+                    for (int64_t i = 0; i < n; i++) gh[i] += gr[i] * tb[i];
+                } else {
+                    float *rb = rh + b * H + u0;
+                    for (int64_t i = 0; i < n; i++) rb[i] = gr[i] * hp[i]; /* for the second step */
+                    continue;
+                }
+            }
+            clip_range(gh, n, d->clip);
+            act_apply(g, gh, n);
+            if (active)
+                for (int64_t i = 0; i < n; i++) hn[i] = (1.0f - gz[i]) * gh[i] + gz[i] * hp[i];
+            else
+                memcpy(hn, hp, (size_t)n * sizeof(float));
+        }
+        if (d->y) {
+            float *yo = d->y + t * d->ystride_t + b * H + u0;
+            if (active) memcpy(yo, hn, (size_t)n * sizeof(float));
+            else memset(yo, 0, (size_t)n * sizeof(float));
+        }
+    }
+}
+
+/* One direction: its steps on `pool` in d->parts parts of the hidden units (1: all on the calling
+ * thread). */
+static kiln_status run_dir(rnn_dir *d, kn_threadpool *pool) {
+    const int64_t B = d->B, H = d->H;
+    float *h = d->work, *cs = h + 2 * lines(B * H);
+    if (d->h0) memcpy(h, d->h0, (size_t)(B * H) * sizeof(float));
+    else memset(h, 0, (size_t)(B * H) * sizeof(float));
     if (d->c0) memcpy(cs, d->c0, (size_t)(B * H) * sizeof(float));
     else memset(cs, 0, (size_t)(B * H) * sizeof(float));
-    const act *f = &d->acts[0], *g = G > 1 ? &d->acts[1] : NULL, *hact = G == 4 ? &d->acts[2] : NULL;
-    for (int64_t s = 0; s < T; s++) {
-        int64_t t = d->reverse ? T - 1 - s : s;
-        memcpy(gates, d->xw + t * B * GH, (size_t)(B * GH) * sizeof(float));
-        if (G == 1) {
-            KN_TRY(add_recurrent(d, hs, gates, GH, 0, GH));
-        } else if (G == 4) {
-            KN_TRY(add_recurrent(d, hs, gates, GH, 0, GH));
-        } else if (d->lbr) {
-            /* z, r as usual; h-gate recurrent part kept apart: r * (H Rh^T + Rbh) */
-            KN_TRY(add_recurrent(d, hs, gates, GH, 0, 2 * H));
-            for (int64_t b = 0; b < B; b++)
-                for (int64_t i = 0; i < H; i++) tmp[b * H + i] = d->rbh ? d->rbh[i] : 0.0f;
-            KN_TRY(add_recurrent(d, hs, tmp, H, 2 * H, H));
-        } else {
-            KN_TRY(add_recurrent(d, hs, gates, GH, 0, 2 * H));
-        }
-        for (int64_t b = 0; b < B; b++) {
-            int active = !d->lens || t < d->lens[b];
-            float *gb = gates + b * GH, *hb = hs + b * H, *cb = cs + b * H;
-            if (G == 1) {
-                clip_range(gb, H, d->clip);
-                act_apply(f, gb, H);
-                if (active) memcpy(hb, gb, (size_t)H * sizeof(float));
-            } else if (G == 4) {
-                float *gi = gb, *go = gb + H, *gf = gb + 2 * H, *gc = gb + 3 * H;
-                if (d->p)
-                    for (int64_t i = 0; i < H; i++) {
-                        gi[i] += d->p[i] * cb[i];
-                        gf[i] += d->p[2 * H + i] * cb[i];
-                    }
-                const float *qb = d->qbias;
-                add_to(gi, qb, H);
-                add_to(gf, qb ? qb + 2 * H : NULL, H);
-                add_to(gc, qb ? qb + 3 * H : NULL, H);
-                clip_range(gi, H, d->clip);
-                act_q(d, f, gi, H);
-                if (d->input_forget)
-                    for (int64_t i = 0; i < H; i++) gf[i] = 1.0f - gi[i];
-                else {
-                    clip_range(gf, H, d->clip);
-                    act_q(d, f, gf, H);
-                }
-                clip_range(gc, H, d->clip);
-                act_q(d, g, gc, H);
-                /* new cell state into gc (kept apart so an inactive row keeps its state) */
-                for (int64_t i = 0; i < H; i++) gc[i] = gf[i] * cb[i] + gi[i] * gc[i];
-                if (d->p)
-                    for (int64_t i = 0; i < H; i++) go[i] += d->p[H + i] * gc[i];
-                add_to(go, qb ? qb + H : NULL, H);
-                clip_range(go, H, d->clip);
-                act_q(d, f, go, H);
-                memcpy(gf, gc, (size_t)H * sizeof(float));
-                act_q(d, hact, gf, H); /* h(C) */
-                if (active) {
-                    memcpy(cb, gc, (size_t)H * sizeof(float));
-                    for (int64_t i = 0; i < H; i++) hb[i] = go[i] * gf[i];
-                }
-            } else {
-                float *gz = gb, *gr = gb + H, *gh = gb + 2 * H;
-                clip_range(gz, 2 * H, d->clip);
-                act_apply(f, gz, H);
-                act_apply(f, gr, H);
-                if (d->lbr) {
-                    for (int64_t i = 0; i < H; i++) gh[i] += gr[i] * tmp[b * H + i];
-                } else {
-                    /* (r * H_{t-1}) Rh^T for this row */
-                    float *rh = tmp + b * H;
-                    for (int64_t i = 0; i < H; i++) rh[i] = gr[i] * hb[i];
-                }
-                if (!d->lbr) continue; /* finished after the batched product below */
-                clip_range(gh, H, d->clip);
-                act_apply(g, gh, H);
-                if (active)
-                    for (int64_t i = 0; i < H; i++) hb[i] = (1.0f - gz[i]) * gh[i] + gz[i] * hb[i];
-            }
-        }
-        if (G == 3 && !d->lbr) {
-            /* h-gate: gates[:, 2H:3H] += (r * H) Rh^T, then the update */
-            KN_TRY(add_recurrent(d, tmp, gates + 2 * H, GH, 2 * H, H));
-            for (int64_t b = 0; b < B; b++) {
-                int active = !d->lens || t < d->lens[b];
-                float *gb = gates + b * GH, *hb = hs + b * H;
-                float *gz = gb, *gh = gb + 2 * H;
-                clip_range(gh, H, d->clip);
-                act_apply(g, gh, H);
-                if (active)
-                    for (int64_t i = 0; i < H; i++) hb[i] = (1.0f - gz[i]) * gh[i] + gz[i] * hb[i];
-            }
-        }
-        if (d->y)
-            for (int64_t b = 0; b < B; b++) {
-                float *yo = d->y + t * d->ystride_t + b * H;
-                if (!d->lens || t < d->lens[b]) memcpy(yo, hs + b * H, (size_t)H * sizeof(float));
-                else memset(yo, 0, (size_t)H * sizeof(float));
-            }
-    }
-    memcpy(d->yh, hs, (size_t)(B * H) * sizeof(float));
+    d->status = KILN_OK;
+    const int phases = d->gates == 3 && !d->lbr ? 2 : 1;
+    kn_parallel_lockstep(d->parts > 1 ? pool : NULL, d->T * phases, d->parts, dir_step, d);
+    if (d->status != KILN_OK) return d->status;
+    memcpy(d->yh, h + (d->T & 1) * lines(B * H), (size_t)(B * H) * sizeof(float));
     if (d->yc) memcpy(d->yc, cs, (size_t)(B * H) * sizeof(float));
     return KILN_OK;
 }
 
+/* Multiply-adds of recurrent product between two waits (a time step's, or half of it for a GRU
+ * without linear_before_reset) for each part the hidden units are split into: a wait costs about
+ * 0.5 us at 2 threads on the 2-core box (the other core's h and its done count, over the caches),
+ * about what a single thread spends on 50-100 K multiply-adds and their gates. Measured at 2
+ * threads, B = 1, T = 50: split 0.63x of one thread at LSTM/GRU H = 256, even at LSTM H = 128 (65 K),
+ * 1.2-1.4x at LSTM H = 64 and GRU H = 96 (bench/results/cpu-rnn-2threads-2026-12-06f-h81.md). */
+#define KN_RNN_SPLIT_MACS 65536
+
+/* The threads that share one direction's steps (*parts) and the hidden units of each (a multiple of
+ * PANEL): only the small-batch product (a large batch's per-step GEMM is parallel itself; the
+ * quantised product takes whole rows) */
+static void plan_parts(int threads, int splittable, int64_t B, int G, int64_t H, int phases, int *parts_out,
+                       int64_t *units_out) {
+    int64_t parts = threads;
+    const int64_t by_units = H / PANEL, by_work = B * G * H * H / phases / KN_RNN_SPLIT_MACS;
+    if (parts > by_units) parts = by_units;
+    if (parts > by_work) parts = by_work;
+    if (!splittable || parts < 1) parts = 1;
+    /* as even as whole panels allow */
+    int64_t per = (H + parts - 1) / parts;
+    per = (per + PANEL - 1) / PANEL * PANEL;
+    *units_out = per;
+    *parts_out = (int)((H + per - 1) / per);
+}
+
 static void run_dirs(void *arg, int64_t b, int64_t e) {
     rnn_dir *dirs = arg;
-    for (int64_t i = b; i < e; i++) dirs[i].status = run_dir(&dirs[i]);
+    for (int64_t i = b; i < e; i++) dirs[i].status = run_dir(&dirs[i], NULL);
 }
 
 /* ------------------------------------------------------------------ the kernel */
@@ -467,19 +602,27 @@ static kiln_status rnn(kn_kernel_ctx *c, const kn_rnn_qgemm *q) {
     kiln_status st = KILN_OK;
     int big = Bn >= 16; /* recurrent product through the GEMM */
     float *wv = q ? NULL : kn_nn_f32_view(W), *rv = q ? NULL : kn_nn_f32_view(R);
-    /* R^T of each direction for the small-batch product: made once per session when R is a
-     * constant (it is re-read every step; transposing it every run cost as much as a layer's
+    /* R's panels of each direction for the small-batch product: made once per session when R is
+     * a constant (it is re-read every step; transposing it every run cost as much as a layer's
      * input projection), else in the scratch below */
-    const float *rt_kept = NULL;
+    const float *panels_kept = NULL;
+    const int64_t n_panels = nd * panel_count(H) * H * G * PANEL;
+    panel_make make = {rv, nd, G, H};
     if (!big && rv) {
-        rt_make make = {rv, nd, GH, H};
-        kn_const_layout lay = {5, {nd, GH, H, 0}};
-        rt_kept = kn_cpu_const_derived(c, 2, &lay, sizeof(float) * (size_t)(nd * H * GH), make_rt, &make);
+        kn_const_layout lay = {80, {nd, G, H, PANEL}};
+        panels_kept = kn_cpu_const_derived(c, 2, &lay, sizeof(float) * (size_t)n_panels, make_panels, &make);
     }
     /* one allocation for the float copies and scratch */
-    int64_t n_x = T * Bn * I, n_xw = nd * T * Bn * GH, n_rt = rt_kept || q ? 0 : nd * H * GH, n_st = nd * Bn * H;
-    int64_t n_work = nd * (Bn * GH + 3 * Bn * H);
-    int64_t total = n_x + n_xw + n_rt + 4 * n_st + n_work + T * nd * Bn * H;
+    int64_t n_x = T * Bn * I, n_xw = nd * T * Bn * GH, n_rt = panels_kept || q || big ? 0 : lines(n_panels), n_st = nd * Bn * H;
+    /* the threads a direction's steps take: every one, or one a direction where both run at once */
+    const int parallel_dirs = nd == 2 && kn_threadpool_size(c->pool) > 1;
+    int parts;
+    int64_t part_units;
+    plan_parts(parallel_dirs ? 1 : kn_threadpool_size(c->pool), !q && !big, Bn, G, H, G == 3 && !at.linear_before_reset ? 2 : 1,
+               &parts, &part_units);
+    const int64_t dwork = dir_work(Bn, G, H, parts, part_units);
+    int64_t n_work = nd * dwork;
+    int64_t total = n_x + n_xw + n_rt + 4 * n_st + n_work + lines(T * nd * Bn * H);
     /* from the session's buffer pool: a run reuses the last run's block (a fresh malloc of this
      * size went back to the system and page-faulted in again every run) */
     kn_tensor *scratch = NULL;
@@ -494,8 +637,10 @@ static kiln_status rnn(kn_kernel_ctx *c, const kn_rnn_qgemm *q) {
         st = KN_OOM();
         goto done;
     }
-    float *xs = mem, *xw = xs + n_x, *rt = xw + n_xw, *h0s = rt + n_rt, *c0s = h0s + n_st;
-    float *yh = c0s + n_st, *yc = yh + n_st, *work = yc + n_st, *ys = work + n_work;
+    /* the arrays threads share first, each on whole cache lines */
+    float *work = mem, *rt = work + n_work, *ys = rt + n_rt, *xs = ys + lines(T * nd * Bn * H), *xw = xs + n_x;
+    float *h0s = xw + n_xw, *c0s = h0s + n_st, *yh = c0s + n_st, *yc = yh + n_st;
+    if (n_rt) make_panels(&make, rt); /* R not a constant: its panels for this run */
     if (q && !(qbias = malloc(sizeof(float) * (size_t)(nd * GH)))) {
         st = KN_OOM();
         goto done;
@@ -546,15 +691,13 @@ static kiln_status rnn(kn_kernel_ctx *c, const kn_rnn_qgemm *q) {
         else st = kn_sgemm(c->pool, false, true, T * Bn, GH, I, 1.0f, xs, I, wv + d * GH * I, I, 1.0f, xwd, GH);
         if (st != KILN_OK) goto done;
         const float *rd = q ? NULL : rv + d * GH * H;
-        const float *rtd = q ? NULL : rt_kept ? rt_kept + d * H * GH : rt + d * H * GH;
-        if (!q && !big && !rt_kept) transpose(rd, rt + d * H * GH, GH, H);
         rnn_dir *di = &dirs[d];
         memset(di, 0, sizeof *di);
         di->gates = G;
         di->T = T, di->B = Bn, di->I = I, di->H = H;
         di->reverse = nd == 2 ? d == 1 : at.reverse;
         di->xw = xwd;
-        di->rt = rtd;
+        di->panels = q || big ? NULL : (panels_kept ? panels_kept : rt) + d * (n_panels / nd);
         di->r = rd;
         di->rbh = G == 3 && at.linear_before_reset && bd ? bd + GH + 2 * H : NULL;
         di->p = pv ? pv + d * 3 * H : NULL;
@@ -573,14 +716,16 @@ static kiln_status rnn(kn_kernel_ctx *c, const kn_rnn_qgemm *q) {
         di->q = q;
         di->qbias = qb && bd ? qb : NULL;
         di->dir = d;
-        di->work = work + d * (Bn * GH + 3 * Bn * H);
+        di->work = work + d * dwork; /* first in mem: on whole cache lines */
+        di->parts = parts;
+        di->part_units = part_units;
     }
-    if (nd == 2 && kn_threadpool_size(c->pool) > 1) {
+    if (parallel_dirs) {
         kn_parallel_for(c->pool, 2, 1, run_dirs, dirs); /* GEMMs inside run single-threaded */
     } else {
         for (int d = 0; d < nd; d++) {
             dirs[d].pool = c->pool;
-            dirs[d].status = run_dir(&dirs[d]);
+            dirs[d].status = run_dir(&dirs[d], c->pool);
         }
     }
     for (int d = 0; d < nd; d++)
