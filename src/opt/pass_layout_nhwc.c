@@ -488,7 +488,11 @@ kiln_status kn_pass_layout_nhwc(kn_opt_ctx *c) {
             /* channels last: every operand of an elementwise node, a convolution's X, W and Z, X */
             bool channels = role[i] == ROLE_ELEMENTWISE || k == 0 || (role[i] == ROLE_CONV && k != 2) ||
                             (role[i] == ROLE_AXES && kn_opt_is(c, i, "Concat"));
-            if (v < 0 || v >= n_values || !channels || layout_free(&g->values[v].type)) continue;
+            if (v < 0 || v >= n_values || !channels) continue;
+            /* a value every layout reads alike stays as it is, unless the region made it: its
+             * producer now writes it under its channels-last name (and no Transpose back remakes
+             * it when every reader is in the region) */
+            if (layout_free(&g->values[v].type) && last_of[v] < 0) continue;
             if (last_of[v] < 0) {
                 if (kn_opt_const(c, v)) {
                     last_of[v] = permuted_const(c, v);
