@@ -4,7 +4,7 @@ random_model(seed) -> (model, inputs). A graph is a few pattern blocks chained o
 Conv (+bias, BatchNormalization, residual Add, activation), MatMul+Add (+residual, activation),
 Gemm+activation, LayerNorm/RMSNorm and GELU decompositions, attention (one head and split heads),
 elementwise chains, constant subexpressions and shape arithmetic, Reshape/Transpose chains,
-duplicated nodes (CSE), no-ops, and (one float32 graph in three) a dynamically quantised MatMul. Then random readers of the blocks' intermediates: extra nodes,
+duplicated nodes (CSE), no-ops, squeeze-excite blocks, and (one float32 graph in three) a dynamically quantised MatMul. Then random readers of the blocks' intermediates: extra nodes,
 graph outputs, and If/Loop/Scan bodies (nested up to two deep) that read them from the enclosing
 scope and hold patterns of their own. Random shapes (a symbolic batch in some), opsets 14/17/18,
 float32 or (one graph in five) float16.
@@ -560,8 +560,62 @@ def dynamic_quant_matmul(g, r):
     return y2, out_s
 
 
+def squeeze_excite(g, x, s, same=True):
+    """A squeeze-excite block (fuse_squeeze_excite): the mean over the spatial axes
+    (GlobalAveragePool, or ReduceMean kept or dropped), a product down to m channels and one back
+    (1x1 Conv, or Flatten + Gemm / MatMul + Add on [N, C] and a Reshape back), an activation between
+    (Relu, SiLU, HardSwish or none) and a gate (Sigmoid or HardSigmoid), times X from either side.
+    Its intermediates are values like any (the extra readers that leave it unfused)."""
+    if len(s) not in (3, 4) or s[1] < 1:
+        return None
+    r = g.rng
+    n, c = s[0], s[1]
+    m = int(r.integers(1, 9))
+    sp = list(range(2, len(s)))
+    ones = (1,) * (len(s) - 2)
+    flat = r.random() < 0.35
+    if r.random() < 0.5 and not flat:
+        p = g.node("GlobalAveragePool", [x], (n, c) + ones)
+    elif flat and r.random() < 0.5:
+        p = g.reduce("ReduceMean", x, [a - len(s) if r.random() < 0.3 else a for a in sp], 0, (n, c))
+    else:
+        p = g.reduce("ReduceMean", x, sp, 1, (n, c) + ones)
+        if flat:
+            p = g.node("Flatten", [p], (n, c), axis=1)
+
+    def product(v, cin, cout):
+        if not flat:
+            ins = [v, g.fconst((cout, cin) + ones, 1.0 / np.sqrt(cin))]
+            if r.random() < 0.8:
+                ins.append(g.fconst((cout,), 0.2))
+            return g.node("Conv", ins, (n, cout) + ones, kernel_shape=[1] * (len(s) - 2))
+        if r.random() < 0.5:
+            tb = int(r.integers(2))
+            ins = [v, g.fconst((cout, cin) if tb else (cin, cout), 1.0 / np.sqrt(cin))]
+            if r.random() < 0.8:
+                ins.append(g.fconst((cout,), 0.2))
+            return g.node("Gemm", ins, (n, cout), transB=tb)
+        y = g.node("MatMul", [v, g.fconst((cin, cout), 1.0 / np.sqrt(cin))], (n, cout))
+        if r.random() < 0.8:
+            b = g.fconst((cout,), 0.2)
+            y = g.node("Add", [y, b] if r.random() < 0.5 else [b, y], (n, cout))
+        return y
+
+    hs = (n, m) if flat else (n, m) + ones
+    h = product(p, c, m)
+    kind = str(r.choice(["Relu", "Silu", "HardSwish", "none"]))
+    if kind != "none":
+        h = g.act(h, hs, kind)
+    gs = (n, c) if flat else (n, c) + ones
+    gt = product(h, m, c)
+    gt = g.act(gt, gs, str(r.choice(["Sigmoid", "HardSigmoid"])))
+    if flat:
+        gt = g.node("Reshape", [gt, g.ints([-1, c] + [1] * (len(s) - 2))], (n, c) + ones)
+    return g.node("Mul", [x, gt] if r.random() < 0.5 else [gt, x], s), s
+
+
 BLOCKS = [conv, conv, matmul, matmul, gemm, layernorm, gelu_block, attention, elementwise, const_fold, flatten,
-          unflatten, transposes, cse, noops, detector]
+          unflatten, transposes, cse, noops, detector, squeeze_excite]
 SAME_BLOCKS = [conv, matmul, layernorm, gelu_block, elementwise, cse, noops, attention]
 
 
