@@ -374,8 +374,8 @@ KN_TEST(opt_squeeze_excite_disabled) {
 
 /* kiln.SqueezeExcite as a graph's one node against the definition evaluated in double: shapes
  * whose sizes leave vector tails (C 19, 16 x 9 positions, 70 channels past the 64-channel jobs of
- * the channels-last means), each inner activation and gate, with and without biases, both layouts,
- * several threads. */
+ * the channels-last means, 300 past the 256-channel excite chunks), each inner activation and
+ * gate, with and without biases, W2 a constant or fed, both layouts, several threads. */
 static double act_d(const char *name, const float *p, double v) {
     if (!strcmp(name, "Relu")) return v > 0 ? v : 0;
     if (!strcmp(name, "Sigmoid")) return 1 / (1 + exp(-v));
@@ -387,7 +387,7 @@ static double act_d(const char *name, const float *p, double v) {
 }
 
 static void kernel_case(int64_t N, int64_t C, int64_t M, int64_t S1, int64_t S2, bool nhwc, bool biases, const char *act,
-                        const char *gate, int threads) {
+                        const char *gate, int threads, bool w2_fed) {
     seb b;
     seb_init(&b, 17);
     int64_t xd[4] = {N, C, S1, S2}, w1d[4] = {M, C, 1, 1}, w2d[4] = {C, M, 1, 1}, b1d[1] = {M}, b2d[1] = {C};
@@ -396,7 +396,14 @@ static void kernel_case(int64_t N, int64_t C, int64_t M, int64_t S1, int64_t S2,
         memcpy(xd, xl, sizeof xd), memcpy(w1d, w1l, sizeof w1d), memcpy(w2d, w2l, sizeof w2d);
     }
     int x = seb_input(&b, "x", 4, xd);
-    int w1 = seb_const(&b, "w1", 4, w1d, 0.6f), w2 = seb_const(&b, "w2", 4, w2d, 0.6f);
+    /* W2 a constant (the kernel keeps its transposed form with the session) or a graph input fed
+     * at each run (transposed per call) */
+    int w1 = seb_const(&b, "w1", 4, w1d, 0.6f), w2 = w2_fed ? seb_input(&b, "w2", 4, w2d) : seb_const(&b, "w2", 4, w2d, 0.6f);
+    kn_tensor *w2_values = NULL;
+    if (w2_fed) {
+        kn_tensor_new(KILN_DTYPE_FLOAT, 4, w2d, &w2_values);
+        for (int64_t i = 0; i < kn_tensor_count(w2_values); i++) ((float *)w2_values->data)[i] = 0.6f * seb_rnd(&b);
+    }
     int b1 = biases ? seb_const(&b, "b1", 1, b1d, 0.5f) : -1, b2 = biases ? seb_const(&b, "b2", 1, b2d, 0.5f) : -1;
     int y = seb_node(&b, "SqueezeExcite", (int[]){x, w1, b1, w2, b2}, biases ? 5 : 4, "y");
     kn_node *n = &b.g->nodes[b.last];
@@ -421,7 +428,7 @@ static void kernel_case(int64_t N, int64_t C, int64_t M, int64_t S1, int64_t S2,
     a->s = nhwc ? "NHWC" : "NCHW", a->s_len = 4;
     seb_output(&b, y);
     /* the values of the constants, before the session takes the model */
-    const kn_tensor *W1 = b.g->values[w1].constant, *W2 = b.g->values[w2].constant;
+    const kn_tensor *W1 = b.g->values[w1].constant, *W2 = w2_fed ? w2_values : b.g->values[w2].constant;
     const kn_tensor *B1 = biases ? b.g->values[b1].constant : NULL, *B2 = biases ? b.g->values[b2].constant : NULL;
     const int64_t S = S1 * S2;
     /* float sums and the vector forms of the activations (tanh's: a few ulps of 1e-6) */
@@ -471,8 +478,9 @@ static void kernel_case(int64_t N, int64_t C, int64_t M, int64_t S1, int64_t S2,
         kn_tensor *in = NULL, *out = NULL;
         kn_tensor_new(KILN_DTYPE_FLOAT, 4, xd, &in);
         memcpy(in->data, xv, in->nbytes);
-        const char *names[1] = {"x"};
-        CHECK_STATUS(kiln_session_run(s, names, &in, 1, NULL, 1, &out), KILN_OK);
+        const char *names[2] = {"x", "w2"};
+        kn_tensor *ins[2] = {in, w2_values};
+        CHECK_STATUS(kiln_session_run(s, names, ins, w2_fed ? 2 : 1, NULL, 1, &out), KILN_OK);
         if (out && kn_tensor_count(out) == N * S * C) {
             for (int64_t i = 0; i < N * S * C; i++) {
                 const double got = ((const float *)out->data)[i];
@@ -492,18 +500,20 @@ static void kernel_case(int64_t N, int64_t C, int64_t M, int64_t S1, int64_t S2,
         kn_tensor_free(out);
         kiln_session_destroy(s);
     }
+    kn_tensor_free(w2_values);
     free(want), free(h), free(g), free(xv);
 }
 
 KN_TEST(cpu_squeeze_excite_against_definition) {
-    static const int64_t shapes[][5] = {{1, 19, 5, 3, 3}, {3, 70, 8, 16, 9}, {2, 16, 4, 1, 1}, {1, 96, 24, 7, 7}};
+    static const int64_t shapes[][5] = {{1, 19, 5, 3, 3}, {3, 70, 8, 16, 9}, {2, 16, 4, 1, 1}, {1, 96, 24, 7, 7},
+                                          {2, 300, 20, 4, 5}};
     static const char *const pairs[][2] = {{"SiLU", "Sigmoid"}, {"Relu", "HardSigmoid"}, {"", "Sigmoid"},
                                            {"HardSwish", "Tanh"}};
     for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
         for (int nhwc = 0; nhwc < 2; nhwc++)
             for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++)
                 kernel_case(shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3], shapes[sh][4], nhwc, p != 2,
-                            pairs[p][0], pairs[p][1], 1 + (int)(sh % 3));
+                            pairs[p][0], pairs[p][1], 1 + (int)(sh % 3), p == 1);
 }
 
 /* ------------------------------------------------------------------ for CUDA, from its tables */

@@ -6,6 +6,7 @@
  * tensors of their own and ran each 1x1 convolution through the convolution machinery; here they
  * live in one scratch block. Sums are taken in float with 16 running partial sums (the loops the
  * compiler vectorises without reassociating them itself). */
+#include "backend/cpu/const_cache.h"
 #include "backend/cpu/fused_impl.h"
 
 #include <stdio.h>
@@ -45,7 +46,7 @@ static float dot(const float *restrict a, const float *restrict b, int64_t n) {
 }
 
 typedef struct se_job {
-    const float *x, *w1, *b1, *w2, *b2;
+    const float *x, *w1, *b1, *w2t, *b2; /* w2t: W2 transposed, [M, C] */
     float *y;
     float *mean, *hidden, *gate; /* [N, C], [N, M], [N, C] */
     int64_t N, C, S, M;
@@ -78,18 +79,51 @@ static void means_nhwc(void *arg, int64_t t0, int64_t t1) {
     }
 }
 
-/* The two products and the activations of batch items [n0, n1). */
-static void products(void *arg, int64_t n0, int64_t n1) {
+/* The squeeze: hidden rows [r0, r1) (r = n * M + m: W1's row m times item n's means) and their
+ * activation. Rows, not batch items, are what the threads share: at batch 1 the products are the
+ * block's only serial work otherwise. */
+static void squeeze_rows(void *arg, int64_t r0, int64_t r1) {
     const se_job *j = arg;
     const int64_t C = j->C, M = j->M;
-    for (int64_t n = n0; n < n1; n++) {
-        const float *m = j->mean + n * C;
-        float *h = j->hidden + n * M, *g = j->gate + n * C;
-        for (int64_t i = 0; i < M; i++) h[i] = dot(j->w1 + i * C, m, C) + (j->b1 ? j->b1[i] : 0.0f);
-        kn_fused_act(h, M, &j->p->act);
-        for (int64_t c = 0; c < C; c++) g[c] = dot(j->w2 + c * M, h, M) + (j->b2 ? j->b2[c] : 0.0f);
-        kn_fused_act(g, C, &j->p->gate);
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t n = r / M, m = r % M;
+        j->hidden[r] = dot(j->w1 + m * C, j->mean + n * C, C) + (j->b1 ? j->b1[m] : 0.0f);
     }
+    kn_fused_act(j->hidden + r0, r1 - r0, &j->p->act);
+}
+
+/* The excite: job t is batch item t / blocks, gate channels [cb * EXCITE_CHUNK, +EXCITE_CHUNK) of
+ * it, summed from W2's transposed rows (contiguous channels: the short rows of W2 itself, M of 4 to
+ * 48 values, left every dot product a scalar tail), then the gate's activation. */
+#define EXCITE_CHUNK 256
+static void excite_chunks(void *arg, int64_t t0, int64_t t1) {
+    const se_job *j = arg;
+    const int64_t C = j->C, M = j->M, blocks = (C + EXCITE_CHUNK - 1) / EXCITE_CHUNK;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t n = t / blocks, c0 = (t % blocks) * EXCITE_CHUNK;
+        const int64_t nc = C - c0 < EXCITE_CHUNK ? C - c0 : EXCITE_CHUNK;
+        float *restrict g = j->gate + n * C + c0;
+        const float *h = j->hidden + n * M;
+        for (int64_t c = 0; c < nc; c++) g[c] = j->b2 ? j->b2[c0 + c] : 0.0f;
+        for (int64_t m = 0; m < M; m++) {
+            const float hm = h[m];
+            const float *restrict w = j->w2t + m * C + c0;
+            for (int64_t c = 0; c < nc; c++) g[c] += w[c] * hm;
+        }
+        kn_fused_act(g, nc, &j->p->gate);
+    }
+}
+
+/* W2 [C, M] as [M, C] (kn_const_make_fn: ctx is W2's data and its C and M) */
+typedef struct transpose_src {
+    const float *w;
+    int64_t C, M;
+} transpose_src;
+static void transpose_w2(const void *ctx, void *dst) {
+    const transpose_src *t = ctx;
+    float *o = dst;
+    for (int64_t c = 0; c < t->C; c++)
+        for (int64_t m = 0; m < t->M; m++) o[m * t->C + c] = t->w[c * t->M + m];
 }
 
 /* Y = X * gate: NCHW rows r of S values, each times gate[r]. */
@@ -143,21 +177,31 @@ kiln_status kn_cpu_fused_squeeze_excite(kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_SHAPE, "W1, B1, W2, B2 do not make %lld -> %lld -> %lld channels", (long long)C,
                                (long long)M, (long long)C);
     if (kn_tensor_count(Y) == 0) return KILN_OK;
-    const size_t bytes = sizeof(float) * (size_t)(N * (2 * C + M));
+    /* W2 transposed: kept with the session where it is a constant, else made here each call */
+    const transpose_src tsrc = {W2->data, C, M};
+    const kn_const_layout lay = {120, {C, M, 0, 0}};
+    const float *w2t = kn_cpu_const_derived(c, 3, &lay, sizeof(float) * (size_t)(C * M), transpose_w2, &tsrc);
+    const size_t bytes = sizeof(float) * (size_t)(N * (2 * C + M) + (w2t ? 0 : C * M));
     void *scratch = NULL;
     KN_TRY(kn_ctx_scratch(c, bytes, "the squeeze-excite vectors", &scratch));
-    se_job j = {X->data, W1->data, B1 ? B1->data : NULL, W2->data, B2 ? B2->data : NULL, Y->data, NULL, NULL, NULL,
+    se_job j = {X->data, W1->data, B1 ? B1->data : NULL, w2t, B2 ? B2->data : NULL, Y->data, NULL, NULL, NULL,
                 N, C, S, M, 64, prm};
     j.mean = scratch;
     j.hidden = j.mean + N * C;
     j.gate = j.hidden + N * M;
+    if (!w2t) {
+        float *own = j.gate + N * C;
+        transpose_w2(&tsrc, own);
+        j.w2t = own;
+    }
     if (nhwc) {
         const int64_t blocks = (C + j.chunk - 1) / j.chunk;
         kn_parallel_for(c->pool, N * blocks, grain_rows(S * j.chunk), means_nhwc, &j);
     } else {
         kn_parallel_for(c->pool, N * C, grain_rows(S), means_nchw, &j);
     }
-    kn_parallel_for(c->pool, N, grain_rows(4 * M * C), products, &j);
+    kn_parallel_for(c->pool, N * M, grain_rows(C), squeeze_rows, &j);
+    kn_parallel_for(c->pool, N * ((C + EXCITE_CHUNK - 1) / EXCITE_CHUNK), grain_rows(EXCITE_CHUNK * M), excite_chunks, &j);
     if (nhwc) kn_parallel_for(c->pool, N * S, grain_rows(C), scale_nhwc, &j);
     else kn_parallel_for(c->pool, N * C, grain_rows(S), scale_nchw, &j);
     kn_ctx_scratch_free(c, scratch, bytes);
