@@ -44,7 +44,7 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-constexpr int POOL_SEG = 256;   // positions per pool segment
+constexpr int POOL_SEG = 256;   // positions per NCHW pool segment
 constexpr int NHWC_CH = 64;     // channels per NHWC pool block
 constexpr int GATE_THREADS = 512;
 
@@ -82,7 +82,14 @@ __global__ void k_pool_nhwc(const T *__restrict__ x, float *__restrict__ part, i
     float acc = 0.0f;
     if (c < C) {
         const T *base = x + n * S * C + c;
-        for (int64_t s = s0 + lane_p; s < s1; s += lanes) acc += (float)ld(base[s * C]);
+        float a1 = 0.0f;
+        int64_t s = s0 + lane_p;
+        for (; s + lanes < s1; s += 2 * lanes) { // two loads in flight
+            acc += (float)ld(base[s * C]);
+            a1 += (float)ld(base[(s + lanes) * C]);
+        }
+        if (s < s1) acc += (float)ld(base[s * C]);
+        acc += a1;
     }
     sums[threadIdx.x] = acc;
     __syncthreads();
@@ -246,7 +253,9 @@ se_plan plan_for(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, int64_t 
         p.n_seg = 0;
         p.seg_len = S;
     } else {
-        int64_t seg = POOL_SEG;
+        // NCHW: a warp per row of a segment; NHWC: 4 positions at a time a block, so shorter
+        // segments (64) for as many blocks
+        int64_t seg = nhwc ? 64 : POOL_SEG;
         int64_t n_seg = (S + seg - 1) / seg;
         if (n_seg > 64) {
             n_seg = 64;
