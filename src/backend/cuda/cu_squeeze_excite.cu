@@ -4,9 +4,9 @@
 // pointwise convolutions with their epilogues, an elementwise Mul):
 //   pool   (large X[n] only) partial channel sums over segments of the positions, many blocks, into
 //          scratch part[seg][n][c]
-//   gate   per batch item (and channel chunk): the means (from part, or from X itself when X[n] is
-//          small enough for one block to read), hidden = act(W1 m + B1) by warps over W1's rows,
-//          the gate for its channels into scratch gate[n][c]
+//   gate   per batch items (up to 4) and channel chunk: the means (from part, or from X itself
+//          when X[n] is small: KILN_CUDA_SE_POOL_LIMIT), hidden = act(W1 m + B1) by warps over
+//          W1's rows, the gate for its channels into scratch gate[n][c]
 //   scale  Y = X * gate, in 16-byte words where the rows allow
 // Every launch is on the caller's stream with scratch the caller provides: no allocation, no host
 // synchronisation, so the node records into a CUDA graph as the others do.
@@ -119,6 +119,7 @@ constexpr int GATE_NB = 4;
 template <typename T>
 __global__ void k_gate(se_args a) {
     extern __shared__ float sh[];
+    __shared__ float red[GATE_THREADS];
     const int64_t C = a.C, M = a.M, S = a.S;
     const int64_t n0 = (int64_t)blockIdx.x * a.nb;
     const int nb = (int)(a.N - n0 < a.nb ? a.N - n0 : a.nb);
@@ -149,10 +150,21 @@ __global__ void k_gate(se_args a) {
                 }
             }
         } else {
-            for (int64_t c = threadIdx.x; c < C; c += blockDim.x) { // a thread per channel, rows in turn
+            // channels last: threads over (channel, position lane) pairs, `lanes_c` channels at a
+            // time and blockDim / lanes_c positions in flight for each; the lanes' sums added in red
+            const int lanes_c = C < (int64_t)blockDim.x ? (int)C : (int)blockDim.x;
+            const int P = (int)blockDim.x / lanes_c, cl = (int)threadIdx.x % lanes_c, pl = (int)threadIdx.x / lanes_c;
+            for (int64_t c0 = 0; c0 < C; c0 += lanes_c) {
                 float s = 0.0f;
-                for (int64_t p = 0; p < S; p++) s += (float)ld(x[p * C + c]);
-                mk[c] = s * inv;
+                if (pl < P && c0 + cl < C)
+                    for (int64_t p = pl; p < S; p += P) s += (float)ld(x[p * C + c0 + cl]);
+                red[threadIdx.x] = s;
+                __syncthreads();
+                if (pl == 0 && c0 + cl < C) {
+                    for (int q = 1; q < P; q++) s += red[q * lanes_c + cl];
+                    mk[c0 + cl] = s * inv;
+                }
+                __syncthreads();
             }
         }
     }
@@ -243,7 +255,9 @@ struct se_plan {
     int64_t seg_len;
 };
 
-constexpr size_t GATE_SHARED = 48 * 1024;
+// the gate kernel's dynamic shared memory: the 48 KiB a launch has without opting in, less its
+// static red[] (GATE_THREADS floats)
+constexpr size_t GATE_SHARED = 48 * 1024 - GATE_THREADS * sizeof(float);
 
 se_plan plan_for(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, int64_t pool_limit) {
     se_plan p;

@@ -673,13 +673,15 @@ static bool fused_supports(const kn_node *n, const kn_type *const *in, int n_in,
 /* ------------------------------------------------------------------ SqueezeExcite */
 
 /* The largest C * S the gate kernel pools itself (KILN_CUDA_SE_POOL_LIMIT, read as a session
- * compiles; default 64 Ki elements: EfficientNet's 7x7 blocks, 1152 x 49; 0: always the separate
- * pool kernel). */
+ * compiles; 0: always the separate pool kernel). Default 16 Ki elements: a block's 16 warps then
+ * sum at most 1 Ki elements each, 4 rows at a time, a few memory latencies; EfficientNet's 7x7
+ * blocks (1152 x 49) would be 3.5 Ki a warp, which the pool kernel spreads over 144 blocks instead.
+ * Chosen from the code, not measured: time both on the device. */
 static int64_t se_pool_limit(void) {
     const char *v = getenv("KILN_CUDA_SE_POOL_LIMIT");
     char *end = NULL;
     long long n = v && *v ? strtoll(v, &end, 10) : -1;
-    return n >= 0 && end && !*end ? (int64_t)n : 65536;
+    return n >= 0 && end && !*end ? (int64_t)n : 16384;
 }
 
 /* kiln.SqueezeExcite's attributes and pool limit, read once (its prepare hook); ok false: the call
