@@ -2,6 +2,7 @@
  * ConstantOfShape, Unique. */
 #include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/tensor_kernels.h"
+#include "util/thread_buffer.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,38 +61,57 @@ kiln_status kn_cpu_range(kn_kernel_ctx *c) {
 
 /* ------------------------------------------------------------------ CumSum, CumProd */
 
-/* Rows of `post` elements along the axis; each output row is the previous output row combined
- * with an input row (exclusive: the previous input row), so the inner loop is contiguous. */
+/* The input as [pre, D, post] (D along the axis). Work is split across the pool: rows of the last
+ * axis (post == 1) in groups of CUM_GROUP, else column blocks (blk elements, at least CUM_BLK) of
+ * each of the pre slices. Every chain of running values stays on one thread in its order, so each output is
+ * the same operation on the same operands at any thread count. (It all ran on the calling thread:
+ * CumSum 64x1024 f16 at 16 threads took 1.6x OpenVINO's time on the 16-core host.) */
+#define CUM_GROUP 4
+/* a block of columns at least this wide: the float16 rows are converted a block at a time, and 64
+ * columns (64x1024 over axis 0, 1 thread) took 1.6x the time of whole rows */
+#define CUM_BLK 256
+
+typedef struct cum_job {
+    const void *x;
+    void *y;
+    kiln_dtype dt;
+    int64_t pre, D, post, blk, nblk;
+    bool excl, rev, prod;
+    int failed; /* atomic: a thread's float rows could not be allocated */
+} cum_job;
+
+/* Columns [q0, q1) of slices [p0, p1): each output row is the previous output row combined with an
+ * input row (exclusive: the previous input row), so the inner loop is contiguous. */
 #define CUM_LOOP(T, ONE, OP)                                                                       \
     do {                                                                                           \
-        const T *xp = x->data;                                                                     \
-        T *yp = y->data;                                                                           \
-        for (int64_t p = 0; p < pre; p++)                                                          \
+        const T *xp = j->x;                                                                        \
+        T *yp = j->y;                                                                              \
+        for (int64_t p = p0; p < p1; p++)                                                          \
             for (int64_t t = 0; t < D; t++) {                                                      \
                 int64_t i = rev ? D - 1 - t : t, prev = rev ? i + 1 : i - 1;                       \
                 T *yr = yp + (p * D + i) * post;                                                   \
                 const T *xr = xp + (p * D + (excl ? prev : i)) * post;                             \
                 const T *yprev = yp + (p * D + prev) * post;                                       \
                 if (t == 0) {                                                                      \
-                    for (int64_t q = 0; q < post; q++) yr[q] = excl ? (T)(ONE) : xr[q];            \
+                    for (int64_t q = q0; q < q1; q++) yr[q] = excl ? (T)(ONE) : xr[q];             \
                 } else {                                                                           \
-                    for (int64_t q = 0; q < post; q++) yr[q] = (T)(yprev[q] OP xr[q]);             \
+                    for (int64_t q = q0; q < q1; q++) yr[q] = (T)(yprev[q] OP xr[q]);              \
                 }                                                                                  \
             }                                                                                      \
     } while (0)
 
-/* Along the last axis (post == 1): the running value in a register, four rows at a time. Each
- * output is the same operation on the same operands as CUM_LOOP's (the first inclusive output is
- * the input itself, the first exclusive one the identity), but CUM_LOOP read each previous output
- * back from memory: a store-to-load forwarding in every step of the chain, 16% of CumSum
- * 1x4096's time on the add and 46% on the store in perf. */
+/* Along the last axis (post == 1), rows [p0, p1): the running value in a register, four rows at a
+ * time. Each output is the same operation on the same operands as CUM_LOOP's (the first inclusive
+ * output is the input itself, the first exclusive one the identity), but CUM_LOOP read each
+ * previous output back from memory: a store-to-load forwarding in every step of the chain, 16% of
+ * CumSum 1x4096's time on the add and 46% on the store in perf. */
 #define CUM_ROWS(T, ONE, OP)                                                                       \
     do {                                                                                           \
-        const T *xp = x->data;                                                                     \
-        T *yp = y->data;                                                                           \
+        const T *xp = j->x;                                                                        \
+        T *yp = j->y;                                                                              \
         const int64_t i0 = rev ? D - 1 : 0, step = rev ? -1 : 1;                                   \
-        int64_t p = 0;                                                                             \
-        for (; p + 4 <= pre; p += 4) {                                                             \
+        int64_t p = p0;                                                                            \
+        for (; p + 4 <= p1; p += 4) {                                                              \
             const T *x0 = xp + p * D, *x1 = x0 + D, *x2 = x1 + D, *x3 = x2 + D;                    \
             T *y0 = yp + p * D, *y1 = y0 + D, *y2 = y1 + D, *y3 = y2 + D;                          \
             T a0, a1, a2, a3;                                                                      \
@@ -110,7 +130,7 @@ kiln_status kn_cpu_range(kn_kernel_ctx *c) {
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
-        for (; p < pre; p++) {                                                                     \
+        for (; p < p1; p++) {                                                                      \
             const T *xr = xp + p * D;                                                              \
             T *yr = yp + p * D, a;                                                                 \
             if (excl) {                                                                            \
@@ -130,52 +150,124 @@ kiln_status kn_cpu_range(kn_kernel_ctx *c) {
 
 /* float16 / bfloat16: a float accumulator, each output the float result rounded once (ONNX
  * Runtime casts around a float16 CumSum; rounding the running sum at every step drifted: a row of
- * 4096 ones summed to 2048). Rows are widened and narrowed by the vector conversions: along the
- * last axis the whole row at once, otherwise one row of `post` elements a step. */
-static kiln_status cum_half(kn_kernel_ctx *c, const kn_tensor *x, kn_tensor *y, int64_t pre, int64_t D, int64_t post,
-                            bool excl, bool rev, bool prod) {
-    const kiln_dtype dt = x->dtype;
-    const size_t bytes = sizeof(float) * (size_t)(post == 1 ? D : 2 * post);
-    float *buf;
-    KN_TRY(kn_ctx_scratch(c, bytes, "the float rows", (void **)&buf));
-    const uint16_t *xp = x->data;
-    uint16_t *yp = y->data;
+ * 4096 ones summed to 2048). Widened and narrowed by the vector conversions inside the parallel
+ * loop, into the thread's buffer: along the last axis CUM_GROUP whole rows at once, their running
+ * sums interleaved (one row at a time waited on the add's latency at every element), otherwise one
+ * row of the block's columns a step. */
+static kn_thread_buffer cum_half_buffer = KN_THREAD_BUFFER_INIT;
+
+/* G rows of D floats at rows, D apart, in place (G a constant at each call: the running values stay
+ * in registers) */
+static inline __attribute__((always_inline)) void cum_float_rows(float *rows, int64_t D, const int G, bool excl,
+                                                                 bool rev, bool prod) {
     const float one = prod ? 1.0f : 0.0f;
-    for (int64_t p = 0; p < pre; p++) {
-        if (post == 1) {
-            kn_ew_half_to_f32(dt, xp + p * D, buf, D);
-            float acc = one;
-            for (int64_t t = 0; t < D; t++) {
-                const int64_t i = rev ? D - 1 - t : t;
-                const float v = buf[i];
-                if (excl) buf[i] = acc;
-                /* the first inclusive output is the input itself (a -0 stays -0, as in float) */
-                acc = t == 0 && !excl ? v : prod ? acc * v : acc + v;
-                if (!excl) buf[i] = acc;
-            }
-            kn_ew_f32_to_half(dt, buf, yp + p * D, D);
-            continue;
-        }
-        float *acc = buf, *xr = buf + post;
-        for (int64_t t = 0; t < D; t++) {
-            const int64_t i = rev ? D - 1 - t : t;
-            const size_t at = (size_t)((p * D + i) * post);
-            kn_ew_half_to_f32(dt, xp + at, xr, post);
-            if (excl) {
-                if (t == 0)
-                    for (int64_t q = 0; q < post; q++) acc[q] = one;
-                kn_ew_f32_to_half(dt, acc, yp + at, post);
-            }
-            if (t == 0 && !excl) memcpy(acc, xr, (size_t)post * sizeof *acc);
-            else if (prod)
-                for (int64_t q = 0; q < post; q++) acc[q] *= xr[q];
-            else
-                for (int64_t q = 0; q < post; q++) acc[q] += xr[q];
-            if (!excl) kn_ew_f32_to_half(dt, acc, yp + at, post);
+    float acc[CUM_GROUP];
+    for (int r = 0; r < G; r++) acc[r] = one;
+    for (int64_t t = 0; t < D; t++) {
+        const int64_t i = rev ? D - 1 - t : t;
+        for (int r = 0; r < G; r++) {
+            const float v = rows[r * D + i];
+            if (excl) rows[r * D + i] = acc[r];
+            /* the first inclusive output is the input itself (a -0 stays -0, as in float) */
+            acc[r] = t == 0 && !excl ? v : prod ? acc[r] * v : acc[r] + v;
+            if (!excl) rows[r * D + i] = acc[r];
         }
     }
-    kn_ctx_scratch_free(c, buf, bytes);
-    return KILN_OK;
+}
+
+static void cum_half_range(cum_job *j, int64_t p0, int64_t p1, int64_t q0, int64_t q1) {
+    const kiln_dtype dt = j->dt;
+    const int64_t D = j->D, post = j->post;
+    const bool excl = j->excl, rev = j->rev, prod = j->prod;
+    const float one = prod ? 1.0f : 0.0f;
+    const uint16_t *xp = j->x;
+    uint16_t *yp = j->y;
+    float *buf = kn_thread_buffer_get(&cum_half_buffer, sizeof(float) * (size_t)(post == 1 ? CUM_GROUP * D : 2 * (q1 - q0)));
+    if (!buf) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    if (post == 1) {
+        for (int64_t p = p0; p < p1; p += CUM_GROUP) {
+            const int64_t g = p1 - p < CUM_GROUP ? p1 - p : CUM_GROUP;
+            kn_ew_half_to_f32(dt, xp + p * D, buf, g * D);
+            /* the flags as constants in each copy: no test per element */
+#define CUM_FLOAT_ROWS(rows, G)                                                                    \
+    do {                                                                                           \
+        if (excl) {                                                                                \
+            if (prod) cum_float_rows(rows, D, G, true, rev, true);                                 \
+            else cum_float_rows(rows, D, G, true, rev, false);                                     \
+        } else {                                                                                   \
+            if (prod) cum_float_rows(rows, D, G, false, rev, true);                                \
+            else cum_float_rows(rows, D, G, false, rev, false);                                    \
+        }                                                                                          \
+    } while (0)
+            if (g == CUM_GROUP) CUM_FLOAT_ROWS(buf, CUM_GROUP);
+            else
+                for (int64_t r = 0; r < g; r++) CUM_FLOAT_ROWS(buf + r * D, 1);
+#undef CUM_FLOAT_ROWS
+            kn_ew_f32_to_half(dt, buf, yp + p * D, g * D);
+        }
+        return;
+    }
+    const int64_t w = q1 - q0;
+    float *acc = buf, *xr = buf + w;
+    for (int64_t p = p0; p < p1; p++)
+        for (int64_t t = 0; t < D; t++) {
+            const int64_t i = rev ? D - 1 - t : t;
+            const size_t at = (size_t)((p * D + i) * post + q0);
+            kn_ew_half_to_f32(dt, xp + at, xr, w);
+            if (excl) {
+                if (t == 0)
+                    for (int64_t q = 0; q < w; q++) acc[q] = one;
+                kn_ew_f32_to_half(dt, acc, yp + at, w);
+            }
+            if (t == 0 && !excl) memcpy(acc, xr, (size_t)w * sizeof *acc);
+            else if (prod)
+                for (int64_t q = 0; q < w; q++) acc[q] *= xr[q];
+            else
+                for (int64_t q = 0; q < w; q++) acc[q] += xr[q];
+            if (!excl) kn_ew_f32_to_half(dt, acc, yp + at, w);
+        }
+}
+
+/* Units [b, e): along the last axis groups of CUM_GROUP rows, else (slice, column block) pairs. */
+static void cum_range(void *arg, int64_t b, int64_t e) {
+    cum_job *j = arg;
+    const int64_t D = j->D, post = j->post;
+    const bool excl = j->excl, rev = j->rev, prod = j->prod;
+    for (int64_t u = b; u < e; u++) {
+        int64_t p0, p1, q0 = 0, q1 = 1;
+        if (post == 1) {
+            p0 = u * CUM_GROUP;
+            p1 = p0 + CUM_GROUP < j->pre ? p0 + CUM_GROUP : j->pre;
+            /* consecutive groups: one call over all of them (the rows' loop takes them four at a time) */
+            while (u + 1 < e && p1 < j->pre) {
+                u++;
+                p1 = p1 + CUM_GROUP < j->pre ? p1 + CUM_GROUP : j->pre;
+            }
+        } else {
+            p0 = u / j->nblk;
+            p1 = p0 + 1;
+            q0 = u % j->nblk * j->blk;
+            q1 = q0 + j->blk < post ? q0 + j->blk : post;
+        }
+        switch (j->dt) {
+        case KILN_DTYPE_FLOAT: if (prod) CUM(float, 1, *); else CUM(float, 0, +); break;
+        case KILN_DTYPE_DOUBLE: if (prod) CUM(double, 1, *); else CUM(double, 0, +); break;
+        case KILN_DTYPE_INT8: if (prod) CUM(int8_t, 1, *); else CUM(int8_t, 0, +); break;
+        case KILN_DTYPE_INT16: if (prod) CUM(int16_t, 1, *); else CUM(int16_t, 0, +); break;
+        case KILN_DTYPE_INT32: if (prod) CUM(int32_t, 1, *); else CUM(int32_t, 0, +); break;
+        case KILN_DTYPE_INT64: if (prod) CUM(int64_t, 1, *); else CUM(int64_t, 0, +); break;
+        case KILN_DTYPE_UINT8: if (prod) CUM(uint8_t, 1, *); else CUM(uint8_t, 0, +); break;
+        case KILN_DTYPE_UINT16: if (prod) CUM(uint16_t, 1, *); else CUM(uint16_t, 0, +); break;
+        case KILN_DTYPE_UINT32: if (prod) CUM(uint32_t, 1, *); else CUM(uint32_t, 0, +); break;
+        case KILN_DTYPE_UINT64: if (prod) CUM(uint64_t, 1, *); else CUM(uint64_t, 0, +); break;
+        case KILN_DTYPE_FLOAT16:
+        case KILN_DTYPE_BFLOAT16: cum_half_range(j, p0, p1, q0, q1); break;
+        default: break;
+        }
+    }
 }
 
 kiln_status kn_cpu_cumulative(kn_kernel_ctx *c) {
@@ -198,21 +290,30 @@ kiln_status kn_cpu_cumulative(kn_kernel_ctx *c) {
     for (int k = (int)a + 1; k < r; k++) post *= x->dims[k];
     if (kn_tensor_count(x) == 0) return KILN_OK;
     switch (x->dtype) {
-    case KILN_DTYPE_FLOAT: if (prod) CUM(float, 1, *); else CUM(float, 0, +); break;
-    case KILN_DTYPE_DOUBLE: if (prod) CUM(double, 1, *); else CUM(double, 0, +); break;
-    case KILN_DTYPE_INT8: if (prod) CUM(int8_t, 1, *); else CUM(int8_t, 0, +); break;
-    case KILN_DTYPE_INT16: if (prod) CUM(int16_t, 1, *); else CUM(int16_t, 0, +); break;
-    case KILN_DTYPE_INT32: if (prod) CUM(int32_t, 1, *); else CUM(int32_t, 0, +); break;
-    case KILN_DTYPE_INT64: if (prod) CUM(int64_t, 1, *); else CUM(int64_t, 0, +); break;
-    case KILN_DTYPE_UINT8: if (prod) CUM(uint8_t, 1, *); else CUM(uint8_t, 0, +); break;
-    case KILN_DTYPE_UINT16: if (prod) CUM(uint16_t, 1, *); else CUM(uint16_t, 0, +); break;
-    case KILN_DTYPE_UINT32: if (prod) CUM(uint32_t, 1, *); else CUM(uint32_t, 0, +); break;
-    case KILN_DTYPE_UINT64: if (prod) CUM(uint64_t, 1, *); else CUM(uint64_t, 0, +); break;
-    case KILN_DTYPE_FLOAT16:
-    case KILN_DTYPE_BFLOAT16: return cum_half(c, x, y, pre, D, post, excl, rev, prod);
+    case KILN_DTYPE_FLOAT: case KILN_DTYPE_DOUBLE: case KILN_DTYPE_INT8: case KILN_DTYPE_INT16:
+    case KILN_DTYPE_INT32: case KILN_DTYPE_INT64: case KILN_DTYPE_UINT8: case KILN_DTYPE_UINT16:
+    case KILN_DTYPE_UINT32: case KILN_DTYPE_UINT64: case KILN_DTYPE_FLOAT16: case KILN_DTYPE_BFLOAT16: break;
     default: return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "element type %s", kiln_dtype_name(x->dtype));
     }
-    return KILN_OK;
+    /* column blocks: whole rows where the slices give every thread that takes part two units, else
+     * split, down to CUM_BLK (threads that take part: a light grain of elements each) */
+    const int64_t threads = kn_threadpool_size(c->pool), light = kn_parallel_grain_light(c->pool, KN_EW_GRAIN_LIGHT);
+    const int64_t elems = pre * D * post, parts = elems / light < threads ? elems / light : threads;
+    const int64_t split = post == 1 || parts <= 1 || pre >= 2 * parts ? 1 : (2 * parts + pre - 1) / pre;
+    int64_t blk = (post + split - 1) / split;
+    blk = blk < CUM_BLK ? CUM_BLK : (blk + 15) / 16 * 16;
+    if (blk > post) blk = post;
+    cum_job j = {x->data, y->data, x->dtype, pre, D, post, blk, (post + blk - 1) / blk, excl, rev, prod, 0};
+    /* along the last axis a chain of running values waits on its operation's latency at each element,
+     * not on memory: a unit is worth a thread from about 4096 elements (a microsecond or two), where
+     * the light grain of the memory-bound loops (16384 at 16 threads) left 64x1024 on 4 of 16
+     * threads; the column blocks run their rows side by side, a memory-bound loop (light grain) */
+    const int64_t unit = post == 1 ? CUM_GROUP * D : D * blk;
+    const int64_t units = post == 1 ? (pre + CUM_GROUP - 1) / CUM_GROUP : pre * j.nblk;
+    const int64_t min_elems = post == 1 ? 4096 : light;
+    const int64_t grain = unit >= min_elems ? 1 : min_elems / unit;
+    kn_parallel_for(c->pool, units, grain, cum_range, &j);
+    return j.failed ? KN_OOM() : KILN_OK;
 }
 
 /* ------------------------------------------------------------------ Trilu, EyeLike, ConstantOfShape */

@@ -1,0 +1,182 @@
+/* How CumSum/CumProd and the strided reductions split their work across the pool (row groups and
+ * column blocks; column blocks on 64-byte lines, made a multiple of the threads where few, summed
+ * in registers where a thread's part fits its L2) and TopK's float columns (eight or sixteen a
+ * vector): one-node models through whole sessions at 1, 2, 3, 5 and 16 threads, each output
+ * against the definition computed here in the same order of operations, bit for bit. */
+#include "ir/tensor.h"
+#include "test_model_builder.h"
+#include "unit.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static const int split_threads[5] = {1, 2, 3, 5, 16};
+
+/* Runs op on x (graph input "x" of dtype dt) with an int64 constant second input (rank0: a
+ * scalar) and int attributes (names[i] = vals[i]); n_out outputs into y. */
+static bool split_run(const char *op, int opset, kiln_dtype dt, int rank, const int64_t *dims, const void *xv,
+                      const int64_t *c1, int n_c1, bool rank0, const char *const *names, const int64_t *vals,
+                      int n_attrs, int n_out, int threads, kiln_tensor **y) {
+    tmb b;
+    tmb_init(&b, opset);
+    int in[2];
+    in[0] = tmb_input(&b, "x", dt, rank, dims, NULL);
+    in[1] = tmb_const_i64(&b, "c", c1, n_c1, rank0);
+    int outs[2] = {tmb_value(&b, "y0"), n_out > 1 ? tmb_value(&b, "y1") : -1};
+    int node = kn_graph_add_node(b.g, NULL, op, "", in, 2, outs, n_out);
+    for (int a = 0; a < n_attrs; a++) tmb_int(&b, node, names[a], vals[a]);
+    for (int o = 0; o < n_out; o++) tmb_output(&b, outs[o]);
+    size_t size;
+    unsigned char *data = tmb_finish(&b, &size);
+    if (!data) return false;
+    kiln_session *s = tmb_session(data, size, threads, 3);
+    free(data);
+    if (!s) return false;
+    kiln_tensor *x = NULL;
+    kiln_tensor_create(dt, dims, rank, &x);
+    memcpy(kiln_tensor_data(x), xv, kiln_tensor_bytes(x));
+    const char *in_names[1] = {"x"};
+    for (int o = 0; o < n_out; o++) y[o] = NULL;
+    kiln_status st = kiln_session_run(s, in_names, &x, 1, NULL, n_out, y);
+    CHECK_MSG(st == KILN_OK, "%s run: %s", op, kiln_last_error());
+    kiln_tensor_destroy(x);
+    kiln_session_destroy(s);
+    return st == KILN_OK;
+}
+
+/* CumSum / CumProd over axis `axis` of [pre, D, post] (rank 3), in float, float16 (a float running
+ * value, each output rounded once) and int32 (wrapping), against the chain computed here. Shapes:
+ * last-axis rows that leave a group of 1-3 rows at the end, and column blocks (at least 256 wide,
+ * a part block last) where the slices are fewer than twice the threads that take part. */
+static void cum_case(const char *op, kiln_dtype dt, int64_t pre, int64_t D, int64_t post, bool excl, bool rev,
+                     uint32_t seed) {
+    const bool prod = op[3] == 'P';
+    const int64_t n = pre * D * post, dims[3] = {pre, D, post};
+    const size_t es = dt == KILN_DTYPE_FLOAT16 ? 2 : 4;
+    float *xf = malloc(sizeof(float) * (size_t)n);
+    int32_t *xi = malloc(sizeof(int32_t) * (size_t)n);
+    unsigned char *xb = malloc(es * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        const float r = tmb_rand(&seed);
+        xi[i] = (int32_t)(r * 1000.0f);
+        xf[i] = prod ? 1.0f + r / 64.0f : 3.0f * r;
+        if (dt == KILN_DTYPE_FLOAT16) {
+            ((uint16_t *)xb)[i] = kn_f32_to_f16(xf[i]);
+            xf[i] = kn_f16_to_f32(((uint16_t *)xb)[i]);
+        } else if (dt == KILN_DTYPE_FLOAT) {
+            ((float *)xb)[i] = xf[i];
+        } else {
+            ((int32_t *)xb)[i] = xi[i];
+        }
+    }
+    /* the reference: each chain (p, q) in its order, one operation per element */
+    float *wf = malloc(sizeof(float) * (size_t)n);
+    int32_t *wi = malloc(sizeof(int32_t) * (size_t)n);
+    for (int64_t p = 0; p < pre; p++)
+        for (int64_t q = 0; q < post; q++) {
+            float af = prod ? 1.0f : 0.0f;
+            uint32_t ai = prod ? 1u : 0u;
+            for (int64_t t = 0; t < D; t++) {
+                const int64_t i = rev ? D - 1 - t : t, at = (p * D + i) * post + q;
+                if (excl) wf[at] = af, wi[at] = (int32_t)ai;
+                af = t == 0 && !excl ? xf[at] : prod ? af * xf[at] : af + xf[at];
+                ai = t == 0 && !excl ? (uint32_t)xi[at] : prod ? ai * (uint32_t)xi[at] : ai + (uint32_t)xi[at];
+                if (!excl) wf[at] = af, wi[at] = (int32_t)ai;
+            }
+        }
+    const char *names[2] = {"exclusive", "reverse"};
+    const int64_t vals[2] = {excl, rev}, axis = 1;
+    for (int ti = 0; ti < 5; ti++) {
+        kiln_tensor *y = NULL;
+        if (!split_run(op, prod ? 26 : 14, dt, 3, dims, xb, &axis, 1, true, names, vals, 2, 1, split_threads[ti], &y))
+            continue;
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < n && kiln_tensor_element_count(y) == n; i++) {
+            bool ok;
+            if (dt == KILN_DTYPE_FLOAT16) ok = ((const uint16_t *)kiln_tensor_data(y))[i] == kn_f32_to_f16(wf[i]);
+            else if (dt == KILN_DTYPE_FLOAT) ok = !memcmp((const float *)kiln_tensor_data(y) + i, wf + i, 4);
+            else ok = ((const int32_t *)kiln_tensor_data(y))[i] == wi[i];
+            if (!ok && !bad++) first = i;
+        }
+        CHECK_MSG(kiln_tensor_element_count(y) == n && bad == 0,
+                  "%s %s [%lld, %lld, %lld] excl %d rev %d, %d threads: %lld of %lld outputs wrong (first %lld)", op,
+                  kiln_dtype_name(dt), (long long)pre, (long long)D, (long long)post, excl, rev, split_threads[ti],
+                  (long long)bad, (long long)n, (long long)first);
+        kiln_tensor_destroy(y);
+    }
+    free(xf);
+    free(xi);
+    free(xb);
+    free(wf);
+    free(wi);
+}
+
+KN_TEST(cpu_cumulative_split_threads) {
+    static const kiln_dtype dts[3] = {KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT16, KILN_DTYPE_INT32};
+    for (int di = 0; di < 3; di++)
+        for (int flags = 0; flags < 4; flags++) {
+            const bool excl = flags & 1, rev = flags >> 1;
+            cum_case("CumSum", dts[di], 1, 37, 1, excl, rev, 3u + (uint32_t)flags);   /* one row */
+            cum_case("CumSum", dts[di], 39, 300, 1, excl, rev, 5u + (uint32_t)flags); /* 9 groups + 3 rows */
+            cum_case("CumSum", dts[di], 3, 29, 700, excl, rev, 7u + (uint32_t)flags); /* 352 + 348 at 16 threads */
+            cum_case("CumSum", dts[di], 1, 40, 2000, excl, rev, 9u + (uint32_t)flags); /* 6 blocks at 5, 8 at 16 */
+        }
+    cum_case("CumProd", KILN_DTYPE_FLOAT, 21, 100, 1, false, false, 11u);
+    cum_case("CumProd", KILN_DTYPE_FLOAT16, 21, 100, 1, true, true, 12u);
+    cum_case("CumProd", KILN_DTYPE_FLOAT16, 1, 40, 2000, false, true, 13u);
+}
+
+/* ReduceSum / ReduceMax / ReduceMean / ReduceSumSquare over the middle axis of [outer, n, inner]
+ * (the strided form) against the rows summed in order here: inner values that are and are not a
+ * multiple of 16, of 64 and of the threads' blocks; 1x256x3136 at 1 thread (3.2 MB: the rows'
+ * loop) and at 16 (the register blocks). */
+static void reduce_case(const char *op, int64_t outer, int64_t n, int64_t inner, uint32_t seed) {
+    const int64_t cnt = outer * n * inner, dims[3] = {outer, n, inner}, kept = outer * inner;
+    float *x = malloc(sizeof(float) * (size_t)cnt), *w = malloc(sizeof(float) * (size_t)kept);
+    for (int64_t i = 0; i < cnt; i++) x[i] = tmb_rand(&seed) * 4.0f;
+    if (cnt > 5) x[cnt / 3] = NAN; /* a NaN in one column: max, sums and means make it NaN */
+    const bool max = !strcmp(op, "ReduceMax"), mean = !strcmp(op, "ReduceMean"), sq = !strcmp(op, "ReduceSumSquare");
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const float *p = x + o * n * inner + i;
+            float a = max ? p[0] : 0.0f;
+            for (int64_t r = 0; r < n; r++) {
+                const float v = p[r * inner];
+                if (max) a = (v > a || v != v) ? v : a;
+                else a += sq ? v * v : v;
+            }
+            w[o * inner + i] = mean ? a / (float)n : a;
+        }
+    const int64_t axis = 1;
+    const char *names[1] = {"keepdims"};
+    const int64_t vals[1] = {0};
+    const int opset = 18; /* axes as the second input */
+    for (int ti = 0; ti < 5; ti++) {
+        if (cnt > 500000 && split_threads[ti] != 1 && split_threads[ti] != 16) continue;
+        kiln_tensor *y = NULL;
+        if (!split_run(op, opset, KILN_DTYPE_FLOAT, 3, dims, x, &axis, 1, false, names, vals, 1, 1, split_threads[ti], &y))
+            continue;
+        int64_t bad = 0, first = -1;
+        const float *g = kiln_tensor_data(y);
+        for (int64_t i = 0; i < kept && kiln_tensor_element_count(y) == kept; i++)
+            if (memcmp(g + i, w + i, 4) && !(g[i] != g[i] && w[i] != w[i]) && !bad++) first = i;
+        CHECK_MSG(kiln_tensor_element_count(y) == kept && bad == 0,
+                  "%s [%lld, %lld, %lld] axis 1, %d threads: %lld of %lld outputs wrong (first %lld: %a, want %a)", op,
+                  (long long)outer, (long long)n, (long long)inner, split_threads[ti], (long long)bad, (long long)kept,
+                  (long long)first, first >= 0 ? (double)g[first] : 0.0, first >= 0 ? (double)w[first] : 0.0);
+        kiln_tensor_destroy(y);
+    }
+    free(x);
+    free(w);
+}
+
+KN_TEST(cpu_reduce_strided_split_threads) {
+    static const char *const ops[4] = {"ReduceSum", "ReduceMax", "ReduceMean", "ReduceSumSquare"};
+    for (int k = 0; k < 4; k++) {
+        reduce_case(ops[k], 1, 40, 3136, 1u + (uint32_t)k); /* 196 lines */
+        reduce_case(ops[k], 3, 17, 100, 2u + (uint32_t)k);  /* 7 lines, the last part */
+        reduce_case(ops[k], 2, 9, 1000, 3u + (uint32_t)k);  /* 4 blocks of 256 columns */
+        reduce_case(ops[k], 5, 3, 7, 4u + (uint32_t)k);     /* under a line */
+    }
+    reduce_case("ReduceSum", 1, 256, 3136, 9u);
+}
