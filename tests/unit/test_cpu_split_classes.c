@@ -180,3 +180,69 @@ KN_TEST(cpu_reduce_strided_split_threads) {
     }
     reduce_case("ReduceSum", 1, 256, 3136, 9u);
 }
+
+/* TopK over a middle axis of float columns, k <= 8, sorted (the vector path: eight or sixteen
+ * columns a vector, the last block masked) against a stable sort of each column: NaN the largest,
+ * -0 equal to 0, ties the lower index first; the values the elements themselves (a -0 stays -0). */
+static const float *split_col;
+static int64_t split_stride;
+static int split_largest;
+static int split_topk_cmp(const void *a, const void *b) {
+    const int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+    const float u = split_col[i * split_stride], v = split_col[j * split_stride];
+    const bool un = isnan(u), vn = isnan(v);
+    if (un != vn) return (un ? -1 : 1) * (split_largest ? 1 : -1);
+    if (!un && u != v) return (u > v ? -1 : 1) * (split_largest ? 1 : -1);
+    return i < j ? -1 : 1;
+}
+
+KN_TEST(cpu_topk_float_columns_split_threads) {
+    static const int64_t inners[5] = {8, 13, 16, 45, 100}, ns[3] = {1, 7, 80}, ks[4] = {1, 3, 5, 8};
+    uint32_t seed = 41;
+    for (int ii = 0; ii < 5; ii++)
+        for (int ni = 0; ni < 3; ni++)
+            for (int ki = 0; ki < 4; ki++) {
+                const int64_t inner = inners[ii], n = ns[ni], k = ks[ki], outer = 2;
+                if (k > n) continue;
+                const int64_t cnt = outer * n * inner, dims[3] = {outer, n, inner};
+                float *x = malloc(sizeof(float) * (size_t)cnt);
+                for (int64_t i = 0; i < cnt; i++) {
+                    x[i] = floorf(tmb_rand(&seed) * 6.0f);
+                    if (x[i] == 0.0f && i % 2) x[i] = -0.0f;
+                    if (i % 53 == 7) x[i] = NAN;
+                }
+                int64_t *ref = malloc(sizeof(int64_t) * (size_t)n);
+                for (int largest = 0; largest < 2; largest++)
+                    for (int ti = 0; ti < 5; ti += 1 + (ni == 0)) {
+                        const char *names[3] = {"axis", "largest", "sorted"};
+                        const int64_t vals[3] = {1, largest, 1};
+                        kiln_tensor *y[2] = {NULL, NULL};
+                        if (!split_run("TopK", 11, KILN_DTYPE_FLOAT, 3, dims, x, &k, 1, false, names, vals, 3, 2,
+                                       split_threads[ti], y))
+                            continue;
+                        const float *gv = kiln_tensor_data(y[0]);
+                        const int64_t *gi = kiln_tensor_data(y[1]);
+                        int64_t bad = 0;
+                        for (int64_t o = 0; o < outer; o++)
+                            for (int64_t c = 0; c < inner; c++) {
+                                for (int64_t r = 0; r < n; r++) ref[r] = r;
+                                split_col = x + o * n * inner + c;
+                                split_stride = inner;
+                                split_largest = largest;
+                                qsort(ref, (size_t)n, sizeof *ref, split_topk_cmp);
+                                for (int64_t q = 0; q < k; q++) {
+                                    const int64_t at = (o * k + q) * inner + c;
+                                    const float want = split_col[ref[q] * inner];
+                                    bad += gi[at] != ref[q] || memcmp(gv + at, &want, 4) != 0;
+                                }
+                            }
+                        CHECK_MSG(bad == 0, "TopK [2, %lld, %lld] axis 1 k %lld largest %d, %d threads: %lld of %lld "
+                                  "outputs differ from a stable sort", (long long)n, (long long)inner, (long long)k,
+                                  largest, split_threads[ti], (long long)bad, (long long)(outer * k * inner));
+                        kiln_tensor_destroy(y[0]);
+                        kiln_tensor_destroy(y[1]);
+                    }
+                free(ref);
+                free(x);
+            }
+}

@@ -692,6 +692,18 @@ static void topk_float_row(topk_item *items, uint64_t *h, int64_t k, const float
         }                                                                                          \
     } while (0)
     float thr = x[~(uint32_t)h[0]];
+#if defined(__AVX512F__)
+    /* sixteen a step: the scan is most of the time where k is small (64x4096, k 1) */
+    for (; r + 16 <= n; r += 16) {
+        const __m512 v = _mm512_loadu_ps(x + r), t = _mm512_set1_ps(thr);
+        unsigned m = largest ? _mm512_cmp_ps_mask(v, t, _CMP_NLE_UQ) : _mm512_cmp_ps_mask(v, t, _CMP_NGE_UQ);
+        while (m) {
+            const int64_t rr = r + __builtin_ctz(m);
+            m &= m - 1;
+            TOPK_OFFER(rr);
+        }
+    }
+#endif
 #if defined(__AVX2__)
     for (; r + 8 <= n; r += 8) {
         const __m256 v = _mm256_loadu_ps(x + r), t = _mm256_set1_ps(thr);
@@ -856,10 +868,74 @@ static inline __attribute__((always_inline)) void topk_vcol_block(const float *p
     }
 }
 
+#if defined(__AVX512F__)
+/* topk_vcol_block with sixteen columns a vector (the same keys, insertion and tie rule; the masks
+ * in mask registers): half the steps per column. A detector's [1, 80, 8400] over axis 1, k 5,
+ * took 1.5x OpenVINO's time at 1 thread on the 16-core host with eight. */
+#define TOPK_VCOL_LANES 16
+static inline __attribute__((always_inline)) void topk_vcol_block16(const float *p, int64_t n, int64_t inner,
+                                                                    __mmask16 lm, const int K, int largest,
+                                                                    __m512i *L, __m512i *I) {
+    const __m512i qnan = _mm512_set1_epi32(0x7fc00000), low31 = _mm512_set1_epi32(0x7fffffff);
+    const __m512i flip = _mm512_set1_epi32(largest ? 0 : -1), lowest = _mm512_set1_epi32(INT32_MIN);
+    for (int q = 0; q < K; q++) L[q] = lowest, I[q] = _mm512_set1_epi32(-1);
+    for (int64_t r = 0; r < n; r++) {
+        _mm_prefetch((const char *)(p + r * inner + 32), _MM_HINT_T0);
+        const __m512 x = _mm512_maskz_loadu_ps(lm, p + r * inner);
+        /* -0 as 0, NaN as the canonical quiet NaN, then the bits made monotonic (signed order) */
+        __m512i u = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NEQ_UQ), _mm512_castps_si512(x));
+        u = _mm512_mask_mov_epi32(u, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), qnan);
+        u = _mm512_xor_si512(u, _mm512_and_si512(_mm512_srai_epi32(u, 31), low31));
+        /* masked-off lanes (past the last column) get a key below all and stay out */
+        __m512i v = _mm512_mask_mov_epi32(lowest, lm, _mm512_xor_si512(u, flip));
+        __m512i vi = _mm512_set1_epi32((int)r);
+        __mmask16 shift = 0;
+        for (int q = 0; q < K; q++) {
+            const __mmask16 better = (__mmask16)(_mm512_cmpgt_epi32_mask(v, L[q]) | shift);
+            shift = better;
+            const __m512i nl = _mm512_max_epi32(L[q], v), ni = _mm512_mask_blend_epi32(better, I[q], vi);
+            v = _mm512_min_epi32(v, L[q]);
+            vi = _mm512_mask_blend_epi32(better, vi, I[q]);
+            L[q] = nl, I[q] = ni;
+        }
+    }
+}
+#else
+#define TOPK_VCOL_LANES 8
+#endif
+
 static void topk_vcol_range(void *arg, int64_t b, int64_t e) {
     const topk_vcol_job *j = arg;
     const int64_t n = j->n, inner = j->inner, k = j->k;
     for (int64_t t = b; t < e; t++) {
+#if defined(__AVX512F__)
+        {
+            const int64_t o = t / j->nblk, i0 = t % j->nblk * 16, lanes = inner - i0 < 16 ? inner - i0 : 16;
+            const __mmask16 lm = (__mmask16)(lanes >= 16 ? 0xffffu : (1u << lanes) - 1u);
+            const float *p = j->x + o * n * inner + i0;
+            __m512i L[TOPK_VK], I[TOPK_VK];
+            switch (k) {
+            case 1: topk_vcol_block16(p, n, inner, lm, 1, j->largest, L, I); break;
+            case 2: topk_vcol_block16(p, n, inner, lm, 2, j->largest, L, I); break;
+            case 3: topk_vcol_block16(p, n, inner, lm, 3, j->largest, L, I); break;
+            case 4: topk_vcol_block16(p, n, inner, lm, 4, j->largest, L, I); break;
+            case 5: topk_vcol_block16(p, n, inner, lm, 5, j->largest, L, I); break;
+            case 6: topk_vcol_block16(p, n, inner, lm, 6, j->largest, L, I); break;
+            case 7: topk_vcol_block16(p, n, inner, lm, 7, j->largest, L, I); break;
+            default: topk_vcol_block16(p, n, inner, lm, 8, j->largest, L, I); break;
+            }
+            for (int64_t q = 0; q < k; q++) {
+                int32_t iv[16];
+                _mm512_storeu_si512((void *)iv, I[q]);
+                const int64_t at = (o * k + q) * inner + i0;
+                for (int64_t l = 0; l < lanes; l++) {
+                    if (j->vals) j->vals[at + l] = p[iv[l] * inner + l]; /* the element itself: -0 stays -0 */
+                    if (j->idxs) j->idxs[at + l] = iv[l];
+                }
+            }
+            continue;
+        }
+#endif
         const int64_t o = t / j->nblk, i0 = t % j->nblk * 8, lanes = inner - i0 < 8 ? inner - i0 : 8;
         const __m256i lm = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         const float *p = j->x + o * n * inner + i0;
@@ -938,8 +1014,8 @@ kiln_status kn_cpu_topk(kn_kernel_ctx *c) {
     if (j.ct == KILN_DTYPE_FLOAT && x->dtype == KILN_DTYPE_FLOAT && inner >= 8 && k <= TOPK_VK && j.sorted &&
         n <= INT32_MAX && (!j.vals || j.vals->dtype == KILN_DTYPE_FLOAT)) {
         topk_vcol_job v = {j.xv, j.vals ? j.vals->data : NULL, j.idxs ? j.idxs->data : NULL, n, inner, k,
-                           (inner + 7) / 8, j.largest};
-        const int64_t work = n * k * 8;
+                           (inner + TOPK_VCOL_LANES - 1) / TOPK_VCOL_LANES, j.largest};
+        const int64_t work = n * k * TOPK_VCOL_LANES;
         kn_parallel_for(c->pool, outer * v.nblk, work >= 16384 ? 1 : 16384 / work + 1, topk_vcol_range, &v);
         return KILN_OK;
     }
