@@ -246,3 +246,52 @@ KN_TEST(cpu_topk_float_columns_split_threads) {
                 free(x);
             }
 }
+
+/* float16 reductions over a middle axis (each block widened in its thread, reduced in float in the
+ * rows' order, rounded once): against the float sums computed here in that order, rounded once */
+static void reduce_half_case(const char *op, int64_t outer, int64_t n, int64_t inner, uint32_t seed) {
+    const int64_t cnt = outer * n * inner, dims[3] = {outer, n, inner}, kept = outer * inner;
+    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)cnt), *w = malloc(sizeof(uint16_t) * (size_t)kept);
+    for (int64_t i = 0; i < cnt; i++) x[i] = kn_f32_to_f16(tmb_rand(&seed) * 4.0f);
+    const bool max = !strcmp(op, "ReduceMax"), mean = !strcmp(op, "ReduceMean");
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const uint16_t *p = x + o * n * inner + i;
+            float a = max ? kn_f16_to_f32(p[0]) : 0.0f;
+            for (int64_t r = 0; r < n; r++) {
+                const float v = kn_f16_to_f32(p[r * inner]);
+                if (max) a = v > a ? v : a;
+                else a += v;
+            }
+            w[o * inner + i] = kn_f32_to_f16(mean ? a / (float)n : a);
+        }
+    const int64_t axis = 1;
+    const char *names[1] = {"keepdims"};
+    const int64_t vals[1] = {0};
+    for (int ti = 0; ti < 5; ti++) {
+        kiln_tensor *y = NULL;
+        if (!split_run(op, 18, KILN_DTYPE_FLOAT16, 3, dims, x, &axis, 1, false, names, vals, 1, 1, split_threads[ti], &y))
+            continue;
+        int64_t bad = 0, first = -1;
+        const uint16_t *g = kiln_tensor_data(y);
+        for (int64_t i = 0; i < kept && kiln_tensor_element_count(y) == kept; i++)
+            if (g[i] != w[i] && !bad++) first = i;
+        CHECK_MSG(kiln_tensor_element_count(y) == kept && bad == 0,
+                  "%s float16 [%lld, %lld, %lld] axis 1, %d threads: %lld of %lld outputs wrong (first %lld)", op,
+                  (long long)outer, (long long)n, (long long)inner, split_threads[ti], (long long)bad, (long long)kept,
+                  (long long)first);
+        kiln_tensor_destroy(y);
+    }
+    free(x);
+    free(w);
+}
+
+KN_TEST(cpu_reduce_strided_float16_split_threads) {
+    static const char *const ops[3] = {"ReduceSum", "ReduceMax", "ReduceMean"};
+    for (int k = 0; k < 3; k++) {
+        reduce_half_case(ops[k], 1, 64, 3136, 21u + (uint32_t)k);
+        reduce_half_case(ops[k], 3, 17, 100, 22u + (uint32_t)k);
+        reduce_half_case(ops[k], 2, 5000, 40, 23u + (uint32_t)k); /* 5000 rows: blocks of at most 48 columns */
+        reduce_half_case(ops[k], 5, 3, 7, 24u + (uint32_t)k);
+    }
+}

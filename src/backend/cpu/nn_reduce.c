@@ -193,6 +193,61 @@ static kiln_status reduce_half_rows(kn_kernel_ctx *c, const kn_tensor *x, kn_ten
     return j.failed ? KN_OOM() : KILN_OK;
 }
 
+/* float16 and bfloat16 in the strided form ([outer, n, inner] over n): each unit's block of columns
+ * widened row by row into the thread's scratch inside the parallel loop, reduced there as the float
+ * form does (same blocks, same order), its results narrowed once. The whole tensor was widened on
+ * the calling thread first, as the float16 pools were before b156354. */
+typedef struct half_strided_job {
+    kiln_dtype dtype;
+    const uint16_t *x;
+    uint16_t *y;
+    int64_t n, inner, nblk, vecs;
+    int kind;
+    int failed; /* atomic */
+} half_strided_job;
+
+static void half_strided_range(void *arg, int64_t b, int64_t e) {
+    half_strided_job *j = arg;
+    const int64_t n = j->n, inner = j->inner;
+    for (int64_t u = b; u < e; u++) {
+        const int64_t o = u / j->nblk, bi = u % j->nblk;
+        const int64_t i0 = bi * j->vecs / j->nblk * 16;
+        int64_t i1 = (bi + 1) * j->vecs / j->nblk * 16;
+        if (i1 > inner) i1 = inner;
+        const int64_t w = i1 - i0;
+        if (w <= 0) continue;
+        float *buf = kn_thread_buffer_get(&half_row_buffer, (size_t)((n + 1) * w) * sizeof(float));
+        if (!buf) {
+            __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+            return;
+        }
+        for (int64_t r = 0; r < n; r++) kn_ew_half_to_f32(j->dtype, j->x + (o * n + r) * inner + i0, buf + r * w, w);
+        job_f32 fj = {buf, buf + n * w, n, w, 1, (w + 15) / 16, j->kind, true};
+        strided_unit_f32(&fj, 0, 0, w);
+        kn_ew_f32_to_half(j->dtype, buf + n * w, j->y + o * inner + i0, w);
+    }
+}
+
+/* Returns false (nothing done) where a unit's rows would not fit a thread's scratch (16 columns of
+ * more than 256K rows): the caller then widens the whole tensor. */
+static bool reduce_half_strided(kn_kernel_ctx *c, const kn_tensor *x, kn_tensor *y, int64_t outer, int64_t n,
+                                int64_t inner, int kind, kiln_status *st) {
+    if (n > ((int64_t)1 << 18)) return false;
+    const int64_t threads = kn_threadpool_size(c->pool), vecs = (inner + 15) / 16;
+    /* columns a block: at most 256, and the block's rows at most 1 MB of floats */
+    int64_t w = ((int64_t)1 << 18) / n / 16 * 16;
+    w = w > 256 ? 256 : w < 16 ? 16 : w;
+    int64_t nblk = (inner + w - 1) / w;
+    if (nblk > vecs) nblk = vecs;
+    if (threads > 1 && outer * nblk < 8 * threads)
+        while ((outer * nblk) % threads && nblk < vecs) nblk++;
+    half_strided_job j = {x->dtype, x->data, y->data, n, inner, nblk, vecs, kind, 0};
+    const int64_t work = n * ((inner + nblk - 1) / nblk);
+    kn_parallel_for(c->pool, outer * nblk, work >= 16384 ? 1 : 16384 / work, half_strided_range, &j);
+    *st = j.failed ? KN_OOM() : KILN_OK;
+    return true;
+}
+
 kiln_status kn_cpu_reduce(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0];
     kn_tensor *y = c->out[0];
@@ -257,6 +312,13 @@ kiln_status kn_cpu_reduce(kn_kernel_ctx *c) {
         if (!segr[s]) simple = false;
     if (kn_ew_is_half(x->dtype) && simple && first_r >= 0 && last_r == ns - 1)
         return reduce_half_rows(c, x, y, kept, seg[first_r], kind);
+    if (kn_ew_is_half(x->dtype) && y->dtype == x->dtype && simple && first_r >= 0) {
+        int64_t o3 = 1, i3 = 1;
+        for (int s = 0; s < first_r; s++) o3 *= seg[s];
+        for (int s = last_r + 1; s < ns; s++) i3 *= seg[s];
+        kiln_status st;
+        if (reduce_half_strided(c, x, y, o3, seg[first_r], i3, kind, &st)) return st;
+    }
 
     /* input and output in the compute type */
     void *xb = NULL, *yb = NULL, *tb = NULL;
