@@ -117,7 +117,7 @@ static bool match_conv(const kn_opt_ctx *c, se_match *m, int v, se_linear *l) {
         const bool channel = d == (m->nhwc ? wt->rank - 1 : 1);
         if (!channel && wt->dims[d].value != 1) return false;
     }
-    l->act.act = KN_ACT_NONE;
+    l->act = (kn_act_spec){.act = KN_ACT_NONE}; /* every field: kn_proto_act reads the bounds too */
     if (fused && !own_activation(n, &l->act)) return false;
     l->w = w;
     l->b = kn_opt_input(c, node, 2);
@@ -153,7 +153,7 @@ static bool match_flat(const kn_opt_ctx *c, se_match *m, int v, se_linear *l) {
     } else if (kn_opt_input(c, node, 3) >= 0) {
         return false; /* FusedMatMul's residual */
     }
-    l->act.act = KN_ACT_NONE;
+    l->act = (kn_act_spec){.act = KN_ACT_NONE}; /* every field: kn_proto_act reads the bounds too */
     if ((kn_opt_is_in(c, node, "kiln", "FusedGemm") || kn_opt_is_in(c, node, "kiln", "FusedMatMul")) &&
         !own_activation(n, &l->act))
         return false;
