@@ -95,6 +95,23 @@ bool kn_squeeze_excite_from_node(const kn_node *n, kn_act_spec *act, kn_act_spec
     return true;
 }
 
+kiln_status kn_squeeze_excite_dims(const kn_kernel_ctx *c, bool nhwc, int64_t *N, int64_t *C, int64_t *M, int64_t *S) {
+    const kn_tensor *X = c->in[0], *W1 = c->in[1], *B1 = c->n_inputs > 2 ? c->in[2] : NULL, *W2 = c->in[3],
+                    *B2 = c->n_inputs > 4 ? c->in[4] : NULL;
+    if (!c->out[0]) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
+    if (X->rank < 3 || W1->rank < 1 || W2->rank < 1)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "X must have rank 3 or more, W1 and W2 rank 1 or more");
+    *N = X->dims[0];
+    *C = X->dims[nhwc ? X->rank - 1 : 1];
+    *M = W1->dims[0];
+    *S = *N && *C ? kn_tensor_count(X) / *N / *C : 0;
+    if (W1->dims[0] * *C != kn_tensor_count(W1) || W2->dims[0] != *C || W2->dims[0] * *M != kn_tensor_count(W2) ||
+        (B1 && kn_tensor_count(B1) != *M) || (B2 && kn_tensor_count(B2) != *C))
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "W1, B1, W2, B2 do not make %lld -> %lld -> %lld channels", (long long)*C,
+                               (long long)*M, (long long)*C);
+    return KILN_OK;
+}
+
 /* ------------------------------------------------------------------ FusedElementwise programs */
 
 static const char *const chain_names[KN_CHAIN_OP_END_] = {

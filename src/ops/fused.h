@@ -171,6 +171,10 @@ int kn_attn_view_encode(const kn_attn_view *v, int64_t *out);
  * in why) when one is invalid. */
 bool kn_squeeze_excite_from_node(const kn_node *n, kn_act_spec *act, kn_act_spec *gate, bool *nhwc, char *why,
                                  size_t cap);
+/* A kiln.SqueezeExcite call's operands against each other (X of rank 3 or more, W1 M rows of C, W2
+ * C rows of M, B1 M values, B2 C): sets the batch *N, channels *C, hidden values *M and positions
+ * *S, or returns the kernel error that says what does not fit. */
+kiln_status kn_squeeze_excite_dims(const kn_kernel_ctx *c, bool nhwc, int64_t *N, int64_t *C, int64_t *M, int64_t *S);
 
 /* FusedConv's layout attribute: false when it is neither NCHW nor NHWC. */
 bool kn_fused_conv_layout(const kn_node *n, bool *nhwc);

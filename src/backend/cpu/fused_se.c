@@ -166,16 +166,9 @@ kiln_status kn_cpu_fused_squeeze_excite(kn_kernel_ctx *c) {
     const kn_tensor *X = c->in[0], *W1 = c->in[1], *B1 = c->n_inputs > 2 ? c->in[2] : NULL, *W2 = c->in[3],
                     *B2 = c->n_inputs > 4 ? c->in[4] : NULL;
     kn_tensor *Y = c->out[0];
-    if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
-    if (X->rank < 3 || W1->rank < 1 || W2->rank < 1)
-        return kn_kernel_error(c, KILN_ERR_SHAPE, "X must have rank 3 or more, W1 and W2 rank 1 or more");
     const bool nhwc = prm->nhwc;
-    const int64_t N = X->dims[0], C = X->dims[nhwc ? X->rank - 1 : 1], M = W1->dims[0];
-    const int64_t S = C ? kn_tensor_count(X) / (N ? N : 1) / C : 0;
-    if (W1->dims[0] * C != kn_tensor_count(W1) || W2->dims[0] != C || W2->dims[0] * M != kn_tensor_count(W2) ||
-        (B1 && kn_tensor_count(B1) != M) || (B2 && kn_tensor_count(B2) != C))
-        return kn_kernel_error(c, KILN_ERR_SHAPE, "W1, B1, W2, B2 do not make %lld -> %lld -> %lld channels", (long long)C,
-                               (long long)M, (long long)C);
+    int64_t N, C, M, S;
+    KN_TRY(kn_squeeze_excite_dims(c, nhwc, &N, &C, &M, &S));
     if (kn_tensor_count(Y) == 0) return KILN_OK;
     /* W2 transposed: kept with the session where it is a constant, else made here each call */
     const transpose_src tsrc = {W2->data, C, M};

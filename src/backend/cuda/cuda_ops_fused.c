@@ -714,15 +714,8 @@ static kiln_status run_squeeze_excite(kn_cuda *cu, kn_kernel_ctx *c) {
     const kn_tensor *X = c->in[0], *W1 = c->in[1], *B1 = c->n_inputs > 2 ? c->in[2] : NULL, *W2 = c->in[3],
                     *B2 = c->n_inputs > 4 ? c->in[4] : NULL;
     kn_tensor *Y = c->out[0];
-    if (!Y) return kn_kernel_error(c, KILN_ERR_INTERNAL, "output shape unknown at run time");
-    if (X->rank < 3 || W1->rank < 1 || W2->rank < 1)
-        return kn_kernel_error(c, KILN_ERR_SHAPE, "X must have rank 3 or more, W1 and W2 rank 1 or more");
-    const int64_t N = X->dims[0], C = X->dims[prm->nhwc ? X->rank - 1 : 1], M = W1->dims[0];
-    const int64_t S = N && C ? kn_tensor_count(X) / N / C : 0;
-    if (W1->dims[0] * C != kn_tensor_count(W1) || W2->dims[0] != C || W2->dims[0] * M != kn_tensor_count(W2) ||
-        (B1 && kn_tensor_count(B1) != M) || (B2 && kn_tensor_count(B2) != C))
-        return kn_kernel_error(c, KILN_ERR_SHAPE, "W1, B1, W2, B2 do not make %lld -> %lld -> %lld channels", (long long)C,
-                               (long long)M, (long long)C);
+    int64_t N, C, M, S;
+    KN_TRY(kn_squeeze_excite_dims(c, prm->nhwc, &N, &C, &M, &S));
     if (C + M > kn_cu_squeeze_excite_max_width())
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%lld channels and %lld hidden values exceed the kernel's %lld",
                                (long long)C, (long long)M, (long long)kn_cu_squeeze_excite_max_width());
