@@ -119,6 +119,9 @@ int kn_opt_n_consumers(const kn_opt_ctx *c, int v);
 int kn_opt_only_consumer(const kn_opt_ctx *c, int v);
 /* Whether v is read only by nodes in `nodes` (n of them) and is not pinned. */
 bool kn_opt_used_only_by(const kn_opt_ctx *c, int v, const int *nodes, int n);
+/* A Conv-like node without pads (auto_pad NOTSET or VALID, every pad 0) and with unit strides:
+ * with a 1x1 kernel, a product over the channels at every position. */
+bool kn_opt_conv_unpadded_unit_stride(const kn_node *n);
 /* The node is live and is op_type in the ai.onnx domain. */
 bool kn_opt_is(const kn_opt_ctx *c, int node, const char *op_type);
 /* Input i of the node, or -1 when omitted or out of range. */

@@ -102,14 +102,7 @@ static bool match_conv(const kn_opt_ctx *c, se_match *m, int v, se_linear *l) {
     if (n->inputs[0] != v || n->n_outputs != 1 || kn_opt_input(c, node, 3) >= 0 || kn_node_attr(n, "y_type") ||
         (fused && !kn_fused_conv_layout(n, &nhwc)) || nhwc != m->nhwc || kn_attr_int(n, "group", 1) != 1)
         return false;
-    const char *ap = kn_attr_string(n, "auto_pad", "NOTSET");
-    if (strcmp(ap, "NOTSET") && strcmp(ap, "VALID")) return false;
-    int np = 0, ns = 0;
-    const int64_t *pads = kn_attr_ints(n, "pads", &np), *strides = kn_attr_ints(n, "strides", &ns);
-    for (int i = 0; pads && i < np; i++)
-        if (pads[i]) return false;
-    for (int i = 0; strides && i < ns; i++)
-        if (strides[i] != 1) return false;
+    if (!kn_opt_conv_unpadded_unit_stride(n)) return false;
     const int w = kn_opt_input(c, node, 1);
     const kn_type *wt = w >= 0 ? &g->values[w].type : NULL;
     if (!wt || wt->rank != m->rank) return false;

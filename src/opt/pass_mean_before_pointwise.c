@@ -22,15 +22,7 @@ static bool pointwise_conv(const kn_opt_ctx *c, int node) {
     if (!w || w->rank < 3 || (b >= 0 && !kn_opt_const(c, b)) || kn_attr_int(n, "group", 1) != 1) return false;
     for (int d = 2; d < w->rank; d++)
         if (w->dims[d] != 1) return false;
-    const char *ap = kn_attr_string(n, "auto_pad", "NOTSET");
-    if (strcmp(ap, "NOTSET") && strcmp(ap, "VALID")) return false; /* SAME pads nothing for k=1, but keep it simple */
-    int np = 0, ns = 0;
-    const int64_t *pads = kn_attr_ints(n, "pads", &np), *strides = kn_attr_ints(n, "strides", &ns);
-    for (int i = 0; pads && i < np; i++)
-        if (pads[i]) return false;
-    for (int i = 0; strides && i < ns; i++)
-        if (strides[i] != 1) return false;
-    return true;
+    return kn_opt_conv_unpadded_unit_stride(n);
 }
 
 /* A new value of type t with the given axes set to 1. */

@@ -190,6 +190,18 @@ bool kn_opt_same_shape(const kn_type *a, const kn_type *b) {
     return true;
 }
 
+bool kn_opt_conv_unpadded_unit_stride(const kn_node *n) {
+    const char *ap = kn_attr_string(n, "auto_pad", "NOTSET");
+    if (strcmp(ap, "NOTSET") && strcmp(ap, "VALID")) return false; /* SAME pads nothing for k=1, but keep it simple */
+    int np = 0, ns = 0;
+    const int64_t *pads = kn_attr_ints(n, "pads", &np), *strides = kn_attr_ints(n, "strides", &ns);
+    for (int i = 0; pads && i < np; i++)
+        if (pads[i]) return false;
+    for (int i = 0; strides && i < ns; i++)
+        if (strides[i] != 1) return false;
+    return true;
+}
+
 bool kn_opt_is_f32(const kn_opt_ctx *c, int v) {
     if (v < 0) return false;
     const kn_type *t = &c->g->values[v].type;
