@@ -182,3 +182,39 @@ KN_TEST(cpu_rnn_split_units_match_reference) {
                       rc->B, rc->lbr, rc->reverse, rc->with_lens, threads, worst);
         }
 }
+
+/* No hidden units (R [1, 0, 0], no hidden_size attribute, as shape inference accepts): every
+ * output is empty and the call succeeds on one thread and on several (the plan of parts divided
+ * by the units' share, which is 0 then). */
+KN_TEST(cpu_rnn_no_hidden_units) {
+    static const struct {
+        const char *op;
+        int gates;
+    } ops[] = {{"LSTM", 4}, {"GRU", 3}, {"RNN", 1}};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        for (int threads = 1; threads <= 3; threads++) {
+            int64_t dx[] = {3, 2, 4}, dw[] = {1, 0, 4}, dr[] = {1, 0, 0}, dy[] = {3, 1, 2, 0}, dh[] = {1, 2, 0};
+            unsigned seed = 3u;
+            kn_tensor *X = trand(3, dx, &seed, 1.0f), *W = NULL, *R = NULL, *Y = NULL, *Yh = NULL;
+            kn_tensor_new(KILN_DTYPE_FLOAT, 3, dw, &W);
+            kn_tensor_new(KILN_DTYPE_FLOAT, 3, dr, &R);
+            kn_tensor_new(KILN_DTYPE_FLOAT, 4, dy, &Y);
+            kn_tensor_new(KILN_DTYPE_FLOAT, 3, dh, &Yh);
+            tnode t;
+            tn_init(&t, ops[i].op, 14);
+            kn_tensor *ins[3] = {X, W, R}, *outs[2] = {Y, Yh};
+            kn_threadpool *pool = NULL;
+            kn_threadpool_create(threads, &pool);
+            kn_kernel_ctx c = {0};
+            c.node = &t.node;
+            c.in = ins;
+            c.n_inputs = 3;
+            c.out = outs;
+            c.n_outputs = 2;
+            c.pool = pool;
+            CHECK_MSG(kn_cpu_rnn(&c) == KILN_OK, "%s, %d threads: %s", ops[i].op, threads, kiln_last_error());
+            kn_threadpool_destroy(pool);
+            kn_tensor *all[] = {X, W, R, Y, Yh};
+            for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) kn_tensor_free(all[k]);
+        }
+}

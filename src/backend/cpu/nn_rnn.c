@@ -628,7 +628,7 @@ static kiln_status rnn(kn_kernel_ctx *c, const kn_rnn_qgemm *q) {
     if (prm->acts_ok && prm->gates == G) memcpy(acts, prm->acts, sizeof prm->acts);
     else KN_TRY(read_acts(c, c->node, G, nd, acts));
     int per = G == 4 ? 3 : (G == 3 ? 2 : 1);
-    if (T == 0 || Bn == 0) return KILN_OK; /* outputs stay zero */
+    if (T == 0 || Bn == 0 || H == 0) return KILN_OK; /* outputs stay zero (or hold no element) */
 
     int64_t *lens = NULL;
     float *qbias = NULL;
