@@ -70,13 +70,13 @@ __global__ void k_pool_nchw(const T *__restrict__ x, float *__restrict__ part, i
     if (lane == 0) part[(int64_t)blockIdx.y * rows + r] = acc;
 }
 
-// NHWC pool: block (channel chunk blockIdx.x, segment blockIdx.y, batch item blockIdx.z); thread t
+// NHWC pool: block (channel chunk blockIdx.x, segment blockIdx.y, batch item n0 + blockIdx.z); thread t
 // sums channel chunk * 64 + t % 64 over the segment's positions t / 64, + 4, ...
 template <typename T>
 __global__ void k_pool_nhwc(const T *__restrict__ x, float *__restrict__ part, int64_t N, int64_t C, int64_t S,
-                            int64_t seg_len) {
+                            int64_t seg_len, int64_t n0) {
     __shared__ float sums[256];
-    const int64_t n = blockIdx.z, c = (int64_t)blockIdx.x * NHWC_CH + threadIdx.x % NHWC_CH;
+    const int64_t n = n0 + blockIdx.z, c = (int64_t)blockIdx.x * NHWC_CH + threadIdx.x % NHWC_CH;
     const int lane_p = threadIdx.x / NHWC_CH, lanes = blockDim.x / NHWC_CH;
     const int64_t s0 = (int64_t)blockIdx.y * seg_len, s1 = s0 + seg_len < S ? s0 + seg_len : S;
     float acc = 0.0f;
@@ -302,8 +302,12 @@ template <typename T> cudaError_t launch(const se_args &in, void *y, cudaStream_
             dim3 grid((unsigned)((rows + 7) / 8), (unsigned)p.n_seg);
             k_pool_nchw<T><<<grid, 256, 0, s>>>((const T *)a.x, a.part, rows, a.S, p.seg_len);
         } else {
-            dim3 grid((unsigned)((a.C + NHWC_CH - 1) / NHWC_CH), (unsigned)p.n_seg, (unsigned)a.N);
-            k_pool_nhwc<T><<<grid, 256, 0, s>>>((const T *)a.x, a.part, a.N, a.C, a.S, p.seg_len);
+            // the batch on grid z, at most 65535 items a launch
+            for (int64_t n0 = 0; n0 < a.N; n0 += 65535) {
+                const int64_t nz = a.N - n0 < 65535 ? a.N - n0 : 65535;
+                dim3 grid((unsigned)((a.C + NHWC_CH - 1) / NHWC_CH), (unsigned)p.n_seg, (unsigned)nz);
+                k_pool_nhwc<T><<<grid, 256, 0, s>>>((const T *)a.x, a.part, a.N, a.C, a.S, p.seg_len, n0);
+            }
         }
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
