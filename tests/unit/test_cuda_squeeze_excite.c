@@ -146,11 +146,13 @@ KN_TEST(cuda_squeeze_excite_against_definition) {
     static const int64_t shapes[][5] = {
         /* N, C, M, H, W */
         {1, 32, 8, 112, 112}, /* split pool: long rows (EfficientNet's first block) */
-        {1, 1152, 48, 7, 7},  /* 9 gate blocks; rows of W2 (48) a thread each */
-        {2, 16, 4, 32, 32},   /* the gate kernel pools by default: 16 channels x 32 position lanes */
-        {6, 96, 4, 56, 56},   /* split pool; batch tiles 4 + 2; W2 rows by threads */
+        {1, 1152, 48, 7, 7},  /* 9 gate blocks; W2's rows of 48 in words (6 lanes a row in half) */
+        {2, 16, 4, 32, 32},   /* the gate kernel pools by default (two words of channels in half); rows of 4 */
+        {6, 96, 4, 56, 56},   /* split pool; batch tiles 4 + 2; W2's rows element by element in half */
         {20, 40, 10, 5, 5},   /* one gate block per 4 items; rows of 25 and 40: element-wise scaling in half */
-        {2, 2048, 128, 7, 7}, /* SE-ResNet's last block: split pool, large weights, rows of W2 by warps */
+        {2, 2048, 128, 7, 7}, /* SE-ResNet's last block: split pool, large weights, W1's rows a warp each */
+        {1, 240, 64, 7, 7},   /* MobileNetV3's: the gate pools 30 words of channels (half) itself */
+        {2, 36, 9, 9, 9},     /* 36 channels: words in float, element by element in half */
         {3, 19, 5, 1, 1},     /* one position */
     };
     static const kiln_dtype types[3] = {KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};

@@ -5,8 +5,9 @@
 //   pool   (large X[n] only) partial channel sums over segments of the positions, many blocks, into
 //          scratch part[seg][n][c]
 //   gate   per batch items (up to 4) and channel chunk: the means (from part, or from X itself
-//          when X[n] is small: KILN_CUDA_SE_POOL_LIMIT), hidden = act(W1 m + B1) by warps over
-//          W1's rows, the gate for its channels into scratch gate[n][c]
+//          when X[n] is small: KILN_CUDA_SE_POOL_LIMIT), hidden = act(W1 m + B1), then the gate
+//          for its channels into scratch gate[n][c]; both products by teams of lanes a weight row,
+//          in 16-byte words where the rows allow (launch latency, not arithmetic, bounds them)
 //   scale  Y = X * gate, in 16-byte words where the rows allow
 // Every launch is on the caller's stream with scratch the caller provides: no allocation, no host
 // synchronisation, so the node records into a CUDA graph as the others do.
@@ -108,16 +109,109 @@ struct se_args {
     int nb;         // batch items per gate block
     int64_t pool_limit;
     bool nhwc;
+    bool vec_x;     // X read in 16-byte words by the gate's channels-last pool (C % V == 0, aligned)
+    bool vec_w1;    // W1's rows in 16-byte words (C % V == 0, aligned)
+    bool vec_w2;    // W2's rows likewise (M % V == 0)
     int act, gate_act;
     float a0, a1, g0, g1;
 };
 
+constexpr int GATE_NB = 4;
+
+// V consecutive elements as floats: one 16-byte load where V > 1
+template <typename T, int V> __device__ __forceinline__ void load_words(const T *p, float *out) {
+    if constexpr (V == 1) {
+        out[0] = (float)ld(p[0]);
+    } else {
+        static_assert(sizeof(T) * V == 16, "a word is 16 bytes");
+        const uint4 u = *(const uint4 *)p;
+        const T *e = (const T *)&u;
+#pragma unroll
+        for (int q = 0; q < V; q++) out[q] = (float)ld(e[q]);
+    }
+}
+
+// Rows r0..r1 of the row-major weights w [.., len] times nb vectors in shared memory (vector k at
+// vec + k * len), out(row, k, sum) for each. A team of lanes takes a row: as many lanes as the row
+// has V-element words, at most a warp, so that short rows (W2's, of M hidden values) keep every
+// lane busy and long ones (W1's) have a warp's loads in flight at once. The loop over rows is the
+// same for the whole warp (the teams' shuffles need every lane).
+template <typename T, int V, typename Out>
+__device__ __forceinline__ void weight_rows(const T *__restrict__ w, int64_t r0, int64_t r1, int64_t len,
+                                            const float *vec, int nb, Out out) {
+    const int64_t words = len / V;
+    int team = 1;
+    while (team < 32 && team < words) team *= 2;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    const int per_warp = 32 / team, tl = lane % team;
+    for (int64_t base = r0 + (int64_t)warp * per_warp; base < r1; base += (int64_t)warps * per_warp) {
+        const int64_t r = base + lane / team;
+        float s[GATE_NB] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (r < r1) {
+            const T *row = w + r * len;
+#pragma unroll 4
+            for (int64_t j = tl; j < words; j += team) {
+                float wv[V];
+                load_words<T, V>(row + j * V, wv);
+#pragma unroll
+                for (int k = 0; k < GATE_NB; k++)
+                    if (k < nb) {
+                        const float *v = vec + k * len + j * V;
+#pragma unroll
+                        for (int q = 0; q < V; q++) s[k] += wv[q] * v[q];
+                    }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < GATE_NB; k++)
+            for (int o = team / 2; o > 0; o >>= 1) s[k] += __shfl_xor_sync(0xffffffffu, s[k], o);
+        if (r < r1 && tl == 0)
+            for (int k = 0; k < nb; k++) out(r, k, s[k]);
+    }
+}
+
+// Channel means of one channels-last item x [S, C] into mean[C], by the block: thread t takes V
+// channels (a word) at positions t / (C / V), + P, ...; the P partial sums of each channel added in
+// red, one word's component at a time (a fixed order: the same sums every run).
+template <typename T, int V>
+__device__ void pool_channels_last(const T *__restrict__ x, int64_t C, int64_t S, float inv, float *mean, float *red) {
+    const int64_t groups = C / V;
+    const int lanes_g = groups < (int64_t)blockDim.x ? (int)groups : (int)blockDim.x;
+    const int P = (int)blockDim.x / lanes_g, gl = (int)threadIdx.x % lanes_g, pl = (int)threadIdx.x / lanes_g;
+    for (int64_t g0 = 0; g0 < groups; g0 += lanes_g) {
+        const int64_t g = g0 + gl;
+        float s[V];
+#pragma unroll
+        for (int q = 0; q < V; q++) s[q] = 0.0f;
+        if (pl < P && g < groups) {
+#pragma unroll 2
+            for (int64_t p = pl; p < S; p += P) {
+                float v[V];
+                load_words<T, V>(x + p * C + g * V, v);
+#pragma unroll
+                for (int q = 0; q < V; q++) s[q] += v[q];
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < V; q++) {
+            red[threadIdx.x] = s[q];
+            __syncthreads();
+            if (pl == 0 && g < groups) {
+                float t = s[q];
+                for (int k = 1; k < P; k++) t += red[k * lanes_g + gl];
+                mean[g * V + q] = t * inv;
+            }
+            __syncthreads();
+        }
+    }
+}
+
 // Gate: block (batch items blockIdx.x * nb.., channel chunk blockIdx.y), nb <= GATE_NB items a
 // block so that each row of W1 and W2 read serves all of them. Shared memory: nb x C means, then
 // nb x M hidden values.
-constexpr int GATE_NB = 4;
 template <typename T>
 __global__ void k_gate(se_args a) {
+    constexpr int V = 16 / sizeof(T);
     extern __shared__ float sh[];
     __shared__ float red[GATE_THREADS];
     const int64_t C = a.C, M = a.M, S = a.S;
@@ -149,70 +243,30 @@ __global__ void k_gate(se_args a) {
                     if (lane == 0 && c0 + j < C) mk[c0 + j] = v * inv;
                 }
             }
+        } else if (a.vec_x) {
+            pool_channels_last<T, V>(x, C, S, inv, mk, red);
         } else {
-            // channels last: threads over (channel, position lane) pairs, `lanes_c` channels at a
-            // time and blockDim / lanes_c positions in flight for each; the lanes' sums added in red
-            const int lanes_c = C < (int64_t)blockDim.x ? (int)C : (int)blockDim.x;
-            const int P = (int)blockDim.x / lanes_c, cl = (int)threadIdx.x % lanes_c, pl = (int)threadIdx.x / lanes_c;
-            for (int64_t c0 = 0; c0 < C; c0 += lanes_c) {
-                float s = 0.0f;
-                if (pl < P && c0 + cl < C)
-                    for (int64_t p = pl; p < S; p += P) s += (float)ld(x[p * C + c0 + cl]);
-                red[threadIdx.x] = s;
-                __syncthreads();
-                if (pl == 0 && c0 + cl < C) {
-                    for (int q = 1; q < P; q++) s += red[q * lanes_c + cl];
-                    mk[c0 + cl] = s * inv;
-                }
-                __syncthreads();
-            }
+            pool_channels_last<T, 1>(x, C, S, inv, mk, red);
         }
     }
     __syncthreads();
     const T *w1 = (const T *)a.w1, *w2 = (const T *)a.w2, *b1 = (const T *)a.b1, *b2 = (const T *)a.b2;
-    for (int64_t m = warp; m < M; m += warps) { // a warp per row of W1
-        float s[GATE_NB] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int64_t c = lane; c < C; c += 32) {
-            const float w = (float)ld(w1[m * C + c]);
-#pragma unroll
-            for (int k = 0; k < GATE_NB; k++)
-                if (k < nb) s[k] += w * mean[k * C + c];
-        }
-        const float bias = b1 ? (float)ld(b1[m]) : 0.0f;
-#pragma unroll
-        for (int k = 0; k < GATE_NB; k++) {
-            const float v = warp_sum(s[k]);
-            if (k < nb && lane == 0) hidden[k * M + m] = se_act(a.act, v + bias, a.a0, a.a1);
-        }
-    }
+    auto to_hidden = [&](int64_t m, int k, float v) {
+        hidden[k * M + m] = se_act(a.act, v + (b1 ? (float)ld(b1[m]) : 0.0f), a.a0, a.a1);
+    };
+    if (a.vec_w1)
+        weight_rows<T, V>(w1, 0, M, C, mean, nb, to_hidden);
+    else
+        weight_rows<T, 1>(w1, 0, M, C, mean, nb, to_hidden);
     __syncthreads();
     const int64_t c0 = (int64_t)blockIdx.y * a.chunk, c1 = c0 + a.chunk < C ? c0 + a.chunk : C;
-    if (M > 64) {
-        for (int64_t c = c0 + warp; c < c1; c += warps) { // a warp per (long) row of W2
-            float s[GATE_NB] = {0.0f, 0.0f, 0.0f, 0.0f};
-            for (int64_t m = lane; m < M; m += 32) {
-                const float w = (float)ld(w2[c * M + m]);
-#pragma unroll
-                for (int k = 0; k < GATE_NB; k++)
-                    if (k < nb) s[k] += w * hidden[k * M + m];
-            }
-            const float bias = b2 ? (float)ld(b2[c]) : 0.0f;
-#pragma unroll
-            for (int k = 0; k < GATE_NB; k++) {
-                const float v = warp_sum(s[k]);
-                if (k < nb && lane == 0) a.gate[(n0 + k) * C + c] = se_act(a.gate_act, v + bias, a.g0, a.g1);
-            }
-        }
-    } else {
-        for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) { // short rows: a thread each (its loads in flight together)
-            const float bias = b2 ? (float)ld(b2[c]) : 0.0f;
-            for (int k = 0; k < nb; k++) {
-                float s = 0.0f;
-                for (int64_t m = 0; m < M; m++) s += (float)ld(w2[c * M + m]) * hidden[k * M + m];
-                a.gate[(n0 + k) * C + c] = se_act(a.gate_act, s + bias, a.g0, a.g1);
-            }
-        }
-    }
+    auto to_gate = [&](int64_t c, int k, float v) {
+        a.gate[(n0 + k) * C + c] = se_act(a.gate_act, v + (b2 ? (float)ld(b2[c]) : 0.0f), a.g0, a.g1);
+    };
+    if (a.vec_w2)
+        weight_rows<T, V>(w2, c0, c1, M, hidden, nb, to_gate);
+    else
+        weight_rows<T, 1>(w2, c0, c1, M, hidden, nb, to_gate);
 }
 
 // Y = X * gate, element by element; the gate of element i is gate[i / S] (NCHW) or
@@ -293,6 +347,11 @@ se_plan plan_for(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, int64_t 
 template <typename T> cudaError_t launch(const se_args &in, void *y, cudaStream_t s) {
     se_args a = in;
     const se_plan p = plan_for(a.N, a.C, a.M, a.S, a.nhwc, a.pool_limit);
+    constexpr int V = 16 / sizeof(T);
+    auto aligned = [](const void *q) { return (uintptr_t)q % 16 == 0; };
+    a.vec_x = a.nhwc && a.C % V == 0 && aligned(a.x);
+    a.vec_w1 = a.C % V == 0 && aligned(a.w1);
+    a.vec_w2 = a.M % V == 0 && aligned(a.w2);
     a.n_seg = p.n_seg;
     a.chunk = p.chunk;
     a.nb = p.nb;
@@ -317,13 +376,12 @@ template <typename T> cudaError_t launch(const se_args &in, void *y, cudaStream_
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     const int64_t total = a.N * a.C * a.S;
-    const int V = 16 / (int)sizeof(T);
     const bool words = total % V == 0 && total < INT32_MAX && (uintptr_t)a.x % 16 == 0 &&
                        (uintptr_t)y % 16 == 0 && (a.nhwc ? a.C % V == 0 : a.S % V == 0);
     if (words) {
         const int32_t nw = (int32_t)(total / V);
-        k_scale_vec<T, 16 / sizeof(T)><<<grid_for(nw, 256), 256, 0, s>>>((const T *)a.x, a.gate, (T *)y, nw,
-                                                                         (int32_t)a.C, (int32_t)a.S, a.nhwc);
+        k_scale_vec<T, V><<<grid_for(nw, 256), 256, 0, s>>>((const T *)a.x, a.gate, (T *)y, nw, (int32_t)a.C,
+                                                            (int32_t)a.S, a.nhwc);
     } else {
         k_scale<T><<<grid_for(total, 256), 256, 0, s>>>((const T *)a.x, a.gate, (T *)y, total, a.C, a.S, a.nhwc);
     }

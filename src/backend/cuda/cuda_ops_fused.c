@@ -684,33 +684,26 @@ static int64_t se_pool_limit(void) {
     return n >= 0 && end && !*end ? (int64_t)n : 16384;
 }
 
-/* kiln.SqueezeExcite's attributes and pool limit, read once (its prepare hook); ok false: the call
- * reads the attributes again and says why. */
+/* kiln.SqueezeExcite's attributes and pool limit, read once (its prepare hook); ok false: why says
+ * what did not parse, for the run to report. */
 typedef struct cu_se_prm {
     bool ok, nhwc;
     kn_act_spec act, gate;
     int64_t pool_limit;
+    char why[160];
 } cu_se_prm;
 
 static kiln_status cu_se_prepare(const kn_node *n, void *params) {
     cu_se_prm *p = params;
-    char why[160];
     memset(p, 0, sizeof *p);
-    p->ok = kn_squeeze_excite_from_node(n, &p->act, &p->gate, &p->nhwc, why, sizeof why);
+    p->ok = kn_squeeze_excite_from_node(n, &p->act, &p->gate, &p->nhwc, p->why, sizeof p->why);
     p->pool_limit = se_pool_limit();
     return KILN_OK;
 }
 
 static kiln_status run_squeeze_excite(kn_cuda *cu, kn_kernel_ctx *c) {
     KN_CTX_PRM(c, cu_se_prepare, cu_se_prm, prm);
-    cu_se_prm again;
-    if (!prm->ok) {
-        char why[160];
-        if (!kn_squeeze_excite_from_node(c->node, &again.act, &again.gate, &again.nhwc, why, sizeof why))
-            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
-        again.pool_limit = se_pool_limit();
-        prm = &again;
-    }
+    if (!prm->ok) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", prm->why);
     const kn_tensor *X = c->in[0], *W1 = c->in[1], *B1 = c->n_inputs > 2 ? c->in[2] : NULL, *W2 = c->in[3],
                     *B2 = c->n_inputs > 4 ? c->in[4] : NULL;
     kn_tensor *Y = c->out[0];
