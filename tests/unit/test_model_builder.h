@@ -7,6 +7,7 @@
 #include "unit.h"
 
 #include "ir/graph.h"
+#include "ir/tensor.h"
 #include "onnx/writer.h"
 
 #include <math.h>
@@ -77,22 +78,43 @@ typedef struct tmb {
     kn_model *m;
     kn_graph *g;
     uint32_t seed;
+    int last; /* the node tmb_op added last: the one tmb_op_attr and its kin set */
 } tmb;
 
-static inline void tmb_init(tmb *b, int opset) {
+/* A model that imports the default domain alone, at `opset`; graph "test", constants' seed 12345. */
+static inline void tmb_init_onnx(tmb *b, int opset) {
     memset(b, 0, sizeof *b);
     b->seed = 12345;
     kn_model_new(&b->m);
     b->m->ir_version = 8;
-    b->m->n_opsets = 2;
-    b->m->opsets = kn_arena_alloc(&b->m->arena, sizeof(kn_opset_import) * 2);
+    b->m->n_opsets = 1;
+    b->m->opsets = kn_arena_alloc(&b->m->arena, sizeof(kn_opset_import));
     b->m->opsets[0].domain = "";
     b->m->opsets[0].version = opset;
-    b->m->opsets[1].domain = kn_arena_strdup(&b->m->arena, "kiln");
-    b->m->opsets[1].version = 1;
-    b->m->producer_name = "kiln-test";
     kn_graph_new(b->m, NULL, "test", &b->g);
     b->m->graph = b->g;
+}
+
+/* Adds an import of domain kiln at version 1 (kiln's fused operators) after the model's others. */
+static inline void tmb_import_kiln(tmb *b) {
+    kn_opset_import *ops = kn_arena_alloc(&b->m->arena, sizeof(kn_opset_import) * (size_t)(b->m->n_opsets + 1));
+    memcpy(ops, b->m->opsets, sizeof(kn_opset_import) * (size_t)b->m->n_opsets);
+    ops[b->m->n_opsets].domain = "kiln";
+    ops[b->m->n_opsets].version = 1;
+    b->m->opsets = ops;
+    b->m->n_opsets++;
+}
+
+/* tmb_init_onnx, and domain kiln imported too. */
+static inline void tmb_init(tmb *b, int opset) {
+    tmb_init_onnx(b, opset);
+    tmb_import_kiln(b);
+    b->m->producer_name = "kiln-test";
+}
+
+static inline void tmb_push(int **arr, int *n, int v) {
+    *arr = realloc(*arr, sizeof(int) * (size_t)(*n + 1));
+    (*arr)[(*n)++] = v;
 }
 
 /* A deterministic value in [-1, 1). */
@@ -109,8 +131,7 @@ static inline int tmb_input(tmb *b, const char *name, kiln_dtype dt, int rank, c
     for (int d = 0; symbols && d < rank; d++)
         if (symbols[d]) b->g->values[v].type.dims[d].symbol = kn_arena_strdup(&b->m->arena, symbols[d]);
     b->g->values[v].is_graph_input = true;
-    b->g->inputs = realloc(b->g->inputs, sizeof(int) * (size_t)(b->g->n_inputs + 1));
-    b->g->inputs[b->g->n_inputs++] = v;
+    tmb_push(&b->g->inputs, &b->g->n_inputs, v);
     return v;
 }
 
@@ -157,11 +178,13 @@ static inline kn_attr *tmb_attr(tmb *b, int node, const char *name, kn_attr_type
     if (n->n_attrs) memcpy(a, n->attrs, sizeof(kn_attr) * (size_t)n->n_attrs);
     n->attrs = a;
     kn_attr *r = &a[n->n_attrs++];
+    memset(r, 0, sizeof *r);
     r->name = kn_arena_strdup(&b->m->arena, name);
     r->type = type;
     return r;
 }
 static inline void tmb_int(tmb *b, int node, const char *name, int64_t v) { tmb_attr(b, node, name, KN_ATTR_INT)->i = v; }
+static inline void tmb_float(tmb *b, int node, const char *name, float v) { tmb_attr(b, node, name, KN_ATTR_FLOAT)->f = v; }
 static inline void tmb_str(tmb *b, int node, const char *name, const char *v) {
     kn_attr *a = tmb_attr(b, node, name, KN_ATTR_STRING);
     a->s = kn_arena_strdup(&b->m->arena, v);
@@ -183,10 +206,51 @@ static inline void tmb_conv2d(tmb *b, int node, int64_t k, int64_t s, int64_t p,
 }
 
 static inline void tmb_output(tmb *b, int v) {
-    b->g->outputs = realloc(b->g->outputs, sizeof(int) * (size_t)(b->g->n_outputs + 1));
-    b->g->outputs[b->g->n_outputs++] = v;
+    tmb_push(&b->g->outputs, &b->g->n_outputs, v);
     b->g->values[v].is_graph_output = true;
 }
+
+/* ------------------------------------------------ nodes named by their one output (the optimiser tests)
+ * tmb_op adds a node and its output value under one name; the attribute setters below act on that
+ * last node. The constants draw on tmb_rand_ansi, the generator these tests were written with. */
+
+/* A deterministic value in [-1, 1) of the C standard's example generator. */
+static inline float tmb_rand_ansi(uint32_t *s) {
+    *s = *s * 1103515245u + 12345u;
+    return (float)((*s >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f;
+}
+
+/* A constant of type dt (float, double, float16, an integer type) of random values in [lo, hi). */
+static inline int tmb_const_range(tmb *b, const char *name, kiln_dtype dt, int rank, const int64_t *dims, float lo,
+                                  float hi) {
+    kn_tensor *t = NULL;
+    kn_tensor_new(dt, rank, dims, &t);
+    for (int64_t i = 0; i < kn_tensor_count(t); i++)
+        kn_tensor_set_f64(t, i, lo + (hi - lo) * (tmb_rand_ansi(&b->seed) + 1) / 2);
+    return tmb_const_tensor(b, name, t);
+}
+
+/* A rank-0 constant of type dt holding val. */
+static inline int tmb_scalar(tmb *b, const char *name, kiln_dtype dt, double val) {
+    kn_tensor *t = NULL;
+    kn_tensor_new(dt, 0, NULL, &t);
+    kn_tensor_set_f64(t, 0, val);
+    return tmb_const_tensor(b, name, t);
+}
+
+/* A node of the default domain (at the model's opset) with n inputs and one output, both named
+ * out; returns the output value, and the node is b->last. */
+static inline int tmb_op(tmb *b, const char *op, const int *ins, int n, const char *out) {
+    int v = kn_graph_add_value(b->g, out);
+    b->last = kn_graph_add_node(b->g, out, op, "", ins, n, &v, 1);
+    b->g->nodes[b->last].opset = (int)b->m->opsets[0].version;
+    return v;
+}
+
+static inline kn_attr *tmb_op_attr(tmb *b, const char *name, kn_attr_type type) { return tmb_attr(b, b->last, name, type); }
+static inline void tmb_op_int(tmb *b, const char *name, int64_t v) { tmb_int(b, b->last, name, v); }
+static inline void tmb_op_float(tmb *b, const char *name, float v) { tmb_float(b, b->last, name, v); }
+static inline void tmb_op_ints(tmb *b, const char *name, const int64_t *v, int n) { tmb_ints(b, b->last, name, v, n); }
 
 /* Serialises and frees the builder's model (NULL on failure, which is recorded). */
 static inline unsigned char *tmb_finish(tmb *b, size_t *size) {

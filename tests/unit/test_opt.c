@@ -19,102 +19,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* ------------------------------------------------------------------ graph builder */
-
-typedef struct tb {
-    kn_model *m;
-    kn_graph *g;
-    unsigned seed;
-} tb;
-
-static void tb_init(tb *b, int opset) {
-    memset(b, 0, sizeof *b);
-    b->seed = 12345u;
-    kn_model_new(&b->m);
-    kn_graph_new(b->m, NULL, "test", &b->g);
-    b->m->graph = b->g;
-    b->m->ir_version = 8;
-    b->m->opsets = kn_arena_alloc(&b->m->arena, sizeof(kn_opset_import));
-    b->m->opsets[0].domain = "";
-    b->m->opsets[0].version = opset;
-    b->m->n_opsets = 1;
-}
-
-static void push_id(int **arr, int *n, int v) {
-    *arr = realloc(*arr, sizeof(int) * (size_t)(*n + 1));
-    (*arr)[(*n)++] = v;
-}
-
-static int tb_input(tb *b, const char *name, kiln_dtype dt, int rank, const int64_t *dims) {
-    int v = kn_graph_add_value(b->g, name);
-    kn_type_set_tensor(&b->g->values[v].type, dt, rank, dims);
-    b->g->values[v].is_graph_input = true;
-    push_id(&b->g->inputs, &b->g->n_inputs, v);
-    return v;
-}
-
-static void tb_output(tb *b, int v) {
-    b->g->values[v].is_graph_output = true;
-    push_id(&b->g->outputs, &b->g->n_outputs, v);
-}
-
-static float rnd(tb *b) {
-    b->seed = b->seed * 1103515245u + 12345u;
-    return (float)((b->seed >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f;
-}
-
-/* A constant of random values in [lo, hi) (float32 or float64 or float16). */
-static int tb_const(tb *b, const char *name, kiln_dtype dt, int rank, const int64_t *dims, float lo, float hi) {
-    kn_tensor *t = NULL;
-    kn_tensor_new(dt, rank, dims, &t);
-    for (int64_t i = 0; i < kn_tensor_count(t); i++) kn_tensor_set_f64(t, i, lo + (hi - lo) * (rnd(b) + 1) / 2);
-    kn_model_own_tensor(b->m, t);
-    int v = kn_graph_add_value(b->g, name);
-    b->g->values[v].constant = t;
-    kn_type_set_tensor(&b->g->values[v].type, dt, rank, dims);
-    return v;
-}
-
-static int tb_scalar(tb *b, const char *name, kiln_dtype dt, double val) {
-    kn_tensor *t = NULL;
-    kn_tensor_new(dt, 0, NULL, &t);
-    kn_tensor_set_f64(t, 0, val);
-    kn_model_own_tensor(b->m, t);
-    int v = kn_graph_add_value(b->g, name);
-    b->g->values[v].constant = t;
-    kn_type_set_tensor(&b->g->values[v].type, dt, 0, NULL);
-    return v;
-}
-
-static int last_node;
-
-/* A node with n inputs and one output named out; returns the output value. */
-static int tb_node(tb *b, const char *op, const int *ins, int n, const char *out) {
-    int v = kn_graph_add_value(b->g, out);
-    last_node = kn_graph_add_node(b->g, out, op, "", ins, n, &v, 1);
-    b->g->nodes[last_node].opset = (int)b->m->opsets[0].version;
-    return v;
-}
-
-static kn_attr *tb_attr(tb *b, const char *name, kn_attr_type type) {
-    kn_node *n = &b->g->nodes[last_node];
-    kn_attr *a = kn_arena_alloc(&b->m->arena, sizeof(kn_attr) * (size_t)(n->n_attrs + 1));
-    if (n->n_attrs) memcpy(a, n->attrs, sizeof(kn_attr) * (size_t)n->n_attrs);
-    n->attrs = a;
-    kn_attr *at = &a[n->n_attrs++];
-    at->name = name;
-    at->type = type;
-    return at;
-}
-static void tb_int(tb *b, const char *name, int64_t v) { tb_attr(b, name, KN_ATTR_INT)->i = v; }
-static void tb_float(tb *b, const char *name, float v) { tb_attr(b, name, KN_ATTR_FLOAT)->f = v; }
-static void tb_ints_attr(tb *b, const char *name, int n, const int64_t *v) {
-    kn_attr *a = tb_attr(b, name, KN_ATTR_INTS);
-    a->ints = kn_arena_alloc(&b->m->arena, sizeof(int64_t) * (size_t)n);
-    memcpy(a->ints, v, sizeof(int64_t) * (size_t)n);
-    a->n = n;
-}
-
 /* ------------------------------------------------------------------ running */
 
 typedef kn_model *(*build_fn)(void);
@@ -243,86 +147,86 @@ static bool anonymous_dims; /* x's spatial dims (ln: its middle dim) unknown and
  * residual of the output's shape (conv_residual = 1) or a per-channel [1,4,1,1] addend
  * (conv_residual = 2, a broadcast: not a residual). */
 static kn_model *build_conv(void) {
-    tb b;
-    tb_init(&b, 17);
+    tmb b;
+    tmb_init_onnx(&b, 17);
     int64_t xd[] = {1, 4, 6, 6}, wd[] = {4, 4 / conv_group, 3, 3}, bd[] = {4}, cd[] = {1, 4, 1, 1};
-    int x = tb_input(&b, "x", conv_dtype, 4, xd);
+    int x = tmb_input(&b, "x", conv_dtype, 4, xd, NULL);
     if (anonymous_dims) b.g->values[x].type.dims[2] = b.g->values[x].type.dims[3] = (kn_dim){-1, NULL};
-    int w = tb_const(&b, "w", conv_dtype, 4, wd, -0.5f, 0.5f);
-    int bias = tb_const(&b, "b", conv_dtype, 1, bd, -0.5f, 0.5f);
-    int y = tb_node(&b, "Conv", (int[]){x, w, bias}, 3, "y");
-    tb_int(&b, "group", conv_group);
-    tb_ints_attr(&b, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    int w = tmb_const_range(&b, "w", conv_dtype, 4, wd, -0.5f, 0.5f);
+    int bias = tmb_const_range(&b, "b", conv_dtype, 1, bd, -0.5f, 0.5f);
+    int y = tmb_op(&b, "Conv", (int[]){x, w, bias}, 3, "y");
+    tmb_op_int(&b, "group", conv_group);
+    tmb_op_ints(&b, "pads", (int64_t[]){1, 1, 1, 1}, 4);
     if (conv_residual == 1) {
-        int z = tb_input(&b, "z", conv_dtype, 4, xd);
-        y = tb_node(&b, "Add", (int[]){y, z}, 2, "sum");
+        int z = tmb_input(&b, "z", conv_dtype, 4, xd, NULL);
+        y = tmb_op(&b, "Add", (int[]){y, z}, 2, "sum");
     } else if (conv_residual == 2) {
-        int c = tb_const(&b, "c", conv_dtype, 4, cd, -1, 1);
-        y = tb_node(&b, "Add", (int[]){c, y}, 2, "sum");
+        int c = tmb_const_range(&b, "c", conv_dtype, 4, cd, -1, 1);
+        y = tmb_op(&b, "Add", (int[]){c, y}, 2, "sum");
     }
     switch (conv_act) {
-    case 1: y = tb_node(&b, "Relu", &y, 1, "act"); break;
+    case 1: y = tmb_op(&b, "Relu", &y, 1, "act"); break;
     case 2: {
-        int s = tb_node(&b, "Sigmoid", &y, 1, "sig");
-        y = tb_node(&b, "Mul", (int[]){y, s}, 2, "act");
+        int s = tmb_op(&b, "Sigmoid", &y, 1, "sig");
+        y = tmb_op(&b, "Mul", (int[]){y, s}, 2, "act");
         break;
     }
     case 3:
-        y = tb_node(&b, "HardSigmoid", &y, 1, "act");
-        tb_float(&b, "alpha", 0.3f);
+        y = tmb_op(&b, "HardSigmoid", &y, 1, "act");
+        tmb_op_float(&b, "alpha", 0.3f);
         break;
     case 4: {
-        int lo = tb_scalar(&b, "lo", conv_dtype, -0.25), hi = tb_scalar(&b, "hi", conv_dtype, 0.5);
-        y = tb_node(&b, "Clip", (int[]){y, lo, hi}, 3, "act");
+        int lo = tmb_scalar(&b, "lo", conv_dtype, -0.25), hi = tmb_scalar(&b, "hi", conv_dtype, 0.5);
+        y = tmb_op(&b, "Clip", (int[]){y, lo, hi}, 3, "act");
         break;
     }
     case 5:
-        y = tb_node(&b, "LeakyRelu", &y, 1, "act");
-        tb_float(&b, "alpha", 0.2f);
+        y = tmb_op(&b, "LeakyRelu", &y, 1, "act");
+        tmb_op_float(&b, "alpha", 0.2f);
         break;
-    case 6: y = tb_node(&b, "HardSwish", &y, 1, "act"); break;
-    case 7: y = tb_node(&b, "Tanh", &y, 1, "act"); break;
+    case 6: y = tmb_op(&b, "HardSwish", &y, 1, "act"); break;
+    case 7: y = tmb_op(&b, "Tanh", &y, 1, "act"); break;
     case 8:   /* HardSwish as opset-13 exporters write it: x * Clip(x + 3, 0, 6) / 6 */
     case 12: { /* a lookalike: divided by 5 */
-        int three = tb_scalar(&b, "three", conv_dtype, 3), zero = tb_scalar(&b, "zero", conv_dtype, 0);
-        int six = tb_scalar(&b, "six", conv_dtype, 6), d = tb_scalar(&b, "d", conv_dtype, conv_act == 8 ? 6 : 5);
-        int a = tb_node(&b, "Add", (int[]){y, three}, 2, "a");
-        int cl = tb_node(&b, "Clip", (int[]){a, zero, six}, 3, "cl");
-        int m = tb_node(&b, "Mul", (int[]){y, cl}, 2, "m");
-        y = tb_node(&b, "Div", (int[]){m, d}, 2, "act");
+        int three = tmb_scalar(&b, "three", conv_dtype, 3), zero = tmb_scalar(&b, "zero", conv_dtype, 0);
+        int six = tmb_scalar(&b, "six", conv_dtype, 6), d = tmb_scalar(&b, "d", conv_dtype, conv_act == 8 ? 6 : 5);
+        int a = tmb_op(&b, "Add", (int[]){y, three}, 2, "a");
+        int cl = tmb_op(&b, "Clip", (int[]){a, zero, six}, 3, "cl");
+        int m = tmb_op(&b, "Mul", (int[]){y, cl}, 2, "m");
+        y = tmb_op(&b, "Div", (int[]){m, d}, 2, "act");
         break;
     }
     case 9: { /* HardSigmoid(alpha 1/6, beta 0.5) as Clip(x / 6 + 0.5, 0, 1) (a Mul and an Add of
                * constants would fold into the Conv first: fold_batchnorm) */
-        int k = tb_scalar(&b, "k", conv_dtype, 6.0), half = tb_scalar(&b, "half", conv_dtype, 0.5);
-        int zero = tb_scalar(&b, "zero", conv_dtype, 0), one = tb_scalar(&b, "one", conv_dtype, 1);
-        int m = tb_node(&b, "Div", (int[]){y, k}, 2, "m");
-        int a = tb_node(&b, "Add", (int[]){m, half}, 2, "a");
-        y = tb_node(&b, "Clip", (int[]){a, zero, one}, 3, "act");
+        int k = tmb_scalar(&b, "k", conv_dtype, 6.0), half = tmb_scalar(&b, "half", conv_dtype, 0.5);
+        int zero = tmb_scalar(&b, "zero", conv_dtype, 0), one = tmb_scalar(&b, "one", conv_dtype, 1);
+        int m = tmb_op(&b, "Div", (int[]){y, k}, 2, "m");
+        int a = tmb_op(&b, "Add", (int[]){m, half}, 2, "a");
+        y = tmb_op(&b, "Clip", (int[]){a, zero, one}, 3, "act");
         break;
     }
     case 10: { /* Relu6 as Min(Max(x, 0), 6) */
-        int zero = tb_scalar(&b, "zero", conv_dtype, 0), six = tb_scalar(&b, "six", conv_dtype, 6);
-        int mx = tb_node(&b, "Max", (int[]){y, zero}, 2, "mx");
-        y = tb_node(&b, "Min", (int[]){mx, six}, 2, "act");
+        int zero = tmb_scalar(&b, "zero", conv_dtype, 0), six = tmb_scalar(&b, "six", conv_dtype, 6);
+        int mx = tmb_op(&b, "Max", (int[]){y, zero}, 2, "mx");
+        y = tmb_op(&b, "Min", (int[]){mx, six}, 2, "act");
         break;
     }
     case 11: { /* SiLU as x / (1 + exp(-x)) */
-        int one = tb_scalar(&b, "one", conv_dtype, 1);
-        int n = tb_node(&b, "Neg", &y, 1, "n");
-        int e = tb_node(&b, "Exp", &n, 1, "e");
-        int d = tb_node(&b, "Add", (int[]){one, e}, 2, "d");
-        y = tb_node(&b, "Div", (int[]){y, d}, 2, "act");
+        int one = tmb_scalar(&b, "one", conv_dtype, 1);
+        int n = tmb_op(&b, "Neg", &y, 1, "n");
+        int e = tmb_op(&b, "Exp", &n, 1, "e");
+        int d = tmb_op(&b, "Add", (int[]){one, e}, 2, "d");
+        y = tmb_op(&b, "Div", (int[]){y, d}, 2, "act");
         break;
     }
     case 13: { /* a clamp at 20 (Max, then Min), which must not be taken for a Relu */
-        int zero = tb_scalar(&b, "zero", conv_dtype, 0), top = tb_scalar(&b, "top", conv_dtype, 20);
-        int mx = tb_node(&b, "Max", (int[]){zero, y}, 2, "mx");
-        y = tb_node(&b, "Min", (int[]){mx, top}, 2, "act");
+        int zero = tmb_scalar(&b, "zero", conv_dtype, 0), top = tmb_scalar(&b, "top", conv_dtype, 20);
+        int mx = tmb_op(&b, "Max", (int[]){zero, y}, 2, "mx");
+        y = tmb_op(&b, "Min", (int[]){mx, top}, 2, "act");
         break;
     }
     }
-    tb_output(&b, y);
+    tmb_output(&b, y);
     return b.m;
 }
 
@@ -418,79 +322,79 @@ KN_TEST(opt_fused_conv_activation_forms) {
  * 12 a Max of three inputs. */
 static int clamp_case;
 static kn_model *build_clamp(void) {
-    tb b;
-    tb_init(&b, 17);
+    tmb b;
+    tmb_init_onnx(&b, 17);
     int64_t xd[] = {1, 4, 6, 6}, wd[] = {4, 4, 3, 3}, bd[] = {4};
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd);
-    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 4, wd, -0.5f, 0.5f);
-    int bias = tb_const(&b, "b", KILN_DTYPE_FLOAT, 1, bd, -0.5f, 0.5f);
-    int y = tb_node(&b, "Conv", (int[]){x, w, bias}, 3, "y");
-    tb_ints_attr(&b, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd, NULL);
+    int w = tmb_const_range(&b, "w", KILN_DTYPE_FLOAT, 4, wd, -0.5f, 0.5f);
+    int bias = tmb_const_range(&b, "b", KILN_DTYPE_FLOAT, 1, bd, -0.5f, 0.5f);
+    int y = tmb_op(&b, "Conv", (int[]){x, w, bias}, 3, "y");
+    tmb_op_ints(&b, "pads", (int64_t[]){1, 1, 1, 1}, 4);
     if (clamp_case == 5) {
-        int z = tb_input(&b, "z", KILN_DTYPE_FLOAT, 4, xd);
-        y = tb_node(&b, "Add", (int[]){y, z}, 2, "sum");
+        int z = tmb_input(&b, "z", KILN_DTYPE_FLOAT, 4, xd, NULL);
+        y = tmb_op(&b, "Add", (int[]){y, z}, 2, "sum");
     }
     int a;
     switch (clamp_case) {
-    case 1: a = tb_node(&b, "Tanh", &y, 1, "act"); break;
-    case 2: a = tb_node(&b, "HardSwish", &y, 1, "act"); break;
-    case 3: a = tb_node(&b, "Relu", &y, 1, "act"); break;
+    case 1: a = tmb_op(&b, "Tanh", &y, 1, "act"); break;
+    case 2: a = tmb_op(&b, "HardSwish", &y, 1, "act"); break;
+    case 3: a = tmb_op(&b, "Relu", &y, 1, "act"); break;
     case 4: {
-        int lo = tb_scalar(&b, "clo", KILN_DTYPE_FLOAT, -0.25), hi = tb_scalar(&b, "chi", KILN_DTYPE_FLOAT, 0.5);
-        a = tb_node(&b, "Clip", (int[]){y, lo, hi}, 3, "act");
+        int lo = tmb_scalar(&b, "clo", KILN_DTYPE_FLOAT, -0.25), hi = tmb_scalar(&b, "chi", KILN_DTYPE_FLOAT, 0.5);
+        a = tmb_op(&b, "Clip", (int[]){y, lo, hi}, 3, "act");
         break;
     }
-    case 5: a = tb_node(&b, "Sigmoid", &y, 1, "act"); break;
+    case 5: a = tmb_op(&b, "Sigmoid", &y, 1, "act"); break;
     case 8: { /* Max first: LeakyRelu(Max(x, -0.1)) is not Max(LeakyRelu(x), -0.1) */
-        int k = tb_scalar(&b, "k", KILN_DTYPE_FLOAT, -0.1);
-        int m = tb_node(&b, "Max", (int[]){y, k}, 2, "m");
-        a = tb_node(&b, "LeakyRelu", &m, 1, "act");
-        tb_float(&b, "alpha", 0.2f);
+        int k = tmb_scalar(&b, "k", KILN_DTYPE_FLOAT, -0.1);
+        int m = tmb_op(&b, "Max", (int[]){y, k}, 2, "m");
+        a = tmb_op(&b, "LeakyRelu", &m, 1, "act");
+        tmb_op_float(&b, "alpha", 0.2f);
         break;
     }
     default:
-        a = tb_node(&b, "LeakyRelu", &y, 1, "act");
-        tb_float(&b, "alpha", 0.2f);
+        a = tmb_op(&b, "LeakyRelu", &y, 1, "act");
+        tmb_op_float(&b, "alpha", 0.2f);
         break;
     }
     int out = a;
     switch (clamp_case) {
     case 0:
-    case 11: out = tb_node(&b, "Max", (int[]){a, tb_scalar(&b, "k", KILN_DTYPE_FLOAT, -0.1)}, 2, "out"); break;
+    case 11: out = tmb_op(&b, "Max", (int[]){a, tmb_scalar(&b, "k", KILN_DTYPE_FLOAT, -0.1)}, 2, "out"); break;
     case 1: {
-        int m = tb_node(&b, "Max", (int[]){tb_scalar(&b, "k0", KILN_DTYPE_FLOAT, -0.3), a}, 2, "m");
-        out = tb_node(&b, "Min", (int[]){m, tb_scalar(&b, "k1", KILN_DTYPE_FLOAT, 0.5)}, 2, "out");
+        int m = tmb_op(&b, "Max", (int[]){tmb_scalar(&b, "k0", KILN_DTYPE_FLOAT, -0.3), a}, 2, "m");
+        out = tmb_op(&b, "Min", (int[]){m, tmb_scalar(&b, "k1", KILN_DTYPE_FLOAT, 0.5)}, 2, "out");
         break;
     }
     case 2: {
-        int lo = tb_scalar(&b, "k0", KILN_DTYPE_FLOAT, -0.2), hi = tb_scalar(&b, "k1", KILN_DTYPE_FLOAT, 0.3);
-        out = tb_node(&b, "Clip", (int[]){a, lo, hi}, 3, "out");
+        int lo = tmb_scalar(&b, "k0", KILN_DTYPE_FLOAT, -0.2), hi = tmb_scalar(&b, "k1", KILN_DTYPE_FLOAT, 0.3);
+        out = tmb_op(&b, "Clip", (int[]){a, lo, hi}, 3, "out");
         break;
     }
-    case 3: out = tb_node(&b, "Max", (int[]){a, tb_scalar(&b, "k", KILN_DTYPE_FLOAT, 0.25)}, 2, "out"); break;
-    case 4: out = tb_node(&b, "Min", (int[]){a, tb_scalar(&b, "k", KILN_DTYPE_FLOAT, 0.3)}, 2, "out"); break;
-    case 5: out = tb_node(&b, "Min", (int[]){a, tb_scalar(&b, "k", KILN_DTYPE_FLOAT, 0.6)}, 2, "out"); break;
+    case 3: out = tmb_op(&b, "Max", (int[]){a, tmb_scalar(&b, "k", KILN_DTYPE_FLOAT, 0.25)}, 2, "out"); break;
+    case 4: out = tmb_op(&b, "Min", (int[]){a, tmb_scalar(&b, "k", KILN_DTYPE_FLOAT, 0.3)}, 2, "out"); break;
+    case 5: out = tmb_op(&b, "Min", (int[]){a, tmb_scalar(&b, "k", KILN_DTYPE_FLOAT, 0.6)}, 2, "out"); break;
     case 6: {
-        int k = tb_input(&b, "k", KILN_DTYPE_FLOAT, 1, (int64_t[]){1});
-        out = tb_node(&b, "Max", (int[]){a, k}, 2, "out");
+        int k = tmb_input(&b, "k", KILN_DTYPE_FLOAT, 1, (int64_t[]){1}, NULL);
+        out = tmb_op(&b, "Max", (int[]){a, k}, 2, "out");
         break;
     }
     case 7: {
-        int k = tb_const(&b, "k", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 4, 1, 1}, -0.3f, -0.05f);
-        out = tb_node(&b, "Max", (int[]){a, k}, 2, "out");
+        int k = tmb_const_range(&b, "k", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 4, 1, 1}, -0.3f, -0.05f);
+        out = tmb_op(&b, "Max", (int[]){a, k}, 2, "out");
         break;
     }
     case 8: break;
-    case 9: out = tb_node(&b, "Max", (int[]){a, tb_scalar(&b, "k", KILN_DTYPE_FLOAT, NAN)}, 2, "out"); break;
-    case 10: out = tb_node(&b, "Min", (int[]){a, tb_scalar(&b, "k", KILN_DTYPE_FLOAT, INFINITY)}, 2, "out"); break;
+    case 9: out = tmb_op(&b, "Max", (int[]){a, tmb_scalar(&b, "k", KILN_DTYPE_FLOAT, NAN)}, 2, "out"); break;
+    case 10: out = tmb_op(&b, "Min", (int[]){a, tmb_scalar(&b, "k", KILN_DTYPE_FLOAT, INFINITY)}, 2, "out"); break;
     case 12: {
-        int k0 = tb_scalar(&b, "k0", KILN_DTYPE_FLOAT, -0.1), k1 = tb_scalar(&b, "k1", KILN_DTYPE_FLOAT, -0.2);
-        out = tb_node(&b, "Max", (int[]){a, k0, k1}, 3, "out");
+        int k0 = tmb_scalar(&b, "k0", KILN_DTYPE_FLOAT, -0.1), k1 = tmb_scalar(&b, "k1", KILN_DTYPE_FLOAT, -0.2);
+        out = tmb_op(&b, "Max", (int[]){a, k0, k1}, 3, "out");
         break;
     }
     }
-    tb_output(&b, out);
-    if (clamp_case == 11) tb_output(&b, a);
+    tmb_output(&b, out);
+    if (clamp_case == 11) tmb_output(&b, a);
     return b.m;
 }
 
@@ -569,58 +473,55 @@ static kn_model *build_direct_bounds(void) {
                  {"Tanh", 0, 0, -0.3f, 0.5f},
                  {"HardSigmoid", 0.3f, 0.4f, 0.1f, 0.7f},
                  {"HardSwish", 0, 0, -0.2f, 0.9f}};
-    tb b;
-    tb_init(&b, 17);
+    tmb b;
+    tmb_init_onnx(&b, 17);
     static const int64_t shp[4][6] = {{16, 16, 8, 8, 1, 1}, {7, 13, 5, 7, 1, 1}, {5, 13, 9, 11, 3, 3},
                                       {48, 48, 36, 16, 3, 1}}; /* C, M, H, W, KH, KW */
     const int64_t *sh = shp[direct_shape];
     const int64_t ph = sh[4] / 2, pw = sh[5] / 2;
     int64_t xd[] = {1, sh[0], sh[2], sh[3]}, wd[] = {sh[1], sh[0], sh[4], sh[5]}, bd[] = {sh[1]};
     int64_t zd[] = {1, sh[1], sh[2] + 2 * ph - sh[4] + 1, sh[3] + 2 * pw - sh[5] + 1};
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd);
-    int z = direct_res ? tb_input(&b, "z", KILN_DTYPE_FLOAT, 4, zd) : -1;
-    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 4, wd, -0.5f, 0.5f);
-    int bias = tb_const(&b, "b", KILN_DTYPE_FLOAT, 1, bd, -0.5f, 0.5f);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd, NULL);
+    int z = direct_res ? tmb_input(&b, "z", KILN_DTYPE_FLOAT, 4, zd, NULL) : -1;
+    int w = tmb_const_range(&b, "w", KILN_DTYPE_FLOAT, 4, wd, -0.5f, 0.5f);
+    int bias = tmb_const_range(&b, "b", KILN_DTYPE_FLOAT, 1, bd, -0.5f, 0.5f);
     const int k = direct_case;
     int y;
     if (direct_fused) {
-        kn_opset_import *os = kn_arena_alloc(&b.m->arena, 2 * sizeof *os);
-        os[0] = b.m->opsets[0];
-        os[1].domain = "kiln";
-        os[1].version = 1;
-        b.m->opsets = os;
-        b.m->n_opsets = 2;
+        tmb_import_kiln(&b);
         y = kn_graph_add_value(b.g, "out");
-        last_node = kn_graph_add_node(b.g, "fc", "FusedConv", "kiln", (int[]){x, w, bias, z}, direct_res ? 4 : 3, &y, 1);
-        b.g->nodes[last_node].opset = 1;
-        if (ph || pw) tb_ints_attr(&b, "pads", 4, (int64_t[]){ph, pw, ph, pw});
-        kn_attr *a = tb_attr(&b, "activation", KN_ATTR_STRING);
+        b.last = kn_graph_add_node(b.g, "fc", "FusedConv", "kiln", (int[]){x, w, bias, z}, direct_res ? 4 : 3, &y, 1);
+        b.g->nodes[b.last].opset = 1;
+        if (ph || pw) tmb_op_ints(&b, "pads", (int64_t[]){ph, pw, ph, pw}, 4);
+        kn_attr *a = tmb_op_attr(&b, "activation", KN_ATTR_STRING);
         a->s = (char *)cases[k].act;
         a->s_len = strlen(cases[k].act);
         float *pp = kn_arena_alloc(&b.m->arena, 4 * sizeof(float));
         pp[0] = cases[k].p0, pp[1] = cases[k].p1, pp[2] = cases[k].lo, pp[3] = cases[k].hi;
-        a = tb_attr(&b, "activation_params", KN_ATTR_FLOATS);
+        a = tmb_op_attr(&b, "activation_params", KN_ATTR_FLOATS);
         a->floats = pp, a->n = 2;
-        a = tb_attr(&b, "activation_bounds", KN_ATTR_FLOATS);
+        a = tmb_op_attr(&b, "activation_bounds", KN_ATTR_FLOATS);
         a->floats = pp + 2, a->n = 2;
     } else {
-        y = tb_node(&b, "Conv", (int[]){x, w, bias}, 3, "y");
-        if (ph || pw) tb_ints_attr(&b, "pads", 4, (int64_t[]){ph, pw, ph, pw});
-        if (direct_res) y = tb_node(&b, "Add", (int[]){y, z}, 2, "sum");
+        y = tmb_op(&b, "Conv", (int[]){x, w, bias}, 3, "y");
+        if (ph || pw) tmb_op_ints(&b, "pads", (int64_t[]){ph, pw, ph, pw}, 4);
+        if (direct_res) y = tmb_op(&b, "Add", (int[]){y, z}, 2, "sum");
         if (k == 1) {
-            y = tb_node(&b, "Clip", (int[]){y, tb_scalar(&b, "c0", KILN_DTYPE_FLOAT, cases[k].p0),
-                                            tb_scalar(&b, "c1", KILN_DTYPE_FLOAT, cases[k].p1)}, 3, "act");
+            y = tmb_op(&b, "Clip",
+                       (int[]){y, tmb_scalar(&b, "c0", KILN_DTYPE_FLOAT, cases[k].p0),
+                               tmb_scalar(&b, "c1", KILN_DTYPE_FLOAT, cases[k].p1)},
+                       3, "act");
         } else if (k == 3) {
-            y = tb_node(&b, "LeakyRelu", &y, 1, "act");
-            tb_float(&b, "alpha", cases[k].p0);
+            y = tmb_op(&b, "LeakyRelu", &y, 1, "act");
+            tmb_op_float(&b, "alpha", cases[k].p0);
         } else if (k != 2) {
-            y = tb_node(&b, cases[k].act, &y, 1, "act");
-            if (k == 5) tb_float(&b, "alpha", cases[k].p0), tb_float(&b, "beta", cases[k].p1);
+            y = tmb_op(&b, cases[k].act, &y, 1, "act");
+            if (k == 5) tmb_op_float(&b, "alpha", cases[k].p0), tmb_op_float(&b, "beta", cases[k].p1);
         }
-        y = tb_node(&b, "Max", (int[]){y, tb_scalar(&b, "lo", KILN_DTYPE_FLOAT, cases[k].lo)}, 2, "m");
-        y = tb_node(&b, "Min", (int[]){y, tb_scalar(&b, "hi", KILN_DTYPE_FLOAT, cases[k].hi)}, 2, "out");
+        y = tmb_op(&b, "Max", (int[]){y, tmb_scalar(&b, "lo", KILN_DTYPE_FLOAT, cases[k].lo)}, 2, "m");
+        y = tmb_op(&b, "Min", (int[]){y, tmb_scalar(&b, "hi", KILN_DTYPE_FLOAT, cases[k].hi)}, 2, "out");
     }
-    tb_output(&b, y);
+    tmb_output(&b, y);
     return b.m;
 }
 
@@ -647,22 +548,23 @@ KN_TEST(opt_activation_bounds_in_the_cpu_kernels) {
 /* The same after Gemm (FusedGemm) and after MatMul + bias (FusedMatMul): LeakyRelu, Max(x, -0.1). */
 static int clamp_gemm;
 static kn_model *build_clamp_gemm(void) {
-    tb b;
-    tb_init(&b, 17);
-    int a = tb_input(&b, "a", KILN_DTYPE_FLOAT, clamp_gemm ? 3 : 2, clamp_gemm ? (int64_t[]){2, 3, 5} : (int64_t[]){3, 5});
-    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){5, 6}, -1, 1);
-    int c = tb_const(&b, "c", KILN_DTYPE_FLOAT, 1, (int64_t[]){6}, -1, 1);
+    tmb b;
+    tmb_init_onnx(&b, 17);
+    int a = tmb_input(&b, "a", KILN_DTYPE_FLOAT, clamp_gemm ? 3 : 2,
+                      clamp_gemm ? (int64_t[]){2, 3, 5} : (int64_t[]){3, 5}, NULL);
+    int w = tmb_const_range(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){5, 6}, -1, 1);
+    int c = tmb_const_range(&b, "c", KILN_DTYPE_FLOAT, 1, (int64_t[]){6}, -1, 1);
     int y;
     if (!clamp_gemm) {
-        y = tb_node(&b, "Gemm", (int[]){a, w, c}, 3, "g");
+        y = tmb_op(&b, "Gemm", (int[]){a, w, c}, 3, "g");
     } else {
-        y = tb_node(&b, "MatMul", (int[]){a, w}, 2, "mm");
-        y = tb_node(&b, "Add", (int[]){y, c}, 2, "biased");
+        y = tmb_op(&b, "MatMul", (int[]){a, w}, 2, "mm");
+        y = tmb_op(&b, "Add", (int[]){y, c}, 2, "biased");
     }
-    y = tb_node(&b, "LeakyRelu", &y, 1, "act");
-    tb_float(&b, "alpha", 0.2f);
-    y = tb_node(&b, "Max", (int[]){y, tb_scalar(&b, "k", KILN_DTYPE_FLOAT, -0.1)}, 2, "out");
-    tb_output(&b, y);
+    y = tmb_op(&b, "LeakyRelu", &y, 1, "act");
+    tmb_op_float(&b, "alpha", 0.2f);
+    y = tmb_op(&b, "Max", (int[]){y, tmb_scalar(&b, "k", KILN_DTYPE_FLOAT, -0.1)}, 2, "out");
+    tmb_output(&b, y);
     return b.m;
 }
 
@@ -723,28 +625,28 @@ KN_TEST(opt_clamp_composition) {
  * the plane (case 1), or a Sub of the Conv from a constant (case 2), is no per-channel step. */
 static int affine_case;
 static kn_model *build_conv_affine(void) {
-    tb b;
-    tb_init(&b, 17);
+    tmb b;
+    tmb_init_onnx(&b, 17);
     int64_t xd[] = {1, 3, 5, 5};
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd);
-    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 4, (int64_t[]){4, 3, 3, 3}, -0.5f, 0.5f);
-    int y = tb_node(&b, "Conv", (int[]){x, w}, 2, "y");
-    tb_ints_attr(&b, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd, NULL);
+    int w = tmb_const_range(&b, "w", KILN_DTYPE_FLOAT, 4, (int64_t[]){4, 3, 3, 3}, -0.5f, 0.5f);
+    int y = tmb_op(&b, "Conv", (int[]){x, w}, 2, "y");
+    tmb_op_ints(&b, "pads", (int64_t[]){1, 1, 1, 1}, 4);
     if (affine_case == 0) {
-        int sc = tb_const(&b, "sc", KILN_DTYPE_FLOAT, 3, (int64_t[]){4, 1, 1}, 0.5f, 2.0f);
-        int sh = tb_const(&b, "sh", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 4, 1, 1}, -1, 1);
-        int one = tb_scalar(&b, "one", KILN_DTYPE_FLOAT, 0.25);
-        y = tb_node(&b, "Mul", (int[]){sc, y}, 2, "m");
-        y = tb_node(&b, "Add", (int[]){y, sh}, 2, "a");
-        y = tb_node(&b, "Sub", (int[]){y, one}, 2, "s");
+        int sc = tmb_const_range(&b, "sc", KILN_DTYPE_FLOAT, 3, (int64_t[]){4, 1, 1}, 0.5f, 2.0f);
+        int sh = tmb_const_range(&b, "sh", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 4, 1, 1}, -1, 1);
+        int one = tmb_scalar(&b, "one", KILN_DTYPE_FLOAT, 0.25);
+        y = tmb_op(&b, "Mul", (int[]){sc, y}, 2, "m");
+        y = tmb_op(&b, "Add", (int[]){y, sh}, 2, "a");
+        y = tmb_op(&b, "Sub", (int[]){y, one}, 2, "s");
     } else if (affine_case == 1) {
-        int pl = tb_const(&b, "pl", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 1, 5, 5}, -1, 1);
-        y = tb_node(&b, "Add", (int[]){y, pl}, 2, "a");
+        int pl = tmb_const_range(&b, "pl", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 1, 5, 5}, -1, 1);
+        y = tmb_op(&b, "Add", (int[]){y, pl}, 2, "a");
     } else {
-        int sh = tb_const(&b, "sh", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 4, 1, 1}, -1, 1);
-        y = tb_node(&b, "Sub", (int[]){sh, y}, 2, "s");
+        int sh = tmb_const_range(&b, "sh", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 4, 1, 1}, -1, 1);
+        y = tmb_op(&b, "Sub", (int[]){sh, y}, 2, "s");
     }
-    tb_output(&b, tb_node(&b, "Relu", &y, 1, "r"));
+    tmb_output(&b, tmb_op(&b, "Relu", &y, 1, "r"));
     return b.m;
 }
 
@@ -768,34 +670,34 @@ KN_TEST(opt_fold_per_channel_affine_into_conv) {
  * reflect mode (2) or of the channels (3) stays. */
 static int pad_case;
 static kn_model *build_pad_conv(void) {
-    tb b;
-    tb_init(&b, pad_case == 4 ? 18 : 17);
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 6, 5});
-    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 4, (int64_t[]){4, pad_case == 3 ? 4 : 3, 3, 3}, -0.5f, 0.5f);
+    tmb b;
+    tmb_init_onnx(&b, pad_case == 4 ? 18 : 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 6, 5}, NULL);
+    int w = tmb_const_range(&b, "w", KILN_DTYPE_FLOAT, 4, (int64_t[]){4, pad_case == 3 ? 4 : 3, 3, 3}, -0.5f, 0.5f);
     int p;
     if (pad_case == 4) {
-        p = tb_const(&b, "p", KILN_DTYPE_INT64, 1, (int64_t[]){4}, 0, 0);
+        p = tmb_const_range(&b, "p", KILN_DTYPE_INT64, 1, (int64_t[]){4}, 0, 0);
         int64_t pv[4] = {1, 2, 3, 1};
         for (int k = 0; k < 4; k++) kn_tensor_set_f64(b.g->values[p].constant, k, (double)pv[k]);
     } else {
-        p = tb_const(&b, "p", KILN_DTYPE_INT64, 1, (int64_t[]){8}, 0, 0);
+        p = tmb_const_range(&b, "p", KILN_DTYPE_INT64, 1, (int64_t[]){8}, 0, 0);
         int64_t pv[8] = {0, 0, 1, 2, 0, pad_case == 3 ? 1 : 0, 3, 1};
         for (int k = 0; k < 8; k++) kn_tensor_set_f64(b.g->values[p].constant, k, (double)pv[k]);
     }
     int ins[4] = {x, p, -1, -1}, n_in = 2;
-    if (pad_case == 1) ins[n_in++] = tb_scalar(&b, "one", KILN_DTYPE_FLOAT, 1.0);
+    if (pad_case == 1) ins[n_in++] = tmb_scalar(&b, "one", KILN_DTYPE_FLOAT, 1.0);
     if (pad_case == 4) {
         ins[2] = -1;
-        ins[3] = tb_const(&b, "axes", KILN_DTYPE_INT64, 1, (int64_t[]){2}, 0, 0);
+        ins[3] = tmb_const_range(&b, "axes", KILN_DTYPE_INT64, 1, (int64_t[]){2}, 0, 0);
         kn_tensor_set_f64(b.g->values[ins[3]].constant, 0, 2);
         kn_tensor_set_f64(b.g->values[ins[3]].constant, 1, 3);
         n_in = 4;
     }
-    int y = tb_node(&b, "Pad", ins, n_in, "padded");
-    if (pad_case == 2) tb_attr(&b, "mode", KN_ATTR_STRING)->s = "reflect";
-    y = tb_node(&b, "Conv", (int[]){y, w}, 2, "y");
-    tb_ints_attr(&b, "pads", 4, (int64_t[]){1, 1, 1, 1});
-    tb_output(&b, y);
+    int y = tmb_op(&b, "Pad", ins, n_in, "padded");
+    if (pad_case == 2) tmb_op_attr(&b, "mode", KN_ATTR_STRING)->s = "reflect";
+    y = tmb_op(&b, "Conv", (int[]){y, w}, 2, "y");
+    tmb_op_ints(&b, "pads", (int64_t[]){1, 1, 1, 1}, 4);
+    tmb_output(&b, y);
     return b.m;
 }
 
@@ -824,7 +726,7 @@ KN_TEST(opt_fold_zero_pad_into_conv) {
 
 static int body_last;
 
-static kn_graph *body_new(tb *b, kn_graph *parent, const char *name) {
+static kn_graph *body_new(tmb *b, kn_graph *parent, const char *name) {
     kn_graph *g = NULL;
     kn_graph_new(b->m, parent, name, &g);
     return g;
@@ -837,7 +739,7 @@ static int body_outer(kn_graph *g, const char *name) {
     return v;
 }
 
-static int body_node(tb *b, kn_graph *g, const char *op, const int *ins, int n, const char *out) {
+static int body_node(tmb *b, kn_graph *g, const char *op, const int *ins, int n, const char *out) {
     int v = kn_graph_add_value(g, out);
     body_last = kn_graph_add_node(g, out, op, "", ins, n, &v, 1);
     g->nodes[body_last].opset = (int)b->m->opsets[0].version;
@@ -846,10 +748,10 @@ static int body_node(tb *b, kn_graph *g, const char *op, const int *ins, int n, 
 
 static void body_output(kn_graph *g, int v) {
     g->values[v].is_graph_output = true;
-    push_id(&g->outputs, &g->n_outputs, v);
+    tmb_push(&g->outputs, &g->n_outputs, v);
 }
 
-static void graph_attr(tb *b, kn_graph *g, int node, const char *name, kn_graph *sub) {
+static void graph_attr(tmb *b, kn_graph *g, int node, const char *name, kn_graph *sub) {
     kn_node *n = &g->nodes[node];
     kn_attr *a = kn_arena_alloc(&b->m->arena, sizeof(kn_attr) * (size_t)(n->n_attrs + 1));
     if (n->n_attrs) memcpy(a, n->attrs, sizeof(kn_attr) * (size_t)n->n_attrs);
@@ -868,22 +770,22 @@ static int body_reads_conv_out; /* the else branch also reads the Conv's output 
  *   else: Relu(Add(sig, 0.5)) (+ the Conv output)         a fusible chain inside a body
  * The If is written first: only its outer reads order it after Conv, Sigmoid and Relu. */
 static kn_model *build_subgraph_reads(void) {
-    tb b;
-    tb_init(&b, 17);
+    tmb b;
+    tmb_init_onnx(&b, 17);
     int64_t xd[] = {1, 3, 5, 5}, wd[] = {4, 3, 3, 3}, bd[] = {4};
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd);
-    int cond = tb_input(&b, "cond", KILN_DTYPE_BOOL, 0, NULL);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd, NULL);
+    int cond = tmb_input(&b, "cond", KILN_DTYPE_BOOL, 0, NULL, NULL);
     kn_graph *then_g = body_new(&b, b.g, "then"), *else_g = body_new(&b, b.g, "else");
     kn_graph *inner_then = body_new(&b, then_g, "inner_then"), *inner_else = body_new(&b, then_g, "inner_else");
-    int out = tb_node(&b, "If", &cond, 1, "out");
-    graph_attr(&b, b.g, last_node, "then_branch", then_g);
-    graph_attr(&b, b.g, last_node, "else_branch", else_g);
-    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 4, wd, -0.5f, 0.5f);
-    int bias = tb_const(&b, "b", KILN_DTYPE_FLOAT, 1, bd, -0.5f, 0.5f);
-    int y = tb_node(&b, "Conv", (int[]){x, w, bias}, 3, "y");
-    tb_ints_attr(&b, "pads", 4, (int64_t[]){1, 1, 1, 1});
-    tb_node(&b, "Sigmoid", &y, 1, "sig");
-    tb_node(&b, "Relu", &x, 1, "r");
+    int out = tmb_op(&b, "If", &cond, 1, "out");
+    graph_attr(&b, b.g, b.last, "then_branch", then_g);
+    graph_attr(&b, b.g, b.last, "else_branch", else_g);
+    int w = tmb_const_range(&b, "w", KILN_DTYPE_FLOAT, 4, wd, -0.5f, 0.5f);
+    int bias = tmb_const_range(&b, "b", KILN_DTYPE_FLOAT, 1, bd, -0.5f, 0.5f);
+    int y = tmb_op(&b, "Conv", (int[]){x, w, bias}, 3, "y");
+    tmb_op_ints(&b, "pads", (int64_t[]){1, 1, 1, 1}, 4);
+    tmb_op(&b, "Sigmoid", &y, 1, "sig");
+    tmb_op(&b, "Relu", &x, 1, "r");
     /* then: an If two levels down reading sig and r */
     int c1 = body_outer(then_g, "cond"), s1 = body_outer(then_g, "sig"), r1 = body_outer(then_g, "r");
     (void)s1, (void)r1;
@@ -917,7 +819,7 @@ static kn_model *build_subgraph_reads(void) {
     int e = body_node(&b, else_g, "Add", (int[]){s3, half}, 2, "e_add");
     if (body_reads_conv_out) e = body_node(&b, else_g, "Sub", (int[]){e, body_outer(else_g, "y")}, 2, "e_sub");
     body_output(else_g, body_node(&b, else_g, "Relu", &e, 1, "e_out"));
-    tb_output(&b, out);
+    tmb_output(&b, out);
     return b.m;
 }
 
@@ -929,29 +831,29 @@ static int value_in(const kn_graph *g, const char *name) { return kn_graph_find_
  * weights: silero VAD), the one of w2 does not. */
 static int outer_const_node; /* w made by a Constant node, not an initializer */
 static kn_model *build_body_outer_const(void) {
-    tb b;
-    tb_init(&b, 17);
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){1, 2, 4});
-    int cond = tb_input(&b, "cond", KILN_DTYPE_BOOL, 0, NULL);
+    tmb b;
+    tmb_init_onnx(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){1, 2, 4}, NULL);
+    int cond = tmb_input(&b, "cond", KILN_DTYPE_BOOL, 0, NULL, NULL);
     if (outer_const_node) {
-        int wt = tb_const(&b, "w_t", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 3}, -1, 1);
+        int wt = tmb_const_range(&b, "w_t", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 3}, -1, 1);
         const kn_tensor *t = b.g->values[wt].constant;
         b.g->values[wt].constant = NULL;
-        tb_node(&b, "Constant", NULL, 0, "w");
-        kn_attr *a = tb_attr(&b, "value", KN_ATTR_TENSOR);
+        tmb_op(&b, "Constant", NULL, 0, "w");
+        kn_attr *a = tmb_op_attr(&b, "value", KN_ATTR_TENSOR);
         a->t = (kn_tensor *)t;
     } else {
-        tb_const(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 3}, -1, 1);
+        tmb_const_range(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 3}, -1, 1);
     }
-    int w2 = tb_const(&b, "w2", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 3}, -1, 1);
+    int w2 = tmb_const_range(&b, "w2", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 3}, -1, 1);
     b.g->values[w2].is_graph_input = true;
-    push_id(&b.g->inputs, &b.g->n_inputs, w2);
-    int axes = tb_const(&b, "axes", KILN_DTYPE_INT64, 1, (int64_t[]){1}, 0, 0);
+    tmb_push(&b.g->inputs, &b.g->n_inputs, w2);
+    int axes = tmb_const_range(&b, "axes", KILN_DTYPE_INT64, 1, (int64_t[]){1}, 0, 0);
     (void)x, (void)axes;
     kn_graph *then_g = body_new(&b, b.g, "then"), *else_g = body_new(&b, b.g, "else");
-    int out = tb_node(&b, "If", &cond, 1, "out");
-    graph_attr(&b, b.g, last_node, "then_branch", then_g);
-    graph_attr(&b, b.g, last_node, "else_branch", else_g);
+    int out = tmb_op(&b, "If", &cond, 1, "out");
+    graph_attr(&b, b.g, b.last, "then_branch", then_g);
+    graph_attr(&b, b.g, b.last, "else_branch", else_g);
     const char *names[2] = {"w", "w2"};
     kn_graph *bodies[2] = {then_g, else_g};
     for (int k = 0; k < 2; k++) {
@@ -960,7 +862,7 @@ static kn_model *build_body_outer_const(void) {
         int u = body_node(&b, g, "Unsqueeze", (int[]){bw, ba}, 2, k ? "u2" : "u1");
         body_output(g, body_node(&b, g, "MatMul", (int[]){bx, u}, 2, k ? "m2" : "m1"));
     }
-    tb_output(&b, out);
+    tmb_output(&b, out);
     return b.m;
 }
 
@@ -1114,45 +1016,46 @@ static int gemm_case;
  * 2: MatMul [2,3,5]x[5,6] + Add [6] + residual + Tanh (FusedMatMul);
  * 3: MatMul [2,3,5]x[5,6] + Gelu decomposed (erf) */
 static kn_model *build_gemm(void) {
-    tb b;
-    tb_init(&b, 17);
+    tmb b;
+    tmb_init_onnx(&b, 17);
     int y;
     if (gemm_case == 0) {
-        int a = tb_input(&b, "a", KILN_DTYPE_FLOAT, 2, (int64_t[]){3, 5});
-        int bb = tb_input(&b, "bt", KILN_DTYPE_FLOAT, 2, (int64_t[]){6, 5});
-        int t = tb_node(&b, "Transpose", &bb, 1, "t");
-        tb_ints_attr(&b, "perm", 2, (int64_t[]){0, 1});
-        int c = tb_const(&b, "c", KILN_DTYPE_FLOAT, 1, (int64_t[]){6}, -1, 1);
-        y = tb_node(&b, "Gemm", (int[]){a, t, c}, 3, "g");
-        tb_int(&b, "transB", 1);
-        tb_float(&b, "alpha", 0.5f);
-        y = tb_node(&b, "Relu", &y, 1, "y");
+        int a = tmb_input(&b, "a", KILN_DTYPE_FLOAT, 2, (int64_t[]){3, 5}, NULL);
+        int bb = tmb_input(&b, "bt", KILN_DTYPE_FLOAT, 2, (int64_t[]){6, 5}, NULL);
+        int t = tmb_op(&b, "Transpose", &bb, 1, "t");
+        tmb_op_ints(&b, "perm", (int64_t[]){0, 1}, 2);
+        int c = tmb_const_range(&b, "c", KILN_DTYPE_FLOAT, 1, (int64_t[]){6}, -1, 1);
+        y = tmb_op(&b, "Gemm", (int[]){a, t, c}, 3, "g");
+        tmb_op_int(&b, "transB", 1);
+        tmb_op_float(&b, "alpha", 0.5f);
+        y = tmb_op(&b, "Relu", &y, 1, "y");
     } else {
         bool three = gemm_case >= 2;
         int64_t ad3[] = {2, 3, 5}, ad2[] = {3, 5};
-        int a = tb_input(&b, "a", KILN_DTYPE_FLOAT, three ? 3 : 2, three ? ad3 : ad2);
-        int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){5, 6}, -1, 1);
-        y = tb_node(&b, "MatMul", (int[]){a, w}, 2, "mm");
+        int a = tmb_input(&b, "a", KILN_DTYPE_FLOAT, three ? 3 : 2, three ? ad3 : ad2, NULL);
+        int w = tmb_const_range(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){5, 6}, -1, 1);
+        y = tmb_op(&b, "MatMul", (int[]){a, w}, 2, "mm");
         if (gemm_case <= 2) {
-            int bias = tb_const(&b, "bias", KILN_DTYPE_FLOAT, 1, (int64_t[]){6}, -1, 1);
-            y = tb_node(&b, "Add", (int[]){bias, y}, 2, "biased");
+            int bias = tmb_const_range(&b, "bias", KILN_DTYPE_FLOAT, 1, (int64_t[]){6}, -1, 1);
+            y = tmb_op(&b, "Add", (int[]){bias, y}, 2, "biased");
         }
         if (gemm_case == 2) {
-            int z = tb_input(&b, "z", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 3, 6});
-            y = tb_node(&b, "Add", (int[]){y, z}, 2, "res");
-            y = tb_node(&b, "Tanh", &y, 1, "act");
+            int z = tmb_input(&b, "z", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 3, 6}, NULL);
+            y = tmb_op(&b, "Add", (int[]){y, z}, 2, "res");
+            y = tmb_op(&b, "Tanh", &y, 1, "act");
         }
         if (gemm_case == 3) {
-            int s2 = tb_scalar(&b, "sqrt2", KILN_DTYPE_FLOAT, 1.4142135);
-            int one = tb_scalar(&b, "one", KILN_DTYPE_FLOAT, 1.0), half = tb_scalar(&b, "half", KILN_DTYPE_FLOAT, 0.5);
-            int d = tb_node(&b, "Div", (int[]){y, s2}, 2, "d");
-            int e = tb_node(&b, "Erf", &d, 1, "e");
-            int p = tb_node(&b, "Add", (int[]){e, one}, 2, "p");
-            int h = tb_node(&b, "Mul", (int[]){half, y}, 2, "h");
-            y = tb_node(&b, "Mul", (int[]){h, p}, 2, "gelu");
+            int s2 = tmb_scalar(&b, "sqrt2", KILN_DTYPE_FLOAT, 1.4142135);
+            int one = tmb_scalar(&b, "one", KILN_DTYPE_FLOAT, 1.0),
+                half = tmb_scalar(&b, "half", KILN_DTYPE_FLOAT, 0.5);
+            int d = tmb_op(&b, "Div", (int[]){y, s2}, 2, "d");
+            int e = tmb_op(&b, "Erf", &d, 1, "e");
+            int p = tmb_op(&b, "Add", (int[]){e, one}, 2, "p");
+            int h = tmb_op(&b, "Mul", (int[]){half, y}, 2, "h");
+            y = tmb_op(&b, "Mul", (int[]){h, p}, 2, "gelu");
         }
     }
-    tb_output(&b, y);
+    tmb_output(&b, y);
     return b.m;
 }
 
@@ -1211,45 +1114,45 @@ static int bn_case;
  * rank-3 result (channel axis 1 is 3, not the weights' 6: must not fold); 3: ConvTranspose group 2
  * + BN; 4: Gemm transB + BN. */
 static kn_model *build_bn(void) {
-    tb b;
-    tb_init(&b, 15);
+    tmb b;
+    tmb_init_onnx(&b, 15);
     int y, ch;
     if (bn_case == 0) {
-        int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 5, 5});
-        int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 4, (int64_t[]){4, 3, 3, 3}, -1, 1);
-        y = tb_node(&b, "Conv", (int[]){x, w}, 2, "conv");
+        int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 5, 5}, NULL);
+        int w = tmb_const_range(&b, "w", KILN_DTYPE_FLOAT, 4, (int64_t[]){4, 3, 3, 3}, -1, 1);
+        y = tmb_op(&b, "Conv", (int[]){x, w}, 2, "conv");
         ch = 4;
     } else if (bn_case == 3) {
-        int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 4, 3, 3});
-        int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 4, (int64_t[]){4, 3, 2, 2}, -1, 1);
-        int bias = tb_const(&b, "wb", KILN_DTYPE_FLOAT, 1, (int64_t[]){6}, -1, 1);
-        y = tb_node(&b, "ConvTranspose", (int[]){x, w, bias}, 3, "convt");
-        tb_int(&b, "group", 2);
+        int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){1, 4, 3, 3}, NULL);
+        int w = tmb_const_range(&b, "w", KILN_DTYPE_FLOAT, 4, (int64_t[]){4, 3, 2, 2}, -1, 1);
+        int bias = tmb_const_range(&b, "wb", KILN_DTYPE_FLOAT, 1, (int64_t[]){6}, -1, 1);
+        y = tmb_op(&b, "ConvTranspose", (int[]){x, w, bias}, 3, "convt");
+        tmb_op_int(&b, "group", 2);
         ch = 6;
     } else if (bn_case == 4) {
-        int a = tb_input(&b, "a", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 5});
-        int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){6, 5}, -1, 1);
-        int c = tb_const(&b, "c", KILN_DTYPE_FLOAT, 1, (int64_t[]){6}, -1, 1);
-        y = tb_node(&b, "Gemm", (int[]){a, w, c}, 3, "gemm");
-        tb_int(&b, "transB", 1);
-        tb_float(&b, "beta", 0.5f);
+        int a = tmb_input(&b, "a", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 5}, NULL);
+        int w = tmb_const_range(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){6, 5}, -1, 1);
+        int c = tmb_const_range(&b, "c", KILN_DTYPE_FLOAT, 1, (int64_t[]){6}, -1, 1);
+        y = tmb_op(&b, "Gemm", (int[]){a, w, c}, 3, "gemm");
+        tmb_op_int(&b, "transB", 1);
+        tmb_op_float(&b, "beta", 0.5f);
         ch = 6;
     } else {
         bool three = bn_case == 2;
         int64_t d3[] = {2, 3, 5}, d2[] = {4, 5};
-        int a = tb_input(&b, "a", KILN_DTYPE_FLOAT, three ? 3 : 2, three ? d3 : d2);
-        int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){5, 6}, -1, 1);
-        y = tb_node(&b, "MatMul", (int[]){a, w}, 2, "mm");
+        int a = tmb_input(&b, "a", KILN_DTYPE_FLOAT, three ? 3 : 2, three ? d3 : d2, NULL);
+        int w = tmb_const_range(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){5, 6}, -1, 1);
+        y = tmb_op(&b, "MatMul", (int[]){a, w}, 2, "mm");
         ch = three ? 3 : 6;
     }
     int64_t cd[] = {ch};
-    int sc = tb_const(&b, "scale", KILN_DTYPE_FLOAT, 1, cd, 0.5f, 1.5f);
-    int bi = tb_const(&b, "bnb", KILN_DTYPE_FLOAT, 1, cd, -1, 1);
-    int mean = tb_const(&b, "mean", KILN_DTYPE_FLOAT, 1, cd, -1, 1);
-    int var = tb_const(&b, "var", KILN_DTYPE_FLOAT, 1, cd, 0.5f, 2.0f);
-    y = tb_node(&b, "BatchNormalization", (int[]){y, sc, bi, mean, var}, 5, "bn");
-    tb_float(&b, "epsilon", 1e-3f);
-    tb_output(&b, y);
+    int sc = tmb_const_range(&b, "scale", KILN_DTYPE_FLOAT, 1, cd, 0.5f, 1.5f);
+    int bi = tmb_const_range(&b, "bnb", KILN_DTYPE_FLOAT, 1, cd, -1, 1);
+    int mean = tmb_const_range(&b, "mean", KILN_DTYPE_FLOAT, 1, cd, -1, 1);
+    int var = tmb_const_range(&b, "var", KILN_DTYPE_FLOAT, 1, cd, 0.5f, 2.0f);
+    y = tmb_op(&b, "BatchNormalization", (int[]){y, sc, bi, mean, var}, 5, "bn");
+    tmb_op_float(&b, "epsilon", 1e-3f);
+    tmb_output(&b, y);
     return b.m;
 }
 
@@ -1283,42 +1186,42 @@ KN_TEST(opt_regression_matmul_batchnorm_rank3_not_folded) {
  * 0: [8] (fits); 1: scale [3,8] (varies over axis -2: must not be taken as the LN scale);
  * 2: RMSNorm with scale [8]; 3: LayerNorm over the last two axes with scale [3,8]. */
 static kn_model *build_ln(void) {
-    tb b;
-    tb_init(&b, 17);
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 3, 8});
+    tmb b;
+    tmb_init_onnx(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 3, 8}, NULL);
     if (anonymous_dims) b.g->values[x].type.dims[1] = (kn_dim){-1, NULL};
-    int eps = tb_scalar(&b, "eps", KILN_DTYPE_FLOAT, 1e-5), two = tb_scalar(&b, "two", KILN_DTYPE_FLOAT, 2.0);
+    int eps = tmb_scalar(&b, "eps", KILN_DTYPE_FLOAT, 1e-5), two = tmb_scalar(&b, "two", KILN_DTYPE_FLOAT, 2.0);
     int64_t axes1[] = {-1}, axes2[] = {-2, -1};
     bool two_axes = ln_case == 3;
     int y;
     if (ln_case == 2) {
-        int sq = tb_node(&b, "Mul", (int[]){x, x}, 2, "sq");
-        int ms = tb_node(&b, "ReduceMean", &sq, 1, "ms");
-        tb_ints_attr(&b, "axes", 1, axes1);
-        int e = tb_node(&b, "Add", (int[]){ms, eps}, 2, "e");
-        int r = tb_node(&b, "Sqrt", &e, 1, "r");
-        y = tb_node(&b, "Div", (int[]){x, r}, 2, "n");
-        int sc = tb_const(&b, "scale", KILN_DTYPE_FLOAT, 1, (int64_t[]){8}, 0.5f, 1.5f);
-        y = tb_node(&b, "Mul", (int[]){sc, y}, 2, "y");
+        int sq = tmb_op(&b, "Mul", (int[]){x, x}, 2, "sq");
+        int ms = tmb_op(&b, "ReduceMean", &sq, 1, "ms");
+        tmb_op_ints(&b, "axes", axes1, 1);
+        int e = tmb_op(&b, "Add", (int[]){ms, eps}, 2, "e");
+        int r = tmb_op(&b, "Sqrt", &e, 1, "r");
+        y = tmb_op(&b, "Div", (int[]){x, r}, 2, "n");
+        int sc = tmb_const_range(&b, "scale", KILN_DTYPE_FLOAT, 1, (int64_t[]){8}, 0.5f, 1.5f);
+        y = tmb_op(&b, "Mul", (int[]){sc, y}, 2, "y");
     } else {
-        int m = tb_node(&b, "ReduceMean", &x, 1, "mean");
-        tb_ints_attr(&b, "axes", two_axes ? 2 : 1, two_axes ? axes2 : axes1);
-        int d = tb_node(&b, "Sub", (int[]){x, m}, 2, "d");
-        int p = tb_node(&b, "Pow", (int[]){d, two}, 2, "p");
-        int v = tb_node(&b, "ReduceMean", &p, 1, "var");
-        tb_ints_attr(&b, "axes", two_axes ? 2 : 1, two_axes ? axes2 : axes1);
-        int e = tb_node(&b, "Add", (int[]){v, eps}, 2, "e");
-        int r = tb_node(&b, "Sqrt", &e, 1, "r");
-        y = tb_node(&b, "Div", (int[]){d, r}, 2, "n");
+        int m = tmb_op(&b, "ReduceMean", &x, 1, "mean");
+        tmb_op_ints(&b, "axes", two_axes ? axes2 : axes1, two_axes ? 2 : 1);
+        int d = tmb_op(&b, "Sub", (int[]){x, m}, 2, "d");
+        int p = tmb_op(&b, "Pow", (int[]){d, two}, 2, "p");
+        int v = tmb_op(&b, "ReduceMean", &p, 1, "var");
+        tmb_op_ints(&b, "axes", two_axes ? axes2 : axes1, two_axes ? 2 : 1);
+        int e = tmb_op(&b, "Add", (int[]){v, eps}, 2, "e");
+        int r = tmb_op(&b, "Sqrt", &e, 1, "r");
+        y = tmb_op(&b, "Div", (int[]){d, r}, 2, "n");
         int64_t s1[] = {8}, s2[] = {3, 8};
         bool wide = ln_case == 1 || ln_case == 3;
-        int sc = tb_const(&b, "scale", KILN_DTYPE_FLOAT, wide ? 2 : 1, wide ? s2 : s1, 0.5f, 1.5f);
-        int bi = ln_case == 3 ? tb_const(&b, "bias", KILN_DTYPE_FLOAT, 2, s2, -1, 1)
-                              : tb_const(&b, "bias", KILN_DTYPE_FLOAT, 1, (int64_t[]){8}, -1, 1);
-        y = tb_node(&b, "Mul", (int[]){y, sc}, 2, "scaled");
-        y = tb_node(&b, "Add", (int[]){bi, y}, 2, "y");
+        int sc = tmb_const_range(&b, "scale", KILN_DTYPE_FLOAT, wide ? 2 : 1, wide ? s2 : s1, 0.5f, 1.5f);
+        int bi = ln_case == 3 ? tmb_const_range(&b, "bias", KILN_DTYPE_FLOAT, 2, s2, -1, 1)
+                              : tmb_const_range(&b, "bias", KILN_DTYPE_FLOAT, 1, (int64_t[]){8}, -1, 1);
+        y = tmb_op(&b, "Mul", (int[]){y, sc}, 2, "scaled");
+        y = tmb_op(&b, "Add", (int[]){bi, y}, 2, "y");
     }
-    tb_output(&b, y);
+    tmb_output(&b, y);
     return b.m;
 }
 
@@ -1375,21 +1278,21 @@ static int64_t attn_heads = 2, attn_len = 5, attn_dim = 4;
  * MatMul V. 0: float mask [2,1,1,S] with key 3 masked out; 1: no mask, post-scale Div; 2: guard,
  * and every key of batch 1 masked out (rows of NaN, made 0). */
 static kn_model *build_attention(void) {
-    tb b;
-    tb_init(&b, 17);
+    tmb b;
+    tmb_init_onnx(&b, 17);
     int64_t qd[] = {2, attn_heads, attn_len, attn_dim};
-    int q = tb_input(&b, "q", KILN_DTYPE_FLOAT, 4, qd);
-    int k = tb_input(&b, "k", KILN_DTYPE_FLOAT, 4, qd);
-    int v = tb_input(&b, "v", KILN_DTYPE_FLOAT, 4, qd);
-    int kt = tb_node(&b, "Transpose", &k, 1, "kt");
-    tb_ints_attr(&b, "perm", 4, (int64_t[]){0, 1, 3, 2});
-    int c = tb_scalar(&b, "c", KILN_DTYPE_FLOAT, 0.7);
-    int qs = tb_node(&b, "Mul", (int[]){q, c}, 2, "qs");
-    int ks = tb_node(&b, "Mul", (int[]){c, kt}, 2, "ks");
-    int s = tb_node(&b, "MatMul", (int[]){qs, ks}, 2, "s");
+    int q = tmb_input(&b, "q", KILN_DTYPE_FLOAT, 4, qd, NULL);
+    int k = tmb_input(&b, "k", KILN_DTYPE_FLOAT, 4, qd, NULL);
+    int v = tmb_input(&b, "v", KILN_DTYPE_FLOAT, 4, qd, NULL);
+    int kt = tmb_op(&b, "Transpose", &k, 1, "kt");
+    tmb_op_ints(&b, "perm", (int64_t[]){0, 1, 3, 2}, 4);
+    int c = tmb_scalar(&b, "c", KILN_DTYPE_FLOAT, 0.7);
+    int qs = tmb_op(&b, "Mul", (int[]){q, c}, 2, "qs");
+    int ks = tmb_op(&b, "Mul", (int[]){c, kt}, 2, "ks");
+    int s = tmb_op(&b, "MatMul", (int[]){qs, ks}, 2, "s");
     if (attn_case == 1) {
-        int d = tb_scalar(&b, "d", KILN_DTYPE_FLOAT, 2.0);
-        s = tb_node(&b, "Div", (int[]){s, d}, 2, "sd");
+        int d = tmb_scalar(&b, "d", KILN_DTYPE_FLOAT, 2.0);
+        s = tmb_op(&b, "Div", (int[]){s, d}, 2, "sd");
     } else {
         kn_tensor *m = NULL;
         kn_tensor_new(KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 1, 1, attn_len}, &m);
@@ -1400,17 +1303,17 @@ static kn_model *build_attention(void) {
         int mv = kn_graph_add_value(b.g, "mask");
         b.g->values[mv].constant = m;
         kn_type_set_tensor(&b.g->values[mv].type, KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 1, 1, attn_len});
-        s = tb_node(&b, "Add", (int[]){s, mv}, 2, "sm");
+        s = tmb_op(&b, "Add", (int[]){s, mv}, 2, "sm");
     }
-    int p = tb_node(&b, "Softmax", &s, 1, "p");
-    tb_int(&b, "axis", -1);
+    int p = tmb_op(&b, "Softmax", &s, 1, "p");
+    tmb_op_int(&b, "axis", -1);
     if (attn_case == 2) {
-        int isn = tb_node(&b, "IsNaN", &p, 1, "isnan");
-        int zero = tb_scalar(&b, "zero", KILN_DTYPE_FLOAT, 0.0);
-        p = tb_node(&b, "Where", (int[]){isn, zero, p}, 3, "p2");
+        int isn = tmb_op(&b, "IsNaN", &p, 1, "isnan");
+        int zero = tmb_scalar(&b, "zero", KILN_DTYPE_FLOAT, 0.0);
+        p = tmb_op(&b, "Where", (int[]){isn, zero, p}, 3, "p2");
     }
-    int y = tb_node(&b, "MatMul", (int[]){p, v}, 2, "y");
-    tb_output(&b, y);
+    int y = tmb_op(&b, "MatMul", (int[]){p, v}, 2, "y");
+    tmb_output(&b, y);
     return b.m;
 }
 
@@ -1445,21 +1348,21 @@ KN_TEST(opt_attention_long_rows_matches_unfused) {
 
 /* 0.5 x (1 + tanh(k2 (x + k1 x^3))): GELU's tanh form when k1 = 0.044715 */
 static kn_model *build_tanh_gelu_with(double cubic) {
-    tb b;
-    tb_init(&b, 17);
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){3, 7});
-    int half = tb_scalar(&b, "half", KILN_DTYPE_FLOAT, 0.5), three = tb_scalar(&b, "three", KILN_DTYPE_FLOAT, 3.0);
-    int k1 = tb_scalar(&b, "k1", KILN_DTYPE_FLOAT, cubic), k2 = tb_scalar(&b, "k2", KILN_DTYPE_FLOAT, 0.7978845608);
-    int one = tb_scalar(&b, "one", KILN_DTYPE_FLOAT, 1.0);
-    int h = tb_node(&b, "Mul", (int[]){x, half}, 2, "h");
-    int c = tb_node(&b, "Pow", (int[]){x, three}, 2, "cube");
-    int c2 = tb_node(&b, "Mul", (int[]){c, k1}, 2, "c2");
-    int inner = tb_node(&b, "Add", (int[]){x, c2}, 2, "inner");
-    int u = tb_node(&b, "Mul", (int[]){inner, k2}, 2, "u");
-    int t = tb_node(&b, "Tanh", &u, 1, "t");
-    int t1 = tb_node(&b, "Add", (int[]){t, one}, 2, "t1");
-    int y = tb_node(&b, "Mul", (int[]){h, t1}, 2, "y");
-    tb_output(&b, y);
+    tmb b;
+    tmb_init_onnx(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){3, 7}, NULL);
+    int half = tmb_scalar(&b, "half", KILN_DTYPE_FLOAT, 0.5), three = tmb_scalar(&b, "three", KILN_DTYPE_FLOAT, 3.0);
+    int k1 = tmb_scalar(&b, "k1", KILN_DTYPE_FLOAT, cubic), k2 = tmb_scalar(&b, "k2", KILN_DTYPE_FLOAT, 0.7978845608);
+    int one = tmb_scalar(&b, "one", KILN_DTYPE_FLOAT, 1.0);
+    int h = tmb_op(&b, "Mul", (int[]){x, half}, 2, "h");
+    int c = tmb_op(&b, "Pow", (int[]){x, three}, 2, "cube");
+    int c2 = tmb_op(&b, "Mul", (int[]){c, k1}, 2, "c2");
+    int inner = tmb_op(&b, "Add", (int[]){x, c2}, 2, "inner");
+    int u = tmb_op(&b, "Mul", (int[]){inner, k2}, 2, "u");
+    int t = tmb_op(&b, "Tanh", &u, 1, "t");
+    int t1 = tmb_op(&b, "Add", (int[]){t, one}, 2, "t1");
+    int y = tmb_op(&b, "Mul", (int[]){h, t1}, 2, "y");
+    tmb_output(&b, y);
     return b.m;
 }
 
@@ -1490,24 +1393,24 @@ KN_TEST(opt_gelu_lookalike_not_fused) {
 /* Identity as the graph output, a Shape of a static-shaped value feeding a Reshape, an identity
  * Transpose, a Transpose pair, duplicate Relus (CSE), an unused initializer and a dead node. */
 static kn_model *build_cleanup(void) {
-    tb b;
-    tb_init(&b, 17);
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 3, 4});
-    tb_const(&b, "unused", KILN_DTYPE_FLOAT, 1, (int64_t[]){16}, 0, 1);
-    int sh = tb_node(&b, "Shape", &x, 1, "shape");
-    int r = tb_node(&b, "Reshape", (int[]){x, sh}, 2, "r");
-    int t1 = tb_node(&b, "Transpose", &r, 1, "t1");
-    tb_ints_attr(&b, "perm", 3, (int64_t[]){0, 2, 1});
-    int t2 = tb_node(&b, "Transpose", &t1, 1, "t2");
-    tb_ints_attr(&b, "perm", 3, (int64_t[]){0, 2, 1});
-    int a = tb_node(&b, "Relu", &t2, 1, "a");
-    int a2 = tb_node(&b, "Relu", &t2, 1, "a2");
-    int s = tb_node(&b, "Add", (int[]){a, a2}, 2, "s");
-    tb_node(&b, "Neg", &s, 1, "dead");
-    int id = tb_node(&b, "Identity", &s, 1, "out");
-    tb_output(&b, id);
-    int id2 = tb_node(&b, "Identity", &id, 1, "out2"); /* a second graph output reading the first */
-    tb_output(&b, id2);
+    tmb b;
+    tmb_init_onnx(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 3, 4}, NULL);
+    tmb_const_range(&b, "unused", KILN_DTYPE_FLOAT, 1, (int64_t[]){16}, 0, 1);
+    int sh = tmb_op(&b, "Shape", &x, 1, "shape");
+    int r = tmb_op(&b, "Reshape", (int[]){x, sh}, 2, "r");
+    int t1 = tmb_op(&b, "Transpose", &r, 1, "t1");
+    tmb_op_ints(&b, "perm", (int64_t[]){0, 2, 1}, 3);
+    int t2 = tmb_op(&b, "Transpose", &t1, 1, "t2");
+    tmb_op_ints(&b, "perm", (int64_t[]){0, 2, 1}, 3);
+    int a = tmb_op(&b, "Relu", &t2, 1, "a");
+    int a2 = tmb_op(&b, "Relu", &t2, 1, "a2");
+    int s = tmb_op(&b, "Add", (int[]){a, a2}, 2, "s");
+    tmb_op(&b, "Neg", &s, 1, "dead");
+    int id = tmb_op(&b, "Identity", &s, 1, "out");
+    tmb_output(&b, id);
+    int id2 = tmb_op(&b, "Identity", &id, 1, "out2"); /* a second graph output reading the first */
+    tmb_output(&b, id2);
     return b.m;
 }
 
@@ -1834,23 +1737,23 @@ static kiln_dtype chain_dtype = KILN_DTYPE_FLOAT;
  *   out = sqrt(|clip(t3 * 0.5, -0.2, 0.7) - z|)      out2 = relu(t3)
  * Two chains form: t0..t3 (ending where t3 has a reader outside) and t4..out; Relu stays. */
 static kn_model *build_chain(void) {
-    tb b;
-    tb_init(&b, 17);
+    tmb b;
+    tmb_init_onnx(&b, 17);
     kiln_dtype dt = chain_dtype;
-    int x = tb_input(&b, "x", dt, 4, (int64_t[]){2, 3, 4, 5});
-    int z = tb_input(&b, "z", dt, 1, (int64_t[]){5});
-    int bias = tb_const(&b, "bias", dt, 3, (int64_t[]){3, 1, 1}, -1, 1);
-    int half = tb_scalar(&b, "half", dt, 0.5), lo = tb_scalar(&b, "lo", dt, -0.2), hi = tb_scalar(&b, "hi", dt, 0.7);
-    int t0 = tb_node(&b, "Add", (int[]){x, bias}, 2, "t0");
-    int t1 = tb_node(&b, "Softplus", (int[]){t0}, 1, "t1");
-    int t2 = tb_node(&b, "Tanh", (int[]){t1}, 1, "t2");
-    int t3 = tb_node(&b, "Mul", (int[]){t0, t2}, 2, "t3");
-    int t4 = tb_node(&b, "Mul", (int[]){t3, half}, 2, "t4");
-    int t5 = tb_node(&b, "Clip", (int[]){t4, lo, hi}, 3, "t5");
-    int t6 = tb_node(&b, "Sub", (int[]){t5, z}, 2, "t6");
-    int t7 = tb_node(&b, "Abs", (int[]){t6}, 1, "t7");
-    tb_output(&b, tb_node(&b, "Sqrt", (int[]){t7}, 1, "out"));
-    tb_output(&b, tb_node(&b, "Relu", (int[]){t3}, 1, "out2"));
+    int x = tmb_input(&b, "x", dt, 4, (int64_t[]){2, 3, 4, 5}, NULL);
+    int z = tmb_input(&b, "z", dt, 1, (int64_t[]){5}, NULL);
+    int bias = tmb_const_range(&b, "bias", dt, 3, (int64_t[]){3, 1, 1}, -1, 1);
+    int half = tmb_scalar(&b, "half", dt, 0.5), lo = tmb_scalar(&b, "lo", dt, -0.2), hi = tmb_scalar(&b, "hi", dt, 0.7);
+    int t0 = tmb_op(&b, "Add", (int[]){x, bias}, 2, "t0");
+    int t1 = tmb_op(&b, "Softplus", (int[]){t0}, 1, "t1");
+    int t2 = tmb_op(&b, "Tanh", (int[]){t1}, 1, "t2");
+    int t3 = tmb_op(&b, "Mul", (int[]){t0, t2}, 2, "t3");
+    int t4 = tmb_op(&b, "Mul", (int[]){t3, half}, 2, "t4");
+    int t5 = tmb_op(&b, "Clip", (int[]){t4, lo, hi}, 3, "t5");
+    int t6 = tmb_op(&b, "Sub", (int[]){t5, z}, 2, "t6");
+    int t7 = tmb_op(&b, "Abs", (int[]){t6}, 1, "t7");
+    tmb_output(&b, tmb_op(&b, "Sqrt", (int[]){t7}, 1, "out"));
+    tmb_output(&b, tmb_op(&b, "Relu", (int[]){t3}, 1, "out2"));
     return b.m;
 }
 
@@ -1886,12 +1789,12 @@ KN_TEST(opt_elementwise_chain_matches_unfused) {
 /* A one-element constant of higher rank than the rest widens the output ([4] * [1,1] is
  * [1,4]): it must stay an input of the fused node, not become a register. */
 static kn_model *build_chain_rank(void) {
-    tb b;
-    tb_init(&b, 17);
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 1, (int64_t[]){4});
-    int c = tb_const(&b, "c", KILN_DTYPE_FLOAT, 2, (int64_t[]){1, 1}, 2, 3);
-    int t = tb_node(&b, "Mul", (int[]){x, c}, 2, "t");
-    tb_output(&b, tb_node(&b, "Sigmoid", (int[]){t}, 1, "y"));
+    tmb b;
+    tmb_init_onnx(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 1, (int64_t[]){4}, NULL);
+    int c = tmb_const_range(&b, "c", KILN_DTYPE_FLOAT, 2, (int64_t[]){1, 1}, 2, 3);
+    int t = tmb_op(&b, "Mul", (int[]){x, c}, 2, "t");
+    tmb_output(&b, tmb_op(&b, "Sigmoid", (int[]){t}, 1, "y"));
     return b.m;
 }
 
@@ -1910,16 +1813,16 @@ KN_TEST(opt_elementwise_chain_keeps_broadcast_rank) {
 /* Inputs broadcast along different dims ([3,1,5], [1,4,1], [5] against [2,3,4,5]): the CPU kernel
  * walks each across blocks that end mid-row, with a run of one element for [1,4,1]. */
 static kn_model *build_chain_broadcasts(void) {
-    tb b;
-    tb_init(&b, 17);
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 4, 5});
-    int p = tb_input(&b, "p", KILN_DTYPE_FLOAT, 3, (int64_t[]){3, 1, 5});
-    int q = tb_input(&b, "q", KILN_DTYPE_FLOAT, 3, (int64_t[]){1, 4, 1});
-    int r = tb_const(&b, "r", KILN_DTYPE_FLOAT, 1, (int64_t[]){5}, -1, 1);
-    int t0 = tb_node(&b, "Mul", (int[]){x, p}, 2, "t0");
-    int t1 = tb_node(&b, "Sub", (int[]){t0, q}, 2, "t1");
-    int t2 = tb_node(&b, "Add", (int[]){t1, r}, 2, "t2");
-    tb_output(&b, tb_node(&b, "Tanh", (int[]){t2}, 1, "y"));
+    tmb b;
+    tmb_init_onnx(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 4, 5}, NULL);
+    int p = tmb_input(&b, "p", KILN_DTYPE_FLOAT, 3, (int64_t[]){3, 1, 5}, NULL);
+    int q = tmb_input(&b, "q", KILN_DTYPE_FLOAT, 3, (int64_t[]){1, 4, 1}, NULL);
+    int r = tmb_const_range(&b, "r", KILN_DTYPE_FLOAT, 1, (int64_t[]){5}, -1, 1);
+    int t0 = tmb_op(&b, "Mul", (int[]){x, p}, 2, "t0");
+    int t1 = tmb_op(&b, "Sub", (int[]){t0, q}, 2, "t1");
+    int t2 = tmb_op(&b, "Add", (int[]){t1, r}, 2, "t2");
+    tmb_output(&b, tmb_op(&b, "Tanh", (int[]){t2}, 1, "y"));
     return b.m;
 }
 
@@ -1928,14 +1831,14 @@ static kn_model *build_chain_broadcasts(void) {
  * with L = 600 blocks straddle channel ends. */
 static int64_t per_channel_len;
 static kn_model *build_chain_per_channel(void) {
-    tb b;
-    tb_init(&b, 17);
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 3, per_channel_len});
-    int sc = tb_const(&b, "scale", KILN_DTYPE_FLOAT, 2, (int64_t[]){3, 1}, 0.5f, 2);
-    int sh = tb_input(&b, "shift", KILN_DTYPE_FLOAT, 2, (int64_t[]){3, 1});
-    int t0 = tb_node(&b, "Mul", (int[]){x, sc}, 2, "t0");
-    int t1 = tb_node(&b, "Add", (int[]){t0, sh}, 2, "t1");
-    tb_output(&b, tb_node(&b, "Relu", (int[]){t1}, 1, "y"));
+    tmb b;
+    tmb_init_onnx(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 3, per_channel_len}, NULL);
+    int sc = tmb_const_range(&b, "scale", KILN_DTYPE_FLOAT, 2, (int64_t[]){3, 1}, 0.5f, 2);
+    int sh = tmb_input(&b, "shift", KILN_DTYPE_FLOAT, 2, (int64_t[]){3, 1}, NULL);
+    int t0 = tmb_op(&b, "Mul", (int[]){x, sc}, 2, "t0");
+    int t1 = tmb_op(&b, "Add", (int[]){t0, sh}, 2, "t1");
+    tmb_output(&b, tmb_op(&b, "Relu", (int[]){t1}, 1, "y"));
     return b.m;
 }
 
@@ -1955,13 +1858,13 @@ KN_TEST(opt_elementwise_chain_mixed_broadcasts) {
  * value in place of x it stays three steps. */
 static int mish_other;
 static kn_model *build_mish_decomposed(void) {
-    tb b;
-    tb_init(&b, 17);
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){8, 300});
-    int w = tb_input(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){8, 300});
-    int sp = tb_node(&b, "Softplus", (int[]){x}, 1, "sp");
-    int t = tb_node(&b, "Tanh", (int[]){sp}, 1, "t");
-    tb_output(&b, tb_node(&b, "Mul", (int[]){t, mish_other ? w : x}, 2, "y"));
+    tmb b;
+    tmb_init_onnx(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){8, 300}, NULL);
+    int w = tmb_input(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){8, 300}, NULL);
+    int sp = tmb_op(&b, "Softplus", (int[]){x}, 1, "sp");
+    int t = tmb_op(&b, "Tanh", (int[]){sp}, 1, "t");
+    tmb_output(&b, tmb_op(&b, "Mul", (int[]){t, mish_other ? w : x}, 2, "y"));
     return b.m;
 }
 
@@ -2003,37 +1906,37 @@ static int chain_case_at;
 
 static kn_model *build_chain_case(void) {
     const struct chain_case *k = &chain_cases[chain_case_at];
-    tb b;
-    tb_init(&b, 20); /* Gelu is ai.onnx from opset 20 */
+    tmb b;
+    tmb_init_onnx(&b, 20); /* Gelu is ai.onnx from opset 20 */
     kiln_dtype dt = chain_dtype;
-    int x = tb_input(&b, "x", dt, 3, (int64_t[]){3, 4, 33});
-    int z = tb_input(&b, "z", dt, 2, (int64_t[]){1, 33});
-    int scale = tb_scalar(&b, "scale", dt, 1.5), shift = tb_scalar(&b, "shift", dt, 0.5);
-    int t = tb_node(&b, "Mul", (int[]){x, scale}, 2, "t");
+    int x = tmb_input(&b, "x", dt, 3, (int64_t[]){3, 4, 33}, NULL);
+    int z = tmb_input(&b, "z", dt, 2, (int64_t[]){1, 33}, NULL);
+    int scale = tmb_scalar(&b, "scale", dt, 1.5), shift = tmb_scalar(&b, "shift", dt, 0.5);
+    int t = tmb_op(&b, "Mul", (int[]){x, scale}, 2, "t");
     if (k->positive) {
-        t = tb_node(&b, "Abs", (int[]){t}, 1, "ta");
-        t = tb_node(&b, "Add", (int[]){t, shift}, 2, "tb");
+        t = tmb_op(&b, "Abs", (int[]){t}, 1, "ta");
+        t = tmb_op(&b, "Add", (int[]){t, shift}, 2, "tb");
     }
     int u;
     if (k->binary) {
-        int za = tb_node(&b, "Abs", (int[]){z}, 1, "za");
-        int zb = tb_node(&b, "Add", (int[]){za, shift}, 2, "zb");
-        u = tb_node(&b, k->op, (int[]){t, zb}, 2, "u");
-        tb_output(&b, tb_node(&b, "Mul", (int[]){u, scale}, 2, "y"));
+        int za = tmb_op(&b, "Abs", (int[]){z}, 1, "za");
+        int zb = tmb_op(&b, "Add", (int[]){za, shift}, 2, "zb");
+        u = tmb_op(&b, k->op, (int[]){t, zb}, 2, "u");
+        tmb_output(&b, tmb_op(&b, "Mul", (int[]){u, scale}, 2, "y"));
     } else if (!strcmp(k->op, "Clip")) {
-        int lo = tb_scalar(&b, "lo", dt, -0.8), hi = tb_scalar(&b, "hi", dt, 1.1);
-        u = tb_node(&b, "Clip", (int[]){t, lo, hi}, 3, "u");
-        tb_output(&b, tb_node(&b, "Add", (int[]){u, z}, 2, "y"));
+        int lo = tmb_scalar(&b, "lo", dt, -0.8), hi = tmb_scalar(&b, "hi", dt, 1.1);
+        u = tmb_op(&b, "Clip", (int[]){t, lo, hi}, 3, "u");
+        tmb_output(&b, tmb_op(&b, "Add", (int[]){u, z}, 2, "y"));
     } else {
-        u = tb_node(&b, k->op, (int[]){t}, 1, "u");
+        u = tmb_op(&b, k->op, (int[]){t}, 1, "u");
         if (k->attr && !strcmp(k->attr, "tanh")) {
-            kn_attr *a = tb_attr(&b, "approximate", KN_ATTR_STRING);
+            kn_attr *a = tmb_op_attr(&b, "approximate", KN_ATTR_STRING);
             a->s = "tanh";
             a->s_len = 4;
         } else if (k->attr) {
-            tb_float(&b, k->attr, k->a0);
+            tmb_op_float(&b, k->attr, k->a0);
         }
-        tb_output(&b, tb_node(&b, "Add", (int[]){u, z}, 2, "y"));
+        tmb_output(&b, tmb_op(&b, "Add", (int[]){u, z}, 2, "y"));
     }
     return b.m;
 }
@@ -2132,19 +2035,19 @@ KN_TEST(opt_elementwise_chain_cuda_matches_unfused) {
  * into the regions for x and e, out of them for a (read by the Mul), r (an output, read by Exp and
  * the Add) and y (an output). */
 static kn_model *build_precision(void) {
-    tb b;
-    tb_init(&b, 17);
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 16});
-    int w1 = tb_const(&b, "w1", KILN_DTYPE_FLOAT, 2, (int64_t[]){16, 32}, -0.5f, 0.5f);
-    int w2 = tb_const(&b, "w2", KILN_DTYPE_FLOAT, 2, (int64_t[]){32, 8}, -0.5f, 0.5f);
-    int big = tb_scalar(&b, "big", KILN_DTYPE_FLOAT, 1e5), tiny = tb_scalar(&b, "tiny", KILN_DTYPE_FLOAT, 1e-12);
-    int a = tb_node(&b, "MatMul", (int[]){x, w1}, 2, "a");
-    int r = tb_node(&b, "Relu", (int[]){a}, 1, "r");
-    int e = tb_node(&b, "Exp", (int[]){r}, 1, "e");
-    tb_output(&b, tb_node(&b, "MatMul", (int[]){e, w2}, 2, "y"));
-    tb_output(&b, r);
-    tb_output(&b, tb_node(&b, "Mul", (int[]){a, big}, 2, "q"));
-    tb_output(&b, tb_node(&b, "Add", (int[]){r, tiny}, 2, "s"));
+    tmb b;
+    tmb_init_onnx(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 16}, NULL);
+    int w1 = tmb_const_range(&b, "w1", KILN_DTYPE_FLOAT, 2, (int64_t[]){16, 32}, -0.5f, 0.5f);
+    int w2 = tmb_const_range(&b, "w2", KILN_DTYPE_FLOAT, 2, (int64_t[]){32, 8}, -0.5f, 0.5f);
+    int big = tmb_scalar(&b, "big", KILN_DTYPE_FLOAT, 1e5), tiny = tmb_scalar(&b, "tiny", KILN_DTYPE_FLOAT, 1e-12);
+    int a = tmb_op(&b, "MatMul", (int[]){x, w1}, 2, "a");
+    int r = tmb_op(&b, "Relu", (int[]){a}, 1, "r");
+    int e = tmb_op(&b, "Exp", (int[]){r}, 1, "e");
+    tmb_output(&b, tmb_op(&b, "MatMul", (int[]){e, w2}, 2, "y"));
+    tmb_output(&b, r);
+    tmb_output(&b, tmb_op(&b, "Mul", (int[]){a, big}, 2, "q"));
+    tmb_output(&b, tmb_op(&b, "Add", (int[]){r, tiny}, 2, "s"));
     return b.m;
 }
 
@@ -2252,21 +2155,21 @@ KN_TEST(opt_lower_precision_regions_from_tables) {
  * x, one out for y, the weights converted, the Cast of e gone (e read as it is); the Add/Sigmoid
  * branch has no product to pay for its Casts and stays float16. */
 static kn_model *build_float16(void) {
-    tb b;
-    tb_init(&b, 17);
+    tmb b;
+    tmb_init_onnx(&b, 17);
     int64_t xd[] = {1, 4, 6, 6};
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT16, 4, xd);
-    int e = tb_input(&b, "e", KILN_DTYPE_FLOAT, 4, xd);
-    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT16, 4, (int64_t[]){4, 4, 3, 3}, -0.5f, 0.5f);
-    int k = tb_const(&b, "k", KILN_DTYPE_FLOAT16, 4, (int64_t[]){1, 4, 1, 1}, -1, 1);
-    int eh = tb_node(&b, "Cast", &e, 1, "eh");
-    tb_int(&b, "to", KILN_DTYPE_FLOAT16);
-    int a = tb_node(&b, "Add", (int[]){x, eh}, 2, "a");
-    int c = tb_node(&b, "Conv", (int[]){a, w}, 2, "c");
-    tb_ints_attr(&b, "pads", 4, (int64_t[]){1, 1, 1, 1});
-    tb_output(&b, tb_node(&b, "Relu", &c, 1, "y"));
-    int t = tb_node(&b, "Add", (int[]){x, k}, 2, "t");
-    tb_output(&b, tb_node(&b, "Sigmoid", &t, 1, "z"));
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT16, 4, xd, NULL);
+    int e = tmb_input(&b, "e", KILN_DTYPE_FLOAT, 4, xd, NULL);
+    int w = tmb_const_range(&b, "w", KILN_DTYPE_FLOAT16, 4, (int64_t[]){4, 4, 3, 3}, -0.5f, 0.5f);
+    int k = tmb_const_range(&b, "k", KILN_DTYPE_FLOAT16, 4, (int64_t[]){1, 4, 1, 1}, -1, 1);
+    int eh = tmb_op(&b, "Cast", &e, 1, "eh");
+    tmb_op_int(&b, "to", KILN_DTYPE_FLOAT16);
+    int a = tmb_op(&b, "Add", (int[]){x, eh}, 2, "a");
+    int c = tmb_op(&b, "Conv", (int[]){a, w}, 2, "c");
+    tmb_op_ints(&b, "pads", (int64_t[]){1, 1, 1, 1}, 4);
+    tmb_output(&b, tmb_op(&b, "Relu", &c, 1, "y"));
+    int t = tmb_op(&b, "Add", (int[]){x, k}, 2, "t");
+    tmb_output(&b, tmb_op(&b, "Sigmoid", &t, 1, "z"));
     return b.m;
 }
 
@@ -2317,19 +2220,21 @@ static kiln_session *session_with(build_fn build, kiln_session_options *o) {
  * -inf) -> Relu -> MatMul -> y. The Where only selects, and -inf converts as it is: it joins the
  * region, so the Casts are x's and y's alone (a Where left in float32 paid a Cast a run). */
 static kn_model *build_masked_precision(void) {
-    tb b;
-    tb_init(&b, 17);
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 16});
-    int m = tb_input(&b, "m", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 32});
-    int w1 = tb_const(&b, "w1", KILN_DTYPE_FLOAT, 2, (int64_t[]){16, 32}, -0.5f, 0.5f);
-    int w2 = tb_const(&b, "w2", KILN_DTYPE_FLOAT, 2, (int64_t[]){32, 8}, -0.5f, 0.5f);
-    int keep = tb_node(&b, "Greater", (int[]){m, tb_scalar(&b, "zero", KILN_DTYPE_FLOAT, 0)}, 2, "keep");
-    int mask = tb_node(&b, "Where", (int[]){keep, tb_scalar(&b, "open", KILN_DTYPE_FLOAT, 0),
-                                            tb_scalar(&b, "shut", KILN_DTYPE_FLOAT, -INFINITY)}, 3, "mask");
-    int a = tb_node(&b, "MatMul", (int[]){x, w1}, 2, "a");
-    int s = tb_node(&b, "Add", (int[]){a, mask}, 2, "s");
-    int r = tb_node(&b, "Relu", &s, 1, "r");
-    tb_output(&b, tb_node(&b, "MatMul", (int[]){r, w2}, 2, "y"));
+    tmb b;
+    tmb_init_onnx(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 16}, NULL);
+    int m = tmb_input(&b, "m", KILN_DTYPE_FLOAT, 2, (int64_t[]){4, 32}, NULL);
+    int w1 = tmb_const_range(&b, "w1", KILN_DTYPE_FLOAT, 2, (int64_t[]){16, 32}, -0.5f, 0.5f);
+    int w2 = tmb_const_range(&b, "w2", KILN_DTYPE_FLOAT, 2, (int64_t[]){32, 8}, -0.5f, 0.5f);
+    int keep = tmb_op(&b, "Greater", (int[]){m, tmb_scalar(&b, "zero", KILN_DTYPE_FLOAT, 0)}, 2, "keep");
+    int mask = tmb_op(
+        &b, "Where",
+        (int[]){keep, tmb_scalar(&b, "open", KILN_DTYPE_FLOAT, 0), tmb_scalar(&b, "shut", KILN_DTYPE_FLOAT, -INFINITY)},
+        3, "mask");
+    int a = tmb_op(&b, "MatMul", (int[]){x, w1}, 2, "a");
+    int s = tmb_op(&b, "Add", (int[]){a, mask}, 2, "s");
+    int r = tmb_op(&b, "Relu", &s, 1, "r");
+    tmb_output(&b, tmb_op(&b, "MatMul", (int[]){r, w2}, 2, "y"));
     return b.m;
 }
 
@@ -2389,34 +2294,40 @@ static int64_t cnn_batch = 2; /* the block's batch (layout_nhwc's auto rule read
 static bool cnn_depthwise = false; /* the second convolution depthwise (8 groups): so is the auto rule's */
 
 static kn_model *build_cnn_block(void) {
-    tb b;
-    tb_init(&b, 17);
+    tmb b;
+    tmb_init_onnx(&b, 17);
     int64_t xd[] = {cnn_batch, 3, 10, 10}, w1d[] = {8, 3, 3, 3}, w2d[] = {8, 8, 3, 3}, s1d[] = {4, 8, 1, 1}, s2d[] = {8, 4, 1, 1};
     int64_t bd[] = {8}, b4[] = {4}, cd[] = {8, 1, 1}, fd[] = {8, 10, 10};
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd, NULL);
     int64_t pads[] = {1, 1, 1, 1};
-    int c1 = tb_node(&b, "Conv", (int[]){x, tb_const(&b, "w1", KILN_DTYPE_FLOAT, 4, w1d, -0.5f, 0.5f),
-                                         tb_const(&b, "b1", KILN_DTYPE_FLOAT, 1, bd, -0.2f, 0.2f)}, 3, "c1");
-    tb_ints_attr(&b, "pads", 4, pads);
-    int r1 = tb_node(&b, "Relu", &c1, 1, "r1");
+    int c1 = tmb_op(&b, "Conv",
+                    (int[]){x, tmb_const_range(&b, "w1", KILN_DTYPE_FLOAT, 4, w1d, -0.5f, 0.5f),
+                            tmb_const_range(&b, "b1", KILN_DTYPE_FLOAT, 1, bd, -0.2f, 0.2f)},
+                    3, "c1");
+    tmb_op_ints(&b, "pads", pads, 4);
+    int r1 = tmb_op(&b, "Relu", &c1, 1, "r1");
     if (cnn_depthwise) w2d[1] = 1;
-    int c2 = tb_node(&b, "Conv", (int[]){r1, tb_const(&b, "w2", KILN_DTYPE_FLOAT, 4, w2d, -0.3f, 0.3f)}, 2, "c2");
-    tb_ints_attr(&b, "pads", 4, pads);
-    if (cnn_depthwise) tb_int(&b, "group", 8);
-    int sum = tb_node(&b, "Add", (int[]){c2, r1}, 2, "sum");
-    int gap = tb_node(&b, "GlobalAveragePool", &sum, 1, "gap");
-    int s1 = tb_node(&b, "Conv", (int[]){gap, tb_const(&b, "s1", KILN_DTYPE_FLOAT, 4, s1d, -0.5f, 0.5f),
-                                         tb_const(&b, "sb1", KILN_DTYPE_FLOAT, 1, b4, -0.1f, 0.1f)}, 3, "s1");
-    int sr = tb_node(&b, "Relu", &s1, 1, "sr");
-    int s2 = tb_node(&b, "Conv", (int[]){sr, tb_const(&b, "s2", KILN_DTYPE_FLOAT, 4, s2d, -0.5f, 0.5f)}, 2, "s2");
-    int sg = tb_node(&b, "HardSigmoid", &s2, 1, "sg");
-    int se = tb_node(&b, "Mul", (int[]){sum, sg}, 2, "se");
-    int shifted = tb_node(&b, "Add", (int[]){se, tb_const(&b, "shift", KILN_DTYPE_FLOAT, 3, fd, -1.0f, 1.0f)}, 2, "shifted");
-    int map = tb_node(&b, "PRelu", (int[]){shifted, tb_const(&b, "slope", KILN_DTYPE_FLOAT, 3, cd, 0.1f, 0.3f)}, 2, "map");
-    int pooled = tb_node(&b, "GlobalAveragePool", &map, 1, "pooled");
-    int flat = tb_node(&b, "Flatten", &pooled, 1, "flat");
-    tb_output(&b, map);
-    tb_output(&b, flat);
+    int c2 = tmb_op(&b, "Conv", (int[]){r1, tmb_const_range(&b, "w2", KILN_DTYPE_FLOAT, 4, w2d, -0.3f, 0.3f)}, 2, "c2");
+    tmb_op_ints(&b, "pads", pads, 4);
+    if (cnn_depthwise) tmb_op_int(&b, "group", 8);
+    int sum = tmb_op(&b, "Add", (int[]){c2, r1}, 2, "sum");
+    int gap = tmb_op(&b, "GlobalAveragePool", &sum, 1, "gap");
+    int s1 = tmb_op(&b, "Conv",
+                    (int[]){gap, tmb_const_range(&b, "s1", KILN_DTYPE_FLOAT, 4, s1d, -0.5f, 0.5f),
+                            tmb_const_range(&b, "sb1", KILN_DTYPE_FLOAT, 1, b4, -0.1f, 0.1f)},
+                    3, "s1");
+    int sr = tmb_op(&b, "Relu", &s1, 1, "sr");
+    int s2 = tmb_op(&b, "Conv", (int[]){sr, tmb_const_range(&b, "s2", KILN_DTYPE_FLOAT, 4, s2d, -0.5f, 0.5f)}, 2, "s2");
+    int sg = tmb_op(&b, "HardSigmoid", &s2, 1, "sg");
+    int se = tmb_op(&b, "Mul", (int[]){sum, sg}, 2, "se");
+    int shifted = tmb_op(&b, "Add", (int[]){se, tmb_const_range(&b, "shift", KILN_DTYPE_FLOAT, 3, fd, -1.0f, 1.0f)}, 2,
+                         "shifted");
+    int map = tmb_op(&b, "PRelu", (int[]){shifted, tmb_const_range(&b, "slope", KILN_DTYPE_FLOAT, 3, cd, 0.1f, 0.3f)},
+                     2, "map");
+    int pooled = tmb_op(&b, "GlobalAveragePool", &map, 1, "pooled");
+    int flat = tmb_op(&b, "Flatten", &pooled, 1, "flat");
+    tmb_output(&b, map);
+    tmb_output(&b, flat);
     return b.m;
 }
 
@@ -2467,32 +2378,34 @@ KN_TEST(opt_layout_nhwc_regions_match_nchw) {
  * the last windows hang over) -> out; a second MaxPool, 5x5 stride 1 pads 2 (a detector's SPP),
  * reads the first pool's output and is an output too. */
 static kn_model *build_pool_block(void) {
-    tb b;
-    tb_init(&b, 17);
+    tmb b;
+    tmb_init_onnx(&b, 17);
     int64_t xd[] = {cnn_batch, 3, 13, 11}, w1d[] = {8, 3, 3, 3}, w2d[] = {8, 8, 3, 3}, bd[] = {8};
     int64_t pads[] = {1, 1, 1, 1}, k3[] = {3, 3}, s2[] = {2, 2}, k2[] = {2, 2}, k5[] = {5, 5}, pads2[] = {2, 2, 2, 2};
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd);
-    int c1 = tb_node(&b, "Conv", (int[]){x, tb_const(&b, "w1", KILN_DTYPE_FLOAT, 4, w1d, -0.5f, 0.5f),
-                                         tb_const(&b, "b1", KILN_DTYPE_FLOAT, 1, bd, -0.2f, 0.2f)}, 3, "c1");
-    tb_ints_attr(&b, "pads", 4, pads);
-    int r1 = tb_node(&b, "Relu", &c1, 1, "r1");
-    int mp = tb_node(&b, "MaxPool", &r1, 1, "mp");
-    tb_ints_attr(&b, "kernel_shape", 2, k3);
-    tb_ints_attr(&b, "strides", 2, s2);
-    tb_ints_attr(&b, "pads", 4, pads);
-    int c2 = tb_node(&b, "Conv", (int[]){mp, tb_const(&b, "w2", KILN_DTYPE_FLOAT, 4, w2d, -0.3f, 0.3f)}, 2, "c2");
-    tb_ints_attr(&b, "pads", 4, pads);
-    int sum = tb_node(&b, "Add", (int[]){c2, mp}, 2, "sum");
-    int ap = tb_node(&b, "AveragePool", &sum, 1, "ap");
-    tb_ints_attr(&b, "kernel_shape", 2, k2);
-    tb_ints_attr(&b, "strides", 2, s2);
-    tb_int(&b, "ceil_mode", 1);
-    tb_int(&b, "count_include_pad", 1);
-    int spp = tb_node(&b, "MaxPool", &mp, 1, "spp");
-    tb_ints_attr(&b, "kernel_shape", 2, k5);
-    tb_ints_attr(&b, "pads", 4, pads2);
-    tb_output(&b, ap);
-    tb_output(&b, spp);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd, NULL);
+    int c1 = tmb_op(&b, "Conv",
+                    (int[]){x, tmb_const_range(&b, "w1", KILN_DTYPE_FLOAT, 4, w1d, -0.5f, 0.5f),
+                            tmb_const_range(&b, "b1", KILN_DTYPE_FLOAT, 1, bd, -0.2f, 0.2f)},
+                    3, "c1");
+    tmb_op_ints(&b, "pads", pads, 4);
+    int r1 = tmb_op(&b, "Relu", &c1, 1, "r1");
+    int mp = tmb_op(&b, "MaxPool", &r1, 1, "mp");
+    tmb_op_ints(&b, "kernel_shape", k3, 2);
+    tmb_op_ints(&b, "strides", s2, 2);
+    tmb_op_ints(&b, "pads", pads, 4);
+    int c2 = tmb_op(&b, "Conv", (int[]){mp, tmb_const_range(&b, "w2", KILN_DTYPE_FLOAT, 4, w2d, -0.3f, 0.3f)}, 2, "c2");
+    tmb_op_ints(&b, "pads", pads, 4);
+    int sum = tmb_op(&b, "Add", (int[]){c2, mp}, 2, "sum");
+    int ap = tmb_op(&b, "AveragePool", &sum, 1, "ap");
+    tmb_op_ints(&b, "kernel_shape", k2, 2);
+    tmb_op_ints(&b, "strides", s2, 2);
+    tmb_op_int(&b, "ceil_mode", 1);
+    tmb_op_int(&b, "count_include_pad", 1);
+    int spp = tmb_op(&b, "MaxPool", &mp, 1, "spp");
+    tmb_op_ints(&b, "kernel_shape", k5, 2);
+    tmb_op_ints(&b, "pads", pads2, 4);
+    tmb_output(&b, ap);
+    tmb_output(&b, spp);
     return b.m;
 }
 
@@ -2513,16 +2426,12 @@ KN_TEST(opt_layout_nhwc_pools_in_the_region) {
 }
 
 /* An integer constant (int64 or int32) of n values. */
-static int tb_ints_const(tb *b, const char *name, kiln_dtype dt, int n, const int64_t *v) {
+static int ints_const(tmb *b, const char *name, kiln_dtype dt, int n, const int64_t *v) {
     kn_tensor *t = NULL;
     int64_t d = n;
     kn_tensor_new(dt, 1, &d, &t);
     for (int i = 0; i < n; i++) kn_tensor_set_f64(t, i, (double)v[i]);
-    kn_model_own_tensor(b->m, t);
-    int c = kn_graph_add_value(b->g, name);
-    b->g->values[c].constant = t;
-    kn_type_set_tensor(&b->g->values[c].type, dt, 1, &d);
-    return c;
+    return tmb_const_tensor(b, name, t);
 }
 
 /* A detector's blocks (YOLOv8's C2f and its neck): x [cnn_batch, 3, 12, 10] -> Conv 3x3 (8) ->
@@ -2532,50 +2441,61 @@ static int tb_ints_const(tb *b, const char *name, kiln_dtype dt, int n, const in
  * convolution on axis -3 -> Conv 1x1 (out); also outputs: a linear Resize by sizes of the 1x1
  * convolution, and a Slice without axes (batch 0.., channels 1..6) of the first convolution. */
 static kn_model *build_detector_blocks(void) {
-    tb b;
-    tb_init(&b, 17);
+    tmb b;
+    tmb_init_onnx(&b, 17);
     const int64_t N = cnn_batch;
     int64_t xd[] = {N, 3, 12, 10}, w1d[] = {8, 3, 3, 3}, wmd[] = {4, 4, 3, 3}, w2d[] = {8, 12, 1, 1}, w3d[] = {8, 8, 3, 3};
     int64_t w4d[] = {5, 16, 1, 1}, bd[] = {8}, pads[] = {1, 1, 1, 1}, s2[] = {2, 2};
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd);
-    int c1 = tb_node(&b, "Conv", (int[]){x, tb_const(&b, "w1", KILN_DTYPE_FLOAT, 4, w1d, -0.5f, 0.5f),
-                                         tb_const(&b, "b1", KILN_DTYPE_FLOAT, 1, bd, -0.2f, 0.2f)}, 3, "c1");
-    tb_ints_attr(&b, "pads", 4, pads);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd, NULL);
+    int c1 = tmb_op(&b, "Conv",
+                    (int[]){x, tmb_const_range(&b, "w1", KILN_DTYPE_FLOAT, 4, w1d, -0.5f, 0.5f),
+                            tmb_const_range(&b, "b1", KILN_DTYPE_FLOAT, 1, bd, -0.2f, 0.2f)},
+                    3, "c1");
+    tmb_op_ints(&b, "pads", pads, 4);
     /* Split: two outputs */
     int halves[2] = {kn_graph_add_value(b.g, "half0"), kn_graph_add_value(b.g, "half1")};
-    int split_in[2] = {c1, tb_ints_const(&b, "split", KILN_DTYPE_INT64, 2, (int64_t[]){4, 4})};
-    last_node = kn_graph_add_node(b.g, "split", "Split", "", split_in, 2, halves, 2);
-    b.g->nodes[last_node].opset = 17;
-    tb_int(&b, "axis", 1);
-    int m = tb_node(&b, "Conv", (int[]){halves[1], tb_const(&b, "wm", KILN_DTYPE_FLOAT, 4, wmd, -0.4f, 0.4f)}, 2, "m");
-    tb_ints_attr(&b, "pads", 4, pads);
-    int mr = tb_node(&b, "Relu", &m, 1, "mr");
-    int sl = tb_node(&b, "Slice", (int[]){c1, tb_ints_const(&b, "st", KILN_DTYPE_INT32, 1, (int64_t[]){2}),
-                                          tb_ints_const(&b, "en", KILN_DTYPE_INT32, 1, (int64_t[]){6}),
-                                          tb_ints_const(&b, "ax", KILN_DTYPE_INT32, 1, (int64_t[]){-3})}, 4, "sl");
-    int cat = tb_node(&b, "Concat", (int[]){halves[0], mr, sl}, 3, "cat");
-    tb_int(&b, "axis", 1);
-    int c2 = tb_node(&b, "Conv", (int[]){cat, tb_const(&b, "w2", KILN_DTYPE_FLOAT, 4, w2d, -0.3f, 0.3f)}, 2, "c2");
-    int up = tb_node(&b, "Resize", (int[]){c2, -1, tb_const(&b, "scales", KILN_DTYPE_FLOAT, 1, (int64_t[]){4}, 1, 1)}, 3, "up");
-    kn_tensor_set_f64((kn_tensor *)b.g->values[b.g->nodes[last_node].inputs[2]].constant, 2, 2.0);
-    kn_tensor_set_f64((kn_tensor *)b.g->values[b.g->nodes[last_node].inputs[2]].constant, 3, 2.0);
-    tb_attr(&b, "mode", KN_ATTR_STRING)->s = "nearest";
-    b.g->nodes[last_node].attrs[b.g->nodes[last_node].n_attrs - 1].s_len = 7;
-    int c3 = tb_node(&b, "Conv", (int[]){up, tb_const(&b, "w3", KILN_DTYPE_FLOAT, 4, w3d, -0.3f, 0.3f)}, 2, "c3");
-    tb_ints_attr(&b, "pads", 4, pads);
-    tb_ints_attr(&b, "strides", 2, s2);
-    int cat2 = tb_node(&b, "Concat", (int[]){c3, c1}, 2, "cat2");
-    tb_int(&b, "axis", -3);
-    int out = tb_node(&b, "Conv", (int[]){cat2, tb_const(&b, "w4", KILN_DTYPE_FLOAT, 4, w4d, -0.3f, 0.3f)}, 2, "out");
-    int lin = tb_node(&b, "Resize", (int[]){c2, -1, -1, tb_ints_const(&b, "sizes", KILN_DTYPE_INT64, 4, (int64_t[]){N, 8, 18, 15})},
-                      4, "lin");
-    tb_attr(&b, "mode", KN_ATTR_STRING)->s = "linear";
-    b.g->nodes[last_node].attrs[b.g->nodes[last_node].n_attrs - 1].s_len = 6;
-    int sl2 = tb_node(&b, "Slice", (int[]){c1, tb_ints_const(&b, "st2", KILN_DTYPE_INT64, 2, (int64_t[]){0, 1}),
-                                           tb_ints_const(&b, "en2", KILN_DTYPE_INT64, 2, (int64_t[]){1000, 7})}, 3, "sl2");
-    tb_output(&b, out);
-    tb_output(&b, lin);
-    tb_output(&b, sl2);
+    int split_in[2] = {c1, ints_const(&b, "split", KILN_DTYPE_INT64, 2, (int64_t[]){4, 4})};
+    b.last = kn_graph_add_node(b.g, "split", "Split", "", split_in, 2, halves, 2);
+    b.g->nodes[b.last].opset = 17;
+    tmb_op_int(&b, "axis", 1);
+    int m = tmb_op(&b, "Conv", (int[]){halves[1], tmb_const_range(&b, "wm", KILN_DTYPE_FLOAT, 4, wmd, -0.4f, 0.4f)}, 2,
+                   "m");
+    tmb_op_ints(&b, "pads", pads, 4);
+    int mr = tmb_op(&b, "Relu", &m, 1, "mr");
+    int sl = tmb_op(&b, "Slice",
+                    (int[]){c1, ints_const(&b, "st", KILN_DTYPE_INT32, 1, (int64_t[]){2}),
+                            ints_const(&b, "en", KILN_DTYPE_INT32, 1, (int64_t[]){6}),
+                            ints_const(&b, "ax", KILN_DTYPE_INT32, 1, (int64_t[]){-3})},
+                    4, "sl");
+    int cat = tmb_op(&b, "Concat", (int[]){halves[0], mr, sl}, 3, "cat");
+    tmb_op_int(&b, "axis", 1);
+    int c2 =
+        tmb_op(&b, "Conv", (int[]){cat, tmb_const_range(&b, "w2", KILN_DTYPE_FLOAT, 4, w2d, -0.3f, 0.3f)}, 2, "c2");
+    int up = tmb_op(&b, "Resize",
+                    (int[]){c2, -1, tmb_const_range(&b, "scales", KILN_DTYPE_FLOAT, 1, (int64_t[]){4}, 1, 1)}, 3, "up");
+    kn_tensor_set_f64((kn_tensor *)b.g->values[b.g->nodes[b.last].inputs[2]].constant, 2, 2.0);
+    kn_tensor_set_f64((kn_tensor *)b.g->values[b.g->nodes[b.last].inputs[2]].constant, 3, 2.0);
+    tmb_op_attr(&b, "mode", KN_ATTR_STRING)->s = "nearest";
+    b.g->nodes[b.last].attrs[b.g->nodes[b.last].n_attrs - 1].s_len = 7;
+    int c3 = tmb_op(&b, "Conv", (int[]){up, tmb_const_range(&b, "w3", KILN_DTYPE_FLOAT, 4, w3d, -0.3f, 0.3f)}, 2, "c3");
+    tmb_op_ints(&b, "pads", pads, 4);
+    tmb_op_ints(&b, "strides", s2, 2);
+    int cat2 = tmb_op(&b, "Concat", (int[]){c3, c1}, 2, "cat2");
+    tmb_op_int(&b, "axis", -3);
+    int out =
+        tmb_op(&b, "Conv", (int[]){cat2, tmb_const_range(&b, "w4", KILN_DTYPE_FLOAT, 4, w4d, -0.3f, 0.3f)}, 2, "out");
+    int lin = tmb_op(&b, "Resize",
+                     (int[]){c2, -1, -1, ints_const(&b, "sizes", KILN_DTYPE_INT64, 4, (int64_t[]){N, 8, 18, 15})}, 4,
+                     "lin");
+    tmb_op_attr(&b, "mode", KN_ATTR_STRING)->s = "linear";
+    b.g->nodes[b.last].attrs[b.g->nodes[b.last].n_attrs - 1].s_len = 6;
+    int sl2 = tmb_op(&b, "Slice",
+                     (int[]){c1, ints_const(&b, "st2", KILN_DTYPE_INT64, 2, (int64_t[]){0, 1}),
+                             ints_const(&b, "en2", KILN_DTYPE_INT64, 2, (int64_t[]){1000, 7})},
+                     3, "sl2");
+    tmb_output(&b, out);
+    tmb_output(&b, lin);
+    tmb_output(&b, sl2);
     return b.m;
 }
 
@@ -2719,15 +2639,15 @@ static int mbp_opset = 17, mbp_case = 0;
  * both spatial axes; 2 axes [1, 2] (the channels too: not moved); 3 stride 2; 4 kernel 3; 5 the
  * Conv's output also a graph output. */
 static kn_model *build_mean_pointwise(void) {
-    tb b;
-    tb_init(&b, mbp_opset);
+    tmb b;
+    tmb_init_onnx(&b, mbp_opset);
     bool two_d = mbp_case == 1;
     int64_t xd1[] = {2, 8, 12}, xd2[] = {2, 8, 6, 5}, wd1[] = {16, 8, mbp_case == 4 ? 3 : 1}, wd2[] = {16, 8, 1, 1}, bd[] = {16};
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, two_d ? 4 : 3, two_d ? xd2 : xd1);
-    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, two_d ? 4 : 3, two_d ? wd2 : wd1, -0.5f, 0.5f);
-    int bias = tb_const(&b, "b", KILN_DTYPE_FLOAT, 1, bd, -0.5f, 0.5f);
-    int y = tb_node(&b, "Conv", (int[]){x, w, bias}, 3, "y");
-    if (mbp_case == 3) tb_ints_attr(&b, "strides", 1, (int64_t[]){2});
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, two_d ? 4 : 3, two_d ? xd2 : xd1, NULL);
+    int w = tmb_const_range(&b, "w", KILN_DTYPE_FLOAT, two_d ? 4 : 3, two_d ? wd2 : wd1, -0.5f, 0.5f);
+    int bias = tmb_const_range(&b, "b", KILN_DTYPE_FLOAT, 1, bd, -0.5f, 0.5f);
+    int y = tmb_op(&b, "Conv", (int[]){x, w, bias}, 3, "y");
+    if (mbp_case == 3) tmb_op_ints(&b, "strides", (int64_t[]){2}, 1);
     int64_t axes[2] = {2, 3};
     int n_axes = two_d ? 2 : 1;
     if (mbp_case == 2) axes[0] = 1, axes[1] = 2, n_axes = 2;
@@ -2741,14 +2661,14 @@ static kn_model *build_mean_pointwise(void) {
         int a = kn_graph_add_value(b.g, "axes");
         b.g->values[a].constant = t;
         kn_type_set_tensor(&b.g->values[a].type, KILN_DTYPE_INT64, 1, &len);
-        r = tb_node(&b, "ReduceMean", (int[]){y, a}, 2, "r");
+        r = tmb_op(&b, "ReduceMean", (int[]){y, a}, 2, "r");
     } else {
-        r = tb_node(&b, "ReduceMean", &y, 1, "r");
-        tb_ints_attr(&b, "axes", n_axes, axes);
+        r = tmb_op(&b, "ReduceMean", &y, 1, "r");
+        tmb_op_ints(&b, "axes", axes, n_axes);
     }
-    tb_int(&b, "keepdims", mbp_case == 1 ? 1 : 0);
-    tb_output(&b, r);
-    if (mbp_case == 5) tb_output(&b, y);
+    tmb_op_int(&b, "keepdims", mbp_case == 1 ? 1 : 0);
+    tmb_output(&b, r);
+    if (mbp_case == 5) tmb_output(&b, y);
     return b.m;
 }
 
@@ -2790,25 +2710,25 @@ static int gar_case;
  *   the end)   3: 0..5 with 2 and 3 swapped   4: 0..5 on axis 1   5: 0..4 on axis 1 (part of the
  *   axis, as [5])   6: 0..5 as [6] (the output's shape is x's). */
 static kn_model *build_gather_whole_axis(void) {
-    tb b;
-    tb_init(&b, 17);
+    tmb b;
+    tmb_init_onnx(&b, 17);
     const bool axis1 = gar_case == 4 || gar_case == 5;
     int64_t xd[2] = {6, gar_case == 7 ? 0 : 4}, xd1[2] = {4, 6};
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, axis1 ? xd1 : xd);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 2, axis1 ? xd1 : xd, NULL);
     int64_t v[6];
     const int n = gar_case == 5 ? 5 : 6;
     for (int i = 0; i < n; i++) v[i] = gar_case == 2 ? i - 6 : i;
     if (gar_case == 3) v[2] = 3, v[3] = 2;
-    int idx = tb_ints_const(&b, "idx", gar_case == 1 ? KILN_DTYPE_INT32 : KILN_DTYPE_INT64, n, v);
+    int idx = ints_const(&b, "idx", gar_case == 1 ? KILN_DTYPE_INT32 : KILN_DTYPE_INT64, n, v);
     if (n == 6 && gar_case != 6) { /* lay the indices out as [2, 3] */
         kn_tensor *t = b.g->values[idx].constant;
         t->rank = 2, t->dims[0] = 2, t->dims[1] = 3;
         kn_type_set_tensor(&b.g->values[idx].type, t->dtype, 2, t->dims);
     }
-    int y = tb_node(&b, "Gather", (int[]){x, idx}, 2, "g");
-    tb_int(&b, "axis", axis1 ? 1 : 0);
-    int r = tb_node(&b, "Relu", &y, 1, "out");
-    tb_output(&b, r);
+    int y = tmb_op(&b, "Gather", (int[]){x, idx}, 2, "g");
+    tmb_op_int(&b, "axis", axis1 ? 1 : 0);
+    int r = tmb_op(&b, "Relu", &y, 1, "out");
+    tmb_output(&b, r);
     return b.m;
 }
 
@@ -3050,10 +2970,10 @@ KN_TEST(opt_regression_nonzero_or_fed_rnn_state_kept) {
 static int stacked_case;
 
 static kn_model *build_stacked(void) {
-    tb b;
-    tb_init(&b, 14);
+    tmb b;
+    tmb_init_onnx(&b, 14);
     int64_t xd[3] = {7, 3, 10};
-    int x = tb_input(&b, "X", KILN_DTYPE_FLOAT, 3, xd);
+    int x = tmb_input(&b, "X", KILN_DTYPE_FLOAT, 3, xd, NULL);
     int layers = stacked_case == 1 ? 3 : 2;
     static const int64_t hidden[3] = {16, 12, 8};
     int64_t in = 10;
@@ -3065,33 +2985,33 @@ static kn_model *build_stacked(void) {
         int ins[7];
         ins[0] = x;
         snprintf(n, sizeof n, "W%d", l);
-        ins[1] = tb_const(&b, n, KILN_DTYPE_FLOAT, 3, wd, -0.4f, 0.4f);
+        ins[1] = tmb_const_range(&b, n, KILN_DTYPE_FLOAT, 3, wd, -0.4f, 0.4f);
         snprintf(n, sizeof n, "R%d", l);
-        ins[2] = tb_const(&b, n, KILN_DTYPE_FLOAT, 3, rd, -0.4f, 0.4f);
+        ins[2] = tmb_const_range(&b, n, KILN_DTYPE_FLOAT, 3, rd, -0.4f, 0.4f);
         snprintf(n, sizeof n, "B%d", l);
-        ins[3] = tb_const(&b, n, KILN_DTYPE_FLOAT, 2, bd, -0.5f, 0.5f);
+        ins[3] = tmb_const_range(&b, n, KILN_DTYPE_FLOAT, 2, bd, -0.5f, 0.5f);
         ins[4] = -1;
         snprintf(n, sizeof n, "h%d", l);
-        ins[5] = tb_const(&b, n, KILN_DTYPE_FLOAT, 3, hd, -0.8f, 0.8f);
+        ins[5] = tmb_const_range(&b, n, KILN_DTYPE_FLOAT, 3, hd, -0.8f, 0.8f);
         snprintf(n, sizeof n, "c%d", l);
-        ins[6] = tb_const(&b, n, KILN_DTYPE_FLOAT, 3, hd, -0.8f, 0.8f);
+        ins[6] = tmb_const_range(&b, n, KILN_DTYPE_FLOAT, 3, hd, -0.8f, 0.8f);
         int outs[3];
         for (int o = 0; o < 3; o++) {
             snprintf(n, sizeof n, "%s%d", o == 0 ? "Y" : o == 1 ? "Y_h" : "Y_c", l);
             outs[o] = kn_graph_add_value(b.g, n);
         }
         snprintf(n, sizeof n, "lstm%d", l);
-        last_node = kn_graph_add_node(b.g, n, "LSTM", "", ins, 7, outs, 3);
-        b.g->nodes[last_node].opset = 14;
-        tb_int(&b, "hidden_size", H);
-        if (dirs == 2) tb_attr(&b, "direction", KN_ATTR_STRING)->s = "bidirectional";
-        if (stacked_case == 4 && l == layers - 1) tb_float(&b, "clip", 0.5f);
+        b.last = kn_graph_add_node(b.g, n, "LSTM", "", ins, 7, outs, 3);
+        b.g->nodes[b.last].opset = 14;
+        tmb_op_int(&b, "hidden_size", H);
+        if (dirs == 2) tmb_op_attr(&b, "direction", KN_ATTR_STRING)->s = "bidirectional";
+        if (stacked_case == 4 && l == layers - 1) tmb_op_float(&b, "clip", 0.5f);
         if (l == layers - 1) {
-            for (int o = 0; o < 3; o++) tb_output(&b, outs[o]);
+            for (int o = 0; o < 3; o++) tmb_output(&b, outs[o]);
             break;
         }
-        if (stacked_case == 2) tb_output(&b, outs[1]);
-        if (stacked_case == 5) tb_output(&b, outs[0]);
+        if (stacked_case == 2) tmb_output(&b, outs[1]);
+        if (stacked_case == 5) tmb_output(&b, outs[0]);
         snprintf(n, sizeof n, "S%d", l);
         if (dirs == 2) {
             int64_t shape[3] = {7, 3, 2 * H};
@@ -3105,7 +3025,7 @@ static kn_model *build_stacked(void) {
             b.g->values[r[1]].constant = t;
             kn_type_set_tensor(&b.g->values[r[1]].type, KILN_DTYPE_INT64, 1, sd);
             snprintf(n, sizeof n, "S%d", l);
-            x = tb_node(&b, "Reshape", r, 2, n);
+            x = tmb_op(&b, "Reshape", r, 2, n);
             in = 2 * H;
         } else {
             int64_t one = 1, sd[1] = {1};
@@ -3118,7 +3038,7 @@ static kn_model *build_stacked(void) {
             b.g->values[sq[1]].constant = t;
             kn_type_set_tensor(&b.g->values[sq[1]].type, KILN_DTYPE_INT64, 1, sd);
             snprintf(n, sizeof n, "S%d", l);
-            x = tb_node(&b, "Squeeze", sq, 2, n);
+            x = tmb_op(&b, "Squeeze", sq, 2, n);
             in = H;
         }
     }
@@ -3173,21 +3093,21 @@ KN_TEST(opt_regression_stacked_lstm_not_formed) {
 static int rows_symbolic;
 
 static kn_model *build_rows_gemm_residual(void) {
-    tb b;
-    tb_init(&b, 17);
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 8});
+    tmb b;
+    tmb_init_onnx(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 8}, NULL);
     if (rows_symbolic) b.g->values[x].type.dims[0] = (kn_dim){-1, "batch"};
-    int flat_shape = tb_ints_const(&b, "flat_shape", KILN_DTYPE_INT64, 2, (int64_t[]){-1, 8});
-    int flat = tb_node(&b, "Reshape", (int[]){x, flat_shape}, 2, "flat");
-    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){8, 8}, -0.5f, 0.5f);
-    int bias = tb_const(&b, "bias", KILN_DTYPE_FLOAT, 1, (int64_t[]){8}, -0.5f, 0.5f);
-    int y = tb_node(&b, "Gemm", (int[]){flat, w, bias}, 3, "addmm");
-    tb_int(&b, "transB", 1);
-    int back = rows_symbolic ? tb_node(&b, "Shape", &x, 1, "back")
-                             : tb_ints_const(&b, "back", KILN_DTYPE_INT64, 3, (int64_t[]){2, 5, 8});
-    int r = tb_node(&b, "Reshape", (int[]){y, back}, 2, "view");
-    int out = tb_node(&b, "Add", (int[]){r, x}, 2, "out");
-    tb_output(&b, out);
+    int flat_shape = ints_const(&b, "flat_shape", KILN_DTYPE_INT64, 2, (int64_t[]){-1, 8});
+    int flat = tmb_op(&b, "Reshape", (int[]){x, flat_shape}, 2, "flat");
+    int w = tmb_const_range(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){8, 8}, -0.5f, 0.5f);
+    int bias = tmb_const_range(&b, "bias", KILN_DTYPE_FLOAT, 1, (int64_t[]){8}, -0.5f, 0.5f);
+    int y = tmb_op(&b, "Gemm", (int[]){flat, w, bias}, 3, "addmm");
+    tmb_op_int(&b, "transB", 1);
+    int back = rows_symbolic ? tmb_op(&b, "Shape", &x, 1, "back")
+                             : ints_const(&b, "back", KILN_DTYPE_INT64, 3, (int64_t[]){2, 5, 8});
+    int r = tmb_op(&b, "Reshape", (int[]){y, back}, 2, "view");
+    int out = tmb_op(&b, "Add", (int[]){r, x}, 2, "out");
+    tmb_output(&b, out);
     return b.m;
 }
 
@@ -3228,82 +3148,82 @@ KN_TEST(opt_gemm_rows_bias_residual) {
 static int packed_mode, packed_symbolic;
 
 /* A Reshape target [batch, rest...]: constant, or with a symbolic batch read from x's shape */
-static int packed_shape(tb *b, int x, const char *name, int n, const int64_t *dims) {
+static int packed_shape(tmb *b, int x, const char *name, int n, const int64_t *dims) {
     int64_t d[KILN_MAX_RANK];
     memcpy(d, dims, sizeof(int64_t) * (size_t)n);
     if (!packed_symbolic || packed_mode != 0) {
         if (packed_symbolic) d[0] = 0;
-        return tb_ints_const(b, name, KILN_DTYPE_INT64, n, d);
+        return ints_const(b, name, KILN_DTYPE_INT64, n, d);
     }
     char nm[64];
     snprintf(nm, sizeof nm, "%s_shape", name);
-    int shape = tb_node(b, "Shape", &x, 1, nm);
+    int shape = tmb_op(b, "Shape", &x, 1, nm);
     snprintf(nm, sizeof nm, "%s_i0", name);
-    int i0 = tb_ints_const(b, nm, KILN_DTYPE_INT64, 1, (int64_t[]){0});
+    int i0 = ints_const(b, nm, KILN_DTYPE_INT64, 1, (int64_t[]){0});
     snprintf(nm, sizeof nm, "%s_batch", name);
-    int batch = tb_node(b, "Gather", (int[]){shape, i0}, 2, nm);
+    int batch = tmb_op(b, "Gather", (int[]){shape, i0}, 2, nm);
     snprintf(nm, sizeof nm, "%s_rest", name);
-    int rest = tb_ints_const(b, nm, KILN_DTYPE_INT64, n - 1, d + 1);
-    int out = tb_node(b, "Concat", (int[]){batch, rest}, 2, name);
-    tb_int(b, "axis", 0);
+    int rest = ints_const(b, nm, KILN_DTYPE_INT64, n - 1, d + 1);
+    int out = tmb_op(b, "Concat", (int[]){batch, rest}, 2, name);
+    tmb_op_int(b, "axis", 0);
     return out;
 }
 
 static kn_model *build_packed_attention(void) {
-    tb b;
-    tb_init(&b, 17);
-    int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 8});
+    tmb b;
+    tmb_init_onnx(&b, 17);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 8}, NULL);
     if (packed_symbolic) b.g->values[x].type.dims[0] = (kn_dim){-1, "batch"};
-    int w = tb_const(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){8, 24}, -0.5f, 0.5f);
-    int qkv = tb_node(&b, "MatMul", (int[]){x, w}, 2, "qkv");
+    int w = tmb_const_range(&b, "w", KILN_DTYPE_FLOAT, 2, (int64_t[]){8, 24}, -0.5f, 0.5f);
+    int qkv = tmb_op(&b, "MatMul", (int[]){x, w}, 2, "qkv");
     int q, k, v;
     if (packed_mode == 0) {
         int shp = packed_shape(&b, x, "shp5", 5, (int64_t[]){2, 5, 3, 2, 4});
-        int r = tb_node(&b, "Reshape", (int[]){qkv, shp}, 2, "qkv5");
-        int t = tb_node(&b, "Transpose", &r, 1, "qkv_heads");
-        tb_ints_attr(&b, "perm", 5, (int64_t[]){2, 0, 3, 1, 4});
-        int sizes = tb_ints_const(&b, "sizes", KILN_DTYPE_INT64, 3, (int64_t[]){1, 1, 1});
+        int r = tmb_op(&b, "Reshape", (int[]){qkv, shp}, 2, "qkv5");
+        int t = tmb_op(&b, "Transpose", &r, 1, "qkv_heads");
+        tmb_op_ints(&b, "perm", (int64_t[]){2, 0, 3, 1, 4}, 5);
+        int sizes = ints_const(&b, "sizes", KILN_DTYPE_INT64, 3, (int64_t[]){1, 1, 1});
         int parts[3] = {kn_graph_add_value(b.g, "p0"), kn_graph_add_value(b.g, "p1"), kn_graph_add_value(b.g, "p2")};
-        last_node = kn_graph_add_node(b.g, "split", "Split", "", (int[]){t, sizes}, 2, parts, 3);
-        b.g->nodes[last_node].opset = 17;
-        tb_int(&b, "axis", 0);
-        int ax = tb_ints_const(&b, "ax0", KILN_DTYPE_INT64, 1, (int64_t[]){0});
+        b.last = kn_graph_add_node(b.g, "split", "Split", "", (int[]){t, sizes}, 2, parts, 3);
+        b.g->nodes[b.last].opset = 17;
+        tmb_op_int(&b, "axis", 0);
+        int ax = ints_const(&b, "ax0", KILN_DTYPE_INT64, 1, (int64_t[]){0});
         const char *names[3] = {"q", "k", "v"};
         int *dst[3] = {&q, &k, &v};
-        for (int i = 0; i < 3; i++) *dst[i] = tb_node(&b, "Squeeze", (int[]){parts[i], ax}, 2, names[i]);
+        for (int i = 0; i < 3; i++) *dst[i] = tmb_op(&b, "Squeeze", (int[]){parts[i], ax}, 2, names[i]);
     } else {
         int shp = packed_shape(&b, x, "shp4", 4, (int64_t[]){2, 5, 2, 4});
-        int axes = tb_ints_const(&b, "axes", KILN_DTYPE_INT64, 1, (int64_t[]){packed_mode == 2 ? -1 : 2});
-        int step = tb_ints_const(&b, "step", KILN_DTYPE_INT64, 1, (int64_t[]){1});
+        int axes = ints_const(&b, "axes", KILN_DTYPE_INT64, 1, (int64_t[]){packed_mode == 2 ? -1 : 2});
+        int step = ints_const(&b, "step", KILN_DTYPE_INT64, 1, (int64_t[]){1});
         const char *names[3] = {"q", "k", "v"};
         int *dst[3] = {&q, &k, &v};
         for (int i = 0; i < 3; i++) {
             char sn[16], en[16], cn[16], rn[16];
             snprintf(sn, sizeof sn, "start%d", i), snprintf(en, sizeof en, "end%d", i);
             snprintf(cn, sizeof cn, "cols%d", i), snprintf(rn, sizeof rn, "rows%d", i);
-            int st = tb_ints_const(&b, sn, KILN_DTYPE_INT64, 1, (int64_t[]){8 * i});
+            int st = ints_const(&b, sn, KILN_DTYPE_INT64, 1, (int64_t[]){8 * i});
             /* mode 2: the last range ends past the dim (clamped to it) */
-            int en_v = tb_ints_const(&b, en, KILN_DTYPE_INT64, 1, (int64_t[]){packed_mode == 2 && i == 2 ? 1000 : 8 * (i + 1)});
-            int cols = packed_mode == 2 ? tb_node(&b, "Slice", (int[]){qkv, st, en_v, axes, step}, 5, cn)
-                                        : tb_node(&b, "Slice", (int[]){qkv, st, en_v, axes}, 4, cn);
-            int rs = tb_node(&b, "Reshape", (int[]){cols, shp}, 2, rn);
-            *dst[i] = tb_node(&b, "Transpose", &rs, 1, names[i]);
-            tb_ints_attr(&b, "perm", 4, (int64_t[]){0, 2, 1, 3});
+            int en_v = ints_const(&b, en, KILN_DTYPE_INT64, 1, (int64_t[]){packed_mode == 2 && i == 2 ? 1000 : 8 * (i + 1)});
+            int cols = packed_mode == 2 ? tmb_op(&b, "Slice", (int[]){qkv, st, en_v, axes, step}, 5, cn)
+                                        : tmb_op(&b, "Slice", (int[]){qkv, st, en_v, axes}, 4, cn);
+            int rs = tmb_op(&b, "Reshape", (int[]){cols, shp}, 2, rn);
+            *dst[i] = tmb_op(&b, "Transpose", &rs, 1, names[i]);
+            tmb_op_ints(&b, "perm", (int64_t[]){0, 2, 1, 3}, 4);
         }
     }
-    int kt = tb_node(&b, "Transpose", &k, 1, "kt");
-    tb_ints_attr(&b, "perm", 4, (int64_t[]){0, 1, 3, 2});
-    int s = tb_node(&b, "MatMul", (int[]){q, kt}, 2, "s");
-    int sc = tb_scalar(&b, "sc", KILN_DTYPE_FLOAT, 0.5);
-    s = tb_node(&b, "Mul", (int[]){s, sc}, 2, "ss");
-    int p = tb_node(&b, "Softmax", &s, 1, "p");
-    tb_int(&b, "axis", -1);
-    int y = tb_node(&b, "MatMul", (int[]){p, v}, 2, "yh");
-    int yt = tb_node(&b, "Transpose", &y, 1, "yt");
-    tb_ints_attr(&b, "perm", 4, (int64_t[]){0, 2, 1, 3});
+    int kt = tmb_op(&b, "Transpose", &k, 1, "kt");
+    tmb_op_ints(&b, "perm", (int64_t[]){0, 1, 3, 2}, 4);
+    int s = tmb_op(&b, "MatMul", (int[]){q, kt}, 2, "s");
+    int sc = tmb_scalar(&b, "sc", KILN_DTYPE_FLOAT, 0.5);
+    s = tmb_op(&b, "Mul", (int[]){s, sc}, 2, "ss");
+    int p = tmb_op(&b, "Softmax", &s, 1, "p");
+    tmb_op_int(&b, "axis", -1);
+    int y = tmb_op(&b, "MatMul", (int[]){p, v}, 2, "yh");
+    int yt = tmb_op(&b, "Transpose", &y, 1, "yt");
+    tmb_op_ints(&b, "perm", (int64_t[]){0, 2, 1, 3}, 4);
     int back = packed_shape(&b, x, "back", 3, (int64_t[]){2, 5, 8});
-    int out = tb_node(&b, "Reshape", (int[]){yt, back}, 2, "y");
-    tb_output(&b, out);
+    int out = tmb_op(&b, "Reshape", (int[]){yt, back}, 2, "y");
+    tmb_output(&b, out);
     return b.m;
 }
 
@@ -3372,33 +3292,33 @@ KN_TEST(opt_packed_qkv_symbolic_batch) {
  * nodes stays where it is. */
 static int expand_case;
 static kn_model *build_expand(void) {
-    tb b;
-    tb_init(&b, 17);
+    tmb b;
+    tmb_init_onnx(&b, 17);
     if (expand_case == 0) {
-        int m = tb_input(&b, "m", KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 1, 1, 5});
-        int s = tb_input(&b, "s", KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 4, 5});
-        int zero = tb_scalar(&b, "zero", KILN_DTYPE_FLOAT, 0), low = tb_scalar(&b, "low", KILN_DTYPE_FLOAT, -1e4);
-        int gt = tb_node(&b, "Greater", (int[]){m, zero}, 2, "gt");
-        int shape = tb_ints_const(&b, "shape", KILN_DTYPE_INT64, 4, (int64_t[]){2, 1, 4, 5});
-        int e = tb_node(&b, "Expand", (int[]){gt, shape}, 2, "e");
-        int w = tb_node(&b, "Where", (int[]){e, zero, low}, 3, "w");
-        int a = tb_node(&b, "Add", (int[]){s, w}, 2, "a");
-        int y = tb_node(&b, "Softmax", &a, 1, "y");
-        tb_output(&b, y);
+        int m = tmb_input(&b, "m", KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 1, 1, 5}, NULL);
+        int s = tmb_input(&b, "s", KILN_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 4, 5}, NULL);
+        int zero = tmb_scalar(&b, "zero", KILN_DTYPE_FLOAT, 0), low = tmb_scalar(&b, "low", KILN_DTYPE_FLOAT, -1e4);
+        int gt = tmb_op(&b, "Greater", (int[]){m, zero}, 2, "gt");
+        int shape = ints_const(&b, "shape", KILN_DTYPE_INT64, 4, (int64_t[]){2, 1, 4, 5});
+        int e = tmb_op(&b, "Expand", (int[]){gt, shape}, 2, "e");
+        int w = tmb_op(&b, "Where", (int[]){e, zero, low}, 3, "w");
+        int a = tmb_op(&b, "Add", (int[]){s, w}, 2, "a");
+        int y = tmb_op(&b, "Softmax", &a, 1, "y");
+        tmb_output(&b, y);
     } else if (expand_case == 1) {
-        int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){1, 5});
-        int z = tb_input(&b, "z", KILN_DTYPE_FLOAT, 2, (int64_t[]){1, 5});
-        int shape = tb_ints_const(&b, "shape", KILN_DTYPE_INT64, 2, (int64_t[]){4, 5});
-        int e = tb_node(&b, "Expand", (int[]){x, shape}, 2, "e");
-        int a = tb_node(&b, "Add", (int[]){e, z}, 2, "a");
-        int y = tb_node(&b, "Exp", &a, 1, "y");
-        tb_output(&b, y);
+        int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){1, 5}, NULL);
+        int z = tmb_input(&b, "z", KILN_DTYPE_FLOAT, 2, (int64_t[]){1, 5}, NULL);
+        int shape = ints_const(&b, "shape", KILN_DTYPE_INT64, 2, (int64_t[]){4, 5});
+        int e = tmb_op(&b, "Expand", (int[]){x, shape}, 2, "e");
+        int a = tmb_op(&b, "Add", (int[]){e, z}, 2, "a");
+        int y = tmb_op(&b, "Exp", &a, 1, "y");
+        tmb_output(&b, y);
     } else {
-        int x = tb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){1, 5});
-        int shape = tb_ints_const(&b, "shape", KILN_DTYPE_INT64, 2, (int64_t[]){4, 5});
-        int e = tb_node(&b, "Expand", (int[]){x, shape}, 2, "e");
-        tb_output(&b, tb_node(&b, "Neg", &e, 1, "n"));
-        tb_output(&b, tb_node(&b, "Abs", &e, 1, "ab"));
+        int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 2, (int64_t[]){1, 5}, NULL);
+        int shape = ints_const(&b, "shape", KILN_DTYPE_INT64, 2, (int64_t[]){4, 5});
+        int e = tmb_op(&b, "Expand", (int[]){x, shape}, 2, "e");
+        tmb_output(&b, tmb_op(&b, "Neg", &e, 1, "n"));
+        tmb_output(&b, tmb_op(&b, "Abs", &e, 1, "ab"));
     }
     return b.m;
 }

@@ -8,8 +8,9 @@
 #include "exec/exec.h"
 #include "exec/session.h"
 #include "ir/graph.h"
-#include "opt/opt.h"
 #include "ir/tensor.h"
+#include "opt/opt.h"
+#include "test_model_builder.h"
 #include "unit.h"
 
 #include <math.h>
@@ -18,98 +19,18 @@
 
 /* ------------------------------------------------------------------ graph builder */
 
-typedef struct seb {
-    kn_model *m;
-    kn_graph *g;
-    unsigned seed;
-    int last;
-} seb;
-
-static void seb_init(seb *b, int opset) {
-    memset(b, 0, sizeof *b);
+/* test_model_builder.h's optimiser-test builder with this file's seed: its constants' values. */
+static void se_builder(tmb *b, int opset) {
+    tmb_init_onnx(b, opset);
     b->seed = 4242u;
-    kn_model_new(&b->m);
-    kn_graph_new(b->m, NULL, "se", &b->g);
-    b->m->graph = b->g;
-    b->m->ir_version = 8;
-    b->m->opsets = kn_arena_alloc(&b->m->arena, sizeof(kn_opset_import));
-    b->m->opsets[0].domain = "";
-    b->m->opsets[0].version = opset;
-    b->m->n_opsets = 1;
 }
 
-static void push(int **arr, int *n, int v) {
-    *arr = realloc(*arr, sizeof(int) * (size_t)(*n + 1));
-    (*arr)[(*n)++] = v;
-}
-
-static int seb_input(seb *b, const char *name, int rank, const int64_t *dims) {
-    int v = kn_graph_add_value(b->g, name);
-    kn_type_set_tensor(&b->g->values[v].type, KILN_DTYPE_FLOAT, rank, dims);
-    b->g->values[v].is_graph_input = true;
-    push(&b->g->inputs, &b->g->n_inputs, v);
-    return v;
-}
-
-static void seb_output(seb *b, int v) {
-    b->g->values[v].is_graph_output = true;
-    push(&b->g->outputs, &b->g->n_outputs, v);
-}
-
-static float seb_rnd(seb *b) {
-    b->seed = b->seed * 1103515245u + 12345u;
-    return (float)((b->seed >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f;
-}
-
-/* A float constant of random values in [-scale, scale), or of the int64 values given. */
-static int seb_const(seb *b, const char *name, int rank, const int64_t *dims, float scale) {
+/* A float constant of random values in [-scale, scale). */
+static int se_const(tmb *b, const char *name, int rank, const int64_t *dims, float scale) {
     kn_tensor *t = NULL;
     kn_tensor_new(KILN_DTYPE_FLOAT, rank, dims, &t);
-    for (int64_t i = 0; i < kn_tensor_count(t); i++) ((float *)t->data)[i] = scale * seb_rnd(b);
-    kn_model_own_tensor(b->m, t);
-    int v = kn_graph_add_value(b->g, name);
-    b->g->values[v].constant = t;
-    kn_type_set_tensor(&b->g->values[v].type, KILN_DTYPE_FLOAT, rank, dims);
-    return v;
-}
-
-static int seb_ints(seb *b, const char *name, int n, const int64_t *vals) {
-    kn_tensor *t = NULL;
-    int64_t d = n;
-    kn_tensor_new(KILN_DTYPE_INT64, 1, &d, &t);
-    memcpy(t->data, vals, sizeof(int64_t) * (size_t)n);
-    kn_model_own_tensor(b->m, t);
-    int v = kn_graph_add_value(b->g, name);
-    b->g->values[v].constant = t;
-    kn_type_set_tensor(&b->g->values[v].type, KILN_DTYPE_INT64, 1, &d);
-    return v;
-}
-
-static int seb_node(seb *b, const char *op, const int *ins, int n, const char *out) {
-    int v = kn_graph_add_value(b->g, out);
-    b->last = kn_graph_add_node(b->g, out, op, "", ins, n, &v, 1);
-    b->g->nodes[b->last].opset = (int)b->m->opsets[0].version;
-    return v;
-}
-
-static kn_attr *seb_attr(seb *b, const char *name, kn_attr_type type) {
-    kn_node *n = &b->g->nodes[b->last];
-    kn_attr *a = kn_arena_alloc(&b->m->arena, sizeof(kn_attr) * (size_t)(n->n_attrs + 1));
-    if (n->n_attrs) memcpy(a, n->attrs, sizeof(kn_attr) * (size_t)n->n_attrs);
-    n->attrs = a;
-    kn_attr *at = &a[n->n_attrs++];
-    memset(at, 0, sizeof *at);
-    at->name = name;
-    at->type = type;
-    return at;
-}
-static void seb_int(seb *b, const char *name, int64_t v) { seb_attr(b, name, KN_ATTR_INT)->i = v; }
-static void seb_float(seb *b, const char *name, float v) { seb_attr(b, name, KN_ATTR_FLOAT)->f = v; }
-static void seb_ints_attr(seb *b, const char *name, int n, const int64_t *v) {
-    kn_attr *a = seb_attr(b, name, KN_ATTR_INTS);
-    a->ints = kn_arena_alloc(&b->m->arena, sizeof(int64_t) * (size_t)n);
-    memcpy(a->ints, v, sizeof(int64_t) * (size_t)n);
-    a->n = n;
+    for (int64_t i = 0; i < kn_tensor_count(t); i++) ((float *)t->data)[i] = scale * tmb_rand_ansi(&b->seed);
+    return tmb_const_tensor(b, name, t);
 }
 
 /* ------------------------------------------------------------------ the blocks */
@@ -136,102 +57,102 @@ static int se_case;
 static bool se_symbolic; /* X's batch a symbolic dim */
 static const int64_t SE_N = 2, SE_C = 40, SE_M = 10, SE_H = 7, SE_W = 5;
 
-static int conv1x1(seb *b, int x, int cin, int cout, bool bias, const char *name) {
+static int conv1x1(tmb *b, int x, int cin, int cout, bool bias, const char *name) {
     char nm[64];
     int64_t wd[4] = {cout, cin, 1, 1}, bd[1] = {cout};
     snprintf(nm, sizeof nm, "%s.w", name);
-    int w = seb_const(b, nm, 4, wd, 0.5f);
+    int w = se_const(b, nm, 4, wd, 0.5f);
     snprintf(nm, sizeof nm, "%s.b", name);
-    int ins[3] = {x, w, bias ? seb_const(b, nm, 1, bd, 0.5f) : -1};
-    return seb_node(b, "Conv", ins, bias ? 3 : 2, name);
+    int ins[3] = {x, w, bias ? se_const(b, nm, 1, bd, 0.5f) : -1};
+    return tmb_op(b, "Conv", ins, bias ? 3 : 2, name);
 }
 
 static kn_model *build_se(void) {
-    seb b;
+    tmb b;
     const int opset = se_case == SE_REDUCE_MEAN_18 ? 18 : 13;
-    seb_init(&b, opset);
+    se_builder(&b, opset);
     const bool rank3 = se_case == SE_RANK3;
     int64_t xd[4] = {SE_N, SE_C, SE_H, SE_W};
     if (rank3) xd[2] = SE_H * SE_W;
     const int rank = rank3 ? 3 : 4;
-    int x = seb_input(&b, "x", rank, xd);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, rank, xd, NULL);
     if (se_symbolic) b.g->values[x].type.dims[0] = (kn_dim){-1, "N"};
-    int other = se_case == SE_OTHER_MUL ? seb_input(&b, "z", rank, xd) : -1;
+    int other = se_case == SE_OTHER_MUL ? tmb_input(&b, "z", KILN_DTYPE_FLOAT, rank, xd, NULL) : -1;
     if (other >= 0 && se_symbolic) b.g->values[other].type.dims[0] = (kn_dim){-1, "N"};
     int pooled, gate;
     if (se_case == SE_GEMM || se_case == SE_MATMUL) {
         int flat;
         if (se_case == SE_GEMM) {
-            pooled = seb_node(&b, "GlobalAveragePool", &x, 1, "pool");
-            flat = seb_node(&b, "Flatten", &pooled, 1, "flat");
+            pooled = tmb_op(&b, "GlobalAveragePool", &x, 1, "pool");
+            flat = tmb_op(&b, "Flatten", &pooled, 1, "flat");
         } else {
-            flat = pooled = seb_node(&b, "ReduceMean", &x, 1, "pool");
-            seb_ints_attr(&b, "axes", 2, (int64_t[]){2, 3});
-            seb_int(&b, "keepdims", 0);
+            flat = pooled = tmb_op(&b, "ReduceMean", &x, 1, "pool");
+            tmb_op_ints(&b, "axes", (int64_t[]){2, 3}, 2);
+            tmb_op_int(&b, "keepdims", 0);
         }
         int h, g;
         if (se_case == SE_GEMM) {
             int64_t w1d[2] = {SE_M, SE_C}, b1d[1] = {SE_M}, w2d[2] = {SE_C, SE_M}, b2d[2] = {1, SE_C};
-            int w1 = seb_const(&b, "fc1.w", 2, w1d, 0.5f), b1 = seb_const(&b, "fc1.b", 1, b1d, 0.5f);
-            h = seb_node(&b, "Gemm", (int[]){flat, w1, b1}, 3, "fc1");
-            seb_int(&b, "transB", 1);
-            h = seb_node(&b, "Relu", &h, 1, "relu");
-            int w2 = seb_const(&b, "fc2.w", 2, w2d, 0.5f), b2 = seb_const(&b, "fc2.b", 2, b2d, 0.5f);
-            g = seb_node(&b, "Gemm", (int[]){h, w2, b2}, 3, "fc2");
-            seb_int(&b, "transB", 1);
-            g = seb_node(&b, "Sigmoid", &g, 1, "sig");
-            int shape = seb_ints(&b, "shape", 4, (int64_t[]){-1, SE_C, 1, 1});
-            gate = seb_node(&b, "Reshape", (int[]){g, shape}, 2, "gate");
+            int w1 = se_const(&b, "fc1.w", 2, w1d, 0.5f), b1 = se_const(&b, "fc1.b", 1, b1d, 0.5f);
+            h = tmb_op(&b, "Gemm", (int[]){flat, w1, b1}, 3, "fc1");
+            tmb_op_int(&b, "transB", 1);
+            h = tmb_op(&b, "Relu", &h, 1, "relu");
+            int w2 = se_const(&b, "fc2.w", 2, w2d, 0.5f), b2 = se_const(&b, "fc2.b", 2, b2d, 0.5f);
+            g = tmb_op(&b, "Gemm", (int[]){h, w2, b2}, 3, "fc2");
+            tmb_op_int(&b, "transB", 1);
+            g = tmb_op(&b, "Sigmoid", &g, 1, "sig");
+            int shape = tmb_const_i64(&b, "shape", (int64_t[]){-1, SE_C, 1, 1}, 4, false);
+            gate = tmb_op(&b, "Reshape", (int[]){g, shape}, 2, "gate");
         } else {
             int64_t w1d[2] = {SE_C, SE_M}, b1d[1] = {SE_M}, w2d[2] = {SE_M, SE_C}, b2d[1] = {SE_C};
-            int w1 = seb_const(&b, "fc1.w", 2, w1d, 0.5f), b1 = seb_const(&b, "fc1.b", 1, b1d, 0.5f);
-            h = seb_node(&b, "MatMul", (int[]){flat, w1}, 2, "fc1");
-            h = seb_node(&b, "Add", (int[]){b1, h}, 2, "fc1.add");
-            h = seb_node(&b, "Relu", &h, 1, "relu");
-            int w2 = seb_const(&b, "fc2.w", 2, w2d, 0.5f), b2 = seb_const(&b, "fc2.b", 1, b2d, 0.5f);
-            g = seb_node(&b, "MatMul", (int[]){h, w2}, 2, "fc2");
-            g = seb_node(&b, "Add", (int[]){g, b2}, 2, "fc2.add");
-            g = seb_node(&b, "HardSigmoid", &g, 1, "hsig");
-            seb_float(&b, "alpha", 1.0f / 6.0f);
-            int axes = seb_ints(&b, "axes", 2, (int64_t[]){2, 3});
-            gate = seb_node(&b, "Unsqueeze", (int[]){g, axes}, 2, "gate");
+            int w1 = se_const(&b, "fc1.w", 2, w1d, 0.5f), b1 = se_const(&b, "fc1.b", 1, b1d, 0.5f);
+            h = tmb_op(&b, "MatMul", (int[]){flat, w1}, 2, "fc1");
+            h = tmb_op(&b, "Add", (int[]){b1, h}, 2, "fc1.add");
+            h = tmb_op(&b, "Relu", &h, 1, "relu");
+            int w2 = se_const(&b, "fc2.w", 2, w2d, 0.5f), b2 = se_const(&b, "fc2.b", 1, b2d, 0.5f);
+            g = tmb_op(&b, "MatMul", (int[]){h, w2}, 2, "fc2");
+            g = tmb_op(&b, "Add", (int[]){g, b2}, 2, "fc2.add");
+            g = tmb_op(&b, "HardSigmoid", &g, 1, "hsig");
+            tmb_op_float(&b, "alpha", 1.0f / 6.0f);
+            int axes = tmb_const_i64(&b, "axes", (int64_t[]){2, 3}, 2, false);
+            gate = tmb_op(&b, "Unsqueeze", (int[]){g, axes}, 2, "gate");
         }
     } else {
         if (se_case == SE_REDUCE_MEAN) {
-            pooled = seb_node(&b, "ReduceMean", &x, 1, "pool");
-            seb_ints_attr(&b, "axes", 2, (int64_t[]){2, 3});
+            pooled = tmb_op(&b, "ReduceMean", &x, 1, "pool");
+            tmb_op_ints(&b, "axes", (int64_t[]){2, 3}, 2);
         } else if (se_case == SE_REDUCE_MEAN_18) {
-            int axes = seb_ints(&b, "axes", 2, (int64_t[]){-1, -2});
-            pooled = seb_node(&b, "ReduceMean", (int[]){x, axes}, 2, "pool");
+            int axes = tmb_const_i64(&b, "axes", (int64_t[]){-1, -2}, 2, false);
+            pooled = tmb_op(&b, "ReduceMean", (int[]){x, axes}, 2, "pool");
         } else {
-            pooled = seb_node(&b, "GlobalAveragePool", &x, 1, "pool");
+            pooled = tmb_op(&b, "GlobalAveragePool", &x, 1, "pool");
         }
         const bool bias = se_case != SE_NO_BIAS;
         int h = conv1x1(&b, pooled, SE_C, SE_M, bias, "fc1");
         if (rank3) b.g->values[b.g->nodes[b.last].inputs[1]].type.rank = 3, b.g->values[b.g->nodes[b.last].inputs[1]].constant->rank = 3;
-        if (se_case == SE_STRIDED) seb_ints_attr(&b, "strides", 2, (int64_t[]){2, 2});
+        if (se_case == SE_STRIDED) tmb_op_ints(&b, "strides", (int64_t[]){2, 2}, 2);
         if (se_case == SE_EFFICIENTNET || se_case == SE_HIDDEN_READ || se_case == SE_POOL_READ) {
-            int s = seb_node(&b, "Sigmoid", &h, 1, "silu.sig");
-            h = seb_node(&b, "Mul", (int[]){h, s}, 2, "silu");
+            int s = tmb_op(&b, "Sigmoid", &h, 1, "silu.sig");
+            h = tmb_op(&b, "Mul", (int[]){h, s}, 2, "silu");
         } else if (se_case != SE_NO_BIAS) {
-            h = seb_node(&b, "Relu", &h, 1, "relu");
+            h = tmb_op(&b, "Relu", &h, 1, "relu");
         }
-        if (se_case == SE_HIDDEN_READ) seb_output(&b, h);
+        if (se_case == SE_HIDDEN_READ) tmb_output(&b, h);
         int g = conv1x1(&b, h, SE_M, SE_C, bias, "fc2");
         if (rank3) b.g->values[b.g->nodes[b.last].inputs[1]].type.rank = 3, b.g->values[b.g->nodes[b.last].inputs[1]].constant->rank = 3;
         if (se_case == SE_MOBILENET) {
-            gate = seb_node(&b, "HardSigmoid", &g, 1, "gate");
-            seb_float(&b, "alpha", 1.0f / 6.0f);
+            gate = tmb_op(&b, "HardSigmoid", &g, 1, "gate");
+            tmb_op_float(&b, "alpha", 1.0f / 6.0f);
         } else {
-            gate = seb_node(&b, "Sigmoid", &g, 1, "gate");
+            gate = tmb_op(&b, "Sigmoid", &g, 1, "gate");
         }
     }
-    if (se_case == SE_POOL_READ) seb_output(&b, seb_node(&b, "Neg", &pooled, 1, "pool.neg"));
-    if (se_case == SE_GATE_READ) seb_output(&b, gate);
+    if (se_case == SE_POOL_READ) tmb_output(&b, tmb_op(&b, "Neg", &pooled, 1, "pool.neg"));
+    if (se_case == SE_GATE_READ) tmb_output(&b, gate);
     const int target = other >= 0 ? other : x;
     const bool gate_first = se_case == SE_MOBILENET || se_case == SE_GEMM || se_case == SE_RANK3;
-    int y = seb_node(&b, "Mul", gate_first ? (int[]){gate, target} : (int[]){target, gate}, 2, "y");
-    seb_output(&b, y);
+    int y = tmb_op(&b, "Mul", gate_first ? (int[]){gate, target} : (int[]){target, gate}, 2, "y");
+    tmb_output(&b, y);
     return b.m;
 }
 
@@ -388,45 +309,44 @@ static double act_d(const char *name, const float *p, double v) {
 
 static void kernel_case(int64_t N, int64_t C, int64_t M, int64_t S1, int64_t S2, bool nhwc, bool biases, const char *act,
                         const char *gate, int threads, bool w2_fed) {
-    seb b;
-    seb_init(&b, 17);
+    tmb b;
+    se_builder(&b, 17);
     int64_t xd[4] = {N, C, S1, S2}, w1d[4] = {M, C, 1, 1}, w2d[4] = {C, M, 1, 1}, b1d[1] = {M}, b2d[1] = {C};
     if (nhwc) {
         int64_t xl[4] = {N, S1, S2, C}, w1l[4] = {M, 1, 1, C}, w2l[4] = {C, 1, 1, M};
         memcpy(xd, xl, sizeof xd), memcpy(w1d, w1l, sizeof w1d), memcpy(w2d, w2l, sizeof w2d);
     }
-    int x = seb_input(&b, "x", 4, xd);
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, 4, xd, NULL);
     /* W2 a constant (the kernel keeps its transposed form with the session) or a graph input fed
      * at each run (transposed per call) */
-    int w1 = seb_const(&b, "w1", 4, w1d, 0.6f), w2 = w2_fed ? seb_input(&b, "w2", 4, w2d) : seb_const(&b, "w2", 4, w2d, 0.6f);
+    int w1 = se_const(&b, "w1", 4, w1d, 0.6f),
+        w2 = w2_fed ? tmb_input(&b, "w2", KILN_DTYPE_FLOAT, 4, w2d, NULL) : se_const(&b, "w2", 4, w2d, 0.6f);
     kn_tensor *w2_values = NULL;
     if (w2_fed) {
         kn_tensor_new(KILN_DTYPE_FLOAT, 4, w2d, &w2_values);
-        for (int64_t i = 0; i < kn_tensor_count(w2_values); i++) ((float *)w2_values->data)[i] = 0.6f * seb_rnd(&b);
+        for (int64_t i = 0; i < kn_tensor_count(w2_values); i++)
+            ((float *)w2_values->data)[i] = 0.6f * tmb_rand_ansi(&b.seed);
     }
-    int b1 = biases ? seb_const(&b, "b1", 1, b1d, 0.5f) : -1, b2 = biases ? seb_const(&b, "b2", 1, b2d, 0.5f) : -1;
-    int y = seb_node(&b, "SqueezeExcite", (int[]){x, w1, b1, w2, b2}, biases ? 5 : 4, "y");
+    int b1 = biases ? se_const(&b, "b1", 1, b1d, 0.5f) : -1, b2 = biases ? se_const(&b, "b2", 1, b2d, 0.5f) : -1;
+    int y = tmb_op(&b, "SqueezeExcite", (int[]){x, w1, b1, w2, b2}, biases ? 5 : 4, "y");
     kn_node *n = &b.g->nodes[b.last];
     n->domain = "kiln";
     n->opset = 1;
-    b.m->opsets = kn_arena_alloc(&b.m->arena, 2 * sizeof(kn_opset_import));
-    b.m->opsets[0] = (kn_opset_import){"", 17};
-    b.m->opsets[1] = (kn_opset_import){"kiln", 1};
-    b.m->n_opsets = 2;
+    tmb_import_kiln(&b);
     static const float hsig[2] = {0.2f, 0.45f};
-    kn_attr *a = seb_attr(&b, "activation", KN_ATTR_STRING);
+    kn_attr *a = tmb_op_attr(&b, "activation", KN_ATTR_STRING);
     a->s = act, a->s_len = strlen(act);
-    a = seb_attr(&b, "gate", KN_ATTR_STRING);
+    a = tmb_op_attr(&b, "gate", KN_ATTR_STRING);
     a->s = gate, a->s_len = strlen(gate);
-    a = seb_attr(&b, "gate_params", KN_ATTR_FLOATS);
+    a = tmb_op_attr(&b, "gate_params", KN_ATTR_FLOATS);
     a->floats = (float *)hsig, a->n = 2;
     if (!strcmp(act, "HardSigmoid")) {
-        a = seb_attr(&b, "activation_params", KN_ATTR_FLOATS);
+        a = tmb_op_attr(&b, "activation_params", KN_ATTR_FLOATS);
         a->floats = (float *)hsig, a->n = 2;
     }
-    a = seb_attr(&b, "layout", KN_ATTR_STRING);
+    a = tmb_op_attr(&b, "layout", KN_ATTR_STRING);
     a->s = nhwc ? "NHWC" : "NCHW", a->s_len = 4;
-    seb_output(&b, y);
+    tmb_output(&b, y);
     /* the values of the constants, before the session takes the model */
     const kn_tensor *W1 = b.g->values[w1].constant, *W2 = w2_fed ? w2_values : b.g->values[w2].constant;
     const kn_tensor *B1 = biases ? b.g->values[b1].constant : NULL, *B2 = biases ? b.g->values[b2].constant : NULL;
