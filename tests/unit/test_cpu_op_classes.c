@@ -10,20 +10,10 @@
 #include <math.h>
 #include <stdlib.h>
 
-typedef struct oc_attr {
-    const char *name;
-    int64_t i;
-    const int64_t *ints;
-    int n_ints; /* > 0: ints */
-    const char *s;
-    bool is_float; /* f, not i */
-    float f;
-} oc_attr;
-
 /* Runs op on x (a graph input of dtype dt) and the constant inputs `consts` (may hold -1 for an
  * absent optional input, named ""); n_out outputs into y (caller destroys). */
 static bool oc_run(const char *op, int opset, kiln_dtype dt, int rank, const int64_t *dims, const void *xv,
-                   kn_tensor **consts, int n_consts, const oc_attr *attrs, int n_attrs, int n_out, int threads,
+                   kn_tensor **consts, int n_consts, const tmb_attr_spec *attrs, int n_attrs, int n_out, int threads,
                    kiln_tensor **y) {
     tmb b;
     tmb_init(&b, opset);
@@ -37,37 +27,14 @@ static bool oc_run(const char *op, int opset, kiln_dtype dt, int rank, const int
         memcpy(copy->data, consts[i]->data, consts[i]->nbytes);
         in[1 + i] = tmb_const_tensor(&b, nm, copy);
     }
-    int outs[2] = {tmb_value(&b, "y0"), n_out > 1 ? tmb_value(&b, "y1") : -1};
-    int node = kn_graph_add_node(b.g, NULL, op, "", in, 1 + n_consts, outs, n_out);
-    for (int a = 0; a < n_attrs; a++) {
-        if (attrs[a].s) tmb_str(&b, node, attrs[a].name, attrs[a].s);
-        else if (attrs[a].is_float) tmb_attr(&b, node, attrs[a].name, KN_ATTR_FLOAT)->f = attrs[a].f;
-        else if (attrs[a].n_ints) tmb_ints(&b, node, attrs[a].name, attrs[a].ints, attrs[a].n_ints);
-        else tmb_int(&b, node, attrs[a].name, attrs[a].i);
-    }
-    for (int o = 0; o < n_out; o++) tmb_output(&b, outs[o]);
-    size_t size;
-    unsigned char *data = tmb_finish(&b, &size);
-    if (!data) return false;
-    kiln_session *s = tmb_session(data, size, threads, 3);
-    free(data);
-    if (!s) return false;
-    kiln_tensor *x = NULL;
-    kiln_tensor_create(dt, dims, rank, &x);
-    memcpy(kiln_tensor_data(x), xv, kiln_tensor_bytes(x));
-    const char *names[1] = {"x"};
-    for (int o = 0; o < n_out; o++) y[o] = NULL;
-    kiln_status st = kiln_session_run(s, names, &x, 1, NULL, n_out, y);
-    CHECK_MSG(st == KILN_OK, "%s run: %s", op, kiln_last_error());
-    kiln_tensor_destroy(x);
-    kiln_session_destroy(s);
-    return st == KILN_OK;
+    tmb_attrs(&b, tmb_node_outputs(&b, op, in, 1 + n_consts, n_out), attrs, n_attrs);
+    return tmb_run_x(&b, op, dt, rank, dims, xv, n_out, threads, y);
 }
 
 /* Runs the node in float16 and in float32 on the widened values: every float16 output must be the
  * float32 output rounded once (kn_f32_to_f16), bit for bit. */
 static void oc_check_rounded_once(const char *what, const char *op, int opset, int rank, const int64_t *dims,
-                                  kn_tensor **consts, int n_consts, const oc_attr *attrs, int n_attrs, uint32_t seed,
+                                  kn_tensor **consts, int n_consts, const tmb_attr_spec *attrs, int n_attrs, uint32_t seed,
                                   float lo, float hi) {
     int64_t n = 1;
     for (int d = 0; d < rank; d++) n *= dims[d];
@@ -137,7 +104,7 @@ KN_TEST(cpu_cumsum_float16_rounded_once) {
     free(ones);
     const int64_t d2[3] = {3, 37, 21};
     for (int flags = 0; flags < 4; flags++) {
-        oc_attr at[2] = {{.name = "exclusive", .i = flags & 1}, {.name = "reverse", .i = flags >> 1}};
+        tmb_attr_spec at[2] = {{.name = "exclusive", .i = flags & 1}, {.name = "reverse", .i = flags >> 1}};
         char what[96];
         snprintf(what, sizeof what, "CumSum last axis exclusive %d reverse %d", flags & 1, flags >> 1);
         kn_tensor *ax2 = oc_i64(0, 2), *axm = oc_i64(0, 1);
@@ -195,7 +162,7 @@ KN_TEST(cpu_cumulative_last_axis_rows) {
                             else if (dt == KILN_DTYPE_DOUBLE) ((double *)xb)[i] = v;
                             else ((int8_t *)xb)[i] = (int8_t)v;
                         }
-                        oc_attr at[2] = {{.name = "exclusive", .i = excl}, {.name = "reverse", .i = rev}};
+                        tmb_attr_spec at[2] = {{.name = "exclusive", .i = excl}, {.name = "reverse", .i = rev}};
                         kiln_tensor *y = NULL;
                         if (oc_run(prod ? "CumProd" : "CumSum", prod ? 26 : 14, dt, 2, dims, xb, &ax, 1, at, 2, 1, 1,
                                    &y)) {
@@ -234,7 +201,7 @@ KN_TEST(cpu_cumulative_last_axis_rows) {
 KN_TEST(cpu_lpnorm_float16_rounded_once) {
     const int64_t da[2] = {5, 77}, db[3] = {2, 3, 40}, dc[2] = {3, 4099};
     for (int p = 1; p <= 2; p++) {
-        oc_attr at[2] = {{.name = "axis", .i = -1}, {.name = "p", .i = p}};
+        tmb_attr_spec at[2] = {{.name = "axis", .i = -1}, {.name = "p", .i = p}};
         oc_check_rounded_once(p == 1 ? "LpNormalization p1 5x77" : "LpNormalization p2 5x77", "LpNormalization", 1, 2,
                               da, NULL, 0, at, 2, 3u + (uint32_t)p, -2.0f, 2.0f);
         oc_check_rounded_once("LpNormalization 2x3x40", "LpNormalization", 1, 3, db, NULL, 0, at, 2, 7u, -1.0f, 1.0f);
@@ -243,7 +210,7 @@ KN_TEST(cpu_lpnorm_float16_rounded_once) {
     /* a zero row stays zeros */
     const int64_t dz[2] = {2, 16};
     uint16_t z[32] = {0};
-    oc_attr at[1] = {{.name = "axis", .i = -1}};
+    tmb_attr_spec at[1] = {{.name = "axis", .i = -1}};
     kiln_tensor *y = NULL;
     if (oc_run("LpNormalization", 1, KILN_DTYPE_FLOAT16, 2, dz, z, NULL, 0, at, 1, 1, 1, &y)) {
         const uint16_t *g = kiln_tensor_data(y);
@@ -268,7 +235,7 @@ KN_TEST(cpu_resize_linear_float16_rounded_once) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const float sc[4] = {1, 1, cases[c].sh, cases[c].sw};
         kn_tensor *k[2] = {oc_f32(0, roi_none), oc_f32(4, sc)};
-        oc_attr at[2] = {{.name = "mode", .s = "linear"}, {.name = "coordinate_transformation_mode", .s = cases[c].coord}};
+        tmb_attr_spec at[2] = {{.name = "mode", .s = "linear"}, {.name = "coordinate_transformation_mode", .s = cases[c].coord}};
         char what[96];
         snprintf(what, sizeof what, "Resize linear %s case %zu", cases[c].coord, c);
         oc_check_rounded_once(what, "Resize", 19, 4, cases[c].dims, k, 2, at, 2, 31u + (uint32_t)c, -3.0f, 3.0f);
@@ -279,7 +246,7 @@ KN_TEST(cpu_resize_linear_float16_rounded_once) {
     const int64_t d3[3] = {5, 6, 7};
     const float sc3[3] = {2.0f, 1.5f, 0.5f};
     kn_tensor *k3[2] = {oc_f32(0, roi_none), oc_f32(3, sc3)};
-    oc_attr at3[1] = {{.name = "mode", .s = "linear"}};
+    tmb_attr_spec at3[1] = {{.name = "mode", .s = "linear"}};
     oc_check_rounded_once("Resize linear over three axes", "Resize", 19, 3, d3, k3, 2, at3, 1, 41u, -3.0f, 3.0f);
     kn_tensor_free(k3[0]);
     kn_tensor_free(k3[1]);
@@ -320,7 +287,7 @@ KN_TEST(cpu_transpose_float16_blocks) {
         for (int d = 0; d < r; d++) n *= cases[c].dims[d];
         uint16_t *x = malloc(sizeof(uint16_t) * (size_t)n);
         for (int64_t i = 0; i < n; i++) x[i] = (uint16_t)(i * 2654435761u >> 7);
-        oc_attr at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
+        tmb_attr_spec at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
         for (int threads = 1; threads <= 2; threads++) {
             kiln_tensor *y = NULL;
             if (oc_run("Transpose", 13, KILN_DTYPE_FLOAT16, r, cases[c].dims, x, NULL, 0, at, 1, 1, threads, &y)) {
@@ -355,7 +322,7 @@ KN_TEST(cpu_transpose_float32_blocks) {
         for (int d = 0; d < r; d++) n *= cases[c].dims[d];
         uint32_t *x = malloc(sizeof(uint32_t) * (size_t)n);
         for (int64_t i = 0; i < n; i++) x[i] = (uint32_t)(i * 2654435761u);
-        oc_attr at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
+        tmb_attr_spec at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
         for (int threads = 1; threads <= 2; threads++) {
             kiln_tensor *y = NULL;
             if (oc_run("Transpose", 13, KILN_DTYPE_FLOAT, r, cases[c].dims, x, NULL, 0, at, 1, 1, threads, &y)) {
@@ -404,7 +371,7 @@ KN_TEST(cpu_topk_float_rows_against_stable_sort) {
             int64_t *ref = malloc(sizeof(int64_t) * (size_t)n);
             for (int cfg = 0; cfg < 4; cfg++) {
                 const int largest = cfg & 1, sorted = cfg >> 1 ^ 1;
-                oc_attr at[3] = {{.name = "axis", .i = -1}, {.name = "largest", .i = largest}, {.name = "sorted", .i = sorted}};
+                tmb_attr_spec at[3] = {{.name = "axis", .i = -1}, {.name = "largest", .i = largest}, {.name = "sorted", .i = sorted}};
                 const int64_t kv[1] = {k};
                 kn_tensor *kt = NULL;
                 const int64_t kd[1] = {1};
@@ -490,7 +457,7 @@ KN_TEST(cpu_tile_repeated_rows) {
 /* LRN (float rows: the window's squares in float, the power by sqrt steps for beta 3/4 or by
  * log/exp) and MeanVarianceNormalization (runs of the reduced trailing axes) against the
  * definitions in double; float16 against the float kernel rounded once */
-static void oc_check_norm_double(const char *what, const char *op, int rank, const int64_t *dims, const oc_attr *at,
+static void oc_check_norm_double(const char *what, const char *op, int rank, const int64_t *dims, const tmb_attr_spec *at,
                                  int n_at, double alpha, double beta, double bias, int64_t size, const bool *mask,
                                  double tol) {
     int64_t n = 1;
@@ -564,7 +531,7 @@ KN_TEST(cpu_lrn_against_double) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char what[64];
         snprintf(what, sizeof what, "LRN case %zu (beta %g)", c, cases[c].beta);
-        const oc_attr at[4] = {{.name = "size", .i = cases[c].size},
+        const tmb_attr_spec at[4] = {{.name = "size", .i = cases[c].size},
                                {.name = "alpha", .is_float = true, .f = (float)cases[c].alpha},
                                {.name = "beta", .is_float = true, .f = (float)cases[c].beta},
                                {.name = "bias", .is_float = true, .f = (float)cases[c].bias}};
@@ -588,7 +555,7 @@ KN_TEST(cpu_mvn_against_double) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char what[64];
         snprintf(what, sizeof what, "MeanVarianceNormalization case %zu", c);
-        const oc_attr at[1] = {{.name = "axes", .ints = cases[c].axes, .n_ints = cases[c].n_axes}};
+        const tmb_attr_spec at[1] = {{.name = "axes", .ints = cases[c].axes, .n_ints = cases[c].n_axes}};
         bool mask[4] = {false};
         for (int a = 0; a < cases[c].n_axes; a++) mask[(cases[c].axes[a] + cases[c].rank) % cases[c].rank] = true;
         oc_check_norm_double(what, "MeanVarianceNormalization", cases[c].rank, cases[c].dims, at, 1, 0, 0, 0, 0, mask,
@@ -620,7 +587,7 @@ KN_TEST(cpu_depth_space_rows) {
                 const size_t es = kiln_dtype_size(cases[ci].dt);
                 unsigned char *x = malloc(es * (size_t)n);
                 for (int64_t i = 0; i < (int64_t)es * n; i++) x[i] = (unsigned char)(i * 131 + 7);
-                const oc_attr at[2] = {{.name = "blocksize", .i = b}, {.name = "mode", .s = crd ? "CRD" : "DCR"}};
+                const tmb_attr_spec at[2] = {{.name = "blocksize", .i = b}, {.name = "mode", .s = crd ? "CRD" : "DCR"}};
                 kiln_tensor *y = NULL;
                 if (oc_run(dir ? "DepthToSpace" : "SpaceToDepth", 13, cases[ci].dt, 4, dir ? depth : cases[ci].dims, x,
                            NULL, 0, at, dir ? 2 : 1, 1, 1 + dir, &y)) {
@@ -663,7 +630,7 @@ KN_TEST(cpu_argminmax_columns) {
         for (int is_max = 0; is_max < 2; is_max++)
             for (int last = 0; last < 2; last++) {
                 const int64_t outer = axis ? dims[0] : 1, len = dims[axis], inner = axis ? dims[2] : dims[1] * dims[2];
-                const oc_attr at[2] = {{.name = "axis", .i = axis}, {.name = "select_last_index", .i = last}};
+                const tmb_attr_spec at[2] = {{.name = "axis", .i = axis}, {.name = "select_last_index", .i = last}};
                 kiln_tensor *y = NULL;
                 if (oc_run(is_max ? "ArgMax" : "ArgMin", 13, KILN_DTYPE_FLOAT, 3, dims, x, NULL, 0, at, 2, 1, 2, &y)) {
                     const int64_t *g = kiln_tensor_data(y);
@@ -711,7 +678,7 @@ KN_TEST(cpu_transpose_short_axis) {
         for (int d = 0; d < r; d++) n *= cases[c].dims[d];
         unsigned char *x = malloc(es * (size_t)n);
         for (int64_t i = 0; i < (int64_t)es * n; i++) x[i] = (unsigned char)(i * 2654435761u >> 9);
-        const oc_attr at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
+        const tmb_attr_spec at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
         for (int threads = 1; threads <= 2; threads++) {
             kiln_tensor *y = NULL;
             if (oc_run("Transpose", 13, cases[c].dt, r, cases[c].dims, x, NULL, 0, at, 1, 1, threads, &y)) {
@@ -741,7 +708,7 @@ KN_TEST(cpu_transpose_bytes) {
         for (int d = 0; d < r; d++) n *= cases[c].dims[d];
         uint8_t *x = malloc((size_t)n);
         for (int64_t i = 0; i < n; i++) x[i] = (uint8_t)(i * 2654435761u >> 11);
-        const oc_attr at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
+        const tmb_attr_spec at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
         kiln_tensor *y = NULL;
         if (oc_run("Transpose", 13, KILN_DTYPE_UINT8, r, cases[c].dims, x, NULL, 0, at, 1, 1, 2, &y)) {
             const uint8_t *g = kiln_tensor_data(y);
@@ -771,7 +738,7 @@ KN_TEST(cpu_topk_columns_against_stable_sort) {
             }
             for (int cfg = 0; cfg < 4; cfg++) {
                 const int largest = cfg & 1, sorted = cfg >> 1 ^ 1;
-                const oc_attr at[3] = {{.name = "axis", .i = 1}, {.name = "largest", .i = largest}, {.name = "sorted", .i = sorted}};
+                const tmb_attr_spec at[3] = {{.name = "axis", .i = 1}, {.name = "largest", .i = largest}, {.name = "sorted", .i = sorted}};
                 kn_tensor *kt = oc_i64(1, k);
                 kiln_tensor *y[2] = {NULL, NULL};
                 if (oc_run("TopK", 11, KILN_DTYPE_FLOAT, 3, dims, x, &kt, 1, at, 3, 2, 1 + (int)(ki & 1), y)) {
@@ -821,7 +788,7 @@ KN_TEST(cpu_trilu_rows) {
         for (int ki = 0; ki < 6; ki++)
             for (int upper = 0; upper < 2; upper++) {
                 kn_tensor *kt = oc_i64(0, ks[ki]);
-                const oc_attr at[1] = {{.name = "upper", .i = upper}};
+                const tmb_attr_spec at[1] = {{.name = "upper", .i = upper}};
                 kiln_tensor *y = NULL;
                 if (oc_run("Trilu", 14, dts[t], 3, dims, x, &kt, 1, at, 1, 1, threads, &y)) {
                     const unsigned char *g = kiln_tensor_data(y);

@@ -15,16 +15,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-typedef struct ow_attr {
-    const char *name;
-    int64_t i;
-    bool is_float;
-    float f;
-    const int64_t *ints;
-    int n_ints;
-    const char *s;
-} ow_attr;
-
 /* a constant input: int64 values (iv), or floats from a fixed generator (iv NULL) */
 typedef struct ow_const {
     kiln_dtype dt;
@@ -41,7 +31,7 @@ typedef struct ow_case {
     int64_t dims[4];
     int64_t konst; /* the second input, an int64 (TopK's K, CumSum's axis, Trilu's k), or: */
     int konst_rank; /* -1: no second input */
-    ow_attr attrs[3];
+    tmb_attr_spec attrs[3];
     int n_attrs, n_out;
     ow_const more[2]; /* further constant inputs (rank 0 with dt 0: none) */
     const int64_t *x_i64; /* x's values where they matter (a shape, a start) */
@@ -90,16 +80,7 @@ static void ow_check(const ow_case *c) {
         snprintf(nm, sizeof nm, "m%d", m);
         in[nin++] = tmb_const_tensor(&b, nm, ow_const_tensor(&c->more[m]));
     }
-    int outs[2] = {tmb_value(&b, "y0"), c->n_out > 1 ? tmb_value(&b, "y1") : -1};
-    int node = kn_graph_add_node(b.g, NULL, c->op, "", in, nin, outs, c->n_out);
-    for (int a = 0; a < c->n_attrs; a++) {
-        const ow_attr *at = &c->attrs[a];
-        if (at->s) tmb_str(&b, node, at->name, at->s);
-        else if (at->is_float) tmb_attr(&b, node, at->name, KN_ATTR_FLOAT)->f = at->f;
-        else if (at->n_ints) tmb_ints(&b, node, at->name, at->ints, at->n_ints);
-        else tmb_int(&b, node, at->name, at->i);
-    }
-    for (int o = 0; o < c->n_out; o++) tmb_output(&b, outs[o]);
+    tmb_attrs(&b, tmb_node_outputs(&b, c->op, in, nin, c->n_out), c->attrs, c->n_attrs);
     size_t size;
     unsigned char *data = tmb_finish(&b, &size);
     CHECK_MSG(data != NULL, "%s: model", c->what);
@@ -111,9 +92,7 @@ static void ow_check(const ow_case *c) {
     for (int threads = 1; threads <= 2; threads++) {
         kiln_session *s = tmb_session(data, size, threads, 3);
         if (!s) break;
-        kiln_tensor *x = NULL;
-        kiln_tensor_create(c->dt, c->dims, c->rank, &x);
-        memcpy(kiln_tensor_data(x), xv, kiln_tensor_bytes(x));
+        kiln_tensor *x = tmb_tensor_of(c->dt, c->dims, c->rank, xv);
         const char *names[1] = {"x"};
         kiln_tensor *ref[2] = {NULL, NULL};
         CHECK_STATUS(kiln_session_run(s, names, &x, 1, NULL, c->n_out, ref), KILN_OK);

@@ -22,26 +22,9 @@ static bool split_run(const char *op, int opset, kiln_dtype dt, int rank, const 
     int in[2];
     in[0] = tmb_input(&b, "x", dt, rank, dims, NULL);
     in[1] = tmb_const_i64(&b, "c", c1, n_c1, rank0);
-    int outs[2] = {tmb_value(&b, "y0"), n_out > 1 ? tmb_value(&b, "y1") : -1};
-    int node = kn_graph_add_node(b.g, NULL, op, "", in, 2, outs, n_out);
+    int node = tmb_node_outputs(&b, op, in, 2, n_out);
     for (int a = 0; a < n_attrs; a++) tmb_int(&b, node, names[a], vals[a]);
-    for (int o = 0; o < n_out; o++) tmb_output(&b, outs[o]);
-    size_t size;
-    unsigned char *data = tmb_finish(&b, &size);
-    if (!data) return false;
-    kiln_session *s = tmb_session(data, size, threads, 3);
-    free(data);
-    if (!s) return false;
-    kiln_tensor *x = NULL;
-    kiln_tensor_create(dt, dims, rank, &x);
-    memcpy(kiln_tensor_data(x), xv, kiln_tensor_bytes(x));
-    const char *in_names[1] = {"x"};
-    for (int o = 0; o < n_out; o++) y[o] = NULL;
-    kiln_status st = kiln_session_run(s, in_names, &x, 1, NULL, n_out, y);
-    CHECK_MSG(st == KILN_OK, "%s run: %s", op, kiln_last_error());
-    kiln_tensor_destroy(x);
-    kiln_session_destroy(s);
-    return st == KILN_OK;
+    return tmb_run_x(&b, op, dt, rank, dims, xv, n_out, threads, y);
 }
 
 /* CumSum / CumProd over axis `axis` of [pre, D, post] (rank 3), in float, float16 (a float running

@@ -263,4 +263,66 @@ static inline unsigned char *tmb_finish(tmb *b, size_t *size) {
     return data;
 }
 
+/* ------------------------------------------------ one-node models run on one input "x" */
+
+/* An attribute as a row of a test's table: a string (s given), a float (is_float), ints (n_ints
+ * > 0) or else the int i. */
+typedef struct tmb_attr_spec {
+    const char *name;
+    int64_t i;
+    bool is_float;
+    float f;
+    const int64_t *ints;
+    int n_ints;
+    const char *s;
+} tmb_attr_spec;
+
+static inline void tmb_attrs(tmb *b, int node, const tmb_attr_spec *a, int n) {
+    for (int k = 0; k < n; k++) {
+        if (a[k].s) tmb_str(b, node, a[k].name, a[k].s);
+        else if (a[k].is_float) tmb_float(b, node, a[k].name, a[k].f);
+        else if (a[k].n_ints) tmb_ints(b, node, a[k].name, a[k].ints, a[k].n_ints);
+        else tmb_int(b, node, a[k].name, a[k].i);
+    }
+}
+
+/* A node of the default domain with nin inputs and n_out (1 or 2) outputs y0, y1, the graph's
+ * outputs; returns the node. */
+static inline int tmb_node_outputs(tmb *b, const char *op, const int *in, int nin, int n_out) {
+    int outs[2] = {tmb_value(b, "y0"), n_out > 1 ? tmb_value(b, "y1") : -1};
+    int node = kn_graph_add_node(b->g, NULL, op, "", in, nin, outs, n_out);
+    for (int o = 0; o < n_out; o++) tmb_output(b, outs[o]);
+    return node;
+}
+
+/* A tensor of type dt and shape dims holding a copy of the values at v (NULL: the test failed). */
+static inline kiln_tensor *tmb_tensor_of(kiln_dtype dt, const int64_t *dims, int rank, const void *v) {
+    kiln_tensor *t = NULL;
+    CHECK_STATUS(kiln_tensor_create(dt, dims, rank, &t), KILN_OK);
+    if (t) memcpy(kiln_tensor_data(t), v, kiln_tensor_bytes(t));
+    return t;
+}
+
+/* Serialises the builder's model (freeing it), opens it at level 3 with `threads` threads and runs
+ * it once on its graph input "x" (type dt, shape dims, the values xv); its n_out outputs go to y
+ * (the caller destroys them). False, with the failure recorded (op names the model), where any
+ * step failed. */
+static inline bool tmb_run_x(tmb *b, const char *op, kiln_dtype dt, int rank, const int64_t *dims, const void *xv,
+                             int n_out, int threads, kiln_tensor **y) {
+    size_t size;
+    unsigned char *data = tmb_finish(b, &size);
+    if (!data) return false;
+    kiln_session *s = tmb_session(data, size, threads, 3);
+    free(data);
+    if (!s) return false;
+    kiln_tensor *x = tmb_tensor_of(dt, dims, rank, xv);
+    const char *names[1] = {"x"};
+    for (int o = 0; o < n_out; o++) y[o] = NULL;
+    kiln_status st = kiln_session_run(s, names, &x, 1, NULL, n_out, y);
+    CHECK_MSG(st == KILN_OK, "%s run: %s", op, kiln_last_error());
+    kiln_tensor_destroy(x);
+    kiln_session_destroy(s);
+    return st == KILN_OK;
+}
+
 #endif
