@@ -5,12 +5,14 @@
  * level and compared with level 0 (the unfused operators' kernels); the lookalikes the pass must
  * leave alone; and the CPU kernel against a double-precision evaluation of the definition. */
 #include "backend/backend.h"
+#include "backend/cpu/fused_impl.h"
 #include "exec/exec.h"
 #include "exec/session.h"
 #include "ir/graph.h"
 #include "ir/tensor.h"
 #include "opt/opt.h"
 #include "test_model_builder.h"
+#include "test_nodes.h"
 #include "unit.h"
 
 #include <math.h>
@@ -434,6 +436,34 @@ KN_TEST(cpu_squeeze_excite_against_definition) {
             for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++)
                 kernel_case(shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3], shapes[sh][4], nhwc, p != 2,
                             pairs[p][0], pairs[p][1], 1 + (int)(sh % 3), p == 1);
+}
+
+/* Attributes that do not parse: the loader's inference refuses them first, but the kernel called
+ * on such a node refuses it too, saying why as its prepare hook found it: with the block the hook
+ * made (a compiled plan) and without one (the hook run at the call). */
+KN_TEST(cpu_squeeze_excite_refuses_bad_attributes) {
+    static const struct {
+        const char *attr, *value, *says;
+    } cases[] = {{"layout", "NCWH", "layout must be \"NCHW\" or \"NHWC\", not \"NCWH\""},
+                 {"gate", "Swish", "gate: unknown activation 'Swish'"},
+                 {"activation", "Gelu2", "unknown activation 'Gelu2'"}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        tnode t;
+        tn_init(&t, "SqueezeExcite", 1);
+        t.node.domain = "kiln";
+        tn_string(&t, cases[k].attr, cases[k].value);
+        kn_cpu_se_prm prm;
+        CHECK_STATUS(kn_cpu_squeeze_excite_prepare(&t.node, &prm), KILN_OK);
+        CHECK(!prm.ok);
+        for (int planned = 0; planned < 2; planned++) {
+            kn_params_handed blk;
+            kn_kernel_ctx c = {.node = &t.node};
+            if (planned) c.params = kn_params_hand(&blk, kn_cpu_squeeze_excite_prepare, &t.node, &prm, sizeof prm);
+            CHECK_EQ_INT(kn_cpu_fused_squeeze_excite(&c), KILN_ERR_INVALID_MODEL);
+            CHECK_MSG(strstr(kiln_last_error(), cases[k].says) != NULL, "%s=%s, %s: the error says '%s'", cases[k].attr,
+                      cases[k].value, planned ? "prepared" : "at the call", kiln_last_error());
+        }
+    }
 }
 
 /* ------------------------------------------------------------------ for CUDA, from its tables */

@@ -42,9 +42,10 @@ bool kn_cpu_fused_elementwise_supports(const kn_node *node, const kn_type *const
 
 /* fused_se.c: kiln.SqueezeExcite, its attributes read once (the prepare hook) */
 typedef struct kn_cpu_se_prm {
-    bool ok; /* false: the call reads the attributes again and says why */
+    bool ok; /* false: they did not parse; why says what, for the call to report */
     kn_act_spec act, gate;
     bool nhwc;
+    char why[160];
 } kn_cpu_se_prm;
 kiln_status kn_cpu_squeeze_excite_prepare(const kn_node *n, void *params);
 kiln_status kn_cpu_fused_squeeze_excite(kn_kernel_ctx *c);

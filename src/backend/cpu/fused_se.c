@@ -14,8 +14,8 @@
 
 kiln_status kn_cpu_squeeze_excite_prepare(const kn_node *n, void *params) {
     kn_cpu_se_prm *p = params;
-    char why[160];
-    p->ok = kn_squeeze_excite_from_node(n, &p->act, &p->gate, &p->nhwc, why, sizeof why);
+    memset(p, 0, sizeof *p);
+    p->ok = kn_squeeze_excite_from_node(n, &p->act, &p->gate, &p->nhwc, p->why, sizeof p->why);
     return KILN_OK;
 }
 
@@ -155,14 +155,7 @@ static int64_t grain_rows(int64_t row_len) {
 
 kiln_status kn_cpu_fused_squeeze_excite(kn_kernel_ctx *c) {
     KN_CTX_PRM(c, kn_cpu_squeeze_excite_prepare, kn_cpu_se_prm, prm);
-    kn_cpu_se_prm again;
-    if (!prm->ok) {
-        char why[160];
-        if (!kn_squeeze_excite_from_node(c->node, &again.act, &again.gate, &again.nhwc, why, sizeof why))
-            return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", why);
-        again.ok = true;
-        prm = &again;
-    }
+    if (!prm->ok) return kn_kernel_error(c, KILN_ERR_INVALID_MODEL, "%s", prm->why);
     const kn_tensor *X = c->in[0], *W1 = c->in[1], *B1 = c->n_inputs > 2 ? c->in[2] : NULL, *W2 = c->in[3],
                     *B2 = c->n_inputs > 4 ? c->in[4] : NULL;
     kn_tensor *Y = c->out[0];
