@@ -23,13 +23,6 @@ typedef struct pw_case {
 
 static int64_t pw_out(const pw_case *t, int64_t in) { return (in + 2 * t->pad - 1) / t->s + 1; }
 
-static int pw_scalar(tmb *b, const char *name, float v) {
-    kn_tensor *t;
-    kn_tensor_new(KILN_DTYPE_FLOAT, 0, NULL, &t);
-    *(float *)t->data = v;
-    return tmb_const_tensor(b, name, t);
-}
-
 static unsigned char *pw_model(const pw_case *t, kiln_tensor **consts, size_t *size) {
     tmb b;
     tmb_init(&b, 14); /* HardSwish from opset 14 */
@@ -51,32 +44,7 @@ static unsigned char *pw_model(const pw_case *t, kiln_tensor **consts, size_t *s
     tmb_ints(&b, node, "kernel_shape", (int64_t[]){1, 1}, 2);
     tmb_ints(&b, node, "strides", (int64_t[]){t->s, t->s}, 2);
     tmb_ints(&b, node, "pads", (int64_t[]){t->pad, t->pad, t->pad, t->pad}, 4);
-    int cur = y;
-    if (t->res) {
-        int a = tmb_value(&b, "a");
-        tmb_node(&b, "Add", (int[]){cur, z}, 2, a);
-        cur = a;
-    }
-    if (t->act == 1) {
-        int r = tmb_value(&b, "r");
-        tmb_node(&b, "Relu", (int[]){cur}, 1, r);
-        cur = r;
-    } else if (t->act == 2) {
-        int r = tmb_value(&b, "r");
-        int lo = pw_scalar(&b, "lo", -0.25f), hi = pw_scalar(&b, "hi", 0.5f);
-        tmb_node(&b, "Clip", (int[]){cur, lo, hi}, 3, r);
-        cur = r;
-    } else if (t->act == 3) {
-        int sg = tmb_value(&b, "sg"), r = tmb_value(&b, "r");
-        tmb_node(&b, "Sigmoid", (int[]){cur}, 1, sg);
-        tmb_node(&b, "Mul", (int[]){cur, sg}, 2, r);
-        cur = r;
-    } else if (t->act == 4) {
-        int r = tmb_value(&b, "r");
-        tmb_node(&b, "HardSwish", (int[]){cur}, 1, r);
-        cur = r;
-    }
-    tmb_output(&b, cur);
+    tmb_output(&b, tmb_conv_epilogue(&b, y, z, t->act));
     return tmb_finish(&b, size);
 }
 

@@ -27,13 +27,6 @@ static int64_t dc_out(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, i
     return (in + p0 + p1 - d * (k - 1) - 1) / s + 1;
 }
 
-static int dc_scalar(tmb *b, const char *name, float v) {
-    kn_tensor *t;
-    kn_tensor_new(KILN_DTYPE_FLOAT, 0, NULL, &t);
-    *(float *)t->data = v;
-    return tmb_const_tensor(b, name, t);
-}
-
 static unsigned char *dc_model(const dc_case *t, int64_t OH, int64_t OW, kiln_tensor **consts, size_t *size) {
     tmb b;
     tmb_init(&b, 17);
@@ -57,23 +50,7 @@ static unsigned char *dc_model(const dc_case *t, int64_t OH, int64_t OW, kiln_te
     tmb_ints(&b, node, "dilations", (int64_t[]){t->dh, t->dw}, 2);
     tmb_ints(&b, node, "pads", (int64_t[]){t->pads[0], t->pads[1], t->pads[2], t->pads[3]}, 4);
     if (t->G > 1) tmb_int(&b, node, "group", t->G);
-    int cur = y;
-    if (t->res) {
-        int a = tmb_value(&b, "a");
-        tmb_node(&b, "Add", (int[]){cur, z}, 2, a);
-        cur = a;
-    }
-    if (t->act == 1) {
-        int r = tmb_value(&b, "r");
-        tmb_node(&b, "Relu", (int[]){cur}, 1, r);
-        cur = r;
-    } else if (t->act == 2) {
-        int r = tmb_value(&b, "r");
-        int lo = dc_scalar(&b, "lo", -0.25f), hi = dc_scalar(&b, "hi", 0.5f);
-        tmb_node(&b, "Clip", (int[]){cur, lo, hi}, 3, r);
-        cur = r;
-    }
-    tmb_output(&b, cur);
+    tmb_output(&b, tmb_conv_epilogue(&b, y, z, t->act));
     return tmb_finish(&b, size);
 }
 

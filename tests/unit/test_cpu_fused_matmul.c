@@ -19,13 +19,6 @@ typedef struct fm_case {
     int act; /* 0 none, 1 Relu, 2 Tanh, 3 GELU (erf) */
 } fm_case;
 
-static int fm_scalar(tmb *b, const char *name, float v) {
-    kn_tensor *t;
-    kn_tensor_new(KILN_DTYPE_FLOAT, 0, NULL, &t);
-    *(float *)t->data = v;
-    return tmb_const_tensor(b, name, t);
-}
-
 static int fm_node1(tmb *b, const char *op, int x, const char *name) {
     int y = tmb_value(b, name);
     tmb_node(b, op, (int[]){x}, 1, y);
@@ -57,11 +50,11 @@ static unsigned char *fm_model(const fm_case *t, kiln_tensor **consts, size_t *s
     if (t->act == 1) cur = fm_node1(&b, "Relu", cur, "relu");
     if (t->act == 2) cur = fm_node1(&b, "Tanh", cur, "tanh");
     if (t->act == 3) {
-        int d = fm_node2(&b, "Div", cur, fm_scalar(&b, "sqrt2", 1.41421356f), "d");
+        int d = fm_node2(&b, "Div", cur, tmb_scalar(&b, "sqrt2", KILN_DTYPE_FLOAT, 1.41421356f), "d");
         int e = fm_node1(&b, "Erf", d, "e");
-        int p = fm_node2(&b, "Add", e, fm_scalar(&b, "one", 1.0f), "p");
+        int p = fm_node2(&b, "Add", e, tmb_scalar(&b, "one", KILN_DTYPE_FLOAT, 1.0f), "p");
         int h = fm_node2(&b, "Mul", cur, p, "h");
-        cur = fm_node2(&b, "Mul", h, fm_scalar(&b, "half", 0.5f), "gelu");
+        cur = fm_node2(&b, "Mul", h, tmb_scalar(&b, "half", KILN_DTYPE_FLOAT, 0.5f), "gelu");
     }
     tmb_output(&b, cur);
     return tmb_finish(&b, size);

@@ -252,6 +252,37 @@ static inline void tmb_op_int(tmb *b, const char *name, int64_t v) { tmb_int(b, 
 static inline void tmb_op_float(tmb *b, const char *name, float v) { tmb_float(b, b->last, name, v); }
 static inline void tmb_op_ints(tmb *b, const char *name, const int64_t *v, int n) { tmb_ints(b, b->last, name, v, n); }
 
+/* A convolution test's epilogue on value cur: + z as Add "a" (z < 0: none), then act 1 Relu, 2
+ * Clip to [-0.25, 0.5], 3 SiLU (Sigmoid "sg" times cur), 4 HardSwish, as "r" (0: none); returns
+ * the last value. */
+static inline int tmb_conv_epilogue(tmb *b, int cur, int z, int act) {
+    if (z >= 0) {
+        int a = tmb_value(b, "a");
+        tmb_node(b, "Add", (int[]){cur, z}, 2, a);
+        cur = a;
+    }
+    if (act == 1) {
+        int r = tmb_value(b, "r");
+        tmb_node(b, "Relu", (int[]){cur}, 1, r);
+        cur = r;
+    } else if (act == 2) {
+        int r = tmb_value(b, "r");
+        int lo = tmb_scalar(b, "lo", KILN_DTYPE_FLOAT, -0.25f), hi = tmb_scalar(b, "hi", KILN_DTYPE_FLOAT, 0.5f);
+        tmb_node(b, "Clip", (int[]){cur, lo, hi}, 3, r);
+        cur = r;
+    } else if (act == 3) {
+        int sg = tmb_value(b, "sg"), r = tmb_value(b, "r");
+        tmb_node(b, "Sigmoid", (int[]){cur}, 1, sg);
+        tmb_node(b, "Mul", (int[]){cur, sg}, 2, r);
+        cur = r;
+    } else if (act == 4) {
+        int r = tmb_value(b, "r");
+        tmb_node(b, "HardSwish", (int[]){cur}, 1, r);
+        cur = r;
+    }
+    return cur;
+}
+
 /* Serialises and frees the builder's model (NULL on failure, which is recorded). */
 static inline unsigned char *tmb_finish(tmb *b, size_t *size) {
     unsigned char *data = NULL;
