@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu.h"
 #include "exec/exec.h"
 #include "ops/op.h"
+#include "test_op_call.h"
 #include "unit.h"
 #include "util/threadpool.h"
 
@@ -16,10 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Shape inference then the CPU kernel (as test_elementwise.c's run_op); *out owned by the caller. */
+/* Shape inference then the CPU kernel (test_op_call.h); *out owned by the caller. */
 static kiln_status f16_run(const char *op, int opset, const kn_attr *attrs, int n_attrs, kn_threadpool *pool,
                            kn_tensor **in, int n_in, kn_tensor **out) {
-    *out = NULL;
     kn_node node;
     memset(&node, 0, sizeof node);
     node.name = "f16_node";
@@ -28,39 +28,7 @@ static kiln_status f16_run(const char *op, int opset, const kn_attr *attrs, int 
     node.opset = opset;
     node.attrs = (kn_attr *)attrs;
     node.n_attrs = n_attrs;
-    const kn_op_schema *s = kn_op_find("", op, opset, NULL);
-    if (!s) return kn_error(KILN_ERR_UNSUPPORTED, "no schema for %s", op);
-    kn_type types[8];
-    const kn_type *tp[8];
-    const kn_tensor *vals[8];
-    for (int i = 0; i < n_in; i++) {
-        if (in[i]) kn_type_of_tensor(in[i], &types[i]);
-        tp[i] = in[i] ? &types[i] : NULL;
-        vals[i] = in[i];
-    }
-    kn_type ot;
-    kn_type_init(&ot);
-    kn_infer_ctx ic = {&node, n_in, tp, vals, 1, &ot, NULL};
-    KN_TRY(s->infer(&ic));
-    kn_tensor *o = NULL;
-    int64_t dims[KILN_MAX_RANK];
-    for (int d = 0; d < ot.rank; d++) dims[d] = ot.dims[d].value;
-    KN_TRY(kn_tensor_new(ot.dtype, ot.rank, dims, &o));
-    char why[256];
-    const kn_cpu_kernel *k = kn_cpu_find(&node, tp, n_in, why, sizeof why);
-    if (!k) {
-        kn_tensor_free(o);
-        return kn_error(KILN_ERR_UNSUPPORTED, "%s", why);
-    }
-    kn_tensor *outs[1] = {o};
-    kn_kernel_ctx kc = {&node, NULL, n_in, in, 1, outs, pool, NULL};
-    kiln_status st = k->run(&kc);
-    if (st != KILN_OK) {
-        kn_tensor_free(outs[0]);
-        return st;
-    }
-    *out = outs[0];
-    return KILN_OK;
+    return toc_run(&node, pool, in, n_in, out);
 }
 
 static kn_tensor *new_tensor(kiln_dtype dt, int rank, const int64_t *dims) {
