@@ -209,13 +209,7 @@ KN_TEST(cpu_conv_transpose_stride2_matches_definition) {
                                                                   wp[((c * t->M + mo) * t->KH + kh) * t->KW + kw];
                             }
         for (int threads = 1; threads <= 2; threads++) {
-            kiln_session_options *o = NULL;
-            kiln_session_options_create(&o);
-            kiln_session_options_set_cache(o, 0, NULL);
-            kiln_session_options_set_intra_op_threads(o, threads);
-            kiln_session *s = NULL;
-            CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
-            kiln_session_options_destroy(o);
+            kiln_session *s = tmb_session(m, size, threads, 3);
             const char *names[1] = {"x"};
             kiln_tensor *ins[1] = {xt}, *yt = NULL;
             if (s) CHECK_STATUS(kiln_session_run(s, names, ins, 1, NULL, 1, &yt), KILN_OK);

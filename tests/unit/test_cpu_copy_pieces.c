@@ -47,13 +47,7 @@ KN_TEST(cpu_large_copies_in_pieces) {
     for (int64_t i = 0; i < 2 * 3 * L; i++) xp[i] = (float)i;
 #define X(n, ch, l) xp[((n) * 3 + (ch)) * (int64_t)L + (l)]
     for (int threads = 1; threads <= 2; threads++) {
-        kiln_session_options *o = NULL;
-        kiln_session_options_create(&o);
-        kiln_session_options_set_cache(o, 0, NULL);
-        kiln_session_options_set_intra_op_threads(o, threads);
-        kiln_session *s = NULL;
-        CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
-        kiln_session_options_destroy(o);
+        kiln_session *s = tmb_session(m, size, threads, 3);
         if (!s) continue;
         const char *in_names[1] = {"x"};
         kiln_tensor *ins[1] = {x}, *out[5] = {0};

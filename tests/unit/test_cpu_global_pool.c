@@ -19,13 +19,7 @@ KN_TEST(cpu_global_max_pool_plane_lengths) {
         size_t size;
         unsigned char *m = tmb_finish(&b, &size);
         if (!m) return;
-        kiln_session_options *o = NULL;
-        kiln_session_options_create(&o);
-        kiln_session_options_set_cache(o, 0, NULL);
-        kiln_session_options_set_intra_op_threads(o, 1);
-        kiln_session *s = NULL;
-        CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
-        kiln_session_options_destroy(o);
+        kiln_session *s = tmb_session(m, size, 1, 3);
         kiln_tensor *xt = NULL;
         kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){1, 3, L}, 3, &xt);
         float *xp = kiln_tensor_data(xt);
@@ -71,12 +65,7 @@ KN_TEST(cpu_softmax_row_maximum_anywhere) {
         size_t size;
         unsigned char *m = tmb_finish(&b, &size);
         if (!m) return;
-        kiln_session_options *o = NULL;
-        kiln_session_options_create(&o);
-        kiln_session_options_set_cache(o, 0, NULL);
-        kiln_session *s = NULL;
-        CHECK_STATUS(kiln_session_create_from_memory(m, size, NULL, o, &s), KILN_OK);
-        kiln_session_options_destroy(o);
+        kiln_session *s = tmb_session(m, size, 0, 3);
         kiln_tensor *xt = NULL, *yt = NULL;
         kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){n, n}, 2, &xt);
         float *xp = kiln_tensor_data(xt);

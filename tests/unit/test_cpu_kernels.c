@@ -465,12 +465,7 @@ static void check_conv_f16(int64_t N, int64_t C, int64_t M, int64_t G, int64_t H
         xf[i] = roundf(tmb_rand(&seed) * 256.0f) / 256.0f;
         ((uint16_t *)kiln_tensor_data(X))[i] = ck_f16_bits(xf[i]);
     }
-    kiln_session_options *o;
-    kiln_session_options_create(&o);
-    kiln_session_options_set_cache(o, 0, NULL);
-    kiln_session *s = NULL;
-    CHECK_STATUS(kiln_session_create_from_memory(data, size, NULL, o, &s), KILN_OK);
-    kiln_session_options_destroy(o);
+    kiln_session *s = tmb_session(data, size, 0, 3);
     free(data);
     const int64_t OH = (H + 2 * (k / 2) - k) / stride + 1, OW = (W + 2 * (k / 2) - k) / stride + 1;
     const int64_t Cg = C / G, Mg = M / G;
@@ -759,12 +754,7 @@ static void check_matmul_f16(int64_t batch, int64_t M, int64_t K, int64_t N, int
     kiln_tensor *X;
     kiln_tensor_create(KILN_DTYPE_FLOAT16, ad, 3, &X);
     for (int64_t i = 0; i < na; i++) ((uint16_t *)kiln_tensor_data(X))[i] = ck_f16_bits(af[i]);
-    kiln_session_options *o;
-    kiln_session_options_create(&o);
-    kiln_session_options_set_cache(o, 0, NULL);
-    kiln_session *s = NULL;
-    CHECK_STATUS(kiln_session_create_from_memory(data, size, NULL, o, &s), KILN_OK);
-    kiln_session_options_destroy(o);
+    kiln_session *s = tmb_session(data, size, 0, 3);
     free(data);
     for (int run = 0; s && run < 2; run++) {
         const char *names[] = {"x", "w"};
@@ -915,13 +905,7 @@ static void check_batchnorm(int64_t N, int64_t C, int64_t inner) {
     kiln_tensor *X;
     kiln_tensor_create(KILN_DTYPE_FLOAT, xd, 3, &X);
     float *xv = kiln_tensor_data(X);
-    kiln_session_options *o;
-    kiln_session_options_create(&o);
-    kiln_session_options_set_cache(o, 0, NULL);
-    kiln_session_options_set_intra_op_threads(o, 1);
-    kiln_session *s = NULL;
-    CHECK_STATUS(kiln_session_create_from_memory(data, size, NULL, o, &s), KILN_OK);
-    kiln_session_options_destroy(o);
+    kiln_session *s = tmb_session(data, size, 1, 3);
     free(data);
     uint32_t seed = (uint32_t)(inner + C);
     for (int run = 0; s && run < 2; run++) {

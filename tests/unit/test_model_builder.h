@@ -60,8 +60,9 @@ static inline void tmb_check_runs(kiln_session *s, const char *const *names, kil
     }
 }
 
-/* A session of the serialised model (data, size) on the CPU with `threads` intra-op threads at
- * optimisation level `level`, no cache; NULL (the test failed) where it was refused. */
+/* A session of the serialised model (data, size) on the CPU with `threads` intra-op threads (0:
+ * the default, one a core) at optimisation level `level` (3: the default), no cache; NULL (the
+ * test failed) where it was refused. */
 static inline kiln_session *tmb_session(const unsigned char *data, size_t size, int threads, int level) {
     kiln_session_options *o = NULL;
     kiln_session_options_create(&o);
