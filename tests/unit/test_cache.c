@@ -14,6 +14,7 @@
 #include "cache/key.h"
 #include "cache/store.h"
 #include "onnx/loader.h"
+#include "test_tmpfiles.h"
 #include "unit.h"
 
 #include <errno.h>
@@ -45,20 +46,6 @@ static const char *zoo_model(void) {
     return access(path, R_OK) == 0 ? path : NULL;
 }
 
-static char *tmp_dir(const char *tag) {
-    static char dirs[16][256];
-    static int n;
-    char *d = dirs[n++ % 16];
-    snprintf(d, 256, "/tmp/kiln-cache-test-%s-XXXXXX", tag);
-    return mkdtemp(d);
-}
-
-static void rm_rf(const char *dir) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-}
-
 static int count_entries(const char *dir) {
     kn_cache_entry *e;
     int n = 0;
@@ -86,14 +73,6 @@ static uint8_t *read_file(const char *path, size_t *n) {
         *n = (size_t)sz;
     }
     return d;
-}
-
-static int write_file(const char *path, const void *d, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    size_t w = fwrite(d, 1, n, f);
-    fclose(f);
-    return w == n ? 0 : -1;
 }
 
 /* stderr into a file while a block runs (the cache's log lines go there) */
@@ -340,7 +319,7 @@ static pbw vinfo(const char *name, int64_t n) {
 static int write_external_model(const char *dir, const float w[4]) {
     char path[512];
     snprintf(path, sizeof path, "%s/w.bin", dir);
-    if (write_file(path, w, 4 * sizeof(float))) return -1;
+    if (ttf_write(path, w, 4 * sizeof(float))) return -1;
     pbw t = {0}, e = {0}, g = {0}, n = {0}, m = {0}, os = {0};
     w_int(&t, 1, 4);
     w_int(&t, 2, 1);
@@ -366,7 +345,7 @@ static int write_external_model(const char *dir, const float w[4]) {
     w_int(&os, 2, 17);
     w_msg(&m, 8, &os);
     snprintf(path, sizeof path, "%s/model.onnx", dir);
-    int rc = write_file(path, m.d, m.n);
+    int rc = ttf_write(path, m.d, m.n);
     free(m.d);
     return rc;
 }
@@ -382,7 +361,7 @@ static void key_of(const char *model, const kiln_session_options *o, char name[6
 }
 
 KN_TEST(cache_key_every_field) {
-    char *dir = tmp_dir("key");
+    char *dir = ttf_tmp_dir("cache", "key");
     if (!dir) KN_SKIP("no temporary folder");
     float w[4] = {1, 2, 3, 4};
     CHECK(write_external_model(dir, w) == 0);
@@ -464,7 +443,7 @@ KN_TEST(cache_key_every_field) {
     key_of(model, o, k);
     CHECK_MSG(strcmp(base, k), "external data content");
     kiln_session_options_destroy(o);
-    rm_rf(dir);
+    ttf_rm_rf(dir);
 }
 
 /* ------------------------------------------------------------------ the file format */
@@ -632,7 +611,7 @@ static kiln_status create_logged(const char *model, const kiln_session_options *
 KN_TEST(cache_hit_miss_rebuilt) {
     const char *model = zoo_model();
     if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
-    char *dir = tmp_dir("auto");
+    char *dir = ttf_tmp_dir("cache", "auto");
     kiln_session_options *o = opts_in(dir);
     kiln_session *s = NULL;
     char *log;
@@ -710,7 +689,7 @@ KN_TEST(cache_hit_miss_rebuilt) {
     uint8_t *mb = read_file(model, &mn);
     if (mb) {
         mb[mn - 100] ^= 1; /* inside the last initializer's raw data */
-        CHECK(write_file(copy, mb, mn) == 0);
+        CHECK(ttf_write(copy, mb, mn) == 0);
         CHECK_STATUS(create_logged(copy, o, &s, &log), KILN_OK);
         CHECK_MSG(strstr(log, "cache miss"), "model content: %s", log);
         kiln_session_destroy(s);
@@ -719,13 +698,13 @@ KN_TEST(cache_hit_miss_rebuilt) {
         free(mb);
     }
     kiln_session_options_destroy(o);
-    rm_rf(dir);
+    ttf_rm_rf(dir);
 }
 
 KN_TEST(cache_corrupt_entry_rebuilt_or_strict) {
     const char *model = zoo_model();
     if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
-    char *dir = tmp_dir("corrupt");
+    char *dir = ttf_tmp_dir("cache", "corrupt");
     kiln_session_options *o = opts_in(dir);
     kiln_session *s = NULL;
     char *log;
@@ -748,7 +727,7 @@ KN_TEST(cache_corrupt_entry_rebuilt_or_strict) {
     size_t pos = ws ? (size_t)(ws->offset + 100) : fn / 2;
     kn_cfile_close(f);
     fd[pos] ^= 0x10;
-    CHECK(write_file(entry, fd, fn) == 0);
+    CHECK(ttf_write(entry, fd, fn) == 0);
     /* strict: an error naming the file, the section and the problem */
     kiln_session_options_set_cache_strict(o, 1);
     CHECK_STATUS(create_logged(model, o, &s, &log), KILN_ERR_CACHE);
@@ -776,17 +755,17 @@ KN_TEST(cache_corrupt_entry_rebuilt_or_strict) {
     free(log);
     free(fd);
     kiln_session_options_destroy(o);
-    rm_rf(dir);
+    ttf_rm_rf(dir);
 }
 
 KN_TEST(cache_unwritable_directory) {
     const char *model = zoo_model();
     if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
-    char *dir = tmp_dir("unwritable");
+    char *dir = ttf_tmp_dir("cache", "unwritable");
     /* a path under a regular file cannot be created, even by root (chmod does not stop root) */
     char file[512], cache[600];
     snprintf(file, sizeof file, "%s/a-file", dir);
-    CHECK(write_file(file, "x", 1) == 0);
+    CHECK(ttf_write(file, "x", 1) == 0);
     snprintf(cache, sizeof cache, "%s/sub", file);
     kiln_session_options *o = opts_in(cache);
     kiln_session *s = NULL;
@@ -797,13 +776,13 @@ KN_TEST(cache_unwritable_directory) {
     kiln_session_destroy(s);
     free(log);
     kiln_session_options_destroy(o);
-    rm_rf(dir);
+    ttf_rm_rf(dir);
 }
 
 KN_TEST(cache_size_limit_prunes_lru) {
     const char *model = zoo_model();
     if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
-    char *dir = tmp_dir("limit");
+    char *dir = ttf_tmp_dir("cache", "limit");
     kiln_session *s = NULL;
     char *log;
     /* three entries (levels 1, 2, 3), then level 1 used again, then a fourth with a limit that
@@ -846,7 +825,7 @@ KN_TEST(cache_size_limit_prunes_lru) {
     kiln_session_destroy(s);
     free(log);
     kiln_session_options_destroy(o);
-    rm_rf(dir);
+    ttf_rm_rf(dir);
 }
 
 /* ------------------------------------------------------------------ explicit paths */
@@ -854,7 +833,7 @@ KN_TEST(cache_size_limit_prunes_lru) {
 KN_TEST(cache_load_path_errors) {
     const char *model = zoo_model();
     if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
-    char *dir = tmp_dir("paths");
+    char *dir = ttf_tmp_dir("cache", "paths");
     char path[600], file[600];
     kiln_session_options *o = opts_in(NULL);
     kiln_session_options_set_cache(o, 0, NULL);
@@ -872,14 +851,14 @@ KN_TEST(cache_load_path_errors) {
     CHECK_ERROR_HAS("is a directory");
     /* unreadable: a path through a regular file (root reads any file, so chmod would not do) */
     snprintf(file, sizeof file, "%s/plain", dir);
-    CHECK(write_file(file, "x", 1) == 0);
+    CHECK(ttf_write(file, "x", 1) == 0);
     snprintf(path, sizeof path, "%s/under.kiln", file);
     kiln_session_options_set_compiled_paths(o, NULL, path);
     CHECK_STATUS(kiln_session_create(model, o, &s), KILN_ERR_IO);
     CHECK_ERROR_HAS("cannot be read");
     if (geteuid() != 0) {
         snprintf(path, sizeof path, "%s/noread.kiln", dir);
-        CHECK(write_file(path, "KILNCOMP", 8) == 0);
+        CHECK(ttf_write(path, "KILNCOMP", 8) == 0);
         chmod(path, 0);
         kiln_session_options_set_compiled_paths(o, NULL, path);
         CHECK_STATUS(kiln_session_create(model, o, &s), KILN_ERR_IO);
@@ -944,13 +923,13 @@ KN_TEST(cache_load_path_errors) {
     kiln_session_destroy(s);
     free(bytes);
     kiln_session_options_destroy(o);
-    rm_rf(dir);
+    ttf_rm_rf(dir);
 }
 
 KN_TEST(cache_save_and_dump_together) {
     const char *model = zoo_model();
     if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
-    char *dir = tmp_dir("dump");
+    char *dir = ttf_tmp_dir("cache", "dump");
     char save[600], dump[600], dump2[600];
     snprintf(save, sizeof save, "%s/m.kiln", dir);
     snprintf(dump, sizeof dump, "%s/opt.onnx", dir);
@@ -976,7 +955,7 @@ KN_TEST(cache_save_and_dump_together) {
     CHECK_STATUS(kn_onnx_load_file(dump2, &m), KILN_OK);
     kn_model_free(m);
     kiln_session_options_destroy(o);
-    rm_rf(dir);
+    ttf_rm_rf(dir);
     if (!dumped_on_compile) KN_SKIP("the session does not write dump_path on the compile path yet");
 }
 
@@ -985,7 +964,7 @@ KN_TEST(cache_save_and_dump_together) {
 KN_TEST(cache_eight_processes_compile_once) {
     const char *model = zoo_model();
     if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
-    char *dir = tmp_dir("procs");
+    char *dir = ttf_tmp_dir("cache", "procs");
     enum { N = 8 };
     int go[2];
     CHECK(pipe(go) == 0);
@@ -1038,7 +1017,7 @@ KN_TEST(cache_eight_processes_compile_once) {
     CHECK_EQ_INT(compiled, 1);
     CHECK_EQ_INT(hits, N - 1);
     CHECK_EQ_INT(count_entries(dir), 1);
-    rm_rf(dir);
+    ttf_rm_rf(dir);
 }
 
 /* A device provider the options name adds its device's fingerprint to the key: with a GPU its
@@ -1193,7 +1172,7 @@ static int one_entry(const char *dir, char *entry, size_t cap) {
 KN_TEST(cache_directory_and_entries_are_private) {
     const char *model = zoo_model();
     if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
-    char *base = tmp_dir("private");
+    char *base = ttf_tmp_dir("cache", "private");
     char dir[400];
     snprintf(dir, sizeof dir, "%s/new/kiln", base);
     kiln_session_options *o = opts_in(dir);
@@ -1209,7 +1188,7 @@ KN_TEST(cache_directory_and_entries_are_private) {
     CHECK(one_entry(dir, entry, sizeof entry));
     CHECK(stat(entry, &sb) == 0 && (sb.st_mode & 0777) == 0600);
     kiln_session_options_destroy(o);
-    rm_rf(base);
+    ttf_rm_rf(base);
 }
 
 /* Another user's plant in the cache directory: <id>.lock and .kiln-size as links to a file of the
@@ -1217,8 +1196,8 @@ KN_TEST(cache_directory_and_entries_are_private) {
 KN_TEST(cache_symlinked_lock_and_size_files_are_not_followed) {
     const char *model = zoo_model();
     if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
-    char *dir = tmp_dir("links");
-    char *victims = tmp_dir("victims");
+    char *dir = ttf_tmp_dir("cache", "links");
+    char *victims = ttf_tmp_dir("cache", "victims");
     kiln_session_options *o = opts_in(dir);
     kn_cache_key k;
     CHECK_STATUS(kn_cache_key_for_file(model, o, &k), KILN_OK);
@@ -1230,7 +1209,7 @@ KN_TEST(cache_symlinked_lock_and_size_files_are_not_followed) {
     snprintf(v1, sizeof v1, "%s/precious-1", victims);
     snprintf(v2, sizeof v2, "%s/precious-2", victims);
     static const char text[] = "a file of the victim's: must stay as it is\n";
-    CHECK(write_file(v1, text, sizeof text - 1) == 0 && write_file(v2, text, sizeof text - 1) == 0);
+    CHECK(ttf_write(v1, text, sizeof text - 1) == 0 && ttf_write(v2, text, sizeof text - 1) == 0);
     chmod(v1, 0600);
     CHECK(symlink(v1, lock) == 0);
     CHECK(symlink(v2, size) == 0);
@@ -1258,8 +1237,8 @@ KN_TEST(cache_symlinked_lock_and_size_files_are_not_followed) {
     struct stat sb;
     CHECK(lstat(lock, &sb) == 0 && S_ISLNK(sb.st_mode));
     kiln_session_options_destroy(o);
-    rm_rf(dir);
-    rm_rf(victims);
+    ttf_rm_rf(dir);
+    ttf_rm_rf(victims);
 }
 
 /* A directory others can write to, or another user's, is not used: a warning and an uncached
@@ -1267,7 +1246,7 @@ KN_TEST(cache_symlinked_lock_and_size_files_are_not_followed) {
 KN_TEST(cache_directory_of_others_is_not_used) {
     const char *model = zoo_model();
     if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
-    char *dir = tmp_dir("shared");
+    char *dir = ttf_tmp_dir("cache", "shared");
     CHECK(chmod(dir, 0777) == 0);
     kiln_session_options *o = opts_in(dir);
     kiln_session *s = NULL;
@@ -1287,15 +1266,15 @@ KN_TEST(cache_directory_of_others_is_not_used) {
     kn_clear_error();
     kiln_session_options_destroy(o);
     /* group-writable too */
-    char *dir2 = tmp_dir("group");
+    char *dir2 = ttf_tmp_dir("cache", "group");
     CHECK(chmod(dir2, 0770) == 0);
     CHECK(kn_cache_dir_check(dir2) == KILN_ERR_CACHE);
     CHECK_ERROR_HAS("writable by its group");
     kn_clear_error();
-    rm_rf(dir2);
+    ttf_rm_rf(dir2);
     if (geteuid() == 0) {
         /* root can give a directory away: owned by another uid, not used even though root could */
-        char *dir3 = tmp_dir("foreign"); /* a new path: the warning is given once per directory */
+        char *dir3 = ttf_tmp_dir("cache", "foreign"); /* a new path: the warning is given once per directory */
         CHECK(chown(dir3, 12345, 12345) == 0);
         o = opts_in(dir3);
         CHECK_STATUS(create_logged(model, o, &s, &log), KILN_OK);
@@ -1305,9 +1284,9 @@ KN_TEST(cache_directory_of_others_is_not_used) {
         free(log);
         CHECK_EQ_INT(count_entries(dir3), 0);
         kiln_session_options_destroy(o);
-        rm_rf(dir3);
+        ttf_rm_rf(dir3);
     }
-    rm_rf(dir);
+    ttf_rm_rf(dir);
 }
 
 /* Entries planted or changed by someone else: a link, another user's file, a file others can
@@ -1315,8 +1294,8 @@ KN_TEST(cache_directory_of_others_is_not_used) {
 KN_TEST(cache_planted_entries_are_not_loaded) {
     const char *model = zoo_model();
     if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
-    char *dir = tmp_dir("planted");
-    char *elsewhere = tmp_dir("elsewhere");
+    char *dir = ttf_tmp_dir("cache", "planted");
+    char *elsewhere = ttf_tmp_dir("cache", "elsewhere");
     kiln_session_options *o = opts_in(dir);
     kiln_session *s = NULL;
     char *log;
@@ -1328,7 +1307,7 @@ KN_TEST(cache_planted_entries_are_not_loaded) {
     snprintf(copy, sizeof copy, "%s/good.kiln", elsewhere);
     size_t n;
     uint8_t *good = read_file(entry, &n);
-    CHECK(good && write_file(copy, good, n) == 0);
+    CHECK(good && ttf_write(copy, good, n) == 0);
     /* a link to a good compiled file: not followed */
     CHECK(unlink(entry) == 0 && symlink(copy, entry) == 0);
     kiln_session_options_set_cache_strict(o, 1);
@@ -1387,8 +1366,8 @@ KN_TEST(cache_planted_entries_are_not_loaded) {
     free(log);
     free(good);
     kiln_session_options_destroy(o);
-    rm_rf(dir);
-    rm_rf(elsewhere);
+    ttf_rm_rf(dir);
+    ttf_rm_rf(elsewhere);
 }
 
 /* The bytes a session uses are the bytes that were verified: a cache entry changed in place or
@@ -1397,7 +1376,7 @@ KN_TEST(cache_planted_entries_are_not_loaded) {
 KN_TEST(cache_entry_changed_under_a_live_session) {
     const char *model = zoo_model();
     if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
-    char *dir = tmp_dir("live");
+    char *dir = ttf_tmp_dir("cache", "live");
     kiln_session_options *o = opts_in(dir);
     kiln_session *s = NULL;
     char *log;
@@ -1431,7 +1410,7 @@ KN_TEST(cache_entry_changed_under_a_live_session) {
     kiln_session_destroy(s);
     free(d);
     kiln_session_options_destroy(o);
-    rm_rf(dir);
+    ttf_rm_rf(dir);
 }
 
 /* Starts while another process flips a weight byte of the entry in place, over and over (the
@@ -1441,7 +1420,7 @@ KN_TEST(cache_entry_changed_under_a_live_session) {
 KN_TEST(cache_starts_while_the_entry_is_flipped_in_place) {
     const char *model = zoo_model();
     if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
-    char *dir = tmp_dir("flip");
+    char *dir = ttf_tmp_dir("cache", "flip");
     kiln_session_options *o = opts_in(dir);
     kiln_session_options_set_log_level(o, KILN_LOG_ERROR);
     kiln_session *s = NULL;
@@ -1491,7 +1470,7 @@ KN_TEST(cache_starts_while_the_entry_is_flipped_in_place) {
     CHECK_MSG(wrong == 0, "%d of %d starts gave wrong outputs or failed", wrong, starts);
     CHECK(starts >= 5);
     kiln_session_options_destroy(o);
-    rm_rf(dir);
+    ttf_rm_rf(dir);
 }
 
 /* A compiled file runs with the provider options it was compiled with: a caller's provider that
@@ -1501,7 +1480,7 @@ KN_TEST(cache_compiled_file_runs_with_its_provider_options) {
     if (!kn_bf16_cpu_supported()) KN_SKIP("this CPU has no AVX512_BF16 (the file is compiled with cpu precision=bf16)");
     const char *model = zoo_model();
     if (!model) KN_SKIP("no fixture model (zoo field_conv1d_gemm or build/models/tiny_cnn)");
-    char *dir = tmp_dir("popts");
+    char *dir = ttf_tmp_dir("cache", "popts");
     char path[600];
     snprintf(path, sizeof path, "%s/bf16.kiln", dir);
     const char *key[1] = {"precision"}, *bf16[1] = {"bf16"}, *fp32[1] = {"fp32"};
@@ -1562,5 +1541,5 @@ KN_TEST(cache_compiled_file_runs_with_its_provider_options) {
     kn_tensor_free(want);
     kn_tensor_free(fp);
     for (int i = 0; i < 4; i++) kiln_session_options_destroy(o[i]);
-    rm_rf(dir);
+    ttf_rm_rf(dir);
 }

@@ -5,6 +5,7 @@
 #include "cache/cache.h"
 #include "kiln.h"
 #include "onnx/loader.h"
+#include "test_tmpfiles.h"
 #include "unit.h"
 
 #include <errno.h>
@@ -44,14 +45,6 @@ static void fpb_bytes(fpb *b, int field, const void *p, size_t n) {
 }
 static void fpb_str(fpb *b, int field, const char *s) { fpb_bytes(b, field, s, strlen(s)); }
 
-static int write_bytes(const char *path, const void *d, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    size_t w = fwrite(d, 1, n, f);
-    fclose(f);
-    return w == n ? 0 : -1;
-}
-
 /* <dir>/model.onnx with initializer 'w' in external file `location` (16 bytes at offset 0) */
 static int write_external_model(const char *dir, const char *location) {
     fpb t = {0}, e = {0}, g = {0}, op = {0}, m = {0};
@@ -71,21 +64,7 @@ static int write_external_model(const char *dir, const char *location) {
     fpb_bytes(&m, 7, g.d, g.n);   /* graph */
     char path[600];
     snprintf(path, sizeof path, "%s/model.onnx", dir);
-    return write_bytes(path, m.d, m.n);
-}
-
-static char *files_tmp(const char *tag) {
-    static char dirs[8][128];
-    static int n;
-    char *d = dirs[n++ % 8];
-    snprintf(d, 128, "/tmp/kiln-files-test-%s-XXXXXX", tag);
-    return mkdtemp(d);
-}
-
-static void files_rm(const char *dir) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return ttf_write(path, m.d, m.n);
 }
 
 /* Runs load(path) in a child with a 10 s alarm: 0 when the child returned an error (as it
@@ -115,7 +94,7 @@ static int child_load(const char *path, bool session) {
 }
 
 KN_TEST(files_fifo_model_and_external_data_do_not_hang) {
-    char *dir = files_tmp("fifo");
+    char *dir = ttf_tmp_dir("files", "fifo");
     if (!dir) KN_SKIP("cannot create a temporary folder");
     char fifo[400], cache[400];
     snprintf(fifo, sizeof fifo, "%s/model.onnx", dir);
@@ -138,11 +117,11 @@ KN_TEST(files_fifo_model_and_external_data_do_not_hang) {
     CHECK_ERROR_HAS("external data file");
     CHECK_ERROR_HAS("is a FIFO");
     unsetenv("KILN_CACHE_DIR");
-    files_rm(dir);
+    ttf_rm_rf(dir);
 }
 
 KN_TEST(files_external_data_hard_links) {
-    char *root = files_tmp("links");
+    char *root = ttf_tmp_dir("files", "links");
     if (!root) KN_SKIP("cannot create a temporary folder");
     char dir[300], sub[300], outside[400], inside[400], other[400], model[400];
     snprintf(dir, sizeof dir, "%s/model", root);
@@ -152,7 +131,7 @@ KN_TEST(files_external_data_hard_links) {
     snprintf(inside, sizeof inside, "%s/w.bin", dir);
     snprintf(model, sizeof model, "%s/model.onnx", dir);
     float vals[4] = {1, 2, 3, 4};
-    CHECK(write_bytes(outside, vals, sizeof vals) == 0);
+    CHECK(ttf_write(outside, vals, sizeof vals) == 0);
     /* a file of another folder brought in by a hard link: refused */
     CHECK(link(outside, inside) == 0);
     CHECK(write_external_model(dir, "w.bin") == 0);
@@ -173,7 +152,7 @@ KN_TEST(files_external_data_hard_links) {
     CHECK(link(inside, other) == 0);
     CHECK_STATUS(kn_onnx_load_file(model, &m), KILN_OK);
     kn_model_free(m);
-    files_rm(root);
+    ttf_rm_rf(root);
 }
 
 /* KILN_MODEL_READ=1 (the default): the .onnx is read into owned memory, so truncating or
@@ -189,10 +168,10 @@ KN_TEST(files_model_read_option_survives_truncation) {
     static uint8_t buf[4 << 20];
     size_t n = fread(buf, 1, sizeof buf, f);
     fclose(f);
-    char *dir = files_tmp("read");
+    char *dir = ttf_tmp_dir("files", "read");
     char path[300];
     snprintf(path, sizeof path, "%s/model.onnx", dir);
-    CHECK(n > 0 && n < sizeof buf && write_bytes(path, buf, n) == 0);
+    CHECK(n > 0 && n < sizeof buf && ttf_write(path, buf, n) == 0);
     setenv("KILN_MODEL_READ", "1", 1);
     kiln_session_options *o = NULL;
     kiln_session_options_create(&o);
@@ -227,7 +206,7 @@ KN_TEST(files_model_read_option_survives_truncation) {
         kiln_tensor_destroy(y2);
         kiln_session_destroy(s);
     }
-    files_rm(dir);
+    ttf_rm_rf(dir);
 }
 
 /* ---- a runnable model: y = x + w, x and w float[ADD_N]; w inline (raw_data) or in an external file ---- */
@@ -273,7 +252,7 @@ static int write_add_model(const char *dir, float scale, const char *location) {
             fpb_int(&t, 14, 1);
             char path[600];
             snprintf(path, sizeof path, "%s/%s", dir, location);
-            if (write_bytes(path, w, sizeof w)) return -1;
+            if (ttf_write(path, w, sizeof w)) return -1;
         } else {
             fpb_bytes(&t, 9, w, sizeof w); /* raw_data */
         }
@@ -299,7 +278,7 @@ static int write_add_model(const char *dir, float scale, const char *location) {
         }
         char path[600];
         snprintf(path, sizeof path, "%s/model.onnx", dir);
-        return write_bytes(path, m.d, m.n);
+        return ttf_write(path, m.d, m.n);
     }
     return -1;
 }
@@ -341,7 +320,7 @@ static kiln_session *add_session(const char *model, const char *cache_dir) {
  * the cache off and on. Run in a child so that a regression (SIGBUS) fails the test, not the
  * suite. */
 KN_TEST(files_model_and_external_data_changed_under_a_live_session) {
-    char *dir = files_tmp("live");
+    char *dir = ttf_tmp_dir("files", "live");
     if (!dir) KN_SKIP("cannot create a temporary folder");
     char model[400], data[400], cache[400];
     snprintf(model, sizeof model, "%s/model.onnx", dir);
@@ -398,13 +377,13 @@ KN_TEST(files_model_and_external_data_changed_under_a_live_session) {
                         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
             CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         }
-    files_rm(dir);
+    ttf_rm_rf(dir);
 }
 
 /* KILN_MODEL_READ=0 maps the .onnx in place instead (the file must then stay unchanged): the
  * session is the same. */
 KN_TEST(files_model_mapped_on_request) {
-    char *dir = files_tmp("map");
+    char *dir = ttf_tmp_dir("files", "map");
     if (!dir) KN_SKIP("cannot create a temporary folder");
     char model[400];
     snprintf(model, sizeof model, "%s/model.onnx", dir);
@@ -431,7 +410,7 @@ KN_TEST(files_model_mapped_on_request) {
     CHECK_STATUS(kn_onnx_file_read(model, &f), KILN_OK);
     CHECK(!f.mapped);
     kn_onnx_file_release(&f);
-    files_rm(dir);
+    ttf_rm_rf(dir);
 }
 
 /* A model file changed between its cache key's hashing and its compile (a miss) must not have the
@@ -444,7 +423,7 @@ static void change_model_after_key(const char *path) {
 }
 
 KN_TEST(files_model_changed_between_key_and_compile_is_not_cached) {
-    char *dir = files_tmp("toctou");
+    char *dir = ttf_tmp_dir("files", "toctou");
     if (!dir) KN_SKIP("cannot create a temporary folder");
     snprintf(hook_dir, sizeof hook_dir, "%s", dir);
     char model[400], cache[400];
@@ -485,5 +464,5 @@ KN_TEST(files_model_changed_between_key_and_compile_is_not_cached) {
     kiln_session_destroy(s);
     kiln_session_options_destroy(o);
     unsetenv("KILN_CACHE_DIR");
-    files_rm(dir);
+    ttf_rm_rf(dir);
 }

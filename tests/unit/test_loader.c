@@ -2,6 +2,7 @@
  * an error with a clear message (never a crash: run under ASan or valgrind), external data
  * confinement, values files, and the model zoo. */
 #include "onnx/loader.h"
+#include "test_tmpfiles.h"
 #include "unit.h"
 
 #include <dirent.h>
@@ -859,14 +860,6 @@ static const char *tmpdir(void) {
     return tmp_root;
 }
 
-static int write_file(const char *path, const void *d, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    size_t w = fwrite(d, 1, n, f);
-    fclose(f);
-    return w == n ? 0 : -1;
-}
-
 /* A model whose initializer 'w' (float[4]) lives in external data at `location`. */
 static pbw external_model(const char *location, const char *offset, const char *length) {
     pbw t = {0}, e = {0};
@@ -896,7 +889,7 @@ static kiln_status load_external(const char *dir, const char *location, const ch
     char path[512];
     snprintf(path, sizeof path, "%s/model.onnx", dir);
     pbw w = external_model(location, offset, length);
-    int rc = write_file(path, w.d, w.n);
+    int rc = ttf_write(path, w.d, w.n);
     free(w.d);
     if (rc) return KILN_ERR_IO;
     return kn_onnx_load_file(path, m);
@@ -910,7 +903,7 @@ KN_TEST(loader_external_data) {
     mkdir(dir, 0755);
     float vals[6] = {9, 1, 2, 3, 4, 9};
     snprintf(path, sizeof path, "%s/weights.bin", dir);
-    CHECK(write_file(path, vals, sizeof vals) == 0);
+    CHECK(ttf_write(path, vals, sizeof vals) == 0);
     kn_model *m = NULL;
     CHECK_STATUS(load_external(dir, "weights.bin", "4", "16", &m), KILN_OK);
     if (m) {
@@ -931,7 +924,7 @@ KN_TEST(loader_external_data) {
     CHECK_ERROR_HAS("contains '..'");
     /* a symlink inside the folder that points outside it */
     snprintf(outside, sizeof outside, "%s/outside.bin", root);
-    CHECK(write_file(outside, vals, sizeof vals) == 0);
+    CHECK(ttf_write(outside, vals, sizeof vals) == 0);
     snprintf(path, sizeof path, "%s/link.bin", dir);
     unlink(path);
     if (symlink(outside, path) == 0) {
@@ -977,7 +970,7 @@ KN_TEST(loader_file_views_into_the_mapping) {
         pbw rest = model_of(&g, 17);
         w_raw(&w, rest.d, rest.n);
         free(rest.d);
-        CHECK(write_file(path, w.d, w.n) == 0);
+        CHECK(ttf_write(path, w.d, w.n) == 0);
         free(w.d);
         kn_model *m = NULL;
         CHECK_STATUS(kn_onnx_load_file(path, &m), KILN_OK);
