@@ -41,6 +41,21 @@ static kiln_tensor *q8_input(const kn_tensor *t) {
     return k;
 }
 
+/* Runs the model (data, size) on its input "x" with `threads` threads, AMX-INT8 forced on (y[0];
+ * the other forms where the CPU has none) and then off (y[1]); a run that failed leaves NULL. */
+static void q8_amx_on_off(const unsigned char *m, size_t size, kiln_tensor *x, int threads, kiln_tensor **y) {
+    const char *names[1] = {"x"};
+    y[0] = y[1] = NULL;
+    for (int form = 0; form < 2; form++) {
+        kn_qgemm_amx_force(form == 0);
+        kiln_session *s = tmb_session(m, size, threads, 3);
+        if (!s) continue;
+        CHECK_STATUS(kiln_session_run(s, names, &x, 1, NULL, 1, &y[form]), KILN_OK);
+        kiln_session_destroy(s);
+    }
+    kn_qgemm_amx_force(true);
+}
+
 /* Runs the model at levels 0 and 3 with 1 and 2 threads, each form of the kernels the CPU has:
  * AMX-INT8's tiles (qgemm_amx.c, for the products large enough), AVX-512 VNNI's and the AVX2
  * forms; every output element must equal want. */
@@ -280,17 +295,9 @@ KN_TEST(cpu_qgemm_dq_lstm_amx_same_bits) {
         kiln_tensor *xin = NULL;
         kiln_tensor_create(KILN_DTYPE_FLOAT, xd, 3, &xin);
         if (xin) memcpy(kiln_tensor_data(xin), x->data, sizeof(float) * (size_t)kn_tensor_count(x));
-        const char *names[1] = {"x"};
         for (int threads = 1; threads <= 2; threads++) {
-            kiln_tensor *y2[2] = {NULL, NULL};
-            for (int form = 0; form < 2; form++) {
-                kn_qgemm_amx_force(form == 0);
-                kiln_session *s = tmb_session(m, size, threads, 3);
-                if (!s) continue;
-                CHECK_STATUS(kiln_session_run(s, names, &xin, 1, NULL, 1, &y2[form]), KILN_OK);
-                kiln_session_destroy(s);
-            }
-            kn_qgemm_amx_force(true);
+            kiln_tensor *y2[2];
+            q8_amx_on_off(m, size, xin, threads, y2);
             if (y2[0] && y2[1]) {
                 const int64_t n = kiln_tensor_element_count(y2[0]);
                 CHECK_EQ_INT(kiln_tensor_element_count(y2[1]), n);
@@ -357,17 +364,9 @@ KN_TEST(cpu_qgemm_qlinear_conv_amx_same_bytes) {
         size_t size;
         unsigned char *mb = tmb_finish(&b, &size);
         kiln_tensor *xin = q8_input(x);
-        const char *names[1] = {"x"};
         for (int threads = 1; threads <= 2; threads++) {
-            kiln_tensor *y2[2] = {NULL, NULL};
-            for (int form = 0; form < 2; form++) {
-                kn_qgemm_amx_force(form == 0);
-                kiln_session *s = tmb_session(mb, size, threads, 3);
-                if (!s) continue;
-                CHECK_STATUS(kiln_session_run(s, names, &xin, 1, NULL, 1, &y2[form]), KILN_OK);
-                kiln_session_destroy(s);
-            }
-            kn_qgemm_amx_force(true);
+            kiln_tensor *y2[2];
+            q8_amx_on_off(mb, size, xin, threads, y2);
             if (y2[0] && y2[1]) {
                 const int64_t n = kiln_tensor_element_count(y2[0]);
                 CHECK_MSG(n == kiln_tensor_element_count(y2[1]) && !memcmp(kiln_tensor_data(y2[0]), kiln_tensor_data(y2[1]), (size_t)n),
