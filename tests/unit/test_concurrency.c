@@ -231,16 +231,7 @@ typedef struct zoo_arg {
 static void zoo_one(const char *dir, const char *name, void *arg) {
     zoo_arg *z = arg;
     if (strcmp(name, "mobilenet_v3_small") && strcmp(name, "bert_mini")) return;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/model.onnx", dir);
-    kiln_session_options *o = NULL;
-    kiln_session_options_create(&o);
-    kiln_session_options_set_cache(o, 0, NULL);
-    kiln_session_options_set_intra_op_threads(o, 2);
-    kiln_session *s = NULL;
-    kiln_status st = kiln_session_create(path, o, &s);
-    kiln_session_options_destroy(o);
-    CHECK_MSG(st == KILN_OK, "%s: %s", name, kiln_last_error());
+    kiln_session *s = kn_unit_zoo_session(dir, name, 2, 3);
     if (!s) return;
     kn_unit_zoo_data d;
     kn_unit_zoo_read(dir, s, &d);

@@ -209,14 +209,7 @@ KN_TEST(memplan_views_take_slots_outputs_stay_out) {
 
 static void zoo_plan(const char *dir, const char *name, void *arg) {
     (void)arg;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/model.onnx", dir);
-    kiln_session_options *o = NULL;
-    kiln_session_options_create(&o);
-    kiln_session_options_set_cache(o, 0, NULL);
-    kiln_session *s = NULL;
-    CHECK_MSG(kiln_session_create(path, o, &s) == KILN_OK, "%s: %s", name, kiln_last_error());
-    kiln_session_options_destroy(o);
+    kiln_session *s = kn_unit_zoo_session(dir, name, 0, 3);
     if (!s) return;
     kn_unit_zoo_data d;
     kn_unit_zoo_read(dir, s, &d);

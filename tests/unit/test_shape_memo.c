@@ -478,18 +478,8 @@ typedef struct memo_zoo_arg {
 
 static void memo_zoo_one(const char *dir, const char *name, void *arg) {
     memo_zoo_arg *z = arg;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/model.onnx", dir);
     for (int level = 0; level <= 3; level += 3) {
-        kiln_session_options *o = NULL;
-        kiln_session_options_create(&o);
-        kiln_session_options_set_cache(o, 0, NULL);
-        kiln_session_options_set_opt_level(o, level);
-        kiln_session_options_set_intra_op_threads(o, 1);
-        kiln_session *s = NULL;
-        kiln_status st = kiln_session_create(path, o, &s);
-        kiln_session_options_destroy(o);
-        CHECK_MSG(st == KILN_OK, "%s: %s", name, kiln_last_error());
+        kiln_session *s = kn_unit_zoo_session(dir, name, 1, level);
         if (!s) return;
         kn_unit_zoo_data d;
         kn_unit_zoo_read(dir, s, &d);

@@ -34,6 +34,21 @@ int kn_unit_each_zoo_model(void (*fn)(const char *dir, const char *name, void *a
     return models;
 }
 
+kiln_session *kn_unit_zoo_session(const char *dir, const char *name, int threads, int level) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.onnx", dir);
+    kiln_session_options *o = NULL;
+    kiln_session_options_create(&o);
+    kiln_session_options_set_cache(o, 0, NULL);
+    kiln_session_options_set_opt_level(o, level);
+    kiln_session_options_set_intra_op_threads(o, threads);
+    kiln_session *s = NULL;
+    kiln_status st = kiln_session_create(path, o, &s);
+    kiln_session_options_destroy(o);
+    CHECK_MSG(st == KILN_OK, "%s: %s", name, kiln_last_error());
+    return s;
+}
+
 void kn_unit_zoo_read(const char *dir, kiln_session *s, kn_unit_zoo_data *d) {
     char path[4200];
     memset(d, 0, sizeof *d);

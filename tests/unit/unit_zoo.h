@@ -18,6 +18,10 @@ typedef struct kn_unit_zoo_data {
 const char *kn_unit_zoo_dir(void);
 /* Calls fn(dir, name, arg) for every model folder of the zoo; returns how many (0: no zoo). */
 int kn_unit_each_zoo_model(void (*fn)(const char *dir, const char *name, void *arg), void *arg);
+/* A session of the zoo model in dir (name: its folder's name, for the message) on the CPU, no
+ * cache, `threads` intra-op threads (0: one a core) at optimisation level `level` (3: the
+ * default); NULL, the failure recorded, where it was refused. */
+kiln_session *kn_unit_zoo_session(const char *dir, const char *name, int threads, int level);
 /* Reads test_data_set_0 of the zoo model in dir for session s; kn_unit_zoo_free releases it. */
 void kn_unit_zoo_read(const char *dir, kiln_session *s, kn_unit_zoo_data *d);
 void kn_unit_zoo_free(kn_unit_zoo_data *d);
