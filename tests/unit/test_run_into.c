@@ -89,19 +89,6 @@ static unsigned char *alias_model(size_t *size) {
     return tmb_finish(&b, size);
 }
 
-static kiln_session *session_at(const unsigned char *m, size_t size, int level, int threads) {
-    kiln_session_options *o = NULL;
-    kiln_session_options_create(&o);
-    kiln_session_options_set_cache(o, 0, NULL);
-    kiln_session_options_set_opt_level(o, level);
-    kiln_session_options_set_intra_op_threads(o, threads);
-    kiln_session *s = NULL;
-    kiln_status st = kiln_session_create_from_memory(m, size, NULL, o, &s);
-    CHECK_MSG(st == KILN_OK, "session at level %d: %s", level, kiln_last_error());
-    kiln_session_options_destroy(o);
-    return s;
-}
-
 static kiln_tensor *random_tensor(const int64_t *dims, int rank, uint32_t seed) {
     kiln_tensor *t = NULL;
     kiln_tensor_create(KILN_DTYPE_FLOAT, dims, rank, &t);
@@ -247,7 +234,7 @@ KN_TEST(run_into_writes_outputs_in_place) {
     if (!m) return;
     kiln_tensor *x = random_tensor((int64_t[]){2, 3, 5, 7}, 4, 7);
     for (int level = 0; level <= 3; level += 3) {
-        kiln_session *s = session_at(m, size, level, 1);
+        kiln_session *s = tmb_session(m, size, 1, level);
         if (!s) continue;
         char what[64];
         for (size_t off = 0; off <= 4; off += 4) {
@@ -268,7 +255,7 @@ KN_TEST(run_into_without_in_place_matches) {
     unsigned char *m = mixed_model(false, &size);
     if (!m) return;
     kiln_tensor *x = random_tensor((int64_t[]){2, 3, 5, 7}, 4, 11);
-    kiln_session *s = session_at(m, size, 3, 1);
+    kiln_session *s = tmb_session(m, size, 1, 3);
     if (s) {
         setenv("KILN_OUTPUTS_IN_PLACE", "0", 1);
         check_run_into(s, x, 0, "KILN_OUTPUTS_IN_PLACE=0");
@@ -284,7 +271,7 @@ KN_TEST(run_into_repeated_and_shared_tensors) {
     unsigned char *m = mixed_model(false, &size);
     if (!m) return;
     kiln_tensor *x = random_tensor((int64_t[]){2, 3, 5, 7}, 4, 13);
-    kiln_session *s = session_at(m, size, 0, 1);
+    kiln_session *s = tmb_session(m, size, 1, 0);
     if (s) {
         const char *in_names[1] = {"x"};
         kiln_tensor *ins[1] = {x};
@@ -330,7 +317,7 @@ KN_TEST(run_into_input_tensor_given_as_output) {
     unsigned char *m = alias_model(&size);
     if (!m) return;
     for (int level = 0; level <= 3; level += 3) {
-        kiln_session *s = session_at(m, size, level, 1);
+        kiln_session *s = tmb_session(m, size, 1, level);
         if (!s) continue;
         const char *in_names[1] = {"x"};
         for (int which = 0; which < 2; which++) {
@@ -363,7 +350,7 @@ KN_TEST(run_into_symbolic_batch) {
     size_t size;
     unsigned char *m = mixed_model(true, &size);
     if (!m) return;
-    kiln_session *s = session_at(m, size, 3, 1);
+    kiln_session *s = tmb_session(m, size, 1, 3);
     if (s) {
         const int64_t batches[] = {2, 3, 1, 2, 3};
         for (size_t k = 0; k < sizeof batches / sizeof batches[0]; k++) {
@@ -399,7 +386,7 @@ KN_TEST(run_into_wrong_tensors_are_refused_with_nothing_written) {
     size_t size;
     unsigned char *m = mixed_model(false, &size);
     if (!m) return;
-    kiln_session *s = session_at(m, size, 3, 1);
+    kiln_session *s = tmb_session(m, size, 1, 3);
     if (s) {
         kiln_tensor *x = random_tensor((int64_t[]){2, 3, 5, 7}, 4, 31);
         const char *in_names[1] = {"x"};
@@ -469,7 +456,7 @@ KN_TEST(run_into_from_threads_on_one_session) {
     size_t size;
     unsigned char *m = mixed_model(true, &size);
     if (!m) return;
-    kiln_session *s = session_at(m, size, 3, 1);
+    kiln_session *s = tmb_session(m, size, 1, 3);
     if (s) {
         enum { T = 8 };
         thread_arg args[T];
@@ -520,7 +507,7 @@ static void check_overwrites(const char *op, kiln_dtype dt, int ra, const int64_
     size_t size;
     unsigned char *m = tmb_finish(&b, &size);
     if (!m) return;
-    kiln_session *s = session_at(m, size, 0, 2);
+    kiln_session *s = tmb_session(m, size, 2, 0);
     if (s) {
         const char *names[3] = {"a", "b", "c"};
         kiln_tensor *ins[3] = {0};
