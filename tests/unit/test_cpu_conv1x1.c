@@ -110,20 +110,11 @@ KN_TEST(cpu_conv1x1_matches_definition) {
         const int64_t OH = pw_out(t, t->H), OW = pw_out(t, t->W);
         uint32_t seed = 777 + (uint32_t)ci;
         const size_t ny = (size_t)(t->N * t->M * OH * OW);
-        kiln_tensor *x = NULL, *w = consts[0], *z = NULL;
-        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->C, t->H, t->W}, 4, &x);
+        kiln_tensor *x = tmb_random_tensor((int64_t[]){t->N, t->C, t->H, t->W}, 4, &seed, 1, 1);
+        kiln_tensor *w = consts[0], *z = NULL;
         float *xp = kiln_tensor_data(x);
-        for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) xp[i] = tmb_rand(&seed);
-        if (t->w_input) {
-            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->M, t->C, 1, 1}, 4, &w);
-            float *wp = kiln_tensor_data(w);
-            for (int64_t i = 0; i < kiln_tensor_element_count(w); i++) wp[i] = tmb_rand(&seed) / sqrtf((float)t->C);
-        }
-        if (t->res) {
-            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->M, OH, OW}, 4, &z);
-            float *zp = kiln_tensor_data(z);
-            for (size_t i = 0; i < ny; i++) zp[i] = tmb_rand(&seed);
-        }
+        if (t->w_input) w = tmb_random_tensor((int64_t[]){t->M, t->C, 1, 1}, 4, &seed, 1, sqrtf((float)t->C));
+        if (t->res) z = tmb_random_tensor((int64_t[]){t->N, t->M, OH, OW}, 4, &seed, 1, 1);
         double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
         pw_reference(t, xp, kiln_tensor_data(w), kiln_tensor_data(consts[1]), z ? kiln_tensor_data(z) : NULL, OH, OW,
                      want, scale);
@@ -135,17 +126,15 @@ KN_TEST(cpu_conv1x1_matches_definition) {
                 for (int level = 0; level <= 3; level += 3) {
                     kiln_session *s = tmb_session(m, size, threads, level);
                     if (!s) continue;
-                    const char *names[3] = {"x", "w", "z"};
-                    kiln_tensor *ins[3] = {x, w, z};
-                    int nin = 1;
-                    if (t->w_input) names[nin] = "w", ins[nin++] = w;
-                    if (t->res) names[nin] = "z", ins[nin++] = z;
+                    const char *names[3];
+                    kiln_tensor *ins[3];
+                    const size_t nin = tmb_conv_feeds(x, w, t->w_input, z, names, ins);
                     char ctx[192];
                     snprintf(ctx, sizeof ctx,
                              "case %zu (%lldx%lldx%lldx%lld -> %lld, s%lld pad %lld, res %d, act %d), forced %d, %d threads, level %d",
                              ci, (long long)t->N, (long long)t->C, (long long)t->H, (long long)t->W, (long long)t->M,
                              (long long)t->s, (long long)t->pad, t->res, t->act, force, threads, level);
-                    tmb_check_runs(s, names, ins, (size_t)nin, want, scale, ny, 1e-6, 2e-6, ctx);
+                    tmb_check_runs(s, names, ins, nin, want, scale, ny, 1e-6, 2e-6, ctx);
                     kiln_session_destroy(s);
                 }
             unsetenv("KILN_GEMM_SWAP"), unsetenv("KILN_GEMM_ROWS_FIRST");

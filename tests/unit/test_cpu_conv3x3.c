@@ -96,15 +96,9 @@ static void c3_inputs(const c3_case *t, kiln_tensor *const consts[2], uint32_t s
                       double **want, double **scale, size_t *ny) {
     const int64_t OH = c3_out(t->H, t->s, t->d, t->pads[0], t->pads[2]);
     const int64_t OW = c3_out(t->W, t->s, c3_dw(t), t->pads[1], t->pads[3]);
-    *x = NULL, *w = consts[0];
-    kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->C, t->H, t->W}, 4, x);
+    *x = tmb_random_tensor((int64_t[]){t->N, t->C, t->H, t->W}, 4, &seed, 1, 1), *w = consts[0];
     float *xp = kiln_tensor_data(*x);
-    for (int64_t i = 0; i < kiln_tensor_element_count(*x); i++) xp[i] = tmb_rand(&seed);
-    if (t->w_input) {
-        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->M, t->C / t->g, 3, 3}, 4, w);
-        float *wp = kiln_tensor_data(*w);
-        for (int64_t i = 0; i < kiln_tensor_element_count(*w); i++) wp[i] = 0.3f * tmb_rand(&seed);
-    }
+    if (t->w_input) *w = tmb_random_tensor((int64_t[]){t->M, t->C / t->g, 3, 3}, 4, &seed, 0.3f, 1);
     *ny = (size_t)(t->N * t->M * OH * OW);
     *want = malloc(sizeof(double) * *ny), *scale = malloc(sizeof(double) * *ny);
     c3_reference(t, xp, kiln_tensor_data(*w), consts[1] ? kiln_tensor_data(consts[1]) : NULL, OH, OW, *want, *scale);

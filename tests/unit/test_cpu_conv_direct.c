@@ -134,20 +134,11 @@ KN_TEST(cpu_conv_direct_matches_definition) {
         uint32_t seed = 4242 + (uint32_t)ci;
         const int64_t Cg = t->C / t->G;
         const size_t ny = (size_t)(t->N * t->M * OH * OW);
-        kiln_tensor *x = NULL, *w = consts[0], *z = NULL;
-        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->C, t->H, t->W}, 4, &x);
+        kiln_tensor *x = tmb_random_tensor((int64_t[]){t->N, t->C, t->H, t->W}, 4, &seed, 1, 1);
+        kiln_tensor *w = consts[0], *z = NULL;
         float *xp = kiln_tensor_data(x);
-        for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) xp[i] = tmb_rand(&seed);
-        if (t->w_input) {
-            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->M, Cg, t->KH, t->KW}, 4, &w);
-            float *wp = kiln_tensor_data(w);
-            for (int64_t i = 0; i < kiln_tensor_element_count(w); i++) wp[i] = tmb_rand(&seed) / 4.0f;
-        }
-        if (t->res) {
-            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->M, OH, OW}, 4, &z);
-            float *zp = kiln_tensor_data(z);
-            for (size_t i = 0; i < ny; i++) zp[i] = tmb_rand(&seed);
-        }
+        if (t->w_input) w = tmb_random_tensor((int64_t[]){t->M, Cg, t->KH, t->KW}, 4, &seed, 1, 4.0f);
+        if (t->res) z = tmb_random_tensor((int64_t[]){t->N, t->M, OH, OW}, 4, &seed, 1, 1);
         double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
         dc_reference(t, xp, kiln_tensor_data(w), consts[1] ? kiln_tensor_data(consts[1]) : NULL,
                      z ? kiln_tensor_data(z) : NULL, OH, OW, want, scale);
@@ -160,11 +151,9 @@ KN_TEST(cpu_conv_direct_matches_definition) {
                 for (int level = 0; level <= 3; level += 3) {
                     kiln_session *s = tmb_session(m, size, threads, level);
                     if (!s) continue;
-                    const char *names[3] = {"x", "w", "z"};
-                    kiln_tensor *ins[3] = {x, w, z};
-                    int nin = 1;
-                    if (t->w_input) names[nin] = "w", ins[nin++] = w;
-                    if (t->res) names[nin] = "z", ins[nin++] = z;
+                    const char *names[3];
+                    kiln_tensor *ins[3];
+                    const size_t nin = tmb_conv_feeds(x, w, t->w_input, z, names, ins);
                     char ctx[192];
                     snprintf(ctx, sizeof ctx,
                              "case %zu (%lldx%lldx%lldx%lld -> %lld g%lld, %lldx%lld s%lldx%lld d%lldx%lld), "
@@ -172,7 +161,7 @@ KN_TEST(cpu_conv_direct_matches_definition) {
                              ci, (long long)t->N, (long long)t->C, (long long)t->H, (long long)t->W, (long long)t->M,
                              (long long)t->G, (long long)t->KH, (long long)t->KW, (long long)t->sh, (long long)t->sw,
                              (long long)t->dh, (long long)t->dw, force, threads, level);
-                    tmb_check_runs(s, names, ins, (size_t)nin, want, scale, ny, 1e-6, 2e-6, ctx);
+                    tmb_check_runs(s, names, ins, nin, want, scale, ny, 1e-6, 2e-6, ctx);
                     kiln_session_destroy(s);
                 }
             unsetenv("KILN_DCONV");

@@ -103,15 +103,9 @@ KN_TEST(cpu_conv_channels_in_lanes_matches_definition) {
         const int64_t OH = out_dim(t->H, t->KH, t->sh, t->dh, t->pads[0], t->pads[2]);
         const int64_t OW = out_dim(t->W, t->KW, t->sw, t->dw, t->pads[1], t->pads[3]);
         uint32_t seed = 99 + (uint32_t)ci;
-        kiln_tensor *x = NULL, *w = consts[0];
-        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->N, t->C, t->H, t->W}, 4, &x);
+        kiln_tensor *x = tmb_random_tensor((int64_t[]){t->N, t->C, t->H, t->W}, 4, &seed, 1, 1), *w = consts[0];
         float *xp = kiln_tensor_data(x);
-        for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) xp[i] = tmb_rand(&seed);
-        if (t->w_input) {
-            kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->M, t->C, t->KH, t->KW}, 4, &w);
-            float *wp = kiln_tensor_data(w);
-            for (int64_t i = 0; i < kiln_tensor_element_count(w); i++) wp[i] = 0.2f * tmb_rand(&seed);
-        }
+        if (t->w_input) w = tmb_random_tensor((int64_t[]){t->M, t->C, t->KH, t->KW}, 4, &seed, 0.2f, 1);
         const size_t ny = (size_t)(t->N * t->M * OH * OW);
         double *want = malloc(sizeof(double) * ny);
         reference(t, xp, kiln_tensor_data(w), consts[1] ? kiln_tensor_data(consts[1]) : NULL, OH, OW, want);

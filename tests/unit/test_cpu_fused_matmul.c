@@ -66,16 +66,9 @@ static unsigned char *fm_model(const fm_case *t, kiln_tensor **consts, size_t *s
 static void fm_inputs_and_definition(const fm_case *t, uint32_t seed, kiln_tensor *const *consts, bool bf16,
                                      kiln_tensor **x_out, kiln_tensor **z_out, double *want, double *scale) {
     const int64_t rows = t->batch * t->M;
-    const size_t ny = (size_t)(rows * t->N);
-    kiln_tensor *x = NULL, *z = NULL;
-    kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->batch, t->M, t->K}, 3, &x);
+    kiln_tensor *x = tmb_random_tensor((int64_t[]){t->batch, t->M, t->K}, 3, &seed, 1, 1), *z = NULL;
     float *xp = kiln_tensor_data(x);
-    for (int64_t i = 0; i < kiln_tensor_element_count(x); i++) xp[i] = tmb_rand(&seed);
-    if (t->res) {
-        kiln_tensor_create(KILN_DTYPE_FLOAT, (int64_t[]){t->batch, t->M, t->N}, 3, &z);
-        float *zp = kiln_tensor_data(z);
-        for (size_t i = 0; i < ny; i++) zp[i] = tmb_rand(&seed);
-    }
+    if (t->res) z = tmb_random_tensor((int64_t[]){t->batch, t->M, t->N}, 3, &seed, 1, 1);
     const float *w = kiln_tensor_data(consts[0]), *bias = consts[1] ? kiln_tensor_data(consts[1]) : NULL;
     const float *zp = z ? kiln_tensor_data(z) : NULL;
     for (int64_t r = 0; r < rows; r++)

@@ -124,6 +124,27 @@ static inline float tmb_rand(uint32_t *s) {
     return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
 
+/* A float tensor of shape dims holding mul * tmb_rand(seed) / div in turn (1 for either: exactly
+ * tmb_rand's values, or their product or quotient); NULL, the test failed, where it was refused. */
+static inline kiln_tensor *tmb_random_tensor(const int64_t *dims, int rank, uint32_t *seed, float mul, float div) {
+    kiln_tensor *t = NULL;
+    CHECK_STATUS(kiln_tensor_create(KILN_DTYPE_FLOAT, dims, rank, &t), KILN_OK);
+    float *p = t ? kiln_tensor_data(t) : NULL;
+    for (int64_t i = 0; p && i < kiln_tensor_element_count(t); i++) p[i] = mul * tmb_rand(seed) / div;
+    return t;
+}
+
+/* The inputs of a convolution test's run: x, then w where the weights are fed (w_fed), then z
+ * where given (a residual); returns their count. */
+static inline size_t tmb_conv_feeds(kiln_tensor *x, kiln_tensor *w, bool w_fed, kiln_tensor *z, const char **names,
+                                    kiln_tensor **ins) {
+    size_t n = 0;
+    names[n] = "x", ins[n++] = x;
+    if (w_fed) names[n] = "w", ins[n++] = w;
+    if (z) names[n] = "z", ins[n++] = z;
+    return n;
+}
+
 /* A graph input; dims -1 with a symbol name in `symbols` (may be NULL) for a symbolic dim. */
 static inline int tmb_input(tmb *b, const char *name, kiln_dtype dt, int rank, const int64_t *dims,
                             const char *const *symbols) {
