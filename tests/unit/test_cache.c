@@ -14,6 +14,7 @@
 #include "cache/key.h"
 #include "cache/store.h"
 #include "onnx/loader.h"
+#include "test_pb_writer.h"
 #include "test_tmpfiles.h"
 #include "unit.h"
 
@@ -268,41 +269,6 @@ KN_TEST(cache_hash_streaming) {
 
 /* ------------------------------------------------------------------ a model with external data */
 
-typedef struct pbw {
-    uint8_t *d;
-    size_t n, cap;
-} pbw;
-static void w_raw(pbw *w, const void *p, size_t n) {
-    if (w->n + n > w->cap) {
-        w->cap = (w->n + n) * 2 + 64;
-        w->d = realloc(w->d, w->cap);
-    }
-    memcpy(w->d + w->n, p, n);
-    w->n += n;
-}
-static void w_varint(pbw *w, uint64_t v) {
-    do {
-        uint8_t b = (uint8_t)(v & 0x7f);
-        v >>= 7;
-        if (v) b |= 0x80;
-        w_raw(w, &b, 1);
-    } while (v);
-}
-static void w_int(pbw *w, int f, int64_t v) {
-    w_varint(w, (uint64_t)f << 3);
-    w_varint(w, (uint64_t)v);
-}
-static void w_bytes(pbw *w, int f, const void *p, size_t n) {
-    w_varint(w, (uint64_t)f << 3 | 2);
-    w_varint(w, n);
-    w_raw(w, p, n);
-}
-static void w_str(pbw *w, int f, const char *s) { w_bytes(w, f, s, strlen(s)); }
-static void w_msg(pbw *w, int f, pbw *sub) {
-    w_bytes(w, f, sub->d, sub->n);
-    free(sub->d);
-    memset(sub, 0, sizeof *sub);
-}
 static pbw vinfo(const char *name, int64_t n) {
     pbw dim = {0}, shape = {0}, tt = {0}, tp = {0}, vi = {0};
     w_int(&dim, 1, n);

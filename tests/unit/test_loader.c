@@ -2,6 +2,7 @@
  * an error with a clear message (never a crash: run under ASan or valgrind), external data
  * confinement, values files, and the model zoo. */
 #include "onnx/loader.h"
+#include "test_pb_writer.h"
 #include "test_tmpfiles.h"
 #include "unit.h"
 
@@ -12,63 +13,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* ---- a tiny protobuf writer ---- */
-
-typedef struct pbw {
-    uint8_t *d;
-    size_t n, cap;
-} pbw;
-
-static void w_raw(pbw *w, const void *p, size_t n) {
-    if (w->n + n > w->cap) {
-        size_t nc = w->cap ? w->cap * 2 : 64;
-        while (nc < w->n + n) nc *= 2;
-        w->d = realloc(w->d, nc);
-        if (!w->d) abort(); /* test harness only */
-        w->cap = nc;
-    }
-    if (n) memcpy(w->d + w->n, p, n);
-    w->n += n;
-}
-static void w_varint(pbw *w, uint64_t v) {
-    while (v >= 0x80) {
-        uint8_t b = (uint8_t)(v | 0x80);
-        w_raw(w, &b, 1);
-        v >>= 7;
-    }
-    uint8_t b = (uint8_t)v;
-    w_raw(w, &b, 1);
-}
-static void w_tag(pbw *w, int f, int wt) { w_varint(w, ((uint64_t)f << 3) | (uint64_t)wt); }
-static void w_int(pbw *w, int f, int64_t v) {
-    w_tag(w, f, 0);
-    w_varint(w, (uint64_t)v);
-}
-static void w_bytes(pbw *w, int f, const void *p, size_t n) {
-    w_tag(w, f, 2);
-    w_varint(w, n);
-    w_raw(w, p, n);
-}
-static void w_str(pbw *w, int f, const char *s) { w_bytes(w, f, s, strlen(s)); }
-static void w_float(pbw *w, int f, float x) {
-    uint32_t b;
-    memcpy(&b, &x, 4);
-    uint8_t le[4] = {(uint8_t)b, (uint8_t)(b >> 8), (uint8_t)(b >> 16), (uint8_t)(b >> 24)};
-    w_tag(w, f, 5);
-    w_raw(w, le, 4);
-}
-/* Appends sub as a length-delimited field and frees it. */
-static void w_msg(pbw *w, int f, pbw *sub) {
-    w_bytes(w, f, sub->d, sub->n);
-    free(sub->d);
-    memset(sub, 0, sizeof *sub);
-}
-static void w_packed_ints(pbw *w, int f, const int64_t *v, int n) {
-    pbw p = {0};
-    for (int i = 0; i < n; i++) w_varint(&p, (uint64_t)v[i]);
-    w_msg(w, f, &p);
-}
 
 /* ---- ONNX message builders (field numbers from onnx.proto) ---- */
 
