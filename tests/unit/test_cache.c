@@ -269,18 +269,6 @@ KN_TEST(cache_hash_streaming) {
 
 /* ------------------------------------------------------------------ a model with external data */
 
-static pbw vinfo(const char *name, int64_t n) {
-    pbw dim = {0}, shape = {0}, tt = {0}, tp = {0}, vi = {0};
-    w_int(&dim, 1, n);
-    w_msg(&shape, 1, &dim);
-    w_int(&tt, 1, 1);
-    w_msg(&tt, 2, &shape);
-    w_msg(&tp, 1, &tt);
-    w_str(&vi, 1, name);
-    w_msg(&vi, 2, &tp);
-    return vi;
-}
-
 /* Y = X + W with W float[4] in external file `loc` next to the model. */
 static int write_external_model(const char *dir, const float w[4]) {
     char path[512];
@@ -302,7 +290,7 @@ static int write_external_model(const char *dir, const float w[4]) {
     w_msg(&g, 1, &n);
     w_str(&g, 2, "g");
     w_msg(&g, 5, &t);
-    pbw x = vinfo("X", 4), y = vinfo("Y", 4);
+    pbw x = value_info("X", 1, 1, (int64_t[]){4}), y = value_info("Y", 1, 1, (int64_t[]){4});
     w_msg(&g, 11, &x);
     w_msg(&g, 12, &y);
     w_int(&m, 1, 8);

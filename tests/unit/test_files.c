@@ -5,6 +5,7 @@
 #include "cache/cache.h"
 #include "kiln.h"
 #include "onnx/loader.h"
+#include "test_pb_writer.h"
 #include "test_tmpfiles.h"
 #include "unit.h"
 
@@ -19,52 +20,28 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* ---- a minimal protobuf writer: a model whose one initializer 'w' (float[4]) is external ---- */
-
-typedef struct fpb {
-    uint8_t d[40000];
-    size_t n;
-} fpb;
-
-static void fpb_varint(fpb *b, uint64_t v) {
-    while (v >= 0x80) {
-        b->d[b->n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    b->d[b->n++] = (uint8_t)v;
-}
-static void fpb_int(fpb *b, int field, uint64_t v) {
-    fpb_varint(b, (uint64_t)field << 3);
-    fpb_varint(b, v);
-}
-static void fpb_bytes(fpb *b, int field, const void *p, size_t n) {
-    fpb_varint(b, (uint64_t)field << 3 | 2);
-    fpb_varint(b, n);
-    memcpy(b->d + b->n, p, n);
-    b->n += n;
-}
-static void fpb_str(fpb *b, int field, const char *s) { fpb_bytes(b, field, s, strlen(s)); }
-
 /* <dir>/model.onnx with initializer 'w' in external file `location` (16 bytes at offset 0) */
 static int write_external_model(const char *dir, const char *location) {
-    fpb t = {0}, e = {0}, g = {0}, op = {0}, m = {0};
-    fpb_int(&t, 1, 4);     /* dims */
-    fpb_int(&t, 2, 1);     /* data_type FLOAT */
-    fpb_str(&t, 8, "w");   /* name */
-    fpb_str(&e, 1, "location");
-    fpb_str(&e, 2, location);
-    fpb_bytes(&t, 13, e.d, e.n); /* external_data */
-    fpb_int(&t, 14, 1);          /* data_location EXTERNAL */
-    fpb_str(&g, 2, "g");
-    fpb_bytes(&g, 5, t.d, t.n); /* initializer */
-    fpb_int(&m, 1, 8);          /* ir_version */
-    fpb_str(&op, 1, "");
-    fpb_int(&op, 2, 17);
-    fpb_bytes(&m, 8, op.d, op.n); /* opset_import */
-    fpb_bytes(&m, 7, g.d, g.n);   /* graph */
+    pbw t = {0}, e = {0}, g = {0}, op = {0}, m = {0};
+    w_int(&t, 1, 4);   /* dims */
+    w_int(&t, 2, 1);   /* data_type FLOAT */
+    w_str(&t, 8, "w"); /* name */
+    w_str(&e, 1, "location");
+    w_str(&e, 2, location);
+    w_msg(&t, 13, &e); /* external_data */
+    w_int(&t, 14, 1);  /* data_location EXTERNAL */
+    w_str(&g, 2, "g");
+    w_msg(&g, 5, &t); /* initializer */
+    w_int(&m, 1, 8);  /* ir_version */
+    w_str(&op, 1, "");
+    w_int(&op, 2, 17);
+    w_msg(&m, 8, &op); /* opset_import */
+    w_msg(&m, 7, &g);  /* graph */
     char path[600];
     snprintf(path, sizeof path, "%s/model.onnx", dir);
-    return ttf_write(path, m.d, m.n);
+    int rc = ttf_write(path, m.d, m.n);
+    free(m.d);
+    return rc;
 }
 
 /* Runs load(path) in a child with a 10 s alarm: 0 when the child returned an error (as it
@@ -215,18 +192,6 @@ KN_TEST(files_model_read_option_survives_truncation) {
  * loader writes to, a name's, is copied by the private mapping and would hide a change) */
 enum { ADD_N = 4096 };
 
-static void fpb_value_info(fpb *g, int field, const char *name) {
-    fpb dim = {0}, shape = {0}, tt = {0}, type = {0}, vi = {0};
-    fpb_int(&dim, 1, ADD_N);             /* dim_value */
-    fpb_bytes(&shape, 1, dim.d, dim.n);  /* TensorShapeProto.dim */
-    fpb_int(&tt, 1, 1);                  /* elem_type FLOAT */
-    fpb_bytes(&tt, 2, shape.d, shape.n); /* shape */
-    fpb_bytes(&type, 1, tt.d, tt.n);     /* TypeProto.tensor_type */
-    fpb_str(&vi, 1, name);
-    fpb_bytes(&vi, 2, type.d, type.n);
-    fpb_bytes(g, field, vi.d, vi.n);
-}
-
 /* <dir>/model.onnx computing y = x + w with w[i] = scale * (i + 1), inline, or (location non-NULL)
  * in that external file, which is written too. The file's size does not depend on scale. */
 static int write_add_model(const char *dir, float scale, const char *location) {
@@ -235,50 +200,57 @@ static int write_add_model(const char *dir, float scale, const char *location) {
     /* inline w starts at a 4-byte aligned offset of the file (a doc_string pads it), so that the
      * loader makes it a view into the file's bytes, as real models' weights are */
     for (int pad = 0; pad < 8; pad++) {
-        static fpb t, node, g, op, m;
-        memset(&t, 0, sizeof t), memset(&node, 0, sizeof node), memset(&g, 0, sizeof g);
-        memset(&op, 0, sizeof op), memset(&m, 0, sizeof m);
-        fpb_int(&t, 1, ADD_N);
-        fpb_int(&t, 2, 1);
-        fpb_str(&t, 8, "w");
+        pbw t = {0}, node = {0}, g = {0}, op = {0}, m = {0};
+        w_int(&t, 1, ADD_N);
+        w_int(&t, 2, 1);
+        w_str(&t, 8, "w");
         char doc[8] = "xxxxxxx";
         doc[pad] = 0;
-        fpb_str(&t, 12, doc);
+        w_str(&t, 12, doc);
         if (location) {
-            fpb e = {0};
-            fpb_str(&e, 1, "location");
-            fpb_str(&e, 2, location);
-            fpb_bytes(&t, 13, e.d, e.n);
-            fpb_int(&t, 14, 1);
+            pbw e = {0};
+            w_str(&e, 1, "location");
+            w_str(&e, 2, location);
+            w_msg(&t, 13, &e);
+            w_int(&t, 14, 1);
             char path[600];
             snprintf(path, sizeof path, "%s/%s", dir, location);
-            if (ttf_write(path, w, sizeof w)) return -1;
+            if (ttf_write(path, w, sizeof w)) {
+                free(t.d);
+                return -1;
+            }
         } else {
-            fpb_bytes(&t, 9, w, sizeof w); /* raw_data */
+            w_bytes(&t, 9, w, sizeof w); /* raw_data */
         }
-        fpb_str(&node, 1, "x");
-        fpb_str(&node, 1, "w");
-        fpb_str(&node, 2, "y");
-        fpb_str(&node, 3, "add");
-        fpb_str(&node, 4, "Add");
-        fpb_bytes(&g, 1, node.d, node.n);
-        fpb_str(&g, 2, "g");
-        fpb_bytes(&g, 5, t.d, t.n);
-        fpb_value_info(&g, 11, "x");
-        fpb_value_info(&g, 12, "y");
-        fpb_int(&m, 1, 8);
-        fpb_str(&op, 1, "");
-        fpb_int(&op, 2, 17);
-        fpb_bytes(&m, 8, op.d, op.n);
-        fpb_bytes(&m, 7, g.d, g.n);
+        w_str(&node, 1, "x");
+        w_str(&node, 1, "w");
+        w_str(&node, 2, "y");
+        w_str(&node, 3, "add");
+        w_str(&node, 4, "Add");
+        w_msg(&g, 1, &node);
+        w_str(&g, 2, "g");
+        w_msg(&g, 5, &t);
+        pbw x = value_info("x", 1, 1, (int64_t[]){ADD_N}), y = value_info("y", 1, 1, (int64_t[]){ADD_N});
+        w_msg(&g, 11, &x);
+        w_msg(&g, 12, &y);
+        w_int(&m, 1, 8);
+        w_str(&op, 1, "");
+        w_int(&op, 2, 17);
+        w_msg(&m, 8, &op);
+        w_msg(&m, 7, &g);
         if (!location) {
             size_t at = 0;
             while (at + 16 <= m.n && memcmp(m.d + at, w, 16)) at++;
-            if (at % 4) continue;
+            if (at % 4) {
+                free(m.d);
+                continue;
+            }
         }
         char path[600];
         snprintf(path, sizeof path, "%s/model.onnx", dir);
-        return ttf_write(path, m.d, m.n);
+        int rc = ttf_write(path, m.d, m.n);
+        free(m.d);
+        return rc;
     }
     return -1;
 }

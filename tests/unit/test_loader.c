@@ -25,24 +25,6 @@ static pbw tensor_raw(const char *name, int dtype, const int64_t *dims, int rank
     return t;
 }
 
-/* dims[i] < 0 becomes dim_param "N" */
-static pbw value_info(const char *name, int elem, int rank, const int64_t *dims) {
-    pbw shape = {0}, tt = {0}, tp = {0}, vi = {0};
-    for (int i = 0; i < rank; i++) {
-        pbw d = {0};
-        if (dims[i] >= 0) w_int(&d, 1, dims[i]);
-        else w_str(&d, 2, "N");
-        w_msg(&shape, 1, &d);
-    }
-    w_int(&tt, 1, elem);
-    if (rank >= 0) w_msg(&tt, 2, &shape);
-    free(shape.d);
-    w_msg(&tp, 1, &tt);
-    w_str(&vi, 1, name);
-    w_msg(&vi, 2, &tp);
-    return vi;
-}
-
 static pbw node(const char *op, const char *name, const char *const *ins, int nin, const char *const *outs, int nout) {
     pbw n = {0};
     for (int i = 0; i < nin; i++) w_str(&n, 1, ins[i]);

@@ -1,6 +1,7 @@
 /* A small protobuf writer for tests that write ONNX files byte by byte (fields by number from
- * onnx.proto): a growing buffer (pbw), varints, tagged ints, floats, bytes, strings, packed ints and
- * nested messages. Static functions, so a test file uses only what it needs. */
+ * onnx.proto): a growing buffer (pbw), varints, tagged ints, floats, bytes, strings, packed ints,
+ * nested messages, and ONNX's ValueInfoProto. Static functions, so a test file uses only what it
+ * needs. */
 #ifndef KN_TEST_PB_WRITER_H
 #define KN_TEST_PB_WRITER_H
 
@@ -61,6 +62,25 @@ static inline void w_packed_ints(pbw *w, int f, const int64_t *v, int n) {
     pbw p = {0};
     for (int i = 0; i < n; i++) w_varint(&p, (uint64_t)v[i]);
     w_msg(w, f, &p);
+}
+
+/* An ONNX ValueInfoProto: name, a tensor of element type elem and `rank` dims (rank < 0: no
+ * shape; dims[i] < 0: dim_param "N"). */
+static inline pbw value_info(const char *name, int elem, int rank, const int64_t *dims) {
+    pbw shape = {0}, tt = {0}, tp = {0}, vi = {0};
+    for (int i = 0; i < rank; i++) {
+        pbw d = {0};
+        if (dims[i] >= 0) w_int(&d, 1, dims[i]);
+        else w_str(&d, 2, "N");
+        w_msg(&shape, 1, &d);
+    }
+    w_int(&tt, 1, elem);
+    if (rank >= 0) w_msg(&tt, 2, &shape);
+    free(shape.d);
+    w_msg(&tp, 1, &tt);
+    w_str(&vi, 1, name);
+    w_msg(&vi, 2, &tp);
+    return vi;
 }
 
 #endif
