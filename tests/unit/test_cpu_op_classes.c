@@ -270,6 +270,24 @@ static int64_t transpose_misplaced(const void *x, const void *y, size_t es, int 
     return bad;
 }
 
+/* Transposes x (type dt, es bytes an element, dims of rank r) by perm with threads t0 to t1 in
+ * turn: every output element must be x's at the index mapping's place. what names the case. */
+static void oc_check_transpose(const char *what, size_t c, kiln_dtype dt, size_t es, int r, const int64_t *dims,
+                               const int64_t *perm, const void *x, int t0, int t1) {
+    int64_t n = 1;
+    for (int d = 0; d < r; d++) n *= dims[d];
+    const tmb_attr_spec at[1] = {{.name = "perm", .ints = perm, .n_ints = r}};
+    for (int threads = t0; threads <= t1; threads++) {
+        kiln_tensor *y = NULL;
+        if (oc_run("Transpose", 13, dt, r, dims, x, NULL, 0, at, 1, 1, threads, &y)) {
+            const int64_t bad = transpose_misplaced(x, kiln_tensor_data(y), es, r, dims, perm);
+            CHECK_MSG(bad == 0, "%s case %zu, %d threads: %lld of %lld elements misplaced", what, c, threads,
+                      (long long)bad, (long long)n);
+        }
+        kiln_tensor_destroy(y);
+    }
+}
+
 /* float16 Transpose to channels-last and of the last two axes, sizes around the 8x8 blocks, against
  * the index formula */
 KN_TEST(cpu_transpose_float16_blocks) {
@@ -287,17 +305,7 @@ KN_TEST(cpu_transpose_float16_blocks) {
         for (int d = 0; d < r; d++) n *= cases[c].dims[d];
         uint16_t *x = malloc(sizeof(uint16_t) * (size_t)n);
         for (int64_t i = 0; i < n; i++) x[i] = (uint16_t)(i * 2654435761u >> 7);
-        tmb_attr_spec at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
-        for (int threads = 1; threads <= 2; threads++) {
-            kiln_tensor *y = NULL;
-            if (oc_run("Transpose", 13, KILN_DTYPE_FLOAT16, r, cases[c].dims, x, NULL, 0, at, 1, 1, threads, &y)) {
-                const uint16_t *g = kiln_tensor_data(y);
-                const int64_t bad = transpose_misplaced(x, g, sizeof *x, r, cases[c].dims, cases[c].perm);
-                CHECK_MSG(bad == 0, "Transpose case %zu, %d threads: %lld of %lld elements misplaced", c, threads,
-                          (long long)bad, (long long)n);
-            }
-            kiln_tensor_destroy(y);
-        }
+        oc_check_transpose("Transpose", c, KILN_DTYPE_FLOAT16, sizeof *x, r, cases[c].dims, cases[c].perm, x, 1, 2);
         free(x);
     }
 }
@@ -322,17 +330,8 @@ KN_TEST(cpu_transpose_float32_blocks) {
         for (int d = 0; d < r; d++) n *= cases[c].dims[d];
         uint32_t *x = malloc(sizeof(uint32_t) * (size_t)n);
         for (int64_t i = 0; i < n; i++) x[i] = (uint32_t)(i * 2654435761u);
-        tmb_attr_spec at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
-        for (int threads = 1; threads <= 2; threads++) {
-            kiln_tensor *y = NULL;
-            if (oc_run("Transpose", 13, KILN_DTYPE_FLOAT, r, cases[c].dims, x, NULL, 0, at, 1, 1, threads, &y)) {
-                const uint32_t *g = kiln_tensor_data(y);
-                const int64_t bad = transpose_misplaced(x, g, sizeof *x, r, cases[c].dims, cases[c].perm);
-                CHECK_MSG(bad == 0, "float32 Transpose case %zu, %d threads: %lld of %lld elements misplaced", c,
-                          threads, (long long)bad, (long long)n);
-            }
-            kiln_tensor_destroy(y);
-        }
+        oc_check_transpose("float32 Transpose", c, KILN_DTYPE_FLOAT, sizeof *x, r, cases[c].dims, cases[c].perm, x, 1,
+                           2);
         free(x);
     }
 }
@@ -678,17 +677,7 @@ KN_TEST(cpu_transpose_short_axis) {
         for (int d = 0; d < r; d++) n *= cases[c].dims[d];
         unsigned char *x = malloc(es * (size_t)n);
         for (int64_t i = 0; i < (int64_t)es * n; i++) x[i] = (unsigned char)(i * 2654435761u >> 9);
-        const tmb_attr_spec at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
-        for (int threads = 1; threads <= 2; threads++) {
-            kiln_tensor *y = NULL;
-            if (oc_run("Transpose", 13, cases[c].dt, r, cases[c].dims, x, NULL, 0, at, 1, 1, threads, &y)) {
-                const unsigned char *g = kiln_tensor_data(y);
-                const int64_t bad = transpose_misplaced(x, g, es, r, cases[c].dims, cases[c].perm);
-                CHECK_MSG(bad == 0, "Transpose case %zu, %d threads: %lld of %lld elements misplaced", c, threads,
-                          (long long)bad, (long long)n);
-            }
-            kiln_tensor_destroy(y);
-        }
+        oc_check_transpose("Transpose", c, cases[c].dt, es, r, cases[c].dims, cases[c].perm, x, 1, 2);
         free(x);
     }
 }
@@ -708,14 +697,7 @@ KN_TEST(cpu_transpose_bytes) {
         for (int d = 0; d < r; d++) n *= cases[c].dims[d];
         uint8_t *x = malloc((size_t)n);
         for (int64_t i = 0; i < n; i++) x[i] = (uint8_t)(i * 2654435761u >> 11);
-        const tmb_attr_spec at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
-        kiln_tensor *y = NULL;
-        if (oc_run("Transpose", 13, KILN_DTYPE_UINT8, r, cases[c].dims, x, NULL, 0, at, 1, 1, 2, &y)) {
-            const uint8_t *g = kiln_tensor_data(y);
-            const int64_t bad = transpose_misplaced(x, g, sizeof *x, r, cases[c].dims, cases[c].perm);
-            CHECK_MSG(bad == 0, "uint8 Transpose case %zu: %lld of %lld elements misplaced", c, (long long)bad, (long long)n);
-        }
-        kiln_tensor_destroy(y);
+        oc_check_transpose("uint8 Transpose", c, KILN_DTYPE_UINT8, sizeof *x, r, cases[c].dims, cases[c].perm, x, 2, 2);
         free(x);
     }
 }
