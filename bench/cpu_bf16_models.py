@@ -7,7 +7,8 @@ additive mask) and ViT-B/16 (timm's layout: patch Conv, class token, pre-LN bloc
 torch is installed, bench/cpu_models.py exports ResNet-50 and BERT-base; this script builds all
 three directly with onnx.helper (bench/onnx_builders.py's layer-by-layer form: seeded random
 weights at the frameworks' initialisation scales, as the zoo's models have), so it runs on machines
-without torch. --model NAME=PATH adds any .onnx.
+without torch. --model NAME=PATH adds any .onnx (fed
+its test_data_set_0 where there is one beside it, as the zoo's models have).
 
 For each model and thread count, in one process, alternating rounds (each round the median of its
 runs, the result the median of the rounds): kiln with cpu:precision=bf16, OpenVINO with
@@ -45,6 +46,27 @@ BUILDERS = {"resnet50": onnx_builders.resnet50, "bert_base": onnx_builders.bert_
 # ------------------------------------------------------------------ runners
 
 CLOCK = time.perf_counter
+
+
+def dataset_feeds(path):
+    """The inputs of test_data_set_0 beside the model (the zoo's layout), or None: random feeds give
+    symbolic dims 1 (a sequence of one token) and ids past a small vocabulary."""
+    from onnx import numpy_helper
+    d = os.path.join(os.path.dirname(path), "test_data_set_0")
+    if not os.path.isdir(d):
+        return None
+    m = onnx.load(path, load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    names = [i.name for i in m.graph.input if i.name not in inits]
+    feeds = {}
+    for i, n in enumerate(names):
+        f = os.path.join(d, f"input_{i}.pb")
+        if not os.path.exists(f):
+            return None
+        t = onnx.TensorProto()
+        t.ParseFromString(open(f, "rb").read())
+        feeds[t.name or n] = numpy_helper.to_array(t)
+    return feeds
 
 
 def errors(outs, ref):
@@ -103,7 +125,7 @@ def main():
 
     rows = []
     for name, path in models:
-        feeds = random_feeds(path)
+        feeds = dataset_feeds(path) or random_feeds(path)
         model_bytes = open(path, "rb").read()
         so = ort.SessionOptions()
         so.intra_op_num_threads = max(threads)

@@ -81,6 +81,14 @@ static void softmax_rows(const attn_job *j, float *s, int64_t rows, int64_t i0, 
         for (int64_t i = 0; i < rows * sk; i++) s[i] = s[i] != s[i] ? 0.0f : s[i];
 }
 
+/* One product of a block under precision=bf16 with op(B) already rounded and packed (b16: KT or
+ * V of the entry, kn_bgemm_pack_b); where the bf16 GEMM does not take the shape (a few rows), fp32
+ * as kn_sgemm_run would run it. */
+static kiln_status bf16_product(const kn_sgemm_batch *p, const uint16_t *b16) {
+    if (!b16 || !kn_bgemm_takes(p)) return kn_sgemm_run(NULL, p);
+    return kn_bgemm_run_prepacked(NULL, p, NULL, &b16);
+}
+
 /* Each task packs KT and V of a batch entry once (kn_sgemm_pack_b_full) when it runs two or more
  * of that entry's row blocks: unpacked, every block's two products packed them again (whisper's
  * encoder, 1500 keys in blocks of 43 rows: the packing was a fifth of the attention's time). */
@@ -88,6 +96,10 @@ static void attn_range(void *arg, int64_t t0, int64_t t1) {
     attn_job *j = arg;
     float *s = malloc(sizeof(float) * (size_t)(j->rows_per_block * j->sk + 1));
     float *kt_packed = NULL, *v_packed = NULL; /* entry packed_entry's KT and V, allocated when first needed */
+    /* precision=bf16: the entry's KT and V rounded and packed once for all its row blocks in this
+     * range (each block's two products packed them again: whisper's encoder, 1500 keys in 32 blocks
+     * a head, spent a third of its time there) */
+    uint16_t *kt16 = NULL, *v16 = NULL;
     int64_t packed_entry = -1;
     if (!s) {
         j->status = KILN_ERR_OUT_OF_MEMORY;
@@ -106,6 +118,17 @@ static void attn_range(void *arg, int64_t t0, int64_t t1) {
         float *y = j->y + off[4] + i0 * j->y_rs;
         /* this entry's blocks left in the range; the bf16 products read their operands themselves */
         const int64_t entry_end = (b + 1) * j->blocks < t1 ? (b + 1) * j->blocks : t1;
+        if (b != packed_entry && j->bf16_state && j->d > 0 && rows >= 4) { /* (fewer rows: fp32, kn_bgemm_takes) */
+            if (!kt16) {
+                kt16 = malloc(sizeof(uint16_t) * kn_bgemm_packed_b_elems(j->sk, j->d));
+                v16 = malloc(sizeof(uint16_t) * kn_bgemm_packed_b_elems(j->dv, j->sk));
+            }
+            if (kt16 && v16) {
+                kn_bgemm_pack_b(kt, j->kt_ld, j->kt_by_key, j->sk, j->d, kt16);
+                kn_bgemm_pack_b(v, j->v_rs, false, j->dv, j->sk, v16);
+                packed_entry = b;
+            }
+        }
         if (b != packed_entry && !j->bf16_state && entry_end - t >= 2 && j->d > 0) {
             if (!kt_packed) {
                 kt_packed = malloc(sizeof(float) * kn_sgemm_packed_b_floats(j->sk, j->d));
@@ -121,8 +144,9 @@ static void attn_range(void *arg, int64_t t0, int64_t t1) {
         if (j->d > 0) {
             const kn_sgemm_batch p = {.count = 1, .M = rows, .N = j->sk, .K = j->d, .trans_b = j->kt_by_key,
                                       .alpha = j->scale, .a = &q, .lda = j->q_rs, .b = &kt, .ldb = j->kt_ld,
-                                      .c = &s, .ldc = j->sk, .b_packed = packed ? (const float *const *)&kt_packed : NULL};
-            if (kn_sgemm_run(NULL, &p)) {
+                                      .c = &s, .ldc = j->sk,
+                                      .b_packed = packed && !j->bf16_state ? (const float *const *)&kt_packed : NULL};
+            if (j->bf16_state ? bf16_product(&p, packed ? kt16 : NULL) : kn_sgemm_run(NULL, &p)) {
                 j->status = KILN_ERR_OUT_OF_MEMORY;
                 break;
             }
@@ -134,8 +158,8 @@ static void attn_range(void *arg, int64_t t0, int64_t t1) {
             const float *sv = s;
             const kn_sgemm_batch p = {.count = 1, .M = rows, .N = j->dv, .K = j->sk, .alpha = 1.0f, .a = &sv,
                                       .lda = j->sk, .b = &v, .ldb = j->v_rs, .c = &y, .ldc = j->y_rs,
-                                      .b_packed = packed ? (const float *const *)&v_packed : NULL};
-            if (kn_sgemm_run(NULL, &p)) {
+                                      .b_packed = packed && !j->bf16_state ? (const float *const *)&v_packed : NULL};
+            if (j->bf16_state ? bf16_product(&p, packed ? v16 : NULL) : kn_sgemm_run(NULL, &p)) {
                 j->status = KILN_ERR_OUT_OF_MEMORY;
                 break;
             }
@@ -144,6 +168,8 @@ static void attn_range(void *arg, int64_t t0, int64_t t1) {
     if (j->bf16_state) kn_bgemm_leave(&scope);
     free(kt_packed);
     free(v_packed);
+    free(kt16);
+    free(v16);
     free(s);
 }
 
@@ -347,6 +373,13 @@ static kiln_status fused_attention_dense(kn_kernel_ctx *c, const kn_attn_view *c
      * its encoder 3% faster, 1 thread) */
     j.rows_per_block = (SCORE_BLOCK_FLOATS / j.sk + 6) / 12 * 12;
     if (j.rows_per_block < 36) j.rows_per_block = 36;
+    /* bf16 on AMX: whole 32-row tiles of C (48 rows ran a 32-row and a 16-row pass), at least 64
+     * (whisper's 1500 keys, KILN_PROFILE, attention of 2 layers at 1 thread: 48 rows 16.3 ms, 64
+     * rows 15.0, 96 rows 15.9) */
+    if (kn_bgemm_state() && kn_bgemm_amx()) {
+        j.rows_per_block = (SCORE_BLOCK_FLOATS / j.sk + 16) / 32 * 32;
+        if (j.rows_per_block < 64) j.rows_per_block = 64;
+    }
     if (j.rows_per_block > j.sq) j.rows_per_block = j.sq;
     /* enough tasks for the threads */
     int threads = kn_threadpool_size(c->pool);
