@@ -9,6 +9,7 @@
 #include "cache/key.h"
 #include "exec/session.h"
 #include "test_model_builder.h"
+#include "test_pack_b.h"
 #include "unit.h"
 
 #include <math.h>
@@ -62,24 +63,6 @@ static void ref_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
 /* fp32 accumulation of exact bf16 products: the error grows with K */
 static double tol(int64_t K) { return 1e-5 + 2e-7 * (double)K; }
 
-typedef struct cb_ctx {
-    const float *B;
-    int64_t ldb;
-} cb_ctx;
-
-/* a packing callback (as a convolution's implicit im2col): B's block in fp32 panels of NR columns */
-static void cb_pack(const void *ctx, int64_t op, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
-    (void)op;
-    const cb_ctx *c = ctx;
-    const int NR = kn_sgemm_nr();
-    for (int64_t p = 0; p < (nc + NR - 1) / NR; p++)
-        for (int64_t k = 0; k < kc; k++)
-            for (int j = 0; j < NR; j++) {
-                const int64_t col = n0 + p * NR + j;
-                dst[(p * kc + k) * NR + j] = p * NR + j < nc ? c->B[(k0 + k) * c->ldb + col] : 0.0f;
-            }
-}
-
 typedef struct epi_ctx {
     int64_t N;
     int *hits;
@@ -121,7 +104,7 @@ static double bgemm_case(kn_threadpool *pool, bool ta, bool tb, int64_t M, int64
     float *cp[2] = {C, C + M * ldc};
     const float *rb[2] = {bias, bias};
     epi_ctx e = {N, hits};
-    cb_ctx cc = {B, ldb};
+    tpb_plain cc = {B, ldb};
     kn_sgemm_batch g = {.count = 2, .M = M, .N = N, .K = K, .trans_a = ta, .trans_b = tb, .alpha = alpha,
                         .beta = beta, .a = ap, .lda = lda, .b = bp, .ldb = ldb, .c = cp, .ldc = ldc};
     if (mode == 1) {
@@ -130,7 +113,7 @@ static double bgemm_case(kn_threadpool *pool, bool ta, bool tb, int64_t M, int64
         g.epilogue_ctx = &e;
     }
     if (mode == 2) {
-        g.pack_b = cb_pack;
+        g.pack_b = tpb_pack_plain;
         g.pack_ctx = &cc;
     }
     double err;

@@ -3,6 +3,7 @@
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/sgemm.h"
 #include "ops/op.h"
+#include "test_pack_b.h"
 #include "unit.h"
 
 #include <stdint.h>
@@ -470,22 +471,6 @@ KN_TEST(linalg_sgemm_epilogue_once_per_element) {
     kn_threadpool_destroy(pool);
 }
 
-/* op(B) packed by a callback (as a convolution's implicit im2col is): here from a plain K x N B */
-typedef struct plain_pack_ctx {
-    const float *B;
-    int64_t ldb;
-} plain_pack_ctx;
-
-static void plain_pack_b(const void *ctx, int64_t op, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
-    (void)op;
-    const plain_pack_ctx *pc = ctx;
-    const int nr = kn_sgemm_nr();
-    for (int64_t j0 = 0; j0 < nc; j0 += nr)
-        for (int64_t k = 0; k < kc; k++)
-            for (int j = 0; j < nr; j++)
-                dst[j0 * kc + k * nr + j] = j0 + j < nc ? pc->B[(k0 + k) * pc->ldb + n0 + j0 + j] : 0.0f;
-}
-
 /* The transposed path (kn_sgemm_swaps: few columns, many rows): every transposition, edge sizes of
  * each dimension (not multiples of the panels, K of 1 and past a KC slice), alpha, beta, a row bias,
  * op(A)^T prepacked (at_packed), op(B) from a packing callback, one and three threads. */
@@ -525,13 +510,13 @@ KN_TEST(linalg_sgemm_transposed_path) {
             kn_sgemm_pack_b_full(A, lda, !ta, M, K, AT);
             const float *ap[1] = {A}, *bp[1] = {B}, *atp[1] = {AT}, *rb[1] = {bias};
             float *cp[1] = {C};
-            plain_pack_ctx ppc = {B, ldb};
+            tpb_plain ppc = {B, ldb};
             kn_sgemm_batch g = {.count = 1, .M = M, .N = N, .K = K, .trans_a = ta, .trans_b = tb && !cb,
                                 .alpha = alpha, .beta = beta, .a = ap, .lda = lda, .b = bp, .ldb = ldb, .c = cp,
                                 .ldc = ldc, .at_packed = pre ? atp : NULL, .row_bias = v >= 5 ? rb : NULL};
             if (cb) {
                 g.b = NULL;
-                g.pack_b = plain_pack_b;
+                g.pack_b = tpb_pack_plain;
                 g.pack_ctx = &ppc;
             }
             CHECK_STATUS(kn_sgemm_run(v & 4 ? pool : NULL, &g), KILN_OK);
@@ -613,13 +598,13 @@ KN_TEST(linalg_sgemm_residual_and_clamp) {
                     }
                 const float *ap[1] = {A}, *bp[1] = {B}, *pp[1] = {P}, *atp[1] = {AT}, *zp[1] = {Z}, *rb[1] = {bias};
                 float *cp[1] = {C};
-                plain_pack_ctx ppc = {B, ldb};
+                tpb_plain ppc = {B, ldb};
                 kn_sgemm_batch g = {.count = 1, .M = M, .N = N, .K = K, .trans_b = tb, .alpha = alpha, .beta = beta,
                                     .a = ap, .lda = K, .b = cb ? NULL : bp, .ldb = ldb, .c = cp, .ldc = ldc,
                                     .a_packed = pre ? pp : NULL, .at_packed = f & 8 ? atp : NULL,
                                     .row_bias = with_bias ? rb : NULL, .c_add = add ? zp : NULL, .ldc_add = ldz,
                                     .clamp = clamp, .clamp_lo = lo, .clamp_hi = hi,
-                                    .pack_b = cb ? plain_pack_b : NULL, .pack_ctx = &ppc,
+                                    .pack_b = cb ? tpb_pack_plain : NULL, .pack_ctx = &ppc,
                                     .epilogue = epi ? tail_epilogue_twice : NULL};
                 if (f & 8) setenv("KILN_GEMM_SWAP", "1", 1);
                 if (f & 16) setenv("KILN_GEMM_ROWS_FIRST", "0", 1);
