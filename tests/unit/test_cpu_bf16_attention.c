@@ -16,8 +16,9 @@
 enum { AB = 2, AH = 3, ASQ = 150, ASK = 700, AD = 40, ADV = 24 };
 #define ASCALE 0.7f
 
-/* q [B,H,Sq,D], k [B,H,Sk,D], v [B,H,Sk,Dv], mask [B,1,1,Sk] -> y: (q c)(c kT) + mask, Softmax, times v */
-static unsigned char *attention_model(size_t *size) {
+/* q [B,H,Sq,D], k [B,H,Sk,D], v [B,H,Sk,Dv], mask [B,1,1,Sk] -> y: (q c)(c kT) + mask, Softmax
+ * (nan_to_zero: its NaNs, rows of keys all masked out, made 0 by IsNaN and Where), times v */
+static unsigned char *attention_model(bool nan_to_zero, size_t *size) {
     tmb b;
     tmb_init(&b, 17);
     int q = tmb_input(&b, "q", KILN_DTYPE_FLOAT, 4, (int64_t[]){AB, AH, ASQ, AD}, NULL);
@@ -33,6 +34,11 @@ static unsigned char *attention_model(size_t *size) {
     s = tmb_op(&b, "Add", (int[]){s, m}, 2, "sm");
     int p = tmb_op(&b, "Softmax", &s, 1, "p");
     tmb_op_int(&b, "axis", -1);
+    if (nan_to_zero) {
+        int isn = tmb_op(&b, "IsNaN", &p, 1, "isnan");
+        int zero = tmb_scalar(&b, "zero", KILN_DTYPE_FLOAT, 0.0);
+        p = tmb_op(&b, "Where", (int[]){isn, zero, p}, 3, "p2");
+    }
     int y = tmb_op(&b, "MatMul", (int[]){p, v}, 2, "y");
     tmb_output(&b, y);
     return tmb_finish(&b, size);
@@ -42,7 +48,7 @@ static double rb(float x, bool round) { return round ? (double)kn_bf16_round(x) 
 
 /* y of the definition; bf16: operands and the softmax rounded as the bf16 products take them */
 static void attention_reference(const float *q, const float *k, const float *v, const float *mask, bool bf16,
-                                double *y) {
+                                bool nan_to_zero, double *y) {
     double *s = malloc(sizeof(double) * ASK);
     for (int64_t bh = 0; bh < AB * AH; bh++) {
         const float *qb = q + bh * ASQ * AD, *kb = k + bh * ASK * AD, *vb = v + bh * ASK * ADV;
@@ -57,7 +63,10 @@ static void attention_reference(const float *q, const float *k, const float *v, 
             }
             double sum = 0;
             for (int64_t j = 0; j < ASK; j++) sum += s[j] = exp(s[j] - mx);
-            for (int64_t j = 0; j < ASK; j++) s[j] = rb((float)(s[j] / sum), bf16);
+            for (int64_t j = 0; j < ASK; j++) {
+                s[j] = rb((float)(s[j] / sum), bf16);
+                if (nan_to_zero && s[j] != s[j]) s[j] = 0;
+            }
             for (int64_t t = 0; t < ADV; t++) {
                 double acc = 0;
                 for (int64_t j = 0; j < ASK; j++) acc += s[j] * rb(vb[j * ADV + t], bf16);
@@ -68,10 +77,9 @@ static void attention_reference(const float *q, const float *k, const float *v, 
     free(s);
 }
 
-KN_TEST(bf16_attention_long_rows_against_definition) {
-    if (!kn_bf16_cpu_supported()) KN_SKIP("this CPU has no AVX512_BF16");
+static void attention_case(bool nan_to_zero) {
     size_t size;
-    unsigned char *model = attention_model(&size);
+    unsigned char *model = attention_model(nan_to_zero, &size);
     if (!model) return;
     const int64_t dq[4] = {AB, AH, ASQ, AD}, dk[4] = {AB, AH, ASK, AD}, dv[4] = {AB, AH, ASK, ADV};
     const int64_t dm[4] = {AB, 1, 1, ASK};
@@ -81,11 +89,13 @@ KN_TEST(bf16_attention_long_rows_against_definition) {
     for (int i = 0; i < 4; i++)
         if (!in[i]) goto out;
     float *mk = kiln_tensor_data(in[3]);
-    for (int64_t j = 0; j < AB * ASK; j++) mk[j] = j % 7 == 3 ? -INFINITY : 0.5f * mk[j]; /* keys masked out */
+    /* keys masked out; with nan_to_zero every key of the second batch entry (its rows NaN, then 0) */
+    for (int64_t j = 0; j < AB * ASK; j++)
+        mk[j] = j % 7 == 3 || (nan_to_zero && j >= ASK) ? -INFINITY : 0.5f * mk[j];
     const size_t ny = (size_t)AB * AH * ASQ * ADV;
     double *want = malloc(sizeof(double) * ny), *exact = malloc(sizeof(double) * ny);
-    attention_reference(kiln_tensor_data(in[0]), kiln_tensor_data(in[1]), kiln_tensor_data(in[2]), mk, true, want);
-    attention_reference(kiln_tensor_data(in[0]), kiln_tensor_data(in[1]), kiln_tensor_data(in[2]), mk, false, exact);
+    attention_reference(kiln_tensor_data(in[0]), kiln_tensor_data(in[1]), kiln_tensor_data(in[2]), mk, true, nan_to_zero, want);
+    attention_reference(kiln_tensor_data(in[0]), kiln_tensor_data(in[1]), kiln_tensor_data(in[2]), mk, false, nan_to_zero, exact);
     for (int threads = 1; threads <= 2; threads++) {
         kiln_session_options *o = NULL;
         kiln_session_options_create(&o);
@@ -109,7 +119,12 @@ KN_TEST(bf16_attention_long_rows_against_definition) {
             if (!out) continue;
             const float *y = kiln_tensor_data(out);
             double num = 0, den = 0, num_exact = 0, maxe = 0, maxv = 0;
+            size_t bad = 0;
             for (size_t i = 0; i < ny; i++) {
+                if (nan_to_zero && i >= ny / AB) { /* every key masked out: 0 */
+                    bad += y[i] != 0.0f;
+                    continue;
+                }
                 const double e = y[i] - want[i];
                 num += e * e;
                 den += want[i] * want[i];
@@ -119,6 +134,7 @@ KN_TEST(bf16_attention_long_rows_against_definition) {
             }
             /* against the bf16 definition only fp32 sums and the odd softmax value rounded the
              * other way (the fp32 score a last bit off): far below bf16's 2^-9 */
+            CHECK_MSG(bad == 0, "threads %d: %zu outputs of rows with every key masked out are not 0", threads, bad);
             CHECK_MSG(sqrt(num / den) < 1e-3 && maxe < 1e-2 * maxv,
                       "threads %d run %d: relative L2 %g, max error %g of %g against the bf16 definition", threads, run,
                       sqrt(num / den), maxe, maxv);
@@ -133,4 +149,10 @@ KN_TEST(bf16_attention_long_rows_against_definition) {
 out:
     for (int i = 0; i < 4; i++) kiln_tensor_destroy(in[i]);
     free(model);
+}
+
+KN_TEST(bf16_attention_long_rows_against_definition) {
+    if (!kn_bf16_cpu_supported()) KN_SKIP("this CPU has no AVX512_BF16");
+    attention_case(false);
+    attention_case(true);
 }

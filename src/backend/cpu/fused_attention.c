@@ -58,7 +58,8 @@ static void batch_offsets(const attn_job *j, int64_t b, int64_t off[5]) {
  * a row with every key masked out is 0/0: NaN), then nan_to_zero. Row by row, each row's two
  * horizontal reductions were most of the softmax's time (BERT-base's 128 keys: attention 0.83-0.91
  * of its time, ViT-B/16's 197: 0.87, results bit for bit the same). */
-static void softmax_rows(const attn_job *j, float *s, int64_t rows, int64_t i0, int64_t moff) {
+static void softmax_rows(const attn_job *j, float *s, int64_t rows, int64_t i0, int64_t moff, uint16_t *p16,
+                         int64_t ld16) {
     const int64_t sk = j->sk;
     if (j->mask)
         for (int64_t r = 0; r < rows; r++) {
@@ -76,6 +77,14 @@ static void softmax_rows(const attn_job *j, float *s, int64_t rows, int64_t i0, 
                     for (int64_t k = 0; k < sk; k++) row[k] += m[k * j->ms_j];
             }
         }
+    if (p16) { /* the probabilities in bf16 rows (fused_attention's rows16) */
+        kn_softmax_rows_f32_to_bf16(s, rows, sk, sk, p16, ld16);
+        if (j->nan_to_zero)
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t k = 0; k < sk; k++)
+                    if ((p16[r * ld16 + k] & 0x7fff) > 0x7f80) p16[r * ld16 + k] = 0;
+        return;
+    }
     kn_softmax_rows_f32(s, rows, sk, sk);
     if (j->nan_to_zero)
         for (int64_t i = 0; i < rows * sk; i++) s[i] = s[i] != s[i] ? 0.0f : s[i];
@@ -100,6 +109,12 @@ static void attn_range(void *arg, int64_t t0, int64_t t1) {
      * range (each block's two products packed them again: whisper's encoder, 1500 keys in 32 blocks
      * a head, spent a third of its time there) */
     uint16_t *kt16 = NULL, *v16 = NULL;
+    /* and on AMX the softmax's probabilities in bf16 rows (rows rounded up to 32 of ld16: the keys
+     * rounded up to 32, zero past them), which the tiles of the product by V read as they are: the
+     * softmax's last pass rounds them (packing the fp32 rows was a pass of its own) */
+    const bool rows16 = j->bf16_state && kn_bgemm_amx() && j->d > 0 && j->dv > 0;
+    const int64_t ld16 = (j->sk + 31) / 32 * 32;
+    uint16_t *p16 = rows16 ? calloc((size_t)((j->rows_per_block + 31) / 32 * 32 * ld16), sizeof(uint16_t)) : NULL;
     int64_t packed_entry = -1;
     if (!s) {
         j->status = KILN_ERR_OUT_OF_MEMORY;
@@ -153,7 +168,19 @@ static void attn_range(void *arg, int64_t t0, int64_t t1) {
         } else {
             memset(s, 0, sizeof(float) * (size_t)(rows * j->sk));
         }
-        softmax_rows(j, s, rows, i0, off[3]);
+        if (p16 && packed && rows >= 4) {
+            const kn_sgemm_batch p = {.count = 1, .M = rows, .N = j->dv, .K = j->sk, .alpha = 1.0f, .a = (const float **)&s,
+                                      .lda = j->sk, .b = &v, .ldb = j->v_rs, .c = &y, .ldc = j->y_rs};
+            if (kn_bgemm_takes(&p)) {
+                softmax_rows(j, s, rows, i0, off[3], p16, ld16);
+                if (kn_bgemm_run_rows16(&p, p16, ld16, v16)) {
+                    j->status = KILN_ERR_OUT_OF_MEMORY;
+                    break;
+                }
+                continue;
+            }
+        }
+        softmax_rows(j, s, rows, i0, off[3], NULL, 0);
         if (j->dv > 0) {
             const float *sv = s;
             const kn_sgemm_batch p = {.count = 1, .M = rows, .N = j->dv, .K = j->sk, .alpha = 1.0f, .a = &sv,
@@ -170,6 +197,7 @@ static void attn_range(void *arg, int64_t t0, int64_t t1) {
     free(v_packed);
     free(kt16);
     free(v16);
+    free(p16);
     free(s);
 }
 

@@ -60,6 +60,8 @@
     F(float, kn_nn_row_maxf, (const float *p, int64_t n), (p, n))                                                   \
     V(kn_softmax_row_f32, (const float *x, float *y, int64_t n, bool take_log), (x, y, n, take_log))                \
     V(kn_softmax_rows_f32, (float *x, int64_t rows, int64_t n, int64_t ld), (x, rows, n, ld))                       \
+    V(kn_softmax_rows_f32_to_bf16, (float *x, int64_t rows, int64_t n, int64_t ld, uint16_t *y16, int64_t ldy),     \
+      (x, rows, n, ld, y16, ldy))                                                                                   \
     F(float, kn_nn_row_minf, (const float *p, int64_t n), (p, n))                                                   \
     F(kiln_status, kn_ew_cast_n, (kiln_dtype from, const void *src, kiln_dtype to, void *dst, int64_t n,            \
                                   int saturate), (from, src, to, dst, n, saturate))                                 \

@@ -49,6 +49,12 @@ void kn_softmax_row_f32(const float *x, float *y, int64_t n, bool take_log);
 /* Softmax (not log) of `rows` rows of n floats in place, row stride ld: kn_softmax_row_f32's
  * results, four rows at a time where AVX-512 runs (the rows' dependency chains interleaved). */
 void kn_softmax_rows_f32(float *x, int64_t rows, int64_t n, int64_t ld);
+/* The same rows' softmax rounded to bf16 (nearest even) into y16 (row stride ldy) in its last pass
+ * (x is left holding scratch): kn_softmax_rows_f32's results rounded as the bf16 GEMM's packing
+ * rounds them (vcvtne2ps2bf16), bit for bit (the rows past a multiple of four through
+ * kn_f32_to_bf16, which keeps the subnormals that instruction flushes). kiln.Attention's probabilities under precision=bf16,
+ * read by the AMX tiles as they are; only where the CPU has AVX512_BF16. */
+void kn_softmax_rows_f32_to_bf16(float *x, int64_t rows, int64_t n, int64_t ld, uint16_t *y16, int64_t ldy);
 /* NegativeLogLikelihoodLoss's and SoftmaxCrossEntropyLoss's attributes (their prepare hook) */
 typedef struct kn_loss_prm {
     int reduction; /* 0 mean, 1 sum, 2 none */

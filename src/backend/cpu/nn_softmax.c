@@ -379,7 +379,29 @@ static void softmax_rows_f16(void *arg, int64_t b, int64_t e) {
  * horizontal reductions). For rows up to SM16_ROWS4_MAX floats (four rows' inputs and outputs
  * in L1). */
 #define SM16_ROWS4_MAX 1024
-static void rows4_softmax16(const float *const x[4], float *const y[4], int64_t n, int log) {
+/* y[0:n] * inv rounded to bf16 (nearest even) into o: the bf16 instructions' own rounding, 32 a
+ * step (AVX-512F's integer rounding, a dozen operations a vector, made the pass cost what packing
+ * the rows separately had). Only called where the CPU has AVX512_BF16 (kn_softmax_rows_f32_to_bf16's
+ * callers: the bf16 products on AMX); compilers without the intrinsics get no caller of it. */
+#if (defined(__clang__) || __GNUC__ >= 10) && defined(__x86_64__)
+#define SM16_BF16 1
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void sm16_scale_bf16(const float *y, int64_t n,
+                                                                                          float inv, uint16_t *o) {
+    const __m512 vi = _mm512_set1_ps(inv);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        _mm512_storeu_si512(o + i, (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(y + i + 16), vi),
+                                                               _mm512_mul_ps(_mm512_loadu_ps(y + i), vi)));
+    for (; i < n; i += 16) {
+        const __mmask16 k = kn_v16_tail(n - i);
+        _mm256_mask_storeu_epi16(o + i, k, (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + i), vi)));
+    }
+}
+#endif
+
+/* y16 (not NULL, not log): the last pass stores the rows in bf16 there instead of in y (y then
+ * holds the exponentials) */
+static void rows4_softmax16(const float *const x[4], float *const y[4], int64_t n, int log, uint16_t *const *y16) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 mv[4], m1[4], m2[4], m3[4], mm[4], s0[4], s1[4];
     for (int r = 0; r < 4; r++) mv[r] = m1[r] = m2[r] = m3[r] = ninf;
@@ -435,6 +457,14 @@ static void rows4_softmax16(const float *const x[4], float *const y[4], int64_t 
     }
     __m512 inv[4];
     for (int r = 0; r < 4; r++) inv[r] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_add_ps(s0[r], s1[r])));
+#if defined(SM16_BF16)
+    if (y16) {
+        for (int r = 0; r < 4; r++) sm16_scale_bf16(y[r], n, _mm512_cvtss_f32(inv[r]), y16[r]);
+        return;
+    }
+#else
+    (void)y16;
+#endif
     for (i = 0; i < n; i += 16) {
         const __mmask16 k = kn_v16_tail(n - i);
         for (int r = 0; r < 4; r++)
@@ -496,7 +526,7 @@ void kn_softmax_rows_f32(float *x, int64_t rows, int64_t n, int64_t ld) {
 #if defined(__AVX512F__)
     for (; r + 4 <= rows; r += 4) {
         float *const q[4] = {x + r * ld, x + (r + 1) * ld, x + (r + 2) * ld, x + (r + 3) * ld};
-        rows4_softmax16((const float *const *)q, q, n, 0);
+        rows4_softmax16((const float *const *)q, q, n, 0, NULL);
     }
 #elif defined(SM_V8)
     if (n <= SM8_PIPELINE_MAX) {
@@ -505,6 +535,21 @@ void kn_softmax_rows_f32(float *x, int64_t rows, int64_t n, int64_t ld) {
     }
 #endif
     for (; r < rows; r++) kn_softmax_row_f32(x + r * ld, x + r * ld, n, false);
+}
+
+void kn_softmax_rows_f32_to_bf16(float *x, int64_t rows, int64_t n, int64_t ld, uint16_t *y16, int64_t ldy) {
+    int64_t r = 0;
+#if defined(__AVX512F__) && defined(SM16_BF16)
+    for (; r + 4 <= rows; r += 4) {
+        float *const q[4] = {x + r * ld, x + (r + 1) * ld, x + (r + 2) * ld, x + (r + 3) * ld};
+        uint16_t *const o[4] = {y16 + r * ldy, y16 + (r + 1) * ldy, y16 + (r + 2) * ldy, y16 + (r + 3) * ldy};
+        rows4_softmax16((const float *const *)q, q, n, 0, o);
+    }
+#endif
+    for (; r < rows; r++) {
+        kn_softmax_row_f32(x + r * ld, x + r * ld, n, false);
+        for (int64_t i = 0; i < n; i++) y16[r * ldy + i] = kn_f32_to_bf16(x[r * ld + i]);
+    }
 }
 
 void kn_softmax_row_f32(const float *x, float *y, int64_t n, bool take_log) {
@@ -541,7 +586,7 @@ static void softmax_rows_f32(void *arg, int64_t b, int64_t e) {
         for (; r + 4 <= e; r += 4) {
             const float *const q[4] = {j->x + r * n, j->x + (r + 1) * n, j->x + (r + 2) * n, j->x + (r + 3) * n};
             float *const o[4] = {j->y + r * n, j->y + (r + 1) * n, j->y + (r + 2) * n, j->y + (r + 3) * n};
-            rows4_softmax16(q, o, n, j->log);
+            rows4_softmax16(q, o, n, j->log, NULL);
         }
     else {
         rows_chain16(j->x + b * n, j->y + b * n, e - b, n, j->log);

@@ -709,7 +709,7 @@ void kn_amx_tiles_end(void) { amx_end(); }
  * (pf_a true); without that the tile loads waited on memory (perf: most samples on the
  * instruction after them). */
 static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, const bool two_n, int mr, int n,
-                                                             const uint16_t *Aw, int64_t Mp, int64_t row,
+                                                             const uint16_t *Aw, int64_t Mp, int64_t a_ld, int64_t row,
                                                              const uint16_t *Bw, int64_t Np, int64_t col, int64_t bk0,
                                                              int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc,
                                                              float alpha, float beta, const float *rb,
@@ -741,11 +741,13 @@ static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, co
     }
     for (int64_t pc = k0; pc < k1; pc += BKC) {
         const int64_t kcp = pad_to(min64(BKC, K - pc), 32), kq = kcp / 2;
-        const uint32_t *a = (const uint32_t *)(Aw + pc * Mp + row * kcp);
+        /* A packed (panels of AMR rows, kq units a row) or, a_ld > 0, bf16 rows of a_ld elements */
+        const uint32_t *a = (const uint32_t *)(a_ld ? Aw + row * a_ld + pc : Aw + pc * Mp + row * kcp);
         const uint32_t *b = (const uint32_t *)(Bw + (pc - bk0) * Np + col * kcp);
-        const size_t as = (size_t)kq * 4;
+        const int64_t ars = a_ld ? a_ld / 2 : kq; /* units from one row of A to the next */
+        const size_t as = (size_t)ars * 4;
         /* this call's lines of the next block's slice (kq * 32 units = 2 * kq lines), spread over its steps */
-        const char *pf = pf_a ? (const char *)(a + AMX_MR * kq) : (const char *)(b + BNR * kq);
+        const char *pf = pf_a ? (const char *)(a + AMX_MR * ars) : (const char *)(b + BNR * kq);
         int64_t pl = 0, pl_end = 0, pl_step = 0;
         if (pf_parts > 0) {
             pl = 2 * kq * pf_part / pf_parts;
@@ -760,7 +762,7 @@ static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, co
             _tile_dpbf16ps(0, 4, 6);
             if (two_n) _tile_dpbf16ps(1, 4, 7);
             if (two_m) {
-                _tile_loadd(5, a + AMR * kq + q, as);
+                _tile_loadd(5, a + AMR * ars + q, as);
                 _tile_dpbf16ps(2, 5, 6);
                 if (two_n) _tile_dpbf16ps(3, 5, 7);
             }
@@ -787,12 +789,12 @@ static inline __attribute__((always_inline)) void amx_tiles(const bool two_m, co
                     rb && !pre ? rb[r] : 0.0f);
 }
 
-static void ukr_amx(int mr, int n, const uint16_t *Aw, int64_t Mp, int64_t row, const uint16_t *Bw, int64_t Np,
-                    int64_t col, int64_t bk0, int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc, float alpha,
-                    float beta, const float *rb, const float *rbb, bool pf_a, int pf_part, int pf_parts) {
+static void ukr_amx(int mr, int n, const uint16_t *Aw, int64_t Mp, int64_t a_ld, int64_t row, const uint16_t *Bw,
+                    int64_t Np, int64_t col, int64_t bk0, int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc,
+                    float alpha, float beta, const float *rb, const float *rbb, bool pf_a, int pf_part, int pf_parts) {
 #define AMX_CALL(TM, TN)                                                                                               \
-    amx_tiles(TM, TN, mr, n, Aw, Mp, row, Bw, Np, col, bk0, k0, k1, K, c, ldc, alpha, beta, rb, rbb, pf_a, pf_part,    \
-              pf_parts)
+    amx_tiles(TM, TN, mr, n, Aw, Mp, a_ld, row, Bw, Np, col, bk0, k0, k1, K, c, ldc, alpha, beta, rb, rbb, pf_a,       \
+              pf_part, pf_parts)
     if (mr > AMR) {
         if (n > 16) AMX_CALL(true, true);
         else AMX_CALL(true, false);
@@ -807,10 +809,10 @@ static void amx_begin(void) {}
 static void amx_end(void) {}
 void kn_amx_tiles_begin(void) {}
 void kn_amx_tiles_end(void) {}
-static void ukr_amx(int mr, int n, const uint16_t *Aw, int64_t Mp, int64_t row, const uint16_t *Bw, int64_t Np,
-                    int64_t col, int64_t bk0, int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc, float alpha,
-                    float beta, const float *rb, const float *rbb, bool pf_a, int pf_part, int pf_parts) {
-    (void)mr, (void)n, (void)Aw, (void)Mp, (void)row, (void)Bw, (void)Np, (void)col, (void)bk0, (void)k0, (void)k1;
+static void ukr_amx(int mr, int n, const uint16_t *Aw, int64_t Mp, int64_t a_ld, int64_t row, const uint16_t *Bw,
+                    int64_t Np, int64_t col, int64_t bk0, int64_t k0, int64_t k1, int64_t K, float *c, int64_t ldc,
+                    float alpha, float beta, const float *rb, const float *rbb, bool pf_a, int pf_part, int pf_parts) {
+    (void)mr, (void)n, (void)Aw, (void)Mp, (void)a_ld, (void)row, (void)Bw, (void)Np, (void)col, (void)bk0, (void)k0, (void)k1;
     (void)K, (void)c, (void)ldc, (void)alpha, (void)beta, (void)rb, (void)rbb, (void)pf_a, (void)pf_part;
     (void)pf_parts;
 }
@@ -867,6 +869,7 @@ typedef struct bjob {
     bool swap;      /* C^T = op(B)^T op(A)^T (kn_bgemm_swaps): aw holds op(A) packed as B is */
     int64_t un;     /* columns of C per tile unit: BNR, or BMR for transposed tiles split by columns */
     const kn_bgemm_io *io; /* bf16 B and/or C (kn_bgemm_run_io), or NULL */
+    int64_t a_ld;          /* > 0: aw holds op(A) as bf16 rows of a_ld elements (kn_bgemm_run_rows16) */
     int failed;
 } bjob;
 
@@ -930,7 +933,7 @@ static void run_tile_amx(const bjob *j, int64_t op, int64_t m0, int64_t m1, int6
                 /* A (a convolution's weights) from memory: the calls on these rows bring the next rows' in */
                 const int parts = ic + ir + AMX_MR < m1 ? (int)((n1 - n0 + BNR - 1) / BNR) : 0;
                 for (int64_t jr = n0; jr < n1; jr += BNR)
-                    ukr_amx(mr, (int)min64(BNR, n1 - jr), Aw, Mp, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cr + (jr - n0), ldc,
+                    ukr_amx(mr, (int)min64(BNR, n1 - jr), Aw, Mp, j->a_ld, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cr + (jr - n0), ldc,
                             p->alpha, p->beta, bias ? bias + ic + ir : NULL, bias ? bb + 16 * ir : NULL, true,
                             (int)((jr - n0) / BNR), parts);
                 const int64_t at = (ic + ir) * (j->io ? j->io->ld_add : 0) + n0; /* the residual's first */
@@ -951,7 +954,7 @@ static void run_tile_amx(const bjob *j, int64_t op, int64_t m0, int64_t m1, int6
             float *cp = c16 ? S + (jr - g0) : p->c[op] + ic * ldc + jr;
             const int parts = jr + BNR < n1 ? (int)((mc + AMX_MR - 1) / AMX_MR) : 0;
             for (int64_t ir = 0; ir < mc; ir += AMX_MR)
-                ukr_amx((int)min64(AMX_MR, mc - ir), n, Aw, Mp, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cp + ir * ldc,
+                ukr_amx((int)min64(AMX_MR, mc - ir), n, Aw, Mp, j->a_ld, ic + ir, Bw, Np, jr, 0, 0, p->K, p->K, cp + ir * ldc,
                         ldc, p->alpha, p->beta, bias ? bias + ic + ir : NULL, bias ? bb + 16 * ir : NULL, false,
                         (int)(ir / AMX_MR), parts);
             const bool last = jr + BNR >= n1 || jr + BNR - g0 >= C16_COLS;
@@ -1008,7 +1011,7 @@ static void run_tile(const bjob *j, int64_t op, int64_t m0, int64_t m1, int64_t 
                     const char *nextb = Bw && jr + BNR < nc ? (const char *)(bp + BNR * kq) : NULL;
                     if (use_amx) /* B made for this slice by the callback (a whole B: run_tile_amx) */
                         for (int64_t ir = 0; ir < mc; ir += AMX_MR)
-                            ukr_amx((int)min64(AMX_MR, mc - ir), n, Aw, Mp, ic + ir, (const uint16_t *)Bblk, 0, jr, pc,
+                            ukr_amx((int)min64(AMX_MR, mc - ir), n, Aw, Mp, 0, ic + ir, (const uint16_t *)Bblk, 0, jr, pc,
                                     pc, pc + kc, p->K, cp + ir * p->ldc, p->ldc, p->alpha, beta,
                                     bias && pc == 0 ? bias + ic + ir : NULL, bias && pc == 0 ? bb + 16 * ir : NULL,
                                     false, 0, 0);
@@ -1206,7 +1209,7 @@ static void stream_range(void *arg, int64_t begin, int64_t end) {
                                                   min64(cn, jr + BNR) * asz);
                                 }
                             }
-                            ukr_amx(mr, (int)min64(BNR, nb - jr), j->aw[op], Mp, ir, (const uint16_t *)blk, nbp, jr, 0, 0,
+                            ukr_amx(mr, (int)min64(BNR, nb - jr), j->aw[op], Mp, 0, ir, (const uint16_t *)blk, nbp, jr, 0, 0,
                                     p->K, p->K, T[cur] + (jr - jc), cw, 1.0f, 0.0f, bias ? bias + ir : NULL,
                                     bias ? j->bb + (op * pad_to(p->M, AMX_MR) + ir) * 16 : NULL, false, 0, 0);
                         }
@@ -1250,7 +1253,7 @@ static void stream_range(void *arg, int64_t begin, int64_t end) {
                             for (int64_t o = jr * asz; o < o1; o += 64) _mm_prefetch(row + o, _MM_HINT_T1);
                             _mm_prefetch(row + o1 - 1, _MM_HINT_T1); /* (rows not 64-byte aligned) */
                         }
-                    ukr_amx(mr, (int)min64(BNR, nb - jr), j->aw[op], Mp, ir, (const uint16_t *)blk, nbp, jr, 0, 0,
+                    ukr_amx(mr, (int)min64(BNR, nb - jr), j->aw[op], Mp, 0, ir, (const uint16_t *)blk, nbp, jr, 0, 0,
                             p->K, p->K, st + jr, lds, 1.0f, 0.0f, bias ? bias + ir : NULL,
                             bias ? j->bb + (op * pad_to(p->M, AMX_MR) + ir) * 16 : NULL, false, 0, 0);
                 }
@@ -1334,7 +1337,7 @@ void kn_bgemm_pack_b(const float *B, int64_t ldb, bool trans_b, int64_t N, int64
 }
 
 static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
-                             const uint16_t *const *b_bf16, const kn_bgemm_io *io);
+                             const uint16_t *const *b_bf16, const kn_bgemm_io *io, int64_t a_ld);
 
 /* As kn_sgemm_swaps: N leaves the micro-kernel's 32 columns partly empty (7x7 = 49, 14x14 = 196
  * positions of a convolution) where M (output channels) fills them. */
@@ -1349,7 +1352,7 @@ kiln_status kn_bgemm_run_prepacked(kn_threadpool *pool, const kn_sgemm_batch *p,
     if (p->count <= 0 || p->M <= 0 || p->N <= 0) return KILN_OK;
     if (!kn_bf16_cpu_supported()) return KN_INTERNAL("the bf16 GEMM called on a CPU without AVX512_BF16");
     if (p->K <= 0) return kn_sgemm_run(pool, p);
-    return run_batch(pool, p, a_bf16, b_bf16, NULL);
+    return run_batch(pool, p, a_bf16, b_bf16, NULL, 0);
 }
 
 bool kn_bgemm_io_takes(const kn_sgemm_batch *p, const kn_bgemm_io *io) {
@@ -1361,11 +1364,18 @@ bool kn_bgemm_io_takes(const kn_sgemm_batch *p, const kn_bgemm_io *io) {
 
 kiln_status kn_bgemm_run_io(kn_threadpool *pool, const kn_sgemm_batch *p, const kn_bgemm_io *io) {
     if (!kn_bgemm_io_takes(p, io)) return KN_INTERNAL("the bf16 GEMM given bf16 operands it does not take");
-    return run_batch(pool, p, NULL, NULL, io);
+    return run_batch(pool, p, NULL, NULL, io, 0);
 }
 
 kiln_status kn_bgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
     return kn_bgemm_run_prepacked(pool, p, NULL, NULL);
+}
+
+kiln_status kn_bgemm_run_rows16(const kn_sgemm_batch *p, const uint16_t *a16, int64_t lda16, const uint16_t *b16) {
+    if (!kn_bgemm_amx() || p->count != 1 || p->M < ROWS_MAX_M || p->N <= 0 || p->K <= 0 || p->pack_b || !a16 ||
+        !b16 || lda16 < pad_to(p->K, 32) || lda16 % 2)
+        return KN_INTERNAL("the bf16 GEMM given bf16 rows of A it does not take");
+    return run_batch(NULL, p, &a16, &b16, NULL, lda16);
 }
 
 /* Fewer than ROWS_MAX_M rows (kn_bgemm_takes: B kept): op(A)'s rows as pairs, q-major (unit
@@ -1441,9 +1451,9 @@ static kiln_status run_rows(kn_threadpool *pool, const kn_sgemm_batch *p, const 
 }
 
 static kiln_status run_batch(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
-                             const uint16_t *const *b_bf16, const kn_bgemm_io *io) {
+                             const uint16_t *const *b_bf16, const kn_bgemm_io *io, int64_t a_ld) {
     const int64_t count = p->count;
-    bjob j = {.p = p, .io = io};
+    bjob j = {.p = p, .io = io, .a_ld = a_ld};
     j.swap = kn_bgemm_swaps(p->M, p->N, p->K);
     j.pa = j.swap ? b_units(!p->trans_a, p->M, p->K) : (p->M + amr - 1) / amr;
     j.pb = p->pack_b ? 0 : b_units(p->trans_b, p->N, p->K);
@@ -1591,6 +1601,10 @@ kiln_status kn_bgemm_run_prepacked(kn_threadpool *pool, const kn_sgemm_batch *p,
     return kn_error(KILN_ERR_UNSUPPORTED, "this build of kiln has no bf16 GEMM (x86-64 with AVX512_BF16 only)");
 }
 kiln_status kn_bgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) { return kn_bgemm_run_prepacked(pool, p, NULL, NULL); }
+kiln_status kn_bgemm_run_rows16(const kn_sgemm_batch *p, const uint16_t *a16, int64_t lda16, const uint16_t *b16) {
+    (void)p, (void)a16, (void)lda16, (void)b16;
+    return kn_error(KILN_ERR_UNSUPPORTED, "this build of kiln has no bf16 GEMM (x86-64 with AVX512_BF16 only)");
+}
 bool kn_bgemm_io_takes(const kn_sgemm_batch *p, const kn_bgemm_io *io) {
     (void)p, (void)io;
     return false;

@@ -70,6 +70,14 @@ kiln_status kn_bgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p);
  * that keep their own converted weights. a/b must still describe the operands. */
 kiln_status kn_bgemm_run_prepacked(kn_threadpool *pool, const kn_sgemm_batch *p, const uint16_t *const *a_bf16,
                                    const uint16_t *const *b_bf16);
+/* One product (count 1, at least 4 rows, no packing callback) on AMX (kn_bgemm_amx) on the calling
+ * thread, op(A) read as it is from bf16 rows (a16, row stride lda16 >= K rounded up to 32, even),
+ * B packed by kn_bgemm_pack_b (b16): the tiles load A's rows straight from there. The caller makes
+ * each row's elements [K, K rounded up to 32) zero (they meet B's zero padding: 0 x NaN is NaN) and
+ * lets the tiles read M rounded up to 32 rows (rows past M give rows of C that are not stored).
+ * kiln.Attention's softmax writes its probabilities so (kn_softmax_rows_f32_to_bf16). */
+kiln_status kn_bgemm_run_rows16(const kn_sgemm_batch *p, const uint16_t *a16, int64_t lda16, const uint16_t *b16);
+
 /* bf16 activations (precision=bf16 on AMX, where the graph keeps a value between two convolutions
  * in bfloat16): B read from bf16 rows instead of p->b (untransposed, row stride p->ldb; the pairs
  * need no rounding), and/or C written in bf16 (row stride p->ldc) instead of p->c, clamped to
