@@ -24,4 +24,19 @@
 typedef void (*kn_step_fn)(void *arg, int64_t step, int part);
 void kn_parallel_lockstep(kn_threadpool *pool, int64_t n_steps, int n_parts, kn_step_fn fn, void *arg);
 
+/* A wavefront over stages (a stacked recurrence's layers) and chunks (runs of its time steps):
+ * calls fn(arg, stage, chunk) once for every stage in [0, n_stages) and chunk in [0, n_chunks),
+ * each after (stage - 1, chunk) and (stage, chunk - 1) (their writes visible: release/acquire),
+ * so stage s may run chunk k while stage s - 1 runs chunk k + 1 on another thread. The stages
+ * not in `shared` (bit s: stage s) are owned by participants in contiguous runs; a shared stage's
+ * chunks go to whichever participant finds them ready first. Each participant runs the deepest
+ * ready stage it may first (that feeds the stages after it). Owned stages are claimed like the
+ * lockstep's parts: a participant that has not started, or that leaves a ready chunk for
+ * STEAL_SPINS, loses it to the others, and the caller alone can finish everything. n_stages is at
+ * most KN_LOCKSTEP_MAX_PARTS (more run in order on the caller's thread). A NULL or one-thread
+ * pool, or one stage, runs stage after stage, each chunk after chunk, on the caller's thread. */
+typedef void (*kn_wave_fn)(void *arg, int stage, int64_t chunk);
+void kn_parallel_wavefront(kn_threadpool *pool, int n_stages, int64_t n_chunks, uint64_t shared, kn_wave_fn fn,
+                           void *arg);
+
 #endif
