@@ -932,6 +932,7 @@ typedef struct stack_run {
     rnn_call *calls;
     int64_t chunk; /* time steps a chunk */
     int layer;     /* stack_projections' */
+    kiln_status failed[KN_STACKED_LSTM_MAX_LAYERS]; /* a layer's chunked projection, overlapped */
 } stack_run;
 
 /* Stage s of the wavefront, chunk k: even s, the steps of layer s / 2; odd s, the input projection
@@ -941,8 +942,9 @@ static void stack_chunk(void *arg, int s, int64_t k) {
     stack_run *sr = arg;
     rnn_dir *d = &sr->calls[(s + 1) / 2].dirs[0];
     const int64_t s0 = k * sr->chunk, s1 = s0 + sr->chunk < d->T ? s0 + sr->chunk : d->T;
-    if (s & 1) {
-        if (d->status == KILN_OK) d->status = project_steps(d, NULL, s0, s1);
+    if (s & 1) { /* (its status apart: the layer's steps, another stage, may run meanwhile) */
+        kiln_status st = project_steps(d, NULL, s0, s1);
+        if (st != KILN_OK) sr->failed[(s + 1) / 2] = st;
         return;
     }
     for (int64_t t = s0; t < s1 && d->status == KILN_OK; t++) dir_step(d, t, 0);
@@ -1030,7 +1032,7 @@ kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c) {
         for (int l = 0; l < opened; l++) rnn_close(&calls[l], KILN_ERR_RUNTIME);
         return stacked_in_turn(c, prm, layers);
     }
-    stack_run sr = {calls, STACK_CHUNK_ROWS / B > 1 ? STACK_CHUNK_ROWS / B : 1, 0};
+    stack_run sr = {calls, STACK_CHUNK_ROWS / B > 1 ? STACK_CHUNK_ROWS / B : 1, 0, {KILN_OK}};
     const int64_t chunks = (T + sr.chunk - 1) / sr.chunk;
     if (st == KILN_OK) st = project(&calls[0].dirs[0], c->pool);
     if (st == KILN_OK && overlap) {
@@ -1043,7 +1045,7 @@ kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c) {
         uint64_t projections = 0;
         for (int l = 1; l < layers; l++) projections |= (uint64_t)1 << (2 * l - 1);
         kn_parallel_wavefront(c->pool, 2 * layers - 1, chunks, projections, stack_chunk, &sr);
-        for (int l = 0; l < layers && st == KILN_OK; l++) st = dir_end(&calls[l].dirs[0]);
+        for (int l = 0; l < layers && st == KILN_OK; l++) st = sr.failed[l] != KILN_OK ? sr.failed[l] : dir_end(&calls[l].dirs[0]);
     } else if (st == KILN_OK) {
         for (int l = 0; l < layers && st == KILN_OK; l++) {
             rnn_dir *d = &calls[l].dirs[0];
