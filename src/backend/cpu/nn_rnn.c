@@ -909,8 +909,8 @@ kiln_status kn_cpu_rnn_quantised(kn_kernel_ctx *c, const kn_rnn_qgemm *q) { retu
  * any thread takes (lstm_gru at 2 threads: 0.19 -> 0.14 ms). Every path makes the same chunks
  * with the same calls (each GEMM on its calling thread alone), so the outputs do not depend on
  * the thread count or on the path: bit for bit. Where a layer is large enough that its hidden
- * units split over every thread (plan_parts), the layers run in turn instead, each split (2
- * layers of H 256 at 2 threads: overlapped 1.2 ms, in turn 0.9). The chunked projection costs
+ * units split over every thread (plan_parts) in large parts, the layers run in turn instead, each
+ * split (see the rule below). The chunked projection costs
  * one thread about 5% of a 2-layer H 96 stack (0.182 -> 0.19 ms). */
 _Static_assert(sizeof(kn_cpu_rnn_prm) <= KN_PARAMS_HANDED_MAX, "a layer's block is handed on the stack");
 
@@ -1024,8 +1024,14 @@ kiln_status kn_cpu_stacked_lstm(kn_kernel_ctx *c) {
         st = rnn_open(&lay[l].ctx, NULL, l ? calls[l - 1].ys : NULL, !last, &calls[l]);
         opened = l + 1;
         if (st == KILN_OK && calls[l].empty) empty = 1;
-        /* a layer whose hidden units split over every thread: the layers in turn */
-        if (st == KILN_OK && !calls[l].empty && calls[l].dirs[0].parts >= threads) overlap = 0;
+        /* a layer whose hidden units split over every thread, each part's product at least twice
+         * the split's threshold a step: the layers in turn (at 2 threads, B 1, H 256, 131 K a part:
+         * in turn 0.90 ms, overlapped 1.0-1.15; B 4, H 96, 74 K: in turn 0.52-0.59, overlapped
+         * 0.41-0.43) */
+        const rnn_dir *d = &calls[l].dirs[0];
+        if (st == KILN_OK && !calls[l].empty && d->parts >= threads &&
+            d->B * d->gates * d->part_units * d->H >= 2 * KN_RNN_SPLIT_MACS)
+            overlap = 0;
         if (empty) break;
     }
     if (st == KILN_OK && empty) { /* a layer without hidden units: the plain path knows them */
