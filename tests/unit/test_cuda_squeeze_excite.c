@@ -154,6 +154,9 @@ KN_TEST(cuda_squeeze_excite_against_definition) {
         {1, 240, 64, 7, 7},   /* MobileNetV3's: the gate pools 30 words of channels (half) itself */
         {2, 36, 9, 9, 9},     /* 36 channels: words in float, element by element in half */
         {3, 19, 5, 1, 1},     /* one position */
+        {6, 2100, 20, 3, 3},  /* the channels-last pool in the gate over 525 words (float): two passes */
+        {3, 4000, 100, 2, 2}, /* shared memory for 2 items a gate block (a tile of 2, then 1) */
+        {5, 3, 1, 2, 3},      /* one hidden value, 3 channels, a tile of 4 then 1 */
     };
     static const kiln_dtype types[3] = {KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
     static const char *const pairs[4][2] = {{"SiLU", "Sigmoid"}, {"Relu", "HardSigmoid"}, {"", "Sigmoid"},

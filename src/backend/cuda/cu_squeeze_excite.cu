@@ -132,7 +132,7 @@ template <typename T, int V> __device__ __forceinline__ void load_words(const T 
 }
 
 // Rows r0..r1 of the row-major weights w [.., len] times nb vectors in shared memory (vector k at
-// vec + k * len), out(row, k, sum) for each. A team of lanes takes a row: as many lanes as the row
+// vec + k * len; 16-byte aligned where V >= 4, len then a multiple of V), out(row, k, sum) for each. A team of lanes takes a row: as many lanes as the row
 // has V-element words, at most a warp, so that short rows (W2's, of M hidden values) keep every
 // lane busy and long ones (W1's) have a warp's loads in flight at once. The loop over rows is the
 // same for the whole warp (the teams' shuffles need every lane).
@@ -157,8 +157,20 @@ __device__ __forceinline__ void weight_rows(const T *__restrict__ w, int64_t r0,
                 for (int k = 0; k < GATE_NB; k++)
                     if (k < nb) {
                         const float *v = vec + k * len + j * V;
+                        if constexpr (V >= 4) { // float4 reads: a scalar read at a stride of V floats
+                                                 // was a V-way bank conflict
 #pragma unroll
-                        for (int q = 0; q < V; q++) s[k] += wv[q] * v[q];
+                            for (int q = 0; q < V; q += 4) {
+                                const float4 t = *(const float4 *)(v + q);
+                                s[k] += wv[q] * t.x;
+                                s[k] += wv[q + 1] * t.y;
+                                s[k] += wv[q + 2] * t.z;
+                                s[k] += wv[q + 3] * t.w;
+                            }
+                        } else {
+#pragma unroll
+                            for (int q = 0; q < V; q++) s[k] += wv[q] * v[q];
+                        }
                     }
             }
         }
@@ -206,18 +218,23 @@ __device__ void pool_channels_last(const T *__restrict__ x, int64_t C, int64_t S
     }
 }
 
+// where the gate's hidden values start in its shared memory: after nb x C means, on a 16-byte
+// boundary (weight_rows reads them four at a time)
+__host__ __device__ __forceinline__ int64_t hidden_offset(int64_t nb, int64_t C) { return (nb * C + 3) / 4 * 4; }
+
 // Gate: block (batch items blockIdx.x * nb.., channel chunk blockIdx.y), nb <= GATE_NB items a
 // block so that each row of W1 and W2 read serves all of them. Shared memory: nb x C means, then
-// nb x M hidden values.
+// (from a 16-byte boundary) nb x M hidden values.
 template <typename T>
-__global__ void k_gate(se_args a) {
+__global__ void __launch_bounds__(GATE_THREADS) k_gate(se_args a) {
     constexpr int V = 16 / sizeof(T);
-    extern __shared__ float sh[];
+    extern __shared__ float4 sh4[];
+    float *sh = (float *)sh4;
     __shared__ float red[GATE_THREADS];
     const int64_t C = a.C, M = a.M, S = a.S;
     const int64_t n0 = (int64_t)blockIdx.x * a.nb;
     const int nb = (int)(a.N - n0 < a.nb ? a.N - n0 : a.nb);
-    float *mean = sh, *hidden = sh + (int64_t)a.nb * C;
+    float *mean = sh, *hidden = sh + hidden_offset(a.nb, C);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     const float inv = 1.0f / (float)S;
     for (int k = 0; k < nb; k++) {
@@ -310,8 +327,10 @@ struct se_plan {
 };
 
 // the gate kernel's dynamic shared memory: the 48 KiB a launch has without opting in, less its
-// static red[] (GATE_THREADS floats)
+// static red[] (GATE_THREADS floats); of it, the widest C + M (up to 3 floats of padding before the
+// hidden values)
 constexpr size_t GATE_SHARED = 48 * 1024 - GATE_THREADS * sizeof(float);
+constexpr int64_t GATE_WIDTH = (int64_t)(GATE_SHARED / sizeof(float)) - 3;
 
 se_plan plan_for(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, int64_t pool_limit) {
     se_plan p;
@@ -332,7 +351,7 @@ se_plan plan_for(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, int64_t 
         p.n_seg = (int)(n_seg < 1 ? 1 : n_seg);
         p.seg_len = seg;
     }
-    int64_t nb = (int64_t)(GATE_SHARED / (sizeof(float) * (size_t)(C + M)));
+    int64_t nb = GATE_WIDTH / (C + M);
     if (nb > GATE_NB) nb = GATE_NB;
     if (nb > N) nb = N;
     p.nb = (int)(nb < 1 ? 1 : nb);
@@ -371,7 +390,7 @@ template <typename T> cudaError_t launch(const se_args &in, void *y, cudaStream_
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
-    const size_t shared = sizeof(float) * (size_t)p.nb * (size_t)(a.C + a.M);
+    const size_t shared = sizeof(float) * (size_t)(hidden_offset(p.nb, a.C) + p.nb * a.M);
     k_gate<T><<<dim3((unsigned)((a.N + p.nb - 1) / p.nb), (unsigned)p.gate_blocks), GATE_THREADS, shared, s>>>(a);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
@@ -396,7 +415,7 @@ extern "C" size_t kn_cu_squeeze_excite_scratch(int64_t N, int64_t C, int64_t M, 
     return sizeof(float) * (size_t)(N * C) * (size_t)(1 + p.n_seg);
 }
 
-extern "C" int64_t kn_cu_squeeze_excite_max_width(void) { return (int64_t)(GATE_SHARED / sizeof(float)); }
+extern "C" int64_t kn_cu_squeeze_excite_max_width(void) { return GATE_WIDTH; }
 
 extern "C" cudaError_t kn_cu_squeeze_excite(kiln_dtype dt, const void *x, const void *w1, const void *b1, const void *w2,
                                             const void *b2, void *y, void *scratch, int64_t N, int64_t C, int64_t M,
