@@ -117,6 +117,7 @@ static void attn_range(void *arg, int64_t t0, int64_t t1) {
     uint16_t *p16 = rows16 ? calloc((size_t)((j->rows_per_block + 31) / 32 * 32 * ld16), sizeof(uint16_t)) : NULL;
     int64_t packed_entry = -1;
     if (!s) {
+        free(p16);
         j->status = KILN_ERR_OUT_OF_MEMORY;
         return;
     }
