@@ -458,7 +458,10 @@ KN_TEST(bf16_session_against_fp32) {
             const double rel = sqrt(num / den);
             /* bf16 operands (8 significant bits): about 2^-9 relative, never 1e-2; not exactly fp32 */
             CHECK_MSG(rel < 1e-2 && maxe < 3e-2 * maxv, "output %d: relative L2 %g, max error %g of %g", o, rel, maxe, maxv);
-            CHECK_MSG(rel > 1e-5, "output %d: relative L2 %g: the products did not run in bf16", o, rel);
+            /* the convolution (z) takes the bf16 GEMM on AMX only: with vdpbf16ps alone conv.c keeps
+             * its faster fp32 kernels, so there z is fp32's */
+            if (o == 0 || kn_bgemm_amx())
+                CHECK_MSG(rel > 1e-5, "output %d: relative L2 %g: the products did not run in bf16", o, rel);
             CHECK_MSG(tmb_same_tensor(ho[o], ho2[o]), "output %d: a second bf16 run differs", o);
         }
     }
