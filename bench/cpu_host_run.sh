@@ -26,7 +26,9 @@
 # Tables and logs go to OUT_DIR (default $OUT when set, else /tmp/kiln-cpu-host); models and the
 # OpenVINO install to WORK (KILN_HOST_WORK, default /tmp/kiln-cpu-host-work); the build to
 # build-cpuhost/. Environment: PYTHON (default python3), KILN_HOST_BUDGET_S (default 470),
-# KILN_BUILD (a kiln build folder with libkiln.so to use instead of building one).
+# KILN_BUILD (a kiln build folder with libkiln.so to use instead of building one),
+# KILN_HOST_SWEEP_ONLY (a regular expression: the sweep times only those classes, at 3 rounds,
+# e.g. to re-time the rows a change was for in the same call as the models).
 set -u
 WHEELS=${1:?usage: bash bench/cpu_host_run.sh WHEEL_DIR [OUT_DIR]}
 OUT_DIR=${2:-${OUT:-/tmp/kiln-cpu-host}}
@@ -90,7 +92,12 @@ timeout $(( $(left) - 150 > 120 ? $(left) - 150 : 120 )) \
 T=$(( $(left) - 10 ))
 if [ "$T" -gt 60 ]; then
   step "operator sweep at 1 and $(nproc) threads (${T} s at most)"
-  timeout "$T" "$PY" "$ROOT/bench/op_sweep.py" --build "$BUILD" --threads "1,$(nproc)" --rounds 2 \
+  if [ -n "${KILN_HOST_SWEEP_ONLY:-}" ]; then
+    set -- --only "$KILN_HOST_SWEEP_ONLY" --rounds 3
+  else
+    set -- --rounds 2
+  fi
+  timeout "$T" "$PY" "$ROOT/bench/op_sweep.py" --build "$BUILD" --threads "1,$(nproc)" "$@" \
     --target-ms 10 --out "$OUT_DIR/op-sweep-host.md" | tail -3
   [ -f "$OUT_DIR/op-sweep-host.md" ] && sed -n '1,40p' "$OUT_DIR/op-sweep-host.md"
 else
