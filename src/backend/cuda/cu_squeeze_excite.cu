@@ -107,7 +107,7 @@ struct se_args {
     int n_seg;      // pool segments in part; 0: the gate kernel pools X itself
     int chunk;      // channels per gate block
     int nb;         // batch items per gate block
-    int64_t pool_limit;
+    int max_team;   // lanes a weight row at most (kn_cu_se_tuning)
     bool nhwc;
     bool vec_x;     // X read in 16-byte words by the gate's channels-last pool (C % V == 0, aligned)
     bool vec_w1;    // W1's rows in 16-byte words (C % V == 0, aligned)
@@ -132,16 +132,17 @@ template <typename T, int V> __device__ __forceinline__ void load_words(const T 
 }
 
 // Rows r0..r1 of the row-major weights w [.., len] times nb vectors in shared memory (vector k at
-// vec + k * len; 16-byte aligned where V >= 4, len then a multiple of V), out(row, k, sum) for each. A team of lanes takes a row: as many lanes as the row
-// has V-element words, at most a warp, so that short rows (W2's, of M hidden values) keep every
-// lane busy and long ones (W1's) have a warp's loads in flight at once. The loop over rows is the
-// same for the whole warp (the teams' shuffles need every lane).
+// vec + k * len; 16-byte aligned where V >= 4, len then a multiple of V), out(row, k, sum) for each.
+// A team of lanes takes a row: as many lanes as the row has V-element words, at most max_team (a
+// power of two up to a warp), so that short rows (W2's, of M hidden values) keep every lane busy
+// and long ones have many loads in flight at once, across a warp (32) or across the rows of several
+// smaller teams. The loop over rows is the same for the whole warp (the teams' shuffles need every lane).
 template <typename T, int V, typename Out>
 __device__ __forceinline__ void weight_rows(const T *__restrict__ w, int64_t r0, int64_t r1, int64_t len,
-                                            const float *vec, int nb, Out out) {
+                                            const float *vec, int nb, int max_team, Out out) {
     const int64_t words = len / V;
     int team = 1;
-    while (team < 32 && team < words) team *= 2;
+    while (team < max_team && team < words) team *= 2;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     const int per_warp = 32 / team, tl = lane % team;
     for (int64_t base = r0 + (int64_t)warp * per_warp; base < r1; base += (int64_t)warps * per_warp) {
@@ -272,18 +273,18 @@ __global__ void __launch_bounds__(GATE_THREADS) k_gate(se_args a) {
         hidden[k * M + m] = se_act(a.act, v + (b1 ? (float)ld(b1[m]) : 0.0f), a.a0, a.a1);
     };
     if (a.vec_w1)
-        weight_rows<T, V>(w1, 0, M, C, mean, nb, to_hidden);
+        weight_rows<T, V>(w1, 0, M, C, mean, nb, a.max_team, to_hidden);
     else
-        weight_rows<T, 1>(w1, 0, M, C, mean, nb, to_hidden);
+        weight_rows<T, 1>(w1, 0, M, C, mean, nb, a.max_team, to_hidden);
     __syncthreads();
     const int64_t c0 = (int64_t)blockIdx.y * a.chunk, c1 = c0 + a.chunk < C ? c0 + a.chunk : C;
     auto to_gate = [&](int64_t c, int k, float v) {
         a.gate[(n0 + k) * C + c] = se_act(a.gate_act, v + (b2 ? (float)ld(b2[c]) : 0.0f), a.g0, a.g1);
     };
     if (a.vec_w2)
-        weight_rows<T, V>(w2, c0, c1, M, hidden, nb, to_gate);
+        weight_rows<T, V>(w2, c0, c1, M, hidden, nb, a.max_team, to_gate);
     else
-        weight_rows<T, 1>(w2, c0, c1, M, hidden, nb, to_gate);
+        weight_rows<T, 1>(w2, c0, c1, M, hidden, nb, a.max_team, to_gate);
 }
 
 // Y = X * gate, element by element; the gate of element i is gate[i / S] (NCHW) or
@@ -332,7 +333,8 @@ struct se_plan {
 constexpr size_t GATE_SHARED = 48 * 1024 - GATE_THREADS * sizeof(float);
 constexpr int64_t GATE_WIDTH = (int64_t)(GATE_SHARED / sizeof(float)) - 3;
 
-se_plan plan_for(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, int64_t pool_limit) {
+se_plan plan_for(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, const kn_cu_se_tuning *t) {
+    const int64_t pool_limit = t->pool_limit;
     se_plan p;
     // the gate kernel reads X[n] itself while that is at most pool_limit elements; beyond, the
     // positions are split over many blocks first
@@ -353,6 +355,7 @@ se_plan plan_for(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, int64_t 
     }
     int64_t nb = GATE_WIDTH / (C + M);
     if (nb > GATE_NB) nb = GATE_NB;
+    if (nb > t->max_items) nb = t->max_items;
     if (nb > N) nb = N;
     p.nb = (int)(nb < 1 ? 1 : nb);
     // few batch items: the gate's channels over several blocks (each computes the hidden vector
@@ -363,9 +366,9 @@ se_plan plan_for(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, int64_t 
     return p;
 }
 
-template <typename T> cudaError_t launch(const se_args &in, void *y, cudaStream_t s) {
+template <typename T> cudaError_t launch(const se_args &in, const kn_cu_se_tuning *t, void *y, cudaStream_t s) {
     se_args a = in;
-    const se_plan p = plan_for(a.N, a.C, a.M, a.S, a.nhwc, a.pool_limit);
+    const se_plan p = plan_for(a.N, a.C, a.M, a.S, a.nhwc, t);
     constexpr int V = 16 / sizeof(T);
     auto aligned = [](const void *q) { return (uintptr_t)q % 16 == 0; };
     a.vec_x = a.nhwc && a.C % V == 0 && aligned(a.x);
@@ -410,8 +413,8 @@ template <typename T> cudaError_t launch(const se_args &in, void *y, cudaStream_
 } // namespace
 
 extern "C" size_t kn_cu_squeeze_excite_scratch(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc,
-                                               int64_t pool_limit) {
-    const se_plan p = plan_for(N, C, M, S, nhwc, pool_limit);
+                                               const kn_cu_se_tuning *t) {
+    const se_plan p = plan_for(N, C, M, S, nhwc, t);
     return sizeof(float) * (size_t)(N * C) * (size_t)(1 + p.n_seg);
 }
 
@@ -419,7 +422,7 @@ extern "C" int64_t kn_cu_squeeze_excite_max_width(void) { return GATE_WIDTH; }
 
 extern "C" cudaError_t kn_cu_squeeze_excite(kiln_dtype dt, const void *x, const void *w1, const void *b1, const void *w2,
                                             const void *b2, void *y, void *scratch, int64_t N, int64_t C, int64_t M,
-                                            int64_t S, bool nhwc, int64_t pool_limit, int act, float a0, float a1,
+                                            int64_t S, bool nhwc, const kn_cu_se_tuning *t, int act, float a0, float a1,
                                             int gate, float g0, float g1, cudaStream_t s) {
     if (N * C * S == 0) return cudaSuccess;
     if (C + M > kn_cu_squeeze_excite_max_width()) return cudaErrorNotSupported;
@@ -430,13 +433,13 @@ extern "C" cudaError_t kn_cu_squeeze_excite(kiln_dtype dt, const void *x, const 
     a.N = N, a.C = C, a.M = M, a.S = S;
     a.n_seg = 0, a.chunk = (int)C, a.nb = 1;
     a.nhwc = nhwc;
-    a.pool_limit = pool_limit;
+    a.max_team = t->max_team;
     a.act = act, a.gate_act = gate;
     a.a0 = a0, a.a1 = a1, a.g0 = g0, a.g1 = g1;
     switch (dt) {
-    case KILN_DTYPE_FLOAT: return launch<float>(a, y, s);
-    case KILN_DTYPE_FLOAT16: return launch<f16>(a, y, s);
-    case KILN_DTYPE_BFLOAT16: return launch<bf16>(a, y, s);
+    case KILN_DTYPE_FLOAT: return launch<float>(a, t, y, s);
+    case KILN_DTYPE_FLOAT16: return launch<f16>(a, t, y, s);
+    case KILN_DTYPE_BFLOAT16: return launch<bf16>(a, t, y, s);
     default: return cudaErrorNotSupported;
     }
 }

@@ -124,19 +124,29 @@ cudaError_t kn_cu_bias_act(kiln_dtype dt, void *y, const void *bias, int64_t row
 cudaError_t kn_cu_epilogue(kiln_dtype dt, void *y, const void *bias, int64_t n_bias, int64_t cols, int64_t inner,
                            const void *z, int act, float p0, float p1, int64_t n, cudaStream_t s);
 
+/* How kiln.SqueezeExcite's kernels split their work (read from the environment as a session compiles,
+ * cuda_ops_fused.c): pool_limit, the largest C * S the gate kernel pools itself (beyond, a pool kernel
+ * runs first); max_items, batch items a gate block at most (1-4: each weight row read serves them
+ * all, but the block's pool and products take that much longer); max_team, lanes a weight row at
+ * most (a power of two, 1-32: fewer lanes a row, more rows in flight a warp). */
+typedef struct kn_cu_se_tuning {
+    int64_t pool_limit;
+    int max_items, max_team;
+} kn_cu_se_tuning;
+
 /* kiln.SqueezeExcite (cu_squeeze_excite.cu): y = x * gate(W2 act(W1 mean(x) + b1) + b2) over N batch
  * items of C channels and S positions (channels last when nhwc), W1 M rows of C, W2 C rows of M, b1
  * and b2 may be NULL, every operand of type dt (float, float16, bfloat16), float accumulation.
  * act and gate number activations as kn_cu_epilogue does, with their two parameters each. Where
- * C * S is at most pool_limit the gate kernel pools X[n] itself (two launches), else a pool kernel
- * runs first (three). scratch holds kn_cu_squeeze_excite_scratch(N, C, M, S, nhwc, pool_limit)
+ * C * S is at most t->pool_limit the gate kernel pools X[n] itself (two launches), else a pool kernel
+ * runs first (three). scratch holds kn_cu_squeeze_excite_scratch(N, C, M, S, nhwc, t)
  * bytes; C + M may be at most kn_cu_squeeze_excite_max_width() (else cudaErrorNotSupported). */
-size_t kn_cu_squeeze_excite_scratch(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, int64_t pool_limit);
+size_t kn_cu_squeeze_excite_scratch(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, const kn_cu_se_tuning *t);
 int64_t kn_cu_squeeze_excite_max_width(void);
 cudaError_t kn_cu_squeeze_excite(kiln_dtype dt, const void *x, const void *w1, const void *b1, const void *w2,
                                  const void *b2, void *y, void *scratch, int64_t N, int64_t C, int64_t M, int64_t S,
-                                 bool nhwc, int64_t pool_limit, int act, float a0, float a1, int gate, float g0, float g1,
-                                 cudaStream_t s);
+                                 bool nhwc, const kn_cu_se_tuning *t, int act, float a0, float a1, int gate, float g0,
+                                 float g1, cudaStream_t s);
 
 /* A chain of elementwise operators in one pass (kiln.FusedElementwise): per output element the
  * inputs are read (contiguous, one scalar, or strided over the collapsed output dims), the steps

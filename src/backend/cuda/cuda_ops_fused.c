@@ -672,24 +672,35 @@ static bool fused_supports(const kn_node *n, const kn_type *const *in, int n_in,
 
 /* ------------------------------------------------------------------ SqueezeExcite */
 
-/* The largest C * S the gate kernel pools itself (KILN_CUDA_SE_POOL_LIMIT, read as a session
- * compiles; 0: always the separate pool kernel). Default 16 Ki elements: a block's 16 warps then
- * sum at most 1 Ki elements each, 4 rows at a time, a few memory latencies; EfficientNet's 7x7
- * blocks (1152 x 49) would be 3.5 Ki a warp, which the pool kernel spreads over 144 blocks instead.
- * Chosen from the code, not measured: time both on the device. */
-static int64_t se_pool_limit(void) {
-    const char *v = getenv("KILN_CUDA_SE_POOL_LIMIT");
+/* A non-negative integer from the environment, else def. */
+static int64_t env_count(const char *name, int64_t def) {
+    const char *v = getenv(name);
     char *end = NULL;
     long long n = v && *v ? strtoll(v, &end, 10) : -1;
-    return n >= 0 && end && !*end ? (int64_t)n : 16384;
+    return n >= 0 && end && !*end ? (int64_t)n : def;
 }
 
-/* kiln.SqueezeExcite's attributes and pool limit, read once (its prepare hook); ok false: why says
+/* kiln.SqueezeExcite's work split (kn_cu_se_tuning), read as a session compiles:
+ * KILN_CUDA_SE_POOL_LIMIT (default 16 Ki elements: a block's 16 warps then sum at most 1 Ki
+ * elements each, 4 rows at a time, a few memory latencies; EfficientNet's 7x7 blocks, 1152 x 49,
+ * would be 3.5 Ki a warp, which the pool kernel spreads over 144 blocks instead; 0 and 16 Ki measured
+ * within 1% on the H200, 64 Ki slower), KILN_CUDA_SE_ITEMS (batch items a gate block, 1-4, default 4)
+ * and KILN_CUDA_SE_TEAM (lanes a weight row, 1-32, default 32). */
+static kn_cu_se_tuning se_tuning(void) {
+    kn_cu_se_tuning t;
+    t.pool_limit = env_count("KILN_CUDA_SE_POOL_LIMIT", 16384);
+    const int64_t items = env_count("KILN_CUDA_SE_ITEMS", 4), team = env_count("KILN_CUDA_SE_TEAM", 32);
+    t.max_items = items < 1 ? 1 : items > 4 ? 4 : (int)items;
+    t.max_team = team < 1 ? 1 : team > 32 ? 32 : (int)team;
+    return t;
+}
+
+/* kiln.SqueezeExcite's attributes and work split, read once (its prepare hook); ok false: why says
  * what did not parse, for the run to report. */
 typedef struct cu_se_prm {
     bool ok, nhwc;
     kn_act_spec act, gate;
-    int64_t pool_limit;
+    kn_cu_se_tuning tune;
     char why[160];
 } cu_se_prm;
 
@@ -697,7 +708,7 @@ static kiln_status cu_se_prepare(const kn_node *n, void *params) {
     cu_se_prm *p = params;
     memset(p, 0, sizeof *p);
     p->ok = kn_squeeze_excite_from_node(n, &p->act, &p->gate, &p->nhwc, p->why, sizeof p->why);
-    p->pool_limit = se_pool_limit();
+    p->tune = se_tuning();
     return KILN_OK;
 }
 
@@ -713,12 +724,11 @@ static kiln_status run_squeeze_excite(kn_cuda *cu, kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "%lld channels and %lld hidden values exceed the kernel's %lld",
                                (long long)C, (long long)M, (long long)kn_cu_squeeze_excite_max_width());
     if (kn_tensor_count(Y) == 0) return KILN_OK;
-    const int64_t limit = prm->pool_limit;
-    const size_t bytes = kn_cu_squeeze_excite_scratch(N, C, M, S, prm->nhwc, limit);
+    const size_t bytes = kn_cu_squeeze_excite_scratch(N, C, M, S, prm->nhwc, &prm->tune);
     void *scratch = NULL;
     KN_TRY(kn_cu_scratch(cu, bytes, &scratch));
     cudaError_t e = kn_cu_squeeze_excite(X->dtype, X->data, W1->data, B1 ? B1->data : NULL, W2->data, B2 ? B2->data : NULL,
-                                         Y->data, scratch, N, C, M, S, prm->nhwc, limit, (int)prm->act.act, prm->act.p0,
+                                         Y->data, scratch, N, C, M, S, prm->nhwc, &prm->tune, (int)prm->act.act, prm->act.p0,
                                          prm->act.p1, (int)prm->gate.act, prm->gate.p0, prm->gate.p1, cu->stream);
     kn_cu_scratch_free(cu, scratch, bytes);
     return kn_cu_check(c, e, "SqueezeExcite");
@@ -752,7 +762,8 @@ static bool squeeze_excite_supports(const kn_node *n, const kn_type *const *in, 
     }
     if (C > 0 && M > 0 && N > 0) {
         int64_t nb = kn_cu_squeeze_excite_max_width() / (C + M);
-        nb = nb > 4 ? 4 : nb < 1 ? 1 : nb;
+        const int64_t items = se_tuning().max_items;
+        nb = nb > items ? items : nb < 1 ? 1 : nb;
         if ((N + nb - 1) / nb * M * C > ((int64_t)1 << 22)) {
             snprintf(why, cap, "batch %lld of %lld x %lld weights: the unfused products reuse them across the batch",
                      (long long)N, (long long)M, (long long)C);
