@@ -4,6 +4,7 @@
  * splits the units (widths that are not whole panels of 16 included), what independent
  * double-precision references from the ONNX equations give, as the one-thread kernel does. */
 #include "backend/cpu/nn_internal.h"
+#include "test_model_builder.h"
 #include "test_nodes.h"
 #include "unit.h"
 #include "util/lockstep.h"
@@ -102,17 +103,6 @@ static void ref_dir(int gates, int lbr, int reverse, int T, int B, int I, int H,
 
 /* ------------------------------------------------------------------ the kernel on a pool */
 
-static kn_tensor *trand(int rank, const int64_t *dims, unsigned *seed, float scale) {
-    kn_tensor *t = NULL;
-    if (kn_tensor_new(KILN_DTYPE_FLOAT, rank, dims, &t) != KILN_OK) return NULL;
-    float *p = t->data;
-    for (int64_t i = 0; i < kn_tensor_count(t); i++) {
-        *seed = *seed * 1103515245u + 12345u;
-        p[i] = ((float)((*seed >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f) * scale;
-    }
-    return t;
-}
-
 typedef struct rnn_case {
     const char *op;
     int gates, lbr, reverse, T, B, I, H, with_lens;
@@ -125,8 +115,9 @@ static double run_case(const rnn_case *rc, int threads) {
     int64_t dx[] = {T, B, I}, dw[] = {1, G * H, I}, dr[] = {1, G * H, H}, db[] = {1, 2 * G * H}, dp[] = {1, 3 * H};
     int64_t dl[] = {B}, dy[] = {T, 1, B, H}, dh[] = {1, B, H};
     const float ws = 1.0f / sqrtf((float)H);
-    kn_tensor *X = trand(3, dx, &seed, 1.0f), *W = trand(3, dw, &seed, ws), *R = trand(3, dr, &seed, 1.5f * ws);
-    kn_tensor *Bt = trand(2, db, &seed, 0.3f), *P = trand(2, dp, &seed, 0.5f), *L = NULL, *Y = NULL, *Yh = NULL;
+    kn_tensor *X = tmb_rand_kn(3, dx, &seed, 1.0f), *W = tmb_rand_kn(3, dw, &seed, ws);
+    kn_tensor *R = tmb_rand_kn(3, dr, &seed, 1.5f * ws), *Bt = tmb_rand_kn(2, db, &seed, 0.3f);
+    kn_tensor *P = tmb_rand_kn(2, dp, &seed, 0.5f), *L = NULL, *Y = NULL, *Yh = NULL;
     kn_tensor_new(KILN_DTYPE_INT32, 1, dl, &L);
     kn_tensor_new(KILN_DTYPE_FLOAT, 4, dy, &Y);
     kn_tensor_new(KILN_DTYPE_FLOAT, 3, dh, &Yh);
@@ -195,7 +186,7 @@ KN_TEST(cpu_rnn_no_hidden_units) {
         for (int threads = 1; threads <= 3; threads++) {
             int64_t dx[] = {3, 2, 4}, dw[] = {1, 0, 4}, dr[] = {1, 0, 0}, dy[] = {3, 1, 2, 0}, dh[] = {1, 2, 0};
             unsigned seed = 3u;
-            kn_tensor *X = trand(3, dx, &seed, 1.0f), *W = NULL, *R = NULL, *Y = NULL, *Yh = NULL;
+            kn_tensor *X = tmb_rand_kn(3, dx, &seed, 1.0f), *W = NULL, *R = NULL, *Y = NULL, *Yh = NULL;
             kn_tensor_new(KILN_DTYPE_FLOAT, 3, dw, &W);
             kn_tensor_new(KILN_DTYPE_FLOAT, 3, dr, &R);
             kn_tensor_new(KILN_DTYPE_FLOAT, 4, dy, &Y);

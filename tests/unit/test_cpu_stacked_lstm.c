@@ -6,6 +6,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/nn_internal.h"
 #include "ops/fused.h"
+#include "test_model_builder.h"
 #include "test_nodes.h"
 #include "unit.h"
 #include "util/lockstep.h"
@@ -85,17 +86,6 @@ static void ref_lstm(int T, int B, int I, int H, const double *X, const float *W
 
 /* ------------------------------------------------------------------ the kernel */
 
-static kn_tensor *trand(int rank, const int64_t *dims, unsigned *seed, float scale) {
-    kn_tensor *t = NULL;
-    if (kn_tensor_new(KILN_DTYPE_FLOAT, rank, dims, &t) != KILN_OK) return NULL;
-    float *p = t->data;
-    for (int64_t i = 0; i < kn_tensor_count(t); i++) {
-        *seed = *seed * 1103515245u + 12345u;
-        p[i] = ((float)((*seed >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f) * scale;
-    }
-    return t;
-}
-
 #define MAXL 4
 typedef struct stack_case {
     int layers, T, B, I;
@@ -111,17 +101,17 @@ static void make_io(const stack_case *sc, stack_io *io) {
     memset(io, 0, sizeof *io);
     unsigned seed = 11u + (unsigned)(sc->T * 7 + sc->B * 3 + sc->H[0]);
     const int64_t dx[] = {sc->T, sc->B, sc->I};
-    io->in[0] = trand(3, dx, &seed, 1.0f);
+    io->in[0] = tmb_rand_kn(3, dx, &seed, 1.0f);
     int in = sc->I;
     for (int l = 0; l < sc->layers; l++) {
         const int64_t H = sc->H[l], dw[] = {1, 4 * H, in}, dr[] = {1, 4 * H, H}, db[] = {1, 8 * H}, ds[] = {1, sc->B, H};
         const float ws = 1.0f / sqrtf((float)H);
         kn_tensor **t = &io->in[kn_stacked_lstm_input(l, 0)];
-        t[0] = trand(3, dw, &seed, 1.5f * ws);
-        t[1] = trand(3, dr, &seed, 1.5f * ws);
-        t[2] = trand(2, db, &seed, 0.3f);
-        t[3] = trand(3, ds, &seed, 0.5f);
-        t[4] = trand(3, ds, &seed, 0.5f);
+        t[0] = tmb_rand_kn(3, dw, &seed, 1.5f * ws);
+        t[1] = tmb_rand_kn(3, dr, &seed, 1.5f * ws);
+        t[2] = tmb_rand_kn(2, db, &seed, 0.3f);
+        t[3] = tmb_rand_kn(3, ds, &seed, 0.5f);
+        t[4] = tmb_rand_kn(3, ds, &seed, 0.5f);
         in = (int)H;
     }
     const int64_t Hl = sc->H[sc->layers - 1], dy[] = {sc->T, 1, sc->B, Hl}, ds[] = {1, sc->B, Hl};

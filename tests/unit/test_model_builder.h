@@ -242,6 +242,16 @@ static inline float tmb_rand_ansi(uint32_t *s) {
     return (float)((*s >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f;
 }
 
+/* An internal float tensor of shape dims holding tmb_rand_ansi(seed) * scale in turn (the RNN
+ * kernels' tests: inputs, weights, biases); NULL where it could not be made. */
+static inline kn_tensor *tmb_rand_kn(int rank, const int64_t *dims, uint32_t *seed, float scale) {
+    kn_tensor *t = NULL;
+    if (kn_tensor_new(KILN_DTYPE_FLOAT, rank, dims, &t) != KILN_OK) return NULL;
+    float *p = t->data;
+    for (int64_t i = 0; i < kn_tensor_count(t); i++) p[i] = tmb_rand_ansi(seed) * scale;
+    return t;
+}
+
 /* A constant of type dt (float, double, float16, an integer type) of random values in [lo, hi). */
 static inline int tmb_const_range(tmb *b, const char *name, kiln_dtype dt, int rank, const int64_t *dims, float lo,
                                   float hi) {
