@@ -684,12 +684,16 @@ static int64_t env_count(const char *name, int64_t def) {
  * KILN_CUDA_SE_POOL_LIMIT (default 16 Ki elements: a block's 16 warps then sum at most 1 Ki
  * elements each, 4 rows at a time, a few memory latencies; EfficientNet's 7x7 blocks, 1152 x 49,
  * would be 3.5 Ki a warp, which the pool kernel spreads over 144 blocks instead; 0 and 16 Ki measured
- * within 1% on the H200, 64 Ki slower), KILN_CUDA_SE_ITEMS (batch items a gate block, 1-4, default 4)
- * and KILN_CUDA_SE_TEAM (lanes a weight row, 1-32, default 32). */
+ * within 1% on the H200, 64 Ki slower), KILN_CUDA_SE_ITEMS (batch items a gate block, 1-4, default 1)
+ * and KILN_CUDA_SE_TEAM (lanes a weight row, 1-32, default 8). The gate block is latency-bound on
+ * one multiprocessor: one item a block (more blocks, each with a shorter pool and product) and 8
+ * lanes a row (four rows in flight a warp) were the fastest of 4/2/1 items x 32/16/8 lanes on every
+ * block measured (H100, fp16: MobileNetV3-small 0.373 -> 0.330 ms at batch 1, 0.69 -> 0.58 at
+ * batch 8 where unfused is 0.63; EfficientNet-B0 0.62 -> 0.56, 1.9 -> 1.29; gpu-2026-12-06h.md). */
 static kn_cu_se_tuning se_tuning(void) {
     kn_cu_se_tuning t;
     t.pool_limit = env_count("KILN_CUDA_SE_POOL_LIMIT", 16384);
-    const int64_t items = env_count("KILN_CUDA_SE_ITEMS", 4), team = env_count("KILN_CUDA_SE_TEAM", 32);
+    const int64_t items = env_count("KILN_CUDA_SE_ITEMS", 1), team = env_count("KILN_CUDA_SE_TEAM", 8);
     t.max_items = items < 1 ? 1 : items > 4 ? 4 : (int)items;
     t.max_team = team < 1 ? 1 : team > 32 ? 32 : (int)team;
     return t;
