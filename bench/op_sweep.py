@@ -248,6 +248,10 @@ def cases():
     c.append(conv("3x3 64->64 56x56", 1, 64, 56, 64, 3, fast=True))
     c.append(conv("3x3 256->256 14x14", 1, 256, 14, 256, 3))
     c.append(conv("3x3 512->512 4x4 (tiny)", 1, 512, 4, 512, 3))
+    # the same class: many channels on small planes, the transposed GEMM's few row panels (its
+    # parts along K, sgemm.c's swap_kparts): 8 panels of 32 on AVX-512; ResNet-50's layer4 1x1
+    c.append(conv("3x3 256->256 4x4 (tiny)", 1, 256, 4, 256, 3))
+    c.append(conv("1x1 2048->512 7x7 (ResNet-50 layer4)", 1, 2048, 7, 512, 1))
     c.append(conv("7x7 s2 3->64 224x224 (stem)", 1, 3, 224, 64, 7, s=2))
     c.append(conv("3x3 s2 3->16 224x224", 1, 3, 224, 16, 3, s=2))
     c.append(conv("1x1 256->64 56x56", 1, 256, 56, 64, 1))

@@ -36,6 +36,8 @@
     F(int, kn_sgemm_nr, (void), ())                                                                                 \
     F(const char *, kn_sgemm_isa, (void), ())                                                                       \
     F(bool, kn_sgemm_swaps, (int64_t M, int64_t N, int64_t K), (M, N, K))                                           \
+    F(int64_t, kn_sgemm_tasks, (const kn_sgemm_batch *p, int threads, int64_t *tm, int64_t *tn, int64_t *kp),      \
+      (p, threads, tm, tn, kp))                                                                                     \
     F(size_t, kn_sgemm_packed_a_floats, (int64_t M, int64_t K), (M, K))                                             \
     F(size_t, kn_sgemm_packed_b_floats, (int64_t N, int64_t K), (N, K))                                             \
     V(kn_sgemm_pack_a, (const float *A, int64_t lda, bool trans_a, int64_t M, int64_t K, float *dst),               \

@@ -730,6 +730,51 @@ static void ukr_pair_any(int mr, int64_t kc, const float *a, int64_t as, const f
     else if (mr == 1) ukr_pair(1, kc, a, as, b, bs, bps, c, ldc, n, alpha, beta, rb, t);
 }
 
+/* The last n <= 8 columns of a packed B panel (NR floats a step of K), for two
+ * MR-row panels of packed A at once (a0, a1: MR rows each, MR apart a step). ukr's one-vector
+ * case (6 rows) keeps 6 chains of FMAs that wait on the FMA's latency (4 cycles, 2 a cycle: 3/4 of
+ * the rate) and loads B masked; here 12 chains, one plain load of B a step. Each sum runs over
+ * K in ukr's order and gets ukr's bias, beta, addend and clamp in ukr's order: C is bit for bit
+ * what two ukr calls store. B is read whole (a packed panel has NR floats a step; its lanes past
+ * n, zero or not, are never stored). On 14x14 planes (N = 196 = 12 NR + 4) this is the last panel of every
+ * row panel (1 thread, Zen 3, one-node 1x1 convolutions, CPU time: 2-3% faster). */
+#define KN_UKR_NARROW2 1
+static void ukr_narrow2(int64_t kc, const float *restrict a0, const float *restrict a1, const float *restrict b,
+                        float *restrict c, int64_t ldc, int n, float alpha, float beta, const float *rb,
+                        const ukr_tail *t) {
+    __m256 acc[2 * MR];
+#pragma GCC unroll 12
+    for (int r = 0; r < 2 * MR; r++) acc[r] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < kc; p++) {
+        const __m256 b0 = _mm256_loadu_ps(b);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(a0 + r), b0, acc[r]);
+            acc[MR + r] = _mm256_fmadd_ps(_mm256_broadcast_ss(a1 + r), b0, acc[MR + r]);
+        }
+        a0 += MR;
+        a1 += MR;
+        b += NR;
+    }
+    const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    const __m256 lo = _mm256_set1_ps(t ? t->lo : 0.0f), hi = _mm256_set1_ps(t ? t->hi : 0.0f);
+    const __m256 q0 = _mm256_set1_ps(t ? t->p0 : 0.0f), q1 = _mm256_set1_ps(t ? t->p1 : 0.0f);
+    const int ak = t ? t->act : KN_GEMM_ACT_NONE;
+    const float *ad = t ? t->add : NULL;
+    const __m256i m0 = mask8(n);
+#pragma GCC unroll 12
+    for (int r = 0; r < 2 * MR; r++) {
+        float *cr = c + r * ldc;
+        const __m256 br = rb ? _mm256_set1_ps(rb[r]) : _mm256_setzero_ps();
+        __m256 v0 = _mm256_fmadd_ps(va, acc[r], br);
+        if (beta != 0.0f) v0 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr, m0), v0);
+        if (ad) v0 = _mm256_add_ps(v0, _mm256_maskload_ps(ad + r * t->ld, m0));
+        if (t) v0 = tail_act8(v0, ak, q0, q1, lo, hi);
+        _mm256_maskstore_ps(cr, m0, v0);
+    }
+}
+
 #else /* portable C */
 
 static void ukr_any(int mr, int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c,
@@ -1253,6 +1298,12 @@ typedef struct job {
     int64_t um, un;
     const float *a_deep; /* op(A) of every product packed for run_packed_tile (kn_sgemm_run), or NULL */
     const float *b_shared; /* transposed path: op(B) of every product packed once for all tiles, or NULL */
+    /* transposed path: each tile's K in kp parts (swap_kparts; 1: whole), part q of tile u computed
+     * into parts + (u * kp + q) * part_floats; the last part of a tile to finish (part_done[u])
+     * sums them in the order of the parts and stores C */
+    int64_t kp, part_floats;
+    float *parts;
+    int *part_done;
     int failed;
 } job;
 
@@ -1283,6 +1334,18 @@ static bool pk_on(void) {
 }
 
 /* KILN_GEMM_ROWS_FIRST=0: the usual order everywhere (tests, measurements) */
+#if defined(KN_UKR_NARROW2)
+/* KILN_GEMM_NARROW2=0: a panel's last n <= 8 columns one row panel a call (ukr), for measuring */
+static bool narrow2_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("KILN_GEMM_NARROW2");
+        on = !e || *e != '0';
+    }
+    return on;
+}
+#endif
+
 static bool rows_first_on(void) {
     const char *e = getenv("KILN_GEMM_ROWS_FIRST");
     return !e || *e != '0';
@@ -1418,6 +1481,25 @@ static void run_rows_first(const kn_sgemm_batch *p, int64_t op, int64_t m0, int6
                 }
                 ukr_tail tb;
                 const ukr_tail *t = tail_at(p, op, i, jc + jr, &tb);
+#if defined(KN_UKR_NARROW2)
+                /* the last n <= 8 columns of two whole row panels in one call (ukr_narrow2), made
+                 * on the first of the two; the second skips them (each block of C is final after
+                 * its call: the epilogue below still sees it whole) */
+                if (n <= 8 && !fused_pack && narrow2_on()) {
+                    const bool first = (i - m0) / MR % 2 == 0;
+                    if (first && i + 2 * MR <= m1) {
+                        for (int64_t pc = 0; pc < K; pc += KC) {
+                            const int64_t kc = min64(KC, K - pc);
+                            const float *a = Apk + pc * Mp + i * kc;
+                            ukr_narrow2(kc, a, a + MR * kc, Bp + pc * ncp + jr * kc, cr + jc + jr, p->ldc, n,
+                                        p->alpha, pc == 0 ? p->beta : 1.0f, bias && pc == 0 ? bias + i : NULL,
+                                        pc + kc == K ? t : NULL);
+                        }
+                        continue;
+                    }
+                    if (!first && mr == MR) continue;
+                }
+#endif
                 for (int64_t pc = 0; pc < K; pc += KC) {
                     const int64_t kc = min64(KC, K - pc);
                     const float *a = Apk + pc * Mp + i * kc;
@@ -1639,6 +1721,15 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
                     for (int64_t ir = 0; ir < mc; ir += MR) {
                         ukr_tail tb;
                         const ukr_tail *t = pc + kc == p->K ? tail_at(p, op, ic + ir, jc + jr, &tb) : NULL;
+#if defined(KN_UKR_NARROW2)
+                        /* two whole row panels' last n <= 8 columns of a packed panel in one call */
+                        if (n <= 8 && bs == NR && !a_in_place && ir + 2 * MR <= mc && narrow2_on()) {
+                            ukr_narrow2(kc, Ap + ir * kc, Ap + (ir + MR) * kc, bp, cp + ir * p->ldc, p->ldc, n,
+                                        p->alpha, beta, bias && pc == 0 ? bias + ic + ir : NULL, t);
+                            ir += MR;
+                            continue;
+                        }
+#endif
 #if defined(KN_UKR_A_IN_PLACE)
                         if (a_in_place) {
                             ukr_ain_any((int)min64(MR, mc - ir), kc, A + (ic + ir) * p->lda + pc, p->lda, bp, bs,
@@ -1784,24 +1875,32 @@ bool kn_sgemm_swaps(int64_t M, int64_t N, int64_t K) {
  * packed as B (or prepacked: at_packed) its B. C^T is accumulated in a buffer of the thread and
  * transposed into C with the bias, beta and the epilogue. n1 - n0 <= SWAP_MAX_N; m0 is a
  * multiple of NR. Returns false when the buffer cannot be allocated. */
-static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
-                             float *ws, const float *b_shared) {
-    const float *A = p->a[op];
-    const float *B = p->b ? p->b[op] : NULL;
-    const float *AT = p->at_packed ? p->at_packed[op] : NULL;
-    const float *bias = p->row_bias ? p->row_bias[op] : NULL;
-    float *C = p->c[op];
-    const int64_t nn = n1 - n0, mt = m1 - m0, Mp = padded_n(p->M);
+/* The row stride of a transposed tile's C^T buffer for mt rows of C. */
+static int64_t swap_ldt(int64_t mt) {
     int64_t ldt = (mt + 15) / 16 * 16;
 #if defined(KN_GEMM_AVX2)
     /* rows of C^T a multiple of 2 KB apart share L1 sets: the micro-kernel's MR rows and
      * store_transposed's 8 (a 2048-channel 1x1 on 7x7: 8 KB apart) */
     if (ldt % 512 == 0) ldt += 16;
 #endif
+    return ldt;
+}
+
+/* k0..k1 (multiples of KC, k1 == K last): the part of K summed here. Tout: C^T of the tile over
+ * that part goes there (nn rows of swap_ldt(m1 - m0)), and C is not touched; NULL: into C. */
+static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                             float *ws, const float *b_shared, int64_t k0, int64_t k1, float *Tout) {
+    const float *A = p->a[op];
+    const float *B = p->b ? p->b[op] : NULL;
+    const float *AT = p->at_packed ? p->at_packed[op] : NULL;
+    const float *bias = p->row_bias ? p->row_bias[op] : NULL;
+    float *C = p->c[op];
+    const int64_t nn = n1 - n0, mt = m1 - m0, Mp = padded_n(p->M);
+    const int64_t ldt = swap_ldt(mt);
     float *Ap = ws, *Bp = ws + (size_t)KC * SWAP_MAX_N;
-    float *T = tile_buffer((size_t)(nn * ldt));
+    float *T = Tout ? Tout : tile_buffer((size_t)(nn * ldt));
     if (!T) return false;
-    for (int64_t pc = 0; pc < p->K; pc += KC) {
+    for (int64_t pc = k0; pc < k1; pc += KC) {
         const int64_t kc = min64(KC, p->K - pc);
         /* b_shared: op(B) of every column packed once for all the tiles (run_job), slice pc at
          * pc * padded_n(N) */
@@ -1818,7 +1917,7 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
                 float *t = T + (jc - m0) + jr;
                 for (int64_t ks = 0; ks < kc; ks += SWAP_KS) {
                     const int64_t kk = min64(SWAP_KS, kc - ks);
-                    const float beta = pc == 0 && ks == 0 ? 0.0f : 1.0f;
+                    const float beta = pc == k0 && ks == 0 ? 0.0f : 1.0f;
                     const float *b0 = AT ? bpk_panel(AT, Mp, p->K, pc, jc + jr) : bt + jr * kc, *b = b0 + ks * NR;
                     /* prepacked op(A)^T comes from memory, read in order: the first two calls
                      * prefetch half each of the SWAP_PF_AHEAD-th next part (kk * NR floats): of
@@ -1866,11 +1965,30 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
             }
         }
     }
+    if (Tout) return true;
     float *cp = C + m0 * p->ldc + n0;
     ukr_tail tb;
     store_transposed(T, ldt, mt, nn, cp, p->ldc, bias ? bias + m0 : NULL, p->beta, tail_at(p, op, m0, n0, &tb));
     if (p->epilogue) p->epilogue(p->epilogue_ctx, op, m0, n0, mt, nn, cp, p->ldc);
     return true;
+}
+
+/* The last part of a tile split along K: the parts' C^T summed in the order of the parts (part 0
+ * plus part 1, plus part 2, ...: the same sum whichever thread got here last), then stored as a
+ * whole tile is. */
+static void finish_swapped_parts(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                                 float *T, int64_t kp, int64_t part_floats) {
+    const int64_t nn = n1 - n0, mt = m1 - m0, ldt = swap_ldt(mt);
+    for (int64_t q = 1; q < kp; q++) {
+        const float *P = T + q * part_floats;
+        for (int64_t r = 0; r < nn; r++)
+            for (int64_t i = 0; i < mt; i++) T[r * ldt + i] += P[r * ldt + i];
+    }
+    float *cp = p->c[op] + m0 * p->ldc + n0;
+    const float *bias = p->row_bias ? p->row_bias[op] : NULL;
+    ukr_tail tb;
+    store_transposed(T, ldt, mt, nn, cp, p->ldc, bias ? bias + m0 : NULL, p->beta, tail_at(p, op, m0, n0, &tb));
+    if (p->epilogue) p->epilogue(p->epilogue_ctx, op, m0, n0, mt, nn, cp, p->ldc);
 }
 
 /* c[j] = alpha * sum_k a[k] * op(B)[k][j] + beta * c[j] for j in [n0, n1) (n0 a multiple of NR),
@@ -1990,8 +2108,9 @@ static void job_range(void *arg, int64_t begin, int64_t end) {
         __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
         return;
     }
-    const int64_t per = j->tm * j->tn;
-    for (int64_t t = begin; t < end; t++) {
+    const int64_t per = j->tm * j->tn, kp = j->kp > 1 ? j->kp : 1;
+    for (int64_t t0 = begin; t0 < end; t0++) {
+        const int64_t t = t0 / kp, part = t0 % kp; /* tile t, part of its K */
         int64_t op = t / per, r = t % per, im = r / j->tn, in = r % j->tn;
         int64_t m0 = (im * j->units_m / j->tm) * j->um, m1 = min64(p->M, ((im + 1) * j->units_m / j->tm) * j->um);
         int64_t n0 = (in * j->units_n / j->tn) * j->un, n1 = min64(p->N, ((in + 1) * j->units_n / j->tn) * j->un);
@@ -2004,11 +2123,23 @@ static void job_range(void *arg, int64_t begin, int64_t end) {
             dot_block(p->a[op], p->lda, p->b[op], p->ldb, p->K, p->c[op], p->ldc, m0, m1, n0, n1, p->alpha, p->beta);
             break;
 #endif
-        case PATH_SWAP:
-            if (!run_swapped_tile(p, op, m0, m1, n0, n1, ws,
-                                  j->b_shared ? j->b_shared + (size_t)op * (size_t)(padded_n(p->N) * p->K) : NULL))
+        case PATH_SWAP: {
+            const float *bs = j->b_shared ? j->b_shared + (size_t)op * (size_t)(padded_n(p->N) * p->K) : NULL;
+            if (kp == 1) {
+                if (!run_swapped_tile(p, op, m0, m1, n0, n1, ws, bs, 0, p->K, NULL))
+                    __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+                break;
+            }
+            /* part `part` of kp of the tile's K, in slices of KC: the same parts at any thread count */
+            const int64_t slices = (p->K + KC - 1) / KC;
+            const int64_t k0 = part * slices / kp * KC, k1 = min64(p->K, (part + 1) * slices / kp * KC);
+            float *T = j->parts + (size_t)(t * kp) * (size_t)j->part_floats;
+            if (!run_swapped_tile(p, op, m0, m1, n0, n1, ws, bs, k0, k1, T + (size_t)part * (size_t)j->part_floats))
                 __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+            if (__atomic_add_fetch(&j->part_done[t], 1, __ATOMIC_ACQ_REL) == kp)
+                finish_swapped_parts(p, op, m0, m1, n0, n1, T, kp, j->part_floats);
             break;
+        }
         default:
             run_gemm_tile(p, op, m0, m1, n0, n1, ws,
                           j->a_deep ? j->a_deep + (size_t)op * (size_t)(padded_m(p->M) * p->K) : NULL,
@@ -2130,27 +2261,57 @@ static bool swap_rows_on(void) {
 }
 
 static kn_thread_buffer shared_b_buffers = KN_THREAD_BUFFER_INIT;
+static kn_thread_buffer swap_part_buffers = KN_THREAD_BUFFER_INIT;
+
+/* KILN_GEMM_SWAP_KSPLIT=0: transposed tiles never split along K (measurements; C's last bits
+ * then differ from the default's where it splits) */
+static bool swap_ksplit_on(void) {
+    const char *e = getenv("KILN_GEMM_SWAP_KSPLIT");
+    return !e || *e != '0';
+}
+
+/* KILN_GEMM_BATCH_SPREAD=0: batched products of plain operands from 3 threads on take the tile
+ * grid of before (measurements) */
+static bool batch_spread_on(void) {
+    const char *e = getenv("KILN_GEMM_BATCH_SPREAD");
+    return !e || *e != '0';
+}
+
+/* Parts along K of each tile of a transposed product (kn_sgemm_swaps) whose rows split among the
+ * threads (M >= SWAP_ROWS_MIN * N): where its panels of NR rows are fewer than SWAP_KSPLIT_TILES,
+ * as many parts as make that many tasks, each at least SWAP_KSPLIT_MIN_SLICES slices of KC deep.
+ * A function of the shape alone, never of the threads, so that C is the same at every thread
+ * count: with its rows alone 3x3 512 -> 512 on 4x4 (16 panels of 32 channels, 590 KB of weights
+ * each) made 16 tasks, one a thread at 16 threads and nothing for a thread that finishes early to
+ * take over; with two parts of K each task reads half its panel's weights and the im2col's rows,
+ * and the sum of the parts costs M x N additions against the product's M x N x K. */
+#define SWAP_KSPLIT_TILES 32
+#define SWAP_KSPLIT_MIN_SLICES 4
+static int64_t swap_kparts(const kn_sgemm_batch *p) {
+    if (p->M < SWAP_ROWS_MIN * p->N || !swap_ksplit_on()) return 1;
+    const int64_t panels = p->count * ((p->M + NR - 1) / NR), slices = (p->K + KC - 1) / KC;
+    if (panels >= SWAP_KSPLIT_TILES) return 1;
+    int64_t kp = (SWAP_KSPLIT_TILES + panels - 1) / panels;
+    if (kp > slices / SWAP_KSPLIT_MIN_SLICES) kp = slices / SWAP_KSPLIT_MIN_SLICES;
+    return kp > 1 ? kp : 1;
+}
 
 static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j, int64_t threads);
 
-kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
-    if (p->count <= 0 || p->M <= 0 || p->N <= 0) return KILN_OK;
-    /* precision=bf16: the products of a node that runs in bf16 (sgemm_bf16.h) */
-    if (kn_bgemm_active() && kn_bgemm_takes(p)) {
-        if (!p->c_add && !p->clamp) return kn_bgemm_run(pool, p);
-        /* the bf16 kernels apply the tail as part of the epilogue */
-        kn_sgemm_batch q = *p;
-        q.c_add = NULL;
-        q.clamp = false;
-        q.epilogue = tail_epilogue;
-        q.epilogue_ctx = p;
-        return kn_bgemm_run(pool, &q);
-    }
-    if (p->K <= 0) {
-        scale_c(p);
-        return KILN_OK;
-    }
-    job j = {.p = p, .path = PATH_GEMM, .um = MR, .un = NR};
+/* The work of the busiest thread (in elements of C) when the products of p split into grids of
+ * tm x tn tiles (of j's units) are dealt out evenly over the threads: the largest tile times the
+ * tiles of the busiest thread. */
+static double grid_busiest(const kn_sgemm_batch *p, const job *j, int64_t tm, int64_t tn, int64_t threads) {
+    const int64_t tasks = p->count * tm * tn;
+    const double rows = (double)min64(p->M, (j->units_m + tm - 1) / tm * j->um),
+                 cols = (double)min64(p->N, (j->units_n + tn - 1) / tn * j->un);
+    return (double)((tasks + threads - 1) / threads) * rows * cols;
+}
+
+/* The path and the tile grid of a float product (K > 0) on `threads` threads; returns the threads
+ * worth waking for it. */
+static int64_t plan_job(const kn_sgemm_batch *p, int64_t threads, job *jo) {
+    job j = {.p = p, .path = PATH_GEMM, .um = MR, .un = NR, .kp = 1};
     if (!p->pack_b && p->M == 1 && (p->trans_a ? p->lda == 1 || p->K <= (int64_t)WS_FLOATS : 1))
         j.path = PATH_ROW;
     else if (!p->pack_b && p->N == 1 && !p->trans_a && (p->trans_b || p->ldb == 1))
@@ -2171,9 +2332,9 @@ kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
     j.units_m = (p->M + j.um - 1) / j.um;
     j.units_n = (p->N + j.un - 1) / j.un;
 
+    if (j.path == PATH_SWAP) j.kp = swap_kparts(p);
     /* threads worth waking for this much work */
     double flops = 2.0 * (double)p->M * (double)p->N * (double)p->K * (double)p->count;
-    int64_t threads = kn_threadpool_size(pool);
     /* a row times a matrix (or a matrix times a column) does 2 flops a weight read: memory-bound,
      * a thread's share of 5e5 flops is 1 MB of weights. Beyond 2 threads (whose setting is the
      * measured one above) an eighth of it, 128 KB of weights: at 16 threads the classifier's Gemm
@@ -2241,6 +2402,80 @@ kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
             }
         }
     }
+    if (j.path == PATH_GEMM && p->count > 1 && threads > 2 && !p->a_packed && !p->b_packed && !p->pack_b &&
+        batch_spread_on()) {
+        /* several products of plain operands (Einsum's, MatMul's of two activations: not the
+         * convolutions' prepacked weights, whose grids were measured as they are) on 3 threads or
+         * more: a grid whose busiest thread gets less than the
+         * one above gives it (tiles dealt out evenly: the largest tile times the tiles of the
+         * busiest thread), the fewest tiles among those. Attention's 12 heads of 128 x 64 x 128 at
+         * 16 threads made 24 tiles above, 8 threads running two and 8 one (0.75 of the threads'
+         * time used); 4 tiles a product make 3 a thread. Tiles keep a quarter of
+         * MIN_FLOPS_PER_THREAD (about a microsecond to hand one out), at most 8 a thread. */
+        const double prod_flops = flops / (double)p->count, before = grid_busiest(p, &j, j.tm, j.tn, threads);
+        double best = before;
+        int64_t best_tasks = 0, btm = j.tm, btn = j.tn;
+        for (int64_t tm = 1; tm <= min64(j.units_m, 64); tm++)
+            for (int64_t tn = 1; tn <= min64(j.units_n, 64); tn++) {
+                const int64_t tasks = p->count * tm * tn;
+                if (prod_flops / (double)(tm * tn) < MIN_FLOPS_PER_THREAD / 4 || tasks > 8 * threads) continue;
+                const double busiest = grid_busiest(p, &j, tm, tn, threads);
+                if (!(busiest < before * (1 - 1e-9))) continue; /* only where strictly better */
+                if (best_tasks == 0 || busiest < best * (1 - 1e-9) || (busiest <= best * (1 + 1e-9) && tasks < best_tasks)) {
+                    best = busiest;
+                    best_tasks = tasks;
+                    btm = tm;
+                    btn = tn;
+                }
+            }
+        j.tm = btm;
+        j.tn = btn;
+    }
+    *jo = j;
+    return threads;
+}
+
+int64_t kn_sgemm_tasks(const kn_sgemm_batch *p, int threads, int64_t *tm, int64_t *tn, int64_t *kp) {
+    job j = {.tm = 1, .tn = 1, .kp = 1};
+    if (p->count > 0 && p->M > 0 && p->N > 0 && p->K > 0) plan_job(p, threads > 1 ? threads : 1, &j);
+    if (tm) *tm = j.tm;
+    if (tn) *tn = j.tn;
+    if (kp) *kp = j.kp;
+    return p->count * j.tm * j.tn * j.kp;
+}
+
+kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
+    if (p->count <= 0 || p->M <= 0 || p->N <= 0) return KILN_OK;
+    /* precision=bf16: the products of a node that runs in bf16 (sgemm_bf16.h) */
+    if (kn_bgemm_active() && kn_bgemm_takes(p)) {
+        if (!p->c_add && !p->clamp) return kn_bgemm_run(pool, p);
+        /* the bf16 kernels apply the tail as part of the epilogue */
+        kn_sgemm_batch q = *p;
+        q.c_add = NULL;
+        q.clamp = false;
+        q.epilogue = tail_epilogue;
+        q.epilogue_ctx = p;
+        return kn_bgemm_run(pool, &q);
+    }
+    if (p->K <= 0) {
+        scale_c(p);
+        return KILN_OK;
+    }
+    job j;
+    const int64_t threads = plan_job(p, kn_threadpool_size(pool), &j);
+    if (j.kp > 1) {
+        /* each tile's parts of K, then a counter a tile (swap_kparts) */
+        const int64_t tiles = p->count * j.tm * j.tn;
+        const int64_t mt = min64(p->M, (j.units_m + j.tm - 1) / j.tm * j.um),
+                      nt = min64(p->N, (j.units_n + j.tn - 1) / j.tn * j.un);
+        j.part_floats = (nt * swap_ldt(mt) + 15) / 16 * 16;
+        const size_t pbytes = sizeof(float) * (size_t)(tiles * j.kp) * (size_t)j.part_floats;
+        char *buf = kn_thread_buffer_get(&swap_part_buffers, pbytes + sizeof(int) * (size_t)tiles);
+        if (!buf) return KN_OOM();
+        j.parts = (float *)buf;
+        j.part_done = (int *)(buf + pbytes);
+        memset(j.part_done, 0, sizeof(int) * (size_t)tiles);
+    }
     return run_job(pool, p, &j, threads);
 }
 
@@ -2286,11 +2521,11 @@ static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j,
             kn_parallel_for(pool, p->count * pj.slices * pj.blocks, 1, pack_b_shared_range, &pj);
             job jq = *j;
             jq.b_shared = bs;
-            kn_parallel_for(pool, p->count * jq.tm * jq.tn, 1, job_range, &jq);
+            kn_parallel_for(pool, p->count * jq.tm * jq.tn * jq.kp, 1, job_range, &jq);
             return jq.failed ? KN_OOM() : KILN_OK;
         }
     }
-    int64_t tasks = p->count * j->tm * j->tn;
+    int64_t tasks = p->count * j->tm * j->tn * j->kp;
     if (threads <= 1) job_range(j, 0, tasks);
     else kn_parallel_for(pool, tasks, 1, job_range, j);
     if (j->failed) return KN_OOM();

@@ -104,6 +104,12 @@ bool kn_sgemm_swaps(int64_t M, int64_t N, int64_t K);
  * buffer cannot be allocated (and leaves C partly written). */
 kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p);
 
+/* How kn_sgemm_run splits the batch on a pool of `threads` (float path, precision=bf16 aside):
+ * returns the tasks of its main parallel loop, count * tm * tn * kp, with the tile grid of each
+ * product (tm x tn) and the parts along K of each tile (kp: transposed products with few row
+ * panels, the same at every thread count). For tests and for counting. */
+int64_t kn_sgemm_tasks(const kn_sgemm_batch *p, int threads, int64_t *tm, int64_t *tn, int64_t *kp);
+
 /* One product. */
 kiln_status kn_sgemm(kn_threadpool *pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                      float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
