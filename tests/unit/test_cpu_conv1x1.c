@@ -74,6 +74,54 @@ static void pw_reference(const pw_case *t, const float *x, const float *w, const
                 }
 }
 
+/* Runs case t (inputs from seed) against the definition in double: as chosen, transposed wherever
+ * the GEMM can (KILN_GEMM_SWAP=1), never transposed with rows first off; 1 and 2 threads; levels 0
+ * and 3. */
+static void pw_check(const pw_case *t, uint32_t seed, size_t ci) {
+    kiln_tensor *consts[2] = {0};
+    size_t size;
+    unsigned char *m = pw_model(t, consts, &size);
+    if (!m) return;
+    const int64_t OH = pw_out(t, t->H), OW = pw_out(t, t->W);
+    const size_t ny = (size_t)(t->N * t->M * OH * OW);
+    kiln_tensor *x = tmb_random_tensor((int64_t[]){t->N, t->C, t->H, t->W}, 4, &seed, 1, 1);
+    kiln_tensor *w = consts[0], *z = NULL;
+    float *xp = kiln_tensor_data(x);
+    if (t->w_input) w = tmb_random_tensor((int64_t[]){t->M, t->C, 1, 1}, 4, &seed, 1, sqrtf((float)t->C));
+    if (t->res) z = tmb_random_tensor((int64_t[]){t->N, t->M, OH, OW}, 4, &seed, 1, 1);
+    double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
+    pw_reference(t, xp, kiln_tensor_data(w), kiln_tensor_data(consts[1]), z ? kiln_tensor_data(z) : NULL, OH, OW, want,
+                 scale);
+    /* 0: as chosen; 1: transposed wherever it can; 2: never transposed, rows first off */
+    for (int force = 0; force <= 2; force++) {
+        if (force) setenv("KILN_GEMM_SWAP", force == 1 ? "1" : "0", 1);
+        if (force == 2) setenv("KILN_GEMM_ROWS_FIRST", "0", 1);
+        for (int threads = 1; threads <= 2; threads++)
+            for (int level = 0; level <= 3; level += 3) {
+                kiln_session *s = tmb_session(m, size, threads, level);
+                if (!s) continue;
+                const char *names[3];
+                kiln_tensor *ins[3];
+                const size_t nin = tmb_conv_feeds(x, w, t->w_input, z, names, ins);
+                char ctx[192];
+                snprintf(ctx, sizeof ctx,
+                         "case %zu (%lldx%lldx%lldx%lld -> %lld, s%lld pad %lld, res %d, act %d), forced %d, %d threads, level %d",
+                         ci, (long long)t->N, (long long)t->C, (long long)t->H, (long long)t->W, (long long)t->M,
+                         (long long)t->s, (long long)t->pad, t->res, t->act, force, threads, level);
+                tmb_check_runs(s, names, ins, nin, want, scale, ny, 1e-6, 2e-6, ctx);
+                kiln_session_destroy(s);
+            }
+        unsetenv("KILN_GEMM_SWAP"), unsetenv("KILN_GEMM_ROWS_FIRST");
+    }
+    free(want);
+    free(scale);
+    kiln_tensor_destroy(x);
+    kiln_tensor_destroy(w);
+    kiln_tensor_destroy(z);
+    kiln_tensor_destroy(consts[1]);
+    free(m);
+}
+
 KN_TEST(cpu_conv1x1_matches_definition) {
     const pw_case cases[] = {
         {1, 64, 56, 56, 256, 1, 0, true, false, 1},   /* ResNet-50 expansion: rows first, residual */
@@ -101,50 +149,25 @@ KN_TEST(cpu_conv1x1_matches_definition) {
         {2, 40, 7, 7, 120, 1, 0, true, false, 3},
         {1, 112, 14, 14, 672, 1, 0, false, false, 3},
     };
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        const pw_case *t = &cases[ci];
-        kiln_tensor *consts[2] = {0};
-        size_t size;
-        unsigned char *m = pw_model(t, consts, &size);
-        if (!m) continue;
-        const int64_t OH = pw_out(t, t->H), OW = pw_out(t, t->W);
-        uint32_t seed = 777 + (uint32_t)ci;
-        const size_t ny = (size_t)(t->N * t->M * OH * OW);
-        kiln_tensor *x = tmb_random_tensor((int64_t[]){t->N, t->C, t->H, t->W}, 4, &seed, 1, 1);
-        kiln_tensor *w = consts[0], *z = NULL;
-        float *xp = kiln_tensor_data(x);
-        if (t->w_input) w = tmb_random_tensor((int64_t[]){t->M, t->C, 1, 1}, 4, &seed, 1, sqrtf((float)t->C));
-        if (t->res) z = tmb_random_tensor((int64_t[]){t->N, t->M, OH, OW}, 4, &seed, 1, 1);
-        double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
-        pw_reference(t, xp, kiln_tensor_data(w), kiln_tensor_data(consts[1]), z ? kiln_tensor_data(z) : NULL, OH, OW,
-                     want, scale);
-        /* 0: as chosen; 1: transposed wherever it can; 2: never transposed, rows first off */
-        for (int force = 0; force <= 2; force++) {
-            if (force) setenv("KILN_GEMM_SWAP", force == 1 ? "1" : "0", 1);
-            if (force == 2) setenv("KILN_GEMM_ROWS_FIRST", "0", 1);
-            for (int threads = 1; threads <= 2; threads++)
-                for (int level = 0; level <= 3; level += 3) {
-                    kiln_session *s = tmb_session(m, size, threads, level);
-                    if (!s) continue;
-                    const char *names[3];
-                    kiln_tensor *ins[3];
-                    const size_t nin = tmb_conv_feeds(x, w, t->w_input, z, names, ins);
-                    char ctx[192];
-                    snprintf(ctx, sizeof ctx,
-                             "case %zu (%lldx%lldx%lldx%lld -> %lld, s%lld pad %lld, res %d, act %d), forced %d, %d threads, level %d",
-                             ci, (long long)t->N, (long long)t->C, (long long)t->H, (long long)t->W, (long long)t->M,
-                             (long long)t->s, (long long)t->pad, t->res, t->act, force, threads, level);
-                    tmb_check_runs(s, names, ins, nin, want, scale, ny, 1e-6, 2e-6, ctx);
-                    kiln_session_destroy(s);
-                }
-            unsetenv("KILN_GEMM_SWAP"), unsetenv("KILN_GEMM_ROWS_FIRST");
-        }
-        free(want);
-        free(scale);
-        kiln_tensor_destroy(x);
-        kiln_tensor_destroy(w);
-        kiln_tensor_destroy(z);
-        kiln_tensor_destroy(consts[1]);
-        free(m);
-    }
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) pw_check(&cases[ci], 777 + (uint32_t)ci, ci);
+}
+
+/* Planes whose pixels end in a part panel of 1 to 8 columns (N mod 16: 14x14 = 196 ends in 4)
+ * with output channels in 2 to 11 row panels of 6, whole and part: the AVX2 GEMM computes such a
+ * last panel for two whole row panels in one call (sgemm.c: ukr_narrow2), in the usual order (K
+ * past a slice, or rows first off) and rows first (K within a slice, A prepacked), odd panel
+ * counts leaving one row panel alone, a part row panel last, weights a graph input (A packed per
+ * call), residual and Relu or Clip, batch 2. Against the definition in double, every GEMM order
+ * forced as above. */
+KN_TEST(cpu_conv1x1_narrow_tail_matches_definition) {
+    const pw_case cases[] = {
+        {1, 40, 14, 14, 42, 1, 0, true, false, 1},  /* 196 = 12 x 16 + 4, 7 row panels: rows first */
+        {1, 300, 9, 9, 29, 1, 0, true, false, 2},   /* 81 = 5 x 16 + 1, 2 slices of K: usual order */
+        {2, 64, 6, 20, 36, 1, 0, true, false, 1},   /* 120 = 7 x 16 + 8, 6 row panels, batch 2 */
+        {1, 520, 3, 33, 18, 1, 0, false, false, 0}, /* 99 = 6 x 16 + 3, 3 slices, no activation */
+        {1, 24, 10, 10, 30, 1, 0, true, true, 1},   /* 100 = 6 x 16 + 4, W an input: A packed per call */
+        {1, 256, 14, 14, 66, 1, 0, true, false, 2}, /* K one whole slice, 11 row panels */
+        {1, 48, 9, 9, 22, 1, 0, true, false, 1},    /* 3 whole row panels, then a part one second of a pair */
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) pw_check(&cases[ci], 4242 + (uint32_t)ci, ci);
 }
