@@ -2,7 +2,8 @@
  * in double over its inputs as given (float, float16, bfloat16; both layouts; shapes that take each
  * path: the gate kernel pooling X itself or the split pool, one or several gate blocks per batch
  * item, batch tiles with a remainder, word-wise and element-wise scaling; and each shape with the
- * pool kernel forced and with the gate kernel pooling forced: KILN_CUDA_SE_POOL_LIMIT), each session
+ * pool kernel forced, with the gate kernel pooling forced, and with other batch items a gate block
+ * and lanes a weight row: KILN_CUDA_SE_POOL_LIMIT, _ITEMS, _TEAM), each session
  * run three times (a warm-up, the captured run, a replay of the CUDA graph); and a squeeze-excite block the
  * optimiser fuses for CUDA (float32 channels first; float16 channels last with activations=half)
  * against the CPU's unfused run. Skipped without a GPU. */
@@ -105,26 +106,33 @@ static void node_case(kiln_dtype dt, bool nhwc, const int64_t *sh, bool biases, 
     size_t size = 0;
     kn_graph_recount(o.g);
     CHECK_MSG(kn_onnx_write_memory(o.m, &data, &size) == KILN_OK, "%s: writing the model: %s", what, kiln_last_error());
-    /* the gate kernel pooling where X[n] is small (default), the pool kernel always (0), the gate
-     * kernel always (a limit above every shape) */
-    static const char *const limits[3] = {NULL, "0", "1000000000"};
-    const char *was = getenv("KILN_CUDA_SE_POOL_LIMIT");
-    char *saved = was ? strdup(was) : NULL;
-    for (int l = 0; l < 3 && data; l++) {
-        if (limits[l]) setenv("KILN_CUDA_SE_POOL_LIMIT", limits[l], 1);
-        else unsetenv("KILN_CUDA_SE_POOL_LIMIT");
+    /* the work splits (kn_cu_se_tuning): the defaults; the pool kernel always (limit 0); the gate
+     * kernel always pooling (a limit above every shape); the earlier default of 4 items a gate block
+     * and a warp a weight row; 2 and 3 items with a lane and with 16 lanes a row */
+    static const char *const vars[3] = {"KILN_CUDA_SE_POOL_LIMIT", "KILN_CUDA_SE_ITEMS", "KILN_CUDA_SE_TEAM"};
+    static const char *const splits[6][3] = {{NULL, NULL, NULL}, {"0", NULL, NULL}, {"1000000000", NULL, NULL},
+                                             {NULL, "4", "32"},  {"0", "2", "1"},   {"1000000000", "3", "16"}};
+    char *saved[3];
+    for (int v = 0; v < 3; v++) saved[v] = getenv(vars[v]) ? strdup(getenv(vars[v])) : NULL;
+    for (int l = 0; l < 6 && data; l++) {
+        char split[64];
+        snprintf(split, sizeof split, "limit %s items %s team %s", splits[l][0] ? splits[l][0] : "default",
+                 splits[l][1] ? splits[l][1] : "default", splits[l][2] ? splits[l][2] : "default");
+        for (int v = 0; v < 3; v++)
+            if (splits[l][v]) setenv(vars[v], splits[l][v], 1);
+            else unsetenv(vars[v]);
         kiln_session *s = cuda_session(data, size, 0, NULL);
         for (int run = 0; s && run < 3; run++) { /* warm-up, captured, replayed */
             kn_tensor *y = NULL;
             om_run(s, &o, &y);
             if (!y || kn_tensor_count(y) != N * C * S) {
-                kn_unit_fail(__FILE__, __LINE__, "%s: no output of %lld elements", what, (long long)(N * C * S));
+                kn_unit_fail(__FILE__, __LINE__, "%s, %s: no output of %lld elements", what, split, (long long)(N * C * S));
             } else {
                 for (int64_t i = 0; i < N * C * S; i++) {
                     const double got = kn_tensor_get_f64(y, i);
                     if (!(fabs(got - want[i]) <= tol * (1 + fabs(want[i])))) {
-                        kn_unit_fail(__FILE__, __LINE__, "%s, pool limit %s, run %d: element %lld is %.7g, %.7g expected",
-                                     what, limits[l] ? limits[l] : "default", run, (long long)i, got, want[i]);
+                        kn_unit_fail(__FILE__, __LINE__, "%s, %s, run %d: element %lld is %.7g, %.7g expected", what,
+                                     split, run, (long long)i, got, want[i]);
                         break;
                     }
                 }
@@ -133,9 +141,11 @@ static void node_case(kiln_dtype dt, bool nhwc, const int64_t *sh, bool biases, 
         }
         kiln_session_destroy(s);
     }
-    if (saved) setenv("KILN_CUDA_SE_POOL_LIMIT", saved, 1);
-    else unsetenv("KILN_CUDA_SE_POOL_LIMIT");
-    free(saved);
+    for (int v = 0; v < 3; v++) {
+        if (saved[v]) setenv(vars[v], saved[v], 1);
+        else unsetenv(vars[v]);
+        free(saved[v]);
+    }
     free(data);
     free(want), free(mean), free(h), free(g);
     om_free(&o);
