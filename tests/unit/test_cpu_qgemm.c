@@ -241,6 +241,205 @@ KN_TEST(cpu_qgemm_conv_integer_exact) {
     }
 }
 
+/* uint8 x int8 products at the bounds of the u8 x s8 forms (qgemm.h): A's bytes mostly 255 and
+ * B's pairs (k, k + 1) at the int16 limit of vpmaddubsw's pair sums (255 * 127 * 2 = 64770 >
+ * 32767: pairs of -128, 127, -127 that saturate a form that keeps them). B's classes:
+ *  0: |b| <= 40 but for `few` pairs of extremes ((-128, -128), (127, 127), (-128, 127), ...) and
+ *     pairs exactly at the bound (|b0| + |b1| = 128: (-128, 0), (64, -64), (127, 1), ...):
+ *     kn_qgemm8's residual form (the extremes' second values in its list);
+ *  1: full-range symmetric, [-127, 127], mostly +-127: kn_qgemm8's sign form (ConvInteger on small
+ *     planes) or, where that is not taken, kn_qgemm's int16 pairs;
+ *  2: full range with -128 and 127 everywhere: kn_qgemm's int16 pairs (and VNNI's, AMX's).
+ * uint8 weights take the same classes as b + 128 (kn_qgemm8 packs them less 128). */
+static int8_t sat_pick(uint32_t *seed, const int8_t *v, int n) {
+    *seed = *seed * 1664525u + 1013904223u;
+    return v[(*seed >> 16) % (uint32_t)n];
+}
+
+static uint32_t sat_rand(uint32_t *seed) {
+    *seed = *seed * 1664525u + 1013904223u;
+    return *seed >> 8;
+}
+
+static void sat_set(kn_tensor *t, int64_t i, int v) {
+    if (t->dtype == KILN_DTYPE_INT8) ((int8_t *)t->data)[i] = (int8_t)v;
+    else ((uint8_t *)t->data)[i] = (uint8_t)(v + 128);
+}
+
+/* B [K, N] (element (k, j) at k * N + j) of class cls; `few` extreme pairs in class 0 */
+static void sat_fill_b(kn_tensor *t, int64_t K, int64_t N, int cls, int few, uint32_t *seed) {
+    static const int8_t ext[] = {-128, 127, -127, 126, -128, 127};
+    static const int8_t sym[] = {-127, 127, -127, 127, -126, 126, 100, -100};
+    for (int64_t i = 0; i < K * N; i++) {
+        const uint32_t r = sat_rand(seed);
+        if (cls == 0) sat_set(t, i, (int)(r % 81) - 40);
+        else if (cls == 1) sat_set(t, i, r % 4 ? sat_pick(seed, sym, 8) : (int)(r % 255) - 127);
+        else sat_set(t, i, r % 4 ? sat_pick(seed, ext, 6) : (int)(r % 256) - 128);
+    }
+    if (cls != 0 || K < 2) return;
+    static const int8_t bound[][2] = {{-128, 0}, {0, -128}, {64, -64}, {-64, 64}, {127, 1}, {-1, -127}, {64, 64}, {-100, -28}};
+    static const int8_t over[][2] = {{-128, -128}, {127, 127}, {-128, 127}, {127, -128}, {-128, -1}, {90, 100}};
+    for (int e = 0; e < 2 * few; e++) {
+        const int64_t k = 2 * (int64_t)(sat_rand(seed) % (uint32_t)(K / 2)), j = (int64_t)(sat_rand(seed) % (uint32_t)N);
+        const int8_t *pr = e % 2 ? bound[sat_rand(seed) % 8] : over[sat_rand(seed) % 6];
+        sat_set(t, k * N + j, pr[0]);
+        sat_set(t, (k + 1) * N + j, pr[1]);
+    }
+}
+
+/* A's bytes: 255 three times in four, else any byte */
+static void sat_fill_a(kn_tensor *t, uint32_t *seed) {
+    for (int64_t i = 0; i < kn_tensor_count(t); i++) {
+        const uint32_t r = sat_rand(seed);
+        ((uint8_t *)t->data)[i] = r % 4 ? 255 : (uint8_t)(r >> 4);
+    }
+}
+
+static kn_tensor *sat_scalar(kiln_dtype dt, int v) {
+    kn_tensor *t;
+    kn_tensor_new(dt, 0, NULL, &t);
+    if (dt == KILN_DTYPE_INT8) *(int8_t *)t->data = (int8_t)v;
+    else *(uint8_t *)t->data = (uint8_t)v;
+    return t;
+}
+
+KN_TEST(cpu_qgemm_u8s8_saturating_pairs_exact) {
+    /* MatMulInteger, u8 A: {M, K, N, B int8, class, few, za, zb (as int8; + 128 for uint8 B), B an input} */
+    static const int mm[][9] = {
+        {1, 64, 40, 1, 0, 24, 0, 0, 0},    /* one row, the residual form (a 255 pair into -128, -128 ...) */
+        {2, 67, 33, 1, 0, 30, 3, -2, 0},   /* two rows, K off the quads, zero points */
+        {3, 130, 70, 1, 0, 40, 255, 5, 0}, /* three rows (two and one), za 255 */
+        {7, 256, 32, 0, 0, 40, 0, 0, 0},   /* uint8 weights: 0 and 255 as -128 and 127 */
+        {1, 96, 20, 0, 0, 20, 9, 3, 0},
+        {1, 64, 40, 1, 1, 0, 0, 0, 0},     /* full-range symmetric: past the list, kn_qgemm */
+        {5, 67, 17, 1, 1, 0, 128, -1, 0},
+        {2, 200, 64, 0, 1, 0, 1, 0, 0},
+        {1, 64, 16, 1, 2, 0, 0, 0, 0},     /* full range: the one-row tile */
+        {2, 33, 9, 1, 2, 0, 0, 0, 0},      /* two rows */
+        {6, 513, 33, 1, 2, 0, 7, -128, 0}, /* six rows, K past a block, zb -128 */
+        {13, 100, 30, 1, 2, 0, 255, 127, 0},
+        {20, 100, 30, 1, 2, 0, 0, 0, 1},   /* B an input */
+        {4, 64, 48, 1, 0, 24, 0, 0, 1},    /* class 0 as an input: kn_qgemm */
+    };
+    for (size_t ci = 0; ci < sizeof mm / sizeof mm[0]; ci++) {
+        const int64_t M = mm[ci][0], K = mm[ci][1], N = mm[ci][2];
+        const bool b_s8 = mm[ci][3], b_input = mm[ci][8];
+        const int cls = mm[ci][4], few = mm[ci][5];
+        uint32_t seed = 777 + (uint32_t)ci;
+        const int64_t ad[2] = {M, K}, bd[2] = {K, N};
+        const kiln_dtype bt = b_s8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8;
+        kn_tensor *a, *bm;
+        kn_tensor_new(KILN_DTYPE_UINT8, 2, ad, &a);
+        kn_tensor_new(bt, 2, bd, &bm);
+        sat_fill_a(a, &seed);
+        sat_fill_b(bm, K, N, cls, few, &seed);
+        kn_tensor *za = sat_scalar(KILN_DTYPE_UINT8, mm[ci][6]), *zb = sat_scalar(bt, b_s8 ? mm[ci][7] : mm[ci][7] + 128);
+        int64_t *want = malloc(sizeof(int64_t) * (size_t)(M * N));
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                int64_t acc = 0;
+                for (int64_t k = 0; k < K; k++)
+                    acc += (q8_at(a, i * K + k) - q8_at(za, 0)) * (q8_at(bm, k * N + j) - q8_at(zb, 0));
+                want[i * N + j] = acc;
+            }
+        tmb b;
+        tmb_init(&b, 13);
+        int x = tmb_input(&b, "a", KILN_DTYPE_UINT8, 2, ad, NULL);
+        kiln_tensor *ain = q8_input(a), *bin = b_input ? q8_input(bm) : NULL;
+        int w = b_input ? tmb_input(&b, "b", bt, 2, bd, NULL) : tmb_const_tensor(&b, "b", bm);
+        int zav = tmb_const_tensor(&b, "za", za), zbv = tmb_const_tensor(&b, "zb", zb);
+        int y = tmb_value(&b, "y");
+        tmb_node(&b, "MatMulInteger", (int[]){x, w, zav, zbv}, 4, y);
+        tmb_output(&b, y);
+        size_t size;
+        unsigned char *m = tmb_finish(&b, &size);
+        char what[160];
+        snprintf(what, sizeof what, "MatMulInteger %lldx%lld u8 @ %lldx%lld %s, weights of class %d%s", (long long)M,
+                 (long long)K, (long long)K, (long long)N, b_s8 ? "s8" : "u8", cls, b_input ? ", B an input" : "");
+        const char *names[2] = {"a", "b"};
+        kiln_tensor *ins[2] = {ain, bin};
+        q8_check(m, size, names, ins, b_input ? 2 : 1, want, M * N, what);
+        free(m);
+        free(want);
+        kiln_tensor_destroy(ain);
+        kiln_tensor_destroy(bin);
+        kn_tensor_free(a);
+        if (b_input) kn_tensor_free(bm);
+    }
+
+    /* ConvInteger, u8 x: {C, H, W, M, kernel, pad, W int8, class, zx, zw}. Class 0 here: output
+     * channel 0's weights all extremes (K / 2 pairs past the bound, within the residual list) on a
+     * plane of at most 16 positions (the residual form's limit); class 1 on small planes: the sign
+     * form (kn_qgemm8, K tap-major), class 2: kn_qgemm. */
+    static const int cv[][10] = {
+        {16, 4, 4, 32, 3, 1, 1, 0, 0, 0},  /* residual form, 3x3 */
+        {32, 2, 2, 16, 1, 0, 1, 0, 5, 1},  /* residual form, 1x1, zero points */
+        {16, 6, 6, 32, 3, 1, 1, 1, 0, 0},  /* sign form, 3x3 */
+        {32, 5, 5, 16, 1, 0, 0, 1, 3, 2},  /* sign form, uint8 weights (1-255 as -127-127) */
+        {17, 3, 3, 20, 3, 1, 1, 1, 255, 0},/* sign form, odd C (K 153: a quad's tail), za 255 */
+        {16, 1, 1, 40, 1, 0, 1, 1, 0, 0},  /* one position: one row */
+        {16, 5, 5, 24, 3, 1, 1, 2, 0, 0},  /* full range: kn_qgemm */
+        {9, 12, 12, 16, 3, 1, 0, 2, 7, 4}, /* full range, uint8 weights, a larger plane */
+    };
+    for (size_t ci = 0; ci < sizeof cv / sizeof cv[0]; ci++) {
+        const int64_t C = cv[ci][0], H = cv[ci][1], W = cv[ci][2], M = cv[ci][3], k = cv[ci][4], p = cv[ci][5];
+        const bool w_s8 = cv[ci][6];
+        const int cls = cv[ci][7];
+        const int64_t OH = H + 2 * p - k + 1, OW = W + 2 * p - k + 1, K = C * k * k;
+        uint32_t seed = 991 + (uint32_t)ci;
+        const int64_t xd[4] = {1, C, H, W}, wd[4] = {M, C, k, k};
+        const kiln_dtype wt = w_s8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8;
+        kn_tensor *x, *w;
+        kn_tensor_new(KILN_DTYPE_UINT8, 4, xd, &x);
+        kn_tensor_new(wt, 4, wd, &w);
+        sat_fill_a(x, &seed);
+        /* the classes over W as [M, K] (class 0's extremes: output channel 0's) */
+        sat_fill_b(w, M, K, cls == 0 ? 0 : cls, 0, &seed);
+        if (cls == 0) {
+            static const int8_t ext[] = {-128, 127, -127, 127, -128};
+            for (int64_t i = 0; i < K; i++) sat_set(w, i, sat_pick(&seed, ext, 5));
+        }
+        kn_tensor *zx = sat_scalar(KILN_DTYPE_UINT8, cv[ci][8]), *zw = sat_scalar(wt, w_s8 ? cv[ci][9] : cv[ci][9] + 128);
+        const int64_t n = M * OH * OW;
+        int64_t *want = malloc(sizeof(int64_t) * (size_t)n);
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    int64_t acc = 0;
+                    for (int64_t c = 0; c < C; c++)
+                        for (int64_t kh = 0; kh < k; kh++)
+                            for (int64_t kw = 0; kw < k; kw++) {
+                                const int64_t ih = oh - p + kh, iw = ow - p + kw;
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue; /* x's zero point there */
+                                acc += (q8_at(x, (c * H + ih) * W + iw) - q8_at(zx, 0)) *
+                                       (q8_at(w, ((m * C + c) * k + kh) * k + kw) - q8_at(zw, 0));
+                            }
+                    want[(m * OH + oh) * OW + ow] = acc;
+                }
+        tmb b;
+        tmb_init(&b, 13);
+        int xv = tmb_input(&b, "x", KILN_DTYPE_UINT8, 4, xd, NULL);
+        int wv = tmb_const_tensor(&b, "w", w), zxv = tmb_const_tensor(&b, "zx", zx), zwv = tmb_const_tensor(&b, "zw", zw);
+        int y = tmb_value(&b, "y");
+        int node = tmb_node(&b, "ConvInteger", (int[]){xv, wv, zxv, zwv}, 4, y);
+        tmb_conv2d(&b, node, k, 1, p, 1);
+        tmb_output(&b, y);
+        size_t size;
+        unsigned char *m = tmb_finish(&b, &size);
+        kiln_tensor *xin = q8_input(x);
+        char what[160];
+        snprintf(what, sizeof what, "ConvInteger 1x%lldx%lldx%lld -> %lld k%lld p%lld, %s weights of class %d",
+                 (long long)C, (long long)H, (long long)W, (long long)M, (long long)k, (long long)p,
+                 w_s8 ? "s8" : "u8", cls);
+        const char *names[1] = {"x"};
+        q8_check(m, size, names, &xin, 1, want, n, what);
+        free(m);
+        free(want);
+        kiln_tensor_destroy(xin);
+        kn_tensor_free(x);
+    }
+}
+
 /* com.microsoft DynamicQuantizeLSTM past the AMX threshold (its input projection; with a batch
  * of 4 and H 128 its steps too): AMX-INT8's int32 products go through the same float loop as
  * the other forms' (kn_qgemm8_out's operations), so the outputs must be the same bits with the
