@@ -155,7 +155,9 @@ static double run_case(const rnn_case *rc, int threads) {
 }
 
 /* Widths where the plan splits the units at 2 and 3 threads (a step's product of 64 K
- * multiply-adds or more a part): 128 and 160 in whole panels, 150 and 200 with a partial one */
+ * multiply-adds or more a part): 128 and 160 in whole panels, 150 and 200 with a partial one; and
+ * narrow layers on one thread whose last panel of 16 units ends in either half of it (13, 27, 9:
+ * the AVX2 form's halves of 8), with one batch row (the second set of sums) and two */
 KN_TEST(cpu_rnn_split_units_match_reference) {
     static const rnn_case cases[] = {
         {"LSTM", 4, 0, 0, 9, 2, 7, 128, 1},
@@ -164,6 +166,10 @@ KN_TEST(cpu_rnn_split_units_match_reference) {
         {"GRU", 3, 0, 0, 6, 4, 5, 200, 1},
         {"GRU", 3, 0, 1, 6, 5, 3, 150, 0},
         {"RNN", 1, 0, 0, 10, 5, 4, 200, 1},
+        {"LSTM", 4, 0, 0, 5, 1, 3, 13, 0},
+        {"GRU", 3, 1, 1, 5, 1, 4, 27, 1},
+        {"GRU", 3, 0, 0, 4, 2, 3, 13, 0},
+        {"RNN", 1, 0, 0, 6, 2, 3, 9, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int threads = 1; threads <= 3; threads++) {
