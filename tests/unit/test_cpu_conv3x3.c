@@ -279,3 +279,53 @@ KN_TEST(cpu_wino_chunks_per_thread_match_definition) {
         c3_release(m, consts, x, w, want, scale);
     }
 }
+
+/* conv_winograd.c's AVX2 input transform for rows of 3 or 4 tiles (planes 9-16 columns wide, two
+ * tile rows a vector: wino_in_rows2's contiguous loads and in-lane transposes, and wino_out_multi's
+ * half-vector stores) against the definition, on (KILN_WINO_ROWS2 unset) and off (=0: the gathers
+ * and masked stores), Winograd forced as F(4x4, 3x3): 3 and 4 tiles a row, partial last tiles, an
+ * odd count of tile rows (the last vector's upper half empty), left pads of 0, 1 and 2, asymmetric
+ * pads, batch, channel counts off the vector width, weights a graph input, a fused Relu, chunks of
+ * tile rows (the 32-image case), 1 and 2 threads. On AVX-512 both settings run the gathers. */
+KN_TEST(cpu_wino_rows2_match_definition) {
+    static const c3_case cases[] = {
+        {3, 16, 11, 11, 24, 1, 1, 1, {1, 1, 1, 1}, true, false, false},   /* 3 tiles a row, 9 tile rows */
+        {2, 20, 14, 15, 17, 1, 1, 1, {0, 2, 1, 0}, true, false, true},    /* 4 a row, last tile 3 wide */
+        {5, 8, 16, 16, 8, 1, 1, 1, {0, 0, 0, 0}, false, false, false},    /* no pads: 14x14 outputs */
+        {1, 24, 9, 12, 16, 1, 1, 1, {2, 0, 1, 2}, true, true, false},     /* 3 a row, W input, pads 2 0 1 2 */
+        {2, 16, 13, 10, 19, 1, 1, 1, {1, 2, 1, 2}, true, false, true},    /* left pad 2: 3 a row */
+        {1, 33, 7, 14, 40, 1, 1, 1, {1, 1, 1, 1}, true, false, false},    /* 2 tile rows: one vector */
+        {32, 32, 14, 14, 32, 1, 1, 1, {1, 1, 1, 1}, true, false, true},   /* issue 22's: chunks of 8 rows */
+        {1, 16, 26, 26, 16, 1, 2, 1, {2, 2, 2, 2}, true, false, false},   /* d2: phase images of 13x13 */
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const c3_case *t = &cases[ci];
+        kiln_tensor *consts[2] = {0};
+        size_t size;
+        unsigned char *m = c3_model(t, consts, &size);
+        CHECK(m != NULL);
+        if (!m) continue;
+        kiln_tensor *x, *w;
+        double *want, *scale;
+        size_t ny;
+        c3_inputs(t, consts, 555 + (uint32_t)ci, &x, &w, &want, &scale, &ny);
+        setenv("KILN_WINO", "1", 1);
+        setenv("KILN_WINO2", "0", 1);
+        for (int off = 0; off <= 1; off++) {
+            if (off) setenv("KILN_WINO_ROWS2", "0", 1);
+            for (int threads = 1; threads <= 2; threads++) {
+                kiln_session *s = tmb_session(m, size, threads, t->relu ? 3 : 0);
+                CHECK(s != NULL);
+                if (!s) continue;
+                char ctx[160];
+                snprintf(ctx, sizeof ctx, "case %zu (%lldx%lldx%lldx%lld -> %lld, d%lld), rows2 %s, %d threads", ci,
+                         (long long)t->N, (long long)t->C, (long long)t->H, (long long)t->W, (long long)t->M,
+                         (long long)t->d, off ? "off" : "on", threads);
+                c3_check_session(s, t, x, w, want, scale, ny, ctx);
+                kiln_session_destroy(s);
+            }
+        }
+        unsetenv("KILN_WINO_ROWS2"), unsetenv("KILN_WINO"), unsetenv("KILN_WINO2");
+        c3_release(m, consts, x, w, want, scale);
+    }
+}

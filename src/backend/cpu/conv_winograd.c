@@ -112,6 +112,7 @@ typedef struct wino_job {
     kn_conv_epilogue_fn epi;
     const void *epi_ctx;
     int64_t G;           /* rows of fewer than KN_VL tiles: G whole tile rows a vector (wino_*_multi) */
+    int rows2;           /* AVX2, 3-4 tiles a row: wino_in_rows2 and half-vector stores (KILN_WINO_ROWS2) */
 } wino_job;
 
 #define lane_range kn_v_range /* lanes l with lo <= l < hi, l in [0, KN_VL) */
@@ -229,8 +230,76 @@ static void wino_lanes_of(const wino_job *j, int64_t vec, wino_lanes *L) {
     }
 }
 
+#if KN_VL == 8
+/* AVX2, rows of 3 or 4 tiles (planes 9-16 columns wide: G = 2 tile rows a vector): the 36 masked
+ * gathers a channel (Zen 3: 35% of 3x3 32 -> 32 on 14x14 at batch 32) become contiguous loads. Per
+ * tile row (the vector's two halves), the six patch rows over 3 vectors of columns (masked at the
+ * plane's edges), B^T down them; then per transformed row a the tiles' columns 4t .. 4t + 5 are
+ * gathered by in-lane 4x4 transposes of 128-bit loads (tile t in lane t of each half: the upper
+ * half holds the second tile row), B^T along them. At 3 tiles a row, lanes (0 1 2 4 5 6) move to
+ * (0 .. 5), the layout of wino_in_multi. The same sums as wino_in_range's order (columns last).
+ * KILN_WINO_ROWS2=0: the gathers, and wino_out_multi's masked stores (tests, measurements). */
+
+static void wino_in_rows2(const wino_job *j, int64_t begin, int64_t end) {
+    const kn_wino_shape *s = j->s;
+    const int64_t ncb = (s->C + 15) / 16, xs = s->C * j->Tb, plane = s->H * s->W;
+    float u[2][6][24] __attribute__((aligned(32)));
+    const __m256i pack3 = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7);
+    kn_vmask colm[3];
+    for (int v = 0; v < 3; v++) colm[v] = lane_range(s->pw - 8 * v, s->W + s->pw - 8 * v);
+    wino_lanes L;
+    int64_t have = -1;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t vec = it / ncb, cb = it % ncb;
+        if (vec != have) wino_lanes_of(j, vec, &L), have = vec;
+        const int64_t t0 = vec * j->G * j->tw;
+        const int half_lane[2] = {0, (int)j->tw};
+        for (int64_t c = cb * 16; c < min64(s->C, cb * 16 + 16); c++) {
+            const float *xc = j->x + c * plane;
+            for (int h = 0; h < 2; h++) {
+                const int l = half_lane[h];
+                const bool on = L.valid >> l & 1;
+                for (int v = 0; v < 3; v++) {
+                    kn_vf d[6];
+                    for (int k = 0; k < 6; k++)
+                        d[k] = on && (L.row[k] >> l & 1) && colm[v]
+                                   ? kn_vf_maskz_loadu(colm[v], xc + L.base[l] + (int64_t)k * s->W + 8 * v)
+                                   : kn_vf_zero();
+                    kn_vf o[6];
+                    WINO_BT(d[0], d[1], d[2], d[3], d[4], d[5], o[0], o[1], o[2], o[3], o[4], o[5]);
+                    for (int a = 0; a < 6; a++) kn_vf_store(u[h][a] + 8 * v, o[a]);
+                }
+            }
+            float *dst = j->V + c * j->Tb + t0;
+            for (int a = 0; a < 6; a++) {
+                __m256 r[5];
+                for (int t = 0; t < 5; t++) r[t] = _mm256_loadu2_m128(u[1][a] + 4 * t, u[0][a] + 4 * t);
+                const __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
+                const __m256 b0 = _mm256_unpacklo_ps(r[2], r[3]), b1 = _mm256_unpackhi_ps(r[2], r[3]);
+                const __m256 c0 = _mm256_unpacklo_ps(r[1], r[2]), c1 = _mm256_unpacklo_ps(r[3], r[4]);
+                const kn_vf p0 = _mm256_shuffle_ps(a0, b0, 0x44), p1 = _mm256_shuffle_ps(a0, b0, 0xEE);
+                const kn_vf p2 = _mm256_shuffle_ps(a1, b1, 0x44), p3 = _mm256_shuffle_ps(a1, b1, 0xEE);
+                const kn_vf p4 = _mm256_shuffle_ps(c0, c1, 0x44), p5 = _mm256_shuffle_ps(c0, c1, 0xEE);
+                kn_vf o[6];
+                WINO_BT(p0, p1, p2, p3, p4, p5, o[0], o[1], o[2], o[3], o[4], o[5]);
+                for (int b = 0; b < 6; b++) {
+                    if (j->tw == 3) o[b] = _mm256_permutevar8x32_ps(o[b], pack3);
+                    kn_vf_mask_storeu(dst + (a * 6 + b) * xs, L.valid, o[b]);
+                }
+            }
+        }
+    }
+}
+#endif
+
 static void wino_in_multi(void *arg, int64_t begin, int64_t end) {
     const wino_job *j = arg;
+#if KN_VL == 8
+    if ((j->tw == 4 || j->tw == 3) && j->G == 2 && j->rows2) {
+        wino_in_rows2(j, begin, end);
+        return;
+    }
+#endif
     const kn_wino_shape *s = j->s;
     const int64_t ncb = (s->C + 15) / 16, xs = s->C * j->Tb, plane = s->H * s->W;
     float h[6][6][KN_VL] __attribute__((aligned(64)));
@@ -368,6 +437,9 @@ static void wino_out_multi(void *arg, int64_t begin, int64_t end) {
     kn_vi idx[4];
     wino_out_idx(idx);
     wino_lanes L;
+#if KN_VL == 8
+    const int halves = j->rows2;
+#endif
     int64_t have = -1;
     for (int64_t it = begin; it < end; it++) {
         const int64_t vec = it / nmb, mb = it % nmb;
@@ -382,6 +454,18 @@ static void wino_out_multi(void *arg, int64_t begin, int64_t end) {
                 const int64_t rows = min64(4, s->OH - 4 * (int64_t)L.ti[l]), cols = min64(4, s->OW - 4 * (int64_t)L.tj[l]);
                 const kn_vmask mk = (kn_vmask)(((1u << cols) - 1u) << (4 * i));
                 float *p = j->y + m * plane + L.yoff[l] - 4 * i;
+#if KN_VL == 8
+                /* AVX2: a whole tile's 4 columns are half a vector (vmaskmovps stores are slow on Zen 3;
+                 * KILN_WINO_ROWS2=0: the masked stores) */
+                if (halves && mk == 0x0Fu) {
+                    for (int64_t r = 0; r < rows; r++) _mm_storeu_ps(p + r * s->OW, _mm256_castps256_ps128(out[r][v]));
+                    continue;
+                }
+                if (halves && mk == 0xF0u) {
+                    for (int64_t r = 0; r < rows; r++) _mm_storeu_ps(p + 4 + r * s->OW, _mm256_extractf128_ps(out[r][v], 1));
+                    continue;
+                }
+#endif
                 for (int64_t r = 0; r < rows; r++) kn_vf_mask_storeu(p + r * s->OW, mk, out[r][v]);
             }
         }
@@ -474,10 +558,19 @@ static int64_t wino_chunk_rows(int64_t R, int64_t tw, int64_t row_bytes, int64_t
     const int64_t l2s = threads > 2 ? threads / 2 : 1;
     const int64_t fit = max64(1, min64(R, kn_conv_l2_bytes() / 2 * l2s / row_bytes));
     if (fit >= R) return R;
+    int64_t top = fit;
+#if KN_VL == 8
+    /* AVX2: chunks up to where V, O and the weights together take 7/8 of the L2, where that is more
+     * than half of it (small weights): a partial last micro-panel (ukr_any) cost more than the L2
+     * saved. 2-core Zen 3 (512 KB L2), 1 thread, 3 x 3 32 -> 32 on 14x14 at batch 32: rows of 7
+     * (28 tiles, 252 KB) ran as 4 MB chunks (their weight score 0.59), 8 (32 tiles, 288 KB with
+     * 144 KB of weights) 0.86-0.89 of that (bench/op_ab.py, KILN_WINO_CHUNK_KB) */
+    top = max64(fit, min64(R, (kn_conv_l2_bytes() * 7 / 8 * l2s - u_bytes) / row_bytes));
+#endif
     int64_t best = 0;
     double fill = 0;
-    for (int64_t r = (fit + 1) / 2; r <= fit; r++) {
-        if (r % G && r != fit) continue;
+    for (int64_t r = (fit + 1) / 2; r <= top; r++) {
+        if (r % G && r != top) continue;
         const double f = (double)(r * tw) / (double)((r * tw + 31) / 32 * 32);
         if (f >= fill) fill = f, best = r;
     }
@@ -698,6 +791,7 @@ typedef struct wino_chunks {
     kn_conv_epilogue_fn epi;
     const void *epi_ctx;
     int failed;
+    int rows2; /* wino_job's */
 } wino_chunks;
 
 static void wino_chunks_range(void *arg, int64_t begin, int64_t end) {
@@ -714,7 +808,7 @@ static void wino_chunks_range(void *arg, int64_t begin, int64_t end) {
     float *cp[36];
     for (int64_t ci = begin; ci < end; ci++) {
         const int64_t r0 = ci * q->rows, nr = min64(q->rows, q->R - r0), Tb = nr * q->tw;
-        wino_job j = {s, q->x, q->y, q->bias, V, O, q->th, q->tw, r0, nr, Tb, q->epi, q->epi_ctx, q->G};
+        wino_job j = {s, q->x, q->y, q->bias, V, O, q->th, q->tw, r0, nr, Tb, q->epi, q->epi_ctx, q->G, q->rows2};
         const int64_t nvec = (nr + j.G - 1) / j.G;
         wino_in_multi(&j, 0, nvec * ((s->C + 15) / 16));
         for (int xi = 0; xi < 36; xi++) {
@@ -958,7 +1052,8 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
     /* rows of 4 tiles or fewer: whole tile rows gathered into full vectors (int32 offsets); at 5-7
      * tiles a row the gathers cost more than the idle lanes (1 thread: 28x28 128->128 0.39 -> 0.47 ms,
      * 20x20 256->256 0.76 -> 0.96 ms), at 4 they cost less (14x14 256->256 0.73 -> 0.46 ms) */
-    const char *me = getenv("KILN_WINO_MULTI");
+    const char *me = getenv("KILN_WINO_MULTI"), *re = getenv("KILN_WINO_ROWS2");
+    const int rows2 = !(re && re[0] == '0');
     const bool multi = (me ? me[0] == '1' : tw <= 4) && tw <= KN_VL &&
                        s->N * s->C * s->H * s->W < ((int64_t)1 << 31) - ((int64_t)1 << 24);
     const int64_t rows = wino_chunk_rows(R, tw, row_bytes, 36 * 4 * s->M * s->C, multi ? KN_VL / tw : 1,
@@ -1005,7 +1100,7 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
         const int64_t per_thread = (R + nthreads * fit - 1) / (nthreads * fit);
         int64_t crows = (R + nthreads * per_thread - 1) / (nthreads * per_thread);
         crows = (crows + G - 1) / G * G;
-        wino_chunks q = {s, x, bias, U, P, y, th, tw, R, crows, G, per, epi, epi_ctx, 0};
+        wino_chunks q = {s, x, bias, U, P, y, th, tw, R, crows, G, per, epi, epi_ctx, 0, rows2};
         kn_parallel_for(c->pool, (R + crows - 1) / crows, 1, wino_chunks_range, &q);
         free(own);
         return q.failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
@@ -1028,7 +1123,7 @@ kiln_status kn_wino_conv(kn_kernel_ctx *c, const kn_wino_shape *s, const float *
     const int64_t gemm_grain = ge && ge[0] == '0' ? 0 : wino_gemm_grain(kn_threadpool_size(c->pool));
     for (int64_t r0 = 0; r0 < R && !st; r0 += rows) {
         const int64_t nr = min64(rows, R - r0), Tb = nr * tw;
-        wino_job j = {s, x, y, bias, V, O, th, tw, r0, nr, Tb, epi, epi_ctx, multi ? KN_VL / tw : 1};
+        wino_job j = {s, x, y, bias, V, O, th, tw, r0, nr, Tb, epi, epi_ctx, multi ? KN_VL / tw : 1, rows2};
         const int64_t nvec = (nr + j.G - 1) / j.G;
         if (multi) kn_parallel_for(c->pool, nvec * ((s->C + 15) / 16), 1, wino_in_multi, &j);
         else kn_parallel_for(c->pool, s->C * nr, max64(1, 16 / ((tw + KN_VL - 1) / KN_VL * 4)), wino_in_range, &j);
