@@ -12,6 +12,7 @@
 #include "backend/cpu/qgemm_amx.h"
 #include "kiln.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 typedef struct mmi_case {
@@ -580,4 +581,137 @@ KN_TEST(cpu_qgemm_qlinear_conv_amx_same_bytes) {
         kiln_tensor_destroy(xin);
         kn_tensor_free(x);
     }
+}
+
+/* QLinearConv through kn_qgemm's tiles that requantise from their registers (rq_y; planes past
+ * 4096 outputs, which the transposed kn_qgemm8 form does not take) against the definition: acc =
+ * bias + sum (x - xz)(w - wz) in int64, y = saturate(round_half_even((double)acc * r + yz)) with
+ * r = x_scale * w_scale / y_scale in float (the kernel's scale). Row counts past the six-row tile
+ * (a 2-row and a 1-row last panel), planes not a multiple of 16 columns, x's zero point 0 and not
+ * (A's row sums), int8 and uint8 outputs, saturation at both ends, power-of-two scales whose odd
+ * sums are exact ties (the double form), K from 1 to 72 (1x1 and 3x3), 1 and 2 threads, the
+ * AVX2 tiles and (where the CPU has them) the VNNI ones, levels 0 and 3. */
+KN_TEST(cpu_qgemm_qlinear_conv_requant_tiles_exact) {
+    /* {C, H, W, M, kernel, pad, bias, per-channel scales, int8 output, x zero point, y scale (0: from
+     * the spread, 1: 1, 2: 16 with biases near +-2^25, past the one-rounding form's bound: the
+     * float form with its double fallback), power-of-two scales} */
+    static const int64_t cases[][12] = {
+        {16, 70, 70, 32, 1, 0, 1, 1, 0, 17, 0, 0},  /* the 1x16x112x112 -> 32 class: K 16, 2-row panel */
+        {32, 65, 66, 13, 1, 0, 1, 0, 1, 128, 0, 0}, /* K 32, a 1-row panel, 4290 = 268 x 16 + 2 columns */
+        {1, 80, 81, 7, 1, 0, 0, 1, 0, 0, 0, 0},     /* K 1 (one odd pair), no bias, x zero point 0 */
+        {8, 66, 66, 20, 3, 1, 1, 1, 1, 3, 0, 0},    /* 3x3, K 72 from the padded planes */
+        {16, 64, 70, 9, 1, 0, 1, 0, 0, 200, 1, 1},  /* power-of-two scales: exact ties; many saturate */
+        {24, 65, 65, 6, 1, 0, 1, 1, 1, 90, 1, 1},   /* per-channel powers of two: ties, int8 */
+        {16, 66, 64, 11, 1, 0, 1, 1, 0, 40, 2, 0},  /* biases past 2^24: rq16_avx2's rows */
+        {16, 66, 64, 8, 1, 0, 1, 0, 1, 60, 2, 1},   /* the same with exact ties (the double fallback) */
+    };
+    const bool vnni = kn_cpu_has_vnni();
+    kn_qgemm_amx_force(false);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int64_t C = cases[ci][0], H = cases[ci][1], W = cases[ci][2], M = cases[ci][3], k = cases[ci][4],
+                      p = cases[ci][5];
+        const bool has_bias = cases[ci][6], per_ch = cases[ci][7], y_s8 = cases[ci][8], pow2 = cases[ci][11];
+        const int32_t zx = (int32_t)cases[ci][9];
+        uint32_t seed = 9001 + (uint32_t)ci;
+        const int64_t xd[4] = {1, C, H, W}, wd[4] = {M, C, k, k}, md[1] = {M};
+        kn_tensor *x = q8_tensor(KILN_DTYPE_UINT8, 4, xd, &seed), *w = q8_tensor(KILN_DTYPE_INT8, 4, wd, &seed);
+        kn_tensor *xs, *xz, *ws, *wz, *ys, *yz, *bt = NULL;
+        kn_tensor_new(KILN_DTYPE_FLOAT, 0, NULL, &xs);
+        kn_tensor_new(KILN_DTYPE_UINT8, 0, NULL, &xz);
+        kn_tensor_new(KILN_DTYPE_FLOAT, per_ch ? 1 : 0, md, &ws);
+        kn_tensor_new(KILN_DTYPE_INT8, per_ch ? 1 : 0, md, &wz);
+        kn_tensor_new(KILN_DTYPE_FLOAT, 0, NULL, &ys);
+        kn_tensor_new(y_s8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8, 0, NULL, &yz);
+        const int32_t yzv = y_s8 ? -5 : 120;
+        *(float *)xs->data = pow2 ? 0.5f : 0.02f, *(uint8_t *)xz->data = (uint8_t)zx;
+        /* the sums' spread (~74 * 128 * sqrt(K)) over ~60 steps, or a scale that saturates many */
+        const double K = (double)(C * k * k);
+        /* (2 with powers of two: r = 2^-18 and biases +-(2^25 + 2^17), whose sums lie about 128.5 steps
+         * from y's zero point: ties where a sum is 2^17 mod 2^18 from them) */
+        *(float *)ys->data = cases[ci][10] == 2 ? (pow2 ? 2048.0f : 16.0f) : cases[ci][10] ? 1.0f
+                                                        : (float)(0.02 * 0.004 * 74.0 * 128.0 * sqrt(K) / 60.0);
+        *(uint8_t *)yz->data = (uint8_t)(int8_t)yzv;
+        for (int64_t m = 0; m < (per_ch ? M : 1); m++) {
+            ((float *)ws->data)[m] = pow2 ? ldexpf(1.0f, -6 - (int)(m % 3)) : 0.002f + 0.004f * (tmb_rand(&seed) + 1.0f);
+            ((int8_t *)wz->data)[m] = 0;
+        }
+        if (has_bias) {
+            kn_tensor_new(KILN_DTYPE_INT32, 1, md, &bt);
+            for (int64_t m = 0; m < M; m++)
+                ((int32_t *)bt->data)[m] = cases[ci][10] == 2 ? (m % 2 ? -1 : 1) * (33554432 + (pow2 ? 131072 : (int32_t)(tmb_rand(&seed) * 2e6f)))
+                                                              : (int32_t)(tmb_rand(&seed) * 40000.0f);
+        }
+        /* the definition */
+        const int64_t OH = H + 2 * p - k + 1, OW = W + 2 * p - k + 1, P = OH * OW, n = M * P;
+        int64_t *want = malloc(sizeof(int64_t) * (size_t)n);
+        int64_t lo_hits = 0, hi_hits = 0;
+        for (int64_t m = 0; m < M; m++) {
+            const float r = *(const float *)xs->data * ((const float *)ws->data)[per_ch ? m : 0] / *(const float *)ys->data;
+            for (int64_t o = 0; o < P; o++) {
+                const int64_t oh = o / OW, ow = o % OW;
+                int64_t acc = bt ? ((const int32_t *)bt->data)[m] : 0;
+                for (int64_t c = 0; c < C; c++)
+                    for (int64_t kh = 0; kh < k; kh++)
+                        for (int64_t kw = 0; kw < k; kw++) {
+                            const int64_t ih = oh + kh - p, iw = ow + kw - p;
+                            const int64_t xv = ih < 0 || ih >= H || iw < 0 || iw >= W ? zx : q8_at(x, (c * H + ih) * W + iw);
+                            acc += (xv - zx) * q8_at(w, ((m * C + c) * k + kh) * k + kw);
+                        }
+                const double lo = y_s8 ? -128 : 0, hi = y_s8 ? 127 : 255;
+                double v = nearbyint((double)acc * (double)r + (double)yzv);
+                v = v < lo ? lo : v > hi ? hi : v;
+                lo_hits += v == lo, hi_hits += v == hi;
+                want[m * P + o] = (int64_t)v;
+            }
+        }
+        CHECK_MSG(cases[ci][10] != 1 || (lo_hits > 0 && hi_hits > 0), "case %zu: the scale saturates at both ends", ci);
+        tmb b;
+        tmb_init(&b, 13);
+        int in[9] = {tmb_input(&b, "x", KILN_DTYPE_UINT8, 4, xd, NULL), tmb_const_tensor(&b, "xs", xs),
+                     tmb_const_tensor(&b, "xz", xz), tmb_const_tensor(&b, "w", w), tmb_const_tensor(&b, "ws", ws),
+                     tmb_const_tensor(&b, "wz", wz), tmb_const_tensor(&b, "ys", ys), tmb_const_tensor(&b, "yz", yz),
+                     bt ? tmb_const_tensor(&b, "b", bt) : -1};
+        int y = tmb_value(&b, "y");
+        tmb_conv2d(&b, tmb_node(&b, "QLinearConv", in, bt ? 9 : 8, y), k, 1, p, 1);
+        tmb_output(&b, y);
+        size_t size;
+        unsigned char *mb = tmb_finish(&b, &size);
+        kiln_tensor *xin = q8_input(x);
+        const char *names[1] = {"x"};
+        for (int form = 0; form < 2; form++) {
+            if (form == 1 && !vnni) continue;
+            kn_cpu_vnni_force(form == 1);
+            for (int threads = 1; threads <= 2; threads++)
+                for (int level = 0; level <= 3; level += 3) {
+                    kiln_session *s = tmb_session(mb, size, threads, level);
+                    if (!s) continue;
+                    kiln_tensor *yt = NULL;
+                    CHECK_STATUS(kiln_session_run(s, names, &xin, 1, NULL, 1, &yt), KILN_OK);
+                    if (yt && kiln_tensor_element_count(yt) == n) {
+                        const void *got = kiln_tensor_data(yt);
+                        int64_t bad = 0, first = -1;
+                        for (int64_t i = 0; i < n; i++) {
+                            const int64_t g = y_s8 ? ((const int8_t *)got)[i] : ((const uint8_t *)got)[i];
+                            if (g != want[i]) bad++, first = first < 0 ? i : first;
+                        }
+                        CHECK_MSG(bad == 0,
+                                  "QLinearConv 1x%lldx%lldx%lld -> %lld k%lld (%s, %d threads, level %d): %lld of %lld "
+                                  "outputs differ from the definition, first at %lld: want %lld",
+                                  (long long)C, (long long)H, (long long)W, (long long)M, (long long)k,
+                                  form ? "VNNI" : "AVX2 tiles", threads, level, (long long)bad, (long long)n,
+                                  (long long)first, first >= 0 ? (long long)want[first] : 0LL);
+                    } else {
+                        CHECK_MSG(false, "case %zu: no output of %lld elements", ci, (long long)n);
+                    }
+                    kiln_tensor_destroy(yt);
+                    kiln_session_destroy(s);
+                }
+        }
+        kn_cpu_vnni_force(true);
+        free(want);
+        free(mb);
+        kiln_tensor_destroy(xin);
+        kn_tensor_free(x);
+    }
+    kn_qgemm_amx_force(true);
 }

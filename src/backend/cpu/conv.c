@@ -3239,7 +3239,11 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
             kn_qgemm q = {.M = s->Mg, .N = s->out_plane, .K = Kg, .a = wp + g * per_group, .pack_b = pack,
                           .pack_ctx = &job, .b_signed = job.s8, .zb = zx, .c = acc + at, .ldc = s->out_plane,
                           .accumulate = bias != NULL && !fused, .rows_done = fused ? iconv_rows_done : NULL,
-                          .done_ctx = &done};
+                          .done_ctx = &done,
+                          /* or the tiles requantise from their registers (kn_qgemm says where): planes
+                           * of a position or a few keep rows_done's form across the channels */
+                          .rq_y = fused && s->out_plane >= KN_QGEMM_NR ? done.y : NULL, .rq_ldy = s->out_plane,
+                          .rq_r = done.r, .rq_bias = done.bias, .rq_zy = done.zy, .rq_s8 = done.s8};
             st = kn_qgemm_run(c->pool, &q);
         }
     if (fused && st == KILN_OK) rq->done = true;

@@ -2,6 +2,7 @@
 #include "backend/cpu/qgemm.h"
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/qrequant.h"
 #include "util/aligned.h"
 
 #include <math.h>
@@ -16,7 +17,7 @@
 #define MR KN_QGEMM_MR
 #define NR KN_QGEMM_NR
 /* pairs of K per pass over C: an A panel's slice (6 KB) and a B panel's (8 KB) stay in L1 */
-#define KP_BLOCK 256
+#define KP_BLOCK KN_QGEMM_KP_BLOCK
 /* a column block's packed B kept within this many bytes (L2), at least one panel */
 #define B_BLOCK_BYTES (192 * 1024)
 
@@ -158,6 +159,19 @@ void kn_qgemm_pack_b8(const void *b, int64_t rs, int64_t cs, int64_t K, int64_t 
 
 /* ------------------------------------------------------------------ micro-kernels */
 
+/* A tile's requantisation straight from its sums (kn_qgemm's rq_y): its rows' outputs from y
+ * (row 0, column 0; rows ldy apart), scales r and biases (or NULL), B's zero point zb (one value) */
+typedef struct tile_rq {
+    const struct kn_rq8_k *k;
+    uint8_t *y;
+    int64_t ldy;
+    const float *r;
+    const int32_t *bias;
+    int32_t zb;
+    const uint8_t *ok; /* the rows whose sums allow the one-rounding form (rq_rows_ok) */
+    float zm;          /* y's zero point plus 1.5 * 2^23 (exact: an integer below 2^24) */
+} tile_rq;
+
 /* C[rows][cols] (+)= acc, acc holding NR sums per row */
 static inline void store_acc(const int32_t acc[MR][NR], int rows, int cols, int32_t *C, int64_t ldc, bool add) {
     for (int r = 0; r < rows; r++) {
@@ -203,6 +217,64 @@ static inline __attribute__((always_inline)) void store_sums(const int rows, __m
         _mm256_storeu_si256((__m256i *)(acc[r] + 8), c1[r]);
     }
     store_acc(acc, rows, cols, C, ldc, add);
+}
+
+/* 16 sums (a0: columns 0-7, a1: 8-15) with one scale to 16 bytes: kn_rq8's float form on both
+ * vectors at once (its bytes), one test of the two for lanes near a tie, the rounded value from
+ * vcvtps2dq (nearest even, as kn_rq8's) and tc less it back in float for the test (tc within [lo,
+ * hi], so that is tc less roundps(tc) exactly; NaN gives NaN, unordered: near), both narrowed by one
+ * pair of packs; a vector with a lane near a tie (or the double form's zero points) goes to kn_rq8
+ * itself, half by half (one test and one pair of packs for the 16 values). */
+static inline __m128i rq16_avx2(const kn_rq8_k *k, __m256i a0, __m256i a1, __m256 r) {
+    if (k->fast) {
+        const __m256 c0 = _mm256_min_ps(k->hi, _mm256_max_ps(k->lo, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), r, k->z)));
+        const __m256 c1 = _mm256_min_ps(k->hi, _mm256_max_ps(k->lo, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), r, k->z)));
+        const __m256i q0 = _mm256_cvtps_epi32(c0), q1 = _mm256_cvtps_epi32(c1);
+        const __m256 f0 = _mm256_andnot_ps(k->sign, _mm256_sub_ps(c0, _mm256_cvtepi32_ps(q0)));
+        const __m256 f1 = _mm256_andnot_ps(k->sign, _mm256_sub_ps(c1, _mm256_cvtepi32_ps(q1)));
+        const __m256 near = _mm256_or_ps(_mm256_cmp_ps(f0, k->near, _CMP_NLT_UQ), _mm256_cmp_ps(f1, k->near, _CMP_NLT_UQ));
+        if (__builtin_expect(_mm256_movemask_ps(near) == 0, 1)) {
+            /* words q0[0-3] q1[0-3] | q0[4-7] q1[4-7], then bytes: dwords 0, 4 (q0), 1, 5 (q1) */
+            const __m256i w = _mm256_packs_epi32(q0, q1);
+            const __m256i b = k->s8 ? _mm256_packs_epi16(w, w) : _mm256_packus_epi16(w, w);
+            return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        }
+    }
+    return _mm_unpacklo_epi64(kn_rq8(k, a0, r), kn_rq8(k, a1, r));
+}
+
+/* The finished sums of a tile to bytes (kn_qgemm's rq_y): row r's sums plus bias[r] - zb asum[r]
+ * (wrapping as int32, as store_sums' C plus rows_done's bias did), requantised as kn_q_requant's
+ * vector form does (rq16_avx2: the same bytes) */
+static inline __attribute__((always_inline)) void store_rq(const int rows, const __m256i *c0, const __m256i *c1,
+                                                           int cols, const int32_t *asum, const tile_rq *q) {
+    for (int r = 0; r < rows; r++) {
+        const uint32_t add = (q->bias ? (uint32_t)q->bias[r] : 0u) - (asum ? (uint32_t)asum[r] * (uint32_t)q->zb : 0u);
+        const __m256i av = _mm256_set1_epi32((int32_t)add);
+        const __m256 rv = _mm256_set1_ps(q->r[r]);
+        const __m256i a0 = _mm256_add_epi32(c0[r], av), a1 = _mm256_add_epi32(c1[r], av);
+        __m128i b;
+        if (q->ok[r]) {
+            /* one rounding (rq_rows_ok says why it is the definition's): fma(a, r, zy + 1.5 * 2^23)
+             * lies in [2^23, 2^24), where a float's unit is 1, so it is round-half-even(a r + zy)
+             * plus 1.5 * 2^23, and its bits less those of 1.5 * 2^23 are that integer; the packs
+             * saturate it */
+            const __m256 zm = _mm256_set1_ps(q->zm);
+            const __m256i mb = _mm256_set1_epi32(0x4B400000);
+            const __m256i q0 = _mm256_sub_epi32(_mm256_castps_si256(_mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), rv, zm)), mb);
+            const __m256i q1 = _mm256_sub_epi32(_mm256_castps_si256(_mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), rv, zm)), mb);
+            const __m256i w = _mm256_packs_epi32(q0, q1);
+            const __m256i v = q->k->s8 ? _mm256_packs_epi16(w, w) : _mm256_packus_epi16(w, w);
+            b = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        } else b = rq16_avx2(q->k, a0, a1, rv);
+        uint8_t *y = q->y + r * q->ldy;
+        if (cols == NR) _mm_storeu_si128((__m128i *)y, b);
+        else {
+            uint8_t t[NR];
+            _mm_storeu_si128((__m128i *)t, b);
+            memcpy(y, t, (size_t)cols);
+        }
+    }
 }
 
 /* Six rows, the main case, in assembly: the twelve sums in ymm0-11, B's two vectors widened
@@ -259,12 +331,13 @@ _Static_assert(KN_QGEMM_MR == 6, "the assembly tiles step A by 24 bytes a pair o
 
 /* (3-5 rows: all six computed, A's rows past M being zeros, and `rows` of them stored) */
 static void tile6_avx2(int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc,
-                       int cols, bool add, const int32_t *asum, const int32_t *zb) {
+                       int cols, bool add, const int32_t *asum, const int32_t *zb, const tile_rq *q) {
     __m256i sums[2 * MR]; /* c0[0..5] then c1[0..5] */
     int64_t n = kpn;
     if (s8) QGEMM_TILE6("vpmovsxbw");
     else QGEMM_TILE6("vpmovzxbw");
-    store_sums(rows, sums, sums + MR, C, ldc, cols, add, asum, zb);
+    if (q) store_rq(rows, sums, sums + MR, cols, asum, q);
+    else store_sums(rows, sums, sums + MR, C, ldc, cols, add, asum, zb);
 }
 #undef QGEMM_TILE6
 #undef QGEMM_ROW
@@ -315,12 +388,13 @@ static void tile6_avx2(int rows, bool s8, int64_t kpn, const int32_t *A, const u
                        "xmm10", "xmm11", "xmm12", "xmm13", "memory", "cc")
 
 static void tile1_avx2(bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc, int cols,
-                       bool add, const int32_t *asum, const int32_t *zb) {
+                       bool add, const int32_t *asum, const int32_t *zb, const tile_rq *q) {
     __m256i sums[2];
     uint64_t n = (uint64_t)kpn;
     if (s8) QGEMM_TILE1("vpmovsxbw", "24", "48");
     else QGEMM_TILE1("vpmovzxbw", "24", "48");
-    store_sums(1, sums, sums + 1, C, ldc, cols, add, asum, zb);
+    if (q) store_rq(1, sums, sums + 1, cols, asum, q);
+    else store_sums(1, sums, sums + 1, C, ldc, cols, add, asum, zb);
 }
 
 /* the same over a row of KP contiguous pair words (kn_qgemv) */
@@ -390,9 +464,10 @@ VNNI_TARGET static void row_vnni(bool s8, int64_t kpn, const int32_t *A, int64_t
 }
 #endif
 
-/* two rows: the one-row tile twice (the B panel is in L1 the second time) */
+/* two rows: the one-row tile twice (the B panel is in L1 the second time); q: the requantised
+ * form (tile_rq; AVX2 tiles only) */
 static void tile(bool vnni, int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc,
-                 int cols, bool add, const int32_t *asum, const int32_t *zb) {
+                 int cols, bool add, const int32_t *asum, const int32_t *zb, const tile_rq *q) {
 #if defined(KN_QGEMM_VNNI)
     if (vnni) {
         if (rows >= 3) tile6_vnni(rows, s8, kpn, A, B, C, ldc, cols, add, asum, zb);
@@ -403,16 +478,20 @@ static void tile(bool vnni, int rows, bool s8, int64_t kpn, const int32_t *A, co
     }
 #endif
     if (rows >= 3) {
-        tile6_avx2(rows, s8, kpn, A, B, C, ldc, cols, add, asum, zb);
+        tile6_avx2(rows, s8, kpn, A, B, C, ldc, cols, add, asum, zb, q);
         return;
     }
-    tile1_avx2(s8, kpn, A, B, C, ldc, cols, add, asum, zb);
-    if (rows == 2) tile1_avx2(s8, kpn, A + 1, B, C + ldc, ldc, cols, add, asum ? asum + 1 : NULL, zb);
+    tile1_avx2(s8, kpn, A, B, C, ldc, cols, add, asum, zb, q);
+    if (rows == 2) {
+        tile_rq q1;
+        if (q) q1 = (tile_rq){q->k, q->y + q->ldy, q->ldy, q->r + 1, q->bias ? q->bias + 1 : NULL, q->zb, q->ok + 1, q->zm};
+        tile1_avx2(s8, kpn, A + 1, B, C + ldc, ldc, cols, add, asum ? asum + 1 : NULL, zb, q ? &q1 : NULL);
+    }
 }
 #else
 static void tile(bool vnni, int rows, bool s8, int64_t kpn, const int32_t *A, const uint8_t *B, int32_t *C, int64_t ldc,
-                 int cols, bool add, const int32_t *asum, const int32_t *zb) {
-    (void)vnni;
+                 int cols, bool add, const int32_t *asum, const int32_t *zb, const tile_rq *q) {
+    (void)vnni, (void)q;
     int32_t acc[MR][NR] = {{0}};
     for (int64_t k = 0; k < kpn; k++, A += MR, B += 2 * NR)
         for (int r = 0; r < rows; r++) {
@@ -435,8 +514,45 @@ typedef struct qjob {
     const kn_qgemm *g;
     int64_t KP, block_panels, row_panels, col_blocks, row_blocks;
     bool has_zb, vnni;
+    bool fuse; /* the tiles requantise into rq_y (kn_qgemm's conditions) */
+#if defined(__AVX2__)
+    kn_rq8_k rqk;
+#endif
+    uint8_t *rq_ok; /* M flags (rq_rows_ok) */
     atomic_int failed;
 } qjob;
+
+#if defined(__AVX2__)
+/* Which rows of the product (rq_y) allow the one-rounding form of store_rq: where every sum a of
+ * row i (its tile's raw sum plus bias less zb times A's row sum) has |a| < 2^24, bounded by
+ * sum_k |a'_ik| max|b| + |bias_i| + |zb asum_i| (so no int32 wrap either), (float)a is a, and
+ * (double)a * r is exact (24 + 24 bits); where also a r + zy, a multiple of min(1, r's last bit)
+ * below X = |r| bound + |zy| in size, fits double's 53 bits (X < 2^53 min(1, r's last bit)), the
+ * definition's double d is the real a r + zy itself. The FMA rounds the same real (plus 1.5 * 2^23)
+ * once, to nearest even: rne(d), where X < 2^22 (the sum stays in [2^23, 2^24)) and y's zero point
+ * is an integer of at most 256 (zy + 1.5 * 2^23 exact). A finite scale. Other rows: rq16_avx2
+ * (float with a double fallback). */
+static void rq_rows_ok(const kn_qgemm *g, int64_t KP, uint8_t *ok) {
+    const int32_t *sums = g->a + (g->M + MR - 1) / MR * MR * KP;
+    const double bmax = g->b_signed ? 128.0 : 255.0, zy = g->rq_zy;
+    const bool zy_ok = zy == floor(zy) && fabs(zy) <= 256.0;
+    for (int64_t i = 0; i < g->M; i++) {
+        const int32_t *A = g->a + i / MR * KP * MR + i % MR;
+        int64_t s = 0;
+        for (int64_t kp = 0; kp < KP; kp++) {
+            const int32_t w = A[kp * MR];
+            const int32_t lo = (int16_t)(uint16_t)((uint32_t)w & 0xffffu), hi = (int16_t)(uint16_t)((uint32_t)w >> 16);
+            s += (lo < 0 ? -lo : lo) + (hi < 0 ? -hi : hi);
+        }
+        const double bound = (double)s * bmax + fabs((double)(g->rq_bias ? g->rq_bias[i] : 0)) +
+                             fabs((double)sums[i]) * fabs((double)g->zb);
+        const double r = g->rq_r[i], X = fabs(r) * bound + fabs(zy);
+        int e = 0;
+        (void)frexp(r, &e); /* r = f 2^e, f in [0.5, 1): its last bit at 2^(e - 24) or above */
+        ok[i] = zy_ok && isfinite(r) && bound < 16777216.0 && X < 4194304.0 - 2.0 && X < ldexp(1.0, 53 + (e < 24 ? e - 24 : 0));
+    }
+}
+#endif
 
 /* units are (column block, row block), column-major: a thread's consecutive units mostly share
  * one column block, whose packed B it makes once */
@@ -478,10 +594,20 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
                 const int rows = (int)min64(MR, g->M - ip * MR);
                 const int32_t *A = g->a + ip * KP * MR + k0 * MR, *asum = zb && k0 == 0 ? sums + ip * MR : NULL;
                 int32_t *C = g->c + ip * MR * g->ldc + n0;
-                for (int64_t jp = 0; jp * NR < nc; jp++)
+                tile_rq q = {0};
+#if defined(__AVX2__)
+                if (j->fuse)
+                    q = (tile_rq){&j->rqk, g->rq_y + ip * MR * g->rq_ldy + n0, g->rq_ldy, g->rq_r + ip * MR,
+                                  g->rq_bias ? g->rq_bias + ip * MR : NULL, g->zb, j->rq_ok + ip * MR,
+                                  (float)g->rq_zy + 12582912.0f};
+#endif
+                for (int64_t jp = 0; jp * NR < nc; jp++) {
                     tile(j->vnni, rows, g->b_signed, kpn, A, B + (jp * KP + k0) * 2 * NR, C + jp * NR, g->ldc,
-                         (int)min64(NR, nc - jp * NR), add, asum, zb ? zb + jp * NR : NULL);
-                if (g->rows_done && k0 + KP_BLOCK >= KP) g->rows_done(g->done_ctx, ip * MR, ip * MR + rows, n0, nc);
+                         (int)min64(NR, nc - jp * NR), add, asum, zb ? zb + jp * NR : NULL, j->fuse ? &q : NULL);
+                    if (j->fuse) q.y += NR;
+                }
+                if (g->rows_done && !j->fuse && k0 + KP_BLOCK >= KP)
+                    g->rows_done(g->done_ctx, ip * MR, ip * MR + rows, n0, nc);
             }
         }
     }
@@ -498,6 +624,14 @@ kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g) {
         return KILN_OK;
     }
     qjob j = {.g = g, .KP = pairs_of(g->K), .has_zb = g->zb_cols || g->zb, .vnni = kn_cpu_has_vnni()};
+#if defined(__AVX2__)
+    j.fuse = g->rq_y && !j.vnni && j.KP <= KP_BLOCK && !g->zb_cols && !g->accumulate;
+    if (j.fuse) {
+        j.rqk = kn_rq8_setup(g->rq_zy, g->rq_s8);
+        if ((j.rq_ok = malloc((size_t)g->M))) rq_rows_ok(g, j.KP, j.rq_ok);
+        else j.fuse = false; /* (C and rows_done then) */
+    }
+#endif
     const int64_t panels = (g->N + NR - 1) / NR, row_panels = (g->M + MR - 1) / MR;
     const int64_t threads = kn_threadpool_size(pool) > 0 ? kn_threadpool_size(pool) : 1;
     /* a product too small to share: one thread (a pass of the pool costs microseconds) */
@@ -515,6 +649,7 @@ kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g) {
     const int64_t units = j.col_blocks * j.row_blocks;
     if (useful <= 1) qjob_range(&j, 0, units);
     else kn_parallel_for(pool, units, 1, qjob_range, &j);
+    free(j.rq_ok);
     return atomic_load(&j.failed) ? KILN_ERR_OUT_OF_MEMORY : KILN_OK;
 }
 

@@ -66,7 +66,24 @@ typedef struct kn_qgemm {
      * there instead of in a pass over all of C after) */
     void (*rows_done)(const void *ctx, int64_t m0, int64_t m1, int64_t n0, int64_t nc);
     const void *done_ctx;
+    /* or, where rq_y is set and the AVX2 tiles run (no VNNI, K within one pass of KN_QGEMM_KP_BLOCK
+     * pairs, zb_cols NULL, accumulate false): C is not written and rows_done not called; each sum
+     * plus rq_bias[i] (or none) goes from the tile's registers straight to y[i * rq_ldy + j] =
+     * saturate(round((double)v * rq_r[i] + rq_zy)) in int8 when rq_s8 else uint8, through
+     * a single rounding where a row's sums are bounded (qgemm.c's rq_rows_ok), else qrequant.h's
+     * float form with its double fallback: the bytes of kn_q_requant. Elsewhere C and rows_done
+     * as above, so a caller sets both. (QLinearConv 1x16x112x112 -> 32 1x1, 1 thread on Zen 3:
+     * kn_q_requant and the bias pass were 36% of its time by perf; fused, 0.81x the time.) */
+    uint8_t *rq_y;
+    int64_t rq_ldy;
+    const float *rq_r;
+    const int32_t *rq_bias;
+    double rq_zy;
+    bool rq_s8;
 } kn_qgemm;
+
+/* pairs of K per pass over C */
+#define KN_QGEMM_KP_BLOCK 256
 
 /* Runs the product on the pool (NULL: the caller's thread). KILN_ERR_OUT_OF_MEMORY when a
  * thread's packing buffer cannot be had (C then partly written). */
