@@ -333,6 +333,15 @@ struct se_plan {
 constexpr size_t GATE_SHARED = 48 * 1024 - GATE_THREADS * sizeof(float);
 constexpr int64_t GATE_WIDTH = (int64_t)(GATE_SHARED / sizeof(float)) - 3;
 
+// batch items a gate block takes at most: as many as its shared memory holds, at most GATE_NB and
+// t->max_items, at least 1
+int64_t items_per_block(int64_t C, int64_t M, const kn_cu_se_tuning *t) {
+    int64_t nb = GATE_WIDTH / (C + M);
+    if (nb > GATE_NB) nb = GATE_NB;
+    if (nb > t->max_items) nb = t->max_items;
+    return nb < 1 ? 1 : nb;
+}
+
 se_plan plan_for(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, const kn_cu_se_tuning *t) {
     const int64_t pool_limit = t->pool_limit;
     se_plan p;
@@ -353,9 +362,7 @@ se_plan plan_for(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, const kn
         p.n_seg = (int)(n_seg < 1 ? 1 : n_seg);
         p.seg_len = seg;
     }
-    int64_t nb = GATE_WIDTH / (C + M);
-    if (nb > GATE_NB) nb = GATE_NB;
-    if (nb > t->max_items) nb = t->max_items;
+    int64_t nb = items_per_block(C, M, t);
     if (nb > N) nb = N;
     p.nb = (int)(nb < 1 ? 1 : nb);
     // few batch items: the gate's channels over several blocks (each computes the hidden vector
@@ -419,6 +426,10 @@ extern "C" size_t kn_cu_squeeze_excite_scratch(int64_t N, int64_t C, int64_t M, 
 }
 
 extern "C" int64_t kn_cu_squeeze_excite_max_width(void) { return GATE_WIDTH; }
+
+extern "C" int64_t kn_cu_squeeze_excite_items(int64_t C, int64_t M, const kn_cu_se_tuning *t) {
+    return items_per_block(C, M, t);
+}
 
 extern "C" cudaError_t kn_cu_squeeze_excite(kiln_dtype dt, const void *x, const void *w1, const void *b1, const void *w2,
                                             const void *b2, void *y, void *scratch, int64_t N, int64_t C, int64_t M,

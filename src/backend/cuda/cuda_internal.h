@@ -143,6 +143,8 @@ typedef struct kn_cu_se_tuning {
  * bytes; C + M may be at most kn_cu_squeeze_excite_max_width() (else cudaErrorNotSupported). */
 size_t kn_cu_squeeze_excite_scratch(int64_t N, int64_t C, int64_t M, int64_t S, bool nhwc, const kn_cu_se_tuning *t);
 int64_t kn_cu_squeeze_excite_max_width(void);
+/* batch items one gate block takes (each reads W1 and W2 whole once for them) */
+int64_t kn_cu_squeeze_excite_items(int64_t C, int64_t M, const kn_cu_se_tuning *t);
 cudaError_t kn_cu_squeeze_excite(kiln_dtype dt, const void *x, const void *w1, const void *b1, const void *w2,
                                  const void *b2, void *y, void *scratch, int64_t N, int64_t C, int64_t M, int64_t S,
                                  bool nhwc, const kn_cu_se_tuning *t, int act, float a0, float a1, int gate, float g0,

@@ -689,7 +689,7 @@ static int64_t env_count(const char *name, int64_t def) {
  * one multiprocessor: one item a block (more blocks, each with a shorter pool and product) and 8
  * lanes a row (four rows in flight a warp) were the fastest of 4/2/1 items x 32/16/8 lanes on every
  * block measured (H100, fp16: MobileNetV3-small 0.373 -> 0.330 ms at batch 1, 0.69 -> 0.58 at
- * batch 8 where unfused is 0.63; EfficientNet-B0 0.62 -> 0.56, 1.9 -> 1.29; gpu-2026-12-06h.md). */
+ * batch 8 where unfused is 0.63; EfficientNet-B0 0.62 -> 0.56, 1.9 -> 1.29; gpu-peers-2026-12-06h.md). */
 static kn_cu_se_tuning se_tuning(void) {
     kn_cu_se_tuning t;
     t.pool_limit = env_count("KILN_CUDA_SE_POOL_LIMIT", 16384);
@@ -765,9 +765,8 @@ static bool squeeze_excite_supports(const kn_node *n, const kn_type *const *in, 
         return false;
     }
     if (C > 0 && M > 0 && N > 0) {
-        int64_t nb = kn_cu_squeeze_excite_max_width() / (C + M);
-        const int64_t items = se_tuning().max_items;
-        nb = nb > items ? items : nb < 1 ? 1 : nb;
+        const kn_cu_se_tuning tune = se_tuning();
+        const int64_t nb = kn_cu_squeeze_excite_items(C, M, &tune);
         if ((N + nb - 1) / nb * M * C > ((int64_t)1 << 22)) {
             snprintf(why, cap, "batch %lld of %lld x %lld weights: the unfused products reuse them across the batch",
                      (long long)N, (long long)M, (long long)C);
