@@ -1,6 +1,8 @@
 /* Convolutions on the CPU: Conv, ConvTranspose, ConvInteger, QLinearConv and Col2Im.
  *
  * float Conv takes one of these paths:
+ *  - depthwise at stride 2 along rows of two vectors or more: each input row split once into its
+ *    even and odd columns (phase rows), every tap then a plain load (dws2);
  *  - depthwise (one input channel per group), AVX-512 or AVX2 (isa_vec.h: written once, 16 or 8
  *    lanes): a vector of channels through a zero-bordered scratch image of [rows][cols][lanes]
  *    (planes too small to fill vectors along their rows); one output channel a group at stride 1
@@ -851,6 +853,217 @@ static void dw16_range(void *arg, int64_t begin, int64_t end) {
                    (part + 1) * OH / split, scratch, scratch + g.scratch, &g);
     }
     free(scratch);
+}
+#endif
+
+#if KN_VL
+/* ---- depthwise at stride 2 along the row, plane by plane ----
+ * Each input row that a band of output rows reads is split once into its even and its odd columns
+ * (E[m] = x[2m], O[m] = x[2m + 1]), so tap kw of output ow, input column 2 ow + t (t = kw - pw), is
+ * E[ow + t / 2] or O[ow + (t - 1) / 2]: plain loads at constant offsets, up to two rows of four
+ * vectors (eight FMA chains) a step. Each phase row has KN_VL zeros before it and zeros after the
+ * row's end (the pads), written once per task: the split loads whole vectors inside the row
+ * only, its last one overlapping the one before. Masked loads at the rows' ends (AVX2's
+ * vmaskmovps on Zen 3) or a zero-padded copy of each row read back at once (a store-forwarding
+ * stall per vector) made the split cost 4x the plain loads. Rows outside the input are zero rows. */
+typedef struct dws2_job {
+    const conv_shape *s;
+    win2 v;
+    const float *x, *w, *bias;
+    float *y;
+    kn_conv_epilogue_fn epi;
+    const void *epi_ctx;
+    int64_t split; /* row slices per plane */
+    int64_t Q;     /* floats per phase row: KN_VL zeros, then E or O and zeros */
+    int64_t band;  /* output rows per band (its input rows fill the scratch) */
+    int *failed;
+} dws2_job;
+
+#ifndef DWS2_SCRATCH_FLOATS /* 64 KB of phase rows a band: the band's rows stay in L2 */
+#define DWS2_SCRATCH_FLOATS (16 * 1024)
+#endif
+#define DWS2_NV 4
+
+/* the even and the odd lanes of a ++ b */
+static inline void dws2_split(kn_vf a, kn_vf b, kn_vf *e, kn_vf *o) {
+#if KN_VL == 8
+    const __m256 lo = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), hi = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    /* a0 a2 b0 b2 | a4 a6 b4 b6: swap the middle 64-bit quarters */
+    *e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(lo), _MM_SHUFFLE(3, 1, 2, 0)));
+    *o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(hi), _MM_SHUFFLE(3, 1, 2, 0)));
+#else
+    *e = kn_vf_perm2(a, kn_vi_iota(0, 2), b);
+    *o = kn_vf_perm2(a, kn_vi_iota(1, 2), b);
+#endif
+}
+
+static inline void dws2_split_at(const float *xrow, int64_t i, float *e, int64_t Q) {
+    kn_vf ev, ov;
+    dws2_split(kn_vf_loadu(xrow + i), kn_vf_loadu(xrow + i + KN_VL), &ev, &ov);
+    kn_vf_storeu(e + i / 2, ev);
+    kn_vf_storeu(e + Q + i / 2, ov);
+}
+
+/* E and O of one input row (W >= 2 KN_VL) at e + KN_VL and e + Q + KN_VL; xrow NULL: a zero row */
+static void dws2_fill(const float *xrow, float *e, const win2 *v, int64_t Q) {
+    if (!xrow) {
+        memset(e, 0, sizeof(float) * (size_t)(2 * Q));
+        return;
+    }
+    const int64_t W = v->W;
+    e += KN_VL;
+    int64_t i = 0;
+    for (; i + 2 * KN_VL <= W; i += 2 * KN_VL) dws2_split_at(xrow, i, e, Q);
+    if (i < W) dws2_split_at(xrow, (W - 2 * KN_VL) & ~(int64_t)1, e, Q); /* even start: E stays E */
+    if (W & 1) e[W / 2] = xrow[W - 1];
+}
+
+/* R (1 or 2) output rows from the phase rows at s0 (row oh's first window row) on, NV vectors a
+ * step; KWC: the window's width where constant (3 or 5), 0 otherwise. A row's last vector is
+ * stored whole where what it spills over (the next rows' first columns) is below lim and written
+ * after it (blocks right to left): AVX2's masked stores are microcoded on AMD's cores, and a
+ * 28-wide row ends inside a vector on every row. */
+static inline __attribute__((always_inline)) void dws2_rows(const float *s0, const float *ws, float bias, float *y0,
+                                                            const float *lim, const dws2_job *j, const int R, const int NV,
+                                                            const int KWC) {
+    const win2 *v = &j->v;
+    const int64_t Q = j->Q, KW = KWC ? KWC : v->KW, KH = v->KH, OW = v->OW;
+    const int64_t rs = v->sh * 2 * Q, ks = v->dh * 2 * Q;
+    const kn_vf b = kn_vf_set1(bias);
+    s0 += KN_VL;
+    for (int64_t ow0 = (OW - 1) / (NV * KN_VL) * (NV * KN_VL); ow0 >= 0; ow0 -= NV * KN_VL) {
+        kn_vf acc[2][DWS2_NV];
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int q = 0; q < NV; q++) acc[r][q] = b;
+        for (int64_t kh = 0; kh < KH; kh++) {
+            const float *row = s0 + kh * ks + ow0;
+            const float *wr = ws + kh * KW;
+#pragma GCC unroll 5
+            for (int64_t kw = 0; kw < KW; kw++) {
+                const kn_vf wv = kn_vf_set1(wr[kw]);
+                const int64_t t = kw - v->pw;
+                const float *p = row + (t & 1) * Q + (t >> 1); /* t >> 1: floor(t / 2), t < 0 too */
+#pragma GCC unroll 2
+                for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+                    for (int q = 0; q < NV; q++) acc[r][q] = kn_vf_fmadd(kn_vf_loadu(p + r * rs + q * KN_VL), wv, acc[r][q]);
+            }
+        }
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int q = 0; q < NV; q++) {
+                const int64_t left = OW - ow0 - q * KN_VL;
+                float *dst = y0 + r * OW + ow0 + q * KN_VL;
+                if (left >= KN_VL || (left > 0 && dst + KN_VL <= lim)) kn_vf_storeu(dst, acc[r][q]);
+                else if (left > 0) kn_vf_mask_storeu(dst, kn_v_tail(left), acc[r][q]);
+            }
+    }
+}
+
+#define DWS2_KW(R, NV)                                                                                 \
+    do {                                                                                               \
+        if (v->KW == 3) dws2_rows(s0, ws, bias, y0, lim, j, R, NV, 3);                                 \
+        else if (v->KW == 5) dws2_rows(s0, ws, bias, y0, lim, j, R, NV, 5);                            \
+        else dws2_rows(s0, ws, bias, y0, lim, j, R, NV, 0);                                            \
+    } while (0)
+
+/* output rows [oh_begin, oh_end) of plane p (image n, channel c), band after band */
+static void dws2_plane(const dws2_job *j, int64_t p, int64_t oh_begin, int64_t oh_end, float *scratch) {
+    const conv_shape *s = j->s;
+    const win2 *v = &j->v;
+    const int64_t c = p % s->C, Q = j->Q;
+    const float *x = j->x + p * s->in_plane, *ws = j->w + c * s->kk;
+    float *y = j->y + p * s->out_plane;
+    const float *lim = y + oh_end * v->OW; /* the task's rows end here */
+    const float bias = j->bias ? j->bias[c] : 0.0f;
+    const int nv = v->OW <= KN_VL ? 1 : v->OW <= 2 * KN_VL ? 2 : 4;
+    for (int64_t ob0 = oh_begin; ob0 < oh_end; ob0 += j->band) {
+        const int64_t ob1 = min64(oh_end, ob0 + j->band);
+        const int64_t r0 = ob0 * v->sh - v->ph, rows = (ob1 - 1 - ob0) * v->sh + (v->KH - 1) * v->dh + 1;
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t ih = r0 + r;
+            dws2_fill(ih >= 0 && ih < v->H ? x + ih * v->W : NULL, scratch + r * 2 * Q, v, Q);
+        }
+        for (int64_t oh = ob0; oh < ob1; oh += 2) {
+            const float *s0 = scratch + (oh - ob0) * v->sh * 2 * Q;
+            float *y0 = y + oh * v->OW;
+            if (oh + 1 < ob1) {
+                if (nv == 1) DWS2_KW(2, 1);
+                else if (nv == 2) DWS2_KW(2, 2);
+                else DWS2_KW(2, 4);
+            } else {
+                if (nv == 1) DWS2_KW(1, 1);
+                else if (nv == 2) DWS2_KW(1, 2);
+                else DWS2_KW(1, 4);
+            }
+        }
+        if (j->epi) j->epi(j->epi_ctx, j->y, p * s->out_plane + ob0 * v->OW, 1, (ob1 - ob0) * v->OW, s->out_plane);
+    }
+}
+
+/* scratch rows a band of `band` output rows reads */
+static int64_t dws2_rows_of(const win2 *v, int64_t band) { return (band - 1) * v->sh + (v->KH - 1) * v->dh + 1; }
+
+/* Q: KN_VL zeros, then room for the reads of whole vectors past OW and for the row's half */
+static void dws2_geom(const win2 *v, int64_t *Q, int64_t *band) {
+    const int64_t owr = (v->OW + DWS2_NV * KN_VL - 1) / (DWS2_NV * KN_VL) * (DWS2_NV * KN_VL);
+    const int64_t L = max64(owr + (v->KW - 1) / 2 + 1, (v->W + 1) / 2);
+    *Q = KN_VL + (L + KN_VL - 1) / KN_VL * KN_VL;
+    int64_t b = v->OH;
+    while (b > 1 && dws2_rows_of(v, b) * 2 * *Q > DWS2_SCRATCH_FLOATS) b = (b + 1) / 2;
+    *band = b;
+}
+
+/* Stride 2 along the row with an undilated window, one output channel per input channel, rows of
+ * two vectors or more (narrower planes: dw16, whose transpose is cheap there); KILN_DWS2=0/1
+ * keeps this kernel out or takes it wherever it can run (tests, measurements). */
+static bool dws2_suits(const conv_shape *s) {
+    if (s->Cg != 1 || s->Mg != 1 || s->nsp > 2 || s->kk < 2) return false;
+    const win2 v = win2_of(&s->w);
+    /* the left pad within the KN_VL zeros; a whole split (2 KN_VL columns) inside the row */
+    if (v.sw != 2 || v.dw != 1 || v.KW > 64 || v.pw > 2 * KN_VL - 1 || v.W < 2 * KN_VL || v.W >= ((int64_t)1 << 30) ||
+        s->in_plane >= ((int64_t)1 << 40))
+        return false;
+    int64_t Q, band;
+    dws2_geom(&v, &Q, &band);
+    if (dws2_rows_of(&v, 1) * 2 * Q > 16 * DWS2_SCRATCH_FLOATS) return false;
+    const char *e = getenv("KILN_DWS2");
+    if (e) return e[0] == '1';
+    return v.OW >= 2 * KN_VL;
+}
+
+/* tasks: (plane, slice of output rows) */
+static void dws2_range(void *arg, int64_t begin, int64_t end) {
+    const dws2_job *j = arg;
+    const int64_t OH = j->v.OH, split = j->split;
+    const size_t bytes = sizeof(float) * (size_t)(dws2_rows_of(&j->v, j->band) * 2 * j->Q);
+    float *scratch = kn_aligned_alloc(64, bytes);
+    if (!scratch) {
+        __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    memset(scratch, 0, bytes); /* the pads: every row writes the same places */
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t p = t / split, part = t % split;
+        dws2_plane(j, p, part * OH / split, (part + 1) * OH / split, scratch);
+    }
+    free(scratch);
+}
+
+static kiln_status dws2_run(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w, const float *bias,
+                            float *y, kn_conv_epilogue_fn epi, const void *epi_ctx) {
+    int failed = 0;
+    dws2_job j = {s, win2_of(&s->w), x, w, bias, y, epi, epi_ctx, 1, 0, 0, &failed};
+    dws2_geom(&j.v, &j.Q, &j.band);
+    /* few planes (8 channels) would leave threads idle: slices of rows, 4 tasks per thread */
+    const int64_t planes = s->N * s->C, threads = kn_threadpool_size(c->pool);
+    if (threads > 1 && planes < 4 * threads) j.split = max64(1, min64((4 * threads + planes - 1) / planes, j.v.OH / 4));
+    const int64_t work = s->out_plane * s->kk / j.split;
+    kn_parallel_for(c->pool, planes * j.split, work > 32768 ? 1 : 32768 / (work + 1) + 1, dws2_range, &j);
+    return failed ? kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory") : KILN_OK;
 }
 #endif
 
@@ -2027,6 +2240,8 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     const bool depthwise = s->Cg == 1 && s->nsp <= 2 && (s->Mg == 1 || s->Mg * s->kk < 64);
     bool dw16 = false; /* the channels-in-lanes depthwise path writes every output itself, bias included */
 #if KN_VL
+    /* stride 2 along rows of two vectors or more: phase rows (bias and epilogue its own) */
+    if (depthwise && dws2_suits(s)) return dws2_run(c, s, x, w, bias, y, epi, epi_ctx);
     dw16 = depthwise && s->kk > 0 && dw16_suits(s);
 #endif
     /* other depthwise layers on wide rows (fewer channels than lanes: 4 on 100x300 0.63 of the
