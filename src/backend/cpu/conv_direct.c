@@ -3,14 +3,16 @@
  * Written once for AVX2 and AVX-512 (isa_vec.h: KN_VL = 8 or 16 lanes); without either the build
  * has no kernel and kn_dconv_suits says no.
  *
- * Per task (image, group, band of output rows) the input rows a window needs are copied once into
- * a ring of rows per input channel of the group ([channel][slot][phase][wp]; input row ih lives in
- * slot ih mod span, span = (KH - 1) dh + 1), zero-bordered (the left and right pads, and enough
- * columns past the row for whole vectors) and, at column stride sw > 1, split into the sw phases of
- * the row (phase p, element j = padded column j sw + p), so that tap kw of output column ow reads
- * phase (kw dw) mod sw at element ow + (kw dw) / sw: every tap is a plain unaligned load at a
- * constant offset, with no mask and no bounds test. Rows of the window outside the image are
- * left out of the loop (kh0..kh1), not copied as zeros.
+ * Per task (image, group, band of output rows, or of columns of a one-row output) the input rows a
+ * window needs are copied once into a ring of rows per input channel of the group
+ * ([channel][slot][copy][wpc]; input row ih lives in slot ih mod span, span = (KH - 1) dh + 1),
+ * zero-bordered (the left and right pads, and enough columns past the row for whole vectors) and,
+ * at column stride sw > 1, split into the sw phases of the row (phase p, element j = padded column
+ * j sw + p), so that tap kw of output column ow reads phase (kw dw) mod sw at element ow + (kw dw)
+ * / sw: every tap is a plain load at a constant offset, with no mask and no bounds test. Where
+ * enough output channels share them (dc_copies_pay) the row is kept as copies of its phases
+ * shifted so that every tap's loads are aligned (dc_copies_of). Rows of the window outside the
+ * image are left out of the loop (kh0..kh1), not copied as zeros.
  *
  * A tile is MB output channels of the group by NV vectors of KN_VL consecutive output pixels of one
  * row, MB x NV accumulators started from the bias; per tap the NV input vectors are loaded once and
@@ -84,9 +86,50 @@ typedef struct dc_geom {
     int64_t span;   /* input rows a window spans */
     int64_t wp;     /* floats of one phase of a copied row */
     int64_t rowf;   /* floats of a copied row (sw phases) */
-    int64_t ring;   /* floats of the ring (C/G channels x span slots x rowf) */
+    bool copies;    /* the row kernel's rows as copies (dc_copies_of), not phases */
+    int64_t ncp;    /* the row kernel's copies of a row (dc_copies_of) */
+    int64_t wpc;    /* floats of one copy */
+    int64_t rowc;   /* floats of a row's copies in the ring (ncp wpc) */
+    int64_t ring;   /* floats of the ring (C/G channels x span slots x rowc) */
     int64_t scratch; /* floats a task needs: ring, the padded row before its split, a tile buffer */
 } dc_geom;
+
+/* The row kernel's copies of an input row, one per (phase p, shift r) its taps need: tap kw reads
+ * phase p = (kw dw) mod sw at element e = (kw dw) / sw, i.e. copy (p, e mod KN_VL) at element
+ * e - e mod KN_VL, a multiple of KN_VL, so that every tap's loads are aligned as the tile's columns
+ * are. Copy (p, r) element i is phase p element i + r. Loads at e itself (one copy a phase) split
+ * across cache lines at half the tiles' columns where e is not a multiple of KN_VL: the 4 x 3 tile's
+ * loop ran 33 GFMA/s on such taps against 42 aligned (2-core AVX2 EPYC, a test loop in L1).
+ * Fills cp_p, cp_r and koff (each tap's offset in a row's copies, wpc floats a copy) where not
+ * NULL; returns the number of copies (at most min(KW, sw KN_VL)). The copies cost a pass over
+ * them per input row and channel, shared by the output channels and the rows of a window: where
+ * those are few (dc_copies_pay) the row stays as its phases, tap kw at phase p element e. */
+static int64_t dc_copies_of(const kn_dconv_shape *s, int *cp_p, int *cp_r, int64_t *koff, int64_t wpc) {
+    int64_t n = 0;
+    int key[DC_MAX_KW]; /* p KN_VL + r of copy k */
+    for (int64_t kw = 0; kw < s->KW; kw++) {
+        const int64_t p = kw * s->dw % s->sw, e = kw * s->dw / s->sw, r = e % KN_VL;
+        int64_t k = 0;
+        while (k < n && key[k] != (int)(p * KN_VL + r)) k++;
+        if (k == n) {
+            key[n++] = (int)(p * KN_VL + r);
+            if (cp_p) cp_p[k] = (int)p, cp_r[k] = (int)r;
+        }
+        if (koff) koff[kw] = k * wpc + (e - r);
+    }
+    return n;
+}
+
+/* Whether the copies pay for themselves: an input row's copies feed Mg output channels times the
+ * KH / sh output rows whose windows it lies in. 2-core AVX2 EPYC, 1 thread, against the phases: 5x5
+ * s(1,3) 8->32 on 172x264 (Mg KH / sh = 160) and 3x3 s2 24->48 on 208x208 (72) faster; 1-D 16->4 k9
+ * s2 (4) 1.4x slower, depthwise 8ch k129 s2 (1) 1.2x; 3x39 8->8 (24, 8 copies) 1.1x. KILN_DC_COPIES=0/1:
+ * never / always (measurements). */
+static bool dc_copies_pay(const kn_dconv_shape *s, int64_t ncp) {
+    const char *e = getenv("KILN_DC_COPIES");
+    if (e) return e[0] == '1';
+    return ncp > 1 && (s->M / s->G) * s->KH >= 32 * s->sh && ncp <= 2 * s->sw + 4;
+}
 
 static dc_geom dc_geom_of(const kn_dconv_shape *s) {
     dc_geom g;
@@ -95,8 +138,15 @@ static dc_geom dc_geom_of(const kn_dconv_shape *s) {
     /* the last tile loads whole vectors up to owr, at offsets up to (KW - 1) dw / sw */
     g.wp = (owr + (s->KW - 1) * s->dw / s->sw + KN_VL) / KN_VL * KN_VL;
     g.rowf = s->sw * g.wp;
-    g.ring = Cg * g.span * g.rowf;
-    g.scratch = g.ring + g.rowf + KN_VL + (s->M / s->G) * DC_NVMAX * KN_VL;
+    const int64_t emax = (s->KW - 1) * s->dw / s->sw;
+    g.wpc = owr + emax / KN_VL * KN_VL;
+    g.ncp = dc_copies_of(s, NULL, NULL, NULL, g.wpc);
+    g.copies = dc_copies_pay(s, g.ncp);
+    if (!g.copies) g.ncp = s->sw, g.wpc = g.wp;
+    g.rowc = g.ncp * g.wpc;
+    g.ring = Cg * g.span * g.rowc;
+    /* ring, the row split into phases, dc_copy_row's tmp, a tile buffer, toff */
+    g.scratch = g.ring + 2 * (g.rowf + KN_VL) + (s->M / s->G) * DC_NVMAX * KN_VL + 2 * Cg * s->KH * s->KW;
     return g;
 }
 
@@ -108,10 +158,12 @@ typedef struct dc_job {
     kn_conv_epilogue_fn epi;
     const void *epi_ctx;
     int64_t bands, Cg, Mg, mb;
+    int64_t cw; /* one output row (1-D): columns a band, from dc_chunk_of (OW: the whole row) */
     int64_t mblk; /* output channels per pass over a band's rows (Mg, or fewer: dc_shallow_wide) */
     bool flat;    /* the band as one flat run of positions (dc_flat_range) */
     int64_t *toff, taps; /* dc_flat_range: each tap's offset in the copied band */
-    int64_t koff[DC_MAX_KW]; /* tap kw's offset in a copied row: phase (kw dw) mod sw, element (kw dw) / sw */
+    int64_t koff[DC_MAX_KW]; /* tap kw's offset in a row's copies (dc_copies_of) */
+    int cp_p[DC_MAX_KW], cp_r[DC_MAX_KW]; /* copy k: phase, shift */
     int *failed;
 } dc_job;
 
@@ -158,13 +210,25 @@ static inline __attribute__((always_inline)) void dc_acc_store(dc_acc acc, float
     }
 }
 
+/* MB output channels x NV vectors at src (channel 0, position of the tile), every tap of the
+ * window one offset of toff (in the weights' order: channel, kh, kw), one loop: the flat bands'
+ * tiles, and the row kernel's on rows whose window lies in the image. */
+static inline __attribute__((always_inline)) void dc_ftile(const float *src, const int64_t *toff, int64_t taps,
+                                                           const float *w, const float *bias, float *dst,
+                                                           int64_t ldm, const int MB, const int NV) {
+    dc_acc acc;
+    dc_acc_init(acc, bias, MB, NV);
+    for (int64_t t = 0; t < taps; t++, w += MB) dc_acc_tap(acc, src + toff[t], w, MB, NV);
+    dc_acc_store(acc, dst, ldm, MB, NV, KN_VALL);
+}
+
 /* MB output channels x NV vectors from the rows rows[kh] (channel 0 of the group, at the tile's
  * first column; channel c is c * cstride further), taps kh in [kh0, kh1); the result to dst, row m
  * at dst + m * ldm. */
 static inline __attribute__((always_inline)) void dc_tile(const dc_job *j, const float *const *rows, int64_t kh0,
                                                           int64_t kh1, const float *w, const float *bias, float *dst,
                                                           int64_t ldm, const int MB, const int NV, kn_vmask lastm) {
-    const int64_t KW = j->s->KW, KH = j->s->KH, Cg = j->Cg, cstride = j->g.span * j->g.rowf;
+    const int64_t KW = j->s->KW, KH = j->s->KH, Cg = j->Cg, cstride = j->g.span * j->g.rowc;
     const int64_t *koff = j->koff;
     dc_acc acc;
     dc_acc_init(acc, bias, MB, NV);
@@ -342,6 +406,55 @@ static void dc_tiles_any(DC_ARGS) {
     else dc_tiles_4(j, rows, o0, count, kh0, kh1, w, bias, dst, ldm, nv, lastm);
 }
 
+/* count tiles of NV vectors from position o0, each for every block of MB of the Mg channels */
+static inline __attribute__((always_inline)) void dc_ftiles(const float *src, const int64_t *toff, int64_t taps,
+                                                            int64_t Mg, int64_t o0, int64_t count, const float *w,
+                                                            const float *bias, float *dst, int64_t ldm, const int MB,
+                                                            const int NV) {
+    for (int64_t t = 0; t < count; t++) {
+        const int64_t o = o0 + t * NV * KN_VL;
+        for (int64_t m0 = 0, b = 0; m0 < Mg; m0 += MB, b++)
+            dc_ftile(src + o, toff, taps, w + b * taps * MB, bias ? bias + m0 : NULL, dst + m0 * ldm + (o - o0), ldm,
+                     MB, NV);
+    }
+}
+
+#define DCF_ARGS                                                                                             \
+    const float *src, const int64_t *toff, int64_t taps, int64_t Mg, int64_t o0, int64_t count, const float *w, \
+        const float *bias, float *dst, int64_t ldm, int nv
+#define DCF_CASE(MB, NV)                                                                                     \
+    case NV: dc_ftiles(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, MB, NV); break;
+static void dc_ftiles_1(DCF_ARGS) {
+    switch (nv) {
+        DCF_CASE(1, 1) DCF_CASE(1, 2) DCF_CASE(1, 3) DCF_CASE(1, 4) DCF_CASE(1, 5) DCF_CASE(1, 6)
+        DCF_CASE(1, 7) DCF_CASE(1, 8) DCF_CASE(1, 9) DCF_CASE(1, 10) DCF_CASE(1, 11)
+        default: dc_ftiles(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, 1, DC_NV1); break;
+    }
+}
+static void dc_ftiles_2(DCF_ARGS) {
+    switch (nv) {
+#if DC_NV2 > 4
+        DCF_CASE(2, 4) DCF_CASE(2, 5) DCF_CASE(2, 6) DCF_CASE(2, 7)
+#endif
+        DCF_CASE(2, 1) DCF_CASE(2, 2) DCF_CASE(2, 3)
+        default: dc_ftiles(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, 2, DC_NV2); break;
+    }
+}
+static void dc_ftiles_4(DCF_ARGS) {
+    switch (nv) {
+#if DC_NV4 > 3
+        DCF_CASE(4, 3) DCF_CASE(4, 4) DCF_CASE(4, 5)
+#endif
+        DCF_CASE(4, 1) DCF_CASE(4, 2)
+        default: dc_ftiles(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, 4, DC_NV4); break;
+    }
+}
+static void dc_ftiles_any(int64_t mb, DCF_ARGS) {
+    if (mb == 1) dc_ftiles_1(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, nv);
+    else if (mb == 2) dc_ftiles_2(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, nv);
+    else dc_ftiles_4(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, nv);
+}
+
 /* dc_copy_row at column strides 3 and 4. Apart (not inlined), so that dc_copy_row stays small
  * enough to inline into dc_flat_range's loop over rows (inlined there with this in it, it was not:
  * a call per row of 3 columns made 7x1 4->4 on 300x3 1.3x slower). */
@@ -441,34 +554,55 @@ static void dc_copy_row(const float *src, int64_t W, int64_t pw, int64_t sw, int
     }
 }
 
-/* Input row ih of the group's channels (image n) into ring slot `slot` (dc_copy_row). */
-static void dc_copy_rows(const dc_job *j, const float *xg, int64_t ih, int64_t slot, float *ring, float *tmp) {
+/* Input row ih of the group's channels (image n) into ring slot `slot`: split into phases
+ * (dc_copy_row, into ph), then the copies (dc_copies_of). The row's columns from xoff, wl of them,
+ * pl pads before them (a column chunk's: dc_range). */
+static void dc_copy_rows(const dc_job *j, const float *xg, int64_t ih, int64_t xoff, int64_t wl, int64_t pl,
+                         int64_t slot, float *ring, float *ph, float *tmp) {
     const kn_dconv_shape *s = j->s;
-    for (int64_t c = 0; c < j->Cg; c++)
-        dc_copy_row(xg + (c * s->H + ih) * s->W, s->W, s->pw, s->sw, j->g.wp,
-                    ring + (c * j->g.span + slot) * j->g.rowf, tmp);
+    const int64_t wpc = j->g.wpc, wp = j->g.wp;
+    for (int64_t c = 0; c < j->Cg; c++) {
+        float *d = ring + (c * j->g.span + slot) * j->g.rowc;
+        if (!j->g.copies) { /* the phases themselves */
+            dc_copy_row(xg + (c * s->H + ih) * s->W + xoff, wl, pl, s->sw, wp, d, tmp);
+            continue;
+        }
+        dc_copy_row(xg + (c * s->H + ih) * s->W + xoff, wl, pl, s->sw, wp, ph, tmp);
+        for (int64_t k = 0; k < j->g.ncp; k++, d += wpc) {
+            const float *src = ph + j->cp_p[k] * wp + j->cp_r[k];
+            for (int64_t i = 0; i < wpc; i += KN_VL) kn_vf_storeu(d + i, kn_vf_loadu(src + i));
+        }
+    }
 }
 
 static void dc_range(void *arg, int64_t begin, int64_t end) {
     const dc_job *j = arg;
     const kn_dconv_shape *s = j->s;
     const dc_geom *g = &j->g;
-    const int64_t OW = s->OW, OH = s->OH, plane = OH * OW, Mg = j->Mg, mb = j->mb, KH = s->KH;
-    const int64_t nvec = (OW + KN_VL - 1) / KN_VL;
+    const int64_t OWF = s->OW, OH = s->OH, plane = OH * OWF, Mg = j->Mg, mb = j->mb, KH = s->KH;
     const int nvmax = dc_nv_of(mb);
     float *own = NULL, *buf = kn_conv_thread_buffer((size_t)g->scratch);
     if (!buf && !(buf = own = kn_aligned_alloc(64, sizeof(float) * (size_t)g->scratch))) {
         __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
         return;
     }
-    float *ring = buf, *tmp = buf + g->ring, *tb = tmp + g->rowf + KN_VL;
+    float *ring = buf, *ph = buf + g->ring, *tmp = ph + g->rowf + KN_VL, *tb = tmp + g->rowf + KN_VL;
+    /* the taps' offsets from ring for rows whose window lies in the image (an even float offset) */
+    int64_t *toff = (int64_t *)(tb + Mg * DC_NVMAX * KN_VL);
+    const int64_t cstride = g->span * g->rowc, KW = s->KW, taps = j->Cg * KH * KW;
     int64_t have[64];
     const float *rows[64];
     for (int64_t t = begin; t < end; t++) {
         const int64_t ng = t / j->bands, band = t % j->bands, n = ng / s->G, gi = ng % s->G;
-        const int64_t oh0 = band * OH / j->bands, oh1 = (band + 1) * OH / j->bands;
+        /* bands of rows, or of j->cw columns (one output row: dc_range's row then is the chunk's,
+         * copied from its own input columns) */
+        const bool chunks = j->cw < OWF;
+        const int64_t oh0 = chunks ? 0 : band * OH / j->bands, oh1 = chunks ? OH : (band + 1) * OH / j->bands;
+        const int64_t c0 = chunks ? band * j->cw : 0, OW = chunks ? min64(j->cw, OWF - c0) : OWF;
+        const int64_t nvec = (OW + KN_VL - 1) / KN_VL, xs = c0 * s->sw - s->pw;
+        const int64_t xoff = min64(max64(xs, 0), s->W), wl = s->W - xoff, pl = xs < 0 ? -xs : 0;
         const float *xg = j->x + (n * s->C + gi * j->Cg) * s->H * s->W;
-        const int64_t ybase = (n * s->M + gi * Mg) * plane;
+        const int64_t ybase = (n * s->M + gi * Mg) * plane + c0;
         const float *wg = j->wp + gi * Mg * j->Cg * KH * s->KW;
         for (int64_t i = 0; i < g->span; i++) have[i] = -1;
         for (int64_t mb0 = 0; mb0 < Mg; mb0 += j->mblk) {
@@ -492,11 +626,30 @@ static void dc_range(void *arg, int64_t begin, int64_t end) {
                 if (slot >= span) slot -= span;
                 for (int64_t kh = kh0; kh < kh1; kh++) {
                     const int64_t ih = ih0 + kh * dh;
-                    if (have[slot] != ih) dc_copy_rows(j, xg, ih, slot, ring, tmp), have[slot] = ih;
-                    rows[kh] = ring + slot * g->rowf;
+                    if (have[slot] != ih) dc_copy_rows(j, xg, ih, xoff, wl, pl, slot, ring, ph, tmp), have[slot] = ih;
+                    rows[kh] = ring + slot * g->rowc;
                     if ((slot += dh) >= span) slot -= span;
                 }
                 if ((r0 += sh_mod) >= span) r0 -= span;
+                const bool whole = kh0 == 0 && kh1 == KH;
+                if (whole)
+                    for (int64_t c = 0, t = 0; c < j->Cg; c++)
+                        for (int64_t kh = 0; kh < KH; kh++)
+                            for (int64_t kw = 0; kw < KW; kw++, t++)
+                                toff[t] = (rows[kh] - ring) + c * cstride + j->koff[kw];
+                /* whole windows: the flat bands' tiles, one loop over the window's taps (toff), in
+                 * place of dc_tile's loops over channels, kh and kw of 3-5 taps each, whose loop
+                 * state GCC kept partly on the stack (perf: 3 reloads a tap in the 4 x 3 tile's
+                 * loop). 2-core AVX2 EPYC, 1 thread: 5x5 s(1,3) 8->32 172x264 0.86, 3x3 s2 24->48
+                 * 208x208 0.84 of the time before (with the copies) */
+                const int64_t *tt = whole && mb != 8 ? toff : NULL;
+#define DC_ROW_TILES(O, COUNT, DST, LDM, NV, LASTM)                                                          \
+    do {                                                                                                     \
+        if (tt && (LASTM) == KN_VALL)                                                                        \
+            dc_ftiles_any(mb, ring + (O), tt, taps, Mb, 0, COUNT, wb, bg, DST, LDM, NV);                     \
+        else                                                                                                 \
+            dc_tiles_any(jb, rows, O, COUNT, kh0, kh1, wb, bg, DST, LDM, NV, LASTM);                         \
+    } while (0)
                 /* the next output row's new input rows, towards L2 while this row computes (the copy of
                  * a 3-channel stride-2 stem's rows waited on memory: 3x3 s2 3->16 on 800x608 ran 1.07x
                  * the time of conv.c's 3x3 kernel, which prefetches them) */
@@ -507,31 +660,31 @@ static void dc_range(void *arg, int64_t begin, int64_t end) {
                             for (int64_t b = 0; b < (int64_t)sizeof(float) * s->W; b += 64) _mm_prefetch(p + b, _MM_HINT_T1);
                         }
                 const float *bg = j->bias ? j->bias + gi * Mg + mb0 : NULL;
-                float *yrow = j->y + ybase + mb0 * plane + oh * OW;
+                float *yrow = j->y + ybase + mb0 * plane + oh * OWF;
                 const float *wb = wg + mb0 * j->Cg * KH * s->KW;
                 /* tiles of nvmax vectors while 2 nvmax or more are left; the last two split evenly (a tile
                  * of 1 vector by 4 channels is 4 FMA chains, under the 8 that hide the FMA latency) */
                 const int64_t nfull = nvec >= 2 * nvmax ? (nvec - nvmax) / nvmax : 0;
-                if (nfull) dc_tiles_any(jb, rows, 0, nfull, kh0, kh1, wb, bg, yrow, plane, nvmax, KN_VALL);
+                if (nfull) DC_ROW_TILES(0, nfull, yrow, plane, nvmax, KN_VALL);
                 for (int64_t q0 = nfull * nvmax; q0 < nvec;) {
                     const int64_t left = nvec - q0;
                     const int nv = (int)(left <= nvmax ? left : (left + 1) / 2);
                     const int64_t ow0 = q0 * KN_VL, cols = min64((int64_t)nv * KN_VL, OW - ow0);
                     if (cols == (int64_t)nv * KN_VL) {
-                        dc_tiles_any(jb, rows, ow0, 1, kh0, kh1, wb, bg, yrow + ow0, plane, nv, KN_VALL);
+                        DC_ROW_TILES(ow0, 1, yrow + ow0, plane, nv, KN_VALL);
                     } else if (DC_MASKED_END) {
-                        dc_tiles_any(jb, rows, ow0, 1, kh0, kh1, wb, bg, yrow + ow0, plane, nv,
-                                     kn_v_tail(cols - (int64_t)(nv - 1) * KN_VL));
+                        DC_ROW_TILES(ow0, 1, yrow + ow0, plane, nv, kn_v_tail(cols - (int64_t)(nv - 1) * KN_VL));
                     } else { /* the row's end: through the buffer, Mg rows of nv vectors */
                         const int64_t ldb = (int64_t)nv * KN_VL;
-                        dc_tiles_any(jb, rows, ow0, 1, kh0, kh1, wb, bg, tb, ldb, nv, KN_VALL);
+                        DC_ROW_TILES(ow0, 1, tb, ldb, nv, KN_VALL);
                         for (int64_t m = 0; m < Mb; m++)
                             memcpy(yrow + ow0 + m * plane, tb + m * ldb, sizeof(float) * (size_t)cols);
                     }
                     q0 += nv;
                 }
+#undef DC_ROW_TILES
                 if (j->epi && (oh + 1 == oh1 || oh + 1 - epi_from >= epi_rows)) {
-                    j->epi(j->epi_ctx, j->y, ybase + mb0 * plane + epi_from * OW, Mb, (oh + 1 - epi_from) * OW, plane);
+                    j->epi(j->epi_ctx, j->y, ybase + mb0 * plane + epi_from * OWF, Mb, (oh + 1 - epi_from) * OW, plane);
                     epi_from = oh + 1;
                 }
             }
@@ -610,66 +763,6 @@ static int64_t dc_flat_out(const kn_dconv_shape *s, int64_t rows) {
     return (rows * dc_flat_wp(s) + KN_VL - 1) / KN_VL * KN_VL;
 }
 
-
-/* The flat band's tiles: MB output channels x NV vectors at src (channel 0, position of the tile),
- * every tap of the window one offset of toff (in the weights' order: channel, kh, kw), one loop. */
-static inline __attribute__((always_inline)) void dc_ftile(const float *src, const int64_t *toff, int64_t taps,
-                                                           const float *w, const float *bias, float *dst,
-                                                           int64_t ldm, const int MB, const int NV) {
-    dc_acc acc;
-    dc_acc_init(acc, bias, MB, NV);
-    for (int64_t t = 0; t < taps; t++, w += MB) dc_acc_tap(acc, src + toff[t], w, MB, NV);
-    dc_acc_store(acc, dst, ldm, MB, NV, KN_VALL);
-}
-
-/* count tiles of NV vectors from position o0, each for every block of MB of the Mg channels */
-static inline __attribute__((always_inline)) void dc_ftiles(const float *src, const int64_t *toff, int64_t taps,
-                                                            int64_t Mg, int64_t o0, int64_t count, const float *w,
-                                                            const float *bias, float *dst, int64_t ldm, const int MB,
-                                                            const int NV) {
-    for (int64_t t = 0; t < count; t++) {
-        const int64_t o = o0 + t * NV * KN_VL;
-        for (int64_t m0 = 0, b = 0; m0 < Mg; m0 += MB, b++)
-            dc_ftile(src + o, toff, taps, w + b * taps * MB, bias ? bias + m0 : NULL, dst + m0 * ldm + (o - o0), ldm,
-                     MB, NV);
-    }
-}
-
-#define DCF_ARGS                                                                                             \
-    const float *src, const int64_t *toff, int64_t taps, int64_t Mg, int64_t o0, int64_t count, const float *w, \
-        const float *bias, float *dst, int64_t ldm, int nv
-#define DCF_CASE(MB, NV)                                                                                     \
-    case NV: dc_ftiles(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, MB, NV); break;
-static void dc_ftiles_1(DCF_ARGS) {
-    switch (nv) {
-        DCF_CASE(1, 1) DCF_CASE(1, 2) DCF_CASE(1, 3) DCF_CASE(1, 4) DCF_CASE(1, 5) DCF_CASE(1, 6)
-        DCF_CASE(1, 7) DCF_CASE(1, 8) DCF_CASE(1, 9) DCF_CASE(1, 10) DCF_CASE(1, 11)
-        default: dc_ftiles(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, 1, DC_NV1); break;
-    }
-}
-static void dc_ftiles_2(DCF_ARGS) {
-    switch (nv) {
-#if DC_NV2 > 4
-        DCF_CASE(2, 4) DCF_CASE(2, 5) DCF_CASE(2, 6) DCF_CASE(2, 7)
-#endif
-        DCF_CASE(2, 1) DCF_CASE(2, 2) DCF_CASE(2, 3)
-        default: dc_ftiles(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, 2, DC_NV2); break;
-    }
-}
-static void dc_ftiles_4(DCF_ARGS) {
-    switch (nv) {
-#if DC_NV4 > 3
-        DCF_CASE(4, 3) DCF_CASE(4, 4) DCF_CASE(4, 5)
-#endif
-        DCF_CASE(4, 1) DCF_CASE(4, 2)
-        default: dc_ftiles(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, 4, DC_NV4); break;
-    }
-}
-static void dc_ftiles_any(int64_t mb, DCF_ARGS) {
-    if (mb == 1) dc_ftiles_1(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, nv);
-    else if (mb == 2) dc_ftiles_2(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, nv);
-    else dc_ftiles_4(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, nv);
-}
 
 static void dc_flat_range(void *arg, int64_t begin, int64_t end) {
     const dc_job *j = arg;
@@ -784,8 +877,9 @@ static bool dc_flat_wanted(const kn_dconv_shape *s) {
 
 bool kn_dconv_suits(const kn_dconv_shape *s) {
     if (s->G < 1 || s->C % s->G || s->M % s->G || s->N < 1 || s->OW < 1 || s->OH < 1) return false;
-    if (s->KH < 1 || s->KW < 1 || s->KW > DC_MAX_KW || s->sw < 1 || s->sw > 4 || s->sh < 1 || s->dh < 1 || s->dw < 1)
-        return false;
+    if (s->KH < 1 || s->KW < 1 || s->KW > DC_MAX_KW || s->sw < 1 || s->sh < 1 || s->dh < 1 || s->dw < 1) return false;
+    /* strides 5-8 on one row (1-D: wav2vec's k10 s5 1 -> 512 front end; other 2-D shapes not measured) */
+    if (s->sw > (s->H == 1 && s->KH == 1 ? 8 : 4)) return false;
     if (s->KH * s->KW < 2) return false;
     if (s->W >= ((int64_t)1 << 30) || s->H >= ((int64_t)1 << 30)) return false;
     const dc_geom g = dc_geom_of(s);
@@ -796,6 +890,19 @@ bool kn_dconv_suits(const kn_dconv_shape *s) {
     /* depthwise: wide rows (narrower ones fill vectors of channels better: conv.c's dw16) */
     if (Cg == 1 && Mg <= 4) return s->OW > 128;
     return dc_flat_wanted(s) || dc_rows_suit(s);
+}
+
+/* One output row (a 1-D convolution): the row kernel's bands are chunks of its columns, of at most
+ * DC_CHUNK outputs (the ring then holds a chunk's copies, not the row's: 10 copies of a 16000-long
+ * stride-5 row were 128 KB) and enough for about 4 tasks a thread, each a multiple of the widest
+ * tile. Returns the chunk's width (OW: no chunks). */
+#define DC_CHUNK 512
+static int64_t dc_chunk_of(const kn_dconv_shape *s, int64_t nvmax, int64_t threads) {
+    if (s->OH != 1) return s->OW;
+    const int64_t unit = nvmax * KN_VL, groups = s->N * s->G;
+    const int64_t want = max64((s->OW + DC_CHUNK - 1) / DC_CHUNK, (4 * threads + groups - 1) / groups);
+    const int64_t cw = max64(2 * unit, ((s->OW + want - 1) / want + unit - 1) / unit * unit);
+    return cw < s->OW ? cw : s->OW;
 }
 
 kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w, const float *bias,
@@ -812,7 +919,16 @@ kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float 
     if (!j.flat && j.Mg % 8 == 0 && j.Cg * s->KH * s->KW >= DC_MB8_MIN_TAPS && !(e8 && e8[0] == '0')) j.mb = 8;
 #endif
     j.mblk = dc_mblk_of(s, j.Mg, j.mb);
-    for (int64_t kw = 0; kw < s->KW; kw++) j.koff[kw] = (kw * s->dw) % s->sw * j.g.wp + (kw * s->dw) / s->sw;
+    const int64_t threads = kn_threadpool_size(c->pool), groups = s->N * s->G;
+    j.cw = j.flat ? s->OW : dc_chunk_of(s, dc_nv_of(j.mb), threads);
+    if (j.cw < s->OW) { /* the ring's rows are a chunk's */
+        kn_dconv_shape sc = *s;
+        sc.OW = j.cw;
+        j.g = dc_geom_of(&sc);
+    }
+    if (j.g.copies) dc_copies_of(s, j.cp_p, j.cp_r, j.koff, j.g.wpc);
+    else
+        for (int64_t kw = 0; kw < s->KW; kw++) j.koff[kw] = (kw * s->dw) % s->sw * j.g.wp + (kw * s->dw) / s->sw;
     const int64_t kk = s->KH * s->KW;
     const size_t wbytes = sizeof(float) * (size_t)(s->M * j.Cg * kk);
     dc_wctx wc = {w, s->M, j.Cg, kk, j.mb};
@@ -826,9 +942,8 @@ kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float 
         wp = own;
     }
     j.wp = wp;
-    /* tasks are (image, group, band of output rows): about 4 per thread */
-    const int64_t threads = kn_threadpool_size(c->pool), groups = s->N * s->G;
-    j.bands = max64(1, min64(s->OH, (4 * threads + groups - 1) / groups));
+    /* tasks are (image, group, band of output rows or of a row's columns): about 4 per thread */
+    j.bands = j.cw < s->OW ? (s->OW + j.cw - 1) / j.cw : max64(1, min64(s->OH, (4 * threads + groups - 1) / groups));
     if (j.flat) {
         j.bands = max64(j.bands, (s->OH + dc_flat_rows(s) - 1) / dc_flat_rows(s));
         const int64_t wpf = dc_flat_wp(s), cf = dc_flat_chan(s, (s->OH + j.bands - 1) / j.bands);
