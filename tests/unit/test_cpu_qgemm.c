@@ -180,6 +180,11 @@ KN_TEST(cpu_qgemm_conv_integer_exact) {
         {21, 15, 15, 21, 3, 2, 1, 1, 21, 0},/* small planes at stride 2 */
         {20, 56, 56, 20, 3, 2, 1, 1, 20, 0},/* depthwise stride 2, rows of 28 (16 + 12 columns) */
         {6, 9, 75, 12, 5, 1, 2, 1, 6, 1},   /* depthwise 5x5 two outputs a channel, rows of 75 */
+        /* stride 2's int16 planes (plane_to_i16): rows of 5 (every step past the tensor's last
+         * bytes for the last rows), of 16 (one whole step), of 33 (a last step of one column), k5 */
+        {5, 6, 5, 5, 3, 2, 1, 1, 5, 0},
+        {3, 9, 16, 6, 3, 2, 1, 0, 3, 1},
+        {7, 11, 33, 7, 5, 2, 2, 1, 7, 0},
         /* past kn_qgemm_amx_pays' threshold: the weights' rows on AMX-INT8's tiles, B from the
          * im2col callbacks' pairs */
         {40, 15, 17, 36, 3, 1, 1, 1, 1, 1}, /* s8 weights per channel zero points, K 360, 36 rows */

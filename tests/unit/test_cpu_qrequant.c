@@ -87,6 +87,15 @@ KN_TEST(cpu_qlinear_conv_requant_exact) {
         {5, 13, 70, 1, 5, 1, 1},  /* rows of 70: four vectors of 16 and a tail of 6 */
         {7, 11, 41, 2, 5, 2, 1},  /* multiplier 2, k5, stride 2 (rows of 21) */
         {12, 9, 100, 1, 3, 3, 1}, /* stride 3: the phase rows built from an int16 row (row_to_i16) */
+        /* the AVX2 row form's requantisation from the registers (out_block) at stride 2: rows of
+         * 33 (outputs 8 + 8 + 1, int8), of 5 (the tensor's last rows converted by the scalar loop),
+         * of 16 with two outputs a channel, k5 on rows of 80 (outputs 32 + 8), k4 (pads 2), k1 */
+        {5, 31, 33, 1, 3, 2, 1},
+        {5, 6, 5, 1, 3, 2, 0},
+        {3, 20, 16, 2, 3, 2, 0},
+        {7, 40, 80, 1, 5, 2, 1},
+        {4, 15, 37, 1, 4, 2, 0},
+        {6, 9, 35, 1, 1, 2, 1},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int64_t C = cases[ci][0], H = cases[ci][1], W = cases[ci][2], mult = cases[ci][3], k = cases[ci][4],

@@ -83,6 +83,49 @@ static void rows_to_i16(const dw_job *j, const void *x, int64_t nrows, int16_t *
 }
 #endif
 
+#if DW_L == 8 && defined(__AVX2__)
+/* The direct form's int16 rows of a whole plane (x's rows, nrows of W, less zx) into dst, row r at
+ * dst + r * dst_stride + pw, sixteen columns a step, the last step's lanes past W zeroed; the left
+ * border [0, pw) and the columns past the last step are never written, so zeroed once (first) they
+ * stay zero for every later plane. A call per row, with its bounds and constants, had cost as
+ * much as the conversion itself (perf, 1x64x56x56 3x3 s2: row_to_i16 40% of the layer). Rows whose
+ * last step would read past the tensor (its end) take a scalar loop. */
+static void plane_to_i16(const dw_job *j, const uint8_t *x, int64_t nrows, int16_t *dst, int64_t dst_stride,
+                         bool first) {
+    const kn_qdw *p = j->p;
+    const int64_t W = p->W, pw = p->pw, steps = (W + 15) / 16;
+    if (first) memset(dst, 0, sizeof(int16_t) * (size_t)(nrows * dst_stride));
+    const uint8_t *end = (const uint8_t *)p->x + p->N * p->C * p->H * W;
+    const __m256i zv = _mm256_set1_epi16((int16_t)p->zx);
+    const __m256i keep = _mm256_cmpgt_epi16(_mm256_set1_epi16((int16_t)(W - 16 * (steps - 1))),
+                                            _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    for (int64_t r = 0; r < nrows; r++) {
+        const uint8_t *src = x + r * W;
+        int16_t *d = dst + r * dst_stride + pw;
+        if (src + 16 * steps > end) { /* the tensor's last bytes */
+            const int16_t z = (int16_t)p->zx;
+            for (int64_t i = 0; i < W; i++) d[i] = (int16_t)((p->x_s8 ? (int16_t)(int8_t)src[i] : (int16_t)src[i]) - z);
+            for (int64_t i = W; i < 16 * steps; i++) d[i] = 0;
+            continue;
+        }
+        int64_t s = 0;
+        if (p->x_s8) {
+            for (; s + 1 < steps; s++)
+                _mm256_storeu_si256((__m256i *)(d + 16 * s),
+                                    _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(src + 16 * s))), zv));
+            _mm256_storeu_si256((__m256i *)(d + 16 * s),
+                                _mm256_and_si256(keep, _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(src + 16 * s))), zv)));
+        } else {
+            for (; s + 1 < steps; s++)
+                _mm256_storeu_si256((__m256i *)(d + 16 * s),
+                                    _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(src + 16 * s))), zv));
+            _mm256_storeu_si256((__m256i *)(d + 16 * s),
+                                _mm256_and_si256(keep, _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(src + 16 * s))), zv)));
+        }
+    }
+}
+#endif
+
 /* xb = x's row less zx between zero borders (XB int16 in all); where first is false, xb holds an
  * earlier row's conversion and the AVX-512 form leaves its steps past the row (zeros) as they are */
 static void row_to_i16(const dw_job *j, const void *xrow, int16_t *xb, bool first) {
@@ -218,6 +261,24 @@ static inline int kernel_rows(const dw_job *j, const int32_t *buf, const int32_t
     return nv;
 }
 
+#if DW_L == 8 && defined(__AVX2__)
+#define DW_RQ_FUSED 1
+#else
+#define DW_RQ_FUSED 0
+#endif
+
+/* QLinearConv's rows on AVX2: out_block requantises its sums from the registers (kn_rq8, the bytes
+ * of kn_q_requant) and stores bytes, no int32 plane between (the plane's stores, reloads and the
+ * call per plane were a third of a 3x3 stride 2 layer's time); NULL for int32 outputs */
+typedef struct dw_rq {
+#if DW_RQ_FUSED
+    kn_rq8_k k;
+    __m256 r;
+#endif
+    float rs;    /* the channel's scale */
+    uint8_t *y8; /* the plane's bytes (out_row_k: the row's) */
+} dw_rq;
+
 /* One output row of channel m: y[0, OW) (+)= sum over the nv input rows rows[v] (byte pointers)
  * with weight pairs wr[v][0, KP) */
 #if defined(__AVX2__)
@@ -249,11 +310,13 @@ static inline dw_vec madd_pairs_v(dw_vec c, dw_vec x, dw_vec w) {
 #define dw_storeu(a, v) _mm256_storeu_si256((__m256i *)(a), v)
 #endif
 
-/* NA accumulators of DW_L output columns from o; kp pairs per kernel row (a constant after inlining) */
+/* NA accumulators of DW_L output columns from o; kp pairs per kernel row (a constant after inlining);
+ * spill: the last vector may store whole past OW (the plane's later rows or slack take it) */
 static inline __attribute__((always_inline)) void out_block(const int NA, const int64_t kp, const int64_t *off,
                                                             const char *const *rows, const int32_t *const *wr, int nv,
                                                             int32_t *y, int64_t o, int64_t OW, int32_t b0,
-                                                            bool spill) {
+                                                            bool spill, const dw_rq *rq) {
+    (void)rq; /* (AVX-512 builds: kn_q_requant per plane) */
     dw_vec c[4];
     for (int a = 0; a < NA; a++) c[a] = dw_set1(b0);
     for (int v = 0; v < nv; v++) {
@@ -264,6 +327,21 @@ static inline __attribute__((always_inline)) void out_block(const int NA, const 
             for (int a = 0; a < NA; a++) c[a] = madd_pairs_v(c[a], dw_loadu(q + 4 * DW_L * a), w);
         }
     }
+#if DW_RQ_FUSED
+    if (rq) {
+        for (int a = 0; a < NA; a++) {
+            const __m128i b = kn_rq8(&rq->k, c[a], rq->r);
+            uint8_t *d = rq->y8 + o + 8 * a;
+            if (o + 8 * a + 8 <= OW || spill) _mm_storel_epi64((__m128i *)d, b);
+            else {
+                uint8_t t[8];
+                _mm_storel_epi64((__m128i *)t, b);
+                memcpy(d, t, (size_t)(OW - o - 8 * a));
+            }
+        }
+        return;
+    }
+#endif
     for (int a = 0; a < NA; a++) {
         int32_t *d = y + o + DW_L * a;
         if (o + DW_L * a + DW_L <= OW) {
@@ -280,42 +358,69 @@ static inline __attribute__((always_inline)) void out_block(const int NA, const 
 
 static inline __attribute__((always_inline)) void out_row_k(const int64_t kp, const int64_t *off,
                                                             const char *const *rows, const int32_t *const *wr, int nv,
-                                                            int32_t *y, int64_t OW, int32_t b0, bool spill) {
+                                                            int32_t *y, int64_t OW, int32_t b0, bool spill,
+                                                            const dw_rq *rq) {
     int64_t o = 0;
-    for (; o + 4 * DW_L <= OW; o += 4 * DW_L) out_block(4, kp, off, rows, wr, nv, y, o, OW, b0, spill);
+    for (; o + 4 * DW_L <= OW; o += 4 * DW_L) out_block(4, kp, off, rows, wr, nv, y, o, OW, b0, spill, rq);
     const int64_t left = (OW - o + DW_L - 1) / DW_L;
-    if (left == 4) out_block(4, kp, off, rows, wr, nv, y, o, OW, b0, spill);
-    else if (left == 3) out_block(3, kp, off, rows, wr, nv, y, o, OW, b0, spill);
-    else if (left == 2) out_block(2, kp, off, rows, wr, nv, y, o, OW, b0, spill);
-    else if (left == 1) out_block(1, kp, off, rows, wr, nv, y, o, OW, b0, spill);
+    if (left == 4) out_block(4, kp, off, rows, wr, nv, y, o, OW, b0, spill, rq);
+    else if (left == 3) out_block(3, kp, off, rows, wr, nv, y, o, OW, b0, spill, rq);
+    else if (left == 2) out_block(2, kp, off, rows, wr, nv, y, o, OW, b0, spill, rq);
+    else if (left == 1) out_block(1, kp, off, rows, wr, nv, y, o, OW, b0, spill, rq);
 }
 
-/* all output rows of one channel's plane (the kernel rows inside the input listed per row) */
-static inline __attribute__((always_inline)) void out_plane_k(const int64_t kp, const dw_job *j, const int32_t *buf,
-                                                              const int32_t *wm, int32_t *y, int32_t b0,
-                                                              const char **rows, const int32_t **wr) {
+/* all output rows of one channel's plane (the kernel rows inside the input listed per row); with
+ * rq, the plane's bytes from rq->y8 instead of y */
+static inline __attribute__((always_inline)) void out_plane_k(const int64_t kp, const int nk, const dw_job *j,
+                                                              const int32_t *buf, const int32_t *wm, int32_t *y,
+                                                              int32_t b0, const char **rows, const int32_t **wr,
+                                                              const dw_rq *rq) {
     const kn_qdw *p = j->p;
     const int64_t OW = p->OW;
+    dw_rq rr;
+    if (rq) rr = *rq;
     for (int64_t oh = 0; oh < p->OH; oh++) {
         const int nv = kernel_rows(j, buf, wm, kp, oh, rows, wr);
-        int32_t *yr = y + oh * OW;
         /* a row's last vector may run on over the rows after it (written later) where they hold
-         * its rounding up to whole vectors, or into the plane buffer's slack of DW_L */
-        const bool over = p->rq || (p->OH - oh) * OW >= (OW + DW_L - 1) / DW_L * DW_L;
-        if (nv) out_row_k(kp, j->off, rows, wr, nv, yr, OW, b0, over);
+         * its rounding up to whole vectors, or (int32 into kn_q_requant's plane) into the plane
+         * buffer's slack of DW_L */
+        const bool over = (!rq && p->rq) || (p->OH - oh) * OW >= (OW + DW_L - 1) / DW_L * DW_L;
+        if (rq) {
+            rr.y8 = rq->y8 + oh * OW;
+            if (nk && nv == nk) out_row_k(kp, j->off, rows, wr, nk, NULL, OW, b0, over, &rr);
+            else if (nv) out_row_k(kp, j->off, rows, wr, nv, NULL, OW, b0, over, &rr);
+            else { /* no kernel row inside the input: the bias alone */
+                uint8_t v;
+                kn_q_requant(&b0, 1, rq->rs, p->zy, p->y_s8, &v);
+                memset(rr.y8, v, (size_t)OW);
+            }
+            continue;
+        }
+        int32_t *yr = y + oh * OW;
+        if (nk && nv == nk) out_row_k(kp, j->off, rows, wr, nk, yr, OW, b0, over, NULL);
+        else if (nv) out_row_k(kp, j->off, rows, wr, nv, yr, OW, b0, over, NULL);
         else
             for (int64_t o = 0; o < OW; o++) yr[o] = b0;
     }
 }
 
+/* the kernel's common shapes with their pair count and (rows wholly inside the input) their row
+ * count as constants: the loops over them unrolled, no row or weight pointers reloaded */
+#define DW_PLANE_SHAPES(RQ)                                                                                \
+    do {                                                                                                   \
+        const int64_t KH_ = j->p->KH;                                                                      \
+        if (j->KP == 2 && KH_ == 3) out_plane_k(2, 3, j, buf, wm, y, b0, rows, wr, RQ); /* 3x3 */          \
+        else if (j->KP == 3 && KH_ == 5) out_plane_k(3, 5, j, buf, wm, y, b0, rows, wr, RQ); /* 5x5 */     \
+        else if (j->KP == 1) out_plane_k(1, 0, j, buf, wm, y, b0, rows, wr, RQ);                           \
+        else if (j->KP == 2) out_plane_k(2, 0, j, buf, wm, y, b0, rows, wr, RQ);                           \
+        else if (j->KP == 3) out_plane_k(3, 0, j, buf, wm, y, b0, rows, wr, RQ);                           \
+        else out_plane_k(j->KP, 0, j, buf, wm, y, b0, rows, wr, RQ);                                       \
+    } while (0)
+
 static void out_plane(const dw_job *j, const int32_t *buf, const int32_t *wm, int32_t *y, int32_t b0, const char **rows,
-                      const int32_t **wr) {
-    switch (j->KP) {
-    case 1: out_plane_k(1, j, buf, wm, y, b0, rows, wr); break;
-    case 2: out_plane_k(2, j, buf, wm, y, b0, rows, wr); break; /* 3x3, 4x4 */
-    case 3: out_plane_k(3, j, buf, wm, y, b0, rows, wr); break; /* 5x5 */
-    default: out_plane_k(j->KP, j, buf, wm, y, b0, rows, wr); break;
-    }
+                      const int32_t **wr, const dw_rq *rq) {
+    if (rq) DW_PLANE_SHAPES(rq);
+    else DW_PLANE_SHAPES(NULL);
 }
 #else
 static void out_row(const dw_job *j, const char *const *rows, const int32_t *const *wr, int nv, int32_t *y,
@@ -335,7 +440,8 @@ static void out_row(const dw_job *j, const char *const *rows, const int32_t *con
 }
 
 static void out_plane(const dw_job *j, const int32_t *buf, const int32_t *wm, int32_t *y, int32_t b0, const char **rows,
-                      const int32_t **wr) {
+                      const int32_t **wr, const dw_rq *rq) {
+    (void)rq; /* (never given here) */
     const kn_qdw *p = j->p;
     for (int64_t oh = 0; oh < p->OH; oh++) {
         const int nv = kernel_rows(j, buf, wm, j->KP, oh, rows, wr);
@@ -416,8 +522,11 @@ static void dw_range(void *arg, int64_t b0, int64_t b1) {
     int16_t *xb = j->direct ? NULL : kn_aligned_alloc(64, sizeof(int16_t) * (size_t)(j->XB + 16));
     const char **rows = malloc(sizeof(char *) * (size_t)KH);
     const int32_t **wr = malloc(sizeof(int32_t *) * (size_t)KH);
-    int32_t *plane = p->rq ? malloc(sizeof(int32_t) * (size_t)(p->OH * p->OW + DW_L)) : NULL;
-    if (!buf || (!j->direct && !xb) || !rows || !wr || (p->rq && !plane)) {
+    int32_t *plane = p->rq && !DW_RQ_FUSED ? malloc(sizeof(int32_t) * (size_t)(p->OH * p->OW + DW_L)) : NULL;
+#if DW_RQ_FUSED
+    const kn_rq8_k rk = kn_rq8_setup(p->zy, p->y_s8);
+#endif
+    if (!buf || (!j->direct && !xb) || !rows || !wr || (p->rq && !DW_RQ_FUSED && !plane)) {
         atomic_store(&j->failed, 1);
         goto done;
     }
@@ -426,11 +535,13 @@ static void dw_range(void *arg, int64_t b0, int64_t b1) {
         const char *xp = (const char *)p->x + (size_t)b * (size_t)(H * W);
 #if DW_L == 16
         if (j->direct) rows_to_i16(j, xp, H, (int16_t *)buf, 2 * RW, b == b0);
+#elif defined(__AVX2__)
+        if (j->direct) plane_to_i16(j, (const uint8_t *)xp, H, (int16_t *)buf, 2 * RW, b == b0);
 #endif
         for (int64_t ih = 0; ih < H; ih++) {
             int32_t *row = buf + ih * RW;
             if (j->direct) {
-#if DW_L != 16
+#if DW_L != 16 && !defined(__AVX2__)
                 row_to_i16(j, xp + ih * W, (int16_t *)row, b == b0);
 #endif
             } else if (p->sw == 1) row_pairs_s1(j, xp + ih * W, row);
@@ -444,7 +555,15 @@ static void dw_range(void *arg, int64_t b0, int64_t b1) {
             const int32_t *wm = j->wk + m * KH * KP;
             int32_t *y = plane ? plane : p->y + (n * M + m) * p->OH * p->OW;
             const int32_t b0 = p->bias ? p->bias[m] : 0;
-            out_plane(j, buf, wm, y, b0, rows, wr);
+#if DW_RQ_FUSED
+            if (p->rq) {
+                const dw_rq rq = {.k = rk, .r = _mm256_set1_ps(p->rq[m]), .rs = p->rq[m],
+                                  .y8 = (uint8_t *)p->y8 + (n * M + m) * p->OH * p->OW};
+                out_plane(j, buf, wm, NULL, b0, rows, wr, &rq);
+                continue;
+            }
+#endif
+            out_plane(j, buf, wm, y, b0, rows, wr, NULL);
             if (plane)
                 kn_q_requant(plane, p->OH * p->OW, p->rq[m], p->zy, p->y_s8,
                              (uint8_t *)p->y8 + (n * M + m) * p->OH * p->OW);
@@ -520,6 +639,46 @@ static void dws_requant_out(const kn_qdw *p, const int32_t *acc, uint8_t *ob, in
         for (int i = 0; i < 8; i++) v[2 * i] = _mm_unpacklo_epi64(t[i], t[i + 8]), v[2 * i + 1] = _mm_unpackhi_epi64(t[i], t[i + 8]);
         const __mmask16 k = OP - q >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (OP - q)) - 1u);
         for (int64_t c = 0; c < nc; c++) _mm_mask_storeu_epi8(y8 + c * OP + q, k, v[c]);
+    }
+}
+#endif
+
+#if DW_RQ_FUSED
+/* The same on AVX2 with 8 channels in the lanes: kn_rq8 per position with the channels' scales in
+ * the lanes (kn_q_requant's arithmetic, value for value), eight positions' 8 bytes transposed in
+ * registers (8 x 8 bytes: three rounds of unpacks) to 8 positions of each channel's plane a store.
+ * Through int32 transposes back to planes and kn_q_requant per plane, the requantisation had been
+ * a fifth of a depthwise 7x7 or 28x28 layer's time (perf: requant_any 22%). */
+static void dws_requant_out8(const kn_qdw *p, const int32_t *acc, int64_t n, int64_t c0, int64_t nc) {
+    const int64_t OP = p->OH * p->OW, M = p->C; /* mult 1 */
+    float r[8] = {0};
+    for (int64_t c = 0; c < nc; c++) r[c] = p->rq[c0 + c];
+    const __m256 rv = _mm256_loadu_ps(r);
+    const kn_rq8_k k = kn_rq8_setup(p->zy, p->y_s8);
+    uint8_t *y8 = (uint8_t *)p->y8 + (n * M + c0) * OP;
+    for (int64_t q = 0; q < OP; q += 8) {
+        const int64_t np = OP - q < 8 ? OP - q : 8;
+        __m128i v[8];
+        for (int i = 0; i < 8; i++)
+            v[i] = i < np ? kn_rq8(&k, _mm256_load_si256((const __m256i *)(acc + (q + i) * 8)), rv) : _mm_setzero_si128();
+        /* positions i, channels c (byte c of v[i]) to channels c, positions i */
+        const __m128i a0 = _mm_unpacklo_epi8(v[0], v[1]), a1 = _mm_unpacklo_epi8(v[2], v[3]);
+        const __m128i a2 = _mm_unpacklo_epi8(v[4], v[5]), a3 = _mm_unpacklo_epi8(v[6], v[7]);
+        const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1); /* channels 0-3, 4-7 of positions 0-3 */
+        const __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3); /* of positions 4-7 */
+        __m128i t[4]; /* channels 2i (low 8 bytes) and 2i + 1 (high) */
+        t[0] = _mm_unpacklo_epi32(b0, b2), t[1] = _mm_unpackhi_epi32(b0, b2);
+        t[2] = _mm_unpacklo_epi32(b1, b3), t[3] = _mm_unpackhi_epi32(b1, b3);
+        if (np == 8) {
+            for (int64_t c = 0; c < nc; c++) {
+                const __m128i h = c & 1 ? _mm_unpackhi_epi64(t[c >> 1], t[c >> 1]) : t[c >> 1];
+                _mm_storel_epi64((__m128i *)(y8 + c * OP + q), h);
+            }
+        } else { /* (a plane's last bytes: the next plane's first follow them, written already) */
+            uint8_t b[64];
+            for (int i = 0; i < 4; i++) _mm_storeu_si128((__m128i *)(b + 16 * i), t[i]);
+            for (int64_t c = 0; c < nc; c++) memcpy(y8 + c * OP + q, b + 8 * c, (size_t)np);
+        }
     }
 }
 #endif
@@ -649,6 +808,11 @@ static void dws_range(void *arg, int64_t b0, int64_t b1) {
 #if DW_L == 16
         if (p->rq) { /* QLinearConv: requantised in this layout, then planes by byte transposes */
             dws_requant_out(p, acc, ob, n, c0, nc);
+            continue;
+        }
+#elif DW_RQ_FUSED
+        if (p->rq) {
+            dws_requant_out8(p, acc, n, c0, nc);
             continue;
         }
 #endif

@@ -38,8 +38,9 @@ typedef struct kn_qdw {
     int32_t zw0;
     int32_t *y;           /* [N, M, OH, OW] */
     const int32_t *bias; /* M values added, or NULL */
-    /* QLinearConv: with rq set (M scales), each plane requantised (kn_q_requant) into y8 (int8
-     * when y_s8, else uint8) instead of written to y */
+    /* QLinearConv: with rq set (M scales), each plane requantised (kn_q_requant's bytes) into y8
+     * (int8 when y_s8, else uint8) instead of written to y; AVX2 builds requantise the sums from
+     * their registers (the row form's out_block, the small planes' blocks of 8 channels) */
     const float *rq;
     double zy;
     bool y_s8;
