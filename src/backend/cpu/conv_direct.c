@@ -86,36 +86,41 @@ typedef struct dc_geom {
     int64_t span;   /* input rows a window spans */
     int64_t wp;     /* floats of one phase of a copied row */
     int64_t rowf;   /* floats of a copied row (sw phases) */
-    bool copies;    /* the row kernel's rows as copies (dc_copies_of), not phases */
-    int64_t ncp;    /* the row kernel's copies of a row (dc_copies_of) */
+    bool copies;    /* the row kernel's rows with shifted copies (dc_copies_of) after the phases */
+    int64_t ncp;    /* the shifted copies of a row (dc_copies_of) */
     int64_t wpc;    /* floats of one copy */
-    int64_t rowc;   /* floats of a row's copies in the ring (ncp wpc) */
+    int64_t rowc;   /* floats of a row in the ring (sw wp + ncp wpc) */
     int64_t ring;   /* floats of the ring (C/G channels x span slots x rowc) */
     int64_t scratch; /* floats a task needs: ring, the padded row before its split, a tile buffer */
 } dc_geom;
 
-/* The row kernel's copies of an input row, one per (phase p, shift r) its taps need: tap kw reads
- * phase p = (kw dw) mod sw at element e = (kw dw) / sw, i.e. copy (p, e mod KN_VL) at element
- * e - e mod KN_VL, a multiple of KN_VL, so that every tap's loads are aligned as the tile's columns
- * are. Copy (p, r) element i is phase p element i + r. Loads at e itself (one copy a phase) split
- * across cache lines at half the tiles' columns where e is not a multiple of KN_VL: the 4 x 3 tile's
- * loop ran 33 GFMA/s on such taps against 42 aligned (2-core AVX2 EPYC, a test loop in L1).
- * Fills cp_p, cp_r and koff (each tap's offset in a row's copies, wpc floats a copy) where not
- * NULL; returns the number of copies (at most min(KW, sw KN_VL)). The copies cost a pass over
- * them per input row and channel, shared by the output channels and the rows of a window: where
- * those are few (dc_copies_pay) the row stays as its phases, tap kw at phase p element e. */
-static int64_t dc_copies_of(const kn_dconv_shape *s, int *cp_p, int *cp_r, int64_t *koff, int64_t wpc) {
+/* The row kernel's shifted copies of an input row, after its sw phases (wp floats each), one per
+ * (phase p, shift r > 0) its taps need: tap kw reads phase p = (kw dw) mod sw at element e =
+ * (kw dw) / sw, i.e. copy (p, e mod KN_VL) at element e - e mod KN_VL (the phase itself where that
+ * is 0), a multiple of KN_VL, so that every tap's loads are aligned as the tile's columns are. Copy
+ * (p, r) element i is phase p element i + r. Loads at e itself split across cache lines at half the
+ * tiles' columns where e is not a multiple of KN_VL: the 4 x 3 tile's loop ran 33 GFMA/s on such
+ * taps against 42 aligned (2-core AVX2 EPYC, a test loop in L1). Fills cp_p, cp_r and koff (each
+ * tap's offset in a ring row, wpc floats a copy) where not NULL; returns the number of copies (at
+ * most min(KW, sw KN_VL)). The copies cost a pass over them per input row and channel, shared by
+ * the output channels and the rows of a window: where those are few (dc_copies_pay) the row stays
+ * as its phases, tap kw at phase p element e. */
+static int64_t dc_copies_of(const kn_dconv_shape *s, int *cp_p, int *cp_r, int64_t *koff, int64_t wp, int64_t wpc) {
     int64_t n = 0;
     int key[DC_MAX_KW]; /* p KN_VL + r of copy k */
     for (int64_t kw = 0; kw < s->KW; kw++) {
         const int64_t p = kw * s->dw % s->sw, e = kw * s->dw / s->sw, r = e % KN_VL;
+        if (r == 0) {
+            if (koff) koff[kw] = p * wp + e;
+            continue;
+        }
         int64_t k = 0;
         while (k < n && key[k] != (int)(p * KN_VL + r)) k++;
         if (k == n) {
             key[n++] = (int)(p * KN_VL + r);
             if (cp_p) cp_p[k] = (int)p, cp_r[k] = (int)r;
         }
-        if (koff) koff[kw] = k * wpc + (e - r);
+        if (koff) koff[kw] = s->sw * wp + k * wpc + (e - r);
     }
     return n;
 }
@@ -126,9 +131,10 @@ static int64_t dc_copies_of(const kn_dconv_shape *s, int *cp_p, int *cp_r, int64
  * s2 (4) 1.4x slower, depthwise 8ch k129 s2 (1) 1.2x; 3x39 8->8 (24, 8 copies) 1.1x. KILN_DC_COPIES=0/1:
  * never / always (measurements). */
 static bool dc_copies_pay(const kn_dconv_shape *s, int64_t ncp) {
+    if (ncp == 0) return false; /* every tap aligned already */
     const char *e = getenv("KILN_DC_COPIES");
     if (e) return e[0] == '1';
-    return ncp > 1 && (s->M / s->G) * s->KH >= 32 * s->sh && ncp <= 2 * s->sw + 4;
+    return (s->M / s->G) * s->KH >= 32 * s->sh && ncp <= s->sw + 4;
 }
 
 static dc_geom dc_geom_of(const kn_dconv_shape *s) {
@@ -140,13 +146,13 @@ static dc_geom dc_geom_of(const kn_dconv_shape *s) {
     g.rowf = s->sw * g.wp;
     const int64_t emax = (s->KW - 1) * s->dw / s->sw;
     g.wpc = owr + emax / KN_VL * KN_VL;
-    g.ncp = dc_copies_of(s, NULL, NULL, NULL, g.wpc);
+    g.ncp = dc_copies_of(s, NULL, NULL, NULL, g.wp, g.wpc);
     g.copies = dc_copies_pay(s, g.ncp);
-    if (!g.copies) g.ncp = s->sw, g.wpc = g.wp;
-    g.rowc = g.ncp * g.wpc;
+    if (!g.copies) g.ncp = 0;
+    g.rowc = g.rowf + g.ncp * g.wpc;
     g.ring = Cg * g.span * g.rowc;
-    /* ring, the row split into phases, dc_copy_row's tmp, a tile buffer, toff */
-    g.scratch = g.ring + 2 * (g.rowf + KN_VL) + (s->M / s->G) * DC_NVMAX * KN_VL + 2 * Cg * s->KH * s->KW;
+    /* ring, dc_copy_row's tmp, a tile buffer, toff */
+    g.scratch = g.ring + g.rowf + KN_VL + (s->M / s->G) * DC_NVMAX * KN_VL + 2 * Cg * s->KH * s->KW;
     return g;
 }
 
@@ -555,22 +561,18 @@ static void dc_copy_row(const float *src, int64_t W, int64_t pw, int64_t sw, int
 }
 
 /* Input row ih of the group's channels (image n) into ring slot `slot`: split into phases
- * (dc_copy_row, into ph), then the copies (dc_copies_of). The row's columns from xoff, wl of them,
+ * (dc_copy_row), then the shifted copies (dc_copies_of). The row's columns from xoff, wl of them,
  * pl pads before them (a column chunk's: dc_range). */
 static void dc_copy_rows(const dc_job *j, const float *xg, int64_t ih, int64_t xoff, int64_t wl, int64_t pl,
-                         int64_t slot, float *ring, float *ph, float *tmp) {
+                         int64_t slot, float *ring, float *tmp) {
     const kn_dconv_shape *s = j->s;
     const int64_t wpc = j->g.wpc, wp = j->g.wp;
     for (int64_t c = 0; c < j->Cg; c++) {
-        float *d = ring + (c * j->g.span + slot) * j->g.rowc;
-        if (!j->g.copies) { /* the phases themselves */
-            dc_copy_row(xg + (c * s->H + ih) * s->W + xoff, wl, pl, s->sw, wp, d, tmp);
-            continue;
-        }
+        float *ph = ring + (c * j->g.span + slot) * j->g.rowc, *d = ph + s->sw * wp;
         dc_copy_row(xg + (c * s->H + ih) * s->W + xoff, wl, pl, s->sw, wp, ph, tmp);
         for (int64_t k = 0; k < j->g.ncp; k++, d += wpc) {
             const float *src = ph + j->cp_p[k] * wp + j->cp_r[k];
-            for (int64_t i = 0; i < wpc; i += KN_VL) kn_vf_storeu(d + i, kn_vf_loadu(src + i));
+            for (int64_t i = 0; i < wpc; i += KN_VL) kn_vf_store(d + i, kn_vf_loadu(src + i));
         }
     }
 }
@@ -586,7 +588,7 @@ static void dc_range(void *arg, int64_t begin, int64_t end) {
         __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
         return;
     }
-    float *ring = buf, *ph = buf + g->ring, *tmp = ph + g->rowf + KN_VL, *tb = tmp + g->rowf + KN_VL;
+    float *ring = buf, *tmp = buf + g->ring, *tb = tmp + g->rowf + KN_VL;
     /* the taps' offsets from ring for rows whose window lies in the image (an even float offset) */
     int64_t *toff = (int64_t *)(tb + Mg * DC_NVMAX * KN_VL);
     const int64_t cstride = g->span * g->rowc, KW = s->KW, taps = j->Cg * KH * KW;
@@ -626,7 +628,7 @@ static void dc_range(void *arg, int64_t begin, int64_t end) {
                 if (slot >= span) slot -= span;
                 for (int64_t kh = kh0; kh < kh1; kh++) {
                     const int64_t ih = ih0 + kh * dh;
-                    if (have[slot] != ih) dc_copy_rows(j, xg, ih, xoff, wl, pl, slot, ring, ph, tmp), have[slot] = ih;
+                    if (have[slot] != ih) dc_copy_rows(j, xg, ih, xoff, wl, pl, slot, ring, tmp), have[slot] = ih;
                     rows[kh] = ring + slot * g->rowc;
                     if ((slot += dh) >= span) slot -= span;
                 }
@@ -926,7 +928,7 @@ kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float 
         sc.OW = j.cw;
         j.g = dc_geom_of(&sc);
     }
-    if (j.g.copies) dc_copies_of(s, j.cp_p, j.cp_r, j.koff, j.g.wpc);
+    if (j.g.copies) dc_copies_of(s, j.cp_p, j.cp_r, j.koff, j.g.wp, j.g.wpc);
     else
         for (int64_t kw = 0; kw < s->KW; kw++) j.koff[kw] = (kw * s->dw) % s->sw * j.g.wp + (kw * s->dw) / s->sw;
     const int64_t kk = s->KH * s->KW;
