@@ -918,20 +918,23 @@ static void dws2_fill(const float *xrow, float *e, const win2 *v, int64_t Q) {
     if (W & 1) e[W / 2] = xrow[W - 1];
 }
 
-/* R (1 or 2) output rows from the phase rows at s0 (row oh's first window row) on, NV vectors a
+/* R (1 or 2) output rows from the phase rows at s0 (row oh's first window row) on, columns
+ * [ow_begin, ow_end) (NV KN_VL a block, ow_end - ow_begin a multiple of that or less), NV vectors a
  * step; KWC: the window's width where constant (3 or 5), 0 otherwise. A row's last vector is
  * stored whole where what it spills over (the next rows' first columns) is below lim and written
  * after it (blocks right to left): AVX2's masked stores are microcoded on AMD's cores, and a
  * 28-wide row ends inside a vector on every row. */
 static inline __attribute__((always_inline)) void dws2_rows(const float *s0, const float *ws, float bias, float *y0,
-                                                            const float *lim, const dws2_job *j, const int R, const int NV,
+                                                            const float *lim, int64_t ow_begin, int64_t ow_end,
+                                                            const dws2_job *j, const int R, const int NV,
                                                             const int KWC) {
     const win2 *v = &j->v;
     const int64_t Q = j->Q, KW = KWC ? KWC : v->KW, KH = v->KH, OW = v->OW;
     const int64_t rs = v->sh * 2 * Q, ks = v->dh * 2 * Q;
     const kn_vf b = kn_vf_set1(bias);
     s0 += KN_VL;
-    for (int64_t ow0 = (OW - 1) / (NV * KN_VL) * (NV * KN_VL); ow0 >= 0; ow0 -= NV * KN_VL) {
+    for (int64_t ow0 = ow_begin + (ow_end - 1 - ow_begin) / (NV * KN_VL) * (NV * KN_VL); ow0 >= ow_begin;
+         ow0 -= NV * KN_VL) {
         kn_vf acc[2][DWS2_NV];
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++)
@@ -963,11 +966,26 @@ static inline __attribute__((always_inline)) void dws2_rows(const float *s0, con
     }
 }
 
-#define DWS2_KW(R, NV)                                                                                 \
+#define DWS2_KW(R, NV, B, E)                                                                           \
     do {                                                                                               \
-        if (v->KW == 3) dws2_rows(s0, ws, bias, y0, lim, j, R, NV, 3);                                 \
-        else if (v->KW == 5) dws2_rows(s0, ws, bias, y0, lim, j, R, NV, 5);                            \
-        else dws2_rows(s0, ws, bias, y0, lim, j, R, NV, 0);                                            \
+        if (v->KW == 3) dws2_rows(s0, ws, bias, y0, lim, B, E, j, R, NV, 3);                           \
+        else if (v->KW == 5) dws2_rows(s0, ws, bias, y0, lim, B, E, j, R, NV, 5);                      \
+        else dws2_rows(s0, ws, bias, y0, lim, B, E, j, R, NV, 0);                                      \
+    } while (0)
+
+/* the row's last block (the columns past the last whole block of DWS2_NV vectors, in as many
+ * vectors as they need: a 38-wide row is 4 + 1 vectors, not 8), then the whole blocks, right to
+ * left (dws2_rows' whole-vector tails) */
+#define DWS2_ROWS(R)                                                                                   \
+    do {                                                                                               \
+        switch (tail_nv) {                                                                             \
+        case 1: DWS2_KW(R, 1, ow4, v->OW); break;                                                      \
+        case 2: DWS2_KW(R, 2, ow4, v->OW); break;                                                      \
+        case 3: DWS2_KW(R, 3, ow4, v->OW); break;                                                      \
+        case 4: DWS2_KW(R, 4, ow4, v->OW); break;                                                      \
+        default: break;                                                                                \
+        }                                                                                              \
+        if (ow4 > 0) DWS2_KW(R, DWS2_NV, 0, ow4);                                                      \
     } while (0)
 
 /* output rows [oh_begin, oh_end) of plane p (image n, channel c), band after band */
@@ -979,7 +997,8 @@ static void dws2_plane(const dws2_job *j, int64_t p, int64_t oh_begin, int64_t o
     float *y = j->y + p * s->out_plane;
     const float *lim = y + oh_end * v->OW; /* the task's rows end here */
     const float bias = j->bias ? j->bias[c] : 0.0f;
-    const int nv = v->OW <= KN_VL ? 1 : v->OW <= 2 * KN_VL ? 2 : 4;
+    const int64_t ow4 = v->OW / (DWS2_NV * KN_VL) * (DWS2_NV * KN_VL); /* whole blocks end here */
+    const int tail_nv = (int)((v->OW - ow4 + KN_VL - 1) / KN_VL);
     for (int64_t ob0 = oh_begin; ob0 < oh_end; ob0 += j->band) {
         const int64_t ob1 = min64(oh_end, ob0 + j->band);
         const int64_t r0 = ob0 * v->sh - v->ph, rows = (ob1 - 1 - ob0) * v->sh + (v->KH - 1) * v->dh + 1;
@@ -990,15 +1009,8 @@ static void dws2_plane(const dws2_job *j, int64_t p, int64_t oh_begin, int64_t o
         for (int64_t oh = ob0; oh < ob1; oh += 2) {
             const float *s0 = scratch + (oh - ob0) * v->sh * 2 * Q;
             float *y0 = y + oh * v->OW;
-            if (oh + 1 < ob1) {
-                if (nv == 1) DWS2_KW(2, 1);
-                else if (nv == 2) DWS2_KW(2, 2);
-                else DWS2_KW(2, 4);
-            } else {
-                if (nv == 1) DWS2_KW(1, 1);
-                else if (nv == 2) DWS2_KW(1, 2);
-                else DWS2_KW(1, 4);
-            }
+            if (oh + 1 < ob1) DWS2_ROWS(2);
+            else DWS2_ROWS(1);
         }
         if (j->epi) j->epi(j->epi_ctx, j->y, p * s->out_plane + ob0 * v->OW, 1, (ob1 - ob0) * v->OW, s->out_plane);
     }
@@ -1032,7 +1044,12 @@ static bool dws2_suits(const conv_shape *s) {
     if (dws2_rows_of(&v, 1) * 2 * Q > 16 * DWS2_SCRATCH_FLOATS) return false;
     const char *e = getenv("KILN_DWS2");
     if (e) return e[0] == '1';
-    return v.OW >= 2 * KN_VL;
+    /* measured (1 thread, against dw16 or the masked-tap loops): 3x3 wins (8ch 37x301 0.70-0.81,
+     * 16ch 112x112 0.75-0.87, 72ch 56x56 0.91-0.95, 64ch 200x152 0.91), so do 1-D rows (32ch k5
+     * L4001 0.82); 5x5 loses (128ch 100x76 1.29, 16ch 60x2000 1.56: its taps at odd offsets split
+     * cache lines, not yet looked into), and so do 2-D rows over 512 wide (3x3 16ch 60x2000 1.35:
+     * bands of 2 rows, read from L2) */
+    return v.OW >= 2 * KN_VL && (v.KH == 1 || (s->kk <= 9 && v.OW <= DW16_MAX_OW));
 }
 
 /* tasks: (plane, slice of output rows) */
