@@ -85,43 +85,64 @@ static void rows_to_i16(const dw_job *j, const void *x, int64_t nrows, int16_t *
 
 #if DW_L == 8 && defined(__AVX2__)
 /* The direct form's int16 rows of a whole plane (x's rows, nrows of W, less zx) into dst, row r at
- * dst + r * dst_stride + pw, sixteen columns a step, the last step's lanes past W zeroed; the left
- * border [0, pw) and the columns past the last step are never written, so zeroed once (first) they
- * stay zero for every later plane. A call per row, with its bounds and constants, had cost as
- * much as the conversion itself (perf, 1x64x56x56 3x3 s2: row_to_i16 40% of the layer). Rows whose
- * last step would read past the tensor (its end) take a scalar loop. */
+ * dst + r * dst_stride + pw, sixteen columns a step, the lanes outside the row zeroed; the columns
+ * past the last step are never written, so zeroed once (first) they stay zero for every later
+ * plane. A call per row, with its bounds and constants, had cost as much as the conversion itself
+ * (perf, 1x64x56x56 3x3 s2: row_to_i16 40% of the layer). Rows whose loads would read outside the
+ * tensor (its first and last bytes) take a scalar loop. */
+static inline __m256i i16_of(const uint8_t *src, bool s8, __m256i zv) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)src);
+    return _mm256_sub_epi16(s8 ? _mm256_cvtepi8_epi16(raw) : _mm256_cvtepu8_epi16(raw), zv);
+}
+
 static void plane_to_i16(const dw_job *j, const uint8_t *x, int64_t nrows, int16_t *dst, int64_t dst_stride,
                          bool first) {
     const kn_qdw *p = j->p;
-    const int64_t W = p->W, pw = p->pw, steps = (W + 15) / 16;
+    const int64_t W = p->W, pw = p->pw;
+    const bool s8 = p->x_s8;
     if (first) memset(dst, 0, sizeof(int16_t) * (size_t)(nrows * dst_stride));
-    const uint8_t *end = (const uint8_t *)p->x + p->N * p->C * p->H * W;
+    const uint8_t *begin = p->x, *end = (const uint8_t *)p->x + p->N * p->C * p->H * W;
     const __m256i zv = _mm256_set1_epi16((int16_t)p->zx);
-    const __m256i keep = _mm256_cmpgt_epi16(_mm256_set1_epi16((int16_t)(W - 16 * (steps - 1))),
-                                            _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    const __m256i lane = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    if (pw < 16) {
+        /* the steps at 32-byte boundaries of the rows (dst_stride is a multiple of 16), loads from
+         * pw before them (unaligned stores that cross a line had cost a third more): the first
+         * step's lanes under pw and the last's past pw + W zeroed */
+        const int64_t steps = (pw + W + 15) / 16, tail = pw + W - 16 * (steps - 1);
+        __m256i k0 = _mm256_cmpgt_epi16(lane, _mm256_set1_epi16((int16_t)(pw - 1)));
+        const __m256i kl = _mm256_cmpgt_epi16(_mm256_set1_epi16((int16_t)tail), lane);
+        if (steps == 1) k0 = _mm256_and_si256(k0, kl);
+        for (int64_t r = 0; r < nrows; r++) {
+            const uint8_t *src = x + r * W - pw;
+            int16_t *d = dst + r * dst_stride;
+            if (src < begin || src + 16 * steps > end) { /* the tensor's first or last bytes */
+                const int16_t z = (int16_t)p->zx;
+                for (int64_t i = 0; i < W; i++) d[pw + i] = (int16_t)((s8 ? (int16_t)(int8_t)src[pw + i] : (int16_t)src[pw + i]) - z);
+                for (int64_t i = pw + W; i < 16 * steps; i++) d[i] = 0;
+                continue;
+            }
+            _mm256_store_si256((__m256i *)d, _mm256_and_si256(k0, i16_of(src, s8, zv)));
+            if (steps == 1) continue;
+            int64_t q = 16;
+            for (; q < 16 * (steps - 1); q += 16) _mm256_store_si256((__m256i *)(d + q), i16_of(src + q, s8, zv));
+            _mm256_store_si256((__m256i *)(d + q), _mm256_and_si256(kl, i16_of(src + q, s8, zv)));
+        }
+        return;
+    }
+    const int64_t steps = (W + 15) / 16;
+    const __m256i keep = _mm256_cmpgt_epi16(_mm256_set1_epi16((int16_t)(W - 16 * (steps - 1))), lane);
     for (int64_t r = 0; r < nrows; r++) {
         const uint8_t *src = x + r * W;
         int16_t *d = dst + r * dst_stride + pw;
         if (src + 16 * steps > end) { /* the tensor's last bytes */
             const int16_t z = (int16_t)p->zx;
-            for (int64_t i = 0; i < W; i++) d[i] = (int16_t)((p->x_s8 ? (int16_t)(int8_t)src[i] : (int16_t)src[i]) - z);
+            for (int64_t i = 0; i < W; i++) d[i] = (int16_t)((s8 ? (int16_t)(int8_t)src[i] : (int16_t)src[i]) - z);
             for (int64_t i = W; i < 16 * steps; i++) d[i] = 0;
             continue;
         }
-        int64_t s = 0;
-        if (p->x_s8) {
-            for (; s + 1 < steps; s++)
-                _mm256_storeu_si256((__m256i *)(d + 16 * s),
-                                    _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(src + 16 * s))), zv));
-            _mm256_storeu_si256((__m256i *)(d + 16 * s),
-                                _mm256_and_si256(keep, _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(src + 16 * s))), zv)));
-        } else {
-            for (; s + 1 < steps; s++)
-                _mm256_storeu_si256((__m256i *)(d + 16 * s),
-                                    _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(src + 16 * s))), zv));
-            _mm256_storeu_si256((__m256i *)(d + 16 * s),
-                                _mm256_and_si256(keep, _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(src + 16 * s))), zv)));
-        }
+        int64_t q = 0;
+        for (; q < 16 * (steps - 1); q += 16) _mm256_storeu_si256((__m256i *)(d + q), i16_of(src + q, s8, zv));
+        _mm256_storeu_si256((__m256i *)(d + q), _mm256_and_si256(keep, i16_of(src + q, s8, zv)));
     }
 }
 #endif
@@ -404,13 +425,13 @@ static inline __attribute__((always_inline)) void out_plane_k(const int64_t kp, 
     }
 }
 
-/* the kernel's common shapes with their pair count and (rows wholly inside the input) their row
- * count as constants: the loops over them unrolled, no row or weight pointers reloaded */
+/* the kernel's common shapes with their pair count as a constant, and 3x3 at stride 2 its row count
+ * too where the rows lie wholly inside the input (the loops unrolled: 0.97x the time; 3x3 at
+ * stride 1 took 1.02x, 5x5 1.15x, so they keep the loop over rows) */
 #define DW_PLANE_SHAPES(RQ)                                                                                \
     do {                                                                                                   \
         const int64_t KH_ = j->p->KH;                                                                      \
-        if (j->KP == 2 && KH_ == 3) out_plane_k(2, 3, j, buf, wm, y, b0, rows, wr, RQ); /* 3x3 */          \
-        else if (j->KP == 3 && KH_ == 5) out_plane_k(3, 5, j, buf, wm, y, b0, rows, wr, RQ); /* 5x5 */     \
+        if (j->KP == 2 && KH_ == 3 && j->direct) out_plane_k(2, 3, j, buf, wm, y, b0, rows, wr, RQ);     \
         else if (j->KP == 1) out_plane_k(1, 0, j, buf, wm, y, b0, rows, wr, RQ);                           \
         else if (j->KP == 2) out_plane_k(2, 0, j, buf, wm, y, b0, rows, wr, RQ);                           \
         else if (j->KP == 3) out_plane_k(3, 0, j, buf, wm, y, b0, rows, wr, RQ);                           \
@@ -598,12 +619,13 @@ typedef struct dws_job {
  * loaded once for the NP positions, their sums in NP independent accumulators (one position at a
  * time ran a chain of KH * KP dependent adds, with the loop's set-up per position: 2x the float
  * depthwise kernel's time on 14x14 planes) */
-static inline __attribute__((always_inline)) void dws_positions(const int NP, const kn_qdw *p, const int32_t *pp,
-                                                                const int32_t *wk, int64_t KP, int64_t Wp, dw_vec bv,
-                                                                int64_t oh, int64_t ow, int32_t *out) {
+static inline __attribute__((always_inline)) void dws_positions(const int NP, const int64_t KH, const kn_qdw *p,
+                                                                const int32_t *pp, const int32_t *wk, const int64_t KP,
+                                                                int64_t Wp, dw_vec bv, int64_t oh, int64_t ow,
+                                                                int32_t *out) {
     dw_vec s[4] = {bv, bv, bv, bv};
     const int64_t step = p->sw * DW_L, tap = 2 * p->dw * DW_L;
-    for (int64_t kh = 0; kh < p->KH; kh++) {
+    for (int64_t kh = 0; kh < KH; kh++) {
         const int32_t *row = pp + ((oh * p->sh + kh * p->dh) * Wp + ow * p->sw) * DW_L;
         const int32_t *wr = wk + kh * KP * DW_L;
         for (int64_t k = 0; k < KP; k++, row += tap) {
@@ -612,6 +634,24 @@ static inline __attribute__((always_inline)) void dws_positions(const int NP, co
         }
     }
     for (int e = 0; e < NP; e++) dw_storeu(out + e * DW_L, s[e]);
+}
+
+/* all positions' sums of a block (acc: OH*OW x DW_L), KH and KP constants after inlining for 3x3
+ * (its loops unrolled: 1x128x28x28 took 0.96x the time) */
+static inline __attribute__((always_inline)) void dws_sums(const int64_t KH, const int64_t KP, const kn_qdw *p,
+                                                           const int32_t *pp, const int32_t *wk, int64_t Wp, dw_vec bv,
+                                                           int32_t *acc) {
+    const int64_t OH = p->OH, OW = p->OW;
+    for (int64_t oh = 0; oh < OH; oh++) {
+        int64_t ow = 0;
+        for (; ow + 4 <= OW; ow += 4) dws_positions(4, KH, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * DW_L);
+        switch (OW - ow) {
+        case 3: dws_positions(3, KH, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * DW_L); break;
+        case 2: dws_positions(2, KH, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * DW_L); break;
+        case 1: dws_positions(1, KH, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * DW_L); break;
+        default: break;
+        }
+    }
 }
 
 #if DW_L == 16
@@ -795,16 +835,10 @@ static void dws_range(void *arg, int64_t b0, int64_t b1) {
         int32_t bias[DW_L] = {0};
         for (int64_t c = 0; c < nc; c++) bias[c] = p->bias ? p->bias[c0 + c] : 0;
         const dw_vec bv = dw_loadu(bias);
-        for (int64_t oh = 0; oh < OH; oh++) {
-            int64_t ow = 0;
-            for (; ow + 4 <= OW; ow += 4) dws_positions(4, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * DW_L);
-            switch (OW - ow) {
-            case 3: dws_positions(3, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * DW_L); break;
-            case 2: dws_positions(2, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * DW_L); break;
-            case 1: dws_positions(1, p, pp, wk, KP, Wp, bv, oh, ow, acc + (oh * OW + ow) * DW_L); break;
-            default: break;
-            }
-        }
+        /* (5x5 with its loops unrolled took 1.3x the time: the 15 weight vectors held across
+         * positions spill) */
+        if (p->KH == 3 && KP == 2) dws_sums(3, 2, p, pp, wk, Wp, bv, acc);
+        else dws_sums(p->KH, KP, p, pp, wk, Wp, bv, acc);
 #if DW_L == 16
         if (p->rq) { /* QLinearConv: requantised in this layout, then planes by byte transposes */
             dws_requant_out(p, acc, ob, n, c0, nc);
