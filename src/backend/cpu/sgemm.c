@@ -981,54 +981,71 @@ static void pack_b_panel(const float *B, int64_t ldb, bool trans, int64_t j0, in
 
 
 #define PACK_B_ROWS 8
+#if defined(KN_GEMM_AVX512) || defined(KN_GEMM_AVX2)
+/* Rows [q0, q1) of the kc-deep slice at row p0 of plain (untransposed) B, columns [j0, j0 + nc),
+ * into its panels (panel jr at dst + jr * kc, row q at q * NR): PACK_B_ROWS rows at a time across
+ * every panel, so B is read by a few sequential streams (its rows may be long: a 1x1 conv's
+ * planes) and each panel gets PACK_B_ROWS * NR contiguous floats: row by row, the stores went to
+ * panels kc * NR floats apart, the same L1 set (1x1 256->64 on 56x56: 4-5% faster by 8 rows,
+ * op_ab). AVX2: whole panels with plain loads; panel by panel (pack_b_panel) read one line of
+ * each of kc rows a plane apart before moving on: 19% of a 1x1 256->64 convolution on 56x56
+ * (perf, Zen 3). A part of the rows is what run_job's shared packing gives each task. */
+static void pack_b_plain_rows(const float *B, int64_t ldb, int64_t j0, int64_t nc, int64_t p0, int64_t kc, int64_t q0,
+                              int64_t q1, float *dst) {
+    for (int64_t q = q0; q < q1; q += PACK_B_ROWS) {
+        const int64_t qe = min64(q1, q + PACK_B_ROWS);
+#if defined(KN_GEMM_AVX512)
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+            const int64_t nr = min64(NR, nc - jr);
+            const __mmask16 k0 = mask16(nr), k1 = mask16(nr - 16);
+            for (int64_t p = q; p < qe; p++) {
+                const float *src = B + (p0 + p) * ldb + j0;
+                float *d = dst + jr * kc + p * NR;
+                _mm512_storeu_ps(d, _mm512_maskz_loadu_ps(k0, src + jr));
+                _mm512_storeu_ps(d + 16, _mm512_maskz_loadu_ps(k1, src + jr + 16));
+            }
+        }
+#else
+        int64_t jr = 0;
+        for (; jr + NR <= nc; jr += NR)
+            for (int64_t p = q; p < qe; p++) {
+                const float *src = B + (p0 + p) * ldb + j0 + jr;
+                float *d = dst + jr * kc + p * NR;
+                _mm256_storeu_ps(d, _mm256_loadu_ps(src));
+                _mm256_storeu_ps(d + 8, _mm256_loadu_ps(src + 8));
+            }
+        if (jr < nc) {
+            const __m256i k0 = mask8(nc - jr), k1 = mask8(nc - jr - 8);
+            for (int64_t p = q; p < qe; p++) {
+                const float *src = B + (p0 + p) * ldb + j0 + jr;
+                float *d = dst + jr * kc + p * NR;
+                _mm256_storeu_ps(d, _mm256_maskload_ps(src, k0));
+                _mm256_storeu_ps(d + 8, _mm256_maskload_ps(src + 8, k1));
+            }
+        }
+#endif
+    }
+}
+#else
+static void pack_b_plain_rows(const float *B, int64_t ldb, int64_t j0, int64_t nc, int64_t p0, int64_t kc, int64_t q0,
+                              int64_t q1, float *dst) {
+    for (int64_t q = q0; q < q1; q++)
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+            const int64_t nr = min64(NR, nc - jr);
+            const float *src = B + (p0 + q) * ldb + j0 + jr;
+            float *d = dst + jr * kc + q * NR;
+            int64_t l = 0;
+            for (; l < nr; l++) d[l] = src[l];
+            for (; l < NR; l++) d[l] = 0.0f;
+        }
+}
+#endif
+
 static void pack_b(const float *B, int64_t ldb, bool trans, int64_t j0, int64_t nc, int64_t p0, int64_t kc,
                    float *dst) {
-#if defined(KN_GEMM_AVX512)
+#if defined(KN_GEMM_AVX512) || defined(KN_GEMM_AVX2)
     if (!trans) {
-        /* PACK_B_ROWS rows at a time across every panel, so B is read by a few sequential
-         * streams (its rows may be long: a 1x1 conv's planes) and each panel gets PACK_B_ROWS * NR
-         * contiguous floats: row by row, the stores went to panels kc * NR floats apart, the same
-         * L1 set (1x1 256->64 on 56x56: 4-5% faster by 8 rows, op_ab) */
-        for (int64_t q = 0; q < kc; q += PACK_B_ROWS) {
-            const int64_t qe = min64(kc, q + PACK_B_ROWS);
-            for (int64_t jr = 0; jr < nc; jr += NR) {
-                const int64_t nr = min64(NR, nc - jr);
-                const __mmask16 k0 = mask16(nr), k1 = mask16(nr - 16);
-                for (int64_t p = q; p < qe; p++) {
-                    const float *src = B + (p0 + p) * ldb + j0;
-                    float *d = dst + jr * kc + p * NR;
-                    _mm512_storeu_ps(d, _mm512_maskz_loadu_ps(k0, src + jr));
-                    _mm512_storeu_ps(d + 16, _mm512_maskz_loadu_ps(k1, src + jr + 16));
-                }
-            }
-        }
-        return;
-    }
-#elif defined(KN_GEMM_AVX2)
-    if (!trans) {
-        /* as AVX-512 does: PACK_B_ROWS rows at a time across every panel, whole panels with plain
-         * loads. Panel by panel (pack_b_panel) read one line of each of kc rows a plane apart
-         * before moving on: 19% of a 1x1 256->64 convolution on 56x56 (perf, Zen 3) */
-        for (int64_t q = 0; q < kc; q += PACK_B_ROWS) {
-            const int64_t qe = min64(kc, q + PACK_B_ROWS);
-            int64_t jr = 0;
-            for (; jr + NR <= nc; jr += NR)
-                for (int64_t p = q; p < qe; p++) {
-                    const float *src = B + (p0 + p) * ldb + j0 + jr;
-                    float *d = dst + jr * kc + p * NR;
-                    _mm256_storeu_ps(d, _mm256_loadu_ps(src));
-                    _mm256_storeu_ps(d + 8, _mm256_loadu_ps(src + 8));
-                }
-            if (jr < nc) {
-                const __m256i k0 = mask8(nc - jr), k1 = mask8(nc - jr - 8);
-                for (int64_t p = q; p < qe; p++) {
-                    const float *src = B + (p0 + p) * ldb + j0 + jr;
-                    float *d = dst + jr * kc + p * NR;
-                    _mm256_storeu_ps(d, _mm256_maskload_ps(src, k0));
-                    _mm256_storeu_ps(d + 8, _mm256_maskload_ps(src + 8, k1));
-                }
-            }
-        }
+        pack_b_plain_rows(B, ldb, j0, nc, p0, kc, 0, kc, dst);
         return;
     }
 #endif
@@ -1653,6 +1670,13 @@ static void run_packed_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int
     }
 }
 
+/* Whether the blocked path's tile of rows x cols reads B in place, unpacked (plain B, few rows). */
+static bool b_in_place(const kn_sgemm_batch *p, int64_t rows, int64_t cols) {
+    return !p->pack_b && !p->trans_b && (rows <= DIRECT_B_MAX_M || (!p->a_packed && p->K * cols <= DIRECT_B_L1_FLOATS));
+}
+
+/* b_shared: op(B) of product op packed whole by run_job for all the tiles (pack_b_shared_range's
+ * layout: slice pc at pc * padded_n(N), the panel of column j at j * kc in it), or NULL */
 static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                           float *ws, const float *a_deep, const float *b_shared) {
     if (p->b_packed && !p->pack_b && !p->a_packed && (a_deep || pk_tile_fits(m1 - m0, n1 - n0)) && pk_on()) {
@@ -1668,8 +1692,7 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
     float *C = p->c[op];
     float *Aws = ws, *Bp = ws + (size_t)MC * KC;
     const float *Ap = Aws;
-    const bool direct = !B_packed && !p->pack_b && !p->trans_b &&
-                        ((m1 - m0) <= DIRECT_B_MAX_M || (!A_packed && p->K * (n1 - n0) <= DIRECT_B_L1_FLOATS));
+    const bool direct = !B_packed && b_in_place(p, m1 - m0, n1 - n0);
     if (A_packed && !direct && !B_packed && rows_first_suits(p)) {
         const int64_t ncb = rows_first_ncb(p, n1 - n0);
         if (ncb) {
@@ -1688,7 +1711,8 @@ static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64
         for (int64_t pc = 0; pc < p->K; pc += KC) {
             int64_t kc = min64(KC, p->K - pc);
             float beta = pc == 0 ? p->beta : 1.0f;
-            if (p->pack_b) p->pack_b(p->pack_ctx, op, pc, kc, jc, nc, Bp);
+            if (b_shared) Bp = (float *)b_shared + pc * padded_n(p->N) + jc * kc;
+            else if (p->pack_b) p->pack_b(p->pack_ctx, op, pc, kc, jc, nc, Bp);
             else if (!direct && !B_packed) pack_b(B, p->ldb, p->trans_b, jc, nc, pc, kc, Bp);
             for (int64_t ic = m0; ic < m1; ic += MC) {
                 int64_t mc = min64(MC, m1 - ic);
@@ -2228,23 +2252,7 @@ static void pack_b_shared_range(void *arg, int64_t begin, int64_t end) {
             continue;
         }
         const int64_t q0 = r % j->blocks * SB_PACK_ROWS, q1 = min64(kc, q0 + SB_PACK_ROWS);
-        if (q0 >= q1) continue;
-        const float *B = p->b[op];
-        for (int64_t q = q0; q < q1; q++) {
-            const float *src = B + (pc + q) * p->ldb;
-            for (int64_t jr = 0; jr < N; jr += NR) {
-                float *d = dst + jr * kc + q * NR;
-                const int64_t nr = min64(NR, N - jr);
-#if defined(KN_GEMM_AVX512)
-                _mm512_storeu_ps(d, _mm512_maskz_loadu_ps(mask16(nr), src + jr));
-                _mm512_storeu_ps(d + 16, _mm512_maskz_loadu_ps(mask16(nr - 16), src + jr + 16));
-#else
-                int64_t l = 0;
-                for (; l < nr; l++) d[l] = src[jr + l];
-                for (; l < NR; l++) d[l] = 0.0f;
-#endif
-            }
-        }
+        if (q0 < q1) pack_b_plain_rows(p->b[op], p->ldb, 0, N, pc, kc, q0, q1, dst);
     }
 }
 
@@ -2262,6 +2270,30 @@ static bool swap_rows_on(void) {
 
 static kn_thread_buffer shared_b_buffers = KN_THREAD_BUFFER_INIT;
 static kn_thread_buffer swap_part_buffers = KN_THREAD_BUFFER_INIT;
+
+/* KILN_GEMM_SHARED_B=0: the blocked path's tiles of rows pack B each (measurements) */
+static bool blocked_shared_on(void) {
+    const char *e = getenv("KILN_GEMM_SHARED_B");
+    return !e || *e != '0';
+}
+
+/* Whether the tiles of a product in the usual orientation, split by rows only, read op(B) packed
+ * once for all of them (run_job, pack_b_shared_range's layout) where each tile packed all of it
+ * again. Every tile of rows packs the whole of B, so at 2 threads a 3x3 512->512 convolution on
+ * 4x4 (8 tiles of 64 rows, B the 16-column im2col of 4608 rows) packed it 8 times: 23% of the
+ * node's time against 5% at 1 thread (perf, Zen 3). Rows first (A prepacked, K within a slice)
+ * only where all the columns are one block of it (its shared B has no other layout). Not where a
+ * tile reads plain B in place, nor above SHARED_B_MAX_FLOATS. */
+#define SHARED_B_MAX_FLOATS ((size_t)4 << 20)
+static bool gemm_b_shared(const kn_sgemm_batch *p, const job *j, int64_t threads) {
+    if (j->path != PATH_GEMM || p->b_packed || (!p->pack_b && p->trans_b) || j->tn != 1 || j->tm < 2 || threads < 2)
+        return false;
+    if (b_in_place(p, j->units_m / j->tm * j->um, p->N)) return false; /* the smallest tile's rows */
+    if ((size_t)(padded_n(p->N) * p->K) * (size_t)p->count > SHARED_B_MAX_FLOATS) return false;
+    if (p->a_packed && rows_first_suits(p) && rows_first_ncb(p, p->N))
+        return rows_first_ncb(p, p->N) >= p->N && rf_shared_on();
+    return blocked_shared_on();
+}
 
 /* KILN_GEMM_SWAP_KSPLIT=0: transposed tiles never split along K (measurements; C's last bits
  * then differ from the default's where it splits) */
@@ -2505,12 +2537,8 @@ static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j,
             return jq.failed ? KN_OOM() : KILN_OK;
         }
     }
-    /* rows first (A prepacked, plain B) with the tiles split by rows over one block of all the
-     * columns: B packed once for all of them, where each tile packed it again */
-    const bool rf_shared = j->path == PATH_GEMM && p->a_packed && !p->pack_b && !p->trans_b && !p->b_packed &&
-                           j->tn == 1 && j->tm > 1 && threads > 1 && p->M > DIRECT_B_MAX_M && rows_first_suits(p) &&
-                           rows_first_ncb(p, p->N) >= p->N && rf_shared_on();
-    if ((j->path == PATH_SWAP && (p->pack_b || !p->trans_b) && j->tn == 1 && j->tm > 1 && threads > 1) || rf_shared) {
+    if ((j->path == PATH_SWAP && (p->pack_b || !p->trans_b) && j->tn == 1 && j->tm > 1 && threads > 1) ||
+        gemm_b_shared(p, j, threads)) {
         const int64_t Np = padded_n(p->N);
         const size_t b_floats = (size_t)(Np * p->K) * (size_t)p->count;
         float *bs = kn_thread_buffer_get(&shared_b_buffers, b_floats * sizeof(float));
