@@ -349,10 +349,20 @@ static inline __attribute__((always_inline)) void out_block(const int NA, const 
         }
     }
 #if DW_RQ_FUSED
-    if (rq) {
-        for (int a = 0; a < NA; a++) {
-            const __m128i b = kn_rq8(&rq->k, c[a], rq->r);
+    if (rq) { /* vectors two at a time (kn_rq8x2), then an odd last one */
+        for (int a = 0; a < NA; a += 2) {
             uint8_t *d = rq->y8 + o + 8 * a;
+            if (a + 1 < NA) {
+                const __m128i b = kn_rq8x2(&rq->k, c[a], c[a + 1], rq->r);
+                if (o + 8 * a + 16 <= OW || spill) _mm_storeu_si128((__m128i *)d, b);
+                else {
+                    uint8_t t[16];
+                    _mm_storeu_si128((__m128i *)t, b);
+                    memcpy(d, t, (size_t)(OW - o - 8 * a));
+                }
+                continue;
+            }
+            const __m128i b = kn_rq8(&rq->k, c[a], rq->r);
             if (o + 8 * a + 8 <= OW || spill) _mm_storel_epi64((__m128i *)d, b);
             else {
                 uint8_t t[8];
@@ -701,7 +711,8 @@ static void dws_requant_out8(const kn_qdw *p, const int32_t *acc, int64_t n, int
         __m128i v[8];
         for (int i = 0; i < 8; i++)
             v[i] = i < np ? kn_rq8(&k, _mm256_load_si256((const __m256i *)(acc + (q + i) * 8)), rv) : _mm_setzero_si128();
-        /* positions i, channels c (byte c of v[i]) to channels c, positions i */
+        /* positions i, channels c (byte c of v[i]) to channels c, positions i (kn_rq8x2 on pairs of
+         * positions with a byte shuffle here took as long) */
         const __m128i a0 = _mm_unpacklo_epi8(v[0], v[1]), a1 = _mm_unpacklo_epi8(v[2], v[3]);
         const __m128i a2 = _mm_unpacklo_epi8(v[4], v[5]), a3 = _mm_unpacklo_epi8(v[6], v[7]);
         const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1); /* channels 0-3, 4-7 of positions 0-3 */

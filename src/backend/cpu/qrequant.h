@@ -131,6 +131,26 @@ static inline __m128i kn_rq8(const kn_rq8_k *k, __m256i a, __m256 r) {
     return kn_rq8_double(a, _mm256_cvtps_pd(_mm256_castps256_ps128(r)), _mm256_cvtps_pd(_mm256_extractf128_ps(r, 1)),
                          k->zy, k->s8);
 }
+
+/* 16 sums (a0 then a1) with the same scales r to 16 bytes, as two kn_rq8 (one check of the lanes
+ * near a tie and one narrowing for both) */
+static inline __m128i kn_rq8x2(const kn_rq8_k *k, __m256i a0, __m256i a1, __m256 r) {
+    if (k->fast) {
+        const __m256 t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), r, k->z), t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), r, k->z);
+        const __m256 c0 = _mm256_min_ps(k->hi, _mm256_max_ps(k->lo, t0)), c1 = _mm256_min_ps(k->hi, _mm256_max_ps(k->lo, t1));
+        const __m256 f0 = _mm256_sub_ps(c0, _mm256_round_ps(c0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        const __m256 f1 = _mm256_sub_ps(c1, _mm256_round_ps(c1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        const __m256 near = _mm256_or_ps(_mm256_cmp_ps(_mm256_andnot_ps(k->sign, f0), k->near, _CMP_NLT_UQ),
+                                         _mm256_cmp_ps(_mm256_andnot_ps(k->sign, f1), k->near, _CMP_NLT_UQ));
+        if (__builtin_expect(_mm256_movemask_ps(near) == 0, 1)) {
+            /* int16 lanes a0 0-3, a1 0-3 | a0 4-7, a1 4-7, then in order by 64-bit lanes */
+            const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(_mm256_cvtps_epi32(c0), _mm256_cvtps_epi32(c1)), 0xd8);
+            const __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
+            return k->s8 ? _mm_packs_epi16(lo, hi) : _mm_packus_epi16(lo, hi);
+        }
+    }
+    return _mm_unpacklo_epi64(kn_rq8(k, a0, r), kn_rq8(k, a1, r));
+}
 #endif
 
 #endif
