@@ -831,14 +831,34 @@ kiln_status kn_cpu_mvn(kn_kernel_ctx *c) {
  * window's squares summed in float (ascending channels) and x * exp(-beta * log(base)) by the
  * vectorisable kn_ew_logf / kn_ew_expf (a few ulp; ONNX Runtime computes in float too). The
  * double loop with pow per element took 8.7x OpenVINO's time on 1x64x56x56. float16 and
- * bfloat16 run on a widened copy, rounded once at the end. */
+ * bfloat16 run on a widened copy, rounded once at the end; each task widens and rounds its own
+ * block of positions (all channels), so the copies run on every thread while the block is in
+ * cache (widening the whole tensor on the calling thread first made 2 threads 1.28x OpenVINO). */
 #define LRN_BLOCK 512
 typedef struct lrn_job {
     const float *x;
     float *y;
     int64_t C, inner, nblk, lo, hi;
     float bias, alpha_n, neg_beta;
+    kiln_dtype half;   /* float16 or bfloat16 when x and y are the widened copies, else FLOAT */
+    const void *hx;    /* the half input x widens, and the half output y rounds to */
+    void *hy;
 } lrn_job;
+
+/* the block [i0, i0 + len) of every channel of image img, between the half tensor and its copy */
+static void lrn_widen_block(const lrn_job *j, int64_t img, int64_t i0, int64_t len) {
+    for (int64_t ch = 0; ch < j->C; ch++) {
+        const int64_t at = (img * j->C + ch) * j->inner + i0;
+        kn_ew_half_to_f32(j->half, (const uint16_t *)j->hx + at, (float *)j->x + at, len);
+    }
+}
+
+static void lrn_round_block(const lrn_job *j, int64_t img, int64_t i0, int64_t len) {
+    for (int64_t ch = 0; ch < j->C; ch++) {
+        const int64_t at = (img * j->C + ch) * j->inner + i0;
+        kn_ew_f32_to_half(j->half, j->y + at, (uint16_t *)j->hy + at, len);
+    }
+}
 
 /* y = x base^-beta, base = bias + alpha_n s: a loop of its own, so that it vectorises */
 static void lrn_pow_row(const float *restrict x, const float *restrict s, float *restrict y, int64_t n, float bias,
@@ -855,6 +875,7 @@ static void lrn_range(void *arg, int64_t b, int64_t e) {
         const int64_t len = j->inner - i0 < LRN_BLOCK ? j->inner - i0 : LRN_BLOCK;
         const float *xp = j->x + img * j->C * j->inner + i0;
         float *yp = j->y + img * j->C * j->inner + i0;
+        if (j->half != KILN_DTYPE_FLOAT) lrn_widen_block(j, img, i0, len);
         for (int64_t ch = 0; ch < j->C; ch++) {
             const int64_t c0 = ch - j->lo < 0 ? 0 : ch - j->lo, c1 = ch + j->hi >= j->C ? j->C - 1 : ch + j->hi;
             const float *xc = xp + ch * j->inner;
@@ -897,6 +918,7 @@ static void lrn_range(void *arg, int64_t b, int64_t e) {
             }
             if (!p34) lrn_pow_row(xc, s, yc, len, j->bias, j->alpha_n, j->neg_beta);
         }
+        if (j->half != KILN_DTYPE_FLOAT) lrn_round_block(j, img, i0, len);
     }
 }
 
@@ -917,18 +939,23 @@ kiln_status kn_cpu_lrn(kn_kernel_ctx *c) {
         const bool half = x->dtype != KILN_DTYPE_FLOAT;
         const size_t bytes = half ? (size_t)total * 2 * sizeof(float) : 0;
         float *buf = NULL;
-        if (half) {
-            KN_TRY(kn_ctx_scratch(c, bytes, "the float copies", (void **)&buf));
-            kn_ew_half_to_f32(x->dtype, x->data, buf, total);
-        }
-        lrn_job j = {half ? buf : x->data, half ? buf + total : y->data, C, inner, (inner + LRN_BLOCK - 1) / LRN_BLOCK,
-                     lo, hi, (float)bias, (float)(alpha / (double)size), (float)-beta};
-        const int64_t work = C * (inner < LRN_BLOCK ? inner : LRN_BLOCK) * (size + 8);
+        if (half) KN_TRY(kn_ctx_scratch(c, bytes, "the float copies", (void **)&buf));
+        lrn_job j = {half ? buf : x->data,
+                     half ? buf + total : y->data,
+                     C,
+                     inner,
+                     (inner + LRN_BLOCK - 1) / LRN_BLOCK,
+                     lo,
+                     hi,
+                     (float)bias,
+                     (float)(alpha / (double)size),
+                     (float)-beta,
+                     half ? x->dtype : KILN_DTYPE_FLOAT,
+                     x->data,
+                     y->data};
+        const int64_t work = C * (inner < LRN_BLOCK ? inner : LRN_BLOCK) * (size + 8 + (half ? 4 : 0));
         kn_parallel_for(c->pool, N * j.nblk, work >= 65536 ? 1 : 65536 / work + 1, lrn_range, &j);
-        if (half) {
-            kn_ew_f32_to_half(y->dtype, buf + total, y->data, total);
-            kn_ctx_scratch_free(c, buf, bytes);
-        }
+        if (half) kn_ctx_scratch_free(c, buf, bytes);
         return KILN_OK;
     }
     double *v = malloc((size_t)total * 2 * sizeof *v);
