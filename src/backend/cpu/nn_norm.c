@@ -833,7 +833,7 @@ kiln_status kn_cpu_mvn(kn_kernel_ctx *c) {
  * double loop with pow per element took 8.7x OpenVINO's time on 1x64x56x56. float16 and
  * bfloat16 run on a widened copy, rounded once at the end; each task widens and rounds its own
  * block of positions (all channels), so the copies run on every thread while the block is in
- * cache (widening the whole tensor on the calling thread first made 2 threads 1.28x OpenVINO). */
+ * cache (widened whole on the calling thread, they were serial work at any thread count). */
 #define LRN_BLOCK 512
 typedef struct lrn_job {
     const float *x;
