@@ -3,7 +3,8 @@
  * where A is one panel of rows each tile packs those rows itself (kn_sgemm_run's run_job), where it
  * is more than one panel they are packed once for all the tiles. Rows around the panel heights of
  * every target (4, 6, 12), columns over many panels and a partial last one, K over several slices,
- * B transposed or not, 1, 2 and 3 threads (one tile, two, three or more). */
+ * B transposed or not, 1, 2 and 3 threads (one tile, two, three or more; 2 x 768 x 256, a GRU step
+ * at batch 2, split at 2 threads though under 1 MFLOP). */
 #include "backend/cpu/sgemm.h"
 #include "unit.h"
 
@@ -20,7 +21,7 @@ static float few_rows_rand(void) {
 KN_TEST(sgemm_few_rows_prepacked_b_column_tiles) {
     static const int64_t shapes[][3] = {{1, 700, 800},  {3, 770, 800},  {4, 768, 768}, {5, 1000, 300},
                                         {6, 500, 1100}, {7, 333, 900},  {12, 700, 800}, {13, 600, 700},
-                                        {4, 40, 2000},  {12, 3072, 96}};
+                                        {4, 40, 2000},  {12, 3072, 96}, {2, 768, 256}, {3, 131, 500}};
     for (int threads = 1; threads <= 3; threads++) {
         kn_threadpool *pool = NULL;
         if (threads > 1) CHECK_STATUS(kn_threadpool_create(threads, &pool), KILN_OK);
@@ -40,6 +41,12 @@ KN_TEST(sgemm_few_rows_prepacked_b_column_tiles) {
                 float *cp[1] = {C};
                 kn_sgemm_batch g = {.count = 1, .M = M, .N = N, .K = K, .trans_b = tb, .alpha = 1.0f, .beta = 0.0f,
                                     .a = ap, .lda = lda, .b = bp, .ldb = ldb, .c = cp, .ldc = ldc, .b_packed = pp};
+                /* a GRU step at batch 2 (0.79 MFLOP, bound by reading B): two column tiles at 2 threads */
+                if (M == 2 && N == 768 && K == 256 && threads == 2) {
+                    int64_t tm, tn;
+                    kn_sgemm_tasks(&g, 2, &tm, &tn, NULL);
+                    CHECK_MSG(tm * tn == 2, "2x768x256 at 2 threads: %lld x %lld tiles", (long long)tm, (long long)tn);
+                }
                 CHECK_STATUS(kn_sgemm_run(pool, &g), KILN_OK);
                 int bad = 0;
                 for (int64_t i = 0; i < M; i++)

@@ -2373,7 +2373,16 @@ static int64_t plan_job(const kn_sgemm_batch *p, int64_t threads, job *jo) {
      * (1 x 2048 by 1000 x 2048^T, 8 MB) ran on 8 threads and MatMul 1 x 768 by 768 x 768 on 2,
      * 1.7-2x ONNX Runtime's time on the 16-core host; now on 16 and 12 (one 64-column unit each) */
     const bool gemv = j.path == PATH_ROW || j.path == PATH_COL;
-    int64_t by_work = (int64_t)(flops / (gemv && threads > 2 ? MIN_FLOPS_PER_THREAD / 8 : MIN_FLOPS_PER_THREAD));
+    /* Few rows with B prepacked (a recurrent cell's step, a decoder's few tokens) are bound by
+     * streaming B as a row is (2 M flops a weight read): half the share. Split in two, each half of
+     * B may stay in its core's L2 where the whole did not: 2 threads, Zen 3, Gemm 2 x 256 by
+     * 768 x 256^T (0.79 MFLOP, 786 KB of weights) ran on one thread at 0.023 ms, ONNX Runtime on
+     * two at 0.018 */
+    const bool few_rows = j.path == PATH_GEMM && p->b_packed && !p->pack_b && p->M < 16;
+    const double per_thread = gemv && threads > 2 ? MIN_FLOPS_PER_THREAD / 8
+                              : few_rows          ? MIN_FLOPS_PER_THREAD / 2
+                                                  : MIN_FLOPS_PER_THREAD;
+    int64_t by_work = (int64_t)(flops / per_thread);
     if (threads > by_work) threads = by_work > 0 ? by_work : 1;
 
     /* tiles per product: enough that all threads have a tile; among grids with that many tiles,
