@@ -1048,8 +1048,11 @@ static bool dws2_suits(const conv_shape *s) {
      * 16ch 112x112 0.75-0.87, 72ch 56x56 0.91-0.95, 64ch 200x152 0.91), so do 1-D rows (32ch k5
      * L4001 0.82); 5x5 loses (128ch 100x76 1.29, 16ch 60x2000 1.56: its taps at odd offsets split
      * cache lines, not yet looked into), and so do 2-D rows over 512 wide (3x3 16ch 60x2000 1.35:
-     * bands of 2 rows, read from L2) */
-    return v.OW >= 2 * KN_VL && (v.KH == 1 || (s->kk <= 9 && v.OW <= DW16_MAX_OW));
+     * bands of 2 rows, read from L2), and so do images of more than 5 MB (3x3 s2 64ch 200x152
+     * 1.03-1.14, 32ch 400x304 1.3: read from memory; the next band's rows prefetched did not
+     * help; 16ch 240x240, 3.7 MB, 0.83-0.88) */
+    return v.OW >= 2 * KN_VL && (v.KH == 1 || (s->kk <= 9 && v.OW <= DW16_MAX_OW)) &&
+           s->C * s->in_plane <= 5 * 1024 * 1024 / (int64_t)sizeof(float);
 }
 
 /* tasks: (plane, slice of output rows) */
