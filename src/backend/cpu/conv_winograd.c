@@ -537,9 +537,10 @@ float *kn_conv_thread_buffer(size_t floats) { return thread_buffer_slot(0, float
 /* Tile rows per chunk (V and O of a chunk: row_bytes a tile row of tw tiles; R rows in all).
  * Every chunk streams all 36 M C transformed weights U (u_bytes) through the products, and V and O
  * that do not fit in L2 go out to L3 and back (written by one pass, read by the next); the
- * products run 32 tiles a micro-panel, so a chunk of Tb tiles does padded(Tb) / Tb of the work.
+ * products run NR tiles a micro-panel (32 AVX-512, 16 AVX2), so a chunk of Tb tiles does padded(Tb) / Tb
+ * of the work.
  * Chunks of at most half the L2 (the rows r in [fit/2, fit], G a vector's rows in wino_*_multi
- * dividing them, filling the panels best; the larger r of a tie) are taken where their weight
+ * dividing them, filling the panels best; the larger r of a tie, AVX2 the smaller) are taken where their weight
  * bytes (chunks x |U|) are at most half of the whole V and O, or at most all of it with panels
  * at least 95% full; else chunks of up to 4 MB (the budget that measured best on the Zen 5 box,
  * whose L3 is near): large weights (256->256: |U| 9.4 MB) go through as few times as that allows.
@@ -569,10 +570,21 @@ static int64_t wino_chunk_rows(int64_t R, int64_t tw, int64_t row_bytes, int64_t
 #endif
     int64_t best = 0;
     double fill = 0;
+    /* the products' panels are the GEMM's NR tiles wide (32 with AVX-512, 16 with AVX2) */
+    const int64_t nr = kn_sgemm_nr();
     for (int64_t r = (fit + 1) / 2; r <= top; r++) {
         if (r % G && r != top) continue;
-        const double f = (double)(r * tw) / (double)((r * tw + 31) / 32 * 32);
+        const double f = (double)(r * tw) / (double)((r * tw + nr - 1) / nr * nr);
+#if KN_VL == 8
+        /* AVX2: of equally full panels the smallest chunk, the L2 left to the rest. 2-core Zen 3,
+         * 1 thread, CPU time, 32 -> 32 14x14 b32 (U 144 KB, a tile row of 4 tiles 36 KB): 4 rows
+         * (16 tiles, V + O + U 291 KB) 0.82-0.91 of 8 rows (32 tiles, 435 KB), 0.80-0.81 with a
+         * memory-bound process on the other core (ORT 1.0 -> 0.9 of kiln's time there); 5 and 7
+         * rows (20 and 28 tiles: a partial panel) 1.09-1.21 (bench/op_ab.py, KILN_WINO_CHUNK_KB) */
+        if (f > fill) fill = f, best = r;
+#else
         if (f >= fill) fill = f, best = r;
+#endif
     }
     if (!best) best = fit;
     const int64_t chunks = (R + best - 1) / best;
