@@ -101,6 +101,11 @@ KN_TEST(cpu_conv_direct_copies_match_definition) {
         {false, 1, 2, 5, 61, 32, 1, 3, 9, 1, 4, 1, 2, {1, 9, 1, 4}, true, false, false, 1}, /* s4 d2: shifts */
         {false, 1, 3, 4, 29, 16, 1, 3, 3, 1, 1, 1, 1, {5, 5, 5, 5}, true, false, false, 0},  /* pads beyond */
         {false, 1, 4, 6, 200, 8, 1, 3, 19, 1, 1, 1, 1, {1, 9, 1, 9}, true, false, false, 0}, /* 8 copies */
+        /* stride 1 on narrow rows: the flat bands (KILN_DC_COPIES does not change them) */
+        {false, 2, 32, 17, 17, 32, 1, 7, 1, 1, 1, 1, 1, {3, 0, 3, 0}, true, false, true, 1},  /* 7x1, Inception */
+        {false, 1, 16, 17, 17, 16, 1, 1, 7, 1, 1, 1, 1, {0, 3, 0, 3}, false, true, false, 0}, /* 1x7 */
+        {false, 1, 8, 12, 19, 24, 1, 3, 3, 1, 1, 2, 2, {2, 2, 2, 2}, true, false, false, 2},  /* dilation 2 */
+        {false, 1, 6, 9, 13, 20, 2, 3, 5, 1, 1, 1, 1, {1, 2, 1, 2}, true, false, true, 0},    /* groups */
         /* 1-D: one row in column chunks (a 16000-long wav2vec front end, cut down), strides 1-8 */
         {true, 1, 1, 1, 4003, 64, 1, 1, 10, 1, 5, 1, 1, {0, 0, 0, 0}, true, false, false, 0},
         {true, 2, 1, 1, 2999, 24, 1, 1, 10, 1, 5, 1, 1, {0, 3, 0, 7}, true, false, true, 1}, /* pads, batch 2 */
