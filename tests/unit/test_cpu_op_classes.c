@@ -617,7 +617,7 @@ KN_TEST(cpu_depth_space_rows) {
  * first or with select_last_index the last) and NaNs (the first NaN wins, as numpy), block edges,
  * against a reference written here */
 KN_TEST(cpu_argminmax_columns) {
-    const int64_t dims[3] = {3, 37, 300};
+    const int64_t dims[3] = {3, 37, 1100}; /* axis 1: a block of ARGCOL_BLOCK (1024) columns and a tail */
     const int64_t n = dims[0] * dims[1] * dims[2];
     float *x = malloc(sizeof(float) * (size_t)n);
     uint32_t seed = 77;
