@@ -894,15 +894,17 @@ bool kn_dconv_suits(const kn_dconv_shape *s) {
     return dc_flat_wanted(s) || dc_rows_suit(s);
 }
 
-/* One output row (a 1-D convolution): the row kernel's bands are chunks of its columns, of at most
- * DC_CHUNK outputs (the ring then holds a chunk's copies, not the row's: 10 copies of a 16000-long
- * stride-5 row were 128 KB) and enough for about 4 tasks a thread, each a multiple of the widest
- * tile. Returns the chunk's width (OW: no chunks). */
+/* One output row (a 1-D convolution): the row kernel's bands are chunks of its columns, enough for
+ * about 4 tasks a thread and, with copies (dc_copies_pay), of at most DC_CHUNK outputs (the ring then
+ * holds a chunk's copies, not the row's: 10 copies of a 16000-long stride-5 row were 128 KB), each a
+ * multiple of the widest tile. Without copies no more chunks than the threads need (each copies its
+ * window's overlap again: depthwise 8ch k129 s2 in 4 chunks at 1 thread 1.04x the whole row's time).
+ * Returns the chunk's width (OW: no chunks). */
 #define DC_CHUNK 512
-static int64_t dc_chunk_of(const kn_dconv_shape *s, int64_t nvmax, int64_t threads) {
+static int64_t dc_chunk_of(const kn_dconv_shape *s, int64_t nvmax, int64_t threads, bool copies) {
     if (s->OH != 1) return s->OW;
     const int64_t unit = nvmax * KN_VL, groups = s->N * s->G;
-    const int64_t want = max64((s->OW + DC_CHUNK - 1) / DC_CHUNK, (4 * threads + groups - 1) / groups);
+    const int64_t want = max64(copies ? (s->OW + DC_CHUNK - 1) / DC_CHUNK : 1, (4 * threads + groups - 1) / groups);
     const int64_t cw = max64(2 * unit, ((s->OW + want - 1) / want + unit - 1) / unit * unit);
     return cw < s->OW ? cw : s->OW;
 }
@@ -922,7 +924,7 @@ kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float 
 #endif
     j.mblk = dc_mblk_of(s, j.Mg, j.mb);
     const int64_t threads = kn_threadpool_size(c->pool), groups = s->N * s->G;
-    j.cw = j.flat ? s->OW : dc_chunk_of(s, dc_nv_of(j.mb), threads);
+    j.cw = j.flat ? s->OW : dc_chunk_of(s, dc_nv_of(j.mb), threads, j.g.copies);
     if (j.cw < s->OW) { /* the ring's rows are a chunk's */
         kn_dconv_shape sc = *s;
         sc.OW = j.cw;
