@@ -237,8 +237,8 @@ KN_TEST(cpu_conv3x3_matches_definition) {
  * thread) against the definition: chunks that split images, a partial last chunk, tile rows not a
  * multiple of the vector's group, partial tiles, asymmetric pads, weights a constant (prepacked) or
  * a graph input, a fused Relu (level 3), a dilated layer's phase images, 2 and 3 threads, by the
- * default choice, forced (KILN_WINO_CHUNKS=1) and the usual order (KILN_WINO_CHUNKS=0) on the same
- * cases. */
+ * default choice, forced (KILN_WINO_CHUNKS=1), forced in chunks of 100 KB (KILN_WINO_CHUNK_KB: the
+ * fewest rows) and the usual order (KILN_WINO_CHUNKS=0) on the same cases. */
 KN_TEST(cpu_wino_chunks_per_thread_match_definition) {
     static const c3_case cases[] = {
         {32, 32, 14, 14, 32, 1, 1, 1, {1, 1, 1, 1}, true, false, false}, /* issue 22's b32 case: 128 tile rows */
@@ -262,8 +262,9 @@ KN_TEST(cpu_wino_chunks_per_thread_match_definition) {
         c3_inputs(t, consts, 77 + (uint32_t)ci, &x, &w, &want, &scale, &ny);
         setenv("KILN_WINO", "1", 1);
         setenv("KILN_WINO2", "0", 1);
-        for (int force = 0; force < 3; force++) { /* the default choice, forced on, forced off */
-            if (force) setenv("KILN_WINO_CHUNKS", force == 1 ? "1" : "0", 1);
+        for (int force = 0; force < 4; force++) { /* the default choice, forced on, forced off, on in 100 KB chunks */
+            if (force) setenv("KILN_WINO_CHUNKS", force == 2 ? "0" : "1", 1);
+            if (force == 3) setenv("KILN_WINO_CHUNK_KB", "100", 1);
             for (int threads = 2; threads <= 3; threads++) {
                 kiln_session *s = tmb_session(m, size, threads, t->relu ? 3 : 0);
                 CHECK(s != NULL);
@@ -275,7 +276,7 @@ KN_TEST(cpu_wino_chunks_per_thread_match_definition) {
                 kiln_session_destroy(s);
             }
         }
-        unsetenv("KILN_WINO_CHUNKS"), unsetenv("KILN_WINO"), unsetenv("KILN_WINO2");
+        unsetenv("KILN_WINO_CHUNKS"), unsetenv("KILN_WINO"), unsetenv("KILN_WINO2"), unsetenv("KILN_WINO_CHUNK_KB");
         c3_release(m, consts, x, w, want, scale);
     }
 }
