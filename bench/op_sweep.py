@@ -1393,7 +1393,11 @@ def main():
                     for _ in range(rounds):
                         for name, t in timers.items():
                             if th > 1 and not a.fast:
-                                time.sleep(0.05)  # the previous runtime's spinning workers
+                                # the previous runtime's workers spin on after its last run: ORT's
+                                # pool took 41 ms of CPU in the 100 ms after 200 runs at 2 threads
+                                # (cpu-gemm-split-2026-12-07-h97.md), beside a row timed after a
+                                # 50 ms pause, and counted as this process's load, not another's
+                                time.sleep(0.15)
                             meds[name].append(t.time(runs[name], warm[name]))
                     row["foreign"] = load.cores()
                     if row["foreign"] is None or row["foreign"] <= a.max_other_load:
