@@ -1249,6 +1249,7 @@ static void pw_range(void *arg, int64_t begin, int64_t end) {
                                : kn_vf_zero();
         for (int64_t j0 = j_begin; j0 < j_end; j0 += PW_NB) {
             const int nb = (int)min64(PW_NB, N - j0);
+            if (nb > PW_NB) __builtin_unreachable(); /* tells GCC the transposes below stay in `tile` */
             switch (nb) {
 #if PW_NB == 7
             case 7: pw_tile(a, b + j0, N, K, bias, tile, 7); break;
