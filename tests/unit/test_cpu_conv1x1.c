@@ -51,27 +51,8 @@ static unsigned char *pw_model(const pw_case *t, kiln_tensor **consts, size_t *s
 /* want: the definition in double; scale: sum |x w| + |bias| + |z| for the error bound. */
 static void pw_reference(const pw_case *t, const float *x, const float *w, const float *bias, const float *z,
                          int64_t OH, int64_t OW, double *want, double *scale) {
-    for (int64_t n = 0; n < t->N; n++)
-        for (int64_t m = 0; m < t->M; m++)
-            for (int64_t oh = 0; oh < OH; oh++)
-                for (int64_t ow = 0; ow < OW; ow++) {
-                    const int64_t ih = oh * t->s - t->pad, iw = ow * t->s - t->pad;
-                    double acc = bias[m], sc = fabs(bias[m]);
-                    if (ih >= 0 && ih < t->H && iw >= 0 && iw < t->W)
-                        for (int64_t c = 0; c < t->C; c++) {
-                            double p = (double)x[((n * t->C + c) * t->H + ih) * t->W + iw] * w[m * t->C + c];
-                            acc += p;
-                            sc += fabs(p);
-                        }
-                    const size_t i = (size_t)(((n * t->M + m) * OH + oh) * OW + ow);
-                    if (z) acc += z[i], sc += fabs(z[i]);
-                    if (t->act == 1) acc = acc < 0 ? 0 : acc;
-                    if (t->act == 2) acc = acc < -0.25 ? -0.25 : acc > 0.5 ? 0.5 : acc;
-                    if (t->act == 3) acc = acc / (1.0 + exp(-acc));
-                    if (t->act == 4) acc = acc * fmin(1.0, fmax(0.0, acc / 6.0 + 0.5));
-                    want[i] = acc;
-                    scale[i] = sc;
-                }
+    const tmb_conv_geom g = {t->N, t->C, t->H, t->W, t->M, 1, 1, 1, t->s, t->s, 1, 1, {t->pad, t->pad, t->pad, t->pad}};
+    tmb_conv_reference(&g, t->act, x, w, bias, z, OH, OW, want, scale);
 }
 
 /* Runs case t (inputs from seed) against the definition in double: as chosen, transposed wherever

@@ -65,30 +65,9 @@ static unsigned char *cc_model(const cc_case *t, int64_t OH, int64_t OW, kiln_te
 
 static void cc_reference(const cc_case *t, const float *x, const float *w, const float *bias, const float *z,
                          int64_t OH, int64_t OW, double *want, double *scale) {
-    const int64_t Cg = t->C / t->G, Mg = t->M / t->G;
-    for (int64_t n = 0; n < t->N; n++)
-        for (int64_t m = 0; m < t->M; m++)
-            for (int64_t oh = 0; oh < OH; oh++)
-                for (int64_t ow = 0; ow < OW; ow++) {
-                    double acc = bias ? bias[m] : 0.0, sc = bias ? fabs(bias[m]) : 0.0;
-                    for (int64_t c = 0; c < Cg; c++)
-                        for (int64_t kh = 0; kh < t->KH; kh++)
-                            for (int64_t kw = 0; kw < t->KW; kw++) {
-                                const int64_t ih = oh * t->sh - t->pads[0] + kh * t->dh;
-                                const int64_t iw = ow * t->sw - t->pads[1] + kw * t->dw;
-                                if (ih < 0 || ih >= t->H || iw < 0 || iw >= t->W) continue;
-                                const double p = (double)x[((n * t->C + m / Mg * Cg + c) * t->H + ih) * t->W + iw] *
-                                                 w[((m * Cg + c) * t->KH + kh) * t->KW + kw];
-                                acc += p;
-                                sc += fabs(p);
-                            }
-                    const size_t i = (size_t)(((n * t->M + m) * OH + oh) * OW + ow);
-                    if (z) acc += z[i], sc += fabs(z[i]);
-                    if (t->act == 1) acc = acc < 0 ? 0 : acc;
-                    if (t->act == 2) acc = acc < -0.25 ? -0.25 : acc > 0.5 ? 0.5 : acc;
-                    want[i] = acc;
-                    scale[i] = sc;
-                }
+    const tmb_conv_geom g = {t->N, t->C, t->H, t->W, t->M, t->G, t->KH, t->KW, t->sh, t->sw, t->dh, t->dw,
+                             {t->pads[0], t->pads[1], t->pads[2], t->pads[3]}};
+    tmb_conv_reference(&g, t->act, x, w, bias, z, OH, OW, want, scale);
 }
 
 KN_TEST(cpu_conv_direct_copies_match_definition) {

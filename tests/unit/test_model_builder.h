@@ -315,6 +315,47 @@ static inline int tmb_conv_epilogue(tmb *b, int cur, int z, int act) {
     return cur;
 }
 
+/* A convolution as the tests describe it: [N, C, H, W] input, M output channels in G groups,
+ * window KH x KW, strides, dilations, pads top, left, bottom, right. */
+typedef struct tmb_conv_geom {
+    int64_t N, C, H, W, M, G, KH, KW, sh, sw, dh, dw;
+    int64_t pads[4];
+} tmb_conv_geom;
+
+/* The definition in double of Conv (+ bias) (+ z) then tmb_conv_epilogue's act, into want
+ * [N, M, OH, OW] (bias, z may be NULL); scale: sum |x w| + |bias| + |z| per output, for an error
+ * bound relative to the terms' size. */
+static inline void tmb_conv_reference(const tmb_conv_geom *g, int act, const float *x, const float *w,
+                                      const float *bias, const float *z, int64_t OH, int64_t OW, double *want,
+                                      double *scale) {
+    const int64_t Cg = g->C / g->G, Mg = g->M / g->G;
+    for (int64_t n = 0; n < g->N; n++)
+        for (int64_t m = 0; m < g->M; m++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    double acc = bias ? bias[m] : 0.0, sc = bias ? fabs(bias[m]) : 0.0;
+                    for (int64_t c = 0; c < Cg; c++)
+                        for (int64_t kh = 0; kh < g->KH; kh++)
+                            for (int64_t kw = 0; kw < g->KW; kw++) {
+                                const int64_t ih = oh * g->sh - g->pads[0] + kh * g->dh;
+                                const int64_t iw = ow * g->sw - g->pads[1] + kw * g->dw;
+                                if (ih < 0 || ih >= g->H || iw < 0 || iw >= g->W) continue;
+                                const double p = (double)x[((n * g->C + m / Mg * Cg + c) * g->H + ih) * g->W + iw] *
+                                                 w[((m * Cg + c) * g->KH + kh) * g->KW + kw];
+                                acc += p;
+                                sc += fabs(p);
+                            }
+                    const size_t i = (size_t)(((n * g->M + m) * OH + oh) * OW + ow);
+                    if (z) acc += z[i], sc += fabs(z[i]);
+                    if (act == 1) acc = acc < 0 ? 0 : acc;
+                    if (act == 2) acc = acc < -0.25 ? -0.25 : acc > 0.5 ? 0.5 : acc;
+                    if (act == 3) acc = acc / (1.0 + exp(-acc));
+                    if (act == 4) acc = acc * fmin(1.0, fmax(0.0, acc / 6.0 + 0.5));
+                    want[i] = acc;
+                    scale[i] = sc;
+                }
+}
+
 /* Serialises and frees the builder's model (NULL on failure, which is recorded). */
 static inline unsigned char *tmb_finish(tmb *b, size_t *size) {
     unsigned char *data = NULL;
