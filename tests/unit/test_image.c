@@ -7,7 +7,9 @@
 #include "test_nodes.h"
 #include "unit.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -289,6 +291,65 @@ KN_TEST(resize_integer_rounding_and_saturation) {
     kn_tensor_free(y);
     kn_tensor_free(x);
     kn_tensor_free(sc);
+}
+
+/* Nearest x2 along the last two axes of [2, 3, 3, W] for elements of 1, 2, 4 and 8 bytes and
+ * widths around the 16-byte steps of the doubled rows (repeat2_row) and their tails, against the
+ * ONNX definition's source index worked out here: asymmetric + floor, half_pixel +
+ * round_prefer_floor and align_corners + round_prefer_floor map output j to j / 2 (the doubling
+ * path), asymmetric + ceil does not (the gather). */
+KN_TEST(resize_nearest_x2_rows_against_definition) {
+    static const kiln_dtype types[4] = {KILN_DTYPE_UINT8, KILN_DTYPE_FLOAT16, KILN_DTYPE_INT32, KILN_DTYPE_INT64};
+    static const size_t sizes_of[4] = {1, 2, 4, 8};
+    static const int64_t widths[] = {1, 7, 8, 9, 16, 17, 33};
+    static const char *const coords[4][2] = {{"asymmetric", "floor"},
+                                             {"half_pixel", "round_prefer_floor"},
+                                             {"align_corners", "round_prefer_floor"},
+                                             {"asymmetric", "ceil"}};
+    for (int ti = 0; ti < 4; ti++)
+        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++)
+            for (int ci = 0; ci < 4; ci++) {
+                const int64_t W = widths[wi], H = 3, dims[4] = {2, 3, H, W}, OH = 2 * H, OW = 2 * W;
+                const size_t es = sizes_of[ti];
+                kn_tensor *x = tens(types[ti], 4, dims, NULL);
+                if (!x) continue;
+                unsigned char *xb = x->data;
+                for (size_t b = 0; b < x->nbytes; b++) xb[b] = (unsigned char)(b * 37 + 11); /* distinct bytes */
+                tnode t;
+                tn_init(&t, "Resize", 19);
+                tn_string(&t, "coordinate_transformation_mode", coords[ci][0]);
+                tn_string(&t, "nearest_mode", coords[ci][1]);
+                const float sv[4] = {1, 1, 2, 2};
+                kn_tensor *sc = tfloats(4, sv);
+                kiln_status st;
+                kn_tensor *y = run_resize(&t, x, NULL, sc, NULL, &st);
+                CHECK_STATUS(st, KILN_OK);
+                if (y) {
+                    CHECK_EQ_INT(kn_tensor_count(y), 2 * 3 * OH * OW);
+                    int64_t bad = 0, first = -1;
+                    for (int64_t i = 0; i < 2 * 3 * OH * OW; i++) {
+                        const int64_t ow = i % OW, oh = i / OW % OH, nc = i / (OW * OH);
+                        int64_t src[2];
+                        const int64_t o[2] = {oh, ow}, in[2] = {H, W};
+                        for (int a = 0; a < 2; a++) {
+                            double xs;
+                            if (ci == 0) xs = floor(o[a] / 2.0);
+                            else if (ci == 1) xs = ceil((o[a] + 0.5) / 2.0 - 0.5 - 0.5);
+                            else if (ci == 2) xs = ceil(o[a] * (double)(in[a] - 1) / (double)(2 * in[a] - 1) - 0.5);
+                            else xs = ceil(o[a] / 2.0);
+                            src[a] = xs < 0 ? 0 : xs > in[a] - 1 ? in[a] - 1 : (int64_t)xs;
+                        }
+                        const unsigned char *want = xb + (size_t)((nc * H + src[0]) * W + src[1]) * es;
+                        if (memcmp((const unsigned char *)y->data + (size_t)i * es, want, es) && !bad++) first = i;
+                    }
+                    CHECK_MSG(bad == 0, "%s %s, %zu-byte elements, width %lld: %lld of %lld outputs differ (first %lld)",
+                              coords[ci][0], coords[ci][1], es, (long long)W, (long long)bad,
+                              (long long)(2 * 3 * OH * OW), (long long)first);
+                }
+                kn_tensor_free(y);
+                kn_tensor_free(x);
+                kn_tensor_free(sc);
+            }
 }
 
 KN_TEST(resize_antialias_linear_downsample) {

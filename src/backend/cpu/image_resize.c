@@ -17,7 +17,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__SSE2__)
 #include <immintrin.h>
 #endif
 
@@ -577,8 +577,40 @@ typedef struct gather_args {
     size_t es;
     int64_t in_stride[KILN_MAX_RANK];
     const unsigned char *ev; /* the extrapolation value as one element */
+    bool doubles;            /* the last axis maps j to j / 2 (an integer x2 upsample): repeat2_row */
     int fail;
 } gather_args;
+
+/* out[2i] = out[2i + 1] = in[i], i < n, elements of es bytes (1, 2, 4 or 8): a row of an x2
+ * upsample, 16 bytes of input a step (the element-by-element gather was 93% of the time of
+ * 1x256x20x20 uint8 x2, 1 thread) */
+static void repeat2_row(const unsigned char *in, unsigned char *out, int64_t n, size_t es) {
+    int64_t i = 0;
+#if defined(__SSE2__)
+    const int64_t per = 16 / (int64_t)es;
+    for (; i + per <= n; i += per) {
+        const __m128i v = _mm_loadu_si128((const __m128i *)(in + i * (int64_t)es));
+        __m128i lo, hi;
+        switch (es) {
+        case 1: lo = _mm_unpacklo_epi8(v, v), hi = _mm_unpackhi_epi8(v, v); break;
+        case 2: lo = _mm_unpacklo_epi16(v, v), hi = _mm_unpackhi_epi16(v, v); break;
+        case 4: lo = _mm_unpacklo_epi32(v, v), hi = _mm_unpackhi_epi32(v, v); break;
+        default: lo = _mm_unpacklo_epi64(v, v), hi = _mm_unpackhi_epi64(v, v); break;
+        }
+        _mm_storeu_si128((__m128i *)(out + 2 * i * (int64_t)es), lo);
+        _mm_storeu_si128((__m128i *)(out + 2 * i * (int64_t)es + 16), hi);
+    }
+#endif
+#define REPEAT2_TAIL(T)                                                                            \
+    for (; i < n; i++) ((T *)out)[2 * i] = ((T *)out)[2 * i + 1] = ((const T *)in)[i];
+    switch (es) {
+    case 1: REPEAT2_TAIL(uint8_t) break;
+    case 2: REPEAT2_TAIL(uint16_t) break;
+    case 4: REPEAT2_TAIL(uint32_t) break;
+    default: REPEAT2_TAIL(uint64_t) break;
+    }
+#undef REPEAT2_TAIL
+}
 
 #define GATHER_ROW(T)                                                                              \
     do {                                                                                           \
@@ -625,6 +657,10 @@ static void gather_rows(void *arg, int64_t begin, int64_t end) {
         }
         prev_base = ex ? -1 : base;
         if (!str && !ex && !may_ex) {
+            if (g->doubles) {
+                repeat2_row(src + (size_t)base * es, dst + (size_t)(row * wout) * es, wout / 2, es);
+                continue;
+            }
             switch (es) {
             case 1: GATHER_ROW(uint8_t); continue;
             case 2: GATHER_ROW(uint16_t); continue;
@@ -679,6 +715,10 @@ static kiln_status resize_nearest(kn_kernel_ctx *c, const kn_resize_plan *p, con
             kn_cpu_image_store(&one, 0, p->extrapolation);
         }
         gather_args g = {.p = p, .t = t, .x = x, .y = y, .es = es, .ev = ev};
+        const int la = rank - 1;
+        g.doubles = es <= 8 && x->dtype != KILN_DTYPE_STRING && p->out_dims[la] == 2 * p->in_dims[la];
+        for (int64_t j = 0; g.doubles && j < p->out_dims[la]; j++)
+            g.doubles = t[la].nearest[j] == j / 2 && !t[la].extrap[j];
         int64_t s = 1;
         for (int a = rank - 1; a >= 0; a--) {
             g.in_stride[a] = s;
