@@ -26,47 +26,19 @@ static int64_t cc_out(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, i
     return (in + p0 + p1 - d * (k - 1) - 1) / s + 1;
 }
 
+static tmb_conv_geom cc_conv_geom(const cc_case *t) {
+    return (tmb_conv_geom){t->N, t->C, t->H, t->W, t->M, t->G, t->KH, t->KW, t->sh, t->sw, t->dh, t->dw,
+                           {t->pads[0], t->pads[1], t->pads[2], t->pads[3]}};
+}
+
 static unsigned char *cc_model(const cc_case *t, int64_t OH, int64_t OW, kiln_tensor **consts, size_t *size) {
-    tmb b;
-    tmb_init(&b, 17);
-    const int64_t Cg = t->C / t->G;
-    const int r = t->oned ? 3 : 4;
-    const int64_t xd[4] = {t->N, t->C, t->H, t->W}, xd1[3] = {t->N, t->C, t->W};
-    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, r, t->oned ? xd1 : xd, NULL);
-    const int64_t wd[4] = {t->M, Cg, t->KH, t->KW}, wd1[3] = {t->M, Cg, t->KW};
-    int w;
-    if (t->w_input) {
-        w = tmb_input(&b, "w", KILN_DTYPE_FLOAT, r, t->oned ? wd1 : wd, NULL);
-    } else {
-        w = tmb_const(&b, "w", r, t->oned ? wd1 : wd, 1.0f / sqrtf((float)(Cg * t->KH * t->KW)));
-        kn_tensor_clone(b.g->values[w].constant, &consts[0]);
-    }
-    const int64_t zd[4] = {t->N, t->M, OH, OW}, zd1[3] = {t->N, t->M, OW};
-    int z = t->res ? tmb_input(&b, "z", KILN_DTYPE_FLOAT, r, t->oned ? zd1 : zd, NULL) : -1;
-    int bias = t->bias ? tmb_const(&b, "b", 1, (int64_t[]){t->M}, 0.5f) : -1;
-    if (t->bias) kn_tensor_clone(b.g->values[bias].constant, &consts[1]);
-    int y = tmb_value(&b, "y");
-    int node = tmb_node(&b, "Conv", (int[]){x, w, bias}, t->bias ? 3 : 2, y);
-    if (t->oned) {
-        tmb_ints(&b, node, "kernel_shape", (int64_t[]){t->KW}, 1);
-        tmb_ints(&b, node, "strides", (int64_t[]){t->sw}, 1);
-        tmb_ints(&b, node, "dilations", (int64_t[]){t->dw}, 1);
-        tmb_ints(&b, node, "pads", (int64_t[]){t->pads[1], t->pads[3]}, 2);
-    } else {
-        tmb_ints(&b, node, "kernel_shape", (int64_t[]){t->KH, t->KW}, 2);
-        tmb_ints(&b, node, "strides", (int64_t[]){t->sh, t->sw}, 2);
-        tmb_ints(&b, node, "dilations", (int64_t[]){t->dh, t->dw}, 2);
-        tmb_ints(&b, node, "pads", (int64_t[]){t->pads[0], t->pads[1], t->pads[2], t->pads[3]}, 4);
-    }
-    if (t->G > 1) tmb_int(&b, node, "group", t->G);
-    tmb_output(&b, tmb_conv_epilogue(&b, y, z, t->act));
-    return tmb_finish(&b, size);
+    const tmb_conv_geom g = cc_conv_geom(t);
+    return tmb_conv_model(&g, t->oned, t->bias, t->w_input, t->res, t->act, OH, OW, consts, size);
 }
 
 static void cc_reference(const cc_case *t, const float *x, const float *w, const float *bias, const float *z,
                          int64_t OH, int64_t OW, double *want, double *scale) {
-    const tmb_conv_geom g = {t->N, t->C, t->H, t->W, t->M, t->G, t->KH, t->KW, t->sh, t->sw, t->dh, t->dw,
-                             {t->pads[0], t->pads[1], t->pads[2], t->pads[3]}};
+    const tmb_conv_geom g = cc_conv_geom(t);
     tmb_conv_reference(&g, t->act, x, w, bias, z, OH, OW, want, scale);
 }
 

@@ -315,12 +315,64 @@ static inline int tmb_conv_epilogue(tmb *b, int cur, int z, int act) {
     return cur;
 }
 
+/* Serialises and frees the builder's model (NULL on failure, which is recorded). */
+static inline unsigned char *tmb_finish(tmb *b, size_t *size) {
+    unsigned char *data = NULL;
+    kn_graph_recount(b->g);
+    kiln_status st = kn_onnx_write_memory(b->m, &data, size);
+    CHECK_MSG(st == KILN_OK, "writing the test model: %s", kiln_last_error());
+    kn_model_free(b->m);
+    b->m = NULL;
+    return data;
+}
+
 /* A convolution as the tests describe it: [N, C, H, W] input, M output channels in G groups,
  * window KH x KW, strides, dilations, pads top, left, bottom, right. */
 typedef struct tmb_conv_geom {
     int64_t N, C, H, W, M, G, KH, KW, sh, sw, dh, dw;
     int64_t pads[4];
 } tmb_conv_geom;
+
+/* A Conv model over g (rank 3 where oned: only W, KW and the row's stride, dilation and pads count)
+ * with weights a graph input or a constant (cloned into consts[0]), a constant bias (consts[1]),
+ * and tmb_conv_epilogue's residual z [N, M, OH, OW] and activation act. */
+static inline unsigned char *tmb_conv_model(const tmb_conv_geom *g, bool oned, bool bias, bool w_input, bool res,
+                                            int act, int64_t OH, int64_t OW, kiln_tensor **consts, size_t *size) {
+    tmb b;
+    tmb_init(&b, 17);
+    const int64_t Cg = g->C / g->G;
+    const int r = oned ? 3 : 4;
+    const int64_t xd[4] = {g->N, g->C, g->H, g->W}, xd1[3] = {g->N, g->C, g->W};
+    int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, r, oned ? xd1 : xd, NULL);
+    const int64_t wd[4] = {g->M, Cg, g->KH, g->KW}, wd1[3] = {g->M, Cg, g->KW};
+    int w;
+    if (w_input) {
+        w = tmb_input(&b, "w", KILN_DTYPE_FLOAT, r, oned ? wd1 : wd, NULL);
+    } else {
+        w = tmb_const(&b, "w", r, oned ? wd1 : wd, 1.0f / sqrtf((float)(Cg * g->KH * g->KW)));
+        kn_tensor_clone(b.g->values[w].constant, &consts[0]);
+    }
+    const int64_t zd[4] = {g->N, g->M, OH, OW}, zd1[3] = {g->N, g->M, OW};
+    int z = res ? tmb_input(&b, "z", KILN_DTYPE_FLOAT, r, oned ? zd1 : zd, NULL) : -1;
+    int bi = bias ? tmb_const(&b, "b", 1, (int64_t[]){g->M}, 0.5f) : -1;
+    if (bias) kn_tensor_clone(b.g->values[bi].constant, &consts[1]);
+    int y = tmb_value(&b, "y");
+    int node = tmb_node(&b, "Conv", (int[]){x, w, bi}, bias ? 3 : 2, y);
+    if (oned) {
+        tmb_ints(&b, node, "kernel_shape", (int64_t[]){g->KW}, 1);
+        tmb_ints(&b, node, "strides", (int64_t[]){g->sw}, 1);
+        tmb_ints(&b, node, "dilations", (int64_t[]){g->dw}, 1);
+        tmb_ints(&b, node, "pads", (int64_t[]){g->pads[1], g->pads[3]}, 2);
+    } else {
+        tmb_ints(&b, node, "kernel_shape", (int64_t[]){g->KH, g->KW}, 2);
+        tmb_ints(&b, node, "strides", (int64_t[]){g->sh, g->sw}, 2);
+        tmb_ints(&b, node, "dilations", (int64_t[]){g->dh, g->dw}, 2);
+        tmb_ints(&b, node, "pads", (int64_t[]){g->pads[0], g->pads[1], g->pads[2], g->pads[3]}, 4);
+    }
+    if (g->G > 1) tmb_int(&b, node, "group", g->G);
+    tmb_output(&b, tmb_conv_epilogue(&b, y, z, act));
+    return tmb_finish(&b, size);
+}
 
 /* The definition in double of Conv (+ bias) (+ z) then tmb_conv_epilogue's act, into want
  * [N, M, OH, OW] (bias, z may be NULL); scale: sum |x w| + |bias| + |z| per output, for an error
@@ -354,17 +406,6 @@ static inline void tmb_conv_reference(const tmb_conv_geom *g, int act, const flo
                     want[i] = acc;
                     scale[i] = sc;
                 }
-}
-
-/* Serialises and frees the builder's model (NULL on failure, which is recorded). */
-static inline unsigned char *tmb_finish(tmb *b, size_t *size) {
-    unsigned char *data = NULL;
-    kn_graph_recount(b->g);
-    kiln_status st = kn_onnx_write_memory(b->m, &data, size);
-    CHECK_MSG(st == KILN_OK, "writing the test model: %s", kiln_last_error());
-    kn_model_free(b->m);
-    b->m = NULL;
-    return data;
 }
 
 /* ------------------------------------------------ one-node models run on one input "x" */
