@@ -150,29 +150,39 @@ __device__ __forceinline__ void weight_rows(const T *__restrict__ w, int64_t r0,
         float s[GATE_NB] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (r < r1) {
             const T *row = w + r * len;
+            // a lane's words in blocks of WORDS_A_BLOCK, each summed apart and then added to s: a
+            // lane that takes a whole long row (team 1) would otherwise add thousands of products
+            // into one float in turn, its rounding growing with the row (2e-5 off at 4000 channels)
+            constexpr int WORDS_A_BLOCK = 8;
+            for (int64_t j0 = tl; j0 < words; j0 += (int64_t)WORDS_A_BLOCK * team) {
+                const int64_t j1 = j0 + (int64_t)WORDS_A_BLOCK * team < words ? j0 + (int64_t)WORDS_A_BLOCK * team : words;
+                float t[GATE_NB] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 4
-            for (int64_t j = tl; j < words; j += team) {
-                float wv[V];
-                load_words<T, V>(row + j * V, wv);
+                for (int64_t j = j0; j < j1; j += team) {
+                    float wv[V];
+                    load_words<T, V>(row + j * V, wv);
 #pragma unroll
-                for (int k = 0; k < GATE_NB; k++)
-                    if (k < nb) {
-                        const float *v = vec + k * len + j * V;
-                        if constexpr (V >= 4) { // float4 reads: a scalar read at a stride of V floats
-                                                 // was a V-way bank conflict
+                    for (int k = 0; k < GATE_NB; k++)
+                        if (k < nb) {
+                            const float *v = vec + k * len + j * V;
+                            if constexpr (V >= 4) { // float4 reads: a scalar read at a stride of V floats
+                                                     // was a V-way bank conflict
 #pragma unroll
-                            for (int q = 0; q < V; q += 4) {
-                                const float4 t = *(const float4 *)(v + q);
-                                s[k] += wv[q] * t.x;
-                                s[k] += wv[q + 1] * t.y;
-                                s[k] += wv[q + 2] * t.z;
-                                s[k] += wv[q + 3] * t.w;
+                                for (int q = 0; q < V; q += 4) {
+                                    const float4 u = *(const float4 *)(v + q);
+                                    t[k] += wv[q] * u.x;
+                                    t[k] += wv[q + 1] * u.y;
+                                    t[k] += wv[q + 2] * u.z;
+                                    t[k] += wv[q + 3] * u.w;
+                                }
+                            } else {
+#pragma unroll
+                                for (int q = 0; q < V; q++) t[k] += wv[q] * v[q];
                             }
-                        } else {
-#pragma unroll
-                            for (int q = 0; q < V; q++) s[k] += wv[q] * v[q];
                         }
-                    }
+                }
+#pragma unroll
+                for (int k = 0; k < GATE_NB; k++) s[k] += t[k];
             }
         }
 #pragma unroll
