@@ -119,7 +119,8 @@ KN_TEST(scratch_of_deform_conv_is_bounded) {
 }
 
 /* ConvTranspose's column buffer: x [1,1,8,8], w [1,64,15,15] gives 64*225 x 64 floats (3686400
- * bytes) for a 123904-byte output. */
+ * bytes) for a 123904-byte output (dilated: the undilated one goes to the phase GEMM, conv.c's
+ * ct_phase_*, which has no column buffer). */
 KN_TEST(scratch_of_conv_transpose_is_bounded) {
     tmb b;
     tmb_init(&b, 17);
@@ -130,6 +131,7 @@ KN_TEST(scratch_of_conv_transpose_is_bounded) {
     int y = tmb_value(&b, "y");
     int node = tmb_node(&b, "ConvTranspose", in, 2, y);
     b.g->nodes[node].name = "up";
+    tmb_ints(&b, node, "dilations", (int64_t[]){2, 2}, 2);
     tmb_output(&b, y);
     size_t size;
     unsigned char *data = tmb_finish(&b, &size);

@@ -3775,9 +3775,434 @@ static void ct_make_packed_weights(const void *ctx, void *dst) {
     }
 }
 
+/* Output phases. With undilated taps o = i s + k - p (per axis): writing k = s a + r and
+ * o + p = s q + r, output o takes sum_a W[s a + r] x[q - a]. So the outputs of one phase r (one
+ * residue of o + p mod s per axis) are a stride-1 correlation of x with the taps r, r + s, ..., a
+ * window of T = ceil(K / s) over the grid q; all phases share that window, so one GEMM computes
+ * every phase: A [(m, phase), (c, T taps)] (zero where s a + r >= K) times the im2col of a
+ * stride-1 T-tap convolution, and its epilogue stores each finished block of C straight into the
+ * strided output with the bias: no column buffer, no col2im, no zero fill, every output written
+ * once. Where s divides K the FLOPs equal the column GEMM's (4x4 s2: 66% GEMM and 23% col2im in
+ * perf before). The im2col comes from a zero-bordered copy of x (U = Q + T - 1 per axis) over a
+ * grid as wide as that copy's rows (T - 1 columns of each grid row computed and dropped): every
+ * row of B is then a plain run of the copy, packed with plain loads (through conv_pack_b's masked
+ * loads, packing was 16% of the 4x4 s2 64->32 28x28 case). */
+typedef struct ct_phase {
+    int64_t P, Mp, Kp, Tk, N;          /* phases, A's rows and depth, taps, grid points */
+    int64_t uplane;                    /* floats of a channel of the bordered copy */
+    int64_t T[3], qlo[3], Q[3], U[3];  /* per axis: taps, first grid index, grid size, copy's size */
+    int64_t GD[3];                     /* the grid's sizes: Q on the outer axis, U on the others */
+} ct_phase;
+
+static int64_t floordiv64(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+/* The phase geometry, false where it does not apply: rank > 3, dilations, negative pads */
+static bool ct_phase_geom(const conv_shape *s, ct_phase *ph) {
+    if (s->nsp < 1 || s->nsp > 3 || s->Cg < 1 || s->Mg < 1 || s->in_plane < 1 || s->out_plane < 1) return false;
+    memset(ph, 0, sizeof *ph);
+    ph->P = ph->Tk = ph->N = ph->uplane = 1;
+    for (int d = 0; d < s->nsp; d++) {
+        const int64_t st = s->w.stride[d], K = s->w.kernel[d], p = s->w.pad_begin[d], O = s->w.out[d];
+        if (s->w.dilation[d] != 1 || st < 1 || K < 1 || p < 0 || O < 1 || st > 64) return false;
+        ph->T[d] = (K + st - 1) / st;
+        ph->qlo[d] = p / st;
+        ph->Q[d] = (O - 1 + p) / st - ph->qlo[d] + 1;
+        ph->U[d] = ph->Q[d] + ph->T[d] - 1;
+        ph->GD[d] = d == 0 ? ph->Q[d] : ph->U[d];
+        ph->P *= st;
+        ph->Tk *= ph->T[d];
+        ph->N *= ph->GD[d];
+        ph->uplane *= ph->U[d];
+        if (ph->uplane > ((int64_t)1 << 40)) return false;
+    }
+    ph->Mp = s->Mg * ph->P;
+    ph->Kp = s->Cg * ph->Tk;
+    return ph->Tk <= 64 && ph->Mp < ((int64_t)1 << 31) && ph->Kp < ((int64_t)1 << 31);
+}
+
+static bool conv_transpose_tiles(const conv_shape *s);
+
+/* Whether the phase GEMM takes this node: KILN_CT_PHASE=0/1 forces it off/on (where it applies).
+ * By default where its work beats the column path's: it computes N / in_plane times the column
+ * GEMM's columns (the grid's border and dropped columns) times P Tk / kk its rows x depth (zero
+ * taps where s does not divide K), plus its store and packing, about 36 / Kp of its GEMM; col2im
+ * costs about X / Cg of the column GEMM, X 21 at stride 1 along the row, 27 at stride 2 (its
+ * vector pairs), 100 otherwise (scalar scatter). Fitted on the 2-core EPYC, 1 thread, CPU time
+ * (phase/column): 4x4 s2 64->32 28x28 0.89, 32->16 56x56 0.76, 128->64 30x40 0.97, g8 128->128
+ * 28x28 0.34, 8x8 s4 64->32 14x14 0.56, 3x3 s1 64->64 28x28 0.86, 1-D k16 s8 256->128 L64 0.94;
+ * 4x4 s2 256->128 14x14 1.08 and 3x3 s2 64->32 28x28 1.47 stay. Not where kernel == stride
+ * without pads (ct_tiles: no col2im to save; 2x2 s2 256->128 20x20 1.06). */
+static bool ct_phase_suits(const conv_shape *s, ct_phase *ph) {
+    if (!ct_phase_geom(s, ph)) return false;
+    const char *e = getenv("KILN_CT_PHASE");
+    if (e && (e[0] == '0' || e[0] == '1')) return e[0] == '1';
+    if (conv_transpose_tiles(s)) return false;
+    const double phase = (double)ph->N / (double)s->in_plane * (double)(ph->P * ph->Tk) / (double)s->kk *
+                         (1.0 + 36.0 / (double)ph->Kp);
+    const int64_t sw = s->w.stride[s->nsp - 1];
+    const double col2im = s->nsp <= 2 && sw == 1 ? 21.0 : s->nsp <= 2 && sw == 2 ? 27.0 : 100.0;
+    return phase < 1.0 + col2im / (double)s->Cg;
+}
+
+typedef struct ct_phase_wctx {
+    const float *w;
+    const conv_shape *s;
+    const ct_phase *ph;
+    const float *plain; /* for the packed form */
+    bool swap;
+} ct_phase_wctx;
+
+/* A per group, [Mp][Kp] row-major: row (m, phase r), column (c, t) with t the T-tap window's tap
+ * (reversed: im2col's tap t reads x[q - (T - 1 - t)]) */
+static void ct_phase_weights(const void *ctx, void *dst) {
+    const ct_phase_wctx *k = ctx;
+    const conv_shape *s = k->s;
+    const ct_phase *ph = k->ph;
+    const int nsp = s->nsp;
+    float *a = dst;
+    for (int64_t g = 0; g < s->G; g++)
+        for (int64_t m = 0; m < s->Mg; m++)
+            for (int64_t r = 0; r < ph->P; r++) {
+                int64_t rr[3] = {0, 0, 0}, q = r;
+                for (int d = nsp - 1; d >= 0; d--) rr[d] = q % s->w.stride[d], q /= s->w.stride[d];
+                for (int64_t c = 0; c < s->Cg; c++) {
+                    const float *wc = k->w + ((g * s->Cg + c) * s->Mg + m) * s->kk;
+                    for (int64_t t = 0; t < ph->Tk; t++) {
+                        int64_t tq = t, kidx = 0;
+                        bool in = true;
+                        int64_t tap[3] = {0, 0, 0};
+                        for (int d = nsp - 1; d >= 0; d--) {
+                            const int64_t ta = ph->T[d] - 1 - tq % ph->T[d];
+                            tq /= ph->T[d];
+                            tap[d] = s->w.stride[d] * ta + rr[d];
+                            in &= tap[d] < s->w.kernel[d];
+                        }
+                        for (int d = 0; d < nsp; d++) kidx = kidx * s->w.kernel[d] + tap[d];
+                        *a++ = in ? wc[kidx] : 0.0f;
+                    }
+                }
+            }
+}
+
+static void ct_phase_packed(const void *ctx, void *dst) {
+    const ct_phase_wctx *k = ctx;
+    const int64_t Mp = k->ph->Mp, Kp = k->ph->Kp;
+    const size_t per = k->swap ? kn_sgemm_packed_b_floats(Mp, Kp) : kn_sgemm_packed_a_floats(Mp, Kp);
+    for (int64_t g = 0; g < k->s->G; g++) {
+        const float *a = k->plain + g * Mp * Kp;
+        if (k->swap) kn_sgemm_pack_b_full(a, Kp, true, Mp, Kp, (float *)dst + g * per);
+        else kn_sgemm_pack_a(a, Kp, false, Mp, Kp, (float *)dst + g * per);
+    }
+}
+
+typedef struct ct_phase_epi {
+    const conv_shape *s;
+    const ct_phase *ph;
+    const float *bias;
+    float *y; /* this image's output */
+    /* 1-D as one row: output (oh, ow) = (qh sh + bh + rh, qw sw + bw + rw) for grid row and column
+     * qh, qw; per phase row rh the grid rows [hlo, hhi) land inside the output, per phase column
+     * rw the grid columns [wlo, whi) */
+    int64_t bh, bw, hlo[64], hhi[64], wlo[64], whi[64];
+} ct_phase_epi;
+
+static void ct_phase_epi_init(ct_phase_epi *e, const conv_shape *s, const ct_phase *ph, const float *bias) {
+    memset(e, 0, sizeof *e);
+    e->s = s, e->ph = ph, e->bias = bias;
+    if (s->nsp > 2) return;
+    const int two = s->nsp == 2;
+    const int64_t sh = two ? s->w.stride[0] : 1, sw = s->w.stride[s->nsp - 1];
+    const int64_t OH = two ? s->w.out[0] : 1, OW = s->w.out[s->nsp - 1];
+    e->bh = two ? ph->qlo[0] * sh - s->w.pad_begin[0] : 0;
+    e->bw = ph->qlo[s->nsp - 1] * sw - s->w.pad_begin[s->nsp - 1];
+    for (int64_t r = 0; r < sh; r++) {
+        e->hlo[r] = max64(0, -floordiv64(e->bh + r, sh));
+        e->hhi[r] = max64(e->hlo[r], floordiv64(OH - 1 - e->bh - r, sh) + 1);
+    }
+    for (int64_t r = 0; r < sw; r++) {
+        e->wlo[r] = max64(0, -floordiv64(e->bw + r, sw));
+        e->whi[r] = max64(e->wlo[r], floordiv64(OW - 1 - e->bw - r, sw) + 1);
+    }
+}
+
+/* grid columns [lo, hi) of one C row (column q at c[q - qa]) to yo[q sw], plus the bias */
+static inline void ct_phase_row(float *yo, const float *c, int64_t qa, int64_t lo, int64_t hi, int64_t sw, float b) {
+    if (sw == 1)
+        for (int64_t q = lo; q < hi; q++) yo[q] = c[q - qa] + b;
+    else
+        for (int64_t q = lo; q < hi; q++) yo[q * sw] = c[q - qa] + b;
+}
+
+/* the GEMM's epilogue: block [i0, i0 + m) x [j0, j0 + n) of C (op: the group) into y. Rows are
+ * (m, rh, rw), columns the grid's points; the block's columns go by grid row (segments computed
+ * once), the rows' phases by counters (divisions per row were most of this store's time) */
+static void ct_phase_store(const void *ctx, int64_t op, int64_t i0, int64_t j0, int64_t m, int64_t n, float *c,
+                           int64_t ldc) {
+    const ct_phase_epi *e = ctx;
+    const conv_shape *s = e->s;
+    const ct_phase *ph = e->ph;
+    const int nsp = s->nsp;
+    if (nsp == 3) { /* per element (3-D deconvolutions are rare) */
+        for (int64_t i = i0; i < i0 + m; i++) {
+            const int64_t ch = op * s->Mg + i / ph->P;
+            const float b = e->bias ? e->bias[ch] : 0.0f;
+            int64_t rr[3], q = i % ph->P;
+            for (int d = 2; d >= 0; d--) rr[d] = q % s->w.stride[d], q /= s->w.stride[d];
+            for (int64_t j = j0; j < j0 + n; j++) {
+                int64_t t = j, idx = 0, o[3];
+                bool in = true;
+                for (int d = 2; d >= 0; d--) {
+                    const int64_t qi = t % ph->GD[d];
+                    o[d] = (qi + ph->qlo[d]) * s->w.stride[d] + rr[d] - s->w.pad_begin[d];
+                    t /= ph->GD[d];
+                    in &= qi < ph->Q[d] && o[d] >= 0 && o[d] < s->w.out[d];
+                }
+                if (!in) continue;
+                for (int d = 0; d < 3; d++) idx = idx * s->w.out[d] + o[d];
+                e->y[ch * s->out_plane + idx] = c[(i - i0) * ldc + (j - j0)] + b;
+            }
+        }
+        return;
+    }
+    const int two = nsp == 2;
+    const int64_t sh = two ? s->w.stride[0] : 1, sw = s->w.stride[nsp - 1], QW = ph->Q[nsp - 1], GW = ph->GD[nsp - 1];
+    const int64_t OW = s->w.out[nsp - 1], P = ph->P;
+    for (int64_t j = j0; j < j0 + n;) {
+        /* grid row qh's columns [qa, qb) (those from QW to qe: computed and dropped) */
+        const int64_t qh = j / GW, qa = j % GW, qe = min64(GW, qa + (j0 + n - j)), qb = min64(qe, QW);
+        const float *cs = c + (j - j0);
+        j += qe - qa;
+        if (qb <= qa) continue;
+        int64_t mg = i0 / P, rh = i0 % P / sw, rw = i0 % sw;
+        for (int64_t i = i0; i < i0 + m;) {
+            /* stride 2 along the row: phase columns 0 and 1 of one (m, rh) interleave into vectors */
+            const int step = KN_VL && sw == 2 && rw == 0 && i + 1 < i0 + m ? 2 : 1;
+            if (qh >= e->hlo[rh] && qh < e->hhi[rh]) {
+                const int64_t ch = op * s->Mg + mg;
+                const float b = e->bias ? e->bias[ch] : 0.0f;
+                float *yr = e->y + ch * s->out_plane + (qh * sh + e->bh + rh) * OW + e->bw;
+                const float *c0 = cs + (i - i0) * ldc;
+                if (step == 1) {
+                    ct_phase_row(yr + rw, c0, qa, max64(qa, e->wlo[rw]), min64(qb, e->whi[rw]), sw, b);
+                } else {
+#if KN_VL
+                    const float *c1 = c0 + ldc;
+                    const int64_t lo0 = max64(qa, e->wlo[0]), hi0 = min64(qb, e->whi[0]);
+                    const int64_t lo1 = max64(qa, e->wlo[1]), hi1 = min64(qb, e->whi[1]);
+                    const int64_t lo = max64(lo0, lo1), hi = max64(lo, min64(hi0, hi1));
+                    int64_t q = lo;
+                    if (hi - lo >= KN_VL) {
+                        ct_phase_row(yr, c0, qa, lo0, lo, 2, b);
+                        ct_phase_row(yr + 1, c1, qa, lo1, lo, 2, b);
+                        const kn_vf vb = kn_vf_set1(b);
+                        for (; q + KN_VL <= hi; q += KN_VL) {
+                            const kn_vf a0 = kn_vf_add(kn_vf_loadu(c0 + (q - qa)), vb);
+                            const kn_vf a1 = kn_vf_add(kn_vf_loadu(c1 + (q - qa)), vb);
+                            float *p = yr + 2 * q;
+#if KN_VL == 8
+                            const __m256 ul = _mm256_unpacklo_ps(a0, a1), uh = _mm256_unpackhi_ps(a0, a1);
+                            _mm256_storeu_ps(p, _mm256_permute2f128_ps(ul, uh, 0x20));
+                            _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(ul, uh, 0x31));
+#else
+                            int32_t t[KN_VL];
+                            for (int l = 0; l < KN_VL; l++) t[l] = (l & 1 ? KN_VL : 0) + (l >> 1);
+                            const kn_vi ilo = kn_vi_loadu(t), ihi = kn_vi_add(ilo, kn_vi_set1(KN_VL / 2));
+                            kn_vf_storeu(p, kn_vf_perm2(a0, ilo, a1));
+                            kn_vf_storeu(p + KN_VL, kn_vf_perm2(a0, ihi, a1));
+#endif
+                        }
+                        ct_phase_row(yr, c0, qa, q, hi0, 2, b);
+                        ct_phase_row(yr + 1, c1, qa, q, hi1, 2, b);
+                    } else {
+                        ct_phase_row(yr, c0, qa, lo0, hi0, 2, b);
+                        ct_phase_row(yr + 1, c1, qa, lo1, hi1, 2, b);
+                    }
+#endif
+                }
+            }
+            i += step;
+            rw += step; /* step 2 only from rw 0 of sw 2 */
+            if (rw == sw) {
+                rw = 0;
+                if (++rh == sh) rh = 0, mg++;
+            }
+        }
+    }
+}
+
+typedef struct ct_phase_copy {
+    const conv_shape *s;
+    const ct_phase *ph;
+    const float *x; /* one image */
+    float *xp;
+} ct_phase_copy;
+
+/* items: channels of one image into the bordered copy, xp[c][u] = x[c][u + qlo - T + 1] or 0 */
+static void ct_phase_copy_range(void *arg, int64_t begin, int64_t end) {
+    const ct_phase_copy *j = arg;
+    const conv_shape *s = j->s;
+    const ct_phase *ph = j->ph;
+    const int nsp = s->nsp;
+    /* as 3-D: leading axes of size 1 */
+    int64_t in[3] = {1, 1, 1}, U[3] = {1, 1, 1}, off[3] = {0, 0, 0};
+    for (int d = 0; d < nsp; d++) {
+        in[3 - nsp + d] = s->w.in[d];
+        U[3 - nsp + d] = ph->U[d];
+        off[3 - nsp + d] = ph->qlo[d] - ph->T[d] + 1;
+    }
+    const int64_t lo = max64(0, -off[2]), hi = max64(lo, min64(U[2], in[2] - off[2]));
+    for (int64_t ch = begin; ch < end; ch++) {
+        const float *xc = j->x + ch * s->in_plane;
+        float *d = j->xp + ch * ph->uplane;
+        for (int64_t a = 0; a < U[0]; a++)
+            for (int64_t b = 0; b < U[1]; b++, d += U[2]) {
+                const int64_t ia = a + off[0], ib = b + off[1];
+                if (ia < 0 || ia >= in[0] || ib < 0 || ib >= in[1] || hi <= lo) {
+                    memset(d, 0, sizeof(float) * (size_t)U[2]);
+                    continue;
+                }
+                const float *src = xc + (ia * in[1] + ib) * in[2] + off[2];
+                if (lo) memset(d, 0, sizeof(float) * (size_t)lo);
+                memcpy(d + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
+                if (hi < U[2]) memset(d + hi, 0, sizeof(float) * (size_t)(U[2] - hi));
+            }
+    }
+}
+
+typedef struct ct_phase_pack {
+    const ct_phase *ph;
+    const float *xp; /* the image's bordered copy, group 0 */
+    int64_t cg_floats; /* a group's channels in it */
+    int64_t toff[64]; /* tap t's offset in the copy (Tk <= 64, see ct_phase_suits) */
+} ct_phase_pack;
+
+/* The GEMM's B rows (c, t) [k0, k0 + kc), columns [n0, n0 + nc): row (c, t) is the copy's channel
+ * c from offset toff[t] on, so each panel row is NR consecutive floats (columns past nc zero) */
+static void ct_phase_pack_b(const void *ctx, int64_t op, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
+    const ct_phase_pack *pk = ctx;
+    const ct_phase *ph = pk->ph;
+    const int NRv = kn_sgemm_nr();
+    const float *xg = pk->xp + op * pk->cg_floats + n0;
+    const int64_t full = nc / NRv, rest = nc - full * NRv;
+    for (int64_t k = 0; k < kc; k++) {
+        const int64_t c = (k0 + k) / ph->Tk, t = (k0 + k) % ph->Tk;
+        const float *src = xg + c * ph->uplane + pk->toff[t];
+        float *d = dst + k * NRv;
+        for (int64_t p = 0; p < full; p++, src += NRv, d += NRv * kc) {
+#if KN_VL
+            for (int l = 0; l < NRv; l += KN_VL) kn_vf_storeu(d + l, kn_vf_loadu(src + l));
+#else
+            memcpy(d, src, sizeof(float) * (size_t)NRv);
+#endif
+        }
+        if (rest) {
+            memcpy(d, src, sizeof(float) * (size_t)rest);
+            memset(d + rest, 0, sizeof(float) * (size_t)(NRv - rest));
+        }
+    }
+}
+
+/* ConvTranspose through the phase GEMM (ct_phase_suits): one batch of G products per image. */
+static kiln_status conv_transpose_phases(kn_kernel_ctx *c, const conv_shape *s, const ct_phase *ph, const float *x,
+                                         const float *w, const float *bias, float *y, bool w_is_input) {
+    const int64_t Mp = ph->Mp, Kp = ph->Kp, N = ph->N, G = s->G;
+    ct_phase_wctx wc = {w, s, ph, NULL, false};
+    const size_t plain_floats = (size_t)G * (size_t)Mp * (size_t)Kp;
+    const bool swap = kn_sgemm_swaps(Mp, N, Kp);
+    const float *plain = NULL, *packed = NULL;
+    float *own = NULL;
+    if (w_is_input) {
+        /* both keyed by the strides too (A depends on them; the kernel comes with W) */
+        int64_t sk = 0;
+        for (int d = 0; d < s->nsp; d++) sk = sk * 65 + s->w.stride[d];
+        const kn_const_layout lay = {18, {G, Mp, Kp, sk}};
+        plain = kn_cpu_const_derived(c, 1, &lay, sizeof(float) * plain_floats, ct_phase_weights, &wc);
+        if (plain && Mp > 1 && N > 1) {
+            wc.plain = plain;
+            wc.swap = swap;
+            const kn_const_layout play = {swap ? 20 : 19, {G, Mp, Kp, sk}};
+            const size_t per = swap ? kn_sgemm_packed_b_floats(Mp, Kp) : kn_sgemm_packed_a_floats(Mp, Kp);
+            packed = kn_cpu_const_derived(c, 1, &play, sizeof(float) * per * (size_t)G, ct_phase_packed, &wc);
+        }
+    }
+    /* per call (weights not a constant): P T^d / K^d times W's size, bounded (kn_ctx_scratch) */
+    const size_t own_bytes = (size_t)kn_bytes_of((uint64_t)plain_floats, sizeof(float));
+    if (!plain) {
+        KN_TRY(kn_ctx_scratch(c, own_bytes, "the phase weights", (void **)&own));
+        ct_phase_weights(&wc, own);
+        plain = own;
+    }
+    /* C, every phase over the grid: read back by the epilogue while the block is in cache */
+    const size_t c_bytes =
+        (size_t)kn_bytes_of(kn_bytes_of(kn_bytes_of((uint64_t)G, (uint64_t)Mp), (uint64_t)N), sizeof(float));
+    /* and the bordered copy of one image, with slack for the last channel's dropped columns */
+    const int64_t slack = ph->uplane / ph->U[0]; /* >= the farthest tap offset past the grid */
+    const size_t x_bytes =
+        (size_t)kn_bytes_of(kn_bytes_of((uint64_t)s->C, (uint64_t)ph->uplane) + (uint64_t)slack, sizeof(float));
+    float *cbuf = NULL, *xp = NULL;
+    kiln_status st = kn_ctx_scratch(c, c_bytes, "the phase GEMM's output", (void **)&cbuf);
+    if (!st && (st = kn_ctx_scratch(c, x_bytes, "the bordered input", (void **)&xp)) != KILN_OK) {
+        kn_ctx_scratch_free(c, cbuf, c_bytes);
+        if (own) kn_ctx_scratch_free(c, own, own_bytes);
+        return st;
+    }
+    const float **ap = st ? NULL : malloc(sizeof(float *) * (size_t)G * 2);
+    float **cp = st ? NULL : malloc(sizeof(float *) * (size_t)G);
+    if (st || !ap || !cp) {
+        if (!st) kn_ctx_scratch_free(c, cbuf, c_bytes), kn_ctx_scratch_free(c, xp, x_bytes);
+        if (own) kn_ctx_scratch_free(c, own, own_bytes);
+        free(ap);
+        free(cp);
+        return st ? st : kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    const float **pka = ap + G;
+    const size_t per = swap ? kn_sgemm_packed_b_floats(Mp, Kp) : kn_sgemm_packed_a_floats(Mp, Kp);
+    for (int64_t g = 0; g < G; g++) {
+        ap[g] = plain + g * Mp * Kp;
+        cp[g] = cbuf + g * Mp * N;
+        if (packed) pka[g] = packed + g * per;
+    }
+    /* B's rows: tap t reads the copy from t's offset (the copy's strides); past a channel's end
+     * only by columns the epilogue drops, into the next channel or the slack */
+    ct_phase_pack pk = {ph, xp, s->Cg * ph->uplane, {0}};
+    for (int64_t t = 0; t < ph->Tk; t++) {
+        int64_t q = t, off = 0, stride = 1;
+        for (int d = s->nsp - 1; d >= 0; d--) {
+            off += (q % ph->T[d]) * stride;
+            q /= ph->T[d];
+            stride *= ph->U[d];
+        }
+        pk.toff[t] = off;
+    }
+    memset(xp + s->C * ph->uplane, 0, sizeof(float) * (size_t)slack);
+    ct_phase_epi ec;
+    ct_phase_epi_init(&ec, s, ph, bias);
+    for (int64_t n = 0; n < s->N && st == KILN_OK; n++) {
+        ct_phase_copy cj = {s, ph, x + n * s->C * s->in_plane, xp};
+        kn_parallel_for(c->pool, s->C, max64(1, 16384 / (ph->uplane + 1)), ct_phase_copy_range, &cj);
+        ec.y = y + n * s->M * s->out_plane;
+        kn_sgemm_batch gb = {.count = G, .M = Mp, .N = N, .K = Kp, .alpha = 1.0f, .beta = 0.0f, .a = ap,
+                             .lda = Kp, .c = cp, .ldc = N, .pack_b = ct_phase_pack_b, .pack_ctx = &pk,
+                             .epilogue = ct_phase_store, .epilogue_ctx = &ec};
+        if (packed) {
+            if (swap) gb.at_packed = pka;
+            else gb.a_packed = pka;
+        }
+        if (kn_sgemm_run(c->pool, &gb)) st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory in the GEMM");
+    }
+    kn_ctx_scratch_free(c, cbuf, c_bytes);
+    kn_ctx_scratch_free(c, xp, x_bytes);
+    if (own) kn_ctx_scratch_free(c, own, own_bytes);
+    free(ap);
+    free(cp);
+    return st;
+}
+
 static kiln_status conv_transpose_f32(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w,
                                       const float *bias, float *y, bool w_is_input) {
     int64_t ny = s->N * s->M * s->out_plane;
+    ct_phase ph;
+    if (ny > 0 && ct_phase_suits(s, &ph)) return conv_transpose_phases(c, s, &ph, x, w, bias, y, w_is_input);
     const bool tiles = conv_transpose_tiles(s) && s->in_plane > 0 && s->Cg > 0;
     if (tiles) {
         /* every output written once by ct_tiles_range */
