@@ -24,7 +24,23 @@
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t pairs_of(int64_t K) { return (K + 1) / 2; }
 
-size_t kn_qgemm_a_words(int64_t M, int64_t K) { return (size_t)((M + MR - 1) / MR * MR * (pairs_of(K) + 1)); }
+static inline int64_t quads_of(int64_t K) { return (K + 3) / 4; }
+
+/* The byte form of packed A (qgemm.h) after the row sums: BYTES_HEAD words (a check word, the
+ * form), MR words a quad of K per panel, then MR words of c per panel */
+#define BYTES_HEAD 4
+enum { QB_NONE = 0, QB_SIGNED = 1, QB_UNSIGNED = 2 };
+
+size_t kn_qgemm_a_words(int64_t M, int64_t K) {
+    const int64_t rows = (M + MR - 1) / MR * MR;
+    return (size_t)(rows * (pairs_of(K) + 1) + BYTES_HEAD + rows * (quads_of(K) + 1));
+}
+
+/* the header's check word: a packed A of other dimensions (a buffer reused for a smaller product)
+ * does not pass for this one's */
+static int32_t bytes_check(int64_t M, int64_t K) {
+    return (int32_t)(0x4b384151u ^ ((uint32_t)M * 2654435761u) ^ ((uint32_t)K * 40503u));
+}
 size_t kn_qgemm_b_bytes(int64_t N, int64_t K) { return (size_t)((N + NR - 1) / NR * NR * 2 * pairs_of(K)); }
 
 /* two int16 values in one word, lo in the low half (vpmaddwd's order) */
@@ -127,16 +143,101 @@ static void pack_a_rows_avx2(const uint8_t *a, bool s8, int64_t lda, int64_t M, 
 }
 #endif
 
+/* Whether every pair of A's packed int16 words (a'0, a'1) has |a'0| + |a'1| <= 128 and both within
+ * int8: then against any uint8 u, |a'0 u0 + a'1 u1| <= 128 * 255 = 32640, and vpmaddubsw's
+ * saturating int16 pair sums are the exact ones (kn_qgemm's signed byte form) */
+static bool pairs_bounded(const int32_t *w, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX2__)
+    const __m256i ones = _mm256_set1_epi16(1), lim = _mm256_set1_epi32(128), top = _mm256_set1_epi16(128);
+    __m256i bad = _mm256_setzero_si256();
+    for (; i + 8 <= n; i += 8) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(w + i));
+        bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_madd_epi16(_mm256_abs_epi16(v), ones), lim));
+        bad = _mm256_or_si256(bad, _mm256_cmpeq_epi16(v, top));
+    }
+    if (!_mm256_testz_si256(bad, bad)) return false;
+#endif
+    for (; i < n; i++) {
+        const int32_t lo = (int16_t)(uint16_t)((uint32_t)w[i] & 0xffffu), hi = (int16_t)(uint16_t)((uint32_t)w[i] >> 16);
+        if (abs(lo) + abs(hi) > 128 || lo == 128 || hi == 128) return false;
+    }
+    return true;
+}
+
+/* A's byte form (the int16 pairs already in dst): QB_SIGNED, the bytes a' (A's values less their
+ * zero points) where pairs_bounded holds, for B's bytes as vpmaddubsw's unsigned operand; else
+ * QB_UNSIGNED, the bytes u = a (uint8) or a + 128 (int8) as its unsigned operand, for a B whose
+ * bytes less their zero points are bounded so (checked per block of columns when run), with
+ * c = a' - u per row (-z or -z - 128). Bytes past K are 0. */
+static void pack_a_bytes(const uint8_t *a, bool s8, int64_t rs, int64_t cs, int64_t M, int64_t K, const int32_t *zr,
+                         int32_t zp, int32_t *dst) {
+    const int64_t KP = pairs_of(K), KQ = quads_of(K), panels = (M + MR - 1) / MR;
+    int32_t *head = dst + panels * MR * (KP + 1), *cv = head + BYTES_HEAD + panels * MR * KQ;
+    uint8_t *q8 = (uint8_t *)(head + BYTES_HEAD);
+    head[0] = bytes_check(M, K), head[1] = QB_NONE, head[2] = head[3] = 0;
+#if !defined(__AVX2__)
+    return; /* (the byte forms are AVX2's) */
+#endif
+    if (M < 3) return; /* (kn_qgemm_run's one-row tiles then) */
+    const bool sform = pairs_bounded(dst, panels * MR * KP);
+    const uint8_t flip = s8 ? 0x80 : 0;
+    head[1] = sform ? QB_SIGNED : QB_UNSIGNED;
+    for (int64_t p = 0; p < panels; p++) {
+        const int rows = (int)min64(MR, M - p * MR);
+        uint8_t zb8[MR];
+        for (int r = 0; r < MR; r++) {
+            const int32_t z = r < rows ? (zr ? zr[p * MR + r] : zp) : 0;
+            zb8[r] = sform ? (uint8_t)z : flip;
+            cv[p * MR + r] = r < rows && !sform ? -z - (s8 ? 128 : 0) : 0;
+        }
+        uint8_t *d = q8 + p * KQ * MR * 4;
+        int64_t k0 = 0;
+#if defined(__AVX2__)
+        if (cs == 1)
+            for (; k0 + 32 <= K; k0 += 32) {
+                __m256i w[8], t[8];
+                w[6] = w[7] = _mm256_setzero_si256();
+                for (int r = 0; r < MR; r++) {
+                    if (r >= rows) {
+                        w[r] = _mm256_setzero_si256();
+                        continue;
+                    }
+                    const __m256i x = _mm256_loadu_si256((const __m256i *)(a + (p * MR + r) * rs + k0));
+                    const __m256i z = _mm256_set1_epi8((char)zb8[r]);
+                    w[r] = sform ? _mm256_sub_epi8(x, z) : _mm256_xor_si256(x, z);
+                }
+                kn_q_transpose8x32(w, t); /* t[j]: quad k0 / 4 + j of the rows */
+                for (int j = 0; j < 8; j++) {
+                    uint8_t *o = d + (k0 / 4 + j) * MR * 4;
+                    _mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(t[j]));
+                    _mm_storel_epi64((__m128i *)(o + 16), _mm256_extracti128_si256(t[j], 1));
+                }
+            }
+#endif
+        for (int64_t q = k0 / 4; q < KQ; q++)
+            for (int r = 0; r < MR; r++)
+                for (int e = 0; e < 4; e++) {
+                    const int64_t k = 4 * q + e;
+                    uint8_t v = 0;
+                    if (r < rows && k < K) {
+                        const uint8_t x = a[(p * MR + r) * rs + k * cs];
+                        v = sform ? (uint8_t)(x - zb8[r]) : (uint8_t)(x ^ zb8[r]);
+                    }
+                    d[(q * MR + r) * 4 + e] = v;
+                }
+    }
+}
+
 void kn_qgemm_pack_a8(const void *a, bool is_s8, int64_t rs, int64_t cs, int64_t M, int64_t K, const int32_t *zp_rows,
                       int32_t zp, int32_t *dst) {
 #if defined(__AVX2__)
-    if (cs == 1 && K >= 16) {
-        pack_a_rows_avx2(a, is_s8, rs, M, K, zp_rows, zp, dst);
-        return;
-    }
+    if (cs == 1 && K >= 16) pack_a_rows_avx2(a, is_s8, rs, M, K, zp_rows, zp, dst);
+    else
 #endif
     if (is_s8) pack_a_s8(a, rs, cs, M, K, zp_rows, zp, dst);
     else pack_a_u8(a, rs, cs, M, K, zp_rows, zp, dst);
+    pack_a_bytes(a, is_s8, rs, cs, M, K, zp_rows, zp, dst);
 }
 
 void kn_qgemm_pack_b8(const void *b, int64_t rs, int64_t cs, int64_t K, int64_t n0, int64_t nc, uint8_t *dst) {
@@ -408,6 +509,146 @@ static void gemv_panel_avx2(bool s8, int64_t kpn, const int32_t *A, const uint8_
 }
 #undef QGEMM_TILE1
 
+/* The byte forms (qgemm.h): a quad of K a step, B's panel as two vectors of 8 columns' quads,
+ * each of A's six rows a broadcast quad; vpmaddubsw's int16 pair sums (exact: the operands are
+ * bounded so), widened and added in pairs by vpmaddwd against ones (from memory: the 16 registers
+ * are taken) into the twelve int32 sums. US: the operand order, unsigned first (B's bytes then
+ * A's, or A's then B's). Twice the products a step of vpmaddwd's int16 pairs in 3 instructions a
+ * vector where those take 2 for half as many; Zen 3: ~0.8x the time of the int16 tile. */
+static const int16_t bytes_ones[16] __attribute__((aligned(32))) = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+#define QGEMM8_ROW(US0, US1, OFF, R0, R1)                                                                    \
+    "vpbroadcastd " #OFF "(%[a]), %%ymm14\n\t"                                                                \
+    "vpmaddubsw " US0 ", %%ymm15\n\t"                                                                         \
+    "vpmaddwd (%[one]), %%ymm15, %%ymm15\n\t"                                                                 \
+    "vpaddd %%ymm15, %%" #R0 ", %%" #R0 "\n\t"                                                                \
+    "vpmaddubsw " US1 ", %%ymm15\n\t"                                                                         \
+    "vpmaddwd (%[one]), %%ymm15, %%ymm15\n\t"                                                                 \
+    "vpaddd %%ymm15, %%" #R1 ", %%" #R1 "\n\t"
+#define QGEMM8_TILE6(US0, US1)                                                                                \
+    __asm__ volatile("vpxor %%ymm0, %%ymm0, %%ymm0\n\t"                                                       \
+                     "vpxor %%ymm1, %%ymm1, %%ymm1\n\t"                                                       \
+                     "vpxor %%ymm2, %%ymm2, %%ymm2\n\t"                                                       \
+                     "vpxor %%ymm3, %%ymm3, %%ymm3\n\t"                                                       \
+                     "vpxor %%ymm4, %%ymm4, %%ymm4\n\t"                                                       \
+                     "vpxor %%ymm5, %%ymm5, %%ymm5\n\t"                                                       \
+                     "vpxor %%ymm6, %%ymm6, %%ymm6\n\t"                                                       \
+                     "vpxor %%ymm7, %%ymm7, %%ymm7\n\t"                                                       \
+                     "vpxor %%ymm8, %%ymm8, %%ymm8\n\t"                                                       \
+                     "vpxor %%ymm9, %%ymm9, %%ymm9\n\t"                                                       \
+                     "vpxor %%ymm10, %%ymm10, %%ymm10\n\t"                                                    \
+                     "vpxor %%ymm11, %%ymm11, %%ymm11\n\t"                                                    \
+                     "test %[n], %[n]\n\t"                                                                    \
+                     "jz 2f\n"                                                                                \
+                     "1:\n\t"                                                                                 \
+                     "vmovdqu (%[b]), %%ymm12\n\t"                                                            \
+                     "vmovdqu 32(%[b]), %%ymm13\n\t"                                                          \
+                     QGEMM8_ROW(US0, US1, 0, ymm0, ymm1) QGEMM8_ROW(US0, US1, 4, ymm2, ymm3)                  \
+                     QGEMM8_ROW(US0, US1, 8, ymm4, ymm5) QGEMM8_ROW(US0, US1, 12, ymm6, ymm7)                 \
+                     QGEMM8_ROW(US0, US1, 16, ymm8, ymm9) QGEMM8_ROW(US0, US1, 20, ymm10, ymm11)              \
+                     "add $24, %[a]\n\t"                                                                      \
+                     "add $64, %[b]\n\t"                                                                      \
+                     "dec %[n]\n\t"                                                                           \
+                     "jnz 1b\n"                                                                               \
+                     "2:\n\t"                                                                                 \
+                     "vmovdqu %%ymm0, (%[o])\n\t"                                                             \
+                     "vmovdqu %%ymm2, 32(%[o])\n\t"                                                           \
+                     "vmovdqu %%ymm4, 64(%[o])\n\t"                                                           \
+                     "vmovdqu %%ymm6, 96(%[o])\n\t"                                                           \
+                     "vmovdqu %%ymm8, 128(%[o])\n\t"                                                          \
+                     "vmovdqu %%ymm10, 160(%[o])\n\t"                                                         \
+                     "vmovdqu %%ymm1, 192(%[o])\n\t"                                                          \
+                     "vmovdqu %%ymm3, 224(%[o])\n\t"                                                          \
+                     "vmovdqu %%ymm5, 256(%[o])\n\t"                                                          \
+                     "vmovdqu %%ymm7, 288(%[o])\n\t"                                                          \
+                     "vmovdqu %%ymm9, 320(%[o])\n\t"                                                          \
+                     "vmovdqu %%ymm11, 352(%[o])\n\t"                                                         \
+                     : [a] "+r"(A), [b] "+r"(B), [n] "+r"(n)                                                  \
+                     : [o] "r"(sums), [one] "r"(bytes_ones)                                                   \
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",         \
+                       "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory", "cc")
+
+/* b_bytes_signed: B's bytes are the signed operand (QB_UNSIGNED A), else A's (QB_SIGNED). All six
+ * rows computed (A's rows past M are zero bytes), `rows` stored. */
+static void tile8_avx2(bool b_bytes_signed, int rows, int64_t kqn, const int32_t *A, const uint8_t *B, int32_t *C,
+                       int64_t ldc, int cols, bool add, const int32_t *asum, const int32_t *zb, const tile_rq *q) {
+    __m256i sums[2 * MR];
+    int64_t n = kqn;
+    if (b_bytes_signed) QGEMM8_TILE6("%%ymm12, %%ymm14", "%%ymm13, %%ymm14");
+    else QGEMM8_TILE6("%%ymm14, %%ymm12", "%%ymm14, %%ymm13");
+    if (q) store_rq(rows, sums, sums + MR, cols, asum, q);
+    else store_sums(rows, sums, sums + MR, C, ldc, cols, add, asum, zb);
+}
+#undef QGEMM8_TILE6
+#undef QGEMM8_ROW
+
+/* two pair vectors (pairs 2q and 2q + 1 of 16 columns, column j's at bytes 2j, 2j + 1) to the quad
+ * layout: d[0] columns 0-7, d[1] columns 8-15, column j's quad at bytes 4j .. 4j + 3 */
+static inline void pairs_to_quads(__m256i p0, __m256i p1, uint8_t *d) {
+    const __m256i lo = _mm256_unpacklo_epi16(p0, p1), hi = _mm256_unpackhi_epi16(p0, p1); /* 0-3 8-11 | 4-7 12-15 */
+    _mm256_storeu_si256((__m256i *)d, _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_storeu_si256((__m256i *)(d + 32), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+/* B's np panels of pairs (kn_qgemm_pack_b8's layout) to quads as vpmaddubsw's unsigned operand
+ * (QB_SIGNED A): the bytes, int8 ones plus 128 (flip 0x80). A's bytes past K are 0, so B's there
+ * need not be. */
+static void b_quads_unsigned(const uint8_t *B, int64_t KP, int64_t np, uint8_t flip, uint8_t *dst) {
+    const int64_t KQ = (KP + 1) / 2;
+    const __m256i f = _mm256_set1_epi8((char)flip);
+    for (int64_t p = 0; p < np; p++) {
+        const uint8_t *s = B + p * KP * 2 * NR;
+        uint8_t *d = dst + p * KQ * 4 * NR;
+        for (int64_t q = 0; q < KQ; q++) {
+            const __m256i p0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(s + 2 * q * 2 * NR)), f);
+            const __m256i p1 = 2 * q + 1 < KP ? _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(s + (2 * q + 1) * 2 * NR)), f)
+                                              : _mm256_setzero_si256();
+            pairs_to_quads(p0, p1, d + q * 4 * NR);
+        }
+    }
+}
+
+/* B's np panels of pairs to quads as vpmaddubsw's signed operand (QB_UNSIGNED A): s = b - zb[j],
+ * 0 past K, with negcs[j] = -sum_k s (the product then is sum (a' - c) s + c sum s). False, and
+ * dst not to be used, where a pair has |s0| + |s1| > 128 or a value past int8. */
+static bool b_quads_signed(const uint8_t *B, bool b_s8, int64_t K, int64_t np, const int32_t *zb, uint8_t *dst,
+                           int32_t *negcs) {
+    const int64_t KP = pairs_of(K), KQ = (KP + 1) / 2;
+    const __m256i ones = _mm256_set1_epi16(1), lim = _mm256_set1_epi32(128), top = _mm256_set1_epi16(127);
+    /* the last pair of an odd K keeps its low halves */
+    const __m256i odd = _mm256_set1_epi32(0xffff);
+    __m256i bad = _mm256_setzero_si256();
+    for (int64_t p = 0; p < np; p++) {
+        const uint8_t *s = B + p * KP * 2 * NR;
+        uint8_t *d = dst + p * KQ * 4 * NR;
+        /* zb per column as a pair of int16 (zb[j], zb[j]) in word j: zz0 columns 0-7, zz1 8-15 */
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(zb + p * NR)), w1 = _mm256_loadu_si256((const __m256i *)(zb + p * NR + 8));
+        const __m256i zz0 = _mm256_or_si256(_mm256_and_si256(w0, odd), _mm256_slli_epi32(w0, 16));
+        const __m256i zz1 = _mm256_or_si256(_mm256_and_si256(w1, odd), _mm256_slli_epi32(w1, 16));
+        __m256i cs0 = _mm256_setzero_si256(), cs1 = _mm256_setzero_si256(), prev = _mm256_setzero_si256();
+        for (int64_t kp = 0; kp < KP; kp++) {
+            const __m128i *src = (const __m128i *)(s + kp * 2 * NR);
+            const __m128i r0 = _mm_loadu_si128(src), r1 = _mm_loadu_si128(src + 1);
+            __m256i s0 = _mm256_sub_epi16(b_s8 ? _mm256_cvtepi8_epi16(r0) : _mm256_cvtepu8_epi16(r0), zz0);
+            __m256i s1 = _mm256_sub_epi16(b_s8 ? _mm256_cvtepi8_epi16(r1) : _mm256_cvtepu8_epi16(r1), zz1);
+            if (kp == KP - 1 && (K & 1)) s0 = _mm256_and_si256(s0, odd), s1 = _mm256_and_si256(s1, odd);
+            const __m256i m0 = _mm256_madd_epi16(_mm256_abs_epi16(s0), ones), m1 = _mm256_madd_epi16(_mm256_abs_epi16(s1), ones);
+            bad = _mm256_or_si256(bad, _mm256_or_si256(_mm256_cmpgt_epi32(m0, lim), _mm256_cmpgt_epi32(m1, lim)));
+            bad = _mm256_or_si256(bad, _mm256_or_si256(_mm256_cmpgt_epi16(s0, top), _mm256_cmpgt_epi16(s1, top)));
+            cs0 = _mm256_add_epi32(cs0, _mm256_madd_epi16(s0, ones));
+            cs1 = _mm256_add_epi32(cs1, _mm256_madd_epi16(s1, ones));
+            /* bytes: packs gives columns 0-3 8-11 | 4-7 12-15, permuted to 0-15 */
+            const __m256i v = _mm256_permute4x64_epi64(_mm256_packs_epi16(s0, s1), 0xd8);
+            if (kp & 1) pairs_to_quads(prev, v, d + kp / 2 * 4 * NR);
+            else prev = v;
+        }
+        if (KP & 1) pairs_to_quads(prev, _mm256_setzero_si256(), d + KP / 2 * 4 * NR);
+        _mm256_storeu_si256((__m256i *)(negcs + p * NR), _mm256_sub_epi32(_mm256_setzero_si256(), cs0));
+        _mm256_storeu_si256((__m256i *)(negcs + p * NR + 8), _mm256_sub_epi32(_mm256_setzero_si256(), cs1));
+        if (!_mm256_testz_si256(bad, bad)) return false;
+    }
+    return true;
+}
+
 #if defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__))
 /* AVX-512 VNNI (kn_cpu_has_vnni): vpdpwssd multiplies int16 pairs and adds both products into the
  * int32 sums in one instruction on 16 lanes, and a pair of K across a B panel's 16 columns is one
@@ -515,6 +756,11 @@ typedef struct qjob {
     int64_t KP, block_panels, row_panels, col_blocks, row_blocks;
     bool has_zb, vnni;
     bool fuse; /* the tiles requantise into rq_y (kn_qgemm's conditions) */
+    /* the byte form (QB_SIGNED, QB_UNSIGNED or QB_NONE: the int16 pairs): A's quads and c, and
+     * what B's unsigned bytes add to its zero point (QB_SIGNED: 128 for int8 B) */
+    int bytes;
+    const int32_t *aq, *ac;
+    int32_t boff;
 #if defined(__AVX2__)
     kn_rq8_k rqk;
 #endif
@@ -561,16 +807,23 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
     const kn_qgemm *g = j->g;
     const int64_t KP = j->KP, width = j->block_panels * NR;
     const int32_t *sums = g->a + (g->M + MR - 1) / MR * MR * KP;
-    uint8_t *buf = NULL;
-    int32_t *zb = j->has_zb ? malloc(sizeof(int32_t) * (size_t)width) : NULL;
+    uint8_t *buf = NULL, *bq = NULL;
+    int32_t *zb = j->has_zb ? malloc(sizeof(int32_t) * (size_t)width) : NULL, *negcs = NULL;
+    const int64_t KQ = (KP + 1) / 2;
     if (!g->b) buf = kn_aligned_alloc(64, (size_t)(width * 2 * KP));
-    if ((!g->b && !buf) || (j->has_zb && !zb)) {
+    if (j->bytes) bq = kn_aligned_alloc(64, (size_t)(width * 4 * KQ));
+    if (j->bytes == QB_UNSIGNED) negcs = malloc(sizeof(int32_t) * (size_t)width);
+    if ((!g->b && !buf) || (j->has_zb && !zb) || (j->bytes && !bq) || (j->bytes == QB_UNSIGNED && !negcs)) {
         atomic_store(&j->failed, 1);
         free(buf);
         free(zb);
+        free(bq);
+        free(negcs);
         return;
     }
-    int64_t have = -1, have_zb = -1;
+    int64_t have = -1, have_zb = -1, have_q = -1;
+    bool block_bytes = false; /* this column block's B in quads (bq) */
+    (void)have_q, (void)block_bytes;
     for (int64_t u = u0; u < u1; u++) {
         const int64_t cb = u / j->row_blocks, rb = u % j->row_blocks;
         const int64_t n0 = cb * width, nc = min64(width, g->N - n0);
@@ -583,9 +836,22 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
             B = buf;
         }
         if (zb && have_zb != cb) {
-            for (int64_t q = 0; q < width; q++) zb[q] = q >= nc ? 0 : g->zb_cols ? g->zb_cols[n0 + q] : g->zb;
+            for (int64_t q = 0; q < width; q++)
+                zb[q] = q >= nc ? 0 : (g->zb_cols ? g->zb_cols[n0 + q] : g->zb) + (j->bytes == QB_SIGNED ? j->boff : 0);
             have_zb = cb;
         }
+#if defined(__AVX2__)
+        if (j->bytes && have_q != cb) {
+            const int64_t np = (nc + NR - 1) / NR;
+            if (j->bytes == QB_SIGNED) {
+                b_quads_unsigned(B, KP, np, g->b_signed ? 0x80 : 0, bq);
+                block_bytes = true;
+            } else {
+                block_bytes = b_quads_signed(B, g->b_signed, g->K, np, zb, bq, negcs);
+            }
+            have_q = cb;
+        }
+#endif
         const int64_t p0 = rb * j->row_panels, p1 = min64(p0 + j->row_panels, (g->M + MR - 1) / MR);
         for (int64_t k0 = 0; k0 < KP; k0 += KP_BLOCK) {
             const int64_t kpn = min64(KP_BLOCK, KP - k0);
@@ -601,6 +867,22 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
                                   g->rq_bias ? g->rq_bias + ip * MR : NULL, g->zb, j->rq_ok + ip * MR,
                                   (float)g->rq_zy + 12582912.0f};
 #endif
+#if defined(__AVX2__)
+                if (block_bytes) {
+                    /* QB_SIGNED: B's unsigned bytes add boff to zb (zb holds it, as does q's);
+                     * QB_UNSIGNED: c[i] (-negcs[j]) for A's rows, B's zero points inside its bytes */
+                    const bool bs = j->bytes == QB_UNSIGNED;
+                    const int32_t *Aq = j->aq + (ip * KQ + k0 / 2) * MR;
+                    const int32_t *as8 = k0 > 0 ? NULL : bs ? j->ac + ip * MR : asum;
+                    q.zb += j->boff;
+                    for (int64_t jp = 0; jp * NR < nc; jp++) {
+                        tile8_avx2(bs, rows, (kpn + 1) / 2, Aq, bq + (jp * KQ + k0 / 2) * 4 * NR, C + jp * NR, g->ldc,
+                                   (int)min64(NR, nc - jp * NR), add, as8, bs ? negcs + jp * NR : zb ? zb + jp * NR : NULL,
+                                   j->fuse ? &q : NULL);
+                        if (j->fuse) q.y += NR;
+                    }
+                } else
+#endif
                 for (int64_t jp = 0; jp * NR < nc; jp++) {
                     tile(j->vnni, rows, g->b_signed, kpn, A, B + (jp * KP + k0) * 2 * NR, C + jp * NR, g->ldc,
                          (int)min64(NR, nc - jp * NR), add, asum, zb ? zb + jp * NR : NULL, j->fuse ? &q : NULL);
@@ -613,6 +895,8 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
     }
     free(buf);
     free(zb);
+    free(bq);
+    free(negcs);
 }
 
 kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g) {
@@ -633,6 +917,21 @@ kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g) {
     }
 #endif
     const int64_t panels = (g->N + NR - 1) / NR, row_panels = (g->M + MR - 1) / MR;
+#if defined(__AVX2__)
+    /* the byte form where A's packing made one (kn_qgemm_pack_a8) and the six-row tile runs:
+     * QB_UNSIGNED takes a correction per column, so not with the fused requantisation's one zb */
+    if (!j.vnni && g->M >= 3) {
+        const int64_t KQ = quads_of(g->K);
+        const int32_t *head = g->a + row_panels * MR * (j.KP + 1);
+        if (head[0] == bytes_check(g->M, g->K) && (head[1] == QB_SIGNED || (head[1] == QB_UNSIGNED && !j.fuse))) {
+            j.bytes = head[1];
+            j.aq = head + BYTES_HEAD;
+            j.ac = j.aq + row_panels * MR * KQ;
+            j.boff = j.bytes == QB_SIGNED && g->b_signed ? 128 : 0;
+            j.has_zb = true;
+        }
+    }
+#endif
     const int64_t threads = kn_threadpool_size(pool) > 0 ? kn_threadpool_size(pool) : 1;
     /* a product too small to share: one thread (a pass of the pool costs microseconds) */
     const double work = (double)g->M * (double)g->N * (double)g->K;
@@ -1230,7 +1529,11 @@ kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t
     const int32_t zbs = b_s8 ? zb : zb - 128;
     int32_t one, *base = M > 1 ? malloc(sizeof(int32_t) * (size_t)M) : &one;
     if (!base) return KILN_ERR_OUT_OF_MEMORY;
-    for (int64_t i = 0; i < M; i++) {
+    /* base is 0 for every row where the packed weights' zero point is (int8 weights, zero point
+     * 0: the quantisers' symmetric form): no pass over A's rows then (1.6% of a 3x3 QLinearConv's
+     * time by perf, 1x128x28x28) */
+    for (int64_t i = 0; i < M && !zbs; i++) base[i] = 0;
+    for (int64_t i = 0; i < M && zbs; i++) {
         int32_t sa = 0;
         const uint8_t *ai = a + i * lda;
         int64_t k = 0;

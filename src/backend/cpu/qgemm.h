@@ -8,16 +8,32 @@
  * sum_k a'_k (b_k - zb) = sum_k a'_k b_k - zb * sum_k a'_k, with A's row sums kept beside its
  * panels. B (the weights, mostly) thus streams at one byte an element, as the model stores it:
  * a one-row product (an RNN step, a decoder's token) is bound by those bytes. The 8-bit forms
- * (vpmaddubsw, u8 x s8) do twice as many products again but saturate their pair sums at 32767
- * unless the weights are 7-bit, which a model's need not be; AVX-512 VNNI's vpdpbusd would be
- * exact (a later step).
+ * (vpmaddubsw, u8 x s8) do twice as many products an instruction but saturate their int16 pair
+ * sums at 32767: exact only where each pair of the signed operand has |s0| + |s1| <= 128 (then
+ * |u0 s0 + u1 s1| <= 255 * 128 = 32640 for any bytes u), which a model's weights need not meet.
+ * So the byte forms below are taken only where that is checked:
+ *  - QB_SIGNED: A's pairs less their zero points meet it (weights as A: a convolution's). A's
+ *    bytes a' are the signed operand, B's bytes (int8 ones plus 128, the 128 taken out through
+ *    A's row sums as a zero point is) the unsigned one;
+ *  - QB_UNSIGNED: A's do not (activations as A: MatMulInteger's); A's bytes u = a (or a + 128) are
+ *    the unsigned operand, B's b - zb[j] the signed one where a block of B's columns meets it
+ *    (checked as the block is packed; the int16 pairs for the block where not), with
+ *    sum_k a'_k (b_k - zb_j) = sum_k u_k (b_k - zb_j) + c_i sum_k (b_k - zb_j), c_i = a' - u.
+ * Both: vpmaddubsw, vpmaddwd against ones, vpaddd; on Zen 3 ~0.8x the int16 tile's time (both
+ * then at two integer multiplies a cycle). Not with VNNI (vpdpwssd: one instruction for the int16
+ * pair) and not for products of one or two rows (the one-row tile's form).
  *
  * Packed layouts (KP = ceil(K / 2) pairs; an odd K's last pair has a 0 high half):
  *  - A in panels of KN_QGEMM_MR rows: panel p, pair kp holds MR int32 words, row r's pair
  *    (a'[r][2kp], a'[r][2kp+1]) as two int16 (low, high), a' = a - za; rows past M are 0. After
  *    all panels, MR int32 row sums of a' per panel;
  *  - B in panels of KN_QGEMM_NR columns of raw bytes: panel p, pair kp holds 2 NR bytes, column
- *    j's pair (b[2kp][j], b[2kp+1][j]) at bytes 2j and 2j + 1; columns past N are 0. */
+ *    j's pair (b[2kp][j], b[2kp+1][j]) at bytes 2j and 2j + 1; columns past N are 0;
+ *  - after A's row sums, its byte form: 4 words (a check of M and K, the form: QB_SIGNED or
+ *    QB_UNSIGNED), then per panel KQ = ceil(K / 4) quads of MR words, row r's bytes for k = 4q ..
+ *    4q + 3 in word r (0 past K and past M), then per panel MR words of c (QB_UNSIGNED). B's
+ *    panels are turned into quads (column j's four bytes at 4j, columns 0-7 then 8-15, 64 bytes
+ *    a quad) a block of columns at a time as kn_qgemm_run goes. */
 #ifndef KN_CPU_QGEMM_H
 #define KN_CPU_QGEMM_H
 
