@@ -167,6 +167,7 @@ typedef struct dc_job {
     int64_t cw; /* one output row (1-D): columns a band, from dc_chunk_of (OW: the whole row) */
     int64_t mblk; /* output channels per pass over a band's rows (Mg, or fewer: dc_shallow_wide) */
     bool flat;    /* the band as one flat run of positions (dc_flat_range) */
+    bool runs;    /* dc_flat_range: the band's rows are x's rows as they lie (dc_flat_runs) */
     int64_t *toff, taps; /* dc_flat_range: each tap's offset in the copied band */
     int64_t koff[DC_MAX_KW]; /* tap kw's offset in a row's copies (dc_copies_of) */
     int cp_p[DC_MAX_KW], cp_r[DC_MAX_KW]; /* copy k: phase, shift */
@@ -765,6 +766,16 @@ static int64_t dc_flat_out(const kn_dconv_shape *s, int64_t rows) {
     return (rows * dc_flat_wp(s) + KN_VL - 1) / KN_VL * KN_VL;
 }
 
+/* Whether the band's rows are x's rows as they lie: no pads along the row (Wp = W), so a channel's
+ * band is one run of its plane, copied by one memcpy between the zeros of the rows above and below
+ * the image, not row by row (kh x 1 kernels: Inception's 7x1 on 17-wide rows spent a tenth of its
+ * time in dc_copy_row's masked 3-vector copies, per row). KILN_DC_RUNS=0: row by row (tests). */
+static bool dc_flat_runs(const kn_dconv_shape *s) {
+    if (s->pw != 0 || dc_flat_wp(s) != s->W) return false;
+    const char *e = getenv("KILN_DC_RUNS");
+    return !(e && e[0] == '0');
+}
+
 
 static void dc_flat_range(void *arg, int64_t begin, int64_t end) {
     const dc_job *j = arg;
@@ -781,19 +792,39 @@ static void dc_flat_range(void *arg, int64_t begin, int64_t end) {
     }
     float *xin = buf, *ob = buf + Cg * cf;
     const int64_t *toff = j->toff;
+    /* row by row: the rows' pads are zero from here on, as every task writes the same columns */
+    if (!j->runs) memset(xin, 0, sizeof(float) * (size_t)(Cg * cf));
     for (int64_t t = begin; t < end; t++) {
         const int64_t ng = t / j->bands, band = t % j->bands, n = ng / s->G, gi = ng % s->G;
         const int64_t oh0 = band * OH / j->bands, oh1 = (band + 1) * OH / j->bands, rows = oh1 - oh0;
         if (rows <= 0) continue;
         const float *xg = j->x + (n * s->C + gi * Cg) * s->H * s->W;
         const int64_t ybase = (n * s->M + gi * Mg) * plane, rin = rows + (KH - 1) * s->dh;
+        /* the band's input rows inside the image: [r0, r1) of its rin */
+        const int64_t ihb = oh0 - s->ph, r0 = min64(rin, max64(0, -ihb)), r1 = max64(r0, min64(rin, s->H - ihb));
         for (int64_t c = 0; c < Cg; c++) {
             float *d = xin + c * cf;
-            /* rows in order: dc_copy_row may write zeros up to a whole vector past its row */
+            const float *xc = xg + c * s->H * s->W;
+            if (j->runs) { /* the rows as they lie in x: one run a channel */
+                memset(d, 0, sizeof(float) * (size_t)(r0 * wp));
+                memcpy(d + r0 * wp, xc + (ihb + r0) * s->W, sizeof(float) * (size_t)((r1 - r0) * wp));
+                memset(d + r1 * wp, 0, sizeof(float) * (size_t)(cf - r1 * wp));
+                continue;
+            }
+            /* a row's W columns only, at pw (its pads stay zero): whole vectors, the last one ending
+             * at the row's end (dc_copy_row's masked vectors over the pads, a row at a time, were a
+             * tenth of 1x7 16->16 on 17x17) */
             for (int64_t r = 0; r < rin; r++) {
-                const int64_t ih = oh0 - s->ph + r;
-                if (ih < 0 || ih >= s->H) memset(d + r * wp, 0, sizeof(float) * (size_t)wp);
-                else dc_copy_row(xg + (c * s->H + ih) * s->W, s->W, s->pw, 1, wp, d + r * wp, NULL);
+                float *dr = d + r * wp + s->pw;
+                if (r < r0 || r >= r1) {
+                    memset(dr, 0, sizeof(float) * (size_t)s->W);
+                } else if (s->W < KN_VL) {
+                    memcpy(dr, xc + (ihb + r) * s->W, sizeof(float) * (size_t)s->W);
+                } else {
+                    const float *xr = xc + (ihb + r) * s->W;
+                    for (int64_t i = 0; i < s->W - KN_VL; i += KN_VL) kn_vf_storeu(dr + i, kn_vf_loadu(xr + i));
+                    kn_vf_storeu(dr + s->W - KN_VL, kn_vf_loadu(xr + s->W - KN_VL));
+                }
             }
             memset(d + rin * wp, 0, sizeof(float) * (size_t)(cf - rin * wp));
         }
@@ -952,6 +983,7 @@ kiln_status kn_dconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float 
         j.bands = max64(j.bands, (s->OH + dc_flat_rows(s) - 1) / dc_flat_rows(s));
         const int64_t wpf = dc_flat_wp(s), cf = dc_flat_chan(s, (s->OH + j.bands - 1) / j.bands);
         j.taps = j.Cg * kk;
+        j.runs = dc_flat_runs(s);
         if (!(j.toff = malloc(sizeof(int64_t) * (size_t)j.taps))) {
             free(own);
             return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
