@@ -462,44 +462,57 @@ static void dc_ftiles_any(int64_t mb, DCF_ARGS) {
     else dc_ftiles_4(src, toff, taps, Mg, o0, count, w, bias, dst, ldm, nv);
 }
 
-/* dc_copy_row at column strides 3 and 4. Apart (not inlined), so that dc_copy_row stays small
- * enough to inline into dc_flat_range's loop over rows (inlined there with this in it, it was not:
- * a call per row of 3 columns made 7x1 4->4 on 300x3 1.3x slower). */
-static __attribute__((noinline)) void dc_copy_row_phases(const float *src, int64_t W, int64_t pw, int64_t sw,
-                                                         int64_t wp, float *dst) {
-    /* sw vectors of the row (masked loads at its ends) give a vector of each phase: lane l of
-     * phase p is element e = l sw + p of the block, lane e mod KN_VL of vector e / KN_VL:
-     * each vector permuted by l sw + p (the permutes take the index mod KN_VL) and blended in
+/* dc_copy_row at column strides 3 and 4 (SW a constant: the masks and permutations are constants
+ * and the loops over phases and vectors unrolled, where at a variable stride each row's call
+ * divided for its 9-16 masks and looped over the phases: its idivs and loop tests were most of
+ * dc_copy_row_phases' samples, 6% of 5x5 s(1,3) 8->32 on 172x264). Apart (not inlined), so that
+ * dc_copy_row stays small enough to inline into dc_flat_range's loop over rows (inlined there with
+ * this in it, it was not: a call per row of 3 columns made 7x1 4->4 on 300x3 1.3x slower). */
+static inline __attribute__((always_inline)) void dc_phases_body(const float *src, int64_t W, int64_t pw, int64_t wp,
+                                                                 float *dst, const int SW) {
+    /* SW vectors of the row (masked loads at its ends) give a vector of each phase: lane l of
+     * phase p is element e = l SW + p of the block, lane e mod KN_VL of vector e / KN_VL:
+     * each vector permuted by l SW + p (the permutes take the index mod KN_VL) and blended in
      * over the lanes it holds (the scalar split through tmp was 8% of 5x5 s(1,3) 8->32 on
      * 172x264) */
-    static const int32_t steps[2][16] = {{0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 33, 36, 39, 42, 45},
-                                         {0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60}};
-    const kn_vi step = kn_vi_loadu(steps[sw - 3]);
     kn_vi idx[4];
     kn_vmask sel[4][4];
-    for (int p = 0; p < sw; p++) {
-        idx[p] = kn_vi_add(step, kn_vi_set1(p));
-        /* lanes l with v KN_VL <= l sw + p < (v + 1) KN_VL */
-        for (int v = 0; v < sw; v++)
-            sel[p][v] = kn_v_range((v * KN_VL - p + sw - 1) / sw, ((v + 1) * KN_VL - p + sw - 1) / sw);
+#pragma GCC unroll 4
+    for (int p = 0; p < SW; p++) {
+        idx[p] = kn_vi_iota(p, SW);
+        /* lanes l with v KN_VL <= l SW + p < (v + 1) KN_VL */
+#pragma GCC unroll 4
+        for (int v = 0; v < SW; v++)
+            sel[p][v] = kn_v_range((v * KN_VL - p + SW - 1) / SW, ((v + 1) * KN_VL - p + SW - 1) / SW);
     }
     for (int64_t i = 0; i < wp; i += KN_VL) {
         kn_vf in[4];
-        for (int v = 0; v < sw; v++) {
-            const int64_t u = i * sw + v * KN_VL - pw; /* the vector's first input column */
-            if (u >= 0 && u + KN_VL <= W) {
-                in[v] = kn_vf_loadu(src + u);
-            } else {
+        const int64_t u0 = i * SW - pw; /* the block's first input column */
+        if (u0 >= 0 && u0 + SW * KN_VL <= W) {
+#pragma GCC unroll 4
+            for (int v = 0; v < SW; v++) in[v] = kn_vf_loadu(src + u0 + v * KN_VL);
+        } else {
+#pragma GCC unroll 4
+            for (int v = 0; v < SW; v++) {
+                const int64_t u = u0 + v * KN_VL;
                 const kn_vmask m = kn_v_range(-u, W - u);
                 in[v] = m ? kn_vf_maskz_loadu(m, src + u) : kn_vf_zero();
             }
         }
-        for (int p = 0; p < sw; p++) {
+#pragma GCC unroll 4
+        for (int p = 0; p < SW; p++) {
             kn_vf r = kn_vf_perm(idx[p], in[0]);
-            for (int v = 1; v < sw; v++) r = kn_vf_blend(sel[p][v], r, kn_vf_perm(idx[p], in[v]));
+#pragma GCC unroll 4
+            for (int v = 1; v < SW; v++) r = kn_vf_blend(sel[p][v], r, kn_vf_perm(idx[p], in[v]));
             kn_vf_storeu(dst + p * wp + i, r);
         }
     }
+}
+
+static __attribute__((noinline)) void dc_copy_row_phases(const float *src, int64_t W, int64_t pw, int64_t sw,
+                                                         int64_t wp, float *dst) {
+    if (sw == 3) dc_phases_body(src, W, pw, wp, dst, 3);
+    else dc_phases_body(src, W, pw, wp, dst, 4);
 }
 
 /* One input row into a copied row: padded column i is src[i - pw], zero outside the row; at sw > 1
