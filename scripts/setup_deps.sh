@@ -10,9 +10,12 @@ command -v make >/dev/null || need_apt+=(make)
 command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
 command -v clang >/dev/null || need_apt+=(clang)
 [ -d /usr/share/libonnx-testdata/data ] || need_apt+=(libonnx-testdata)
-# ImageDecoder's PNG and JPEG codecs (optional at build time: kiln builds without them)
+# ImageDecoder's PNG, JPEG, WebP and JPEG 2000 codecs (optional at build time: kiln builds
+# without them)
 pkg-config --exists libpng 2>/dev/null || need_apt+=(libpng-dev)
 pkg-config --exists libjpeg 2>/dev/null || need_apt+=(libjpeg-dev)
+pkg-config --exists libwebp 2>/dev/null || need_apt+=(libwebp-dev)
+pkg-config --exists libopenjp2 2>/dev/null || need_apt+=(libopenjp2-7-dev)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 # libFuzzer's runtime and the sanitizers' come with clang's compiler-rt
 if command -v clang >/dev/null && ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then

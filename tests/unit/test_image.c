@@ -10,6 +10,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef KILN_HAVE_WEBP
+#include <webp/encode.h>
+#endif
+#ifdef KILN_HAVE_OPENJPEG
+#include <openjpeg.h>
+#endif
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -512,3 +518,137 @@ KN_TEST(image_decoder_bmp_pnm_tiff) {
     y = decode(junk, 4, "RGB", &st);
     CHECK(st == KILN_ERR_UNSUPPORTED && y == NULL);
 }
+
+/* ------------------------------------------------------------------ ImageDecoder through libraries */
+
+/* a w x h test card, RGB: every pixel distinct enough that a swapped or shifted channel shows */
+static void test_card(uint8_t *px, int w, int h, int bpp) {
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            uint8_t *p = px + (y * w + x) * bpp;
+            p[0] = (uint8_t)(17 * x + 3 * y), p[1] = (uint8_t)(200 - 11 * y + x), p[2] = (uint8_t)(x * y + 40);
+            if (bpp == 4) p[3] = (uint8_t)(40 + 15 * x); /* alpha, dropped by the decoder; never 0, under
+                                                          which a lossless encoder may drop the colour */
+        }
+}
+
+static void check_decoded_card(const kn_tensor *y, const uint8_t *px, int w, int h, int bpp) {
+    CHECK(y && y->rank == 3 && y->dims[0] == h && y->dims[1] == w && y->dims[2] == 3);
+    if (!y || y->dims[0] != h || y->dims[1] != w) return;
+    int bad = 0;
+    for (int i = 0; i < w * h; i++)
+        for (int k = 0; k < 3; k++) bad += ((uint8_t *)y->data)[i * 3 + k] != px[i * bpp + k];
+    CHECK_MSG(bad == 0, "%d of %d samples differ from the encoded image", bad, w * h * 3);
+}
+
+#ifdef KILN_HAVE_WEBP
+/* lossless WebP (RGB and RGBA) round trips exactly: the decoder's output is the encoder's input */
+KN_TEST(image_decoder_webp_lossless) {
+    const int w = 13, h = 7;
+    for (int bpp = 3; bpp <= 4; bpp++) {
+        uint8_t px[13 * 7 * 4];
+        test_card(px, w, h, bpp);
+        uint8_t *enc = NULL;
+        size_t n = bpp == 3 ? WebPEncodeLosslessRGB(px, w, h, w * 3, &enc) : WebPEncodeLosslessRGBA(px, w, h, w * 4, &enc);
+        CHECK(n > 0);
+        kiln_status st;
+        kn_tensor *y = decode(enc, (int64_t)n, "RGB", &st);
+        CHECK_STATUS(st, KILN_OK);
+        check_decoded_card(y, px, w, h, bpp);
+        kn_tensor_free(y);
+        /* cut short: a status naming the format, not a crash */
+        y = decode(enc, (int64_t)(n * 2 / 3), "RGB", &st);
+        CHECK(st == KILN_ERR_INVALID_ARGUMENT && y == NULL);
+        CHECK_ERROR_HAS("WebP");
+        WebPFree(enc);
+    }
+}
+#endif
+
+#ifdef KILN_HAVE_OPENJPEG
+typedef struct j2k_buf {
+    uint8_t *d;
+    size_t n, cap, pos;
+} j2k_buf;
+
+static OPJ_SIZE_T j2k_write(void *src, OPJ_SIZE_T len, void *user) {
+    j2k_buf *b = user;
+    if (b->pos + len > b->cap) {
+        size_t cap = (b->pos + len) * 2;
+        uint8_t *d = realloc(b->d, cap);
+        if (!d) return (OPJ_SIZE_T)-1;
+        b->d = d, b->cap = cap;
+    }
+    memcpy(b->d + b->pos, src, len);
+    b->pos += len;
+    if (b->pos > b->n) b->n = b->pos;
+    return len;
+}
+static OPJ_OFF_T j2k_skip(OPJ_OFF_T len, void *user) {
+    j2k_buf *b = user;
+    b->pos += (size_t)len;
+    return len;
+}
+static OPJ_BOOL j2k_seek(OPJ_OFF_T to, void *user) {
+    ((j2k_buf *)user)->pos = (size_t)to;
+    return OPJ_TRUE;
+}
+
+/* a raw JPEG 2000 codestream of px (nc = 1 or 3 components of 8 bits), lossless (the reversible
+ * 5/3 wavelet, one quality layer at rate 0) */
+static j2k_buf j2k_encode(const uint8_t *px, int w, int h, int nc) {
+    j2k_buf b = {0};
+    opj_image_cmptparm_t cp[3];
+    memset(cp, 0, sizeof cp);
+    for (int k = 0; k < nc; k++) cp[k].dx = cp[k].dy = 1, cp[k].w = (OPJ_UINT32)w, cp[k].h = (OPJ_UINT32)h, cp[k].prec = 8;
+    opj_image_t *img = opj_image_create((OPJ_UINT32)nc, cp, nc == 3 ? OPJ_CLRSPC_SRGB : OPJ_CLRSPC_GRAY);
+    if (!img) return b;
+    img->x1 = (OPJ_UINT32)w, img->y1 = (OPJ_UINT32)h;
+    for (int k = 0; k < nc; k++)
+        for (int i = 0; i < w * h; i++) img->comps[k].data[i] = px[i * 3 + k];
+    opj_cparameters_t prm;
+    opj_set_default_encoder_parameters(&prm);
+    prm.tcp_numlayers = 1, prm.tcp_rates[0] = 0, prm.cp_disto_alloc = 1, prm.numresolution = 2;
+    opj_codec_t *codec = opj_create_compress(OPJ_CODEC_J2K);
+    opj_stream_t *s = opj_stream_create(1 << 12, OPJ_FALSE);
+    opj_stream_set_user_data(s, &b, NULL);
+    opj_stream_set_write_function(s, j2k_write);
+    opj_stream_set_skip_function(s, j2k_skip);
+    opj_stream_set_seek_function(s, j2k_seek);
+    bool ok = opj_setup_encoder(codec, &prm, img) && opj_start_compress(codec, img, s) && opj_encode(codec, s) &&
+              opj_end_compress(codec, s);
+    opj_stream_destroy(s);
+    opj_destroy_codec(codec);
+    opj_image_destroy(img);
+    if (!ok) free(b.d), b.d = NULL, b.n = 0;
+    return b;
+}
+
+/* lossless JPEG 2000 codestreams (RGB and one gray component) round trip exactly */
+KN_TEST(image_decoder_jpeg2000_lossless) {
+    const int w = 11, h = 9;
+    uint8_t px[11 * 9 * 3];
+    test_card(px, w, h, 3);
+    for (int nc = 1; nc <= 3; nc += 2) {
+        j2k_buf b = j2k_encode(px, w, h, nc);
+        CHECK_MSG(b.n > 0, "OpenJPEG did not encode the %d-component test image", nc);
+        if (!b.n) continue;
+        kiln_status st;
+        kn_tensor *y = decode(b.d, (int64_t)b.n, "RGB", &st);
+        CHECK_STATUS(st, KILN_OK);
+        if (nc == 3) {
+            check_decoded_card(y, px, w, h, 3);
+        } else { /* one component: replicated into R, G and B */
+            uint8_t gray[11 * 9 * 3];
+            for (int i = 0; i < w * h; i++) gray[i * 3] = gray[i * 3 + 1] = gray[i * 3 + 2] = px[i * 3];
+            check_decoded_card(y, gray, w, h, 3);
+        }
+        kn_tensor_free(y);
+        /* cut short after its header: a status naming the format, not a crash */
+        y = decode(b.d, (int64_t)(b.n / 2), "RGB", &st);
+        CHECK(st == KILN_ERR_INVALID_ARGUMENT && y == NULL);
+        CHECK_ERROR_HAS("JPEG 2000");
+        free(b.d);
+    }
+}
+#endif

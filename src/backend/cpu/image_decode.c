@@ -1,8 +1,9 @@
 /* ImageDecoder on the CPU: encoded bytes in, [H, W, 3] (RGB or BGR) or [H, W, 1] (Grayscale)
- * uint8 out. PNG goes through libpng and JPEG through libjpeg when the build found them
- * (KILN_HAVE_PNG, KILN_HAVE_JPEG); BMP, PNM (P2/P3/P5/P6) and baseline uncompressed TIFF are
- * small enough formats to read here. WebP and JPEG 2000 are not supported (no small, well-kept
- * decoder library in the base system); their input fails with a message naming the format.
+ * uint8 out. PNG goes through libpng, JPEG through libjpeg, WebP through libwebp and JPEG 2000
+ * through OpenJPEG when the build found them (KILN_HAVE_PNG, _JPEG, _WEBP, _OPENJPEG: the
+ * libraries Pillow, which made the reference outputs, decodes them with); BMP, PNM (P2/P3/P5/P6)
+ * and baseline uncompressed TIFF are small enough formats to read here. A format whose library
+ * the build lacks fails with a message naming the format and the library.
  *
  * Every format is first decoded to 8-bit RGB; Grayscale then uses the ITU-R 601 luma weights in
  * 16-bit fixed point (what the reference implementation's Pillow does), so a gray image comes
@@ -19,6 +20,12 @@
 #endif
 #ifdef KILN_HAVE_JPEG
 #include <jpeglib.h>
+#endif
+#ifdef KILN_HAVE_WEBP
+#include <webp/decode.h>
+#endif
+#ifdef KILN_HAVE_OPENJPEG
+#include <openjpeg.h>
 #endif
 
 typedef struct rgb_image {
@@ -328,6 +335,135 @@ static int decode_jpeg(const uint8_t *d, size_t n, rgb_image *im) {
 }
 #endif
 
+/* ------------------------------------------------------------------ WebP */
+
+#ifdef KILN_HAVE_WEBP
+static int decode_webp(const uint8_t *d, size_t n, rgb_image *im) {
+    int w = 0, h = 0;
+    if (!WebPGetInfo(d, n, &w, &h)) return img_fail(im, "WebP: not a valid WebP bitstream%s", NULL);
+    if (img_alloc(im, h, w)) return -1;
+    /* straight into RGB (an alpha channel is dropped, not composited, as Pillow's convert("RGB")) */
+    size_t size = (size_t)(im->h * im->w * 3);
+    if (!WebPDecodeRGBInto(d, n, im->px, size, (int)(im->w * 3)))
+        return img_fail(im, "WebP: the bitstream is corrupt or truncated%s", NULL);
+    return 0;
+}
+#endif
+
+/* ------------------------------------------------------------------ JPEG 2000 */
+
+#ifdef KILN_HAVE_OPENJPEG
+typedef struct opj_mem {
+    const uint8_t *d;
+    size_t n, pos;
+} opj_mem;
+
+static OPJ_SIZE_T opj_mem_read(void *buf, OPJ_SIZE_T len, void *user) {
+    opj_mem *m = user;
+    if (m->pos >= m->n) return (OPJ_SIZE_T)-1; /* end of stream, as OpenJPEG expects it */
+    size_t k = len < m->n - m->pos ? len : m->n - m->pos;
+    memcpy(buf, m->d + m->pos, k);
+    m->pos += k;
+    return k;
+}
+static OPJ_OFF_T opj_mem_skip(OPJ_OFF_T len, void *user) {
+    opj_mem *m = user;
+    if (len < 0) return -1;
+    size_t k = (size_t)len < m->n - m->pos ? (size_t)len : m->n - m->pos;
+    m->pos += k;
+    return (OPJ_OFF_T)k;
+}
+static OPJ_BOOL opj_mem_seek(OPJ_OFF_T to, void *user) {
+    opj_mem *m = user;
+    if (to < 0 || (size_t)to > m->n) return OPJ_FALSE;
+    m->pos = (size_t)to;
+    return OPJ_TRUE;
+}
+static void opj_on_error(const char *msg, void *user) {
+    rgb_image *im = user;
+    if (!im->err[0]) { /* the first message says what went wrong; later ones are consequences */
+        snprintf(im->err, sizeof im->err, "JPEG 2000: %s", msg);
+        size_t k = strlen(im->err);
+        while (k && (im->err[k - 1] == '\n' || im->err[k - 1] == ' ')) im->err[--k] = 0;
+    }
+}
+static void opj_quiet(const char *msg, void *user) { (void)msg, (void)user; }
+
+/* component value v of precision prec (signed or not) as 8 bits: shifted into 0..255 */
+static inline uint8_t j2k_sample8(int32_t v, int prec, bool sgnd) {
+    if (sgnd) v += 1 << (prec - 1);
+    if (prec > 8) v >>= prec - 8;
+    else if (prec < 8) v <<= 8 - prec;
+    return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+static int decode_jpeg2000(const uint8_t *d, size_t n, bool raw_codestream, rgb_image *im) {
+    opj_codec_t *codec = opj_create_decompress(raw_codestream ? OPJ_CODEC_J2K : OPJ_CODEC_JP2);
+    opj_stream_t *stream = opj_stream_create(1 << 16, OPJ_TRUE);
+    opj_image_t *img = NULL;
+    opj_mem mem = {d, n, 0};
+    int r = -1;
+    if (!codec || !stream) {
+        img_fail(im, "out of memory%s", NULL);
+        goto done;
+    }
+    opj_set_error_handler(codec, opj_on_error, im);
+    opj_set_warning_handler(codec, opj_quiet, NULL);
+    opj_set_info_handler(codec, opj_quiet, NULL);
+    opj_stream_set_user_data(stream, &mem, NULL);
+    opj_stream_set_user_data_length(stream, n);
+    opj_stream_set_read_function(stream, opj_mem_read);
+    opj_stream_set_skip_function(stream, opj_mem_skip);
+    opj_stream_set_seek_function(stream, opj_mem_seek);
+    opj_dparameters_t prm;
+    opj_set_default_decoder_parameters(&prm);
+    if (!opj_setup_decoder(codec, &prm) || !opj_read_header(stream, codec, &img) ||
+        !opj_decode(codec, stream, img) || !opj_end_decompress(codec, stream)) {
+        if (!im->err[0]) img_fail(im, "JPEG 2000: the codestream is corrupt or truncated%s", NULL);
+        goto done;
+    }
+    /* gray (1-2 components) or RGB (3-4): the first one or three, alpha dropped; each component
+     * may be subsampled (dx, dy), read at the nearest sample as Pillow does */
+    int nc = (int)img->numcomps;
+    if (nc < 1 || img->x1 <= img->x0 || img->y1 <= img->y0) {
+        img_fail(im, "JPEG 2000: the image has no components or no area%s", NULL);
+        goto done;
+    }
+    if (img->color_space == OPJ_CLRSPC_SYCC || img->color_space == OPJ_CLRSPC_EYCC ||
+        img->color_space == OPJ_CLRSPC_CMYK) {
+        img_fail(im, "JPEG 2000: YCC and CMYK colour spaces are not supported%s", NULL);
+        goto done;
+    }
+    int use = nc >= 3 ? 3 : 1;
+    for (int k = 0; k < use; k++) {
+        const opj_image_comp_t *cp = &img->comps[k];
+        if (!cp->data || cp->prec < 1 || cp->prec > 31 || cp->dx < 1 || cp->dy < 1 || cp->w == 0 || cp->h == 0) {
+            img_fail(im, "JPEG 2000: a component has no samples or an unusable precision%s", NULL);
+            goto done;
+        }
+    }
+    if (img_alloc(im, (int64_t)img->y1 - img->y0, (int64_t)img->x1 - img->x0)) goto done;
+    for (int64_t y = 0; y < im->h; y++)
+        for (int64_t x = 0; x < im->w; x++) {
+            uint8_t *px = im->px + (y * im->w + x) * 3;
+            for (int k = 0; k < use; k++) {
+                const opj_image_comp_t *cp = &img->comps[k];
+                int64_t cy = y / cp->dy, cx = x / cp->dx;
+                if (cy >= cp->h) cy = cp->h - 1;
+                if (cx >= cp->w) cx = cp->w - 1;
+                px[k] = j2k_sample8(cp->data[cy * cp->w + cx], (int)cp->prec, cp->sgnd != 0);
+            }
+            if (use == 1) px[1] = px[2] = px[0];
+        }
+    r = 0;
+done:
+    if (img) opj_image_destroy(img);
+    if (stream) opj_stream_destroy(stream);
+    if (codec) opj_destroy_codec(codec);
+    return r;
+}
+#endif
+
 /* ------------------------------------------------------------------ the kernel */
 
 kiln_status kn_cpu_image_decode(kn_kernel_ctx *c) {
@@ -359,9 +495,25 @@ kiln_status kn_cpu_image_decode(kn_kernel_ctx *c) {
     } else if (n >= 2 && d[0] == 'B' && d[1] == 'M') r = decode_bmp(d, n, &im);
     else if (n >= 3 && d[0] == 'P' && (d[1] == '2' || d[1] == '3' || d[1] == '5' || d[1] == '6')) r = decode_pnm(d, n, &im);
     else if (n >= 8 && (!memcmp(d, "II*\0", 4) || !memcmp(d, "MM\0*", 4))) r = decode_tiff(d, n, &im);
-    else if (n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4)) what = "WebP";
-    else if (n >= 12 && (!memcmp(d, "\0\0\0\x0cjP  ", 8) || !memcmp(d, "\xff\x4f\xff\x51", 4))) what = "JPEG 2000";
-    else what = "this image format (not PNG, JPEG, BMP, PNM or TIFF)";
+    else if (n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4)) {
+#ifdef KILN_HAVE_WEBP
+        r = decode_webp(d, n, &im);
+#else
+        what = "WebP (this build has no libwebp)";
+#endif
+    } else if (n >= 12 && !memcmp(d, "\0\0\0\x0cjP  ", 8)) {
+#ifdef KILN_HAVE_OPENJPEG
+        r = decode_jpeg2000(d, n, false, &im);
+#else
+        what = "JPEG 2000 (this build has no OpenJPEG)";
+#endif
+    } else if (n >= 4 && !memcmp(d, "\xff\x4f\xff\x51", 4)) {
+#ifdef KILN_HAVE_OPENJPEG
+        r = decode_jpeg2000(d, n, true, &im);
+#else
+        what = "JPEG 2000 (this build has no OpenJPEG)";
+#endif
+    } else what = "this image format (not PNG, JPEG, WebP, JPEG 2000, BMP, PNM or TIFF)";
     if (what) return kn_kernel_error(c, KILN_ERR_UNSUPPORTED, "decoding %s is not supported", what);
     if (r) {
         free(im.px);
