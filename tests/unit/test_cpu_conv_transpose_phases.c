@@ -126,6 +126,9 @@ KN_TEST(cpu_conv_transpose_phases_match_definition) {
     const ctp_case cases[] = {
         /* 4x4 s2 p1 (the sweep's class), odd plane, bias */
         {2, 1, 8, 6, 1, P2(9, 7), P2(4, 4), P2(2, 2), P2(1, 1), {1, 1, 1, 1}, {0}, {0}, 0, true, false},
+        /* rows 29 wide: the GEMM's 16-column blocks cross grid rows at every offset (short
+         * segments, the store's masked vectors) */
+        {2, 1, 8, 4, 1, P2(5, 29), P2(4, 4), P2(2, 2), P2(1, 1), {1, 1, 1, 1}, {0}, {0}, 0, true, false},
         /* 3x3 s2 p1 output_padding 1 (kernel not a multiple of the stride: zero taps in A) */
         {2, 1, 5, 4, 1, P2(7, 6), P2(3, 3), P2(2, 2), P2(1, 1), {1, 1, 1, 1}, P2(1, 1), {0}, 0, true, false},
         /* stride 3, 5x5, asymmetric pads */

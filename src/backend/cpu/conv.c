@@ -3783,15 +3783,16 @@ static void ct_make_packed_weights(const void *ctx, void *dst) {
  * stride-1 T-tap convolution, and its epilogue stores each finished block of C straight into the
  * strided output with the bias: no column buffer, no col2im, no zero fill, every output written
  * once. Where s divides K the FLOPs equal the column GEMM's (4x4 s2: 66% GEMM and 23% col2im in
- * perf before). The im2col comes from a zero-bordered copy of x (U = Q + T - 1 per axis) over a
- * grid as wide as that copy's rows (T - 1 columns of each grid row computed and dropped): every
- * row of B is then a plain run of the copy, packed with plain loads (through conv_pack_b's masked
- * loads, packing was 16% of the 4x4 s2 64->32 28x28 case). */
+ * perf before). The im2col comes from a zero-bordered copy of x (U = Q + T - 1 per axis) whose
+ * rows (2-D, 3-D) are held T times, shifted by each tap along the row and Q wide: every row of B
+ * is then a plain run of the copy, packed with plain loads (through conv_pack_b's masked loads,
+ * packing was 16% of the 4x4 s2 64->32 28x28 case), with no grid column computed and dropped. */
 typedef struct ct_phase {
     int64_t P, Mp, Kp, Tk, N;          /* phases, A's rows and depth, taps, grid points */
-    int64_t uplane;                    /* floats of a channel of the bordered copy */
     int64_t T[3], qlo[3], Q[3], U[3];  /* per axis: taps, first grid index, grid size, copy's size */
-    int64_t GD[3];                     /* the grid's sizes: Q on the outer axis, U on the others */
+    int64_t GD[3];                     /* the grid's sizes: U on a middle axis (3-D), else Q */
+    int64_t TW, RW;                    /* the copy's shifted row sets (T of the row, 1 in 1-D), row width */
+    int64_t splane, cplane;            /* floats of one shifted set of a channel, of a channel */
 } ct_phase;
 
 static int64_t floordiv64(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
@@ -3800,7 +3801,8 @@ static int64_t floordiv64(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a 
 static bool ct_phase_geom(const conv_shape *s, ct_phase *ph) {
     if (s->nsp < 1 || s->nsp > 3 || s->Cg < 1 || s->Mg < 1 || s->in_plane < 1 || s->out_plane < 1) return false;
     memset(ph, 0, sizeof *ph);
-    ph->P = ph->Tk = ph->N = ph->uplane = 1;
+    ph->P = ph->Tk = ph->N = 1;
+    const int last = s->nsp - 1;
     for (int d = 0; d < s->nsp; d++) {
         const int64_t st = s->w.stride[d], K = s->w.kernel[d], p = s->w.pad_begin[d], O = s->w.out[d];
         if (s->w.dilation[d] != 1 || st < 1 || K < 1 || p < 0 || O < 1 || st > 64) return false;
@@ -3808,13 +3810,17 @@ static bool ct_phase_geom(const conv_shape *s, ct_phase *ph) {
         ph->qlo[d] = p / st;
         ph->Q[d] = (O - 1 + p) / st - ph->qlo[d] + 1;
         ph->U[d] = ph->Q[d] + ph->T[d] - 1;
-        ph->GD[d] = d == 0 ? ph->Q[d] : ph->U[d];
+        ph->GD[d] = d == 0 || d == last ? ph->Q[d] : ph->U[d];
         ph->P *= st;
         ph->Tk *= ph->T[d];
         ph->N *= ph->GD[d];
-        ph->uplane *= ph->U[d];
-        if (ph->uplane > ((int64_t)1 << 40)) return false;
     }
+    ph->TW = last ? ph->T[last] : 1;
+    ph->RW = last ? ph->Q[last] : ph->U[last];
+    ph->splane = ph->RW;
+    for (int d = 0; d < last; d++) ph->splane *= ph->U[d];
+    ph->cplane = ph->TW * ph->splane;
+    if (ph->cplane > ((int64_t)1 << 40) || ph->N > ((int64_t)1 << 40)) return false;
     ph->Mp = s->Mg * ph->P;
     ph->Kp = s->Cg * ph->Tk;
     return ph->Tk <= 64 && ph->Mp < ((int64_t)1 << 31) && ph->Kp < ((int64_t)1 << 31);
@@ -3990,32 +3996,36 @@ static void ct_phase_store(const void *ctx, int64_t op, int64_t i0, int64_t j0, 
                     const int64_t lo0 = max64(qa, e->wlo[0]), hi0 = min64(qb, e->whi[0]);
                     const int64_t lo1 = max64(qa, e->wlo[1]), hi1 = min64(qb, e->whi[1]);
                     const int64_t lo = max64(lo0, lo1), hi = max64(lo, min64(hi0, hi1));
-                    int64_t q = lo;
-                    if (hi - lo >= KN_VL) {
-                        ct_phase_row(yr, c0, qa, lo0, lo, 2, b);
-                        ct_phase_row(yr + 1, c1, qa, lo1, lo, 2, b);
-                        const kn_vf vb = kn_vf_set1(b);
-                        for (; q + KN_VL <= hi; q += KN_VL) {
-                            const kn_vf a0 = kn_vf_add(kn_vf_loadu(c0 + (q - qa)), vb);
-                            const kn_vf a1 = kn_vf_add(kn_vf_loadu(c1 + (q - qa)), vb);
-                            float *p = yr + 2 * q;
+                    /* the columns only one of the two lands on, alone; the rest by vectors, the
+                     * last one masked (short segments, where the GEMM's 16-column blocks cross a
+                     * grid row, were 40% of the outputs of 28x28 and went element by element) */
+                    ct_phase_row(yr, c0, qa, lo0, min64(lo, hi0), 2, b);
+                    ct_phase_row(yr + 1, c1, qa, lo1, min64(lo, hi1), 2, b);
+                    ct_phase_row(yr, c0, qa, max64(lo0, hi), hi0, 2, b);
+                    ct_phase_row(yr + 1, c1, qa, max64(lo1, hi), hi1, 2, b);
+                    const kn_vf vb = kn_vf_set1(b);
+                    for (int64_t q = lo; q < hi; q += KN_VL) {
+                        const int64_t cnt = min64(KN_VL, hi - q);
+                        const kn_vmask mk = kn_v_tail(cnt);
+                        const kn_vf a0 = kn_vf_add(kn_vf_maskz_loadu(mk, c0 + (q - qa)), vb);
+                        const kn_vf a1 = kn_vf_add(kn_vf_maskz_loadu(mk, c1 + (q - qa)), vb);
+                        float *p = yr + 2 * q;
 #if KN_VL == 8
-                            const __m256 ul = _mm256_unpacklo_ps(a0, a1), uh = _mm256_unpackhi_ps(a0, a1);
-                            _mm256_storeu_ps(p, _mm256_permute2f128_ps(ul, uh, 0x20));
-                            _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(ul, uh, 0x31));
+                        const __m256 ul = _mm256_unpacklo_ps(a0, a1), uh = _mm256_unpackhi_ps(a0, a1);
+                        const __m256 v0 = _mm256_permute2f128_ps(ul, uh, 0x20), v1 = _mm256_permute2f128_ps(ul, uh, 0x31);
 #else
-                            int32_t t[KN_VL];
-                            for (int l = 0; l < KN_VL; l++) t[l] = (l & 1 ? KN_VL : 0) + (l >> 1);
-                            const kn_vi ilo = kn_vi_loadu(t), ihi = kn_vi_add(ilo, kn_vi_set1(KN_VL / 2));
-                            kn_vf_storeu(p, kn_vf_perm2(a0, ilo, a1));
-                            kn_vf_storeu(p + KN_VL, kn_vf_perm2(a0, ihi, a1));
+                        int32_t t[KN_VL];
+                        for (int l = 0; l < KN_VL; l++) t[l] = (l & 1 ? KN_VL : 0) + (l >> 1);
+                        const kn_vi ilo = kn_vi_loadu(t), ihi = kn_vi_add(ilo, kn_vi_set1(KN_VL / 2));
+                        const kn_vf v0 = kn_vf_perm2(a0, ilo, a1), v1 = kn_vf_perm2(a0, ihi, a1);
 #endif
+                        if (cnt == KN_VL) {
+                            kn_vf_storeu(p, v0);
+                            kn_vf_storeu(p + KN_VL, v1);
+                        } else {
+                            kn_vf_mask_storeu(p, kn_v_tail(min64(KN_VL, 2 * cnt)), v0);
+                            if (2 * cnt > KN_VL) kn_vf_mask_storeu(p + KN_VL, kn_v_tail(2 * cnt - KN_VL), v1);
                         }
-                        ct_phase_row(yr, c0, qa, q, hi0, 2, b);
-                        ct_phase_row(yr + 1, c1, qa, q, hi1, 2, b);
-                    } else {
-                        ct_phase_row(yr, c0, qa, lo0, hi0, 2, b);
-                        ct_phase_row(yr + 1, c1, qa, lo1, hi1, 2, b);
                     }
 #endif
                 }
@@ -4037,7 +4047,8 @@ typedef struct ct_phase_copy {
     float *xp;
 } ct_phase_copy;
 
-/* items: channels of one image into the bordered copy, xp[c][u] = x[c][u + qlo - T + 1] or 0 */
+/* items: channels of one image into the bordered copy: set tw (2-D, 3-D), row (a, b), column q is
+ * x[a + off0][b + off1][q + tw + off2] or 0, off = qlo - T + 1 (1-D: one set, U wide) */
 static void ct_phase_copy_range(void *arg, int64_t begin, int64_t end) {
     const ct_phase_copy *j = arg;
     const conv_shape *s = j->s;
@@ -4050,22 +4061,25 @@ static void ct_phase_copy_range(void *arg, int64_t begin, int64_t end) {
         U[3 - nsp + d] = ph->U[d];
         off[3 - nsp + d] = ph->qlo[d] - ph->T[d] + 1;
     }
-    const int64_t lo = max64(0, -off[2]), hi = max64(lo, min64(U[2], in[2] - off[2]));
+    const int64_t RW = ph->RW;
     for (int64_t ch = begin; ch < end; ch++) {
         const float *xc = j->x + ch * s->in_plane;
-        float *d = j->xp + ch * ph->uplane;
-        for (int64_t a = 0; a < U[0]; a++)
-            for (int64_t b = 0; b < U[1]; b++, d += U[2]) {
-                const int64_t ia = a + off[0], ib = b + off[1];
-                if (ia < 0 || ia >= in[0] || ib < 0 || ib >= in[1] || hi <= lo) {
-                    memset(d, 0, sizeof(float) * (size_t)U[2]);
-                    continue;
+        float *d = j->xp + ch * ph->cplane;
+        for (int64_t tw = 0; tw < ph->TW; tw++) {
+            const int64_t o2 = off[2] + tw, lo = min64(RW, max64(0, -o2)), hi = max64(lo, min64(RW, in[2] - o2));
+            for (int64_t a = 0; a < U[0]; a++)
+                for (int64_t b = 0; b < U[1]; b++, d += RW) {
+                    const int64_t ia = a + off[0], ib = b + off[1];
+                    if (ia < 0 || ia >= in[0] || ib < 0 || ib >= in[1] || hi <= lo) {
+                        memset(d, 0, sizeof(float) * (size_t)RW);
+                        continue;
+                    }
+                    const float *src = xc + (ia * in[1] + ib) * in[2] + o2;
+                    if (lo) memset(d, 0, sizeof(float) * (size_t)lo);
+                    memcpy(d + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
+                    if (hi < RW) memset(d + hi, 0, sizeof(float) * (size_t)(RW - hi));
                 }
-                const float *src = xc + (ia * in[1] + ib) * in[2] + off[2];
-                if (lo) memset(d, 0, sizeof(float) * (size_t)lo);
-                memcpy(d + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
-                if (hi < U[2]) memset(d + hi, 0, sizeof(float) * (size_t)(U[2] - hi));
-            }
+        }
     }
 }
 
@@ -4086,7 +4100,7 @@ static void ct_phase_pack_b(const void *ctx, int64_t op, int64_t k0, int64_t kc,
     const int64_t full = nc / NRv, rest = nc - full * NRv;
     for (int64_t k = 0; k < kc; k++) {
         const int64_t c = (k0 + k) / ph->Tk, t = (k0 + k) % ph->Tk;
-        const float *src = xg + c * ph->uplane + pk->toff[t];
+        const float *src = xg + c * ph->cplane + pk->toff[t];
         float *d = dst + k * NRv;
         for (int64_t p = 0; p < full; p++, src += NRv, d += NRv * kc) {
 #if KN_VL
@@ -4136,9 +4150,9 @@ static kiln_status conv_transpose_phases(kn_kernel_ctx *c, const conv_shape *s, 
     const size_t c_bytes =
         (size_t)kn_bytes_of(kn_bytes_of(kn_bytes_of((uint64_t)G, (uint64_t)Mp), (uint64_t)N), sizeof(float));
     /* and the bordered copy of one image, with slack for the last channel's dropped columns */
-    const int64_t slack = ph->uplane / ph->U[0]; /* >= the farthest tap offset past the grid */
+    const int64_t slack = ph->splane / ph->U[0]; /* >= the farthest tap offset past the grid (3-D) */
     const size_t x_bytes =
-        (size_t)kn_bytes_of(kn_bytes_of((uint64_t)s->C, (uint64_t)ph->uplane) + (uint64_t)slack, sizeof(float));
+        (size_t)kn_bytes_of(kn_bytes_of((uint64_t)s->C, (uint64_t)ph->cplane) + (uint64_t)slack, sizeof(float));
     float *cbuf = NULL, *xp = NULL;
     kiln_status st = kn_ctx_scratch(c, c_bytes, "the phase GEMM's output", (void **)&cbuf);
     if (!st && (st = kn_ctx_scratch(c, x_bytes, "the bordered input", (void **)&xp)) != KILN_OK) {
@@ -4164,22 +4178,24 @@ static kiln_status conv_transpose_phases(kn_kernel_ctx *c, const conv_shape *s, 
     }
     /* B's rows: tap t reads the copy from t's offset (the copy's strides); past a channel's end
      * only by columns the epilogue drops, into the next channel or the slack */
-    ct_phase_pack pk = {ph, xp, s->Cg * ph->uplane, {0}};
+    ct_phase_pack pk = {ph, xp, s->Cg * ph->cplane, {0}};
+    const int last = s->nsp - 1;
     for (int64_t t = 0; t < ph->Tk; t++) {
-        int64_t q = t, off = 0, stride = 1;
-        for (int d = s->nsp - 1; d >= 0; d--) {
+        /* the row's tap picks the shifted set (1-D: a shift), the others a row of it */
+        int64_t q = t / ph->T[last], off = last ? t % ph->T[last] * ph->splane : t % ph->T[last], stride = ph->RW;
+        for (int d = last - 1; d >= 0; d--) {
             off += (q % ph->T[d]) * stride;
             q /= ph->T[d];
             stride *= ph->U[d];
         }
         pk.toff[t] = off;
     }
-    memset(xp + s->C * ph->uplane, 0, sizeof(float) * (size_t)slack);
+    memset(xp + s->C * ph->cplane, 0, sizeof(float) * (size_t)slack);
     ct_phase_epi ec;
     ct_phase_epi_init(&ec, s, ph, bias);
     for (int64_t n = 0; n < s->N && st == KILN_OK; n++) {
         ct_phase_copy cj = {s, ph, x + n * s->C * s->in_plane, xp};
-        kn_parallel_for(c->pool, s->C, max64(1, 16384 / (ph->uplane + 1)), ct_phase_copy_range, &cj);
+        kn_parallel_for(c->pool, s->C, max64(1, 16384 / (ph->cplane + 1)), ct_phase_copy_range, &cj);
         ec.y = y + n * s->M * s->out_plane;
         kn_sgemm_batch gb = {.count = G, .M = Mp, .N = N, .K = Kp, .alpha = 1.0f, .beta = 0.0f, .a = ap,
                              .lda = Kp, .c = cp, .ldc = N, .pack_b = ct_phase_pack_b, .pack_ctx = &pk,
