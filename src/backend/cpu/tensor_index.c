@@ -264,6 +264,39 @@ kiln_status kn_cpu_gather_elements(kn_kernel_ctx *c) {
 
 /* ------------------------------------------------------------------ GatherND */
 
+/* Rows of S elements by the index tuples of the rows [b, e): every index checked before (the
+ * kernel's first pass), so the workers only copy; plain elements by memcpy (or a typed copy for
+ * S == 1), strings duplicated. At 2 threads the single-thread loop with its checks and its
+ * per-row kn_cpu_copy_elems ran at 1.2x ONNX Runtime's time on 128 rows of 1x512x768. */
+typedef struct gnd_job {
+    const kn_tensor *x, *idx;
+    kn_tensor *y;
+    const int64_t *dims, *xs; /* the data's dims and strides from the first indexed axis */
+    int64_t M, last, S, bstride;
+    size_t es;
+    atomic_int oom;
+} gnd_job;
+
+static void gnd_work(void *arg, int64_t b, int64_t e) {
+    gnd_job *j = arg;
+    const bool str = j->y->dtype == KILN_DTYPE_STRING;
+    const size_t rb = (size_t)j->S * j->es;
+    for (int64_t row = b; row < e; row++) {
+        int64_t off = row / j->M * j->bstride;
+        for (int64_t t = 0; t < j->last; t++) {
+            const int64_t d = j->dims[t], v = kn_cpu_index(j->idx, row * j->last + t);
+            off += (v < 0 ? v + d : v) * j->xs[t];
+        }
+        if (str) {
+            if (!kn_cpu_copy_elems(j->y, row * j->S, j->x, off, j->S)) atomic_store(&j->oom, 1);
+        } else if (j->S == 1) {
+            copy_elem(j->y, row, j->x, off, j->es, &j->oom);
+        } else {
+            memcpy((char *)j->y->data + (size_t)row * rb, (const char *)j->x->data + (size_t)off * j->es, rb);
+        }
+    }
+}
+
 kiln_status kn_cpu_gather_nd(kn_kernel_ctx *c) {
     const kn_tensor *x = c->in[0], *idx = c->in[1];
     kn_tensor *y;
@@ -281,22 +314,22 @@ kiln_status kn_cpu_gather_nd(kn_kernel_ctx *c) {
     for (int k = 0; k < b; k++) B *= x->dims[k];
     for (int k = b; k < q - 1; k++) M *= idx->dims[k];
     for (int k = b + (int)last; k < r; k++) S *= x->dims[k];
-    int64_t bstride = b > 0 ? xs[b - 1] : 0;
-    atomic_int oom;
-    atomic_init(&oom, 0);
-    size_t es = kiln_dtype_size(x->dtype);
-    for (int64_t bi = 0; bi < B; bi++)
-        for (int64_t m = 0; m < M; m++) {
-            int64_t row = bi * M + m, off = bi * bstride;
-            for (int64_t t = 0; t < last; t++) {
-                int64_t d = x->dims[b + t], v = kn_cpu_index(idx, row * last + t);
-                if (v < -d || v >= d) return bad_index(c, v, d, "in GatherND indices");
-                off += (v < 0 ? v + d : v) * xs[b + t];
-            }
-            if (S == 1) copy_elem(y, row, x, off, es, &oom);
-            else if (!kn_cpu_copy_elems(y, row * S, x, off, S)) return KN_OOM();
-        }
-    return atomic_load(&oom) ? KN_OOM() : KILN_OK;
+    if (kn_tensor_count(idx) != B * M * last || kn_tensor_count(y) != B * M * S)
+        return kn_kernel_error(c, KILN_ERR_SHAPE, "indices or output do not fit the data and batch_dims");
+    /* every index checked first: the copies run on the workers without a way out */
+    for (int64_t i = 0; i < B * M * last; i++) {
+        const int64_t d = x->dims[b + i % last], v = kn_cpu_index(idx, i);
+        if (v < -d || v >= d) return bad_index(c, v, d, "in GatherND indices");
+    }
+    if (B * M == 0 || S == 0) return KILN_OK;
+    gnd_job j = {.x = x, .idx = idx, .y = y, .dims = x->dims + b, .xs = xs + b, .M = M, .last = last, .S = S,
+                 .bstride = b > 0 ? xs[b - 1] : 0, .es = kiln_dtype_size(x->dtype)};
+    atomic_init(&j.oom, 0);
+    /* a row costs about its S elements and index reads (a string element: a strdup, ~64 of those) */
+    const int64_t cost = S * (y->dtype == KILN_DTYPE_STRING ? 64 : 1) + last;
+    const int64_t grain = kn_parallel_grain_light(c->pool, 32768) / cost + 1;
+    kn_parallel_for(c->pool, B * M, grain, gnd_work, &j);
+    return atomic_load(&j.oom) ? KN_OOM() : KILN_OK;
 }
 
 /* ------------------------------------------------------------------ scatters */

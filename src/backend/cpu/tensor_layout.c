@@ -130,6 +130,7 @@ typedef struct sc_job {
     size_t es;
     bool string;
     bool split; /* MODE_WEAVE: source rows split into b destination rows (else b interleave) */
+    bool stream; /* MODE_TILE: the copy is STREAM_BYTES or more (non-temporal stores where they fit) */
     atomic_int oom;
 } sc_job;
 
@@ -244,6 +245,46 @@ static void tile2d_32x16(float *dp, const float *sp, int64_t K, int64_t I, int64
 }
 #endif
 
+/* The 8 destination rows of a block 8 source rows (stride ss) make, unstored (tr8x8_32's shuffles) */
+static inline __attribute__((always_inline)) void tr8x8_32_regs(const float *s, int64_t ss, __m256 o[8]) {
+    __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ss), r2 = _mm256_loadu_ps(s + 2 * ss),
+           r3 = _mm256_loadu_ps(s + 3 * ss), r4 = _mm256_loadu_ps(s + 4 * ss), r5 = _mm256_loadu_ps(s + 5 * ss),
+           r6 = _mm256_loadu_ps(s + 6 * ss), r7 = _mm256_loadu_ps(s + 7 * ss);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+           t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee),
+           u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee),
+           u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
+           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    o[0] = _mm256_permute2f128_ps(u0, u4, 0x20), o[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    o[2] = _mm256_permute2f128_ps(u2, u6, 0x20), o[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    o[4] = _mm256_permute2f128_ps(u0, u4, 0x31), o[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    o[6] = _mm256_permute2f128_ps(u2, u6, 0x31), o[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* tile2d_32 for a destination far larger than the caches (kn_cpu_strided_copy's STREAM_BYTES),
+ * rows 64-byte aligned at dp: blocks of 8 x 16 (two 8x8 transposes), each destination row's 64 bytes
+ * stored back to back by non-temporal stores, so the lines are not read in before they are
+ * overwritten (32x512x512 last two: the stores' read-for-ownership was a third of the traffic). */
+static void tile2d_32_stream(float *dp, const float *sp, int64_t K, int64_t I, int64_t dk, int64_t si) {
+    const int64_t K8 = K & ~(int64_t)7, I16 = I & ~(int64_t)15;
+    for (int64_t ii = 0; ii < I16; ii += 16) /* 16 source rows (a chunk's: 16 x 256 bytes) stay in L1 */
+        for (int64_t kk = 0; kk < K8; kk += 8) {
+            __m256 a[8], b[8];
+            tr8x8_32_regs(sp + kk + ii * si, si, a);
+            tr8x8_32_regs(sp + kk + (ii + 8) * si, si, b);
+            for (int q = 0; q < 8; q++) {
+                _mm256_stream_ps(dp + (kk + q) * dk + ii, a[q]);
+                _mm256_stream_ps(dp + (kk + q) * dk + ii + 8, b[q]);
+            }
+        }
+    for (int64_t kk = K8; kk < K; kk++)
+        for (int64_t ii = 0; ii < I; ii++) dp[kk * dk + ii] = sp[kk + ii * si];
+    for (int64_t kk = 0; kk < K8; kk++)
+        for (int64_t ii = I16; ii < I; ii++) dp[kk * dk + ii] = sp[kk + ii * si];
+}
+
 /* dst[kk*dk + ii] = src[kk + ii*si] for 4-byte elements: 8x8 register transposes inside 64x64
  * blocks, scalar edges. */
 static void tile2d_32(float *dp, const float *sp, int64_t K, int64_t I, int64_t dk, int64_t si) {
@@ -340,6 +381,15 @@ static void tile2d(const sc_job *j, char *d, const char *s, int64_t K) {
         return;
     }
 #endif
+    if (j->es == 4 && K >= 8 && I >= 32 && j->stream && ((uintptr_t)d & 3) == 0 && (dk & 15) == 0) {
+        /* the first columns up to a line boundary (the same in every row) apart, so each 64-byte
+         * store pair fills one line (a line written in halves far apart costs two partial writes:
+         * 2.1x the cached stores' time): a caller's buffer (numpy's) may be 16-byte aligned */
+        const int64_t peel = (int64_t)((64 - ((uintptr_t)d & 63)) & 63) / 4;
+        if (peel) tile2d_32((float *)d, (const float *)s, K, peel, dk, si);
+        tile2d_32_stream((float *)d + peel, (const float *)s + peel * si, K, I - peel, dk, si);
+        return;
+    }
     if (j->es == 4 && K >= 8 && I >= 8) {
         tile2d_32((float *)d, (const float *)s, K, I, dk, si);
         return;
@@ -555,6 +605,11 @@ static void weave_work(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* Copies of this many bytes or more write around the caches where a kernel can (tile2d_32_stream):
+ * a destination this large would not stay cached for the next node anyway (L2 here is 512 KiB a
+ * core, L3 32 MiB shared), and its lines need not be read before they are overwritten. */
+#define STREAM_BYTES ((int64_t)8 << 20)
+
 /* MODE_TILE: work items are (outer index, chunk of TILE_CHUNK along the source-contiguous dim), so
  * a single large 2-D transpose still spreads over the threads. */
 #define TILE_CHUNK 64
@@ -584,6 +639,9 @@ static void tile_work(void *arg, int64_t begin, int64_t end) {
             tile2d(j, j->dst + doff * (int64_t)j->es, j->src + soff * (int64_t)j->es, len);
         }
     }
+#if defined(__AVX2__)
+    if (j->stream) _mm_sfence(); /* the non-temporal stores visible before the pool's join */
+#endif
 }
 
 kiln_status kn_cpu_strided_copy(kn_kernel_ctx *c, kn_tensor *dst, const kn_tensor *src, const kn_strided *in) {
@@ -650,6 +708,9 @@ kiln_status kn_cpu_strided_copy(kn_kernel_ctx *c, kn_tensor *dst, const kn_tenso
         if (j->tk >= 0) j->mode = MODE_TILE;
     }
     j->split = false;
+    int64_t total = (int64_t)j->es;
+    for (int k = 0; k <= in_; k++) total *= s->dims[k];
+    j->stream = !j->string && total >= STREAM_BYTES;
     if (j->mode == MODE_GENERIC && !j->string && (j->es == 1 || j->es == 2 || j->es == 4 || j->es == 8) &&
         s->dst_stride[in_] == 1) {
         const int64_t b = s->dims[in_];
@@ -900,10 +961,68 @@ typedef struct pad_job {
     const int64_t *begin;
     kn_pad_mode mode;
     int64_t xs[KILN_MAX_RANK];
+    int64_t pieces; /* work items a row (PAD_PIECE elements each, the last shorter) */
     atomic_int oom;
 } pad_job;
 
-/* Non-constant modes: every output row maps each coordinate back into the input. */
+/* A long row (an audio signal: 1x1x44100) is cut into items of this many elements, so that two
+ * threads share it. */
+#define PAD_PIECE ((int64_t)4096)
+
+/* d[k] = s[-k] for k < n, elements of es (1, 2, 4, 8) bytes: 32 bytes a step, the elements of each
+ * step reversed by a byte shuffle inside the 128-bit halves and a swap of the halves */
+static void reverse_copy(char *d, const char *s, int64_t n, size_t es) {
+    int64_t k = 0;
+#if defined(__AVX2__)
+    const int64_t per = 32 / (int64_t)es;
+    if (n >= per) {
+        uint8_t m[16];
+        for (int b = 0; b < 16; b++) m[b] = (uint8_t)(16 - (int)es * (b / (int)es + 1) + b % (int)es);
+        const __m256i mask = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)m));
+        for (; k + per <= n; k += per) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(s - (k + per - 1) * (int64_t)es));
+            const __m256i r = _mm256_shuffle_epi8(v, mask);
+            _mm256_storeu_si256((__m256i *)(void *)(d + k * (int64_t)es), _mm256_permute2x128_si256(r, r, 0x01));
+        }
+    }
+#endif
+    for (; k < n; k++) copy_one(d + k * (int64_t)es, s - k * (int64_t)es, es);
+}
+
+/* Output elements [o0, o1) of one row along the padded last axis (xr: the input row, XW long, bl:
+ * the pad before it) for the edge, reflect and wrap modes: the mapping back into the input is, a
+ * run at a time, a forward copy, a reversed one (reflect) or one element repeated (edge), each
+ * moved as a block (element by element through pad_map, with its divisions, the pads of a
+ * 1x1x44100 signal by 128 took a fifth of the row's time). */
+static void pad_segment(char *yr, const char *xr, int64_t o0, int64_t o1, int64_t bl, int64_t XW, kn_pad_mode mode,
+                        size_t es) {
+    for (int64_t o = o0; o < o1;) {
+        const int64_t i = o - bl;
+        int64_t m, len, dir = 1; /* the run: input element m, then m + dir, ...; len long at most */
+        if (i >= 0 && i < XW) {
+            m = i, len = XW - i;
+        } else if (mode == KN_PAD_EDGE || (mode == KN_PAD_REFLECT && XW == 1)) {
+            m = i < 0 ? 0 : XW - 1, len = i < 0 ? -i : o1 - o, dir = 0;
+        } else if (mode == KN_PAD_WRAP) {
+            const int64_t u = (i % XW + XW) % XW;
+            m = u, len = XW - u;
+        } else { /* reflect: period 2 (XW - 1), up the row then down it */
+            const int64_t p = 2 * (XW - 1), u = (i % p + p) % p;
+            if (u < XW) m = u, len = XW - u;
+            else m = p - u, len = p - u, dir = -1;
+        }
+        const int64_t n = len < o1 - o ? len : o1 - o;
+        char *d = yr + o * (int64_t)es;
+        const char *sp = xr + m * (int64_t)es;
+        if (dir > 0) memcpy(d, sp, (size_t)n * es);
+        else if (dir < 0) reverse_copy(d, sp, n, es);
+        else repeat_elem(d, n, es, sp);
+        o += n;
+    }
+}
+
+/* Non-constant modes: every output row maps each outer coordinate back into the input; items are
+ * (row, piece of the row). */
 static void pad_rows(void *arg, int64_t b, int64_t e) {
     pad_job *j = arg;
     const kn_tensor *x = j->x;
@@ -911,7 +1030,8 @@ static void pad_rows(void *arg, int64_t b, int64_t e) {
     int r = y->rank;
     int64_t W = y->dims[r - 1], XW = x->dims[r - 1];
     size_t es = kiln_dtype_size(y->dtype);
-    for (int64_t row = b; row < e; row++) {
+    for (int64_t it = b; it < e; it++) {
+        const int64_t row = it / j->pieces, o0 = it % j->pieces * PAD_PIECE, o1 = o0 + PAD_PIECE < W ? o0 + PAD_PIECE : W;
         int64_t rem = row, soff = 0;
         for (int k = r - 2; k >= 0; k--) {
             int64_t o = rem % y->dims[k];
@@ -920,26 +1040,15 @@ static void pad_rows(void *arg, int64_t b, int64_t e) {
         }
         int64_t doff = row * W;
         if (y->dtype == KILN_DTYPE_STRING) {
-            for (int64_t o = 0; o < W; o++) {
+            for (int64_t o = o0; o < o1; o++) {
                 char **d = (char **)y->data + doff + o;
                 if (!set_string(d, ((char *const *)x->data)[soff + pad_map(o - j->begin[r - 1], XW, j->mode)]))
                     atomic_store(&j->oom, 1);
             }
             continue;
         }
-        /* the row's part inside the input is one copy; only the pads map element by element (an
-         * audio front end's reflect pads of 128 around 44100 samples ran 8x ONNX Runtime's time
-         * element by element) */
-        const int64_t bl = j->begin[r - 1], lo = bl > 0 ? bl : 0, hi = bl + XW < W ? bl + XW : W;
-        if (hi > lo)
-            memcpy((char *)y->data + (doff + lo) * (int64_t)es, (const char *)x->data + (soff + lo - bl) * (int64_t)es,
-                   (size_t)(hi - lo) * es);
-        for (int64_t o = 0; o < W; o++) {
-            if (o == lo && hi > lo) o = hi; /* skip the copied part */
-            if (o >= W) break;
-            const int64_t si = soff + pad_map(o - bl, XW, j->mode);
-            copy_one((char *)y->data + (doff + o) * (int64_t)es, (const char *)x->data + si * (int64_t)es, es);
-        }
+        pad_segment((char *)y->data + doff * (int64_t)es, (const char *)x->data + soff * (int64_t)es, o0, o1,
+                    j->begin[r - 1], XW, j->mode, es);
     }
 }
 
@@ -1015,12 +1124,12 @@ kiln_status kn_cpu_pad(kn_kernel_ctx *c) {
         for (int k = 0; k < r; k++)
             if (x->dims[k] == 0)
                 return kn_kernel_error(c, KILN_ERR_SHAPE, "cannot pad the empty axis %d in this mode", k);
-        pad_job j = {.x = x, .y = y, .begin = b, .mode = mode};
+        const int64_t W = y->dims[r - 1], rows = kn_tensor_count(y) / W;
+        pad_job j = {.x = x, .y = y, .begin = b, .mode = mode, .pieces = (W + PAD_PIECE - 1) / PAD_PIECE};
         atomic_init(&j.oom, 0);
         kn_cpu_strides(x->dims, r, j.xs);
-        int64_t rows = kn_tensor_count(y) / y->dims[r - 1];
-        int64_t grain = 16384 / (y->dims[r - 1] ? y->dims[r - 1] : 1);
-        kn_parallel_for(c->pool, rows, grain > 0 ? grain : 1, pad_rows, &j);
+        const int64_t item = W < PAD_PIECE ? W : PAD_PIECE, grain = 16384 / item;
+        kn_parallel_for(c->pool, rows * j.pieces, grain > 0 ? grain : 1, pad_rows, &j);
         return atomic_load(&j.oom) ? KN_OOM() : KILN_OK;
     }
     /* constant: fill, then copy the (possibly cropped) input into place */
