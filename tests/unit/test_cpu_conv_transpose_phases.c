@@ -4,10 +4,10 @@
  * whole grid row (qlo > 0) or reach past the window, output_padding, output_shape, auto_pad
  * SAME_UPPER and SAME_LOWER, strides 1, 2, 3 and 8, kernels that the stride does not divide and
  * kernels smaller than the stride (outputs no tap reaches: the bias alone), groups, 1-D, 2-D and
- * 3-D, batch 2, bias or none, weights a constant or a graph input, a product the GEMM runs
- * transposed (few grid points, many phase rows) and one deeper than a GEMM slice, dilation (the
- * fallback). Each as chosen, forced onto the phases (KILN_CT_PHASE=1) and kept off
- * (KILN_CT_PHASE=0), at 1 and 2 threads. */
+ * 3-D, batch 2, bias or none, weights a constant or a graph input, products per row phase (the
+ * split) or not, a product the GEMM runs transposed (few grid points, many phase rows) and one
+ * deeper than a GEMM slice, dilation (the fallback). Each as chosen, forced onto the phases
+ * (KILN_CT_PHASE=1) and kept off (KILN_CT_PHASE=0), at 1 and 2 threads. */
 #include "test_model_builder.h"
 
 #include "kiln.h"
@@ -159,6 +159,10 @@ KN_TEST(cpu_conv_transpose_phases_match_definition) {
         {2, 1, 4, 3, 1, P2(4, 6), P2(2, 2), P2(3, 3), P2(1, 1), {0, 1, 1, 0}, {0}, {0}, 0, true, false},
         /* batch 2, deeper than a GEMM slice (K 96 x 4 = 384), rows 17 wide (vectors and tails) */
         {2, 2, 96, 20, 1, P2(6, 17), P2(4, 4), P2(2, 2), P2(1, 1), {1, 1, 1, 1}, {0}, {0}, 0, true, false},
+        /* enough output channels that each row phase gets a product of its own (ct_phase's split:
+         * r0 per phase), 2-D and 3-D */
+        {2, 1, 8, 64, 1, P2(5, 7), P2(4, 4), P2(2, 2), P2(1, 1), {1, 1, 1, 1}, {0}, {0}, 0, true, false},
+        {3, 1, 4, 32, 1, P3(3, 3, 3), P3(4, 4, 4), P3(2, 2, 2), P3(1, 1, 1), {1, 1, 1, 1, 1, 1}, {0}, {0}, 0, true, false},
         /* few grid points, many phase rows: the GEMM runs transposed */
         {2, 1, 32, 96, 1, P2(3, 4), P2(2, 2), P2(2, 2), P2(1, 1), {0, 0, 0, 0}, {0}, {0}, 0, true, false},
         {2, 1, 64, 48, 1, P2(3, 3), P2(4, 4), P2(2, 2), P2(1, 1), {1, 1, 1, 1}, {0}, {0}, 0, false, true},

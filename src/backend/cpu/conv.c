@@ -3793,6 +3793,12 @@ typedef struct ct_phase {
     int64_t GD[3];                     /* the grid's sizes: U on a middle axis (3-D), else Q */
     int64_t TW, RW;                    /* the copy's shifted row sets (T of the row, 1 in 1-D), row width */
     int64_t splane, cplane;            /* floats of one shifted set of a channel, of a channel */
+    /* products per group: 1, or (split, 2-D and 3-D) one per phase of the outer axis (S = its
+     * stride; rows (m, the other axes' phase, Pr of those), Mq = Mg Pr) over the NH grid rows
+     * (planes in 3-D) from r0[phase] on, where that phase lands inside the output: the grid's
+     * first and last rows carry only some phases (4x4 s2 p1: 29 grid rows, 28 for each phase) */
+    int64_t S, Pr, Mq, NH, Nq, rowc;   /* rowc: a grid row's points, and floats of the copy */
+    int64_t r0[64];
 } ct_phase;
 
 static int64_t floordiv64(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
@@ -3823,14 +3829,34 @@ static bool ct_phase_geom(const conv_shape *s, ct_phase *ph) {
     if (ph->cplane > ((int64_t)1 << 40) || ph->N > ((int64_t)1 << 40)) return false;
     ph->Mp = s->Mg * ph->P;
     ph->Kp = s->Cg * ph->Tk;
+    ph->rowc = ph->N / ph->Q[0];
+    const int64_t s0 = s->w.stride[0], b0 = ph->qlo[0] * s0 - s->w.pad_begin[0], Q0 = ph->Q[0];
+    int64_t NH = 1;
+    for (int64_t r = 0; r < s0 && last; r++) {
+        const int64_t lo = max64(0, -floordiv64(b0 + r, s0));
+        const int64_t hi = max64(lo, min64(Q0, floordiv64(s->w.out[0] - 1 - b0 - r, s0) + 1));
+        ph->r0[r] = lo;
+        NH = max64(NH, hi - lo);
+    }
+    /* split where the rows saved outweigh packing B once per product (B's packing costs about
+     * 9.4 / M of the GEMM on the AVX2 EPYC: 4x4 s2 64->32 28x28 split, Mq 64: packing 6 -> 11%,
+     * no gain; 256->128 14x14, Mq 256: 0.94x) */
+    const bool split = last && s0 > 1 && (double)NH * (1.0 + 9.4 / (double)(s->Mg * ph->P / s0)) <
+                                             (double)Q0 * (1.0 + 9.4 / (double)(s->Mg * ph->P));
+    ph->S = split ? s0 : 1;
+    ph->Pr = ph->P / ph->S;
+    ph->Mq = s->Mg * ph->Pr;
+    ph->NH = split ? NH : Q0;
+    for (int64_t r = 0; r < ph->S; r++) ph->r0[r] = split ? min64(ph->r0[r], Q0 - NH) : 0;
+    ph->Nq = ph->NH * ph->rowc;
     return ph->Tk <= 64 && ph->Mp < ((int64_t)1 << 31) && ph->Kp < ((int64_t)1 << 31);
 }
 
 static bool conv_transpose_tiles(const conv_shape *s);
 
 /* Whether the phase GEMM takes this node: KILN_CT_PHASE=0/1 forces it off/on (where it applies).
- * By default where its work beats the column path's: it computes N / in_plane times the column
- * GEMM's columns (the grid's border and dropped columns) times P Tk / kk its rows x depth (zero
+ * By default where its work beats the column path's: it computes Nq / in_plane times the column
+ * GEMM's columns (the grid's border rows and columns) times P Tk / kk its rows x depth (zero
  * taps where s does not divide K), plus its store and packing, about 36 / Kp of its GEMM; col2im
  * costs about X / Cg of the column GEMM, X 21 at stride 1 along the row, 27 at stride 2 (its
  * vector pairs), 100 otherwise (scalar scatter). Fitted on the 2-core EPYC, 1 thread, CPU time
@@ -3843,7 +3869,7 @@ static bool ct_phase_suits(const conv_shape *s, ct_phase *ph) {
     const char *e = getenv("KILN_CT_PHASE");
     if (e && (e[0] == '0' || e[0] == '1')) return e[0] == '1';
     if (conv_transpose_tiles(s)) return false;
-    const double phase = (double)ph->N / (double)s->in_plane * (double)(ph->P * ph->Tk) / (double)s->kk *
+    const double phase = (double)ph->Nq / (double)s->in_plane * (double)(ph->P * ph->Tk) / (double)s->kk *
                          (1.0 + 36.0 / (double)ph->Kp);
     const int64_t sw = s->w.stride[s->nsp - 1];
     const double col2im = s->nsp <= 2 && sw == 1 ? 21.0 : s->nsp <= 2 && sw == 2 ? 27.0 : 100.0;
@@ -3866,38 +3892,40 @@ static void ct_phase_weights(const void *ctx, void *dst) {
     const ct_phase *ph = k->ph;
     const int nsp = s->nsp;
     float *a = dst;
+    /* rows (the outer axis's phase, m, the other axes' phase): product (g, outer phase) contiguous */
     for (int64_t g = 0; g < s->G; g++)
-        for (int64_t m = 0; m < s->Mg; m++)
-            for (int64_t r = 0; r < ph->P; r++) {
-                int64_t rr[3] = {0, 0, 0}, q = r;
-                for (int d = nsp - 1; d >= 0; d--) rr[d] = q % s->w.stride[d], q /= s->w.stride[d];
-                for (int64_t c = 0; c < s->Cg; c++) {
-                    const float *wc = k->w + ((g * s->Cg + c) * s->Mg + m) * s->kk;
-                    for (int64_t t = 0; t < ph->Tk; t++) {
-                        int64_t tq = t, kidx = 0;
-                        bool in = true;
-                        int64_t tap[3] = {0, 0, 0};
-                        for (int d = nsp - 1; d >= 0; d--) {
-                            const int64_t ta = ph->T[d] - 1 - tq % ph->T[d];
-                            tq /= ph->T[d];
-                            tap[d] = s->w.stride[d] * ta + rr[d];
-                            in &= tap[d] < s->w.kernel[d];
-                        }
-                        for (int d = 0; d < nsp; d++) kidx = kidx * s->w.kernel[d] + tap[d];
-                        *a++ = in ? wc[kidx] : 0.0f;
+        for (int64_t row = 0; row < ph->P * s->Mg; row++) {
+            const int64_t m = row / ph->Pr % s->Mg, r = row / (ph->Pr * s->Mg) * ph->Pr + row % ph->Pr;
+            int64_t rr[3] = {0, 0, 0}, q = r;
+            for (int d = nsp - 1; d >= 0; d--) rr[d] = q % s->w.stride[d], q /= s->w.stride[d];
+            for (int64_t c = 0; c < s->Cg; c++) {
+                const float *wc = k->w + ((g * s->Cg + c) * s->Mg + m) * s->kk;
+                for (int64_t t = 0; t < ph->Tk; t++) {
+                    int64_t tq = t, kidx = 0;
+                    bool in = true;
+                    int64_t tap[3] = {0, 0, 0};
+                    for (int d = nsp - 1; d >= 0; d--) {
+                        const int64_t ta = ph->T[d] - 1 - tq % ph->T[d];
+                        tq /= ph->T[d];
+                        tap[d] = s->w.stride[d] * ta + rr[d];
+                        in &= tap[d] < s->w.kernel[d];
                     }
+                    for (int d = 0; d < nsp; d++) kidx = kidx * s->w.kernel[d] + tap[d];
+                    *a++ = in ? wc[kidx] : 0.0f;
                 }
             }
+        }
 }
 
+/* per product (group, outer phase): its Mq rows of A packed */
 static void ct_phase_packed(const void *ctx, void *dst) {
     const ct_phase_wctx *k = ctx;
-    const int64_t Mp = k->ph->Mp, Kp = k->ph->Kp;
-    const size_t per = k->swap ? kn_sgemm_packed_b_floats(Mp, Kp) : kn_sgemm_packed_a_floats(Mp, Kp);
-    for (int64_t g = 0; g < k->s->G; g++) {
-        const float *a = k->plain + g * Mp * Kp;
-        if (k->swap) kn_sgemm_pack_b_full(a, Kp, true, Mp, Kp, (float *)dst + g * per);
-        else kn_sgemm_pack_a(a, Kp, false, Mp, Kp, (float *)dst + g * per);
+    const int64_t Mq = k->ph->Mq, Kp = k->ph->Kp;
+    const size_t per = k->swap ? kn_sgemm_packed_b_floats(Mq, Kp) : kn_sgemm_packed_a_floats(Mq, Kp);
+    for (int64_t op = 0; op < k->s->G * k->ph->S; op++) {
+        const float *a = k->plain + op * Mq * Kp;
+        if (k->swap) kn_sgemm_pack_b_full(a, Kp, true, Mq, Kp, (float *)dst + op * per);
+        else kn_sgemm_pack_a(a, Kp, false, Mq, Kp, (float *)dst + op * per);
     }
 }
 
@@ -3939,9 +3967,11 @@ static inline void ct_phase_row(float *yo, const float *c, int64_t qa, int64_t l
         for (int64_t q = lo; q < hi; q++) yo[q * sw] = c[q - qa] + b;
 }
 
-/* the GEMM's epilogue: block [i0, i0 + m) x [j0, j0 + n) of C (op: the group) into y. Rows are
- * (m, rh, rw), columns the grid's points; the block's columns go by grid row (segments computed
- * once), the rows' phases by counters (divisions per row were most of this store's time) */
+/* the GEMM's epilogue: block [i0, i0 + m) x [j0, j0 + n) of C into y. Product op is group op / S,
+ * split: outer phase rh = op % S, rows (m, rw), else rows (m, rh, rw); columns: the grid's points
+ * from row r0[rh] on;
+ * the block's columns go by grid row (segments computed once), the rows by counters (divisions
+ * per row were most of this store's time) */
 static void ct_phase_store(const void *ctx, int64_t op, int64_t i0, int64_t j0, int64_t m, int64_t n, float *c,
                            int64_t ldc) {
     const ct_phase_epi *e = ctx;
@@ -3950,12 +3980,13 @@ static void ct_phase_store(const void *ctx, int64_t op, int64_t i0, int64_t j0, 
     const int nsp = s->nsp;
     if (nsp == 3) { /* per element (3-D deconvolutions are rare) */
         for (int64_t i = i0; i < i0 + m; i++) {
-            const int64_t ch = op * s->Mg + i / ph->P;
+            const int64_t ch = op / ph->S * s->Mg + i / ph->Pr;
             const float b = e->bias ? e->bias[ch] : 0.0f;
-            int64_t rr[3], q = i % ph->P;
-            for (int d = 2; d >= 0; d--) rr[d] = q % s->w.stride[d], q /= s->w.stride[d];
+            int64_t rr[3], q = i % ph->Pr;
+            rr[0] = op % ph->S; /* unless the product has every phase (S 1) */
+            for (int d = 2; d >= (ph->S > 1); d--) rr[d] = q % s->w.stride[d], q /= s->w.stride[d];
             for (int64_t j = j0; j < j0 + n; j++) {
-                int64_t t = j, idx = 0, o[3];
+                int64_t t = j + ph->r0[rr[0]] * ph->rowc, idx = 0, o[3];
                 bool in = true;
                 for (int d = 2; d >= 0; d--) {
                     const int64_t qi = t % ph->GD[d];
@@ -3972,19 +4003,21 @@ static void ct_phase_store(const void *ctx, int64_t op, int64_t i0, int64_t j0, 
     }
     const int two = nsp == 2;
     const int64_t sh = two ? s->w.stride[0] : 1, sw = s->w.stride[nsp - 1], QW = ph->Q[nsp - 1], GW = ph->GD[nsp - 1];
-    const int64_t OW = s->w.out[nsp - 1], P = ph->P;
+    const int64_t OW = s->w.out[nsp - 1], g = op / ph->S, rb = op % ph->S, qh0 = ph->r0[rb];
+    const int64_t SH = sh / ph->S; /* the product's rows: (m, rh - rb of SH, rw) */
     for (int64_t j = j0; j < j0 + n;) {
         /* grid row qh's columns [qa, qb) (those from QW to qe: computed and dropped) */
-        const int64_t qh = j / GW, qa = j % GW, qe = min64(GW, qa + (j0 + n - j)), qb = min64(qe, QW);
+        const int64_t qh = qh0 + j / GW, qa = j % GW, qe = min64(GW, qa + (j0 + n - j)), qb = min64(qe, QW);
         const float *cs = c + (j - j0);
         j += qe - qa;
         if (qb <= qa) continue;
-        int64_t mg = i0 / P, rh = i0 % P / sw, rw = i0 % sw;
+        int64_t mg = i0 / (SH * sw), rhl = i0 / sw % SH, rw = i0 % sw;
         for (int64_t i = i0; i < i0 + m;) {
             /* stride 2 along the row: phase columns 0 and 1 of one (m, rh) interleave into vectors */
             const int step = KN_VL && sw == 2 && rw == 0 && i + 1 < i0 + m ? 2 : 1;
+            const int64_t rh = rb + rhl;
             if (qh >= e->hlo[rh] && qh < e->hhi[rh]) {
-                const int64_t ch = op * s->Mg + mg;
+                const int64_t ch = g * s->Mg + mg;
                 const float b = e->bias ? e->bias[ch] : 0.0f;
                 float *yr = e->y + ch * s->out_plane + (qh * sh + e->bh + rh) * OW + e->bw;
                 const float *c0 = cs + (i - i0) * ldc;
@@ -4034,7 +4067,7 @@ static void ct_phase_store(const void *ctx, int64_t op, int64_t i0, int64_t j0, 
             rw += step; /* step 2 only from rw 0 of sw 2 */
             if (rw == sw) {
                 rw = 0;
-                if (++rh == sh) rh = 0, mg++;
+                if (++rhl == SH) rhl = 0, mg++;
             }
         }
     }
@@ -4096,7 +4129,8 @@ static void ct_phase_pack_b(const void *ctx, int64_t op, int64_t k0, int64_t kc,
     const ct_phase_pack *pk = ctx;
     const ct_phase *ph = pk->ph;
     const int NRv = kn_sgemm_nr();
-    const float *xg = pk->xp + op * pk->cg_floats + n0;
+    /* product op: group op / S from its grid row r0[op % S] on */
+    const float *xg = pk->xp + op / ph->S * pk->cg_floats + ph->r0[op % ph->S] * ph->rowc + n0;
     const int64_t full = nc / NRv, rest = nc - full * NRv;
     for (int64_t k = 0; k < kc; k++) {
         const int64_t c = (k0 + k) / ph->Tk, t = (k0 + k) % ph->Tk;
@@ -4116,27 +4150,27 @@ static void ct_phase_pack_b(const void *ctx, int64_t op, int64_t k0, int64_t kc,
     }
 }
 
-/* ConvTranspose through the phase GEMM (ct_phase_suits): one batch of G products per image. */
+/* ConvTranspose through the phase GEMM (ct_phase_suits): per image, a batch of G S products. */
 static kiln_status conv_transpose_phases(kn_kernel_ctx *c, const conv_shape *s, const ct_phase *ph, const float *x,
                                          const float *w, const float *bias, float *y, bool w_is_input) {
-    const int64_t Mp = ph->Mp, Kp = ph->Kp, N = ph->N, G = s->G;
+    const int64_t Mq = ph->Mq, Kp = ph->Kp, N = ph->Nq, G = s->G, ops = s->G * ph->S;
     ct_phase_wctx wc = {w, s, ph, NULL, false};
-    const size_t plain_floats = (size_t)G * (size_t)Mp * (size_t)Kp;
-    const bool swap = kn_sgemm_swaps(Mp, N, Kp);
+    const size_t plain_floats = (size_t)G * (size_t)ph->Mp * (size_t)Kp;
+    const bool swap = kn_sgemm_swaps(Mq, N, Kp);
     const float *plain = NULL, *packed = NULL;
     float *own = NULL;
     if (w_is_input) {
         /* both keyed by the strides too (A depends on them; the kernel comes with W) */
         int64_t sk = 0;
         for (int d = 0; d < s->nsp; d++) sk = sk * 65 + s->w.stride[d];
-        const kn_const_layout lay = {18, {G, Mp, Kp, sk}};
+        const kn_const_layout lay = {18, {G, ph->Mp, Kp, sk}};
         plain = kn_cpu_const_derived(c, 1, &lay, sizeof(float) * plain_floats, ct_phase_weights, &wc);
-        if (plain && Mp > 1 && N > 1) {
+        if (plain && Mq > 1 && N > 1) {
             wc.plain = plain;
             wc.swap = swap;
-            const kn_const_layout play = {swap ? 20 : 19, {G, Mp, Kp, sk}};
-            const size_t per = swap ? kn_sgemm_packed_b_floats(Mp, Kp) : kn_sgemm_packed_a_floats(Mp, Kp);
-            packed = kn_cpu_const_derived(c, 1, &play, sizeof(float) * per * (size_t)G, ct_phase_packed, &wc);
+            const kn_const_layout play = {swap ? 20 : 19, {G, ph->Mp, Kp, sk}};
+            const size_t per = swap ? kn_sgemm_packed_b_floats(Mq, Kp) : kn_sgemm_packed_a_floats(Mq, Kp);
+            packed = kn_cpu_const_derived(c, 1, &play, sizeof(float) * per * (size_t)ops, ct_phase_packed, &wc);
         }
     }
     /* per call (weights not a constant): P T^d / K^d times W's size, bounded (kn_ctx_scratch) */
@@ -4146,9 +4180,9 @@ static kiln_status conv_transpose_phases(kn_kernel_ctx *c, const conv_shape *s, 
         ct_phase_weights(&wc, own);
         plain = own;
     }
-    /* C, every phase over the grid: read back by the epilogue while the block is in cache */
+    /* C, every product: read back by the epilogue while the block is in cache */
     const size_t c_bytes =
-        (size_t)kn_bytes_of(kn_bytes_of(kn_bytes_of((uint64_t)G, (uint64_t)Mp), (uint64_t)N), sizeof(float));
+        (size_t)kn_bytes_of(kn_bytes_of(kn_bytes_of((uint64_t)ops, (uint64_t)Mq), (uint64_t)N), sizeof(float));
     /* and the bordered copy of one image, with slack for the last channel's dropped columns */
     const int64_t slack = ph->splane / ph->U[0]; /* >= the farthest tap offset past the grid (3-D) */
     const size_t x_bytes =
@@ -4160,8 +4194,8 @@ static kiln_status conv_transpose_phases(kn_kernel_ctx *c, const conv_shape *s, 
         if (own) kn_ctx_scratch_free(c, own, own_bytes);
         return st;
     }
-    const float **ap = st ? NULL : malloc(sizeof(float *) * (size_t)G * 2);
-    float **cp = st ? NULL : malloc(sizeof(float *) * (size_t)G);
+    const float **ap = st ? NULL : malloc(sizeof(float *) * (size_t)ops * 2);
+    float **cp = st ? NULL : malloc(sizeof(float *) * (size_t)ops);
     if (st || !ap || !cp) {
         if (!st) kn_ctx_scratch_free(c, cbuf, c_bytes), kn_ctx_scratch_free(c, xp, x_bytes);
         if (own) kn_ctx_scratch_free(c, own, own_bytes);
@@ -4169,12 +4203,12 @@ static kiln_status conv_transpose_phases(kn_kernel_ctx *c, const conv_shape *s, 
         free(cp);
         return st ? st : kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    const float **pka = ap + G;
-    const size_t per = swap ? kn_sgemm_packed_b_floats(Mp, Kp) : kn_sgemm_packed_a_floats(Mp, Kp);
-    for (int64_t g = 0; g < G; g++) {
-        ap[g] = plain + g * Mp * Kp;
-        cp[g] = cbuf + g * Mp * N;
-        if (packed) pka[g] = packed + g * per;
+    const float **pka = ap + ops;
+    const size_t per = swap ? kn_sgemm_packed_b_floats(Mq, Kp) : kn_sgemm_packed_a_floats(Mq, Kp);
+    for (int64_t op = 0; op < ops; op++) {
+        ap[op] = plain + op * Mq * Kp;
+        cp[op] = cbuf + op * Mq * N;
+        if (packed) pka[op] = packed + op * per;
     }
     /* B's rows: tap t reads the copy from t's offset (the copy's strides); past a channel's end
      * only by columns the epilogue drops, into the next channel or the slack */
@@ -4197,7 +4231,7 @@ static kiln_status conv_transpose_phases(kn_kernel_ctx *c, const conv_shape *s, 
         ct_phase_copy cj = {s, ph, x + n * s->C * s->in_plane, xp};
         kn_parallel_for(c->pool, s->C, max64(1, 16384 / (ph->cplane + 1)), ct_phase_copy_range, &cj);
         ec.y = y + n * s->M * s->out_plane;
-        kn_sgemm_batch gb = {.count = G, .M = Mp, .N = N, .K = Kp, .alpha = 1.0f, .beta = 0.0f, .a = ap,
+        kn_sgemm_batch gb = {.count = ops, .M = Mq, .N = N, .K = Kp, .alpha = 1.0f, .beta = 0.0f, .a = ap,
                              .lda = Kp, .c = cp, .ldc = N, .pack_b = ct_phase_pack_b, .pack_ctx = &pk,
                              .epilogue = ct_phase_store, .epilogue_ctx = &ec};
         if (packed) {
