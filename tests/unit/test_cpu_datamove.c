@@ -123,6 +123,7 @@ KN_TEST(cpu_gather_against_definition) {
         {1, {37}, 0, 1, {11}},          {3, {5, 7, 3}, 0, 2, {2, 3}},  {3, {5, 7, 3}, 1, 1, {9}},
         {3, {5, 7, 3}, -1, 0, {0}},     {2, {300, 37}, 0, 1, {200}},   {2, {40, 769}, 0, 2, {3, 41}},
         {4, {2, 3, 5, 1}, 2, 1, {13}},  {2, {3, 2000}, 1, 1, {1500}},
+        {3, {3, 50, 300}, 1, 1, {45}}, /* 135 rows of 300: the second thread starts inside the second block */
     };
     uint32_t seed = 7;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {

@@ -42,8 +42,35 @@ typedef struct gather_job {
     atomic_int oom;
 } gather_job;
 
+/* Rows of plain elements (post > 1): a memcpy each, the next row's lines asked for before the
+ * current one is copied (an embedding lookup reads rows scattered over a table far larger than
+ * the caches: each row otherwise starts with misses the hardware prefetcher has not seen coming) */
+static inline const char *gather_src(const gather_job *j, int64_t p, int64_t q) {
+    int64_t v = kn_cpu_index(j->idx, q);
+    v += v < 0 ? j->D : 0;
+    return (const char *)j->x->data + (size_t)((p * j->D + v) * j->post) * j->es;
+}
+
+static void gather_rows(gather_job *j, int64_t b, int64_t e) {
+    const size_t rb = (size_t)j->post * j->es, ahead = rb < 8192 ? rb : 8192;
+    char *y = j->y->data;
+    int64_t p = b / j->nidx, q = b % j->nidx;
+    const char *src = gather_src(j, p, q);
+    for (int64_t it = b; it < e; it++) {
+        if (++q == j->nidx) q = 0, p++;
+        const char *next = it + 1 < e ? gather_src(j, p, q) : NULL;
+        for (size_t o = 0; next && o < ahead; o += 64) __builtin_prefetch(next + o, 0, 3);
+        memcpy(y + (size_t)it * rb, src, rb);
+        src = next;
+    }
+}
+
 static void gather_work(void *arg, int64_t b, int64_t e) {
     gather_job *j = arg;
+    if (j->post > 1 && j->y->dtype != KILN_DTYPE_STRING && !kn_dtype_is_packed(j->y->dtype)) {
+        gather_rows(j, b, e);
+        return;
+    }
     for (int64_t it = b; it < e; it++) {
         int64_t p = it / j->nidx, q = it % j->nidx;
         int64_t v = kn_cpu_index(j->idx, q);
