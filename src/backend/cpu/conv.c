@@ -4180,24 +4180,22 @@ static kiln_status conv_transpose_phases(kn_kernel_ctx *c, const conv_shape *s, 
         ct_phase_weights(&wc, own);
         plain = own;
     }
-    /* C, every product: read back by the epilogue while the block is in cache */
-    const size_t c_bytes =
-        (size_t)kn_bytes_of(kn_bytes_of(kn_bytes_of((uint64_t)ops, (uint64_t)Mq), (uint64_t)N), sizeof(float));
-    /* and the bordered copy of one image, with slack for the last channel's dropped columns */
+    /* C, every product (read back by the epilogue while the block is in cache), then the bordered
+     * copy of one image with slack for the last channel's dropped columns: one allocation (as two
+     * of 430 and 445 KB, glibc gave their pages back after each call and the next faulted them in
+     * again, about 115 faults a call: 4x4 s2 64->32 28x28 at 2 threads in op_sweep's workers ran
+     * 0.86 ms against the column path's 0.64) */
+    const size_t c_floats = (size_t)kn_bytes_of(kn_bytes_of((uint64_t)ops, (uint64_t)Mq), (uint64_t)N);
     const int64_t slack = ph->splane / ph->U[0]; /* >= the farthest tap offset past the grid (3-D) */
-    const size_t x_bytes =
-        (size_t)kn_bytes_of(kn_bytes_of((uint64_t)s->C, (uint64_t)ph->cplane) + (uint64_t)slack, sizeof(float));
-    float *cbuf = NULL, *xp = NULL;
-    kiln_status st = kn_ctx_scratch(c, c_bytes, "the phase GEMM's output", (void **)&cbuf);
-    if (!st && (st = kn_ctx_scratch(c, x_bytes, "the bordered input", (void **)&xp)) != KILN_OK) {
-        kn_ctx_scratch_free(c, cbuf, c_bytes);
-        if (own) kn_ctx_scratch_free(c, own, own_bytes);
-        return st;
-    }
+    const size_t x_floats = (size_t)kn_bytes_of((uint64_t)s->C, (uint64_t)ph->cplane) + (size_t)slack;
+    const size_t c_bytes = (size_t)kn_bytes_of((uint64_t)c_floats + (uint64_t)x_floats + 16, sizeof(float));
+    float *cbuf = NULL;
+    kiln_status st = kn_ctx_scratch(c, c_bytes, "the phase GEMM's output and bordered input", (void **)&cbuf);
+    float *xp = st ? NULL : cbuf + (c_floats + 15) / 16 * 16;
     const float **ap = st ? NULL : malloc(sizeof(float *) * (size_t)ops * 2);
     float **cp = st ? NULL : malloc(sizeof(float *) * (size_t)ops);
     if (st || !ap || !cp) {
-        if (!st) kn_ctx_scratch_free(c, cbuf, c_bytes), kn_ctx_scratch_free(c, xp, x_bytes);
+        if (!st) kn_ctx_scratch_free(c, cbuf, c_bytes);
         if (own) kn_ctx_scratch_free(c, own, own_bytes);
         free(ap);
         free(cp);
@@ -4241,7 +4239,6 @@ static kiln_status conv_transpose_phases(kn_kernel_ctx *c, const conv_shape *s, 
         if (kn_sgemm_run(c->pool, &gb)) st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory in the GEMM");
     }
     kn_ctx_scratch_free(c, cbuf, c_bytes);
-    kn_ctx_scratch_free(c, xp, x_bytes);
     if (own) kn_ctx_scratch_free(c, own, own_bytes);
     free(ap);
     free(cp);
