@@ -42,10 +42,12 @@ KN_TEST(cpu_sgemm_rows_share_packed_b) {
         {1, 512, 16, 4608, SB_CONV, 1},    /* 3x3 512 -> 512 on 4x4 */
         {1, 97, 9, 1000, SB_CONV, 1},      /* rows past the panels, 9 of 16 columns, short last slice */
         {2, 2400, 13, 520, SB_CONV, 1},   /* two products, K = 2 slices + 8 */
-        {1, 600, 70, 600, SB_PLAIN, 1},    /* plain B, 4 panels and 6 columns */
+        /* plain B (and transposed, below): 70 columns are 4 panels and 6 on AVX2, 2 and 6 on AVX-512;
+         * K small enough that neither ISA transposes the product (kn_sgemm_swaps) */
+        {1, 600, 70, 200, SB_PLAIN, 1},
         {1, 300, 40, 200, SB_PLAIN_APK, 1}, /* A prepacked, K one slice: rows first */
         {1, 301, 21, 777, SB_PLAIN_APK, 1}, /* A prepacked, K deeper: the blocked order */
-        {1, 600, 70, 600, SB_TRANS_B, 0},  /* B transposed: each tile packs its own */
+        {1, 600, 70, 200, SB_TRANS_B, 0},  /* B transposed: each tile packs its own */
     };
     kn_threadpool *pools[3] = {NULL, NULL, NULL};
     for (int t = 1; t < 3; t++) CHECK_STATUS(kn_threadpool_create(sb_threads[t], &pools[t]), KILN_OK);
