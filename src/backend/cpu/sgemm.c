@@ -1343,30 +1343,42 @@ static inline const float *bpk_panel(const float *P, int64_t Np, int64_t K, int6
     return P + ps * Np + j * min64(KCB, K - ps) + (pc - ps) * NR;
 }
 
-/* KILN_GEMM_PACKED_B=0: products with B prepacked run the blocked order as others do (tests,
- * measurements) */
-static bool pk_on(void) {
-    const char *e = getenv("KILN_GEMM_PACKED_B");
+/* The GEMM's switches for tests and measurements, KILN_GEMM_<NAME>=0 turning a path off. getenv
+ * scans the whole environment, and called for every tile it was 1.5-1.9% of a batch-32 Winograd
+ * convolution's samples (perf, Zen 3): the switches that tests set and unset between products in
+ * one process are read once per kn_sgemm_run / kn_sgemm_tasks (switches_refresh) and the tiles
+ * read that copy; the measurement-only ones are read once per process (switch_once). */
+static bool env_not_zero(const char *name) {
+    const char *e = getenv(name);
     return !e || *e != '0';
 }
+static bool switch_once(int *cache, const char *name) { /* *cache: -1 not read yet, else 0 or 1 */
+    int v = __atomic_load_n(cache, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = env_not_zero(name);
+        __atomic_store_n(cache, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+static int packed_b_switch = 1, rows_first_switch = 1;
+static void switches_refresh(void) {
+    __atomic_store_n(&packed_b_switch, env_not_zero("KILN_GEMM_PACKED_B"), __ATOMIC_RELAXED);
+    __atomic_store_n(&rows_first_switch, env_not_zero("KILN_GEMM_ROWS_FIRST"), __ATOMIC_RELAXED);
+}
 
-/* KILN_GEMM_ROWS_FIRST=0: the usual order everywhere (tests, measurements) */
+/* KILN_GEMM_PACKED_B=0: products with B prepacked run the blocked order as others do */
+static bool pk_on(void) { return __atomic_load_n(&packed_b_switch, __ATOMIC_RELAXED); }
+
 #if defined(KN_UKR_NARROW2)
-/* KILN_GEMM_NARROW2=0: a panel's last n <= 8 columns one row panel a call (ukr), for measuring */
+/* KILN_GEMM_NARROW2=0: a panel's last n <= 8 columns one row panel a call (ukr) */
 static bool narrow2_on(void) {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("KILN_GEMM_NARROW2");
-        on = !e || *e != '0';
-    }
-    return on;
+    return switch_once(&on, "KILN_GEMM_NARROW2");
 }
 #endif
 
-static bool rows_first_on(void) {
-    const char *e = getenv("KILN_GEMM_ROWS_FIRST");
-    return !e || *e != '0';
-}
+/* KILN_GEMM_ROWS_FIRST=0: the usual order everywhere */
+static bool rows_first_on(void) { return __atomic_load_n(&rows_first_switch, __ATOMIC_RELAXED); }
 
 /* Whether a product with A prepacked runs rows first (run_rows_first). AVX2: only where K is one
  * slice. Rows first streams the block's packed B from L2 once per panel of MR rows, 64 bytes per
@@ -1586,16 +1598,8 @@ static bool pk_a_in_place(int64_t rows, int64_t cols) {
 
 #if defined(KN_UKR_PAIR)
 /* KILN_GEMM_FEW_ROWS_PAIR=0: few rows one panel a call (ukr_any), as before ukr_pair (measurements) */
-static int pair_env = -1; /* -1: not read yet */
-static bool pair_on(void) {
-    int e = __atomic_load_n(&pair_env, __ATOMIC_RELAXED);
-    if (e < 0) {
-        const char *v = getenv("KILN_GEMM_FEW_ROWS_PAIR");
-        e = !(v && *v == '0');
-        __atomic_store_n(&pair_env, e, __ATOMIC_RELAXED);
-    }
-    return e;
-}
+static int pair_env = -1;
+static bool pair_on(void) { return switch_once(&pair_env, "KILN_GEMM_FEW_ROWS_PAIR"); }
 #endif
 
 static void run_packed_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
@@ -2258,14 +2262,14 @@ static void pack_b_shared_range(void *arg, int64_t begin, int64_t end) {
 
 /* KILN_GEMM_RF_SHARED=0: each rows-first tile packs B itself (measurements) */
 static bool rf_shared_on(void) {
-    const char *e = getenv("KILN_GEMM_RF_SHARED");
-    return !e || *e != '0';
+    static int on = -1;
+    return switch_once(&on, "KILN_GEMM_RF_SHARED");
 }
 
 /* KILN_GEMM_SWAP_ROWS=0: the transposed path's tiles split the columns as before (measurements) */
 static bool swap_rows_on(void) {
-    const char *e = getenv("KILN_GEMM_SWAP_ROWS");
-    return !e || *e != '0';
+    static int on = -1;
+    return switch_once(&on, "KILN_GEMM_SWAP_ROWS");
 }
 
 static kn_thread_buffer shared_b_buffers = KN_THREAD_BUFFER_INIT;
@@ -2273,8 +2277,8 @@ static kn_thread_buffer swap_part_buffers = KN_THREAD_BUFFER_INIT;
 
 /* KILN_GEMM_SHARED_B=0: the blocked path's tiles of rows pack B each (measurements) */
 static bool blocked_shared_on(void) {
-    const char *e = getenv("KILN_GEMM_SHARED_B");
-    return !e || *e != '0';
+    static int on = -1;
+    return switch_once(&on, "KILN_GEMM_SHARED_B");
 }
 
 /* Whether the tiles of a product in the usual orientation, split by rows only, read op(B) packed
@@ -2298,15 +2302,15 @@ static bool gemm_b_shared(const kn_sgemm_batch *p, const job *j, int64_t threads
 /* KILN_GEMM_SWAP_KSPLIT=0: transposed tiles never split along K (measurements; C's last bits
  * then differ from the default's where it splits) */
 static bool swap_ksplit_on(void) {
-    const char *e = getenv("KILN_GEMM_SWAP_KSPLIT");
-    return !e || *e != '0';
+    static int on = -1;
+    return switch_once(&on, "KILN_GEMM_SWAP_KSPLIT");
 }
 
 /* KILN_GEMM_BATCH_SPREAD=0: batched products of plain operands from 3 threads on take the tile
  * grid of before (measurements) */
 static bool batch_spread_on(void) {
-    const char *e = getenv("KILN_GEMM_BATCH_SPREAD");
-    return !e || *e != '0';
+    static int on = -1;
+    return switch_once(&on, "KILN_GEMM_BATCH_SPREAD");
 }
 
 /* Parts along K of each tile of a transposed product (kn_sgemm_swaps) whose rows split among the
@@ -2478,6 +2482,7 @@ static int64_t plan_job(const kn_sgemm_batch *p, int64_t threads, job *jo) {
 
 int64_t kn_sgemm_tasks(const kn_sgemm_batch *p, int threads, int64_t *tm, int64_t *tn, int64_t *kp) {
     job j = {.tm = 1, .tn = 1, .kp = 1};
+    switches_refresh();
     if (p->count > 0 && p->M > 0 && p->N > 0 && p->K > 0) plan_job(p, threads > 1 ? threads : 1, &j);
     if (tm) *tm = j.tm;
     if (tn) *tn = j.tn;
@@ -2487,6 +2492,7 @@ int64_t kn_sgemm_tasks(const kn_sgemm_batch *p, int threads, int64_t *tm, int64_
 
 kiln_status kn_sgemm_run(kn_threadpool *pool, const kn_sgemm_batch *p) {
     if (p->count <= 0 || p->M <= 0 || p->N <= 0) return KILN_OK;
+    switches_refresh();
     /* precision=bf16: the products of a node that runs in bf16 (sgemm_bf16.h) */
     if (kn_bgemm_active() && kn_bgemm_takes(p)) {
         if (!p->c_add && !p->clamp) return kn_bgemm_run(pool, p);
