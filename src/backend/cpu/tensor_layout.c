@@ -201,9 +201,8 @@ static void row_fill(const sc_job *j, char *d, const char *s, int64_t n, int64_t
     } while (0)
 
 #if defined(__AVX2__)
-/* 8x8 block of 4-byte elements: 8 source rows (stride ss) become 8 destination rows (stride ds).
- * Only moves bits (no arithmetic), so any 4-byte type is safe. */
-static inline void tr8x8_32(const float *s, int64_t ss, float *d, int64_t ds) {
+/* The 8 destination rows of a block 8 source rows (stride ss) make, unstored */
+static inline __attribute__((always_inline)) void tr8x8_32_regs(const float *s, int64_t ss, __m256 o[8]) {
     __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ss), r2 = _mm256_loadu_ps(s + 2 * ss),
            r3 = _mm256_loadu_ps(s + 3 * ss), r4 = _mm256_loadu_ps(s + 4 * ss), r5 = _mm256_loadu_ps(s + 5 * ss),
            r6 = _mm256_loadu_ps(s + 6 * ss), r7 = _mm256_loadu_ps(s + 7 * ss);
@@ -214,14 +213,18 @@ static inline void tr8x8_32(const float *s, int64_t ss, float *d, int64_t ds) {
            u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee),
            u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
            u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-    _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
-    _mm256_storeu_ps(d + ds, _mm256_permute2f128_ps(u1, u5, 0x20));
-    _mm256_storeu_ps(d + 2 * ds, _mm256_permute2f128_ps(u2, u6, 0x20));
-    _mm256_storeu_ps(d + 3 * ds, _mm256_permute2f128_ps(u3, u7, 0x20));
-    _mm256_storeu_ps(d + 4 * ds, _mm256_permute2f128_ps(u0, u4, 0x31));
-    _mm256_storeu_ps(d + 5 * ds, _mm256_permute2f128_ps(u1, u5, 0x31));
-    _mm256_storeu_ps(d + 6 * ds, _mm256_permute2f128_ps(u2, u6, 0x31));
-    _mm256_storeu_ps(d + 7 * ds, _mm256_permute2f128_ps(u3, u7, 0x31));
+    o[0] = _mm256_permute2f128_ps(u0, u4, 0x20), o[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    o[2] = _mm256_permute2f128_ps(u2, u6, 0x20), o[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    o[4] = _mm256_permute2f128_ps(u0, u4, 0x31), o[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    o[6] = _mm256_permute2f128_ps(u2, u6, 0x31), o[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* 8x8 block of 4-byte elements: 8 source rows (stride ss) become 8 destination rows (stride ds).
+ * Only moves bits (no arithmetic), so any 4-byte type is safe. */
+static inline void tr8x8_32(const float *s, int64_t ss, float *d, int64_t ds) {
+    __m256 o[8];
+    tr8x8_32_regs(s, ss, o);
+    for (int q = 0; q < 8; q++) _mm256_storeu_ps(d + q * ds, o[q]);
 }
 
 #if defined(__AVX512F__)
@@ -245,23 +248,6 @@ static void tile2d_32x16(float *dp, const float *sp, int64_t K, int64_t I, int64
 }
 #endif
 
-/* The 8 destination rows of a block 8 source rows (stride ss) make, unstored (tr8x8_32's shuffles) */
-static inline __attribute__((always_inline)) void tr8x8_32_regs(const float *s, int64_t ss, __m256 o[8]) {
-    __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ss), r2 = _mm256_loadu_ps(s + 2 * ss),
-           r3 = _mm256_loadu_ps(s + 3 * ss), r4 = _mm256_loadu_ps(s + 4 * ss), r5 = _mm256_loadu_ps(s + 5 * ss),
-           r6 = _mm256_loadu_ps(s + 6 * ss), r7 = _mm256_loadu_ps(s + 7 * ss);
-    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
-           t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
-           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee),
-           u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee),
-           u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
-           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-    o[0] = _mm256_permute2f128_ps(u0, u4, 0x20), o[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-    o[2] = _mm256_permute2f128_ps(u2, u6, 0x20), o[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-    o[4] = _mm256_permute2f128_ps(u0, u4, 0x31), o[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-    o[6] = _mm256_permute2f128_ps(u2, u6, 0x31), o[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
 
 /* tile2d_32 for a destination far larger than the caches (kn_cpu_strided_copy's STREAM_BYTES),
  * rows 64-byte aligned at dp: blocks of 8 x 16 (two 8x8 transposes), each destination row's 64 bytes
