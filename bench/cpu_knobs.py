@@ -73,6 +73,7 @@ print()
 print("| output | " + " | ".join(names) + " |")
 print("|---|" + "---:|" * len(names))
 print("| **p50** | " + " | ".join(f"{p50[n]:.3f}" for n in names) + " |")
+print("| p50 each round | " + " | ".join(" ".join(f"{r[0]:.3f}" for r in res[n]) for n in names) + " |")
 for s in shapes:
     vals = [statistics.median(r[1].get(s, 0) for r in res[n]) for n in names]
     if vals[0] < 0.005:
