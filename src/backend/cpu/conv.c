@@ -1431,13 +1431,9 @@ static void sk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x, const
 #define CLB (2 * KN_VL) /* output channels of a cl3_tile */
 #define CL3_MAX_WBYTES (4 << 20) /* larger weights: the GEMM (cl3_suits), below CL3_BIG_W_THREADS threads */
 #define CL3_BIG_W_THREADS 4
-/* the kernel row's three taps unrolled: with AVX2's 16 registers that spilled accumulators (3x3 s2
- * 128->128 on 28x28 12% slower than the loop) */
-#if KN_VREGS < 32
-#define CL3_UNROLL_KW _Pragma("GCC unroll 1")
-#else
+/* the kernel row's three taps unrolled (with AVX2's 16 registers only since cl3_bcast: before it
+ * that spilled accumulators, 3x3 s2 128->128 on 28x28 12% slower than the loop) */
 #define CL3_UNROLL_KW _Pragma("GCC unroll 3")
-#endif
 
 static bool cl3_suits(const conv_shape *s, int64_t threads) {
     if (s->G != 1 || s->nsp != 2 || s->M % 32 || s->C < 8 || s->w.kernel[0] != 3 || s->w.kernel[1] != 3) return false;
@@ -1463,11 +1459,12 @@ static bool cl3_suits(const conv_shape *s, int64_t threads) {
      * 0.24, at 16 0.34-0.35 against 0.12-0.19 (cpu-host-2026-12-06c.md) */
     if (threads < CL3_BIG_W_THREADS && (double)s->M * (double)s->C * 9.0 * sizeof(float) > (double)CL3_MAX_WBYTES)
         return false;
-    /* AVX2 (16 registers: tiles of 2 x 6 accumulators) on output rows of 16+ columns: the GEMM,
-     * whose im2col groups of 8 then lie in one row and load as two plain loads (even_load). 2-core
-     * AVX2 EPYC, 1 thread, CPU time, op_ab against this kernel: s2 128->128 56x56 0.84, 16->32
-     * 320x320 0.99; on 28x28 (14 columns) 1.06, so those stay */
-    if (v.sw == 2) return !(KN_VREGS < 32 && v.OW >= 2 * KN_VL);
+    /* AVX2 too on output rows of 16+ columns, since its tiles' registers (cl3_bcast) and edge
+     * padding (cl_pad_chan) were fixed; the GEMM's im2col was 20% of 3x3 s2 128->128 on 56x56
+     * (perf). 2-core Zen 3 EPYC, 1 thread, kiln bench min, GEMM / rk_wide -> this: s2 128->128 56x56
+     * 2.94 -> 2.60 ms (ORT 2.56), 64->64 112x112 (rk_wide) 3.17 -> 2.59 (ORT 2.67), 64->128
+     * 112x112 6.0 -> 5.5, 32->32 112x112 (rk_wide) 0.815 -> 0.65, 32->64 80x80 0.76 -> 0.635 */
+    if (v.sw == 2) return true;
     return s->C >= 16 && s->N * ((v.OH + 3) / 4) * ((v.OW + 3) / 4) < 16;
 }
 
@@ -1570,6 +1567,23 @@ static inline __attribute__((always_inline)) void cl_tile(const cl_job *j, const
         for (int q = 0; q < MV; q++) kn_vf_storeu(out + p * MB + KN_VL * q, acc[p][q]);
 }
 
+/* AVX2 (16 registers): GCC kept each broadcast input for the taps that share it (stride 2: tap kw
+ * = 2 of pixel p is tap 0 of pixel p + 1) and folded weight loads into the FMAs, which spilled
+ * accumulators to the stack (perf: a third of the tile's instructions were moves and reloads).
+ * Each broadcast its own instruction (volatile: not merged) and the tap's two weight vectors
+ * pinned in registers: 2P accumulators, 2 weights and one broadcast live. */
+#if KN_VREGS < 32 && KN_VL == 8
+#define CL3_PIN(x) __asm__("" : "+x"(x))
+static inline __attribute__((always_inline)) kn_vf cl3_bcast(const float *p) {
+    kn_vf b;
+    __asm__ volatile("vbroadcastss %1, %0" : "=x"(b) : "m"(*p));
+    return b;
+}
+#else
+#define CL3_PIN(x) (void)0
+static inline __attribute__((always_inline)) kn_vf cl3_bcast(const float *p) { return kn_vf_set1(*p); }
+#endif
+
 /* cl_tile for 3x3 windows, two vectors of channels (CLB), stride SW, dilation D: every address a constant
  * offset from three row pointers (the generic tile kept 14 pixel offsets in registers and
  * spilled). */
@@ -1592,10 +1606,12 @@ static inline __attribute__((always_inline)) void cl3_tile(const cl_job *j, cons
             const float *row = r0 + kh * D * Wp;
             CL3_UNROLL_KW
             for (int kw = 0; kw < 3; kw++) {
-                const kn_vf w0 = kn_vf_loadu(w + (kh * 3 + kw) * CLB), w1 = kn_vf_loadu(w + (kh * 3 + kw) * CLB + KN_VL);
+                kn_vf w0 = kn_vf_loadu(w + (kh * 3 + kw) * CLB), w1 = kn_vf_loadu(w + (kh * 3 + kw) * CLB + KN_VL);
+                CL3_PIN(w0);
+                CL3_PIN(w1);
 #pragma GCC unroll 12
                 for (int p = 0; p < P; p++) {
-                    const kn_vf b = kn_vf_set1(row[kw * D + p * SW]);
+                    const kn_vf b = cl3_bcast(row + kw * D + p * SW);
                     acc[p][0] = kn_vf_fmadd(w0, b, acc[p][0]);
                     acc[p][1] = kn_vf_fmadd(w1, b, acc[p][1]);
                 }
@@ -1660,29 +1676,52 @@ static void cl_tile_any(const cl_job *j, const float *x0, const float *w, const 
 }
 
 /* Tasks are (image, band of output rows). */
-/* Pads the input columns [c0, c0 + cols) of rows [ih0, ih0 + rows) of every channel of image n into
- * dst ([C][rows][cols], zero outside the image). */
+/* Pads the input columns [c0, c0 + cols) of rows [ih0, ih0 + rows) of channel ch of image n into
+ * dst ([rows][cols], zero outside the image). Plain loads and stores: with AVX2's masked ones
+ * (vmaskmovps, a store many times the cost of a plain one on Zen 3) this was 16% of 3x3 s2
+ * 128->128 on 28x28 (perf, 2-core EPYC, 1 thread). A row's stores may run up to KN_VL - 1 floats
+ * past its end, into the next row, which is written after it; the last row's run past dst only
+ * where `slack` (the caller's buffer has KN_VL floats more), else they end exactly (masked). */
 static void cl_pad_chan(const cl_job *j, int64_t n, int64_t ch, int64_t ih0, int64_t rows, int64_t c0, int64_t cols,
-                        float *dst) {
+                        float *dst, bool slack) {
     const win2 *v = &j->v;
-    /* masked vectors, no memcpy/memset calls: edge tiles are rows of about 30 floats, and the calls
-     * were 8% of 3x3 s2 128->128 on 56x56 */
     const float *xc = j->x + (n * j->s->C + ch) * v->H * v->W;
+    const kn_vf z = kn_vf_zero();
+    /* the image's columns are [a, b) of each row of dst */
+    const int64_t a = min64(max64(-c0, 0), cols), b = max64(a, min64(v->W - c0, cols));
     for (int64_t r = 0; r < rows; r++) {
         float *row = dst + r * cols;
         const int64_t ih = ih0 + r;
-        const bool in = ih >= 0 && ih < v->H;
-        const float *xr = xc + (in ? ih : 0) * v->W;
-        for (int64_t q = 0; q < cols; q += KN_VL) {
-            const kn_vmask keep = kn_v_tail(cols - q);
-            const kn_vmask m = in ? (kn_vmask)(keep & kn_v_range(-(c0 + q), v->W - (c0 + q))) : 0;
-            kn_vf_mask_storeu(row + q, keep, kn_vf_maskz_loadu(m, xr + c0 + q));
+        const bool in = ih >= 0 && ih < v->H && b > a;
+        const float *xr = xc + (in ? ih : 0) * v->W + c0;
+        if (!slack && r == rows - 1) {
+            for (int64_t q = 0; q < cols; q += KN_VL) {
+                const kn_vmask keep = kn_v_tail(cols - q);
+                const kn_vmask m = in ? (kn_vmask)(keep & kn_v_range(a - q, b - q)) : 0;
+                kn_vf_mask_storeu(row + q, keep, kn_vf_maskz_loadu(m, xr + q));
+            }
+            break;
         }
+        if (!in) {
+            for (int64_t q = 0; q < cols; q += KN_VL) kn_vf_storeu(row + q, z);
+            continue;
+        }
+        for (int64_t q = 0; q < a; q += KN_VL) kn_vf_storeu(row + q, z); /* left padding (its run rewritten below) */
+        int64_t q = a;
+        for (; q + KN_VL <= b; q += KN_VL) kn_vf_storeu(row + q, kn_vf_loadu(xr + q));
+        if (q < b) {
+            /* the last columns: the vector ending at b where the row holds one (columns stored
+             * twice), else a masked load whose other lanes are padding */
+            if (b - a >= KN_VL) kn_vf_storeu(row + b - KN_VL, kn_vf_loadu(xr + b - KN_VL));
+            else kn_vf_storeu(row + q, kn_vf_maskz_loadu(kn_v_tail(b - q), xr + q));
+        }
+        for (q = b; q < cols; q += KN_VL) kn_vf_storeu(row + q, z); /* right padding */
     }
 }
 
+/* every channel ([C][rows][cols]); dst has KN_VL floats of slack past its end */
 static void cl_pad_block(const cl_job *j, int64_t n, int64_t ih0, int64_t rows, int64_t c0, int64_t cols, float *dst) {
-    for (int64_t ch = 0; ch < j->s->C; ch++) cl_pad_chan(j, n, ch, ih0, rows, c0, cols, dst + ch * rows * cols);
+    for (int64_t ch = 0; ch < j->s->C; ch++) cl_pad_chan(j, n, ch, ih0, rows, c0, cols, dst + ch * rows * cols, true);
 }
 
 /* The whole padded input (N*C planes of Hp x Wp, the image at (ph, pw)), planes [begin, end) of it:
@@ -1699,7 +1738,8 @@ static void cl_pad_range(void *arg, int64_t begin, int64_t end) {
         const int64_t n = t / (nb * C), b = t / C % nb, ch = t % C, p = n * C + ch;
         const int64_t r0 = b * j->Hp / nb, r1 = (b + 1) * j->Hp / nb;
         if (r1 > r0)
-            cl_pad_chan(j, n, ch, r0 - j->v.ph, r1 - r0, -j->v.pw, j->Wp, (float *)j->xp + p * j->Hp * j->Wp + r0 * j->Wp);
+            cl_pad_chan(j, n, ch, r0 - j->v.ph, r1 - r0, -j->v.pw, j->Wp, (float *)j->xp + p * j->Hp * j->Wp + r0 * j->Wp,
+                        false); /* the next item may be another thread's */
     }
 }
 
@@ -1747,7 +1787,7 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
     size_t row_floats = 0;
     if (j->inplace) {
         row_floats = (size_t)(s->C * kh_ext * j->Wp);
-        const size_t bf = row_floats + (size_t)(ntile_row * s->C * kh_ext * ew);
+        const size_t bf = row_floats + (size_t)(ntile_row * s->C * kh_ext * ew) + KN_VL; /* cl_pad_block's slack */
         buf = kn_conv_thread_buffer(bf);
         if (!buf) buf = own = malloc(sizeof(float) * bf);
         if (!buf) {
@@ -1882,7 +1922,13 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
                 const int64_t col = (s0 + p0) * v->sw - v->pw;
                 if (col >= 0 && col + ew <= v->W) all_edges = false;
             }
-        j.mfirst = e ? e[0] == '1' : wbytes > ((size_t)1 << 20) || all_edges;
+        /* and weights over half the L2 on short rows: the bands read every weight once per output
+         * row (per OW pixels). 2-core Zen 3 EPYC (512 KB L2), 1 thread, 590 KB of weights: 3x3 s2
+         * 128->128 on 28x28 (OW 14) 0.72 ms by bands, 0.68 by blocks; on 56x56 (OW 28) 2.60
+         * against 2.77 */
+        const bool big_w = wbytes > ((size_t)1 << 20) ||
+                           ((int64_t)wbytes > kn_conv_l2_bytes() / 2 && v->OW < 2 * KN_VL);
+        j.mfirst = e ? e[0] == '1' : big_w || all_edges;
     }
     float *xp = NULL;
     if (!many || j.mfirst) {
@@ -1972,7 +2018,9 @@ static bool rk_wide(const conv_shape *s, const win2 *v) {
     if (e && e[0] == '0') return false;
     const int64_t wh = (v->OW + 3 - v->sw + 15) / 16 * 16;
     if ((double)s->C * 3.0 * (double)v->sw * (double)wh * sizeof(float) > 256.0 * 1024) return false;
-    return v->sw == 2 && v->OW >= 4 * KN_VL && s->M <= 64;
+    /* (32 and 64 output channels: cl3_suits' kernel, 0.78-0.84 of this one's time on the shapes
+     * there) */
+    return v->sw == 2 && v->OW >= 4 * KN_VL && s->M <= 64 && s->M % 32;
 #else
     (void)s, (void)v;
     return false;
