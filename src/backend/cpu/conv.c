@@ -34,6 +34,7 @@
 #include "backend/cpu/conv_amx.h"
 #include "backend/cpu/conv_amx_blocked.h"
 #include "backend/cpu/conv_direct.h"
+#include "backend/cpu/conv_fewpos.h"
 #include "backend/cpu/conv_int_dw.h"
 #include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/elementwise_impl.h"
@@ -2441,6 +2442,13 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
             return cl_conv(c, s, x, w, bias, y, clamp_only ? NULL : epi, epi_ctx, clamp_only ? tail : NULL, w_is_input);
     }
 #endif
+    /* few output positions (a 4x4 plane), many weights: channels in the lanes, no im2col, the
+     * padding's taps left out (conv_fewpos.c) */
+    if (!amx_gemm && !kn_bgemm_active() && !pointwise && s->nsp <= 2) {
+        const kn_dconv_shape ds = dconv_shape_of(s);
+        if (kn_fpconv_suits(&ds, kn_threadpool_size(c->pool)))
+            return kn_fpconv_run(c, &ds, x, w, bias, y, epi, epi_ctx, w_is_input);
+    }
     const float **ap = malloc(sizeof(float *) * (size_t)count * 2);
     float **cp = malloc(sizeof(float *) * (size_t)count);
     if (!ap || !cp) {

@@ -1,0 +1,141 @@
+/* Convolutions with few output positions and many weights (conv_fewpos.c: output channels in the
+ * lanes, each position a broadcast from the input, the padding's taps left out): whole sessions of
+ * one Conv (and Conv + Relu, fused into the kernel's epilogue) at 1, 2, 3 and 16 threads against
+ * the definition in double, and every thread count's output the same bits as 1 thread's. Shapes:
+ * 3x3 512 -> 512 on 4x4 (the kernel's case by default), odd channel counts (a last block of
+ * channels part empty, fewer channels than a vector), input channels not a multiple of the
+ * kernel's pass of 128, two images, asymmetric pads with a dilation, a 1x1 plane (only the centre
+ * tap inside), a 1-D convolution, weights fed as an input (packed per call), no bias. All but
+ * the first also with KILN_FPCONV=1 (the kernel wherever it can run) and KILN_FPCONV=0 (the
+ * implicit GEMM), so both paths meet the same reference. */
+#include "test_model_builder.h"
+#include "unit.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fpt_case {
+    int64_t N, C, M, H, W, KH, KW, dh, dw;
+    int64_t pads[4]; /* top, left, bottom, right */
+    int rank;        /* 4: 2-D; 3: 1-D (H = 1, KH = 1, pads along W only) */
+    int relu, w_fed, bias;
+} fpt_case;
+
+static const int fpt_threads[4] = {1, 2, 3, 16};
+
+static void fpt_run_case(const fpt_case *k, const char *env) {
+    const int64_t OH = k->H + k->pads[0] + k->pads[2] - k->dh * (k->KH - 1);
+    const int64_t OW = k->W + k->pads[1] + k->pads[3] - k->dw * (k->KW - 1);
+    const int r = k->rank;
+    int64_t xd[4] = {k->N, k->C, k->H, k->W}, wd[4] = {k->M, k->C, k->KH, k->KW}, bd[1] = {k->M};
+    if (r == 3) xd[2] = k->W, wd[2] = k->KW;
+    tmb b;
+    tmb_init(&b, 13);
+    const int x = tmb_input(&b, "x", KILN_DTYPE_FLOAT, r, xd, NULL);
+    uint32_t seed = (uint32_t)(k->C * 131 + k->M * 7 + k->H);
+    kiln_tensor *xt = tmb_random_tensor(xd, r, &seed, 1.0f, 1.0f);
+    kiln_tensor *wt = tmb_random_tensor(wd, r, &seed, 1.0f, 8.0f);
+    float *bv = malloc(sizeof(float) * (size_t)k->M);
+    for (int64_t m = 0; m < k->M; m++) bv[m] = k->bias ? tmb_rand(&seed) : 0.0f;
+    int w;
+    if (k->w_fed) w = tmb_input(&b, "w", KILN_DTYPE_FLOAT, r, wd, NULL);
+    else {
+        w = tmb_const(&b, "w", r, wd, 1.0f);
+        memcpy(b.g->values[w].constant->data, kiln_tensor_data(wt), sizeof(float) * (size_t)(k->M * k->C * k->KH * k->KW));
+    }
+    int ins[3] = {x, w, 0};
+    if (k->bias) {
+        ins[2] = tmb_const(&b, "bias", 1, bd, 1.0f);
+        memcpy(b.g->values[ins[2]].constant->data, bv, sizeof(float) * (size_t)k->M);
+    }
+    const int cy = tmb_value(&b, "cy");
+    const int node = tmb_node(&b, "Conv", ins, k->bias ? 3 : 2, cy);
+    if (r == 4) {
+        tmb_ints(&b, node, "kernel_shape", (int64_t[]){k->KH, k->KW}, 2);
+        tmb_ints(&b, node, "pads", k->pads, 4);
+        tmb_ints(&b, node, "dilations", (int64_t[]){k->dh, k->dw}, 2);
+    } else {
+        tmb_ints(&b, node, "kernel_shape", (int64_t[]){k->KW}, 1);
+        tmb_ints(&b, node, "pads", (int64_t[]){k->pads[1], k->pads[3]}, 2);
+        tmb_ints(&b, node, "dilations", (int64_t[]){k->dw}, 1);
+    }
+    int y = cy;
+    if (k->relu) {
+        y = tmb_value(&b, "y");
+        tmb_node(&b, "Relu", (int[]){cy}, 1, y);
+    }
+    tmb_output(&b, y);
+    size_t size;
+    unsigned char *data = tmb_finish(&b, &size);
+
+    const size_t ny = (size_t)(k->N * k->M * OH * OW);
+    double *want = malloc(sizeof(double) * ny), *scale = malloc(sizeof(double) * ny);
+    const float *xp = xt ? kiln_tensor_data(xt) : NULL, *wp = wt ? kiln_tensor_data(wt) : NULL;
+    for (int64_t n = 0; xp && wp && n < k->N; n++)
+        for (int64_t m = 0; m < k->M; m++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    double acc = bv[m], sc = fabs(bv[m]);
+                    for (int64_t c = 0; c < k->C; c++)
+                        for (int64_t kh = 0; kh < k->KH; kh++)
+                            for (int64_t kw = 0; kw < k->KW; kw++) {
+                                const int64_t ih = oh - k->pads[0] + kh * k->dh, iw = ow - k->pads[1] + kw * k->dw;
+                                if (ih < 0 || ih >= k->H || iw < 0 || iw >= k->W) continue;
+                                const double t = (double)xp[((n * k->C + c) * k->H + ih) * k->W + iw] *
+                                                 (double)wp[((m * k->C + c) * k->KH + kh) * k->KW + kw];
+                                acc += t, sc += fabs(t);
+                            }
+                    const size_t i = (size_t)(((n * k->M + m) * OH + oh) * OW + ow);
+                    want[i] = k->relu ? fmax(acc, 0.0) : acc, scale[i] = sc;
+                }
+    const char *names[2];
+    kiln_tensor *feeds[2];
+    const size_t n_in = tmb_conv_feeds(xt, wt, k->w_fed, NULL, names, feeds);
+    if (env) setenv("KILN_FPCONV", env, 1);
+    else unsetenv("KILN_FPCONV");
+    kiln_tensor *first = NULL;
+    for (int t = 0; data && xp && wp && t < 4; t++) {
+        kiln_session *s = tmb_session(data, size, fpt_threads[t], 3);
+        if (!s) continue;
+        char ctx[200];
+        snprintf(ctx, sizeof ctx, "Conv %lldx%lld %lld -> %lld on %lldx%lld (N %lld, relu %d, w fed %d, bias %d), "
+                 "KILN_FPCONV=%s, %d threads", (long long)k->KH, (long long)k->KW, (long long)k->C, (long long)k->M,
+                 (long long)k->H, (long long)k->W, (long long)k->N, k->relu, k->w_fed, k->bias, env ? env : "(unset)",
+                 fpt_threads[t]);
+        tmb_check_runs(s, names, feeds, n_in, want, scale, ny, 1e-6, 5e-6, ctx);
+        kiln_tensor *out = NULL;
+        CHECK_STATUS(kiln_session_run(s, names, feeds, n_in, NULL, 1, &out), KILN_OK);
+        if (!first) first = out;
+        else {
+            CHECK_MSG(tmb_same_tensor(first, out), "%s: output differs from 1 thread's", ctx);
+            kiln_tensor_destroy(out);
+        }
+        kiln_session_destroy(s);
+    }
+    unsetenv("KILN_FPCONV");
+    kiln_tensor_destroy(first);
+    kiln_tensor_destroy(xt);
+    kiln_tensor_destroy(wt);
+    free(data), free(want), free(scale), free(bv);
+}
+
+KN_TEST(cpu_conv_few_positions_against_definition) {
+    static const fpt_case main_case = {1, 512, 512, 4, 4, 3, 3, 1, 1, {1, 1, 1, 1}, 4, 0, 0, 1};
+    fpt_run_case(&main_case, NULL);
+    static const fpt_case cases[] = {
+        {1, 37, 45, 4, 4, 3, 3, 1, 1, {1, 1, 1, 1}, 4, 0, 0, 1},   /* odd channels: a last block part empty */
+        {2, 200, 70, 2, 2, 3, 3, 1, 1, {1, 1, 1, 1}, 4, 1, 0, 1},  /* 128 + 72 input channels, two images, Relu */
+        {1, 33, 40, 3, 4, 3, 5, 2, 1, {1, 2, 2, 1}, 4, 0, 0, 1},   /* asymmetric pads, dilation 2 along H: 2x3 */
+        {1, 64, 48, 1, 1, 3, 3, 1, 1, {1, 1, 1, 1}, 4, 1, 1, 1},   /* 1x1 plane: the centre tap alone; w fed */
+        {1, 24, 40, 1, 7, 1, 5, 1, 1, {0, 2, 0, 2}, 3, 0, 0, 1},   /* 1-D, 7 positions */
+        {1, 20, 17, 4, 4, 3, 3, 1, 1, {1, 1, 1, 1}, 4, 0, 0, 0},   /* 17 channels (a vector and one), no bias */
+        {1, 5, 3, 4, 4, 2, 2, 1, 1, {0, 0, 0, 0}, 4, 0, 1, 1},     /* fewer channels than a vector, no pads: 3x3 */
+        {1, 96, 64, 5, 3, 3, 3, 1, 1, {0, 1, 0, 1}, 4, 0, 0, 1},   /* 3x3 positions, pads along W only */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fpt_run_case(&cases[i], "1");
+        fpt_run_case(&cases[i], "0");
+    }
+}
