@@ -5,7 +5,8 @@
  * 3x3 512 -> 512 on 4x4 (the kernel's case by default), odd channel counts (a last block of
  * channels part empty, fewer channels than a vector), input channels not a multiple of the
  * kernel's pass of 128, two images, asymmetric pads with a dilation, a 1x1 plane (only the centre
- * tap inside), a 1-D convolution, weights fed as an input (packed per call), no bias. All but
+ * tap inside), a 1-D convolution, weights fed as an input (packed per call), no bias, 7x7 and 8x8
+ * planes (49 and 64 positions). All but
  * the first also with KILN_FPCONV=1 (the kernel wherever it can run) and KILN_FPCONV=0 (the
  * implicit GEMM), so both paths meet the same reference. */
 #include "test_model_builder.h"
@@ -133,6 +134,8 @@ KN_TEST(cpu_conv_few_positions_against_definition) {
         {1, 20, 17, 4, 4, 3, 3, 1, 1, {1, 1, 1, 1}, 4, 0, 0, 0},   /* 17 channels (a vector and one), no bias */
         {1, 5, 3, 4, 4, 2, 2, 1, 1, {0, 0, 0, 0}, 4, 0, 1, 1},     /* fewer channels than a vector, no pads: 3x3 */
         {1, 96, 64, 5, 3, 3, 3, 1, 1, {0, 1, 0, 1}, 4, 0, 0, 1},   /* 3x3 positions, pads along W only */
+        {1, 40, 36, 7, 7, 3, 3, 1, 1, {1, 1, 1, 1}, 4, 1, 0, 1},   /* 7x7: 49 positions, groups of 9-12 */
+        {1, 19, 33, 8, 8, 3, 3, 1, 1, {1, 1, 1, 1}, 4, 0, 0, 1},   /* 8x8: 64 positions, the buffer's most */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fpt_run_case(&cases[i], "1");

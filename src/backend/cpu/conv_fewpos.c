@@ -1,4 +1,4 @@
-/* Float convolutions with few output positions (at most FP_MAX_P an image) and many weights: see
+/* Float convolutions with few output positions (at most FP_DEFAULT_P an image) and many weights: see
  * conv_fewpos.h for why.
  *
  * A task is one image and one block of MB output channels (one or two vectors). Its MB x P
@@ -25,7 +25,16 @@
 
 #if KN_VL
 
-#define FP_MAX_P 16 /* output positions of an image */
+#define FP_MAX_P 64 /* output positions of an image (the kernel's buffer; KILN_FPCONV=1) */
+/* ... where taken by default. AVX2, 1 thread, CPU time (op_ab), against the GEMM it replaces:
+ * 3x3 512->512 on 7x7 0.86, 128->128 on 6x6 0.71 (kiln bench p50), 512->512 on 2x2 0.54; 256->256
+ * on 8x8 (64 positions, Winograd's) 1.04. AVX-512 measured on 4x4 only (ResNet-50's 7x7 layers
+ * there: KILN_FPCONV=1 against unset) */
+#if KN_VREGS == 32
+#define FP_DEFAULT_P 16
+#else
+#define FP_DEFAULT_P 49
+#endif
 #define FP_CC 128   /* input channels a pass: the weights' part (FP_CC x MB floats) stays in L1 */
 #if KN_VREGS == 32
 #define FP_R2 12 /* positions a call with two vectors of channels: 24 accumulators */
@@ -167,7 +176,7 @@ bool kn_fpconv_suits(const kn_dconv_shape *s, int64_t threads) {
     /* KILN_FPCONV=0: never (the GEMM, measurements), 1: wherever it can (tests) */
     const char *e = getenv("KILN_FPCONV");
     if (e && *e) return e[0] == '1';
-    return s->M >= 2 * KN_VL && s->C >= 16;
+    return P <= FP_DEFAULT_P && s->M >= 2 * KN_VL && s->C >= 16;
 }
 
 kiln_status kn_fpconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float *x, const float *w, const float *bias,
