@@ -142,3 +142,52 @@ KN_TEST(cpu_conv_few_positions_against_definition) {
         fpt_run_case(&cases[i], "0");
     }
 }
+
+/* Few rows times constant weights (a classifier's Gemm: 32 x 2048 @ 1000 x 2048^T): the GEMM packs
+ * the rows once for all its tiles (sgemm.c, pack_a_job), the depth of each slice in parts where
+ * its tasks are fewer than twice the threads. At 1, 2, 3 and 16 threads against the definition in
+ * double (not bit for bit across threads: the tile grids differ, and 29 x 1000 @ 37 x 1000^T gave
+ * other bits at 16 threads than at 1 before the parts too); rows not a multiple of the panels,
+ * depths not a multiple of the parts or of 16. */
+KN_TEST(cpu_gemm_few_rows_shared_rows_parts) {
+    static const int64_t shapes[][3] = {{32, 1000, 2048}, {29, 37, 1000}, {13, 300, 777}, {50, 64, 130}}; /* M, N, K */
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        const int64_t M = shapes[sh][0], N = shapes[sh][1], K = shapes[sh][2];
+        tmb b;
+        tmb_init(&b, 13);
+        const int64_t ad[2] = {M, K}, bd[2] = {N, K}, cd[1] = {N};
+        const int a = tmb_input(&b, "a", KILN_DTYPE_FLOAT, 2, ad, NULL);
+        const int w = tmb_const(&b, "w", 2, bd, 0.05f), bias = tmb_const(&b, "c", 1, cd, 1.0f);
+        const float *wv = b.g->values[w].constant->data, *bv = b.g->values[bias].constant->data;
+        double *want = malloc(sizeof(double) * (size_t)(M * N)), *scale = malloc(sizeof(double) * (size_t)(M * N));
+        uint32_t seed = 17u + (uint32_t)sh;
+        kiln_tensor *at = tmb_random_tensor(ad, 2, &seed, 1.0f, 1.0f);
+        const float *ap = at ? kiln_tensor_data(at) : NULL;
+        for (int64_t i = 0; ap && i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double acc = bv[j], sc = fabs(bv[j]);
+                for (int64_t k = 0; k < K; k++) {
+                    const double t = (double)ap[i * K + k] * (double)wv[j * K + k];
+                    acc += t, sc += fabs(t);
+                }
+                want[i * N + j] = acc, scale[i * N + j] = sc;
+            }
+        const int y = tmb_value(&b, "y");
+        tmb_int(&b, tmb_node(&b, "Gemm", (int[]){a, w, bias}, 3, y), "transB", 1);
+        tmb_output(&b, y);
+        size_t size;
+        unsigned char *data = tmb_finish(&b, &size);
+        const char *names[1] = {"a"};
+        for (int t = 0; data && ap && t < 4; t++) {
+            kiln_session *s = tmb_session(data, size, fpt_threads[t], 3);
+            if (!s) continue;
+            char ctx[120];
+            snprintf(ctx, sizeof ctx, "Gemm %lldx%lld @ %lldx%lld^T, %d threads", (long long)M, (long long)K, (long long)N,
+                     (long long)K, fpt_threads[t]);
+            tmb_check_runs(s, names, &at, 1, want, scale, (size_t)(M * N), 1e-6, 5e-6, ctx);
+            kiln_session_destroy(s);
+        }
+        kiln_tensor_destroy(at);
+        free(data), free(want), free(scale);
+    }
+}

@@ -2206,24 +2206,44 @@ static void scale_c(const kn_sgemm_batch *p) {
 
 /* op(A) of a batch packed whole (run_packed_tile's a_deep), for every tile to read: tasks of one
  * slice of KCB by PK_PACK_ROWS rows of one product (blocks of MC left 197 rows as 192 + 5: at 2
- * threads one thread packed two of the three large blocks). */
+ * threads one thread packed two of the three large blocks), each slice's depth in `parts` parts
+ * where those tasks are fewer than twice the threads: a classifier's 32 x 2048 made 3 tasks (3
+ * slices of one block), at 2 threads two on one thread, at 16 threads 13 threads waited on 3. The
+ * packed layout is the same whatever the parts. */
 #define PK_PACK_ROWS (4 * MR)
+#define PK_PACK_MIN_DEPTH 64 /* a part's depth at least, a multiple of 16 (the transposes' blocks) */
 typedef struct pack_a_job {
     const kn_sgemm_batch *p;
     float *dst;
-    int64_t Mp, slices, blocks;
+    int64_t Mp, slices, blocks, parts;
 } pack_a_job;
 
 static void pack_a_range(void *arg, int64_t begin, int64_t end) {
     const pack_a_job *j = arg;
     const kn_sgemm_batch *p = j->p;
+    const int64_t per_op = j->slices * j->blocks * j->parts;
     for (int64_t t = begin; t < end; t++) {
-        const int64_t op = t / (j->slices * j->blocks), r = t % (j->slices * j->blocks);
-        const int64_t ps = r / j->blocks * KCB, ic = r % j->blocks * PK_PACK_ROWS;
-        const int64_t kcb = min64(KCB, p->K - ps);
-        pack_a(p->a[op], p->lda, p->trans_a, ic, min64(PK_PACK_ROWS, p->M - ic), ps, kcb,
-               j->dst + (size_t)op * (size_t)(j->Mp * p->K) + ps * j->Mp + ic * kcb);
+        const int64_t op = t / per_op, r = t % per_op, q = r % j->parts, sb = r / j->parts;
+        const int64_t ps = sb / j->blocks * KCB, ic = sb % j->blocks * PK_PACK_ROWS;
+        const int64_t kcb = min64(KCB, p->K - ps), mc = min64(PK_PACK_ROWS, p->M - ic);
+        /* part q of the slice's depth: [k0, k1), k0 a multiple of 16 */
+        const int64_t kd = ((kcb + j->parts - 1) / j->parts + 15) / 16 * 16;
+        const int64_t k0 = q * kd, k1 = min64(kcb, k0 + kd);
+        if (k0 >= k1) continue;
+        float *d = j->dst + (size_t)op * (size_t)(j->Mp * p->K) + ps * j->Mp + ic * kcb;
+        for (int64_t ir = 0; ir < mc; ir += MR)
+            pack_a_panel(p->a[op], p->lda, p->trans_a, ic + ir, (int)min64(MR, mc - ir), ps + k0, k1 - k0,
+                         d + ir * kcb + k0 * MR);
     }
+}
+
+/* The parts of each slice's depth for pack_a_job (above). */
+static int64_t pack_a_parts(const kn_sgemm_batch *p, int64_t slices, int64_t blocks, int64_t threads) {
+    const int64_t units = p->count * slices * blocks;
+    if (threads <= 1 || units >= 2 * threads) return 1;
+    const int64_t most = min64(KCB, p->K) / PK_PACK_MIN_DEPTH;
+    const int64_t parts = min64(most, (2 * threads + units - 1) / units);
+    return parts > 1 ? parts : 1;
 }
 
 static kn_thread_buffer shared_a_buffers = KN_THREAD_BUFFER_INIT;
@@ -2540,8 +2560,9 @@ static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j,
         j->tm * j->tn > 1 && a_floats <= PK_A_MAX_FLOATS && pk_on()) {
         float *ap = kn_thread_buffer_get(&shared_a_buffers, a_floats * sizeof(float));
         if (ap) {
-            pack_a_job pj = {p, ap, Mp, (p->K + KCB - 1) / KCB, (p->M + PK_PACK_ROWS - 1) / PK_PACK_ROWS};
-            const int64_t n = p->count * pj.slices * pj.blocks;
+            pack_a_job pj = {p, ap, Mp, (p->K + KCB - 1) / KCB, (p->M + PK_PACK_ROWS - 1) / PK_PACK_ROWS, 1};
+            pj.parts = pack_a_parts(p, pj.slices, pj.blocks, threads);
+            const int64_t n = p->count * pj.slices * pj.blocks * pj.parts;
             if (threads <= 1) pack_a_range(&pj, 0, n);
             else kn_parallel_for(pool, n, 1, pack_a_range, &pj);
             job jq = *j;
