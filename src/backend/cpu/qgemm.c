@@ -899,6 +899,116 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
     free(negcs);
 }
 
+/* Threads for a product of `work` multiply-adds. Pools of 1-2 threads: none past one below
+ * `lo2`, then one per `grain2` (measured there: 4e5 and 2e5 for the tiles). Larger pools, whose
+ * pass costs ~1-2 us at 16 threads: from `lo` on, one per `grain` (smaller: a chunk of 0.3-0.5 us
+ * pays once a pass wakes the threads anyway). A one-position layer of 512 x 128 ran ~9 us on one
+ * thread of the 16-core Xeon at every thread count where ONNX Runtime, splitting it, went from
+ * 8.7 to 5.4 us (kn_parallel_grain_light's steps for the same reason). */
+static int64_t threads_for(const kn_threadpool *pool, double work, double lo2, double grain2, double lo, double grain) {
+    const int64_t threads = kn_threadpool_size(pool) > 0 ? kn_threadpool_size(pool) : 1;
+    if (threads <= 2) lo = lo2, grain = grain2;
+    if (threads <= 1 || work < lo) return 1;
+    const double t = work / grain;
+    return t >= (double)threads ? threads : t < 2.0 ? 2 : (int64_t)t;
+}
+
+/* ------------------------------------------------------------------ few columns */
+
+/* Products of a few columns (a convolution's plane of one position, or a few: N < NR) from A's
+ * int16 pairs as packed, against each column's pairs gathered into words: the tiles spend a B
+ * panel's 16 columns on them (16x the work at one column). A panel's pairs run kp-major, six rows
+ * a pair, so 24 words (four pairs of K) are three vectors whose lanes hold the rows 0-5, 0, 1 |
+ * 2-5, 0-3 | 4, 5, 0-5, each against its pair of the column (bw, four words a step, spread by
+ * vpermd); lanes are summed to rows at the end. Exact in int32 (mod 2^32) as the tiles. */
+typedef struct qnarrow {
+    const kn_qgemm *g;
+    int64_t KP, KP4;
+    const int32_t *bw; /* N columns of KP4 words: (b[2kp][j], b[2kp + 1][j]) as int16, 0 past KP */
+    bool has_zb;
+} qnarrow;
+
+static void narrow_panel(const int32_t *A, const int32_t *bw, int64_t KP, int32_t *s) {
+    int64_t kp = 0;
+    for (int r = 0; r < MR; r++) s[r] = 0;
+#if defined(__AVX2__)
+    const __m256i i0 = _mm256_setr_epi32(0, 0, 0, 0, 0, 0, 1, 1), i1 = _mm256_setr_epi32(1, 1, 1, 1, 2, 2, 2, 2);
+    const __m256i i2 = _mm256_setr_epi32(2, 2, 3, 3, 3, 3, 3, 3);
+    __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0;
+    for (; kp + 4 <= KP; kp += 4, A += 4 * MR) {
+        const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(bw + kp)));
+        c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)A), _mm256_permutevar8x32_epi32(b, i0)));
+        c1 = _mm256_add_epi32(c1, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(A + 8)), _mm256_permutevar8x32_epi32(b, i1)));
+        c2 = _mm256_add_epi32(c2, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(A + 16)), _mm256_permutevar8x32_epi32(b, i2)));
+    }
+    int32_t t[24];
+    _mm256_storeu_si256((__m256i *)t, c0);
+    _mm256_storeu_si256((__m256i *)(t + 8), c1);
+    _mm256_storeu_si256((__m256i *)(t + 16), c2);
+    for (int w = 0; w < 24; w++) s[w % MR] = (int32_t)((uint32_t)s[w % MR] + (uint32_t)t[w]);
+#endif
+    for (; kp < KP; kp++, A += MR) {
+        const int32_t b0 = (int16_t)(uint16_t)((uint32_t)bw[kp] & 0xffffu), b1 = (int16_t)(uint16_t)((uint32_t)bw[kp] >> 16);
+        for (int r = 0; r < MR; r++) {
+            const int32_t a0 = (int16_t)(uint16_t)((uint32_t)A[r] & 0xffffu), a1 = (int16_t)(uint16_t)((uint32_t)A[r] >> 16);
+            s[r] = (int32_t)((uint32_t)s[r] + (uint32_t)(a0 * b0 + a1 * b1));
+        }
+    }
+}
+
+/* row panels [p0, p1), all columns, then rows_done for their rows at once */
+static void narrow_range(void *arg, int64_t p0, int64_t p1) {
+    const qnarrow *n = arg;
+    const kn_qgemm *g = n->g;
+    const int32_t *sums = g->a + (g->M + MR - 1) / MR * MR * n->KP;
+    for (int64_t ip = p0; ip < p1; ip++) {
+        const int rows = (int)min64(MR, g->M - ip * MR);
+        for (int64_t j = 0; j < g->N; j++) {
+            int32_t s[MR];
+            narrow_panel(g->a + ip * n->KP * MR, n->bw + j * n->KP4, n->KP, s);
+            const int32_t zb = n->has_zb ? (g->zb_cols ? g->zb_cols[j] : g->zb) : 0;
+            for (int r = 0; r < rows; r++) {
+                int32_t *c = g->c + (ip * MR + r) * g->ldc + j;
+                uint32_t v = (uint32_t)s[r] - (uint32_t)zb * (uint32_t)sums[ip * MR + r];
+                if (g->accumulate) v += (uint32_t)*c;
+                *c = (int32_t)v;
+            }
+        }
+    }
+    if (g->rows_done) g->rows_done(g->done_ctx, p0 * MR, min64(g->M, p1 * MR), 0, g->N);
+}
+
+/* The few-column form where kn_qgemm_run takes it: C and rows_done (not the fused requantisation);
+ * KILN_ERR_OUT_OF_MEMORY when its column words cannot be had */
+static kiln_status narrow_run(kn_threadpool *pool, const kn_qgemm *g, int64_t KP, int64_t useful) {
+    const int64_t KP4 = (KP + 3) / 4 * 4;
+    int32_t *bw = malloc(sizeof(int32_t) * (size_t)(g->N * KP4));
+    uint8_t *own = g->b ? NULL : kn_aligned_alloc(64, kn_qgemm_b_bytes(g->N, g->K));
+    if (!bw || (!g->b && !own)) {
+        free(bw);
+        free(own);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    if (own) g->pack_b(g->pack_ctx, 0, g->N, own);
+    const uint8_t *B = g->b ? g->b : own;
+    for (int64_t j = 0; j < g->N; j++) {
+        const uint8_t *p = B + j / NR * KP * 2 * NR + 2 * (j % NR);
+        int32_t *w = bw + j * KP4;
+        for (int64_t kp = 0; kp < KP; kp++, p += 2 * NR) {
+            const int32_t b0 = g->b_signed ? (int8_t)p[0] : p[0], b1 = g->b_signed ? (int8_t)p[1] : p[1];
+            w[kp] = pair(b0, b1);
+        }
+        for (int64_t kp = KP; kp < KP4; kp++) w[kp] = 0;
+    }
+    free(own);
+    qnarrow n = {g, KP, KP4, bw, g->zb_cols || g->zb};
+    const int64_t row_panels = (g->M + MR - 1) / MR;
+    if (useful <= 1 || row_panels < 2) narrow_range(&n, 0, row_panels);
+    else kn_parallel_for(pool, row_panels, (row_panels + useful - 1) / useful, narrow_range, &n);
+    free(bw);
+    return KILN_OK;
+}
+
 kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g) {
     if (g->M <= 0 || g->N <= 0) return KILN_OK;
     if (g->K <= 0) {
@@ -932,12 +1042,18 @@ kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g) {
         }
     }
 #endif
-    const int64_t threads = kn_threadpool_size(pool) > 0 ? kn_threadpool_size(pool) : 1;
     /* a product too small to share: one thread (a pass of the pool costs microseconds) */
     const double work = (double)g->M * (double)g->N * (double)g->K;
-    const int64_t useful = work < 4e5 ? 1 : min64(threads, (int64_t)(work / 2e5));
+    const int64_t useful = threads_for(pool, work, 4e5, 2e5, 2e5, 3e4);
+    /* a few columns: their own form (the tiles' panels of 16 would be mostly padding) */
+    if (g->N <= (j.vnni ? 2 : 4) && !j.fuse) {
+        free(j.rq_ok);
+        return narrow_run(pool, g, j.KP, useful);
+    }
     int64_t bp = (int64_t)(B_BLOCK_BYTES / ((size_t)NR * 2 * (size_t)j.KP));
-    bp = bp < 1 ? 1 : bp;
+    /* no wider than B: a column block's buffers (made per call) of 192 KB for one position went
+     * through mmap, page faults and all, on every call (a 200 -> 50 layer: 2.5x its time) */
+    bp = bp < 1 ? 1 : bp > panels ? panels : bp;
     if (useful > 1 && (panels + useful - 1) / useful < bp) bp = (panels + useful - 1) / useful;
     j.block_panels = bp;
     j.col_blocks = (panels + bp - 1) / bp;
@@ -1550,7 +1666,11 @@ kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t
     }
     g8_job j = {h, a, lda, M, ldc, za, zbs, base, c, fo};
     const double work = (double)M * (double)h->N * (double)K;
-    if (kn_threadpool_size(pool) > 1 && work >= 4e5 && h->NP > 1) kn_parallel_for(pool, h->NP, 1, g8_range, &j);
+    /* smaller chunks than the tiles' on large pools: these forms are AVX2 on the Xeon too (no VNNI
+     * form), slower a product than its VNNI tiles; 512 x 128 one row: four chunks of a panel */
+    const int64_t useful = h->NP > 1 ? threads_for(pool, work, 4e5, 2e5, 6e4, 1.6e4) : 1;
+    if (useful > 1)
+        kn_parallel_for(pool, h->NP, useful >= kn_threadpool_size(pool) ? 1 : (h->NP + useful - 1) / useful, g8_range, &j);
     else g8_range(&j, 0, h->NP);
     if (base != &one) free(base);
     return KILN_OK;

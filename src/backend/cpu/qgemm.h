@@ -102,7 +102,10 @@ typedef struct kn_qgemm {
 #define KN_QGEMM_KP_BLOCK 256
 
 /* Runs the product on the pool (NULL: the caller's thread). KILN_ERR_OUT_OF_MEMORY when a
- * thread's packing buffer cannot be had (C then partly written). */
+ * thread's packing buffer cannot be had (C then partly written). Products of up to 4 columns (2
+ * with VNNI; a convolution's plane of one position or a few) take a form of their own from A's
+ * pairs (no panels of 16 columns), writing C and calling rows_done once per block of rows; the
+ * fused requantisation (rq_y) keeps the tiles. */
 kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g);
 
 /* One row, on the caller's thread: c[j] = sum_k a'_k (b[k][j] - zb) for j < N, with a' given as
