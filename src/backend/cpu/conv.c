@@ -1923,12 +1923,14 @@ static kiln_status cl_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
                 const int64_t col = (s0 + p0) * v->sw - v->pw;
                 if (col >= 0 && col + ew <= v->W) all_edges = false;
             }
-        /* and weights over half the L2 on short rows: the bands read every weight once per output
-         * row (per OW pixels). 2-core Zen 3 EPYC (512 KB L2), 1 thread, 590 KB of weights: 3x3 s2
-         * 128->128 on 28x28 (OW 14) 0.72 ms by bands, 0.68 by blocks; on 56x56 (OW 28) 2.60
-         * against 2.77 */
-        const bool big_w = wbytes > ((size_t)1 << 20) ||
-                           ((int64_t)wbytes > kn_conv_l2_bytes() / 2 && v->OW < 2 * KN_VL);
+        /* and, at 1 thread, weights over half the L2 on short rows: the bands read every weight
+         * once per output row (per OW pixels). 2-core Zen 3 EPYC (512 KB L2), 590 KB of weights,
+         * kiln bench min: 3x3 s2 128->128 on 28x28 (OW 14) 0.72 ms by bands, 0.68 by blocks; on
+         * 56x56 (OW 28) 2.60 against 2.77. At 2 threads the bands won (28x28: 0.37 against 0.48;
+         * blocks make 4 tasks there, bands 8, and the box's other load left one thread waiting:
+         * kn_parallel_for and worker_main 15% of the samples of 256->256 by blocks) */
+        const bool big_w = wbytes > ((size_t)1 << 20) || (threads == 1 && (int64_t)wbytes > kn_conv_l2_bytes() / 2 &&
+                                                          v->OW < 2 * KN_VL);
         j.mfirst = e ? e[0] == '1' : big_w || all_edges;
     }
     float *xp = NULL;
