@@ -6,7 +6,8 @@
  *    accumulate, packed B given or made by a pack_b callback, rows_done's blocks checked to be
  *    final and to cover C once; pools of 1, 2, 3 and 16 threads, VNNI on and off where the CPU has
  *    it;
- *  - kn_qgemm8_run (one or a few rows: a one-position convolution's form) on the same pools;
+ *  - kn_qgemm8_run (one or a few rows: a one-position convolution's form), its residual and sign
+ *    forms, K's tail quad, on the same pools, VNNI (the g8v panels) on and off where present;
  *  - QLinearConv on 1x1, 5x5 and 7x7 planes (k1, and k3 with pad 1), uint8 / int8 weights of full
  *    range (kn_qgemm8's sign form, or with a 0 / -128: kn_qgemm) or of 7 bits (its residual form),
  *    per tensor and per channel (equal zero points, or different ones: kn_qgemm), odd channel
@@ -143,7 +144,10 @@ KN_TEST(cpu_qgemm8_few_rows_split_exact) {
         {1, 203, 77, 0, 0, 200, 131},/* uint8 weights near their zero point (residual form), odd */
         {3, 301, 130, 1, 0, 0, 5},   /* three rows, odd K and N */
         {2, 512, 160, 1, 1, 255, 0}, /* two rows, the sign form */
+        {5, 6, 300, 0, 1, 9, 128},   /* five rows (two, two, one), K 6: a quad and a tail, the sign form */
+        {2, 3, 40, 1, 0, 250, 0},    /* K 3: the tail alone */
     };
+    const bool had_vnni = kn_cpu_has_vnni();
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int *t = cases[ci];
         const int64_t M = t[0], K = t[1], N = t[2];
@@ -166,19 +170,23 @@ KN_TEST(cpu_qgemm8_few_rows_split_exact) {
         void *w8 = kn_aligned_alloc(64, kn_qgemv8_bytes(K, N));
         kn_qgemv8_pack(b, bs8, K, N, w8);
         CHECK_MSG(kn_qgemv8_form(w8) == (full ? 2 : 1), "qgemm8 case %zu: form %d", ci, kn_qgemv8_form(w8));
-        for (int ti = 0; ti < 4; ti++) {
-            kn_threadpool *pool = NULL;
-            CHECK_STATUS(kn_threadpool_create(fp_threads[ti], &pool), KILN_OK);
-            memset(c, 0x5a, sizeof(int32_t) * (size_t)(M * N));
-            CHECK_STATUS(kn_qgemm8_run(pool, w8, a, K, M, t[5], t[6], bs8, c, N, NULL), KILN_OK);
-            int64_t bad = 0, first = -1;
-            for (int64_t i = 0; i < M * N; i++)
-                if (c[i] != want[i] && bad++ == 0) first = i;
-            CHECK_MSG(bad == 0, "qgemm8 %lldx%lldx%lld case %zu, %d threads: %lld differ, first at %lld: %d, want %d",
-                      (long long)M, (long long)K, (long long)N, ci, fp_threads[ti], (long long)bad, (long long)first,
-                      first >= 0 ? c[first] : 0, first >= 0 ? want[first] : 0);
-            kn_threadpool_destroy(pool);
+        for (int vnni = 0; vnni <= (had_vnni ? 1 : 0); vnni++) {
+            kn_cpu_vnni_force(vnni == 1);
+            for (int ti = 0; ti < 4; ti++) {
+                kn_threadpool *pool = NULL;
+                CHECK_STATUS(kn_threadpool_create(fp_threads[ti], &pool), KILN_OK);
+                memset(c, 0x5a, sizeof(int32_t) * (size_t)(M * N));
+                CHECK_STATUS(kn_qgemm8_run(pool, w8, a, K, M, t[5], t[6], bs8, c, N, NULL), KILN_OK);
+                int64_t bad = 0, first = -1;
+                for (int64_t i = 0; i < M * N; i++)
+                    if (c[i] != want[i] && bad++ == 0) first = i;
+                CHECK_MSG(bad == 0, "qgemm8 %lldx%lldx%lld case %zu, %d threads, vnni %d: %lld differ, first at %lld: %d, want %d",
+                          (long long)M, (long long)K, (long long)N, ci, fp_threads[ti], vnni, (long long)bad, (long long)first,
+                          first >= 0 ? c[first] : 0, first >= 0 ? want[first] : 0);
+                kn_threadpool_destroy(pool);
+            }
         }
+        kn_cpu_vnni_force(true);
         free(a), free(b), free(want), free(c);
         free(w8);
     }

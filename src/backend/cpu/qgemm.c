@@ -1505,6 +1505,113 @@ static void g8s_panel2(const uint8_t *A0, const uint8_t *A1, const int8_t *B, in
 }
 #endif
 
+#if defined(KN_QGEMM_VNNI)
+/* AVX-512 VNNI (kn_cpu_has_vnni): vpdpbusd multiplies a lane's four u8 x s8 byte pairs and adds
+ * the four products to its int32 sum in one instruction, without the int16 pair sums that make
+ * the forms above saturate: the same packed panels then give sum_k a_k b_k exactly in either form
+ * (the sign form's b whole, the residual form's as packed plus its list), 32 products an
+ * instruction against vpmaddubsw, vpmaddwd and vpaddd (and vpsignb in the sign form). One row:
+ * two quads a step into separate sums, so that each sum's chain (vpdpbusd's latency) waits less. */
+/* (asm as g8_panel's: written with intrinsics, gcc moved every sum between registers each step,
+ * two moves per vpdpbusd; EVEX encodings, which the AVX-512 VNNI CPUs kn_cpu_has_vnni admits
+ * have) */
+static void g8v_panel(const uint8_t *A, const int8_t *B, int64_t n, int32_t *sums) {
+    __asm__ volatile("vpxor %%ymm0, %%ymm0, %%ymm0\n\t"
+                     "vpxor %%ymm1, %%ymm1, %%ymm1\n\t"
+                     "vpxor %%ymm2, %%ymm2, %%ymm2\n\t"
+                     "vpxor %%ymm3, %%ymm3, %%ymm3\n\t"
+                     "vpxor %%ymm4, %%ymm4, %%ymm4\n\t"
+                     "vpxor %%ymm5, %%ymm5, %%ymm5\n\t"
+                     "vpxor %%ymm6, %%ymm6, %%ymm6\n\t"
+                     "vpxor %%ymm7, %%ymm7, %%ymm7\n\t"
+                     "cmp $2, %[n]\n\t"
+                     "jb 2f\n"
+                     "1:\n\t"
+                     "vpbroadcastd (%[a]), %%ymm8\n\t"
+                     "vpbroadcastd 4(%[a]), %%ymm9\n\t"
+                     "vpdpbusd (%[b]), %%ymm8, %%ymm0\n\t"
+                     "vpdpbusd 32(%[b]), %%ymm8, %%ymm1\n\t"
+                     "vpdpbusd 64(%[b]), %%ymm8, %%ymm2\n\t"
+                     "vpdpbusd 96(%[b]), %%ymm8, %%ymm3\n\t"
+                     "vpdpbusd 128(%[b]), %%ymm9, %%ymm4\n\t"
+                     "vpdpbusd 160(%[b]), %%ymm9, %%ymm5\n\t"
+                     "vpdpbusd 192(%[b]), %%ymm9, %%ymm6\n\t"
+                     "vpdpbusd 224(%[b]), %%ymm9, %%ymm7\n\t"
+                     "add $8, %[a]\n\t"
+                     "add $256, %[b]\n\t"
+                     "sub $2, %[n]\n\t"
+                     "cmp $2, %[n]\n\t"
+                     "jae 1b\n"
+                     "2:\n\t"
+                     "test %[n], %[n]\n\t"
+                     "jz 3f\n\t"
+                     "vpbroadcastd (%[a]), %%ymm8\n\t"
+                     "vpdpbusd (%[b]), %%ymm8, %%ymm0\n\t"
+                     "vpdpbusd 32(%[b]), %%ymm8, %%ymm1\n\t"
+                     "vpdpbusd 64(%[b]), %%ymm8, %%ymm2\n\t"
+                     "vpdpbusd 96(%[b]), %%ymm8, %%ymm3\n"
+                     "3:\n\t"
+                     "vpaddd %%ymm4, %%ymm0, %%ymm0\n\t"
+                     "vpaddd %%ymm5, %%ymm1, %%ymm1\n\t"
+                     "vpaddd %%ymm6, %%ymm2, %%ymm2\n\t"
+                     "vpaddd %%ymm7, %%ymm3, %%ymm3\n\t"
+                     "vmovdqu %%ymm0, (%[o])\n\t"
+                     "vmovdqu %%ymm1, 32(%[o])\n\t"
+                     "vmovdqu %%ymm2, 64(%[o])\n\t"
+                     "vmovdqu %%ymm3, 96(%[o])\n\t"
+                     : [a] "+r"(A), [b] "+r"(B), [n] "+r"(n)
+                     : [o] "r"(sums)
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "memory", "cc");
+}
+
+/* two rows: sums[0..32) row A0, sums[32..64) row A1; a quad a step, eight sums */
+static void g8v_panel2(const uint8_t *A0, const uint8_t *A1, const int8_t *B, int64_t n, int32_t *sums) {
+    __asm__ volatile("vpxor %%ymm0, %%ymm0, %%ymm0\n\t"
+                     "vpxor %%ymm1, %%ymm1, %%ymm1\n\t"
+                     "vpxor %%ymm2, %%ymm2, %%ymm2\n\t"
+                     "vpxor %%ymm3, %%ymm3, %%ymm3\n\t"
+                     "vpxor %%ymm4, %%ymm4, %%ymm4\n\t"
+                     "vpxor %%ymm5, %%ymm5, %%ymm5\n\t"
+                     "vpxor %%ymm6, %%ymm6, %%ymm6\n\t"
+                     "vpxor %%ymm7, %%ymm7, %%ymm7\n\t"
+                     "test %[n], %[n]\n\t"
+                     "jz 2f\n"
+                     "1:\n\t"
+                     "vpbroadcastd (%[a0]), %%ymm8\n\t"
+                     "vpbroadcastd (%[a1]), %%ymm9\n\t"
+                     "vmovdqu (%[b]), %%ymm10\n\t"
+                     "vmovdqu 32(%[b]), %%ymm11\n\t"
+                     "vmovdqu 64(%[b]), %%ymm12\n\t"
+                     "vmovdqu 96(%[b]), %%ymm13\n\t"
+                     "vpdpbusd %%ymm10, %%ymm8, %%ymm0\n\t"
+                     "vpdpbusd %%ymm10, %%ymm9, %%ymm4\n\t"
+                     "vpdpbusd %%ymm11, %%ymm8, %%ymm1\n\t"
+                     "vpdpbusd %%ymm11, %%ymm9, %%ymm5\n\t"
+                     "vpdpbusd %%ymm12, %%ymm8, %%ymm2\n\t"
+                     "vpdpbusd %%ymm12, %%ymm9, %%ymm6\n\t"
+                     "vpdpbusd %%ymm13, %%ymm8, %%ymm3\n\t"
+                     "vpdpbusd %%ymm13, %%ymm9, %%ymm7\n\t"
+                     "add $4, %[a0]\n\t"
+                     "add $4, %[a1]\n\t"
+                     "add $128, %[b]\n\t"
+                     "dec %[n]\n\t"
+                     "jnz 1b\n"
+                     "2:\n\t"
+                     "vmovdqu %%ymm0, (%[o])\n\t"
+                     "vmovdqu %%ymm1, 32(%[o])\n\t"
+                     "vmovdqu %%ymm2, 64(%[o])\n\t"
+                     "vmovdqu %%ymm3, 96(%[o])\n\t"
+                     "vmovdqu %%ymm4, 128(%[o])\n\t"
+                     "vmovdqu %%ymm5, 160(%[o])\n\t"
+                     "vmovdqu %%ymm6, 192(%[o])\n\t"
+                     "vmovdqu %%ymm7, 224(%[o])\n\t"
+                     : [a0] "+r"(A0), [a1] "+r"(A1), [b] "+r"(B), [n] "+r"(n)
+                     : [o] "r"(sums)
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+                       "xmm11", "xmm12", "xmm13", "memory", "cc");
+}
+#endif
+
 typedef struct g8_job {
     const g8_head *h;
     const uint8_t *a;
@@ -1513,6 +1620,7 @@ typedef struct g8_job {
     const int32_t *base; /* per row: K za zb' - zb' sum_k a */
     int32_t *c;
     const kn_qgemm8_out *fo;
+    bool vnni; /* the g8v panels (either form) */
 } g8_job;
 
 /* the first residual entry of panel p or after (entries are in panel order) */
@@ -1565,6 +1673,9 @@ static void g8_store(const g8_job *j, int64_t i, int64_t n0, int64_t nc, int32_t
 }
 
 /* panels [p0, p1) for all rows, two at a time (the panel stays in L1 over them) */
+typedef void (*g8_one_fn)(const uint8_t *A, const int8_t *B, int64_t n, int32_t *sums);
+typedef void (*g8_two_fn)(const uint8_t *A0, const uint8_t *A1, const int8_t *B, int64_t n, int32_t *sums);
+
 static void g8_range(void *arg, int64_t p0, int64_t p1) {
     const g8_job *j = arg;
     const g8_head *h = j->h;
@@ -1572,10 +1683,18 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
     const int32_t *res = (const int32_t *)(h + 1) + h->NP * G8_NC;
     const int8_t *B = (const int8_t *)h + h->b_off;
     const int64_t nres = h->nres < h->cap ? h->nres : h->cap;
+    g8_one_fn one = g8_panel;
+    g8_two_fn two = g8_panel2;
+#if defined(KN_QGEMM_VNNI)
+    if (j->vnni) one = g8v_panel, two = g8v_panel2;
+#endif
     if (h->usable == 2) {
-        /* the sign form: sums of (a - 128) b, stored as v = s + base - (za - 128) colsum */
+        /* the sign form: sums of (a - 128) b, stored as v = s + base - (za - 128) colsum (with
+         * VNNI sums of a b as the residual form's, stored with za) */
         g8_job js = *j;
         js.za = j->za - 128;
+        if (!j->vnni) one = g8s_panel, two = g8s_panel2;
+        else js.za = j->za;
         for (int64_t p = p0; p < p1; p++) {
             const int8_t *Bp = B + p * KQ * 4 * G8_NC;
             const int64_t n0 = p * G8_NC, nc = N - n0 < G8_NC ? N - n0 : G8_NC;
@@ -1584,16 +1703,16 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
                 int32_t s[2 * G8_NC], t[2 * G8_NC];
                 const uint8_t *a0 = j->a + i * j->lda, *a1 = rows == 2 ? a0 + j->lda : a0;
                 if (full > 0) {
-                    if (rows == 2) g8s_panel2(a0, a1, Bp, full, s);
-                    else g8s_panel(a0, Bp, full, s);
+                    if (rows == 2) two(a0, a1, Bp, full, s);
+                    else one(a0, Bp, full, s);
                 } else {
                     for (int e = 0; e < rows * G8_NC; e++) s[e] = 0;
                 }
                 if (full < KQ) { /* the last quad of a K off the quads, from copies (B's padding is zero) */
                     uint8_t tl[2][4] = {{128, 128, 128, 128}, {128, 128, 128, 128}};
                     for (int64_t k = full * 4; k < K; k++) tl[0][k - full * 4] = a0[k], tl[1][k - full * 4] = a1[k];
-                    if (rows == 2) g8s_panel2(tl[0], tl[1], Bp + full * 4 * G8_NC, 1, t);
-                    else g8s_panel(tl[0], Bp + full * 4 * G8_NC, 1, t);
+                    if (rows == 2) two(tl[0], tl[1], Bp + full * 4 * G8_NC, 1, t);
+                    else one(tl[0], Bp + full * 4 * G8_NC, 1, t);
                     for (int e = 0; e < rows * G8_NC; e++) s[e] += t[e];
                 }
                 for (int r = 0; r < rows; r++) g8_store(&js, i + r, n0, nc, s + r * G8_NC);
@@ -1611,13 +1730,13 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
             const int rows = j->M - i >= 2 ? 2 : 1;
             int32_t s[2 * G8_NC], t[2 * G8_NC];
             const uint8_t *a0 = j->a + i * j->lda, *a1 = rows == 2 ? a0 + j->lda : a0;
-            if (rows == 2) g8_panel2(a0, a1, Bp, full, s);
-            else g8_panel(a0, Bp, full, s);
+            if (rows == 2) two(a0, a1, Bp, full, s);
+            else one(a0, Bp, full, s);
             if (full < KQ) { /* the last quad of an odd K, from zero-padded copies */
                 uint8_t tl[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
                 for (int64_t k = full * 4; k < K; k++) tl[0][k - full * 4] = a0[k], tl[1][k - full * 4] = a1[k];
-                if (rows == 2) g8_panel2(tl[0], tl[1], Bp + full * 4 * G8_NC, 1, t);
-                else g8_panel(tl[0], Bp + full * 4 * G8_NC, 1, t);
+                if (rows == 2) two(tl[0], tl[1], Bp + full * 4 * G8_NC, 1, t);
+                else one(tl[0], Bp + full * 4 * G8_NC, 1, t);
                 for (int e = 0; e < rows * G8_NC; e++) s[e] += t[e];
             }
             /* the panel's residuals, both rows in one pass over the list (an entry read once) */
@@ -1664,11 +1783,17 @@ kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t
         for (; k < K; k++) sa += ai[k];
         base[i] = (int32_t)K * za * zbs - zbs * sa;
     }
-    g8_job j = {h, a, lda, M, ldc, za, zbs, base, c, fo};
+#if defined(KN_QGEMM_VNNI)
+    const bool vnni = kn_cpu_has_vnni();
+#else
+    const bool vnni = false; /* (a build without the g8v panels: the AVX2 forms on any CPU) */
+#endif
+    g8_job j = {h, a, lda, M, ldc, za, zbs, base, c, fo, vnni};
     const double work = (double)M * (double)h->N * (double)K;
-    /* smaller chunks than the tiles' on large pools: these forms are AVX2 on the Xeon too (no VNNI
-     * form), slower a product than its VNNI tiles; 512 x 128 one row: four chunks of a panel */
-    const int64_t useful = h->NP > 1 ? threads_for(pool, work, 4e5, 2e5, 6e4, 1.6e4) : 1;
+    /* large pools: without VNNI smaller chunks than the tiles' (~4-5 instructions per 32 products,
+     * 512 x 128 one row ~1.5-3 us: four chunks of a panel); with it the tiles' rule (g8v_panel:
+     * ~1.25 per 32, the same row ~0.5 us, less than a 16-thread pass costs) */
+    const int64_t useful = h->NP > 1 ? threads_for(pool, work, 4e5, 2e5, vnni ? 2e5 : 6e4, vnni ? 3e4 : 1.6e4) : 1;
     if (useful > 1)
         kn_parallel_for(pool, h->NP, useful >= kn_threadpool_size(pool) ? 1 : (h->NP + useful - 1) / useful, g8_range, &j);
     else g8_range(&j, 0, h->NP);
