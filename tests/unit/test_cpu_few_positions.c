@@ -22,13 +22,15 @@ typedef struct fpt_case {
     int64_t pads[4]; /* top, left, bottom, right */
     int rank;        /* 4: 2-D; 3: 1-D (H = 1, KH = 1, pads along W only) */
     int relu, w_fed, bias;
+    int64_t sw; /* stride along W (0: 1) */
 } fpt_case;
 
 static const int fpt_threads[4] = {1, 2, 3, 16};
 
 static void fpt_run_case(const fpt_case *k, const char *env) {
     const int64_t OH = k->H + k->pads[0] + k->pads[2] - k->dh * (k->KH - 1);
-    const int64_t OW = k->W + k->pads[1] + k->pads[3] - k->dw * (k->KW - 1);
+    const int64_t sw = k->sw > 0 ? k->sw : 1;
+    const int64_t OW = (k->W + k->pads[1] + k->pads[3] - k->dw * (k->KW - 1) - 1) / sw + 1;
     const int r = k->rank;
     int64_t xd[4] = {k->N, k->C, k->H, k->W}, wd[4] = {k->M, k->C, k->KH, k->KW}, bd[1] = {k->M};
     if (r == 3) xd[2] = k->W, wd[2] = k->KW;
@@ -57,10 +59,12 @@ static void fpt_run_case(const fpt_case *k, const char *env) {
         tmb_ints(&b, node, "kernel_shape", (int64_t[]){k->KH, k->KW}, 2);
         tmb_ints(&b, node, "pads", k->pads, 4);
         tmb_ints(&b, node, "dilations", (int64_t[]){k->dh, k->dw}, 2);
+        tmb_ints(&b, node, "strides", (int64_t[]){1, sw}, 2);
     } else {
         tmb_ints(&b, node, "kernel_shape", (int64_t[]){k->KW}, 1);
         tmb_ints(&b, node, "pads", (int64_t[]){k->pads[1], k->pads[3]}, 2);
         tmb_ints(&b, node, "dilations", (int64_t[]){k->dw}, 1);
+        tmb_ints(&b, node, "strides", (int64_t[]){sw}, 1);
     }
     int y = cy;
     if (k->relu) {
@@ -82,7 +86,7 @@ static void fpt_run_case(const fpt_case *k, const char *env) {
                     for (int64_t c = 0; c < k->C; c++)
                         for (int64_t kh = 0; kh < k->KH; kh++)
                             for (int64_t kw = 0; kw < k->KW; kw++) {
-                                const int64_t ih = oh - k->pads[0] + kh * k->dh, iw = ow - k->pads[1] + kw * k->dw;
+                                const int64_t ih = oh - k->pads[0] + kh * k->dh, iw = ow * sw - k->pads[1] + kw * k->dw;
                                 if (ih < 0 || ih >= k->H || iw < 0 || iw >= k->W) continue;
                                 const double t = (double)xp[((n * k->C + c) * k->H + ih) * k->W + iw] *
                                                  (double)wp[((m * k->C + c) * k->KH + kh) * k->KW + kw];
@@ -189,5 +193,23 @@ KN_TEST(cpu_gemm_few_rows_shared_rows_parts) {
         }
         kiln_tensor_destroy(at);
         free(data), free(want), free(scale);
+    }
+}
+
+/* Strided 1-D convolutions of one input channel through the transposed GEMM (forced with
+ * KILN_GEMM_SWAP=1 where AVX2's rule keeps them in the usual orientation): rows split over the
+ * threads, the im2col packed once for all tiles by tasks of one panel and a part of a slice's depth
+ * where tasks of whole panels would be fewer than twice the threads (sgemm.c, pack_b_plan): 1 -> 512
+ * k400 s160 over 16000 samples (98 positions), 1 -> 96 k300 s50 (12 positions, two slices of 256 +
+ * 44, parts from 2 threads). At 1, 2, 3, 16 threads against double, bit for bit across threads. */
+KN_TEST(cpu_conv_strided_1d_shared_im2col_parts) {
+    static const fpt_case cases[] = {
+        {1, 1, 512, 1, 16000, 1, 400, 1, 1, {0, 0, 0, 0}, 3, 0, 0, 1, 160},
+        {1, 1, 96, 1, 850, 1, 300, 1, 1, {0, 0, 0, 0}, 3, 1, 0, 1, 50},
+    };
+    for (int swap = 0; swap < 2; swap++) {
+        if (swap) setenv("KILN_GEMM_SWAP", "1", 1);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) fpt_run_case(&cases[i], NULL);
+        unsetenv("KILN_GEMM_SWAP");
     }
 }

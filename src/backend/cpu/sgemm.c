@@ -2250,34 +2250,60 @@ static kn_thread_buffer shared_a_buffers = KN_THREAD_BUFFER_INIT;
 
 /* op(B) (untransposed) of a transposed batch packed once for all its tiles (job.b_shared): the
  * layout run_swapped_tile packs per slice (pack_b of all N columns: slice pc at pc * Np, panel jr
- * at jr * kc in it), tasks of SB_PACK_ROWS rows of one slice of one product. */
+ * at jr * kc in it), tasks of SB_PACK_ROWS rows of one slice of one product. With the caller's
+ * packing (an im2col) tasks of SB_PACK_PANELS panels of a slice, or, where those are fewer than
+ * twice the threads, of one panel and a part of the slice's depth (`parts`; the panel's rows
+ * [k0, k1) are its floats [k0 NR, k1 NR)): the 1-D convolution 1 -> 512 k400 s160 (98 columns)
+ * made 4 tasks, at 16 threads 12 threads waited on 4. */
 #define SB_PACK_ROWS 32
 #define SB_PACK_PANELS 2
+#define SB_PACK_MIN_DEPTH 64 /* a part's depth at least */
 #define SWAP_ROWS_MIN 4 /* rows split where M >= SWAP_ROWS_MIN * N */
 typedef struct pack_b_job {
     const kn_sgemm_batch *p;
     float *dst;
-    int64_t Np, slices, blocks;
+    int64_t Np, slices, blocks, panels, parts; /* panels a block (callback), parts of a slice's depth */
 } pack_b_job;
 
 static void pack_b_shared_range(void *arg, int64_t begin, int64_t end) {
     const pack_b_job *j = arg;
     const kn_sgemm_batch *p = j->p;
-    const int64_t N = p->N;
+    const int64_t N = p->N, per_op = j->slices * j->blocks * j->parts;
     for (int64_t t = begin; t < end; t++) {
-        const int64_t op = t / (j->slices * j->blocks), r = t % (j->slices * j->blocks);
-        const int64_t pc = r / j->blocks * KC, kc = min64(KC, p->K - pc);
+        const int64_t op = t / per_op, r = t % per_op, q = r % j->parts, sb = r / j->parts;
+        const int64_t pc = sb / j->blocks * KC, kc = min64(KC, p->K - pc);
         float *dst = j->dst + (size_t)op * (size_t)(j->Np * p->K) + pc * j->Np;
         if (p->pack_b) {
-            /* the caller's packing (a convolution's im2col): blocks of SB_PACK_PANELS panels, each
-             * panel at jr * kc as in a slice packed whole */
-            const int64_t jr = r % j->blocks * SB_PACK_PANELS * NR;
-            if (jr < N) p->pack_b(p->pack_ctx, op, pc, kc, jr, min64(SB_PACK_PANELS * NR, N - jr), dst + jr * kc);
+            /* the caller's packing (a convolution's im2col): blocks of `panels` panels, each panel at
+             * jr * kc as in a slice packed whole; with parts (one panel a block) rows [k0, k1) */
+            const int64_t jr = sb % j->blocks * j->panels * NR;
+            const int64_t kd = (kc + j->parts - 1) / j->parts, k0 = q * kd, k1 = min64(kc, k0 + kd);
+            if (jr < N && k0 < k1)
+                p->pack_b(p->pack_ctx, op, pc + k0, k1 - k0, jr, min64(j->panels * NR, N - jr), dst + jr * kc + k0 * NR);
             continue;
         }
-        const int64_t q0 = r % j->blocks * SB_PACK_ROWS, q1 = min64(kc, q0 + SB_PACK_ROWS);
+        const int64_t q0 = sb % j->blocks * SB_PACK_ROWS, q1 = min64(kc, q0 + SB_PACK_ROWS);
         if (q0 < q1) pack_b_plain_rows(p->b[op], p->ldb, 0, N, pc, kc, q0, q1, dst);
     }
+}
+
+/* pack_b_shared_range's tasks for `threads`: j's blocks, panels and parts. */
+static void pack_b_plan(pack_b_job *j, int64_t threads) {
+    const kn_sgemm_batch *p = j->p;
+    j->panels = SB_PACK_PANELS;
+    j->parts = 1;
+    if (!p->pack_b) {
+        j->blocks = (min64(KC, p->K) + SB_PACK_ROWS - 1) / SB_PACK_ROWS;
+        return;
+    }
+    j->blocks = (j->Np / NR + SB_PACK_PANELS - 1) / SB_PACK_PANELS;
+    const int64_t units = p->count * j->slices;
+    if (units * j->blocks >= 2 * threads) return;
+    j->panels = 1;
+    j->blocks = j->Np / NR;
+    const int64_t most = min64(KC, p->K) / SB_PACK_MIN_DEPTH;
+    const int64_t parts = min64(most, (2 * threads + units * j->blocks - 1) / (units * j->blocks));
+    j->parts = parts > 1 ? parts : 1;
 }
 
 /* KILN_GEMM_RF_SHARED=0: each rows-first tile packs B itself (measurements) */
@@ -2579,10 +2605,9 @@ static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j,
         const size_t b_floats = (size_t)(Np * p->K) * (size_t)p->count;
         float *bs = kn_thread_buffer_get(&shared_b_buffers, b_floats * sizeof(float));
         if (bs) {
-            const int64_t blocks = p->pack_b ? (Np / NR + SB_PACK_PANELS - 1) / SB_PACK_PANELS
-                                             : (min64(KC, p->K) + SB_PACK_ROWS - 1) / SB_PACK_ROWS;
-            pack_b_job pj = {p, bs, Np, (p->K + KC - 1) / KC, blocks};
-            kn_parallel_for(pool, p->count * pj.slices * pj.blocks, 1, pack_b_shared_range, &pj);
+            pack_b_job pj = {p, bs, Np, (p->K + KC - 1) / KC, 1, 1, 1};
+            pack_b_plan(&pj, threads);
+            kn_parallel_for(pool, p->count * pj.slices * pj.blocks * pj.parts, 1, pack_b_shared_range, &pj);
             job jq = *j;
             jq.b_shared = bs;
             kn_parallel_for(pool, p->count * jq.tm * jq.tn * jq.kp, 1, job_range, &jq);
