@@ -312,3 +312,56 @@ KN_TEST(cpu_qlinear_conv_few_positions_exact) {
     }
     kn_qgemm_amx_force(true);
 }
+
+/* The fused requantisation's bound (rq_rows_ok) reads sum_k |a'| per row, made with the packing:
+ * a row whose true bound passes 2^24 must keep the float form. Row 0's sum against column 0 is
+ * 2^24 + 3 (float: 2^24 + 4) and r (0x36c8fffd) puts it 5e-6 below a tie: 100.499995 rounds to
+ * 100, the float sum's 100.500001 to 101. An underestimated bound (a pass that missed pairs, a
+ * sum over a panel's wrong rows) takes the one-rounding form there and gives 101. */
+KN_TEST(cpu_qgemm_fused_requant_bound_exact) {
+    const int64_t M = 3, K = 512, N = 16;
+    uint32_t seed = 4242;
+    uint8_t *a = malloc((size_t)(M * K)), *b = malloc((size_t)(K * N));
+    for (int64_t i = 0; i < M * K; i++) a[i] = (uint8_t)(fp_next(&seed) % 40);
+    for (int64_t i = 0; i < K * N; i++) b[i] = (uint8_t)fp_next(&seed);
+    for (int64_t k = 0; k < K; k++) a[k] = k < 258 ? 255 : k < 261 ? 1 : k == 261 ? 4 : 0;
+    for (int64_t k = 0; k < 262; k++) b[k * N] = k < 261 ? 255 : 1;
+    float r[3];
+    const uint32_t rbits = 0x36c8fffdu;
+    memcpy(&r[0], &rbits, sizeof r[0]);
+    r[1] = r[2] = r[0] * 64.0f;
+    int64_t want[3 * 16];
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            int64_t s = 0;
+            for (int64_t k = 0; k < K; k++) s += (int64_t)a[i * K + k] * b[k * N + j];
+            if (i == 0 && j == 0) CHECK_EQ_INT(s, 16777219);
+            want[i * N + j] = (int64_t)fmin(127.0, fmax(-128.0, nearbyint((double)s * (double)r[i])));
+        }
+    CHECK_EQ_INT(want[0], 100);
+    int32_t *pa = kn_aligned_alloc(64, sizeof(int32_t) * kn_qgemm_a_words(M, K));
+    uint8_t *pb = kn_aligned_alloc(64, kn_qgemm_b_bytes(N, K));
+    kn_qgemm_pack_a8(a, false, K, 1, M, K, NULL, 0, pa);
+    kn_qgemm_pack_b8(b, N, 1, K, 0, N, pb);
+    int32_t c[3 * 16];
+    int8_t y[3 * 16];
+    kn_cpu_vnni_force(false); /* (the fused form is the AVX2 tiles') */
+    kn_qgemm g = {.M = M, .N = N, .K = K, .a = pa, .b = pb, .b_signed = false, .c = c, .ldc = N, .rq_y = (uint8_t *)y,
+                  .rq_ldy = N, .rq_r = r, .rq_zy = 0.0, .rq_s8 = true};
+    memset(c, 0, sizeof c);
+    CHECK_STATUS(kn_qgemm_run(NULL, &g), KILN_OK);
+    kn_cpu_vnni_force(true);
+    /* where the tiles did not requantise (no AVX2, or VNNI forced on by the CPU's absence of the
+     * switch), C holds the sums: requantise them as the definition does */
+    int64_t bad = 0, first = -1;
+    const bool in_c = c[0] != 0;
+    for (int64_t i = 0; i < M * N; i++) {
+        const int64_t got = in_c ? (int64_t)fmin(127.0, fmax(-128.0, nearbyint((double)c[i] * (double)r[i / N]))) : y[i];
+        if (got != want[i] && bad++ == 0) first = i;
+    }
+    CHECK_MSG(bad == 0, "fused requantisation: %lld of %lld differ, first at %lld: want %lld", (long long)bad,
+              (long long)(M * N), (long long)first, first >= 0 ? (long long)want[first] : 0LL);
+    free(a), free(b);
+    free(pa);
+    free(pb);
+}

@@ -33,7 +33,48 @@ enum { QB_NONE = 0, QB_SIGNED = 1, QB_UNSIGNED = 2 };
 
 size_t kn_qgemm_a_words(int64_t M, int64_t K) {
     const int64_t rows = (M + MR - 1) / MR * MR;
-    return (size_t)(rows * (pairs_of(K) + 1) + BYTES_HEAD + rows * (quads_of(K) + 1));
+    return (size_t)(rows * (pairs_of(K) + 1) + BYTES_HEAD + rows * (quads_of(K) + 1) + rows);
+}
+
+/* packed A's last words: per row sum_k |a'_ik| (qgemm.h), the fused requantisation's bound */
+static int32_t *abs_sums_of(const int32_t *a, int64_t M, int64_t K) {
+    const int64_t rows = (M + MR - 1) / MR * MR;
+    return (int32_t *)a + rows * (pairs_of(K) + 1) + BYTES_HEAD + rows * (quads_of(K) + 1);
+}
+
+/* Writes them from the packed pairs: a panel's KP x MR words run kp-major, so 24 words (four
+ * pairs) are three vectors whose lanes are rows 0-5, 0, 1 | 2-5, 0-3 | 4, 5, 0-5 (as the
+ * few-column form reads them); |lo| + |hi| per word by vpabsw and vpmaddwd against ones. Once per
+ * packing (kept with constant weights) instead of a pass over A's pairs per call: on 4x4 and 7x7
+ * planes that pass was 36% and 15% of a uint8-weight QLinearConv (K 504, 432; perf, 1 thread). */
+static void abs_sums_make(int32_t *a, int64_t M, int64_t K) {
+    const int64_t KP = pairs_of(K), panels = (M + MR - 1) / MR;
+    int32_t *out = abs_sums_of(a, M, K);
+    for (int64_t p = 0; p < panels; p++) {
+        const int32_t *A = a + p * KP * MR;
+        uint32_t s[MR] = {0};
+        int64_t kp = 0;
+#if defined(__AVX2__)
+        const __m256i ones = _mm256_set1_epi16(1);
+        __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0;
+        for (; kp + 4 <= KP; kp += 4, A += 4 * MR) {
+            c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(_mm256_abs_epi16(_mm256_loadu_si256((const __m256i *)A)), ones));
+            c1 = _mm256_add_epi32(c1, _mm256_madd_epi16(_mm256_abs_epi16(_mm256_loadu_si256((const __m256i *)(A + 8))), ones));
+            c2 = _mm256_add_epi32(c2, _mm256_madd_epi16(_mm256_abs_epi16(_mm256_loadu_si256((const __m256i *)(A + 16))), ones));
+        }
+        uint32_t t[24];
+        _mm256_storeu_si256((__m256i *)t, c0);
+        _mm256_storeu_si256((__m256i *)(t + 8), c1);
+        _mm256_storeu_si256((__m256i *)(t + 16), c2);
+        for (int w = 0; w < 24; w++) s[w % MR] += t[w];
+#endif
+        for (; kp < KP; kp++, A += MR)
+            for (int r = 0; r < MR; r++) {
+                const int32_t lo = (int16_t)(uint16_t)((uint32_t)A[r] & 0xffffu), hi = (int16_t)(uint16_t)((uint32_t)A[r] >> 16);
+                s[r] += (uint32_t)((lo < 0 ? -lo : lo) + (hi < 0 ? -hi : hi));
+            }
+        for (int r = 0; r < MR; r++) out[p * MR + r] = (int32_t)s[r];
+    }
 }
 
 /* the header's check word: a packed A of other dimensions (a buffer reused for a smaller product)
@@ -238,6 +279,7 @@ void kn_qgemm_pack_a8(const void *a, bool is_s8, int64_t rs, int64_t cs, int64_t
     if (is_s8) pack_a_s8(a, rs, cs, M, K, zp_rows, zp, dst);
     else pack_a_u8(a, rs, cs, M, K, zp_rows, zp, dst);
     pack_a_bytes(a, is_s8, rs, cs, M, K, zp_rows, zp, dst);
+    abs_sums_make(dst, M, K);
 }
 
 void kn_qgemm_pack_b8(const void *b, int64_t rs, int64_t cs, int64_t K, int64_t n0, int64_t nc, uint8_t *dst) {
@@ -779,17 +821,11 @@ typedef struct qjob {
  * is an integer of at most 256 (zy + 1.5 * 2^23 exact). A finite scale. Other rows: rq16_avx2
  * (float with a double fallback). */
 static void rq_rows_ok(const kn_qgemm *g, int64_t KP, uint8_t *ok) {
-    const int32_t *sums = g->a + (g->M + MR - 1) / MR * MR * KP;
+    const int32_t *sums = g->a + (g->M + MR - 1) / MR * MR * KP, *absum = abs_sums_of(g->a, g->M, g->K);
     const double bmax = g->b_signed ? 128.0 : 255.0, zy = g->rq_zy;
     const bool zy_ok = zy == floor(zy) && fabs(zy) <= 256.0;
     for (int64_t i = 0; i < g->M; i++) {
-        const int32_t *A = g->a + i / MR * KP * MR + i % MR;
-        int64_t s = 0;
-        for (int64_t kp = 0; kp < KP; kp++) {
-            const int32_t w = A[kp * MR];
-            const int32_t lo = (int16_t)(uint16_t)((uint32_t)w & 0xffffu), hi = (int16_t)(uint16_t)((uint32_t)w >> 16);
-            s += (lo < 0 ? -lo : lo) + (hi < 0 ? -hi : hi);
-        }
+        const int64_t s = (uint32_t)absum[i]; /* (at most 255 K: KP <= KP_BLOCK here) */
         const double bound = (double)s * bmax + fabs((double)(g->rq_bias ? g->rq_bias[i] : 0)) +
                              fabs((double)sums[i]) * fabs((double)g->zb);
         const double r = g->rq_r[i], X = fabs(r) * bound + fabs(zy);

@@ -33,7 +33,9 @@
  *    QB_UNSIGNED), then per panel KQ = ceil(K / 4) quads of MR words, row r's bytes for k = 4q ..
  *    4q + 3 in word r (0 past K and past M), then per panel MR words of c (QB_UNSIGNED). B's
  *    panels are turned into quads (column j's four bytes at 4j, columns 0-7 then 8-15, 64 bytes
- *    a quad) a block of columns at a time as kn_qgemm_run goes. */
+ *    a quad) a block of columns at a time as kn_qgemm_run goes;
+ *  - last, per row (MR a panel, 0 past M) sum_k |a'_ik| as int32: the bound the fused
+ *    requantisation (rq_y) checks per call, made once with the packing. */
 #ifndef KN_CPU_QGEMM_H
 #define KN_CPU_QGEMM_H
 
