@@ -1551,6 +1551,21 @@ static void g8s_panel2(const uint8_t *A0, const uint8_t *A1, const int8_t *B, in
 /* (asm as g8_panel's: written with intrinsics, gcc moved every sum between registers each step,
  * two moves per vpdpbusd; EVEX encodings, which the AVX-512 VNNI CPUs kn_cpu_has_vnni admits
  * have) */
+/* KILN_QGEMM8_VNNI=1 turns these panels on where the CPU has VNNI. Off by default until they have
+ * run on a VNNI CPU: written on an AVX2 machine (their glue checked there with a scalar stand-in),
+ * never executed, so kn_qgemm8 keeps the AVX2 panels, which the VNNI CPUs run too. To check them:
+ * KILN_QGEMM8_VNNI=1 kiln_unit_tests qgemm8 (test_cpu_qconv_few_positions.c, VNNI on and off). */
+static bool g8v_on(void) {
+    static int on = -1;
+    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("KILN_QGEMM8_VNNI");
+        v = e && e[0] == '1';
+        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
 static void g8v_panel(const uint8_t *A, const int8_t *B, int64_t n, int32_t *sums) {
     __asm__ volatile("vpxor %%ymm0, %%ymm0, %%ymm0\n\t"
                      "vpxor %%ymm1, %%ymm1, %%ymm1\n\t"
@@ -1820,7 +1835,7 @@ kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t
         base[i] = (int32_t)K * za * zbs - zbs * sa;
     }
 #if defined(KN_QGEMM_VNNI)
-    const bool vnni = kn_cpu_has_vnni();
+    const bool vnni = kn_cpu_has_vnni() && g8v_on();
 #else
     const bool vnni = false; /* (a build without the g8v panels: the AVX2 forms on any CPU) */
 #endif
