@@ -1682,7 +1682,12 @@ static void cl_tile_any(const cl_job *j, const float *x0, const float *w, const 
  * (vmaskmovps, a store many times the cost of a plain one on Zen 3) this was 16% of 3x3 s2
  * 128->128 on 28x28 (perf, 2-core EPYC, 1 thread). A row's stores may run up to KN_VL - 1 floats
  * past its end, into the next row, which is written after it; the last row's run past dst only
- * where `slack` (the caller's buffer has KN_VL floats more), else they end exactly (masked). */
+ * where `slack` (the caller's buffer has KN_VL floats more), else they end exactly (masked).
+ * AVX-512's masked stores cost what plain ones do: every row there is stored exactly, as before
+ * the plain form (CL_PAD_MASKED), which has not run on an AVX-512 CPU yet: a ResNet-50 run at 16
+ * threads on the 16-core host aborted in glibc's heap checks with it in the tree, not reproduced
+ * on AVX2 (bench/results/cpu-host-2026-12-07b.md). */
+#define CL_PAD_MASKED (KN_VREGS == 32)
 static void cl_pad_chan(const cl_job *j, int64_t n, int64_t ch, int64_t ih0, int64_t rows, int64_t c0, int64_t cols,
                         float *dst, bool slack) {
     const win2 *v = &j->v;
@@ -1695,13 +1700,13 @@ static void cl_pad_chan(const cl_job *j, int64_t n, int64_t ch, int64_t ih0, int
         const int64_t ih = ih0 + r;
         const bool in = ih >= 0 && ih < v->H && b > a;
         const float *xr = xc + (in ? ih : 0) * v->W + c0;
-        if (!slack && r == rows - 1) {
+        if (CL_PAD_MASKED || (!slack && r == rows - 1)) {
             for (int64_t q = 0; q < cols; q += KN_VL) {
                 const kn_vmask keep = kn_v_tail(cols - q);
                 const kn_vmask m = in ? (kn_vmask)(keep & kn_v_range(a - q, b - q)) : 0;
                 kn_vf_mask_storeu(row + q, keep, kn_vf_maskz_loadu(m, xr + q));
             }
-            break;
+            continue;
         }
         if (!in) {
             for (int64_t q = 0; q < cols; q += KN_VL) kn_vf_storeu(row + q, z);
