@@ -20,6 +20,7 @@
 #include "backend/cpu/image_impl.h"
 #include "backend/cpu/linalg_impl.h"
 #include "backend/cpu/nn_internal.h"
+#include "backend/cpu/qgemm.h"
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/signal_fft.h"
 
@@ -75,7 +76,23 @@
     F(kiln_status, kn_fft_plan_new, (int64_t n, int inverse, kn_fft_plan **out), (n, inverse, out))                 \
     V(kn_fft_plan_free, (kn_fft_plan *p), (p))                                                                      \
     F(size_t, kn_fft_scratch_len, (const kn_fft_plan *p), (p))                                                      \
-    V(kn_fft_exec, (const kn_fft_plan *p, const kn_cpx *in, kn_cpx *out, kn_cpx *scratch), (p, in, out, scratch))
+    V(kn_fft_exec, (const kn_fft_plan *p, const kn_cpx *in, kn_cpx *out, kn_cpx *scratch), (p, in, out, scratch))    \
+    /* qgemm.c (test_cpu_qconv_few_positions.c) */                                                                 \
+    F(size_t, kn_qgemm_a_words, (int64_t M, int64_t K), (M, K))                                                     \
+    F(size_t, kn_qgemm_b_bytes, (int64_t N, int64_t K), (N, K))                                                     \
+    V(kn_qgemm_pack_a8, (const void *a, bool is_s8, int64_t rs, int64_t cs, int64_t M, int64_t K,                   \
+                         const int32_t *zp_rows, int32_t zp, int32_t *dst),                                         \
+      (a, is_s8, rs, cs, M, K, zp_rows, zp, dst))                                                                   \
+    V(kn_qgemm_pack_b8, (const void *b, int64_t rs, int64_t cs, int64_t K, int64_t n0, int64_t nc, uint8_t *dst),   \
+      (b, rs, cs, K, n0, nc, dst))                                                                                  \
+    F(kiln_status, kn_qgemm_run, (kn_threadpool *pool, const kn_qgemm *g), (pool, g))                               \
+    F(size_t, kn_qgemv8_bytes, (int64_t K, int64_t N), (K, N))                                                      \
+    V(kn_qgemv8_pack, (const void *b, bool b_s8, int64_t K, int64_t N, void *dst), (b, b_s8, K, N, dst))            \
+    F(int, kn_qgemv8_form, (const void *packed), (packed))                                                          \
+    F(kiln_status, kn_qgemm8_run, (kn_threadpool *pool, const void *packed, const uint8_t *a, int64_t lda,          \
+                                   int64_t M, int32_t za, int32_t zb, bool b_s8, int32_t *c, int64_t ldc,           \
+                                   const kn_qgemm8_out *fo),                                                        \
+      (pool, packed, a, lda, M, za, zb, b_s8, c, ldc, fo))
 
 /* One level's table of them (isa_entry.c defines kn_cpu_level_entry_<level>). */
 typedef struct kn_cpu_level_entry {
