@@ -31,6 +31,27 @@ static inline int64_t quads_of(int64_t K) { return (K + 3) / 4; }
 #define BYTES_HEAD 4
 enum { QB_NONE = 0, QB_SIGNED = 1, QB_UNSIGNED = 2 };
 
+/* two int16 values in one word, lo in the low half (vpmaddwd's order); pair_lo / pair_hi read
+ * them back */
+static inline int32_t pair(int32_t lo, int32_t hi) {
+    return (int32_t)((uint32_t)(uint16_t)(int16_t)lo | (uint32_t)(uint16_t)(int16_t)hi << 16);
+}
+static inline int32_t pair_lo(int32_t w) { return (int16_t)(uint16_t)((uint32_t)w & 0xffffu); }
+static inline int32_t pair_hi(int32_t w) { return (int16_t)(uint16_t)((uint32_t)w >> 16); }
+
+#if defined(__AVX2__)
+/* A panel's pairs run kp-major, MR (6) rows a pair, so 24 words (four pairs of K) are three
+ * vectors whose lanes hold the rows 0-5, 0, 1 | 2-5, 0-3 | 4, 5, 0-5: their int32 lanes added to
+ * s[row] (mod 2^32) */
+static inline void add_lanes_to_rows(__m256i c0, __m256i c1, __m256i c2, uint32_t s[MR]) {
+    uint32_t t[24];
+    _mm256_storeu_si256((__m256i *)t, c0);
+    _mm256_storeu_si256((__m256i *)(t + 8), c1);
+    _mm256_storeu_si256((__m256i *)(t + 16), c2);
+    for (int w = 0; w < 24; w++) s[w % MR] += t[w];
+}
+#endif
+
 size_t kn_qgemm_a_words(int64_t M, int64_t K) {
     const int64_t rows = (M + MR - 1) / MR * MR;
     return (size_t)(rows * (pairs_of(K) + 1) + BYTES_HEAD + rows * (quads_of(K) + 1) + rows);
@@ -42,9 +63,8 @@ static int32_t *abs_sums_of(const int32_t *a, int64_t M, int64_t K) {
     return (int32_t *)a + rows * (pairs_of(K) + 1) + BYTES_HEAD + rows * (quads_of(K) + 1);
 }
 
-/* Writes them from the packed pairs: a panel's KP x MR words run kp-major, so 24 words (four
- * pairs) are three vectors whose lanes are rows 0-5, 0, 1 | 2-5, 0-3 | 4, 5, 0-5 (as the
- * few-column form reads them); |lo| + |hi| per word by vpabsw and vpmaddwd against ones. Once per
+/* Writes them from the packed pairs, four pairs a step (add_lanes_to_rows): |lo| + |hi| per word
+ * by vpabsw and vpmaddwd against ones. Once per
  * packing (kept with constant weights) instead of a pass over A's pairs per call: on 4x4 and 7x7
  * planes that pass was 36% and 15% of a uint8-weight QLinearConv (K 504, 432; perf, 1 thread). */
 static void abs_sums_make(int32_t *a, int64_t M, int64_t K) {
@@ -62,17 +82,10 @@ static void abs_sums_make(int32_t *a, int64_t M, int64_t K) {
             c1 = _mm256_add_epi32(c1, _mm256_madd_epi16(_mm256_abs_epi16(_mm256_loadu_si256((const __m256i *)(A + 8))), ones));
             c2 = _mm256_add_epi32(c2, _mm256_madd_epi16(_mm256_abs_epi16(_mm256_loadu_si256((const __m256i *)(A + 16))), ones));
         }
-        uint32_t t[24];
-        _mm256_storeu_si256((__m256i *)t, c0);
-        _mm256_storeu_si256((__m256i *)(t + 8), c1);
-        _mm256_storeu_si256((__m256i *)(t + 16), c2);
-        for (int w = 0; w < 24; w++) s[w % MR] += t[w];
+        add_lanes_to_rows(c0, c1, c2, s);
 #endif
         for (; kp < KP; kp++, A += MR)
-            for (int r = 0; r < MR; r++) {
-                const int32_t lo = (int16_t)(uint16_t)((uint32_t)A[r] & 0xffffu), hi = (int16_t)(uint16_t)((uint32_t)A[r] >> 16);
-                s[r] += (uint32_t)((lo < 0 ? -lo : lo) + (hi < 0 ? -hi : hi));
-            }
+            for (int r = 0; r < MR; r++) s[r] += (uint32_t)(abs(pair_lo(A[r])) + abs(pair_hi(A[r])));
         for (int r = 0; r < MR; r++) out[p * MR + r] = (int32_t)s[r];
     }
 }
@@ -83,11 +96,6 @@ static int32_t bytes_check(int64_t M, int64_t K) {
     return (int32_t)(0x4b384151u ^ ((uint32_t)M * 2654435761u) ^ ((uint32_t)K * 40503u));
 }
 size_t kn_qgemm_b_bytes(int64_t N, int64_t K) { return (size_t)((N + NR - 1) / NR * NR * 2 * pairs_of(K)); }
-
-/* two int16 values in one word, lo in the low half (vpmaddwd's order) */
-static inline int32_t pair(int32_t lo, int32_t hi) {
-    return (int32_t)((uint32_t)(uint16_t)(int16_t)lo | (uint32_t)(uint16_t)(int16_t)hi << 16);
-}
 
 /* element (i, k) of A at a[i * rs + k * cs]; a unit cs (the usual layout) takes the plain loop */
 #define DEF_PACK_A(NAME, T)                                                                                   \
@@ -200,7 +208,7 @@ static bool pairs_bounded(const int32_t *w, int64_t n) {
     if (!_mm256_testz_si256(bad, bad)) return false;
 #endif
     for (; i < n; i++) {
-        const int32_t lo = (int16_t)(uint16_t)((uint32_t)w[i] & 0xffffu), hi = (int16_t)(uint16_t)((uint32_t)w[i] >> 16);
+        const int32_t lo = pair_lo(w[i]), hi = pair_hi(w[i]);
         if (abs(lo) + abs(hi) > 128 || lo == 128 || hi == 128) return false;
     }
     return true;
@@ -778,7 +786,7 @@ static void tile(bool vnni, int rows, bool s8, int64_t kpn, const int32_t *A, co
     int32_t acc[MR][NR] = {{0}};
     for (int64_t k = 0; k < kpn; k++, A += MR, B += 2 * NR)
         for (int r = 0; r < rows; r++) {
-            const int32_t a0 = (int16_t)(A[r] & 0xffff), a1 = (int16_t)((uint32_t)A[r] >> 16);
+            const int32_t a0 = pair_lo(A[r]), a1 = pair_hi(A[r]);
             for (int j = 0; j < NR; j++) {
                 const int32_t b0 = s8 ? (int8_t)B[2 * j] : B[2 * j], b1 = s8 ? (int8_t)B[2 * j + 1] : B[2 * j + 1];
                 acc[r][j] += a0 * b0 + a1 * b1;
@@ -953,10 +961,9 @@ static int64_t threads_for(const kn_threadpool *pool, double work, double lo2, d
 
 /* Products of a few columns (a convolution's plane of one position, or a few: N < NR) from A's
  * int16 pairs as packed, against each column's pairs gathered into words: the tiles spend a B
- * panel's 16 columns on them (16x the work at one column). A panel's pairs run kp-major, six rows
- * a pair, so 24 words (four pairs of K) are three vectors whose lanes hold the rows 0-5, 0, 1 |
- * 2-5, 0-3 | 4, 5, 0-5, each against its pair of the column (bw, four words a step, spread by
- * vpermd); lanes are summed to rows at the end. Exact in int32 (mod 2^32) as the tiles. */
+ * panel's 16 columns on them (16x the work at one column). Four pairs of A's panel a step, as
+ * three vectors (add_lanes_to_rows), each against its pairs of the column (bw, four words a step,
+ * spread by vpermd); lanes are summed to rows at the end. Exact in int32 (mod 2^32) as the tiles. */
 typedef struct qnarrow {
     const kn_qgemm *g;
     int64_t KP, KP4;
@@ -964,7 +971,7 @@ typedef struct qnarrow {
     bool has_zb;
 } qnarrow;
 
-static void narrow_panel(const int32_t *A, const int32_t *bw, int64_t KP, int32_t *s) {
+static void narrow_panel(const int32_t *A, const int32_t *bw, int64_t KP, uint32_t *s) {
     int64_t kp = 0;
     for (int r = 0; r < MR; r++) s[r] = 0;
 #if defined(__AVX2__)
@@ -977,18 +984,11 @@ static void narrow_panel(const int32_t *A, const int32_t *bw, int64_t KP, int32_
         c1 = _mm256_add_epi32(c1, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(A + 8)), _mm256_permutevar8x32_epi32(b, i1)));
         c2 = _mm256_add_epi32(c2, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(A + 16)), _mm256_permutevar8x32_epi32(b, i2)));
     }
-    int32_t t[24];
-    _mm256_storeu_si256((__m256i *)t, c0);
-    _mm256_storeu_si256((__m256i *)(t + 8), c1);
-    _mm256_storeu_si256((__m256i *)(t + 16), c2);
-    for (int w = 0; w < 24; w++) s[w % MR] = (int32_t)((uint32_t)s[w % MR] + (uint32_t)t[w]);
+    add_lanes_to_rows(c0, c1, c2, s);
 #endif
     for (; kp < KP; kp++, A += MR) {
-        const int32_t b0 = (int16_t)(uint16_t)((uint32_t)bw[kp] & 0xffffu), b1 = (int16_t)(uint16_t)((uint32_t)bw[kp] >> 16);
-        for (int r = 0; r < MR; r++) {
-            const int32_t a0 = (int16_t)(uint16_t)((uint32_t)A[r] & 0xffffu), a1 = (int16_t)(uint16_t)((uint32_t)A[r] >> 16);
-            s[r] = (int32_t)((uint32_t)s[r] + (uint32_t)(a0 * b0 + a1 * b1));
-        }
+        const int32_t b0 = pair_lo(bw[kp]), b1 = pair_hi(bw[kp]);
+        for (int r = 0; r < MR; r++) s[r] += (uint32_t)(pair_lo(A[r]) * b0 + pair_hi(A[r]) * b1);
     }
 }
 
@@ -1000,7 +1000,7 @@ static void narrow_range(void *arg, int64_t p0, int64_t p1) {
     for (int64_t ip = p0; ip < p1; ip++) {
         const int rows = (int)min64(MR, g->M - ip * MR);
         for (int64_t j = 0; j < g->N; j++) {
-            int32_t s[MR];
+            uint32_t s[MR];
             narrow_panel(g->a + ip * n->KP * MR, n->bw + j * n->KP4, n->KP, s);
             const int32_t zb = n->has_zb ? (g->zb_cols ? g->zb_cols[j] : g->zb) : 0;
             for (int r = 0; r < rows; r++) {
@@ -1130,7 +1130,7 @@ void kn_qgemv_run(const int32_t *a, int32_t asum, const uint8_t *b, bool b_signe
         int32_t acc[NR] = {0};
         const uint8_t *B = b + jp * KP * 2 * NR;
         for (int64_t kp = 0; kp < KP; kp++, B += 2 * NR) {
-            const int32_t a0 = (int16_t)(a[kp] & 0xffff), a1 = (int16_t)((uint32_t)a[kp] >> 16);
+            const int32_t a0 = pair_lo(a[kp]), a1 = pair_hi(a[kp]);
             for (int j = 0; j < NR; j++) {
                 const int32_t b0 = b_signed ? (int8_t)B[2 * j] : B[2 * j], b1 = b_signed ? (int8_t)B[2 * j + 1] : B[2 * j + 1];
                 acc[j] += a0 * b0 + a1 * b1;
