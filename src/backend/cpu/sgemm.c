@@ -2237,12 +2237,12 @@ static void pack_a_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-/* The parts of each slice's depth for pack_a_job (above). */
-static int64_t pack_a_parts(const kn_sgemm_batch *p, int64_t slices, int64_t blocks, int64_t threads) {
-    const int64_t units = p->count * slices * blocks;
+/* The parts a shared packing's `units` tasks (each a slice `depth` deep) split into so that there
+ * are twice as many tasks as threads, each part at least `min_depth` deep; 1 where the units
+ * already make that many. pack_a_job's and pack_b_job's. */
+static int64_t depth_parts(int64_t units, int64_t threads, int64_t depth, int64_t min_depth) {
     if (threads <= 1 || units >= 2 * threads) return 1;
-    const int64_t most = min64(KCB, p->K) / PK_PACK_MIN_DEPTH;
-    const int64_t parts = min64(most, (2 * threads + units - 1) / units);
+    const int64_t parts = min64(depth / min_depth, (2 * threads + units - 1) / units);
     return parts > 1 ? parts : 1;
 }
 
@@ -2301,9 +2301,7 @@ static void pack_b_plan(pack_b_job *j, int64_t threads) {
     if (units * j->blocks >= 2 * threads) return;
     j->panels = 1;
     j->blocks = j->Np / NR;
-    const int64_t most = min64(KC, p->K) / SB_PACK_MIN_DEPTH;
-    const int64_t parts = min64(most, (2 * threads + units * j->blocks - 1) / (units * j->blocks));
-    j->parts = parts > 1 ? parts : 1;
+    j->parts = depth_parts(units * j->blocks, threads, min64(KC, p->K), SB_PACK_MIN_DEPTH);
 }
 
 /* KILN_GEMM_RF_SHARED=0: each rows-first tile packs B itself (measurements) */
@@ -2587,7 +2585,7 @@ static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j,
         float *ap = kn_thread_buffer_get(&shared_a_buffers, a_floats * sizeof(float));
         if (ap) {
             pack_a_job pj = {p, ap, Mp, (p->K + KCB - 1) / KCB, (p->M + PK_PACK_ROWS - 1) / PK_PACK_ROWS, 1};
-            pj.parts = pack_a_parts(p, pj.slices, pj.blocks, threads);
+            pj.parts = depth_parts(p->count * pj.slices * pj.blocks, threads, min64(KCB, p->K), PK_PACK_MIN_DEPTH);
             const int64_t n = p->count * pj.slices * pj.blocks * pj.parts;
             if (threads <= 1) pack_a_range(&pj, 0, n);
             else kn_parallel_for(pool, n, 1, pack_a_range, &pj);
