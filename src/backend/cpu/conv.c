@@ -2453,7 +2453,7 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
      * padding's taps left out (conv_fewpos.c) */
     if (!amx_gemm && !kn_bgemm_active() && !pointwise && s->nsp <= 2) {
         const kn_dconv_shape ds = dconv_shape_of(s);
-        if (kn_fpconv_suits(&ds, kn_threadpool_size(c->pool)))
+        if (kn_fpconv_suits(&ds))
             return kn_fpconv_run(c, &ds, x, w, bias, y, epi, epi_ctx, w_is_input);
     }
     const float **ap = malloc(sizeof(float *) * (size_t)count * 2);

@@ -168,8 +168,7 @@ static void fp_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-bool kn_fpconv_suits(const kn_dconv_shape *s, int64_t threads) {
-    (void)threads;
+bool kn_fpconv_suits(const kn_dconv_shape *s) {
     if (s->G != 1 || s->sh != 1 || s->sw != 1 || s->dh < 1 || s->dw < 1 || s->N < 1 || s->C < 1 || s->M < 1) return false;
     const int64_t P = s->OH * s->OW, kk = s->KH * s->KW;
     if (P < 1 || P > FP_MAX_P || kk < 2 || s->H * s->W >= ((int64_t)1 << 40)) return false;
@@ -223,8 +222,8 @@ kiln_status kn_fpconv_run(kn_kernel_ctx *c, const kn_dconv_shape *s, const float
 
 #else
 
-bool kn_fpconv_suits(const kn_dconv_shape *s, int64_t threads) {
-    (void)s, (void)threads;
+bool kn_fpconv_suits(const kn_dconv_shape *s) {
+    (void)s;
     return false;
 }
 

@@ -13,9 +13,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Whether this build has the kernel (AVX2 or AVX-512) and it is the one to take for the shape on
- * a pool of `threads`. */
-bool kn_fpconv_suits(const kn_dconv_shape *s, int64_t threads);
+/* Whether this build has the kernel (AVX2 or AVX-512) and it is the one to take for the shape. */
+bool kn_fpconv_suits(const kn_dconv_shape *s);
 
 /* y = conv(x, w) + bias (bias may be NULL), then epi on each finished block of output channels.
  * w is [M, C, KH, KW] (one group); w_const: w is the running node's constant input 1, whose
