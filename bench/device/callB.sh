@@ -1,12 +1,6 @@
 #!/usr/bin/env bash
 # Which path corrupts the heap: ResNet-50 (torchvision export) under glibc's malloc checks at THREADS, for each setting in SETTINGS
-set -u
-REPO=$PWD; R=$OUT/r; mkdir -p $R; T0=$(date +%s)
-log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $R/summary.txt; }
-log "head $(cat .devrun/head.rev), $(nproc) cores"
-SRC=/tmp/srcb; rm -rf $SRC; mkdir -p $SRC; tar -xf .devrun/head.tar -C $SRC; cd $SRC
-cmake -S . -B b -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=OFF > $R/build.log 2>&1 && cmake --build b -j16 --target kiln_cli kiln kiln_unit_tests >> $R/build.log 2>&1 || { log "BUILD FAILED"; exit 1; }
-log built
+SRC=/tmp/srcb CPU_TARGETS="kiln_cli kiln kiln_unit_tests"; source .devrun/cpu_common.sh
 python3 - <<'PY' > $R/export.log 2>&1
 import torch, torchvision
 m = torchvision.models.resnet50().eval()

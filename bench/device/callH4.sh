@@ -2,14 +2,7 @@
 # Issue 22's CPU tables on the device's 16-core host from HEAD: ResNet-50 and BERT-base at 1/4/16 threads beside
 # ONNX Runtime and OpenVINO f32, the sweep (ONLY: a regex of classes; unset: the whole sweep with what time is left
 # after the bf16 models), then cpu:precision=bf16 beside OpenVINO bf16 at BF16_THREADS (1,16). Carry build-ovslim.
-set -u
-REPO=$PWD; R=$OUT/r; mkdir -p $R; T0=$(date +%s)
-log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $R/summary.txt; }
-log "head $(cat .devrun/head.rev), $(nproc) cores"
-SRC=/tmp/src; rm -rf $SRC; mkdir -p $SRC; tar -xf .devrun/head.tar -C $SRC; cd $SRC
-cmake -S . -B build-cpuhost -DKILN_CUDA=OFF -DCMAKE_BUILD_TYPE=Release > $R/build.log 2>&1 \
-  && cmake --build build-cpuhost -j16 --target kiln kiln_cli >> $R/build.log 2>&1 || { log "BUILD FAILED"; tail -30 $R/build.log >> $R/summary.txt; exit 1; }
-log built
+SRC=/tmp/src BUILD=build-cpuhost; source .devrun/cpu_common.sh
 python3 -m pip install --no-index --no-deps --target /tmp/ovsite $REPO/build-ovslim/*.whl > $R/ov.log 2>&1 && export PYTHONPATH=/tmp/ovsite
 # the bf16 models first (they take a fixed time), then the f32 tables with the rest of the budget
 timeout ${BF16_S:-150} python3 bench/cpu_bf16_models.py --build build-cpuhost --work /tmp/bf16m --threads ${BF16_THREADS:-1,16} \

@@ -1,11 +1,6 @@
 #!/usr/bin/env bash
 # kiln's GEMM switches on ResNet-50 on the device's 16-core host, per output shape (bench/cpu_knobs.py), at KTHREADS
-set -u
-REPO=$PWD; R=$OUT/r; mkdir -p $R; T0=$(date +%s)
-log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $R/summary.txt; }
-log "head $(cat .devrun/head.rev), $(nproc) cores"
-SRC=/tmp/srck; rm -rf $SRC; mkdir -p $SRC; tar -xf .devrun/head.tar -C $SRC; cd $SRC
-cmake -S . -B b -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=OFF > $R/build.log 2>&1 && cmake --build b -j16 --target kiln_cli kiln >> $R/build.log 2>&1 || { log "BUILD FAILED"; exit 1; }
+SRC=/tmp/srck; source .devrun/cpu_common.sh
 timeout 120 python3 bench/cpu_models.py --build b --work /tmp/cm --threads 16 --rounds 1 --seconds 0.2 --only resnet50 --out $R/rn.md > $R/rn.log 2>&1
 log "exported: $(ls /tmp/cm)"
 V=${VARIANTS:-"--variant rf0=KILN_GEMM_ROWS_FIRST=0 --variant pk0=KILN_GEMM_PACKED_B=0 --variant sb0=KILN_GEMM_SHARED_B=0 --variant rfs0=KILN_GEMM_RF_SHARED=0 \

@@ -1,13 +1,7 @@
 #!/usr/bin/env bash
 # Mid-session check of CPU changes on the device's 16-core AVX-512 host: op_ab switch A/B at 1 thread (AB_ONLY, AB_VARIANTS
 # as NAME=:VAR=V,...), the sweep's rows (ONLY) at THREADS, ResNet-50 per shape at 16 threads. Carry build-ovslim.
-set -u
-REPO=$PWD; R=$OUT/r; mkdir -p $R; T0=$(date +%s)
-log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $R/summary.txt; }
-log "head $(cat .devrun/head.rev), $(nproc) cores"
-SRC=/tmp/srcm; rm -rf $SRC; mkdir -p $SRC; tar -xf .devrun/head.tar -C $SRC; cd $SRC
-cmake -S . -B b -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=OFF > $R/build.log 2>&1 && cmake --build b -j16 --target kiln_cli kiln >> $R/build.log 2>&1 || { log "BUILD FAILED"; tail -20 $R/build.log >> $R/summary.txt; exit 1; }
-log built
+SRC=/tmp/srcm; source .devrun/cpu_common.sh
 python3 -m pip install --no-index --no-deps --target /tmp/ovsite $REPO/build-ovslim/*.whl > $R/ov.log 2>&1 && export PYTHONPATH=/tmp/ovsite
 if [ -n "${AB_ONLY:-}" ]; then
   VS=""; for v in ${AB_VARIANTS:-dflt=}; do n=${v%%=*}; e=${v#*=}; VS="$VS --variant $n=b${e:+$e}"; done

@@ -2,14 +2,8 @@
 # Probe on the device's 16-core host: how small operators and ResNet-50 scale from 1 to 16 threads
 # (op_sweep rows at 1/4/16 threads with and without worker processes; ResNet-50 per output shape at
 # 16 threads beside ONNX Runtime and OpenVINO). Env: ONLY (sweep regex), THREADS (1,4,16), PROFILE_T (16)
-set -u
-REPO=$PWD; R=$OUT/r; mkdir -p $R; T0=$(date +%s)
-log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $R/summary.txt; }
-log "head $(cat .devrun/head.rev), $(nproc) cores"
+SRC=/tmp/srcp; source .devrun/cpu_common.sh
 lscpu > $R/lscpu.txt; grep -E "^(Model name|Thread|Core|Socket|NUMA node\(s\)|L2|L3)" $R/lscpu.txt >> $R/summary.txt
-SRC=/tmp/srcp; rm -rf $SRC; mkdir -p $SRC; tar -xf .devrun/head.tar -C $SRC; cd $SRC
-cmake -S . -B b -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=OFF > $R/build.log 2>&1 && cmake --build b -j16 --target kiln_cli kiln >> $R/build.log 2>&1 || { log "BUILD FAILED"; tail -30 $R/build.log >> $R/summary.txt; exit 1; }
-log built
 python3 -m pip install --no-index --no-deps --target /tmp/ovsite $REPO/build-ovslim/*.whl > $R/ov.log 2>&1 && export PYTHONPATH=/tmp/ovsite
 log "openvino: $(python3 -c 'import openvino; print(openvino.__version__)' 2>&1 | tail -1)"
 ONLY=${ONLY:-'^(BatchNormalization 1x64x56x56|Softmax (1|32)x1000 f32|QLinearConv 1x512x1x1|Pad 1x1x44100|TopK 1x1000 |Conv 3x3 (512->512|256->256) 4x4)'}

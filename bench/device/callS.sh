@@ -1,12 +1,6 @@
 #!/usr/bin/env bash
 # ASan + UBSan build on the device's AVX-512 host: ResNet-50 (torchvision export) at THREADS and the unit tests matching UNIT
-set -u
-REPO=$PWD; R=$OUT/r; mkdir -p $R; T0=$(date +%s)
-log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $R/summary.txt; }
-log "head $(cat .devrun/head.rev), $(nproc) cores"
-SRC=/tmp/srcs; rm -rf $SRC; mkdir -p $SRC; tar -xf .devrun/head.tar -C $SRC; cd $SRC
-cmake -S . -B b -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_CUDA=OFF -DKILN_SANITIZE=ON > $R/build.log 2>&1 && cmake --build b -j16 --target kiln_cli kiln kiln_unit_tests >> $R/build.log 2>&1 || { log "BUILD FAILED"; tail -20 $R/build.log >> $R/summary.txt; exit 1; }
-log built
+SRC=/tmp/srcs BUILD_TYPE=RelWithDebInfo CMAKE_EXTRA=-DKILN_SANITIZE=ON CPU_TARGETS="kiln_cli kiln kiln_unit_tests"; source .devrun/cpu_common.sh
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
 python3 - <<'PY' > $R/export.log 2>&1
 import torch, torchvision
