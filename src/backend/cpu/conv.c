@@ -3225,7 +3225,8 @@ static void iconv_to_hwc(const conv_shape *s, const uint8_t *x, uint8_t zx, int6
 typedef struct iconv_rows8_job {
     const conv_shape *s;
     const uint8_t *xh;
-    uint8_t *cols;
+    uint8_t *cols;     /* the rows made here (unless direct) */
+    const uint8_t *a;  /* the product's rows: cols, or x itself (a 1x1 plane, pointwise) */
     int32_t *ct;
     const void *w8;
     int64_t WP, chunks;
@@ -3248,7 +3249,7 @@ static void iconv_rows8_rows(iconv_rows8_job *j, kn_threadpool *pool, int64_t r0
                 for (int64_t kw = 0; kw < KW; kw++, row += C)
                     memcpy(row, j->xh + ((oh * sh + kh * dh) * j->WP + ow * sw + kw * dw) * C, (size_t)C);
         }
-    if (kn_qgemm8_run(pool, j->w8, j->cols + r0 * K, K, r1 - r0, j->zx, j->zw, j->w_s8, j->ct + r0 * s->M, s->M, NULL))
+    if (kn_qgemm8_run(pool, j->w8, j->a + r0 * K, K, r1 - r0, j->zx, j->zw, j->w_s8, j->ct + r0 * s->M, s->M, NULL))
         atomic_store(&j->failed, 1);
 }
 
@@ -3263,15 +3264,16 @@ static void iconv_rows8_range(void *arg, int64_t u0, int64_t u1) {
  * (a product of one row), planes of at most 4096 outputs and an im2col^T of at most
  * 8 MB (28x28 and 56x56 planes gained too: 1.47x ORT's time to 1.09 and 1.19) */
 static bool iconv_rows8_wanted(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *X, int w_in, int wz_in,
-                               const kn_tensor *wz, const int32_t *zw) {
+                               const kn_tensor *wz) {
     if (X->dtype != KILN_DTYPE_UINT8 || s->G != 1 || s->nsp > 2 || s->out_plane > 4096 || (s->M < 16 && s->out_plane > 1) || s->C < 1 ||
         s->out_plane * s->C * s->kk > ((int64_t)8 << 20))
         return false;
     if (!kn_cpu_input_is_const(c, w_in) || (wz && !kn_cpu_input_is_const(c, wz_in))) return false;
+    /* the zero points all one value: every element's bytes those of the first (one memcmp: the
+     * loop over int32 copies was a sixteenth of int_conv's own time on a one-position layer) */
     const int64_t nwz = wz ? kn_tensor_count(wz) : 0;
-    for (int64_t i = 1; zw && i < nwz; i++)
-        if (zw[i] != zw[0]) return false;
-    return true;
+    const size_t es = wz ? kiln_dtype_size(wz->dtype) : 0;
+    return nwz <= 1 || (es && !memcmp(wz->data, (const char *)wz->data + es, es * (size_t)(nwz - 1)));
 }
 
 /* acc = bias + the product (int_conv's contract) through the transposed form; false when the
@@ -3297,27 +3299,49 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
     const int64_t OH = two ? v->out[0] : 1, OW = v->out[two], KH = two ? v->kernel[0] : 1, KW = v->kernel[two];
     const int64_t sh = two ? v->stride[0] : 1, sw = v->stride[two], dh = two ? v->dilation[0] : 1, dw = v->dilation[two];
     const int64_t HP = (OH - 1) * sh + (KH - 1) * dh + 1, WP = (OW - 1) * sw + (KW - 1) * dw + 1;
-    const bool direct = s->kk == 1 && sh == 1 && sw == 1 && HP * WP == P; /* xh is im2col^T itself */
-    uint8_t *xh = malloc((size_t)(HP * WP * C)), *cols = direct ? xh : malloc((size_t)(P * K));
-    int32_t *ct = malloc(sizeof(int32_t) * (size_t)(P * M)), *bv = bias ? malloc(sizeof(int32_t) * (size_t)M) : NULL;
+    /* a 1x1 plane, pointwise, unpadded: x's C bytes are im2col^T's one row as they are (no xh) */
+    bool in_place = P == 1 && s->kk == 1 && s->in_plane == 1;
+    for (int i = 0; i < s->nsp; i++) in_place &= v->pad_begin[i] == 0;
+    const bool direct = in_place || (s->kk == 1 && sh == 1 && sw == 1 && HP * WP == P); /* xh is im2col^T */
+    uint8_t *xh = in_place ? NULL : malloc((size_t)(HP * WP * C)), *cols = direct ? xh : malloc((size_t)(P * K));
+    /* one position: ct's [P][M] is acc's [M][P], the product written into acc (no ct) */
+    int32_t *ct = P == 1 ? NULL : malloc(sizeof(int32_t) * (size_t)(P * M)), *bown = NULL;
+    /* the bias as int32 (QLinearConv's type: its data as they are) */
+    const int32_t *bv = bias && bias->dtype == KILN_DTYPE_INT32 ? (const int32_t *)bias->data : NULL;
+    if (bias && !bv && (bown = malloc(sizeof(int32_t) * (size_t)M))) {
+        kn_q_int32_values(bias, M, bown);
+        bv = bown;
+    }
     *st = KILN_OK;
-    if (!xh || !cols || !ct || (bias && !bv)) *st = KILN_ERR_OUT_OF_MEMORY;
-    if (bv) kn_q_int32_values(bias, M, bv);
+    if ((!in_place && !xh) || (!direct && !cols) || (P > 1 && !ct) || (bias && !bv)) *st = KILN_ERR_OUT_OF_MEMORY;
     /* threads past kn_qgemm8's panels of 32 output channels, or planes of 256 outputs and more
      * (whose im2col^T, made on one thread, kept 1x64x56x56 3x3 from gaining on a second): the rows
      * split among the threads instead */
     const int64_t threads = kn_threadpool_size(c->pool), panels = (M + 31) / 32;
     const bool split = threads > 1 && (threads > panels || P >= 256) && (double)P * (double)M * (double)K >= 4e5 &&
                        P >= 32;
-    iconv_rows8_job job = {s, xh, cols, ct, w8, WP, split ? min64(threads, P / 16) : 1, zx, zw, direct,
+    iconv_rows8_job job = {s, xh, cols, cols, ct, w8, WP, split ? min64(threads, P / 16) : 1, zx, zw, direct,
                            W->dtype == KILN_DTYPE_INT8};
     atomic_init(&job.failed, 0);
     for (int64_t n = 0; *st == KILN_OK && n < s->N; n++) {
-        iconv_to_hwc(s, (const uint8_t *)X->data + n * C * s->in_plane, (uint8_t)zx, HP, WP, xh);
+        const uint8_t *xn = (const uint8_t *)X->data + n * C * s->in_plane;
+        int32_t *an = acc + n * M * P;
+        if (in_place) job.a = xn;
+        else iconv_to_hwc(s, xn, (uint8_t)zx, HP, WP, xh);
+        if (P == 1) job.ct = an;
         if (split) kn_parallel_for(c->pool, job.chunks, 1, iconv_rows8_range, &job);
         else iconv_rows8_rows(&job, c->pool, 0, P);
         if (atomic_load(&job.failed)) *st = KILN_ERR_OUT_OF_MEMORY;
-        int32_t *an = acc + n * M * P;
+        if (P == 1) { /* the bias, one vector pass */
+            int64_t m = 0;
+#if defined(__AVX2__)
+            for (; bv && m + 8 <= M; m += 8)
+                _mm256_storeu_si256((__m256i *)(an + m), _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(an + m)),
+                                                                          _mm256_loadu_si256((const __m256i *)(bv + m))));
+#endif
+            for (; bv && m < M; m++) an[m] += bv[m];
+            continue;
+        }
         /* back to planes, bias added: 8 x 8 blocks */
         for (int64_t m0 = 0; m0 < M; m0 += 8)
             for (int64_t p0 = 0; p0 < P; p0 += 8) {
@@ -3341,7 +3365,7 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
     if (cols != xh) free(cols);
     free(xh);
     free(ct);
-    free(bv);
+    free(bown);
     return true;
 }
 
@@ -3403,13 +3427,24 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
     if (s->N * s->M * s->out_plane == 0) return KILN_OK;
     const int64_t Kg = s->Cg * s->kk;
     const size_t per_group = kn_qgemm_a_words(s->Mg, Kg), wbytes = sizeof(int32_t) * per_group * (size_t)s->G;
-    int32_t *zw = nwz > 1 ? malloc(sizeof(int32_t) * (size_t)nwz) : NULL;
-    if (nwz > 1 && !zw) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    if (zw) kn_q_int32_values(wz, nwz, zw);
     /* depthwise: conv_int_dw.h, on planes of every size (its loads and stores bounded: 7600 hostile
      * one-node cases from 1x1 up, byte-exact against the qgemm path, clean under ASan+UBSan; 6-25x
      * faster than qgemm's one-row products on 1x1 to 15x15 planes) */
-    if (s->Cg == 1 && s->nsp <= 2 && (s->G > 1 || s->Mg <= 4)) {
+    const bool depthwise = s->Cg == 1 && s->nsp <= 2 && (s->G > 1 || s->Mg <= 4);
+    /* AMX-INT8 (qgemm_amx.h): the weights' rows as they are, their zero points applied after;
+     * ahead of the transposed form below (1x64x56x56 k3: 0.2x its time) */
+    const bool amx = !depthwise && kn_qgemm_amx_pays(s->Mg, s->out_plane, Kg);
+    /* the transposed form (ahead of the zero points' int32 copy, which it does not read) */
+    if (!depthwise && !amx && iconv_rows8_wanted(c, s, X, w_in, wz_in, wz)) {
+        kiln_status st = KILN_OK;
+        const int32_t zx = xz && kn_tensor_count(xz) ? (int32_t)kn_tensor_get_i64(xz, 0) : 0;
+        if (iconv_rows8(c, s, X, w_in, zx, nwz ? (int32_t)kn_tensor_get_i64(wz, 0) : 0, bias, acc, &st))
+            return st ? kn_kernel_error(c, st, "out of memory") : KILN_OK;
+    }
+    int32_t *zw = nwz > 1 ? malloc(sizeof(int32_t) * (size_t)nwz) : NULL;
+    if (nwz > 1 && !zw) return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    if (zw) kn_q_int32_values(wz, nwz, zw);
+    if (depthwise) {
         int32_t *bv = bias ? malloc(sizeof(int32_t) * (size_t)s->M) : NULL;
         if (bv) kn_q_int32_values(bias, s->M, bv);
         const bool two = s->nsp == 2;
@@ -3434,18 +3469,6 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
         free(zw);
         free(bv);
         return dst ? kn_kernel_error(c, dst, "out of memory") : KILN_OK;
-    }
-    /* AMX-INT8 (qgemm_amx.h): the weights' rows as they are, their zero points applied after;
-     * ahead of the transposed form below (1x64x56x56 k3: 0.2x its time) */
-    const bool amx = kn_qgemm_amx_pays(s->Mg, s->out_plane, Kg);
-    if (!amx && iconv_rows8_wanted(c, s, X, w_in, wz_in, wz, zw)) {
-        kiln_status st = KILN_OK;
-        const int32_t zx = xz && kn_tensor_count(xz) ? (int32_t)kn_tensor_get_i64(xz, 0) : 0;
-        const bool done = iconv_rows8(c, s, X, w_in, zx, nwz ? (int32_t)kn_tensor_get_i64(wz, 0) : 0, bias, acc, &st);
-        if (done) {
-            free(zw);
-            return st ? kn_kernel_error(c, st, "out of memory") : KILN_OK;
-        }
     }
     /* the packed weights, kept per session when they and their zero points are constants */
     iconv_w_ctx wc = {s, W, zw, nwz == 1 ? (int32_t)kn_tensor_get_i64(wz, 0) : 0};
@@ -3575,7 +3598,8 @@ kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c) {
         return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     /* the scales per output channel: x_scale * w_scale / y_scale in float, as the reference */
     const int64_t nws = kn_tensor_count(ws), M = c->in[3]->rank > 0 ? c->in[3]->dims[0] : 0;
-    float *r = malloc(sizeof(float) * (size_t)(M > 0 ? M : 1));
+    float rbuf[1024]; /* (a malloc a call was a few percent of a one-position layer) */
+    float *r = M <= 1024 ? rbuf : malloc(sizeof(float) * (size_t)M);
     if (!r) {
         free(own);
         return kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
@@ -3597,7 +3621,7 @@ kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c) {
             for (int64_t m = 0; m < s.M; m++)
                 kn_q_requant(acc + (n * s.M + m) * s.out_plane, s.out_plane, r[m], zy, rq.s8,
                              (uint8_t *)Y->data + (n * s.M + m) * s.out_plane);
-    free(r);
+    if (r != rbuf) free(r);
     free(own);
     return st;
 }
