@@ -180,13 +180,6 @@ static void memo_free(kn_shape_memo *m) {
     free(m);
 }
 
-/* KILN_SHAPE_MEMO=0: every run infers every node (for measuring and checking what the memo saves;
- * read at the start of each call). */
-static bool memo_wanted(void) {
-    const char *e = getenv("KILN_SHAPE_MEMO");
-    return !(e && !strcmp(e, "0"));
-}
-
 static kn_tensor *lookup_outer(const kn_exec *x, const char *name);
 
 /* The value the body's outer read i (bm->outer[i]) refers to, as lookup_outer finds it, through
@@ -496,6 +489,8 @@ void kn_run_ctx_begin(kn_run_ctx *c, const int *terminate, int64_t timeout_ms, i
     c->mem_limit = mem_limit > 0 ? mem_limit : 0;
     c->mem_live = 0;
     c->mem_peak = 0;
+    c->memo_off = c->memplan_off = false;
+    c->bytes_limit = 0;
 }
 
 void kn_run_ctx_clear(kn_run_ctx *c) {
@@ -741,13 +736,6 @@ bool kn_exec_is_view(const kn_node *n) {
     case 'I': return !strcmp(op, "Identity");
     default: return false;
     }
-}
-
-/* KILN_MEMORY_PLAN=0: a run allocates every intermediate from the buffer pool instead (for
- * measuring and checking what the plan does; read at each run). */
-static bool memplan_wanted(void) {
-    const char *e = getenv("KILN_MEMORY_PLAN");
-    return !(e && !strcmp(e, "0"));
 }
 
 /* Whether t's bytes are in the run's planned arena. */
@@ -1223,7 +1211,9 @@ kiln_status kn_exec_graph_ctx(const kn_graph *g, kn_runtime *rt, kn_threadpool *
                               kn_tensor *const *into) {
     bool bounded = ctx && (ctx->terminate || ctx->deadline_ms > 0);
     if (bounded) kn_parallel_set_stop(stop_check, ctx);
-    kn_tensor_bytes_limit_pin(); /* (asked at each allocation of the run) */
+    /* (asked at each allocation of the run) */
+    if (ctx && ctx->bytes_limit) kn_tensor_bytes_limit_pin_to(ctx->bytes_limit);
+    else kn_tensor_bytes_limit_pin();
     kiln_status st = exec_graph(g, rt, pool, buffers, NULL, ctx, inputs, outputs, flags, into);
     kn_tensor_bytes_limit_unpin();
     if (bounded) kn_parallel_set_stop(NULL, NULL);
@@ -1297,8 +1287,9 @@ static kiln_status exec_graph(const kn_graph *g, kn_runtime *rt, kn_threadpool *
         gp = &own_plan->graphs[0];
     }
     x.pv = gp->values;
-    if (rt && ctx && g == rt->main && !parent && memplan_wanted()) choose_plan(&x, rt, ctx, inputs, &sig, &sig_len);
-    if (ctx && !parent) ctx->memo_off = !memo_wanted();
+    /* (KILN_MEMORY_PLAN=0: every intermediate from the buffer pool; KILN_SHAPE_MEMO=0: every node
+     * inferred; for measuring and checking what each saves) */
+    if (rt && ctx && g == rt->main && !parent && !ctx->memplan_off) choose_plan(&x, rt, ctx, inputs, &sig, &sig_len);
     if (rt && ctx && g == rt->main && !parent && !ctx->memo_off) choose_memo(&x, ctx, ctx->shapes, NULL, inputs);
     if (parent && x.run && !x.run->memo_off) {
         kn_body_memos *bm = body_memos(x.run, g);

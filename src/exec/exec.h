@@ -31,7 +31,12 @@ typedef struct kn_run_ctx {
     struct kn_shape_memo *shapes[4]; /* output types known from the input shapes, one per input-shape set */
     struct kn_body_memos **bodies;   /* the same for control-flow bodies, per body graph */
     int n_bodies;
-    bool memo_off;                   /* KILN_SHAPE_MEMO=0, read at the call's start */
+    /* the session's switches, read from the environment as it was made (session.h; getenv on
+     * each call's path was 2-3% of a one-node run): kn_run_ctx_begin clears them, run_common sets
+     * them */
+    bool memo_off;                   /* KILN_SHAPE_MEMO=0 */
+    bool memplan_off;                /* KILN_MEMORY_PLAN=0 */
+    uint64_t bytes_limit;            /* kn_tensor_bytes_limit() then (0: read it at the run) */
     uint64_t runs;
     /* the current call's bounds (kn_run_ctx_begin) */
     const int *terminate;   /* the run options' flag (atomic), or NULL */

@@ -10,6 +10,7 @@
 #include "onnx/loader.h"
 #include "onnx/writer.h"
 #include "opt/opt.h"
+#include "util/limits.h"
 #include "util/log.h"
 
 #include <stdio.h>
@@ -167,6 +168,12 @@ static kiln_status fill_io(kiln_session *s) {
     return KILN_OK;
 }
 
+/* Whether the environment variable `name` is "0" (a switch turned off) */
+static bool env_off(const char *name) {
+    const char *e = getenv(name);
+    return e && !strcmp(e, "0");
+}
+
 /* What every session needs after compilation, whether compiled now or read from a compiled
  * file: nodes placed on providers, threads, buffers, I/O info. */
 static kiln_status finish_session(kiln_session *s) {
@@ -189,6 +196,10 @@ static kiln_status finish_session(kiln_session *s) {
         if (be->ops->device != KN_DEVICE_HOST && !(be->ops->lane_open && be->ops->lanes_overlap(be->state)))
             s->serial = true;
     }
+    s->memo_off = env_off("KILN_SHAPE_MEMO");
+    s->memplan_off = env_off("KILN_MEMORY_PLAN");
+    s->outputs_copy = env_off("KILN_OUTPUTS_IN_PLACE");
+    s->bytes_limit = kn_tensor_bytes_limit();
     atomic_store(&s->magic, KN_SESSION_MAGIC);
     kiln_status st = kn_graph_place(model->graph, s->rt, NULL, NULL);
     if (st == KILN_OK) st = kn_threadpool_create(s->opts.intra_op_threads, &s->pool);
@@ -484,13 +495,6 @@ static kiln_status deliver(const kiln_session *s, kn_tensor **t, bool borrowed, 
     return KILN_OK;
 }
 
-/* KILN_OUTPUTS_IN_PLACE=0: kiln_session_run_into computes every output in kiln's memory and copies
- * it into the caller's tensors (as before nodes wrote into them; for measuring and checking). */
-static bool direct_wanted(void) {
-    const char *e = getenv("KILN_OUTPUTS_IN_PLACE");
-    return !(e && !strcmp(e, "0"));
-}
-
 /* Whether caller tensor t can hold a value of type ty as far as the model tells: the same element
  * type, rank and fixed dims (what the run computes is checked again after it). */
 static bool fits_type(const kn_type *ty, const kn_tensor *t) {
@@ -537,7 +541,9 @@ static kiln_status run_body(kiln_session *s, kn_call_ctx *ctx, const char *fn, c
     /* the caller's tensors, per graph output, for the nodes to write straight into (exec.h); only
      * when each agrees with what the model says of its output, so that a tensor the output cannot
      * fit is refused, after the run, with nothing written */
-    if (into && direct_wanted()) {
+    /* (KILN_OUTPUTS_IN_PLACE=0: every output computed in kiln's memory and copied into the caller's
+     * tensors, as before nodes wrote into them) */
+    if (into && !s->outputs_copy) {
         in_place = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *in_place);
         bool agree = in_place != NULL;
         for (size_t i = 0; agree && i < n_outputs; i++) {
@@ -755,6 +761,7 @@ static kiln_status run_common(kiln_session *s, const kiln_run_options *ro, const
     int level = kn_log_swap_level(s->opts.log_level);
     kn_run_ctx_begin(ctx, ro ? (const int *)&ro->terminate : NULL, ro ? (int64_t)atomic_load(&ro->timeout_ms) : 0,
                      (int64_t)(s->opts.memory_limit > INT64_MAX ? INT64_MAX : s->opts.memory_limit));
+    ctx->memo_off = s->memo_off, ctx->memplan_off = s->memplan_off, ctx->bytes_limit = s->bytes_limit;
     double prof_t0 = kn_profile_run_begin(); /* a run's slice in a KILN_PROFILE trace */
     kn_call_ctx *cc = (kn_call_ctx *)ctx;
     kiln_status st = lanes_enter(s, cc);

@@ -97,6 +97,11 @@ struct kiln_session {
     bool closing;                /* kiln_session_destroy has begun: new calls are refused */
     bool serial;                 /* a device provider without lanes: one run context, one call at a time */
     bool sync_made;              /* ctx_mu, ctx_cv initialised */
+    /* the environment's switches for runs, read once as the session is made (finish_session):
+     * KILN_SHAPE_MEMO=0, KILN_MEMORY_PLAN=0, KILN_OUTPUTS_IN_PLACE=0 (each for measuring and
+     * checking what its part saves) and the tensor size limit (KILN_MAX_TENSOR_BYTES) */
+    bool memo_off, memplan_off, outputs_copy;
+    uint64_t bytes_limit;
 };
 
 /* For tests: run contexts made so far and the most calls seen inside at once. */

@@ -28,6 +28,10 @@ void kn_tensor_bytes_limit_pin(void) {
     if (pinned++ == 0) pinned_limit = limit_read();
 }
 
+void kn_tensor_bytes_limit_pin_to(uint64_t limit) {
+    if (pinned++ == 0) pinned_limit = limit;
+}
+
 void kn_tensor_bytes_limit_unpin(void) {
     if (pinned > 0) pinned--;
 }

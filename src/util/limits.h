@@ -13,6 +13,9 @@ uint64_t kn_tensor_bytes_limit(void);
  * pins it for its duration (the environment is read once per run instead of at each of its
  * allocations). Pins nest: each pin needs its unpin. */
 void kn_tensor_bytes_limit_pin(void);
+/* The same with a limit read before (a session's, read as it was made): no look at the
+ * environment on the run's path */
+void kn_tensor_bytes_limit_pin_to(uint64_t limit);
 void kn_tensor_bytes_limit_unpin(void);
 /* count * elem_size, or UINT64_MAX when it overflows. */
 uint64_t kn_bytes_of(uint64_t count, uint64_t elem_size);

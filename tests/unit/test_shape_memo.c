@@ -245,12 +245,15 @@ KN_TEST(shape_memo_off_infers_every_run) {
     size_t size;
     int n_nodes = 0;
     unsigned char *m = static_model(&size, &n_nodes);
-    kiln_session *s = memo_session(m, size, 0);
-    free(m);
-    if (!s) return;
     const char *prev = getenv("KILN_SHAPE_MEMO");
     char *saved = prev ? strdup(prev) : NULL;
-    setenv("KILN_SHAPE_MEMO", "0", 1);
+    setenv("KILN_SHAPE_MEMO", "0", 1); /* (read as the session is made: restored at once) */
+    kiln_session *s = memo_session(m, size, 0);
+    if (saved) setenv("KILN_SHAPE_MEMO", saved, 1);
+    else unsetenv("KILN_SHAPE_MEMO");
+    free(saved);
+    free(m);
+    if (!s) return;
     float xv[16];
     fill(xv, 16, 5);
     int64_t xd[2] = {1, 16};
@@ -265,9 +268,6 @@ KN_TEST(shape_memo_off_infers_every_run) {
                   (unsigned long long)(kn_exec_infer_count() - before), n_nodes);
         kiln_tensor_destroy(y);
     }
-    if (saved) setenv("KILN_SHAPE_MEMO", saved, 1);
-    else unsetenv("KILN_SHAPE_MEMO");
-    free(saved);
     kiln_tensor_destroy(x);
     kiln_session_destroy(s);
 }
