@@ -215,3 +215,74 @@ KN_TEST(threadpool_loops_after_sleeps_1_to_4_threads) {
     free(hits);
     free(nest_hits);
 }
+
+/* KILN_POOL_PIN=1 (a measurement switch): each worker runs on one CPU of its own, never the one
+ * the pool's creator was on, and the loops still cover every element once. */
+#if defined(__linux__)
+typedef struct pin_job {
+    int *hits;
+    pthread_t caller;
+    int worker_cpus[64]; /* per worker seen: the CPUs its affinity allows, as a count, and which */
+    int worker_only[64];
+    pthread_t workers[64];
+    int n_workers; /* under mu */
+    pthread_mutex_t mu;
+} pin_job;
+
+static void pin_range(void *arg, int64_t b, int64_t e) {
+    pin_job *j = arg;
+    for (int64_t i = b; i < e; i++) __atomic_add_fetch(&j->hits[i], 1, __ATOMIC_RELAXED);
+    if (pthread_equal(pthread_self(), j->caller)) return;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+    int only = -1;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set)) only = c;
+    pthread_mutex_lock(&j->mu);
+    int k = 0;
+    while (k < j->n_workers && !pthread_equal(j->workers[k], pthread_self())) k++;
+    if (k == j->n_workers && k < 64) {
+        j->workers[k] = pthread_self();
+        j->worker_cpus[k] = CPU_COUNT(&set);
+        j->worker_only[k] = only;
+        j->n_workers++;
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+KN_TEST(threadpool_pinned_workers_one_cpu_each) {
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2) {
+        kn_unit_skip("fewer than 2 CPUs allowed");
+        return;
+    }
+    const int threads = CPU_COUNT(&allowed) < 4 ? CPU_COUNT(&allowed) : 4;
+    const int creator_cpu = sched_getcpu();
+    setenv("KILN_POOL_PIN", "1", 1);
+    kn_threadpool *pool = NULL;
+    CHECK_STATUS(kn_threadpool_create(threads, &pool), KILN_OK);
+    unsetenv("KILN_POOL_PIN");
+    enum { N = 4096 };
+    pin_job j = {.hits = calloc(N, sizeof(int)), .caller = pthread_self()};
+    pthread_mutex_init(&j.mu, NULL);
+    for (int loop = 0; loop < 2000; loop++) {
+        memset(j.hits, 0, N * sizeof(int));
+        kn_parallel_for(pool, N, 64, pin_range, &j);
+        for (int i = 0; i < N; i++)
+            if (j.hits[i] != 1) {
+                kn_unit_fail(__FILE__, __LINE__, "loop %d: element %d covered %d times", loop, i, j.hits[i]);
+                loop = 2000;
+                break;
+            }
+    }
+    kn_threadpool_destroy(pool);
+    CHECK(j.n_workers >= 1); /* 2000 loops of 64 chunks: the workers took some */
+    for (int k = 0; k < j.n_workers; k++) {
+        CHECK(j.worker_cpus[k] == 1);
+        CHECK(j.worker_only[k] != creator_cpu);
+        for (int l = 0; l < k; l++) CHECK(j.worker_only[l] != j.worker_only[k]);
+    }
+    pthread_mutex_destroy(&j.mu);
+    free(j.hits);
+}
+#endif
