@@ -503,3 +503,65 @@ KN_TEST(cpu_transpose_large_against_definition) {
         free(want);
     }
 }
+
+/* ------------------------------------------------------------------ Transpose, blocks and edges */
+
+/* Transposes through the 8x8 block kernels (tile2d_8/16/32) whose extents are not multiples of 8
+ * (the edges: one more block overlapping the last full one), whose source-contiguous extent leaves a
+ * last chunk of under 8 (merged into the chunk before: 64 * 2 + 3), with fewer than 8 rows or
+ * columns (scalar), and with destination rows a multiple of 4 KiB apart (the row-by-row order of
+ * tile2d_32; with source rows a multiple of 1 KiB apart: the stripes), for 1-, 2-, 4- and 8-byte
+ * elements on 1, 2 and 3 threads, against the index mapping. */
+KN_TEST(cpu_transpose_block_edges_against_definition) {
+    struct {
+        int rank;
+        int64_t dims[4];
+        int64_t perm[4];
+    } cases[] = {
+        {3, {12, 197, 197}, {0, 2, 1}},
+        {4, {1, 12, 13, 64}, {0, 2, 3, 1}}, /* 12 source rows: one block and an overlapping one */
+        {2, {9, 131}, {1, 0}},              /* chunks 64 + 67 */
+        {2, {131, 9}, {1, 0}},
+        {2, {1024, 67}, {1, 0}},            /* destination rows of 1024 elements */
+        {2, {2048, 13}, {1, 0}},
+        {2, {1024, 256}, {1, 0}},           /* source rows of 256: the stripes */
+        {3, {3, 8, 8}, {0, 2, 1}},
+        {3, {2, 5, 7}, {0, 2, 1}},          /* scalar */
+        {4, {2, 3, 17, 9}, {0, 3, 1, 2}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int ti = 0; ti < 4; ti++) {
+            const kiln_dtype dt = dm_types[ti];
+            const size_t es = kiln_dtype_size(dt);
+            const int r = cases[c].rank;
+            const int64_t n = dm_count(cases[c].dims, r);
+            unsigned char *x = dm_pattern(n, es, (uint32_t)(c * 4 + (size_t)ti) + 300);
+            unsigned char *want = malloc(es * (size_t)n);
+            int64_t xs[4], yd[4], idx[4] = {0};
+            xs[r - 1] = 1;
+            for (int k = r - 2; k >= 0; k--) xs[k] = xs[k + 1] * cases[c].dims[k + 1];
+            for (int k = 0; k < r; k++) yd[k] = cases[c].dims[cases[c].perm[k]];
+            for (int64_t o = 0; o < n; o++) {
+                int64_t src = 0;
+                for (int k = 0; k < r; k++) src += idx[k] * xs[cases[c].perm[k]];
+                memcpy(want + (size_t)o * es, x + (size_t)src * es, es);
+                for (int k = r - 1; k >= 0; k--) {
+                    if (++idx[k] < yd[k]) break;
+                    idx[k] = 0;
+                }
+            }
+            const tmb_attr_spec at[1] = {{.name = "perm", .ints = cases[c].perm, .n_ints = r}};
+            dm_in in[1] = {{dt, r, {0}, x}};
+            memcpy(in[0].dims, cases[c].dims, sizeof(int64_t) * (size_t)r);
+            for (int threads = 1; threads <= 3; threads++) {
+                kiln_tensor *y = NULL;
+                CHECK_STATUS(dm_run("Transpose", 13, in, 1, NULL, 0, at, 1, threads, &y, NULL), KILN_OK);
+                char what[128];
+                snprintf(what, sizeof what, "Transpose case %zu, %zu-byte elements, %d threads", c, es, threads);
+                dm_check(what, y, yd, r, want, es);
+                kiln_tensor_destroy(y);
+            }
+            free(x);
+            free(want);
+        }
+}

@@ -271,19 +271,40 @@ static void tile2d_32_stream(float *dp, const float *sp, int64_t K, int64_t I, i
         for (int64_t ii = I16; ii < I; ii++) dp[kk * dk + ii] = sp[kk + ii * si];
 }
 
-/* dst[kk*dk + ii] = src[kk + ii*si] for 4-byte elements: 8x8 register transposes inside 64x64
- * blocks, scalar edges. */
+/* dst[kk*dk + ii] = src[kk + ii*si] for 4-byte elements: 8x8 register transposes in stripes of 16
+ * source rows. K, I >= 8: the edges take one more block each, overlapping the last full one (the same
+ * values written twice), as tile2d_8: the scalar edges were 70% of 1x12x128x64 perm 0231 in float
+ * (12 source rows: a third of the elements) and 1.7x ONNX Runtime's time. Smaller: scalar. */
 static void tile2d_32(float *dp, const float *sp, int64_t K, int64_t I, int64_t dk, int64_t si) {
-    int64_t K8 = K & ~(int64_t)7, I8 = I & ~(int64_t)7;
-    for (int64_t i0 = 0; i0 < I8; i0 += 16) {
-        int64_t i1 = i0 + 16 < I8 ? i0 + 16 : I8;
-        for (int64_t kk = 0; kk < K8; kk += 8)
-            for (int64_t ii = i0; ii < i1; ii += 8) tr8x8_32(sp + kk + ii * si, si, dp + kk * dk + ii, dk);
+    if (K < 8 || I < 8) {
+        for (int64_t kk = 0; kk < K; kk++)
+            for (int64_t ii = 0; ii < I; ii++) dp[kk * dk + ii] = sp[kk + ii * si];
+        return;
     }
-    for (int64_t kk = K8; kk < K; kk++)
-        for (int64_t ii = 0; ii < I; ii++) dp[kk * dk + ii] = sp[kk + ii * si];
-    for (int64_t kk = 0; kk < K8; kk++)
-        for (int64_t ii = I8; ii < I; ii++) dp[kk * dk + ii] = sp[kk + ii * si];
+    if ((dk & 1023) == 0 && (si & 255) != 0) {
+        /* destination rows a multiple of 4 KiB apart (one L1 set for a column of blocks) and source
+         * rows not: 8 destination rows at a time across all of I, so only their 8 lines are being
+         * written at once (the stripes below kept 64 of them in one set: 1024x1000 -> 1000x1024 at
+         * 1.5-1.8x ONNX Runtime's time). The source lines are read twice, from L2 the second time. */
+        for (int64_t k0 = 0; k0 < K; k0 += 8) {
+            const int64_t kk = k0 + 8 <= K ? k0 : K - 8;
+            for (int64_t c0 = 0; c0 < I; c0 += 8) {
+                const int64_t ii = c0 + 8 <= I ? c0 : I - 8;
+                tr8x8_32(sp + kk + ii * si, si, dp + kk * dk + ii, dk);
+            }
+        }
+        return;
+    }
+    for (int64_t i0 = 0; i0 < I; i0 += 16) {
+        const int64_t i1 = i0 + 16 < I ? i0 + 16 : I;
+        for (int64_t k0 = 0; k0 < K; k0 += 8) {
+            const int64_t kk = k0 + 8 <= K ? k0 : K - 8;
+            for (int64_t c0 = i0; c0 < i1; c0 += 8) {
+                const int64_t ii = c0 + 8 <= I ? c0 : I - 8;
+                tr8x8_32(sp + kk + ii * si, si, dp + kk * dk + ii, dk);
+            }
+        }
+    }
 }
 #endif
 
@@ -342,17 +363,18 @@ static void tile2d_8(uint8_t *dp, const uint8_t *sp, int64_t K, int64_t I, int64
     }
 }
 
+/* K, I >= 8: overlapping edge blocks as tile2d_8 */
 static void tile2d_16(uint16_t *dp, const uint16_t *sp, int64_t K, int64_t I, int64_t dk, int64_t si) {
-    int64_t K8 = K & ~(int64_t)7, I8 = I & ~(int64_t)7;
-    for (int64_t i0 = 0; i0 < I8; i0 += 16) {
-        int64_t i1 = i0 + 16 < I8 ? i0 + 16 : I8;
-        for (int64_t kk = 0; kk < K8; kk += 8)
-            for (int64_t ii = i0; ii < i1; ii += 8) tr8x8_16(sp + kk + ii * si, si, dp + kk * dk + ii, dk);
+    for (int64_t i0 = 0; i0 < I; i0 += 16) {
+        const int64_t i1 = i0 + 16 < I ? i0 + 16 : I;
+        for (int64_t k0 = 0; k0 < K; k0 += 8) {
+            const int64_t kk = k0 + 8 <= K ? k0 : K - 8;
+            for (int64_t c0 = i0; c0 < i1; c0 += 8) {
+                const int64_t ii = c0 + 8 <= I ? c0 : I - 8;
+                tr8x8_16(sp + kk + ii * si, si, dp + kk * dk + ii, dk);
+            }
+        }
     }
-    for (int64_t kk = K8; kk < K; kk++)
-        for (int64_t ii = 0; ii < I; ii++) dp[kk * dk + ii] = sp[kk + ii * si];
-    for (int64_t kk = 0; kk < K8; kk++)
-        for (int64_t ii = I8; ii < I; ii++) dp[kk * dk + ii] = sp[kk + ii * si];
 }
 #endif
 
@@ -600,14 +622,21 @@ static void weave_work(void *arg, int64_t begin, int64_t end) {
  * a single large 2-D transpose still spreads over the threads. */
 #define TILE_CHUNK 64
 
+/* chunks of K: a last chunk of under 8 is merged into the one before (the 8x8 kernels' blocks
+ * cover a chunk of 8 or more; under 8 is scalar: K = 197 left 5 x I elements to the scalar loop) */
+static int64_t tile_chunks(int64_t K) {
+    const int64_t n = (K + TILE_CHUNK - 1) / TILE_CHUNK;
+    return n > 1 && K - (n - 1) * TILE_CHUNK < 8 ? n - 1 : n;
+}
+
 static void tile_work(void *arg, int64_t begin, int64_t end) {
     sc_job *j = arg;
     const kn_strided *s = &j->s;
-    int64_t K = s->dims[j->tk], nch = (K + TILE_CHUNK - 1) / TILE_CHUNK;
+    int64_t K = s->dims[j->tk], nch = tile_chunks(K);
     int64_t dk = s->dst_stride[j->tk], sk = s->src_stride[j->tk];
     for (int64_t it = begin; it < end; it++) {
         int64_t rem = it / nch, k0 = (it % nch) * TILE_CHUNK, doff = s->dst_off, soff = s->src_off;
-        int64_t len = K - k0 < TILE_CHUNK ? K - k0 : TILE_CHUNK;
+        int64_t len = it % nch == nch - 1 ? K - k0 : TILE_CHUNK;
         for (int q = j->nouter - 1; q >= 0; q--) {
             int k = j->outer[q];
             int64_t i = rem % s->dims[k];
@@ -719,7 +748,7 @@ kiln_status kn_cpu_strided_copy(kn_kernel_ctx *c, kn_tensor *dst, const kn_tenso
         outer *= s->dims[k];
     }
     if (j->mode == MODE_TILE) {
-        int64_t nch = (s->dims[j->tk] + TILE_CHUNK - 1) / TILE_CHUNK;
+        int64_t nch = tile_chunks(s->dims[j->tk]);
         work = s->dims[in_] * (s->dims[j->tk] < TILE_CHUNK ? s->dims[j->tk] : TILE_CHUNK);
         int64_t grain = kn_parallel_grain_light(c->pool, 32768) / work;
         kn_parallel_for(c->pool, outer * nch, grain > 0 ? grain : 1, tile_work, j);
