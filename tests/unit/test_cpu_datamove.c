@@ -111,7 +111,8 @@ static const kiln_dtype dm_types[4] = {KILN_DTYPE_UINT8, KILN_DTYPE_FLOAT16, KIL
 
 /* ------------------------------------------------------------------ Gather */
 
-/* y[p, q, t] = x[p, idx[q] (+ D where negative), t] over the axis's outer (p) and inner (t) extents */
+/* y[p, q, t] = x[p, idx[q] (+ D where negative), t] over the axis's outer (p) and inner (t) extents;
+ * 1, 2 and 3 threads */
 KN_TEST(cpu_gather_against_definition) {
     struct {
         int rank;
@@ -124,6 +125,8 @@ KN_TEST(cpu_gather_against_definition) {
         {3, {5, 7, 3}, -1, 0, {0}},     {2, {300, 37}, 0, 1, {200}},   {2, {40, 769}, 0, 2, {3, 41}},
         {4, {2, 3, 5, 1}, 2, 1, {13}},  {2, {3, 2000}, 1, 1, {1500}},
         {3, {3, 50, 300}, 1, 1, {45}}, /* 135 rows of 300: the second thread starts inside the second block */
+        {2, {41, 900}, 1, 1, {1001}},  /* single elements: a thread's part starts inside a row of 1001 */
+        {3, {7, 3, 33}, 2, 2, {5, 1}}, /* single elements, 2-D indices */
     };
     uint32_t seed = 7;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -150,19 +153,27 @@ KN_TEST(cpu_gather_against_definition) {
                            (size_t)post * es);
                 }
             for (int i32 = 0; i32 < 2; i32++)
-                for (int threads = 1; threads <= 2; threads++) {
+                for (int threads = 1; threads <= 3; threads++) {
                     void *idx = dm_indices(iv, nq, i32);
                     dm_in in[2] = {{dm_types[ti], r, {0}, x}, {i32 ? KILN_DTYPE_INT32 : KILN_DTYPE_INT64, qr, {0}, idx}};
                     memcpy(in[0].dims, cases[c].dims, sizeof(int64_t) * (size_t)r);
                     memcpy(in[1].dims, cases[c].idims, sizeof(int64_t) * (size_t)qr);
                     const tmb_attr_spec at[1] = {{.name = "axis", .i = cases[c].axis}};
-                    kiln_tensor *y = NULL;
-                    CHECK_STATUS(dm_run("Gather", 13, in, 2, NULL, 0, at, 1, threads, &y, NULL), KILN_OK);
+                    /* into a caller's buffer of a fill pattern: an element not written shows (an
+                     * output of kiln's own may reuse the last run's memory, which holds the answer) */
+                    const size_t yb = (size_t)(pre * nq * post) * es;
+                    unsigned char *buf = malloc(yb + 1);
+                    memset(buf, 0xA5, yb + 1);
+                    kiln_tensor *y = NULL, *into = NULL;
+                    CHECK_STATUS(kiln_tensor_wrap(dm_types[ti], yd, yr, buf, yb, &into), KILN_OK);
+                    CHECK_STATUS(dm_run("Gather", 13, in, 2, NULL, 0, at, 1, threads, &y, into), KILN_OK);
                     char what[128];
                     snprintf(what, sizeof what, "Gather case %zu, %s, int%d indices, %d threads", c,
                              kiln_dtype_name(dm_types[ti]), i32 ? 32 : 64, threads);
-                    dm_check(what, y, yd, yr, want, es);
+                    dm_check(what, into, yd, yr, want, es);
                     kiln_tensor_destroy(y);
+                    kiln_tensor_destroy(into);
+                    free(buf);
                     free(idx);
                 }
             free(x);

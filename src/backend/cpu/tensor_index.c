@@ -65,12 +65,55 @@ static void gather_rows(gather_job *j, int64_t b, int64_t e) {
     }
 }
 
+/* Single elements (post == 1: a gather along the last axis, a column pick) of 1, 2, 4 or 8 bytes
+ * by int32 or int64 indices: a typed loop over each outer row's run of indices (the indices were
+ * checked before). The general loop below, with a division, an index-type switch and an
+ * element-size switch per element, took 3x OpenVINO's time on 64x4096 gathered at 1000 columns. */
+#define GATHER_ELEMS(T, IT)                                                                        \
+    do {                                                                                           \
+        const T *xp = (const T *)j->x->data;                                                       \
+        T *yp = (T *)j->y->data;                                                                   \
+        const IT *ip = (const IT *)j->idx->data;                                                   \
+        for (int64_t it = b; it < e;) {                                                            \
+            const int64_t n = e - it < j->nidx - q ? e - it : j->nidx - q;                         \
+            const T *xr = xp + p * D;                                                              \
+            T *yr = yp + it - q;                                                                   \
+            for (int64_t k = q; k < q + n; k++) {                                                  \
+                int64_t v = ip[k];                                                                 \
+                yr[k] = xr[v + (v < 0 ? D : 0)];                                                   \
+            }                                                                                      \
+            it += n, q = 0, p++;                                                                   \
+        }                                                                                          \
+    } while (0)
+
+#define GATHER_ELEMS_IDX(T)                                                                        \
+    do {                                                                                           \
+        if (j->idx->dtype == KILN_DTYPE_INT64) GATHER_ELEMS(T, int64_t);                           \
+        else GATHER_ELEMS(T, int32_t);                                                             \
+    } while (0)
+
+static bool gather_elems(gather_job *j, int64_t b, int64_t e) {
+    if (j->post != 1 || j->y->dtype == KILN_DTYPE_STRING || kn_dtype_is_packed(j->y->dtype) ||
+        (j->idx->dtype != KILN_DTYPE_INT64 && j->idx->dtype != KILN_DTYPE_INT32))
+        return false;
+    const int64_t D = j->D;
+    int64_t p = b / j->nidx, q = b % j->nidx;
+    switch (j->es) {
+    case 1: GATHER_ELEMS_IDX(uint8_t); return true;
+    case 2: GATHER_ELEMS_IDX(uint16_t); return true;
+    case 4: GATHER_ELEMS_IDX(uint32_t); return true;
+    case 8: GATHER_ELEMS_IDX(uint64_t); return true;
+    default: return false;
+    }
+}
+
 static void gather_work(void *arg, int64_t b, int64_t e) {
     gather_job *j = arg;
     if (j->post > 1 && j->y->dtype != KILN_DTYPE_STRING && !kn_dtype_is_packed(j->y->dtype)) {
         gather_rows(j, b, e);
         return;
     }
+    if (gather_elems(j, b, e)) return;
     for (int64_t it = b; it < e; it++) {
         int64_t p = it / j->nidx, q = it % j->nidx;
         int64_t v = kn_cpu_index(j->idx, q);
