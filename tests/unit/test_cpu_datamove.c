@@ -9,6 +9,7 @@
 #include "test_model_builder.h"
 #include "unit.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 /* A graph input of the node: type, shape and values */
@@ -258,6 +259,9 @@ KN_TEST(cpu_gather_nd_against_definition) {
         {2, {5, 7}, 2, {4, 2}, 0},             {2, {5, 7}, 2, {6, 1}, 0},         {3, {2, 5, 7}, 3, {2, 3, 1}, 1},
         {3, {1, 512, 19}, 3, {1, 128, 1}, 1},  {3, {2, 9, 768}, 3, {2, 40, 1}, 1}, {4, {2, 3, 4, 5}, 4, {2, 3, 6, 1}, 2},
         {4, {2, 3, 4, 5}, 3, {2, 7, 2}, 1},    {3, {4, 6, 3}, 2, {300, 3}, 0},     {1, {33}, 2, {9, 1}, 0},
+        /* a thread's part starting inside a batch: slices of 17 (a memcpy each), points */
+        {3, {3, 40, 17}, 3, {3, 900, 1}, 1},   {3, {3, 64, 64}, 3, {3, 7500, 2}, 1},
+        {3, {6, 5, 16}, 2, {41, 2}, 0}, /* slices of 16 (the typed loop) */
     };
     uint32_t seed = 5;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -290,21 +294,28 @@ KN_TEST(cpu_gather_nd_against_definition) {
                     memcpy(want + (size_t)((bi * M + m) * S) * es, x + (size_t)src * es, (size_t)S * es);
                 }
             for (int i32 = 0; i32 < 2; i32++)
-                for (int threads = 1; threads <= 2; threads++) {
+                for (int threads = 1; threads <= 3; threads++) {
                     void *idx = dm_indices(iv, ni, i32);
                     dm_in in[2] = {{dm_types[ti], r, {0}, x}, {i32 ? KILN_DTYPE_INT32 : KILN_DTYPE_INT64, q, {0}, idx}};
                     memcpy(in[0].dims, cases[c].dims, sizeof(int64_t) * (size_t)r);
                     memcpy(in[1].dims, cases[c].idims, sizeof(int64_t) * (size_t)q);
                     const tmb_attr_spec at[1] = {{.name = "batch_dims", .i = bd}};
-                    kiln_tensor *y = NULL;
+                    /* into a caller's buffer of a fill pattern (see the Gather test) */
+                    const size_t yb = (size_t)(B * M * S) * es;
+                    unsigned char *buf = malloc(yb + 1);
+                    memset(buf, 0xA5, yb + 1);
+                    kiln_tensor *y = NULL, *into = NULL;
+                    CHECK_STATUS(kiln_tensor_wrap(dm_types[ti], yd, yr, buf, yb, &into), KILN_OK);
                     /* the specification's indices are int64; int32 ones, where taken, must read the same */
-                    const kiln_status st = dm_run("GatherND", 13, in, 2, NULL, 0, at, 1, threads, &y, NULL);
+                    const kiln_status st = dm_run("GatherND", 13, in, 2, NULL, 0, at, 1, threads, &y, into);
                     char what[128];
                     snprintf(what, sizeof what, "GatherND case %zu, %s, int%d indices, %d threads", c,
                              kiln_dtype_name(dm_types[ti]), i32 ? 32 : 64, threads);
                     if (!i32) CHECK_MSG(st == KILN_OK, "%s: %s", what, kiln_last_error());
-                    if (st == KILN_OK) dm_check(what, y, yd, yr, want, es);
+                    if (st == KILN_OK) dm_check(what, into, yd, yr, want, es);
                     kiln_tensor_destroy(y);
+                    kiln_tensor_destroy(into);
+                    free(buf);
                     free(idx);
                 }
             free(x);
@@ -354,6 +365,56 @@ KN_TEST(cpu_gather_family_index_out_of_range) {
                 kiln_tensor_destroy(y);
             }
     (void)xd;
+}
+
+/* The range check of Gather's and GatherND's indices (one unsigned compare modulo 2^64) at the
+ * extremes: the ends of int64 and int32, -D-1 and D fail the run naming the index, in any position
+ * of a GatherND tuple; -D and D-1 pass */
+KN_TEST(cpu_gather_index_range_extremes) {
+    float x[40];
+    for (int i = 0; i < 40; i++) x[i] = (float)i;
+    const int64_t bads[5] = {INT64_MAX, INT64_MIN, 5, -6, INT64_MIN + 3};
+    for (int k = 0; k < 5; k++)
+        for (int pos = 0; pos < 2; pos++) {
+            const bool i32 = bads[k] >= INT32_MIN && bads[k] <= INT32_MAX;
+            char sub[48];
+            snprintf(sub, sizeof sub, "index %lld", (long long)bads[k]);
+            /* Gather along axis 0 of 5x8 */
+            int64_t gv[4] = {-5, 4, 0, -1};
+            gv[pos * 3] = bads[k];
+            void *gi = dm_indices(gv, 4, i32);
+            dm_in g[2] = {{KILN_DTYPE_FLOAT, 2, {5, 8}, x}, {i32 ? KILN_DTYPE_INT32 : KILN_DTYPE_INT64, 1, {4}, gi}};
+            const tmb_attr_spec a0[1] = {{.name = "axis", .i = 0}};
+            kiln_tensor *y = NULL;
+            CHECK_MSG(dm_run("Gather", 13, g, 2, NULL, 0, a0, 1, 1, &y, NULL) != KILN_OK, "Gather took %s", sub);
+            CHECK_ERROR_HAS(sub);
+            kiln_tensor_destroy(y);
+            free(gi);
+            /* GatherND of 5x8 by tuples of 2: the bad value at position pos of the second tuple */
+            int64_t nv[6] = {-5, -8, 4, 7, 0, 0};
+            nv[2 + pos] = pos == 1 && (bads[k] == 5 || bads[k] == -6) ? bads[k] + (bads[k] > 0 ? 3 : -3) : bads[k];
+            snprintf(sub, sizeof sub, "index %lld", (long long)nv[2 + pos]);
+            void *ni = dm_indices(nv, 6, i32);
+            dm_in nd[2] = {{KILN_DTYPE_FLOAT, 2, {5, 8}, x}, {i32 ? KILN_DTYPE_INT32 : KILN_DTYPE_INT64, 2, {3, 2}, ni}};
+            CHECK_MSG(dm_run("GatherND", 13, nd, 2, NULL, 0, NULL, 0, 1, &y, NULL) != KILN_OK, "GatherND took %s", sub);
+            CHECK_ERROR_HAS(sub);
+            kiln_tensor_destroy(y);
+            free(ni);
+        }
+    /* the ends of the range pass */
+    int64_t nv[6] = {-5, -8, 4, 7, 0, 0};
+    for (int i32 = 0; i32 < 2; i32++) {
+        void *ni = dm_indices(nv, 6, i32);
+        dm_in nd[2] = {{KILN_DTYPE_FLOAT, 2, {5, 8}, x}, {i32 ? KILN_DTYPE_INT32 : KILN_DTYPE_INT64, 2, {3, 2}, ni}};
+        kiln_tensor *y = NULL;
+        CHECK_STATUS(dm_run("GatherND", 13, nd, 2, NULL, 0, NULL, 0, 1, &y, NULL), KILN_OK);
+        if (y) {
+            const float *yv = kiln_tensor_data(y);
+            CHECK_MSG(yv[0] == 0.0f && yv[1] == 39.0f && yv[2] == 0.0f, "GatherND at the ends: %g %g %g", yv[0], yv[1], yv[2]);
+        }
+        kiln_tensor_destroy(y);
+        free(ni);
+    }
 }
 
 /* ------------------------------------------------------------------ Pad */

@@ -34,6 +34,27 @@ static inline void copy_elem(kn_tensor *y, int64_t di, const kn_tensor *x, int64
 
 /* ------------------------------------------------------------------ Gather */
 
+/* whether the n indices of a Gather or GatherND (tuples of `last`, position t against dims[t]) all
+ * lie in [-d, d): v + d in [0, 2d) as one unsigned compare (modulo 2^64, so no overflow), or-ed over
+ * the tuples without a branch */
+#define IDX_IN_RANGE(IT)                                                                           \
+    do {                                                                                           \
+        const IT *ip = (const IT *)idx->data;                                                      \
+        for (int64_t t = 0; t < last; t++) {                                                       \
+            const uint64_t d = (uint64_t)dims[t];                                                  \
+            for (int64_t i = t; i < n; i += last) bad |= (uint64_t)(int64_t)ip[i] + d >= 2 * d;   \
+        }                                                                                          \
+    } while (0)
+
+static bool idx_in_range(const kn_tensor *idx, const int64_t *dims, int64_t n, int64_t last) {
+    bool bad = false;
+    if (idx->dtype == KILN_DTYPE_INT64) IDX_IN_RANGE(int64_t);
+    else if (idx->dtype == KILN_DTYPE_INT32) IDX_IN_RANGE(int32_t);
+    else return false;
+    return !bad;
+}
+
+
 typedef struct gather_job {
     const kn_tensor *x, *idx;
     kn_tensor *y;
@@ -140,10 +161,11 @@ kiln_status kn_cpu_gather(kn_kernel_ctx *c) {
     for (int k = 0; k < a; k++) pre *= x->dims[k];
     for (int k = a + 1; k < r; k++) j.post *= x->dims[k];
     j.nidx = kn_tensor_count(idx);
-    for (int64_t i = 0; i < j.nidx; i++) {
-        int64_t v = kn_cpu_index(idx, i);
-        if (v < -j.D || v >= j.D) return bad_index(c, v, j.D, "for the gathered axis");
-    }
+    if (!idx_in_range(idx, &j.D, j.nidx, 1))
+        for (int64_t i = 0; i < j.nidx; i++) {
+            int64_t v = kn_cpu_index(idx, i);
+            if (v < -j.D || v >= j.D) return bad_index(c, v, j.D, "for the gathered axis");
+        }
     if (j.nidx == 0 || pre == 0 || j.post == 0) return KILN_OK;
     int64_t grain = 16384 / j.post;
     kn_parallel_for(c->pool, pre * j.nidx, grain > 0 ? grain : 1, gather_work, &j);
@@ -349,8 +371,54 @@ typedef struct gnd_job {
     atomic_int oom;
 } gnd_job;
 
+/* Plain elements of 1, 2, 4 or 8 bytes by int32 or int64 indices: the tuple's offset with typed
+ * index loads, a single element (S == 1) as a typed store, short slices (S <= 16) by a typed loop
+ * instead of a memcpy call. Per row the general loop below switched on the index type and the
+ * element size: 4096 points of 256x256 took 1.4x OpenVINO's time. */
+#define GND_ROWS(T, IT)                                                                            \
+    do {                                                                                           \
+        const T *xp = (const T *)j->x->data;                                                       \
+        T *yp = (T *)j->y->data;                                                                   \
+        const IT *ip = (const IT *)j->idx->data;                                                   \
+        int64_t mi = b % j->M, boff = b / j->M * j->bstride;                                     \
+        for (int64_t row = b; row < e; row++) {                                                    \
+            int64_t off = boff;                                                                    \
+            const IT *tp = ip + row * last;                                                        \
+            for (int64_t t = 0; t < last; t++) {                                                   \
+                const int64_t v = tp[t];                                                           \
+                off += (v < 0 ? v + dims[t] : v) * xs[t];                                          \
+            }                                                                                      \
+            if (++mi == j->M) mi = 0, boff += j->bstride;                                          \
+            if (S == 1) yp[row] = xp[off];                                                         \
+            else if (S <= 16)                                                                      \
+                for (int64_t k = 0; k < S; k++) yp[row * S + k] = xp[off + k];                    \
+            else memcpy(yp + row * S, xp + off, (size_t)S * sizeof(T));                            \
+        }                                                                                          \
+    } while (0)
+
+#define GND_ROWS_IDX(T)                                                                            \
+    do {                                                                                           \
+        if (j->idx->dtype == KILN_DTYPE_INT64) GND_ROWS(T, int64_t);                               \
+        else GND_ROWS(T, int32_t);                                                                 \
+    } while (0)
+
+static bool gnd_typed(const gnd_job *j, int64_t b, int64_t e) {
+    if (j->y->dtype == KILN_DTYPE_STRING || kn_dtype_is_packed(j->y->dtype) ||
+        (j->idx->dtype != KILN_DTYPE_INT64 && j->idx->dtype != KILN_DTYPE_INT32))
+        return false;
+    const int64_t S = j->S, last = j->last, *dims = j->dims, *xs = j->xs;
+    switch (j->es) {
+    case 1: GND_ROWS_IDX(uint8_t); return true;
+    case 2: GND_ROWS_IDX(uint16_t); return true;
+    case 4: GND_ROWS_IDX(uint32_t); return true;
+    case 8: GND_ROWS_IDX(uint64_t); return true;
+    default: return false;
+    }
+}
+
 static void gnd_work(void *arg, int64_t b, int64_t e) {
     gnd_job *j = arg;
+    if (gnd_typed(j, b, e)) return;
     const bool str = j->y->dtype == KILN_DTYPE_STRING;
     const size_t rb = (size_t)j->S * j->es;
     for (int64_t row = b; row < e; row++) {
@@ -388,11 +456,14 @@ kiln_status kn_cpu_gather_nd(kn_kernel_ctx *c) {
     for (int k = b + (int)last; k < r; k++) S *= x->dims[k];
     if (kn_tensor_count(idx) != B * M * last || kn_tensor_count(y) != B * M * S)
         return kn_kernel_error(c, KILN_ERR_SHAPE, "indices or output do not fit the data and batch_dims");
-    /* every index checked first: the copies run on the workers without a way out */
-    for (int64_t i = 0; i < B * M * last; i++) {
-        const int64_t d = x->dims[b + i % last], v = kn_cpu_index(idx, i);
-        if (v < -d || v >= d) return bad_index(c, v, d, "in GatherND indices");
-    }
+    /* every index checked first: the copies run on the workers without a way out (typed, without
+     * a branch or a division per index: the check was 40% of 4000 points' time); the one out of
+     * range found again by the plain loop for its message */
+    if (!idx_in_range(idx, x->dims + b, B * M * last, last))
+        for (int64_t i = 0; i < B * M * last; i++) {
+            const int64_t d = x->dims[b + i % last], v = kn_cpu_index(idx, i);
+            if (v < -d || v >= d) return bad_index(c, v, d, "in GatherND indices");
+        }
     if (B * M == 0 || S == 0) return KILN_OK;
     gnd_job j = {.x = x, .idx = idx, .y = y, .dims = x->dims + b, .xs = xs + b, .M = M, .last = last, .S = S,
                  .bstride = b > 0 ? xs[b - 1] : 0, .es = kiln_dtype_size(x->dtype)};
