@@ -1,4 +1,4 @@
-/* int8 convolutions whose output plane is one position, through conv.c's transposed form
+/* int8 convolutions of one output position or a few, through conv.c's transposed form
  * (iconv_rows8, kn_qgemm8) against the plain integer definition in int64:
  *  - x's C bytes read in place as the one im2col^T row (a 1x1 plane, a pointwise kernel, no
  *    leading pad), 2-D and 1-D, batches of 1-3 images;
@@ -6,6 +6,9 @@
  *    kernel over a 3x3 plane, a 3x3 kernel padded over a 1x1 plane, a 1x1 kernel at stride 2 over a
  *    2x2 plane);
  *  - either way the product written straight into the int32 sums and the bias added after;
+ *  - planes of several positions (2x2, 3x3, 5x5, 7x7, 1-D at stride 2: 4 to 49, not all multiples
+ *    of 8), QLinearConv's requantisation done from the product's rows (a position's channels, their
+ *    scales in the lanes) and its bytes transposed into the planes, uint8 and int8 y;
  * QLinearConv with and without its bias, ConvInteger (no bias, int32 out); int8 and uint8 weights
  * of full range (kn_qgemm8's sign form) or of 7 bits (its residual form), one zero point or equal
  * ones per channel, per-channel scales; odd channel counts (1 input channel, 1 output channel);
@@ -31,8 +34,8 @@ static kn_tensor *op_tensor(kiln_dtype dt, int rank, const int64_t *dims) {
 
 /* {N, C, M, rank (1-D: 1, 2-D: 2), input size (each axis), k, stride, pad begin, pad end, w_s8,
  *  weights (1: full range without the type's extreme, 2: 7 bits), per-channel zero points and
- *  scales, bias (QLinearConv), ConvInteger} */
-static const int op_cases[][14] = {
+ *  scales, bias (QLinearConv), ConvInteger, int8 y} */
+static const int op_cases[][15] = {
     {1, 513, 129, 2, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0}, /* in place: 513 -> 129, sign form, per channel */
     {2, 77, 35, 2, 1, 1, 1, 0, 0, 0, 2, 0, 0, 0},   /* in place, two images, uint8 7-bit, no bias */
     {1, 201, 51, 1, 1, 1, 1, 0, 0, 1, 2, 0, 1, 0},  /* in place, 1-D */
@@ -45,6 +48,14 @@ static const int op_cases[][14] = {
     {1, 19, 40, 2, 1, 3, 1, 1, 1, 1, 2, 0, 0, 0},   /* 3x3 padded over 1x1 */
     {2, 33, 17, 2, 2, 1, 2, 0, 0, 1, 1, 1, 1, 0},   /* 1x1 at stride 2 over 2x2 */
     {1, 65, 19, 1, 3, 3, 1, 0, 0, 0, 1, 0, 0, 1},   /* 1-D, k3 over 3, ConvInteger */
+    {1, 201, 51, 2, 1, 1, 1, 0, 0, 1, 2, 0, 1, 0, 1},   /* in place, int8 y */
+    /* several positions */
+    {2, 37, 17, 2, 7, 1, 1, 0, 0, 1, 2, 1, 1, 0, 1},  /* 7x7 k1 (49), int8 y, two images */
+    {1, 64, 33, 2, 5, 3, 1, 1, 1, 0, 1, 0, 1, 0, 0},  /* 5x5 k3 pad 1 (25), uint8 sign form */
+    {2, 19, 16, 2, 3, 3, 1, 1, 1, 1, 2, 0, 0, 0, 1},  /* 3x3 k3 pad 1 (9), no bias, int8 y */
+    {1, 40, 24, 2, 2, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0},  /* 2x2 (4: no whole 8 x 8 block) */
+    {1, 45, 20, 1, 30, 3, 2, 1, 1, 1, 2, 0, 1, 0, 1}, /* 1-D 30 k3 s2 (15), int8 y */
+    {2, 33, 16, 2, 4, 3, 1, 1, 1, 0, 1, 0, 0, 1, 0},  /* 4x4 k3 pad 1 (16), ConvInteger */
 };
 
 KN_TEST(cpu_qconv_one_position_exact) {
@@ -52,10 +63,9 @@ KN_TEST(cpu_qconv_one_position_exact) {
     for (size_t ci = 0; ci < sizeof op_cases / sizeof op_cases[0]; ci++) {
         const int *t = op_cases[ci];
         const int64_t N = t[0], C = t[1], M = t[2], rank = t[3], L = t[4], k = t[5], st = t[6], pb = t[7], pe = t[8];
-        const bool ws8 = t[9], perch = t[11], has_bias = t[12], cint = t[13];
+        const bool ws8 = t[9], perch = t[11], has_bias = t[12] && !t[13], cint = t[13], ys8 = t[14];
         const int64_t H = rank == 2 ? L : 1, W = L, KH = rank == 2 ? k : 1, PBH = rank == 2 ? pb : 0;
-        const int64_t O = (L + pb + pe - k) / st + 1, OH = rank == 2 ? O : 1, OW = O;
-        CHECK_EQ_INT(OH * OW, 1);
+        const int64_t O = (L + pb + pe - k) / st + 1, OH = rank == 2 ? O : 1, OW = O, P = OH * OW, NY = N * M * P;
         uint32_t seed = 7700 + (uint32_t)ci;
         int64_t xd[4] = {N, C, H, W}, wd[4] = {M, C, KH, k};
         if (rank == 1) xd[2] = W, wd[2] = k;
@@ -73,29 +83,31 @@ KN_TEST(cpu_qconv_one_position_exact) {
         int32_t bias[512];
         for (int64_t m = 0; m < M; m++)
             ws[m] = perch && m % 2 ? 0.0625f : 0.125f, bias[m] = has_bias ? (int32_t)(op_next(&seed) % 40001) - 20000 : 0;
-        int64_t *want = malloc(sizeof(int64_t) * (size_t)(N * M)), *sums = malloc(sizeof(int64_t) * (size_t)(N * M)), top = 1;
+        int64_t *want = malloc(sizeof(int64_t) * (size_t)NY), *sums = malloc(sizeof(int64_t) * (size_t)NY), top = 1;
         for (int64_t n = 0; n < N; n++)
-            for (int64_t m = 0; m < M; m++) {
-                int64_t acc = 0;
-                for (int64_t c = 0; c < C; c++)
-                    for (int64_t kh = 0; kh < KH; kh++)
-                        for (int64_t kw = 0; kw < k; kw++) {
-                            const int64_t ih = kh - PBH, iw = kw - pb;
-                            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                            const int64_t xv = ((const uint8_t *)x->data)[((n * C + c) * H + ih) * W + iw];
-                            const int64_t wi = ((m * C + c) * KH + kh) * k + kw;
-                            const int64_t wv = ws8 ? ((const int8_t *)w->data)[wi] : ((const uint8_t *)w->data)[wi];
-                            acc += (xv - zx) * (wv - zw);
-                        }
-                sums[n * M + m] = acc + bias[m];
-                top = top > llabs(acc + bias[m]) ? top : llabs(acc + bias[m]);
-            }
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t o = 0; o < P; o++) {
+                    int64_t acc = 0;
+                    for (int64_t c = 0; c < C; c++)
+                        for (int64_t kh = 0; kh < KH; kh++)
+                            for (int64_t kw = 0; kw < k; kw++) {
+                                const int64_t ih = o / OW * (rank == 2 ? st : 0) + kh - PBH, iw = o % OW * st + kw - pb;
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                const int64_t xv = ((const uint8_t *)x->data)[((n * C + c) * H + ih) * W + iw];
+                                const int64_t wi = ((m * C + c) * KH + kh) * k + kw;
+                                const int64_t wv = ws8 ? ((const int8_t *)w->data)[wi] : ((const uint8_t *)w->data)[wi];
+                                acc += (xv - zx) * (wv - zw);
+                            }
+                    sums[(n * M + m) * P + o] = acc + bias[m];
+                    top = top > llabs(acc + bias[m]) ? top : llabs(acc + bias[m]);
+                }
         /* y_scale a power of two that puts the largest sum near 128 steps (few outputs clamped) */
         double ys = 1.0;
         while (top * 0.5 * 0.125 / ys > 128.0) ys *= 2.0;
-        for (int64_t i = 0; i < N * M; i++) {
-            const double q = 0.5 * (double)ws[i % M] / ys, d = (double)sums[i] * q + 128.0;
-            want[i] = cint ? sums[i] : (int64_t)fmin(255.0, fmax(0.0, nearbyint(d)));
+        const int zy = ys8 ? -3 : 128;
+        for (int64_t i = 0; i < NY; i++) {
+            const double q = 0.5 * (double)ws[i / P % M] / ys, d = (double)sums[i] * q + zy;
+            want[i] = cint ? sums[i] : (int64_t)fmin(ys8 ? 127.0 : 255.0, fmax(ys8 ? -128.0 : 0.0, nearbyint(d)));
         }
         free(sums);
         tmb mb;
@@ -111,8 +123,8 @@ KN_TEST(cpu_qconv_one_position_exact) {
         } else {
             kn_tensor *wst = op_tensor(KILN_DTYPE_FLOAT, perch ? 1 : 0, (int64_t[]){M});
             memcpy(wst->data, ws, sizeof(float) * (size_t)(perch ? M : 1));
-            kn_tensor *yz = op_tensor(KILN_DTYPE_UINT8, 0, NULL);
-            ((uint8_t *)yz->data)[0] = 128;
+            kn_tensor *yz = op_tensor(ys8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8, 0, NULL);
+            ((uint8_t *)yz->data)[0] = (uint8_t)zy;
             int xsv = tmb_scalar(&mb, "xs", KILN_DTYPE_FLOAT, 0.5), ysv = tmb_scalar(&mb, "ys", KILN_DTYPE_FLOAT, ys);
             int wsv = tmb_const_tensor(&mb, "ws", wst), yzv = tmb_const_tensor(&mb, "yz", yz);
             int ins[9] = {xv, xsv, zxv, wv, wsv, zwv, ysv, yzv, 0};
@@ -147,17 +159,18 @@ KN_TEST(cpu_qconv_one_position_exact) {
                 kiln_tensor *yt = NULL;
                 CHECK_STATUS(kiln_session_run(s, names, &xin, 1, NULL, 1, &yt), KILN_OK);
                 if (!yt) continue;
-                CHECK_EQ_INT(kiln_tensor_element_count(yt), N * M);
+                CHECK_EQ_INT(kiln_tensor_element_count(yt), NY);
                 int64_t bad = 0, first = -1, got0 = 0;
-                for (int64_t i = 0; i < N * M && kiln_tensor_element_count(yt) == N * M; i++) {
-                    const int64_t g = cint ? ((const int32_t *)kiln_tensor_data(yt))[i] : ((const uint8_t *)kiln_tensor_data(yt))[i];
+                const void *yd = kiln_tensor_data(yt);
+                for (int64_t i = 0; i < NY && kiln_tensor_element_count(yt) == NY; i++) {
+                    const int64_t g = cint ? ((const int32_t *)yd)[i] : ys8 ? ((const int8_t *)yd)[i] : ((const uint8_t *)yd)[i];
                     if (g != want[i] && bad++ == 0) first = i, got0 = g;
                 }
                 CHECK_MSG(bad == 0,
                           "%s %lldx%lldx%lld (rank %lld) -> %lld k%lld s%lld pads %lld/%lld, %s w kind %d, per channel %d, bias %d, %d threads, run %d: %lld of %lld differ, first at %lld: %lld, want %lld",
                           cint ? "ConvInteger" : "QLinearConv", (long long)N, (long long)C, (long long)L, (long long)rank,
                           (long long)M, (long long)k, (long long)st, (long long)pb, (long long)pe, ws8 ? "s8" : "u8", t[10],
-                          (int)perch, (int)has_bias, threads[ti], run, (long long)bad, (long long)(N * M), (long long)first,
+                          (int)perch, (int)has_bias, threads[ti], run, (long long)bad, (long long)NY, (long long)first,
                           (long long)got0, first >= 0 ? (long long)want[first] : 0LL);
                 kiln_tensor_destroy(yt);
             }

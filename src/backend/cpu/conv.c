@@ -3259,6 +3259,39 @@ static void iconv_rows8_range(void *arg, int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; u++) iconv_rows8_rows(j, NULL, u * P / j->chunks, (u + 1) * P / j->chunks);
 }
 
+/* a[i] += b[i], i < n */
+static void iconv_add_bias(int32_t *a, const int32_t *b, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX2__)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_si256((__m256i *)(a + i), _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(a + i)),
+                                                                 _mm256_loadu_si256((const __m256i *)(b + i))));
+#endif
+    for (; i < n; i++) a[i] += b[i];
+}
+
+/* y[m * P + p] = t[p * M + m]: bytes [P][M] to M planes of P (8 x 8 blocks) */
+static void iconv_bytes_to_planes(const uint8_t *t, int64_t P, int64_t M, uint8_t *y) {
+    int64_t m0 = 0;
+#if defined(__SSE2__)
+    for (; m0 + 8 <= M; m0 += 8) {
+        int64_t p0 = 0;
+        for (; p0 + 8 <= P; p0 += 8) {
+            __m128i q[4]; /* q[i]: channel m0 + 2i's 8 positions, then m0 + 2i + 1's */
+            transpose8x8_u8(t + p0 * M + m0, M, q);
+            for (int i = 0; i < 4; i++) {
+                _mm_storel_epi64((__m128i *)(y + (m0 + 2 * i) * P + p0), q[i]);
+                _mm_storel_epi64((__m128i *)(y + (m0 + 2 * i + 1) * P + p0), _mm_unpackhi_epi64(q[i], q[i]));
+            }
+        }
+        for (int64_t m = m0; m < m0 + 8; m++)
+            for (int64_t p = p0; p < P; p++) y[m * P + p] = t[p * M + m];
+    }
+#endif
+    for (int64_t m = m0; m < M; m++)
+        for (int64_t p = 0; p < P; p++) y[m * P + p] = t[p * M + m];
+}
+
 /* Whether the transposed form takes this convolution: 1-D or 2-D, one group, uint8 x, constant
  * W and w zero points (all one value), 16 output channels or more unless the plane is one position
  * (a product of one row), planes of at most 4096 outputs and an im2col^T of at most
@@ -3276,10 +3309,20 @@ static bool iconv_rows8_wanted(kn_kernel_ctx *c, const conv_shape *s, const kn_t
     return nwz <= 1 || (es && !memcmp(wz->data, (const char *)wz->data + es, es * (size_t)(nwz - 1)));
 }
 
-/* acc = bias + the product (int_conv's contract) through the transposed form; false when the
- * weights' pairs do not allow it (nothing written) */
+/* QLinearConv's requantisation for the depthwise kernel or kn_qgemm's rows_done to do, or NULL */
+typedef struct iconv_rq {
+    const float *r; /* M scales */
+    double zy;
+    bool s8;
+    void *y;
+    bool done; /* set when y holds the output */
+} iconv_rq;
+
+/* acc = bias + the product (int_conv's contract) through the transposed form, or with rq (QLinearConv)
+ * on planes of several positions y itself (rq->done set); false when the weights' pairs do not
+ * allow it (nothing written) */
 static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *X, int w_in, int32_t zx, int32_t zw,
-                        const kn_tensor *bias, int32_t *acc, kiln_status *st) {
+                        const kn_tensor *bias, int32_t *acc, iconv_rq *rq, kiln_status *st) {
     const kn_tensor *W = c->in[w_in];
     const int64_t K = s->C * s->kk, M = s->M, P = s->out_plane, C = s->C;
     iconv_w8_ctx wc = {s, W};
@@ -3312,8 +3355,15 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
         kn_q_int32_values(bias, M, bown);
         bv = bown;
     }
+    /* QLinearConv, several positions: each row of ct (a position's M channels) requantised with the
+     * channels' scales in the lanes into yt [P][M], then its bytes transposed into y's planes (the
+     * int32 transposition and a requantisation per channel, whose rows of P ended in a partial
+     * vector each, were a fifth of a 1x256x7x7 -> 256 1x1 layer) */
+    const bool fused = rq && rq->r && P > 1;
+    uint8_t *yt = fused ? malloc((size_t)(P * M)) : NULL;
     *st = KILN_OK;
-    if ((!in_place && !xh) || (!direct && !cols) || (P > 1 && !ct) || (bias && !bv)) *st = KILN_ERR_OUT_OF_MEMORY;
+    if ((!in_place && !xh) || (!direct && !cols) || (P > 1 && !ct) || (bias && !bv) || (fused && !yt))
+        *st = KILN_ERR_OUT_OF_MEMORY;
     /* threads past kn_qgemm8's panels of 32 output channels, or planes of 256 outputs and more
      * (whose im2col^T, made on one thread, kept 1x64x56x56 3x3 from gaining on a second): the rows
      * split among the threads instead */
@@ -3333,13 +3383,16 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
         else iconv_rows8_rows(&job, c->pool, 0, P);
         if (atomic_load(&job.failed)) *st = KILN_ERR_OUT_OF_MEMORY;
         if (P == 1) { /* the bias, one vector pass */
-            int64_t m = 0;
-#if defined(__AVX2__)
-            for (; bv && m + 8 <= M; m += 8)
-                _mm256_storeu_si256((__m256i *)(an + m), _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(an + m)),
-                                                                          _mm256_loadu_si256((const __m256i *)(bv + m))));
-#endif
-            for (; bv && m < M; m++) an[m] += bv[m];
+            if (bv) iconv_add_bias(an, bv, M);
+            continue;
+        }
+        if (fused) {
+            for (int64_t p = 0; p < P; p++) {
+                int32_t *row = ct + p * M;
+                if (bv) iconv_add_bias(row, bv, M);
+                kn_q_requant_cols(row, M, rq->r, rq->zy, rq->s8, yt + p * M);
+            }
+            iconv_bytes_to_planes(yt, P, M, (uint8_t *)rq->y + n * M * P);
             continue;
         }
         /* back to planes, bias added: 8 x 8 blocks */
@@ -3366,20 +3419,13 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
     free(xh);
     free(ct);
     free(bown);
+    free(yt);
+    if (fused && *st == KILN_OK) rq->done = true;
     return true;
 }
 
 /* acc (the output's shape, int32) = bias (or 0) + the convolution of x - x_zero_point by
  * w - w_zero_point. Inputs x, its zero point, W, its zero point by index (past the inputs: none). */
-/* QLinearConv's requantisation for the depthwise kernel or kn_qgemm's rows_done to do, or NULL */
-typedef struct iconv_rq {
-    const float *r; /* M scales */
-    double zy;
-    bool s8;
-    void *y;
-    bool done; /* set when y holds the output */
-} iconv_rq;
-
 /* kn_qgemm's rows_done for QLinearConv: a finished block of one image's group (rows are its output
  * channels, columns output positions), its bias added and requantised into y while in cache (a
  * separate pass after, and the bias written into all of acc before, read and wrote the whole int32
@@ -3438,7 +3484,7 @@ static kiln_status int_conv(kn_kernel_ctx *c, int x_in, int xz_in, int w_in, int
     if (!depthwise && !amx && iconv_rows8_wanted(c, s, X, w_in, wz_in, wz)) {
         kiln_status st = KILN_OK;
         const int32_t zx = xz && kn_tensor_count(xz) ? (int32_t)kn_tensor_get_i64(xz, 0) : 0;
-        if (iconv_rows8(c, s, X, w_in, zx, nwz ? (int32_t)kn_tensor_get_i64(wz, 0) : 0, bias, acc, &st))
+        if (iconv_rows8(c, s, X, w_in, zx, nwz ? (int32_t)kn_tensor_get_i64(wz, 0) : 0, bias, acc, rq, &st))
             return st ? kn_kernel_error(c, st, "out of memory") : KILN_OK;
     }
     int32_t *zw = nwz > 1 ? malloc(sizeof(int32_t) * (size_t)nwz) : NULL;
@@ -3607,8 +3653,12 @@ kiln_status kn_cpu_qlinear_conv(kn_kernel_ctx *c) {
     const float xs0 = (float)kn_linalg_qparam(xs, 0), ys0 = (float)kn_linalg_qparam(ys, 0);
     if (ws->dtype == KILN_DTYPE_FLOAT && nws >= M) /* per channel, in a loop of its type */
         for (int64_t m = 0; m < M; m++) r[m] = xs0 * ((const float *)ws->data)[m] / ys0;
-    else
-        for (int64_t m = 0; m < M; m++) r[m] = xs0 * (float)kn_linalg_qparam(ws, nws > 1 ? m : 0) / ys0;
+    else if (nws > 1)
+        for (int64_t m = 0; m < M; m++) r[m] = xs0 * (float)kn_linalg_qparam(ws, m) / ys0;
+    else { /* one scale, computed once (a call per channel was 2% of a 1x256x7x7 -> 256 1x1 layer) */
+        const float r0 = M > 0 ? xs0 * (float)kn_linalg_qparam(ws, 0) / ys0 : 0.0f;
+        for (int64_t m = 0; m < M; m++) r[m] = r0;
+    }
     const double zy = yz ? kn_linalg_qparam(yz, 0) : 0;
     iconv_rq rq = {r, zy, Y->dtype == KILN_DTYPE_INT8, Y->data, false};
     conv_shape s;
