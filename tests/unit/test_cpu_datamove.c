@@ -435,13 +435,17 @@ KN_TEST(cpu_pad_modes_against_definition) {
     static const char *const modes[3] = {"edge", "reflect", "wrap"};
     struct {
         int rank;
-        int64_t dims[3];
-        int64_t pads[6]; /* begins, then ends */
+        int64_t dims[4];
+        int64_t pads[8]; /* begins, then ends */
     } cases[] = {
         {3, {1, 1, 44}, {0, 0, 12, 0, 0, 12}},   {2, {3, 1}, {0, 0, 0, 3}},          {2, {2, 5}, {0, 4, 1, 2}},
         {2, {3, 9}, {1, 8, 1, 0}},               {2, {2, 37}, {0, 33, 0, 35}},        {2, {2, 40}, {0, 0, 0, 39}},
         {3, {1, 1, 9000}, {0, 0, 128, 0, 0, 200}}, {3, {2, 3, 6}, {1, 2, 5, 1, 0, 3}}, {2, {4, 17}, {0, 16, 0, 1}},
         {2, {2, 3}, {0, 7, 0, 8}}, /* edge and wrap past the whole axis */
+        /* the short pads of the last axis (pad_rows_short: at most 32 at either end) */
+        {4, {2, 3, 7, 9}, {0, 1, 2, 3, 0, 2, 1, 4}}, {4, {1, 5, 56, 56}, {0, 0, 1, 1, 0, 0, 1, 1}},
+        {3, {2, 20, 33}, {0, 3, 32, 0, 2, 1}},       {3, {2, 4, 40}, {0, 0, 33, 0, 1, 0}}, /* 33: the runs */
+        {3, {3, 70, 1}, {0, 2, 5, 0, 1, 7}},         {3, {5, 301, 20}, {1, 0, 2, 0, 0, 3}}, /* parts start mid-image */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int mi = 0; mi < 3; mi++) {
@@ -451,7 +455,7 @@ KN_TEST(cpu_pad_modes_against_definition) {
             for (int k = 0; k < r; k++)
                 if (!strcmp(modes[mi], "reflect") && (pb[k] > d[k] - 1 || pe[k] > d[k] - 1) && d[k] > 1) fits = false;
             if (!fits) continue;
-            int64_t yd[3], xs[3];
+            int64_t yd[4], xs[4];
             for (int k = 0; k < r; k++) yd[k] = d[k] + pb[k] + pe[k];
             xs[r - 1] = 1;
             for (int k = r - 2; k >= 0; k--) xs[k] = xs[k + 1] * d[k + 1];
@@ -468,7 +472,7 @@ KN_TEST(cpu_pad_modes_against_definition) {
                     }
                     memcpy(want + (size_t)o * es, x + (size_t)src * es, es);
                 }
-                for (int threads = 1; threads <= 2; threads++) {
+                for (int threads = 1; threads <= 3; threads++) {
                     kn_tensor *pads = NULL;
                     const int64_t pd[1] = {2 * r};
                     kn_tensor_new(KILN_DTYPE_INT64, 1, pd, &pads);
@@ -476,13 +480,19 @@ KN_TEST(cpu_pad_modes_against_definition) {
                     dm_in in[1] = {{dm_types[ti], r, {0}, x}};
                     memcpy(in[0].dims, d, sizeof(int64_t) * (size_t)r);
                     const tmb_attr_spec at[1] = {{.name = "mode", .s = modes[mi]}};
-                    kiln_tensor *y = NULL;
-                    CHECK_STATUS(dm_run("Pad", 19, in, 1, &pads, 1, at, 1, threads, &y, NULL), KILN_OK);
+                    /* into a caller's buffer of a fill pattern (see the Gather test) */
+                    unsigned char *buf = malloc((size_t)ny * es + 1);
+                    memset(buf, 0xA5, (size_t)ny * es + 1);
+                    kiln_tensor *y = NULL, *into = NULL;
+                    CHECK_STATUS(kiln_tensor_wrap(dm_types[ti], yd, r, buf, (size_t)ny * es, &into), KILN_OK);
+                    CHECK_STATUS(dm_run("Pad", 19, in, 1, &pads, 1, at, 1, threads, &y, into), KILN_OK);
                     char what[128];
                     snprintf(what, sizeof what, "Pad case %zu %s, %s, %d threads", c, modes[mi],
                              kiln_dtype_name(dm_types[ti]), threads);
-                    dm_check(what, y, yd, r, want, es);
+                    dm_check(what, into, yd, r, want, es);
                     kiln_tensor_destroy(y);
+                    kiln_tensor_destroy(into);
+                    free(buf);
                 }
                 free(x);
                 free(want);

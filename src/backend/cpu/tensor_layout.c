@@ -970,6 +970,9 @@ static int64_t pad_map(int64_t i, int64_t d, kn_pad_mode m) {
     }
 }
 
+/* pads of at most this many elements at either end of the last axis take pad_rows_short */
+#define PAD_MAP_MAX 32
+
 typedef struct pad_job {
     const kn_tensor *x;
     kn_tensor *y;
@@ -977,6 +980,8 @@ typedef struct pad_job {
     kn_pad_mode mode;
     int64_t xs[KILN_MAX_RANK];
     int64_t pieces; /* work items a row (PAD_PIECE elements each, the last shorter) */
+    bool short_pads; /* pad_rows_short: lmap, rmap hold the pads' input columns */
+    int32_t lmap[PAD_MAP_MAX], rmap[PAD_MAP_MAX];
     atomic_int oom;
 } pad_job;
 
@@ -1036,10 +1041,55 @@ static void pad_segment(char *yr, const char *xr, int64_t o0, int64_t o1, int64_
     }
 }
 
+#define PAD_SHORT_ROW(T)                                                                           \
+    do {                                                                                           \
+        T *d = (T *)(void *)((char *)y->data + (size_t)(row * W) * es);                            \
+        const T *sp = (const T *)(const void *)((const char *)x->data + (size_t)soff * es);        \
+        for (int64_t t = 0; t < bl; t++) d[t] = sp[j->lmap[t]];                                    \
+        memcpy(d + bl, sp, (size_t)XW * es);                                                       \
+        for (int64_t t = 0; t < br; t++) d[bl + XW + t] = sp[j->rmap[t]];                          \
+    } while (0)
+
+/* Rows of one item each whose pads at both ends of the last axis are 0..PAD_MAP_MAX elements of 1,
+ * 2, 4 or 8 bytes (an image's edge or reflect pad of a few pixels): the pads' input columns mapped
+ * once for the call (lmap, rmap), the outer coordinates stepped from row to row. pad_segment's runs
+ * with their modulo arithmetic, and the outer coordinates divided out for each row, made
+ * 1x64x56x56 reflect 1 on H and W 1.25x ONNX Runtime's time. */
+static void pad_rows_short(const pad_job *j, int64_t b, int64_t e) {
+    const kn_tensor *x = j->x;
+    kn_tensor *y = j->y;
+    const int r = y->rank;
+    const int64_t W = y->dims[r - 1], XW = x->dims[r - 1], bl = j->begin[r - 1], br = W - bl - XW;
+    const size_t es = kiln_dtype_size(y->dtype);
+    int64_t idx[KILN_MAX_RANK], rem = b;
+    for (int k = r - 2; k >= 0; k--) {
+        idx[k] = rem % y->dims[k];
+        rem /= y->dims[k];
+    }
+    for (int64_t row = b; row < e; row++) {
+        int64_t soff = 0;
+        for (int k = 0; k < r - 1; k++) soff += pad_map(idx[k] - j->begin[k], x->dims[k], j->mode) * j->xs[k];
+        switch (es) {
+        case 1: PAD_SHORT_ROW(uint8_t); break;
+        case 2: PAD_SHORT_ROW(uint16_t); break;
+        case 4: PAD_SHORT_ROW(uint32_t); break;
+        default: PAD_SHORT_ROW(uint64_t); break;
+        }
+        for (int k = r - 2; k >= 0; k--) {
+            if (++idx[k] < y->dims[k]) break;
+            idx[k] = 0;
+        }
+    }
+}
+
 /* Non-constant modes: every output row maps each outer coordinate back into the input; items are
  * (row, piece of the row). */
 static void pad_rows(void *arg, int64_t b, int64_t e) {
     pad_job *j = arg;
+    if (j->short_pads) {
+        pad_rows_short(j, b, e);
+        return;
+    }
     const kn_tensor *x = j->x;
     kn_tensor *y = j->y;
     int r = y->rank;
@@ -1143,6 +1193,13 @@ kiln_status kn_cpu_pad(kn_kernel_ctx *c) {
         pad_job j = {.x = x, .y = y, .begin = b, .mode = mode, .pieces = (W + PAD_PIECE - 1) / PAD_PIECE};
         atomic_init(&j.oom, 0);
         kn_cpu_strides(x->dims, r, j.xs);
+        const int64_t XW = x->dims[r - 1], bl = b[r - 1], br = W - bl - XW;
+        const size_t es = kiln_dtype_size(y->dtype);
+        j.short_pads = j.pieces == 1 && y->dtype != KILN_DTYPE_STRING && !kn_dtype_is_packed(y->dtype) &&
+                       (es == 1 || es == 2 || es == 4 || es == 8) && bl >= 0 && bl <= PAD_MAP_MAX && br >= 0 &&
+                       br <= PAD_MAP_MAX;
+        for (int64_t t = 0; j.short_pads && t < bl; t++) j.lmap[t] = (int32_t)pad_map(t - bl, XW, mode);
+        for (int64_t t = 0; j.short_pads && t < br; t++) j.rmap[t] = (int32_t)pad_map(XW + t, XW, mode);
         const int64_t item = W < PAD_PIECE ? W : PAD_PIECE, grain = 16384 / item;
         kn_parallel_for(c->pool, rows * j.pieces, grain > 0 ? grain : 1, pad_rows, &j);
         return atomic_load(&j.oom) ? KN_OOM() : KILN_OK;
