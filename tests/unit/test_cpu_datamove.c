@@ -647,3 +647,73 @@ KN_TEST(cpu_transpose_block_edges_against_definition) {
             free(want);
         }
 }
+
+/* ------------------------------------------------------------------ Concat, Slice: short rows */
+
+/* Concat along the last axis of pieces 1-33 elements wide and Slices of 1-33 columns (rows of 1-264
+ * bytes: the short-row copies of up to 128 bytes, two overlapping fixed-size copies each, and the
+ * memcpy above), over two outer axes (the odometer's carry), 1/2/4/8-byte elements, 1, 2 and 3
+ * threads, into a caller's buffer of a fill pattern, against the index mapping. */
+KN_TEST(cpu_concat_slice_short_rows_against_definition) {
+    static const int64_t widths[][3] = {{1, 2, 3}, {3, 5, 8}, {16, 17, 1}, {32, 33, 4}, {7, 9, 15}};
+    const int64_t A = 3, B = 701; /* 2103 rows: parts start inside the inner outer axis */
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++)
+        for (int ti = 0; ti < 4; ti++) {
+            const kiln_dtype dt = dm_types[ti];
+            const size_t es = kiln_dtype_size(dt);
+            const int64_t W = widths[w][0] + widths[w][1] + widths[w][2];
+            unsigned char *xs[3], *want = malloc((size_t)(A * B * W) * es);
+            int64_t col = 0;
+            for (int i = 0; i < 3; i++) {
+                const int64_t wi = widths[w][i];
+                xs[i] = dm_pattern(A * B * wi, es, (uint32_t)(w * 16 + (size_t)ti * 4 + (size_t)i) + 500);
+                for (int64_t rw = 0; rw < A * B; rw++)
+                    memcpy(want + (size_t)(rw * W + col) * es, xs[i] + (size_t)(rw * wi) * es, (size_t)wi * es);
+                col += wi;
+            }
+            const int64_t yd[3] = {A, B, W};
+            const size_t yb = (size_t)(A * B * W) * es;
+            for (int threads = 1; threads <= 3; threads++) {
+                dm_in in[3];
+                for (int i = 0; i < 3; i++) in[i] = (dm_in){dt, 3, {A, B, widths[w][i]}, xs[i]};
+                const tmb_attr_spec at[1] = {{.name = "axis", .i = -1}};
+                unsigned char *buf = malloc(yb + 1);
+                memset(buf, 0xA5, yb + 1);
+                kiln_tensor *y = NULL, *into = NULL;
+                CHECK_STATUS(kiln_tensor_wrap(dt, yd, 3, buf, yb, &into), KILN_OK);
+                CHECK_STATUS(dm_run("Concat", 13, in, 3, NULL, 0, at, 1, threads, &y, into), KILN_OK);
+                char what[128];
+                snprintf(what, sizeof what, "Concat widths %zu, %s, %d threads", w, kiln_dtype_name(dt), threads);
+                dm_check(what, into, yd, 3, want, es);
+                kiln_tensor_destroy(y);
+                kiln_tensor_destroy(into);
+                free(buf);
+                /* Slice the middle piece back out of the concatenation, rows 1..B-2 of each of the A
+                 * blocks (the outer axes do not merge: the odometer carries from B into A) */
+                const int64_t s0 = widths[w][0], s1 = widths[w][0] + widths[w][1], wm = widths[w][1];
+                kn_tensor *cs[3] = {NULL, NULL, NULL};
+                const int64_t two[1] = {2};
+                for (int q = 0; q < 3; q++) kn_tensor_new(KILN_DTYPE_INT64, 1, two, &cs[q]);
+                const int64_t sv[3][2] = {{1, s0}, {B - 1, s1}, {1, 2}};
+                for (int q = 0; q < 3; q++) memcpy(cs[q]->data, sv[q], sizeof sv[q]);
+                dm_in sx[1] = {{dt, 3, {A, B, W}, want}};
+                const int64_t sd[3] = {A, B - 2, wm};
+                const size_t sb = (size_t)(A * (B - 2) * wm) * es;
+                unsigned char *sbuf = malloc(sb + 1), *swant = malloc(sb + 1);
+                for (int64_t a = 0; a < A; a++)
+                    memcpy(swant + (size_t)(a * (B - 2) * wm) * es, xs[1] + (size_t)((a * B + 1) * wm) * es,
+                           (size_t)((B - 2) * wm) * es);
+                memset(sbuf, 0xA5, sb + 1);
+                CHECK_STATUS(kiln_tensor_wrap(dt, sd, 3, sbuf, sb, &into), KILN_OK);
+                CHECK_STATUS(dm_run("Slice", 13, sx, 1, cs, 3, NULL, 0, threads, &y, into), KILN_OK);
+                snprintf(what, sizeof what, "Slice widths %zu, %s, %d threads", w, kiln_dtype_name(dt), threads);
+                dm_check(what, into, sd, 3, swant, es);
+                free(swant);
+                kiln_tensor_destroy(y);
+                kiln_tensor_destroy(into);
+                free(sbuf);
+            }
+            for (int i = 0; i < 3; i++) free(xs[i]);
+            free(want);
+        }
+}
