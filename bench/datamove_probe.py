@@ -92,6 +92,11 @@ def cases():
     c.append(Case("ScatterND", "1x512x768 by 1x128x2", {"x": rnd(1, 512, 768)}, {"i": np.stack([np.zeros(128, i64), R.permutation(512)[:128]], -1)[None], "u": rnd(1, 128, 768)}, opset=16))
     c.append(Case("OneHot", "4096 depth 1000", {"i": I(0, 1000, (4096,))}, {"d": np.array(1000, i64), "v": np.array([0, 1], np.float32)}, attrs=dict(axis=-1), opset=11))
     return c
+def label(L):
+    """ort, ov, or a kiln library's last two folders (/tmp/x-base/build/libkiln.so: x-base/build)"""
+    return L if L in ("ort", "ov") else "/".join(os.path.dirname(os.path.abspath(L)).split("/")[-2:])
+
+
 pat, th, rounds, libs = re.compile(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 clock = time.process_time if th == 1 else time.perf_counter
 KEEP = []
@@ -128,5 +133,5 @@ for c in cases():
             best[L] = min(best[L], (clock() - t0) / n)
     peers = [best[L] for L in libs if L in ("ort", "ov")]
     kl = [L for L in libs if L not in ("ort", "ov")]
-    print(f"{c.key:55s} t{th} " + " ".join(f"{(L if L in ('ort','ov') else "/".join(os.path.dirname(os.path.abspath(L)).split("/")[-2:]))}={best[L]*1e3:.4f}" for L in libs)
+    print(f"{c.key:55s} t{th} " + " ".join(f"{label(L)}={best[L]*1e3:.4f}" for L in libs)
           + ("  k/peer " + " ".join(f"{best[L]/min(peers):.2f}" for L in kl) if peers else ""), flush=True)
