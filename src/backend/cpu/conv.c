@@ -3140,20 +3140,6 @@ static void make_iconv_w8(const void *ctx, void *dst) {
     free(wt);
 }
 
-#if defined(__SSE2__)
-/* 8 bytes from each of 8 rows `stride` apart, transposed: t[q]'s low 8 bytes are byte 2q of each
- * row, its high 8 bytes byte 2q + 1 */
-static inline void transpose8x8_u8(const uint8_t *sp, int64_t stride, __m128i t[4]) {
-    __m128i v[8];
-    for (int e = 0; e < 8; e++) v[e] = _mm_loadl_epi64((const __m128i *)(sp + e * stride));
-    const __m128i a0 = _mm_unpacklo_epi8(v[0], v[1]), a1 = _mm_unpacklo_epi8(v[2], v[3]);
-    const __m128i a2 = _mm_unpacklo_epi8(v[4], v[5]), a3 = _mm_unpacklo_epi8(v[6], v[7]);
-    const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);
-    const __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
-    t[0] = _mm_unpacklo_epi32(b0, b2), t[1] = _mm_unpackhi_epi32(b0, b2);
-    t[2] = _mm_unpacklo_epi32(b1, b3), t[3] = _mm_unpackhi_epi32(b1, b3);
-}
-#endif
 
 /* x's C planes of one image, HP x WP with the padding (zx) around them, channels last: xh[(r *
  * WP + c) * C + ci], r = ih + ph, c = iw + pw (8 x 8 blocks of bytes at a time) */
@@ -3173,7 +3159,7 @@ static void iconv_to_hwc(const conv_shape *s, const uint8_t *x, uint8_t zx, int6
             int64_t pix = P0;
             for (; pix + 8 <= P1; pix += 8) {
                 __m128i t[4];
-                transpose8x8_u8(x + ci0 * s->in_plane + pix, s->in_plane, t);
+                kn_u8_transpose8x8(x + ci0 * s->in_plane + pix, s->in_plane, t);
                 int64_t ih = pix / W, iw = pix % W;
                 for (int q = 0; q < 8; q++) {
                     uint8_t *d = xh + ((ih + ph) * WP + iw + pw) * C + ci0;
@@ -3203,7 +3189,7 @@ static void iconv_to_hwc(const conv_shape *s, const uint8_t *x, uint8_t zx, int6
             if (cn == 8) /* 8 channels x 8 columns transposed in registers */
                 for (; iw + 8 <= c1; iw += 8) {
                     __m128i t[4]; /* t[q] holds columns 2q and 2q + 1, 8 channels each */
-                    transpose8x8_u8(x + ci0 * s->in_plane + ih * W + iw, s->in_plane, t);
+                    kn_u8_transpose8x8(x + ci0 * s->in_plane + ih * W + iw, s->in_plane, t);
                     uint8_t *d = xh + (r * WP + iw + pw) * C + ci0;
                     for (int q = 0; q < 4; q++) {
                         _mm_storel_epi64((__m128i *)(d + 2 * q * C), t[q]);
@@ -3278,7 +3264,7 @@ static void iconv_bytes_to_planes(const uint8_t *t, int64_t P, int64_t M, uint8_
         int64_t p0 = 0;
         for (; p0 + 8 <= P; p0 += 8) {
             __m128i q[4]; /* q[i]: channel m0 + 2i's 8 positions, then m0 + 2i + 1's */
-            transpose8x8_u8(t + p0 * M + m0, M, q);
+            kn_u8_transpose8x8(t + p0 * M + m0, M, q);
             for (int i = 0; i < 4; i++) {
                 _mm_storel_epi64((__m128i *)(y + (m0 + 2 * i) * P + p0), q[i]);
                 _mm_storel_epi64((__m128i *)(y + (m0 + 2 * i + 1) * P + p0), _mm_unpackhi_epi64(q[i], q[i]));

@@ -331,17 +331,12 @@ static inline void tr8x8_16(const uint16_t *s, int64_t ss, uint16_t *d, int64_t 
     }
 }
 
-/* 8x8 block of bytes (uint8/int8 transposes of quantised graphs): 8-, 16- and 32-bit interleaves
- * of 8 half rows, each result register holding two destination rows (the scalar loop: 2.9x ONNX
- * Runtime's time on 1x12x128x64 perm 0231) */
+/* 8x8 block of bytes (uint8/int8 transposes of quantised graphs; the scalar loop: 2.9x ONNX
+ * Runtime's time on 1x12x128x64 perm 0231): each register of kn_u8_transpose8x8 holds two
+ * destination rows */
 static inline void tr8x8_8(const uint8_t *s, int64_t ss, uint8_t *d, int64_t ds) {
-    __m128i r[8], a[4], c[4];
-    for (int i = 0; i < 8; i++) r[i] = _mm_loadl_epi64((const __m128i *)(const void *)(s + i * ss));
-    for (int i = 0; i < 4; i++) a[i] = _mm_unpacklo_epi8(r[2 * i], r[2 * i + 1]); /* row pairs, all 8 columns */
-    const __m128i b0 = _mm_unpacklo_epi16(a[0], a[1]), b1 = _mm_unpackhi_epi16(a[0], a[1]); /* rows 0-3 */
-    const __m128i b2 = _mm_unpacklo_epi16(a[2], a[3]), b3 = _mm_unpackhi_epi16(a[2], a[3]); /* rows 4-7 */
-    c[0] = _mm_unpacklo_epi32(b0, b2), c[1] = _mm_unpackhi_epi32(b0, b2); /* columns 0-1, 2-3 */
-    c[2] = _mm_unpacklo_epi32(b1, b3), c[3] = _mm_unpackhi_epi32(b1, b3); /* columns 4-5, 6-7 */
+    __m128i c[4];
+    kn_u8_transpose8x8(s, ss, c);
     for (int q = 0; q < 4; q++) {
         _mm_storel_epi64((__m128i *)(void *)(d + 2 * q * ds), c[q]);
         _mm_storel_epi64((__m128i *)(void *)(d + (2 * q + 1) * ds), _mm_srli_si128(c[q], 8));

@@ -45,6 +45,20 @@ kn_v16_transpose_regs(const __m512 in[16], __m512 o[16]) {
         o[12 + q] = _mm512_shuffle_f32x4(v2, w2, 0xDD);
     }
 }
+
+/* 8 bytes from each of 8 rows `stride` apart, transposed in registers (SSE2, every x86-64): t[q]'s
+ * low 8 bytes are byte 2q of each row, its high 8 bytes byte 2q + 1 (the int8 convolution's
+ * layout changes, the byte Transposes) */
+static inline void kn_u8_transpose8x8(const uint8_t *sp, int64_t stride, __m128i t[4]) {
+    __m128i v[8];
+    for (int e = 0; e < 8; e++) v[e] = _mm_loadl_epi64((const __m128i *)(const void *)(sp + e * stride));
+    const __m128i a0 = _mm_unpacklo_epi8(v[0], v[1]), a1 = _mm_unpacklo_epi8(v[2], v[3]);
+    const __m128i a2 = _mm_unpacklo_epi8(v[4], v[5]), a3 = _mm_unpacklo_epi8(v[6], v[7]);
+    const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1); /* rows 0-3 */
+    const __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3); /* rows 4-7 */
+    t[0] = _mm_unpacklo_epi32(b0, b2), t[1] = _mm_unpackhi_epi32(b0, b2);
+    t[2] = _mm_unpacklo_epi32(b1, b3), t[3] = _mm_unpackhi_epi32(b1, b3);
+}
 #endif
 
 /* exp(r) for |r| <= ln2/2: 1 + r + r^2 P(r), P of degree 3 fitted for kiln (weighted least squares
