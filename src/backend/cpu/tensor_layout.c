@@ -200,6 +200,21 @@ static void row_fill(const sc_job *j, char *d, const char *s, int64_t n, int64_t
             }                                                                                      \
     } while (0)
 
+/* A K x I transpose (K, I >= 8) by 8x8 blocks, BLOCK(src, src stride, dst, dst stride), in
+ * stripes of 16 source rows; each edge takes one more block, overlapping the last full one (the
+ * same values written twice). One walk for every element size's block (tile2d_32, _16, _8). */
+#define TILE2D_STRIPES(BLOCK)                                                                      \
+    for (int64_t i0 = 0; i0 < I; i0 += 16) {                                                       \
+        const int64_t i1 = i0 + 16 < I ? i0 + 16 : I;                                              \
+        for (int64_t k0 = 0; k0 < K; k0 += 8) {                                                    \
+            const int64_t kk = k0 + 8 <= K ? k0 : K - 8;                                           \
+            for (int64_t c0 = i0; c0 < i1; c0 += 8) {                                              \
+                const int64_t ii = c0 + 8 <= I ? c0 : I - 8;                                       \
+                BLOCK(sp + kk + ii * si, si, dp + kk * dk + ii, dk);                               \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
 #if defined(__AVX2__)
 /* The 8 destination rows of a block 8 source rows (stride ss) make, unstored */
 static inline __attribute__((always_inline)) void tr8x8_32_regs(const float *s, int64_t ss, __m256 o[8]) {
@@ -295,16 +310,7 @@ static void tile2d_32(float *dp, const float *sp, int64_t K, int64_t I, int64_t 
         }
         return;
     }
-    for (int64_t i0 = 0; i0 < I; i0 += 16) {
-        const int64_t i1 = i0 + 16 < I ? i0 + 16 : I;
-        for (int64_t k0 = 0; k0 < K; k0 += 8) {
-            const int64_t kk = k0 + 8 <= K ? k0 : K - 8;
-            for (int64_t c0 = i0; c0 < i1; c0 += 8) {
-                const int64_t ii = c0 + 8 <= I ? c0 : I - 8;
-                tr8x8_32(sp + kk + ii * si, si, dp + kk * dk + ii, dk);
-            }
-        }
-    }
+    TILE2D_STRIPES(tr8x8_32);
 }
 #endif
 
@@ -343,33 +349,14 @@ static inline void tr8x8_8(const uint8_t *s, int64_t ss, uint8_t *d, int64_t ds)
     }
 }
 
-/* K, I >= 8: the edges take one more block each, overlapping the last full one (the same values
- * written twice; the scalar edges were a third of a 12-column transpose) */
+/* K, I >= 8 (TILE2D_STRIPES: the scalar edges were a third of a 12-column transpose) */
 static void tile2d_8(uint8_t *dp, const uint8_t *sp, int64_t K, int64_t I, int64_t dk, int64_t si) {
-    for (int64_t i0 = 0; i0 < I; i0 += 16) {
-        const int64_t i1 = i0 + 16 < I ? i0 + 16 : I;
-        for (int64_t k0 = 0; k0 < K; k0 += 8) {
-            const int64_t kk = k0 + 8 <= K ? k0 : K - 8;
-            for (int64_t c0 = i0; c0 < i1; c0 += 8) {
-                const int64_t ii = c0 + 8 <= I ? c0 : I - 8;
-                tr8x8_8(sp + kk + ii * si, si, dp + kk * dk + ii, dk);
-            }
-        }
-    }
+    TILE2D_STRIPES(tr8x8_8);
 }
 
-/* K, I >= 8: overlapping edge blocks as tile2d_8 */
+/* K, I >= 8 (TILE2D_STRIPES) */
 static void tile2d_16(uint16_t *dp, const uint16_t *sp, int64_t K, int64_t I, int64_t dk, int64_t si) {
-    for (int64_t i0 = 0; i0 < I; i0 += 16) {
-        const int64_t i1 = i0 + 16 < I ? i0 + 16 : I;
-        for (int64_t k0 = 0; k0 < K; k0 += 8) {
-            const int64_t kk = k0 + 8 <= K ? k0 : K - 8;
-            for (int64_t c0 = i0; c0 < i1; c0 += 8) {
-                const int64_t ii = c0 + 8 <= I ? c0 : I - 8;
-                tr8x8_16(sp + kk + ii * si, si, dp + kk * dk + ii, dk);
-            }
-        }
-    }
+    TILE2D_STRIPES(tr8x8_16);
 }
 #endif
 
