@@ -3219,30 +3219,66 @@ typedef struct iconv_rows8_job {
     int32_t zx, zw;
     bool direct, w_s8;
     atomic_int failed;
+    /* QLinearConv on planes of several positions (iconv_rows8's fused form): a chunk's rows of ct
+     * plus the bias requantised into yt and transposed into y's planes where they are made */
+    const struct iconv_rq *rq;
+    const int32_t *bias;
+    uint8_t *yt, *y;
+    int64_t rq_chunks; /* iconv_rq_range's, after a product split by its channels */
 } iconv_rows8_job;
 
-static void iconv_rows8_rows(iconv_rows8_job *j, kn_threadpool *pool, int64_t r0, int64_t r1) {
+/* chunk u of `chunks` over P rows: [rows8_at(u), rows8_at(u + 1)), bounds at multiples of 8 (the
+ * byte transposes' blocks of positions) but the last */
+static int64_t rows8_at(int64_t u, int64_t chunks, int64_t P) { return u >= chunks ? P : u * P / chunks / 8 * 8; }
+
+/* im2col^T's rows [r0, r1) from xh */
+static void iconv_rows8_cols(const iconv_rows8_job *j, int64_t r0, int64_t r1) {
     const conv_shape *s = j->s;
     const bool two = s->nsp == 2;
     const kn_window *v = &s->w;
     const int64_t OW = v->out[two], KH = two ? v->kernel[0] : 1, KW = v->kernel[two], C = s->C, K = C * s->kk;
     const int64_t sh = two ? v->stride[0] : 1, sw = v->stride[two], dh = two ? v->dilation[0] : 1, dw = v->dilation[two];
-    if (!j->direct)
-        for (int64_t p = r0; p < r1; p++) {
-            const int64_t oh = p / OW, ow = p % OW;
-            uint8_t *row = j->cols + p * K;
-            for (int64_t kh = 0; kh < KH; kh++)
-                for (int64_t kw = 0; kw < KW; kw++, row += C)
-                    memcpy(row, j->xh + ((oh * sh + kh * dh) * j->WP + ow * sw + kw * dw) * C, (size_t)C);
-        }
-    if (kn_qgemm8_run(pool, j->w8, j->a + r0 * K, K, r1 - r0, j->zx, j->zw, j->w_s8, j->ct + r0 * s->M, s->M, NULL))
+    for (int64_t p = r0; p < r1; p++) {
+        const int64_t oh = p / OW, ow = p % OW;
+        uint8_t *row = j->cols + p * K;
+        for (int64_t kh = 0; kh < KH; kh++)
+            for (int64_t kw = 0; kw < KW; kw++, row += C)
+                memcpy(row, j->xh + ((oh * sh + kh * dh) * j->WP + ow * sw + kw * dw) * C, (size_t)C);
+    }
+}
+
+/* (the rows alone, chunk by chunk, ahead of a product split by its output channels) */
+static void iconv_cols_range(void *arg, int64_t u0, int64_t u1) {
+    const iconv_rows8_job *j = arg;
+    const int64_t P = j->s->out_plane;
+    for (int64_t u = u0; u < u1; u++) iconv_rows8_cols(j, rows8_at(u, j->rq_chunks, P), rows8_at(u + 1, j->rq_chunks, P));
+}
+
+/* rows [r0, r1): im2col^T's (unless direct, or made already: cols_made) and their product */
+static void iconv_rows8_rows(iconv_rows8_job *j, kn_threadpool *pool, int64_t r0, int64_t r1, bool cols_made) {
+    const int64_t K = j->s->C * j->s->kk;
+    if (!j->direct && !cols_made) iconv_rows8_cols(j, r0, r1);
+    if (kn_qgemm8_run(pool, j->w8, j->a + r0 * K, K, r1 - r0, j->zx, j->zw, j->w_s8, j->ct + r0 * j->s->M, j->s->M, NULL))
         atomic_store(&j->failed, 1);
 }
+
+static void iconv_rq_rows(const iconv_rows8_job *j, int64_t r0, int64_t r1);
 
 static void iconv_rows8_range(void *arg, int64_t u0, int64_t u1) {
     iconv_rows8_job *j = arg;
     const int64_t P = j->s->out_plane;
-    for (int64_t u = u0; u < u1; u++) iconv_rows8_rows(j, NULL, u * P / j->chunks, (u + 1) * P / j->chunks);
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t r0 = rows8_at(u, j->chunks, P), r1 = rows8_at(u + 1, j->chunks, P);
+        iconv_rows8_rows(j, NULL, r0, r1, false);
+        if (j->rq) iconv_rq_rows(j, r0, r1);
+    }
+}
+
+/* the requantisation alone, chunk by chunk (after a product split by its output channels) */
+static void iconv_rq_range(void *arg, int64_t u0, int64_t u1) {
+    const iconv_rows8_job *j = arg;
+    const int64_t P = j->s->out_plane;
+    for (int64_t u = u0; u < u1; u++) iconv_rq_rows(j, rows8_at(u, j->rq_chunks, P), rows8_at(u + 1, j->rq_chunks, P));
 }
 
 /* a[i] += b[i], i < n */
@@ -3256,8 +3292,8 @@ static void iconv_add_bias(int32_t *a, const int32_t *b, int64_t n) {
     for (; i < n; i++) a[i] += b[i];
 }
 
-/* y[m * P + p] = t[p * M + m]: bytes [P][M] to M planes of P (8 x 8 blocks) */
-static void iconv_bytes_to_planes(const uint8_t *t, int64_t P, int64_t M, uint8_t *y) {
+/* y[m * ys + p] = t[p * M + m]: bytes [P][M] to M planes (ys apart) of P (8 x 8 blocks) */
+static void iconv_bytes_to_planes(const uint8_t *t, int64_t P, int64_t M, uint8_t *y, int64_t ys) {
     int64_t m0 = 0;
 #if defined(__SSE2__)
     for (; m0 + 8 <= M; m0 += 8) {
@@ -3266,16 +3302,16 @@ static void iconv_bytes_to_planes(const uint8_t *t, int64_t P, int64_t M, uint8_
             __m128i q[4]; /* q[i]: channel m0 + 2i's 8 positions, then m0 + 2i + 1's */
             kn_u8_transpose8x8(t + p0 * M + m0, M, q);
             for (int i = 0; i < 4; i++) {
-                _mm_storel_epi64((__m128i *)(y + (m0 + 2 * i) * P + p0), q[i]);
-                _mm_storel_epi64((__m128i *)(y + (m0 + 2 * i + 1) * P + p0), _mm_unpackhi_epi64(q[i], q[i]));
+                _mm_storel_epi64((__m128i *)(y + (m0 + 2 * i) * ys + p0), q[i]);
+                _mm_storel_epi64((__m128i *)(y + (m0 + 2 * i + 1) * ys + p0), _mm_unpackhi_epi64(q[i], q[i]));
             }
         }
         for (int64_t m = m0; m < m0 + 8; m++)
-            for (int64_t p = p0; p < P; p++) y[m * P + p] = t[p * M + m];
+            for (int64_t p = p0; p < P; p++) y[m * ys + p] = t[p * M + m];
     }
 #endif
     for (int64_t m = m0; m < M; m++)
-        for (int64_t p = 0; p < P; p++) y[m * P + p] = t[p * M + m];
+        for (int64_t p = 0; p < P; p++) y[m * ys + p] = t[p * M + m];
 }
 
 /* Whether the transposed form takes this convolution: 1-D or 2-D, one group, uint8 x, constant
@@ -3303,6 +3339,18 @@ typedef struct iconv_rq {
     void *y;
     bool done; /* set when y holds the output */
 } iconv_rq;
+
+/* rows [r0, r1) of ct plus the bias, requantised with the channels' scales in the lanes into yt
+ * [P][M], then those positions' bytes transposed into y's planes */
+static void iconv_rq_rows(const iconv_rows8_job *j, int64_t r0, int64_t r1) {
+    const int64_t M = j->s->M, P = j->s->out_plane;
+    for (int64_t p = r0; p < r1; p++) {
+        int32_t *row = j->ct + p * M;
+        if (j->bias) iconv_add_bias(row, j->bias, M);
+        kn_q_requant_cols(row, M, j->rq->r, j->rq->zy, j->rq->s8, j->yt + p * M);
+    }
+    iconv_bytes_to_planes(j->yt + r0 * M, r1 - r0, M, j->y + r0, P);
+}
 
 /* acc = bias + the product (int_conv's contract) through the transposed form, or with rq (QLinearConv)
  * on planes of several positions y itself (rq->done set); false when the weights' pairs do not
@@ -3358,6 +3406,10 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
                        P >= 32;
     iconv_rows8_job job = {s, xh, cols, cols, ct, w8, WP, split ? min64(threads, P / 16) : 1, zx, zw, direct,
                            W->dtype == KILN_DTYPE_INT8};
+    /* a product split by its output channels: im2col^T's rows before it and the requantisation
+     * after it split among the threads by rows too (made on the calling thread alone they were
+     * ~7% of 1x128x14x14 k3 per channel at 1 thread by perf, the other thread idle meanwhile) */
+    job.rq_chunks = threads > 1 && P >= 32 && (double)P * (double)M * (double)K >= 4e5 ? min64(threads, P / 16) : 1;
     atomic_init(&job.failed, 0);
     for (int64_t n = 0; *st == KILN_OK && n < s->N; n++) {
         const uint8_t *xn = (const uint8_t *)X->data + n * C * s->in_plane;
@@ -3365,20 +3417,22 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
         if (in_place) job.a = xn;
         else iconv_to_hwc(s, xn, (uint8_t)zx, HP, WP, xh);
         if (P == 1) job.ct = an;
+        if (fused) job.rq = rq, job.bias = bv, job.yt = yt, job.y = (uint8_t *)rq->y + n * M * P;
         if (split) kn_parallel_for(c->pool, job.chunks, 1, iconv_rows8_range, &job);
-        else iconv_rows8_rows(&job, c->pool, 0, P);
+        else {
+            /* (im2col^T's rows split among the threads ahead of the product's own split) */
+            const bool cols_split = !direct && job.rq_chunks > 1;
+            if (cols_split) kn_parallel_for(c->pool, job.rq_chunks, 1, iconv_cols_range, &job);
+            iconv_rows8_rows(&job, c->pool, 0, P, cols_split);
+        }
         if (atomic_load(&job.failed)) *st = KILN_ERR_OUT_OF_MEMORY;
         if (P == 1) { /* the bias, one vector pass */
             if (bv) iconv_add_bias(an, bv, M);
             continue;
         }
         if (fused) {
-            for (int64_t p = 0; p < P; p++) {
-                int32_t *row = ct + p * M;
-                if (bv) iconv_add_bias(row, bv, M);
-                kn_q_requant_cols(row, M, rq->r, rq->zy, rq->s8, yt + p * M);
-            }
-            iconv_bytes_to_planes(yt, P, M, (uint8_t *)rq->y + n * M * P);
+            if (!split && job.rq_chunks > 1) kn_parallel_for(c->pool, job.rq_chunks, 1, iconv_rq_range, &job);
+            else if (!split) iconv_rq_rows(&job, 0, P);
             continue;
         }
         /* back to planes, bias added: 8 x 8 blocks */

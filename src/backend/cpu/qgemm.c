@@ -1672,6 +1672,8 @@ typedef struct g8_job {
     int32_t *c;
     const kn_qgemm8_out *fo;
     bool vnni; /* the g8v panels (either form) */
+    int64_t i0, i1;  /* g8_range's rows */
+    int64_t rb, rbr; /* g8_units: row blocks a panel, rows a block (even) */
 } g8_job;
 
 /* the first residual entry of panel p or after (entries are in panel order) */
@@ -1749,8 +1751,8 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
         for (int64_t p = p0; p < p1; p++) {
             const int8_t *Bp = B + p * KQ * 4 * G8_NC;
             const int64_t n0 = p * G8_NC, nc = N - n0 < G8_NC ? N - n0 : G8_NC;
-            for (int64_t i = 0; i < j->M; i += 2) {
-                const int rows = j->M - i >= 2 ? 2 : 1;
+            for (int64_t i = j->i0; i < j->i1; i += 2) {
+                const int rows = j->i1 - i >= 2 ? 2 : 1;
                 int32_t s[2 * G8_NC], t[2 * G8_NC];
                 const uint8_t *a0 = j->a + i * j->lda, *a1 = rows == 2 ? a0 + j->lda : a0;
                 if (full > 0) {
@@ -1777,8 +1779,8 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
         const int64_t n0 = p * G8_NC, nc = N - n0 < G8_NC ? N - n0 : G8_NC;
         int64_t r1 = r0;
         while (r1 < nres && res[3 * r1 + 1] < n0 + G8_NC) r1++;
-        for (int64_t i = 0; i < j->M; i += 2) {
-            const int rows = j->M - i >= 2 ? 2 : 1;
+        for (int64_t i = j->i0; i < j->i1; i += 2) {
+            const int rows = j->i1 - i >= 2 ? 2 : 1;
             int32_t s[2 * G8_NC], t[2 * G8_NC];
             const uint8_t *a0 = j->a + i * j->lda, *a1 = rows == 2 ? a0 + j->lda : a0;
             if (rows == 2) two(a0, a1, Bp, full, s);
@@ -1804,6 +1806,17 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
             for (int r = 0; r < rows; r++) g8_store(j, i + r, n0, nc, s + r * G8_NC);
         }
         r0 = r1;
+    }
+}
+
+/* units [u0, u1): unit u is panel u / rb's rows [rbr (u % rb), rbr (u % rb + 1)) */
+static void g8_units(void *arg, int64_t u0, int64_t u1) {
+    const g8_job *j = arg;
+    for (int64_t u = u0; u < u1; u++) {
+        g8_job b = *j;
+        b.i0 = u % j->rb * j->rbr;
+        b.i1 = b.i0 + j->rbr < j->M ? b.i0 + j->rbr : j->M;
+        if (b.i0 < b.i1) g8_range(&b, u / j->rb, u / j->rb + 1);
     }
 }
 
@@ -1839,15 +1852,22 @@ kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t
 #else
     const bool vnni = false; /* (a build without the g8v panels: the AVX2 forms on any CPU) */
 #endif
-    g8_job j = {h, a, lda, M, ldc, za, zbs, base, c, fo, vnni};
+    g8_job j = {h, a, lda, M, ldc, za, zbs, base, c, fo, vnni, 0, M, 1, M};
     const double work = (double)M * (double)h->N * (double)K;
     /* large pools: without VNNI smaller chunks than the tiles' (~4-5 instructions per 32 products,
      * 512 x 128 one row ~1.5-3 us: four chunks of a panel); with it the tiles' rule (g8v_panel:
      * ~1.25 per 32, the same row ~0.5 us, less than a 16-thread pass costs) */
     const int64_t useful = h->NP > 1 ? threads_for(pool, work, 4e5, 2e5, vnni ? 2e5 : 6e4, vnni ? 3e4 : 1.6e4) : 1;
-    if (useful > 1)
-        kn_parallel_for(pool, h->NP, useful >= kn_threadpool_size(pool) ? 1 : (h->NP + useful - 1) / useful, g8_range, &j);
-    else g8_range(&j, 0, h->NP);
+    if (useful > 1) {
+        /* a few panels: each panel's rows in blocks too (up to 4, of 16 rows or more; the panel is
+         * read from L2 again for every two rows anyway), so that a thread late to the pass (a
+         * busy 2-core VM) leaves the other a smaller last unit to wait for than a whole panel (a
+         * quarter of 1x128x14x14 k3's product at 2 threads) */
+        j.rb = h->NP >= 4 * useful ? 1 : M / 16 < 1 ? 1 : M / 16 > 4 ? 4 : M / 16;
+        j.rbr = ((M + j.rb - 1) / j.rb + 1) / 2 * 2;
+        const int64_t units = h->NP * j.rb;
+        kn_parallel_for(pool, units, useful >= kn_threadpool_size(pool) ? 1 : (units + useful - 1) / useful, g8_units, &j);
+    } else g8_range(&j, 0, h->NP);
     if (base != &one) free(base);
     return KILN_OK;
 }
