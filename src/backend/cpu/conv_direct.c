@@ -126,14 +126,19 @@ static int64_t dc_copies_of(const kn_dconv_shape *s, int *cp_p, int *cp_r, int64
 }
 
 /* Whether the copies pay for themselves: an input row's copies feed Mg output channels times the
- * KH / sh output rows whose windows it lies in. 2-core AVX2 EPYC, 1 thread, against the phases: 5x5
- * s(1,3) 8->32 on 172x264 (Mg KH / sh = 160) and 3x3 s2 24->48 on 208x208 (72) faster; 1-D 16->4 k9
- * s2 (4) 1.4x slower, depthwise 8ch k129 s2 (1) 1.2x; 3x39 8->8 (24, 8 copies) 1.1x. KILN_DC_COPIES=0/1:
- * never / always (measurements). */
+ * KH / sh output rows whose windows it lies in. 2-core AVX2 EPYC, 1 thread, against the phases: 3x3
+ * s2 24->48 on 208x208 (Mg KH / sh = 72) faster; 1-D 16->4 k9 s2 (4) 1.4x slower, depthwise 8ch k129
+ * s2 (1) 1.2x; 3x39 8->8 (24, 8 copies) 1.1x. Not on 2-D rows at column stride 3: there 2 of a 5x5
+ * window's 5 columns of taps are off the vector grid, and the copies (2 rows more to the 3 phases)
+ * cost more in copying and in the tile's L1 footprint than the split loads they save: 5x5 s(1,3)
+ * 8->32 on 172x264 (160), once faster with them, ran 1.06x the phases' time once the whole windows
+ * became one loop of taps (best of 150 runs 2.21 against 2.08 ms); 7x7 s(1,3) 1->32 the same either
+ * way (0.529 / 0.525). KILN_DC_COPIES=0/1: never / always (measurements). */
 static bool dc_copies_pay(const kn_dconv_shape *s, int64_t ncp) {
     if (ncp == 0) return false; /* every tap aligned already */
     const char *e = getenv("KILN_DC_COPIES");
     if (e) return e[0] == '1';
+    if (s->OH > 1 && s->sw == 3) return false;
     return (s->M / s->G) * s->KH >= 32 * s->sh && ncp <= s->sw + 4;
 }
 
