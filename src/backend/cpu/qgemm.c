@@ -317,9 +317,11 @@ typedef struct tile_rq {
     uint8_t *y;
     int64_t ldy;
     const float *r;
-    const int32_t *bias;
-    int32_t zb;
+    /* per row, what its sums take before the requantisation: bias[i] - zb asum[i] (wrapping as
+     * int32, as store_sums' C plus rows_done's bias did), made once for the tile's row panel */
+    const int32_t *add;
     const uint8_t *ok; /* the rows whose sums allow the one-rounding form (rq_rows_ok) */
+    bool all_ok;       /* ok for every row of the tile */
     float zm;          /* y's zero point plus 1.5 * 2^23 (exact: an integer below 2^24) */
 } tile_rq;
 
@@ -394,36 +396,66 @@ static inline __m128i rq16_avx2(const kn_rq8_k *k, __m256i a0, __m256i a1, __m25
     return _mm_unpacklo_epi64(kn_rq8(k, a0, r), kn_rq8(k, a1, r));
 }
 
-/* The finished sums of a tile to bytes (kn_qgemm's rq_y): row r's sums plus bias[r] - zb asum[r]
- * (wrapping as int32, as store_sums' C plus rows_done's bias did), requantised as kn_q_requant's
- * vector form does (rq16_avx2: the same bytes) */
+/* The finished sums of a tile to bytes (kn_qgemm's rq_y): row r's sums plus add[r], requantised
+ * as kn_q_requant's vector form does (rq16_avx2: the same bytes). q's fields are read into locals
+ * first (the byte stores into y may alias anything as far as C knows: GCC read every field again
+ * for each row), the rows' adds come made (per row panel, not per tile), and a whole tile of rows
+ * that all take the one-rounding form is narrowed two rows at a time (one pack and one permute
+ * for both): with the 8 pairs of a 16-channel 1x1 convolution's tile, its requantisation took as
+ * many instructions as its product. */
+static inline __m256i rq_one_rounding(__m256i a, __m256 r, __m256 zm) {
+    return _mm256_sub_epi32(_mm256_castps_si256(_mm256_fmadd_ps(_mm256_cvtepi32_ps(a), r, zm)), _mm256_set1_epi32(0x4B400000));
+}
+
+/* rows r and r + 1 (one rounding both) to two rows of 16 bytes */
+static inline __attribute__((always_inline)) void rq_two_rows(const __m256i *c0, const __m256i *c1, int r, const int32_t *add,
+                                                              const float *rr, __m256 zm, bool s8, uint8_t *y0, uint8_t *y1) {
+    const __m256i a0 = _mm256_set1_epi32(add[r]), a1 = _mm256_set1_epi32(add[r + 1]);
+    const __m256 r0 = _mm256_set1_ps(rr[r]), r1 = _mm256_set1_ps(rr[r + 1]);
+    const __m256i w0 = _mm256_packs_epi32(rq_one_rounding(_mm256_add_epi32(c0[r], a0), r0, zm),
+                                          rq_one_rounding(_mm256_add_epi32(c1[r], a0), r0, zm));
+    const __m256i w1 = _mm256_packs_epi32(rq_one_rounding(_mm256_add_epi32(c0[r + 1], a1), r1, zm),
+                                          rq_one_rounding(_mm256_add_epi32(c1[r + 1], a1), r1, zm));
+    /* bytes: row r's 0-3 8-11, row r + 1's 0-3 8-11 | the 4-7 12-15 of both; dwords in order */
+    const __m256i v = _mm256_permutevar8x32_epi32(s8 ? _mm256_packs_epi16(w0, w1) : _mm256_packus_epi16(w0, w1),
+                                                  _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm_storeu_si128((__m128i *)y0, _mm256_castsi256_si128(v));
+    _mm_storeu_si128((__m128i *)y1, _mm256_extracti128_si256(v, 1));
+}
+
 static inline __attribute__((always_inline)) void store_rq(const int rows, const __m256i *c0, const __m256i *c1,
-                                                           int cols, const int32_t *asum, const tile_rq *q) {
+                                                           int cols, const tile_rq *q) {
+    const kn_rq8_k *k = q->k;
+    const bool s8 = k->s8;
+    uint8_t *const y = q->y;
+    const int64_t ldy = q->ldy;
+    const float *const rr = q->r;
+    const int32_t *const add = q->add;
+    const __m256 zm = _mm256_set1_ps(q->zm);
+    /* one rounding (rq_rows_ok says why it is the definition's): fma(a, r, zy + 1.5 * 2^23) lies in
+     * [2^23, 2^24), where a float's unit is 1, so it is round-half-even(a r + zy) plus 1.5 * 2^23,
+     * and its bits less those of 1.5 * 2^23 are that integer; the packs saturate it */
+    if (rows == MR && cols == NR && q->all_ok) {
+        for (int r = 0; r < MR; r += 2) rq_two_rows(c0, c1, r, add, rr, zm, s8, y + r * ldy, y + (r + 1) * ldy);
+        return;
+    }
+    const uint8_t *const ok = q->ok;
     for (int r = 0; r < rows; r++) {
-        const uint32_t add = (q->bias ? (uint32_t)q->bias[r] : 0u) - (asum ? (uint32_t)asum[r] * (uint32_t)q->zb : 0u);
-        const __m256i av = _mm256_set1_epi32((int32_t)add);
-        const __m256 rv = _mm256_set1_ps(q->r[r]);
+        const __m256i av = _mm256_set1_epi32(add[r]);
+        const __m256 rv = _mm256_set1_ps(rr[r]);
         const __m256i a0 = _mm256_add_epi32(c0[r], av), a1 = _mm256_add_epi32(c1[r], av);
         __m128i b;
-        if (q->ok[r]) {
-            /* one rounding (rq_rows_ok says why it is the definition's): fma(a, r, zy + 1.5 * 2^23)
-             * lies in [2^23, 2^24), where a float's unit is 1, so it is round-half-even(a r + zy)
-             * plus 1.5 * 2^23, and its bits less those of 1.5 * 2^23 are that integer; the packs
-             * saturate it */
-            const __m256 zm = _mm256_set1_ps(q->zm);
-            const __m256i mb = _mm256_set1_epi32(0x4B400000);
-            const __m256i q0 = _mm256_sub_epi32(_mm256_castps_si256(_mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), rv, zm)), mb);
-            const __m256i q1 = _mm256_sub_epi32(_mm256_castps_si256(_mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), rv, zm)), mb);
-            const __m256i w = _mm256_packs_epi32(q0, q1);
-            const __m256i v = q->k->s8 ? _mm256_packs_epi16(w, w) : _mm256_packus_epi16(w, w);
+        if (ok[r]) {
+            const __m256i w = _mm256_packs_epi32(rq_one_rounding(a0, rv, zm), rq_one_rounding(a1, rv, zm));
+            const __m256i v = s8 ? _mm256_packs_epi16(w, w) : _mm256_packus_epi16(w, w);
             b = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-        } else b = rq16_avx2(q->k, a0, a1, rv);
-        uint8_t *y = q->y + r * q->ldy;
-        if (cols == NR) _mm_storeu_si128((__m128i *)y, b);
+        } else b = rq16_avx2(k, a0, a1, rv);
+        uint8_t *yr = y + r * ldy;
+        if (cols == NR) _mm_storeu_si128((__m128i *)yr, b);
         else {
             uint8_t t[NR];
             _mm_storeu_si128((__m128i *)t, b);
-            memcpy(y, t, (size_t)cols);
+            memcpy(yr, t, (size_t)cols);
         }
     }
 }
@@ -487,7 +519,7 @@ static void tile6_avx2(int rows, bool s8, int64_t kpn, const int32_t *A, const u
     int64_t n = kpn;
     if (s8) QGEMM_TILE6("vpmovsxbw");
     else QGEMM_TILE6("vpmovzxbw");
-    if (q) store_rq(rows, sums, sums + MR, cols, asum, q);
+    if (q) store_rq(rows, sums, sums + MR, cols, q);
     else store_sums(rows, sums, sums + MR, C, ldc, cols, add, asum, zb);
 }
 #undef QGEMM_TILE6
@@ -544,7 +576,7 @@ static void tile1_avx2(bool s8, int64_t kpn, const int32_t *A, const uint8_t *B,
     uint64_t n = (uint64_t)kpn;
     if (s8) QGEMM_TILE1("vpmovsxbw", "24", "48");
     else QGEMM_TILE1("vpmovzxbw", "24", "48");
-    if (q) store_rq(1, sums, sums + 1, cols, asum, q);
+    if (q) store_rq(1, sums, sums + 1, cols, q);
     else store_sums(1, sums, sums + 1, C, ldc, cols, add, asum, zb);
 }
 
@@ -625,7 +657,7 @@ static void tile8_avx2(bool b_bytes_signed, int rows, int64_t kqn, const int32_t
     int64_t n = kqn;
     if (b_bytes_signed) QGEMM8_TILE6("%%ymm12, %%ymm14", "%%ymm13, %%ymm14");
     else QGEMM8_TILE6("%%ymm14, %%ymm12", "%%ymm14, %%ymm13");
-    if (q) store_rq(rows, sums, sums + MR, cols, asum, q);
+    if (q) store_rq(rows, sums, sums + MR, cols, q);
     else store_sums(rows, sums, sums + MR, C, ldc, cols, add, asum, zb);
 }
 #undef QGEMM8_TILE6
@@ -775,7 +807,7 @@ static void tile(bool vnni, int rows, bool s8, int64_t kpn, const int32_t *A, co
     tile1_avx2(s8, kpn, A, B, C, ldc, cols, add, asum, zb, q);
     if (rows == 2) {
         tile_rq q1;
-        if (q) q1 = (tile_rq){q->k, q->y + q->ldy, q->ldy, q->r + 1, q->bias ? q->bias + 1 : NULL, q->zb, q->ok + 1, q->zm};
+        if (q) q1 = (tile_rq){q->k, q->y + q->ldy, q->ldy, q->r + 1, q->add + 1, q->ok + 1, q->ok[1], q->zm};
         tile1_avx2(s8, kpn, A + 1, B, C + ldc, ldc, cols, add, asum ? asum + 1 : NULL, zb, q ? &q1 : NULL);
     }
 }
@@ -879,7 +911,9 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
             have = cb;
             B = buf;
         }
-        if (zb && have_zb != cb) {
+        /* (the fused requantisation reads g->zb alone: no column's copy to fill, 48 KB a call for a
+         * block of 12288 columns) */
+        if (zb && have_zb != cb && !j->fuse) {
             for (int64_t q = 0; q < width; q++)
                 zb[q] = q >= nc ? 0 : (g->zb_cols ? g->zb_cols[n0 + q] : g->zb) + (j->bytes == QB_SIGNED ? j->boff : 0);
             have_zb = cb;
@@ -905,11 +939,21 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
                 const int32_t *A = g->a + ip * KP * MR + k0 * MR, *asum = zb && k0 == 0 ? sums + ip * MR : NULL;
                 int32_t *C = g->c + ip * MR * g->ldc + n0;
                 tile_rq q = {0};
+                int32_t rq_add[MR];
 #if defined(__AVX2__)
-                if (j->fuse)
-                    q = (tile_rq){&j->rqk, g->rq_y + ip * MR * g->rq_ldy + n0, g->rq_ldy, g->rq_r + ip * MR,
-                                  g->rq_bias ? g->rq_bias + ip * MR : NULL, g->zb, j->rq_ok + ip * MR,
-                                  (float)g->rq_zy + 12582912.0f};
+                if (j->fuse) {
+                    /* B's zero point (plus what its unsigned bytes add: QB_SIGNED's boff) times A's
+                     * row sums, less the bias: one value per row for all the panel's tiles */
+                    const uint32_t zq = (uint32_t)g->zb + (uint32_t)(block_bytes ? j->boff : 0);
+                    bool all_ok = true;
+                    for (int r = 0; r < rows; r++) {
+                        const int64_t i = ip * MR + r;
+                        rq_add[r] = (int32_t)((g->rq_bias ? (uint32_t)g->rq_bias[i] : 0u) - (asum ? (uint32_t)asum[r] * zq : 0u));
+                        all_ok &= j->rq_ok[i] != 0;
+                    }
+                    q = (tile_rq){&j->rqk, g->rq_y + ip * MR * g->rq_ldy + n0, g->rq_ldy, g->rq_r + ip * MR, rq_add,
+                                  j->rq_ok + ip * MR, all_ok, (float)g->rq_zy + 12582912.0f};
+                }
 #endif
 #if defined(__AVX2__)
                 if (block_bytes) {
@@ -918,7 +962,6 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
                     const bool bs = j->bytes == QB_UNSIGNED;
                     const int32_t *Aq = j->aq + (ip * KQ + k0 / 2) * MR;
                     const int32_t *as8 = k0 > 0 ? NULL : bs ? j->ac + ip * MR : asum;
-                    q.zb += j->boff;
                     for (int64_t jp = 0; jp * NR < nc; jp++) {
                         tile8_avx2(bs, rows, (kpn + 1) / 2, Aq, bq + (jp * KQ + k0 / 2) * 4 * NR, C + jp * NR, g->ldc,
                                    (int)min64(NR, nc - jp * NR), add, as8, bs ? negcs + jp * NR : zb ? zb + jp * NR : NULL,
