@@ -191,13 +191,14 @@ KN_TEST(cuda_linear_attention) {
 /* ------------------------------------------------------------------ kiln.Attention in one kernel */
 
 
-/* got (NULL when the run failed) against want[0..n) in a half type: the scores and probabilities
- * are rounded to the type, so a few of its ulps */
-static void check_half_result(const kn_tensor *got, const double *want, int64_t n, kiln_dtype dt, const char *what) {
+/* got (NULL when the run failed) against want[0..n): in a half type the scores and probabilities
+ * are rounded to the type, so a few of its ulps; in float32 a few of float's */
+static void check_attention_result(const kn_tensor *got, const double *want, int64_t n, kiln_dtype dt, const char *what) {
     CHECK_MSG(got && kn_tensor_count(got) == n, "%s: %lld elements, want %lld", what,
               got ? (long long)kn_tensor_count(got) : -1LL, (long long)n);
     if (!got || kn_tensor_count(got) != n) return;
-    const double rtol = dt == KILN_DTYPE_BFLOAT16 ? 4e-2 : 1e-2, atol = dt == KILN_DTYPE_BFLOAT16 ? 2e-2 : 4e-3;
+    const double rtol = dt == KILN_DTYPE_BFLOAT16 ? 4e-2 : dt == KILN_DTYPE_FLOAT16 ? 1e-2 : 1e-5,
+                 atol = dt == KILN_DTYPE_BFLOAT16 ? 2e-2 : dt == KILN_DTYPE_FLOAT16 ? 4e-3 : 1e-6;
     for (int64_t i = 0; i < n; i++) {
         const double g = kn_tensor_get_f64(got, i);
         if (!(fabs(g - want[i]) <= atol + rtol * fabs(want[i]))) {
@@ -207,10 +208,11 @@ static void check_half_result(const kn_tensor *got, const double *want, int64_t 
     }
 }
 
-/* kiln.Attention on CUDA in float16/bfloat16 (the CPU's kernel takes float32 only) against a
- * reference computed here in double from the same inputs, in each of its three forms: kiln's one
- * kernel (cu_flash_attention.cu, KILN_CUDA_FLASH=1), the general one (KILN_CUDA_FLASH=0) and the
- * default, cuDNN's fused attention (cuda_sdpa.c) where cuDNN builds a plan: head sizes 32, 64
+/* kiln.Attention on CUDA in float32, float16 and bfloat16 against a reference computed here in
+ * double from the same inputs, in each of its three forms: kiln's one kernel (cu_flash_attention.cu,
+ * cu_flash_attention_f32.cu; KILN_CUDA_FLASH=1), the general one (KILN_CUDA_FLASH=0) and the
+ * default (float32: the general form until the one kernel is measured; half types: cuDNN's fused
+ * attention, cuda_sdpa.c, where cuDNN builds a plan): head sizes 32, 64
  * and 128, query and key counts that are not multiples of the kernels' blocks, a boolean mask with a
  * fully masked row (nan_to_zero), an additive mask broadcast over the heads, one broadcast over heads
  * and queries ([B, 1, 1, sk]: BERT's), one with a row of -inf (nan_to_zero), 3-D and 4-D. Forms 3 and
@@ -247,12 +249,12 @@ static void attention_reference(const onemodel *o, int64_t B, int64_t H, int64_t
     free(s);
 }
 
-KN_TEST(cuda_kiln_attention_half) {
+KN_TEST(cuda_kiln_attention_types) {
     NEED_GPU();
-    const kiln_dtype types[2] = {KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
+    const kiln_dtype types[3] = {KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
     static const char *const kernel_names[3] = {"general form", "one kernel", "default"};
     for (int flash = 0; flash < 3; flash++) /* 0: the general form, 1: kiln's one kernel, 2: the default */
-        for (int t = 0; t < 2; t++)
+        for (int t = 0; t < 3; t++)
             for (int hd = 32; hd <= 128; hd *= 2)
                 for (int form = 0; form < 6; form++) {
                     if (flash == 2) unsetenv("KILN_CUDA_FLASH"), unsetenv("KILN_CUDA_SDPA");
@@ -316,7 +318,7 @@ KN_TEST(cuda_kiln_attention_half) {
                     if (gpu) {
                         kn_tensor *got[1];
                         om_run(gpu, &o, got);
-                        check_half_result(got[0], want, n, dt, what);
+                        check_attention_result(got[0], want, n, dt, what);
                         kiln_tensor_destroy(got[0]);
                     }
                     kiln_session_destroy(gpu);
@@ -409,7 +411,7 @@ KN_TEST(cuda_kiln_attention_fused_plan_kept) {
 /* kiln.Attention with operand views (what fold_attention_views writes for torch's
  * MultiheadAttention): Q, K and V read in place from one packed projection [S, B, 3 * E] (K with
  * its head dim contiguous: the one-kernel form's untransposed path), Y written in place into
- * [S * B, E]; float16 and bfloat16, the one-kernel form, the general one (dense copies) and the
+ * [S * B, E]; float32, float16 and bfloat16, the one-kernel form, the general one (dense copies) and the
  * default with cuDNN's fused attention asked for (where cuDNN builds a plan), head sizes 32, 64 and 128, against a reference computed here in double through the same views. */
 static void om_ints(onemodel *o, const char *name, const int64_t *v, int n) {
     kn_attr *a = om_attr(o, name, KN_ATTR_INTS);
@@ -421,10 +423,10 @@ static void om_ints(onemodel *o, const char *name, const int64_t *v, int n) {
 KN_TEST(cuda_kiln_attention_views) {
     NEED_GPU();
     setenv("KILN_CUDA_ATTN_VIEWS", "1", 1); /* on, whatever the environment says */
-    const kiln_dtype types[2] = {KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
+    const kiln_dtype types[3] = {KILN_DTYPE_FLOAT, KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
     static const char *const kernel_names[3] = {"general form", "one kernel", "default"};
     for (int flash = 0; flash < 3; flash++) /* 0: the general form, 1: kiln's one kernel, 2: the default (cuDNN's) */
-        for (int t = 0; t < 2; t++)
+        for (int t = 0; t < 3; t++)
             for (int hd = 32; hd <= 128; hd *= 2) {
                 if (flash == 2) unsetenv("KILN_CUDA_FLASH"), unsetenv("KILN_CUDA_SDPA");
                 else setenv("KILN_CUDA_FLASH", flash ? "1" : "0", 1);
@@ -487,7 +489,7 @@ KN_TEST(cuda_kiln_attention_views) {
                     om_run(gpu, &o, got);
                     CHECK_MSG(got[0] && got[0]->rank == 2, "%s: output of rank %d, want 2 ([S * B, E])", what,
                               got[0] ? got[0]->rank : -1);
-                    check_half_result(got[0], want, S * B * E, dt, what);
+                    check_attention_result(got[0], want, S * B * E, dt, what);
                     kiln_tensor_destroy(got[0]);
                 }
                 kiln_session_destroy(gpu);

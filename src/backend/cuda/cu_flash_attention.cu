@@ -358,6 +358,7 @@ template <typename T> cudaError_t launch_any(const kn_cu_flash *p, cudaStream_t 
 } // namespace
 
 extern "C" cudaError_t kn_cu_flash_attention(kiln_dtype dt, const kn_cu_flash *p, cudaStream_t s) {
+    if (dt == KILN_DTYPE_FLOAT) return kn_cu_flash_attention_f32(p, s);
     if ((p->d != 32 && p->d != 64 && p->d != 128) || p->b0 * p->b1 > 65535 || p->b0 * p->b1 < 1 || p->sq < 1 ||
         p->sk < 1 || (p->sq + 15) / 16 > 2147483647LL)
         return cudaErrorNotSupported;

@@ -286,6 +286,8 @@ typedef struct kn_cu_flash {
     float scale;
 } kn_cu_flash;
 cudaError_t kn_cu_flash_attention(kiln_dtype dt, const kn_cu_flash *p, cudaStream_t s);
+/* float32 on the CUDA cores (cu_flash_attention_f32.cu); kn_cu_flash_attention dispatches to it */
+cudaError_t kn_cu_flash_attention_f32(const kn_cu_flash *p, cudaStream_t s);
 
 typedef struct kn_cu_pool {
     int nsp;
