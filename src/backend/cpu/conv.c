@@ -3224,7 +3224,7 @@ typedef struct iconv_rows8_job {
     const struct iconv_rq *rq;
     const int32_t *bias;
     uint8_t *yt, *y;
-    int64_t rq_chunks; /* iconv_rq_range's, after a product split by its channels */
+    int64_t cols_chunks; /* iconv_cols_range's, ahead of a product split by its channels */
 } iconv_rows8_job;
 
 /* chunk u of `chunks` over P rows: [rows8_at(u), rows8_at(u + 1)), bounds at multiples of 8 (the
@@ -3251,14 +3251,16 @@ static void iconv_rows8_cols(const iconv_rows8_job *j, int64_t r0, int64_t r1) {
 static void iconv_cols_range(void *arg, int64_t u0, int64_t u1) {
     const iconv_rows8_job *j = arg;
     const int64_t P = j->s->out_plane;
-    for (int64_t u = u0; u < u1; u++) iconv_rows8_cols(j, rows8_at(u, j->rq_chunks, P), rows8_at(u + 1, j->rq_chunks, P));
+    for (int64_t u = u0; u < u1; u++) iconv_rows8_cols(j, rows8_at(u, j->cols_chunks, P), rows8_at(u + 1, j->cols_chunks, P));
 }
 
-/* rows [r0, r1): im2col^T's (unless direct, or made already: cols_made) and their product */
-static void iconv_rows8_rows(iconv_rows8_job *j, kn_threadpool *pool, int64_t r0, int64_t r1, bool cols_made) {
+/* rows [r0, r1): im2col^T's (unless direct, or made already: cols_made) and their product (fo:
+ * kn_qgemm8's, or NULL) */
+static void iconv_rows8_rows(iconv_rows8_job *j, kn_threadpool *pool, int64_t r0, int64_t r1, bool cols_made,
+                             const kn_qgemm8_out *fo) {
     const int64_t K = j->s->C * j->s->kk;
     if (!j->direct && !cols_made) iconv_rows8_cols(j, r0, r1);
-    if (kn_qgemm8_run(pool, j->w8, j->a + r0 * K, K, r1 - r0, j->zx, j->zw, j->w_s8, j->ct + r0 * j->s->M, j->s->M, NULL))
+    if (kn_qgemm8_run(pool, j->w8, j->a + r0 * K, K, r1 - r0, j->zx, j->zw, j->w_s8, j->ct + r0 * j->s->M, j->s->M, fo))
         atomic_store(&j->failed, 1);
 }
 
@@ -3269,17 +3271,11 @@ static void iconv_rows8_range(void *arg, int64_t u0, int64_t u1) {
     const int64_t P = j->s->out_plane;
     for (int64_t u = u0; u < u1; u++) {
         const int64_t r0 = rows8_at(u, j->chunks, P), r1 = rows8_at(u + 1, j->chunks, P);
-        iconv_rows8_rows(j, NULL, r0, r1, false);
+        iconv_rows8_rows(j, NULL, r0, r1, false, NULL);
         if (j->rq) iconv_rq_rows(j, r0, r1);
     }
 }
 
-/* the requantisation alone, chunk by chunk (after a product split by its output channels) */
-static void iconv_rq_range(void *arg, int64_t u0, int64_t u1) {
-    const iconv_rows8_job *j = arg;
-    const int64_t P = j->s->out_plane;
-    for (int64_t u = u0; u < u1; u++) iconv_rq_rows(j, rows8_at(u, j->rq_chunks, P), rows8_at(u + 1, j->rq_chunks, P));
-}
 
 /* a[i] += b[i], i < n */
 static void iconv_add_bias(int32_t *a, const int32_t *b, int64_t n) {
@@ -3292,26 +3288,27 @@ static void iconv_add_bias(int32_t *a, const int32_t *b, int64_t n) {
     for (; i < n; i++) a[i] += b[i];
 }
 
-/* y[m * ys + p] = t[p * M + m]: bytes [P][M] to M planes (ys apart) of P (8 x 8 blocks) */
-static void iconv_bytes_to_planes(const uint8_t *t, int64_t P, int64_t M, uint8_t *y, int64_t ys) {
+/* y[m * ys + p] = t[p * ts + m]: P rows of M bytes (ts apart) to M planes (ys apart) of P (8 x 8
+ * blocks) */
+static void iconv_bytes_to_planes(const uint8_t *t, int64_t ts, int64_t P, int64_t M, uint8_t *y, int64_t ys) {
     int64_t m0 = 0;
 #if defined(__SSE2__)
     for (; m0 + 8 <= M; m0 += 8) {
         int64_t p0 = 0;
         for (; p0 + 8 <= P; p0 += 8) {
             __m128i q[4]; /* q[i]: channel m0 + 2i's 8 positions, then m0 + 2i + 1's */
-            kn_u8_transpose8x8(t + p0 * M + m0, M, q);
+            kn_u8_transpose8x8(t + p0 * ts + m0, ts, q);
             for (int i = 0; i < 4; i++) {
                 _mm_storel_epi64((__m128i *)(y + (m0 + 2 * i) * ys + p0), q[i]);
                 _mm_storel_epi64((__m128i *)(y + (m0 + 2 * i + 1) * ys + p0), _mm_unpackhi_epi64(q[i], q[i]));
             }
         }
         for (int64_t m = m0; m < m0 + 8; m++)
-            for (int64_t p = p0; p < P; p++) y[m * ys + p] = t[p * M + m];
+            for (int64_t p = p0; p < P; p++) y[m * ys + p] = t[p * ts + m];
     }
 #endif
     for (int64_t m = m0; m < M; m++)
-        for (int64_t p = 0; p < P; p++) y[m * ys + p] = t[p * M + m];
+        for (int64_t p = 0; p < P; p++) y[m * ys + p] = t[p * ts + m];
 }
 
 /* Whether the transposed form takes this convolution: 1-D or 2-D, one group, uint8 x, constant
@@ -3349,7 +3346,17 @@ static void iconv_rq_rows(const iconv_rows8_job *j, int64_t r0, int64_t r1) {
         if (j->bias) iconv_add_bias(row, j->bias, M);
         kn_q_requant_cols(row, M, j->rq->r, j->rq->zy, j->rq->s8, j->yt + p * M);
     }
-    iconv_bytes_to_planes(j->yt + r0 * M, r1 - r0, M, j->y + r0, P);
+    iconv_bytes_to_planes(j->yt + r0 * M, M, r1 - r0, M, j->y + r0, P);
+}
+
+/* kn_qgemm8's done where it requantises the product into yt (split by its output channels): rows
+ * [i0, i1) of channels [n0, n0 + nc) transposed into y's planes while in cache (the int32 sums
+ * written, read back, requantised and transposed in a pass of their own after the product: a
+ * second read of all the sums, and another wake of the threads) */
+static void iconv_rq_done(const void *ctx, int64_t i0, int64_t i1, int64_t n0, int64_t nc) {
+    const iconv_rows8_job *j = ctx;
+    const int64_t M = j->s->M, P = j->s->out_plane;
+    iconv_bytes_to_planes(j->yt + i0 * M + n0, M, i1 - i0, nc, j->y + n0 * P + i0, P);
 }
 
 /* acc = bias + the product (int_conv's contract) through the transposed form, or with rq (QLinearConv)
@@ -3406,10 +3413,10 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
                        P >= 32;
     iconv_rows8_job job = {s, xh, cols, cols, ct, w8, WP, split ? min64(threads, P / 16) : 1, zx, zw, direct,
                            W->dtype == KILN_DTYPE_INT8};
-    /* a product split by its output channels: im2col^T's rows before it and the requantisation
-     * after it split among the threads by rows too (made on the calling thread alone they were
-     * ~7% of 1x128x14x14 k3 per channel at 1 thread by perf, the other thread idle meanwhile) */
-    job.rq_chunks = threads > 1 && P >= 32 && (double)P * (double)M * (double)K >= 4e5 ? min64(threads, P / 16) : 1;
+    /* a product split by its output channels: im2col^T's rows before it split among the threads
+     * by rows too (made on the calling thread alone they and the requantisation were ~7% of
+     * 1x128x14x14 k3 per channel at 1 thread by perf, the other thread idle meanwhile) */
+    job.cols_chunks = threads > 1 && P >= 32 && (double)P * (double)M * (double)K >= 4e5 ? min64(threads, P / 16) : 1;
     atomic_init(&job.failed, 0);
     for (int64_t n = 0; *st == KILN_OK && n < s->N; n++) {
         const uint8_t *xn = (const uint8_t *)X->data + n * C * s->in_plane;
@@ -3421,20 +3428,19 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
         if (split) kn_parallel_for(c->pool, job.chunks, 1, iconv_rows8_range, &job);
         else {
             /* (im2col^T's rows split among the threads ahead of the product's own split) */
-            const bool cols_split = !direct && job.rq_chunks > 1;
-            if (cols_split) kn_parallel_for(c->pool, job.rq_chunks, 1, iconv_cols_range, &job);
-            iconv_rows8_rows(&job, c->pool, 0, P, cols_split);
+            const bool cols_split = !direct && job.cols_chunks > 1;
+            if (cols_split) kn_parallel_for(c->pool, job.cols_chunks, 1, iconv_cols_range, &job);
+            const kn_qgemm8_out fo = {.rq_y = yt, .rq_ldy = M, .rq_r = fused ? rq->r : NULL, .rq_bias = bv,
+                                      .rq_zy = fused ? rq->zy : 0, .rq_s8 = fused && rq->s8, .done = iconv_rq_done,
+                                      .done_ctx = &job};
+            iconv_rows8_rows(&job, c->pool, 0, P, cols_split, fused ? &fo : NULL);
         }
         if (atomic_load(&job.failed)) *st = KILN_ERR_OUT_OF_MEMORY;
         if (P == 1) { /* the bias, one vector pass */
             if (bv) iconv_add_bias(an, bv, M);
             continue;
         }
-        if (fused) {
-            if (!split && job.rq_chunks > 1) kn_parallel_for(c->pool, job.rq_chunks, 1, iconv_rq_range, &job);
-            else if (!split) iconv_rq_rows(&job, 0, P);
-            continue;
-        }
+        if (fused) continue; /* (requantised by the product's blocks, or the chunks' rows) */
         /* back to planes, bias added: 8 x 8 blocks */
         for (int64_t m0 = 0; m0 < M; m0 += 8)
             for (int64_t p0 = 0; p0 < P; p0 += 8) {

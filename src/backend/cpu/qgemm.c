@@ -1,6 +1,7 @@
 /* Exact 8-bit integer products as int16 pairs (qgemm.h says why and the packed layouts). */
 #include "backend/cpu/qgemm.h"
 
+#include "backend/cpu/conv_int_dw.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/qrequant.h"
 #include "util/aligned.h"
@@ -1717,6 +1718,9 @@ typedef struct g8_job {
     bool vnni; /* the g8v panels (either form) */
     int64_t i0, i1;  /* g8_range's rows */
     int64_t rb, rbr; /* g8_units: row blocks a panel, rows a block (even) */
+#if defined(__AVX2__)
+    kn_rq8_k rqk; /* fo's rq_y: its constants */
+#endif
 } g8_job;
 
 /* the first residual entry of panel p or after (entries are in panel order) */
@@ -1736,7 +1740,27 @@ static void g8_store(const g8_job *j, int64_t i, int64_t n0, int64_t nc, int32_t
     const int32_t *colsum = (const int32_t *)(j->h + 1) + n0;
     const int32_t b = j->base[i], za = j->za;
     int64_t q = 0;
-    if (!j->fo) {
+    if (j->fo && j->fo->rq_y) { /* requantised: 8 values a step with their columns' scales */
+        const kn_qgemm8_out *fo = j->fo;
+        uint8_t *yo = fo->rq_y + i * fo->rq_ldy + n0;
+        const float *rr = fo->rq_r + n0;
+        const int32_t *bias = fo->rq_bias ? fo->rq_bias + n0 : NULL;
+        int32_t v[G8_NC];
+#if defined(__AVX2__)
+        const __m256i bv = _mm256_set1_epi32(b), zv = _mm256_set1_epi32(za);
+        for (; q + 8 <= nc; q += 8) {
+            __m256i t = _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(s + q)), bv),
+                                         _mm256_mullo_epi32(zv, _mm256_loadu_si256((const __m256i *)(colsum + q))));
+            if (bias) t = _mm256_add_epi32(t, _mm256_loadu_si256((const __m256i *)(bias + q)));
+            _mm_storel_epi64((__m128i *)(yo + q), kn_rq8(&j->rqk, t, _mm256_loadu_ps(rr + q)));
+        }
+#endif
+        for (int64_t e = q; e < nc; e++) /* (wrapping, as the vector adds) */
+            v[e] = (int32_t)((uint32_t)s[e] + (uint32_t)b - (uint32_t)za * (uint32_t)colsum[e] + (bias ? (uint32_t)bias[e] : 0u));
+        if (q < nc) kn_q_requant_cols(v + q, nc - q, rr + q, fo->rq_zy, fo->rq_s8, yo + q);
+        return;
+    }
+    if (!j->fo || !j->fo->out) {
         int32_t *c = j->c + i * j->ldc + n0;
 #if defined(__AVX2__)
         const __m256i bv = _mm256_set1_epi32(b), zv = _mm256_set1_epi32(za);
@@ -1813,6 +1837,7 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
                 }
                 for (int r = 0; r < rows; r++) g8_store(&js, i + r, n0, nc, s + r * G8_NC);
             }
+            if (j->fo && j->fo->done) j->fo->done(j->fo->done_ctx, j->i0, j->i1, n0, nc);
         }
         return;
     }
@@ -1848,6 +1873,7 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
             }
             for (int r = 0; r < rows; r++) g8_store(j, i + r, n0, nc, s + r * G8_NC);
         }
+        if (j->fo && j->fo->done) j->fo->done(j->fo->done_ctx, j->i0, j->i1, n0, nc);
         r0 = r1;
     }
 }
@@ -1896,6 +1922,9 @@ kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t
     const bool vnni = false; /* (a build without the g8v panels: the AVX2 forms on any CPU) */
 #endif
     g8_job j = {h, a, lda, M, ldc, za, zbs, base, c, fo, vnni, 0, M, 1, M};
+#if defined(__AVX2__)
+    if (fo && fo->rq_y) j.rqk = kn_rq8_setup(fo->rq_zy, fo->rq_s8);
+#endif
     const double work = (double)M * (double)h->N * (double)K;
     /* large pools: without VNNI smaller chunks than the tiles' (~4-5 instructions per 32 products,
      * 512 x 128 one row ~1.5-3 us: four chunks of a panel); with it the tiles' rule (g8v_panel:
@@ -1907,7 +1936,7 @@ kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t
          * busy 2-core VM) leaves the other a smaller last unit to wait for than a whole panel (a
          * quarter of 1x128x14x14 k3's product at 2 threads) */
         j.rb = h->NP >= 4 * useful ? 1 : M / 16 < 1 ? 1 : M / 16 > 4 ? 4 : M / 16;
-        j.rbr = ((M + j.rb - 1) / j.rb + 1) / 2 * 2;
+        j.rbr = ((M + j.rb - 1) / j.rb + 7) / 8 * 8; /* (even for g8_range; 8 for done's i0) */
         const int64_t units = h->NP * j.rb;
         kn_parallel_for(pool, units, useful >= kn_threadpool_size(pool) ? 1 : (units + useful - 1) / useful, g8_units, &j);
     } else g8_range(&j, 0, h->NP);

@@ -145,16 +145,28 @@ int64_t kn_qgemv8_residuals(const void *packed);
 /* The form kn_qgemv8_pack will choose for B (kn_qgemv8_form's values), from B alone */
 int kn_qgemv8_fits_form(const void *b, bool b_s8, int64_t K, int64_t N);
 void kn_qgemv8_run(const void *packed, const uint8_t *a, int32_t za, int32_t zb, bool b_s8, int32_t *c);
-/* M rows of A (row i at a + i * lda) into C (row stride ldc), or with fo set into fo's float
- * rows: out[i][j] += (float)c_ij * (s * sc[j]) (sc[0] for all j unless sc_per_col), the same float
- * operations as that loop over C. On the pool; KILN_ERR_OUT_OF_MEMORY when its row sums cannot be
- * had. */
+/* M rows of A (row i at a + i * lda) into C (row stride ldc), or with fo's out set into fo's
+ * float rows: out[i][j] += (float)c_ij * (s * sc[j]) (sc[0] for all j unless sc_per_col), the same
+ * float operations as that loop over C; or with fo's rq_y set, C not written: c_ij + rq_bias[j]
+ * (or none) requantised with rq_r[j] into rq_y[i * rq_ldy + j], int8 when rq_s8 else uint8 (the
+ * bytes of kn_q_requant_cols). With fo's done set, done(done_ctx, i0, i1, n0, nc) is called (from
+ * the pool's threads, on disjoint blocks) as soon as rows [i0, i1) of columns [n0, n0 + nc) are
+ * final, i0 a multiple of 8 (QLinearConv transposes them into its planes there, while they are in
+ * cache). On the pool; KILN_ERR_OUT_OF_MEMORY when its row sums cannot be had. */
 typedef struct kn_qgemm8_out {
     float *out;
     int64_t ldo;
     float s;
     const float *sc;
     bool sc_per_col;
+    uint8_t *rq_y;
+    int64_t rq_ldy;
+    const float *rq_r;
+    const int32_t *rq_bias;
+    double rq_zy;
+    bool rq_s8;
+    void (*done)(const void *ctx, int64_t i0, int64_t i1, int64_t n0, int64_t nc);
+    const void *done_ctx;
 } kn_qgemm8_out;
 kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t *a, int64_t lda, int64_t M, int32_t za,
                           int32_t zb, bool b_s8, int32_t *c, int64_t ldc, const kn_qgemm8_out *fo);
