@@ -211,8 +211,8 @@ static void check_attention_result(const kn_tensor *got, const double *want, int
 /* kiln.Attention on CUDA in float32, float16 and bfloat16 against a reference computed here in
  * double from the same inputs, in each of its three forms: kiln's one kernel (cu_flash_attention.cu,
  * cu_flash_attention_f32.cu; KILN_CUDA_FLASH=1), the general one (KILN_CUDA_FLASH=0) and the
- * default (float32: the general form until the one kernel is measured; half types: cuDNN's fused
- * attention, cuda_sdpa.c, where cuDNN builds a plan): head sizes 32, 64
+ * default (float32: the one kernel on large grids, so the general form at these sizes; half types:
+ * cuDNN's fused attention, cuda_sdpa.c, where cuDNN builds a plan): head sizes 32, 64
  * and 128, query and key counts that are not multiples of the kernels' blocks, a boolean mask with a
  * fully masked row (nan_to_zero), an additive mask broadcast over the heads, one broadcast over heads
  * and queries ([B, 1, 1, sk]: BERT's), one with a row of -inf (nan_to_zero), 3-D and 4-D. Forms 3 and

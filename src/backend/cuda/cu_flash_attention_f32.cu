@@ -5,7 +5,8 @@
 // Why: the general form of float32 attention writes the scores, adds the mask in a pass of its
 // own, runs the softmax in another and, where the operands are head views of [B, S, H*D] (BERT,
 // ViT), copies Q, K, V and Y to and from dense buffers around the two products: BERT-base at
-// batch 32 spent 3.6 of its 21 ms there on an H100 (KILN_PROFILE, bench/results/gpu-fp32-2026-12-07.md).
+// batch 32 spent 3.6 of its 21 ms there on an H100 (KILN_PROFILE,
+// bench/results/gpu-peers-2026-12-07-h100-fp32.md).
 //
 // A block of 256 threads takes 64 query rows of one (batch, head) and walks the keys 64 at a
 // time. Thread (ty, tx) of a 16 x 16 grid holds the scores of rows 4 ty.. and keys 4 tx.., and
@@ -179,10 +180,13 @@ template <int D> cudaError_t launch(const kn_cu_flash *p, cudaStream_t s) {
 
 // cudaErrorNotSupported (nothing launched) where the kernel does not apply: the caller runs the
 // general form. Q, V and Y have their head dim contiguous (the caller checks); K either dim.
-// Only where asked for (KILN_CUDA_FLASH=1: p->force) until it is measured against the general
-// form on the GPU.
+// By default only where it was measured faster than the general form: grids of at least 256 blocks
+// (two a multiprocessor on an H100 or H200). BERT-base b32 (768 blocks) on an H100, kiln bench
+// --io device, CUDA graphs: 17.4 ms a run against 19.6 (bench/results/gpu-fp32-attention-2026-12-07.md).
+// Smaller grids (batch 1: BERT-base 24 blocks) leave most of the device idle and were not measured;
+// p->force (KILN_CUDA_FLASH=1) takes them too.
 extern "C" cudaError_t kn_cu_flash_attention_f32(const kn_cu_flash *p, cudaStream_t s) {
-    if (!p->force) return cudaErrorNotSupported;
+    if (!p->force && (p->sq + BM - 1) / BM * p->b0 * p->b1 < 256) return cudaErrorNotSupported;
     if ((p->d != 32 && p->d != 64 && p->d != 128) || p->b0 < 1 || p->b1 < 1 || p->b0 * p->b1 > 65535 || p->sq < 1 ||
         p->sk < 1 || (p->sq + BM - 1) / BM > 2147483647LL || (p->k_sj != 1 && p->k_sc != 1))
         return cudaErrorNotSupported;
