@@ -317,8 +317,11 @@ template <int WARPS, int D, bool KT, typename T> constexpr size_t smem_bytes() {
 template <typename T, int WARPS, int D, bool KT> cudaError_t launch(const kn_cu_flash *p, cudaStream_t s) {
     const size_t bytes = smem_bytes<WARPS, D, KT, T>();
     // per device: set on every launch (a host call, no stream work, so graph capture allows it)
-    cudaError_t e = cudaFuncSetAttribute(k_flash<T, WARPS, D, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-    if (e != cudaSuccess) return e;
+    // a device with less shared memory a block than the tiles need: the general form instead
+    if (cudaFuncSetAttribute(k_flash<T, WARPS, D, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return cudaErrorNotSupported;
+    }
     constexpr int BM = 16 * WARPS;
     dim3 grid((unsigned)((p->sq + BM - 1) / BM), (unsigned)(p->b0 * p->b1));
     k_flash<T, WARPS, D, KT><<<grid, 32 * WARPS, bytes, s>>>(*p);

@@ -169,8 +169,11 @@ template <int D> __global__ void __launch_bounds__(THREADS, D == 32 ? 2 : 1) k_f
 template <int D> cudaError_t launch(const kn_cu_flash *p, cudaStream_t s) {
     const size_t bytes = smem_floats<D>() * sizeof(float);
     // per device: set on every launch (a host call, no stream work, so graph capture allows it)
-    cudaError_t e = cudaFuncSetAttribute(k_flash_f32<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-    if (e != cudaSuccess) return e;
+    // a device with less shared memory a block than the tiles need: the general form instead
+    if (cudaFuncSetAttribute(k_flash_f32<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return cudaErrorNotSupported;
+    }
     dim3 grid((unsigned)((p->sq + BM - 1) / BM), (unsigned)(p->b0 * p->b1));
     k_flash_f32<D><<<grid, THREADS, bytes, s>>>(*p);
     return cudaGetLastError();
