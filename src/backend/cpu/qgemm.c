@@ -940,8 +940,8 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
                 const int32_t *A = g->a + ip * KP * MR + k0 * MR, *asum = zb && k0 == 0 ? sums + ip * MR : NULL;
                 int32_t *C = g->c + ip * MR * g->ldc + n0;
                 tile_rq q = {0};
-                int32_t rq_add[MR];
 #if defined(__AVX2__)
+                int32_t rq_add[MR];
                 if (j->fuse) {
                     /* B's zero point (plus what its unsigned bytes add: QB_SIGNED's boff) times A's
                      * row sums, less the bias: one value per row for all the panel's tiles */
