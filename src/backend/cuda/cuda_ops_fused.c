@@ -273,9 +273,9 @@ static void operand_of(const kn_tensor *t, const kn_attn_view *v, attn_operand *
 /* kiln.Attention in one kernel (kn_cu_flash_attention) where it applies: float32, float16 or
  * bfloat16, head size 32, 64 or 128 for both products, at most two batch dims that Q, KT and V all
  * have in full, a mask (bool or the inputs' type) that broadcasts to the scores, by default where
- * it was measured faster (kn_cu_flash_attention says where). KILN_ERR_UNSUPPORTED (nothing run) sends the node to
- * the general form. KILN_CUDA_FLASH=0 asks for the general form everywhere, =1 for the one kernel
- * wherever it applies (to compare the two). */
+ * it was measured faster (kn_cu_flash_attention says where). KILN_ERR_UNSUPPORTED (nothing run)
+ * sends the node to the general form. KILN_CUDA_FLASH=0 asks for the general form everywhere, =1
+ * for the one kernel wherever it applies (to compare the two). */
 static kiln_status run_flash_attention(kn_cuda *cu, kn_kernel_ctx *c, float scale, bool nan_to_zero,
                                        const attn_operand *op) {
     const char *flag = getenv("KILN_CUDA_FLASH");
@@ -284,9 +284,8 @@ static kiln_status run_flash_attention(kn_cuda *cu, kn_kernel_ctx *c, float scal
     const attn_operand *q = &op[0], *k = &op[1], *v = &op[2], *y = &op[3];
     const int r = q->v.rank, nb = r - 2;
     const kiln_dtype dt = Q->dtype;
-    if (!enabled || (dt != KILN_DTYPE_FLOAT && dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16) || nb < 1 || nb > 2 ||
-        KT->dtype != dt ||
-        V->dtype != dt)
+    if (!enabled || (dt != KILN_DTYPE_FLOAT && dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16) || nb < 1 ||
+        nb > 2 || KT->dtype != dt || V->dtype != dt)
         return KILN_ERR_UNSUPPORTED;
     const int64_t sq = q->v.dims[r - 2], d = q->v.dims[r - 1], sk = k->v.dims[r - 1];
     if (k->v.dims[r - 2] != d || v->v.dims[r - 2] != sk || v->v.dims[r - 1] != d || (d != 32 && d != 64 && d != 128))
