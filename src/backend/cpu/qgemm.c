@@ -1734,6 +1734,14 @@ static int64_t g8_res_from(const g8_head *h, const int32_t *res, int64_t p) {
     return lo;
 }
 
+#if defined(__AVX2__)
+/* 8 of a row's finished sums: s + base - za colsum (wrapping) */
+static inline __m256i g8_sums8(const int32_t *s, __m256i bv, __m256i zv, const int32_t *colsum) {
+    return _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)s), bv),
+                            _mm256_mullo_epi32(zv, _mm256_loadu_si256((const __m256i *)colsum)));
+}
+#endif
+
 /* a row's finished panel: v = s + base - za colsum (+ its residuals, already in s), into C or
  * out += (float)v * (fs * sc[j]) as the float form asks */
 static void g8_store(const g8_job *j, int64_t i, int64_t n0, int64_t nc, int32_t *s) {
@@ -1749,8 +1757,7 @@ static void g8_store(const g8_job *j, int64_t i, int64_t n0, int64_t nc, int32_t
 #if defined(__AVX2__)
         const __m256i bv = _mm256_set1_epi32(b), zv = _mm256_set1_epi32(za);
         for (; q + 8 <= nc; q += 8) {
-            __m256i t = _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(s + q)), bv),
-                                         _mm256_mullo_epi32(zv, _mm256_loadu_si256((const __m256i *)(colsum + q))));
+            __m256i t = g8_sums8(s + q, bv, zv, colsum + q);
             if (bias) t = _mm256_add_epi32(t, _mm256_loadu_si256((const __m256i *)(bias + q)));
             _mm_storel_epi64((__m128i *)(yo + q), kn_rq8(&j->rqk, t, _mm256_loadu_ps(rr + q)));
         }
@@ -1765,9 +1772,7 @@ static void g8_store(const g8_job *j, int64_t i, int64_t n0, int64_t nc, int32_t
 #if defined(__AVX2__)
         const __m256i bv = _mm256_set1_epi32(b), zv = _mm256_set1_epi32(za);
         for (; q + 8 <= nc; q += 8)
-            _mm256_storeu_si256((__m256i *)(c + q),
-                                _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(s + q)), bv),
-                                                 _mm256_mullo_epi32(zv, _mm256_loadu_si256((const __m256i *)(colsum + q)))));
+            _mm256_storeu_si256((__m256i *)(c + q), g8_sums8(s + q, bv, zv, colsum + q));
 #endif
         for (; q < nc; q++) c[q] = s[q] + b - za * colsum[q];
         return;
@@ -1780,8 +1785,7 @@ static void g8_store(const g8_job *j, int64_t i, int64_t n0, int64_t nc, int32_t
     const __m256i bv = _mm256_set1_epi32(b), zv = _mm256_set1_epi32(za);
     const __m256 fv = _mm256_set1_ps(fs), s0 = _mm256_set1_ps(sc0);
     for (; q + 8 <= nc; q += 8) {
-        const __m256i v = _mm256_sub_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(s + q)), bv),
-                                           _mm256_mullo_epi32(zv, _mm256_loadu_si256((const __m256i *)(colsum + q))));
+        const __m256i v = g8_sums8(s + q, bv, zv, colsum + q);
         const __m256 m = _mm256_mul_ps(fv, sc ? _mm256_loadu_ps(sc + q) : s0);
         _mm256_storeu_ps(o + q, _mm256_add_ps(_mm256_loadu_ps(o + q), _mm256_mul_ps(_mm256_cvtepi32_ps(v), m)));
     }
