@@ -15,6 +15,12 @@
 #include <immintrin.h>
 #endif
 
+/* the AVX-512 VNNI forms (kn_cpu_has_vnni decides at run time) where the compiler has AVX-512 */
+#if defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__))
+#define KN_QGEMM_VNNI 1
+#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#endif
+
 #define MR KN_QGEMM_MR
 #define NR KN_QGEMM_NR
 /* pairs of K per pass over C: an A panel's slice (6 KB) and a B panel's (8 KB) stay in L1 */
@@ -30,7 +36,7 @@ static inline int64_t quads_of(int64_t K) { return (K + 3) / 4; }
 /* The byte form of packed A (qgemm.h) after the row sums: BYTES_HEAD words (a check word, the
  * form), MR words a quad of K per panel, then MR words of c per panel */
 #define BYTES_HEAD 4
-enum { QB_NONE = 0, QB_SIGNED = 1, QB_UNSIGNED = 2 };
+enum { QB_NONE = 0, QB_SIGNED = 1, QB_UNSIGNED = 2, QB_VNNI = 3 };
 
 /* two int16 values in one word, lo in the low half (vpmaddwd's order); pair_lo / pair_hi read
  * them back */
@@ -229,17 +235,26 @@ static void pack_a_bytes(const uint8_t *a, bool s8, int64_t rs, int64_t cs, int6
 #if !defined(__AVX2__)
     return; /* (the byte forms are AVX2's) */
 #endif
-    if (M < 3) return; /* (kn_qgemm_run's one-row tiles then) */
-    const bool sform = pairs_bounded(dst, panels * MR * KP);
-    const uint8_t flip = s8 ? 0x80 : 0;
-    head[1] = sform ? QB_SIGNED : QB_UNSIGNED;
+    bool vform = false;
+#if defined(KN_QGEMM_VNNI)
+    /* QB_VNNI: A's bytes as vpdpbusd's signed operand whatever its type and zero point: s = a
+     * (int8) or a - 128 (uint8, its top bit flipped), with d = a' - s per row (-z, or 128 - z) in
+     * c's place; head[2] says whether any d is nonzero (kn_qgemm_run then adds d_i times B's
+     * column sums). Any M: the VNNI byte tile takes one and two rows too. */
+    vform = kn_cpu_has_vnni();
+#endif
+    if (M < 3 && !vform) return; /* (kn_qgemm_run's one-row tiles then) */
+    const bool sform = !vform && pairs_bounded(dst, panels * MR * KP);
+    const uint8_t flip = vform ? (s8 ? 0 : 0x80) : s8 ? 0x80 : 0;
+    head[1] = vform ? QB_VNNI : sform ? QB_SIGNED : QB_UNSIGNED;
     for (int64_t p = 0; p < panels; p++) {
         const int rows = (int)min64(MR, M - p * MR);
         uint8_t zb8[MR];
         for (int r = 0; r < MR; r++) {
             const int32_t z = r < rows ? (zr ? zr[p * MR + r] : zp) : 0;
             zb8[r] = sform ? (uint8_t)z : flip;
-            cv[p * MR + r] = r < rows && !sform ? -z - (s8 ? 128 : 0) : 0;
+            cv[p * MR + r] = r >= rows ? 0 : vform ? (s8 ? -z : 128 - z) : !sform ? -z - (s8 ? 128 : 0) : 0;
+            head[2] |= vform && cv[p * MR + r] != 0;
         }
         uint8_t *d = q8 + p * KQ * MR * 4;
         int64_t k0 = 0;
@@ -732,13 +747,12 @@ static bool b_quads_signed(const uint8_t *B, bool b_s8, int64_t K, int64_t np, c
     return true;
 }
 
-#if defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(KN_QGEMM_VNNI)
 /* AVX-512 VNNI (kn_cpu_has_vnni): vpdpwssd multiplies int16 pairs and adds both products into the
  * int32 sums in one instruction on 16 lanes, and a pair of K across a B panel's 16 columns is one
  * zmm widened from 32 bytes, so a row's step of K is one instruction where AVX2 takes four (two
- * vpmaddwd, two vpaddd). The same packed layouts, the same exact sums. */
-#define KN_QGEMM_VNNI 1
-#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+ * vpmaddwd, two vpaddd). The same packed layouts, the same exact sums. (The int16 pairs' form:
+ * kn_qgemm_run takes the byte form QB_VNNI below where A was packed for it.) */
 
 /* the sums of rows [0, rows), less zb[j] * asum[r] where asum is set, into C (cols of them) */
 VNNI_TARGET static inline void store_sums_vnni(int rows, __m512i *c, int32_t *C, int64_t ldc, int cols, bool add,
@@ -785,6 +799,118 @@ VNNI_TARGET static void row_vnni(bool s8, int64_t kpn, const int32_t *A, int64_t
         c[0] = _mm512_dpwssd_epi32(c[0], widen_pairs(B, s8), _mm512_set1_epi32(A[0]));
     c[0] = _mm512_add_epi32(_mm512_add_epi32(c[0], c[1]), _mm512_add_epi32(c[2], c[3]));
     store_sums_vnni(1, c, C, 0, cols, add, asum, zb);
+}
+
+/* The byte form QB_VNNI: a quad of K a step, B's panel quad (16 columns' unsigned bytes, one zmm,
+ * b_quads_unsigned's layout) against each of A's rows' signed quad, broadcast: one vpdpbusd per
+ * row for 64 products (vpdpwssd: 32, plus the widening of B). Sums exact (no int16 pair sums).
+ * Where d is set (the first block of K), row r's sums take d[r] times the columns' sums U. Out
+ * as sums[r] columns 0-7, sums[MR + r] 8-15 (the AVX2 tiles' order, for store_sums and
+ * store_rq). R rows: 3-6 (rows past M zero in A) with a sum each; 1 and 2 with two sums a row
+ * (even and odd quads), each sum's chain then half as long. */
+/* (asm, as the AVX2 tiles: from intrinsics GCC copied every sum to another register and back on
+ * each step, 12 moves to the 6 vpdpbusd. A's quad from memory by vpdpbusd's embedded broadcast.) */
+static void tilev(int rows, int64_t kqn, const int32_t *A, const uint8_t *B, const int32_t *d, const int32_t *U,
+                  __m256i *sums) {
+    int32_t o[MR * NR] __attribute__((aligned(64)));
+    int64_t n = kqn;
+    if (rows > 2) {
+        __asm__ volatile("vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
+                         "vpxord %%zmm1, %%zmm1, %%zmm1\n\t"
+                         "vpxord %%zmm2, %%zmm2, %%zmm2\n\t"
+                         "vpxord %%zmm3, %%zmm3, %%zmm3\n\t"
+                         "vpxord %%zmm4, %%zmm4, %%zmm4\n\t"
+                         "vpxord %%zmm5, %%zmm5, %%zmm5\n\t"
+                         "test %[n], %[n]\n\t"
+                         "jz 2f\n"
+                         "1:\n\t"
+                         "vmovdqu64 (%[b]), %%zmm6\n\t"
+                         "vpdpbusd (%[a])%{1to16%}, %%zmm6, %%zmm0\n\t"
+                         "vpdpbusd 4(%[a])%{1to16%}, %%zmm6, %%zmm1\n\t"
+                         "vpdpbusd 8(%[a])%{1to16%}, %%zmm6, %%zmm2\n\t"
+                         "vpdpbusd 12(%[a])%{1to16%}, %%zmm6, %%zmm3\n\t"
+                         "vpdpbusd 16(%[a])%{1to16%}, %%zmm6, %%zmm4\n\t"
+                         "vpdpbusd 20(%[a])%{1to16%}, %%zmm6, %%zmm5\n\t"
+                         "add $24, %[a]\n\t"
+                         "add $64, %[b]\n\t"
+                         "dec %[n]\n\t"
+                         "jnz 1b\n"
+                         "2:\n\t"
+                         "vmovdqu64 %%zmm0, (%[o])\n\t"
+                         "vmovdqu64 %%zmm1, 64(%[o])\n\t"
+                         "vmovdqu64 %%zmm2, 128(%[o])\n\t"
+                         "vmovdqu64 %%zmm3, 192(%[o])\n\t"
+                         "vmovdqu64 %%zmm4, 256(%[o])\n\t"
+                         "vmovdqu64 %%zmm5, 320(%[o])\n\t"
+                         : [a] "+r"(A), [b] "+r"(B), [n] "+r"(n)
+                         : [o] "r"(o)
+                         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "memory", "cc");
+    } else {
+        /* rows 0 and 1 (zero past M), even quads into zmm0-1, odd ones into zmm2-3 */
+        __asm__ volatile("vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
+                         "vpxord %%zmm1, %%zmm1, %%zmm1\n\t"
+                         "vpxord %%zmm2, %%zmm2, %%zmm2\n\t"
+                         "vpxord %%zmm3, %%zmm3, %%zmm3\n\t"
+                         "cmp $2, %[n]\n\t"
+                         "jb 2f\n"
+                         "1:\n\t"
+                         "vmovdqu64 (%[b]), %%zmm6\n\t"
+                         "vmovdqu64 64(%[b]), %%zmm7\n\t"
+                         "vpdpbusd (%[a])%{1to16%}, %%zmm6, %%zmm0\n\t"
+                         "vpdpbusd 4(%[a])%{1to16%}, %%zmm6, %%zmm1\n\t"
+                         "vpdpbusd 24(%[a])%{1to16%}, %%zmm7, %%zmm2\n\t"
+                         "vpdpbusd 28(%[a])%{1to16%}, %%zmm7, %%zmm3\n\t"
+                         "add $48, %[a]\n\t"
+                         "add $128, %[b]\n\t"
+                         "sub $2, %[n]\n\t"
+                         "cmp $2, %[n]\n\t"
+                         "jae 1b\n"
+                         "2:\n\t"
+                         "test %[n], %[n]\n\t"
+                         "jz 3f\n\t"
+                         "vmovdqu64 (%[b]), %%zmm6\n\t"
+                         "vpdpbusd (%[a])%{1to16%}, %%zmm6, %%zmm0\n\t"
+                         "vpdpbusd 4(%[a])%{1to16%}, %%zmm6, %%zmm1\n"
+                         "3:\n\t"
+                         "vpaddd %%zmm2, %%zmm0, %%zmm0\n\t"
+                         "vpaddd %%zmm3, %%zmm1, %%zmm1\n\t"
+                         "vmovdqu64 %%zmm0, (%[o])\n\t"
+                         "vmovdqu64 %%zmm1, 64(%[o])\n\t"
+                         : [a] "+r"(A), [b] "+r"(B), [n] "+r"(n)
+                         : [o] "r"(o)
+                         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm6", "xmm7", "memory", "cc");
+    }
+    const int R = rows > 2 ? MR : rows;
+    __m256i u0 = _mm256_setzero_si256(), u1 = u0;
+    if (d) u0 = _mm256_loadu_si256((const __m256i *)U), u1 = _mm256_loadu_si256((const __m256i *)(U + 8));
+    for (int r = 0; r < R; r++) {
+        sums[r] = _mm256_load_si256((const __m256i *)(o + r * NR));
+        sums[MR + r] = _mm256_load_si256((const __m256i *)(o + r * NR + 8));
+        if (d) {
+            const __m256i dv = _mm256_set1_epi32(d[r]);
+            sums[r] = _mm256_add_epi32(sums[r], _mm256_mullo_epi32(dv, u0));
+            sums[MR + r] = _mm256_add_epi32(sums[MR + r], _mm256_mullo_epi32(dv, u1));
+        }
+    }
+}
+
+/* U[j] = sum_{k < K} u_kj for np panels of B's quads (KQ a panel): vpdpbusd against ones, the last
+ * quad's ones only where k < K (B's bytes past K need not be zero, and int8 B's padding is 128) */
+VNNI_TARGET static void b_quads_colsums(const uint8_t *bq, int64_t K, int64_t KQ, int64_t np, int32_t *U) {
+    const int tail = (int)(K - 4 * (KQ - 1)); /* 1-4 bytes of the last quad */
+    const __m512i ones = _mm512_set1_epi8(1), last = _mm512_set1_epi32((int32_t)(0x01010101u >> (8 * (4 - tail))));
+    for (int64_t p = 0; p < np; p++) {
+        const uint8_t *b = bq + p * KQ * 4 * NR;
+        __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512();
+        int64_t q = 0;
+        for (; q + 2 < KQ; q += 2) {
+            acc = _mm512_dpbusd_epi32(acc, _mm512_loadu_si512(b + q * 4 * NR), ones);
+            acc2 = _mm512_dpbusd_epi32(acc2, _mm512_loadu_si512(b + (q + 1) * 4 * NR), ones);
+        }
+        for (; q + 1 < KQ; q++) acc = _mm512_dpbusd_epi32(acc, _mm512_loadu_si512(b + q * 4 * NR), ones);
+        acc = _mm512_dpbusd_epi32(acc, _mm512_loadu_si512(b + (KQ - 1) * 4 * NR), last);
+        _mm512_storeu_si512(U + p * NR, _mm512_add_epi32(acc, acc2));
+    }
 }
 #endif
 
@@ -844,6 +970,7 @@ typedef struct qjob {
     int bytes;
     const int32_t *aq, *ac;
     int32_t boff;
+    bool vd; /* QB_VNNI with a nonzero d (A's bytes less a' per row): B's column sums wanted */
 #if defined(__AVX2__)
     kn_rq8_k rqk;
 #endif
@@ -889,8 +1016,10 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
     const int64_t KQ = (KP + 1) / 2;
     if (!g->b) buf = kn_aligned_alloc(64, (size_t)(width * 2 * KP));
     if (j->bytes) bq = kn_aligned_alloc(64, (size_t)(width * 4 * KQ));
-    if (j->bytes == QB_UNSIGNED) negcs = malloc(sizeof(int32_t) * (size_t)width);
-    if ((!g->b && !buf) || (j->has_zb && !zb) || (j->bytes && !bq) || (j->bytes == QB_UNSIGNED && !negcs)) {
+    /* (QB_VNNI: B's column sums U there) */
+    const bool want_cs = j->bytes == QB_UNSIGNED || (j->bytes == QB_VNNI && j->vd);
+    if (want_cs) negcs = kn_aligned_alloc(64, sizeof(int32_t) * (size_t)width);
+    if ((!g->b && !buf) || (j->has_zb && !zb) || (j->bytes && !bq) || (want_cs && !negcs)) {
         atomic_store(&j->failed, 1);
         free(buf);
         free(zb);
@@ -916,14 +1045,17 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
          * block of 12288 columns) */
         if (zb && have_zb != cb && !j->fuse) {
             for (int64_t q = 0; q < width; q++)
-                zb[q] = q >= nc ? 0 : (g->zb_cols ? g->zb_cols[n0 + q] : g->zb) + (j->bytes == QB_SIGNED ? j->boff : 0);
+                zb[q] = q >= nc ? 0 : (g->zb_cols ? g->zb_cols[n0 + q] : g->zb) + (j->bytes == QB_SIGNED || j->bytes == QB_VNNI ? j->boff : 0);
             have_zb = cb;
         }
 #if defined(__AVX2__)
         if (j->bytes && have_q != cb) {
             const int64_t np = (nc + NR - 1) / NR;
-            if (j->bytes == QB_SIGNED) {
+            if (j->bytes == QB_SIGNED || j->bytes == QB_VNNI) {
                 b_quads_unsigned(B, KP, np, g->b_signed ? 0x80 : 0, bq);
+#if defined(KN_QGEMM_VNNI)
+                if (j->bytes == QB_VNNI && j->vd) b_quads_colsums(bq, g->K, KQ, np, negcs);
+#endif
                 block_bytes = true;
             } else {
                 block_bytes = b_quads_signed(B, g->b_signed, g->K, np, zb, bq, negcs);
@@ -955,6 +1087,22 @@ static void qjob_range(void *arg, int64_t u0, int64_t u1) {
                     q = (tile_rq){&j->rqk, g->rq_y + ip * MR * g->rq_ldy + n0, g->rq_ldy, g->rq_r + ip * MR, rq_add,
                                   j->rq_ok + ip * MR, all_ok, (float)g->rq_zy + 12582912.0f};
                 }
+#endif
+#if defined(KN_QGEMM_VNNI)
+                if (j->bytes == QB_VNNI) {
+                    /* B's unsigned bytes add boff to zb (zb and q's adds hold it); d_i U_j in the tile */
+                    const int32_t *Aq = j->aq + (ip * KQ + k0 / 2) * MR, *d = k0 == 0 && j->vd ? j->ac + ip * MR : NULL;
+                    for (int64_t jp = 0; jp * NR < nc; jp++) {
+                        __m256i sv[2 * MR];
+                        const int cols = (int)min64(NR, nc - jp * NR);
+                        tilev(rows, (kpn + 1) / 2, Aq, bq + (jp * KQ + k0 / 2) * 4 * NR, d, d ? negcs + jp * NR : NULL, sv);
+                        if (j->fuse) {
+                            store_rq(rows, sv, sv + MR, cols, &q);
+                            q.y += NR;
+                        } else
+                            store_sums(rows, sv, sv + MR, C + jp * NR, g->ldc, cols, add, asum, zb ? zb + jp * NR : NULL);
+                    }
+                } else
 #endif
 #if defined(__AVX2__)
                 if (block_bytes) {
@@ -1098,21 +1246,32 @@ kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g) {
         return KILN_OK;
     }
     qjob j = {.g = g, .KP = pairs_of(g->K), .has_zb = g->zb_cols || g->zb, .vnni = kn_cpu_has_vnni()};
+    const int64_t panels = (g->N + NR - 1) / NR, row_panels = (g->M + MR - 1) / MR;
+    const int32_t *head = g->a + row_panels * MR * (j.KP + 1);
+    /* VNNI: the byte form QB_VNNI where A was packed for it (kn_qgemm_pack_a8 on a VNNI CPU), any
+     * M, with the fused requantisation; else the int16 pairs (tile6_vnni, C and rows_done) */
+    const bool vform = j.vnni && head[0] == bytes_check(g->M, g->K) && head[1] == QB_VNNI;
+    (void)vform; /* (the byte forms are AVX2's) */
 #if defined(__AVX2__)
-    j.fuse = g->rq_y && !j.vnni && j.KP <= KP_BLOCK && !g->zb_cols && !g->accumulate;
+    j.fuse = g->rq_y && (!j.vnni || vform) && j.KP <= KP_BLOCK && !g->zb_cols && !g->accumulate;
     if (j.fuse) {
         j.rqk = kn_rq8_setup(g->rq_zy, g->rq_s8);
         if ((j.rq_ok = malloc((size_t)g->M))) rq_rows_ok(g, j.KP, j.rq_ok);
         else j.fuse = false; /* (C and rows_done then) */
     }
 #endif
-    const int64_t panels = (g->N + NR - 1) / NR, row_panels = (g->M + MR - 1) / MR;
 #if defined(__AVX2__)
     /* the byte form where A's packing made one (kn_qgemm_pack_a8) and the six-row tile runs:
      * QB_UNSIGNED takes a correction per column, so not with the fused requantisation's one zb */
-    if (!j.vnni && g->M >= 3) {
+    if (vform) {
+        j.bytes = QB_VNNI;
+        j.aq = head + BYTES_HEAD;
+        j.ac = j.aq + row_panels * MR * quads_of(g->K);
+        j.boff = g->b_signed ? 128 : 0;
+        j.has_zb = true;
+        j.vd = head[2] != 0;
+    } else if (!j.vnni && g->M >= 3) {
         const int64_t KQ = quads_of(g->K);
-        const int32_t *head = g->a + row_panels * MR * (j.KP + 1);
         if (head[0] == bytes_check(g->M, g->K) && (head[1] == QB_SIGNED || (head[1] == QB_UNSIGNED && !j.fuse))) {
             j.bytes = head[1];
             j.aq = head + BYTES_HEAD;
@@ -1595,16 +1754,16 @@ static void g8s_panel2(const uint8_t *A0, const uint8_t *A1, const int8_t *B, in
 /* (asm as g8_panel's: written with intrinsics, gcc moved every sum between registers each step,
  * two moves per vpdpbusd; EVEX encodings, which the AVX-512 VNNI CPUs kn_cpu_has_vnni admits
  * have) */
-/* KILN_QGEMM8_VNNI=1 turns these panels on where the CPU has VNNI. Off by default until they have
- * run on a VNNI CPU: written on an AVX2 machine (their glue checked there with a scalar stand-in),
- * never executed, so kn_qgemm8 keeps the AVX2 panels, which the VNNI CPUs run too. To check them:
- * KILN_QGEMM8_VNNI=1 kiln_unit_tests qgemm8 (test_cpu_qconv_few_positions.c, VNNI on and off). */
+/* On where the CPU has VNNI; KILN_QGEMM8_VNNI=0 in the environment keeps the AVX2 panels there
+ * (for comparisons). Written on an AVX2 machine; first run on an AVX-512 VNNI Xeon (Ice Lake
+ * class) by helper-109, where the unit tests (test_cpu_qconv_few_positions.c, test_cpu_qgemm_vnni.c:
+ * VNNI on and off) pass byte for byte. */
 static bool g8v_on(void) {
     static int on = -1;
     int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
     if (v < 0) {
         const char *e = getenv("KILN_QGEMM8_VNNI");
-        v = e && e[0] == '1';
+        v = !(e && e[0] == '0');
         __atomic_store_n(&on, v, __ATOMIC_RELAXED);
     }
     return v;
@@ -1705,6 +1864,44 @@ static void g8v_panel2(const uint8_t *A0, const uint8_t *A1, const int8_t *B, in
                      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
                        "xmm11", "xmm12", "xmm13", "memory", "cc");
 }
+
+/* Up to G8V_ROWS rows of A (lda apart) against a panel's 32 columns: each row's quad broadcast once
+ * to a zmm and multiplied with both zmm of the panel's quad (columns 0-15, 16-31), 2 * rows sums
+ * (16 at 8 rows: enough chains for vpdpbusd's latency at two a cycle), where the two-row panel
+ * above keeps 8 ymm sums and loads B twice as often a product. sums[r * 32 + j]. */
+#define G8V_ROWS 8
+VNNI_TARGET static inline __attribute__((always_inline)) void g8v_rows_n(const int R, const uint8_t *A, int64_t lda,
+                                                                        const int8_t *B, int64_t n, int32_t *sums) {
+    __m512i c[G8V_ROWS][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) c[r][0] = c[r][1] = _mm512_setzero_si512();
+    for (int64_t q = 0; q < n; q++, A += 4, B += 4 * G8_NC) {
+        const __m512i b0 = _mm512_loadu_si512(B), b1 = _mm512_loadu_si512(B + 64);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            int32_t w;
+            memcpy(&w, A + r * lda, sizeof w);
+            const __m512i a = _mm512_set1_epi32(w);
+            c[r][0] = _mm512_dpbusd_epi32(c[r][0], a, b0);
+            c[r][1] = _mm512_dpbusd_epi32(c[r][1], a, b1);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        _mm512_storeu_si512(sums + r * G8_NC, c[r][0]);
+        _mm512_storeu_si512(sums + r * G8_NC + 16, c[r][1]);
+    }
+}
+VNNI_TARGET static void g8v_rows(int rows, const uint8_t *A, int64_t lda, const int8_t *B, int64_t n, int32_t *sums) {
+    switch (rows) {
+    case 8: g8v_rows_n(8, A, lda, B, n, sums); break;
+    case 7: g8v_rows_n(7, A, lda, B, n, sums); break;
+    case 6: g8v_rows_n(6, A, lda, B, n, sums); break;
+    case 5: g8v_rows_n(5, A, lda, B, n, sums); break;
+    case 4: g8v_rows_n(4, A, lda, B, n, sums); break;
+    default: g8v_rows_n(3, A, lda, B, n, sums); break;
+    }
+}
 #endif
 
 typedef struct g8_job {
@@ -1800,18 +1997,66 @@ static void g8_store(const g8_job *j, int64_t i, int64_t n0, int64_t nc, int32_t
 typedef void (*g8_one_fn)(const uint8_t *A, const int8_t *B, int64_t n, int32_t *sums);
 typedef void (*g8_two_fn)(const uint8_t *A0, const uint8_t *A1, const int8_t *B, int64_t n, int32_t *sums);
 
+/* The raw sums of rows [i, i + rows) against panel Bp into s (32 a row): rows <= 2 through one or
+ * two, more (up to G8V_ROWS) through the VNNI tile; the last quad of a K off the quads from copies
+ * padded with pad (B's padding is zero, so any pad gives the same sums) */
+static void g8_sums(const g8_job *j, g8_one_fn one, g8_two_fn two, const int8_t *Bp, int64_t i, int rows, uint8_t pad,
+                    int32_t *s) {
+    const int64_t K = j->h->K, full = K / 4, KQ = j->h->KQ;
+    const uint8_t *a0 = j->a + i * j->lda;
+#if defined(KN_QGEMM_VNNI)
+    if (rows > 2) {
+        if (full > 0) g8v_rows(rows, a0, j->lda, Bp, full, s);
+        else memset(s, 0, sizeof(int32_t) * (size_t)(rows * G8_NC));
+        if (full < KQ) {
+            uint8_t tl[G8V_ROWS][4];
+            int32_t t[G8V_ROWS * G8_NC];
+            memset(tl, pad, sizeof tl);
+            for (int r = 0; r < rows; r++)
+                for (int64_t k = full * 4; k < K; k++) tl[r][k - full * 4] = a0[r * j->lda + k];
+            g8v_rows(rows, tl[0], 4, Bp + full * 4 * G8_NC, 1, t);
+            for (int e = 0; e < rows * G8_NC; e++) s[e] += t[e];
+        }
+        return;
+    }
+#endif
+    const uint8_t *a1 = rows == 2 ? a0 + j->lda : a0;
+    if (full > 0) {
+        if (rows == 2) two(a0, a1, Bp, full, s);
+        else one(a0, Bp, full, s);
+    } else {
+        for (int e = 0; e < rows * G8_NC; e++) s[e] = 0;
+    }
+    if (full < KQ) {
+        uint8_t tl[2][4];
+        int32_t t[2 * G8_NC];
+        memset(tl, pad, sizeof tl);
+        for (int64_t k = full * 4; k < K; k++) tl[0][k - full * 4] = a0[k], tl[1][k - full * 4] = a1[k];
+        if (rows == 2) two(tl[0], tl[1], Bp + full * 4 * G8_NC, 1, t);
+        else one(tl[0], Bp + full * 4 * G8_NC, 1, t);
+        for (int e = 0; e < rows * G8_NC; e++) s[e] += t[e];
+    }
+}
+
+#if !defined(KN_QGEMM_VNNI)
+#define G8V_ROWS 2
+#endif
+
 static void g8_range(void *arg, int64_t p0, int64_t p1) {
     const g8_job *j = arg;
     const g8_head *h = j->h;
-    const int64_t K = h->K, N = h->N, KQ = h->KQ, full = K / 4;
+    const int64_t N = h->N, KQ = h->KQ;
     const int32_t *res = (const int32_t *)(h + 1) + h->NP * G8_NC;
     const int8_t *B = (const int8_t *)h + h->b_off;
     const int64_t nres = h->nres < h->cap ? h->nres : h->cap;
+    /* rows a step: the VNNI tile's (B's panel read once for them), else two */
+    const int step = j->vnni ? G8V_ROWS : 2;
     g8_one_fn one = g8_panel;
     g8_two_fn two = g8_panel2;
 #if defined(KN_QGEMM_VNNI)
     if (j->vnni) one = g8v_panel, two = g8v_panel2;
 #endif
+    int32_t s[G8V_ROWS * G8_NC];
     if (h->usable == 2) {
         /* the sign form: sums of (a - 128) b, stored as v = s + base - (za - 128) colsum (with
          * VNNI sums of a b as the residual form's, stored with za) */
@@ -1822,23 +2067,9 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
         for (int64_t p = p0; p < p1; p++) {
             const int8_t *Bp = B + p * KQ * 4 * G8_NC;
             const int64_t n0 = p * G8_NC, nc = N - n0 < G8_NC ? N - n0 : G8_NC;
-            for (int64_t i = j->i0; i < j->i1; i += 2) {
-                const int rows = j->i1 - i >= 2 ? 2 : 1;
-                int32_t s[2 * G8_NC], t[2 * G8_NC];
-                const uint8_t *a0 = j->a + i * j->lda, *a1 = rows == 2 ? a0 + j->lda : a0;
-                if (full > 0) {
-                    if (rows == 2) two(a0, a1, Bp, full, s);
-                    else one(a0, Bp, full, s);
-                } else {
-                    for (int e = 0; e < rows * G8_NC; e++) s[e] = 0;
-                }
-                if (full < KQ) { /* the last quad of a K off the quads, from copies (B's padding is zero) */
-                    uint8_t tl[2][4] = {{128, 128, 128, 128}, {128, 128, 128, 128}};
-                    for (int64_t k = full * 4; k < K; k++) tl[0][k - full * 4] = a0[k], tl[1][k - full * 4] = a1[k];
-                    if (rows == 2) two(tl[0], tl[1], Bp + full * 4 * G8_NC, 1, t);
-                    else one(tl[0], Bp + full * 4 * G8_NC, 1, t);
-                    for (int e = 0; e < rows * G8_NC; e++) s[e] += t[e];
-                }
+            for (int64_t i = j->i0; i < j->i1; i += step) {
+                const int rows = (int)(j->i1 - i >= step ? step : j->i1 - i);
+                g8_sums(j, one, two, Bp, i, rows, j->vnni ? 0 : 128, s);
                 for (int r = 0; r < rows; r++) g8_store(&js, i + r, n0, nc, s + r * G8_NC);
             }
             if (j->fo && j->fo->done) j->fo->done(j->fo->done_ctx, j->i0, j->i1, n0, nc);
@@ -1851,21 +2082,13 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
         const int64_t n0 = p * G8_NC, nc = N - n0 < G8_NC ? N - n0 : G8_NC;
         int64_t r1 = r0;
         while (r1 < nres && res[3 * r1 + 1] < n0 + G8_NC) r1++;
-        for (int64_t i = j->i0; i < j->i1; i += 2) {
-            const int rows = j->i1 - i >= 2 ? 2 : 1;
-            int32_t s[2 * G8_NC], t[2 * G8_NC];
-            const uint8_t *a0 = j->a + i * j->lda, *a1 = rows == 2 ? a0 + j->lda : a0;
-            if (rows == 2) two(a0, a1, Bp, full, s);
-            else one(a0, Bp, full, s);
-            if (full < KQ) { /* the last quad of an odd K, from zero-padded copies */
-                uint8_t tl[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-                for (int64_t k = full * 4; k < K; k++) tl[0][k - full * 4] = a0[k], tl[1][k - full * 4] = a1[k];
-                if (rows == 2) two(tl[0], tl[1], Bp + full * 4 * G8_NC, 1, t);
-                else one(tl[0], Bp + full * 4 * G8_NC, 1, t);
-                for (int e = 0; e < rows * G8_NC; e++) s[e] += t[e];
-            }
-            /* the panel's residuals, both rows in one pass over the list (an entry read once) */
+        for (int64_t i = j->i0; i < j->i1; i += step) {
+            const int rows = (int)(j->i1 - i >= step ? step : j->i1 - i);
+            const uint8_t *a0 = j->a + i * j->lda;
+            g8_sums(j, one, two, Bp, i, rows, 0, s);
+            /* the panel's residuals, the rows in one pass over the list (an entry read once) */
             if (rows == 2) {
+                const uint8_t *a1 = a0 + j->lda;
                 for (const int32_t *re = res + 3 * r0, *end = res + 3 * r1; re < end; re += 3) {
                     const int64_t k = re[0], col = re[1] - n0;
                     s[col] += (int32_t)a0[k] * re[2];
@@ -1873,7 +2096,7 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
                 }
             } else {
                 for (const int32_t *re = res + 3 * r0, *end = res + 3 * r1; re < end; re += 3)
-                    s[re[1] - n0] += (int32_t)a0[re[0]] * re[2];
+                    for (int r = 0; r < rows; r++) s[r * G8_NC + re[1] - n0] += (int32_t)a0[r * j->lda + re[0]] * re[2];
             }
             for (int r = 0; r < rows; r++) g8_store(j, i + r, n0, nc, s + r * G8_NC);
         }

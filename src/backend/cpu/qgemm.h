@@ -20,8 +20,14 @@
  *    (checked as the block is packed; the int16 pairs for the block where not), with
  *    sum_k a'_k (b_k - zb_j) = sum_k u_k (b_k - zb_j) + c_i sum_k (b_k - zb_j), c_i = a' - u.
  * Both: vpmaddubsw, vpmaddwd against ones, vpaddd; on Zen 3 ~0.8x the int16 tile's time (both
- * then at two integer multiplies a cycle). Not with VNNI (vpdpwssd: one instruction for the int16
- * pair) and not for products of one or two rows (the one-row tile's form).
+ * then at two integer multiplies a cycle). Not for products of one or two rows (the one-row tile's
+ * form). With AVX-512 VNNI (packed on a CPU that has it) the byte form is QB_VNNI instead, for any
+ * A and any M: vpdpbusd's u8 x s8 quads sum into int32 without int16 pair sums, so no bound is
+ * needed. A's bytes are the signed operand, s = a (int8) or a - 128 (uint8), with d = a' - s per
+ * row (-z or 128 - z) in c's place; B's bytes the unsigned one (int8 ones plus 128, the 128 taken
+ * out through A's row sums as a zero point is); C = S + d_i U_j - (zb_j + 128?) asum'_i with U_j
+ * B's column sums, made per block of columns only where some d is nonzero (a symmetric int8 or a
+ * zero-point-128 uint8 A has none).
  *
  * Packed layouts (KP = ceil(K / 2) pairs; an odd K's last pair has a 0 high half):
  *  - A in panels of KN_QGEMM_MR rows: panel p, pair kp holds MR int32 words, row r's pair
@@ -84,8 +90,9 @@ typedef struct kn_qgemm {
      * there instead of in a pass over all of C after) */
     void (*rows_done)(const void *ctx, int64_t m0, int64_t m1, int64_t n0, int64_t nc);
     const void *done_ctx;
-    /* or, where rq_y is set and the AVX2 tiles run (no VNNI, K within one pass of KN_QGEMM_KP_BLOCK
-     * pairs, zb_cols NULL, accumulate false): C is not written and rows_done not called; each sum
+    /* or, where rq_y is set and the AVX2 tiles or the VNNI byte form run (not VNNI's int16 pairs:
+     * an A packed without VNNI run on a VNNI CPU), K within one pass of KN_QGEMM_KP_BLOCK
+     * pairs, zb_cols NULL, accumulate false: C is not written and rows_done not called; each sum
      * plus rq_bias[i] (or none) goes from the tile's registers straight to y[i * rq_ldy + j] =
      * saturate(round((double)v * rq_r[i] + rq_zy)) in int8 when rq_s8 else uint8, through
      * a single rounding where a row's sums are bounded (qgemm.c's rq_rows_ok), else qrequant.h's
@@ -136,7 +143,10 @@ bool kn_qgemv8_fits(const void *b, bool b_s8, int64_t K, int64_t N);
  * no faster than kn_qgemm's 6-row tile (both ~4 vector operations per 32 products), so it is
  * meant for products of one or two rows. kn_qgemv8_fits and kn_qgemv8_usable stay about the
  * residual form alone; kn_qgemv8_form: 1 the residual form, 2 the sign form, 0 neither (use
- * kn_qgemm); kn_qgemm8_run runs either. */
+ * kn_qgemm); kn_qgemm8_run runs either. With AVX-512 VNNI (KILN_QGEMM8_VNNI=0 turns it off)
+ * kn_qgemm8_run takes either form's panels as they are through vpdpbusd (u8 x s8 quads into int32,
+ * no saturation), 8 rows a step against a panel's 32 columns (16 zmm sums), one and two rows by
+ * their own ymm panels. */
 void kn_qgemv8_pack(const void *b, bool b_s8, int64_t K, int64_t N, void *dst);
 bool kn_qgemv8_usable(const void *packed);
 int kn_qgemv8_form(const void *packed);
