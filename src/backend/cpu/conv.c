@@ -153,11 +153,21 @@ static win2 win2_of(const kn_window *w) {
 
 /* ------------------------------------------------------------------ implicit GEMM packing */
 
+/* The phase rows of a strided 1-D window (pt_suits, below) */
+typedef struct pt_geom {
+    int64_t Q;     /* phase row length used: q_max + OW */
+    int64_t ldq;   /* its row stride (a multiple of the vector width) */
+    int64_t plane; /* floats per channel: sw * ldq */
+} pt_geom;
+
 typedef struct conv_pack_ctx {
     const float *x;
     const conv_shape *s;
     win2 v;
-    bool vec_ok; /* int32 index arithmetic is safe */
+    bool vec_ok;          /* int32 index arithmetic is safe */
+    const float *xt;      /* the phase rows of every channel of every image, or NULL */
+    pt_geom pt;
+    const int64_t *pt_tap; /* per tap kw: r_kw ldq + q_kw */
 } conv_pack_ctx;
 
 #define MAX_NR 64
@@ -359,10 +369,144 @@ static void pack_conv_nd(const conv_pack_ctx *cc, const float *xg, int64_t k0, i
     }
 }
 
+/* ------------------------------------------------------------------ strided 1-D windows: phase rows */
+
+/* A 1-D convolution at stride s >= 3 (an STFT or speech front end: 1 -> 512 channels, kernel 400,
+ * stride 160) reads its im2col row k (tap kw) at x[j s + kw d - p] for the columns j: elements s
+ * apart, which pack_conv2d gathered (a masked gather per vector of columns: 10% of a 1 -> 512
+ * k400 s160 convolution on 16000 samples, perf). Written u = q s + r (0 <= r < s) in the padded
+ * row's coordinates, tap kw is element (j + q_kw) of phase row r_kw, where phase row r is
+ * xpad[r], xpad[s + r], xpad[2 s + r], ...: made once per channel (a blocked transpose of the row
+ * seen as rows of s elements), the phase rows turn every row of the im2col matrix into a run of
+ * consecutive elements, packed as the stride-1 case is, by plain loads. */
+static bool pt_suits(const conv_shape *s) {
+    if (s->nsp < 1 || s->nsp > 2) return false;
+    const win2 v = win2_of(&s->w);
+    /* one row of input and output (1-D, or 2-D of height 1); stride 3+ along it (stride 1 and 2
+     * are plain loads and even_load in pack_conv2d) */
+    if (v.H != 1 || v.KH != 1 || v.OH != 1 || v.ph != 0 || v.sw < 3 || v.OW < 1) return false;
+    /* the phase rows hold about one padded input row per channel: at most twice the input plus
+     * the pads, and int32-safe offsets */
+    const int64_t span = (v.OW - 1) * v.sw + (v.KW - 1) * v.dw + 1;
+    return span < (INT32_MAX / 4) && s->in_plane < (INT32_MAX / 4);
+}
+
+static pt_geom pt_geom_of(const win2 *v) {
+    pt_geom g;
+    g.Q = (v->KW - 1) * v->dw / v->sw + v->OW;
+    const int64_t vl = KN_VL ? KN_VL : 1;
+    g.ldq = (g.Q + vl - 1) / vl * vl;
+    g.plane = v->sw * g.ldq;
+    return g;
+}
+
+typedef struct pt_job {
+    const float *x;
+    float *xt;
+    win2 v;
+    pt_geom g;
+} pt_job;
+
+#if KN_VL
+/* o[t] lane i = in[i] lane t */
+static inline __attribute__((always_inline)) void pt_transpose(const kn_vf in[KN_VL], kn_vf o[KN_VL]) {
+#if KN_VL == 16
+    kn_v16_transpose_regs(in, o);
+#else
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(in[i], in[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(in[i], in[i + 1]);
+    }
+    for (int b = 0; b < 8; b += 4) {
+        u[b] = _mm256_shuffle_ps(t[b], t[b + 2], 0x44);
+        u[b + 1] = _mm256_shuffle_ps(t[b], t[b + 2], 0xEE);
+        u[b + 2] = _mm256_shuffle_ps(t[b + 1], t[b + 3], 0x44);
+        u[b + 3] = _mm256_shuffle_ps(t[b + 1], t[b + 3], 0xEE);
+    }
+    for (int q = 0; q < 4; q++) {
+        o[q] = _mm256_permute2f128_ps(u[q], u[4 + q], 0x20);
+        o[4 + q] = _mm256_permute2f128_ps(u[q], u[4 + q], 0x31);
+    }
+#endif
+}
+#endif
+
+/* The phase rows of channels [begin, end) (of all images): xt[r ldq + q] = xpad[q sw + r] for
+ * r < sw, q < Q (zero where the pads are), zero in the row strides' slack. */
+static void pt_range(void *arg, int64_t begin, int64_t end) {
+    const pt_job *j = arg;
+    const win2 *v = &j->v;
+    const int64_t sw = v->sw, W = v->W, pw = v->pw, Q = j->g.Q, ldq = j->g.ldq;
+    for (int64_t p = begin; p < end; p++) {
+        const float *x = j->x + p * W;
+        float *xt = j->xt + p * j->g.plane;
+#if KN_VL
+        /* blocks of KN_VL phase positions q by KN_VL phases r: rows of the block are the
+         * consecutive elements xpad[q sw + r0 ..], loaded where inside x, then transposed */
+        for (int64_t q0 = 0; q0 < ldq; q0 += KN_VL)
+            for (int64_t r0 = 0; r0 < sw; r0 += KN_VL) {
+                kn_vf in[KN_VL], o[KN_VL];
+                const int64_t rn = min64(KN_VL, sw - r0);
+                for (int i = 0; i < KN_VL; i++) {
+                    const int64_t at = (q0 + i) * sw + r0 - pw; /* x index of lane 0 */
+                    const kn_vmask m = q0 + i < Q ? (kn_vmask)(kn_v_tail(rn) & kn_v_range(-at, W - at)) : 0;
+                    in[i] = m ? kn_vf_maskz_loadu(m, x + at) : kn_vf_zero();
+                }
+                pt_transpose(in, o);
+                for (int64_t t = 0; t < rn; t++) kn_vf_storeu(xt + (r0 + t) * ldq + q0, o[t]);
+            }
+        continue;
+#endif
+        for (int64_t r = 0; r < sw; r++)
+            for (int64_t q = 0; q < ldq; q++) {
+                const int64_t i = q * sw + r - pw;
+                xt[r * ldq + q] = q < Q && i >= 0 && i < W ? x[i] : 0.0f;
+            }
+    }
+}
+
+/* Rows k0..k0+kc, columns n0..n0+nc of image n, group g's im2col matrix from its channels' phase
+ * rows, in the GEMM's packed-B layout: row k of a panel is a run of consecutive elements of phase
+ * row r_kw from q_kw + column. tap[kw] = r_kw ldq + q_kw. Panel by panel, so that the stores go
+ * in order (row by row across panels, they went kc NR floats apart, to one L1 set). */
+static void pack_conv_pt(const conv_pack_ctx *cc, const float *xt, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                         float *dst) {
+    const int NRv = kn_sgemm_nr();
+    const int64_t KW = cc->v.KW, plane = cc->pt.plane;
+    for (int64_t jr = 0; jr < nc; jr += NRv) {
+        const int64_t cols = min64(NRv, nc - jr);
+        float *d = dst + jr * kc;
+        int64_t ci = k0 / KW, kw = k0 % KW;
+        for (int64_t k = 0; k < kc; k++) {
+            const float *src = xt + ci * plane + cc->pt_tap[kw] + n0 + jr;
+            float *row = d + k * NRv;
+#if KN_VL
+            if (NRv % KN_VL == 0) {
+                for (int64_t l = 0; l < NRv; l += KN_VL) {
+                    const kn_vmask m = kn_v_tail(cols - l);
+                    kn_vf_storeu(row + l, m == KN_VALL ? kn_vf_loadu(src + l) : kn_vf_maskz_loadu(m, src + l));
+                }
+            } else
+#endif
+            {
+                int64_t l = 0;
+                for (; l < cols; l++) row[l] = src[l];
+                for (; l < NRv; l++) row[l] = 0.0f;
+            }
+            if (++kw == KW) kw = 0, ci++;
+        }
+    }
+}
+
 static void conv_pack_b(const void *ctx, int64_t op, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
     const conv_pack_ctx *cc = ctx;
     const conv_shape *s = cc->s;
     int64_t n = op / s->G, g = op % s->G;
+    if (cc->xt) {
+        pack_conv_pt(cc, cc->xt + (n * s->C + g * s->Cg) * cc->pt.plane, k0, kc, n0, nc, dst);
+        return;
+    }
     const float *xg = cc->x + (n * s->C + g * s->Cg) * s->in_plane;
     if (s->nsp <= 2) pack_conv2d(cc, xg, k0, kc, n0, nc, dst);
     else pack_conv_nd(cc, xg, k0, kc, n0, nc, dst);
@@ -1730,6 +1874,36 @@ static void cl_pad_block(const cl_job *j, int64_t n, int64_t ih0, int64_t rows, 
     for (int64_t ch = 0; ch < j->s->C; ch++) cl_pad_chan(j, n, ch, ih0, rows, c0, cols, dst + ch * rows * cols, true);
 }
 
+/* cl_pad_block for an edge tile of rows inside the image (ih0 >= 0, ih0 + rows <= H) with AVX-512's
+ * masks: the lanes each vector keeps and reads are the same for every channel and row, so they
+ * are made once here and the loop is a masked load and store a vector. cl_pad_chan made them per
+ * row (its in/out tests, bounds and masks per call, 256 calls a row): 8% of 3x3 s2 128->128 on
+ * 57x57 at 1 thread (the same run reading the edge tiles unpadded: 1.97 -> 1.81 ms). false (dst
+ * untouched): more than 4 vectors a row. */
+static bool cl_pad_edge(const cl_job *j, int64_t n, int64_t ih0, int64_t rows, int64_t c0, int64_t cols, float *dst) {
+    const win2 *v = &j->v;
+    const int64_t nq = (cols + KN_VL - 1) / KN_VL;
+    if (nq > 4) return false;
+    const int64_t a = min64(max64(-c0, 0), cols), b = max64(a, min64(v->W - c0, cols)), HW = v->H * v->W;
+    kn_vmask keep[4] = {0, 0, 0, 0}, m[4] = {0, 0, 0, 0};
+    for (int64_t q = 0; q < nq; q++) {
+        keep[q] = kn_v_tail(cols - q * KN_VL);
+        m[q] = (kn_vmask)(keep[q] & kn_v_range(a - q * KN_VL, b - q * KN_VL));
+    }
+    /* c0 + lanes outside [a, b) are never read: the address itself may lie before the row */
+    const float *xs = j->x + n * j->s->C * HW + ih0 * v->W + c0;
+    for (int64_t ch = 0; ch < j->s->C; ch++)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *sr = xs + ch * HW + r * v->W;
+            float *d = dst + (ch * rows + r) * cols;
+            kn_vf_mask_storeu(d, keep[0], kn_vf_maskz_loadu(m[0], sr));
+            if (nq > 1) kn_vf_mask_storeu(d + KN_VL, keep[1], kn_vf_maskz_loadu(m[1], sr + KN_VL));
+            if (nq > 2) kn_vf_mask_storeu(d + 2 * KN_VL, keep[2], kn_vf_maskz_loadu(m[2], sr + 2 * KN_VL));
+            if (nq > 3) kn_vf_mask_storeu(d + 3 * KN_VL, keep[3], kn_vf_maskz_loadu(m[3], sr + 3 * KN_VL));
+        }
+    return true;
+}
+
 /* The whole padded input (N*C planes of Hp x Wp, the image at (ph, pw)), planes [begin, end) of it:
  * made once for all the tasks, on the pool (each task padding its image itself did it once per
  * task: 4 times at 2 threads for 3x3 s2 256->256 on 28x28; a serial copy before the loop was the
@@ -2247,6 +2421,167 @@ static kiln_status rk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
 
 /* ------------------------------------------------------------------ float Conv */
 
+/* ------------------------------------------------------------------ strided 1-D windows: frames */
+
+/* A strided 1-D convolution whose product the GEMM would run transposed (kn_sgemm_swaps: 98
+ * frames of a 1 -> 512, kernel 400, stride 160 front end fill 4 panels of 32 columns by 77%,
+ * 512 channels fill them all) runs as that transposed product itself, a plain one: Y_g^T
+ * [OW, Mg] = F [OW, Cg KW] W_g^T, F's row j the window of frame j (one input channel without pads:
+ * the input itself, row stride sw, read in place; else copied once, F), W_g^T the weights as
+ * packed B (the layout the transposed product packs them in), then Y_g^T moved into Y with the
+ * bias. The GEMM's transposed path reads the im2col's column panels as its A (the phase rows'
+ * packing, pack_conv_pt): 1 -> 512 k400 s160 on 16000 samples spent 0.30 ms in its micro-kernel
+ * where the plain product of the same sizes (a MatMul 98 x 400 x 512) takes 0.28 ms in all. */
+static bool fr_suits(const conv_shape *s) {
+    if (!pt_suits(s)) return false;
+    const win2 v = win2_of(&s->w);
+    return v.dw == 1 && kn_sgemm_swaps(s->Mg, s->out_plane, s->Cg * s->kk);
+}
+
+typedef struct fr_job {
+    const conv_shape *s;
+    win2 v;
+    const float *x, *bias;
+    float *f;        /* the frames' windows [N G][OW][Cg KW], or NULL (read in place) */
+    float *y;
+    kn_conv_epilogue_fn epi;
+    const void *epi_ctx;
+} fr_job;
+
+/* Rows [begin, end) of F over all products: row j of product op = (n, g) is, per channel ci of the
+ * group, xpad_ci[j sw .. j sw + KW) (zero in the pads). */
+static void fr_frames_range(void *arg, int64_t begin, int64_t end) {
+    const fr_job *j = arg;
+    const conv_shape *s = j->s;
+    const win2 *v = &j->v;
+    const int64_t OW = v->OW, KW = v->KW, W = v->W, K = s->Cg * KW;
+    for (int64_t r = begin; r < end; r++) {
+        const int64_t op = r / OW, ow = r % OW, n = op / s->G, g = op % s->G;
+        float *d = j->f + r * K;
+        const int64_t at = ow * v->sw - v->pw; /* x index of tap 0 */
+        for (int64_t ci = 0; ci < s->Cg; ci++, d += KW) {
+            const float *x = j->x + (n * s->C + g * s->Cg + ci) * s->in_plane;
+            const int64_t lo = min64(KW, max64(0, -at)), hi = max64(lo, min64(KW, W - at)); /* taps inside x */
+            int64_t k = 0;
+            for (; k < lo; k++) d[k] = 0.0f;
+#if KN_VL
+            for (; k + KN_VL <= hi; k += KN_VL) kn_vf_storeu(d + k, kn_vf_loadu(x + at + k));
+#endif
+            for (; k < hi; k++) d[k] = x[at + k];
+            for (; k < KW; k++) d[k] = 0.0f;
+        }
+    }
+}
+
+/* Frames [f0, f0 + nf) x channels [m0, m0 + nm) of product op: y[m][f] = t[f][m] + bias[m] (t at
+ * Y^T[f0][m0], row stride ldt), then the epilogue on that block of Y. */
+static void fr_store(const fr_job *j, int64_t op, int64_t f0, int64_t nf, int64_t m0, int64_t nm, const float *t,
+                     int64_t ldt) {
+    const conv_shape *s = j->s;
+    const int64_t OW = j->v.OW, g = op % s->G, n = op / s->G;
+    float *y = j->y + (n * s->M + g * s->Mg + m0) * OW + f0;
+    const float *bias = j->bias ? j->bias + g * s->Mg + m0 : NULL;
+    int64_t m = 0;
+#if KN_VL
+    /* KN_VL x KN_VL blocks, every loop over the block's rows of a fixed count (unrolled: with
+     * counts of the edges they kept the vectors on the stack, 6% of 1 -> 512 k400 s160) */
+    for (; m < nm; m += KN_VL) {
+        const int64_t mn = min64(KN_VL, nm - m);
+        const kn_vmask mm = kn_v_tail(mn);
+        for (int64_t f = 0; f < nf; f += KN_VL) {
+            const int64_t fn = min64(KN_VL, nf - f);
+            kn_vf in[KN_VL], o[KN_VL];
+#pragma GCC unroll 16
+            for (int i = 0; i < KN_VL; i++)
+                in[i] = kn_vf_maskz_loadu(i < fn ? mm : 0, t + (f + (i < fn ? i : 0)) * ldt + m);
+            pt_transpose(in, o);
+            float *yb = y + m * OW + f;
+            if (mn == KN_VL && fn == KN_VL) {
+#pragma GCC unroll 16
+                for (int q = 0; q < KN_VL; q++)
+                    kn_vf_storeu(yb + q * OW, bias ? kn_vf_add(o[q], kn_vf_set1(bias[m + q])) : o[q]);
+            } else {
+                /* the edges: through a buffer (no vector indexed by a variable) */
+                float tb[KN_VL][KN_VL];
+                const kn_vmask fm = kn_v_tail(fn);
+#pragma GCC unroll 16
+                for (int q = 0; q < KN_VL; q++) kn_vf_storeu(tb[q], o[q]);
+                for (int64_t q = 0; q < mn; q++) {
+                    const kn_vf val = kn_vf_loadu(tb[q]);
+                    kn_vf_mask_storeu(yb + q * OW, fm, bias ? kn_vf_add(val, kn_vf_set1(bias[m + q])) : val);
+                }
+            }
+        }
+    }
+#endif
+    for (; m < nm; m++)
+        for (int64_t f = 0; f < nf; f++) y[m * OW + f] = t[f * ldt + m] + (bias ? bias[m] : 0.0f);
+    if (j->epi) j->epi(j->epi_ctx, j->y, (n * s->M + g * s->Mg + m0) * OW + f0, nm, nf, OW);
+}
+
+/* The GEMM's epilogue: each final block of Y^T (frames i0.., channels j0..) into Y while in cache */
+static void fr_gemm_epilogue(const void *ctx, int64_t op, int64_t i0, int64_t j0, int64_t m, int64_t n, float *c,
+                             int64_t ldc) {
+    fr_store(ctx, op, i0, m, j0, n, c, ldc);
+}
+
+static kiln_status fr_run(kn_kernel_ctx *c, const conv_shape *s, const float *x, const float *w, const float *bias,
+                          float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_is_input) {
+    const win2 v = win2_of(&s->w);
+    const int64_t count = s->N * s->G, OW = v.OW, Mg = s->Mg, K = s->Cg * v.KW;
+    /* one channel whose frames all lie inside the input: read in place */
+    const bool in_place = s->Cg == 1 && v.pw == 0 && (OW - 1) * v.sw + v.KW <= v.W;
+    fr_job j = {s, v, x, bias, NULL, y, epi, epi_ctx};
+    const size_t f_bytes = in_place ? 0 : sizeof(float) * (size_t)(count * OW * K);
+    const size_t t_bytes = sizeof(float) * (size_t)(count * OW * Mg);
+    float *t = NULL;
+    KN_TRY(kn_ctx_scratch(c, t_bytes, "the strided convolution's transposed output", (void **)&t));
+    kiln_status st = KILN_OK;
+    if (!in_place) {
+        st = kn_ctx_scratch(c, f_bytes, "the strided convolution's frames", (void **)&j.f);
+        if (st) {
+            kn_ctx_scratch_free(c, t, t_bytes);
+            return st;
+        }
+        kn_parallel_for(c->pool, count * OW, K >= 2048 ? 1 : 2048 / K + 1, fr_frames_range, &j);
+    }
+    const float **ap = malloc(sizeof(float *) * (size_t)count * 3);
+    float **cp = malloc(sizeof(float *) * (size_t)count);
+    if (!ap || !cp) st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!st) {
+        const float **bp = ap + count, **bpk = ap + 2 * count;
+        for (int64_t op = 0; op < count; op++) {
+            const int64_t n = op / s->G, g = op % s->G;
+            ap[op] = in_place ? x + (n * s->C + g) * s->in_plane : j.f + op * OW * K;
+            bp[op] = w + g * Mg * K;
+            cp[op] = t + op * OW * Mg;
+        }
+        kn_sgemm_batch gb = {.count = count, .M = OW, .N = Mg, .K = K, .trans_b = true, .alpha = 1.0f, .beta = 0.0f,
+                             .a = ap, .lda = in_place ? v.sw : K, .b = bp, .ldb = K, .c = cp, .ldc = Mg};
+        /* the weights as the transposed product packs them (make_packed_weights_t), once per session */
+        if (w_is_input) {
+            conv_weight_pack wp = {w, s->G, Mg, K};
+            kn_const_layout lay = {8, {s->G, Mg, K, 0}};
+            const size_t per = kn_sgemm_packed_b_floats(Mg, K);
+            const float *packed =
+                kn_cpu_const_derived(c, 1, &lay, sizeof(float) * per * (size_t)s->G, make_packed_weights_t, &wp);
+            if (packed) {
+                for (int64_t op = 0; op < count; op++) bpk[op] = packed + (op % s->G) * per;
+                gb.b_packed = bpk;
+            }
+        }
+        gb.epilogue = fr_gemm_epilogue;
+        gb.epilogue_ctx = &j;
+        st = kn_sgemm_run(c->pool, &gb);
+        if (st) st = kn_kernel_error(c, st, "out of memory in the GEMM");
+    }
+    free(ap);
+    free(cp);
+    if (j.f) kn_ctx_scratch_free(c, j.f, f_bytes);
+    kn_ctx_scratch_free(c, t, t_bytes);
+    return st;
+}
+
 static void fill_bias(float *y, const float *bias, int64_t N, int64_t M, int64_t plane) {
     for (int64_t n = 0; n < N; n++)
         for (int64_t m = 0; m < M; m++) {
@@ -2456,6 +2791,8 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
         if (kn_fpconv_suits(&ds))
             return kn_fpconv_run(c, &ds, x, w, bias, y, epi, epi_ctx, w_is_input);
     }
+    /* a strided 1-D window whose product the GEMM would run transposed: that product, plain */
+    if (!amx_gemm && !kn_bgemm_active() && fr_suits(s)) return fr_run(c, s, x, w, bias, y, epi, epi_ctx, w_is_input);
     const float **ap = malloc(sizeof(float *) * (size_t)count * 2);
     float **cp = malloc(sizeof(float *) * (size_t)count);
     if (!ap || !cp) {
@@ -2470,7 +2807,7 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
         bp[op] = x + (n * s->C + g * s->Cg) * s->in_plane;
         cp[op] = y + (n * s->M + g * s->Mg) * s->out_plane;
     }
-    conv_pack_ctx pc = {x, s, {0}, false};
+    conv_pack_ctx pc = {x, s, {0}, false, NULL, {0, 0, 0}, NULL};
     if (s->nsp <= 2) {
         pc.v = win2_of(&s->w);
         /* int32 lane arithmetic: input plane and coordinates must fit */
@@ -2529,6 +2866,27 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
             else g.a_packed = apk;
         }
     }
+    /* a strided 1-D window: the phase rows of every channel, made once on the pool (pt_range) */
+    float *xt = NULL;
+    int64_t *tap = NULL;
+    size_t xt_bytes = 0;
+    kiln_status st = KILN_OK;
+    if (!pointwise && pt_suits(s)) {
+        pc.pt = pt_geom_of(&pc.v);
+        xt_bytes = sizeof(float) * (size_t)(s->N * s->C * pc.pt.plane);
+        tap = malloc(sizeof(int64_t) * (size_t)pc.v.KW);
+        if (!tap) st = kn_kernel_error(c, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        else st = kn_ctx_scratch(c, xt_bytes, "the strided convolution's phase rows", (void **)&xt);
+        if (!st) {
+            for (int64_t kw = 0; kw < pc.v.KW; kw++)
+                tap[kw] = kw * pc.v.dw % pc.v.sw * pc.pt.ldq + kw * pc.v.dw / pc.v.sw;
+            pt_job pj = {x, xt, pc.v, pc.pt};
+            const int64_t per = pc.pt.plane + 1;
+            kn_parallel_for(c->pool, s->N * s->C, per > 8192 ? 1 : 8192 / per + 1, pt_range, &pj);
+            pc.xt = xt;
+            pc.pt_tap = tap;
+        }
+    }
     if (pointwise) {
         g.b = bp;
         g.ldb = s->in_plane;
@@ -2536,13 +2894,18 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
         g.pack_b = conv_pack_b;
         g.pack_ctx = &pc;
     }
-    kiln_status st = kn_sgemm_run(c->pool, &g);
+    if (!st) {
+        st = kn_sgemm_run(c->pool, &g);
+        if (st) st = kn_kernel_error(c, st, "out of memory in the GEMM");
+    }
+    if (xt) kn_ctx_scratch_free(c, xt, xt_bytes);
+    free(tap);
     free(ap);
     free(cp);
     free(apk);
     free(rbias);
     free(addp);
-    return st ? kn_kernel_error(c, st, "out of memory in the GEMM") : KILN_OK;
+    return st;
 }
 
 /* ------------------------------------------------------------------ direct loops (double) */
