@@ -2002,7 +2002,8 @@ static void cl_range(void *arg, int64_t begin, int64_t end) {
                             tjob[k] = &inj;
                         } else {
                             float *eb = buf + row_floats + (size_t)(e++ * s->C * kh_ext * ew);
-                            cl_pad_block(j, n, ih0, kh_ext, col, ew, eb);
+                            if (!CL_PAD_MASKED || !cl_pad_edge(j, n, ih0, kh_ext, col, ew, eb))
+                                cl_pad_block(j, n, ih0, kh_ext, col, ew, eb);
                             tsrc[k] = eb;
                             tjob[k] = &edgej;
                         }
