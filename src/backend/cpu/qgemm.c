@@ -1993,6 +1993,51 @@ static void g8_store(const g8_job *j, int64_t i, int64_t n0, int64_t nc, int32_t
     }
 }
 
+#if defined(KN_QGEMM_VNNI)
+/* g8_store's requantised form for rows [i, i + rows) of a panel (j's za: the VNNI sums of a b in
+ * either form), 16 values a step in zmm: the columns' part of each sum (bias less za colsum) made
+ * once for the rows, then per row kn_rq8's float form on 16 lanes (its operations, so its bytes)
+ * with the same test for lanes near a tie, where kn_rq8 itself takes the vector, half by half. */
+VNNI_TARGET static void g8v_store_rq(const g8_job *j, int rows, int64_t i, int64_t n0, int64_t nc, const int32_t *s) {
+    const kn_qgemm8_out *fo = j->fo;
+    const int32_t *colsum = (const int32_t *)(j->h + 1) + n0, *bias = fo->rq_bias ? fo->rq_bias + n0 : NULL;
+    int32_t ct[G8_NC];
+    for (int64_t q = 0; q < G8_NC; q++) /* (wrapping, as g8_store's adds) */
+        ct[q] = q < nc ? (int32_t)((bias ? (uint32_t)bias[q] : 0u) - (uint32_t)j->za * (uint32_t)colsum[q]) : 0;
+    const kn_rq8_k *k = &j->rqk;
+    const __m512 lo = _mm512_set1_ps(k->s8 ? -128.0f : 0.0f), hi = _mm512_set1_ps(k->s8 ? 127.0f : 255.0f);
+    const __m512 z = _mm512_set1_ps(k->fast ? (float)k->zy : 0.0f), nearv = _mm512_set1_ps(KN_RQ_NEAR_TIE);
+    for (int h = 0; h < 2 && h * 16 < nc; h++) {
+        const int w = (int)(nc - h * 16 < 16 ? nc - h * 16 : 16);
+        const __mmask16 m = (__mmask16)(w == 16 ? 0xffff : (1u << w) - 1);
+        const __m512 r = _mm512_maskz_loadu_ps(m, fo->rq_r + n0 + h * 16);
+        const __m512i cv = _mm512_loadu_si512(ct + h * 16);
+        for (int e = 0; e < rows; e++) {
+            const __m512i a = _mm512_add_epi32(_mm512_add_epi32(_mm512_loadu_si512(s + e * G8_NC + h * 16), cv),
+                                               _mm512_set1_epi32(j->base[i + e]));
+            uint8_t *yo = fo->rq_y + (i + e) * fo->rq_ldy + n0 + h * 16;
+            __m128i b;
+            bool done = false;
+            if (k->fast) {
+                const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), r, z);
+                const __m512 tc = _mm512_min_ps(hi, _mm512_max_ps(lo, t));
+                const __m512 f = _mm512_sub_ps(tc, _mm512_roundscale_ps(tc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                if (__builtin_expect(_mm512_cmp_ps_mask(_mm512_abs_ps(f), nearv, _CMP_NLT_UQ) == 0, 1)) {
+                    const __m512i qv = _mm512_cvtps_epi32(tc); /* in [lo, hi]: the narrowing is exact */
+                    b = k->s8 ? _mm512_cvtsepi32_epi8(qv) : _mm512_cvtusepi32_epi8(qv);
+                    done = true;
+                }
+            }
+            if (!done)
+                b = _mm_unpacklo_epi64(kn_rq8(k, _mm512_castsi512_si256(a), _mm512_castps512_ps256(r)),
+                                       kn_rq8(k, _mm512_extracti64x4_epi64(a, 1),
+                                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(r), 1))));
+            _mm_mask_storeu_epi8(yo, m, b);
+        }
+    }
+}
+#endif
+
 /* panels [p0, p1) for all rows, two at a time (the panel stays in L1 over them) */
 typedef void (*g8_one_fn)(const uint8_t *A, const int8_t *B, int64_t n, int32_t *sums);
 typedef void (*g8_two_fn)(const uint8_t *A0, const uint8_t *A1, const int8_t *B, int64_t n, int32_t *sums);
@@ -2070,6 +2115,12 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
             for (int64_t i = j->i0; i < j->i1; i += step) {
                 const int rows = (int)(j->i1 - i >= step ? step : j->i1 - i);
                 g8_sums(j, one, two, Bp, i, rows, j->vnni ? 0 : 128, s);
+#if defined(KN_QGEMM_VNNI)
+                if (j->vnni && j->fo && j->fo->rq_y) {
+                    g8v_store_rq(&js, rows, i, n0, nc, s);
+                    continue;
+                }
+#endif
                 for (int r = 0; r < rows; r++) g8_store(&js, i + r, n0, nc, s + r * G8_NC);
             }
             if (j->fo && j->fo->done) j->fo->done(j->fo->done_ctx, j->i0, j->i1, n0, nc);
@@ -2098,6 +2149,12 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
                 for (const int32_t *re = res + 3 * r0, *end = res + 3 * r1; re < end; re += 3)
                     for (int r = 0; r < rows; r++) s[r * G8_NC + re[1] - n0] += (int32_t)a0[r * j->lda + re[0]] * re[2];
             }
+#if defined(KN_QGEMM_VNNI)
+            if (j->vnni && j->fo && j->fo->rq_y) {
+                g8v_store_rq(j, rows, i, n0, nc, s);
+                continue;
+            }
+#endif
             for (int r = 0; r < rows; r++) g8_store(j, i + r, n0, nc, s + r * G8_NC);
         }
         if (j->fo && j->fo->done) j->fo->done(j->fo->done_ctx, j->i0, j->i1, n0, nc);
