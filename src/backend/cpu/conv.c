@@ -432,34 +432,55 @@ static inline __attribute__((always_inline)) void pt_transpose(const kn_vf in[KN
 }
 #endif
 
-/* The phase rows of channels [begin, end) (of all images): xt[r ldq + q] = xpad[q sw + r] for
- * r < sw, q < Q (zero where the pads are), zero in the row strides' slack. */
+/* Tasks [begin, end) of the phase rows: task t is channel t / chunks (of all images), positions
+ * q of chunk t % chunks (PT_QCHUNK of them: one channel is many tasks, a mono front end's one
+ * channel was one thread's): xt[r ldq + q] = xpad[q sw + r] for r < sw, q < Q (zero where the
+ * pads are), zero in the row strides' slack. */
+#define PT_QCHUNK 64 /* a multiple of every vector width */
+static int64_t pt_chunks(const pt_geom *g) { return (g->ldq + PT_QCHUNK - 1) / PT_QCHUNK; }
+
 static void pt_range(void *arg, int64_t begin, int64_t end) {
     const pt_job *j = arg;
     const win2 *v = &j->v;
-    const int64_t sw = v->sw, W = v->W, pw = v->pw, Q = j->g.Q, ldq = j->g.ldq;
-    for (int64_t p = begin; p < end; p++) {
+    const int64_t sw = v->sw, W = v->W, pw = v->pw, Q = j->g.Q, ldq = j->g.ldq, chunks = pt_chunks(&j->g);
+    for (int64_t task = begin; task < end; task++) {
+        const int64_t p = task / chunks, qa = task % chunks * PT_QCHUNK, qb = min64(ldq, qa + PT_QCHUNK);
         const float *x = j->x + p * W;
         float *xt = j->xt + p * j->g.plane;
 #if KN_VL
         /* blocks of KN_VL phase positions q by KN_VL phases r: rows of the block are the
          * consecutive elements xpad[q sw + r0 ..], loaded where inside x, then transposed */
-        for (int64_t q0 = 0; q0 < ldq; q0 += KN_VL)
+        for (int64_t q0 = qa; q0 < qb; q0 += KN_VL)
             for (int64_t r0 = 0; r0 < sw; r0 += KN_VL) {
                 kn_vf in[KN_VL], o[KN_VL];
-                const int64_t rn = min64(KN_VL, sw - r0);
+                const int64_t rn = min64(KN_VL, sw - r0), at0 = q0 * sw + r0 - pw;
+                /* inside x and the phase rows: whole vectors, unrolled (with a mask made per
+                 * row for every block this pass was 7.5% of 1 -> 258 k256 s128 batch 8, perf;
+                 * now 4.5%, its samples at the loads of x) */
+                if (rn == KN_VL && q0 + KN_VL <= Q && at0 >= 0 && at0 + (KN_VL - 1) * sw + KN_VL <= W) {
+                    const float *xp = x + at0;
+#pragma GCC unroll 16
+                    for (int i = 0; i < KN_VL; i++, xp += sw) in[i] = kn_vf_loadu(xp);
+                    pt_transpose(in, o);
+#pragma GCC unroll 16
+                    for (int t = 0; t < KN_VL; t++) kn_vf_storeu(xt + (r0 + t) * ldq + q0, o[t]);
+                    continue;
+                }
                 for (int i = 0; i < KN_VL; i++) {
-                    const int64_t at = (q0 + i) * sw + r0 - pw; /* x index of lane 0 */
+                    const int64_t at = at0 + i * sw; /* x index of lane 0 */
                     const kn_vmask m = q0 + i < Q ? (kn_vmask)(kn_v_tail(rn) & kn_v_range(-at, W - at)) : 0;
                     in[i] = m ? kn_vf_maskz_loadu(m, x + at) : kn_vf_zero();
                 }
                 pt_transpose(in, o);
-                for (int64_t t = 0; t < rn; t++) kn_vf_storeu(xt + (r0 + t) * ldq + q0, o[t]);
+                float tb[KN_VL][KN_VL];
+#pragma GCC unroll 16
+                for (int t = 0; t < KN_VL; t++) kn_vf_storeu(tb[t], o[t]);
+                for (int64_t t = 0; t < rn; t++) kn_vf_storeu(xt + (r0 + t) * ldq + q0, kn_vf_loadu(tb[t]));
             }
         continue;
 #endif
         for (int64_t r = 0; r < sw; r++)
-            for (int64_t q = 0; q < ldq; q++) {
+            for (int64_t q = qa; q < qb; q++) {
                 const int64_t i = q * sw + r - pw;
                 xt[r * ldq + q] = q < Q && i >= 0 && i < W ? x[i] : 0.0f;
             }
@@ -468,33 +489,42 @@ static void pt_range(void *arg, int64_t begin, int64_t end) {
 
 /* Rows k0..k0+kc, columns n0..n0+nc of image n, group g's im2col matrix from its channels' phase
  * rows, in the GEMM's packed-B layout: row k of a panel is a run of consecutive elements of phase
- * row r_kw from q_kw + column. tap[kw] = r_kw ldq + q_kw. Panel by panel, so that the stores go
- * in order (row by row across panels, they went kc NR floats apart, to one L1 set). */
+ * row r_kw from q_kw + column (tap[kw] = r_kw ldq + q_kw). PT_ROWS rows at a time across every
+ * panel (pack_b_plain_rows' order): each phase row is read along its length, from L1 after the
+ * first panel, and each panel gets PT_ROWS * NR consecutive floats. Panel by panel this packing
+ * was 4.9% of 1 -> 258 k256 s128 batch 8 (perf, samples at its loads), this way 4.5%. */
+#define PT_ROWS 8
 static void pack_conv_pt(const conv_pack_ctx *cc, const float *xt, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
                          float *dst) {
     const int NRv = kn_sgemm_nr();
     const int64_t KW = cc->v.KW, plane = cc->pt.plane;
-    for (int64_t jr = 0; jr < nc; jr += NRv) {
-        const int64_t cols = min64(NRv, nc - jr);
-        float *d = dst + jr * kc;
-        int64_t ci = k0 / KW, kw = k0 % KW;
-        for (int64_t k = 0; k < kc; k++) {
-            const float *src = xt + ci * plane + cc->pt_tap[kw] + n0 + jr;
-            float *row = d + k * NRv;
+    int64_t ci = k0 / KW, kw = k0 % KW;
+    for (int64_t kb = 0; kb < kc; kb += PT_ROWS) {
+        const int64_t kn = min64(PT_ROWS, kc - kb);
+        const float *src[PT_ROWS];
+        for (int64_t r = 0; r < kn; r++) {
+            src[r] = xt + ci * plane + cc->pt_tap[kw] + n0;
+            if (++kw == KW) kw = 0, ci++;
+        }
+        for (int64_t jr = 0; jr < nc; jr += NRv) {
+            const int64_t cols = min64(NRv, nc - jr);
+            float *d = dst + jr * kc + kb * NRv;
+            for (int64_t r = 0; r < kn; r++) {
+                const float *sp = src[r] + jr;
+                float *row = d + r * NRv;
 #if KN_VL
-            if (NRv % KN_VL == 0) {
-                for (int64_t l = 0; l < NRv; l += KN_VL) {
-                    const kn_vmask m = kn_v_tail(cols - l);
-                    kn_vf_storeu(row + l, m == KN_VALL ? kn_vf_loadu(src + l) : kn_vf_maskz_loadu(m, src + l));
+                if (NRv % KN_VL == 0) {
+                    for (int64_t l = 0; l < NRv; l += KN_VL) {
+                        const kn_vmask m = kn_v_tail(cols - l);
+                        kn_vf_storeu(row + l, m == KN_VALL ? kn_vf_loadu(sp + l) : kn_vf_maskz_loadu(m, sp + l));
+                    }
+                    continue;
                 }
-            } else
 #endif
-            {
                 int64_t l = 0;
-                for (; l < cols; l++) row[l] = src[l];
+                for (; l < cols; l++) row[l] = sp[l];
                 for (; l < NRv; l++) row[l] = 0.0f;
             }
-            if (++kw == KW) kw = 0, ci++;
         }
     }
 }
@@ -2882,8 +2912,8 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
             for (int64_t kw = 0; kw < pc.v.KW; kw++)
                 tap[kw] = kw * pc.v.dw % pc.v.sw * pc.pt.ldq + kw * pc.v.dw / pc.v.sw;
             pt_job pj = {x, xt, pc.v, pc.pt};
-            const int64_t per = pc.pt.plane + 1;
-            kn_parallel_for(c->pool, s->N * s->C, per > 8192 ? 1 : 8192 / per + 1, pt_range, &pj);
+            const int64_t per = PT_QCHUNK * pc.v.sw + 1;
+            kn_parallel_for(c->pool, s->N * s->C * pt_chunks(&pc.pt), per > 8192 ? 1 : 8192 / per + 1, pt_range, &pj);
             pc.xt = xt;
             pc.pt_tap = tap;
         }
