@@ -168,6 +168,7 @@ typedef struct conv_pack_ctx {
     const float *xt;      /* the phase rows of every channel of every image, or NULL */
     pt_geom pt;
     const int64_t *pt_tap; /* per tap kw: r_kw ldq + q_kw */
+    bool tr;               /* pack_conv_tr */
 } conv_pack_ctx;
 
 #define MAX_NR 64
@@ -378,7 +379,9 @@ static void pack_conv_nd(const conv_pack_ctx *cc, const float *xg, int64_t k0, i
  * row's coordinates, tap kw is element (j + q_kw) of phase row r_kw, where phase row r is
  * xpad[r], xpad[s + r], xpad[2 s + r], ...: made once per channel (a blocked transpose of the row
  * seen as rows of s elements), the phase rows turn every row of the im2col matrix into a run of
- * consecutive elements, packed as the stride-1 case is, by plain loads. */
+ * consecutive elements, packed as the stride-1 case is, by plain loads. Used for dilation > 1
+ * (and without vectors); dilation 1 transposes the frames' runs straight from the input
+ * (pack_conv_tr), or runs the transposed product on the frames (fr_run). */
 static bool pt_suits(const conv_shape *s) {
     if (s->nsp < 1 || s->nsp > 2) return false;
     const win2 v = win2_of(&s->w);
@@ -529,6 +532,63 @@ static void pack_conv_pt(const conv_pack_ctx *cc, const float *xt, int64_t k0, i
     }
 }
 
+#if KN_VL
+/* The same rows and columns for dilation 1, straight from the input: the taps kw.. kw + KN_VL of
+ * KN_VL consecutive frames are KN_VL runs of consecutive elements (frame f's from f sw - pw + kw),
+ * loaded and transposed in registers into KN_VL rows of the panel. No phase rows: made for a 10 s
+ * signal (160000 samples, 1 -> 512 k400 s160) they were 4% of its time and their packing 3% more
+ * (perf; written and read back through memory), where these transposes cost per element of the
+ * im2col what the phase rows' copy did. xc: channel 0 of the group. */
+static void pack_conv_tr(const conv_pack_ctx *cc, const float *xc, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                         float *dst) {
+    const win2 *v = &cc->v;
+    const int NRv = kn_sgemm_nr();
+    const int64_t KW = v->KW, W = v->W, sw = v->sw, pw = v->pw, in_plane = cc->s->in_plane;
+    for (int64_t jr = 0; jr < nc; jr += NRv) {
+        const int64_t cols = min64(NRv, nc - jr);
+        for (int64_t h = 0; h < NRv; h += KN_VL) {
+            const int64_t rows = min64(KN_VL, cols - h), f0 = n0 + jr + h;
+            float *d = dst + jr * kc + h;
+            if (rows <= 0) {
+                for (int64_t k = 0; k < kc; k++) kn_vf_storeu(d + k * NRv, kn_vf_zero());
+                continue;
+            }
+            /* every frame of the group whole inside the row */
+            const bool inside = rows == KN_VL && f0 * sw - pw >= 0 && (f0 + KN_VL - 1) * sw - pw + KW <= W;
+            int64_t ci = k0 / KW, kw = k0 % KW;
+            for (int64_t k = 0; k < kc;) {
+                const int64_t run = min64(KN_VL, min64(KW - kw, kc - k));
+                const float *xp = xc + ci * in_plane + f0 * sw - pw + kw;
+                kn_vf in[KN_VL], o[KN_VL];
+                if (inside && run == KN_VL) {
+#pragma GCC unroll 16
+                    for (int i = 0; i < KN_VL; i++) in[i] = kn_vf_loadu(xp + i * sw);
+                } else {
+                    const kn_vmask rm = kn_v_tail(run);
+                    for (int i = 0; i < KN_VL; i++) {
+                        const int64_t at = (f0 + i) * sw - pw + kw; /* x index of lane 0 */
+                        const kn_vmask m = i < rows ? (kn_vmask)(rm & kn_v_range(-at, W - at)) : 0;
+                        in[i] = m ? kn_vf_maskz_loadu(m, xp + i * sw) : kn_vf_zero();
+                    }
+                }
+                pt_transpose(in, o);
+                if (run == KN_VL) {
+#pragma GCC unroll 16
+                    for (int t = 0; t < KN_VL; t++) kn_vf_storeu(d + (k + t) * NRv, o[t]);
+                } else {
+                    float tb[KN_VL][KN_VL];
+#pragma GCC unroll 16
+                    for (int t = 0; t < KN_VL; t++) kn_vf_storeu(tb[t], o[t]);
+                    for (int64_t t = 0; t < run; t++) kn_vf_storeu(d + (k + t) * NRv, kn_vf_loadu(tb[t]));
+                }
+                k += run;
+                if ((kw += run) == KW) kw = 0, ci++;
+            }
+        }
+    }
+}
+#endif
+
 static void conv_pack_b(const void *ctx, int64_t op, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
     const conv_pack_ctx *cc = ctx;
     const conv_shape *s = cc->s;
@@ -538,6 +598,12 @@ static void conv_pack_b(const void *ctx, int64_t op, int64_t k0, int64_t kc, int
         return;
     }
     const float *xg = cc->x + (n * s->C + g * s->Cg) * s->in_plane;
+#if KN_VL
+    if (cc->tr) {
+        pack_conv_tr(cc, xg, k0, kc, n0, nc, dst);
+        return;
+    }
+#endif
     if (s->nsp <= 2) pack_conv2d(cc, xg, k0, kc, n0, nc, dst);
     else pack_conv_nd(cc, xg, k0, kc, n0, nc, dst);
 }
@@ -2838,7 +2904,7 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
         bp[op] = x + (n * s->C + g * s->Cg) * s->in_plane;
         cp[op] = y + (n * s->M + g * s->Mg) * s->out_plane;
     }
-    conv_pack_ctx pc = {x, s, {0}, false, NULL, {0, 0, 0}, NULL};
+    conv_pack_ctx pc = {x, s, {0}, false, NULL, {0, 0, 0}, NULL, false};
     if (s->nsp <= 2) {
         pc.v = win2_of(&s->w);
         /* int32 lane arithmetic: input plane and coordinates must fit */
@@ -2902,7 +2968,9 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     int64_t *tap = NULL;
     size_t xt_bytes = 0;
     kiln_status st = KILN_OK;
-    if (!pointwise && pt_suits(s)) {
+    /* dilation 1 (and vectors): transposed straight from the input (pack_conv_tr) */
+    if (!pointwise && pt_suits(s) && KN_VL && pc.v.dw == 1 && kn_sgemm_nr() % (KN_VL ? KN_VL : 1) == 0) pc.tr = true;
+    else if (!pointwise && pt_suits(s)) {
         pc.pt = pt_geom_of(&pc.v);
         xt_bytes = sizeof(float) * (size_t)(s->N * s->C * pc.pt.plane);
         tap = malloc(sizeof(int64_t) * (size_t)pc.v.KW);
