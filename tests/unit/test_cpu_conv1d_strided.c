@@ -6,7 +6,7 @@
  * transposed, else through the phase rows' packing (pack_conv_pt); KILN_GEMM_SWAP=0 and =1 force
  * one or the other wherever the shape allows. Shapes: strides 1 to 200, kernels up to 512 (longer
  * and shorter than the stride), pads (one frame, centred frames, pads wider than the kernel),
- * dilation 2 and 3, 1-3 input channels, batch 1 and 3, channel and frame counts that end inside
+ * dilation 2 and 3 (the frames gathered for the transposed product), 1-3 input channels, batch 1 and 3, channel and frame counts that end inside
  * a vector and a panel, a single frame, no bias, weights a graph input, and 2-D convolutions of
  * height 1 (and 2); 1, 2 and 3 threads. */
 #include "test_model_builder.h"
@@ -44,6 +44,7 @@ KN_TEST(cpu_conv1d_strided_matches_definition) {
         {1, 1, 1, 16000, 64, 1, 10, 5, 1, 0, 0, true, false, false, 0, false},       /* wav2vec's first layer */
         {3, 2, 1, 3001, 66, 1, 64, 33, 1, 70, 1, true, false, true, 0, false},       /* pads wider than the kernel */
         {1, 1, 1, 10000, 200, 1, 300, 97, 1, 0, 0, true, true, false, 1, false},     /* odd stride, input weights */
+        {1, 2, 1, 8000, 128, 1, 64, 40, 2, 10, 10, true, false, true, 2, false},    /* dilation 2, 2 channels */
         {1, 2, 1, 900, 48, 1, 64, 16, 1, 3, 5, true, false, false, 0, true},         /* 2-D, height 1 */
         {1, 1, 2, 900, 40, 1, 64, 16, 1, 3, 5, true, false, false, 0, true},         /* 2-D, height 2 */
     };

@@ -2532,7 +2532,8 @@ static kiln_status rk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
 static bool fr_suits(const conv_shape *s) {
     if (!pt_suits(s)) return false;
     const win2 v = win2_of(&s->w);
-    return v.dw == 1 && kn_sgemm_swaps(s->Mg, s->out_plane, s->Cg * s->kk);
+    /* the frames' copy gathers a dilated window: int32 lane offsets */
+    return (v.dw == 1 || (v.KW - 1) * v.dw < INT32_MAX / 4) && kn_sgemm_swaps(s->Mg, s->out_plane, s->Cg * s->kk);
 }
 
 typedef struct fr_job {
@@ -2551,20 +2552,28 @@ static void fr_frames_range(void *arg, int64_t begin, int64_t end) {
     const fr_job *j = arg;
     const conv_shape *s = j->s;
     const win2 *v = &j->v;
-    const int64_t OW = v->OW, KW = v->KW, W = v->W, K = s->Cg * KW;
+    const int64_t OW = v->OW, KW = v->KW, W = v->W, K = s->Cg * KW, dw = v->dw;
+#if KN_VL
+    const kn_vi steps = kn_vi_iota(0, (int32_t)dw); /* dilated: lane l is tap k + l, dw l further */
+#endif
     for (int64_t r = begin; r < end; r++) {
         const int64_t op = r / OW, ow = r % OW, n = op / s->G, g = op % s->G;
         float *d = j->f + r * K;
         const int64_t at = ow * v->sw - v->pw; /* x index of tap 0 */
+        /* the taps inside x: at + k dw in [0, W) for k in [lo, hi) */
+        const int64_t lo = min64(KW, at >= 0 ? 0 : (-at + dw - 1) / dw);
+        const int64_t hi = max64(lo, min64(KW, W - at <= 0 ? 0 : (W - at + dw - 1) / dw));
         for (int64_t ci = 0; ci < s->Cg; ci++, d += KW) {
             const float *x = j->x + (n * s->C + g * s->Cg + ci) * s->in_plane;
-            const int64_t lo = min64(KW, max64(0, -at)), hi = max64(lo, min64(KW, W - at)); /* taps inside x */
             int64_t k = 0;
             for (; k < lo; k++) d[k] = 0.0f;
 #if KN_VL
-            for (; k + KN_VL <= hi; k += KN_VL) kn_vf_storeu(d + k, kn_vf_loadu(x + at + k));
+            if (dw == 1)
+                for (; k + KN_VL <= hi; k += KN_VL) kn_vf_storeu(d + k, kn_vf_loadu(x + at + k));
+            else
+                for (; k + KN_VL <= hi; k += KN_VL) kn_vf_storeu(d + k, kn_vf_mask_gather(KN_VALL, steps, x + at + k * dw));
 #endif
-            for (; k < hi; k++) d[k] = x[at + k];
+            for (; k < hi; k++) d[k] = x[at + k * dw];
             for (; k < KW; k++) d[k] = 0.0f;
         }
     }
@@ -2626,8 +2635,8 @@ static kiln_status fr_run(kn_kernel_ctx *c, const conv_shape *s, const float *x,
                           float *y, kn_conv_epilogue_fn epi, const void *epi_ctx, bool w_is_input) {
     const win2 v = win2_of(&s->w);
     const int64_t count = s->N * s->G, OW = v.OW, Mg = s->Mg, K = s->Cg * v.KW;
-    /* one channel whose frames all lie inside the input: read in place */
-    const bool in_place = s->Cg == 1 && v.pw == 0 && (OW - 1) * v.sw + v.KW <= v.W;
+    /* one channel whose frames all lie inside the input, dilation 1: read in place */
+    const bool in_place = s->Cg == 1 && v.dw == 1 && v.pw == 0 && (OW - 1) * v.sw + v.KW <= v.W;
     fr_job j = {s, v, x, bias, NULL, y, epi, epi_ctx};
     const size_t f_bytes = in_place ? 0 : sizeof(float) * (size_t)(count * OW * K);
     const size_t t_bytes = sizeof(float) * (size_t)(count * OW * Mg);
