@@ -6,9 +6,10 @@
  *    form (weights near their zero point, a few pairs over the bound) and the sign form (full-range
  *    int8 weights but -128), int32 outputs and the fused requantisation (rq_y);
  *  - kn_qgemm_run (A packed by kn_qgemm_pack_a8, int8 or uint8, zero points per row; B int8 or
- *    uint8, one zero point or per column): full-range values, K off multiples of 4 and past a pass
- *    of 256 pairs, M and N off the tiles, int32 outputs (accumulated or not) and the fused
- *    requantisation (scales per row, powers of two so that the definition's double is exact).
+ *    uint8, one zero point or per column, packed or made by pack_b): full-range values, K off
+ *    multiples of 4 and past a pass of 256 pairs, M and N off the tiles, int32 outputs
+ *    (accumulated or not) and the fused requantisation (scales per row, powers of two so that the
+ *    definition's double is exact).
  * 1, 2, 3 and 16 threads. */
 #include "unit.h"
 
@@ -27,6 +28,16 @@ static uint32_t qv_next(uint32_t *s) {
 }
 
 static const int qv_threads[4] = {1, 2, 3, 16};
+
+/* B made by kn_qgemm's pack_b (a convolution's way: the byte form for any M) */
+typedef struct qv_packer {
+    const uint8_t *b;
+    int64_t K, N;
+} qv_packer;
+static void qv_pack_b(const void *ctx, int64_t n0, int64_t nc, uint8_t *dst) {
+    const qv_packer *p = ctx;
+    kn_qgemm_pack_b8(p->b, p->N, 1, p->K, n0, nc, dst);
+}
 
 /* the definition's byte: saturate(round-half-even(v * r + zy)) */
 static int64_t qv_requant(int64_t v, double r, double zy, bool s8) {
@@ -165,12 +176,16 @@ KN_TEST(cpu_qgemm_vnni_exact) {
                 kn_cpu_vnni_force(vnni == 1 && repack == 0);
                 kn_qgemm_pack_a8(a, as8, K, 1, M, K, t[4] == 999 ? zar : NULL, t[4] == 999 ? 0 : t[4], pa);
                 kn_cpu_vnni_force(vnni == 1);
-                for (int ti = 0; ti < 4; ti++) {
+                for (int ti = 0; ti < 8; ti++) {
+                    /* B packed (the byte form from two row panels on) or by pack_b (for any M) */
+                    const bool by_cb = ti >= 4;
+                    qv_packer pk = {b, K, N};
                     kn_threadpool *pool = NULL;
-                    CHECK_STATUS(kn_threadpool_create(qv_threads[ti], &pool), KILN_OK);
+                    CHECK_STATUS(kn_threadpool_create(qv_threads[ti % 4], &pool), KILN_OK);
                     memcpy(c, init, sizeof(int32_t) * (size_t)(M * N));
                     memset(y, 0x5a, (size_t)(M * N));
-                    kn_qgemm g = {.M = M, .N = N, .K = K, .a = pa, .b = pb, .b_signed = bs8,
+                    kn_qgemm g = {.M = M, .N = N, .K = K, .a = pa, .b = by_cb ? NULL : pb, .pack_b = qv_pack_b,
+                                  .pack_ctx = &pk, .b_signed = bs8,
                                   .zb_cols = t[6] == 999 ? zbc : NULL, .zb = t[6] == 999 ? 0 : t[6], .c = c, .ldc = N,
                                   .accumulate = acc};
                     if (rq) g.rq_y = y, g.rq_ldy = N, g.rq_r = r, g.rq_bias = bias, g.rq_zy = -3.0, g.rq_s8 = !as8;
@@ -184,8 +199,8 @@ KN_TEST(cpu_qgemm_vnni_exact) {
                         if (rq) g8 = fused ? (!as8 ? (int8_t)y[i] : y[i]) : qv_requant((int64_t)c[i] + bias[i / N], r[i / N], -3.0, !as8);
                         if (g8 != want[i] && bad++ == 0) first = i, got = g8;
                     }
-                    CHECK_MSG(bad == 0, "qgemm %lldx%lldx%lld case %zu, %d threads, vnni %d, repack %d%s: %lld of %lld differ, first at %lld: %lld, want %lld",
-                              (long long)M, (long long)K, (long long)N, ci, qv_threads[ti], vnni, repack,
+                    CHECK_MSG(bad == 0, "qgemm %lldx%lldx%lld case %zu, %d threads, B %s, vnni %d, repack %d%s: %lld of %lld differ, first at %lld: %lld, want %lld",
+                              (long long)M, (long long)K, (long long)N, ci, qv_threads[ti % 4], by_cb ? "by pack_b" : "packed", vnni, repack,
                               fused ? " (fused)" : "", (long long)bad, (long long)(M * N), (long long)first,
                               (long long)got, first >= 0 ? (long long)want[first] : 0LL);
                     kn_threadpool_destroy(pool);

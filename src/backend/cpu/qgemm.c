@@ -1248,9 +1248,13 @@ kiln_status kn_qgemm_run(kn_threadpool *pool, const kn_qgemm *g) {
     qjob j = {.g = g, .KP = pairs_of(g->K), .has_zb = g->zb_cols || g->zb, .vnni = kn_cpu_has_vnni()};
     const int64_t panels = (g->N + NR - 1) / NR, row_panels = (g->M + MR - 1) / MR;
     const int32_t *head = g->a + row_panels * MR * (j.KP + 1);
-    /* VNNI: the byte form QB_VNNI where A was packed for it (kn_qgemm_pack_a8 on a VNNI CPU), any
-     * M, with the fused requantisation; else the int16 pairs (tile6_vnni, C and rows_done) */
-    const bool vform = j.vnni && head[0] == bytes_check(g->M, g->K) && head[1] == QB_VNNI;
+    /* VNNI: the byte form QB_VNNI where A was packed for it (kn_qgemm_pack_a8 on a VNNI CPU), with
+     * the fused requantisation, where B comes from pack_b (a convolution's, made per call and in
+     * cache when turned into quads) or A has two row panels or more; else the int16 pairs
+     * (tile6_vnni, row_vnni; C and rows_done): a constant B turned into quads on every call would
+     * be read and written twice more for a product of a few rows (a one-row RNN step is bound by
+     * B's bytes) */
+    const bool vform = j.vnni && head[0] == bytes_check(g->M, g->K) && head[1] == QB_VNNI && (!g->b || g->M >= 2 * MR);
     (void)vform; /* (the byte forms are AVX2's) */
 #if defined(__AVX2__)
     j.fuse = g->rq_y && (!j.vnni || vform) && j.KP <= KP_BLOCK && !g->zb_cols && !g->accumulate;
