@@ -388,6 +388,10 @@ static bool pt_suits(const conv_shape *s) {
     /* one row of input and output (1-D, or 2-D of height 1); stride 3+ along it (stride 1 and 2
      * are plain loads and even_load in pack_conv2d) */
     if (v.H != 1 || v.KH != 1 || v.OH != 1 || v.ph != 0 || v.sw < 3 || v.OW < 1) return false;
+    /* long windows: with a few taps a channel a transpose yields a few rows of the panel (and the
+     * frames' copy runs of a few elements): 256 -> 256 k3 s3 on 1500 samples was 1.18x the
+     * gathers' time through pack_conv_tr, 64 -> 128 k16 s8 0.75x (op_ab, 1 thread) */
+    if (v.KW < 8) return false;
     /* the phase rows hold about one padded input row per channel: at most twice the input plus
      * the pads, and int32-safe offsets */
     const int64_t span = (v.OW - 1) * v.sw + (v.KW - 1) * v.dw + 1;
