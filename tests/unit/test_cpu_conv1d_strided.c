@@ -1,13 +1,14 @@
 /* Strided long-kernel 1-D convolutions (audio and STFT front ends: 1 -> 512 channels, kernel 400,
  * stride 160; 1 -> 258, kernel 256, stride 128) against the definition in double: Conv (+ bias)
  * (+ Add of a residual) (+ Relu or Clip), fused at level 3, separate at level 0. conv.c runs them
- * as the transposed product with the frames as its rows (fr_run: the input read in place, or the
- * frames copied where there are pads or several channels) where the GEMM would run the product
- * transposed, else through the phase rows' packing (pack_conv_pt); KILN_GEMM_SWAP=0 and =1 force
- * one or the other wherever the shape allows. Shapes: strides 1 to 200, kernels up to 512 (longer
- * and shorter than the stride), pads (one frame, centred frames, pads wider than the kernel),
- * dilation 2 and 3 (the frames gathered for the transposed product), 1-3 input channels, batch 1 and 3, channel and frame counts that end inside
- * a vector and a panel, a single frame, no bias, weights a graph input, and 2-D convolutions of
+ * (stride 3+, 8+ taps) as the transposed product with the frames as its rows (fr_run: the input
+ * read in place, or the frames copied, gathered when dilated) where the GEMM would run the product
+ * transposed, else with the im2col panels transposed from the input (pack_conv_tr; dilated: the
+ * phase rows, pack_conv_pt); KILN_GEMM_SWAP=0 and =1 force one or the other wherever the shape
+ * allows. Shapes: strides 1 to 200, kernels 3 to 512 (longer and shorter than the stride; below
+ * 8 taps the im2col gathers), pads (one frame, centred frames, pads wider than the kernel),
+ * dilation 2 and 3, 1-3 input channels, batch 1 and 3, channel and frame counts that end inside a
+ * vector and a panel, a single frame, no bias, weights a graph input, and 2-D convolutions of
  * height 1 (and 2); 1, 2 and 3 threads. */
 #include "test_model_builder.h"
 
@@ -37,7 +38,7 @@ KN_TEST(cpu_conv1d_strided_matches_definition) {
         {1, 3, 1, 1000, 64, 1, 33, 3, 2, 5, 5, true, false, false, 2, false},        /* 3 channels, dilation 2 */
         {1, 1, 1, 300, 70, 1, 16, 1, 1, 3, 4, true, false, false, 0, false},         /* stride 1 */
         {3, 1, 1, 2000, 130, 1, 100, 7, 1, 9, 0, false, true, false, 0, false},      /* weights an input */
-        {1, 2, 1, 5000, 65, 1, 5, 200, 1, 2, 3, true, false, false, 0, false},       /* kernel < stride */
+        {1, 2, 1, 5000, 65, 1, 9, 200, 1, 2, 3, true, false, false, 0, false},       /* kernel < stride */
         {1, 1, 1, 512, 100, 1, 512, 64, 1, 0, 0, true, false, false, 1, false},      /* one frame */
         {1, 3, 1, 50, 8, 1, 3, 3, 1, 1, 1, true, false, false, 0, false},            /* tiny */
         {1, 1, 1, 3000, 96, 1, 400, 160, 3, 600, 600, true, false, true, 2, false},  /* dilation 3, wide pads */
