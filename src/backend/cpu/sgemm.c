@@ -483,6 +483,78 @@ static void ukr_pack_any(int mr, int64_t kc, const float *a, int64_t as, const f
     }
 }
 
+/* The transposed path's kernel (run_swapped_tile): mr <= SW_MR rows of C^T (output positions,
+ * broadcast from op(B), packed or in place, as floats apart per k) by two NR-column panels of
+ * op(A)^T (b and b + bps: 64 output channels, 4 vectors), 4 * mr accumulators. For N = 49
+ * positions ukr_any's 12 x 32 ran 12 + 12 + 8 | 12 + 5 rows a panel of channels, 14 loads per 24
+ * multiply-adds, and perf put its 5-row call at 1.5x its share of the time; here 6 x 4 + 5 x 5 rows
+ * by 64 channels, 10 loads per 24. Not 7 rows: 28 accumulators, 4 vectors of B and the broadcast
+ * are 33 registers, and GCC reloads B (7 rows 3-13% slower than 6, 2-core AVX-512 Xeon, 1 thread).
+ * t[r * ldt + j] = alpha * sum + beta * t (beta 0: not read), j < n (n in (NR, 2 NR]), in
+ * ukr_any's operations and order; pf: kc lines from there are brought into L1 (the weights' next
+ * part). */
+#define SW_MR 6
+/* ... from this many positions (4 calls or more: the first four bring in the weights' next part):
+ * 3x3 512 -> 512 on 4x4 (N = 16, 3 calls, 9.4 MB of weights from memory) ran 6% slower on it than
+ * on 12 + 4 rows of one panel (2-core AVX-512 Xeon, 1 thread) */
+#define SW_MIN_N 22
+static inline __attribute__((always_inline)) void ukr_sw(const int mr, int64_t kc, const float *restrict a, int64_t as,
+                                                         const float *restrict b, int64_t bps, float *restrict t,
+                                                         int64_t ldt, int n, float alpha, float beta, const float *pf) {
+    __m512 acc[SW_MR][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(t + r * ldt), _MM_HINT_T0);
+    const float *b1 = b + bps;
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < kc; p++) {
+        const __m512 w0 = _mm512_loadu_ps(b), w1 = _mm512_loadu_ps(b + 16);
+        const __m512 w2 = _mm512_loadu_ps(b1), w3 = _mm512_loadu_ps(b1 + 16);
+        _mm_prefetch((const char *)(pf + 16 * p), _MM_HINT_T0);
+#pragma GCC unroll 6
+        for (int r = 0; r < mr; r++) {
+            const __m512 ar = _mm512_set1_ps(a[r]);
+            acc[r][0] = _mm512_fmadd_ps(ar, w0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(ar, w1, acc[r][1]);
+            acc[r][2] = _mm512_fmadd_ps(ar, w2, acc[r][2]);
+            acc[r][3] = _mm512_fmadd_ps(ar, w3, acc[r][3]);
+        }
+        a += as;
+        b += NR;
+        b1 += NR;
+    }
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    const __mmask16 m2 = mask16(n - 32), m3 = mask16(n - 48);
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) {
+        float *tr = t + r * ldt;
+        if (beta == 0.0f) {
+            _mm512_storeu_ps(tr, _mm512_mul_ps(va, acc[r][0]));
+            _mm512_storeu_ps(tr + 16, _mm512_mul_ps(va, acc[r][1]));
+            _mm512_mask_storeu_ps(tr + 32, m2, _mm512_mul_ps(va, acc[r][2]));
+            _mm512_mask_storeu_ps(tr + 48, m3, _mm512_mul_ps(va, acc[r][3]));
+        } else {
+            _mm512_storeu_ps(tr, _mm512_fmadd_ps(va, acc[r][0], _mm512_mul_ps(vb, _mm512_loadu_ps(tr))));
+            _mm512_storeu_ps(tr + 16, _mm512_fmadd_ps(va, acc[r][1], _mm512_mul_ps(vb, _mm512_loadu_ps(tr + 16))));
+            _mm512_mask_storeu_ps(tr + 32, m2, _mm512_fmadd_ps(va, acc[r][2], _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m2, tr + 32))));
+            _mm512_mask_storeu_ps(tr + 48, m3, _mm512_fmadd_ps(va, acc[r][3], _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m3, tr + 48))));
+        }
+    }
+}
+#define UKR_SW_CASE(R)                                                                             \
+    case R: ukr_sw(R, kc, a, as, b, bps, t, ldt, n, alpha, beta, pf); break;
+#define KN_UKR_SW 1
+static void ukr_sw_any(int mr, int64_t kc, const float *a, int64_t as, const float *b, int64_t bps, float *t,
+                       int64_t ldt, int n, float alpha, float beta, const float *pf) {
+    switch (mr) {
+        UKR_SW_CASE(6) UKR_SW_CASE(5) UKR_SW_CASE(4) UKR_SW_CASE(3) UKR_SW_CASE(2) UKR_SW_CASE(1)
+        default: break;
+    }
+}
+
 #elif defined(KN_GEMM_AVX2)
 
 static inline __m256i mask8(int64_t n) {
@@ -1914,6 +1986,23 @@ static int64_t swap_ldt(int64_t mt) {
     return ldt;
 }
 
+/* KILN_GEMM_SWAP_PAIR=0: the transposed path runs ukr_any's 12 x 32 on every panel and packs plain
+ * op(B) as before (measurements) */
+static bool swap_pair_on(void) {
+#if defined(KN_UKR_SW)
+    static int on = -1;
+    return switch_once(&on, "KILN_GEMM_SWAP_PAIR");
+#else
+    return false;
+#endif
+}
+
+/* Whether a transposed product reads op(B) in place (run_swapped_tile's op(A)^T side's rows, the
+ * broadcast operand, are then rows of plain B, ldb apart): B untransposed and no packing callback.
+ * The packed copy (NR-column panels, 49 positions in 64) cost 6.6% of a 1x1 960 -> 160 on 7x7
+ * (perf, 1 thread, AVX-512) and spread the positions over 2 panels of 32 floats a row. */
+static bool swap_b_in_place(const kn_sgemm_batch *p) { return !p->pack_b && !p->trans_b && swap_pair_on(); }
+
 /* k0..k1 (multiples of KC, k1 == K last): the part of K summed here. Tout: C^T of the tile over
  * that part goes there (nn rows of swap_ldt(m1 - m0)), and C is not touched; NULL: into C. */
 static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
@@ -1926,6 +2015,9 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
     const int64_t nn = n1 - n0, mt = m1 - m0, Mp = padded_n(p->M);
     const int64_t ldt = swap_ldt(mt);
     float *Ap = ws, *Bp = ws + (size_t)KC * SWAP_MAX_N;
+    /* op(B) plain (a pointwise convolution's input): read in place, rows ldb apart */
+    const bool b_in = !b_shared && swap_b_in_place(p);
+    const int64_t as = b_in ? p->ldb : NR;
     float *T = Tout ? Tout : tile_buffer((size_t)(nn * ldt));
     if (!T) return false;
     for (int64_t pc = k0; pc < k1; pc += KC) {
@@ -1933,14 +2025,63 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
         /* b_shared: op(B) of every column packed once for all the tiles (run_job), slice pc at
          * pc * padded_n(N) */
         if (b_shared) Ap = (float *)b_shared + pc * padded_n(p->N);
+        else if (b_in) Ap = (float *)B + pc * p->ldb + n0;
         else if (p->pack_b) p->pack_b(p->pack_ctx, op, pc, kc, n0, nn, Ap);
         else pack_b(B, p->ldb, p->trans_b, n0, nn, pc, kc, Ap);
+        /* position j of the tile at depth pc + ks: packed, in its panel of NR; in place, row ks */
+#define SW_AROW(j, ks) (b_in ? Ap + (ks) * as + (j) : Ap + (j) / NR * NR * kc + (ks) * NR + (j) % NR)
         for (int64_t jc = m0; jc < m1; jc += SWAP_MC) {
             const int64_t mc = min64(SWAP_MC, m1 - jc);
             /* op(A)^T prepacked (bpk_panel's layout) or packed here per slice (panels kc x NR) */
             const float *bt = Bp;
             if (!AT) pack_b(A, p->lda, !p->trans_a, jc, mc, pc, kc, Bp);
             for (int64_t jr = 0; jr < mc; jr += NR) {
+#if defined(KN_UKR_SW)
+                if (mc - jr > NR && nn >= SW_MIN_N && swap_pair_on()) {
+                    /* two panels of channels a call (ukr_sw): the positions of each panel of op(B)
+                     * (in place: all of them) in calls of at most SW_MR rows, near-equal (49 =
+                     * 6 + 6 + 6 + 6 + 5 + 5 + 5 + 5 + 5) */
+                    const int n = (int)min64(2 * NR, mc - jr);
+                    float *t = T + (jc - m0) + jr;
+                    const int64_t ps = pc / KCB * KCB;
+                    const int64_t bps = AT ? NR * min64(KCB, p->K - ps) : NR * kc;
+                    for (int64_t ks = 0; ks < kc; ks += SWAP_KS) {
+                        const int64_t kk = min64(SWAP_KS, kc - ks);
+                        const float beta = pc == k0 && ks == 0 ? 0.0f : 1.0f;
+                        const float *b0 = AT ? bpk_panel(AT, Mp, p->K, pc, jc + jr) : bt + jr * kc, *b = b0 + ks * NR;
+                        /* the part SWAP_PF_AHEAD ahead of both panels (2 kk lines each), a half
+                         * panel a call for the first four calls: of these panels, else of the next
+                         * pair (prepacked), else anywhere (prefetches do not fault) */
+                        const int64_t ahead = ks + SWAP_PF_AHEAD * kk;
+                        const float *pf0, *pf1;
+                        if (ahead < kc) {
+                            pf0 = b0 + ahead * NR;
+                            pf1 = pf0 + bps;
+                        } else if (AT && jr + 2 * NR < mc) {
+                            pf0 = bpk_panel(AT, Mp, p->K, pc, jc + jr + 2 * NR) + (ahead - kc) * NR;
+                            pf1 = jr + 3 * NR < mc ? bpk_panel(AT, Mp, p->K, pc, jc + jr + 3 * NR) + (ahead - kc) * NR : pf0;
+                        } else {
+                            pf0 = pf1 = b;
+                        }
+                        /* in place, the positions need not go by panels: 49 = 7 x 7 */
+                        const int64_t grp = b_in ? nn : NR;
+                        int64_t call = 0;
+                        for (int64_t pp = 0; pp < nn; pp += grp) {
+                            const int64_t prow = min64(grp, nn - pp), pcalls = (prow + SW_MR - 1) / SW_MR;
+                            const int64_t pbase = prow / pcalls, pextra = prow % pcalls;
+                            for (int64_t q = 0, qi = 0; q < prow; qi++, call++) {
+                                const int mr_q = (int)(pbase + (qi < pextra));
+                                const float *pf = call < 4 ? (call < 2 ? pf0 : pf1) + (call & 1) * kk * (NR / 2) : b;
+                                ukr_sw_any(mr_q, kk, SW_AROW(pp + q, ks), as, b, bps, t + (pp + q) * ldt, ldt, n,
+                                           p->alpha, beta, pf);
+                                q += mr_q;
+                            }
+                        }
+                    }
+                    jr += NR;
+                    continue;
+                }
+#endif
                 const int n = (int)min64(NR, mc - jr);
                 float *t = T + (jc - m0) + jr;
                 for (int64_t ks = 0; ks < kc; ks += SWAP_KS) {
@@ -1983,7 +2124,7 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
                             for (int64_t e = min64(kk, pf_line + per_call); pf_line < e; pf_line++)
                                 _mm_prefetch((const char *)(pf + pf_line * NR), SWAP_PF_HINT);
 #endif
-                            ukr_any(mr_q, kk, Ap + pp * kc + ks * NR + q, NR, b,
+                            ukr_any(mr_q, kk, SW_AROW(pp + q, ks), as, b,
                                     NR, t + (pp + q) * ldt, ldt, n, p->alpha, beta, NULL,
                                     call < 2 ? pf + call * kk * (NR / 2) : b, NULL);
                             q += mr_q;
@@ -1993,6 +2134,7 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
             }
         }
     }
+#undef SW_AROW
     if (Tout) return true;
     float *cp = C + m0 * p->ldc + n0;
     ukr_tail tb;
@@ -2597,7 +2739,7 @@ static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j,
             return jq.failed ? KN_OOM() : KILN_OK;
         }
     }
-    if ((j->path == PATH_SWAP && (p->pack_b || !p->trans_b) && j->tn == 1 && j->tm > 1 && threads > 1) ||
+    if ((j->path == PATH_SWAP && (p->pack_b || !p->trans_b) && !swap_b_in_place(p) && j->tn == 1 && j->tm > 1 && threads > 1) ||
         gemm_b_shared(p, j, threads)) {
         const int64_t Np = padded_n(p->N);
         const size_t b_floats = (size_t)(Np * p->K) * (size_t)p->count;
