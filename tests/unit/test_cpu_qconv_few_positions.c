@@ -7,8 +7,8 @@
  *    final and to cover C once; pools of 1, 2, 3 and 16 threads, VNNI on and off where the CPU has
  *    it;
  *  - kn_qgemm8_run (one or a few rows: a one-position convolution's form), its residual and sign
- *    forms, K's tail quad, on the same pools, VNNI on and off where present (the g8v panels only
- *    with KILN_QGEMM8_VNNI=1 in the environment: off by default until they have run on a VNNI CPU);
+ *    forms, K's tail quad, on the same pools, VNNI on and off where present (the g8v panels, on by
+ *    default on VNNI CPUs; KILN_QGEMM8_VNNI=0 in the environment keeps the AVX2 panels there);
  *  - QLinearConv on 1x1, 5x5 and 7x7 planes (k1, and k3 with pad 1), uint8 / int8 weights of full
  *    range (kn_qgemm8's sign form, or with a 0 / -128: kn_qgemm) or of 7 bits (its residual form),
  *    per tensor and per channel (equal zero points, or different ones: kn_qgemm), odd channel
