@@ -498,6 +498,11 @@ static void ukr_pack_any(int mr, int64_t kc, const float *a, int64_t as, const f
  * 3x3 512 -> 512 on 4x4 (N = 16, 3 calls, 9.4 MB of weights from memory) ran 6% slower on it than
  * on 12 + 4 rows of one panel (2-core AVX-512 Xeon, 1 thread) */
 #define SW_MIN_N 22
+/* ... SW_KS steps of K a call: the pair's part of the weights (SW_KS x 2 NR floats, 16 KB) and the
+ * positions' (49 x SW_KS, 12.5 KB in place) stay in L1 together, where SWAP_KS (32 + 25 KB) did
+ * not: 64 against 128 0.96-1.0 of the time on the 7x7 products, 32 and 96 slower than 64
+ * (/tmp/h112/snb.c, 1 thread, 2-core AVX-512 Xeon) */
+#define SW_KS 64
 static inline __attribute__((always_inline)) void ukr_sw(const int mr, int64_t kc, const float *restrict a, int64_t as,
                                                          const float *restrict b, int64_t bps, float *restrict t,
                                                          int64_t ldt, int n, float alpha, float beta, const float *pf) {
@@ -2045,8 +2050,8 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
                     float *t = T + (jc - m0) + jr;
                     const int64_t ps = pc / KCB * KCB;
                     const int64_t bps = AT ? NR * min64(KCB, p->K - ps) : NR * kc;
-                    for (int64_t ks = 0; ks < kc; ks += SWAP_KS) {
-                        const int64_t kk = min64(SWAP_KS, kc - ks);
+                    for (int64_t ks = 0; ks < kc; ks += SW_KS) {
+                        const int64_t kk = min64(SW_KS, kc - ks);
                         const float beta = pc == k0 && ks == 0 ? 0.0f : 1.0f;
                         const float *b0 = AT ? bpk_panel(AT, Mp, p->K, pc, jc + jr) : bt + jr * kc, *b = b0 + ks * NR;
                         /* the part SWAP_PF_AHEAD ahead of both panels (2 kk lines each), a half
