@@ -11,7 +11,9 @@
  *    channel counts; weights of 7 bits (the residual form), full range without the extreme (the
  *    sign form) and with it (kn_qgemm); per tensor and per channel scales, x and w zero points,
  *    uint8 and int8 y; threads 1, 2, 3 and 16. Scales are powers of two so the definition's double
- *    rounds exactly. Outputs must be equal byte for byte. */
+ *    rounds exactly. Outputs must be equal byte for byte.
+ *  - (helper-113) large planes whose im2col^T is made and multiplied in blocks of rows (56x56,
+ *    40x37 k5, stride 2, dilation 2, k7 s2; runs of KW * C bytes with odd C: masked tails). */
 #include "test_model_builder.h"
 
 #include "backend/cpu/isa.h"
@@ -101,22 +103,27 @@ static int64_t rs_at(const kn_tensor *t, int64_t i) {
 
 KN_TEST(cpu_qlinear_conv_rows_split_exact) {
     /* {C, H, W, M, k, stride, w_s8, weights (0: full range with the type's extreme: kn_qgemm,
-     *  1: full range without it: the sign form, 2: 7 bits: the residual form), per channel, y_s8} */
-    static const int cases[][10] = {
-        {128, 14, 14, 128, 3, 1, 1, 2, 1, 0}, /* op_sweep's 1x128x14x14 k3 per channel */
-        {67, 9, 11, 40, 3, 1, 1, 2, 0, 0},    /* 99 positions (chunk bounds off the 8-blocks), odd C */
-        {33, 7, 7, 129, 3, 1, 0, 2, 1, 1},    /* 49 positions, odd M, uint8 weights, int8 y */
-        {64, 8, 8, 48, 3, 1, 1, 1, 1, 0},     /* the sign form */
-        {96, 15, 13, 16, 3, 2, 1, 2, 0, 0},   /* stride 2: 8x7 positions */
-        {256, 7, 7, 64, 1, 1, 1, 2, 1, 1},    /* k1 on 7x7 (xh is im2col^T) */
-        {40, 10, 10, 24, 3, 1, 1, 0, 1, 0},   /* with the extreme: kn_qgemm */
+     *  1: full range without it: the sign form, 2: 7 bits: the residual form), per channel, y_s8, dilation} */
+    static const int cases[][11] = {
+        {128, 14, 14, 128, 3, 1, 1, 2, 1, 0, 1}, /* op_sweep's 1x128x14x14 k3 per channel */
+        {67, 9, 11, 40, 3, 1, 1, 2, 0, 0, 1},    /* 99 positions (chunk bounds off the 8-blocks), odd C */
+        {33, 7, 7, 129, 3, 1, 0, 2, 1, 1, 1},    /* 49 positions, odd M, uint8 weights, int8 y */
+        {64, 8, 8, 48, 3, 1, 1, 1, 1, 0, 1},     /* the sign form */
+        {96, 15, 13, 16, 3, 2, 1, 2, 0, 0, 1},   /* stride 2: 8x7 positions */
+        {256, 7, 7, 64, 1, 1, 1, 2, 1, 1, 1},    /* k1 on 7x7 (xh is im2col^T) */
+        {40, 10, 10, 24, 3, 1, 1, 0, 1, 0, 1},   /* with the extreme: kn_qgemm */
+        {64, 56, 56, 64, 3, 1, 1, 2, 1, 0, 1},  /* op_sweep's 1x64x56x56 k3: im2col^T in 13 blocks of rows */
+        {35, 40, 37, 20, 5, 1, 0, 2, 0, 1, 1},  /* k5, odd C: runs of 175 bytes (a masked tail), uint8 w */
+        {48, 63, 63, 32, 3, 2, 1, 2, 1, 0, 1},  /* stride 2 on 32x32 positions, 3 blocks */
+        {24, 30, 33, 17, 3, 1, 1, 2, 0, 1, 2},  /* dilation 2: runs of C bytes, odd M */
+        {9, 50, 41, 16, 7, 2, 0, 2, 1, 0, 1},   /* k7 s2, runs of 63 bytes */
     };
     kn_qgemm_amx_force(false);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int *t = cases[ci];
-        const int64_t C = t[0], H = t[1], W = t[2], M = t[3], k = t[4], st = t[5], p = (t[4] - 1) / 2;
+        const int64_t C = t[0], H = t[1], W = t[2], M = t[3], k = t[4], st = t[5], p = (t[4] - 1) / 2, dl = t[10];
         const bool ws8 = t[6], perch = t[8], ys8 = t[9];
-        const int64_t OH = (H + 2 * p - k) / st + 1, OW = (W + 2 * p - k) / st + 1, n = M * OH * OW;
+        const int64_t OH = (H + 2 * p - dl * (k - 1) - 1) / st + 1, OW = (W + 2 * p - dl * (k - 1) - 1) / st + 1, n = M * OH * OW;
         uint32_t seed = 27182 + (uint32_t)ci;
         const int64_t xd[4] = {1, C, H, W}, wd[4] = {M, C, k, k};
         const kiln_dtype wt = ws8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8, yt_ = ys8 ? KILN_DTYPE_INT8 : KILN_DTYPE_UINT8;
@@ -147,7 +154,7 @@ KN_TEST(cpu_qlinear_conv_rows_split_exact) {
                     for (int64_t c = 0; c < C; c++)
                         for (int64_t kh = 0; kh < k; kh++)
                             for (int64_t kw = 0; kw < k; kw++) {
-                                const int64_t ih = oh * st - p + kh, iw = ow * st - p + kw;
+                                const int64_t ih = oh * st - p + kh * dl, iw = ow * st - p + kw * dl;
                                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
                                 acc += (rs_at(x, (c * H + ih) * W + iw) - zx) * (rs_at(w, ((m * C + c) * k + kh) * k + kw) - zw);
                             }
@@ -171,6 +178,7 @@ KN_TEST(cpu_qlinear_conv_rows_split_exact) {
         int y = tmb_value(&mb, "y");
         int node = tmb_node(&mb, "QLinearConv", (int[]){xv, xsv, zxv, wv, wsv, zwv, ysv, yzv, bv}, 9, y);
         tmb_conv2d(&mb, node, k, st, p, 1);
+        if (dl > 1) tmb_ints(&mb, node, "dilations", (int64_t[]){dl, dl}, 2);
         tmb_output(&mb, y);
         size_t size;
         unsigned char *model = tmb_finish(&mb, &size);

@@ -3681,6 +3681,15 @@ static void iconv_to_hwc(const conv_shape *s, const uint8_t *x, uint8_t zx, int6
     }
 }
 
+/* QLinearConv's requantisation for the depthwise kernel or kn_qgemm's rows_done to do, or NULL */
+typedef struct iconv_rq {
+    const float *r; /* M scales */
+    double zy;
+    bool s8;
+    void *y;
+    bool done; /* set when y holds the output */
+} iconv_rq;
+
 /* The im2col^T rows [r0, r1) of one image (from xh, channels last) and their product, on one
  * thread: the threads' split when kn_qgemm8's own (panels of 32 output channels) has too few */
 typedef struct iconv_rows8_job {
@@ -3706,19 +3715,41 @@ typedef struct iconv_rows8_job {
  * byte transposes' blocks of positions) but the last */
 static int64_t rows8_at(int64_t u, int64_t chunks, int64_t P) { return u >= chunks ? P : u * P / chunks / 8 * 8; }
 
-/* im2col^T's rows [r0, r1) from xh */
-static void iconv_rows8_cols(const iconv_rows8_job *j, int64_t r0, int64_t r1) {
+/* n bytes from sp to d, inline (im2col^T's runs of C or KW * C bytes: a memcpy call per 64-byte
+ * run, and the loop around it, were 15% of 1x64x56x56 -> 64 k3 by perf) */
+static inline void iconv_copy(uint8_t *d, const uint8_t *sp, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512BW__)
+    for (; i + 64 <= n; i += 64) _mm512_storeu_si512((void *)(d + i), _mm512_loadu_si512((const void *)(sp + i)));
+    if (i < n) {
+        const __mmask64 m = ~0ULL >> (64 - (n - i));
+        _mm512_mask_storeu_epi8(d + i, m, _mm512_maskz_loadu_epi8(m, sp + i));
+    }
+    return;
+#elif defined(__AVX2__)
+    for (; i + 32 <= n; i += 32)
+        _mm256_storeu_si256((__m256i *)(d + i), _mm256_loadu_si256((const __m256i *)(sp + i)));
+#endif
+    if (i < n) memcpy(d + i, sp + i, (size_t)(n - i));
+}
+
+/* im2col^T's rows [r0, r1) from xh: along W without dilation a kernel row's KW taps are KW * C
+ * bytes side by side in xh, one run */
+static void iconv_rows8_cols(const iconv_rows8_job *j, int64_t r0, int64_t r1, uint8_t *dst) {
     const conv_shape *s = j->s;
     const bool two = s->nsp == 2;
     const kn_window *v = &s->w;
     const int64_t OW = v->out[two], KH = two ? v->kernel[0] : 1, KW = v->kernel[two], C = s->C, K = C * s->kk;
     const int64_t sh = two ? v->stride[0] : 1, sw = v->stride[two], dh = two ? v->dilation[0] : 1, dw = v->dilation[two];
+    const int64_t run = dw == 1 ? KW * C : C, runs = dw == 1 ? 1 : KW;
+    int64_t oh = r0 / OW, ow = r0 % OW;
     for (int64_t p = r0; p < r1; p++) {
-        const int64_t oh = p / OW, ow = p % OW;
-        uint8_t *row = j->cols + p * K;
-        for (int64_t kh = 0; kh < KH; kh++)
-            for (int64_t kw = 0; kw < KW; kw++, row += C)
-                memcpy(row, j->xh + ((oh * sh + kh * dh) * j->WP + ow * sw + kw * dw) * C, (size_t)C);
+        uint8_t *row = dst + (p - r0) * K;
+        for (int64_t kh = 0; kh < KH; kh++) {
+            const uint8_t *src = j->xh + ((oh * sh + kh * dh) * j->WP + ow * sw) * C;
+            for (int64_t kw = 0; kw < runs; kw++, row += run) iconv_copy(row, src + kw * dw * C, run);
+        }
+        if (++ow == OW) ow = 0, oh++;
     }
 }
 
@@ -3726,28 +3757,50 @@ static void iconv_rows8_cols(const iconv_rows8_job *j, int64_t r0, int64_t r1) {
 static void iconv_cols_range(void *arg, int64_t u0, int64_t u1) {
     const iconv_rows8_job *j = arg;
     const int64_t P = j->s->out_plane;
-    for (int64_t u = u0; u < u1; u++) iconv_rows8_cols(j, rows8_at(u, j->cols_chunks, P), rows8_at(u + 1, j->cols_chunks, P));
+    const int64_t K = j->s->C * j->s->kk;
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t r0 = rows8_at(u, j->cols_chunks, P);
+        iconv_rows8_cols(j, r0, rows8_at(u + 1, j->cols_chunks, P), j->cols + r0 * K);
+    }
 }
 
-/* rows [r0, r1): im2col^T's (unless direct, or made already: cols_made) and their product (fo:
- * kn_qgemm8's, or NULL) */
-static void iconv_rows8_rows(iconv_rows8_job *j, kn_threadpool *pool, int64_t r0, int64_t r1, bool cols_made,
-                             const kn_qgemm8_out *fo) {
-    const int64_t K = j->s->C * j->s->kk;
-    if (!j->direct && !cols_made) iconv_rows8_cols(j, r0, r1);
-    if (kn_qgemm8_run(pool, j->w8, j->a + r0 * K, K, r1 - r0, j->zx, j->zw, j->w_s8, j->ct + r0 * j->s->M, j->s->M, fo))
+static void iconv_rq_done(const void *ctx, int64_t i0, int64_t i1, int64_t n0, int64_t nc);
+
+/* kn_qgemm8's done for a call on rows from r0 on (its rows count from 0) */
+typedef struct iconv_done8 {
+    const iconv_rows8_job *j;
+    int64_t r0;
+} iconv_done8;
+
+static void iconv_rq_done_at(const void *ctx, int64_t i0, int64_t i1, int64_t n0, int64_t nc) {
+    const iconv_done8 *d = ctx;
+    iconv_rq_done(d->j, d->r0 + i0, d->r0 + i1, n0, nc);
+}
+
+/* rows [r0, r1)'s product, their im2col^T rows at a; with rq (QLinearConv) requantised by
+ * kn_qgemm8's stores into yt and transposed into y's planes there */
+static void iconv_rows8_rows(iconv_rows8_job *j, kn_threadpool *pool, int64_t r0, int64_t r1, const uint8_t *a) {
+    const int64_t K = j->s->C * j->s->kk, M = j->s->M;
+    const iconv_done8 dd = {j, r0};
+    const kn_qgemm8_out fo = {.rq_y = j->rq ? j->yt + r0 * M : NULL, .rq_ldy = M, .rq_r = j->rq ? j->rq->r : NULL,
+                              .rq_bias = j->bias, .rq_zy = j->rq ? j->rq->zy : 0, .rq_s8 = j->rq && j->rq->s8,
+                              .done = iconv_rq_done_at, .done_ctx = &dd};
+    if (kn_qgemm8_run(pool, j->w8, a, K, r1 - r0, j->zx, j->zw, j->w_s8, j->ct ? j->ct + r0 * M : NULL, M, j->rq ? &fo : NULL))
         atomic_store(&j->failed, 1);
 }
 
-static void iconv_rq_rows(const iconv_rows8_job *j, int64_t r0, int64_t r1);
-
+/* blocks [u0, u1) of `chunks` over the rows, each made and multiplied while in cache, in the
+ * first block's place of cols (the whole im2col^T made first, 1.8 MB on 1x64x56x56 k3, was read
+ * back from L3 once per panel; made block by block into fresh lines, its stores waited on them) */
 static void iconv_rows8_range(void *arg, int64_t u0, int64_t u1) {
     iconv_rows8_job *j = arg;
-    const int64_t P = j->s->out_plane;
+    const int64_t P = j->s->out_plane, K = j->s->C * j->s->kk;
+    uint8_t *buf = j->direct ? NULL : j->cols + rows8_at(u0, j->chunks, P) * K;
     for (int64_t u = u0; u < u1; u++) {
         const int64_t r0 = rows8_at(u, j->chunks, P), r1 = rows8_at(u + 1, j->chunks, P);
-        iconv_rows8_rows(j, NULL, r0, r1, false, NULL);
-        if (j->rq) iconv_rq_rows(j, r0, r1);
+        if (r1 <= r0) continue;
+        if (buf) iconv_rows8_cols(j, r0, r1, buf);
+        iconv_rows8_rows(j, NULL, r0, r1, buf ? buf : j->a + r0 * K);
     }
 }
 
@@ -3803,26 +3856,6 @@ static bool iconv_rows8_wanted(kn_kernel_ctx *c, const conv_shape *s, const kn_t
     return nwz <= 1 || (es && !memcmp(wz->data, (const char *)wz->data + es, es * (size_t)(nwz - 1)));
 }
 
-/* QLinearConv's requantisation for the depthwise kernel or kn_qgemm's rows_done to do, or NULL */
-typedef struct iconv_rq {
-    const float *r; /* M scales */
-    double zy;
-    bool s8;
-    void *y;
-    bool done; /* set when y holds the output */
-} iconv_rq;
-
-/* rows [r0, r1) of ct plus the bias, requantised with the channels' scales in the lanes into yt
- * [P][M], then those positions' bytes transposed into y's planes */
-static void iconv_rq_rows(const iconv_rows8_job *j, int64_t r0, int64_t r1) {
-    const int64_t M = j->s->M, P = j->s->out_plane;
-    for (int64_t p = r0; p < r1; p++) {
-        int32_t *row = j->ct + p * M;
-        if (j->bias) iconv_add_bias(row, j->bias, M);
-        kn_q_requant_cols(row, M, j->rq->r, j->rq->zy, j->rq->s8, j->yt + p * M);
-    }
-    iconv_bytes_to_planes(j->yt + r0 * M, M, r1 - r0, M, j->y + r0, P);
-}
 
 /* kn_qgemm8's done where it requantises the product into yt (split by its output channels): rows
  * [i0, i1) of channels [n0, n0 + nc) transposed into y's planes while in cache (the int32 sums
@@ -3862,9 +3895,12 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
     bool in_place = P == 1 && s->kk == 1 && s->in_plane == 1;
     for (int i = 0; i < s->nsp; i++) in_place &= v->pad_begin[i] == 0;
     const bool direct = in_place || (s->kk == 1 && sh == 1 && sw == 1 && HP * WP == P); /* xh is im2col^T */
-    uint8_t *xh = in_place ? NULL : malloc((size_t)(HP * WP * C)), *cols = direct ? xh : malloc((size_t)(P * K));
-    /* one position: ct's [P][M] is acc's [M][P], the product written into acc (no ct) */
-    int32_t *ct = P == 1 ? NULL : malloc(sizeof(int32_t) * (size_t)(P * M)), *bown = NULL;
+    /* (64-byte aligned: C = 64 runs of whole lines, each load and store in one line) */
+    uint8_t *xh = in_place ? NULL : kn_aligned_alloc(64, (size_t)(HP * WP * C)), *cols = direct ? xh : kn_aligned_alloc(64, (size_t)(P * K));
+    /* one position: ct's [P][M] is acc's [M][P], the product written into acc (no ct); QLinearConv
+     * on several: requantised from kn_qgemm8's registers (no ct) */
+    const bool fused = rq && rq->r && P > 1;
+    int32_t *ct = P == 1 || fused ? NULL : malloc(sizeof(int32_t) * (size_t)(P * M)), *bown = NULL;
     /* the bias as int32 (QLinearConv's type: its data as they are) */
     const int32_t *bv = bias && bias->dtype == KILN_DTYPE_INT32 ? (const int32_t *)bias->data : NULL;
     if (bias && !bv && (bown = malloc(sizeof(int32_t) * (size_t)M))) {
@@ -3875,10 +3911,9 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
      * channels' scales in the lanes into yt [P][M], then its bytes transposed into y's planes (the
      * int32 transposition and a requantisation per channel, whose rows of P ended in a partial
      * vector each, were a fifth of a 1x256x7x7 -> 256 1x1 layer) */
-    const bool fused = rq && rq->r && P > 1;
     uint8_t *yt = fused ? malloc((size_t)(P * M)) : NULL;
     *st = KILN_OK;
-    if ((!in_place && !xh) || (!direct && !cols) || (P > 1 && !ct) || (bias && !bv) || (fused && !yt))
+    if ((!in_place && !xh) || (!direct && !cols) || (P > 1 && !fused && !ct) || (bias && !bv) || (fused && !yt))
         *st = KILN_ERR_OUT_OF_MEMORY;
     /* threads past kn_qgemm8's panels of 32 output channels, or planes of 256 outputs and more
      * (whose im2col^T, made on one thread, kept 1x64x56x56 3x3 from gaining on a second): the rows
@@ -3886,8 +3921,14 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
     const int64_t threads = kn_threadpool_size(c->pool), panels = (M + 31) / 32;
     const bool split = threads > 1 && (threads > panels || P >= 256) && (double)P * (double)M * (double)K >= 4e5 &&
                        P >= 32;
-    iconv_rows8_job job = {s, xh, cols, cols, ct, w8, WP, split ? min64(threads, P / 16) : 1, zx, zw, direct,
-                           W->dtype == KILN_DTYPE_INT8};
+    /* im2col^T's rows in blocks of ~128 KB, each multiplied while in L2 (one thread, or the rows'
+     * split: blocks of the split's chunks) */
+    const int64_t blocks = direct ? 1 : max64(1, min64(P / 8, P * K / (128 << 10)));
+    const bool serial = threads <= 1;
+    /* (split: a multiple of the threads, kn_parallel_for's chunks being one contiguous run each) */
+    const int64_t chunks = split ? min64(max64(P / 8, 1), (max64(min64(threads, P / 16), blocks) + threads - 1) / threads * threads)
+                                 : serial ? blocks : 1;
+    iconv_rows8_job job = {s, xh, cols, cols, ct, w8, WP, chunks, zx, zw, direct, W->dtype == KILN_DTYPE_INT8};
     /* a product split by its output channels: im2col^T's rows before it split among the threads
      * by rows too (made on the calling thread alone they and the requantisation were ~7% of
      * 1x128x14x14 k3 per channel at 1 thread by perf, the other thread idle meanwhile) */
@@ -3901,14 +3942,13 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
         if (P == 1) job.ct = an;
         if (fused) job.rq = rq, job.bias = bv, job.yt = yt, job.y = (uint8_t *)rq->y + n * M * P;
         if (split) kn_parallel_for(c->pool, job.chunks, 1, iconv_rows8_range, &job);
+        else if (serial) iconv_rows8_range(&job, 0, job.chunks);
         else {
             /* (im2col^T's rows split among the threads ahead of the product's own split) */
             const bool cols_split = !direct && job.cols_chunks > 1;
             if (cols_split) kn_parallel_for(c->pool, job.cols_chunks, 1, iconv_cols_range, &job);
-            const kn_qgemm8_out fo = {.rq_y = yt, .rq_ldy = M, .rq_r = fused ? rq->r : NULL, .rq_bias = bv,
-                                      .rq_zy = fused ? rq->zy : 0, .rq_s8 = fused && rq->s8, .done = iconv_rq_done,
-                                      .done_ctx = &job};
-            iconv_rows8_rows(&job, c->pool, 0, P, cols_split, fused ? &fo : NULL);
+            else if (!direct) iconv_rows8_cols(&job, 0, P, cols);
+            iconv_rows8_rows(&job, c->pool, 0, P, job.a);
         }
         if (atomic_load(&job.failed)) *st = KILN_ERR_OUT_OF_MEMORY;
         if (P == 1) { /* the bias, one vector pass */
