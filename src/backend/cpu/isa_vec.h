@@ -151,27 +151,32 @@ static inline kn_vmask kn_vi_cmplt_mask(__m256i a, __m256i b) {
     return (kn_vmask)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(b, a)));
 }
 static inline kn_vmask kn_vi_cmpge_mask(__m256i a, __m256i b) { return (kn_vmask)(~kn_vi_cmplt_mask(a, b) & 0xFFu); }
+/* o[q] lane i = in[i] lane q: an 8 x 8 transpose in registers */
+static inline __attribute__((always_inline)) void kn_v8_transpose_regs(const __m256 in[8], __m256 o[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(in[i], in[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(in[i], in[i + 1]);
+    }
+    for (int b = 0; b < 8; b += 4) {
+        u[b] = _mm256_shuffle_ps(t[b], t[b + 2], 0x44);
+        u[b + 1] = _mm256_shuffle_ps(t[b], t[b + 2], 0xEE);
+        u[b + 2] = _mm256_shuffle_ps(t[b + 1], t[b + 3], 0x44);
+        u[b + 3] = _mm256_shuffle_ps(t[b + 1], t[b + 3], 0xEE);
+    }
+    for (int q = 0; q < 4; q++) {
+        o[q] = _mm256_permute2f128_ps(u[q], u[4 + q], 0x20);
+        o[4 + q] = _mm256_permute2f128_ps(u[q], u[4 + q], 0x31);
+    }
+}
 static inline __attribute__((always_inline)) void kn_v_transpose(const float *src, int64_t ld, int rows, int cols,
                                                                  __m256 o[8]) {
     const __m256i cm = kn_vmask_vec(cols >= 8 ? 0xFFu : (1u << cols) - 1u);
-    __m256 r[8], t[8];
+    __m256 r[8];
     /* whole rows by plain loads (the depthwise kernel's planes: 8 pixels of 8 channels) */
     for (int i = 0; i < 8; i++)
         r[i] = i >= rows ? _mm256_setzero_ps() : cols >= 8 ? _mm256_loadu_ps(src + i * ld) : _mm256_maskload_ps(src + i * ld, cm);
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int b = 0; b < 8; b += 4) {
-        r[b] = _mm256_shuffle_ps(t[b], t[b + 2], 0x44);
-        r[b + 1] = _mm256_shuffle_ps(t[b], t[b + 2], 0xEE);
-        r[b + 2] = _mm256_shuffle_ps(t[b + 1], t[b + 3], 0x44);
-        r[b + 3] = _mm256_shuffle_ps(t[b + 1], t[b + 3], 0xEE);
-    }
-    for (int q = 0; q < 4; q++) {
-        o[q] = _mm256_permute2f128_ps(r[q], r[4 + q], 0x20);
-        o[4 + q] = _mm256_permute2f128_ps(r[q], r[4 + q], 0x31);
-    }
+    kn_v8_transpose_regs(r, o);
 }
 
 #else
