@@ -420,21 +420,7 @@ static inline __attribute__((always_inline)) void pt_transpose(const kn_vf in[KN
 #if KN_VL == 16
     kn_v16_transpose_regs(in, o);
 #else
-    __m256 t[8], u[8];
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(in[i], in[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(in[i], in[i + 1]);
-    }
-    for (int b = 0; b < 8; b += 4) {
-        u[b] = _mm256_shuffle_ps(t[b], t[b + 2], 0x44);
-        u[b + 1] = _mm256_shuffle_ps(t[b], t[b + 2], 0xEE);
-        u[b + 2] = _mm256_shuffle_ps(t[b + 1], t[b + 3], 0x44);
-        u[b + 3] = _mm256_shuffle_ps(t[b + 1], t[b + 3], 0xEE);
-    }
-    for (int q = 0; q < 4; q++) {
-        o[q] = _mm256_permute2f128_ps(u[q], u[4 + q], 0x20);
-        o[4 + q] = _mm256_permute2f128_ps(u[q], u[4 + q], 0x31);
-    }
+    kn_v8_transpose_regs(in, o);
 #endif
 }
 #endif
@@ -2534,7 +2520,10 @@ static kiln_status rk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
  * packing, pack_conv_pt): 1 -> 512 k400 s160 on 16000 samples spent 0.30 ms in its micro-kernel
  * where the plain product of the same sizes (a MatMul 98 x 400 x 512) takes 0.28 ms in all. */
 static bool fr_suits(const conv_shape *s) {
-    if (!pt_suits(s)) return false;
+    /* AVX-512 only: measured there; at the avx2 level the plain product of 98 frames gave other last
+     * bits at 2 threads than at 1 (its row tails split by the threads: test_cpu_few_positions'
+     * strided_1d_shared_im2col_parts), where the im2col path's sums do not depend on the threads */
+    if (KN_VL != 16 || !pt_suits(s)) return false;
     const win2 v = win2_of(&s->w);
     /* the frames' copy gathers a dilated window: int32 lane offsets */
     return (v.dw == 1 || (v.KW - 1) * v.dw < INT32_MAX / 4) && kn_sgemm_swaps(s->Mg, s->out_plane, s->Cg * s->kk);
