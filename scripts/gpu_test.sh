@@ -129,7 +129,13 @@ fi
 export KILN_ZOO="$zoo"
 # The longest parts first (the GPU unit tests and the com.microsoft operators with cuda,cpu: 184 and
 # 222 s of the 282 the whole suite took with KILN_GPU_PARALLEL=4 on 12-06), so the rest overlaps them.
-part "GPU unit tests" "$logs/unit.log" env KILN_SOURCE_DIR="$root" "$build/kiln_unit_tests" cuda
+# The unit tests in KILN_GPU_UNIT_SHARDS processes (default 2; 1 with KILN_GPU_PARALLEL=1): alone they
+# were the suite's critical path (the H200 run of 12-07 had 72 of 104 done after ~250 s beside the rest).
+unit_shards="${KILN_GPU_UNIT_SHARDS:-$([ "$parallel" -gt 1 ] && echo 2 || echo 1)}"
+for ((u = 0; u < unit_shards; u++)); do
+  part "GPU unit tests ($((u + 1))/$unit_shards)" "$logs/unit$u.log" env KILN_SOURCE_DIR="$root" \
+    "$build/kiln_unit_tests" cuda --shard "$u/$unit_shards"
+done
 
 # The com.microsoft operators (and the ONNX integer products the script also writes) against
 # onnxruntime's CPU outputs: those with CUDA kernels (MatMulNBits and the QLinear operators of
