@@ -47,9 +47,6 @@
 #ifndef UKR2_PART_STORES
 #define UKR2_PART_STORES 1
 #endif
-#ifndef UKR2_SPLIT
-#define UKR2_SPLIT 1
-#endif
 #define MR 6
 #define NR 16
 #else
@@ -531,21 +528,23 @@ static inline __attribute__((always_inline)) void ukr_sw(const int mr, int64_t k
         b += NR;
         b1 += NR;
     }
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    /* ukr's stores without a bias, operation for operation (a zero addend: the same signed zeros), so
+     * that a panel gets the same bits here as in ukr_any (the tiles decide which panels pair) */
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta), z = _mm512_setzero_ps();
     const __mmask16 m2 = mask16(n - 32), m3 = mask16(n - 48);
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++) {
         float *tr = t + r * ldt;
         if (beta == 0.0f) {
-            _mm512_storeu_ps(tr, _mm512_mul_ps(va, acc[r][0]));
-            _mm512_storeu_ps(tr + 16, _mm512_mul_ps(va, acc[r][1]));
-            _mm512_mask_storeu_ps(tr + 32, m2, _mm512_mul_ps(va, acc[r][2]));
-            _mm512_mask_storeu_ps(tr + 48, m3, _mm512_mul_ps(va, acc[r][3]));
+            _mm512_storeu_ps(tr, _mm512_fmadd_ps(va, acc[r][0], z));
+            _mm512_storeu_ps(tr + 16, _mm512_fmadd_ps(va, acc[r][1], z));
+            _mm512_mask_storeu_ps(tr + 32, m2, _mm512_fmadd_ps(va, acc[r][2], z));
+            _mm512_mask_storeu_ps(tr + 48, m3, _mm512_fmadd_ps(va, acc[r][3], z));
         } else {
-            _mm512_storeu_ps(tr, _mm512_fmadd_ps(va, acc[r][0], _mm512_mul_ps(vb, _mm512_loadu_ps(tr))));
-            _mm512_storeu_ps(tr + 16, _mm512_fmadd_ps(va, acc[r][1], _mm512_mul_ps(vb, _mm512_loadu_ps(tr + 16))));
-            _mm512_mask_storeu_ps(tr + 32, m2, _mm512_fmadd_ps(va, acc[r][2], _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m2, tr + 32))));
-            _mm512_mask_storeu_ps(tr + 48, m3, _mm512_fmadd_ps(va, acc[r][3], _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m3, tr + 48))));
+            _mm512_storeu_ps(tr, _mm512_fmadd_ps(va, acc[r][0], _mm512_fmadd_ps(vb, _mm512_loadu_ps(tr), z)));
+            _mm512_storeu_ps(tr + 16, _mm512_fmadd_ps(va, acc[r][1], _mm512_fmadd_ps(vb, _mm512_loadu_ps(tr + 16), z)));
+            _mm512_mask_storeu_ps(tr + 32, m2, _mm512_fmadd_ps(va, acc[r][2], _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m2, tr + 32), z)));
+            _mm512_mask_storeu_ps(tr + 48, m3, _mm512_fmadd_ps(va, acc[r][3], _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m3, tr + 48), z)));
         }
     }
 }
@@ -620,40 +619,13 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int nv
         acc1[r] = _mm256_setzero_ps();
     }
     const __m256i m0 = mask8(n), m1 = mask8(n - 8);
+    /* Every call sums K in order, one multiply-add a step, whatever its rows: C's last bits must not
+     * depend on the rows a call gets (a tile's last rows, a transposed tile's last positions: which
+     * rows those are depends on the tile grid, hence on the threads). One or two rows summing even
+     * and odd steps apart (4271d45: 4 chains of FMAs where 2 wait on the FMA's latency) gave such
+     * rows other bits than the same rows in a call of 3 or more: a 2-thread 98 x 512 x 400 product
+     * (the strided 1-D convolution's frames, a4ed032) differed from 1 thread's. */
     int64_t p = 0;
-#if UKR2_SPLIT
-    if (full && mr <= 2) {
-        /* one or two rows: 2 or 4 chains of FMAs wait on the FMA's latency (4 cycles), half the
-         * core's rate. Even and odd steps of K into separate sums, added at the end (the last
-         * row of C^T on a 7x7 plane, 49 = 3 * 16 + 1, is such a call) */
-        __m256 e0[2], e1[2];
-#pragma GCC unroll 2
-        for (int r = 0; r < mr; r++) e0[r] = e1[r] = _mm256_setzero_ps();
-        for (; p + 2 <= kc; p += 2) {
-#if UKR2_PF
-            _mm_prefetch((const char *)(b + UKR2_PF * bs), _MM_HINT_T0);
-            _mm_prefetch((const char *)(b + (UKR2_PF + 1) * bs), _MM_HINT_T0);
-#endif
-            const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-            const __m256 c0 = _mm256_loadu_ps(b + bs), c1 = _mm256_loadu_ps(b + bs + 8);
-#pragma GCC unroll 2
-            for (int r = 0; r < mr; r++) {
-                const __m256 ar = _mm256_broadcast_ss(a + r), ar1 = _mm256_broadcast_ss(a + as + r);
-                acc0[r] = _mm256_fmadd_ps(ar, b0, acc0[r]);
-                acc1[r] = _mm256_fmadd_ps(ar, b1, acc1[r]);
-                e0[r] = _mm256_fmadd_ps(ar1, c0, e0[r]);
-                e1[r] = _mm256_fmadd_ps(ar1, c1, e1[r]);
-            }
-            a += 2 * as;
-            b += 2 * bs;
-        }
-#pragma GCC unroll 2
-        for (int r = 0; r < mr; r++) {
-            acc0[r] = _mm256_add_ps(acc0[r], e0[r]);
-            acc1[r] = _mm256_add_ps(acc1[r], e1[r]);
-        }
-    }
-#endif
 #pragma GCC unroll 2
     for (; p < kc; p++) {
         __m256 b0, b1;
@@ -738,7 +710,9 @@ static void ukr_any(int mr, int64_t kc, const float *a, int64_t as, const float 
 /* Few rows (mr <= FEW_MR), B packed: two NR-column panels a call, b and b + bps, as the AVX-512
  * ukr_pair: C[0:mr, 0:n] (NR < n <= 2 NR; the first panel whole) in 4 * mr accumulators, each
  * broadcast of A used by four multiply-adds: with two rows 8 independent chains and 6 loads a k
- * (ukr's split of K into even and odd steps for two rows of one panel: 8 chains, 8 loads a k).
+ * (ukr on two rows of one panel: 4 chains). Each element of C is the same sum in the same order as
+ * ukr's (K in order), and the same stores after it: a tile of 2 rows here gives the bits those rows
+ * get in a larger tile's last call of ukr.
  * A tile of one row is rare (M == 1 runs as a row times a matrix). Packed panels are zero-padded to NR, so B is loaded
  * whole; the stores past n are masked. The tail's operations are ukr's, in ukr's order. On 16
  * registers: 8 sums, 4 rows of B and the broadcasts. */
@@ -1398,6 +1372,7 @@ typedef struct job {
     int64_t kp, part_floats;
     float *parts;
     int *part_done;
+    bool pk_deep; /* B packed whole: K a slice of KCB at a time in every tile (pk_deep_product, run_job) */
     int failed;
 } job;
 
@@ -1641,17 +1616,24 @@ static void run_rows_first(const kn_sgemm_batch *p, int64_t op, int64_t m0, int6
  * read it twice at 197 rows, the second time for 5). The first two calls of each panel bring the
  * next panel into L2. m0 is a multiple of MR; without a_deep, the tile's rows fit ws
  * (pk_tile_fits). */
-static bool pk_deep(int64_t rows, int64_t cols) {
+/* Whether product p (B packed whole, A not prepacked) runs K a slice of KCB at a time (deep) rather
+ * than KC. Decided for the whole product, never per tile: a slice's partial sums are rounded into
+ * C at every step, so tiles stepping KCB and KC store other last bits, and the tiles' sizes depend
+ * on the threads (29 x 37 x 1000 gave other bits at 16 threads than at 1, its tiles of fewer than
+ * 16 rows stepping KCB). A deep product whose rows do not fit the workspace at KCB reads A packed
+ * whole (run_job, a_deep) at every thread count, else steps KC. */
+static bool pk_deep_product(const kn_sgemm_batch *p) {
     /* fewer than 16 rows (a decoder's or recurrent cell's step): each panel's slice of KCB in one
      * call per row panel, streamed once, where slices of KC visited each 48 KB panel three times in
      * 16 KB pieces; such products are bound by reading B (Zen 3, 1 thread: 4 x 768 @ 768 x 768
      * 0.10 -> 0.064 ms, 8 x 512 @ 2048 x 512^T 0.30 -> 0.24, 12 x 768 @ 768 x 3072 0.97 -> 0.80) */
-    if (rows < 16) return true;
-    return rows * cols > PK_C_FLOATS && (size_t)((rows + MR - 1) / MR * MR) * KCB <= WS_FLOATS;
+    if (p->M < 16) return true;
+    return p->M * p->N > PK_C_FLOATS;
 }
 
-static bool pk_tile_fits(int64_t rows, int64_t cols) {
-    return (size_t)((rows + MR - 1) / MR * MR) * (pk_deep(rows, cols) ? KCB : KC) <= WS_FLOATS;
+/* Whether a tile of `rows` rows packs its part of A in the workspace at the product's step */
+static bool pk_tile_fits(int64_t rows, bool deep) {
+    return (size_t)((rows + MR - 1) / MR * MR) * (deep ? KCB : KC) <= WS_FLOATS;
 }
 
 #if defined(KN_UKR_A_IN_PLACE)
@@ -1680,11 +1662,11 @@ static bool pair_on(void) { return switch_once(&pair_env, "KILN_GEMM_FEW_ROWS_PA
 #endif
 
 static void run_packed_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
-                            float *ws, const float *a_deep) {
+                            float *ws, const float *a_deep, bool deep) {
     const float *Bpk = p->b_packed[op];
     const float *bias = p->row_bias ? p->row_bias[op] : NULL;
     const int64_t Np = padded_n(p->N), Mp = padded_m(p->M), K = p->K;
-    const int64_t step = pk_deep(m1 - m0, n1 - n0) ? KCB : KC;
+    const int64_t step = deep ? KCB : KC;
     float *C = p->c[op];
     for (int64_t k0 = 0; k0 < K; k0 += step) {
         const int64_t kc = min64(step, K - k0), ps = k0 / KCB * KCB, kcb = min64(KCB, K - ps);
@@ -1742,6 +1724,19 @@ static void run_packed_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int
                     continue;
                 }
 #endif
+#if defined(KN_GEMM_AVX2)
+                /* the tile's last 1 or 2 rows (M = 98, 128, 512): this panel's and the next's in one call
+                 * (ukr_pair: 4 or 8 chains of FMAs, where ukr's 2 or 4 waited on the FMA's latency),
+                 * made on the first of the two; the same sums and stores as ukr's */
+                if (mr <= FEW_MR && i > m0) {
+                    if ((j - n0) / NR % 2 == 1) continue; /* made with the panel before */
+                    if (bn) {
+                        ukr_pair_any(mr, kc, a, MR, b, NR, bn - b, C + i * p->ldc + j, p->ldc, (int)min64(2 * NR, n1 - j),
+                                     p->alpha, k0 == 0 ? p->beta : 1.0f, bias && k0 == 0 ? bias + i : NULL, t);
+                        continue;
+                    }
+                }
+#endif
                 ukr_any(mr, kc, a, MR, b, NR, C + i * p->ldc + j, p->ldc, n, p->alpha, k0 == 0 ? p->beta : 1.0f,
                         bias && k0 == 0 ? bias + i : NULL, bn && call < 2 ? bn + call * kc * (NR / 2) : a, t);
             }
@@ -1758,10 +1753,13 @@ static bool b_in_place(const kn_sgemm_batch *p, int64_t rows, int64_t cols) {
 
 /* b_shared: op(B) of product op packed whole by run_job for all the tiles (pack_b_shared_range's
  * layout: slice pc at pc * padded_n(N), the panel of column j at j * kc in it), or NULL */
+/* deep: the product's step of K on B packed whole (job.pk_deep) */
 static void run_gemm_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
-                          float *ws, const float *a_deep, const float *b_shared) {
-    if (p->b_packed && !p->pack_b && !p->a_packed && (a_deep || pk_tile_fits(m1 - m0, n1 - n0)) && pk_on()) {
-        run_packed_tile(p, op, m0, m1, n0, n1, ws, a_deep);
+                          float *ws, const float *a_deep, const float *b_shared, bool deep) {
+    /* a tile that does not fit steps KC in the blocked order below: the same sums as
+     * run_packed_tile's at KC (a deep product's tiles always fit or read a_deep: run_job) */
+    if (p->b_packed && !p->pack_b && !p->a_packed && (a_deep || pk_tile_fits(m1 - m0, deep)) && pk_on()) {
+        run_packed_tile(p, op, m0, m1, n0, n1, ws, a_deep, deep);
         return;
     }
     const float *A = p->a[op];
@@ -2008,6 +2006,20 @@ static bool swap_pair_on(void) {
  * (perf, 1 thread, AVX-512) and spread the positions over 2 panels of 32 floats a row. */
 static bool swap_b_in_place(const kn_sgemm_batch *p) { return !p->pack_b && !p->trans_b && swap_pair_on(); }
 
+/* The transposed path's steps of K a micro-kernel call (C^T's partial sums are rounded into the
+ * buffer after each): SW_KS in every call of a product whose tiles may pair panels (ukr_sw), ukr_any's
+ * too (a chunk's last single panel, a tile of fewer than SW_MIN_N columns), else SWAP_KS. For the
+ * product, never the tile: which panels pair depends on the tile's rows and columns, hence on the
+ * threads, and ukr_any at SWAP_KS gave other last bits than ukr_sw at SW_KS. */
+static int64_t swap_ks(const kn_sgemm_batch *p) {
+#if defined(KN_UKR_SW)
+    if (p->N >= SW_MIN_N && swap_pair_on()) return SW_KS;
+#else
+    (void)p;
+#endif
+    return SWAP_KS;
+}
+
 /* k0..k1 (multiples of KC, k1 == K last): the part of K summed here. Tout: C^T of the tile over
  * that part goes there (nn rows of swap_ldt(m1 - m0)), and C is not touched; NULL: into C. */
 static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
@@ -2018,7 +2030,7 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
     const float *bias = p->row_bias ? p->row_bias[op] : NULL;
     float *C = p->c[op];
     const int64_t nn = n1 - n0, mt = m1 - m0, Mp = padded_n(p->M);
-    const int64_t ldt = swap_ldt(mt);
+    const int64_t ldt = swap_ldt(mt), sks = swap_ks(p);
     float *Ap = ws, *Bp = ws + (size_t)KC * SWAP_MAX_N;
     /* op(B) plain (a pointwise convolution's input): read in place, rows ldb apart */
     const bool b_in = !b_shared && swap_b_in_place(p);
@@ -2050,8 +2062,8 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
                     float *t = T + (jc - m0) + jr;
                     const int64_t ps = pc / KCB * KCB;
                     const int64_t bps = AT ? NR * min64(KCB, p->K - ps) : NR * kc;
-                    for (int64_t ks = 0; ks < kc; ks += SW_KS) {
-                        const int64_t kk = min64(SW_KS, kc - ks);
+                    for (int64_t ks = 0; ks < kc; ks += sks) {
+                        const int64_t kk = min64(sks, kc - ks);
                         const float beta = pc == k0 && ks == 0 ? 0.0f : 1.0f;
                         const float *b0 = AT ? bpk_panel(AT, Mp, p->K, pc, jc + jr) : bt + jr * kc, *b = b0 + ks * NR;
                         /* the part SWAP_PF_AHEAD ahead of both panels (2 kk lines each), a half
@@ -2089,8 +2101,16 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
 #endif
                 const int n = (int)min64(NR, mc - jr);
                 float *t = T + (jc - m0) + jr;
-                for (int64_t ks = 0; ks < kc; ks += SWAP_KS) {
-                    const int64_t kk = min64(SWAP_KS, kc - ks);
+#if defined(KN_GEMM_AVX2)
+                /* calls of at most FEW_MR positions (a tile's last panel of 1 or 2: 49 = 3 x 16 + 1)
+                 * on this panel of channels and the next in one (ukr_pair: 4 or 8 chains of FMAs, where
+                 * ukr's 2 or 4 waited on the FMA's latency), made on the first of the two; the same
+                 * sums in the same order as ukr's */
+                const int pair_first = (jr / NR) % 2 == 0 && mc - jr > NR, pair_second = (jr / NR) % 2 == 1;
+                const int64_t pair_bps = AT ? NR * min64(KCB, p->K - pc / KCB * KCB) : NR * kc;
+#endif
+                for (int64_t ks = 0; ks < kc; ks += sks) {
+                    const int64_t kk = min64(sks, kc - ks);
                     const float beta = pc == k0 && ks == 0 ? 0.0f : 1.0f;
                     const float *b0 = AT ? bpk_panel(AT, Mp, p->K, pc, jc + jr) : bt + jr * kc, *b = b0 + ks * NR;
                     /* prepacked op(A)^T comes from memory, read in order: the first two calls
@@ -2128,6 +2148,15 @@ static bool run_swapped_tile(const kn_sgemm_batch *p, int64_t op, int64_t m0, in
 #if defined(KN_GEMM_AVX2) && SWAP_PF_SPREAD
                             for (int64_t e = min64(kk, pf_line + per_call); pf_line < e; pf_line++)
                                 _mm_prefetch((const char *)(pf + pf_line * NR), SWAP_PF_HINT);
+#endif
+#if defined(KN_GEMM_AVX2)
+                            if (mr_q <= FEW_MR && (pair_first || pair_second)) {
+                                if (pair_first)
+                                    ukr_pair_any(mr_q, kk, SW_AROW(pp + q, ks), as, b, NR, pair_bps, t + (pp + q) * ldt, ldt,
+                                                 (int)min64(2 * NR, mc - jr), p->alpha, beta, NULL, NULL);
+                                q += mr_q;
+                                continue;
+                            }
 #endif
                             ukr_any(mr_q, kk, SW_AROW(pp + q, ks), as, b,
                                     NR, t + (pp + q) * ldt, ldt, n, p->alpha, beta, NULL,
@@ -2318,7 +2347,7 @@ static void job_range(void *arg, int64_t begin, int64_t end) {
         default:
             run_gemm_tile(p, op, m0, m1, n0, n1, ws,
                           j->a_deep ? j->a_deep + (size_t)op * (size_t)(padded_m(p->M) * p->K) : NULL,
-                          j->b_shared ? j->b_shared + (size_t)op * (size_t)(padded_n(p->N) * p->K) : NULL);
+                          j->b_shared ? j->b_shared + (size_t)op * (size_t)(padded_n(p->N) * p->K) : NULL, j->pk_deep);
             break;
         }
         if (j->path != PATH_GEMM && j->path != PATH_SWAP) {
@@ -2723,12 +2752,16 @@ static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j,
      * then the tiles run on both packed operands (run_packed_tile) */
     const int64_t Mp = padded_m(p->M);
     const size_t a_floats = (size_t)(Mp * p->K) * (size_t)p->count;
+    const bool packed_b = j->path == PATH_GEMM && p->b_packed && !p->a_packed && !p->pack_b && pk_on();
+    /* the step of K of every tile (pk_deep_product); where all the rows do not fit the workspace
+     * at KCB, only with A packed whole here, at any thread count */
+    j->pk_deep = packed_b && pk_deep_product(p);
+    const bool deep_needs_a = j->pk_deep && !pk_tile_fits(p->M, true);
     /* not where A is one panel of rows (a decoder's or a classifier's few rows): each tile packs
      * those few KB itself, in its own chunk, where the shared copy took a parallel loop of its own
      * before the tiles' (2 threads, MatMul 4 x 768 @ 768 x 768, p50 over 2000 runs: 0.043-0.048 ->
      * 0.028-0.030 ms, ONNX Runtime 0.031) */
-    if (j->path == PATH_GEMM && p->b_packed && !p->a_packed && !p->pack_b && Mp > MR &&
-        j->tm * j->tn > 1 && a_floats <= PK_A_MAX_FLOATS && pk_on()) {
+    if (packed_b && Mp > MR && (j->tm * j->tn > 1 || deep_needs_a) && a_floats <= PK_A_MAX_FLOATS) {
         float *ap = kn_thread_buffer_get(&shared_a_buffers, a_floats * sizeof(float));
         if (ap) {
             pack_a_job pj = {p, ap, Mp, (p->K + KCB - 1) / KCB, (p->M + PK_PACK_ROWS - 1) / PK_PACK_ROWS, 1};
@@ -2744,6 +2777,7 @@ static kiln_status run_job(kn_threadpool *pool, const kn_sgemm_batch *p, job *j,
             return jq.failed ? KN_OOM() : KILN_OK;
         }
     }
+    if (deep_needs_a) j->pk_deep = false; /* no shared A: every tile steps KC */
     if ((j->path == PATH_SWAP && (p->pack_b || !p->trans_b) && !swap_b_in_place(p) && j->tn == 1 && j->tm > 1 && threads > 1) ||
         gemm_b_shared(p, j, threads)) {
         const int64_t Np = padded_n(p->N);
