@@ -107,13 +107,28 @@ typedef struct un_op {
     static const un_op op_##name = {{T_FLOATS(name)}, KILN_DTYPE_UNDEFINED, true};
 
 #if defined(__AVX512F__)
-/* float rows through an AVX-512 function of vec_math.h: whole vectors, then one masked */
+/* The elements before o's next 64-byte boundary (at most n), for one masked vector ahead of the
+ * loop, so that its stores are whole lines: numpy's and other callers' buffers are often 16 or 32
+ * bytes past one, and a store across two lines every vector cost Sigmoid of 1x64x56x56 22% and
+ * Exp 28% (standalone loop, Ice Lake Xeon, 1 thread, input 16 and output 32 bytes past a line).
+ * Each element's value is the same either way. */
+static inline int64_t un_v16_head(const float *o, int64_t n) {
+    const uintptr_t a = (uintptr_t)o & 63;
+    if (a == 0 || (a & 3) || n < 32) return 0;
+    return (int64_t)(64 - a) / 4;
+}
+/* float rows through an AVX-512 function of vec_math.h: a masked head to o's line boundary
+ * (un_v16_head), whole vectors, then one masked */
 #define UN_V16(name, VFN)                                                                          \
     static void name##_f32(int64_t n, void *restrict o_, const void *restrict x_, const un_prm *p) { \
         float *restrict o = o_;                                                                    \
         const float *restrict xs = x_;                                                             \
         (void)p;                                                                                   \
-        int64_t i = 0;                                                                             \
+        int64_t i = un_v16_head(o, n);                                                             \
+        if (i) {                                                                                   \
+            const __mmask16 m = kn_v16_tail(i);                                                    \
+            _mm512_mask_storeu_ps(o, m, VFN(_mm512_maskz_loadu_ps(m, xs)));                        \
+        }                                                                                          \
         for (; i + 16 <= n; i += 16) _mm512_storeu_ps(o + i, VFN(_mm512_loadu_ps(xs + i)));        \
         if (i < n) {                                                                               \
             const __mmask16 m = kn_v16_tail(n - i);                                                \
@@ -258,12 +273,17 @@ static const un_op op_Relu = {{T_FLOATS(Relu), T_SINTS(Relu), T_UINTS(Relu)}, 0,
 
 UN_FLOAT_OP_LIGHT(LeakyRelu, x < 0.0f ? alpha * x : x, x < 0.0 ? alpha * x : x)
 #if defined(__AVX512F__)
-/* float through rcp14 + Newton instead of a division (vec_math.h) */
+/* float through vec_math.h's kn_v16_sigmoid; a masked head to o's line boundary (un_v16_head) */
 static void Sigmoid_f32(int64_t n, void *restrict o_, const void *restrict x_, const un_prm *p) {
     float *restrict o = o_;
     const float *restrict xs = x_;
     (void)p;
-    for (int64_t i = 0; i < n; i += 16) {
+    int64_t i = un_v16_head(o, n);
+    if (i) {
+        const __mmask16 m = kn_v16_tail(i);
+        _mm512_mask_storeu_ps(o, m, kn_v16_sigmoid(_mm512_maskz_loadu_ps(m, xs)));
+    }
+    for (; i < n; i += 16) {
         const __mmask16 m = kn_v16_tail(n - i);
         _mm512_mask_storeu_ps(o + i, m, kn_v16_sigmoid(_mm512_maskz_loadu_ps(m, xs + i)));
     }
