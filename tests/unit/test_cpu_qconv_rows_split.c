@@ -91,6 +91,104 @@ KN_TEST(cpu_qgemm8_row_blocks_exact) {
     }
 }
 
+/* (helper-114) kn_qgemm8_run reading A's rows through kn_qgemm8_taps (an implicit im2col over a
+ * padded channels-last image) against the int64 definition of the rows gathered here: runs of a
+ * kernel row's KW * C bytes, runs of C bytes (dilation along W), a stride, rows from p0 off an
+ * output row's start, an odd row count (a 1-row tail), N off the panels; runs off whole quads
+ * (C 3) and residual entries (the rows gathered by kn_qgemm8_run first), u8 and s8 weights with
+ * zero points (A's row sums through the taps), the int32 sums and the requantised bytes (scales of
+ * powers of two: the double definition exact; one panel's scales so large that its sums pass the
+ * one-rounding bound: kn_rq8's form there), VNNI on and off, 1, 2, 3 and 16 threads. */
+KN_TEST(cpu_qgemm8_taps_exact) {
+    /* {C, KH, KW, stride, dilation, OW, p0, M, N, b_s8, weights (0: 7 bits, 1: residual entries,
+     *  2: full range symmetric), za, zb} */
+    static const int cases[][13] = {
+        {64, 3, 3, 1, 1, 56, 0, 241, 64, 1, 0, 128, 0},  /* 1x64x56x56 k3's first block */
+        {64, 3, 3, 1, 1, 56, 248, 203, 64, 1, 2, 7, 0},  /* a later block, the sign form */
+        {12, 3, 3, 2, 1, 9, 5, 61, 40, 0, 0, 131, 140},  /* stride 2, uint8 weights, zero points */
+        {20, 3, 3, 1, 2, 11, 3, 97, 33, 1, 0, 3, 5},     /* dilation 2: runs of C bytes */
+        {3, 3, 3, 1, 1, 16, 0, 64, 32, 1, 0, 128, 0},    /* runs of 9 bytes: gathered */
+        {32, 3, 3, 1, 1, 14, 0, 196, 96, 1, 1, 128, 0},  /* residual entries: gathered */
+        {16, 1, 5, 1, 1, 30, 2, 29, 70, 0, 0, 200, 128}, /* 1-D, odd rows */
+    };
+    const bool had_vnni = kn_cpu_has_vnni();
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int *t = cases[ci];
+        const int64_t C = t[0], KH = t[1], KW = t[2], st = t[3], dl = t[4], OW = t[5], p0 = t[6], M = t[7], N = t[8];
+        const bool bs8 = t[9];
+        const int za = t[11], zb = t[12];
+        const int64_t K = KH * KW * C, OH = (p0 + M + OW - 1) / OW;
+        const int64_t WP = (OW - 1) * st + (KW - 1) * dl + 1, HP = (OH - 1) * st + (KH - 1) * dl + 1;
+        uint32_t seed = 1140 + (uint32_t)ci;
+        uint8_t *x = malloc((size_t)(HP * WP * C)), *a = malloc((size_t)(M * K)), *b = malloc((size_t)(K * N));
+        for (int64_t i = 0; i < HP * WP * C; i++) x[i] = (uint8_t)rs_next(&seed);
+        for (int64_t i = 0; i < K * N; i++) {
+            int v = t[10] == 2 ? (int)(rs_next(&seed) % 255) - 127 : (int)(rs_next(&seed) % 127) - 63;
+            if (t[10] == 1 && i % 401 == 0) v = 120;
+            b[i] = bs8 ? (uint8_t)(int8_t)v : (uint8_t)(v + 128);
+        }
+        /* the rows, k = (kh, kw, c) */
+        const bool runs_c = dl > 1;
+        const int64_t nseg = runs_c ? KH * KW : KH, seg_len = runs_c ? C : KW * C;
+        int64_t seg_off[64];
+        for (int64_t kh = 0; kh < KH; kh++)
+            for (int64_t kw = 0; kw < (runs_c ? KW : 1); kw++) seg_off[kh * (runs_c ? KW : 1) + kw] = (kh * dl * WP + kw * dl) * C;
+        for (int64_t i = 0; i < M; i++) {
+            const int64_t p = p0 + i, oh = p / OW, ow = p % OW;
+            for (int64_t kh = 0; kh < KH; kh++)
+                for (int64_t kw = 0; kw < KW; kw++)
+                    for (int64_t c = 0; c < C; c++)
+                        a[i * K + (kh * KW + kw) * C + c] = x[((oh * st + kh * dl) * WP + ow * st + kw * dl) * C + c];
+        }
+        const kn_qgemm8_taps taps = {x, p0, OW, st * WP * C, st * C, nseg, seg_len, seg_off};
+        int64_t *want = malloc(sizeof(int64_t) * (size_t)(M * N));
+        int32_t *c = malloc(sizeof(int32_t) * (size_t)(M * N)), bias[128];
+        float r[128];
+        uint8_t *y = malloc((size_t)(M * N)), *wy = malloc((size_t)(M * N));
+        for (int64_t j = 0; j < N; j++) {
+            bias[j] = (int32_t)(rs_next(&seed) % 40001) - 20000;
+            r[j] = j >= 32 && j < 64 ? 4.0f : j % 3 ? 1.0f / 1024 : 1.0f / 2048;
+        }
+        const double zy = bs8 ? -3.0 : 100.0;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                int64_t sum = 0;
+                for (int64_t k = 0; k < K; k++)
+                    sum += ((int64_t)a[i * K + k] - za) * ((bs8 ? (int8_t)b[k * N + j] : b[k * N + j]) - (int64_t)zb);
+                want[i * N + j] = sum;
+                const double d = (double)(sum + bias[j]) * (double)r[j] + zy;
+                wy[i * N + j] = (uint8_t)(int)fmin(bs8 ? 127.0 : 255.0, fmax(bs8 ? -128.0 : 0.0, nearbyint(d)));
+            }
+        void *w8 = kn_aligned_alloc(64, kn_qgemv8_bytes(K, N));
+        kn_qgemv8_pack(b, bs8, K, N, w8);
+        for (int vnni = 0; vnni <= (had_vnni ? 1 : 0); vnni++) {
+            kn_cpu_vnni_force(vnni == 1);
+            for (int ti = 0; ti < 4; ti++) {
+                kn_threadpool *pool = NULL;
+                CHECK_STATUS(kn_threadpool_create(rs_threads[ti], &pool), KILN_OK);
+                for (int rq = 0; rq < 2; rq++) {
+                    memset(c, 0x5a, sizeof(int32_t) * (size_t)(M * N));
+                    memset(y, 0x5a, (size_t)(M * N));
+                    const kn_qgemm8_out fo = {.rq_y = rq ? y : NULL, .rq_ldy = N, .rq_r = r, .rq_bias = bias, .rq_zy = zy,
+                                              .rq_s8 = bs8, .taps = &taps};
+                    CHECK_STATUS(kn_qgemm8_run(pool, w8, NULL, 0, M, za, zb, bs8, c, N, &fo), KILN_OK);
+                    int64_t bad = 0, first = -1;
+                    for (int64_t e = 0; e < M * N; e++)
+                        if ((rq ? y[e] != wy[e] : c[e] != (int32_t)want[e]) && bad++ == 0) first = e;
+                    CHECK_MSG(bad == 0, "qgemm8 taps case %zu (%lldx%lldx%lld), rq %d, %d threads, vnni %d: %lld differ, first at %lld: %d, want %lld",
+                              ci, (long long)M, (long long)K, (long long)N, rq, rs_threads[ti], vnni, (long long)bad,
+                              (long long)first, first < 0 ? 0 : rq ? y[first] : c[first],
+                              first < 0 ? 0LL : rq ? (long long)wy[first] : (long long)want[first]);
+                }
+                kn_threadpool_destroy(pool);
+            }
+        }
+        kn_cpu_vnni_force(true);
+        free(x), free(a), free(b), free(want), free(c), free(y), free(wy);
+        free(w8);
+    }
+}
+
 static kn_tensor *rs_tensor(kiln_dtype dt, int rank, const int64_t *dims) {
     kn_tensor *t = NULL;
     kn_tensor_new(dt, rank, dims, &t);
@@ -144,6 +242,8 @@ KN_TEST(cpu_qlinear_conv_rows_split_exact) {
         int32_t bias[300];
         for (int64_t m = 0; m < M; m++)
             ws[m] = perch && m % 2 ? 1.0f / 64 : 1.0f / 32, bias[m] = (int32_t)(rs_next(&seed) % 40001) - 20000;
+        /* (helper-114) 56x56's second panel: scales past kn_qgemm8's one-rounding bound (its other form) */
+        for (int64_t m = 32; ci == 7 && m < M; m++) ws[m] = 64.0f;
         const int zy = ys8 ? -3 : 128;
         const double lo = ys8 ? -128.0 : 0.0, hi = ys8 ? 127.0 : 255.0;
         int64_t *want = malloc(sizeof(int64_t) * (size_t)n);

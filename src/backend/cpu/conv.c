@@ -3606,31 +3606,56 @@ static void make_iconv_w8(const void *ctx, void *dst) {
 
 
 /* x's C planes of one image, HP x WP with the padding (zx) around them, channels last: xh[(r *
- * WP + c) * C + ci], r = ih + ph, c = iw + pw (8 x 8 blocks of bytes at a time) */
-static void iconv_to_hwc(const conv_shape *s, const uint8_t *x, uint8_t zx, int64_t HP, int64_t WP, uint8_t *xh) {
+ * WP + c) * C + ci], r = ih + ph, c = iw + pw (8 x 8 blocks of bytes at a time); rows [r0, r1) of
+ * xh (iconv_to_hwc_par splits them among the threads) */
+static void iconv_to_hwc_rows(const conv_shape *s, const uint8_t *x, uint8_t zx, int64_t HP, int64_t WP, uint8_t *xh,
+                              int64_t r0, int64_t r1) {
     const bool two = s->nsp == 2;
     const kn_window *v = &s->w;
     const int64_t H = two ? v->in[0] : 1, W = v->in[two], ph = two ? v->pad_begin[0] : 0, pw = v->pad_begin[two];
     const int64_t C = s->C;
-    memset(xh, zx, (size_t)(HP * WP * C));
+    if (ph >= 0 && pw >= 0 && H + ph <= HP && W + pw <= WP) {
+        /* the plane lies inside: only its border is padding (the whole buffer's memset, then the
+         * plane over it, wrote xh twice) */
+        for (int64_t r = r0; r < r1; r++) {
+            if (r < ph || r >= ph + H) {
+                memset(xh + r * WP * C, zx, (size_t)(WP * C));
+                continue;
+            }
+            memset(xh + r * WP * C, zx, (size_t)(pw * C));
+            memset(xh + (r * WP + pw + W) * C, zx, (size_t)((WP - pw - W) * C));
+        }
+    } else memset(xh + r0 * WP * C, zx, (size_t)((r1 - r0) * WP * C));
 #if defined(__SSE2__)
     /* every column inside (the usual pads): 8 channels x 8 pixels of the flattened plane at a time,
      * rows narrower than 8 (7x7) included, each pixel's 8 bytes stored where its row puts them */
-    const int64_t ih0 = max64(0, -ph), ih1 = min64(H, HP - ph);
-    if (pw >= 0 && W + pw <= WP && ih1 > ih0) {
+    const int64_t ih0 = max64(max64(0, -ph), r0 - ph), ih1 = min64(min64(H, HP - ph), r1 - ph);
+    if (pw >= 0 && W + pw <= WP) {
+        if (ih1 <= ih0) return;
         const int64_t P0 = ih0 * W, P1 = ih1 * W;
-        for (int64_t ci0 = 0; ci0 + 8 <= C; ci0 += 8) {
-            int64_t pix = P0;
-            for (; pix + 8 <= P1; pix += 8) {
-                __m128i t[4];
-                kn_u8_transpose8x8(x + ci0 * s->in_plane + pix, s->in_plane, t);
-                int64_t ih = pix / W, iw = pix % W;
+        /* 8 pixels a step, all their channels (8 x 8 blocks) before the next 8: their 8 lines of xh
+         * (C 64) written whole while in L1 (channels outside, each line was written 8 bytes at a
+         * time on 8 passes over all of xh: 7.8% of 1x64x56x56 -> 64 k3's time by perf) */
+        int64_t pix8 = P0;
+        if (C >= 8)
+            for (; pix8 + 8 <= P1; pix8 += 8) {
+                uint8_t *d[8];
+                int64_t ih = pix8 / W, iw = pix8 % W;
                 for (int q = 0; q < 8; q++) {
-                    uint8_t *d = xh + ((ih + ph) * WP + iw + pw) * C + ci0;
-                    _mm_storel_epi64((__m128i *)d, q % 2 ? _mm_unpackhi_epi64(t[q / 2], t[q / 2]) : t[q / 2]);
+                    d[q] = xh + ((ih + ph) * WP + iw + pw) * C;
                     if (++iw == W) iw = 0, ih++;
                 }
+                for (int64_t ci0 = 0; ci0 + 8 <= C; ci0 += 8) {
+                    __m128i t[4];
+                    kn_u8_transpose8x8(x + ci0 * s->in_plane + pix8, s->in_plane, t);
+                    for (int q = 0; q < 8; q += 2) {
+                        _mm_storel_epi64((__m128i *)(d[q] + ci0), t[q / 2]);
+                        _mm_storel_epi64((__m128i *)(d[q + 1] + ci0), _mm_unpackhi_epi64(t[q / 2], t[q / 2]));
+                    }
+                }
             }
+        for (int64_t ci0 = 0; ci0 + 8 <= C; ci0 += 8) {
+            int64_t pix = pix8;
             for (; pix < P1; pix++) {
                 uint8_t *d = xh + ((pix / W + ph) * WP + pix % W + pw) * C + ci0;
                 for (int e = 0; e < 8; e++) d[e] = x[(ci0 + e) * s->in_plane + pix];
@@ -3644,7 +3669,7 @@ static void iconv_to_hwc(const conv_shape *s, const uint8_t *x, uint8_t zx, int6
 #endif
     for (int64_t ih = 0; ih < H; ih++) {
         const int64_t r = ih + ph;
-        if (r < 0 || r >= HP) continue;
+        if (r < r0 || r >= r1) continue;
         const int64_t c0 = max64(0, -pw), c1 = min64(W, WP - pw); /* iw in [c0, c1) lands inside */
         for (int64_t ci0 = 0; ci0 < C; ci0 += 8) {
             const int64_t cn = min64(8, C - ci0);
@@ -3668,6 +3693,33 @@ static void iconv_to_hwc(const conv_shape *s, const uint8_t *x, uint8_t zx, int6
             }
         }
     }
+}
+
+typedef struct iconv_hwc_job {
+    const conv_shape *s;
+    const uint8_t *x;
+    uint8_t zx;
+    int64_t HP, WP, parts;
+    uint8_t *xh;
+} iconv_hwc_job;
+
+static void iconv_hwc_range(void *arg, int64_t u0, int64_t u1) {
+    const iconv_hwc_job *j = arg;
+    iconv_to_hwc_rows(j->s, j->x, j->zx, j->HP, j->WP, j->xh, u0 * j->HP / j->parts, u1 * j->HP / j->parts);
+}
+
+/* iconv_to_hwc_rows for all of xh, its rows split among the pool's threads where there are more than
+ * 64 KB (made on the calling thread alone it was ~7% of 1x64x56x56 -> 64 k3's time at 1 thread,
+ * the other thread waiting at 2) */
+static void iconv_to_hwc(kn_threadpool *pool, const conv_shape *s, const uint8_t *x, uint8_t zx, int64_t HP, int64_t WP,
+                         uint8_t *xh) {
+    const int64_t threads = kn_threadpool_size(pool);
+    if (threads <= 1 || HP < 2 * threads || HP * WP * s->C < (64 << 10)) {
+        iconv_to_hwc_rows(s, x, zx, HP, WP, xh, 0, HP);
+        return;
+    }
+    iconv_hwc_job j = {s, x, zx, HP, WP, threads, xh};
+    kn_parallel_for(pool, threads, 1, iconv_hwc_range, &j);
 }
 
 /* QLinearConv's requantisation for the depthwise kernel or kn_qgemm's rows_done to do, or NULL */
@@ -3698,6 +3750,9 @@ typedef struct iconv_rows8_job {
     const int32_t *bias;
     uint8_t *yt, *y;
     int64_t cols_chunks; /* iconv_cols_range's, ahead of a product split by its channels */
+    /* kn_qgemm8 reads the rows in place from xh (its p0 set per call; no cols) */
+    bool use_taps;
+    kn_qgemm8_taps taps;
 } iconv_rows8_job;
 
 /* chunk u of `chunks` over P rows: [rows8_at(u), rows8_at(u + 1)), bounds at multiples of 8 (the
@@ -3771,10 +3826,13 @@ static void iconv_rq_done_at(const void *ctx, int64_t i0, int64_t i1, int64_t n0
 static void iconv_rows8_rows(iconv_rows8_job *j, kn_threadpool *pool, int64_t r0, int64_t r1, const uint8_t *a) {
     const int64_t K = j->s->C * j->s->kk, M = j->s->M;
     const iconv_done8 dd = {j, r0};
+    kn_qgemm8_taps tp = j->taps;
+    tp.p0 = r0;
     const kn_qgemm8_out fo = {.rq_y = j->rq ? j->yt + r0 * M : NULL, .rq_ldy = M, .rq_r = j->rq ? j->rq->r : NULL,
                               .rq_bias = j->bias, .rq_zy = j->rq ? j->rq->zy : 0, .rq_s8 = j->rq && j->rq->s8,
-                              .done = iconv_rq_done_at, .done_ctx = &dd};
-    if (kn_qgemm8_run(pool, j->w8, a, K, r1 - r0, j->zx, j->zw, j->w_s8, j->ct ? j->ct + r0 * M : NULL, M, j->rq ? &fo : NULL))
+                              .done = j->rq ? iconv_rq_done_at : NULL, .done_ctx = &dd, .taps = j->use_taps ? &tp : NULL};
+    if (kn_qgemm8_run(pool, j->w8, a, K, r1 - r0, j->zx, j->zw, j->w_s8, j->ct ? j->ct + r0 * M : NULL, M,
+                      j->rq || j->use_taps ? &fo : NULL))
         atomic_store(&j->failed, 1);
 }
 
@@ -3784,12 +3842,12 @@ static void iconv_rows8_rows(iconv_rows8_job *j, kn_threadpool *pool, int64_t r0
 static void iconv_rows8_range(void *arg, int64_t u0, int64_t u1) {
     iconv_rows8_job *j = arg;
     const int64_t P = j->s->out_plane, K = j->s->C * j->s->kk;
-    uint8_t *buf = j->direct ? NULL : j->cols + rows8_at(u0, j->chunks, P) * K;
+    uint8_t *buf = j->direct || j->use_taps ? NULL : j->cols + rows8_at(u0, j->chunks, P) * K;
     for (int64_t u = u0; u < u1; u++) {
         const int64_t r0 = rows8_at(u, j->chunks, P), r1 = rows8_at(u + 1, j->chunks, P);
         if (r1 <= r0) continue;
         if (buf) iconv_rows8_cols(j, r0, r1, buf);
-        iconv_rows8_rows(j, NULL, r0, r1, buf ? buf : j->a + r0 * K);
+        iconv_rows8_rows(j, NULL, r0, r1, buf ? buf : j->use_taps ? NULL : j->a + r0 * K);
     }
 }
 
@@ -3884,8 +3942,18 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
     bool in_place = P == 1 && s->kk == 1 && s->in_plane == 1;
     for (int i = 0; i < s->nsp; i++) in_place &= v->pad_begin[i] == 0;
     const bool direct = in_place || (s->kk == 1 && sh == 1 && sw == 1 && HP * WP == P); /* xh is im2col^T */
+    /* kn_qgemm8 reading im2col^T's rows in place from xh (a kernel row's KW * C bytes a run, or a
+     * tap's C with dilation along W): no copy of K bytes a position (the copies were ~10% of
+     * 1x64x56x56 -> 64 k3 by perf, helper-113) */
+    const int64_t nseg = dw == 1 ? KH : KH * KW;
+    int64_t *seg_off = direct ? NULL : malloc(sizeof(int64_t) * (size_t)nseg);
+    const kn_qgemm8_taps taps = {NULL, 0, OW, sh * WP * C, sw * C, nseg, dw == 1 ? KW * C : C, seg_off};
+    for (int64_t kh = 0; seg_off && kh < KH; kh++)
+        for (int64_t kw = 0; kw < (dw == 1 ? 1 : KW); kw++) seg_off[kh * (dw == 1 ? 1 : KW) + kw] = (kh * dh * WP + kw * dw) * C;
+    const bool use_taps = seg_off && kn_qgemm8_taps_direct(w8, &taps);
     /* (64-byte aligned: C = 64 runs of whole lines, each load and store in one line) */
-    uint8_t *xh = in_place ? NULL : kn_aligned_alloc(64, (size_t)(HP * WP * C)), *cols = direct ? xh : kn_aligned_alloc(64, (size_t)(P * K));
+    uint8_t *xh = in_place ? NULL : kn_aligned_alloc(64, (size_t)(HP * WP * C));
+    uint8_t *cols = direct ? xh : use_taps ? NULL : kn_aligned_alloc(64, (size_t)(P * K));
     /* one position: ct's [P][M] is acc's [M][P], the product written into acc (no ct); QLinearConv
      * on several: requantised from kn_qgemm8's registers (no ct) */
     const bool fused = rq && rq->r && P > 1;
@@ -3902,7 +3970,8 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
      * vector each, were a fifth of a 1x256x7x7 -> 256 1x1 layer) */
     uint8_t *yt = fused ? malloc((size_t)(P * M)) : NULL;
     *st = KILN_OK;
-    if ((!in_place && !xh) || (!direct && !cols) || (P > 1 && !fused && !ct) || (bias && !bv) || (fused && !yt))
+    if ((!in_place && !xh) || (!direct && !use_taps && !cols) || (!direct && !seg_off) || (P > 1 && !fused && !ct) ||
+        (bias && !bv) || (fused && !yt))
         *st = KILN_ERR_OUT_OF_MEMORY;
     /* threads past kn_qgemm8's panels of 32 output channels, or planes of 256 outputs and more
      * (whose im2col^T, made on one thread, kept 1x64x56x56 3x3 from gaining on a second): the rows
@@ -3912,12 +3981,13 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
                        P >= 32;
     /* im2col^T's rows in blocks of ~128 KB, each multiplied while in L2 (one thread, or the rows'
      * split: blocks of the split's chunks) */
-    const int64_t blocks = direct ? 1 : max64(1, min64(P / 8, P * K / (128 << 10)));
+    const int64_t blocks = direct ? 1 : max64(1, min64(P / 8, use_taps ? P * M / (32 << 10) : P * K / (128 << 10)));
     const bool serial = threads <= 1;
     /* (split: a multiple of the threads, kn_parallel_for's chunks being one contiguous run each) */
     const int64_t chunks = split ? min64(max64(P / 8, 1), (max64(min64(threads, P / 16), blocks) + threads - 1) / threads * threads)
                                  : serial ? blocks : 1;
     iconv_rows8_job job = {s, xh, cols, cols, ct, w8, WP, chunks, zx, zw, direct, W->dtype == KILN_DTYPE_INT8};
+    job.use_taps = use_taps, job.taps = taps;
     /* a product split by its output channels: im2col^T's rows before it split among the threads
      * by rows too (made on the calling thread alone they and the requantisation were ~7% of
      * 1x128x14x14 k3 per channel at 1 thread by perf, the other thread idle meanwhile) */
@@ -3927,16 +3997,17 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
         const uint8_t *xn = (const uint8_t *)X->data + n * C * s->in_plane;
         int32_t *an = acc + n * M * P;
         if (in_place) job.a = xn;
-        else iconv_to_hwc(s, xn, (uint8_t)zx, HP, WP, xh);
+        else iconv_to_hwc(c->pool, s, xn, (uint8_t)zx, HP, WP, xh);
+        job.taps.x = xh;
         if (P == 1) job.ct = an;
         if (fused) job.rq = rq, job.bias = bv, job.yt = yt, job.y = (uint8_t *)rq->y + n * M * P;
         if (split) kn_parallel_for(c->pool, job.chunks, 1, iconv_rows8_range, &job);
         else if (serial) iconv_rows8_range(&job, 0, job.chunks);
         else {
             /* (im2col^T's rows split among the threads ahead of the product's own split) */
-            const bool cols_split = !direct && job.cols_chunks > 1;
+            const bool cols_split = !direct && !use_taps && job.cols_chunks > 1;
             if (cols_split) kn_parallel_for(c->pool, job.cols_chunks, 1, iconv_cols_range, &job);
-            else if (!direct) iconv_rows8_cols(&job, 0, P, cols);
+            else if (!direct && !use_taps) iconv_rows8_cols(&job, 0, P, cols);
             iconv_rows8_rows(&job, c->pool, 0, P, job.a);
         }
         if (atomic_load(&job.failed)) *st = KILN_ERR_OUT_OF_MEMORY;
@@ -3967,6 +4038,7 @@ static bool iconv_rows8(kn_kernel_ctx *c, const conv_shape *s, const kn_tensor *
     }
     if (cols != xh) free(cols);
     free(xh);
+    free(seg_off);
     free(ct);
     free(bown);
     free(yt);

@@ -1404,8 +1404,9 @@ void kn_q8_quantize_u8(const float *x, int64_t n, float scale, float z, uint8_t 
 
 /* ------------------------------------------------------------------ u8 x s8 one-row products */
 
-/* kn_qgemv8's packed form (qgemm.h): a header, the column sums, the residual entries, then the
- * panels of 32 columns, in each for every quad of K (4 values) 128 bytes: 4 groups of 8 columns,
+/* kn_qgemv8's packed form (qgemm.h): a header, the column sums, the residual entries, the column
+ * sums of |b| as packed (all K, residual values included: kn_qgemm8_run's one-rounding bound), then
+ * the panels of 32 columns, in each for every quad of K (4 values) 128 bytes: 4 groups of 8 columns,
  * column j of a group at bytes 4j .. 4j + 3 (k = 4q .. 4q + 3), as vpmaddubsw pairs them */
 #define G8_NC 32
 typedef struct g8_head {
@@ -1417,7 +1418,7 @@ static int64_t g8_cap(int64_t K, int64_t N) { return 64 + K * N / 256; }
 
 size_t kn_qgemv8_bytes(int64_t K, int64_t N) {
     const int64_t KQ = (K + 3) / 4, NP = (N + G8_NC - 1) / G8_NC;
-    const size_t head = sizeof(g8_head) + sizeof(int32_t) * (size_t)(NP * G8_NC) + 3 * sizeof(int32_t) * (size_t)g8_cap(K, N);
+    const size_t head = sizeof(g8_head) + 2 * sizeof(int32_t) * (size_t)(NP * G8_NC) + 3 * sizeof(int32_t) * (size_t)g8_cap(K, N);
     return (head + 63) / 64 * 64 + (size_t)(NP * KQ * 4 * G8_NC);
 }
 
@@ -1444,11 +1445,12 @@ int kn_qgemv8_fits_form(const void *b, bool is_s8, int64_t K, int64_t N) { retur
 void kn_qgemv8_pack(const void *b, bool is_s8, int64_t K, int64_t N, void *dst) {
     g8_head *h = dst;
     const int64_t KQ = (K + 3) / 4, NP = (N + G8_NC - 1) / G8_NC, cap = g8_cap(K, N);
-    const size_t head = sizeof(g8_head) + sizeof(int32_t) * (size_t)(NP * G8_NC) + 3 * sizeof(int32_t) * (size_t)cap;
+    const size_t head = sizeof(g8_head) + 2 * sizeof(int32_t) * (size_t)(NP * G8_NC) + 3 * sizeof(int32_t) * (size_t)cap;
     *h = (g8_head){K, N, KQ, NP, cap, 0, 1, (int64_t)((head + 63) / 64 * 64)};
-    int32_t *colsum = (int32_t *)(h + 1), *res = colsum + NP * G8_NC;
+    int32_t *colsum = (int32_t *)(h + 1), *res = colsum + NP * G8_NC, *absum = res + 3 * cap;
     int8_t *B = (int8_t *)dst + h->b_off;
     memset(colsum, 0, sizeof(int32_t) * (size_t)(NP * G8_NC));
+    memset(absum, 0, sizeof(int32_t) * (size_t)(NP * G8_NC));
     /* weights with more such pairs than the list holds (full-range ones: about half their pairs)
      * are found before any packing: packed whole for the sign form when none is -128 as packed
      * (symmetric quantisation), else left to kn_qgemm */
@@ -1471,6 +1473,7 @@ void kn_qgemv8_pack(const void *b, bool is_s8, int64_t K, int64_t N, void *dst) 
                     const int64_t k = 4 * q + e;
                     const int32_t b0 = BV(k, col), b1 = BV(k + 1, col);
                     colsum[col] += b0 + b1;
+                    absum[col] += abs(b0) + abs(b1);
                     d[e] = (int8_t)b0;
                     d[e + 1] = (int8_t)b1;
                     if (!sign && abs(b0) + abs(b1) > 128) {
@@ -1869,41 +1872,156 @@ static void g8v_panel2(const uint8_t *A0, const uint8_t *A1, const int8_t *B, in
                        "xmm11", "xmm12", "xmm13", "memory", "cc");
 }
 
-/* Up to G8V_ROWS rows of A (lda apart) against a panel's 32 columns: each row's quad broadcast once
- * to a zmm and multiplied with both zmm of the panel's quad (columns 0-15, 16-31), 2 * rows sums
- * (16 at 8 rows: enough chains for vpdpbusd's latency at two a cycle), where the two-row panel
- * above keeps 8 ymm sums and loads B twice as often a product. sums[r * 32 + j]. */
+/* The one-rounding requantisation of a tile's sums in its registers (g8_rqf_ok says where it is the
+ * definition's): v = sum + ct[j] + base[r] (int32, wrapping as g8_store's adds), then
+ * fma(v, r_j, zy + 1.5 * 2^23), whose bits less those of 1.5 * 2^23 are round-half-even(v r_j + zy)
+ * (rq_rows_ok says why), saturated to the bytes. */
+typedef struct g8_rqf {
+    const int32_t *ct;   /* the panel's 32 columns: bias less za colsum */
+    const float *r;      /* the panel's scales (masked past nc) */
+    const int32_t *base; /* the rows' */
+    uint8_t *y;          /* row 0's first byte of the panel */
+    int64_t ldy;
+    float zm; /* zy + 1.5 * 2^23 */
+    int nc;
+    bool s8;
+} g8_rqf;
+
+/* Up to G8V_ROWS rows of A against a panel's 32 columns: each row's quad broadcast once to a zmm and
+ * multiplied with both zmm of the panel's quad (columns 0-15, 16-31), 2 * rows sums (16 at 8 rows:
+ * enough chains for vpdpbusd's latency at two a cycle), where the two-row panel above keeps 8 ymm
+ * sums and loads B twice as often a product. Row r's K bytes are nseg runs of segq quads, run s at
+ * rp[r] + soff[s] (one run at rp[r] for a plain A; a convolution's kernel rows read in place for
+ * kn_qgemm8_taps). Then sums[r * 32 + j], or with f the bytes requantised from the registers. */
 #define G8V_ROWS 8
-VNNI_TARGET static inline __attribute__((always_inline)) void g8v_rows_n(const int R, const uint8_t *A, int64_t lda,
-                                                                        const int8_t *B, int64_t n, int32_t *sums) {
+#ifndef G8V_ASM
+#define G8V_ASM 1
+#endif
+VNNI_TARGET static inline __attribute__((always_inline)) void g8v_rows_n(const int R, const uint8_t *const *rp,
+                                                                        const int64_t *soff, int64_t nseg, int64_t segq,
+                                                                        const int8_t *B, int32_t *sums, const g8_rqf *f) {
     __m512i c[G8V_ROWS][2];
+    if (R == 8 && G8V_ASM && nseg > 0 && segq > 0) {
+        /* (asm: one index register for the 8 rows' broadcasts, the runs' loop inside, the sums in
+         * registers throughout; its parameters through memory, the GPRs all taken) */
+        const struct {
+            const uint8_t *const *rp;
+            const int64_t *soff;
+            int64_t nseg, n4;
+            const int8_t *B;
+        } prm = {rp, soff, nseg, 4 * segq, B};
+#define G8V_ROW2(pa, pb, ca0, ca1, cb0, cb1)                                                                          \
+    "vpbroadcastd (%%" pa ",%%rcx), %%zmm30\n\t"                                                                       \
+    "vpbroadcastd (%%" pb ",%%rcx), %%zmm31\n\t"                                                                       \
+    "vpdpbusd %%zmm28, %%zmm30, %[" ca0 "]\n\t"                                                                       \
+    "vpdpbusd %%zmm29, %%zmm30, %[" ca1 "]\n\t"                                                                       \
+    "vpdpbusd %%zmm28, %%zmm31, %[" cb0 "]\n\t"                                                                       \
+    "vpdpbusd %%zmm29, %%zmm31, %[" cb1 "]\n\t"
+#define G8V_PTR(reg, at) "mov " at "(%%rax), %%" reg "\n\tadd %%rcx, %%" reg "\n\t"
+        __asm__ volatile("vpxord %[c00], %[c00], %[c00]\n\tvpxord %[c01], %[c01], %[c01]\n\t"
+                         "vpxord %[c10], %[c10], %[c10]\n\tvpxord %[c11], %[c11], %[c11]\n\t"
+                         "vpxord %[c20], %[c20], %[c20]\n\tvpxord %[c21], %[c21], %[c21]\n\t"
+                         "vpxord %[c30], %[c30], %[c30]\n\tvpxord %[c31], %[c31], %[c31]\n\t"
+                         "vpxord %[c40], %[c40], %[c40]\n\tvpxord %[c41], %[c41], %[c41]\n\t"
+                         "vpxord %[c50], %[c50], %[c50]\n\tvpxord %[c51], %[c51], %[c51]\n\t"
+                         "vpxord %[c60], %[c60], %[c60]\n\tvpxord %[c61], %[c61], %[c61]\n\t"
+                         "vpxord %[c70], %[c70], %[c70]\n\tvpxord %[c71], %[c71], %[c71]\n\t"
+                         "mov 8(%[prm]), %%rsi\n\t"
+                         "mov 16(%[prm]), %%rdx\n\t"
+                         "mov 32(%[prm]), %%rdi\n"
+                         "2:\n\t"
+                         "mov (%%rsi), %%rcx\n\t"
+                         "add 24(%[prm]), %%rcx\n\t"
+                         "mov (%[prm]), %%rax\n\t"
+                         G8V_PTR("r8", "0") G8V_PTR("r9", "8") G8V_PTR("r10", "16") G8V_PTR("r11", "24")
+                         G8V_PTR("r12", "32") G8V_PTR("r13", "40") G8V_PTR("r14", "48") G8V_PTR("r15", "56")
+                         "mov 24(%[prm]), %%rcx\n\t"
+                         "neg %%rcx\n"
+                         "1:\n\t"
+                         "vmovdqu64 (%%rdi), %%zmm28\n\t"
+                         "vmovdqu64 64(%%rdi), %%zmm29\n\t"
+                         G8V_ROW2("r8", "r9", "c00", "c01", "c10", "c11")
+                         G8V_ROW2("r10", "r11", "c20", "c21", "c30", "c31")
+                         G8V_ROW2("r12", "r13", "c40", "c41", "c50", "c51")
+                         G8V_ROW2("r14", "r15", "c60", "c61", "c70", "c71")
+                         "add $128, %%rdi\n\t"
+                         "add $4, %%rcx\n\t"
+                         "jnz 1b\n\t"
+                         "add $8, %%rsi\n\t"
+                         "dec %%rdx\n\t"
+                         "jnz 2b\n\t"
+                         : [c00] "=&v"(c[0][0]), [c01] "=&v"(c[0][1]), [c10] "=&v"(c[1][0]), [c11] "=&v"(c[1][1]),
+                           [c20] "=&v"(c[2][0]), [c21] "=&v"(c[2][1]), [c30] "=&v"(c[3][0]), [c31] "=&v"(c[3][1]),
+                           [c40] "=&v"(c[4][0]), [c41] "=&v"(c[4][1]), [c50] "=&v"(c[5][0]), [c51] "=&v"(c[5][1]),
+                           [c60] "=&v"(c[6][0]), [c61] "=&v"(c[6][1]), [c70] "=&v"(c[7][0]), [c71] "=&v"(c[7][1])
+                         : [prm] "r"(&prm)
+                         : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
+                           "xmm28", "xmm29", "xmm30", "xmm31", "cc", "memory");
+#undef G8V_ROW2
+#undef G8V_PTR
+    } else {
 #pragma GCC unroll 8
-    for (int r = 0; r < R; r++) c[r][0] = c[r][1] = _mm512_setzero_si512();
-    for (int64_t q = 0; q < n; q++, A += 4, B += 4 * G8_NC) {
-        const __m512i b0 = _mm512_loadu_si512(B), b1 = _mm512_loadu_si512(B + 64);
+        for (int r = 0; r < R; r++) c[r][0] = c[r][1] = _mm512_setzero_si512();
+        for (int64_t sg = 0; sg < nseg; sg++) {
+            const uint8_t *p[G8V_ROWS];
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            int32_t w;
-            memcpy(&w, A + r * lda, sizeof w);
-            const __m512i a = _mm512_set1_epi32(w);
-            c[r][0] = _mm512_dpbusd_epi32(c[r][0], a, b0);
-            c[r][1] = _mm512_dpbusd_epi32(c[r][1], a, b1);
+            for (int r = 0; r < R; r++) p[r] = rp[r] + soff[sg];
+            for (int64_t q = 0; q < segq; q++, B += 4 * G8_NC) {
+                const __m512i b0 = _mm512_loadu_si512(B), b1 = _mm512_loadu_si512(B + 64);
+#pragma GCC unroll 8
+                for (int r = 0; r < R; r++) {
+                    int32_t w;
+                    memcpy(&w, p[r] + 4 * q, sizeof w);
+                    const __m512i a = _mm512_set1_epi32(w);
+                    c[r][0] = _mm512_dpbusd_epi32(c[r][0], a, b0);
+                    c[r][1] = _mm512_dpbusd_epi32(c[r][1], a, b1);
+                }
+            }
         }
     }
+    if (!f) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            _mm512_storeu_si512(sums + r * G8_NC, c[r][0]);
+            _mm512_storeu_si512(sums + r * G8_NC + 16, c[r][1]);
+        }
+        return;
+    }
+    const __mmask16 m0 = (__mmask16)(f->nc >= 16 ? 0xffff : (1u << f->nc) - 1);
+    const __mmask16 m1 = (__mmask16)(f->nc >= 32 ? 0xffff : f->nc <= 16 ? 0 : (1u << (f->nc - 16)) - 1);
+    const __m512i ct0 = _mm512_loadu_si512(f->ct), ct1 = _mm512_loadu_si512(f->ct + 16);
+    const __m512 r0 = _mm512_maskz_loadu_ps(m0, f->r), r1 = _mm512_maskz_loadu_ps(m1, f->r + 16);
+    const __m512 zm = _mm512_set1_ps(f->zm);
+    const __m512i magic = _mm512_set1_epi32(0x4B400000), zero = _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) {
-        _mm512_storeu_si512(sums + r * G8_NC, c[r][0]);
-        _mm512_storeu_si512(sums + r * G8_NC + 16, c[r][1]);
+        const __m512i bv = _mm512_set1_epi32(f->base[r]);
+        const __m512i a0 = _mm512_add_epi32(_mm512_add_epi32(c[r][0], ct0), bv);
+        const __m512i a1 = _mm512_add_epi32(_mm512_add_epi32(c[r][1], ct1), bv);
+        __m512i q0 = _mm512_sub_epi32(_mm512_castps_si512(_mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), r0, zm)), magic);
+        __m512i q1 = _mm512_sub_epi32(_mm512_castps_si512(_mm512_fmadd_ps(_mm512_cvtepi32_ps(a1), r1, zm)), magic);
+        uint8_t *y = f->y + r * f->ldy;
+        if (f->s8) {
+            _mm_mask_storeu_epi8(y, m0, _mm512_cvtsepi32_epi8(q0));
+            _mm_mask_storeu_epi8(y + 16, m1, _mm512_cvtsepi32_epi8(q1));
+        } else {
+            q0 = _mm512_max_epi32(q0, zero), q1 = _mm512_max_epi32(q1, zero);
+            _mm_mask_storeu_epi8(y, m0, _mm512_cvtusepi32_epi8(q0));
+            _mm_mask_storeu_epi8(y + 16, m1, _mm512_cvtusepi32_epi8(q1));
+        }
     }
 }
-VNNI_TARGET static void g8v_rows(int rows, const uint8_t *A, int64_t lda, const int8_t *B, int64_t n, int32_t *sums) {
+VNNI_TARGET static void g8v_rows(int rows, const uint8_t *const *rp, const int64_t *soff, int64_t nseg, int64_t segq,
+                                 const int8_t *B, int32_t *sums, const g8_rqf *f) {
     switch (rows) {
-    case 8: g8v_rows_n(8, A, lda, B, n, sums); break;
-    case 7: g8v_rows_n(7, A, lda, B, n, sums); break;
-    case 6: g8v_rows_n(6, A, lda, B, n, sums); break;
-    case 5: g8v_rows_n(5, A, lda, B, n, sums); break;
-    case 4: g8v_rows_n(4, A, lda, B, n, sums); break;
-    default: g8v_rows_n(3, A, lda, B, n, sums); break;
+    case 8: g8v_rows_n(8, rp, soff, nseg, segq, B, sums, f); break;
+    case 7: g8v_rows_n(7, rp, soff, nseg, segq, B, sums, f); break;
+    case 6: g8v_rows_n(6, rp, soff, nseg, segq, B, sums, f); break;
+    case 5: g8v_rows_n(5, rp, soff, nseg, segq, B, sums, f); break;
+    case 4: g8v_rows_n(4, rp, soff, nseg, segq, B, sums, f); break;
+    case 3: g8v_rows_n(3, rp, soff, nseg, segq, B, sums, f); break;
+    case 2: g8v_rows_n(2, rp, soff, nseg, segq, B, sums, f); break;
+    default: g8v_rows_n(1, rp, soff, nseg, segq, B, sums, f); break;
     }
 }
 #endif
@@ -1919,6 +2037,16 @@ typedef struct g8_job {
     bool vnni; /* the g8v panels (either form) */
     int64_t i0, i1;  /* g8_range's rows */
     int64_t rb, rbr; /* g8_units: row blocks a panel, rows a block (even) */
+    /* A's rows through kn_qgemm8_taps (row i's runs at rowp[i] + soff[s], nseg runs of segq
+     * quads), or rowp NULL: a + i lda */
+    const uint8_t *const *rowp;
+    const int64_t *soff;
+    int64_t nseg, segq;
+    /* fo's rq_y with VNNI: bias less za colsum per column (NP * 32), and per panel whether the
+     * one-rounding requantisation in the tile's registers is the definition's (g8_rqf) */
+    const int32_t *rq_ct;
+    const uint8_t *rq_fast;
+    float rq_zm;
 #if defined(__AVX2__)
     kn_rq8_k rqk; /* fo's rq_y: its constants */
 #endif
@@ -2004,10 +2132,7 @@ static void g8_store(const g8_job *j, int64_t i, int64_t n0, int64_t nc, int32_t
  * with the same test for lanes near a tie, where kn_rq8 itself takes the vector, half by half. */
 VNNI_TARGET static void g8v_store_rq(const g8_job *j, int rows, int64_t i, int64_t n0, int64_t nc, const int32_t *s) {
     const kn_qgemm8_out *fo = j->fo;
-    const int32_t *colsum = (const int32_t *)(j->h + 1) + n0, *bias = fo->rq_bias ? fo->rq_bias + n0 : NULL;
-    int32_t ct[G8_NC];
-    for (int64_t q = 0; q < G8_NC; q++) /* (wrapping, as g8_store's adds) */
-        ct[q] = q < nc ? (int32_t)((bias ? (uint32_t)bias[q] : 0u) - (uint32_t)j->za * (uint32_t)colsum[q]) : 0;
+    const int32_t *ct = j->rq_ct + n0;
     const kn_rq8_k *k = &j->rqk;
     const __m512 lo = _mm512_set1_ps(k->s8 ? -128.0f : 0.0f), hi = _mm512_set1_ps(k->s8 ? 127.0f : 255.0f);
     const __m512 z = _mm512_set1_ps(k->fast ? (float)k->zy : 0.0f), nearv = _mm512_set1_ps(KN_RQ_NEAR_TIE);
@@ -2046,29 +2171,42 @@ VNNI_TARGET static void g8v_store_rq(const g8_job *j, int rows, int64_t i, int64
 typedef void (*g8_one_fn)(const uint8_t *A, const int8_t *B, int64_t n, int32_t *sums);
 typedef void (*g8_two_fn)(const uint8_t *A0, const uint8_t *A1, const int8_t *B, int64_t n, int32_t *sums);
 
-/* The raw sums of rows [i, i + rows) against panel Bp into s (32 a row): rows <= 2 through one or
- * two, more (up to G8V_ROWS) through the VNNI tile; the last quad of a K off the quads from copies
- * padded with pad (B's padding is zero, so any pad gives the same sums) */
+/* The raw sums of rows [i, i + rows) against panel Bp into s (32 a row), or with f (VNNI, no
+ * quad past K) requantised from the tile's registers: rows <= 2 of a plain A through one or two,
+ * more (up to G8V_ROWS), or any through taps, by the VNNI tile; the last quad of a K off the quads
+ * from copies padded with pad (B's padding is zero, so any pad gives the same sums) */
 static void g8_sums(const g8_job *j, g8_one_fn one, g8_two_fn two, const int8_t *Bp, int64_t i, int rows, uint8_t pad,
-                    int32_t *s) {
+                    int32_t *s, const void *f) {
     const int64_t K = j->h->K, full = K / 4, KQ = j->h->KQ;
+#if defined(KN_QGEMM_VNNI)
+    if (j->rowp) { /* (runs of whole quads: no tail) */
+        g8v_rows(rows, j->rowp + i, j->soff, j->nseg, j->segq, Bp, s, f);
+        return;
+    }
+#endif
     const uint8_t *a0 = j->a + i * j->lda;
 #if defined(KN_QGEMM_VNNI)
     if (rows > 2) {
-        if (full > 0) g8v_rows(rows, a0, j->lda, Bp, full, s);
+        const uint8_t *rp[G8V_ROWS];
+        const int64_t zero = 0;
+        for (int r = 0; r < rows; r++) rp[r] = a0 + r * j->lda;
+        if (full > 0) g8v_rows(rows, rp, &zero, 1, full, Bp, s, full < KQ ? NULL : f);
         else memset(s, 0, sizeof(int32_t) * (size_t)(rows * G8_NC));
         if (full < KQ) {
             uint8_t tl[G8V_ROWS][4];
             int32_t t[G8V_ROWS * G8_NC];
             memset(tl, pad, sizeof tl);
-            for (int r = 0; r < rows; r++)
+            for (int r = 0; r < rows; r++) {
                 for (int64_t k = full * 4; k < K; k++) tl[r][k - full * 4] = a0[r * j->lda + k];
-            g8v_rows(rows, tl[0], 4, Bp + full * 4 * G8_NC, 1, t);
+                rp[r] = tl[r];
+            }
+            g8v_rows(rows, rp, &zero, 1, 1, Bp + full * 4 * G8_NC, t, NULL);
             for (int e = 0; e < rows * G8_NC; e++) s[e] += t[e];
         }
         return;
     }
 #endif
+    (void)f;
     const uint8_t *a1 = rows == 2 ? a0 + j->lda : a0;
     if (full > 0) {
         if (rows == 2) two(a0, a1, Bp, full, s);
@@ -2091,6 +2229,33 @@ static void g8_sums(const g8_job *j, g8_one_fn one, g8_two_fn two, const int8_t 
 #define G8V_ROWS 2
 #endif
 
+/* panel p's one-rounding requantisation in the tile (g8_rqf), or NULL */
+static const void *g8_rqf_for(const g8_job *j, int64_t p, int64_t n0, int64_t nc, void *buf) {
+#if defined(KN_QGEMM_VNNI)
+    if (!j->vnni || !j->fo || !j->fo->rq_y || !j->rq_fast || !j->rq_fast[p] || j->h->K % 4) return NULL;
+    g8_rqf *f = buf;
+    *f = (g8_rqf){.ct = j->rq_ct + n0, .r = j->fo->rq_r + n0, .ldy = j->fo->rq_ldy, .zm = j->rq_zm, .nc = (int)nc,
+                  .s8 = j->fo->rq_s8};
+    return f;
+#else
+    (void)j, (void)p, (void)n0, (void)nc, (void)buf;
+    return NULL;
+#endif
+}
+
+/* f's rows from i on */
+static inline const void *g8_rqf_at(const g8_job *j, const void *f, int64_t i, int64_t n0, int rows) {
+#if defined(KN_QGEMM_VNNI)
+    if (!f || (rows <= 2 && !j->rowp)) return NULL;
+    g8_rqf *g = (g8_rqf *)f;
+    g->base = j->base + i, g->y = j->fo->rq_y + i * j->fo->rq_ldy + n0;
+    return g;
+#else
+    (void)j, (void)i, (void)n0, (void)rows;
+    return f;
+#endif
+}
+
 static void g8_range(void *arg, int64_t p0, int64_t p1) {
     const g8_job *j = arg;
     const g8_head *h = j->h;
@@ -2106,6 +2271,7 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
     if (j->vnni) one = g8v_panel, two = g8v_panel2;
 #endif
     int32_t s[G8V_ROWS * G8_NC];
+    int64_t fbuf[16]; /* (a g8_rqf) */
     if (h->usable == 2) {
         /* the sign form: sums of (a - 128) b, stored as v = s + base - (za - 128) colsum (with
          * VNNI sums of a b as the residual form's, stored with za) */
@@ -2116,9 +2282,12 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
         for (int64_t p = p0; p < p1; p++) {
             const int8_t *Bp = B + p * KQ * 4 * G8_NC;
             const int64_t n0 = p * G8_NC, nc = N - n0 < G8_NC ? N - n0 : G8_NC;
+            const void *f = g8_rqf_for(j, p, n0, nc, fbuf);
             for (int64_t i = j->i0; i < j->i1; i += step) {
                 const int rows = (int)(j->i1 - i >= step ? step : j->i1 - i);
-                g8_sums(j, one, two, Bp, i, rows, j->vnni ? 0 : 128, s);
+                const void *fi = g8_rqf_at(j, f, i, n0, rows);
+                g8_sums(j, one, two, Bp, i, rows, j->vnni ? 0 : 128, s, fi);
+                if (fi) continue;
 #if defined(KN_QGEMM_VNNI)
                 if (j->vnni && j->fo && j->fo->rq_y) {
                     g8v_store_rq(&js, rows, i, n0, nc, s);
@@ -2137,11 +2306,16 @@ static void g8_range(void *arg, int64_t p0, int64_t p1) {
         const int64_t n0 = p * G8_NC, nc = N - n0 < G8_NC ? N - n0 : G8_NC;
         int64_t r1 = r0;
         while (r1 < nres && res[3 * r1 + 1] < n0 + G8_NC) r1++;
+        /* (the residuals go into the sums before the requantisation) */
+        const void *f = r1 == r0 ? g8_rqf_for(j, p, n0, nc, fbuf) : NULL;
         for (int64_t i = j->i0; i < j->i1; i += step) {
             const int rows = (int)(j->i1 - i >= step ? step : j->i1 - i);
-            const uint8_t *a0 = j->a + i * j->lda;
-            g8_sums(j, one, two, Bp, i, rows, 0, s);
-            /* the panel's residuals, the rows in one pass over the list (an entry read once) */
+            const uint8_t *a0 = j->rowp ? NULL : j->a + i * j->lda;
+            const void *fi = g8_rqf_at(j, f, i, n0, rows);
+            g8_sums(j, one, two, Bp, i, rows, 0, s, fi);
+            if (fi) continue;
+            /* the panel's residuals, the rows in one pass over the list (an entry read once; none
+             * with taps: kn_qgemm8_run gathers such rows first) */
             if (rows == 2) {
                 const uint8_t *a1 = a0 + j->lda;
                 for (const int32_t *re = res + 3 * r0, *end = res + 3 * r1; re < end; re += 3) {
@@ -2177,39 +2351,121 @@ static void g8_units(void *arg, int64_t u0, int64_t u1) {
     }
 }
 
+static bool g8_vnni(void) {
+#if defined(KN_QGEMM_VNNI)
+    return kn_cpu_has_vnni() && g8v_on();
+#else
+    return false; /* (a build without the g8v panels: the AVX2 forms on any CPU) */
+#endif
+}
+
+bool kn_qgemm8_taps_direct(const void *packed, const kn_qgemm8_taps *t) {
+    const g8_head *h = packed;
+    return g8_vnni() && (h->usable == 2 || h->nres == 0) && t->seg_len % 4 == 0 && t->nseg * t->seg_len == h->K &&
+           t->seg_len > 0;
+}
+
+/* row i's byte k through taps */
+static inline const uint8_t *g8_tap_row(const kn_qgemm8_taps *t, int64_t i) {
+    const int64_t p = t->p0 + i;
+    return t->x + p / t->ow * t->row_step + p % t->ow * t->col_step;
+}
+
+/* Whether v r + zy (v = the sum of a column j's K products (a - za)(b - zb) plus its bias) rounds
+ * as the definition's double does through one float rounding (rq_rows_ok's argument, per column:
+ * |v| <= amax (sum_k |b_s| + K |zbs|) + |bias|) for all of panel p's columns */
+static bool g8_rq_fast_panel(const g8_head *h, int64_t p, int32_t za, int32_t zbs, const kn_qgemm8_out *fo) {
+    const int32_t *absum = (const int32_t *)(h + 1) + h->NP * G8_NC + 3 * h->cap;
+    const double zy = fo->rq_zy, amax = za > 255 - za ? za : 255 - za;
+    if (!(zy == floor(zy) && fabs(zy) <= 256.0) || za < 0 || za > 255) return false;
+    for (int64_t j = p * G8_NC; j < h->N && j < (p + 1) * G8_NC; j++) {
+        const double bound = amax * ((double)(uint32_t)absum[j] + (double)h->K * fabs((double)zbs)) +
+                             fabs((double)(fo->rq_bias ? fo->rq_bias[j] : 0));
+        const double r = fo->rq_r[j], X = fabs(r) * bound + fabs(zy);
+        /* r = f 2^e, f in [0.5, 1) (frexp's e: the float's biased exponent less 126), its last bit
+         * at 2^(e - 24) or above: X < 2^(53 + min(0, e - 24)), that power made from its bits */
+        uint32_t rb;
+        memcpy(&rb, &fo->rq_r[j], sizeof rb);
+        const int ex = (int)((rb >> 23) & 0xffu), k = 53 + (ex - 150 < 0 ? ex - 150 : 0);
+        const uint64_t lb = (uint64_t)(1023 + k) << 52;
+        double lim;
+        memcpy(&lim, &lb, sizeof lim);
+        if (!(ex > 0 && ex < 255 && bound < 16777216.0 && X < 4194304.0 - 2.0 && X < lim)) return false;
+    }
+    return true;
+}
+
 kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t *a, int64_t lda, int64_t M, int32_t za,
                           int32_t zb, bool b_s8, int32_t *c, int64_t ldc, const kn_qgemm8_out *fo) {
     const g8_head *h = packed;
     const int64_t K = h->K;
+    const bool vnni = g8_vnni();
+    const kn_qgemm8_taps *t = fo ? fo->taps : NULL;
+    uint8_t *gather = NULL;
+    const uint8_t **rowp = NULL;
+    if (t && M > 0 && !kn_qgemm8_taps_direct(packed, t)) {
+        /* rows the tile cannot read in place: gathered, then as any A */
+        gather = malloc((size_t)(M * K));
+        if (!gather) return KILN_ERR_OUT_OF_MEMORY;
+        for (int64_t i = 0; i < M; i++) {
+            const uint8_t *src = g8_tap_row(t, i);
+            for (int64_t sg = 0; sg < t->nseg; sg++) memcpy(gather + i * K + sg * t->seg_len, src + t->seg_off[sg], (size_t)t->seg_len);
+        }
+        a = gather, lda = K, t = NULL;
+    } else if (t && M > 0) {
+        if (!(rowp = malloc(sizeof(*rowp) * (size_t)M))) return KILN_ERR_OUT_OF_MEMORY;
+        int64_t p = t->p0, oh = p / t->ow, ow = p % t->ow;
+        for (int64_t i = 0; i < M; i++) {
+            rowp[i] = t->x + oh * t->row_step + ow * t->col_step;
+            if (++ow == t->ow) ow = 0, oh++;
+        }
+    }
     /* b - zb = b_s - zb' with b_s the packed value (b - 128 for uint8 weights) */
     const int32_t zbs = b_s8 ? zb : zb - 128;
     int32_t one, *base = M > 1 ? malloc(sizeof(int32_t) * (size_t)M) : &one;
-    if (!base) return KILN_ERR_OUT_OF_MEMORY;
+    /* fo's rq_y with VNNI: the columns' bias less za colsum, and the panels' one-rounding flags */
+    const bool rqv = vnni && fo && fo->rq_y;
+    int32_t *rq_ct = rqv ? kn_aligned_alloc(64, sizeof(int32_t) * (size_t)(h->NP * G8_NC)) : NULL;
+    uint8_t *rq_fast = rqv ? malloc((size_t)h->NP) : NULL;
+    if (!base || (rqv && (!rq_ct || !rq_fast))) {
+        if (base != &one) free(base);
+        free(gather), free(rowp), free(rq_ct), free(rq_fast);
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
     /* base is 0 for every row where the packed weights' zero point is (int8 weights, zero point
      * 0: the quantisers' symmetric form): no pass over A's rows then (1.6% of a 3x3 QLinearConv's
      * time by perf, 1x128x28x28) */
     for (int64_t i = 0; i < M && !zbs; i++) base[i] = 0;
     for (int64_t i = 0; i < M && zbs; i++) {
         int32_t sa = 0;
-        const uint8_t *ai = a + i * lda;
-        int64_t k = 0;
+        for (int64_t sg = 0; sg < (rowp ? t->nseg : 1); sg++) {
+            const uint8_t *ai = rowp ? rowp[i] + t->seg_off[sg] : a + i * lda;
+            const int64_t n = rowp ? t->seg_len : K;
+            int64_t k = 0;
 #if defined(__AVX2__)
-        /* vpsadbw against zero: the bytes' sums per 8 in 64-bit lanes */
-        __m256i sv = _mm256_setzero_si256();
-        for (; k + 32 <= K; k += 32)
-            sv = _mm256_add_epi64(sv, _mm256_sad_epu8(_mm256_loadu_si256((const __m256i *)(ai + k)), _mm256_setzero_si256()));
-        const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sv), _mm256_extracti128_si256(sv, 1));
-        sa = (int32_t)(_mm_cvtsi128_si64(h) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(h, h)));
+            /* vpsadbw against zero: the bytes' sums per 8 in 64-bit lanes */
+            __m256i sv = _mm256_setzero_si256();
+            for (; k + 32 <= n; k += 32)
+                sv = _mm256_add_epi64(sv, _mm256_sad_epu8(_mm256_loadu_si256((const __m256i *)(ai + k)), _mm256_setzero_si256()));
+            const __m128i hs = _mm_add_epi64(_mm256_castsi256_si128(sv), _mm256_extracti128_si256(sv, 1));
+            sa += (int32_t)(_mm_cvtsi128_si64(hs) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(hs, hs)));
 #endif
-        for (; k < K; k++) sa += ai[k];
+            for (; k < n; k++) sa += ai[k];
+        }
         base[i] = (int32_t)K * za * zbs - zbs * sa;
     }
-#if defined(KN_QGEMM_VNNI)
-    const bool vnni = kn_cpu_has_vnni() && g8v_on();
-#else
-    const bool vnni = false; /* (a build without the g8v panels: the AVX2 forms on any CPU) */
-#endif
     g8_job j = {h, a, lda, M, ldc, za, zbs, base, c, fo, vnni, 0, M, 1, M};
+    if (rowp) {
+        j.rowp = rowp, j.soff = t->seg_off, j.nseg = t->nseg, j.segq = t->seg_len / 4;
+        j.a = NULL, j.lda = 0;
+    }
+    if (rqv) {
+        const int32_t *colsum = (const int32_t *)(h + 1);
+        for (int64_t q = 0; q < h->NP * G8_NC; q++) /* (wrapping, as g8_store's adds) */
+            rq_ct[q] = q < h->N ? (int32_t)((fo->rq_bias ? (uint32_t)fo->rq_bias[q] : 0u) - (uint32_t)za * (uint32_t)colsum[q]) : 0;
+        for (int64_t p = 0; p < h->NP; p++) rq_fast[p] = g8_rq_fast_panel(h, p, za, zbs, fo);
+        j.rq_ct = rq_ct, j.rq_fast = rq_fast, j.rq_zm = (float)(fo->rq_zy + 12582912.0);
+    }
 #if defined(__AVX2__)
     if (fo && fo->rq_y) j.rqk = kn_rq8_setup(fo->rq_zy, fo->rq_s8);
 #endif
@@ -2229,6 +2485,7 @@ kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t
         kn_parallel_for(pool, units, useful >= kn_threadpool_size(pool) ? 1 : (units + useful - 1) / useful, g8_units, &j);
     } else g8_range(&j, 0, h->NP);
     if (base != &one) free(base);
+    free(gather), free(rowp), free(rq_ct), free(rq_fast);
     return KILN_OK;
 }
 

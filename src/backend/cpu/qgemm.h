@@ -177,7 +177,23 @@ typedef struct kn_qgemm8_out {
     bool rq_s8;
     void (*done)(const void *ctx, int64_t i0, int64_t i1, int64_t n0, int64_t nc);
     const void *done_ctx;
+    /* or NULL: A's rows read in place through taps (a and lda unused), an implicit im2col */
+    const struct kn_qgemm8_taps *taps;
 } kn_qgemm8_out;
+/* A's rows as a convolution's taps (kn_qgemm8_out's taps): row i is output position p = p0 + i of
+ * a plane ow positions wide, its K bytes nseg runs of seg_len bytes (nseg * seg_len = K), run s at
+ * x + (p / ow) * row_step + (p % ow) * col_step + seg_off[s] (a padded channels-last image: a run
+ * is a kernel row's KW * C bytes, or one tap's C with dilation along W). With VNNI, runs of a
+ * multiple of 4 bytes and B without residual entries the tile reads them where they are (no copy
+ * of K bytes a row); else the rows are gathered into a buffer first (kn_qgemm8_taps_direct says
+ * which). */
+typedef struct kn_qgemm8_taps {
+    const uint8_t *x;
+    int64_t p0, ow, row_step, col_step;
+    int64_t nseg, seg_len;
+    const int64_t *seg_off;
+} kn_qgemm8_taps;
+bool kn_qgemm8_taps_direct(const void *packed, const kn_qgemm8_taps *t);
 kiln_status kn_qgemm8_run(kn_threadpool *pool, const void *packed, const uint8_t *a, int64_t lda, int64_t M, int32_t za,
                           int32_t zb, bool b_s8, int32_t *c, int64_t ldc, const kn_qgemm8_out *fo);
 
