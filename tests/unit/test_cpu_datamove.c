@@ -592,7 +592,8 @@ KN_TEST(cpu_transpose_large_against_definition) {
  * (the edges: one more block overlapping the last full one), whose source-contiguous extent leaves a
  * last chunk of under 8 (merged into the chunk before: 64 * 2 + 3), with fewer than 8 rows or
  * columns (scalar), and with destination rows a multiple of 4 KiB apart (the row-by-row order of
- * tile2d_32; with source rows a multiple of 1 KiB apart: the stripes), for 1-, 2-, 4- and 8-byte
+ * tile2d_32; with source rows a multiple of 1 KiB apart: the stripes), NCHW -> NHWC of up to 64
+ * channels (tile2d_32's single stripe), for 1-, 2-, 4- and 8-byte
  * elements on 1, 2 and 3 threads, against the index mapping. */
 KN_TEST(cpu_transpose_block_edges_against_definition) {
     struct {
@@ -610,6 +611,11 @@ KN_TEST(cpu_transpose_block_edges_against_definition) {
         {3, {3, 8, 8}, {0, 2, 1}},
         {3, {2, 5, 7}, {0, 2, 1}},          /* scalar */
         {4, {2, 3, 17, 9}, {0, 3, 1, 2}},
+        /* NCHW -> NHWC with at most 64 channels, planes of 512 or more: tile2d_32's one stripe of
+         * all channels (not a multiple of 8: the overlapping edge block; chunk tails of 27 and 4) */
+        {4, {1, 64, 56, 56}, {0, 2, 3, 1}},
+        {4, {1, 44, 23, 29}, {0, 2, 3, 1}},
+        {4, {2, 20, 30, 30}, {0, 2, 3, 1}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int ti = 0; ti < 4; ti++) {
