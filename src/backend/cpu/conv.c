@@ -2520,13 +2520,19 @@ static kiln_status rk_conv(kn_kernel_ctx *c, const conv_shape *s, const float *x
  * packing, pack_conv_pt): 1 -> 512 k400 s160 on 16000 samples spent 0.30 ms in its micro-kernel
  * where the plain product of the same sizes (a MatMul 98 x 400 x 512) takes 0.28 ms in all. */
 static bool fr_suits(const conv_shape *s) {
-    /* AVX-512 only: measured there; at the avx2 level the plain product of 98 frames gave other last
-     * bits at 2 threads than at 1 (its row tails split by the threads: test_cpu_few_positions'
-     * strided_1d_shared_im2col_parts), where the im2col path's sums do not depend on the threads */
-    if (KN_VL != 16 || !pt_suits(s)) return false;
+    if (!pt_suits(s)) return false;
     const win2 v = win2_of(&s->w);
     /* the frames' copy gathers a dilated window: int32 lane offsets */
-    return (v.dw == 1 || (v.KW - 1) * v.dw < INT32_MAX / 4) && kn_sgemm_swaps(s->Mg, s->out_plane, s->Cg * s->kk);
+    if (v.dw != 1 && (v.KW - 1) * v.dw >= INT32_MAX / 4) return false;
+    /* KILN_CONV_FRAMES=1: wherever it can run, 0: never (tests, measurements) */
+    const char *e = getenv("KILN_CONV_FRAMES");
+    if (e && *e) return *e == '1';
+    /* at avx2 too since the GEMM's sums stopped depending on the threads there: where kn_sgemm_swaps
+     * holds (few frames) 0.95-0.97 of the im2col path's time (1 -> 512 k400 s160 on 4000 samples, 23
+     * frames; 1 -> 256 k256 s128 on 6000, 45). Not past it: 98 frames of 1 -> 512 k400 s160 on 16000
+     * samples ran even (0.99-1.01), 124 of 1 -> 258 k256 s128 1.05 (b1) and 1.10 (b8) of its time
+     * (op_ab, 1 thread, KILN_CPU_ISA=avx2, both orders of the variants, 2-core AVX-512 Xeon) */
+    return kn_sgemm_swaps(s->Mg, s->out_plane, s->Cg * s->kk);
 }
 
 typedef struct fr_job {
