@@ -367,8 +367,12 @@ static void tile2d_8(uint8_t *dp, const uint8_t *sp, int64_t K, int64_t I, int64
     TILE2D_STRIPES(tr8x8_8);
 }
 
-/* K, I >= 8 (TILE2D_STRIPES) */
+/* K, I >= 8 (TILE2D_STRIPES; up to 64 source rows 1 KB or more apart in one stripe, as tile2d_32) */
 static void tile2d_16(uint16_t *dp, const uint16_t *sp, int64_t K, int64_t I, int64_t dk, int64_t si) {
+    if (I <= 64 && si >= 512) {
+        TILE2D_STRIPES_W(tr8x8_16, 64);
+        return;
+    }
     TILE2D_STRIPES(tr8x8_16);
 }
 #endif
