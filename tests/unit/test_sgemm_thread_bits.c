@@ -210,6 +210,10 @@ KN_TEST(cpu_sgemm_same_bits_every_thread_count) {
     TB(64, 3136, 64, 0, 0, AP, CB, TB_BIAS | TB_ADD | TB_CLAMP, 1);
     TB(256, 196, 576, 0, 0, AP, BPL, TB_BIAS | EPI, 1);
     TB(100, 333, 300, 0, 0, AP, CB, ALL, 1);
+    TB(128, 200, 144, 0, 0, AP, CB, TB_BIAS | TB_ADD | TB_CLAMP | EPI, 1); /* a last 2-row panel, rows first */
+    TB(98, 300, 64, 0, 0, AP, BPL, TB_BETA | TB_ALPHA, 1);
+    TB(512, 130, 300, 0, 0, AP, CB, TB_BIAS | EPI, 1);                      /* ... blocked */
+    TB(128, 96, 500, 0, 0, P, BPL, TB_ADD, 2);
     /* plain operands, every orientation, batches */
     TB(130, 130, 130, 0, 0, P, BPL, TB_BETA, 1);
     TB(97, 75, 513, 1, 1, P, BPL, ALL, 1);
