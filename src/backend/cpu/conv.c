@@ -2977,7 +2977,7 @@ static kiln_status conv_f32(kn_kernel_ctx *c, const conv_shape *s, const float *
     size_t xt_bytes = 0;
     kiln_status st = KILN_OK;
     /* dilation 1 (and vectors): transposed straight from the input (pack_conv_tr) */
-    if (!pointwise && pt_suits(s) && KN_VL && pc.v.dw == 1 && kn_sgemm_nr() % (KN_VL ? KN_VL : 1) == 0) pc.tr = true;
+    if (!pointwise && pt_suits(s) && KN_VL > 0 && pc.v.dw == 1 && kn_sgemm_nr() % (KN_VL ? KN_VL : 1) == 0) pc.tr = true;
     else if (!pointwise && pt_suits(s)) {
         pc.pt = pt_geom_of(&pc.v);
         xt_bytes = sizeof(float) * (size_t)(s->N * s->C * pc.pt.plane);
