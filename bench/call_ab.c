@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
     int64_t odims[8]; int orank = 0; p = argv[5];
     while (*p) { odims[orank++] = strtoll(p, &p, 10); if (*p == 'x') p++; }
     int xo = getenv("XO") ? atoi(getenv("XO")) : 0, yo = getenv("YO") ? atoi(getenv("YO")) : 0;
-    float *x = (float *)aligned_alloc(64, n * 4 + 64) + xo, *y = (float *)aligned_alloc(64, n * 4 + 64) + yo;
+    float *x = (float *)aligned_alloc(64, (n * 4 + 127) / 64 * 64) + xo, *y = (float *)aligned_alloc(64, (n * 4 + 127) / 64 * 64) + yo;
     for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 7919) % 1000) / 100.0f - 5.0f;
     int nl = argc - 6; void *sess[4]; f_run run[4]; void *tin[4], *tout[4];
     for (int l = 0; l < nl; l++) {

@@ -5,6 +5,7 @@
  * 64-byte aligned output, at 1 and 2 threads, and the values must be within the operators' accuracy
  * of a double-precision definition. */
 #include "test_model_builder.h"
+#include "util/aligned.h"
 #include "unit.h"
 
 #include <math.h>
@@ -58,7 +59,7 @@ KN_TEST(cpu_unaligned_outputs_same_bits_and_accuracy) {
             z = z * 1664525u + 1013904223u;
             x[i] = ((float)(z >> 8) / 16777216.0f - 0.5f) * 24.0f; /* [-12, 12) */
         }
-        float *raw = aligned_alloc(64, sizeof(float) * (size_t)(n + 64)), *want = malloc(sizeof(float) * (size_t)n);
+        float *raw = kn_aligned_alloc(64, sizeof(float) * (size_t)(n + 64)), *want = malloc(sizeof(float) * (size_t)n);
         for (size_t oi = 0; oi < sizeof ops / sizeof ops[0]; oi++) {
             const char *op = ops[oi];
             CHECK_STATUS(ua_run(op, d, x, 1, raw), KILN_OK);
